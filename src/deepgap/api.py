@@ -1,0 +1,130 @@
+"""The Python API and the one code path behind ``deepgap run``: validate → plan → measure → store."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from deepgap import __version__
+from deepgap.config import SweepSpec, default_spec, preset, validate
+from deepgap.errors import UsageError
+from deepgap.plan import expand
+from deepgap.records import Result
+from deepgap.runner import Event, SweepRunner, python_command
+from deepgap.store import Store, check_path
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+DEFAULT_STORE = os.path.join("deepgap-results", "store.sqlite")
+
+
+def gpu_present() -> bool:
+    """Whether torch sees a CUDA device (no CUDA context is created in this process)."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` → ``cuda`` when a GPU is present else ``cpu``; a clear error for an absent GPU."""
+    if device == "auto":
+        return "cuda" if gpu_present() else "cpu"
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UsageError(f"--device {device} but no CUDA GPU is usable here", "use --device cpu (or auto)")
+        idx = int(device.split(":")[1]) if ":" in device else 0
+        if idx >= torch.cuda.device_count():
+            raise UsageError(
+                f"--device {device} but only {torch.cuda.device_count()} GPU(s) are visible",
+                f"use cuda:0..cuda:{torch.cuda.device_count() - 1}",
+            )
+    return device
+
+
+@dataclass
+class Results:
+    """What `run` returns: the run's id, its store, and the results measured in this call."""
+
+    run_id: str
+    store_path: str
+    results: list[Result] = field(default_factory=list)
+
+    def to_pandas(self) -> pd.DataFrame:
+        """Every stored result of this run (including earlier, resumed parts) as a DataFrame."""
+        store = Store(self.store_path, readonly=True)
+        try:
+            return store.results_frame([self.run_id])
+        finally:
+            store.close()
+
+
+def as_spec(spec: SweepSpec | dict[str, Any] | str | None) -> SweepSpec:
+    """Accept a SweepSpec, a dict of overrides, a preset name, or None (the device's default)."""
+    if spec is None:
+        return default_spec(gpu_present(), os.cpu_count() or 1)
+    if isinstance(spec, str):
+        return preset(spec)
+    if isinstance(spec, dict):
+        return SweepSpec.from_dict(spec)
+    return spec
+
+
+def run(
+    spec: SweepSpec | dict[str, Any] | str | None = None,
+    store: str = DEFAULT_STORE,
+    resume: str | bool | None = None,
+    on_event: Callable[[Event], None] = lambda e: None,
+    command: str | None = None,
+) -> Results:
+    """Measure a sweep into ``store``; ``resume`` (True or a run id) continues an unfinished run."""
+    if resume:
+        check_path(store)
+        if not os.path.exists(store):
+            raise UsageError(f"--resume but store {store} does not exist", "drop --resume or pass --store")
+        s = Store(store)
+        run_row = s.latest_unfinished() if resume is True else s.run(str(resume))
+        if run_row is None:
+            s.close()
+            raise UsageError(f"store {store} has no unfinished run to resume", "start a new run without --resume")
+        sweep = validate(SweepSpec.from_dict(run_row["spec"]))
+        device = resolve_device(sweep.device)
+        run_id = run_row["run_id"]
+        done = s.done_keys(run_id)
+    else:
+        sweep = validate(as_spec(spec))
+        device = resolve_device(sweep.device)
+        sweep = sweep.replace(device=device)
+        check_path(store)
+        s = None
+        done = set()
+    configs = [c for c in expand(sweep, device) if c.key not in done]
+    runner = SweepRunner(sweep, device)
+    try:
+        runner.start()
+        if s is None:
+            env = runner.environment()
+            s = Store(store)
+            run_id = s.begin_run(sweep.to_dict(), command or python_command(), env, __version__)
+        else:
+            s.reopen_run(run_id)
+        out = Results(run_id=run_id, store_path=store)
+        status = "interrupted"
+        try:
+            for res in runner.run(configs, on_event):
+                s.record(run_id, res)
+                out.results.append(res)
+            status = "finished"
+        finally:
+            s.finish_run(run_id, status)
+        return out
+    finally:
+        runner.close()
+        if s is not None:
+            s.close()

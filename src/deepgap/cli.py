@@ -1,0 +1,53 @@
+"""The ``deepgap`` command: thin wiring. Each sub-command is one module in `deepgap.commands`.
+
+A command module defines ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``main(args) -> int``;
+modules are discovered, so adding a command touches no other file. A `UsageError` anywhere becomes
+one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+from deepgap import __version__
+from deepgap.errors import UsageError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's own errors: one line, exit 2
+        self.exit(2, f"deepgap: error: {message}; see `{self.prog} --help`\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser with every discovered sub-command."""
+    from deepgap import commands
+
+    parser = _Parser(prog="deepgap", description="Inference benchmark for GPUs and CPUs (the DEEP-GAP protocol).")
+    parser.add_argument("--version", action="version", version=f"deepgap {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    mods = [importlib.import_module(f"{commands.__name__}.{m.name}") for m in pkgutil.iter_modules(commands.__path__)]
+    for mod in sorted(mods, key=lambda m: getattr(m, "ORDER", 50)):
+        p = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.HELP)
+        mod.add_arguments(p)
+        p.set_defaults(_main=mod.main)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``deepgap`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_main", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._main(args) or 0)
+    except UsageError as exc:
+        print(f"deepgap: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("deepgap: interrupted; finished configurations are stored (continue with --resume)", file=sys.stderr)
+        return 130

@@ -1,0 +1,1 @@
+"""Sub-commands of the ``deepgap`` CLI, one module each (discovered by `deepgap.cli`)."""

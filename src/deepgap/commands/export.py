@@ -1,0 +1,79 @@
+"""``deepgap export``: results (and optionally raw samples) as CSV, Parquet or JSON.
+
+Written to a temporary file and renamed, so a failed export leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+
+from deepgap.api import DEFAULT_STORE
+from deepgap.errors import UsageError
+
+NAME = "export"
+HELP = "export results as csv, parquet or json"
+ORDER = 3
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
+    p.add_argument("store", nargs="?", default=DEFAULT_STORE, help=f"store file (default {DEFAULT_STORE})")
+    p.add_argument("--format", choices=["csv", "parquet", "json"], default="csv")
+    p.add_argument("-o", "--output", required=True, help="output file")
+    p.add_argument("--run", action="append", help="run id (repeatable; default: all runs)")
+    p.add_argument("--samples", action="store_true", help="per-iteration latencies (long format) instead of results")
+
+
+def export_frame(store_path: str, run_ids: list[str] | None = None, samples: bool = False):
+    """The DataFrame `export` writes: one row per result, or one per timed iteration."""
+    import pandas as pd
+
+    from deepgap.store import Store
+
+    store = Store(store_path, readonly=True)
+    try:
+        df = store.results_frame(run_ids)
+        if not samples:
+            df["extra"] = [json.dumps(e, sort_keys=True) for e in df["extra"]]
+            return df
+        rows = []
+        for rid, key in zip(df["result_id"], df["config_key"]):
+            for rep, arr in enumerate(store.samples(int(rid))):
+                rows += [(int(rid), key, rep, i, float(v)) for i, v in enumerate(arr)]
+        return pd.DataFrame(rows, columns=["result_id", "config_key", "repeat", "iteration", "latency_s"])
+    finally:
+        store.close()
+
+
+def write_frame(df, path: str, fmt: str) -> None:
+    """Write atomically (temp file + rename)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise UsageError(f"cannot write {path}: folder {folder} is missing or not writable", "pass a writable -o path")
+    if fmt == "parquet":
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise UsageError("parquet export needs pyarrow", "pip install pyarrow, or use --format csv") from None
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".deepgap-export-")
+    os.close(fd)
+    try:
+        if fmt == "csv":
+            df.to_csv(tmp, index=False)
+        elif fmt == "parquet":
+            df.to_parquet(tmp, index=False)
+        else:
+            df.to_json(tmp, orient="records", indent=1)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def main(args: argparse.Namespace) -> int:  # noqa: D103
+    df = export_frame(args.store, args.run, args.samples)
+    write_frame(df, args.output, args.format)
+    print(f"wrote {len(df)} rows to {args.output}")
+    return 0

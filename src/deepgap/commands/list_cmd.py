@@ -1,0 +1,55 @@
+"""``deepgap list models|engines|presets|precisions``."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+from rich.table import Table
+
+NAME = "list"
+HELP = "list models, engines, presets or precisions"
+ORDER = 10
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
+    p.add_argument("what", choices=["models", "engines", "presets", "precisions"])
+    p.add_argument("--all", action="store_true", help="include test and fault-injection models")
+
+
+def main(args: argparse.Namespace) -> int:  # noqa: D103
+    console = Console()
+    if args.what == "models":
+        from deepgap.models import MODELS
+
+        t = Table("model", "family", "resolution", "description")
+        for name in MODELS.names():
+            e = MODELS.get(name)
+            if e.hidden and not args.all:
+                continue
+            t.add_row(name, e.family, str(e.default_resolution), e.description)
+        t.add_row("timm:<name>", "timm", "model's", "any timm model, when timm is installed")
+    elif args.what == "engines":
+        from deepgap.engines import ENGINES, load_engines
+
+        load_engines()
+        t = Table("engine", "precisions", "available here", "description")
+        for name in ENGINES.names():
+            eng = ENGINES.get(name)()
+            why = eng.available()
+            t.add_row(name, ",".join(eng.precisions), "yes" if why is None else f"no: {why}", eng.description)
+    elif args.what == "presets":
+        from deepgap.config import PRESETS
+
+        t = Table("preset", "what", "configurations")
+        for name, (desc, spec) in PRESETS.items():
+            n = len(spec.models) * len(spec.precisions) * len(spec.batch_sizes) * len(spec.engines)
+            t.add_row(name, desc, str(n))
+    else:
+        from deepgap.precision import PRECISIONS
+
+        t = Table("precision")
+        for p in PRECISIONS:
+            t.add_row(p)
+    console.print(t)
+    return 0

@@ -1,0 +1,129 @@
+"""``deepgap run``: measure a sweep into the store (presets, TOML, flags; resume)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from deepgap import api
+from deepgap.config import SweepSpec, default_spec, load_toml, parse_int_list, parse_percent, parse_str_list, preset
+from deepgap.errors import UsageError
+from deepgap.progress import Progress
+
+NAME = "run"
+HELP = "measure a sweep (models × engines × precisions × batch sizes) into the store"
+ORDER = 1
+
+
+
+def _number(kind: type, flag: str):
+    def parse(text: str):
+        try:
+            return kind(text)
+        except ValueError:
+            raise UsageError(f"--{flag} {text!r} is not {'an integer' if kind is int else 'a number'}",
+                             f"pass e.g. --{flag} 10") from None
+
+    return parse
+
+
+# flag → (SweepSpec field, parser)
+_FLAGS = {
+    "models": ("models", parse_str_list),
+    "engines": ("engines", parse_str_list),
+    "precisions": ("precisions", parse_str_list),
+    "batch_sizes": ("batch_sizes", lambda t: parse_int_list(t, "batch-sizes")),
+    "memory_formats": ("memory_formats", parse_str_list),
+    "threads": ("threads", lambda t: parse_int_list(t, "threads")),
+    "device": ("device", str),
+    "resolution": ("resolution", _number(int, "resolution")),
+    "warmup": ("warmup", _number(int, "warmup")),
+    "iterations": ("iterations", _number(int, "iterations")),
+    "repeats": ("repeats", _number(int, "repeats")),
+    "sweeps": ("sweeps", _number(int, "sweeps")),
+    "target_ci": ("target_ci", parse_percent),
+    "max_time": ("max_time_s", _number(float, "max-time")),
+    "min_time": ("min_time_s", _number(float, "min-time")),
+    "timeout": ("timeout_s", _number(float, "timeout")),
+    "weights": ("weights", str),
+    "seed": ("seed", _number(int, "seed")),
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
+    p.add_argument("--preset", help="paper | gpu | cpu | quick (default: gpu grid with a GPU, else cpu grid)")
+    p.add_argument("--config", metavar="TOML", help="sweep file; flags override it")
+    p.add_argument("--models", help="comma-separated, e.g. resnet18,resnet50 (deepgap list models)")
+    p.add_argument("--engines", help="comma-separated, e.g. eager (deepgap list engines)")
+    p.add_argument("--precisions", help="comma-separated: fp32,tf32,fp16,bf16,int8,fp8")
+    p.add_argument("--batch-sizes", help="comma-separated positive integers, e.g. 1,8,32")
+    p.add_argument("--memory-formats", help="nchw,channels_last")
+    p.add_argument("--threads", help="CPU thread counts to sweep, e.g. 1,2,4")
+    p.add_argument("--device", help="auto | cpu | cuda | cuda:N")
+    p.add_argument("--resolution", help="input height = width (default: the model's, 224)")
+    p.add_argument("--warmup", help="untimed iterations before timing (paper: 20)")
+    p.add_argument("--iterations", help="timed iterations per repeat (paper: 100)")
+    p.add_argument("--repeats", help="repeats per configuration (paper: 3)")
+    p.add_argument("--sweeps", help="passes over the whole batch sweep (paper: 10)")
+    p.add_argument("--target-ci", help="adaptive: repeat until the median's 95%% CI is within this, e.g. 1%%")
+    p.add_argument("--max-time", help="adaptive: seconds per configuration at most")
+    p.add_argument("--min-time", help="minimum seconds of each pipelined window (energy needs ≥ 1 s)")
+    p.add_argument("--timeout", help="seconds before a hung configuration is killed (default 900)")
+    p.add_argument("--weights", help="local state-dict file instead of random weights (one model)")
+    p.add_argument("--seed", help="seed of weights and inputs (default 0)")
+    p.add_argument("--include-transfer", action="store_true", help="time the host→device copy of pinned inputs")
+    p.add_argument("--store", default=api.DEFAULT_STORE, help=f"SQLite store (default {api.DEFAULT_STORE})")
+    p.add_argument("--resume", nargs="?", const=True, metavar="RUN_ID", help="continue the last unfinished run")
+    p.add_argument("--report", metavar="HTML", help="write an HTML report of this run when done")
+    p.add_argument("--quiet", action="store_true", help="no progress display")
+    p.add_argument("--json", action="store_true", help="one JSON line per finished configuration on stdout")
+
+
+def build_spec(args: argparse.Namespace) -> SweepSpec:
+    """Preset, TOML file or the device's default grid, overlaid with flags."""
+    base: SweepSpec | None = preset(args.preset) if args.preset else None
+    if args.config:
+        base = load_toml(args.config, base)
+    changes = {field: parse(getattr(args, flag)) for flag, (field, parse) in _FLAGS.items()
+               if getattr(args, flag) is not None}
+    if args.include_transfer:
+        changes["include_transfer"] = True
+    if base is None:
+        device = str(changes.get("device", "auto"))
+        has_gpu = device.startswith("cuda") or (device == "auto" and api.gpu_present())
+        base = default_spec(has_gpu, os.cpu_count() or 1)
+    return base.replace(**changes)
+
+
+def main(args: argparse.Namespace) -> int:  # noqa: D103
+    spec = build_spec(args)
+    progress = Progress(enabled=not args.quiet and not args.json)
+    try:
+        res = api.run(spec, store=args.store, resume=args.resume, on_event=progress.on_event,
+                      command=" ".join(["deepgap", *sys.argv[1:]]))
+    finally:
+        progress.close()
+    if args.json:
+        for r in res.results:
+            print(json.dumps(_as_json(r)))
+    elif not args.quiet:
+        print(f"run {res.run_id}: {len(res.results)} configurations stored in {res.store_path}")
+    if args.report:
+        from deepgap.commands.report import write_report
+
+        write_report(res.store_path, args.report, run_ids=[res.run_id])
+        if not args.quiet:
+            print(f"report written to {args.report}")
+    return 0
+
+
+def _as_json(r) -> dict:
+    import dataclasses
+
+    d = {"config": dataclasses.asdict(r.spec), "status": r.status.value, "reason": r.reason}
+    if r.latency:
+        d.update(median_s=r.latency.median_s, p99_s=r.latency.p99_s, n=r.latency.n,
+                 throughput_ips=r.throughput_ips, throughput_pipelined_ips=r.throughput_pipelined_ips)
+    return d

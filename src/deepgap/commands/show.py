@@ -1,0 +1,77 @@
+"""``deepgap show``: results as a terminal table (latest run by default)."""
+
+from __future__ import annotations
+
+import argparse
+
+from deepgap.api import DEFAULT_STORE
+
+NAME = "show"
+HELP = "print stored results as a table (the latest run unless --run/--all)"
+ORDER = 2
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
+    p.add_argument("store", nargs="?", default=DEFAULT_STORE, help=f"store file (default {DEFAULT_STORE})")
+    p.add_argument("--run", action="append", help="run id (repeatable)")
+    p.add_argument("--all", action="store_true", help="every run in the store")
+    p.add_argument("--runs", action="store_true", help="list the runs instead of results")
+    p.add_argument("--json", action="store_true", help="results as JSON records")
+
+
+def _fmt_ms(v: float | None) -> str:
+    return "" if v is None or v != v else f"{v * 1e3:.3f}"
+
+
+def flags_of(row) -> list[str]:
+    """Human flags of one result row: correctness beyond bound, telemetry contamination."""
+    extra = row.get("extra") or {}
+    out = []
+    corr = extra.get("correctness") or {}
+    if corr.get("flagged"):
+        out.append(f"WRONG(relL2={corr.get('rel_l2'):.2g})")
+    out += list(extra.get("flags") or [])
+    if row.get("ci_met") == 0:
+        out.append("ci-not-met")
+    return out
+
+
+def main(args: argparse.Namespace) -> int:  # noqa: D103
+    from rich.console import Console
+    from rich.table import Table
+
+    from deepgap.store import Store
+
+    store = Store(args.store, readonly=True)
+    console = Console(width=None if Console().is_terminal else 200)
+    runs = store.runs()
+    if args.runs:
+        t = Table("run", "status", "created", "device", "command")
+        import time
+
+        for r in runs:
+            t.add_row(r["run_id"], r["status"], time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created_at"])),
+                      str(r["env"].get("device_name", "")), r["command"])
+        console.print(t)
+        return 0
+    ids = None if args.all else (args.run or ([runs[-1]["run_id"]] if runs else []))
+    df = store.results_frame(ids)
+    if args.json:
+        print(df.drop(columns=["extra"]).to_json(orient="records", indent=1))
+        return 0
+    t = Table("model", "engine", "prec", "bs", "fmt", "thr", "status", "median ms (95% CI)", "p99 ms", "img/s",
+              "img/s pipelined", "n", "cv", "flags", title=f"{args.store}: {len(df)} results")
+    for row in df.to_dict("records"):
+        ok = row["status"] == "ok"
+        med = (f"{_fmt_ms(row['latency_median_s'])} ({_fmt_ms(row['latency_median_ci_low_s'])}–"
+               f"{_fmt_ms(row['latency_median_ci_high_s'])})") if ok else row["reason"][:60]
+        thr = "" if row["threads"] is None or row["threads"] != row["threads"] else str(int(row["threads"]))
+        t.add_row(
+            row["model"], row["engine"], row["precision"], str(row["batch_size"]), row["memory_format"], thr,
+            row["status"], med, _fmt_ms(row["latency_p99_s"]) if ok else "",
+            f"{row['throughput_ips']:,.1f}" if ok else "", f"{row['throughput_pipelined_ips']:,.1f}" if ok else "",
+            str(int(row["n_samples"])) if ok else "", f"{row['cv_repeats']:.3f}" if ok and row["cv_repeats"] == row["cv_repeats"] and row["cv_repeats"] is not None else "",
+            " ".join(flags_of(row)),
+        )
+    console.print(t)
+    return 0

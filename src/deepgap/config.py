@@ -1,0 +1,237 @@
+"""The sweep specification: typed, validated, built from presets, TOML files and flags.
+
+Construction has no side effects (no device probing, no file writes); `validate` raises a
+`UsageError` naming the problem and the fix, before anything is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from deepgap.errors import UsageError
+from deepgap.precision import PRECISIONS
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+PAPER_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512)
+MEMORY_FORMATS = ("nchw", "channels_last")
+_DEVICE_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A whole sweep: the cartesian product of its axes, measured with one protocol.
+
+    Protocol per configuration: ``warmup`` untimed iterations, then ``repeats`` repeats of
+    ``iterations`` timed iterations (each followed by a pipelined window of as many iterations).
+    With ``target_ci`` set, further repeats run until the median's 95% CI half-width is within
+    ``target_ci`` × median or ``max_time_s`` is spent.
+    """
+
+    models: tuple[str, ...] = ("resnet50",)
+    engines: tuple[str, ...] = ("eager",)
+    precisions: tuple[str, ...] = ("fp32",)
+    batch_sizes: tuple[int, ...] = (1, 8, 32)
+    memory_formats: tuple[str, ...] = ("nchw",)
+    threads: tuple[int, ...] = ()  # CPU thread counts to sweep; empty = torch's default
+    device: str = "auto"
+    resolution: int | None = None  # None = each model's default
+    warmup: int = 20
+    iterations: int = 100
+    repeats: int = 3
+    sweeps: int = 1
+    target_ci: float | None = None
+    max_time_s: float = 60.0
+    min_time_s: float = 0.0  # minimum pipelined window (energy counters need ≥ 1 s)
+    timeout_s: float = 900.0
+    weights: str | None = None
+    seed: int = 0
+    include_transfer: bool = False
+    cudnn_benchmark: bool = True
+    options: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def replace(self, **changes: Any) -> SweepSpec:
+        """A copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain, JSON-able dict (tuples become lists)."""
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], base: SweepSpec | None = None) -> SweepSpec:
+        """Overlay ``data`` (from TOML or a stored run) on ``base``; unknown keys are an error."""
+        base = base or cls()
+        names = {f.name: f for f in dataclasses.fields(cls)}
+        changes: dict[str, Any] = {}
+        for key, value in data.items():
+            k = key.replace("-", "_")
+            if k not in names:
+                raise UsageError(f"unknown sweep setting {key!r}", f"use one of: {', '.join(sorted(names))}")
+            if isinstance(getattr(base, k), tuple):
+                if isinstance(value, (str, int)):
+                    value = [value]
+                if not isinstance(value, (list, tuple)):
+                    raise UsageError(f"sweep setting {key!r} must be a list", f"write e.g. {k} = [1, 2]")
+                value = tuple(value)
+            changes[k] = value
+        return dataclasses.replace(base, **changes)
+
+
+def _grid(**kw: Any) -> SweepSpec:
+    return SweepSpec(**kw)
+
+
+PRESETS: dict[str, tuple[str, SweepSpec]] = {
+    "paper": (
+        "the seed study exactly: ResNet-18/50/101, fp32+fp16 eager, batch 1..512, 20 warm-up, 3×100 timed",
+        _grid(
+            models=("resnet18", "resnet50", "resnet101"), precisions=("fp32", "fp16"), batch_sizes=PAPER_BATCHES,
+        ),
+    ),
+    "gpu": (
+        "default on a GPU: the paper grid, adaptive (repeats until the median's CI is within 1%)",
+        _grid(
+            models=("resnet18", "resnet50", "resnet101"), precisions=("fp32", "fp16"), batch_sizes=PAPER_BATCHES,
+            warmup=10, iterations=20, repeats=3, target_ci=0.01, max_time_s=8.0,
+        ),
+    ),
+    "cpu": (
+        "default on a CPU: ResNet-18/50 fp32, batch 1..8, thread scaling, adaptive; ≤ 15 min on 2 cores",
+        _grid(
+            models=("resnet18", "resnet50"), precisions=("fp32",), batch_sizes=(1, 2, 4, 8),
+            warmup=3, iterations=5, repeats=3, target_ci=0.02, max_time_s=10.0,
+        ),
+    ),
+    "quick": (
+        "a few minutes on a 2-core CPU: ResNet-18 fp32, batch 1 and 4",
+        _grid(
+            models=("resnet18",), precisions=("fp32",), batch_sizes=(1, 4),
+            warmup=2, iterations=5, repeats=2, target_ci=0.05, max_time_s=5.0,
+        ),
+    ),
+}
+
+
+def preset(name: str) -> SweepSpec:
+    """The named preset's spec."""
+    if name not in PRESETS:
+        raise UsageError(f"unknown preset {name!r}", f"choose one of: {', '.join(PRESETS)}")
+    return PRESETS[name][1]
+
+
+def default_spec(has_gpu: bool, cpu_count: int) -> SweepSpec:
+    """The sweep run when no preset is named: the GPU grid, or the CPU grid with thread scaling."""
+    if has_gpu:
+        return preset("gpu").replace(device="cuda")
+    threads = tuple(2**i for i in range(cpu_count.bit_length()) if 2**i <= cpu_count)
+    if cpu_count not in threads:
+        threads += (cpu_count,)
+    return preset("cpu").replace(device="cpu", threads=threads)
+
+
+def load_toml(path: str, base: SweepSpec | None = None) -> SweepSpec:
+    """Read a TOML sweep file: top-level keys are `SweepSpec` fields; ``preset = "..."`` picks the base."""
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise UsageError(f"config file {path!r} does not exist", "pass the path of a TOML sweep file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"config file {path!r} is not valid TOML ({exc})", "fix the syntax") from None
+    data = dict(data.get("sweep", data))
+    if "preset" in data:
+        base = preset(data.pop("preset"))
+    return SweepSpec.from_dict(data, base)
+
+
+def _positive_ints(name: str, values: tuple[Any, ...], allow_empty: bool = False) -> None:
+    if not values and not allow_empty:
+        raise UsageError(f"{name} is empty", f"give at least one positive integer, e.g. --{name.replace('_', '-')} 1,8")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise UsageError(f"{name} has {v!r}, which is not a positive integer", "use positive integers like 1,2,4")
+
+
+def validate(spec: SweepSpec) -> SweepSpec:
+    """Check every field; return ``spec`` unchanged or raise a `UsageError`."""
+    from deepgap.engines import load_engines
+    from deepgap.engines.base import ENGINES
+    from deepgap.models import resolve_model
+
+    if not spec.models:
+        raise UsageError("no models given", "pass e.g. --models resnet50 (see `deepgap list models`)")
+    for m in spec.models:
+        resolve_model(m)
+    if not spec.engines:
+        raise UsageError("no engines given", "pass e.g. --engines eager (see `deepgap list engines`)")
+    load_engines()
+    for e in spec.engines:
+        ENGINES.get(e)
+    if not spec.precisions:
+        raise UsageError("no precisions given", f"pass e.g. --precisions fp32,fp16 (known: {', '.join(PRECISIONS)})")
+    for p in spec.precisions:
+        if p not in PRECISIONS:
+            raise UsageError(f"unknown precision {p!r}", f"choose from {', '.join(PRECISIONS)}")
+    _positive_ints("batch_sizes", spec.batch_sizes)
+    _positive_ints("threads", spec.threads, allow_empty=True)
+    for mf in spec.memory_formats:
+        if mf not in MEMORY_FORMATS:
+            raise UsageError(f"unknown memory format {mf!r}", f"choose from {', '.join(MEMORY_FORMATS)}")
+    if not spec.memory_formats:
+        raise UsageError("no memory formats given", "pass --memory-formats nchw")
+    if not _DEVICE_RE.match(spec.device):
+        raise UsageError(f"unknown device {spec.device!r}", "use auto, cpu, cuda or cuda:N")
+    if spec.threads and spec.device.startswith("cuda"):
+        raise UsageError("--threads sweeps CPU threads", "drop --threads or use --device cpu")
+    for name, minimum in (("iterations", 1), ("repeats", 1), ("sweeps", 1), ("warmup", 0)):
+        v = getattr(spec, name)
+        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+            raise UsageError(f"{name} must be an integer ≥ {minimum}, got {v!r}", f"pass --{name} {max(minimum, 1)}")
+    if spec.resolution is not None and (not isinstance(spec.resolution, int) or spec.resolution < 8):
+        raise UsageError(f"resolution must be an integer ≥ 8, got {spec.resolution!r}", "pass --resolution 224")
+    if spec.target_ci is not None and not (0 < spec.target_ci < 1):
+        raise UsageError(f"target CI must be a fraction in (0, 1), got {spec.target_ci!r}", "pass --target-ci 1%")
+    for name in ("max_time_s", "timeout_s"):
+        if not getattr(spec, name) > 0:
+            raise UsageError(f"{name} must be positive", f"pass a positive --{name[:-2].replace('_', '-')}")
+    if spec.min_time_s < 0:
+        raise UsageError("min_time_s must be ≥ 0", "pass --min-time 0")
+    if spec.weights and not os.path.isfile(spec.weights):
+        raise UsageError(f"weights file {spec.weights!r} does not exist", "pass the path of a local state-dict file")
+    if spec.weights and len(spec.models) > 1:
+        raise UsageError("--weights applies to one model, but several are given", "run one model per weights file")
+    return spec
+
+
+def parse_percent(text: str) -> float:
+    """'1%' → 0.01, '0.01' → 0.01."""
+    t = text.strip()
+    try:
+        return float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise UsageError(f"{text!r} is not a fraction or percentage", "write e.g. 1% or 0.01") from None
+
+
+def parse_int_list(text: str, name: str) -> tuple[int, ...]:
+    """'1,2,4' → (1, 2, 4); a clear error for anything else."""
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    try:
+        values = tuple(int(t) for t in items)
+    except ValueError:
+        raise UsageError(f"{name} {text!r} is not a comma-separated list of integers", "write e.g. 1,8,32") from None
+    _positive_ints(name.replace("-", "_"), values)
+    return values
+
+
+def parse_str_list(text: str) -> tuple[str, ...]:
+    """'a,b' → ('a', 'b')."""
+    return tuple(t.strip() for t in text.split(",") if t.strip())

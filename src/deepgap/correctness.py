@@ -1,0 +1,55 @@
+"""Output correctness: every engine/precision's logits against the FP32 eager reference.
+
+A fast engine that computes the wrong answer must never win a table. On the same deterministic
+inputs we compare logits by relative L2 error, cosine similarity, top-1 agreement and top-5 overlap.
+Bounds per precision (relative L2 error of the logits; random-weight ResNets, 224²):
+  fp32 1e-3 (reordering only), tf32 2e-2, fp16 2e-2, bf16 1e-1 (8-bit mantissa), int8 0.25, fp8 0.25
+— loose enough for rounding, tight enough that a wrong layer, layout or scale blows far past them.
+Top-1 agreement is reported but not bounded: with random weights near-tied logits make it noisy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+REL_L2_BOUND = {"fp32": 1e-3, "tf32": 2e-2, "fp16": 2e-2, "bf16": 1e-1, "int8": 0.25, "fp8": 0.25}
+COSINE_FLOOR = {"fp32": 0.9999, "tf32": 0.999, "fp16": 0.999, "bf16": 0.99, "int8": 0.95, "fp8": 0.95}
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """How closely an output matches the reference."""
+
+    rel_l2: float
+    cosine: float
+    top1_agreement: float
+    top5_overlap: float
+    n_images: int
+    bound_rel_l2: float
+    flagged: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict for the store's extra column."""
+        return asdict(self)
+
+
+def compare(out: torch.Tensor, ref: torch.Tensor, precision: str) -> Agreement:
+    """Compare logits ``out`` (any dtype/device) with the fp32 reference ``ref`` (rows = images)."""
+    import torch
+
+    o = out.detach().float().cpu().reshape(ref.shape[0], -1)
+    r = ref.detach().float().cpu().reshape(ref.shape[0], -1)
+    finite = bool(torch.isfinite(o).all())
+    rel = float(torch.linalg.vector_norm(o - r) / torch.linalg.vector_norm(r).clamp_min(1e-30)) if finite else float("inf")
+    cos = float(torch.nn.functional.cosine_similarity(o, r, dim=1).mean()) if finite else float("nan")
+    k = min(5, r.shape[1])
+    top1 = float((o.argmax(1) == r.argmax(1)).float().mean())
+    to, tr = o.topk(k, 1).indices, r.topk(k, 1).indices
+    overlap = float(sum(len(set(a.tolist()) & set(b.tolist())) for a, b in zip(to, tr)) / (k * r.shape[0]))
+    bound = REL_L2_BOUND.get(precision, 0.25)
+    flagged = not finite or rel > bound or not cos >= COSINE_FLOOR.get(precision, 0.95)
+    return Agreement(rel, cos, top1, overlap, int(r.shape[0]), bound, flagged)

@@ -1,0 +1,119 @@
+"""Environment fingerprint: everything that could change a number, stored with every run.
+
+The seed printed GPU name, driver and CUDA version and kept none of it; deepgap stores host, OS,
+CPU, memory, library versions, and per GPU its name, UUID, driver, VBIOS, compute capability,
+memory, power limit and clocks (read only, never changed).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import sys
+from importlib import metadata
+from typing import Any
+
+
+def _version(pkg: str) -> str | None:
+    try:
+        return metadata.version(pkg)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name from /proc/cpuinfo (Linux) or platform."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def nvml_gpu_info(index: int) -> dict[str, Any]:
+    """Static facts about GPU ``index`` through NVML, or ``{"nvml": "unavailable: <reason>"}``."""
+    try:
+        import pynvml as nv
+    except ImportError:
+        return {"nvml": "unavailable: nvidia-ml-py is not installed (pip install nvidia-ml-py)"}
+    try:
+        nv.nvmlInit()
+    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, …
+        return {"nvml": f"unavailable: {exc}"}
+    info: dict[str, Any] = {"nvml": "ok"}
+    try:
+        h = nv.nvmlDeviceGetHandleByIndex(index)
+        readers = {
+            "gpu_name": nv.nvmlDeviceGetName,
+            "gpu_uuid": nv.nvmlDeviceGetUUID,
+            "vbios": nv.nvmlDeviceGetVbiosVersion,
+            "gpu_serial": nv.nvmlDeviceGetSerial,
+            "power_limit_w": lambda h: nv.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0,
+            "max_sm_clock_mhz": lambda h: nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM),
+            "max_mem_clock_mhz": lambda h: nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_MEM),
+            "persistence_mode": nv.nvmlDeviceGetPersistenceMode,
+            "pcie_gen": nv.nvmlDeviceGetCurrPcieLinkGeneration,
+            "pcie_width": nv.nvmlDeviceGetCurrPcieLinkWidth,
+            "ecc_mode": lambda h: nv.nvmlDeviceGetEccMode(h)[0],
+            "mig_mode": lambda h: nv.nvmlDeviceGetMigMode(h)[0],
+        }
+        for key, fn in readers.items():
+            try:
+                v = fn(h)
+                info[key] = v.decode() if isinstance(v, bytes) else v
+            except Exception as exc:  # not supported on this GPU/driver
+                info[key] = f"unavailable: {exc}"
+        v = nv.nvmlSystemGetDriverVersion()
+        info["driver"] = v.decode() if isinstance(v, bytes) else v
+    finally:
+        nv.nvmlShutdown()
+    return info
+
+
+def collect(device: str = "cpu") -> dict[str, Any]:
+    """The fingerprint of this process's environment for ``device`` (call inside the worker)."""
+    import torch
+
+    env: dict[str, Any] = {
+        "host": socket.gethostname(),
+        "os": platform.platform(),
+        "kernel": platform.release(),
+        "python": sys.version.split()[0],
+        "cpu_model": cpu_model(),
+        "cpu_logical_cores": os.cpu_count(),
+        "deepgap": _version("deepgap"),
+        "torch": torch.__version__,
+        "torchvision": _version("torchvision"),
+        "numpy": _version("numpy"),
+        "onnxruntime": _version("onnxruntime"),
+        "tensorrt": _version("tensorrt"),
+        "timm": _version("timm"),
+        "torch_cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "torch_num_threads": torch.get_num_threads(),
+        "device": device,
+    }
+    try:
+        import psutil
+
+        env["cpu_physical_cores"] = psutil.cpu_count(logical=False)
+        env["memory_bytes"] = psutil.virtual_memory().total
+    except ImportError:
+        pass
+    if device.startswith("cuda"):
+        idx = torch.device(device).index or 0
+        props = torch.cuda.get_device_properties(idx)
+        env.update(
+            device_name=props.name,
+            compute_capability=f"{props.major}.{props.minor}",
+            gpu_memory_bytes=props.total_memory,
+            multiprocessors=props.multi_processor_count,
+        )
+        env.update(nvml_gpu_info(idx))
+    else:
+        env["device_name"] = env["cpu_model"]
+    return env

@@ -1,0 +1,194 @@
+"""The parent side of a sweep: plans, hands configurations to a worker, survives its failures, stores.
+
+The parent never imports a model or touches the GPU: a crash, a hang (killed after ``timeout_s``),
+a sticky CUDA error or an OOM in the worker costs that configuration only. After an OOM the larger
+batches of the same group are stored as skipped, with the reason (never silently dropped, never
+silently shrunk as timm's script does).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from deepgap.config import SweepSpec
+from deepgap.errors import UsageError
+from deepgap.precision import DeviceCaps
+from deepgap.records import ConfigSpec, Result, Status
+from deepgap.timing import TimingPlan
+from deepgap.worker import MeasureRequest, serve
+
+_START_TIMEOUT_S = 300.0
+
+
+class WorkerLost(Exception):
+    """The worker died or hung; ``status`` says which."""
+
+    def __init__(self, status: Status, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+class WorkerHandle:
+    """One worker process (spawned, so it starts clean and never inherits a CUDA context)."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self.proc: Any = None
+        self.conn: Any = None
+        self.caps: DeviceCaps | None = None
+
+    def start(self) -> DeviceCaps:
+        """Start the process and wait until it has probed the device."""
+        ctx = mp.get_context("spawn")
+        parent, child = ctx.Pipe()
+        self.proc = ctx.Process(target=serve, args=(child, self.device), daemon=True, name="deepgap-worker")
+        self.proc.start()
+        child.close()
+        self.conn = parent
+        kind, payload = self._recv(_START_TIMEOUT_S)
+        if kind != "ready":
+            self.stop()
+            raise UsageError(f"the worker could not use device {self.device}: {payload}", "check `deepgap env`")
+        self.caps = payload
+        return payload
+
+    def _recv(self, timeout: float) -> tuple[str, Any]:
+        if not self.conn.poll(timeout):
+            self.kill()
+            raise WorkerLost(Status.TIMEOUT, f"worker gave no answer within {timeout:.0f} s and was killed")
+        try:
+            return self.conn.recv()
+        except (EOFError, ConnectionError, OSError):
+            self.proc.join(5)
+            code = self.proc.exitcode
+            if code is not None and code < 0:
+                try:
+                    why = f"killed by signal {signal.Signals(-code).name}"
+                except ValueError:
+                    why = f"killed by signal {-code}"
+            else:
+                why = f"exit code {code}"
+            self.kill()
+            raise WorkerLost(Status.CRASH, f"worker process died ({why})") from None
+
+    def request(self, kind: str, payload: Any, timeout: float) -> Any:
+        """Send one request and wait up to ``timeout`` seconds for its reply."""
+        try:
+            self.conn.send((kind, payload))
+        except (BrokenPipeError, OSError):
+            self.kill()
+            raise WorkerLost(Status.CRASH, "worker process was gone before the request") from None
+        return self._recv(timeout)[1]
+
+    def alive(self) -> bool:
+        """Whether the process runs."""
+        return self.proc is not None and self.proc.is_alive()
+
+    def stop(self) -> None:
+        """Ask the worker to exit; kill it if it does not."""
+        if self.proc is None:
+            return
+        try:
+            self.conn.send(None)
+        except (BrokenPipeError, OSError):
+            pass
+        self.proc.join(10)
+        self.kill()
+
+    def kill(self) -> None:
+        """Kill the process now."""
+        if self.proc is not None and self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(10)
+        if self.conn is not None:
+            self.conn.close()
+        self.proc = None
+        self.conn = None
+
+
+@dataclass
+class Event:
+    """Progress event for displays: a configuration finished (``result``) or is starting."""
+
+    index: int
+    total: int
+    spec: ConfigSpec
+    result: Result | None = None
+
+
+def plan_for(spec: SweepSpec) -> TimingPlan:
+    """The timing plan of a sweep."""
+    return TimingPlan(
+        warmup=spec.warmup, iterations=spec.iterations, repeats=spec.repeats, target_ci=spec.target_ci,
+        max_time_s=spec.max_time_s, min_time_s=spec.min_time_s,
+    )
+
+
+class SweepRunner:
+    """Runs configurations through a worker, restarting it when it fails, and yields results."""
+
+    def __init__(self, spec: SweepSpec, device: str) -> None:
+        self.spec = spec
+        self.device = device
+        self.worker = WorkerHandle(device)
+        self.timing = plan_for(spec)
+
+    def start(self) -> DeviceCaps:
+        """Start the first worker; returns what it found about the device."""
+        return self.worker.start()
+
+    def environment(self) -> dict[str, Any]:
+        """The worker's environment fingerprint."""
+        return self.worker.request("env", None, _START_TIMEOUT_S)
+
+    def run(
+        self, configs: list[ConfigSpec], on_event: Callable[[Event], None] = lambda e: None
+    ) -> Iterator[Result]:
+        """Measure ``configs`` in order, yielding one `Result` each (OOM cascades as skipped)."""
+        oom_at: dict[tuple[Any, ...], int] = {}
+        for i, cfg in enumerate(configs):
+            on_event(Event(i, len(configs), cfg))
+            if cfg.group in oom_at:
+                res = Result(
+                    spec=cfg, status=Status.SKIPPED,
+                    reason=f"batch {oom_at[cfg.group]} of this configuration ran out of memory",
+                )
+            else:
+                res = self._one(cfg)
+                if res.status == Status.OOM:
+                    oom_at[cfg.group] = cfg.batch_size
+            on_event(Event(i, len(configs), cfg, res))
+            yield res
+
+    def _one(self, cfg: ConfigSpec) -> Result:
+        if not self.worker.alive():
+            self.worker.start()
+        req = MeasureRequest(
+            spec=cfg, plan=self.timing, weights=self.spec.weights, seed=self.spec.seed,
+            cudnn_benchmark=self.spec.cudnn_benchmark, options=dict(self.spec.options),
+        )
+        t0 = time.time()
+        try:
+            res: Result = self.worker.request("measure", req, self.spec.timeout_s)
+        except WorkerLost as lost:
+            return Result(spec=cfg, status=lost.status, reason=lost.reason, started_at=t0, duration_s=time.time() - t0)
+        if res.status in (Status.ERROR, Status.OOM) and cfg.device.startswith("cuda"):
+            # A CUDA error can leave the context unusable; a fresh worker costs seconds.
+            self.worker.stop()
+        return res
+
+    def close(self) -> None:
+        """Stop the worker."""
+        self.worker.stop()
+
+
+def python_command() -> str:
+    """The command line, for the run's record."""
+    return " ".join(sys.argv)

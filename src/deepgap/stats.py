@@ -1,0 +1,132 @@
+"""Pure statistics over raw latency samples (numpy/scipy, nothing hand-rolled).
+
+Percentiles use numpy's default (linear interpolation). Confidence intervals are 95% percentile
+bootstraps with a fixed seed, so the same samples always give the same interval. With fewer than
+two samples an interval collapses to the point: the run count stored beside every number says
+how much to trust it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from scipy import stats as sps
+
+from deepgap.records import LatencyStats
+
+CONFIDENCE = 0.95
+N_RESAMPLES = 2000
+_SEED = 20260423
+# scipy renamed random_state → rng (1.15); accept either so any supported scipy works.
+_RNG_KW = "rng" if "rng" in inspect.signature(sps.bootstrap).parameters else "random_state"
+
+
+def _p99(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.percentile(x, 99, axis=axis)
+
+
+def bootstrap_ci(
+    samples: Sequence[float] | np.ndarray,
+    statistic: Callable[..., np.ndarray] = np.median,
+    n_resamples: int = N_RESAMPLES,
+) -> tuple[float, float]:
+    """95% percentile-bootstrap CI of ``statistic`` (vectorized, ``axis`` keyword) over ``samples``."""
+    x = np.asarray(samples, dtype=np.float64)
+    if x.size < 2 or np.all(x == x[0]):
+        v = float(statistic(x, axis=-1)) if x.size else float("nan")
+        return v, v
+    res = sps.bootstrap(
+        (x,),
+        statistic,
+        n_resamples=n_resamples,
+        confidence_level=CONFIDENCE,
+        method="percentile",
+        vectorized=True,
+        axis=-1,
+        **{_RNG_KW: np.random.default_rng(_SEED)},
+    )
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def ratio_ci(
+    a: Sequence[float] | np.ndarray,
+    b: Sequence[float] | np.ndarray,
+    statistic: Callable[..., np.ndarray] = np.median,
+    n_resamples: int = N_RESAMPLES,
+) -> tuple[float, float, float]:
+    """Point estimate and 95% bootstrap CI of ``statistic(a) / statistic(b)`` (independent samples).
+
+    Used for speedups: with latencies, pass the slower side as ``a`` to get "how many times faster".
+    """
+    xa = np.asarray(a, dtype=np.float64)
+    xb = np.asarray(b, dtype=np.float64)
+    point = float(statistic(xa, axis=-1) / statistic(xb, axis=-1))
+    if xa.size < 2 or xb.size < 2:
+        return point, point, point
+    res = sps.bootstrap(
+        (xa, xb),
+        lambda u, v, axis=-1: statistic(u, axis=axis) / statistic(v, axis=axis),
+        n_resamples=n_resamples,
+        confidence_level=CONFIDENCE,
+        method="percentile",
+        vectorized=True,
+        paired=False,
+        axis=-1,
+        **{_RNG_KW: np.random.default_rng(_SEED)},
+    )
+    return point, float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def summarize(samples_s: Sequence[float] | np.ndarray) -> LatencyStats:
+    """Distribution summary of per-iteration latencies in seconds."""
+    x = np.asarray(samples_s, dtype=np.float64)
+    if x.size == 0:
+        raise ValueError("no samples to summarize")
+    p5, p50, p90, p95, p99 = np.percentile(x, [5, 50, 90, 95, 99])
+    med_lo, med_hi = bootstrap_ci(x, np.median)
+    p99_lo, p99_hi = bootstrap_ci(x, _p99)
+    return LatencyStats(
+        n=int(x.size),
+        mean_s=float(x.mean()),
+        std_s=float(x.std(ddof=1)) if x.size > 1 else 0.0,
+        min_s=float(x.min()),
+        p5_s=float(p5),
+        median_s=float(p50),
+        p90_s=float(p90),
+        p95_s=float(p95),
+        p99_s=float(p99),
+        max_s=float(x.max()),
+        median_ci_low_s=med_lo,
+        median_ci_high_s=med_hi,
+        p99_ci_low_s=p99_lo,
+        p99_ci_high_s=p99_hi,
+    )
+
+
+def median_ci_halfwidth_rel(samples_s: Sequence[float] | np.ndarray, n_resamples: int = 500) -> float:
+    """Half-width of the median's 95% CI relative to the median: the adaptive mode's stop rule."""
+    x = np.asarray(samples_s, dtype=np.float64)
+    if x.size < 5:
+        return float("inf")
+    lo, hi = bootstrap_ci(x, np.median, n_resamples=n_resamples)
+    med = float(np.median(x))
+    return (hi - lo) / 2.0 / med if med > 0 else float("inf")
+
+
+def coefficient_of_variation(values: Sequence[float]) -> float | None:
+    """std/mean (ddof=1) of per-repeat statistics; None with fewer than two repeats."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.size < 2 or v.mean() == 0:
+        return None
+    return float(v.std(ddof=1) / v.mean())
+
+
+def throughput_from_latency(batch_size: int, stats: LatencyStats) -> tuple[float, float, float]:
+    """Images/s = batch / median latency, with the CI carried through the (monotone) inverse."""
+    return (
+        batch_size / stats.median_s,
+        batch_size / stats.median_ci_high_s,
+        batch_size / stats.median_ci_low_s,
+    )

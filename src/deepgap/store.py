@@ -1,0 +1,339 @@
+"""The embedded SQLite store: WAL mode, versioned schema, one transaction per finished configuration.
+
+Why this shape: a sweep killed at any instant loses at most the configuration in flight, because a
+result row and its raw samples are committed together (``BEGIN IMMEDIATE`` … ``COMMIT``); ``--resume``
+skips the configuration keys a run already holds. WAL plus a busy timeout lets two runs write one
+store at once. A deepgap store is recognised by its ``application_id``; its schema version is
+``user_version``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import socket
+import sqlite3
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from deepgap.errors import StoreError
+from deepgap.records import SCHEMA_VERSION, ConfigSpec, Result, Status
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+APPLICATION_ID = 0x44475031  # "DGP1"
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+_SCHEMA = """
+CREATE TABLE runs (
+    run_id TEXT PRIMARY KEY,
+    created_at REAL NOT NULL,
+    finished_at REAL,
+    status TEXT NOT NULL,            -- running | finished | interrupted
+    command TEXT NOT NULL,
+    spec_json TEXT NOT NULL,          -- the resolved SweepSpec
+    env_json TEXT NOT NULL,           -- environment fingerprint
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    deepgap_version TEXT NOT NULL
+);
+CREATE TABLE results (
+    result_id INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    config_key TEXT NOT NULL,
+    model TEXT NOT NULL, engine TEXT NOT NULL, precision TEXT NOT NULL, batch_size INTEGER NOT NULL,
+    device TEXT NOT NULL, memory_format TEXT NOT NULL, threads INTEGER, resolution INTEGER NOT NULL,
+    sweep INTEGER NOT NULL, include_transfer INTEGER NOT NULL,
+    status TEXT NOT NULL, reason TEXT NOT NULL,
+    n_samples INTEGER, n_repeats INTEGER, warmup INTEGER,
+    latency_mean_s REAL, latency_std_s REAL, latency_min_s REAL, latency_p5_s REAL, latency_median_s REAL,
+    latency_p90_s REAL, latency_p95_s REAL, latency_p99_s REAL, latency_max_s REAL,
+    latency_median_ci_low_s REAL, latency_median_ci_high_s REAL, latency_p99_ci_low_s REAL, latency_p99_ci_high_s REAL,
+    throughput_ips REAL, throughput_ci_low_ips REAL, throughput_ci_high_ips REAL, throughput_pipelined_ips REAL,
+    cv_repeats REAL, target_ci REAL, ci_met INTEGER,
+    peak_mem_allocated_bytes INTEGER, peak_mem_reserved_bytes INTEGER, device_mem_used_bytes INTEGER,
+    host_rss_bytes INTEGER, flops_per_image REAL, params INTEGER, weights_sha TEXT,
+    duration_s REAL, started_at REAL,
+    extra_json TEXT NOT NULL DEFAULT '{}',
+    UNIQUE (run_id, config_key)
+);
+CREATE TABLE samples (
+    result_id INTEGER NOT NULL REFERENCES results(result_id),
+    repeat INTEGER NOT NULL,
+    latencies_s BLOB NOT NULL,        -- little-endian float64, one per timed iteration
+    PRIMARY KEY (result_id, repeat)
+);
+CREATE TABLE telemetry (
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    result_id INTEGER REFERENCES results(result_id),  -- NULL for run-level samples (idle, thermal warm-up)
+    phase TEXT NOT NULL,              -- idle | warmup | measure | thermal
+    t_s REAL NOT NULL,                -- seconds since the epoch
+    data_json TEXT NOT NULL           -- one sample: {metric: value}
+);
+CREATE INDEX telemetry_by_result ON telemetry(result_id);
+"""
+
+_STAT_FIELDS = [f.name for f in dataclasses.fields(Result) if f.name not in ("spec", "latency", "samples_s", "extra")]
+
+
+def _check_existing(path: str) -> None:
+    """Refuse files that are not deepgap stores, or come from a newer deepgap."""
+    with open(path, "rb") as fh:
+        head = fh.read(16)
+    if not head:
+        return  # an empty file becomes a new store
+    if head != _SQLITE_MAGIC:
+        raise StoreError(f"{path} is not a deepgap store (not an SQLite file)", "pass another --store path")
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        app_id = con.execute("PRAGMA application_id").fetchone()[0]
+        version = con.execute("PRAGMA user_version").fetchone()[0]
+        con.close()
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"{path} is a corrupt SQLite file ({exc})", "restore it or pass another --store path") from None
+    if app_id != APPLICATION_ID:
+        raise StoreError(f"{path} is an SQLite file but not a deepgap store", "pass another --store path")
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"{path} has schema version {version}, newer than this deepgap's {SCHEMA_VERSION}",
+            "upgrade deepgap (pip install -U deepgap)",
+        )
+
+
+def check_writable(path: str, exists: bool) -> None:
+    """Raise a `StoreError` unless ``path`` (or the nearest existing folder above it) is writable."""
+    if exists:
+        if not os.access(path, os.W_OK) or not os.access(os.path.dirname(os.path.abspath(path)), os.W_OK):
+            raise StoreError(f"store path {path} is not writable", "pass a writable --store path")
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK | os.X_OK):
+        raise StoreError(f"store path {path} is not writable (no write access to {folder})", "pass a writable --store path")
+
+
+def check_path(path: str) -> None:
+    """Validate a store path for writing without creating anything (bad input must write nothing)."""
+    if os.path.isdir(path):
+        raise StoreError(f"store path {path} is a directory", "pass a file path, e.g. results.sqlite")
+    exists = os.path.exists(path)
+    if exists:
+        _check_existing(path)
+    check_writable(path, exists)
+
+
+class Store:
+    """A deepgap results store at ``path``. ``readonly`` stores never create or change the file."""
+
+    def __init__(self, path: str, readonly: bool = False) -> None:
+        self.path = os.fspath(path)
+        exists = os.path.exists(self.path)
+        if readonly and not exists:
+            raise StoreError(f"store {self.path} does not exist", "run `deepgap run` first or pass --store PATH")
+        if exists:
+            if os.path.isdir(self.path):
+                raise StoreError(f"store path {self.path} is a directory", "pass a file path, e.g. results.sqlite")
+            _check_existing(self.path)
+        if not readonly:
+            self._check_writable(exists)
+        uri = f"file:{self.path}?mode={'ro' if readonly else 'rwc'}"
+        try:
+            self.con = sqlite3.connect(uri, uri=True, timeout=60, isolation_level=None)
+            self.con.execute("PRAGMA busy_timeout = 60000")
+            if not readonly:
+                self.con.execute("PRAGMA journal_mode = WAL")
+                self.con.execute("PRAGMA synchronous = NORMAL")
+                self._migrate()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot open store {self.path} ({exc})", "check the file or pass another --store") from None
+        self.con.row_factory = sqlite3.Row
+
+    def _check_writable(self, exists: bool) -> None:
+        check_writable(self.path, exists)
+        parent = os.path.dirname(os.path.abspath(self.path))
+        if not exists:
+            try:
+                os.makedirs(parent, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"cannot create directory {parent} ({exc.strerror})", "pass a writable --store path") from None
+
+    def _migrate(self) -> None:
+        with self.transaction():
+            version = self.con.execute("PRAGMA user_version").fetchone()[0]
+            if version == 0:
+                tables = self.con.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+                if tables:
+                    raise StoreError(f"{self.path} is an SQLite file but not a deepgap store", "pass another --store path")
+                # One statement at a time: executescript() would COMMIT our BEGIN IMMEDIATE and let a
+                # second process race the creation.
+                for stmt in _SCHEMA.split(";"):
+                    if stmt.strip():
+                        self.con.execute(stmt)
+                self.con.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                self.con.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """``BEGIN IMMEDIATE`` … ``COMMIT`` (or ``ROLLBACK`` on any exception)."""
+        if self.con.in_transaction:
+            yield self.con
+            return
+        self.con.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.con
+        except BaseException:
+            if self.con.in_transaction:
+                self.con.execute("ROLLBACK")
+            raise
+        else:
+            if self.con.in_transaction:
+                self.con.execute("COMMIT")
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.con.close()
+
+    # --- runs -------------------------------------------------------------------------------
+    def begin_run(self, spec: dict[str, Any], command: str, env: dict[str, Any], version: str) -> str:
+        """Create a run row and return its id."""
+        run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+        with self.transaction() as con:
+            con.execute(
+                "INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (run_id, time.time(), None, "running", command, json.dumps(spec), json.dumps(env),
+                 socket.gethostname(), os.getpid(), version),
+            )
+        return run_id
+
+    def finish_run(self, run_id: str, status: str = "finished") -> None:
+        """Mark a run finished (or interrupted)."""
+        with self.transaction() as con:
+            con.execute("UPDATE runs SET status=?, finished_at=? WHERE run_id=?", (status, time.time(), run_id))
+
+    def reopen_run(self, run_id: str) -> None:
+        """Mark a resumed run as running again, owned by this process."""
+        with self.transaction() as con:
+            con.execute("UPDATE runs SET status='running', pid=?, host=? WHERE run_id=?",
+                        (os.getpid(), socket.gethostname(), run_id))
+
+    def runs(self) -> list[dict[str, Any]]:
+        """All runs, oldest first, with their spec and environment decoded."""
+        rows = self.con.execute("SELECT * FROM runs ORDER BY created_at").fetchall()
+        out = []
+        for r in rows:
+            d = dict(r)
+            d["spec"] = json.loads(d.pop("spec_json"))
+            d["env"] = json.loads(d.pop("env_json"))
+            out.append(d)
+        return out
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        """One run by id (a `StoreError` if absent)."""
+        for r in self.runs():
+            if r["run_id"] == run_id:
+                return r
+        raise StoreError(f"no run {run_id!r} in {self.path}", "list runs with `deepgap show --runs`")
+
+    def latest_unfinished(self) -> dict[str, Any] | None:
+        """The newest run that did not finish (killed or interrupted), or None."""
+        for r in reversed(self.runs()):
+            if r["status"] != "finished":
+                return r
+        return None
+
+    # --- results ----------------------------------------------------------------------------
+    def done_keys(self, run_id: str) -> set[str]:
+        """Configuration keys already stored for ``run_id``."""
+        return {r[0] for r in self.con.execute("SELECT config_key FROM results WHERE run_id=?", (run_id,))}
+
+    def record(self, run_id: str, result: Result, telemetry: list[tuple[str, float, dict[str, Any]]] = ()) -> int | None:
+        """Store one finished configuration, its samples and telemetry in one transaction.
+
+        Returns the new ``result_id``, or None when the run already holds this configuration.
+        """
+        spec = result.spec
+        lat = dataclasses.asdict(result.latency) if result.latency else {}
+        row: dict[str, Any] = {
+            "run_id": run_id, "config_key": spec.key, **{k: v for k, v in dataclasses.asdict(spec).items()},
+            "status": Status(result.status).value, "reason": result.reason,
+            "n_samples": lat.get("n"),
+            **{f"latency_{k}": v for k, v in lat.items() if k != "n"},
+            **{k: getattr(result, k) for k in _STAT_FIELDS if k not in ("status", "reason")},
+            "extra_json": json.dumps(result.extra, default=str),
+        }
+        row["include_transfer"] = int(bool(row["include_transfer"]))
+        if row["ci_met"] is not None:
+            row["ci_met"] = int(row["ci_met"])
+        cols = ", ".join(row)
+        marks = ", ".join("?" for _ in row)
+        with self.transaction() as con:
+            cur = con.execute(f"INSERT OR IGNORE INTO results ({cols}) VALUES ({marks})", tuple(row.values()))
+            if cur.rowcount == 0:
+                return None
+            rid = cur.lastrowid
+            con.executemany(
+                "INSERT INTO samples VALUES (?,?,?)",
+                [(rid, i, np.asarray(s, dtype="<f8").tobytes()) for i, s in enumerate(result.samples_s)],
+            )
+            con.executemany(
+                "INSERT INTO telemetry VALUES (?,?,?,?,?)",
+                [(run_id, rid, phase, t, json.dumps(d)) for phase, t, d in telemetry],
+            )
+        return rid
+
+    def record_run_telemetry(self, run_id: str, samples: list[tuple[str, float, dict[str, Any]]]) -> None:
+        """Store run-level telemetry (idle baseline, thermal warm-up) in one transaction."""
+        with self.transaction() as con:
+            con.executemany(
+                "INSERT INTO telemetry VALUES (?,?,?,?,?)",
+                [(run_id, None, phase, t, json.dumps(d)) for phase, t, d in samples],
+            )
+
+    def samples(self, result_id: int) -> list[np.ndarray]:
+        """Per-repeat latency arrays of one result."""
+        rows = self.con.execute(
+            "SELECT latencies_s FROM samples WHERE result_id=? ORDER BY repeat", (result_id,)
+        ).fetchall()
+        return [np.frombuffer(r[0], dtype="<f8") for r in rows]
+
+    def telemetry_frame(self, run_id: str | None = None) -> pd.DataFrame:
+        """Telemetry samples as a long DataFrame (one row per sample, metrics as columns)."""
+        import pandas as pd
+
+        q = "SELECT run_id, result_id, phase, t_s, data_json FROM telemetry"
+        args: tuple[Any, ...] = ()
+        if run_id:
+            q += " WHERE run_id=?"
+            args = (run_id,)
+        rows = self.con.execute(q, args).fetchall()
+        recs = [{"run_id": r[0], "result_id": r[1], "phase": r[2], "t_s": r[3], **json.loads(r[4])} for r in rows]
+        return pd.DataFrame.from_records(recs)
+
+    def results_frame(self, run_ids: list[str] | None = None) -> pd.DataFrame:
+        """Every result as a DataFrame, joined with its run's host, device name and versions."""
+        import pandas as pd
+
+        q = "SELECT * FROM results"
+        args: tuple[Any, ...] = ()
+        if run_ids:
+            q += f" WHERE run_id IN ({','.join('?' for _ in run_ids)})"
+            args = tuple(run_ids)
+        df = pd.read_sql_query(q + " ORDER BY result_id", self.con, params=args)
+        runs = {r["run_id"]: r for r in self.runs()}
+        df["device_name"] = [runs[r]["env"].get("device_name", "") for r in df["run_id"]]
+        df["host"] = [runs[r]["host"] for r in df["run_id"]]
+        df["extra"] = [json.loads(x) for x in df.pop("extra_json")]
+        return df
+
+    def result_configs(self, run_id: str) -> list[ConfigSpec]:
+        """The ConfigSpecs stored for a run, in insertion order."""
+        rows = self.con.execute("SELECT config_key FROM results WHERE run_id=? ORDER BY result_id", (run_id,))
+        return [ConfigSpec.from_key(r[0]) for r in rows]

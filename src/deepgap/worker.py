@@ -1,0 +1,286 @@
+"""The worker process: measures configurations sent by the parent over a pipe.
+
+Why a separate process: a segfault, a hang, a sticky CUDA error or a leaked allocation costs the
+configuration in flight only — the parent records it and starts a fresh worker. A worker keeps the
+models it built, so a batch sweep of one model builds it once.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+from deepgap.precision import DeviceCaps
+from deepgap.records import ConfigSpec, Result, Status
+from deepgap.timing import TimingPlan
+
+CORRECTNESS_IMAGES = 8  # rows compared against the fp32 reference
+
+
+@dataclass(frozen=True)
+class MeasureRequest:
+    """Everything the worker needs for one configuration."""
+
+    spec: ConfigSpec
+    plan: TimingPlan
+    weights: str | None = None
+    seed: int = 0
+    cudnn_benchmark: bool = True
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def is_oom(exc: BaseException) -> bool:
+    """True for CUDA and CPU out-of-memory errors."""
+    import torch
+
+    if isinstance(exc, torch.cuda.OutOfMemoryError):
+        return True
+    msg = str(exc).lower()
+    return isinstance(exc, (RuntimeError, MemoryError)) and (
+        "out of memory" in msg or "can't allocate memory" in msg or isinstance(exc, MemoryError)
+    )
+
+
+def device_caps(device: str) -> DeviceCaps:
+    """Probe ``device`` (creates the CUDA context in this worker, never in the parent)."""
+    import torch
+
+    if device.startswith("cuda"):
+        p = torch.cuda.get_device_properties(torch.device(device))
+        return DeviceCaps(device, "cuda", p.name, (p.major, p.minor), p.total_memory)
+    from deepgap.envinfo import cpu_model
+
+    return DeviceCaps(device, "cpu", cpu_model())
+
+
+class WorkerState:
+    """Caches of one worker: built models, fp32 references, FLOP counts."""
+
+    def __init__(self, device: str) -> None:
+        import torch
+
+        torch.set_num_interop_threads(1)  # the seed's host-side setting, once per process
+        self.device = device
+        self.caps = device_caps(device)
+        self.models: dict[tuple[str, int, str | None, int], Any] = {}
+        self.refs: dict[tuple[str, int, str | None, int], tuple[Any, Any]] = {}
+        self.flops: dict[tuple[str, int, str | None, int], tuple[float | None, int, str]] = {}
+
+    def model(self, name: str, res: int, weights: str | None, seed: int):
+        """A fresh fp32 CPU copy of the model (engines may mutate what they receive)."""
+        import copy
+
+        from deepgap.models import build_model
+
+        key = (name, res, weights, seed)
+        if key not in self.models:
+            self.models = {key: build_model(name, res, weights, seed)}  # keep one model in memory
+        return copy.deepcopy(self.models[key])
+
+    def model_facts(self, name: str, res: int, weights: str | None, seed: int) -> tuple[float | None, int, str]:
+        """(FLOPs per image, parameter count, weights fingerprint), computed once per model."""
+        key = (name, res, weights, seed)
+        if key not in self.flops:
+            import torch
+            from torch.utils.flop_counter import FlopCounterMode
+
+            from deepgap.models import weights_fingerprint
+
+            m = self.model(name, res, weights, seed)
+            try:
+                with FlopCounterMode(display=False) as fc, torch.inference_mode():
+                    m(torch.randn(1, 3, res, res))
+                flops: float | None = float(fc.get_total_flops())
+            except Exception:
+                flops = None
+            self.flops[key] = (flops, sum(p.numel() for p in m.parameters()), weights_fingerprint(m))
+        return self.flops[key]
+
+    def reference(self, name: str, res: int, weights: str | None, seed: int):
+        """Fixed inputs (CORRECTNESS_IMAGES rows, seeded) and the fp32 eager logits on the CPU."""
+        import torch
+
+        key = (name, res, weights, seed)
+        if key not in self.refs:
+            g = torch.Generator().manual_seed(seed + 1)
+            x = torch.randn(CORRECTNESS_IMAGES, 3, res, res, generator=g)
+            m = self.model(name, res, weights, seed)
+            with torch.inference_mode():  # one image at a time: small memory, any batch-size limit
+                self.refs = {key: (x, torch.cat([m(x[i : i + 1]).float() for i in range(x.shape[0])]))}
+        return self.refs[key]
+
+
+def _inputs(spec: ConfigSpec, ref_x, dtype):
+    """Random (never zero) inputs for the batch; the first rows are the reference images."""
+    import torch
+
+    g = torch.Generator().manual_seed(1234 + spec.batch_size)
+    x = torch.randn(spec.batch_size, 3, spec.resolution, spec.resolution, generator=g)
+    k = min(spec.batch_size, ref_x.shape[0])
+    x[:k] = ref_x[:k]
+    x = x.to(dtype)
+    if spec.memory_format == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    return x, k
+
+
+def measure(state: WorkerState, req: MeasureRequest) -> Result:
+    """Measure one configuration; never raises (failures become statuses)."""
+    spec = req.spec
+    started = time.time()
+    t0 = time.perf_counter()
+    try:
+        res = _measure(state, req)
+    except BaseException as exc:  # noqa: BLE001 - every failure must become a stored status
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        oom = is_oom(exc)
+        msg = f"{type(exc).__name__}: {exc}".strip()
+        res = Result(spec=spec, status=Status.OOM if oom else Status.ERROR, reason=msg.splitlines()[0][:500])
+        if not oom:
+            res.extra["traceback"] = traceback.format_exc()[-4000:]
+    finally:
+        _release(state)
+    res.started_at = started
+    res.duration_s = time.perf_counter() - t0
+    return res
+
+
+def _release(state: WorkerState) -> None:
+    import gc
+
+    gc.collect()
+    if state.caps.kind == "cuda":
+        import torch
+
+        torch.cuda.empty_cache()
+
+
+def _measure(state: WorkerState, req: MeasureRequest) -> Result:
+    import numpy as np
+    import torch
+
+    from deepgap import correctness, stats
+    from deepgap.engines import get_engine
+    from deepgap.timing import CudaEventClock, HostClock, run_protocol
+
+    spec = req.spec
+    engine = get_engine(spec.engine)
+    why_not = engine.available() or engine.supports(spec, state.caps)
+    if why_not:
+        return Result(spec=spec, status=Status.SKIPPED, reason=why_not)
+    if spec.threads:
+        torch.set_num_threads(spec.threads)
+    torch.backends.cudnn.benchmark = req.cudnn_benchmark
+    flops, params, sha = state.model_facts(spec.model, spec.resolution, req.weights, req.seed)
+    ref_x, ref_y = state.reference(spec.model, spec.resolution, req.weights, req.seed)
+    model = state.model(spec.model, spec.resolution, req.weights, req.seed)
+    cuda = state.caps.kind == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(spec.device)
+    x_host, k = _inputs(spec, ref_x, torch.float32)
+    prepared = engine.prepare(model, spec, x_host)
+    del model
+    x_host = x_host.to(prepared.input_dtype)
+    if spec.include_transfer and cuda:
+        x_src = x_host.pin_memory()
+        x = torch.empty_like(x_host, device=spec.device)
+    else:
+        x_src = None
+        x = x_host.to(spec.device)
+
+    run = prepared.run
+    with torch.inference_mode():
+        if x_src is not None:
+
+            def step():
+                x.copy_(x_src, non_blocking=True)
+                return run(x)
+
+        else:
+
+            def step():
+                return run(x)
+
+        out = step()  # first call: correctness on the reference rows
+        agreement = correctness.compare(out[:k], ref_y[:k], spec.precision)
+        del out
+        clock = CudaEventClock(spec.device) if cuda else HostClock()
+        timings = run_protocol(step, clock, req.plan)
+
+    pooled = timings.pooled
+    lat = stats.summarize(pooled)
+    tput, tlo, thi = stats.throughput_from_latency(spec.batch_size, lat)
+    result = Result(
+        spec=spec, status=Status.OK, latency=lat,
+        throughput_ips=tput, throughput_ci_low_ips=tlo, throughput_ci_high_ips=thi,
+        throughput_pipelined_ips=timings.window_throughput(spec.batch_size),
+        n_repeats=len(timings.samples_s), warmup=req.plan.warmup,
+        cv_repeats=stats.coefficient_of_variation([float(np.median(s)) for s in timings.samples_s]),
+        target_ci=req.plan.target_ci, ci_met=timings.ci_met,
+        flops_per_image=flops, params=params, weights_sha=sha,
+        samples_s=timings.samples_s,
+    )
+    result.extra.update(
+        setup_s=prepared.setup_s,
+        engine_info=prepared.info,
+        correctness=agreement.to_dict(),
+        windows=[{"iterations": n, "seconds": s} for n, s in timings.windows],
+        ci_halfwidth_rel=timings.ci_halfwidth_rel,
+        torch_threads=torch.get_num_threads(),
+    )
+    if cuda:
+        result.peak_mem_allocated_bytes = int(torch.cuda.max_memory_allocated(spec.device))
+        result.peak_mem_reserved_bytes = int(torch.cuda.max_memory_reserved(spec.device))
+        result.device_mem_used_bytes = _nvml_used(spec.device)
+    try:
+        import psutil
+
+        result.host_rss_bytes = int(psutil.Process(os.getpid()).memory_info().rss)
+    except ImportError:
+        pass
+    return result
+
+
+def _nvml_used(device: str) -> int | None:
+    """Device-wide used memory (NVML) — includes the CUDA context and other processes."""
+    try:
+        import pynvml as nv
+        import torch
+
+        nv.nvmlInit()
+        try:
+            uuid = str(torch.cuda.get_device_properties(torch.device(device)).uuid)
+            h = nv.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+            return int(nv.nvmlDeviceGetMemoryInfo(h).used)
+        finally:
+            nv.nvmlShutdown()
+    except Exception:
+        return None
+
+
+def serve(conn, device: str) -> None:
+    """Worker main loop: ('env'|'measure', payload) requests in, replies out, None to stop."""
+    try:
+        state = WorkerState(device)
+        conn.send(("ready", state.caps))
+    except BaseException as exc:  # noqa: BLE001
+        conn.send(("failed", f"{type(exc).__name__}: {exc}"))
+        return
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        if msg is None:
+            return
+        kind, payload = msg
+        if kind == "env":
+            from deepgap import envinfo
+
+            conn.send(("env", envinfo.collect(device)))
+        elif kind == "measure":
+            conn.send(("result", measure(state, payload)))
