@@ -118,7 +118,7 @@ def run(
         status = "interrupted"
         try:
             for res in runner.run(configs, on_event):
-                s.record(run_id, res)
+                s.record(run_id, res, telemetry=res.telemetry)
                 out.results.append(res)
             status = "finished"
         finally:

@@ -212,9 +212,11 @@ def validate(spec: SweepSpec) -> SweepSpec:
     return spec
 
 
-def parse_percent(text: str) -> float:
-    """'1%' → 0.01, '0.01' → 0.01."""
+def parse_percent(text: str) -> float | None:
+    """'1%' → 0.01, '0.01' → 0.01, 'off' → None (fixed iteration count)."""
     t = text.strip()
+    if t.lower() in ("off", "none"):
+        return None
     try:
         return float(t[:-1]) / 100 if t.endswith("%") else float(t)
     except ValueError:

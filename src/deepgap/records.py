@@ -115,3 +115,4 @@ class Result:
     started_at: float = 0.0
     samples_s: list[list[float]] = field(default_factory=list)  # per repeat, per iteration latencies
     extra: dict[str, Any] = field(default_factory=dict)  # engine/telemetry/correctness details
+    telemetry: list[tuple[str, float, dict[str, Any]]] = field(default_factory=list)  # (phase, t_s, sample)

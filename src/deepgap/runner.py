@@ -152,18 +152,19 @@ class SweepRunner:
         self, configs: list[ConfigSpec], on_event: Callable[[Event], None] = lambda e: None
     ) -> Iterator[Result]:
         """Measure ``configs`` in order, yielding one `Result` each (OOM cascades as skipped)."""
-        oom_at: dict[tuple[Any, ...], int] = {}
+        # A smaller batch of the same group that ran out of memory or hung predicts the same for larger
+        # ones: store them as skipped with that reason rather than spend memory or timeouts on them.
+        failed_at: dict[tuple[Any, ...], str] = {}
         for i, cfg in enumerate(configs):
             on_event(Event(i, len(configs), cfg))
-            if cfg.group in oom_at:
-                res = Result(
-                    spec=cfg, status=Status.SKIPPED,
-                    reason=f"batch {oom_at[cfg.group]} of this configuration ran out of memory",
-                )
+            if cfg.group in failed_at:
+                res = Result(spec=cfg, status=Status.SKIPPED, reason=failed_at[cfg.group])
             else:
                 res = self._one(cfg)
                 if res.status == Status.OOM:
-                    oom_at[cfg.group] = cfg.batch_size
+                    failed_at[cfg.group] = f"batch {cfg.batch_size} of this configuration ran out of memory"
+                elif res.status == Status.TIMEOUT:
+                    failed_at[cfg.group] = f"batch {cfg.batch_size} of this configuration hung past the timeout"
             on_event(Event(i, len(configs), cfg, res))
             yield res
 

@@ -80,24 +80,34 @@ CREATE TABLE telemetry (
 CREATE INDEX telemetry_by_result ON telemetry(result_id);
 """
 
-_STAT_FIELDS = [f.name for f in dataclasses.fields(Result) if f.name not in ("spec", "latency", "samples_s", "extra")]
+_STAT_FIELDS = [
+    f.name for f in dataclasses.fields(Result) if f.name not in ("spec", "latency", "samples_s", "extra", "telemetry")
+]
 
 
 def _check_existing(path: str) -> None:
-    """Refuse files that are not deepgap stores, or come from a newer deepgap."""
+    """Refuse files that are not deepgap stores, or come from a newer deepgap.
+
+    Reads the SQLite header (user_version at byte 60, application_id at 68) instead of opening a
+    connection, which in WAL mode would leave -wal/-shm files behind even when we refuse the file.
+    """
     with open(path, "rb") as fh:
-        head = fh.read(16)
+        head = fh.read(100)
     if not head:
         return  # an empty file becomes a new store
-    if head != _SQLITE_MAGIC:
+    if head[:16] != _SQLITE_MAGIC or len(head) < 100:
         raise StoreError(f"{path} is not a deepgap store (not an SQLite file)", "pass another --store path")
-    try:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        app_id = con.execute("PRAGMA application_id").fetchone()[0]
-        version = con.execute("PRAGMA user_version").fetchone()[0]
-        con.close()
-    except sqlite3.DatabaseError as exc:
-        raise StoreError(f"{path} is a corrupt SQLite file ({exc})", "restore it or pass another --store path") from None
+    version = int.from_bytes(head[60:64], "big")
+    app_id = int.from_bytes(head[68:72], "big")
+    if app_id == 0 and version == 0:
+        # A store being created right now by another process may not have its header checkpointed yet.
+        try:
+            con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            app_id = con.execute("PRAGMA application_id").fetchone()[0]
+            version = con.execute("PRAGMA user_version").fetchone()[0]
+            con.close()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{path} is a corrupt SQLite file ({exc})", "restore it or pass another --store") from None
     if app_id != APPLICATION_ID:
         raise StoreError(f"{path} is an SQLite file but not a deepgap store", "pass another --store path")
     if version > SCHEMA_VERSION:

@@ -67,7 +67,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("--iterations", help="timed iterations per repeat (paper: 100)")
     p.add_argument("--repeats", help="repeats per configuration (paper: 3)")
     p.add_argument("--sweeps", help="passes over the whole batch sweep (paper: 10)")
-    p.add_argument("--target-ci", help="adaptive: repeat until the median's 95%% CI is within this, e.g. 1%%")
+    p.add_argument("--target-ci", help="adaptive: repeat until the median's 95%% CI is within this, e.g. 1%%; off = fixed count")
     p.add_argument("--max-time", help="adaptive: seconds per configuration at most")
     p.add_argument("--min-time", help="minimum seconds of each pipelined window (energy needs ≥ 1 s)")
     p.add_argument("--timeout", help="seconds before a hung configuration is killed (default 900)")

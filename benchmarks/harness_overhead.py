@@ -1,0 +1,82 @@
+"""Does deepgap's harness cost anything? Its throughput vs a minimal standalone CUDA-event loop.
+
+Same model (ResNet-50, random weights), batch, precision (fp16) and layout on the same GPU, in one
+run. The standalone loop is measured before and after deepgap (bracketing any drift) and the
+comparison uses their mean. Goal: agreement within 2% at batch 1, 32 and 256.
+
+    python benchmarks/harness_overhead.py [--batch-sizes 1,32,256] [--iterations 200] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+
+import deepgap
+from deepgap.config import SweepSpec
+
+
+def standalone(model_name: str, bs: int, iterations: int, warmup: int) -> float:
+    """Images/s = bs / median latency of a bare loop: event, forward, event, synchronize."""
+    import torch
+    from torchvision import models
+
+    torch.manual_seed(0)
+    torch.backends.cudnn.benchmark = True
+    model = models.get_model(model_name, weights=None).eval().cuda().half()
+    x = torch.randn(bs, 3, 224, 224, device="cuda").half()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    with torch.inference_mode():
+        for _ in range(warmup):
+            model(x)
+        torch.cuda.synchronize()
+        for _ in range(iterations):
+            start.record()
+            model(x)
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1e-3)
+    del model, x
+    torch.cuda.empty_cache()
+    return bs / statistics.median(times)
+
+
+def main() -> None:  # noqa: D103
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="resnet50")
+    ap.add_argument("--batch-sizes", default="1,32,256")
+    ap.add_argument("--iterations", type=int, default=200)
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = ap.parse_args()
+    sizes = [int(b) for b in args.batch_sizes.split(",")]
+    store = os.path.join(tempfile.mkdtemp(), "overhead.sqlite")
+    before = {bs: standalone(args.model, bs, args.iterations, 20) for bs in sizes}
+    spec = SweepSpec(models=(args.model,), precisions=("fp16",), batch_sizes=tuple(sizes), device="cuda",
+                     warmup=20, iterations=args.iterations // 2, repeats=2)
+    res = deepgap.run(spec, store=store)
+    after = {bs: standalone(args.model, bs, args.iterations, 20) for bs in sizes}
+    rows = []
+    for r in res.results:
+        bs = r.spec.batch_size
+        ref = (before[bs] + after[bs]) / 2
+        rows.append({"batch_size": bs, "standalone_before_ips": before[bs], "standalone_after_ips": after[bs],
+                     "deepgap_ips": r.throughput_ips, "deepgap_pipelined_ips": r.throughput_pipelined_ips,
+                     "difference_pct": 100 * (r.throughput_ips / ref - 1), "status": r.status.value})
+    print(f"{'batch':>6} {'standalone img/s':>18} {'deepgap img/s':>15} {'diff %':>8} {'pipelined img/s':>16} within 2%")
+    for row in rows:
+        sa = (row["standalone_before_ips"] + row["standalone_after_ips"]) / 2
+        ok = abs(row["difference_pct"]) <= 2.0
+        print(f"{row['batch_size']:>6} {sa:>18,.1f} {row['deepgap_ips']:>15,.1f} {row['difference_pct']:>+8.2f} "
+              f"{row['deepgap_pipelined_ips']:>16,.1f} {'yes' if ok else 'NO'}")
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "harness_overhead.json"), "w") as fh:
+        json.dump({"model": args.model, "precision": "fp16", "rows": rows, "env": res.to_pandas()["device_name"].iloc[0]},
+                  fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()

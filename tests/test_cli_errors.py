@@ -1,0 +1,103 @@
+"""Bad input: one line naming the problem and the fix, exit code 2, nothing written."""
+
+import os
+import sqlite3
+
+import pytest
+
+from deepgap.cli import main
+from deepgap.records import SCHEMA_VERSION
+from deepgap.store import Store
+
+BASE = ["run", "--models", "tinycnn", "--batch-sizes", "1", "--iterations", "1", "--device", "cpu"]
+
+
+def _store(tmp_path):
+    return str(tmp_path / "out" / "s.sqlite")
+
+
+def _newer_store(tmp_path):
+    p = str(tmp_path / "newer.sqlite")
+    Store(p).close()
+    con = sqlite3.connect(p)
+    con.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 5}")
+    con.commit()
+    con.close()
+    return p
+
+
+def _text_file(tmp_path):
+    p = tmp_path / "notes.sqlite"
+    p.write_text("just some notes")
+    return str(p)
+
+
+def _bad_toml(tmp_path):
+    p = tmp_path / "sweep.toml"
+    p.write_text("models = [resnet50\n")
+    return str(p)
+
+
+def _unknown_key_toml(tmp_path):
+    p = tmp_path / "sweep.toml"
+    p.write_text('modles = ["resnet50"]\n')
+    return str(p)
+
+
+CASES = [
+    # (id, argv builder, expected words in the message)
+    ("unknown model", lambda t: ["run", "--models", "resnet5O", "--device", "cpu", "--store", _store(t)], "unknown model"),
+    ("unknown engine", lambda t: BASE + ["--engines", "warp", "--store", _store(t)], "unknown engine"),
+    ("unknown precision", lambda t: BASE + ["--precisions", "fp12", "--store", _store(t)], "unknown precision"),
+    ("unknown preset", lambda t: ["run", "--preset", "fastest", "--store", _store(t)], "unknown preset"),
+    ("empty batch list", lambda t: BASE[:3] + ["--batch-sizes", ",", "--store", _store(t)], "batch_sizes is empty"),
+    ("zero batch", lambda t: BASE[:3] + ["--batch-sizes", "0,4", "--store", _store(t)], "not a positive integer"),
+    ("negative batch", lambda t: BASE[:3] + ["--batch-sizes", "-8", "--store", _store(t)], "not a positive integer"),
+    ("text batch", lambda t: BASE[:3] + ["--batch-sizes", "one", "--store", _store(t)], "list of integers"),
+    ("zero iterations", lambda t: BASE + ["--iterations", "0", "--store", _store(t)], "iterations must be"),
+    ("text iterations", lambda t: BASE + ["--iterations", "many", "--store", _store(t)], "not an integer"),
+    ("bad target ci", lambda t: BASE + ["--target-ci", "150%", "--store", _store(t)], "target CI"),
+    ("bad device", lambda t: BASE + ["--device", "tpu", "--store", _store(t)], "unknown device"),
+    ("missing weights", lambda t: BASE + ["--weights", "/nonexistent.pt", "--store", _store(t)], "does not exist"),
+    ("store is a directory", lambda t: BASE + ["--store", str(t)], "is a directory"),
+    ("store not sqlite", lambda t: BASE + ["--store", _text_file(t)], "not a deepgap store"),
+    ("store from newer deepgap", lambda t: BASE + ["--store", _newer_store(t)], "newer"),
+    ("malformed toml", lambda t: ["run", "--config", _bad_toml(t), "--store", _store(t)], "not valid TOML"),
+    ("unknown toml key", lambda t: ["run", "--config", _unknown_key_toml(t), "--store", _store(t)], "unknown sweep setting"),
+    ("missing toml", lambda t: ["run", "--config", str(t / "nope.toml"), "--store", _store(t)], "does not exist"),
+    ("show missing store", lambda t: ["show", str(t / "none.sqlite")], "does not exist"),
+    ("export bad folder", lambda t: ["export", _newer_store(t), "-o", "/x.csv"], "newer"),
+    ("resume without store", lambda t: ["run", "--resume", "--store", _store(t)], "does not exist"),
+]
+
+
+@pytest.mark.parametrize("argv_fn, words", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, capsys, argv_fn, words):
+    argv = argv_fn(tmp_path)
+    before = sorted(os.listdir(tmp_path))
+    before_bytes = {n: (tmp_path / n).read_bytes() for n in before if (tmp_path / n).is_file()}
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("deepgap: error: ") and words.lower() in err.lower()
+    assert ";" in err  # problem; fix
+    assert sorted(os.listdir(tmp_path)) == before  # nothing created
+    for n, b in before_bytes.items():
+        assert (tmp_path / n).read_bytes() == b  # nothing changed
+
+
+def test_cuda_without_gpu(tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    assert main(BASE[:-2] + ["--device", "cuda", "--store", _store(tmp_path)]) == 2
+    assert "no CUDA GPU" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_argparse_errors_are_one_line(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "--no-such-flag"])
+    assert exc.value.code == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1

@@ -1,0 +1,91 @@
+"""The CLI end to end on the tiny model: run, show, export round-trip, list, env, TOML config."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from deepgap.cli import main
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("cli") / "s.sqlite")
+    argv = ["run", "--models", "tinycnn", "--device", "cpu", "--threads", "1", "--batch-sizes", "1,4",
+            "--precisions", "fp32,bf16", "--memory-formats", "nchw,channels_last", "--warmup", "1",
+            "--iterations", "3", "--repeats", "2", "--target-ci", "50%", "--store", path, "--json"]
+    assert main(argv) == 0
+    return path
+
+
+def test_json_lines(store, capsys):
+    main(["show", store, "--json"])
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 8 and {r["status"] for r in rows} == {"ok"}
+    assert {r["memory_format"] for r in rows} == {"nchw", "channels_last"}
+
+
+def test_show_table(store, capsys):
+    assert main(["show", store]) == 0
+    out = capsys.readouterr().out
+    assert "tinycnn" in out and "channels_last" in out and "8 results" in out
+    assert main(["show", store, "--runs"]) == 0
+    assert "finished" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet", "json"])
+def test_export_round_trip(store, tmp_path, fmt):
+    from deepgap.commands.export import export_frame
+
+    out = str(tmp_path / f"r.{fmt}")
+    assert main(["export", store, "--format", fmt, "-o", out]) == 0
+    back = {"csv": pd.read_csv, "parquet": pd.read_parquet, "json": pd.read_json}[fmt](out)
+    ref = export_frame(store)
+    assert len(back) == len(ref) == 8
+    for col in ("config_key", "status", "batch_size", "latency_median_s", "throughput_ips", "extra"):
+        a, b = back[col].tolist(), ref[col].tolist()
+        if col in ("latency_median_s", "throughput_ips"):
+            assert a == pytest.approx(b, rel=1e-12)
+        else:
+            assert a == b
+
+
+def test_export_samples(store, tmp_path):
+    out = str(tmp_path / "samples.csv")
+    assert main(["export", store, "--samples", "-o", out]) == 0
+    df = pd.read_csv(out)
+    assert len(df) >= 8 * 6 and set(df.columns) == {"result_id", "config_key", "repeat", "iteration", "latency_s"}
+    assert (df["latency_s"] > 0).all()
+
+
+def test_list_and_env(capsys):
+    for what in ("models", "engines", "presets", "precisions"):
+        assert main(["list", what]) == 0
+    out = capsys.readouterr().out
+    assert "resnet50" in out and "eager" in out and "paper" in out and "bf16" in out
+    assert main(["env", "--device", "cpu", "--json"]) == 0
+    env = json.loads(capsys.readouterr().out)
+    assert env["environment"]["torch"] and env["can_run"]["eager"]["fp32"] == "yes"
+    assert env["can_run"]["eager"]["tf32"].startswith("no: ")
+
+
+def test_toml_config_with_preset_and_flag_override(tmp_path):
+    from deepgap.commands.run import add_arguments, build_spec
+    import argparse
+
+    cfg = tmp_path / "sweep.toml"
+    cfg.write_text('preset = "quick"\nmodels = ["tinycnn"]\nbatch_sizes = [2, 3]\n')
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    spec = build_spec(p.parse_args(["--config", str(cfg), "--repeats", "4"]))
+    assert spec.models == ("tinycnn",) and spec.batch_sizes == (2, 3) and spec.repeats == 4
+    assert spec.target_ci == 0.05  # from the quick preset
+
+
+def test_paper_preset_is_the_seed_protocol():
+    from deepgap.config import PAPER_BATCHES, preset
+
+    p = preset("paper")
+    assert p.models == ("resnet18", "resnet50", "resnet101") and p.precisions == ("fp32", "fp16")
+    assert p.batch_sizes == PAPER_BATCHES == (1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512)
+    assert (p.warmup, p.iterations, p.repeats, p.target_ci) == (20, 100, 3, None)

@@ -1,0 +1,57 @@
+"""SIGKILL a real sweep mid-run, then --resume: every configuration exactly once, no partial rows."""
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from deepgap.store import Store
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume(tmp_path):
+    store = str(tmp_path / "s.sqlite")
+    argv = [sys.executable, "-m", "deepgap", "run", "--models", "tinycnn", "--device", "cpu", "--threads", "1",
+            "--batch-sizes", "1,2,3,4,5,6,7,8", "--warmup", "1", "--iterations", "40", "--repeats", "2",
+            "--target-ci", "off",
+            "--store", store, "--quiet"]
+    proc = subprocess.Popen(argv, start_new_session=True)
+    deadline = time.time() + 120
+    done = 0
+    while time.time() < deadline:  # wait until some, but not all, configurations are stored
+        time.sleep(0.2)
+        if os.path.exists(store):
+            try:
+                con = sqlite3.connect(store, timeout=5)
+                done = con.execute("SELECT count(*) FROM results").fetchone()[0]
+                con.close()
+            except sqlite3.OperationalError:
+                continue
+            if done >= 2:
+                break
+    assert 2 <= done < 8, f"could not catch the sweep mid-run (done={done})"
+    os.killpg(proc.pid, signal.SIGKILL)  # parent and worker, no chance to clean up
+    proc.wait(10)
+    s = Store(store, readonly=True)
+    killed = s.results_frame()
+    assert s.runs()[0]["status"] == "running"
+    n_killed = len(killed)
+    s.close()
+    out = subprocess.run([sys.executable, "-m", "deepgap", "run", "--resume", "--store", store, "--quiet"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    s = Store(store, readonly=True)
+    df = s.results_frame()
+    assert len(s.runs()) == 1 and s.runs()[0]["status"] == "finished"
+    assert sorted(df["batch_size"]) == list(range(1, 9)) and df["config_key"].is_unique
+    assert (df["status"] == "ok").all() and len(df) > n_killed
+    for rid in df["result_id"]:  # every stored configuration has all its samples
+        assert [len(a) for a in s.samples(int(rid))] == [40, 40]
+    # resuming a finished store says so, and writes nothing
+    again = subprocess.run([sys.executable, "-m", "deepgap", "run", "--resume", "--store", store],
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 2 and "no unfinished run" in again.stderr

@@ -1,0 +1,49 @@
+"""Real worker processes: one bad configuration costs only itself."""
+
+import pytest
+
+import deepgap
+from deepgap.records import Status
+
+
+def _run(tmp_path, spec):
+    return deepgap.run(spec, store=str(tmp_path / "s.sqlite"))
+
+
+@pytest.mark.slow
+def test_crash_hang_error_oom_are_isolated(tmp_path, tiny_spec):
+    spec = tiny_spec.replace(
+        models=("fault:crash", "fault:hang", "fault:error", "fault:oom", "tinycnn"),
+        batch_sizes=(2, 4, 8), timeout_s=10.0,
+    )
+    res = _run(tmp_path, spec)
+    by = {(r.spec.model, r.spec.batch_size): r for r in res.results}
+    assert len(by) == 15
+    assert by[("fault:crash", 2)].status == Status.CRASH and "SIGSEGV" in by[("fault:crash", 2)].reason
+    assert by[("fault:hang", 2)].status == Status.TIMEOUT
+    assert by[("fault:hang", 4)].status == Status.SKIPPED and "hung" in by[("fault:hang", 4)].reason
+    assert by[("fault:error", 4)].status == Status.ERROR and "simulated failure" in by[("fault:error", 4)].reason
+    # fault:oom runs at batch 2, runs out of memory at 4, and 8 is skipped with the reason
+    assert by[("fault:oom", 2)].status == Status.OK
+    assert by[("fault:oom", 4)].status == Status.OOM
+    assert by[("fault:oom", 8)].status == Status.SKIPPED and "batch 4" in by[("fault:oom", 8)].reason
+    # the healthy model after all that is measured normally
+    assert all(by[("tinycnn", b)].status == Status.OK for b in (2, 4, 8))
+    df = res.to_pandas()
+    assert len(df) == 15 and df["config_key"].is_unique
+
+
+@pytest.mark.slow
+def test_ok_result_is_complete(tmp_path, tiny_spec):
+    res = _run(tmp_path, tiny_spec.replace(precisions=("fp32", "tf32")))
+    ok = [r for r in res.results if r.status == Status.OK]
+    skipped = [r for r in res.results if r.status == Status.SKIPPED]
+    assert len(ok) == 2 and len(skipped) == 2 and "tf32" in skipped[0].reason  # stored, with the reason
+    r = ok[1]
+    assert r.latency.n == 6 and len(r.samples_s) == 2 and r.n_repeats == 2
+    assert r.throughput_ips == pytest.approx(r.spec.batch_size / r.latency.median_s)
+    assert r.throughput_pipelined_ips > 0 and r.flops_per_image > 0 and r.params > 0
+    assert r.extra["correctness"]["flagged"] is False and r.extra["correctness"]["rel_l2"] < 1e-5
+    assert r.host_rss_bytes > 0
+    df = res.to_pandas()
+    assert df["weights_sha"].dropna().nunique() == 1  # identical weights across configurations
