@@ -1,8 +1,9 @@
 """Does deepgap's harness cost anything? Its throughput vs a minimal standalone CUDA-event loop.
 
 Same model (ResNet-50, random weights), batch, precision (fp16) and layout on the same GPU, in one
-run. The standalone loop is measured before and after deepgap (bracketing any drift) and the
-comparison uses their mean. Goal: agreement within 2% at batch 1, 32 and 256.
+run. The standalone loop runs in a fresh spawned process (as deepgap's worker does), before and after
+deepgap (bracketing any drift); the comparison uses their mean. For information it is also run with
+``torch.set_num_interop_threads(1)`` (deepgap's setting) and inside this benchmark's own process. Goal: agreement within 2% at batch 1, 32 and 256.
 
     python benchmarks/harness_overhead.py [--batch-sizes 1,32,256] [--iterations 200] [--out DIR]
 """
@@ -19,11 +20,13 @@ import deepgap
 from deepgap.config import SweepSpec
 
 
-def standalone(model_name: str, bs: int, iterations: int, warmup: int) -> float:
+def standalone(model_name: str, bs: int, iterations: int, warmup: int, interop1: bool = False) -> float:
     """Images/s = bs / median latency of a bare loop: event, forward, event, synchronize."""
     import torch
     from torchvision import models
 
+    if interop1:
+        torch.set_num_interop_threads(1)
     torch.manual_seed(0)
     torch.backends.cudnn.benchmark = True
     model = models.get_model(model_name, weights=None).eval().cuda().half()
@@ -45,6 +48,23 @@ def standalone(model_name: str, bs: int, iterations: int, warmup: int) -> float:
     return bs / statistics.median(times)
 
 
+def _child(conn, model_name, sizes, iterations, interop1):
+    conn.send({bs: standalone(model_name, bs, iterations, 20, interop1) for bs in sizes})
+
+
+def in_fresh_process(model_name: str, sizes: list[int], iterations: int, interop1: bool) -> dict[int, float]:
+    """The same bare loop in a fresh spawned process (the isolation deepgap's worker has)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe()
+    p = ctx.Process(target=_child, args=(child, model_name, sizes, iterations, interop1))
+    p.start()
+    out = parent.recv()
+    p.join()
+    return out
+
+
 def main() -> None:  # noqa: D103
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="resnet50")
@@ -54,24 +74,29 @@ def main() -> None:  # noqa: D103
     args = ap.parse_args()
     sizes = [int(b) for b in args.batch_sizes.split(",")]
     store = os.path.join(tempfile.mkdtemp(), "overhead.sqlite")
-    before = {bs: standalone(args.model, bs, args.iterations, 20) for bs in sizes}
+    before = in_fresh_process(args.model, sizes, args.iterations, interop1=False)
+    fresh_interop1 = in_fresh_process(args.model, sizes, args.iterations, interop1=True)
     spec = SweepSpec(models=(args.model,), precisions=("fp16",), batch_sizes=tuple(sizes), device="cuda",
                      warmup=20, iterations=args.iterations // 2, repeats=2)
     res = deepgap.run(spec, store=store)
-    after = {bs: standalone(args.model, bs, args.iterations, 20) for bs in sizes}
+    after = in_fresh_process(args.model, sizes, args.iterations, interop1=False)
+    in_main = {bs: standalone(args.model, bs, args.iterations, 20) for bs in sizes}
     rows = []
     for r in res.results:
         bs = r.spec.batch_size
         ref = (before[bs] + after[bs]) / 2
         rows.append({"batch_size": bs, "standalone_before_ips": before[bs], "standalone_after_ips": after[bs],
+                     "standalone_interop1_ips": fresh_interop1[bs], "standalone_in_parent_process_ips": in_main[bs],
                      "deepgap_ips": r.throughput_ips, "deepgap_pipelined_ips": r.throughput_pipelined_ips,
                      "difference_pct": 100 * (r.throughput_ips / ref - 1), "status": r.status.value})
-    print(f"{'batch':>6} {'standalone img/s':>18} {'deepgap img/s':>15} {'diff %':>8} {'pipelined img/s':>16} within 2%")
+    print(f"{'batch':>6} {'standalone img/s':>18} {'deepgap img/s':>15} {'diff %':>8} {'pipelined img/s':>16} within 2%"
+          f" {'interop=1 img/s':>16} {'parent-process img/s':>21}")
     for row in rows:
         sa = (row["standalone_before_ips"] + row["standalone_after_ips"]) / 2
         ok = abs(row["difference_pct"]) <= 2.0
         print(f"{row['batch_size']:>6} {sa:>18,.1f} {row['deepgap_ips']:>15,.1f} {row['difference_pct']:>+8.2f} "
-              f"{row['deepgap_pipelined_ips']:>16,.1f} {'yes' if ok else 'NO'}")
+              f"{row['deepgap_pipelined_ips']:>16,.1f} {'yes' if ok else 'NO':>9} {row['standalone_interop1_ips']:>16,.1f}"
+              f" {row['standalone_in_parent_process_ips']:>21,.1f}")
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "harness_overhead.json"), "w") as fh:
         json.dump({"model": args.model, "precision": "fp16", "rows": rows, "env": res.to_pandas()["device_name"].iloc[0]},

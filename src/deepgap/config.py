@@ -101,7 +101,7 @@ PRESETS: dict[str, tuple[str, SweepSpec]] = {
         "default on a GPU: the paper grid, adaptive (repeats until the median's CI is within 1%)",
         _grid(
             models=("resnet18", "resnet50", "resnet101"), precisions=("fp32", "fp16"), batch_sizes=PAPER_BATCHES,
-            warmup=10, iterations=20, repeats=3, target_ci=0.01, max_time_s=8.0,
+            warmup=10, iterations=20, repeats=3, target_ci=0.01, max_time_s=5.0,
         ),
     ),
     "cpu": (

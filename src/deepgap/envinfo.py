@@ -22,6 +22,12 @@ def _version(pkg: str) -> str | None:
         return None
 
 
+def _deepgap_version() -> str:
+    from deepgap import __version__
+
+    return __version__
+
+
 def cpu_model() -> str:
     """The CPU's marketing name from /proc/cpuinfo (Linux) or platform."""
     try:
@@ -85,7 +91,7 @@ def collect(device: str = "cpu") -> dict[str, Any]:
         "python": sys.version.split()[0],
         "cpu_model": cpu_model(),
         "cpu_logical_cores": os.cpu_count(),
-        "deepgap": _version("deepgap"),
+        "deepgap": _deepgap_version(),
         "torch": torch.__version__,
         "torchvision": _version("torchvision"),
         "numpy": _version("numpy"),
