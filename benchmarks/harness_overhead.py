@@ -20,10 +20,27 @@ import deepgap
 from deepgap.config import SweepSpec
 
 
-def standalone(model_name: str, bs: int, iterations: int, warmup: int, interop1: bool = False) -> float:
+def standalone(model_name: str, bs: int, iterations: int, warmup: int, interop1: bool = False,
+               device: str = "cuda") -> float:
     """Images/s = bs / median latency of a bare loop: event, forward, event, synchronize."""
+    import time
+
     import torch
     from torchvision import models
+
+    if device == "cpu":  # a smoke path for machines without a GPU: fp32, perf_counter
+        torch.manual_seed(0)
+        model = models.get_model(model_name, weights=None).eval()
+        x = torch.randn(bs, 3, 224, 224)
+        with torch.inference_mode():
+            for _ in range(warmup):
+                model(x)
+            times = []
+            for _ in range(iterations):
+                t0 = time.perf_counter()
+                model(x)
+                times.append(time.perf_counter() - t0)
+        return bs / statistics.median(times)
 
     if interop1:
         torch.set_num_interop_threads(1)
@@ -48,20 +65,30 @@ def standalone(model_name: str, bs: int, iterations: int, warmup: int, interop1:
     return bs / statistics.median(times)
 
 
-def _child(conn, model_name, sizes, iterations, interop1):
-    conn.send({bs: standalone(model_name, bs, iterations, 20, interop1) for bs in sizes})
+def _child(conn, model_name, sizes, iterations, interop1, device, warmup):
+    try:
+        conn.send({bs: standalone(model_name, bs, iterations, warmup, interop1, device) for bs in sizes})
+    except BaseException as exc:  # report, never leave the parent waiting
+        conn.send(f"{type(exc).__name__}: {exc}")
 
 
-def in_fresh_process(model_name: str, sizes: list[int], iterations: int, interop1: bool) -> dict[int, float]:
+def in_fresh_process(model_name: str, sizes: list[int], iterations: int, interop1: bool, device: str,
+                     warmup: int) -> dict[int, float]:
     """The same bare loop in a fresh spawned process (the isolation deepgap's worker has)."""
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
-    p = ctx.Process(target=_child, args=(child, model_name, sizes, iterations, interop1))
+    p = ctx.Process(target=_child, args=(child, model_name, sizes, iterations, interop1, device, warmup))
     p.start()
+    child.close()  # so a dead child gives EOF instead of a hang
+    if not parent.poll(600):
+        p.kill()
+        raise RuntimeError("standalone loop gave no answer in 600 s")
     out = parent.recv()
     p.join()
+    if isinstance(out, str):
+        raise RuntimeError(f"standalone loop failed: {out}")
     return out
 
 
@@ -70,17 +97,24 @@ def main() -> None:  # noqa: D103
     ap.add_argument("--model", default="resnet50")
     ap.add_argument("--batch-sizes", default="1,32,256")
     ap.add_argument("--iterations", type=int, default=200)
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--device", default="cuda", help="cuda (the real check) or cpu (a smoke test, fp32)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
     sizes = [int(b) for b in args.batch_sizes.split(",")]
     store = os.path.join(tempfile.mkdtemp(), "overhead.sqlite")
-    before = in_fresh_process(args.model, sizes, args.iterations, interop1=False)
-    fresh_interop1 = in_fresh_process(args.model, sizes, args.iterations, interop1=True)
-    spec = SweepSpec(models=(args.model,), precisions=("fp16",), batch_sizes=tuple(sizes), device="cuda",
-                     warmup=20, iterations=args.iterations // 2, repeats=2)
+    run = lambda interop1: in_fresh_process(args.model, sizes, args.iterations, interop1, args.device, args.warmup)
+    print("standalone loop (fresh process) ...", flush=True)
+    before = run(False)
+    fresh_interop1 = run(True)
+    precision = "fp16" if args.device == "cuda" else "fp32"
+    spec = SweepSpec(models=(args.model,), precisions=(precision,), batch_sizes=tuple(sizes), device=args.device,
+                     warmup=args.warmup, iterations=args.iterations // 2, repeats=2)
+    print("deepgap ...", flush=True)
     res = deepgap.run(spec, store=store)
-    after = in_fresh_process(args.model, sizes, args.iterations, interop1=False)
-    in_main = {bs: standalone(args.model, bs, args.iterations, 20) for bs in sizes}
+    print("standalone loop again ...", flush=True)
+    after = run(False)
+    in_main = {bs: standalone(args.model, bs, args.iterations, args.warmup, False, args.device) for bs in sizes}
     rows = []
     for r in res.results:
         bs = r.spec.batch_size
@@ -99,7 +133,7 @@ def main() -> None:  # noqa: D103
               f" {row['standalone_in_parent_process_ips']:>21,.1f}")
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "harness_overhead.json"), "w") as fh:
-        json.dump({"model": args.model, "precision": "fp16", "rows": rows, "env": res.to_pandas()["device_name"].iloc[0]},
+        json.dump({"model": args.model, "precision": precision, "rows": rows, "env": res.to_pandas()["device_name"].iloc[0]},
                   fh, indent=1)
 
 
