@@ -63,6 +63,7 @@ class WorkerState:
         import torch
 
         torch.set_num_interop_threads(1)  # the seed's host-side setting, once per process
+        self.default_threads = torch.get_num_threads()
         self.device = device
         self.caps = device_caps(device)
         self.models: dict[tuple[str, int, str | None, int], Any] = {}
@@ -172,8 +173,7 @@ def _measure(state: WorkerState, req: MeasureRequest) -> Result:
     why_not = engine.available() or engine.supports(spec, state.caps)
     if why_not:
         return Result(spec=spec, status=Status.SKIPPED, reason=why_not)
-    if spec.threads:
-        torch.set_num_threads(spec.threads)
+    torch.set_num_threads(spec.threads or state.default_threads)  # never inherit the last configuration's
     torch.backends.cudnn.benchmark = req.cudnn_benchmark
     flops, params, sha = state.model_facts(spec.model, spec.resolution, req.weights, req.seed)
     ref_x, ref_y = state.reference(spec.model, spec.resolution, req.weights, req.seed)
