@@ -45,7 +45,11 @@ def compare(out: torch.Tensor, ref: torch.Tensor, precision: str) -> Agreement:
     r = ref.detach().float().cpu().reshape(ref.shape[0], -1)
     finite = bool(torch.isfinite(o).all())
     rel = float(torch.linalg.vector_norm(o - r) / torch.linalg.vector_norm(r).clamp_min(1e-30)) if finite else float("inf")
-    cos = float(torch.nn.functional.cosine_similarity(o, r, dim=1).mean()) if finite else float("nan")
+    # By hand in float64: cosine_similarity's eps floor on the norms returns < 1 for identical but tiny
+    # logits (random-weight MobileNetV3 gives ~1e-9), which would flag a correct engine.
+    od, rd = o.double(), r.double()
+    norms = torch.linalg.vector_norm(od, dim=1) * torch.linalg.vector_norm(rd, dim=1)
+    cos = float(((od * rd).sum(1) / norms.clamp_min(1e-300)).mean()) if finite else float("nan")
     k = min(5, r.shape[1])
     top1 = float((o.argmax(1) == r.argmax(1)).float().mean())
     to, tr = o.topk(k, 1).indices, r.topk(k, 1).indices

@@ -1,0 +1,255 @@
+"""From stored measurements to configurations: flags, and the aggregate every table and figure reads.
+
+A *measurement* is one row of `Store.results_frame` (one configuration of one sweep pass of one
+run). A *configuration* is a measurement without its sweep pass and run: the same platform
+(``device_name``), model, engine, precision, batch size, device, memory format, threads,
+resolution and transfer setting. The paper repeats its batch sweep ten times; `aggregate` folds
+those passes (and repeated runs) into one row per configuration:
+
+- throughput and median latency: the median over measurements (one measurement: its own value);
+- 95% CI: one measurement → its stored bootstrap CI; three or more → a bootstrap CI of the median
+  over the per-measurement values (run-to-run spread); two → the envelope of both stored CIs;
+- P99 latency and memory: the maximum over measurements (the paper keeps the worst repeat).
+
+Measurements with a disqualifying flag (wrong outputs, telemetry contamination) are left out of a
+configuration's numbers and counted in ``n_excluded``; a configuration whose every measurement is
+flagged keeps its numbers but is ``flagged`` and never recommended. A missed adaptive CI target
+(``ci_met == 0``) is a warning only.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from deepgap.stats import bootstrap_ci
+
+# A configuration is a ConfigSpec without its sweep pass, on one platform.
+CONFIG_COLS = [
+    "model",
+    "engine",
+    "precision",
+    "batch_size",
+    "device",
+    "memory_format",
+    "threads",
+    "resolution",
+    "include_transfer",
+]
+GROUP_COLS = ["platform", *CONFIG_COLS]
+MEMORY_COLS = [
+    "peak_mem_allocated_bytes",
+    "peak_mem_reserved_bytes",
+    "device_mem_used_bytes",
+    "host_rss_bytes",
+]
+# extra["telemetry"] aggregates (written by the telemetry layer); all optional.
+TELEMETRY_MEDIAN = ["mean_power_w", "energy_j", "joules_per_image", "ips_per_watt"]
+TELEMETRY_MAX = ["max_temp_c"]
+MEMORY_LABELS = {
+    "device_mem_used_bytes": "device-wide used (NVML, the paper's way)",
+    "peak_mem_reserved_bytes": "process peak reserved (torch allocator)",
+    "peak_mem_allocated_bytes": "process peak allocated (torch tensors)",
+    "host_rss_bytes": "host RSS (CPU process)",
+}
+
+
+def _num(v: Any) -> float | None:
+    """A finite float or None (reads None/NaN/strings defensively)."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def row_flags(extra: dict[str, Any] | None) -> list[str]:
+    """Disqualifying flags of one measurement: wrong outputs, telemetry contamination."""
+    extra = extra if isinstance(extra, dict) else {}
+    out: list[str] = []
+    corr = extra.get("correctness") or {}
+    if isinstance(corr, dict) and corr.get("flagged"):
+        rel = _num(corr.get("rel_l2"))
+        out.append(f"wrong-output(relL2={rel:.2g})" if rel is not None else "wrong-output")
+    flags = extra.get("flags") or []
+    if isinstance(flags, str):
+        flags = [flags]
+    out += [str(f) for f in flags if str(f)]
+    return out
+
+
+def row_warnings(ci_met: Any) -> list[str]:
+    """Non-disqualifying warnings of one measurement (the adaptive CI target was missed)."""
+    v = _num(ci_met)
+    return ["ci-not-met"] if v is not None and v == 0 else []
+
+
+def telemetry_of(extra: dict[str, Any] | None) -> dict[str, float]:
+    """The numeric telemetry aggregates of one measurement (missing or malformed keys dropped)."""
+    tel = (extra or {}).get("telemetry") if isinstance(extra, dict) else None
+    if not isinstance(tel, dict):
+        return {}
+    out = {}
+    for k in TELEMETRY_MEDIAN + TELEMETRY_MAX:
+        v = _num(tel.get(k))
+        if v is not None:
+            out[k] = v
+    return out
+
+
+def prepare(results: pd.DataFrame) -> pd.DataFrame:
+    """Add ``platform``, ``flags``, ``flagged``, ``warnings`` and telemetry columns to a results frame.
+
+    Missing columns are tolerated (a partial or hand-built frame); ``threads`` becomes an integer
+    where 0 means "the library's default".
+    """
+    df = results.copy()
+    if df.empty:
+        for c in ["platform", "flags", "flagged", "warnings"]:
+            df[c] = pd.Series(dtype=object)
+        return df
+    name = df["device_name"] if "device_name" in df else pd.Series([""] * len(df), index=df.index)
+    df["platform"] = [
+        str(n) if isinstance(n, str) and n else str(d) for n, d in zip(name, df["device"], strict=True)
+    ]
+    df["threads"] = [int(t) if _num(t) is not None else 0 for t in df.get("threads", [None] * len(df))]
+    df["include_transfer"] = [bool(_num(t)) for t in df.get("include_transfer", [0] * len(df))]
+    extras = df["extra"] if "extra" in df else pd.Series([{}] * len(df), index=df.index)
+    df["flags"] = [row_flags(e) for e in extras]
+    df["flagged"] = [bool(f) for f in df["flags"]]
+    df["warnings"] = [row_warnings(c) for c in df.get("ci_met", [None] * len(df))]
+    tel = [telemetry_of(e) for e in extras]
+    for k in TELEMETRY_MEDIAN + TELEMETRY_MAX:
+        df[k] = [t.get(k, np.nan) for t in tel]
+    for c in MEMORY_COLS + ["throughput_pipelined_ips", "flops_per_image", "params"]:
+        if c not in df:
+            df[c] = np.nan
+    return df
+
+
+def _median(values: pd.Series) -> float:
+    v = pd.to_numeric(values, errors="coerce").dropna()
+    return float(v.median()) if len(v) else float("nan")
+
+
+def _max(values: pd.Series) -> float:
+    v = pd.to_numeric(values, errors="coerce").dropna()
+    return float(v.max()) if len(v) else float("nan")
+
+
+def _throughput_ci(used: pd.DataFrame) -> tuple[float, float, str]:
+    tp = pd.to_numeric(used["throughput_ips"], errors="coerce").dropna().to_numpy()
+    lo = pd.to_numeric(used["throughput_ci_low_ips"], errors="coerce").dropna().to_numpy()
+    hi = pd.to_numeric(used["throughput_ci_high_ips"], errors="coerce").dropna().to_numpy()
+    if len(tp) >= 3:
+        a, b = bootstrap_ci(tp, np.median)
+        return a, b, f"bootstrap over {len(tp)} measurements"
+    if len(lo) and len(hi):
+        return (
+            float(lo.min()),
+            float(hi.max()),
+            ("within-run bootstrap" if len(tp) == 1 else "envelope of 2 measurements' CIs"),
+        )
+    return float("nan"), float("nan"), "unavailable: no CI stored"
+
+
+def aggregate(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per configuration (see the module docstring) from a `prepare`-d frame of OK rows.
+
+    Returns:
+        A frame with `GROUP_COLS`, the aggregated numbers, ``n_measurements``, ``n_runs``,
+        ``n_excluded``, ``flags``, ``flagged``, ``warnings``, ``result_ids``, ``run_ids`` and
+        ``ci_method``. Empty (with those columns) when no row is OK.
+    """
+    ok = df[df["status"] == "ok"] if "status" in df and not df.empty else df.iloc[0:0]
+    rows = []
+    for key, grp in ok.groupby(GROUP_COLS, sort=True, dropna=False) if len(ok) else []:
+        clean = grp[~grp["flagged"]]
+        used = clean if len(clean) else grp
+        row: dict[str, Any] = dict(zip(GROUP_COLS, key, strict=True))
+        row["throughput_ips"] = _median(used["throughput_ips"])
+        row["throughput_ci_low_ips"], row["throughput_ci_high_ips"], row["ci_method"] = _throughput_ci(used)
+        row["throughput_pipelined_ips"] = _median(used["throughput_pipelined_ips"])
+        row["latency_median_s"] = _median(used["latency_median_s"])
+        bs = float(row["batch_size"])
+        # Latency CI follows the throughput CI through latency = batch / throughput (monotone).
+        lo, hi = row["throughput_ci_low_ips"], row["throughput_ci_high_ips"]
+        row["latency_median_ci_low_s"] = bs / hi if hi and hi == hi else float("nan")
+        row["latency_median_ci_high_s"] = bs / lo if lo and lo == lo else float("nan")
+        for c in ["latency_p99_s", "latency_p99_ci_high_s", "latency_p5_s", *MEMORY_COLS, *TELEMETRY_MAX]:
+            row[c] = _max(used[c]) if c in used else float("nan")
+        for c in TELEMETRY_MEDIAN:
+            row[c] = _median(used[c])
+        row["flops_per_image"] = _median(used["flops_per_image"])
+        row["params"] = _median(used["params"])
+        row["n_measurements"] = len(used)
+        row["n_runs"] = int(used["run_id"].nunique()) if "run_id" in used else 1
+        row["n_excluded"] = len(grp) - len(used)
+        row["flags"] = sorted({f for fl in used["flags"] for f in fl})
+        row["excluded_flags"] = sorted({f for fl in grp["flags"] for f in fl} - set(row["flags"]))
+        row["flagged"] = bool(used["flagged"].any())
+        row["warnings"] = sorted({w for ws in used["warnings"] for w in ws})
+        row["result_ids"] = [int(r) for r in used["result_id"]] if "result_id" in used else []
+        row["run_ids"] = sorted({str(r) for r in used["run_id"]}) if "run_id" in used else []
+        rows.append(row)
+    if not rows:
+        return pd.DataFrame(
+            columns=[
+                *GROUP_COLS,
+                "throughput_ips",
+                "flags",
+                "flagged",
+                "warnings",
+                "result_ids",
+                "run_ids",
+                "n_measurements",
+                "latency_median_s",
+                "latency_p99_s",
+            ]
+        )
+    return pd.DataFrame(rows)
+
+
+def failures(df: pd.DataFrame) -> pd.DataFrame:
+    """Measurements that produced no number (oom, skipped, error, timeout, crash) with their reasons."""
+    if df.empty or "status" not in df:
+        return pd.DataFrame(columns=["platform", *CONFIG_COLS, "status", "reason", "run_id"])
+    bad = df[df["status"] != "ok"]
+    cols = [c for c in ["platform", *CONFIG_COLS, "sweep", "status", "reason", "run_id"] if c in bad]
+    return bad[cols].reset_index(drop=True)
+
+
+def config_label(row: dict[str, Any] | pd.Series, with_platform: bool = True, with_batch: bool = True) -> str:
+    """The exact configuration behind a number, as one line of text."""
+    parts = [str(row["model"]), str(row["engine"]), str(row["precision"])]
+    if row.get("memory_format", "nchw") != "nchw":
+        parts.append(str(row["memory_format"]))
+    if with_batch:
+        parts.append(f"bs{int(row['batch_size'])}")
+    if int(row.get("threads", 0) or 0):
+        n = int(row["threads"])
+        parts.append(f"{n} thread{'s' if n != 1 else ''}")
+    parts.append(f"{int(row['resolution'])}px")
+    if row.get("include_transfer"):
+        parts.append("incl. H2D copy")
+    text = " ".join(parts)
+    if with_platform:
+        text += f" on {row['platform']} ({row['device']})"
+    return text
+
+
+def memory_metric(row: dict[str, Any] | pd.Series) -> tuple[str | None, float | None]:
+    """The memory figure a constraint checks: device-wide, else process reserved/allocated, else host RSS."""
+    for c in [
+        "device_mem_used_bytes",
+        "peak_mem_reserved_bytes",
+        "peak_mem_allocated_bytes",
+        "host_rss_bytes",
+    ]:
+        v = _num(row.get(c))
+        if v is not None and v > 0:
+            return c, v
+    return None, None

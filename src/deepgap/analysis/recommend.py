@@ -1,0 +1,195 @@
+"""``deepgap recommend``: the best (platform, engine, precision, batch) per model under constraints.
+
+The answer a user is after is rarely "the peak": it is "the most images per second whose P99
+stays under 10 ms and fits in 8 GiB". Candidates are the aggregated configurations
+(`deepgap.analysis.frame.aggregate`); flagged ones (wrong outputs, contaminated telemetry) are never
+recommended. The P99 checked is the worst P99 over a configuration's measurements; the memory
+checked is NVML's device-wide figure where stored, else the process's reserved/allocated peak,
+else the host RSS of a CPU run. When nothing meets the constraints the answer says so and names
+the closest miss (smallest relative violation) with the numbers by which it misses.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from deepgap.analysis.frame import MEMORY_LABELS, config_label, memory_metric
+from deepgap.errors import UsageError
+
+OBJECTIVES = {
+    "throughput": "highest images/s",
+    "latency": "lowest median latency",
+    "joules": "fewest joules per image",
+}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)(?:e([-+]?\d+))?\s*(s|ms|us|µs|ns)\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]i?b?|b)\s*$", re.IGNORECASE)
+_TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+
+
+def parse_duration_s(text: str, flag: str = "--slo-p99") -> float:
+    """``"10ms"`` → 0.01. A positive number with a unit (s, ms, us, ns); anything else is a `UsageError`."""
+    m = _DURATION.match(str(text))
+    value = float(m.group(1) + (f"e{m.group(2)}" if m.group(2) else "")) if m else 0.0
+    if not m or not value > 0 or not math.isfinite(value):
+        raise UsageError(f"{flag} {text!r} is not a positive duration with a unit", f"pass e.g. {flag} 10ms")
+    return value * _TIME_UNITS[m.group(3).lower()]
+
+
+def parse_bytes(text: str, flag: str = "--max-memory") -> int:
+    """``"8GiB"`` → 8·2³⁰. KB/MB/GB/TB are powers of 1000; KiB/MiB/GiB/TiB and bare K/M/G/T powers of 1024."""
+    m = _SIZE.match(str(text))
+    value = float(m.group(1)) if m else 0.0
+    if not m or not value > 0:
+        raise UsageError(f"{flag} {text!r} is not a positive size with a unit", f"pass e.g. {flag} 8GiB")
+    unit = m.group(2).lower()
+    power = "bkmgt".index(unit[0])
+    base = 1000 if unit.endswith("b") and len(unit) == 2 else 1024
+    return int(value * base**power)
+
+
+def check_objective(text: str) -> str:
+    """A known objective name, else a `UsageError` listing them."""
+    if text not in OBJECTIVES:
+        raise UsageError(f"--objective {text!r} is unknown", f"use one of {', '.join(OBJECTIVES)}")
+    return text
+
+
+@dataclass
+class Recommendation:
+    """The answer for one model: a choice with its evidence, or none and the closest miss."""
+
+    model: str
+    resolution: int
+    objective: str
+    choice: dict[str, Any] | None = None
+    runner_up: dict[str, Any] | None = None
+    closest_miss: dict[str, Any] | None = None
+    misses: list[str] = field(default_factory=list)  # how the closest miss violates the constraints
+    considered: int = 0
+    excluded: dict[str, int] = field(default_factory=dict)  # reason → number of configurations
+    reason: str = ""  # why there is no choice
+
+
+def evidence(row: dict[str, Any]) -> dict[str, Any]:
+    """The numbers behind a recommendation, with the configuration and the runs they come from."""
+    metric, mem = memory_metric(row)
+    ev = {
+        "configuration": config_label(row),
+        "platform": row["platform"],
+        "device": row["device"],
+        "engine": row["engine"],
+        "precision": row["precision"],
+        "batch_size": int(row["batch_size"]),
+        "threads": int(row.get("threads") or 0),
+        "memory_format": row["memory_format"],
+        "throughput_ips": row["throughput_ips"],
+        "throughput_ci_ips": [row.get("throughput_ci_low_ips"), row.get("throughput_ci_high_ips")],
+        "throughput_pipelined_ips": row.get("throughput_pipelined_ips"),
+        "latency_median_s": row.get("latency_median_s"),
+        "latency_p99_s": row.get("latency_p99_s"),
+        "memory_metric": MEMORY_LABELS.get(metric or "", "unavailable: no memory figure stored"),
+        "memory_bytes": mem,
+        "joules_per_image": row.get("joules_per_image"),
+        "ips_per_watt": row.get("ips_per_watt"),
+        "n_measurements": int(row.get("n_measurements") or 0),
+        "run_ids": list(row.get("run_ids") or []),
+        "warnings": list(row.get("warnings") or []),
+        "excluded_measurements": int(row.get("n_excluded") or 0),
+    }
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in ev.items()}
+
+
+def _objective_value(row: dict[str, Any], objective: str) -> float | None:
+    col = {"throughput": "throughput_ips", "latency": "latency_median_s", "joules": "joules_per_image"}[
+        objective
+    ]
+    v = row.get(col)
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) and v > 0 else None
+
+
+def _sort_key(row: dict[str, Any], objective: str) -> tuple[float, float]:
+    v = _objective_value(row, objective) or math.inf
+    primary = -v if objective == "throughput" else v
+    return primary, -float(row["throughput_ips"])
+
+
+def _violations(
+    row: dict[str, Any], slo_p99_s: float | None, max_memory_bytes: int | None
+) -> tuple[list[str], float, str | None]:
+    """(violation texts, worst relative excess, exclusion reason when a constraint cannot be checked)."""
+    texts, worst = [], 0.0
+    if slo_p99_s is not None:
+        p99 = row.get("latency_p99_s")
+        if p99 is None or p99 != p99:
+            return [], 0.0, "no P99 latency stored"
+        if p99 > slo_p99_s:
+            worst = max(worst, p99 / slo_p99_s - 1)
+            texts.append(
+                f"P99 {p99 * 1e3:.3g} ms > SLO {slo_p99_s * 1e3:.3g} ms (+{100 * (p99 / slo_p99_s - 1):.0f}%)"
+            )
+    if max_memory_bytes is not None:
+        metric, mem = memory_metric(row)
+        if mem is None:
+            return [], 0.0, "no memory figure stored"
+        if mem > max_memory_bytes:
+            worst = max(worst, mem / max_memory_bytes - 1)
+            texts.append(
+                f"memory {mem / 2**30:.3g} GiB ({MEMORY_LABELS[metric]}) > {max_memory_bytes / 2**30:.3g} GiB"
+                f" (+{100 * (mem / max_memory_bytes - 1):.0f}%)"
+            )
+    return texts, worst, None
+
+
+def recommend(
+    agg: pd.DataFrame,
+    objective: str = "throughput",
+    slo_p99_s: float | None = None,
+    max_memory_bytes: int | None = None,
+) -> list[Recommendation]:
+    """One `Recommendation` per model and resolution in ``agg`` (aggregated configurations)."""
+    check_objective(objective)
+    out: list[Recommendation] = []
+    if agg.empty:
+        return out
+    for (model, res), grp in agg.groupby(["model", "resolution"], sort=True):
+        rec = Recommendation(model=str(model), resolution=int(res), objective=objective)
+        meets, misses = [], []
+        for row in grp.to_dict("records"):
+            if row["flagged"]:
+                reason = "flagged: " + ", ".join(row["flags"])
+            elif _objective_value(row, objective) is None:
+                reason = "no energy telemetry" if objective == "joules" else f"no {objective} figure"
+            else:
+                texts, worst, reason = _violations(row, slo_p99_s, max_memory_bytes)
+                if reason is None:
+                    rec.considered += 1
+                    (misses if texts else meets).append((worst, texts, row))
+                    continue
+            key = reason.split(":")[0] if reason.startswith("flagged") else reason
+            rec.excluded[key] = rec.excluded.get(key, 0) + 1
+        meets.sort(key=lambda t: _sort_key(t[2], objective))
+        if meets:
+            rec.choice = evidence(meets[0][2])
+            rec.runner_up = evidence(meets[1][2]) if len(meets) > 1 else None
+        else:
+            rec.reason = (
+                "none meets the constraint"
+                if misses
+                else "no candidate: "
+                + ("; ".join(f"{n} {r}" for r, n in rec.excluded.items()) or "no successful measurement")
+            )
+            if misses:
+                misses.sort(key=lambda t: (t[0], _sort_key(t[2], objective)))
+                rec.closest_miss = evidence(misses[0][2])
+                rec.misses = misses[0][1]
+        out.append(rec)
+    return out

@@ -1,0 +1,296 @@
+"""The study's tables as pure functions of the aggregated frame (`deepgap.analysis.frame.aggregate`).
+
+Table I (peak throughput per platform, model and precision), speedup over FP32 at each batch
+(fig. 11), speedup over the CPU baseline, the latency–throughput Pareto frontier (fig. 10), energy
+(perf-per-watt, joules per image) and CPU thread scaling. Every row carries the configuration it
+comes from, so no number stands without its batch, engine, threads and run count.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from deepgap.analysis.frame import config_label
+
+_EMPTY_T1 = ["platform", "model", "precision", "engine", "batch_size", "throughput_ips"]
+
+
+def _clean_first(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows sorted so unflagged configurations come before flagged ones, then by throughput."""
+    return (
+        frame.assign(_f=frame["flagged"].astype(int))
+        .sort_values(["_f", "throughput_ips"], ascending=[True, False])
+        .drop(columns="_f")
+    )
+
+
+def best_rows(agg: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Per ``keys`` group, the highest-throughput unflagged configuration (flagged only when nothing else)."""
+    if agg.empty:
+        return agg.copy()
+    ranked = _clean_first(agg[agg["throughput_ips"].notna()])
+    return ranked.groupby(keys, sort=True, dropna=False).head(1).sort_values(keys).reset_index(drop=True)
+
+
+def cpu_baselines(agg: pd.DataFrame) -> pd.DataFrame:
+    """Per model and resolution, the best unflagged FP32 configuration on a CPU (any threads and batch)."""
+    cpu = (
+        agg[(agg["device"] == "cpu") & (agg["precision"] == "fp32") & ~agg["flagged"]]
+        if not agg.empty
+        else agg
+    )
+    if cpu.empty:
+        return cpu.copy()
+    return best_rows(cpu, ["model", "resolution"])
+
+
+def table1(agg: pd.DataFrame, gpu_peaks: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Table I: peak-throughput configuration per platform, model and precision.
+
+    Args:
+        agg: aggregated configurations.
+        gpu_peaks: the shipped theoretical peaks (``gpu``, ``fp32_tflops``, ``fp16_tensor_tflops``,
+            ``int8_tensor_tops``); a platform whose name contains a listed GPU gets a percent of peak.
+
+    Returns:
+        One row per (platform, model, precision) with the batch, engine, memory format, threads, the
+        throughput and its 95% CI, measurement and run counts, achieved TFLOPS, speedup over the CPU
+        baseline (with that baseline's configuration), flags and warnings.
+    """
+    if agg.empty:
+        return pd.DataFrame(columns=_EMPTY_T1)
+    t = best_rows(agg, ["platform", "model", "precision"])
+    base = cpu_baselines(agg).set_index(["model", "resolution"])
+    out = []
+    for r in t.to_dict("records"):
+        row = {
+            k: r[k]
+            for k in [
+                "platform",
+                "device",
+                "model",
+                "precision",
+                "engine",
+                "memory_format",
+                "threads",
+                "resolution",
+                "include_transfer",
+                "batch_size",
+                "throughput_ips",
+                "throughput_ci_low_ips",
+                "throughput_ci_high_ips",
+                "ci_method",
+                "throughput_pipelined_ips",
+                "latency_median_s",
+                "latency_p99_s",
+                "n_measurements",
+                "n_runs",
+                "n_excluded",
+                "flagged",
+                "flags",
+                "warnings",
+                "run_ids",
+            ]
+        }
+        flops = r.get("flops_per_image")
+        row["achieved_tflops"] = r["throughput_ips"] * flops / 1e12 if flops and flops == flops else np.nan
+        row["pct_of_peak"] = _pct_of_peak(
+            row["platform"], row["precision"], row["achieved_tflops"], gpu_peaks
+        )
+        key = (r["model"], r["resolution"])
+        if key in base.index:
+            b = base.loc[key]
+            row["speedup_vs_cpu"] = r["throughput_ips"] / b["throughput_ips"]
+            row["cpu_baseline"] = config_label({**b.to_dict(), "model": key[0], "resolution": key[1]})
+        else:
+            row["speedup_vs_cpu"] = np.nan
+            row["cpu_baseline"] = "unavailable: no unflagged FP32 CPU result for this model"
+        row["configuration"] = config_label(r)
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def _pct_of_peak(platform: str, precision: str, tflops: float, gpu_peaks: pd.DataFrame | None) -> float:
+    if gpu_peaks is None or gpu_peaks.empty or tflops != tflops:
+        return np.nan
+    col = {
+        "fp32": "fp32_tflops",
+        "tf32": "fp32_tflops",
+        "fp16": "fp16_tensor_tflops",
+        "bf16": "fp16_tensor_tflops",
+        "int8": "int8_tensor_tops",
+    }.get(precision)
+    if col is None:
+        return np.nan
+    for g in gpu_peaks.to_dict("records"):
+        short = str(g["gpu"]).replace("NVIDIA ", "")
+        peak = g.get(col)
+        if short and short.lower() in platform.lower().split() and peak == peak and peak:
+            return 100.0 * tflops / float(peak)
+    return np.nan
+
+
+def speedup_vs_fp32(agg: pd.DataFrame) -> pd.DataFrame:
+    """Throughput of every non-FP32 configuration over FP32 at the same batch (fig. 11).
+
+    The baseline is FP32 with the same engine when that engine has FP32, else eager FP32, always on
+    the same platform, model, batch, memory format, threads and resolution.
+    """
+    if agg.empty:
+        return pd.DataFrame(columns=["platform", "model", "engine", "precision", "batch_size", "speedup"])
+    same = ["platform", "model", "batch_size", "memory_format", "threads", "resolution", "include_transfer"]
+    fp32 = agg[(agg["precision"] == "fp32")]
+    idx = {(*(r[c] for c in same), r["engine"]): r for r in fp32.to_dict("records")}
+    out = []
+    for r in agg[agg["precision"] != "fp32"].to_dict("records"):
+        key = tuple(r[c] for c in same)
+        b = idx.get((*key, r["engine"])) or idx.get((*key, "eager"))
+        if b is None:
+            continue
+        out.append(
+            {
+                **{
+                    c: r[c]
+                    for c in [
+                        "platform",
+                        "device",
+                        "model",
+                        "engine",
+                        "precision",
+                        "memory_format",
+                        "threads",
+                        "resolution",
+                        "include_transfer",
+                        "batch_size",
+                    ]
+                },
+                "throughput_ips": r["throughput_ips"],
+                "baseline_engine": b["engine"],
+                "baseline_throughput_ips": b["throughput_ips"],
+                "speedup": r["throughput_ips"] / b["throughput_ips"],
+                "flagged": bool(r["flagged"] or b["flagged"]),
+                "flags": sorted(set(r["flags"]) | set(b["flags"])),
+                "warnings": sorted(set(r["warnings"]) | set(b["warnings"])),
+            }
+        )
+    return pd.DataFrame(out)
+
+
+def speedup_vs_cpu(agg: pd.DataFrame) -> pd.DataFrame:
+    """Peak throughput of each non-CPU platform, model and precision over the best FP32 CPU configuration."""
+    base = cpu_baselines(agg)
+    if agg.empty or base.empty:
+        return pd.DataFrame(columns=["platform", "model", "precision", "speedup_vs_cpu"])
+    peaks = best_rows(agg[agg["device"] != "cpu"], ["platform", "model", "precision"])
+    out = []
+    bidx = {(b["model"], b["resolution"]): b for b in base.to_dict("records")}
+    for r in peaks.to_dict("records"):
+        b = bidx.get((r["model"], r["resolution"]))
+        if b is None:
+            continue
+        out.append(
+            {
+                "platform": r["platform"],
+                "model": r["model"],
+                "precision": r["precision"],
+                "engine": r["engine"],
+                "memory_format": r["memory_format"],
+                "threads": r["threads"],
+                "batch_size": r["batch_size"],
+                "configuration": config_label(r),
+                "throughput_ips": r["throughput_ips"],
+                "cpu_configuration": config_label(b),
+                "cpu_throughput_ips": b["throughput_ips"],
+                "speedup_vs_cpu": r["throughput_ips"] / b["throughput_ips"],
+                "flagged": bool(r["flagged"]),
+                "flags": r["flags"],
+                "warnings": r["warnings"],
+            }
+        )
+    return pd.DataFrame(out)
+
+
+def pareto(agg: pd.DataFrame) -> pd.DataFrame:
+    """Every configuration, with ``on_frontier`` where no configuration beats it on latency and throughput.
+
+    On the frontier: no unflagged configuration of the same platform and model has both lower-or-equal
+    median latency and higher-or-equal throughput (one strictly). Flagged configurations never are.
+    """
+    if agg.empty:
+        return pd.DataFrame(
+            columns=["platform", "model", "latency_median_s", "throughput_ips", "on_frontier"]
+        )
+    out = agg.copy()
+    out["on_frontier"] = False
+    for _, grp in out.groupby(["platform", "model"], sort=False):
+        pts = grp[~grp["flagged"] & grp["latency_median_s"].notna() & grp["throughput_ips"].notna()]
+        lat = pts["latency_median_s"].to_numpy()
+        tp = pts["throughput_ips"].to_numpy()
+        for i, ix in enumerate(pts.index):
+            dominated = np.any((lat <= lat[i]) & (tp >= tp[i]) & ((lat < lat[i]) | (tp > tp[i])))
+            out.loc[ix, "on_frontier"] = not dominated
+    return out.sort_values(["platform", "model", "latency_median_s"]).reset_index(drop=True)
+
+
+def energy(agg: pd.DataFrame) -> pd.DataFrame:
+    """Configurations with energy telemetry: mean power, images per watt (= per joule), joules per image."""
+    cols = ["mean_power_w", "ips_per_watt", "joules_per_image", "energy_j", "max_temp_c"]
+    if agg.empty or not any(c in agg for c in cols):
+        return pd.DataFrame(columns=["platform", "model", "precision", "batch_size", *cols])
+    have = agg[[c for c in cols if c in agg]].notna().any(axis=1)
+    keep = [
+        "platform",
+        "device",
+        "model",
+        "engine",
+        "precision",
+        "memory_format",
+        "threads",
+        "resolution",
+        "batch_size",
+        "throughput_ips",
+        *[c for c in cols if c in agg],
+        "flagged",
+        "flags",
+        "warnings",
+    ]
+    return agg.loc[have, keep].reset_index(drop=True)
+
+
+def thread_scaling(agg: pd.DataFrame) -> pd.DataFrame:
+    """CPU throughput by thread count, with speedup and parallel efficiency over the fewest threads."""
+    cpu = agg[(agg["device"] == "cpu") & (agg["threads"] > 0)] if not agg.empty else agg
+    if cpu.empty:
+        return pd.DataFrame(
+            columns=["platform", "model", "threads", "throughput_ips", "speedup_vs_min_threads"]
+        )
+    out: list[dict[str, Any]] = []
+    keys = ["platform", "model", "engine", "precision", "memory_format", "resolution", "batch_size"]
+    for _, grp in cpu.groupby(keys, sort=True):
+        if grp["threads"].nunique() < 2:
+            continue
+        grp = grp.sort_values("threads")
+        base = grp.iloc[0]
+        for r in grp.to_dict("records"):
+            sp = r["throughput_ips"] / base["throughput_ips"]
+            out.append(
+                {
+                    **{k: r[k] for k in keys},
+                    "threads": r["threads"],
+                    "throughput_ips": r["throughput_ips"],
+                    "min_threads": int(base["threads"]),
+                    "speedup_vs_min_threads": sp,
+                    "parallel_efficiency": sp * base["threads"] / r["threads"],
+                    "flagged": bool(r["flagged"]),
+                    "flags": r["flags"],
+                    "warnings": r["warnings"],
+                }
+            )
+    if not out:
+        return pd.DataFrame(
+            columns=["platform", "model", "threads", "throughput_ips", "speedup_vs_min_threads"]
+        )
+    return pd.DataFrame(out)

@@ -1,0 +1,111 @@
+"""``deepgap recommend``: the best configuration per model under a P99 SLO and a memory cap.
+
+Exit status: 0 when every model has a recommendation, 1 when some model has none (the output then
+says "none meets the constraint" and names the closest miss), 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import asdict
+
+from deepgap.api import DEFAULT_STORE
+
+NAME = "recommend"
+HELP = "best (device, engine, precision, batch) per model under --slo-p99 / --max-memory, with the evidence"
+ORDER = 6
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
+    p.add_argument("store", nargs="?", default=DEFAULT_STORE, help=f"store file (default {DEFAULT_STORE})")
+    p.add_argument("--slo-p99", metavar="DURATION", help="P99 latency per batch at most this, e.g. 10ms")
+    p.add_argument(
+        "--max-memory", metavar="SIZE", help="memory at most this, e.g. 8GiB (device-wide where stored)"
+    )
+    p.add_argument("--objective", default="throughput", help="throughput (default) | latency | joules")
+    p.add_argument("--model", help="only these models (comma-separated)")
+    p.add_argument("--precision", help="only these precisions (comma-separated)")
+    p.add_argument("--engine", help="only these engines (comma-separated)")
+    p.add_argument("--run", action="append", help="run id (repeatable; default: every run in the store)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _line(ev: dict) -> str:
+    from deepgap.report_format import fmt_ci, fmt_gib, fmt_ips, fmt_ms, fmt_num
+
+    parts = [
+        f"{fmt_ips(ev['throughput_ips'])} images/s {fmt_ci(*ev['throughput_ci_ips'])}",
+        f"median {fmt_ms(ev['latency_median_s'])} ms",
+        f"P99 {fmt_ms(ev['latency_p99_s'])} ms",
+        f"memory {fmt_gib(ev['memory_bytes'])} GiB ({ev['memory_metric']})",
+    ]
+    if ev.get("joules_per_image") is not None:
+        parts.append(f"{fmt_num(ev['joules_per_image'] * 1e3)} mJ/image")
+    parts.append(f"{ev['n_measurements']} measurement(s), run {', '.join(ev['run_ids'])}")
+    if ev["warnings"]:
+        parts.append("warning: " + ", ".join(ev["warnings"]))
+    return "; ".join(parts)
+
+
+def _finite(obj):
+    """NaN/inf → None, recursively (JSON has no NaN)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def main(args: argparse.Namespace) -> int:  # noqa: D103
+    from deepgap.analysis.recommend import check_objective, parse_bytes, parse_duration_s
+
+    objective = check_objective(args.objective)
+    slo = parse_duration_s(args.slo_p99) if args.slo_p99 is not None else None
+    mem = parse_bytes(args.max_memory) if args.max_memory is not None else None
+
+    from deepgap.analysis import aggregate, prepare
+    from deepgap.analysis.recommend import OBJECTIVES, recommend
+    from deepgap.errors import UsageError
+    from deepgap.store import Store
+
+    store = Store(args.store, readonly=True)
+    try:
+        known = {r["run_id"] for r in store.runs()}
+        for rid in args.run or []:
+            if rid not in known:
+                raise UsageError(f"no run {rid!r} in {args.store}", "list runs with `deepgap show --runs`")
+        agg = aggregate(prepare(store.results_frame(args.run)))
+    finally:
+        store.close()
+    for col, text in (("model", args.model), ("precision", args.precision), ("engine", args.engine)):
+        if text and len(agg):
+            agg = agg[agg[col].isin([t.strip() for t in text.split(",") if t.strip()])]
+    recs = recommend(agg, objective, slo, mem)
+    if args.json:
+        print(json.dumps(_finite([asdict(r) for r in recs]), indent=1, default=str))
+        return 0 if recs and all(r.choice for r in recs) else 1
+    cons = [f"P99 ≤ {slo * 1e3:g} ms" if slo else "", f"memory ≤ {mem / 2**30:.3g} GiB" if mem else ""]
+    print(f"objective: {OBJECTIVES[objective]}; constraints: {', '.join(c for c in cons if c) or 'none'}")
+    if not recs:
+        print("none: the selection holds no successful measurement")
+        return 1
+    for r in recs:
+        print(f"\n{r.model} ({r.resolution}px): ", end="")
+        if r.choice:
+            print(f"{r.choice['configuration']}\n  evidence: {_line(r.choice)}")
+            if r.runner_up:
+                print(f"  runner-up: {r.runner_up['configuration']}: {_line(r.runner_up)}")
+        else:
+            print(r.reason)
+            if r.closest_miss:
+                print(
+                    f"  closest miss: {r.closest_miss['configuration']}: {'; '.join(r.misses)}\n"
+                    f"  its evidence: {_line(r.closest_miss)}"
+                )
+        excl = ", ".join(f"{n} {why}" for why, n in r.excluded.items())
+        print(f"  {r.considered} candidate(s) checked" + (f"; excluded: {excl}" if excl else ""))
+    return 0 if all(r.choice for r in recs) else 1

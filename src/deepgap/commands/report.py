@@ -1,0 +1,65 @@
+"""``deepgap report``: a store → one self-contained HTML page, with every figure as PNG and table as CSV.
+
+`write_report` is also what ``deepgap run --report`` calls after a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from deepgap.api import DEFAULT_STORE
+
+NAME = "report"
+HELP = "write a self-contained HTML report (tables, figures, flags) of a store"
+ORDER = 4
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
+    p.add_argument("store", nargs="?", default=DEFAULT_STORE, help=f"store file (default {DEFAULT_STORE})")
+    p.add_argument(
+        "-o",
+        "--output",
+        default="report.html",
+        help="HTML file (default report.html); PNGs and CSVs go to <name>_files/ beside it",
+    )
+    p.add_argument("--run", action="append", help="run id (repeatable; default: every run in the store)")
+    p.add_argument("--screenshot", metavar="PNG", help="also save a headless-Chromium screenshot of the page")
+    p.add_argument("--size", default="1200x900", help="screenshot size WIDTHxHEIGHT (default 1200x900)")
+
+
+def write_report(store_path: str, html_path: str, run_ids: list[str] | None = None) -> list[str]:
+    """Write the report of ``run_ids`` (default: all runs) of ``store_path``; returns the written paths."""
+    from deepgap.report import write_report as _write
+
+    return _write(store_path, html_path, run_ids=run_ids)
+
+
+def _size(text: str) -> tuple[int, int]:
+    from deepgap.errors import UsageError
+
+    try:
+        w, h = (int(v) for v in text.lower().split("x"))
+        if w > 0 and h > 0:
+            return w, h
+    except ValueError:
+        pass
+    raise UsageError(f"--size {text!r} is not WIDTHxHEIGHT", "pass e.g. --size 1200x900")
+
+
+def main(args: argparse.Namespace) -> int:  # noqa: D103
+    from deepgap.report import check_output, find_chromium, screenshot
+
+    size = _size(args.size)
+    if args.screenshot:
+        check_output(args.screenshot)
+        if find_chromium() is None:
+            from deepgap.errors import UsageError
+
+            raise UsageError(
+                "--screenshot needs Chromium, which is not installed", "apt-get install chromium"
+            )
+    paths = write_report(args.store, args.output, run_ids=args.run)
+    print(f"wrote {paths[0]} and {len(paths) - 1} PNG/CSV files beside it")
+    if args.screenshot:
+        print(f"screenshot {screenshot(paths[0], args.screenshot, *size)}")
+    return 0

@@ -1,0 +1,349 @@
+"""The report's figures (matplotlib, Agg backend): draw what `deepgap.analysis` computed, nothing more.
+
+Each builder takes analysis frames and returns a `Figure` holding PNG bytes, or the reason it is
+unavailable ("unavailable: no telemetry in these runs"). One panel per platform and model, as in
+the paper's figures 6–11 (top row T4, bottom row L4). Flagged configurations are drawn with a red
+✕ over the point and a missed CI target with an orange ring, so a flagged number is never shown
+unmarked. Colours follow the precision, markers the engine. This module holds the shared drawing
+helpers and the per-batch figures; `deepgap.figures_summary` the Pareto, bar, thread and thermal ones.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+PREC_COLORS = {
+    "fp32": "#1f77b4",
+    "tf32": "#17becf",
+    "fp16": "#ff7f0e",
+    "bf16": "#8c564b",
+    "int8": "#2ca02c",
+    "fp8": "#9467bd",
+}
+ENGINE_MARKERS = ["o", "s", "^", "D", "v", "P", "*", "h"]
+
+
+@dataclass
+class Figure:
+    """One figure of the report: PNG bytes, or why it could not be drawn."""
+
+    name: str  # file stem, e.g. "fig06_throughput_vs_batch"
+    title: str
+    caption: str
+    png: bytes | None = None
+    unavailable: str | None = None
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    _plt().close(fig)
+    return buf.getvalue()
+
+
+def _grid(n: int, w: float = 4.4, h: float = 3.2, ncols: int = 3):
+    plt = _plt()
+    ncols = max(1, min(ncols, n))
+    nrows = math.ceil(n / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(w * ncols, h * nrows), squeeze=False)
+    # Fixed margins instead of constrained layout: as readable here, and several times faster to render.
+    fig.subplots_adjust(
+        left=0.6 / (w * ncols),
+        right=1 - 0.15 / (w * ncols),
+        bottom=0.5 / (h * nrows),
+        top=1 - 0.3 / (h * nrows),
+        wspace=0.28,
+        hspace=0.45,
+    )
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    return fig, list(axes.flat[:n])
+
+
+def series_label(r: dict | pd.Series) -> str:
+    """Legend text of a series: engine, precision, memory format, threads."""
+    s = f"{r['engine']} {r['precision']}"
+    if r.get("memory_format", "nchw") != "nchw":
+        s += f" {r['memory_format']}"
+    if int(r.get("threads") or 0):
+        s += f" t{int(r['threads'])}"
+    return s
+
+
+_SERIES = ["engine", "precision", "memory_format", "threads", "include_transfer"]
+
+
+def _plain_ticks(ax, ticks: list | None = None, axis: str = "x") -> None:
+    """Plain numbers on a log axis (no mathtext: clearer, and much faster to draw)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
+
+    a = ax.xaxis if axis == "x" else ax.yaxis
+    if ticks is not None:
+        a.set_ticks([float(t) for t in ticks])
+    else:
+        a.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    a.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    a.set_minor_locator(NullLocator())
+
+
+def _shade(color: str, threads: int, all_threads: list[int]) -> str:
+    """Fewer CPU threads → a lighter shade of the precision's colour, so thread series stay apart."""
+    from matplotlib.colors import to_hex, to_rgb
+
+    if threads <= 0 or len(all_threads) < 2:
+        return color
+    f = 0.6 * (1 - all_threads.index(threads) / (len(all_threads) - 1))
+    return to_hex(tuple(c + (1 - c) * f for c in to_rgb(color)))
+
+
+def _style(r, engines: list[str], all_threads: list[int] | None = None) -> dict:
+    base = PREC_COLORS.get(r["precision"], "#7f7f7f")
+    return {
+        "color": _shade(base, int(r.get("threads") or 0), all_threads or []),
+        "marker": ENGINE_MARKERS[engines.index(r["engine"]) % len(ENGINE_MARKERS)]
+        if r["engine"] in engines
+        else "o",
+    }
+
+
+def _marks(ax, sub: pd.DataFrame, x: str, y: str) -> None:
+    """Overlay flagged (red ✕) and ci-not-met (orange ring) points."""
+    fl = sub[sub["flagged"]]
+    if len(fl):
+        ax.scatter(fl[x], fl[y], marker="X", s=90, color="red", zorder=6, label="flagged (see tables)")
+    w = sub[[bool(v) for v in sub["warnings"]]]
+    if len(w):
+        ax.scatter(
+            w[x],
+            w[y],
+            marker="o",
+            s=140,
+            facecolors="none",
+            edgecolors="orange",
+            linewidths=2,
+            zorder=6,
+            label="CI target missed",
+        )
+
+
+def _legend(ax) -> None:
+    handles, labels = ax.get_legend_handles_labels()
+    seen: dict[str, object] = {}
+    for h, lab in zip(handles, labels, strict=False):
+        seen.setdefault(lab, h)
+    if seen:
+        ax.legend(seen.values(), seen.keys(), fontsize=7, loc="best")
+
+
+def _per_panel(
+    agg: pd.DataFrame,
+    name: str,
+    title: str,
+    caption: str,
+    ylabel: str,
+    draw: Callable[[object, pd.DataFrame, dict], None],
+    xlabel: str = "batch size",
+    logx: bool = True,
+    logy: bool = False,
+    need: str | None = None,
+    why: str = "",
+) -> Figure:
+    """One panel per platform and model; ``draw(ax, series_rows, style)`` per series."""
+    data = agg if need is None or agg.empty else agg[agg[need].notna()] if need in agg else agg.iloc[0:0]
+    if data.empty:
+        return Figure(name, title, caption, unavailable=why or "unavailable: no successful measurement")
+    keys = list(data.groupby(["platform", "model"], sort=True).groups)
+    fig, axes = _grid(len(keys))
+    engines = sorted(data["engine"].unique())
+    threads = sorted(int(t) for t in data["threads"].unique() if int(t) > 0) if "threads" in data else []
+    for ax, (platform, model) in zip(axes, keys, strict=False):
+        sub = data[(data["platform"] == platform) & (data["model"] == model)]
+        for _, s in sub.groupby([c for c in _SERIES if c in sub], sort=True):
+            draw(ax, s.sort_values("batch_size"), _style(s.iloc[0], engines, threads))
+        ax.set_title(f"{platform} — {model}", fontsize=9)
+        ax.set_xlabel(xlabel, fontsize=8)
+        ax.set_ylabel(ylabel, fontsize=8)
+        if logx:
+            ax.set_xscale("log", base=2)
+            _plain_ticks(ax, sorted(sub["batch_size"].unique()))
+        if logy:
+            ax.set_yscale("log")
+            _plain_ticks(ax, axis="y")
+        ax.grid(alpha=0.3)
+        ax.tick_params(labelsize=7)
+        _legend(ax)
+    return Figure(name, title, caption, png=_png(fig))
+
+
+def throughput_vs_batch(agg: pd.DataFrame) -> Figure:
+    """Fig. 6: throughput (batch / median latency, with 95% CI) and pipelined throughput vs batch."""
+
+    def draw(ax, s, st):
+        err = np.abs(
+            np.vstack(
+                [
+                    s["throughput_ips"] - s["throughput_ci_low_ips"],
+                    s["throughput_ci_high_ips"] - s["throughput_ips"],
+                ]
+            )
+        )
+        ax.errorbar(
+            s["batch_size"],
+            s["throughput_ips"],
+            yerr=np.nan_to_num(err),
+            label=series_label(s.iloc[0]),
+            capsize=2,
+            **st,
+        )
+        if s["throughput_pipelined_ips"].notna().any():
+            ax.plot(
+                s["batch_size"],
+                s["throughput_pipelined_ips"],
+                ls="--",
+                color=st["color"],
+                alpha=0.6,
+                lw=1,
+                label="dashed: pipelined (no sync)",
+            )
+        _marks(ax, s, "batch_size", "throughput_ips")
+
+    return _per_panel(
+        agg,
+        "fig06_throughput_vs_batch",
+        "Throughput vs batch size (fig. 6)",
+        "Solid: batch / median synchronized latency (the paper's throughput), 95% CI bars. Dashed: "
+        "pipelined throughput (back-to-back iterations, no sync in between).",
+        "images/s",
+        draw,
+    )
+
+
+def latency_vs_batch(agg: pd.DataFrame) -> Figure:
+    """Fig. 8: median latency vs batch with a band up to the P99 (worst measurement)."""
+
+    def draw(ax, s, st):
+        ax.plot(s["batch_size"], s["latency_median_s"] * 1e3, label=series_label(s.iloc[0]), **st)
+        ax.fill_between(
+            s["batch_size"],
+            s["latency_median_s"] * 1e3,
+            s["latency_p99_s"] * 1e3,
+            color=st["color"],
+            alpha=0.18,
+            lw=0,
+        )
+        _marks(ax, s.assign(_ms=s["latency_median_s"] * 1e3), "batch_size", "_ms")
+
+    fig = _per_panel(
+        agg,
+        "fig08_latency_vs_batch",
+        "Latency vs batch size with P99 bands (fig. 8)",
+        "Line: median latency per batch (ms). Shaded band: from the median up to the P99 latency "
+        "(the worst P99 over sweep passes).",
+        "latency per batch (ms, log scale)",
+        draw,
+        logy=True,
+    )
+    return fig
+
+
+def memory_vs_batch(agg: pd.DataFrame) -> Figure:
+    """Fig. 9: peak memory vs batch, every stored memory figure labelled by its source."""
+    styles = {
+        "device_mem_used_bytes": ("-", "NVML device-wide used"),
+        "peak_mem_reserved_bytes": ("--", "process reserved"),
+        "peak_mem_allocated_bytes": (":", "process allocated"),
+        "host_rss_bytes": ("-.", "host RSS"),
+    }
+    have = [c for c in styles if c in agg and agg[c].notna().any()] if not agg.empty else []
+
+    def draw(ax, s, st):
+        drawn = [c for c in have if s[c].notna().any()]
+        for c in drawn:
+            ax.plot(
+                s["batch_size"],
+                s[c] / 2**30,
+                ls=styles[c][0],
+                color=st["color"],
+                marker=st["marker"],
+                ms=3,
+                label=series_label(s.iloc[0]) if c == drawn[0] else "_nolegend_",
+            )
+            ax.plot([], [], ls=styles[c][0], color="black", lw=1, label=styles[c][1])  # line-style key
+        if drawn:
+            _marks(ax, s.assign(_g=s[drawn[0]] / 2**30), "batch_size", "_g")
+
+    agg2 = agg.assign(_any=agg[have].max(axis=1)) if have else agg.assign(_any=np.nan)
+    return _per_panel(
+        agg2,
+        "fig09_memory_vs_batch",
+        "Peak memory vs batch size (fig. 9)",
+        "Solid: NVML device-wide used memory (includes the CUDA context and other processes: the "
+        "paper's way). Dashed: this process's allocator pool (reserved). Dotted: live tensors "
+        "(allocated). Dash-dot: host RSS of CPU runs. Maximum over repeats and sweep passes.",
+        "GiB",
+        draw,
+        need="_any",
+        why="unavailable: no memory figure stored",
+    )
+
+
+def speedup_vs_fp32(sp: pd.DataFrame) -> Figure:
+    """Fig. 11: throughput over FP32 at each batch."""
+
+    def draw(ax, s, st):
+        ax.plot(
+            s["batch_size"],
+            s["speedup"],
+            label=f"{series_label(s.iloc[0])} / {s.iloc[0]['baseline_engine']} fp32",
+            **st,
+        )
+        ax.axhline(1.0, color="gray", lw=0.8, ls=":")
+        _marks(ax, s, "batch_size", "speedup")
+
+    return _per_panel(
+        sp,
+        "fig11_speedup_vs_fp32",
+        "Speedup over FP32 (fig. 11)",
+        "Throughput of each precision over FP32 of the same engine (eager FP32 when the engine has "
+        "none) at the same platform, batch, memory format and threads.",
+        "× FP32",
+        draw,
+        why="unavailable: no precision measured beside FP32 at the same batch",
+    )
+
+
+def energy_vs_batch(
+    agg: pd.DataFrame, col: str, name: str, title: str, ylabel: str, scale: float = 1.0
+) -> Figure:
+    """Perf-per-watt or joules per image vs batch, where energy telemetry exists."""
+
+    def draw(ax, s, st):
+        ok = s[s[col].notna()]
+        ax.plot(ok["batch_size"], ok[col] * scale, label=series_label(s.iloc[0]), **st)
+        _marks(ax, ok.assign(_v=ok[col] * scale), "batch_size", "_v")
+
+    return _per_panel(
+        agg,
+        name,
+        title,
+        "From the telemetry joined to each configuration (mean power over its measured window).",
+        ylabel,
+        draw,
+        need=col,
+        why="unavailable: no energy telemetry in these runs",
+    )

@@ -1,0 +1,195 @@
+"""`deepgap report`: fixture store → self-contained HTML, tables, figures, flags; bad input writes nothing."""
+
+import os
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from fixtures_store import build_store
+
+from deepgap.cli import main
+from deepgap.report import TABLE_SPECS, write_report
+
+FIGURES = [
+    "fig05_thermal_timeline",
+    "fig06_throughput_vs_batch",
+    "fig07_median_latency",
+    "fig08_latency_vs_batch",
+    "fig09_memory_vs_batch",
+    "fig10_pareto",
+    "fig11_speedup_vs_fp32",
+    "fig_perf_per_watt",
+    "fig_joules_per_image",
+    "fig_speedup_vs_cpu",
+    "fig_cpu_thread_scaling",
+]
+
+
+@pytest.fixture(scope="module")
+def full(tmp_path_factory):
+    d = tmp_path_factory.mktemp("rep")
+    store = str(d / "fx.sqlite")
+    runs = build_store(store)
+    html = str(d / "out" / "report.html")
+    paths = write_report(store, html)
+    return {
+        "store": store,
+        "runs": runs,
+        "html": html,
+        "paths": paths,
+        "text": Path(html).read_text(encoding="utf-8"),
+    }
+
+
+def test_every_figure_and_table_is_written(full):
+    files = os.path.join(os.path.dirname(full["html"]), "report_files")
+    names = sorted(os.listdir(files))
+    assert [n for n in names if n.endswith(".png")] == sorted(f + ".png" for f in FIGURES)
+    csvs = {n[:-4] for n in names if n.endswith(".csv")}
+    assert csvs == set(TABLE_SPECS) | {"measurements", "environment"}
+    assert full["paths"][0] == os.path.abspath(full["html"]) and len(full["paths"]) == 1 + len(names)
+    # one embedded PNG per figure, each also a real PNG file on disk
+    assert len(re.findall(r'<img alt="[^"]*" src="data:image/png;base64,', full["text"])) == len(FIGURES)
+    for f in FIGURES:
+        with open(os.path.join(files, f + ".png"), "rb") as fh:
+            assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_self_contained_no_external_urls(full):
+    text = full["text"]
+    assert not re.search(r"(?i)https?://", text)
+    assert not re.search(r'(?i)(src|href)\s*=\s*"(//|[a-z]+:(?!image/png;base64))', text)
+    assert not re.search(r"(?i)<script|<link|@import|url\(", text)
+    # relative links only point into the report's own folder
+    for href in re.findall(r'href="([^"#][^"]*)"', text):
+        assert href.startswith("report_files/"), href
+
+
+def test_table1_environment_and_configurations(full):
+    text = full["text"]
+    assert "Table I — peak throughput per platform, model and precision" in text
+    # the int8 peak is bs32 (bs128 has wrong outputs), with its CI, runs and full configuration
+    assert "resnet18 eager int8 bs32 224px on Fixture GPU A (cuda)" in text and "16,000.0" in text
+    t1 = pd.read_csv(
+        os.path.join(os.path.dirname(full["html"]), "report_files", "table1_peak_throughput.csv")
+    )
+    assert len(t1) == 7 and {"batch_size", "throughput_ci_low_ips", "n_measurements", "n_runs"} <= set(
+        t1.columns
+    )
+    row = t1[(t1["model"] == "resnet18") & (t1["precision"] == "int8")].iloc[0]
+    assert row["batch_size"] == 32 and row["run_ids"] == full["runs"]["gpu"].run_id
+    for run in full["runs"].values():
+        assert f"run {run.run_id}" in text
+    assert "000.00 (fixture)" in text  # the GPU run's driver from its environment
+    assert "CUDA out of memory (fixture)" in text and "unavailable: eager has no int8" in text
+    assert "Your peaks beside the paper" in text and "NVIDIA L4" in text
+
+
+def test_flags_are_visible(full):
+    text = full["text"]
+    assert '<span class="flag">wrong-output(relL2=0.31)</span>' in text
+    assert '<span class="warn">ci-not-met</span>' in text
+    assert "1 (throttle:thermal)" in text  # the contaminated sweep pass left out, and said so
+    assert '<tr class="flagged">' in text and "flagged (see tables)" not in text  # legend text lives in PNGs
+    assert re.search(r'<span class="flag">\d+ flagged</span>', text)
+
+
+def test_cpu_only_store_without_telemetry(tmp_path):
+    store = str(tmp_path / "cpu.sqlite")
+    build_store(store, gpu=False)
+    html = str(tmp_path / "r.html")
+    write_report(store, html)
+    text = Path(html).read_text(encoding="utf-8")
+    assert "unavailable: no telemetry in these runs" in text
+    assert "unavailable: no energy telemetry in these runs" in text
+    assert "unavailable: needs a CPU run and another device" in text
+    assert len(re.findall(r'src="data:image/png;base64,', text)) == 6
+    assert sorted(os.listdir(tmp_path / "r_files")).count("fig_cpu_thread_scaling.png") == 1
+
+
+def test_store_with_no_result_and_run_selection(tmp_path, full):
+    from deepgap.store import Store
+
+    empty = str(tmp_path / "empty.sqlite")
+    Store(empty).close()
+    write_report(empty, str(tmp_path / "e.html"))
+    assert "No successful measurement" in (tmp_path / "e.html").read_text()
+    cpu_run = full["runs"]["cpu"].run_id
+    assert main(["report", full["store"], "-o", str(tmp_path / "one.html"), "--run", cpu_run]) == 0
+    text = (tmp_path / "one.html").read_text()
+    assert "Fixture CPU" in text and "Fixture GPU A" not in text
+
+
+def test_rewrite_replaces_atomically(tmp_path, full):
+    html = tmp_path / "r.html"
+    write_report(full["store"], str(html))
+    (tmp_path / "r_files" / "stale.csv").write_text("old")
+    write_report(full["store"], str(html), run_ids=[full["runs"]["cpu"].run_id])
+    assert not (tmp_path / "r_files" / "stale.csv").exists()
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".deepgap-report-")]
+
+
+def test_bad_input_writes_nothing(tmp_path, full, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "afile").write_text("x")
+    cases = [
+        (["report", str(tmp_path / "missing.sqlite"), "-o", str(out / "a.html")], "does not exist"),
+        (["report", full["store"], "-o", str(out / "afile" / "r.html")], "not a writable folder"),
+        (["report", full["store"], "-o", str(out)], "is a directory"),
+        (["report", full["store"], "-o", str(out / "b.html"), "--run", "20990101-000000-ffffff"], "no run"),
+        (["report", full["store"], "-o", str(out / "c.html"), "--size", "big"], "WIDTHxHEIGHT"),
+    ]
+    for argv, match in cases:
+        assert main(argv) == 2, argv
+        assert match in capsys.readouterr().err
+    assert sorted(os.listdir(out)) == ["afile"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write into read-only folders")
+def test_unwritable_folder(tmp_path, full, capsys):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        assert main(["report", full["store"], "-o", str(ro / "r.html")]) == 2
+        assert "not a writable folder" in capsys.readouterr().err and os.listdir(ro) == []
+    finally:
+        ro.chmod(0o700)
+
+
+@pytest.mark.slow
+def test_run_report_flag(tmp_path):
+    """`deepgap run --report` renders the run it just measured (real tinycnn measurement)."""
+    store, html = str(tmp_path / "s.sqlite"), str(tmp_path / "run.html")
+    assert (
+        main(
+            [
+                "run",
+                "--models",
+                "tinycnn",
+                "--batch-sizes",
+                "1,2",
+                "--iterations",
+                "3",
+                "--repeats",
+                "2",
+                "--warmup",
+                "1",
+                "--device",
+                "cpu",
+                "--threads",
+                "1",
+                "--store",
+                store,
+                "--quiet",
+                "--report",
+                html,
+            ]
+        )
+        == 0
+    )
+    text = Path(html).read_text(encoding="utf-8")
+    assert "tinycnn eager fp32 bs2 1 thread 32px" in text
+    assert os.path.exists(tmp_path / "run_files" / "fig06_throughput_vs_batch.png")
