@@ -1,0 +1,105 @@
+"""Telemetry end to end through the CLI and a real worker process, on scripted (fake) and CPU telemetry."""
+
+import pytest
+
+from deepgap.cli import main
+from deepgap.store import Store
+
+pytestmark = pytest.mark.slow
+
+TINY = ["--models", "tinycnn", "--device", "cpu", "--threads", "1", "--batch-sizes", "1,2", "--warmup", "1",
+        "--iterations", "3", "--repeats", "2", "--target-ci", "off", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def throttled(tmp_path_factory):
+    """A run on the fake throttling GPU, with idle baseline and thermal warm-up."""
+    d = tmp_path_factory.mktemp("tel")
+    cfg = d / "sweep.toml"
+    cfg.write_text('[options]\ntelemetry_backend = "fake:throttle"\n')
+    path = str(d / "s.sqlite")
+    argv = ["run", "--config", str(cfg), *TINY, "--energy-window", "0.05", "--idle-time", "0.2", "--sample-hz", "50",
+            "--thermal-warmup", "--thermal-window", "0.3", "--thermal-timeout", "5", "--store", path]
+    assert main(argv) == 0
+    return path
+
+
+def test_results_carry_aggregates_flags_and_samples(throttled):
+    s = Store(throttled, readonly=True)
+    df = s.results_frame()
+    assert len(df) == 2 and set(df["status"]) == {"ok"}
+    for e in df["extra"]:
+        t = e["telemetry"]
+        assert t["backend"] == "fake" and t["energy_source"] == "counter" and t["window_extended"]
+        assert t["mean_power_w"] == 100.0 and t["energy_j"] > 0 and t["joules_per_image"] > 0
+        assert t["idle_power_w"] == pytest.approx(100.0, rel=0.05) and t["dynamic_energy_j"] is not None
+        assert t["sm_clock_ref_mhz"] == 1100.0  # the thermal warm-up's steady clock
+        assert e["flags"] == ["thermal-throttle", "power-throttle"]
+    tel = s.telemetry_frame(df["run_id"][0])
+    phases = set(tel["phase"])
+    assert {"idle", "idle-summary", "thermal", "thermal-summary", "warmup", "measure"} <= phases
+    assert set(tel.loc[tel["phase"] == "measure", "result_id"]) == set(df["result_id"])
+    assert tel.loc[tel["phase"] == "idle", "result_id"].isna().all()  # run-level rows
+
+
+def test_run_level_summaries(throttled):
+    from deepgap.telemetry.runlevel import run_summaries
+
+    s = Store(throttled, readonly=True)
+    summ = run_summaries(s, s.runs()[-1]["run_id"])
+    (idle,), (thermal,) = summ["idle"], summ["thermal"]
+    assert idle["status"] == "ok" and idle["idle_power_source"] == "counter"
+    assert thermal["status"] == "ok" and thermal["steady"] and thermal["config"] == "tinycnn eager fp32 bs2 t1"
+
+
+def test_show_and_analysis_mark_flagged_rows(throttled, capsys):
+    assert main(["show", throttled]) == 0
+    out = capsys.readouterr().out
+    assert out.count("thermal-throttle") == 2 and "power-throttle" in out
+    from deepgap.analysis.frame import prepare
+
+    df = prepare(Store(throttled, readonly=True).results_frame())
+    assert df["flagged"].all() and (df["mean_power_w"] == 100.0).all()
+
+
+def test_cpu_backend_reports_unavailable_energy_cleanly(tmp_path):
+    path = str(tmp_path / "c.sqlite")
+    assert main(["run", *TINY, "--batch-sizes", "1", "--store", path]) == 0
+    s = Store(path, readonly=True)
+    (e,) = s.results_frame()["extra"]
+    t = e["telemetry"]
+    assert t["backend"] == "cpu" and t["status"] == "ok" and t["n_samples"] > 0
+    if t["energy_source"] != "counter":  # RAPL is root-only on most machines: said so, never guessed
+        assert t["energy_source"].startswith("unavailable:") and t["energy_j"] is None
+    from deepgap.telemetry.runlevel import run_summaries
+
+    (idle,) = run_summaries(s, s.runs()[-1]["run_id"])["idle"]
+    assert idle["status"] == "ok" or idle["status"].startswith("unavailable:")
+
+
+def test_bad_telemetry_flags_write_nothing(tmp_path, capsys):
+    path = tmp_path / "bad.sqlite"
+    assert main(["run", *TINY, "--sample-hz", "0", "--store", str(path)]) == 2
+    assert main(["run", *TINY, "--thermal-timeout", "-1", "--store", str(path)]) == 2
+    assert main(["run", *TINY, "--energy-window", "x", "--store", str(path)]) == 2
+    assert not path.exists()
+    err = capsys.readouterr().err
+    assert "sample rate" in err and "thermal_timeout_s" in err
+
+
+def test_monitor_plain_and_unavailable(capsys):
+    assert main(["monitor", "--backend", "fake:throttle", "--count", "3", "--interval", "0.01", "--plain"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("# fake:") and "clock-event reasons" in out[1] and len(out) == 5
+    assert all("sw_power_cap,sw_thermal_slowdown" in line for line in out[2:])
+    joules = [float(line.split()[3]) for line in out[2:]]
+    assert joules[0] == 0.0 and joules[2] > joules[1] > 0  # energy since the monitor started
+    assert main(["monitor", "--backend", "fake:unavailable", "--count", "1"]) == 1
+    assert "unavailable: fake backend" in capsys.readouterr().err
+    assert main(["monitor", "--interval", "0", "--count", "1"]) == 2
+
+
+def test_monitor_cpu(capsys):
+    assert main(["monitor", "--device", "cpu", "--count", "2", "--interval", "0.01", "--plain"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("# cpu:") and len(lines) == 4 and len(lines[2].split()) == 13
