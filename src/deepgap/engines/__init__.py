@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from typing import Any
 
 from deepgap.engines.base import ENGINES, Engine, Prepared
 
@@ -25,10 +26,10 @@ def load_engines() -> None:
     _loaded = True
 
 
-def get_engine(name: str) -> Engine:
-    """The engine registered as ``name`` (a `UsageError` for unknown names)."""
+def get_engine(name: str, options: dict[str, Any] | None = None) -> Engine:
+    """The engine registered as ``name``, given the sweep's ``options`` (a `UsageError` for unknown names)."""
     load_engines()
-    return ENGINES.get(name)()
+    return ENGINES.get(name)(options)
 
 
 __all__ = ["ENGINES", "Engine", "Prepared", "get_engine", "load_engines"]

@@ -38,6 +38,10 @@ class Engine(abc.ABC):
     description: ClassVar[str] = ""
     precisions: ClassVar[tuple[str, ...]] = ("fp32", "tf32", "fp16", "bf16")
 
+    def __init__(self, options: dict[str, Any] | None = None) -> None:
+        """``options`` are the sweep's free-form extras (``SweepSpec.options``), e.g. ``calibration_dir``."""
+        self.options: dict[str, Any] = dict(options or {})
+
     def available(self) -> str | None:
         """Why this engine cannot run in this Python environment at all (a missing package), or None."""
         return None

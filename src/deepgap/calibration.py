@@ -1,0 +1,146 @@
+"""Calibration images for post-training quantization (ONNX Runtime static INT8, TensorRT INT8).
+
+The seed study calibrated TensorRT on random Gaussian images and never said so; INT8 numbers are
+only meaningful when the calibration data is stated. Two sources, recorded in every result:
+
+- ``folder``: the user's images (sweep option ``calibration_dir``), a seeded sample of N files,
+  decoded to RGB (PIL), resized (shorter side to ``resolution × 256/224``), centre-cropped to the
+  resolution and normalized with the ImageNet mean/std — the torchvision evaluation transform;
+- ``synthetic`` (default): N seeded images of N(0, 1) pixels. That is the distribution of the
+  benchmark's own inputs and of the correctness check's images (drawn from other seeds, so
+  quantization is never calibrated on the images it is checked on).
+
+``fingerprint`` identifies the set (file contents or seed), and goes into every cache key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from deepgap.errors import UsageError
+
+DEFAULT_IMAGES = 64
+CALIBRATION_SEED_OFFSET = 7919  # keeps calibration images apart from the correctness/benchmark inputs
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".ppm", ".pgm", ".tif", ".tiff")
+
+
+@dataclass
+class CalibrationSet:
+    """N calibration images, ``images`` a float32 tensor (N, 3, R, R) on the CPU, and where they came from."""
+
+    images: Any
+    source: str  # "folder" | "synthetic"
+    fingerprint: str
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def batches(self, batch_size: int) -> Iterator[Any]:
+        """The images in order, ``batch_size`` at a time (the last batch may be smaller)."""
+        for i in range(0, int(self.images.shape[0]), batch_size):
+            yield self.images[i : i + batch_size]
+
+
+def options_count(options: dict[str, Any] | None) -> int:
+    """N from the sweep option ``calibration_images`` (default `DEFAULT_IMAGES`), validated."""
+    n = (options or {}).get("calibration_images", DEFAULT_IMAGES)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise UsageError(f"option calibration_images must be a positive integer, got {n!r}",
+                         "set e.g. calibration_images = 64")
+    return n
+
+
+def calibration_set(resolution: int, options: dict[str, Any] | None = None, seed: int = 0) -> CalibrationSet:
+    """The calibration set the sweep's ``options`` ask for (``calibration_dir``, ``calibration_images``)."""
+    options = options or {}
+    n = options_count(options)
+    directory = options.get("calibration_dir")
+    if directory:
+        return from_folder(str(directory), resolution, n, seed)
+    return synthetic(resolution, n, seed)
+
+
+def synthetic(resolution: int, n: int, seed: int = 0) -> CalibrationSet:
+    """N seeded N(0, 1) images: the benchmark's input distribution, never its correctness images."""
+    import torch
+
+    s = seed + CALIBRATION_SEED_OFFSET
+    g = torch.Generator().manual_seed(s)
+    images = torch.randn(n, 3, resolution, resolution, generator=g)
+    fp = hashlib.sha256(f"synthetic:normal:{s}:{n}:{resolution}".encode()).hexdigest()[:16]
+    info = {
+        "source": "synthetic", "images": n, "seed": s, "resolution": resolution,
+        "distribution": "N(0,1) per pixel, as the benchmark inputs (other seeds than the correctness images)",
+    }
+    return CalibrationSet(images=images, source="synthetic", fingerprint=fp, info=info)
+
+
+def list_images(directory: str) -> list[Path]:
+    """Image files under ``directory`` (recursive), sorted by relative path."""
+    root = Path(os.path.expanduser(directory))
+    if not root.is_dir():
+        raise UsageError(f"calibration_dir {directory!r} is not a folder", "point calibration_dir at a folder of images")
+    files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+    if not files:
+        raise UsageError(f"calibration_dir {directory!r} holds no images ({', '.join(IMAGE_SUFFIXES)})",
+                         "add images or drop calibration_dir to calibrate on the synthetic set")
+    return files
+
+
+def from_folder(directory: str, resolution: int, n: int, seed: int = 0) -> CalibrationSet:
+    """A seeded sample of ``n`` images from ``directory``, preprocessed as torchvision's evaluation transform."""
+    import torch
+
+    files = list_images(directory)
+    if len(files) > n:
+        files = sorted(random.Random(seed + CALIBRATION_SEED_OFFSET).sample(files, n))
+    h = hashlib.sha256(f"folder:{resolution}".encode())
+    images = []
+    for path in files:
+        data = path.read_bytes()
+        h.update(hashlib.sha256(data).digest())
+        images.append(preprocess(decode_rgb(path, data), resolution))
+    info = {
+        "source": "folder", "directory": str(Path(directory).expanduser().resolve()), "images": len(files),
+        "seed": seed + CALIBRATION_SEED_OFFSET, "resolution": resolution,
+        "transform": f"resize shorter side to {round(resolution * 256 / 224)}, centre crop {resolution}, ImageNet mean/std",
+    }
+    if len(files) < n:
+        info["note"] = f"asked for {n} images, the folder has {len(files)}"
+    return CalibrationSet(images=torch.stack(images), source="folder", fingerprint=h.hexdigest()[:16], info=info)
+
+
+def decode_rgb(path: Path, data: bytes):
+    """A uint8 (3, H, W) tensor of the image in RGB (PIL decodes; grey and RGBA are converted)."""
+    import io
+
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            arr = np.asarray(im.convert("RGB"))
+    except Exception as exc:
+        raise UsageError(f"calibration image {path} cannot be decoded ({type(exc).__name__}: {exc})",
+                         "remove it from calibration_dir") from None
+    return torch.from_numpy(arr.copy()).permute(2, 0, 1).contiguous()
+
+
+def preprocess(img, resolution: int):
+    """uint8 (3, H, W) → float32 (3, R, R): resize the shorter side, centre crop, ImageNet-normalize."""
+    import torch
+    from torchvision.transforms.v2 import functional as tvf
+
+    img = tvf.resize(img, [round(resolution * 256 / 224)], antialias=True)
+    img = tvf.center_crop(img, [resolution, resolution])
+    x = img.to(torch.float32) / 255.0
+    mean = torch.tensor(IMAGENET_MEAN).view(3, 1, 1)
+    std = torch.tensor(IMAGENET_STD).view(3, 1, 1)
+    return (x - mean) / std

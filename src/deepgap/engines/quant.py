@@ -1,0 +1,68 @@
+"""deepgap's own INT8/FP8 engine for NVIDIA tensor cores, built only on PyTorch and Triton (no TensorRT).
+
+Post-training quantization of torchvision ResNets: BatchNorm folded, per-channel weight scales,
+static activation scales (calibrated, cached), NHWC int8/fp8 activations, convolutions as fused
+implicit-GEMM Triton kernels, a per-layer fallback to fp16 where that is faster, one CUDA graph.
+The implementation lives in ``deepgap.quant``; docs/quant.md has the design and measurements.
+"""
+
+from __future__ import annotations
+
+import time
+
+from deepgap.engines.base import ENGINES, Engine, Prepared
+
+SUPPORTED_MODELS = (
+    "resnet18",
+    "resnet34",
+    "resnet50",
+    "resnet101",
+    "resnet152",
+    "wide_resnet50_2",
+    "wide_resnet101_2",
+)
+NEEDS_GPU = (
+    "unavailable: quant engine needs a CUDA GPU with int8 tensor cores (compute capability ≥ 8.0; fp8 ≥ 8.9)"
+)
+
+
+@ENGINES.register("quant")
+class QuantEngine(Engine):
+    """Quantized ResNets through Triton kernels, ``torch._int_mm`` and ``torch._scaled_mm``."""
+
+    name = "quant"
+    description = (
+        "INT8/FP8 post-training quantization (Triton implicit-GEMM, fused epilogues, CUDA graph); ResNets"
+    )
+    precisions = ("int8", "fp8")
+
+    def supports(self, spec, caps):  # noqa: D102
+        why = super().supports(spec, caps)
+        if why:
+            return why
+        if caps.kind != "cuda":
+            return NEEDS_GPU
+        cc = caps.compute_capability or (0, 0)
+        need = (8, 9) if spec.precision == "fp8" else (8, 0)
+        if cc < need:
+            return f"{NEEDS_GPU}; {caps.name} has {cc[0]}.{cc[1]}"
+        if spec.model not in SUPPORTED_MODELS:
+            return (
+                "unavailable: the quant engine converts torchvision ResNets "
+                f"({', '.join(SUPPORTED_MODELS)}); "
+                f"{spec.model} is not one"
+            )
+        return None
+
+    def prepare(self, model, spec, example):  # noqa: D102
+        import torch
+
+        from deepgap.quant.engine import prepare_quant
+
+        t0 = time.perf_counter()
+        res = prepare_quant(
+            model, spec.precision, spec.batch_size, spec.resolution, spec.model, device=spec.device
+        )
+        return Prepared(
+            run=res.run, input_dtype=torch.float16, setup_s=time.perf_counter() - t0, info=res.info
+        )

@@ -1,0 +1,178 @@
+"""Engines end to end on the CPU: real worker processes, the store, correctness, skips with reasons."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import deepgap
+from deepgap.records import Status
+
+CPU_ENGINES = ("eager", "compile", "onnxruntime")  # every engine family that runs on a CPU
+GPU_ONLY = ("cudagraph", "tensorrt", "onnxruntime-trt")
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    path = tmp_path / "cache"
+    monkeypatch.setenv("DEEPGAP_CACHE", str(path))  # the spawned worker inherits it
+    return path
+
+
+def _by(results):
+    return {(r.spec.engine, r.spec.precision, r.spec.batch_size): r for r in results}
+
+
+@pytest.mark.slow
+def test_cpu_engines_run_tinycnn_at_two_batch_sizes(tmp_path, tiny_spec, cache):
+    spec = tiny_spec.replace(engines=CPU_ENGINES + GPU_ONLY, precisions=("fp32", "int8"), batch_sizes=(1, 3))
+    res = deepgap.run(spec, store=str(tmp_path / "s.sqlite"))
+    by = _by(res.results)
+    assert len(by) == len(spec.engines) * 2 * 2
+    for engine, precision in [(e, "fp32") for e in CPU_ENGINES] + [("onnxruntime", "int8")]:
+        for bs in (1, 3):
+            r = by[(engine, precision, bs)]
+            assert r.status == Status.OK, (engine, precision, bs, r.reason)
+            corr = r.extra["correctness"]
+            assert corr["flagged"] is False and corr["n_images"] == bs
+            assert corr["rel_l2"] < (1e-5 if precision == "fp32" else 0.25)
+            assert r.latency.n == 6 and r.throughput_ips > 0
+    # compile time is its own metric, outside the timed window
+    info = by[("compile", "fp32", 3)].extra["engine_info"]
+    assert info["compile_s"] > 0 and info["graph_breaks"] == 0 and info["mode"] == "default"
+    assert by[("compile", "fp32", 3)].extra["setup_s"] >= info["compile_s"]
+    # one ONNX export serves both batch sizes; the int8 model is quantized once, from a stated calibration set
+    assert by[("onnxruntime", "fp32", 1)].extra["engine_info"]["onnx_cache"] == "miss"
+    assert by[("onnxruntime", "fp32", 3)].extra["engine_info"]["onnx_cache"] == "hit"
+    q1, q3 = (by[("onnxruntime", "int8", b)].extra["engine_info"] for b in (1, 3))
+    assert (q1["quant_cache"], q3["quant_cache"]) == ("miss", "hit")
+    assert q1["calibration"]["source"] == "synthetic" and q1["quantization"]["format"] == "QDQ"
+    assert list(cache.glob("ort-int8/*.onnx")) and list(cache.glob("onnx/*.onnx"))
+    # what cannot run here is stored as skipped, with the reason
+    for engine in GPU_ONLY:
+        r = by[(engine, "fp32", 1)]
+        assert r.status == Status.SKIPPED and ("CPU" in r.reason or "unavailable" in r.reason), r.reason
+    assert "does not run int8" in by[("eager", "int8", 1)].reason
+    df = res.to_pandas()
+    assert (df["status"] == "skipped").sum() == len(df) - 8 and df["reason"][df["status"] == "skipped"].str.len().min() > 10
+
+
+def test_tensorrt_absent_says_why():
+    pytest.importorskip("onnxruntime")
+    try:
+        import tensorrt  # noqa: F401
+
+        pytest.skip("tensorrt is installed here")
+    except ImportError:
+        pass
+    from deepgap.engines import get_engine
+
+    why = get_engine("tensorrt").available()
+    assert why.startswith("unavailable: tensorrt is not installed")
+
+
+_BROKEN = textwrap.dedent(
+    """
+    import json, sys, torch
+    from deepgap.engines import ENGINES, Engine, Prepared, load_engines
+    from deepgap.engines.eager import to_device
+    from deepgap.records import ConfigSpec
+    from deepgap.store import Store
+    from deepgap.timing import TimingPlan
+    from deepgap.worker import MeasureRequest, WorkerState, measure
+
+    load_engines()
+
+    @ENGINES.register("bgr-bug")
+    class ChannelOrderBug(Engine):  # a plausible layout bug: RGB fed as BGR
+        name = "bgr-bug"
+        def prepare(self, model, spec, example):
+            model = to_device(model, spec)
+            return Prepared(run=lambda x: model(x.flip(1)), input_dtype=torch.float32)
+
+    @ENGINES.register("fast-garbage")
+    class FastGarbage(Engine):  # the fastest engine there is: it computes nothing
+        name = "fast-garbage"
+        def prepare(self, model, spec, example):
+            out = torch.zeros(spec.batch_size, 10)
+            return Prepared(run=lambda x: out, input_dtype=torch.float32)
+
+    state = WorkerState("cpu")
+    store = Store(sys.argv[1])
+    run_id = store.begin_run({}, "test", {"device_name": "cpu"}, "0")
+    plan = TimingPlan(warmup=1, iterations=3, repeats=2)
+    out = {}
+    for engine, transfer in (("eager", False), ("bgr-bug", False), ("fast-garbage", False), ("eager", True)):
+        spec = ConfigSpec(model="tinycnn", engine=engine, precision="fp32", batch_size=4, device="cpu",
+                          resolution=32, threads=1, include_transfer=transfer)
+        res = measure(state, MeasureRequest(spec=spec, plan=plan))
+        store.record(run_id, res)
+        out[engine + ("+transfer" if transfer else "")] = {
+            "status": res.status.value, "reason": res.reason, "correctness": res.extra.get("correctness"),
+            "transfer": res.extra.get("transfer")}
+    store.finish_run(run_id)
+    print(json.dumps(out))
+    """
+)
+
+
+@pytest.mark.slow
+def test_correctness_flags_a_broken_engine_and_recommend_never_picks_it(tmp_path):
+    from deepgap.analysis.frame import aggregate, prepare
+    from deepgap.analysis.recommend import recommend
+    from deepgap.store import Store
+
+    store_path = str(tmp_path / "broken.sqlite")
+    proc = subprocess.run([sys.executable, "-c", _BROKEN, store_path], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert all(v["status"] == "ok" for v in out.values()), out
+    assert out["eager"]["correctness"]["flagged"] is False
+    for broken in ("bgr-bug", "fast-garbage"):
+        c = out[broken]["correctness"]
+        assert c["flagged"] is True and not c["rel_l2"] <= c["bound_rel_l2"], c
+    # --include-transfer on a CPU: nothing to copy, and the result says so rather than pretending
+    assert out["eager+transfer"]["transfer"].startswith("none") and out["eager"]["transfer"] is None
+    store = Store(store_path, readonly=True)
+    try:
+        agg = aggregate(prepare(store.results_frame()))
+    finally:
+        store.close()
+    fastest = agg.sort_values("throughput_ips", ascending=False).iloc[0]
+    assert fastest["engine"] == "fast-garbage" and fastest["flagged"]  # it would win an honest-looking table …
+    (rec,) = recommend(agg)
+    assert rec.choice is not None and rec.choice["engine"] == "eager"  # … and is never recommended
+
+
+def test_compile_failure_is_an_error_with_the_compilers_message():
+    import torch
+    import torch._inductor.config as inductor_config
+
+    from deepgap.engines import get_engine
+    from deepgap.engines.torch_compile import CompileFailed
+    from deepgap.models import build_model
+    from deepgap.records import ConfigSpec
+
+    spec = ConfigSpec(model="tinycnn", engine="compile", precision="fp32", batch_size=2, device="cpu", resolution=32)
+    with inductor_config.patch({"cpp.cxx": ("/nonexistent/c++",), "fx_graph_cache": False}), \
+            pytest.raises(CompileFailed, match=r"torch.compile\(mode=default, freezing=False\) failed: .*compiler"):
+        get_engine("compile").prepare(build_model("tinycnn", 32), spec, torch.randn(2, 3, 32, 32))
+    assert inductor_config.freezing is False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("DEEPGAP_TEST_ALL_ENGINES"),
+                    reason="~1 min of Inductor compilation on a 2-core CPU; set DEEPGAP_TEST_ALL_ENGINES=1")
+def test_every_compile_variant_on_cpu(tmp_path, tiny_spec, cache):
+    engines = ("compile-max-autotune", "compile-reduce-overhead", "compile-freeze")
+    res = deepgap.run(tiny_spec.replace(engines=engines, batch_sizes=(1, 3)), store=str(tmp_path / "s.sqlite"))
+    assert len(res.results) == 6
+    for r in res.results:
+        assert r.status == Status.OK, (r.spec.engine, r.reason)
+        assert r.extra["correctness"]["rel_l2"] < 1e-5
+    freeze = [r for r in res.results if r.spec.engine == "compile-freeze"][0].extra["engine_info"]
+    assert freeze["freezing"] is True and freeze["mode"] == "reduce-overhead"
