@@ -1,0 +1,126 @@
+"""``deepgap peaks``: measure the device's ceilings (matmul per precision, memory bandwidth), stored."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from deepgap.api import DEFAULT_STORE
+
+NAME = "peaks"
+HELP = "measure the device's ceilings (matmul TFLOP/s per precision, memory GB/s) beside its spec sheet"
+ORDER = 20
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    p.add_argument("--store", default=DEFAULT_STORE, help=f"SQLite store (default {DEFAULT_STORE})")
+    p.add_argument("--size", type=int, help="matmul n for n×n×n (default 8192 on GPUs, 2048 on CPUs)")
+    p.add_argument("--bandwidth-mib", type=int, help="copy buffer MiB (default 1024 on GPUs, 256 on CPUs)")
+    p.add_argument("--only", help="comma-separated subset of fp32,tf32,fp16,bf16,int8,fp8,memory")
+    p.add_argument(
+        "--repeats", type=int, default=5, help="timed loops per ceiling; the median is kept (default 5)"
+    )
+    p.add_argument("--no-store", action="store_true", help="print only, store nothing")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _validate(args: argparse.Namespace) -> tuple[str, tuple[str, ...]]:
+    from deepgap.api import resolve_device
+    from deepgap.errors import UsageError
+    from deepgap.roofline.peaks import NAMES
+    from deepgap.store import check_path
+
+    names = NAMES
+    if args.only:
+        names = tuple(n.strip() for n in args.only.split(",") if n.strip())
+        bad = [n for n in names if n not in NAMES]
+        if bad or not names:
+            raise UsageError(
+                f"--only {args.only!r} names unknown ceilings {bad}", f"choose from {','.join(NAMES)}"
+            )
+    for flag, v in (("size", args.size), ("bandwidth-mib", args.bandwidth_mib), ("repeats", args.repeats)):
+        if v is not None and v < 1:
+            raise UsageError(f"--{flag} must be a positive integer, not {v}", f"pass e.g. --{flag} 4")
+    if not args.no_store:
+        check_path(args.store)
+    return resolve_device(args.device), names
+
+
+def main(args: argparse.Namespace) -> int:  # noqa: D103
+    from deepgap import __version__, envinfo
+    from deepgap.roofline import storage
+    from deepgap.roofline.peaks import measure_peaks
+    from deepgap.roofline.specs import spec_for, spec_peak
+
+    device, names = _validate(args)
+    bw = args.bandwidth_mib << 20 if args.bandwidth_mib else None
+    peaks = measure_peaks(device, args.size, bw, names, args.repeats)
+    env = envinfo.collect(device)
+    spec = spec_for(env.get("device_name")) if device.startswith("cuda") else None
+    run_id = None
+    if not args.no_store:
+        from deepgap.store import Store
+
+        store = Store(args.store)
+        try:
+            run_id = store.begin_run(
+                {
+                    "kind": "peaks",
+                    "device": device,
+                    "size": args.size,
+                    "bandwidth_mib": args.bandwidth_mib,
+                    "names": list(names),
+                    "repeats": args.repeats,
+                },
+                " ".join(["deepgap", *sys.argv[1:]]),
+                env,
+                __version__,
+            )
+            storage.record_peaks(store, run_id, peaks)
+            store.finish_run(run_id)
+        finally:
+            store.close()
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "run_id": run_id,
+                    "device": device,
+                    "device_name": env.get("device_name"),
+                    "spec": spec,
+                    "peaks": [p.to_dict() for p in peaks],
+                },
+                indent=1,
+                default=str,
+            )
+        )
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(
+        "ceiling",
+        "measured",
+        "unit",
+        "spec sheet",
+        "% of spec",
+        "how / why not",
+        title=f"ceilings of {env.get('device_name')} ({device})"
+        + (f" — spec row: {spec['gpu']}" if spec else ""),
+    )
+    for p in peaks:
+        s = spec_peak(spec, p.name)
+        val = f"{p.value:,.2f}" if p.value is not None else "—"
+        pct = f"{100 * p.value / s:.0f}%" if p.value is not None and s else ""
+        how = (
+            (f"{p.details.get('op', '')} n={p.details['m']}" if "m" in p.details else p.details.get("op", ""))
+            if p.status == "ok"
+            else p.reason
+        )
+        t.add_row(p.name, val, p.unit, f"{s:,.1f}" if s else "—", pct, how)
+    Console(width=None if Console().is_terminal else 160).print(t)
+    if run_id:
+        print(f"stored as run {run_id} in {args.store}")
+    return 0

@@ -1,0 +1,407 @@
+"""Roofline figures and the "theoretical vs measured time" table, as pure functions of DataFrames.
+
+Each function takes frames (from `deepgap.store.Store.results_frame` and `deepgap.roofline.storage`) and
+returns a matplotlib ``Figure`` (``matplotlib.figure.Figure``, no pyplot state) or a DataFrame; the report
+renders them.
+Spec ceilings are dashed, measured ceilings solid, one colour per precision; a figure that has nothing to show
+says "unavailable: <why>" in its body instead of being empty. ``python -m deepgap.roofline.render STORE DIR``
+writes every figure (PNG) and table (CSV) of a store.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from deepgap.roofline import model as rm
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+PREC_COLORS = {
+    "fp32": "#1f77b4",
+    "tf32": "#17becf",
+    "fp16": "#d62728",
+    "bf16": "#ff7f0e",
+    "int8": "#2ca02c",
+    "fp8": "#9467bd",
+}
+CLUSTER_COLORS = {
+    "convolution": "#1f77b4",
+    "gemm": "#d62728",
+    "attention": "#9467bd",
+    "normalization": "#ff7f0e",
+    "elementwise": "#2ca02c",
+    "reduction": "#8c564b",
+    "pooling": "#e377c2",
+    "copy": "#7f7f7f",
+    "optimizer": "#bcbd22",
+    "other": "#17becf",
+}
+MARKERS = "osD^vP*Xh<>p"
+
+
+def _figure(w: float = 7.5, h: float = 5.0, ncols: int = 1, nrows: int = 1):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(w * ncols, h * nrows), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    return fig, [a for row in axes for a in row]
+
+
+def _unavailable(ax, why: str) -> None:
+    ax.text(0.5, 0.5, f"unavailable: {why}", ha="center", va="center", transform=ax.transAxes, wrap=True)
+    ax.set_axis_off()
+
+
+def _draw_ceilings(ax, ceilings: list[rm.Ceiling], x_lo: float, x_hi: float) -> None:
+    import numpy as np
+
+    xs = np.logspace(np.log10(x_lo), np.log10(x_hi), 200)
+    for c in ceilings:
+        style = "--" if c.source == "spec" else "-"
+        ax.plot(
+            xs,
+            c.attainable_tflops(xs),
+            style,
+            color=PREC_COLORS.get(c.precision, "k"),
+            lw=1.3,
+            alpha=0.8,
+            label=f"{c.label}: {c.peak_tflops:,.3g} TFLOP/s, {c.bandwidth_gb_s:,.4g} GB/s",
+        )
+
+
+def _spec_for_frame(df: pd.DataFrame, spec_row: dict[str, Any] | None) -> dict[str, Any] | None:
+    from deepgap.roofline.specs import spec_for
+
+    if spec_row is not None or df is None or len(df) == 0 or "device_name" not in df:
+        return spec_row
+    return spec_for(str(df["device_name"].iloc[0]))
+
+
+def _axes_labels(ax, title: str, xlabel: str) -> None:
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("TFLOP/s")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="both", alpha=0.25)
+
+
+def roofline_figure(
+    results_df: pd.DataFrame | None,
+    peaks_df: pd.DataFrame | None = None,
+    spec_row: dict[str, Any] | None = None,
+    *,
+    profiles_df: pd.DataFrame | None = None,
+    bytes_model: str = "traffic",
+    title: str | None = None,
+) -> Figure:
+    """Model-level roofline: every measured configuration at (intensity, achieved TFLOP/s) under its ceilings.
+
+    Args:
+        results_df: ``Store.results_frame`` rows (inference); failed rows are ignored. Roofline columns are
+            added with `deepgap.roofline.model.add_roofline_columns` when missing.
+        peaks_df: `storage.peaks_frame` (measured ceilings), or None.
+        spec_row: a `specs.spec_for` row; None looks it up from the first row's ``device_name``.
+        profiles_df: `storage.profiles_frame` rows, drawn as triangles (training steps and profiled passes).
+        bytes_model: ``traffic`` (eager estimate) or ``min`` (lower bound) for the intensity axis.
+        title: figure title.
+    """
+    import numpy as np
+
+    fig, (ax,) = _figure()
+    pts = []  # (model, precision, label, ai, tflops, marker-kind)
+    if results_df is not None and len(results_df):
+        ok = results_df[results_df["status"] == "ok"]
+        if len(ok) and "intensity_flop_per_byte" not in ok:
+            ok = rm.add_roofline_columns(ok, peaks_df, spec_row, bytes_model)
+        for _, r in ok.iterrows():
+            pts.append(
+                (
+                    r["model"],
+                    r["precision"],
+                    f"bs{int(r['batch_size'])}",
+                    r["intensity_flop_per_byte"],
+                    r["achieved_tflops"],
+                    "infer",
+                )
+            )
+    if profiles_df is not None and len(profiles_df):
+        for _, r in profiles_df[profiles_df["status"] == "ok"].iterrows():
+            b = r["min_bytes_per_step"] if bytes_model == "min" else r["bytes_per_step"]
+            pts.append(
+                (
+                    r["model"],
+                    r["precision"],
+                    f"{r['mode']} bs{int(r['batch_size'])}",
+                    r["flops_per_step"] / b if b else np.nan,
+                    r["achieved_tflops"],
+                    r["mode"],
+                )
+            )
+    pts = [p for p in pts if p[3] == p[3] and p[4] == p[4] and p[3] > 0 and p[4] > 0]
+    if not pts:
+        _unavailable(ax, "no successful configuration with FLOPs and bytes to place on a roofline")
+        return fig
+    frame = results_df if results_df is not None and len(results_df) else profiles_df
+    spec_row = _spec_for_frame(frame, spec_row)
+    dev = str(frame["device_name"].iloc[0]) if "device_name" in frame and len(frame) else None
+    precs = sorted({p[1] for p in pts}, key=lambda x: rm.PRECISIONS.index(x) if x in rm.PRECISIONS else 99)
+    ceilings = [c for p in precs for c in rm.ceilings(p, peaks_df, spec_row, dev)]
+    ais = [p[3] for p in pts] + [c.ridge_flop_per_byte for c in ceilings]
+    _draw_ceilings(ax, ceilings, min(ais) / 3, max(ais) * 3)
+    models = sorted({p[0] for p in pts})
+    for p in pts:
+        m = "^" if p[5] == "train" else MARKERS[models.index(p[0]) % len(MARKERS)]
+        ax.scatter(
+            p[3], p[4], marker=m, color=PREC_COLORS.get(p[1], "k"), edgecolor="k", lw=0.4, s=42, zorder=3
+        )
+        ax.annotate(f"{p[0]} {p[2]}", (p[3], p[4]), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    for i, mname in enumerate(models):
+        ax.scatter([], [], marker=MARKERS[i % len(MARKERS)], color="w", edgecolor="k", label=mname)
+    if any(p[5] == "train" for p in pts):
+        ax.scatter([], [], marker="^", color="w", edgecolor="k", label="training step")
+    xl = "Arithmetic intensity (FLOP/byte, " + (
+        "eager-traffic estimate)" if bytes_model == "traffic" else "minimum bytes)"
+    )
+    _axes_labels(ax, title or f"Model-level roofline{' — ' + dev if dev else ''}", xl)
+    ax.legend(fontsize=6, loc="lower right")
+    return fig
+
+
+def _profile_title(row: Any) -> str:
+    return f"{row['model']} {row['mode']} {row['precision']} bs{int(row['batch_size'])}"
+
+
+def cluster_roofline_figure(
+    kernels_df: pd.DataFrame | None,
+    peaks_df: pd.DataFrame | None = None,
+    spec_row: dict[str, Any] | None = None,
+    *,
+    profiles_df: pd.DataFrame | None = None,
+    source: str = "torch",
+    max_panels: int = 6,
+) -> Figure:
+    """Kernel-cluster rooflines (the seed's Figs. 2–4): one panel per profile, point size ∝ share of GPU time.
+
+    Args:
+        kernels_df: `storage.kernels_frame` rows (per kernel name, per step).
+        peaks_df: measured ceilings, or None.
+        spec_row: spec-sheet row, or None (looked up from ``profiles_df``'s device name).
+        profiles_df: `storage.profiles_frame`, for panel titles, precisions and device names.
+        source: ``torch`` (FLOPs attributed from the op counter; elementwise estimate included) or ``ncu``
+            (CUDA-core FLOPs and DRAM bytes from Nsight Compute counters).
+        max_panels: at most this many profiles.
+    """
+    from deepgap.roofline.trace import cluster_table
+
+    df = kernels_df[kernels_df["source"] == source] if kernels_df is not None and len(kernels_df) else None
+    pids = list(dict.fromkeys(df["profile_id"]))[:max_panels] if df is not None else []
+    if not pids:
+        fig, (ax,) = _figure()
+        _unavailable(
+            ax,
+            f"no {source} kernel profiles in the store"
+            + (" (run deepgap profile --ncu on a machine with Nsight Compute)" if source == "ncu" else ""),
+        )
+        return fig
+    ncols = min(len(pids), 3)
+    fig, axes = _figure(6.0, 4.6, ncols, (len(pids) + ncols - 1) // ncols)
+    for ax in axes[len(pids) :]:
+        ax.set_axis_off()
+    prof = profiles_df.set_index("profile_id") if profiles_df is not None and len(profiles_df) else None
+    for ax, pid in zip(axes, pids, strict=False):
+        ct = cluster_table(df[df["profile_id"] == pid])
+        row = prof.loc[pid] if prof is not None and pid in prof.index else None
+        prec = row["precision"] if row is not None else "fp32"
+        dev = row["device_name"] if row is not None and "device_name" in row else None
+        srow = (
+            spec_row
+            if spec_row is not None
+            else _spec_for_frame(prof.loc[[pid]].reset_index() if row is not None else None, None)
+        )
+        on = ct[(ct["intensity_flop_per_byte"] > 0) & (ct["achieved_tflops"] > 0)]
+        off = ct.drop(on.index)
+        if not len(on):
+            _unavailable(ax, "no cluster with both FLOPs and bytes")
+            continue
+        cs = rm.ceilings(prec, peaks_df, srow, dev)
+        ais = list(on["intensity_flop_per_byte"]) + [c.ridge_flop_per_byte for c in cs]
+        _draw_ceilings(ax, cs, min(ais) / 3, max(ais) * 3)
+        for _, c in on.iterrows():
+            ax.scatter(
+                c["intensity_flop_per_byte"],
+                c["achieved_tflops"],
+                s=30 + 900 * c["time_share"],
+                alpha=0.7,
+                color=CLUSTER_COLORS.get(c["cluster"], "k"),
+                edgecolor="k",
+                lw=0.4,
+                zorder=3,
+                label=f"{c['cluster']} ({100 * c['time_share']:.0f}% time)",
+            )
+        if len(off):
+            ax.text(
+                0.01,
+                0.01,
+                "not plotted (no FLOPs): "
+                + ", ".join(
+                    f"{c} {100 * s:.0f}%" for c, s in off[["cluster", "time_share"]].itertuples(index=False)
+                ),
+                transform=ax.transAxes,
+                fontsize=6,
+                va="bottom",
+            )
+        _axes_labels(
+            ax,
+            (_profile_title(row) if row is not None else f"profile {pid}") + f" [{source}]",
+            "Arithmetic intensity (FLOP/byte)",
+        )
+        ax.legend(fontsize=6, loc="best")
+    return fig
+
+
+def theoretical_vs_measured(
+    profiles_df: pd.DataFrame | None = None,
+    results_df: pd.DataFrame | None = None,
+    peaks_df: pd.DataFrame | None = None,
+    spec_row: dict[str, Any] | None = None,
+) -> pd.DataFrame:
+    """The seed's table "theoretical time vs measured time", per configuration and ceiling (spec, measured).
+
+    Columns: model, mode, precision, batch_size, device_name, flops_per_step, bytes_per_step, ceiling,
+    peak_tflops, bandwidth_gb_s, theoretical_compute_s (FLOPs / peak, the seed's eq. 6), theoretical_memory_s
+    (bytes / bandwidth), theoretical_s (the larger), limiter, measured_s, measured_over_theoretical,
+    achieved_tflops, fraction_of_peak. Inference rows come from ``results_df`` (one per result: a batch's
+    median latency is the measured time), profile rows from ``profiles_df``.
+    """
+    import pandas as pd
+
+    from deepgap.roofline.flops import model_cost
+
+    items: list[dict[str, Any]] = []
+    if profiles_df is not None and len(profiles_df):
+        for _, r in profiles_df[profiles_df["status"] == "ok"].iterrows():
+            items.append(
+                dict(
+                    model=r["model"],
+                    mode=r["mode"],
+                    precision=r["precision"],
+                    batch_size=int(r["batch_size"]),
+                    device_name=r.get("device_name", ""),
+                    flops_per_step=r["flops_per_step"],
+                    bytes_per_step=r["bytes_per_step"],
+                    measured_s=r["step_time_median_s"],
+                )
+            )
+    if results_df is not None and len(results_df):
+        for _, r in results_df[results_df["status"] == "ok"].iterrows():
+            try:
+                cost = model_cost(str(r["model"]), int(r["resolution"]), "infer")
+            except Exception:
+                continue
+            b = int(r["batch_size"])
+            prec = r["precision"] if r["precision"] in rm.PRECISIONS else "fp32"
+            items.append(
+                dict(
+                    model=r["model"],
+                    mode="infer",
+                    precision=r["precision"],
+                    batch_size=b,
+                    device_name=r.get("device_name", ""),
+                    flops_per_step=cost.flops(b),
+                    bytes_per_step=cost.traffic_bytes(b, prec),
+                    measured_s=r["latency_median_s"],
+                )
+            )
+    rows = []
+    for it in items:
+        srow = spec_row if spec_row is not None else _spec_for_frame(pd.DataFrame([it]), None)
+        for c in rm.ceilings(it["precision"], peaks_df, srow, it["device_name"]):
+            t = rm.theoretical_time(
+                it["flops_per_step"], c.peak_tflops, it["bytes_per_step"], c.bandwidth_gb_s
+            )
+            ach = it["flops_per_step"] / it["measured_s"] / 1e12 if it["measured_s"] else float("nan")
+            rows.append(
+                {
+                    **it,
+                    "ceiling": c.source,
+                    "peak_tflops": c.peak_tflops,
+                    "bandwidth_gb_s": c.bandwidth_gb_s,
+                    "theoretical_compute_s": t.compute_s,
+                    "theoretical_memory_s": t.memory_s,
+                    "theoretical_s": t.bound_s,
+                    "limiter": t.limiter,
+                    "measured_over_theoretical": it["measured_s"] / t.bound_s if t.bound_s else float("nan"),
+                    "achieved_tflops": ach,
+                    "fraction_of_peak": rm.fraction(ach, c.peak_tflops),
+                }
+            )
+    cols = [
+        "model",
+        "mode",
+        "precision",
+        "batch_size",
+        "device_name",
+        "flops_per_step",
+        "bytes_per_step",
+        "ceiling",
+        "peak_tflops",
+        "bandwidth_gb_s",
+        "theoretical_compute_s",
+        "theoretical_memory_s",
+        "theoretical_s",
+        "limiter",
+        "measured_s",
+        "measured_over_theoretical",
+        "achieved_tflops",
+        "fraction_of_peak",
+    ]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def seed_reference_table() -> pd.DataFrame:
+    """The seed study's T4/L4/V100 training-step rows (see `deepgap.roofline.specs.load_study`)."""
+    from deepgap.roofline.specs import load_study
+
+    return load_study()
+
+
+def seed_roofline_figure() -> Figure:
+    """The seed's Fig. 1 redrawn from its own table: three FP32 rooflines and its nine model points."""
+    import numpy as np
+
+    df = seed_reference_table()
+    fig, (ax,) = _figure()
+    colors = {"NVIDIA T4": "#1f77b4", "NVIDIA L4": "#d62728", "NVIDIA V100": "#2ca02c"}
+    xs = np.logspace(-1, 3, 200)
+    for gpu, g in df.groupby("gpu", sort=False):
+        peak, bw = float(g["peak_fp32_tflops"].iloc[0]), float(g["bandwidth_gb_s"].iloc[0])
+        ax.plot(
+            xs,
+            rm.attainable_tflops(xs, peak, bw),
+            "--",
+            color=colors.get(gpu, "k"),
+            label=f"{gpu} spec fp32: {peak} TFLOP/s, {bw:.0f} GB/s",
+        )
+    models = list(dict.fromkeys(df["model"]))
+    for _, r in df.iterrows():
+        ax.scatter(
+            r["intensity_flop_per_byte"],
+            r["gflop_s"] / 1e3,
+            color=colors.get(r["gpu"], "k"),
+            marker=MARKERS[models.index(r["model"])],
+            edgecolor="k",
+            s=45,
+            zorder=3,
+        )
+    for i, m in enumerate(models):
+        ax.scatter([], [], marker=MARKERS[i], color="w", edgecolor="k", label=m)
+    _axes_labels(
+        ax,
+        "Seed study (T4/L4/V100 training step, ncu CUDA-core FLOPs; tensor-core work not counted)",
+        "Arithmetic intensity (FLOP/byte, DRAM)",
+    )
+    ax.legend(fontsize=6, loc="lower right")
+    return fig

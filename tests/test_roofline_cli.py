@@ -1,0 +1,200 @@
+"""``deepgap peaks`` / ``deepgap profile`` end to end on the CPU, the store tables, and the figures."""
+
+from __future__ import annotations
+
+import os
+
+import pandas as pd
+import pytest
+
+from deepgap.cli import main
+from deepgap.roofline import figures, render, storage
+from deepgap.store import Store
+
+
+@pytest.fixture(scope="module")
+def store_path(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("rl") / "s.sqlite")
+    assert (
+        main(
+            [
+                "peaks",
+                "--device",
+                "cpu",
+                "--size",
+                "128",
+                "--bandwidth-mib",
+                "8",
+                "--repeats",
+                "2",
+                "--store",
+                path,
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "profile",
+                "--model",
+                "tinycnn",
+                "--batch-size",
+                "2",
+                "--mode",
+                "infer,train",
+                "--warmup",
+                "1",
+                "--steps",
+                "2",
+                "--device",
+                "cpu",
+                "--ncu",
+                "--quiet",
+                "--store",
+                path,
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "run",
+                "--models",
+                "tinycnn",
+                "--batch-sizes",
+                "2",
+                "--iterations",
+                "3",
+                "--repeats",
+                "1",
+                "--warmup",
+                "1",
+                "--device",
+                "cpu",
+                "--threads",
+                "1",
+                "--quiet",
+                "--store",
+                path,
+            ]
+        )
+        == 0
+    )
+    return path
+
+
+def test_peaks_are_stored_with_reasons(store_path):
+    s = Store(store_path, readonly=True)
+    try:
+        peaks = storage.peaks_frame(s).set_index("name")
+        runs = s.runs()
+    finally:
+        s.close()
+    assert set(peaks.index) == {"fp32", "tf32", "fp16", "bf16", "int8", "fp8", "memory"}
+    assert peaks.loc["fp32", "status"] == "ok" and peaks.loc["fp32", "value"] > 0
+    assert peaks.loc["memory", "unit"] == "GB/s" and peaks.loc["memory", "value"] > 0
+    assert peaks.loc["tf32", "status"] == "skipped" and peaks.loc["tf32", "reason"].startswith(
+        "unavailable: "
+    )
+    assert pd.isna(peaks.loc["int8", "value"])  # never a made-up number
+    assert peaks.loc["fp32", "details"]["m"] == 128
+    assert runs[0]["spec"]["kind"] == "peaks" and runs[0]["env"]["device_name"]
+
+
+def test_profiles_and_kernels_are_stored(store_path):
+    s = Store(store_path, readonly=True)
+    try:
+        prof = storage.profiles_frame(s)
+        kern = storage.kernels_frame(s, source="torch")
+    finally:
+        s.close()
+    assert sorted(prof["mode"]) == ["infer", "train"] and (prof["status"] == "ok").all()
+    train = prof[prof["mode"] == "train"].iloc[0]
+    assert train["flops_per_step"] == 2 * train["cost"]["flops_per_image"]
+    assert train["achieved_tflops"] == pytest.approx(
+        train["flops_per_step"] / train["step_time_median_s"] / 1e12
+    )
+    assert train["attributed_flops_per_step"] == pytest.approx(train["flops_per_step"])
+    assert train["ncu_status"] == "unavailable" and "unavailable" in train["ncu_reason"]
+    assert len(train["step_times"]) == 2
+    tk = kern[kern["profile_id"] == train["profile_id"]]
+    assert {"convolution", "normalization", "gemm", "optimizer"} <= set(tk["cluster"])
+
+
+def test_bad_input_exits_2_and_writes_nothing(tmp_path, capsys):
+    path = tmp_path / "nothing.sqlite"
+    assert main(["peaks", "--device", "cpu", "--only", "fp64", "--store", str(path)]) == 2
+    assert main(["profile", "--model", "tinycnn", "--precision", "int8", "--store", str(path)]) == 2
+    assert main(["profile", "--model", "tinycnn", "--mode", "backward", "--store", str(path)]) == 2
+    assert main(["profile", "--model", "no-such-model", "--store", str(path)]) == 2
+    assert not path.exists()
+    assert "deepgap: error:" in capsys.readouterr().err
+
+
+def test_figures_and_tables_render_from_the_store(store_path, tmp_path):
+    s = Store(store_path, readonly=True)
+    try:
+        results, peaks = s.results_frame(), storage.peaks_frame(s)
+        profiles, kernels = storage.profiles_frame(s), storage.kernels_frame(s)
+    finally:
+        s.close()
+    fig = figures.roofline_figure(results, peaks, None, profiles_df=profiles)
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log" and len(ax.collections) >= 3  # 1 result + 2 profiles (+ legend proxies)
+    assert any(line.get_label().startswith("measured fp32") for line in ax.get_lines())
+    fig = figures.cluster_roofline_figure(kernels, peaks, profiles_df=profiles, source="torch")
+    assert len([a for a in fig.axes if a.axison]) == 2
+    fig = figures.cluster_roofline_figure(kernels, peaks, profiles_df=profiles, source="ncu")
+    assert "unavailable" in fig.axes[0].texts[0].get_text()
+    tvm = figures.theoretical_vs_measured(profiles, results, peaks)
+    assert set(tvm["mode"]) == {"infer", "train"} and (tvm["ceiling"] == "measured").all()
+    assert (tvm["theoretical_s"] >= tvm["theoretical_compute_s"]).all()
+    paths = render.render_all(store_path, str(tmp_path / "out"))
+    assert {os.path.basename(p) for p in paths} >= {
+        "roofline_inference.png",
+        "clusters_torch.png",
+        "theoretical_vs_measured.csv",
+        "seed_roofline.png",
+    }
+
+
+def test_spec_ceilings_drawn_for_a_known_gpu():
+    rows = pd.DataFrame(
+        [
+            {
+                "model": "tinycnn",
+                "mode": "train",
+                "precision": "fp16",
+                "batch_size": 64,
+                "status": "ok",
+                "flops_per_step": 2e11,
+                "bytes_per_step": 1e9,
+                "min_bytes_per_step": 1e8,
+                "achieved_tflops": 100.0,
+                "step_time_median_s": 2e-3,
+                "device_name": "NVIDIA H100 80GB HBM3",
+            }
+        ]
+    )
+    fig = figures.roofline_figure(None, None, None, profiles_df=rows)
+    labels = [line.get_label() for line in fig.axes[0].get_lines()]
+    assert labels == ["NVIDIA H100 SXM spec fp16: 989 TFLOP/s, 3,350 GB/s"]
+    tvm = figures.theoretical_vs_measured(rows)
+    assert tvm.iloc[0]["theoretical_compute_s"] == pytest.approx(2e11 / 989.4e12)
+    assert tvm.iloc[0]["theoretical_s"] == pytest.approx(1e9 / 3350e9)  # 200 FLOP/B < ridge 295: memory-bound
+    assert tvm.iloc[0]["limiter"] == "memory"
+
+
+@pytest.mark.gpu
+def test_gpu_peaks_and_profile(tmp_path):
+    from deepgap.roofline.peaks import measure_peaks
+    from deepgap.roofline.profile import ProfileSpec, run_profile
+
+    peaks = {p.name: p for p in measure_peaks("cuda", size=2048, bandwidth_bytes=64 << 20, repeats=2)}
+    assert peaks["fp16"].status == "ok" and peaks["memory"].value > 50
+    res = run_profile(ProfileSpec("resnet18", "fp16", 8, "train", "cuda", 64, warmup=2, steps=3))
+    assert res.status == "ok" and res.extra["busy_fraction"] > 0
+    assert res.attributed_flops_per_step == pytest.approx(res.flops_per_step, rel=0.02)
+    assert "convolution" in set(res.clusters["cluster"])
