@@ -1,0 +1,496 @@
+"""ResNet-50 on one GPU: the best FP16 engine vs deepgap's quant engine (int8, fp8), in one process.
+
+For each batch size (256 first: the goal is int8 ≥ 1.4× the best FP16 engine there): eager fp16
+channels_last, torch.compile fp16 (the ``compile`` engine when registered, else inline: inductor
+freezing + mode reduce-overhead), quant int8 and quant fp8 — images/s from CUDA-event timings (median
+of ≥ 30 iterations after warm-up), correctness against fp32 (relative L2, cosine, top-1 agreement),
+achieved TOPS against ceilings measured here (8192³ fp16 matmul, ``torch._int_mm``,
+``torch._scaled_mm``; a device-to-device copy for bandwidth). At batch 256 also the ablations of
+docs/quant.md (torch path, Triton without per-layer choice, without CUDA graph) and the per-layer
+table. Every variant is wrapped: a failure prints its error and the rest still runs. A time budget
+skips the least important variants rather than overrun.
+
+    python benchmarks/quant.py [--model resnet50] [--batch-sizes 256,32,1] [--iterations 40] [--out DIR]
+
+Writes quant.json (everything) under --out (default $OUT, else ./quant-out); prints a table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+from functools import partial
+
+T0 = time.perf_counter()
+DEVICE = "cuda"  # --device cpu: a smoke run of this script's logic (torch path, tiny model), not a benchmark
+
+
+def log(msg: str) -> None:
+    print(f"[{time.perf_counter() - T0:6.1f}s] {msg}", flush=True)
+
+
+def time_fn(fn, iters: int, warmup: int) -> list[float]:
+    """Per-iteration CUDA-event latencies in seconds (each iteration synchronized)."""
+    import torch
+
+    if DEVICE == "cpu":
+        for _ in range(warmup):
+            fn()
+        out = []
+        for _ in range(iters):
+            t = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t)
+        return out
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    out = []
+    for _ in range(iters):
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        out.append(start.elapsed_time(end) * 1e-3)
+    return out
+
+
+def ceilings() -> dict:
+    """Measured rates: 8192³ fp16 / int8 / fp8 GEMMs and a 1 GiB device-to-device copy."""
+    import torch
+
+    n = 8192
+    res: dict = {}
+    flop = 2 * n**3
+
+    def run(name, fn, work, unit):
+        try:
+            med = statistics.median(time_fn(fn, 20, 5))
+            res[name] = {"value": work / med / 1e12 if unit != "GB/s" else work / med / 1e9, "unit": unit}
+        except Exception as exc:  # noqa: BLE001
+            res[name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+        torch.cuda.empty_cache()
+
+    a = torch.randn(n, n, device="cuda").half()
+    b = torch.randn(n, n, device="cuda").half()
+    run("fp16_mm_tflops", lambda: a @ b, flop, "TFLOPS")
+    ai = torch.randint(-100, 100, (n, n), device="cuda", dtype=torch.int8)
+    bi = torch.randint(-100, 100, (n, n), device="cuda", dtype=torch.int8)
+    run("int8_int_mm_tops", lambda: torch._int_mm(ai, bi), flop, "TOPS")
+    af = a.to(torch.float8_e4m3fn)
+    bf = b.to(torch.float8_e4m3fn).t()  # column-major, as _scaled_mm wants
+    one = torch.ones((), device="cuda")
+    run(
+        "fp8_scaled_mm_tflops",
+        lambda: torch._scaled_mm(af, bf, scale_a=one, scale_b=one, out_dtype=torch.bfloat16),
+        flop,
+        "TFLOPS",
+    )
+    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    run("copy_gbps", lambda: dst.copy_(src), 2 * src.numel(), "GB/s")
+    return res
+
+
+def reference(model, res_px: int, seed: int = 0, k: int = 8):
+    """The worker's correctness images (seeded) and their fp32 logits (GPU, TF32 off)."""
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    g = torch.Generator().manual_seed(seed + 1)
+    x = torch.randn(k, 3, res_px, res_px, generator=g)
+    m = copy.deepcopy(model).to(DEVICE)
+    with torch.inference_mode():
+        y = m(x.to(DEVICE)).float().cpu()
+    del m
+    return x, y
+
+
+def inputs(bs: int, ref_x, res_px: int):
+    import torch
+
+    g = torch.Generator().manual_seed(1234 + bs)
+    x = torch.randn(bs, 3, res_px, res_px, generator=g)
+    k = min(bs, ref_x.shape[0])
+    x[:k] = ref_x[:k]
+    return x, k
+
+
+def fp16_eager(model, x):
+    import torch
+
+    dtype = torch.float16 if DEVICE == "cuda" else torch.float32
+    m = copy.deepcopy(model).to(DEVICE, dtype).to(memory_format=torch.channels_last)
+    xd = x.to(DEVICE, dtype).contiguous(memory_format=torch.channels_last)
+
+    def fn():
+        with torch.inference_mode():
+            return m(xd)
+
+    return fn, {"engine": "eager fp16 channels_last"}
+
+
+def fp16_compile(model, x, name: str):
+    """The project's compile engine when registered, else inline inductor freezing + reduce-overhead."""
+    import torch
+
+    from deepgap.engines import ENGINES, load_engines
+
+    load_engines()
+    if "compile" in ENGINES:
+        from deepgap.engines import get_engine
+        from deepgap.records import ConfigSpec
+
+        spec = ConfigSpec(name, "compile", "fp16", x.shape[0], "cuda", memory_format="channels_last")
+        prep = get_engine("compile").prepare(copy.deepcopy(model), spec, x)
+        xd = x.cuda().to(prep.input_dtype).contiguous(memory_format=torch.channels_last)
+
+        def fn():
+            with torch.inference_mode():
+                return prep.run(xd)
+
+        return fn, {"engine": "deepgap compile engine", "info": prep.info}
+    import torch._inductor.config as icfg
+
+    torch._dynamo.reset()
+    icfg.freezing = True
+    m = copy.deepcopy(model).cuda().half().to(memory_format=torch.channels_last).eval()
+    cm = torch.compile(m, mode="reduce-overhead", dynamic=False)
+    xd = x.cuda().half().contiguous(memory_format=torch.channels_last)
+
+    def fn():
+        with torch.no_grad():
+            return cm(xd)
+
+    return fn, {"engine": "inline torch.compile(mode=reduce-overhead, dynamic=False), inductor freezing"}
+
+
+def run_variant(
+    results: list,
+    label: str,
+    bs: int,
+    make,
+    ref_y,
+    k: int,
+    precision: str,
+    macs: float,
+    ceiling: float | None,
+    iters: int,
+) -> dict:
+    """Prepare, check and time one variant; never raises."""
+    import torch
+
+    from deepgap import correctness
+
+    row: dict = {"variant": label, "batch_size": bs, "precision": precision}
+    t = time.perf_counter()
+    try:
+        fn, extra = make()
+        row["setup_s"] = round(time.perf_counter() - t, 2)
+        row.update(extra)
+        out = fn()[:k].float().cpu()
+        row["correctness"] = correctness.compare(out, ref_y[:k], precision).to_dict()
+        samples = time_fn(fn, iters, warmup=10)
+        med = statistics.median(samples)
+        row.update(
+            status="ok",
+            median_ms=med * 1e3,
+            images_per_s=bs / med,
+            p10_ms=sorted(samples)[len(samples) // 10] * 1e3,
+            n_iterations=len(samples),
+        )
+        row["achieved_tops"] = 2 * macs * bs / med / 1e12
+        if ceiling:
+            row["fraction_of_ceiling"] = row["achieved_tops"] / ceiling
+        rel, ips = row["correctness"]["rel_l2"], row["images_per_s"]
+        log(f"{label:32s} bs{bs:<4d} {ips:10.0f} img/s  rel_l2 {rel:.4f}  setup {row['setup_s']:.1f}s")
+    except Exception as exc:  # noqa: BLE001 - one failing variant must not stop the run
+        row.update(
+            status="error",
+            error=f"{type(exc).__name__}: {exc}"[:1000],
+            traceback=traceback.format_exc()[-3000:],
+        )
+        log(f"{label} bs{bs}: FAILED {row['error'][:300]}")
+    finally:
+        if DEVICE == "cuda":
+            with contextlib.suppress(Exception):
+                torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+    results.append(row)
+    return row
+
+
+def make_quant(model, prec, bs, resolution, name, x, holder):
+    """Prepare the quant engine's network (kept in ``holder['r']`` for the ablations)."""
+    import torch
+
+    from deepgap.quant.engine import QuantOptions, prepare_quant
+
+    opts = QuantOptions(log=lambda s: log(f"  quant {prec} bs{bs}: {s}"))
+    if DEVICE == "cpu":
+        opts.force_backend, opts.autotune, opts.timing_reps, opts.calib_images = "torch", False, 1, 4
+    r = prepare_quant(model, prec, bs, resolution, name, device=DEVICE, opts=opts)
+    holder["r"] = r
+    xd = x.to(DEVICE).half().contiguous(memory_format=torch.channels_last)
+    return (lambda: r.run(xd)), {"engine": "deepgap quant", "info": r.info}
+
+
+ABLATIONS = [  # short label, description, arguments of quant.engine.variant (no modes: all quantized)
+    (
+        "1 torch path, eager",
+        "stage 1: im2col + _int_mm/_scaled_mm, torch epilogue, all quantized, eager",
+        dict(backend="torch", cuda_graph=False),
+    ),
+    ("2 Triton fused, eager", "stage 2: fused Triton kernels, all quantized, eager", dict(cuda_graph=False)),
+    (
+        "2+4 Triton fused, graph",
+        "stages 2+4: fused Triton kernels, all quantized, CUDA graph",
+        dict(cuda_graph=True),
+    ),
+    (
+        "3 per-layer choice, eager",
+        "stage 3: per-layer int8/fp16 choice, eager (no CUDA graph)",
+        dict(modes="chosen", cuda_graph=False),
+    ),
+]
+
+
+def ablate(r, x, prec, bs, ablations, ceiling, common, only: tuple[str, ...] = ()) -> None:
+    """Time the same calibrated network with optimisations removed (docs/quant.md's ladder)."""
+    import torch
+
+    from deepgap.quant.engine import variant
+
+    xd = x.to(DEVICE).half().contiguous(memory_format=torch.channels_last)
+    chosen = {t["name"]: t["mode"] for t in r.info["layers"]}
+
+    def make(kw):
+        kw = {**kw, "modes": chosen} if kw.get("modes") == "chosen" else kw
+        run, inf = variant(r, **kw)
+        return (lambda: run(xd)), {"engine": "deepgap quant (ablation)", "info": inf}
+
+    for label, description, kw in ABLATIONS:
+        if only and label not in only:
+            continue
+        opts = {**common, "iters": 20}
+        name = f"{prec} abl {label}"
+        row = run_variant(ablations, name, bs, partial(make, kw), precision=prec, ceiling=ceiling, **opts)
+        row["ablation"] = description
+
+
+def main() -> int:  # noqa: D103, PLR0915
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="resnet50")
+    ap.add_argument("--batch-sizes", default="256,32,1")
+    ap.add_argument("--precisions", default="int8,fp8")
+    ap.add_argument("--iterations", type=int, default=40)
+    ap.add_argument("--resolution", type=int, default=224)
+    ap.add_argument("--budget-s", type=float, default=300.0, help="skip optional variants past this")
+    ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--out", default=os.environ.get("OUT") or "quant-out")
+    ap.add_argument(
+        "--device", default="cuda", choices=("cuda", "cpu"), help="cpu: smoke-test the script only"
+    )
+    args = ap.parse_args()
+    import torch
+
+    global DEVICE
+    DEVICE = args.device
+    if DEVICE == "cuda" and not torch.cuda.is_available():
+        print(
+            "unavailable: this benchmark needs a CUDA GPU (--device cpu smoke-tests the script)",
+            file=sys.stderr,
+        )
+        return 2
+    import triton
+
+    from deepgap.models import build_model
+    from deepgap.quant.fold import conv_macs, resnet_graph
+
+    os.makedirs(args.out, exist_ok=True)
+    env = {
+        "device": "cpu (smoke test, not a benchmark)",
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+    }
+    if DEVICE == "cuda":
+        torch.backends.cudnn.benchmark = True  # as deepgap's worker does by default
+        dev = torch.cuda.get_device_properties(0)
+        env.update(device=dev.name, cc=f"{dev.major}.{dev.minor}", sms=dev.multi_processor_count)
+    log(f"{env}")
+    ceil = ceilings() if DEVICE == "cuda" else {}
+    log(f"ceilings {json.dumps(ceil)}")
+    model = build_model(args.model, args.resolution, None, 0)
+    graph = resnet_graph(model)
+    macs_map = conv_macs(graph, args.resolution)
+    macs = float(sum(macs_map.values()))
+    ref_x, ref_y = reference(model, args.resolution)
+    cval = {k: v.get("value") for k, v in ceil.items()}
+    ceil_for = {
+        "fp16": cval.get("fp16_mm_tflops"),
+        "int8": cval.get("int8_int_mm_tops"),
+        "fp8": cval.get("fp8_scaled_mm_tflops"),
+    }
+    results: list[dict] = []
+    layer_tables: dict = {}
+    ablations: list[dict] = []
+    sizes = [int(b) for b in args.batch_sizes.split(",")]
+    for bs in sizes:
+        x, k = inputs(bs, ref_x, args.resolution)
+        common = dict(
+            ref_y=ref_y, k=k, macs=macs, iters=max(args.iterations, 50) if bs == 1 else args.iterations
+        )
+        fp16 = dict(precision="fp16", ceiling=ceil_for["fp16"], **common)
+        run_variant(results, "eager fp16", bs, partial(fp16_eager, model, x), **fp16)
+        compile_now = partial(fp16_compile, model, x, args.model)
+        if bs == max(sizes) and not args.no_compile:  # the goal's baseline: never skipped
+            run_variant(results, "compile fp16", bs, compile_now, **fp16)
+        for prec in [p for p in args.precisions.split(",") if p]:
+            holder: dict = {}
+            make = partial(make_quant, model, prec, bs, args.resolution, args.model, x, holder)
+            run_variant(results, f"quant {prec}", bs, make, precision=prec, ceiling=ceil_for[prec], **common)
+            r = holder.pop("r", None)
+            if r is None:
+                continue
+            layer_tables[f"{prec} bs{bs}"] = r.info.get("layers", [])
+            if bs == max(sizes) and time.perf_counter() - T0 < args.budget_s:
+                ablate(r, x, prec, bs, ablations, ceil_for[prec], common)
+            elif bs == min(sizes) and time.perf_counter() - T0 < args.budget_s:  # what the CUDA graph buys
+                ablate(r, x, prec, bs, ablations, ceil_for[prec], common, only=("3 per-layer choice, eager",))
+            del r
+            if DEVICE == "cuda":
+                torch.cuda.empty_cache()
+        if bs != max(sizes) and not args.no_compile:
+            if time.perf_counter() - T0 < args.budget_s - 75:
+                run_variant(results, "compile fp16", bs, compile_now, **fp16)
+            else:
+                skip = {"variant": "compile fp16", "batch_size": bs, "status": "skipped"}
+                results.append({**skip, "reason": "skipped: time budget"})
+                log(f"compile fp16 bs{bs}: skipped (time budget)")
+    summary = summarize(results, layer_tables)
+    doc = {
+        "env": env,
+        "ceilings": ceil,
+        "model": args.model,
+        "resolution": args.resolution,
+        "macs_per_image": macs,
+        "results": results,
+        "ablations": ablations,
+        "layers": layer_tables,
+        "summary": summary,
+        "wall_s": time.perf_counter() - T0,
+    }
+    path = os.path.join(args.out, "quant.json")
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1, default=str)
+    print_table(doc)
+    log(f"wrote {path}")
+    return 0
+
+
+def summarize(results, layer_tables) -> dict:
+    """Best FP16 per batch, speed-ups, and the per-layer sums (all-q / all-fp16 / chosen)."""
+    out: dict = {"speedup_vs_best_fp16": {}, "layer_sums_ms": {}}
+    by_bs: dict = {}
+    for r in results:
+        if r.get("status") == "ok":
+            by_bs.setdefault(r["batch_size"], []).append(r)
+    for bs, rows in by_bs.items():
+        fp16 = [r for r in rows if r["precision"] == "fp16"]
+        if not fp16:
+            continue
+        best = max(fp16, key=lambda r: r["images_per_s"])
+        for r in rows:
+            if r["precision"] != "fp16":
+                out["speedup_vs_best_fp16"][f"{r['variant']} bs{bs}"] = {
+                    "ratio": r["images_per_s"] / best["images_per_s"],
+                    "best_fp16": best["variant"],
+                }
+    for key, layers in layer_tables.items():
+        q = sum(t["q_s"] for t in layers if t.get("q_s") is not None)
+        h = sum(t["fp16_s"] for t in layers if t.get("fp16_s") is not None)
+        ch = sum((t["q_s"] if t["mode"] == "q" else t["fp16_s"]) or 0.0 for t in layers)
+        out["layer_sums_ms"][key] = {
+            "all_quantized": q * 1e3,
+            "all_fp16": h * 1e3,
+            "chosen": ch * 1e3,
+            "n_quantized": sum(t["mode"] == "q" for t in layers),
+            "n_layers": len(layers),
+        }
+    return out
+
+
+def print_table(doc) -> None:
+    print(
+        "\n=== deepgap quant benchmark:",
+        doc["model"],
+        "on",
+        doc["env"]["device"],
+        "torch",
+        doc["env"]["torch"],
+        "triton",
+        doc["env"]["triton"],
+    )
+    print(
+        "ceilings:",
+        ", ".join(
+            f"{k} {v['value']:.0f}" if "value" in v else f"{k} ERR" for k, v in doc["ceilings"].items()
+        ),
+    )
+    head = (
+        f"{'bs':>4} {'variant':34s} {'img/s':>9} {'ms':>8} {'TOPS':>6} {'%ceil':>6} {'relL2':>7} {'cos':>7}"
+    )
+    print(head + f" {'top1':>5} flag")
+    for r in doc["results"] + doc["ablations"]:
+        if r.get("status") != "ok":
+            why = (r.get("error") or r.get("reason", ""))[:90]
+            print(f"{r['batch_size']:>4} {r['variant'][:34]:34s} {r.get('status')}: {why}")
+            continue
+        c = r["correctness"]
+        print(
+            f"{r['batch_size']:>4} {r['variant'][:34]:34s} {r['images_per_s']:9.0f} {r['median_ms']:8.3f} "
+            f"{r['achieved_tops']:6.0f} {100 * r.get('fraction_of_ceiling', 0):5.1f}% {c['rel_l2']:7.4f} "
+            f"{c['cosine']:7.4f} {c['top1_agreement']:5.2f} {'FLAG' if c['flagged'] else ''}"
+        )
+    for key, v in doc["summary"]["speedup_vs_best_fp16"].items():
+        print(f"speed-up {key}: {v['ratio']:.2f}x vs {v['best_fp16']}")
+    goal = doc["summary"]["speedup_vs_best_fp16"].get("quant int8 bs256")
+    if goal:
+        verdict = "met" if goal["ratio"] >= 1.4 else "NOT met"
+        ratio = f"{goal['ratio']:.2f}× vs {goal['best_fp16']}"
+        print(f"GOAL int8 ≥ 1.4× best fp16 at batch 256: {ratio} → {verdict}")
+    for key, v in doc["summary"]["layer_sums_ms"].items():
+        print(
+            f"per-layer sums {key}: all-q {v['all_quantized']:.2f} ms, all-fp16 {v['all_fp16']:.2f} ms, "
+            f"chosen {v['chosen']:.2f} ms ({v['n_quantized']}/{v['n_layers']} quantized)"
+        )
+    largest = max((int(key.rsplit("bs", 1)[1]) for key in doc["layers"]), default=None)
+    for key, layers in doc["layers"].items():
+        if int(key.rsplit("bs", 1)[1]) != largest:
+            continue
+        print(
+            f"top layers {key} (µs): name, GMAC per batch, quantized, fp16, choice, tile, TOPS of the choice"
+        )
+        top = sorted(layers, key=lambda t: -((t["q_s"] if t["mode"] == "q" else t["fp16_s"]) or 0))[:10]
+        for t in top:
+            chosen = t["q_s"] if t["mode"] == "q" else t["fp16_s"]
+            qs = f"{t['q_s'] * 1e6:8.1f}" if t.get("q_s") else "     n/a"
+            hs = f"{t['fp16_s'] * 1e6:8.1f}" if t.get("fp16_s") else "     n/a"
+            tops = 2 * t["macs"] / chosen / 1e12 if chosen else 0
+            err = f"  err: {t['q_error'][:60]}" if t.get("q_error") else ""
+            print(
+                f"  {t['name']:22s} {t['macs'] / 1e9:7.2f} {qs} {hs} {t['mode']:>4} {t.get('config')!s:18s}"
+                f" {tops:6.0f}{err}"
+            )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,14 @@
+"""Post-training INT8/FP8 quantization of torchvision ResNets for Hopper/Ampere tensor cores, no TensorRT.
+
+The pipeline, one module per step:
+  fold.py       torchvision ResNet → a small graph of convolutions with BatchNorm folded in
+  calibrate.py  static per-tensor activation ranges from N seeded inputs, cached on disk
+  layers.py     per-channel weight quantization, epilogue coefficients, the exact pure-PyTorch reference
+                of every quantized layer and the torch (``_int_mm``/``_scaled_mm``) fallback path
+  kernels.py    Triton kernels: implicit-GEMM convolution with fused epilogue, maxpool+quantize, epilogue
+  plan.py       tile configurations, activation formats and the per-layer quantized-vs-fp16 choice
+  engine.py     builds the network for the GPU, times the per-layer candidates, captures a CUDA graph
+
+Only ``engine.py``, ``kernels.py`` and the timing helpers need a GPU; everything else (and every kernel,
+through the Triton interpreter) runs on the CPU for tests.
+"""

@@ -1,0 +1,106 @@
+"""The quant engine's registration, support reasons, CPU preparation flow and accuracy (CPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torchvision import models
+
+from deepgap import correctness
+from deepgap.engines import get_engine
+from deepgap.models import weights_fingerprint
+from deepgap.precision import DeviceCaps
+from deepgap.quant.engine import QuantOptions, prepare_quant, variant
+from deepgap.records import ConfigSpec
+
+H100 = DeviceCaps("cuda:0", "cuda", "NVIDIA H100 80GB HBM3", (9, 0), 80 << 30)
+A100 = DeviceCaps("cuda:0", "cuda", "NVIDIA A100", (8, 0), 80 << 30)
+T4 = DeviceCaps("cuda:0", "cuda", "Tesla T4", (7, 5), 16 << 30)
+CPU = DeviceCaps("cpu", "cpu", "some cpu")
+
+
+def _spec(model="resnet50", precision="int8", device="cuda"):
+    return ConfigSpec(model, "quant", precision, 8, device)
+
+
+def test_engine_is_registered_with_its_precisions():
+    eng = get_engine("quant")
+    assert eng.precisions == ("int8", "fp8") and eng.available() is None
+
+
+@pytest.mark.parametrize(
+    "spec,caps,expect",
+    [
+        (_spec(), H100, None),
+        (_spec(precision="fp8"), H100, None),
+        (_spec(), A100, None),
+        (_spec(precision="fp8"), A100, "fp8 ≥ 8.9"),
+        (_spec(), T4, "has 7.5"),
+        (_spec(device="cpu"), CPU, "unavailable: quant engine needs a CUDA GPU"),
+        (_spec(model="vit_b_16"), H100, "converts torchvision ResNets"),
+        (_spec(precision="fp16"), H100, "does not run fp16"),
+    ],
+)
+def test_supports_reasons(spec, caps, expect):
+    why = get_engine("quant").supports(spec, caps)
+    if expect is None:
+        assert why is None
+    else:
+        assert expect in why
+        assert why.startswith(("unavailable:", "engine quant"))
+
+
+@pytest.fixture(scope="module")
+def resnet18():
+    torch.manual_seed(0)
+    return models.resnet18().eval()
+
+
+@pytest.mark.parametrize("precision", ["int8", "fp8"])
+def test_prepare_on_cpu_torch_path(resnet18, precision, tmp_path, monkeypatch):
+    """The whole preparation flow (calibrate, self-check, time both ways, choose, rebuild) on the CPU."""
+    monkeypatch.setenv("DEEPGAP_CACHE", str(tmp_path))
+    opts = QuantOptions(
+        calib_images=4, calib_method="max", autotune=False, timing_reps=1, force_backend="torch"
+    )
+    res = prepare_quant(resnet18, precision, 1, 32, "resnet18", device="cpu", opts=opts)
+    info = res.info
+    assert info["precision"] == precision and not info["calibration"]["from_cache"]
+    assert len(info["layers"]) == 19 and info["n_quantized"] + info["n_fp16"] == 19
+    for t in info["layers"]:
+        assert t["q_s"] is not None and t["fp16_s"] is not None and t["q_error"] is None, t
+        assert t["mode"] == ("q" if t["q_s"] <= t["fp16_s"] * 1.02 else "fp16")
+        assert res.net.convs[t["name"]].mode == t["mode"]
+    x = torch.randn(1, 3, 32, 32)
+    with torch.inference_mode():
+        agree = correctness.compare(res.run(x.half()), resnet18(x), precision)
+        assert not agree.flagged, agree
+        if precision == "int8":  # ablation runners rebuild the same calibrated network with other choices
+            run_q, vinfo = variant(res, backend="torch", cuda_graph=False)
+            assert vinfo == {"cuda_graph": False}
+            assert all(c.mode == "q" for c in run_q.__self__.convs.values())
+            assert not correctness.compare(run_q(x.half()), resnet18(x), precision).flagged
+    from deepgap.quant.calibrate import CalibrationKey, calibrate
+
+    key = CalibrationKey("resnet18", 32, weights_fingerprint(resnet18), 4, 0, "max")
+    assert calibrate(res.graph, key)[1]  # the second precision/batch reuses the cached ranges
+
+
+@pytest.mark.parametrize("name,res_px", [("resnet18", 64), ("resnet50", 32)])
+@pytest.mark.parametrize("precision", ["int8", "fp8"])
+def test_quantized_network_is_within_the_correctness_bounds(name, res_px, precision):
+    """Exact emulation of the quantized network vs the fp32 model, with deepgap's bounds."""
+    from deepgap.quant.calibrate import calibration_images, collect_amax
+    from deepgap.quant.fold import resnet_graph
+    from deepgap.quant.network import build
+
+    torch.manual_seed(0)
+    model = models.get_model(name, weights=None).eval()
+    graph = resnet_graph(model)
+    amax = collect_amax(graph, calibration_images(8, res_px, 0), method="max")
+    net = build(graph, precision, amax, {}, res_px)
+    x = torch.randn(4, 3, res_px, res_px, generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        agree = correctness.compare(net.forward(x), model(x), precision)
+    assert not agree.flagged, agree
+    assert agree.rel_l2 < (0.06 if precision == "int8" else 0.15)
