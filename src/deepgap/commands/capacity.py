@@ -1,0 +1,136 @@
+"""``deepgap capacity``: server capacity at an SLO predicted from a store's batch curves (no traffic sent)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from deepgap.api import DEFAULT_STORE
+from deepgap.errors import UsageError
+
+NAME = "capacity"
+HELP = "predict server capacity at a p99 SLO from stored batch sweeps (simulated dynamic batching)"
+ORDER = 6
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
+    p.add_argument("store", nargs="?", default=DEFAULT_STORE, help=f"store file (default {DEFAULT_STORE})")
+    p.add_argument("--slo-p99", required=True, help="p99 latency bound, e.g. 15ms")
+    p.add_argument("--run", action="append", help="only these run ids (repeatable)")
+    p.add_argument("--model", help="only this model")
+    p.add_argument("--engine", help="only this engine")
+    p.add_argument("--precision", help="only this precision")
+    p.add_argument("--max-batch", help="largest batch the server may form")
+    p.add_argument("--padding", default="bucket",
+                   help="bucket: batches pad to measured sizes (default) | exact: interpolate between them")
+    p.add_argument("--confidence", default="0.99", help="confidence of the p99 verdict (default 0.99)")
+    p.add_argument("--min-duration", default="2s", help="simulated seconds per load level (default 2s)")
+    p.add_argument("--seed", default="0", help="seed of the simulated arrivals")
+    p.add_argument("--json", action="store_true", help="JSON records instead of a table")
+
+
+def load_settings(args: argparse.Namespace):
+    """SLO and simulation settings from the flags."""
+    from deepgap.serving.arrivals import parse_duration_s
+    from deepgap.serving.capacity import LoadSettings
+
+    slo = parse_duration_s(args.slo_p99, "slo-p99")
+    try:
+        conf = float(args.confidence)
+        seed = int(args.seed)
+    except ValueError:
+        raise UsageError("--confidence must be a number and --seed an integer", "e.g. --confidence 0.99") from None
+    if not 0 < conf < 1:
+        raise UsageError(f"--confidence must be in (0, 1), got {conf}", "pass e.g. --confidence 0.99")
+    return LoadSettings(slo_s=slo, confidence=conf, min_duration_s=parse_duration_s(args.min_duration, "min-duration"),
+                        max_queries=100_000, seed=seed)
+
+
+def max_batch_of(args: argparse.Namespace) -> int | None:
+    """--max-batch as a positive integer, or None."""
+    if args.max_batch is None:
+        return None
+    try:
+        v = int(args.max_batch)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise UsageError(f"--max-batch must be a positive integer, got {args.max_batch!r}", "pass e.g. --max-batch 32")
+    return v
+
+
+def select_curves(stores: list[str], args: argparse.Namespace, padding: str) -> list:
+    """Curves of ``stores`` matching the filters (a UsageError when none does)."""
+    from deepgap.serving.planner import curves_from_store
+    from deepgap.store import Store
+
+    if padding not in ("bucket", "exact"):
+        raise UsageError(f"unknown --padding {padding!r}", "use bucket or exact")
+    curves = []
+    for path in stores:
+        st = Store(path, readonly=True)
+        try:
+            curves += curves_from_store(st, getattr(args, "run", None), padding)
+        finally:
+            st.close()
+    for field in ("model", "engine", "precision"):
+        want = getattr(args, field, None)
+        if want:
+            curves = [c for c in curves if c.key[field] == want]
+    if not curves:
+        raise UsageError(f"no successful batch curve in {', '.join(stores)} matches", "run `deepgap run` or "
+                         "`deepgap serve` first, or relax --model/--engine/--precision")
+    return curves
+
+
+def main(args: argparse.Namespace) -> int:  # noqa: D103
+    from deepgap.serving.planner import predict
+
+    load = load_settings(args)
+    mb = max_batch_of(args)
+    curves = select_curves([args.store], args, args.padding)
+    measured = _measured(args.store)
+    rows = []
+    for c in curves:
+        p = predict(c, load, mb)
+        m = measured.get((c.key["platform"], c.key["model"], c.key["engine"], c.key["precision"],
+                          c.key["memory_format"], round(load.slo_s, 9)))
+        rows.append({
+            "platform": c.key["platform"], "configuration": c.label(), "policy": p.best.policy.label(),
+            "capacity_qps": p.best.capacity_qps, "saturation_qps": c.service.saturation_qps(p.best.policy.max_batch),
+            "p99_at_capacity_s": p.best.at_capacity.summary.latency_p99_s if p.best.at_capacity else None,
+            "measured_capacity_qps": m, "slo_s": load.slo_s, "note": p.best.note,
+        })
+    if args.json:
+        print(json.dumps(rows, indent=1, default=str))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table("platform", "configuration", "best policy", "capacity q/s", "saturation q/s", "p99 ms at capacity",
+              "measured q/s", "note", title=f"predicted capacity at p99 ≤ {load.slo_s * 1e3:g} ms ({args.padding} padding)")
+    for r in rows:
+        t.add_row(r["platform"], r["configuration"], r["policy"], f"{r['capacity_qps']:,.1f}",
+                  f"{r['saturation_qps']:,.1f}", "" if r["p99_at_capacity_s"] is None else f"{r['p99_at_capacity_s'] * 1e3:.3f}",
+                  "" if r["measured_capacity_qps"] is None else f"{r['measured_capacity_qps']:,.1f}", r["note"])
+    Console(width=200).print(t)
+    return 0
+
+
+def _measured(path: str) -> dict[tuple, float]:
+    """Best measured capacity per configuration and SLO, from serve runs in the store."""
+    from deepgap.serving.storage import capacity_frame
+    from deepgap.store import Store
+
+    st = Store(path, readonly=True)
+    try:
+        cf = capacity_frame(st)
+    finally:
+        st.close()
+    out: dict[tuple, float] = {}
+    if len(cf):
+        for r in cf[cf["source"] == "measured"].to_dict("records"):
+            k = (r["device_name"] or r["device"], r["model"], r["engine"], r["precision"], r["memory_format"],
+                 round(r["slo_s"], 9))
+            out[k] = max(out.get(k, 0.0), r["capacity_qps"])
+    return out

@@ -1,0 +1,59 @@
+"""``deepgap plan``: how many devices of each measured kind carry a load within a p99 SLO, and their power."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+
+from deepgap.errors import UsageError
+
+NAME = "plan"
+HELP = "devices (and watts) per measured device kind to serve QPS within a p99 SLO, from one or more stores"
+ORDER = 7
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
+    p.add_argument("stores", nargs="+", help="store files (e.g. one per machine: T4, L4, H100 …)")
+    p.add_argument("--qps", required=True, help="total load to carry, queries/s")
+    p.add_argument("--slo-p99", required=True, help="p99 latency bound, e.g. 15ms")
+    p.add_argument("--model", required=True, help="the model to serve")
+    p.add_argument("--objective", default="devices", help="devices (fewest devices) | watts (least power)")
+    p.add_argument("--engine", help="only this engine")
+    p.add_argument("--precision", help="only this precision")
+    p.add_argument("--max-batch", help="largest batch the server may form")
+    p.add_argument("--padding", default="bucket", help="bucket (default) | exact")
+    p.add_argument("--confidence", default="0.99", help="confidence of the p99 verdict (default 0.99)")
+    p.add_argument("--min-duration", default="2s", help="simulated seconds per load level (default 2s)")
+    p.add_argument("--seed", default="0", help="seed of the simulated arrivals")
+    p.add_argument("--json", action="store_true", help="JSON records instead of a table")
+
+
+def main(args: argparse.Namespace) -> int:  # noqa: D103
+    from deepgap.commands.capacity import load_settings, max_batch_of, select_curves
+    from deepgap.serving.arrivals import parse_rate_qps
+    from deepgap.serving.planner import plan, predict
+
+    qps = parse_rate_qps(args.qps)
+    if args.objective not in ("devices", "watts"):
+        raise UsageError(f"unknown --objective {args.objective!r}", "use devices or watts")
+    load = load_settings(args)
+    mb = max_batch_of(args)
+    curves = select_curves(list(args.stores), args, args.padding)
+    rows = plan([predict(c, load, mb) for c in curves], qps, args.objective)
+    if args.json:
+        print(json.dumps([asdict(r) for r in rows], indent=1))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table("rank", "device kind", "configuration", "policy", "capacity q/s per device", "devices",
+              "W per device", "total kW", "note",
+              title=f"{args.model}: {qps:,.0f} queries/s at p99 ≤ {load.slo_s * 1e3:g} ms (objective: {args.objective})")
+    for i, r in enumerate(rows, 1):
+        t.add_row(str(i), r.platform, r.configuration, r.policy, f"{r.capacity_qps:,.1f}",
+                  "–" if r.devices is None else str(r.devices),
+                  "–" if r.power_w_per_device is None else f"{r.power_w_per_device:.0f}",
+                  "–" if r.total_power_w is None else f"{r.total_power_w / 1e3:,.2f}", r.note)
+    Console(width=200).print(t)
+    return 0

@@ -1,0 +1,117 @@
+"""``deepgap serve``: single-stream, offline and server scenarios under live (open-loop) traffic."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from deepgap import api
+from deepgap.errors import UsageError
+
+NAME = "serve"
+HELP = "serve a model under load: single-stream / offline / server (dynamic batching, capacity at an SLO, tenants)"
+ORDER = 5
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
+    p.add_argument("--model", default="resnet50", help="model to serve (deepgap list models)")
+    p.add_argument("--engine", default="eager", help="engine (deepgap list engines)")
+    p.add_argument("--precision", default="fp32", help="fp32 | tf32 | fp16 | bf16 | int8 | fp8")
+    p.add_argument("--memory-format", default="nchw", help="nchw | channels_last")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    p.add_argument("--resolution", help="input height = width (default: the model's)")
+    p.add_argument("--scenario", default="server", help="single-stream | server | offline (default server)")
+    p.add_argument("--qps", help="server: Poisson arrival rate, queries/s (or a trace's target mean rate)")
+    p.add_argument("--find-capacity", action="store_true",
+                   help="server: search the highest rate whose p99 stays within --slo-p99, and the batching policy")
+    p.add_argument("--slo-p99", help="p99 latency bound, e.g. 15ms")
+    p.add_argument("--max-batch", help="dynamic batcher: largest batch (default 8; searched with --find-capacity)")
+    p.add_argument("--max-delay", help="dynamic batcher: longest wait of the oldest request, e.g. 2ms")
+    p.add_argument("--trace", help="server: file of arrival timestamps (s), one per line or a CSV column t_s")
+    p.add_argument("--seed", default="0", help="seed of arrivals and inputs (default 0)")
+    p.add_argument("--min-queries", help="minimum queries per run (defaults: single-stream 1024, server 1000, offline 4096)")
+    p.add_argument("--min-duration", help="minimum duration per run, e.g. 5s (defaults: 5 s / 2 s / 1 s)")
+    p.add_argument("--max-queries", help="cap on queries per run (default 200000)")
+    p.add_argument("--confidence", help="confidence of the p99 verdict (default 0.99, as MLPerf's early stopping)")
+    p.add_argument("--batch-sizes", help="batch sizes to prepare and calibrate (default GPU 1..128, CPU 1..8)")
+    p.add_argument("--tenants", help="several models at once, one process each: resnet50,resnet18[:QPS],…")
+    p.add_argument("--load", help="tenants without a rate run at this fraction of their own capacity (default 0.5)")
+    p.add_argument("--verify-policies", help="--find-capacity: best simulated policies measured for real (default 2)")
+    p.add_argument("--loadgen", action="store_true", help="also drive the server with MLCommons LoadGen, if installed")
+    p.add_argument("--threads", help="CPU intra-op threads of the worker")
+    p.add_argument("--curve-iterations", help="timed iterations per batch size when calibrating (default GPU 100, CPU 30)")
+    p.add_argument("--timeout", help="seconds before a hung worker is killed (default 900)")
+    p.add_argument("--weights", help="local state-dict file instead of random weights")
+    p.add_argument("--store", default=api.DEFAULT_STORE, help=f"SQLite store (default {api.DEFAULT_STORE})")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--json", action="store_true", help="the headline numbers as one JSON object on stdout")
+
+
+def _int(text: str | None, flag: str) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise UsageError(f"--{flag} {text!r} is not an integer", f"pass e.g. --{flag} 8") from None
+
+
+def _float(text: str | None, flag: str) -> float | None:
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise UsageError(f"--{flag} {text!r} is not a number", f"pass e.g. --{flag} 0.5") from None
+
+
+def build_spec(args: argparse.Namespace):
+    """A `ServeSpec` from the flags (parsing errors are `UsageError`s)."""
+    from deepgap.config import parse_int_list
+    from deepgap.serving.arrivals import parse_duration_s, parse_rate_qps
+    from deepgap.serving.spec import ServeSpec, parse_tenants
+
+    kw = dict(
+        model=args.model, engine=args.engine, precision=args.precision, memory_format=args.memory_format,
+        device=args.device, scenario=args.scenario, find_capacity=args.find_capacity, trace=args.trace,
+        loadgen=args.loadgen, weights=args.weights,
+        resolution=_int(args.resolution, "resolution"), seed=_int(args.seed, "seed"),
+        qps=parse_rate_qps(args.qps) if args.qps is not None else None,
+        slo_s=parse_duration_s(args.slo_p99, "slo-p99") if args.slo_p99 is not None else None,
+        max_batch=_int(args.max_batch, "max-batch"),
+        max_delay_s=(0.0 if args.max_delay is not None and args.max_delay.strip() in ("0", "0ms", "0s")
+                     else parse_duration_s(args.max_delay, "max-delay") if args.max_delay is not None else None),
+        min_queries=_int(args.min_queries, "min-queries"),
+        min_duration_s=parse_duration_s(args.min_duration, "min-duration") if args.min_duration else None,
+        threads=_int(args.threads, "threads"), curve_iterations=_int(args.curve_iterations, "curve-iterations"),
+        batch_sizes=parse_int_list(args.batch_sizes, "batch-sizes") if args.batch_sizes else None,
+        tenants=parse_tenants(args.tenants) if args.tenants else (),
+    )
+    for flag, field, conv in (("max-queries", "max_queries", _int), ("confidence", "confidence", _float),
+                              ("load", "load", _float), ("verify-policies", "verify_policies", _int),
+                              ("timeout", "timeout_s", _float)):
+        v = conv(getattr(args, field if field != "timeout_s" else "timeout"), flag)
+        if v is not None:
+            kw[field] = v
+    return ServeSpec(**kw)
+
+
+def main(args: argparse.Namespace) -> int:  # noqa: D103
+    from deepgap.serving.scenarios import run_serve
+
+    spec = build_spec(args)
+    say = (lambda m: None) if args.quiet or args.json else (lambda m: print(m, file=sys.stderr, flush=True))
+    try:
+        out = run_serve(spec, args.store, say=say, command=" ".join(["deepgap", *sys.argv[1:]]))
+    except KeyboardInterrupt:
+        print("deepgap: interrupted; nothing of this serve run was stored", file=sys.stderr)
+        return 130
+    if args.json:
+        print(json.dumps({"run_id": out.run_id, "store": out.store_path, "status": out.status, "reason": out.reason,
+                          **out.summary}, default=str))
+    elif not args.quiet:
+        for line in out.lines:
+            print(line)
+        print(f"run {out.run_id} stored in {out.store_path} (deepgap show {out.store_path})")
+    return 0

@@ -1,0 +1,156 @@
+"""Capacity from stored curves, without sending traffic — and how many devices carry a target load.
+
+A *curve* is one configuration's batch → latency samples: a ``deepgap run`` sweep (``results``;
+CUDA-event device time, so host→device copies are included only for ``--include-transfer`` runs) or a
+serve run's calibration (``serve_curves``; the server's own end-to-end batch time). For each curve
+`predict` searches batching policies in the simulator and returns the best capacity at the SLO.
+`plan` answers the seed's T4-versus-L4 question at deployment scale: for each device kind (one or
+more stores), the fewest devices that carry ``qps`` within the SLO — ⌈qps / capacity⌉ — and their
+power, from the telemetry of the sweep at the policy's batch size (busy power: an upper bound at
+any load up to capacity). Where a store holds no power telemetry the power is "unavailable".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from deepgap.serving.capacity import CapacityResult, LoadSettings, candidate_policies, search_policies
+from deepgap.serving.sim import ServiceModel
+
+_KEY = ("platform", "model", "engine", "precision", "memory_format", "resolution", "threads", "include_transfer")
+
+
+@dataclass
+class Curve:
+    """One configuration's service curve and what is known of its power."""
+
+    key: dict[str, Any]
+    service: ServiceModel
+    source: str  # "sweep" | "serve"
+    power_w: dict[int, float] = field(default_factory=dict)  # batch → mean power (telemetry)
+    run_ids: list[str] = field(default_factory=list)
+
+    def label(self) -> str:
+        """``resnet50 eager fp16 channels_last`` and the source."""
+        k = self.key
+        fmt = "" if k.get("memory_format") in (None, "nchw") else f" {k['memory_format']}"
+        return f"{k['model']} {k['engine']} {k['precision']}{fmt} ({self.source})"
+
+
+@dataclass
+class Prediction:
+    """The best simulated capacity of one curve at an SLO."""
+
+    curve: Curve
+    best: CapacityResult
+    ranked: list[CapacityResult]
+
+    @property
+    def power_w(self) -> float | None:
+        """Mean power at the batch size the best policy runs (None without telemetry)."""
+        if not self.curve.power_w:
+            return None
+        b = self.curve.service.bucket(self.best.policy.max_batch)
+        sizes = sorted(self.curve.power_w)
+        return self.curve.power_w.get(b, self.curve.power_w[min(sizes, key=lambda s: abs(s - b))])
+
+
+def curves_from_store(store, run_ids: list[str] | None = None, padding: str = "bucket") -> list[Curve]:
+    """Every curve of a store: sweeps (pooled over runs and sweeps of one configuration) and calibrations."""
+    from deepgap.analysis.frame import prepare, telemetry_of
+    from deepgap.serving.storage import curves_frame
+
+    out: list[Curve] = []
+    df = store.results_frame(run_ids)
+    if len(df):
+        df = prepare(df)
+        ok = df[(df["status"] == "ok") & (~df["flagged"].astype(bool))]
+        for key, g in ok.groupby(list(_KEY), sort=True, dropna=False):
+            samples: dict[int, np.ndarray] = {}
+            power: dict[int, list[float]] = {}
+            for b, gb in g.groupby("batch_size"):
+                arrs = [a for rid in gb["result_id"] for a in store.samples(int(rid))]
+                if arrs:
+                    samples[int(b)] = np.concatenate(arrs)
+                pw = [telemetry_of(e).get("mean_power_w") for e in gb["extra"]]
+                pw = [p for p in pw if p is not None]
+                if pw:
+                    power[int(b)] = pw
+            if not samples:
+                continue
+            bs = sorted(samples)
+            sv = ServiceModel(tuple(bs), tuple(float(np.median(samples[b])) for b in bs), samples, padding=padding,
+                              source="sweep")
+            out.append(Curve(dict(zip(_KEY, key, strict=True)), sv, "sweep",
+                             {b: float(np.median(v)) for b, v in power.items()}, sorted(set(g["run_id"]))))
+    cf = curves_frame(store, run_ids)
+    if len(cf):
+        for (run_id, tenant), g in cf.groupby(["run_id", "tenant"], sort=True):
+            first = g.iloc[0]
+            bs = [int(b) for b in g["batch_size"]]
+            sv = ServiceModel(tuple(bs), tuple(float(x) for x in g["latency_median_s"]),
+                              {int(b): s for b, s in zip(g["batch_size"], g["samples_s"], strict=True)},
+                              padding=padding, source="serve")
+            key = {"platform": first["device_name"] or first["device"], "model": first["model"],
+                   "engine": first["engine"], "precision": first["precision"], "memory_format": first["memory_format"],
+                   "resolution": int(first["resolution"]), "threads": 0, "include_transfer": True}
+            out.append(Curve(key, sv, "serve", {}, [run_id]))
+    return out
+
+
+def predict(curve: Curve, load: LoadSettings, max_batch: int | None = None) -> Prediction:
+    """The best batching policy of ``curve`` at ``load.slo_s`` and its simulated capacity."""
+    caps = [b for b in curve.service.batch_sizes if max_batch is None or b <= max_batch]
+    if curve.service.padding == "exact" and max_batch:
+        caps = sorted(set(caps) | {min(max_batch, curve.service.max_batch)})
+    pols = candidate_policies(curve.service, load.slo_s, caps, delay_fractions=(0.0, 0.05, 0.15, 0.3))
+    if not pols:
+        from deepgap.serving.batcher import BatchPolicy
+
+        empty = CapacityResult(BatchPolicy(caps[0] if caps else 1, 0.0), load.slo_s, 0.0, None,
+                               note="no batch size is served within the SLO")
+        return Prediction(curve, empty, [empty])
+    ranked = search_policies(curve.service, load, pols, coarse_max_queries=4000)
+    return Prediction(curve, ranked[0], ranked)
+
+
+@dataclass
+class PlanRow:
+    """How one device kind carries the target load."""
+
+    platform: str
+    configuration: str
+    policy: str
+    capacity_qps: float
+    devices: int | None
+    power_w_per_device: float | None
+    total_power_w: float | None
+    note: str = ""
+
+
+def plan(predictions: list[Prediction], qps: float, objective: str = "devices") -> list[PlanRow]:
+    """Per platform, the configuration that best meets ``objective`` (devices or watts), best platform first."""
+    by_platform: dict[str, list[PlanRow]] = {}
+    for p in predictions:
+        cap = p.best.capacity_qps
+        n = math.ceil(qps / cap) if cap > 0 else None
+        pw = p.power_w
+        row = PlanRow(
+            platform=str(p.curve.key["platform"]), configuration=p.curve.label(), policy=p.best.policy.label(),
+            capacity_qps=cap, devices=n, power_w_per_device=pw,
+            total_power_w=n * pw if n is not None and pw is not None else None,
+            note=p.best.note or ("" if pw is not None else "power unavailable: no telemetry in the store"),
+        )
+        by_platform.setdefault(row.platform, []).append(row)
+
+    def rank(r: PlanRow) -> tuple[float, float]:
+        dev = float(r.devices) if r.devices is not None else math.inf
+        watts = r.total_power_w if r.total_power_w is not None else math.inf
+        return (watts, dev) if objective == "watts" else (dev, watts)
+
+    best = [min(rows, key=rank) for rows in by_platform.values()]
+    return sorted(best, key=rank)

@@ -1,0 +1,337 @@
+"""``deepgap serve`` for one model: calibrate, run the scenario for real, predict it, store it whole.
+
+Every measured level is paired with the simulator's prediction for the *same* arrivals, fed the
+service curve the worker calibrated moments before (same process, same engine instances, same
+padding) — so "predicted vs measured" isolates what the simulator leaves out (host overheads
+between batches, jitter beyond the calibration's, contention) rather than differences of setup.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from deepgap import __version__
+from deepgap.config import SweepSpec
+from deepgap.records import Status
+from deepgap.runner import WorkerLost
+from deepgap.serving import arrivals as arr
+from deepgap.serving.batcher import BatchPolicy, StopRule
+from deepgap.serving.capacity import (CapacityResult, LoadSettings, Probe, candidate_policies, find_capacity,
+                                      schedule, search_policies)
+from deepgap.serving.log import LevelSummary, RequestLog, summarize
+from deepgap.serving.process import LevelRequest, ServingWorker, SetupFailed, SetupReply, SetupRequest
+from deepgap.serving.sim import ServiceModel, simulate
+from deepgap.serving.spec import DEFAULT_POLICY, ServeSpec
+from deepgap.serving.storage import LevelRow, ServeRecord, save
+
+Say = Callable[[str], None]
+
+
+@dataclass
+class ServeOutcome:
+    """What a serve run returns: its id, overall status and the headline numbers."""
+
+    run_id: str | None
+    store_path: str
+    status: str = "ok"
+    reason: str = ""
+    summary: dict[str, Any] = field(default_factory=dict)
+    lines: list[str] = field(default_factory=list)
+
+
+def stderr_say(msg: str) -> None:
+    """Progress line on stderr."""
+    print(msg, file=sys.stderr, flush=True)
+
+
+def run_spec(spec: ServeSpec, device: str, models: list[str]) -> dict[str, Any]:
+    """The run's stored spec: a sweep spec of the served configuration, serving settings in options."""
+    from deepgap.models import resolve_model
+
+    res = spec.resolution or resolve_model(models[0]).default_resolution
+    return SweepSpec(models=tuple(models), engines=(spec.engine,), precisions=(spec.precision,),
+                     batch_sizes=spec.buckets(device), memory_formats=(spec.memory_format,), device=device,
+                     resolution=res, seed=spec.seed, include_transfer=True, weights=spec.weights,
+                     options={"serve": spec.settings()}).to_dict()
+
+
+def setup_request(spec: ServeSpec, model: str, device: str) -> SetupRequest:
+    """The worker's build and calibration request for ``model``."""
+    from deepgap.models import resolve_model
+
+    cuda = device.startswith("cuda")
+    return SetupRequest(
+        model=model, engine=spec.engine, precision=spec.precision, memory_format=spec.memory_format,
+        resolution=spec.resolution or resolve_model(model).default_resolution, device=device,
+        buckets=spec.buckets(device), threads=spec.threads, weights=spec.weights, seed=spec.seed,
+        curve_iterations=spec.curve_iterations or (100 if cuda else 30), curve_warmup=10 if cuda else 3,
+    )
+
+
+def service_of(reply: SetupReply, label: str) -> ServiceModel:
+    """The simulator's service model from a worker's calibration (padding to the prepared sizes)."""
+    bs = sorted(reply.curve_samples_s)
+    return ServiceModel(tuple(bs), tuple(float(np.median(reply.curve_samples_s[b])) for b in bs),
+                        {b: np.asarray(reply.curve_samples_s[b]) for b in bs}, padding="bucket", source=label)
+
+
+def curve_rows(reply: SetupReply, req: SetupRequest, tenant: str = "") -> list[dict[str, Any]]:
+    """``serve_curves`` rows of one calibration."""
+    return [{"tenant": tenant, "model": req.model, "engine": req.engine, "precision": req.precision,
+             "device": req.device, "memory_format": req.memory_format, "resolution": req.resolution,
+             "batch_size": b, "samples_s": reply.curve_samples_s[b], **reply.curve_parts_s.get(b, {}),
+             "extra": {"includes": "gather, h2d, compute, d2h, sync"}} for b in sorted(reply.curve_samples_s)]
+
+
+def level_row(req: SetupRequest, scenario: str, purpose: str, policy: BatchPolicy | None, target_qps: float | None,
+              arrival: str, seed: int, summary: LevelSummary | None, predicted: LevelSummary | None = None,
+              log: RequestLog | None = None, tenant: str = "", phase: str = "", status: str = "ok", reason: str = "",
+              extra: dict[str, Any] | None = None) -> LevelRow:
+    """One ``serve_runs`` row (and its requests)."""
+    v: dict[str, Any] = {
+        "tenant": tenant, "scenario": scenario, "purpose": purpose, "phase": phase, "model": req.model,
+        "engine": req.engine, "precision": req.precision, "device": req.device, "memory_format": req.memory_format,
+        "resolution": req.resolution, "max_batch": policy.max_batch if policy else None,
+        "max_delay_s": policy.max_delay_s if policy else None, "target_qps": target_qps, "arrival": arrival,
+        "seed": seed, "status": status, "reason": reason, "extra": extra or {},
+    }
+    if summary is not None:
+        v.update({k: getattr(summary, k) for k in (
+            "n", "n_planned", "duration_s", "achieved_qps", "latency_mean_s", "latency_p50_s", "latency_p90_s",
+            "latency_p95_s", "latency_p99_s", "latency_max_s", "queue_mean_s", "queue_p99_s", "h2d_mean_s",
+            "compute_mean_s", "d2h_mean_s", "other_mean_s", "mean_batch", "slo_s", "n_over_slo", "verdict",
+            "stopped")})
+    if predicted is not None:
+        v.update(predicted_qps=predicted.achieved_qps, predicted_mean_s=predicted.latency_mean_s,
+                 predicted_p90_s=predicted.latency_p90_s, predicted_p99_s=predicted.latency_p99_s)
+        v["extra"] = {**v["extra"], "predicted_verdict": predicted.verdict}
+    return LevelRow(v, log)
+
+
+def _timeout(n: int, rate: float | None) -> float:
+    return 120.0 + (4.0 * n / rate if rate else 600.0)
+
+
+def run_serve(spec: ServeSpec, store_path: str, say: Say = stderr_say, command: str | None = None) -> ServeOutcome:
+    """Validate, run ``spec`` and store it (nothing is written when the input is bad)."""
+    from deepgap.api import resolve_device
+    from deepgap.serving.spec import validate
+    from deepgap.store import Store, check_path
+
+    spec = validate(spec)
+    device = resolve_device(spec.device)
+    check_path(store_path)
+    trace = arr.load_trace(spec.trace) if spec.trace else None
+    command = command or " ".join(["deepgap", *sys.argv[1:]])
+    if spec.tenants:
+        from deepgap.serving.tenants import run_tenants
+
+        rec, out = run_tenants(spec, device, store_path, say)
+    else:
+        rec, out = _run_single(spec, device, trace, store_path, say)
+    rec.command = command
+    store = Store(store_path)
+    try:
+        out.run_id = save(store, rec, __version__)
+    finally:
+        store.close()
+    return out
+
+
+def _run_single(spec: ServeSpec, device: str, trace: np.ndarray | None, store_path: str,
+                say: Say) -> tuple[ServeRecord, ServeOutcome]:
+    req = setup_request(spec, spec.model, device)
+    rec = ServeRecord(spec=run_spec(spec, device, [spec.model]), command="", env={"device": device})
+    out = ServeOutcome(None, os.path.abspath(store_path))
+    worker = ServingWorker(device)
+    say(f"serve: building {spec.model} ({spec.engine}, {spec.precision}, {spec.memory_format}) on {device} "
+        f"and calibrating batches {', '.join(map(str, req.buckets))}")
+    try:
+        try:
+            reply = worker.start_serving(req, spec.timeout_s)
+        except (SetupFailed, WorkerLost) as exc:
+            status = exc.status.value if isinstance(exc.status, Status) else str(exc.status)
+            rec.levels.append(level_row(req, spec.scenario, "setup", None, spec.qps, "", spec.seed, None,
+                                        status=status, reason=exc.reason.splitlines()[0]))
+            out.status, out.reason = status, exc.reason.splitlines()[0]
+            out.lines.append(f"{status}: {out.reason}")
+            return rec, out
+        rec.env = reply.env
+        rec.curves = curve_rows(reply, req)
+        service = service_of(reply, f"calibration of {spec.model}")
+        for note in reply.notes:
+            say(f"serve: note: {note}")
+        if reply.correctness.get("flagged"):
+            say(f"serve: WARNING: outputs differ from the fp32 reference (relL2={reply.correctness.get('rel_l2'):.3g})")
+        ctx = _Ctx(spec, req, worker, service, rec, out, say, trace)
+        {"single-stream": _single_stream, "offline": _offline, "server": _server}[spec.scenario](ctx)
+        if spec.loadgen:
+            from deepgap.serving.loadgen import run_loadgen
+
+            run_loadgen(ctx)
+        for lv in rec.levels:
+            lv.values["extra"] = {**lv.values.get("extra", {}), "correctness": reply.correctness,
+                                  "notes": reply.notes, "engine_info": reply.engine_info}
+    finally:
+        worker.stop()
+    return rec, out
+
+
+@dataclass
+class _Ctx:
+    spec: ServeSpec
+    req: SetupRequest
+    worker: ServingWorker
+    service: ServiceModel
+    rec: ServeRecord
+    out: ServeOutcome
+    say: Say
+    trace: np.ndarray | None
+
+
+def _single_stream(c: _Ctx) -> None:
+    minq, mind = c.spec.minimums()
+    c.say(f"serve: single-stream, at least {minq} queries and {mind:g} s")
+    log = c.worker.level(LevelRequest(None, BatchPolicy(1, 0.0), closed=True, min_queries=minq, min_duration_s=mind),
+                         _timeout(minq, None) + mind)
+    s = summarize(log, None, c.spec.slo_s, 0.99, c.spec.confidence)
+    samples = np.asarray(c.service.samples_s[c.service.bucket(1)])
+    pred = LevelSummary(**{**s.__dict__, "achieved_qps": 1.0 / float(samples.mean()),
+                           "latency_mean_s": float(samples.mean()),
+                           "latency_p90_s": float(np.percentile(samples, 90)),
+                           "latency_p99_s": float(np.percentile(samples, 99))})
+    c.rec.levels.append(level_row(c.req, "single-stream", "single-stream", BatchPolicy(1, 0.0), None, "closed",
+                                  c.spec.seed, s, pred, log))
+    c.out.summary.update(single_stream_p90_s=s.latency_p90_s, single_stream_p99_s=s.latency_p99_s,
+                         single_stream_mean_s=s.latency_mean_s, single_stream_n=s.n,
+                         single_stream_predicted_p90_s=pred.latency_p90_s)
+    c.out.lines.append(f"single-stream: p90 {s.latency_p90_s * 1e3:.3f} ms (MLPerf's metric), p50 "
+                       f"{s.latency_p50_s * 1e3:.3f} ms, p99 {s.latency_p99_s * 1e3:.3f} ms over {s.n} queries; "
+                       f"calibration predicted p90 {pred.latency_p90_s * 1e3:.3f} ms")
+
+
+def _offline(c: _Ctx) -> None:
+    minq, mind = c.spec.minimums()
+    sv = c.service
+    cands = [c.spec.max_batch] if c.spec.max_batch else sorted(
+        sv.batch_sizes, key=lambda b: -b / sv.median_at(b))[:3]
+    best: tuple[float, int] | None = None
+    for b in cands:
+        n = max(minq, math.ceil(mind / sv.median_at(b)) * b)
+        n = int(math.ceil(n / b) * b)
+        times = np.zeros(n)
+        pol = BatchPolicy(int(b), 0.0)
+        c.say(f"serve: offline, {n} samples at batch {b}")
+        log = c.worker.level(LevelRequest(times, pol), _timeout(n, None) + 4 * n * sv.median_at(b) / b)
+        s = summarize(log, None, None)
+        pred = summarize(simulate(times, pol, sv, seed=c.spec.seed), None, None)
+        c.rec.levels.append(level_row(c.req, "offline", "offline", pol, None, "all-at-once", c.spec.seed, s, pred, log))
+        if best is None or s.achieved_qps > best[0]:
+            best = (s.achieved_qps, b, pred.achieved_qps)
+    assert best is not None
+    c.out.summary.update(offline_ips=best[0], offline_batch=best[1], offline_predicted_ips=best[2])
+    c.out.lines.append(f"offline: {best[0]:,.1f} samples/s at batch {best[1]} (calibration predicted "
+                       f"{best[2]:,.1f}); tried batches {', '.join(map(str, cands))}")
+
+
+def _real_probe(c: _Ctx, policy: BatchPolicy, load: LoadSettings, purpose: str) -> Callable[[float], Probe]:
+    def probe(rate: float) -> Probe:
+        n = load.n_for(rate)
+        times = schedule(rate, n, load.seed, c.trace)
+        stop = load.stop_rule(n, rate)
+        c.say(f"serve: {policy.label()} at {rate:,.1f} queries/s ({n} queries)")
+        log = c.worker.level(LevelRequest(times, policy, stop), _timeout(n, rate))
+        s = summarize(log, rate, load.slo_s, load.percentile, load.confidence)
+        pred = summarize(simulate(times, policy, c.service, seed=load.seed, stop=stop), rate, load.slo_s,
+                         load.percentile, load.confidence)
+        c.rec.levels.append(level_row(c.req, "server", purpose, policy, rate, "trace" if c.trace is not None
+                                      else "poisson", load.seed, s, pred, log, phase=policy.label()))
+        c.say(f"serve:   p99 {s.latency_p99_s * 1e3:.3f} ms (predicted {pred.latency_p99_s * 1e3:.3f}), "
+              f"{s.verdict}")
+        return Probe(rate, s, s.verdict == "pass")
+
+    return probe
+
+
+def _server(c: _Ctx) -> None:
+    spec, sv = c.spec, c.service
+    minq, mind = spec.minimums()
+    load = LoadSettings(slo_s=spec.slo_s or math.inf, confidence=spec.confidence, min_queries=minq,
+                        min_duration_s=mind, max_queries=spec.max_queries, seed=spec.seed)
+    if not spec.find_capacity:
+        policy = BatchPolicy(min(spec.max_batch or DEFAULT_POLICY[0], sv.max_batch),
+                             spec.max_delay_s if spec.max_delay_s is not None else DEFAULT_POLICY[1])
+        rate = spec.qps or arr.trace_rate_qps(c.trace)
+        n = arr.n_queries(rate, minq, mind)
+        times = schedule(rate, n, spec.seed, c.trace)
+        stop = StopRule(max_time_s=3.0 * n / rate + 5.0)
+        c.say(f"serve: server, {policy.label()} at {rate:,.1f} queries/s ({n} queries)")
+        log = c.worker.level(LevelRequest(times, policy, stop), _timeout(n, rate))
+        s = summarize(log, rate, spec.slo_s, 0.99, spec.confidence)
+        pred = summarize(simulate(times, policy, sv, seed=spec.seed, stop=stop), rate, spec.slo_s, 0.99,
+                         spec.confidence)
+        c.rec.levels.append(level_row(c.req, "server", "fixed", policy, rate, "trace" if c.trace is not None
+                                      else "poisson", spec.seed, s, pred, log, phase=policy.label()))
+        c.out.summary.update(server_qps=rate, server_p99_s=s.latency_p99_s, server_predicted_p99_s=pred.latency_p99_s,
+                             server_verdict=s.verdict, server_achieved_qps=s.achieved_qps)
+        verdict = f", SLO {spec.slo_s * 1e3:g} ms: {s.verdict}" if spec.slo_s else ""
+        c.out.lines.append(f"server: {rate:,.1f} queries/s offered, {s.achieved_qps:,.1f} served, p99 "
+                           f"{s.latency_p99_s * 1e3:.3f} ms (simulator {pred.latency_p99_s * 1e3:.3f} ms), "
+                           f"mean batch {s.mean_batch:.2f}{verdict}")
+        return
+    _find_capacity(c, load)
+
+
+def _capacity_row(c: _Ctx, r: CapacityResult, predicted: float | None) -> dict[str, Any]:
+    return {"tenant": "", "source": r.source, "model": c.req.model, "engine": c.req.engine,
+            "precision": c.req.precision, "device": c.req.device, "device_name": c.rec.env.get("device_name", ""),
+            "memory_format": c.req.memory_format, "resolution": c.req.resolution, "slo_s": r.slo_s,
+            "percentile": 0.99, "confidence": c.spec.confidence, "max_batch": r.policy.max_batch,
+            "max_delay_s": r.policy.max_delay_s, "capacity_qps": r.capacity_qps, "upper_qps": r.upper_qps,
+            "predicted_qps": predicted, "n_probes": len(r.probes), "note": r.note,
+            "extra": {"probes": [{"rate_qps": p.rate_qps, "verdict": p.summary.verdict, "n": p.summary.n,
+                                  "p99_s": p.summary.latency_p99_s, "n_over_slo": p.summary.n_over_slo}
+                                 for p in r.probes]}}
+
+
+def _find_capacity(c: _Ctx, load: LoadSettings) -> None:
+    spec, sv = c.spec, c.service
+    caps = [b for b in sv.batch_sizes if not spec.max_batch or b <= spec.max_batch]
+    cands = candidate_policies(sv, load.slo_s, caps,
+                               delays_s=None if spec.max_delay_s is None else [spec.max_delay_s])
+    if not cands:
+        why = (f"no batch size is served within the SLO: batch {sv.batch_sizes[0]} takes "
+               f"{sv.median_at(sv.batch_sizes[0]) * 1e3:.3f} ms ≥ {load.slo_s * 1e3:g} ms")
+        c.out.summary.update(capacity_qps=0.0, capacity_note=why)
+        c.out.lines.append(f"server capacity: 0 — {why}")
+        return
+    c.say(f"serve: simulating {len(cands)} batching policies on the calibrated curve")
+    ranked = search_policies(sv, load, cands, c.trace, rel_tol=spec.rel_tol)
+    measured: list[CapacityResult] = []
+    for r in ranked[: spec.verify_policies]:
+        ceiling = sv.saturation_qps(r.policy.max_batch) * 1.3
+        start = r.capacity_qps if r.capacity_qps > 0 else 0.5 * sv.saturation_qps(r.policy.max_batch)
+        m = find_capacity(_real_probe(c, r.policy, load, "probe"), r.policy, load.slo_s, start_qps=start,
+                          ceiling_qps=ceiling, growth=1.1, rel_tol=spec.rel_tol, source="measured")
+        measured.append(m)
+        c.rec.capacities.append(_capacity_row(c, m, r.capacity_qps))
+        c.say(f"serve: {r.policy.label()}: measured {m.capacity_qps:,.1f} queries/s, simulated {r.capacity_qps:,.1f}")
+    for r in ranked:
+        c.rec.capacities.append(_capacity_row(c, r, r.capacity_qps))
+    best = max(measured, key=lambda m: m.capacity_qps)
+    pred = next(r.capacity_qps for r in ranked if r.policy == best.policy)
+    c.out.summary.update(capacity_qps=best.capacity_qps, capacity_predicted_qps=pred, capacity_max_batch=best.policy.max_batch,
+                         capacity_max_delay_s=best.policy.max_delay_s, slo_p99_s=load.slo_s,
+                         capacity_sim_best_qps=ranked[0].capacity_qps, capacity_sim_best_policy=ranked[0].policy.label())
+    c.out.lines.append(
+        f"server capacity at p99 ≤ {load.slo_s * 1e3:g} ms: {best.capacity_qps:,.1f} queries/s with "
+        f"{best.policy.label()} (simulator predicted {pred:,.1f}; measured/predicted "
+        f"{best.capacity_qps / pred if pred else float('nan'):.3f}); simulated best of {len(ranked)} policies: "
+        f"{ranked[0].policy.label()} at {ranked[0].capacity_qps:,.1f}")

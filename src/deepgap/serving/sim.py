@@ -1,0 +1,121 @@
+"""The discrete-event simulator: `serve_loop` on a `VirtualClock`, batches charged a service time.
+
+Service times come from a batch-sweep curve — the server's own calibration, or any store's
+``deepgap run`` results — as a `ServiceModel`: for a batch of ``n`` requests, the median latency at
+the smallest measured batch size ≥ ``n`` (``padding="bucket"``, what the real server does: it runs
+engine profiles at the measured sizes and pads) or the median interpolated linearly between measured
+sizes (``padding="exact"``, a dynamic-shape engine). When raw samples are known, each batch draws its
+time from them (scaled to the interpolated median), so the predicted tail carries the measured jitter.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from deepgap.serving.batcher import BatchPolicy, StopRule, serve_loop
+from deepgap.serving.clock import VirtualClock
+from deepgap.serving.log import RequestLog
+
+PADDINGS = ("bucket", "exact")
+
+
+@dataclass
+class ServiceModel:
+    """Seconds to serve a batch of ``n`` requests, from a measured (or known) batch → latency curve."""
+
+    batch_sizes: tuple[int, ...]
+    median_s: tuple[float, ...]
+    samples_s: dict[int, np.ndarray] = field(default_factory=dict)  # raw latencies per measured batch
+    padding: str = "bucket"
+    source: str = ""  # where the curve came from, for reports
+
+    def __post_init__(self) -> None:
+        order = np.argsort(self.batch_sizes)
+        self.batch_sizes = tuple(int(self.batch_sizes[i]) for i in order)
+        self.median_s = tuple(float(self.median_s[i]) for i in order)
+        if not self.batch_sizes or len(set(self.batch_sizes)) != len(self.batch_sizes):
+            raise ValueError("a service curve needs distinct batch sizes")
+        if any(not (m > 0 and math.isfinite(m)) for m in self.median_s):
+            raise ValueError("service times must be positive")
+        if self.padding not in PADDINGS:
+            raise ValueError(f"padding must be one of {PADDINGS}")
+        self._median = dict(zip(self.batch_sizes, self.median_s, strict=True))
+        self._ratios = {
+            b: np.asarray(s, dtype=np.float64) / m
+            for b, m in zip(self.batch_sizes, self.median_s, strict=True)
+            if (s := self.samples_s.get(b)) is not None and len(s) > 0
+        }
+
+    @classmethod
+    def from_function(cls, fn: Callable[[int], float], batch_sizes: Sequence[int], padding: str = "exact",
+                      source: str = "function") -> ServiceModel:
+        """A deterministic model (tests, fake engines): ``fn(batch)`` seconds at each listed size."""
+        return cls(tuple(batch_sizes), tuple(float(fn(b)) for b in batch_sizes), padding=padding, source=source)
+
+    @property
+    def max_batch(self) -> int:
+        """Largest batch this curve covers."""
+        return self.batch_sizes[-1]
+
+    def bucket(self, n: int) -> int:
+        """The measured batch size a batch of ``n`` runs at (padding mode) — ``n`` itself in exact mode."""
+        if n < 1 or n > self.max_batch:
+            raise ValueError(f"batch {n} outside the measured range 1..{self.max_batch}")
+        if self.padding == "exact":
+            return n
+        return self.batch_sizes[bisect.bisect_left(self.batch_sizes, n)]
+
+    def median_at(self, n: int) -> float:
+        """Median seconds for a batch of ``n`` requests."""
+        b = self.bucket(n)
+        if self.padding == "bucket":
+            return self._median[b]
+        return float(np.interp(b, self.batch_sizes, self.median_s))
+
+    def time_s(self, n: int, u: float | None = None) -> float:
+        """Service seconds for ``n`` requests; ``u`` ∈ [0, 1) picks a raw sample (None: the median)."""
+        med = self.median_at(n)
+        if u is None or not self._ratios:
+            return med
+        ref = self.batch_sizes[min(bisect.bisect_left(self.batch_sizes, n), len(self.batch_sizes) - 1)]
+        ratios = self._ratios.get(ref)
+        if ratios is None:
+            return med
+        return med * float(ratios[int(u * len(ratios))])
+
+    def saturation_qps(self, max_batch: int) -> float:
+        """Highest sustainable request rate with batches of at most ``max_batch`` (all batches full)."""
+        cap = min(max_batch, self.max_batch)
+        sizes = sorted({b for b in self.batch_sizes if b <= cap} | {cap})
+        return max(b / self.median_at(b) for b in sizes)
+
+    def describe(self) -> list[dict[str, float]]:
+        """The curve as rows (batch, median seconds, images/s)."""
+        return [{"batch_size": b, "median_s": m, "throughput_ips": b / m}
+                for b, m in zip(self.batch_sizes, self.median_s, strict=True)]
+
+
+def simulate(arrivals_s: Sequence[float], policy: BatchPolicy, service: ServiceModel, seed: int | None = 0,
+             stop: StopRule | None = None) -> RequestLog:
+    """Serve ``arrivals_s`` on a virtual clock; ``seed`` draws sampled service times (None: medians)."""
+    if policy.max_batch > service.max_batch:
+        raise ValueError(f"max_batch {policy.max_batch} exceeds the service curve's largest batch {service.max_batch}")
+    clock = VirtualClock()
+    rng = np.random.default_rng(seed) if seed is not None else None
+    draws = rng.random(len(arrivals_s)) if rng is not None else None
+    k = 0
+
+    def execute(first: int, count: int) -> tuple[float, float, float]:
+        nonlocal k
+        u = None if draws is None else float(draws[k % len(draws)])
+        k += 1
+        s = service.time_s(count, u)
+        clock.advance(s)
+        return 0.0, s, 0.0
+
+    return serve_loop(arrivals_s, policy, clock, execute, stop)
