@@ -1,0 +1,227 @@
+"""Combine stores written on separate machines into one (``deepgap merge A B … -o all.sqlite``).
+
+Identity is what the store already uses: a run by its ``run_id`` (time stamp + random part, unique
+across machines), a result by ``(run_id, config_key)``. So merging is idempotent — merging the same
+stores again, or a store into an output that already holds it, adds nothing — and a result that
+exists twice with different contents (e.g. the same run resumed separately on two copies of a
+store) is a *conflict*: an error by default, or resolved by keeping the first copy.
+
+Safety: every input must be a deepgap store of this deepgap's schema version (another version is a
+clear `StoreError`, nothing is written). The output is built in a temporary file next to it (an
+existing output is its starting point) and renamed over it only when complete, so a failed or
+interrupted merge leaves the output as it was.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import tempfile
+from dataclasses import dataclass, field
+
+from deepgap.errors import StoreError, UsageError
+from deepgap.records import SCHEMA_VERSION
+from deepgap.store import Store, check_path
+
+_RUN_RANK = {"running": 0, "interrupted": 1, "finished": 2}
+_RUN_IDENTITY = ("created_at", "command", "spec_json")
+
+
+@dataclass
+class MergeReport:
+    """What a merge did; ``conflicts`` names each ``run_id``/configuration that differed."""
+
+    output: str
+    runs_added: int = 0
+    results_added: int = 0
+    results_present: int = 0
+    telemetry_added: int = 0
+    conflicts: list[str] = field(default_factory=list)
+    runs_total: int = 0
+    results_total: int = 0
+
+
+def _schema_version(path: str) -> int:
+    s = Store(path, readonly=True)  # not a deepgap store, or a newer one: StoreError
+    try:
+        return int(s.con.execute("PRAGMA user_version").fetchone()[0])
+    finally:
+        s.close()
+
+
+def _check_input(path: str) -> None:
+    if not os.path.exists(path):
+        raise UsageError(f"store {path} does not exist", "pass the stores to merge")
+    if os.path.isdir(path):
+        raise StoreError(f"{path} is a directory", "pass store files (.sqlite)")
+    version = _schema_version(path)
+    if version != SCHEMA_VERSION:
+        raise StoreError(
+            f"{path} has schema version {version}, this deepgap merges version {SCHEMA_VERSION} stores",
+            "merge stores written by the same deepgap version (upgrade the older machines and re-run)",
+        )
+
+
+def _checkpoint(path: str) -> None:
+    """Fold an existing output's write-ahead log into it, so that renaming over it loses nothing."""
+    con = sqlite3.connect(path, timeout=60)
+    try:
+        busy = con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+    finally:
+        con.close()
+    if busy:
+        raise StoreError(f"{path} is being written by another process", "merge when its sweep has finished")
+
+
+def merge(inputs: list[str], output: str, on_conflict: str = "error") -> MergeReport:
+    """Merge the stores ``inputs`` into ``output`` (created, or extended when it exists).
+
+    Args:
+        inputs: store paths; an input that is the output itself is skipped.
+        output: the merged store.
+        on_conflict: ``error`` (default: nothing is written) or ``first`` (keep the copy merged first).
+
+    Raises:
+        StoreError: a foreign or other-version store, or conflicts with ``on_conflict="error"``.
+    """
+    if not inputs:
+        raise UsageError("no stores to merge", "pass at least one store, e.g. deepgap merge a.sqlite -o all.sqlite")
+    if on_conflict not in ("error", "first"):
+        raise UsageError(f"unknown conflict policy {on_conflict!r}", "use error or first")
+    for path in inputs:
+        _check_input(path)
+    check_path(output)
+    exists = os.path.exists(output) and os.path.getsize(output) > 0
+    if exists:
+        _check_input(output)
+        _checkpoint(output)
+    out_abs = os.path.realpath(output)
+    sources: list[str] = []
+    for path in inputs:
+        real = os.path.realpath(path)
+        if real != out_abs and real not in sources:
+            sources.append(real)
+    folder = os.path.dirname(out_abs)
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(output)}.", suffix=".merging", dir=folder)
+    os.close(fd)
+    try:
+        if exists:
+            src = sqlite3.connect(f"file:{out_abs}?mode=ro", uri=True)
+            dst = sqlite3.connect(tmp)
+            src.backup(dst)
+            src.close()
+            dst.close()
+        store = Store(tmp)
+        try:
+            report = MergeReport(output=output)
+            for path in sources:
+                _merge_one(store.con, path, report)
+            if report.conflicts and on_conflict == "error":
+                shown = "; ".join(report.conflicts[:3]) + (" …" if len(report.conflicts) > 3 else "")
+                raise StoreError(
+                    f"{len(report.conflicts)} conflict(s): {shown}",
+                    "pass --on-conflict first to keep the copy merged first",
+                )
+            report.runs_total = store.con.execute("SELECT count(*) FROM runs").fetchone()[0]
+            report.results_total = store.con.execute("SELECT count(*) FROM results").fetchone()[0]
+            store.con.execute("PRAGMA journal_mode = DELETE")  # one self-contained file to rename
+        finally:
+            store.close()
+        os.chmod(tmp, _mode(out_abs if exists else None))  # mkstemp's 0600 is not what a store gets
+        os.replace(tmp, out_abs)
+    finally:
+        for leftover in (tmp, f"{tmp}-wal", f"{tmp}-shm", f"{tmp}-journal"):
+            if os.path.exists(leftover):
+                os.remove(leftover)
+    return report
+
+
+def _merge_one(con: sqlite3.Connection, path: str, report: MergeReport) -> None:
+    from urllib.request import pathname2url
+
+    con.execute("ATTACH DATABASE ? AS src", (f"file:{pathname2url(path)}?mode=ro",))
+    try:
+        con.execute("BEGIN IMMEDIATE")
+        try:
+            foreign = _copy_runs(con, path, report)
+            _copy_results(con, path, report, foreign)
+            report.telemetry_added += con.execute(
+                """INSERT INTO main.telemetry SELECT t.run_id, NULL, t.phase, t.t_s, t.data_json
+                   FROM src.telemetry t WHERE t.result_id IS NULL AND NOT EXISTS (
+                     SELECT 1 FROM main.telemetry m WHERE m.result_id IS NULL AND m.run_id = t.run_id
+                     AND m.phase = t.phase AND m.t_s = t.t_s AND m.data_json = t.data_json)"""
+            ).rowcount
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+    finally:
+        con.execute("DETACH DATABASE src")
+
+
+def _copy_runs(con: sqlite3.Connection, path: str, report: MergeReport) -> set[str]:
+    """Copy new runs; returns the ids of runs that clash with a different run of the same id."""
+    foreign: set[str] = set()
+    cols = [r[1] for r in con.execute("PRAGMA main.table_info(runs)")]
+    for row in con.execute("SELECT * FROM src.runs").fetchall():
+        new = dict(zip(cols, row, strict=True))
+        old = con.execute("SELECT * FROM main.runs WHERE run_id = ?", (new["run_id"],)).fetchone()
+        if old is None:
+            con.execute(f"INSERT INTO main.runs VALUES ({','.join('?' for _ in cols)})", row)
+            report.runs_added += 1
+            continue
+        old = dict(zip(cols, old, strict=True))
+        if any(old[k] != new[k] for k in _RUN_IDENTITY):
+            report.conflicts.append(f"run {new['run_id']} differs in {path}")
+            foreign.add(new["run_id"])
+            continue
+        # the same run seen at two moments (e.g. a copy taken mid-sweep): keep the most finished state
+        if _RUN_RANK.get(new["status"], 0) > _RUN_RANK.get(old["status"], 0):
+            con.execute("UPDATE main.runs SET status = ?, finished_at = ? WHERE run_id = ?",
+                        (new["status"], new["finished_at"], new["run_id"]))
+    return foreign
+
+
+def _copy_results(con: sqlite3.Connection, path: str, report: MergeReport, foreign: set[str]) -> None:
+    cols = [r[1] for r in con.execute("PRAGMA main.table_info(results)") if r[1] != "result_id"]
+    sel = ", ".join(cols)
+    marks = ", ".join("?" for _ in cols)
+    key_run, key_cfg = cols.index("run_id"), cols.index("config_key")
+    for row in con.execute(f"SELECT result_id, {sel} FROM src.results ORDER BY result_id").fetchall():
+        old_id, values = row[0], row[1:]
+        if values[key_run] in foreign:  # results of a clashing run are never mixed into the other
+            continue
+        mine = con.execute(f"SELECT {sel} FROM main.results WHERE run_id = ? AND config_key = ?",
+                           (values[key_run], values[key_cfg])).fetchone()
+        if mine is not None:
+            if tuple(mine) == tuple(values):
+                report.results_present += 1
+            else:
+                report.conflicts.append(f"run {values[key_run]}: {_label(values[key_cfg])} differs in {path}")
+            continue
+        new_id = con.execute(f"INSERT INTO main.results ({sel}) VALUES ({marks})", values).lastrowid
+        con.execute("INSERT INTO main.samples SELECT ?, repeat, latencies_s FROM src.samples WHERE result_id = ?",
+                    (new_id, old_id))
+        report.telemetry_added += con.execute(
+            "INSERT INTO main.telemetry SELECT run_id, ?, phase, t_s, data_json FROM src.telemetry WHERE result_id = ?",
+            (new_id, old_id),
+        ).rowcount
+        report.results_added += 1
+
+
+def _mode(existing: str | None) -> int:
+    if existing:
+        return os.stat(existing).st_mode & 0o777
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def _label(key: str) -> str:
+    from deepgap.records import ConfigSpec
+
+    try:
+        return ConfigSpec.from_key(key).label()
+    except (TypeError, ValueError):
+        return key

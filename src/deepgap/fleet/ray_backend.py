@@ -1,0 +1,342 @@
+"""A sweep over a Ray cluster: one Ray task per configuration, placed on any matching node.
+
+Each task asks Ray for one GPU (``num_gpus=1``; Ray sets ``CUDA_VISIBLE_DEVICES`` so ``cuda`` is that
+GPU) or, for a CPU configuration, for as many cores as its thread count. On its node the task
+starts a fresh deepgap worker process through `deepgap.runner.SweepRunner` — the same measure path,
+crash/hang isolation and timeout as on one machine — measures the one configuration, and returns
+the `Result` with the node's environment fingerprint (``extra["node_env"]``). The driver (this
+process) is the store's only writer.
+
+Failures are split by who caused them. A configuration that crashes, hangs or runs out of memory
+is stored with that status by the worker's parent on the node, never retried (it would fail again).
+A lost Ray worker or node (`WorkerCrashedError`, `NodeDiedError`, …) is not the configuration's
+fault: the driver submits it again, up to ``retries`` times, and Ray places it on any alive
+matching node; ``extra["attempts"]`` and ``extra["lost"]`` record it. The driver resubmits itself
+(tasks carry ``max_retries=0``) because Ray's own retries are invisible to the caller.
+
+Batch ladders (`deepgap.fleet.common.ladders`) are chained: the next batch of a ladder is submitted
+when the previous one finished, so an OOM or a hang skips the larger batches as on one machine,
+while different ladders run in parallel across the cluster.
+
+``--where gpu=L4`` uses the ``accelerator_type:<type>`` resource that Ray itself advertises on
+every NVIDIA GPU node (``L4``, ``T4``, ``H100`` …; detected from GPU 0 of the node), so nodes need
+no set-up; ``node=IP`` uses Ray's ``node:<ip>`` resource and any other ``KEY=VALUE`` a custom
+resource ``KEY:VALUE`` that nodes advertise with ``ray start --resources``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import re
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from deepgap.config import SweepSpec
+from deepgap.errors import UsageError
+from deepgap.fleet.common import Finished, cascade_reason, ladders
+from deepgap.records import ConfigSpec, Result, Status
+
+RETRIES = 2  # a configuration whose worker or node is lost runs at most 1 + RETRIES times
+_POLL_S = 2.0
+_TAG = 0.001  # the share of a label-like resource a task asks for (any number of tasks fit)
+_LOST_ERRORS = ("WorkerCrashedError", "NodeDiedError", "LocalRayletDiedError", "ObjectLostError",
+                "OutOfMemoryError", "ActorDiedError")
+
+
+def import_ray():
+    """The ``ray`` module, or a `UsageError` saying how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise UsageError("--ray needs the ray package, which is not installed",
+                         "pip install 'deepgap[ray]'") from None
+    return ray
+
+
+def parse_where(items: list[str] | dict[str, str] | None) -> dict[str, str]:
+    """``["gpu=L4", "node=10.0.0.5"]`` (``--where``, repeatable) → ``{"gpu": "L4", "node": "10.0.0.5"}``."""
+    if not items:
+        return {}
+    if isinstance(items, dict):
+        pairs = list(items.items())
+    else:
+        pairs = []
+        for text in items:
+            key, sep, value = str(text).partition("=")
+            if not sep or not key.strip() or not value.strip():
+                raise UsageError(f"--where {text!r} is not KEY=VALUE", "write e.g. --where gpu=L4")
+            pairs.append((key, value))
+    out: dict[str, str] = {}
+    for key, value in pairs:
+        k, v = str(key).strip().lower(), str(value).strip()
+        if k in out:
+            raise UsageError(f"--where {k}= is given twice", "give each key once")
+        out[k] = v
+    return out
+
+
+def _accelerator_type(name: str) -> str:
+    """A GPU name as Ray's ``accelerator_type`` spells it: ``NVIDIA L4`` → ``L4``, ``Tesla T4`` → ``T4``."""
+    m = re.match(r"^(?:NVIDIA\s+)?(?:Tesla\s+)?([A-Za-z0-9]+)", name.strip())
+    return m.group(1) if m else name.strip()
+
+
+def where_resources(where: dict[str, str], nodes: list[dict[str, Any]]) -> dict[str, float]:
+    """The Ray resources a task asks for so that it lands on a node matching ``where``.
+
+    Raises:
+        UsageError: no alive node offers one of them (the message lists what the cluster offers).
+    """
+    offered = {k for n in nodes for k in n["Resources"]}
+    out: dict[str, float] = {}
+    for key, value in where.items():
+        if key == "gpu":
+            types = sorted(k.split(":", 1)[1] for k in offered if k.startswith("accelerator_type:"))
+            pick = next((t for t in types if t.lower() == value.lower()), None) or next(
+                (t for t in types if t.lower() == _accelerator_type(value).lower()), None
+            )
+            if pick is None:
+                raise UsageError(f"no node of the Ray cluster has gpu={value}",
+                                 f"this cluster's GPU types: {', '.join(types) or 'none'}")
+            out[f"accelerator_type:{pick}"] = _TAG
+        elif key == "node":
+            if f"node:{value}" not in offered:
+                ips = sorted(k.split(":", 1)[1] for k in offered if k.startswith("node:") and "__" not in k)
+                raise UsageError(f"no alive node of the Ray cluster has address {value}",
+                                 f"its nodes: {', '.join(ips) or 'none'}")
+            out[f"node:{value}"] = _TAG
+        else:
+            if f"{key}:{value}" not in offered:
+                raise UsageError(f"no node of the Ray cluster advertises {key}:{value}",
+                                 f"start nodes with ray start --resources='{{\"{key}:{value}\": 1000}}'")
+            out[f"{key}:{value}"] = _TAG
+    return out
+
+
+def measure_config(spec: dict[str, Any], cfg_key: str) -> Result:
+    """Body of the Ray task: measure one configuration in a fresh deepgap worker on this node."""
+    import ray
+
+    from deepgap.runner import SweepRunner
+
+    cfg = ConfigSpec.from_key(cfg_key)
+    device = "cuda" if cfg.device.startswith("cuda") else "cpu"  # Ray set CUDA_VISIBLE_DEVICES
+    runner = SweepRunner(SweepSpec.from_dict(spec), device)
+    try:
+        runner.start()
+        env = runner.environment()
+        res = next(iter(runner.run([dataclasses.replace(cfg, device=device)])))
+    finally:
+        runner.worker.kill()  # its one job is done: no need to wait for a clean interpreter exit
+    node_id = ray.get_runtime_context().get_node_id()
+    gpu_ids = [str(g) for g in ray.get_gpu_ids()]
+    where = f"GPU {','.join(gpu_ids)}" if device == "cuda" else "CPU"
+    lane = f"{env.get('host', '?')} ({node_id[:6]}) {where}"
+    res.spec = cfg
+    res.extra.update(lane=lane, node_id=node_id,
+                     node_env={**env, "lane": lane, "ray_node_id": node_id, "ray_gpu_ids": gpu_ids})
+    return res
+
+
+@dataclass
+class _Job:
+    cfg: ConfigSpec
+    rest: deque[ConfigSpec]
+    attempts: int = 0
+    lost: list[str] = field(default_factory=list)
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+class RayBackend:
+    """Runs a sweep's configurations as Ray tasks; `results` yields `Finished` items."""
+
+    backend = "ray"
+
+    def __init__(self, sweep: SweepSpec, address: str, where: dict[str, str] | None = None,
+                 retries: int = RETRIES, infeasible_grace_s: float = 60.0) -> None:
+        self.sweep = sweep
+        self.address = address
+        self.where = dict(where or {})
+        self.retries = retries
+        self.grace_s = infeasible_grace_s
+        self.resources: dict[str, float] = {}
+        self.matching: list[dict[str, Any]] = []
+        self._ray: Any = None
+        self._owns = False
+        self._pending: dict[Any, _Job] = {}
+
+    def describe(self) -> dict[str, Any]:
+        """The fleet settings stored with the run (``--resume`` reuses them)."""
+        return {"backend": self.backend, "ray": self.address, "where": self.where, "retries": self.retries,
+                "nodes": [{"node_id": n["NodeID"], "host": n.get("NodeManagerHostname"),
+                           "ip": n.get("NodeManagerAddress"),
+                           "resources": {k: v for k, v in n["Resources"].items() if not k.startswith("node:")}}
+                          for n in self.matching]}
+
+    def _connect(self) -> None:
+        ray = self._ray = import_ray()
+        if ray.is_initialized():
+            return
+        kw: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
+        if self.address == "local":
+            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+            kw["include_dashboard"] = False
+        else:
+            kw["address"] = self.address
+        try:
+            ray.init(**kw)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise UsageError(f"cannot connect to the Ray cluster at {self.address!r} ({str(exc).splitlines()[0]})",
+                             "start one with `ray start --head`, or pass --ray local / --ray HOST:PORT") from None
+        self._owns = True
+
+    def alive_nodes(self) -> list[dict[str, Any]]:
+        """The cluster's alive nodes as `ray.nodes` describes them."""
+        return [n for n in self._ray.nodes() if n.get("Alive")]
+
+    def prepare(self, sweep: SweepSpec, resumed: bool = False) -> str:
+        """Connect, check ``--where`` and the device against the cluster; returns the logical device.
+
+        Raises:
+            UsageError: no cluster, no matching node, or a device/threads request no node can meet.
+        """
+        self._connect()
+        nodes = self.alive_nodes()
+        self.resources = where_resources(self.where, nodes)
+        self.matching = [n for n in nodes if all(n["Resources"].get(k, 0) > 0 for k in self.resources)]
+        if not self.matching:
+            raise UsageError("no alive Ray node matches every --where filter", "relax --where")
+        has_gpu = any(n["Resources"].get("GPU", 0) >= 1 for n in self.matching)
+        dev = sweep.device
+        if dev == "auto":
+            dev = "cuda" if has_gpu else "cpu"
+        if dev.startswith("cuda:") and not resumed:
+            raise UsageError(f"--device {dev} picks a GPU, but with --ray Ray assigns them", "use --device cuda or auto")
+        if dev.startswith("cuda") and not has_gpu:
+            raise UsageError("--device cuda but no matching Ray node has a GPU", "add GPU nodes or use --device cpu")
+        if dev == "cpu":
+            if not sweep.threads:
+                raise UsageError("a CPU sweep over Ray needs --threads, so that each task reserves its cores",
+                                 "pass e.g. --threads 1,2")
+            most = max(int(n["Resources"].get("CPU", 0)) for n in self.matching)
+            if max(sweep.threads) > most:
+                raise UsageError(f"--threads {max(sweep.threads)} but no matching Ray node has that many CPUs",
+                                 f"use at most {most} threads")
+        self.sweep = sweep.replace(device=dev)
+        return dev
+
+    def device_names(self) -> list[str]:
+        """The GPU types (or ``CPU``) of the matching nodes, for the run's summary."""
+        if not self.sweep.device.startswith("cuda"):
+            return ["CPU"]
+        types = {k.split(":", 1)[1] for n in self.matching for k in n["Resources"] if k.startswith("accelerator_type:")}
+        return sorted(types) or ["GPU"]
+
+    def start(self) -> None:
+        """Nothing to start: Ray starts a worker per task."""
+
+    def _options(self, cfg: ConfigSpec) -> dict[str, Any]:
+        opts: dict[str, Any] = {"max_retries": 0, "resources": dict(self.resources), "name": f"deepgap {cfg.label()}"}
+        if cfg.device.startswith("cuda"):
+            opts.update(num_gpus=1, num_cpus=1)
+        else:
+            opts.update(num_cpus=cfg.threads or 1)
+        return opts
+
+    def results(self, configs: list[ConfigSpec]) -> Iterator[Finished]:
+        """Submit the first batch of every ladder, then chain; yields results as they arrive.
+
+        Raises:
+            UsageError: work is left that no alive node can run (the run can be resumed later).
+        """
+        ray = self._ray
+        remote = ray.remote(measure_config)
+        spec = self.sweep.to_dict()
+        lost_types = tuple(t for t in (getattr(ray.exceptions, n, None) for n in _LOST_ERRORS) if t is not None)
+        pending = self._pending
+
+        def submit(job: _Job) -> None:
+            job.attempts += 1
+            job.options = self._options(job.cfg)
+            pending[remote.options(**job.options).remote(spec, job.cfg.key)] = job
+
+        for ladder in ladders(configs):
+            submit(_Job(ladder[0], deque(ladder[1:])))
+        stuck_since: float | None = None
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=_POLL_S)
+            if not ready:
+                stuck_since = self._check_feasible(stuck_since)
+                continue
+            stuck_since = None
+            job = pending.pop(ready[0])
+            try:
+                res: Result = ray.get(ready[0])
+            except lost_types as exc:
+                job.lost.append(_first_line(exc))
+                if len(job.lost) <= self.retries:
+                    submit(job)
+                    continue
+                res = Result(spec=job.cfg, status=Status.CRASH,
+                             reason=f"its Ray worker or node was lost {len(job.lost)} times; last: {job.lost[-1]}")
+            except Exception as exc:  # noqa: BLE001 - the task itself raised (e.g. deepgap missing on the node)
+                res = Result(spec=job.cfg, status=Status.ERROR, reason=f"Ray task failed: {_first_line(exc)}")
+            res.spec = job.cfg
+            res.extra["attempts"] = job.attempts
+            if job.lost:
+                res.extra["lost"] = job.lost
+            lane = str(res.extra.get("lane", "ray"))
+            yield Finished(lane, res, res.extra.get("node_env", {}))
+            why = cascade_reason(res)
+            if why:
+                where = {k: res.extra[k] for k in ("lane", "node_id", "node_env") if k in res.extra}
+                for cfg in job.rest:
+                    yield Finished(lane, Result(spec=cfg, status=Status.SKIPPED, reason=why, extra=dict(where)),
+                                   where.get("node_env", {}))
+            elif job.rest:
+                submit(_Job(job.rest.popleft(), job.rest))
+
+    def _check_feasible(self, since: float | None) -> float | None:
+        """Give up (with a resumable error) when no alive node can run some pending task for a while."""
+        nodes = self.alive_nodes()
+
+        def fits(opts: dict[str, Any], res: dict[str, float]) -> bool:
+            need = {"GPU": opts.get("num_gpus", 0), "CPU": opts.get("num_cpus", 1), **opts.get("resources", {})}
+            return all(res.get(k, 0) >= v for k, v in need.items() if v)
+
+        stuck = [j for j in self._pending.values() if not any(fits(j.options, n["Resources"]) for n in nodes)]
+        if not stuck:
+            return None
+        now = time.monotonic()
+        if since is None:
+            return now
+        if now - since >= self.grace_s:
+            raise UsageError(
+                f"no alive Ray node can run {len(stuck)} remaining configuration(s) (e.g. {stuck[0].cfg.label()})",
+                "add a matching node (ray start --address=…) and continue with `deepgap run --resume`",
+            )
+        return since
+
+    def close(self) -> None:
+        """Cancel what is still pending; disconnect if this process connected."""
+        ray = self._ray
+        if ray is None:
+            return
+        for ref in list(self._pending):
+            try:
+                ray.cancel(ref, force=True)
+            except Exception:  # noqa: BLE001, S110 - best effort at shutdown
+                pass
+        self._pending.clear()
+        if self._owns and ray.is_initialized():
+            ray.shutdown()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:300] if text else ''}"

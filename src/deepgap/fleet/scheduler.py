@@ -1,0 +1,203 @@
+"""Several devices of one host: one `SweepRunner` per device, each in its own thread.
+
+Policy, and why:
+
+- Each lane (device) owns one `deepgap.runner.SweepRunner`, hence one worker process pinned to that
+  device, restarted on failure exactly as on one machine. A lane measures one configuration at a
+  time, so two configurations never share a GPU (they would disturb each other's numbers).
+- Work is a queue of batch *ladders* (`deepgap.fleet.common.ladders`) in plan order. An idle lane
+  takes the next whole ladder, so the OOM/timeout cascade of a ladder still works (it runs inside
+  `SweepRunner.run`) and a model is built once per lane for all its batches. The price: a sweep
+  with fewer ladders than devices leaves devices idle — the paper grid has six ladders (three
+  models × two precisions), ``--sweeps N`` multiplies them.
+- Configurations keep the *logical* device (``cuda``) in their store key, whichever GPU measured
+  them, so ``--resume`` is exact on any set of GPUs; the lane goes to ``extra["lane"]`` and the
+  lane's environment fingerprint to ``extra["node_env"]``.
+- Lane threads never touch the store: they put items on a queue that the calling thread consumes
+  (the driver is the store's only writer).
+
+A lane whose worker cannot be restarted stops; its unfinished ladder goes back to the queue for the
+other lanes. The runner is injectable (``runner_factory``) so the policy is tested with fake runners.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
+
+from deepgap.config import SweepSpec
+from deepgap.errors import UsageError
+from deepgap.fleet.common import Finished, Started, ladders
+from deepgap.fleet.devices import Lane
+from deepgap.records import ConfigSpec, Result
+from deepgap.runner import Event, SweepRunner
+
+
+class Runner(Protocol):
+    """What a lane needs from `deepgap.runner.SweepRunner`."""
+
+    def start(self) -> Any: ...  # noqa: D102
+
+    def environment(self) -> dict[str, Any]: ...  # noqa: D102
+
+    def run(self, configs: list[ConfigSpec], on_event: Callable[[Event], None]) -> Iterator[Result]: ...  # noqa: D102
+
+    def close(self) -> None: ...  # noqa: D102
+
+
+RunnerFactory = Callable[[SweepSpec, str], Runner]
+
+
+class LocalScheduler:
+    """Spreads configurations over ``lanes``; `results` yields `Started`/`Finished` items."""
+
+    backend = "devices"
+
+    def __init__(self, sweep: SweepSpec, lanes: list[Lane], runner_factory: RunnerFactory = SweepRunner) -> None:
+        self.sweep = sweep
+        self.lanes = lanes
+        self.factory = runner_factory
+        self.runners: dict[str, Runner] = {}
+        self.envs: dict[str, dict[str, Any]] = {}
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._cond = threading.Condition()
+
+    def describe(self) -> dict[str, Any]:
+        """The fleet settings stored with the run (``--resume`` reuses them)."""
+        return {"backend": self.backend, "devices": [lane.name for lane in self.lanes]}
+
+    def start(self) -> None:
+        """Start every lane's worker in parallel and read its fingerprint.
+
+        Raises:
+            UsageError: a device cannot be used (nothing is written then).
+        """
+
+        def start_one(lane: Lane) -> tuple[Lane, dict[str, Any]]:
+            runner = self.factory(self.sweep, lane.torch_device)
+            self.runners[lane.name] = runner
+            runner.start()
+            return lane, runner.environment()
+
+        with ThreadPoolExecutor(max_workers=len(self.lanes)) as pool:
+            futures = [pool.submit(start_one, lane) for lane in self.lanes]
+            errors = []
+            for fut in futures:
+                try:
+                    lane, env = fut.result()
+                    self.envs[lane.name] = {**env, "lane": lane.name}
+                except Exception as exc:  # noqa: BLE001 - reported below, after every lane tried
+                    errors.append(exc)
+        if errors:
+            self.close()
+            raise errors[0] if isinstance(errors[0], UsageError) else UsageError(
+                f"a device of --devices could not start: {errors[0]}", "check `deepgap env`"
+            )
+
+    def device_names(self) -> list[str]:
+        """Each lane's device name (for the run's summary)."""
+        return [str(self.envs[lane.name].get("device_name", lane.name)) for lane in self.lanes]
+
+    def results(self, configs: list[ConfigSpec]) -> Iterator[Started | Finished]:
+        """Measure ``configs`` over the lanes; yields in the calling thread, in completion order.
+
+        Raises:
+            UsageError: every lane failed with work left (the run can be resumed).
+        """
+        work: deque[list[ConfigSpec]] = deque(ladders(configs))
+        outstanding = [len(work)]  # ladders queued or in flight; a failing lane may give one back
+        cond = self._cond
+        items: queue.Queue[tuple[str, Any]] = queue.Queue()
+
+        def take() -> list[ConfigSpec] | None:
+            with cond:
+                while not self._stop.is_set():
+                    if work:
+                        return work.popleft()
+                    if outstanding[0] == 0:
+                        return None
+                    cond.wait(timeout=1.0)
+                return None
+
+        def settle(rest: list[ConfigSpec]) -> None:
+            with cond:
+                if rest:  # the unmeasured rest of a ladder goes back, in front, for another lane
+                    work.appendleft(rest)
+                else:
+                    outstanding[0] -= 1
+                cond.notify_all()
+
+        def lane_loop(lane: Lane) -> None:
+            runner = self.runners[lane.name]
+            env = self.envs[lane.name]
+            try:
+                while (ladder := take()) is not None:
+                    physical = [dataclasses.replace(c, device=lane.torch_device) for c in ladder]
+                    back = dict(zip(physical, ladder, strict=True))
+                    done = 0
+
+                    def started(ev: Event, back=back) -> None:
+                        if ev.result is None:
+                            items.put(("item", Started(lane.name, back[ev.spec])))
+
+                    try:
+                        for res in runner.run(physical, started):
+                            res.spec = back[res.spec]
+                            res.extra["lane"] = lane.name
+                            res.extra["node_env"] = env
+                            done += 1
+                            items.put(("item", Finished(lane.name, res, env)))
+                            if self._stop.is_set():
+                                return
+                    except Exception:
+                        settle(ladder[done:])
+                        raise
+                    settle([])
+            except Exception as exc:  # noqa: BLE001 - a dead lane is reported, the others go on
+                items.put(("lane_failed", (lane.name, exc)))
+            finally:
+                items.put(("lane_done", lane.name))
+
+        self._threads = [
+            threading.Thread(target=lane_loop, args=(lane,), name=f"deepgap-lane-{lane.name}", daemon=True)
+            for lane in self.lanes
+        ]
+        for t in self._threads:
+            t.start()
+        live = len(self._threads)
+        failures: list[tuple[str, BaseException]] = []
+        while live:
+            kind, payload = items.get()
+            if kind == "item":
+                yield payload
+            elif kind == "lane_failed":
+                failures.append(payload)
+            else:
+                live -= 1
+        left = sum(len(ladder) for ladder in work)
+        if left and failures and not self._stop.is_set():
+            name, exc = failures[0]
+            raise UsageError(
+                f"device {name} failed ({exc}); {left} configuration(s) were not measured",
+                "fix the device and continue with `deepgap run --resume`",
+            )
+
+    def close(self) -> None:
+        """Stop handing out work and stop every worker."""
+        self._stop.set()
+        with self._cond:
+            self._cond.notify_all()
+        for runner in self.runners.values():
+            try:
+                runner.close()
+            except Exception:  # noqa: BLE001, S110 - best effort at shutdown
+                pass
+        for t in self._threads:
+            t.join(timeout=15)
+

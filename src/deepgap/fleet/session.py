@@ -1,0 +1,160 @@
+"""The driver of a fleet sweep: plan, hand work to a backend, and be the store's only writer.
+
+Same contract as the one-machine path in `deepgap.api.run`: bad input raises a `UsageError` before
+anything is written; each finished configuration is committed in its own transaction as it
+arrives, so killing the driver loses only what was in flight, and ``--resume`` (which finds the
+fleet settings in the run's stored environment) measures the rest with no duplicates.
+
+The run row is created when the first result arrives, with that device's fingerprint plus a
+``fleet`` summary (backend, devices or Ray nodes, ``--where``); every result also carries its own
+node's fingerprint in ``extra["node_env"]``, which `Store.results_frame` prefers for
+``device_name`` and ``host``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from deepgap import __version__
+from deepgap.config import SweepSpec, validate
+from deepgap.errors import UsageError
+from deepgap.fleet.common import FleetEvent, Finished, Started
+from deepgap.plan import expand
+from deepgap.runner import Event, python_command
+from deepgap.store import Store, check_path
+
+if TYPE_CHECKING:
+    from deepgap.api import Results
+
+
+def make_backend(sweep: SweepSpec, devices: Any, ray: str | None, where: dict[str, str] | None,
+                 stored: dict[str, Any] | None, **kw: Any):
+    """The backend for the flags given, else for the stored fleet settings of a resumed run."""
+    from deepgap.fleet import ray_backend
+
+    where = ray_backend.parse_where(where) if where else None
+    if devices and ray:
+        raise UsageError("--devices and --ray both given", "use --devices on one host, or --ray for a cluster")
+    if where and not (ray or (stored or {}).get("backend") == "ray"):
+        raise UsageError("--where filters the nodes of a Ray cluster", "add --ray auto (or --ray ADDRESS)")
+    if not devices and not ray and stored:
+        if stored.get("backend") == "ray":
+            ray = stored.get("ray") or "auto"
+            where = where if where is not None else stored.get("where") or {}
+        else:
+            devices = stored.get("devices")
+    if ray:
+        return ray_backend.RayBackend(sweep, ray, where, **kw)
+    from deepgap.fleet.devices import parse_devices
+    from deepgap.fleet.scheduler import LocalScheduler
+
+    return LocalScheduler(sweep, parse_devices(devices), **kw)
+
+
+def _prepare(backend: Any, sweep: SweepSpec, resumed: bool) -> str:
+    if hasattr(backend, "prepare"):
+        return backend.prepare(sweep, resumed)
+    from deepgap.fleet.devices import logical_device
+
+    return logical_device(backend.lanes, sweep.device, resumed)
+
+
+def run_env(backend: Any, first: dict[str, Any]) -> dict[str, Any]:
+    """The run's fingerprint: the first result's node, plus the fleet summary."""
+    env = {k: v for k, v in first.items() if k not in ("lane", "ray_node_id", "ray_gpu_ids")}
+    names = sorted(set(backend.device_names()))
+    if len(names) > 1:
+        env["device_name"] = f"mixed ({', '.join(names)}): see each result's node_env"
+    env["fleet"] = backend.describe()
+    return env
+
+
+def run_fleet(
+    spec: SweepSpec | dict[str, Any] | str | None,
+    store: str,
+    resume: str | bool | None = None,
+    on_event: Callable[[Event], None] = lambda e: None,
+    command: str | None = None,
+    devices: str | list[str] | None = None,
+    ray: str | None = None,
+    where: dict[str, str] | list[str] | None = None,
+    backend_options: dict[str, Any] | None = None,
+) -> Results:
+    """Measure a sweep over several devices (``devices``) or a Ray cluster (``ray``) into ``store``.
+
+    Args:
+        spec: as for `deepgap.api.run`.
+        store: the SQLite store; only this process writes it.
+        resume: True or a run id: continue that run, with its stored fleet settings unless
+            ``devices``/``ray``/``where`` are given again.
+        on_event: receives `FleetEvent` (an `Event` with ``lane``) before and after configurations.
+        command: the command line, for the run's record.
+        devices: ``"all"``, ``"cuda:0,cuda:1"`` or a list of names (`deepgap.fleet.devices`).
+        ray: ``auto``, ``local`` or a cluster address.
+        where: ``{"gpu": "L4"}`` or ``["gpu=L4"]``: only nodes that match.
+        backend_options: extra keyword arguments for the backend (tests: ``runner_factory``,
+            ``retries``, ``infeasible_grace_s``).
+    """
+    from deepgap.api import Results, as_spec
+    from deepgap.fleet import stored_fleet
+
+    s: Store | None = None
+    done: set[str] = set()
+    run_id: str | None = None
+    if resume:
+        check_path(store)
+        stored = stored_fleet(store, resume)
+        s = Store(store)
+        row = s.latest_unfinished() if resume is True else s.run(str(resume))
+        if row is None:
+            s.close()
+            raise UsageError(f"store {store} has no unfinished run to resume", "start a new run without --resume")
+        sweep = validate(SweepSpec.from_dict(row["spec"]))
+        run_id = row["run_id"]
+        done = s.done_keys(run_id)
+    else:
+        stored = None
+        sweep = validate(as_spec(spec))
+        check_path(store)
+    backend = make_backend(sweep, devices, ray, where, stored, **(backend_options or {}))
+    try:
+        if s is not None:
+            s.close()  # reopened below, after the backend has checked everything
+            s = None
+        logical = _prepare(backend, sweep, bool(resume))
+        if not resume:
+            sweep = validate(sweep.replace(device=logical))
+        configs = [c for c in expand(sweep, logical) if c.key not in done]
+        backend.sweep = sweep
+        backend.start()
+        s = Store(store)
+        if run_id is not None:
+            s.reopen_run(run_id)
+        out = Results(run_id=run_id or "", store_path=store)
+        total, n = len(configs), 0
+        status = "interrupted"
+        try:
+            for item in backend.results(configs):
+                if isinstance(item, Started):
+                    on_event(FleetEvent(n, total, item.cfg, lane=item.lane))
+                    continue
+                assert isinstance(item, Finished)
+                if run_id is None:
+                    env = run_env(backend, item.node_env or item.result.extra.get("node_env") or {})
+                    run_id = s.begin_run(sweep.to_dict(), command or python_command(), env, __version__)
+                    out.run_id = run_id
+                res = item.result
+                s.record(run_id, res, telemetry=res.telemetry)
+                out.results.append(res)
+                on_event(FleetEvent(n, total, res.spec, res, lane=item.lane))
+                n += 1
+            status = "finished"
+        finally:
+            if run_id is not None:
+                s.finish_run(run_id, status)
+        return out
+    finally:
+        backend.close()
+        if s is not None:
+            s.close()

@@ -1,0 +1,135 @@
+"""A real Ray cluster of three nodes on this machine (`ray.cluster_utils.Cluster`) runs tiny sweeps.
+
+Tests run in file order and share one cluster (start-up costs ~10 s on two cores); the last test
+removes a node. Each configuration is a Ray task that spawns a real deepgap worker.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+import deepgap  # noqa: E402
+from deepgap.errors import UsageError  # noqa: E402
+from deepgap.fleet.ray_backend import parse_where  # noqa: E402
+from deepgap.store import Store  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+SPEC = dict(models=["tinycnn"], batch_sizes=[1, 2], device="cpu", warmup=1, iterations=3, repeats=2,
+            threads=[1], max_time_s=5.0, timeout_s=120.0)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from ray.cluster_utils import Cluster
+
+    if ray.is_initialized():
+        ray.shutdown()
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    nodes = {"l4": c.add_node(num_cpus=1, resources={"accelerator_type:L4": 1}), "plain": c.add_node(num_cpus=1)}
+    c.wait_for_nodes()
+    c.nodes_by_name = nodes
+    yield c
+    if ray.is_initialized():
+        ray.shutdown()
+    c.shutdown()
+
+
+def test_parse_where():
+    assert parse_where(["gpu=L4", "node=10.0.0.5"]) == {"gpu": "L4", "node": "10.0.0.5"}
+    for bad in (["gpu"], ["=L4"], ["gpu=L4", "GPU=T4"]):
+        with pytest.raises(UsageError):
+            parse_where(bad)
+
+
+def test_where_places_every_configuration_on_matching_nodes(cluster, tmp_path):
+    store = str(tmp_path / "s.sqlite")
+    with pytest.raises(UsageError, match="GPU types: L4"):
+        deepgap.run(SPEC, store=store, ray=cluster.address, where={"gpu": "T4"})
+    with pytest.raises(UsageError, match="needs --threads"):
+        deepgap.run({**SPEC, "threads": []}, store=store, ray=cluster.address)
+    assert not os.path.exists(store)  # bad input wrote nothing
+    res = deepgap.run(SPEC, store=store, ray=cluster.address, where=["gpu=NVIDIA L4"])
+    df = res.to_pandas()
+    assert len(df) == 2 and (df["status"] == "ok").all() and df["config_key"].is_unique
+    l4 = cluster.nodes_by_name["l4"].node_id
+    for e in df["extra"]:
+        assert e["node_id"] == l4 and e["attempts"] == 1 and "lost" not in e
+        assert e["node_env"]["ray_node_id"] == l4 and e["node_env"]["torch"]  # the node's own fingerprint
+        assert e["correctness"]["flagged"] is False
+    assert (df["device_name"] == df["extra"].iloc[0]["node_env"]["device_name"]).all()
+    run = Store(store, readonly=True).runs()[0]
+    assert run["status"] == "finished"
+    fleet = run["env"]["fleet"]
+    assert fleet["backend"] == "ray" and fleet["where"] == {"gpu": "NVIDIA L4"}
+    assert [n["node_id"] for n in fleet["nodes"]] == [l4]
+    assert not ray.is_initialized()  # the driver disconnects what it connected
+
+
+def _count(store: str) -> int:
+    try:
+        con = sqlite3.connect(store, timeout=5)
+        try:
+            return con.execute("SELECT count(*) FROM results").fetchone()[0]
+        finally:
+            con.close()
+    except sqlite3.OperationalError:
+        return 0
+
+
+def test_killed_driver_then_resume_measures_each_configuration_once(cluster, tmp_path):
+    store = str(tmp_path / "s.sqlite")
+    argv = [sys.executable, "-m", "deepgap", "run", "--ray", cluster.address, "--models", "tinycnn",
+            "--device", "cpu", "--threads", "1", "--batch-sizes", "1,2", "--warmup", "1",
+            "--iterations", "3", "--repeats", "2", "--target-ci", "off", "--store", store, "--quiet"]
+    proc = subprocess.Popen(argv, start_new_session=True)
+    deadline = time.time() + 150
+    while time.time() < deadline and proc.poll() is None and _count(store) < 1:
+        time.sleep(0.2)
+    killed_at = _count(store)
+    assert proc.poll() is None and killed_at == 1, f"could not catch the sweep mid-run ({killed_at} stored)"
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver dies with no chance to clean up
+    proc.wait(10)
+    assert Store(store, readonly=True).runs()[0]["status"] == "running"
+    out = subprocess.run([sys.executable, "-m", "deepgap", "run", "--resume", "--store", store, "--quiet"],
+                         capture_output=True, text=True, timeout=300)  # the run's stored --ray address
+    assert out.returncode == 0, out.stderr
+    s = Store(store, readonly=True)
+    df = s.results_frame()
+    assert len(s.runs()) == 1 and s.runs()[0]["status"] == "finished"
+    assert len(df) == 2 and df["config_key"].is_unique and (df["status"] == "ok").all()
+    for rid in df["result_id"]:
+        assert [len(a) for a in s.samples(int(rid))] == [3, 3]
+
+
+def test_a_lost_node_is_retried_elsewhere_and_recorded(cluster, tmp_path):
+    """Removes a node that is running a configuration; the sweep completes, each configuration once."""
+    removed: list[str] = []
+    nodes = {n.node_id: n for n in cluster.nodes_by_name.values()}
+
+    def on_event(ev):
+        # the node that just finished picks up queued work at once; remove it while that runs
+        if ev.result is not None and not removed:
+            node_id = ev.result.extra["node_id"]
+            removed.append(node_id)
+            threading.Timer(1.0, cluster.remove_node, args=(nodes[node_id],)).start()
+
+    res = deepgap.run({**SPEC, "sweeps": 2}, store=str(tmp_path / "s.sqlite"), ray=cluster.address,
+                      on_event=on_event)
+    df = res.to_pandas()
+    assert len(df) == 4 and df["config_key"].is_unique and (df["status"] == "ok").all()
+    retried = [e for e in df["extra"] if e["attempts"] > 1]
+    assert retried, "no configuration was running on the removed node"
+    for e in retried:
+        assert e["node_id"] != removed[0] and len(e["lost"]) == e["attempts"] - 1
+        assert "NodeDied" in e["lost"][0] or "WorkerCrashed" in e["lost"][0]
