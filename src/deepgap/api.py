@@ -82,8 +82,24 @@ def run(
     resume: str | bool | None = None,
     on_event: Callable[[Event], None] = lambda e: None,
     command: str | None = None,
+    devices: str | list[str] | None = None,
+    ray: str | None = None,
+    where: dict[str, str] | list[str] | None = None,
+    log: Callable[[str], None] = lambda m: None,
 ) -> Results:
-    """Measure a sweep into ``store``; ``resume`` (True or a run id) continues an unfinished run."""
+    """Measure a sweep into ``store``; ``resume`` (True or a run id) continues an unfinished run.
+
+    ``devices`` (``"all"`` or ``["cuda:0", "cuda:1"]``) spreads the sweep over the GPUs of this host;
+    ``ray`` (``"auto"``, ``"local"`` or an address) over a Ray cluster, ``where`` (``{"gpu": "L4"}``)
+    picking its nodes. Both are in `deepgap.fleet`; a resumed fleet run keeps its stored settings.
+    ``log`` receives one-line messages about run-level telemetry (idle baseline, thermal warm-up).
+    """
+    from deepgap.fleet import stored_fleet
+
+    if devices or ray or where or (resume and stored_fleet(store, resume)):
+        from deepgap.fleet.session import run_fleet
+
+        return run_fleet(spec, store, resume, on_event, command, devices=devices, ray=ray, where=where)
     if resume:
         check_path(store)
         if not os.path.exists(store):
@@ -117,6 +133,10 @@ def run(
         out = Results(run_id=run_id, store_path=store)
         status = "interrupted"
         try:
+            if configs:  # idle baseline and thermal warm-up (deepgap.telemetry.runlevel)
+                from deepgap.telemetry.runlevel import run_level
+
+                run_level(runner, s, run_id, sweep, configs, log)
             for res in runner.run(configs, on_event):
                 s.record(run_id, res, telemetry=res.telemetry)
                 out.results.append(res)

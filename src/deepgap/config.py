@@ -56,6 +56,15 @@ class SweepSpec:
     seed: int = 0
     include_transfer: bool = False
     cudnn_benchmark: bool = True
+    # telemetry (deepgap.telemetry; docs/telemetry.md)
+    telemetry: bool = True  # sample power/energy/temperature/clocks/throttling during every measurement
+    sample_hz: float = 10.0  # telemetry samples per second inside energy windows (1/10 of it elsewhere)
+    energy_window_s: float = 1.0  # with an energy counter, each pipelined window lasts at least this
+    idle_s: float = 2.0  # idle-baseline power measured this long at run start
+    thermal_warmup: bool = False  # run load until the temperature is steady before measuring
+    thermal_window_s: float = 30.0  # steady: |temperature slope| over this window below the threshold
+    thermal_slope_c_per_min: float = 1.0
+    thermal_timeout_s: float = 300.0
     options: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def replace(self, **changes: Any) -> SweepSpec:
@@ -205,6 +214,15 @@ def validate(spec: SweepSpec) -> SweepSpec:
             raise UsageError(f"{name} must be positive", f"pass a positive --{name[:-2].replace('_', '-')}")
     if spec.min_time_s < 0:
         raise UsageError("min_time_s must be ≥ 0", "pass --min-time 0")
+    if not (isinstance(spec.sample_hz, (int, float)) and 0 < spec.sample_hz <= 1000):
+        raise UsageError(f"sample rate must be in (0, 1000] Hz, got {spec.sample_hz!r}", "pass --sample-hz 10")
+    for name, flag in (("energy_window_s", "energy-window"), ("idle_s", "idle-time")):
+        if not (isinstance(getattr(spec, name), (int, float)) and getattr(spec, name) >= 0):
+            raise UsageError(f"{name} must be ≥ 0, got {getattr(spec, name)!r}", f"pass --{flag} 1")
+    for name, flag in (("thermal_window_s", "thermal-window"), ("thermal_slope_c_per_min", "thermal-slope"),
+                       ("thermal_timeout_s", "thermal-timeout")):
+        if not (isinstance(getattr(spec, name), (int, float)) and getattr(spec, name) > 0):
+            raise UsageError(f"{name} must be positive, got {getattr(spec, name)!r}", f"pass a positive --{flag}")
     if spec.weights and not os.path.isfile(spec.weights):
         raise UsageError(f"weights file {spec.weights!r} does not exist", "pass the path of a local state-dict file")
     if spec.weights and len(spec.models) > 1:

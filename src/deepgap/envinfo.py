@@ -40,8 +40,12 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def nvml_gpu_info(index: int) -> dict[str, Any]:
-    """Static facts about GPU ``index`` through NVML, or ``{"nvml": "unavailable: <reason>"}``."""
+def nvml_gpu_info(index: int, uuid: str | None = None) -> dict[str, Any]:
+    """Static facts about GPU ``index`` through NVML, or ``{"nvml": "unavailable: <reason>"}``.
+
+    ``uuid`` (torch's, when known) finds the GPU by identity: NVML numbers every GPU of the host and
+    ignores ``CUDA_VISIBLE_DEVICES`` (which Ray sets per task), so index 0 may be another GPU.
+    """
     try:
         import pynvml as nv
     except ImportError:
@@ -52,7 +56,10 @@ def nvml_gpu_info(index: int) -> dict[str, Any]:
         return {"nvml": f"unavailable: {exc}"}
     info: dict[str, Any] = {"nvml": "ok"}
     try:
-        h = nv.nvmlDeviceGetHandleByIndex(index)
+        try:
+            h = nv.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}")
+        except Exception:  # no uuid, or one NVML does not know: fall back to the index
+            h = nv.nvmlDeviceGetHandleByIndex(index)
         readers = {
             "gpu_name": nv.nvmlDeviceGetName,
             "gpu_uuid": nv.nvmlDeviceGetUUID,
@@ -92,7 +99,7 @@ def collect(device: str = "cpu") -> dict[str, Any]:
         "cpu_model": cpu_model(),
         "cpu_logical_cores": os.cpu_count(),
         "deepgap": _deepgap_version(),
-        "torch": torch.__version__,
+        "torch": str(torch.__version__),  # TorchVersion would import torch wherever it is unpickled
         "torchvision": _version("torchvision"),
         "numpy": _version("numpy"),
         "onnxruntime": _version("onnxruntime"),
@@ -119,7 +126,7 @@ def collect(device: str = "cpu") -> dict[str, Any]:
             gpu_memory_bytes=props.total_memory,
             multiprocessors=props.multi_processor_count,
         )
-        env.update(nvml_gpu_info(idx))
+        env.update(nvml_gpu_info(idx, str(getattr(props, "uuid", "") or "") or None))
     else:
         env["device_name"] = env["cpu_model"]
     return env

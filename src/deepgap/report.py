@@ -156,6 +156,11 @@ def build(store_path: str, run_ids: list[str] | None = None) -> Report:
         ),
         figures_summary.thread_scaling(ts),
     ]
+    from deepgap.serving.report_section import section as serving_section  # serve runs' tables and figures
+
+    serving_tables, serving_figures = serving_section(store_path, run_ids)
+    rep.tables.update(serving_tables)
+    rep.figures += serving_figures
     by_model: dict[tuple, dict[str, Any]] = {}
     for rec in [*recommend(agg, "throughput"), *recommend(agg, "latency")]:
         entry = by_model.setdefault(

@@ -20,6 +20,7 @@ from deepgap.config import SweepSpec
 from deepgap.errors import UsageError
 from deepgap.precision import DeviceCaps
 from deepgap.records import ConfigSpec, Result, Status
+from deepgap.telemetry.settings import settings_for
 from deepgap.timing import TimingPlan
 from deepgap.worker import MeasureRequest, serve
 
@@ -139,6 +140,7 @@ class SweepRunner:
         self.device = device
         self.worker = WorkerHandle(device)
         self.timing = plan_for(spec)
+        self.telemetry_context: dict[str, Any] = {}  # run-level facts (idle power, steady clock) for requests
 
     def start(self) -> DeviceCaps:
         """Start the first worker; returns what it found about the device."""
@@ -174,6 +176,7 @@ class SweepRunner:
         req = MeasureRequest(
             spec=cfg, plan=self.timing, weights=self.spec.weights, seed=self.spec.seed,
             cudnn_benchmark=self.spec.cudnn_benchmark, options=dict(self.spec.options),
+            telemetry=settings_for(self.spec, self.telemetry_context),
         )
         t0 = time.time()
         try:

@@ -338,9 +338,13 @@ class Store:
             args = tuple(run_ids)
         df = pd.read_sql_query(q + " ORDER BY result_id", self.con, params=args)
         runs = {r["run_id"]: r for r in self.runs()}
-        df["device_name"] = [runs[r]["env"].get("device_name", "") for r in df["run_id"]]
-        df["host"] = [runs[r]["host"] for r in df["run_id"]]
-        df["extra"] = [json.loads(x) for x in df.pop("extra_json")]
+        extras = [json.loads(x) for x in df.pop("extra_json")]
+        # a fleet result carries its own node's fingerprint (deepgap.fleet); else the run's
+        nodes = [e.get("node_env") if isinstance(e.get("node_env"), dict) else {} for e in extras]
+        df["device_name"] = [n.get("device_name") or runs[r]["env"].get("device_name", "")
+                             for n, r in zip(nodes, df["run_id"], strict=True)]
+        df["host"] = [n.get("host") or runs[r]["host"] for n, r in zip(nodes, df["run_id"], strict=True)]
+        df["extra"] = extras
         return df
 
     def result_configs(self, run_id: str) -> list[ConfigSpec]:

@@ -7,6 +7,7 @@ models it built, so a batch sweep of one model builds it once.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import traceback
@@ -15,6 +16,7 @@ from typing import Any
 
 from deepgap.precision import DeviceCaps
 from deepgap.records import ConfigSpec, Result, Status
+from deepgap.telemetry.settings import TelemetrySettings
 from deepgap.timing import TimingPlan
 
 CORRECTNESS_IMAGES = 8  # rows compared against the fp32 reference
@@ -30,6 +32,7 @@ class MeasureRequest:
     seed: int = 0
     cudnn_benchmark: bool = True
     options: dict[str, Any] = field(default_factory=dict)
+    telemetry: TelemetrySettings | None = None  # None: telemetry off (deepgap.telemetry.settings)
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -69,6 +72,7 @@ class WorkerState:
         self.models: dict[tuple[str, int, str | None, int], Any] = {}
         self.refs: dict[tuple[str, int, str | None, int], tuple[Any, Any]] = {}
         self.flops: dict[tuple[str, int, str | None, int], tuple[float | None, int, str]] = {}
+        self.telemetry: dict[str, Any] = {}  # telemetry backends by name, opened on first use
 
     def model(self, name: str, res: int, weights: str | None, seed: int):
         """A fresh fp32 CPU copy of the model (engines may mutate what they receive)."""
@@ -166,10 +170,11 @@ def _measure(state: WorkerState, req: MeasureRequest) -> Result:
 
     from deepgap import correctness, stats
     from deepgap.engines import get_engine
+    from deepgap.telemetry.session import MeasureTelemetry
     from deepgap.timing import CudaEventClock, HostClock, run_protocol
 
     spec = req.spec
-    engine = get_engine(spec.engine)
+    engine = get_engine(spec.engine, req.options)
     why_not = engine.available() or engine.supports(spec, state.caps)
     if why_not:
         return Result(spec=spec, status=Status.SKIPPED, reason=why_not)
@@ -209,7 +214,14 @@ def _measure(state: WorkerState, req: MeasureRequest) -> Result:
         agreement = correctness.compare(out[:k], ref_y[:k], spec.precision)
         del out
         clock = CudaEventClock(spec.device) if cuda else HostClock()
-        timings = run_protocol(step, clock, req.plan)
+        # Telemetry samples the whole protocol (warm-up and latency pass at a low rate); its energy
+        # window is the pipelined windows, which run back to back and last ≥ energy_window_s.
+        tel = MeasureTelemetry.for_request(state.telemetry, spec.device, req.telemetry, spec.batch_size)
+        if tel is not None and tel.thermal_mode:
+            return tel.thermal(step, clock, spec)  # run-level thermal warm-up: load until steady
+        plan = tel.plan(req.plan) if tel is not None else req.plan
+        with tel if tel is not None else contextlib.nullcontext():
+            timings = run_protocol(step, tel.clock(clock) if tel is not None else clock, plan)
 
     pooled = timings.pooled
     lat = stats.summarize(pooled)
@@ -232,6 +244,11 @@ def _measure(state: WorkerState, req: MeasureRequest) -> Result:
         ci_halfwidth_rel=timings.ci_halfwidth_rel,
         torch_threads=torch.get_num_threads(),
     )
+    if spec.include_transfer:  # say what was timed: on a CPU device there is no host→device copy
+        result.extra["transfer"] = ("pinned host→device copy timed in every iteration" if x_src is not None
+                                    else "none: the device is the host (CPU), no copy to time")
+    if tel is not None:
+        tel.finish(result)
     if cuda:
         result.peak_mem_allocated_bytes = int(torch.cuda.max_memory_allocated(spec.device))
         result.peak_mem_reserved_bytes = int(torch.cuda.max_memory_reserved(spec.device))
@@ -282,5 +299,9 @@ def serve(conn, device: str) -> None:
             from deepgap import envinfo
 
             conn.send(("env", envinfo.collect(device)))
-        elif kind == "measure":
+        elif kind in ("measure", "thermal"):  # thermal: payload.telemetry.mode == "thermal"
             conn.send(("result", measure(state, payload)))
+        elif kind == "idle":  # run-level idle baseline; payload: TelemetrySettings
+            from deepgap.telemetry.session import measure_idle
+
+            conn.send(("idle", measure_idle(state.telemetry, device, payload)))

@@ -49,6 +49,12 @@ _FLAGS = {
     "timeout": ("timeout_s", _number(float, "timeout")),
     "weights": ("weights", str),
     "seed": ("seed", _number(int, "seed")),
+    "sample_hz": ("sample_hz", _number(float, "sample-hz")),
+    "energy_window": ("energy_window_s", _number(float, "energy-window")),
+    "idle_time": ("idle_s", _number(float, "idle-time")),
+    "thermal_window": ("thermal_window_s", _number(float, "thermal-window")),
+    "thermal_slope": ("thermal_slope_c_per_min", _number(float, "thermal-slope")),
+    "thermal_timeout": ("thermal_timeout_s", _number(float, "thermal-timeout")),
 }
 
 
@@ -74,11 +80,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("--weights", help="local state-dict file instead of random weights (one model)")
     p.add_argument("--seed", help="seed of weights and inputs (default 0)")
     p.add_argument("--include-transfer", action="store_true", help="time the host→device copy of pinned inputs")
+    p.add_argument("--no-telemetry", action="store_true", help="no power/energy/temperature/clock sampling")
+    p.add_argument("--sample-hz", help="telemetry samples per second inside energy windows (default 10)")
+    p.add_argument("--energy-window", help="seconds each pipelined window lasts at least, with an energy counter (default 1)")
+    p.add_argument("--idle-time", help="seconds of idle-baseline power at run start (default 2; 0 = none)")
+    p.add_argument("--thermal-warmup", action="store_true",
+                   help="run load until the temperature is steady before measuring (the seed's steady state)")
+    p.add_argument("--thermal-window", help="steady = temperature slope under the threshold over this many s (default 30)")
+    p.add_argument("--thermal-slope", help="steady-state threshold in °C per minute (default 1)")
+    p.add_argument("--thermal-timeout", help="stop the thermal warm-up after this many s anyway (default 300)")
     p.add_argument("--store", default=api.DEFAULT_STORE, help=f"SQLite store (default {api.DEFAULT_STORE})")
     p.add_argument("--resume", nargs="?", const=True, metavar="RUN_ID", help="continue the last unfinished run")
     p.add_argument("--report", metavar="HTML", help="write an HTML report of this run when done")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.add_argument("--json", action="store_true", help="one JSON line per finished configuration on stdout")
+    p.add_argument("--devices", help="spread the sweep over this host's GPUs: all, or e.g. cuda:0,cuda:1")
+    p.add_argument("--ray", metavar="ADDRESS",
+                   help="run on a Ray cluster: auto, local or HOST:PORT (pip install 'deepgap[ray]')")
+    p.add_argument("--where", action="append", metavar="KEY=VALUE",
+                   help="with --ray: only matching nodes, e.g. gpu=L4 (repeatable)")
 
 
 def build_spec(args: argparse.Namespace) -> SweepSpec:
@@ -90,6 +110,10 @@ def build_spec(args: argparse.Namespace) -> SweepSpec:
                if getattr(args, flag) is not None}
     if args.include_transfer:
         changes["include_transfer"] = True
+    if args.no_telemetry:
+        changes["telemetry"] = False
+    if args.thermal_warmup:
+        changes["thermal_warmup"] = True
     if base is None:
         device = str(changes.get("device", "auto"))
         has_gpu = device.startswith("cuda") or (device == "auto" and api.gpu_present())
@@ -99,10 +123,20 @@ def build_spec(args: argparse.Namespace) -> SweepSpec:
 
 def main(args: argparse.Namespace) -> int:  # noqa: D103
     spec = build_spec(args)
+    if args.report:  # an unwritable report path must fail before the sweep, not after it
+        from deepgap.report import check_output
+
+        check_output(args.report)
     progress = Progress(enabled=not args.quiet and not args.json)
+    if args.devices or args.ray:
+        from deepgap.fleet.progress import FleetProgress
+
+        progress = FleetProgress(enabled=not args.quiet and not args.json)
     try:
         res = api.run(spec, store=args.store, resume=args.resume, on_event=progress.on_event,
-                      command=" ".join(["deepgap", *sys.argv[1:]]))
+                      command=" ".join(["deepgap", *sys.argv[1:]]),
+                      devices=args.devices, ray=args.ray, where=args.where,
+                      log=(lambda m: print(f"deepgap: {m}", file=sys.stderr)) if not args.quiet else (lambda m: None))
     finally:
         progress.close()
     if args.json:

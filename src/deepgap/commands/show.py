@@ -74,4 +74,7 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
             " ".join(flags_of(row)),
         )
     console.print(t)
+    from deepgap.serving.show import print_serving  # serve runs: load levels, capacity, interference
+
+    print_serving(store, console, ids)
     return 0
