@@ -270,6 +270,8 @@ def measure_peaks(
     cuda = device.startswith("cuda")
     cc = None
     if cuda:
+        if device == "cuda":  # set_device needs an index; plain "cuda" means the current one
+            device = f"cuda:{torch.cuda.current_device()}"
         torch.cuda.set_device(torch.device(device))
         p = torch.cuda.get_device_properties(torch.device(device))
         cc = (p.major, p.minor)

@@ -1,0 +1,81 @@
+"""ResNet-50 serving on the current device: capacity at a p99 SLO vs offline throughput, predicted vs measured.
+
+Runs ``deepgap serve`` three (four) times into one store, each in its own process as a user would:
+single-stream (MLPerf's p90), offline (best batch), server ``--find-capacity`` at p99 ≤ ``--slo``
+(MLPerf's ResNet-50 server bound is 15 ms) and, with ``--tenants``, a multi-tenant interference run.
+Prints the two ratios the serving issue sets goals for (on the H100: capacity / offline ≥ 0.85,
+measured / predicted capacity within 5%).
+
+    python benchmarks/serving.py [--engine cudagraph] [--precision fp16] [--slo 15ms] [--tenants resnet50,resnet18,vit_b_16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+
+def serve(args: argparse.Namespace, *extra: str) -> dict:
+    """One ``deepgap serve --json`` run; its headline numbers (a failed run says why and returns {})."""
+    cmd = [sys.executable, "-m", "deepgap", "serve", "--model", args.model, "--engine", args.engine,
+           "--precision", args.precision, "--memory-format", args.memory_format, "--device", args.device,
+           "--store", args.store, "--json", *extra]
+    print("$", " ".join(cmd[2:]), file=sys.stderr, flush=True)
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0 or not p.stdout.strip():
+        print(f"  failed (exit {p.returncode}): {p.stderr.strip().splitlines()[-1:] }", file=sys.stderr)
+        return {}
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    if out.get("status") not in (None, "ok"):
+        print(f"  {out.get('status')}: {out.get('reason')}", file=sys.stderr)
+    return out
+
+
+def main() -> int:  # noqa: D103
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="resnet50")
+    ap.add_argument("--engine", default="cudagraph")
+    ap.add_argument("--precision", default="fp16")
+    ap.add_argument("--memory-format", default="channels_last")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--slo", default="15ms")
+    ap.add_argument("--tenants", default="", help="e.g. resnet50,resnet18,vit_b_16 (empty: no tenant run)")
+    ap.add_argument("--store", default=os.path.join(os.environ.get("OUT", "."), "serving.sqlite"))
+    ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "serving.json"))
+    args = ap.parse_args()
+
+    res = {"single_stream": serve(args, "--scenario", "single-stream"),
+           "offline": serve(args, "--scenario", "offline"),
+           "server": serve(args, "--scenario", "server", "--find-capacity", "--slo-p99", args.slo)}
+    if args.tenants:
+        res["tenants"] = serve(args, "--scenario", "server", "--tenants", args.tenants, "--slo-p99", args.slo)
+    with open(args.out, "w") as f:
+        json.dump(res, f, indent=2, default=str)
+
+    ss, off, srv = res["single_stream"], res["offline"], res["server"]
+    cap, pred, ips = srv.get("capacity_qps"), srv.get("capacity_predicted_qps"), off.get("offline_ips")
+    print(f"{args.model} {args.engine} {args.precision} {args.memory_format}, p99 SLO {args.slo} ({args.store})")
+    print("| metric | value |\n|---|---:|")
+    if ss.get("single_stream_p90_s"):
+        print(f"| single-stream p90 latency (ms) | {ss['single_stream_p90_s'] * 1e3:.3f} |")
+    if ips:
+        print(f"| offline throughput (samples/s, batch {off.get('offline_batch')}) | {ips:,.1f} |")
+    if cap is not None:
+        print(f"| server capacity at p99 ≤ {args.slo} (queries/s) | {cap:,.1f} |")
+        print(f"| batching policy found | max batch {srv.get('capacity_max_batch')}, "
+              f"max delay {float(srv.get('capacity_max_delay_s') or 0) * 1e3:g} ms |")
+    if cap and ips:
+        print(f"| server capacity / offline throughput (goal ≥ 0.85) | {cap / ips:.3f} |")
+    if cap and pred:
+        print(f"| measured / predicted capacity (goal within 5%) | {cap / pred:.3f} |")
+    for tenant, row in (res.get("tenants", {}).get("interference") or {}).items():
+        cells = ", ".join(f"{k}: p99 {v['p99_s'] * 1e3:.2f} ms at {v['achieved_qps']:,.0f}/s" for k, v in row.items())
+        print(f"| tenant {tenant} | {cells} |")
+    return 0 if cap is not None and ips else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
