@@ -42,8 +42,6 @@ def standalone(model_name: str, bs: int, iterations: int, warmup: int, interop1:
                 times.append(time.perf_counter() - t0)
         return bs / statistics.median(times)
 
-    if interop1:
-        torch.set_num_interop_threads(1)
     torch.manual_seed(0)
     torch.backends.cudnn.benchmark = True
     model = models.get_model(model_name, weights=None).eval().cuda().half()
@@ -67,6 +65,10 @@ def standalone(model_name: str, bs: int, iterations: int, warmup: int, interop1:
 
 def _child(conn, model_name, sizes, iterations, interop1, device, warmup):
     try:
+        if interop1:  # once per process, before any parallel work (torch refuses it later)
+            import torch
+
+            torch.set_num_interop_threads(1)
         conn.send({bs: standalone(model_name, bs, iterations, warmup, interop1, device) for bs in sizes})
     except BaseException as exc:  # report, never leave the parent waiting
         conn.send(f"{type(exc).__name__}: {exc}")
@@ -96,7 +98,7 @@ def main() -> None:  # noqa: D103
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="resnet50")
     ap.add_argument("--batch-sizes", default="1,32,256")
-    ap.add_argument("--iterations", type=int, default=200)
+    ap.add_argument("--iterations", type=int, default=100)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--device", default="cuda", help="cuda (the real check) or cpu (a smoke test, fp32)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
