@@ -66,6 +66,9 @@ def write_frame(df, path: str, fmt: str) -> None:
             df.to_parquet(tmp, index=False)
         else:
             df.to_json(tmp, orient="records", indent=1)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 is not what a plain file gets
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)

@@ -144,8 +144,11 @@ def _merge_one(con: sqlite3.Connection, path: str, report: MergeReport) -> None:
     try:
         con.execute("BEGIN IMMEDIATE")
         try:
+            before = {r[0] for r in con.execute("SELECT run_id FROM main.runs")}
             foreign = _copy_runs(con, path, report)
             _copy_results(con, path, report, foreign)
+            added = {r[0] for r in con.execute("SELECT run_id FROM main.runs")} - before
+            _copy_extensions(con, added)
             report.telemetry_added += con.execute(
                 """INSERT INTO main.telemetry SELECT t.run_id, NULL, t.phase, t.t_s, t.data_json
                    FROM src.telemetry t WHERE t.result_id IS NULL AND NOT EXISTS (
@@ -208,6 +211,58 @@ def _copy_results(con: sqlite3.Connection, path: str, report: MergeReport, forei
             (new_id, old_id),
         ).rowcount
         report.results_added += 1
+
+
+_CORE = {"runs", "results", "samples", "telemetry"}
+
+
+def _copy_extensions(con: sqlite3.Connection, added_runs: set[str]) -> None:
+    """Copy the tables other modules add (roofline_*, serve_*, capacity …) for the runs just merged.
+
+    Generic on purpose, so a new module's table merges without touching this file: a table with a
+    ``run_id`` column takes the rows of the newly added runs; its own ``INTEGER PRIMARY KEY`` gets new
+    numbers, and a table without ``run_id`` that refers to such a key by name (``profile_id``,
+    ``serve_id``) follows its parent's rows with the key mapped; a table with neither (a cache such
+    as ``roofline_model_costs``) is merged row by row, keeping what the output has.
+    """
+    src = {n: sql for n, sql in con.execute(
+        "SELECT name, sql FROM src.sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")}
+    main = {n for (n,) in con.execute("SELECT name FROM main.sqlite_master WHERE type = 'table'")}
+    for name, sql in src.items():
+        if name not in main and name not in _CORE:
+            con.execute(sql)
+            for (isql,) in con.execute("SELECT sql FROM src.sqlite_master WHERE type = 'index' AND tbl_name = ? "
+                                       "AND sql IS NOT NULL", (name,)).fetchall():
+                con.execute(isql)
+    info = {n: con.execute(f"PRAGMA src.table_info({n})").fetchall() for n in src if n not in _CORE}
+    own_key = {n: next((c[1] for c in cols if c[5] == 1 and c[2].upper() == "INTEGER"
+                        and sum(x[5] > 0 for x in cols) == 1), None) for n, cols in info.items()}
+    maps: dict[str, dict[int, int]] = {}  # key column name → old id → new id
+    parents = [n for n, cols in info.items() if "run_id" in [c[1] for c in cols]]
+    children = [n for n in info if n not in parents]
+    runs = sorted(added_runs)
+    parent_keys = {own_key[n] for n in parents if own_key[n]}
+    for name in [*parents, *children]:
+        cols = [c[1] for c in info[name]]
+        key = own_key[name]
+        fk = next((c for c in cols if c != key and c in parent_keys), None)
+        if name in parents:
+            rows = [r for run in runs for r in con.execute(f"SELECT * FROM src.{name} WHERE run_id = ?", (run,))]
+        elif fk is not None:
+            mapped = maps.get(fk, {})
+            rows = [r for r in con.execute(f"SELECT * FROM src.{name}") if r[cols.index(fk)] in mapped]
+        else:
+            con.execute(f"INSERT OR IGNORE INTO main.{name} SELECT * FROM src.{name}")
+            continue
+        keep = [c for c in cols if c != key]
+        ins = f"INSERT INTO main.{name} ({', '.join(keep)}) VALUES ({', '.join('?' for _ in keep)})"
+        for r in rows:
+            vals = dict(zip(cols, r, strict=True))
+            if fk is not None:
+                vals[fk] = maps[fk][vals[fk]]
+            new_id = con.execute(ins, [vals[c] for c in keep]).lastrowid
+            if key is not None:
+                maps.setdefault(key, {})[vals[key]] = new_id
 
 
 def _mode(existing: str | None) -> int:
