@@ -23,6 +23,8 @@ FIGURES = [
     "fig_joules_per_image",
     "fig_speedup_vs_cpu",
     "fig_cpu_thread_scaling",
+    "fig_roofline_inference",  # deepgap.roofline.report_section
+    "fig_roofline_seed",
 ]
 
 
@@ -47,7 +49,9 @@ def test_every_figure_and_table_is_written(full):
     names = sorted(os.listdir(files))
     assert [n for n in names if n.endswith(".png")] == sorted(f + ".png" for f in FIGURES)
     csvs = {n[:-4] for n in names if n.endswith(".csv")}
-    assert csvs == set(TABLE_SPECS) | {"measurements", "environment"}
+    core = {k for k in TABLE_SPECS if not k.startswith(("roofline_", "serving_"))}  # sections add theirs when present
+    assert core | {"measurements", "environment", "roofline_seed_reference"} <= csvs
+    assert csvs <= set(TABLE_SPECS) | {"measurements", "environment"}
     assert full["paths"][0] == os.path.abspath(full["html"]) and len(full["paths"]) == 1 + len(names)
     # one embedded PNG per figure, each also a real PNG file on disk
     assert len(re.findall(r'<img alt="[^"]*" src="data:image/png;base64,', full["text"])) == len(FIGURES)
@@ -104,7 +108,7 @@ def test_cpu_only_store_without_telemetry(tmp_path):
     assert "unavailable: no telemetry in these runs" in text
     assert "unavailable: no energy telemetry in these runs" in text
     assert "unavailable: needs a CPU run and another device" in text
-    assert len(re.findall(r'src="data:image/png;base64,', text)) == 6
+    assert len(re.findall(r'src="data:image/png;base64,', text)) == 8  # 6 + the two rooflines
     assert sorted(os.listdir(tmp_path / "r_files")).count("fig_cpu_thread_scaling.png") == 1
 
 

@@ -198,3 +198,20 @@ def test_gpu_peaks_and_profile(tmp_path):
     assert res.status == "ok" and res.extra["busy_fraction"] > 0
     assert res.attributed_flops_per_step == pytest.approx(res.flops_per_step, rel=0.02)
     assert "convolution" in set(res.clusters["cluster"])
+
+
+def test_report_has_a_roofline_section(tmp_path):
+    """The HTML report carries the inference roofline, the seed's roofline and the theory-vs-measured table."""
+    import sys as _sys
+
+    _sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    from fixtures_store import build_store
+
+    from deepgap.report import build
+
+    path = str(tmp_path / "s.sqlite")
+    build_store(path)
+    rep = build(path)
+    names = {f.name: f for f in rep.figures}
+    assert names["fig_roofline_inference"].png and names["fig_roofline_seed"].png
+    assert len(rep.tables["roofline_seed_reference"]) >= 9  # the seed's nine model points

@@ -103,3 +103,18 @@ def test_monitor_cpu(capsys):
     assert main(["monitor", "--device", "cpu", "--count", "2", "--interval", "0.01", "--plain"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("# cpu:") and len(lines) == 4 and len(lines[2].split()) == 13
+
+
+def test_idle_time_zero_skips_the_baseline(tmp_path):
+    cfg = tmp_path / "sweep.toml"
+    cfg.write_text('[options]\ntelemetry_backend = "fake:throttle"\n')
+    path = str(tmp_path / "z.sqlite")
+    assert main(["run", "--config", str(cfg), *TINY, "--batch-sizes", "1", "--energy-window", "0.05",
+                 "--idle-time", "0", "--store", path]) == 0
+    from deepgap.telemetry.runlevel import run_summaries
+
+    s = Store(path, readonly=True)
+    (idle,) = run_summaries(s, s.runs()[-1]["run_id"])["idle"]
+    assert idle["status"] == "skipped: --idle-time 0"
+    (e,) = s.results_frame()["extra"]
+    assert e["telemetry"]["energy_j"] is not None and e["telemetry"].get("dynamic_energy_j") is None

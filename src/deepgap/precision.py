@@ -39,7 +39,7 @@ def torch_dtype(precision: str) -> torch.dtype:
 def float_precision_support(precision: str, caps: DeviceCaps) -> str | None:
     """Why ``precision`` cannot run in plain PyTorch on this device, or None when it can."""
     if precision not in FLOAT_PRECISIONS:
-        return f"{precision} needs a quantizing engine (tensorrt, onnxruntime-int8, quant), not plain PyTorch"
+        return f"{precision} needs a quantizing engine (tensorrt, onnxruntime with int8, quant), not plain PyTorch"
     if caps.kind == "cpu":
         if precision == "tf32":
             return "tf32 is a tensor-core mode of NVIDIA GPUs (compute capability ≥ 8.0); this device is a CPU"

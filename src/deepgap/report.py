@@ -161,6 +161,11 @@ def build(store_path: str, run_ids: list[str] | None = None) -> Report:
     serving_tables, serving_figures = serving_section(store_path, run_ids)
     rep.tables.update(serving_tables)
     rep.figures += serving_figures
+    from deepgap.roofline.report_section import section as roofline_section  # rooflines, seed comparison
+
+    roofline_tables, roofline_figures = roofline_section(store_path, run_ids)
+    rep.tables.update(roofline_tables)
+    rep.figures += roofline_figures
     by_model: dict[tuple, dict[str, Any]] = {}
     for rec in [*recommend(agg, "throughput"), *recommend(agg, "latency")]:
         entry = by_model.setdefault(

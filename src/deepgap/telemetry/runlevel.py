@@ -50,7 +50,10 @@ def run_level(
     if settings is None or not configs:
         return {"idle": None, "thermal": None}
     try:
-        idle = runner.worker.request("idle", settings, settings.idle_s + 120.0)
+        if settings.idle_s <= 0:  # --idle-time 0: no baseline at all (dynamic energy is then unavailable)
+            idle = {"summary": {"status": "skipped: --idle-time 0"}, "samples": []}
+        else:
+            idle = runner.worker.request("idle", settings, settings.idle_s + 120.0)
     except WorkerLost as lost:
         idle = {"summary": {"status": f"unavailable: the worker was lost ({lost.reason})"}, "samples": []}
     store.record_run_telemetry(run_id, list(idle["samples"]) + [("idle-summary", time.time(), idle["summary"])])

@@ -1,0 +1,104 @@
+"""The report's roofline section: model- and cluster-level rooflines, the seed's comparison, its table.
+
+Drawn by `deepgap.roofline.figures` (matplotlib figures and DataFrames) and wrapped here into the
+report's `Figure` records and tables, the way `deepgap.serving.report_section` does for serving.
+The inference roofline needs only ordinary results (FLOPs per image are stored with each), so it
+appears for every GPU or CPU run; cluster rooflines and the training step need `deepgap profile`
+runs, measured ceilings need `deepgap peaks` (the spec sheet is used without them).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from deepgap.figures import Figure, _png
+from deepgap.report_format import fmt_ms
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def _sig(col: str, digits: int = 4):
+    def fmt(r: dict[str, Any]) -> str:
+        v = r.get(col)
+        return "" if v is None or (isinstance(v, float) and v != v) else f"{float(v):.{digits}g}"
+    return fmt
+
+
+TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
+    "roofline_theory_vs_measured": (
+        "Theoretical time (FLOPs / peak, bytes / bandwidth) vs measured time — the seed's table, per ceiling",
+        [("model", "model"), ("mode", "mode"), ("precision", "precision"), ("batch", "batch_size"),
+         ("device", "device_name"), ("ceiling", "ceiling"), ("peak TFLOP/s", _sig("peak_tflops")),
+         ("GB/s", _sig("bandwidth_gb_s")), ("theoretical ms", lambda r: fmt_ms(r.get("theoretical_s"))),
+         ("limiter", "limiter"), ("measured ms", lambda r: fmt_ms(r.get("measured_s"))),
+         ("measured / theoretical", _sig("measured_over_theoretical", 3)),
+         ("achieved TFLOP/s", _sig("achieved_tflops")), ("fraction of peak", _sig("fraction_of_peak", 3))],
+    ),
+    "roofline_peaks": (
+        "Measured ceilings of the device (deepgap peaks)",
+        [("device", "device_name"), ("ceiling", "name"), ("kind", "kind"), ("value", _sig("value")),
+         ("unit", "unit"), ("status", "status"), ("reason", "reason"), ("run", "run_id")],
+    ),
+    "roofline_seed_reference": (
+        "The seed study's training-step rows (T4, L4, V100), for comparison",
+        None,  # columns as stored (filled in by `section`)
+    ),
+}
+
+
+def _wrap(name: str, title: str, caption: str, draw) -> Figure:
+    try:
+        return Figure(name, title, caption, png=_png(draw()))
+    except Exception as exc:  # noqa: BLE001 — one figure that cannot be drawn says why, the report goes on
+        return Figure(name, title, caption, unavailable=f"unavailable: {type(exc).__name__}: {exc}"[:300])
+
+
+def section(store_path: str, run_ids: list[str] | None = None) -> tuple[dict[str, pd.DataFrame], list[Figure]]:
+    """Roofline tables and figures of ``store_path`` (nothing when it holds no successful result or profile)."""
+    from deepgap import report_format
+    from deepgap.roofline import figures as rf
+    from deepgap.roofline import storage
+    from deepgap.store import Store
+
+    st = Store(store_path, readonly=True)
+    try:
+        results = st.results_frame(run_ids)
+        peaks = storage.peaks_frame(st, run_ids)
+        profiles = storage.profiles_frame(st, run_ids)
+        kernels = storage.kernels_frame(st, [int(p) for p in profiles["profile_id"]]) if len(profiles) else None
+    finally:
+        st.close()
+    ok = results[results["status"] == "ok"] if len(results) else results
+    if not len(ok) and not len(profiles):
+        return {}, []
+    infer = profiles[profiles["mode"] == "infer"] if len(profiles) else profiles
+    train = profiles[profiles["mode"] == "train"] if len(profiles) else profiles
+    figs = [
+        _wrap("fig_roofline_inference", "Inference roofline",
+              "Every measured configuration at its arithmetic intensity and achieved TFLOP/s, under the device's "
+              "spec-sheet ceilings and, where `deepgap peaks` ran, its measured ones.",
+              lambda: rf.roofline_figure(ok, peaks, profiles_df=infer, title="Inference roofline")),
+    ]
+    if len(train):
+        figs.append(_wrap("fig_roofline_train", "Training-step roofline",
+                          "Forward + backward + optimizer step (deepgap profile --mode train).",
+                          lambda: rf.roofline_figure(None, peaks, profiles_df=train, title="Training-step roofline")))
+    if kernels is not None and len(kernels):
+        figs.append(_wrap("fig_roofline_clusters", "Kernel-cluster roofline",
+                          "Per profile, the kernels grouped into clusters (convolution, GEMM, elementwise, "
+                          "normalization, pooling, copy) at their attributed FLOPs and bytes.",
+                          lambda: rf.cluster_roofline_figure(kernels, peaks, profiles_df=profiles, source="torch")))
+    figs.append(_wrap("fig_roofline_seed", "The seed study's roofline (T4, L4, V100)",
+                      "The roofline study's Fig. 1 redrawn from its own published table, beside ours.",
+                      rf.seed_roofline_figure))
+    seed = rf.seed_reference_table()
+    tvm = rf.theoretical_vs_measured(profiles if len(profiles) else None, ok, peaks)
+    specs = dict(TABLE_SPECS)
+    specs["roofline_seed_reference"] = (TABLE_SPECS["roofline_seed_reference"][0], [(c, c) for c in seed.columns])
+    for k, v in specs.items():
+        report_format.TABLE_SPECS.setdefault(k, v)
+    out = {"roofline_theory_vs_measured": tvm,
+           "roofline_peaks": peaks.drop(columns=["details"], errors="ignore"),
+           "roofline_seed_reference": seed}
+    return {k: v for k, v in out.items() if len(v)}, figs

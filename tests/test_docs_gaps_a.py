@@ -1,0 +1,61 @@
+"""Small tests for claims in docs/telemetry.md and docs/engines.md that no other test pinned down."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def test_gpu_ort_configs_without_the_provider_are_skipped_with_the_reason():
+    """A CPU-only onnxruntime asked for a GPU provider says so (as on the H100 machine), never falls back."""
+    pytest.importorskip("onnxruntime")
+    from deepgap.engines import get_engine
+    from deepgap.engines.ort import providers_available
+    from deepgap.precision import DeviceCaps
+    from deepgap.records import ConfigSpec
+
+    caps = DeviceCaps("cuda:0", "cuda", "Some GPU", (9, 0))
+    have = providers_available()
+    checked = 0
+    for engine, provider, precision in (("onnxruntime", "CUDAExecutionProvider", "fp16"),
+                                        ("onnxruntime-trt", "TensorrtExecutionProvider", "int8")):
+        if provider in have:
+            continue
+        spec = ConfigSpec(model="tinycnn", engine=engine, precision=precision, batch_size=1, device="cuda:0",
+                          resolution=32)
+        e = get_engine(engine)
+        why = e.available() or e.supports(spec, caps)
+        assert why.startswith(f"unavailable: the installed onnxruntime has no {provider}"), why
+        assert "onnxruntime-gpu" in why
+        checked += 1
+    if not checked:
+        pytest.skip("this onnxruntime has the GPU providers")
+
+
+@pytest.mark.slow
+def test_energy_check_selftest_and_engines_table_from_its_store(tmp_path):
+    """energy_check.py --selftest passes on fake telemetry; engines.py reads the store it wrote."""
+    store, out = tmp_path / "s.sqlite", tmp_path / "ec.json"
+    cmd = [sys.executable, str(BENCH / "energy_check.py"), "--selftest", "--store", str(store),
+           "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert report["pass"] and len(report["configs"]) == 2
+    for c in report["configs"]:
+        assert abs(c["ratio"] - 1) <= 0.05 and c["tail_j"] >= 0
+        assert c["deepgap_energy_j"] == pytest.approx(c["deepgap_raw_counter_j"] - c["tail_j"], rel=1e-9)
+        assert c["idle_power_w"] == pytest.approx(100.0, rel=0.05)  # the fake device draws 100 W
+        assert c["joules_per_image"] * c["ips_per_watt_energy"] == pytest.approx(1.0)
+    mod_spec = importlib.util.spec_from_file_location("deepgap_bench_engines", BENCH / "engines.py")
+    engines = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(engines)  # what `engines.py --from-store STORE --model tinycnn` prints
+    (row,) = engines.table(str(store), "tinycnn")
+    assert (row["engine"], row["precision"]) == ("eager", "fp32") and row["best_batch"] in (8, 64)
+    assert row["best_ips"] > 0 and row["bs1_ms"] is None  # no batch-1 configuration in the self-test
+    assert "| eager | nchw | fp32 |" in engines.render([row])
