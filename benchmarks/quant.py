@@ -6,7 +6,7 @@ freezing + mode reduce-overhead), quant int8 and quant fp8 — images/s from CUD
 of ≥ 30 iterations after warm-up), correctness against fp32 (relative L2, cosine, top-1 agreement),
 achieved TOPS against ceilings measured here (8192³ fp16 matmul, ``torch._int_mm``,
 ``torch._scaled_mm``; a device-to-device copy for bandwidth). At batch 256 also the ablations of
-docs/quant.md (torch path, Triton without per-layer choice, without CUDA graph) and the per-layer
+README.md (the quant engine) (torch path, Triton without per-layer choice, without CUDA graph) and the per-layer
 table. Every variant is wrapped: a failure prints its error and the rest still runs. A time budget
 skips the least important variants rather than overrun.
 
@@ -267,7 +267,7 @@ ABLATIONS = [  # short label, description, arguments of quant.engine.variant (no
 
 
 def ablate(r, x, prec, bs, ablations, ceiling, common, only: tuple[str, ...] = ()) -> None:
-    """Time the same calibrated network with optimisations removed (docs/quant.md's ladder)."""
+    """Time the same calibrated network with optimisations removed (README.md (the quant engine)'s ladder)."""
     import torch
 
     from deepgap.quant.engine import variant

@@ -1,4 +1,4 @@
-"""Small tests for claims in docs/telemetry.md and docs/engines.md that no other test pinned down."""
+"""Small tests for claims in README.md (Telemetry) and README.md (Engines) that no other test pinned down."""
 
 import importlib.util
 import json

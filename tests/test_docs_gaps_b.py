@@ -44,6 +44,7 @@ def test_real_server_agrees_with_the_simulator_on_its_own_curve(tmp_path):
     service = ServiceModel(tuple(int(b) for b in cf["batch_size"]), tuple(cf["latency_median_s"]),
                            {int(b): s for b, s in zip(cf["batch_size"], cf["samples_s"], strict=True)})
     rq = requests(st, int(lv["serve_id"]))
+    st.close()
     assert len(rq) == lv["n"] == 1000  # 2000 q/s × 0.5 s
     sim = simulate(rq["arrival_s"].to_numpy(), policy, service, seed=spec.seed)
     assert sim.latency_s.mean() == pytest.approx(lv["predicted_mean_s"], rel=1e-9)

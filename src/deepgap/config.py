@@ -56,7 +56,7 @@ class SweepSpec:
     seed: int = 0
     include_transfer: bool = False
     cudnn_benchmark: bool = True
-    # telemetry (deepgap.telemetry; docs/telemetry.md)
+    # telemetry (deepgap.telemetry; README.md (Telemetry))
     telemetry: bool = True  # sample power/energy/temperature/clocks/throttling during every measurement
     sample_hz: float = 10.0  # telemetry samples per second inside energy windows (1/10 of it elsewhere)
     energy_window_s: float = 1.0  # with an energy counter, each pipelined window lasts at least this

@@ -97,7 +97,8 @@ class WorkerHandle:
         if self.proc is None:
             return
         try:
-            self.conn.send(None)
+            if self.conn is not None:  # None when the process never got going
+                self.conn.send(None)
         except (BrokenPipeError, OSError):
             pass
         self.proc.join(10)

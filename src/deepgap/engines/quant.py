@@ -3,7 +3,7 @@
 Post-training quantization of torchvision ResNets: BatchNorm folded, per-channel weight scales,
 static activation scales (calibrated, cached), NHWC int8/fp8 activations, convolutions as fused
 implicit-GEMM Triton kernels, a per-layer fallback to fp16 where that is faster, one CUDA graph.
-The implementation lives in ``deepgap.quant``; docs/quant.md has the design and measurements.
+The implementation lives in ``deepgap.quant``; README.md (the quant engine) has the design and measurements.
 """
 
 from __future__ import annotations

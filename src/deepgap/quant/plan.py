@@ -2,7 +2,7 @@
 
 Why per layer: on the H100 a fused 8-bit kernel wins 2–2.5× in the early, memory-bound layers (half
 the bytes, one pass) but a plain kernel can lose to cuBLAS/cuDNN fp16 in the late, compute-bound
-ones (see docs/quant.md). So each convolution is timed both ways at prepare time and keeps the
+ones (see README.md (the quant engine)). So each convolution is timed both ways at prepare time and keeps the
 faster; the choice and both times are recorded in ``Prepared.info``.
 
 Everything here is pure (no GPU): the timing itself lives in ``engine.py``.

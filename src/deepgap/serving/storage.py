@@ -32,7 +32,7 @@ _LEVEL_COLS = [
     "other_mean_s", "mean_batch", "slo_s", "n_over_slo", "verdict", "stopped", "predicted_qps",
     "predicted_mean_s", "predicted_p90_s", "predicted_p99_s", "extra_json",
 ]
-_REAL = {"max_delay_s", "target_qps", "duration_s", "achieved_qps", "slo_s"} | {
+_REAL = {"max_delay_s", "target_qps", "duration_s", "achieved_qps", "slo_s", "mean_batch"} | {
     c for c in _LEVEL_COLS if c.endswith("_s") or c.startswith("predicted")}
 _INT = {"resolution", "max_batch", "seed", "n", "n_planned", "n_over_slo"}
 

@@ -29,6 +29,9 @@ def levels(store: Store, run_ids: list[str] | None = None) -> pd.DataFrame:
     df = levels_frame(store, run_ids)
     if df.empty:
         return df
+    import pandas as pd
+
+    df["mean_batch"] = pd.to_numeric(df["mean_batch"], errors="coerce")  # TEXT in stores written before 2026-11-23
     df["platform"] = [n or d for n, d in zip(df["device_name"], df["device"], strict=True)]
     df["policy"] = [policy_label(b, d) for b, d in zip(df["max_batch"], df["max_delay_s"], strict=True)]
     with np.errstate(divide="ignore", invalid="ignore"):
