@@ -1,0 +1,94 @@
+"""``deepgap serve`` / ``capacity`` / ``plan`` end to end on the CPU with the tiny model: every scenario,
+tenants, the store and ``show``, and bad input (one line, exit 2, nothing written)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from deepgap.serving.tables import interference, levels
+from deepgap.store import Store
+
+pytestmark = pytest.mark.slow
+
+SMALL = ["--model", "tinycnn", "--engine", "eager", "--precision", "fp32", "--device", "cpu", "--threads", "1",
+         "--batch-sizes", "1,2,4", "--curve-iterations", "5", "--min-queries", "64", "--min-duration", "0.2s"]
+
+
+def deepgap(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "deepgap", *args], capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    store = str(tmp_path_factory.mktemp("serve") / "s.sqlite")
+    out = {}
+    for scenario in ("single-stream", "offline"):
+        p = deepgap("serve", *SMALL, "--scenario", scenario, "--store", store, "--json")
+        assert p.returncode == 0, p.stderr
+        out[scenario] = json.loads(p.stdout.strip().splitlines()[-1])
+    tenants = [a for a in SMALL if a not in ("--model", "tinycnn")]
+    p = deepgap("serve", *tenants, "--tenants", "tinycnn,tinycnn", "--qps", "100", "--store", store, "--json")
+    assert p.returncode == 0, p.stderr
+    out["tenants"] = json.loads(p.stdout.strip().splitlines()[-1])
+    return store, out
+
+
+def test_single_stream_and_offline_headlines(served):
+    _, out = served
+    ss, off = out["single-stream"], out["offline"]
+    assert ss["status"] == "ok" and ss["single_stream_n"] >= 64
+    assert 0 < ss["single_stream_p90_s"] <= ss["single_stream_p99_s"]
+    assert off["status"] == "ok" and off["offline_batch"] in (1, 2, 4) and off["offline_ips"] > 0
+    assert off["offline_predicted_ips"] > 0  # the calibrated curve's prediction is stored beside it
+
+
+def test_tenants_give_an_interference_matrix(served):
+    store, out = served
+    matrix = out["tenants"]["interference"]
+    assert set(matrix) == {"tinycnn#1", "tinycnn#2"}
+    for row in matrix.values():
+        assert set(row) == {"alone", "tinycnn#1+tinycnn#2"}
+        assert all(v["p99_s"] > 0 and v["achieved_qps"] > 0 for v in row.values())
+    st = Store(store, readonly=True)
+    try:
+        inter = interference(st)
+        lv = levels(st)
+    finally:
+        st.close()
+    assert len(inter) == 4 and (inter.loc[inter["phase"] == "alone", "p99_over_alone"] == 1.0).all()
+    assert lv["mean_batch"].dtype.kind == "f" and (lv["mean_batch"] >= 1).all()
+    show = deepgap("show", store)
+    assert show.returncode == 0 and "interference" in show.stdout
+
+
+def test_capacity_and_plan_from_a_batch_sweep(tmp_path):
+    store = str(tmp_path / "sweep.sqlite")
+    p = deepgap("run", "--models", "tinycnn", "--device", "cpu", "--threads", "1", "--batch-sizes", "1,2,4",
+                "--iterations", "10", "--repeats", "2", "--target-ci", "off", "--no-telemetry", "--quiet",
+                "--store", store)
+    assert p.returncode == 0, p.stderr
+    cap = deepgap("capacity", store, "--slo-p99", "50ms", "--json")
+    assert cap.returncode == 0, cap.stderr
+    (row,) = json.loads(cap.stdout)
+    assert 0 < row["capacity_qps"] <= row["saturation_qps"] * 1.001
+    plan = deepgap("plan", store, "--qps", str(round(row["capacity_qps"] * 2.5)), "--slo-p99", "50ms",
+                   "--model", "tinycnn", "--json")
+    assert plan.returncode == 0, plan.stderr
+    assert json.loads(plan.stdout)[0]["devices"] == 3  # ceil(2.5 × capacity / capacity)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--model", "nope", "--scenario", "offline"], "unknown model"),
+    (["--model", "tinycnn", "--scenario", "weird"], "unknown scenario"),
+    (["--model", "tinycnn", "--qps", "-3"], "--qps"),
+    (["--model", "tinycnn", "--scenario", "server", "--slo-p99", "soon"], "--slo-p99"),
+])
+def test_bad_serve_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, needle):
+    store = tmp_path / "never.sqlite"
+    p = deepgap("serve", *args, "--device", "cpu", "--store", str(store))
+    assert p.returncode == 2 and needle in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert not store.exists()
