@@ -92,3 +92,31 @@ def test_bad_serve_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, n
     p = deepgap("serve", *args, "--device", "cpu", "--store", str(store))
     assert p.returncode == 2 and needle in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert not store.exists()
+
+
+def test_trace_arrivals_and_capacity_search_with_real_traffic(tmp_path):
+    import numpy as np
+
+    trace = tmp_path / "arrivals.txt"
+    times = np.cumsum(np.random.default_rng(0).exponential(1 / 300, 300))
+    trace.write_text("\n".join(f"{t:.6f}" for t in times))
+    store = str(tmp_path / "t.sqlite")
+    p = deepgap("serve", *SMALL, "--scenario", "server", "--trace", str(trace), "--store", store, "--json")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["server_qps"] == pytest.approx(len(times) / times[-1], rel=0.05)  # the trace's own rate
+    st = Store(store, readonly=True)
+    try:
+        lv = levels(st)
+    finally:
+        st.close()
+    assert (lv["arrival"].str.contains("trace")).any() and lv["n"].max() >= len(times)
+    p = deepgap("serve", *SMALL, "--scenario", "server", "--find-capacity", "--slo-p99", "20ms", "--store", store,
+                "--json")
+    assert p.returncode == 0, p.stderr
+    cap = json.loads(p.stdout.strip().splitlines()[-1])
+    assert cap["capacity_qps"] > 0 and cap["capacity_predicted_qps"] > 0 and cap["capacity_max_batch"] in (1, 2, 4)
+    assert 0.3 < cap["capacity_qps"] / cap["capacity_predicted_qps"] < 3  # loose: a shared 2-core CI machine
+    missing = deepgap("serve", *SMALL, "--scenario", "server", "--trace", str(tmp_path / "nope.txt"),
+                      "--store", str(tmp_path / "never.sqlite"))
+    assert missing.returncode == 2 and "nope.txt" in missing.stderr and not (tmp_path / "never.sqlite").exists()

@@ -270,6 +270,8 @@ def _server(c: _Ctx) -> None:
                              spec.max_delay_s if spec.max_delay_s is not None else DEFAULT_POLICY[1])
         rate = spec.qps or arr.trace_rate_qps(c.trace)
         n = arr.n_queries(rate, minq, mind)
+        if c.trace is not None and not spec.qps:  # a trace replays whole (the minimums may lengthen it)
+            n = max(n, len(c.trace))
         times = schedule(rate, n, spec.seed, c.trace)
         stop = StopRule(max_time_s=3.0 * n / rate + 5.0)
         c.say(f"serve: server, {policy.label()} at {rate:,.1f} queries/s ({n} queries)")
