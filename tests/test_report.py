@@ -195,5 +195,6 @@ def test_run_report_flag(tmp_path):
         == 0
     )
     text = Path(html).read_text(encoding="utf-8")
-    assert "tinycnn eager fp32 bs2 1 thread 32px" in text
+    # the best configuration is named (which batch wins is up to the machine's timing)
+    assert re.search(r"tinycnn eager fp32 bs[12] 1 thread 32px", text)
     assert os.path.exists(tmp_path / "run_files" / "fig06_throughput_vs_batch.png")
