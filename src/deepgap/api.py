@@ -76,6 +76,19 @@ def as_spec(spec: SweepSpec | dict[str, Any] | str | None) -> SweepSpec:
     return spec
 
 
+def open_resume(store: str, resume: str | bool) -> tuple[Store, dict[str, Any]]:
+    """The store (open) and the run ``resume`` names (True: the latest unfinished one), or a `UsageError`."""
+    check_path(store)
+    if not os.path.exists(store):
+        raise UsageError(f"--resume but store {store} does not exist", "drop --resume or pass --store")
+    s = Store(store)
+    row = s.latest_unfinished() if resume is True else s.run(str(resume))
+    if row is None:
+        s.close()
+        raise UsageError(f"store {store} has no unfinished run to resume", "start a new run without --resume")
+    return s, row
+
+
 def run(
     spec: SweepSpec | dict[str, Any] | str | None = None,
     store: str = DEFAULT_STORE,
@@ -101,14 +114,7 @@ def run(
 
         return run_fleet(spec, store, resume, on_event, command, devices=devices, ray=ray, where=where)
     if resume:
-        check_path(store)
-        if not os.path.exists(store):
-            raise UsageError(f"--resume but store {store} does not exist", "drop --resume or pass --store")
-        s = Store(store)
-        run_row = s.latest_unfinished() if resume is True else s.run(str(resume))
-        if run_row is None:
-            s.close()
-            raise UsageError(f"store {store} has no unfinished run to resume", "start a new run without --resume")
+        s, run_row = open_resume(store, resume)
         sweep = validate(SweepSpec.from_dict(run_row["spec"]))
         device = resolve_device(sweep.device)
         run_id = run_row["run_id"]

@@ -241,6 +241,15 @@ def parse_percent(text: str) -> float | None:
         raise UsageError(f"{text!r} is not a fraction or percentage", "write e.g. 1% or 0.01") from None
 
 
+def parse_number(text: str, kind: type, flag: str, example: str = "10") -> int | float:
+    """``kind(text)`` for the flag ``--flag``; a `UsageError` naming the flag for anything else."""
+    try:
+        return kind(text)
+    except ValueError:
+        raise UsageError(f"--{flag} {text!r} is not {'an integer' if kind is int else 'a number'}",
+                         f"pass e.g. --{flag} {example}") from None
+
+
 def parse_int_list(text: str, name: str) -> tuple[int, ...]:
     """'1,2,4' → (1, 2, 4); a clear error for anything else."""
     items = [t.strip() for t in text.split(",") if t.strip()]

@@ -11,6 +11,7 @@ import contextlib
 import os
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -279,6 +280,18 @@ def _nvml_used(device: str) -> int | None:
         return None
 
 
+def requests(conn) -> Iterator[tuple[str, Any]]:
+    """``(kind, payload)`` requests from the parent until it sends None or closes the pipe."""
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        if msg is None:
+            return
+        yield msg
+
+
 def serve(conn, device: str) -> None:
     """Worker main loop: ('env'|'measure', payload) requests in, replies out, None to stop."""
     try:
@@ -287,14 +300,7 @@ def serve(conn, device: str) -> None:
     except BaseException as exc:  # noqa: BLE001
         conn.send(("failed", f"{type(exc).__name__}: {exc}"))
         return
-    while True:
-        try:
-            msg = conn.recv()
-        except EOFError:
-            return
-        if msg is None:
-            return
-        kind, payload = msg
+    for kind, payload in requests(conn):
         if kind == "env":
             from deepgap import envinfo
 

@@ -8,8 +8,16 @@ import os
 import sys
 
 from deepgap import api
-from deepgap.config import SweepSpec, default_spec, load_toml, parse_int_list, parse_percent, parse_str_list, preset
-from deepgap.errors import UsageError
+from deepgap.config import (
+    SweepSpec,
+    default_spec,
+    load_toml,
+    parse_int_list,
+    parse_number,
+    parse_percent,
+    parse_str_list,
+    preset,
+)
 from deepgap.progress import Progress
 
 NAME = "run"
@@ -19,14 +27,7 @@ ORDER = 1
 
 
 def _number(kind: type, flag: str):
-    def parse(text: str):
-        try:
-            return kind(text)
-        except ValueError:
-            raise UsageError(f"--{flag} {text!r} is not {'an integer' if kind is int else 'a number'}",
-                             f"pass e.g. --{flag} 10") from None
-
-    return parse
+    return lambda text: parse_number(text, kind, flag)
 
 
 # flag → (SweepSpec field, parser)

@@ -7,7 +7,7 @@ import json
 import sys
 
 from deepgap import api
-from deepgap.errors import UsageError
+from deepgap.config import parse_number
 
 NAME = "serve"
 HELP = "serve a model under load: single-stream / offline / server (dynamic batching, capacity at an SLO, tenants)"
@@ -49,21 +49,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
 
 
 def _int(text: str | None, flag: str) -> int | None:
-    if text is None:
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        raise UsageError(f"--{flag} {text!r} is not an integer", f"pass e.g. --{flag} 8") from None
+    return None if text is None else parse_number(text, int, flag, "8")
 
 
 def _float(text: str | None, flag: str) -> float | None:
-    if text is None:
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        raise UsageError(f"--{flag} {text!r} is not a number", f"pass e.g. --{flag} 0.5") from None
+    return None if text is None else parse_number(text, float, flag, "0.5")
 
 
 def build_spec(args: argparse.Namespace):

@@ -96,20 +96,15 @@ def run_fleet(
         backend_options: extra keyword arguments for the backend (tests: ``runner_factory``,
             ``retries``, ``infeasible_grace_s``).
     """
-    from deepgap.api import Results, as_spec
+    from deepgap.api import Results, as_spec, open_resume
     from deepgap.fleet import stored_fleet
 
     s: Store | None = None
     done: set[str] = set()
     run_id: str | None = None
     if resume:
-        check_path(store)
+        s, row = open_resume(store, resume)
         stored = stored_fleet(store, resume)
-        s = Store(store)
-        row = s.latest_unfinished() if resume is True else s.run(str(resume))
-        if row is None:
-            s.close()
-            raise UsageError(f"store {store} has no unfinished run to resume", "start a new run without --resume")
         sweep = validate(SweepSpec.from_dict(row["spec"]))
         run_id = row["run_id"]
         done = s.done_keys(run_id)

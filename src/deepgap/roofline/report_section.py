@@ -12,17 +12,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from deepgap.figures import Figure, _png
-from deepgap.report_format import fmt_ms
+from deepgap.report_format import fmt_ms, fmt_num
 
 if TYPE_CHECKING:
     import pandas as pd
 
 
 def _sig(col: str, digits: int = 4):
-    def fmt(r: dict[str, Any]) -> str:
-        v = r.get(col)
-        return "" if v is None or (isinstance(v, float) and v != v) else f"{float(v):.{digits}g}"
-    return fmt
+    return lambda r: fmt_num(r.get(col), f".{digits}g")
 
 
 TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {

@@ -13,6 +13,8 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
+from deepgap.roofline.trace import KERNEL_COLUMNS
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -266,20 +268,7 @@ def kernels_frame(
     df = _frame(
         store,
         "roofline_kernels",
-        [
-            "profile_id",
-            "source",
-            "name",
-            "short_name",
-            "cluster",
-            "launches_per_step",
-            "time_per_step_s",
-            "flops_per_step",
-            "ew_flops_per_step",
-            "bytes_per_step",
-            "ops",
-            "metrics_json",
-        ],
+        ["profile_id", "source", *KERNEL_COLUMNS, "metrics_json"],
         where,
         args,
     )

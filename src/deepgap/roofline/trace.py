@@ -214,21 +214,16 @@ def kernels_from_trace(
     return kernels
 
 
+# per-kernel, per-step columns: `kernel_table`'s output and (with profile_id, source, metrics) roofline_kernels
+KERNEL_COLUMNS = ("name", "short_name", "cluster", "launches_per_step", "time_per_step_s", "flops_per_step",
+                  "ew_flops_per_step", "bytes_per_step", "ops")
+
+
 def kernel_table(kernels: list[KernelEvent], steps: int = 1) -> pd.DataFrame:
     """One row per kernel name (and cluster), per step: launches, time, FLOPs, elementwise FLOPs, bytes."""
     import pandas as pd
 
-    cols = [
-        "name",
-        "short_name",
-        "cluster",
-        "launches_per_step",
-        "time_per_step_s",
-        "flops_per_step",
-        "ew_flops_per_step",
-        "bytes_per_step",
-        "ops",
-    ]
+    cols = list(KERNEL_COLUMNS)
     if not kernels:
         return pd.DataFrame(columns=cols)
     df = pd.DataFrame([k.__dict__ for k in kernels])

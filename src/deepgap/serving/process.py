@@ -155,7 +155,7 @@ def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
 def process_main(conn: Any, device: str, req: SetupRequest) -> None:
     """Worker entry point: set up, reply, then serve ("level", LevelRequest) requests until None."""
     from deepgap.serving.server import run_closed, run_level
-    from deepgap.worker import WorkerState, is_oom
+    from deepgap.worker import WorkerState, is_oom, requests
 
     try:
         state = WorkerState(device)
@@ -169,14 +169,7 @@ def process_main(conn: Any, device: str, req: SetupRequest) -> None:
         conn.send(("failed", (status, msg if status == Status.OOM else f"{msg}\n{traceback.format_exc()[-2000:]}")))
         return
     conn.send(("ready", reply))
-    while True:
-        try:
-            msg = conn.recv()
-        except EOFError:
-            return
-        if msg is None:
-            return
-        kind, payload = msg
+    for kind, payload in requests(conn):
         try:
             if kind == "level" and payload.closed:
                 out = run_closed(executor, payload.min_queries, payload.min_duration_s, start_at=payload.start_at)
