@@ -45,15 +45,19 @@ class WorkerHandle:
         self.conn: Any = None
         self.caps: DeviceCaps | None = None
 
-    def start(self) -> DeviceCaps:
-        """Start the process and wait until it has probed the device."""
+    def spawn(self, target: Any, args: tuple, name: str, timeout_s: float) -> tuple[str, Any]:
+        """Spawn ``target(child_conn, *args)`` and return its first message (``ready`` or ``failed``)."""
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
-        self.proc = ctx.Process(target=serve, args=(child, self.device), daemon=True, name="deepgap-worker")
+        self.proc = ctx.Process(target=target, args=(child, *args), daemon=True, name=name)
         self.proc.start()
-        child.close()
+        child.close()  # so a dead child gives EOF instead of a hang
         self.conn = parent
-        kind, payload = self._recv(_START_TIMEOUT_S)
+        return self._recv(timeout_s)
+
+    def start(self) -> DeviceCaps:
+        """Start the process and wait until it has probed the device."""
+        kind, payload = self.spawn(serve, (self.device,), "deepgap-worker", _START_TIMEOUT_S)
         if kind != "ready":
             self.stop()
             raise UsageError(f"the worker could not use device {self.device}: {payload}", "check `deepgap env`")

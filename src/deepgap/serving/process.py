@@ -9,7 +9,6 @@ takes any shape), and calibrates the service curve the simulator is fed.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -193,14 +192,7 @@ class ServingWorker(WorkerHandle):
 
     def start_serving(self, req: SetupRequest, timeout_s: float) -> SetupReply:
         """Start the process, build and calibrate; raises `SetupFailed` or `WorkerLost`."""
-        ctx = mp.get_context("spawn")
-        parent, child = ctx.Pipe()
-        self.proc = ctx.Process(target=process_main, args=(child, self.device, req), daemon=True,
-                                name=f"deepgap-serve-{req.model}")
-        self.proc.start()
-        child.close()
-        self.conn = parent
-        kind, payload = self._recv(timeout_s)
+        kind, payload = self.spawn(process_main, (self.device, req), f"deepgap-serve-{req.model}", timeout_s)
         if kind != "ready":
             self.stop()
             raise SetupFailed(*payload)
