@@ -58,7 +58,7 @@ def weight_as_conv(wq: torch.Tensor, cin: int, k: int) -> torch.Tensor:
 def quantize_act(y: torch.Tensor, fmt: str) -> torch.Tensor:
     """Round an already-scaled fp32 tensor to ``fmt`` exactly as the kernels do."""
     if fmt == "int8":
-        return torch.floor(y + 0.5).clamp(-127.0, 127.0).to(torch.int8)
+        return y.clamp(-127.0, 127.0).round().to(torch.int8)  # round half to even, like the kernels
     if fmt == "fp8":
         return y.clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
     if fmt == "fp16":
