@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from deepgap.serving.tables import interference, levels
+from deepgap.serving.tenants import tenant_threads
 from deepgap.store import Store
 
 pytestmark = pytest.mark.slow
@@ -31,6 +32,8 @@ def served(tmp_path_factory):
         assert p.returncode == 0, p.stderr
         out[scenario] = json.loads(p.stdout.strip().splitlines()[-1])
     tenants = [a for a in SMALL if a not in ("--model", "tinycnn")]
+    i = tenants.index("--threads")
+    del tenants[i : i + 2]  # tenants share the host's cores by default (tenant_threads)
     p = deepgap("serve", *tenants, "--tenants", "tinycnn,tinycnn", "--qps", "100", "--store", store, "--json")
     assert p.returncode == 0, p.stderr
     out["tenants"] = json.loads(p.stdout.strip().splitlines()[-1])
@@ -61,6 +64,9 @@ def test_tenants_give_an_interference_matrix(served):
         st.close()
     assert len(inter) == 4 and (inter.loc[inter["phase"] == "alone", "p99_over_alone"] == 1.0).all()
     assert lv["mean_batch"].dtype.kind == "f" and (lv["mean_batch"] >= 1).all()
+    shares = {json.loads(e).get("threads") if isinstance(e, str) else e.get("threads")
+              for e in lv.loc[lv["purpose"] == "tenant", "extra_json" if "extra_json" in lv else "extra"]}
+    assert shares == {tenant_threads(2)}  # each tenant's intra-op threads: half the cores, stored per level
     show = deepgap("show", store)
     assert show.returncode == 0 and "interference" in show.stdout
 
@@ -120,3 +126,9 @@ def test_trace_arrivals_and_capacity_search_with_real_traffic(tmp_path):
     missing = deepgap("serve", *SMALL, "--scenario", "server", "--trace", str(tmp_path / "nope.txt"),
                       "--store", str(tmp_path / "never.sqlite"))
     assert missing.returncode == 2 and "nope.txt" in missing.stderr and not (tmp_path / "never.sqlite").exists()
+
+
+def test_tenant_threads_split_the_cores():
+    assert [tenant_threads(n, cores=16) for n in (1, 2, 3, 4, 32)] == [16, 8, 5, 4, 1]
+    assert tenant_threads(0, cores=2) == 2 and tenant_threads(3) >= 1
+

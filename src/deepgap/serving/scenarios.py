@@ -100,7 +100,8 @@ def level_row(req: SetupRequest, scenario: str, purpose: str, policy: BatchPolic
         "engine": req.engine, "precision": req.precision, "device": req.device, "memory_format": req.memory_format,
         "resolution": req.resolution, "max_batch": policy.max_batch if policy else None,
         "max_delay_s": policy.max_delay_s if policy else None, "target_qps": target_qps, "arrival": arrival,
-        "seed": seed, "status": status, "reason": reason, "extra": extra or {},
+        "seed": seed, "status": status, "reason": reason,
+        "extra": {**({"threads": req.threads} if req.threads else {}), **(extra or {})},
     }
     if summary is not None:
         v.update({k: getattr(summary, k) for k in (
