@@ -161,3 +161,15 @@ def test_add_roofline_columns_on_a_results_frame():
     assert r["fraction_of_measured_peak"] == pytest.approx(r["achieved_tflops"] / 700.0)
     assert r["bound"] == "memory"  # a tiny CNN sits far left of the ridge point
     assert "flops_per_image" in out and out["flops_per_image"].iloc[0] == 1.0  # the worker's column is kept
+
+
+def test_roofline_labels_only_the_fastest_point_per_series_when_crowded():
+    from deepgap.roofline.figures import labelled_points
+
+    few = [("resnet18", "fp16", "bs1", 10.0, 1.0, "infer")]
+    assert labelled_points(few) == few
+    many = [(m, p, f"bs{b}", 10.0 * b, float(b), "infer")
+            for m in ("resnet18", "resnet50") for p in ("fp16", "fp32") for b in (1, 2, 4, 8)]
+    got = labelled_points(many)
+    assert sorted((g[0], g[1], g[2]) for g in got) == [
+        ("resnet18", "fp16", "bs8"), ("resnet18", "fp32", "bs8"), ("resnet50", "fp16", "bs8"), ("resnet50", "fp32", "bs8")]

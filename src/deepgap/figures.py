@@ -141,13 +141,36 @@ def _marks(ax, sub: pd.DataFrame, x: str, y: str) -> None:
         )
 
 
-def _legend(ax) -> None:
-    handles, labels = ax.get_legend_handles_labels()
+def _entries(axes) -> dict[str, object]:
     seen: dict[str, object] = {}
-    for h, lab in zip(handles, labels, strict=False):
-        seen.setdefault(lab, h)
+    for ax in axes:
+        handles, labels = ax.get_legend_handles_labels()
+        for h, lab in zip(handles, labels, strict=False):
+            seen.setdefault(lab, h)
+    return seen
+
+
+def _legend(ax) -> None:
+    seen = _entries([ax])
     if seen:
         ax.legend(seen.values(), seen.keys(), fontsize=7, loc="best")
+
+
+LEGEND_IN_AXES_MAX = 6  # more entries than this would hide the data: one shared legend under the panels
+
+
+def _shared_legend(fig, axes, ncols: int = 4) -> bool:
+    """Put a crowded legend under the panels (the figure grows to keep the panels' size)."""
+    seen = _entries(axes)
+    if len(seen) <= LEGEND_IN_AXES_MAX:
+        return False
+    width, height = fig.get_size_inches()
+    extra = 0.2 * math.ceil(len(seen) / ncols) + 0.25
+    bottom, top = fig.subplotpars.bottom * height, (1 - fig.subplotpars.top) * height
+    fig.set_size_inches(width, height + extra)
+    fig.subplots_adjust(bottom=(bottom + extra) / (height + extra), top=1 - top / (height + extra))
+    fig.legend(seen.values(), seen.keys(), loc="lower center", ncol=ncols, fontsize=7, frameon=False)
+    return True
 
 
 def _per_panel(
@@ -186,7 +209,10 @@ def _per_panel(
             _plain_ticks(ax, axis="y")
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=7)
-        _legend(ax)
+    used = list(axes[: len(keys)])
+    if not _shared_legend(fig, used):
+        for ax in used:
+            _legend(ax)
     return Figure(name, title, caption, png=_png(fig))
 
 
