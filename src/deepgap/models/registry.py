@@ -63,7 +63,61 @@ def build_model(name: str, resolution: int, weights: str | None = None, seed: in
         if isinstance(state, dict) and "state_dict" in state:
             state = state["state_dict"]
         model.load_state_dict(state)
-    return model.eval()
+        return model.eval()
+    model.eval()
+    tame_activations(model, resolution, seed)
+    return model
+
+
+ACTIVATION_CEILING = 4096.0  # largest activation allowed on the probe: 16× below fp16's 65,504
+
+
+def tame_activations(model: torch.nn.Module, resolution: int, seed: int) -> float:
+    """Scale a random-weight network whose activations would overflow fp16; returns the factor (1: none).
+
+    Why: fresh BatchNorm layers are the identity in eval mode, so with random weights each residual
+    block adds to the activations (~1.5× per block): ResNet-101's last blocks reach ~1e5 at 224²,
+    beyond fp16's 65,504, so its fp16 logits are inf and every fp16 configuration fails the
+    correctness check — an artifact of random weights (trained ones stay O(1)). (Estimating the
+    BatchNorm statistics instead keeps activations O(1) but makes the random network chaotic: fp16
+    rounding then grows to 3–9% of the logits.) A ResNet without its classifier bias is positively
+    homogeneous, so multiplying the first BatchNorm's affine parameters by a power of two scales
+    every later activation by exactly that factor: the same kernels run on the same relative
+    values, and every fp16 tensor stays finite. Networks already within ``ACTIVATION_CEILING`` on
+    a seeded probe image are left alone; the probe runs on one thread, so the factor (and
+    ``weights_fingerprint``) does not depend on the thread count.
+    """
+    import math
+
+    import torch
+
+    bns = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.affine]
+    if not bns:
+        return 1.0
+    peak = [0.0]
+
+    def watch(_mod, _inp, out):
+        if isinstance(out, torch.Tensor) and out.is_floating_point() and out.numel():
+            peak[0] = max(peak[0], float(out.detach().abs().max()))
+
+    hooks = [m.register_forward_hook(watch) for m in model.modules() if not list(m.children())]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        gen = torch.Generator().manual_seed(seed + 7919)
+        with torch.no_grad():
+            model(torch.randn(1, 3, resolution, resolution, generator=gen))
+    finally:
+        torch.set_num_threads(threads)
+        for h in hooks:
+            h.remove()
+    if not math.isfinite(peak[0]) or peak[0] <= ACTIVATION_CEILING:
+        return 1.0
+    factor = 2.0 ** math.floor(math.log2(ACTIVATION_CEILING / peak[0]))
+    with torch.no_grad():
+        bns[0].weight.mul_(factor)
+        bns[0].bias.mul_(factor)
+    return factor
 
 
 def weights_fingerprint(model: torch.nn.Module) -> str:
