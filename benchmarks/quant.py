@@ -142,7 +142,8 @@ def fp16_eager(model, x):
 
 def fp16_compile(model, x, name: str):
     """The best fp16 engine: deepgap's ``compile-freeze`` (Inductor freezing + reduce-overhead) when
-    registered, else the same inline. (The 2026-11-23 H100 run used the default-mode ``compile`` engine.)"""
+    registered, else the same inline. (The first 2026-11-23 H100 run used the default-mode ``compile`` engine;
+    the second used ``compile-freeze``.)"""
     import torch
 
     from deepgap.engines import ENGINES, load_engines
