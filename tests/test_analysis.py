@@ -38,6 +38,15 @@ def test_row_flags_reads_correctness_and_contamination():
     assert row_flags(None) == [] and row_flags({"flags": "foreign-process"}) == ["foreign-process"]
 
 
+def test_temp_rising_warns_but_does_not_disqualify():
+    from deepgap.analysis.frame import row_warnings
+
+    extra = {"flags": ["temp-rising", "clocks-low"]}
+    assert row_flags(extra) == ["clocks-low"]  # a slowdown inside the windows still disqualifies
+    assert row_warnings(1, extra) == ["temp-rising"] and row_warnings(0, None) == ["ci-not-met"]
+    assert row_flags({"flags": ["temp-rising"]}) == []
+
+
 def test_aggregate_medians_flags_and_exclusions(fx):
     agg = fx["agg"]
     r = _row(agg, platform="Fixture GPU A", model="resnet18", precision="fp32", batch_size=32)

@@ -66,6 +66,19 @@ def _num(v: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
+# Telemetry flags that warn without disqualifying: ``temp-rising`` says the GPU had not reached its
+# thermal steady state, not that the measurement was slowed — a slowdown inside the windows raises
+# ``clocks-low`` or a throttle flag, which do disqualify. (On the H100, 34 of the default sweep's 66
+# configurations rose in temperature at a steady 1980 MHz; disqualifying them left Table I and
+# `recommend` with batch-16 answers.)
+WARNING_FLAGS = frozenset({"temp-rising"})
+
+
+def _telemetry_flags(extra: dict[str, Any]) -> list[str]:
+    flags = extra.get("flags") or []
+    return [str(f) for f in ([flags] if isinstance(flags, str) else flags) if str(f)]
+
+
 def row_flags(extra: dict[str, Any] | None) -> list[str]:
     """Disqualifying flags of one measurement: wrong outputs, telemetry contamination."""
     extra = extra if isinstance(extra, dict) else {}
@@ -74,17 +87,16 @@ def row_flags(extra: dict[str, Any] | None) -> list[str]:
     if isinstance(corr, dict) and corr.get("flagged"):
         rel = _num(corr.get("rel_l2"))
         out.append(f"wrong-output(relL2={rel:.2g})" if rel is not None else "wrong-output")
-    flags = extra.get("flags") or []
-    if isinstance(flags, str):
-        flags = [flags]
-    out += [str(f) for f in flags if str(f)]
+    out += [f for f in _telemetry_flags(extra) if f not in WARNING_FLAGS]
     return out
 
 
-def row_warnings(ci_met: Any) -> list[str]:
-    """Non-disqualifying warnings of one measurement (the adaptive CI target was missed)."""
+def row_warnings(ci_met: Any, extra: dict[str, Any] | None = None) -> list[str]:
+    """Non-disqualifying warnings of one measurement: the adaptive CI target was missed, the
+    temperature was still rising (``WARNING_FLAGS``)."""
     v = _num(ci_met)
-    return ["ci-not-met"] if v is not None and v == 0 else []
+    out = ["ci-not-met"] if v is not None and v == 0 else []
+    return out + [f for f in _telemetry_flags(extra if isinstance(extra, dict) else {}) if f in WARNING_FLAGS]
 
 
 def telemetry_of(extra: dict[str, Any] | None) -> dict[str, float]:
@@ -120,7 +132,7 @@ def prepare(results: pd.DataFrame) -> pd.DataFrame:
     extras = df["extra"] if "extra" in df else pd.Series([{}] * len(df), index=df.index)
     df["flags"] = [row_flags(e) for e in extras]
     df["flagged"] = [bool(f) for f in df["flags"]]
-    df["warnings"] = [row_warnings(c) for c in df.get("ci_met", [None] * len(df))]
+    df["warnings"] = [row_warnings(c, e) for c, e in zip(df.get("ci_met", [None] * len(df)), extras, strict=True)]
     tel = [telemetry_of(e) for e in extras]
     for k in TELEMETRY_MEDIAN + TELEMETRY_MAX:
         df[k] = [t.get(k, np.nan) for t in tel]
