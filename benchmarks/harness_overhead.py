@@ -142,11 +142,15 @@ def main() -> None:  # noqa: D103
     def bare(interop1: bool = True) -> dict[int, float]:
         return in_fresh_process(args.model, sizes, args.iterations, interop1, args.device, args.warmup)
 
+    device_name = args.device
+
     def harness() -> dict[int, float]:
+        nonlocal device_name
         res = deepgap.run(spec, store=store, on_event=lambda e: None)
+        device_name = str(res.to_pandas()["device_name"].iloc[0])
         return {r.spec.batch_size: r.throughput_ips for r in res.results}
 
-    rounds, device_name = [], ""
+    rounds = []
     for i in range(args.rounds):
         order = ("standalone", "deepgap") if i % 2 == 0 else ("deepgap", "standalone")
         got = {name: (bare() if name == "standalone" else harness()) for name in order}
@@ -162,14 +166,6 @@ def main() -> None:  # noqa: D103
         print(f"{row['batch_size']:>6} {statistics.median(row['standalone_ips']):>17,.1f} "
               f"{statistics.median(row['deepgap_ips']):>14,.1f} {row['ratio_median']:>7.4f} "
               f"{f'[{lo:.4f}, {hi:.4f}]':>17} {row['verdict']:>14} {default_threads[row['batch_size']]:>21,.1f}")
-    try:
-        from deepgap.store import Store
-
-        s = Store(store, readonly=True)
-        device_name = str(s.results_frame()["device_name"].iloc[0])
-        s.close()
-    except Exception:  # noqa: BLE001  (the name is only a label)
-        device_name = args.device
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "harness_overhead.json"), "w") as fh:
         json.dump({"model": args.model, "precision": precision, "iterations": args.iterations, "rounds": args.rounds,

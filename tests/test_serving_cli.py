@@ -64,8 +64,7 @@ def test_tenants_give_an_interference_matrix(served):
         st.close()
     assert len(inter) == 4 and (inter.loc[inter["phase"] == "alone", "p99_over_alone"] == 1.0).all()
     assert lv["mean_batch"].dtype.kind == "f" and (lv["mean_batch"] >= 1).all()
-    shares = {json.loads(e).get("threads") if isinstance(e, str) else e.get("threads")
-              for e in lv.loc[lv["purpose"] == "tenant", "extra_json" if "extra_json" in lv else "extra"]}
+    shares = {e.get("threads") for e in lv.loc[lv["purpose"] == "tenant", "extra"]}
     assert shares == {tenant_threads(2)}  # each tenant's intra-op threads: half the cores, stored per level
     show = deepgap("show", store)
     assert show.returncode == 0 and "interference" in show.stdout

@@ -94,30 +94,41 @@ def tame_activations(model: torch.nn.Module, resolution: int, seed: int) -> floa
     bns = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.affine]
     if not bns:
         return 1.0
-    peak = [0.0]
-
-    def watch(_mod, _inp, out):
-        if isinstance(out, torch.Tensor) and out.is_floating_point() and out.numel():
-            peak[0] = max(peak[0], float(out.detach().abs().max()))
-
-    hooks = [m.register_forward_hook(watch) for m in model.modules() if not list(m.children())]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         gen = torch.Generator().manual_seed(seed + 7919)
-        with torch.no_grad():
-            model(torch.randn(1, 3, resolution, resolution, generator=gen))
+        peak = peak_activation(model, torch.randn(1, 3, resolution, resolution, generator=gen))
     finally:
         torch.set_num_threads(threads)
-        for h in hooks:
-            h.remove()
-    if not math.isfinite(peak[0]) or peak[0] <= ACTIVATION_CEILING:
+    if not math.isfinite(peak) or peak <= ACTIVATION_CEILING:
         return 1.0
-    factor = 2.0 ** math.floor(math.log2(ACTIVATION_CEILING / peak[0]))
+    factor = 2.0 ** math.floor(math.log2(ACTIVATION_CEILING / peak))
     with torch.no_grad():
         bns[0].weight.mul_(factor)
         bns[0].bias.mul_(factor)
     return factor
+
+
+def peak_activation(model: torch.nn.Module, x: torch.Tensor) -> float:
+    """Largest |value| any leaf module outputs on ``x`` (the quantity fp16 must hold)."""
+    import torch
+
+    peak = 0.0
+
+    def watch(_mod, _inp, out):
+        nonlocal peak
+        if isinstance(out, torch.Tensor) and out.is_floating_point() and out.numel():
+            peak = max(peak, float(out.detach().abs().max()))
+
+    hooks = [m.register_forward_hook(watch) for m in model.modules() if not list(m.children())]
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        for h in hooks:
+            h.remove()
+    return peak
 
 
 def weights_fingerprint(model: torch.nn.Module) -> str:
