@@ -131,3 +131,25 @@ def test_tenant_threads_split_the_cores():
     assert [tenant_threads(n, cores=16) for n in (1, 2, 3, 4, 32)] == [16, 8, 5, 4, 1]
     assert tenant_threads(0, cores=2) == 2 and tenant_threads(3) >= 1
 
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_staging_buffers_are_pinned_and_in_the_engine_memory_format(device):
+    """A pageable staging buffer turns the server's non-blocking H2D copy into a synchronous one."""
+    import torch
+
+    from deepgap.serving.server import TorchExecutor
+
+    def run(x):
+        return x.float().sum(dim=(2, 3))
+
+    pool = torch.randn(5, 3, 8, 8)
+    ex = TorchExecutor({1: run, 4: run}, device, torch.float16, True, pool)
+    for buf in list(ex.staging.values()) + list(ex.dev_in.values()):
+        assert buf.is_contiguous(memory_format=torch.channels_last)
+    assert all(buf.is_pinned() == (device == "cuda") for buf in ex.staging.values())
+    h2d, compute, d2h = ex(3, 3)  # rows 3, 4, 0 of the pool, padded to the batch-4 buffer
+    assert min(h2d, compute, d2h) >= 0.0 and compute > 0.0
+    want = pool[[3, 4, 0]].half().float().sum(dim=(2, 3))
+    got = ex.host_out[4][:3] if device == "cuda" else run(ex.staging[4])[:3]
+    torch.testing.assert_close(got.float().cpu(), want, rtol=1e-3, atol=1e-2)
