@@ -134,8 +134,8 @@ def test_tenant_threads_split_the_cores():
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
-def test_staging_buffers_are_pinned_and_in_the_engine_memory_format(device):
-    """A pageable staging buffer turns the server's non-blocking H2D copy into a synchronous one."""
+def test_request_buffers_are_pinned_and_batches_are_assembled_in_the_engine_memory_format(device):
+    """Requests wrap around the pool and land in order in the padded batch, on the CPU and the GPU."""
     import torch
 
     from deepgap.serving.server import TorchExecutor
@@ -145,11 +145,24 @@ def test_staging_buffers_are_pinned_and_in_the_engine_memory_format(device):
 
     pool = torch.randn(5, 3, 8, 8)
     ex = TorchExecutor({1: run, 4: run}, device, torch.float16, True, pool)
-    for buf in list(ex.staging.values()) + list(ex.dev_in.values()):
+    for buf in [ex.pool, *ex.staging.values(), *ex.dev_in.values()]:
         assert buf.is_contiguous(memory_format=torch.channels_last)
-    assert all(buf.is_pinned() == (device == "cuda") for buf in ex.staging.values())
+    assert ex.pool.is_pinned() == (device == "cuda")  # a pageable source makes the H2D copy synchronous
     h2d, compute, d2h = ex(3, 3)  # rows 3, 4, 0 of the pool, padded to the batch-4 buffer
     assert min(h2d, compute, d2h) >= 0.0 and compute > 0.0
     want = pool[[3, 4, 0]].half().float().sum(dim=(2, 3))
     got = ex.host_out[4][:3] if device == "cuda" else run(ex.staging[4])[:3]
+    if device == "cuda":
+        torch.testing.assert_close(ex.dev_in[4][:3].cpu(), pool[[3, 4, 0]].half(), rtol=0, atol=0)
     torch.testing.assert_close(got.float().cpu(), want, rtol=1e-3, atol=1e-2)
+
+
+def test_copy_all_copies_each_pair():
+    import torch
+
+    from deepgap.serving.server import copy_all
+
+    src = [torch.full((2, 2), float(i)) for i in range(3)]
+    dst = torch.zeros(3, 2, 2).unbind(0)
+    copy_all(dst, src)
+    assert [float(d.mean()) for d in dst] == [0.0, 1.0, 2.0]
