@@ -13,7 +13,12 @@ Verdict per batch: ``agree`` when the CI lies within ±2%, ``differ`` when it li
 ``undecided`` (more rounds needed). For information, one standalone run with the default host
 threads (not deepgap's interop=1) is also reported.
 
+The JSON is rewritten after every round (``"complete": false`` until the last), so a run stopped
+by a time limit keeps the rounds it finished; ``--continue`` adds rounds to the file's earlier ones
+(same model, precision, iterations and batch sizes) until the verdict is decided.
+
     python benchmarks/harness_overhead.py [--batch-sizes 1,32,256] [--rounds 6] [--iterations 100] [--out DIR]
+                                          [--continue]
 """
 
 from __future__ import annotations
@@ -123,19 +128,48 @@ def summarize(sizes: list[int], rounds: list[dict]) -> list[dict]:
     return rows
 
 
+def load_rounds(path: str, settings: dict) -> list[dict]:
+    """The rounds of an earlier run in ``path`` (JSON keys back to ints); its settings must match."""
+    with open(path) as fh:
+        old = json.load(fh)
+    differ = {k: (old.get(k), v) for k, v in settings.items() if old.get(k) != v}
+    if differ:
+        raise SystemExit(f"error: {path} was measured with other settings {differ}; "
+                         "use another --out or the same settings")
+    return [{k: ({int(b): v for b, v in r[k].items()} if isinstance(r[k], dict) else r[k]) for k in r}
+            for r in old.get("round_data", [])]
+
+
+def save(path: str, settings: dict, rounds: list[dict], sizes: list[int], complete: bool,
+         default_threads: dict | None, device_name: str) -> None:
+    """Write everything measured so far (atomically: a kill mid-write leaves the previous file)."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump({**settings, "rounds": len(rounds), "complete": complete, "tolerance": TOLERANCE,
+                   "rows": summarize(sizes, rounds) if rounds else [], "round_data": rounds,
+                   "default_threads_loop_ips": default_threads, "env": device_name}, fh, indent=1)
+    os.replace(tmp, path)
+
+
 def main() -> None:  # noqa: D103
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="resnet50")
     ap.add_argument("--batch-sizes", default="1,32,256")
-    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--rounds", type=int, default=6, help="rounds to run now")
     ap.add_argument("--iterations", type=int, default=100)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--device", default="cuda", help="cuda (the real check) or cpu (a smoke test, fp32)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--continue", dest="cont", action="store_true",
+                    help="add the rounds to those already in OUT/harness_overhead.json")
     args = ap.parse_args()
     sizes = [int(b) for b in args.batch_sizes.split(",")]
     store = os.path.join(tempfile.mkdtemp(), "overhead.sqlite")
     precision = "fp16" if args.device.startswith("cuda") else "fp32"
+    settings = {"model": args.model, "precision": precision, "iterations": args.iterations, "batch_sizes": sizes}
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "harness_overhead.json")
+    rounds = load_rounds(path, settings) if args.cont and os.path.exists(path) else []
     spec = SweepSpec(models=(args.model,), precisions=(precision,), batch_sizes=tuple(sizes), device=args.device,
                      warmup=args.warmup, iterations=args.iterations, repeats=1, idle_s=0.0)
 
@@ -150,13 +184,16 @@ def main() -> None:  # noqa: D103
         device_name = str(res.to_pandas()["device_name"].iloc[0])
         return {r.spec.batch_size: r.throughput_ips for r in res.results}
 
-    rounds = []
-    for i in range(args.rounds):
+    total = len(rounds) + args.rounds
+    for i in range(len(rounds), total):
         order = ("standalone", "deepgap") if i % 2 == 0 else ("deepgap", "standalone")
-        got = {name: (bare() if name == "standalone" else harness()) for name in order}
+        got: dict = {name: (bare() if name == "standalone" else harness()) for name in order}
+        got["order"] = " then ".join(order)
         rounds.append(got)
-        print(f"round {i + 1}/{args.rounds} ({' then '.join(order)}): "
-              + ", ".join(f"bs{bs} {got['deepgap'][bs] / got['standalone'][bs]:.3f}" for bs in sizes), flush=True)
+        save(path, settings, rounds, sizes, False, None, device_name)
+        print(f"round {i + 1}/{total} ({got['order']}): " + ", ".join(
+            f"bs{bs} {got['deepgap'][bs]:,.1f}/{got['standalone'][bs]:,.1f} = {got['deepgap'][bs] / got['standalone'][bs]:.3f}"
+            for bs in sizes), flush=True)
     default_threads = bare(interop1=False)
     rows = summarize(sizes, rounds)
     print(f"{'batch':>6} {'standalone img/s':>17} {'deepgap img/s':>14} {'ratio':>7} {'95% CI':>17} "
@@ -166,11 +203,7 @@ def main() -> None:  # noqa: D103
         print(f"{row['batch_size']:>6} {statistics.median(row['standalone_ips']):>17,.1f} "
               f"{statistics.median(row['deepgap_ips']):>14,.1f} {row['ratio_median']:>7.4f} "
               f"{f'[{lo:.4f}, {hi:.4f}]':>17} {row['verdict']:>14} {default_threads[row['batch_size']]:>21,.1f}")
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "harness_overhead.json"), "w") as fh:
-        json.dump({"model": args.model, "precision": precision, "iterations": args.iterations, "rounds": args.rounds,
-                   "tolerance": TOLERANCE, "rows": rows, "default_threads_loop_ips": default_threads,
-                   "env": device_name}, fh, indent=1)
+    save(path, settings, rounds, sizes, True, default_threads, device_name)
 
 
 if __name__ == "__main__":
