@@ -47,6 +47,24 @@ def test_temp_rising_warns_but_does_not_disqualify():
     assert row_flags({"flags": ["temp-rising"]}) == []
 
 
+def test_the_gpu_holding_its_own_power_limit_warns_an_external_brake_disqualifies():
+    from deepgap.analysis.frame import power_capped, row_warnings
+
+    capped = {"flags": ["power-throttle", "clocks-low", "temp-rising"],
+              "telemetry": {"throttle_fraction": {"sw_power_cap": 0.96}}}  # the H100's compiled bs256 runs
+    assert power_capped(capped) and row_flags(capped) == []
+    assert row_warnings(1, capped) == ["power-cap", "clocks-low(power-cap)", "temp-rising"]
+    braked = {"flags": ["power-throttle", "clocks-low"],
+              "telemetry": {"throttle_fraction": {"sw_power_cap": 0.5, "hw_power_brake_slowdown": 0.2}}}
+    assert not power_capped(braked) and row_flags(braked) == ["power-throttle", "clocks-low"]
+    rare = {"flags": ["clocks-low"], "telemetry": {"throttle_fraction": {"sw_power_cap": 0.05}}}
+    assert row_flags(rare) == ["clocks-low"]  # a clock drop the cap does not explain
+    thermal = {"flags": ["thermal-throttle", "power-throttle"],
+               "telemetry": {"throttle_fraction": {"sw_power_cap": 0.9, "sw_thermal_slowdown": 0.5}}}
+    assert row_flags(thermal) == ["thermal-throttle"] and row_warnings(1, thermal) == ["power-cap"]
+    assert row_flags({"flags": ["power-throttle"]}) == ["power-throttle"]  # no per-reason shares stored
+
+
 def test_aggregate_medians_flags_and_exclusions(fx):
     agg = fx["agg"]
     r = _row(agg, platform="Fixture GPU A", model="resnet18", precision="fp32", batch_size=32)

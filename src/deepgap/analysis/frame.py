@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from deepgap.stats import bootstrap_ci
+from deepgap.telemetry.settings import TelemetrySettings
 
 # A configuration is a ConfigSpec without its sweep pass, on one platform.
 CONFIG_COLS = [
@@ -68,15 +69,48 @@ def _num(v: Any) -> float | None:
 
 # Telemetry flags that warn without disqualifying: ``temp-rising`` says the GPU had not reached its
 # thermal steady state, not that the measurement was slowed — a slowdown inside the windows raises
-# ``clocks-low`` or a throttle flag, which do disqualify. (On the H100, 34 of the default sweep's 66
-# configurations rose in temperature at a steady 1980 MHz; disqualifying them left Table I and
-# `recommend` with batch-16 answers.)
+# ``clocks-low`` or a throttle flag. (On the H100, 34 of the default sweep's 66 configurations rose in
+# temperature at a steady 1980 MHz; disqualifying them left Table I and `recommend` with batch-16 answers.)
 WARNING_FLAGS = frozenset({"temp-rising"})
+# The GPU holding its own configured power limit (NVML ``sw_power_cap`` and no external brake) is its
+# steady behaviour under that load, not contamination: on the H100 seven compiled batch-256 runs drew
+# 703–724 W and were capped, and a deployment would be too. Its ``power-throttle`` and the ``clocks-low``
+# it causes become warnings (``power-cap``, ``clocks-low(power-cap)``); a thermal slowdown, the
+# hardware power brake or the board limit still disqualify.
+POWER_CAP_REASON = "sw_power_cap"
+POWER_BRAKES = ("hw_power_brake_slowdown", "board_limit")
+THROTTLE_MIN_FRACTION = TelemetrySettings().throttle_min_fraction  # the share that raised the flag
 
 
 def _telemetry_flags(extra: dict[str, Any]) -> list[str]:
     flags = extra.get("flags") or []
     return [str(f) for f in ([flags] if isinstance(flags, str) else flags) if str(f)]
+
+
+def power_capped(extra: dict[str, Any] | None) -> bool:
+    """Whether the measurement ran at the GPU's configured power limit, with no external power brake."""
+    tel = extra.get("telemetry") if isinstance(extra, dict) else None
+    frac = tel.get("throttle_fraction") if isinstance(tel, dict) else None
+    if not isinstance(frac, dict):
+        return False
+    cap = _num(frac.get(POWER_CAP_REASON)) or 0.0
+    return cap >= THROTTLE_MIN_FRACTION and not any((_num(frac.get(r)) or 0.0) > 0 for r in POWER_BRAKES)
+
+
+def _split_telemetry(extra: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(disqualifying, warning) telemetry flags of one measurement."""
+    capped = power_capped(extra)
+    bad, warn = [], []
+    for f in _telemetry_flags(extra):
+        if f in WARNING_FLAGS:
+            warn.append(f)
+        elif capped and f == "power-throttle":
+            warn.append("power-cap")
+        elif capped and f == "clocks-low":
+            warn.append("clocks-low(power-cap)")
+        else:
+            bad.append(f)
+    return bad, warn
 
 
 def row_flags(extra: dict[str, Any] | None) -> list[str]:
@@ -87,16 +121,15 @@ def row_flags(extra: dict[str, Any] | None) -> list[str]:
     if isinstance(corr, dict) and corr.get("flagged"):
         rel = _num(corr.get("rel_l2"))
         out.append(f"wrong-output(relL2={rel:.2g})" if rel is not None else "wrong-output")
-    out += [f for f in _telemetry_flags(extra) if f not in WARNING_FLAGS]
-    return out
+    return out + _split_telemetry(extra)[0]
 
 
 def row_warnings(ci_met: Any, extra: dict[str, Any] | None = None) -> list[str]:
     """Non-disqualifying warnings of one measurement: the adaptive CI target was missed, the
-    temperature was still rising (``WARNING_FLAGS``)."""
+    temperature was still rising, the GPU ran at its own power limit."""
     v = _num(ci_met)
     out = ["ci-not-met"] if v is not None and v == 0 else []
-    return out + [f for f in _telemetry_flags(extra if isinstance(extra, dict) else {}) if f in WARNING_FLAGS]
+    return out + _split_telemetry(extra if isinstance(extra, dict) else {})[1]
 
 
 def telemetry_of(extra: dict[str, Any] | None) -> dict[str, float]:
