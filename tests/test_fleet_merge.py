@@ -110,6 +110,29 @@ def test_extension_tables_follow_their_runs_with_keys_remapped(two_machines, tmp
     con.close()
 
 
+def test_run_selection_takes_only_those_runs_and_their_rows(two_machines, tmp_path):
+    a, b = two_machines
+    con = sqlite3.connect(b)
+    runs = [r for (r,) in con.execute("SELECT run_id FROM runs ORDER BY run_id")]
+    con.execute("CREATE TABLE ext_runs (ext_id INTEGER PRIMARY KEY, run_id TEXT, v REAL)")
+    con.executemany("INSERT INTO ext_runs (run_id, v) VALUES (?, 1.0)", [(r,) for r in runs])
+    con.commit()
+    want = {"results": con.execute("SELECT count(*) FROM results WHERE run_id = ?", (runs[0],)).fetchone()[0],
+            "telemetry": con.execute("SELECT count(*) FROM telemetry WHERE run_id = ?", (runs[0],)).fetchone()[0]}
+    con.close()
+    out = str(tmp_path / "one.sqlite")
+    rep = merge([a, b], out, runs=[runs[0]])
+    con = sqlite3.connect(out)
+    assert [r for (r,) in con.execute("SELECT run_id FROM runs")] == [runs[0]] and rep.runs_added == 1
+    assert con.execute("SELECT count(*) FROM results").fetchone()[0] == want["results"] > 0
+    assert con.execute("SELECT count(*) FROM telemetry").fetchone()[0] == want["telemetry"]
+    assert con.execute("SELECT run_id FROM ext_runs").fetchall() == [(runs[0],)]
+    con.close()
+    p = subprocess.run([sys.executable, "-m", "deepgap", "merge", a, "--run", "no-such-run",
+                        "-o", str(tmp_path / "none.sqlite")], capture_output=True, text=True)
+    assert p.returncode == 2 and "no-such-run" in p.stderr and not (tmp_path / "none.sqlite").exists()
+
+
 def test_cli_merge_errors_are_one_line_exit_2(two_machines, tmp_path):
     a, _ = two_machines
     p = subprocess.run([sys.executable, "-m", "deepgap", "merge", a, str(tmp_path / "missing.sqlite"),

@@ -22,13 +22,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
                    help="merged store; created, or extended when it exists")
     p.add_argument("--on-conflict", choices=("error", "first"), default="error",
                    help="a configuration stored twice with different numbers: error (default) or keep the first")
+    p.add_argument("--run", action="append", metavar="RUN_ID",
+                   help="merge only this run (repeatable; default: every run of every store)")
     p.add_argument("--json", action="store_true", help="print what was merged as JSON")
 
 
 def main(args: argparse.Namespace) -> int:  # noqa: D103
     from deepgap.fleet.merge import merge
 
-    rep = merge(args.stores, args.output, on_conflict=args.on_conflict)
+    rep = merge(args.stores, args.output, on_conflict=args.on_conflict, runs=args.run)
     if args.json:
         print(json.dumps(dataclasses.asdict(rep)))
         return 0

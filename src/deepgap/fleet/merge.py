@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from deepgap.errors import StoreError, UsageError
@@ -73,13 +74,15 @@ def _checkpoint(path: str) -> None:
         raise StoreError(f"{path} is being written by another process", "merge when its sweep has finished")
 
 
-def merge(inputs: list[str], output: str, on_conflict: str = "error") -> MergeReport:
+def merge(inputs: list[str], output: str, on_conflict: str = "error",
+          runs: Sequence[str] | None = None) -> MergeReport:
     """Merge the stores ``inputs`` into ``output`` (created, or extended when it exists).
 
     Args:
         inputs: store paths; an input that is the output itself is skipped.
         output: the merged store.
         on_conflict: ``error`` (default: nothing is written) or ``first`` (keep the copy merged first).
+        runs: merge only these run ids (each must be in some input); None: every run.
 
     Raises:
         StoreError: a foreign or other-version store, or conflicts with ``on_conflict="error"``.
@@ -90,6 +93,7 @@ def merge(inputs: list[str], output: str, on_conflict: str = "error") -> MergeRe
         raise UsageError(f"unknown conflict policy {on_conflict!r}", "use error or first")
     for path in inputs:
         _check_input(path)
+    selected = _check_runs(inputs, runs)
     check_path(output)
     exists = os.path.exists(output) and os.path.getsize(output) > 0
     if exists:
@@ -116,7 +120,7 @@ def merge(inputs: list[str], output: str, on_conflict: str = "error") -> MergeRe
         try:
             report = MergeReport(output=output)
             for path in sources:
-                _merge_one(store.con, path, report)
+                _merge_one(store.con, path, report, selected)
             if report.conflicts and on_conflict == "error":
                 shown = "; ".join(report.conflicts[:3]) + (" …" if len(report.conflicts) > 3 else "")
                 raise StoreError(
@@ -137,7 +141,25 @@ def merge(inputs: list[str], output: str, on_conflict: str = "error") -> MergeRe
     return report
 
 
-def _merge_one(con: sqlite3.Connection, path: str, report: MergeReport) -> None:
+def _check_runs(inputs: list[str], runs: Sequence[str] | None) -> frozenset[str] | None:
+    """The selected run ids, after checking that each is in one of the inputs."""
+    if runs is None:
+        return None
+    present: set[str] = set()
+    for path in inputs:
+        con = sqlite3.connect(f"file:{os.path.abspath(path)}?mode=ro", uri=True)
+        try:
+            present |= {r for (r,) in con.execute("SELECT run_id FROM runs")}
+        finally:
+            con.close()
+    missing = [r for r in runs if r not in present]
+    if missing:
+        raise UsageError(f"run {missing[0]} is in none of the stores to merge",
+                         "list a store's runs with `deepgap show STORE --runs`, or drop --run")
+    return frozenset(runs)
+
+
+def _merge_one(con: sqlite3.Connection, path: str, report: MergeReport, runs: frozenset[str] | None = None) -> None:
     from urllib.request import pathname2url
 
     con.execute("ATTACH DATABASE ? AS src", (f"file:{pathname2url(path)}?mode=ro",))
@@ -145,15 +167,17 @@ def _merge_one(con: sqlite3.Connection, path: str, report: MergeReport) -> None:
         con.execute("BEGIN IMMEDIATE")
         try:
             before = {r[0] for r in con.execute("SELECT run_id FROM main.runs")}
-            foreign = _copy_runs(con, path, report)
-            _copy_results(con, path, report, foreign)
+            foreign = _copy_runs(con, path, report, runs)
+            _copy_results(con, path, report, foreign, runs)
             added = {r[0] for r in con.execute("SELECT run_id FROM main.runs")} - before
             _copy_extensions(con, added)
+            only = "" if runs is None else f" AND t.run_id IN ({','.join('?' for _ in runs)})"
             report.telemetry_added += con.execute(
-                """INSERT INTO main.telemetry SELECT t.run_id, NULL, t.phase, t.t_s, t.data_json
-                   FROM src.telemetry t WHERE t.result_id IS NULL AND NOT EXISTS (
+                f"""INSERT INTO main.telemetry SELECT t.run_id, NULL, t.phase, t.t_s, t.data_json
+                   FROM src.telemetry t WHERE t.result_id IS NULL{only} AND NOT EXISTS (
                      SELECT 1 FROM main.telemetry m WHERE m.result_id IS NULL AND m.run_id = t.run_id
-                     AND m.phase = t.phase AND m.t_s = t.t_s AND m.data_json = t.data_json)"""
+                     AND m.phase = t.phase AND m.t_s = t.t_s AND m.data_json = t.data_json)""",
+                sorted(runs or ()),
             ).rowcount
             con.execute("COMMIT")
         except BaseException:
@@ -163,12 +187,14 @@ def _merge_one(con: sqlite3.Connection, path: str, report: MergeReport) -> None:
         con.execute("DETACH DATABASE src")
 
 
-def _copy_runs(con: sqlite3.Connection, path: str, report: MergeReport) -> set[str]:
+def _copy_runs(con: sqlite3.Connection, path: str, report: MergeReport, runs: frozenset[str] | None) -> set[str]:
     """Copy new runs; returns the ids of runs that clash with a different run of the same id."""
     foreign: set[str] = set()
     cols = [r[1] for r in con.execute("PRAGMA main.table_info(runs)")]
     for row in con.execute("SELECT * FROM src.runs").fetchall():
         new = dict(zip(cols, row, strict=True))
+        if runs is not None and new["run_id"] not in runs:
+            continue
         old = con.execute("SELECT * FROM main.runs WHERE run_id = ?", (new["run_id"],)).fetchone()
         if old is None:
             con.execute(f"INSERT INTO main.runs VALUES ({','.join('?' for _ in cols)})", row)
@@ -186,7 +212,8 @@ def _copy_runs(con: sqlite3.Connection, path: str, report: MergeReport) -> set[s
     return foreign
 
 
-def _copy_results(con: sqlite3.Connection, path: str, report: MergeReport, foreign: set[str]) -> None:
+def _copy_results(con: sqlite3.Connection, path: str, report: MergeReport, foreign: set[str],
+                  runs: frozenset[str] | None) -> None:
     cols = [r[1] for r in con.execute("PRAGMA main.table_info(results)") if r[1] != "result_id"]
     sel = ", ".join(cols)
     marks = ", ".join("?" for _ in cols)
@@ -194,6 +221,8 @@ def _copy_results(con: sqlite3.Connection, path: str, report: MergeReport, forei
     for row in con.execute(f"SELECT result_id, {sel} FROM src.results ORDER BY result_id").fetchall():
         old_id, values = row[0], row[1:]
         if values[key_run] in foreign:  # results of a clashing run are never mixed into the other
+            continue
+        if runs is not None and values[key_run] not in runs:
             continue
         mine = con.execute(f"SELECT {sel} FROM main.results WHERE run_id = ? AND config_key = ?",
                            (values[key_run], values[key_cfg])).fetchone()
