@@ -39,6 +39,16 @@ def measure(args: argparse.Namespace) -> str:
     return args.store
 
 
+def note(reasons, n_good: int, n_flagged: int) -> str:
+    """Why a row has no number, or that flagged measurements (e.g. from before a fix) were left out."""
+    why = ", ".join(sorted({str(r) for r in reasons}))[:70]
+    if why:
+        return why
+    if n_flagged:
+        return f"{n_flagged} flagged measurement(s) excluded" if n_good else "output flagged vs fp32"
+    return ""
+
+
 def table(store_path: str, model: str) -> list[dict]:
     """One row per (engine, memory format, precision) of ``model`` in the store."""
     from deepgap.store import Store
@@ -56,8 +66,7 @@ def table(store_path: str, model: str) -> list[dict]:
         good = ok.drop(bad.index)
         row = {"device": dev, "engine": eng, "format": fmt, "precision": prec,
                "best_ips": None, "best_batch": None, "bs1_ms": None, "bs1_ci_ms": None,
-               "note": ", ".join(sorted({str(r) for r in g.loc[g["status"] != "ok", "reason"]}))[:70]
-               or ("output flagged vs fp32" if len(bad) else "")}
+               "note": note(g.loc[g["status"] != "ok", "reason"], len(good), len(bad))}
         if len(good):
             best = good.loc[good["throughput_ips"].idxmax()]
             row.update(best_ips=float(best["throughput_ips"]), best_batch=int(best["batch_size"]))

@@ -59,3 +59,13 @@ def test_energy_check_selftest_and_engines_table_from_its_store(tmp_path):
     assert (row["engine"], row["precision"]) == ("eager", "fp32") and row["best_batch"] in (8, 64)
     assert row["best_ips"] > 0 and row["bs1_ms"] is None  # no batch-1 configuration in the self-test
     assert "| eager | nchw | fp32 |" in engines.render([row])
+
+
+def test_engines_table_note_keeps_good_rows_beside_flagged_ones():
+    mod_spec = importlib.util.spec_from_file_location("deepgap_bench_engines", BENCH / "engines.py")
+    engines = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(engines)
+    assert engines.note([], 2, 0) == ""
+    assert engines.note([], 2, 2) == "2 flagged measurement(s) excluded"  # re-measured after a fix
+    assert engines.note([], 0, 2) == "output flagged vs fp32"
+    assert engines.note(["out of memory"], 0, 0) == "out of memory"
