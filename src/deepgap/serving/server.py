@@ -6,11 +6,12 @@ GPU each request of a batch is copied from its own buffer straight into its slot
 copies while the link moves the bytes. The batch runs and its logits are copied back into pinned
 host memory, with CUDA events between the steps: per batch we know the host→device copy, compute and
 device→host copy times, and the host waits on the last event before the batch counts as done.
-Measured on the H100 host (ResNet-50 fp16, batch 64, 2026-11-23): a gather into pageable staging
-then one copy took 1.6 ms of H2D at 12 GB/s; into pinned staging 0.43 ms of H2D after ~1.3 ms of
-other host time, most of it the gather. On a CPU the batch is gathered into one buffer and the parts are timed with
-``perf_counter`` (compute only; there is no copy). A batch of
-``n`` runs at the smallest prepared batch size ≥ ``n`` (padding), as engines with fixed-shape
+Measured on the H100 host (ResNet-50 fp16, batch 64, 2026-11-23): gather into pageable staging,
+then one copy: 7.40 ms per batch (H2D 1.52 ms at 12 GB/s); into pinned staging: 6.79 ms (H2D 0.45,
+~1.3 ms of other host time, most of it the gather); per-request copies: 5.46 ms (copies 0.54,
+compute 4.90). On a CPU the batch is gathered into one buffer and the parts are timed with
+``perf_counter`` (compute only; there is no copy). A batch of ``n`` runs at the smallest prepared
+batch size ≥ ``n`` (padding), as engines with fixed-shape
 profiles (CUDA graphs, TensorRT) require; the simulator pads the same way. One execution stream and
 one model instance, as Triton's default: copies and compute of consecutive batches do not overlap.
 Python's garbage collector is paused during a run so its pauses do not count as serving latency.
