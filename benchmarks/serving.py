@@ -71,6 +71,10 @@ def main() -> int:  # noqa: D103
         print(f"| server capacity / offline throughput (goal ≥ 0.85) | {cap / ips:.3f} |")
     if cap and pred:
         print(f"| measured / predicted capacity (goal within 5%) | {cap / pred:.3f} |")
+        up, pup = srv.get("capacity_upper_qps"), srv.get("capacity_predicted_upper_qps")
+        if up and pup:  # each capacity is a bracket [highest pass, lowest fail) as wide as the search's tolerance
+            print(f"| capacity brackets: measured / predicted (queries/s) | [{cap:,.0f}, {up:,.0f}) / "
+                  f"[{pred:,.0f}, {pup:,.0f}) |")
     for tenant, row in (res.get("tenants", {}).get("interference") or {}).items():
         cells = ", ".join(f"{k}: p99 {v['p99_s'] * 1e3:.2f} ms at {v['achieved_qps']:,.0f}/s" for k, v in row.items())
         print(f"| tenant {tenant} | {cells} |")

@@ -122,6 +122,9 @@ def test_trace_arrivals_and_capacity_search_with_real_traffic(tmp_path):
     cap = json.loads(p.stdout.strip().splitlines()[-1])
     assert cap["capacity_qps"] > 0 and cap["capacity_predicted_qps"] > 0 and cap["capacity_max_batch"] in (1, 2, 4)
     assert 0.3 < cap["capacity_qps"] / cap["capacity_predicted_qps"] < 3  # loose: a shared 2-core CI machine
+    for lo, hi in ((cap["capacity_qps"], cap["capacity_upper_qps"]),
+                   (cap["capacity_predicted_qps"], cap["capacity_predicted_upper_qps"])):
+        assert hi is None or hi > lo  # each capacity is a bracket: highest pass, lowest fail
     missing = deepgap("serve", *SMALL, "--scenario", "server", "--trace", str(tmp_path / "nope.txt"),
                       "--store", str(tmp_path / "never.sqlite"))
     assert missing.returncode == 2 and "nope.txt" in missing.stderr and not (tmp_path / "never.sqlite").exists()
