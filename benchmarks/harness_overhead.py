@@ -166,7 +166,8 @@ def main() -> None:  # noqa: D103
     sizes = [int(b) for b in args.batch_sizes.split(",")]
     store = os.path.join(tempfile.mkdtemp(), "overhead.sqlite")
     precision = "fp16" if args.device.startswith("cuda") else "fp32"
-    settings = {"model": args.model, "precision": precision, "iterations": args.iterations, "batch_sizes": sizes}
+    settings = {"model": args.model, "precision": precision, "iterations": args.iterations,
+                "batch_sizes": sizes}
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "harness_overhead.json")
     rounds = load_rounds(path, settings) if args.cont and os.path.exists(path) else []
@@ -191,9 +192,9 @@ def main() -> None:  # noqa: D103
         got["order"] = " then ".join(order)
         rounds.append(got)
         save(path, settings, rounds, sizes, False, None, device_name)
-        print(f"round {i + 1}/{total} ({got['order']}): " + ", ".join(
-            f"bs{bs} {got['deepgap'][bs]:,.1f}/{got['standalone'][bs]:,.1f} = {got['deepgap'][bs] / got['standalone'][bs]:.3f}"
-            for bs in sizes), flush=True)
+        d, a = got["deepgap"], got["standalone"]
+        cells = ", ".join(f"bs{bs} {d[bs]:,.1f}/{a[bs]:,.1f} = {d[bs] / a[bs]:.3f}" for bs in sizes)
+        print(f"round {i + 1}/{total} ({got['order']}): {cells}", flush=True)
     default_threads = bare(interop1=False)
     rows = summarize(sizes, rounds)
     print(f"{'batch':>6} {'standalone img/s':>17} {'deepgap img/s':>14} {'ratio':>7} {'95% CI':>17} "

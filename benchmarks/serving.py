@@ -72,7 +72,7 @@ def main() -> int:  # noqa: D103
     if cap and pred:
         print(f"| measured / predicted capacity (goal within 5%) | {cap / pred:.3f} |")
         up, pup = srv.get("capacity_upper_qps"), srv.get("capacity_predicted_upper_qps")
-        if up and pup:  # each capacity is a bracket [highest pass, lowest fail) as wide as the search's tolerance
+        if up and pup:  # each capacity is a bracket [highest pass, lowest fail) as wide as the search stops
             print(f"| capacity brackets: measured / predicted (queries/s) | [{cap:,.0f}, {up:,.0f}) / "
                   f"[{pred:,.0f}, {pup:,.0f}) |")
     for tenant, row in (res.get("tenants", {}).get("interference") or {}).items():

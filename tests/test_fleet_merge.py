@@ -118,7 +118,8 @@ def test_run_selection_takes_only_those_runs_and_their_rows(two_machines, tmp_pa
     con.executemany("INSERT INTO ext_runs (run_id, v) VALUES (?, 1.0)", [(r,) for r in runs])
     con.commit()
     want = {"results": con.execute("SELECT count(*) FROM results WHERE run_id = ?", (runs[0],)).fetchone()[0],
-            "telemetry": con.execute("SELECT count(*) FROM telemetry WHERE run_id = ?", (runs[0],)).fetchone()[0]}
+            "telemetry": con.execute("SELECT count(*) FROM telemetry WHERE run_id = ?",
+                                     (runs[0],)).fetchone()[0]}
     con.close()
     out = str(tmp_path / "one.sqlite")
     rep = merge([a, b], out, runs=[runs[0]])

@@ -39,8 +39,9 @@ def test_summary_is_the_median_of_paired_ratios():
 @pytest.mark.slow
 def test_cpu_smoke_run_writes_rounds_and_verdicts(tmp_path):
     def run(*extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, SCRIPT, "--device", "cpu", "--model", "tinycnn", "--batch-sizes", "1,2",
-                               "--rounds", "1", "--iterations", "5", "--warmup", "2", "--out", str(tmp_path), *extra],
+        return subprocess.run([sys.executable, SCRIPT, "--device", "cpu", "--model", "tinycnn",
+                               "--batch-sizes", "1,2", "--rounds", "1", "--iterations", "5", "--warmup", "2",
+                               "--out", str(tmp_path), *extra],
                               capture_output=True, text=True, timeout=600)
 
     p = run()
@@ -55,6 +56,7 @@ def test_cpu_smoke_run_writes_rounds_and_verdicts(tmp_path):
         assert r["rounds"] == 2 and len(r["deepgap_ips"]) == 2 and r["verdict"] in ("agree", "undecided", "differ")
         assert all(v > 0 for v in r["standalone_ips"] + r["deepgap_ips"])
     assert out["round_data"][1]["order"] == "deepgap then standalone"  # ABBA order goes on where it stopped
-    other = subprocess.run([sys.executable, SCRIPT, "--device", "cpu", "--model", "tinycnn", "--batch-sizes", "1",
-                            "--rounds", "1", "--out", str(tmp_path), "--continue"], capture_output=True, text=True)
+    other = subprocess.run([sys.executable, SCRIPT, "--device", "cpu", "--model", "tinycnn", "--batch-sizes",
+                            "1", "--rounds", "1", "--out", str(tmp_path), "--continue"],
+                           capture_output=True, text=True)
     assert other.returncode != 0 and "other settings" in other.stderr

@@ -159,7 +159,8 @@ def _check_runs(inputs: list[str], runs: Sequence[str] | None) -> frozenset[str]
     return frozenset(runs)
 
 
-def _merge_one(con: sqlite3.Connection, path: str, report: MergeReport, runs: frozenset[str] | None = None) -> None:
+def _merge_one(con: sqlite3.Connection, path: str, report: MergeReport,
+               runs: frozenset[str] | None = None) -> None:
     from urllib.request import pathname2url
 
     con.execute("ATTACH DATABASE ? AS src", (f"file:{pathname2url(path)}?mode=ro",))
@@ -187,7 +188,8 @@ def _merge_one(con: sqlite3.Connection, path: str, report: MergeReport, runs: fr
         con.execute("DETACH DATABASE src")
 
 
-def _copy_runs(con: sqlite3.Connection, path: str, report: MergeReport, runs: frozenset[str] | None) -> set[str]:
+def _copy_runs(con: sqlite3.Connection, path: str, report: MergeReport,
+               runs: frozenset[str] | None) -> set[str]:
     """Copy new runs; returns the ids of runs that clash with a different run of the same id."""
     foreign: set[str] = set()
     cols = [r[1] for r in con.execute("PRAGMA main.table_info(runs)")]

@@ -34,7 +34,7 @@ from deepgap.serving.log import RequestLog
 
 
 class TorchExecutor:
-    """Runs batches of pooled requests: per-request copies → device batch → engine → host (CPU: gather)."""
+    """Runs batches of pooled requests: per-request copies → device batch → engine → host."""
 
     def __init__(self, runs: dict[int, Callable[[Any], Any]], device: str, dtype: Any, channels_last: bool,
                  pool: Any) -> None:
