@@ -80,27 +80,23 @@ def _child(conn, model_name, sizes, iterations, interop1, device, warmup):
             import torch
 
             torch.set_num_interop_threads(1)
-        conn.send({bs: standalone(model_name, bs, iterations, warmup, device) for bs in sizes})
+        conn.send(("ready", {bs: standalone(model_name, bs, iterations, warmup, device) for bs in sizes}))
     except BaseException as exc:  # report, never leave the parent waiting
-        conn.send(f"{type(exc).__name__}: {exc}")
+        conn.send(("failed", f"{type(exc).__name__}: {exc}"))
 
 
 def in_fresh_process(model_name: str, sizes: list[int], iterations: int, interop1: bool, device: str,
                      warmup: int) -> dict[int, float]:
-    """The bare loop in a fresh spawned process (the isolation deepgap's worker has)."""
-    import multiprocessing as mp
+    """The bare loop in a fresh spawned process, started as deepgap starts its workers (`WorkerHandle`)."""
+    from deepgap.runner import WorkerHandle
 
-    ctx = mp.get_context("spawn")
-    parent, child = ctx.Pipe()
-    p = ctx.Process(target=_child, args=(child, model_name, sizes, iterations, interop1, device, warmup))
-    p.start()
-    child.close()  # so a dead child gives EOF instead of a hang
-    if not parent.poll(600):
-        p.kill()
-        raise RuntimeError("standalone loop gave no answer in 600 s")
-    out = parent.recv()
-    p.join()
-    if isinstance(out, str):
+    handle = WorkerHandle(device)
+    try:  # a child that dies or hangs raises WorkerLost
+        kind, out = handle.spawn(_child, (model_name, sizes, iterations, interop1, device, warmup),
+                                 "deepgap-standalone-loop", 600)
+    finally:
+        handle.stop()
+    if kind != "ready":
         raise RuntimeError(f"standalone loop failed: {out}")
     return out
 
