@@ -334,8 +334,8 @@ def _find_capacity(c: _Ctx, load: LoadSettings) -> None:
     # Each capacity is the highest passing rate below the lowest failing one: a bracket as wide as the
     # search's rel_tol. The real search starts at the prediction, so measured == predicted means that
     # both brackets coincide, i.e. agreement within that width (not to the last query per second).
-    c.out.summary.update(capacity_upper_qps=best.upper_qps, capacity_predicted_upper_qps=sim.upper_qps)
     c.out.summary.update(capacity_qps=best.capacity_qps, capacity_predicted_qps=pred, capacity_max_batch=best.policy.max_batch,
+                         capacity_upper_qps=best.upper_qps, capacity_predicted_upper_qps=sim.upper_qps,
                          capacity_max_delay_s=best.policy.max_delay_s, slo_p99_s=load.slo_s,
                          capacity_sim_best_qps=ranked[0].capacity_qps, capacity_sim_best_policy=ranked[0].policy.label())
     c.out.lines.append(

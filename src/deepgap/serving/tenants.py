@@ -9,8 +9,9 @@ holding their memory), each pair, and all together. A tenant's arrivals are iden
 the host's cores for its intra-op threads (unless ``--threads`` is given): with every process at the
 default, one per core, their spinning OpenMP threads oversubscribe the host; measured on the H100
 host (16 cores, 2026-11-23), that added ~64 ms of host time per batch with two tenants and ~130 ms
-with three, against ~1.3 ms of device time, and served 122 queries/s instead of thousands. A tenant that cannot be built
-because the device is full makes the run's status ``oom``, with the tenants already resident named.
+with three, against ~1.3 ms of device time, and served 122 queries/s instead of thousands. A tenant
+that cannot be built because the device is full makes the run's status ``oom``, with the tenants
+already resident named.
 """
 
 from __future__ import annotations
