@@ -13,12 +13,32 @@ Verdict per batch: ``agree`` when the CI lies within ±2%, ``differ`` when it li
 ``undecided`` (more rounds needed). For information, one standalone run with the default host
 threads (not deepgap's interop=1) is also reported.
 
+``--mode paired`` takes the process out of the comparison. On the H100 the spread between fresh
+processes did not shrink with more rounds (about one process in four, deepgap's or the bare loop's
+alike, ran launch-bound ResNet-50 15-40% slower for its whole life), so each round is instead one
+fresh process, started as deepgap starts its workers, that builds deepgap's worker state and then
+alternates ``--blocks`` times (ABBA) between deepgap's own measurement of the configuration
+(`deepgap.worker.measure` with the request `SweepRunner` sends: engine set-up, correctness check,
+telemetry thread, timing protocol, statistics) and the bare loop. Both arms share the process, so
+its speed cancels in each block's ratio; what is left out is only the parent's side of the pipe,
+which is outside deepgap's timed window. Result per batch: the median of all block ratios, with a
+95% bootstrap CI that resamples rounds and then blocks within them (blocks of one process are not
+independent). Written to ``harness_overhead_paired.json``.
+
+``--engine cudagraph`` (GPU) measures deepgap's cudagraph engine against a bare loop that copies the
+batch into a captured graph's input and replays it: one launch per iteration, so the GPU sets the
+pace and the host's launch speed drops out. On the H100, eager at batches 1 and 32 stayed undecided
+in both designs (the host's launch pace wandered by more than 2% from block to block, for the bare
+loop alone too); paired with CUDA graphs, all three batches agreed within ±1%. Files get the
+suffix ``_cudagraph``.
+
 The JSON is rewritten after every round (``"complete": false`` until the last), so a run stopped
 by a time limit keeps the rounds it finished; ``--continue`` adds rounds to the file's earlier ones
 (same model, precision, iterations and batch sizes) until the verdict is decided.
 
     python benchmarks/harness_overhead.py [--batch-sizes 1,32,256] [--rounds 6] [--iterations 100] [--out DIR]
-                                          [--continue]
+                                          [--continue] [--mode processes|paired] [--blocks 6]
+                                          [--engine eager|cudagraph]
 """
 
 from __future__ import annotations
@@ -38,66 +58,123 @@ from deepgap.stats import bootstrap_ci
 TOLERANCE = 0.02
 
 
-def standalone(model_name: str, bs: int, iterations: int, warmup: int, device: str = "cuda") -> float:
-    """Images/s = bs / median latency of a bare loop (CUDA events on a GPU, perf_counter on a CPU)."""
-    import time
+class BareLoop:
+    """The minimal loop: the registry's model on the device, a random input, CUDA events (CPU: clock).
 
-    import torch
+    ``engine="cudagraph"`` captures the model once and, per iteration, copies the batch into the
+    graph's input and replays it: the same work as deepgap's cudagraph engine, with nothing around it.
+    """
 
-    from deepgap.models import build_model, resolve_model
+    def __init__(self, model_name: str, bs: int, device: str = "cuda", engine: str = "eager") -> None:
+        import torch
 
-    res = resolve_model(model_name).default_resolution
-    model = build_model(model_name, res)
-    x = torch.randn(bs, 3, res, res)
-    times = []
-    with torch.inference_mode():
-        if device == "cpu":  # fp32, perf_counter: a smoke path for machines without a GPU
+        from deepgap.models import build_model, resolve_model
+
+        res = resolve_model(model_name).default_resolution
+        model, x = build_model(model_name, res), torch.randn(bs, 3, res, res)
+        self.bs, self.cuda = bs, device != "cpu"
+        if self.cuda:  # fp16 on the GPU; fp32 on a CPU: a smoke path for machines without a GPU
+            torch.backends.cudnn.benchmark = True
+            model, x = model.to(device).half(), x.to(device).half()
+        self.model, self.step = model, lambda: model(x)  # the graph reads the weights: keep them alive
+        if engine == "cudagraph":
+            static, side = x.clone(), torch.cuda.Stream(device)
+            side.wait_stream(torch.cuda.current_stream(device))
+            with torch.inference_mode():
+                with torch.cuda.stream(side):
+                    for _ in range(3):
+                        model(static)
+                torch.cuda.current_stream(device).wait_stream(side)
+                self.graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(self.graph):
+                    model(static)
+
+            def step() -> None:
+                static.copy_(x)
+                self.graph.replay()
+
+            self.step = step
+
+    def __call__(self, iterations: int, warmup: int) -> float:
+        """Images/s = batch / median latency of ``iterations`` synchronized iterations after ``warmup``."""
+        import time
+
+        import torch
+
+        times, step = [], self.step
+        with torch.inference_mode():
             for _ in range(warmup):
-                model(x)
+                step()
+            if not self.cuda:
+                for _ in range(iterations):
+                    t0 = time.perf_counter()
+                    step()
+                    times.append(time.perf_counter() - t0)
+                return self.bs / statistics.median(times)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
             for _ in range(iterations):
-                t0 = time.perf_counter()
-                model(x)
-                times.append(time.perf_counter() - t0)
-            return bs / statistics.median(times)
-        torch.backends.cudnn.benchmark = True
-        model, x = model.to(device).half(), x.to(device).half()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        for _ in range(warmup):
-            model(x)
-        torch.cuda.synchronize()
-        for _ in range(iterations):
-            start.record()
-            model(x)
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) * 1e-3)
-    return bs / statistics.median(times)
+                start.record()
+                step()
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end) * 1e-3)
+        return self.bs / statistics.median(times)
 
 
-def _child(conn, model_name, sizes, iterations, interop1, device, warmup):
+def _child(conn, model_name, sizes, iterations, interop1, device, warmup, engine):
     try:
         if interop1:  # once per process, before any parallel work (torch refuses it later)
             import torch
 
             torch.set_num_interop_threads(1)
-        conn.send(("ready", {bs: standalone(model_name, bs, iterations, warmup, device) for bs in sizes}))
+        got = {bs: BareLoop(model_name, bs, device, engine)(iterations, warmup) for bs in sizes}
+        conn.send(("ready", got))
     except BaseException as exc:  # report, never leave the parent waiting
         conn.send(("failed", f"{type(exc).__name__}: {exc}"))
 
 
-def in_fresh_process(model_name: str, sizes: list[int], iterations: int, interop1: bool, device: str,
-                     warmup: int) -> dict[int, float]:
-    """The bare loop in a fresh spawned process, started as deepgap starts its workers (`WorkerHandle`)."""
+def _paired_child(conn, spec, blocks):
+    try:
+        from deepgap.plan import expand
+        from deepgap.records import Status
+        from deepgap.runner import SweepRunner
+        from deepgap.worker import WorkerState, measure
+
+        state = WorkerState(spec.device)  # deepgap's worker set-up (interop threads 1, CUDA context)
+        runner = SweepRunner(spec, spec.device)  # for its requests only; its worker is never started
+        out: dict = {"deepgap": {}, "standalone": {}}
+        for cfg in expand(spec, spec.device):
+            bare = BareLoop(cfg.model, cfg.batch_size, spec.device, cfg.engine)
+            got: dict = {"deepgap": [], "standalone": []}
+            for b in range(blocks):
+                for arm in ("standalone", "deepgap") if b % 2 == 0 else ("deepgap", "standalone"):
+                    if arm == "standalone":
+                        got[arm].append(bare(spec.iterations, spec.warmup))
+                        continue
+                    res = measure(state, runner.request(cfg))
+                    if res.status != Status.OK:
+                        raise RuntimeError(f"deepgap at bs{cfg.batch_size}: {res.status.value} {res.reason}")
+                    got[arm].append(res.throughput_ips)
+            for arm, values in got.items():
+                out[arm][cfg.batch_size] = values
+            del bare
+        conn.send(("ready", {**out, "device": state.caps.name}))
+    except BaseException as exc:  # report, never leave the parent waiting
+        conn.send(("failed", f"{type(exc).__name__}: {exc}"))
+
+
+def in_fresh_process(target, args: tuple, device: str, name: str) -> dict:
+    """``target(conn, *args)`` in a fresh spawned process, started as deepgap starts its workers."""
     from deepgap.runner import WorkerHandle
 
     handle = WorkerHandle(device)
     try:  # a child that dies or hangs raises WorkerLost
-        kind, out = handle.spawn(_child, (model_name, sizes, iterations, interop1, device, warmup),
-                                 "deepgap-standalone-loop", 600)
+        kind, out = handle.spawn(target, args, name, 900)
     finally:
         handle.stop()
     if kind != "ready":
-        raise RuntimeError(f"standalone loop failed: {out}")
+        raise RuntimeError(f"{name} failed: {out}")
     return out
 
 
@@ -110,17 +187,37 @@ def verdict(low: float, high: float, tol: float = TOLERANCE) -> str:
     return "undecided"
 
 
-def summarize(sizes: list[int], rounds: list[dict]) -> list[dict]:
-    """Per batch: median per-round ratio deepgap / standalone, its 95% CI and the verdict."""
+def cluster_ci(groups: list[np.ndarray], n_resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """95% bootstrap CI of the pooled median: resample the groups (rounds), then the values within each."""
+    rng = np.random.default_rng(seed)
+    meds = [np.median(np.concatenate([groups[i][rng.integers(len(groups[i]), size=len(groups[i]))]
+                                      for i in rng.integers(len(groups), size=len(groups))]))
+            for _ in range(n_resamples)]
+    low, high = np.percentile(meds, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def summarize(sizes: list[int], rounds: list[dict], paired: bool = False) -> list[dict]:
+    """Per batch: the median ratio deepgap / standalone, its 95% CI and the verdict.
+
+    One ratio per round (fresh processes), or with ``paired`` one per block, pooled over rounds.
+    """
     rows = []
     for bs in sizes:
-        ratios = np.array([r["deepgap"][bs] / r["standalone"][bs] for r in rounds])
-        low, high = bootstrap_ci(ratios)
-        med = float(np.median(ratios))
-        rows.append({"batch_size": bs, "rounds": len(ratios), "ratio_median": med, "ratio_ci": [low, high],
+        if paired:
+            groups = [np.array(r["deepgap"][bs]) / np.array(r["standalone"][bs]) for r in rounds]
+            med, (low, high) = float(np.median(np.concatenate(groups))), cluster_ci(groups)
+            arms = {arm: [statistics.median(r[arm][bs]) for r in rounds] for arm in ("standalone", "deepgap")}
+        else:
+            ratios = np.array([r["deepgap"][bs] / r["standalone"][bs] for r in rounds])
+            med, (low, high) = float(np.median(ratios)), bootstrap_ci(ratios)
+            arms = {arm: [r[arm][bs] for r in rounds] for arm in ("standalone", "deepgap")}
+        rows.append({"batch_size": bs, "rounds": len(rounds), "ratio_median": med, "ratio_ci": [low, high],
                      "difference_pct": 100 * (med - 1), "verdict": verdict(low, high),
-                     "standalone_ips": [r["standalone"][bs] for r in rounds],
-                     "deepgap_ips": [r["deepgap"][bs] for r in rounds]})
+                     "standalone_ips": arms["standalone"], "deepgap_ips": arms["deepgap"]})
+        if paired:
+            rows[-1].update(blocks=sum(len(g) for g in groups),
+                            round_ratios=[float(np.median(g)) for g in groups])
     return rows
 
 
@@ -142,9 +239,23 @@ def save(path: str, settings: dict, rounds: list[dict], sizes: list[int], comple
     tmp = path + ".tmp"
     with open(tmp, "w") as fh:
         json.dump({**settings, "rounds": len(rounds), "complete": complete, "tolerance": TOLERANCE,
-                   "rows": summarize(sizes, rounds) if rounds else [], "round_data": rounds,
+                   "rows": summarize(sizes, rounds, "blocks" in settings) if rounds else [],
+                   "round_data": rounds,
                    "default_threads_loop_ips": default_threads, "env": device_name}, fh, indent=1)
     os.replace(tmp, path)
+
+
+def print_table(rows: list[dict], default_threads: dict | None) -> None:
+    """The summary: per batch the arms' median images/s, the ratio, its CI and the verdict."""
+    extra = f" {'default-threads loop':>21}" if default_threads else ""
+    print(f"{'batch':>6} {'standalone img/s':>17} {'deepgap img/s':>14} {'ratio':>7} {'95% CI':>17} "
+          f"{'verdict (±2%)':>14}{extra}")
+    for row in rows:
+        lo, hi = row["ratio_ci"]
+        extra = f" {default_threads[row['batch_size']]:>21,.1f}" if default_threads else ""
+        print(f"{row['batch_size']:>6} {statistics.median(row['standalone_ips']):>17,.1f} "
+              f"{statistics.median(row['deepgap_ips']):>14,.1f} {row['ratio_median']:>7.4f} "
+              f"{f'[{lo:.4f}, {hi:.4f}]':>17} {row['verdict']:>14}{extra}")
 
 
 def main() -> None:  # noqa: D103
@@ -155,25 +266,40 @@ def main() -> None:  # noqa: D103
     ap.add_argument("--iterations", type=int, default=100)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--device", default="cuda", help="cuda (the real check) or cpu (a smoke test, fp32)")
+    ap.add_argument("--mode", choices=("processes", "paired"), default="processes",
+                    help="processes: each arm in its own fresh process per round; paired: both arms "
+                         "alternate inside one fresh process per round")
+    ap.add_argument("--blocks", type=int, default=6, help="paired: ABBA blocks per round")
+    ap.add_argument("--engine", choices=("eager", "cudagraph"), default="eager",
+                    help="cudagraph: deepgap's cudagraph engine vs a bare capture-and-replay loop (GPU only)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--continue", dest="cont", action="store_true",
-                    help="add the rounds to those already in OUT/harness_overhead.json")
+                    help="add the rounds to those already in OUT/harness_overhead[_paired].json")
     args = ap.parse_args()
+    if args.engine == "cudagraph" and args.device == "cpu":
+        ap.error("--engine cudagraph needs a CUDA device (--device cuda)")
     sizes = [int(b) for b in args.batch_sizes.split(",")]
-    store = os.path.join(tempfile.mkdtemp(), "overhead.sqlite")
     precision = "fp16" if args.device.startswith("cuda") else "fp32"
     settings = {"model": args.model, "precision": precision, "iterations": args.iterations,
                 "batch_sizes": sizes}
+    paired = args.mode == "paired"
+    if paired:
+        settings.update(mode="paired", blocks=args.blocks)
+    if args.engine != "eager":  # absent means eager (the files measured before the option existed)
+        settings["engine"] = args.engine
     os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, "harness_overhead.json")
+    suffix = ("_paired" if paired else "") + ("" if args.engine == "eager" else f"_{args.engine}")
+    path = os.path.join(args.out, f"harness_overhead{suffix}.json")
     rounds = load_rounds(path, settings) if args.cont and os.path.exists(path) else []
-    spec = SweepSpec(models=(args.model,), precisions=(precision,), batch_sizes=tuple(sizes), device=args.device,
-                     warmup=args.warmup, iterations=args.iterations, repeats=1, idle_s=0.0)
+    spec = SweepSpec(models=(args.model,), precisions=(precision,), batch_sizes=tuple(sizes),
+                     engines=(args.engine,), device=args.device, warmup=args.warmup,
+                     iterations=args.iterations, repeats=1, idle_s=0.0)
+    store = os.path.join(tempfile.mkdtemp(), "overhead.sqlite")
+    device_name = args.device
 
     def bare(interop1: bool = True) -> dict[int, float]:
-        return in_fresh_process(args.model, sizes, args.iterations, interop1, args.device, args.warmup)
-
-    device_name = args.device
+        child_args = (args.model, sizes, args.iterations, interop1, args.device, args.warmup, args.engine)
+        return in_fresh_process(_child, child_args, args.device, "deepgap-standalone-loop")
 
     def harness() -> dict[int, float]:
         nonlocal device_name
@@ -183,23 +309,24 @@ def main() -> None:  # noqa: D103
 
     total = len(rounds) + args.rounds
     for i in range(len(rounds), total):
-        order = ("standalone", "deepgap") if i % 2 == 0 else ("deepgap", "standalone")
-        got: dict = {name: (bare() if name == "standalone" else harness()) for name in order}
-        got["order"] = " then ".join(order)
+        if paired:
+            got = in_fresh_process(_paired_child, (spec, args.blocks), args.device, "deepgap-paired-round")
+            device_name = got.pop("device")
+            ratios = {bs: np.array(got["deepgap"][bs]) / np.array(got["standalone"][bs]) for bs in sizes}
+            cells = ", ".join(f"bs{bs} {np.median(r):.3f} [{r.min():.3f}..{r.max():.3f}]"
+                              for bs, r in ratios.items())
+            label = f"{args.blocks} blocks, median ratio [range]"
+        else:
+            order = ("standalone", "deepgap") if i % 2 == 0 else ("deepgap", "standalone")
+            got = {name: (bare() if name == "standalone" else harness()) for name in order}
+            got["order"] = label = " then ".join(order)
+            d, a = got["deepgap"], got["standalone"]
+            cells = ", ".join(f"bs{bs} {d[bs]:,.1f}/{a[bs]:,.1f} = {d[bs] / a[bs]:.3f}" for bs in sizes)
         rounds.append(got)
         save(path, settings, rounds, sizes, False, None, device_name)
-        d, a = got["deepgap"], got["standalone"]
-        cells = ", ".join(f"bs{bs} {d[bs]:,.1f}/{a[bs]:,.1f} = {d[bs] / a[bs]:.3f}" for bs in sizes)
-        print(f"round {i + 1}/{total} ({got['order']}): {cells}", flush=True)
-    default_threads = bare(interop1=False)
-    rows = summarize(sizes, rounds)
-    print(f"{'batch':>6} {'standalone img/s':>17} {'deepgap img/s':>14} {'ratio':>7} {'95% CI':>17} "
-          f"{'verdict (±2%)':>14} {'default-threads loop':>21}")
-    for row in rows:
-        lo, hi = row["ratio_ci"]
-        print(f"{row['batch_size']:>6} {statistics.median(row['standalone_ips']):>17,.1f} "
-              f"{statistics.median(row['deepgap_ips']):>14,.1f} {row['ratio_median']:>7.4f} "
-              f"{f'[{lo:.4f}, {hi:.4f}]':>17} {row['verdict']:>14} {default_threads[row['batch_size']]:>21,.1f}")
+        print(f"round {i + 1}/{total} ({label}): {cells}", flush=True)
+    default_threads = None if paired else bare(interop1=False)
+    print_table(summarize(sizes, rounds, paired), default_threads)
     save(path, settings, rounds, sizes, True, default_threads, device_name)
 
 

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -36,6 +37,33 @@ def test_summary_is_the_median_of_paired_ratios():
     assert row["ratio_ci"][0] <= row["ratio_median"] <= row["ratio_ci"][1] and row["rounds"] == 3
 
 
+def test_paired_summary_pools_block_ratios_and_resamples_rounds():
+    mod = _module()
+    # two rounds of three blocks; the second process runs both arms 40% slower: its ratios stay ~1
+    rounds = [{"standalone": {1: [100.0, 100.0, 100.0]}, "deepgap": {1: [100.5, 99.8, 100.2]}},
+              {"standalone": {1: [60.0, 61.0, 59.0]}, "deepgap": {1: [60.3, 60.9, 59.2]}}]
+    (row,) = mod.summarize([1], rounds, paired=True)
+    ratios = [1.005, 0.998, 1.002, 60.3 / 60, 60.9 / 61, 59.2 / 59]
+    assert row["ratio_median"] == pytest.approx(float(np.median(ratios)))
+    assert row["blocks"] == 6 and row["rounds"] == 2 and row["verdict"] == "agree"
+    assert row["round_ratios"] == pytest.approx([1.002, 59.2 / 59])
+    assert row["standalone_ips"] == [100.0, 60.0]  # each round's median, for the table
+    lo, hi = row["ratio_ci"]
+    assert min(ratios) <= lo <= row["ratio_median"] <= hi <= max(ratios)
+    # the same block ratios without the pairing would say nothing: 100 vs 60 img/s between processes
+    unpaired = [{"standalone": {1: s}, "deepgap": {1: d}} for s, d in [(100.0, 60.3), (60.0, 100.5)]]
+    assert mod.summarize([1], unpaired)[0]["verdict"] != "agree"
+
+
+def test_cluster_ci_is_wider_when_rounds_disagree():
+    ci = _module().cluster_ci
+    same = [np.array([1.0, 1.01, 0.99])] * 4
+    apart = [np.array([1.0, 1.01, 0.99]), np.array([1.1, 1.11, 1.09])] * 2
+    lo_s, hi_s = ci(same)
+    lo_a, hi_a = ci(apart)
+    assert 0.99 <= lo_s <= hi_s <= 1.01 and hi_a - lo_a > hi_s - lo_s and hi_a >= 1.09
+
+
 @pytest.mark.slow
 def test_cpu_smoke_run_writes_rounds_and_verdicts(tmp_path):
     def run(*extra: str) -> subprocess.CompletedProcess:
@@ -60,3 +88,24 @@ def test_cpu_smoke_run_writes_rounds_and_verdicts(tmp_path):
                             "1", "--rounds", "1", "--out", str(tmp_path), "--continue"],
                            capture_output=True, text=True)
     assert other.returncode != 0 and "other settings" in other.stderr
+
+
+@pytest.mark.slow
+def test_cpu_smoke_paired_mode_alternates_both_arms_in_one_process(tmp_path):
+    def run(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, SCRIPT, "--device", "cpu", "--model", "tinycnn", "--mode", "paired",
+                               "--batch-sizes", "1,2", "--rounds", "1", "--blocks", "2", "--iterations", "5",
+                               "--warmup", "2", "--out", str(tmp_path), *extra],
+                              capture_output=True, text=True, timeout=600)
+
+    for n in (1, 2):  # a first round, then one more with --continue
+        p = run(*(["--continue"] if n == 2 else []))
+        assert p.returncode == 0, p.stderr
+        assert f"round {n}/{n} (2 blocks" in p.stdout
+    out = json.load(open(tmp_path / "harness_overhead_paired.json"))
+    assert out["complete"] and out["mode"] == "paired" and out["blocks"] == 2 and out["env"]
+    assert not (tmp_path / "harness_overhead.json").exists()  # the processes-mode file is another one
+    for r in out["rows"]:
+        assert r["rounds"] == 2 and r["blocks"] == 4 and r["verdict"] in ("agree", "undecided", "differ")
+    for rnd in out["round_data"]:
+        assert all(len(v) == 2 and min(v) > 0 for arm in ("deepgap", "standalone") for v in rnd[arm].values())

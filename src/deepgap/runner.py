@@ -175,14 +175,18 @@ class SweepRunner:
             on_event(Event(i, len(configs), cfg, res))
             yield res
 
-    def _one(self, cfg: ConfigSpec) -> Result:
-        if not self.worker.alive():
-            self.worker.start()
-        req = MeasureRequest(
+    def request(self, cfg: ConfigSpec) -> MeasureRequest:
+        """What the worker is sent for ``cfg`` (public so a benchmark can measure exactly the same)."""
+        return MeasureRequest(
             spec=cfg, plan=self.timing, weights=self.spec.weights, seed=self.spec.seed,
             cudnn_benchmark=self.spec.cudnn_benchmark, options=dict(self.spec.options),
             telemetry=settings_for(self.spec, self.telemetry_context),
         )
+
+    def _one(self, cfg: ConfigSpec) -> Result:
+        if not self.worker.alive():
+            self.worker.start()
+        req = self.request(cfg)
         t0 = time.time()
         try:
             res: Result = self.worker.request("measure", req, self.spec.timeout_s)
