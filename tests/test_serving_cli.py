@@ -169,3 +169,20 @@ def test_copy_all_copies_each_pair():
     dst = torch.zeros(3, 2, 2).unbind(0)
     copy_all(dst, src)
     assert [float(d.mean()) for d in dst] == [0.0, 1.0, 2.0]
+
+
+def test_interference_figure_renders_extreme_and_missing_cells():
+    import pandas as pd
+
+    from deepgap.serving.report_section import interference_figure
+
+    # an oversubscribed phase (468×) beside mild ones, and phases a tenant was not in (NaN cells)
+    rows = [("a", "alone", 1.0), ("a", "a+b", 1.16), ("b", "alone", 1.0), ("b", "a+b", 467.5),
+            ("c", "a+c", 3.4)]
+    df = pd.DataFrame(rows, columns=["tenant", "phase", "p99_over_alone"])
+    fig = interference_figure(df)
+    assert fig.png and fig.png[:8] == b"\x89PNG\r\n\x1a\n" and not fig.unavailable
+    assert "Latest" not in fig.caption
+    two = pd.concat([df.assign(run_id="20261123-155852-aaaaaa"), df.assign(run_id="20261123-180002-bbbbbb")])
+    assert "Latest of 2 multi-tenant runs: 20261123-180002-bbbbbb" in interference_figure(two).caption
+    assert interference_figure(pd.DataFrame()).unavailable.startswith("unavailable")

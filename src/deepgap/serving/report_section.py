@@ -196,15 +196,25 @@ def interference_figure(inter: pd.DataFrame) -> Figure:
     caption = "p99 latency of each tenant in each co-location phase divided by its p99 alone (1.00 = no interference)."
     if inter.empty:
         return Figure(fig_id, title, caption, unavailable="unavailable: no multi-tenant run in these runs")
+    runs = sorted(set(inter["run_id"])) if "run_id" in inter else []
+    if len(runs) > 1:  # one matrix per figure: the latest run (run ids begin with their time)
+        inter = inter[inter["run_id"] == runs[-1]]
+        caption += f" Latest of {len(runs)} multi-tenant runs: {runs[-1]} (the table above lists every run)."
     m = tables.interference_matrix(inter)
     fig, (ax,) = _grid(1, w=max(4.0, 1.3 * m.shape[1] + 2), h=max(2.5, 0.5 * m.shape[0] + 1.5))
+    from matplotlib.colors import LogNorm
+
     v = m.to_numpy(dtype=float)
-    im = ax.imshow(v, cmap="Reds", vmin=1.0, vmax=max(2.0, float(np.nanmax(v))))
+    # log colours: an oversubscribed phase (hundreds ×) must not wash out the 1.2× and 3× cells
+    norm = LogNorm(vmin=1.0, vmax=max(2.0, float(np.nanmax(v))))
+    im = ax.imshow(np.clip(v, 1.0, None), cmap="Reds", norm=norm, aspect="auto")
     ax.set_xticks(range(m.shape[1]), [c.replace("+", "+\n") for c in m.columns], fontsize=7)
     ax.set_yticks(range(m.shape[0]), list(m.index), fontsize=7)
     for i in range(m.shape[0]):
         for j in range(m.shape[1]):
             if v[i, j] == v[i, j]:
-                ax.text(j, i, f"{v[i, j]:.2f}×", ha="center", va="center", fontsize=7)
+                dark = norm(max(v[i, j], 1.0)) > 0.6
+                ax.text(j, i, f"{v[i, j]:.2f}×", ha="center", va="center", fontsize=7,
+                        color="white" if dark else "black")
     fig.colorbar(im, ax=ax, fraction=0.05)
     return Figure(fig_id, title, caption, png=_png(fig))
