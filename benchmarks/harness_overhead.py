@@ -274,7 +274,7 @@ def main() -> None:  # noqa: D103
                     help="cudagraph: deepgap's cudagraph engine vs a bare capture-and-replay loop (GPU only)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--continue", dest="cont", action="store_true",
-                    help="add the rounds to those already in OUT/harness_overhead[_paired].json")
+                    help="add the rounds to those already in OUT/harness_overhead[_paired][_cudagraph].json")
     args = ap.parse_args()
     if args.engine == "cudagraph" and args.device == "cpu":
         ap.error("--engine cudagraph needs a CUDA device (--device cuda)")
@@ -294,7 +294,7 @@ def main() -> None:  # noqa: D103
     spec = SweepSpec(models=(args.model,), precisions=(precision,), batch_sizes=tuple(sizes),
                      engines=(args.engine,), device=args.device, warmup=args.warmup,
                      iterations=args.iterations, repeats=1, idle_s=0.0)
-    store = os.path.join(tempfile.mkdtemp(), "overhead.sqlite")
+    store = "" if paired else os.path.join(tempfile.mkdtemp(), "overhead.sqlite")  # deepgap.run's, per round
     device_name = args.device
 
     def bare(interop1: bool = True) -> dict[int, float]:
