@@ -42,25 +42,23 @@ class MergeReport:
     results_total: int = 0
 
 
-def _schema_version(path: str) -> int:
-    s = Store(path, readonly=True)  # not a deepgap store, or a newer one: StoreError
-    try:
-        return int(s.con.execute("PRAGMA user_version").fetchone()[0])
-    finally:
-        s.close()
-
-
-def _check_input(path: str) -> None:
+def _check_input(path: str) -> set[str]:
+    """Check that ``path`` is a deepgap store of this schema version; returns its run ids."""
     if not os.path.exists(path):
         raise UsageError(f"store {path} does not exist", "pass the stores to merge")
     if os.path.isdir(path):
         raise StoreError(f"{path} is a directory", "pass store files (.sqlite)")
-    version = _schema_version(path)
-    if version != SCHEMA_VERSION:
-        raise StoreError(
-            f"{path} has schema version {version}, this deepgap merges version {SCHEMA_VERSION} stores",
-            "merge stores written by the same deepgap version (upgrade the older machines and re-run)",
-        )
+    s = Store(path, readonly=True)  # not a deepgap store, or a newer one: StoreError
+    try:
+        version = int(s.con.execute("PRAGMA user_version").fetchone()[0])
+        if version != SCHEMA_VERSION:
+            raise StoreError(
+                f"{path} has schema version {version}, this deepgap merges version {SCHEMA_VERSION} stores",
+                "merge stores written by the same deepgap version (upgrade the older machines and re-run)",
+            )
+        return {r for (r,) in s.con.execute("SELECT run_id FROM runs")}
+    finally:
+        s.close()
 
 
 def _checkpoint(path: str) -> None:
@@ -91,9 +89,8 @@ def merge(inputs: list[str], output: str, on_conflict: str = "error",
         raise UsageError("no stores to merge", "pass at least one store, e.g. deepgap merge a.sqlite -o all.sqlite")
     if on_conflict not in ("error", "first"):
         raise UsageError(f"unknown conflict policy {on_conflict!r}", "use error or first")
-    for path in inputs:
-        _check_input(path)
-    selected = _check_runs(inputs, runs)
+    present = set().union(*(_check_input(path) for path in inputs))
+    selected = _check_runs(present, runs)
     check_path(output)
     exists = os.path.exists(output) and os.path.getsize(output) > 0
     if exists:
@@ -141,17 +138,10 @@ def merge(inputs: list[str], output: str, on_conflict: str = "error",
     return report
 
 
-def _check_runs(inputs: list[str], runs: Sequence[str] | None) -> frozenset[str] | None:
-    """The selected run ids, after checking that each is in one of the inputs."""
+def _check_runs(present: set[str], runs: Sequence[str] | None) -> frozenset[str] | None:
+    """The selected run ids, after checking that each is among the inputs' runs (``present``)."""
     if runs is None:
         return None
-    present: set[str] = set()
-    for path in inputs:
-        con = sqlite3.connect(f"file:{os.path.abspath(path)}?mode=ro", uri=True)
-        try:
-            present |= {r for (r,) in con.execute("SELECT run_id FROM runs")}
-        finally:
-            con.close()
     missing = [r for r in runs if r not in present]
     if missing:
         raise UsageError(f"run {missing[0]} is in none of the stores to merge",
