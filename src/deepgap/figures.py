@@ -13,20 +13,30 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-PREC_COLORS = {
-    "fp32": "#1f77b4",
-    "tf32": "#17becf",
-    "fp16": "#ff7f0e",
-    "bf16": "#8c564b",
-    "int8": "#2ca02c",
-    "fp8": "#9467bd",
-}
-ENGINE_MARKERS = ["o", "s", "^", "D", "v", "P", "*", "h"]
+from deepgap.figure_style import ENGINE_MARKERS, PREC_COLORS, facets, series_of, thread_list  # noqa: F401
+from deepgap.figure_style import color as _color
+from deepgap.figure_style import dash as _dash
+from deepgap.figure_style import marker as _marker
+from deepgap.figure_style import series_label as _label
+
+# legend entries that mark points rather than name a series (not counted against MAX_SERIES)
+OVERLAYS = frozenset(
+    {
+        "flagged (see tables)",
+        "CI target missed",
+        "Pareto frontier",
+        "dotted: pipelined (no sync)",
+        "NVML device-wide used",
+        "process reserved",
+        "process allocated",
+        "host RSS",
+    }
+)
 
 
 @dataclass
@@ -38,6 +48,29 @@ class Figure:
     caption: str
     png: bytes | None = None
     unavailable: str | None = None
+    panels: dict[str, list[str]] = field(default_factory=dict)  # panel title → its series (legend entries)
+    plotly: dict | None = None  # the interactive version (plotly figure JSON), when one is drawn
+    appendix: bool = False  # shown in the appendix, not among the figures
+
+
+def panels_of(fig) -> dict[str, list[str]]:
+    """Each visible panel's title → the series in its legend (twin axes folded into their panel)."""
+    out: dict[str, list[str]] = {}
+    for i, ax in enumerate(a for a in fig.axes if a.get_visible()):
+        if ax.get_label() == "<colorbar>":
+            continue
+        title = ax.get_title() or f"panel {i + 1}"
+        labels = [lab for lab in ax.get_legend_handles_labels()[1] if not lab.startswith("_")]
+        key = title if title not in out or not labels else f"{title} [{i + 1}]"
+        seen = out.setdefault(key, [])
+        seen += [lab for lab in labels if lab not in seen and lab not in OVERLAYS]
+    return out
+
+
+def make_figure(name: str, title: str, caption: str, fig, dpi: int = 90, **kw) -> Figure:
+    """A `Figure` from a drawn matplotlib figure: its PNG and its panels' series."""
+    panels = panels_of(fig)
+    return Figure(name, title, caption, png=_png(fig, dpi), panels=panels, **kw)
 
 
 def _plt():
@@ -49,10 +82,22 @@ def _plt():
     return plt
 
 
-def _png(fig) -> bytes:
+def _png(fig, dpi: int = 90) -> bytes:
+    """PNG bytes, as a 256-colour palette image: plots are flat colours, and the page embeds every PNG,
+    so this keeps the report a third of the size at no visible cost."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90)
+    fig.savefig(buf, format="png", dpi=dpi)
     _plt().close(fig)
+    try:
+        from PIL import Image
+
+        img = Image.open(io.BytesIO(buf.getvalue())).convert("RGB").quantize(256, method=Image.Quantize.FASTOCTREE)
+        small = io.BytesIO()
+        img.save(small, format="PNG", optimize=True)
+        if small.tell() < buf.tell():
+            return small.getvalue()
+    except Exception:  # noqa: BLE001 — no Pillow, or an image it cannot read: keep matplotlib's PNG
+        pass
     return buf.getvalue()
 
 
@@ -75,16 +120,7 @@ def _grid(n: int, w: float = 4.4, h: float = 3.2, ncols: int = 3):
     return fig, list(axes.flat[:n])
 
 
-def series_label(r: dict | pd.Series) -> str:
-    """Legend text of a series: engine, precision, memory format, threads."""
-    s = f"{r['engine']} {r['precision']}"
-    if r.get("memory_format", "nchw") != "nchw":
-        s += f" {r['memory_format']}"
-    if int(r.get("threads") or 0):
-        s += f" t{int(r['threads'])}"
-    return s
-
-
+series_label = _label  # kept for callers of the old name
 _SERIES = ["engine", "precision", "memory_format", "threads", "include_transfer"]
 
 
@@ -101,23 +137,13 @@ def _plain_ticks(ax, ticks: list | None = None, axis: str = "x") -> None:
     a.set_minor_locator(NullLocator())
 
 
-def _shade(color: str, threads: int, all_threads: list[int]) -> str:
-    """Fewer CPU threads → a lighter shade of the precision's colour, so thread series stay apart."""
-    from matplotlib.colors import to_hex, to_rgb
-
-    if threads <= 0 or len(all_threads) < 2:
-        return color
-    f = 0.6 * (1 - all_threads.index(threads) / (len(all_threads) - 1))
-    return to_hex(tuple(c + (1 - c) * f for c in to_rgb(color)))
-
-
-def _style(r, engines: list[str], all_threads: list[int] | None = None) -> dict:
-    base = PREC_COLORS.get(r["precision"], "#7f7f7f")
+def _style(r, all_threads: list[int] | None = None, with_engine: bool = True) -> dict:
+    """Colour by precision, marker by engine, line by memory format, and the series' legend text."""
     return {
-        "color": _shade(base, int(r.get("threads") or 0), all_threads or []),
-        "marker": ENGINE_MARKERS[engines.index(r["engine"]) % len(ENGINE_MARKERS)]
-        if r["engine"] in engines
-        else "o",
+        "color": _color(r, all_threads),
+        "marker": _marker(r["engine"]),
+        "ls": _dash(r),
+        "label": _label(r, with_engine),
     }
 
 
@@ -186,21 +212,21 @@ def _per_panel(
     need: str | None = None,
     why: str = "",
 ) -> Figure:
-    """One panel per platform and model; ``draw(ax, series_rows, style)`` per series."""
+    """Small multiples: one panel per platform, model and engine family (≤ 8 series each);
+    ``draw(ax, series_rows, style)`` per series."""
     data = agg if need is None or agg.empty else agg[agg[need].notna()] if need in agg else agg.iloc[0:0]
     if data.empty:
         return Figure(name, title, caption, unavailable=why or "unavailable: no successful measurement")
-    keys = list(data.groupby(["platform", "model"], sort=True).groups)
-    fig, axes = _grid(len(keys))
-    engines = sorted(data["engine"].unique())
-    threads = sorted(int(t) for t in data["threads"].unique() if int(t) > 0) if "threads" in data else []
-    for ax, (platform, model) in zip(axes, keys, strict=False):
-        sub = data[(data["platform"] == platform) & (data["model"] == model)]
-        for _, s in sub.groupby([c for c in _SERIES if c in sub], sort=True):
-            draw(ax, s.sort_values("batch_size"), _style(s.iloc[0], engines, threads))
-        ax.set_title(f"{platform} — {model}", fontsize=9)
-        ax.set_xlabel(xlabel, fontsize=8)
-        ax.set_ylabel(ylabel, fontsize=8)
+    panels = facets(data)
+    fig, axes = _grid(len(panels), w=3.6, h=2.7, ncols=4)
+    threads = thread_list(data)
+    for ax, (ptitle, sub) in zip(axes, panels, strict=False):
+        several = sub["engine"].nunique() > 1
+        for _, s in series_of(sub):
+            draw(ax, s.sort_values("batch_size"), _style(s.iloc[0], threads, with_engine=several))
+        ax.set_title(ptitle, fontsize=8)
+        ax.set_xlabel(xlabel, fontsize=7)
+        ax.set_ylabel(ylabel, fontsize=7)
         if logx:
             ax.set_xscale("log", base=2)
             _plain_ticks(ax, sorted(sub["batch_size"].unique()))
@@ -208,12 +234,12 @@ def _per_panel(
             ax.set_yscale("log")
             _plain_ticks(ax, axis="y")
         ax.grid(alpha=0.3)
-        ax.tick_params(labelsize=7)
-    used = list(axes[: len(keys)])
+        ax.tick_params(labelsize=6)
+    used = list(axes[: len(panels)])
     if not _shared_legend(fig, used):
         for ax in used:
             _legend(ax)
-    return Figure(name, title, caption, png=_png(fig))
+    return make_figure(name, title, caption, fig)
 
 
 def throughput_vs_batch(agg: pd.DataFrame) -> Figure:
@@ -232,7 +258,6 @@ def throughput_vs_batch(agg: pd.DataFrame) -> Figure:
             s["batch_size"],
             s["throughput_ips"],
             yerr=np.nan_to_num(err),
-            label=series_label(s.iloc[0]),
             capsize=2,
             **st,
         )
@@ -240,11 +265,11 @@ def throughput_vs_batch(agg: pd.DataFrame) -> Figure:
             ax.plot(
                 s["batch_size"],
                 s["throughput_pipelined_ips"],
-                ls="--",
+                ls=":",
                 color=st["color"],
                 alpha=0.6,
                 lw=1,
-                label="dashed: pipelined (no sync)",
+                label="dotted: pipelined (no sync)",
             )
         _marks(ax, s, "batch_size", "throughput_ips")
 
@@ -252,8 +277,8 @@ def throughput_vs_batch(agg: pd.DataFrame) -> Figure:
         agg,
         "fig06_throughput_vs_batch",
         "Throughput vs batch size (fig. 6)",
-        "Solid: batch / median synchronized latency (the paper's throughput), 95% CI bars. Dashed: "
-        "pipelined throughput (back-to-back iterations, no sync in between).",
+        "Lines: batch / median synchronized latency (the paper's throughput), 95% CI bars. Dotted: "
+        "pipelined throughput (back-to-back iterations, no sync in between). Dashed lines: channels-last.",
         "images/s",
         draw,
     )
@@ -263,7 +288,7 @@ def latency_vs_batch(agg: pd.DataFrame) -> Figure:
     """Fig. 8: median latency vs batch with a band up to the P99 (worst measurement)."""
 
     def draw(ax, s, st):
-        ax.plot(s["batch_size"], s["latency_median_s"] * 1e3, label=series_label(s.iloc[0]), **st)
+        ax.plot(s["batch_size"], s["latency_median_s"] * 1e3, **st)
         ax.fill_between(
             s["batch_size"],
             s["latency_median_s"] * 1e3,
@@ -307,7 +332,7 @@ def memory_vs_batch(agg: pd.DataFrame) -> Figure:
                 color=st["color"],
                 marker=st["marker"],
                 ms=3,
-                label=series_label(s.iloc[0]) if c == drawn[0] else "_nolegend_",
+                label=st["label"] if c == drawn[0] else "_nolegend_",
             )
             ax.plot([], [], ls=styles[c][0], color="black", lw=1, label=styles[c][1])  # line-style key
         if drawn:
@@ -335,8 +360,7 @@ def speedup_vs_fp32(sp: pd.DataFrame) -> Figure:
         ax.plot(
             s["batch_size"],
             s["speedup"],
-            label=f"{series_label(s.iloc[0])} / {s.iloc[0]['baseline_engine']} fp32",
-            **st,
+            **{**st, "label": f"{st['label']} / {s.iloc[0]['baseline_engine']} fp32"},
         )
         ax.axhline(1.0, color="gray", lw=0.8, ls=":")
         _marks(ax, s, "batch_size", "speedup")
@@ -360,7 +384,7 @@ def energy_vs_batch(
 
     def draw(ax, s, st):
         ok = s[s[col].notna()]
-        ax.plot(ok["batch_size"], ok[col] * scale, label=series_label(s.iloc[0]), **st)
+        ax.plot(ok["batch_size"], ok[col] * scale, **st)
         _marks(ax, ok.assign(_v=ok[col] * scale), "batch_size", "_v")
 
     return _per_panel(

@@ -10,8 +10,10 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
+from deepgap.figure_style import MAX_SERIES, facets, marker, series_of, thread_list
+from deepgap.figure_style import color as style_color
+from deepgap.figure_style import series_label as style_label
 from deepgap.figures import (
-    _SERIES,
     PREC_COLORS,
     Figure,
     _grid,
@@ -19,9 +21,8 @@ from deepgap.figures import (
     _marks,
     _plain_ticks,
     _plt,
-    _png,
-    _style,
-    series_label,
+    _shared_legend,
+    make_figure,
 )
 
 
@@ -35,26 +36,30 @@ def pareto(par: pd.DataFrame) -> Figure:
             unavailable="unavailable: no successful measurement",
         )
     keys = list(par.groupby(["platform", "model"], sort=True).groups)
-    fig, axes = _grid(len(keys))
-    engines = sorted(par["engine"].unique())
-    threads = sorted(int(t) for t in par["threads"].unique() if int(t) > 0)
+    fig, axes = _grid(len(keys), w=4.2, h=3.1, ncols=3)
+    threads = thread_list(par)
     for ax, (platform, model) in zip(axes, keys, strict=False):
         sub = par[(par["platform"] == platform) & (par["model"] == model)].assign(
             _ms=lambda d: d["latency_median_s"] * 1e3
         )
-        for _, s in sub.groupby([c for c in _SERIES if c in sub], sort=True):
+        named: set[str] = set()  # one legend entry per precision (colour); markers name the engine
+        for _, s in series_of(sub):
+            r0 = s.iloc[0]
+            lab = style_label(r0, with_engine=False)
             ax.scatter(
                 s["_ms"],
                 s["throughput_ips"],
-                label=series_label(s.iloc[0]),
-                s=22,
-                **_style(s.iloc[0], engines, threads),
+                label=lab if lab not in named else "_nolegend_",
+                s=20,
+                color=style_color(r0, threads),
+                marker=marker(r0["engine"]),
             )
+            named.add(lab)
             for r in s.to_dict("records"):
                 ax.annotate(
                     str(int(r["batch_size"])),
                     (r["_ms"], r["throughput_ips"]),
-                    fontsize=6,
+                    fontsize=5,
                     xytext=(3, 2),
                     textcoords="offset points",
                 )
@@ -65,18 +70,19 @@ def pareto(par: pd.DataFrame) -> Figure:
         _marks(ax, sub, "_ms", "throughput_ips")
         ax.set_xscale("log")
         _plain_ticks(ax)
-        ax.set_title(f"{platform} — {model}", fontsize=9)
-        ax.set_xlabel("median latency per batch (ms)", fontsize=8)
-        ax.set_ylabel("images/s", fontsize=8)
+        ax.set_title(f"{platform} — {model}", fontsize=8)
+        ax.set_xlabel("median latency per batch (ms)", fontsize=7)
+        ax.set_ylabel("images/s", fontsize=7)
         ax.grid(alpha=0.3)
-        ax.tick_params(labelsize=7)
+        ax.tick_params(labelsize=6)
         _legend(ax)
-    return Figure(
+    return make_figure(
         "fig10_pareto",
         "Latency–throughput Pareto frontier (fig. 10)",
-        "Each point is a batch size (labelled). Upper-left is better; the black line joins the "
-        "unflagged configurations that no other configuration beats on both latency and throughput.",
-        png=_png(fig),
+        "Each point is a batch size (labelled); colour = precision, marker = engine (key above). Upper-left "
+        "is better; the black line joins the unflagged configurations that no other configuration beats on "
+        "both latency and throughput.",
+        fig,
     )
 
 
@@ -92,29 +98,28 @@ def bars(
     err: tuple[str, str] | None = None,
     why: str = "",
 ) -> Figure:
-    """Grouped bars: one panel per ``panel`` value, groups by model, one bar per engine/precision."""
+    """Grouped bars: one panel per ``panel`` value and engine family (≤ 8 bars a group), groups by model."""
     if frame.empty:
         return Figure(name, title, caption, unavailable=why or "unavailable: no successful measurement")
-    panels = sorted(frame[panel].unique())
-    all_threads = (
-        sorted(int(t) for t in frame["threads"].unique() if int(t) > 0) if "threads" in frame else []
-    )
-    fig, axes = _grid(len(panels), w=5.5, h=3.4, ncols=2)
-    for ax, p in zip(axes, panels, strict=False):
-        sub = frame[frame[panel] == p]
+    panels = facets(frame, keys=(panel,))
+    all_threads = thread_list(frame)
+    fig, axes = _grid(len(panels), w=4.4, h=3.0, ncols=3)
+    for ax, (ptitle, sub) in zip(axes, panels, strict=False):
         models = sorted(sub["model"].unique())
-        labels = sorted({series_label(r) for r in sub.to_dict("records")})
-        width = 0.8 / max(1, len(labels))
-        for j, lab in enumerate(labels):
-            rows = [r for r in sub.to_dict("records") if series_label(r) == lab]
-            xs = [models.index(r["model"]) + (j - (len(labels) - 1) / 2) * width for r in rows]
+        several = sub["engine"].nunique() > 1
+        groups = series_of(sub)
+        width = 0.8 / max(1, len(groups))
+        for j, (_, g) in enumerate(groups):
+            rows = g.to_dict("records")
+            lab = style_label(rows[0], several)
+            xs = [models.index(r["model"]) + (j - (len(groups) - 1) / 2) * width for r in rows]
             ys = [r[value] for r in rows]
             yerr = None
             if err:
                 yerr = np.abs(
                     np.array([[r[value] - r[err[0]] for r in rows], [r[err[1]] - r[value] for r in rows]])
                 )
-            color = _style(rows[0], [], all_threads)["color"]
+            color = style_color(rows[0], all_threads)
             ax.bar(xs, ys, width=width, color=color, alpha=0.85, label=lab, yerr=yerr, capsize=2)
             for x, y, r in zip(xs, ys, rows, strict=False):
                 text = fmt.format(y) + (" ✕" if r["flagged"] else "") + (" ○" if r["warnings"] else "")
@@ -122,18 +127,18 @@ def bars(
                     text,
                     (x, y),
                     ha="center",
-                    fontsize=6,
+                    fontsize=5,
                     xytext=(0, 2),
                     textcoords="offset points",
                     color="red" if r["flagged"] else "black",
                 )
-        ax.set_xticks(range(len(models)), models, fontsize=7)
-        ax.set_title(str(p), fontsize=9)
-        ax.set_ylabel(ylabel, fontsize=8)
+        ax.set_xticks(range(len(models)), models, fontsize=6)
+        ax.set_title(ptitle, fontsize=8)
+        ax.set_ylabel(ylabel, fontsize=7)
         ax.grid(alpha=0.3, axis="y")
-        ax.tick_params(labelsize=7)
+        ax.tick_params(labelsize=6)
         _legend(ax)
-    return Figure(name, title, caption + " ✕ = flagged, ○ = CI target missed.", png=_png(fig))
+    return make_figure(name, title, caption + " ✕ = flagged, ○ = CI target missed.", fig)
 
 
 def thread_scaling(ts: pd.DataFrame) -> Figure:
@@ -146,59 +151,98 @@ def thread_scaling(ts: pd.DataFrame) -> Figure:
             "",
             unavailable="unavailable: no CPU run with several thread counts",
         )
-    keys = list(ts.groupby(["platform", "model"], sort=True).groups)
-    fig, axes = _grid(len(keys))
-    for ax, (platform, model) in zip(axes, keys, strict=False):
-        sub = ts[(ts["platform"] == platform) & (ts["model"] == model)]
-        for (eng, prec, bs), s in sub.groupby(["engine", "precision", "batch_size"], sort=True):
+    panels = []
+    for (platform, model), sub in ts.groupby(["platform", "model"], sort=True):
+        lines = list(sub.groupby(["engine", "precision", "batch_size"], sort=True))
+        parts = -(-len(lines) // MAX_SERIES)
+        for i in range(parts):
+            part = f" ({i + 1}/{parts})" if parts > 1 else ""
+            panels.append((f"{platform} — {model}{part}", lines[i * MAX_SERIES : (i + 1) * MAX_SERIES]))
+    fig, axes = _grid(len(panels), w=4.2, h=3.0)
+    for ax, (ptitle, lines) in zip(axes, panels, strict=False):
+        ticks = set()
+        for (eng, prec, bs), s in lines:
             s = s.sort_values("threads")
-            ax.plot(s["threads"], s["throughput_ips"], marker="o", ms=3, label=f"{eng} {prec} bs{bs}")
+            ticks |= {int(t) for t in s["threads"]}
+            ax.plot(
+                s["threads"],
+                s["throughput_ips"],
+                marker=marker(eng),
+                ms=3,
+                color=style_color(s.iloc[0]),
+                label=f"{eng} {prec} bs{bs}",
+            )
             _marks(ax, s, "threads", "throughput_ips")
-        ax.set_title(f"{platform} — {model}", fontsize=9)
-        ax.set_xticks(sorted(int(t) for t in sub["threads"].unique()))
-        ax.set_xlabel("intra-op threads", fontsize=8)
-        ax.set_ylabel("images/s", fontsize=8)
+        ax.set_title(ptitle, fontsize=8)
+        ax.set_xticks(sorted(ticks))
+        ax.set_xlabel("intra-op threads", fontsize=7)
+        ax.set_ylabel("images/s", fontsize=7)
         ax.grid(alpha=0.3)
-        ax.tick_params(labelsize=7)
+        ax.tick_params(labelsize=6)
         _legend(ax)
-    return Figure(
+    return make_figure(
         "fig_cpu_thread_scaling",
         title,
         "Throughput (batch / median latency) against the number of "
         "intra-op threads; the table gives speedup and parallel efficiency over the fewest threads.",
-        png=_png(fig),
+        fig,
     )
 
 
-def thermal_timeline(runs: Iterable[tuple[str, pd.DataFrame, dict[int, str]]]) -> Figure:
+def _back_to_back(frames: list[pd.DataFrame]) -> tuple[pd.DataFrame, list[float], float]:
+    """Runs' telemetry laid end to end (idle time between runs cut out), lines broken between runs.
+
+    Returns the joined frame with an ``_x`` column (seconds of recorded telemetry), the run boundaries,
+    and the x scale (60 when minutes read better than seconds).
+    """
+    parts, bounds, offset = [], [], 0.0
+    frames = sorted((f for f in frames if not f.empty), key=lambda f: float(f["t_s"].min()))
+    for f in frames:
+        f = f.sort_values("t_s")
+        x = f["t_s"] - f["t_s"].min() + offset
+        if parts:
+            bounds.append(offset)
+            parts.append(pd.DataFrame({"_x": [offset - 0.5]}))  # an empty row breaks the line
+        parts.append(f.assign(_x=x))
+        offset = float(x.max()) + max(1.0, 0.01 * float(x.max()))
+    joined = pd.concat(parts, ignore_index=True)
+    scale = 60.0 if offset > 900 else 1.0
+    return joined, [b / scale for b in bounds], scale
+
+
+def thermal_timeline(
+    runs: Iterable[tuple[str, pd.DataFrame | list[pd.DataFrame], dict[int, str]]],
+    name: str = "fig05_thermal_timeline",
+    title: str = "Thermal timeline (fig. 5)",
+    appendix: bool = False,
+) -> Figure:
     """Fig. 5: temperature, power and utilization over time, measurement windows shaded by precision.
 
     Args:
-        runs: (label, telemetry frame of one run, result id → precision) for each run with telemetry.
+        runs: (label, telemetry frame(s), result id → precision) per panel: one run, or a machine's
+            runs (laid end to end, grey lines between runs).
     """
-    name, title = "fig05_thermal_timeline", "Thermal timeline (fig. 5)"
-    runs = [(lab, t, p) for lab, t, p in runs if not t.empty and "phase" in t]
-    runs = [
-        (
-            lab,
-            t[t["phase"].isin(["thermal", "measure"])]
-            if t["phase"].isin(["thermal", "measure"]).any()
-            else t,
-            p,
-        )
-        for lab, t, p in runs
-    ]
-    if not runs:
-        return Figure(name, title, "", unavailable="unavailable: no telemetry in these runs")
+    panels = []
+    for lab, frames, p in runs:
+        frames = [frames] if isinstance(frames, pd.DataFrame) else list(frames)
+        kept = []
+        for t in frames:
+            if t.empty or "phase" not in t:
+                continue
+            keep = t["phase"].isin(["thermal", "measure"])
+            kept.append(t[keep] if keep.any() else t)
+        if kept:
+            panels.append((lab, kept, p))
+    if not panels:
+        return Figure(name, title, "", unavailable="unavailable: no telemetry in these runs", appendix=appendix)
     plt = _plt()
-    fig, axes = plt.subplots(len(runs), 1, figsize=(11, 2.8 * len(runs)), squeeze=False)
-    fig.subplots_adjust(
-        left=0.06, right=0.94, bottom=0.45 / (2.8 * len(runs)), top=1 - 0.3 / (2.8 * len(runs)), hspace=0.5
-    )
-    for ax, (label, tel, precs) in zip(axes[:, 0], runs, strict=False):
-        tel = tel.sort_values("t_s")
-        x = tel["t_s"] - tel["t_s"].min()
-        meta = ("run_id", "result_id", "phase", "t_s")
+    n = len(panels)
+    fig, axes = plt.subplots(n, 1, figsize=(11, 2.8 * n), squeeze=False)
+    fig.subplots_adjust(left=0.06, right=0.94, bottom=0.45 / (2.8 * n), top=1 - 0.3 / (2.8 * n), hspace=0.5)
+    for ax, (label, frames, precs) in zip(axes[:, 0], panels, strict=False):
+        tel, bounds, scale = _back_to_back(frames)
+        x = tel["_x"] / scale
+        meta = ("run_id", "result_id", "phase", "t_s", "_x")
         num = {c: pd.to_numeric(tel[c], errors="coerce") for c in tel.columns if c not in meta}
         tel = tel.assign(**{c: v for c, v in num.items()})
         cols = [c for c, v in num.items() if v.notna().any()]  # metrics that hold numbers
@@ -209,24 +253,37 @@ def thermal_timeline(runs: Iterable[tuple[str, pd.DataFrame, dict[int, str]]]) -
         ax2 = ax.twinx()
         for c in [c for c in cols if "power" in c]:
             ax2.plot(x, tel[c], color="tab:blue", lw=1, label=f"{c} (W)")
-        meas = tel[tel["phase"] == "measure"].assign(_x=x)
+        for b in bounds:
+            ax.axvline(b, color="#999999", lw=0.6)
+        meas = tel[tel["phase"] == "measure"].assign(_xs=x)
         for rid, win in meas.groupby("result_id"):
             p = precs.get(int(rid), "")
             ax.axvspan(
-                win["_x"].min(), win["_x"].max() + 0.5, color=PREC_COLORS.get(p, "#cccccc"), alpha=0.12, lw=0
+                win["_xs"].min(),
+                win["_xs"].max() + 0.5 / scale,
+                color=PREC_COLORS.get(p, "#cccccc"),
+                alpha=0.12,
+                lw=0,
             )
         ax.set_title(label, fontsize=9)
-        ax.set_xlabel("seconds since first sample", fontsize=8)
+        unit = "minutes" if scale == 60 else "seconds"
+        ax.set_xlabel(
+            f"{unit} of recorded telemetry" + (" (runs end to end, grey lines between runs)" if bounds else ""),
+            fontsize=8,
+        )
         ax.set_ylabel("°C / %", fontsize=8)
         ax2.set_ylabel("W", fontsize=8)
         h1, l1 = ax.get_legend_handles_labels()
         h2, l2 = ax2.get_legend_handles_labels()
         if h1 or h2:
             ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="lower right")
-    return Figure(
+    return make_figure(
         name,
         title,
-        "Telemetry of the thermal warm-up and of every measured configuration; measured "
-        "windows are shaded by precision (blue fp32, orange fp16, green int8).",
-        png=_png(fig),
+        "Telemetry of the thermal warm-up and of every measured configuration; measured windows are shaded "
+        "by precision (the colours of every figure: blue fp32, cyan tf32, orange fp16, brown bf16, green int8, "
+        "purple fp8).",
+        fig,
+        dpi=60 if appendix else 90,
+        appendix=appendix,
     )

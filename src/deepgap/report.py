@@ -19,14 +19,15 @@ from typing import Any
 
 import pandas as pd
 
-from deepgap import __version__, figures, figures_summary
+from deepgap import __version__, figures, figures_summary, report_answer
+from deepgap import figures_interactive as fi
 from deepgap.analysis import aggregate, config_label, failures, prepare, reference, tables
 from deepgap.analysis import compare as cmp
 from deepgap.analysis.frame import MEMORY_LABELS
 from deepgap.analysis.recommend import recommend
 from deepgap.errors import UsageError
 from deepgap.report_format import (
-    ENV_SUMMARY,
+    MACHINE_HEADERS,
     TABLE_SPECS,
     csv_frame,
     env_rows,
@@ -35,6 +36,9 @@ from deepgap.report_format import (
     fmt_list,
     fmt_ms,
     html_table,
+    machine_key,
+    machine_label,
+    machines,
 )
 from deepgap.store import Store
 
@@ -50,6 +54,10 @@ class Report:
     figures: list[figures.Figure] = field(default_factory=list)
     answers: list[dict[str, Any]] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
+    answer_table: pd.DataFrame = field(default_factory=pd.DataFrame)  # platform × model × objective
+    how_sure: pd.DataFrame = field(default_factory=pd.DataFrame)  # platform × model: spread, flags, gaps
+    interactive: bool = False  # plotly figures (else PNGs only)
+    filters: dict[str, list[str]] = field(default_factory=dict)  # filter menus: model, engine, …
 
 
 def pooled_samples_fn(store: Store):
@@ -63,8 +71,11 @@ def pooled_samples_fn(store: Store):
     return fn
 
 
-def build(store_path: str, run_ids: list[str] | None = None) -> Report:
-    """Read the store and compute every table and figure (nothing is written)."""
+def build(store_path: str, run_ids: list[str] | None = None, interactive: bool = True) -> Report:
+    """Read the store and compute every table and figure (nothing is written).
+
+    ``interactive``: also draw plotly versions of the per-batch figures (when plotly is installed).
+    """
     store = Store(store_path, readonly=True)
     try:
         runs = store.runs()
@@ -75,12 +86,13 @@ def build(store_path: str, run_ids: list[str] | None = None) -> Report:
         runs = [r for r in runs if not run_ids or r["run_id"] in run_ids]
         df = prepare(store.results_frame(list(run_ids) if run_ids else None))
         agg = aggregate(df)
-        tel = []
+        tel, by_machine = [], {}
         if not df.empty:
             precs = dict(zip(df["result_id"].astype(int), df["precision"], strict=False))
             for r in runs:
                 t = store.telemetry_frame(r["run_id"])
                 tel.append((f"run {r['run_id']} — {r['env'].get('device_name', '')}", t, precs))
+                by_machine.setdefault(machine_key(r), (machine_label(r), [], precs))[1].append(t)
     finally:
         store.close()
     rep = Report(os.path.abspath(store_path), _dt.datetime.now().isoformat(timespec="seconds"), runs)
@@ -120,8 +132,12 @@ def build(store_path: str, run_ids: list[str] | None = None) -> Report:
             for r in runs
         ]
     )
+    rep.answer_table, rep.how_sure = report_answer.answers(agg, df)
+    n_machines = len(by_machine)
     rep.figures = [
-        figures_summary.thermal_timeline(tel),
+        figures_summary.thermal_timeline(
+            [(f"{lab} — {len(fr)} run(s)", fr, p) for lab, fr, p in by_machine.values()]
+        ),
         figures.throughput_vs_batch(agg),
         figures_summary.bars(
             _latency_bars(agg),
@@ -156,6 +172,15 @@ def build(store_path: str, run_ids: list[str] | None = None) -> Report:
         ),
         figures_summary.thread_scaling(ts),
     ]
+    if len(tel) > n_machines:  # the per-run panels, for the record
+        rep.figures.append(
+            figures_summary.thermal_timeline(
+                tel, "fig05b_thermal_timeline_per_run", "Thermal timeline of each run", appendix=True
+            )
+        )
+    rep.interactive = interactive and fi.available()
+    if rep.interactive:
+        _interactive(rep, agg, par, sp32)
     from deepgap.serving.report_section import section as serving_section  # serve runs' tables and figures
 
     serving_tables, serving_figures = serving_section(store_path, run_ids)
@@ -177,6 +202,34 @@ def build(store_path: str, run_ids: list[str] | None = None) -> Report:
     return rep
 
 
+def _interactive(rep: Report, agg: pd.DataFrame, par: pd.DataFrame, sp32: pd.DataFrame) -> None:
+    """Attach plotly versions to the per-batch figures and collect the filter menus."""
+    ci = ("throughput_ci_low_ips", "throughput_ci_high_ips")
+    lat_ci = ("latency_median_ci_low_s", "latency_median_ci_high_s")
+
+    def speedup_label(r, several):
+        return f"{fi.series_label(r, several)} / {r.get('baseline_engine', '?')} fp32"
+
+    specs = {
+        "fig06_throughput_vs_batch": lambda: fi.lines(agg, "throughput_ips", "images/s", err=ci),
+        "fig08_latency_vs_batch": lambda: fi.lines(agg, "latency_median_s", "ms", 1e3, logy=True, err=lat_ci),
+        "fig10_pareto": lambda: fi.pareto(par),
+        "fig11_speedup_vs_fp32": lambda: fi.lines(sp32, "speedup", "× FP32", label_fn=speedup_label),
+        "fig_perf_per_watt": lambda: fi.lines(agg, "ips_per_watt", "images/s per W"),
+        "fig_joules_per_image": lambda: fi.lines(agg, "joules_per_image", "mJ per image", 1e3),
+    }
+    for f in rep.figures:
+        if f.name in specs and f.png:
+            f.plotly = specs[f.name]()
+    if not agg.empty:
+        rep.filters = {
+            "model": sorted(map(str, agg["model"].unique())),
+            "engine": sorted(map(str, agg["engine"].unique())),
+            "precision": sorted(map(str, agg["precision"].unique())),
+            "batch": [str(b) for b in sorted(int(b) for b in agg["batch_size"].unique())],
+        }
+
+
 def _latency_bars(agg: pd.DataFrame) -> pd.DataFrame:
     """Fig. 7's rows: per platform, model and series, the smallest batch measured (batch 1 when present)."""
     if agg.empty:
@@ -189,6 +242,13 @@ def _latency_bars(agg: pd.DataFrame) -> pd.DataFrame:
         ci_high_ms=first["latency_median_ci_high_s"] * 1e3,
         model=[f"{m} bs{b}" for m, b in zip(first["model"], first["batch_size"], strict=False)],
     )
+
+
+def _script_json(obj: Any) -> str:
+    """JSON safe inside a ``<script>`` element (no ``</`` can end it early)."""
+    import json
+
+    return json.dumps(obj, separators=(",", ":"), default=str).replace("</", "<\\/")
 
 
 def render_html(rep: Report, files_dir: str) -> str:
@@ -205,32 +265,62 @@ def render_html(rep: Report, files_dir: str) -> str:
             "title": f.title,
             "caption": f.caption,
             "unavailable": f.unavailable,
-            "src": "data:image/png;base64," + base64.b64encode(f.png).decode() if f.png else None,
+            "appendix": f.appendix,
+            "plotly": _script_json(f.plotly) if rep.interactive and f.plotly else None,
+            "png": bool(f.png),
+            "src": "data:image/png;base64," + base64.b64encode(f.png).decode()
+            if f.png and not (rep.interactive and f.plotly)
+            else None,
         }
         for f in rep.figures
     ]
+    interactive = any(f["plotly"] for f in figs)
     shown = [html_table(n, rep.tables[n]) for n in TABLE_SPECS if n in rep.tables and len(rep.tables[n])]
     empty = [TABLE_SPECS[n][0] for n in TABLE_SPECS if n in rep.tables and not len(rep.tables[n])]
     return env.get_template("report.html").render(
         rep=rep,
         version=__version__,
-        figures=figs,
+        figures=[f for f in figs if not f["appendix"]],
+        appendix_figures=[f for f in figs if f["appendix"]],
         tables=shown,
         empty_tables=empty,
         files_dir=files_dir,
+        answer_rows=_with_spans(rep.answer_table),
+        how_sure=rep.how_sure.to_dict("records"),
+        machines=machines(rep.runs),
+        machine_headers=MACHINE_HEADERS,
         runs=[
-            {
-                "run_id": r["run_id"],
-                "device": r["env"].get("device_name", ""),
-                "rows": env_rows(r),
-                "summary": [str(r["env"].get(k, "–")) for k in ENV_SUMMARY[1:-1]] + [r["command"]],
-            }
+            {"run_id": r["run_id"], "device": r["env"].get("device_name", ""), "rows": env_rows(r)}
             for r in rep.runs
         ],
-        env_headers=ENV_SUMMARY,
         memory_labels=MEMORY_LABELS,
         config_label=config_label,
+        precision_colors=figures.PREC_COLORS,
+        engine_markers=_marker_key(rep),
+        interactive=interactive,
+        plotly_js=fi.bundle() if interactive else "",
+        filters=rep.filters if interactive else {},
     )
+
+
+def _with_spans(answer: pd.DataFrame) -> list[dict[str, Any]]:
+    """Answer rows, the first of each model and platform carrying ``span`` (its row count)."""
+    rows = answer.to_dict("records")
+    for i, r in enumerate(rows):
+        key = (r["platform"], r["model"], r["resolution"])
+        first = i == 0 or key != (rows[i - 1]["platform"], rows[i - 1]["model"], rows[i - 1]["resolution"])
+        r["span"] = sum(1 for x in rows if (x["platform"], x["model"], x["resolution"]) == key) if first else 0
+    return rows
+
+
+def _marker_key(rep: Report) -> list[tuple[str, str]]:
+    """(engine, marker glyph) for the engines in this report: the key shown once above the figures."""
+    from deepgap.figure_style import marker
+
+    glyph = {"o": "●", "s": "■", "^": "▲", "v": "▼", ">": "▶", "<": "◀", "D": "◆", "d": "♦", "P": "✚", "X": "✖"}
+    agg = rep.tables.get("configurations")
+    engines = sorted(map(str, agg["engine"].unique())) if agg is not None and len(agg) else []
+    return [(e, glyph.get(marker(e), "★")) for e in engines]
 
 
 def check_output(html_path: str) -> str:
@@ -257,10 +347,16 @@ def files_dir_name(html_path: str) -> str:
     return os.path.splitext(os.path.basename(html_path))[0] + "_files"
 
 
-def write_report(store_path: str, html_path: str, run_ids: list[str] | None = None) -> list[str]:
-    """Write the HTML report, its PNGs and CSVs; returns the written paths (HTML first)."""
+def write_report(
+    store_path: str, html_path: str, run_ids: list[str] | None = None, static: bool = False
+) -> list[str]:
+    """Write the HTML report, its PNGs and CSVs; returns the written paths (HTML first).
+
+    ``static``: PNG figures only, no script (smaller; the default page is interactive when plotly is
+    installed, with the same PNGs written beside it).
+    """
     path = check_output(html_path)
-    rep = build(store_path, run_ids)
+    rep = build(store_path, run_ids, interactive=not static)
     folder, files = os.path.dirname(path), files_dir_name(path)
     html = render_html(rep, files)
     os.makedirs(folder, exist_ok=True)
@@ -273,7 +369,8 @@ def write_report(store_path: str, html_path: str, run_ids: list[str] | None = No
                 with open(os.path.join(tmp, files, f.name + ".png"), "wb") as fh:
                     fh.write(f.png)
                 written.append(os.path.join(folder, files, f.name + ".png"))
-        for name, frame in rep.tables.items():
+        tables = {**rep.tables, "answer": rep.answer_table, "how_sure": rep.how_sure}
+        for name, frame in tables.items():
             csv_frame(frame).to_csv(os.path.join(tmp, files, name + ".csv"), index=False)
             written.append(os.path.join(folder, files, name + ".csv"))
         with open(os.path.join(tmp, "page.html"), "w", encoding="utf-8") as fh:

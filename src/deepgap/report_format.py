@@ -211,6 +211,9 @@ TABLE_SPECS: dict[str, tuple[str, list[Col]]] = {
 }
 
 
+FILTER_KEYS = {"model": "model", "engine": "engine", "precision": "precision", "batch": "batch_size"}
+
+
 def _cell(row: dict[str, Any], spec: Any) -> str:
     v = spec(row) if callable(spec) else row.get(spec)
     if isinstance(v, float) and v.is_integer():
@@ -228,6 +231,7 @@ def html_table(name: str, frame: pd.DataFrame) -> dict[str, Any]:
                 "cells": [_cell(r, spec) for _, spec in cols],
                 "flagged": bool(r.get("flagged")),
                 "warned": bool(r.get("warnings")),
+                "data": {k: str(_cell(r, c)) for k, c in FILTER_KEYS.items() if r.get(c) is not None},
             }
         )
     return {
@@ -289,3 +293,51 @@ def csv_frame(frame: pd.DataFrame) -> pd.DataFrame:
                 )
             )
     return out
+
+
+MACHINE_KEYS = ["device_name", "cpu_model", "driver", "torch", "torch_cuda", "cudnn", "python", "os"]
+
+
+def machine_key(r: dict[str, Any]) -> tuple:
+    """What makes two runs "the same machine and software stack"."""
+    env = r.get("env") or {}
+    return (r.get("host", ""), *(str(env.get(k, "–")) for k in MACHINE_KEYS), r.get("deepgap_version", ""))
+
+
+def machine_label(r: dict[str, Any]) -> str:
+    """``NVIDIA H100 80GB HBM3 on vm``."""
+    env = r.get("env") or {}
+    return f"{env.get('device_name') or env.get('device') or '?'} on {r.get('host', '?')}"
+
+
+def machines(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per distinct machine and software stack (host, device, driver, torch, …), runs folded in.
+
+    A store merged from many runs on one box reads as one row, not one per run; a run on the same host's
+    CPU is its own machine (another device).
+    """
+    groups: dict[tuple, dict[str, Any]] = {}
+    for r in runs:
+        env = r.get("env") or {}
+        g = groups.setdefault(
+            machine_key(r),
+            {
+                "label": machine_label(r),
+                "cells": [str(env.get(k, "–")) for k in MACHINE_KEYS[1:]] + [str(r.get("deepgap_version", ""))],
+                "runs": [],
+            },
+        )
+        g["runs"].append(
+            {
+                "run_id": r["run_id"],
+                "status": r.get("status", ""),
+                "command": r.get("command", ""),
+                "started": _dt.datetime.fromtimestamp(r["created_at"]).isoformat(timespec="minutes")
+                if r.get("created_at")
+                else "",
+            }
+        )
+    return list(groups.values())
+
+
+MACHINE_HEADERS = ["machine", "CPU", "driver", "torch", "CUDA", "cuDNN", "python", "OS", "deepgap", "runs"]

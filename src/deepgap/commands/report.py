@@ -25,13 +25,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("--run", action="append", help="run id (repeatable; default: every run in the store)")
     p.add_argument("--screenshot", metavar="PNG", help="also save a headless-Chromium screenshot of the page")
     p.add_argument("--size", default="1200x900", help="screenshot size WIDTHxHEIGHT (default 1200x900)")
+    p.add_argument(
+        "--static",
+        action="store_true",
+        help="PNG figures only, no script: a smaller page (the default embeds plotly.js, about 4.6 MB, "
+        "for hover, legend toggles and filters, when plotly is installed)",
+    )
 
 
-def write_report(store_path: str, html_path: str, run_ids: list[str] | None = None) -> list[str]:
+def write_report(
+    store_path: str, html_path: str, run_ids: list[str] | None = None, static: bool = False
+) -> list[str]:
     """Write the report of ``run_ids`` (default: all runs) of ``store_path``; returns the written paths."""
     from deepgap.report import write_report as _write
 
-    return _write(store_path, html_path, run_ids=run_ids)
+    return _write(store_path, html_path, run_ids=run_ids, static=static)
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -58,7 +66,7 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
             raise UsageError(
                 "--screenshot needs Chromium, which is not installed", "apt-get install chromium"
             )
-    paths = write_report(args.store, args.output, run_ids=args.run)
+    paths = write_report(args.store, args.output, run_ids=args.run, static=args.static)
     print(f"wrote {paths[0]} and {len(paths) - 1} PNG/CSV files beside it")
     if args.screenshot:
         print(f"screenshot {screenshot(paths[0], args.screenshot, *size)}")

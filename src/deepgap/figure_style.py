@@ -1,0 +1,119 @@
+"""One look for every figure of the report: a colour per precision, a marker per engine, small multiples.
+
+Why a module of its own: the static (matplotlib) and interactive (plotly) figures must agree, so that
+fp16 is orange and ``cudagraph`` a square in every panel of every figure, and both must cut a crowded
+plot the same way. `facets` splits configurations into panels by platform, model and engine family,
+and never lets a panel carry more than `MAX_SERIES` series (a panel that would is cut into parts).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import pandas as pd
+
+MAX_SERIES = 8  # series per panel: more and the legend outgrows the plot
+PREC_COLORS = {
+    "fp32": "#1f77b4",
+    "tf32": "#17becf",
+    "fp16": "#ff7f0e",
+    "bf16": "#8c564b",
+    "int8": "#2ca02c",
+    "fp8": "#9467bd",
+}
+OTHER_COLOR = "#7f7f7f"
+# engine → (matplotlib marker, plotly symbol); unknown engines take the spare ones in name order
+ENGINE_MARKERS = {
+    "eager": ("o", "circle"),
+    "cudagraph": ("s", "square"),
+    "compile": ("^", "triangle-up"),
+    "compile-freeze": ("v", "triangle-down"),
+    "compile-max-autotune": (">", "triangle-right"),
+    "compile-reduce-overhead": ("<", "triangle-left"),
+    "onnxruntime": ("D", "diamond"),
+    "onnxruntime-trt": ("d", "diamond-tall"),
+    "tensorrt": ("P", "cross"),
+    "quant": ("X", "x"),
+}
+_SPARE = [("*", "star"), ("h", "hexagon"), ("p", "pentagon"), ("H", "hexagon2"), ("8", "octagon")]
+FORMAT_DASH = {"nchw": ("-", "solid"), "channels_last": ("--", "dash")}
+SERIES_COLS = ["engine", "precision", "memory_format", "threads", "include_transfer"]
+
+
+def engine_family(engine: str) -> str:
+    """``compile-freeze`` → ``compile``, ``onnxruntime-trt`` → ``onnxruntime``: the facet an engine joins."""
+    return str(engine).split("-")[0]
+
+
+def marker(engine: str, plotly: bool = False) -> str:
+    """The engine's marker, the same in every figure."""
+    pair = ENGINE_MARKERS.get(str(engine))
+    if pair is None:
+        pair = _SPARE[sum(map(ord, str(engine))) % len(_SPARE)]
+    return pair[1 if plotly else 0]
+
+
+def shade(color: str, threads: int, all_threads: list[int]) -> str:
+    """Fewer CPU threads → a lighter shade of the precision's colour, so thread series stay apart."""
+    from matplotlib.colors import to_hex, to_rgb
+
+    if threads <= 0 or len(all_threads) < 2 or threads not in all_threads:
+        return color
+    f = 0.6 * (1 - all_threads.index(threads) / (len(all_threads) - 1))
+    return to_hex(tuple(c + (1 - c) * f for c in to_rgb(color)))
+
+
+def color(r, all_threads: list[int] | None = None) -> str:
+    """The precision's colour (shaded by thread count on CPU sweeps)."""
+    return shade(PREC_COLORS.get(str(r["precision"]), OTHER_COLOR), int(r.get("threads") or 0), all_threads or [])
+
+
+def dash(r, plotly: bool = False) -> str:
+    """Line style by memory format (solid NCHW, dashed channels-last)."""
+    return FORMAT_DASH.get(str(r.get("memory_format", "nchw")), (":", "dot"))[1 if plotly else 0]
+
+
+def series_label(r, with_engine: bool = True) -> str:
+    """Legend text of a series: [engine] precision, memory format, threads, transfer."""
+    s = f"{r['engine']} {r['precision']}" if with_engine else str(r["precision"])
+    if r.get("memory_format", "nchw") != "nchw":
+        s += f" {r['memory_format']}"
+    if int(r.get("threads") or 0):
+        s += f" t{int(r['threads'])}"
+    if r.get("include_transfer"):
+        s += " +H2D"
+    return s
+
+
+def thread_list(frame: pd.DataFrame) -> list[int]:
+    """The CPU thread counts present (for shading)."""
+    return sorted(int(t) for t in frame["threads"].unique() if int(t) > 0) if "threads" in frame else []
+
+
+def series_of(sub: pd.DataFrame) -> list[tuple[tuple, pd.DataFrame]]:
+    """The series of one panel: one per engine, precision, format, threads and transfer setting."""
+    cols = [c for c in SERIES_COLS if c in sub]
+    return [(k if isinstance(k, tuple) else (k,), g) for k, g in sub.groupby(cols, sort=True)]
+
+
+def facets(
+    frame: pd.DataFrame, keys: Iterable[str] = ("platform", "model"), by_family: bool = True
+) -> list[tuple[str, pd.DataFrame]]:
+    """Panels of ``frame``: (title, rows) per ``keys`` and engine family, each ≤ `MAX_SERIES` series."""
+    if frame.empty:
+        return []
+    keys = [k for k in keys if k in frame]
+    data = frame.assign(_family=[engine_family(e) for e in frame["engine"]]) if by_family else frame
+    group = [*keys, "_family"] if by_family else keys
+    out = []
+    for key, sub in data.groupby(group, sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        title = " — ".join(str(k) for k in key)
+        series = series_of(sub)
+        parts = math.ceil(len(series) / MAX_SERIES)
+        for i in range(parts):
+            chunk = series[i * MAX_SERIES : (i + 1) * MAX_SERIES]
+            rows = pd.concat([g for _, g in chunk])
+            out.append((title + (f" ({i + 1}/{parts})" if parts > 1 else ""), rows.drop(columns="_family", errors="ignore")))
+    return out

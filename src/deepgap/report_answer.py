@@ -1,0 +1,222 @@
+"""The report's first screen: the answer per model and platform, then how sure we are of it.
+
+Why its own module: the answer is what a reader opens the report for, so it is built from the same
+`deepgap.analysis.recommend` the ``recommend`` command uses (one objective per column: throughput,
+latency, joules per image) and shown with the evidence a reader needs to trust it: the CI, the
+accuracy against the FP32 reference (from each result's ``extra["correctness"]``), the flags, and
+whether the runner-up is within the CI. Columns other analysis code adds to the aggregate (a spread
+between sweep passes, say) are rendered when present and skipped when not.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from deepgap.analysis.frame import config_label
+from deepgap.analysis.recommend import OBJECTIVES, recommend
+from deepgap.report_format import fmt_ci, fmt_ips, fmt_list, fmt_ms, fmt_num
+
+GOALS = {"throughput": "throughput", "latency": "latency", "joules": "per joule"}
+
+
+def _f(v: Any) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def accuracy_by_result(df: pd.DataFrame) -> dict[int, dict[str, Any]]:
+    """result id → its stored correctness check (rel. L2, cosine, top-1 agreement against FP32)."""
+    if df.empty or "extra" not in df:
+        return {}
+    out = {}
+    for rid, extra in zip(df["result_id"], df["extra"], strict=False):
+        corr = extra.get("correctness") if isinstance(extra, dict) else None
+        if isinstance(corr, dict):
+            out[int(rid)] = corr
+    return out
+
+
+def accuracy(row: dict[str, Any], acc: dict[int, dict[str, Any]]) -> dict[str, float | None]:
+    """The worst accuracy over a configuration's measurements (max rel. L2, min cosine and top-1)."""
+    checks = [acc[int(r)] for r in row.get("result_ids") or [] if int(r) in acc]
+
+    def worst(key: str, pick) -> float | None:
+        vals = [v for v in (_f(c.get(key)) for c in checks) if v is not None]
+        return pick(vals) if vals else None
+
+    return {
+        "rel_l2": worst("rel_l2", max),
+        "cosine": worst("cosine", min),
+        "top1": worst("top1_agreement", min),
+        "bound": worst("bound_rel_l2", min),
+    }
+
+
+def accuracy_text(a: dict[str, float | None]) -> str:
+    """``relL2 1.7e-06 · cos 1.00000 · top-1 100%`` (or ``not checked``)."""
+    parts = []
+    if a.get("rel_l2") is not None:
+        parts.append(f"relL2 {a['rel_l2']:.1e}" + (f" (≤{a['bound']:.0e})" if a.get("bound") else ""))
+    if a.get("cosine") is not None:
+        parts.append(f"cos {a['cosine']:.4f}")
+    if a.get("top1") is not None:
+        parts.append(f"top-1 {a['top1']:.0%}")
+    return " · ".join(parts) or "not checked"
+
+
+def _short(row: dict[str, Any]) -> str:
+    """The configuration without model, platform and resolution (those head the row)."""
+    parts = [str(row["engine"]), str(row["precision"])]
+    if row.get("memory_format", "nchw") != "nchw":
+        parts.append(str(row["memory_format"]))
+    parts.append(f"bs{int(row['batch_size'])}")
+    if int(row.get("threads") or 0):
+        parts.append(f"{int(row['threads'])} thr")
+    if row.get("include_transfer"):
+        parts.append("+H2D")
+    return " ".join(parts)
+
+
+def _numbers(row: dict[str, Any], objective: str) -> tuple[str, str, str]:
+    """(headline number, its 95% CI, the other numbers) of one configuration for one objective."""
+    ips, med, p99 = row.get("throughput_ips"), row.get("latency_median_s"), row.get("latency_p99_s")
+    if objective == "throughput":
+        ci = fmt_ci(row.get("throughput_ci_low_ips"), row.get("throughput_ci_high_ips"))
+        return f"{fmt_ips(ips)} img/s", ci, f"median {fmt_ms(med)} ms · P99 {fmt_ms(p99)} ms"
+    if objective == "latency":
+        ci = fmt_ci(row.get("latency_median_ci_low_s"), row.get("latency_median_ci_high_s"), fmt_ms)
+        return f"{fmt_ms(med)} ms", ci + (" ms" if ci != "–" else ""), f"P99 {fmt_ms(p99)} ms · {fmt_ips(ips)} img/s"
+    j = _f(row.get("joules_per_image"))
+    return (
+        f"{fmt_num(j * 1e3 if j is not None else None)} mJ/img",
+        "–",
+        f"{fmt_num(row.get('ips_per_watt'))} img/s/W · {fmt_num(row.get('mean_power_w'))} W · {fmt_ips(ips)} img/s",
+    )
+
+
+def _lead(best: dict[str, Any], runner: dict[str, Any] | None, objective: str) -> str:
+    """How far the choice is ahead of the runner-up, and whether that is inside the CI."""
+    if runner is None:
+        return "only candidate"
+    if objective == "joules":
+        a, b = _f(best.get("joules_per_image")), _f(runner.get("joules_per_image"))
+        return f"{100 * (b / a - 1):+.1f}% vs {_short(runner)}" if a and b else "–"
+    col = "throughput_ips" if objective == "throughput" else "latency_median_s"
+    a, b = _f(best.get(col)), _f(runner.get(col))
+    if not a or not b:
+        return "–"
+    ahead = (a / b - 1) if objective == "throughput" else (b / a - 1)
+    if objective == "throughput":
+        tie = (_f(best.get("throughput_ci_low_ips")) or a) <= (_f(runner.get("throughput_ci_high_ips")) or b)
+    else:
+        tie = (_f(best.get("latency_median_ci_high_s")) or a) >= (_f(runner.get("latency_median_ci_low_s")) or b)
+    return f"{100 * ahead:+.1f}% vs {_short(runner)}" + (" (CIs overlap: a tie)" if tie else "")
+
+
+def _row_of(sub: pd.DataFrame, choice: dict[str, Any] | None) -> dict[str, Any] | None:
+    if choice is None:
+        return None
+    for r in sub.to_dict("records"):
+        if config_label(r) == choice["configuration"]:
+            return r
+    return None
+
+
+def spread_columns(agg: pd.DataFrame) -> list[str]:
+    """Columns of the aggregate that measure spread between sweep passes or runs (when present)."""
+    return [c for c in agg.columns if "spread" in c or c.startswith("cv_") or c.endswith("_cv")]
+
+
+def answers(agg: pd.DataFrame, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(answer table: one row per platform, model and objective; how-sure table: one row per platform
+    and model). Recommendations come from `recommend` on each platform's configurations."""
+    if agg.empty:
+        return pd.DataFrame(), pd.DataFrame()
+    acc = accuracy_by_result(df)
+    spread = spread_columns(agg)
+    rows, sure = [], []
+    fail = df[df["status"] != "ok"] if "status" in df else df.iloc[0:0]
+    # the fastest platform first (GPUs before the CPU baseline), then by name
+    order = agg.groupby("platform")["throughput_ips"].max().sort_values(ascending=False).index
+    for platform in order:
+        sub = agg[agg["platform"] == platform]
+        recs = {obj: {(r.model, r.resolution): r for r in recommend(sub, obj)} for obj in OBJECTIVES}
+        for (model, res), _ in sub.groupby(["model", "resolution"], sort=True):
+            msub = sub[(sub["model"] == model) & (sub["resolution"] == res)]
+            leads, missing = [], []
+            for obj in OBJECTIVES:
+                rec = recs[obj].get((model, res))
+                best = _row_of(msub, rec.choice if rec else None)
+                base = {"platform": platform, "model": model, "resolution": int(res), "goal": GOALS[obj]}
+                if best is None:
+                    why = rec.reason if rec else "no candidate"
+                    rows.append({**base, "configuration": "", "value": "–", "ci": "–", "also": why,
+                                 "accuracy": "", "flags": "", "n": "", "answered": False})
+                    missing.append(f"{GOALS[obj]}: {why}")
+                    continue
+                value, ci, also = _numbers(best, obj)
+                runner = _row_of(msub, rec.runner_up)
+                leads.append(f"{GOALS[obj]}: {_lead(best, runner, obj)}")
+                rows.append({
+                    **base,
+                    "configuration": _short(best),
+                    "value": value,
+                    "ci": ci,
+                    "also": also,
+                    "accuracy": accuracy_text(accuracy(best, acc)),
+                    "flags": fmt_list(best.get("warnings")),
+                    "n": f"{int(best.get('n_measurements') or 0)} meas., {int(best.get('n_runs') or 0)} run(s)",
+                    "answered": True,
+                    **{c: best.get(c) for c in spread},
+                })
+            flagged = msub[msub["flagged"]]
+            reasons: dict[str, int] = {}
+            for fl in flagged["flags"]:
+                for f in fl:
+                    key = f.split("(")[0]
+                    reasons[key] = reasons.get(key, 0) + 1
+            warned: dict[str, int] = {}
+            for ws in msub["warnings"]:
+                for w in ws:
+                    warned[w] = warned.get(w, 0) + 1
+            mfail = fail[(fail["model"] == model) & (fail["platform"] == platform)] if len(fail) else fail
+            gaps = [
+                f"{n}× {status}: {reason[:90]}"
+                for (status, reason), n in (
+                    mfail.groupby(["status", "reason"]).size().items() if len(mfail) else []
+                )
+            ]
+            cis = [
+                (_f(r["throughput_ci_high_ips"]) - _f(r["throughput_ci_low_ips"])) / 2 / _f(r["throughput_ips"])
+                for r in msub.to_dict("records")
+                if _f(r.get("throughput_ci_high_ips")) and _f(r.get("throughput_ci_low_ips"))
+                and _f(r.get("throughput_ips"))
+            ]
+            spread_txt = (
+                f"CI ±{100 * float(pd.Series(cis).median()):.1f}% median, ±{100 * max(cis):.1f}% worst"
+                f" over {len(cis)} configurations" if cis else "no CI stored"
+            )
+            for c in spread:
+                v = pd.to_numeric(msub[c], errors="coerce").dropna()
+                if len(v):
+                    spread_txt += f"; {c} median {v.median():.3g}, max {v.max():.3g}"
+            sure.append({
+                "platform": platform,
+                "model": model,
+                "resolution": int(res),
+                "lead": leads,
+                "spread": spread_txt,
+                "flags": [f"{n} configuration(s) {k}" for k, n in sorted(reasons.items())]
+                + [f"{int(msub['n_excluded'].sum())} flagged measurement(s) left out"] * bool(
+                    msub["n_excluded"].sum() if "n_excluded" in msub else 0
+                ),
+                "warnings": [f"{n}× {w}" for w, n in sorted(warned.items())],
+                "not_measured": missing + gaps,
+            })
+    return pd.DataFrame(rows), pd.DataFrame(sure)
