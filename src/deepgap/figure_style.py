@@ -112,8 +112,9 @@ def facets(
         title = " — ".join(str(k) for k in key)
         series = series_of(sub)
         parts = math.ceil(len(series) / MAX_SERIES)
+        size = math.ceil(len(series) / parts)  # balanced parts: 9 series → 5 + 4, not 8 + 1
         for i in range(parts):
-            chunk = series[i * MAX_SERIES : (i + 1) * MAX_SERIES]
+            chunk = series[i * size : (i + 1) * size]
             rows = pd.concat([g for _, g in chunk])
             out.append((title + (f" ({i + 1}/{parts})" if parts > 1 else ""), rows.drop(columns="_family", errors="ignore")))
     return out

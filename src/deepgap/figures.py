@@ -152,13 +152,13 @@ def _marks(ax, sub: pd.DataFrame, x: str, y: str) -> None:
     fl = sub[sub["flagged"]]
     if len(fl):
         ax.scatter(fl[x], fl[y], marker="X", s=90, color="red", zorder=6, label="flagged (see tables)")
-    w = sub[[bool(v) for v in sub["warnings"]]]
+    w = sub[["ci-not-met" in (v or []) for v in sub["warnings"]]]
     if len(w):
         ax.scatter(
             w[x],
             w[y],
             marker="o",
-            s=140,
+            s=70,
             facecolors="none",
             edgecolors="orange",
             linewidths=2,

@@ -74,10 +74,13 @@ def _grid(titles: list[str]):
 def _finish(fig, rows: int) -> dict[str, Any]:
     import plotly.io as pio
 
+    names = {t.name for t in fig.data if t.showlegend}
+    legend_rows = math.ceil(sum(len(n) * 6.5 + 45 for n in names) / 1150) if names else 0
+    top = 40 + 22 * legend_rows
     fig.update_layout(
-        height=PANEL_PX * rows + 90,
-        margin={"l": 50, "r": 10, "t": 30, "b": 40},
-        legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0, "font": {"size": 10}},
+        height=PANEL_PX * rows + 60 + top,
+        margin={"l": 50, "r": 10, "t": top, "b": 40},
+        legend={"orientation": "h", "yref": "container", "y": 1.0, "yanchor": "top", "x": 0, "font": {"size": 10}},
         hoverlabel={"font": {"size": 11}},
         template="plotly_white",
         font={"size": 10},
@@ -122,7 +125,7 @@ def lines(
             s = s.sort_values("batch_size")
             recs = s.to_dict("records")
             r0 = recs[0]
-            lab = label_fn(r0, several) if label_fn else series_label(r0, several)
+            lab = label_fn(r0, False) if label_fn else series_label(r0, False)  # engine: marker and hover
             ys = [(_num(r[ycol]) or float("nan")) * scale for r in recs]
             bs = [int(r["batch_size"]) for r in recs]
             trace = go.Scatter(
@@ -186,22 +189,26 @@ def pareto(par: pd.DataFrame) -> dict[str, Any] | None:
     for i, (platform, model) in enumerate(keys):
         row, col = divmod(i, cols)
         sub = par[(par["platform"] == platform) & (par["model"] == model)]
-        for _, s in series_of(sub):
-            recs = s.sort_values("batch_size").to_dict("records")
-            r0 = recs[0]
-            lab = str(r0["precision"])
-            fill = "" if r0.get("memory_format", "nchw") == "nchw" else "-open"
-            bs = [int(r["batch_size"]) for r in recs]
+        for prec, s in sub.groupby("precision", sort=True):  # one trace per precision: markers name engines
+            recs = s.sort_values(["engine", "memory_format", "threads", "batch_size"]).to_dict("records")
+            lab = str(prec)
             fig.add_trace(
                 go.Scatter(
                     x=[r["latency_median_s"] * 1e3 for r in recs], y=[r["throughput_ips"] for r in recs],
                     mode="markers", name=lab, legendgroup=lab, showlegend=lab not in shown,
-                    marker={"symbol": marker(r0["engine"], plotly=True) + fill, "size": 7,
-                            "color": color(r0, threads)},
-                    customdata=[[*_hover(r, "images/s"), int(r["batch_size"])] for r in recs],
+                    marker={
+                        "symbol": [
+                            marker(r["engine"], plotly=True) + ("" if r.get("memory_format", "nchw") == "nchw" else "-open")
+                            for r in recs
+                        ],
+                        "size": 7,
+                        "color": [color(r, threads) for r in recs],
+                    },
+                    customdata=[_hover(r, "images/s") for r in recs],
                     hovertemplate="<b>%{customdata[0]}</b><br>median %{x:.3g} ms · %{y:,.0f} img/s"
                     "<br>%{customdata[1]}<br>%{customdata[2]}<extra></extra>",
-                    meta=_meta(r0, bs),
+                    meta={"platform": str(platform), "model": str(model), "precision": lab,
+                          "engine": [str(r["engine"]) for r in recs], "batch": [int(r["batch_size"]) for r in recs]},
                 ),
                 row=row + 1, col=col + 1,
             )
@@ -210,7 +217,7 @@ def pareto(par: pd.DataFrame) -> dict[str, Any] | None:
         if len(front):
             fig.add_trace(
                 go.Scatter(
-                    x=front["latency_median_s"] * 1e3, y=front["throughput_ips"], mode="lines",
+                    x=(front["latency_median_s"] * 1e3).tolist(), y=front["throughput_ips"].tolist(), mode="lines",
                     line={"shape": "hv", "color": "black", "width": 1}, name="Pareto frontier",
                     legendgroup="Pareto frontier", showlegend="Pareto frontier" not in shown, hoverinfo="skip",
                     meta={"platform": str(platform), "model": str(model)},
@@ -225,15 +232,12 @@ def pareto(par: pd.DataFrame) -> dict[str, Any] | None:
     return _finish(fig, rows)
 
 
-def series_per_panel(spec: dict[str, Any]) -> dict[str, list[str]]:
-    """axis pair → the series (legend groups) drawn in it, overlays (flags, frontier) not counted."""
-    out: dict[str, list[str]] = {}
+def series_per_panel(spec: dict[str, Any]) -> dict[str, int]:
+    """axis pair → the number of series (traces) drawn in it, overlays (flag marks, frontier) not counted."""
+    out: dict[str, int] = {}
     for t in spec.get("data", []):
-        group = t.get("legendgroup") or t.get("name") or ""
-        if group in OVERLAY_GROUPS:
+        if (t.get("legendgroup") or t.get("name") or "") in OVERLAY_GROUPS:
             continue
         axes = f"{t.get('xaxis', 'x')}{t.get('yaxis', 'y')}"
-        seen = out.setdefault(axes, [])
-        if group not in seen:
-            seen.append(group)
+        out[axes] = out.get(axes, 0) + 1
     return out

@@ -45,13 +45,16 @@ def pareto(par: pd.DataFrame) -> Figure:
         named: set[str] = set()  # one legend entry per precision (colour); markers name the engine
         for _, s in series_of(sub):
             r0 = s.iloc[0]
-            lab = style_label(r0, with_engine=False)
+            lab = str(r0["precision"])
+            cl = r0.get("memory_format", "nchw") != "nchw"  # channels-last: hollow markers
+            c = style_color(r0, threads)
             ax.scatter(
                 s["_ms"],
                 s["throughput_ips"],
                 label=lab if lab not in named else "_nolegend_",
                 s=20,
-                color=style_color(r0, threads),
+                facecolors="none" if cl else c,
+                edgecolors=c,
                 marker=marker(r0["engine"]),
             )
             named.add(lab)
@@ -79,7 +82,8 @@ def pareto(par: pd.DataFrame) -> Figure:
     return make_figure(
         "fig10_pareto",
         "Latency–throughput Pareto frontier (fig. 10)",
-        "Each point is a batch size (labelled); colour = precision, marker = engine (key above). Upper-left "
+        "Each point is a batch size (labelled); colour = precision, marker = engine (key above), hollow = "
+        "channels-last. Upper-left "
         "is better; the black line joins the unflagged configurations that no other configuration beats on "
         "both latency and throughput.",
         fig,

@@ -208,7 +208,8 @@ def _interactive(rep: Report, agg: pd.DataFrame, par: pd.DataFrame, sp32: pd.Dat
     lat_ci = ("latency_median_ci_low_s", "latency_median_ci_high_s")
 
     def speedup_label(r, several):
-        return f"{fi.series_label(r, several)} / {r.get('baseline_engine', '?')} fp32"
+        base = r.get("baseline_engine", r["engine"])
+        return fi.series_label(r, several) + ("" if base == r["engine"] else f" ÷ {base} fp32")
 
     specs = {
         "fig06_throughput_vs_batch": lambda: fi.lines(agg, "throughput_ips", "images/s", err=ci),
@@ -356,7 +357,12 @@ def write_report(
     installed, with the same PNGs written beside it).
     """
     path = check_output(html_path)
-    rep = build(store_path, run_ids, interactive=not static)
+    return save(build(store_path, run_ids, interactive=not static), path)
+
+
+def save(rep: Report, html_path: str) -> list[str]:
+    """Write a built report (page, PNGs, CSVs) atomically; returns the written paths (HTML first)."""
+    path = check_output(html_path)
     folder, files = os.path.dirname(path), files_dir_name(path)
     html = render_html(rep, files)
     os.makedirs(folder, exist_ok=True)
@@ -396,13 +402,33 @@ def find_chromium() -> str | None:
 def screenshot(
     html_path: str, png_path: str, width: int = 1200, height: int = 900, timeout_s: float = 120
 ) -> str:
-    """Render ``html_path`` in headless Chromium (network blocked) and save a ``width``×``height`` PNG."""
+    """Render ``html_path`` in headless Chromium (network blocked) and save a ``width``×``height`` PNG.
+
+    ``html_path`` may end in ``#anchor``: the shot then starts at that part of the page (a figure, say).
+    Headless Chromium draws nothing when it scrolls to an anchor, so a copy of the page is shot instead,
+    with the page-level elements above the anchor hidden.
+    """
     exe = find_chromium()
     if exe is None:
         raise UsageError("a screenshot needs Chromium, which is not installed", "apt-get install chromium")
     out = os.path.abspath(png_path)
+    path, _, anchor = html_path.partition("#")
     with tempfile.TemporaryDirectory() as profile:
         tmp_png = os.path.join(profile, "shot.png")
+        if anchor:
+            with open(path, encoding="utf-8") as fh:
+                page = fh.read()
+            hide = (
+                "<script>(function(){var t=document.getElementById(%s);if(!t)return;"
+                "while(t.parentElement&&t.parentElement!==document.body)t=t.parentElement;"
+                "for(var n=t.previousElementSibling;n;n=n.previousElementSibling)"
+                "{if(n.tagName!=='SCRIPT')n.style.display='none';}})();</script></body>"
+            ) % repr(anchor)
+            path = os.path.join(profile, "page.html")
+            with open(path, "w", encoding="utf-8") as fh:
+                head, sep, tail = page.rpartition("</body>")
+                fh.write(head + hide + tail if sep else page + hide)
+            anchor = ""
         cmd = [
             exe,
             "--headless",
@@ -415,7 +441,7 @@ def screenshot(
             "--host-resolver-rules=MAP * ~NOTFOUND",
             f"--window-size={width},{height}",
             f"--screenshot={tmp_png}",
-            "file://" + os.path.abspath(html_path),
+            "file://" + os.path.abspath(path) + (f"#{anchor}" if anchor else ""),
         ]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
         if not os.path.exists(tmp_png):

@@ -1,0 +1,148 @@
+"""The report answers first and reads at a glance: answer table, how-sure table, machines, small multiples.
+
+Built on a multi-engine store (`fixtures_multi`): five engines, INT8/FP8 quant rows, two sweep passes,
+one engine family with more series than a panel may hold.
+"""
+
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from fixtures_multi import BEST, build_multi_store
+
+from deepgap import figures_interactive as fi
+from deepgap.cli import main
+from deepgap.figure_style import MAX_SERIES, PREC_COLORS, marker
+from deepgap.report import build, save
+
+
+@pytest.fixture(scope="module")
+def multi(tmp_path_factory):
+    d = tmp_path_factory.mktemp("multi")
+    store = str(d / "multi.sqlite")
+    runs = build_multi_store(store)
+    html = d / "report.html"
+    rep = build(store)  # built once, for every test of this file (drawing is the slow part)
+    save(rep, str(html))
+    text = html.read_text(encoding="utf-8")
+    return {"store": store, "runs": runs, "html": html, "text": text, "dir": d, "rep": rep}
+
+
+def plot_specs(text: str) -> dict[str, dict]:
+    """figure name → its plotly JSON, as embedded in the page."""
+    found = re.findall(
+        r'<script type="application/json" class="plot-spec" data-target="plot-([^"]+)">(.*?)</script>', text, re.S
+    )
+    return {name: json.loads(body.replace("<\\/", "</")) for name, body in found}
+
+
+def test_answer_comes_first_with_evidence(multi):
+    text = multi["text"]
+    pos = {k: text.find(k) for k in ['id="answer-table"', 'id="how-sure"', 'id="environment"', 'id="figures"']}
+    assert -1 not in pos.values() and list(pos.values()) == sorted(pos.values())
+    ans = pd.read_csv(multi["dir"] / "report_files" / "answer.csv")
+    gpu = ans[(ans["platform"] == "Fixture GPU A") & (ans["model"] == "resnet18")].set_index("goal")
+    assert list(gpu.index) == ["throughput", "latency", "per joule"]
+    assert gpu.loc["throughput", "configuration"] == BEST
+    assert gpu.loc["latency", "configuration"] == "quant int8 channels_last bs1"
+    # accuracy evidence from extra["correctness"]: rel. L2 with its bound, cosine, top-1
+    assert gpu.loc["throughput", "accuracy"] == "relL2 2.0e-03 (≤5e-02) · cos 0.9999 · top-1 100%"
+    assert "[" in gpu.loc["throughput", "ci"] and "2 meas." in gpu.loc["throughput", "n"]  # two sweep passes
+    # per joule needs telemetry: the engines run has none, the first GPU run has it (eager only)
+    assert gpu.loc["per joule", "configuration"].startswith("eager ")
+    cpu = ans[ans["platform"] == "Fixture CPU"].set_index(["model", "goal"])
+    assert cpu.loc[("resnet18", "per joule"), "also"].startswith("no candidate")
+    assert ans["platform"].iloc[0] == "Fixture GPU A"  # the fastest platform first
+
+
+def test_how_sure_names_flags_gaps_and_the_runner_up(multi):
+    sure = multi["rep"].how_sure
+    row = sure[(sure["platform"] == "Fixture GPU A") & (sure["model"] == "resnet18")].iloc[0]
+    assert any("wrong-output" in f for f in row["flags"])  # the fp8 bs64 and eager int8 bs128 rows
+    assert any(x.startswith("throughput: +") and "vs " in x for x in row["lead"])
+    assert row["spread"].startswith("CI ±")
+    r50 = sure[(sure["platform"] == "Fixture GPU A") & (sure["model"] == "resnet50")].iloc[0]
+    assert any("oom: CUDA out of memory (fixture)" in x for x in r50["not_measured"])
+    assert any("skipped: unavailable: eager has no int8" in x for x in r50["not_measured"])
+    text = multi["text"]
+    assert "How sure are we" in text and "not measured, and why" in text
+
+
+def test_environment_is_one_row_per_machine(multi):
+    text = multi["text"]
+    env = text[text.index('id="environment"') : text.index("</table>", text.index('id="environment"'))]
+    assert env.count("<tr>") == 1 + 2  # header, the GPU machine (two runs), the CPU machine
+    assert "<summary>2 run(s)</summary>" in env and "<summary>1 run(s)</summary>" in env
+    for run_id in multi["runs"].values():
+        assert run_id in env
+
+
+def test_no_panel_has_more_than_eight_series(multi):
+    rep = multi["rep"]
+    split = False
+    for f in rep.figures:
+        for title, series in f.panels.items():
+            assert len(series) <= MAX_SERIES, (f.name, title, series)
+            split |= title.endswith("(1/2)")
+        if f.plotly:
+            assert max(fi.series_per_panel(f.plotly).values()) <= MAX_SERIES, f.name
+    assert split  # the eager family (nine series) was cut into two panels
+    specs = plot_specs(multi["text"])
+    assert {"fig06_throughput_vs_batch", "fig08_latency_vs_batch", "fig10_pareto"} <= set(specs)
+    for name, spec in specs.items():
+        assert max(fi.series_per_panel(spec).values()) <= MAX_SERIES, name
+
+
+def test_one_colour_per_precision_one_marker_per_engine(multi):
+    colours, symbols = {}, {}
+
+    def each(v, n):
+        return v if isinstance(v, list) else [v] * n
+
+    for spec in plot_specs(multi["text"]).values():
+        for t in spec["data"]:
+            meta = t.get("meta") or {}
+            if not meta.get("precision") or t.get("name") == "flagged" or meta.get("platform") == "Fixture CPU":
+                continue  # overlays, and the CPU's thread series (shaded by thread count)
+            n = len(t["x"])
+            cs = each((t.get("line") or {}).get("color") or t["marker"].get("color"), n)
+            for eng, sym, c in zip(each(meta["engine"], n), each(t["marker"]["symbol"], n), cs, strict=True):
+                colours.setdefault(meta["precision"], set()).add(c)
+                symbols.setdefault(eng, set()).add(sym.replace("-open", ""))
+    assert {"int8", "fp8", "fp16", "fp32", "bf16", "tf32"} <= set(colours)
+    for p, cs in colours.items():
+        assert cs == {PREC_COLORS[p]}, p
+    assert len(symbols) == 5 and all(s == {marker(e, plotly=True)} for e, s in symbols.items())
+
+
+def test_interactive_page_is_self_contained_and_filterable(multi):
+    text = multi["text"]
+    assert not re.search(r"<script[^>]*\bsrc=", text)  # plotly.js is inline, nothing is fetched
+    outside = re.sub(r"<script\b.*?</script>", "", text, flags=re.S)
+    assert not re.search(r'(?i)(src|href)\s*=\s*"(//|[a-z]+:(?!image/png;base64))', outside)
+    assert not re.search(r"(?i)https?://|@import|url\(", outside)
+    assert text.count("Plotly.newPlot") == 1 and len(text) < 10e6
+    for k in ("model", "engine", "precision", "batch"):
+        assert f'<select name="{k}">' in text
+    assert re.search(r'<tr class="[^"]*" data-model="resnet18" data-engine="quant" data-precision="fp8"', text)
+
+
+def test_static_option_has_no_script(tmp_path, multi):
+    bad = tmp_path / "bad.html"
+    assert main(["report", str(tmp_path / "missing.sqlite"), "-o", str(bad), "--static"]) == 2
+    rep = multi["rep"]
+    rep.interactive = False  # what --static builds: the same figures, no plotly
+    try:
+        out = tmp_path / "s.html"
+        save(rep, str(out))
+    finally:
+        rep.interactive = True
+    text = out.read_text(encoding="utf-8")
+    assert "<script" not in text and 'class="plot-spec"' not in text
+    assert len(text) < len(multi["text"]) / 2
+    assert len(re.findall(r'<img alt="[^"]*" src="data:image/png;base64,', text)) == len(
+        [p for p in (tmp_path / "s_files").iterdir() if p.suffix == ".png"]
+    )
+    assert not bad.exists()
