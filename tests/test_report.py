@@ -50,18 +50,24 @@ def test_every_figure_and_table_is_written(full):
     assert [n for n in names if n.endswith(".png")] == sorted(f + ".png" for f in FIGURES)
     csvs = {n[:-4] for n in names if n.endswith(".csv")}
     core = {k for k in TABLE_SPECS if not k.startswith(("roofline_", "serving_"))}  # sections add theirs when present
-    assert core | {"measurements", "environment", "roofline_seed_reference"} <= csvs
-    assert csvs <= set(TABLE_SPECS) | {"measurements", "environment"}
+    extra = {"measurements", "environment", "answer", "how_sure"}
+    assert core | extra | {"roofline_seed_reference"} <= csvs
+    assert csvs <= set(TABLE_SPECS) | extra
     assert full["paths"][0] == os.path.abspath(full["html"]) and len(full["paths"]) == 1 + len(names)
-    # one embedded PNG per figure, each also a real PNG file on disk
-    assert len(re.findall(r'<img alt="[^"]*" src="data:image/png;base64,', full["text"])) == len(FIGURES)
+    # each figure on the page once: an embedded PNG, or an interactive plot (its PNG linked beside it)
+    imgs = len(re.findall(r'<img alt="[^"]*" src="data:image/png;base64,', full["text"]))
+    plots = re.findall(r'<div class="plot" id="plot-([^"]+)"></div>', full["text"])
+    assert imgs + len(plots) == len(FIGURES) and len(plots) >= 5
+    for name in plots:
+        assert f'href="report_files/{name}.png">static PNG</a>' in full["text"]
     for f in FIGURES:
         with open(os.path.join(files, f + ".png"), "rb") as fh:
             assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
 def test_self_contained_no_external_urls(full):
-    text = full["text"]
+    assert not re.search(r"<script[^>]*\bsrc=", full["text"])  # the page's scripts are inline
+    text = re.sub(r"<script\b.*?</script>", "", full["text"], flags=re.S)  # plotly.js names URLs it never loads
     assert not re.search(r"(?i)https?://", text)
     assert not re.search(r'(?i)(src|href)\s*=\s*"(//|[a-z]+:(?!image/png;base64))', text)
     assert not re.search(r"(?i)<script|<link|@import|url\(", text)
@@ -95,7 +101,7 @@ def test_flags_are_visible(full):
     assert '<span class="flag">wrong-output(relL2=0.31)</span>' in text
     assert '<span class="warn">ci-not-met</span>' in text
     assert "1 (throttle:thermal)" in text  # the contaminated sweep pass left out, and said so
-    assert '<tr class="flagged">' in text and "flagged (see tables)" not in text  # legend text lives in PNGs
+    assert re.search(r'<tr class="flagged"[ >]', text) and "flagged (see tables)" not in text  # legend text lives in PNGs
     assert re.search(r'<span class="flag">\d+ flagged</span>', text)
 
 
@@ -108,7 +114,8 @@ def test_cpu_only_store_without_telemetry(tmp_path):
     assert "unavailable: no telemetry in these runs" in text
     assert "unavailable: no energy telemetry in these runs" in text
     assert "unavailable: needs a CPU run and another device" in text
-    assert len(re.findall(r'src="data:image/png;base64,', text)) == 8  # 6 + the two rooflines
+    shown = len(re.findall(r'<img alt="[^"]*" src="data:image/png;base64,', text)) + text.count('<div class="plot" id=')
+    assert shown == 8  # 6 + the two rooflines
     assert sorted(os.listdir(tmp_path / "r_files")).count("fig_cpu_thread_scaling.png") == 1
 
 

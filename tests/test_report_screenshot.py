@@ -1,5 +1,7 @@
 """The report opens in headless Chromium (network blocked) and renders: a 1200×900 screenshot, not blank."""
 
+from pathlib import Path
+
 import pytest
 from fixtures_store import build_store
 
@@ -42,3 +44,85 @@ def test_cli_screenshot_flag(tmp_path, capsys):
     )
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "screenshot" in capsys.readouterr().out
+
+
+def _chromium_dom(html: Path, script: str, width: int = 1280, height: int = 900) -> str:
+    """The page's DOM after ``script`` ran in headless Chromium at ``width``×``height`` (network blocked)."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        page = Path(d) / "page.html"
+        text = html.read_text(encoding="utf-8")
+        head, _, tail = text.rpartition("</body>")
+        page.write_text(head + f"<script>{script}</script></body>" + tail, encoding="utf-8")
+        cmd = [
+            find_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--hide-scrollbars", f"--user-data-dir={d}/profile", "--host-resolver-rules=MAP * ~NOTFOUND",
+            f"--window-size={width},{height}", "--dump-dom", page.as_uri(),
+        ]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
+
+
+@pytest.fixture(scope="module")
+def multi_report(tmp_path_factory):
+    from fixtures_multi import build_multi_store
+
+    d = tmp_path_factory.mktemp("shots")
+    store = str(d / "multi.sqlite")
+    build_multi_store(store)
+    html = d / "report.html"
+    write_report(store, str(html))
+    return html
+
+
+def test_answer_table_visible_without_scrolling(multi_report, tmp_path):
+    """At 1280×900 the whole answer table is on the first screen, and the screenshot shows it."""
+    import json
+    import re
+
+    import numpy as np
+    from matplotlib.image import imread
+
+    measure = (
+        "var r=document.getElementById('answer-table').getBoundingClientRect();"
+        "var p=document.createElement('pre');p.id='measured';"
+        "p.textContent=JSON.stringify({top:r.top,bottom:r.bottom,right:r.right,vw:window.innerWidth,"
+        "vh:window.innerHeight,scroll:document.documentElement.scrollWidth});document.body.appendChild(p);"
+    )
+    dom = _chromium_dom(multi_report, measure)
+    m = json.loads(re.search(r'<pre id="measured">(.*?)</pre>', dom).group(1))
+    # headless Chromium keeps some of the window for its own frame (the viewport is ~760 px of the 900)
+    assert m["vw"] == 1280 and m["vh"] >= 700
+    assert 0 < m["top"] < m["bottom"] <= m["vh"] and m["right"] <= m["vw"], m
+    assert m["scroll"] <= m["vw"]  # nothing runs past the right edge: wide tables scroll in their box
+    img = imread(screenshot(str(multi_report), str(tmp_path / "top.png"), 1280, 900))[..., :3]
+    head = (np.abs(img - np.array([0xE6, 0xF2, 0xE6]) / 255).max(axis=-1) < 0.02).sum()
+    assert head > 5000  # the answer table's green header row is drawn on the first screen
+
+
+def test_figure_section_screenshot(multi_report, tmp_path):
+    """A figure section renders (plotly drew every plot) and none of its panels holds more than 8 series."""
+    import json
+    import re
+
+    from matplotlib.image import imread
+
+    from deepgap import figures_interactive as fi
+    from deepgap.figure_style import MAX_SERIES
+
+    text = multi_report.read_text(encoding="utf-8")
+    specs = re.findall(r'class="plot-spec" data-target="plot-[^"]+">(.*?)</script>', text, re.S)
+    assert len(specs) >= 5
+    for body in specs:
+        assert max(fi.series_per_panel(json.loads(body.replace("<\\/", "</"))).values()) <= MAX_SERIES
+    count = (
+        "var p=document.createElement('pre');p.id='drawn';"
+        "p.textContent=document.querySelectorAll('div.plot .main-svg').length;document.body.appendChild(p);"
+    )
+    drawn = int(re.search(r'<pre id="drawn">(\d+)</pre>', _chromium_dom(multi_report, count)).group(1))
+    assert drawn >= len(specs)
+    shot = screenshot(str(multi_report) + "#fig06_throughput_vs_batch", str(tmp_path / "fig.png"), 1280, 900)
+    img = imread(shot)[..., :3]
+    assert img.shape[:2] == (900, 1280) and img.std() > 0.05
