@@ -53,17 +53,29 @@ class Figure:
     appendix: bool = False  # shown in the appendix, not among the figures
 
 
+def _reference(label: str) -> bool:
+    """A reference line (a roofline ceiling), not a series of measurements."""
+    return "TFLOP/s" in label and (" spec " in label or label.startswith("measured "))
+
+
 def panels_of(fig) -> dict[str, list[str]]:
-    """Each visible panel's title → the series in its legend (twin axes folded into their panel)."""
+    """Each visible panel's title → the series in its legend (twin axes folded into their panel;
+    flag marks, line-style keys and ceilings are not series)."""
     out: dict[str, list[str]] = {}
+    at: dict[tuple, str] = {}  # axes position → panel title (a twin axis sits where its panel is)
     for i, ax in enumerate(a for a in fig.axes if a.get_visible()):
         if ax.get_label() == "<colorbar>":
             continue
-        title = ax.get_title() or f"panel {i + 1}"
         labels = [lab for lab in ax.get_legend_handles_labels()[1] if not lab.startswith("_")]
-        key = title if title not in out or not labels else f"{title} [{i + 1}]"
-        seen = out.setdefault(key, [])
-        seen += [lab for lab in labels if lab not in seen and lab not in OVERLAYS]
+        labels = [lab for lab in labels if lab not in OVERLAYS and not _reference(lab)]
+        pos = tuple(round(v, 4) for v in ax.get_position().bounds)
+        if pos in at:
+            key = at[pos]
+            out[key] += [lab for lab in labels if lab not in out[key]]
+            continue
+        key = ax.get_title() or f"panel {i + 1}"
+        key = key if key not in out else f"{key} [{i + 1}]"
+        out[key], at[pos] = list(dict.fromkeys(labels)), key
     return out
 
 

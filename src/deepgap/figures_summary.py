@@ -124,7 +124,9 @@ def bars(
                     np.array([[r[value] - r[err[0]] for r in rows], [r[err[1]] - r[value] for r in rows]])
                 )
             color = style_color(rows[0], all_threads)
-            ax.bar(xs, ys, width=width, color=color, alpha=0.85, label=lab, yerr=yerr, capsize=2)
+            hatch = "///" if rows[0].get("memory_format", "nchw") != "nchw" else None  # channels-last
+            ax.bar(xs, ys, width=width, color=color, alpha=0.85, label=lab, yerr=yerr, capsize=2, hatch=hatch,
+                   edgecolor="white" if hatch else None)
             for x, y, r in zip(xs, ys, rows, strict=False):
                 text = fmt.format(y) + (" ✕" if r["flagged"] else "") + (" ○" if r["warnings"] else "")
                 ax.annotate(
@@ -193,22 +195,30 @@ def thread_scaling(ts: pd.DataFrame) -> Figure:
     )
 
 
+GAP_S = 10.0  # a pause longer than this between samples (a compile, a skipped phase) is cut to 1 s
+
+
 def _back_to_back(frames: list[pd.DataFrame]) -> tuple[pd.DataFrame, list[float], float]:
-    """Runs' telemetry laid end to end (idle time between runs cut out), lines broken between runs.
+    """Runs' telemetry laid end to end, idle time between and inside runs cut out, lines broken there.
 
     Returns the joined frame with an ``_x`` column (seconds of recorded telemetry), the run boundaries,
     and the x scale (60 when minutes read better than seconds).
     """
     parts, bounds, offset = [], [], 0.0
     frames = sorted((f for f in frames if not f.empty), key=lambda f: float(f["t_s"].min()))
-    for f in frames:
-        f = f.sort_values("t_s")
-        x = f["t_s"] - f["t_s"].min() + offset
-        if parts:
+    for k, f in enumerate(frames):
+        f = f.sort_values("t_s").reset_index(drop=True)
+        dt = f["t_s"].diff().fillna(0.0).to_numpy()
+        cut = dt > GAP_S
+        x = offset + np.cumsum(np.where(cut, 1.0, dt))
+        if k:
             bounds.append(offset)
-            parts.append(pd.DataFrame({"_x": [offset - 0.5]}))  # an empty row breaks the line
-        parts.append(f.assign(_x=x))
-        offset = float(x.max()) + max(1.0, 0.01 * float(x.max()))
+        start = 0
+        for i in [*np.flatnonzero(cut), len(f)]:  # an empty row ends each stretch: the line breaks there
+            parts.append(f.iloc[start:i].assign(_x=x[start:i]))
+            parts.append(pd.DataFrame({"_x": [x[i - 1] + 0.5 if i else offset]}))
+            start = i
+        offset = float(x[-1]) + max(1.0, 0.01 * float(x[-1]))
     joined = pd.concat(parts, ignore_index=True)
     scale = 60.0 if offset > 900 else 1.0
     return joined, [b / scale for b in bounds], scale
@@ -241,8 +251,8 @@ def thermal_timeline(
         return Figure(name, title, "", unavailable="unavailable: no telemetry in these runs", appendix=appendix)
     plt = _plt()
     n = len(panels)
-    fig, axes = plt.subplots(n, 1, figsize=(11, 2.8 * n), squeeze=False)
-    fig.subplots_adjust(left=0.06, right=0.94, bottom=0.45 / (2.8 * n), top=1 - 0.3 / (2.8 * n), hspace=0.5)
+    fig, axes = plt.subplots(n, 1, figsize=(11, 3.1 * n), squeeze=False)
+    fig.subplots_adjust(left=0.06, right=0.94, bottom=0.75 / (3.1 * n), top=1 - 0.3 / (3.1 * n), hspace=0.75)
     for ax, (label, frames, precs) in zip(axes[:, 0], panels, strict=False):
         tel, bounds, scale = _back_to_back(frames)
         x = tel["_x"] / scale
@@ -250,13 +260,15 @@ def thermal_timeline(
         num = {c: pd.to_numeric(tel[c], errors="coerce") for c in tel.columns if c not in meta}
         tel = tel.assign(**{c: v for c, v in num.items()})
         cols = [c for c, v in num.items() if v.notna().any()]  # metrics that hold numbers
-        for c in [c for c in cols if "temp" in c]:
-            ax.plot(x, tel[c], color="tab:red", lw=1, label=f"{c} (°C)")
+        styles = ["-", "--", "-.", ":"]
+        for k, c in enumerate(c for c in cols if "temp" in c):
+            ax.plot(x, tel[c], color="tab:red", lw=1, ls=styles[k % 4], label=f"{c} (°C)")
         for c in [c for c in cols if "util" in c]:
             ax.plot(x, tel[c], color="tab:gray", lw=0.8, ls=":", label=f"{c} (%)")
         ax2 = ax.twinx()
-        for c in [c for c in cols if "power" in c]:
-            ax2.plot(x, tel[c], color="tab:blue", lw=1, label=f"{c} (W)")
+        for k, c in enumerate(c for c in cols if "power" in c):
+            ax2.plot(x, tel[c], color=["tab:blue", "tab:purple", "tab:cyan"][k % 3], lw=1 if k == 0 else 0.7,
+                     alpha=1 if k == 0 else 0.7, label=f"{c} (W)")
         for b in bounds:
             ax.axvline(b, color="#999999", lw=0.6)
         meas = tel[tel["phase"] == "measure"].assign(_xs=x)
@@ -272,15 +284,17 @@ def thermal_timeline(
         ax.set_title(label, fontsize=9)
         unit = "minutes" if scale == 60 else "seconds"
         ax.set_xlabel(
-            f"{unit} of recorded telemetry" + (" (runs end to end, grey lines between runs)" if bounds else ""),
+            f"{unit} of recorded telemetry (pauses over {GAP_S:.0f} s cut out"
+            + ("; runs end to end, grey lines between them)" if bounds else ")"),
             fontsize=8,
         )
         ax.set_ylabel("°C / %", fontsize=8)
         ax2.set_ylabel("W", fontsize=8)
         h1, l1 = ax.get_legend_handles_labels()
         h2, l2 = ax2.get_legend_handles_labels()
-        if h1 or h2:
-            ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="lower right")
+        if h1 or h2:  # under the panel, not over the data
+            ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=7,
+                      frameon=False)
     return make_figure(
         name,
         title,

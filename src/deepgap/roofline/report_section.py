@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from deepgap.figures import Figure, _png
+from deepgap.figures import Figure, make_figure
 from deepgap.report_format import fmt_ms, fmt_num
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
 
 def _wrap(name: str, title: str, caption: str, draw) -> Figure:
     try:
-        return Figure(name, title, caption, png=_png(draw()))
+        return make_figure(name, title, caption, draw())
     except Exception as exc:  # noqa: BLE001 — one figure that cannot be drawn says why, the report goes on
         return Figure(name, title, caption, unavailable=f"unavailable: {type(exc).__name__}: {exc}"[:300])
 

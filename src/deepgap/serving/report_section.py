@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from deepgap.figures import Figure, _grid, _plain_ticks, _plt, _png
+from deepgap.figures import Figure, _grid, _plain_ticks, _plt, make_figure
 from deepgap.report_format import fmt_ips, fmt_ms, fmt_num, fmt_x
 from deepgap.serving import tables
 from deepgap.serving.storage import requests
@@ -127,7 +127,7 @@ def latency_cdf(store, lv: pd.DataFrame) -> Figure:
         ax.set_ylabel("fraction of requests")
         ax.set_title(name, fontsize=8)
         ax.legend(fontsize=6, loc="lower right")
-    return Figure(fig_id, title, cap, png=_png(fig))
+    return make_figure(fig_id, title, cap, fig)
 
 
 def throughput_latency(lv: pd.DataFrame, cap: pd.DataFrame) -> Figure:
@@ -162,7 +162,7 @@ def throughput_latency(lv: pd.DataFrame, cap: pd.DataFrame) -> Figure:
         ax.set_ylabel("p99 latency (ms)")
         ax.set_title(name, fontsize=8)
         ax.legend(fontsize=6)
-    return Figure(fig_id, title, caption, png=_png(fig))
+    return make_figure(fig_id, title, caption, fig)
 
 
 def predicted_vs_measured(lv: pd.DataFrame) -> Figure:
@@ -187,7 +187,7 @@ def predicted_vs_measured(lv: pd.DataFrame) -> Figure:
     ax.set_xlabel("simulated p99 (ms)")
     ax.set_ylabel("measured p99 (ms)")
     ax.legend(fontsize=7)
-    return Figure(fig_id, title, caption, png=_png(fig))
+    return make_figure(fig_id, title, caption, fig)
 
 
 def interference_figure(inter: pd.DataFrame) -> Figure:
@@ -217,4 +217,4 @@ def interference_figure(inter: pd.DataFrame) -> Figure:
                 ax.text(j, i, f"{v[i, j]:.2f}×", ha="center", va="center", fontsize=7,
                         color="white" if dark else "black")
     fig.colorbar(im, ax=ax, fraction=0.05)
-    return Figure(fig_id, title, caption, png=_png(fig))
+    return make_figure(fig_id, title, caption, fig)
