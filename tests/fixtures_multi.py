@@ -37,19 +37,31 @@ def latency_ms(engine: str, precision: str, fmt: str, batch: int) -> float:
 
 def write_engines_run(store: Store, name: str = "Fixture GPU A") -> str:
     """A second run on the same machine as `fixtures_store.write_gpu_run`: many engines, two sweeps."""
-    run_id = store.begin_run({"models": ["resnet18"]}, "deepgap run --engines all (fixture)", _env("cuda", name), "0.1.0")
+    run_id = store.begin_run(
+        {"models": ["resnet18"]}, "deepgap run --engines all (fixture)", _env("cuda", name), "0.1.0"
+    )
     for engine, precs in PRECISIONS.items():
         for prec in precs:
             for fmt in ("nchw", "channels_last"):
                 for bs in BATCHES:
                     for sweep in (0, 1):
-                        spec = ConfigSpec("resnet18", engine, prec, bs, "cuda", memory_format=fmt, sweep=sweep)
+                        spec = ConfigSpec(
+                            "resnet18", engine, prec, bs, "cuda", memory_format=fmt, sweep=sweep
+                        )
                         ms = latency_ms(engine, prec, fmt, bs) * (1 + 0.01 * sweep)
-                        corr = {"rel_l2": 2e-3 if prec in ("int8", "fp8") else 1e-4, "cosine": 0.9999,
-                                "top1_agreement": 1.0 if prec != "fp8" else 0.97, "bound_rel_l2": 0.05,
-                                "flagged": False}
-                        store.record(run_id, make_result(spec, ms / 1e3, mem_bytes=2**30, shift=sweep,
-                                                         extra={"correctness": corr}))
+                        corr = {
+                            "rel_l2": 2e-3 if prec in ("int8", "fp8") else 1e-4,
+                            "cosine": 0.9999,
+                            "top1_agreement": 1.0 if prec != "fp8" else 0.97,
+                            "bound_rel_l2": 0.05,
+                            "flagged": False,
+                        }
+                        store.record(
+                            run_id,
+                            make_result(
+                                spec, ms / 1e3, mem_bytes=2**30, shift=sweep, extra={"correctness": corr}
+                            ),
+                        )
     for sweep in (0, 1):
         spec = ConfigSpec("resnet18", "quant", "fp8", WRONG_FP8, "cuda", sweep=sweep)
         bad = {"rel_l2": 0.4, "cosine": 0.8, "top1_agreement": 0.5, "bound_rel_l2": 0.05, "flagged": True}

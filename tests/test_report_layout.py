@@ -6,7 +6,6 @@ one engine family with more series than a panel may hold.
 
 import json
 import re
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -33,14 +32,18 @@ def multi(tmp_path_factory):
 def plot_specs(text: str) -> dict[str, dict]:
     """figure name → its plotly JSON, as embedded in the page."""
     found = re.findall(
-        r'<script type="application/json" class="plot-spec" data-target="plot-([^"]+)">(.*?)</script>', text, re.S
+        r'<script type="application/json" class="plot-spec" data-target="plot-([^"]+)">(.*?)</script>',
+        text,
+        re.S,
     )
     return {name: json.loads(body.replace("<\\/", "</")) for name, body in found}
 
 
 def test_answer_comes_first_with_evidence(multi):
     text = multi["text"]
-    pos = {k: text.find(k) for k in ['id="answer-table"', 'id="how-sure"', 'id="environment"', 'id="figures"']}
+    pos = {
+        k: text.find(k) for k in ['id="answer-table"', 'id="how-sure"', 'id="environment"', 'id="figures"']
+    }
     assert -1 not in pos.values() and list(pos.values()) == sorted(pos.values())
     ans = pd.read_csv(multi["dir"] / "report_files" / "answer.csv")
     gpu = ans[(ans["platform"] == "Fixture GPU A") & (ans["model"] == "resnet18")].set_index("goal")
@@ -104,7 +107,11 @@ def test_one_colour_per_precision_one_marker_per_engine(multi):
     for spec in plot_specs(multi["text"]).values():
         for t in spec["data"]:
             meta = t.get("meta") or {}
-            if not meta.get("precision") or t.get("name") == "flagged" or meta.get("platform") == "Fixture CPU":
+            if (
+                not meta.get("precision")
+                or t.get("name") == "flagged"
+                or meta.get("platform") == "Fixture CPU"
+            ):
                 continue  # overlays, and the CPU's thread series (shaded by thread count)
             n = len(t["x"])
             cs = each((t.get("line") or {}).get("color") or t["marker"].get("color"), n)
@@ -126,7 +133,9 @@ def test_interactive_page_is_self_contained_and_filterable(multi):
     assert text.count("Plotly.newPlot") == 1 and len(text) < 10e6
     for k in ("model", "engine", "precision", "batch"):
         assert f'<select name="{k}">' in text
-    assert re.search(r'<tr class="[^"]*" data-model="resnet18" data-engine="quant" data-precision="fp8"', text)
+    assert re.search(
+        r'<tr class="[^"]*" data-model="resnet18" data-engine="quant" data-precision="fp8"', text
+    )
 
 
 def test_static_option_has_no_script(tmp_path, multi):

@@ -57,10 +57,20 @@ def _chromium_dom(html: Path, script: str, width: int = 1280, height: int = 900)
         head, _, tail = text.rpartition("</body>")
         page.write_text(head + f"<script>{script}</script></body>" + tail, encoding="utf-8")
         cmd = [
-            find_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            "--hide-scrollbars", f"--user-data-dir={d}/profile", "--host-resolver-rules=MAP * ~NOTFOUND",
-            f"--window-size={width},{height}", "--dump-dom", page.as_uri(),
+            find_chromium(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+            f"--user-data-dir={d}/profile",
+            "--host-resolver-rules=MAP * ~NOTFOUND",
+            f"--window-size={width},{height}",
+            "--dump-dom",
+            page.as_uri(),
         ]
         return subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
 

@@ -66,7 +66,9 @@ def shade(color: str, threads: int, all_threads: list[int]) -> str:
 
 def color(r, all_threads: list[int] | None = None) -> str:
     """The precision's colour (shaded by thread count on CPU sweeps)."""
-    return shade(PREC_COLORS.get(str(r["precision"]), OTHER_COLOR), int(r.get("threads") or 0), all_threads or [])
+    return shade(
+        PREC_COLORS.get(str(r["precision"]), OTHER_COLOR), int(r.get("threads") or 0), all_threads or []
+    )
 
 
 def dash(r, plotly: bool = False) -> str:
@@ -116,5 +118,10 @@ def facets(
         for i in range(parts):
             chunk = series[i * size : (i + 1) * size]
             rows = pd.concat([g for _, g in chunk])
-            out.append((title + (f" ({i + 1}/{parts})" if parts > 1 else ""), rows.drop(columns="_family", errors="ignore")))
+            out.append(
+                (
+                    title + (f" ({i + 1}/{parts})" if parts > 1 else ""),
+                    rows.drop(columns="_family", errors="ignore"),
+                )
+            )
     return out

@@ -59,8 +59,10 @@ def _reference(label: str) -> bool:
 
 
 def panels_of(fig) -> dict[str, list[str]]:
-    """Each visible panel's title → the series in its legend (twin axes folded into their panel;
-    flag marks, line-style keys and ceilings are not series)."""
+    """Each visible panel's title → the series in its legend.
+
+    Twin axes are folded into their panel; flag marks, line-style keys and ceilings are not series.
+    """
     out: dict[str, list[str]] = {}
     at: dict[tuple, str] = {}  # axes position → panel title (a twin axis sits where its panel is)
     for i, ax in enumerate(a for a in fig.axes if a.get_visible()):
@@ -95,15 +97,21 @@ def _plt():
 
 
 def _png(fig, dpi: int = 90) -> bytes:
-    """PNG bytes, as a 256-colour palette image: plots are flat colours, and the page embeds every PNG,
-    so this keeps the report a third of the size at no visible cost."""
+    """PNG bytes, as a 256-colour palette image.
+
+    Plots are flat colours and the page embeds every PNG: this keeps the report a third of the size.
+    """
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
     _plt().close(fig)
     try:
         from PIL import Image
 
-        img = Image.open(io.BytesIO(buf.getvalue())).convert("RGB").quantize(256, method=Image.Quantize.FASTOCTREE)
+        img = (
+            Image.open(io.BytesIO(buf.getvalue()))
+            .convert("RGB")
+            .quantize(256, method=Image.Quantize.FASTOCTREE)
+        )
         small = io.BytesIO()
         img.save(small, format="PNG", optimize=True)
         if small.tell() < buf.tell():
@@ -224,8 +232,10 @@ def _per_panel(
     need: str | None = None,
     why: str = "",
 ) -> Figure:
-    """Small multiples: one panel per platform, model and engine family (≤ 8 series each);
-    ``draw(ax, series_rows, style)`` per series."""
+    """Small multiples: one panel per platform, model and engine family (≤ 8 series each).
+
+    ``draw(ax, series_rows, style)`` draws one series.
+    """
     data = agg if need is None or agg.empty else agg[agg[need].notna()] if need in agg else agg.iloc[0:0]
     if data.empty:
         return Figure(name, title, caption, unavailable=why or "unavailable: no successful measurement")

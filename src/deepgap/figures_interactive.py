@@ -64,7 +64,10 @@ def _grid(titles: list[str]):
     cols = max(1, min(NCOLS, n))
     rows = math.ceil(n / cols)
     fig = make_subplots(
-        rows=rows, cols=cols, horizontal_spacing=0.06, vertical_spacing=min(0.12, 0.5 / rows),
+        rows=rows,
+        cols=cols,
+        horizontal_spacing=0.06,
+        vertical_spacing=min(0.12, 0.5 / rows),
         subplot_titles=titles,
     )
     fig.update_annotations(font_size=10)
@@ -80,7 +83,14 @@ def _finish(fig, rows: int) -> dict[str, Any]:
     fig.update_layout(
         height=PANEL_PX * rows + 60 + top,
         margin={"l": 50, "r": 10, "t": top, "b": 40},
-        legend={"orientation": "h", "yref": "container", "y": 1.0, "yanchor": "top", "x": 0, "font": {"size": 10}},
+        legend={
+            "orientation": "h",
+            "yref": "container",
+            "y": 1.0,
+            "yanchor": "top",
+            "x": 0,
+            "font": {"size": 10},
+        },
         hoverlabel={"font": {"size": 11}},
         template="plotly_white",
         font={"size": 10},
@@ -120,7 +130,6 @@ def lines(
     first_axis: dict[tuple, int] = {}
     for i, (_, sub) in enumerate(panels):
         row, col = divmod(i, cols)
-        several = sub["engine"].nunique() > 1
         for _, s in series_of(sub):
             s = s.sort_values("batch_size")
             recs = s.to_dict("records")
@@ -129,7 +138,12 @@ def lines(
             ys = [(_num(r[ycol]) or float("nan")) * scale for r in recs]
             bs = [int(r["batch_size"]) for r in recs]
             trace = go.Scatter(
-                x=bs, y=ys, mode="lines+markers", name=lab, legendgroup=lab, showlegend=lab not in shown,
+                x=bs,
+                y=ys,
+                mode="lines+markers",
+                name=lab,
+                legendgroup=lab,
+                showlegend=lab not in shown,
                 line={"color": color(r0, threads), "dash": dash(r0, plotly=True), "width": 1.5},
                 marker={"symbol": marker(r0["engine"], plotly=True), "size": 6},
                 customdata=[_hover(r, ylabel) for r in recs],
@@ -141,9 +155,13 @@ def lines(
                 lo = [(_num(r.get(err[0])) or float("nan")) * scale for r in recs]
                 hi = [(_num(r.get(err[1])) or float("nan")) * scale for r in recs]
                 trace.error_y = {
-                    "type": "data", "array": [max(0.0, h - y) if h == h else 0 for h, y in zip(hi, ys, strict=True)],
-                    "arrayminus": [max(0.0, y - lo_) if lo_ == lo_ else 0 for lo_, y in zip(lo, ys, strict=True)],
-                    "thickness": 1, "width": 2,
+                    "type": "data",
+                    "array": [max(0.0, h - y) if h == h else 0 for h, y in zip(hi, ys, strict=True)],
+                    "arrayminus": [
+                        max(0.0, y - lo_) if lo_ == lo_ else 0 for lo_, y in zip(lo, ys, strict=True)
+                    ],
+                    "thickness": 1,
+                    "width": 2,
                 }
             fig.add_trace(trace, row=row + 1, col=col + 1)
             shown.add(lab)
@@ -153,24 +171,42 @@ def lines(
                     go.Scatter(
                         x=[int(r["batch_size"]) for r in bad],
                         y=[(_num(r[ycol]) or float("nan")) * scale for r in bad],
-                        mode="markers", name="flagged", legendgroup="flagged", showlegend="flagged" not in shown,
+                        mode="markers",
+                        name="flagged",
+                        legendgroup="flagged",
+                        showlegend="flagged" not in shown,
                         marker={"symbol": "x", "size": 11, "color": "red"},
                         customdata=[_hover(r, ylabel) for r in bad],
                         hovertemplate="<b>%{customdata[0]}</b><br>%{customdata[2]}<extra></extra>",
                         meta=_meta(r0, [int(r["batch_size"]) for r in bad]),
                     ),
-                    row=row + 1, col=col + 1,
+                    row=row + 1,
+                    col=col + 1,
                 )
                 shown.add("flagged")
         ax = i + 1
         key = (sub["platform"].iloc[0], sub["model"].iloc[0])
         ticks = sorted(int(b) for b in sub["batch_size"].unique())
-        fig.update_xaxes(type="log", tickvals=ticks, ticktext=[str(t) for t in ticks], title_text="batch size",
-                         title_font={"size": 9}, row=row + 1, col=col + 1)
-        fig.update_yaxes(type="log" if logy else "linear", title_text=ylabel if col == 0 else None,
-                         title_font={"size": 9}, row=row + 1, col=col + 1)
+        fig.update_xaxes(
+            type="log",
+            tickvals=ticks,
+            ticktext=[str(t) for t in ticks],
+            title_text="batch size",
+            title_font={"size": 9},
+            row=row + 1,
+            col=col + 1,
+        )
+        fig.update_yaxes(
+            type="log" if logy else "linear",
+            title_text=ylabel if col == 0 else None,
+            title_font={"size": 9},
+            row=row + 1,
+            col=col + 1,
+        )
         if key in first_axis:  # panels of one platform and model share their y scale
-            fig.layout[f"yaxis{ax if ax > 1 else ''}"].matches = f"y{first_axis[key] if first_axis[key] > 1 else ''}"
+            fig.layout[
+                f"yaxis{ax if ax > 1 else ''}"
+            ].matches = f"y{first_axis[key] if first_axis[key] > 1 else ''}"
         else:
             first_axis[key] = ax
     return _finish(fig, rows)
@@ -194,11 +230,16 @@ def pareto(par: pd.DataFrame) -> dict[str, Any] | None:
             lab = str(prec)
             fig.add_trace(
                 go.Scatter(
-                    x=[r["latency_median_s"] * 1e3 for r in recs], y=[r["throughput_ips"] for r in recs],
-                    mode="markers", name=lab, legendgroup=lab, showlegend=lab not in shown,
+                    x=[r["latency_median_s"] * 1e3 for r in recs],
+                    y=[r["throughput_ips"] for r in recs],
+                    mode="markers",
+                    name=lab,
+                    legendgroup=lab,
+                    showlegend=lab not in shown,
                     marker={
                         "symbol": [
-                            marker(r["engine"], plotly=True) + ("" if r.get("memory_format", "nchw") == "nchw" else "-open")
+                            marker(r["engine"], plotly=True)
+                            + ("" if r.get("memory_format", "nchw") == "nchw" else "-open")
                             for r in recs
                         ],
                         "size": 7,
@@ -207,33 +248,51 @@ def pareto(par: pd.DataFrame) -> dict[str, Any] | None:
                     customdata=[_hover(r, "images/s") for r in recs],
                     hovertemplate="<b>%{customdata[0]}</b><br>median %{x:.3g} ms · %{y:,.0f} img/s"
                     "<br>%{customdata[1]}<br>%{customdata[2]}<extra></extra>",
-                    meta={"platform": str(platform), "model": str(model), "precision": lab,
-                          "engine": [str(r["engine"]) for r in recs], "batch": [int(r["batch_size"]) for r in recs]},
+                    meta={
+                        "platform": str(platform),
+                        "model": str(model),
+                        "precision": lab,
+                        "engine": [str(r["engine"]) for r in recs],
+                        "batch": [int(r["batch_size"]) for r in recs],
+                    },
                 ),
-                row=row + 1, col=col + 1,
+                row=row + 1,
+                col=col + 1,
             )
             shown.add(lab)
         front = sub[sub["on_frontier"]].sort_values("latency_median_s")
         if len(front):
             fig.add_trace(
                 go.Scatter(
-                    x=(front["latency_median_s"] * 1e3).tolist(), y=front["throughput_ips"].tolist(), mode="lines",
-                    line={"shape": "hv", "color": "black", "width": 1}, name="Pareto frontier",
-                    legendgroup="Pareto frontier", showlegend="Pareto frontier" not in shown, hoverinfo="skip",
+                    x=(front["latency_median_s"] * 1e3).tolist(),
+                    y=front["throughput_ips"].tolist(),
+                    mode="lines",
+                    line={"shape": "hv", "color": "black", "width": 1},
+                    name="Pareto frontier",
+                    legendgroup="Pareto frontier",
+                    showlegend="Pareto frontier" not in shown,
+                    hoverinfo="skip",
                     meta={"platform": str(platform), "model": str(model)},
                 ),
-                row=row + 1, col=col + 1,
+                row=row + 1,
+                col=col + 1,
             )
             shown.add("Pareto frontier")
-        fig.update_xaxes(type="log", title_text="median latency per batch (ms)", title_font={"size": 9},
-                         row=row + 1, col=col + 1)
-        fig.update_yaxes(title_text="images/s" if col == 0 else None, title_font={"size": 9},
-                         row=row + 1, col=col + 1)
+        fig.update_xaxes(
+            type="log",
+            title_text="median latency per batch (ms)",
+            title_font={"size": 9},
+            row=row + 1,
+            col=col + 1,
+        )
+        fig.update_yaxes(
+            title_text="images/s" if col == 0 else None, title_font={"size": 9}, row=row + 1, col=col + 1
+        )
     return _finish(fig, rows)
 
 
 def series_per_panel(spec: dict[str, Any]) -> dict[str, int]:
-    """axis pair → the number of series (traces) drawn in it, overlays (flag marks, frontier) not counted."""
+    """Axis pair → the number of series (traces) drawn in it, overlays (flag marks, frontier) not counted."""
     out: dict[str, int] = {}
     for t in spec.get("data", []):
         if (t.get("legendgroup") or t.get("name") or "") in OVERLAY_GROUPS:

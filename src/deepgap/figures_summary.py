@@ -21,7 +21,6 @@ from deepgap.figures import (
     _marks,
     _plain_ticks,
     _plt,
-    _shared_legend,
     make_figure,
 )
 
@@ -125,8 +124,18 @@ def bars(
                 )
             color = style_color(rows[0], all_threads)
             hatch = "///" if rows[0].get("memory_format", "nchw") != "nchw" else None  # channels-last
-            ax.bar(xs, ys, width=width, color=color, alpha=0.85, label=lab, yerr=yerr, capsize=2, hatch=hatch,
-                   edgecolor="white" if hatch else None)
+            ax.bar(
+                xs,
+                ys,
+                width=width,
+                color=color,
+                alpha=0.85,
+                label=lab,
+                yerr=yerr,
+                capsize=2,
+                hatch=hatch,
+                edgecolor="white" if hatch else None,
+            )
             for x, y, r in zip(xs, ys, rows, strict=False):
                 text = fmt.format(y) + (" ✕" if r["flagged"] else "") + (" ○" if r["warnings"] else "")
                 ax.annotate(
@@ -233,6 +242,9 @@ def thermal_timeline(
     """Fig. 5: temperature, power and utilization over time, measurement windows shaded by precision.
 
     Args:
+        name: file stem of the figure.
+        title: its title.
+        appendix: shown in the report's appendix (the per-run panels), drawn at a lower resolution.
         runs: (label, telemetry frame(s), result id → precision) per panel: one run, or a machine's
             runs (laid end to end, grey lines between runs).
     """
@@ -248,7 +260,9 @@ def thermal_timeline(
         if kept:
             panels.append((lab, kept, p))
     if not panels:
-        return Figure(name, title, "", unavailable="unavailable: no telemetry in these runs", appendix=appendix)
+        return Figure(
+            name, title, "", unavailable="unavailable: no telemetry in these runs", appendix=appendix
+        )
     plt = _plt()
     n = len(panels)
     fig, axes = plt.subplots(n, 1, figsize=(11, 3.1 * n), squeeze=False)
@@ -267,8 +281,14 @@ def thermal_timeline(
             ax.plot(x, tel[c], color="tab:gray", lw=0.8, ls=":", label=f"{c} (%)")
         ax2 = ax.twinx()
         for k, c in enumerate(c for c in cols if "power" in c):
-            ax2.plot(x, tel[c], color=["tab:blue", "tab:purple", "tab:cyan"][k % 3], lw=1 if k == 0 else 0.7,
-                     alpha=1 if k == 0 else 0.7, label=f"{c} (W)")
+            ax2.plot(
+                x,
+                tel[c],
+                color=["tab:blue", "tab:purple", "tab:cyan"][k % 3],
+                lw=1 if k == 0 else 0.7,
+                alpha=1 if k == 0 else 0.7,
+                label=f"{c} (W)",
+            )
         for b in bounds:
             ax.axvline(b, color="#999999", lw=0.6)
         meas = tel[tel["phase"] == "measure"].assign(_xs=x)
@@ -293,13 +313,21 @@ def thermal_timeline(
         h1, l1 = ax.get_legend_handles_labels()
         h2, l2 = ax2.get_legend_handles_labels()
         if h1 or h2:  # under the panel, not over the data
-            ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=7,
-                      frameon=False)
+            ax.legend(
+                h1 + h2,
+                l1 + l2,
+                fontsize=7,
+                loc="upper center",
+                bbox_to_anchor=(0.5, -0.2),
+                ncol=7,
+                frameon=False,
+            )
     return make_figure(
         name,
         title,
         "Telemetry of the thermal warm-up and of every measured configuration; measured windows are shaded "
-        "by precision (the colours of every figure: blue fp32, cyan tf32, orange fp16, brown bf16, green int8, "
+        "by precision (the colours of every figure: blue fp32, cyan tf32, orange fp16, brown bf16, "
+        "green int8, "
         "purple fp8).",
         fig,
         dpi=60 if appendix else 90,

@@ -31,7 +31,7 @@ def _f(v: Any) -> float | None:
 
 
 def accuracy_by_result(df: pd.DataFrame) -> dict[int, dict[str, Any]]:
-    """result id → its stored correctness check (rel. L2, cosine, top-1 agreement against FP32)."""
+    """Result id → its stored correctness check (rel. L2, cosine, top-1 agreement against FP32)."""
     if df.empty or "extra" not in df:
         return {}
     out = {}
@@ -91,12 +91,17 @@ def _numbers(row: dict[str, Any], objective: str) -> tuple[str, str, str]:
         return f"{fmt_ips(ips)} img/s", ci, f"median {fmt_ms(med)} ms · P99 {fmt_ms(p99)} ms"
     if objective == "latency":
         ci = fmt_ci(row.get("latency_median_ci_low_s"), row.get("latency_median_ci_high_s"), fmt_ms)
-        return f"{fmt_ms(med)} ms", ci + (" ms" if ci != "–" else ""), f"P99 {fmt_ms(p99)} ms · {fmt_ips(ips)} img/s"
+        return (
+            f"{fmt_ms(med)} ms",
+            ci + (" ms" if ci != "–" else ""),
+            f"P99 {fmt_ms(p99)} ms · {fmt_ips(ips)} img/s",
+        )
     j = _f(row.get("joules_per_image"))
     return (
         f"{fmt_num(j * 1e3 if j is not None else None)} mJ/img",
         "–",
-        f"{fmt_num(row.get('ips_per_watt'))} img/s/W · {fmt_num(row.get('mean_power_w'))} W · {fmt_ips(ips)} img/s",
+        f"{fmt_num(row.get('ips_per_watt'))} img/s/W · {fmt_num(row.get('mean_power_w'))} W"
+        f" · {fmt_ips(ips)} img/s",
     )
 
 
@@ -115,7 +120,9 @@ def _lead(best: dict[str, Any], runner: dict[str, Any] | None, objective: str) -
     if objective == "throughput":
         tie = (_f(best.get("throughput_ci_low_ips")) or a) <= (_f(runner.get("throughput_ci_high_ips")) or b)
     else:
-        tie = (_f(best.get("latency_median_ci_high_s")) or a) >= (_f(runner.get("latency_median_ci_low_s")) or b)
+        tie = (_f(best.get("latency_median_ci_high_s")) or a) >= (
+            _f(runner.get("latency_median_ci_low_s")) or b
+        )
     return f"{100 * ahead:+.1f}% vs {_short(runner)}" + (" (CIs overlap: a tie)" if tie else "")
 
 
@@ -134,8 +141,10 @@ def spread_columns(agg: pd.DataFrame) -> list[str]:
 
 
 def answers(agg: pd.DataFrame, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(answer table: one row per platform, model and objective; how-sure table: one row per platform
-    and model). Recommendations come from `recommend` on each platform's configurations."""
+    """The answer table (per platform, model, objective) and the how-sure table (per platform, model).
+
+    Recommendations come from `recommend` on each platform's configurations.
+    """
     if agg.empty:
         return pd.DataFrame(), pd.DataFrame()
     acc = accuracy_by_result(df)
@@ -156,25 +165,39 @@ def answers(agg: pd.DataFrame, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataF
                 base = {"platform": platform, "model": model, "resolution": int(res), "goal": GOALS[obj]}
                 if best is None:
                     why = rec.reason if rec else "no candidate"
-                    rows.append({**base, "configuration": "", "value": "–", "ci": "–", "also": why,
-                                 "accuracy": "", "flags": "", "n": "", "answered": False})
+                    rows.append(
+                        {
+                            **base,
+                            "configuration": "",
+                            "value": "–",
+                            "ci": "–",
+                            "also": why,
+                            "accuracy": "",
+                            "flags": "",
+                            "n": "",
+                            "answered": False,
+                        }
+                    )
                     missing.append(f"{GOALS[obj]}: {why}")
                     continue
                 value, ci, also = _numbers(best, obj)
                 runner = _row_of(msub, rec.runner_up)
                 leads.append(f"{GOALS[obj]}: {_lead(best, runner, obj)}")
-                rows.append({
-                    **base,
-                    "configuration": _short(best),
-                    "value": value,
-                    "ci": ci,
-                    "also": also,
-                    "accuracy": accuracy_text(accuracy(best, acc)),
-                    "flags": fmt_list(best.get("warnings")),
-                    "n": f"{int(best.get('n_measurements') or 0)} meas., {int(best.get('n_runs') or 0)} run(s)",
-                    "answered": True,
-                    **{c: best.get(c) for c in spread},
-                })
+                rows.append(
+                    {
+                        **base,
+                        "configuration": _short(best),
+                        "value": value,
+                        "ci": ci,
+                        "also": also,
+                        "accuracy": accuracy_text(accuracy(best, acc)),
+                        "flags": fmt_list(best.get("warnings")),
+                        "n": f"{int(best.get('n_measurements') or 0)} meas.,"
+                        f" {int(best.get('n_runs') or 0)} run(s)",
+                        "answered": True,
+                        **{c: best.get(c) for c in spread},
+                    }
+                )
             flagged = msub[msub["flagged"]]
             reasons: dict[str, int] = {}
             for fl in flagged["flags"]:
@@ -193,30 +216,36 @@ def answers(agg: pd.DataFrame, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataF
                 )
             ]
             cis = [
-                (_f(r["throughput_ci_high_ips"]) - _f(r["throughput_ci_low_ips"])) / 2 / _f(r["throughput_ips"])
+                (_f(r["throughput_ci_high_ips"]) - _f(r["throughput_ci_low_ips"]))
+                / 2
+                / _f(r["throughput_ips"])
                 for r in msub.to_dict("records")
-                if _f(r.get("throughput_ci_high_ips")) and _f(r.get("throughput_ci_low_ips"))
+                if _f(r.get("throughput_ci_high_ips"))
+                and _f(r.get("throughput_ci_low_ips"))
                 and _f(r.get("throughput_ips"))
             ]
             spread_txt = (
                 f"CI ±{100 * float(pd.Series(cis).median()):.1f}% median, ±{100 * max(cis):.1f}% worst"
-                f" over {len(cis)} configurations" if cis else "no CI stored"
+                f" over {len(cis)} configurations"
+                if cis
+                else "no CI stored"
             )
             for c in spread:
                 v = pd.to_numeric(msub[c], errors="coerce").dropna()
                 if len(v):
                     spread_txt += f"; {c} median {v.median():.3g}, max {v.max():.3g}"
-            sure.append({
-                "platform": platform,
-                "model": model,
-                "resolution": int(res),
-                "lead": leads,
-                "spread": spread_txt,
-                "flags": [f"{n} configuration(s) {k}" for k, n in sorted(reasons.items())]
-                + [f"{int(msub['n_excluded'].sum())} flagged measurement(s) left out"] * bool(
-                    msub["n_excluded"].sum() if "n_excluded" in msub else 0
-                ),
-                "warnings": [f"{n}× {w}" for w, n in sorted(warned.items())],
-                "not_measured": missing + gaps,
-            })
+            sure.append(
+                {
+                    "platform": platform,
+                    "model": model,
+                    "resolution": int(res),
+                    "lead": leads,
+                    "spread": spread_txt,
+                    "flags": [f"{n} configuration(s) {k}" for k, n in sorted(reasons.items())]
+                    + [f"{int(msub['n_excluded'].sum())} flagged measurement(s) left out"]
+                    * bool(msub["n_excluded"].sum() if "n_excluded" in msub else 0),
+                    "warnings": [f"{n}× {w}" for w, n in sorted(warned.items())],
+                    "not_measured": missing + gaps,
+                }
+            )
     return pd.DataFrame(rows), pd.DataFrame(sure)

@@ -323,7 +323,8 @@ def machines(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             machine_key(r),
             {
                 "label": machine_label(r),
-                "cells": [str(env.get(k, "–")) for k in MACHINE_KEYS[1:]] + [str(r.get("deepgap_version", ""))],
+                "cells": [str(env.get(k, "–")) for k in MACHINE_KEYS[1:]]
+                + [str(r.get("deepgap_version", ""))],
                 "runs": [],
             },
         )
