@@ -341,4 +341,4 @@ def machines(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(groups.values())
 
 
-MACHINE_HEADERS = ["machine", "CPU", "driver", "torch", "CUDA", "cuDNN", "python", "OS", "deepgap", "runs"]
+MACHINE_HEADERS = ["machine", "runs", "CPU", "driver", "torch", "CUDA", "cuDNN", "python", "OS", "deepgap"]
