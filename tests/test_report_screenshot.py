@@ -136,3 +136,22 @@ def test_figure_section_screenshot(multi_report, tmp_path):
     shot = screenshot(str(multi_report) + "#fig06_throughput_vs_batch", str(tmp_path / "fig.png"), 1280, 900)
     img = imread(shot)[..., :3]
     assert img.shape[:2] == (900, 1280) and img.std() > 0.05
+
+
+def test_filters_hide_rows_and_traces(multi_report):
+    """Choosing a model, then a batch, in the page's filter menus narrows every plot and table."""
+    import re
+
+    js = (
+        "function n(){var d=document.getElementById('plot-fig06_throughput_vs_batch');"
+        "return d.querySelectorAll('.scatterlayer .trace').length+','+Array.prototype.filter.call("
+        "document.querySelectorAll('tr[data-model]'),function(t){return t.style.display!=='none';}).length;}"
+        "function pick(k,v){var s=document.querySelector('#filters select[name='+k+']');s.value=v;"
+        "s.dispatchEvent(new Event('change'));}"
+        "var out=n();pick('model','resnet50');out+=' '+n();pick('batch','8');out+=' '+n();"
+        "var p=document.createElement('pre');p.id='res';p.textContent=out;document.body.appendChild(p);"
+    )
+    res = re.search(r'<pre id="res">(.*?)</pre>', _chromium_dom(multi_report, js)).group(1)
+    (t0, r0), (t1, r1), (t2, r2) = (tuple(map(int, s.split(","))) for s in res.split())
+    assert t0 > t1 > 0 and r0 > r1 > r2 > 0
+    assert t2 <= t1
