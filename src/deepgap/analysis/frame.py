@@ -133,7 +133,15 @@ def row_warnings(ci_met: Any, extra: dict[str, Any] | None = None) -> list[str]:
 
 
 def telemetry_of(extra: dict[str, Any] | None) -> dict[str, float]:
-    """The numeric telemetry aggregates of one measurement (missing or malformed keys dropped)."""
+    """The numeric telemetry aggregates of one measurement (missing or malformed keys dropped).
+
+    Energy figures come from one window: images/s/W is 1 / (J/image), both from the energy windows'
+    images and joules (the device's energy counter where it has one, else sampled power × time), and
+    mean power is those joules over the windows' work seconds. The stored ``mean_power_w`` (sampled
+    driver power) and ``ips_per_watt`` (pipelined throughput / that power: the paper's formula) are a
+    different window and a different sensor, and disagreed with the counter's joules by tens of percent
+    on a real GPU (issue 19); they are used only where no energy was measured.
+    """
     tel = (extra or {}).get("telemetry") if isinstance(extra, dict) else None
     if not isinstance(tel, dict):
         return {}
@@ -142,6 +150,12 @@ def telemetry_of(extra: dict[str, Any] | None) -> dict[str, float]:
         v = _num(tel.get(k))
         if v is not None:
             out[k] = v
+    jpi = out.get("joules_per_image")
+    if jpi is not None and jpi > 0:
+        out["ips_per_watt"] = 1.0 / jpi
+        power = _num(tel.get("power_from_energy_w"))
+        if power is not None and power > 0:
+            out["mean_power_w"] = power
     return out
 
 
@@ -228,6 +242,8 @@ def aggregate(df: pd.DataFrame) -> pd.DataFrame:
             row[c] = _max(used[c]) if c in used else float("nan")
         for c in TELEMETRY_MEDIAN:
             row[c] = _median(used[c])
+        if row["joules_per_image"] > 0:  # one window: images/s/W × J/image = 1 (see `telemetry_of`)
+            row["ips_per_watt"] = 1.0 / row["joules_per_image"]
         row["flops_per_image"] = _median(used["flops_per_image"])
         row["params"] = _median(used["params"])
         row["n_measurements"] = len(used)
