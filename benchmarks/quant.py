@@ -1,18 +1,20 @@
-"""ResNet-50 on one GPU: the best FP16 engine vs deepgap's quant engine (int8, fp8), in one process.
+"""ResNet-50 on one GPU: the best FP16 engine vs deepgap's quant engine (int8, fp8).
 
-For each batch size (256 first: the goal is int8 ≥ 1.4× the best FP16 engine there): eager fp16
-channels_last, torch.compile fp16 (the ``compile-freeze`` engine: inductor
-freezing + mode reduce-overhead), quant int8 and quant fp8 — images/s from CUDA-event timings (median
-of ≥ 30 iterations after warm-up), correctness against fp32 (relative L2, cosine, top-1 agreement),
-achieved TOPS against ceilings measured here (8192³ fp16 matmul, ``torch._int_mm``,
-``torch._scaled_mm``; a device-to-device copy for bandwidth). At batch 256 also the ablations of
-README.md (the quant engine) (torch path, Triton without per-layer choice, without CUDA graph) and the per-layer
-table. Every variant is wrapped: a failure prints its error and the rest still runs. A time budget
-skips the least important variants rather than overrun.
+The headline rows — eager fp16, ``compile-freeze`` fp16 (Inductor freezing + reduce-overhead), quant
+int8 and quant fp8, all channels_last, at every batch size (256 first: the goal is int8 ≥ 1.4× the
+best FP16 engine there) — are measured by deepgap's own run path (`deepgap.run`: worker process,
+correctness against fp32, adaptive timing, 95% CIs, p99, energy) into a store (``--store``, default
+``<out>/quant.sqlite``), so `deepgap show/report/recommend/compare` read them like any sweep. This
+process then adds what a sweep does not: achieved TOPS against ceilings measured here (8192³ fp16
+matmul, ``torch._int_mm``, ``torch._scaled_mm``; a device-to-device copy for bandwidth), the ablations
+of README.md (the quant engine) (torch path, Triton without per-layer choice, without CUDA graph) timed
+in-process with CUDA events, and the per-layer table. quant.json is a side output holding all of it,
+the headline rows copied from the store with their result ids. Every ablation is wrapped: a failure
+prints its error and the rest still runs; a time budget skips ablations rather than overrun.
 
-    python benchmarks/quant.py [--model resnet50] [--batch-sizes 256,32,1] [--iterations 40] [--out DIR]
+    python benchmarks/quant.py [--model resnet50] [--batch-sizes 256,32,1] [--store S] [--out DIR]
 
-Writes quant.json (everything) under --out (default $OUT, else ./quant-out); prints a table last.
+Writes the store and quant.json under --out (default $OUT, else ./quant-out); prints a table last.
 """
 
 from __future__ import annotations
@@ -126,57 +128,6 @@ def inputs(bs: int, ref_x, res_px: int):
     return x, k
 
 
-def fp16_eager(model, x):
-    import torch
-
-    dtype = torch.float16 if DEVICE == "cuda" else torch.float32
-    m = copy.deepcopy(model).to(DEVICE, dtype).to(memory_format=torch.channels_last)
-    xd = x.to(DEVICE, dtype).contiguous(memory_format=torch.channels_last)
-
-    def fn():
-        with torch.inference_mode():
-            return m(xd)
-
-    return fn, {"engine": "eager fp16 channels_last"}
-
-
-def fp16_compile(model, x, name: str):
-    """The best fp16 engine: deepgap's ``compile-freeze`` (Inductor freezing + reduce-overhead) when
-    registered, else the same inline. (The first 2026-11-23 H100 run used the default-mode ``compile`` engine;
-    the second used ``compile-freeze``.)"""
-    import torch
-
-    from deepgap.engines import ENGINES, load_engines
-
-    load_engines()
-    if "compile-freeze" in ENGINES:
-        from deepgap.engines import get_engine
-        from deepgap.records import ConfigSpec
-
-        spec = ConfigSpec(name, "compile-freeze", "fp16", x.shape[0], "cuda", memory_format="channels_last")
-        prep = get_engine("compile-freeze").prepare(copy.deepcopy(model), spec, x)
-        xd = x.cuda().to(prep.input_dtype).contiguous(memory_format=torch.channels_last)
-
-        def fn():
-            with torch.inference_mode():
-                return prep.run(xd)
-
-        return fn, {"engine": "deepgap compile-freeze engine", "info": prep.info}
-    import torch._inductor.config as icfg
-
-    torch._dynamo.reset()
-    icfg.freezing = True
-    m = copy.deepcopy(model).cuda().half().to(memory_format=torch.channels_last).eval()
-    cm = torch.compile(m, mode="reduce-overhead", dynamic=False)
-    xd = x.cuda().half().contiguous(memory_format=torch.channels_last)
-
-    def fn():
-        with torch.no_grad():
-            return cm(xd)
-
-    return fn, {"engine": "inline torch.compile(mode=reduce-overhead, dynamic=False), inductor freezing"}
-
-
 def run_variant(
     results: list,
     label: str,
@@ -230,6 +181,67 @@ def run_variant(
             torch.cuda.empty_cache()
     results.append(row)
     return row
+
+
+HEADLINE = {"eager": "eager fp16", "compile-freeze": "compile fp16"}  # engine → variant; quant: "quant <p>"
+
+
+def measure_into_store(args, sizes: list[int], precisions: list[str]) -> tuple[str, list[dict], dict]:
+    """The headline variants through `deepgap.run` into ``args.store``; (run id, rows, per-layer tables).
+
+    Runs before this process touches the GPU, so the worker has the device to itself.
+    """
+    import deepgap
+    from deepgap.analysis import prepare
+    from deepgap.config import SweepSpec
+    from deepgap.store import Store
+
+    engines = ("eager",) + (() if args.no_compile else ("compile-freeze",)) + ("quant",)
+    spec = SweepSpec(
+        models=(args.model,), engines=engines, precisions=("fp16", *precisions), batch_sizes=tuple(sizes),
+        memory_formats=("channels_last",), device=DEVICE, resolution=args.resolution, warmup=10,
+        iterations=args.iterations, repeats=3, target_ci=0.01, max_time_s=args.max_time, sweeps=args.sweeps,
+    )
+    log(f"deepgap.run → {args.store}: {', '.join(engines)} × fp16,{','.join(precisions)} × batch {sizes}")
+    res = deepgap.run(spec, store=args.store, command="python " + " ".join(sys.argv), log=log)
+    store = Store(args.store, readonly=True)
+    try:
+        df = prepare(store.results_frame([res.run_id]))
+    finally:
+        store.close()
+    rows, layers = [], {}
+    for r in df.to_dict("records"):
+        prec, bs = r["precision"], int(r["batch_size"])
+        row = {"variant": HEADLINE.get(r["engine"], f"quant {prec}"), "engine": r["engine"], "batch_size": bs,
+               "precision": prec, "sweep": int(r["sweep"]), "status": r["status"], "run_id": res.run_id,
+               "result_id": int(r["result_id"]), "source": f"store {args.store}"}
+        if r["status"] != "ok":
+            rows.append({**row, "reason": r["reason"]})
+            log(f"{row['variant']:32s} bs{bs:<4d} {r['status']}: {str(r['reason'])[:200]}")
+            continue
+        extra = r["extra"] or {}
+        num = lambda v: None if v is None or v != v else float(v)  # noqa: E731 - NaN → None for JSON
+        row.update(
+            images_per_s=r["throughput_ips"],
+            images_per_s_ci95=[num(r["throughput_ci_low_ips"]), num(r["throughput_ci_high_ips"])],
+            images_per_s_pipelined=num(r["throughput_pipelined_ips"]),
+            median_ms=r["latency_median_s"] * 1e3,
+            p99_ms=num(r["latency_p99_s"] * 1e3),
+            n_iterations=int(r["n_samples"]),
+            ci_met=num(r.get("ci_met")),
+            setup_s=num(extra.get("setup_s")),
+            correctness=extra.get("correctness") or {},
+            joules_per_image=num(r["joules_per_image"]),
+            ips_per_watt=num(r["ips_per_watt"]),
+            mean_power_w=num(r["mean_power_w"]),
+        )
+        rows.append(row)
+        if r["engine"] == "quant":
+            layers[f"{prec} bs{bs}"] = (extra.get("engine_info") or {}).get("layers", [])
+        rel = row["correctness"].get("rel_l2", float("nan"))
+        log(f"{row['variant']:32s} bs{bs:<4d} {row['images_per_s']:10.0f} img/s  rel_l2 {rel:.4f}  "
+            f"p99 {row['p99_ms']:.3f} ms")
+    return res.run_id, rows, layers
 
 
 def make_quant(model, prec, bs, resolution, name, x, holder):
@@ -300,6 +312,9 @@ def main() -> int:  # noqa: D103, PLR0915
     ap.add_argument("--budget-s", type=float, default=300.0, help="skip optional variants past this")
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--out", default=os.environ.get("OUT") or "quant-out")
+    ap.add_argument("--store", help="store the headline rows go to (default <out>/quant.sqlite)")
+    ap.add_argument("--sweeps", type=int, default=1, help="passes over the headline grid (default 1)")
+    ap.add_argument("--max-time", type=float, default=5.0, help="adaptive s per headline configuration")
     ap.add_argument(
         "--device", default="cuda", choices=("cuda", "cpu"), help="cpu: smoke-test the script only"
     )
@@ -317,9 +332,14 @@ def main() -> int:  # noqa: D103, PLR0915
     import triton
 
     from deepgap.models import build_model
-    from deepgap.quant.fold import conv_macs, resnet_graph
 
     os.makedirs(args.out, exist_ok=True)
+    args.store = args.store or os.path.join(args.out, "quant.sqlite")
+    sizes = [int(b) for b in args.batch_sizes.split(",")]
+    precs = [p for p in args.precisions.split(",") if p]
+    run_id, results, layer_tables = measure_into_store(args, sizes, precs)
+    from deepgap.quant.fold import conv_macs, resnet_graph
+
     env = {
         "device": "cpu (smoke test, not a benchmark)",
         "torch": torch.__version__,
@@ -343,42 +363,34 @@ def main() -> int:  # noqa: D103, PLR0915
         "int8": cval.get("int8_int_mm_tops"),
         "fp8": cval.get("fp8_scaled_mm_tflops"),
     }
-    results: list[dict] = []
-    layer_tables: dict = {}
+    for row in results:  # the store's headline rows against this device's ceilings
+        if row["status"] == "ok":
+            row["achieved_tops"] = 2 * macs * row["batch_size"] / (row["median_ms"] * 1e-3) / 1e12
+            if ceil_for.get(row["precision"]):
+                row["fraction_of_ceiling"] = row["achieved_tops"] / ceil_for[row["precision"]]
     ablations: list[dict] = []
-    sizes = [int(b) for b in args.batch_sizes.split(",")]
-    for bs in sizes:
+    for bs in sorted({max(sizes), min(sizes)}, reverse=True):  # ablations, in this process
         x, k = inputs(bs, ref_x, args.resolution)
-        common = dict(
-            ref_y=ref_y, k=k, macs=macs, iters=max(args.iterations, 50) if bs == 1 else args.iterations
-        )
-        fp16 = dict(precision="fp16", ceiling=ceil_for["fp16"], **common)
-        run_variant(results, "eager fp16", bs, partial(fp16_eager, model, x), **fp16)
-        compile_now = partial(fp16_compile, model, x, args.model)
-        if bs == max(sizes) and not args.no_compile:  # the goal's baseline: never skipped
-            run_variant(results, "compile fp16", bs, compile_now, **fp16)
-        for prec in [p for p in args.precisions.split(",") if p]:
+        iters = max(args.iterations, 50) if bs == 1 else args.iterations
+        common = dict(ref_y=ref_y, k=k, macs=macs, iters=iters)
+        for prec in precs:
+            if time.perf_counter() - T0 > args.budget_s:
+                log(f"ablations {prec} bs{bs}: skipped (time budget)")
+                continue
             holder: dict = {}
             make = partial(make_quant, model, prec, bs, args.resolution, args.model, x, holder)
-            run_variant(results, f"quant {prec}", bs, make, precision=prec, ceiling=ceil_for[prec], **common)
+            row = run_variant(ablations, f"quant {prec} (in-process)", bs, make, precision=prec,
+                              ceiling=ceil_for[prec], **common)
+            row["ablation"] = "reference: the prepared network, timed in this process like the ladder below"
             r = holder.pop("r", None)
             if r is None:
                 continue
-            layer_tables[f"{prec} bs{bs}"] = r.info.get("layers", [])
-            if bs == max(sizes) and time.perf_counter() - T0 < args.budget_s:
-                ablate(r, x, prec, bs, ablations, ceil_for[prec], common)
-            elif bs == min(sizes) and time.perf_counter() - T0 < args.budget_s:  # what the CUDA graph buys
-                ablate(r, x, prec, bs, ablations, ceil_for[prec], common, only=("3 per-layer choice, eager",))
+            # the largest batch gets the whole ladder; the smallest, what the CUDA graph buys
+            only = () if bs == max(sizes) else ("3 per-layer choice, eager",)
+            ablate(r, x, prec, bs, ablations, ceil_for[prec], common, only=only)
             del r
             if DEVICE == "cuda":
                 torch.cuda.empty_cache()
-        if bs != max(sizes) and not args.no_compile:
-            if time.perf_counter() - T0 < args.budget_s - 75:
-                run_variant(results, "compile fp16", bs, compile_now, **fp16)
-            else:
-                skip = {"variant": "compile fp16", "batch_size": bs, "status": "skipped"}
-                results.append({**skip, "reason": "skipped: time budget"})
-                log(f"compile fp16 bs{bs}: skipped (time budget)")
     summary = summarize(results, layer_tables)
     doc = {
         "env": env,
@@ -386,7 +398,9 @@ def main() -> int:  # noqa: D103, PLR0915
         "model": args.model,
         "resolution": args.resolution,
         "macs_per_image": macs,
-        "results": results,
+        "store": args.store,
+        "run_id": run_id,
+        "results": results,  # copied from the store (deepgap.run): CIs, p99, energy, correctness
         "ablations": ablations,
         "layers": layer_tables,
         "summary": summary,

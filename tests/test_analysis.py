@@ -220,3 +220,35 @@ def test_reference_data_ships_with_the_package():
     r = p[(p["platform"] == "NVIDIA L4") & (p["model"] == "resnet18") & (p["precision"] == "int8")].iloc[0]
     assert (r["peak_batch"], r["peak_images_per_s"]) == (32, 38932)
     assert set(gpu_peaks()["gpu"]) >= {"NVIDIA T4", "NVIDIA L4"}
+
+
+def test_energy_rows_come_from_one_window(tmp_path):
+    """images/s/W × J/image = 1 on every row; mean power is the counter's, not the sampled driver power."""
+    path = str(tmp_path / "e.sqlite")
+    build_store(path, cpu=False)
+    s = Store(path, readonly=True)
+    raw = s.results_frame()
+    s.close()
+    rng = np.random.default_rng(0)
+    extras = []
+    for e in raw["extra"]:
+        e = dict(e)
+        tel = dict(e.get("telemetry") or {})
+        if tel:  # the issue's H100 row: sampled 596 W and its images/s/W, counter 686 W and its joules
+            jpi = tel["joules_per_image"] * rng.uniform(1.1, 1.6)
+            tel.update(joules_per_image=jpi, power_from_energy_w=tel["mean_power_w"] * 1.15,
+                       energy_source="counter")
+        e["telemetry"] = tel
+        extras.append(e)
+    raw["extra"] = extras
+    en = tables.energy(aggregate(prepare(raw)))
+    assert len(en) > 5 and (aggregate(prepare(raw))["n_measurements"] > 1).any()
+    prod = en["ips_per_watt"] * en["joules_per_image"]
+    assert np.allclose(prod, 1.0, rtol=0.01), en[["ips_per_watt", "joules_per_image"]]
+    df = prepare(raw)
+    for e, p in zip(raw["extra"], df["mean_power_w"], strict=True):
+        if e["telemetry"]:
+            assert p == pytest.approx(e["telemetry"]["power_from_energy_w"])
+    # no energy measured: the sampled figures are all there is, and they are kept
+    assert prepare(pd.DataFrame({"extra": [{"telemetry": {"mean_power_w": 50.0, "ips_per_watt": 3.0}}],
+                                 "device": ["cuda"], "status": ["ok"]}))["ips_per_watt"].iloc[0] == 3.0

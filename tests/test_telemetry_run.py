@@ -59,7 +59,8 @@ def test_show_and_analysis_mark_flagged_rows(throttled, capsys):
     from deepgap.analysis.frame import prepare
 
     df = prepare(Store(throttled, readonly=True).results_frame())
-    assert df["flagged"].all() and (df["mean_power_w"] == 100.0).all()
+    # mean power is the energy counter's joules over the windows' seconds (the fake GPU draws 100 W)
+    assert df["flagged"].all() and (abs(df["mean_power_w"] - 100.0) < 0.5).all()
 
 
 def test_cpu_backend_reports_unavailable_energy_cleanly(tmp_path):

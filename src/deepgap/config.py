@@ -23,6 +23,7 @@ else:  # pragma: no cover
 
 PAPER_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512)
 MEMORY_FORMATS = ("nchw", "channels_last")
+ENGINE_AXES = ("precisions", "batch_sizes", "memory_formats")  # axes `engine_axes` may set per engine
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 
 
@@ -65,10 +66,25 @@ class SweepSpec:
     thermal_window_s: float = 30.0  # steady: |temperature slope| over this window below the threshold
     thermal_slope_c_per_min: float = 1.0
     thermal_timeout_s: float = 300.0
+    # per-engine axes replacing the sweep's own for that engine, e.g. {"quant": {"batch_sizes": (256,)}}:
+    # compiling costs ~20 s per shape, so a grid that fits a time budget gives it fewer batch sizes than eager
+    engine_axes: dict[str, dict[str, tuple[Any, ...]]] = field(default_factory=dict, hash=False)
     options: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def replace(self, **changes: Any) -> SweepSpec:
         """A copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
+
+    def overlay(self, **changes: Any) -> SweepSpec:
+        """``replace``, where an axis set here also leaves every `engine_axes` entry.
+
+        A flag or TOML value for an axis (``--batch-sizes 1,8``) means that axis for every engine.
+        """
+        if "engine_axes" not in changes and self.engine_axes:
+            set_axes = [a for a in ENGINE_AXES if a in changes]
+            changes["engine_axes"] = {
+                e: {a: v for a, v in ax.items() if a not in set_axes} for e, ax in self.engine_axes.items()
+            }
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
@@ -92,7 +108,7 @@ class SweepSpec:
                     raise UsageError(f"sweep setting {key!r} must be a list", f"write e.g. {k} = [1, 2]")
                 value = tuple(value)
             changes[k] = value
-        return dataclasses.replace(base, **changes)
+        return base.overlay(**changes)
 
 
 def _grid(**kw: Any) -> SweepSpec:
@@ -107,10 +123,24 @@ PRESETS: dict[str, tuple[str, SweepSpec]] = {
         ),
     ),
     "gpu": (
-        "default on a GPU: the paper grid, adaptive (repeats until the median's CI is within 1%)",
+        "default on a GPU: eager fp32/fp16 (the paper's baseline) beside the fastest engines (cudagraph, "
+        "compile-freeze fp16, quant int8/fp8), 2 sweeps, adaptive; budgeted for ~10 min on one H100",
         _grid(
-            models=("resnet18", "resnet50", "resnet101"), precisions=("fp32", "fp16"), batch_sizes=PAPER_BATCHES,
-            warmup=10, iterations=20, repeats=3, target_ci=0.01, max_time_s=5.0,
+            models=("resnet18", "resnet50", "resnet101"),
+            engines=("eager", "cudagraph", "compile-freeze", "quant"),
+            precisions=("fp32", "fp16", "int8", "fp8"),  # each engine gets those it runs (deepgap.plan)
+            batch_sizes=(1, 32, 256),
+            engine_axes={  # README.md (Two commands for a fresh machine) says why these
+                "cudagraph": {
+                    "precisions": ("fp16",), "batch_sizes": (1,), "memory_formats": ("channels_last",),
+                },
+                "compile-freeze": {
+                    "precisions": ("fp16",), "batch_sizes": (256,), "memory_formats": ("channels_last",),
+                },
+                "quant": {"batch_sizes": (1, 256), "memory_formats": ("channels_last",)},
+            },
+            warmup=10, iterations=10, repeats=3, target_ci=0.01, max_time_s=3.0, sweeps=2,
+            thermal_warmup=True, thermal_timeout_s=120.0,
         ),
     ),
     "cpu": (
@@ -197,6 +227,7 @@ def validate(spec: SweepSpec) -> SweepSpec:
             raise UsageError(f"unknown memory format {mf!r}", f"choose from {', '.join(MEMORY_FORMATS)}")
     if not spec.memory_formats:
         raise UsageError("no memory formats given", "pass --memory-formats nchw")
+    _validate_engine_axes(spec)
     if not _DEVICE_RE.match(spec.device):
         raise UsageError(f"unknown device {spec.device!r}", "use auto, cpu, cuda or cuda:N")
     if spec.threads and spec.device.startswith("cuda"):
@@ -228,6 +259,34 @@ def validate(spec: SweepSpec) -> SweepSpec:
     if spec.weights and len(spec.models) > 1:
         raise UsageError("--weights applies to one model, but several are given", "run one model per weights file")
     return spec
+
+
+def _validate_engine_axes(spec: SweepSpec) -> None:
+    """Per-engine axes: a registered engine, a known axis, valid values (as the sweep's own)."""
+    from deepgap.engines.base import ENGINES
+
+    if not isinstance(spec.engine_axes, dict):
+        raise UsageError("engine_axes must be a table of engine → axes",
+                         "write e.g. engine_axes.quant = {batch_sizes = [1]}")
+    for engine, axes in spec.engine_axes.items():
+        ENGINES.get(engine)
+        if not isinstance(axes, dict):
+            raise UsageError(f"engine_axes.{engine} must be a table",
+                             f"write e.g. engine_axes.{engine} = {{batch_sizes = [1]}}")
+        for axis, values in axes.items():
+            if axis not in ENGINE_AXES:
+                raise UsageError(f"engine_axes.{engine} has unknown axis {axis!r}",
+                                 f"use {', '.join(ENGINE_AXES)}")
+            values = tuple(values) if isinstance(values, (list, tuple)) else (values,)
+            known = {"precisions": PRECISIONS, "memory_formats": MEMORY_FORMATS}.get(axis)
+            if axis == "batch_sizes":
+                _positive_ints(f"engine_axes.{engine}.batch_sizes", values)
+            elif not values or any(v not in known for v in values):
+                raise UsageError(f"engine_axes.{engine}.{axis} = {list(values)!r} is not valid",
+                                 f"choose from {', '.join(known)}")
+    from deepgap.plan import check_pairs
+
+    check_pairs(spec)
 
 
 def parse_percent(text: str) -> float | None:

@@ -3,6 +3,14 @@
 Order follows the seed's Algorithm 1 — precision, model, sweep, then batch size ascending — so
 that an out-of-memory at batch B can skip the larger batches of the same group, and a model is
 built once per worker for all its batches.
+
+An engine is paired only with the precisions it runs (``Engine.precisions`` in the engine
+registry): crossing every engine with every precision stored 8 "does not run" rows out of 12 for
+``--engines compile-freeze,quant --precisions fp16,int8,fp8``. Each engine takes its axes from
+``spec.engine_axes`` where set (a default grid gives compiled engines fewer batch sizes), else from
+the sweep. A precision, or an engine, left with no partner is a `UsageError` (`check_pairs`), never
+an empty or silently shrunk sweep. What a *device* cannot run (fp8 below compute capability 8.9, …)
+still becomes a stored ``skipped`` row with its reason: that is a finding, not a planning error.
 """
 
 from __future__ import annotations
@@ -10,19 +18,76 @@ from __future__ import annotations
 import itertools
 
 from deepgap.config import SweepSpec
+from deepgap.errors import UsageError
 from deepgap.models import resolve_model
 from deepgap.records import ConfigSpec
 
 
+def engine_precisions(engine: str) -> tuple[str, ...]:
+    """The precisions the registered engine ``engine`` runs."""
+    from deepgap.engines import load_engines
+    from deepgap.engines.base import ENGINES
+
+    load_engines()
+    return tuple(ENGINES.get(engine).precisions)
+
+
+def axes(spec: SweepSpec, engine: str) -> dict[str, tuple]:
+    """``engine``'s precisions (only those it runs), batch sizes and memory formats in ``spec``."""
+    own = spec.engine_axes.get(engine, {})
+    out = {a: tuple(own[a]) if a in own else tuple(getattr(spec, a)) for a in ("precisions", "batch_sizes",
+                                                                                "memory_formats")}
+    runs = engine_precisions(engine)
+    out["precisions"] = tuple(p for p in out["precisions"] if p in runs)
+    return out
+
+
+def check_pairs(spec: SweepSpec) -> None:
+    """A `UsageError` for a precision no chosen engine runs, or an engine that runs none of its precisions."""
+    per_engine = {e: axes(spec, e)["precisions"] for e in spec.engines}
+    for p in spec.precisions:
+        if not any(p in ps for ps in per_engine.values()):
+            from deepgap.engines.base import ENGINES
+
+            able = [e for e in ENGINES.names() if p in engine_precisions(e)]
+            raise UsageError(
+                f"no chosen engine runs {p} (engines: {', '.join(spec.engines)})",
+                f"add an engine that does ({', '.join(able) or 'none registered'}) "
+                f"or drop {p} from --precisions",
+            )
+    for e, ps in per_engine.items():
+        if not ps:
+            asked = spec.engine_axes.get(e, {}).get("precisions", spec.precisions)
+            raise UsageError(
+                f"engine {e} runs none of the chosen precisions ({', '.join(asked)}); it runs "
+                f"{', '.join(engine_precisions(e))}",
+                f"add one of those with --precisions, or drop {e} from --engines",
+            )
+
+
+def _ordered_union(lists) -> tuple:
+    out: list = []
+    for values in lists:
+        out += [v for v in values if v not in out]
+    return tuple(out)
+
+
 def expand(spec: SweepSpec, device: str) -> list[ConfigSpec]:
     """All configurations of ``spec`` on ``device`` (``auto`` must already be resolved)."""
+    check_pairs(spec)
     threads: tuple[int | None, ...] = tuple(spec.threads) if spec.threads else (None,)
+    per = {e: axes(spec, e) for e in spec.engines}
+    precisions = _ordered_union([spec.precisions, *(a["precisions"] for a in per.values())])
+    formats = _ordered_union([spec.memory_formats, *(a["memory_formats"] for a in per.values())])
     out: list[ConfigSpec] = []
     for precision, model, sweep, mf, engine, t in itertools.product(
-        spec.precisions, spec.models, range(spec.sweeps), spec.memory_formats, spec.engines, threads
+        precisions, spec.models, range(spec.sweeps), formats, spec.engines, threads
     ):
+        ax = per[engine]
+        if precision not in ax["precisions"] or mf not in ax["memory_formats"]:
+            continue
         resolution = spec.resolution or resolve_model(model).default_resolution
-        for bs in sorted(set(spec.batch_sizes)):
+        for bs in sorted(set(ax["batch_sizes"])):
             out.append(
                 ConfigSpec(
                     model=model, engine=engine, precision=precision, batch_size=bs, device=device,

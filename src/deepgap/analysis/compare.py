@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from deepgap.analysis.frame import config_label
+from deepgap.analysis.frame import accuracy_label, config_label
 from deepgap.analysis.tables import best_rows
 from deepgap.stats import N_RESAMPLES, ratio_ci
 
@@ -53,6 +53,9 @@ _SIDE = [
     "flagged",
     "run_ids",
     "result_ids",
+    "rel_l2",
+    "cosine",
+    "top1_agreement",
 ]
 
 
@@ -106,6 +109,7 @@ def _pair_row(
             if c not in keys:
                 row[f"{c}_{side}"] = r.get(c)
         row[f"configuration_{side}"] = config_label(r)
+        row[f"accuracy_{side}"] = accuracy_label(r)
     row.update(
         speedup=point,
         speedup_ci_low=lo,
@@ -178,6 +182,7 @@ def compare_paper(agg: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
         "model",
         "precision",
         "configuration",
+        "accuracy",
         "throughput_ips",
         "throughput_ci_low_ips",
         "throughput_ci_high_ips",
@@ -206,6 +211,7 @@ def compare_paper(agg: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
                     "model": r["model"],
                     "precision": r["precision"],
                     "configuration": config_label(r),
+                    "accuracy": accuracy_label(r),
                     "throughput_ips": r["throughput_ips"],
                     "throughput_ci_low_ips": r["throughput_ci_low_ips"],
                     "throughput_ci_high_ips": r["throughput_ci_high_ips"],

@@ -80,6 +80,10 @@ WARNING_FLAGS = frozenset({"temp-rising"})
 POWER_CAP_REASON = "sw_power_cap"
 POWER_BRAKES = ("hw_power_brake_slowdown", "board_limit")
 THROTTLE_MIN_FRACTION = TelemetrySettings().throttle_min_fraction  # the share that raised the flag
+# Accuracy against the fp32 eager reference (deepgap.correctness, stored in extra["correctness"]): the
+# evidence a quantized row carries wherever it is shown. Aggregated as the worst over measurements.
+ACCURACY_WORST = {"rel_l2": "max", "cosine": "min", "top1_agreement": "min"}
+QUANTIZED = ("int8", "fp8")
 
 
 def _telemetry_flags(extra: dict[str, Any]) -> list[str]:
@@ -133,7 +137,15 @@ def row_warnings(ci_met: Any, extra: dict[str, Any] | None = None) -> list[str]:
 
 
 def telemetry_of(extra: dict[str, Any] | None) -> dict[str, float]:
-    """The numeric telemetry aggregates of one measurement (missing or malformed keys dropped)."""
+    """The numeric telemetry aggregates of one measurement (missing or malformed keys dropped).
+
+    Energy figures come from one window: images/s/W is 1 / (J/image), both from the energy windows'
+    images and joules (the device's energy counter where it has one, else sampled power × time), and
+    mean power is those joules over the windows' work seconds. The stored ``mean_power_w`` (sampled
+    driver power) and ``ips_per_watt`` (pipelined throughput / that power: the paper's formula) are a
+    different window and a different sensor, and disagreed with the counter's joules by tens of percent
+    on a real GPU (issue 19); they are used only where no energy was measured.
+    """
     tel = (extra or {}).get("telemetry") if isinstance(extra, dict) else None
     if not isinstance(tel, dict):
         return {}
@@ -142,6 +154,12 @@ def telemetry_of(extra: dict[str, Any] | None) -> dict[str, float]:
         v = _num(tel.get(k))
         if v is not None:
             out[k] = v
+    jpi = out.get("joules_per_image")
+    if jpi is not None and jpi > 0:
+        out["ips_per_watt"] = 1.0 / jpi
+        power = _num(tel.get("power_from_energy_w"))
+        if power is not None and power > 0:
+            out["mean_power_w"] = power
     return out
 
 
@@ -166,6 +184,10 @@ def prepare(results: pd.DataFrame) -> pd.DataFrame:
     df["flags"] = [row_flags(e) for e in extras]
     df["flagged"] = [bool(f) for f in df["flags"]]
     df["warnings"] = [row_warnings(c, e) for c, e in zip(df.get("ci_met", [None] * len(df)), extras, strict=True)]
+    corr = [e.get("correctness") if isinstance(e, dict) and isinstance(e.get("correctness"), dict) else {}
+            for e in extras]
+    for k in ACCURACY_WORST:
+        df[k] = [_num(c.get(k)) if _num(c.get(k)) is not None else np.nan for c in corr]
     tel = [telemetry_of(e) for e in extras]
     for k in TELEMETRY_MEDIAN + TELEMETRY_MAX:
         df[k] = [t.get(k, np.nan) for t in tel]
@@ -183,6 +205,21 @@ def _median(values: pd.Series) -> float:
 def _max(values: pd.Series) -> float:
     v = pd.to_numeric(values, errors="coerce").dropna()
     return float(v.max()) if len(v) else float("nan")
+
+
+def _min(values: pd.Series) -> float:
+    v = pd.to_numeric(values, errors="coerce").dropna()
+    return float(v.min()) if len(v) else float("nan")
+
+
+def accuracy_label(row: dict[str, Any] | pd.Series) -> str:
+    """'relL2 0.041, cosine 0.9992, top-1 98.4% vs fp32' — the accuracy evidence of one configuration."""
+    rel, cos, top1 = (_num(row.get(k)) for k in ACCURACY_WORST)
+    if rel is None and cos is None and top1 is None:
+        return "unavailable: no correctness check stored"
+    parts = [f"relL2 {rel:.3g}" if rel is not None else "", f"cosine {cos:.4f}" if cos is not None else "",
+             f"top-1 {100 * top1:.1f}%" if top1 is not None else ""]
+    return ", ".join(p for p in parts if p) + " vs fp32"
 
 
 def _throughput_ci(used: pd.DataFrame) -> tuple[float, float, str]:
@@ -228,6 +265,10 @@ def aggregate(df: pd.DataFrame) -> pd.DataFrame:
             row[c] = _max(used[c]) if c in used else float("nan")
         for c in TELEMETRY_MEDIAN:
             row[c] = _median(used[c])
+        if row["joules_per_image"] > 0:  # one window: images/s/W × J/image = 1 (see `telemetry_of`)
+            row["ips_per_watt"] = 1.0 / row["joules_per_image"]
+        for c, how in ACCURACY_WORST.items():
+            row[c] = (_max if how == "max" else _min)(used[c]) if c in used else float("nan")
         row["flops_per_image"] = _median(used["flops_per_image"])
         row["params"] = _median(used["params"])
         row["n_measurements"] = len(used)

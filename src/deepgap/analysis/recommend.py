@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from deepgap.analysis.frame import MEMORY_LABELS, config_label, memory_metric
+from deepgap.analysis.frame import ACCURACY_WORST, MEMORY_LABELS, accuracy_label, config_label, memory_metric
 from deepgap.errors import UsageError
 
 OBJECTIVES = {
@@ -100,6 +100,8 @@ def evidence(row: dict[str, Any]) -> dict[str, Any]:
         "run_ids": list(row.get("run_ids") or []),
         "warnings": list(row.get("warnings") or []),
         "excluded_measurements": int(row.get("n_excluded") or 0),
+        **{k: row.get(k) for k in ACCURACY_WORST},  # against fp32: what a quantized choice gives up
+        "accuracy": accuracy_label(row),
     }
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in ev.items()}
 

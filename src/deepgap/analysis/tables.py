@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from deepgap.analysis.frame import config_label
+from deepgap.analysis.frame import ACCURACY_WORST, accuracy_label, config_label
 
 _EMPTY_T1 = ["platform", "model", "precision", "engine", "batch_size", "throughput_ips"]
 
@@ -109,6 +109,9 @@ def table1(agg: pd.DataFrame, gpu_peaks: pd.DataFrame | None = None) -> pd.DataF
             row["speedup_vs_cpu"] = np.nan
             row["cpu_baseline"] = "unavailable: no unflagged FP32 CPU result for this model"
         row["configuration"] = config_label(r)
+        for c in ACCURACY_WORST:  # every row, so a quantized row stands beside its evidence
+            row[c] = r.get(c, np.nan)
+        row["accuracy"] = accuracy_label(r)
         out.append(row)
     return pd.DataFrame(out)
 
@@ -122,6 +125,7 @@ def _pct_of_peak(platform: str, precision: str, tflops: float, gpu_peaks: pd.Dat
         "fp16": "fp16_tensor_tflops",
         "bf16": "fp16_tensor_tflops",
         "int8": "int8_tensor_tops",
+        "fp8": "fp8_tensor_tflops",
     }.get(precision)
     if col is None:
         return np.nan

@@ -140,9 +140,9 @@ def _print_pairs(label_a: str, label_b: str, matched, best) -> None:
                 r["model"],
                 r["engine"],
                 r["precision"],
-                r["configuration_a"],
+                _conf(r, "_a"),
                 fmt_ips(r["throughput_ips_a"]),
-                r["configuration_b"],
+                _conf(r, "_b"),
                 fmt_ips(r["throughput_ips_b"]),
                 fmt_x(r["speedup"]),
                 fmt_ci(r["speedup_ci_low"], r["speedup_ci_high"], fmt_x),
@@ -194,6 +194,14 @@ def _print_pairs(label_a: str, label_b: str, matched, best) -> None:
         console.print("no model, engine and precision in common between A and B: nothing to compare")
 
 
+def _conf(r: dict, side: str) -> str:
+    """A side's configuration; a quantized one (int8, fp8) with its accuracy against fp32 beneath."""
+    text = str(r[f"configuration{side}"])
+    if r.get("precision") in ("int8", "fp8") and r.get(f"accuracy{side}"):
+        text += f"\n{r[f'accuracy{side}']}"
+    return text
+
+
 def _print_paper(label: str, table, paper) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -230,7 +238,7 @@ def _print_paper(label: str, table, paper) -> None:
         t.add_row(
             r["model"],
             r["precision"],
-            r["configuration"],
+            _conf(r, ""),
             fmt_ips(r["throughput_ips"]),
             r["paper_platform"],
             r["paper_engine"],

@@ -43,7 +43,9 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
 
         t = Table("preset", "what", "configurations")
         for name, (desc, spec) in PRESETS.items():
-            n = len(spec.models) * len(spec.precisions) * len(spec.batch_sizes) * len(spec.engines)
+            from deepgap.plan import expand
+
+            n = len(expand(spec, "cuda"))  # engines paired with the precisions they run, every sweep pass
             t.add_row(name, desc, str(n))
     else:
         from deepgap.precision import PRECISIONS

@@ -43,6 +43,8 @@ def _line(ev: dict) -> str:
     ]
     if ev.get("joules_per_image") is not None:
         parts.append(f"{fmt_num(ev['joules_per_image'] * 1e3)} mJ/image")
+    if ev.get("precision") in ("int8", "fp8"):  # a quantized choice shows what it gives up
+        parts.append(f"accuracy {ev['accuracy']}")
     parts.append(f"{ev['n_measurements']} measurement(s), run {', '.join(ev['run_ids'])}")
     if ev["warnings"]:
         parts.append("warning: " + ", ".join(ev["warnings"]))

@@ -119,7 +119,7 @@ def build_spec(args: argparse.Namespace) -> SweepSpec:
         device = str(changes.get("device", "auto"))
         has_gpu = device.startswith("cuda") or (device == "auto" and api.gpu_present())
         base = default_spec(has_gpu, os.cpu_count() or 1)
-    return base.replace(**changes)
+    return base.overlay(**changes)  # an axis given as a flag replaces the preset's per-engine one too
 
 
 def main(args: argparse.Namespace) -> int:  # noqa: D103

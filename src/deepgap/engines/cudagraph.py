@@ -34,33 +34,16 @@ class CudaGraphEngine(Engine):
         return None
 
     def prepare(self, model, spec, example):  # noqa: D102
-        import torch
+        from deepgap.engines import graph_runner
 
         t0 = time.perf_counter()
         model = to_device(model, spec)
-        dtype = torch_dtype(spec.precision)
-        static_in = example.to(device=spec.device, dtype=dtype)  # keeps channels_last strides; a normal
-        with torch.inference_mode():  # tensor (not an inference one), so `run` may copy into it anywhere
-            side = torch.cuda.Stream(device=spec.device)
-            side.wait_stream(torch.cuda.current_stream(spec.device))
-            with torch.cuda.stream(side):
-                for _ in range(WARMUP_CALLS):
-                    model(static_in)
-            torch.cuda.current_stream(spec.device).wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            t1 = time.perf_counter()
-            with torch.cuda.graph(graph):
-                static_out = model(static_in)
-            torch.cuda.synchronize(spec.device)
+        # keeps channels_last strides; a normal (not inference) tensor: `run` may copy into it anywhere
+        static_in = example.to(device=spec.device, dtype=torch_dtype(spec.precision))
+        t1 = time.perf_counter()
+        graph, static_out = graph_runner.capture(model, static_in, spec.device, warmup=WARMUP_CALLS)
         capture_s = time.perf_counter() - t1
-
-        def run(x):
-            if x.data_ptr() != static_in.data_ptr():
-                static_in.copy_(x)
-            graph.replay()
-            return static_out
-
-        run.graph = graph  # keep the graph and the model's weights alive as long as `run`
-        run.model = model
+        # the runner owns the model: the graph reads its weights by address (see graph_runner)
+        run = graph_runner.GraphRunner(graph, static_in, static_out, owns=model)
         info = {"capture_s": capture_s, "warmup_calls": WARMUP_CALLS, "static_input": "copied in each call"}
-        return Prepared(run=run, input_dtype=dtype, setup_s=time.perf_counter() - t0, info=info)
+        return Prepared(run=run, input_dtype=static_in.dtype, setup_s=time.perf_counter() - t0, info=info)

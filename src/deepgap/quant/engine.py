@@ -350,43 +350,26 @@ def _check_stem(net: QuantNet, resolution: int, device: str) -> str:
 
 
 def _make_runner(net: QuantNet, batch: int, resolution: int, device: str, use_graph: bool):
-    """``run(x)`` for the network: a CUDA graph replay when capture works, else the eager forward."""
+    """``run(x)`` for the network: a CUDA graph replay when capture works, else the eager forward.
+
+    The graph runner owns ``net``: the graph reads its weights by address (see `GraphRunner`).
+    """
+    from deepgap.engines import graph_runner
+
     static_x = torch.randn(batch, 3, resolution, resolution, device=device).half()
     static_x = static_x.contiguous(memory_format=torch.channels_last)
     with torch.inference_mode():
         net.forward(static_x)
     _sync(device)
-    if not use_graph or not str(device).startswith("cuda"):
+    if not use_graph or not graph_runner.can_capture(device):
         return net.forward, {"cuda_graph": False}
     try:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side), torch.inference_mode():
-            for _ in range(2):
-                net.forward(static_x)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.inference_mode(), torch.cuda.graph(graph):
-            static_out = net.forward(static_x)
-        graph.replay()
-        torch.cuda.synchronize()
+        graph, static_out = graph_runner.capture(net.forward, static_x, device, warmup=2)
     except Exception as exc:  # noqa: BLE001 - eager still works
-        torch.cuda.synchronize()
+        _sync(device)
         return net.forward, {
             "cuda_graph": False,
             "cuda_graph_error": f"{type(exc).__name__}: {exc}"[:500],
             "cuda_graph_traceback": traceback.format_exc()[-2000:],
         }
-
-    def run(x: torch.Tensor) -> torch.Tensor:
-        """Copy ``x`` into the graph's input, replay; the returned logits are overwritten by the next call."""
-        if x.shape != static_x.shape:
-            raise ValueError(
-                f"this prepared network takes inputs of shape {tuple(static_x.shape)}; got {tuple(x.shape)}"
-            )
-        static_x.copy_(x)
-        graph.replay()
-        return static_out
-
-    run.graph = graph  # keep the graph (and its memory pool) alive with the runner
-    return run, {"cuda_graph": True}
+    return graph_runner.GraphRunner(graph, static_x, static_out, owns=net), {"cuda_graph": True}

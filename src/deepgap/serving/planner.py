@@ -33,12 +33,14 @@ class Curve:
     source: str  # "sweep" | "serve"
     power_w: dict[int, float] = field(default_factory=dict)  # batch → mean power (telemetry)
     run_ids: list[str] = field(default_factory=list)
+    accuracy: str = ""  # against fp32 (deepgap.analysis.frame.accuracy_label); shown for int8/fp8
 
     def label(self) -> str:
-        """``resnet50 eager fp16 channels_last`` and the source."""
+        """``resnet50 eager fp16 channels_last`` and the source (and a quantized curve's accuracy)."""
         k = self.key
         fmt = "" if k.get("memory_format") in (None, "nchw") else f" {k['memory_format']}"
-        return f"{k['model']} {k['engine']} {k['precision']}{fmt} ({self.source})"
+        acc = f"; {self.accuracy}" if self.accuracy and k.get("precision") in ("int8", "fp8") else ""
+        return f"{k['model']} {k['engine']} {k['precision']}{fmt} ({self.source}{acc})"
 
 
 @dataclass
@@ -61,7 +63,7 @@ class Prediction:
 
 def curves_from_store(store, run_ids: list[str] | None = None, padding: str = "bucket") -> list[Curve]:
     """Every curve of a store: sweeps (pooled over runs and sweeps of one configuration) and calibrations."""
-    from deepgap.analysis.frame import prepare, telemetry_of
+    from deepgap.analysis.frame import ACCURACY_WORST, accuracy_label, prepare, telemetry_of
     from deepgap.serving.storage import curves_frame
 
     out: list[Curve] = []
@@ -85,8 +87,10 @@ def curves_from_store(store, run_ids: list[str] | None = None, padding: str = "b
             bs = sorted(samples)
             sv = ServiceModel(tuple(bs), tuple(float(np.median(samples[b])) for b in bs), samples, padding=padding,
                               source="sweep")
+            worst = {c: (g[c].max() if how == "max" else g[c].min()) for c, how in ACCURACY_WORST.items()}
             out.append(Curve(dict(zip(_KEY, key, strict=True)), sv, "sweep",
-                             {b: float(np.median(v)) for b, v in power.items()}, sorted(set(g["run_id"]))))
+                             {b: float(np.median(v)) for b, v in power.items()}, sorted(set(g["run_id"])),
+                             accuracy_label(worst)))
     cf = curves_frame(store, run_ids)
     if len(cf):
         for (run_id, tenant), g in cf.groupby(["run_id", "tenant"], sort=True):

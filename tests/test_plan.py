@@ -1,0 +1,131 @@
+"""Sweep expansion: engines paired with the precisions they run, per-engine axes, the default GPU grid."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from deepgap.cli import main
+from deepgap.commands.run import add_arguments, build_spec
+from deepgap.config import SweepSpec, default_spec, load_toml, validate
+from deepgap.engines import ENGINES, load_engines
+from deepgap.errors import UsageError
+from deepgap.plan import check_pairs, engine_precisions, expand
+from deepgap.precision import PRECISIONS
+
+load_engines()
+ALL_ENGINES = tuple(ENGINES.names())
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    return p.parse_args(list(argv))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    engines=st.lists(st.sampled_from(ALL_ENGINES), min_size=1, max_size=4, unique=True),
+    precisions=st.lists(st.sampled_from(PRECISIONS), min_size=1, max_size=4, unique=True),
+)
+def test_every_row_is_a_pair_the_engine_runs_and_every_runnable_pair_is_a_row(engines, precisions):
+    spec = SweepSpec(models=("resnet18",), engines=tuple(engines), precisions=tuple(precisions),
+                     batch_sizes=(1, 4))
+    runnable = {(e, p) for e in engines for p in precisions if p in engine_precisions(e)}
+    orphan = [p for p in precisions if not any(p in engine_precisions(e) for e in engines)]
+    idle = [e for e in engines if not any(p in engine_precisions(e) for p in precisions)]
+    if orphan or idle:
+        with pytest.raises(UsageError):
+            expand(spec, "cuda")
+        return
+    rows = expand(spec, "cuda")
+    assert {(c.engine, c.precision) for c in rows} == runnable
+    assert len(rows) == 2 * len(runnable)
+
+
+def test_the_issue_example_has_no_impossible_rows():
+    spec = SweepSpec(models=("resnet50",), engines=("compile-freeze", "quant"),
+                     precisions=("fp16", "int8", "fp8"), batch_sizes=(1, 256),
+                     memory_formats=("channels_last",))
+    rows = expand(validate(spec), "cuda")
+    assert sorted({(c.engine, c.precision) for c in rows}) == [
+        ("compile-freeze", "fp16"), ("quant", "fp8"), ("quant", "int8")]
+    assert len(rows) == 6  # 12 before, 8 of them "does not run" skips
+
+
+@pytest.mark.parametrize("argv,expect", [
+    (["--engines", "eager", "--precisions", "fp32,int8"], "no chosen engine runs int8"),
+    (["--engines", "eager,quant", "--precisions", "fp16"], "engine quant runs none of the chosen precisions"),
+])
+def test_unpaired_precision_or_engine_is_one_usage_error(argv, expect, tmp_path, capsys):
+    store = tmp_path / "s.sqlite"
+    rc = main(["run", "--models", "tinycnn", "--device", "cpu", "--store", str(store), *argv])
+    err = capsys.readouterr().err
+    assert rc == 2 and expect in err and len(err.strip().splitlines()) == 1
+    assert not store.exists() and not list(tmp_path.iterdir())
+
+
+def test_default_gpu_grid():
+    """Eager fp32/fp16 NCHW (the paper's baseline) beside cudagraph, compile-freeze and quant, twice."""
+    spec = validate(default_spec(True, 16))
+    rows = expand(spec, "cuda")
+    assert spec.sweeps == 2 and spec.thermal_warmup and spec.thermal_timeout_s <= 120
+    pairs = {(c.engine, c.precision, c.memory_format) for c in rows}
+    assert pairs == {
+        ("eager", "fp32", "nchw"), ("eager", "fp16", "nchw"), ("cudagraph", "fp16", "channels_last"),
+        ("compile-freeze", "fp16", "channels_last"), ("quant", "int8", "channels_last"),
+        ("quant", "fp8", "channels_last"),
+    }
+    for c in rows:
+        assert c.precision in engine_precisions(c.engine)
+    assert {c.model for c in rows} == {"resnet18", "resnet50", "resnet101"}
+    per_sweep = [c for c in rows if c.sweep == 0]
+    assert len(per_sweep) * 2 == len(rows) == 72
+    compiled = [c for c in per_sweep if c.engine == "compile-freeze"]
+    assert len(compiled) == 3  # ~20 s of compilation each: one batch size per model
+    # a model's configurations of one precision and sweep stay together (one model build per worker)
+    keys = [(c.precision, c.model, c.sweep) for c in rows]
+    seen, last = set(), None
+    for k in keys:
+        if k != last:
+            assert k not in seen, f"{k} split"
+            seen.add(k)
+            last = k
+
+
+def test_an_axis_flag_replaces_the_presets_per_engine_axis():
+    spec = build_spec(_args("--preset", "gpu", "--batch-sizes", "8"))
+    assert {c.batch_size for c in expand(validate(spec), "cuda")} == {8}
+    spec = build_spec(_args("--preset", "gpu", "--memory-formats", "nchw"))
+    assert {c.memory_format for c in expand(validate(spec), "cuda")} == {"nchw"}
+    spec = build_spec(_args("--preset", "gpu", "--engines", "quant", "--precisions", "int8"))
+    rows = expand(validate(spec), "cuda")
+    assert {(c.engine, c.precision, c.memory_format) for c in rows} == {("quant", "int8", "channels_last")}
+    assert {c.batch_size for c in rows} == {1, 256}  # the preset's quant batch sizes stay
+
+
+def test_engine_axes_from_toml_round_trip_and_errors(tmp_path):
+    f = tmp_path / "s.toml"
+    f.write_text('engines = ["eager", "quant"]\nprecisions = ["fp16", "int8"]\nbatch_sizes = [1, 8]\n'
+                 '[engine_axes.quant]\nbatch_sizes = [256]\n')
+    spec = validate(load_toml(str(f)))
+    rows = expand(spec, "cuda")
+    assert {(c.engine, c.batch_size) for c in rows} == {("eager", 1), ("eager", 8), ("quant", 256)}
+    again = SweepSpec.from_dict(spec.to_dict())  # how a resumed run rebuilds its spec
+    assert expand(validate(again), "cuda") == rows
+    for bad, msg in [('[engine_axes.quant]\nthreads = [1]\n', "unknown axis"),
+                     ('[engine_axes.nosuch]\nbatch_sizes = [1]\n', "nosuch"),
+                     ('[engine_axes.quant]\nmemory_formats = ["nhwc"]\n', "memory_formats"),
+                     ('[engine_axes.quant]\nbatch_sizes = [0]\n', "positive")]:
+        f.write_text('engines = ["quant"]\nprecisions = ["int8"]\n' + bad)
+        with pytest.raises(UsageError, match=msg):
+            validate(load_toml(str(f)))
+
+
+def test_check_pairs_names_the_engines_that_can():
+    with pytest.raises(UsageError) as e:
+        check_pairs(SweepSpec(engines=("eager",), precisions=("fp8",)))
+    assert "quant" in e.value.fix
