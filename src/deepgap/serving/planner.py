@@ -130,6 +130,8 @@ class PlanRow:
     power_w_per_device: float | None
     total_power_w: float | None
     note: str = ""
+    relative_devices: float | None = None  # devices / the first-ranked platform's devices
+    relative_power: float | None = None  # total power / the first-ranked platform's total power
 
 
 def plan(predictions: list[Prediction], qps: float, objective: str = "devices") -> list[PlanRow]:
@@ -152,5 +154,12 @@ def plan(predictions: list[Prediction], qps: float, objective: str = "devices") 
         watts = r.total_power_w if r.total_power_w is not None else math.inf
         return (watts, dev) if objective == "watts" else (dev, watts)
 
-    best = [min(rows, key=rank) for rows in by_platform.values()]
-    return sorted(best, key=rank)
+    best = sorted((min(rows, key=rank) for rows in by_platform.values()), key=rank)
+    if best:  # how each platform compares with the first: "2.0× the devices, 1.4× the watts"
+        first = best[0]
+        for r in best:
+            if r.devices is not None and first.devices:
+                r.relative_devices = r.devices / first.devices
+            if r.total_power_w is not None and first.total_power_w:
+                r.relative_power = r.total_power_w / first.total_power_w
+    return best
