@@ -102,6 +102,32 @@ def test_predicted_ratio_by_hand():
     assert (mixed["ridge_a"], mixed["ridge_b"]) == (pytest.approx(200.0), pytest.approx(400.0))
 
 
+def test_departs_uses_the_measured_ceilings_spread():
+    import pandas as pd
+
+    pair = pd.DataFrame(
+        [
+            dict(model="m", resolution=224, batch_size=8, precision="fp16", platform_a="A", platform_b="B")
+            | dict(speedup=2.1, speedup_ci_low=2.05, speedup_ci_high=2.15)
+        ]
+    )
+    a = predict.Roof("A", measured={"fp16": 800.0, "memory": 4000.0})
+    b = predict.Roof("B", measured={"fp16": 800.0, "memory": 2000.0})
+    out = predict.add_predictions(pair, {"A": a, "B": b}, fake_intensity).iloc[0]
+    assert out["predicted_ratio"] == pytest.approx(2.0) and out["departs"]  # 2.0 outside [2.05, 2.15]
+    # A's bandwidth repeats spread 3800–4400 GB/s (value × median / per-call): the range 1.9–2.2 overlaps
+    details = {"per_call_s": [1 / 3800, 1 / 4000, 1 / 4400]}
+    assert predict._repeat_range(4000.0, details) == (pytest.approx(3800.0), pytest.approx(4400.0))
+    a.measured_range["memory"] = predict._repeat_range(4000.0, details)
+    out = predict.add_predictions(pair, {"A": a, "B": b}, fake_intensity).iloc[0]
+    assert out["predicted_ratio_low"] == pytest.approx(1.9)
+    assert out["predicted_ratio_high"] == pytest.approx(2.2)
+    assert out["departs"] is not None and not out["departs"]
+    # no CI: no verdict
+    no_ci = pair.assign(speedup_ci_low=float("nan"))
+    assert predict.add_predictions(no_ci, {"A": a, "B": b}, fake_intensity).iloc[0]["departs"] is None
+
+
 def test_compare_platforms_in_a_merged_store(merged, fake_counts):
     out = side_by_side(merged["all"], ["H200", "H100"], n_resamples=400)
     m = out["matched"]

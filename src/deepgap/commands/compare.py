@@ -4,8 +4,9 @@ A side is a store file (all its runs) or a run id in ``--store``; ``--platforms 
 device name, so one merged store (``deepgap merge h100.sqlite h200.sqlite``) compares its two GPUs. Every
 ratio is printed beside both sides' configurations, per matched configuration and at each side's best
 batch, with the ratio the roofline predicts from each platform's ceilings (`roofline.predict`) and a
-``departs`` mark where the measured CI excludes it; ``--paper`` puts your peaks beside the seed study's
-T4, L4 and Xeon rows (shipped with deepgap), saying which of your precisions meets each paper column.
+``departs`` mark where the measured CI excludes it (and its range); ``--paper`` puts your peaks beside
+the seed study's T4, L4 and Xeon rows (shipped with deepgap), saying which of your precisions meets each
+paper column.
 """
 
 from __future__ import annotations
@@ -165,8 +166,8 @@ def _print_sources(console, frames) -> None:
     if seen:
         console.print(
             "roofline = ratio predicted from each platform's ceilings at the configuration's eager-traffic "
-            "intensity (memory-bound: bandwidth ratio; compute-bound: compute ratio); departs = outside the "
-            "measured 95% CI. Ceilings: "
+            "intensity (memory-bound: bandwidth ratio; compute-bound: compute ratio); departs = its range "
+            "(measured ceilings' spread over their repeats) lies outside the measured 95% CI. Ceilings: "
             + "; ".join(f"{p}: {', '.join(sorted(s))}" for p, s in sorted(seen.items()))
         )
 

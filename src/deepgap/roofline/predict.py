@@ -5,9 +5,11 @@ the ridge point (memory-bound) should gain about the bandwidth ratio, one right 
 about the compute ratio (≈ 1). The roofline gives each side's attainable rate,
 ``min(peak, AI × bandwidth)``, at the configuration's arithmetic intensity AI; both sides run the same
 FLOPs per image, so the predicted throughput ratio A/B is ``attainable_A / attainable_B``. Where the
-measured ratio's 95% CI excludes that prediction, the configuration ``departs`` from the roofline (it
-runs at a different fraction of its roof on the two GPUs: launch-bound at small batches, power-capped,
-a different kernel choice).
+measured ratio's 95% CI excludes that prediction's range, the configuration ``departs`` from the
+roofline (it runs at a different fraction of its roof on the two GPUs: launch-bound at small batches,
+power-capped, a different kernel choice). The prediction's range (``predicted_ratio_low``/``_high``)
+carries the measured ceilings' own spread: each ceiling's lowest and highest value over its timed
+repeats (``details.per_call_s``); a datasheet value is a point.
 
 Ceilings per side: the measured ones (``deepgap peaks``, in the store) when *both* platforms have them for
 the precision and for memory, else the datasheet's (``data/gpu_specs.csv``) when both sides are in it,
@@ -45,6 +47,8 @@ PREDICT_COLUMNS = [
     "attainable_tflops_a",
     "attainable_tflops_b",
     "predicted_ratio",
+    "predicted_ratio_low",
+    "predicted_ratio_high",
     "roofline_source",
     "measured_over_predicted",
     "departs",
@@ -68,6 +72,7 @@ class Roof:
     datasheet: dict[str, float] = field(default_factory=dict)
     datasheet_gpu: str = ""  # the gpu_specs.csv row matched, e.g. "NVIDIA H200 SXM"
     measured_runs: list[str] = field(default_factory=list)
+    measured_range: dict[str, tuple[float, float]] = field(default_factory=dict)  # over timed repeats
 
     def has(self, source: str, precision: str) -> bool:
         """Whether ``source`` (measured | datasheet) has a compute peak for ``precision`` and a bandwidth."""
@@ -78,6 +83,29 @@ class Roof:
         """(peak TFLOP/s, bandwidth GB/s) from ``source``."""
         vals = self.measured if source == "measured" else self.datasheet
         return vals[precision], vals[BANDWIDTH_NAME]
+
+    def ceiling_range(self, source: str, precision: str) -> tuple[tuple[float, float], tuple[float, float]]:
+        """((lowest peak, lowest bandwidth), (highest peak, highest bandwidth)); datasheet: the point."""
+        point = self.ceiling(source, precision)
+        if source != "measured":
+            return point, point
+        (p_lo, p_hi), (b_lo, b_hi) = (
+            self.measured_range.get(n, (v, v)) for n, v in ((precision, point[0]), (BANDWIDTH_NAME, point[1]))
+        )
+        return (p_lo, b_lo), (p_hi, b_hi)
+
+
+def _repeat_range(value: float, details: Any) -> tuple[float, float]:
+    """Lowest and highest value over a ceiling's timed repeats (value ∝ 1 / seconds per call)."""
+    per_call = details.get("per_call_s") if isinstance(details, dict) else None
+    try:
+        t = sorted(float(x) for x in per_call or [] if float(x) > 0)
+    except (TypeError, ValueError):
+        t = []
+    if not t:
+        return value, value
+    med = t[len(t) // 2] if len(t) % 2 else 0.5 * (t[len(t) // 2 - 1] + t[len(t) // 2])
+    return value * med / t[-1], value * med / t[0]
 
 
 def roof_of(platform: str, peaks_df: pd.DataFrame | None = None) -> Roof:
@@ -97,6 +125,7 @@ def roof_of(platform: str, peaks_df: pd.DataFrame | None = None) -> Roof:
         for r in df.to_dict("records"):
             if r["value"] is not None and math.isfinite(float(r["value"])):
                 roof.measured[str(r["name"])] = float(r["value"])
+                roof.measured_range[str(r["name"])] = _repeat_range(float(r["value"]), r.get("details"))
         roof.measured_runs = sorted({str(r) for r in df["run_id"]})
     spec = spec_for(platform)
     if spec is not None:
@@ -152,8 +181,9 @@ def add_predictions(
 ) -> pd.DataFrame:
     """`PREDICT_COLUMNS` added to a frame of `analysis.compare` pairs (matched or best batch); a copy.
 
-    ``departs`` is True where the prediction lies outside the measured ratio's 95% CI
-    (``speedup_ci_low``…``speedup_ci_high``), False inside, None without a CI or a prediction.
+    ``departs`` is True where the prediction's range (``predicted_ratio_low``…``_high``) and the measured
+    ratio's 95% CI (``speedup_ci_low``…``speedup_ci_high``) do not overlap, False where they do, None
+    without a CI or a prediction.
     ``intensity`` defaults to `eager_intensity`, counted only for pairs whose platforms both have ceilings.
     """
     import pandas as pd
@@ -180,6 +210,9 @@ def add_predictions(
             rows.append(_empty(f"none: intensity unavailable ({type(exc).__name__})"))
             continue
         row = predicted_ratio(ai_a, ai_b, a.ceiling(source, prec), b.ceiling(source, prec))
+        (a_lo, a_hi), (b_lo, b_hi) = a.ceiling_range(source, prec), b.ceiling_range(source, prec)
+        row["predicted_ratio_low"] = predicted_ratio(ai_a, ai_b, a_lo, b_hi)["predicted_ratio"]
+        row["predicted_ratio_high"] = predicted_ratio(ai_a, ai_b, a_hi, b_lo)["predicted_ratio"]
         label = (
             "measured peaks (deepgap peaks) of both"
             if source == "measured"
@@ -187,9 +220,10 @@ def add_predictions(
         )
         row["roofline_source"] = label
         pred, lo, hi = row["predicted_ratio"], r.get("speedup_ci_low"), r.get("speedup_ci_high")
+        p_lo, p_hi = row["predicted_ratio_low"], row["predicted_ratio_high"]
         row["measured_over_predicted"] = float(r["speedup"]) / pred if pred and pred == pred else float("nan")
-        finite = all(isinstance(v, (int, float)) and math.isfinite(v) for v in (pred, lo, hi))
-        row["departs"] = bool(pred < lo or pred > hi) if finite else None
+        finite = all(isinstance(v, (int, float)) and math.isfinite(v) for v in (p_lo, p_hi, lo, hi))
+        row["departs"] = bool(p_hi < lo or p_lo > hi) if finite else None  # the two ranges do not overlap
         rows.append(row)
     extra = pd.DataFrame(rows, index=df.index)
     for c in PREDICT_COLUMNS:
