@@ -258,3 +258,23 @@ def test_plan_across_both_platforms(merged, capsys):
     assert rows[H100]["capacity_qps"] < rows[H200]["capacity_qps"]
     assert rows[H200]["relative_devices"] == pytest.approx(1.0)
     assert rows[H100]["relative_devices"] == pytest.approx(rows[H100]["devices"] / rows[H200]["devices"])
+
+
+def test_plan_power_of_a_serve_curve_comes_from_the_sweep_at_or_above_its_batch():
+    from deepgap.serving.batcher import BatchPolicy
+    from deepgap.serving.capacity import CapacityResult
+    from deepgap.serving.planner import Curve, Prediction, _borrow_sweep_power, plan
+    from deepgap.serving.sim import ServiceModel
+
+    key = dict(platform=H200, model="resnet50", engine="cudagraph", precision="fp16", memory_format="nchw",
+               resolution=224, threads=0, include_transfer=False)
+    sweep = Curve(key, ServiceModel((1, 256), (0.001, 0.02)), "sweep", {1: 150.0, 256: 600.0}, ["r1"])
+    serve = Curve(key | {"include_transfer": True}, ServiceModel((1, 8, 64), (0.001, 0.0015, 0.005)), "serve")
+    _borrow_sweep_power([sweep, serve])
+    assert serve.power_w == {1: 150.0, 256: 600.0} and "runs r1" in serve.power_source
+    best = CapacityResult(BatchPolicy(64, 0.0), 0.015, 10_000.0, None)
+    p = Prediction(serve, best, [best])
+    assert (p.power_batch, p.power_w) == (256, 600.0)  # not batch 1's 150 W: the measured batch above 64
+    (row,) = plan([p], 100_000)
+    assert (row.devices, row.total_power_w) == (10, 6000.0)
+    assert "power at batch 256 (not measured at 64)" in row.note
