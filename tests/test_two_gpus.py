@@ -258,6 +258,10 @@ def test_plan_across_both_platforms(merged, capsys):
     assert rows[H100]["capacity_qps"] < rows[H200]["capacity_qps"]
     assert rows[H200]["relative_devices"] == pytest.approx(1.0)
     assert rows[H100]["relative_devices"] == pytest.approx(rows[H100]["devices"] / rows[H200]["devices"])
+    assert main(["plan", merged["all"], "--qps", "100000", "--slo-p99", "15ms", "--model", "resnet50",
+                 "--min-duration", "0.5s", "--platforms", "H100"]) == 0
+    out = capsys.readouterr().out
+    assert H100 in out and H200 not in out and "× devices" in out
 
 
 def test_plan_power_of_a_serve_curve_comes_from_the_sweep_at_or_above_its_batch():
