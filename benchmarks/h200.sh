@@ -2,10 +2,11 @@
 # The H200 half of "two GPUs side by side" (issue 25), in device calls of <= 10 minutes each, on kind
 # nvidia-h200 (torch 2.11+cu130, no internet), in the repository root:
 #
-#   bash benchmarks/h200.sh sweep      # call 1 (<= 9.5 min): `deepgap run` with no grid arguments (the
-#                                      #   default GPU sweep) into results/h200/default.sqlite; when that store
-#                                      #   already holds an unfinished run, it is resumed instead
-#   bash benchmarks/h200.sh measure    # call 2 (<= 9.5 min): `deepgap peaks`, benchmarks/quant.py, serving
+#   bash benchmarks/h200.sh sweep      # call 1 (<= 9 min; the H100 ran the old grid in 9): `deepgap run` with
+#                                      #   no grid arguments (the default GPU sweep) into
+#                                      #   results/h200/default.sqlite; when that store exists, its unfinished
+#                                      #   run is resumed instead (exit 2 and a note when it had finished)
+#   bash benchmarks/h200.sh measure    # call 2 (<= 9 min): `deepgap peaks`, benchmarks/quant.py, serving
 #                                      #   capacity for cudagraph fp16 and for the fastest engine
 #   bash benchmarks/h200.sh post       # here, no GPU: export, report, merge with results/h100, compare, plan
 #
@@ -52,12 +53,13 @@ sweep)
     [ $rc -eq 2 ] && [ -f "$R/default.sqlite" ] && echo "(exit 2 on --resume: the sweep had already finished)"
     ;;
 measure)
-    step "peaks" 90 python -m deepgap peaks --store "$R/roofline.sqlite"
-    step "quant" 180 python benchmarks/quant.py --batch-sizes 256,32,1 --iterations 30 --budget-s 100 \
+    # ~9 min at most: peaks ~1 min, quant ~2.5 min, serving 2 + 3 min (compiling each batch size)
+    step "peaks" 75 python -m deepgap peaks --store "$R/roofline.sqlite"
+    step "quant" 150 python benchmarks/quant.py --batch-sizes 256,32,1 --iterations 30 --budget-s 80 \
         --out "$R/quant"
-    step "serving cudagraph fp16" 150 python benchmarks/serving.py --engine cudagraph --precision fp16 \
+    step "serving cudagraph fp16" 120 python benchmarks/serving.py --engine cudagraph --precision fp16 \
         --store "$R/serving.sqlite" --out "$R/serving-cudagraph-fp16.json"
-    step "serving $FAST $FAST_PREC" 150 python benchmarks/serving.py --engine "$FAST" --precision "$FAST_PREC" \
+    step "serving $FAST $FAST_PREC" 180 python benchmarks/serving.py --engine "$FAST" --precision "$FAST_PREC" \
         --store "$R/serving.sqlite" --out "$R/serving-$FAST-$FAST_PREC.json"
     ;;
 post)
