@@ -32,6 +32,11 @@ def fake_intensity(model, resolution, batch, precision):
     return 8.0 * batch
 
 
+def fake_op_costs(model, resolution):
+    """Two ops per image: a "convolution" (1 GFLOP, 1e6 elements) and a "ReLU" (no FLOPs, 1e7 elements)."""
+    return [1e9, 0.0], [2e9, 0.0], [1e6, 1e7], [2e6, 2e7]
+
+
 def _peaks_run(path, name, values):
     s = Store(path)
     try:
@@ -79,6 +84,7 @@ def merged(tmp_path_factory):
 @pytest.fixture
 def fake_counts(monkeypatch):
     monkeypatch.setattr(predict, "eager_intensity", fake_intensity)
+    monkeypatch.setattr(predict, "eager_op_costs", fake_op_costs)
 
 
 def test_resolve_platform_by_part_of_the_name():
@@ -145,6 +151,11 @@ def test_compare_platforms_in_a_merged_store(merged, fake_counts):
     assert list(r18["bound"]) == ["memory", "memory", "compute/memory", "compute"]
     assert list(r18["departs"]) == [False, False, True, True]
     assert r18["measured_over_predicted"].iloc[3] == pytest.approx(2.0)
+    # per op, fp16 (2 bytes): the convolution is compute-bound on both (1.25 µs per image vs 0.5 / 1.0 µs of
+    # traffic), the ReLU memory-bound (2e7 bytes: 5 µs on the H200, 10 µs on the H100) → 11.25 / 6.25 = 1.8
+    assert list(r18["predicted_ratio_per_op"]) == pytest.approx([1.8] * 4)
+    assert list(r18["memory_time_share_a"]) == pytest.approx([0.8] * 4)
+    assert list(r18["memory_time_share_b"]) == pytest.approx([10 / 11.25] * 4)
     # fp32 has no measured ceiling: the datasheet (H200 SXM vs H100 SXM: 67 TFLOP/s both, 4800 vs 3350 GB/s)
     fp32 = m[(m["precision"] == "fp32") & (m["model"] == "resnet18")].set_index("batch_size")
     assert fp32["roofline_source"].iloc[0] == "datasheet: NVIDIA H200 SXM vs NVIDIA H100 SXM"

@@ -22,7 +22,9 @@ def _roof(r: dict[str, Any]) -> str:
     if pred is None or not isinstance(pred, float) or not math.isfinite(pred):
         return "–"
     mark = {True: " departs", False: ""}.get(r.get("departs"), " (no CI)")
-    return f"{fmt_x(pred)} {r.get('bound', '')}{mark}"
+    per_op = r.get("predicted_ratio_per_op")
+    finer = f" (per op {fmt_x(per_op)})" if isinstance(per_op, float) and math.isfinite(per_op) else ""
+    return f"{fmt_x(pred)} {r.get('bound', '')}{mark}{finer}"
 
 
 def _print_sources(console, frames) -> None:
@@ -36,7 +38,8 @@ def _print_sources(console, frames) -> None:
         console.print(
             "roofline = ratio predicted from each platform's ceilings at the configuration's eager-traffic "
             "intensity (memory-bound: bandwidth ratio; compute-bound: compute ratio); departs = its range "
-            "(measured ceilings' spread over their repeats) lies outside the measured 95% CI. Ceilings: "
+            "(measured ceilings' spread over their repeats) lies outside the measured 95% CI; per op = the "
+            "roofline applied op by op, times summed. Ceilings: "
             + "; ".join(f"{p}: {', '.join(sorted(s))}" for p, s in sorted(seen.items()))
         )
 

@@ -37,6 +37,8 @@ _PAIR_COLUMNS: list[tuple[str, Any]] = [
     ("95% CI", lambda r: fmt_ci(r.get("speedup_ci_low"), r.get("speedup_ci_high"), fmt_x)),
     ("roofline A/B", lambda r: fmt_x(r.get("predicted_ratio"))),
     ("bound (A/B)", "bound"),
+    ("roofline per op", lambda r: fmt_x(r.get("predicted_ratio_per_op"))),
+    ("memory-time share A", lambda r: fmt_num(r.get("memory_time_share_a"), ".2f")),
     ("vs roofline", _departs),
     ("ceilings", "roofline_source"),
     ("A mJ/image", lambda r: fmt_num(1e3 * r["joules_per_image_a"] if r.get("joules_per_image_a") else None)),

@@ -20,10 +20,16 @@ Intensity: FLOPs per image × batch over the eager-traffic bytes of a batch (`fl
 non-view op reads its inputs and writes its outputs once, in the precision's element size). Compiled
 and graph engines fuse some of that traffic away, which moves a configuration right on the roofline:
 the ``bound`` column is the eager estimate's verdict.
+
+A whole-model intensity averages compute-bound convolutions with memory-bound elementwise ops, so a
+second prediction applies the roofline per op and sums the times (``predicted_ratio_per_op``, with each
+side's ``memory_time_share``: the share of that time in ops left of their ridge). It uses the same
+ceilings and the same eager op list; it is the finer model, the whole-model one is the textbook one.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,6 +42,8 @@ if TYPE_CHECKING:
 
 # (model, resolution, batch, precision) → FLOP per byte
 IntensityFn = Callable[[str, int, int, str], float]
+# (model, resolution) → per-op arrays (FLOPs at batch 1, at batch 2, elements moved at batch 1, at batch 2)
+OpCostsFn = Callable[[str, int], tuple[Any, Any, Any, Any]]
 PREDICT_COLUMNS = [
     "intensity_a",
     "intensity_b",
@@ -49,6 +57,9 @@ PREDICT_COLUMNS = [
     "predicted_ratio",
     "predicted_ratio_low",
     "predicted_ratio_high",
+    "predicted_ratio_per_op",
+    "memory_time_share_a",
+    "memory_time_share_b",
     "roofline_source",
     "measured_over_predicted",
     "departs",
@@ -61,6 +72,48 @@ def eager_intensity(model: str, resolution: int, batch: int, precision: str) -> 
 
     prec = precision if precision in ITEMSIZE_BYTES else "fp32"
     return model_cost(model, int(resolution)).intensity(int(batch), prec)
+
+
+@functools.lru_cache(maxsize=16)
+def eager_op_costs(model: str, resolution: int) -> tuple[Any, Any, Any, Any]:
+    """Per-op FLOPs and read+write elements of one inference pass at batch 1 and 2 (meta device)."""
+    import numpy as np
+    import torch
+
+    from deepgap.models import build_model
+    from deepgap.roofline.flops import op_counter
+
+    net = build_model(model, int(resolution)).to("meta").eval()
+    out = []
+    for b in (1, 2):
+        counter = op_counter()
+        with torch.no_grad(), counter:
+            net(torch.empty(b, 3, int(resolution), int(resolution), device="meta"))
+        out.append(counter.records)
+    if len(out[0]) != len(out[1]):
+        raise ValueError("the op sequence differs between batch 1 and 2")
+    f1, f2 = (np.array([r.flops for r in recs]) for recs in out)
+    e1, e2 = (np.array([r.read_elements + r.write_elements for r in recs]) for recs in out)
+    return f1, f2, e1, e2
+
+
+def per_op_time(costs: tuple[Any, Any, Any, Any], batch: int, precision: str, peak_tflops: float,
+                bandwidth_gb_s: float) -> tuple[float, float]:
+    """(Σ over ops of max(FLOPs / peak, bytes / bandwidth) in seconds, share of it in memory-bound ops).
+
+    Per-op counts are linear in the batch (weights are the fixed part): batch b = c1 + (b − 1)(c2 − c1).
+    """
+    import numpy as np
+
+    from deepgap.roofline.flops import ITEMSIZE_BYTES
+
+    f1, f2, e1, e2 = (np.asarray(c, dtype=float) for c in costs)
+    flops = f1 + (batch - 1) * (f2 - f1)
+    nbytes = (e1 + (batch - 1) * (e2 - e1)) * ITEMSIZE_BYTES.get(precision, 4)
+    t_c, t_m = flops / (peak_tflops * 1e12), nbytes / (bandwidth_gb_s * 1e9)
+    t = np.maximum(t_c, t_m)
+    total = float(t.sum())
+    return total, float(t[t_m > t_c].sum() / total) if total > 0 else float("nan")
 
 
 @dataclass
@@ -168,6 +221,18 @@ def predicted_ratio(
     return out
 
 
+def _per_op(op_costs: OpCostsFn, r: dict[str, Any], bs_a: int, bs_b: int, ceil_a, ceil_b) -> dict[str, Any]:
+    """The per-op roofline's throughput ratio (batch / summed op time) and memory-time shares, or nothing."""
+    try:
+        costs = op_costs(str(r["model"]), int(r["resolution"]))
+        t_a, share_a = per_op_time(costs, bs_a, str(r["precision"]), *ceil_a)
+        t_b, share_b = per_op_time(costs, bs_b, str(r["precision"]), *ceil_b)
+        ratio = (bs_a / t_a) / (bs_b / t_b)
+    except Exception:  # noqa: BLE001 — a model the counter cannot run: the finer prediction is missing
+        return {}
+    return {"predicted_ratio_per_op": ratio, "memory_time_share_a": share_a, "memory_time_share_b": share_b}
+
+
 def _empty(reason: str) -> dict[str, Any]:
     row: dict[str, Any] = dict.fromkeys(PREDICT_COLUMNS, float("nan"))
     row.update(bound_a="", bound_b="", bound="", roofline_source=reason, departs=None)
@@ -178,6 +243,7 @@ def add_predictions(
     pairs: pd.DataFrame,
     roofs: dict[str, Roof],
     intensity: IntensityFn | None = None,
+    op_costs: OpCostsFn | None = None,
 ) -> pd.DataFrame:
     """`PREDICT_COLUMNS` added to a frame of `analysis.compare` pairs (matched or best batch); a copy.
 
@@ -189,6 +255,7 @@ def add_predictions(
     import pandas as pd
 
     intensity = intensity or eager_intensity
+    op_costs = op_costs or eager_op_costs
     df = pairs.copy()
     if df.empty:
         for c in PREDICT_COLUMNS:
@@ -219,13 +286,14 @@ def add_predictions(
             else f"datasheet: {a.datasheet_gpu} vs {b.datasheet_gpu}"
         )
         row["roofline_source"] = label
+        row.update(_per_op(op_costs, r, bs_a, bs_b, a.ceiling(source, prec), b.ceiling(source, prec)))
         pred, lo, hi = row["predicted_ratio"], r.get("speedup_ci_low"), r.get("speedup_ci_high")
         p_lo, p_hi = row["predicted_ratio_low"], row["predicted_ratio_high"]
         row["measured_over_predicted"] = float(r["speedup"]) / pred if pred and pred == pred else float("nan")
         finite = all(isinstance(v, (int, float)) and math.isfinite(v) for v in (p_lo, p_hi, lo, hi))
         row["departs"] = bool(p_hi < lo or p_lo > hi) if finite else None  # the two ranges do not overlap
         rows.append(row)
-    extra = pd.DataFrame(rows, index=df.index)
+    extra = pd.DataFrame(rows, index=df.index).reindex(columns=PREDICT_COLUMNS)
     for c in PREDICT_COLUMNS:
         df[c] = extra[c]
     return df
