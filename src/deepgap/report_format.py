@@ -106,6 +106,7 @@ TABLE_SPECS: dict[str, tuple[str, list[Col]]] = {
             ("your platform", "platform"),
             ("model", "model"),
             ("precision", "precision"),
+            ("paper precision", lambda r: r.get("paper_precision", r["precision"])),  # tf32 ↔ the L4's "FP32"
             ("your configuration", "configuration"),
             ("your images/s", lambda r: fmt_ips(r["throughput_ips"])),
             ("paper platform", "paper_platform"),

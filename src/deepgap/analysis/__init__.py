@@ -7,6 +7,7 @@ or dataclasses, so each is tested on hand-built stores without measuring anythin
 - `frame`: flags, and the aggregation of sweep passes/runs into one row per configuration.
 - `tables`: Table I, speedups over FP32 and over the CPU, Pareto frontier, energy, thread scaling.
 - `compare`: speedup of A over B with bootstrap CIs of ratios; the paper's Table I beside yours.
+- `platforms`: two platforms of one merged store side by side, with the roofline's predicted ratios.
 - `recommend`: the best configuration under a P99 SLO and a memory cap.
 - `reference`: the paper's published numbers, shipped as package data.
 """

@@ -47,6 +47,8 @@ _SIDE = [
     "throughput_ips",
     "throughput_ci_low_ips",
     "throughput_ci_high_ips",
+    "joules_per_image",
+    "mean_power_w",
     "n_measurements",
     "flags",
     "warnings",
@@ -172,15 +174,62 @@ def compare(
     return matched, best
 
 
-def compare_paper(agg: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
-    """The user's peak per platform, model and precision beside the paper's rows for them.
+# Paper platforms whose "FP32" ran as TF32: PyTorch's default (torch.backends.cudnn.allow_tf32 = True) runs
+# convolutions on TF32 tensor cores on compute capability >= 8.0, and the paper used PyTorch's defaults.
+TF32_FROM_CC = (8, 0)
 
-    The ratio's CI is the user's throughput CI divided by the paper's number (the paper gives no samples).
+
+def _compute_capability(platform: str) -> tuple[int, int] | None:
+    from deepgap.roofline.specs import spec_by_gpu
+
+    row = spec_by_gpu(platform)
+    cc = str((row or {}).get("compute_capability") or "")
+    try:
+        major, minor = cc.split(".")
+        return int(major), int(minor)
+    except ValueError:
+        return None
+
+
+def paper_precision(paper_platform: str, paper_prec: str, measured: set[str]) -> tuple[str, str]:
+    """The deepgap precision set against one paper column, and why.
+
+    The paper's "FP32" on an Ampere-or-newer GPU (its L4) most likely ran TF32 (PyTorch's default for
+    convolutions there), while deepgap's ``fp32`` is strict: that column is compared with deepgap's ``tf32``
+    where it was measured, else with ``fp32`` and the label says the ratio is then not like-for-like. On the
+    T4 (Turing, no TF32) and on CPUs the paper's FP32 was strict, as deepgap's ``fp32``. Other columns map
+    to the same precision (the paper's int8 ran TensorRT: its engine column says so).
+    """
+    if paper_prec != "fp32":
+        return paper_prec, f"same precision ({paper_prec})"
+    cc = _compute_capability(paper_platform)
+    if cc is None or cc < TF32_FROM_CC:
+        why = "a CPU" if cc is None else f"compute capability {cc[0]}.{cc[1]}, no TF32"
+        return "fp32", f"paper FP32 on {paper_platform} ({why}) was strict FP32, as deepgap fp32"
+    if "tf32" in measured:
+        return "tf32", (
+            f"paper FP32 on {paper_platform} (cc {cc[0]}.{cc[1]}) most likely ran TF32, PyTorch's default "
+            "for convolutions on Ampere+; deepgap tf32 is that mode (deepgap fp32 is strict)"
+        )
+    return "fp32", (
+        f"paper FP32 on {paper_platform} most likely ran TF32; deepgap tf32 not measured here, so this is "
+        "strict fp32 against it (not like-for-like: understates your side)"
+    )
+
+
+def compare_paper(agg: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
+    """The user's peak per platform and model beside the paper's rows, precision mapped by `paper_precision`.
+
+    ``precision`` is deepgap's precision, ``paper_precision`` the paper's column and ``precision_mapping``
+    why they are set together. The ratio's CI is the user's throughput CI divided by the paper's number
+    (the paper gives no samples).
     """
     cols = [
         "platform",
         "model",
         "precision",
+        "paper_precision",
+        "precision_mapping",
         "configuration",
         "accuracy",
         "throughput_ips",
@@ -201,15 +250,21 @@ def compare_paper(agg: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     peaks = best_rows(agg, ["platform", "model", "precision"])
     out = []
-    for r in peaks.to_dict("records"):
-        ref = paper[(paper["model"] == r["model"]) & (paper["precision"] == r["precision"])]
-        for p in ref.to_dict("records"):
+    for (platform, model), mine in peaks.groupby(["platform", "model"], sort=True):
+        by_prec = {str(r["precision"]): r for r in mine.to_dict("records")}
+        for p in paper[paper["model"] == model].to_dict("records"):
+            prec, why = paper_precision(str(p["platform"]), str(p["precision"]), set(by_prec))
+            r = by_prec.get(prec)
+            if r is None:
+                continue
             tp = float(p["peak_images_per_s"])
             out.append(
                 {
-                    "platform": r["platform"],
-                    "model": r["model"],
-                    "precision": r["precision"],
+                    "platform": platform,
+                    "model": model,
+                    "precision": prec,
+                    "paper_precision": p["precision"],
+                    "precision_mapping": why,
                     "configuration": config_label(r),
                     "accuracy": accuracy_label(r),
                     "throughput_ips": r["throughput_ips"],
@@ -227,4 +282,13 @@ def compare_paper(agg: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
                     "warnings": r["warnings"],
                 }
             )
-    return pd.DataFrame(out, columns=cols)
+    df = pd.DataFrame(out, columns=cols)
+    return df.sort_values(["platform", "model", "paper_precision", "paper_platform"]).reset_index(drop=True)
+
+
+def precision_mappings(table: pd.DataFrame) -> pd.DataFrame:
+    """Per platform and model, each paper column (platform, precision) → deepgap precision, and why."""
+    cols = ["platform", "model", "paper_platform", "paper_precision", "precision", "precision_mapping"]
+    if table.empty:
+        return pd.DataFrame(columns=cols)
+    return table[cols].drop_duplicates().sort_values(cols[:5]).reset_index(drop=True)

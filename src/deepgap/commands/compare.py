@@ -1,8 +1,12 @@
 """``deepgap compare A B`` / ``compare A --paper``: speedups with CIs and the configuration behind each.
 
-A side is a store file (all its runs) or a run id in ``--store``. Every ratio is printed beside
-both sides' configurations, per matched configuration and at each side's best batch; ``--paper``
-puts your peaks beside the seed study's T4, L4 and Xeon rows (shipped with deepgap).
+A side is a store file (all its runs) or a run id in ``--store``; ``--platforms A,B`` splits sides by
+device name, so one merged store (``deepgap merge h100.sqlite h200.sqlite``) compares its two GPUs. Every
+ratio is printed beside both sides' configurations, per matched configuration and at each side's best
+batch, with the ratio the roofline predicts from each platform's ceilings (`roofline.predict`) and a
+``departs`` mark where the measured CI excludes it (and its range); ``--paper`` puts your peaks beside
+the seed study's T4, L4 and Xeon rows (shipped with deepgap), saying which of your precisions meets each
+paper column.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from deepgap.api import DEFAULT_STORE
+from deepgap.compare_console import print_pairs, print_paper
 from deepgap.errors import UsageError
 
 NAME = "compare"
@@ -28,6 +33,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
         "--store", default=DEFAULT_STORE, help=f"store that run ids refer to (default {DEFAULT_STORE})"
     )
     p.add_argument("--paper", action="store_true", help="compare A with the DEEP-GAP paper's Table I")
+    p.add_argument(
+        "--platforms",
+        metavar="A,B",
+        help='two device names (or unique parts), e.g. "NVIDIA H200,NVIDIA H100 80GB HBM3": A and B are '
+        "those platforms' rows of one store (or of the two sides)",
+    )
     p.add_argument("--model", help="only these models (comma-separated)")
     p.add_argument("--precision", help="only these precisions (comma-separated)")
     p.add_argument("--best-only", action="store_true", help="only the best-batch comparison")
@@ -87,13 +98,38 @@ def _records(df) -> list[dict[str, Any]]:
 def _load(side: Side, args: argparse.Namespace):
     from deepgap.analysis import aggregate, prepare
     from deepgap.report import pooled_samples_fn
+    from deepgap.roofline.storage import peaks_frame
     from deepgap.store import Store
 
     store = Store(side.store_path, readonly=True)
     agg = _filter(aggregate(prepare(store.results_frame(side.run_ids))), args)
     platforms = ", ".join(sorted(agg["platform"].unique())) if len(agg) else "no results"
     side.label = f"{side.label} ({platforms})"
-    return store, agg, pooled_samples_fn(store)
+    return store, agg, pooled_samples_fn(store), peaks_frame(store)
+
+
+def _on_platform(side: Side, agg, query: str):
+    """``agg`` restricted to the platform ``query`` names; the side's label says which."""
+    from deepgap.analysis.platforms import platform_names, resolve_platform
+
+    name = resolve_platform(query, platform_names(agg))
+    side.label = f"{side.label.split(' (')[0]} (platform {name})"
+    return agg[agg["platform"] == name]
+
+
+def _predict(matched, best, agg_a, agg_b, peaks: list):
+    """The roofline's predicted ratio beside each measured one (`roofline.predict.add_predictions`)."""
+    import pandas as pd
+
+    from deepgap.analysis.platforms import platform_names, roofs_for
+    from deepgap.roofline.predict import add_predictions
+
+    frames = [f for f in peaks if len(f)]
+    roofs = roofs_for(
+        sorted(set(platform_names(agg_a)) | set(platform_names(agg_b))),
+        pd.concat(frames, ignore_index=True) if frames else None,
+    )
+    return add_predictions(matched, roofs), add_predictions(best, roofs)
 
 
 def _write_csv(frames: dict[str, Any], path: str) -> None:
@@ -106,188 +142,87 @@ def _write_csv(frames: dict[str, Any], path: str) -> None:
     write_frame(pd.concat(parts) if parts else pd.DataFrame(), path, "csv")
 
 
-def _flags(r: dict[str, Any]) -> str:
-    return " ".join([*(r.get("flags") or []), *(r.get("warnings") or [])])
-
-
-def _print_pairs(label_a: str, label_b: str, matched, best) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    from deepgap.report_format import fmt_ci, fmt_ips, fmt_x
-
-    console = Console(width=None if Console().is_terminal else 220)
-    console.print(
-        f"A = {label_a}\nB = {label_b}\nspeedup = throughput A / throughput B (batch / median latency), "
-        "95% bootstrap CI of the ratio over pooled per-iteration latencies"
-    )
-    if len(best):
-        t = Table(
-            "model",
-            "engine",
-            "prec",
-            "A configuration",
-            "A img/s",
-            "B configuration",
-            "B img/s",
-            "A/B",
-            "95% CI",
-            "flags",
-            title="each side at its best batch",
+def _sides(args: argparse.Namespace) -> list[Side]:
+    """The sides the arguments name (one store twice for --platforms with a single side)."""
+    if args.paper:
+        want, what = (0, 1), "one store or run id with --paper"
+    elif args.platforms:
+        want, what = (0, 1, 2), "one store (or two sides) with --platforms"
+    else:
+        want, what = (2,), "two sides (A B)"
+    if len(args.sides) not in want:
+        raise UsageError(
+            f"compare takes {what}, got {len(args.sides)}",
+            "e.g. deepgap compare a.sqlite b.sqlite, deepgap compare all.sqlite --platforms H200,H100, "
+            "or deepgap compare a.sqlite --paper",
         )
-        for r in best.to_dict("records"):
-            t.add_row(
-                r["model"],
-                r["engine"],
-                r["precision"],
-                _conf(r, "_a"),
-                fmt_ips(r["throughput_ips_a"]),
-                _conf(r, "_b"),
-                fmt_ips(r["throughput_ips_b"]),
-                fmt_x(r["speedup"]),
-                fmt_ci(r["speedup_ci_low"], r["speedup_ci_high"], fmt_x),
-                _flags(r),
-            )
-        console.print(t)
-        top = (
-            best[~best["flagged"]].sort_values("speedup").tail(1)
-            if (~best["flagged"]).any()
-            else best.iloc[0:0]
-        )
-        for r in top.to_dict("records"):
-            console.print(
-                f"largest unflagged best-batch speedup: {fmt_x(r['speedup'])} "
-                f"{fmt_ci(r['speedup_ci_low'], r['speedup_ci_high'], fmt_x)} — A: {r['configuration_a']}; "
-                f"B: {r['configuration_b']}"
-            )
-    if len(matched):
-        t = Table(
-            "model",
-            "engine",
-            "prec",
-            "bs",
-            "fmt",
-            "thr",
-            "A img/s",
-            "B img/s",
-            "A/B",
-            "95% CI",
-            "flags",
-            title="matched configurations (same batch, threads, format)",
-        )
-        for r in matched.to_dict("records"):
-            t.add_row(
-                r["model"],
-                r["engine"],
-                r["precision"],
-                str(r["batch_size"]),
-                r["memory_format"],
-                str(r["threads"] or "default"),
-                fmt_ips(r["throughput_ips_a"]),
-                fmt_ips(r["throughput_ips_b"]),
-                fmt_x(r["speedup"]),
-                fmt_ci(r["speedup_ci_low"], r["speedup_ci_high"], fmt_x),
-                _flags(r),
-            )
-        console.print(t)
-    if not len(best) and not len(matched):
-        console.print("no model, engine and precision in common between A and B: nothing to compare")
-
-
-def _conf(r: dict, side: str) -> str:
-    """A side's configuration; a quantized one (int8, fp8) with its accuracy against fp32 beneath."""
-    text = str(r[f"configuration{side}"])
-    if r.get("precision") in ("int8", "fp8") and r.get(f"accuracy{side}"):
-        text += f"\n{r[f'accuracy{side}']}"
-    return text
-
-
-def _print_paper(label: str, table, paper) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    from deepgap.analysis.reference import PAPER_SOURCE
-    from deepgap.report_format import fmt_ci, fmt_ips, fmt_x
-
-    console = Console(width=None if Console().is_terminal else 220)
-    console.print(f"A = {label}\npaper = {PAPER_SOURCE} (published peaks; no samples, so the CI is A's only)")
-    if not len(table):
-        console.print(
-            f"no model and precision in common with the paper ({', '.join(sorted(paper['model'].unique()))}"
-            f"; {', '.join(sorted(paper['precision'].unique()))}): its rows are"
-        )
-        t = Table(*paper.columns)
-        for r in paper.astype(str).to_dict("records"):
-            t.add_row(*r.values())
-        console.print(t)
-        return
-    t = Table(
-        "model",
-        "prec",
-        "your configuration",
-        "your img/s",
-        "paper platform",
-        "paper engine",
-        "paper bs",
-        "paper img/s",
-        "yours/paper",
-        "95% CI",
-        "flags",
-    )
-    for r in table.to_dict("records"):
-        t.add_row(
-            r["model"],
-            r["precision"],
-            _conf(r, ""),
-            fmt_ips(r["throughput_ips"]),
-            r["paper_platform"],
-            r["paper_engine"],
-            str(r["paper_batch"]),
-            fmt_ips(r["paper_images_per_s"]),
-            fmt_x(r["ratio_vs_paper"]),
-            fmt_ci(r["ratio_ci_low"], r["ratio_ci_high"], fmt_x),
-            _flags(r),
-        )
-    console.print(t)
+    sides = [resolve_side(a, args.store) for a in (args.sides or [args.store])]
+    if args.platforms and not args.paper and len(sides) == 1:
+        sides.append(Side(sides[0].store_path, sides[0].run_ids, sides[0].label))
+    return sides
 
 
 def main(args: argparse.Namespace) -> int:  # noqa: D103
-    want = (0, 1) if args.paper else (2,)
-    if len(args.sides) not in want:
-        raise UsageError(
-            f"compare takes {'one store or run id with --paper' if args.paper else 'two sides (A B)'}, "
-            f"got {len(args.sides)}",
-            "e.g. deepgap compare a.sqlite b.sqlite, or deepgap compare a.sqlite --paper",
-        )
+    platforms = None
+    if args.platforms:
+        from deepgap.analysis.platforms import parse_platforms
+
+        platforms = parse_platforms(args.platforms)
+    sides = _sides(args)
     if args.output:
         folder = os.path.dirname(os.path.abspath(args.output))
         if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
             raise UsageError(
                 f"cannot write {args.output}: {folder} is missing or not writable", "pass a writable -o"
             )
-    sides = [resolve_side(a, args.store) for a in (args.sides or [args.store])]
     if args.paper:
-        from deepgap.analysis.compare import compare_paper
+        from deepgap.analysis.compare import compare_paper, precision_mappings
         from deepgap.analysis.reference import paper_peaks
 
-        store, agg, _ = _load(sides[0], args)
+        store, agg, _, _ = _load(sides[0], args)
         store.close()
+        if platforms:  # --paper with --platforms: only those platforms' rows
+            from deepgap.analysis.platforms import platform_names, resolve_platform
+
+            names = [resolve_platform(p, platform_names(agg)) for p in platforms]
+            agg = agg[agg["platform"].isin(names)]
         table = compare_paper(agg, paper_peaks())
         if args.output:
             _write_csv({"paper": table}, args.output)
         if args.json:
-            print(json.dumps({"a": sides[0].label, "paper": _records(table)}, indent=1, default=str))
+            print(
+                json.dumps(
+                    {
+                        "a": sides[0].label,
+                        "precision_mapping": _records(precision_mappings(table)),
+                        "paper": _records(table),
+                    },
+                    indent=1,
+                    default=str,
+                )
+            )
         else:
-            _print_paper(sides[0].label, table, paper_peaks())
+            print_paper(sides[0].label, table, paper_peaks())
         return 0 if len(table) else 1
     from deepgap.analysis.compare import compare
 
-    (sa, agg_a, fa), (sb, agg_b, fb) = _load(sides[0], args), _load(sides[1], args)
+    same = sides[0].store_path == sides[1].store_path and sides[0].run_ids == sides[1].run_ids
+    sa, agg_a, fa, pa = _load(sides[0], args)
+    sb, agg_b, fb, pb = (sa, agg_a, fa, pa) if same else _load(sides[1], args)
     try:
+        if platforms:
+            agg_a = _on_platform(sides[0], agg_a, platforms[0])
+            agg_b = _on_platform(sides[1], agg_b, platforms[1])
+            if sides[0].label == sides[1].label:
+                raise UsageError(
+                    f"--platforms names one platform twice ({sides[0].label})", "name two platforms"
+                )
         matched, best = compare(agg_a, agg_b, fa, fb)
     finally:
         sa.close()
-        sb.close()
+        if not same:
+            sb.close()
+    matched, best = _predict(matched, best, agg_a, agg_b, [pa] if same else [pa, pb])
     if args.best_only:
         matched = matched.iloc[0:0]
     if args.output:
@@ -306,5 +241,5 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
             )
         )
     else:
-        _print_pairs(sides[0].label, sides[1].label, matched, best)
+        print_pairs(sides[0].label, sides[1].label, matched, best)
     return 0 if len(best) or len(matched) else 1

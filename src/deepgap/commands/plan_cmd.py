@@ -21,6 +21,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("--objective", default="devices", help="devices (fewest devices) | watts (least power)")
     p.add_argument("--engine", help="only this engine")
     p.add_argument("--precision", help="only this precision")
+    p.add_argument(
+        "--platforms", help="only these device kinds (comma-separated names or unique parts, e.g. H200,H100)"
+    )
     p.add_argument("--max-batch", help="largest batch the server may form")
     p.add_argument("--padding", default="bucket", help="bucket (default) | exact")
     p.add_argument("--confidence", default="0.99", help="confidence of the p99 verdict (default 0.99)")
@@ -40,6 +43,12 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     load = load_settings(args)
     mb = max_batch_of(args)
     curves = select_curves(list(args.stores), args, args.padding)
+    if args.platforms:
+        from deepgap.analysis.platforms import resolve_platform
+
+        names = sorted({str(c.key["platform"]) for c in curves})
+        keep = {resolve_platform(q, names) for q in args.platforms.split(",") if q.strip()}
+        curves = [c for c in curves if str(c.key["platform"]) in keep]
     rows = plan([predict(c, load, mb) for c in curves], qps, args.objective)
     if args.json:
         print(json.dumps([asdict(r) for r in rows], indent=1))
@@ -48,12 +57,14 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     from rich.table import Table
 
     t = Table("rank", "device kind", "configuration", "policy", "capacity q/s per device", "devices",
-              "W per device", "total kW", "note",
+              "W per device", "total kW", "× devices", "× watts", "note",
               title=f"{args.model}: {qps:,.0f} queries/s at p99 ≤ {load.slo_s * 1e3:g} ms (objective: {args.objective})")
     for i, r in enumerate(rows, 1):
         t.add_row(str(i), r.platform, r.configuration, r.policy, f"{r.capacity_qps:,.1f}",
                   "–" if r.devices is None else str(r.devices),
                   "–" if r.power_w_per_device is None else f"{r.power_w_per_device:.0f}",
-                  "–" if r.total_power_w is None else f"{r.total_power_w / 1e3:,.2f}", r.note)
+                  "–" if r.total_power_w is None else f"{r.total_power_w / 1e3:,.2f}",
+                  "–" if r.relative_devices is None else f"{r.relative_devices:.2f}",
+                  "–" if r.relative_power is None else f"{r.relative_power:.2f}", r.note)
     Console(width=200).print(t)
     return 0

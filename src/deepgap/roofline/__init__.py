@@ -8,6 +8,7 @@ is present:
 - `specs`: the packaged spec-sheet table (``data/gpu_specs.csv``, dense numbers) and the seed's rows.
 - `peaks`: measured ceilings of this device (matmul per precision, device-memory bandwidth).
 - `model`: roofline arithmetic (attainable rate, ridge point, theoretical times).
+- `predict`: the throughput ratio two platforms' ceilings predict for a configuration, and its bound.
 - `cluster`: kernel name → cluster (convolution, GEMM, elementwise, normalization, pooling, copy …).
 - `trace` / `profile`: torch.profiler runs of an inference or training step, kernels attributed to ops.
 - `ncu`: Nsight Compute collection with the seed's metrics, and a parser of its CSV.
@@ -19,4 +20,4 @@ Every module imports torch/matplotlib inside functions, so importing this packag
 
 from __future__ import annotations
 
-__all__ = ["cluster", "figures", "flops", "model", "ncu", "peaks", "profile", "specs", "storage", "trace"]
+__all__ = ["cluster", "figures", "flops", "model", "ncu", "peaks", "predict", "profile", "specs", "storage", "trace"]

@@ -7,7 +7,9 @@ serve run's calibration (``serve_curves``; the server's own end-to-end batch tim
 `plan` answers the seed's T4-versus-L4 question at deployment scale: for each device kind (one or
 more stores), the fewest devices that carry ``qps`` within the SLO — ⌈qps / capacity⌉ — and their
 power, from the telemetry of the sweep at the policy's batch size (busy power: an upper bound at
-any load up to capacity). Where a store holds no power telemetry the power is "unavailable".
+any load up to capacity). A serve curve has no telemetry of its own: it takes the power of the sweep of
+the same configuration (platform, model, engine, precision, format, resolution) and says so. Where a store
+holds no power telemetry the power is "unavailable".
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class Curve:
     power_w: dict[int, float] = field(default_factory=dict)  # batch → mean power (telemetry)
     run_ids: list[str] = field(default_factory=list)
     accuracy: str = ""  # against fp32 (deepgap.analysis.frame.accuracy_label); shown for int8/fp8
+    power_source: str = ""  # where power_w came from when not this curve's own runs
 
     def label(self) -> str:
         """``resnet50 eager fp16 channels_last`` and the source (and a quantized curve's accuracy)."""
@@ -52,13 +55,23 @@ class Prediction:
     ranked: list[CapacityResult]
 
     @property
-    def power_w(self) -> float | None:
-        """Mean power at the batch size the best policy runs (None without telemetry)."""
+    def power_batch(self) -> int | None:
+        """The measured batch whose power stands for the policy's batch.
+
+        The policy's batch, else the smallest measured one above it (power grows with the batch: an upper
+        bound), else the largest measured.
+        """
         if not self.curve.power_w:
             return None
         b = self.curve.service.bucket(self.best.policy.max_batch)
-        sizes = sorted(self.curve.power_w)
-        return self.curve.power_w.get(b, self.curve.power_w[min(sizes, key=lambda s: abs(s - b))])
+        above = [s for s in self.curve.power_w if s >= b]
+        return min(above) if above else max(self.curve.power_w)
+
+    @property
+    def power_w(self) -> float | None:
+        """Mean power at the batch size the best policy runs (None without telemetry)."""
+        b = self.power_batch
+        return None if b is None else self.curve.power_w[b]
 
 
 def curves_from_store(store, run_ids: list[str] | None = None, padding: str = "bucket") -> list[Curve]:
@@ -103,7 +116,27 @@ def curves_from_store(store, run_ids: list[str] | None = None, padding: str = "b
                    "engine": first["engine"], "precision": first["precision"], "memory_format": first["memory_format"],
                    "resolution": int(first["resolution"]), "threads": 0, "include_transfer": True}
             out.append(Curve(key, sv, "serve", {}, [run_id]))
+    _borrow_sweep_power(out)
     return out
+
+
+def _borrow_sweep_power(curves: list[Curve]) -> None:
+    """Serve curves without power take that of the sweep of the same configuration (busy power per batch)."""
+    same = ("platform", "model", "engine", "precision", "memory_format", "resolution")
+    sweeps = {tuple(c.key[k] for k in same): c for c in curves if c.source == "sweep" and c.power_w}
+    for c in curves:
+        donor = sweeps.get(tuple(c.key[k] for k in same)) if c.source == "serve" and not c.power_w else None
+        if donor is not None:
+            c.power_w = dict(donor.power_w)
+            c.power_source = f"power from the sweep of this configuration (runs {', '.join(donor.run_ids)})"
+
+
+def _power_note(p: Prediction) -> str:
+    if p.power_w is None:
+        return "power unavailable: no telemetry in the store"
+    b = p.curve.service.bucket(p.best.policy.max_batch)
+    at = "" if p.power_batch == b else f"power at batch {p.power_batch} (not measured at {b})"
+    return "; ".join(x for x in (p.curve.power_source, at) if x)
 
 
 def predict(curve: Curve, load: LoadSettings, max_batch: int | None = None) -> Prediction:
@@ -134,6 +167,8 @@ class PlanRow:
     power_w_per_device: float | None
     total_power_w: float | None
     note: str = ""
+    relative_devices: float | None = None  # devices / the first-ranked platform's devices
+    relative_power: float | None = None  # total power / the first-ranked platform's total power
 
 
 def plan(predictions: list[Prediction], qps: float, objective: str = "devices") -> list[PlanRow]:
@@ -147,7 +182,7 @@ def plan(predictions: list[Prediction], qps: float, objective: str = "devices") 
             platform=str(p.curve.key["platform"]), configuration=p.curve.label(), policy=p.best.policy.label(),
             capacity_qps=cap, devices=n, power_w_per_device=pw,
             total_power_w=n * pw if n is not None and pw is not None else None,
-            note=p.best.note or ("" if pw is not None else "power unavailable: no telemetry in the store"),
+            note="; ".join(x for x in (p.best.note, _power_note(p)) if x),
         )
         by_platform.setdefault(row.platform, []).append(row)
 
@@ -156,5 +191,12 @@ def plan(predictions: list[Prediction], qps: float, objective: str = "devices") 
         watts = r.total_power_w if r.total_power_w is not None else math.inf
         return (watts, dev) if objective == "watts" else (dev, watts)
 
-    best = [min(rows, key=rank) for rows in by_platform.values()]
-    return sorted(best, key=rank)
+    best = sorted((min(rows, key=rank) for rows in by_platform.values()), key=rank)
+    if best:  # how each platform compares with the first: "2.0× the devices, 1.4× the watts"
+        first = best[0]
+        for r in best:
+            if r.devices is not None and first.devices:
+                r.relative_devices = r.devices / first.devices
+            if r.total_power_w is not None and first.total_power_w:
+                r.relative_power = r.total_power_w / first.total_power_w
+    return best
