@@ -114,3 +114,14 @@ def test_plan_considers_quant_curves_and_shows_their_accuracy(store, capsys):
     assert main(["plan", store, "--model", "resnet50", "--qps", "50000", "--slo-p99", "50ms", "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
     assert " quant fp8" in row["configuration"] and "top-1 99.2%" in row["configuration"]
+
+
+def test_figure_frames_hold_int8_and_fp8_rows(agg):
+    """What figs. 6-11 are drawn from: the aggregate, and fig. 11's speedup over FP32 (eager NCHW here)."""
+    assert {"int8", "fp8"} <= set(agg["precision"])
+    sp = tables.speedup_vs_fp32(agg)
+    q = sp[sp["engine"] == "quant"]
+    assert set(q["precision"]) == {"int8", "fp8"} and set(q["batch_size"]) == {1, 256}
+    assert set(q["baseline_engine"]) == {"eager"} and set(q["baseline_memory_format"]) == {"nchw"}
+    r = q[(q["precision"] == "int8") & (q["batch_size"] == 256)].iloc[0]
+    assert r["speedup"] == pytest.approx(72.0 / 6.8, rel=1e-6)

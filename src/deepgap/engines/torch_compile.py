@@ -13,6 +13,11 @@ two more calls (CUDA-graph trees record on the second). Each configuration start
 ``torch._dynamo.reset()``: otherwise guards from earlier configurations pile up in the worker and,
 past Dynamo's recompile limit, the model would silently run eagerly. A failed compilation raises
 `CompileFailed` with the compiler's message, which the worker stores as an error.
+
+What the CUDA graphs read (reduce-overhead, freeze) stays alive as long as the runner: the returned
+``OptimizedModule`` holds the model; frozen constants and the CUDA-graph trees live in Dynamo's
+process-wide caches and are freed together by the next ``torch._dynamo.reset()``, after which an
+older runner recompiles instead of replaying freed memory (`tests/test_graph_runner_gpu.py`).
 """
 
 from __future__ import annotations
