@@ -11,8 +11,8 @@ import json
 import pytest
 from fixtures_store import make_result
 
+from deepgap.analysis import accuracy as A  # noqa: N812
 from deepgap.analysis import aggregate, prepare
-from deepgap.analysis import accuracy as A
 from deepgap.analysis.recommend import recommend
 from deepgap.cli import main
 from deepgap.records import ConfigSpec
@@ -22,11 +22,23 @@ from deepgap.store import Store
 # fp8 second but 97% of fp32's top-1 on the dataset, fp16 third with 7/8 agreement (not quantized: no bar).
 ROWS = [
     ("int8", 1.0, {"correctness": {"rel_l2": 0.05, "flagged": False, "top1_agreement": 0.875}}),
-    ("fp8", 1.5, {"correctness": {"rel_l2": 0.05, "flagged": False, "top1_agreement": 1.0},
-                  "accuracy": {"top1": 0.7275, "top5": 0.91, "top1_relative": 0.97, "top1_agreement_fp32": 0.95}}),
+    (
+        "fp8",
+        1.5,
+        {
+            "correctness": {"rel_l2": 0.05, "flagged": False, "top1_agreement": 1.0},
+            "accuracy": {"top1": 0.7275, "top5": 0.91, "top1_relative": 0.97, "top1_agreement_fp32": 0.95},
+        },
+    ),
     ("fp16", 2.0, {"correctness": {"rel_l2": 0.001, "flagged": False, "top1_agreement": 0.875}}),
-    ("fp32", 4.0, {"correctness": {"rel_l2": 0.0, "flagged": False, "top1_agreement": 1.0},
-                   "accuracy": {"top1": 0.75, "top5": 0.92, "top1_relative": 1.0, "top1_agreement_fp32": 1.0}}),
+    (
+        "fp32",
+        4.0,
+        {
+            "correctness": {"rel_l2": 0.0, "flagged": False, "top1_agreement": 1.0},
+            "accuracy": {"top1": 0.75, "top5": 0.92, "top1_relative": 1.0, "top1_agreement_fp32": 1.0},
+        },
+    ),
 ]
 
 
@@ -36,8 +48,13 @@ def store(tmp_path_factory):
     s = Store(path)
     run = s.begin_run({}, "fixture", {"device_name": "Fixture GPU A", "device": "cuda"}, "0")
     for prec, ms, extra in ROWS:
-        spec = ConfigSpec(model="resnet50", engine="quant" if prec in ("int8", "fp8") else "eager",
-                          precision=prec, batch_size=8, device="cuda")
+        spec = ConfigSpec(
+            model="resnet50",
+            engine="quant" if prec in ("int8", "fp8") else "eager",
+            precision=prec,
+            batch_size=8,
+            device="cuda",
+        )
         s.record(run, make_result(spec, ms / 1e3, extra=extra, mem_bytes=2**30))
     s.finish_run(run, "finished")
     s.close()
@@ -57,7 +74,9 @@ def test_flags_per_row(store):
     assert df.loc["int8", "flags"] == ["accuracy-loss(top1 agreement 87.5% on the check inputs < 99%)"]
     assert df.loc["fp8", "flags"] == ["accuracy-loss(top1 72.75% = 97.0% of fp32 < 99%)"]
     assert df.loc["fp16", "flags"] == [] and df.loc["fp32", "flags"] == []  # not quantized: no default bar
-    assert df.loc["fp8", "top1"] == pytest.approx(0.7275) and df.loc["fp8", "top1_relative"] == pytest.approx(0.97)
+    assert df.loc["fp8", "top1"] == pytest.approx(0.7275) and df.loc["fp8", "top1_relative"] == pytest.approx(
+        0.97
+    )
 
 
 def test_recommend_never_picks_accuracy_loss(store, capsys):
@@ -77,12 +96,16 @@ def test_recommend_never_picks_accuracy_loss(store, capsys):
 
 def test_stored_min_accuracy_and_edges():
     assert A.threshold("int8", {}) == 0.99 and A.threshold("fp16", {}) is None
-    assert A.threshold("fp16", {"min_accuracy": 0.98}) == 0.98  # --min-accuracy at run time, stored per result
+    assert (
+        A.threshold("fp16", {"min_accuracy": 0.98}) == 0.98
+    )  # --min-accuracy at run time, stored per result
     assert A.threshold("int8", {"min_accuracy": 0.98}, 0.5) == 0.5  # the analysis's own bar wins
     assert A.flags("int8", {"correctness": {"top1_agreement": 0.99}}) == []  # the bar is inclusive
     assert A.flags("int8", {}) == [] and A.flags("int8", {"accuracy": {"error": "x"}}) == []
     # a dataset figure wins over the check inputs' agreement
-    assert A.flags("int8", {"accuracy": {"top1_relative": 0.995}, "correctness": {"top1_agreement": 0.5}}) == []
+    assert (
+        A.flags("int8", {"accuracy": {"top1_relative": 0.995}, "correctness": {"top1_agreement": 0.5}}) == []
+    )
     assert A.parse_min_accuracy("99%") == pytest.approx(0.99) and A.parse_min_accuracy("0.9") == 0.9
 
 

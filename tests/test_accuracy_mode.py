@@ -14,7 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-COLOURS = {"a_red": (200, 30, 30), "b_green": (30, 190, 40), "c_blue": (30, 40, 210), "d_yellow": (210, 200, 30)}
+COLOURS = {
+    "a_red": (200, 30, 30),
+    "b_green": (30, 190, 40),
+    "c_blue": (30, 40, 210),
+    "d_yellow": (210, 200, 30),
+}
 PER_CLASS = 20
 MISLABELLED = 2  # per class: images of the next colour filed under this class (label noise: top-1 < 100%)
 
@@ -40,10 +45,16 @@ def _tv_inputs(paths):
     """Independent preprocessing: torchvision v1 transforms on PIL images (resize 37, crop 32, normalise)."""
     import torch
     from PIL import Image
-    from torchvision import transforms as T
+    from torchvision import transforms as T  # noqa: N812
 
-    tf = T.Compose([T.Resize(37), T.CenterCrop(32), T.ToTensor(),
-                    T.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))])
+    tf = T.Compose(
+        [
+            T.Resize(37),
+            T.CenterCrop(32),
+            T.ToTensor(),
+            T.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+        ]
+    )
     return torch.stack([tf(Image.open(p).convert("RGB")) for p in paths])
 
 
@@ -94,10 +105,22 @@ def measured(labelled, tmp_path_factory):
 
     root, _ = labelled
     os.environ["DEEPGAP_CACHE"] = str(root / "cache")
-    spec = SweepSpec(models=("tinycnn",), engines=("eager", "onnxruntime"), precisions=("fp32", "int8"),
-                     batch_sizes=(3,), device="cpu", threads=(1,), warmup=1, iterations=2, repeats=1,
-                     telemetry=False, idle_s=0.0, weights=str(root / "tiny.pt"), dataset=str(root / "folder"),
-                     options={"calibration_images": 16})
+    spec = SweepSpec(
+        models=("tinycnn",),
+        engines=("eager", "onnxruntime"),
+        precisions=("fp32", "int8"),
+        batch_sizes=(3,),
+        device="cpu",
+        threads=(1,),
+        warmup=1,
+        iterations=2,
+        repeats=1,
+        telemetry=False,
+        idle_s=0.0,
+        weights=str(root / "tiny.pt"),
+        dataset=str(root / "folder"),
+        options={"calibration_images": 16},
+    )
     store = str(root / "s.sqlite")
     res = deepgap.run(spec, store=store)
     return store, {(r.spec.engine, r.spec.precision): r for r in res.results}
@@ -135,7 +158,9 @@ def test_stored_accuracy_matches_independent_computation(labelled, measured):
     r = by[("onnxruntime", "int8")]
     info = r.extra["engine_info"]
     cinfo = info["calibration"]
-    assert cinfo["source"] == "dataset" and cinfo["images"] == 16 and cinfo["dataset_sha"] == acc["dataset_sha"]
+    assert (
+        cinfo["source"] == "dataset" and cinfo["images"] == 16 and cinfo["dataset_sha"] == acc["dataset_sha"]
+    )
     sess = ort.InferenceSession(info["quant_path"], providers=["CPUExecutionProvider"])
     name = sess.get_inputs()[0].name
     xs = x.numpy()
@@ -174,13 +199,16 @@ def test_run_spec_stores_the_dataset_identity_and_show_has_the_column(labelled, 
 def test_csv_variant_and_subset(labelled, tmp_path):
     """A CSV of path,label names the same items as the folder (so the worker scores the same split);
     --accuracy-samples caps the evaluation split and says so."""
-    from deepgap.accuracy.dataset import describe, load
-    from deepgap.commands.run import add_arguments, build_spec
     import argparse
 
+    from deepgap.accuracy.dataset import describe, load
+    from deepgap.commands.run import add_arguments, build_spec
+
     root, _ = labelled
-    rows = ["path,label"] + [f"{p.relative_to(root)},{sorted(COLOURS).index(p.parent.name)}"
-                             for p in sorted((root / "folder").rglob("*.png"))]
+    rows = ["path,label"] + [
+        f"{p.relative_to(root)},{sorted(COLOURS).index(p.parent.name)}"
+        for p in sorted((root / "folder").rglob("*.png"))
+    ]
     (root / "set.csv").write_text("\n".join(rows) + "\n")
     folder, table = load(str(root / "folder")), load(str(root / "set.csv"))
     assert table.kind == "csv" and table.items == folder.items and len(table.classes) == 4
@@ -189,11 +217,28 @@ def test_csv_variant_and_subset(labelled, tmp_path):
     assert [lab for _, lab in load(str(named)).items] == [lab for _, lab in folder.items]
     p = argparse.ArgumentParser()
     add_arguments(p)
-    spec = build_spec(p.parse_args(["--models", "tinycnn", "--device", "cpu", "--dataset", str(root / "set.csv"),
-                                    "--accuracy-samples", "10", "--min-accuracy", "95%"]))
+    spec = build_spec(
+        p.parse_args(
+            [
+                "--models",
+                "tinycnn",
+                "--device",
+                "cpu",
+                "--dataset",
+                str(root / "set.csv"),
+                "--accuracy-samples",
+                "10",
+                "--min-accuracy",
+                "95%",
+            ]
+        )
+    )
     assert spec.accuracy_samples == 10 and spec.min_accuracy == pytest.approx(0.95)
     info = describe(spec)
-    assert info["eval_images"] == 10 and info["subset"] == f"10 of the {4 * PER_CLASS - min(64, 2 * PER_CLASS)} evaluation images"
+    assert (
+        info["eval_images"] == 10
+        and info["subset"] == f"10 of the {4 * PER_CLASS - min(64, 2 * PER_CLASS)} evaluation images"
+    )
     assert info["sha"] == table.sha != folder.sha  # the identity names the kind too
 
 
@@ -201,8 +246,24 @@ def _bad_run(tmp_path, weights, dataset):
     from deepgap.cli import main
 
     store = tmp_path / "bad.sqlite"
-    code = main(["run", "--models", "tinycnn", "--device", "cpu", "--batch-sizes", "1", "--weights", str(weights),
-                 "--dataset", str(dataset), "--store", str(store), "--quiet"])
+    code = main(
+        [
+            "run",
+            "--models",
+            "tinycnn",
+            "--device",
+            "cpu",
+            "--batch-sizes",
+            "1",
+            "--weights",
+            str(weights),
+            "--dataset",
+            str(dataset),
+            "--store",
+            str(store),
+            "--quiet",
+        ]
+    )
     return code, store
 
 
@@ -227,5 +288,10 @@ def test_bad_input_exits_2_and_writes_nothing(labelled, tmp_path, case, capsys):
     code, store = _bad_run(tmp_path, weights, data)
     err = capsys.readouterr().err
     assert code == 2 and not store.exists(), err
-    assert {"missing": "does not exist", "empty-class": "holds no images", "corrupt": "corrupt",
-            "bad-weights": "does not fit", "label-range": "has label 12"}[case] in err
+    assert {
+        "missing": "does not exist",
+        "empty-class": "holds no images",
+        "corrupt": "corrupt",
+        "bad-weights": "does not fit",
+        "label-range": "has label 12",
+    }[case] in err

@@ -21,17 +21,29 @@ def test_prepare_quant_calibrates_on_given_images_keyed_by_their_fingerprint(tmp
     torch.manual_seed(0)
     model = models.resnet18().eval()
     images = 3.0 * torch.rand(4, 3, 32, 32, generator=torch.Generator().manual_seed(5))  # unlike N(0, 1)
-    cs = CalibrationSet(images=images, source="dataset", fingerprint="feedc0ffee123456",
-                        info={"source": "dataset", "images": 4, "dataset_sha": "abc"})
-    opts = QuantOptions(calib_set=cs, calib_method="max", autotune=False, timing_reps=1, force_backend="torch",
-                        per_layer_choice=False)
+    cs = CalibrationSet(
+        images=images,
+        source="dataset",
+        fingerprint="feedc0ffee123456",
+        info={"source": "dataset", "images": 4, "dataset_sha": "abc"},
+    )
+    opts = QuantOptions(
+        calib_set=cs,
+        calib_method="max",
+        autotune=False,
+        timing_reps=1,
+        force_backend="torch",
+        per_layer_choice=False,
+    )
     res = prepare_quant(model, "int8", 1, 32, "resnet18", device="cpu", opts=opts)
     cal = res.info["calibration"]
     assert cal["source"] == cs.info and cal["images"] == 4 and not cal["from_cache"]
     from deepgap.quant.calibrate import collect_amax
 
     assert res.amax == pytest.approx(collect_amax(res.graph, images, method="max"))  # ranges of these images
-    key = CalibrationKey("resnet18", 32, res.info.get("weights_sha") or _sha(model), 4, 0, "max", cs.fingerprint)
+    key = CalibrationKey(
+        "resnet18", 32, res.info.get("weights_sha") or _sha(model), 4, 0, "max", cs.fingerprint
+    )
     assert key.path().is_file()  # cached under the data's key ...
     assert calibrate(res.graph, key, images=images) == (res.amax, True)
     synthetic = CalibrationKey(key.model, key.resolution, key.weights_sha, 4, 0, "max")

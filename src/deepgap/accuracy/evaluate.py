@@ -41,12 +41,15 @@ class _Images:
         return tvf.center_crop(img, [self.resolution, self.resolution]), label
 
 
-def workers(options: dict[str, Any]) -> int:
-    """DataLoader workers: the ``dataset_workers`` option, else 0 on ≤ 4 cores (a spawn costs more than it saves)."""
+def workers(options: dict[str, Any], n_images: int) -> int:
+    """DataLoader workers: the ``dataset_workers`` option, else 0 on ≤ 4 cores or under 1000 images, else 2.
+
+    Why 0 there: spawning a worker costs seconds, more than it saves on a small set or a small host.
+    """
     n = options.get("dataset_workers")
     if isinstance(n, int) and not isinstance(n, bool) and n >= 0:
         return n
-    return 0 if (os.cpu_count() or 1) <= 4 else 2
+    return 0 if (os.cpu_count() or 1) <= 4 or n_images < 1000 else 2
 
 
 def decode(items: list[tuple[str, int]], resolution: int, num_workers: int = 0):
@@ -80,12 +83,19 @@ def calibration_set(info: dict[str, Any], resolution: int, options: dict[str, An
     from deepgap.calibration import CalibrationSet
 
     ds, cal, _ = reload(info)
-    x, _ = decode(cal, resolution, workers(options or {}))
-    fp = hashlib.sha256(f"dataset:{ds.sha}:{info['split_seed']}:{len(cal)}:{resolution}".encode()).hexdigest()[:16]
+    x, _ = decode(cal, resolution, workers(options or {}, len(cal)))
+    fp = hashlib.sha256(
+        f"dataset:{ds.sha}:{info['split_seed']}:{len(cal)}:{resolution}".encode()
+    ).hexdigest()[:16]
     meta = {
-        "source": "dataset", "dataset": ds.path, "dataset_sha": ds.sha, "images": len(cal),
-        "split_seed": info["split_seed"], "resolution": resolution,
-        "transform": f"resize shorter side to {round(resolution * 256 / 224)}, centre crop {resolution}, ImageNet mean/std",
+        "source": "dataset",
+        "dataset": ds.path,
+        "dataset_sha": ds.sha,
+        "images": len(cal),
+        "split_seed": info["split_seed"],
+        "resolution": resolution,
+        "transform": f"resize shorter side to {round(resolution * 256 / 224)}, centre crop {resolution}, "
+        "ImageNet mean/std",
         "disjoint_from": f"the {info['eval_images']} evaluation images",
     }
     return CalibrationSet(images=normalise(x), source="dataset", fingerprint=fp, info=meta)
@@ -102,7 +112,7 @@ def _data(state, info: dict[str, Any], resolution: int, options: dict[str, Any])
     key = ("data", info["sha"], info["split_seed"], info["eval_images"], resolution)
     if key not in cache:
         _, _, ev = reload(info)
-        cache = {key: decode(ev, resolution, workers(options))}  # one dataset in memory at a time
+        cache = {key: decode(ev, resolution, workers(options, len(ev)))}  # one dataset in memory at a time
         state.accuracy_cache = cache
     return cache[key]
 
@@ -118,8 +128,10 @@ def _reference(state, model_fn, key, x_u8, device: str):
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
         try:
             with torch.inference_mode():
-                out = [m(normalise(x_u8[i : i + REFERENCE_BATCH]).to(device)).float().cpu()
-                       for i in range(0, x_u8.shape[0], REFERENCE_BATCH)]
+                out = [
+                    m(normalise(x_u8[i : i + REFERENCE_BATCH]).to(device)).float().cpu()
+                    for i in range(0, x_u8.shape[0], REFERENCE_BATCH)
+                ]
         finally:
             torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = prev
         cache[("ref", key)] = torch.cat(out)
@@ -134,8 +146,13 @@ def evaluate(state, req, prepared, min_accuracy: float | None = None) -> dict[st
     spec, info = req.spec, req.options["dataset"]
     x_u8, labels = _data(state, info, spec.resolution, req.options)
     ref_key = (spec.model, spec.resolution, req.weights, req.seed, spec.device)
-    ref = _reference(state, lambda: state.model(spec.model, spec.resolution, req.weights, req.seed), ref_key,
-                     x_u8, spec.device)
+    ref = _reference(
+        state,
+        lambda: state.model(spec.model, spec.resolution, req.weights, req.seed),
+        ref_key,
+        x_u8,
+        spec.device,
+    )
     b, n = spec.batch_size, x_u8.shape[0]
     outs = []
     with torch.inference_mode():
@@ -152,16 +169,22 @@ def evaluate(state, req, prepared, min_accuracy: float | None = None) -> dict[st
     top1, top5 = _scores(logits, labels)
     ref1, ref5 = _scores(ref, labels)
     return {
-        "top1": top1, "top5": top5, "top1_fp32": ref1, "top5_fp32": ref5,
+        "top1": top1,
+        "top5": top5,
+        "top1_fp32": ref1,
+        "top5_fp32": ref5,
         "top1_relative": (top1 / ref1) if ref1 > 0 else None,
         "top1_agreement_fp32": float((logits.argmax(1) == ref.argmax(1)).float().mean()),
-        "n": int(n), "subset": info["subset"], "dataset_sha": info["sha"], "min_relative": min_accuracy,
+        "n": int(n),
+        "subset": info["subset"],
+        "dataset_sha": info["sha"],
+        "min_relative": min_accuracy,
         "reference": "fp32 eager on the same device, TF32 off, same images",
     }
 
 
 def record(state, req, prepared, result) -> None:
-    """Store ``extra['accuracy']`` (and the run's ``min_accuracy``); a failing data pass never loses the timing."""
+    """Store ``extra['accuracy']`` and the run's ``min_accuracy``; a failed data pass keeps the timing."""
     import traceback
 
     mina = req.options.get("min_accuracy")
@@ -172,5 +195,7 @@ def record(state, req, prepared, result) -> None:
     try:
         result.extra["accuracy"] = evaluate(state, req, prepared, mina)
     except Exception as exc:  # noqa: BLE001 - the measurement stands; say why there is no accuracy
-        result.extra["accuracy"] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
-                                    "traceback": traceback.format_exc()[-2000:]}
+        result.extra["accuracy"] = {
+            "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
+            "traceback": traceback.format_exc()[-2000:],
+        }

@@ -42,8 +42,10 @@ def figure(extra: dict[str, Any] | None) -> tuple[float | None, str]:
     return None, ""
 
 
-def threshold(precision: str, extra: dict[str, Any] | None, min_accuracy: float | None = None) -> float | None:
-    """The minimum that applies: the analysis's, else the run's stored one, else 99% for int8/fp8, else none."""
+def threshold(
+    precision: str, extra: dict[str, Any] | None, min_accuracy: float | None = None
+) -> float | None:
+    """The minimum that applies: the analysis's, else the run's stored one, else 99% for int8/fp8, or none."""
     if min_accuracy is not None:
         return min_accuracy
     stored = _num((extra or {}).get("min_accuracy")) if isinstance(extra, dict) else None
@@ -60,7 +62,11 @@ def flags(precision: str, extra: dict[str, Any] | None, min_accuracy: float | No
         return []
     if kind == "dataset":
         top1 = _num(extra["accuracy"].get("top1"))
-        what = f"top1 {100 * top1:.2f}% = {100 * value:.1f}% of fp32" if top1 is not None else f"{100 * value:.1f}% of fp32"
+        what = (
+            f"top1 {100 * top1:.2f}% = {100 * value:.1f}% of fp32"
+            if top1 is not None
+            else f"{100 * value:.1f}% of fp32"
+        )
     else:
         what = f"top1 agreement {100 * value:.1f}% on the check inputs"
     return [f"{FLAG}({what} < {100 * bar:g}%)"]
@@ -80,8 +86,10 @@ def reflag(df, min_accuracy: float | None):
         return df
     df = df.copy()
     extras = df["extra"] if "extra" in df else [{}] * len(df)
-    df["flags"] = [[f for f in fl if not f.startswith(FLAG)] + flags(p, e, min_accuracy)
-                   for fl, p, e in zip(df["flags"], df["precision"], extras, strict=True)]
+    df["flags"] = [
+        [f for f in fl if not f.startswith(FLAG)] + flags(p, e, min_accuracy)
+        for fl, p, e in zip(df["flags"], df["precision"], extras, strict=True)
+    ]
     df["flagged"] = [bool(f) for f in df["flags"]]
     return df
 
@@ -93,5 +101,7 @@ def parse_min_accuracy(text: str) -> float:
 
     v = parse_percent(text)
     if v is None or not 0 < v <= 1:
-        raise UsageError(f"--min-accuracy {text!r} is not a fraction in (0, 1]", "pass e.g. --min-accuracy 99%")
+        raise UsageError(
+            f"--min-accuracy {text!r} is not a fraction in (0, 1]", "pass e.g. --min-accuracy 99%"
+        )
     return v
