@@ -196,6 +196,19 @@ def test_run_spec_stores_the_dataset_identity_and_show_has_the_column(labelled, 
     assert ev is None or ev["top1"] is not None
 
 
+def test_plan_carries_top1_and_skips_accuracy_loss(measured, capsys):
+    from deepgap.cli import main
+
+    store, by = measured
+    assert main(["plan", store, "--qps", "10", "--slo-p99", "10s", "--model", "tinycnn", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    engine, precision = row["configuration"].split()[1:3]
+    assert row["top1"] == pytest.approx(by[(engine, precision)].extra["accuracy"]["top1"])
+    int8 = by[("onnxruntime", "int8")].extra["accuracy"]
+    if int8["top1_relative"] < 0.99:  # flagged accuracy-loss: never planned with
+        assert precision != "int8"
+
+
 def test_csv_variant_and_subset(labelled, tmp_path):
     """A CSV of path,label names the same items as the folder (so the worker scores the same split);
     --accuracy-samples caps the evaluation split and says so."""

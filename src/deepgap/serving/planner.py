@@ -33,6 +33,7 @@ class Curve:
     source: str  # "sweep" | "serve"
     power_w: dict[int, float] = field(default_factory=dict)  # batch → mean power (telemetry)
     run_ids: list[str] = field(default_factory=list)
+    top1: float | None = None  # dataset top-1 (median over its measurements) where measured (deepgap.accuracy)
 
     def label(self) -> str:
         """``resnet50 eager fp16 channels_last`` and the source."""
@@ -61,6 +62,8 @@ class Prediction:
 
 def curves_from_store(store, run_ids: list[str] | None = None, padding: str = "bucket") -> list[Curve]:
     """Every curve of a store: sweeps (pooled over runs and sweeps of one configuration) and calibrations."""
+    import pandas as pd
+
     from deepgap.analysis.frame import prepare, telemetry_of
     from deepgap.serving.storage import curves_frame
 
@@ -85,8 +88,10 @@ def curves_from_store(store, run_ids: list[str] | None = None, padding: str = "b
             bs = sorted(samples)
             sv = ServiceModel(tuple(bs), tuple(float(np.median(samples[b])) for b in bs), samples, padding=padding,
                               source="sweep")
+            top1 = pd.to_numeric(g["top1"], errors="coerce").dropna() if "top1" in g else []
             out.append(Curve(dict(zip(_KEY, key, strict=True)), sv, "sweep",
-                             {b: float(np.median(v)) for b, v in power.items()}, sorted(set(g["run_id"]))))
+                             {b: float(np.median(v)) for b, v in power.items()}, sorted(set(g["run_id"])),
+                             float(np.median(top1)) if len(top1) else None))
     cf = curves_frame(store, run_ids)
     if len(cf):
         for (run_id, tenant), g in cf.groupby(["run_id", "tenant"], sort=True):
@@ -130,6 +135,7 @@ class PlanRow:
     power_w_per_device: float | None
     total_power_w: float | None
     note: str = ""
+    top1: float | None = None  # dataset top-1 of the configuration, where measured
 
 
 def plan(predictions: list[Prediction], qps: float, objective: str = "devices") -> list[PlanRow]:
@@ -144,6 +150,7 @@ def plan(predictions: list[Prediction], qps: float, objective: str = "devices") 
             capacity_qps=cap, devices=n, power_w_per_device=pw,
             total_power_w=n * pw if n is not None and pw is not None else None,
             note=p.best.note or ("" if pw is not None else "power unavailable: no telemetry in the store"),
+            top1=p.curve.top1,
         )
         by_platform.setdefault(row.platform, []).append(row)
 
