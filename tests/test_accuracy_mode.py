@@ -209,6 +209,36 @@ def test_plan_carries_top1_and_skips_accuracy_loss(measured, capsys):
         assert precision != "int8"
 
 
+def test_serve_scores_the_served_engine(labelled, tmp_path, capsys):
+    import torch
+
+    from deepgap.accuracy.dataset import load, split
+    from deepgap.cli import main
+    from deepgap.serving.storage import levels_frame
+    from deepgap.store import Store
+
+    root, model = labelled
+    store = str(tmp_path / "serve.sqlite")
+    argv = ["serve", "--model", "tinycnn", "--engine", "eager", "--precision", "fp32", "--device", "cpu",
+            "--threads", "1", "--batch-sizes", "3", "--curve-iterations", "3", "--scenario", "offline",
+            "--min-queries", "16", "--min-duration", "0.1s", "--weights", str(root / "tiny.pt"),
+            "--dataset", str(root / "folder"), "--store", store, "--quiet"]
+    assert main(argv) == 0, capsys.readouterr().err
+    s = Store(store, readonly=True)
+    try:
+        spec, lv = s.runs()[-1]["spec"], levels_frame(s)
+    finally:
+        s.close()
+    n_cal = min(64, 2 * PER_CLASS)  # serve calibrates on the default 64 images, at most half the set
+    assert spec["options"]["dataset"]["calibration_images"] == n_cal
+    _, ev = split(load(str(root / "folder")), n_cal, None, 0)
+    with torch.no_grad():
+        pred = model(_tv_inputs([p for p, _ in ev])).argmax(1)
+    top1 = float((pred == torch.tensor([label for _, label in ev])).float().mean())
+    acc = lv["extra"].iloc[0]["accuracy"]
+    assert acc["n"] == len(ev) and acc["top1"] == pytest.approx(top1) and acc["top1_agreement_fp32"] == 1.0
+
+
 def test_csv_variant_and_subset(labelled, tmp_path):
     """A CSV of path,label names the same items as the folder (so the worker scores the same split);
     --accuracy-samples caps the evaluation split and says so."""

@@ -14,6 +14,7 @@ used as they are, or names, then indexed in sorted order.
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import os
 import random
@@ -270,3 +271,25 @@ def reload(info: dict[str, Any]) -> tuple[LabelledSet, list[tuple[str, int]], li
         ds, info["calibration_images"], info.get("samples"), info["split_seed"] - SPLIT_SEED_OFFSET
     )
     return ds, cal, ev
+
+
+def serve_options(spec: Any) -> dict[str, Any]:
+    """``deepgap serve``'s accuracy options (``{"dataset": …}`` or {}); checks weights and dataset (exit 2).
+
+    Cached: validation, the stored spec and the worker's request all ask, and the images are verified once.
+    """
+    return _serve_options(spec.model, spec.resolution, spec.weights, spec.dataset, spec.accuracy_samples,
+                          spec.seed)
+
+
+@functools.lru_cache(maxsize=8)
+def _serve_options(model: str, resolution: int | None, weights: str | None, dataset: str | None,
+                   samples: int | None, seed: int) -> dict[str, Any]:
+    from types import SimpleNamespace
+
+    if weights:
+        check_weights(model, resolution, weights)
+    if not dataset:
+        return {}
+    shim = SimpleNamespace(dataset=dataset, accuracy_samples=samples, models=(model,), options={}, seed=seed)
+    return {"dataset": describe(shim)}
