@@ -331,6 +331,11 @@ def test_bad_input_exits_2_and_writes_nothing(labelled, tmp_path, case, capsys):
     code, store = _bad_run(tmp_path, weights, data)
     err = capsys.readouterr().err
     assert code == 2 and not store.exists(), err
+    from deepgap.cli import main
+
+    serve = main(["serve", "--model", "tinycnn", "--device", "cpu", "--scenario", "offline",
+                  "--weights", str(weights), "--dataset", str(data), "--store", str(store), "--quiet"])
+    assert serve == 2 and not store.exists() and err.split(";")[0] in capsys.readouterr().err
     assert {
         "missing": "does not exist",
         "empty-class": "holds no images",
