@@ -5,6 +5,7 @@ The GPU path (Triton kernels, CUDA graph, through `deepgap run --dataset`) is te
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -63,3 +64,43 @@ def test_key_with_data_needs_images():
     assert key.digest() != CalibrationKey("resnet18", 32, "w", 4, 0, "max").digest()
     with pytest.raises(ValueError, match="no images"):
         calibrate(SimpleNamespace(tensors=lambda: []), key, use_cache=False)  # type: ignore[arg-type]
+
+
+def test_engine_adapter_passes_the_calibration_split(tmp_path, monkeypatch):
+    """engines/quant.py hands prepare_quant the dataset's calibration split (prepare_quant itself is stubbed:
+    its GPU run is tests/test_accuracy_gpu.py)."""
+    import numpy as np
+    from PIL import Image
+
+    import deepgap.quant.engine as qe
+    from deepgap.accuracy.dataset import describe, load, split
+    from deepgap.config import SweepSpec
+    from deepgap.engines import get_engine
+    from deepgap.records import ConfigSpec
+
+    rng = np.random.default_rng(0)
+    for c in ("a", "b"):
+        (tmp_path / c).mkdir()
+        for j in range(6):
+            Image.fromarray(rng.integers(0, 255, (20, 24, 3), dtype=np.uint8)).save(tmp_path / c / f"{j}.png")
+    spec = SweepSpec(models=("resnet18",), dataset=str(tmp_path), options={"calibration_images": 4}, seed=3)
+    info = describe(spec)
+    seen = {}
+
+    def fake(model, precision, batch, resolution, name, device="cuda", opts=None, weights_sha=None):
+        seen["opts"] = opts
+        return SimpleNamespace(run=lambda x: x, info={})
+
+    monkeypatch.setattr(qe, "prepare_quant", fake)
+    eng = get_engine("quant", {"dataset": info})
+    cfg = ConfigSpec("resnet18", "quant", "int8", 2, "cuda", resolution=16)
+    eng.prepare(None, cfg, torch.zeros(2, 3, 16, 16))
+    cs = seen["opts"].calib_set
+    cal, ev = split(load(str(tmp_path)), 4, None, 3)
+    assert cs.images.shape == (4, 3, 16, 16) and cs.info["images"] == 4
+    assert cs.info["source"] == "dataset" and cs.info["dataset_sha"] == info["sha"]
+    assert len(ev) == 8 and not {p for p, _ in cal} & {p for p, _ in ev}
+    from deepgap.calibration import decode_rgb, preprocess
+
+    want = torch.stack([preprocess(decode_rgb(Path(p), Path(p).read_bytes()), 16) for p, _ in cal])
+    assert torch.allclose(cs.images, want, atol=1e-6)  # exactly the calibration split, preprocessed
