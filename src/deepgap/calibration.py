@@ -37,7 +37,7 @@ class CalibrationSet:
     """N calibration images, ``images`` a float32 tensor (N, 3, R, R) on the CPU, and where they came from."""
 
     images: Any
-    source: str  # "folder" | "synthetic"
+    source: str  # "folder" | "synthetic" | "dataset" (accuracy mode's calibration split)
     fingerprint: str
     info: dict[str, Any] = field(default_factory=dict)
 
@@ -59,6 +59,10 @@ def options_count(options: dict[str, Any] | None) -> int:
 def calibration_set(resolution: int, options: dict[str, Any] | None = None, seed: int = 0) -> CalibrationSet:
     """The calibration set the sweep's ``options`` ask for (``calibration_dir``, ``calibration_images``)."""
     options = options or {}
+    if options.get("dataset"):  # accuracy mode: the labelled set's calibration split (deepgap.accuracy)
+        from deepgap.accuracy.evaluate import calibration_set as from_dataset
+
+        return from_dataset(options["dataset"], resolution, options)
     n = options_count(options)
     directory = options.get("calibration_dir")
     if directory:

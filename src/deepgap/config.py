@@ -70,6 +70,10 @@ class SweepSpec:
     # compiling costs ~20 s per shape, so a grid that fits a time budget gives it fewer batch sizes than eager
     engine_axes: dict[str, dict[str, tuple[Any, ...]]] = field(default_factory=dict, hash=False)
     options: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    # accuracy mode (deepgap.accuracy; README.md (Accuracy mode))
+    dataset: str | None = None  # ImageFolder tree or CSV of path,label; validate() stores its identity in options
+    accuracy_samples: int | None = None  # score this many evaluation images (None: the whole split)
+    min_accuracy: float | None = None  # top-1 relative to fp32; None: 99% for int8/fp8 (MLPerf), none otherwise
 
     def replace(self, **changes: Any) -> SweepSpec:
         """A copy with some fields changed."""
@@ -258,7 +262,27 @@ def validate(spec: SweepSpec) -> SweepSpec:
         raise UsageError(f"weights file {spec.weights!r} does not exist", "pass the path of a local state-dict file")
     if spec.weights and len(spec.models) > 1:
         raise UsageError("--weights applies to one model, but several are given", "run one model per weights file")
-    return spec
+    return _accuracy(spec)
+
+
+def _accuracy(spec: SweepSpec) -> SweepSpec:
+    """Check weights and dataset; the dataset's identity and split go into ``options['dataset']``."""
+    from deepgap.accuracy.dataset import check_weights, describe
+
+    if spec.min_accuracy is not None and not (isinstance(spec.min_accuracy, (int, float)) and 0 < spec.min_accuracy <= 1):
+        raise UsageError(f"min_accuracy must be a fraction in (0, 1], got {spec.min_accuracy!r}", "pass --min-accuracy 99%")
+    if spec.weights:
+        check_weights(spec.models[0], spec.resolution, spec.weights)
+    info = describe(spec)
+    stored = (spec.options or {}).get("dataset")
+    if isinstance(stored, dict) and info is not None and stored.get("sha") != info["sha"]:
+        raise UsageError(f"dataset {spec.dataset!r} changed since the run started", "restore it or start a new run")
+    options = dict(spec.options or {})
+    if spec.min_accuracy is not None:
+        options["min_accuracy"] = float(spec.min_accuracy)
+    if info is not None:
+        options["dataset"] = info
+    return spec.replace(options=options) if options != (spec.options or {}) else spec
 
 
 def _validate_engine_axes(spec: SweepSpec) -> None:

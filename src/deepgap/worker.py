@@ -254,6 +254,10 @@ def _measure(state: WorkerState, req: MeasureRequest) -> Result:
         result.peak_mem_allocated_bytes = int(torch.cuda.max_memory_allocated(spec.device))
         result.peak_mem_reserved_bytes = int(torch.cuda.max_memory_reserved(spec.device))
         result.device_mem_used_bytes = _nvml_used(spec.device)
+    if req.options.get("dataset") or req.options.get("min_accuracy"):  # after every timed and memory figure
+        from deepgap.accuracy.evaluate import record
+
+        record(state, req, prepared, result)
     try:
         import psutil
 

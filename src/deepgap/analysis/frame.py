@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from deepgap.analysis import accuracy
 from deepgap.stats import bootstrap_ci
 from deepgap.telemetry.settings import TelemetrySettings
 
@@ -181,7 +182,8 @@ def prepare(results: pd.DataFrame) -> pd.DataFrame:
     df["threads"] = [int(t) if _num(t) is not None else 0 for t in df.get("threads", [None] * len(df))]
     df["include_transfer"] = [bool(_num(t)) for t in df.get("include_transfer", [0] * len(df))]
     extras = df["extra"] if "extra" in df else pd.Series([{}] * len(df), index=df.index)
-    df["flags"] = [row_flags(e) for e in extras]
+    precs = df["precision"] if "precision" in df else [""] * len(df)
+    df["flags"] = [row_flags(e) + accuracy.flags(p, e) for e, p in zip(extras, precs, strict=True)]  # accuracy-loss
     df["flagged"] = [bool(f) for f in df["flags"]]
     df["warnings"] = [row_warnings(c, e) for c, e in zip(df.get("ci_met", [None] * len(df)), extras, strict=True)]
     corr = [e.get("correctness") if isinstance(e, dict) and isinstance(e.get("correctness"), dict) else {}
@@ -191,6 +193,9 @@ def prepare(results: pd.DataFrame) -> pd.DataFrame:
     tel = [telemetry_of(e) for e in extras]
     for k in TELEMETRY_MEDIAN + TELEMETRY_MAX:
         df[k] = [t.get(k, np.nan) for t in tel]
+    acc = [accuracy.columns(e) for e in extras]
+    for k in accuracy.COLUMNS:
+        df[k] = [a.get(k, np.nan) for a in acc]
     for c in MEMORY_COLS + ["throughput_pipelined_ips", "flops_per_image", "params"]:
         if c not in df:
             df[c] = np.nan
@@ -263,7 +268,7 @@ def aggregate(df: pd.DataFrame) -> pd.DataFrame:
         row["latency_median_ci_high_s"] = bs / lo if lo and lo == lo else float("nan")
         for c in ["latency_p99_s", "latency_p99_ci_high_s", "latency_p5_s", *MEMORY_COLS, *TELEMETRY_MAX]:
             row[c] = _max(used[c]) if c in used else float("nan")
-        for c in TELEMETRY_MEDIAN:
+        for c in [*TELEMETRY_MEDIAN, *(a for a in accuracy.COLUMNS if a in used)]:
             row[c] = _median(used[c])
         if row["joules_per_image"] > 0:  # one window: images/s/W × J/image = 1 (see `telemetry_of`)
             row["ips_per_watt"] = 1.0 / row["joules_per_image"]

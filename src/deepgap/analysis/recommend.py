@@ -2,8 +2,8 @@
 
 The answer a user is after is rarely "the peak": it is "the most images per second whose P99
 stays under 10 ms and fits in 8 GiB". Candidates are the aggregated configurations
-(`deepgap.analysis.frame.aggregate`); flagged ones (wrong outputs, contaminated telemetry) are never
-recommended. The P99 checked is the worst P99 over a configuration's measurements; the memory
+(`deepgap.analysis.frame.aggregate`); flagged ones (wrong outputs, contaminated telemetry, accuracy
+below the constraint: `deepgap.analysis.accuracy`) are never recommended. The P99 checked is the worst P99 over a configuration's measurements; the memory
 checked is NVML's device-wide figure where stored, else the process's reserved/allocated peak,
 else the host RSS of a CPU run. When nothing meets the constraints the answer says so and names
 the closest miss (smallest relative violation) with the numbers by which it misses.
@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from deepgap.analysis.accuracy import COLUMNS as ACCURACY_COLUMNS
 from deepgap.analysis.frame import ACCURACY_WORST, MEMORY_LABELS, accuracy_label, config_label, memory_metric
 from deepgap.errors import UsageError
 
@@ -102,6 +103,7 @@ def evidence(row: dict[str, Any]) -> dict[str, Any]:
         "excluded_measurements": int(row.get("n_excluded") or 0),
         **{k: row.get(k) for k in ACCURACY_WORST},  # against fp32: what a quantized choice gives up
         "accuracy": accuracy_label(row),
+        **{k: row.get(k) for k in ACCURACY_COLUMNS},  # dataset top-1/top-5 (NaN → None below) where measured
     }
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in ev.items()}
 

@@ -57,7 +57,7 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     from rich.table import Table
 
     t = Table("rank", "device kind", "configuration", "policy", "capacity q/s per device", "devices",
-              "W per device", "total kW", "× devices", "× watts", "note",
+              "W per device", "total kW", "× devices", "× watts", "top-1 %", "note",
               title=f"{args.model}: {qps:,.0f} queries/s at p99 ≤ {load.slo_s * 1e3:g} ms (objective: {args.objective})")
     for i, r in enumerate(rows, 1):
         t.add_row(str(i), r.platform, r.configuration, r.policy, f"{r.capacity_qps:,.1f}",
@@ -65,6 +65,7 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
                   "–" if r.power_w_per_device is None else f"{r.power_w_per_device:.0f}",
                   "–" if r.total_power_w is None else f"{r.total_power_w / 1e3:,.2f}",
                   "–" if r.relative_devices is None else f"{r.relative_devices:.2f}",
-                  "–" if r.relative_power is None else f"{r.relative_power:.2f}", r.note)
+                  "–" if r.relative_power is None else f"{r.relative_power:.2f}",
+                  "–" if r.top1 is None else f"{100 * r.top1:.2f}", r.note)
     Console(width=200).print(t)
     return 0

@@ -29,6 +29,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("--precision", help="only these precisions (comma-separated)")
     p.add_argument("--engine", help="only these engines (comma-separated)")
     p.add_argument("--run", action="append", help="run id (repeatable; default: every run in the store)")
+    p.add_argument("--min-accuracy", metavar="PCT",
+                   help="top-1 relative to fp32 at least this, e.g. 99%% (default: 99%% for int8/fp8, MLPerf's rule)")
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -41,6 +43,9 @@ def _line(ev: dict) -> str:
         f"P99 {fmt_ms(ev['latency_p99_s'])} ms",
         f"memory {fmt_gib(ev['memory_bytes'])} GiB ({ev['memory_metric']})",
     ]
+    if ev.get("top1") is not None:
+        rel = f", {100 * ev['top1_relative']:.1f}% of fp32" if ev.get("top1_relative") is not None else ""
+        parts.append(f"top-1 {100 * ev['top1']:.2f}%{rel}")
     if ev.get("joules_per_image") is not None:
         parts.append(f"{fmt_num(ev['joules_per_image'] * 1e3)} mJ/image")
     if ev.get("precision") in ("int8", "fp8"):  # a quantized choice shows what it gives up
@@ -68,6 +73,9 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     objective = check_objective(args.objective)
     slo = parse_duration_s(args.slo_p99) if args.slo_p99 is not None else None
     mem = parse_bytes(args.max_memory) if args.max_memory is not None else None
+    from deepgap.analysis.accuracy import parse_min_accuracy, reflag
+
+    min_acc = parse_min_accuracy(args.min_accuracy) if args.min_accuracy is not None else None
 
     from deepgap.analysis import aggregate, prepare
     from deepgap.analysis.recommend import OBJECTIVES, recommend
@@ -80,7 +88,7 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
         for rid in args.run or []:
             if rid not in known:
                 raise UsageError(f"no run {rid!r} in {args.store}", "list runs with `deepgap show --runs`")
-        agg = aggregate(prepare(store.results_frame(args.run)))
+        agg = aggregate(reflag(prepare(store.results_frame(args.run)), min_acc))
     finally:
         store.close()
     for col, text in (("model", args.model), ("precision", args.precision), ("engine", args.engine)):
@@ -90,7 +98,8 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     if args.json:
         print(json.dumps(_finite([asdict(r) for r in recs]), indent=1, default=str))
         return 0 if recs and all(r.choice for r in recs) else 1
-    cons = [f"P99 ≤ {slo * 1e3:g} ms" if slo else "", f"memory ≤ {mem / 2**30:.3g} GiB" if mem else ""]
+    cons = [f"P99 ≤ {slo * 1e3:g} ms" if slo else "", f"memory ≤ {mem / 2**30:.3g} GiB" if mem else "",
+            f"top-1 ≥ {100 * min_acc:g}% of fp32" if min_acc else "top-1 ≥ 99% of fp32 for int8/fp8"]
     print(f"objective: {OBJECTIVES[objective]}; constraints: {', '.join(c for c in cons if c) or 'none'}")
     if not recs:
         print("none: the selection holds no successful measurement")

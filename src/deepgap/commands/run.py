@@ -56,7 +56,16 @@ _FLAGS = {
     "thermal_window": ("thermal_window_s", _number(float, "thermal-window")),
     "thermal_slope": ("thermal_slope_c_per_min", _number(float, "thermal-slope")),
     "thermal_timeout": ("thermal_timeout_s", _number(float, "thermal-timeout")),
+    "dataset": ("dataset", str),
+    "accuracy_samples": ("accuracy_samples", _number(int, "accuracy-samples")),
+    "min_accuracy": ("min_accuracy", lambda t: _min_accuracy(t)),
 }
+
+
+def _min_accuracy(text: str) -> float:
+    from deepgap.analysis.accuracy import parse_min_accuracy
+
+    return parse_min_accuracy(text)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
@@ -80,6 +89,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("--timeout", help="seconds before a hung configuration is killed (default 900)")
     p.add_argument("--weights", help="local state-dict file instead of random weights (one model)")
     p.add_argument("--seed", help="seed of weights and inputs (default 0)")
+    p.add_argument("--dataset", metavar="PATH",
+                   help="labelled images (ImageFolder tree or CSV of path,label): top-1/top-5 per configuration, "
+                        "int8/fp8 calibrated on a disjoint split")
+    p.add_argument("--accuracy-samples", metavar="N", help="score N evaluation images of --dataset (default: all)")
+    p.add_argument("--min-accuracy", metavar="PCT",
+                   help="top-1 relative to fp32 at least this, e.g. 99%% (default: 99%% for int8/fp8, MLPerf's rule)")
     p.add_argument("--include-transfer", action="store_true", help="time the host→device copy of pinned inputs")
     p.add_argument("--no-telemetry", action="store_true", help="no power/energy/temperature/clock sampling")
     p.add_argument("--sample-hz", help="telemetry samples per second inside energy windows (default 10)")

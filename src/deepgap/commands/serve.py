@@ -43,6 +43,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("--curve-iterations", help="timed iterations per batch size when calibrating (default GPU 100, CPU 30)")
     p.add_argument("--timeout", help="seconds before a hung worker is killed (default 900)")
     p.add_argument("--weights", help="local state-dict file instead of random weights")
+    p.add_argument("--dataset", metavar="PATH",
+                   help="labelled images (ImageFolder or CSV of path,label): top-1/top-5 of the served engine; "
+                        "int8/fp8 calibrated on a disjoint split")
+    p.add_argument("--accuracy-samples", metavar="N", help="score N evaluation images of --dataset (default: all)")
     p.add_argument("--store", default=api.DEFAULT_STORE, help=f"SQLite store (default {api.DEFAULT_STORE})")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.add_argument("--json", action="store_true", help="the headline numbers as one JSON object on stdout")
@@ -65,7 +69,8 @@ def build_spec(args: argparse.Namespace):
     kw = dict(
         model=args.model, engine=args.engine, precision=args.precision, memory_format=args.memory_format,
         device=args.device, scenario=args.scenario, find_capacity=args.find_capacity, trace=args.trace,
-        loadgen=args.loadgen, weights=args.weights,
+        loadgen=args.loadgen, weights=args.weights, dataset=args.dataset,
+        accuracy_samples=_int(args.accuracy_samples, "accuracy-samples"),
         resolution=_int(args.resolution, "resolution"), seed=_int(args.seed, "seed"),
         qps=parse_rate_qps(args.qps) if args.qps is not None else None,
         slo_s=parse_duration_s(args.slo_p99, "slo-p99") if args.slo_p99 is not None else None,

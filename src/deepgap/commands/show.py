@@ -31,9 +31,24 @@ def flags_of(row) -> list[str]:
     if corr.get("flagged"):
         out.append(f"WRONG(relL2={corr.get('rel_l2'):.2g})")
     out += list(extra.get("flags") or [])
+    from deepgap.analysis.accuracy import flags as accuracy_flags
+
+    out += accuracy_flags(row.get("precision", ""), extra)
     if row.get("ci_met") == 0:
         out.append("ci-not-met")
     return out
+
+
+def _top1(extra: dict) -> str:
+    """Dataset top-1 and its share of fp32's ("76.13 (99.8%)"), or the check inputs' agreement ("agree 100%")."""
+    from deepgap.analysis.accuracy import columns, figure
+
+    acc = columns(extra)
+    if "top1" in acc:
+        rel = f" ({100 * acc['top1_relative']:.1f}%)" if "top1_relative" in acc else ""
+        return f"{100 * acc['top1']:.2f}{rel}"
+    value, kind = figure(extra)
+    return f"agree {100 * value:.0f}%" if kind == "agreement" and value is not None else ""
 
 
 def main(args: argparse.Namespace) -> int:  # noqa: D103
@@ -60,7 +75,7 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
         print(df.drop(columns=["extra"]).to_json(orient="records", indent=1))
         return 0
     t = Table("model", "engine", "prec", "bs", "fmt", "thr", "status", "median ms (95% CI)", "p99 ms", "img/s",
-              "img/s pipelined", "n", "cv", "flags", title=f"{args.store}: {len(df)} results")
+              "img/s pipelined", "n", "cv", "top-1 % (vs fp32)", "flags", title=f"{args.store}: {len(df)} results")
     for row in df.to_dict("records"):
         ok = row["status"] == "ok"
         med = (f"{_fmt_ms(row['latency_median_s'])} ({_fmt_ms(row['latency_median_ci_low_s'])}–"
@@ -71,7 +86,7 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
             row["status"], med, _fmt_ms(row["latency_p99_s"]) if ok else "",
             f"{row['throughput_ips']:,.1f}" if ok else "", f"{row['throughput_pipelined_ips']:,.1f}" if ok else "",
             str(int(row["n_samples"])) if ok else "", f"{row['cv_repeats']:.3f}" if ok and row["cv_repeats"] == row["cv_repeats"] and row["cv_repeats"] is not None else "",
-            " ".join(flags_of(row)),
+            _top1(row.get("extra") or {}), " ".join(flags_of(row)),
         )
     console.print(t)
     from deepgap.serving.show import print_serving  # serve runs: load levels, capacity, interference

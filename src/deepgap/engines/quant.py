@@ -57,11 +57,16 @@ class QuantEngine(Engine):
     def prepare(self, model, spec, example):  # noqa: D102
         import torch
 
-        from deepgap.quant.engine import prepare_quant
+        from deepgap.quant.engine import QuantOptions, prepare_quant
 
         t0 = time.perf_counter()
+        opts = QuantOptions()
+        if self.options.get("dataset"):  # accuracy mode: calibrate on the labelled set's calibration split
+            from deepgap.accuracy.evaluate import calibration_set
+
+            opts.calib_set = calibration_set(self.options["dataset"], spec.resolution, self.options)
         res = prepare_quant(
-            model, spec.precision, spec.batch_size, spec.resolution, spec.model, device=spec.device
+            model, spec.precision, spec.batch_size, spec.resolution, spec.model, device=spec.device, opts=opts
         )
         return Prepared(
             run=res.run, input_dtype=torch.float16, setup_s=time.perf_counter() - t0, info=res.info

@@ -6,8 +6,9 @@ pass over N images costs seconds at 224², and every batch size and precision of
 (the stored value is the range, amax; int8 divides it by 127, fp8 by 448). The cache key names
 everything that changes the answer: model, resolution, weights fingerprint, N, seed, method.
 
-Inputs are standard-normal images, the distribution deepgap's benchmark feeds (``worker._inputs``);
-with trained weights and real images pass your own ``images`` to `collect_amax`.
+Inputs are standard-normal images, the distribution deepgap's benchmark feeds (``worker._inputs``),
+unless the sweep has a labelled dataset: then its calibration split (``images``; ``key.data`` is its
+fingerprint, so the cache never mixes the two).
 
 Methods: 'max' (largest |x| seen) or 'pXX.XX' (that percentile of |x| per batch, then the largest
 over batches), which clips rare outliers to spend the 8 bits on the bulk of the distribution.
@@ -47,6 +48,7 @@ class CalibrationKey:
     n_images: int = 32
     seed: int = 0
     method: str = DEFAULT_METHOD
+    data: str = "synthetic"  # the calibration data: "synthetic" (seeded N(0,1)) or a dataset split's fingerprint
 
     def digest(self) -> str:
         """Stable 16-hex-digit hash of the key (the cache file's name)."""
@@ -113,9 +115,11 @@ def collect_amax(
 
 
 def calibrate(
-    graph: Graph, key: CalibrationKey, device: str = "cpu", use_cache: bool = True
+    graph: Graph, key: CalibrationKey, device: str = "cpu", use_cache: bool = True, images: torch.Tensor | None = None
 ) -> tuple[dict, bool]:
     """Activation ranges for ``graph``, from the cache when present; returns (amax, came_from_cache).
+
+    ``images``: the user's calibration images (accuracy mode), which ``key.data`` must name; None: synthetic.
 
     A corrupt or mismatched cache file is ignored and rewritten.
     """
@@ -128,7 +132,10 @@ def calibrate(
                 return {k: float(v) for k, v in data["amax"].items()}, True
         except (OSError, ValueError, KeyError, TypeError):
             pass
-    images = calibration_images(key.n_images, key.resolution, key.seed)
+    if images is None:
+        if key.data != "synthetic":
+            raise ValueError(f"calibration key names data {key.data!r} but no images were given")
+        images = calibration_images(key.n_images, key.resolution, key.seed)
     amax = collect_amax(graph, images, device, method=key.method)
     if use_cache:
         path.parent.mkdir(parents=True, exist_ok=True)

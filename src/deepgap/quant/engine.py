@@ -40,6 +40,7 @@ class QuantOptions:
     calib_images: int = 32
     calib_seed: int = 0
     calib_method: str = DEFAULT_METHOD
+    calib_set: Any = None  # a deepgap.calibration.CalibrationSet of real images (accuracy mode); None: synthetic
     use_cache: bool = True
     per_layer_choice: bool = True  # time quantized vs fp16 per layer; False = every layer quantized
     autotune: bool = True  # time every candidate tile configuration (else the heuristic one)
@@ -279,10 +280,12 @@ def prepare_quant(
 
         weights_sha = weights_fingerprint(model) if not isinstance(model, Graph) else "graph"
     t0 = time.perf_counter()
+    cs = opts.calib_set
     key = CalibrationKey(
-        model_name, resolution, weights_sha, opts.calib_images, opts.calib_seed, opts.calib_method
+        model_name, resolution, weights_sha, opts.calib_images if cs is None else int(cs.images.shape[0]),
+        opts.calib_seed, opts.calib_method, "synthetic" if cs is None else cs.fingerprint,
     )
-    amax, cached = calibrate(graph, key, device, opts.use_cache)
+    amax, cached = calibrate(graph, key, device, opts.use_cache, None if cs is None else cs.images)
     info: dict[str, Any] = {
         "precision": precision,
         "batch_size": batch,
@@ -291,6 +294,7 @@ def prepare_quant(
             "seed": key.seed,
             "method": key.method,
             "from_cache": cached,
+            "source": "synthetic N(0,1) images (no dataset)" if cs is None else dict(cs.info),
             "seconds": round(time.perf_counter() - t0, 3),
         },
     }

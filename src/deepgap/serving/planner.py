@@ -37,6 +37,7 @@ class Curve:
     run_ids: list[str] = field(default_factory=list)
     accuracy: str = ""  # against fp32 (deepgap.analysis.frame.accuracy_label); shown for int8/fp8
     power_source: str = ""  # where power_w came from when not this curve's own runs
+    top1: float | None = None  # dataset top-1 (median over its measurements) where measured (deepgap.accuracy)
 
     def label(self) -> str:
         """``resnet50 eager fp16 channels_last`` and the source (and a quantized curve's accuracy)."""
@@ -76,6 +77,8 @@ class Prediction:
 
 def curves_from_store(store, run_ids: list[str] | None = None, padding: str = "bucket") -> list[Curve]:
     """Every curve of a store: sweeps (pooled over runs and sweeps of one configuration) and calibrations."""
+    import pandas as pd
+
     from deepgap.analysis.frame import ACCURACY_WORST, accuracy_label, prepare, telemetry_of
     from deepgap.serving.storage import curves_frame
 
@@ -101,9 +104,10 @@ def curves_from_store(store, run_ids: list[str] | None = None, padding: str = "b
             sv = ServiceModel(tuple(bs), tuple(float(np.median(samples[b])) for b in bs), samples, padding=padding,
                               source="sweep")
             worst = {c: (g[c].max() if how == "max" else g[c].min()) for c, how in ACCURACY_WORST.items()}
+            top1 = pd.to_numeric(g["top1"], errors="coerce").dropna() if "top1" in g else []
             out.append(Curve(dict(zip(_KEY, key, strict=True)), sv, "sweep",
                              {b: float(np.median(v)) for b, v in power.items()}, sorted(set(g["run_id"])),
-                             accuracy_label(worst)))
+                             accuracy_label(worst), top1=float(np.median(top1)) if len(top1) else None))
     cf = curves_frame(store, run_ids)
     if len(cf):
         for (run_id, tenant), g in cf.groupby(["run_id", "tenant"], sort=True):
@@ -169,6 +173,7 @@ class PlanRow:
     note: str = ""
     relative_devices: float | None = None  # devices / the first-ranked platform's devices
     relative_power: float | None = None  # total power / the first-ranked platform's total power
+    top1: float | None = None  # dataset top-1 of the configuration, where measured
 
 
 def plan(predictions: list[Prediction], qps: float, objective: str = "devices") -> list[PlanRow]:
@@ -183,6 +188,7 @@ def plan(predictions: list[Prediction], qps: float, objective: str = "devices") 
             capacity_qps=cap, devices=n, power_w_per_device=pw,
             total_power_w=n * pw if n is not None and pw is not None else None,
             note="; ".join(x for x in (p.best.note, _power_note(p)) if x),
+            top1=p.curve.top1,
         )
         by_platform.setdefault(row.platform, []).append(row)
 

@@ -42,6 +42,7 @@ class SetupRequest:
     curve_iterations: int = 50
     curve_min_time_s: float = 0.0
     cudnn_benchmark: bool = True
+    options: dict[str, Any] = field(default_factory=dict)  # engine options; "dataset": accuracy mode
 
 
 @dataclass
@@ -58,6 +59,7 @@ class SetupReply:
     setup_s: float
     notes: list[str] = field(default_factory=list)
     peak_mem_reserved_bytes: int | None = None
+    accuracy: dict[str, Any] | None = None  # top-1/top-5 on the dataset at the first batch size (accuracy mode)
 
 
 @dataclass(frozen=True)
@@ -94,7 +96,7 @@ def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
     spec1 = ConfigSpec(model=req.model, engine=req.engine, precision=req.precision, batch_size=req.buckets[0],
                        device=req.device, memory_format=req.memory_format, threads=req.threads,
                        resolution=req.resolution, include_transfer=True)
-    engine = get_engine(req.engine)
+    engine = get_engine(req.engine, req.options)
     why_not = engine.available() or engine.supports(spec1, state.caps)
     if why_not:
         raise SetupFailed(Status.SKIPPED, why_not)
@@ -105,6 +107,7 @@ def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
     info: dict[str, Any] = {}
     notes: list[str] = []
     dtype = None
+    first = None  # (Prepared, ConfigSpec) of the first batch size: what accuracy mode scores
     for b in req.buckets:
         if runs and req.engine in DYNAMIC_ENGINES:
             runs[b] = runs[req.buckets[0]]
@@ -119,6 +122,7 @@ def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
             notes.append(f"preparing batch {b} ran out of memory; batches stop at {max(runs)}")
             break
         runs[b] = prepared.run
+        first = first or (prepared, spec)
         dtype = prepared.input_dtype
         info = dict(prepared.info)
     g = torch.Generator().manual_seed(req.seed + 7)
@@ -133,6 +137,14 @@ def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
         executor.sync()
         y = executor.host_out[b0] if executor.cuda else executor.runs[b0](executor.staging[b0])
         agreement = correctness.compare(y[:kk].float().cpu(), ref_y[:kk], req.precision).to_dict()
+    accuracy = None
+    if req.options.get("dataset"):  # accuracy mode: the served engine at its first batch size, before the curve
+        from types import SimpleNamespace
+
+        from deepgap.accuracy.evaluate import evaluate
+
+        req1 = SimpleNamespace(spec=first[1], options=req.options, weights=req.weights, seed=req.seed)
+        accuracy = evaluate(state, req1, first[0], req.options.get("min_accuracy"))
     samples, parts, note = measure_curve(executor, req.curve_warmup, req.curve_iterations, req.curve_min_time_s,
                                          on_oom=is_oom)
     if note:
@@ -141,7 +153,7 @@ def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
     reply = SetupReply(
         caps=state.caps, env=envinfo.collect(req.device), buckets=tuple(sorted(samples)),
         curve_samples_s=samples, curve_parts_s=parts, correctness=agreement, engine_info=info,
-        setup_s=time.perf_counter() - t0, notes=notes,
+        setup_s=time.perf_counter() - t0, notes=notes, accuracy=accuracy,
     )
     if executor.cuda:
         reply.peak_mem_reserved_bytes = int(torch.cuda.max_memory_reserved(req.device))

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from deepgap import __version__
+from deepgap.accuracy.dataset import serve_options
 from deepgap.config import SweepSpec
 from deepgap.records import Status
 from deepgap.runner import WorkerLost
@@ -59,7 +60,7 @@ def run_spec(spec: ServeSpec, device: str, models: list[str]) -> dict[str, Any]:
     return SweepSpec(models=tuple(models), engines=(spec.engine,), precisions=(spec.precision,),
                      batch_sizes=spec.buckets(device), memory_formats=(spec.memory_format,), device=device,
                      resolution=res, seed=spec.seed, include_transfer=True, weights=spec.weights,
-                     options={"serve": spec.settings()}).to_dict()
+                     options={"serve": spec.settings(), **serve_options(spec)}).to_dict()
 
 
 def setup_request(spec: ServeSpec, model: str, device: str) -> SetupRequest:
@@ -72,6 +73,7 @@ def setup_request(spec: ServeSpec, model: str, device: str) -> SetupRequest:
         resolution=spec.resolution or resolve_model(model).default_resolution, device=device,
         buckets=spec.buckets(device), threads=spec.threads, weights=spec.weights, seed=spec.seed,
         curve_iterations=spec.curve_iterations or (100 if cuda else 30), curve_warmup=10 if cuda else 3,
+        options=serve_options(spec),
     )
 
 
@@ -179,7 +181,8 @@ def _run_single(spec: ServeSpec, device: str, trace: np.ndarray | None, store_pa
             run_loadgen(ctx)
         for lv in rec.levels:
             lv.values["extra"] = {**lv.values.get("extra", {}), "correctness": reply.correctness,
-                                  "notes": reply.notes, "engine_info": reply.engine_info}
+                                  "notes": reply.notes, "engine_info": reply.engine_info,
+                                  **({"accuracy": reply.accuracy} if reply.accuracy else {})}
     finally:
         worker.stop()
     return rec, out

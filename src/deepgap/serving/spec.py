@@ -58,6 +58,8 @@ class ServeSpec:
     timeout_s: float = 900.0
     weights: str | None = None
     rel_tol: float = 0.03
+    dataset: str | None = None  # accuracy mode (deepgap.accuracy): score the served engine, calibrate on it
+    accuracy_samples: int | None = None
 
     def replace(self, **changes: Any) -> ServeSpec:
         """A copy with some fields changed."""
@@ -159,4 +161,9 @@ def validate(spec: ServeSpec) -> ServeSpec:
         raise UsageError("the server scenario needs a load", "pass --qps N, --trace FILE or --find-capacity")
     if spec.weights and spec.tenants:
         raise UsageError("--weights applies to one model, but --tenants names several", "drop --weights")
+    if spec.dataset and spec.tenants:
+        raise UsageError("--dataset applies to one model, but --tenants names several", "drop --dataset")
+    from deepgap.accuracy.dataset import serve_options
+
+    serve_options(spec)  # weights that fit, a usable dataset (exit 2 before anything is written)
     return spec

@@ -1,0 +1,107 @@
+"""The ``accuracy-loss`` flag: a configuration whose top-1 falls below the accuracy constraint.
+
+The constraint is top-1 relative to fp32, MLPerf's rule: a quantized result counts only at ≥ 99% of
+the fp32 model's top-1. With a labelled dataset (``extra['accuracy']``) the figure is top-1 against the
+labels divided by the fp32 reference's top-1 on the same images. Without one, it is the correctness
+check's top-1 agreement with fp32 on its fixed inputs (``extra['correctness']``): a quantized engine that
+changes the predicted class of more than 1% of them fails the same bar.
+
+Which configurations are held to it: int8 and fp8 by default (``DEFAULT_MIN``); every precision when the
+user sets a minimum (``--min-accuracy`` at run time, stored as ``extra['min_accuracy']``, or at analysis
+time, which overrides the stored one). A flagged configuration is never recommended.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+DEFAULT_MIN = 0.99
+QUANTIZED = frozenset({"int8", "fp8"})
+FLAG = "accuracy-loss"
+COLUMNS = ("top1", "top5", "top1_relative", "top1_agreement_fp32")
+
+
+def _num(v: Any) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def figure(extra: dict[str, Any] | None) -> tuple[float | None, str]:
+    """(top-1 relative to fp32, what it is): the dataset's where measured, else the correctness agreement."""
+    extra = extra if isinstance(extra, dict) else {}
+    acc = extra.get("accuracy")
+    if isinstance(acc, dict) and _num(acc.get("top1_relative")) is not None:
+        return _num(acc["top1_relative"]), "dataset"
+    corr = extra.get("correctness")
+    if isinstance(corr, dict) and _num(corr.get("top1_agreement")) is not None:
+        return _num(corr["top1_agreement"]), "agreement"
+    return None, ""
+
+
+def threshold(
+    precision: str, extra: dict[str, Any] | None, min_accuracy: float | None = None
+) -> float | None:
+    """The minimum that applies: the analysis's, else the run's stored one, else 99% for int8/fp8, or none."""
+    if min_accuracy is not None:
+        return min_accuracy
+    stored = _num((extra or {}).get("min_accuracy")) if isinstance(extra, dict) else None
+    if stored is not None:
+        return stored
+    return DEFAULT_MIN if precision in QUANTIZED else None
+
+
+def flags(precision: str, extra: dict[str, Any] | None, min_accuracy: float | None = None) -> list[str]:
+    """``['accuracy-loss(...)']`` when the configuration's figure is below its threshold, else []."""
+    bar = threshold(str(precision), extra, min_accuracy)
+    value, kind = figure(extra)
+    if bar is None or value is None or value >= bar - 1e-12:
+        return []
+    if kind == "dataset":
+        top1 = _num(extra["accuracy"].get("top1"))
+        what = (
+            f"top1 {100 * top1:.2f}% = {100 * value:.1f}% of fp32"
+            if top1 is not None
+            else f"{100 * value:.1f}% of fp32"
+        )
+    else:
+        what = f"top1 agreement {100 * value:.1f}% on the check inputs"
+    return [f"{FLAG}({what} < {100 * bar:g}%)"]
+
+
+def columns(extra: dict[str, Any] | None) -> dict[str, float]:
+    """The dataset accuracy figures of one measurement (absent keys dropped): show, report data, recommend."""
+    acc = (extra or {}).get("accuracy") if isinstance(extra, dict) else None
+    if not isinstance(acc, dict):
+        return {}
+    return {k: v for k in COLUMNS if (v := _num(acc.get(k))) is not None}
+
+
+def reflag(df, min_accuracy: float | None):
+    """A `prepare`-d frame with every ``accuracy-loss`` flag recomputed against ``min_accuracy``."""
+    if df.empty or min_accuracy is None:
+        return df
+    df = df.copy()
+    extras = df["extra"] if "extra" in df else [{}] * len(df)
+    df["flags"] = [
+        [f for f in fl if not f.startswith(FLAG)] + flags(p, e, min_accuracy)
+        for fl, p, e in zip(df["flags"], df["precision"], extras, strict=True)
+    ]
+    df["flagged"] = [bool(f) for f in df["flags"]]
+    return df
+
+
+def parse_min_accuracy(text: str) -> float:
+    """'99%' or '0.99' → 0.99; a `UsageError` for anything outside (0, 1]."""
+    from deepgap.config import parse_percent
+    from deepgap.errors import UsageError
+
+    v = parse_percent(text)
+    if v is None or not 0 < v <= 1:
+        raise UsageError(
+            f"--min-accuracy {text!r} is not a fraction in (0, 1]", "pass e.g. --min-accuracy 99%"
+        )
+    return v
