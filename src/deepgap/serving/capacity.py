@@ -49,7 +49,8 @@ class LoadSettings:
         """Stop once the run can no longer pass, or runs far longer than planned."""
         planned_s = n / rate_qps
         return StopRule(slo_s=self.slo_s, max_violations=allowed_over(n, self.percentile, self.confidence),
-                        max_time_s=3.0 * planned_s + 5.0)
+                        max_time_s=3.0 * planned_s + 5.0,
+                        drop_after_s=self.slo_s if math.isfinite(self.slo_s) else None)
 
 
 @dataclass

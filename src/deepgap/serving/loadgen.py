@@ -5,7 +5,10 @@ threads on its own schedule, so here arrivals are live: ``issue_queries`` time-s
 queue, and a serving thread batches them with the *same* `decide` function the event loop uses and
 runs them on the same executor, then reports completion to LoadGen. We store LoadGen's
 ``mlperf_log_summary.txt`` (its latencies, its validity verdict) and our own per-request records of
-that run. Without the package the run says "unavailable: …" and stores the level as skipped.
+that run. LoadGen's sample indices pick ring slots, so a batch of LoadGen's samples is served from
+the ring like any other (one or two copies from the first sample's slot: the bytes moved are the
+same). Without the package ``--loadgen`` is refused before anything runs (exit 2); LoadGen's own
+log files go to a temporary directory, never the working directory.
 """
 
 from __future__ import annotations
@@ -113,12 +116,12 @@ def drive(executor: Any, req: LoadgenRequest) -> dict[str, Any]:
                         pass
                     continue
                 batch = [pending.popleft() for _ in range(min(d.count, executor.buckets[-1]))]
-                h2d, comp, d2h = executor(int(batch[0][1]), len(batch))
+                h2d, comp, d2h, _ = executor(int(batch[0][1]), len(batch))
                 done = clock.now()
                 lg.QuerySamplesComplete([lg.QuerySampleResponse(b[0], 0, 0) for b in batch])
                 rows.extend((b[2], now, done, len(batch), h2d, comp, d2h) for b in batch)
 
-    n_pool = int(executor.pool.shape[0])
+    n_pool = int(executor.ring.size)
     sut = lg.ConstructSUT(issue, lambda: None)
     qsl = lg.ConstructQSL(n_pool, n_pool, lambda s: None, lambda s: None)
     worker = threading.Thread(target=serve, name="deepgap-loadgen-serve", daemon=True)

@@ -69,7 +69,7 @@ class PipelinedExecutor:
             raise ValueError(f"batch {top} is larger than the input ring ({ring.size})")
         # one uint8 landing buffer per slot in flight; engine inputs per batch size, in the engine's layout
         self.u8 = [torch.empty((top, *shape), dtype=torch.uint8, device=device) for _ in range(self.depth)]
-        self.dev_in = {b: torch.empty((b, 3, res, res), dtype=dtype, device=device, memory_format=fmt)
+        self.dev_in = {b: torch.zeros((b, 3, res, res), dtype=dtype, device=device).contiguous(memory_format=fmt)
                        for b in self.buckets}
         self.norm = Normaliser(dtype, device)
         self.host_out: list[dict[int, Any]] = [{} for _ in range(self.depth)]
