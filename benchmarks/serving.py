@@ -25,8 +25,10 @@ def serve(args: argparse.Namespace, *extra: str) -> dict:
     """One ``deepgap serve --json`` run; its headline numbers (a failed run says why and returns {})."""
     cmd = [sys.executable, "-m", "deepgap", "serve", "--model", args.model, "--engine", args.engine,
            "--precision", args.precision, "--memory-format", args.memory_format, "--device", args.device,
-           "--store", args.store, "--json", *(["--batch-sizes", args.batch_sizes] if args.batch_sizes else []),
-           *(["--loadgen"] if args.loadgen and "--tenants" not in extra else []), *args.serve_args.split(), *extra]
+           "--store", args.store, "--json",
+           *(["--batch-sizes", args.batch_sizes] if args.batch_sizes else []),
+           *(["--loadgen"] if args.loadgen and "--tenants" not in extra else []),
+           *args.serve_args.split(), *extra]
     print("$", " ".join(cmd[2:]), file=sys.stderr, flush=True)
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0 or not p.stdout.strip():
@@ -50,7 +52,8 @@ def main() -> int:  # noqa: D103
     ap.add_argument("--batch-sizes", default="", help="batch sizes to prepare (default: deepgap serve's)")
     ap.add_argument("--loadgen", action="store_true", help="also drive each scenario with MLCommons LoadGen")
     ap.add_argument("--single-stream", action="store_true", help="also run the single-stream scenario")
-    ap.add_argument("--serve-args", default="", help="extra flags for every deepgap serve, e.g. '--min-duration 1s'")
+    ap.add_argument("--serve-args", default="",
+                    help="extra flags for every deepgap serve, e.g. '--min-duration 1s'")
     ap.add_argument("--store", default=os.path.join(os.environ.get("OUT", "."), "serving.sqlite"))
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "serving.json"))
     args = ap.parse_args()
@@ -71,7 +74,8 @@ def main() -> int:  # noqa: D103
         print(f"| single-stream p90 latency (ms) | {ss['single_stream_p90_s'] * 1e3:.3f} |")
     eng = off.get("engine_ips") or srv.get("engine_ips")
     if eng:
-        print(f"| engine alone, device-resident inputs (img/s, batch {off.get('engine_batch')}) | {eng:,.1f} |")
+        print(f"| engine alone, device-resident inputs (img/s, batch {off.get('engine_batch')}) "
+              f"| {eng:,.1f} |")
     if ips:
         print(f"| serve offline throughput (samples/s, batch {off.get('offline_batch')}) | {ips:,.1f} |")
         if eng:
@@ -89,17 +93,21 @@ def main() -> int:  # noqa: D103
               f"{srv['capacity_host_mean_s'] * 1e3:.3f} / {srv['capacity_h2d_mean_s'] * 1e3:.3f} / "
               f"{srv['capacity_compute_mean_s'] * 1e3:.3f}, {srv['capacity_mean_batch']:.1f} |")
     if srv.get("capacity_sim_best_policy"):
-        print(f"| simulator's best policy | {srv['capacity_sim_best_policy']} at {srv['capacity_sim_best_qps']:,.1f}"
+        print(f"| simulator's best policy | {srv['capacity_sim_best_policy']} at "
+              f"{srv['capacity_sim_best_qps']:,.1f}"
               f"{'' if srv.get('capacity_sim_best_verified') else ' (unverified)'} |")
     for name, row in (("offline", off), ("server", srv)):
         lg = row.get("loadgen") or {}
-        rate = lg.get("Samples per second") or lg.get("Completed samples per second") or lg.get("QPS w/o loadgen overhead")
+        rate = (lg.get("Samples per second") or lg.get("Completed samples per second")
+                or lg.get("QPS w/o loadgen overhead"))
         if lg:
             p99 = lg.get("99.00 percentile latency (ns)")
-            print(f"| LoadGen {lg.get('Scenario')}: result, samples/s, p99 (ms) | {lg.get('Result is')}, {rate}, "
+            print(f"| LoadGen {lg.get('Scenario')}: result, samples/s, p99 (ms) | {lg.get('Result is')}, "
+                  f"{rate}, "
                   f"{float(p99) / 1e6 if p99 else float('nan'):.3f} |")
             if name == "server" and rate and cap:
-                print(f"| LoadGen Server completed / deepgap capacity (goal within 5%) | {float(rate) / cap:.3f} |")
+                print(f"| LoadGen Server completed / deepgap capacity (goal within 5%) | "
+                      f"{float(rate) / cap:.3f} |")
     if cap and pred:
         print(f"| measured / predicted capacity (goal within 5%) | {cap / pred:.3f} |")
         up, pup = srv.get("capacity_upper_qps"), srv.get("capacity_predicted_upper_qps")

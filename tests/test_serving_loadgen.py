@@ -15,14 +15,15 @@ from deepgap.cli import main
 
 pytestmark = pytest.mark.slow
 
-SMALL = ["--model", "tinycnn", "--engine", "eager", "--precision", "fp32", "--device", "cpu", "--threads", "1",
+SMALL = ["--model", "tinycnn", "--engine", "eager", "--precision", "fp32", "--device", "cpu",
+         "--threads", "1",
          "--batch-sizes", "1,2,4", "--curve-iterations", "5", "--min-queries", "64", "--min-duration", "0.2s"]
 
 
 def deepgap(cwd, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.abspath("src"), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "deepgap", *args], capture_output=True, text=True, timeout=300,
-                          cwd=cwd, env=env)
+    path = os.pathsep.join([os.path.abspath("src"), os.environ.get("PYTHONPATH", "")])
+    return subprocess.run([sys.executable, "-m", "deepgap", *args], capture_output=True, text=True,
+                          timeout=300, cwd=cwd, env={**os.environ, "PYTHONPATH": path})
 
 
 @pytest.mark.parametrize("scenario, extra, loadgen_name", [

@@ -172,7 +172,8 @@ def serve_loop(
             if queued == 0:
                 next_s = float(arr[tail])
             else:
-                d = Decision(count=max_batch) if queued >= max_batch else decide(policy, now, queued, arr[head], tail < n)
+                d = (Decision(count=max_batch) if queued >= max_batch
+                     else decide(policy, now, queued, arr[head], tail < n))
                 if d.count:
                     inflight.append((pipe.submit(head, d.count), head, d.count, now))
                     head += d.count

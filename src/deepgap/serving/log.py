@@ -52,7 +52,8 @@ class RequestLog:
             arrival = arrival[np.repeat(starts, counts) + offsets]
         else:
             arrival = arrival[: int(counts.sum())]
-        return cls(arrival, col[1], col[2], col[0].astype(np.int64), col[3], col[4], col[5], n_planned=n_planned,
+        return cls(arrival, col[1], col[2], col[0].astype(np.int64), col[3], col[4], col[5],
+                   n_planned=n_planned,
                    host_s=col[6] if width >= 7 else None)
 
     @property

@@ -3,7 +3,8 @@
 Why a process: the parent (CLI) never touches the GPU, a crash or hang costs the run only its
 status, and tenants — one process each — share a GPU the way separate services do. The worker
 reuses the measurement worker's model cache (`deepgap.worker.WorkerState`), checks the engine's
-outputs on the ring's uint8 images (normalised on the device) against the fp32 model on the CPU, prepares one engine instance per batch size (one for eager, which
+outputs on the ring's uint8 images (normalised on the device) against the fp32 model on the CPU,
+prepares one engine instance per batch size (one for eager, which
 takes any shape), and calibrates the service curve the simulator is fed.
 """
 
@@ -20,8 +21,8 @@ from deepgap.records import ConfigSpec, Status
 from deepgap.runner import WorkerHandle, WorkerLost
 from deepgap.serving.batcher import BatchPolicy, StopRule
 
-DYNAMIC_ENGINES = ("eager",)
-CORRECTNESS_ROWS = 4  # ring images checked against the fp32 model on the CPU  # engines whose one prepared instance takes any batch size
+DYNAMIC_ENGINES = ("eager",)  # engines whose one prepared instance takes any batch size
+CORRECTNESS_ROWS = 4  # ring images checked against the fp32 model on the CPU
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,8 @@ def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
         runs[b] = prepared.run
         dtype = prepared.input_dtype
         info = dict(prepared.info)
-    ring = InputRing(max(req.pool_size, max(runs)), req.resolution, req.seed, pin=req.device.startswith("cuda"))
+    cuda = req.device.startswith("cuda")
+    ring = InputRing(max(req.pool_size, max(runs)), req.resolution, req.seed, pin=cuda)
     executor = PipelinedExecutor(runs, req.device, dtype, req.memory_format == "channels_last", ring)
     # Correctness: the engine, fed the ring's uint8 images through the device normalisation, against the
     # fp32 model on the CPU fed the same images normalised there.
@@ -144,7 +146,8 @@ def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
     reply = SetupReply(
         caps=state.caps, env=envinfo.collect(req.device), buckets=tuple(sorted(samples)),
         curve_samples_s=samples, curve_parts_s=parts, correctness=agreement,
-        engine_info={**info, "serving_depth": executor.depth, "input": "uint8 NHWC ring, normalised on the device"},
+        engine_info={**info, "serving_depth": executor.depth,
+                     "input": "uint8 NHWC ring, normalised on the device"},
         setup_s=time.perf_counter() - t0, notes=notes,
     )
     if executor.cuda:

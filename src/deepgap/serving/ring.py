@@ -69,7 +69,7 @@ class Normaliser:
         self.dtype = dtype
 
     def __call__(self, u8: Any, out: Any) -> Any:
-        """``out[:n] = (u8 / 255 − mean) / std`` for ``u8`` (n, H, W, 3); computed in fp32, stored as ``out``."""
+        """``out[:n] = (u8 / 255 − mean) / std`` for ``u8`` (n, H, W, 3); fp32 math, stored as ``out``."""
         import torch
 
         n = u8.shape[0]

@@ -91,7 +91,8 @@ def curve_rows(reply: SetupReply, req: SetupRequest, tenant: str = "") -> list[d
     return [{"tenant": tenant, "model": req.model, "engine": req.engine, "precision": req.precision,
              "device": req.device, "memory_format": req.memory_format, "resolution": req.resolution,
              "batch_size": b, "samples_s": reply.curve_samples_s[b],
-             **{k: v for k, v in reply.curve_parts_s.get(b, {}).items() if k in ("h2d_s", "compute_s", "d2h_s")},
+             **{k: v for k, v in reply.curve_parts_s.get(b, {}).items()
+                if k in ("h2d_s", "compute_s", "d2h_s")},
              "extra": {"includes": "issue, h2d (uint8), normalise + compute, d2h, sync",
                        **{k: v for k, v in reply.curve_parts_s.get(b, {}).items()
                           if k in ("host_s", "interval_s", "engine_s")}}}
@@ -252,7 +253,8 @@ def _offline(c: _Ctx) -> None:
     c.out.summary.update(offline_ips=best[0], offline_batch=best[1], offline_predicted_ips=best[2])
     engine = engine_ips(c)
     if engine:
-        c.out.summary.update(engine_ips=engine[0], engine_batch=engine[1], offline_vs_engine=best[0] / engine[0])
+        c.out.summary.update(engine_ips=engine[0], engine_batch=engine[1],
+                             offline_vs_engine=best[0] / engine[0])
     c.out.lines.append(f"offline: {best[0]:,.1f} samples/s at batch {best[1]} (calibration predicted "
                        f"{best[2]:,.1f}); tried batches {', '.join(map(str, cands))}" + (
                            f"; the engine alone on device-resident inputs: {engine[0]:,.1f} img/s at batch "
@@ -269,7 +271,8 @@ def host_line(log_summary: LevelSummary) -> str:
     """Where a batch's time goes: host issue time beside the device's copy-in, compute and copy-out."""
     s = log_summary
     return (f"per batch: host {s.host_mean_s * 1e3:.3f} ms, h2d {s.h2d_mean_s * 1e3:.3f} ms, compute "
-            f"{s.compute_mean_s * 1e3:.3f} ms, d2h {s.d2h_mean_s * 1e3:.3f} ms (mean batch {s.mean_batch:.1f})")
+            f"{s.compute_mean_s * 1e3:.3f} ms, d2h {s.d2h_mean_s * 1e3:.3f} ms "
+            f"(mean batch {s.mean_batch:.1f})")
 
 
 def _real_probe(c: _Ctx, policy: BatchPolicy, load: LoadSettings, purpose: str) -> Callable[[float], Probe]:
@@ -315,7 +318,8 @@ def _server(c: _Ctx) -> None:
         overloaded = bool(s.n_dropped or log.stop_kind == "time")
         c.out.summary.update(server_qps=rate, server_p99_s=s.latency_p99_s, server_predicted_p99_s=pred.latency_p99_s,
                              server_verdict=s.verdict, server_achieved_qps=s.achieved_qps,
-                             server_dropped=s.n_dropped, server_late=s.n_over_slo, server_overloaded=overloaded,
+                             server_dropped=s.n_dropped, server_late=s.n_over_slo,
+                             server_overloaded=overloaded,
                              server_host_mean_s=s.host_mean_s)
         verdict = f", SLO {spec.slo_s * 1e3:g} ms: {s.verdict}" if spec.slo_s else ""
         c.out.lines.append(f"server: {rate:,.1f} queries/s offered, {s.achieved_qps:,.1f} served, p99 "
@@ -324,8 +328,9 @@ def _server(c: _Ctx) -> None:
         c.out.lines.append(f"server: {host_line(s)}")
         if overloaded:
             c.out.lines.append(
-                f"server: OVERLOADED at {rate:,.1f} queries/s: {s.n_dropped} of {s.n_planned} requests dropped "
-                f"(waited longer than the {spec.slo_s * 1e3:g} ms SLO: the queue is bounded), {s.n_over_slo} served late"
+                f"server: OVERLOADED at {rate:,.1f} queries/s: {s.n_dropped} of {s.n_planned} requests "
+                f"dropped (waited longer than the {spec.slo_s * 1e3:g} ms SLO: the queue is bounded), "
+                f"{s.n_over_slo} served late"
                 if spec.slo_s else f"server: OVERLOADED at {rate:,.1f} queries/s: {log.stopped}")
         return
     _find_capacity(c, load)
@@ -383,14 +388,18 @@ def _find_capacity(c: _Ctx, load: LoadSettings) -> None:
     c.out.summary.update(capacity_qps=best.capacity_qps, capacity_predicted_qps=pred, capacity_max_batch=best.policy.max_batch,
                          capacity_upper_qps=best.upper_qps, capacity_predicted_upper_qps=sim.upper_qps,
                          capacity_max_delay_s=best.policy.max_delay_s, slo_p99_s=load.slo_s,
-                         capacity_sim_best_qps=ranked[0].capacity_qps, capacity_sim_best_policy=ranked[0].policy.label(),
+                         capacity_sim_best_qps=ranked[0].capacity_qps,
+                         capacity_sim_best_policy=ranked[0].policy.label(),
                          capacity_sim_best_verified=ranked[0].policy in verified)
     if at is not None:
-        c.out.summary.update(capacity_host_mean_s=at.summary.host_mean_s, capacity_h2d_mean_s=at.summary.h2d_mean_s,
+        c.out.summary.update(capacity_host_mean_s=at.summary.host_mean_s,
+                             capacity_h2d_mean_s=at.summary.h2d_mean_s,
                              capacity_compute_mean_s=at.summary.compute_mean_s,
-                             capacity_mean_batch=at.summary.mean_batch, capacity_p99_s=at.summary.latency_p99_s)
+                             capacity_mean_batch=at.summary.mean_batch,
+                             capacity_p99_s=at.summary.latency_p99_s)
     if engine:
-        c.out.summary.update(engine_ips=engine[0], engine_batch=engine[1], capacity_vs_engine=best.capacity_qps / engine[0])
+        c.out.summary.update(engine_ips=engine[0], engine_batch=engine[1],
+                             capacity_vs_engine=best.capacity_qps / engine[0])
     c.out.lines.append(
         f"server capacity at p99 ≤ {load.slo_s * 1e3:g} ms: {best.capacity_qps:,.1f} queries/s with "
         f"{best.policy.label()} (simulator predicted {pred:,.1f}; measured/predicted "
@@ -400,5 +409,6 @@ def _find_capacity(c: _Ctx, load: LoadSettings) -> None:
     if at is not None:
         c.out.lines.append(f"server capacity: {host_line(at.summary)}")
     if engine:
-        c.out.lines.append(f"server capacity / the engine alone ({engine[0]:,.1f} img/s at batch {engine[1]}, "
+        c.out.lines.append(f"server capacity / the engine alone ({engine[0]:,.1f} img/s at batch "
+                           f"{engine[1]}, "
                            f"device-resident inputs): {best.capacity_qps / engine[0]:.3f}")

@@ -69,7 +69,8 @@ class PipelinedExecutor:
             raise ValueError(f"batch {top} is larger than the input ring ({ring.size})")
         # one uint8 landing buffer per slot in flight; engine inputs per batch size, in the engine's layout
         self.u8 = [torch.empty((top, *shape), dtype=torch.uint8, device=device) for _ in range(self.depth)]
-        self.dev_in = {b: torch.zeros((b, 3, res, res), dtype=dtype, device=device).contiguous(memory_format=fmt)
+        self.dev_in = {b: torch.zeros((b, 3, res, res), dtype=dtype, device=device)
+                       .contiguous(memory_format=fmt)
                        for b in self.buckets}
         self.norm = Normaliser(dtype, device)
         self.host_out: list[dict[int, Any]] = [{} for _ in range(self.depth)]
@@ -77,6 +78,8 @@ class PipelinedExecutor:
         self.consumed: list[Any] = [None] * self.depth  # compute-stream event after the slot's last use
         self.k = 0
         self.last_out: Any = None
+        if self.cuda:  # the streams start after everything the default stream did (prepare, these buffers)
+            torch.cuda.synchronize(device)
 
     def bucket(self, n: int) -> int:
         """The prepared batch size a batch of ``n`` runs at."""
@@ -138,7 +141,7 @@ class PipelinedExecutor:
         return self.last_out[:count]
 
     def engine_interval_s(self, b: int, iterations: int) -> float:
-        """Seconds per batch of the engine alone, inputs already on the device, back to back (a sweep's view)."""
+        """Seconds per batch of the engine alone, inputs on the device, back to back (a sweep's view)."""
         st, ks = self.st, self.compute_stream
         x = self.dev_in[b]
         e0 = st.record(ks)
@@ -208,7 +211,8 @@ def measure_curve(executor: PipelinedExecutor, warmup: int, iterations: int, min
                 break
             samples[b] = lat
             m = np.mean(np.asarray(p), axis=0)
-            parts[b] = {"h2d_s": float(m[0]), "compute_s": float(m[1]), "d2h_s": float(m[2]), "host_s": float(m[3]),
+            parts[b] = {"h2d_s": float(m[0]), "compute_s": float(m[1]), "d2h_s": float(m[2]),
+                        "host_s": float(m[3]),
                         "interval_s": min(interval, float(np.median(lat))), "engine_s": engine}
     return samples, parts, note
 
@@ -228,7 +232,8 @@ def pipelined_interval_s(executor: PipelinedExecutor, b: int, n: int) -> float:
     return (done[-1] - done[0]) / (len(done) - 1)
 
 
-def run_level(executor: PipelinedExecutor, arrivals_s: np.ndarray, policy: BatchPolicy, stop: StopRule | None = None,
+def run_level(executor: PipelinedExecutor, arrivals_s: np.ndarray, policy: BatchPolicy,
+              stop: StopRule | None = None,
               start_at: float | None = None) -> RequestLog:
     """Serve one arrival schedule for real; ``start_at`` is a ``perf_counter`` instant (default: in 10 ms)."""
     with executor.torch.inference_mode(), quiet_gc():  # collect first: the clock starts after

@@ -48,7 +48,8 @@ class ServiceModel:
         self.batch_sizes = tuple(int(self.batch_sizes[i]) for i in order)
         self.median_s = tuple(float(self.median_s[i]) for i in order)
         if self.interval_s is not None:
-            self.interval_s = tuple(min(float(self.interval_s[i]), self.median_s[j]) for j, i in enumerate(order))
+            self.interval_s = tuple(min(float(self.interval_s[i]), self.median_s[j])
+                                    for j, i in enumerate(order))
         if not self.batch_sizes or len(set(self.batch_sizes)) != len(self.batch_sizes):
             raise ValueError("a service curve needs distinct batch sizes")
         if any(not (m > 0 and math.isfinite(m)) for m in self.median_s):
@@ -115,7 +116,8 @@ class ServiceModel:
 
     def describe(self) -> list[dict[str, float]]:
         """The curve as rows (batch, median seconds, images/s)."""
-        return [{"batch_size": b, "median_s": m, "interval_s": self._interval[b], "throughput_ips": b / self._interval[b]}
+        return [{"batch_size": b, "median_s": m, "interval_s": self._interval[b],
+                 "throughput_ips": b / self._interval[b]}
                 for b, m in zip(self.batch_sizes, self.median_s, strict=True)]
 
 
