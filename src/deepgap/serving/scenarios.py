@@ -23,8 +23,8 @@ from deepgap.records import Status
 from deepgap.runner import WorkerLost
 from deepgap.serving import arrivals as arr
 from deepgap.serving.batcher import BatchPolicy, StopRule
-from deepgap.serving.capacity import (CapacityResult, LoadSettings, Probe, candidate_policies, find_capacity,
-                                      schedule, search_policies)
+from deepgap.serving.capacity import (DROP_AFTER_SLOS, CapacityResult, LoadSettings, Probe,
+                                      candidate_policies, find_capacity, schedule, search_policies)
 from deepgap.serving.log import LevelSummary, RequestLog, summarize
 from deepgap.serving.process import LevelRequest, ServingWorker, SetupFailed, SetupReply, SetupRequest
 from deepgap.serving.sim import ServiceModel, simulate
@@ -307,7 +307,8 @@ def _server(c: _Ctx) -> None:
         if c.trace is not None and not spec.qps:  # a trace replays whole (the minimums may lengthen it)
             n = max(n, len(c.trace))
         times = schedule(rate, n, spec.seed, c.trace)
-        stop = StopRule(max_time_s=3.0 * n / rate + 5.0, drop_after_s=spec.slo_s)
+        stop = StopRule(max_time_s=3.0 * n / rate + 5.0,
+                        drop_after_s=DROP_AFTER_SLOS * spec.slo_s if spec.slo_s else None)
         c.say(f"serve: server, {policy.label()} at {rate:,.1f} queries/s ({n} queries)")
         log = c.worker.level(LevelRequest(times, policy, stop), _timeout(n, rate))
         s = summarize(log, rate, spec.slo_s, 0.99, spec.confidence)
@@ -329,7 +330,8 @@ def _server(c: _Ctx) -> None:
         if overloaded:
             c.out.lines.append(
                 f"server: OVERLOADED at {rate:,.1f} queries/s: {s.n_dropped} of {s.n_planned} requests "
-                f"dropped (waited longer than the {spec.slo_s * 1e3:g} ms SLO: the queue is bounded), "
+                f"dropped (waited over {DROP_AFTER_SLOS:g}× the {spec.slo_s * 1e3:g} ms SLO: the queue is "
+                f"bounded), "
                 f"{s.n_over_slo} served late"
                 if spec.slo_s else f"server: OVERLOADED at {rate:,.1f} queries/s: {log.stopped}")
         return
