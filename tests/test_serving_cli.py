@@ -125,6 +125,19 @@ def test_trace_arrivals_and_capacity_search_with_real_traffic(tmp_path):
     for lo, hi in ((cap["capacity_qps"], cap["capacity_upper_qps"]),
                    (cap["capacity_predicted_qps"], cap["capacity_predicted_upper_qps"])):
         assert hi is None or hi > lo  # each capacity is a bracket: highest pass, lowest fail
+    from deepgap.serving.storage import capacity_frame
+
+    st = Store(store, readonly=True)
+    try:
+        cf = capacity_frame(st)
+    finally:
+        st.close()
+    sim = cf[cf["source"] == "simulated"]
+    measured = {(r.max_batch, r.max_delay_s) for r in cf[cf["source"] == "measured"].itertuples()}
+    for r in sim.itertuples():  # the simulator's search labels every policy it did not run for real
+        assert r.extra["verified"] == ((r.max_batch, r.max_delay_s) in measured)
+        assert ("unverified" in r.note) != r.extra["verified"]
+    assert isinstance(cap["capacity_sim_best_verified"], bool) and cap["capacity_host_mean_s"] > 0
     missing = deepgap("serve", *SMALL, "--scenario", "server", "--trace", str(tmp_path / "nope.txt"),
                       "--store", str(tmp_path / "never.sqlite"))
     assert missing.returncode == 2 and "nope.txt" in missing.stderr and not (tmp_path / "never.sqlite").exists()
