@@ -125,6 +125,19 @@ def test_trace_arrivals_and_capacity_search_with_real_traffic(tmp_path):
     for lo, hi in ((cap["capacity_qps"], cap["capacity_upper_qps"]),
                    (cap["capacity_predicted_qps"], cap["capacity_predicted_upper_qps"])):
         assert hi is None or hi > lo  # each capacity is a bracket: highest pass, lowest fail
+    from deepgap.serving.storage import capacity_frame
+
+    st = Store(store, readonly=True)
+    try:
+        cf = capacity_frame(st)
+    finally:
+        st.close()
+    sim = cf[cf["source"] == "simulated"]
+    measured = {(r.max_batch, r.max_delay_s) for r in cf[cf["source"] == "measured"].itertuples()}
+    for r in sim.itertuples():  # the simulator's search labels every policy it did not run for real
+        assert r.extra["verified"] == ((r.max_batch, r.max_delay_s) in measured)
+        assert ("unverified" in r.note) != r.extra["verified"]
+    assert isinstance(cap["capacity_sim_best_verified"], bool) and cap["capacity_host_mean_s"] > 0
     missing = deepgap("serve", *SMALL, "--scenario", "server", "--trace", str(tmp_path / "nope.txt"),
                       "--store", str(tmp_path / "never.sqlite"))
     assert missing.returncode == 2 and "nope.txt" in missing.stderr and not (tmp_path / "never.sqlite").exists()
@@ -137,38 +150,34 @@ def test_tenant_threads_split_the_cores():
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
-def test_request_buffers_are_pinned_and_batches_are_assembled_in_the_engine_memory_format(device):
-    """Requests wrap around the pool and land in order in the padded batch, on the CPU and the GPU."""
+def test_ring_batches_are_normalised_into_the_engine_memory_format_and_pipelined(device):
+    """Requests wrap around the ring and land in order in the padded batch, on the CPU and the GPU
+    (where the ring is pinned, copies run on their own stream and two batches are in flight)."""
     import torch
 
-    from deepgap.serving.server import TorchExecutor
+    from deepgap.serving.ring import InputRing
+    from deepgap.serving.server import PipelinedExecutor, pipelined_interval_s
+
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
 
     def run(x):
         return x.float().sum(dim=(2, 3))
 
-    pool = torch.randn(5, 3, 8, 8)
-    ex = TorchExecutor({1: run, 4: run}, device, torch.float16, True, pool)
-    for buf in [ex.pool, *ex.staging.values(), *ex.dev_in.values()]:
+    ring = InputRing(5, 8, seed=2, pin=device == "cuda")
+    ex = PipelinedExecutor({1: run, 4: run}, device, torch.float16, True, ring)
+    for buf in ex.dev_in.values():
         assert buf.is_contiguous(memory_format=torch.channels_last)
-    assert ex.pool.is_pinned() == (device == "cuda")  # a pageable source makes the H2D copy synchronous
-    h2d, compute, d2h = ex(3, 3)  # rows 3, 4, 0 of the pool, padded to the batch-4 buffer
-    assert min(h2d, compute, d2h) >= 0.0 and compute > 0.0
-    want = pool[[3, 4, 0]].half().float().sum(dim=(2, 3))
-    got = ex.host_out[4][:3] if device == "cuda" else run(ex.staging[4])[:3]
-    if device == "cuda":
-        torch.testing.assert_close(ex.dev_in[4][:3].cpu(), pool[[3, 4, 0]].half(), rtol=0, atol=0)
-    torch.testing.assert_close(got.float().cpu(), want, rtol=1e-3, atol=1e-2)
-
-
-def test_copy_all_copies_each_pair():
-    import torch
-
-    from deepgap.serving.server import copy_all
-
-    src = [torch.full((2, 2), float(i)) for i in range(3)]
-    dst = torch.zeros(3, 2, 2).unbind(0)
-    copy_all(dst, src)
-    assert [float(d.mean()) for d in dst] == [0.0, 1.0, 2.0]
+    assert ring.images.is_pinned() == (device == "cuda")  # a pageable source makes the H2D copy synchronous
+    assert ex.depth == (2 if device == "cuda" else 1)
+    h2d, compute, d2h, host = ex(3, 3)  # ring slots 3, 4, 0, padded to the batch-4 buffer
+    assert min(h2d, compute, d2h) >= 0.0 and compute > 0.0 and host > 0.0
+    ref = ex.norm.reference(ring.images[[3, 4, 0]])
+    torch.testing.assert_close(ex.dev_in[4][:3].float().cpu(), ref, rtol=2e-3, atol=6e-3)
+    want = ref.half().float().sum(dim=(2, 3))
+    torch.testing.assert_close(ex.output(3).float().cpu(), want, rtol=1e-3, atol=0.1)
+    assert pipelined_interval_s(ex, 4, 6) > 0 and ex.engine_interval_s(4, 3) > 0
+    ex.close()
 
 
 def test_interference_figure_renders_extreme_and_missing_cells():

@@ -38,7 +38,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("--tenants", help="several models at once, one process each: resnet50,resnet18[:QPS],…")
     p.add_argument("--load", help="tenants without a rate run at this fraction of their own capacity (default 0.5)")
     p.add_argument("--verify-policies", help="--find-capacity: best simulated policies measured for real (default 2)")
-    p.add_argument("--loadgen", action="store_true", help="also drive the server with MLCommons LoadGen, if installed")
+    p.add_argument("--loadgen", action="store_true",
+                   help="also drive the same server with MLCommons LoadGen (pip install 'deepgap[serving]')")
     p.add_argument("--threads", help="CPU intra-op threads of the worker")
     p.add_argument("--curve-iterations", help="timed iterations per batch size when calibrating (default GPU 100, CPU 30)")
     p.add_argument("--timeout", help="seconds before a hung worker is killed (default 900)")

@@ -7,22 +7,32 @@ wait for the next arrival or that deadline, whichever is first. Requests leave i
 the queue is always a contiguous range of request indices and a decision costs O(1).
 
 `serve_loop` is the whole server minus two injected parts: a `Clock` (real or virtual) and an
-``execute(first, count)`` callable that runs one batch and returns its (h2d, compute, d2h) seconds.
+executor. A pipelined executor (``submit``/``done``/``wait_until``/``wait`` and a ``depth``) keeps up
+to ``depth`` batches in flight, so the policy's "executor free" means "fewer than ``depth`` in
+flight"; a plain ``execute(first, count)`` callable returning (h2d, compute, d2h) seconds is depth 1.
 With a `VirtualClock` and an executor that advances it by a service time, it is a discrete-event
-simulation; with a `RealClock` and an engine, it is the real server. Nothing else differs.
+simulation; with a `RealClock` and an engine, it is the real server. Nothing else differs. The loop
+does O(log n) work per batch (binary searches over the sorted arrival array), never per request.
+
+Overload: with ``StopRule.drop_after_s`` the queue is bounded in time: a request that has waited
+longer than that when a batch is formed is dropped (counted in the log, and as over the SLO) rather
+than served late, so an overloaded server keeps serving fresh requests at its own pace.
 """
 
 from __future__ import annotations
 
-import bisect
 import math
+import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from deepgap.serving.clock import Clock
 from deepgap.serving.log import RequestLog
 
-Executor = Callable[[int, int], tuple[float, float, float]]
+Executor = Callable[[int, int], tuple[float, ...]]
 
 
 @dataclass(frozen=True)
@@ -70,6 +80,7 @@ class StopRule:
     slo_s: float | None = None
     max_violations: int | None = None  # stop once more than this many requests exceeded the SLO
     max_time_s: float | None = None  # stop once the clock passes this (queued requests are dropped)
+    drop_after_s: float | None = None  # bounded queue: requests waiting longer than this are dropped
 
     def check(self, n_violations: int, now_s: float) -> tuple[str, str]:
         """(kind, why) to stop now — kind "violations" or "time" — or ("", "")."""
@@ -81,49 +92,104 @@ class StopRule:
         return "", ""
 
 
+class _Sync:
+    """A plain ``execute(first, count)`` callable as a pipeline of depth 1 (it returns when done)."""
+
+    depth = 1
+
+    def __init__(self, execute: Executor) -> None:
+        self.execute = execute
+
+    def submit(self, first: int, count: int) -> tuple[float, ...]:
+        return tuple(self.execute(first, count))
+
+    @staticmethod
+    def done(ticket: tuple[float, ...]) -> bool:
+        return True
+
+    @staticmethod
+    def wait(ticket: tuple[float, ...]) -> tuple[float, ...]:
+        return (*ticket[:3], ticket[3] if len(ticket) > 3 else 0.0)
+
+
+def wait_until(pipe, ticket, clock: Clock, t_s: float) -> None:
+    """Return when ``ticket`` is done or the clock reaches ``t_s``, whichever is first."""
+    own = getattr(pipe, "wait_until", None)
+    if own is not None:
+        own(ticket, clock, t_s)
+        return
+    while not pipe.done(ticket) and clock.now() < t_s:
+        time.sleep(0)  # yield the GIL to the threads that feed the device
+
+
 def serve_loop(
     arrivals_s: Sequence[float],
     policy: BatchPolicy,
     clock: Clock,
-    execute: Executor,
+    execute,
     stop: StopRule | None = None,
 ) -> RequestLog:
     """Serve requests arriving at ``arrivals_s`` (sorted, seconds on ``clock``) and log each one."""
-    arr = [float(t) for t in arrivals_s]
+    arr = np.asarray(arrivals_s, dtype=np.float64)
     n = len(arr)
-    batches: list[tuple[int, float, float, float, float, float]] = []  # count, dispatch, done, h2d, compute, d2h
-    head = tail = 0
-    violations = 0
+    pipe = execute if hasattr(execute, "submit") else _Sync(execute)
+    depth = pipe.depth
+    batches: list[tuple[int, float, float, float, float, float, float, int]] = []
+    inflight: deque = deque()  # (ticket, first, count, dispatch)
+    head = 0
+    violations = dropped = 0
     slo = stop.slo_s if stop is not None and stop.slo_s is not None else None
+    drop_after = stop.drop_after_s if stop is not None else None
     stopped = ("", "")
     max_batch = policy.max_batch
-    while head < n:
-        now = clock.now()
-        while tail < n and arr[tail] <= now:
-            tail += 1
-        if tail == head:  # nothing waits: sleep until the next arrival
-            clock.sleep_until(arr[tail])
-            continue
-        queued = tail - head
-        if queued >= max_batch:
-            count = max_batch
-        else:
-            d = decide(policy, now, queued, arr[head], tail < n)
-            count = d.count
-            if count == 0:
-                clock.sleep_until(min(d.wait_until_s, arr[tail]) if tail < n else d.wait_until_s)
-                continue
-        h2d, compute, d2h = execute(head, count)
+
+    def retire() -> None:
+        nonlocal violations, stopped
+        ticket, first, count, dispatch = inflight.popleft()
+        h2d, compute, d2h, host = pipe.wait(ticket)
         done = clock.now()
-        batches.append((count, now, done, h2d, compute, d2h))
+        batches.append((count, dispatch, done, h2d, compute, d2h, host, first))
         if slo is not None:  # arrivals are sorted: the late ones are a prefix of the batch
-            violations += bisect.bisect_left(arr, done - slo, head, head + count) - head
-        head += count
-        if stop is not None:
-            stopped = stop.check(violations, done)
-            if stopped[0] and head < n:
+            violations += int(np.searchsorted(arr[first : first + count], done - slo, "left"))
+        if stop is not None and not stopped[0]:
+            stopped = stop.check(violations + dropped, done)
+
+    while head < n or inflight:
+        while inflight and pipe.done(inflight[0][0]):
+            retire()
+        if stopped[0]:
+            break
+        now = clock.now()
+        tail = max(head, int(np.searchsorted(arr, now, "right")))
+        if drop_after is not None and head < tail:
+            cut = min(tail, int(np.searchsorted(arr, now - drop_after, "left")))
+            if cut > head:
+                dropped += cut - head
+                head = cut
+        next_s = math.inf
+        if head < n and len(inflight) < depth:
+            queued = tail - head
+            if queued == 0:
+                next_s = float(arr[tail])
+            else:
+                d = (Decision(count=max_batch) if queued >= max_batch
+                     else decide(policy, now, queued, arr[head], tail < n))
+                if d.count:
+                    inflight.append((pipe.submit(head, d.count), head, d.count, now))
+                    head += d.count
+                    continue
+                next_s = min(d.wait_until_s, float(arr[tail])) if tail < n else d.wait_until_s
+        if not inflight:
+            if next_s == math.inf:
                 break
-            stopped = ("", "")
-    log = RequestLog.from_batches(arr[:head], batches, n)
-    log.stop_kind, log.stopped = stopped
+            clock.sleep_until(next_s)
+        elif next_s == math.inf:
+            retire()
+        else:
+            wait_until(pipe, inflight[0][0], clock, next_s)
+    while inflight:  # a stop leaves batches on the device: finish them, they were served
+        retire()
+    log = RequestLog.from_batches(arr, batches, n)
+    log.n_dropped = dropped
+    log.stop_kind, log.stopped = stopped if head < n else ("", "")
     return log

@@ -3,7 +3,9 @@
 A request's latency runs from its scheduled arrival to the end of its batch's device→host copy, and
 splits into queue wait (arrival → dispatch), host→device copy, compute, device→host copy, and
 ``other`` (the rest: gathering inputs into the pinned batch buffer, launch and synchronization
-overheads). Parts are per batch, shared by the requests in it.
+overheads). Parts are per batch, shared by the requests in it. ``host_s`` is the launching thread's
+own time to issue the request's batch (inside the latency, overlapping the device's work when the
+executor pipelines). Dropped requests (a bounded queue under overload) are counted, not logged.
 """
 
 from __future__ import annotations
@@ -29,16 +31,30 @@ class RequestLog:
     n_planned: int = 0
     stopped: str = ""  # why the run ended before every planned request was served
     stop_kind: str = ""  # "violations" (it could no longer pass) | "time" (it fell behind) | ""
+    host_s: np.ndarray | None = None  # per request: host time issuing its batch (None: not measured)
+    n_dropped: int = 0  # requests shed by a bounded queue (never served)
 
     @classmethod
-    def from_batches(cls, arrival_s, batches: list[tuple[int, float, float, float, float, float]],
-                     n_planned: int) -> RequestLog:
-        """Expand per-batch records (count, dispatch, done, h2d, compute, d2h) to per-request columns."""
-        a = np.asarray(batches, dtype=np.float64).reshape(-1, 6)
+    def from_batches(cls, arrival_s, batches: list[tuple], n_planned: int) -> RequestLog:
+        """Expand per-batch records to per-request columns.
+
+        A record is (count, dispatch, done, h2d, compute, d2h[, host, first]); ``first`` indexes
+        ``arrival_s`` (all arrivals of the run); without it batches are consecutive from 0.
+        """
+        width = max((len(b) for b in batches), default=6)
+        a = np.asarray(batches, dtype=np.float64).reshape(-1, width)
         counts = a[:, 0].astype(np.int64)
-        col = [np.repeat(a[:, j], counts) for j in range(6)]
-        return cls(np.asarray(arrival_s, dtype=np.float64), col[1], col[2], col[0].astype(np.int64), col[3], col[4],
-                   col[5], n_planned=n_planned)
+        col = [np.repeat(a[:, j], counts) for j in range(width)]
+        arrival = np.asarray(arrival_s, dtype=np.float64)
+        if width >= 8:  # gather each batch's contiguous range, vectorised
+            starts = a[:, 7].astype(np.int64)
+            offsets = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+            arrival = arrival[np.repeat(starts, counts) + offsets]
+        else:
+            arrival = arrival[: int(counts.sum())]
+        return cls(arrival, col[1], col[2], col[0].astype(np.int64), col[3], col[4], col[5],
+                   n_planned=n_planned,
+                   host_s=col[6] if width >= 7 else None)
 
     @property
     def n(self) -> int:
@@ -92,6 +108,8 @@ class LevelSummary:
     other_mean_s: float
     mean_batch: float
     slo_s: float | None = None
+    n_dropped: int = 0
+    host_mean_s: float = 0.0
     n_over_slo: int | None = None
     verdict: str = "none"  # pass | fail | inconclusive | none (no SLO)
     stopped: str = ""
@@ -113,9 +131,9 @@ def summarize(log: RequestLog, offered_qps: float | None, slo_s: float | None = 
         # Fell behind: the unserved requests were already later than any SLO a run is meant for.
         v = verdict(log.n_planned, n_over + (log.n_planned - log.n), percentile, confidence)
     elif log.stop_kind == "violations":
-        v = verdict(log.n_planned, n_over, percentile, confidence)  # cannot pass any more
-    else:
-        v = verdict(log.n, n_over, percentile, confidence)
+        v = verdict(log.n_planned, n_over + log.n_dropped, percentile, confidence)  # cannot pass any more
+    else:  # a dropped request counts as one over the SLO
+        v = verdict(log.n + log.n_dropped, n_over + log.n_dropped, percentile, confidence)
     return LevelSummary(
         n=log.n, n_planned=log.n_planned, offered_qps=offered_qps,
         achieved_qps=log.n / span if span > 0 else float("nan"), duration_s=span,
@@ -125,4 +143,5 @@ def summarize(log: RequestLog, offered_qps: float | None, slo_s: float | None = 
         h2d_mean_s=float(log.h2d_s.mean()), compute_mean_s=float(log.compute_s.mean()),
         d2h_mean_s=float(log.d2h_s.mean()), other_mean_s=float(log.other_s.mean()),
         mean_batch=float(log.batch.mean()), slo_s=slo_s, n_over_slo=n_over, verdict=v, stopped=log.stopped,
+        n_dropped=log.n_dropped, host_mean_s=float(np.mean(log.host_s)) if log.host_s is not None else 0.0,
     )

@@ -2,8 +2,9 @@
 
 Why a process: the parent (CLI) never touches the GPU, a crash or hang costs the run only its
 status, and tenants — one process each — share a GPU the way separate services do. The worker
-reuses the measurement worker's model cache and fp32 reference (`deepgap.worker.WorkerState`), checks
-the engine's outputs against it, prepares one engine instance per batch size (one for eager, which
+reuses the measurement worker's model cache (`deepgap.worker.WorkerState`), checks the engine's
+outputs on the ring's uint8 images (normalised on the device) against the fp32 model on the CPU,
+prepares one engine instance per batch size (one for eager, which
 takes any shape), and calibrates the service curve the simulator is fed.
 """
 
@@ -21,6 +22,7 @@ from deepgap.runner import WorkerHandle, WorkerLost
 from deepgap.serving.batcher import BatchPolicy, StopRule
 
 DYNAMIC_ENGINES = ("eager",)  # engines whose one prepared instance takes any batch size
+CORRECTNESS_ROWS = 4  # ring images checked against the fp32 model on the CPU
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,8 @@ def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
 
     from deepgap import correctness, envinfo
     from deepgap.engines import get_engine
-    from deepgap.serving.server import TorchExecutor, measure_curve
+    from deepgap.serving.ring import InputRing
+    from deepgap.serving.server import PipelinedExecutor, measure_curve
     from deepgap.worker import _inputs, _nvml_used, is_oom
 
     t0 = time.perf_counter()
@@ -102,7 +105,7 @@ def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
         raise SetupFailed(Status.SKIPPED, why_not)
     torch.set_num_threads(req.threads or state.default_threads)
     torch.backends.cudnn.benchmark = req.cudnn_benchmark
-    ref_x, ref_y = state.reference(req.model, req.resolution, req.weights, req.seed)
+    ref_x, _ = state.reference(req.model, req.resolution, req.weights, req.seed)
     runs: dict[int, Any] = {}
     info: dict[str, Any] = {}
     notes: list[str] = []
@@ -125,18 +128,20 @@ def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
         first = first or (prepared, spec)
         dtype = prepared.input_dtype
         info = dict(prepared.info)
-    g = torch.Generator().manual_seed(req.seed + 7)
-    pool = torch.randn(req.pool_size, 3, req.resolution, req.resolution, generator=g)
-    k = min(ref_x.shape[0], req.pool_size)
-    pool[:k] = ref_x[:k]
-    executor = TorchExecutor(runs, req.device, dtype, req.memory_format == "channels_last", pool)
-    with torch.inference_mode():  # correctness of the engine on the reference rows, at the first batch size
-        b0 = executor.buckets[0]
-        kk = min(k, b0)
+    cuda = req.device.startswith("cuda")
+    ring = InputRing(max(req.pool_size, max(runs)), req.resolution, req.seed, pin=cuda)
+    executor = PipelinedExecutor(runs, req.device, dtype, req.memory_format == "channels_last", ring)
+    # Correctness: the engine, fed the ring's uint8 images through the device normalisation, against the
+    # fp32 model on the CPU fed the same images normalised there.
+    kk = min(CORRECTNESS_ROWS, executor.buckets[0])
+    ref_in = executor.norm.reference(ring.images[:kk].cpu())
+    model = state.model(req.model, req.resolution, req.weights, req.seed)
+    with torch.inference_mode():
+        ref_out = torch.cat([model(ref_in[i : i + 1]).float() for i in range(kk)])
+        del model
         executor(0, kk)
         executor.sync()
-        y = executor.host_out[b0] if executor.cuda else executor.runs[b0](executor.staging[b0])
-        agreement = correctness.compare(y[:kk].float().cpu(), ref_y[:kk], req.precision).to_dict()
+        agreement = correctness.compare(executor.output(kk).float().cpu(), ref_out, req.precision).to_dict()
     accuracy = None
     if req.options.get("dataset"):  # accuracy mode: the served engine at its first batch size, before the curve
         from types import SimpleNamespace
@@ -152,7 +157,9 @@ def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
     executor.buckets = sorted(samples)
     reply = SetupReply(
         caps=state.caps, env=envinfo.collect(req.device), buckets=tuple(sorted(samples)),
-        curve_samples_s=samples, curve_parts_s=parts, correctness=agreement, engine_info=info,
+        curve_samples_s=samples, curve_parts_s=parts, correctness=agreement,
+        engine_info={**info, "serving_depth": executor.depth,
+                     "input": "uint8 NHWC ring, normalised on the device"},
         setup_s=time.perf_counter() - t0, notes=notes, accuracy=accuracy,
     )
     if executor.cuda:

@@ -24,8 +24,8 @@ from deepgap.records import Status
 from deepgap.runner import WorkerLost
 from deepgap.serving import arrivals as arr
 from deepgap.serving.batcher import BatchPolicy, StopRule
-from deepgap.serving.capacity import (CapacityResult, LoadSettings, Probe, candidate_policies, find_capacity,
-                                      schedule, search_policies)
+from deepgap.serving.capacity import (DROP_AFTER_SLOS, CapacityResult, LoadSettings, Probe,
+                                      candidate_policies, find_capacity, schedule, search_policies)
 from deepgap.serving.log import LevelSummary, RequestLog, summarize
 from deepgap.serving.process import LevelRequest, ServingWorker, SetupFailed, SetupReply, SetupRequest
 from deepgap.serving.sim import ServiceModel, simulate
@@ -80,16 +80,25 @@ def setup_request(spec: ServeSpec, model: str, device: str) -> SetupRequest:
 def service_of(reply: SetupReply, label: str) -> ServiceModel:
     """The simulator's service model from a worker's calibration (padding to the prepared sizes)."""
     bs = sorted(reply.curve_samples_s)
+    parts = reply.curve_parts_s
+    intervals = (tuple(float(parts[b]["interval_s"]) for b in bs)
+                 if all("interval_s" in parts.get(b, {}) for b in bs) else None)
     return ServiceModel(tuple(bs), tuple(float(np.median(reply.curve_samples_s[b])) for b in bs),
-                        {b: np.asarray(reply.curve_samples_s[b]) for b in bs}, padding="bucket", source=label)
+                        {b: np.asarray(reply.curve_samples_s[b]) for b in bs}, padding="bucket", source=label,
+                        interval_s=intervals, depth=int(reply.engine_info.get("serving_depth", 1)))
 
 
 def curve_rows(reply: SetupReply, req: SetupRequest, tenant: str = "") -> list[dict[str, Any]]:
     """``serve_curves`` rows of one calibration."""
     return [{"tenant": tenant, "model": req.model, "engine": req.engine, "precision": req.precision,
              "device": req.device, "memory_format": req.memory_format, "resolution": req.resolution,
-             "batch_size": b, "samples_s": reply.curve_samples_s[b], **reply.curve_parts_s.get(b, {}),
-             "extra": {"includes": "gather, h2d, compute, d2h, sync"}} for b in sorted(reply.curve_samples_s)]
+             "batch_size": b, "samples_s": reply.curve_samples_s[b],
+             **{k: v for k, v in reply.curve_parts_s.get(b, {}).items()
+                if k in ("h2d_s", "compute_s", "d2h_s")},
+             "extra": {"includes": "issue, h2d (uint8), normalise + compute, d2h, sync",
+                       **{k: v for k, v in reply.curve_parts_s.get(b, {}).items()
+                          if k in ("host_s", "interval_s", "engine_s")}}}
+            for b in sorted(reply.curve_samples_s)]
 
 
 def level_row(req: SetupRequest, scenario: str, purpose: str, policy: BatchPolicy | None, target_qps: float | None,
@@ -111,6 +120,8 @@ def level_row(req: SetupRequest, scenario: str, purpose: str, policy: BatchPolic
             "latency_p95_s", "latency_p99_s", "latency_max_s", "queue_mean_s", "queue_p99_s", "h2d_mean_s",
             "compute_mean_s", "d2h_mean_s", "other_mean_s", "mean_batch", "slo_s", "n_over_slo", "verdict",
             "stopped")})
+    if summary is not None:
+        v["extra"] = {**v["extra"], "n_dropped": summary.n_dropped, "host_mean_s": summary.host_mean_s}
     if predicted is not None:
         v.update(predicted_qps=predicted.achieved_qps, predicted_mean_s=predicted.latency_mean_s,
                  predicted_p90_s=predicted.latency_p90_s, predicted_p99_s=predicted.latency_p99_s)
@@ -173,7 +184,7 @@ def _run_single(spec: ServeSpec, device: str, trace: np.ndarray | None, store_pa
             say(f"serve: note: {note}")
         if reply.correctness.get("flagged"):
             say(f"serve: WARNING: outputs differ from the fp32 reference (relL2={reply.correctness.get('rel_l2'):.3g})")
-        ctx = _Ctx(spec, req, worker, service, rec, out, say, trace)
+        ctx = _Ctx(spec, req, worker, service, rec, out, say, trace, reply.curve_parts_s)
         {"single-stream": _single_stream, "offline": _offline, "server": _server}[spec.scenario](ctx)
         if spec.loadgen:
             from deepgap.serving.loadgen import run_loadgen
@@ -198,6 +209,7 @@ class _Ctx:
     out: ServeOutcome
     say: Say
     trace: np.ndarray | None
+    parts: dict[int, dict[str, float]] = field(default_factory=dict)  # calibration parts per batch size
 
 
 def _single_stream(c: _Ctx) -> None:
@@ -225,10 +237,10 @@ def _offline(c: _Ctx) -> None:
     minq, mind = c.spec.minimums()
     sv = c.service
     cands = [c.spec.max_batch] if c.spec.max_batch else sorted(
-        sv.batch_sizes, key=lambda b: -b / sv.median_at(b))[:3]
+        sv.batch_sizes, key=lambda b: -b / sv.interval_at(b))[:3]
     best: tuple[float, int] | None = None
     for b in cands:
-        n = max(minq, math.ceil(mind / sv.median_at(b)) * b)
+        n = max(minq, math.ceil(mind / sv.interval_at(b)) * b)
         n = int(math.ceil(n / b) * b)
         times = np.zeros(n)
         pol = BatchPolicy(int(b), 0.0)
@@ -237,12 +249,33 @@ def _offline(c: _Ctx) -> None:
         s = summarize(log, None, None)
         pred = summarize(simulate(times, pol, sv, seed=c.spec.seed), None, None)
         c.rec.levels.append(level_row(c.req, "offline", "offline", pol, None, "all-at-once", c.spec.seed, s, pred, log))
+        c.say(f"serve:   {s.achieved_qps:,.1f} samples/s; {host_line(s)}")
         if best is None or s.achieved_qps > best[0]:
             best = (s.achieved_qps, b, pred.achieved_qps)
     assert best is not None
     c.out.summary.update(offline_ips=best[0], offline_batch=best[1], offline_predicted_ips=best[2])
+    engine = engine_ips(c)
+    if engine:
+        c.out.summary.update(engine_ips=engine[0], engine_batch=engine[1],
+                             offline_vs_engine=best[0] / engine[0])
     c.out.lines.append(f"offline: {best[0]:,.1f} samples/s at batch {best[1]} (calibration predicted "
-                       f"{best[2]:,.1f}); tried batches {', '.join(map(str, cands))}")
+                       f"{best[2]:,.1f}); tried batches {', '.join(map(str, cands))}" + (
+                           f"; the engine alone on device-resident inputs: {engine[0]:,.1f} img/s at batch "
+                           f"{engine[1]} (offline / engine {best[0] / engine[0]:.3f})" if engine else ""))
+
+
+def engine_ips(c: _Ctx) -> tuple[float, int] | None:
+    """(img/s, batch) of the engine alone at its best calibrated batch: the sweep's offline number."""
+    rates = [(b / p["engine_s"], b) for b, p in c.parts.items() if p.get("engine_s")]
+    return max(rates) if rates else None
+
+
+def host_line(log_summary: LevelSummary) -> str:
+    """Where a batch's time goes: host issue time beside the device's copy-in, compute and copy-out."""
+    s = log_summary
+    return (f"per batch: host {s.host_mean_s * 1e3:.3f} ms, h2d {s.h2d_mean_s * 1e3:.3f} ms, compute "
+            f"{s.compute_mean_s * 1e3:.3f} ms, d2h {s.d2h_mean_s * 1e3:.3f} ms "
+            f"(mean batch {s.mean_batch:.1f})")
 
 
 def _real_probe(c: _Ctx, policy: BatchPolicy, load: LoadSettings, purpose: str) -> Callable[[float], Probe]:
@@ -258,7 +291,7 @@ def _real_probe(c: _Ctx, policy: BatchPolicy, load: LoadSettings, purpose: str) 
         c.rec.levels.append(level_row(c.req, "server", purpose, policy, rate, "trace" if c.trace is not None
                                       else "poisson", load.seed, s, pred, log, phase=policy.label()))
         c.say(f"serve:   p99 {s.latency_p99_s * 1e3:.3f} ms (predicted {pred.latency_p99_s * 1e3:.3f}), "
-              f"{s.verdict}")
+              f"{s.verdict}" + (f", {s.n_dropped} dropped" if s.n_dropped else "") + f"; {host_line(s)}")
         return Probe(rate, s, s.verdict == "pass")
 
     return probe
@@ -277,7 +310,8 @@ def _server(c: _Ctx) -> None:
         if c.trace is not None and not spec.qps:  # a trace replays whole (the minimums may lengthen it)
             n = max(n, len(c.trace))
         times = schedule(rate, n, spec.seed, c.trace)
-        stop = StopRule(max_time_s=3.0 * n / rate + 5.0)
+        stop = StopRule(max_time_s=3.0 * n / rate + 5.0,
+                        drop_after_s=DROP_AFTER_SLOS * spec.slo_s if spec.slo_s else None)
         c.say(f"serve: server, {policy.label()} at {rate:,.1f} queries/s ({n} queries)")
         log = c.worker.level(LevelRequest(times, policy, stop), _timeout(n, rate))
         s = summarize(log, rate, spec.slo_s, 0.99, spec.confidence)
@@ -285,12 +319,24 @@ def _server(c: _Ctx) -> None:
                          spec.confidence)
         c.rec.levels.append(level_row(c.req, "server", "fixed", policy, rate, "trace" if c.trace is not None
                                       else "poisson", spec.seed, s, pred, log, phase=policy.label()))
+        overloaded = bool(s.n_dropped or log.stop_kind == "time")
         c.out.summary.update(server_qps=rate, server_p99_s=s.latency_p99_s, server_predicted_p99_s=pred.latency_p99_s,
-                             server_verdict=s.verdict, server_achieved_qps=s.achieved_qps)
+                             server_verdict=s.verdict, server_achieved_qps=s.achieved_qps,
+                             server_dropped=s.n_dropped, server_late=s.n_over_slo,
+                             server_overloaded=overloaded,
+                             server_host_mean_s=s.host_mean_s)
         verdict = f", SLO {spec.slo_s * 1e3:g} ms: {s.verdict}" if spec.slo_s else ""
         c.out.lines.append(f"server: {rate:,.1f} queries/s offered, {s.achieved_qps:,.1f} served, p99 "
                            f"{s.latency_p99_s * 1e3:.3f} ms (simulator {pred.latency_p99_s * 1e3:.3f} ms), "
                            f"mean batch {s.mean_batch:.2f}{verdict}")
+        c.out.lines.append(f"server: {host_line(s)}")
+        if overloaded:
+            c.out.lines.append(
+                f"server: OVERLOADED at {rate:,.1f} queries/s: {s.n_dropped} of {s.n_planned} requests "
+                f"dropped (waited over {DROP_AFTER_SLOS:g}× the {spec.slo_s * 1e3:g} ms SLO: the queue is "
+                f"bounded), "
+                f"{s.n_over_slo} served late"
+                if spec.slo_s else f"server: OVERLOADED at {rate:,.1f} queries/s: {log.stopped}")
         return
     _find_capacity(c, load)
 
@@ -329,9 +375,16 @@ def _find_capacity(c: _Ctx, load: LoadSettings) -> None:
         measured.append(m)
         c.rec.capacities.append(_capacity_row(c, m, r.capacity_qps))
         c.say(f"serve: {r.policy.label()}: measured {m.capacity_qps:,.1f} queries/s, simulated {r.capacity_qps:,.1f}")
-    for r in ranked:
-        c.rec.capacities.append(_capacity_row(c, r, r.capacity_qps))
+    verified = {m.policy for m in measured}
+    for r in ranked:  # the simulator's search: a policy never run for real is labelled as such
+        row = _capacity_row(c, r, r.capacity_qps)
+        row["extra"]["verified"] = r.policy in verified
+        if r.policy not in verified:
+            row["note"] = "; ".join(x for x in ("unverified (simulated only)", row["note"]) if x)
+        c.rec.capacities.append(row)
     best = max(measured, key=lambda m: m.capacity_qps)
+    at = best.at_capacity
+    engine = engine_ips(c)
     sim = next(r for r in ranked if r.policy == best.policy)
     pred = sim.capacity_qps
     # Each capacity is the highest passing rate below the lowest failing one: a bracket as wide as the
@@ -340,9 +393,27 @@ def _find_capacity(c: _Ctx, load: LoadSettings) -> None:
     c.out.summary.update(capacity_qps=best.capacity_qps, capacity_predicted_qps=pred, capacity_max_batch=best.policy.max_batch,
                          capacity_upper_qps=best.upper_qps, capacity_predicted_upper_qps=sim.upper_qps,
                          capacity_max_delay_s=best.policy.max_delay_s, slo_p99_s=load.slo_s,
-                         capacity_sim_best_qps=ranked[0].capacity_qps, capacity_sim_best_policy=ranked[0].policy.label())
+                         capacity_sim_best_qps=ranked[0].capacity_qps,
+                         capacity_sim_best_policy=ranked[0].policy.label(),
+                         capacity_sim_best_verified=ranked[0].policy in verified)
+    if at is not None:
+        c.out.summary.update(capacity_host_mean_s=at.summary.host_mean_s,
+                             capacity_h2d_mean_s=at.summary.h2d_mean_s,
+                             capacity_compute_mean_s=at.summary.compute_mean_s,
+                             capacity_mean_batch=at.summary.mean_batch,
+                             capacity_p99_s=at.summary.latency_p99_s)
+    if engine:
+        c.out.summary.update(engine_ips=engine[0], engine_batch=engine[1],
+                             capacity_vs_engine=best.capacity_qps / engine[0])
     c.out.lines.append(
         f"server capacity at p99 ≤ {load.slo_s * 1e3:g} ms: {best.capacity_qps:,.1f} queries/s with "
         f"{best.policy.label()} (simulator predicted {pred:,.1f}; measured/predicted "
         f"{best.capacity_qps / pred if pred else float('nan'):.3f}); simulated best of {len(ranked)} policies: "
-        f"{ranked[0].policy.label()} at {ranked[0].capacity_qps:,.1f}")
+        f"{ranked[0].policy.label()} at {ranked[0].capacity_qps:,.1f}"
+        f"{'' if ranked[0].policy in verified else ' (unverified: simulated only)'}")
+    if at is not None:
+        c.out.lines.append(f"server capacity: {host_line(at.summary)}")
+    if engine:
+        c.out.lines.append(f"server capacity / the engine alone ({engine[0]:,.1f} img/s at batch "
+                           f"{engine[1]}, "
+                           f"device-resident inputs): {best.capacity_qps / engine[0]:.3f}")

@@ -6,6 +6,13 @@ the smallest measured batch size ≥ ``n`` (``padding="bucket"``, what the real 
 engine profiles at the measured sizes and pads) or the median interpolated linearly between measured
 sizes (``padding="exact"``, a dynamic-shape engine). When raw samples are known, each batch draws its
 time from them (scaled to the interpolated median), so the predicted tail carries the measured jitter.
+
+A pipelined server (copy-in of one batch overlapping compute of the previous, ``depth`` in flight)
+is modelled as two stages in tandem: per batch size the calibration measured the latency ``L`` of a
+batch alone and the interval ``I`` between completions with the pipeline full. The last stage takes
+``I`` (the bottleneck: normalise, engine, copy-out, one batch at a time) and the first ``L − I``
+(copy-in and issue, overlapping): a batch submitted at ``t`` is done at ``max(t + L − I, previous
+done) + I``. Without intervals (older curves, a CPU) ``I = L`` and depth 1: the serial server.
 """
 
 from __future__ import annotations
@@ -33,11 +40,16 @@ class ServiceModel:
     samples_s: dict[int, np.ndarray] = field(default_factory=dict)  # raw latencies per measured batch
     padding: str = "bucket"
     source: str = ""  # where the curve came from, for reports
+    interval_s: tuple[float, ...] | None = None  # per batch size: seconds between completions, pipeline full
+    depth: int = 1  # batches the server keeps in flight
 
     def __post_init__(self) -> None:
         order = np.argsort(self.batch_sizes)
         self.batch_sizes = tuple(int(self.batch_sizes[i]) for i in order)
         self.median_s = tuple(float(self.median_s[i]) for i in order)
+        if self.interval_s is not None:
+            self.interval_s = tuple(min(float(self.interval_s[i]), self.median_s[j])
+                                    for j, i in enumerate(order))
         if not self.batch_sizes or len(set(self.batch_sizes)) != len(self.batch_sizes):
             raise ValueError("a service curve needs distinct batch sizes")
         if any(not (m > 0 and math.isfinite(m)) for m in self.median_s):
@@ -45,6 +57,7 @@ class ServiceModel:
         if self.padding not in PADDINGS:
             raise ValueError(f"padding must be one of {PADDINGS}")
         self._median = dict(zip(self.batch_sizes, self.median_s, strict=True))
+        self._interval = dict(zip(self.batch_sizes, self.interval_s or self.median_s, strict=True))
         self._ratios = {
             b: np.asarray(s, dtype=np.float64) / m
             for b, m in zip(self.batch_sizes, self.median_s, strict=True)
@@ -77,6 +90,13 @@ class ServiceModel:
             return self._median[b]
         return float(np.interp(b, self.batch_sizes, self.median_s))
 
+    def interval_at(self, n: int) -> float:
+        """Seconds between completions of batches of ``n`` with the pipeline full (= `median_at` serially)."""
+        b = self.bucket(n)
+        if self.padding == "bucket":
+            return self._interval[b]
+        return float(np.interp(b, self.batch_sizes, [self._interval[x] for x in self.batch_sizes]))
+
     def time_s(self, n: int, u: float | None = None) -> float:
         """Service seconds for ``n`` requests; ``u`` ∈ [0, 1) picks a raw sample (None: the median)."""
         med = self.median_at(n)
@@ -92,11 +112,12 @@ class ServiceModel:
         """Highest sustainable request rate with batches of at most ``max_batch`` (all batches full)."""
         cap = min(max_batch, self.max_batch)
         sizes = sorted({b for b in self.batch_sizes if b <= cap} | {cap})
-        return max(b / self.median_at(b) for b in sizes)
+        return max(b / self.interval_at(b) for b in sizes)
 
     def describe(self) -> list[dict[str, float]]:
         """The curve as rows (batch, median seconds, images/s)."""
-        return [{"batch_size": b, "median_s": m, "throughput_ips": b / m}
+        return [{"batch_size": b, "median_s": m, "interval_s": self._interval[b],
+                 "throughput_ips": b / self._interval[b]}
                 for b, m in zip(self.batch_sizes, self.median_s, strict=True)]
 
 
@@ -108,14 +129,39 @@ def simulate(arrivals_s: Sequence[float], policy: BatchPolicy, service: ServiceM
     clock = VirtualClock()
     rng = np.random.default_rng(seed) if seed is not None else None
     draws = rng.random(len(arrivals_s)) if rng is not None else None
-    k = 0
+    return serve_loop(arrivals_s, policy, clock, VirtualPipeline(service, clock, draws), stop)
 
-    def execute(first: int, count: int) -> tuple[float, float, float]:
-        nonlocal k
-        u = None if draws is None else float(draws[k % len(draws)])
-        k += 1
-        s = service.time_s(count, u)
-        clock.advance(s)
-        return 0.0, s, 0.0
 
-    return serve_loop(arrivals_s, policy, clock, execute, stop)
+class VirtualPipeline:
+    """The server's executor on a virtual clock: two stages in tandem (see the module docstring)."""
+
+    def __init__(self, service: ServiceModel, clock: VirtualClock, draws: np.ndarray | None) -> None:
+        self.service, self.clock, self.draws = service, clock, draws
+        self.depth = service.depth
+        self.k = 0
+        self.last_done = -math.inf
+
+    def submit(self, first: int, count: int) -> tuple[float, float, float]:
+        """Schedule a batch: (done time, first-stage seconds, last-stage seconds)."""
+        sv = self.service
+        u = None if self.draws is None else float(self.draws[self.k % len(self.draws)])
+        self.k += 1
+        total = sv.time_s(count, u)
+        scale = total / sv.median_at(count)
+        last = min(total, sv.interval_at(count) * scale)
+        now = self.clock.now()
+        done = max(now + total - last, self.last_done) + last
+        self.last_done = done
+        if self.depth == 1:  # serial: the loop's executor is busy until then
+            self.clock.sleep_until(done)
+        return done, total - last, last
+
+    def done(self, ticket: tuple[float, float, float]) -> bool:  # noqa: D102
+        return ticket[0] <= self.clock.now()
+
+    def wait_until(self, ticket: tuple[float, float, float], clock: VirtualClock, t_s: float) -> None:  # noqa: D102
+        clock.sleep_until(min(ticket[0], t_s))
+
+    def wait(self, ticket: tuple[float, float, float]) -> tuple[float, float, float, float]:  # noqa: D102
+        self.clock.sleep_until(ticket[0])
+        return 0.0, ticket[2] if self.depth > 1 else ticket[1] + ticket[2], 0.0, 0.0

@@ -159,6 +159,15 @@ def validate(spec: ServeSpec) -> ServeSpec:
         raise UsageError("--find-capacity with --tenants is not supported", "search each model alone")
     if spec.scenario == "server" and not spec.tenants and not spec.find_capacity and spec.qps is None and not spec.trace:
         raise UsageError("the server scenario needs a load", "pass --qps N, --trace FILE or --find-capacity")
+    if spec.loadgen:
+        from deepgap.serving.loadgen import available
+
+        why = available()
+        if why:
+            raise UsageError(f"--loadgen needs MLCommons LoadGen ({why})",
+                             "pip install 'deepgap[serving]' (or mlcommons-loadgen), or drop --loadgen")
+        if spec.tenants:
+            raise UsageError("--loadgen with --tenants is not supported", "drive one model at a time")
     if spec.weights and spec.tenants:
         raise UsageError("--weights applies to one model, but --tenants names several", "drop --weights")
     if spec.dataset and spec.tenants:

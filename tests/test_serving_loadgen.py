@@ -1,0 +1,65 @@
+"""``deepgap serve --loadgen`` on the CPU with the tiny model: MLCommons LoadGen drives the same server in
+Server, Offline and SingleStream; its files stay out of the working directory; without the package the
+flag is refused (one line, exit 2, nothing written). Plus the server scenario under overload."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from deepgap.cli import main
+
+pytestmark = pytest.mark.slow
+
+SMALL = ["--model", "tinycnn", "--engine", "eager", "--precision", "fp32", "--device", "cpu",
+         "--threads", "1",
+         "--batch-sizes", "1,2,4", "--curve-iterations", "5", "--min-queries", "64", "--min-duration", "0.2s"]
+
+
+def deepgap(cwd, *args: str) -> subprocess.CompletedProcess:
+    path = os.pathsep.join([os.path.abspath("src"), os.environ.get("PYTHONPATH", "")])
+    return subprocess.run([sys.executable, "-m", "deepgap", *args], capture_output=True, text=True,
+                          timeout=300, cwd=cwd, env={**os.environ, "PYTHONPATH": path})
+
+
+@pytest.mark.parametrize("scenario, extra, loadgen_name", [
+    ("server", ["--qps", "60", "--slo-p99", "200ms"], "Server"),
+    ("offline", [], "Offline"),
+    ("single-stream", [], "SingleStream"),
+])
+def test_loadgen_drives_the_same_server(tmp_path, scenario, extra, loadgen_name):
+    import mlperf_loadgen  # noqa: F401 - the serving extra; CI installs it, so this must not skip
+    work = tmp_path / "cwd"
+    work.mkdir()
+    p = deepgap(str(work), "serve", *SMALL, "--scenario", scenario, *extra, "--loadgen",
+                "--store", str(tmp_path / "s.sqlite"), "--json")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    lg = out["loadgen"]
+    assert lg["Scenario"] == loadgen_name and lg["Mode"] == "PerformanceOnly"
+    rate = next(v for k, v in lg.items() if "per second" in k or k.startswith("QPS w/o"))
+    assert float(rate) > 0 and lg["Result is"] in ("VALID", "INVALID")
+    assert os.listdir(work) == []  # no mlperf_log_* files left in the working directory
+
+
+def test_loadgen_flag_without_the_package_is_exit_2_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "mlperf_loadgen", None)  # import fails as if it were not installed
+    store = tmp_path / "never.sqlite"
+    rc = main(["serve", *SMALL, "--scenario", "offline", "--loadgen", "--store", str(store)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "LoadGen" in err and "pip install" in err and len(err.strip().splitlines()) == 1, err
+    assert not store.exists()
+
+
+def test_overloaded_server_reports_overload_and_does_not_crash(tmp_path):
+    p = deepgap(str(tmp_path), "serve", *SMALL, "--scenario", "server", "--qps", "20000", "--slo-p99", "20ms",
+                "--store", str(tmp_path / "s.sqlite"), "--json")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["status"] == "ok" and out["server_overloaded"] is True
+    assert out["server_dropped"] > 0 and out["server_verdict"] == "fail"
+    assert out["server_host_mean_s"] > 0
