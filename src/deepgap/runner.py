@@ -26,10 +26,11 @@ from deepgap.timing import TimingPlan
 from deepgap.worker import MeasureRequest, serve
 
 _START_TIMEOUT_S = 300.0
-# Imported once by the fork server, so a worker starts in milliseconds instead of importing torch (seconds).
-# Importing torch or torchvision never creates a CUDA context (torch initialises CUDA lazily), so each forked
-# worker still makes its own; had the server made one, torch would refuse CUDA in the child, loudly.
-_PRELOAD = ["torch", "torchvision"]
+# Imported once by the fork server, so a worker starts without importing torch (seconds on a small CPU);
+# torch._dynamo is imported lazily by the first torch call that any worker makes. None of these creates a
+# CUDA context or even counts devices on import (tests/test_runner.py checks), so each forked worker makes
+# its own context; had the server made one, torch would refuse CUDA in the child, loudly.
+_PRELOAD = ["torch", "torchvision", "torch._dynamo"]
 
 
 def _context() -> Any:
