@@ -67,6 +67,20 @@ def test_list_and_env(capsys):
     env = json.loads(capsys.readouterr().out)
     assert env["environment"]["torch"] and env["can_run"]["eager"]["fp32"] == "yes"
     assert env["can_run"]["eager"]["tf32"].startswith("no: ")
+    import torch
+
+    build = "cpu" if torch.version.cuda is None else f"cuda {torch.version.cuda}"
+    assert env["environment"]["torch_build"] == build
+
+
+def test_torch_build_names_cpu_cuda_and_rocm_builds():
+    from types import SimpleNamespace as Ns
+
+    from deepgap.envinfo import torch_build
+
+    assert torch_build(Ns(version=Ns(cuda=None, hip=None))) == "cpu"
+    assert torch_build(Ns(version=Ns(cuda="13.0", hip=None))) == "cuda 13.0"
+    assert torch_build(Ns(version=Ns(cuda=None, hip="6.2.4"))) == "rocm 6.2.4"
 
 
 def test_toml_config_with_preset_and_flag_override(tmp_path):

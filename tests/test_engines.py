@@ -1,10 +1,6 @@
 """Engines end to end on the CPU: real worker processes, the store, correctness, skips with reasons."""
 
-import json
 import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 
@@ -76,9 +72,10 @@ def test_tensorrt_absent_says_why():
     assert why.startswith("unavailable: tensorrt is not installed")
 
 
-_BROKEN = textwrap.dedent(
-    """
-    import json, sys, torch
+def _measure_broken_engines(store_path: str) -> dict:
+    """Two plausible broken engines beside eager, through the worker's public API in this process."""
+    import torch
+
     from deepgap.engines import ENGINES, Engine, Prepared, load_engines
     from deepgap.engines.eager import to_device
     from deepgap.records import ConfigSpec
@@ -86,24 +83,25 @@ _BROKEN = textwrap.dedent(
     from deepgap.timing import TimingPlan
     from deepgap.worker import MeasureRequest, WorkerState, measure
 
-    load_engines()
-
-    @ENGINES.register("bgr-bug")
     class ChannelOrderBug(Engine):  # a plausible layout bug: RGB fed as BGR
         name = "bgr-bug"
+
         def prepare(self, model, spec, example):
             model = to_device(model, spec)
             return Prepared(run=lambda x: model(x.flip(1)), input_dtype=torch.float32)
 
-    @ENGINES.register("fast-garbage")
     class FastGarbage(Engine):  # the fastest engine there is: it computes nothing
         name = "fast-garbage"
+
         def prepare(self, model, spec, example):
             out = torch.zeros(spec.batch_size, 10)
             return Prepared(run=lambda x: out, input_dtype=torch.float32)
 
+    load_engines()
+    ENGINES.add("bgr-bug", ChannelOrderBug)
+    ENGINES.add("fast-garbage", FastGarbage)
     state = WorkerState("cpu")
-    store = Store(sys.argv[1])
+    store = Store(store_path)
     run_id = store.begin_run({}, "test", {"device_name": "cpu"}, "0")
     plan = TimingPlan(warmup=1, iterations=3, repeats=2)
     out = {}
@@ -116,22 +114,27 @@ _BROKEN = textwrap.dedent(
             "status": res.status.value, "reason": res.reason, "correctness": res.extra.get("correctness"),
             "transfer": res.extra.get("transfer")}
     store.finish_run(run_id)
-    print(json.dumps(out))
-    """
-)
+    store.close()
+    return out
 
 
-@pytest.mark.slow
 def test_correctness_flags_a_broken_engine_and_recommend_never_picks_it(tmp_path):
+    import torch
+
     from deepgap.analysis.frame import aggregate, prepare
     from deepgap.analysis.recommend import recommend
+    from deepgap.engines import ENGINES
     from deepgap.store import Store
 
     store_path = str(tmp_path / "broken.sqlite")
-    proc = subprocess.run([sys.executable, "-c", _BROKEN, store_path], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    threads = torch.get_num_threads()  # measure() sets the spec's thread count in this process
+    registered = dict(ENGINES._entries)  # the two broken engines must not outlive this test
+    try:
+        out = _measure_broken_engines(store_path)
+    finally:
+        torch.set_num_threads(threads)
+        ENGINES._entries.clear()
+        ENGINES._entries.update(registered)
     assert all(v["status"] == "ok" for v in out.values()), out
     assert out["eager"]["correctness"]["flagged"] is False
     for broken in ("bgr-bug", "fast-garbage"):

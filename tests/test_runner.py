@@ -1,5 +1,9 @@
 """Real worker processes: one bad configuration costs only itself."""
 
+import subprocess
+import sys
+import textwrap
+
 import pytest
 
 import deepgap
@@ -47,3 +51,47 @@ def test_ok_result_is_complete(tmp_path, tiny_spec):
     assert r.host_rss_bytes > 0
     df = res.to_pandas()
     assert df["weights_sha"].dropna().nunique() == 1  # identical weights across configurations
+
+
+def test_the_fork_server_preload_never_touches_cuda():
+    """Workers fork from a server that imported ``_PRELOAD``: that import must not initialise CUDA or count
+    devices (a CUDA driver initialised before fork() fails in every child)."""
+    code = textwrap.dedent(
+        """
+        import torch
+        calls = []
+        for name in ("_cuda_getDeviceCount", "_cuda_init", "_cuda_isDriverSufficient"):
+            f = getattr(torch._C, name, None)
+            if f is not None:
+                setattr(torch._C, name, lambda *a, _f=f, _n=name: calls.append(_n) or _f(*a))
+        from deepgap.runner import _PRELOAD
+        for mod in _PRELOAD:
+            __import__(mod)
+        print(calls, torch.cuda.is_initialized())
+        """
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split("\n")[-2] == "[] False"
+
+
+def test_a_worker_sees_the_parents_environment_of_the_moment(monkeypatch):
+    """The fork server keeps the environment it started with; a worker gets the parent's as it is now."""
+    from deepgap.runner import WorkerHandle
+
+    w = WorkerHandle("cpu")
+    w.start()  # the fork server runs from here on (if no earlier test started it)
+    w.stop()
+    monkeypatch.setenv("DEEPGAP_TEST_MARK", "now")
+    w.spawn(_report_environ, ("DEEPGAP_TEST_MARK",), "env-check", 120)
+    try:
+        assert w._recv(120) == ("environ", "now")
+    finally:
+        w.stop()
+
+
+def _report_environ(conn, key):
+    import os
+
+    conn.send(("ready", None))
+    conn.send(("environ", os.environ.get(key)))

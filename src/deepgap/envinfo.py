@@ -87,6 +87,15 @@ def nvml_gpu_info(index: int, uuid: str | None = None) -> dict[str, Any]:
     return info
 
 
+def torch_build(torch: Any) -> str:
+    """Which build of torch this is: ``cpu``, ``cuda 13.0`` or ``rocm 6.2`` (a CUDA build runs on CPUs too)."""
+    if getattr(torch.version, "hip", None):
+        return f"rocm {torch.version.hip}"
+    if torch.version.cuda:
+        return f"cuda {torch.version.cuda}"
+    return "cpu"
+
+
 def collect(device: str = "cpu") -> dict[str, Any]:
     """The fingerprint of this process's environment for ``device`` (call inside the worker)."""
     import torch
@@ -100,6 +109,7 @@ def collect(device: str = "cpu") -> dict[str, Any]:
         "cpu_logical_cores": os.cpu_count(),
         "deepgap": _deepgap_version(),
         "torch": str(torch.__version__),  # TorchVersion would import torch wherever it is unpickled
+        "torch_build": torch_build(torch),
         "torchvision": _version("torchvision"),
         "numpy": _version("numpy"),
         "onnxruntime": _version("onnxruntime"),

@@ -9,6 +9,7 @@ silently shrunk as timm's script does).
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import signal
 import sys
 import time
@@ -25,6 +26,31 @@ from deepgap.timing import TimingPlan
 from deepgap.worker import MeasureRequest, serve
 
 _START_TIMEOUT_S = 300.0
+# Imported once by the fork server, so a worker starts without importing torch (seconds on a small CPU);
+# torch._dynamo is imported lazily by the first torch call that any worker makes. None of these creates a
+# CUDA context or even counts devices on import (tests/test_runner.py checks), so each forked worker makes
+# its own context; had the server made one, torch would refuse CUDA in the child, loudly.
+_PRELOAD = ["torch", "torchvision", "torch._dynamo"]
+
+
+def _context() -> Any:
+    """The ``forkserver`` context with torch preloaded (``spawn`` where there is no fork server)."""
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(_PRELOAD)
+    return ctx
+
+
+def _with_environ(environ: dict[str, str], target: Any, *args: Any) -> Any:
+    """Run ``target(*args)`` under the parent's environment of the moment.
+
+    A fork server keeps the environment it started with; the worker must see the parent's as it is now
+    (``DEEPGAP_CACHE``, ``CUDA_VISIBLE_DEVICES``, ``OMP_NUM_THREADS``), as a spawned one would.
+    """
+    os.environ.clear()
+    os.environ.update(environ)
+    return target(*args)
 
 
 class WorkerLost(Exception):
@@ -37,7 +63,7 @@ class WorkerLost(Exception):
 
 
 class WorkerHandle:
-    """One worker process (spawned, so it starts clean and never inherits a CUDA context)."""
+    """One worker process, forked from a clean fork server: it never inherits a CUDA context."""
 
     def __init__(self, device: str) -> None:
         self.device = device
@@ -46,10 +72,12 @@ class WorkerHandle:
         self.caps: DeviceCaps | None = None
 
     def spawn(self, target: Any, args: tuple, name: str, timeout_s: float) -> tuple[str, Any]:
-        """Spawn ``target(child_conn, *args)`` and return its first message (``ready`` or ``failed``)."""
-        ctx = mp.get_context("spawn")
+        """Start ``target(child_conn, *args)`` and return its first message (``ready`` or ``failed``)."""
+        ctx = _context()
         parent, child = ctx.Pipe()
-        self.proc = ctx.Process(target=target, args=(child, *args), daemon=True, name=name)
+        self.proc = ctx.Process(
+            target=_with_environ, args=(dict(os.environ), target, child, *args), daemon=True, name=name
+        )
         self.proc.start()
         child.close()  # so a dead child gives EOF instead of a hang
         self.conn = parent

@@ -48,6 +48,7 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     from rich.table import Table
 
     console = Console()
+    console.print(f"torch {env['torch']}, {env['torch_build']} build")
     t = Table("key", "value", title="environment")
     for k, v in env.items():
         t.add_row(k, str(v))
