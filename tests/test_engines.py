@@ -123,9 +123,10 @@ def test_correctness_flags_a_broken_engine_and_recommend_never_picks_it(tmp_path
 
     from deepgap.analysis.frame import aggregate, prepare
     from deepgap.analysis.recommend import recommend
-    from deepgap.engines import ENGINES
+    from deepgap.engines import ENGINES, load_engines
     from deepgap.store import Store
 
+    load_engines()  # before the snapshot: loading happens once per process
     store_path = str(tmp_path / "broken.sqlite")
     threads = torch.get_num_threads()  # measure() sets the spec's thread count in this process
     registered = dict(ENGINES._entries)  # the two broken engines must not outlive this test
