@@ -81,11 +81,12 @@ def service_of(reply: SetupReply, label: str) -> ServiceModel:
     """The simulator's service model from a worker's calibration (padding to the prepared sizes)."""
     bs = sorted(reply.curve_samples_s)
     parts = reply.curve_parts_s
-    intervals = (tuple(float(parts[b]["interval_s"]) for b in bs)
-                 if all("interval_s" in parts.get(b, {}) for b in bs) else None)
+    depth = int(reply.engine_info.get("serving_depth", 1))
+    intervals = (tuple(float(parts[b]["interval_s"]) for b in bs)  # serial (depth 1): the latency is all
+                 if depth > 1 and all("interval_s" in parts.get(b, {}) for b in bs) else None)
     return ServiceModel(tuple(bs), tuple(float(np.median(reply.curve_samples_s[b])) for b in bs),
                         {b: np.asarray(reply.curve_samples_s[b]) for b in bs}, padding="bucket", source=label,
-                        interval_s=intervals, depth=int(reply.engine_info.get("serving_depth", 1)))
+                        interval_s=intervals, depth=depth)
 
 
 def curve_rows(reply: SetupReply, req: SetupRequest, tenant: str = "") -> list[dict[str, Any]]:
