@@ -19,6 +19,7 @@ import pandas as pd
 from deepgap.analysis.frame import config_label
 from deepgap.figure_style import color, dash, facets, marker, series_label, series_of, thread_list
 from deepgap.report_format import fmt_ci, fmt_list
+from deepgap.stats import finite_or_none as _num
 
 NCOLS = 4
 PANEL_PX = 250
@@ -40,13 +41,6 @@ def bundle() -> str:
 
     return get_plotlyjs()
 
-
-def _num(v: Any) -> float | None:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
 
 
 def _hover(r: dict[str, Any], ylabel: str) -> list[str]:

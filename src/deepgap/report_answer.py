@@ -10,7 +10,6 @@ between sweep passes, say) are rendered when present and skipped when not.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import pandas as pd
@@ -18,16 +17,10 @@ import pandas as pd
 from deepgap.analysis.frame import config_label
 from deepgap.analysis.recommend import OBJECTIVES, recommend
 from deepgap.report_format import fmt_ci, fmt_ips, fmt_list, fmt_ms, fmt_num
+from deepgap.stats import finite_or_none as _f
 
 GOALS = {"throughput": "throughput", "latency": "latency", "joules": "per joule"}
 
-
-def _f(v: Any) -> float | None:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
 
 
 def accuracy_by_result(df: pd.DataFrame) -> dict[int, dict[str, Any]]:

@@ -9,6 +9,7 @@ how much to trust it.
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -130,3 +131,12 @@ def throughput_from_latency(batch_size: int, stats: LatencyStats) -> tuple[float
         batch_size / stats.median_ci_high_s,
         batch_size / stats.median_ci_low_s,
     )
+
+
+def finite_or_none(v: object) -> float | None:
+    """``float(v)`` when it is a finite number, else None: stored JSON and frames hold None, NaN and text."""
+    try:
+        f = float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None

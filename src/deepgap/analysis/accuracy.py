@@ -13,21 +13,15 @@ time, which overrides the stored one). A flagged configuration is never recommen
 
 from __future__ import annotations
 
-import math
 from typing import Any
+
+from deepgap.stats import finite_or_none as _num
 
 DEFAULT_MIN = 0.99
 QUANTIZED = frozenset({"int8", "fp8"})
 FLAG = "accuracy-loss"
 COLUMNS = ("top1", "top5", "top1_relative", "top1_agreement_fp32")
 
-
-def _num(v: Any) -> float | None:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
 
 
 def figure(extra: dict[str, Any] | None) -> tuple[float | None, str]:

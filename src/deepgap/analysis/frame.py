@@ -19,7 +19,6 @@ flagged keeps its numbers but is ``flagged`` and never recommended. A missed ada
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -27,6 +26,7 @@ import pandas as pd
 
 from deepgap.analysis import accuracy
 from deepgap.stats import bootstrap_ci
+from deepgap.stats import finite_or_none as _num
 from deepgap.telemetry.settings import TelemetrySettings
 
 # A configuration is a ConfigSpec without its sweep pass, on one platform.
@@ -58,14 +58,6 @@ MEMORY_LABELS = {
     "host_rss_bytes": "host RSS (CPU process)",
 }
 
-
-def _num(v: Any) -> float | None:
-    """A finite float or None (reads None/NaN/strings defensively)."""
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
 
 
 # Telemetry flags that warn without disqualifying: ``temp-rising`` says the GPU had not reached its
@@ -131,7 +123,8 @@ def row_flags(extra: dict[str, Any] | None) -> list[str]:
 
 def row_warnings(ci_met: Any, extra: dict[str, Any] | None = None) -> list[str]:
     """Non-disqualifying warnings of one measurement: the adaptive CI target was missed, the
-    temperature was still rising, the GPU ran at its own power limit."""
+    temperature was still rising, the GPU ran at its own power limit.
+    """
     v = _num(ci_met)
     out = ["ci-not-met"] if v is not None and v == 0 else []
     return out + _split_telemetry(extra if isinstance(extra, dict) else {})[1]
