@@ -305,3 +305,14 @@ def test_report_section_tables_and_ratio_figure(merged, fake_counts):
     assert set(tables["platforms_matched"]["platform_a"]) == {H200}  # reverse name order: H200 over H100
     (fig,) = figs
     assert fig.unavailable is None and fig.png.startswith(b"\x89PNG")
+
+
+def test_the_report_of_a_merged_store_shows_the_platforms_side_by_side(merged, fake_counts, tmp_path):
+    from deepgap.cli import main
+
+    out = tmp_path / "r.html"
+    assert main(["report", merged["all"], "-o", str(out), "--static"]) == 0
+    html = out.read_text()
+    for anchor in ("platforms_ceilings", "platforms_best_batch", "platforms_matched",
+                   "fig_platforms_ratio_vs_roofline"):
+        assert f'id="{anchor}"' in html

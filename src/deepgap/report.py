@@ -191,6 +191,11 @@ def build(store_path: str, run_ids: list[str] | None = None, interactive: bool =
     roofline_tables, roofline_figures = roofline_section(store_path, run_ids)
     rep.tables.update(roofline_tables)
     rep.figures += roofline_figures
+    from deepgap.analysis.platforms_section import section as platforms_section  # GPUs side by side
+
+    platforms_tables, platforms_figures = platforms_section(store_path, run_ids)
+    rep.tables.update(platforms_tables)
+    rep.figures += platforms_figures
     by_model: dict[tuple, dict[str, Any]] = {}
     for rec in [*recommend(agg, "throughput"), *recommend(agg, "latency")]:
         entry = by_model.setdefault(
