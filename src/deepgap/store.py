@@ -22,14 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from deepgap.errors import StoreError
+from deepgap.errors import StoreDamaged, StoreError, StoreFull
 from deepgap.records import SCHEMA_VERSION, ConfigSpec, Result, Status
+from deepgap.storeguard import APPLICATION_ID, check_header, check_hint, column_types, connect, row_problem
 
 if TYPE_CHECKING:
     import pandas as pd
 
-APPLICATION_ID = 0x44475031  # "DGP1"
-_SQLITE_MAGIC = b"SQLite format 3\x00"
 
 _SCHEMA = """
 CREATE TABLE runs (
@@ -85,36 +84,12 @@ _STAT_FIELDS = [
 ]
 
 
-def _check_existing(path: str) -> None:
-    """Refuse files that are not deepgap stores, or come from a newer deepgap.
+_STATUSES = {s.value for s in Status}
 
-    Reads the SQLite header (user_version at byte 60, application_id at 68) instead of opening a
-    connection, which in WAL mode would leave -wal/-shm files behind even when we refuse the file.
-    """
-    with open(path, "rb") as fh:
-        head = fh.read(100)
-    if not head:
-        return  # an empty file becomes a new store
-    if head[:16] != _SQLITE_MAGIC or len(head) < 100:
-        raise StoreError(f"{path} is not a deepgap store (not an SQLite file)", "pass another --store path")
-    version = int.from_bytes(head[60:64], "big")
-    app_id = int.from_bytes(head[68:72], "big")
-    if app_id == 0 and version == 0:
-        # A store being created right now by another process may not have its header checkpointed yet.
-        try:
-            con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-            app_id = con.execute("PRAGMA application_id").fetchone()[0]
-            version = con.execute("PRAGMA user_version").fetchone()[0]
-            con.close()
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{path} is a corrupt SQLite file ({exc})", "restore it or pass another --store") from None
-    if app_id != APPLICATION_ID:
-        raise StoreError(f"{path} is an SQLite file but not a deepgap store", "pass another --store path")
-    if version > SCHEMA_VERSION:
-        raise StoreError(
-            f"{path} has schema version {version}, newer than this deepgap's {SCHEMA_VERSION}",
-            "upgrade deepgap (pip install -U deepgap)",
-        )
+
+def _check_existing(path: str) -> None:
+    """Refuse files that are not deepgap stores, newer ones, or damaged headers (`storeguard.check_header`)."""
+    check_header(path)
 
 
 def check_writable(path: str, exists: bool) -> None:
@@ -132,6 +107,8 @@ def check_writable(path: str, exists: bool) -> None:
 
 def check_path(path: str) -> None:
     """Validate a store path for writing without creating anything (bad input must write nothing)."""
+    if not str(path).strip():
+        raise StoreError("the store path is empty", "pass --store PATH, e.g. --store results.sqlite")
     if os.path.isdir(path):
         raise StoreError(f"store path {path} is a directory", "pass a file path, e.g. results.sqlite")
     exists = os.path.exists(path)
@@ -141,10 +118,19 @@ def check_path(path: str) -> None:
 
 
 class Store:
-    """A deepgap results store at ``path``. ``readonly`` stores never create or change the file."""
+    """A deepgap results store at ``path``. ``readonly`` stores never create or change the file.
 
-    def __init__(self, path: str, readonly: bool = False) -> None:
+    ``skip_damaged``: rows that cannot be decoded are left out (and counted in ``skipped``) instead
+    of raising a `StoreDamaged` error that names the first of them.
+    """
+
+    def __init__(self, path: str, readonly: bool = False, skip_damaged: bool = False) -> None:
         self.path = os.fspath(path)
+        self.skip_damaged = skip_damaged
+        self.skipped: dict[str, int] = {}
+        self._types: dict[str, dict[str, tuple[str, bool]]] = {}
+        if not self.path.strip():
+            raise StoreError("the store path is empty", "pass a store path, e.g. results.sqlite")
         exists = os.path.exists(self.path)
         if readonly and not exists:
             raise StoreError(f"store {self.path} does not exist", "run `deepgap run` first or pass --store PATH")
@@ -152,19 +138,50 @@ class Store:
             if os.path.isdir(self.path):
                 raise StoreError(f"store path {self.path} is a directory", "pass a file path, e.g. results.sqlite")
             _check_existing(self.path)
+            if readonly and os.path.getsize(self.path) == 0:
+                raise StoreError(f"{self.path} is empty (0 bytes), not a deepgap store", "pass another store path")
         if not readonly:
             self._check_writable(exists)
-        uri = f"file:{self.path}?mode={'ro' if readonly else 'rwc'}"
         try:
-            self.con = sqlite3.connect(uri, uri=True, timeout=60, isolation_level=None)
-            self.con.execute("PRAGMA busy_timeout = 60000")
+            self.con = connect(self.path, readonly)
             if not readonly:
                 self.con.execute("PRAGMA journal_mode = WAL")
                 self.con.execute("PRAGMA synchronous = NORMAL")
                 self._migrate()
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"cannot open store {self.path} ({exc})", "check the file or pass another --store") from None
+        except BaseException:
+            if not exists and os.path.exists(self.path) and os.path.getsize(self.path) == 0:
+                os.remove(self.path)  # nothing half-made is left behind
+            raise
         self.con.row_factory = sqlite3.Row
+
+    def _bad(self, table: str, what: str, why: str) -> None:
+        """Count a row that cannot be decoded (``skip_damaged``), or raise a `StoreDamaged` naming it."""
+        if not self.skip_damaged:
+            raise StoreDamaged(f"{self.path} has rows that cannot be decoded ({table} {what}: {why})",
+                               "pass --skip-damaged to leave them out; " + check_hint(self.path))
+        self.skipped[table] = self.skipped.get(table, 0) + 1
+
+    def skipped_note(self) -> str | None:
+        """One line saying how many undecodable rows were left out, or None."""
+        if not self.skipped:
+            return None
+        parts = ", ".join(f"{n} in {t}" for t, n in sorted(self.skipped.items()))
+        return (f"skipped {sum(self.skipped.values())} undecodable row(s) of {self.path} ({parts}); "
+                f"`deepgap check {self.path}` says more")
+
+    def _decoded(self, table: str, rows: list[sqlite3.Row], key: str) -> list[dict[str, Any]]:
+        """``rows`` as dicts, without (or raising on) those that `row_problem` rejects."""
+        if table not in self._types:
+            self._types[table] = column_types(self.con, table)
+        out = []
+        for r in rows:
+            d = dict(r)
+            why = row_problem(d, self._types[table])
+            if why is None:
+                out.append(d)
+            else:
+                self._bad(table, f"{key} {d.get(key)!r}", why)
+        return out
 
     def _check_writable(self, exists: bool) -> None:
         check_writable(self.path, exists)
@@ -224,9 +241,14 @@ class Store:
         return run_id
 
     def finish_run(self, run_id: str, status: str = "finished") -> None:
-        """Mark a run finished (or interrupted)."""
-        with self.transaction() as con:
-            con.execute("UPDATE runs SET status=?, finished_at=? WHERE run_id=?", (status, time.time(), run_id))
+        """Mark a run finished (or interrupted). A full store cannot mark it interrupted, nor need to:
+        a run left ``running`` is resumed all the same, and the error that stopped it is the one to show."""
+        try:
+            with self.transaction() as con:
+                con.execute("UPDATE runs SET status=?, finished_at=? WHERE run_id=?", (status, time.time(), run_id))
+        except StoreFull:
+            if status == "finished":
+                raise
 
     def reopen_run(self, run_id: str) -> None:
         """Mark a resumed run as running again, owned by this process."""
@@ -238,8 +260,7 @@ class Store:
         """All runs, oldest first, with their spec and environment decoded."""
         rows = self.con.execute("SELECT * FROM runs ORDER BY created_at").fetchall()
         out = []
-        for r in rows:
-            d = dict(r)
+        for d in self._decoded("runs", rows, "run_id"):
             d["spec"] = json.loads(d.pop("spec_json"))
             d["env"] = json.loads(d.pop("env_json"))
             out.append(d)
@@ -282,6 +303,18 @@ class Store:
         row["include_transfer"] = int(bool(row["include_transfer"]))
         if row["ci_met"] is not None:
             row["ci_met"] = int(row["ci_met"])
+        try:
+            return self._insert(run_id, row, result, telemetry)
+        except StoreFull:
+            kept = self.con.execute("SELECT count(*) FROM results WHERE run_id=?", (run_id,)).fetchone()[0]
+            raise StoreFull(
+                f"{self.path} is full (the disk, or SQLite's page limit) while storing "
+                f"{spec.label()}: the {kept} configuration(s) of run {run_id} stored before it are kept",
+                f"free disk space, then continue with `deepgap run --resume --store {self.path}`",
+            ) from None
+
+    def _insert(self, run_id: str, row: dict[str, Any], result: Result,
+                telemetry: list[tuple[str, float, dict[str, Any]]]) -> int | None:
         cols = ", ".join(row)
         marks = ", ".join("?" for _ in row)
         with self.transaction() as con:
@@ -312,7 +345,13 @@ class Store:
         rows = self.con.execute(
             "SELECT latencies_s FROM samples WHERE result_id=? ORDER BY repeat", (result_id,)
         ).fetchall()
-        return [np.frombuffer(r[0], dtype="<f8") for r in rows]
+        out = []
+        for r in rows:
+            if isinstance(r[0], bytes) and len(r[0]) % 8 == 0:
+                out.append(np.frombuffer(r[0], dtype="<f8"))
+            else:
+                self._bad("samples", f"of result_id {result_id}", "latencies_s is not a float64 array")
+        return out
 
     def telemetry_frame(self, run_id: str | None = None) -> pd.DataFrame:
         """Telemetry samples as a long DataFrame (one row per sample, metrics as columns)."""
@@ -323,8 +362,9 @@ class Store:
         if run_id:
             q += " WHERE run_id=?"
             args = (run_id,)
-        rows = self.con.execute(q, args).fetchall()
-        recs = [{"run_id": r[0], "result_id": r[1], "phase": r[2], "t_s": r[3], **json.loads(r[4])} for r in rows]
+        rows = self._decoded("telemetry", self.con.execute(q, args).fetchall(), "run_id")
+        recs = [{"run_id": r["run_id"], "result_id": r["result_id"], "phase": r["phase"], "t_s": r["t_s"],
+                 **json.loads(r["data_json"])} for r in rows]
         return pd.DataFrame.from_records(recs)
 
     def results_frame(self, run_ids: list[str] | None = None) -> pd.DataFrame:
@@ -336,8 +376,18 @@ class Store:
         if run_ids:
             q += f" WHERE run_id IN ({','.join('?' for _ in run_ids)})"
             args = tuple(run_ids)
-        df = pd.read_sql_query(q + " ORDER BY result_id", self.con, params=args)
+        cur = self.con.execute(q + " ORDER BY result_id", args)
+        cols = [c[0] for c in cur.description]
         runs = {r["run_id"]: r for r in self.runs()}
+        rows = []
+        for d in self._decoded("results", cur.fetchall(), "result_id"):
+            if d["run_id"] not in runs:
+                self._bad("results", f"result_id {d['result_id']!r}", f"its run {d['run_id']!r} is missing or damaged")
+            elif d["status"] not in _STATUSES:
+                self._bad("results", f"result_id {d['result_id']!r}", f"status {d['status']!r} is unknown")
+            else:
+                rows.append(tuple(d[c] for c in cols))
+        df = pd.DataFrame.from_records(rows, columns=cols, coerce_float=True)
         extras = [json.loads(x) for x in df.pop("extra_json")]
         # a fleet result carries its own node's fingerprint (deepgap.fleet); else the run's
         nodes = [e.get("node_env") if isinstance(e.get("node_env"), dict) else {} for e in extras]
