@@ -42,14 +42,15 @@ class BadText(str):
     """A text value whose bytes are not valid UTF-8 (kept, with replacement characters)."""
 
 
-def _text(raw: bytes) -> str:
+def decode_text(raw: bytes) -> str:
+    """SQLite's text factory for stores: UTF-8, or `BadText` where the bytes are not UTF-8."""
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         return BadText(raw.decode("utf-8", "replace"))
 
 
-def _translatable(exc: BaseException) -> bool:
+def translatable(exc: BaseException) -> bool:
     """SQLite errors that describe the file, not a mistake in deepgap's own SQL."""
     if not isinstance(exc, sqlite3.DatabaseError) or isinstance(
         exc, (sqlite3.ProgrammingError, sqlite3.InterfaceError, sqlite3.IntegrityError)
@@ -86,7 +87,7 @@ class _Cursor(sqlite3.Cursor):
         try:
             return fn(*args)
         except sqlite3.DatabaseError as exc:
-            if not _translatable(exc):
+            if not translatable(exc):
                 raise
             raise translate(exc, self.connection.store_path) from None
 
@@ -138,8 +139,8 @@ def _immutable_read(path: str) -> bool:
     return not os.path.exists(path + "-wal") or not os.access(folder, os.W_OK)
 
 
-def connect(path: str, readonly: bool, timeout: float = 60) -> Connection:
-    """An open, validated connection (a `StoreError` naming ``path`` when it cannot be used)."""
+def connect(path: str, readonly: bool, timeout: float = 60, check: bool = True) -> Connection:
+    """An open connection, validated unless ``check`` is false (a `StoreError` naming ``path``)."""
     attempts = [_immutable_read(path)] if readonly else [False]
     if readonly and not attempts[0]:
         attempts.append(True)  # a log we may not open (e.g. no -shm and a read-only folder): read without it
@@ -150,10 +151,10 @@ def connect(path: str, readonly: bool, timeout: float = 60) -> Connection:
         except sqlite3.Error as exc:
             raise translate(exc, path) from None
         con.store_path = path
-        con.text_factory = _text
+        con.text_factory = decode_text
         try:
             con.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
-            if os.path.getsize(path) > 0:
+            if check and os.path.getsize(path) > 0:
                 validate(con, path)
         except StoreError as exc:
             con.close()
@@ -167,10 +168,18 @@ def connect(path: str, readonly: bool, timeout: float = 60) -> Connection:
 
 def validate(con: sqlite3.Connection, path: str) -> None:
     """``PRAGMA quick_check``: structural damage (truncation, damaged pages) is found at open."""
-    problems = [r[0] for r in con.execute("PRAGMA quick_check(5)").fetchall()]
+    problems = flat(r[0] for r in con.execute("PRAGMA quick_check(5)").fetchall())
     if problems != ["ok"]:
         more = f" and {len(problems) - 1} more" if len(problems) > 1 else ""
         raise StoreDamaged(f"{path} has damaged pages ({problems[0]}{more})", check_hint(path))
+
+
+def flat(messages) -> list[str]:
+    """SQLite's check messages as one-line items (it prefixes some with a '*** in database' line)."""
+    out = []
+    for m in messages:
+        out += [line.strip() for line in str(m).splitlines() if line.strip() and not line.startswith("***")]
+    return out or ["ok"]
 
 
 def check_header(path: str) -> None:
