@@ -48,9 +48,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from deepgap import storeguard
 
-    storeguard.OPENED.clear()
+    storeguard.reset()
     try:
-        return int(args._main(args) or 0)
+        code = int(args._main(args) or 0)
+        if storeguard.skipped_warning():
+            print(storeguard.skipped_warning(), file=sys.stderr)
+        return code
     except UsageError as exc:
         print(f"deepgap: error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -24,6 +24,8 @@ import numpy as np
 
 from deepgap.errors import StoreDamaged, StoreError, StoreFull
 from deepgap.records import SCHEMA_VERSION, ConfigSpec, Result, Status
+from deepgap import storeguard
+from deepgap.envinfo import redact, redact_value
 from deepgap.storeguard import APPLICATION_ID, check_header, check_hint, column_types, connect, row_problem
 
 if TYPE_CHECKING:
@@ -121,12 +123,16 @@ class Store:
     """A deepgap results store at ``path``. ``readonly`` stores never create or change the file.
 
     ``skip_damaged``: rows that cannot be decoded are left out (and counted in ``skipped``) instead
-    of raising a `StoreDamaged` error that names the first of them.
+    of raising a `StoreDamaged` error that names the first of them. ``redact``: host names and GPU
+    serials read from runs and results are replaced by stable hashes (`envinfo.redact`). Both default
+    to what the command set in `storeguard.READ`.
     """
 
-    def __init__(self, path: str, readonly: bool = False, skip_damaged: bool = False) -> None:
+    def __init__(self, path: str, readonly: bool = False, skip_damaged: bool | None = None,
+                 redact: bool | None = None) -> None:
         self.path = os.fspath(path)
-        self.skip_damaged = skip_damaged
+        self.skip_damaged = storeguard.READ["skip_damaged"] if skip_damaged is None else skip_damaged
+        self.redact = storeguard.READ["redact"] if redact is None else redact
         self.skipped: dict[str, int] = {}
         self._types: dict[str, dict[str, tuple[str, bool]]] = {}
         if not self.path.strip():
@@ -160,14 +166,8 @@ class Store:
             raise StoreDamaged(f"{self.path} has rows that cannot be decoded ({table} {what}: {why})",
                                "pass --skip-damaged to leave them out; " + check_hint(self.path))
         self.skipped[table] = self.skipped.get(table, 0) + 1
-
-    def skipped_note(self) -> str | None:
-        """One line saying how many undecodable rows were left out, or None."""
-        if not self.skipped:
-            return None
-        parts = ", ".join(f"{n} in {t}" for t, n in sorted(self.skipped.items()))
-        return (f"skipped {sum(self.skipped.values())} undecodable row(s) of {self.path} ({parts}); "
-                f"`deepgap check {self.path}` says more")
+        seen = storeguard.SKIPPED.setdefault(self.path, {})
+        seen[table] = max(seen.get(table, 0), self.skipped[table])
 
     def _decoded(self, table: str, rows: list[sqlite3.Row], key: str) -> list[dict[str, Any]]:
         """``rows`` as dicts, without (or raising on) those that `row_problem` rejects."""
@@ -263,8 +263,17 @@ class Store:
         for d in self._decoded("runs", rows, "run_id"):
             d["spec"] = json.loads(d.pop("spec_json"))
             d["env"] = json.loads(d.pop("env_json"))
+            if self.redact:
+                d["host"], d["env"] = redact_value(d["host"]), redact(d["env"])
             out.append(d)
         return out
+
+    def check_runs(self, run_ids: list[str] | None) -> None:
+        """A `StoreError` naming the first of ``run_ids`` that this store does not hold."""
+        known = {r[0] for r in self.con.execute("SELECT run_id FROM runs").fetchall()}
+        for rid in run_ids or []:
+            if rid not in known:
+                raise StoreError(f"no run {rid!r} in {self.path}", f"list runs with `deepgap show {self.path} --runs`")
 
     def run(self, run_id: str) -> dict[str, Any]:
         """One run by id (a `StoreError` if absent)."""
@@ -389,6 +398,8 @@ class Store:
                 rows.append(tuple(d[c] for c in cols))
         df = pd.DataFrame.from_records(rows, columns=cols, coerce_float=True)
         extras = [json.loads(x) for x in df.pop("extra_json")]
+        if self.redact:
+            extras = [redact(e) for e in extras]
         # a fleet result carries its own node's fingerprint (deepgap.fleet); else the run's
         nodes = [e.get("node_env") if isinstance(e.get("node_env"), dict) else {} for e in extras]
         df["device_name"] = [n.get("device_name") or runs[r]["env"].get("device_name", "")

@@ -31,6 +31,41 @@ APPLICATION_ID = 0x44475031  # "DGP1"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _CORE_TABLES = {"runs", "results", "samples", "telemetry"}
 OPENED: list[str] = []  # store paths opened in this process, for errors raised outside a Store
+# How stores are read when a caller does not say: commands set these from --skip-damaged/--redact, so
+# that every reader behind a command (report sections included) reads alike. `reset` restores them.
+READ = {"skip_damaged": False, "redact": False}
+SKIPPED: dict[str, dict[str, int]] = {}  # path → table → rows left out (the most any one reader left out)
+
+
+def reset() -> None:
+    """Forget the stores opened and the reading options (the start of each command)."""
+    OPENED.clear()
+    SKIPPED.clear()
+    READ.update(skip_damaged=False, redact=False)
+
+
+def add_read_flags(p, redact: bool = True) -> None:
+    """``--skip-damaged`` (and ``--redact``) for a command that reads stores."""
+    p.add_argument("--skip-damaged", action="store_true",
+                   help="leave out rows that cannot be decoded (with a warning that counts them)")
+    if redact:
+        p.add_argument("--redact", action="store_true",
+                       help="replace host names and GPU serials/UUIDs with stable hashes (for sharing)")
+
+
+def use_read_flags(args) -> None:
+    """Apply a command's ``--skip-damaged``/``--redact`` to every store it reads."""
+    READ.update(skip_damaged=bool(getattr(args, "skip_damaged", False)), redact=bool(getattr(args, "redact", False)))
+
+
+def skipped_warning() -> str | None:
+    """One line counting the undecodable rows that readers left out, or None."""
+    if not SKIPPED:
+        return None
+    parts = [f"{sum(t.values())} of {p} ({', '.join(f'{n} in {k}' for k, n in sorted(t.items()))})"
+             for p, t in SKIPPED.items()]
+    return (f"deepgap: warning: skipped undecodable rows: {'; '.join(parts)}; "
+            f"`deepgap check {next(iter(SKIPPED))}` says more")
 
 
 def check_hint(path: str) -> str:
@@ -133,7 +168,7 @@ def uri(path: str, readonly: bool, immutable: bool = False) -> str:
     return base + ("?mode=ro&immutable=1" if immutable else "?mode=ro")
 
 
-def _immutable_read(path: str) -> bool:
+def immutable_read(path: str) -> bool:
     """Read without a log when there is none (or the folder cannot hold one): see the module doc."""
     folder = os.path.dirname(os.path.abspath(path))
     return not os.path.exists(path + "-wal") or not os.access(folder, os.W_OK)
@@ -141,7 +176,7 @@ def _immutable_read(path: str) -> bool:
 
 def connect(path: str, readonly: bool, timeout: float = 60, check: bool = True) -> Connection:
     """An open connection, validated unless ``check`` is false (a `StoreError` naming ``path``)."""
-    attempts = [_immutable_read(path)] if readonly else [False]
+    attempts = [immutable_read(path)] if readonly else [False]
     if readonly and not attempts[0]:
         attempts.append(True)  # a log we may not open (e.g. no -shm and a read-only folder): read without it
     for i, immutable in enumerate(attempts):

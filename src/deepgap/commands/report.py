@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 
 from deepgap.api import DEFAULT_STORE
+from deepgap.storeguard import add_read_flags, use_read_flags
 
 NAME = "report"
 HELP = "write a self-contained HTML report (tables, figures, flags) of a store"
@@ -25,6 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("--run", action="append", help="run id (repeatable; default: every run in the store)")
     p.add_argument("--screenshot", metavar="PNG", help="also save a headless-Chromium screenshot of the page")
     p.add_argument("--size", default="1200x900", help="screenshot size WIDTHxHEIGHT (default 1200x900)")
+    add_read_flags(p)
 
 
 def write_report(store_path: str, html_path: str, run_ids: list[str] | None = None) -> list[str]:
@@ -49,7 +51,9 @@ def _size(text: str) -> tuple[int, int]:
 def main(args: argparse.Namespace) -> int:  # noqa: D103
     from deepgap.report import check_output, find_chromium, screenshot
 
+    use_read_flags(args)
     size = _size(args.size)
+    check_output(args.output)
     if args.screenshot:
         check_output(args.screenshot)
         if find_chromium() is None:
