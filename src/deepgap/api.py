@@ -127,6 +127,15 @@ def run(
         s = None
         done = set()
     configs = [c for c in expand(sweep, device) if c.key not in done]
+    if sweep.weights and configs:  # a file that is no state dict, or not this model's, stops here, not per row
+        from deepgap.models.registry import check_weights
+
+        try:
+            check_weights(configs[0].model, configs[0].resolution, sweep.weights)
+        except BaseException:
+            if s is not None:
+                s.close()
+            raise
     runner = SweepRunner(sweep, device)
     try:
         runner.start()
@@ -153,4 +162,4 @@ def run(
     finally:
         runner.close()
         if s is not None:
-            s.close()
+            s.close(discard_empty=True)

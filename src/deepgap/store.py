@@ -148,6 +148,7 @@ class Store:
                 raise StoreError(f"{self.path} is empty (0 bytes), not a deepgap store", "pass another store path")
         if not readonly:
             self._check_writable(exists)
+        self._created = not readonly and (not exists or os.path.getsize(self.path) == 0)
         try:
             self.con = connect(self.path, readonly)
             if not readonly:
@@ -224,9 +225,20 @@ class Store:
             if self.con.in_transaction:
                 self.con.execute("COMMIT")
 
-    def close(self) -> None:
-        """Close the connection."""
+    def close(self, discard_empty: bool = False) -> None:
+        """Close the connection; ``discard_empty``: remove the file if this Store created it and no run
+        was ever stored (a run that failed before measuring leaves nothing behind)."""
+        empty = False
+        if discard_empty and self._created:
+            try:
+                empty = self.con.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
+            except StoreError:
+                empty = False
         self.con.close()
+        if empty:
+            for f in (self.path, f"{self.path}-wal", f"{self.path}-shm", f"{self.path}-journal"):
+                if os.path.exists(f):
+                    os.remove(f)
 
     # --- runs -------------------------------------------------------------------------------
     def begin_run(self, spec: dict[str, Any], command: str, env: dict[str, Any], version: str) -> str:
