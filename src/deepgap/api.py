@@ -115,10 +115,14 @@ def run(
         return run_fleet(spec, store, resume, on_event, command, devices=devices, ray=ray, where=where)
     if resume:
         s, run_row = open_resume(store, resume)
-        sweep = validate(SweepSpec.from_dict(run_row["spec"]))
-        device = resolve_device(sweep.device)
-        run_id = run_row["run_id"]
-        done = s.done_keys(run_id)
+        try:
+            sweep = validate(SweepSpec.from_dict(run_row["spec"]))
+            device = resolve_device(sweep.device)
+            run_id = run_row["run_id"]
+            done = s.done_keys(run_id)
+        except BaseException:
+            s.close()
+            raise
     else:
         sweep = validate(as_spec(spec))
         device = resolve_device(sweep.device)

@@ -151,11 +151,16 @@ class Store:
         self._created = not readonly and (not exists or os.path.getsize(self.path) == 0)
         try:
             self.con = connect(self.path, readonly)
+            self.con.row_factory = sqlite3.Row
+            if not readonly and not self._created:
+                self.runs()  # undecodable runs stop a writer before it changes anything (even the journal mode)
             if not readonly:
                 self.con.execute("PRAGMA journal_mode = WAL")
                 self.con.execute("PRAGMA synchronous = NORMAL")
                 self._migrate()
         except BaseException:
+            if hasattr(self, "con"):
+                self.con.close()
             if not exists and os.path.exists(self.path) and os.path.getsize(self.path) == 0:
                 os.remove(self.path)  # nothing half-made is left behind
             raise
@@ -303,8 +308,9 @@ class Store:
 
     # --- results ----------------------------------------------------------------------------
     def done_keys(self, run_id: str) -> set[str]:
-        """Configuration keys already stored for ``run_id``."""
-        return {r[0] for r in self.con.execute("SELECT config_key FROM results WHERE run_id=?", (run_id,))}
+        """Configuration keys already stored for ``run_id`` (its rows decoded: never resume onto damage)."""
+        rows = self.con.execute("SELECT * FROM results WHERE run_id=?", (run_id,)).fetchall()
+        return {d["config_key"] for d in self._decoded("results", rows, "result_id")}
 
     def record(self, run_id: str, result: Result, telemetry: list[tuple[str, float, dict[str, Any]]] = ()) -> int | None:
         """Store one finished configuration, its samples and telemetry in one transaction.

@@ -59,6 +59,7 @@ def _check_input(path: str) -> set[str]:
                 f"{path} has schema version {version}, this deepgap merges version {SCHEMA_VERSION} stores",
                 "merge stores written by the same deepgap version (upgrade the older machines and re-run)",
             )
+        s.results_frame()  # every run and result decodes (StoreDamaged names the first that does not)
         return {r for (r,) in s.con.execute("SELECT run_id FROM runs")}
     finally:
         s.close()
