@@ -26,7 +26,15 @@ from deepgap.errors import StoreDamaged, StoreError, StoreFull
 from deepgap.records import SCHEMA_VERSION, ConfigSpec, Result, Status
 from deepgap import storeguard
 from deepgap.envinfo import redact, redact_value
-from deepgap.storeguard import APPLICATION_ID, check_header, check_hint, column_types, connect, row_problem
+from deepgap.storeguard import (
+    APPLICATION_ID,
+    check_header,
+    check_hint,
+    check_schema,
+    column_types,
+    connect,
+    row_problem,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -87,6 +95,20 @@ _STAT_FIELDS = [
 
 
 _STATUSES = {s.value for s in Status}
+_COLUMNS: dict[str, set[str]] = {}
+
+
+def _expected_columns() -> dict[str, set[str]]:
+    """The core tables' columns in this schema version (read once from `_SCHEMA`)."""
+    if not _COLUMNS:
+        con = sqlite3.connect(":memory:")
+        for stmt in _SCHEMA.split(";"):
+            if stmt.strip():
+                con.execute(stmt)
+        for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
+            _COLUMNS[name] = {r[1] for r in con.execute(f"PRAGMA table_info({name})")}
+        con.close()
+    return _COLUMNS
 
 
 def _check_existing(path: str) -> None:
@@ -152,6 +174,8 @@ class Store:
         try:
             self.con = connect(self.path, readonly)
             self.con.row_factory = sqlite3.Row
+            if not self._created:
+                check_schema(self.con, self.path, _expected_columns())
             if not readonly and not self._created:
                 self.runs()  # undecodable runs stop a writer before it changes anything (even the journal mode)
             if not readonly:

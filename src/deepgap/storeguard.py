@@ -92,6 +92,8 @@ def translatable(exc: BaseException) -> bool:
     ):
         return False
     msg = str(exc).lower()
+    if "malformed" in msg or "corrupt" in msg:
+        return True
     return not any(w in msg for w in ("no such table", "no such column", "syntax error", "already exists"))
 
 
@@ -125,6 +127,9 @@ class _Cursor(sqlite3.Cursor):
             if not translatable(exc):
                 raise
             raise translate(exc, self.connection.store_path) from None
+        except UnicodeDecodeError:  # a column name (from the stored schema) that is not UTF-8
+            path = self.connection.store_path
+            raise StoreDamaged(f"{path} has a damaged schema (a name is not UTF-8)", check_hint(path)) from None
 
     def execute(self, *args):  # noqa: D102
         return self._wrap(super().execute, *args)
@@ -295,6 +300,18 @@ def _plausibly_newer(version: int, writers: set[str]) -> bool:
             return True
     except ImportError:  # pragma: no cover
         return True
+
+
+def check_schema(con: sqlite3.Connection, path: str, expected: dict[str, set[str]]) -> None:
+    """Every core table with every column it should have: a flipped byte in the stored CREATE statement
+    can rename a column and still pass SQLite's checks."""
+    for table, cols in expected.items():
+        have = set(column_types(con, table))
+        if not have:
+            raise StoreDamaged(f"{path} has a damaged schema (table {table} is missing)", check_hint(path))
+        if cols - have:
+            raise StoreDamaged(f"{path} has a damaged schema (table {table} lacks column "
+                               f"{sorted(cols - have)[0]})", check_hint(path))
 
 
 def column_types(con: sqlite3.Connection, table: str) -> dict[str, tuple[str, bool]]:
