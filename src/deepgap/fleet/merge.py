@@ -325,6 +325,7 @@ def _is_wal(path: str) -> bool:
 
 def _redact(con: sqlite3.Connection) -> None:
     """Host names and GPU serials/UUIDs of every run, result and extension table → stable hashes."""
+    con.execute("PRAGMA secure_delete = ON")  # the replaced names must not linger in freed pages
     con.execute("BEGIN IMMEDIATE")
     for run_id, host, env in con.execute("SELECT run_id, host, env_json FROM runs").fetchall():
         con.execute("UPDATE runs SET host = ?, env_json = ? WHERE run_id = ?",
