@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from pathlib import Path
 
 import pytest
 from fixtures_store import build_store
@@ -43,6 +44,10 @@ def good(tmp_path_factory) -> bytes:
         return fh.read()
 
 
+def _new(t):
+    return str(t / "n.sqlite")
+
+
 def _store(t, good):
     p = t / "s.sqlite"
     p.write_bytes(good)
@@ -74,10 +79,10 @@ CASES = [
     # (id, argv builder (tmp_path, good store bytes), words in the message)
     ("empty batch item", lambda t, g: RUN[:3] + ["--batch-sizes", "1,,2", "--store", str(t / "n.sqlite")],
      "empty item"),
-    ("trailing comma", lambda t, g: ["run", "--models", "tinycnn,", "--store", str(t / "n.sqlite")], "empty item"),
-    ("empty precision item", lambda t, g: RUN + ["--precisions", "fp32,,fp16", "--store", str(t / "n.sqlite")],
+    ("trailing comma", lambda t, g: ["run", "--models", "tinycnn,", "--store", _new(t)], "empty item"),
+    ("empty precision item", lambda t, g: RUN + ["--precisions", "fp32,,fp16", "--store", _new(t)],
      "empty item"),
-    ("empty threads item", lambda t, g: RUN + ["--threads", ",1", "--store", str(t / "n.sqlite")], "empty item"),
+    ("empty threads item", lambda t, g: RUN + ["--threads", ",1", "--store", _new(t)], "empty item"),
     ("weights junk", lambda t, g: RUN + ["--weights", _weights(t, "junk"), "--store", str(t / "n.sqlite")],
      "cannot be loaded"),
     ("weights not a state dict", lambda t, g: RUN + ["--weights", _weights(t, "not a state dict"), "--store",
@@ -92,8 +97,8 @@ CASES = [
      "cannot be read"),
     ("run --report unwritable", lambda t, g: RUN + ["--report", "/proc/deepgap/r.html", "--store",
                                                     str(t / "n.sqlite")], "cannot write"),
-    ("report -o unwritable", lambda t, g: ["report", _store(t, g), "-o", "/proc/deepgap/r.html"], "cannot write"),
-    ("export -o unwritable", lambda t, g: ["export", _store(t, g), "-o", "/proc/deepgap.csv"], "cannot write"),
+    ("report -o unwritable", lambda t, g: ["report", _store(t, g), "-o", "/proc/dg/r.html"], "cannot write"),
+    ("export -o unwritable", lambda t, g: ["export", _store(t, g), "-o", "/proc/dg.csv"], "cannot write"),
     ("empty --store", lambda t, g: RUN + ["--store", ""], "store path is empty"),
     ("blank --store", lambda t, g: RUN + ["--store", "  "], "store path is empty"),
     ("merge S -o S", lambda t, g: ["merge", _store(t, g), "-o", str(t / "s.sqlite")], "nothing to merge"),
@@ -112,7 +117,7 @@ CASES = [
 def test_bad_input(tmp_path, capsys, good, argv_fn, words):
     (tmp_path / "e.sqlite").write_bytes(b"")
     argv = argv_fn(tmp_path, good)
-    before = {n: (tmp_path / n).read_bytes() for n in sorted(os.listdir(tmp_path)) if (tmp_path / n).is_file()}
+    before = {n: (tmp_path / n).read_bytes() for n in os.listdir(tmp_path) if (tmp_path / n).is_file()}
     dirs = sorted(os.listdir(tmp_path))
     assert main(argv) == 2
     captured = capsys.readouterr()
@@ -168,7 +173,7 @@ def test_full_disk_during_run_keeps_finished_configurations(tmp_path, capsys, mo
     def begin_then_limit(self, *a, **k):
         run_id = begin(self, *a, **k)
         pages = self.con.execute("PRAGMA page_count").fetchone()[0]
-        self.con.execute(f"PRAGMA max_page_count = {pages + 20}")  # room for two configurations (8 pages each)
+        self.con.execute(f"PRAGMA max_page_count = {pages + 20}")  # room for two configurations
         return run_id
 
     monkeypatch.setattr(Store, "begin_run", begin_then_limit)
@@ -196,11 +201,11 @@ def test_full_disk_during_merge_leaves_output_unchanged(tmp_path, capsys, monkey
     monkeypatch.setattr(deepgap.fleet.merge, "Store", SmallStore)
     src = str(tmp_path / "a.sqlite")
     build_store(src)
-    before = open(src, "rb").read()
+    before = Path(src).read_bytes()
     rc = main(["merge", src, "-o", str(tmp_path / "all.sqlite")])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and "disk is full" in err and "unchanged" in err, err
-    assert sorted(os.listdir(tmp_path)) == ["a.sqlite"] and open(src, "rb").read() == before
+    assert sorted(os.listdir(tmp_path)) == ["a.sqlite"] and Path(src).read_bytes() == before
 
 
 def test_read_only_folder_reads_without_writing(tmp_path, capsys, good, monkeypatch):

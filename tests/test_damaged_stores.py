@@ -112,7 +112,7 @@ DAMAGE = {
     "results page overwritten": (
         lambda b, t: _patch(b, (_page_of(b, "results") - 1) * 4096, bytes(range(256)) * 16), "damaged pages"),
     "bad utf-8 in a result": (
-        lambda b, t: _sql(b, f"UPDATE results SET model = CAST(x'ff41fe' AS TEXT) WHERE result_id = {LAST}", t),
+        lambda b, t: _sql(b, f"UPDATE results SET model = {BAD_UTF8} WHERE result_id = {LAST}", t),
         "cannot be decoded"),
     "bad json in a result": (
         lambda b, t: _sql(b, f"UPDATE results SET extra_json = '{{not json' WHERE result_id = {LAST} - 1", t),
@@ -124,6 +124,7 @@ DAMAGE = {
         lambda b, t: _sql(b, "UPDATE runs SET env_json = '{\"host\": ' ", t), "cannot be decoded"),
 }
 
+BAD_UTF8 = "CAST(x'ff41fe' AS TEXT)"
 LAST = "(SELECT max(result_id) FROM results)"  # the CPU run's (the one --resume continues) last result
 RESULT_ROWS = {"bad utf-8 in a result", "bad json in a result", "text in a number column"}
 
@@ -184,7 +185,9 @@ def test_skip_damaged_counts_and_leaves_out(tmp_path, capsys, base):
     assert "skipped" in err and "2 in results" in err
     import pandas as pd
 
-    ok = sqlite3.connect(f"file:{c}?immutable=1", uri=True).execute("SELECT count(*) FROM results").fetchone()[0]
+    con = sqlite3.connect(f"file:{c}?immutable=1", uri=True)
+    ok = con.execute("SELECT count(*) FROM results").fetchone()[0]
+    con.close()
     assert len(pd.read_csv(f"{out}/x.csv")) == ok - 2
     assert main(["show", c, "--all", "--skip-damaged"]) == 0
     assert "2 in results" in capsys.readouterr().err
@@ -192,7 +195,7 @@ def test_skip_damaged_counts_and_leaves_out(tmp_path, capsys, base):
 
 def test_check_and_recover(tmp_path, capsys, base):
     data = _sql(base, f"UPDATE results SET extra_json = '{{not json' WHERE result_id = {LAST} - 1", tmp_path)
-    data = _sql(data, f"UPDATE results SET model = CAST(x'ff41fe' AS TEXT) WHERE result_id = {LAST}", tmp_path)
+    data = _sql(data, f"UPDATE results SET model = {BAD_UTF8} WHERE result_id = {LAST}", tmp_path)
     c, _, out = _setup(tmp_path, data)
     before = _files(os.path.dirname(c))
     assert main(["check", c]) == 2
@@ -209,7 +212,8 @@ def test_check_and_recover(tmp_path, capsys, base):
     n_orig, last = orig.execute("SELECT count(*), max(result_id) FROM results").fetchone()
     # the bad-JSON result keeps its numbers with a flag; the bad-UTF-8 one is lost
     assert con.execute("SELECT count(*) FROM results").fetchone()[0] == n_orig - 1
-    assert "recovered" in con.execute("SELECT extra_json FROM results WHERE result_id = ?", (last - 1,)).fetchone()[0]
+    extra = con.execute("SELECT extra_json FROM results WHERE result_id = ?", (last - 1,)).fetchone()[0]
+    assert "recovered" in extra
     assert main(["check", c, "--recover", new]) == 2  # never overwrites
     assert "exists" in capsys.readouterr().err
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+from pathlib import Path
 
 import pytest
 from fixtures_store import build_store
@@ -51,7 +52,8 @@ def test_redact_value_is_stable_and_hides():
     env = redact({"host": "a", "gpus": [{"gpu_serial": "1"}], "device_name": "H100"})
     assert env["device_name"] == "H100" and env["host"] == redact_value("a")
     assert env["gpus"][0]["gpu_serial"] == redact_value("1")
-    assert redact({"gpu_serial": "unavailable: not supported"}) == {"gpu_serial": "unavailable: not supported"}
+    kept = {"gpu_serial": "unavailable: not supported"}
+    assert redact(kept) == kept
 
 
 def test_export_redact(tmp_path, capsys):
@@ -71,7 +73,7 @@ def test_report_redact(tmp_path, capsys):
     assert main(["report", s, "--redact", "-o", str(html)]) == 0
     for root, _, files in os.walk(html.parent):
         for f in files:
-            _assert_no_secrets((open(os.path.join(root, f), "rb")).read(), f)
+            _assert_no_secrets(Path(root, f).read_bytes(), f)
     assert redact_value(SECRETS["host"]).encode() in html.read_bytes()
 
 
@@ -79,7 +81,7 @@ def test_merge_redact_leaves_no_trace_in_the_file(tmp_path, capsys):
     a = _private_store(str(tmp_path / "a.sqlite"))
     out = str(tmp_path / "all.sqlite")
     assert main(["merge", a, "-o", out, "--redact"]) == 0
-    _assert_no_secrets(open(out, "rb").read(), "merged store bytes")
+    _assert_no_secrets(Path(out).read_bytes(), "merged store bytes")
     con = sqlite3.connect(f"file:{out}?immutable=1", uri=True)
     hosts = {h for (h,) in con.execute("SELECT host FROM runs")}
     assert hosts == {redact_value(SECRETS["host"])}
@@ -87,7 +89,7 @@ def test_merge_redact_leaves_no_trace_in_the_file(tmp_path, capsys):
     # in place: merge S -o S --redact
     b = _private_store(str(tmp_path / "b.sqlite"))
     assert main(["merge", b, "-o", b, "--redact"]) == 0
-    _assert_no_secrets(open(b, "rb").read(), "store redacted in place")
+    _assert_no_secrets(Path(b).read_bytes(), "store redacted in place")
     assert sorted(os.listdir(tmp_path)) == ["a.sqlite", "all.sqlite", "b.sqlite"]
 
 
@@ -98,10 +100,12 @@ def test_report_renders_untrusted_strings_as_text(tmp_path, capsys):
     evil = {"model": "<script>alert('m')</script>", "engine": "<img src=x onerror=alert('e')>",
             "host": "<script>alert('h')</script>"}
     con = sqlite3.connect(s)
-    con.execute("UPDATE results SET model = ?, engine = ? WHERE result_id = 1", (evil["model"], evil["engine"]))
+    con.execute("UPDATE results SET model = ?, engine = ? WHERE result_id = 1",
+                (evil["model"], evil["engine"]))
     for (run_id, env) in con.execute("SELECT run_id, env_json FROM runs").fetchall():
         env = {**json.loads(env), "host": evil["host"], "device_name": "<b>GPU</b>"}
-        con.execute("UPDATE runs SET host = ?, env_json = ? WHERE run_id = ?", (evil["host"], json.dumps(env), run_id))
+        con.execute("UPDATE runs SET host = ?, env_json = ? WHERE run_id = ?",
+                    (evil["host"], json.dumps(env), run_id))
     con.commit()
     con.close()
     html = tmp_path / "r.html"

@@ -26,9 +26,9 @@ class StoreError(UsageError):
     """A store file that cannot be used (not a deepgap store, newer schema, unwritable)."""
 
 
-class StoreDamaged(StoreError):
+class StoreDamagedError(StoreError):
     """A store file that is damaged: not an SQLite database, damaged pages, or rows that cannot be decoded."""
 
 
-class StoreFull(StoreError):
+class StoreFullError(StoreError):
     """A store that could not grow (disk full, or SQLite's page limit); what was stored before is kept."""

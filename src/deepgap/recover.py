@@ -13,6 +13,7 @@ temporary name and renamed into place when complete.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -69,7 +70,8 @@ class CheckReport:
         out = [f"{self.path}: {'DAMAGED' if self.damaged else 'ok'}", f"  header: {self.header}"]
         if self.fatal:
             return [*out, f"  {self.fatal}"]
-        shown = self.integrity[:5] + ([f"… {len(self.integrity) - 5} more"] if len(self.integrity) > 5 else [])
+        more = [f"… {len(self.integrity) - 5} more"] if len(self.integrity) > 5 else []
+        shown = self.integrity[:5] + more
         out.append(f"  integrity: {'; '.join(shown)}")
         for name, t in self.tables.items():
             text = f"  {name}: {t.rows} row(s) read"
@@ -191,7 +193,7 @@ def recover(path: str, output: str) -> Recovery:
     if os.path.exists(output) and os.path.realpath(output) == os.path.realpath(path):
         raise UsageError(f"--recover {output} is the damaged store itself", "pass a new file name")
     if os.path.exists(output):
-        raise UsageError(f"--recover {output} exists", "pass the name of a new file (recovery never overwrites)")
+        raise UsageError(f"--recover {output} exists", "pass a new file name (recovery never overwrites)")
     check_path(output)
     folder = os.path.dirname(os.path.abspath(output))
     with tempfile.TemporaryDirectory(prefix=".deepgap-recover-", dir=folder) as work:
@@ -302,9 +304,7 @@ def _copy_extensions(src: sqlite3.Connection, dst: sqlite3.Connection, rec: Reco
         dst.execute("BEGIN")
         for r in rows:
             if all(c in r for c in cols) and not any(isinstance(r[c], BadText) for c in cols):
-                try:
+                with contextlib.suppress(sqlite3.Error):
                     saved += dst.execute(ins, [r[c] for c in cols]).rowcount
-                except sqlite3.Error:
-                    pass
         dst.execute("COMMIT")
         rec.saved[name], rec.lost[name] = saved, len(rows) - saved

@@ -22,18 +22,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from deepgap.errors import StoreDamaged, StoreError, StoreFull
-from deepgap.records import SCHEMA_VERSION, ConfigSpec, Result, Status
 from deepgap import storeguard
 from deepgap.envinfo import redact, redact_value
+from deepgap.errors import StoreError, StoreFullError
+from deepgap.records import SCHEMA_VERSION, ConfigSpec, Result, Status
 from deepgap.storeguard import (
     APPLICATION_ID,
+    RowDecoder,
     check_header,
-    check_hint,
     check_schema,
-    column_types,
     connect,
-    row_problem,
+    expected_columns,
 )
 
 if TYPE_CHECKING:
@@ -95,24 +94,8 @@ _STAT_FIELDS = [
 
 
 _STATUSES = {s.value for s in Status}
-_COLUMNS: dict[str, set[str]] = {}
-
-
-def _expected_columns() -> dict[str, set[str]]:
-    """The core tables' columns in this schema version (read once from `_SCHEMA`)."""
-    if not _COLUMNS:
-        con = sqlite3.connect(":memory:")
-        for stmt in _SCHEMA.split(";"):
-            if stmt.strip():
-                con.execute(stmt)
-        for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
-            _COLUMNS[name] = {r[1] for r in con.execute(f"PRAGMA table_info({name})")}
-        con.close()
-    return _COLUMNS
-
-
 def _check_existing(path: str) -> None:
-    """Refuse files that are not deepgap stores, newer ones, or damaged headers (`storeguard.check_header`)."""
+    """Refuse files that are not deepgap stores, newer ones, damaged headers (`storeguard.check_header`)."""
     check_header(path)
 
 
@@ -141,11 +124,11 @@ def check_path(path: str) -> None:
     check_writable(path, exists)
 
 
-class Store:
+class Store(RowDecoder):
     """A deepgap results store at ``path``. ``readonly`` stores never create or change the file.
 
     ``skip_damaged``: rows that cannot be decoded are left out (and counted in ``skipped``) instead
-    of raising a `StoreDamaged` error that names the first of them. ``redact``: host names and GPU
+    of raising a `StoreDamagedError` error that names the first of them. ``redact``: host names and GPU
     serials read from runs and results are replaced by stable hashes (`envinfo.redact`). Both default
     to what the command set in `storeguard.READ`.
     """
@@ -167,7 +150,8 @@ class Store:
                 raise StoreError(f"store path {self.path} is a directory", "pass a file path, e.g. results.sqlite")
             _check_existing(self.path)
             if readonly and os.path.getsize(self.path) == 0:
-                raise StoreError(f"{self.path} is empty (0 bytes), not a deepgap store", "pass another store path")
+                raise StoreError(f"{self.path} is empty (0 bytes), not a deepgap store",
+                                 "pass another store path")
         if not readonly:
             self._check_writable(exists)
         self._created = not readonly and (not exists or os.path.getsize(self.path) == 0)
@@ -175,9 +159,9 @@ class Store:
             self.con = connect(self.path, readonly)
             self.con.row_factory = sqlite3.Row
             if not self._created:
-                check_schema(self.con, self.path, _expected_columns())
+                check_schema(self.con, self.path, expected_columns(_SCHEMA))
             if not readonly and not self._created:
-                self.runs()  # undecodable runs stop a writer before it changes anything (even the journal mode)
+                self.runs()  # undecodable runs stop a writer before it changes anything (journal mode too)
             if not readonly:
                 self.con.execute("PRAGMA journal_mode = WAL")
                 self.con.execute("PRAGMA synchronous = NORMAL")
@@ -189,29 +173,6 @@ class Store:
                 os.remove(self.path)  # nothing half-made is left behind
             raise
         self.con.row_factory = sqlite3.Row
-
-    def _bad(self, table: str, what: str, why: str) -> None:
-        """Count a row that cannot be decoded (``skip_damaged``), or raise a `StoreDamaged` naming it."""
-        if not self.skip_damaged:
-            raise StoreDamaged(f"{self.path} has rows that cannot be decoded ({table} {what}: {why})",
-                               "pass --skip-damaged to leave them out; " + check_hint(self.path))
-        self.skipped[table] = self.skipped.get(table, 0) + 1
-        seen = storeguard.SKIPPED.setdefault(self.path, {})
-        seen[table] = max(seen.get(table, 0), self.skipped[table])
-
-    def _decoded(self, table: str, rows: list[sqlite3.Row], key: str) -> list[dict[str, Any]]:
-        """``rows`` as dicts, without (or raising on) those that `row_problem` rejects."""
-        if table not in self._types:
-            self._types[table] = column_types(self.con, table)
-        out = []
-        for r in rows:
-            d = dict(r)
-            why = row_problem(d, self._types[table])
-            if why is None:
-                out.append(d)
-            else:
-                self._bad(table, f"{key} {d.get(key)!r}", why)
-        return out
 
     def _check_writable(self, exists: bool) -> None:
         check_writable(self.path, exists)
@@ -255,8 +216,11 @@ class Store:
                 self.con.execute("COMMIT")
 
     def close(self, discard_empty: bool = False) -> None:
-        """Close the connection; ``discard_empty``: remove the file if this Store created it and no run
-        was ever stored (a run that failed before measuring leaves nothing behind)."""
+        """Close the connection.
+
+        ``discard_empty``: remove the file if this Store created it and no run was ever stored (a run
+        that failed before measuring leaves nothing behind).
+        """
         empty = False
         if discard_empty and self._created:
             try:
@@ -282,12 +246,15 @@ class Store:
         return run_id
 
     def finish_run(self, run_id: str, status: str = "finished") -> None:
-        """Mark a run finished (or interrupted). A full store cannot mark it interrupted, nor need to:
-        a run left ``running`` is resumed all the same, and the error that stopped it is the one to show."""
+        """Mark a run finished (or interrupted).
+
+        A full store cannot mark it interrupted, nor need to: a run left ``running`` is resumed all the
+        same, and the error that stopped it is the one to show.
+        """
         try:
             with self.transaction() as con:
                 con.execute("UPDATE runs SET status=?, finished_at=? WHERE run_id=?", (status, time.time(), run_id))
-        except StoreFull:
+        except StoreFullError:
             if status == "finished":
                 raise
 
@@ -314,7 +281,8 @@ class Store:
         known = {r[0] for r in self.con.execute("SELECT run_id FROM runs").fetchall()}
         for rid in run_ids or []:
             if rid not in known:
-                raise StoreError(f"no run {rid!r} in {self.path}", f"list runs with `deepgap show {self.path} --runs`")
+                raise StoreError(f"no run {rid!r} in {self.path}",
+                                 f"list runs with `deepgap show {self.path} --runs`")
 
     def run(self, run_id: str) -> dict[str, Any]:
         """One run by id (a `StoreError` if absent)."""
@@ -356,9 +324,9 @@ class Store:
             row["ci_met"] = int(row["ci_met"])
         try:
             return self._insert(run_id, row, result, telemetry)
-        except StoreFull:
+        except StoreFullError:
             kept = self.con.execute("SELECT count(*) FROM results WHERE run_id=?", (run_id,)).fetchone()[0]
-            raise StoreFull(
+            raise StoreFullError(
                 f"{self.path} is full (the disk, or SQLite's page limit) while storing "
                 f"{spec.label()}: the {kept} configuration(s) of run {run_id} stored before it are kept",
                 f"free disk space, then continue with `deepgap run --resume --store {self.path}`",
@@ -433,7 +401,8 @@ class Store:
         rows = []
         for d in self._decoded("results", cur.fetchall(), "result_id"):
             if d["run_id"] not in runs:
-                self._bad("results", f"result_id {d['result_id']!r}", f"its run {d['run_id']!r} is missing or damaged")
+                self._bad("results", f"result_id {d['result_id']!r}",
+                          f"its run {d['run_id']!r} is missing or damaged")
             elif d["status"] not in _STATUSES:
                 self._bad("results", f"result_id {d['result_id']!r}", f"status {d['status']!r} is unknown")
             else:

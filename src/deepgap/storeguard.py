@@ -24,7 +24,7 @@ import sqlite3
 from typing import Any
 from urllib.request import pathname2url
 
-from deepgap.errors import StoreDamaged, StoreError, StoreFull
+from deepgap.errors import StoreDamagedError, StoreError, StoreFullError
 from deepgap.records import SCHEMA_VERSION
 
 APPLICATION_ID = 0x44475031  # "DGP1"
@@ -55,7 +55,8 @@ def add_read_flags(p, redact: bool = True) -> None:
 
 def use_read_flags(args) -> None:
     """Apply a command's ``--skip-damaged``/``--redact`` to every store it reads."""
-    READ.update(skip_damaged=bool(getattr(args, "skip_damaged", False)), redact=bool(getattr(args, "redact", False)))
+    READ.update(skip_damaged=bool(getattr(args, "skip_damaged", False)),
+                redact=bool(getattr(args, "redact", False)))
 
 
 def skipped_warning() -> str | None:
@@ -101,15 +102,16 @@ def translate(exc: sqlite3.Error, path: str) -> StoreError:
     """One clear `StoreError` for an SQLite error met while using the store at ``path``."""
     msg = str(exc).lower()
     if "not a database" in msg or "encrypted" in msg:
-        return StoreDamaged(f"{path} is not a deepgap store: not an SQLite database (damaged header, or another file)",
-                            check_hint(path))
+        return StoreDamagedError(
+            f"{path} is not a deepgap store: not an SQLite database (damaged header, or another file)",
+            check_hint(path))
     if "malformed" in msg or "corrupt" in msg or "disk i/o error" in msg:
-        return StoreDamaged(f"{path} has damaged pages (SQLite: {exc})", check_hint(path))
+        return StoreDamagedError(f"{path} has damaged pages (SQLite: {exc})", check_hint(path))
     if "decode" in msg or "utf-8" in msg:
-        return StoreDamaged(f"{path} has rows that cannot be decoded (SQLite: {exc})", check_hint(path))
+        return StoreDamagedError(f"{path} has rows that cannot be decoded (SQLite: {exc})", check_hint(path))
     if "full" in msg:
-        return StoreFull(f"{path} is full (SQLite: {exc}); everything stored before is kept",
-                         "free disk space, then continue with `deepgap run --resume --store PATH`")
+        return StoreFullError(f"{path} is full (SQLite: {exc}); everything stored before is kept",
+                              "free disk space, then continue with `deepgap run --resume --store PATH`")
     if "locked" in msg or "busy" in msg:
         return StoreError(f"{path} is locked by another process (SQLite: {exc})", "try again when it is done")
     if "readonly" in msg or "read-only" in msg:
@@ -129,7 +131,8 @@ class _Cursor(sqlite3.Cursor):
             raise translate(exc, self.connection.store_path) from None
         except UnicodeDecodeError:  # a column name (from the stored schema) that is not UTF-8
             path = self.connection.store_path
-            raise StoreDamaged(f"{path} has a damaged schema (a name is not UTF-8)", check_hint(path)) from None
+            raise StoreDamagedError(f"{path} has a damaged schema (a name is not UTF-8)",
+                                    check_hint(path)) from None
 
     def execute(self, *args):  # noqa: D102
         return self._wrap(super().execute, *args)
@@ -198,7 +201,7 @@ def connect(path: str, readonly: bool, timeout: float = 60, check: bool = True) 
                 validate(con, path)
         except StoreError as exc:
             con.close()
-            if i + 1 < len(attempts) and not isinstance(exc, StoreDamaged):
+            if i + 1 < len(attempts) and not isinstance(exc, StoreDamagedError):
                 continue
             raise
         OPENED.append(path)
@@ -211,7 +214,7 @@ def validate(con: sqlite3.Connection, path: str) -> None:
     problems = flat(r[0] for r in con.execute("PRAGMA quick_check(5)").fetchall())
     if problems != ["ok"]:
         more = f" and {len(problems) - 1} more" if len(problems) > 1 else ""
-        raise StoreDamaged(f"{path} has damaged pages ({problems[0]}{more})", check_hint(path))
+        raise StoreDamagedError(f"{path} has damaged pages ({problems[0]}{more})", check_hint(path))
 
 
 def flat(messages) -> list[str]:
@@ -253,17 +256,18 @@ def check_header(path: str) -> None:
         return
     tables, writers = _peek(path)
     if app_id != APPLICATION_ID:
-        if _CORE_TABLES <= tables:
-            raise StoreDamaged(f"{path} has a damaged header (application id {app_id:#x}, "
-                               "but the tables of a deepgap store)", check_hint(path))
+        if tables >= _CORE_TABLES:
+            raise StoreDamagedError(f"{path} has a damaged header (application id {app_id:#x}, "
+                                    "but the tables of a deepgap store)", check_hint(path))
         raise StoreError(f"{path} is an SQLite file but not a deepgap store", "pass another store path")
     if _plausibly_newer(version, writers):
         raise StoreError(
             f"{path} has schema version {version}, newer than this deepgap's {SCHEMA_VERSION}",
             "upgrade deepgap (pip install -U deepgap)",
         )
-    raise StoreDamaged(f"{path} has a damaged header (it says schema version {version}, but its runs were "
-                       f"written by deepgap {', '.join(sorted(writers)) or '(none)'})", check_hint(path))
+    by = ", ".join(sorted(writers)) or "(none)"
+    raise StoreDamagedError(f"{path} has a damaged header (it says schema version {version}, but its runs "
+                            f"were written by deepgap {by})", check_hint(path))
 
 
 def _peek(path: str) -> tuple[set[str], set[str]]:
@@ -303,20 +307,24 @@ def _plausibly_newer(version: int, writers: set[str]) -> bool:
 
 
 def check_schema(con: sqlite3.Connection, path: str, expected: dict[str, set[str]]) -> None:
-    """Every core table with every column it should have: a flipped byte in the stored CREATE statement
-    can rename a column and still pass SQLite's checks."""
+    """Every core table with every column it should have.
+
+    A flipped byte in a stored CREATE statement can rename a column and still pass SQLite's checks.
+    """
     for table, cols in expected.items():
         have = set(column_types(con, table))
         if not have:
-            raise StoreDamaged(f"{path} has a damaged schema (table {table} is missing)", check_hint(path))
+            raise StoreDamagedError(f"{path} has a damaged schema (table {table} is missing)",
+                                    check_hint(path))
         if cols - have:
-            raise StoreDamaged(f"{path} has a damaged schema (table {table} lacks column "
-                               f"{sorted(cols - have)[0]})", check_hint(path))
+            raise StoreDamagedError(f"{path} has a damaged schema (table {table} lacks column "
+                                    f"{sorted(cols - have)[0]})", check_hint(path))
 
 
 def column_types(con: sqlite3.Connection, table: str) -> dict[str, tuple[str, bool]]:
     """Column → (declared type, NOT NULL) of ``table``."""
-    return {r[1]: (str(r[2]).upper(), bool(r[3])) for r in con.execute(f"PRAGMA table_info({table})").fetchall()}
+    rows = con.execute(f"PRAGMA table_info({table})").fetchall()
+    return {r[1]: (str(r[2]).upper(), bool(r[3])) for r in rows}
 
 
 def row_problem(row: dict[str, Any], types: dict[str, tuple[str, bool]]) -> str | None:
@@ -343,3 +351,55 @@ def row_problem(row: dict[str, Any], types: dict[str, tuple[str, bool]]) -> str 
             if not isinstance(decoded, dict):
                 return f"{col} is not a JSON object"
     return None
+
+
+_COLUMNS: dict[str, dict[str, set[str]]] = {}
+
+
+def expected_columns(schema: str) -> dict[str, set[str]]:
+    """Table → columns of the CREATE statements in ``schema`` (built once in memory)."""
+    if schema not in _COLUMNS:
+        con = sqlite3.connect(":memory:")
+        for stmt in schema.split(";"):
+            if stmt.strip():
+                con.execute(stmt)
+        names = [n for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        _COLUMNS[schema] = {n: {r[1] for r in con.execute(f"PRAGMA table_info({n})")} for n in names}
+        con.close()
+    return _COLUMNS[schema]
+
+
+class RowDecoder:
+    """Row-by-row decoding for `deepgap.store.Store`: bad rows raise, or are skipped and counted.
+
+    Expects ``con``, ``path``, ``skip_damaged``, ``skipped`` and ``_types`` on the instance.
+    """
+
+    con: sqlite3.Connection
+    path: str
+    skip_damaged: bool
+    skipped: dict[str, int]
+    _types: dict[str, dict[str, tuple[str, bool]]]
+
+    def _bad(self, table: str, what: str, why: str) -> None:
+        """Count a row that cannot be decoded (``skip_damaged``), or raise a `StoreDamagedError`."""
+        if not self.skip_damaged:
+            raise StoreDamagedError(f"{self.path} has rows that cannot be decoded ({table} {what}: {why})",
+                                    "pass --skip-damaged to leave them out; " + check_hint(self.path))
+        self.skipped[table] = self.skipped.get(table, 0) + 1
+        seen = SKIPPED.setdefault(self.path, {})
+        seen[table] = max(seen.get(table, 0), self.skipped[table])
+
+    def _decoded(self, table: str, rows: list[sqlite3.Row], key: str) -> list[dict[str, Any]]:
+        """``rows`` as dicts, without (or raising on) those that `row_problem` rejects."""
+        if table not in self._types:
+            self._types[table] = column_types(self.con, table)
+        out = []
+        for r in rows:
+            d = dict(r)
+            why = row_problem(d, self._types[table])
+            if why is None:
+                out.append(d)
+            else:
+                self._bad(table, f"{key} {d.get(key)!r}", why)
+        return out

@@ -22,10 +22,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from deepgap.envinfo import REDACT_KEYS, redact, redact_value
-from deepgap.errors import StoreDamaged, StoreError, StoreFull, UsageError
+from deepgap.errors import StoreDamagedError, StoreError, StoreFullError, UsageError
 from deepgap.records import SCHEMA_VERSION
 from deepgap.store import Store, check_path
-from deepgap.storeguard import immutable_read, check_hint, column_types, row_problem, uri
+from deepgap.storeguard import check_hint, column_types, immutable_read, row_problem, uri
 
 _RUN_RANK = {"running": 0, "interrupted": 1, "finished": 2}
 _RUN_IDENTITY = ("created_at", "command", "spec_json")
@@ -59,7 +59,7 @@ def _check_input(path: str) -> set[str]:
                 f"{path} has schema version {version}, this deepgap merges version {SCHEMA_VERSION} stores",
                 "merge stores written by the same deepgap version (upgrade the older machines and re-run)",
             )
-        s.results_frame()  # every run and result decodes (StoreDamaged names the first that does not)
+        s.results_frame()  # every run and result decodes (StoreDamagedError names the first that does not)
         return {r for (r,) in s.con.execute("SELECT run_id FROM runs")}
     finally:
         s.close()
@@ -128,12 +128,13 @@ def merge(inputs: list[str], output: str, on_conflict: str = "error",
             for path in sources:
                 try:
                     _merge_one(store.con, path, report, selected)
-                except StoreFull:
-                    raise StoreFull(f"the disk is full (or SQLite's page limit reached) while merging into {output}; "
-                                    f"{output} is unchanged", "free disk space and merge again") from None
+                except StoreFullError:
+                    raise StoreFullError(
+                        f"the disk is full (or SQLite's page limit reached) while merging into {output}; "
+                        f"{output} is unchanged", "free disk space and merge again") from None
                 except StoreError as exc:
                     if exc.problem.startswith(tmp):  # an error met reading the input, not the output
-                        raise StoreDamaged(path + exc.problem[len(tmp):], check_hint(path)) from None
+                        raise StoreDamagedError(path + exc.problem[len(tmp):], check_hint(path)) from None
                     raise
             if redact:
                 _redact(store.con)
@@ -313,8 +314,8 @@ def _check_row(path: str, table: str, row: dict, types: dict) -> None:
     """Refuse to merge a row that does not decode: copying it would spread (or silently alter) the damage."""
     why = row_problem(row, types)
     if why:
-        raise StoreDamaged(f"{path} has rows that cannot be decoded ({table}: {why}); nothing was merged",
-                           check_hint(path))
+        raise StoreDamagedError(
+            f"{path} has rows that cannot be decoded ({table}: {why}); nothing was merged", check_hint(path))
 
 
 def _is_wal(path: str) -> bool:
