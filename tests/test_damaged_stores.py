@@ -42,6 +42,13 @@ class FakeRunner:
         pass
 
 
+def _no_png(fig) -> bytes:
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return b""
+
+
 @pytest.fixture(autouse=True)
 def fake_runner(monkeypatch):
     import deepgap.api
@@ -50,7 +57,7 @@ def fake_runner(monkeypatch):
 
     monkeypatch.setattr(deepgap.api, "SweepRunner", FakeRunner)
     monkeypatch.setattr(deepgap.telemetry.runlevel, "run_level", lambda *a, **k: None)
-    monkeypatch.setattr(deepgap.figures, "_png", lambda fig: b"")  # rasterising is slow and data-blind
+    monkeypatch.setattr(deepgap.figures, "_png", _no_png)  # rasterising is slow and data-blind
 
 
 @pytest.fixture(scope="module")

@@ -16,11 +16,18 @@ from deepgap.envinfo import redact, redact_value
 SECRETS = {"host": "secret-host-7", "gpu_serial": "1651324030793", "gpu_uuid": "GPU-a5da2264-0efb-adce"}
 
 
+def _no_png(fig) -> bytes:
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return b""
+
+
 @pytest.fixture(autouse=True)
 def no_png(monkeypatch):
     import deepgap.figures
 
-    monkeypatch.setattr(deepgap.figures, "_png", lambda fig: b"")  # rasterising is slow and not under test
+    monkeypatch.setattr(deepgap.figures, "_png", _no_png)  # rasterising is slow and not under test
 
 
 def _private_store(path: str) -> str:
