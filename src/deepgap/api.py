@@ -115,10 +115,14 @@ def run(
         return run_fleet(spec, store, resume, on_event, command, devices=devices, ray=ray, where=where)
     if resume:
         s, run_row = open_resume(store, resume)
-        sweep = validate(SweepSpec.from_dict(run_row["spec"]))
-        device = resolve_device(sweep.device)
-        run_id = run_row["run_id"]
-        done = s.done_keys(run_id)
+        try:
+            sweep = validate(SweepSpec.from_dict(run_row["spec"]))
+            device = resolve_device(sweep.device)
+            run_id = run_row["run_id"]
+            done = s.done_keys(run_id)
+        except BaseException:
+            s.close()
+            raise
     else:
         sweep = validate(as_spec(spec))
         device = resolve_device(sweep.device)
@@ -127,6 +131,15 @@ def run(
         s = None
         done = set()
     configs = [c for c in expand(sweep, device) if c.key not in done]
+    if sweep.weights and configs:  # a file that is no state dict, or not this model's, stops here, not per row
+        from deepgap.models.registry import check_weights
+
+        try:
+            check_weights(configs[0].model, configs[0].resolution, sweep.weights)
+        except BaseException:
+            if s is not None:
+                s.close()
+            raise
     runner = SweepRunner(sweep, device)
     try:
         runner.start()
@@ -153,4 +166,4 @@ def run(
     finally:
         runner.close()
         if s is not None:
-            s.close()
+            s.close(discard_empty=True)

@@ -2,7 +2,8 @@
 
 A command module defines ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``main(args) -> int``;
 modules are discovered, so adding a command touches no other file. A `UsageError` anywhere becomes
-one line on stderr and exit code 2.
+one line on stderr and exit code 2, and so does data from a store that does not decode (an SQLite,
+JSON or UTF-8 error that escaped the store's own checks): the line names the stores read.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+import sqlite3
 import sys
+from json import JSONDecodeError
 
 from deepgap import __version__
 from deepgap.errors import UsageError
@@ -43,11 +46,26 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "_main", None):
         parser.print_help()
         return 2
+    from deepgap import storeguard
+
+    storeguard.reset()
     try:
-        return int(args._main(args) or 0)
+        code = int(args._main(args) or 0)
+        if storeguard.skipped_warning():
+            print(storeguard.skipped_warning(), file=sys.stderr)
+        return code
     except UsageError as exc:
         print(f"deepgap: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except (sqlite3.DatabaseError, ValueError) as exc:  # data read from a store that does not decode
+        decode = isinstance(exc, (UnicodeDecodeError, JSONDecodeError)) or storeguard.translatable(exc)
+        if not storeguard.OPENED or not decode:
+            raise
+        paths = ", ".join(dict.fromkeys(storeguard.OPENED))
+        why = str(exc).splitlines()[0] if str(exc) else ""
+        print(f"deepgap: error: data read from {paths} cannot be decoded ({type(exc).__name__}: {why}); "
+              f"{storeguard.check_hint(storeguard.OPENED[-1])}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("deepgap: interrupted; finished configurations are stored (continue with --resume)", file=sys.stderr)
         return 130

@@ -190,6 +190,10 @@ def load_toml(path: str, base: SweepSpec | None = None) -> SweepSpec:
         raise UsageError(f"config file {path!r} does not exist", "pass the path of a TOML sweep file") from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"config file {path!r} is not valid TOML ({exc})", "fix the syntax") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"config file {path!r} is not a text file (not UTF-8)", "pass a TOML sweep file") from None
+    except OSError as exc:
+        raise UsageError(f"config file {path!r} cannot be read ({exc.strerror})", "pass a readable TOML file") from None
     data = dict(data.get("sweep", data))
     if "preset" in data:
         base = preset(data.pop("preset"))
@@ -334,8 +338,8 @@ def parse_number(text: str, kind: type, flag: str, example: str = "10") -> int |
 
 
 def parse_int_list(text: str, name: str) -> tuple[int, ...]:
-    """'1,2,4' → (1, 2, 4); a clear error for anything else."""
-    items = [t.strip() for t in text.split(",") if t.strip()]
+    """'1,2,4' → (1, 2, 4); a clear error for anything else (an empty item too: '1,,2')."""
+    items = _items(text, name)
     try:
         values = tuple(int(t) for t in items)
     except ValueError:
@@ -344,6 +348,16 @@ def parse_int_list(text: str, name: str) -> tuple[int, ...]:
     return values
 
 
-def parse_str_list(text: str) -> tuple[str, ...]:
-    """'a,b' → ('a', 'b')."""
-    return tuple(t.strip() for t in text.split(",") if t.strip())
+def parse_str_list(text: str, name: str = "the list") -> tuple[str, ...]:
+    """'a,b' → ('a', 'b'); an empty item ('a,,b', 'a,') is an error, not something to skip."""
+    return tuple(_items(text, name))
+
+
+def _items(text: str, name: str) -> list[str]:
+    """The comma-separated items of ``text``: none when all are blank, else an error for a blank one."""
+    items = [t.strip() for t in text.split(",")]
+    if not any(items):
+        return []
+    if not all(items):
+        raise UsageError(f"{name} {text!r} has an empty item", "remove the extra comma, e.g. write 1,2 not 1,,2")
+    return items

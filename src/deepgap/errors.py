@@ -24,3 +24,11 @@ class UsageError(DeepgapError):
 
 class StoreError(UsageError):
     """A store file that cannot be used (not a deepgap store, newer schema, unwritable)."""
+
+
+class StoreDamagedError(StoreError):
+    """A store file that is damaged: not an SQLite database, damaged pages, or rows that cannot be decoded."""
+
+
+class StoreFullError(StoreError):
+    """A store that could not grow (disk full, or SQLite's page limit); what was stored before is kept."""

@@ -355,6 +355,12 @@ def check_output(html_path: str) -> str:
         raise UsageError(
             f"cannot write {html_path}: {probe} is not a writable folder", "pass a writable -o path"
         )
+    try:  # permission bits do not tell about read-only mounts, ACLs or a full disk: create and remove a file
+        fd, tmp = tempfile.mkstemp(dir=probe, prefix=".deepgap-probe-")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise UsageError(f"cannot write {html_path}: {exc.strerror} in {probe}", "pass a writable -o path") from None
     files = os.path.join(folder, files_dir_name(path))
     if os.path.exists(files) and not os.path.isdir(files):
         raise UsageError(f"{files} exists and is not a folder", "remove it or pass another -o path")

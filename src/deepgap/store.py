@@ -22,14 +22,22 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from deepgap.errors import StoreError
+from deepgap import storeguard
+from deepgap.envinfo import redact, redact_value
+from deepgap.errors import StoreError, StoreFullError
 from deepgap.records import SCHEMA_VERSION, ConfigSpec, Result, Status
+from deepgap.storeguard import (
+    APPLICATION_ID,
+    RowDecoder,
+    check_header,
+    check_schema,
+    connect,
+    expected_columns,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
 
-APPLICATION_ID = 0x44475031  # "DGP1"
-_SQLITE_MAGIC = b"SQLite format 3\x00"
 
 _SCHEMA = """
 CREATE TABLE runs (
@@ -85,36 +93,10 @@ _STAT_FIELDS = [
 ]
 
 
+_STATUSES = {s.value for s in Status}
 def _check_existing(path: str) -> None:
-    """Refuse files that are not deepgap stores, or come from a newer deepgap.
-
-    Reads the SQLite header (user_version at byte 60, application_id at 68) instead of opening a
-    connection, which in WAL mode would leave -wal/-shm files behind even when we refuse the file.
-    """
-    with open(path, "rb") as fh:
-        head = fh.read(100)
-    if not head:
-        return  # an empty file becomes a new store
-    if head[:16] != _SQLITE_MAGIC or len(head) < 100:
-        raise StoreError(f"{path} is not a deepgap store (not an SQLite file)", "pass another --store path")
-    version = int.from_bytes(head[60:64], "big")
-    app_id = int.from_bytes(head[68:72], "big")
-    if app_id == 0 and version == 0:
-        # A store being created right now by another process may not have its header checkpointed yet.
-        try:
-            con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-            app_id = con.execute("PRAGMA application_id").fetchone()[0]
-            version = con.execute("PRAGMA user_version").fetchone()[0]
-            con.close()
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{path} is a corrupt SQLite file ({exc})", "restore it or pass another --store") from None
-    if app_id != APPLICATION_ID:
-        raise StoreError(f"{path} is an SQLite file but not a deepgap store", "pass another --store path")
-    if version > SCHEMA_VERSION:
-        raise StoreError(
-            f"{path} has schema version {version}, newer than this deepgap's {SCHEMA_VERSION}",
-            "upgrade deepgap (pip install -U deepgap)",
-        )
+    """Refuse files that are not deepgap stores, newer ones, damaged headers (`storeguard.check_header`)."""
+    check_header(path)
 
 
 def check_writable(path: str, exists: bool) -> None:
@@ -132,6 +114,8 @@ def check_writable(path: str, exists: bool) -> None:
 
 def check_path(path: str) -> None:
     """Validate a store path for writing without creating anything (bad input must write nothing)."""
+    if not str(path).strip():
+        raise StoreError("the store path is empty", "pass --store PATH, e.g. --store results.sqlite")
     if os.path.isdir(path):
         raise StoreError(f"store path {path} is a directory", "pass a file path, e.g. results.sqlite")
     exists = os.path.exists(path)
@@ -140,11 +124,24 @@ def check_path(path: str) -> None:
     check_writable(path, exists)
 
 
-class Store:
-    """A deepgap results store at ``path``. ``readonly`` stores never create or change the file."""
+class Store(RowDecoder):
+    """A deepgap results store at ``path``. ``readonly`` stores never create or change the file.
 
-    def __init__(self, path: str, readonly: bool = False) -> None:
+    ``skip_damaged``: rows that cannot be decoded are left out (and counted in ``skipped``) instead
+    of raising a `StoreDamagedError` error that names the first of them. ``redact``: host names and GPU
+    serials read from runs and results are replaced by stable hashes (`envinfo.redact`). Both default
+    to what the command set in `storeguard.READ`.
+    """
+
+    def __init__(self, path: str, readonly: bool = False, skip_damaged: bool | None = None,
+                 redact: bool | None = None) -> None:
         self.path = os.fspath(path)
+        self.skip_damaged = storeguard.READ["skip_damaged"] if skip_damaged is None else skip_damaged
+        self.redact = storeguard.READ["redact"] if redact is None else redact
+        self.skipped: dict[str, int] = {}
+        self._types: dict[str, dict[str, tuple[str, bool]]] = {}
+        if not self.path.strip():
+            raise StoreError("the store path is empty", "pass a store path, e.g. results.sqlite")
         exists = os.path.exists(self.path)
         if readonly and not exists:
             raise StoreError(f"store {self.path} does not exist", "run `deepgap run` first or pass --store PATH")
@@ -152,18 +149,29 @@ class Store:
             if os.path.isdir(self.path):
                 raise StoreError(f"store path {self.path} is a directory", "pass a file path, e.g. results.sqlite")
             _check_existing(self.path)
+            if readonly and os.path.getsize(self.path) == 0:
+                raise StoreError(f"{self.path} is empty (0 bytes), not a deepgap store",
+                                 "pass another store path")
         if not readonly:
             self._check_writable(exists)
-        uri = f"file:{self.path}?mode={'ro' if readonly else 'rwc'}"
+        self._created = not readonly and (not exists or os.path.getsize(self.path) == 0)
         try:
-            self.con = sqlite3.connect(uri, uri=True, timeout=60, isolation_level=None)
-            self.con.execute("PRAGMA busy_timeout = 60000")
+            self.con = connect(self.path, readonly)
+            self.con.row_factory = sqlite3.Row
+            if not self._created:
+                check_schema(self.con, self.path, expected_columns(_SCHEMA))
+            if not readonly and not self._created:
+                self.runs()  # undecodable runs stop a writer before it changes anything (journal mode too)
             if not readonly:
                 self.con.execute("PRAGMA journal_mode = WAL")
                 self.con.execute("PRAGMA synchronous = NORMAL")
                 self._migrate()
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"cannot open store {self.path} ({exc})", "check the file or pass another --store") from None
+        except BaseException:
+            if hasattr(self, "con"):
+                self.con.close()
+            if not exists and os.path.exists(self.path) and os.path.getsize(self.path) == 0:
+                os.remove(self.path)  # nothing half-made is left behind
+            raise
         self.con.row_factory = sqlite3.Row
 
     def _check_writable(self, exists: bool) -> None:
@@ -207,9 +215,23 @@ class Store:
             if self.con.in_transaction:
                 self.con.execute("COMMIT")
 
-    def close(self) -> None:
-        """Close the connection."""
+    def close(self, discard_empty: bool = False) -> None:
+        """Close the connection.
+
+        ``discard_empty``: remove the file if this Store created it and no run was ever stored (a run
+        that failed before measuring leaves nothing behind).
+        """
+        empty = False
+        if discard_empty and self._created:
+            try:
+                empty = self.con.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
+            except StoreError:
+                empty = False
         self.con.close()
+        if empty:
+            for f in (self.path, f"{self.path}-wal", f"{self.path}-shm", f"{self.path}-journal"):
+                if os.path.exists(f):
+                    os.remove(f)
 
     # --- runs -------------------------------------------------------------------------------
     def begin_run(self, spec: dict[str, Any], command: str, env: dict[str, Any], version: str) -> str:
@@ -224,9 +246,17 @@ class Store:
         return run_id
 
     def finish_run(self, run_id: str, status: str = "finished") -> None:
-        """Mark a run finished (or interrupted)."""
-        with self.transaction() as con:
-            con.execute("UPDATE runs SET status=?, finished_at=? WHERE run_id=?", (status, time.time(), run_id))
+        """Mark a run finished (or interrupted).
+
+        A full store cannot mark it interrupted, nor need to: a run left ``running`` is resumed all the
+        same, and the error that stopped it is the one to show.
+        """
+        try:
+            with self.transaction() as con:
+                con.execute("UPDATE runs SET status=?, finished_at=? WHERE run_id=?", (status, time.time(), run_id))
+        except StoreFullError:
+            if status == "finished":
+                raise
 
     def reopen_run(self, run_id: str) -> None:
         """Mark a resumed run as running again, owned by this process."""
@@ -238,12 +268,21 @@ class Store:
         """All runs, oldest first, with their spec and environment decoded."""
         rows = self.con.execute("SELECT * FROM runs ORDER BY created_at").fetchall()
         out = []
-        for r in rows:
-            d = dict(r)
+        for d in self._decoded("runs", rows, "run_id"):
             d["spec"] = json.loads(d.pop("spec_json"))
             d["env"] = json.loads(d.pop("env_json"))
+            if self.redact:
+                d["host"], d["env"] = redact_value(d["host"]), redact(d["env"])
             out.append(d)
         return out
+
+    def check_runs(self, run_ids: list[str] | None) -> None:
+        """A `StoreError` naming the first of ``run_ids`` that this store does not hold."""
+        known = {r[0] for r in self.con.execute("SELECT run_id FROM runs").fetchall()}
+        for rid in run_ids or []:
+            if rid not in known:
+                raise StoreError(f"no run {rid!r} in {self.path}",
+                                 f"list runs with `deepgap show {self.path} --runs`")
 
     def run(self, run_id: str) -> dict[str, Any]:
         """One run by id (a `StoreError` if absent)."""
@@ -261,8 +300,9 @@ class Store:
 
     # --- results ----------------------------------------------------------------------------
     def done_keys(self, run_id: str) -> set[str]:
-        """Configuration keys already stored for ``run_id``."""
-        return {r[0] for r in self.con.execute("SELECT config_key FROM results WHERE run_id=?", (run_id,))}
+        """Configuration keys already stored for ``run_id`` (its rows decoded: never resume onto damage)."""
+        rows = self.con.execute("SELECT * FROM results WHERE run_id=?", (run_id,)).fetchall()
+        return {d["config_key"] for d in self._decoded("results", rows, "result_id")}
 
     def record(self, run_id: str, result: Result, telemetry: list[tuple[str, float, dict[str, Any]]] = ()) -> int | None:
         """Store one finished configuration, its samples and telemetry in one transaction.
@@ -282,6 +322,18 @@ class Store:
         row["include_transfer"] = int(bool(row["include_transfer"]))
         if row["ci_met"] is not None:
             row["ci_met"] = int(row["ci_met"])
+        try:
+            return self._insert(run_id, row, result, telemetry)
+        except StoreFullError:
+            kept = self.con.execute("SELECT count(*) FROM results WHERE run_id=?", (run_id,)).fetchone()[0]
+            raise StoreFullError(
+                f"{self.path} is full (the disk, or SQLite's page limit) while storing "
+                f"{spec.label()}: the {kept} configuration(s) of run {run_id} stored before it are kept",
+                f"free disk space, then continue with `deepgap run --resume --store {self.path}`",
+            ) from None
+
+    def _insert(self, run_id: str, row: dict[str, Any], result: Result,
+                telemetry: list[tuple[str, float, dict[str, Any]]]) -> int | None:
         cols = ", ".join(row)
         marks = ", ".join("?" for _ in row)
         with self.transaction() as con:
@@ -312,7 +364,13 @@ class Store:
         rows = self.con.execute(
             "SELECT latencies_s FROM samples WHERE result_id=? ORDER BY repeat", (result_id,)
         ).fetchall()
-        return [np.frombuffer(r[0], dtype="<f8") for r in rows]
+        out = []
+        for r in rows:
+            if isinstance(r[0], bytes) and len(r[0]) % 8 == 0:
+                out.append(np.frombuffer(r[0], dtype="<f8"))
+            else:
+                self._bad("samples", f"of result_id {result_id}", "latencies_s is not a float64 array")
+        return out
 
     def telemetry_frame(self, run_id: str | None = None) -> pd.DataFrame:
         """Telemetry samples as a long DataFrame (one row per sample, metrics as columns)."""
@@ -323,8 +381,9 @@ class Store:
         if run_id:
             q += " WHERE run_id=?"
             args = (run_id,)
-        rows = self.con.execute(q, args).fetchall()
-        recs = [{"run_id": r[0], "result_id": r[1], "phase": r[2], "t_s": r[3], **json.loads(r[4])} for r in rows]
+        rows = self._decoded("telemetry", self.con.execute(q, args).fetchall(), "run_id")
+        recs = [{"run_id": r["run_id"], "result_id": r["result_id"], "phase": r["phase"], "t_s": r["t_s"],
+                 **json.loads(r["data_json"])} for r in rows]
         return pd.DataFrame.from_records(recs)
 
     def results_frame(self, run_ids: list[str] | None = None) -> pd.DataFrame:
@@ -336,9 +395,22 @@ class Store:
         if run_ids:
             q += f" WHERE run_id IN ({','.join('?' for _ in run_ids)})"
             args = tuple(run_ids)
-        df = pd.read_sql_query(q + " ORDER BY result_id", self.con, params=args)
+        cur = self.con.execute(q + " ORDER BY result_id", args)
+        cols = [c[0] for c in cur.description]
         runs = {r["run_id"]: r for r in self.runs()}
+        rows = []
+        for d in self._decoded("results", cur.fetchall(), "result_id"):
+            if d["run_id"] not in runs:
+                self._bad("results", f"result_id {d['result_id']!r}",
+                          f"its run {d['run_id']!r} is missing or damaged")
+            elif d["status"] not in _STATUSES:
+                self._bad("results", f"result_id {d['result_id']!r}", f"status {d['status']!r} is unknown")
+            else:
+                rows.append(tuple(d[c] for c in cols))
+        df = pd.DataFrame.from_records(rows, columns=cols, coerce_float=True)
         extras = [json.loads(x) for x in df.pop("extra_json")]
+        if self.redact:
+            extras = [redact(e) for e in extras]
         # a fleet result carries its own node's fingerprint (deepgap.fleet); else the run's
         nodes = [e.get("node_env") if isinstance(e.get("node_env"), dict) else {} for e in extras]
         df["device_name"] = [n.get("device_name") or runs[r]["env"].get("device_name", "")

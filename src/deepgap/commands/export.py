@@ -12,6 +12,7 @@ import tempfile
 
 from deepgap.api import DEFAULT_STORE
 from deepgap.errors import UsageError
+from deepgap.storeguard import add_read_flags, use_read_flags
 
 NAME = "export"
 HELP = "export results as csv, parquet or json"
@@ -24,6 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("-o", "--output", required=True, help="output file")
     p.add_argument("--run", action="append", help="run id (repeatable; default: all runs)")
     p.add_argument("--samples", action="store_true", help="per-iteration latencies (long format) instead of results")
+    add_read_flags(p)
 
 
 def export_frame(store_path: str, run_ids: list[str] | None = None, samples: bool = False):
@@ -34,6 +36,7 @@ def export_frame(store_path: str, run_ids: list[str] | None = None, samples: boo
 
     store = Store(store_path, readonly=True)
     try:
+        store.check_runs(run_ids)
         df = store.results_frame(run_ids)
         if not samples:
             df["extra"] = [json.dumps(e, sort_keys=True) for e in df["extra"]]
@@ -47,11 +50,23 @@ def export_frame(store_path: str, run_ids: list[str] | None = None, samples: boo
         store.close()
 
 
+def check_folder(path: str) -> str:
+    """The output's folder, after proving a file can be created there (a probe, not permission bits)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise UsageError(f"cannot write {path}: it is a directory", "pass a file name, e.g. -o results.csv")
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".deepgap-export-")
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror} in {folder}", "pass a writable -o path") from None
+    os.close(fd)
+    os.unlink(probe)
+    return folder
+
+
 def write_frame(df, path: str, fmt: str) -> None:
     """Write atomically (temp file + rename)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-        raise UsageError(f"cannot write {path}: folder {folder} is missing or not writable", "pass a writable -o path")
+    folder = check_folder(path)
     if fmt == "parquet":
         try:
             import pyarrow  # noqa: F401
@@ -76,6 +91,8 @@ def write_frame(df, path: str, fmt: str) -> None:
 
 
 def main(args: argparse.Namespace) -> int:  # noqa: D103
+    use_read_flags(args)
+    check_folder(args.output)
     df = export_frame(args.store, args.run, args.samples)
     write_frame(df, args.output, args.format)
     print(f"wrote {len(df)} rows to {args.output}")

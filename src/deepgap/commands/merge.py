@@ -25,12 +25,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("--run", action="append", metavar="RUN_ID",
                    help="merge only this run (repeatable; default: every run of every store)")
     p.add_argument("--json", action="store_true", help="print what was merged as JSON")
+    p.add_argument("--redact", action="store_true",
+                   help="replace host names and GPU serials/UUIDs in the output with stable hashes "
+                        "(merge S -o S --redact redacts S in place)")
 
 
 def main(args: argparse.Namespace) -> int:  # noqa: D103
     from deepgap.fleet.merge import merge
 
-    rep = merge(args.stores, args.output, on_conflict=args.on_conflict, runs=args.run)
+    rep = merge(args.stores, args.output, on_conflict=args.on_conflict, runs=args.run, redact=args.redact)
     if args.json:
         print(json.dumps(dataclasses.asdict(rep)))
         return 0

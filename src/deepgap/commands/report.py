@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 
 from deepgap.api import DEFAULT_STORE
+from deepgap.storeguard import add_read_flags, use_read_flags
 
 NAME = "report"
 HELP = "write a self-contained HTML report (tables, figures, flags) of a store"
@@ -31,6 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
         help="PNG figures only, no script: a smaller page (the default embeds plotly.js, about 4.6 MB, "
         "for hover, legend toggles and filters, when plotly is installed)",
     )
+    add_read_flags(p)
 
 
 def write_report(
@@ -57,7 +59,9 @@ def _size(text: str) -> tuple[int, int]:
 def main(args: argparse.Namespace) -> int:  # noqa: D103
     from deepgap.report import check_output, find_chromium, screenshot
 
+    use_read_flags(args)
     size = _size(args.size)
+    check_output(args.output)
     if args.screenshot:
         check_output(args.screenshot)
         if find_chromium() is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from deepgap.api import DEFAULT_STORE
+from deepgap.storeguard import add_read_flags, use_read_flags
 
 NAME = "show"
 HELP = "print stored results as a table (the latest run unless --run/--all)"
@@ -17,6 +18,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("--all", action="store_true", help="every run in the store")
     p.add_argument("--runs", action="store_true", help="list the runs instead of results")
     p.add_argument("--json", action="store_true", help="results as JSON records")
+    add_read_flags(p, redact=False)
 
 
 def _fmt_ms(v: float | None) -> str:
@@ -57,7 +59,9 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
 
     from deepgap.store import Store
 
+    use_read_flags(args)
     store = Store(args.store, readonly=True)
+    store.check_runs(args.run)
     console = Console(width=None if Console().is_terminal else 200)
     runs = store.runs()
     if args.runs:

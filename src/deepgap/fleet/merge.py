@@ -14,15 +14,18 @@ interrupted merge leaves the output as it was.
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from deepgap.errors import StoreError, UsageError
+from deepgap.envinfo import REDACT_KEYS, redact, redact_value
+from deepgap.errors import StoreDamagedError, StoreError, StoreFullError, UsageError
 from deepgap.records import SCHEMA_VERSION
 from deepgap.store import Store, check_path
+from deepgap.storeguard import check_hint, column_types, immutable_read, row_problem, uri
 
 _RUN_RANK = {"running": 0, "interrupted": 1, "finished": 2}
 _RUN_IDENTITY = ("created_at", "command", "spec_json")
@@ -48,7 +51,7 @@ def _check_input(path: str) -> set[str]:
         raise UsageError(f"store {path} does not exist", "pass the stores to merge")
     if os.path.isdir(path):
         raise StoreError(f"{path} is a directory", "pass store files (.sqlite)")
-    s = Store(path, readonly=True)  # not a deepgap store, or a newer one: StoreError
+    s = Store(path, readonly=True)  # not a deepgap store, a newer or a damaged one: StoreError
     try:
         version = int(s.con.execute("PRAGMA user_version").fetchone()[0])
         if version != SCHEMA_VERSION:
@@ -56,6 +59,7 @@ def _check_input(path: str) -> set[str]:
                 f"{path} has schema version {version}, this deepgap merges version {SCHEMA_VERSION} stores",
                 "merge stores written by the same deepgap version (upgrade the older machines and re-run)",
             )
+        s.results_frame()  # every run and result decodes (StoreDamagedError names the first that does not)
         return {r for (r,) in s.con.execute("SELECT run_id FROM runs")}
     finally:
         s.close()
@@ -73,7 +77,7 @@ def _checkpoint(path: str) -> None:
 
 
 def merge(inputs: list[str], output: str, on_conflict: str = "error",
-          runs: Sequence[str] | None = None) -> MergeReport:
+          runs: Sequence[str] | None = None, redact: bool = False) -> MergeReport:
     """Merge the stores ``inputs`` into ``output`` (created, or extended when it exists).
 
     Args:
@@ -81,6 +85,7 @@ def merge(inputs: list[str], output: str, on_conflict: str = "error",
         output: the merged store.
         on_conflict: ``error`` (default: nothing is written) or ``first`` (keep the copy merged first).
         runs: merge only these run ids (each must be in some input); None: every run.
+        redact: replace host names and GPU serials/UUIDs in the whole output with stable hashes.
 
     Raises:
         StoreError: a foreign or other-version store, or conflicts with ``on_conflict="error"``.
@@ -102,13 +107,17 @@ def merge(inputs: list[str], output: str, on_conflict: str = "error",
         real = os.path.realpath(path)
         if real != out_abs and real not in sources:
             sources.append(real)
+    if not sources and not redact:
+        raise UsageError(f"every store to merge is the output {output} itself: nothing to merge",
+                         "pass other stores, or another -o path")
+    wal = exists and _is_wal(out_abs)
     folder = os.path.dirname(out_abs)
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(output)}.", suffix=".merging", dir=folder)
     os.close(fd)
     try:
-        if exists:
-            src = sqlite3.connect(f"file:{out_abs}?mode=ro", uri=True)
+        if exists:  # checkpointed above, so the file alone holds everything: read it without a log
+            src = sqlite3.connect(uri(out_abs, True, immutable=True), uri=True)
             dst = sqlite3.connect(tmp)
             src.backup(dst)
             src.close()
@@ -117,7 +126,18 @@ def merge(inputs: list[str], output: str, on_conflict: str = "error",
         try:
             report = MergeReport(output=output)
             for path in sources:
-                _merge_one(store.con, path, report, selected)
+                try:
+                    _merge_one(store.con, path, report, selected)
+                except StoreFullError:
+                    raise StoreFullError(
+                        f"the disk is full (or SQLite's page limit reached) while merging into {output}; "
+                        f"{output} is unchanged", "free disk space and merge again") from None
+                except StoreError as exc:
+                    if exc.problem.startswith(tmp):  # an error met reading the input, not the output
+                        raise StoreDamagedError(path + exc.problem[len(tmp):], check_hint(path)) from None
+                    raise
+            if redact:
+                _redact(store.con)
             if report.conflicts and on_conflict == "error":
                 shown = "; ".join(report.conflicts[:3]) + (" …" if len(report.conflicts) > 3 else "")
                 raise StoreError(
@@ -126,7 +146,8 @@ def merge(inputs: list[str], output: str, on_conflict: str = "error",
                 )
             report.runs_total = store.con.execute("SELECT count(*) FROM runs").fetchone()[0]
             report.results_total = store.con.execute("SELECT count(*) FROM results").fetchone()[0]
-            store.con.execute("PRAGMA journal_mode = DELETE")  # one self-contained file to rename
+            # one self-contained file to rename; an existing output keeps its journal mode
+            store.con.execute(f"PRAGMA journal_mode = {'WAL' if wal else 'DELETE'}")
         finally:
             store.close()
         os.chmod(tmp, _mode(out_abs if exists else None))  # mkstemp's 0600 is not what a store gets
@@ -151,9 +172,8 @@ def _check_runs(present: set[str], runs: Sequence[str] | None) -> frozenset[str]
 
 def _merge_one(con: sqlite3.Connection, path: str, report: MergeReport,
                runs: frozenset[str] | None = None) -> None:
-    from urllib.request import pathname2url
-
-    con.execute("ATTACH DATABASE ? AS src", (f"file:{pathname2url(path)}?mode=ro",))
+    # read-only, and immutable unless a writer has a log open: reading must leave no -wal/-shm beside it
+    con.execute("ATTACH DATABASE ? AS src", (uri(path, True, immutable=immutable_read(path)),))
     try:
         con.execute("BEGIN IMMEDIATE")
         try:
@@ -183,8 +203,10 @@ def _copy_runs(con: sqlite3.Connection, path: str, report: MergeReport,
     """Copy new runs; returns the ids of runs that clash with a different run of the same id."""
     foreign: set[str] = set()
     cols = [r[1] for r in con.execute("PRAGMA main.table_info(runs)")]
+    types = column_types(con, "runs")
     for row in con.execute("SELECT * FROM src.runs").fetchall():
         new = dict(zip(cols, row, strict=True))
+        _check_row(path, "runs", new, types)
         if runs is not None and new["run_id"] not in runs:
             continue
         old = con.execute("SELECT * FROM main.runs WHERE run_id = ?", (new["run_id"],)).fetchone()
@@ -210,8 +232,10 @@ def _copy_results(con: sqlite3.Connection, path: str, report: MergeReport, forei
     sel = ", ".join(cols)
     marks = ", ".join("?" for _ in cols)
     key_run, key_cfg = cols.index("run_id"), cols.index("config_key")
+    types = column_types(con, "results")
     for row in con.execute(f"SELECT result_id, {sel} FROM src.results ORDER BY result_id").fetchall():
         old_id, values = row[0], row[1:]
+        _check_row(path, "results", dict(zip(cols, values, strict=True)), types)
         if values[key_run] in foreign:  # results of a clashing run are never mixed into the other
             continue
         if runs is not None and values[key_run] not in runs:
@@ -284,6 +308,40 @@ def _copy_extensions(con: sqlite3.Connection, added_runs: set[str]) -> None:
             new_id = con.execute(ins, [vals[c] for c in keep]).lastrowid
             if key is not None:
                 maps.setdefault(key, {})[vals[key]] = new_id
+
+
+def _check_row(path: str, table: str, row: dict, types: dict) -> None:
+    """Refuse to merge a row that does not decode: copying it would spread (or silently alter) the damage."""
+    why = row_problem(row, types)
+    if why:
+        raise StoreDamagedError(
+            f"{path} has rows that cannot be decoded ({table}: {why}); nothing was merged", check_hint(path))
+
+
+def _is_wal(path: str) -> bool:
+    with open(path, "rb") as fh:
+        head = fh.read(20)
+    return len(head) == 20 and head[18] == 2
+
+
+def _redact(con: sqlite3.Connection) -> None:
+    """Host names and GPU serials/UUIDs of every run, result and extension table → stable hashes."""
+    con.execute("PRAGMA secure_delete = ON")  # the replaced names must not linger in freed pages
+    con.execute("BEGIN IMMEDIATE")
+    for run_id, host, env in con.execute("SELECT run_id, host, env_json FROM runs").fetchall():
+        con.execute("UPDATE runs SET host = ?, env_json = ? WHERE run_id = ?",
+                    (redact_value(host), json.dumps(redact(json.loads(env))), run_id))
+    for rid, extra in con.execute("SELECT result_id, extra_json FROM results").fetchall():
+        new = json.dumps(redact(json.loads(extra)), default=str)
+        if new != extra:
+            con.execute("UPDATE results SET extra_json = ? WHERE result_id = ?", (new, rid))
+    for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
+        if name in _CORE:
+            continue
+        for col in [c for c in column_types(con, name) if c.lower() in REDACT_KEYS]:
+            for (value,) in con.execute(f"SELECT DISTINCT {col} FROM {name}").fetchall():
+                con.execute(f"UPDATE {name} SET {col} = ? WHERE {col} = ?", (redact_value(value), value))
+    con.execute("COMMIT")
 
 
 def _mode(existing: str | None) -> int:

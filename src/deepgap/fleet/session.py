@@ -152,4 +152,4 @@ def run_fleet(
     finally:
         backend.close()
         if s is not None:
-            s.close()
+            s.close(discard_empty=True)

@@ -57,16 +57,41 @@ def build_model(name: str, resolution: int, weights: str | None = None, seed: in
     torch.manual_seed(seed)
     model = entry.build(resolution)
     if weights:
-        if not os.path.isfile(weights):
-            raise UsageError(f"weights file {weights!r} does not exist", "pass a local state-dict file")
-        state = torch.load(weights, map_location="cpu", weights_only=True)
-        if isinstance(state, dict) and "state_dict" in state:
-            state = state["state_dict"]
-        model.load_state_dict(state)
+        load_weights(model, name, weights)
         return model.eval()
     model.eval()
     tame_activations(model, resolution, seed)
     return model
+
+
+def load_weights(model: torch.nn.Module, name: str, weights: str) -> None:
+    """Load the state dict in ``weights`` into ``model``, or a `UsageError` saying why it does not fit."""
+    import torch
+
+    if not os.path.isfile(weights):
+        raise UsageError(f"weights file {weights!r} does not exist", "pass a local state-dict file")
+    try:
+        state = torch.load(weights, map_location="cpu", weights_only=True)
+    except Exception as exc:  # pickle, zip and format errors differ between torch versions
+        raise UsageError(f"weights file {weights!r} cannot be loaded as a state dict ({type(exc).__name__})",
+                         "pass a file saved with torch.save(model.state_dict(), PATH)") from None
+    if isinstance(state, dict) and "state_dict" in state:
+        state = state["state_dict"]
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise UsageError(f"weights file {weights!r} holds a {type(state).__name__}, not a state dict of tensors",
+                         "pass a file saved with torch.save(model.state_dict(), PATH)")
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as exc:
+        first = str(exc).splitlines()[1].strip() if len(str(exc).splitlines()) > 1 else str(exc)
+        first = first if len(first) < 160 else first[:160] + "…"
+        raise UsageError(f"weights file {weights!r} does not fit model {name} ({first})",
+                         "pass the state dict of this model, or the model these weights belong to") from None
+
+
+def check_weights(name: str, resolution: int, weights: str) -> None:
+    """Load ``weights`` into ``name`` once on the CPU, before a sweep, so a bad file stops it at the start."""
+    build_model(name, resolution, weights)
 
 
 ACTIVATION_CEILING = 4096.0  # largest activation allowed on the probe: 16× below fp16's 65,504
