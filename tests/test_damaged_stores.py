@@ -42,7 +42,7 @@ class FakeRunner:
         pass
 
 
-def _no_png(fig) -> bytes:
+def _no_png(fig, dpi: int = 90) -> bytes:
     import matplotlib.pyplot as plt
 
     plt.close(fig)

@@ -16,7 +16,7 @@ from deepgap.envinfo import redact, redact_value
 SECRETS = {"host": "secret-host-7", "gpu_serial": "1651324030793", "gpu_uuid": "GPU-a5da2264-0efb-adce"}
 
 
-def _no_png(fig) -> bytes:
+def _no_png(fig, dpi: int = 90) -> bytes:
     import matplotlib.pyplot as plt
 
     plt.close(fig)

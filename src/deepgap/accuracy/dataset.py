@@ -163,48 +163,11 @@ def check_images(items: list[tuple[str, int]]) -> None:
 
 
 def check_weights(model: str, resolution: int | None, weights: str) -> None:
-    """Load the state dict on the CPU and match it against the model built on the meta device (no memory)."""
-    import torch
-
+    """The models registry's check (one place for it), at the model's default resolution if none given."""
     from deepgap.models import resolve_model
+    from deepgap.models.registry import check_weights as _check
 
-    entry = resolve_model(model)
-    try:
-        state = torch.load(weights, map_location="cpu", weights_only=True)
-    except Exception as exc:
-        raise UsageError(
-            f"weights file {weights!r} cannot be read as a state dict ({type(exc).__name__})",
-            "pass a file written by torch.save(model.state_dict(), PATH)",
-        ) from None
-    if isinstance(state, dict) and "state_dict" in state:
-        state = state["state_dict"]
-    if not isinstance(state, dict):
-        raise UsageError(
-            f"weights file {weights!r} holds a {type(state).__name__}, not a state dict",
-            "save model.state_dict(), not the model",
-        )
-    with torch.device("meta"):
-        want = entry.build(resolution or entry.default_resolution).state_dict()
-    missing = sorted(set(want) - set(state))
-    extra = sorted(set(state) - set(want))
-    shapes = [
-        k
-        for k in want
-        if k in state and hasattr(state[k], "shape") and tuple(state[k].shape) != tuple(want[k].shape)
-    ]
-    if missing or extra or shapes:
-        what = (
-            f"missing {missing[:3]}"
-            if missing
-            else f"unexpected {extra[:3]}"
-            if extra
-            else f"shape of {shapes[0]} is {tuple(state[shapes[0]].shape)}, "
-            f"the model's is {tuple(want[shapes[0]].shape)}"
-        )
-        raise UsageError(
-            f"weights file {weights!r} does not fit model {model!r}: {what}",
-            f"pass a state dict of {model} (same architecture and number of classes)",
-        )
+    _check(model, resolution or resolve_model(model).default_resolution, weights)
 
 
 def describe(spec: Any) -> dict[str, Any] | None:
