@@ -63,3 +63,31 @@ def test_overloaded_server_reports_overload_and_does_not_crash(tmp_path):
     assert out["status"] == "ok" and out["server_overloaded"] is True
     assert out["server_dropped"] > 0 and out["server_verdict"] == "fail"
     assert out["server_host_mean_s"] > 0
+
+
+def test_server_steps_down_until_loadgen_calls_it_valid(monkeypatch):
+    """LoadGen's Server capacity is the highest VALID rate from deepgap's capacity down (its own search)."""
+    from types import SimpleNamespace
+
+    import deepgap.serving.loadgen as lgmod
+
+    tried = []
+
+    def fake_run(c, spec, policy, qps, minq, mind):
+        tried.append(qps)
+        return {"Result is": "VALID" if qps <= 950.0 else "INVALID"}
+
+    monkeypatch.setattr(lgmod, "_one_run", fake_run)
+    monkeypatch.setattr(lgmod, "available", lambda: None)
+    spec = SimpleNamespace(scenario="server", max_batch=8, max_delay_s=0.001, seed=0, minimums=lambda: (10, 0.1))
+    ctx = SimpleNamespace(spec=spec, out=SimpleNamespace(summary={"capacity_qps": 1000.0, "capacity_max_batch": 8,
+                                                                   "capacity_max_delay_s": 0.001}, lines=[]),
+                          service=SimpleNamespace(max_batch=8), rec=SimpleNamespace(levels=[]))
+    lgmod.run_loadgen(ctx)
+    assert tried == [1000.0, 975.0, 950.0]
+    assert ctx.out.summary["loadgen_capacity_qps"] == 950.0
+    assert ctx.out.summary["loadgen_capacity_ratio"] == 0.95
+    monkeypatch.setattr(lgmod, "_one_run", lambda *a: {"Result is": "INVALID"})
+    ctx.out.lines.clear()
+    lgmod.run_loadgen(ctx)
+    assert ctx.out.summary["loadgen_capacity_qps"] is None and "INVALID at every rate" in ctx.out.lines[-1]
