@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Sixth H100 session. Usage on the device: bash benchmarks/h100_session6.sh STEP...
+#   quant    — quant int8/fp8, ResNet-18/50/101, every paper batch size (1 sweep; resumable)
+#   serving  — benchmarks/serving.py, quant int8 with LoadGen (its Server capacity searched) and cudagraph fp16
+#   harness  — benchmarks/harness_overhead.py --mode paired for compile-freeze fp16 and quant int8
+#   default  — the default GPU sweep (`gpu` preset; resumable)
+# Stores live in /tmp/s6 on the device (the tool's working-tree sync deletes files in the repository
+# folder between calls) and are gzipped into $OUT after every step.
+set -uo pipefail
+export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
+S=/tmp/s6; mkdir -p $S
+if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        && export PYTHONPATH=$PYTHONPATH:/tmp/site
+fi
+step() { local n=$1 l=$2; shift 2; echo "######## $n ($(date +%T), limit ${l}s)"; local t0=$SECONDS
+         timeout "$l" "$@"; echo "######## $n: rc=$? in $((SECONDS - t0))s"; }
+pack() { python3 -c "import sqlite3,sys; sqlite3.connect(sys.argv[1]).execute('PRAGMA wal_checkpoint(TRUNCATE)')" "$1" \
+         && gzip -c "$1" > "$OUT/$(basename "$1").gz"; }
+for what in "$@"; do case $what in
+quant)
+    R=(); [ -f $S/quant-batches.sqlite ] && R=(--resume)
+    step "quant, every paper batch" "${QUANT_LIMIT:-540}" python -m deepgap run --models resnet18,resnet50,resnet101 \
+        --engines quant --precisions int8,fp8 --memory-formats channels_last \
+        --batch-sizes 1,2,4,8,16,32,64,128,256,384,512 --sweeps 1 --store $S/quant-batches.sqlite "${R[@]}"
+    pack $S/quant-batches.sqlite ;;
+serving)
+    step "serving quant int8" 260 python benchmarks/serving.py --engine quant --precision int8 \
+        --memory-format channels_last --batch-sizes 32,64,128,256 --slo 15ms --loadgen \
+        --serve-args "--verify-policies 1" --store $S/serving-int8.sqlite --out $OUT/serving-int8.json
+    pack $S/serving-int8.sqlite ;;
+harness)
+    for e in compile-freeze quant; do
+        step "harness overhead $e" 200 python benchmarks/harness_overhead.py --mode paired --engine $e \
+            --batch-sizes 1,32,256 --out $OUT
+    done ;;
+default)
+    R=(); [ -f $S/default.sqlite ] && R=(--resume)
+    step "default GPU sweep" "${DEFAULT_LIMIT:-560}" python -m deepgap run --store $S/default.sqlite "${R[@]}"
+    pack $S/default.sqlite ;;
+*) echo "unknown step $what"; exit 2 ;;
+esac; done
