@@ -41,6 +41,11 @@ def _private_store(path: str) -> str:
     rid = next(iter(runs["gpu"].result_ids.values()))
     con.execute("UPDATE results SET extra_json = ? WHERE result_id = ?",
                 (json.dumps({"node_env": {"host": SECRETS["host"], "gpu_uuid": SECRETS["gpu_uuid"]}}), rid))
+    # NVML's settings as the telemetry layer stores them with the idle summary
+    run_id = con.execute("SELECT run_id FROM runs").fetchone()[0]
+    con.execute("INSERT INTO telemetry (run_id, result_id, phase, t_s, data_json) "
+                "VALUES (?, NULL, 'idle-summary', 0, ?)",
+                (run_id, json.dumps({"settings": {"uuid": SECRETS["gpu_uuid"], "serial": SECRETS["gpu_serial"]}})))
     con.commit()
     con.close()
     return path

@@ -336,8 +336,16 @@ def _redact(con: sqlite3.Connection) -> None:
         if new != extra:
             con.execute("UPDATE results SET extra_json = ? WHERE result_id = ?", (new, rid))
     for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
-        if name in _CORE:
+        if name in ("runs", "results", "samples"):
             continue
+        for col in [c for c in column_types(con, name) if c.lower().endswith("_json")]:  # telemetry, serving
+            for rowid, text in con.execute(f"SELECT rowid, {col} FROM {name} WHERE {col} IS NOT NULL").fetchall():
+                try:
+                    new = json.dumps(redact(json.loads(text)), default=str)
+                except (TypeError, ValueError):
+                    continue
+                if new != text:
+                    con.execute(f"UPDATE {name} SET {col} = ? WHERE rowid = ?", (new, rowid))
         for col in [c for c in column_types(con, name) if c.lower() in REDACT_KEYS]:
             for (value,) in con.execute(f"SELECT DISTINCT {col} FROM {name}").fetchall():
                 con.execute(f"UPDATE {name} SET {col} = ? WHERE {col} = ?", (redact_value(value), value))
