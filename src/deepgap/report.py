@@ -24,6 +24,7 @@ from deepgap.analysis import aggregate, config_label, failures, prepare, referen
 from deepgap.analysis import compare as cmp
 from deepgap.analysis.frame import MEMORY_LABELS
 from deepgap.analysis.recommend import recommend
+from deepgap.analysis.thermal import thermal_state
 from deepgap.errors import UsageError
 from deepgap.report_format import (
     MACHINE_HEADERS,
@@ -86,11 +87,11 @@ def build(store_path: str, run_ids: list[str] | None = None, interactive: bool =
         runs = [r for r in runs if not run_ids or r["run_id"] in run_ids]
         df = prepare(store.results_frame(list(run_ids) if run_ids else None))
         agg = aggregate(df)
-        tel, by_machine = [], {}
+        tel, by_machine, tel_by_run = [], {}, {}
         if not df.empty:
             precs = dict(zip(df["result_id"].astype(int), df["precision"], strict=False))
             for r in runs:
-                t = store.telemetry_frame(r["run_id"])
+                t = tel_by_run[r["run_id"]] = store.telemetry_frame(r["run_id"])
                 tel.append((f"run {r['run_id']} — {r['env'].get('device_name', '')}", t, precs))
                 by_machine.setdefault(machine_key(r), (machine_label(r), [], precs))[1].append(t)
     finally:
@@ -118,6 +119,7 @@ def build(store_path: str, run_ids: list[str] | None = None, interactive: bool =
         "cpu_thread_scaling": ts,
         "configurations": agg,
         "failures": failures(df),
+        "thermal_state": thermal_state(runs, tel_by_run, df),
     }
     measurements = df.drop(columns=["extra"], errors="ignore")
     rep.tables["measurements"] = measurements

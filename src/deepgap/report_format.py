@@ -209,6 +209,12 @@ TABLE_SPECS: dict[str, tuple[str, list[Col]]] = {
         "Configurations without a number (OOM, skipped, errors)",
         [*CONFIG_COLUMNS, ("status", "status"), ("reason", "reason"), ("run", "run_id")],
     ),
+    "thermal_state": (
+        "Thermal steady state per run (the paper measures at steady state; rows measured while the "
+        "temperature still rose keep their numbers and the temp-rising warning)",
+        [("run", "run_id"), ("platform", "platform"), ("thermal warm-up", "warm_up"),
+         ("measurements", "measurements"), ("measured while warming (temp-rising)", "temp_rising")],
+    ),
 }
 
 
