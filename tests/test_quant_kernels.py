@@ -83,6 +83,23 @@ def test_conv_gemm_matches_reference(qfmt, case):
     )  # the no-Triton path too
 
 
+@pytest.mark.parametrize("qfmt, res_fmt", [("int8", "int8"), ("fp8", "fp8"), ("int8", "fp16")])
+def test_early_residual_load_gives_the_same_output(qfmt, res_fmt):
+    """The residual tile loaded before the K loop (TileConfig.early_res) changes timing, not results."""
+    import dataclasses
+
+    lay, g = _layer(qfmt, 1, 1, 0, 64, 32, res_fmt, qfmt, True, seed=3)
+    nb, h, w = 2, 9, 7
+    x = layers.quantize_act(torch.randn(nb * h * w, 64, generator=g) * 40, qfmt)
+    res = layers.quantize_act(torch.randn(nb * h * w, 32, generator=g) * 40, res_fmt)
+    ref = layers.conv_reference(lay, x, (nb, h, w), res)
+    early = dataclasses.replace(CFG, early_res=True)
+    assert early.label.endswith(" er")
+    out = kernels.conv_gemm(x, (nb, h, w), lay.w_q, 1, 1, 0, lay.alpha, lay.beta, qfmt, True, early, res,
+                            lay.gamma)
+    _same(out, ref, qfmt)
+
+
 def test_conv_gemm_writes_every_element_and_uses_out():
     lay, g = _layer("int8", 3, 1, 1, 32, 32, None, "int8", False, seed=1)
     x = layers.quantize_act(torch.randn(3 * 5 * 5, 32, generator=g) * 40, "int8")
@@ -179,8 +196,9 @@ def test_whole_network_triton_matches_reference_int8():
     assert torch.equal(got, ref)
 
 
+@pytest.mark.parametrize("early_res", [False, True], ids=["", "early-res"])
 @pytest.mark.parametrize("qfmt,mma", [("int8", "s32.s8.s8"), ("fp8", "f32.e4m3.e4m3")])
-def test_conv_gemm_compiles_to_hopper_wgmma(qfmt, mma):
+def test_conv_gemm_compiles_to_hopper_wgmma(qfmt, mma, early_res):
     """Ahead-of-time compile for sm_90 (no GPU needed): 8-bit wgmma, pipelined 16-byte async copies."""
     from triton.backends.compiler import GPUTarget
 
@@ -210,6 +228,7 @@ def test_conv_gemm_compiles_to_hopper_wgmma(qfmt, mma):
         BN=cfg.bn,
         BK=cfg.bk,
         GROUP_M=cfg.group_m,
+        EARLY_RES=early_res,
     )
     sig.update({k: "constexpr" for k in const})
     div16 = [["tt.divisibility", 16]]  # what the JIT infers for aligned pointers and N, C % 16 == 0

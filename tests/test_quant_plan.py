@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from torchvision import models
@@ -39,7 +41,12 @@ def r50():
 @pytest.mark.parametrize("has_res", [False, True])
 def test_candidates_satisfy_the_kernel_constraints(m, n, c, has_res):
     cfgs = candidate_configs(m, n, c, "int8", has_res)
-    assert 1 <= len(cfgs) <= 3 and len(set(cfgs)) == len(cfgs)
+    assert len(set(cfgs)) == len(cfgs)
+    plain = [cfg for cfg in cfgs if not cfg.early_res]
+    assert 1 <= len(plain) <= 3
+    # a residual layer times each tile again with the residual loaded before the K loop; others never
+    assert [cfg for cfg in cfgs if cfg.early_res] == ([dataclasses.replace(p, early_res=True) for p in plain]
+                                                       if has_res else [])
     for cfg in cfgs:
         assert n % cfg.bn == 0 and c % cfg.bk == 0 and cfg.smem_bytes() <= SMEM_BUDGET_BYTES
         if has_res:  # residual epilogues spill past 64 accumulators per thread (sm_90 compile)

@@ -44,15 +44,20 @@ MAGIC_BITS = tl.constexpr(0x4B400000)  # the bit pattern of MAGIC
 
 
 @triton.jit
-def _load_f32(ptrs, mask):
-    """Load and widen to fp32; int8 through the magic-number identity (no quarter-rate I2F)."""
-    v = tl.load(ptrs, mask=mask, other=0.0)
+def _widen(v):
+    """Widen to fp32; int8 through the magic-number identity (no quarter-rate I2F)."""
     if v.dtype == tl.int8:
         bits = v.to(tl.int32) + MAGIC_BITS
         f = bits.to(tl.float32, bitcast=True) - MAGIC
     else:
         f = v.to(tl.float32)
     return f
+
+
+@triton.jit
+def _load_f32(ptrs, mask):
+    """Load and widen to fp32."""
+    return _widen(tl.load(ptrs, mask=mask, other=0.0))
 
 
 @triton.jit
@@ -101,8 +106,14 @@ def conv_gemm_kernel(
     BN: tl.constexpr,
     BK: tl.constexpr,
     GROUP_M: tl.constexpr,
+    EARLY_RES: tl.constexpr = False,
 ):
-    """out[M, N] = epilogue(Σ_k A[m, k]·W[n, k]); A is the implicit im2col of NHWC ``x``."""
+    """out[M, N] = epilogue(Σ_k A[m, k]·W[n, k]); A is the implicit im2col of NHWC ``x``.
+
+    ``EARLY_RES`` issues the residual tile's load before the K loop, in its stored 8- or 16-bit form,
+    so that its memory latency overlaps the main loop instead of following it: a 1×1 layer with few
+    input channels runs one K step, and its epilogue (residual in, output out) is most of its time.
+    """
     pid = tl.program_id(0)
     num_pid_m = (M + BM - 1) // BM  # not tl.cdiv: a jit helper the explicit interpreter cannot call
     num_pid_n = N // BN
@@ -122,6 +133,9 @@ def conv_gemm_kernel(
     else:
         acc = tl.zeros((BM, BN), dtype=tl.float32)
     w_ptrs = w_ptr + rn[None, :] * ktot + rk[:, None]
+    offs = rm[:, None] * N + rn[None, :]
+    if HAS_RES and EARLY_RES:
+        r_early = tl.load(res_ptr + offs, mask=m_ok[:, None], other=0.0)
     if KH == 1 and KW == 1 and STRIDE == 1 and PAD == 0:
         a_ptrs = x_ptr + rm[:, None] * C + rk[None, :]
         for k in range(0, C, BK):
@@ -155,10 +169,12 @@ def conv_gemm_kernel(
     alpha = tl.load(alpha_ptr + rn)
     beta = tl.load(beta_ptr + rn)
     y = acc.to(tl.float32) * alpha[None, :]
-    offs = rm[:, None] * N + rn[None, :]
     r = y
     if HAS_RES:
-        r = _load_f32(res_ptr + offs, m_ok[:, None])
+        if EARLY_RES:
+            r = _widen(r_early)
+        else:
+            r = _load_f32(res_ptr + offs, m_ok[:, None])
     out = _finish(y, beta[None, :], r, gamma, RELU, HAS_RES, OUT_KIND)
     tl.store(out_ptr + offs, out, mask=m_ok[:, None])
 
@@ -420,6 +436,7 @@ def conv_gemm(
         BN=cfg.bn,
         BK=cfg.bk,
         GROUP_M=cfg.group_m,
+        EARLY_RES=bool(getattr(cfg, "early_res", False)) and res is not None,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         enable_fp_fusion=False,

@@ -29,11 +29,13 @@ class TileConfig:
     group_m: int = 8
     num_warps: int = 4
     num_stages: int = 3
+    early_res: bool = False  # load the residual tile before the K loop (kernels.conv_gemm_kernel)
 
     @property
     def label(self) -> str:
-        """Short text form, e.g. '128x256x128 w8 s3'."""
-        return f"{self.bm}x{self.bn}x{self.bk} w{self.num_warps} s{self.num_stages}"
+        """Short text form, e.g. '128x256x128 w8 s3' ('… er' with the early residual load)."""
+        return f"{self.bm}x{self.bn}x{self.bk} w{self.num_warps} s{self.num_stages}" + (
+            " er" if self.early_res else "")
 
     def smem_bytes(self, elem_bytes: int = 1) -> int:
         """Shared memory of the software pipeline: stages × (A tile + B tile)."""
@@ -80,7 +82,10 @@ def candidate_configs(
             cfg = TileConfig(cfg.bm, min(cfg.bn, 128), cfg.bk, cfg.group_m, 8, cfg.num_stages)
         if cfg.fits(n, c) and cfg not in seen:
             seen.append(cfg)
-    return seen[:limit]
+    seen = seen[:limit]
+    if has_res:  # each candidate also with the residual loaded before the K loop: timed, not assumed
+        seen += [dataclasses.replace(cfg, early_res=True) for cfg in seen]
+    return seen
 
 
 def assign_formats(graph: Graph, modes: dict[str, str], qfmt: str) -> tuple[Graph, dict[str, str]]:
