@@ -83,6 +83,14 @@ def candidate_configs(
         if cfg.fits(n, c) and cfg not in seen:
             seen.append(cfg)
     seen = seen[:limit]
+    if c == bk and n % 64 == 0:
+        # One K step (a 1×1 layer on 64 or 128 channels): the pipeline's stages hold nothing to
+        # overlap and the tile's life is load → one MMA → epilogue, so occupancy hides the latency.
+        # Single-stage tiles on 4 warps use a third of the shared memory and half the registers.
+        wide = 128 if n % 128 == 0 else 64
+        for cfg in (TileConfig(64, wide, bk, 8, 4, 1), TileConfig(128, 64, bk, 8, 4, 1)):
+            if cfg.fits(n, c) and cfg not in seen:
+                seen.append(cfg)
     if has_res:  # each candidate also with the residual loaded before the K loop: timed, not assumed
         seen += [dataclasses.replace(cfg, early_res=True) for cfg in seen]
     return seen
