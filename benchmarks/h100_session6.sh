@@ -4,6 +4,7 @@
 #   serving  — benchmarks/serving.py, quant int8 with LoadGen (its Server capacity searched) and cudagraph fp16
 #   harness  — benchmarks/harness_overhead.py --mode paired for compile-freeze fp16 and quant int8
 #   default  — the default GPU sweep (`gpu` preset; resumable)
+#   quantbench — benchmarks/quant.py (ResNet-50 headline rows, per-layer table, ablations) into /tmp/s6/quant
 # Stores live in /tmp/s6 on the device (the tool's working-tree sync deletes files in the repository
 # folder between calls) and are gzipped into $OUT after every step.
 set -uo pipefail
@@ -38,5 +39,10 @@ default)
     R=(); [ -f $S/default.sqlite ] && R=(--resume)
     step "default GPU sweep" "${DEFAULT_LIMIT:-560}" python -m deepgap run --store $S/default.sqlite "${R[@]}"
     pack $S/default.sqlite ;;
+quantbench)
+    step "benchmarks/quant.py" 300 python benchmarks/quant.py --batch-sizes 256,1 --iterations 30 --budget-s 60 \
+        --out $S/quant
+    cp $S/quant/quant.json $OUT/quant${QB_TAG:-}.json; pack $S/quant/quant.sqlite
+    mv $OUT/quant.sqlite.gz $OUT/quant${QB_TAG:-}.sqlite.gz ;;
 *) echo "unknown step $what"; exit 2 ;;
 esac; done
