@@ -84,9 +84,10 @@ def candidate_configs(
             seen.append(cfg)
     seen = seen[:limit]
     if c == bk and n % 64 == 0:
-        # One K step (a 1×1 layer on 64 or 128 channels): the pipeline's stages hold nothing to
-        # overlap and the tile's life is load → one MMA → epilogue, so occupancy hides the latency.
-        # Single-stage tiles on 4 warps use a third of the shared memory and half the registers.
+        # Input channels in one K step (64 or 128). For a 1×1 layer the pipeline's stages hold nothing
+        # to overlap and the tile's life is load → one MMA → epilogue, so occupancy hides the latency:
+        # single-stage tiles on 4 warps use a third of the shared memory and half the registers. 3×3
+        # layers of the same width get them too; the timing decides.
         wide = 128 if n % 128 == 0 else 64
         for cfg in (TileConfig(64, wide, bk, 8, 4, 1), TileConfig(128, 64, bk, 8, 4, 1)):
             if cfg.fits(n, c) and cfg not in seen:
