@@ -86,8 +86,19 @@ def test_default_gpu_grid():
     assert len(per_sweep) * 2 == len(rows) == 72
     compiled = [c for c in per_sweep if c.engine == "compile-freeze"]
     assert len(compiled) == 3  # ~20 s of compilation each: one batch size per model
-    # a model's configurations of one precision and sweep stay together (one model build per worker)
-    keys = [(c.precision, c.model, c.sweep) for c in rows]
+    # a configuration group's batches stay together and ascend (the OOM cascade needs it); sweeps are
+    # outermost (each in its own worker process); the later sweep's group order is shuffled, reproducibly
+    assert [c.sweep for c in rows] == sorted(c.sweep for c in rows)
+    group = lambda c: (c.precision, c.model, c.memory_format, c.engine, c.threads)  # noqa: E731
+    orders = [[group(c) for c in rows if c.sweep == s] for s in (0, 1)]
+    firsts = [list(dict.fromkeys(o)) for o in orders]
+    assert sorted(firsts[0]) == sorted(firsts[1]) and firsts[0] != firsts[1]
+    assert [(c.model, c.engine, c.batch_size) for c in expand(spec, "cuda")] == [
+        (c.model, c.engine, c.batch_size) for c in rows]
+    for c0, c1 in zip(rows, rows[1:], strict=False):
+        if group(c0) == group(c1) and c0.sweep == c1.sweep:
+            assert c0.batch_size < c1.batch_size
+    keys = [(*group(c), c.sweep) for c in rows]
     seen, last = set(), None
     for k in keys:
         if k != last:

@@ -95,3 +95,34 @@ def _report_environ(conn, key):
 
     conn.send(("ready", None))
     conn.send(("environ", os.environ.get(key)))
+
+
+def test_each_sweep_runs_in_a_fresh_worker_process():
+    """Sweep passes are measured by different processes, so their spread is the spread between processes."""
+    from deepgap.config import SweepSpec
+    from deepgap.records import ConfigSpec, Result, Status
+    from deepgap.runner import SweepRunner
+
+    class FakeWorker:
+        def __init__(self):
+            self.pid, self.live, self.starts = 0, False, 0
+
+        def alive(self):
+            return self.live
+
+        def start(self):
+            self.starts += 1
+            self.pid, self.live = self.starts, True
+
+        def stop(self):
+            self.live = False
+
+        def request(self, kind, req, timeout):
+            return Result(spec=req.spec, status=Status.OK, reason=f"pid {self.pid}")
+
+    runner = SweepRunner(SweepSpec(models=("tinycnn",), device="cpu"), "cpu")
+    runner.worker = FakeWorker()
+    cfgs = [ConfigSpec(model="tinycnn", engine="eager", precision="fp32", batch_size=b, device="cpu", sweep=s)
+            for s in (0, 1) for b in (1, 2)]
+    pids = [r.reason for r in runner.run(cfgs)]
+    assert pids == ["pid 1", "pid 1", "pid 2", "pid 2"]

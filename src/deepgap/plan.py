@@ -1,8 +1,11 @@
 """Expand a validated `SweepSpec` into the ordered list of `ConfigSpec` points (pure).
 
-Order follows the seed's Algorithm 1 — precision, model, sweep, then batch size ascending — so
-that an out-of-memory at batch B can skip the larger batches of the same group, and a model is
-built once per worker for all its batches.
+Order: sweep passes outermost (each runs in its own worker process, `runner.SweepRunner`); inside
+a pass, configuration groups (precision × model × memory format × engine × threads) in the seed's
+Algorithm 1 order for the first pass and shuffled for later ones (seeded by ``spec.seed`` and the
+pass, so the plan stays a pure, reproducible function), so that a slow drift of the machine (heat,
+clocks) does not line up with the same configurations in every pass; batch sizes ascend inside a
+group, so that an out-of-memory at batch B can skip the larger batches of the same group.
 
 An engine is paired only with the precisions it runs (``Engine.precisions`` in the engine
 registry): crossing every engine with every precision stored 8 "does not run" rows out of 12 for
@@ -16,6 +19,7 @@ still becomes a stored ``skipped`` row with its reason: that is a finding, not a
 from __future__ import annotations
 
 import itertools
+import random
 
 from deepgap.config import SweepSpec
 from deepgap.errors import UsageError
@@ -80,19 +84,22 @@ def expand(spec: SweepSpec, device: str) -> list[ConfigSpec]:
     precisions = _ordered_union([spec.precisions, *(a["precisions"] for a in per.values())])
     formats = _ordered_union([spec.memory_formats, *(a["memory_formats"] for a in per.values())])
     out: list[ConfigSpec] = []
-    for precision, model, sweep, mf, engine, t in itertools.product(
-        precisions, spec.models, range(spec.sweeps), formats, spec.engines, threads
-    ):
-        ax = per[engine]
-        if precision not in ax["precisions"] or mf not in ax["memory_formats"]:
-            continue
-        resolution = spec.resolution or resolve_model(model).default_resolution
-        for bs in sorted(set(ax["batch_sizes"])):
-            out.append(
-                ConfigSpec(
-                    model=model, engine=engine, precision=precision, batch_size=bs, device=device,
-                    memory_format=mf, threads=t, resolution=resolution, sweep=sweep,
-                    include_transfer=spec.include_transfer,
+    for sweep in range(spec.sweeps):
+        groups = [
+            g for g in itertools.product(precisions, spec.models, formats, spec.engines, threads)
+            if g[0] in per[g[3]]["precisions"] and g[2] in per[g[3]]["memory_formats"]
+        ]
+        if sweep > 0:  # sweep 0 keeps the seed's order; later ones are shuffled, reproducibly
+            order = random.Random(f"{spec.seed}:{sweep}").sample(range(len(groups)), len(groups))
+            groups = [groups[i] for i in order]
+        for precision, model, mf, engine, t in groups:
+            resolution = spec.resolution or resolve_model(model).default_resolution
+            for bs in sorted(set(per[engine]["batch_sizes"])):
+                out.append(
+                    ConfigSpec(
+                        model=model, engine=engine, precision=precision, batch_size=bs, device=device,
+                        memory_format=mf, threads=t, resolution=resolution, sweep=sweep,
+                        include_transfer=spec.include_transfer,
+                    )
                 )
-            )
     return out

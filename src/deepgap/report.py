@@ -86,7 +86,7 @@ def build(store_path: str, run_ids: list[str] | None = None, interactive: bool =
                 raise UsageError(f"no run {rid!r} in {store_path}", "list runs with `deepgap show --runs`")
         runs = [r for r in runs if not run_ids or r["run_id"] in run_ids]
         df = prepare(store.results_frame(list(run_ids) if run_ids else None))
-        agg = aggregate(df)
+        agg = aggregate(df, samples=store.samples)
         tel, by_machine, tel_by_run = [], {}, {}
         if not df.empty:
             precs = dict(zip(df["result_id"].astype(int), df["precision"], strict=False))

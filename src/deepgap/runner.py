@@ -174,6 +174,7 @@ class SweepRunner:
         self.worker = WorkerHandle(device)
         self.timing = plan_for(spec)
         self.telemetry_context: dict[str, Any] = {}  # run-level facts (idle power, steady clock) for requests
+        self._sweep: int | None = None  # the sweep pass the live worker measured
 
     def start(self) -> DeviceCaps:
         """Start the first worker; returns what it found about the device."""
@@ -212,6 +213,11 @@ class SweepRunner:
         )
 
     def _one(self, cfg: ConfigSpec) -> Result:
+        if self._sweep is not None and cfg.sweep != self._sweep:
+            # Each sweep in its own worker process: the between-sweep spread is then the spread between
+            # processes that a user's next run will see, not repeats inside one (analysis.sweeps).
+            self.worker.stop()
+        self._sweep = cfg.sweep
         if not self.worker.alive():
             self.worker.start()
         req = self.request(cfg)

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from deepgap.analysis import accuracy
+from deepgap.analysis import accuracy, sweeps
 from deepgap.stats import bootstrap_ci
 from deepgap.stats import finite_or_none as _num
 from deepgap.telemetry.settings import TelemetrySettings
@@ -236,8 +236,11 @@ def _throughput_ci(used: pd.DataFrame) -> tuple[float, float, str]:
     return float("nan"), float("nan"), "unavailable: no CI stored"
 
 
-def aggregate(df: pd.DataFrame) -> pd.DataFrame:
+def aggregate(df: pd.DataFrame, samples: sweeps.SamplesFn | None = None) -> pd.DataFrame:
     """One row per configuration (see the module docstring) from a `prepare`-d frame of OK rows.
+
+    ``samples`` (result id → raw latencies, e.g. `Store.samples`): with it, a configuration measured
+    in two or more processes gets its CI from the two-level bootstrap (`analysis.sweeps`).
 
     Returns:
         A frame with `GROUP_COLS`, the aggregated numbers, ``n_measurements``, ``n_runs``,
@@ -252,6 +255,10 @@ def aggregate(df: pd.DataFrame) -> pd.DataFrame:
         row: dict[str, Any] = dict(zip(GROUP_COLS, key, strict=True))
         row["throughput_ips"] = _median(used["throughput_ips"])
         row["throughput_ci_low_ips"], row["throughput_ci_high_ips"], row["ci_method"] = _throughput_ci(used)
+        hier = sweeps.throughput_ci(used, samples) if samples is not None and len(used) >= 2 else None
+        if hier is not None:
+            row["throughput_ci_low_ips"], row["throughput_ci_high_ips"], row["ci_method"] = hier
+        row["between_sweep_cv"], row["sweep_throughputs"], disagree = sweeps.spread(used)
         row["throughput_pipelined_ips"] = _median(used["throughput_pipelined_ips"])
         row["latency_median_s"] = _median(used["latency_median_s"])
         bs = float(row["batch_size"])
@@ -275,7 +282,8 @@ def aggregate(df: pd.DataFrame) -> pd.DataFrame:
         row["flags"] = sorted({f for fl in used["flags"] for f in fl})
         row["excluded_flags"] = sorted({f for fl in grp["flags"] for f in fl} - set(row["flags"]))
         row["flagged"] = bool(used["flagged"].any())
-        row["warnings"] = sorted({w for ws in used["warnings"] for w in ws})
+        warn = {w for ws in used["warnings"] for w in ws} | ({sweeps.SPREAD} if disagree else set())
+        row["warnings"] = sorted(warn)
         row["result_ids"] = [int(r) for r in used["result_id"]] if "result_id" in used else []
         row["run_ids"] = sorted({str(r) for r in used["run_id"]}) if "run_id" in used else []
         rows.append(row)

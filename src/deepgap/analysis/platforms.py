@@ -133,7 +133,7 @@ def side_by_side(
 
     store = Store(store_path, readonly=True)
     try:
-        agg = aggregate(prepare(store.results_frame(run_ids)))
+        agg = aggregate(prepare(store.results_frame(run_ids)), samples=store.samples)
         names = platform_names(agg)
         chosen = [resolve_platform(p, names) for p in platforms] if platforms else gpu_platforms(agg)
         peaks = peaks_frame(store)

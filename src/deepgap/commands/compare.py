@@ -102,7 +102,7 @@ def _load(side: Side, args: argparse.Namespace):
     from deepgap.store import Store
 
     store = Store(side.store_path, readonly=True)
-    agg = _filter(aggregate(prepare(store.results_frame(side.run_ids))), args)
+    agg = _filter(aggregate(prepare(store.results_frame(side.run_ids)), samples=store.samples), args)
     platforms = ", ".join(sorted(agg["platform"].unique())) if len(agg) else "no results"
     side.label = f"{side.label} ({platforms})"
     return store, agg, pooled_samples_fn(store), peaks_frame(store)

@@ -88,7 +88,7 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
         for rid in args.run or []:
             if rid not in known:
                 raise UsageError(f"no run {rid!r} in {args.store}", "list runs with `deepgap show --runs`")
-        agg = aggregate(reflag(prepare(store.results_frame(args.run)), min_acc))
+        agg = aggregate(reflag(prepare(store.results_frame(args.run)), min_acc), samples=store.samples)
     finally:
         store.close()
     for col, text in (("model", args.model), ("precision", args.precision), ("engine", args.engine)):
