@@ -78,7 +78,7 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     if args.json:
         print(df.drop(columns=["extra"]).to_json(orient="records", indent=1))
         return 0
-    t = Table("model", "engine", "prec", "bs", "fmt", "thr", "status", "median ms (95% CI)", "p99 ms", "img/s",
+    t = Table("model", "engine", "prec", "bs", "fmt", "thr", "sweep", "status", "median ms (95% CI)", "p99 ms", "img/s",
               "img/s pipelined", "n", "cv", "top-1 % (vs fp32)", "flags", title=f"{args.store}: {len(df)} results")
     for row in df.to_dict("records"):
         ok = row["status"] == "ok"
@@ -87,13 +87,39 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
         thr = "" if row["threads"] is None or row["threads"] != row["threads"] else str(int(row["threads"]))
         t.add_row(
             row["model"], row["engine"], row["precision"], str(row["batch_size"]), row["memory_format"], thr,
-            row["status"], med, _fmt_ms(row["latency_p99_s"]) if ok else "",
+            str(row.get("sweep", "")), row["status"], med, _fmt_ms(row["latency_p99_s"]) if ok else "",
             f"{row['throughput_ips']:,.1f}" if ok else "", f"{row['throughput_pipelined_ips']:,.1f}" if ok else "",
             str(int(row["n_samples"])) if ok else "", f"{row['cv_repeats']:.3f}" if ok and row["cv_repeats"] == row["cv_repeats"] and row["cv_repeats"] is not None else "",
             _top1(row.get("extra") or {}), " ".join(flags_of(row)),
         )
     console.print(t)
+    _print_sweeps(store, df, console)
     from deepgap.serving.show import print_serving  # serve runs: load levels, capacity, interference
 
     print_serving(store, console, ids)
     return 0
+
+
+def _print_sweeps(store, df, console) -> None:
+    """Configurations measured in two or more processes: their two-level CI and between-sweep spread."""
+    from rich.table import Table
+
+    from deepgap.analysis import aggregate, config_label, prepare
+    from deepgap.report_format import _spread_text, fmt_ci, fmt_ips
+
+    if df.empty or not (df["status"] == "ok").any():
+        return
+    agg = aggregate(prepare(df), samples=store.samples)
+    multi = agg[agg["n_measurements"] >= 2] if len(agg) else agg
+    if not len(multi):
+        return
+    t = Table("configuration", "img/s", "95% CI (processes, then samples)", "between sweeps", "spread",
+              title="measured in several sweeps (worker processes)")
+    for r in multi.to_dict("records"):
+        t.add_row(config_label(r), fmt_ips(r["throughput_ips"]),
+                  fmt_ci(r["throughput_ci_low_ips"], r["throughput_ci_high_ips"]), _spread_text(r),
+                  "spread" if "spread" in r["warnings"] else "")
+    n_spread = sum("spread" in w for w in multi["warnings"])
+    console.print(t)
+    console.print(f"{len(multi) - n_spread} of {len(multi)} configurations' sweeps agree within their own "
+                  f"95% CIs; {n_spread} flagged spread")
