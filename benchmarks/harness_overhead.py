@@ -32,13 +32,26 @@ in both designs (the host's launch pace wandered by more than 2% from block to b
 loop alone too); paired with CUDA graphs, all three batches agreed within ±1%. Files get the
 suffix ``_cudagraph``.
 
+``--engine compile-freeze`` (paired only; fp16, channels_last) compares with a bare
+``torch.compile(mode="reduce-overhead")`` under Inductor freezing, called on the same input every time;
+``--engine quant --precision int8|fp8`` (GPU) with the quant engine's captured runner called directly.
+Each deepgap measurement of compile-freeze starts with ``torch._dynamo.reset()``, which frees the bare
+loop's CUDA graphs, so the bare loop compiles afresh after it (blocks run deepgap-first, BAAB, to
+compile it once per two of its blocks). In the paired design every block also times both arms
+*pipelined* (CUDA events around ``--iterations`` back-to-back calls; deepgap's
+``throughput_pipelined_ips``), a second ratio under ``rows[*]["pipelined"]``: deepgap's headline
+``throughput_ips`` comes from synchronized latencies, which include the host's dispatch of each call,
+and a loop timed around N calls hides that dispatch, so only like may be compared with like. Files get
+the suffix ``_compile-freeze`` or ``_quant-int8`` / ``_quant-fp8``.
+
 The JSON is rewritten after every round (``"complete": false`` until the last), so a run stopped
 by a time limit keeps the rounds it finished; ``--continue`` adds rounds to the file's earlier ones
 (same model, precision, iterations and batch sizes) until the verdict is decided.
 
     python benchmarks/harness_overhead.py [--batch-sizes 1,32,256] [--rounds 6] [--iterations 100] [--out DIR]
                                           [--continue] [--mode processes|paired] [--blocks 6]
-                                          [--engine eager|cudagraph]
+                                          [--engine eager|cudagraph|compile-freeze|quant]
+                                          [--precision int8|fp8]
 """
 
 from __future__ import annotations
@@ -204,17 +217,21 @@ def _paired_child(conn, spec, blocks):
             def build(cfg=cfg):
                 return BareLoop(cfg.model, cfg.batch_size, spec.device, cfg.engine, cfg.precision)
 
-            bare = build()
+            # compile-freeze: deepgap first (ABBA as BAAB), so the bare loop compiles once per pair of
+            # its blocks (each deepgap measurement resets Dynamo, which frees the bare loop's graphs)
+            recompiles = cfg.engine == "compile-freeze"
+            bare = None if recompiles else build()
             got: dict = {arm: [] for arm in arms}
             for b in range(blocks):
-                for arm in ("standalone", "deepgap") if b % 2 == 0 else ("deepgap", "standalone"):
+                first = ("deepgap", "standalone") if recompiles else ("standalone", "deepgap")
+                for arm in first if b % 2 == 0 else first[::-1]:
                     if arm == "standalone":
                         if bare is None:  # deepgap's compile reset Dynamo's caches: compile afresh
                             bare = build()
                         got[arm].append(bare(spec.iterations, spec.warmup))
                         got["standalone_window"].append(bare.window(spec.iterations))
                         continue
-                    if cfg.engine == "compile-freeze":
+                    if recompiles:
                         bare = None  # deepgap's prepare calls torch._dynamo.reset(): the bare graphs go
                     res = measure(state, runner.request(cfg))
                     if res.status != Status.OK:
