@@ -32,13 +32,26 @@ in both designs (the host's launch pace wandered by more than 2% from block to b
 loop alone too); paired with CUDA graphs, all three batches agreed within ±1%. Files get the
 suffix ``_cudagraph``.
 
+``--engine compile-freeze`` (paired only; fp16, channels_last) compares with a bare
+``torch.compile(mode="reduce-overhead")`` under Inductor freezing, called on the same input every time;
+``--engine quant --precision int8|fp8`` (GPU) with the quant engine's captured runner called directly.
+Each deepgap measurement of compile-freeze starts with ``torch._dynamo.reset()``, which frees the bare
+loop's CUDA graphs, so the bare loop compiles afresh after it (blocks run deepgap-first, BAAB, to
+compile it once per two of its blocks). In the paired design every block also times both arms
+*pipelined* (CUDA events around ``--iterations`` back-to-back calls; deepgap's
+``throughput_pipelined_ips``), a second ratio under ``rows[*]["pipelined"]``: deepgap's headline
+``throughput_ips`` comes from synchronized latencies, which include the host's dispatch of each call,
+and a loop timed around N calls hides that dispatch, so only like may be compared with like. Files get
+the suffix ``_compile-freeze`` or ``_quant-int8`` / ``_quant-fp8``.
+
 The JSON is rewritten after every round (``"complete": false`` until the last), so a run stopped
 by a time limit keeps the rounds it finished; ``--continue`` adds rounds to the file's earlier ones
 (same model, precision, iterations and batch sizes) until the verdict is decided.
 
     python benchmarks/harness_overhead.py [--batch-sizes 1,32,256] [--rounds 6] [--iterations 100] [--out DIR]
                                           [--continue] [--mode processes|paired] [--blocks 6]
-                                          [--engine eager|cudagraph]
+                                          [--engine eager|cudagraph|compile-freeze|quant]
+                                          [--precision int8|fp8]
 """
 
 from __future__ import annotations
@@ -65,7 +78,8 @@ class BareLoop:
     graph's input and replays it: the same work as deepgap's cudagraph engine, with nothing around it.
     """
 
-    def __init__(self, model_name: str, bs: int, device: str = "cuda", engine: str = "eager") -> None:
+    def __init__(self, model_name: str, bs: int, device: str = "cuda", engine: str = "eager",
+                 precision: str | None = None) -> None:
         import torch
 
         from deepgap.models import build_model, resolve_model
@@ -73,10 +87,24 @@ class BareLoop:
         res = resolve_model(model_name).default_resolution
         model, x = build_model(model_name, res), torch.randn(bs, 3, res, res)
         self.bs, self.cuda = bs, device != "cpu"
+        if engine in ("compile-freeze", "quant"):  # as deepgap's sweeps run them: channels_last
+            x = x.contiguous(memory_format=torch.channels_last)
+        if engine == "quant":  # the engine's own captured runner, called directly on a device batch
+            from deepgap.quant.engine import QuantOptions, prepare_quant
+
+            run = prepare_quant(model, precision or "int8", bs, res, model_name, device=device,
+                                opts=QuantOptions()).run
+            x = x.to(device).half()
+            self.model, self.step = run, lambda: run(x)
+            return
         if self.cuda:  # fp16 on the GPU; fp32 on a CPU: a smoke path for machines without a GPU
             torch.backends.cudnn.benchmark = True
             model, x = model.to(device).half(), x.to(device).half()
+        if engine == "compile-freeze":
+            model = model.to(memory_format=torch.channels_last)
         self.model, self.step = model, lambda: model(x)  # the graph reads the weights: keep them alive
+        if engine == "compile-freeze":
+            self._compile_freeze(model, x)
         if engine == "cudagraph":
             static, side = x.clone(), torch.cuda.Stream(device)
             side.wait_stream(torch.cuda.current_stream(device))
@@ -94,6 +122,46 @@ class BareLoop:
                 self.graph.replay()
 
             self.step = step
+
+    def _compile_freeze(self, model, x) -> None:
+        """torch.compile reduce-overhead with Inductor freezing, compiled (and graphs recorded) here.
+
+        ``torch._dynamo.reset()`` first, as deepgap's engine does per configuration: the bare loop is
+        built after deepgap's measurement in the same process and must not share its caches.
+        """
+        import torch
+        import torch._dynamo
+        import torch._inductor.config as inductor_config
+
+        torch._dynamo.reset()
+        mode = "reduce-overhead" if self.cuda else None  # CUDA graphs need a GPU
+        compiled = torch.compile(model, mode=mode, dynamic=False)
+        with inductor_config.patch(freezing=True), torch.inference_mode():
+            for _ in range(3):  # compile, then CUDA-graph trees warm up and record
+                compiled(x)
+        self.model, self.step = compiled, lambda: compiled(x)
+
+    def window(self, iterations: int) -> float:
+        """Images/s of ``iterations`` back-to-back calls with events (CPU: clock) around them all."""
+        import time
+
+        import torch
+
+        step = self.step
+        with torch.inference_mode():
+            if not self.cuda:
+                t0 = time.perf_counter()
+                for _ in range(iterations):
+                    step()
+                return self.bs * iterations / (time.perf_counter() - t0)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            start.record()
+            for _ in range(iterations):
+                step()
+            end.record()
+            end.synchronize()
+            return self.bs * iterations / (start.elapsed_time(end) * 1e-3)
 
     def __call__(self, iterations: int, warmup: int) -> float:
         """Images/s = batch / median latency of ``iterations`` synchronized iterations after ``warmup``."""
@@ -143,19 +211,33 @@ def _paired_child(conn, spec, blocks):
 
         state = WorkerState(spec.device)  # deepgap's worker set-up (interop threads 1, CUDA context)
         runner = SweepRunner(spec, spec.device)  # for its requests only; its worker is never started
-        out: dict = {"deepgap": {}, "standalone": {}}
+        arms = ("deepgap", "standalone", "deepgap_window", "standalone_window")
+        out: dict = {arm: {} for arm in arms}
         for cfg in expand(spec, spec.device):
-            bare = BareLoop(cfg.model, cfg.batch_size, spec.device, cfg.engine)
-            got: dict = {"deepgap": [], "standalone": []}
+            def build(cfg=cfg):
+                return BareLoop(cfg.model, cfg.batch_size, spec.device, cfg.engine, cfg.precision)
+
+            # compile-freeze: deepgap first (ABBA as BAAB), so the bare loop compiles once per pair of
+            # its blocks (each deepgap measurement resets Dynamo, which frees the bare loop's graphs)
+            recompiles = cfg.engine == "compile-freeze"
+            bare = None if recompiles else build()
+            got: dict = {arm: [] for arm in arms}
             for b in range(blocks):
-                for arm in ("standalone", "deepgap") if b % 2 == 0 else ("deepgap", "standalone"):
+                first = ("deepgap", "standalone") if recompiles else ("standalone", "deepgap")
+                for arm in first if b % 2 == 0 else first[::-1]:
                     if arm == "standalone":
+                        if bare is None:  # deepgap's compile reset Dynamo's caches: compile afresh
+                            bare = build()
                         got[arm].append(bare(spec.iterations, spec.warmup))
+                        got["standalone_window"].append(bare.window(spec.iterations))
                         continue
+                    if recompiles:
+                        bare = None  # deepgap's prepare calls torch._dynamo.reset(): the bare graphs go
                     res = measure(state, runner.request(cfg))
                     if res.status != Status.OK:
                         raise RuntimeError(f"deepgap at bs{cfg.batch_size}: {res.status.value} {res.reason}")
                     got[arm].append(res.throughput_ips)
+                    got["deepgap_window"].append(res.throughput_pipelined_ips)
             for arm, values in got.items():
                 out[arm][cfg.batch_size] = values
             del bare
@@ -218,6 +300,14 @@ def summarize(sizes: list[int], rounds: list[dict], paired: bool = False) -> lis
         if paired:
             rows[-1].update(blocks=sum(len(g) for g in groups),
                             round_ratios=[float(np.median(g)) for g in groups])
+        if paired and all(r.get("deepgap_window") for r in rounds):  # pipelined: events around N calls
+            wg = [np.array(r["deepgap_window"][bs]) / np.array(r["standalone_window"][bs]) for r in rounds]
+            wmed, (wlo, whi) = float(np.median(np.concatenate(wg))), cluster_ci(wg)
+            rows[-1]["pipelined"] = {
+                "ratio_median": wmed, "ratio_ci": [wlo, whi], "difference_pct": 100 * (wmed - 1),
+                "verdict": verdict(wlo, whi),
+                **{f"{arm}_ips": [statistics.median(r[f"{arm}_window"][bs]) for r in rounds]
+                   for arm in ("standalone", "deepgap")}}
     return rows
 
 
@@ -256,6 +346,33 @@ def print_table(rows: list[dict], default_threads: dict | None) -> None:
         print(f"{row['batch_size']:>6} {statistics.median(row['standalone_ips']):>17,.1f} "
               f"{statistics.median(row['deepgap_ips']):>14,.1f} {row['ratio_median']:>7.4f} "
               f"{f'[{lo:.4f}, {hi:.4f}]':>17} {row['verdict']:>14}{extra}")
+    for row in rows:
+        if "pipelined" in row:  # events around N back-to-back calls (deepgap's throughput_pipelined_ips)
+            w = row["pipelined"]
+            lo, hi = w["ratio_ci"]
+            print(f"{row['batch_size']:>6} {statistics.median(w['standalone_ips']):>17,.1f} "
+                  f"{statistics.median(w['deepgap_ips']):>14,.1f} {w['ratio_median']:>7.4f} "
+                  f"{f'[{lo:.4f}, {hi:.4f}]':>17} {w['verdict']:>14}  pipelined")
+
+
+ENGINES = ("eager", "cudagraph", "compile-freeze", "quant")
+GPU_ONLY = ("cudagraph", "quant")
+
+
+def resolve(engine: str, device: str, precision: str | None, paired: bool) -> tuple[str, str]:
+    """(precision, file suffix) for the options; ValueError names a combination that cannot run."""
+    cpu = not device.startswith("cuda")
+    if engine in GPU_ONLY and cpu:
+        raise ValueError(f"--engine {engine} needs a CUDA device (--device cuda)")
+    if engine in ("compile-freeze", "quant") and not paired:
+        raise ValueError(f"--engine {engine} runs in the paired design only (add --mode paired)")
+    allowed = ("int8", "fp8") if engine == "quant" else ("fp32",) if cpu else ("fp16",)
+    precision = precision or allowed[0]
+    if precision not in allowed:
+        raise ValueError(f"--engine {engine} on {device} takes --precision {' or '.join(allowed)}, "
+                         f"not {precision}")
+    suffix = ("_paired" if paired else "") + ("" if engine == "eager" else f"_{engine}")
+    return precision, suffix + (f"-{precision}" if engine == "quant" else "")
 
 
 def main() -> None:  # noqa: D103
@@ -270,16 +387,21 @@ def main() -> None:  # noqa: D103
                     help="processes: each arm in its own fresh process per round; paired: both arms "
                          "alternate inside one fresh process per round")
     ap.add_argument("--blocks", type=int, default=6, help="paired: ABBA blocks per round")
-    ap.add_argument("--engine", choices=("eager", "cudagraph"), default="eager",
-                    help="cudagraph: deepgap's cudagraph engine vs a bare capture-and-replay loop (GPU only)")
+    ap.add_argument("--engine", choices=ENGINES, default="eager",
+                    help="cudagraph: deepgap's cudagraph engine vs a bare capture-and-replay loop (GPU); "
+                         "compile-freeze: vs torch.compile reduce-overhead + freezing; quant: vs the quant "
+                         "engine's captured runner (GPU only; --precision int8 or fp8)")
+    ap.add_argument("--precision", default=None,
+                    help="default fp16 (fp32 on a CPU); int8 for --engine quant, which also takes fp8")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--continue", dest="cont", action="store_true",
                     help="add the rounds to those already in OUT/harness_overhead[_paired][_cudagraph].json")
     args = ap.parse_args()
-    if args.engine == "cudagraph" and args.device == "cpu":
-        ap.error("--engine cudagraph needs a CUDA device (--device cuda)")
+    try:
+        precision, suffix = resolve(args.engine, args.device, args.precision, args.mode == "paired")
+    except ValueError as exc:
+        ap.error(str(exc))
     sizes = [int(b) for b in args.batch_sizes.split(",")]
-    precision = "fp16" if args.device.startswith("cuda") else "fp32"
     settings = {"model": args.model, "precision": precision, "iterations": args.iterations,
                 "batch_sizes": sizes}
     paired = args.mode == "paired"
@@ -287,12 +409,14 @@ def main() -> None:  # noqa: D103
         settings.update(mode="paired", blocks=args.blocks)
     if args.engine != "eager":  # absent means eager (the files measured before the option existed)
         settings["engine"] = args.engine
+    if args.engine == "quant" or args.precision:
+        settings["precision"] = precision
     os.makedirs(args.out, exist_ok=True)
-    suffix = ("_paired" if paired else "") + ("" if args.engine == "eager" else f"_{args.engine}")
     path = os.path.join(args.out, f"harness_overhead{suffix}.json")
     rounds = load_rounds(path, settings) if args.cont and os.path.exists(path) else []
+    fmt = ("channels_last",) if args.engine in ("compile-freeze", "quant") else ("nchw",)
     spec = SweepSpec(models=(args.model,), precisions=(precision,), batch_sizes=tuple(sizes),
-                     engines=(args.engine,), device=args.device, warmup=args.warmup,
+                     memory_formats=fmt, engines=(args.engine,), device=args.device, warmup=args.warmup,
                      iterations=args.iterations, repeats=1, idle_s=0.0)
     store = "" if paired else os.path.join(tempfile.mkdtemp(), "overhead.sqlite")  # deepgap.run's, per round
     device_name = args.device

@@ -120,3 +120,47 @@ def test_paired_rounds_survive_the_json_round_trip_for_continue(tmp_path):
     assert [r["blocks"] for r in saved["rows"]] == [2, 2] and saved["complete"] is False
     with pytest.raises(SystemExit, match="other settings"):
         mod.load_rounds(path, {**settings, "blocks": 6})
+
+
+def test_engine_options_pick_precision_and_file_suffix_and_refuse_what_cannot_run():
+    resolve = _module().resolve
+    assert resolve("compile-freeze", "cuda", None, True) == ("fp16", "_paired_compile-freeze")
+    assert resolve("compile-freeze", "cpu", None, True) == ("fp32", "_paired_compile-freeze")
+    assert resolve("quant", "cuda", None, True) == ("int8", "_paired_quant-int8")
+    assert resolve("quant", "cuda", "fp8", True) == ("fp8", "_paired_quant-fp8")
+    assert resolve("eager", "cuda", None, False) == ("fp16", "")
+    for bad in (("quant", "cpu", None, True), ("quant", "cuda", "fp16", True),
+                ("compile-freeze", "cuda", None, False), ("cudagraph", "cpu", None, True)):
+        with pytest.raises(ValueError, match="--"):
+            resolve(*bad)
+
+
+def test_bad_engine_option_is_one_line_and_exit_2(tmp_path):
+    p = subprocess.run([sys.executable, SCRIPT, "--device", "cpu", "--engine", "quant", "--mode", "paired",
+                        "--out", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "needs a CUDA device" in p.stderr and not list(tmp_path.iterdir())
+
+
+def test_paired_summary_adds_the_pipelined_ratio_when_windows_were_measured():
+    mod = _module()
+    rounds = [{"standalone": {1: [100.0, 100.0]}, "deepgap": {1: [86.0, 86.0]},
+               "standalone_window": {1: [120.0, 121.0]}, "deepgap_window": {1: [120.0, 121.0]}}]
+    (row,) = mod.summarize([1], rounds, paired=True)
+    assert row["verdict"] == "differ" and row["pipelined"]["verdict"] == "agree"
+    assert row["pipelined"]["ratio_median"] == pytest.approx(1.0)
+    assert row["pipelined"]["standalone_ips"] == [120.5]
+
+
+@pytest.mark.slow
+def test_cpu_smoke_paired_compile_freeze_on_tinycnn(tmp_path):
+    p = subprocess.run([sys.executable, SCRIPT, "--device", "cpu", "--model", "tinycnn", "--mode", "paired",
+                        "--engine", "compile-freeze", "--batch-sizes", "1", "--rounds", "1", "--blocks", "2",
+                        "--iterations", "5", "--warmup", "2", "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    out = json.loads((tmp_path / "harness_overhead_paired_compile-freeze.json").read_text())
+    assert out["engine"] == "compile-freeze" and out["complete"]
+    (rnd,) = out["round_data"]
+    for arm in ("deepgap", "standalone", "deepgap_window", "standalone_window"):
+        assert len(rnd[arm]["1"]) == 2 and min(rnd[arm]["1"]) > 0
+    assert out["rows"][0]["pipelined"]["verdict"] in ("agree", "undecided", "differ")

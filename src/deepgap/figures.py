@@ -337,9 +337,9 @@ def latency_vs_batch(agg: pd.DataFrame) -> Figure:
 def memory_vs_batch(agg: pd.DataFrame) -> Figure:
     """Fig. 9: peak memory vs batch, every stored memory figure labelled by its source."""
     styles = {
-        "device_mem_used_bytes": ("-", "NVML device-wide used"),
-        "peak_mem_reserved_bytes": ("--", "process reserved"),
-        "peak_mem_allocated_bytes": (":", "process allocated"),
+        "device_mem_used_bytes": ("-", "NVML device-wide peak used"),
+        "peak_mem_reserved_bytes": ("--", "process peak reserved"),
+        "peak_mem_allocated_bytes": (":", "process peak allocated"),
         "host_rss_bytes": ("-.", "host RSS"),
     }
     have = [c for c in styles if c in agg and agg[c].notna().any()] if not agg.empty else []
@@ -365,9 +365,11 @@ def memory_vs_batch(agg: pd.DataFrame) -> Figure:
         agg2,
         "fig09_memory_vs_batch",
         "Peak memory vs batch size (fig. 9)",
-        "Solid: NVML device-wide used memory (includes the CUDA context and other processes: the "
-        "paper's way). Dashed: this process's allocator pool (reserved). Dotted: live tensors "
-        "(allocated). Dash-dot: host RSS of CPU runs. Maximum over repeats and sweep passes.",
+        "True peaks over the timed protocol (warm-up and timing; set-up excluded). Solid: NVML "
+        "device-wide used memory, the maximum of the telemetry samples and the reading after timing "
+        "(includes the CUDA context and other processes: the paper's way). Dashed: this process's "
+        "allocator pool (peak reserved). Dotted: live tensors (peak allocated). Dash-dot: host RSS "
+        "of CPU runs. Maximum over repeats and sweep passes.",
         "GiB",
         draw,
         need="_any",

@@ -52,9 +52,9 @@ MEMORY_COLS = [
 TELEMETRY_MEDIAN = ["mean_power_w", "energy_j", "joules_per_image", "ips_per_watt"]
 TELEMETRY_MAX = ["max_temp_c"]
 MEMORY_LABELS = {
-    "device_mem_used_bytes": "device-wide used (NVML, the paper's way)",
-    "peak_mem_reserved_bytes": "process peak reserved (torch allocator)",
-    "peak_mem_allocated_bytes": "process peak allocated (torch tensors)",
+    "device_mem_used_bytes": "device-wide peak used while timing (NVML, sampled; the paper's way)",
+    "peak_mem_reserved_bytes": "process peak reserved while timing (torch allocator)",
+    "peak_mem_allocated_bytes": "process peak allocated while timing (torch tensors)",
     "host_rss_bytes": "host RSS (CPU process)",
 }
 

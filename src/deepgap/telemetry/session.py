@@ -151,7 +151,8 @@ class MeasureTelemetry:
             w.status = sm.error
         d = w.to_dict()
         d.update(sample_hz=self.settings.sample_hz, energy_window_min_s=self.settings.energy_window_s
-                 if self.extended else self.requested_min_s, window_extended=self.extended)
+                 if self.extended else self.requested_min_s, window_extended=self.extended,
+                 max_device_mem_used_bytes=max_mem_used(sm.samples))
         result.extra["telemetry"] = d
         flags = contamination_flags(w, self.settings)
         if flags:
@@ -179,6 +180,16 @@ class MeasureTelemetry:
         res.extra["thermal"] = summary
         res.telemetry = [(p, x.t_s, x.to_dict()) for p, x in self.sampler.samples]
         return res
+
+
+def max_mem_used(samples: list[tuple[str, Any]]) -> int | None:
+    """The highest device memory used in any sample of the protocol (warm-up, latency pass, windows).
+
+    The sampler runs through the whole timed protocol, so this is the device-wide peak at the
+    sampling rate; a single reading after timing can miss transient workspace that was freed.
+    """
+    used = [s.mem_used_bytes for _, s in samples if s.mem_used_bytes is not None]
+    return int(max(used)) if used else None
 
 
 def _safe_settings(backend: Backend) -> dict[str, Any]:
