@@ -31,10 +31,10 @@ serving)
         --serve-args "--verify-policies 1" --store $S/serving-int8.sqlite --out $OUT/serving-int8.json
     pack $S/serving-int8.sqlite ;;
 harness)
-    for e in compile-freeze quant; do
-        step "harness overhead $e" 200 python benchmarks/harness_overhead.py --mode paired --engine $e \
-            --batch-sizes 1,32,256 --out $OUT
-    done ;;
+    step "harness overhead compile-freeze" 240 python benchmarks/harness_overhead.py --mode paired \
+        --engine compile-freeze --batch-sizes 1,32,256 --rounds 1 --blocks 2 --out $OUT
+    step "harness overhead quant int8" 120 python benchmarks/harness_overhead.py --mode paired \
+        --engine quant --precision int8 --batch-sizes 1,32,256 --rounds 1 --blocks 2 --out $OUT ;;
 default)
     R=(); [ -f $S/default.sqlite ] && R=(--resume)
     step "default GPU sweep" "${DEFAULT_LIMIT:-560}" python -m deepgap run --store $S/default.sqlite "${R[@]}"
