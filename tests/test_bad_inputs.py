@@ -91,6 +91,8 @@ CASES = [
      "not a state dict"),
     ("weights of another model", lambda t, g: RUN + ["--weights", _weights(t, "other"), "--store",
                                                      str(t / "n.sqlite")], "does not fit"),
+    ("weights junk, several GPUs", lambda t, g: RUN + ["--weights", _weights(t, "junk"), "--devices", "all",
+                                                       "--store", str(t / "n.sqlite")], "cannot be loaded"),
     ("binary config", lambda t, g: ["run", "--config", _binary(t), "--store", str(t / "n.sqlite")],
      "not a text file"),
     ("config is a folder", lambda t, g: ["run", "--config", str(t), "--store", str(t / "n.sqlite")],

@@ -112,6 +112,15 @@ def run(
     if devices or ray or where or (resume and stored_fleet(store, resume)):
         from deepgap.fleet.session import run_fleet
 
+        if not resume:  # a bad weights file stops a fleet run here too, before any node is asked
+            fleet_spec = validate(as_spec(spec))
+            if fleet_spec.weights:
+                from deepgap.models import resolve_model
+                from deepgap.models.registry import check_weights
+
+                m = fleet_spec.models[0]
+                check_weights(m, fleet_spec.resolution or resolve_model(m).default_resolution, fleet_spec.weights)
+
         return run_fleet(spec, store, resume, on_event, command, devices=devices, ray=ray, where=where)
     if resume:
         s, run_row = open_resume(store, resume)
