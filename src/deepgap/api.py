@@ -119,7 +119,8 @@ def run(
                 from deepgap.models.registry import check_weights
 
                 m = fleet_spec.models[0]
-                check_weights(m, fleet_spec.resolution or resolve_model(m).default_resolution, fleet_spec.weights)
+                res = fleet_spec.resolution or resolve_model(m).default_resolution
+                check_weights(m, res, fleet_spec.weights)
 
         return run_fleet(spec, store, resume, on_event, command, devices=devices, ray=ray, where=where)
     if resume:
