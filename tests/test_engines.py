@@ -171,12 +171,11 @@ def test_compile_failure_is_an_error_with_the_compilers_message():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("DEEPGAP_TEST_ALL_ENGINES"),
-                    reason="~1 min of Inductor compilation on a 2-core CPU; set DEEPGAP_TEST_ALL_ENGINES=1")
 def test_every_compile_variant_on_cpu(tmp_path, tiny_spec, cache):
+    """Each torch.compile variant measures end to end through a worker (one batch size: compile time)."""
     engines = ("compile-max-autotune", "compile-reduce-overhead", "compile-freeze")
-    res = deepgap.run(tiny_spec.replace(engines=engines, batch_sizes=(1, 3)), store=str(tmp_path / "s.sqlite"))
-    assert len(res.results) == 6
+    res = deepgap.run(tiny_spec.replace(engines=engines, batch_sizes=(2,)), store=str(tmp_path / "s.sqlite"))
+    assert len(res.results) == 3
     for r in res.results:
         assert r.status == Status.OK, (r.spec.engine, r.reason)
         assert r.extra["correctness"]["rel_l2"] < 1e-5

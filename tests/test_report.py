@@ -160,16 +160,31 @@ def test_bad_input_writes_nothing(tmp_path, full, capsys):
     assert sorted(os.listdir(out)) == ["afile"]
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root can write into read-only folders")
-def test_unwritable_folder(tmp_path, full, capsys):
+def test_unwritable_folder(tmp_path, full, capsys, monkeypatch):
     ro = tmp_path / "ro"
     ro.mkdir()
     ro.chmod(0o500)
+    if os.geteuid() == 0:  # root ignores permission bits (CI runs as root): the check sees them as a user would
+        real = os.access
+        monkeypatch.setattr(os, "access", lambda p, mode: False if str(p) == str(ro) else real(p, mode))
     try:
         assert main(["report", full["store"], "-o", str(ro / "r.html")]) == 2
         assert "not a writable folder" in capsys.readouterr().err and os.listdir(ro) == []
     finally:
         ro.chmod(0o700)
+
+
+def test_folder_whose_probe_file_cannot_be_created(tmp_path, full, capsys, monkeypatch):
+    """Permission bits say nothing of read-only mounts or a full disk: a probe file is created first."""
+    import tempfile
+
+    def refuse(*a, **k):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    assert main(["report", full["store"], "-o", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err
+    assert "Read-only file system" in err and not (tmp_path / "r.html").exists()
 
 
 @pytest.mark.slow
