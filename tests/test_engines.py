@@ -1,6 +1,5 @@
 """Engines end to end on the CPU: real worker processes, the store, correctness, skips with reasons."""
 
-import os
 
 import pytest
 
