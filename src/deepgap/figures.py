@@ -31,9 +31,9 @@ OVERLAYS = frozenset(
         "CI target missed",
         "Pareto frontier",
         "dotted: pipelined (no sync)",
-        "NVML device-wide used",
-        "process reserved",
-        "process allocated",
+        "NVML device-wide peak used",
+        "process peak reserved",
+        "process peak allocated",
         "host RSS",
     }
 )
