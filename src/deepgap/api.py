@@ -112,16 +112,6 @@ def run(
     if devices or ray or where or (resume and stored_fleet(store, resume)):
         from deepgap.fleet.session import run_fleet
 
-        if not resume:  # a bad weights file stops a fleet run here too, before any node is asked
-            fleet_spec = validate(as_spec(spec))
-            if fleet_spec.weights:
-                from deepgap.models import resolve_model
-                from deepgap.models.registry import check_weights
-
-                m = fleet_spec.models[0]
-                res = fleet_spec.resolution or resolve_model(m).default_resolution
-                check_weights(m, res, fleet_spec.weights)
-
         return run_fleet(spec, store, resume, on_event, command, devices=devices, ray=ray, where=where)
     if resume:
         s, run_row = open_resume(store, resume)
@@ -141,15 +131,6 @@ def run(
         s = None
         done = set()
     configs = [c for c in expand(sweep, device) if c.key not in done]
-    if sweep.weights and configs:  # a file that is no state dict, or not this model's, stops here, not per row
-        from deepgap.models.registry import check_weights
-
-        try:
-            check_weights(configs[0].model, configs[0].resolution, sweep.weights)
-        except BaseException:
-            if s is not None:
-                s.close()
-            raise
     runner = SweepRunner(sweep, device)
     try:
         runner.start()

@@ -77,7 +77,7 @@ FLAG_COLUMNS: list[Col] = [
     ("flags", lambda r: fmt_list(r.get("flags"))),
     ("warnings", lambda r: fmt_list(r.get("warnings"))),
 ]
-def _spread_text(r: dict[str, Any]) -> str:
+def spread_text(r: dict[str, Any]) -> str:
     """'±1.2% over 2 (1,010 / 1,030)': the sweeps' coefficient of variation and their throughputs."""
     cv, vals = r.get("between_sweep_cv"), r.get("sweep_throughputs")
     if not isinstance(vals, list) or len(vals) < 2 or cv is None or cv != cv:
@@ -201,7 +201,7 @@ TABLE_SPECS: dict[str, tuple[str, list[Col]]] = {
             ("allocated GiB", lambda r: fmt_gib(r["peak_mem_allocated_bytes"])),
             ("host RSS GiB", lambda r: fmt_gib(r["host_rss_bytes"])),
             ("n", "n_measurements"),
-            ("between sweeps", lambda r: _spread_text(r)),
+            ("between sweeps", lambda r: spread_text(r)),
             (
                 "flagged measurements left out",
                 lambda r: (

@@ -79,7 +79,8 @@ ACCURACY_WORST = {"rel_l2": "max", "cosine": "min", "top1_agreement": "min"}
 QUANTIZED = ("int8", "fp8")
 
 
-def _telemetry_flags(extra: dict[str, Any]) -> list[str]:
+def telemetry_flags(extra: dict[str, Any]) -> list[str]:
+    """The telemetry flags stored in a measurement's ``extra`` (a string or a list)."""
     flags = extra.get("flags") or []
     return [str(f) for f in ([flags] if isinstance(flags, str) else flags) if str(f)]
 
@@ -98,7 +99,7 @@ def _split_telemetry(extra: dict[str, Any]) -> tuple[list[str], list[str]]:
     """(disqualifying, warning) telemetry flags of one measurement."""
     capped = power_capped(extra)
     bad, warn = [], []
-    for f in _telemetry_flags(extra):
+    for f in telemetry_flags(extra):
         if f in WARNING_FLAGS:
             warn.append(f)
         elif capped and f == "power-throttle":
@@ -254,10 +255,9 @@ def aggregate(df: pd.DataFrame, samples: sweeps.SamplesFn | None = None) -> pd.D
         used = clean if len(clean) else grp
         row: dict[str, Any] = dict(zip(GROUP_COLS, key, strict=True))
         row["throughput_ips"] = _median(used["throughput_ips"])
-        row["throughput_ci_low_ips"], row["throughput_ci_high_ips"], row["ci_method"] = _throughput_ci(used)
         hier = sweeps.throughput_ci(used, samples) if samples is not None and len(used) >= 2 else None
-        if hier is not None:
-            row["throughput_ci_low_ips"], row["throughput_ci_high_ips"], row["ci_method"] = hier
+        ci = hier or _throughput_ci(used)
+        row["throughput_ci_low_ips"], row["throughput_ci_high_ips"], row["ci_method"] = ci
         row["between_sweep_cv"], row["sweep_throughputs"], disagree = sweeps.spread(used)
         row["throughput_pipelined_ips"] = _median(used["throughput_pipelined_ips"])
         row["latency_median_s"] = _median(used["latency_median_s"])

@@ -13,12 +13,8 @@ from typing import Any
 
 import pandas as pd
 
+from deepgap.analysis.frame import telemetry_flags
 from deepgap.stats import finite_or_none
-
-
-def _flags(extra: Any) -> list[str]:
-    flags = extra.get("flags") if isinstance(extra, dict) else None
-    return [str(f) for f in ([flags] if isinstance(flags, str) else flags or [])]
 
 
 def _warmup_text(s: dict[str, Any] | None) -> str:
@@ -56,7 +52,7 @@ def thermal_state(
                 summ = {k: v for k, v in last.items() if not (isinstance(v, float) and pd.isna(v))}
         mine = df[df["run_id"] == r["run_id"]] if len(df) and "run_id" in df else df.iloc[0:0]
         ok = mine[mine["status"] == "ok"] if len(mine) else mine
-        rising = sum("temp-rising" in _flags(e) for e in ok.get("extra", ()))
+        rising = sum("temp-rising" in telemetry_flags(e or {}) for e in ok.get("extra", ()))
         rows.append({
             "run_id": r["run_id"],
             "platform": r.get("env", {}).get("device_name", ""),

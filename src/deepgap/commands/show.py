@@ -105,7 +105,7 @@ def _print_sweeps(store, df, console) -> None:
     from rich.table import Table
 
     from deepgap.analysis import aggregate, config_label, prepare
-    from deepgap.report_format import _spread_text, fmt_ci, fmt_ips
+    from deepgap.report_format import spread_text, fmt_ci, fmt_ips
 
     if df.empty or not (df["status"] == "ok").any():
         return
@@ -117,7 +117,7 @@ def _print_sweeps(store, df, console) -> None:
               title="measured in several sweeps (worker processes)")
     for r in multi.to_dict("records"):
         t.add_row(config_label(r), fmt_ips(r["throughput_ips"]),
-                  fmt_ci(r["throughput_ci_low_ips"], r["throughput_ci_high_ips"]), _spread_text(r),
+                  fmt_ci(r["throughput_ci_low_ips"], r["throughput_ci_high_ips"]), spread_text(r),
                   "spread" if "spread" in r["warnings"] else "")
     n_spread = sum("spread" in w for w in multi["warnings"])
     console.print(t)
