@@ -3,14 +3,8 @@
 # (resumed from /tmp/s5, where the previous call left it), serve quant int8 over a service curve, and
 # benchmarks/serving.py for quant int8 (with LoadGen) and cudagraph fp16. Every store gzipped into $OUT.
 set -uo pipefail
-export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
+source benchmarks/device_lib.sh  # PYTHONPATH, the carried LoadGen wheel, step(), pack()
 S=/tmp/s5; mkdir -p $S
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=$PYTHONPATH:/tmp/site
-step() { local n=$1 l=$2; shift 2; echo "######## $n ($(date +%T), limit ${l}s)"; local t0=$SECONDS
-         timeout "$l" "$@"; echo "######## $n: rc=$? in $((SECONDS - t0))s"; }
-pack() { python3 -c "import sqlite3,sys; sqlite3.connect(sys.argv[1]).execute('PRAGMA wal_checkpoint(TRUNCATE)')" "$1" \
-         && gzip -c "$1" > "$OUT/$(basename "$1").gz"; }
 step "default sweep, resumed" 150 python -m deepgap run --resume --store $S/default.sqlite
 pack $S/default.sqlite
 step "serve quant int8 offline" 70 python -m deepgap serve --model resnet50 --engine quant --precision int8 \

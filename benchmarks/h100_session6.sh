@@ -8,16 +8,8 @@
 # Stores live in /tmp/s6 on the device (the tool's working-tree sync deletes files in the repository
 # folder between calls) and are gzipped into $OUT after every step.
 set -uo pipefail
-export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
+source benchmarks/device_lib.sh  # PYTHONPATH, the carried LoadGen wheel, step(), pack()
 S=/tmp/s6; mkdir -p $S
-if ls .whl/*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-        && export PYTHONPATH=$PYTHONPATH:/tmp/site
-fi
-step() { local n=$1 l=$2; shift 2; echo "######## $n ($(date +%T), limit ${l}s)"; local t0=$SECONDS
-         timeout "$l" "$@"; echo "######## $n: rc=$? in $((SECONDS - t0))s"; }
-pack() { python3 -c "import sqlite3,sys; sqlite3.connect(sys.argv[1]).execute('PRAGMA wal_checkpoint(TRUNCATE)')" "$1" \
-         && gzip -c "$1" > "$OUT/$(basename "$1").gz"; }
 for what in "$@"; do case $what in
 quant)
     R=(); [ -f $S/quant-batches.sqlite ] && R=(--resume)

@@ -12,8 +12,6 @@ Steps of `prepare_quant` (all outside the timed window; their cost is ``Prepared
 
 from __future__ import annotations
 
-import contextlib
-import statistics
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -22,15 +20,16 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from deepgap.quant import layers
+from deepgap.quant import tunecache as tune_cache
 from deepgap.quant.calibrate import DEFAULT_METHOD, CalibrationKey, calibrate
 from deepgap.quant.fold import conv_macs, resnet_graph
-from deepgap.quant.network import QuantNet, build, fp16_conv
-from deepgap.quant.plan import LayerTiming, candidate_configs, choose_modes
+from deepgap.quant.network import QuantNet, build
+from deepgap.quant.plan import choose_modes
+from deepgap.quant.tuning import CHECK_BATCH, _agree, _sync, time_layer, time_s  # noqa: F401 (time_s: API)
 
 if TYPE_CHECKING:
     from deepgap.quant.fold import Graph
 
-CHECK_BATCH = 2  # images in each kernel's self-check against the exact reference
 
 
 @dataclass
@@ -40,8 +39,8 @@ class QuantOptions:
     calib_images: int = 32
     calib_seed: int = 0
     calib_method: str = DEFAULT_METHOD
-    calib_set: Any = None  # a deepgap.calibration.CalibrationSet of real images (accuracy mode); None: synthetic
-    use_cache: bool = True
+    calib_set: Any = None  # a CalibrationSet of real images (accuracy mode); None: synthetic
+    use_cache: bool = True  # the calibration and tuning caches (tunecache.py)
     per_layer_choice: bool = True  # time quantized vs fp16 per layer; False = every layer quantized
     autotune: bool = True  # time every candidate tile configuration (else the heuristic one)
     cuda_graph: bool = True
@@ -95,156 +94,6 @@ def variant(
         net.configs[name] = cfg
     net.stem_backend = helper
     return _make_runner(net, result.batch, result.resolution, result.device, cuda_graph)
-
-
-def time_s(fn, reps: int = 10, device: str = "cuda", use_graph: bool = True) -> float:
-    """Median seconds of ``fn()``; on CUDA replays a graph of ``reps`` calls when capture works.
-
-    Graph replay removes the Python launch overhead, which at small batches is larger than the kernel.
-    On the CPU (tests, Triton interpreter) it is a plain ``perf_counter`` median.
-    """
-    if not str(device).startswith("cuda"):
-        fn()
-        times = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        return statistics.median(times)
-    for _ in range(2):
-        fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    if use_graph:
-        try:
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                for _ in range(reps):
-                    fn()
-            g.replay()
-            times = []
-            for _ in range(3):
-                start.record()
-                g.replay()
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end) * 1e-3 / reps)
-            del g
-            return statistics.median(times)
-        except Exception:  # noqa: BLE001 - fall back to launch-by-launch timing
-            torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e-3)
-    return statistics.median(times)
-
-
-def _rand_act(m: int, c: int, fmt: str, device) -> torch.Tensor:
-    """Random, never-zero-heavy activations in a storage format (int8 in ±100, fp8/fp16 normal·40)."""
-    if fmt == "int8":
-        return torch.randint(-100, 101, (m, c), dtype=torch.int8, device=device)
-    return (torch.randn(m, c, device=device) * 40).to(layers.DTYPES[fmt])
-
-
-def _agree(out: torch.Tensor, ref: torch.Tensor, fmt: str) -> str | None:
-    """None when a kernel's output matches the exact reference, else a one-line reason."""
-    if out.shape != ref.shape or out.dtype != ref.dtype:
-        return f"shape/dtype {tuple(out.shape)} {out.dtype} != {tuple(ref.shape)} {ref.dtype}"
-    o, r = out.float(), ref.float()
-    if not torch.isfinite(o).all():
-        return "non-finite output"
-    if fmt == "int8":
-        d = (o - r).abs()
-        if d.max() > 1 or (d > 0).float().mean() > 1e-3:
-            frac = float((d > 0).float().mean())
-            return f"int8 mismatch: max |Δ| {float(d.max()):.0f}, {frac:.2%} of elements"
-        return None
-    rel = float((o - r).norm() / r.norm().clamp_min(1e-12))
-    bound = 0.03 if fmt == "fp8" else 5e-3  # fp16 out: fp8 tensor cores accumulate imprecisely
-    return None if rel <= bound else f"{fmt} mismatch: relative error {rel:.3g} > {bound}"
-
-
-def _time_layer(net: QuantNet, name: str, batch: int, opts: QuantOptions, backend_ok: bool) -> LayerTiming:
-    """Self-check and time one convolution's quantized candidates and its fp16 path."""
-    layer = net.convs[name]
-    n = layer.node
-    h, w, _ = net.shapes[n.inp]
-    oh, ow, _ = net.shapes[n.out]
-    dev = layer.w_q.device
-    t = LayerTiming(name=name, macs=batch * oh * ow * n.cout * n.cin * n.kernel_size**2)
-    x = _rand_act(batch * h * w, n.cin, layer.in_fmt, dev)
-    res = _rand_act(batch * oh * ow, n.cout, layer.res_fmt, dev) if n.residual else None
-    cb = min(CHECK_BATCH, batch)
-    xs = x[: cb * h * w]
-    rs = res[: cb * oh * ow] if res is not None else None
-    ref = layers.conv_reference(layer, xs, (cb, h, w), rs)
-    errors: list[str] = []
-    best: tuple[float, str, Any] | None = None
-    cands: list[tuple[str, Any]] = []
-    if backend_ok and opts.force_backend != "torch":
-        cfgs = candidate_configs(batch * oh * ow, n.cout, n.cin, net.qfmt, n.residual is not None)
-        cands += [("triton", c) for c in (cfgs if opts.autotune else cfgs[:1])]
-    if opts.force_backend != "triton":
-        cands.append(("torch", None))
-    for backend, cfg in cands:
-        if backend == "torch" and best is not None:
-            break  # the torch path is a fallback, not a contender
-        net.backend[name], net.configs[name] = backend, cfg
-        try:
-            why = _agree(net.run_conv(name, xs, cb, rs), ref, layer.out_fmt)
-            if why is None:
-                sec = time_s(lambda: net.run_conv(name, x, batch, res), opts.timing_reps, str(dev))
-                if best is None or sec < best[0]:
-                    best = (sec, backend, cfg)
-            else:
-                errors.append(f"{backend} {cfg.label if cfg else ''}: {why}")
-        except Exception as exc:  # noqa: BLE001 - a failing kernel is reported and skipped
-            errors.append(
-                f"{backend} {cfg.label if cfg else ''}: {type(exc).__name__}: {_first_line(exc)}"
-            )
-            _sync(dev)
-    if best is not None:
-        t.q_s, t.kernel, t.config = best[0], best[1], best[2].label if best[2] else None
-        net.backend[name], net.configs[name] = best[1], best[2]
-    if errors:
-        t.q_error = "; ".join(errors)[:1000]
-    if opts.per_layer_choice or best is None:
-        xh = _rand_act(batch * h * w, n.cin, "fp16", dev)
-
-        def fp16_path():
-            acc = fp16_conv(xh, (batch, h, w), layer.w_half, n.stride, n.padding)
-            if backend_ok:
-                return _epi(acc, layer, res)
-            return layers.epilogue_reference(
-                acc.float(), layer.alpha, layer.beta, layer.out_fmt, n.relu, res, layer.gamma
-            )
-
-        try:
-            t.fp16_s = time_s(fp16_path, opts.timing_reps, str(dev))
-        except Exception as exc:  # noqa: BLE001
-            t.q_error = ((t.q_error or "") + f"; fp16: {type(exc).__name__}: {exc}")[:1000]
-    return t
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc) or "?").splitlines()[0][:200]
-
-
-def _sync(device) -> None:
-    """Synchronize after a failed launch; a sticky CUDA error then surfaces at the next real call."""
-    if str(device).startswith("cuda"):
-        with contextlib.suppress(Exception):
-            torch.cuda.synchronize()
-
-
-def _epi(acc, layer, res):
-    from deepgap.quant import kernels
-
-    return kernels.epilogue(acc, layer.alpha, layer.beta, layer.out_fmt, layer.node.relu, res, layer.gamma)
 
 
 def _triton_ok() -> str | None:
@@ -309,8 +158,12 @@ def prepare_quant(
     net = build(graph, precision, amax, {}, resolution).to(device)
     t1 = time.perf_counter()
     use_triton = triton_err is None and opts.force_backend != "torch"
-    timings = [_time_layer(net, name, batch, opts, use_triton) for name in net.convs]
-    log(f"timed {len(timings)} layers in {time.perf_counter() - t1:.1f}s")
+    cache = tune_cache.TuneCache(tune_cache.device_key(device)) if opts.use_cache and opts.autotune else None
+    timings = [time_layer(net, name, batch, opts, use_triton, cache) for name in net.convs]
+    log(f"timed {len(timings)} layers in {time.perf_counter() - t1:.1f}s"
+        + (f" (tuning cache: {cache.hits} hits, {cache.misses} tuned)" if cache is not None else ""))
+    if cache is not None:
+        info["tune_cache"] = cache.summary()
     if opts.per_layer_choice:
         modes = choose_modes(timings, opts.margin)
     else:

@@ -156,6 +156,9 @@ class LayerTiming:
     q_error: str | None = None  # why the quantized kernel is not usable (compile/self-check failure)
     mode: str = "q"
     kernel: str = "triton"  # 'triton', 'torch' (_int_mm/_scaled_mm) or 'cudnn'
+    gemm: tuple[int, int, int] | None = None  # (M, N, K) of the implicit GEMM: rows, C_out, C_in·k²
+    bytes: int | None = None  # fewest bytes of the quantized kernel: input, weights, residual, output once
+    from_cache: bool = False  # fp16_s and the tile came from the tuning cache (q_s is timed anyway)
 
     def as_dict(self) -> dict:
         """Plain dict for ``Prepared.info``."""

@@ -1,0 +1,13 @@
+# Shared by the benchmarks/<gpu>_session*.sh drivers (source it): the LoadGen wheel from .whl/ if carried,
+# `step NAME LIMIT_S CMD...` (a timed, labelled, time-limited step) and `pack STORE` (checkpoint the WAL,
+# gzip the store into $OUT). Stores live outside the repository folder on the device, because the device
+# tool's working-tree sync deletes untracked files there between calls.
+export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
+if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        && export PYTHONPATH=$PYTHONPATH:/tmp/site
+fi
+step() { local n=$1 l=$2; shift 2; echo "######## $n ($(date +%T), limit ${l}s)"; local t0=$SECONDS
+         timeout "$l" "$@"; echo "######## $n: rc=$? in $((SECONDS - t0))s"; }
+pack() { python3 -c "import sqlite3,sys; sqlite3.connect(sys.argv[1]).execute('PRAGMA wal_checkpoint(TRUNCATE)')" "$1" \
+         && gzip -c "$1" > "$OUT/$(basename "$1").gz"; }

@@ -1,0 +1,89 @@
+"""The quant engine's tuning cache: keyed, persistent, checked on every hit, ignored when damaged (CPU)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torchvision import models
+
+from deepgap.quant import tunecache
+from deepgap.quant.engine import QuantOptions, prepare_quant
+from deepgap.quant.plan import TileConfig
+
+SHAPE = tunecache.LayerShape("int8", 3136, 64, 64, 3, 1, 1, "int8", "int8", None, True)
+PARTS = {"device": "NVIDIA H100 80GB HBM3", "cc": "9.0", "torch": "2.11", "triton": "3.6"}
+
+
+def test_a_choice_survives_a_new_process_and_other_keys_do_not_see_it(tmp_path):
+    cache = tunecache.TuneCache(PARTS, tmp_path)
+    choice = tunecache.Choice("triton", TileConfig(64, 128, 64, 8, 4, 1, early_res=True), 2.5e-6, 4.0e-6)
+    cache.put(SHAPE, choice)
+    assert tunecache.TuneCache(PARTS, tmp_path).get(SHAPE) == choice
+    other = tunecache.TuneCache({**PARTS, "triton": "3.7"}, tmp_path)
+    assert other.get(SHAPE) is None and other.path != cache.path
+    wider = tunecache.LayerShape(**{**SHAPE.__dict__, "n": 128})
+    assert cache.get(wider) is None
+
+
+def test_a_damaged_or_foreign_cache_file_is_ignored_and_rewritten(tmp_path):
+    cache = tunecache.TuneCache(PARTS, tmp_path)
+    cache.path.write_text("{not json")
+    assert tunecache.TuneCache(PARTS, tmp_path).get(SHAPE) is None
+    cache.path.write_text(json.dumps({"key": {"device": "else"}, "layers": {SHAPE.key(): {}}}))
+    assert tunecache.TuneCache(PARTS, tmp_path).get(SHAPE) is None
+    cache.path.write_text(json.dumps({"key": PARTS, "layers": {SHAPE.key(): {"backend": "triton"}}}))
+    fresh = tunecache.TuneCache(PARTS, tmp_path)
+    assert fresh.get(SHAPE) is None  # a malformed entry counts as absent
+    fresh.put(SHAPE, tunecache.Choice("torch", None, 1e-5, None))
+    assert json.loads(cache.path.read_text())["layers"][SHAPE.key()]["backend"] == "torch"
+
+
+def test_the_key_names_device_versions_and_kernel_sources():
+    parts = tunecache.device_key("cpu")
+    assert {"device", "cc", "torch", "triton", "sources"} <= set(parts)
+    assert parts["torch"] == torch.__version__ and len(parts["sources"]) == 16
+
+
+@pytest.fixture(scope="module")
+def resnet18():
+    torch.manual_seed(0)
+    return models.resnet18().eval()
+
+
+def _opts(**kw):
+    return QuantOptions(calib_images=2, calib_method="max", timing_reps=1, force_backend="torch", **kw)
+
+
+def test_a_second_preparation_reuses_every_choice_and_still_times_the_kernel(resnet18, tmp_path, monkeypatch):
+    monkeypatch.setenv("DEEPGAP_CACHE", str(tmp_path))
+    first = prepare_quant(resnet18, "int8", 1, 32, "resnet18", device="cpu", opts=_opts())
+    tuned = first.info["tune_cache"]
+    # ResNet-18 repeats layer shapes (layer1's four 3×3s): a repeat is a hit within the same preparation
+    assert tuned["hits"] + tuned["misses"] == 19 and 0 < tuned["hits"] < tuned["misses"]
+    assert sum(t["from_cache"] for t in first.info["layers"]) == tuned["hits"]
+    second = prepare_quant(resnet18, "int8", 1, 32, "resnet18", device="cpu", opts=_opts())
+    assert second.info["tune_cache"] == {**tuned, "hits": 19, "misses": 0}
+    for a, b in zip(first.info["layers"], second.info["layers"]):
+        assert b["from_cache"]
+        # the tile and the fp16 time are the cached ones; q vs fp16 is decided again on a fresh q time
+        assert b["fp16_s"] == a["fp16_s"] and b["config"] == a["config"]
+        assert b["q_s"] is not None and b["gemm"] == a["gemm"] and b["bytes"] == a["bytes"] > 0
+    other_batch = prepare_quant(resnet18, "int8", 2, 32, "resnet18", device="cpu", opts=_opts())
+    assert other_batch.info["tune_cache"]["misses"] == tuned["misses"]  # another batch: other GEMM shapes
+    no_cache = prepare_quant(resnet18, "int8", 1, 32, "resnet18", device="cpu", opts=_opts(use_cache=False))
+    assert "tune_cache" not in no_cache.info and not any(t["from_cache"] for t in no_cache.info["layers"])
+
+
+def test_a_cached_tile_that_is_no_longer_a_candidate_is_tuned_again(resnet18, tmp_path, monkeypatch):
+    monkeypatch.setenv("DEEPGAP_CACHE", str(tmp_path))
+    first = prepare_quant(resnet18, "int8", 1, 32, "resnet18", device="cpu", opts=_opts())
+    path = tmp_path / "quant" / first.info["tune_cache"]["file"]
+    doc = json.loads(path.read_text())
+    for entry in doc["layers"].values():  # a Triton tile, while only the torch path is a candidate
+        entry.update(backend="triton", config={"bm": 64, "bn": 64, "bk": 64})
+    path.write_text(json.dumps(doc))
+    again = prepare_quant(resnet18, "int8", 1, 32, "resnet18", device="cpu", opts=_opts())
+    assert again.info["tune_cache"]["misses"] == first.info["tune_cache"]["misses"]  # every distinct shape
+    assert all(t["kernel"] in ("torch", "cudnn") for t in again.info["layers"])
