@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from deepgap.config import SweepSpec
@@ -16,6 +18,30 @@ TINY = dict(
 def tiny_spec() -> SweepSpec:
     """A sweep of two configurations of the tiny CNN on one CPU thread."""
     return SweepSpec(**TINY)
+
+
+FULL_RUN_WORKERS = 2
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """A full run (``python -m pytest -q``, no paths, no ``-n``) uses two pytest-xdist workers, one file each.
+
+    Why: most of the suite's time is spent waiting on real worker processes, sockets and timeouts, so two
+    workers fit a 2-core machine; ``--dist loadfile`` keeps each file (and its module fixtures, the Ray
+    cluster, the served store) in one worker. ``pytest tests/test_x.py``, ``-n 0``, ``--pdb``, ``--co`` or
+    ``DEEPGAP_TEST_SERIAL=1`` stay serial; without pytest-xdist installed this does nothing. Runs before
+    xdist's own hook (conftests register after plugins, and same-priority hooks run newest first).
+    """
+    opt = config.option
+    if not config.pluginmanager.hasplugin("xdist") or hasattr(config, "workerinput"):
+        return
+    if config.args_source != pytest.Config.ArgsSource.TESTPATHS or os.environ.get("DEEPGAP_TEST_SERIAL"):
+        return
+    if opt.numprocesses is not None or opt.dist != "no" or opt.tx or opt.collectonly or opt.usepdb:
+        return
+    opt.numprocesses = FULL_RUN_WORKERS
+    opt.dist = "loadfile"
 
 
 def pytest_collection_modifyitems(config, items):
