@@ -42,10 +42,19 @@ def pytest_cmdline_main(config):
         return
     opt.numprocesses = FULL_RUN_WORKERS
     opt.dist = "loadfile"
+    opt.loadscopereorder = False  # files in collection order: the slow files first (see below)
 
 
 def pytest_collection_modifyitems(config, items):
-    """Skip @pytest.mark.gpu tests unless CUDA is usable."""
+    """Skip @pytest.mark.gpu tests unless CUDA is usable; under xdist, hand out slow files first.
+
+    Why the order: a worker takes the next whole file when it is nearly done with one, so a slow file
+    (real worker processes, the Ray cluster, serving) handed out last would leave the other worker idle
+    at the end. Files keep their own test order (module fixtures and the Ray tests depend on it).
+    """
+    if hasattr(config, "workerinput") and config.option.dist == "loadfile":
+        slow = {item.path for item in items if item.get_closest_marker("slow")}
+        items.sort(key=lambda item: item.path not in slow)  # stable: files stay whole and in order
     try:
         import torch
 
