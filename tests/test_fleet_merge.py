@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
-import subprocess
-import sys
 
 import pytest
+from clirun import deepgap_cli
+from fixtures_store import build_store
 
 from deepgap.errors import StoreError
 from deepgap.fleet.merge import merge
 from deepgap.store import Store
-from fixtures_store import build_store
 
 
 def counts(path: str) -> dict[str, int]:
@@ -129,17 +128,14 @@ def test_run_selection_takes_only_those_runs_and_their_rows(two_machines, tmp_pa
     assert con.execute("SELECT count(*) FROM telemetry").fetchone()[0] == want["telemetry"]
     assert con.execute("SELECT run_id FROM ext_runs").fetchall() == [(runs[0],)]
     con.close()
-    p = subprocess.run([sys.executable, "-m", "deepgap", "merge", a, "--run", "no-such-run",
-                        "-o", str(tmp_path / "none.sqlite")], capture_output=True, text=True)
+    p = deepgap_cli("merge", a, "--run", "no-such-run", "-o", str(tmp_path / "none.sqlite"))
     assert p.returncode == 2 and "no-such-run" in p.stderr and not (tmp_path / "none.sqlite").exists()
 
 
 def test_cli_merge_errors_are_one_line_exit_2(two_machines, tmp_path):
     a, _ = two_machines
-    p = subprocess.run([sys.executable, "-m", "deepgap", "merge", a, str(tmp_path / "missing.sqlite"),
-                        "-o", str(tmp_path / "all.sqlite")], capture_output=True, text=True)
+    p = deepgap_cli("merge", a, str(tmp_path / "missing.sqlite"), "-o", str(tmp_path / "all.sqlite"))
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "missing.sqlite" in p.stderr
     assert not (tmp_path / "all.sqlite").exists()
-    p = subprocess.run([sys.executable, "-m", "deepgap", "merge", a, "-o", str(tmp_path / "all.sqlite")],
-                       capture_output=True, text=True)
+    p = deepgap_cli("merge", a, "-o", str(tmp_path / "all.sqlite"))
     assert p.returncode == 0, p.stderr
