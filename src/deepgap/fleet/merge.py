@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 
 from deepgap.envinfo import REDACT_KEYS, redact, redact_value
 from deepgap.errors import StoreDamagedError, StoreError, StoreFullError, UsageError
-from deepgap.records import SCHEMA_VERSION
+from deepgap.store.migrations import SCHEMA_VERSION
 from deepgap.store import Store, check_path
-from deepgap.storeguard import check_hint, column_types, immutable_read, row_problem, uri
+from deepgap.store.guard import check_hint, column_types, immutable_read, row_problem, uri
 
 _RUN_RANK = {"running": 0, "interrupted": 1, "finished": 2}
 _RUN_IDENTITY = ("created_at", "command", "spec_json")
