@@ -342,6 +342,12 @@ class Store(RowDecoder, TableAccess):
                 [(run_id, None, phase, t, json.dumps(d)) for phase, t, d in samples],
             )
 
+    def run_telemetry(self, run_id: str) -> list[tuple[str, float, dict[str, Any]]]:
+        """The run-level telemetry of a run (idle baseline, thermal warm-up, their summaries), oldest first."""
+        rows = self.con.execute("SELECT * FROM telemetry WHERE run_id=? AND result_id IS NULL ORDER BY t_s",
+                                (run_id,)).fetchall()
+        return [(r["phase"], r["t_s"], json.loads(r["data_json"])) for r in self._decoded("telemetry", rows, "run_id")]
+
     def samples(self, result_id: int) -> list[np.ndarray]:
         """Per-repeat latency arrays of one result."""
         rows = self.con.execute(
