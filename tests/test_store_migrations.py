@@ -112,3 +112,16 @@ def test_resume_picks_only_runs_of_its_own_kind(tmp_path):
     s, row = open_resume(str(path), True)
     assert row["run_id"] == sweep
     s.close()
+
+
+def test_recovery_of_an_old_store_keeps_its_rows_and_migrates_them(tmp_path):
+    from deepgap.store.recover import recover
+
+    path = _v1_store(tmp_path / "old.sqlite")
+    rec = recover(str(path), str(tmp_path / "new.sqlite"))
+    assert rec.saved["runs"] == 4 and rec.lost["runs"] == 0 and rec.saved["serve_runs"] == 1
+    s = Store(str(tmp_path / "new.sqlite"), readonly=True)
+    assert s.file_version == SCHEMA_VERSION
+    assert _kinds(s) == {"r1-sweep": "sweep", "r2-profile": "profile", "r3-serve": "serve", "r4-fleet": "fleet"}
+    assert s.table_frame("serve_runs")["mean_batch"].tolist() == [3.5]
+    s.close()

@@ -120,9 +120,10 @@ class Store(RowDecoder, TableAccess):
         try:
             self.con = connect(self.path, readonly)
             self.con.row_factory = sqlite3.Row
+            self.file_version = version(self.con)  # before migrating (0: a new file)
             if not self._created:
                 check_schema(self.con, self.path, expected_columns(CORE_V1))  # every version has these
-                if readonly and version(self.con) < SCHEMA_VERSION:
+                if readonly and self.file_version < SCHEMA_VERSION:
                     self._migrate_in_memory()
             if not readonly and not self._created:
                 self.runs()  # undecodable runs stop a writer before it changes anything (journal mode too)
@@ -254,9 +255,13 @@ class Store(RowDecoder, TableAccess):
             out.append(d)
         return out
 
+    def run_ids(self) -> set[str]:
+        """The ids of every run (undecoded: for checks that must not fail on a damaged row)."""
+        return {r[0] for r in self.con.execute("SELECT run_id FROM runs").fetchall()}
+
     def check_runs(self, run_ids: list[str] | None) -> None:
         """A `StoreError` naming the first of ``run_ids`` that this store does not hold."""
-        known = {r[0] for r in self.con.execute("SELECT run_id FROM runs").fetchall()}
+        known = self.run_ids()
         for rid in run_ids or []:
             if rid not in known:
                 raise StoreError(f"no run {rid!r} in {self.path}",

@@ -191,12 +191,12 @@ def version(con: sqlite3.Connection) -> int:
     return int(con.execute("PRAGMA user_version").fetchone()[0])
 
 
-def migrate(con: sqlite3.Connection) -> list[str]:
-    """Apply the missing steps (call inside a transaction); returns their names, oldest first."""
+def migrate(con: sqlite3.Connection, target: int = SCHEMA_VERSION) -> list[str]:
+    """Apply the missing steps up to ``target`` (inside a transaction); returns their names, oldest first."""
     start = version(con)
     done = []
     for step in MIGRATIONS:
-        if step.version > start:
+        if start < step.version <= target:
             step.apply(con)
             con.execute(f"PRAGMA user_version = {step.version}")
             done.append(step.name)
