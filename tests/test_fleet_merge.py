@@ -8,11 +8,11 @@ import subprocess
 import sys
 
 import pytest
+from fixtures_store import build_store
 
 from deepgap.errors import StoreError
 from deepgap.fleet.merge import merge
 from deepgap.store import Store
-from fixtures_store import build_store
 
 
 def counts(path: str) -> dict[str, int]:

@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from deepgap.store import guard
 from deepgap.envinfo import redact, redact_value
 from deepgap.errors import StoreError, StoreFullError
 from deepgap.records import ConfigSpec, Result, Status
+from deepgap.store import guard
 from deepgap.store.guard import (
     APPLICATION_ID,
     Connection,
