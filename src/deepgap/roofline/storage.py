@@ -31,7 +31,8 @@ def record_peaks(store: Store, run_id: str, peaks: list[PeakMeasurement]) -> Non
     ], replace=True)
 
 
-_KERNEL_NUMBERS = ("launches_per_step", "time_per_step_s", "flops_per_step", "ew_flops_per_step", "bytes_per_step")
+_KERNEL_NUMBERS = ("launches_per_step", "time_per_step_s", "flops_per_step", "ew_flops_per_step",
+                   "bytes_per_step")
 
 
 def _kernel_rows(pid: int, source: str, df) -> list[dict[str, Any]]:
@@ -51,7 +52,8 @@ def record_profile(store: Store, run_id: str, res: ProfileResult) -> int:
     s = res.spec
     ncu = dict(res.ncu)
     row = {
-        "run_id": run_id, "model": s.model, "mode": s.mode, "precision": s.precision, "batch_size": s.batch_size,
+        "run_id": run_id, "model": s.model, "mode": s.mode, "precision": s.precision,
+        "batch_size": s.batch_size,
         "resolution": res.resolution or s.resolution, "device": s.device, "memory_format": s.memory_format,
         "status": res.status, "reason": res.reason, "step_time_median_s": res.step_time_median_s,
         "n_steps": len(res.step_times_s), "throughput_ips": res.throughput_ips,
@@ -65,13 +67,14 @@ def record_profile(store: Store, run_id: str, res: ProfileResult) -> int:
     }
     with store.transaction():
         (pid,) = store.insert(ROOFLINE_PROFILES, [row])
-        store.insert(ROOFLINE_KERNELS, _kernel_rows(pid, "torch", res.kernels) + _kernel_rows(pid, "ncu", res.ncu_kernels),
-                     ids=False)
+        kernels = _kernel_rows(pid, "torch", res.kernels) + _kernel_rows(pid, "ncu", res.ncu_kernels)
+        store.insert(ROOFLINE_KERNELS, kernels, ids=False)
         if res.cost:
             c = res.cost
             store.insert(ROOFLINE_MODEL_COSTS, [{
                 "model": c["model"], "resolution": c["resolution"], "mode": c["mode"],
-                "flops_per_image": c["flops_per_image"], "params": c["params"], "cost_json": json.dumps(c, default=str),
+                "flops_per_image": c["flops_per_image"], "params": c["params"],
+                "cost_json": json.dumps(c, default=str),
             }], replace=True)
     return pid
 

@@ -66,15 +66,17 @@ def save(store: Store, rec: ServeRecord, version: str) -> str:
             if lv.log is not None and lv.log.n:
                 c = lv.log.columns()
                 cols = {k: np.asarray(c[k]).tolist() for k in _REQUEST_COLS}
-                store.insert(SERVE_REQUESTS, ({"serve_id": serve_id, "idx": i, **{k: v[i] for k, v in cols.items()}}
-                                              for i in range(lv.log.n)), ids=False)
+                rows = ({"serve_id": serve_id, "idx": i, **{k: v[i] for k, v in cols.items()}}
+                        for i in range(lv.log.n))
+                store.insert(SERVE_REQUESTS, rows, ids=False)
         store.insert(SERVE_CURVES, [{
             "run_id": run_id, "tenant": cv.get("tenant", ""), "model": cv["model"], "engine": cv["engine"],
             "precision": cv["precision"], "device": cv["device"], "memory_format": cv["memory_format"],
             "resolution": cv["resolution"], "batch_size": cv["batch_size"],
             "latency_median_s": float(np.median(cv["samples_s"])), "n": len(cv["samples_s"]),
-            "h2d_mean_s": cv.get("h2d_s"), "compute_mean_s": cv.get("compute_s"), "d2h_mean_s": cv.get("d2h_s"),
-            "samples_s": np.asarray(cv["samples_s"], dtype="<f8").tobytes(), "extra_json": cv.get("extra") or {},
+            "h2d_mean_s": cv.get("h2d_s"), "compute_mean_s": cv.get("compute_s"),
+            "d2h_mean_s": cv.get("d2h_s"), "samples_s": np.asarray(cv["samples_s"], dtype="<f8").tobytes(),
+            "extra_json": cv.get("extra") or {},
         } for cv in rec.curves])
         store.insert(CAPACITY, [{"run_id": run_id, **{k: v for k, v in cap.items() if k != "extra"},
                                  "extra_json": cap.get("extra") or {}} for cap in rec.capacities])

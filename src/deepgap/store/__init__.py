@@ -217,8 +217,8 @@ class Store(RowDecoder, TableAccess):
         run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         with self.transaction() as con:
             con.execute(
-                "INSERT INTO runs (run_id, created_at, finished_at, status, command, spec_json, env_json, host, "
-                "pid, deepgap_version, kind) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                "INSERT INTO runs (run_id, created_at, finished_at, status, command, spec_json, env_json, "
+                "host, pid, deepgap_version, kind) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 (run_id, time.time(), None, "running", command, json.dumps(spec), json.dumps(env),
                  socket.gethostname(), os.getpid(), version, kind),
             )
@@ -348,10 +348,11 @@ class Store(RowDecoder, TableAccess):
             )
 
     def run_telemetry(self, run_id: str) -> list[tuple[str, float, dict[str, Any]]]:
-        """The run-level telemetry of a run (idle baseline, thermal warm-up, their summaries), oldest first."""
+        """The run-level telemetry of a run (idle baseline, thermal warm-up, summaries), oldest first."""
         rows = self.con.execute("SELECT * FROM telemetry WHERE run_id=? AND result_id IS NULL ORDER BY t_s",
                                 (run_id,)).fetchall()
-        return [(r["phase"], r["t_s"], json.loads(r["data_json"])) for r in self._decoded("telemetry", rows, "run_id")]
+        return [(r["phase"], r["t_s"], json.loads(r["data_json"]))
+                for r in self._decoded("telemetry", rows, "run_id")]
 
     def samples(self, result_id: int) -> list[np.ndarray]:
         """Per-repeat latency arrays of one result."""

@@ -225,8 +225,9 @@ def _rows_of_merged(con: sqlite3.Connection, spec: TableSpec, sel: str, added_ru
     out: list[tuple] = []
     for i in range(0, len(wanted), 500):  # SQLite's limit on bound parameters
         chunk = wanted[i:i + 500]
-        out += con.execute(f"SELECT {sel} FROM src.{spec.name} WHERE {key} IN ({','.join('?' for _ in chunk)}) "
-                           f"ORDER BY rowid", chunk).fetchall()
+        marks = ",".join("?" for _ in chunk)
+        out += con.execute(f"SELECT {sel} FROM src.{spec.name} WHERE {key} IN ({marks}) ORDER BY rowid",
+                           chunk).fetchall()
     return out
 
 

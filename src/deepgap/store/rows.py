@@ -68,7 +68,7 @@ def _order(spec: TableSpec, order: Iterable[str] | None) -> str:
 
 
 class TableAccess:
-    """Typed insert/select on declared tables for `deepgap.store.Store` (expects ``con`` and ``transaction``)."""
+    """Typed insert/select on declared tables, for `deepgap.store.Store` (``con``, ``transaction``)."""
 
     con: sqlite3.Connection
 
@@ -114,8 +114,8 @@ class TableAccess:
         """Rows of ``table`` as dicts of every declared column."""
         spec = spec_of(table)
         clause, args = _where(spec, where)
-        cur = self.con.execute(f"SELECT {', '.join(spec.names)} FROM {spec.name}{clause}{_order(spec, order)}",
-                               args)
+        sql = f"SELECT {', '.join(spec.names)} FROM {spec.name}{clause}{_order(spec, order)}"
+        cur = self.con.execute(sql, args)
         return [dict(zip(spec.names, r, strict=True)) for r in cur.fetchall()]
 
     def table_frame(self, table: TableSpec | str, where: Where | None = None,

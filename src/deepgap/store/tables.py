@@ -100,33 +100,35 @@ def _t(name: str, columns: list[str], **kw) -> TableSpec:
 RUN_KINDS = ("sweep", "fleet", "serve", "profile", "peaks")
 
 # --- serving (deepgap.serving.storage) ------------------------------------------------------------
-_LEVEL_TEXT = ["run_id", "tenant", "scenario", "purpose", "phase", "model", "engine", "precision", "device", "memory_format"]
 SERVE_RUNS = _t("serve_runs", [
-    "serve_id INTEGER", *(f"{c} TEXT" for c in _LEVEL_TEXT),
+    "serve_id INTEGER", "run_id TEXT", "tenant TEXT", "scenario TEXT", "purpose TEXT", "phase TEXT",
+    "model TEXT", "engine TEXT", "precision TEXT", "device TEXT", "memory_format TEXT",
     "resolution INTEGER", "max_batch INTEGER", "max_delay_s REAL", "target_qps REAL", "arrival TEXT",
     "seed INTEGER", "status TEXT", "reason TEXT", "n INTEGER", "n_planned INTEGER", "duration_s REAL",
-    "achieved_qps REAL", "latency_mean_s REAL", "latency_p50_s REAL", "latency_p90_s REAL", "latency_p95_s REAL",
-    "latency_p99_s REAL", "latency_max_s REAL", "queue_mean_s REAL", "queue_p99_s REAL", "h2d_mean_s REAL",
-    "compute_mean_s REAL", "d2h_mean_s REAL", "other_mean_s REAL", "mean_batch REAL", "slo_s REAL",
-    "n_over_slo INTEGER", "verdict TEXT", "stopped TEXT", "predicted_qps REAL", "predicted_mean_s REAL",
-    "predicted_p90_s REAL", "predicted_p99_s REAL", "extra_json TEXT",
+    "achieved_qps REAL", "latency_mean_s REAL", "latency_p50_s REAL", "latency_p90_s REAL",
+    "latency_p95_s REAL", "latency_p99_s REAL", "latency_max_s REAL", "queue_mean_s REAL",
+    "queue_p99_s REAL", "h2d_mean_s REAL", "compute_mean_s REAL", "d2h_mean_s REAL", "other_mean_s REAL",
+    "mean_batch REAL", "slo_s REAL", "n_over_slo INTEGER", "verdict TEXT", "stopped TEXT",
+    "predicted_qps REAL", "predicted_mean_s REAL", "predicted_p90_s REAL", "predicted_p99_s REAL",
+    "extra_json TEXT",
 ], key=("serve_id",), parent_key="run_id", parent="runs", index=("serve_runs_by_run", "run_id"))
 SERVE_REQUESTS = _t("serve_requests", [
     "serve_id INTEGER NOT NULL", "idx INTEGER NOT NULL", "arrival_s REAL", "dispatch_s REAL", "done_s REAL",
     "batch INTEGER", "queue_s REAL", "h2d_s REAL", "compute_s REAL", "d2h_s REAL", "latency_s REAL",
 ], key=("serve_id", "idx"), parent_key="serve_id", parent="serve_runs")
 SERVE_CURVES = _t("serve_curves", [
-    "run_id TEXT NOT NULL", "tenant TEXT NOT NULL", "model TEXT", "engine TEXT", "precision TEXT", "device TEXT",
-    "memory_format TEXT", "resolution INTEGER", "batch_size INTEGER NOT NULL", "latency_median_s REAL",
-    "n INTEGER", "h2d_mean_s REAL", "compute_mean_s REAL", "d2h_mean_s REAL", "samples_s BLOB", "extra_json TEXT",
+    "run_id TEXT NOT NULL", "tenant TEXT NOT NULL", "model TEXT", "engine TEXT", "precision TEXT",
+    "device TEXT", "memory_format TEXT", "resolution INTEGER", "batch_size INTEGER NOT NULL",
+    "latency_median_s REAL", "n INTEGER", "h2d_mean_s REAL", "compute_mean_s REAL", "d2h_mean_s REAL",
+    "samples_s BLOB", "extra_json TEXT",
 ], key=("run_id", "tenant", "batch_size"), parent_key="run_id", parent="runs")
 CAPACITY = _t("capacity", [
     "capacity_id INTEGER", "run_id TEXT", "tenant TEXT", "source TEXT", "model TEXT", "engine TEXT",
-    "precision TEXT", "device TEXT", "device_name TEXT", "memory_format TEXT", "resolution INTEGER", "slo_s REAL",
-    "percentile REAL", "confidence REAL", "max_batch INTEGER", "max_delay_s REAL", "capacity_qps REAL",
-    "upper_qps REAL", "predicted_qps REAL", "n_probes INTEGER", "note TEXT", "extra_json TEXT",
+    "precision TEXT", "device TEXT", "device_name TEXT", "memory_format TEXT", "resolution INTEGER",
+    "slo_s REAL", "percentile REAL", "confidence REAL", "max_batch INTEGER", "max_delay_s REAL",
+    "capacity_qps REAL", "upper_qps REAL", "predicted_qps REAL", "n_probes INTEGER", "note TEXT",
+    "extra_json TEXT",
 ], key=("capacity_id",), parent_key="run_id", parent="runs")
-
 # --- roofline (deepgap.roofline.storage) ----------------------------------------------------------
 ROOFLINE_PEAKS = _t("roofline_peaks", [
     "run_id TEXT NOT NULL", "name TEXT NOT NULL", "kind TEXT NOT NULL", "value REAL", "unit TEXT NOT NULL",
@@ -135,12 +137,13 @@ ROOFLINE_PEAKS = _t("roofline_peaks", [
 ROOFLINE_PROFILES = _t("roofline_profiles", [
     "profile_id INTEGER", "run_id TEXT NOT NULL", "model TEXT NOT NULL", "mode TEXT NOT NULL",
     "precision TEXT NOT NULL", "batch_size INTEGER NOT NULL", "resolution INTEGER", "device TEXT NOT NULL",
-    "memory_format TEXT NOT NULL", "status TEXT NOT NULL", "reason TEXT NOT NULL", "step_time_median_s REAL",
-    "n_steps INTEGER", "throughput_ips REAL", "flops_per_step REAL", "bytes_per_step REAL",
-    "min_bytes_per_step REAL", "achieved_tflops REAL", "profiled_steps INTEGER", "kernel_time_per_step_s REAL",
-    "attributed_flops_per_step REAL", "ncu_status TEXT", "ncu_reason TEXT", "started_at REAL", "duration_s REAL",
-    "step_times_json TEXT NOT NULL DEFAULT '[]'", "cost_json TEXT NOT NULL DEFAULT '{}'",
-    "ncu_json TEXT NOT NULL DEFAULT '{}'", "extra_json TEXT NOT NULL DEFAULT '{}'",
+    "memory_format TEXT NOT NULL", "status TEXT NOT NULL", "reason TEXT NOT NULL",
+    "step_time_median_s REAL", "n_steps INTEGER", "throughput_ips REAL", "flops_per_step REAL",
+    "bytes_per_step REAL", "min_bytes_per_step REAL", "achieved_tflops REAL", "profiled_steps INTEGER",
+    "kernel_time_per_step_s REAL", "attributed_flops_per_step REAL", "ncu_status TEXT", "ncu_reason TEXT",
+    "started_at REAL", "duration_s REAL", "step_times_json TEXT NOT NULL DEFAULT '[]'",
+    "cost_json TEXT NOT NULL DEFAULT '{}'", "ncu_json TEXT NOT NULL DEFAULT '{}'",
+    "extra_json TEXT NOT NULL DEFAULT '{}'",
 ], key=("profile_id",), parent_key="run_id", parent="runs")
 ROOFLINE_KERNELS = _t("roofline_kernels", [
     "profile_id INTEGER NOT NULL", "source TEXT NOT NULL", "name TEXT NOT NULL", "short_name TEXT NOT NULL",
