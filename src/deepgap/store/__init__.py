@@ -48,8 +48,6 @@ if TYPE_CHECKING:
 
 __all__ = ["RUN_KINDS", "SCHEMA_VERSION", "Store", "TableSpec", "check_path", "check_writable"]
 
-
-
 _STAT_FIELDS = [
     f.name for f in dataclasses.fields(Result) if f.name not in ("spec", "latency", "samples_s", "extra", "telemetry")
 ]

@@ -8,7 +8,8 @@ Recovery never touches the damaged file: it is copied into a temporary folder fi
 ``.recover`` (the ``sqlite3`` command-line tool, when installed) rebuilds what the b-trees still
 reach, including rows on orphaned pages; without the tool the copy is read row by row. Only rows
 that decode, and whose run (and result) survived, go into the new store, which is built under a
-temporary name and renamed into place when complete.
+temporary name and renamed into place when complete. The new store first gets the damaged one's
+schema version, so that its rows fit as they are, and is then migrated like any older store.
 """
 
 from __future__ import annotations
