@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+
 class Status(str, enum.Enum):
     """Outcome of one configuration. Every planned configuration ends with exactly one."""
 
