@@ -13,7 +13,7 @@ import os
 import pandas as pd
 import pytest
 import torch
-from tests.clirun import deepgap_cli
+from clirun import deepgap_cli
 
 from deepgap.analysis.quant_layers import layer_rows, layers_frame, summary
 from deepgap.roofline.model import Ceiling

@@ -14,7 +14,7 @@ import math
 
 from deepgap.api import DEFAULT_STORE
 from deepgap.errors import UsageError
-from deepgap.storeguard import add_read_flags, use_read_flags
+from deepgap.store.guard import add_read_flags, use_read_flags
 
 NAME = "layers"
 HELP = "the quant engine's layers: time share, TOPS vs their roofline, bound, tile (next bottleneck first)"

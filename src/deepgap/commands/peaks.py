@@ -67,7 +67,6 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
         try:
             run_id = store.begin_run(
                 {
-                    "kind": "peaks",
                     "device": device,
                     "size": args.size,
                     "bandwidth_mib": args.bandwidth_mib,
@@ -77,6 +76,7 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
                 " ".join(["deepgap", *sys.argv[1:]]),
                 env,
                 __version__,
+                kind="peaks",
             )
             storage.record_peaks(store, run_id, peaks)
             store.finish_run(run_id)

@@ -165,7 +165,6 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     try:
         run_id = store.begin_run(
             {
-                "kind": "profile",
                 "models": models,
                 "precisions": precs,
                 "modes": modes,
@@ -181,6 +180,7 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
             " ".join(["deepgap", *sys.argv[1:]]),
             env,
             __version__,
+            kind="profile",
         )
         results = []
         status = "interrupted"
