@@ -84,10 +84,11 @@ def panels_of(fig) -> dict[str, list[str]]:
 def make_figure(name: str, title: str, caption: str, fig, dpi: int = 90, **kw) -> Figure:
     """A `Figure` from a drawn matplotlib figure: its PNG and its panels' series."""
     panels = panels_of(fig)
-    return Figure(name, title, caption, png=_png(fig, dpi), panels=panels, **kw)
+    return Figure(name, title, caption, png=png_bytes(fig, dpi), panels=panels, **kw)
 
 
-def _plt():
+def pyplot():
+    """matplotlib.pyplot on the Agg backend (imported on first use: the CLI starts faster without it)."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -96,14 +97,14 @@ def _plt():
     return plt
 
 
-def _png(fig, dpi: int = 90) -> bytes:
+def png_bytes(fig, dpi: int = 90) -> bytes:
     """PNG bytes, as a 256-colour palette image.
 
     Plots are flat colours and the page embeds every PNG: this keeps the report a third of the size.
     """
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
-    _plt().close(fig)
+    pyplot().close(fig)
     try:
         from PIL import Image
 
@@ -121,8 +122,9 @@ def _png(fig, dpi: int = 90) -> bytes:
     return buf.getvalue()
 
 
-def _grid(n: int, w: float = 4.4, h: float = 3.2, ncols: int = 3):
-    plt = _plt()
+def subplots_grid(n: int, w: float = 4.4, h: float = 3.2, ncols: int = 3):
+    """A figure of ``n`` panels, ``ncols`` a row, each ``w`` × ``h`` inches; returns it and its axes, flat."""
+    plt = pyplot()
     ncols = max(1, min(ncols, n))
     nrows = math.ceil(n / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(w * ncols, h * nrows), squeeze=False)
@@ -144,7 +146,7 @@ series_label = _label  # kept for callers of the old name
 _SERIES = ["engine", "precision", "memory_format", "threads", "include_transfer"]
 
 
-def _plain_ticks(ax, ticks: list | None = None, axis: str = "x") -> None:
+def plain_ticks(ax, ticks: list | None = None, axis: str = "x") -> None:
     """Plain numbers on a log axis (no mathtext: clearer, and much faster to draw)."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
@@ -167,7 +169,7 @@ def _style(r, all_threads: list[int] | None = None, with_engine: bool = True) ->
     }
 
 
-def _marks(ax, sub: pd.DataFrame, x: str, y: str) -> None:
+def flag_marks(ax, sub: pd.DataFrame, x: str, y: str) -> None:
     """Overlay flagged (red ✕) and ci-not-met (orange ring) points."""
     fl = sub[sub["flagged"]]
     if len(fl):
@@ -196,7 +198,8 @@ def _entries(axes) -> dict[str, object]:
     return seen
 
 
-def _legend(ax) -> None:
+def panel_legend(ax) -> None:
+    """One legend entry per series drawn on ``ax`` (duplicates merged)."""
     seen = _entries([ax])
     if seen:
         ax.legend(seen.values(), seen.keys(), fontsize=7, loc="best")
@@ -240,7 +243,7 @@ def _per_panel(
     if data.empty:
         return Figure(name, title, caption, unavailable=why or "unavailable: no successful measurement")
     panels = facets(data)
-    fig, axes = _grid(len(panels), w=3.6, h=2.7, ncols=4)
+    fig, axes = subplots_grid(len(panels), w=3.6, h=2.7, ncols=4)
     threads = thread_list(data)
     for ax, (ptitle, sub) in zip(axes, panels, strict=False):
         several = sub["engine"].nunique() > 1
@@ -251,16 +254,16 @@ def _per_panel(
         ax.set_ylabel(ylabel, fontsize=7)
         if logx:
             ax.set_xscale("log", base=2)
-            _plain_ticks(ax, sorted(sub["batch_size"].unique()))
+            plain_ticks(ax, sorted(sub["batch_size"].unique()))
         if logy:
             ax.set_yscale("log")
-            _plain_ticks(ax, axis="y")
+            plain_ticks(ax, axis="y")
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=6)
     used = list(axes[: len(panels)])
     if not _shared_legend(fig, used):
         for ax in used:
-            _legend(ax)
+            panel_legend(ax)
     return make_figure(name, title, caption, fig)
 
 
@@ -293,7 +296,7 @@ def throughput_vs_batch(agg: pd.DataFrame) -> Figure:
                 lw=1,
                 label="dotted: pipelined (no sync)",
             )
-        _marks(ax, s, "batch_size", "throughput_ips")
+        flag_marks(ax, s, "batch_size", "throughput_ips")
 
     return _per_panel(
         agg,
@@ -319,7 +322,7 @@ def latency_vs_batch(agg: pd.DataFrame) -> Figure:
             alpha=0.18,
             lw=0,
         )
-        _marks(ax, s.assign(_ms=s["latency_median_s"] * 1e3), "batch_size", "_ms")
+        flag_marks(ax, s.assign(_ms=s["latency_median_s"] * 1e3), "batch_size", "_ms")
 
     fig = _per_panel(
         agg,
@@ -358,7 +361,7 @@ def memory_vs_batch(agg: pd.DataFrame) -> Figure:
             )
             ax.plot([], [], ls=styles[c][0], color="black", lw=1, label=styles[c][1])  # line-style key
         if drawn:
-            _marks(ax, s.assign(_g=s[drawn[0]] / 2**30), "batch_size", "_g")
+            flag_marks(ax, s.assign(_g=s[drawn[0]] / 2**30), "batch_size", "_g")
 
     agg2 = agg.assign(_any=agg[have].max(axis=1)) if have else agg.assign(_any=np.nan)
     return _per_panel(
@@ -387,7 +390,7 @@ def speedup_vs_fp32(sp: pd.DataFrame) -> Figure:
             **{**st, "label": f"{st['label']} / {s.iloc[0]['baseline_engine']} fp32"},
         )
         ax.axhline(1.0, color="gray", lw=0.8, ls=":")
-        _marks(ax, s, "batch_size", "speedup")
+        flag_marks(ax, s, "batch_size", "speedup")
 
     return _per_panel(
         sp,
@@ -409,7 +412,7 @@ def energy_vs_batch(
     def draw(ax, s, st):
         ok = s[s[col].notna()]
         ax.plot(ok["batch_size"], ok[col] * scale, **st)
-        _marks(ax, ok.assign(_v=ok[col] * scale), "batch_size", "_v")
+        flag_marks(ax, ok.assign(_v=ok[col] * scale), "batch_size", "_v")
 
     return _per_panel(
         agg,

@@ -112,7 +112,7 @@ def section(
     """Tables ``platforms_ceilings``, ``platforms_best_batch``, ``platforms_matched`` and the ratio figure."""
     from deepgap import report_format
     from deepgap.analysis.platforms import side_by_side
-    from deepgap.figures import Figure, _png
+    from deepgap.figures import Figure, png_bytes
 
     out = side_by_side(store_path, run_ids=run_ids)
     if len(out["platforms"]) < 2:
@@ -127,7 +127,7 @@ def section(
     )
     try:
         fig = Figure("fig_platforms_ratio_vs_roofline", "Platform ratios vs the roofline", caption,
-                     png=_png(ratio_figure(out["best_batch"], out["matched"])))
+                     png=png_bytes(ratio_figure(out["best_batch"], out["matched"])))
     except Exception as exc:  # noqa: BLE001 — the figure says why it is missing, the report goes on
         fig = Figure("fig_platforms_ratio_vs_roofline", "Platform ratios vs the roofline", caption,
                      unavailable=f"unavailable: {type(exc).__name__}: {exc}"[:300])
