@@ -24,6 +24,7 @@ from deepgap.analysis import aggregate, config_label, failures, prepare, referen
 from deepgap.analysis import compare as cmp
 from deepgap.analysis.frame import MEMORY_LABELS
 from deepgap.analysis.recommend import recommend
+from deepgap.analysis.samples import pooled_samples_fn  # noqa: F401  (re-exported)
 from deepgap.analysis.thermal import thermal_state
 from deepgap.errors import UsageError
 from deepgap.report_format import (
@@ -59,17 +60,6 @@ class Report:
     how_sure: pd.DataFrame = field(default_factory=pd.DataFrame)  # platform × model: spread, flags, gaps
     interactive: bool = False  # plotly figures (else PNGs only)
     filters: dict[str, list[str]] = field(default_factory=dict)  # filter menus: model, engine, …
-
-
-def pooled_samples_fn(store: Store):
-    """A function: result ids → their raw per-iteration latencies from ``store``, pooled (empty if none)."""
-    import numpy as np
-
-    def fn(ids: list[int]):
-        arrs = [a for rid in ids for a in store.samples(int(rid))]
-        return np.concatenate(arrs) if arrs else np.empty(0)
-
-    return fn
 
 
 def build(store_path: str, run_ids: list[str] | None = None, interactive: bool = True) -> Report:

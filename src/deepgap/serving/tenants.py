@@ -31,6 +31,7 @@ from deepgap.serving.batcher import BatchPolicy, StopRule
 from deepgap.serving.capacity import LoadSettings, find_capacity, sim_probe
 from deepgap.serving.log import summarize
 from deepgap.serving.process import LevelRequest, ServingWorker, SetupFailed
+from deepgap.serving.rows import ServeOutcome, curve_rows, level_row, run_spec, service_of, setup_request
 from deepgap.serving.spec import DEFAULT_POLICY, ServeSpec
 from deepgap.serving.storage import ServeRecord
 
@@ -56,9 +57,6 @@ def phases(n: int) -> list[tuple[int, ...]]:
 
 def run_tenants(spec: ServeSpec, device: str, store_path: str, say) -> tuple[ServeRecord, Any]:
     """Measure the interference matrix of ``spec.tenants``; returns the record and the outcome."""
-    from deepgap.serving.scenarios import (ServeOutcome, curve_rows, level_row, run_spec, service_of,
-                                           setup_request)
-
     names = [n for n, _ in spec.tenants]
     labels = tenant_labels(names)
     rec = ServeRecord(spec=run_spec(spec, device, names), command="", env={"device": device})
