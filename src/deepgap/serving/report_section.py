@@ -2,8 +2,9 @@
 
 Figures: the latency CDF of every load level, the throughput–latency curve (p99 against served
 rate, measured solid, simulated dashed, with the SLO and the measured capacity), measured against
-simulated p99 for every level, and the tenants' interference matrix. `register_tables` adds the
-tables' column specs to the report's formatter, the way engines and models register themselves.
+simulated p99 for every level, and the tenants' interference matrix. Registered in
+`deepgap.render.sections` with its tables' column specs (they travel with each build, not through a
+global table of the formatter).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from deepgap.figures import Figure, make_figure, plain_ticks, pyplot, subplots_grid
+from deepgap.render.sections import Parts, ReportContext, Section, register
 from deepgap.report_format import fmt_ips, fmt_ms, fmt_num, fmt_x
 from deepgap.serving import tables
 from deepgap.serving.storage import requests
@@ -57,14 +59,6 @@ TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
 }
 
 
-def register_tables() -> None:
-    """Make the report's formatter know the serving tables (idempotent)."""
-    from deepgap import report_format
-
-    for k, v in TABLE_SPECS.items():
-        report_format.TABLE_SPECS.setdefault(k, v)
-
-
 def section(store_path: str, run_ids: list[str] | None = None) -> tuple[dict[str, pd.DataFrame], list[Figure]]:
     """Tables and figures of the serve runs in ``store_path`` (empty when there are none)."""
     from deepgap.store import Store
@@ -80,10 +74,18 @@ def section(store_path: str, run_ids: list[str] | None = None) -> tuple[dict[str
                 interference_figure(inter)]
     finally:
         st.close()
-    register_tables()
     out = {"serving_capacity": cap, "serving_levels": lv.drop(columns=["extra"], errors="ignore"),
            "serving_interference": inter}
     return {k: v for k, v in out.items() if len(v)}, [f for f in figs if f is not None]
+
+
+def build(ctx: ReportContext) -> Parts:
+    """The section's part of one report build."""
+    found, figs = section(ctx.store_path, ctx.run_ids)
+    return Parts(found, figs)
+
+
+SECTION = register(Section("serving", 10, build, TABLE_SPECS))
 
 
 def _groups(lv: pd.DataFrame, tenants: bool = True) -> list[tuple[str, pd.DataFrame]]:
