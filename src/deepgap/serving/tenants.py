@@ -7,9 +7,8 @@ holding their memory), each pair, and all together. A tenant's arrivals are iden
 (same seed), so a difference between phases is interference. Processes start a phase at one shared
 ``perf_counter`` instant (CLOCK_MONOTONIC is host-wide on Linux). Each tenant gets an equal share of
 the host's cores for its intra-op threads (unless ``--threads`` is given): with every process at the
-default, one per core, their spinning OpenMP threads oversubscribe the host; measured on the H100
-host (16 cores, 2026-11-23), that added ~64 ms of host time per batch with two tenants and ~130 ms
-with three, against ~1.3 ms of device time, and served 122 queries/s instead of thousands. A tenant
+default, one per core, their spinning OpenMP threads oversubscribe the host, and the host time per
+batch, not the device, becomes the interference being measured (README, "Tenants"). A tenant
 that cannot be built because the device is full makes the run's status ``oom``, with the tenants
 already resident named.
 """
