@@ -1,6 +1,6 @@
 """The report's core section: the paper's tables and figures of the measurements (figs. 5-11, table 1).
 
-Computed by `deepgap.analysis` and drawn by `deepgap.figures` and `deepgap.figures_summary`; with
+Computed by `deepgap.analysis`, drawn by `deepgap.figures_batch` and `deepgap.figures_summary`; with
 ``interactive``, the per-batch figures also get plotly versions (`deepgap.figures_interactive`). Registered
 first in `deepgap.render.sections`, so its tables and figures lead the page.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from deepgap import figures, figures_summary
+from deepgap import figures_batch, figures_summary
 from deepgap import figures_interactive as fi
 from deepgap.analysis import compare as cmp
 from deepgap.analysis import failures, reference, tables
@@ -61,7 +61,7 @@ def build(ctx: ReportContext) -> Parts:
         figures_summary.thermal_timeline(
             [(f"{lab} — {len(fr)} run(s)", fr, p) for lab, fr, p in by_machine.values()]
         ),
-        figures.throughput_vs_batch(agg),
+        figures_batch.throughput_vs_batch(agg),
         figures_summary.bars(
             _latency_bars(agg),
             "fig07_median_latency",
@@ -72,14 +72,14 @@ def build(ctx: ReportContext) -> Parts:
             fmt="{:.3g}",
             err=("ci_low_ms", "ci_high_ms"),
         ),
-        figures.latency_vs_batch(agg),
-        figures.memory_vs_batch(agg),
+        figures_batch.latency_vs_batch(agg),
+        figures_batch.memory_vs_batch(agg),
         figures_summary.pareto(par),
-        figures.speedup_vs_fp32(sp32),
-        figures.energy_vs_batch(
+        figures_batch.speedup_vs_fp32(sp32),
+        figures_batch.energy_vs_batch(
             agg, "ips_per_watt", "fig_perf_per_watt", "Performance per watt", "images/s per W"
         ),
-        figures.energy_vs_batch(
+        figures_batch.energy_vs_batch(
             agg, "joules_per_image", "fig_joules_per_image", "Energy per image", "mJ per image", scale=1e3
         ),
         figures_summary.bars(
