@@ -174,3 +174,17 @@ def test_a_broken_layer_is_reported(tmp_path):
     p = subprocess.run([*_lint_imports(), "--no-cache", "--no-logo", str(cfg)],
                        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
     assert p.returncode == 1 and "BROKEN" in p.stdout, p.stdout[-3000:] + p.stderr[-2000:]
+
+
+def test_importing_the_package_does_not_import_the_run_machinery():
+    """``import deepgap`` (which every module's import runs first) loads no deepgap module; the public
+    names still resolve, from their own modules."""
+    code = ("import sys, deepgap; assert [m for m in sys.modules if m.startswith('deepgap.')] == [], "
+            "sorted(m for m in sys.modules if m.startswith('deepgap.'))\n"
+            "from deepgap import ConfigSpec, Results, SweepSpec, run\n"
+            "assert run.__module__ == 'deepgap.api' and SweepSpec.__module__ == 'deepgap.config'\n"
+            "assert set(deepgap.__all__) <= set(dir(deepgap))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+
