@@ -29,13 +29,14 @@ def run_loadgen(c: Any) -> None:
     else:
         mb = s.get("capacity_max_batch") or min(spec.max_batch or DEFAULT_POLICY[0], c.service.max_batch)
         md = s.get("capacity_max_delay_s")
-        md = md if md is not None else (spec.max_delay_s if spec.max_delay_s is not None else DEFAULT_POLICY[1])
+        if md is None:
+            md = spec.max_delay_s if spec.max_delay_s is not None else DEFAULT_POLICY[1]
         policy, qps = BatchPolicy(int(mb), float(md)), s.get("capacity_qps") or s.get("server_qps")
         if not qps:
             why = why or "unavailable: no sustainable rate was found to drive LoadGen at"
     if why:
-        c.rec.levels.append(level_row(c.req, spec.scenario, "loadgen", policy, qps, "loadgen", spec.seed, None,
-                                      status="skipped", reason=why))
+        c.rec.levels.append(level_row(c.req, spec.scenario, "loadgen", policy, qps, "loadgen", spec.seed,
+                                      None, status="skipped", reason=why))
         c.out.lines.append(f"loadgen: {why}")
         return
     minq, mind = spec.minimums()

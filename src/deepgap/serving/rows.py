@@ -94,14 +94,16 @@ def curve_rows(reply: SetupReply, req: SetupRequest, tenant: str = "") -> list[d
             for b in sorted(reply.curve_samples_s)]
 
 
-def level_row(req: SetupRequest, scenario: str, purpose: str, policy: BatchPolicy | None, target_qps: float | None,
-              arrival: str, seed: int, summary: LevelSummary | None, predicted: LevelSummary | None = None,
-              log: RequestLog | None = None, tenant: str = "", phase: str = "", status: str = "ok", reason: str = "",
+def level_row(req: SetupRequest, scenario: str, purpose: str, policy: BatchPolicy | None,
+              target_qps: float | None, arrival: str, seed: int, summary: LevelSummary | None,
+              predicted: LevelSummary | None = None, log: RequestLog | None = None, tenant: str = "",
+              phase: str = "", status: str = "ok", reason: str = "",
               extra: dict[str, Any] | None = None) -> LevelRow:
     """One ``serve_runs`` row (and its requests)."""
     v: dict[str, Any] = {
         "tenant": tenant, "scenario": scenario, "purpose": purpose, "phase": phase, "model": req.model,
-        "engine": req.engine, "precision": req.precision, "device": req.device, "memory_format": req.memory_format,
+        "engine": req.engine, "precision": req.precision, "device": req.device,
+        "memory_format": req.memory_format,
         "resolution": req.resolution, "max_batch": policy.max_batch if policy else None,
         "max_delay_s": policy.max_delay_s if policy else None, "target_qps": target_qps, "arrival": arrival,
         "seed": seed, "status": status, "reason": reason,
@@ -109,7 +111,8 @@ def level_row(req: SetupRequest, scenario: str, purpose: str, policy: BatchPolic
     }
     if summary is not None:
         v.update({k: getattr(summary, k) for k in (
-            "n", "n_planned", "duration_s", "achieved_qps", "latency_mean_s", "latency_p50_s", "latency_p90_s",
+            "n", "n_planned", "duration_s", "achieved_qps", "latency_mean_s", "latency_p50_s",
+            "latency_p90_s",
             "latency_p95_s", "latency_p99_s", "latency_max_s", "queue_mean_s", "queue_p99_s", "h2d_mean_s",
             "compute_mean_s", "d2h_mean_s", "other_mean_s", "mean_batch", "slo_s", "n_over_slo", "verdict",
             "stopped")})
