@@ -28,7 +28,7 @@ from deepgap.analysis.samples import pooled_samples_fn  # noqa: F401  (re-export
 from deepgap.errors import UsageError
 from deepgap.render import sections
 from deepgap.render.sections import ReportContext, TableSpec
-from deepgap.report_format import (  # noqa: F401  (TABLE_SPECS re-exported: the core section's tables)
+from deepgap.report_format import (
     MACHINE_HEADERS,
     TABLE_SPECS,
     csv_frame,
@@ -156,7 +156,7 @@ def render_html(rep: Report, files_dir: str) -> str:
         for f in rep.figures
     ]
     interactive = any(f["plotly"] for f in figs)
-    specs = rep.table_specs
+    specs = rep.table_specs or TABLE_SPECS  # a Report built by hand: the core tables
     shown = [html_table(n, rep.tables[n], specs[n]) for n in specs if n in rep.tables and len(rep.tables[n])]
     empty = [specs[n][0] for n in specs if n in rep.tables and not len(rep.tables[n])]
     return env.get_template("report.html").render(
