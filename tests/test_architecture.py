@@ -23,9 +23,6 @@ ALLOWED = {
     ("deepgap.serving.process", "deepgap.worker", "_inputs"),
     ("deepgap.serving.process", "deepgap.worker", "_nvml_used"),
     ("deepgap.serving.process", "deepgap.runner", "_recv"),
-    # the store and its guard are one concept in two modules: removed when the store branch lands
-    ("deepgap.store", "deepgap.storeguard", "_decoded"),
-    ("deepgap.store", "deepgap.storeguard", "_bad"),
 }
 
 
