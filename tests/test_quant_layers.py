@@ -117,3 +117,20 @@ def test_layers_command_bad_input_is_one_line_and_exit_2(tmp_path):
     assert r.returncode == 2 and "no quant configuration matches" in r.stderr
     r = deepgap_cli("layers", H100, "--top", "-1")
     assert r.returncode == 2 and "--top" in r.stderr
+
+
+def test_report_section_on_the_committed_store_and_nothing_without_quant(tmp_path):
+    """The report's quant-layers section: a summary per configuration, the top rows, one roofline figure."""
+    from deepgap.analysis.quant_layers_section import SECTION, TOP_ROWS, build
+    from deepgap.render.sections import ReportContext, registered
+
+    assert SECTION in registered()
+    ctx = ReportContext(H100, None, False, [], pd.DataFrame(), pd.DataFrame())
+    parts = build(ctx)
+    summ, top = parts.tables["quant_layers_summary"], parts.tables["quant_layers"]
+    assert len(summ) == 12 and set(summ["model"]) == {"resnet18", "resnet50", "resnet101"}
+    assert top.groupby(["model", "precision", "batch_size"]).size().max() == TOP_ROWS
+    (fig,) = parts.figures
+    assert fig.png and fig.unavailable is None and len(fig.panels) == 6
+    smoke = os.path.join(ROOT, "results", "h100", "smoke.sqlite")
+    assert build(ReportContext(smoke, None, False, [], pd.DataFrame(), pd.DataFrame())).tables == {}

@@ -118,7 +118,7 @@ def layers_frame(results: pd.DataFrame, peaks_df=None) -> pd.DataFrame:
     import pandas as pd
 
     if len(results) == 0:
-        extra = ["device_name", "ceiling", "network_s"]
+        extra = ["device_name", "ceiling", "peak_tops", "bandwidth_gb_s", "network_s"]
         return pd.DataFrame(columns=list(LayerRow.__dataclass_fields__) + extra)
     ok = results[(results["engine"] == QUANT_ENGINE) & (results["status"] == "ok")]
     out: list[dict[str, Any]] = []
@@ -135,6 +135,8 @@ def layers_frame(results: pd.DataFrame, peaks_df=None) -> pd.DataFrame:
         for r in layer_rows(str(model), str(precision), int(bs), lists, ceils):
             c = ceils.get(r.mode)
             out.append({**r.as_dict(), "device_name": device, "ceiling": c.label if c else "",
+                        "peak_tops": c.peak_tflops if c else float("nan"),
+                        "bandwidth_gb_s": c.bandwidth_gb_s if c else float("nan"),
                         "network_s": network})
     return pd.DataFrame(out)
 

@@ -29,6 +29,7 @@ SECTION_MODULES = (
     "deepgap.serving.report_section",  # serve runs
     "deepgap.roofline.report_section",  # rooflines and the seed study's comparison
     "deepgap.analysis.platforms_section",  # two or more GPU platforms side by side
+    "deepgap.analysis.quant_layers_section",  # the quant engine's layers on their roofline
 )
 
 
