@@ -25,7 +25,7 @@ FULL_RUN_WORKERS = 3
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config):
-    """A full run (``python -m pytest -q``, no paths, no ``-n``) uses three pytest-xdist workers, one file each.
+    """A full run (``python -m pytest -q``: no paths, no ``-n``) uses three xdist workers, one file each.
 
     Why: most of the suite's time is spent waiting on real worker processes, sockets and timeouts (with two
     workers the 2-core CI machine's cores were busy about 40% of the time), so three workers fit it; ``--dist loadfile`` keeps each file (and its module fixtures, the Ray
