@@ -71,7 +71,7 @@ def test_prepare_on_cpu_torch_path(resnet18, precision, tmp_path, monkeypatch):
         assert t["q_s"] is not None and t["fp16_s"] is not None and t["q_error"] is None, t
         assert t["mode"] == ("q" if t["q_s"] <= t["fp16_s"] * 1.02 else "fp16")
         assert res.net.convs[t["name"]].mode == t["mode"]
-    assert info["stem_padding"] == {"channels": 0, "reason": "not on a GPU"}
+    assert info["stem"] == {"chosen": "cudnn", "reason": "not on a GPU"}
     stem, head = info["outside_layers"]  # the per-layer table's rows for what is not a quantized conv
     assert (stem["name"], head["name"]) == ("stem", "head")
     for row in (stem, head):
@@ -127,3 +127,21 @@ def test_stem_padded_to_four_channels_gives_the_same_output(resnet18):
     assert torch.equal(net.run_stem(x, "torch"), plain)
     net.stem.set_padding(0)
     assert net.stem.w_pad is None and torch.equal(net.run_stem(x, "torch"), plain)
+
+
+def test_fused_stem_inside_the_network_agrees_with_the_cudnn_path(resnet18):
+    """The network's stem through the fused Triton kernel (interpreted here) agrees with its torch path."""
+    pytest.importorskip("triton")
+    from deepgap.quant.calibrate import calibration_images, collect_amax
+    from deepgap.quant.engine import STEM_AGREE_FRAC
+    from deepgap.quant.fold import resnet_graph
+    from deepgap.quant.network import build
+    from deepgap.quant.tuning import _agree
+
+    graph = resnet_graph(resnet18)
+    net = build(graph, "int8", collect_amax(graph, calibration_images(2, 32, 0), method="max"), {}, 32)
+    x = torch.randn(2, 3, 32, 32).half().contiguous(memory_format=torch.channels_last)
+    plain = net.run_stem(x, "torch")
+    net.stem.use_kernel("fused")
+    assert net.stem.w_gemm.shape == (64, 160)
+    assert _agree(net.run_stem(x, "torch"), plain, "int8", STEM_AGREE_FRAC) is None

@@ -186,7 +186,7 @@ def prepare_quant(
             net.backend[t.name] = "triton" if use_triton else "torch"
             t.kernel = "cudnn"
     net.stem_backend = _check_stem(net, resolution, device) if use_triton else "torch"
-    stem_choice = _choose_stem_padding(net, batch, resolution, device)
+    stem_choice = _choose_stem(net, batch, resolution, device, use_triton)
     macs = conv_macs(graph, resolution)
     info.update(
         layers=[t.as_dict() for t in timings],
@@ -195,7 +195,7 @@ def prepare_quant(
         n_fp16=sum(t.mode == "fp16" for t in timings),
         n_converts=len(net.converts),
         stem_backend=net.stem_backend,
-        stem_padding=stem_choice,
+        stem=stem_choice,
         macs_per_image=int(sum(macs.values())),
         plan_seconds=round(time.perf_counter() - t1, 3),
     )
@@ -216,30 +216,51 @@ def _check_stem(net: QuantNet, resolution: int, device: str) -> str:
     return "triton" if why is None else "torch"
 
 
-def _choose_stem_padding(net: QuantNet, batch: int, resolution: int, device: str) -> dict[str, Any]:
-    """Pad the stem's input to 4 channels when that is faster at ``batch`` and agrees; on CUDA only.
+STEM_VARIANTS = (("cudnn", 0), ("cudnn", 4), ("fused", 0))  # (kernel, input channels padded to; 0: none)
+# cuDNN's path rounds the convolution to fp16 before the epilogue, the fused kernel keeps fp32: their int8
+# outputs differ by one step in about 1% of the elements, the fused one being the more exact.
+STEM_AGREE_FRAC = 0.02
 
-    Returns what was timed (seconds per variant) and chosen, for ``info["stem_padding"]``.
+
+def _choose_stem(net: QuantNet, batch: int, resolution: int, device: str, use_triton: bool) -> dict[str, Any]:
+    """The fastest stem at ``batch`` among those that agree with cuDNN's; on CUDA only.
+
+    Variants: cuDNN's fp16 convolution (then the max-pool backend), the same with the image padded to 4
+    channels, and the fused Triton stem (`quant.stem_kernels`, 8-bit outputs). Returns what was timed
+    and chosen, for ``info["stem"]``.
     """
     if not str(device).startswith("cuda"):
-        return {"channels": 0, "reason": "not on a GPU"}
+        return {"chosen": "cudnn", "reason": "not on a GPU"}
     x = torch.randn(batch, 3, resolution, resolution, device=device).half()
     x = x.contiguous(memory_format=torch.channels_last)
-    times: dict[int, float] = {}
-    outs: dict[int, torch.Tensor] = {}
-    for channels in (0, 4):
-        net.stem.set_padding(channels)
-        with torch.inference_mode():
-            outs[channels] = net.run_stem(x, net.stem_backend)
-            times[channels] = time_s(lambda: net.run_stem(x, net.stem_backend), reps=5, device=device)
-    why = _agree(outs[4], outs[0], net.stem.out_fmt)
-    best = 4 if why is None and times[4] < times[0] else 0
-    net.stem.set_padding(best)
-    _sync(device)
-    out: dict[str, Any] = {"channels": best, "seconds": {str(k): v for k, v in times.items()}}
-    if why is not None:
-        out["reason"] = why
-    return out
+    s = net.stem
+    times: dict[str, float] = {}
+    rejected: dict[str, str] = {}
+    ref = None
+    for kernel, pad in STEM_VARIANTS:
+        name = kernel + (f"+pad{pad}" if pad else "")
+        if kernel == "fused" and (not use_triton or s.out_fmt not in ("int8", "fp8")):
+            rejected[name] = "needs Triton and an 8-bit stem output"
+            continue
+        try:
+            s.set_padding(pad)
+            s.use_kernel(kernel)
+            with torch.inference_mode():
+                out = net.run_stem(x, net.stem_backend)
+                why = None if ref is None else _agree(out, ref, s.out_fmt, STEM_AGREE_FRAC)
+                ref = out if ref is None else ref
+                if why is None:
+                    times[name] = time_s(lambda: net.run_stem(x, net.stem_backend), reps=5, device=device)
+                else:
+                    rejected[name] = why
+        except Exception as exc:  # noqa: BLE001 - a variant that fails is not chosen
+            rejected[name] = f"{type(exc).__name__}: {exc}"[:300]
+        _sync(device)
+    best = min(times, key=times.get)
+    kernel, _, pad = best.partition("+pad")
+    s.set_padding(int(pad or 0))
+    s.use_kernel(kernel)
+    return {"chosen": best, "seconds": times, **({"rejected": rejected} if rejected else {})}
 
 
 def _make_runner(net: QuantNet, batch: int, resolution: int, device: str, use_graph: bool):

@@ -37,6 +37,18 @@ class Stem:
     beta: torch.Tensor
     pad_channels: int = 0  # > 0: the image is copied into this many channels (zeros beyond 3) first
     w_pad: torch.Tensor | None = None  # w_half with zero input channels up to pad_channels
+    kernel: str = "cudnn"  # 'cudnn' (+ the max-pool backend) or 'fused' (`quant.stem_kernels`)
+    w_gemm: torch.Tensor | None = None  # the fused kernel's [C_out, KP] weights
+
+    def use_kernel(self, kernel: str) -> None:
+        """Run the convolution with cuDNN or with the fused Triton stem (int8/fp8 outputs only)."""
+        if kernel == "fused":
+            from deepgap.quant.stem_kernels import pad_weights
+
+            self.w_gemm = pad_weights(self.w_half)
+        else:
+            self.w_gemm = None
+        self.kernel = kernel
 
     def set_padding(self, channels: int) -> None:
         """Feed the convolution ``channels`` input channels (0: the image's own 3).
@@ -76,6 +88,7 @@ class QuantNet:
         s = self.stem
         s.w_half = s.w_half.to(device).contiguous(memory_format=torch.channels_last)
         s.set_padding(s.pad_channels)
+        s.use_kernel(s.kernel)
         s.alpha, s.beta = s.alpha.to(device), s.beta.to(device)
         for c in self.convs.values():
             c.to(device)
@@ -135,6 +148,12 @@ class QuantNet:
         s = self.stem
         n = s.conv
         b, c, hh, ww = x.shape
+        if s.kernel == "fused":
+            from deepgap.quant import stem_kernels
+
+            xm = x.permute(0, 2, 3, 1).reshape(-1, c)
+            return stem_kernels.stem(xm.half().contiguous(), (b, hh, ww), s.w_gemm, n.kernel_size, n.stride,
+                                     n.padding, s.alpha, s.beta, s.out_fmt)
         if s.pad_channels:
             xp = torch.empty((b, s.pad_channels, hh, ww), dtype=torch.float16, device=x.device,
                              memory_format=torch.channels_last)
