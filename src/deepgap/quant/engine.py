@@ -216,7 +216,9 @@ def _check_stem(net: QuantNet, resolution: int, device: str) -> str:
     return "triton" if why is None else "torch"
 
 
-STEM_VARIANTS = (("cudnn", 0), ("cudnn", 4), ("fused", 0))  # (kernel, input channels padded to; 0: none)
+# (kernel, input channels padded to (0: none), the fused kernel's (output pixels per block, warps))
+STEM_VARIANTS = (("cudnn", 0, None), ("cudnn", 4, None), ("fused", 0, (64, 4)), ("fused", 0, (128, 4)),
+                 ("fused", 0, (128, 8)), ("fused", 0, (256, 8)))
 # cuDNN's path rounds the convolution to fp16 before the epilogue, the fused kernel keeps fp32: their int8
 # outputs differ by one step in about 1% of the elements, the fused one being the more exact.
 STEM_AGREE_FRAC = 0.02
@@ -237,14 +239,15 @@ def _choose_stem(net: QuantNet, batch: int, resolution: int, device: str, use_tr
     times: dict[str, float] = {}
     rejected: dict[str, str] = {}
     ref = None
-    for kernel, pad in STEM_VARIANTS:
-        name = kernel + (f"+pad{pad}" if pad else "")
+    for kernel, pad, cfg in STEM_VARIANTS:
+        name = kernel + (f"+pad{pad}" if pad else "") + (f"+{cfg[0]}x{cfg[1]}w" if cfg else "")
         if kernel == "fused" and (not use_triton or s.out_fmt not in ("int8", "fp8")):
             rejected[name] = "needs Triton and an 8-bit stem output"
             continue
         try:
             s.set_padding(pad)
             s.use_kernel(kernel)
+            s.fused_cfg = cfg or s.fused_cfg
             with torch.inference_mode():
                 out = net.run_stem(x, net.stem_backend)
                 why = None if ref is None else _agree(out, ref, s.out_fmt, STEM_AGREE_FRAC)
@@ -257,9 +260,11 @@ def _choose_stem(net: QuantNet, batch: int, resolution: int, device: str, use_tr
             rejected[name] = f"{type(exc).__name__}: {exc}"[:300]
         _sync(device)
     best = min(times, key=times.get)
-    kernel, _, pad = best.partition("+pad")
-    s.set_padding(int(pad or 0))
+    kernel, pad, cfg = next((k, p, c) for k, p, c in STEM_VARIANTS
+                            if k + (f"+pad{p}" if p else "") + (f"+{c[0]}x{c[1]}w" if c else "") == best)
+    s.set_padding(pad)
     s.use_kernel(kernel)
+    s.fused_cfg = cfg or s.fused_cfg
     return {"chosen": best, "seconds": times, **({"rejected": rejected} if rejected else {})}
 
 

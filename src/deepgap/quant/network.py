@@ -39,6 +39,7 @@ class Stem:
     w_pad: torch.Tensor | None = None  # w_half with zero input channels up to pad_channels
     kernel: str = "cudnn"  # 'cudnn' (+ the max-pool backend) or 'fused' (`quant.stem_kernels`)
     w_gemm: torch.Tensor | None = None  # the fused kernel's [C_out, KP] weights
+    fused_cfg: tuple[int, int] = (128, 4)  # the fused kernel's (block of output pixels, warps)
 
     def use_kernel(self, kernel: str) -> None:
         """Run the convolution with cuDNN or with the fused Triton stem (int8/fp8 outputs only)."""
@@ -153,7 +154,8 @@ class QuantNet:
 
             xm = x.permute(0, 2, 3, 1).reshape(-1, c)
             return stem_kernels.stem(xm.half().contiguous(), (b, hh, ww), s.w_gemm, n.kernel_size, n.stride,
-                                     n.padding, s.alpha, s.beta, s.out_fmt)
+                                     n.padding, s.alpha, s.beta, s.out_fmt, block_m=s.fused_cfg[0],
+                                     num_warps=s.fused_cfg[1])
         if s.pad_channels:
             xp = torch.empty((b, s.pad_channels, hh, ww), dtype=torch.float16, device=x.device,
                              memory_format=torch.channels_last)
