@@ -46,19 +46,18 @@ def test_fused_stem_matches_the_exact_reference(out_fmt, hw):
         assert bool(close.all()) and float((o == r).float().mean()) > 0.9, float((o == r).float().mean())
 
 
-def test_pad_weights_lays_out_each_kernel_row_then_zeros():
+def test_pad_weights_orders_k_as_kh_kw_c_and_pads_with_zeros():
     w = torch.arange(2 * 3 * 7 * 7, dtype=torch.float32).reshape(2, 3, 7, 7).half()
     p = stem_kernels.pad_weights(w)
-    assert p.shape == (2, 7 * 32) and not p.view(2, 7, 32)[:, :, 21:].any()
+    assert p.shape == (2, 160) and not p[:, 147:].any()
     assert p[1, 0] == w[1, 0, 0, 0] and p[1, 1] == w[1, 1, 0, 0] and p[1, 3] == w[1, 0, 0, 1]
-    assert p[1, 32] == w[1, 0, 1, 0] and p[1, 6 * 32 + 20] == w[1, 2, 6, 6]
 
 
 def test_bad_input_is_refused():
     x = torch.zeros(4, 3, dtype=torch.float32)
     with pytest.raises(ValueError, match="fp16"):
-        stem_kernels.stem(x, (1, 2, 2), torch.zeros(64, 224).half(), 7, 2, 3, torch.ones(64), torch.zeros(64),
+        stem_kernels.stem(x, (1, 2, 2), torch.zeros(64, 160).half(), 7, 2, 3, torch.ones(64), torch.zeros(64),
                           "int8")
     with pytest.raises(ValueError, match="int8 or fp8"):
-        stem_kernels.stem(x.half(), (1, 2, 2), torch.zeros(64, 224).half(), 7, 2, 3, torch.ones(64),
+        stem_kernels.stem(x.half(), (1, 2, 2), torch.zeros(64, 160).half(), 7, 2, 3, torch.ones(64),
                           torch.zeros(64), "fp16")

@@ -3,12 +3,13 @@
 Why: the per-layer table (`deepgap layers`) showed the stem — cuDNN's fp16 convolution, whose 3-channel
 input suits none of its tensor-core kernels, writing a 16-bit output that the max-pool reads back — as
 the largest single item of the quant engine at batch 256. Here the convolution is one GEMM whose K (7·7·3
-= 147) runs one step per kernel row — that row's 7 pixels × 3 channels are 21 contiguous values of the
-NHWC image, zero-padded to the K block — accumulated in fp32 from the same fp16 operands, and the stem's
-scale, bias, ReLU and quantization run in its epilogue, so its output is written once in 8 bits. The max-
-pool then works on the quantized values: the epilogue is monotone per channel (its scale is positive), so
-quantizing and then taking the maximum equals taking the maximum and then quantizing, and after the ReLU
-every value is ≥ 0, so a window's padding can read as 0.
+= 147, zero-padded to a multiple of the K block) is gathered element by element from the NHWC image,
+accumulated in fp32 from the same fp16 operands, and the stem's scale, bias, ReLU and quantization run in
+its epilogue, so its output is written once in 8 bits. The max-pool then works on the quantized values:
+the epilogue is monotone per channel (its scale is positive), so quantizing and then taking the maximum
+equals taking the maximum and then quantizing, and after the ReLU every value is ≥ 0, so a window's
+padding can read as 0. Loading a kernel row's 21 contiguous values per K step instead (no per-element
+division) was measured slower on the H100 (misaligned rows, seven K steps instead of five).
 
 Both run on CPU tensors through the Triton interpreter (`kernels.interpreted`), as the tests do.
 """
@@ -42,18 +43,17 @@ def stem_conv_kernel(
     ih0 = (rem // OW) * STRIDE - PAD
     iw0 = (rem % OW) * STRIDE - PAD
     acc = tl.zeros((BM, N), dtype=tl.float32)
-    # One K step per kernel row kh: its KW taps × C channels are KW·C contiguous values of the NHWC row
-    # (pixels iw0 … iw0+KW−1), padded to BK; no per-element division in the loop.
-    rj = tl.arange(0, BK)
-    kw = rj // C
-    j_ok = rj < KW * C
-    for kh in tl.static_range(KH):
-        ih = ih0 + kh
+    for k0 in range(0, KP, BK):
+        rk = k0 + tl.arange(0, BK)
+        tap = rk // C
+        c = rk - tap * C
+        kh = tap // KW
+        kw = tap - kh * KW
+        ih = ih0[:, None] + kh[None, :]
         iw = iw0[:, None] + kw[None, :]
-        ok = (m_ok & (ih >= 0) & (ih < H))[:, None] & j_ok[None, :] & (iw >= 0) & (iw < W)
-        base = ((nb * H + ih) * W + iw0) * C
-        a = tl.load(x_ptr + base[:, None] + rj[None, :], mask=ok, other=0.0)
-        b = tl.load(w_ptr + rn[None, :] * KP + (kh * BK + rj)[:, None])
+        ok = m_ok[:, None] & (rk < KH * KW * C)[None, :] & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+        a = tl.load(x_ptr + ((nb[:, None] * H + ih) * W + iw) * C + c[None, :], mask=ok, other=0.0)
+        b = tl.load(w_ptr + rn[None, :] * KP + rk[:, None])
         acc = tl.dot(a, b, acc)
     alpha = tl.load(alpha_ptr + rn)
     beta = tl.load(beta_ptr + rn)
@@ -88,12 +88,13 @@ def maxpool8_kernel(
 
 
 def pad_weights(w_half: torch.Tensor, block_k: int = BLOCK_K) -> torch.Tensor:
-    """[C_out, C_in, kh, kw] fp16 → [C_out, kh·block_k]: per kernel row its (kw, c) values, then zeros."""
-    n, c, kh, kw = w_half.shape
-    _check(kw * c <= block_k, f"a kernel row holds {kw * c} values, more than the K block {block_k}")
-    out = torch.zeros((n, kh, block_k), dtype=torch.float16, device=w_half.device)
-    out[:, :, : kw * c] = w_half.permute(0, 2, 3, 1).reshape(n, kh, kw * c)
-    return out.reshape(n, kh * block_k).contiguous()
+    """[C_out, C_in, kh, kw] fp16 → [C_out, KP], K in (kh, kw, c) order, zero-padded (``block_k`` steps)."""
+    n = w_half.shape[0]
+    k = w_half[0].numel()
+    kp = triton.cdiv(k, block_k) * block_k
+    out = torch.zeros((n, kp), dtype=torch.float16, device=w_half.device)
+    out[:, :k] = w_half.permute(0, 2, 3, 1).reshape(n, k)
+    return out.contiguous()
 
 
 def stem(x, nhw, w_gemm, ksize, stride, padding, alpha, beta, out_fmt, pool=(3, 2, 1), block_m=128,
@@ -110,8 +111,8 @@ def stem(x, nhw, w_gemm, ksize, stride, padding, alpha, beta, out_fmt, pool=(3, 
            f"x must be a contiguous fp16 [nb·h·w={nb * h * wd}, C]; got {x.dtype} {tuple(x.shape)}")
     c = x.shape[1]
     n, kp = w_gemm.shape
-    _check(w_gemm.dtype == torch.float16 and kp == ksize * BLOCK_K and ksize * c <= BLOCK_K,
-           f"w_gemm must be pad_weights' fp16 [C_out, {ksize * BLOCK_K}]")
+    _check(w_gemm.dtype == torch.float16 and kp % BLOCK_K == 0 and kp >= ksize * ksize * c,
+           f"w_gemm must be fp16 [C_out, KP ≥ {ksize * ksize * c}, a multiple of {BLOCK_K}]")
     _check(n == triton.next_power_of_2(n), f"C_out must be a power of two; got {n}")
     _check_vec("alpha", alpha, n, x.device)
     _check_vec("beta", beta, n, x.device)
