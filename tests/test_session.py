@@ -1,0 +1,66 @@
+"""The run session: every kind of run gets the run-level prelude; profile and peaks measure in a worker."""
+
+from __future__ import annotations
+
+import pytest
+
+from deepgap.store import Store
+
+
+@pytest.mark.slow
+def test_a_fleet_run_gets_each_lanes_idle_baseline_and_thermal_warmup(tmp_path, tiny_spec):
+    """Two real workers on fake-CPU lanes: each measures its own prelude, and results carry its facts."""
+    from deepgap.fleet.session import run_fleet
+    from deepgap.telemetry.runlevel import run_summaries
+
+    store = str(tmp_path / "s.sqlite")
+    spec = tiny_spec.replace(options={"telemetry_backend": "fake:throttle"}, idle_s=0.2, energy_window_s=0.05,
+                             sample_hz=50.0, thermal_warmup=True, thermal_window_s=0.3, thermal_timeout_s=5.0)
+    logged: list[str] = []
+    res = run_fleet(spec, store, devices=["fake-cpu:0", "fake-cpu:1"], log=logged.append)
+    s = Store(store, readonly=True)
+    try:
+        summ = run_summaries(s, res.run_id)
+        df = s.results_frame([res.run_id])
+    finally:
+        s.close()
+    assert [i["status"] for i in summ["idle"]] == ["ok", "ok"]  # one baseline per lane
+    assert [t["status"] for t in summ["thermal"]] == ["ok", "ok"]
+    for lane in ("fake-cpu:0", "fake-cpu:1"):
+        assert any(m.startswith(f"{lane}: idle baseline") for m in logged), logged
+    assert len(df) == 2 and set(df["status"]) == {"ok"}
+    for e in df["extra"]:  # the lane's idle power and steady clock reached its measurements
+        assert e["telemetry"]["idle_power_w"] == pytest.approx(100.0, rel=0.05)
+        assert e["telemetry"]["sm_clock_ref_mhz"] == 1100.0
+
+
+def test_the_run_kind_is_passed_to_the_store_in_one_place(tmp_path, monkeypatch):
+    """`RunSession.open` hands its kind to `Store.begin_run` when the store keeps a kind per run."""
+    from deepgap.session import PROFILE, RunSession
+
+    seen: dict[str, object] = {}
+    begin = Store.begin_run
+
+    def begin_with_kind(self, spec, command, env, version, kind="run"):
+        seen["kind"] = kind
+        return begin(self, spec, command, env, version)
+
+    monkeypatch.setattr(Store, "begin_run", begin_with_kind)
+    with RunSession(str(tmp_path / "s.sqlite"), PROFILE) as session:
+        run_id = session.open({"models": ["tinycnn"]}, "deepgap profile", {"host": "test"})
+    assert seen["kind"] == PROFILE
+    s = Store(str(tmp_path / "s.sqlite"), readonly=True)
+    assert s.run(run_id)["status"] == "finished"
+    s.close()
+
+
+def test_an_interrupted_session_is_stored_interrupted(tmp_path):
+    from deepgap.session import RunSession
+
+    path = str(tmp_path / "s.sqlite")
+    with pytest.raises(KeyboardInterrupt), RunSession(path) as session:
+        run_id = session.open({}, "deepgap run", {})
+        raise KeyboardInterrupt
+    s = Store(path, readonly=True)
+    assert s.run(run_id)["status"] == "interrupted"
+    s.close()
