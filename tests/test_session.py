@@ -64,3 +64,38 @@ def test_an_interrupted_session_is_stored_interrupted(tmp_path):
     s = Store(path, readonly=True)
     assert s.run(run_id)["status"] == "interrupted"
     s.close()
+
+
+@pytest.mark.slow
+def test_profile_and_peaks_measure_in_a_worker_process_not_the_cli(tmp_path, monkeypatch):
+    """The parent's own measuring functions are broken here: the commands still work, so a worker measured."""
+    import deepgap.envinfo
+    import deepgap.roofline.peaks
+    import deepgap.roofline.profile
+    from deepgap.cli import main
+    from deepgap.roofline import storage
+    from deepgap.telemetry.runlevel import run_summaries
+
+    def parent_must_not(*a, **k):
+        raise AssertionError("the CLI process measured or probed the device itself")
+
+    monkeypatch.setattr(deepgap.roofline.peaks, "measure_peaks", parent_must_not)
+    monkeypatch.setattr(deepgap.roofline.profile, "run_profile", parent_must_not)
+    monkeypatch.setattr(deepgap.envinfo, "collect", parent_must_not)
+    path = str(tmp_path / "s.sqlite")
+    assert main(["peaks", "--device", "cpu", "--size", "64", "--bandwidth-mib", "4", "--repeats", "1",
+                 "--only", "fp32,memory", "--idle-time", "0.1", "--store", path]) == 0
+    assert main(["profile", "--model", "tinycnn", "--batch-size", "2", "--device", "cpu", "--warmup", "1",
+                 "--steps", "2", "--idle-time", "0.1", "--quiet", "--store", path]) == 0
+    s = Store(path, readonly=True)
+    try:
+        peaks = storage.peaks_frame(s).set_index("name")
+        prof = storage.profiles_frame(s)
+        runs = s.runs()
+        idle = [run_summaries(s, r["run_id"])["idle"] for r in runs]
+    finally:
+        s.close()
+    assert peaks.loc["fp32", "status"] == "ok" and peaks.loc["memory", "value"] > 0
+    assert len(prof) == 1 and prof["status"].iloc[0] == "ok"
+    assert [r["spec"]["kind"] for r in runs] == ["peaks", "profile"]
+    assert [len(i) for i in idle] == [1, 1]  # every kind of run gets the idle baseline

@@ -81,7 +81,8 @@ def run(
             session.resume(run_id)
         out = Results(run_id=session.run_id or "", store_path=store)
         with session:
-            session.prelude(runner, sweep, configs, log)  # idle baseline, thermal warm-up
+            if configs:  # a resumed run with nothing left measures no prelude either
+                session.prelude(runner, sweep, configs, log)  # idle baseline, thermal warm-up
             for res in runner.run(configs, on_event):
                 session.record(res)
                 out.results.append(res)

@@ -306,6 +306,16 @@ class SweepRunner:
             self.worker.stop()
         return res
 
+    def call(self, kind: str, payload: Any, timeout_s: float) -> Any:
+        """Any other worker request (``profile``, ``peaks``): a fresh worker is started if none runs.
+
+        Raises `WorkerLost` or `WorkerFailed` as `WorkerHandle.call` does; apply `needs_restart` to the
+        status of what comes back.
+        """
+        if not self.worker.alive():
+            self.worker.start()
+        return self.worker.call(kind, payload, timeout_s)
+
     def close(self) -> None:
         """Stop the worker."""
         self.worker.stop()

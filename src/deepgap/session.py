@@ -137,13 +137,12 @@ class RunSession:
         return other
 
     def prelude(self, runner: Any, sweep: SweepSpec, configs: Sequence[ConfigSpec],
-                log: Callable[[str], None] = lambda m: None) -> dict[str, Any] | None:
+                log: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
         """Idle baseline and thermal warm-up through ``runner``'s worker, stored as run-level telemetry.
 
-        Nothing when there is nothing to measure (a resumed run with no configuration left).
+        ``configs``: what the run will measure; the warm-up loads the device with the first one's group
+        (no configurations: the idle baseline only).
         """
-        if not configs:
-            return None
         from deepgap.telemetry import runlevel
 
         assert self.store is not None and self.run_id is not None, "open the session first"

@@ -42,7 +42,7 @@ def run_level(
         ``{"idle": summary, "thermal": summary or None}``.
     """
     settings = runner.telemetry_settings()
-    if settings is None or not configs:
+    if settings is None:
         return {"idle": None, "thermal": None}
     if settings.idle_s <= 0:  # --idle-time 0: no baseline at all (dynamic energy is then unavailable)
         idle = {"summary": {"status": "skipped: --idle-time 0"}, "samples": []}
@@ -56,7 +56,7 @@ def run_level(
     else:
         log(f"idle baseline {idle['summary'].get('status')}")
     thermal = None
-    if getattr(sweep, "thermal_warmup", False):
+    if getattr(sweep, "thermal_warmup", False) and configs:  # no configurations: nothing to warm up with
         cfg = thermal_config(configs)
         log(f"thermal warm-up on {cfg.label()}: until |dT/dt| < {settings.thermal_slope_c_per_min:g} °C/min "
             f"over {settings.thermal_window_s:g} s, at most {settings.thermal_timeout_s:g} s")
