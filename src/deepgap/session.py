@@ -112,14 +112,15 @@ class RunSession:
         self.store = store  # opened by `open` when not given (so bad input writes nothing before)
         self.run_id: str | None = None
 
-    def open(self, spec: dict[str, Any], command: str, env: dict[str, Any]) -> str:
-        """Create the run row; returns its id."""
+    def open(self, spec: dict[str, Any], command: str, env: dict[str, Any],
+             version: str = __version__) -> str:
+        """Create the run row (by deepgap ``version``); returns its id."""
         if self.store is None:
             self.store = Store(self.path)
         kw: dict[str, Any] = {}
         if "kind" in inspect.signature(self.store.begin_run).parameters:  # stores that keep runs.kind
             kw["kind"] = self.kind
-        self.run_id = self.store.begin_run(spec, command, env, __version__, **kw)
+        self.run_id = self.store.begin_run(spec, command, env, version, **kw)
         return self.run_id
 
     def resume(self, run_id: str) -> str:

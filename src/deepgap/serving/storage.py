@@ -101,9 +101,12 @@ def _clean(v: Any) -> Any:
 
 def save(store: Store, rec: ServeRecord, version: str) -> str:
     """Write a serve run in one transaction; returns its run id."""
+    from deepgap.session import SERVE, RunSession
+
+    session = RunSession(store.path, SERVE, store)  # the run row, as for every kind of run
     with store.transaction() as con:
         ensure_tables(con)
-        run_id = store.begin_run(rec.spec, rec.command, rec.env, version)
+        run_id = session.open(rec.spec, rec.command, rec.env, version)
         for lv in rec.levels:
             vals = {c: _clean(lv.values.get(c)) for c in _LEVEL_COLS if c != "run_id"}
             vals["extra_json"] = json.dumps(lv.values.get("extra") or {}, default=str)
@@ -131,7 +134,7 @@ def save(store: Store, rec: ServeRecord, version: str) -> str:
                 f"INSERT INTO capacity (run_id, {', '.join(cols)}, extra_json) VALUES (?, {', '.join('?' for _ in cols)}, ?)",
                 (run_id, *(_clean(cap[k]) for k in cols), json.dumps(cap.get("extra") or {}, default=str)),
             )
-        store.finish_run(run_id, rec.status)
+        session.finish(rec.status)
     return run_id
 
 
