@@ -99,3 +99,26 @@ def test_profile_and_peaks_measure_in_a_worker_process_not_the_cli(tmp_path, mon
     assert len(prof) == 1 and prof["status"].iloc[0] == "ok"
     assert [r["spec"]["kind"] for r in runs] == ["peaks", "profile"]
     assert [len(i) for i in idle] == [1, 1]  # every kind of run gets the idle baseline
+
+
+def test_the_worker_protocol_in_process_and_across_processes(tiny_spec):
+    """Handlers by kind; an unknown kind or a failing handler comes back as a status, never a dead pipe."""
+    from deepgap.inprocess import InProcessWorker
+    from deepgap.plan import expand
+    from deepgap.records import Status
+    from deepgap.runner import SweepRunner, WorkerFailed, WorkerHandle
+
+    runner = SweepRunner(tiny_spec, "cpu")
+    runner.worker = InProcessWorker("cpu")
+    results = list(runner.run(expand(tiny_spec, "cpu")))
+    assert [r.status for r in results] == [Status.OK, Status.OK]
+    assert runner.environment()["device_name"]
+    for worker in (InProcessWorker("cpu"), WorkerHandle("cpu")):
+        worker.start()
+        try:
+            with pytest.raises(WorkerFailed) as failed:
+                worker.call("no-such-kind", None, 60)
+            assert failed.value.status == Status.ERROR and "unknown worker request" in failed.value.reason
+            assert worker.call("env", None, 60)["device_name"]  # the worker still answers after a failure
+        finally:
+            worker.stop()
