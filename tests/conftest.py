@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from deepgap.config import SweepSpec
@@ -18,8 +20,41 @@ def tiny_spec() -> SweepSpec:
     return SweepSpec(**TINY)
 
 
+FULL_RUN_WORKERS = 3
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """A full run (``python -m pytest -q``: no paths, no ``-n``) uses three xdist workers, one file each.
+
+    Why: most of the suite's time is spent waiting on real worker processes, sockets and timeouts (with two
+    workers the 2-core CI machine's cores were busy about 40% of the time), so three workers fit it; ``--dist loadfile`` keeps each file (and its module fixtures, the Ray
+    cluster, the served store) in one worker. ``pytest tests/test_x.py``, ``-n 0``, ``--pdb``, ``--co`` or
+    ``DEEPGAP_TEST_SERIAL=1`` stay serial; without pytest-xdist installed this does nothing. Runs before
+    xdist's own hook (conftests register after plugins, and same-priority hooks run newest first).
+    """
+    opt = config.option
+    if not config.pluginmanager.hasplugin("xdist") or hasattr(config, "workerinput"):
+        return
+    if config.args_source != pytest.Config.ArgsSource.TESTPATHS or os.environ.get("DEEPGAP_TEST_SERIAL"):
+        return
+    if opt.numprocesses is not None or opt.dist != "no" or opt.tx or opt.collectonly or opt.usepdb:
+        return
+    opt.numprocesses = FULL_RUN_WORKERS
+    opt.dist = "loadfile"
+    opt.loadscopereorder = False  # files in collection order: the slow files first (see below)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Skip @pytest.mark.gpu tests unless CUDA is usable."""
+    """Skip @pytest.mark.gpu tests unless CUDA is usable; under xdist, hand out slow files first.
+
+    Why the order: a worker takes the next whole file when it is nearly done with one, so a slow file
+    (real worker processes, the Ray cluster, serving) handed out last would leave the other worker idle
+    at the end. Files keep their own test order (module fixtures and the Ray tests depend on it).
+    """
+    if hasattr(config, "workerinput") and config.option.dist == "loadfile":
+        slow = {item.path for item in items if item.get_closest_marker("slow")}
+        items.sort(key=lambda item: item.path not in slow)  # stable: files stay whole and in order
     try:
         import torch
 

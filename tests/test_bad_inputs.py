@@ -212,17 +212,17 @@ def test_full_disk_during_merge_leaves_output_unchanged(tmp_path, capsys, monkey
 
 def test_read_only_folder_reads_without_writing(tmp_path, capsys, good, monkeypatch):
     """In a folder we may not write to, reading is immutable: it works and creates nothing."""
-    import deepgap.storeguard
+    import deepgap.store.guard
 
     s = _store(tmp_path, good)
     con = sqlite3.connect(s)  # a live writer's log, which an immutable read ignores
     con.execute("PRAGMA journal_mode = WAL")
     real_access = os.access
     folder = str(tmp_path)
-    monkeypatch.setattr(deepgap.storeguard.os, "access",
+    monkeypatch.setattr(deepgap.store.guard.os, "access",
                         lambda p, mode, **k: False if os.path.abspath(p) == folder and mode & os.W_OK
                         else real_access(p, mode, **k))
-    assert deepgap.storeguard.immutable_read(s)
+    assert deepgap.store.guard.immutable_read(s)
     assert main(["show", s]) == 0
     con.close()
     assert sorted(os.listdir(tmp_path)) == ["s.sqlite"]

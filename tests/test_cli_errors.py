@@ -6,8 +6,7 @@ import sqlite3
 import pytest
 
 from deepgap.cli import main
-from deepgap.records import SCHEMA_VERSION
-from deepgap.store import Store
+from deepgap.store import SCHEMA_VERSION, Store
 
 BASE = ["run", "--models", "tinycnn", "--batch-sizes", "1", "--iterations", "1", "--device", "cpu"]
 

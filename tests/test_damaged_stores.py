@@ -57,7 +57,7 @@ def fake_runner(monkeypatch):
 
     monkeypatch.setattr(deepgap.api, "SweepRunner", FakeRunner)
     monkeypatch.setattr(deepgap.telemetry.runlevel, "run_level", lambda *a, **k: None)
-    monkeypatch.setattr(deepgap.figures, "_png", _no_png)  # rasterising is slow and data-blind
+    monkeypatch.setattr(deepgap.figures, "png_bytes", _no_png)  # rasterising is slow and data-blind
 
 
 @pytest.fixture(scope="module")

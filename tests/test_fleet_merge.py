@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
-import subprocess
-import sys
 
 import pytest
+from clirun import deepgap_cli
+from fixtures_store import build_store
 
 from deepgap.errors import StoreError
 from deepgap.fleet.merge import merge
 from deepgap.store import Store
-from fixtures_store import build_store
 
 
 def counts(path: str) -> dict[str, int]:
@@ -83,30 +82,36 @@ def test_other_schema_version_and_foreign_files_are_clear_errors(two_machines, t
     assert not out.exists()
 
 
-def test_extension_tables_follow_their_runs_with_keys_remapped(two_machines, tmp_path):
+def test_feature_tables_follow_their_runs_by_their_declared_keys(two_machines, tmp_path):
+    """serve_runs (parent: runs, own key serve_id) → serve_requests (parent key serve_id); a cache merges on its key."""
     a, b = two_machines
-    for path, n in ((a, 2), (b, 3)):  # a module's parent table (run_id, own key) and child table
+    for path, n in ((a, 2), (b, 3)):
         con = sqlite3.connect(path)
         run_id = con.execute("SELECT run_id FROM runs LIMIT 1").fetchone()[0]
-        con.execute("CREATE TABLE IF NOT EXISTS ext_runs (ext_id INTEGER PRIMARY KEY, run_id TEXT, v REAL)")
-        con.execute("CREATE TABLE IF NOT EXISTS ext_rows (ext_id INTEGER NOT NULL, i INTEGER, w REAL)")
-        con.execute("CREATE TABLE IF NOT EXISTS ext_cache (k TEXT PRIMARY KEY, v REAL)")
+        con.execute("CREATE TABLE ext_undeclared (run_id TEXT, v REAL)")
+        con.execute("INSERT INTO ext_undeclared VALUES (?, 1.0)", (run_id,))
         for j in range(n):
-            eid = con.execute("INSERT INTO ext_runs (run_id, v) VALUES (?, ?)", (run_id, float(j))).lastrowid
-            con.executemany("INSERT INTO ext_rows VALUES (?, ?, ?)", [(eid, i, eid * 10.0 + i) for i in range(4)])
-        con.execute("INSERT OR IGNORE INTO ext_cache VALUES ('shared', 1.0)")
+            eid = con.execute("INSERT INTO serve_runs (run_id, n) VALUES (?, ?)", (run_id, j)).lastrowid
+            con.executemany("INSERT INTO serve_requests (serve_id, idx, latency_s) VALUES (?, ?, ?)",
+                            [(eid, i, eid * 10.0 + i) for i in range(4)])
+        con.execute("INSERT OR IGNORE INTO roofline_model_costs VALUES ('m', 224, 'infer', 1.0, 2, '{}')")
         con.commit()
         con.close()
     out = str(tmp_path / "all.sqlite")
     merge([a, b], out)
     merge([b, a], out)
-    c = counts(out)
-    assert (c["ext_runs"], c["ext_rows"], c["ext_cache"]) == (5, 20, 1)
     con = sqlite3.connect(out)
-    orphans = con.execute("SELECT count(*) FROM ext_rows WHERE ext_id NOT IN (SELECT ext_id FROM ext_runs)")
+    c = {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+         for t in ("serve_runs", "serve_requests", "roofline_model_costs")}
+    assert (c["serve_runs"], c["serve_requests"], c["roofline_model_costs"]) == (5, 20, 1)
+    orphans = con.execute("SELECT count(*) FROM serve_requests WHERE serve_id NOT IN (SELECT serve_id FROM serve_runs)")
     assert orphans.fetchone()[0] == 0
-    per_parent = con.execute("SELECT ext_id, count(*) FROM ext_rows GROUP BY ext_id").fetchall()
+    per_parent = con.execute("SELECT serve_id, count(*) FROM serve_requests GROUP BY serve_id").fetchall()
     assert sorted(n for _, n in per_parent) == [4] * 5
+    # each request still belongs to the level it was measured in (latency = its old serve_id * 10 + idx)
+    levels = con.execute("SELECT count(DISTINCT latency_s - idx) FROM serve_requests GROUP BY serve_id")
+    assert [n for (n,) in levels.fetchall()] == [1] * 5
+    assert "ext_undeclared" not in {r[0] for r in con.execute("SELECT name FROM sqlite_master")}
     con.close()
 
 
@@ -114,8 +119,7 @@ def test_run_selection_takes_only_those_runs_and_their_rows(two_machines, tmp_pa
     a, b = two_machines
     con = sqlite3.connect(b)
     runs = [r for (r,) in con.execute("SELECT run_id FROM runs ORDER BY run_id")]
-    con.execute("CREATE TABLE ext_runs (ext_id INTEGER PRIMARY KEY, run_id TEXT, v REAL)")
-    con.executemany("INSERT INTO ext_runs (run_id, v) VALUES (?, 1.0)", [(r,) for r in runs])
+    con.executemany("INSERT INTO serve_runs (run_id, n) VALUES (?, 1)", [(r,) for r in runs])
     con.commit()
     want = {"results": con.execute("SELECT count(*) FROM results WHERE run_id = ?", (runs[0],)).fetchone()[0],
             "telemetry": con.execute("SELECT count(*) FROM telemetry WHERE run_id = ?",
@@ -127,19 +131,16 @@ def test_run_selection_takes_only_those_runs_and_their_rows(two_machines, tmp_pa
     assert [r for (r,) in con.execute("SELECT run_id FROM runs")] == [runs[0]] and rep.runs_added == 1
     assert con.execute("SELECT count(*) FROM results").fetchone()[0] == want["results"] > 0
     assert con.execute("SELECT count(*) FROM telemetry").fetchone()[0] == want["telemetry"]
-    assert con.execute("SELECT run_id FROM ext_runs").fetchall() == [(runs[0],)]
+    assert con.execute("SELECT run_id FROM serve_runs").fetchall() == [(runs[0],)]
     con.close()
-    p = subprocess.run([sys.executable, "-m", "deepgap", "merge", a, "--run", "no-such-run",
-                        "-o", str(tmp_path / "none.sqlite")], capture_output=True, text=True)
+    p = deepgap_cli("merge", a, "--run", "no-such-run", "-o", str(tmp_path / "none.sqlite"))
     assert p.returncode == 2 and "no-such-run" in p.stderr and not (tmp_path / "none.sqlite").exists()
 
 
 def test_cli_merge_errors_are_one_line_exit_2(two_machines, tmp_path):
     a, _ = two_machines
-    p = subprocess.run([sys.executable, "-m", "deepgap", "merge", a, str(tmp_path / "missing.sqlite"),
-                        "-o", str(tmp_path / "all.sqlite")], capture_output=True, text=True)
+    p = deepgap_cli("merge", a, str(tmp_path / "missing.sqlite"), "-o", str(tmp_path / "all.sqlite"))
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "missing.sqlite" in p.stderr
     assert not (tmp_path / "all.sqlite").exists()
-    p = subprocess.run([sys.executable, "-m", "deepgap", "merge", a, "-o", str(tmp_path / "all.sqlite")],
-                       capture_output=True, text=True)
+    p = deepgap_cli("merge", a, "-o", str(tmp_path / "all.sqlite"))
     assert p.returncode == 0, p.stderr

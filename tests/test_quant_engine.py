@@ -71,6 +71,12 @@ def test_prepare_on_cpu_torch_path(resnet18, precision, tmp_path, monkeypatch):
         assert t["q_s"] is not None and t["fp16_s"] is not None and t["q_error"] is None, t
         assert t["mode"] == ("q" if t["q_s"] <= t["fp16_s"] * 1.02 else "fp16")
         assert res.net.convs[t["name"]].mode == t["mode"]
+    assert info["stem"] == {"chosen": "cudnn", "reason": "not on a GPU"}
+    stem, head = info["outside_layers"]  # the per-layer table's rows for what is not a quantized conv
+    assert (stem["name"], head["name"]) == ("stem", "head")
+    for row in (stem, head):
+        assert row["fp16_s"] > 0 and row["macs"] > 0 and row["bytes"] > 0 and row["mode"] == "fp16"
+    assert stem["gemm"] == [16 * 16, 64, 147]  # 32² input, stride 2: 16² output pixels, K = 3·7·7
     x = torch.randn(1, 3, 32, 32)
     with torch.inference_mode():
         agree = correctness.compare(res.run(x.half()), resnet18(x), precision)
@@ -104,3 +110,38 @@ def test_quantized_network_is_within_the_correctness_bounds(name, res_px, precis
         agree = correctness.compare(net.forward(x), model(x), precision)
     assert not agree.flagged, agree
     assert agree.rel_l2 < (0.06 if precision == "int8" else 0.15)
+
+
+def test_stem_padded_to_four_channels_gives_the_same_output(resnet18):
+    """The stem's zero fourth channel (chosen on the GPU when faster) changes no number."""
+    from deepgap.quant.calibrate import calibration_images, collect_amax
+    from deepgap.quant.fold import resnet_graph
+    from deepgap.quant.network import build
+
+    graph = resnet_graph(resnet18)
+    net = build(graph, "int8", collect_amax(graph, calibration_images(2, 32, 0), method="max"), {}, 32)
+    x = torch.randn(2, 3, 32, 32).half().contiguous(memory_format=torch.channels_last)
+    plain = net.run_stem(x, "torch")
+    net.stem.set_padding(4)
+    assert net.stem.w_pad.shape == (64, 4, 7, 7) and not net.stem.w_pad[:, 3].any()
+    assert torch.equal(net.run_stem(x, "torch"), plain)
+    net.stem.set_padding(0)
+    assert net.stem.w_pad is None and torch.equal(net.run_stem(x, "torch"), plain)
+
+
+def test_fused_stem_inside_the_network_agrees_with_the_cudnn_path(resnet18):
+    """The network's stem through the fused Triton kernel (interpreted here) agrees with its torch path."""
+    pytest.importorskip("triton")
+    from deepgap.quant.calibrate import calibration_images, collect_amax
+    from deepgap.quant.engine import STEM_AGREE_FRAC
+    from deepgap.quant.fold import resnet_graph
+    from deepgap.quant.network import build
+    from deepgap.quant.tuning import _agree
+
+    graph = resnet_graph(resnet18)
+    net = build(graph, "int8", collect_amax(graph, calibration_images(2, 32, 0), method="max"), {}, 32)
+    x = torch.randn(2, 3, 32, 32).half().contiguous(memory_format=torch.channels_last)
+    plain = net.run_stem(x, "torch")
+    net.stem.use_kernel("fused")
+    assert net.stem.w_gemm.shape == (64, 160)
+    assert _agree(net.run_stem(x, "torch"), plain, "int8", STEM_AGREE_FRAC) is None

@@ -202,3 +202,26 @@ def test_engine_through_deepgap_run(tmp_path, monkeypatch):
         assert row["status"] == "ok", row["reason"]
         assert not row["extra"]["correctness"]["flagged"], row["extra"]["correctness"]
         assert len(row["extra"]["engine_info"]["layers"]) == 52  # every convolution but the stem was planned
+
+
+@pytest.mark.parametrize("out_fmt", ["int8", "fp8"])
+def test_fused_stem_on_gpu_matches_the_exact_reference(out_fmt):
+    """The fused Triton stem at ResNet's 224² against fp32 convolution + max-pool + the exact epilogue."""
+    import torch.nn.functional as F  # noqa: N812
+
+    from deepgap.quant import layers, stem_kernels
+
+    torch.backends.cudnn.allow_tf32 = False
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(8, 3, 224, 224, device="cuda", generator=g).half()
+    w = (torch.randn(64, 3, 7, 7, device="cuda", generator=g) * 0.2).half()
+    alpha = torch.rand(64, device="cuda", generator=g) * 4 + 0.5
+    beta = torch.randn(64, device="cuda", generator=g)
+    pooled = F.max_pool2d(F.conv2d(x.float(), w.float(), None, 2, 3), 3, 2, 1)
+    ref = layers.epilogue_reference(pooled.permute(0, 2, 3, 1).reshape(-1, 64), alpha, beta, out_fmt, True)
+    xm = x.permute(0, 2, 3, 1).contiguous().reshape(-1, 3)
+    out = stem_kernels.stem(xm, (8, 224, 224), stem_kernels.pad_weights(w), 7, 2, 3, alpha, beta, out_fmt)
+    o, r = out.float(), ref.float()
+    differ = float((o != r).float().mean())
+    assert differ < 0.01, differ  # fp32 sums in another order: a rounding boundary now and then
+    assert torch.all((o - r).abs() <= torch.maximum(r.abs() / 8, torch.ones_like(r)) + 1e-6)

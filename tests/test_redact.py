@@ -27,7 +27,7 @@ def _no_png(fig, dpi: int = 90) -> bytes:
 def no_png(monkeypatch):
     import deepgap.figures
 
-    monkeypatch.setattr(deepgap.figures, "_png", _no_png)  # rasterising is slow and not under test
+    monkeypatch.setattr(deepgap.figures, "png_bytes", _no_png)  # rasterising is slow and not under test
 
 
 def _private_store(path: str) -> str:

@@ -9,6 +9,7 @@ import pytest
 from fixtures_store import build_store
 
 from deepgap.cli import main
+from deepgap.render.sections import table_specs
 from deepgap.report import TABLE_SPECS, write_report
 
 FIGURES = [
@@ -44,15 +45,28 @@ def full(tmp_path_factory):
     }
 
 
+def test_sections_keep_the_page_order_and_leave_no_global_state(full):
+    """The registered sections (core, serving, roofline, platforms) build the page in the order it had
+    when report.py called them itself; their table specs travel with the build, not in globals."""
+    ids = re.findall(r'id="([a-z0-9_]+)"', full["text"])
+    assert [i for i in ids if i in FIGURES] == FIGURES
+    assert [i for i in ids if i in table_specs()] == [
+        "table1_peak_throughput", "paper_comparison", "speedup_vs_cpu", "speedup_vs_fp32",
+        "pareto_frontier", "energy", "cpu_thread_scaling", "configurations", "failures", "thermal_state",
+        "roofline_seed_reference"]
+    assert not [k for k in TABLE_SPECS if k.startswith(("roofline_", "serving_", "platforms_"))]
+
+
 def test_every_figure_and_table_is_written(full):
     files = os.path.join(os.path.dirname(full["html"]), "report_files")
     names = sorted(os.listdir(files))
     assert [n for n in names if n.endswith(".png")] == sorted(f + ".png" for f in FIGURES)
     csvs = {n[:-4] for n in names if n.endswith(".csv")}
-    core = {k for k in TABLE_SPECS if not k.startswith(("roofline_", "serving_"))}  # sections add theirs when present
+    sections = ("roofline_", "serving_", "platforms_")  # a section registers its tables when built
+    core = {k for k in TABLE_SPECS if not k.startswith(sections)}
     extra = {"measurements", "environment", "answer", "how_sure"}
     assert core | extra | {"roofline_seed_reference"} <= csvs
-    assert csvs <= set(TABLE_SPECS) | extra
+    assert csvs <= set(table_specs()) | extra  # every section's declared tables
     assert full["paths"][0] == os.path.abspath(full["html"]) and len(full["paths"]) == 1 + len(names)
     # each figure on the page once: an embedded PNG, or an interactive plot (its PNG linked beside it)
     imgs = len(re.findall(r'<img alt="[^"]*" src="data:image/png;base64,', full["text"]))

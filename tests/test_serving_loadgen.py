@@ -69,7 +69,7 @@ def test_server_steps_down_until_loadgen_calls_it_valid(monkeypatch):
     """LoadGen's Server capacity is the highest VALID rate from deepgap's capacity down (its own search)."""
     from types import SimpleNamespace
 
-    import deepgap.serving.loadgen as lgmod
+    import deepgap.serving.loadgen_run as lgmod
 
     tried = []
 

@@ -34,24 +34,20 @@ def test_a_fleet_run_gets_each_lanes_idle_baseline_and_thermal_warmup(tmp_path, 
         assert e["telemetry"]["sm_clock_ref_mhz"] == 1100.0
 
 
-def test_the_run_kind_is_passed_to_the_store_in_one_place(tmp_path, monkeypatch):
-    """`RunSession.open` hands its kind to `Store.begin_run` when the store keeps a kind per run."""
+def test_the_run_kind_is_passed_to_the_store_in_one_place(tmp_path):
+    """`RunSession.open` stores its kind, so resume picks up runs of its own kind only."""
     from deepgap.session import PROFILE, RunSession
 
-    seen: dict[str, object] = {}
-    begin = Store.begin_run
-
-    def begin_with_kind(self, spec, command, env, version, kind="run"):
-        seen["kind"] = kind
-        return begin(self, spec, command, env, version)
-
-    monkeypatch.setattr(Store, "begin_run", begin_with_kind)
-    with RunSession(str(tmp_path / "s.sqlite"), PROFILE) as session:
+    path = str(tmp_path / "s.sqlite")
+    with RunSession(path, PROFILE) as session:
         run_id = session.open({"models": ["tinycnn"]}, "deepgap profile", {"host": "test"})
-    assert seen["kind"] == PROFILE
-    s = Store(str(tmp_path / "s.sqlite"), readonly=True)
-    assert s.run(run_id)["status"] == "finished"
-    s.close()
+        session.finish("interrupted")
+    s = Store(path, readonly=True)
+    try:
+        assert s.run(run_id)["kind"] == PROFILE and s.run(run_id)["status"] == "interrupted"
+        assert s.latest_unfinished() is None  # an interrupted profile is no sweep to resume
+    finally:
+        s.close()
 
 
 def test_an_interrupted_session_is_stored_interrupted(tmp_path):
@@ -97,7 +93,7 @@ def test_profile_and_peaks_measure_in_a_worker_process_not_the_cli(tmp_path, mon
         s.close()
     assert peaks.loc["fp32", "status"] == "ok" and peaks.loc["memory", "value"] > 0
     assert len(prof) == 1 and prof["status"].iloc[0] == "ok"
-    assert [r["spec"]["kind"] for r in runs] == ["peaks", "profile"]
+    assert [r["kind"] for r in runs] == ["peaks", "profile"]
     assert [len(i) for i in idle] == [1, 1]  # every kind of run gets the idle baseline
 
 

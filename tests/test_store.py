@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from deepgap.errors import StoreError
-from deepgap.records import SCHEMA_VERSION, ConfigSpec, Result, Status
+from deepgap.records import ConfigSpec, Result, Status
 from deepgap.stats import summarize
-from deepgap.store import Store, check_path
+from deepgap.store import SCHEMA_VERSION, Store, check_path
 
 
 def make_result(bs=1, status=Status.OK, model="tinycnn"):

@@ -296,12 +296,13 @@ def test_plan_power_of_a_serve_curve_comes_from_the_sweep_at_or_above_its_batch(
 
 
 def test_report_section_tables_and_ratio_figure(merged, fake_counts):
-    from deepgap.analysis.platforms_section import section
+    from deepgap.analysis.platforms_section import SECTION, section
     from deepgap.report_format import TABLE_SPECS
 
     tables, figs = section(merged["all"])
     assert set(tables) == {"platforms_ceilings", "platforms_best_batch", "platforms_matched"}
-    assert {"platforms_best_batch", "platforms_matched"} <= set(TABLE_SPECS)
+    assert set(tables) <= set(SECTION.table_specs)  # declared with the section, for the report's build
+    assert not set(tables) & set(TABLE_SPECS)  # not added to the formatter's global table
     assert set(tables["platforms_matched"]["platform_a"]) == {H200}  # reverse name order: H200 over H100
     (fig,) = figs
     assert fig.unavailable is None and fig.png.startswith(b"\x89PNG")

@@ -2,19 +2,50 @@
 
 ``deepgap.run(spec) -> Results`` measures a sweep into an SQLite store; ``Results.to_pandas()``
 returns it as a DataFrame. The ``deepgap`` command wraps the same calls.
+
+The public names are loaded on first use: every module of the package imports this one first (for
+``__version__``, or as its parent), and importing the run machinery here would make each of them depend
+on all of it, in a cycle through ``deepgap.api``.
 """
 
 from __future__ import annotations
 
+import importlib
 from importlib import metadata
+from typing import TYPE_CHECKING, Any
 
 try:
     __version__ = metadata.version("deepgap")
 except metadata.PackageNotFoundError:  # running from a source tree
     __version__ = "0.1.0+src"
 
-from deepgap.api import Results, run  # noqa: E402
-from deepgap.config import SweepSpec  # noqa: E402
-from deepgap.records import ConfigSpec, Result, Status  # noqa: E402
+_PUBLIC = {
+    "Results": "deepgap.api",
+    "run": "deepgap.api",
+    "SweepSpec": "deepgap.config",
+    "ConfigSpec": "deepgap.records",
+    "Result": "deepgap.records",
+    "Status": "deepgap.records",
+}
+
+if TYPE_CHECKING:
+    from deepgap.api import Results, run
+    from deepgap.config import SweepSpec
+    from deepgap.records import ConfigSpec, Result, Status
+
+
+def __getattr__(name: str) -> Any:
+    """``deepgap.run`` and the other public names, imported from their modules when first asked for."""
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'deepgap' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_PUBLIC))
+
 
 __all__ = ["ConfigSpec", "Result", "Results", "Status", "SweepSpec", "__version__", "run"]

@@ -14,7 +14,7 @@ from deepgap.config import SweepSpec, validate
 from deepgap.plan import expand
 from deepgap.runner import Event, SweepRunner, python_command
 from deepgap.session import (  # noqa: F401 - re-exported: the public names of the API
-    RUN,
+    SWEEP,
     Results,
     RunSession,
     as_spec,
@@ -52,7 +52,7 @@ def run(
 
         return run_fleet(spec, store, resume, on_event, command, devices=devices, ray=ray, where=where,
                          log=log)
-    session = RunSession(store, RUN)
+    session = RunSession(store, SWEEP)
     if resume:
         s, run_row = open_resume(store, resume)
         session.store = s

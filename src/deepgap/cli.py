@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "_main", None):
         parser.print_help()
         return 2
-    from deepgap import storeguard
+    from deepgap.store import guard as storeguard
 
     storeguard.reset()
     try:

@@ -5,17 +5,17 @@ unavailable ("unavailable: no telemetry in these runs"). One panel per platform 
 the paper's figures 6–11 (top row T4, bottom row L4). Flagged configurations are drawn with a red
 ✕ over the point and a missed CI target with an orange ring, so a flagged number is never shown
 unmarked. Colours follow the precision, markers the engine. This module holds the shared drawing
-helpers and the per-batch figures; `deepgap.figures_summary` the Pareto, bar, thread and thermal ones.
+helpers every figure uses (the report's, the serving and roofline sections'); the figures themselves are
+in `deepgap.figures_batch` (per batch size: figs. 6, 8, 9, 11, energy) and `deepgap.figures_summary`
+(Pareto, bars, threads, thermal).
 """
 
 from __future__ import annotations
 
 import io
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import numpy as np
 import pandas as pd
 
 from deepgap.figure_style import ENGINE_MARKERS, PREC_COLORS, facets, series_of, thread_list  # noqa: F401
@@ -84,10 +84,11 @@ def panels_of(fig) -> dict[str, list[str]]:
 def make_figure(name: str, title: str, caption: str, fig, dpi: int = 90, **kw) -> Figure:
     """A `Figure` from a drawn matplotlib figure: its PNG and its panels' series."""
     panels = panels_of(fig)
-    return Figure(name, title, caption, png=_png(fig, dpi), panels=panels, **kw)
+    return Figure(name, title, caption, png=png_bytes(fig, dpi), panels=panels, **kw)
 
 
-def _plt():
+def pyplot():
+    """matplotlib.pyplot on the Agg backend (imported on first use: the CLI starts faster without it)."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -96,14 +97,14 @@ def _plt():
     return plt
 
 
-def _png(fig, dpi: int = 90) -> bytes:
+def png_bytes(fig, dpi: int = 90) -> bytes:
     """PNG bytes, as a 256-colour palette image.
 
     Plots are flat colours and the page embeds every PNG: this keeps the report a third of the size.
     """
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
-    _plt().close(fig)
+    pyplot().close(fig)
     try:
         from PIL import Image
 
@@ -121,8 +122,9 @@ def _png(fig, dpi: int = 90) -> bytes:
     return buf.getvalue()
 
 
-def _grid(n: int, w: float = 4.4, h: float = 3.2, ncols: int = 3):
-    plt = _plt()
+def subplots_grid(n: int, w: float = 4.4, h: float = 3.2, ncols: int = 3):
+    """A figure of ``n`` panels, ``ncols`` a row, each ``w`` × ``h`` inches; returns it and its axes, flat."""
+    plt = pyplot()
     ncols = max(1, min(ncols, n))
     nrows = math.ceil(n / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(w * ncols, h * nrows), squeeze=False)
@@ -144,7 +146,7 @@ series_label = _label  # kept for callers of the old name
 _SERIES = ["engine", "precision", "memory_format", "threads", "include_transfer"]
 
 
-def _plain_ticks(ax, ticks: list | None = None, axis: str = "x") -> None:
+def plain_ticks(ax, ticks: list | None = None, axis: str = "x") -> None:
     """Plain numbers on a log axis (no mathtext: clearer, and much faster to draw)."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
@@ -157,7 +159,7 @@ def _plain_ticks(ax, ticks: list | None = None, axis: str = "x") -> None:
     a.set_minor_locator(NullLocator())
 
 
-def _style(r, all_threads: list[int] | None = None, with_engine: bool = True) -> dict:
+def series_style(r, all_threads: list[int] | None = None, with_engine: bool = True) -> dict:
     """Colour by precision, marker by engine, line by memory format, and the series' legend text."""
     return {
         "color": _color(r, all_threads),
@@ -167,7 +169,7 @@ def _style(r, all_threads: list[int] | None = None, with_engine: bool = True) ->
     }
 
 
-def _marks(ax, sub: pd.DataFrame, x: str, y: str) -> None:
+def flag_marks(ax, sub: pd.DataFrame, x: str, y: str) -> None:
     """Overlay flagged (red ✕) and ci-not-met (orange ring) points."""
     fl = sub[sub["flagged"]]
     if len(fl):
@@ -196,7 +198,8 @@ def _entries(axes) -> dict[str, object]:
     return seen
 
 
-def _legend(ax) -> None:
+def panel_legend(ax) -> None:
+    """One legend entry per series drawn on ``ax`` (duplicates merged)."""
     seen = _entries([ax])
     if seen:
         ax.legend(seen.values(), seen.keys(), fontsize=7, loc="best")
@@ -205,7 +208,7 @@ def _legend(ax) -> None:
 LEGEND_IN_AXES_MAX = 6  # more entries than this would hide the data: one shared legend under the panels
 
 
-def _shared_legend(fig, axes, ncols: int = 4) -> bool:
+def shared_legend(fig, axes, ncols: int = 4) -> bool:
     """Put a crowded legend under the panels (the figure grows to keep the panels' size)."""
     seen = _entries(axes)
     if len(seen) <= LEGEND_IN_AXES_MAX:
@@ -217,207 +220,3 @@ def _shared_legend(fig, axes, ncols: int = 4) -> bool:
     fig.subplots_adjust(bottom=(bottom + extra) / (height + extra), top=1 - top / (height + extra))
     fig.legend(seen.values(), seen.keys(), loc="lower center", ncol=ncols, fontsize=7, frameon=False)
     return True
-
-
-def _per_panel(
-    agg: pd.DataFrame,
-    name: str,
-    title: str,
-    caption: str,
-    ylabel: str,
-    draw: Callable[[object, pd.DataFrame, dict], None],
-    xlabel: str = "batch size",
-    logx: bool = True,
-    logy: bool = False,
-    need: str | None = None,
-    why: str = "",
-) -> Figure:
-    """Small multiples: one panel per platform, model and engine family (≤ 8 series each).
-
-    ``draw(ax, series_rows, style)`` draws one series.
-    """
-    data = agg if need is None or agg.empty else agg[agg[need].notna()] if need in agg else agg.iloc[0:0]
-    if data.empty:
-        return Figure(name, title, caption, unavailable=why or "unavailable: no successful measurement")
-    panels = facets(data)
-    fig, axes = _grid(len(panels), w=3.6, h=2.7, ncols=4)
-    threads = thread_list(data)
-    for ax, (ptitle, sub) in zip(axes, panels, strict=False):
-        several = sub["engine"].nunique() > 1
-        for _, s in series_of(sub):
-            draw(ax, s.sort_values("batch_size"), _style(s.iloc[0], threads, with_engine=several))
-        ax.set_title(ptitle, fontsize=8)
-        ax.set_xlabel(xlabel, fontsize=7)
-        ax.set_ylabel(ylabel, fontsize=7)
-        if logx:
-            ax.set_xscale("log", base=2)
-            _plain_ticks(ax, sorted(sub["batch_size"].unique()))
-        if logy:
-            ax.set_yscale("log")
-            _plain_ticks(ax, axis="y")
-        ax.grid(alpha=0.3)
-        ax.tick_params(labelsize=6)
-    used = list(axes[: len(panels)])
-    if not _shared_legend(fig, used):
-        for ax in used:
-            _legend(ax)
-    return make_figure(name, title, caption, fig)
-
-
-def throughput_vs_batch(agg: pd.DataFrame) -> Figure:
-    """Fig. 6: throughput (batch / median latency, with 95% CI) and pipelined throughput vs batch."""
-
-    def draw(ax, s, st):
-        err = np.abs(
-            np.vstack(
-                [
-                    s["throughput_ips"] - s["throughput_ci_low_ips"],
-                    s["throughput_ci_high_ips"] - s["throughput_ips"],
-                ]
-            )
-        )
-        ax.errorbar(
-            s["batch_size"],
-            s["throughput_ips"],
-            yerr=np.nan_to_num(err),
-            capsize=2,
-            **st,
-        )
-        if s["throughput_pipelined_ips"].notna().any():
-            ax.plot(
-                s["batch_size"],
-                s["throughput_pipelined_ips"],
-                ls=":",
-                color=st["color"],
-                alpha=0.6,
-                lw=1,
-                label="dotted: pipelined (no sync)",
-            )
-        _marks(ax, s, "batch_size", "throughput_ips")
-
-    return _per_panel(
-        agg,
-        "fig06_throughput_vs_batch",
-        "Throughput vs batch size (fig. 6)",
-        "Lines: batch / median synchronized latency (the paper's throughput), 95% CI bars. Dotted: "
-        "pipelined throughput (back-to-back iterations, no sync in between). Dashed lines: channels-last.",
-        "images/s",
-        draw,
-    )
-
-
-def latency_vs_batch(agg: pd.DataFrame) -> Figure:
-    """Fig. 8: median latency vs batch with a band up to the P99 (worst measurement)."""
-
-    def draw(ax, s, st):
-        ax.plot(s["batch_size"], s["latency_median_s"] * 1e3, **st)
-        ax.fill_between(
-            s["batch_size"],
-            s["latency_median_s"] * 1e3,
-            s["latency_p99_s"] * 1e3,
-            color=st["color"],
-            alpha=0.18,
-            lw=0,
-        )
-        _marks(ax, s.assign(_ms=s["latency_median_s"] * 1e3), "batch_size", "_ms")
-
-    fig = _per_panel(
-        agg,
-        "fig08_latency_vs_batch",
-        "Latency vs batch size with P99 bands (fig. 8)",
-        "Line: median latency per batch (ms). Shaded band: from the median up to the P99 latency "
-        "(the worst P99 over sweep passes).",
-        "latency per batch (ms, log scale)",
-        draw,
-        logy=True,
-    )
-    return fig
-
-
-def memory_vs_batch(agg: pd.DataFrame) -> Figure:
-    """Fig. 9: peak memory vs batch, every stored memory figure labelled by its source."""
-    styles = {
-        "device_mem_used_bytes": ("-", "NVML device-wide peak used"),
-        "peak_mem_reserved_bytes": ("--", "process peak reserved"),
-        "peak_mem_allocated_bytes": (":", "process peak allocated"),
-        "host_rss_bytes": ("-.", "host RSS"),
-    }
-    have = [c for c in styles if c in agg and agg[c].notna().any()] if not agg.empty else []
-
-    def draw(ax, s, st):
-        drawn = [c for c in have if s[c].notna().any()]
-        for c in drawn:
-            ax.plot(
-                s["batch_size"],
-                s[c] / 2**30,
-                ls=styles[c][0],
-                color=st["color"],
-                marker=st["marker"],
-                ms=3,
-                label=st["label"] if c == drawn[0] else "_nolegend_",
-            )
-            ax.plot([], [], ls=styles[c][0], color="black", lw=1, label=styles[c][1])  # line-style key
-        if drawn:
-            _marks(ax, s.assign(_g=s[drawn[0]] / 2**30), "batch_size", "_g")
-
-    agg2 = agg.assign(_any=agg[have].max(axis=1)) if have else agg.assign(_any=np.nan)
-    return _per_panel(
-        agg2,
-        "fig09_memory_vs_batch",
-        "Peak memory vs batch size (fig. 9)",
-        "True peaks over the timed protocol (warm-up and timing; set-up excluded). Solid: NVML "
-        "device-wide used memory, the maximum of the telemetry samples and the reading after timing "
-        "(includes the CUDA context and other processes: the paper's way). Dashed: this process's "
-        "allocator pool (peak reserved). Dotted: live tensors (peak allocated). Dash-dot: host RSS "
-        "of CPU runs. Maximum over repeats and sweep passes.",
-        "GiB",
-        draw,
-        need="_any",
-        why="unavailable: no memory figure stored",
-    )
-
-
-def speedup_vs_fp32(sp: pd.DataFrame) -> Figure:
-    """Fig. 11: throughput over FP32 at each batch."""
-
-    def draw(ax, s, st):
-        ax.plot(
-            s["batch_size"],
-            s["speedup"],
-            **{**st, "label": f"{st['label']} / {s.iloc[0]['baseline_engine']} fp32"},
-        )
-        ax.axhline(1.0, color="gray", lw=0.8, ls=":")
-        _marks(ax, s, "batch_size", "speedup")
-
-    return _per_panel(
-        sp,
-        "fig11_speedup_vs_fp32",
-        "Speedup over FP32 (fig. 11)",
-        "Throughput of each precision over FP32 of the same engine (eager FP32 when the engine has "
-        "none) at the same platform, batch, memory format and threads.",
-        "× FP32",
-        draw,
-        why="unavailable: no precision measured beside FP32 at the same batch",
-    )
-
-
-def energy_vs_batch(
-    agg: pd.DataFrame, col: str, name: str, title: str, ylabel: str, scale: float = 1.0
-) -> Figure:
-    """Perf-per-watt or joules per image vs batch, where energy telemetry exists."""
-
-    def draw(ax, s, st):
-        ok = s[s[col].notna()]
-        ax.plot(ok["batch_size"], ok[col] * scale, **st)
-        _marks(ax, ok.assign(_v=ok[col] * scale), "batch_size", "_v")
-
-    return _per_panel(
-        agg,
-        name,
-        title,
-        "From the telemetry joined to each configuration (mean power over its measured window).",
-        ylabel,
-        draw,
-        need=col,
-        why="unavailable: no energy telemetry in these runs",
-    )

@@ -16,12 +16,12 @@ from deepgap.figure_style import series_label as style_label
 from deepgap.figures import (
     PREC_COLORS,
     Figure,
-    _grid,
-    _legend,
-    _marks,
-    _plain_ticks,
-    _plt,
+    flag_marks,
     make_figure,
+    panel_legend,
+    plain_ticks,
+    pyplot,
+    subplots_grid,
 )
 
 
@@ -35,7 +35,7 @@ def pareto(par: pd.DataFrame) -> Figure:
             unavailable="unavailable: no successful measurement",
         )
     keys = list(par.groupby(["platform", "model"], sort=True).groups)
-    fig, axes = _grid(len(keys), w=4.2, h=3.1, ncols=3)
+    fig, axes = subplots_grid(len(keys), w=4.2, h=3.1, ncols=3)
     threads = thread_list(par)
     for ax, (platform, model) in zip(axes, keys, strict=False):
         sub = par[(par["platform"] == platform) & (par["model"] == model)].assign(
@@ -69,15 +69,15 @@ def pareto(par: pd.DataFrame) -> Figure:
         ax.step(
             front["_ms"], front["throughput_ips"], where="post", color="black", lw=1, label="Pareto frontier"
         )
-        _marks(ax, sub, "_ms", "throughput_ips")
+        flag_marks(ax, sub, "_ms", "throughput_ips")
         ax.set_xscale("log")
-        _plain_ticks(ax)
+        plain_ticks(ax)
         ax.set_title(f"{platform} — {model}", fontsize=8)
         ax.set_xlabel("median latency per batch (ms)", fontsize=7)
         ax.set_ylabel("images/s", fontsize=7)
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=6)
-        _legend(ax)
+        panel_legend(ax)
     return make_figure(
         "fig10_pareto",
         "Latency–throughput Pareto frontier (fig. 10)",
@@ -106,7 +106,7 @@ def bars(
         return Figure(name, title, caption, unavailable=why or "unavailable: no successful measurement")
     panels = facets(frame, keys=(panel,))
     all_threads = thread_list(frame)
-    fig, axes = _grid(len(panels), w=4.4, h=3.0, ncols=3)
+    fig, axes = subplots_grid(len(panels), w=4.4, h=3.0, ncols=3)
     for ax, (ptitle, sub) in zip(axes, panels, strict=False):
         models = sorted(sub["model"].unique())
         several = sub["engine"].nunique() > 1
@@ -152,7 +152,7 @@ def bars(
         ax.set_ylabel(ylabel, fontsize=7)
         ax.grid(alpha=0.3, axis="y")
         ax.tick_params(labelsize=6)
-        _legend(ax)
+        panel_legend(ax)
     return make_figure(name, title, caption + " ✕ = flagged, ○ = CI target missed.", fig)
 
 
@@ -173,7 +173,7 @@ def thread_scaling(ts: pd.DataFrame) -> Figure:
         for i in range(parts):
             part = f" ({i + 1}/{parts})" if parts > 1 else ""
             panels.append((f"{platform} — {model}{part}", lines[i * MAX_SERIES : (i + 1) * MAX_SERIES]))
-    fig, axes = _grid(len(panels), w=4.2, h=3.0)
+    fig, axes = subplots_grid(len(panels), w=4.2, h=3.0)
     for ax, (ptitle, lines) in zip(axes, panels, strict=False):
         ticks = set()
         for (eng, prec, bs), s in lines:
@@ -187,14 +187,14 @@ def thread_scaling(ts: pd.DataFrame) -> Figure:
                 color=style_color(s.iloc[0]),
                 label=f"{eng} {prec} bs{bs}",
             )
-            _marks(ax, s, "threads", "throughput_ips")
+            flag_marks(ax, s, "threads", "throughput_ips")
         ax.set_title(ptitle, fontsize=8)
         ax.set_xticks(sorted(ticks))
         ax.set_xlabel("intra-op threads", fontsize=7)
         ax.set_ylabel("images/s", fontsize=7)
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=6)
-        _legend(ax)
+        panel_legend(ax)
     return make_figure(
         "fig_cpu_thread_scaling",
         title,
@@ -263,7 +263,7 @@ def thermal_timeline(
         return Figure(
             name, title, "", unavailable="unavailable: no telemetry in these runs", appendix=appendix
         )
-    plt = _plt()
+    plt = pyplot()
     n = len(panels)
     fig, axes = plt.subplots(n, 1, figsize=(11, 3.1 * n), squeeze=False)
     fig.subplots_adjust(left=0.06, right=0.94, bottom=0.75 / (3.1 * n), top=1 - 0.3 / (3.1 * n), hspace=0.75)

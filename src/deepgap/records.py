@@ -14,8 +14,6 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = 1
-
 
 class Status(str, enum.Enum):
     """Outcome of one configuration. Every planned configuration ends with exactly one."""

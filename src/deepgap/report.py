@@ -1,9 +1,10 @@
 """``deepgap report``: a store → one self-contained HTML file, plus every figure as PNG and table as CSV.
 
-Rendering only: the numbers come from `deepgap.analysis`, the drawings from `deepgap.figures`; this
-module formats, embeds PNGs as ``data:`` URIs (the page fetches nothing, online or off) and writes
-atomically: everything is written into a temporary folder beside the target and moved into place
-last, so a failure leaves no half-written report. Tables and figures go to ``<name>_files/``.
+Rendering only: the tables and figures come from the sections registered in `deepgap.render.sections`
+(the core one in `deepgap.report_core`, then serving, roofline, platforms); this module formats, embeds
+PNGs as ``data:`` URIs (the page fetches nothing, online or off) and writes atomically: everything is
+written into a temporary folder beside the target and moved into place last, so a failure leaves no
+half-written report. Tables and figures go to ``<name>_files/``.
 """
 
 from __future__ import annotations
@@ -18,14 +19,15 @@ from typing import Any
 
 import pandas as pd
 
-from deepgap import __version__, figures, figures_summary, report_answer
+from deepgap import __version__, figures, report_answer
 from deepgap import figures_interactive as fi
-from deepgap.analysis import aggregate, config_label, failures, prepare, reference, tables
-from deepgap.analysis import compare as cmp
+from deepgap.analysis import aggregate, config_label, prepare
 from deepgap.analysis.frame import MEMORY_LABELS
 from deepgap.analysis.recommend import recommend
-from deepgap.analysis.thermal import thermal_state
+from deepgap.analysis.samples import pooled_samples_fn  # noqa: F401  (re-exported)
 from deepgap.errors import UsageError
+from deepgap.render import sections
+from deepgap.render.sections import ReportContext, TableSpec
 from deepgap.report_format import (
     MACHINE_HEADERS,
     TABLE_SPECS,
@@ -36,8 +38,6 @@ from deepgap.report_format import (
     fmt_list,
     fmt_ms,
     html_table,
-    machine_key,
-    machine_label,
     machines,
 )
 from deepgap.report_screenshot import find_chromium, screenshot  # noqa: F401  (re-exported)
@@ -59,24 +59,12 @@ class Report:
     how_sure: pd.DataFrame = field(default_factory=pd.DataFrame)  # platform × model: spread, flags, gaps
     interactive: bool = False  # plotly figures (else PNGs only)
     filters: dict[str, list[str]] = field(default_factory=dict)  # filter menus: model, engine, …
+    table_specs: dict[str, TableSpec] = field(default_factory=dict)  # this build's tables: title, columns
 
 
-def pooled_samples_fn(store: Store):
-    """A function: result ids → their raw per-iteration latencies from ``store``, pooled (empty if none)."""
-    import numpy as np
-
-    def fn(ids: list[int]):
-        arrs = [a for rid in ids for a in store.samples(int(rid))]
-        return np.concatenate(arrs) if arrs else np.empty(0)
-
-    return fn
-
-
-def build(store_path: str, run_ids: list[str] | None = None, interactive: bool = True) -> Report:
-    """Read the store and compute every table and figure (nothing is written).
-
-    ``interactive``: also draw plotly versions of the per-batch figures (when plotly is installed).
-    """
+def load_context(store_path: str, run_ids: list[str] | None = None,
+                 interactive: bool = False) -> ReportContext:
+    """Read the chosen runs' results (prepared and aggregated) and telemetry once, for every section."""
     store = Store(store_path, readonly=True)
     try:
         runs = store.runs()
@@ -87,19 +75,23 @@ def build(store_path: str, run_ids: list[str] | None = None, interactive: bool =
         runs = [r for r in runs if not run_ids or r["run_id"] in run_ids]
         df = prepare(store.results_frame(list(run_ids) if run_ids else None))
         agg = aggregate(df, samples=store.samples)
-        tel, by_machine, tel_by_run = [], {}, {}
-        if not df.empty:
-            precs = dict(zip(df["result_id"].astype(int), df["precision"], strict=False))
-            for r in runs:
-                t = tel_by_run[r["run_id"]] = store.telemetry_frame(r["run_id"])
-                tel.append((f"run {r['run_id']} — {r['env'].get('device_name', '')}", t, precs))
-                by_machine.setdefault(machine_key(r), (machine_label(r), [], precs))[1].append(t)
+        tel_by_run = {r["run_id"]: store.telemetry_frame(r["run_id"]) for r in runs} if not df.empty else {}
     finally:
         store.close()
-    rep = Report(os.path.abspath(store_path), _dt.datetime.now().isoformat(timespec="seconds"), runs)
+    return ReportContext(store_path, run_ids, interactive, runs, df, agg, tel_by_run)
+
+
+def build(store_path: str, run_ids: list[str] | None = None, interactive: bool = True) -> Report:
+    """Read the store and build every registered section (`deepgap.render.sections`); nothing is written.
+
+    ``interactive``: also draw plotly versions of the per-batch figures (when plotly is installed).
+    """
+    ctx = load_context(store_path, run_ids, interactive and fi.available())
+    df, agg = ctx.results, ctx.configurations
+    rep = Report(os.path.abspath(store_path), _dt.datetime.now().isoformat(timespec="seconds"), ctx.runs)
     ok = df[df["status"] == "ok"] if not df.empty else df
     rep.counts = {
-        "runs": len(runs),
+        "runs": len(ctx.runs),
         "measurements": len(df),
         "ok": len(ok),
         "failed": len(df) - len(ok),
@@ -107,97 +99,21 @@ def build(store_path: str, run_ids: list[str] | None = None, interactive: bool =
         "flagged": int(agg["flagged"].sum()) if len(agg) else 0,
         "excluded": int(agg["n_excluded"].sum()) if len(agg) else 0,
     }
-    sp32, par = tables.speedup_vs_fp32(agg), tables.pareto(agg)
-    en, ts, spc = tables.energy(agg), tables.thread_scaling(agg), tables.speedup_vs_cpu(agg)
-    rep.tables = {
-        "table1_peak_throughput": tables.table1(agg, reference.gpu_peaks()),
-        "paper_comparison": cmp.compare_paper(agg, reference.paper_peaks()),
-        "speedup_vs_cpu": spc,
-        "speedup_vs_fp32": sp32,
-        "pareto_frontier": par[par["on_frontier"]] if len(par) else par,
-        "energy": en,
-        "cpu_thread_scaling": ts,
-        "configurations": agg,
-        "failures": failures(df),
-        "thermal_state": thermal_state(runs, tel_by_run, df),
-    }
-    measurements = df.drop(columns=["extra"], errors="ignore")
-    rep.tables["measurements"] = measurements
-    rep.tables["environment"] = pd.DataFrame(
-        [
-            {
-                "run_id": r["run_id"],
-                "status": r["status"],
-                "command": r["command"],
-                **{f"env.{k}": v for k, v in r["env"].items()},
-            }
-            for r in runs
-        ]
-    )
+    rep.interactive = ctx.interactive
+    for section in sections.registered():
+        parts = section.build(ctx)
+        rep.tables.update(parts.tables)
+        rep.figures += parts.figures
+        rep.table_specs.update(section.table_specs)
+        rep.table_specs.update(parts.table_specs)
     rep.answer_table, rep.how_sure = report_answer.answers(agg, df)
-    n_machines = len(by_machine)
-    rep.figures = [
-        figures_summary.thermal_timeline(
-            [(f"{lab} — {len(fr)} run(s)", fr, p) for lab, fr, p in by_machine.values()]
-        ),
-        figures.throughput_vs_batch(agg),
-        figures_summary.bars(
-            _latency_bars(agg),
-            "fig07_median_latency",
-            "Median latency per model and precision (fig. 7)",
-            "Median latency at batch 1 (or the smallest batch measured: see the label) with 95% CI bars.",
-            "latency_ms",
-            "ms",
-            fmt="{:.3g}",
-            err=("ci_low_ms", "ci_high_ms"),
-        ),
-        figures.latency_vs_batch(agg),
-        figures.memory_vs_batch(agg),
-        figures_summary.pareto(par),
-        figures.speedup_vs_fp32(sp32),
-        figures.energy_vs_batch(
-            agg, "ips_per_watt", "fig_perf_per_watt", "Performance per watt", "images/s per W"
-        ),
-        figures.energy_vs_batch(
-            agg, "joules_per_image", "fig_joules_per_image", "Energy per image", "mJ per image", scale=1e3
-        ),
-        figures_summary.bars(
-            spc,
-            "fig_speedup_vs_cpu",
-            "Speedup over the CPU baseline",
-            "Peak throughput of each "
-            "platform and precision over the best FP32 CPU configuration of the same model (see the table).",
-            "speedup_vs_cpu",
-            "× CPU",
-            fmt="{:.3g}×",
-            why="unavailable: needs a CPU run and another device",
-        ),
-        figures_summary.thread_scaling(ts),
-    ]
-    if len(tel) > n_machines:  # the per-run panels, for the record
-        rep.figures.append(
-            figures_summary.thermal_timeline(
-                tel, "fig05b_thermal_timeline_per_run", "Thermal timeline of each run", appendix=True
-            )
-        )
-    rep.interactive = interactive and fi.available()
-    if rep.interactive:
-        _interactive(rep, agg, par, sp32)
-    from deepgap.serving.report_section import section as serving_section  # serve runs' tables and figures
-
-    serving_tables, serving_figures = serving_section(store_path, run_ids)
-    rep.tables.update(serving_tables)
-    rep.figures += serving_figures
-    from deepgap.roofline.report_section import section as roofline_section  # rooflines, seed comparison
-
-    roofline_tables, roofline_figures = roofline_section(store_path, run_ids)
-    rep.tables.update(roofline_tables)
-    rep.figures += roofline_figures
-    from deepgap.analysis.platforms_section import section as platforms_section  # GPUs side by side
-
-    platforms_tables, platforms_figures = platforms_section(store_path, run_ids)
-    rep.tables.update(platforms_tables)
-    rep.figures += platforms_figures
+    if rep.interactive and not agg.empty:
+        rep.filters = {
+            "model": sorted(map(str, agg["model"].unique())),
+            "engine": sorted(map(str, agg["engine"].unique())),
+            "precision": sorted(map(str, agg["precision"].unique())),
+            "batch": [str(b) for b in sorted(int(b) for b in agg["batch_size"].unique())],
+        }
     by_model: dict[tuple, dict[str, Any]] = {}
     for rec in [*recommend(agg, "throughput"), *recommend(agg, "latency")]:
         entry = by_model.setdefault(
@@ -207,49 +123,6 @@ def build(store_path: str, run_ids: list[str] | None = None, interactive: bool =
         entry["reason"] = rec.reason
     rep.answers = list(by_model.values())
     return rep
-
-
-def _interactive(rep: Report, agg: pd.DataFrame, par: pd.DataFrame, sp32: pd.DataFrame) -> None:
-    """Attach plotly versions to the per-batch figures and collect the filter menus."""
-    ci = ("throughput_ci_low_ips", "throughput_ci_high_ips")
-    lat_ci = ("latency_median_ci_low_s", "latency_median_ci_high_s")
-
-    def speedup_label(r, several):
-        base = r.get("baseline_engine", r["engine"])
-        return fi.series_label(r, several) + ("" if base == r["engine"] else f" ÷ {base} fp32")
-
-    specs = {
-        "fig06_throughput_vs_batch": lambda: fi.lines(agg, "throughput_ips", "images/s", err=ci),
-        "fig08_latency_vs_batch": lambda: fi.lines(agg, "latency_median_s", "ms", 1e3, logy=True, err=lat_ci),
-        "fig10_pareto": lambda: fi.pareto(par),
-        "fig11_speedup_vs_fp32": lambda: fi.lines(sp32, "speedup", "× FP32", label_fn=speedup_label),
-        "fig_perf_per_watt": lambda: fi.lines(agg, "ips_per_watt", "images/s per W"),
-        "fig_joules_per_image": lambda: fi.lines(agg, "joules_per_image", "mJ per image", 1e3),
-    }
-    for f in rep.figures:
-        if f.name in specs and f.png:
-            f.plotly = specs[f.name]()
-    if not agg.empty:
-        rep.filters = {
-            "model": sorted(map(str, agg["model"].unique())),
-            "engine": sorted(map(str, agg["engine"].unique())),
-            "precision": sorted(map(str, agg["precision"].unique())),
-            "batch": [str(b) for b in sorted(int(b) for b in agg["batch_size"].unique())],
-        }
-
-
-def _latency_bars(agg: pd.DataFrame) -> pd.DataFrame:
-    """Fig. 7's rows: per platform, model and series, the smallest batch measured (batch 1 when present)."""
-    if agg.empty:
-        return agg
-    keys = ["platform", "model", "engine", "precision", "memory_format", "threads", "resolution"]
-    first = agg.sort_values("batch_size").groupby(keys, sort=True).head(1)
-    return first.assign(
-        latency_ms=first["latency_median_s"] * 1e3,
-        ci_low_ms=first["latency_median_ci_low_s"] * 1e3,
-        ci_high_ms=first["latency_median_ci_high_s"] * 1e3,
-        model=[f"{m} bs{b}" for m, b in zip(first["model"], first["batch_size"], strict=False)],
-    )
 
 
 def _script_json(obj: Any) -> str:
@@ -283,8 +156,9 @@ def render_html(rep: Report, files_dir: str) -> str:
         for f in rep.figures
     ]
     interactive = any(f["plotly"] for f in figs)
-    shown = [html_table(n, rep.tables[n]) for n in TABLE_SPECS if n in rep.tables and len(rep.tables[n])]
-    empty = [TABLE_SPECS[n][0] for n in TABLE_SPECS if n in rep.tables and not len(rep.tables[n])]
+    specs = rep.table_specs or TABLE_SPECS  # a Report built by hand: the core tables
+    shown = [html_table(n, rep.tables[n], specs[n]) for n in specs if n in rep.tables and len(rep.tables[n])]
+    empty = [specs[n][0] for n in specs if n in rep.tables and not len(rep.tables[n])]
     return env.get_template("report.html").render(
         rep=rep,
         version=__version__,

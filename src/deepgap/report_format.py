@@ -237,9 +237,12 @@ def _cell(row: dict[str, Any], spec: Any) -> str:
     return "" if v is None or (isinstance(v, float) and v != v) else str(v)
 
 
-def html_table(name: str, frame: pd.DataFrame) -> dict[str, Any]:
-    """A table as header and formatted cells; flagged rows and warnings carry CSS classes."""
-    title, cols = TABLE_SPECS[name]
+def html_table(name: str, frame: pd.DataFrame, spec: tuple[str, list[Col]] | None = None) -> dict[str, Any]:
+    """A table as header and formatted cells; flagged rows and warnings carry CSS classes.
+
+    ``spec``: its title and columns (default: the core table of that name in `TABLE_SPECS`).
+    """
+    title, cols = spec if spec is not None else TABLE_SPECS[name]
     rows = []
     for r in frame.to_dict("records"):
         rows.append(

@@ -16,7 +16,6 @@ what ``--resume`` continues) and closes the store, removing a file it created if
 
 from __future__ import annotations
 
-import inspect
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +30,8 @@ from deepgap.store import Store, check_path
 if TYPE_CHECKING:
     import pandas as pd
 
-RUN, PROFILE, PEAKS, SERVE = "run", "profile", "peaks", "serve"  # the kinds of run a store holds
+# The kinds of run a store holds (`deepgap.store.tables.RUN_KINDS`); resume picks up its own kind only.
+SWEEP, FLEET, SERVE, PROFILE, PEAKS = "sweep", "fleet", "serve", "profile", "peaks"
 
 
 @dataclass
@@ -106,21 +106,19 @@ def open_resume(store: str, resume: str | bool) -> tuple[Store, dict[str, Any]]:
 class RunSession:
     """The store side of one run of any kind (see the module docstring)."""
 
-    def __init__(self, path: str, kind: str = RUN, store: Store | None = None) -> None:
+    def __init__(self, path: str, kind: str = SWEEP, store: Store | None = None) -> None:
         self.path = path
         self.kind = kind
         self.store = store  # opened by `open` when not given (so bad input writes nothing before)
         self.run_id: str | None = None
+        self.status: str | None = None  # set by `finish`
 
     def open(self, spec: dict[str, Any], command: str, env: dict[str, Any],
              version: str = __version__) -> str:
         """Create the run row (by deepgap ``version``); returns its id."""
         if self.store is None:
             self.store = Store(self.path)
-        kw: dict[str, Any] = {}
-        if "kind" in inspect.signature(self.store.begin_run).parameters:  # stores that keep runs.kind
-            kw["kind"] = self.kind
-        self.run_id = self.store.begin_run(spec, command, env, version, **kw)
+        self.run_id = self.store.begin_run(spec, command, env, version, kind=self.kind)  # the one place
         return self.run_id
 
     def resume(self, run_id: str) -> str:
@@ -158,6 +156,7 @@ class RunSession:
         """Mark the run ``finished`` (or ``interrupted``); nothing if it was never opened."""
         if self.store is not None and self.run_id is not None:
             self.store.finish_run(self.run_id, status)
+            self.status = status
 
     def close(self, discard_empty: bool = True) -> None:
         """Close the store (removing a file this session created if no run was stored)."""
@@ -170,6 +169,7 @@ class RunSession:
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         try:
-            self.finish("interrupted" if exc_type is not None else "finished")
+            if self.status is None:  # a status the body set itself stands
+                self.finish("interrupted" if exc_type is not None else "finished")
         finally:
             self.close()

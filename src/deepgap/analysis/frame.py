@@ -62,12 +62,12 @@ MEMORY_LABELS = {
 
 # Telemetry flags that warn without disqualifying: ``temp-rising`` says the GPU had not reached its
 # thermal steady state, not that the measurement was slowed — a slowdown inside the windows raises
-# ``clocks-low`` or a throttle flag. (On the H100, 34 of the default sweep's 66 configurations rose in
-# temperature at a steady 1980 MHz; disqualifying them left Table I and `recommend` with batch-16 answers.)
+# ``clocks-low`` or a throttle flag. (Many rows of an ordinary sweep are still warming at steady clocks;
+# disqualifying them would leave Table I and `recommend` answering from whatever happened to be warm.)
 WARNING_FLAGS = frozenset({"temp-rising"})
 # The GPU holding its own configured power limit (NVML ``sw_power_cap`` and no external brake) is its
-# steady behaviour under that load, not contamination: on the H100 seven compiled batch-256 runs drew
-# 703–724 W and were capped, and a deployment would be too. Its ``power-throttle`` and the ``clocks-low``
+# steady behaviour under that load, not contamination: the fastest engines at large batches reach it, and
+# a deployment would be capped the same way. Its ``power-throttle`` and the ``clocks-low``
 # it causes become warnings (``power-cap``, ``clocks-low(power-cap)``); a thermal slowdown, the
 # hardware power brake or the board limit still disqualify.
 POWER_CAP_REASON = "sw_power_cap"

@@ -127,7 +127,7 @@ def side_by_side(
         configurations count. Frames are empty (with their columns) when fewer than two platforms exist.
     """
     from deepgap.analysis.frame import aggregate, prepare
-    from deepgap.report import pooled_samples_fn
+    from deepgap.analysis.samples import pooled_samples_fn
     from deepgap.roofline.storage import peaks_frame
     from deepgap.store import Store
 

@@ -1,7 +1,7 @@
 """A report section for two or more GPU platforms of one store: ratios beside the roofline's prediction.
 
-Same interface as `deepgap.roofline.report_section.section` (tables by name, `Figure` records), so the
-report can add it with two lines; it computes with `deepgap.analysis.platforms.side_by_side` and draws
+Registered in `deepgap.render.sections` like the roofline and serving sections (tables by name, `Figure`
+records); it computes with `deepgap.analysis.platforms.side_by_side` and draws
 one figure: every matched and best-batch ratio (with its 95% CI) against the ratio the platforms'
 ceilings predict, on the diagonal where the roofline explains it. A store with fewer than two GPU
 platforms gives nothing.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from deepgap.render.sections import Parts, ReportContext, Section, register
 from deepgap.report_format import fmt_ci, fmt_ips, fmt_num, fmt_x
 
 if TYPE_CHECKING:
@@ -110,15 +111,12 @@ def section(
     store_path: str, run_ids: list[str] | None = None
 ) -> tuple[dict[str, pd.DataFrame], list[Figure]]:
     """Tables ``platforms_ceilings``, ``platforms_best_batch``, ``platforms_matched`` and the ratio figure."""
-    from deepgap import report_format
     from deepgap.analysis.platforms import side_by_side
-    from deepgap.figures import Figure, _png
+    from deepgap.figures import Figure, png_bytes
 
     out = side_by_side(store_path, run_ids=run_ids)
     if len(out["platforms"]) < 2:
         return {}, []
-    for k, v in TABLE_SPECS.items():
-        report_format.TABLE_SPECS.setdefault(k, v)
     names = " vs ".join(out["platforms"]["platform"])
     caption = (
         f"{names}: each measured ratio against the ratio the two platforms' ceilings predict at the "
@@ -127,7 +125,7 @@ def section(
     )
     try:
         fig = Figure("fig_platforms_ratio_vs_roofline", "Platform ratios vs the roofline", caption,
-                     png=_png(ratio_figure(out["best_batch"], out["matched"])))
+                     png=png_bytes(ratio_figure(out["best_batch"], out["matched"])))
     except Exception as exc:  # noqa: BLE001 — the figure says why it is missing, the report goes on
         fig = Figure("fig_platforms_ratio_vs_roofline", "Platform ratios vs the roofline", caption,
                      unavailable=f"unavailable: {type(exc).__name__}: {exc}"[:300])
@@ -137,3 +135,12 @@ def section(
         "platforms_matched": out["matched"],
     }
     return {k: v for k, v in tables.items() if len(v)}, [fig]
+
+
+def build(ctx: ReportContext) -> Parts:
+    """The section's part of one report build."""
+    found, figs = section(ctx.store_path, ctx.run_ids)
+    return Parts(found, figs)
+
+
+SECTION = register(Section("platforms", 30, build, TABLE_SPECS))

@@ -1,6 +1,6 @@
 """``deepgap check STORE [--recover NEW]``: say what is damaged in a store; save what is readable.
 
-The damaged file is only read (see `deepgap.recover`). Exit code 0 when the store is healthy (or
+The damaged file is only read (see `deepgap.store.recover`). Exit code 0 when the store is healthy (or
 ``--recover`` wrote the new store), 2 when it is damaged and nothing was recovered.
 """
 
@@ -20,7 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
 
 
 def main(args: argparse.Namespace) -> int:  # noqa: D103
-    from deepgap.recover import check, recover
+    from deepgap.store.recover import check, recover
 
     rep, con = check(args.store)
     if con is not None:

@@ -12,7 +12,7 @@ import tempfile
 
 from deepgap.api import DEFAULT_STORE
 from deepgap.errors import UsageError
-from deepgap.storeguard import add_read_flags, use_read_flags
+from deepgap.store.guard import add_read_flags, use_read_flags
 
 NAME = "export"
 HELP = "export results as csv, parquet or json"

@@ -80,7 +80,7 @@ def main(args: argparse.Namespace) -> int:
         env = runner.environment()
         if not args.no_store:
             run_id = session.open(
-                {"kind": "peaks", "device": device, "size": args.size, "bandwidth_mib": args.bandwidth_mib,
+                {"device": device, "size": args.size, "bandwidth_mib": args.bandwidth_mib,
                  "names": list(names), "repeats": args.repeats},
                 " ".join(["deepgap", *sys.argv[1:]]), env,
             )

@@ -212,7 +212,7 @@ def main(args: argparse.Namespace) -> int:
         runner.start()
         env = runner.environment()
         run_id = session.open(
-            {"kind": "profile", "models": models, "precisions": precs, "modes": modes,
+            {"models": models, "precisions": precs, "modes": modes,
              "batch_sizes": list(batches), "device": device, "resolution": args.resolution,
              "memory_format": args.memory_format, "warmup": args.warmup, "steps": args.steps,
              "profiled_steps": args.profiled_steps, "ncu": args.ncu},

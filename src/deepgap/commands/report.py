@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from deepgap.api import DEFAULT_STORE
-from deepgap.storeguard import add_read_flags, use_read_flags
+from deepgap.store.guard import add_read_flags, use_read_flags
 
 NAME = "report"
 HELP = "write a self-contained HTML report (tables, figures, flags) of a store"

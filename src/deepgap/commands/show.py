@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from deepgap.api import DEFAULT_STORE
-from deepgap.storeguard import add_read_flags, use_read_flags
+from deepgap.store.guard import add_read_flags, use_read_flags
 
 NAME = "show"
 HELP = "print stored results as a table (the latest run unless --run/--all)"

@@ -4,7 +4,7 @@
 - ``compile-max-autotune``: ``max-autotune-no-cudagraphs`` (benchmarks GEMM/conv templates: minutes);
 - ``compile-reduce-overhead``: CUDA graphs around the compiled graph (the small-batch winner);
 - ``compile-freeze``: ``reduce-overhead`` with Inductor *freezing* (weights become constants, so
-  conv+BN fold and layouts are chosen once): the fastest torch variant on an H100 at every batch.
+  conv+BN fold and layouts are chosen once), which is why it is usually the fastest torch variant.
 
 Compilation is lazy, so ``prepare`` calls the compiled model on the configuration's example batch
 (static shapes, ``dynamic=False``) under ``inference_mode`` — as the timed loop will — and stores

@@ -26,7 +26,7 @@ from deepgap.fleet.common import Finished, FleetEvent, Started
 from deepgap.plan import expand
 from deepgap.records import ConfigSpec
 from deepgap.runner import Event, python_command
-from deepgap.session import RUN, Results, RunSession, as_spec, open_resume
+from deepgap.session import FLEET, Results, RunSession, as_spec, open_resume
 from deepgap.store import check_path
 
 
@@ -116,7 +116,7 @@ def run_fleet(
     """
     from deepgap.fleet import stored_fleet
 
-    session = RunSession(store, RUN)
+    session = RunSession(store, FLEET)
     done: set[str] = set()
     run_id: str | None = None
     if resume:

@@ -25,7 +25,14 @@ from deepgap.quant.calibrate import DEFAULT_METHOD, CalibrationKey, calibrate
 from deepgap.quant.fold import conv_macs, resnet_graph
 from deepgap.quant.network import QuantNet, build
 from deepgap.quant.plan import choose_modes
-from deepgap.quant.tuning import CHECK_BATCH, _agree, _sync, time_layer, time_s  # noqa: F401 (time_s: API)
+from deepgap.quant.tuning import (  # noqa: F401 (time_s: API)
+    CHECK_BATCH,
+    _agree,
+    _sync,
+    time_layer,
+    time_s,
+    time_stem_and_head,
+)
 
 if TYPE_CHECKING:
     from deepgap.quant.fold import Graph
@@ -179,13 +186,16 @@ def prepare_quant(
             net.backend[t.name] = "triton" if use_triton else "torch"
             t.kernel = "cudnn"
     net.stem_backend = _check_stem(net, resolution, device) if use_triton else "torch"
+    stem_choice = _choose_stem(net, batch, resolution, device, use_triton)
     macs = conv_macs(graph, resolution)
     info.update(
         layers=[t.as_dict() for t in timings],
+        outside_layers=time_stem_and_head(net, batch, resolution, device),
         n_quantized=sum(t.mode == "q" for t in timings),
         n_fp16=sum(t.mode == "fp16" for t in timings),
         n_converts=len(net.converts),
         stem_backend=net.stem_backend,
+        stem=stem_choice,
         macs_per_image=int(sum(macs.values())),
         plan_seconds=round(time.perf_counter() - t1, 3),
     )
@@ -204,6 +214,53 @@ def _check_stem(net: QuantNet, resolution: int, device: str) -> str:
         why = f"{type(exc).__name__}: {exc}"
     _sync(device)
     return "triton" if why is None else "torch"
+
+
+STEM_VARIANTS = (("cudnn", 0), ("cudnn", 4), ("fused", 0))  # (kernel, input channels padded to; 0: none)
+# cuDNN's path rounds the convolution to fp16 before the epilogue, the fused kernel keeps fp32: their int8
+# outputs differ by one step in about 1% of the elements, the fused one being the more exact.
+STEM_AGREE_FRAC = 0.02
+
+
+def _choose_stem(net: QuantNet, batch: int, resolution: int, device: str, use_triton: bool) -> dict[str, Any]:
+    """The fastest stem at ``batch`` among those that agree with cuDNN's; on CUDA only.
+
+    Variants: cuDNN's fp16 convolution (then the max-pool backend), the same with the image padded to 4
+    channels, and the fused Triton stem (`quant.stem_kernels`, 8-bit outputs). Returns what was timed
+    and chosen, for ``info["stem"]``.
+    """
+    if not str(device).startswith("cuda"):
+        return {"chosen": "cudnn", "reason": "not on a GPU"}
+    x = torch.randn(batch, 3, resolution, resolution, device=device).half()
+    x = x.contiguous(memory_format=torch.channels_last)
+    s = net.stem
+    times: dict[str, float] = {}
+    rejected: dict[str, str] = {}
+    ref = None
+    for kernel, pad in STEM_VARIANTS:
+        name = kernel + (f"+pad{pad}" if pad else "")
+        if kernel == "fused" and (not use_triton or s.out_fmt not in ("int8", "fp8")):
+            rejected[name] = "needs Triton and an 8-bit stem output"
+            continue
+        try:
+            s.set_padding(pad)
+            s.use_kernel(kernel)
+            with torch.inference_mode():
+                out = net.run_stem(x, net.stem_backend)
+                why = None if ref is None else _agree(out, ref, s.out_fmt, STEM_AGREE_FRAC)
+                ref = out if ref is None else ref
+                if why is None:
+                    times[name] = time_s(lambda: net.run_stem(x, net.stem_backend), reps=5, device=device)
+                else:
+                    rejected[name] = why
+        except Exception as exc:  # noqa: BLE001 - a variant that fails is not chosen
+            rejected[name] = f"{type(exc).__name__}: {exc}"[:300]
+        _sync(device)
+    best = min(times, key=times.get)
+    kernel, _, pad = best.partition("+pad")
+    s.set_padding(int(pad or 0))
+    s.use_kernel(kernel)
+    return {"chosen": best, "seconds": times, **({"rejected": rejected} if rejected else {})}
 
 
 def _make_runner(net: QuantNet, batch: int, resolution: int, device: str, use_graph: bool):

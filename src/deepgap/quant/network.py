@@ -35,6 +35,35 @@ class Stem:
     w_half: torch.Tensor
     alpha: torch.Tensor
     beta: torch.Tensor
+    pad_channels: int = 0  # > 0: the image is copied into this many channels (zeros beyond 3) first
+    w_pad: torch.Tensor | None = None  # w_half with zero input channels up to pad_channels
+    kernel: str = "cudnn"  # 'cudnn' (+ the max-pool backend) or 'fused' (`quant.stem_kernels`)
+    w_gemm: torch.Tensor | None = None  # the fused kernel's [C_out, KP] weights
+
+    def use_kernel(self, kernel: str) -> None:
+        """Run the convolution with cuDNN or with the fused Triton stem (int8/fp8 outputs only)."""
+        if kernel == "fused":
+            from deepgap.quant.stem_kernels import pad_weights
+
+            self.w_gemm = pad_weights(self.w_half)
+        else:
+            self.w_gemm = None
+        self.kernel = kernel
+
+    def set_padding(self, channels: int) -> None:
+        """Feed the convolution ``channels`` input channels (0: the image's own 3).
+
+        Why: cuDNN has no tensor-core kernel for a 3-channel channels_last input; with one zero
+        channel (4) it picks one. The zero channel meets zero weights, so the sums are the same.
+        """
+        self.pad_channels = channels
+        if channels:
+            w = self.w_half
+            shape = (w.shape[0], channels - w.shape[1], *w.shape[2:])
+            extra = torch.zeros(shape, dtype=w.dtype, device=w.device)
+            self.w_pad = torch.cat([w, extra], 1).contiguous(memory_format=torch.channels_last)
+        else:
+            self.w_pad = None
 
 
 @dataclass(eq=False)
@@ -58,6 +87,8 @@ class QuantNet:
         """Move all weights and coefficients to ``device`` (in place); returns self."""
         s = self.stem
         s.w_half = s.w_half.to(device).contiguous(memory_format=torch.channels_last)
+        s.set_padding(s.pad_channels)
+        s.use_kernel(s.kernel)
         s.alpha, s.beta = s.alpha.to(device), s.beta.to(device)
         for c in self.convs.values():
             c.to(device)
@@ -116,10 +147,22 @@ class QuantNet:
         """Image batch NCHW → the max-pooled, quantized stem output [batch·H·W, 64]."""
         s = self.stem
         n = s.conv
-        b, _, hh, ww = x.shape
-        acc = fp16_conv(
-            x.permute(0, 2, 3, 1).reshape(-1, x.shape[1]), (b, hh, ww), s.w_half, n.stride, n.padding
-        )
+        b, c, hh, ww = x.shape
+        if s.kernel == "fused":
+            from deepgap.quant import stem_kernels
+
+            xm = x.permute(0, 2, 3, 1).reshape(-1, c)
+            return stem_kernels.stem(xm.half().contiguous(), (b, hh, ww), s.w_gemm, n.kernel_size, n.stride,
+                                     n.padding, s.alpha, s.beta, s.out_fmt)
+        if s.pad_channels:
+            xp = torch.empty((b, s.pad_channels, hh, ww), dtype=torch.float16, device=x.device,
+                             memory_format=torch.channels_last)
+            xp[:, c:].zero_()
+            xp[:, :c].copy_(x)
+            acc = fp16_conv(xp.permute(0, 2, 3, 1).reshape(-1, s.pad_channels), (b, hh, ww), s.w_pad,
+                            n.stride, n.padding)
+        else:
+            acc = fp16_conv(x.permute(0, 2, 3, 1).reshape(-1, c), (b, hh, ww), s.w_half, n.stride, n.padding)
         oh, ow = n.out_hw(hh, ww)
         if backend == "triton":
             from deepgap.quant import kernels
@@ -129,11 +172,21 @@ class QuantNet:
         return layers.epilogue_reference(_flat(pooled), s.alpha, s.beta, s.out_fmt, True)
 
     def run_head(self, x: torch.Tensor, batch: int) -> torch.Tensor:
-        """Global average pool of the last activation then the classifier, in fp32 → logits."""
-        y = x.float()
-        if self.fmts[self.head.inp] != "fp16":
-            y = y * self.scales[self.head.inp]
-        return F.linear(y.view(batch, -1, y.shape[1]).mean(1), self.head.weight, self.head.bias)
+        """Global average pool of the last activation then the classifier, in fp32 → logits.
+
+        Why sum first and scale after: the pool then reads the 8-bit activation once (an exact int32
+        sum for int8; fp32 accumulation otherwise) instead of writing and re-reading an fp32 copy of
+        it twice; the per-tensor scale and 1/(H·W) multiply the pooled [batch, C] vector only.
+        """
+        y = x.view(batch, -1, x.shape[1])
+        if y.dtype == torch.int8:
+            pooled = y.sum(1, dtype=torch.int32).float()
+        elif y.dtype in (torch.float16, torch.float32):
+            pooled = y.sum(1, dtype=torch.float32)
+        else:  # fp8 has no reduction kernels; widening to fp16 is exact
+            pooled = y.to(torch.float16).sum(1, dtype=torch.float32)
+        scale = (self.scales[self.head.inp] if self.fmts[self.head.inp] != "fp16" else 1.0) / y.shape[1]
+        return F.linear(pooled * scale, self.head.weight, self.head.bias)
 
     def run_convert(self, name: str, x: torch.Tensor, backend: str) -> torch.Tensor:
         """Store a tensor again in another format."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from deepgap.figures import Figure, make_figure
+from deepgap.render.sections import Parts, ReportContext, Section, register
 from deepgap.report_format import fmt_ms, fmt_num
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
     ),
     "roofline_seed_reference": (
         "The seed study's training-step rows (T4, L4, V100), for comparison",
-        None,  # columns as stored (filled in by `section`)
+        None,  # columns as stored (filled in by `build`)
     ),
 }
 
@@ -53,7 +54,6 @@ def _wrap(name: str, title: str, caption: str, draw) -> Figure:
 
 def section(store_path: str, run_ids: list[str] | None = None) -> tuple[dict[str, pd.DataFrame], list[Figure]]:
     """Roofline tables and figures of ``store_path`` (nothing when it holds no successful result or profile)."""
-    from deepgap import report_format
     from deepgap.roofline import figures as rf
     from deepgap.roofline import storage
     from deepgap.store import Store
@@ -91,11 +91,20 @@ def section(store_path: str, run_ids: list[str] | None = None) -> tuple[dict[str
                       rf.seed_roofline_figure))
     seed = rf.seed_reference_table()
     tvm = rf.theoretical_vs_measured(profiles if len(profiles) else None, ok, peaks)
-    specs = dict(TABLE_SPECS)
-    specs["roofline_seed_reference"] = (TABLE_SPECS["roofline_seed_reference"][0], [(c, c) for c in seed.columns])
-    for k, v in specs.items():
-        report_format.TABLE_SPECS.setdefault(k, v)
     out = {"roofline_theory_vs_measured": tvm,
            "roofline_peaks": peaks.drop(columns=["details"], errors="ignore"),
            "roofline_seed_reference": seed}
     return {k: v for k, v in out.items() if len(v)}, figs
+
+
+def build(ctx: ReportContext) -> Parts:
+    """The section's part of one report build; the seed table's columns are those it was published with."""
+    found, figs = section(ctx.store_path, ctx.run_ids)
+    specs = {}
+    if "roofline_seed_reference" in found:
+        title = TABLE_SPECS["roofline_seed_reference"][0]
+        specs["roofline_seed_reference"] = (title, [(c, c) for c in found["roofline_seed_reference"].columns])
+    return Parts(found, figs, specs)
+
+
+SECTION = register(Section("roofline", 20, build, TABLE_SPECS))

@@ -2,8 +2,9 @@
 
 Figures: the latency CDF of every load level, the throughput–latency curve (p99 against served
 rate, measured solid, simulated dashed, with the SLO and the measured capacity), measured against
-simulated p99 for every level, and the tenants' interference matrix. `register_tables` adds the
-tables' column specs to the report's formatter, the way engines and models register themselves.
+simulated p99 for every level, and the tenants' interference matrix. Registered in
+`deepgap.render.sections` with its tables' column specs (they travel with each build, not through a
+global table of the formatter).
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from deepgap.figures import Figure, _grid, _plain_ticks, _plt, make_figure
+from deepgap.figures import Figure, make_figure, plain_ticks, pyplot, subplots_grid
+from deepgap.render.sections import Parts, ReportContext, Section, register
 from deepgap.report_format import fmt_ips, fmt_ms, fmt_num, fmt_x
 from deepgap.serving import tables
 from deepgap.serving.storage import requests
@@ -57,14 +59,6 @@ TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
 }
 
 
-def register_tables() -> None:
-    """Make the report's formatter know the serving tables (idempotent)."""
-    from deepgap import report_format
-
-    for k, v in TABLE_SPECS.items():
-        report_format.TABLE_SPECS.setdefault(k, v)
-
-
 def section(store_path: str, run_ids: list[str] | None = None) -> tuple[dict[str, pd.DataFrame], list[Figure]]:
     """Tables and figures of the serve runs in ``store_path`` (empty when there are none)."""
     from deepgap.store import Store
@@ -80,10 +74,18 @@ def section(store_path: str, run_ids: list[str] | None = None) -> tuple[dict[str
                 interference_figure(inter)]
     finally:
         st.close()
-    register_tables()
     out = {"serving_capacity": cap, "serving_levels": lv.drop(columns=["extra"], errors="ignore"),
            "serving_interference": inter}
     return {k: v for k, v in out.items() if len(v)}, [f for f in figs if f is not None]
+
+
+def build(ctx: ReportContext) -> Parts:
+    """The section's part of one report build."""
+    found, figs = section(ctx.store_path, ctx.run_ids)
+    return Parts(found, figs)
+
+
+SECTION = register(Section("serving", 10, build, TABLE_SPECS))
 
 
 def _groups(lv: pd.DataFrame, tenants: bool = True) -> list[tuple[str, pd.DataFrame]]:
@@ -105,8 +107,8 @@ def latency_cdf(store, lv: pd.DataFrame) -> Figure:
     groups = _groups(lv)
     if not groups:
         return Figure(fig_id, title, cap, unavailable="unavailable: no server-scenario level in these runs")
-    plt = _plt()
-    fig, axes = _grid(len(groups), w=4.6, h=3.3)
+    plt = pyplot()
+    fig, axes = subplots_grid(len(groups), w=4.6, h=3.3)
     for ax, (name, g) in zip(axes, groups, strict=False):
         g = g.sort_values(["target_qps", "serve_id"])
         pick = g.iloc[np.unique(np.linspace(0, len(g) - 1, min(len(g), MAX_LEVELS)).round().astype(int))]
@@ -122,7 +124,7 @@ def latency_cdf(store, lv: pd.DataFrame) -> Figure:
         if len(slo):
             ax.axvline(float(slo.iloc[0]) * 1e3, color="#d62728", ls="--", lw=1)
         ax.set_xscale("log")
-        _plain_ticks(ax)
+        plain_ticks(ax)
         ax.set_xlabel("latency (ms)")
         ax.set_ylabel("fraction of requests")
         ax.set_title(name, fontsize=8)
@@ -139,7 +141,7 @@ def throughput_latency(lv: pd.DataFrame, cap: pd.DataFrame) -> Figure:
     groups = _groups(lv, tenants=False)
     if not groups:
         return Figure(fig_id, title, caption, unavailable="unavailable: no single-model server run in these runs")
-    fig, axes = _grid(len(groups), w=4.6, h=3.3)
+    fig, axes = subplots_grid(len(groups), w=4.6, h=3.3)
     for ax, (name, g) in zip(axes, groups, strict=False):
         g = g.sort_values("target_qps")
         stopped = g["stopped"].fillna("") != ""
@@ -157,7 +159,7 @@ def throughput_latency(lv: pd.DataFrame, cap: pd.DataFrame) -> Figure:
             if len(m):
                 ax.axvline(float(m["capacity_qps"].iloc[0]), color="#2ca02c", lw=1, label="measured capacity")
         ax.set_yscale("log")
-        _plain_ticks(ax, axis="y")
+        plain_ticks(ax, axis="y")
         ax.set_xlabel("offered queries/s")
         ax.set_ylabel("p99 latency (ms)")
         ax.set_title(name, fontsize=8)
@@ -174,7 +176,7 @@ def predicted_vs_measured(lv: pd.DataFrame) -> Figure:
     ok = lv[(lv["status"] == "ok") & lv["predicted_p99_s"].notna() & lv["latency_p99_s"].notna()]
     if ok.empty:
         return Figure(fig_id, title, caption, unavailable="unavailable: no level with a prediction in these runs")
-    fig, (ax,) = _grid(1, w=4.6, h=4.0)
+    fig, (ax,) = subplots_grid(1, w=4.6, h=4.0)
     for scen, g in ok.groupby("scenario"):
         ax.scatter(g["predicted_p99_s"] * 1e3, g["latency_p99_s"] * 1e3, s=10, label=scen)
     lo = float(min(ok["predicted_p99_s"].min(), ok["latency_p99_s"].min())) * 1e3
@@ -182,8 +184,8 @@ def predicted_vs_measured(lv: pd.DataFrame) -> Figure:
     ax.plot([lo, hi], [lo, hi], color="#7f7f7f", lw=1)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    _plain_ticks(ax)
-    _plain_ticks(ax, axis="y")
+    plain_ticks(ax)
+    plain_ticks(ax, axis="y")
     ax.set_xlabel("simulated p99 (ms)")
     ax.set_ylabel("measured p99 (ms)")
     ax.legend(fontsize=7)
@@ -201,7 +203,7 @@ def interference_figure(inter: pd.DataFrame) -> Figure:
         inter = inter[inter["run_id"] == runs[-1]]
         caption += f" Latest of {len(runs)} multi-tenant runs: {runs[-1]} (the table above lists every run)."
     m = tables.interference_matrix(inter)
-    fig, (ax,) = _grid(1, w=max(4.0, 1.3 * m.shape[1] + 2), h=max(2.5, 0.5 * m.shape[0] + 1.5))
+    fig, (ax,) = subplots_grid(1, w=max(4.0, 1.3 * m.shape[1] + 2), h=max(2.5, 0.5 * m.shape[0] + 1.5))
     from matplotlib.colors import LogNorm
 
     v = m.to_numpy(dtype=float)

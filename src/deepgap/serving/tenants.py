@@ -7,9 +7,8 @@ holding their memory), each pair, and all together. A tenant's arrivals are iden
 (same seed), so a difference between phases is interference. Processes start a phase at one shared
 ``perf_counter`` instant (CLOCK_MONOTONIC is host-wide on Linux). Each tenant gets an equal share of
 the host's cores for its intra-op threads (unless ``--threads`` is given): with every process at the
-default, one per core, their spinning OpenMP threads oversubscribe the host; measured on the H100
-host (16 cores, 2026-11-23), that added ~64 ms of host time per batch with two tenants and ~130 ms
-with three, against ~1.3 ms of device time, and served 122 queries/s instead of thousands. A tenant
+default, one per core, their spinning OpenMP threads oversubscribe the host, and the host time per
+batch, not the device, becomes the interference being measured (README, "Tenants"). A tenant
 that cannot be built because the device is full makes the run's status ``oom``, with the tenants
 already resident named.
 """
@@ -31,6 +30,7 @@ from deepgap.serving.batcher import BatchPolicy, StopRule
 from deepgap.serving.capacity import LoadSettings, find_capacity, sim_probe
 from deepgap.serving.log import summarize
 from deepgap.serving.process import LevelRequest, ServingWorker, SetupFailed
+from deepgap.serving.rows import ServeOutcome, curve_rows, level_row, run_spec, service_of, setup_request
 from deepgap.serving.spec import DEFAULT_POLICY, ServeSpec
 from deepgap.serving.storage import ServeRecord
 
@@ -56,9 +56,6 @@ def phases(n: int) -> list[tuple[int, ...]]:
 
 def run_tenants(spec: ServeSpec, device: str, store_path: str, say) -> tuple[ServeRecord, Any]:
     """Measure the interference matrix of ``spec.tenants``; returns the record and the outcome."""
-    from deepgap.serving.scenarios import (ServeOutcome, curve_rows, level_row, run_spec, service_of,
-                                           setup_request)
-
     names = [n for n, _ in spec.tenants]
     labels = tenant_labels(names)
     rec = ServeRecord(spec=run_spec(spec, device, names), command="", env={"device": device})

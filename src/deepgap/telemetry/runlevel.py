@@ -82,13 +82,8 @@ def run_level(
 
 def run_summaries(store: Store, run_id: str) -> dict[str, list[dict[str, Any]]]:
     """The stored run-level summaries of a run: ``{"idle": [...], "thermal": [...]}``, oldest first."""
-    import json
-
     out: dict[str, list[dict[str, Any]]] = {"idle": [], "thermal": []}
-    rows = store.con.execute(
-        "SELECT phase, data_json FROM telemetry WHERE run_id=? AND result_id IS NULL AND phase LIKE '%-summary' "
-        "ORDER BY t_s", (run_id,),
-    ).fetchall()
-    for phase, data in rows:
-        out.setdefault(phase[: -len("-summary")], []).append(json.loads(data))
+    for phase, _, data in store.run_telemetry(run_id):
+        if phase.endswith("-summary"):
+            out.setdefault(phase[: -len("-summary")], []).append(data)
     return out

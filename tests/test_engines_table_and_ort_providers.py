@@ -1,4 +1,5 @@
-"""Small tests for claims in README.md (Telemetry) and README.md (Engines) that no other test pinned down."""
+"""README claims no other test pinned down: a CPU-only ORT skips GPU providers with the reason; the energy
+check and the engines table read their stores; flagged rows stay beside good ones in that table."""
 
 import importlib.util
 import json

@@ -1,4 +1,4 @@
-"""A serving done-mean that had no test: the real-clock server agrees with the simulator on its own curve.
+"""The real-clock server agrees with the simulator fed its own calibrated curve.
 
 The test runs ``deepgap serve``'s server scenario for real on the CPU with the tiny CNN, then checks it
 against the discrete-event simulator fed the service curve that the same run calibrated, on the same

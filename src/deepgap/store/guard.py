@@ -25,7 +25,7 @@ from typing import Any
 from urllib.request import pathname2url
 
 from deepgap.errors import StoreDamagedError, StoreError, StoreFullError
-from deepgap.records import SCHEMA_VERSION
+from deepgap.store.migrations import SCHEMA_VERSION
 
 APPLICATION_ID = 0x44475031  # "DGP1"
 SQLITE_MAGIC = b"SQLite format 3\x00"

@@ -4,7 +4,10 @@ Why this shape: a sweep killed at any instant loses at most the configuration in
 result row and its raw samples are committed together (``BEGIN IMMEDIATE`` … ``COMMIT``); ``--resume``
 skips the configuration keys a run already holds. WAL plus a busy timeout lets two runs write one
 store at once. A deepgap store is recognised by its ``application_id``; its schema version is
-``user_version``.
+``user_version``, brought up to date when the store is opened (`deepgap.store.migrations`: in place
+for a writer, in memory for a reader). Every SQL statement of deepgap lives in this package: the
+features' tables are declared here (`deepgap.store.tables`) and read and written through typed helpers
+(`deepgap.store.rows`); merging (`deepgap.store.merge`) and recovery (`deepgap.store.recover`) too.
 """
 
 from __future__ import annotations
@@ -22,71 +25,28 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from deepgap import storeguard
 from deepgap.envinfo import redact, redact_value
 from deepgap.errors import StoreError, StoreFullError
-from deepgap.records import SCHEMA_VERSION, ConfigSpec, Result, Status
-from deepgap.storeguard import (
+from deepgap.records import ConfigSpec, Result, Status
+from deepgap.store import guard
+from deepgap.store.guard import (
     APPLICATION_ID,
+    Connection,
     RowDecoder,
     check_header,
     check_schema,
     connect,
+    decode_text,
     expected_columns,
 )
+from deepgap.store.migrations import CORE_V1, SCHEMA_VERSION, migrate, version
+from deepgap.store.rows import TableAccess
+from deepgap.store.tables import RUN_KINDS, TableSpec
 
 if TYPE_CHECKING:
     import pandas as pd
 
-
-_SCHEMA = """
-CREATE TABLE runs (
-    run_id TEXT PRIMARY KEY,
-    created_at REAL NOT NULL,
-    finished_at REAL,
-    status TEXT NOT NULL,            -- running | finished | interrupted
-    command TEXT NOT NULL,
-    spec_json TEXT NOT NULL,          -- the resolved SweepSpec
-    env_json TEXT NOT NULL,           -- environment fingerprint
-    host TEXT NOT NULL,
-    pid INTEGER NOT NULL,
-    deepgap_version TEXT NOT NULL
-);
-CREATE TABLE results (
-    result_id INTEGER PRIMARY KEY,
-    run_id TEXT NOT NULL REFERENCES runs(run_id),
-    config_key TEXT NOT NULL,
-    model TEXT NOT NULL, engine TEXT NOT NULL, precision TEXT NOT NULL, batch_size INTEGER NOT NULL,
-    device TEXT NOT NULL, memory_format TEXT NOT NULL, threads INTEGER, resolution INTEGER NOT NULL,
-    sweep INTEGER NOT NULL, include_transfer INTEGER NOT NULL,
-    status TEXT NOT NULL, reason TEXT NOT NULL,
-    n_samples INTEGER, n_repeats INTEGER, warmup INTEGER,
-    latency_mean_s REAL, latency_std_s REAL, latency_min_s REAL, latency_p5_s REAL, latency_median_s REAL,
-    latency_p90_s REAL, latency_p95_s REAL, latency_p99_s REAL, latency_max_s REAL,
-    latency_median_ci_low_s REAL, latency_median_ci_high_s REAL, latency_p99_ci_low_s REAL, latency_p99_ci_high_s REAL,
-    throughput_ips REAL, throughput_ci_low_ips REAL, throughput_ci_high_ips REAL, throughput_pipelined_ips REAL,
-    cv_repeats REAL, target_ci REAL, ci_met INTEGER,
-    peak_mem_allocated_bytes INTEGER, peak_mem_reserved_bytes INTEGER, device_mem_used_bytes INTEGER,
-    host_rss_bytes INTEGER, flops_per_image REAL, params INTEGER, weights_sha TEXT,
-    duration_s REAL, started_at REAL,
-    extra_json TEXT NOT NULL DEFAULT '{}',
-    UNIQUE (run_id, config_key)
-);
-CREATE TABLE samples (
-    result_id INTEGER NOT NULL REFERENCES results(result_id),
-    repeat INTEGER NOT NULL,
-    latencies_s BLOB NOT NULL,        -- little-endian float64, one per timed iteration
-    PRIMARY KEY (result_id, repeat)
-);
-CREATE TABLE telemetry (
-    run_id TEXT NOT NULL REFERENCES runs(run_id),
-    result_id INTEGER REFERENCES results(result_id),  -- NULL for run-level samples (idle, thermal warm-up)
-    phase TEXT NOT NULL,              -- idle | warmup | measure | thermal
-    t_s REAL NOT NULL,                -- seconds since the epoch
-    data_json TEXT NOT NULL           -- one sample: {metric: value}
-);
-CREATE INDEX telemetry_by_result ON telemetry(result_id);
-"""
+__all__ = ["RUN_KINDS", "SCHEMA_VERSION", "Store", "TableSpec", "check_path", "check_writable"]
 
 _STAT_FIELDS = [
     f.name for f in dataclasses.fields(Result) if f.name not in ("spec", "latency", "samples_s", "extra", "telemetry")
@@ -94,8 +54,11 @@ _STAT_FIELDS = [
 
 
 _STATUSES = {s.value for s in Status}
+RESUMABLE = ("sweep", "fleet")  # the run kinds `deepgap run --resume` continues
+
+
 def _check_existing(path: str) -> None:
-    """Refuse files that are not deepgap stores, newer ones, damaged headers (`storeguard.check_header`)."""
+    """Refuse files that are not deepgap stores, newer ones, damaged headers (`guard.check_header`)."""
     check_header(path)
 
 
@@ -124,20 +87,20 @@ def check_path(path: str) -> None:
     check_writable(path, exists)
 
 
-class Store(RowDecoder):
+class Store(RowDecoder, TableAccess):
     """A deepgap results store at ``path``. ``readonly`` stores never create or change the file.
 
     ``skip_damaged``: rows that cannot be decoded are left out (and counted in ``skipped``) instead
     of raising a `StoreDamagedError` error that names the first of them. ``redact``: host names and GPU
     serials read from runs and results are replaced by stable hashes (`envinfo.redact`). Both default
-    to what the command set in `storeguard.READ`.
+    to what the command set in `guard.READ`.
     """
 
     def __init__(self, path: str, readonly: bool = False, skip_damaged: bool | None = None,
                  redact: bool | None = None) -> None:
         self.path = os.fspath(path)
-        self.skip_damaged = storeguard.READ["skip_damaged"] if skip_damaged is None else skip_damaged
-        self.redact = storeguard.READ["redact"] if redact is None else redact
+        self.skip_damaged = guard.READ["skip_damaged"] if skip_damaged is None else skip_damaged
+        self.redact = guard.READ["redact"] if redact is None else redact
         self.skipped: dict[str, int] = {}
         self._types: dict[str, dict[str, tuple[str, bool]]] = {}
         if not self.path.strip():
@@ -158,8 +121,11 @@ class Store(RowDecoder):
         try:
             self.con = connect(self.path, readonly)
             self.con.row_factory = sqlite3.Row
+            self.file_version = version(self.con)  # before migrating (0: a new file)
             if not self._created:
-                check_schema(self.con, self.path, expected_columns(_SCHEMA))
+                check_schema(self.con, self.path, expected_columns(CORE_V1))  # every version has these
+                if readonly and self.file_version < SCHEMA_VERSION:
+                    self._migrate_in_memory()
             if not readonly and not self._created:
                 self.runs()  # undecodable runs stop a writer before it changes anything (journal mode too)
             if not readonly:
@@ -184,19 +150,29 @@ class Store(RowDecoder):
                 raise StoreError(f"cannot create directory {parent} ({exc.strerror})", "pass a writable --store path") from None
 
     def _migrate(self) -> None:
+        """Bring the file to `SCHEMA_VERSION` in one transaction (a new file: every step from 0)."""
         with self.transaction():
-            version = self.con.execute("PRAGMA user_version").fetchone()[0]
-            if version == 0:
+            if version(self.con) == 0:
                 tables = self.con.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
                 if tables:
                     raise StoreError(f"{self.path} is an SQLite file but not a deepgap store", "pass another --store path")
-                # One statement at a time: executescript() would COMMIT our BEGIN IMMEDIATE and let a
-                # second process race the creation.
-                for stmt in _SCHEMA.split(";"):
-                    if stmt.strip():
-                        self.con.execute(stmt)
                 self.con.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-                self.con.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            migrate(self.con)
+
+    def _migrate_in_memory(self) -> None:
+        """Read an older store through a migrated copy in memory: reading never changes the file."""
+        mem = sqlite3.connect(":memory:", isolation_level=None, factory=Connection)
+        mem.store_path = self.path
+        mem.text_factory = decode_text
+        try:
+            self.con.backup(mem)
+        except sqlite3.DatabaseError as exc:
+            mem.close()
+            raise guard.translate(exc, self.path) from None
+        self.con.close()
+        self.con = mem
+        with self.transaction():
+            migrate(mem)
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -234,14 +210,18 @@ class Store(RowDecoder):
                     os.remove(f)
 
     # --- runs -------------------------------------------------------------------------------
-    def begin_run(self, spec: dict[str, Any], command: str, env: dict[str, Any], version: str) -> str:
-        """Create a run row and return its id."""
+    def begin_run(self, spec: dict[str, Any], command: str, env: dict[str, Any], version: str,
+                  kind: str = "sweep") -> str:
+        """Create a run row and return its id; ``kind`` names the driver (`tables.RUN_KINDS`)."""
+        if kind not in RUN_KINDS:
+            raise ValueError(f"unknown run kind {kind!r}; one of {', '.join(RUN_KINDS)}")
         run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         with self.transaction() as con:
             con.execute(
-                "INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?)",
+                "INSERT INTO runs (run_id, created_at, finished_at, status, command, spec_json, env_json, "
+                "host, pid, deepgap_version, kind) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 (run_id, time.time(), None, "running", command, json.dumps(spec), json.dumps(env),
-                 socket.gethostname(), os.getpid(), version),
+                 socket.gethostname(), os.getpid(), version, kind),
             )
         return run_id
 
@@ -276,9 +256,13 @@ class Store(RowDecoder):
             out.append(d)
         return out
 
+    def run_ids(self) -> set[str]:
+        """The ids of every run (undecoded: for checks that must not fail on a damaged row)."""
+        return {r[0] for r in self.con.execute("SELECT run_id FROM runs").fetchall()}
+
     def check_runs(self, run_ids: list[str] | None) -> None:
         """A `StoreError` naming the first of ``run_ids`` that this store does not hold."""
-        known = {r[0] for r in self.con.execute("SELECT run_id FROM runs").fetchall()}
+        known = self.run_ids()
         for rid in run_ids or []:
             if rid not in known:
                 raise StoreError(f"no run {rid!r} in {self.path}",
@@ -291,10 +275,15 @@ class Store(RowDecoder):
                 return r
         raise StoreError(f"no run {run_id!r} in {self.path}", "list runs with `deepgap show --runs`")
 
-    def latest_unfinished(self) -> dict[str, Any] | None:
-        """The newest run that did not finish (killed or interrupted), or None."""
+    def latest_unfinished(self, kind: str | tuple[str, ...] | None = RESUMABLE) -> dict[str, Any] | None:
+        """The newest run of ``kind`` (one kind, several, None: any) that did not finish, or None.
+
+        The default is what ``deepgap run --resume`` continues: sweeps, on one machine or a fleet. An
+        interrupted profile, peaks or serve run is not a sweep to continue.
+        """
+        kinds = (kind,) if isinstance(kind, str) else kind
         for r in reversed(self.runs()):
-            if r["status"] != "finished":
+            if r["status"] != "finished" and (kinds is None or r["kind"] in kinds):
                 return r
         return None
 
@@ -358,6 +347,13 @@ class Store(RowDecoder):
                 "INSERT INTO telemetry VALUES (?,?,?,?,?)",
                 [(run_id, None, phase, t, json.dumps(d)) for phase, t, d in samples],
             )
+
+    def run_telemetry(self, run_id: str) -> list[tuple[str, float, dict[str, Any]]]:
+        """The run-level telemetry of a run (idle baseline, thermal warm-up, summaries), oldest first."""
+        rows = self.con.execute("SELECT * FROM telemetry WHERE run_id=? AND result_id IS NULL ORDER BY t_s",
+                                (run_id,)).fetchall()
+        return [(r["phase"], r["t_s"], json.loads(r["data_json"]))
+                for r in self._decoded("telemetry", rows, "run_id")]
 
     def samples(self, result_id: int) -> list[np.ndarray]:
         """Per-repeat latency arrays of one result."""

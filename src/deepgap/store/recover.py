@@ -1,14 +1,15 @@
 """``deepgap check``: find what is damaged in a store, and save what is readable into a new one.
 
 Checking reads everything: SQLite's full ``integrity_check``, then every row of every core table is
-decoded the way the readers decode it (`storeguard.row_problem`: UTF-8, column types, JSON). A
+decoded the way the readers decode it (`guard.row_problem`: UTF-8, column types, JSON). A
 table whose pages cannot be read is scanned by ``rowid`` ranges, stepping over the damage.
 
 Recovery never touches the damaged file: it is copied into a temporary folder first. SQLite's own
 ``.recover`` (the ``sqlite3`` command-line tool, when installed) rebuilds what the b-trees still
 reach, including rows on orphaned pages; without the tool the copy is read row by row. Only rows
 that decode, and whose run (and result) survived, go into the new store, which is built under a
-temporary name and renamed into place when complete.
+temporary name and renamed into place when complete. The new store first gets the damaged one's
+schema version, so that its rows fit as they are, and is then migrated like any older store.
 """
 
 from __future__ import annotations
@@ -25,16 +26,19 @@ from typing import Any
 
 from deepgap.errors import StoreError, UsageError
 from deepgap.records import Status
-from deepgap.storeguard import (
+from deepgap.store.guard import (
+    APPLICATION_ID,
     BadText,
     Connection,
     check_header,
     column_types,
+    connect,
     decode_text,
     flat,
     row_problem,
     uri,
 )
+from deepgap.store.migrations import SCHEMA_VERSION, migrate, version
 
 CORE = ("runs", "results", "samples", "telemetry")
 _STATUSES = {s.value for s in Status}
@@ -203,15 +207,42 @@ def recover(path: str, output: str) -> Recovery:
             shutil.copyfile(path + "-wal", copy + "-wal")
         source, method = _sqlite_recover(copy, work)
         tmp = os.path.join(work, "recovered.sqlite")
-        store = Store(tmp)
+        rec = Recovery(output=output, method=method)
+        dst = _new_store_at(tmp, _source_version(source))
         try:
-            rec = Recovery(output=output, method=method)
-            _copy(_open(source), store.con, rec)
+            _copy(_open(source), dst, rec)
+        finally:
+            dst.close()
+        store = Store(tmp)  # the steps after the source's version, on the recovered rows
+        try:
             store.con.execute("PRAGMA journal_mode = DELETE")  # one self-contained file to move
         finally:
             store.close()
         shutil.move(tmp, output)
     return rec
+
+
+def _source_version(path: str) -> int:
+    """The damaged store's schema version, as far as its header can be believed (1 … current)."""
+    try:
+        con = _open(path)
+        try:
+            found = version(con)
+        finally:
+            con.close()
+    except (StoreError, sqlite3.DatabaseError):
+        found = 1
+    return min(max(found, 1), SCHEMA_VERSION)
+
+
+def _new_store_at(path: str, at: int) -> sqlite3.Connection:
+    """A new store with the schema of version ``at``, so that the source's rows fit it as they are."""
+    con = connect(path, readonly=False, check=False)
+    con.execute("BEGIN IMMEDIATE")
+    con.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    migrate(con, at)
+    con.execute("COMMIT")
+    return con
 
 
 def _sqlite_recover(copy: str, work: str) -> tuple[str, str]:
@@ -290,15 +321,17 @@ def _copy_extensions(src: sqlite3.Connection, dst: sqlite3.Connection, rec: Reco
                             "AND name NOT LIKE 'sqlite_%' AND name != 'lost_and_found'").fetchall()
     except (StoreError, sqlite3.DatabaseError):
         return
+    have = {r[0] for r in dst.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()}
     for name, sql in found:
         if name in CORE or isinstance(name, BadText):
             continue
-        try:
-            dst.execute(sql)
-        except sqlite3.Error:
-            continue
+        if name not in have:  # a table of a schema step after the source's version, or nobody's
+            try:
+                dst.execute(sql)
+            except sqlite3.Error:
+                continue
         rows, _ = scan(src, name)
-        cols = [c for c in column_types(dst, name)]
+        cols = [c for c in column_types(dst, name) if c in column_types(src, name)]
         ins = f"INSERT OR IGNORE INTO {name} ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})"
         saved = 0
         dst.execute("BEGIN")

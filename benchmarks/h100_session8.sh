@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Eighth H100 session. Usage on the device: bash benchmarks/h100_session8.sh STEP...
+#   quant    — (QUANT_NAME=quant2 after the stem's 4-channel padding) the quant engine, ResNet-18/50/101, int8/fp8, batches 1 and 256, one sweep: the per-layer
+#              table with the stem and head rows (`deepgap layers`), after the head's pool-then-scale change
+#   accuracy — benchmarks/accuracy_synthetic.py trains a ResNet-50 on 100 grating classes here, then accuracy
+#              mode scores eager fp32 and quant int8/fp8 at batch 256 on 1,136 held-out images
+#   stem     — benchmarks/stem_variants.py: formulations of the stem convolution timed at batches 1 and 256
+#   gputests — the quant engine's and the graph runner's GPU tests
+set -uo pipefail
+source benchmarks/device_lib.sh  # PYTHONPATH, the carried LoadGen wheel, step(), pack()
+S=/tmp/s8; mkdir -p $S
+for what in "$@"; do case $what in
+quant)
+    step "quant sweep" "${QUANT_LIMIT:-300}" python -m deepgap run --models resnet18,resnet50,resnet101 \
+        --engines quant --precisions int8,fp8 --batch-sizes 1,256 --sweeps 1 --thermal-timeout 60 --store $S/${QUANT_NAME:-quant}.sqlite
+    python -m deepgap layers $S/${QUANT_NAME:-quant}.sqlite --top 4 --model resnet50 2>&1 | head -80
+    pack $S/${QUANT_NAME:-quant}.sqlite ;;
+accuracy)
+    step "train on synthetic gratings" 240 python benchmarks/accuracy_synthetic.py --model resnet50 --out $S/acc \
+        | tee $OUT/accuracy_synthetic.json
+    for e in "eager fp32" "quant int8,fp8"; do set -- $e
+        step "accuracy $1" 200 python -m deepgap run --models resnet50 --engines $1 --precisions $2 --batch-sizes 256 \
+            --sweeps 1 --weights $S/acc/resnet50.pt --dataset $S/acc/eval --no-telemetry --store $S/accuracy.sqlite
+    done
+    python -m deepgap show $S/accuracy.sqlite 2>&1 | head -40
+    pack $S/accuracy.sqlite ;;
+stem)
+    step "stem variants" 120 python benchmarks/stem_variants.py --batch-sizes 1,256 | tee $OUT/stem_variants.jsonl ;;
+gputests)
+    step "GPU tests" "${TEST_LIMIT:-240}" python -m pytest tests/test_quant_gpu.py tests/test_graph_runner_gpu.py \
+        ${GPU_TESTS:-} -q -x -p no:cacheprovider 2>&1 | tail -30 | tee $OUT/gputests.txt ;;
+*) echo "unknown step $what"; exit 2 ;;
+esac; done

@@ -1,0 +1,129 @@
+"""The report's section for the quant engine's own layers: where its time goes, on a roofline of its layers.
+
+Registered in `deepgap.render.sections` like the roofline and platforms sections. The numbers come from
+`deepgap.analysis.quant_layers` (the same rows `deepgap layers` prints): one summary row per quant
+configuration, the layers with the most headroom (time above their roofline floor) per configuration,
+and one figure: every layer of each configuration at its largest batch, achieved TOPS against arithmetic
+intensity under its ceilings, marker area by time share. A store without quant measurements gives nothing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from deepgap.render.sections import Parts, ReportContext, Section, register
+from deepgap.report_format import fmt_num
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from deepgap.figures import Figure
+
+TOP_ROWS = 8  # per configuration, in the layers table: the next bottlenecks, not all 54 rows
+MAX_PANELS = 6
+
+
+def _n(col: str, fmt: str = ".3g", scale: float = 1.0):
+    return lambda r: fmt_num(None if r.get(col) is None else r.get(col) * scale, fmt)
+
+
+def _pct(col: str):
+    return lambda r: fmt_num(None if r.get(col) is None else 100 * r.get(col), ".0f") + "%"
+
+
+TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
+    "quant_layers_summary": (
+        "The quant engine per configuration: its rows (layers, stem, head) against the network's median",
+        [("device", "device_name"), ("model", "model"), ("precision", "precision"), ("batch", "batch_size"),
+         ("network ms", _n("network_ms", ".4g")), ("rows ms", _n("layers_ms", ".4g")),
+         ("their floor ms", _n("floor_ms", ".4g")), ("outside rows ms", _n("outside_layers_ms", ".3g")),
+         ("TOPS", _n("tops", ".0f")), ("memory-bound time", _pct("memory_bound_share")),
+         ("next bottleneck", "next_bottleneck"), ("its headroom ms", _n("its_headroom_ms", ".3g"))],
+    ),
+    "quant_layers": (
+        f"The quant engine's layers with the most headroom (time above their roofline floor), "
+        f"{TOP_ROWS} per configuration",
+        [("model", "model"), ("precision", "precision"), ("batch", "batch_size"), ("layer", "name"),
+         ("GEMM M×N×K", "gemm"), ("tile", "tile"), ("µs", _n("time_s", ".4g", 1e6)), ("share", _pct("share")),
+         ("TOPS", _n("tops", ".0f")), ("ops/byte", _n("intensity", ".0f")),
+         ("roof TOPS", _n("attainable_tops", ".0f")), ("% of roof", _pct("roof_fraction")),
+         ("headroom µs", _n("headroom_s", ".3g", 1e6)), ("bound", "bound"), ("ceiling", "ceiling")],
+    ),
+}
+
+
+def tables(store_path: str, run_ids: list[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(layers frame, summary frame) of the chosen runs; ceilings measured in the store, else the spec's."""
+    from deepgap.analysis.quant_layers import layers_frame, summary
+    from deepgap.roofline.storage import peaks_frame
+    from deepgap.store import Store
+
+    st = Store(store_path, readonly=True)
+    try:
+        results = st.results_frame(run_ids)
+        peaks = peaks_frame(st, run_ids)
+    finally:
+        st.close()
+    frame = layers_frame(results, peaks)
+    return frame, summary(frame)
+
+
+def roofline_figure(frame: pd.DataFrame):
+    """Each configuration at its largest batch: its layers' TOPS against intensity, under their roofs."""
+    import numpy as np
+
+    from deepgap.figures import panel_legend, plain_ticks, subplots_grid
+
+    largest = frame.groupby(["device_name", "model", "precision"])["batch_size"].transform("max")
+    top = frame[frame["batch_size"] == largest]
+    groups = list(top.groupby(["device_name", "model", "precision", "batch_size"], sort=True))[:MAX_PANELS]
+    fig, axes = subplots_grid(len(groups))
+    for ax, ((_device, model, precision, bs), g) in zip(axes, groups, strict=False):
+        kinds = (("q", "tab:blue", precision), ("fp16", "tab:orange", "fp16 (stem, head)"))
+        for mode, colour, label in kinds:
+            m = g[g["mode"] == mode]
+            if len(m):
+                ax.scatter(m["intensity"], m["tops"], s=20 + 600 * m["share"], alpha=0.6, color=colour,
+                           label=f"{label} rows")
+        x = np.logspace(0, 4, 64)
+        for mode, colour in (("q", "tab:blue"), ("fp16", "tab:orange")):
+            m = g[(g["mode"] == mode) & g["peak_tops"].notna()]
+            if len(m):  # the roof: min(peak, intensity × bandwidth)
+                r = m.iloc[0]
+                ax.plot(x, np.minimum(r["peak_tops"], x * r["bandwidth_gb_s"] / 1e3), color=colour, lw=1,
+                        ls="--", label=f"roof ({r['ceiling']})")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        plain_ticks(ax, [1, 10, 100, 1000, 10000])
+        plain_ticks(ax, axis="y")
+        ax.set_xlabel("ops per byte (fewest bytes)")
+        ax.set_ylabel("TOPS")
+        ax.set_title(f"{model} {precision} batch {bs}", fontsize=9)
+        panel_legend(ax)
+    for ax in axes[len(groups):]:
+        ax.set_visible(False)
+    return fig
+
+
+def build(ctx: ReportContext) -> Parts:
+    """The section's part of one report build (nothing without quant measurements)."""
+    from deepgap.figures import Figure, make_figure
+
+    frame, summ = tables(ctx.store_path, ctx.run_ids)
+    if len(frame) == 0:
+        return Parts()
+    keys = ["device_name", "model", "precision", "batch_size"]
+    top = frame.sort_values("headroom_s", ascending=False).groupby(keys, sort=True).head(TOP_ROWS)
+    top = top.sort_values(keys + ["headroom_s"], ascending=[True] * 4 + [False])
+    name, title = "fig_quant_layers_roofline", "The quant engine's layers on their roofline"
+    caption = ("Every layer of each quant configuration at its largest batch: achieved TOPS against "
+               "arithmetic intensity (fewest bytes), marker area by its share of the time; dashed, the roof "
+               "of the 8-bit precision and of fp16 (the stem, the head, layers kept in fp16).")
+    try:
+        fig: Figure = make_figure(name, title, caption, roofline_figure(frame))
+    except Exception as exc:  # noqa: BLE001 — the figure that cannot be drawn says why, the report goes on
+        fig = Figure(name, title, caption, unavailable=f"unavailable: {type(exc).__name__}: {exc}"[:300])
+    return Parts({"quant_layers_summary": summ, "quant_layers": top}, [fig])
+
+
+SECTION = register(Section("quant_layers", 25, build, TABLE_SPECS))

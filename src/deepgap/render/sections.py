@@ -1,0 +1,96 @@
+"""The report's sections: each feature registers one, the report builds them in order.
+
+A section is a name, an order and a ``build(ctx) -> Parts`` function, plus the column specs of the tables it
+may add. The report imports the modules in `SECTION_MODULES` (by name, so that the report does not depend on
+the features and the features depend only on this module), then builds every registered section against one
+`ReportContext` and merges their tables, figures and table specs into that build's report. Nothing global
+changes during a build: a section's table specs travel in its `Parts`, not through a shared dict.
+
+To add a section: a module with a ``build(ctx)`` that calls `register` at import, listed in
+`SECTION_MODULES`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# A table's title and its columns: (header, column name or row -> text), as `deepgap.report_format` renders.
+TableSpec = tuple[str, Any]
+
+# Imported by `registered`, in this order; each registers its section when imported.
+SECTION_MODULES = (
+    "deepgap.report_core",  # the measurements: tables and figures of the paper
+    "deepgap.serving.report_section",  # serve runs
+    "deepgap.roofline.report_section",  # rooflines and the seed study's comparison
+    "deepgap.analysis.platforms_section",  # two or more GPU platforms side by side
+    "deepgap.analysis.quant_layers_section",  # the quant engine's layers on their roofline
+)
+
+
+@dataclass
+class ReportContext:
+    """What every section of one build reads: the store, the chosen runs, and the results loaded once.
+
+    ``results`` are the prepared per-measurement rows, ``configurations`` their aggregate (one row per
+    configuration), ``telemetry`` each chosen run's samples by run id (empty when there are no results).
+    """
+
+    store_path: str
+    run_ids: list[str] | None
+    interactive: bool
+    runs: list[dict[str, Any]]
+    results: pd.DataFrame
+    configurations: pd.DataFrame
+    telemetry: dict[str, pd.DataFrame] = field(default_factory=dict)
+
+
+@dataclass
+class Parts:
+    """A section's contribution: tables by name, figures in page order, table specs for this build.
+
+    ``table_specs`` override the section's declared ones (e.g. columns known only once the data is read).
+    """
+
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    figures: list[Any] = field(default_factory=list)
+    table_specs: dict[str, TableSpec] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Section:
+    """One section: built in ascending ``order``; ``table_specs`` declares the tables it may add."""
+
+    name: str
+    order: int
+    build: Callable[[ReportContext], Parts]
+    table_specs: dict[str, TableSpec] = field(default_factory=dict)
+
+
+_SECTIONS: dict[str, Section] = {}
+
+
+def register(section: Section) -> Section:
+    """Add (or replace, by name) a section; called by a section's module when it is imported."""
+    _SECTIONS[section.name] = section
+    return section
+
+
+def registered() -> list[Section]:
+    """Every section, in build order (the modules of `SECTION_MODULES` are imported first)."""
+    for name in SECTION_MODULES:
+        importlib.import_module(name)
+    return sorted(_SECTIONS.values(), key=lambda s: (s.order, s.name))
+
+
+def table_specs() -> dict[str, TableSpec]:
+    """Every table any section may add, with its declared spec, in build order."""
+    out: dict[str, TableSpec] = {}
+    for s in registered():
+        out.update(s.table_specs)
+    return out

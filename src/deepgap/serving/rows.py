@@ -1,0 +1,125 @@
+"""What every serve driver records: the run's spec, the build request, the service model, the rows.
+
+The drivers (one model in `scenarios`, several in `tenants`, LoadGen in `loadgen_run`) each store the
+run's sweep spec, send the worker its build request, turn its calibration into the simulator's service
+model, and write ``serve_curves`` and ``serve_runs`` rows.
+Its own module so that the drivers share it without importing each other.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from deepgap.accuracy.dataset import serve_options
+from deepgap.config import SweepSpec
+from deepgap.serving.batcher import BatchPolicy
+from deepgap.serving.log import LevelSummary, RequestLog
+from deepgap.serving.process import SetupReply, SetupRequest
+from deepgap.serving.sim import ServiceModel
+from deepgap.serving.spec import ServeSpec
+from deepgap.serving.storage import LevelRow
+
+Say = Callable[[str], None]
+
+
+@dataclass
+class ServeOutcome:
+    """What a serve run returns: its id, overall status and the headline numbers."""
+
+    run_id: str | None
+    store_path: str
+    status: str = "ok"
+    reason: str = ""
+    summary: dict[str, Any] = field(default_factory=dict)
+    lines: list[str] = field(default_factory=list)
+
+
+def stderr_say(msg: str) -> None:
+    """Progress line on stderr."""
+    print(msg, file=sys.stderr, flush=True)
+
+
+def run_spec(spec: ServeSpec, device: str, models: list[str]) -> dict[str, Any]:
+    """The run's stored spec: a sweep spec of the served configuration, serving settings in options."""
+    from deepgap.models import resolve_model
+
+    res = spec.resolution or resolve_model(models[0]).default_resolution
+    return SweepSpec(models=tuple(models), engines=(spec.engine,), precisions=(spec.precision,),
+                     batch_sizes=spec.buckets(device), memory_formats=(spec.memory_format,), device=device,
+                     resolution=res, seed=spec.seed, include_transfer=True, weights=spec.weights,
+                     options={"serve": spec.settings(), **serve_options(spec)}).to_dict()
+
+
+def setup_request(spec: ServeSpec, model: str, device: str) -> SetupRequest:
+    """The worker's build and calibration request for ``model``."""
+    from deepgap.models import resolve_model
+
+    cuda = device.startswith("cuda")
+    return SetupRequest(
+        model=model, engine=spec.engine, precision=spec.precision, memory_format=spec.memory_format,
+        resolution=spec.resolution or resolve_model(model).default_resolution, device=device,
+        buckets=spec.buckets(device), threads=spec.threads, weights=spec.weights, seed=spec.seed,
+        curve_iterations=spec.curve_iterations or (100 if cuda else 30), curve_warmup=10 if cuda else 3,
+        options=serve_options(spec),
+    )
+
+
+def service_of(reply: SetupReply, label: str) -> ServiceModel:
+    """The simulator's service model from a worker's calibration (padding to the prepared sizes)."""
+    bs = sorted(reply.curve_samples_s)
+    parts = reply.curve_parts_s
+    depth = int(reply.engine_info.get("serving_depth", 1))
+    intervals = (tuple(float(parts[b]["interval_s"]) for b in bs)  # serial (depth 1): the latency is all
+                 if depth > 1 and all("interval_s" in parts.get(b, {}) for b in bs) else None)
+    return ServiceModel(tuple(bs), tuple(float(np.median(reply.curve_samples_s[b])) for b in bs),
+                        {b: np.asarray(reply.curve_samples_s[b]) for b in bs}, padding="bucket", source=label,
+                        interval_s=intervals, depth=depth)
+
+
+def curve_rows(reply: SetupReply, req: SetupRequest, tenant: str = "") -> list[dict[str, Any]]:
+    """``serve_curves`` rows of one calibration."""
+    return [{"tenant": tenant, "model": req.model, "engine": req.engine, "precision": req.precision,
+             "device": req.device, "memory_format": req.memory_format, "resolution": req.resolution,
+             "batch_size": b, "samples_s": reply.curve_samples_s[b],
+             **{k: v for k, v in reply.curve_parts_s.get(b, {}).items()
+                if k in ("h2d_s", "compute_s", "d2h_s")},
+             "extra": {"includes": "issue, h2d (uint8), normalise + compute, d2h, sync",
+                       **{k: v for k, v in reply.curve_parts_s.get(b, {}).items()
+                          if k in ("host_s", "interval_s", "engine_s")}}}
+            for b in sorted(reply.curve_samples_s)]
+
+
+def level_row(req: SetupRequest, scenario: str, purpose: str, policy: BatchPolicy | None,
+              target_qps: float | None, arrival: str, seed: int, summary: LevelSummary | None,
+              predicted: LevelSummary | None = None, log: RequestLog | None = None, tenant: str = "",
+              phase: str = "", status: str = "ok", reason: str = "",
+              extra: dict[str, Any] | None = None) -> LevelRow:
+    """One ``serve_runs`` row (and its requests)."""
+    v: dict[str, Any] = {
+        "tenant": tenant, "scenario": scenario, "purpose": purpose, "phase": phase, "model": req.model,
+        "engine": req.engine, "precision": req.precision, "device": req.device,
+        "memory_format": req.memory_format,
+        "resolution": req.resolution, "max_batch": policy.max_batch if policy else None,
+        "max_delay_s": policy.max_delay_s if policy else None, "target_qps": target_qps, "arrival": arrival,
+        "seed": seed, "status": status, "reason": reason,
+        "extra": {**({"threads": req.threads} if req.threads else {}), **(extra or {})},
+    }
+    if summary is not None:
+        v.update({k: getattr(summary, k) for k in (
+            "n", "n_planned", "duration_s", "achieved_qps", "latency_mean_s", "latency_p50_s",
+            "latency_p90_s",
+            "latency_p95_s", "latency_p99_s", "latency_max_s", "queue_mean_s", "queue_p99_s", "h2d_mean_s",
+            "compute_mean_s", "d2h_mean_s", "other_mean_s", "mean_batch", "slo_s", "n_over_slo", "verdict",
+            "stopped")})
+    if summary is not None:
+        v["extra"] = {**v["extra"], "n_dropped": summary.n_dropped, "host_mean_s": summary.host_mean_s}
+    if predicted is not None:
+        v.update(predicted_qps=predicted.achieved_qps, predicted_mean_s=predicted.latency_mean_s,
+                 predicted_p90_s=predicted.latency_p90_s, predicted_p99_s=predicted.latency_p99_s)
+        v["extra"] = {**v["extra"], "predicted_verdict": predicted.verdict}
+    return LevelRow(v, log)

@@ -1,0 +1,29 @@
+"""Call the ``deepgap`` CLI in this process, with the result shaped like ``subprocess.run``'s.
+
+Why: a fresh ``python -m deepgap`` imports torch again (seconds on two cores) only to print one error
+line or read a store. Tests that check what the CLI prints and returns use :func:`deepgap_cli`; tests
+whose point is process isolation (a crash, a hang, SIGKILL, resume after a kill, Ray node loss, serving
+tenants) keep real subprocesses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import subprocess
+
+from deepgap.cli import main
+
+
+def deepgap_cli(*args: str) -> subprocess.CompletedProcess:
+    """Run ``deepgap ARGS`` through :func:`deepgap.cli.main`: exit code (argparse's ``SystemExit`` too),
+    stdout and stderr, as ``subprocess.run(..., capture_output=True, text=True)`` would give them."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse's usage errors, and commands that exit themselves
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            if isinstance(exc.code, str):
+                print(exc.code, file=err)
+    return subprocess.CompletedProcess(["deepgap", *args], int(code or 0), out.getvalue(), err.getvalue())

@@ -1,0 +1,97 @@
+"""The committed H100/H200 stores (schema version 1) still open, migrate, show, report and merge.
+
+Copies of three small ones, chosen to cover every table: ``h100/smoke.sqlite`` (sweeps, a profile and
+a serve run, with ``serve_runs.mean_batch`` stored as TEXT), ``h200/roofline.sqlite`` (peaks) and
+``h100/energy_check.sqlite`` (a sweep with energy telemetry). The files in git are never opened for
+writing: every check works on copies, and the originals' bytes are compared at the end.
+"""
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from deepgap.cli import main
+from deepgap.store import SCHEMA_VERSION, Store
+
+RESULTS = Path(__file__).resolve().parent.parent / "results"
+STORES = {"smoke": "h100/smoke.sqlite", "roofline": "h200/roofline.sqlite", "energy": "h100/energy_check.sqlite"}
+KINDS = {"smoke": {"sweep", "profile", "serve"}, "roofline": {"peaks"}, "energy": {"sweep"}}
+
+
+def _raw(path: Path, query: str) -> list[tuple]:
+    con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    try:
+        return con.execute(query).fetchall()
+    finally:
+        con.close()
+
+
+@pytest.fixture(scope="module")
+def copies(tmp_path_factory):
+    originals = {k: RESULTS / v for k, v in STORES.items()}
+    if not all(p.exists() for p in originals.values()):
+        pytest.skip("the committed result stores are not in this checkout")
+    before = {k: p.read_bytes() for k, p in originals.items()}
+    folder = tmp_path_factory.mktemp("committed")
+    out = {k: Path(shutil.copy(p, folder / f"{k}.sqlite")) for k, p in originals.items()}
+    yield out
+    assert {k: p.read_bytes() for k, p in originals.items()} == before
+
+
+def test_they_are_version_1_and_read_migrated_in_memory(copies):
+    for name, path in copies.items():
+        assert _raw(path, "PRAGMA user_version") == [(1,)]
+        before = path.read_bytes()
+        s = Store(str(path), readonly=True)
+        try:
+            assert s.file_version == 1
+            assert {r["kind"] for r in s.runs()} == KINDS[name]
+            assert not any("kind" in r["spec"] for r in s.runs())
+            df = s.results_frame()
+            cols = [c for c in df.columns if c in {r[1] for r in _raw(path, "PRAGMA table_info(results)")}]
+            raw = _raw(path, f"SELECT {', '.join(cols)} FROM results ORDER BY result_id")
+            assert [tuple(None if v != v else v for v in r) for r in df[cols].itertuples(index=False)] == [
+                tuple(None if v != v else v for v in r) for r in raw]
+        finally:
+            s.close()
+        assert path.read_bytes() == before
+
+
+def test_writing_migrates_in_place_and_keeps_every_row(copies, tmp_path):
+    path = Path(shutil.copy(copies["smoke"], tmp_path / "smoke.sqlite"))
+    tables = ("results", "samples", "telemetry", "serve_runs", "serve_requests", "roofline_profiles",
+              "roofline_kernels")
+    before = {t: _raw(path, f"SELECT * FROM {t} ORDER BY rowid") for t in tables}
+    Store(str(path)).close()
+    assert _raw(path, "PRAGMA user_version") == [(SCHEMA_VERSION,)]
+    after = {t: _raw(path, f"SELECT * FROM {t} ORDER BY rowid") for t in tables}
+    mean_batch = [r[0] for r in _raw(path, "SELECT mean_batch FROM serve_runs")]
+    assert {t: len(v) for t, v in after.items()} == {t: len(v) for t, v in before.items()}
+    assert all(after[t] == before[t] for t in tables if t != "serve_runs")
+    assert mean_batch and all(isinstance(v, float) for v in mean_batch)  # was TEXT, now REAL
+    i = [r[1] for r in _raw(path, "PRAGMA table_info(serve_runs)")].index("mean_batch")
+    assert [r[:i] + (float(r[i]),) + r[i + 1:] for r in before["serve_runs"]] == after["serve_runs"]
+    assert {k for (k,) in _raw(path, "SELECT kind FROM runs")} == KINDS["smoke"]
+
+
+def test_show_merge_and_report(copies, tmp_path, capsys):
+    for path in copies.values():
+        assert main(["show", str(path)]) == 0
+    out = tmp_path / "all.sqlite"
+    assert main(["merge", *map(str, copies.values()), "-o", str(out)]) == 0
+    assert _raw(out, "PRAGMA user_version") == [(SCHEMA_VERSION,)]
+    for table in ("runs", "results", "samples", "serve_runs", "serve_requests", "roofline_peaks",
+                  "roofline_profiles", "roofline_kernels"):
+        want = sum(_raw(p, f"SELECT count(*) FROM {table}")[0][0] for p in copies.values()
+                   if _raw(p, f"SELECT count(*) FROM sqlite_master WHERE name = '{table}'")[0][0])
+        assert _raw(out, f"SELECT count(*) FROM {table}")[0][0] == want, table
+    orphans = _raw(out, "SELECT count(*) FROM roofline_kernels WHERE profile_id NOT IN "
+                        "(SELECT profile_id FROM roofline_profiles)")
+    assert orphans == [(0,)]
+    capsys.readouterr()
+    html = tmp_path / "report.html"
+    assert main(["report", str(out), "-o", str(html), "--static"]) == 0
+    text = html.read_text()
+    assert "ad70c3" in text and "NVIDIA H200" in text and "NVIDIA H100" in text
