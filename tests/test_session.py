@@ -48,6 +48,11 @@ def test_the_run_kind_is_passed_to_the_store_in_one_place(tmp_path):
         assert s.latest_unfinished() is None  # an interrupted profile is no sweep to resume
     finally:
         s.close()
+    from deepgap.errors import UsageError
+    from deepgap.session import open_resume
+
+    with pytest.raises(UsageError, match="continues sweeps only"):
+        open_resume(path, run_id)  # not even by its id
 
 
 def test_an_interrupted_session_is_stored_interrupted(tmp_path):

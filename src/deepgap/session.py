@@ -25,7 +25,7 @@ from deepgap import __version__
 from deepgap.config import SweepSpec, default_spec, preset
 from deepgap.errors import UsageError
 from deepgap.records import ConfigSpec, Result
-from deepgap.store import Store, check_path
+from deepgap.store import RESUMABLE, Store, check_path
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -100,6 +100,10 @@ def open_resume(store: str, resume: str | bool) -> tuple[Store, dict[str, Any]]:
     if row is None:
         s.close()
         raise UsageError(f"store {store} has no unfinished run to resume", "start a new run without --resume")
+    if row.get("kind", SWEEP) not in RESUMABLE:
+        s.close()
+        raise UsageError(f"run {row['run_id']} is a {row['kind']} run; --resume continues sweeps only",
+                         "run that command again instead")
     return s, row
 
 
