@@ -86,8 +86,11 @@ def test_profile_and_peaks_measure_in_a_worker_process_not_the_cli(tmp_path, mon
     path = str(tmp_path / "s.sqlite")
     assert main(["peaks", "--device", "cpu", "--size", "64", "--bandwidth-mib", "4", "--repeats", "1",
                  "--only", "fp32,memory", "--idle-time", "0.1", "--store", path]) == 0
+    monkeypatch.chdir(tmp_path)  # a relative --trace-dir is this directory's, whatever the worker's is
     assert main(["profile", "--model", "tinycnn", "--batch-size", "2", "--device", "cpu", "--warmup", "1",
-                 "--steps", "2", "--idle-time", "0.1", "--quiet", "--store", path]) == 0
+                 "--steps", "2", "--idle-time", "0.1", "--quiet", "--trace-dir", "traces",
+                 "--store", path]) == 0
+    assert [p.name for p in (tmp_path / "traces").iterdir()] == ["tinycnn-infer-fp32-bs2.trace.json"]
     s = Store(path, readonly=True)
     try:
         peaks = storage.peaks_frame(s).set_index("name")

@@ -201,7 +201,9 @@ def main(args: argparse.Namespace) -> int:
 
     device, models, precs, modes, batches = _validate(args)
     console = Console(width=None if Console().is_terminal else 160)
-    ncu_dir = args.trace_dir or os.path.join(os.path.dirname(os.path.abspath(args.store)), "ncu")
+    # absolute: the worker's working directory need not be this process's
+    trace_dir = os.path.abspath(args.trace_dir) if args.trace_dir else None
+    ncu_dir = trace_dir or os.path.join(os.path.dirname(os.path.abspath(args.store)), "ncu")
     sweep = SweepSpec(models=tuple(models), precisions=tuple(precs), batch_sizes=tuple(batches),
                       device=device, resolution=args.resolution, memory_formats=(args.memory_format,),
                       idle_s=args.idle_time, thermal_warmup=args.thermal_warmup)
@@ -229,7 +231,7 @@ def main(args: argparse.Namespace) -> int:
                 if why is not None:
                     res = ProfileResult(spec=spec, status="skipped", reason=why)
                 else:
-                    res = _profile_one(runner, spec, args.trace_dir)
+                    res = _profile_one(runner, spec, trace_dir)
                     cascade.note((model, mode, prec), bs, res.status)
                 _ncu(args, spec, res, ncu_dir)
                 storage.record_profile(session.store, run_id, res)
