@@ -144,8 +144,6 @@ class WorkerHandle:
         self.send(kind, payload)
         return self.receive(timeout)
 
-    request = call  # the older name
-
     def alive(self) -> bool:
         """Whether the process runs."""
         return self.proc is not None and self.proc.is_alive()
