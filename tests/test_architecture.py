@@ -18,12 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 
 # Private names used across packages today, each with the reason it is still here. Nothing else may join.
-ALLOWED = {
-    # removed when the session branch lands (the worker protocol gives the serving worker a public call)
-    ("deepgap.serving.process", "deepgap.worker", "_inputs"),
-    ("deepgap.serving.process", "deepgap.worker", "_nvml_used"),
-    ("deepgap.serving.process", "deepgap.runner", "_recv"),
-}
+ALLOWED: set[tuple[str, str, str]] = set()
 
 
 def _module_name(path: Path) -> str:

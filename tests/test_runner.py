@@ -85,7 +85,7 @@ def test_a_worker_sees_the_parents_environment_of_the_moment(monkeypatch):
     monkeypatch.setenv("DEEPGAP_TEST_MARK", "now")
     w.spawn(_report_environ, ("DEEPGAP_TEST_MARK",), "env-check", 120)
     try:
-        assert w._recv(120) == ("environ", "now")
+        assert w.recv(120) == ("environ", "now")
     finally:
         w.stop()
 
@@ -117,7 +117,7 @@ def test_each_sweep_runs_in_a_fresh_worker_process():
         def stop(self):
             self.live = False
 
-        def request(self, kind, req, timeout):
+        def call(self, kind, req, timeout):
             return Result(spec=req.spec, status=Status.OK, reason=f"pid {self.pid}")
 
     runner = SweepRunner(SweepSpec(models=("tinycnn",), device="cpu"), "cpu")

@@ -1,92 +1,30 @@
-"""The Python API and the one code path behind ``deepgap run``: validate → plan → measure → store."""
+"""The Python API and the one code path behind ``deepgap run``: validate → plan → measure → store.
+
+The store side (run row, idle baseline and thermal prelude, results, final status) is a
+`deepgap.session.RunSession`, the same for every kind of run.
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from deepgap import __version__
-from deepgap.config import SweepSpec, default_spec, preset, validate
-from deepgap.errors import UsageError
+from deepgap.config import SweepSpec, validate
 from deepgap.plan import expand
-from deepgap.records import Result
 from deepgap.runner import Event, SweepRunner, python_command
-from deepgap.store import Store, check_path
-
-if TYPE_CHECKING:
-    import pandas as pd
+from deepgap.session import (  # noqa: F401 - re-exported: the public names of the API
+    SWEEP,
+    Results,
+    RunSession,
+    as_spec,
+    gpu_present,
+    open_resume,
+    resolve_device,
+)
+from deepgap.store import check_path
 
 DEFAULT_STORE = os.path.join("deepgap-results", "store.sqlite")
-
-
-def gpu_present() -> bool:
-    """Whether torch sees a CUDA device (no CUDA context is created in this process)."""
-    try:
-        import torch
-    except ImportError:  # pragma: no cover
-        return False
-    return bool(torch.cuda.is_available())
-
-
-def resolve_device(device: str) -> str:
-    """``auto`` → ``cuda`` when a GPU is present else ``cpu``; a clear error for an absent GPU."""
-    if device == "auto":
-        return "cuda" if gpu_present() else "cpu"
-    if device.startswith("cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
-            raise UsageError(f"--device {device} but no CUDA GPU is usable here", "use --device cpu (or auto)")
-        idx = int(device.split(":")[1]) if ":" in device else 0
-        if idx >= torch.cuda.device_count():
-            raise UsageError(
-                f"--device {device} but only {torch.cuda.device_count()} GPU(s) are visible",
-                f"use cuda:0..cuda:{torch.cuda.device_count() - 1}",
-            )
-    return device
-
-
-@dataclass
-class Results:
-    """What `run` returns: the run's id, its store, and the results measured in this call."""
-
-    run_id: str
-    store_path: str
-    results: list[Result] = field(default_factory=list)
-
-    def to_pandas(self) -> pd.DataFrame:
-        """Every stored result of this run (including earlier, resumed parts) as a DataFrame."""
-        store = Store(self.store_path, readonly=True)
-        try:
-            return store.results_frame([self.run_id])
-        finally:
-            store.close()
-
-
-def as_spec(spec: SweepSpec | dict[str, Any] | str | None) -> SweepSpec:
-    """Accept a SweepSpec, a dict of overrides, a preset name, or None (the device's default)."""
-    if spec is None:
-        return default_spec(gpu_present(), os.cpu_count() or 1)
-    if isinstance(spec, str):
-        return preset(spec)
-    if isinstance(spec, dict):
-        return SweepSpec.from_dict(spec)
-    return spec
-
-
-def open_resume(store: str, resume: str | bool) -> tuple[Store, dict[str, Any]]:
-    """The store (open) and the run ``resume`` names (True: the latest unfinished one), or a `UsageError`."""
-    check_path(store)
-    if not os.path.exists(store):
-        raise UsageError(f"--resume but store {store} does not exist", "drop --resume or pass --store")
-    s = Store(store)
-    row = s.latest_unfinished() if resume is True else s.run(str(resume))
-    if row is None:
-        s.close()
-        raise UsageError(f"store {store} has no unfinished run to resume", "start a new run without --resume")
-    return s, row
 
 
 def run(
@@ -112,9 +50,12 @@ def run(
     if devices or ray or where or (resume and stored_fleet(store, resume)):
         from deepgap.fleet.session import run_fleet
 
-        return run_fleet(spec, store, resume, on_event, command, devices=devices, ray=ray, where=where)
+        return run_fleet(spec, store, resume, on_event, command, devices=devices, ray=ray, where=where,
+                         log=log)
+    session = RunSession(store, SWEEP)
     if resume:
         s, run_row = open_resume(store, resume)
+        session.store = s
         try:
             sweep = validate(SweepSpec.from_dict(run_row["spec"]))
             device = resolve_device(sweep.device)
@@ -128,33 +69,24 @@ def run(
         device = resolve_device(sweep.device)
         sweep = sweep.replace(device=device)
         check_path(store)
-        s = None
+        run_id = None
         done = set()
     configs = [c for c in expand(sweep, device) if c.key not in done]
     runner = SweepRunner(sweep, device)
     try:
         runner.start()
-        if s is None:
-            env = runner.environment()
-            s = Store(store)
-            run_id = s.begin_run(sweep.to_dict(), command or python_command(), env, __version__)
+        if run_id is None:
+            session.open(sweep.to_dict(), command or python_command(), runner.environment())
         else:
-            s.reopen_run(run_id)
-        out = Results(run_id=run_id, store_path=store)
-        status = "interrupted"
-        try:
-            if configs:  # idle baseline and thermal warm-up (deepgap.telemetry.runlevel)
-                from deepgap.telemetry.runlevel import run_level
-
-                run_level(runner, s, run_id, sweep, configs, log)
+            session.resume(run_id)
+        out = Results(run_id=session.run_id or "", store_path=store)
+        with session:
+            if configs:  # a resumed run with nothing left measures no prelude either
+                session.prelude(runner, sweep, configs, log)  # idle baseline, thermal warm-up
             for res in runner.run(configs, on_event):
-                s.record(run_id, res, telemetry=res.telemetry)
+                session.record(res)
                 out.results.append(res)
-            status = "finished"
-        finally:
-            s.finish_run(run_id, status)
         return out
     finally:
         runner.close()
-        if s is not None:
-            s.close(discard_empty=True)
+        session.close()

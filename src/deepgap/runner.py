@@ -8,6 +8,7 @@ silently shrunk as timm's script does).
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 import os
 import signal
@@ -21,7 +22,7 @@ from deepgap.config import SweepSpec
 from deepgap.errors import UsageError
 from deepgap.precision import DeviceCaps
 from deepgap.records import ConfigSpec, Result, Status
-from deepgap.telemetry.settings import settings_for
+from deepgap.telemetry.settings import TelemetrySettings, settings_for
 from deepgap.timing import TimingPlan
 from deepgap.worker import MeasureRequest, serve
 
@@ -62,6 +63,16 @@ class WorkerLost(Exception):
         self.reason = reason
 
 
+class WorkerFailed(Exception):  # noqa: N818 - named as its sibling WorkerLost
+    """The worker answered, but its handler raised: ``status`` (oom, error, skipped…), reason, traceback."""
+
+    def __init__(self, status: Status, reason: str, traceback: str = "") -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+        self.traceback = traceback
+
+
 class WorkerHandle:
     """One worker process, forked from a clean fork server: it never inherits a CUDA context."""
 
@@ -81,18 +92,20 @@ class WorkerHandle:
         self.proc.start()
         child.close()  # so a dead child gives EOF instead of a hang
         self.conn = parent
-        return self._recv(timeout_s)
+        return self.recv(timeout_s)
 
-    def start(self) -> DeviceCaps:
+    def start(self, name: str = "deepgap-worker") -> DeviceCaps:
         """Start the process and wait until it has probed the device."""
-        kind, payload = self.spawn(serve, (self.device,), "deepgap-worker", _START_TIMEOUT_S)
+        kind, payload = self.spawn(serve, (self.device,), name, _START_TIMEOUT_S)
         if kind != "ready":
             self.stop()
-            raise UsageError(f"the worker could not use device {self.device}: {payload}", "check `deepgap env`")
+            why = payload[1] if isinstance(payload, tuple) else payload
+            raise UsageError(f"the worker could not use device {self.device}: {why}", "check `deepgap env`")
         self.caps = payload
         return payload
 
-    def _recv(self, timeout: float) -> tuple[str, Any]:
+    def recv(self, timeout: float) -> tuple[str, Any]:
+        """The worker's next message; `WorkerLost` (and the process killed) after ``timeout`` s or a crash."""
         if not self.conn.poll(timeout):
             self.kill()
             raise WorkerLost(Status.TIMEOUT, f"worker gave no answer within {timeout:.0f} s and was killed")
@@ -111,14 +124,25 @@ class WorkerHandle:
             self.kill()
             raise WorkerLost(Status.CRASH, f"worker process died ({why})") from None
 
-    def request(self, kind: str, payload: Any, timeout: float) -> Any:
-        """Send one request and wait up to ``timeout`` seconds for its reply."""
+    def send(self, kind: str, payload: Any) -> None:
+        """Send one request without waiting (tenants start their levels together, then `receive`)."""
         try:
             self.conn.send((kind, payload))
-        except (BrokenPipeError, OSError):
+        except (BrokenPipeError, OSError, AttributeError):  # AttributeError: no pipe, never started
             self.kill()
             raise WorkerLost(Status.CRASH, "worker process was gone before the request") from None
-        return self._recv(timeout)[1]
+
+    def receive(self, timeout: float) -> Any:
+        """The reply to the request sent last: `WorkerFailed` if its handler raised, `WorkerLost` if none."""
+        kind, payload = self.recv(timeout)
+        if kind == "failed":
+            raise WorkerFailed(*payload)
+        return payload
+
+    def call(self, kind: str, payload: Any, timeout: float) -> Any:
+        """Run handler ``kind`` (`deepgap.worker.HANDLERS`) on ``payload`` in the worker; wait ``timeout``."""
+        self.send(kind, payload)
+        return self.receive(timeout)
 
     def alive(self) -> bool:
         """Whether the process runs."""
@@ -165,6 +189,34 @@ def plan_for(spec: SweepSpec) -> TimingPlan:
     )
 
 
+class Cascade:
+    """The OOM/hang cascade, in one place.
+
+    After a batch of a group ran out of memory or hung, the larger batches of the same group are
+    skipped with that reason (never silently dropped, never silently shrunk).
+    """
+
+    def __init__(self) -> None:
+        self.failed_at: dict[Any, str] = {}
+
+    def skip_reason(self, group: Any) -> str | None:
+        """Why ``group``'s next configuration is skipped, or None to measure it."""
+        return self.failed_at.get(group)
+
+    def note(self, group: Any, batch_size: int, status: Status | str) -> None:
+        """Remember an OOM or a timeout of ``group`` at ``batch_size``."""
+        status = Status(status)
+        if status == Status.OOM:
+            self.failed_at[group] = f"batch {batch_size} of this configuration ran out of memory"
+        elif status == Status.TIMEOUT:
+            self.failed_at[group] = f"batch {batch_size} of this configuration hung past the timeout"
+
+
+def needs_restart(status: Status | str, device: str) -> bool:
+    """The CUDA-restart rule: an error or OOM can leave a GPU context unusable; a fresh worker is cheap."""
+    return Status(status) in (Status.ERROR, Status.OOM) and device.startswith("cuda")
+
+
 class SweepRunner:
     """Runs configurations through a worker, restarting it when it fails, and yields results."""
 
@@ -182,25 +234,42 @@ class SweepRunner:
 
     def environment(self) -> dict[str, Any]:
         """The worker's environment fingerprint."""
-        return self.worker.request("env", None, _START_TIMEOUT_S)
+        return self.worker.call("env", None, _START_TIMEOUT_S)
+
+    def set_context(self, **facts: Any) -> None:
+        """Add run-level facts (``idle_power_w``, ``ref_sm_clock_mhz``) that every later request carries."""
+        self.telemetry_context.update(facts)
+
+    def telemetry_settings(self, mode: str | None = None) -> TelemetrySettings | None:
+        """The sweep's telemetry settings with the run-level facts so far (None: telemetry off)."""
+        settings = settings_for(self.spec, self.telemetry_context)
+        return dataclasses.replace(settings, mode=mode) if settings is not None and mode else settings
+
+    def idle_baseline(self, settings: TelemetrySettings) -> dict[str, Any]:
+        """The worker's idle baseline: ``{"summary": ..., "samples": [...]}``; a lost worker is a status."""
+        try:
+            return self.worker.call("idle", settings, settings.idle_s + 120.0)
+        except (WorkerLost, WorkerFailed) as lost:
+            return {"summary": {"status": f"unavailable: the worker was lost ({lost.reason})"}, "samples": []}
+
+    def thermal_warmup(self, cfg: ConfigSpec, timeout_s: float) -> Result:
+        """Load the device with ``cfg`` until its temperature is steady (telemetry mode ``thermal``)."""
+        req = dataclasses.replace(self.request(cfg), telemetry=self.telemetry_settings(mode="thermal"))
+        return self._call(req, "thermal", timeout_s + self.spec.timeout_s)
 
     def run(
         self, configs: list[ConfigSpec], on_event: Callable[[Event], None] = lambda e: None
     ) -> Iterator[Result]:
         """Measure ``configs`` in order, yielding one `Result` each (OOM cascades as skipped)."""
-        # A smaller batch of the same group that ran out of memory or hung predicts the same for larger
-        # ones: store them as skipped with that reason rather than spend memory or timeouts on them.
-        failed_at: dict[tuple[Any, ...], str] = {}
+        cascade = Cascade()
         for i, cfg in enumerate(configs):
             on_event(Event(i, len(configs), cfg))
-            if cfg.group in failed_at:
-                res = Result(spec=cfg, status=Status.SKIPPED, reason=failed_at[cfg.group])
+            why = cascade.skip_reason(cfg.group)
+            if why is not None:
+                res = Result(spec=cfg, status=Status.SKIPPED, reason=why)
             else:
                 res = self._one(cfg)
-                if res.status == Status.OOM:
-                    failed_at[cfg.group] = f"batch {cfg.batch_size} of this configuration ran out of memory"
-                elif res.status == Status.TIMEOUT:
-                    failed_at[cfg.group] = f"batch {cfg.batch_size} of this configuration hung past the timeout"
+                cascade.note(cfg.group, cfg.batch_size, res.status)
             on_event(Event(i, len(configs), cfg, res))
             yield res
 
@@ -218,18 +287,32 @@ class SweepRunner:
             # processes that a user's next run will see, not repeats inside one (analysis.sweeps).
             self.worker.stop()
         self._sweep = cfg.sweep
+        return self._call(self.request(cfg), "measure", self.spec.timeout_s)
+
+    def _call(self, req: MeasureRequest, kind: str, timeout_s: float) -> Result:
+        """One measure-like request: a lost worker becomes the result's status; the CUDA-restart rule."""
+        cfg = req.spec
         if not self.worker.alive():
             self.worker.start()
-        req = self.request(cfg)
         t0 = time.time()
         try:
-            res: Result = self.worker.request("measure", req, self.spec.timeout_s)
-        except WorkerLost as lost:
-            return Result(spec=cfg, status=lost.status, reason=lost.reason, started_at=t0, duration_s=time.time() - t0)
-        if res.status in (Status.ERROR, Status.OOM) and cfg.device.startswith("cuda"):
-            # A CUDA error can leave the context unusable; a fresh worker costs seconds.
+            res: Result = self.worker.call(kind, req, timeout_s)
+        except (WorkerLost, WorkerFailed) as lost:
+            return Result(spec=cfg, status=lost.status, reason=lost.reason, started_at=t0,
+                          duration_s=time.time() - t0)
+        if needs_restart(res.status, cfg.device):
             self.worker.stop()
         return res
+
+    def call(self, kind: str, payload: Any, timeout_s: float) -> Any:
+        """Any other worker request (``profile``, ``peaks``): a fresh worker is started if none runs.
+
+        Raises `WorkerLost` or `WorkerFailed` as `WorkerHandle.call` does; apply `needs_restart` to the
+        status of what comes back.
+        """
+        if not self.worker.alive():
+            self.worker.start()
+        return self.worker.call(kind, payload, timeout_s)
 
     def close(self) -> None:
         """Stop the worker."""

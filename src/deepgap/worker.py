@@ -1,17 +1,23 @@
-"""The worker process: measures configurations sent by the parent over a pipe.
+"""The worker process: measures what the parent sends over a pipe, one handler per request kind.
 
 Why a separate process: a segfault, a hang, a sticky CUDA error or a leaked allocation costs the
 configuration in flight only — the parent records it and starts a fresh worker. A worker keeps the
 models it built, so a batch sweep of one model builds it once.
+
+The protocol (one for every kind of run): the parent sends ``(kind, payload)``; the worker looks
+``kind`` up in `HANDLERS`, runs ``handler(state, payload)`` and answers ``("ok", value)``, or
+``("failed", (status, reason, traceback))`` when the handler raised (`failure` is the one
+exception → status mapping). The parent side is `deepgap.runner.WorkerHandle.call`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +40,51 @@ class MeasureRequest:
     cudnn_benchmark: bool = True
     options: dict[str, Any] = field(default_factory=dict)
     telemetry: TelemetrySettings | None = None  # None: telemetry off (deepgap.telemetry.settings)
+
+
+# Request kind → "module:function"; each takes ``(state, payload)``. Imported lazily in the worker, so the
+# parent (which imports this module for the names) never imports a feature's GPU code.
+HANDLERS: dict[str, str] = {
+    "env": "deepgap.worker:handle_env",
+    "measure": "deepgap.worker:measure",
+    "thermal": "deepgap.worker:measure",  # payload.telemetry.mode == "thermal"
+    "idle": "deepgap.worker:handle_idle",  # payload: TelemetrySettings
+    "serve.setup": "deepgap.serving.process:handle_setup",
+    "serve.level": "deepgap.serving.process:handle_level",
+    "serve.loadgen": "deepgap.serving.process:handle_loadgen",
+    "profile": "deepgap.roofline.profile:handle_profile",
+    "peaks": "deepgap.roofline.peaks:handle_peaks",
+}
+
+
+class StatusError(Exception):
+    """Raised by a handler that knows the status to report (e.g. skipped: the engine cannot run here)."""
+
+    def __init__(self, status: Status, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+def failure(exc: BaseException) -> tuple[Status, str, str]:
+    """The one exception → (status, one-line reason, traceback) mapping of every handler.
+
+    OOM is its own status (the parent cascades it to larger batches) and carries no traceback;
+    a `StatusError` keeps its status; anything else is an error with the traceback's tail.
+    """
+    if isinstance(exc, StatusError):
+        return exc.status, exc.reason, ""
+    oom = is_oom(exc)
+    reason = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:500]
+    return (Status.OOM, reason, "") if oom else (Status.ERROR, reason, traceback.format_exc()[-4000:])
+
+
+def handler(kind: str) -> Callable[[WorkerState, Any], Any]:
+    """The function that serves ``kind`` (imported on first use); a `ValueError` for an unknown kind."""
+    if kind not in HANDLERS:
+        raise ValueError(f"unknown worker request {kind!r}; known: {', '.join(sorted(HANDLERS))}")
+    module, name = HANDLERS[kind].split(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -75,6 +126,7 @@ class WorkerState:
         self.refs: dict[tuple[str, int, str | None, int], tuple[Any, Any]] = {}
         self.flops: dict[tuple[str, int, str | None, int], tuple[float | None, int, str]] = {}
         self.telemetry: dict[str, Any] = {}  # telemetry backends by name, opened on first use
+        self.held: dict[str, Any] = {}  # what a handler keeps for the next requests (the serving executor)
 
     def model(self, name: str, res: int, weights: str | None, seed: int):
         """A fresh fp32 CPU copy of the model (engines may mutate what they receive)."""
@@ -120,7 +172,7 @@ class WorkerState:
         return self.refs[key]
 
 
-def _inputs(spec: ConfigSpec, ref_x, dtype):
+def inputs_for(spec: ConfigSpec, ref_x, dtype):
     """Random (never zero) inputs for the batch; the first rows are the reference images."""
     import torch
 
@@ -144,11 +196,10 @@ def measure(state: WorkerState, req: MeasureRequest) -> Result:
     except BaseException as exc:  # noqa: BLE001 - every failure must become a stored status
         if isinstance(exc, KeyboardInterrupt):
             raise
-        oom = is_oom(exc)
-        msg = f"{type(exc).__name__}: {exc}".strip()
-        res = Result(spec=spec, status=Status.OOM if oom else Status.ERROR, reason=msg.splitlines()[0][:500])
-        if not oom:
-            res.extra["traceback"] = traceback.format_exc()[-4000:]
+        status, reason, tb = failure(exc)
+        res = Result(spec=spec, status=status, reason=reason)
+        if tb:
+            res.extra["traceback"] = tb
     finally:
         _release(state)
     res.started_at = started
@@ -188,7 +239,7 @@ def _measure(state: WorkerState, req: MeasureRequest) -> Result:
     cuda = state.caps.kind == "cuda"
     if cuda:
         torch.cuda.reset_peak_memory_stats(spec.device)
-    x_host, k = _inputs(spec, ref_x, torch.float32)
+    x_host, k = inputs_for(spec, ref_x, torch.float32)
     prepared = engine.prepare(model, spec, x_host)
     del model
     x_host = x_host.to(prepared.input_dtype)
@@ -260,7 +311,7 @@ def _measure(state: WorkerState, req: MeasureRequest) -> Result:
         result.peak_mem_allocated_bytes = int(torch.cuda.max_memory_allocated(spec.device))
         result.peak_mem_reserved_bytes = int(torch.cuda.max_memory_reserved(spec.device))
         result.extra["prepare_peak_mem_bytes"] = prepare_peak
-    final = _nvml_used(spec.device) if cuda else None
+    final = nvml_used_bytes(spec.device) if cuda else None
     sampled = (result.extra.get("telemetry") or {}).get("max_device_mem_used_bytes") if cuda else None
     if cuda:  # the true peak: the highest sampled reading during the protocol, or the one after it
         result.device_mem_used_bytes = true_peak(final, sampled)
@@ -283,7 +334,7 @@ def true_peak(final: int | None, sampled: int | None) -> int | None:
     return max((v for v in (final, sampled) if v is not None), default=None)
 
 
-def _nvml_used(device: str) -> int | None:
+def nvml_used_bytes(device: str) -> int | None:
     """Device-wide used memory (NVML) — includes the CUDA context and other processes."""
     try:
         import pynvml as nv
@@ -300,6 +351,20 @@ def _nvml_used(device: str) -> int | None:
         return None
 
 
+def handle_env(state: WorkerState, payload: Any) -> dict[str, Any]:
+    """The environment fingerprint of the worker's device."""
+    from deepgap import envinfo
+
+    return envinfo.collect(state.device)
+
+
+def handle_idle(state: WorkerState, settings: Any) -> dict[str, Any]:
+    """The run-level idle baseline (``settings``: TelemetrySettings)."""
+    from deepgap.telemetry.session import measure_idle
+
+    return measure_idle(state.telemetry, state.device, settings)
+
+
 def requests(conn) -> Iterator[tuple[str, Any]]:
     """``(kind, payload)`` requests from the parent until it sends None or closes the pipe."""
     while True:
@@ -313,21 +378,18 @@ def requests(conn) -> Iterator[tuple[str, Any]]:
 
 
 def serve(conn, device: str) -> None:
-    """Worker main loop: ('env'|'measure', payload) requests in, replies out, None to stop."""
+    """Worker main loop: say ``ready`` (or ``failed``), then answer requests until None."""
     try:
         state = WorkerState(device)
         conn.send(("ready", state.caps))
     except BaseException as exc:  # noqa: BLE001
-        conn.send(("failed", f"{type(exc).__name__}: {exc}"))
+        conn.send(("failed", failure(exc)))
         return
     for kind, payload in requests(conn):
-        if kind == "env":
-            from deepgap import envinfo
-
-            conn.send(("env", envinfo.collect(device)))
-        elif kind in ("measure", "thermal"):  # thermal: payload.telemetry.mode == "thermal"
-            conn.send(("result", measure(state, payload)))
-        elif kind == "idle":  # run-level idle baseline; payload: TelemetrySettings
-            from deepgap.telemetry.session import measure_idle
-
-            conn.send(("idle", measure_idle(state.telemetry, device, payload)))
+        try:
+            reply: tuple[str, Any] = ("ok", handler(kind)(state, payload))
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - the parent gets a status, never a dead pipe
+            reply = ("failed", failure(exc))
+        conn.send(reply)

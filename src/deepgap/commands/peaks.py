@@ -23,6 +23,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
         "--repeats", type=int, default=5, help="timed loops per ceiling; the median is kept (default 5)"
     )
     p.add_argument("--no-store", action="store_true", help="print only, store nothing")
+    p.add_argument("--idle-time", type=float, default=2.0,
+                   help="seconds of idle-baseline power at run start (default 2; 0 = none)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -43,45 +45,60 @@ def _validate(args: argparse.Namespace) -> tuple[str, tuple[str, ...]]:
     for flag, v in (("size", args.size), ("bandwidth-mib", args.bandwidth_mib), ("repeats", args.repeats)):
         if v is not None and v < 1:
             raise UsageError(f"--{flag} must be a positive integer, not {v}", f"pass e.g. --{flag} 4")
+    if args.idle_time < 0:
+        raise UsageError(f"--idle-time must be 0 or more, not {args.idle_time}", "pass e.g. --idle-time 2")
     if not args.no_store:
         check_path(args.store)
     return resolve_device(args.device), names
 
 
-def main(args: argparse.Namespace) -> int:  # noqa: D103
-    from deepgap import __version__, envinfo
+PEAKS_TIMEOUT_S = 1800.0  # every ceiling of one device, in the worker
+
+
+def main(args: argparse.Namespace) -> int:
+    """Parse → session → one ``peaks`` request to the worker → store.
+
+    The worker process measures (the CLI never touches the GPU); a stored run measures the idle
+    baseline first, as every run does.
+    """
+    from deepgap.config import SweepSpec
+    from deepgap.errors import UsageError
     from deepgap.roofline import storage
-    from deepgap.roofline.peaks import measure_peaks
+    from deepgap.roofline.peaks import PeaksRequest
     from deepgap.roofline.specs import spec_for, spec_peak
+    from deepgap.runner import SweepRunner, WorkerFailed, WorkerLost
+    from deepgap.session import PEAKS, RunSession
 
     device, names = _validate(args)
     bw = args.bandwidth_mib << 20 if args.bandwidth_mib else None
-    peaks = measure_peaks(device, args.size, bw, names, args.repeats)
-    env = envinfo.collect(device)
-    spec = spec_for(env.get("device_name")) if device.startswith("cuda") else None
+    sweep = SweepSpec(device=device, idle_s=args.idle_time)
+    runner = SweepRunner(sweep, device)
+    session = RunSession(args.store, PEAKS)
     run_id = None
-    if not args.no_store:
-        from deepgap.store import Store
-
-        store = Store(args.store)
-        try:
-            run_id = store.begin_run(
-                {
-                    "device": device,
-                    "size": args.size,
-                    "bandwidth_mib": args.bandwidth_mib,
-                    "names": list(names),
-                    "repeats": args.repeats,
-                },
-                " ".join(["deepgap", *sys.argv[1:]]),
-                env,
-                __version__,
-                kind="peaks",
+    try:
+        runner.start()
+        env = runner.environment()
+        if not args.no_store:
+            run_id = session.open(
+                {"device": device, "size": args.size, "bandwidth_mib": args.bandwidth_mib,
+                 "names": list(names), "repeats": args.repeats},
+                " ".join(["deepgap", *sys.argv[1:]]), env,
             )
-            storage.record_peaks(store, run_id, peaks)
-            store.finish_run(run_id)
-        finally:
-            store.close()
+        with session:
+            if run_id is not None:  # the idle baseline (no thermal warm-up: peaks has no model to load with)
+                session.prelude(runner, sweep, [])
+            try:
+                req = PeaksRequest(args.size, bw, names, args.repeats)
+                peaks = runner.call("peaks", req, PEAKS_TIMEOUT_S)
+            except (WorkerLost, WorkerFailed) as lost:
+                raise UsageError(f"measuring the ceilings of {device} failed ({lost.status.value}: "
+                                 f"{lost.reason})", "check the device with `deepgap env`") from None
+            if run_id is not None:
+                storage.record_peaks(session.store, run_id, peaks)
+    finally:
+        runner.close()
+        session.close()
+    spec = spec_for(env.get("device_name")) if device.startswith("cuda") else None
     if args.json:
         print(
             json.dumps(

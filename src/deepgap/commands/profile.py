@@ -41,6 +41,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("--trace-dir", help="keep each Chrome trace (open in Perfetto) and ncu CSV in this folder")
     p.add_argument("--store", default=DEFAULT_STORE, help=f"SQLite store (default {DEFAULT_STORE})")
     p.add_argument("--top", type=int, default=8, help="kernels to print per profile (default 8)")
+    p.add_argument("--idle-time", type=float, default=2.0,
+                   help="seconds of idle-baseline power at run start (default 2; 0 = none)")
+    p.add_argument("--thermal-warmup", action="store_true",
+                   help="load the device until its temperature is steady before profiling")
     p.add_argument("--quiet", action="store_true", help="print only the summary table")
 
 
@@ -78,6 +82,8 @@ def _validate(args: argparse.Namespace):
     ):
         if v < low:
             raise UsageError(f"--{flag} must be at least {low}, not {v}", f"pass e.g. --{flag} {max(low, 1)}")
+    if args.idle_time < 0:
+        raise UsageError(f"--idle-time must be 0 or more, not {args.idle_time}", "pass e.g. --idle-time 2")
     if args.resolution is not None and args.resolution < 8:
         raise UsageError(f"--resolution {args.resolution} is too small", "pass e.g. --resolution 224")
     check_path(args.store)
@@ -148,81 +154,93 @@ def _print_profile(console, res, top: int) -> None:
             console.print(f"[yellow]ncu: {text}[/yellow]")
 
 
-def main(args: argparse.Namespace) -> int:  # noqa: D103
+PROFILE_TIMEOUT_S = 1800.0  # one profile (warm-up, timed steps, profiled steps) in the worker
+
+
+def _profile_one(runner, spec, trace_dir: str | None):
+    """One profile in the worker: a lost or failing worker becomes the result's status."""
+    from deepgap.roofline.profile import ProfileResult
+    from deepgap.runner import WorkerFailed, WorkerLost, needs_restart
+
+    try:
+        res = runner.call("profile", (spec, trace_dir), PROFILE_TIMEOUT_S)
+    except (WorkerLost, WorkerFailed) as lost:
+        res = ProfileResult(spec=spec, status=lost.status.value, reason=lost.reason)
+    if needs_restart(res.status, spec.device):
+        runner.worker.stop()  # the next profile gets a fresh worker
+    return res
+
+
+def _ncu(args: argparse.Namespace, spec, res, ncu_dir: str) -> None:
+    if args.ncu and res.status == "ok":
+        from deepgap.roofline.ncu import run_ncu
+
+        out = run_ncu(spec, ncu_dir, args.ncu_launch_count, args.ncu_timeout)  # its own child process
+        res.ncu = {"status": out.status, "reason": out.reason, "metrics": out.metrics, "command": out.command,
+                   "summary": out.summary, "csv": out.csv_path}
+        res.ncu_kernels = out.kernels
+    elif args.ncu:
+        res.ncu = {"status": "skipped", "reason": f"the torch profile {res.status}"}
+
+
+def main(args: argparse.Namespace) -> int:
+    """Parse → session → one ``profile`` request per configuration to the worker → store.
+
+    The worker process measures (the CLI never touches the GPU); the run session measures the idle
+    baseline (and the thermal warm-up with ``--thermal-warmup``) first, as for every run.
+    """
     from rich.console import Console
     from rich.table import Table
 
-    from deepgap import __version__, envinfo
+    from deepgap.config import SweepSpec
+    from deepgap.plan import expand
     from deepgap.roofline import storage
-    from deepgap.roofline.profile import ProfileSpec, run_profile
-    from deepgap.store import Store
+    from deepgap.roofline.profile import ProfileResult, ProfileSpec
+    from deepgap.runner import Cascade, SweepRunner
+    from deepgap.session import PROFILE, RunSession
 
     device, models, precs, modes, batches = _validate(args)
     console = Console(width=None if Console().is_terminal else 160)
-    env = envinfo.collect(device)
-    store = Store(args.store)
-    ncu_dir = args.trace_dir or os.path.join(os.path.dirname(os.path.abspath(args.store)), "ncu")
+    # absolute: the worker's working directory need not be this process's
+    trace_dir = os.path.abspath(args.trace_dir) if args.trace_dir else None
+    ncu_dir = trace_dir or os.path.join(os.path.dirname(os.path.abspath(args.store)), "ncu")
+    sweep = SweepSpec(models=tuple(models), precisions=tuple(precs), batch_sizes=tuple(batches),
+                      device=device, resolution=args.resolution, memory_formats=(args.memory_format,),
+                      idle_s=args.idle_time, thermal_warmup=args.thermal_warmup)
+    runner = SweepRunner(sweep, device)
+    session = RunSession(args.store, PROFILE)
+    results = []
     try:
-        run_id = store.begin_run(
-            {
-                "models": models,
-                "precisions": precs,
-                "modes": modes,
-                "batch_sizes": list(batches),
-                "device": device,
-                "resolution": args.resolution,
-                "memory_format": args.memory_format,
-                "warmup": args.warmup,
-                "steps": args.steps,
-                "profiled_steps": args.profiled_steps,
-                "ncu": args.ncu,
-            },
-            " ".join(["deepgap", *sys.argv[1:]]),
-            env,
-            __version__,
-            kind="profile",
+        runner.start()
+        env = runner.environment()
+        run_id = session.open(
+            {"models": models, "precisions": precs, "modes": modes,
+             "batch_sizes": list(batches), "device": device, "resolution": args.resolution,
+             "memory_format": args.memory_format, "warmup": args.warmup, "steps": args.steps,
+             "profiled_steps": args.profiled_steps, "ncu": args.ncu},
+            " ".join(["deepgap", *sys.argv[1:]]), env,
         )
-        results = []
-        status = "interrupted"
-        try:
+        with session:
+            log = (lambda m: None) if args.quiet else console.print
+            session.prelude(runner, sweep, expand(sweep, device), log)
+            cascade = Cascade()  # an OOM or a hang at one batch skips the larger ones
             for model, mode, prec, bs in itertools.product(models, modes, precs, batches):
-                spec = ProfileSpec(
-                    model,
-                    prec,
-                    bs,
-                    mode,
-                    device,
-                    args.resolution,
-                    args.memory_format,
-                    args.warmup,
-                    args.steps,
-                    args.profiled_steps,
-                )
-                res = run_profile(spec, args.trace_dir)
-                if args.ncu and res.status == "ok":
-                    from deepgap.roofline.ncu import run_ncu
-
-                    out = run_ncu(spec, ncu_dir, args.ncu_launch_count, args.ncu_timeout)
-                    res.ncu = {
-                        "status": out.status,
-                        "reason": out.reason,
-                        "metrics": out.metrics,
-                        "command": out.command,
-                        "summary": out.summary,
-                        "csv": out.csv_path,
-                    }
-                    res.ncu_kernels = out.kernels
-                elif args.ncu:
-                    res.ncu = {"status": "skipped", "reason": f"the torch profile {res.status}"}
-                storage.record_profile(store, run_id, res)
+                spec = ProfileSpec(model, prec, bs, mode, device, args.resolution, args.memory_format,
+                                   args.warmup, args.steps, args.profiled_steps)
+                why = cascade.skip_reason((model, mode, prec))
+                if why is not None:
+                    res = ProfileResult(spec=spec, status="skipped", reason=why)
+                else:
+                    res = _profile_one(runner, spec, trace_dir)
+                    cascade.note((model, mode, prec), bs, res.status)
+                _ncu(args, spec, res, ncu_dir)
+                storage.record_profile(session.store, run_id, res)
                 results.append(res)
                 if not args.quiet:
                     _print_profile(console, res, args.top)
-            status = "finished"
-        finally:
-            store.finish_run(run_id, status)
     finally:
-        store.close()
+        runner.close()
+        session.close()
     t = Table(
         "model",
         "mode",

@@ -100,6 +100,35 @@ class LocalScheduler:
                 f"a device of --devices could not start: {errors[0]}", "check `deepgap env`"
             )
 
+    def first_env(self) -> dict[str, Any]:
+        """The first lane's fingerprint (the run's, when the run row is made before any result)."""
+        return self.envs[self.lanes[0].name]
+
+    def prelude(self, measure: Callable[[str, Runner, list[ConfigSpec]], None],
+                configs: list[ConfigSpec]) -> None:
+        """``measure(lane, runner, configs on that lane's device)`` on every lane at once.
+
+        The run-level prelude (`deepgap.session.RunSession.prelude`): each device's own idle
+        baseline and thermal warm-up, all lanes together so none cools while another warms.
+        """
+        errors: list[BaseException] = []
+
+        def one(lane: Lane) -> None:
+            try:
+                physical = [dataclasses.replace(c, device=lane.torch_device) for c in configs]
+                measure(lane.name, self.runners[lane.name], physical)
+            except Exception as exc:  # noqa: BLE001 - raised below, after every lane finished
+                errors.append(exc)
+
+        threads = [threading.Thread(target=one, args=(lane,), name=f"deepgap-prelude-{lane.name}",
+                                    daemon=True) for lane in self.lanes]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+
     def device_names(self) -> list[str]:
         """Each lane's device name (for the run's summary)."""
         return [str(self.envs[lane.name].get("device_name", lane.name)) for lane in self.lanes]

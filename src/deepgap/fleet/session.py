@@ -8,24 +8,26 @@ fleet settings in the run's stored environment) measures the rest with no duplic
 The run row is created when the first result arrives, with that device's fingerprint plus a
 ``fleet`` summary (backend, devices or Ray nodes, ``--where``); every result also carries its own
 node's fingerprint in ``extra["node_env"]``, which `Store.results_frame` prefers for
-``device_name`` and ``host``.
+``device_name`` and ``host``. The store side is a `deepgap.session.RunSession`, as for every run. A
+backend with local workers (``prelude``: the devices of this host) gets the run-level prelude too:
+the run row is then created before the first result (with the first lane's fingerprint), and
+every lane measures its own idle baseline and thermal warm-up, at once, before its first
+configuration.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from deepgap import __version__
 from deepgap.config import SweepSpec, validate
 from deepgap.errors import UsageError
-from deepgap.fleet.common import FleetEvent, Finished, Started
+from deepgap.fleet.common import Finished, FleetEvent, Started
 from deepgap.plan import expand
+from deepgap.records import ConfigSpec
 from deepgap.runner import Event, python_command
-from deepgap.store import Store, check_path
-
-if TYPE_CHECKING:
-    from deepgap.api import Results
+from deepgap.session import FLEET, Results, RunSession, as_spec, open_resume
+from deepgap.store import check_path
 
 
 def make_backend(sweep: SweepSpec, devices: Any, ray: str | None, where: dict[str, str] | None,
@@ -70,6 +72,20 @@ def run_env(backend: Any, first: dict[str, Any]) -> dict[str, Any]:
     return env
 
 
+def _prelude(backend: Any, session: RunSession, sweep: SweepSpec, configs: list[ConfigSpec],
+             log: Callable[[str], None]) -> None:
+    """Each lane's idle baseline and thermal warm-up, at once, each on its own store connection."""
+
+    def measure(lane: str, runner: Any, configs: list[ConfigSpec]) -> None:
+        lane_session = session.joined()  # an SQLite connection is not shared between threads
+        try:
+            lane_session.prelude(runner, sweep, configs, lambda m: log(f"{lane}: {m}"))
+        finally:
+            lane_session.close(discard_empty=False)
+
+    backend.prelude(measure, configs)
+
+
 def run_fleet(
     spec: SweepSpec | dict[str, Any] | str | None,
     store: str,
@@ -80,6 +96,7 @@ def run_fleet(
     ray: str | None = None,
     where: dict[str, str] | list[str] | None = None,
     backend_options: dict[str, Any] | None = None,
+    log: Callable[[str], None] = lambda m: None,
 ) -> Results:
     """Measure a sweep over several devices (``devices``) or a Ray cluster (``ray``) into ``store``.
 
@@ -95,15 +112,16 @@ def run_fleet(
         where: ``{"gpu": "L4"}`` or ``["gpu=L4"]``: only nodes that match.
         backend_options: extra keyword arguments for the backend (tests: ``runner_factory``,
             ``retries``, ``infeasible_grace_s``).
+        log: one-line messages about the run-level telemetry (idle baseline, thermal warm-up).
     """
-    from deepgap.api import Results, as_spec, open_resume
     from deepgap.fleet import stored_fleet
 
-    s: Store | None = None
+    session = RunSession(store, FLEET)
     done: set[str] = set()
     run_id: str | None = None
     if resume:
         s, row = open_resume(store, resume)
+        session.store = s
         stored = stored_fleet(store, resume)
         sweep = validate(SweepSpec.from_dict(row["spec"]))
         run_id = row["run_id"]
@@ -114,42 +132,37 @@ def run_fleet(
         check_path(store)
     backend = make_backend(sweep, devices, ray, where, stored, **(backend_options or {}))
     try:
-        if s is not None:
-            s.close()  # reopened below, after the backend has checked everything
-            s = None
+        session.close(discard_empty=False)  # reopened below, after the backend has checked everything
         logical = _prepare(backend, sweep, bool(resume))
         if not resume:
             sweep = validate(sweep.replace(device=logical))
         configs = [c for c in expand(sweep, logical) if c.key not in done]
         backend.sweep = sweep
         backend.start()
-        s = Store(store)
+        command = command or python_command()
         if run_id is not None:
-            s.reopen_run(run_id)
-        out = Results(run_id=run_id or "", store_path=store)
+            session.resume(run_id)
+        elif configs and hasattr(backend, "prelude"):
+            session.open(sweep.to_dict(), command, run_env(backend, backend.first_env()))
+        out = Results(run_id=session.run_id or "", store_path=store)
         total, n = len(configs), 0
-        status = "interrupted"
-        try:
+        with session:
+            if configs and hasattr(backend, "prelude"):
+                _prelude(backend, session, sweep, configs, log)
             for item in backend.results(configs):
                 if isinstance(item, Started):
                     on_event(FleetEvent(n, total, item.cfg, lane=item.lane))
                     continue
                 assert isinstance(item, Finished)
-                if run_id is None:
+                if session.run_id is None:
                     env = run_env(backend, item.node_env or item.result.extra.get("node_env") or {})
-                    run_id = s.begin_run(sweep.to_dict(), command or python_command(), env, __version__)
-                    out.run_id = run_id
+                    out.run_id = session.open(sweep.to_dict(), command, env)
                 res = item.result
-                s.record(run_id, res, telemetry=res.telemetry)
+                session.record(res)
                 out.results.append(res)
                 on_event(FleetEvent(n, total, res.spec, res, lane=item.lane))
                 n += 1
-            status = "finished"
-        finally:
-            if run_id is not None:
-                s.finish_run(run_id, status)
         return out
     finally:
         backend.close()
-        if s is not None:
-            s.close(discard_empty=True)
+        session.close()

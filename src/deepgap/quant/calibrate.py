@@ -6,7 +6,7 @@ pass over N images costs seconds at 224², and every batch size and precision of
 (the stored value is the range, amax; int8 divides it by 127, fp8 by 448). The cache key names
 everything that changes the answer: model, resolution, weights fingerprint, N, seed, method.
 
-Inputs are standard-normal images, the distribution deepgap's benchmark feeds (``worker._inputs``),
+Inputs are standard-normal images, the distribution deepgap's benchmark feeds (``worker.inputs_for``),
 unless the sweep has a labelled dataset: then its calibration split (``images``; ``key.data`` is its
 fingerprint, so the cache never mixes the two).
 

@@ -288,3 +288,18 @@ def measure_peaks(
         if cuda:
             torch.cuda.empty_cache()
     return out
+
+
+@dataclass(frozen=True)
+class PeaksRequest:
+    """What `handle_peaks` measures: the arguments of `measure_peaks`."""
+
+    size: int | None = None
+    bandwidth_bytes: int | None = None
+    names: tuple[str, ...] = NAMES
+    repeats: int = 5
+
+
+def handle_peaks(state: Any, req: PeaksRequest) -> list[PeakMeasurement]:
+    """Worker handler ``peaks``: `measure_peaks` on the worker's device, in the worker process."""
+    return measure_peaks(state.device, req.size, req.bandwidth_bytes, req.names, req.repeats)

@@ -260,3 +260,9 @@ def run_profile(spec: ProfileSpec, trace_dir: str | None = None) -> ProfileResul
             torch.cuda.empty_cache()
         res.duration_s = time.perf_counter() - t0
     return res
+
+
+def handle_profile(state: Any, payload: tuple[ProfileSpec, str | None]) -> ProfileResult:
+    """Worker handler ``profile``: `run_profile` in the worker process (the CLI never touches the GPU)."""
+    spec, trace_dir = payload
+    return run_profile(spec, trace_dir)

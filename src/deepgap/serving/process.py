@@ -2,7 +2,8 @@
 
 Why a process: the parent (CLI) never touches the GPU, a crash or hang costs the run only its
 status, and tenants — one process each — share a GPU the way separate services do. The worker
-reuses the measurement worker's model cache (`deepgap.worker.WorkerState`), checks the engine's
+is the measurement worker (`deepgap.worker.serve`) answering the ``serve.*`` requests, so it
+reuses its model cache (`deepgap.worker.WorkerState`) and its failure mapping; it checks the engine's
 outputs on the ring's uint8 images (normalised on the device) against the fp32 model on the CPU,
 prepares one engine instance per batch size (one for eager, which
 takes any shape), and calibrates the service curve the simulator is fed.
@@ -11,15 +12,15 @@ takes any shape), and calibrates the service curve the simulator is fed.
 from __future__ import annotations
 
 import time
-import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from deepgap.records import ConfigSpec, Status
-from deepgap.runner import WorkerHandle, WorkerLost
+from deepgap.runner import WorkerFailed, WorkerHandle
 from deepgap.serving.batcher import BatchPolicy, StopRule
+from deepgap.worker import StatusError, serve
 
 DYNAMIC_ENGINES = ("eager",)  # engines whose one prepared instance takes any batch size
 CORRECTNESS_ROWS = 4  # ring images checked against the fp32 model on the CPU
@@ -77,13 +78,8 @@ class LevelRequest:
     min_duration_s: float = 0.0
 
 
-class SetupFailed(Exception):
-    """The worker could not build or calibrate: status (oom/skipped/error) and reason."""
-
-    def __init__(self, status: Status, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
+class SetupFailed(StatusError):
+    """The worker could not build or calibrate, or a level failed: status (oom/skipped/error) and reason."""
 
 
 def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
@@ -93,7 +89,7 @@ def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
     from deepgap.engines import get_engine
     from deepgap.serving.ring import InputRing
     from deepgap.serving.server import PipelinedExecutor, measure_curve
-    from deepgap.worker import _inputs, _nvml_used, is_oom
+    from deepgap.worker import inputs_for, is_oom, nvml_used_bytes
 
     t0 = time.perf_counter()
     spec1 = ConfigSpec(model=req.model, engine=req.engine, precision=req.precision, batch_size=req.buckets[0],
@@ -116,7 +112,7 @@ def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
             runs[b] = runs[req.buckets[0]]
             continue
         spec = ConfigSpec(**{**spec1.__dict__, "batch_size": b})
-        x_host, _ = _inputs(spec, ref_x, torch.float32)
+        x_host, _ = inputs_for(spec, ref_x, torch.float32)
         try:
             prepared = engine.prepare(state.model(req.model, req.resolution, req.weights, req.seed), spec, x_host)
         except BaseException as exc:
@@ -164,88 +160,74 @@ def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
     )
     if executor.cuda:
         reply.peak_mem_reserved_bytes = int(torch.cuda.max_memory_reserved(req.device))
-        used = _nvml_used(req.device)
+        used = nvml_used_bytes(req.device)
         if used is not None:
             reply.env = {**reply.env, "device_mem_used_bytes_at_setup": used}
     return executor, reply
 
 
-def process_main(conn: Any, device: str, req: SetupRequest) -> None:
-    """Worker entry point: set up, reply, then serve ("level", LevelRequest) requests until None."""
+def handle_setup(state: Any, req: SetupRequest) -> SetupReply:
+    """Worker handler ``serve.setup``: build and calibrate; the executor is kept for the levels."""
+    executor, reply = _setup(state, req)
+    state.held["executor"] = executor
+    return reply
+
+
+def handle_level(state: Any, req: LevelRequest) -> Any:
+    """Worker handler ``serve.level``: one load level (or a closed single-stream run); its RequestLog."""
     from deepgap.serving.server import run_closed, run_level
-    from deepgap.worker import WorkerState, is_oom, requests
 
-    try:
-        state = WorkerState(device)
-        executor, reply = _setup(state, req)
-    except SetupFailed as exc:
-        conn.send(("failed", (exc.status, exc.reason)))
-        return
-    except BaseException as exc:  # noqa: BLE001 - becomes a stored status, never a traceback on screen
-        status = Status.OOM if is_oom(exc) else Status.ERROR
-        msg = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:400]
-        conn.send(("failed", (status, msg if status == Status.OOM else f"{msg}\n{traceback.format_exc()[-2000:]}")))
-        return
-    conn.send(("ready", reply))
-    for kind, payload in requests(conn):
-        try:
-            if kind == "level" and payload.closed:
-                out = run_closed(executor, payload.min_queries, payload.min_duration_s, start_at=payload.start_at)
-            elif kind == "level":
-                out = run_level(executor, payload.arrivals_s, payload.policy, payload.stop, payload.start_at)
-            elif kind == "loadgen":
-                from deepgap.serving.loadgen import drive
+    executor = state.held["executor"]
+    if req.closed:
+        return run_closed(executor, req.min_queries, req.min_duration_s, start_at=req.start_at)
+    return run_level(executor, req.arrivals_s, req.policy, req.stop, req.start_at)
 
-                conn.send(("loadgen", drive(executor, payload)))
-                continue
-            else:
-                raise ValueError(f"unknown request {kind!r}")
-            conn.send(("log", out))
-        except BaseException as exc:  # noqa: BLE001
-            status = Status.OOM if is_oom(exc) else Status.ERROR
-            conn.send(("failed", (status, f"{type(exc).__name__}: {exc}".splitlines()[0][:400])))
+
+def handle_loadgen(state: Any, req: Any) -> dict[str, Any]:
+    """Worker handler ``serve.loadgen``: MLCommons LoadGen against the kept executor."""
+    from deepgap.serving.loadgen import drive
+
+    return drive(state.held["executor"], req)
 
 
 class ServingWorker(WorkerHandle):
-    """Parent-side handle of one serving worker (reuses the measurement worker's pipe handling)."""
+    """Parent-side handle of one serving worker: the measurement worker with the ``serve.*`` handlers."""
 
     def start_serving(self, req: SetupRequest, timeout_s: float) -> SetupReply:
         """Start the process, build and calibrate; raises `SetupFailed` or `WorkerLost`."""
-        kind, payload = self.spawn(process_main, (self.device, req), f"deepgap-serve-{req.model}", timeout_s)
+        kind, payload = self.spawn(serve, (self.device,), f"deepgap-serve-{req.model}", timeout_s)
         if kind != "ready":
             self.stop()
-            raise SetupFailed(*payload)
-        self.caps = payload.caps
-        return payload
+            raise SetupFailed(*payload[:2])
+        try:
+            reply = self.call("serve.setup", req, timeout_s)
+        except WorkerFailed as exc:
+            self.stop()
+            detail = f"{exc.reason}\n{exc.traceback}" if exc.traceback else exc.reason
+            raise SetupFailed(exc.status, detail) from None
+        self.caps = reply.caps
+        return reply
 
     def send_level(self, req: LevelRequest) -> None:
         """Send a level without waiting (tenants start together)."""
-        try:
-            self.conn.send(("level", req))
-        except (BrokenPipeError, OSError):
-            self.kill()
-            raise WorkerLost(Status.CRASH, "serving worker was gone before the request") from None
+        self.send("serve.level", req)
 
     def receive_log(self, timeout_s: float):
         """The RequestLog of the level sent last; raises `SetupFailed` for a failure inside it."""
-        kind, payload = self._recv(timeout_s)
-        if kind != "log":
-            raise SetupFailed(*payload)
-        return payload
+        try:
+            return self.receive(timeout_s)
+        except WorkerFailed as exc:
+            raise SetupFailed(exc.status, exc.reason) from None
 
     def loadgen(self, req: Any, timeout_s: float) -> dict[str, Any]:
         """Run MLCommons LoadGen against the worker's server; its summary and our request log."""
         try:
-            self.conn.send(("loadgen", req))
-        except (BrokenPipeError, OSError):
-            self.kill()
-            raise WorkerLost(Status.CRASH, "serving worker was gone before the request") from None
-        kind, payload = self._recv(timeout_s)
-        if kind != "loadgen":
-            raise SetupFailed(*payload)
-        return payload
+            return self.call("serve.loadgen", req, timeout_s)
+        except WorkerFailed as exc:
+            raise SetupFailed(exc.status, exc.reason) from None
 
     def level(self, req: LevelRequest, timeout_s: float):
         """Run one level and return its RequestLog."""
         self.send_level(req)
         return self.receive_log(timeout_s)
+

@@ -57,8 +57,11 @@ def has_tables(store: Store) -> bool:
 
 def save(store: Store, rec: ServeRecord, version: str) -> str:
     """Write a serve run in one transaction; returns its run id."""
+    from deepgap.session import SERVE, RunSession
+
+    session = RunSession(store.path, SERVE, store)  # the run row, as for every kind of run
     with store.transaction():
-        run_id = store.begin_run(rec.spec, rec.command, rec.env, version, kind="serve")
+        run_id = session.open(rec.spec, rec.command, rec.env, version)
         for lv in rec.levels:
             vals = {c: lv.values.get(c) for c in _LEVEL_COLS}
             vals.update(run_id=run_id, extra_json=lv.values.get("extra") or {})
@@ -80,7 +83,7 @@ def save(store: Store, rec: ServeRecord, version: str) -> str:
         } for cv in rec.curves])
         store.insert(CAPACITY, [{"run_id": run_id, **{k: v for k, v in cap.items() if k != "extra"},
                                  "extra_json": cap.get("extra") or {}} for cap in rec.capacities])
-        store.finish_run(run_id, rec.status)
+        session.finish(rec.status)
     return run_id
 
 

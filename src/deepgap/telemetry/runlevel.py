@@ -4,19 +4,17 @@ Why in the parent: both are requests to the one worker (which owns the device) m
 (and again on ``--resume``: the device has cooled down since). Their samples are stored as
 run-level telemetry (``result_id`` NULL, phases ``idle`` / ``thermal``) and their summaries as one
 row each with phase ``idle-summary`` / ``thermal-summary`` (read them back with `run_summaries`).
-What they learn is handed to every later `MeasureRequest` through ``runner.telemetry_context``:
+What they learn is handed to every later `MeasureRequest` through ``runner.set_context``:
 the idle power (dynamic energy, tail correction) and the steady SM clock (the ``clocks-low`` flag).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from deepgap.records import ConfigSpec, Status
-from deepgap.telemetry.settings import settings_for
 
 if TYPE_CHECKING:
     from deepgap.config import SweepSpec
@@ -43,51 +41,37 @@ def run_level(
     Returns:
         ``{"idle": summary, "thermal": summary or None}``.
     """
-    from deepgap.runner import WorkerLost
-    from deepgap.worker import MeasureRequest
-
-    settings = settings_for(sweep, runner.telemetry_context)
-    if settings is None or not configs:
+    settings = runner.telemetry_settings()
+    if settings is None:
         return {"idle": None, "thermal": None}
-    try:
-        if settings.idle_s <= 0:  # --idle-time 0: no baseline at all (dynamic energy is then unavailable)
-            idle = {"summary": {"status": "skipped: --idle-time 0"}, "samples": []}
-        else:
-            idle = runner.worker.request("idle", settings, settings.idle_s + 120.0)
-    except WorkerLost as lost:
-        idle = {"summary": {"status": f"unavailable: the worker was lost ({lost.reason})"}, "samples": []}
-    store.record_run_telemetry(run_id, list(idle["samples"]) + [("idle-summary", time.time(), idle["summary"])])
+    if settings.idle_s <= 0:  # --idle-time 0: no baseline at all (dynamic energy is then unavailable)
+        idle = {"summary": {"status": "skipped: --idle-time 0"}, "samples": []}
+    else:
+        idle = runner.idle_baseline(settings)
+    summary = [("idle-summary", time.time(), idle["summary"])]
+    store.record_run_telemetry(run_id, list(idle["samples"]) + summary)
     if idle["summary"].get("idle_power_w") is not None:
-        runner.telemetry_context["idle_power_w"] = idle["summary"]["idle_power_w"]
+        runner.set_context(idle_power_w=idle["summary"]["idle_power_w"])
         log(f"idle baseline: {idle['summary']['idle_power_w']:.1f} W")
     else:
         log(f"idle baseline {idle['summary'].get('status')}")
     thermal = None
-    if getattr(sweep, "thermal_warmup", False):
+    if getattr(sweep, "thermal_warmup", False) and configs:  # no configurations: nothing to warm up with
         cfg = thermal_config(configs)
         log(f"thermal warm-up on {cfg.label()}: until |dT/dt| < {settings.thermal_slope_c_per_min:g} °C/min "
             f"over {settings.thermal_window_s:g} s, at most {settings.thermal_timeout_s:g} s")
-        req = MeasureRequest(
-            spec=cfg, plan=runner.timing, weights=sweep.weights, seed=sweep.seed,
-            cudnn_benchmark=sweep.cudnn_benchmark, options=dict(sweep.options),
-            telemetry=dataclasses.replace(settings_for(sweep, runner.telemetry_context), mode="thermal"),
-        )
-        if not runner.worker.alive():
-            runner.worker.start()
-        try:
-            res = runner.worker.request("thermal", req, settings.thermal_timeout_s + sweep.timeout_s)
-            if res.status == Status.OK:
-                thermal, samples = res.extra.get("thermal") or {}, list(res.telemetry)
-            else:
-                thermal, samples = {"status": f"unavailable: the warm-up load failed ({res.status.value}: "
-                                              f"{res.reason})", "steady": False}, []
-                if cfg.device.startswith("cuda"):
-                    runner.worker.stop()  # a CUDA error can leave the context unusable
-        except WorkerLost as lost:
-            thermal, samples = {"status": f"unavailable: the worker was lost ({lost.reason})", "steady": False}, []
+        res = runner.thermal_warmup(cfg, settings.thermal_timeout_s)
+        if res.status == Status.OK:
+            thermal, samples = res.extra.get("thermal") or {}, list(res.telemetry)
+        elif res.status in (Status.TIMEOUT, Status.CRASH):
+            thermal = {"status": f"unavailable: the worker was lost ({res.reason})", "steady": False}
+            samples = []
+        else:
+            thermal, samples = {"status": f"unavailable: the warm-up load failed ({res.status.value}: "
+                                          f"{res.reason})", "steady": False}, []
         store.record_run_telemetry(run_id, samples + [("thermal-summary", time.time(), thermal)])
         if thermal.get("steady_sm_clock_mhz"):
-            runner.telemetry_context["ref_sm_clock_mhz"] = thermal["steady_sm_clock_mhz"]
+            runner.set_context(ref_sm_clock_mhz=thermal["steady_sm_clock_mhz"])
         if thermal.get("status") == "ok":
             log(f"thermal warm-up: {thermal['stopped_by']} after {thermal['duration_s']:.0f} s, "
                 f"{thermal.get('temp_start_c')} → {thermal.get('temp_end_c')} °C")
