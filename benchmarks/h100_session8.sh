@@ -5,6 +5,7 @@
 #   accuracy — benchmarks/accuracy_synthetic.py trains a ResNet-50 on 100 grating classes here, then accuracy
 #              mode scores eager fp32 and quant int8/fp8 at batch 256 on 1,136 held-out images
 #   stem     — benchmarks/stem_variants.py: formulations of the stem convolution timed at batches 1 and 256
+#   session  — peaks, profile and serve through the run session and worker protocol (kinds in runs)
 #   gputests — the quant engine's and the graph runner's GPU tests
 set -uo pipefail
 source benchmarks/device_lib.sh  # PYTHONPATH, the carried LoadGen wheel, step(), pack()
@@ -26,6 +27,15 @@ accuracy)
     pack $S/accuracy.sqlite ;;
 stem)
     step "stem variants" 120 python benchmarks/stem_variants.py --batch-sizes 1,256 | tee $OUT/stem_variants.jsonl ;;
+session)
+    step "peaks in a worker" 120 python -m deepgap peaks --device cuda --store $S/session.sqlite
+    step "profile in a worker" 150 python -m deepgap profile --model resnet50 --precision fp16 --batch-size 32 \
+        --device cuda --store $S/session.sqlite
+    step "serve (run session kind serve)" 150 python -m deepgap serve --model resnet50 --engine quant --precision int8 \
+        --scenario offline --device cuda --store $S/session.sqlite --json
+    python3 -c "import sqlite3,sys;c=sqlite3.connect(sys.argv[1])
+for r in c.execute('select run_id, kind, status from runs'): print(r)" $S/session.sqlite
+    pack $S/session.sqlite ;;
 gputests)
     step "GPU tests" "${TEST_LIMIT:-240}" python -m pytest tests/test_quant_gpu.py tests/test_graph_runner_gpu.py \
         ${GPU_TESTS:-} -q -x -p no:cacheprovider 2>&1 | tail -30 | tee $OUT/gputests.txt ;;
