@@ -143,10 +143,14 @@ def time_stem_and_head(net: QuantNet, batch: int, resolution: int, device) -> li
     y = torch.zeros(batch * h * w, c, device=device).to(layers.DTYPES[net.fmts[net.head.inp]])
     fc = net.head.weight
     k_stem = n.cin * n.kernel_size**2
+    st = net.stem
+    pad = f"+pad{st.pad_channels}" if st.pad_channels else ""
+    stem_kind = (f"fused triton {st.fused_cfg[0]}x{st.fused_cfg[1]}w" if st.kernel == "fused"
+                 else f"cudnn{pad}+{net.stem_backend} max-pool")
     rows = []
     for name, fn, macs, nbytes, gemm, kernel in (
         ("stem", lambda: net.run_stem(x, net.stem_backend), batch * oh * ow * n.cout * k_stem,
-         stem_bytes, (batch * oh * ow, n.cout, k_stem), f"cudnn+{net.stem_backend} max-pool"),
+         stem_bytes, (batch * oh * ow, n.cout, k_stem), stem_kind),
         ("head", lambda: net.run_head(y, batch), batch * fc.numel() + y.numel(),
          y.numel() * y.element_size() + fc.numel() * fc.element_size(),
          (batch, fc.shape[0], fc.shape[1]), "torch"),
