@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from deepgap.precision import DeviceCaps
-from deepgap.runner import WorkerFailed
+from deepgap.runner import CallProtocol
 
 
-class InProcessWorker:
+class InProcessWorker(CallProtocol):
     """Same interface as `deepgap.runner.WorkerHandle` (start, alive, call, send/receive, stop, kill)."""
 
     def __init__(self, device: str = "cpu") -> None:
@@ -55,18 +55,6 @@ class InProcessWorker:
         reply, self._reply = self._reply, None
         assert reply is not None, "nothing was sent"
         return reply
-
-    def receive(self, timeout: float) -> Any:
-        """The reply to the request sent last, or `WorkerFailed`."""
-        kind, payload = self.recv(timeout)
-        if kind == "failed":
-            raise WorkerFailed(*payload)
-        return payload
-
-    def call(self, kind: str, payload: Any, timeout: float) -> Any:
-        """Run handler ``kind`` on ``payload`` here."""
-        self.send(kind, payload)
-        return self.receive(timeout)
 
     def stop(self) -> None:
         """Drop the state (its models and caches), as a worker's exit does."""

@@ -73,7 +73,31 @@ class WorkerFailed(Exception):  # noqa: N818 - named as its sibling WorkerLost
         self.traceback = traceback
 
 
-class WorkerHandle:
+class CallProtocol:
+    """``call`` = ``send`` then ``receive``: shared by the worker process's handle and the in-process one."""
+
+    def send(self, kind: str, payload: Any) -> None:  # pragma: no cover - each launcher defines it
+        """Hand request ``kind`` with ``payload`` to the worker."""
+        raise NotImplementedError
+
+    def recv(self, timeout: float) -> tuple[str, Any]:  # pragma: no cover - each launcher defines it
+        """The next (kind, payload) reply."""
+        raise NotImplementedError
+
+    def receive(self, timeout: float) -> Any:
+        """The reply to the request sent last: `WorkerFailed` if its handler raised, `WorkerLost` if none."""
+        kind, payload = self.recv(timeout)
+        if kind == "failed":
+            raise WorkerFailed(*payload)
+        return payload
+
+    def call(self, kind: str, payload: Any, timeout: float) -> Any:
+        """Run handler ``kind`` (`deepgap.worker.HANDLERS`) on ``payload``; wait ``timeout``."""
+        self.send(kind, payload)
+        return self.receive(timeout)
+
+
+class WorkerHandle(CallProtocol):
     """One worker process, forked from a clean fork server: it never inherits a CUDA context."""
 
     def __init__(self, device: str) -> None:
@@ -131,18 +155,6 @@ class WorkerHandle:
         except (BrokenPipeError, OSError, AttributeError):  # AttributeError: no pipe, never started
             self.kill()
             raise WorkerLost(Status.CRASH, "worker process was gone before the request") from None
-
-    def receive(self, timeout: float) -> Any:
-        """The reply to the request sent last: `WorkerFailed` if its handler raised, `WorkerLost` if none."""
-        kind, payload = self.recv(timeout)
-        if kind == "failed":
-            raise WorkerFailed(*payload)
-        return payload
-
-    def call(self, kind: str, payload: Any, timeout: float) -> Any:
-        """Run handler ``kind`` (`deepgap.worker.HANDLERS`) on ``payload`` in the worker; wait ``timeout``."""
-        self.send(kind, payload)
-        return self.receive(timeout)
 
     def alive(self) -> bool:
         """Whether the process runs."""
