@@ -180,3 +180,16 @@ def test_importing_the_package_does_not_import_the_run_machinery():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert p.returncode == 0, p.stderr[-3000:]
 
+
+
+def test_only_nvml_access_imports_nvml():
+    """NVML is imported in one module (`deepgap.nvml_access`): one UUID spelling, one reason when missing."""
+    found = []
+    for path in SRC.rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(n.split(".")[0] == "pynvml" for n in names):
+                found.append(_module_name(path))
+    assert found == ["deepgap.nvml_access"], found

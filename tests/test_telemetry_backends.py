@@ -5,10 +5,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from deepgap.nvml_access import nvml_uuid
 from deepgap.telemetry.base import TelemetryUnavailable
 from deepgap.telemetry.cpu import CpuBackend
 from deepgap.telemetry.fake import FakeBackend, FakeNvml, scenario
-from deepgap.telemetry.nvml import NvmlBackend, nvml_uuid
+from deepgap.telemetry.nvml import NvmlBackend
 
 
 def test_nvml_reading_and_units():

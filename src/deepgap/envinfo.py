@@ -46,20 +46,18 @@ def nvml_gpu_info(index: int, uuid: str | None = None) -> dict[str, Any]:
     ``uuid`` (torch's, when known) finds the GPU by identity: NVML numbers every GPU of the host and
     ignores ``CUDA_VISIBLE_DEVICES`` (which Ray sets per task), so index 0 may be another GPU.
     """
-    try:
-        import pynvml as nv
-    except ImportError:
-        return {"nvml": "unavailable: nvidia-ml-py is not installed (pip install nvidia-ml-py)"}
+    from deepgap import nvml_access
+
+    nv, why = nvml_access.module()
+    if nv is None:
+        return {"nvml": f"unavailable: {why}"}
     try:
         nv.nvmlInit()
     except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, …
         return {"nvml": f"unavailable: {exc}"}
     info: dict[str, Any] = {"nvml": "ok"}
     try:
-        try:
-            h = nv.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}")
-        except Exception:  # no uuid, or one NVML does not know: fall back to the index
-            h = nv.nvmlDeviceGetHandleByIndex(index)
+        h = nvml_access.handle(nv, uuid, index)
         readers = {
             "gpu_name": nv.nvmlDeviceGetName,
             "gpu_uuid": nv.nvmlDeviceGetUUID,

@@ -336,18 +336,15 @@ def true_peak(final: int | None, sampled: int | None) -> int | None:
 
 def nvml_used_bytes(device: str) -> int | None:
     """Device-wide used memory (NVML) — includes the CUDA context and other processes."""
-    try:
-        import pynvml as nv
-        import torch
+    from deepgap import nvml_access
 
-        nv.nvmlInit()
-        try:
-            uuid = str(torch.cuda.get_device_properties(torch.device(device)).uuid)
-            h = nv.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
-            return int(nv.nvmlDeviceGetMemoryInfo(h).used)
-        finally:
-            nv.nvmlShutdown()
-    except Exception:
+    try:
+        with nvml_access.opened() as nv:
+            uuid = nvml_access.cuda_uuid(device)
+            if uuid is None:
+                return None
+            return int(nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByUUID(uuid)).used)
+    except Exception:  # noqa: BLE001 - no NVML or no such GPU: the field stays empty
         return None
 
 

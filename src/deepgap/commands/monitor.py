@@ -42,11 +42,12 @@ def _open(device: str, backend: str) -> Any:
         from deepgap.telemetry.cpu import CpuBackend
 
         return CpuBackend()
-    try:
-        import pynvml
-    except ImportError:
-        raise TelemetryUnavailable("nvidia-ml-py (pynvml) is not installed") from None
+    from deepgap.nvml_access import module
     from deepgap.telemetry.nvml import NvmlBackend
+
+    pynvml, why = module()
+    if pynvml is None:
+        raise TelemetryUnavailable(why)
 
     if device == "auto":
         try:

@@ -34,26 +34,6 @@ _FIELDS = (("power_instant_w", "NVML_FI_DEV_POWER_INSTANT", 186, 1e-3),
 _VALUE_MEMBER = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 
 
-def nvml_uuid(torch_uuid: str) -> str:
-    """NVML's spelling of a CUDA device UUID (``torch.cuda.get_device_properties(i).uuid``)."""
-    u = str(torch_uuid)
-    return u if u.startswith(("GPU-", "MIG-")) else f"GPU-{u}"
-
-
-def cuda_uuid(device: str) -> str | None:
-    """The NVML UUID of a torch CUDA device (``cuda`` / ``cuda:N``), or None if torch cannot tell.
-
-    Mapping by UUID, not by index, is right under ``CUDA_VISIBLE_DEVICES`` and with CUDA's
-    fastest-first device order, both of which make CUDA and NVML indices disagree.
-    """
-    try:
-        import torch
-
-        return nvml_uuid(str(torch.cuda.get_device_properties(torch.device(device)).uuid))
-    except Exception:  # noqa: BLE001 - old torch without .uuid, no CUDA: the caller falls back
-        return None
-
-
 class NvmlBackend:
     """Telemetry of one GPU through an injected NVML module (``pynvml`` from nvidia-ml-py)."""
 

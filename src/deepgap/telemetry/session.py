@@ -52,11 +52,12 @@ def open_backend(device: str, backend: str = "auto") -> Backend:
     if backend != "auto":
         raise TelemetryUnavailable(f"unknown telemetry backend {backend!r} (use auto or fake:<scenario>)")
     if device.startswith("cuda"):
-        try:
-            import pynvml
-        except ImportError:
-            raise TelemetryUnavailable("nvidia-ml-py (pynvml) is not installed") from None
-        from deepgap.telemetry.nvml import NvmlBackend, cuda_uuid
+        from deepgap.nvml_access import cuda_uuid, module
+        from deepgap.telemetry.nvml import NvmlBackend
+
+        pynvml, why = module()
+        if pynvml is None:
+            raise TelemetryUnavailable(why)
 
         index = int(device.split(":")[1]) if ":" in device else 0
         return NvmlBackend(pynvml, uuid=cuda_uuid(device), index=index, own_pids=own_pids())
