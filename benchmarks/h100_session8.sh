@@ -6,6 +6,7 @@
 #              mode scores eager fp32 and quant int8/fp8 at batch 256 on 1,136 held-out images
 #   stem     — benchmarks/stem_variants.py: formulations of the stem convolution timed at batches 1 and 256
 #   session  — peaks, profile and serve through the run session and worker protocol (kinds in runs)
+#   nvml     — a small eager sweep: telemetry, the environment and device memory through nvml_access.py
 #   gputests — the quant engine's and the graph runner's GPU tests
 set -uo pipefail
 source benchmarks/device_lib.sh  # PYTHONPATH, the carried LoadGen wheel, step(), pack()
@@ -36,6 +37,14 @@ session)
     python3 -c "import sqlite3,sys;c=sqlite3.connect(sys.argv[1])
 for r in c.execute('select run_id, kind, status from runs'): print(r)" $S/session.sqlite
     pack $S/session.sqlite ;;
+nvml)
+    step "one small sweep (NVML through nvml_access)" 150 python -m deepgap run --models resnet18 --engines eager \
+        --precisions fp16 --batch-sizes 1,32 --sweeps 1 --thermal-timeout 15 --store $S/nvml.sqlite
+    python3 -c "import sqlite3,json,sys;c=sqlite3.connect(sys.argv[1])
+for (e,) in c.execute('select env_json from runs'): d=json.loads(e); print({k: d.get(k) for k in ('device_name','gpu_name','nvml','driver','power_limit_w')})
+for b,u,e in c.execute('select batch_size, device_mem_used_bytes, extra_json from results'):
+    t=json.loads(e).get('telemetry',{}); print(b, u, t.get('energy_source'), t.get('joules_per_image'), t.get('n_samples'))" $S/nvml.sqlite
+    pack $S/nvml.sqlite ;;
 gputests)
     step "GPU tests" "${TEST_LIMIT:-240}" python -m pytest tests/test_quant_gpu.py tests/test_graph_runner_gpu.py \
         ${GPU_TESTS:-} -q -x -p no:cacheprovider 2>&1 | tail -30 | tee $OUT/gputests.txt ;;
