@@ -6,7 +6,7 @@ import pytest
 from fixtures_store import CPU_MS, GPU_MS, build_store
 
 from deepgap.analysis import aggregate, failures, prepare, row_flags, tables
-from deepgap.analysis.reference import gpu_peaks, paper_peaks
+from deepgap.analysis.reference import paper_peaks
 from deepgap.store import Store
 
 
@@ -94,7 +94,7 @@ def test_failures_keep_their_reasons(fx):
 
 
 def test_table1_known_peaks_skip_flagged_and_cpu_speedup(fx):
-    t1 = tables.table1(fx["agg"], gpu_peaks())
+    t1 = tables.table1(fx["agg"])
     got = {(r["platform"], r["model"], r["precision"]): r for r in t1.to_dict("records")}
     assert got[("Fixture GPU A", "resnet18", "fp32")]["batch_size"] == 32  # 2667 img/s beats bs128's 2133
     assert got[("Fixture GPU A", "resnet18", "fp16")]["batch_size"] == 128
@@ -155,9 +155,11 @@ def test_table1_flagged_only_group_is_shown_flagged():
     assert bool(t1.loc[0, "flagged"]) and "unavailable" in t1.loc[0, "cpu_baseline"]
 
 
-def test_pct_of_peak_for_a_listed_gpu():
-    assert tables._pct_of_peak("NVIDIA T4", "fp16", 6.5, gpu_peaks()) == pytest.approx(10.0)
-    assert np.isnan(tables._pct_of_peak("NVIDIA H100 80GB HBM3", "fp16", 6.5, gpu_peaks()))
+def test_pct_of_peak_from_the_one_datasheet():
+    assert tables._pct_of_peak("NVIDIA T4", "fp16", 6.5) == pytest.approx(10.0)  # the paper's 65 TFLOPS
+    assert tables._pct_of_peak("NVIDIA H100 80GB HBM3", "fp16", 98.94) == pytest.approx(10.0)  # SXM, dense
+    assert tables._pct_of_peak("NVIDIA T4", "tf32", 0.81) == pytest.approx(10.0)  # no TF32 on Turing: fp32
+    assert np.isnan(tables._pct_of_peak("Intel Xeon 6 (24 threads)", "fp32", 1.0))
 
 
 def test_speedup_vs_fp32_same_batch(fx):
@@ -219,7 +221,9 @@ def test_reference_data_ships_with_the_package():
     assert set(p["platform"]) == {"NVIDIA T4", "NVIDIA L4", "Intel Xeon 6 Granite Rapids (24 threads)"}
     r = p[(p["platform"] == "NVIDIA L4") & (p["model"] == "resnet18") & (p["precision"] == "int8")].iloc[0]
     assert (r["peak_batch"], r["peak_images_per_s"]) == (32, 38932)
-    assert set(gpu_peaks()["gpu"]) >= {"NVIDIA T4", "NVIDIA L4"}
+    from deepgap.roofline.specs import spec_by_gpu, spec_peak
+
+    assert [spec_peak(spec_by_gpu(g), "fp16") for g in ("NVIDIA T4", "NVIDIA L4")] == [65.0, 121.0]
 
 
 def test_energy_rows_come_from_one_window(tmp_path):

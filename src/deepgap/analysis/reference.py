@@ -1,9 +1,10 @@
 """The seed study's published numbers, shipped as package data so comparisons work offline.
 
-``deepgap_paper_peaks.csv``: Table I of the DEEP-GAP paper (peak batch, peak images/s and speedup
-over its CPU for T4, L4 and a 24-thread Xeon 6 Granite Rapids). ``gpu_peaks.csv``: theoretical peak
-compute of the paper's GPUs (its Table III). These are the paper's numbers, not ours: the paper
-publishes no samples, so a ratio against it carries only our side's uncertainty.
+``deepgap_paper_peaks.csv``: Table I of the DEEP-GAP paper (peak batch, peak images/s and speedup over
+its CPU for T4, L4 and a 24-thread Xeon 6 Granite Rapids). (The paper's GPUs' theoretical peaks, its
+Table III, are rows of the one datasheet, ``gpu_specs.csv``: `deepgap.roofline.specs`.) These are the
+paper's numbers, not ours: the paper publishes no samples, so a ratio against it carries only our side's
+uncertainty.
 """
 
 from __future__ import annotations
@@ -23,8 +24,3 @@ def _read(name: str) -> pd.DataFrame:
 def paper_peaks() -> pd.DataFrame:
     """Paper Table I: platform, precision, engine, model, peak_batch, peak_images_per_s, speedup_vs_cpu."""
     return _read("deepgap_paper_peaks.csv")
-
-
-def gpu_peaks() -> pd.DataFrame:
-    """Theoretical peaks: gpu, fp32_tflops, fp16_tensor_tflops, int8_tensor_tops, memory_bandwidth_gb_s."""
-    return _read("gpu_peaks.csv")

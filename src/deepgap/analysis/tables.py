@@ -47,13 +47,11 @@ def cpu_baselines(agg: pd.DataFrame) -> pd.DataFrame:
     return best_rows(cpu, ["model", "resolution"])
 
 
-def table1(agg: pd.DataFrame, gpu_peaks: pd.DataFrame | None = None) -> pd.DataFrame:
+def table1(agg: pd.DataFrame) -> pd.DataFrame:
     """Table I: peak-throughput configuration per platform, model and precision.
 
     Args:
         agg: aggregated configurations.
-        gpu_peaks: the shipped theoretical peaks (``gpu``, ``fp32_tflops``, ``fp16_tensor_tflops``,
-            ``int8_tensor_tops``); a platform whose name contains a listed GPU gets a percent of peak.
 
     Returns:
         One row per (platform, model, precision) with the batch, engine, memory format, threads, the
@@ -97,9 +95,7 @@ def table1(agg: pd.DataFrame, gpu_peaks: pd.DataFrame | None = None) -> pd.DataF
         }
         flops = r.get("flops_per_image")
         row["achieved_tflops"] = r["throughput_ips"] * flops / 1e12 if flops and flops == flops else np.nan
-        row["pct_of_peak"] = _pct_of_peak(
-            row["platform"], row["precision"], row["achieved_tflops"], gpu_peaks
-        )
+        row["pct_of_peak"] = _pct_of_peak(row["platform"], row["precision"], row["achieved_tflops"])
         key = (r["model"], r["resolution"])
         if key in base.index:
             b = base.loc[key]
@@ -116,25 +112,19 @@ def table1(agg: pd.DataFrame, gpu_peaks: pd.DataFrame | None = None) -> pd.DataF
     return pd.DataFrame(out)
 
 
-def _pct_of_peak(platform: str, precision: str, tflops: float, gpu_peaks: pd.DataFrame | None) -> float:
-    if gpu_peaks is None or gpu_peaks.empty or tflops != tflops:
+# A precision without its own tensor-core peak on a GPU runs at this one's (TF32 off: fp32; bf16 as fp16).
+_PEAK_FALLBACK = {"tf32": "fp32", "bf16": "fp16"}
+
+
+def _pct_of_peak(platform: str, precision: str, tflops: float) -> float:
+    """Achieved over the spec sheet's dense peak (`deepgap.roofline.specs`, the one datasheet), in percent."""
+    from deepgap.roofline.specs import spec_for, spec_peak
+
+    if tflops != tflops:
         return np.nan
-    col = {
-        "fp32": "fp32_tflops",
-        "tf32": "fp32_tflops",
-        "fp16": "fp16_tensor_tflops",
-        "bf16": "fp16_tensor_tflops",
-        "int8": "int8_tensor_tops",
-        "fp8": "fp8_tensor_tflops",
-    }.get(precision)
-    if col is None:
-        return np.nan
-    for g in gpu_peaks.to_dict("records"):
-        short = str(g["gpu"]).replace("NVIDIA ", "")
-        peak = g.get(col)
-        if short and short.lower() in platform.lower().split() and peak == peak and peak:
-            return 100.0 * tflops / float(peak)
-    return np.nan
+    row = spec_for(platform)
+    peak = spec_peak(row, precision) or spec_peak(row, _PEAK_FALLBACK.get(precision, precision))
+    return 100.0 * tflops / peak if peak else np.nan
 
 
 def speedup_vs_fp32(agg: pd.DataFrame) -> pd.DataFrame:
