@@ -90,7 +90,7 @@ class BareLoop:
         if engine in ("compile-freeze", "quant"):  # as deepgap's sweeps run them: channels_last
             x = x.contiguous(memory_format=torch.channels_last)
         if engine == "quant":  # the engine's own captured runner, called directly on a device batch
-            from deepgap.quant.engine import QuantOptions, prepare_quant
+            from deepgap.quant.prepare import QuantOptions, prepare_quant
 
             run = prepare_quant(model, precision or "int8", bs, res, model_name, device=device,
                                 opts=QuantOptions()).run

@@ -248,7 +248,7 @@ def make_quant(model, prec, bs, resolution, name, x, holder):
     """Prepare the quant engine's network (kept in ``holder['r']`` for the ablations)."""
     import torch
 
-    from deepgap.quant.engine import QuantOptions, prepare_quant
+    from deepgap.quant.prepare import QuantOptions, prepare_quant
 
     opts = QuantOptions(log=lambda s: log(f"  quant {prec} bs{bs}: {s}"))
     if DEVICE == "cpu":
@@ -259,7 +259,7 @@ def make_quant(model, prec, bs, resolution, name, x, holder):
     return (lambda: r.run(xd)), {"engine": "deepgap quant", "info": r.info}
 
 
-ABLATIONS = [  # short label, description, arguments of quant.engine.variant (no modes: all quantized)
+ABLATIONS = [  # short label, description, arguments of quant.prepare.variant (no modes: all quantized)
     (
         "1 torch path, eager",
         "stage 1: im2col + _int_mm/_scaled_mm, torch epilogue, all quantized, eager",
@@ -283,7 +283,7 @@ def ablate(r, x, prec, bs, ablations, ceiling, common, only: tuple[str, ...] = (
     """Time the same calibrated network with optimisations removed (README.md (the quant engine)'s ladder)."""
     import torch
 
-    from deepgap.quant.engine import variant
+    from deepgap.quant.prepare import variant
 
     xd = x.to(DEVICE).half().contiguous(memory_format=torch.channels_last)
     chosen = {t["name"]: t["mode"] for t in r.info["layers"]}

@@ -14,7 +14,7 @@ from torchvision import models
 
 from deepgap.calibration import CalibrationSet
 from deepgap.quant.calibrate import CalibrationKey, calibrate
-from deepgap.quant.engine import QuantOptions, prepare_quant
+from deepgap.quant.prepare import QuantOptions, prepare_quant
 
 
 def test_prepare_quant_calibrates_on_given_images_keyed_by_their_fingerprint(tmp_path, monkeypatch):
@@ -72,7 +72,7 @@ def test_engine_adapter_passes_the_calibration_split(tmp_path, monkeypatch):
     import numpy as np
     from PIL import Image
 
-    import deepgap.quant.engine as qe
+    import deepgap.quant.prepare as qe
     from deepgap.accuracy.dataset import describe, load, split
     from deepgap.config import SweepSpec
     from deepgap.engines import get_engine

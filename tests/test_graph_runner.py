@@ -115,7 +115,7 @@ def quant_result(tmp_path_factory):
 
     from torchvision import models
 
-    from deepgap.quant.engine import QuantOptions, prepare_quant
+    from deepgap.quant.prepare import QuantOptions, prepare_quant
 
     os.environ["DEEPGAP_CACHE"] = str(tmp_path_factory.mktemp("cache"))
     torch.manual_seed(0)
@@ -125,7 +125,7 @@ def quant_result(tmp_path_factory):
 
 
 def test_quant_runner_owns_its_network(recorded, quant_result):
-    from deepgap.quant.engine import _make_runner
+    from deepgap.quant.prepare import _make_runner
 
     run, info = _make_runner(quant_result.net, 1, 32, "cpu", True)
     assert info == {"cuda_graph": True} and isinstance(run, graph_runner.GraphRunner)
@@ -137,8 +137,8 @@ def test_quant_runner_owns_its_network(recorded, quant_result):
 
 
 def test_quant_weights_die_with_the_runner_not_before(recorded, quant_result):
-    from deepgap.quant.engine import _make_runner
     from deepgap.quant.network import build
+    from deepgap.quant.prepare import _make_runner
 
     q = quant_result
     modes = {n: c.mode for n, c in q.net.convs.items()}

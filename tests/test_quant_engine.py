@@ -10,7 +10,7 @@ from deepgap import correctness
 from deepgap.engines import get_engine
 from deepgap.models import weights_fingerprint
 from deepgap.precision import DeviceCaps
-from deepgap.quant.engine import QuantOptions, prepare_quant, variant
+from deepgap.quant.prepare import QuantOptions, prepare_quant, variant
 from deepgap.records import ConfigSpec
 
 H100 = DeviceCaps("cuda:0", "cuda", "NVIDIA H100 80GB HBM3", (9, 0), 80 << 30)
@@ -133,9 +133,9 @@ def test_fused_stem_inside_the_network_agrees_with_the_cudnn_path(resnet18):
     """The network's stem through the fused Triton kernel (interpreted here) agrees with its torch path."""
     pytest.importorskip("triton")
     from deepgap.quant.calibrate import calibration_images, collect_amax
-    from deepgap.quant.engine import STEM_AGREE_FRAC
     from deepgap.quant.fold import resnet_graph
     from deepgap.quant.network import build
+    from deepgap.quant.prepare import STEM_AGREE_FRAC
     from deepgap.quant.tuning import _agree
 
     graph = resnet_graph(resnet18)

@@ -77,7 +77,7 @@ def _compare(out, ref, fmt):
 @pytest.mark.parametrize("layer", RESNET50_LAYERS, ids=lambda t: t[0])
 def test_conv_kernel_on_gpu_matches_reference(qfmt, layer):
     from deepgap.quant import kernels, layers
-    from deepgap.quant.plan import candidate_configs
+    from deepgap.quant.tiles import candidate_configs
 
     _, k, s, cin, cout, has_res, h = layer
     out_fmts = [qfmt, "fp16"] if has_res else [qfmt]
@@ -143,7 +143,7 @@ def test_maxpool_and_epilogue_on_gpu_are_exact(fmt):
 def test_prepared_resnet50_is_correct_and_graph_captured(precision, capsys, tmp_path, monkeypatch):
     from deepgap import correctness
     from deepgap.models import build_model
-    from deepgap.quant.engine import prepare_quant
+    from deepgap.quant.prepare import prepare_quant
 
     if precision == "fp8" and torch.cuda.get_device_capability() < (8, 9):
         pytest.skip("fp8 needs compute capability ≥ 8.9")

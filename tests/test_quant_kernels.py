@@ -17,7 +17,7 @@ triton = pytest.importorskip("triton")
 
 from deepgap.quant import kernels, layers  # noqa: E402
 from deepgap.quant.fold import ConvNode  # noqa: E402
-from deepgap.quant.plan import TileConfig  # noqa: E402
+from deepgap.quant.tiles import TileConfig  # noqa: E402
 
 CFG = TileConfig(32, 32, 32, group_m=2, num_warps=4, num_stages=2)
 

@@ -6,9 +6,12 @@ The pipeline, one module per step:
   layers.py     per-channel weight quantization, epilogue coefficients, the exact pure-PyTorch reference
                 of every quantized layer and the torch (``_int_mm``/``_scaled_mm``) fallback path
   kernels.py    Triton kernels: implicit-GEMM convolution with fused epilogue, maxpool+quantize, epilogue
-  plan.py       tile configurations, activation formats and the per-layer quantized-vs-fp16 choice
-  engine.py     builds the network for the GPU, times the per-layer candidates, captures a CUDA graph
+  stem_kernels.py  the fused stem: 7×7/2 convolution of the image as one GEMM, 8-bit output, 8-bit max-pool
+  tiles.py      tile configurations, activation formats and the per-layer quantized-vs-fp16 choice
+  network.py    the quantized network, run step by step (stem, convolutions, head)
+  tuning.py     per-layer timing and self-checks; tunecache.py keeps each layer's winning tile on disk
+  prepare.py    builds the network for the GPU, times the per-layer candidates, captures a CUDA graph
 
-Only ``engine.py``, ``kernels.py`` and the timing helpers need a GPU; everything else (and every kernel,
+Only ``prepare.py``, the kernel modules and the timing helpers need a GPU; everything else (and every kernel,
 through the Triton interpreter) runs on the CPU for tests.
 """

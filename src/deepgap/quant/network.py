@@ -17,7 +17,7 @@ import torch.nn.functional as F  # noqa: N812
 
 from deepgap.quant import layers
 from deepgap.quant.fold import ConvertNode, ConvNode, Graph, HeadNode, infer_shapes
-from deepgap.quant.plan import TileConfig, assign_formats, candidate_configs, stem_and_pool
+from deepgap.quant.tiles import TileConfig, assign_formats, candidate_configs, stem_and_pool
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from deepgap.quant.calibrate import cache_dir
-from deepgap.quant.plan import TileConfig
+from deepgap.quant.tiles import TileConfig
 
 FORMAT_VERSION = 1
 
@@ -81,7 +81,7 @@ def _source_digest() -> str:
     """Hash of the kernel sources and the candidate rules: editing either invalidates the cache."""
     here = Path(__file__).parent
     h = hashlib.sha256()
-    for name in ("kernels.py", "plan.py", "layers.py"):
+    for name in ("kernels.py", "tiles.py", "layers.py"):
         with contextlib.suppress(OSError):
             h.update((here / name).read_bytes())
     return h.hexdigest()[:16]

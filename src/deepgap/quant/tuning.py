@@ -18,7 +18,7 @@ import torch
 from deepgap.quant import layers
 from deepgap.quant import tunecache as tune_cache
 from deepgap.quant.network import QuantNet, fp16_conv
-from deepgap.quant.plan import LayerTiming, candidate_configs
+from deepgap.quant.tiles import LayerTiming, candidate_configs
 
 CHECK_BATCH = 2  # images in each kernel's self-check against the exact reference
 

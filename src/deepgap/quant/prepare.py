@@ -24,7 +24,7 @@ from deepgap.quant import tunecache as tune_cache
 from deepgap.quant.calibrate import DEFAULT_METHOD, CalibrationKey, calibrate
 from deepgap.quant.fold import conv_macs, resnet_graph
 from deepgap.quant.network import QuantNet, build
-from deepgap.quant.plan import choose_modes
+from deepgap.quant.tiles import choose_modes
 from deepgap.quant.tuning import (  # noqa: F401 (time_s: API)
     CHECK_BATCH,
     _agree,

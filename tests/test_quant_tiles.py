@@ -9,7 +9,7 @@ import torch
 from torchvision import models
 
 from deepgap.quant.fold import ConvertNode, ConvNode, resnet_graph
-from deepgap.quant.plan import (
+from deepgap.quant.tiles import (
     SMEM_BUDGET_BYTES,
     LayerTiming,
     TileConfig,
