@@ -4,7 +4,7 @@ Why: the network's img/s says how far the engine is from a goal, not which layer
 Each quant measurement stores, per layer, the GEMM it runs (M, N, K), its multiply-adds, the fewest
 bytes its kernel must move (inputs, residual, weights and output once), the tile the autotuner chose
 and the layer's time in the network's own batch (``extra["engine_info"]["layers"]``, written by
-``quant.engine``). Against one ceiling (a compute peak and the memory bandwidth under it, spec or
+``quant.prepare``). Against one ceiling (a compute peak and the memory bandwidth under it, spec or
 measured by ``deepgap peaks``) that gives each layer an arithmetic intensity, an attainable rate, the
 share of the roof it reaches and its *headroom*: the time above its own roofline floor. The layer with
 the largest headroom is the next bottleneck; a layer at its floor can only get faster by moving fewer

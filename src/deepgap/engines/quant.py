@@ -57,7 +57,7 @@ class QuantEngine(Engine):
     def prepare(self, model, spec, example):  # noqa: D102
         import torch
 
-        from deepgap.quant.engine import QuantOptions, prepare_quant
+        from deepgap.quant.prepare import QuantOptions, prepare_quant
 
         t0 = time.perf_counter()
         opts = QuantOptions()
