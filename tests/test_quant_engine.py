@@ -142,6 +142,6 @@ def test_fused_stem_inside_the_network_agrees_with_the_cudnn_path(resnet18):
     net = build(graph, "int8", collect_amax(graph, calibration_images(2, 32, 0), method="max"), {}, 32)
     x = torch.randn(2, 3, 32, 32).half().contiguous(memory_format=torch.channels_last)
     plain = net.run_stem(x, "torch")
-    net.stem.use_kernel("fused")
+    net.stem.configure("fused")
     assert net.stem.w_gemm.shape == (64, 160)
     assert _agree(net.run_stem(x, "torch"), plain, "int8", STEM_AGREE_FRAC) is None

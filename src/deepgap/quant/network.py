@@ -41,8 +41,14 @@ class Stem:
     w_gemm: torch.Tensor | None = None  # the fused kernel's [C_out, KP] weights
     fused_cfg: tuple[int, int] = (128, 4)  # the fused kernel's (block of output pixels, warps)
 
-    def use_kernel(self, kernel: str) -> None:
-        """Run the convolution with cuDNN or with the fused Triton stem (int8/fp8 outputs only)."""
+    def configure(self, kernel: str, pad_channels: int = 0, fused_cfg: tuple[int, int] | None = None) -> None:
+        """Choose the convolution: ``cudnn`` or ``fused`` (the Triton stem, int8/fp8 outputs only).
+
+        ``pad_channels``: cuDNN's input padded to that many channels (0: none); ``fused_cfg``: the fused
+        kernel's block of output pixels and warps (None: keep the current one).
+        """
+        self.set_padding(pad_channels)
+        self.fused_cfg = fused_cfg or self.fused_cfg
         if kernel == "fused":
             from deepgap.quant.stem_kernels import pad_weights
 
@@ -50,6 +56,13 @@ class Stem:
         else:
             self.w_gemm = None
         self.kernel = kernel
+
+    @property
+    def variant(self) -> str:
+        """The configuration's name, e.g. ``cudnn``, ``cudnn+pad4``, ``fused+128x4w``."""
+        if self.kernel == "fused":
+            return f"fused+{self.fused_cfg[0]}x{self.fused_cfg[1]}w"
+        return self.kernel + (f"+pad{self.pad_channels}" if self.pad_channels else "")
 
     def set_padding(self, channels: int) -> None:
         """Feed the convolution ``channels`` input channels (0: the image's own 3).
@@ -88,8 +101,7 @@ class QuantNet:
         """Move all weights and coefficients to ``device`` (in place); returns self."""
         s = self.stem
         s.w_half = s.w_half.to(device).contiguous(memory_format=torch.channels_last)
-        s.set_padding(s.pad_channels)
-        s.use_kernel(s.kernel)
+        s.configure(s.kernel, s.pad_channels)
         s.alpha, s.beta = s.alpha.to(device), s.beta.to(device)
         for c in self.convs.values():
             c.to(device)

@@ -6,7 +6,7 @@ Steps of `prepare_quant` (all outside the timed window; their cost is ``Prepared
      the fused Triton kernel once on a small batch against the exact reference (a failing kernel is
      dropped with its reason), then time the survivors and the fp16 path (cuDNN + fused epilogue)
      inside CUDA graphs (so Python launch overhead does not count);
-  3. keep the faster per layer (plan.choose_modes), rebuild the network with the chosen formats;
+  3. keep the faster per layer (tiles.choose_modes), rebuild the network with the chosen formats;
   4. capture the whole forward in one CUDA graph per batch size (eager fallback if capture fails).
 """
 
@@ -36,7 +36,6 @@ from deepgap.quant.tuning import (  # noqa: F401 (time_s: API)
 
 if TYPE_CHECKING:
     from deepgap.quant.fold import Graph
-
 
 
 @dataclass
@@ -188,9 +187,10 @@ def prepare_quant(
     net.stem_backend = _check_stem(net, resolution, device) if use_triton else "torch"
     stem_choice = _choose_stem(net, batch, resolution, device, use_triton)
     macs = conv_macs(graph, resolution)
+    stem_s = stem_choice.get("seconds", {}).get(stem_choice["chosen"])  # timed already at this batch
     info.update(
         layers=[t.as_dict() for t in timings],
-        outside_layers=time_stem_and_head(net, batch, resolution, device),
+        outside_layers=time_stem_and_head(net, batch, resolution, device, stem_s),
         n_quantized=sum(t.mode == "q" for t in timings),
         n_fp16=sum(t.mode == "fp16" for t in timings),
         n_converts=len(net.converts),
@@ -238,16 +238,16 @@ def _choose_stem(net: QuantNet, batch: int, resolution: int, device: str, use_tr
     s = net.stem
     times: dict[str, float] = {}
     rejected: dict[str, str] = {}
+    chosen: dict[str, tuple] = {}
     ref = None
     for kernel, pad, cfg in STEM_VARIANTS:
-        name = kernel + (f"+pad{pad}" if pad else "") + (f"+{cfg[0]}x{cfg[1]}w" if cfg else "")
+        s.configure(kernel, pad, cfg)
+        name = s.variant
+        chosen[name] = (kernel, pad, cfg)
         if kernel == "fused" and (not use_triton or s.out_fmt not in ("int8", "fp8")):
             rejected[name] = "needs Triton and an 8-bit stem output"
             continue
         try:
-            s.set_padding(pad)
-            s.use_kernel(kernel)
-            s.fused_cfg = cfg or s.fused_cfg
             with torch.inference_mode():
                 out = net.run_stem(x, net.stem_backend)
                 why = None if ref is None else _agree(out, ref, s.out_fmt, STEM_AGREE_FRAC)
@@ -260,11 +260,7 @@ def _choose_stem(net: QuantNet, batch: int, resolution: int, device: str, use_tr
             rejected[name] = f"{type(exc).__name__}: {exc}"[:300]
         _sync(device)
     best = min(times, key=times.get)
-    kernel, pad, cfg = next((k, p, c) for k, p, c in STEM_VARIANTS
-                            if k + (f"+pad{p}" if p else "") + (f"+{c[0]}x{c[1]}w" if c else "") == best)
-    s.set_padding(pad)
-    s.use_kernel(kernel)
-    s.fused_cfg = cfg or s.fused_cfg
+    s.configure(*chosen[best])
     return {"chosen": best, "seconds": times, **({"rejected": rejected} if rejected else {})}
 
 

@@ -1,6 +1,6 @@
 """Per-layer tuning of the quant engine: self-check each candidate kernel, time it, keep the fastest.
 
-Why its own module: `engine.prepare_quant` is the recipe (calibrate, tune, choose, capture); this is
+Why its own module: `prepare.prepare_quant` is the recipe (calibrate, tune, choose, capture); this is
 the measuring inside step 2 of it: exact self-checks against the float reference, CUDA-graph timing
 of each candidate, the fp16 path's time, the memory floor of each layer, and the tuning cache
 (`tunecache.py`) that lets a fresh process skip candidates it has tuned before.
@@ -125,8 +125,11 @@ def _fewest_bytes(net: QuantNet, name: str, batch: int) -> int:
     return int(total)
 
 
-def time_stem_and_head(net: QuantNet, batch: int, resolution: int, device) -> list[dict[str, Any]]:
+def time_stem_and_head(net: QuantNet, batch: int, resolution: int, device,
+                       stem_s: float | None = None) -> list[dict[str, Any]]:
     """The stem (fp16 convolution + max-pool) and the head (average pool + classifier) timed at ``batch``.
+
+    ``stem_s``: the stem's time at ``batch`` when the stem choice has measured it already (not timed again).
 
     Why: the per-layer table covers the quantized convolutions; without these two rows the time
     outside them (in ResNet-50 at batch 256, about a sixth of the network) has no name. Each row has
@@ -148,15 +151,18 @@ def time_stem_and_head(net: QuantNet, batch: int, resolution: int, device) -> li
     stem_kind = (f"fused triton {st.fused_cfg[0]}x{st.fused_cfg[1]}w" if st.kernel == "fused"
                  else f"cudnn{pad}+{net.stem_backend} max-pool")
     rows = []
-    for name, fn, macs, nbytes, gemm, kernel in (
-        ("stem", lambda: net.run_stem(x, net.stem_backend), batch * oh * ow * n.cout * k_stem,
+    for name, fn, known, macs, nbytes, gemm, kernel in (
+        ("stem", lambda: net.run_stem(x, net.stem_backend), stem_s, batch * oh * ow * n.cout * k_stem,
          stem_bytes, (batch * oh * ow, n.cout, k_stem), stem_kind),
-        ("head", lambda: net.run_head(y, batch), batch * fc.numel() + y.numel(),
+        ("head", lambda: net.run_head(y, batch), None, batch * fc.numel() + y.numel(),
          y.numel() * y.element_size() + fc.numel() * fc.element_size(),
          (batch, fc.shape[0], fc.shape[1]), "torch"),
     ):
-        with torch.inference_mode():
-            t = time_s(fn, reps=5, device=str(device))
+        if known is not None:
+            t = known
+        else:
+            with torch.inference_mode():
+                t = time_s(fn, reps=5, device=str(device))
         rows.append({"name": name, "macs": int(macs), "q_s": None, "fp16_s": t, "config": "",
                      "q_error": None, "mode": "fp16", "kernel": kernel, "gemm": list(gemm),
                      "bytes": int(nbytes), "from_cache": False})
