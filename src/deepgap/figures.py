@@ -87,6 +87,14 @@ def make_figure(name: str, title: str, caption: str, fig, dpi: int = 90, **kw) -
     return Figure(name, title, caption, png=png_bytes(fig, dpi), panels=panels, **kw)
 
 
+def drawn_figure(name: str, title: str, caption: str, draw) -> Figure:
+    """`make_figure` of ``draw()``, or a `Figure` that says why it could not be drawn (the report goes on)."""
+    try:
+        return make_figure(name, title, caption, draw())
+    except Exception as exc:  # noqa: BLE001 — one figure that cannot be drawn says why
+        return Figure(name, title, caption, unavailable=f"unavailable: {type(exc).__name__}: {exc}"[:300])
+
+
 def pyplot():
     """matplotlib.pyplot on the Agg backend (imported on first use: the CLI starts faster without it)."""
     import matplotlib

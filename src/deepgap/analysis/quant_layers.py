@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 QUANT_ENGINE = "quant"
+CONFIG_KEYS = ["device_name", "model", "precision", "batch_size"]  # one quant configuration
 
 
 @dataclass(frozen=True)
@@ -122,8 +123,7 @@ def layers_frame(results: pd.DataFrame, peaks_df=None) -> pd.DataFrame:
         return pd.DataFrame(columns=list(LayerRow.__dataclass_fields__) + extra)
     ok = results[(results["engine"] == QUANT_ENGINE) & (results["status"] == "ok")]
     out: list[dict[str, Any]] = []
-    keys = ["device_name", "model", "precision", "batch_size"]
-    for (device, model, precision, bs), grp in ok.groupby(keys, sort=True):
+    for (device, model, precision, bs), grp in ok.groupby(CONFIG_KEYS, sort=True):
         infos = [e.get("engine_info", {}) for e in grp["extra"]]
         lists = [(i.get("layers") or []) + (i.get("outside_layers") or []) for i in infos
                  if isinstance(i.get("layers"), list) and i.get("layers")]
@@ -153,7 +153,7 @@ def summary(frame: pd.DataFrame) -> pd.DataFrame:
     if len(frame) == 0:
         return pd.DataFrame()
     rows = []
-    for key, g in frame.groupby(["device_name", "model", "precision", "batch_size"], sort=True):
+    for key, g in frame.groupby(CONFIG_KEYS, sort=True):
         top = g.sort_values("headroom_s", ascending=False).iloc[0]
         mem = g[g["bound"] == "memory"]["time_s"].sum()
         rows.append({
@@ -166,3 +166,20 @@ def summary(frame: pd.DataFrame) -> pd.DataFrame:
             "next_bottleneck": top["name"], "its_headroom_ms": top["headroom_s"] * 1e3,
         })
     return pd.DataFrame(rows)
+
+
+def load(store_path: str, run_ids: list[str] | None = None,
+         peaks_df=None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(layers frame, `summary`) of a store's runs; ceilings from ``peaks_df``, else measured in the store."""
+    from deepgap.roofline.storage import peaks_frame
+    from deepgap.store import Store
+
+    store = Store(store_path, readonly=True)
+    try:
+        results = store.results_frame(run_ids)
+        if peaks_df is None:
+            peaks_df = peaks_frame(store, run_ids)
+    finally:
+        store.close()
+    frame = layers_frame(results, peaks_df)
+    return frame, summary(frame)

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from deepgap.analysis.quant_layers import CONFIG_KEYS, load
 from deepgap.render.sections import Parts, ReportContext, Section, register
 from deepgap.report_format import fmt_num
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from deepgap.figures import Figure
 
 TOP_ROWS = 8  # per configuration, in the layers table: the next bottlenecks, not all 54 rows
 MAX_PANELS = 6
@@ -52,22 +52,6 @@ TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
 }
 
 
-def tables(store_path: str, run_ids: list[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(layers frame, summary frame) of the chosen runs; ceilings measured in the store, else the spec's."""
-    from deepgap.analysis.quant_layers import layers_frame, summary
-    from deepgap.roofline.storage import peaks_frame
-    from deepgap.store import Store
-
-    st = Store(store_path, readonly=True)
-    try:
-        results = st.results_frame(run_ids)
-        peaks = peaks_frame(st, run_ids)
-    finally:
-        st.close()
-    frame = layers_frame(results, peaks)
-    return frame, summary(frame)
-
-
 def roofline_figure(frame: pd.DataFrame):
     """Each configuration at its largest batch: its layers' TOPS against intensity, under their roofs."""
     import numpy as np
@@ -76,7 +60,7 @@ def roofline_figure(frame: pd.DataFrame):
 
     largest = frame.groupby(["device_name", "model", "precision"])["batch_size"].transform("max")
     top = frame[frame["batch_size"] == largest]
-    groups = list(top.groupby(["device_name", "model", "precision", "batch_size"], sort=True))[:MAX_PANELS]
+    groups = list(top.groupby(CONFIG_KEYS, sort=True))[:MAX_PANELS]
     fig, axes = subplots_grid(len(groups))
     for ax, ((_device, model, precision, bs), g) in zip(axes, groups, strict=False):
         kinds = (("q", "tab:blue", precision), ("fp16", "tab:orange", "fp16 (stem, head)"))
@@ -107,22 +91,18 @@ def roofline_figure(frame: pd.DataFrame):
 
 def build(ctx: ReportContext) -> Parts:
     """The section's part of one report build (nothing without quant measurements)."""
-    from deepgap.figures import Figure, make_figure
+    from deepgap.figures import drawn_figure
 
-    frame, summ = tables(ctx.store_path, ctx.run_ids)
+    frame, summ = load(ctx.store_path, ctx.run_ids)
     if len(frame) == 0:
         return Parts()
-    keys = ["device_name", "model", "precision", "batch_size"]
-    top = frame.sort_values("headroom_s", ascending=False).groupby(keys, sort=True).head(TOP_ROWS)
-    top = top.sort_values(keys + ["headroom_s"], ascending=[True] * 4 + [False])
+    top = frame.sort_values("headroom_s", ascending=False).groupby(CONFIG_KEYS, sort=True).head(TOP_ROWS)
+    top = top.sort_values(CONFIG_KEYS + ["headroom_s"], ascending=[True] * len(CONFIG_KEYS) + [False])
     name, title = "fig_quant_layers_roofline", "The quant engine's layers on their roofline"
     caption = ("Every layer of each quant configuration at its largest batch: achieved TOPS against "
                "arithmetic intensity (fewest bytes), marker area by its share of the time; dashed, the roof "
                "of the 8-bit precision and of fp16 (the stem, the head, layers kept in fp16).")
-    try:
-        fig: Figure = make_figure(name, title, caption, roofline_figure(frame))
-    except Exception as exc:  # noqa: BLE001 — the figure that cannot be drawn says why, the report goes on
-        fig = Figure(name, title, caption, unavailable=f"unavailable: {type(exc).__name__}: {exc}"[:300])
+    fig = drawn_figure(name, title, caption, lambda: roofline_figure(frame))
     return Parts({"quant_layers_summary": summ, "quant_layers": top}, [fig])
 
 

@@ -37,17 +37,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
 
 def load(store_path: str, peaks_path: str | None = None):
     """(layers frame, summary frame) of a store; ceilings from ``peaks_path`` or the store itself."""
-    from deepgap.analysis.quant_layers import layers_frame, summary
-    from deepgap.roofline.storage import peaks_frame
-    from deepgap.store import Store
+    from deepgap.analysis import quant_layers
 
-    store = Store(store_path, readonly=True)
-    try:
-        results = store.results_frame()
-        peaks = peaks_frame(store)
-    finally:
-        store.close()
+    peaks = None
     if peaks_path:
+        from deepgap.roofline.storage import peaks_frame
+        from deepgap.store import Store
+
         other = Store(peaks_path, readonly=True)
         try:
             peaks = peaks_frame(other)
@@ -56,8 +52,7 @@ def load(store_path: str, peaks_path: str | None = None):
         if len(peaks) == 0:
             raise UsageError(f"--peaks store {peaks_path!r} holds no measured ceilings",
                              "measure them with `deepgap peaks --store PATH` or leave --peaks out")
-    frame = layers_frame(results, peaks)
-    return frame, summary(frame)
+    return quant_layers.load(store_path, peaks_df=peaks)
 
 
 def _filter(frame, args):
@@ -96,13 +91,15 @@ def _print(frame, summ, args) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from deepgap.analysis.quant_layers import CONFIG_KEYS
+
     console = Console(width=None if Console().is_terminal else 200)
-    key = {"headroom": ("headroom_s", False), "time": ("time_s", False), "order": (None, True)}[args.sort]
-    for _, s in summ.iterrows():
-        g = frame[(frame["device_name"] == s["device_name"]) & (frame["model"] == s["model"])
-                  & (frame["precision"] == s["precision"]) & (frame["batch_size"] == s["batch_size"])]
-        if key[0]:
-            g = g.sort_values(key[0], ascending=key[1])
+    order_by = {"headroom": "headroom_s", "time": "time_s", "order": None}[args.sort]
+    summ = summ.set_index(CONFIG_KEYS)
+    for config, g in frame.groupby(CONFIG_KEYS, sort=True):
+        s = {**summ.loc[config].to_dict(), **dict(zip(CONFIG_KEYS, config, strict=True))}
+        if order_by:
+            g = g.sort_values(order_by, ascending=False)
         if args.top:
             g = g.head(args.top)
         title = (f"{s['model']} quant {s['precision']} batch {s['batch_size']} on {s['device_name']}: "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from deepgap.figures import Figure, make_figure
+from deepgap.figures import Figure, drawn_figure
 from deepgap.render.sections import Parts, ReportContext, Section, register
 from deepgap.report_format import fmt_ms, fmt_num
 
@@ -45,13 +45,6 @@ TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
 }
 
 
-def _wrap(name: str, title: str, caption: str, draw) -> Figure:
-    try:
-        return make_figure(name, title, caption, draw())
-    except Exception as exc:  # noqa: BLE001 — one figure that cannot be drawn says why, the report goes on
-        return Figure(name, title, caption, unavailable=f"unavailable: {type(exc).__name__}: {exc}"[:300])
-
-
 def section(store_path: str, run_ids: list[str] | None = None) -> tuple[dict[str, pd.DataFrame], list[Figure]]:
     """Roofline tables and figures of ``store_path`` (nothing when it holds no successful result or profile)."""
     from deepgap.roofline import figures as rf
@@ -72,23 +65,27 @@ def section(store_path: str, run_ids: list[str] | None = None) -> tuple[dict[str
     infer = profiles[profiles["mode"] == "infer"] if len(profiles) else profiles
     train = profiles[profiles["mode"] == "train"] if len(profiles) else profiles
     figs = [
-        _wrap("fig_roofline_inference", "Inference roofline",
-              "Every measured configuration at its arithmetic intensity and achieved TFLOP/s, under the device's "
-              "spec-sheet ceilings and, where `deepgap peaks` ran, its measured ones.",
-              lambda: rf.roofline_figure(ok, peaks, profiles_df=infer, title="Inference roofline")),
+        drawn_figure(
+            "fig_roofline_inference", "Inference roofline",
+            "Every measured configuration at its arithmetic intensity and achieved TFLOP/s, under the device's "
+            "spec-sheet ceilings and, where `deepgap peaks` ran, its measured ones.",
+            lambda: rf.roofline_figure(ok, peaks, profiles_df=infer, title="Inference roofline")),
     ]
     if len(train):
-        figs.append(_wrap("fig_roofline_train", "Training-step roofline",
-                          "Forward + backward + optimizer step (deepgap profile --mode train).",
-                          lambda: rf.roofline_figure(None, peaks, profiles_df=train, title="Training-step roofline")))
+        figs.append(drawn_figure(
+            "fig_roofline_train", "Training-step roofline",
+            "Forward + backward + optimizer step (deepgap profile --mode train).",
+            lambda: rf.roofline_figure(None, peaks, profiles_df=train, title="Training-step roofline")))
     if kernels is not None and len(kernels):
-        figs.append(_wrap("fig_roofline_clusters", "Kernel-cluster roofline",
-                          "Per profile, the kernels grouped into clusters (convolution, GEMM, elementwise, "
-                          "normalization, pooling, copy) at their attributed FLOPs and bytes.",
-                          lambda: rf.cluster_roofline_figure(kernels, peaks, profiles_df=profiles, source="torch")))
-    figs.append(_wrap("fig_roofline_seed", "The seed study's roofline (T4, L4, V100)",
-                      "The roofline study's Fig. 1 redrawn from its own published table, beside ours.",
-                      rf.seed_roofline_figure))
+        figs.append(drawn_figure(
+            "fig_roofline_clusters", "Kernel-cluster roofline",
+            "Per profile, the kernels grouped into clusters (convolution, GEMM, elementwise, "
+            "normalization, pooling, copy) at their attributed FLOPs and bytes.",
+            lambda: rf.cluster_roofline_figure(kernels, peaks, profiles_df=profiles, source="torch")))
+    figs.append(drawn_figure(
+        "fig_roofline_seed", "The seed study's roofline (T4, L4, V100)",
+        "The roofline study's Fig. 1 redrawn from its own published table, beside ours.",
+        rf.seed_roofline_figure))
     seed = rf.seed_reference_table()
     tvm = rf.theoretical_vs_measured(profiles if len(profiles) else None, ok, peaks)
     out = {"roofline_theory_vs_measured": tvm,
