@@ -25,13 +25,13 @@ from deepgap import __version__
 from deepgap.config import SweepSpec, default_spec, preset
 from deepgap.errors import UsageError
 from deepgap.records import ConfigSpec, Result
-from deepgap.store import RESUMABLE, Store, check_path
+from deepgap.store import RESUMABLE, RUN_KINDS, Store, check_path
 
 if TYPE_CHECKING:
     import pandas as pd
 
-# The kinds of run a store holds (`deepgap.store.tables.RUN_KINDS`); resume picks up its own kind only.
-SWEEP, FLEET, SERVE, PROFILE, PEAKS = "sweep", "fleet", "serve", "profile", "peaks"
+# The kinds of run a store holds, by name; resume picks up its own kind only.
+SWEEP, FLEET, SERVE, PROFILE, PEAKS = RUN_KINDS
 
 
 @dataclass
