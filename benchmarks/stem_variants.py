@@ -16,20 +16,7 @@ import json
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-
-def _time(fn, reps: int = 20) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(reps):
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return sorted(times)[len(times) // 2]
+from deepgap.quant.tuning import time_s
 
 
 def variants(x_cl: torch.Tensor, w: torch.Tensor) -> dict[str, object]:
@@ -68,7 +55,7 @@ def main() -> None:
         ref = out_cl.float()
         for name, fn in variants(x, w).items():
             try:
-                t = _time(fn)
+                t = time_s(fn, reps=20, use_graph=False)
                 y = fn()
                 err = float((y.float() - ref).abs().max()) if y.shape == ref.shape else None
                 row = {"batch": bs, "variant": name, "ms": round(t * 1e3, 4), "max_abs_diff": err}
