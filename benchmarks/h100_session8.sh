@@ -7,6 +7,7 @@
 #   stem     — benchmarks/stem_variants.py: formulations of the stem convolution timed at batches 1 and 256
 #   session  — peaks, profile and serve through the run session and worker protocol (kinds in runs)
 #   nvml     — a small eager sweep: telemetry, the environment and device memory through nvml_access.py
+#   recheck  — ResNet-50 quant int8/fp8 at batch 256 and the stem variants, after the review's refactors
 #   gputests — the quant engine's and the graph runner's GPU tests
 set -uo pipefail
 source benchmarks/device_lib.sh  # PYTHONPATH, the carried LoadGen wheel, step(), pack()
@@ -45,6 +46,12 @@ for (e,) in c.execute('select env_json from runs'): d=json.loads(e); print({k: d
 for b,u,e in c.execute('select batch_size, device_mem_used_bytes, extra_json from results'):
     t=json.loads(e).get('telemetry',{}); print(b, u, t.get('energy_source'), t.get('joules_per_image'), t.get('n_samples'))" $S/nvml.sqlite
     pack $S/nvml.sqlite ;;
+recheck)
+    step "quant after the review" 200 python -m deepgap run --models resnet50 --engines quant --precisions int8,fp8 \
+        --batch-sizes 256 --sweeps 1 --thermal-timeout 15 --store $S/recheck.sqlite
+    python -m deepgap layers $S/recheck.sqlite --top 2 2>&1 | head -20
+    step "stem variants" 60 python benchmarks/stem_variants.py --batch-sizes 256 | tee $OUT/stem_variants_recheck.jsonl
+    pack $S/recheck.sqlite ;;
 gputests)
     step "GPU tests" "${TEST_LIMIT:-240}" python -m pytest tests/test_quant_gpu.py tests/test_graph_runner_gpu.py \
         ${GPU_TESTS:-} -q -x -p no:cacheprovider 2>&1 | tail -30 | tee $OUT/gputests.txt ;;
