@@ -14,7 +14,7 @@ import pytest
 from deepgap import precision as prec
 from deepgap.precision import PRECISIONS, DeviceCaps, Precision
 
-FAKE = Precision("fp6", "float16", 3, 0.5, 0.9, "#123456", (9, 9), "fp6_tflops", peak_unit="POPS",
+FAKE = Precision("fp6", "float16", 3, 0.5, 0.9, "#123456", "navy", (9, 9), "fp6_tflops", peak_unit="POPS",
                  peak_fallback="fp16", quantized=True)
 
 
@@ -68,7 +68,8 @@ def test_device_support_keeps_its_rules():
     cpu = DeviceCaps("cpu", "cpu", "cpu")
     turing = DeviceCaps("cuda:0", "cuda", "T4", (7, 5))
     maxwell = DeviceCaps("cuda:0", "cuda", "M40", (5, 2))
-    assert prec.float_precision_support("fp32", cpu) is None and prec.float_precision_support("bf16", cpu) is None
+    assert prec.float_precision_support("fp32", cpu) is None
+    assert prec.float_precision_support("bf16", cpu) is None
     assert "tensor-core mode" in prec.float_precision_support("tf32", cpu)
     assert prec.float_precision_support("bf16", turing) == "bf16 needs compute capability ≥ 8.0; T4 has 7.5"
     assert prec.float_precision_support("fp16", turing) is None
@@ -81,8 +82,8 @@ def test_device_support_keeps_its_rules():
 def test_consumers_agree_with_the_table():
     from deepgap import correctness, figure_style
     from deepgap.analysis import accuracy
-    from deepgap.roofline import flops, specs
     from deepgap.roofline import figures as roofline_figures
+    from deepgap.roofline import flops, specs
 
     row = specs.spec_by_gpu("NVIDIA H100 SXM")
     for name, p in PRECISIONS.items():
@@ -103,8 +104,8 @@ def test_a_new_precision_in_the_table_reaches_every_consumer(fake):
 
     from deepgap import compare_console, correctness, figure_style
     from deepgap.analysis import accuracy, tables
-    from deepgap.roofline import flops, specs
     from deepgap.roofline import figures as roofline_figures
+    from deepgap.roofline import flops, specs
     from deepgap.serving.planner import Curve
 
     # colour, in every figure
@@ -117,8 +118,8 @@ def test_a_new_precision_in_the_table_reaches_every_consumer(fake):
     # quantized: the accuracy floor and the places that show a quantized row's accuracy
     assert prec.is_quantized("fp6") and "fp6" in prec.quantized_names() and "fp6" not in prec.FLOAT_PRECISIONS
     assert accuracy.threshold("fp6", None) == accuracy.DEFAULT_MIN
-    assert "95.0%" in compare_console._conf({"precision": "fp6", "configuration_a": "x", "accuracy_a": "95.0%"},
-                                            "_a")
+    row = {"precision": "fp6", "configuration_a": "x", "accuracy_a": "95.0%"}
+    assert compare_console._conf(row, "_a") == "x\n95.0%"
     curve = Curve({"model": "m", "engine": "e", "precision": "fp6"}, None, "sweep", accuracy="top-1 95%")
     assert curve.label().endswith("(sweep; top-1 95%)")
     assert "quantizing engine" in prec.float_precision_support("fp6", DeviceCaps("cpu", "cpu", "cpu"))
@@ -133,8 +134,9 @@ def test_a_new_precision_in_the_table_reaches_every_consumer(fake):
     # its correctness tolerance
     ref = torch.ones(2, 10)
     out = ref.clone()
-    out[:, 0] += 2.0  # relative L2 error 2/√10 ≈ 0.63 (> 0.5), cosine ≈ 0.87 (< 0.9)
-    assert correctness.compare(out, ref, "fp6").bound_rel_l2 == 0.5 and correctness.compare(out, ref, "fp6").flagged
+    out[:, 0] += 2.0  # relative L2 error 2/√10 ≈ 0.63 (> 0.5), cosine ≈ 0.89 (< 0.9)
+    agreement = correctness.compare(out, ref, "fp6")
+    assert agreement.bound_rel_l2 == 0.5 and agreement.flagged
     out[:, 0] = ref[:, 0] + 1.2  # ≈ 0.38 and ≈ 0.94: within fp6's bounds, beyond int8's
     assert not correctness.compare(out, ref, "fp6").flagged and correctness.compare(out, ref, "int8").flagged
 

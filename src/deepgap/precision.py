@@ -36,6 +36,7 @@ class Precision:
     rel_l2_bound: float  # correctness: largest relative L2 error of the logits against fp32 eager
     cosine_floor: float  # correctness: smallest cosine similarity of the logits against fp32 eager
     colour: str  # its colour in every figure (static and interactive)
+    colour_name: str  # that colour in words, for figure captions
     min_cc: tuple[int, int]  # the CUDA compute capability its fast path needs; (0, 0): any GPU
     peak_column: str  # its dense peak's column in data/gpu_specs.csv (`deepgap.roofline.specs`)
     peak_unit: str = "TFLOP/s"  # the unit of that peak (int8: TOPS)
@@ -51,14 +52,22 @@ PRECISIONS: dict[str, Precision] = {
         # Tolerances (random-weight ResNets, 224²): loose enough for rounding, tight enough that a wrong
         # layer, layout or scale blows far past them; fp32 differs only by reordering, bf16 has an 8-bit
         # mantissa.
-        Precision("fp32", "float32", 4, 1e-3, 0.9999, "#1f77b4", (0, 0), "fp32_tflops"),
-        Precision("tf32", "float32", 4, 2e-2, 0.999, "#17becf", (8, 0), "tf32_tflops",
+        Precision("fp32", dtype="float32", itemsize=4, rel_l2_bound=1e-3, cosine_floor=0.9999,
+                  colour="#1f77b4", colour_name="blue", min_cc=(0, 0), peak_column="fp32_tflops"),
+        Precision("tf32", dtype="float32", itemsize=4, rel_l2_bound=2e-2, cosine_floor=0.999,
+                  colour="#17becf", colour_name="cyan", min_cc=(8, 0), peak_column="tf32_tflops",
                   peak_fallback="fp32", allow_tf32=True, gpu_only=True),
-        Precision("fp16", "float16", 2, 2e-2, 0.999, "#ff7f0e", (5, 3), "fp16_tflops"),
-        Precision("bf16", "bfloat16", 2, 1e-1, 0.99, "#8c564b", (8, 0), "bf16_tflops", peak_fallback="fp16"),
-        Precision("int8", "int8", 1, 0.25, 0.95, "#2ca02c", (7, 5), "int8_tops", peak_unit="TOPS",
+        Precision("fp16", dtype="float16", itemsize=2, rel_l2_bound=2e-2, cosine_floor=0.999,
+                  colour="#ff7f0e", colour_name="orange", min_cc=(5, 3), peak_column="fp16_tflops"),
+        Precision("bf16", dtype="bfloat16", itemsize=2, rel_l2_bound=1e-1, cosine_floor=0.99,
+                  colour="#8c564b", colour_name="brown", min_cc=(8, 0), peak_column="bf16_tflops",
+                  peak_fallback="fp16"),
+        Precision("int8", dtype="int8", itemsize=1, rel_l2_bound=0.25, cosine_floor=0.95,
+                  colour="#2ca02c", colour_name="green", min_cc=(7, 5), peak_column="int8_tops",
+                  peak_unit="TOPS", quantized=True),
+        Precision("fp8", dtype="float8_e4m3fn", itemsize=1, rel_l2_bound=0.25, cosine_floor=0.95,
+                  colour="#9467bd", colour_name="purple", min_cc=(8, 9), peak_column="fp8_tflops",
                   quantized=True),
-        Precision("fp8", "float8_e4m3fn", 1, 0.25, 0.95, "#9467bd", (8, 9), "fp8_tflops", quantized=True),
     )
 }
 
