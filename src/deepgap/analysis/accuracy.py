@@ -6,7 +6,8 @@ labels divided by the fp32 reference's top-1 on the same images. Without one, it
 check's top-1 agreement with fp32 on its fixed inputs (``extra['correctness']``): a quantized engine that
 changes the predicted class of more than 1% of them fails the same bar.
 
-Which configurations are held to it: int8 and fp8 by default (``DEFAULT_MIN``); every precision when the
+Which configurations are held to it: the quantized precisions (int8, fp8: ``quantized`` in
+`deepgap.precision.PRECISIONS`) by default (``DEFAULT_MIN``); every precision when the
 user sets a minimum (``--min-accuracy`` at run time, stored as ``extra['min_accuracy']``, or at analysis
 time, which overrides the stored one). A flagged configuration is never recommended.
 """
@@ -15,10 +16,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from deepgap.precision import is_quantized
 from deepgap.stats import finite_or_none as _num
 
 DEFAULT_MIN = 0.99
-QUANTIZED = frozenset({"int8", "fp8"})
 FLAG = "accuracy-loss"
 COLUMNS = ("top1", "top5", "top1_relative", "top1_agreement_fp32")
 
@@ -39,13 +40,13 @@ def figure(extra: dict[str, Any] | None) -> tuple[float | None, str]:
 def threshold(
     precision: str, extra: dict[str, Any] | None, min_accuracy: float | None = None
 ) -> float | None:
-    """The minimum that applies: the analysis's, else the run's stored one, else 99% for int8/fp8, or none."""
+    """The minimum that applies: the analysis's, else the run's stored one, else 99% if quantized, or none."""
     if min_accuracy is not None:
         return min_accuracy
     stored = _num((extra or {}).get("min_accuracy")) if isinstance(extra, dict) else None
     if stored is not None:
         return stored
-    return DEFAULT_MIN if precision in QUANTIZED else None
+    return DEFAULT_MIN if is_quantized(precision) else None
 
 
 def flags(precision: str, extra: dict[str, Any] | None, min_accuracy: float | None = None) -> list[str]:

@@ -76,7 +76,6 @@ THROTTLE_MIN_FRACTION = TelemetrySettings().throttle_min_fraction  # the share t
 # Accuracy against the fp32 eager reference (deepgap.correctness, stored in extra["correctness"]): the
 # evidence a quantized row carries wherever it is shown. Aggregated as the worst over measurements.
 ACCURACY_WORST = {"rel_l2": "max", "cosine": "min", "top1_agreement": "min"}
-QUANTIZED = ("int8", "fp8")
 
 
 def telemetry_flags(extra: dict[str, Any]) -> list[str]:

@@ -29,8 +29,10 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from deepgap.precision import column
+
 ANNOTATION_PREFIX = "dg#"  # record_function names that `OpCounter(annotate=True)` emits: dg#<op index>
-ITEMSIZE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "int8": 1, "fp8": 1}
+ITEMSIZE_BYTES = column("itemsize")  # bytes per element, a live view of the precision table
 
 
 def _words(text: str) -> frozenset[str]:
