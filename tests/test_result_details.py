@@ -111,12 +111,14 @@ def test_producer_order_and_always_written_keys():
     assert ResultDetails().to_json() == {} and ResultDetails(traceback="tb").to_json() == {"traceback": "tb"}
 
 
-def test_telemetry_details_declare_every_window_field():
-    """One list of telemetry keys: every `TelemetryWindow` field is a typed field of `TelemetryDetails`."""
+def test_details_declare_every_producer_field():
+    """The producers' records and the typed details name the same keys (the details cannot import them)."""
+    from deepgap.correctness import Agreement
     from deepgap.telemetry.base import TelemetryWindow
 
     missing = {f.name for f in dataclasses.fields(TelemetryWindow)} - set(TelemetryDetails.declared())
     assert not missing, missing
+    assert [f.name for f in dataclasses.fields(Agreement)] == list(Correctness.declared())
 
 
 def test_store_round_trip(tmp_path):

@@ -34,7 +34,7 @@ def test_results_carry_aggregates_flags_and_samples(throttled):
         assert t["mean_power_w"] == 100.0 and t["energy_j"] > 0 and t["joules_per_image"] > 0
         assert t["idle_power_w"] == pytest.approx(100.0, rel=0.05) and t["dynamic_energy_j"] is not None
         assert t["sm_clock_ref_mhz"] == 1100.0  # the thermal warm-up's steady clock
-        assert e["flags"] == ["thermal-throttle", "power-throttle"]
+        assert e.flags == ["thermal-throttle", "power-throttle"]
     tel = s.telemetry_frame(df["run_id"][0])
     phases = set(tel["phase"])
     assert {"idle", "idle-summary", "thermal", "thermal-summary", "warmup", "measure"} <= phases

@@ -3,17 +3,18 @@
 Every key below is a typed optional field; `ResultDetails.to_json` writes exactly the JSON object the
 store always held (same keys, same order, nulls where a producer wrote them), and `from_json` reads it
 back, keeping unknown keys (an older or newer deepgap, a hand-edited store) in ``other`` so that a
-round trip loses nothing. Key inventory (producer → readers):
+round trip loses nothing. Key inventory (producer → readers; "record" = kept for the record only):
 
-* ``traceback`` (worker: a failure's traceback) → show.
-* ``setup_s``, ``engine_info`` (`EngineInfo`), ``correctness`` (`Correctness`), ``windows`` (`Window`
-  list), ``ci_halfwidth_rel``, ``torch_threads``, ``transfer`` (worker, after the timing protocol) →
-  analysis.frame (flags, accuracy columns), report_answer, quant_layers (``engine_info.layers``), tests.
-* ``telemetry`` (`TelemetryDetails`), ``flags`` (telemetry.session) → analysis.frame, serving.planner,
-  worker (``max_device_mem_used_bytes``); ``flags`` also from store.recover (a damaged ``extra``).
-* ``prepare_peak_mem_bytes`` (`MemoryPeaks`), ``device_mem_used`` (`DeviceMemUsed`) (worker, CUDA).
-* ``min_accuracy``, ``accuracy`` (`Accuracy`) (accuracy.evaluate) → analysis.accuracy.
-* ``thermal`` (telemetry.session's run-level warm-up; a dict owned by telemetry.thermal) → telemetry.runlevel.
+* ``traceback`` (worker: a failed configuration) → record.
+* ``setup_s``, ``windows`` (`Window`), ``ci_halfwidth_rel``, ``torch_threads``, ``transfer`` (worker)
+  → record.
+* ``engine_info`` (`EngineInfo`, the engine's ``Prepared.info``; worker) → analysis.quant_layers.
+* ``correctness`` (`Correctness`; worker) → analysis.frame, analysis.accuracy, report_answer, commands.show.
+* ``telemetry`` (`TelemetryDetails`), ``flags`` (telemetry.session; ``flags`` also store.recover, for a
+  damaged row) → analysis.frame, analysis.thermal, serving.planner, commands.show, worker.
+* ``prepare_peak_mem_bytes`` (`MemoryPeaks`), ``device_mem_used`` (`DeviceMemUsed`) (worker, CUDA) → record.
+* ``min_accuracy``, ``accuracy`` (`Accuracy`) (accuracy.evaluate) → analysis.accuracy, commands.show.
+* ``thermal`` (telemetry.session's warm-up result, never a stored result) → telemetry.runlevel.
 * ``lane``, ``node_id``, ``node_env`` (fleet: the lane and its environment fingerprint, a dict like a
   run's ``env``), ``attempts``, ``lost`` (fleet.ray_backend) → store.results_frame, fleet.
 
