@@ -11,24 +11,25 @@ OUT_DIR=${1:-/tmp/prelude}
 mkdir -p "$OUT_DIR"
 rm -f "$OUT_DIR"/serve.sqlite* "$OUT_DIR"/fleet.sqlite*
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+PY=${PYTHON:-python3}
 WARM=(--thermal-warmup --thermal-timeout 20 --thermal-window 10)
 
 echo "== serve: resnet18 fp16, offline, thermal warm-up capped at 20 s"
-time python -m deepgap serve --model resnet18 --precision fp16 --device cuda --scenario offline \
+time "$PY" -m deepgap serve --model resnet18 --precision fp16 --device cuda --scenario offline \
     --batch-sizes 1,8,32,64 --curve-iterations 30 --min-queries 2048 --min-duration 1s "${WARM[@]}" \
     --store "$OUT_DIR/serve.sqlite"
 
 echo "== fleet: --devices cuda:0, tinycnn batches 1 and 2"
-time python -m deepgap run --devices cuda:0 --models tinycnn --engines eager --precisions fp32 \
+time "$PY" -m deepgap run --devices cuda:0 --models tinycnn --engines eager --precisions fp32 \
     --batch-sizes 1,2 --sweeps 1 --warmup 5 --iterations 20 --repeats 2 --target-ci off "${WARM[@]}" \
     --store "$OUT_DIR/fleet.sqlite"
 
 for store in "$OUT_DIR/serve.sqlite" "$OUT_DIR/fleet.sqlite"; do
     echo "== deepgap show $store"
-    python -m deepgap show "$store" --runs
-    python -m deepgap show "$store"
+    "$PY" -m deepgap show "$store" --runs
+    "$PY" -m deepgap show "$store"
     echo "-- idle / thermal of each run"
-    python - "$store" <<'EOF'
+    "$PY" - "$store" <<'EOF'
 import sys
 
 from deepgap.store import Store
