@@ -48,6 +48,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
                    help="labelled images (ImageFolder or CSV of path,label): top-1/top-5 of the served engine; "
                         "int8/fp8 calibrated on a disjoint split")
     p.add_argument("--accuracy-samples", metavar="N", help="score N evaluation images of --dataset (default: all)")
+    p.add_argument("--no-telemetry", action="store_true", help="no idle baseline and no thermal warm-up")
+    p.add_argument("--idle-time", help="seconds of idle-baseline power before the build (default 2; 0: none)")
+    p.add_argument("--thermal-warmup", action="store_true",
+                   help="run load until the temperature is steady before calibrating (as deepgap run)")
+    p.add_argument("--thermal-window",
+                   help="steady = temperature slope under the threshold over this many s (default 30)")
+    p.add_argument("--thermal-slope", help="steady-state threshold in °C per minute (default 1)")
+    p.add_argument("--thermal-timeout", help="stop the thermal warm-up after this many s (default 300)")
+    p.add_argument("--sample-hz", help="telemetry samples per second in the prelude (default 10)")
     p.add_argument("--store", default=api.DEFAULT_STORE, help=f"SQLite store (default {api.DEFAULT_STORE})")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.add_argument("--json", action="store_true", help="the headline numbers as one JSON object on stdout")
@@ -90,6 +99,17 @@ def build_spec(args: argparse.Namespace):
         v = conv(getattr(args, field if field != "timeout_s" else "timeout"), flag)
         if v is not None:
             kw[field] = v
+    # the run-level prelude: the flags and defaults of deepgap run
+    for flag, field in (("idle-time", "idle_s"), ("thermal-window", "thermal_window_s"),
+                        ("thermal-slope", "thermal_slope_c_per_min"),
+                        ("thermal-timeout", "thermal_timeout_s"), ("sample-hz", "sample_hz")):
+        v = _float(getattr(args, flag.replace("-", "_")), flag)
+        if v is not None:
+            kw[field] = v
+    if args.no_telemetry:
+        kw["telemetry"] = False
+    if args.thermal_warmup:
+        kw["thermal_warmup"] = True
     return ServeSpec(**kw)
 
 
@@ -101,7 +121,8 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     try:
         out = run_serve(spec, args.store, say=say, command=" ".join(["deepgap", *sys.argv[1:]]))
     except KeyboardInterrupt:
-        print("deepgap: interrupted; nothing of this serve run was stored", file=sys.stderr)
+        print("deepgap: interrupted; the serve run, if it had started, is stored as interrupted "
+              "without its levels", file=sys.stderr)
         return 130
     if args.json:
         print(json.dumps({"run_id": out.run_id, "store": out.store_path, "status": out.status, "reason": out.reason,

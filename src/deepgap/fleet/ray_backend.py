@@ -14,6 +14,11 @@ fault: the driver submits it again, up to ``retries`` times, and Ray places it o
 matching node; ``extra["attempts"]`` and ``extra["lost"]`` record it. The driver resubmits itself
 (tasks carry ``max_retries=0``) because Ray's own retries are invisible to the caller.
 
+Before the first configuration, every device of the matching nodes measures the run-level prelude
+(idle baseline, thermal warm-up) in a Ray actor of its own (`deepgap.fleet.ray_prelude`); the
+driver stores it through the run session as for local lanes, and each task applies the facts of
+its device (idle power, steady SM clock).
+
 Batch ladders (`deepgap.fleet.common.ladders`) are chained: the next batch of a ladder is submitted
 when the previous one finished, so an OOM or a hang skips the larger batches as on one machine,
 while different ladders run in parallel across the cluster.
@@ -39,6 +44,7 @@ from typing import Any
 from deepgap.config import SweepSpec
 from deepgap.errors import UsageError
 from deepgap.fleet.common import Finished, cascade_reason, ladders
+from deepgap.fleet.ray_prelude import RayPrelude, device_key, lane_name
 from deepgap.records import ConfigSpec, Result, Status
 from deepgap.result_details import ResultDetails
 
@@ -119,25 +125,30 @@ def where_resources(where: dict[str, str], nodes: list[dict[str, Any]]) -> dict[
     return out
 
 
-def measure_config(spec: dict[str, Any], cfg_key: str) -> Result:
-    """Body of the Ray task: measure one configuration in a fresh deepgap worker on this node."""
+def measure_config(spec: dict[str, Any], cfg_key: str,
+                   contexts: dict[str, dict[str, Any]] | None = None) -> Result:
+    """Body of the Ray task: measure one configuration in a fresh deepgap worker on this node.
+
+    ``contexts``: what each device's prelude learnt (`deepgap.fleet.ray_prelude`), by device; the
+    task applies those of the device Ray gave it.
+    """
     import ray
 
     from deepgap.runner import SweepRunner
 
     cfg = ConfigSpec.from_key(cfg_key)
     device = "cuda" if cfg.device.startswith("cuda") else "cpu"  # Ray set CUDA_VISIBLE_DEVICES
+    node_id = ray.get_runtime_context().get_node_id()
+    gpu_ids = [str(g) for g in ray.get_gpu_ids()]
     runner = SweepRunner(SweepSpec.from_dict(spec), device)
+    runner.set_context(**(contexts or {}).get(device_key(node_id, device, gpu_ids), {}))
     try:
         runner.start()
         env = runner.environment()
         res = next(iter(runner.run([dataclasses.replace(cfg, device=device)])))
     finally:
         runner.worker.kill()  # its one job is done: no need to wait for a clean interpreter exit
-    node_id = ray.get_runtime_context().get_node_id()
-    gpu_ids = [str(g) for g in ray.get_gpu_ids()]
-    where = f"GPU {','.join(gpu_ids)}" if device == "cuda" else "CPU"
-    lane = f"{env.get('host', '?')} ({node_id[:6]}) {where}"
+    lane = lane_name(env, node_id, device, gpu_ids)
     res.spec = cfg
     res.details.lane, res.details.node_id = lane, node_id
     res.details.node_env = {**env, "lane": lane, "ray_node_id": node_id, "ray_gpu_ids": gpu_ids}
@@ -170,6 +181,8 @@ class RayBackend:
         self._ray: Any = None
         self._owns = False
         self._pending: dict[Any, _Job] = {}
+        self._prelude: RayPrelude | None = None
+        self.contexts: dict[str, dict[str, Any]] = {}  # what each device's prelude learnt, by device_key
 
     def describe(self) -> dict[str, Any]:
         """The fleet settings stored with the run (``--resume`` reuses them)."""
@@ -239,7 +252,28 @@ class RayBackend:
         return sorted(types) or ["GPU"]
 
     def start(self) -> None:
-        """Nothing to start: Ray starts a worker per task."""
+        """Start the prelude's actors, one per device of the matching nodes (`deepgap.fleet.ray_prelude`).
+
+        The configurations need nothing started: Ray starts a worker per task.
+        """
+        self._prelude = RayPrelude(self._ray, self.sweep, self.matching, self.resources)
+        self._prelude.start()
+
+    def first_env(self) -> dict[str, Any] | None:
+        """The first device's fingerprint (the run's, made before any result); None: no prelude."""
+        return self._prelude.first_env() if self._prelude is not None else None
+
+    def prelude(self, measure: Any, configs: list[ConfigSpec]) -> None:
+        """``measure(lane, runner, configs)`` on every device at once, in its actor; then free the devices.
+
+        The run-level prelude (`deepgap.session.RunSession.prelude`), as the local lanes get it; what
+        it learns goes with every task (``contexts``).
+        """
+        assert self._prelude is not None, "start the backend first"
+        try:
+            self._prelude.run(measure, configs)
+        finally:
+            self.contexts = self._prelude.contexts
 
     def _options(self, cfg: ConfigSpec) -> dict[str, Any]:
         opts: dict[str, Any] = {"max_retries": 0, "resources": dict(self.resources), "name": f"deepgap {cfg.label()}"}
@@ -264,7 +298,7 @@ class RayBackend:
         def submit(job: _Job) -> None:
             job.attempts += 1
             job.options = self._options(job.cfg)
-            pending[remote.options(**job.options).remote(spec, job.cfg.key)] = job
+            pending[remote.options(**job.options).remote(spec, job.cfg.key, self.contexts)] = job
 
         for ladder in ladders(configs):
             submit(_Job(ladder[0], deque(ladder[1:])))
@@ -329,6 +363,8 @@ class RayBackend:
         ray = self._ray
         if ray is None:
             return
+        if self._prelude is not None:
+            self._prelude.close()
         for ref in list(self._pending):
             try:
                 ray.cancel(ref, force=True)

@@ -8,11 +8,12 @@ fleet settings in the run's stored environment) measures the rest with no duplic
 The run row is created when the first result arrives, with that device's fingerprint plus a
 ``fleet`` summary (backend, devices or Ray nodes, ``--where``); every result also carries its own
 node's fingerprint in ``extra["node_env"]``, which `Store.results_frame` prefers for
-``device_name`` and ``host``. The store side is a `deepgap.session.RunSession`, as for every run. A
-backend with local workers (``prelude``: the devices of this host) gets the run-level prelude too:
-the run row is then created before the first result (with the first lane's fingerprint), and
-every lane measures its own idle baseline and thermal warm-up, at once, before its first
-configuration.
+``device_name`` and ``host``. The store side is a `deepgap.session.RunSession`, as for every run.
+Both backends give the run-level prelude (``prelude``, ``first_env``): the run row is then created
+before the first result (with the first device's fingerprint), and every device — a local lane, or
+a Ray actor per device of the matching nodes (`deepgap.fleet.ray_prelude`) — measures its own idle
+baseline and thermal warm-up, at once, before the first configuration. A Ray cluster on which no
+prelude actor could start runs without one (the run row then waits for the first result).
 """
 
 from __future__ import annotations
@@ -72,18 +73,47 @@ def run_env(backend: Any, first: dict[str, Any]) -> dict[str, Any]:
     return env
 
 
+class LaneRows:
+    """The run-level rows one lane's prelude measured, kept until the driver's thread writes them.
+
+    Why not a store connection per lane thread: opening a second `Store` on the file while the
+    driver's is open reads the file's header with a plain ``open``/``close``, and closing any file
+    descriptor of a file drops every POSIX lock this process holds on it, SQLite's included — another
+    process's reader then deletes the write-ahead log the driver is still writing to (its rows vanish
+    from readers, and from the file if the driver is killed). The driver's one connection writes.
+    """
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, list[tuple[str, float, dict[str, Any]]]]] = []
+
+    def record_run_telemetry(self, run_id: str, samples: list[tuple[str, float, dict[str, Any]]]) -> None:
+        """Keep ``samples`` for `write`."""
+        self.rows.append((run_id, list(samples)))
+
+    def write(self, store: Any) -> None:
+        """Store the kept rows through the driver's connection."""
+        for run_id, samples in self.rows:
+            store.record_run_telemetry(run_id, samples)
+        self.rows = []
+
+
 def _prelude(backend: Any, session: RunSession, sweep: SweepSpec, configs: list[ConfigSpec],
              log: Callable[[str], None]) -> None:
-    """Each lane's idle baseline and thermal warm-up, at once, each on its own store connection."""
+    """Each lane's idle baseline and thermal warm-up, at once; stored by this thread when all are done."""
+    lanes: list[LaneRows] = []
 
     def measure(lane: str, runner: Any, configs: list[ConfigSpec]) -> None:
-        lane_session = session.joined()  # an SQLite connection is not shared between threads
-        try:
-            lane_session.prelude(runner, sweep, configs, lambda m: log(f"{lane}: {m}"))
-        finally:
-            lane_session.close(discard_empty=False)
+        rows = LaneRows()
+        lanes.append(rows)
+        lane_session = RunSession(session.path, session.kind, rows)  # type: ignore[arg-type]
+        lane_session.run_id = session.run_id
+        lane_session.prelude(runner, sweep, configs, lambda m: log(f"{lane}: {m}"))
 
-    backend.prelude(measure, configs)
+    try:
+        backend.prelude(measure, configs)
+    finally:
+        for rows in lanes:
+            rows.write(session.store)
 
 
 def run_fleet(
@@ -140,14 +170,15 @@ def run_fleet(
         backend.sweep = sweep
         backend.start()
         command = command or python_command()
+        first = backend.first_env() if configs and hasattr(backend, "prelude") else None
         if run_id is not None:
             session.resume(run_id)
-        elif configs and hasattr(backend, "prelude"):
-            session.open(sweep.to_dict(), command, run_env(backend, backend.first_env()))
+        elif first is not None:
+            session.open(sweep.to_dict(), command, run_env(backend, first))
         out = Results(run_id=session.run_id or "", store_path=store)
         total, n = len(configs), 0
         with session:
-            if configs and hasattr(backend, "prelude"):
+            if first is not None:
                 _prelude(backend, session, sweep, configs, log)
             for item in backend.results(configs):
                 if isinstance(item, Started):

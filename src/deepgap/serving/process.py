@@ -195,10 +195,32 @@ class ServingWorker(WorkerHandle):
 
     def start_serving(self, req: SetupRequest, timeout_s: float) -> SetupReply:
         """Start the process, build and calibrate; raises `SetupFailed` or `WorkerLost`."""
-        kind, payload = self.spawn(serve, (self.device,), f"deepgap-serve-{req.model}", timeout_s)
+        self.launch(req.model, timeout_s)
+        return self.setup(req, timeout_s)
+
+    def launch(self, model: str, timeout_s: float) -> None:
+        """Start the process (it probes the device); raises `SetupFailed` or `WorkerLost`.
+
+        Separate from `setup` so that the run-level prelude (`deepgap.serving.prelude`) runs in the
+        worker before it builds anything.
+        """
+        kind, payload = self.spawn(serve, (self.device,), f"deepgap-serve-{model}", timeout_s)
         if kind != "ready":
             self.stop()
             raise SetupFailed(*payload[:2])
+        self.caps = payload
+
+    def environment(self, timeout_s: float) -> dict[str, Any]:
+        """The worker's environment fingerprint (the run's, opened before the build)."""
+        try:
+            return self.call("env", None, timeout_s)
+        except WorkerFailed as exc:
+            raise SetupFailed(exc.status, exc.reason) from None
+
+    def setup(self, req: SetupRequest, timeout_s: float) -> SetupReply:
+        """Build and calibrate in the launched worker (launched again if the prelude lost it)."""
+        if not self.alive():
+            self.launch(req.model, timeout_s)
         try:
             reply = self.call("serve.setup", req, timeout_s)
         except WorkerFailed as exc:

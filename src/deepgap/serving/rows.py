@@ -46,13 +46,27 @@ def stderr_say(msg: str) -> None:
 
 def run_spec(spec: ServeSpec, device: str, models: list[str]) -> dict[str, Any]:
     """The run's stored spec: a sweep spec of the served configuration, serving settings in options."""
+    sweep = serve_sweep(spec, device, models)
+    return sweep.replace(options={"serve": spec.settings(), **serve_options(spec), **sweep.options}).to_dict()
+
+
+def serve_sweep(spec: ServeSpec, device: str, models: list[str]) -> SweepSpec:
+    """The served configuration as a sweep spec, with the run-level prelude's telemetry settings.
+
+    Why a sweep spec: the idle baseline and thermal warm-up are the ones ``deepgap run`` measures
+    (`deepgap.session.RunSession.prelude`), which read their settings from one.
+    """
     from deepgap.models import resolve_model
 
     res = spec.resolution or resolve_model(models[0]).default_resolution
+    backend = {} if spec.telemetry_backend == "auto" else {"telemetry_backend": spec.telemetry_backend}
     return SweepSpec(models=tuple(models), engines=(spec.engine,), precisions=(spec.precision,),
                      batch_sizes=spec.buckets(device), memory_formats=(spec.memory_format,), device=device,
                      resolution=res, seed=spec.seed, include_transfer=True, weights=spec.weights,
-                     options={"serve": spec.settings(), **serve_options(spec)}).to_dict()
+                     telemetry=spec.telemetry, idle_s=spec.idle_s, thermal_warmup=spec.thermal_warmup,
+                     thermal_window_s=spec.thermal_window_s,
+                     thermal_slope_c_per_min=spec.thermal_slope_c_per_min,
+                     thermal_timeout_s=spec.thermal_timeout_s, sample_hz=spec.sample_hz, options=backend)
 
 
 def setup_request(spec: ServeSpec, model: str, device: str) -> SetupRequest:

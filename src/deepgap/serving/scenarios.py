@@ -1,4 +1,4 @@
-"""``deepgap serve`` for one model: calibrate, run the scenario for real, predict it, store it whole.
+"""``deepgap serve`` for one model: calibrate, run the scenario for real, predict it, store it.
 
 Every measured level is paired with the simulator's prediction for the *same* arrivals, fed the
 service curve the worker calibrated moments before (same process, same engine instances, same
@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,6 +33,7 @@ from deepgap.serving.capacity import (
     search_policies,
 )
 from deepgap.serving.log import LevelSummary, summarize
+from deepgap.serving.prelude import begin_run
 from deepgap.serving.process import LevelRequest, ServingWorker, SetupFailed, SetupRequest
 from deepgap.serving.rows import (
     Say,
@@ -46,7 +47,10 @@ from deepgap.serving.rows import (
 )
 from deepgap.serving.sim import ServiceModel, simulate
 from deepgap.serving.spec import DEFAULT_POLICY, ServeSpec
-from deepgap.serving.storage import ServeRecord, save
+from deepgap.serving.storage import ServeRecord, record
+
+if TYPE_CHECKING:
+    from deepgap.session import RunSession
 
 
 def _timeout(n: int, rate: float | None) -> float:
@@ -54,42 +58,53 @@ def _timeout(n: int, rate: float | None) -> float:
 
 
 def run_serve(spec: ServeSpec, store_path: str, say: Say = stderr_say, command: str | None = None) -> ServeOutcome:
-    """Validate, run ``spec`` and store it (nothing is written when the input is bad)."""
+    """Validate, run ``spec`` and store it (nothing is written when the input is bad).
+
+    The store side is a `deepgap.session.RunSession` of kind ``serve``: the driver opens it once its
+    worker has started and measures the prelude there (`deepgap.serving.prelude`); the levels are
+    recorded at the end, then the run is finished (``interrupted`` when the body raised).
+    """
     from deepgap.api import resolve_device
     from deepgap.serving.spec import validate
-    from deepgap.store import Store, check_path
+    from deepgap.session import SERVE, RunSession
+    from deepgap.store import check_path
 
     spec = validate(spec)
     device = resolve_device(spec.device)
     check_path(store_path)
     trace = arr.load_trace(spec.trace) if spec.trace else None
     command = command or " ".join(["deepgap", *sys.argv[1:]])
-    if spec.tenants:
-        from deepgap.serving.tenants import run_tenants
+    session = RunSession(store_path, SERVE)
+    with session:
+        if spec.tenants:
+            from deepgap.serving.tenants import run_tenants
 
-        rec, out = run_tenants(spec, device, store_path, say)
-    else:
-        rec, out = _run_single(spec, device, trace, store_path, say)
-    rec.command = command
-    store = Store(store_path)
-    try:
-        out.run_id = save(store, rec, __version__)
-    finally:
-        store.close()
+            rec, out = run_tenants(spec, device, store_path, say, session, command)
+        else:
+            rec, out = _run_single(spec, device, trace, store_path, say, session, command)
+        rec.command = command
+        if session.run_id is None:  # the worker never started: the run holds the failed setup only
+            session.open(rec.spec, command, rec.env, __version__)
+        assert session.store is not None and session.run_id is not None
+        record(session.store, session.run_id, rec)
+        session.finish(rec.status)
+        out.run_id = session.run_id
     return out
 
 
 def _run_single(spec: ServeSpec, device: str, trace: np.ndarray | None, store_path: str,
-                say: Say) -> tuple[ServeRecord, ServeOutcome]:
+                say: Say, session: RunSession, command: str) -> tuple[ServeRecord, ServeOutcome]:
     req = setup_request(spec, spec.model, device)
-    rec = ServeRecord(spec=run_spec(spec, device, [spec.model]), command="", env={"device": device})
+    rec = ServeRecord(spec=run_spec(spec, device, [spec.model]), command=command, env={"device": device})
     out = ServeOutcome(None, os.path.abspath(store_path))
     worker = ServingWorker(device)
-    say(f"serve: building {spec.model} ({spec.engine}, {spec.precision}, {spec.memory_format}) on {device} "
-        f"and calibrating batches {', '.join(map(str, req.buckets))}")
     try:
         try:
-            reply = worker.start_serving(req, spec.timeout_s)
+            worker.launch(spec.model, spec.timeout_s)
+            begin_run(session, worker, spec, req, [spec.model], rec, command, say)
+            say(f"serve: building {spec.model} ({spec.engine}, {spec.precision}, {spec.memory_format}) on "
+                f"{device} and calibrating batches {', '.join(map(str, req.buckets))}")
+            reply = worker.setup(req, spec.timeout_s)
         except (SetupFailed, WorkerLost) as exc:
             status = exc.status.value if isinstance(exc.status, Status) else str(exc.status)
             rec.levels.append(level_row(req, spec.scenario, "setup", None, spec.qps, "", spec.seed, None,
@@ -97,7 +112,6 @@ def _run_single(spec: ServeSpec, device: str, trace: np.ndarray | None, store_pa
             out.status, out.reason = status, exc.reason.splitlines()[0]
             out.lines.append(f"{status}: {out.reason}")
             return rec, out
-        rec.env = reply.env
         rec.curves = curve_rows(reply, req)
         service = service_of(reply, f"calibration of {spec.model}")
         for note in reply.notes:
@@ -113,10 +127,17 @@ def _run_single(spec: ServeSpec, device: str, trace: np.ndarray | None, store_pa
         for lv in rec.levels:
             lv.values["extra"] = {**lv.values.get("extra", {}), "correctness": reply.correctness,
                                   "notes": reply.notes, "engine_info": reply.engine_info,
+                                  **setup_memory(reply),
                                   **({"accuracy": reply.accuracy} if reply.accuracy else {})}
     finally:
         worker.stop()
     return rec, out
+
+
+def setup_memory(reply: Any) -> dict[str, Any]:
+    """The device memory in use after the build, for each level's extra (the run row is opened before it)."""
+    used = reply.env.get("device_mem_used_bytes_at_setup")
+    return {} if used is None else {"device_mem_used_bytes_at_setup": used}
 
 
 @dataclass

@@ -60,6 +60,15 @@ class ServeSpec:
     rel_tol: float = 0.03
     dataset: str | None = None  # accuracy mode (deepgap.accuracy): score the served engine, calibrate on it
     accuracy_samples: int | None = None
+    # The run-level prelude, as ``deepgap run``'s (`deepgap.telemetry.runlevel`): same flags and defaults.
+    telemetry: bool = True  # False: no idle baseline and no thermal warm-up
+    idle_s: float = 2.0  # idle-baseline power measured this long before the worker builds anything
+    thermal_warmup: bool = False  # load the device until its temperature is steady before calibrating
+    thermal_window_s: float = 30.0
+    thermal_slope_c_per_min: float = 1.0
+    thermal_timeout_s: float = 300.0
+    sample_hz: float = 10.0  # telemetry samples per second during the idle baseline and the warm-up
+    telemetry_backend: str = "auto"  # auto (NVML on cuda, CPU backend on cpu) | fake:<scenario> (tests)
 
     def replace(self, **changes: Any) -> ServeSpec:
         """A copy with some fields changed."""
@@ -139,6 +148,16 @@ def validate(spec: ServeSpec) -> ServeSpec:
     if spec.batch_sizes and spec.max_batch and spec.max_batch > max(spec.batch_sizes):
         raise UsageError(f"--max-batch {spec.max_batch} exceeds the largest --batch-sizes {max(spec.batch_sizes)}",
                          "raise --batch-sizes or lower --max-batch")
+    if not (isinstance(spec.idle_s, (int, float)) and math.isfinite(spec.idle_s) and spec.idle_s >= 0):
+        raise UsageError(f"--idle-time must be ≥ 0, got {spec.idle_s!r}", "pass e.g. --idle-time 2")
+    for name, flag in (("thermal_window_s", "thermal-window"), ("thermal_slope_c_per_min", "thermal-slope"),
+                       ("thermal_timeout_s", "thermal-timeout"), ("sample_hz", "sample-hz")):
+        v = getattr(spec, name)
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+            raise UsageError(f"--{flag} must be positive, got {v!r}", f"pass a positive --{flag}")
+    if spec.sample_hz > 1000:
+        raise UsageError(f"--sample-hz must be at most 1000, got {spec.sample_hz!r}",
+                         "pass e.g. --sample-hz 10")
     if not 0 < spec.confidence < 1:
         raise UsageError(f"--confidence must be in (0, 1), got {spec.confidence!r}", "pass e.g. --confidence 0.99")
     if not 0 < spec.load <= 1.5:

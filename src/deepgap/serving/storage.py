@@ -1,13 +1,18 @@
-"""Serving rows in a deepgap store, written in one transaction per serve run.
+"""Serving rows in a deepgap store: a serve run's levels, curves and capacities, in one transaction.
 
 A serve run is one row of ``runs`` (kind ``serve``; its spec is a sweep spec of the served
-configuration whose ``options.serve`` holds the serving settings) plus: ``serve_runs``, one row per
+configuration whose ``options.serve`` holds the serving settings), its run-level telemetry (the idle
+baseline and thermal warm-up, `deepgap.serving.prelude`) plus: ``serve_runs``, one row per
 measured load level (a single-stream run, an offline run at one batch size, a server run at one rate, a
 tenant in one co-location phase) with the simulator's prediction for the same arrivals beside it;
 ``serve_requests``, its requests; ``serve_curves``, the calibrated service curve; ``capacity``, search
 results (measured and simulated). The tables are declared to the store (`deepgap.store.tables`), which
-creates them in its migrations and writes and reads them for this module. Everything of a serve run is
-written in one transaction at its end, so a run is stored whole or not at all.
+creates them in its migrations and writes and reads them for this module.
+
+The run goes through the run session as every kind of run does (`deepgap.serving.scenarios.run_serve`):
+opened when its worker has started, the prelude stored, then `record` writes every level of the run
+in one transaction, then the run is finished. An interrupted serve keeps its run row (status
+``interrupted``) and prelude, and no half-written set of levels.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ class LevelRow:
 
 @dataclass
 class ServeRecord:
-    """Everything one ``deepgap serve`` produced, written together by `save`."""
+    """Everything one ``deepgap serve`` produced: its run row's spec and env, and the rows `record` writes."""
 
     spec: dict[str, Any]
     command: str
@@ -55,13 +60,9 @@ def has_tables(store: Store) -> bool:
     return store.count(SERVE_RUNS) > 0 or store.count(CAPACITY) > 0
 
 
-def save(store: Store, rec: ServeRecord, version: str) -> str:
-    """Write a serve run in one transaction; returns its run id."""
-    from deepgap.session import SERVE, RunSession
-
-    session = RunSession(store.path, SERVE, store)  # the run row, as for every kind of run
+def record(store: Store, run_id: str, rec: ServeRecord) -> None:
+    """Write a serve run's levels (with their requests), curves and capacities in one transaction."""
     with store.transaction():
-        run_id = session.open(rec.spec, rec.command, rec.env, version)
         for lv in rec.levels:
             vals = {c: lv.values.get(c) for c in _LEVEL_COLS}
             vals.update(run_id=run_id, extra_json=lv.values.get("extra") or {})
@@ -83,8 +84,6 @@ def save(store: Store, rec: ServeRecord, version: str) -> str:
         } for cv in rec.curves])
         store.insert(CAPACITY, [{"run_id": run_id, **{k: v for k, v in cap.items() if k != "extra"},
                                  "extra_json": cap.get("extra") or {}} for cap in rec.capacities])
-        session.finish(rec.status)
-    return run_id
 
 
 def _frame(store: Store, table: str, run_ids: list[str] | None, order: list[str]) -> pd.DataFrame:

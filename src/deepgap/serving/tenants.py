@@ -19,7 +19,7 @@ import itertools
 import os
 import time
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -29,10 +29,14 @@ from deepgap.serving import arrivals as arr
 from deepgap.serving.batcher import BatchPolicy, StopRule
 from deepgap.serving.capacity import LoadSettings, find_capacity, sim_probe
 from deepgap.serving.log import summarize
+from deepgap.serving.prelude import begin_run
 from deepgap.serving.process import LevelRequest, ServingWorker, SetupFailed
 from deepgap.serving.rows import ServeOutcome, curve_rows, level_row, run_spec, service_of, setup_request
 from deepgap.serving.spec import DEFAULT_POLICY, ServeSpec
 from deepgap.serving.storage import ServeRecord
+
+if TYPE_CHECKING:
+    from deepgap.session import RunSession
 
 
 def tenant_labels(names: list[str]) -> list[str]:
@@ -54,8 +58,13 @@ def phases(n: int) -> list[tuple[int, ...]]:
     return out
 
 
-def run_tenants(spec: ServeSpec, device: str, store_path: str, say) -> tuple[ServeRecord, Any]:
-    """Measure the interference matrix of ``spec.tenants``; returns the record and the outcome."""
+def run_tenants(spec: ServeSpec, device: str, store_path: str, say, session: RunSession,
+                command: str) -> tuple[ServeRecord, Any]:
+    """Measure the interference matrix of ``spec.tenants``; returns the record and the outcome.
+
+    The first tenant's worker opens the run and measures the run-level prelude (idle baseline, thermal
+    warm-up on the first tenant's model) before any tenant is built (`deepgap.serving.prelude`).
+    """
     names = [n for n, _ in spec.tenants]
     labels = tenant_labels(names)
     rec = ServeRecord(spec=run_spec(spec, device, names), command="", env={"device": device})
@@ -70,21 +79,23 @@ def run_tenants(spec: ServeSpec, device: str, store_path: str, say) -> tuple[Ser
             req = replace(setup_request(spec, name, device), threads=spec.threads or tenant_threads(len(names)))
             say(f"serve: tenant {labels[i]}: building and calibrating batches {', '.join(map(str, req.buckets))}")
             w = ServingWorker(device)
+            workers.append(w)  # stopped below whatever happens (also in the prelude)
             try:
-                reply = w.start_serving(req, spec.timeout_s)
+                if i == 0:
+                    w.launch(name, spec.timeout_s)
+                    begin_run(session, w, spec, req, names, rec, command, say)
+                reply = w.setup(req, spec.timeout_s) if i == 0 else w.start_serving(req, spec.timeout_s)
             except (SetupFailed, WorkerLost) as exc:
                 status = exc.status.value if isinstance(exc.status, Status) else str(exc.status)
                 why = exc.reason.splitlines()[0]
-                if status == Status.OOM.value and workers:
+                if status == Status.OOM.value and i:
                     why = f"tenant {labels[i]} did not fit in device memory beside {', '.join(labels[:i])}: {why}"
                 rec.levels.append(level_row(req, "server", "setup", None, None, "", spec.seed, None, tenant=labels[i],
                                             status=status, reason=why))
                 out.status, out.reason = status, why
                 out.lines.append(f"{status}: {why}")
                 return rec, out
-            workers.append(w)
             reqs.append(req)
-            rec.env = reply.env
             rec.curves += curve_rows(reply, req, labels[i])
             sv = service_of(reply, f"calibration of {labels[i]}")
             services.append(sv)
