@@ -112,3 +112,27 @@ def test_two_concurrent_writers(tmp_path):
     df = s.results_frame()
     assert len(df) == 50 and df.groupby("run_id").size().tolist() == [25, 25]
     assert s.con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_a_second_store_on_an_open_file_keeps_the_first_ones_writes_visible_elsewhere(tmp_path):
+    """Closing a second descriptor of the file must not drop this process's SQLite locks (store/held.py)."""
+    import subprocess
+    import sys
+
+    path = str(tmp_path / "s.sqlite")
+    writer = Store(path)
+    first = writer.begin_run({}, "test", {}, "0")
+    Store(path, readonly=True).close()  # its header check used to open and close the file directly
+    count = ("import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
+             "print(c.execute('SELECT count(*) FROM runs').fetchone()[0]); c.close()")
+
+    def seen_elsewhere() -> int:
+        out = subprocess.run([sys.executable, "-c", count, path], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return int(out.stdout)
+
+    assert seen_elsewhere() == 1  # the other process must not checkpoint away the write-ahead log
+    writer.begin_run({}, "test", {}, "0")
+    assert seen_elsewhere() == 2
+    writer.close()
+    assert [r["run_id"] for r in Store(path, readonly=True).runs()][:1] == [first]

@@ -133,12 +133,6 @@ class RunSession:
         self.run_id = run_id
         return run_id
 
-    def joined(self) -> RunSession:
-        """Another session on the same run with its own store connection (one per thread)."""
-        other = RunSession(self.path, self.kind, Store(self.path))
-        other.run_id = self.run_id
-        return other
-
     def prelude(self, runner: Any, sweep: SweepSpec, configs: Sequence[ConfigSpec],
                 log: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
         """Idle baseline and thermal warm-up through ``runner``'s worker, stored as run-level telemetry.

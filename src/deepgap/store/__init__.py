@@ -29,7 +29,7 @@ from deepgap.envinfo import redact, redact_value
 from deepgap.errors import StoreError, StoreFullError
 from deepgap.records import ConfigSpec, Result, Status
 from deepgap.result_details import ResultDetails
-from deepgap.store import guard
+from deepgap.store import guard, held
 from deepgap.store.guard import (
     APPLICATION_ID,
     Connection,
@@ -121,6 +121,7 @@ class Store(RowDecoder, TableAccess):
         self._created = not readonly and (not exists or os.path.getsize(self.path) == 0)
         try:
             self.con = connect(self.path, readonly)
+            self._held = held.hold(self.path)  # no raw open/close of the file while open (held.py)
             self.con.row_factory = sqlite3.Row
             self.file_version = version(self.con)  # before migrating (0: a new file)
             if not self._created:
@@ -136,6 +137,7 @@ class Store(RowDecoder, TableAccess):
         except BaseException:
             if hasattr(self, "con"):
                 self.con.close()
+                held.release(getattr(self, "_held", None))
             if not exists and os.path.exists(self.path) and os.path.getsize(self.path) == 0:
                 os.remove(self.path)  # nothing half-made is left behind
             raise
@@ -205,6 +207,8 @@ class Store(RowDecoder, TableAccess):
             except StoreError:
                 empty = False
         self.con.close()
+        held.release(getattr(self, "_held", None))
+        self._held = None
         if empty:
             for f in (self.path, f"{self.path}-wal", f"{self.path}-shm", f"{self.path}-journal"):
                 if os.path.exists(f):

@@ -25,6 +25,7 @@ from typing import Any
 from urllib.request import pathname2url
 
 from deepgap.errors import StoreDamagedError, StoreError, StoreFullError
+from deepgap.store import held
 from deepgap.store.migrations import SCHEMA_VERSION
 
 APPLICATION_ID = 0x44475031  # "DGP1"
@@ -230,8 +231,12 @@ def check_header(path: str) -> None:
 
     Reads the header (user_version at byte 60, application_id at 68) instead of opening a
     connection first. A header whose id or version disagrees with the tables behind it is called
-    damaged, not foreign or newer: one flipped byte must not send the user off to upgrade.
+    damaged, not foreign or newer: one flipped byte must not send the user off to upgrade. A file a
+    `Store` of this process holds open was checked when it was opened, and is not read again here
+    (`store.held` says why).
     """
+    if held.is_held(path):
+        return
     with open(path, "rb") as fh:
         head = fh.read(100)
     if not head:
