@@ -144,15 +144,14 @@ class WorkerState:
         key = (name, res, weights, seed)
         if key not in self.flops:
             import torch
-            from torch.utils.flop_counter import FlopCounterMode
 
             from deepgap.models import weights_fingerprint
+            from deepgap.models.flops import count_flops
 
             m = self.model(name, res, weights, seed)
             try:
-                with FlopCounterMode(display=False) as fc, torch.inference_mode():
-                    m(torch.randn(1, 3, res, res))
-                flops: float | None = float(fc.get_total_flops())
+                with torch.inference_mode():
+                    flops: float | None = count_flops(m, torch.randn(1, 3, res, res))
             except Exception:
                 flops = None
             self.flops[key] = (flops, sum(p.numel() for p in m.parameters()), weights_fingerprint(m))

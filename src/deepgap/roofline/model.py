@@ -152,7 +152,8 @@ def add_roofline_columns(
 ) -> pd.DataFrame:
     """Add roofline columns to a results frame (``Store.results_frame``); returns a copy.
 
-    Added: ``roofline_flops_per_image`` (our counter; `flops_per_image` from the worker is kept as it is),
+    Added: ``roofline_flops_per_image`` (`deepgap.models.flops` on the meta device, the counter the worker's
+    `flops_per_image` also comes from; that column is kept as it is),
     ``achieved_tflops`` (= FLOPs per image × ``throughput_ips`` / 1e12), ``achieved_tflops_pipelined``,
     ``bytes_per_batch`` and ``min_bytes_per_batch`` (estimates at the row's precision),
     ``intensity_flop_per_byte`` (FLOPs / ``bytes_model`` bytes) and ``intensity_min_flop_per_byte``,

@@ -162,7 +162,7 @@ def profile_step(step, spec: ProfileSpec, trace_path: str) -> list[dict[str, Any
 
     from torch.profiler import ProfilerActivity, profile
 
-    from deepgap.roofline.flops import op_counter
+    from deepgap.models.flops import op_counter
     from deepgap.roofline.trace import OPS_KEY
 
     cuda = spec.device.startswith("cuda")
