@@ -79,7 +79,7 @@ def _measure_broken_engines(store_path: str) -> dict:
     from deepgap.engines.eager import to_device
     from deepgap.records import ConfigSpec
     from deepgap.store import Store
-    from deepgap.timing import TimingPlan
+    from deepgap.timing import TimingProtocol
     from deepgap.worker import MeasureRequest, WorkerState, measure
 
     class ChannelOrderBug(Engine):  # a plausible layout bug: RGB fed as BGR
@@ -102,12 +102,12 @@ def _measure_broken_engines(store_path: str) -> dict:
     state = WorkerState("cpu")
     store = Store(store_path)
     run_id = store.begin_run({}, "test", {"device_name": "cpu"}, "0")
-    plan = TimingPlan(warmup=1, iterations=3, repeats=2)
+    protocol = TimingProtocol(warmup=1, iterations=3, repeats=2)
     out = {}
     for engine, transfer in (("eager", False), ("bgr-bug", False), ("fast-garbage", False), ("eager", True)):
         spec = ConfigSpec(model="tinycnn", engine=engine, precision="fp32", batch_size=4, device="cpu",
                           resolution=32, threads=1, include_transfer=transfer)
-        res = measure(state, MeasureRequest(spec=spec, plan=plan))
+        res = measure(state, MeasureRequest(spec=spec, protocol=protocol))
         store.record(run_id, res)
         out[engine + ("+transfer" if transfer else "")] = {
             "status": res.status.value, "reason": res.reason, "correctness": res.extra.get("correctness"),

@@ -24,7 +24,7 @@ from typing import Any
 from deepgap.precision import DeviceCaps
 from deepgap.records import ConfigSpec, Result, Status
 from deepgap.telemetry.settings import TelemetrySettings
-from deepgap.timing import TimingPlan
+from deepgap.timing import TimingProtocol
 
 CORRECTNESS_IMAGES = 8  # rows compared against the fp32 reference
 
@@ -34,7 +34,7 @@ class MeasureRequest:
     """Everything the worker needs for one configuration."""
 
     spec: ConfigSpec
-    plan: TimingPlan
+    protocol: TimingProtocol
     weights: str | None = None
     seed: int = 0
     cudnn_benchmark: bool = True
@@ -276,9 +276,9 @@ def _measure(state: WorkerState, req: MeasureRequest) -> Result:
         tel = MeasureTelemetry.for_request(state.telemetry, spec.device, req.telemetry, spec.batch_size)
         if tel is not None and tel.thermal_mode:
             return tel.thermal(step, clock, spec)  # run-level thermal warm-up: load until steady
-        plan = tel.plan(req.plan) if tel is not None else req.plan
+        protocol = tel.protocol(req.protocol) if tel is not None else req.protocol
         with tel if tel is not None else contextlib.nullcontext():
-            timings = run_protocol(step, tel.clock(clock) if tel is not None else clock, plan)
+            timings = run_protocol(step, tel.clock(clock) if tel is not None else clock, protocol)
 
     pooled = timings.pooled
     lat = stats.summarize(pooled)
@@ -287,9 +287,9 @@ def _measure(state: WorkerState, req: MeasureRequest) -> Result:
         spec=spec, status=Status.OK, latency=lat,
         throughput_ips=tput, throughput_ci_low_ips=tlo, throughput_ci_high_ips=thi,
         throughput_pipelined_ips=timings.window_throughput(spec.batch_size),
-        n_repeats=len(timings.samples_s), warmup=req.plan.warmup,
+        n_repeats=len(timings.samples_s), warmup=req.protocol.warmup,
         cv_repeats=stats.coefficient_of_variation([float(np.median(s)) for s in timings.samples_s]),
-        target_ci=req.plan.target_ci, ci_met=timings.ci_met,
+        target_ci=req.protocol.target_ci, ci_met=timings.ci_met,
         flops_per_image=flops, params=params, weights_sha=sha,
         samples_s=timings.samples_s,
     )
