@@ -26,7 +26,7 @@ def test_cpu_engines_run_tinycnn_at_two_batch_sizes(tmp_path, tiny_spec, cache):
     spec = tiny_spec.replace(engines=CPU_ENGINES + GPU_ONLY, precisions=("fp32", "int8"), batch_sizes=(1, 3))
     res = deepgap.run(spec, store=str(tmp_path / "s.sqlite"))
     by = _by(res.results)
-    from deepgap.plan import engine_precisions  # each engine paired only with the precisions it runs
+    from deepgap.pairing import engine_precisions  # each engine paired only with the precisions it runs
 
     assert len(by) == 2 * sum(p in engine_precisions(e) for e in spec.engines for p in spec.precisions)
     for engine, precision in [(e, "fp32") for e in CPU_ENGINES] + [("onnxruntime", "int8")]:
