@@ -3,7 +3,7 @@
 The seed's INT8 path, made explicit: ONNX (`deepgap.engines.onnx_export`) → TensorRT network → one
 optimization profile over a batch range (the seed's min 1 / opt 32 / max 512 by default, widened
 to cover a larger batch) → FP16 or INT8 with an entropy calibrator (IInt8EntropyCalibrator2) fed
-full batches of the calibration set (`deepgap.calibration`), whose table is cached → a serialized
+full batches of the calibration set (`deepgap.calibration_data`), whose table is cached → a serialized
 engine, cached under a key of model, resolution, weights, precision, profile, GPU (name and
 compute capability), TensorRT version and calibration set.
 

@@ -83,9 +83,9 @@ class TensorrtEngine(Engine):
         workspace = tb.workspace_bytes(self.options)
         calib = None
         if spec.precision == "int8":
-            from deepgap import calibration
+            from deepgap import calibration_data
 
-            calib = calibration.calibration_set(spec.resolution, self.options)
+            calib = calibration_data.calibration_set(spec.resolution, self.options)
             info["calibration"] = dict(calib.info)
         parts = tb.engine_parts(spec.model, spec.resolution, sha, spec.precision, profile, props.name,
                                 (props.major, props.minor), trt.__version__, calib.fingerprint if calib else None,
