@@ -132,7 +132,7 @@ def test_ort_int8_static_quantization_is_qdq_per_channel_accurate_and_cached(tmp
 def test_tensorrt_profile_covers_the_batch():
     from deepgap.engines.tensorrt_build import profile_shapes
 
-    assert profile_shapes(1) == (1, 32, 512) == profile_shapes(256)  # the seed's profile: one engine per sweep
+    assert profile_shapes(1) == (1, 32, 512) == profile_shapes(256)  # the paper's profile: one engine per sweep
     assert profile_shapes(600) == (1, 32, 1024)  # widened to cover a larger batch
     assert profile_shapes(4, {"trt_profile_batches": [8, 16, 64]}) == (4, 16, 64)
     assert profile_shapes(64, {"trt_profile": "static"}) == (64, 64, 64)

@@ -122,7 +122,7 @@ def _grid(**kw: Any) -> SweepSpec:
 
 PRESETS: dict[str, tuple[str, SweepSpec]] = {
     "paper": (
-        "the seed study exactly: ResNet-18/50/101, fp32+fp16 eager, batch 1..512, 20 warm-up, 3×100 timed",
+        "the paper exactly: ResNet-18/50/101, fp32+fp16 eager, batch 1..512, 20 warm-up, 3×100 timed",
         _grid(
             models=("resnet18", "resnet50", "resnet101"), precisions=("fp32", "fp16"), batch_sizes=PAPER_BATCHES,
         ),

@@ -1,7 +1,7 @@
 """Expand a validated `SweepSpec` into the ordered list of `ConfigSpec` points (pure).
 
 Order: sweep passes outermost (each runs in its own worker process, `runner.SweepRunner`); inside
-a pass, configuration groups (precision × model × memory format × engine × threads) in the seed's
+a pass, configuration groups (precision × model × memory format × engine × threads) in the paper's
 Algorithm 1 order for the first pass and shuffled for later ones (seeded by ``spec.seed`` and the
 pass, so the plan stays a pure, reproducible function), so that a slow drift of the machine (heat,
 clocks) does not line up with the same configurations in every pass; batch sizes ascend inside a
@@ -44,7 +44,7 @@ def expand(spec: SweepSpec, device: str) -> list[ConfigSpec]:
             g for g in itertools.product(precisions, spec.models, formats, spec.engines, threads)
             if g[0] in per[g[3]]["precisions"] and g[2] in per[g[3]]["memory_formats"]
         ]
-        if sweep > 0:  # sweep 0 keeps the seed's order; later ones are shuffled, reproducibly
+        if sweep > 0:  # sweep 0 keeps the paper's order; later ones are shuffled, reproducibly
             order = random.Random(f"{spec.seed}:{sweep}").sample(range(len(groups)), len(groups))
             groups = [groups[i] for i in order]
         for precision, model, mf, engine, t in groups:

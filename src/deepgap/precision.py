@@ -2,7 +2,7 @@
 
 ``fp32`` is strict fp32: TF32 is switched *off* for matmuls and convolutions (PyTorch leaves it on
 for cuDNN convolutions by default, so a naive "fp32" on Ampere+ is really TF32). ``tf32`` switches it
-on. ``fp16``/``bf16`` cast weights and inputs (``model.half()``), as the seed's FP16 scripts did.
+on. ``fp16``/``bf16`` cast weights and inputs (``model.half()``), as the paper's FP16 scripts did.
 ``int8``/``fp8`` belong to quantizing engines (TensorRT, ONNX Runtime, deepgap's quant engine).
 """
 

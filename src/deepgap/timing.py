@@ -1,8 +1,8 @@
 """The timing protocol, with the clock injected so tests can script it exactly.
 
-Per repeat: ``iterations`` synchronized iterations, each timed on its own (the seed's latency, as a
+Per repeat: ``iterations`` synchronized iterations, each timed on its own (the paper's latency, as a
 caller that waits for its answer sees it), then a *pipelined window* of back-to-back iterations
-with no synchronization between them, timed as a whole (the throughput a busy server sees; the seed
+with no synchronization between them, timed as a whole (the throughput a busy server sees; the paper
 only derived throughput from the median latency). Adaptive mode adds repeats until the median's 95%
 CI half-width is within ``target_ci`` of the median, or ``max_time_s`` has been spent.
 """

@@ -118,7 +118,7 @@ class WorkerState:
         import torch
 
         if torch.get_num_interop_threads() != 1:  # torch allows one setting per process; tests make several
-            torch.set_num_interop_threads(1)  # the seed's host-side setting, once per process
+            torch.set_num_interop_threads(1)  # the paper's host-side setting, once per process
         self.default_threads = torch.get_num_threads()
         self.device = device
         self.caps = device_caps(device)

@@ -1,4 +1,4 @@
-"""TensorRT: the seed study's INT8 engine (and FP32/TF32/FP16/BF16), through the TensorRT Python API.
+"""TensorRT: the paper's INT8 engine (and FP32/TF32/FP16/BF16), through the TensorRT Python API.
 
 Used when ``import tensorrt`` works (TensorRT ≥ 8.6: ``execute_async_v3``); otherwise
 `available` says why, ``deepgap env`` shows it, and every tensorrt configuration is stored as
@@ -31,7 +31,7 @@ class TensorrtEngine(Engine):
     """ONNX → TensorRT engine (optimization profile over a batch range), cached; INT8 entropy calibration."""
 
     name = "tensorrt"
-    description = "TensorRT (the seed's INT8 path): ONNX → engine, batch-range profile, entropy calibration; GPU"
+    description = "TensorRT (the paper's INT8 path): ONNX → engine, batch-range profile, entropy calibration; GPU"
     precisions = ("fp32", "tf32", "fp16", "bf16", "int8")
 
     def available(self):  # noqa: D102
