@@ -1,9 +1,9 @@
 """Calibration images for post-training quantization (ORT static INT8, TensorRT INT8, the quant engine).
 
 Not `deepgap.quant.calibrate`, which turns images (in accuracy mode, `from_dataset`'s) into the quant
-engine's activation ranges: this module only says which images calibrate. The paper calibrated TensorRT on random Gaussian images and never
-said so; INT8 numbers are only meaningful when the calibration data is stated. Three sources, recorded in
-every result:
+engine's activation ranges: this module only says which images calibrate. The paper calibrated TensorRT
+on random Gaussian images and never said so; INT8 numbers are only meaningful when the calibration data
+is stated. Three sources, recorded in every result:
 
 - ``folder``: the user's images (sweep option ``calibration_dir``), a seeded sample of N files,
   decoded to RGB (PIL), resized (shorter side to ``resolution × 256/224``), centre-cropped to the
