@@ -145,6 +145,7 @@ def main() -> int:
             return 2
     from deepgap import api
     from deepgap.config import SweepSpec, parse_int_list, parse_str_list
+    from deepgap.result_details import TelemetryDetails
 
     spec = SweepSpec(
         models=(a.model,), precisions=parse_str_list(a.precisions), batch_sizes=parse_int_list(a.batch_sizes, "b"),
@@ -163,36 +164,37 @@ def main() -> int:
     df = res.to_pandas()
     rows, ok_all = [], True
     for r in df.to_dict("records"):
-        tel = (r["extra"] or {}).get("telemetry") or {}
+        tel = r["extra"].telemetry or TelemetryDetails()
         label = f"{r['model']} {r['precision']} bs{r['batch_size']}"
-        uuid = (tel.get("settings") or {}).get("uuid")
-        if r["status"] != "ok" or tel.get("energy_source") != "counter" or uuid not in trace.energy:
-            rows.append({"config": label, "status": r["status"], "reason": r["reason"] or tel.get("energy_source")
-                         or tel.get("status"), "pass": False})
+        uuid = (tel.settings or {}).get("uuid")
+        if r["status"] != "ok" or tel.energy_source != "counter" or uuid not in trace.energy:
+            rows.append({"config": label, "status": r["status"], "reason": r["reason"] or tel.energy_source
+                         or tel.status, "pass": False})
             ok_all = False
             continue
-        marks = tel["marks"]
+        marks = tel.marks
         indep_j = sum(trace.at(uuid, m["t1_s"]) - trace.at(uuid, m["t0_s"]) for m in marks)
         raw_j = sum(m["e1_j"] - m["e0_j"] for m in marks)
-        tail_j = tel.get("energy_tail_j") or 0.0
+        tail_j = tel.energy_tail_j or 0.0
         # the independent figure gets the same idle-tail correction deepgap applies (it is tiny)
         indep_corr_j = indep_j - tail_j
         pint = [trace.power_integral_j(uuid, m["t0_s"], m["t1_s"] - m["tail_s"]) for m in marks]
         power_j = sum(pint) if all(x is not None for x in pint) else None
-        ratio = tel["energy_j"] / indep_corr_j if indep_corr_j > 0 else float("nan")
+        ratio = tel.energy_j / indep_corr_j if indep_corr_j > 0 else float("nan")
         ok = abs(ratio - 1) <= a.tolerance
         ok_all &= ok
         rows.append({
-            "config": label, "status": "ok", "windows": len(marks), "window_s": tel["energy_window_s"],
-            "deepgap_energy_j": tel["energy_j"], "deepgap_raw_counter_j": raw_j, "tail_j": tail_j,
+            "config": label, "status": "ok", "windows": len(marks), "window_s": tel.energy_window_s,
+            "deepgap_energy_j": tel.energy_j, "deepgap_raw_counter_j": raw_j, "tail_j": tail_j,
             "independent_counter_j": indep_corr_j, "ratio": ratio, "power_integral_j": power_j,
-            "power_integral_ratio": (tel["energy_j"] / power_j) if power_j else None,
-            "mean_power_w": tel.get("mean_power_w"), "power_from_energy_w": tel.get("power_from_energy_w"),
-            "joules_per_image": tel.get("joules_per_image"), "ips_per_watt": tel.get("ips_per_watt"),
-            "ips_per_watt_energy": tel.get("ips_per_watt_energy"), "idle_power_w": tel.get("idle_power_w"),
-            "flags": (r["extra"] or {}).get("flags") or [], "pass": ok,
+            "power_integral_ratio": (tel.energy_j / power_j) if power_j else None,
+            "mean_power_w": tel.mean_power_w, "power_from_energy_w": tel.power_from_energy_w,
+            "joules_per_image": tel.joules_per_image, "ips_per_watt": tel.ips_per_watt,
+            "ips_per_watt_energy": tel.ips_per_watt_energy, "idle_power_w": tel.idle_power_w,
+            "flags": r["extra"].flags or [], "pass": ok,
         })
-    uuids = {(r_.get("extra") or {}).get("telemetry", {}).get("settings", {}).get("uuid") for r_ in df.to_dict("records")}
+    tels = [r_["extra"].telemetry or TelemetryDetails() for r_ in df.to_dict("records")]
+    uuids = {(t.settings or {}).get("uuid") for t in tels}
     periods = {u: trace.update_period_s(u) for u in uuids if u in trace.energy}
     report = {
         "pass": ok_all, "tolerance": a.tolerance, "store": store, "run_id": res.run_id,

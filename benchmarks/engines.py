@@ -62,7 +62,7 @@ def table(store_path: str, model: str) -> list[dict]:
     rows = []
     for (eng, fmt, prec, dev), g in df.groupby(["engine", "memory_format", "precision", "device_name"]):
         ok = g[g["status"] == "ok"]
-        bad = ok[[bool((e.get("correctness") or {}).get("flagged")) for e in ok["extra"]]]
+        bad = ok[[bool(e.correctness and e.correctness.flagged) for e in ok["extra"]]]
         good = ok.drop(bad.index)
         row = {"device": dev, "engine": eng, "format": fmt, "precision": prec,
                "best_ips": None, "best_batch": None, "bs1_ms": None, "bs1_ci_ms": None,

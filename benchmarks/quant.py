@@ -219,7 +219,7 @@ def measure_into_store(args, sizes: list[int], precisions: list[str]) -> tuple[s
             rows.append({**row, "reason": r["reason"]})
             log(f"{row['variant']:32s} bs{bs:<4d} {r['status']}: {str(r['reason'])[:200]}")
             continue
-        extra = r["extra"] or {}
+        extra = r["extra"]  # deepgap.result_details.ResultDetails
         num = lambda v: None if v is None or v != v else float(v)  # noqa: E731 - NaN → None for JSON
         row.update(
             images_per_s=r["throughput_ips"],
@@ -229,15 +229,15 @@ def measure_into_store(args, sizes: list[int], precisions: list[str]) -> tuple[s
             p99_ms=num(r["latency_p99_s"] * 1e3),
             n_iterations=int(r["n_samples"]),
             ci_met=num(r.get("ci_met")),
-            setup_s=num(extra.get("setup_s")),
-            correctness=extra.get("correctness") or {},
+            setup_s=num(extra.setup_s),
+            correctness=extra.correctness.to_json() if extra.correctness else {},
             joules_per_image=num(r["joules_per_image"]),
             ips_per_watt=num(r["ips_per_watt"]),
             mean_power_w=num(r["mean_power_w"]),
         )
         rows.append(row)
         if r["engine"] == "quant":
-            layers[f"{prec} bs{bs}"] = (extra.get("engine_info") or {}).get("layers", [])
+            layers[f"{prec} bs{bs}"] = (extra.engine_info.layers if extra.engine_info else None) or []
         rel = row["correctness"].get("rel_l2", float("nan"))
         log(f"{row['variant']:32s} bs{bs:<4d} {row['images_per_s']:10.0f} img/s  rel_l2 {rel:.4f}  "
             f"p99 {row['p99_ms']:.3f} ms")

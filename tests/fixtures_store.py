@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from deepgap.records import ConfigSpec, Result, Status
+from deepgap.result_details import ResultDetails
 from deepgap.stats import summarize, throughput_from_latency
 from deepgap.store import Store
 
@@ -65,7 +66,10 @@ def make_result(
     mem_bytes: int | None = None,
     shift: int = 0,
 ) -> Result:
-    """One stored configuration: OK with samples around ``latency_s``, or a failure with a reason."""
+    """One stored configuration: OK with samples around ``latency_s``, or a failure with a reason.
+
+    ``extra``: its details as the stored JSON object (read with `ResultDetails.from_json`).
+    """
     if status != Status.OK or latency_s is None:
         return Result(
             spec=spec,
@@ -99,7 +103,7 @@ def make_result(
         duration_s=1.0,
         started_at=1.7e9,
         samples_s=samples,
-        extra={"correctness": {"rel_l2": 1e-4, "flagged": False}, **(extra or {})},
+        details=ResultDetails.from_json({"correctness": {"rel_l2": 1e-4, "flagged": False}, **(extra or {})}),
     )
 
 

@@ -79,7 +79,7 @@ def test_quant_engine_calibrated_on_the_dataset(tmp_path, monkeypatch):
     }
     n_eval = CLASSES * PER_CLASS - min(64, CLASSES * PER_CLASS // 2)
     for k, r in ok.items():
-        acc = r.extra["accuracy"]
+        acc = r.details.accuracy.to_json()
         print(
             k,
             {a: acc.get(a) for a in ("top1", "top5", "top1_relative", "top1_agreement_fp32", "n")},
@@ -87,12 +87,12 @@ def test_quant_engine_calibrated_on_the_dataset(tmp_path, monkeypatch):
         )
         assert acc["n"] == n_eval, acc
         assert acc["top1_fp32"] >= 0.9  # the trained model on held-out images
-    assert ok[("eager", "fp32")].extra["accuracy"]["top1_agreement_fp32"] >= 0.98
+    assert ok[("eager", "fp32")].details.accuracy.top1_agreement_fp32 >= 0.98
     for p in ("int8", "fp8"):
         r = ok[("quant", p)]
-        cal = r.extra["engine_info"]["calibration"]
+        cal = r.details.engine_info.calibration
         print(p, cal)
         assert cal["source"]["source"] == "dataset" and cal["images"] == min(64, CLASSES * PER_CLASS // 2)
-        assert cal["source"]["dataset_sha"] == r.extra["accuracy"]["dataset_sha"]
-        assert r.extra["accuracy"]["top1_relative"] >= 0.95, r.extra["accuracy"]
-    assert ok[("quant", "fp8")].extra["engine_info"]["calibration"]["from_cache"]  # the ranges are shared
+        assert cal["source"]["dataset_sha"] == r.details.accuracy.dataset_sha
+        assert r.details.accuracy.top1_relative >= 0.95, r.details.accuracy.to_json()
+    assert ok[("quant", "fp8")].details.engine_info.calibration["from_cache"]  # the ranges are shared

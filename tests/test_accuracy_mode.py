@@ -147,7 +147,7 @@ def test_stored_accuracy_matches_independent_computation(labelled, measured):
     top1 = float((logits.argmax(1) == y).float().mean())
     top5 = float((logits.topk(5, 1).indices == y[:, None]).any(1).float().mean())
     assert 0.5 < top1 < 1.0  # the mislabelled images keep it below 100%
-    acc = by[("eager", "fp32")].extra["accuracy"]
+    acc = by[("eager", "fp32")].details.accuracy.to_json()
     assert acc["n"] == len(ev) and acc["subset"] == "whole evaluation split"
     assert acc["top1"] == pytest.approx(top1) and acc["top5"] == pytest.approx(top5)
     assert acc["top1_fp32"] == pytest.approx(top1) and acc["top1_agreement_fp32"] == 1.0
@@ -156,7 +156,7 @@ def test_stored_accuracy_matches_independent_computation(labelled, measured):
     import onnxruntime as ort
 
     r = by[("onnxruntime", "int8")]
-    info = r.extra["engine_info"]
+    info = r.details.engine_info.to_json()
     cinfo = info["calibration"]
     assert (
         cinfo["source"] == "dataset" and cinfo["images"] == 16 and cinfo["dataset_sha"] == acc["dataset_sha"]
@@ -169,7 +169,7 @@ def test_stored_accuracy_matches_independent_computation(labelled, measured):
     q = np.concatenate([sess.run(None, {name: xp[i : i + 3]})[0] for i in range(0, len(xp), 3)])[: len(xs)]
     q1 = float((q.argmax(1) == y.numpy()).mean())
     qa = float((q.argmax(1) == logits.argmax(1).numpy()).mean())
-    a8 = r.extra["accuracy"]
+    a8 = r.details.accuracy.to_json()
     assert a8["top1"] == pytest.approx(q1, abs=1.5 / len(ev))  # ≤ one near-tie may differ (v1 vs v2 resize)
     assert a8["top1_agreement_fp32"] == pytest.approx(qa, abs=1.5 / len(ev))
     assert a8["top1_relative"] == pytest.approx(a8["top1"] / acc["top1_fp32"])
@@ -203,8 +203,8 @@ def test_plan_carries_top1_and_skips_accuracy_loss(measured, capsys):
     assert main(["plan", store, "--qps", "10", "--slo-p99", "10s", "--model", "tinycnn", "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
     engine, precision = row["configuration"].split()[1:3]
-    assert row["top1"] == pytest.approx(by[(engine, precision)].extra["accuracy"]["top1"])
-    int8 = by[("onnxruntime", "int8")].extra["accuracy"]
+    assert row["top1"] == pytest.approx(by[(engine, precision)].details.accuracy.top1)
+    int8 = by[("onnxruntime", "int8")].details.accuracy.to_json()
     if int8["top1_relative"] < 0.99:  # flagged accuracy-loss: never planned with
         assert precision != "int8"
 

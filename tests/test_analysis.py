@@ -236,7 +236,7 @@ def test_energy_rows_come_from_one_window(tmp_path):
     rng = np.random.default_rng(0)
     extras = []
     for e in raw["extra"]:
-        e = dict(e)
+        e = e.to_json()  # a parsed JSON object: what the analysis reads as well as typed details
         tel = dict(e.get("telemetry") or {})
         if tel:  # the H100 row: sampled 596 W and its images/s/W, counter 686 W and its joules
             jpi = tel["joules_per_image"] * rng.uniform(1.1, 1.6)

@@ -33,18 +33,18 @@ def test_cpu_engines_run_tinycnn_at_two_batch_sizes(tmp_path, tiny_spec, cache):
         for bs in (1, 3):
             r = by[(engine, precision, bs)]
             assert r.status == Status.OK, (engine, precision, bs, r.reason)
-            corr = r.extra["correctness"]
+            corr = r.details.correctness.to_json()
             assert corr["flagged"] is False and corr["n_images"] == bs
             assert corr["rel_l2"] < (1e-5 if precision == "fp32" else 0.25)
             assert r.latency.n == 6 and r.throughput_ips > 0
     # compile time is its own metric, outside the timed window
-    info = by[("compile", "fp32", 3)].extra["engine_info"]
+    info = by[("compile", "fp32", 3)].details.engine_info.to_json()
     assert info["compile_s"] > 0 and info["graph_breaks"] == 0 and info["mode"] == "default"
-    assert by[("compile", "fp32", 3)].extra["setup_s"] >= info["compile_s"]
+    assert by[("compile", "fp32", 3)].details.setup_s >= info["compile_s"]
     # one ONNX export serves both batch sizes; the int8 model is quantized once, from a stated calibration set
-    assert by[("onnxruntime", "fp32", 1)].extra["engine_info"]["onnx_cache"] == "miss"
-    assert by[("onnxruntime", "fp32", 3)].extra["engine_info"]["onnx_cache"] == "hit"
-    q1, q3 = (by[("onnxruntime", "int8", b)].extra["engine_info"] for b in (1, 3))
+    assert by[("onnxruntime", "fp32", 1)].details.engine_info.onnx_cache == "miss"
+    assert by[("onnxruntime", "fp32", 3)].details.engine_info.onnx_cache == "hit"
+    q1, q3 = (by[("onnxruntime", "int8", b)].details.engine_info.to_json() for b in (1, 3))
     assert (q1["quant_cache"], q3["quant_cache"]) == ("miss", "hit")
     assert q1["calibration"]["source"] == "synthetic" and q1["quantization"]["format"] == "QDQ"
     assert list(cache.glob("ort-int8/*.onnx")) and list(cache.glob("onnx/*.onnx"))
@@ -110,8 +110,8 @@ def _measure_broken_engines(store_path: str) -> dict:
         res = measure(state, MeasureRequest(spec=spec, protocol=protocol))
         store.record(run_id, res)
         out[engine + ("+transfer" if transfer else "")] = {
-            "status": res.status.value, "reason": res.reason, "correctness": res.extra.get("correctness"),
-            "transfer": res.extra.get("transfer")}
+            "status": res.status.value, "reason": res.reason, "correctness": res.details.correctness,
+            "transfer": res.details.transfer}
     store.finish_run(run_id)
     store.close()
     return out
@@ -136,10 +136,10 @@ def test_correctness_flags_a_broken_engine_and_recommend_never_picks_it(tmp_path
         ENGINES._entries.clear()
         ENGINES._entries.update(registered)
     assert all(v["status"] == "ok" for v in out.values()), out
-    assert out["eager"]["correctness"]["flagged"] is False
+    assert out["eager"]["correctness"].flagged is False
     for broken in ("bgr-bug", "fast-garbage"):
         c = out[broken]["correctness"]
-        assert c["flagged"] is True and not c["rel_l2"] <= c["bound_rel_l2"], c
+        assert c.flagged is True and not c.rel_l2 <= c.bound_rel_l2, c
     # --include-transfer on a CPU: nothing to copy, and the result says so rather than pretending
     assert out["eager+transfer"]["transfer"].startswith("none") and out["eager"]["transfer"] is None
     store = Store(store_path, readonly=True)
@@ -177,6 +177,6 @@ def test_every_compile_variant_on_cpu(tmp_path, tiny_spec, cache):
     assert len(res.results) == 3
     for r in res.results:
         assert r.status == Status.OK, (r.spec.engine, r.reason)
-        assert r.extra["correctness"]["rel_l2"] < 1e-5
-    freeze = [r for r in res.results if r.spec.engine == "compile-freeze"][0].extra["engine_info"]
+        assert r.details.correctness.rel_l2 < 1e-5
+    freeze = [r for r in res.results if r.spec.engine == "compile-freeze"][0].details.engine_info.to_json()
     assert freeze["freezing"] is True and freeze["mode"] == "reduce-overhead"

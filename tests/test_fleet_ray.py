@@ -64,10 +64,10 @@ def test_where_places_every_configuration_on_matching_nodes(cluster, tmp_path):
     assert len(df) == 2 and (df["status"] == "ok").all() and df["config_key"].is_unique
     l4 = cluster.nodes_by_name["l4"].node_id
     for e in df["extra"]:
-        assert e["node_id"] == l4 and e["attempts"] == 1 and "lost" not in e
-        assert e["node_env"]["ray_node_id"] == l4 and e["node_env"]["torch"]  # the node's own fingerprint
-        assert e["correctness"]["flagged"] is False
-    assert (df["device_name"] == df["extra"].iloc[0]["node_env"]["device_name"]).all()
+        assert e.node_id == l4 and e.attempts == 1 and e.lost is None
+        assert e.node_env["ray_node_id"] == l4 and e.node_env["torch"]  # the node's own fingerprint
+        assert e.correctness.flagged is False
+    assert (df["device_name"] == df["extra"].iloc[0].node_env["device_name"]).all()
     run = Store(store, readonly=True).runs()[0]
     assert run["status"] == "finished"
     fleet = run["env"]["fleet"]
@@ -120,7 +120,7 @@ def test_a_lost_node_is_retried_elsewhere_and_recorded(cluster, tmp_path):
     def on_event(ev):
         # the node that just finished picks up queued work at once; remove it while that runs
         if ev.result is not None and not removed:
-            node_id = ev.result.extra["node_id"]
+            node_id = ev.result.details.node_id
             removed.append(node_id)
             threading.Timer(1.0, cluster.remove_node, args=(nodes[node_id],)).start()
 
@@ -128,8 +128,8 @@ def test_a_lost_node_is_retried_elsewhere_and_recorded(cluster, tmp_path):
                       on_event=on_event)
     df = res.to_pandas()
     assert len(df) == 4 and df["config_key"].is_unique and (df["status"] == "ok").all()
-    retried = [e for e in df["extra"] if e["attempts"] > 1]
+    retried = [e for e in df["extra"] if e.attempts > 1]
     assert retried, "no configuration was running on the removed node"
     for e in retried:
-        assert e["node_id"] != removed[0] and len(e["lost"]) == e["attempts"] - 1
-        assert "NodeDied" in e["lost"][0] or "WorkerCrashed" in e["lost"][0]
+        assert e.node_id != removed[0] and len(e.lost) == e.attempts - 1
+        assert "NodeDied" in e.lost[0] or "WorkerCrashed" in e.lost[0]

@@ -106,7 +106,7 @@ def test_ladders_spread_over_devices_one_configuration_per_device(tmp_path):
     assert max(ledger.max_active.values()) == 1  # never two configurations on one device at once
     assert ledger.max_overall >= 2 and len({d for d, _ in ledger.measured}) == 3  # devices worked in parallel
     for _, ladder in df.groupby(["model", "precision", "sweep"]):  # a batch ladder stays on one device
-        assert ladder["extra"].map(lambda e: e["lane"]).nunique() == 1
+        assert ladder["extra"].map(lambda e: e.lane).nunique() == 1
     r50 = df[df["model"] == "resnet50"].set_index(["precision", "sweep", "batch_size"])
     assert (r50.xs(4, level="batch_size")["status"] == "oom").all()  # the OOM cascade still works
     skipped = r50.xs(8, level="batch_size")
@@ -170,6 +170,6 @@ def test_real_workers_on_fake_cpu_devices_then_resume_from_stored_settings(tmp_p
     res = deepgap.run(store=store, resume=True)  # no --devices: the run's stored fleet settings
     df = res.to_pandas()
     assert len(df) == 4 and df["config_key"].is_unique and (df["status"] == "ok").all()
-    real = df[[bool(e.get("correctness")) for e in df["extra"]]]
-    assert len(real) == 2 and set(real["extra"].map(lambda e: e["lane"])) == {"fake-cpu:0", "fake-cpu:1"}
+    real = df[[e.correctness is not None for e in df["extra"]]]
+    assert len(real) == 2 and set(real["extra"].map(lambda e: e.lane)) == {"fake-cpu:0", "fake-cpu:1"}
     assert (real["n_samples"] == 6).all()

@@ -24,7 +24,7 @@ def test_the_sampled_maximum_is_stored_even_when_memory_drops_before_the_last_re
     spec = ConfigSpec(model="tinycnn", engine="eager", precision="fp32", batch_size=1, device="cpu")
     res = Result(spec=spec, status=Status.OK, throughput_pipelined_ips=1.0)
     tel.finish(res)
-    assert res.extra["telemetry"]["max_device_mem_used_bytes"] == 7 * GIB
+    assert res.details.telemetry.max_device_mem_used_bytes == 7 * GIB
     assert tel.sampler.samples[-1][1].mem_used_bytes == 3 * GIB  # what a reading after timing would see
 
 

@@ -30,7 +30,7 @@ def _args(*argv: str) -> argparse.Namespace:
 @settings(max_examples=60, deadline=None)
 @given(
     engines=st.lists(st.sampled_from(ALL_ENGINES), min_size=1, max_size=4, unique=True),
-    precisions=st.lists(st.sampled_from(PRECISIONS), min_size=1, max_size=4, unique=True),
+    precisions=st.lists(st.sampled_from(list(PRECISIONS)), min_size=1, max_size=4, unique=True),
 )
 def test_every_row_is_a_pair_the_engine_runs_and_every_runnable_pair_is_a_row(engines, precisions):
     spec = SweepSpec(models=("resnet18",), engines=tuple(engines), precisions=tuple(precisions),

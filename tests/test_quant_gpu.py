@@ -200,8 +200,8 @@ def test_engine_through_deepgap_run(tmp_path, monkeypatch):
     assert len(df) == 2
     for _, row in df.iterrows():
         assert row["status"] == "ok", row["reason"]
-        assert not row["extra"]["correctness"]["flagged"], row["extra"]["correctness"]
-        assert len(row["extra"]["engine_info"]["layers"]) == 52  # every convolution but the stem was planned
+        assert not row["extra"].correctness.flagged, row["extra"].correctness
+        assert len(row["extra"].engine_info.layers) == 52  # every convolution but the stem was planned
 
 
 @pytest.mark.parametrize("out_fmt", ["int8", "fp8"])

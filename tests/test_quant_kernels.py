@@ -249,3 +249,21 @@ def test_conv_gemm_compiles_to_hopper_wgmma(qfmt, mma, early_res):
     assert "wgmma.mma_async.sync.aligned" in ptx and mma in ptx
     assert "cp.async.cg.shared.global" in ptx and ", 0x10," in ptx  # 16-byte asynchronous loads
     assert compiled.metadata.shared <= 227 * 1024
+
+
+def test_inside_compile_only_a_gpu_launch_compiles_with_its_grid_and_runs_nothing():
+    calls = []
+
+    class FakeKernel:
+        def __getitem__(self, grid):
+            return lambda *a, **k: calls.append(("run", grid, a, k))
+
+        def warmup(self, *a, grid, **k):
+            calls.append(("warmup", grid, a, k))
+
+    gpu = torch.device("cuda")
+    with kernels.compile_only():
+        kernels._impl(FakeKernel(), gpu)[(4, 2)](1, 2, BM=32)
+        assert isinstance(kernels._impl(kernels.conv_gemm_kernel, torch.device("cpu")), kernels._Interpreted)
+    kernels._impl(FakeKernel(), gpu)[(1,)](3)  # outside: launched as before
+    assert calls == [("warmup", (4, 2), (1, 2), {"BM": 32}), ("run", (1,), (3,), {})]

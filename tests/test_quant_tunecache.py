@@ -87,3 +87,11 @@ def test_a_cached_tile_that_is_no_longer_a_candidate_is_tuned_again(resnet18, tm
     again = prepare_quant(resnet18, "int8", 1, 32, "resnet18", device="cpu", opts=_opts())
     assert again.info["tune_cache"]["misses"] == first.info["tune_cache"]["misses"]  # every distinct shape
     assert all(t["kernel"] in ("torch", "cudnn") for t in again.info["layers"])
+
+
+def test_precompiling_is_skipped_with_its_reason_where_nothing_is_compiled(resnet18, tmp_path, monkeypatch):
+    monkeypatch.setenv("DEEPGAP_CACHE", str(tmp_path))
+    on = prepare_quant(resnet18, "int8", 1, 32, "resnet18", device="cpu", opts=_opts())
+    assert on.info["precompile"] == {"kernels": 0, "skipped": "no Triton kernels to compile"}
+    off = prepare_quant(resnet18, "int8", 1, 32, "resnet18", device="cpu", opts=_opts(precompile_workers=0))
+    assert "precompile" not in off.info

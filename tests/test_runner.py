@@ -47,7 +47,7 @@ def test_ok_result_is_complete(tmp_path, tiny_spec):
     assert r.latency.n == 6 and len(r.samples_s) == 2 and r.n_repeats == 2
     assert r.throughput_ips == pytest.approx(r.spec.batch_size / r.latency.median_s)
     assert r.throughput_pipelined_ips > 0 and r.flops_per_image > 0 and r.params > 0
-    assert r.extra["correctness"]["flagged"] is False and r.extra["correctness"]["rel_l2"] < 1e-5
+    assert r.details.correctness.flagged is False and r.details.correctness.rel_l2 < 1e-5
     assert r.host_rss_bytes > 0
     df = res.to_pandas()
     assert df["weights_sha"].dropna().nunique() == 1  # identical weights across configurations

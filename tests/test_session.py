@@ -30,8 +30,8 @@ def test_a_fleet_run_gets_each_lanes_idle_baseline_and_thermal_warmup(tmp_path, 
         assert any(m.startswith(f"{lane}: idle baseline") for m in logged), logged
     assert len(df) == 2 and set(df["status"]) == {"ok"}
     for e in df["extra"]:  # the lane's idle power and steady clock reached its measurements
-        assert e["telemetry"]["idle_power_w"] == pytest.approx(100.0, rel=0.05)
-        assert e["telemetry"]["sm_clock_ref_mhz"] == 1100.0
+        assert e.telemetry.idle_power_w == pytest.approx(100.0, rel=0.05)
+        assert e.telemetry.sm_clock_ref_mhz == 1100.0
 
 
 def test_the_run_kind_is_passed_to_the_store_in_one_place(tmp_path):

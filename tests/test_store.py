@@ -8,6 +8,7 @@ import pytest
 
 from deepgap.errors import StoreError
 from deepgap.records import ConfigSpec, Result, Status
+from deepgap.result_details import Correctness, ResultDetails
 from deepgap.stats import summarize
 from deepgap.store import SCHEMA_VERSION, Store, check_path
 
@@ -19,7 +20,7 @@ def make_result(bs=1, status=Status.OK, model="tinycnn"):
     samples = [[0.01, 0.011, 0.012], [0.010, 0.013, 0.011]]
     lat = summarize(np.concatenate(samples))
     return Result(spec=spec, status=status, latency=lat, throughput_ips=bs / lat.median_s, samples_s=samples,
-                  n_repeats=2, extra={"correctness": {"flagged": False}})
+                  n_repeats=2, details=ResultDetails(correctness=Correctness(flagged=False)))
 
 
 def test_round_trip(tmp_path):
@@ -32,7 +33,7 @@ def test_round_trip(tmp_path):
     df = s.results_frame()
     assert list(df["batch_size"]) == [4, 8] and list(df["status"]) == ["ok", "oom"]
     assert df.loc[0, "n_samples"] == 6
-    assert df.loc[0, "device_name"] == "cpu x" and df.loc[0, "extra"]["correctness"]["flagged"] is False
+    assert df.loc[0, "device_name"] == "cpu x" and df.loc[0, "extra"].correctness.flagged is False
     assert [list(a) for a in s.samples(rid)] == [[0.01, 0.011, 0.012], [0.010, 0.013, 0.011]]
     assert s.telemetry_frame(run)["power_w"].tolist() == [10.0]
     assert s.runs()[0]["status"] == "finished"

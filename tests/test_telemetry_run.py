@@ -29,12 +29,12 @@ def test_results_carry_aggregates_flags_and_samples(throttled):
     df = s.results_frame()
     assert len(df) == 2 and set(df["status"]) == {"ok"}
     for e in df["extra"]:
-        t = e["telemetry"]
+        t = e.telemetry.to_json()
         assert t["backend"] == "fake" and t["energy_source"] == "counter" and t["window_extended"]
         assert t["mean_power_w"] == 100.0 and t["energy_j"] > 0 and t["joules_per_image"] > 0
         assert t["idle_power_w"] == pytest.approx(100.0, rel=0.05) and t["dynamic_energy_j"] is not None
         assert t["sm_clock_ref_mhz"] == 1100.0  # the thermal warm-up's steady clock
-        assert e["flags"] == ["thermal-throttle", "power-throttle"]
+        assert e.flags == ["thermal-throttle", "power-throttle"]
     tel = s.telemetry_frame(df["run_id"][0])
     phases = set(tel["phase"])
     assert {"idle", "idle-summary", "thermal", "thermal-summary", "warmup", "measure"} <= phases
@@ -68,7 +68,7 @@ def test_cpu_backend_reports_unavailable_energy_cleanly(tmp_path):
     assert main(["run", *TINY, "--batch-sizes", "1", "--store", path]) == 0
     s = Store(path, readonly=True)
     (e,) = s.results_frame()["extra"]
-    t = e["telemetry"]
+    t = e.telemetry.to_json()
     assert t["backend"] == "cpu" and t["status"] == "ok" and t["n_samples"] > 0
     if t["energy_source"] != "counter":  # RAPL is root-only on most machines: said so, never guessed
         assert t["energy_source"].startswith("unavailable:") and t["energy_j"] is None
@@ -118,4 +118,4 @@ def test_idle_time_zero_skips_the_baseline(tmp_path):
     (idle,) = run_summaries(s, s.runs()[-1]["run_id"])["idle"]
     assert idle["status"] == "skipped: --idle-time 0"
     (e,) = s.results_frame()["extra"]
-    assert e["telemetry"]["energy_j"] is not None and e["telemetry"].get("dynamic_energy_j") is None
+    assert e.telemetry.energy_j is not None and e.telemetry.dynamic_energy_j is None

@@ -93,13 +93,13 @@ def test_measure_telemetry_plan_flags_and_samples():
         run_protocol(lambda: time.sleep(0.002), tel.clock(HostClock()), protocol)
     res = _result(SPEC)
     tel.finish(res)
-    t = res.extra["telemetry"]
+    t = res.details.telemetry.to_json()
     assert t["status"] == "ok" and t["backend"] == "fake" and t["energy_source"] == "counter"
     assert t["window_extended"] and t["energy_window_min_s"] == 0.05 and t["idle_power_w"] == 50.0
     assert t["mean_power_w"] == 100.0 and t["ips_per_watt"] == pytest.approx(10.0)
     assert t["energy_window_s"] > 0.05 and t["joules_per_image"] > 0
     assert t["throttle_reasons"] == ["sw_power_cap", "sw_thermal_slowdown"]
-    assert res.extra["flags"] == ["thermal-throttle", "power-throttle"]
+    assert res.details.flags == ["thermal-throttle", "power-throttle"]
     assert res.telemetry and {p for p, _, _ in res.telemetry} <= {"warmup", "measure"}
     assert any(d["window"] == 1 for _, _, d in res.telemetry) and "sm_clock_mhz" in res.telemetry[0][2]
     # the backend is opened once per worker
@@ -115,8 +115,8 @@ def test_measure_telemetry_unavailable_and_off():
         pass
     res = _result(SPEC)
     tel.finish(res)
-    assert res.extra["telemetry"]["status"] == "unavailable: fake backend scripted as unavailable"
-    assert "flags" not in res.extra and res.telemetry == []
+    assert res.details.telemetry.status == "unavailable: fake backend scripted as unavailable"
+    assert res.details.flags is None and res.telemetry == []
     assert MeasureTelemetry.for_request({}, "cpu", None, 1) is None
     bad = MeasureTelemetry.for_request({}, "cpu", TelemetrySettings(backend="nvidia-smi"), 1)
     assert bad.backend is None and bad.reason.startswith("unavailable: unknown telemetry backend")
@@ -143,14 +143,14 @@ def test_worker_measure_in_process():
     s = TelemetrySettings(backend="fake:foreign", sample_hz=50.0, energy_window_s=0.05)
     res = measure(state, MeasureRequest(spec=SPEC, protocol=protocol, telemetry=s))
     assert res.status == Status.OK, res.reason
-    assert res.extra["flags"] == ["foreign-procs(1)"] and res.extra["telemetry"]["foreign_pids"] == [4242]
-    assert all(w["iterations"] > 3 for w in res.extra["windows"])  # extended for the energy counter
+    assert res.details.flags == ["foreign-procs(1)"] and res.details.telemetry.foreign_pids == [4242]
+    assert all(w.iterations > 3 for w in res.details.windows)  # extended for the energy counter
     off = measure(state, MeasureRequest(spec=SPEC, protocol=protocol))
-    assert off.status == Status.OK and "telemetry" not in off.extra and off.telemetry == []
+    assert off.status == Status.OK and off.details.telemetry is None and off.telemetry == []
     import dataclasses
 
     th = measure(state, MeasureRequest(spec=SPEC, protocol=protocol, telemetry=dataclasses.replace(
         s, backend="fake:heating", mode="thermal", thermal_window_s=0.3, thermal_timeout_s=5.0)))
     assert th.status == Status.OK and th.latency is None
-    assert th.extra["thermal"]["status"] == "ok" and th.extra["thermal"]["stopped_by"] == "steady"
+    assert th.details.thermal["status"] == "ok" and th.details.thermal["stopped_by"] == "steady"
     assert {p for p, _, _ in th.telemetry} == {"thermal"}

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from deepgap.precision import is_quantized
+
 
 def _flags(r: dict[str, Any]) -> str:
     return " ".join([*(r.get("flags") or []), *(r.get("warnings") or [])])
@@ -208,6 +210,6 @@ def print_paper(label: str, table, paper) -> None:
 def _conf(r: dict, side: str) -> str:
     """A side's configuration; a quantized one (int8, fp8) with its accuracy against fp32 beneath."""
     text = str(r[f"configuration{side}"])
-    if r.get("precision") in ("int8", "fp8") and r.get(f"accuracy{side}"):
+    if is_quantized(r.get("precision")) and r.get(f"accuracy{side}"):
         text += f"\n{r[f'accuracy{side}']}"
     return text

@@ -144,7 +144,7 @@ PRESETS: dict[str, tuple[str, SweepSpec]] = {
                 },
                 "quant": {"batch_sizes": (1, 256), "memory_formats": ("channels_last",)},
             },
-            warmup=10, iterations=10, repeats=3, target_ci=0.01, max_time_s=3.0, sweeps=2,
+            warmup=10, iterations=10, repeats=2, target_ci=0.01, max_time_s=2.0, sweeps=2,
             thermal_warmup=True, thermal_timeout_s=120.0,
         ),
     ),

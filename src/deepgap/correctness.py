@@ -2,9 +2,9 @@
 
 A fast engine that computes the wrong answer must never win a table. On the same deterministic
 inputs we compare logits by relative L2 error, cosine similarity, top-1 agreement and top-5 overlap.
-Bounds per precision (relative L2 error of the logits; random-weight ResNets, 224²):
-  fp32 1e-3 (reordering only), tf32 2e-2, fp16 2e-2, bf16 1e-1 (8-bit mantissa), int8 0.25, fp8 0.25
-— loose enough for rounding, tight enough that a wrong layer, layout or scale blows far past them.
+Bounds per precision (relative L2 error and cosine similarity of the logits) are the precision table's
+(`deepgap.precision.PRECISIONS`: ``rel_l2_bound``, ``cosine_floor``) — loose enough for rounding, tight
+enough that a wrong layer, layout or scale blows far past them. A name the table lacks gets 0.25 and 0.95.
 Top-1 agreement is reported but not bounded: with random weights near-tied logits make it noisy.
 """
 
@@ -13,11 +13,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from deepgap.precision import column
+
 if TYPE_CHECKING:
     import torch
 
-REL_L2_BOUND = {"fp32": 1e-3, "tf32": 2e-2, "fp16": 2e-2, "bf16": 1e-1, "int8": 0.25, "fp8": 0.25}
-COSINE_FLOOR = {"fp32": 0.9999, "tf32": 0.999, "fp16": 0.999, "bf16": 0.99, "int8": 0.95, "fp8": 0.95}
+REL_L2_BOUND = column("rel_l2_bound")  # live views of the precision table
+COSINE_FLOOR = column("cosine_floor")
 
 
 @dataclass(frozen=True)

@@ -13,16 +13,11 @@ from collections.abc import Iterable
 
 import pandas as pd
 
+from deepgap.precision import colour, column
+
 MAX_SERIES = 8  # series per panel: more and the legend outgrows the plot
-PREC_COLORS = {
-    "fp32": "#1f77b4",
-    "tf32": "#17becf",
-    "fp16": "#ff7f0e",
-    "bf16": "#8c564b",
-    "int8": "#2ca02c",
-    "fp8": "#9467bd",
-}
-OTHER_COLOR = "#7f7f7f"
+PREC_COLORS = column("colour")  # precision → colour: a live view of the precision table
+OTHER_COLOR = "#7f7f7f"  # a precision the table does not know
 # engine → (matplotlib marker, plotly symbol); unknown engines take the spare ones in name order
 ENGINE_MARKERS = {
     "eager": ("o", "circle"),
@@ -67,7 +62,7 @@ def shade(color: str, threads: int, all_threads: list[int]) -> str:
 def color(r, all_threads: list[int] | None = None) -> str:
     """The precision's colour (shaded by thread count on CPU sweeps)."""
     return shade(
-        PREC_COLORS.get(str(r["precision"]), OTHER_COLOR), int(r.get("threads") or 0), all_threads or []
+        colour(str(r["precision"]), OTHER_COLOR), int(r.get("threads") or 0), all_threads or []
     )
 
 

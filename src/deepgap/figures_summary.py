@@ -25,6 +25,7 @@ from deepgap.figures import (
     pyplot,
     subplots_grid,
 )
+from deepgap.precision import PRECISIONS
 
 
 def pareto(par: pd.DataFrame) -> Figure:
@@ -328,9 +329,8 @@ def thermal_timeline(
         name,
         title,
         "Telemetry of the thermal warm-up and of every measured configuration; measured windows are shaded "
-        "by precision (the colours of every figure: blue fp32, cyan tf32, orange fp16, brown bf16, "
-        "green int8, "
-        "purple fp8).",
+        "by precision (the colours of every figure: "
+        + ", ".join(f"{p.colour_name} {n}" for n, p in PRECISIONS.items()) + ").",
         fig,
         dpi=60 if appendix else 90,
         appendix=appendix,

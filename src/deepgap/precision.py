@@ -1,21 +1,130 @@
-"""Numeric precisions and what each device can run.
+"""Numeric precisions: the one table of what each is, and what each device can run.
+
+Why one table: a precision's facts (its dtype, bytes per element, correctness tolerance, colour in the
+figures, the compute capability it needs, its datasheet column, whether it is quantized) used to be
+literals in a dozen modules, so adding one meant finding them all. Every consumer now reads `PRECISIONS`
+at call time; what stays elsewhere is what is not a fact of the precision: which engines run it (each
+engine's ``precisions``) and the kernels that measure its ceiling (`deepgap.roofline.peaks`).
 
 ``fp32`` is strict fp32: TF32 is switched *off* for matmuls and convolutions (PyTorch leaves it on
 for cuDNN convolutions by default, so a naive "fp32" on Ampere+ is really TF32). ``tf32`` switches it
 on. ``fp16``/``bf16`` cast weights and inputs (``model.half()``), as the paper's FP16 scripts did.
-``int8``/``fp8`` belong to quantizing engines (TensorRT, ONNX Runtime, deepgap's quant engine).
+``int8``/``fp8`` are quantized: they belong to quantizing engines (TensorRT, ONNX Runtime, deepgap's
+quant engine), which calibrate activation scales, and are held to the accuracy floor by default.
+
+This module sits in the lowest layer: it imports no other deepgap module, and torch only inside the
+functions that need it (dtypes are stored by name).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
 
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "int8", "fp8")
-FLOAT_PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+
+@dataclass(frozen=True)
+class Precision:
+    """Everything deepgap needs to know about one numeric precision."""
+
+    name: str
+    dtype: str  # the torch dtype it stores tensors in, by attribute name (tf32 stores float32)
+    itemsize: int  # bytes per element: the roofline's bytes = elements × this
+    rel_l2_bound: float  # correctness: largest relative L2 error of the logits against fp32 eager
+    cosine_floor: float  # correctness: smallest cosine similarity of the logits against fp32 eager
+    colour: str  # its colour in every figure (static and interactive)
+    colour_name: str  # that colour in words, for figure captions
+    min_cc: tuple[int, int]  # the CUDA compute capability its fast path needs; (0, 0): any GPU
+    peak_column: str  # its dense peak's column in data/gpu_specs.csv (`deepgap.roofline.specs`)
+    peak_unit: str = "TFLOP/s"  # the unit of that peak (int8: TOPS)
+    peak_fallback: str | None = None  # whose peak it runs at where the sheet has none of its own
+    quantized: bool = False  # needs a quantizing engine and calibration; held to the accuracy floor
+    allow_tf32: bool = False  # PyTorch's TF32 switches are on while it runs
+    gpu_only: bool = False  # a mode of NVIDIA GPUs only, not a CPU precision
+
+
+PRECISIONS: dict[str, Precision] = {
+    p.name: p
+    for p in (
+        # Tolerances (random-weight ResNets, 224²): loose enough for rounding, tight enough that a wrong
+        # layer, layout or scale blows far past them; fp32 differs only by reordering, bf16 has an 8-bit
+        # mantissa.
+        Precision("fp32", dtype="float32", itemsize=4, rel_l2_bound=1e-3, cosine_floor=0.9999,
+                  colour="#1f77b4", colour_name="blue", min_cc=(0, 0), peak_column="fp32_tflops"),
+        Precision("tf32", dtype="float32", itemsize=4, rel_l2_bound=2e-2, cosine_floor=0.999,
+                  colour="#17becf", colour_name="cyan", min_cc=(8, 0), peak_column="tf32_tflops",
+                  peak_fallback="fp32", allow_tf32=True, gpu_only=True),
+        Precision("fp16", dtype="float16", itemsize=2, rel_l2_bound=2e-2, cosine_floor=0.999,
+                  colour="#ff7f0e", colour_name="orange", min_cc=(5, 3), peak_column="fp16_tflops"),
+        Precision("bf16", dtype="bfloat16", itemsize=2, rel_l2_bound=1e-1, cosine_floor=0.99,
+                  colour="#8c564b", colour_name="brown", min_cc=(8, 0), peak_column="bf16_tflops",
+                  peak_fallback="fp16"),
+        Precision("int8", dtype="int8", itemsize=1, rel_l2_bound=0.25, cosine_floor=0.95,
+                  colour="#2ca02c", colour_name="green", min_cc=(7, 5), peak_column="int8_tops",
+                  peak_unit="TOPS", quantized=True),
+        Precision("fp8", dtype="float8_e4m3fn", itemsize=1, rel_l2_bound=0.25, cosine_floor=0.95,
+                  colour="#9467bd", colour_name="purple", min_cc=(8, 9), peak_column="fp8_tflops",
+                  quantized=True),
+    )
+}
+
+
+class _Column(Mapping[str, Any]):
+    """A live, read-only ``{precision: field}`` view of the table (sees entries added after import)."""
+
+    def __init__(self, field: str):
+        self.field = field
+
+    def __getitem__(self, name: str) -> Any:
+        return getattr(PRECISIONS[name], self.field)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(PRECISIONS)
+
+    def __len__(self) -> int:
+        return len(PRECISIONS)
+
+    def __repr__(self) -> str:
+        return f"column({self.field!r}): {dict(self)!r}"
+
+
+def column(field: str) -> Mapping[str, Any]:
+    """``{name: getattr(precision, field)}`` over the table, read at each access (colours, item sizes)."""
+    if field not in Precision.__dataclass_fields__:
+        raise KeyError(f"Precision has no field {field!r}")
+    return _Column(field)
+
+
+def is_quantized(name: str) -> bool:
+    """Whether ``name`` is a quantized precision (int8, fp8); False for an unknown name."""
+    p = PRECISIONS.get(str(name))
+    return bool(p and p.quantized)
+
+
+def quantized_names() -> tuple[str, ...]:
+    """The quantized precisions, in table order."""
+    return tuple(n for n, p in PRECISIONS.items() if p.quantized)
+
+
+def float_names() -> tuple[str, ...]:
+    """The precisions plain PyTorch runs (every one not quantized), in table order."""
+    return tuple(n for n, p in PRECISIONS.items() if not p.quantized)
+
+
+def colour(name: str, default: str) -> str:
+    """The precision's figure colour, or ``default`` for a name the table does not know."""
+    p = PRECISIONS.get(str(name))
+    return p.colour if p else default
+
+
+def __getattr__(name: str) -> Any:
+    # FLOAT_PRECISIONS stays importable as a tuple, computed from the table at each import.
+    if name == "FLOAT_PRECISIONS":
+        return float_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -30,32 +139,40 @@ class DeviceCaps:
 
 
 def torch_dtype(precision: str) -> torch.dtype:
-    """The tensor dtype an fp-precision computes in (tf32 stores fp32)."""
+    """The tensor dtype a precision stores and computes in (tf32 stores fp32)."""
     import torch
 
-    return {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[precision]
+    return getattr(torch, PRECISIONS[precision].dtype)
+
+
+def device_support(precision: str, caps: DeviceCaps) -> str | None:
+    """Why this device lacks ``precision``'s hardware path (GPU-only mode, compute capability), or None."""
+    p = PRECISIONS[precision]
+    need = f"{p.min_cc[0]}.{p.min_cc[1]}"
+    if caps.kind == "cpu":
+        if p.gpu_only:
+            return (f"{precision} is a tensor-core mode of NVIDIA GPUs (compute capability ≥ {need}); "
+                    "this device is a CPU")
+        return None
+    cc = caps.compute_capability or (0, 0)
+    if tuple(cc) < p.min_cc:
+        return f"{precision} needs compute capability ≥ {need}; {caps.name} has {cc[0]}.{cc[1]}"
+    return None
 
 
 def float_precision_support(precision: str, caps: DeviceCaps) -> str | None:
     """Why ``precision`` cannot run in plain PyTorch on this device, or None when it can."""
-    if precision not in FLOAT_PRECISIONS:
-        return f"{precision} needs a quantizing engine (tensorrt, onnxruntime with int8, quant), not plain PyTorch"
-    if caps.kind == "cpu":
-        if precision == "tf32":
-            return "tf32 is a tensor-core mode of NVIDIA GPUs (compute capability ≥ 8.0); this device is a CPU"
-        return None
-    cc = caps.compute_capability or (0, 0)
-    if precision in ("tf32", "bf16") and cc < (8, 0):
-        return f"{precision} needs compute capability ≥ 8.0; {caps.name} has {cc[0]}.{cc[1]}"
-    if precision == "fp16" and cc < (5, 3):
-        return f"fp16 needs compute capability ≥ 5.3; {caps.name} has {cc[0]}.{cc[1]}"
-    return None
+    if precision not in PRECISIONS or PRECISIONS[precision].quantized:
+        return (f"{precision} needs a quantizing engine (tensorrt, onnxruntime with int8, quant), "
+                "not plain PyTorch")
+    return device_support(precision, caps)
 
 
 def set_tf32(precision: str) -> None:
-    """Allow TF32 tensor cores exactly when the precision is ``tf32`` (process-wide flags)."""
+    """Allow TF32 tensor cores exactly when the precision asks for them (process-wide flags)."""
     import torch
 
-    allow = precision == "tf32"
+    p = PRECISIONS.get(precision)
+    allow = bool(p and p.allow_tf32)
     torch.backends.cuda.matmul.allow_tf32 = allow
     torch.backends.cudnn.allow_tf32 = allow

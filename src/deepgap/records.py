@@ -3,6 +3,7 @@
 `ConfigSpec` is frozen and hashable: it is both the identity of a measurement (its `key` is the
 store's natural key within a run, which makes ``--resume`` exact) and the grouping key of the
 analysis. Units are in every field name (``_s``, ``_bytes``, ``_ips`` = images per second).
+What a result carries beyond its statistics is a typed `ResultDetails` (``result_details``).
 This module imports nothing else from deepgap.
 """
 
@@ -13,6 +14,8 @@ import enum
 import json
 from dataclasses import dataclass, field
 from typing import Any
+
+from deepgap.result_details import ResultDetails
 
 
 class Status(str, enum.Enum):
@@ -112,5 +115,5 @@ class Result:
     duration_s: float = 0.0
     started_at: float = 0.0
     samples_s: list[list[float]] = field(default_factory=list)  # per repeat, per iteration latencies
-    extra: dict[str, Any] = field(default_factory=dict)  # engine/telemetry/correctness details
+    details: ResultDetails = field(default_factory=ResultDetails)  # engine/telemetry/correctness details
     telemetry: list[tuple[str, float, dict[str, Any]]] = field(default_factory=list)  # (phase, t_s, sample)

@@ -17,25 +17,26 @@ import pandas as pd
 from deepgap.analysis.frame import config_label
 from deepgap.analysis.recommend import OBJECTIVES, recommend
 from deepgap.report_format import fmt_ci, fmt_ips, fmt_list, fmt_ms, fmt_num
+from deepgap.result_details import Correctness, ResultDetails
 from deepgap.stats import finite_or_none as _f
 
 GOALS = {"throughput": "throughput", "latency": "latency", "joules": "per joule"}
 
 
 
-def accuracy_by_result(df: pd.DataFrame) -> dict[int, dict[str, Any]]:
+def accuracy_by_result(df: pd.DataFrame) -> dict[int, Correctness]:
     """Result id → its stored correctness check (rel. L2, cosine, top-1 agreement against FP32)."""
     if df.empty or "extra" not in df:
         return {}
     out = {}
     for rid, extra in zip(df["result_id"], df["extra"], strict=False):
-        corr = extra.get("correctness") if isinstance(extra, dict) else None
-        if isinstance(corr, dict):
+        corr = ResultDetails.of(extra).correctness
+        if corr is not None:
             out[int(rid)] = corr
     return out
 
 
-def accuracy(row: dict[str, Any], acc: dict[int, dict[str, Any]]) -> dict[str, float | None]:
+def accuracy(row: dict[str, Any], acc: dict[int, Correctness]) -> dict[str, float | None]:
     """The worst accuracy over a configuration's measurements (max rel. L2, min cosine and top-1)."""
     checks = [acc[int(r)] for r in row.get("result_ids") or [] if int(r) in acc]
 

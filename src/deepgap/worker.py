@@ -23,6 +23,7 @@ from typing import Any
 
 from deepgap.precision import DeviceCaps
 from deepgap.records import ConfigSpec, Result, Status
+from deepgap.result_details import Correctness, DeviceMemUsed, EngineInfo, MemoryPeaks, ResultDetails, Window
 from deepgap.telemetry.settings import TelemetrySettings
 from deepgap.timing import TimingProtocol
 
@@ -198,7 +199,7 @@ def measure(state: WorkerState, req: MeasureRequest) -> Result:
         status, reason, tb = failure(exc)
         res = Result(spec=spec, status=status, reason=reason)
         if tb:
-            res.extra["traceback"] = tb
+            res.details.traceback = tb
     finally:
         _release(state)
     res.started_at = started
@@ -251,8 +252,8 @@ def _measure(state: WorkerState, req: MeasureRequest) -> Result:
 
     prepare_peak = None
     if cuda:  # the set-up's peak (compile, capture, calibration) apart; then the peak of the run alone
-        prepare_peak = {"allocated": int(torch.cuda.max_memory_allocated(spec.device)),
-                        "reserved": int(torch.cuda.max_memory_reserved(spec.device))}
+        prepare_peak = MemoryPeaks(allocated=int(torch.cuda.max_memory_allocated(spec.device)),
+                                   reserved=int(torch.cuda.max_memory_reserved(spec.device)))
         torch.cuda.reset_peak_memory_stats(spec.device)
     run = prepared.run
     with torch.inference_mode():
@@ -293,28 +294,29 @@ def _measure(state: WorkerState, req: MeasureRequest) -> Result:
         flops_per_image=flops, params=params, weights_sha=sha,
         samples_s=timings.samples_s,
     )
-    result.extra.update(
+    result.details = ResultDetails(
         setup_s=prepared.setup_s,
-        engine_info=prepared.info,
-        correctness=agreement.to_dict(),
-        windows=[{"iterations": n, "seconds": s} for n, s in timings.windows],
+        engine_info=EngineInfo.from_json(prepared.info),
+        correctness=Correctness.from_json(agreement.to_dict()),
+        windows=[Window(iterations=n, seconds=s) for n, s in timings.windows],
         ci_halfwidth_rel=timings.ci_halfwidth_rel,
         torch_threads=torch.get_num_threads(),
     )
     if spec.include_transfer:  # say what was timed: on a CPU device there is no host→device copy
-        result.extra["transfer"] = ("pinned host→device copy timed in every iteration" if x_src is not None
+        result.details.transfer = ("pinned host→device copy timed in every iteration" if x_src is not None
                                     else "none: the device is the host (CPU), no copy to time")
     if tel is not None:
         tel.finish(result)
     if cuda:
         result.peak_mem_allocated_bytes = int(torch.cuda.max_memory_allocated(spec.device))
         result.peak_mem_reserved_bytes = int(torch.cuda.max_memory_reserved(spec.device))
-        result.extra["prepare_peak_mem_bytes"] = prepare_peak
+        result.details.prepare_peak_mem_bytes = prepare_peak
     final = nvml_used_bytes(spec.device) if cuda else None
-    sampled = (result.extra.get("telemetry") or {}).get("max_device_mem_used_bytes") if cuda else None
+    tel_details = result.details.telemetry
+    sampled = tel_details.max_device_mem_used_bytes if cuda and tel_details is not None else None
     if cuda:  # the true peak: the highest sampled reading during the protocol, or the one after it
         result.device_mem_used_bytes = true_peak(final, sampled)
-        result.extra["device_mem_used"] = {"final_bytes": final, "sampled_max_bytes": sampled}
+        result.details.device_mem_used = DeviceMemUsed(final_bytes=final, sampled_max_bytes=sampled)
     if req.options.get("dataset") or req.options.get("min_accuracy"):  # after every timed and memory figure
         from deepgap.accuracy.evaluate import record
 

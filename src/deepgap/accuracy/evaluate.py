@@ -168,18 +168,20 @@ def evaluate(state, req, prepared, min_accuracy: float | None = None) -> dict[st
 
 
 def record(state, req, prepared, result) -> None:
-    """Store ``extra['accuracy']`` and the run's ``min_accuracy``; a failed data pass keeps the timing."""
+    """Store ``details.accuracy`` and the run's ``min_accuracy``; a failed data pass keeps the timing."""
     import traceback
+
+    from deepgap.result_details import Accuracy
 
     mina = req.options.get("min_accuracy")
     if mina is not None:
-        result.extra["min_accuracy"] = mina
+        result.details.min_accuracy = mina
     if not req.options.get("dataset"):
         return
     try:
-        result.extra["accuracy"] = evaluate(state, req, prepared, mina)
+        result.details.accuracy = Accuracy.from_json(evaluate(state, req, prepared, mina))
     except Exception as exc:  # noqa: BLE001 - the measurement stands; say why there is no accuracy
-        result.extra["accuracy"] = {
-            "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
-            "traceback": traceback.format_exc()[-2000:],
-        }
+        result.details.accuracy = Accuracy(
+            error=f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
+            traceback=traceback.format_exc()[-2000:],
+        )

@@ -6,7 +6,8 @@ labels divided by the fp32 reference's top-1 on the same images. Without one, it
 check's top-1 agreement with fp32 on its fixed inputs (``extra['correctness']``): a quantized engine that
 changes the predicted class of more than 1% of them fails the same bar.
 
-Which configurations are held to it: int8 and fp8 by default (``DEFAULT_MIN``); every precision when the
+Which configurations are held to it: the quantized precisions (int8, fp8: ``quantized`` in
+`deepgap.precision.PRECISIONS`) by default (``DEFAULT_MIN``); every precision when the
 user sets a minimum (``--min-accuracy`` at run time, stored as ``extra['min_accuracy']``, or at analysis
 time, which overrides the stored one). A flagged configuration is never recommended.
 """
@@ -15,47 +16,50 @@ from __future__ import annotations
 
 from typing import Any
 
+from deepgap.precision import is_quantized
+from deepgap.result_details import ResultDetails
 from deepgap.stats import finite_or_none as _num
 
 DEFAULT_MIN = 0.99
-QUANTIZED = frozenset({"int8", "fp8"})
 FLAG = "accuracy-loss"
 COLUMNS = ("top1", "top5", "top1_relative", "top1_agreement_fp32")
 
 
 
-def figure(extra: dict[str, Any] | None) -> tuple[float | None, str]:
+def figure(extra: ResultDetails | dict[str, Any] | None) -> tuple[float | None, str]:
     """(top-1 relative to fp32, what it is): the dataset's where measured, else the correctness agreement."""
-    extra = extra if isinstance(extra, dict) else {}
-    acc = extra.get("accuracy")
-    if isinstance(acc, dict) and _num(acc.get("top1_relative")) is not None:
-        return _num(acc["top1_relative"]), "dataset"
-    corr = extra.get("correctness")
-    if isinstance(corr, dict) and _num(corr.get("top1_agreement")) is not None:
-        return _num(corr["top1_agreement"]), "agreement"
+    extra = ResultDetails.of(extra)
+    acc = extra.accuracy
+    if acc is not None and _num(acc.top1_relative) is not None:
+        return _num(acc.top1_relative), "dataset"
+    corr = extra.correctness
+    if corr is not None and _num(corr.top1_agreement) is not None:
+        return _num(corr.top1_agreement), "agreement"
     return None, ""
 
 
 def threshold(
-    precision: str, extra: dict[str, Any] | None, min_accuracy: float | None = None
+    precision: str, extra: ResultDetails | dict[str, Any] | None, min_accuracy: float | None = None
 ) -> float | None:
-    """The minimum that applies: the analysis's, else the run's stored one, else 99% for int8/fp8, or none."""
+    """The minimum that applies: the analysis's, else the run's stored one, else 99% if quantized, or none."""
     if min_accuracy is not None:
         return min_accuracy
-    stored = _num((extra or {}).get("min_accuracy")) if isinstance(extra, dict) else None
+    stored = _num(ResultDetails.of(extra).min_accuracy)
     if stored is not None:
         return stored
-    return DEFAULT_MIN if precision in QUANTIZED else None
+    return DEFAULT_MIN if is_quantized(precision) else None
 
 
-def flags(precision: str, extra: dict[str, Any] | None, min_accuracy: float | None = None) -> list[str]:
+def flags(
+    precision: str, extra: ResultDetails | dict[str, Any] | None, min_accuracy: float | None = None
+) -> list[str]:
     """``['accuracy-loss(...)']`` when the configuration's figure is below its threshold, else []."""
     bar = threshold(str(precision), extra, min_accuracy)
     value, kind = figure(extra)
     if bar is None or value is None or value >= bar - 1e-12:
         return []
     if kind == "dataset":
-        top1 = _num(extra["accuracy"].get("top1"))
+        top1 = _num(ResultDetails.of(extra).accuracy.top1)
         what = (
             f"top1 {100 * top1:.2f}% = {100 * value:.1f}% of fp32"
             if top1 is not None
@@ -66,10 +70,10 @@ def flags(precision: str, extra: dict[str, Any] | None, min_accuracy: float | No
     return [f"{FLAG}({what} < {100 * bar:g}%)"]
 
 
-def columns(extra: dict[str, Any] | None) -> dict[str, float]:
+def columns(extra: ResultDetails | dict[str, Any] | None) -> dict[str, float]:
     """The dataset accuracy figures of one measurement (absent keys dropped): show, report data, recommend."""
-    acc = (extra or {}).get("accuracy") if isinstance(extra, dict) else None
-    if not isinstance(acc, dict):
+    acc = ResultDetails.of(extra).accuracy
+    if acc is None:
         return {}
     return {k: v for k in COLUMNS if (v := _num(acc.get(k))) is not None}
 

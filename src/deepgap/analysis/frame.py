@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from deepgap.analysis import accuracy, sweeps
+from deepgap.result_details import ResultDetails
 from deepgap.stats import bootstrap_ci
 from deepgap.stats import finite_or_none as _num
 from deepgap.telemetry.settings import TelemetrySettings
@@ -76,26 +77,28 @@ THROTTLE_MIN_FRACTION = TelemetrySettings().throttle_min_fraction  # the share t
 # Accuracy against the fp32 eager reference (deepgap.correctness, stored in extra["correctness"]): the
 # evidence a quantized row carries wherever it is shown. Aggregated as the worst over measurements.
 ACCURACY_WORST = {"rel_l2": "max", "cosine": "min", "top1_agreement": "min"}
-QUANTIZED = ("int8", "fp8")
 
 
-def telemetry_flags(extra: dict[str, Any]) -> list[str]:
-    """The telemetry flags stored in a measurement's ``extra`` (a string or a list)."""
-    flags = extra.get("flags") or []
+Details = ResultDetails | dict[str, Any] | None  # a measurement's details; a parsed JSON object is read
+
+
+def telemetry_flags(extra: Details) -> list[str]:
+    """The telemetry flags stored in a measurement's details (a string or a list)."""
+    flags = ResultDetails.of(extra).flags or []
     return [str(f) for f in ([flags] if isinstance(flags, str) else flags) if str(f)]
 
 
-def power_capped(extra: dict[str, Any] | None) -> bool:
+def power_capped(extra: Details) -> bool:
     """Whether the measurement ran at the GPU's configured power limit, with no external power brake."""
-    tel = extra.get("telemetry") if isinstance(extra, dict) else None
-    frac = tel.get("throttle_fraction") if isinstance(tel, dict) else None
+    tel = ResultDetails.of(extra).telemetry
+    frac = tel.throttle_fraction if tel is not None else None
     if not isinstance(frac, dict):
         return False
     cap = _num(frac.get(POWER_CAP_REASON)) or 0.0
     return cap >= THROTTLE_MIN_FRACTION and not any((_num(frac.get(r)) or 0.0) > 0 for r in POWER_BRAKES)
 
 
-def _split_telemetry(extra: dict[str, Any]) -> tuple[list[str], list[str]]:
+def _split_telemetry(extra: Details) -> tuple[list[str], list[str]]:
     """(disqualifying, warning) telemetry flags of one measurement."""
     capped = power_capped(extra)
     bad, warn = [], []
@@ -111,27 +114,27 @@ def _split_telemetry(extra: dict[str, Any]) -> tuple[list[str], list[str]]:
     return bad, warn
 
 
-def row_flags(extra: dict[str, Any] | None) -> list[str]:
+def row_flags(extra: Details) -> list[str]:
     """Disqualifying flags of one measurement: wrong outputs, telemetry contamination."""
-    extra = extra if isinstance(extra, dict) else {}
+    extra = ResultDetails.of(extra)
     out: list[str] = []
-    corr = extra.get("correctness") or {}
-    if isinstance(corr, dict) and corr.get("flagged"):
-        rel = _num(corr.get("rel_l2"))
+    corr = extra.correctness
+    if corr is not None and corr.flagged:
+        rel = _num(corr.rel_l2)
         out.append(f"wrong-output(relL2={rel:.2g})" if rel is not None else "wrong-output")
     return out + _split_telemetry(extra)[0]
 
 
-def row_warnings(ci_met: Any, extra: dict[str, Any] | None = None) -> list[str]:
+def row_warnings(ci_met: Any, extra: Details = None) -> list[str]:
     """Non-disqualifying warnings of one measurement: the adaptive CI target was missed, the
     temperature was still rising, the GPU ran at its own power limit.
     """
     v = _num(ci_met)
     out = ["ci-not-met"] if v is not None and v == 0 else []
-    return out + _split_telemetry(extra if isinstance(extra, dict) else {})[1]
+    return out + _split_telemetry(extra)[1]
 
 
-def telemetry_of(extra: dict[str, Any] | None) -> dict[str, float]:
+def telemetry_of(extra: Details) -> dict[str, float]:
     """The numeric telemetry aggregates of one measurement (missing or malformed keys dropped).
 
     Energy figures come from one window: images/s/W is 1 / (J/image), both from the energy windows'
@@ -141,8 +144,8 @@ def telemetry_of(extra: dict[str, Any] | None) -> dict[str, float]:
     different window and a different sensor, and disagreed with the counter's joules by tens of percent
     on a real GPU (issue 19); they are used only where no energy was measured.
     """
-    tel = (extra or {}).get("telemetry") if isinstance(extra, dict) else None
-    if not isinstance(tel, dict):
+    tel = ResultDetails.of(extra).telemetry
+    if tel is None:
         return {}
     out = {}
     for k in TELEMETRY_MEDIAN + TELEMETRY_MAX:
@@ -175,15 +178,14 @@ def prepare(results: pd.DataFrame) -> pd.DataFrame:
     ]
     df["threads"] = [int(t) if _num(t) is not None else 0 for t in df.get("threads", [None] * len(df))]
     df["include_transfer"] = [bool(_num(t)) for t in df.get("include_transfer", [0] * len(df))]
-    extras = df["extra"] if "extra" in df else pd.Series([{}] * len(df), index=df.index)
+    extras = [ResultDetails.of(e) for e in df["extra"]] if "extra" in df else [ResultDetails()] * len(df)
     precs = df["precision"] if "precision" in df else [""] * len(df)
     df["flags"] = [row_flags(e) + accuracy.flags(p, e) for e, p in zip(extras, precs, strict=True)]  # accuracy-loss
     df["flagged"] = [bool(f) for f in df["flags"]]
     df["warnings"] = [row_warnings(c, e) for c, e in zip(df.get("ci_met", [None] * len(df)), extras, strict=True)]
-    corr = [e.get("correctness") if isinstance(e, dict) and isinstance(e.get("correctness"), dict) else {}
-            for e in extras]
+    corr = [e.correctness for e in extras]
     for k in ACCURACY_WORST:
-        df[k] = [_num(c.get(k)) if _num(c.get(k)) is not None else np.nan for c in corr]
+        df[k] = [np.nan if c is None or _num(c.get(k)) is None else _num(c.get(k)) for c in corr]
     tel = [telemetry_of(e) for e in extras]
     for k in TELEMETRY_MEDIAN + TELEMETRY_MAX:
         df[k] = [t.get(k, np.nan) for t in tel]

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from deepgap.result_details import EngineInfo, ResultDetails
 from deepgap.roofline.model import Ceiling, bound, theoretical_time
 
 if TYPE_CHECKING:
@@ -124,9 +125,9 @@ def layers_frame(results: pd.DataFrame, peaks_df=None) -> pd.DataFrame:
     ok = results[(results["engine"] == QUANT_ENGINE) & (results["status"] == "ok")]
     out: list[dict[str, Any]] = []
     for (device, model, precision, bs), grp in ok.groupby(CONFIG_KEYS, sort=True):
-        infos = [e.get("engine_info", {}) for e in grp["extra"]]
-        lists = [(i.get("layers") or []) + (i.get("outside_layers") or []) for i in infos
-                 if isinstance(i.get("layers"), list) and i.get("layers")]
+        infos = [ResultDetails.of(e).engine_info or EngineInfo() for e in grp["extra"]]
+        lists = [(i.layers or []) + (i.outside_layers or []) for i in infos
+                 if isinstance(i.layers, list) and i.layers]
         if not lists:
             continue
         ceiling = ceiling_for(str(precision), str(device), peaks_df)

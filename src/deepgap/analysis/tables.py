@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from deepgap.analysis.frame import ACCURACY_WORST, accuracy_label, config_label
+from deepgap.precision import PRECISIONS
 
 _EMPTY_T1 = ["platform", "model", "precision", "engine", "batch_size", "throughput_ips"]
 
@@ -112,10 +113,6 @@ def table1(agg: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-# A precision without its own tensor-core peak on a GPU runs at this one's (TF32 off: fp32; bf16 as fp16).
-_PEAK_FALLBACK = {"tf32": "fp32", "bf16": "fp16"}
-
-
 def _pct_of_peak(platform: str, precision: str, tflops: float) -> float:
     """Achieved over the spec sheet's dense peak (`deepgap.roofline.specs`, the one datasheet), in percent."""
     from deepgap.roofline.specs import spec_for, spec_peak
@@ -123,7 +120,10 @@ def _pct_of_peak(platform: str, precision: str, tflops: float) -> float:
     if tflops != tflops:
         return np.nan
     row = spec_for(platform)
-    peak = spec_peak(row, precision) or spec_peak(row, _PEAK_FALLBACK.get(precision, precision))
+    # A precision without its own tensor-core peak on a GPU runs at its table's ``peak_fallback``'s
+    # (TF32 off: fp32; bf16 as fp16).
+    p = PRECISIONS.get(precision)
+    peak = spec_peak(row, precision) or (spec_peak(row, p.peak_fallback) if p and p.peak_fallback else None)
     return 100.0 * tflops / peak if peak else np.nan
 
 

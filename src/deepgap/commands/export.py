@@ -39,7 +39,7 @@ def export_frame(store_path: str, run_ids: list[str] | None = None, samples: boo
         store.check_runs(run_ids)
         df = store.results_frame(run_ids)
         if not samples:
-            df["extra"] = [json.dumps(e, sort_keys=True) for e in df["extra"]]
+            df["extra"] = [json.dumps(e.to_json(), sort_keys=True) for e in df["extra"]]
             return df
         rows = []
         for rid, key in zip(df["result_id"], df["config_key"]):

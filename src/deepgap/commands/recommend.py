@@ -12,6 +12,7 @@ import math
 from dataclasses import asdict
 
 from deepgap.api import DEFAULT_STORE
+from deepgap.precision import is_quantized, quantized_names
 
 NAME = "recommend"
 HELP = "best (device, engine, precision, batch) per model under --slo-p99 / --max-memory, with the evidence"
@@ -30,7 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("--engine", help="only these engines (comma-separated)")
     p.add_argument("--run", action="append", help="run id (repeatable; default: every run in the store)")
     p.add_argument("--min-accuracy", metavar="PCT",
-                   help="top-1 relative to fp32 at least this, e.g. 99%% (default: 99%% for int8/fp8, MLPerf's rule)")
+                   help=f"top-1 relative to fp32 at least this, e.g. 99%% (default: 99%% for "
+                        f"{'/'.join(quantized_names())}, MLPerf's rule)")
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -48,7 +50,7 @@ def _line(ev: dict) -> str:
         parts.append(f"top-1 {100 * ev['top1']:.2f}%{rel}")
     if ev.get("joules_per_image") is not None:
         parts.append(f"{fmt_num(ev['joules_per_image'] * 1e3)} mJ/image")
-    if ev.get("precision") in ("int8", "fp8"):  # a quantized choice shows what it gives up
+    if is_quantized(ev.get("precision")):  # a quantized choice shows what it gives up
         parts.append(f"accuracy {ev['accuracy']}")
     parts.append(f"{ev['n_measurements']} measurement(s), run {', '.join(ev['run_ids'])}")
     if ev["warnings"]:
@@ -99,7 +101,8 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
         print(json.dumps(_finite([asdict(r) for r in recs]), indent=1, default=str))
         return 0 if recs and all(r.choice for r in recs) else 1
     cons = [f"P99 ≤ {slo * 1e3:g} ms" if slo else "", f"memory ≤ {mem / 2**30:.3g} GiB" if mem else "",
-            f"top-1 ≥ {100 * min_acc:g}% of fp32" if min_acc else "top-1 ≥ 99% of fp32 for int8/fp8"]
+            f"top-1 ≥ {100 * min_acc:g}% of fp32" if min_acc
+            else f"top-1 ≥ 99% of fp32 for {'/'.join(quantized_names())}"]
     print(f"objective: {OBJECTIVES[objective]}; constraints: {', '.join(c for c in cons if c) or 'none'}")
     if not recs:
         print("none: the selection holds no successful measurement")

@@ -18,6 +18,7 @@ from deepgap.config import (
     parse_str_list,
     preset,
 )
+from deepgap.precision import PRECISIONS, quantized_names
 from deepgap.progress import Progress
 
 NAME = "run"
@@ -73,7 +74,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("--config", metavar="TOML", help="sweep file; flags override it")
     p.add_argument("--models", help="comma-separated, e.g. resnet18,resnet50 (deepgap list models)")
     p.add_argument("--engines", help="comma-separated, e.g. eager (deepgap list engines)")
-    p.add_argument("--precisions", help="comma-separated: fp32,tf32,fp16,bf16,int8,fp8")
+    p.add_argument("--precisions", help=f"comma-separated: {','.join(PRECISIONS)}")
     p.add_argument("--batch-sizes", help="comma-separated positive integers, e.g. 1,8,32")
     p.add_argument("--memory-formats", help="nchw,channels_last")
     p.add_argument("--threads", help="CPU thread counts to sweep, e.g. 1,2,4")
@@ -91,10 +92,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("--seed", help="seed of weights and inputs (default 0)")
     p.add_argument("--dataset", metavar="PATH",
                    help="labelled images (ImageFolder tree or CSV of path,label): top-1/top-5 per configuration, "
-                        "int8/fp8 calibrated on a disjoint split")
+                        f"{'/'.join(quantized_names())} calibrated on a disjoint split")
     p.add_argument("--accuracy-samples", metavar="N", help="score N evaluation images of --dataset (default: all)")
     p.add_argument("--min-accuracy", metavar="PCT",
-                   help="top-1 relative to fp32 at least this, e.g. 99%% (default: 99%% for int8/fp8, MLPerf's rule)")
+                   help=f"top-1 relative to fp32 at least this, e.g. 99%% (default: 99%% for "
+                        f"{'/'.join(quantized_names())}, MLPerf's rule)")
     p.add_argument("--include-transfer", action="store_true", help="time the host→device copy of pinned inputs")
     p.add_argument("--no-telemetry", action="store_true", help="no power/energy/temperature/clock sampling")
     p.add_argument("--sample-hz", help="telemetry samples per second inside energy windows (default 10)")

@@ -27,12 +27,14 @@ def _fmt_ms(v: float | None) -> str:
 
 def flags_of(row) -> list[str]:
     """Human flags of one result row: correctness beyond bound, telemetry contamination."""
-    extra = row.get("extra") or {}
+    from deepgap.result_details import ResultDetails
+
+    extra = ResultDetails.of(row.get("extra"))
     out = []
-    corr = extra.get("correctness") or {}
-    if corr.get("flagged"):
-        out.append(f"WRONG(relL2={corr.get('rel_l2'):.2g})")
-    out += list(extra.get("flags") or [])
+    corr = extra.correctness
+    if corr is not None and corr.flagged:
+        out.append(f"WRONG(relL2={corr.rel_l2:.2g})")
+    out += list(extra.flags or [])
     from deepgap.analysis.accuracy import flags as accuracy_flags
 
     out += accuracy_flags(row.get("precision", ""), extra)
@@ -41,7 +43,7 @@ def flags_of(row) -> list[str]:
     return out
 
 
-def _top1(extra: dict) -> str:
+def _top1(extra) -> str:
     """Dataset top-1 and its share of fp32's ("76.13 (99.8%)"), or the check inputs' agreement ("agree 100%")."""
     from deepgap.analysis.accuracy import columns, figure
 
@@ -90,7 +92,7 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
             str(row.get("sweep", "")), row["status"], med, _fmt_ms(row["latency_p99_s"]) if ok else "",
             f"{row['throughput_ips']:,.1f}" if ok else "", f"{row['throughput_pipelined_ips']:,.1f}" if ok else "",
             str(int(row["n_samples"])) if ok else "", f"{row['cv_repeats']:.3f}" if ok and row["cv_repeats"] == row["cv_repeats"] and row["cv_repeats"] is not None else "",
-            _top1(row.get("extra") or {}), " ".join(flags_of(row)),
+            _top1(row.get("extra")), " ".join(flags_of(row)),
         )
     console.print(t)
     _print_sweeps(store, df, console)

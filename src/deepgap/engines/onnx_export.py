@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from deepgap.engines.artifacts import artifact_path, atomic_path, library_version
+from deepgap.precision import torch_dtype
 
 OPSET = 18
 FALLBACK_OPSET = 17
@@ -46,9 +47,9 @@ def export_onnx(model, model_name: str, resolution: int, weights_sha: str, dtype
         info["onnx_cache"] = "hit"
         return path, info
     t0 = time.perf_counter()
-    torch_dtype = {"fp32": torch.float32, "fp16": torch.float16}[dtype]
-    model = model.to(torch_dtype).eval()
-    example = torch.randn(2, 3, resolution, resolution, dtype=torch_dtype)  # 2, not 1: export specializes size 1
+    tdtype = torch_dtype(dtype)
+    model = model.to(tdtype).eval()
+    example = torch.randn(2, 3, resolution, resolution, dtype=tdtype)  # 2, not 1: export specializes size 1
     errors = []
     with atomic_path(path, parts) as tmp:
         for exporter in ("dynamo", "torchscript"):

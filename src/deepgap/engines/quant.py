@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 
 from deepgap.engines.base import ENGINES, Engine, Prepared
+from deepgap.precision import PRECISIONS
 
 SUPPORTED_MODELS = (
     "resnet18",
@@ -44,7 +45,7 @@ class QuantEngine(Engine):
         if caps.kind != "cuda":
             return NEEDS_GPU
         cc = caps.compute_capability or (0, 0)
-        need = (8, 9) if spec.precision == "fp8" else (8, 0)
+        need = max((8, 0), PRECISIONS[spec.precision].min_cc)  # its kernels need ≥ 8.0; fp8 needs more
         if cc < need:
             return f"{NEEDS_GPU}; {caps.name} has {cc[0]}.{cc[1]}"
         if spec.model not in SUPPORTED_MODELS:

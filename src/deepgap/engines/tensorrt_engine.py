@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from deepgap.engines.base import ENGINES, Engine, Prepared
-from deepgap.precision import float_precision_support
+from deepgap.precision import device_support, float_precision_support, is_quantized
 
 MIN_VERSION = (8, 6)
 
@@ -56,9 +56,9 @@ class TensorrtEngine(Engine):
             return "tensorrt builds engines for NVIDIA GPUs; this device is a CPU"
         if spec.memory_format != "nchw":
             return "tensorrt takes NCHW inputs (it chooses its own internal layouts); channels_last is a PyTorch layout"
-        if spec.precision == "int8":
-            cc = caps.compute_capability or (0, 0)
-            return None if cc >= (7, 5) else f"tensorrt int8 needs compute capability ≥ 7.5; {caps.name} has {cc[0]}.{cc[1]}"
+        if is_quantized(spec.precision):  # not plain PyTorch's: only the device's capability counts
+            why = device_support(spec.precision, caps)
+            return f"tensorrt {why}" if why else None
         if spec.precision == "bf16" and not hasattr(_import_trt().BuilderFlag, "BF16"):
             return "this TensorRT has no BF16 builder flag (TensorRT ≥ 9 has)"
         return float_precision_support(spec.precision, caps)

@@ -40,6 +40,7 @@ from deepgap.config import SweepSpec
 from deepgap.errors import UsageError
 from deepgap.fleet.common import Finished, cascade_reason, ladders
 from deepgap.records import ConfigSpec, Result, Status
+from deepgap.result_details import ResultDetails
 
 RETRIES = 2  # a configuration whose worker or node is lost runs at most 1 + RETRIES times
 _POLL_S = 2.0
@@ -138,8 +139,8 @@ def measure_config(spec: dict[str, Any], cfg_key: str) -> Result:
     where = f"GPU {','.join(gpu_ids)}" if device == "cuda" else "CPU"
     lane = f"{env.get('host', '?')} ({node_id[:6]}) {where}"
     res.spec = cfg
-    res.extra.update(lane=lane, node_id=node_id,
-                     node_env={**env, "lane": lane, "ray_node_id": node_id, "ray_gpu_ids": gpu_ids})
+    res.details.lane, res.details.node_id = lane, node_id
+    res.details.node_env = {**env, "lane": lane, "ray_node_id": node_id, "ray_gpu_ids": gpu_ids}
     return res
 
 
@@ -287,17 +288,18 @@ class RayBackend:
             except Exception as exc:  # noqa: BLE001 - the task itself raised (e.g. deepgap missing on the node)
                 res = Result(spec=job.cfg, status=Status.ERROR, reason=f"Ray task failed: {_first_line(exc)}")
             res.spec = job.cfg
-            res.extra["attempts"] = job.attempts
+            res.details.attempts = job.attempts
             if job.lost:
-                res.extra["lost"] = job.lost
-            lane = str(res.extra.get("lane", "ray"))
-            yield Finished(lane, res, res.extra.get("node_env", {}))
+                res.details.lost = job.lost
+            lane = str(res.details.lane or "ray")
+            yield Finished(lane, res, res.details.node_env or {})
             why = cascade_reason(res)
             if why:
-                where = {k: res.extra[k] for k in ("lane", "node_id", "node_env") if k in res.extra}
+                d = res.details
                 for cfg in job.rest:
-                    yield Finished(lane, Result(spec=cfg, status=Status.SKIPPED, reason=why, extra=dict(where)),
-                                   where.get("node_env", {}))
+                    where = ResultDetails(lane=d.lane, node_id=d.node_id, node_env=d.node_env)
+                    yield Finished(lane, Result(spec=cfg, status=Status.SKIPPED, reason=why, details=where),
+                                   d.node_env or {})
             elif job.rest:
                 submit(_Job(job.rest.popleft(), job.rest))
 

@@ -178,8 +178,8 @@ class LocalScheduler:
                     try:
                         for res in runner.run(physical, started):
                             res.spec = back[res.spec]
-                            res.extra["lane"] = lane.name
-                            res.extra["node_env"] = env
+                            res.details.lane = lane.name
+                            res.details.node_env = env
                             done += 1
                             items.put(("item", Finished(lane.name, res, env)))
                             if self._stop.is_set():

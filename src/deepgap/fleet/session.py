@@ -155,7 +155,7 @@ def run_fleet(
                     continue
                 assert isinstance(item, Finished)
                 if session.run_id is None:
-                    env = run_env(backend, item.node_env or item.result.extra.get("node_env") or {})
+                    env = run_env(backend, item.node_env or item.result.details.node_env or {})
                     out.run_id = session.open(sweep.to_dict(), command, env)
                 res = item.result
                 session.record(res)

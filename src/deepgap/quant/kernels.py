@@ -30,8 +30,11 @@ tests check them without a GPU.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import types
+from collections.abc import Iterator
 
 import torch
 import triton
@@ -309,8 +312,38 @@ def interpreted(kernel) -> _Interpreted:
     return _Interpreted(kernel)
 
 
+_COMPILE_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("deepgap_compile_only", default=False)
+
+
+class _CompileOnly:
+    """``kernel[grid](...)`` that compiles the launch's specialization without running it (`compile_only`)."""
+
+    def __init__(self, kernel) -> None:
+        self.kernel = kernel
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.kernel.warmup(*args, grid=grid, **kwargs)
+
+
+@contextlib.contextmanager
+def compile_only() -> Iterator[None]:
+    """Inside: GPU launches of this module's kernels compile (or submit a compile) and return unrun.
+
+    Why: under Triton's `AsyncCompileMode` a warm-up launch submits its compile to an executor, so
+    the tile candidates of a whole network can be compiled in parallel before they are timed one by
+    one (`quant.tuning.precompile`). Outputs written inside are left uninitialised.
+    """
+    token = _COMPILE_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _COMPILE_ONLY.reset(token)
+
+
 def _impl(kernel, device: torch.device):
-    return interpreted(kernel) if device.type == "cpu" else kernel
+    if device.type == "cpu":
+        return interpreted(kernel)
+    return _CompileOnly(kernel) if _COMPILE_ONLY.get() else kernel
 
 
 def _check(cond: bool, msg: str) -> None:

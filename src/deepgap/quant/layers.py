@@ -207,9 +207,8 @@ def gemm_torch(a: torch.Tensor, wq: torch.Tensor) -> torch.Tensor:
     if target > m:
         a = torch.cat([a, torch.zeros((target - m, a.shape[1]), dtype=a.dtype, device=a.device)])
     if a.dtype == torch.int8:
-        # B column-major (wq's own layout, transposed view): on the H100 a row-major B failed with
-        # CUBLAS_STATUS_NOT_SUPPORTED at M = 802,816 (ResNet-50 layer1, batch 256), while the
-        # column-major 8192³ ceiling probe ran at 774–911 TOPS.
+        # B column-major (wq's own layout, transposed view): cuBLAS's int8 GEMM may refuse a
+        # row-major B at large M (CUBLAS_STATUS_NOT_SUPPORTED); README.md (the quant engine) says where.
         acc = torch._int_mm(a, wq.t()).float()
     else:
         one = torch.ones((), dtype=torch.float32, device=a.device)

@@ -29,6 +29,7 @@ from deepgap.quant.tuning import (  # noqa: F401 (time_s: API)
     CHECK_BATCH,
     _agree,
     _sync,
+    precompile,
     time_layer,
     time_s,
     time_stem_and_head,
@@ -51,6 +52,7 @@ class QuantOptions:
     autotune: bool = True  # time every candidate tile configuration (else the heuristic one)
     cuda_graph: bool = True
     timing_reps: int = 10
+    precompile_workers: int | None = None  # threads compiling tiles first (None: a core each; 0: off)
     margin: float = 0.02
     force_backend: str | None = None  # 'triton' or 'torch' for every quantized layer
     log: Any = None  # callable(str) for progress lines
@@ -165,6 +167,8 @@ def prepare_quant(
     t1 = time.perf_counter()
     use_triton = triton_err is None and opts.force_backend != "torch"
     cache = tune_cache.TuneCache(tune_cache.device_key(device)) if opts.use_cache and opts.autotune else None
+    if opts.precompile_workers != 0:
+        info["precompile"] = precompile(net, batch, opts, use_triton, cache, opts.precompile_workers)
     timings = [time_layer(net, name, batch, opts, use_triton, cache) for name in net.convs]
     log(f"timed {len(timings)} layers in {time.perf_counter() - t1:.1f}s"
         + (f" (tuning cache: {cache.hits} hits, {cache.misses} tuned)" if cache is not None else ""))

@@ -9,6 +9,7 @@ of each candidate, the fp16 path's time, the memory floor of each layer, and the
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
 import time
 from typing import Any
@@ -193,12 +194,7 @@ def time_layer(
     xs = x[: cb * h * w]
     rs = res[: cb * oh * ow] if res is not None else None
     ref = layers.conv_reference(layer, xs, (cb, h, w), rs)
-    cands: list[tuple[str, Any]] = []
-    if backend_ok and opts.force_backend != "torch":
-        cfgs = candidate_configs(batch * oh * ow, n.cout, n.cin, net.qfmt, n.residual is not None)
-        cands += [("triton", c) for c in (cfgs if opts.autotune else cfgs[:1])]
-    if opts.force_backend != "triton":
-        cands.append(("torch", None))
+    cands = _candidates(net, name, batch, opts, backend_ok)
     hit = cache.get(shape) if cache is not None else None
     if hit is not None and (hit.backend, hit.config) in cands:
         best, errors = _best_of(net, name, [(hit.backend, hit.config)], x, xs, res, rs, ref, batch, cb, opts)
@@ -221,6 +217,76 @@ def time_layer(
     if cache is not None and best is not None and (t.fp16_s is not None or not opts.per_layer_choice):
         cache.put(shape, tune_cache.Choice(best[1], best[2], best[0], t.fp16_s))
     return t
+
+
+def _candidates(net: QuantNet, name: str, batch: int, opts, backend_ok: bool) -> list[tuple[str, Any]]:
+    """(backend, tile) pairs that `time_layer` times for convolution ``name``, in order."""
+    n = net.convs[name].node
+    oh, ow, _ = net.shapes[n.out]
+    cands: list[tuple[str, Any]] = []
+    if backend_ok and opts.force_backend != "torch":
+        cfgs = candidate_configs(batch * oh * ow, n.cout, n.cin, net.qfmt, n.residual is not None)
+        cands += [("triton", c) for c in (cfgs if opts.autotune else cfgs[:1])]
+    if opts.force_backend != "triton":
+        cands.append(("torch", None))
+    return cands
+
+
+def precompile(
+    net: QuantNet, batch: int, opts, backend_ok: bool, cache: tune_cache.TuneCache | None = None,
+    workers: int | None = None,
+) -> dict[str, Any]:
+    """Compile the Triton kernels that `time_layer` will launch, all at once on a thread pool.
+
+    Why: with cold caches a network's set-up is mostly compiling its tile candidates (dozens of
+    kernels, each through Triton's code generator, LLVM and ptxas), one after another as the tuning
+    loop first launches them. Submitted together under Triton's `AsyncCompileMode`, the compiles
+    overlap where they leave the interpreter (ptxas, for one, is a subprocess); the timing loop then
+    finds every kernel compiled. With a tuning-cache hit only the cached tile is compiled, as only it
+    is timed. Nothing is launched: launches run in `kernels.compile_only` (tiny one-image inputs give
+    the same specialization, since the kernels do not specialize on the row count). A Triton without
+    `AsyncCompileMode`, or a compile that fails here, changes nothing: the kernel is compiled, or
+    fails, at its first launch as before.
+    """
+    first = next(iter(net.convs.values()), None)
+    dev = first.w_q.device if first is not None else torch.device("cpu")
+    if dev.type != "cuda" or not backend_ok or opts.force_backend == "torch":
+        return {"kernels": 0, "skipped": "no Triton kernels to compile"}
+    try:
+        from triton.runtime._async_compile import AsyncCompileMode
+    except ImportError:
+        return {"kernels": 0, "skipped": "this Triton has no AsyncCompileMode"}
+    from concurrent.futures import ThreadPoolExecutor
+
+    from deepgap.quant import kernels
+
+    workers = workers or max(1, min(16, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                                    else (os.cpu_count() or 1)))
+    saved = dict(net.backend), dict(net.configs)
+    t0, submitted = time.perf_counter(), 0
+    try:
+        with ThreadPoolExecutor(workers) as pool, AsyncCompileMode(pool, ignore_errors=True), \
+                kernels.compile_only(), torch.inference_mode():
+            for name, layer in net.convs.items():
+                n = layer.node
+                h, w, _ = net.shapes[n.inp]
+                oh, ow, _ = net.shapes[n.out]
+                cands = [c for c in _candidates(net, name, batch, opts, backend_ok) if c[0] == "triton"]
+                hit = cache.get(layer_shape(net, name, batch)) if cache is not None else None
+                if hit is not None and (hit.backend, hit.config) in cands:
+                    cands = [(hit.backend, hit.config)]
+                x = _rand_act(h * w, n.cin, layer.in_fmt, dev)
+                res = _rand_act(oh * ow, n.cout, layer.res_fmt, dev) if n.residual else None
+                for backend, cfg in cands:
+                    net.backend[name], net.configs[name] = backend, cfg
+                    try:
+                        net.run_conv(name, x, 1, res)
+                        submitted += 1
+                    except Exception:  # noqa: BLE001 - the timing loop meets and reports it
+                        pass
+    finally:
+        net.backend, net.configs = saved
+    return {"kernels": submitted, "workers": workers, "seconds": round(time.perf_counter() - t0, 3)}
 
 
 def _best_of(net, name, cands, x, xs, res, rs, ref, batch, cb, opts):

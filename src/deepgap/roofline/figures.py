@@ -12,20 +12,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from deepgap.precision import column
 from deepgap.roofline import model as rm
 
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
 
-PREC_COLORS = {
-    "fp32": "#1f77b4",
-    "tf32": "#17becf",
-    "fp16": "#d62728",
-    "bf16": "#ff7f0e",
-    "int8": "#2ca02c",
-    "fp8": "#9467bd",
-}
+PREC_COLORS = column("colour")  # the precision table's: the same colours as every other figure
 CLUSTER_COLORS = {
     "convolution": "#1f77b4",
     "gemm": "#d62728",

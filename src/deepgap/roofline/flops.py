@@ -20,8 +20,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from deepgap.models.flops import count_step
+from deepgap.precision import column
 
-ITEMSIZE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "int8": 1, "fp8": 1}
+ITEMSIZE_BYTES = column("itemsize")  # bytes per element, a live view of the precision table
 
 
 @dataclass(frozen=True)

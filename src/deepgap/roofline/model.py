@@ -13,10 +13,12 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from deepgap.precision import PRECISIONS as PRECISION_TABLE
+
 if TYPE_CHECKING:
     import pandas as pd
 
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "int8", "fp8")
+PRECISIONS = tuple(PRECISION_TABLE)  # the precision table's names, in its order
 BANDWIDTH_NAME = "memory"  # the peaks row holding device-memory bandwidth
 
 
@@ -206,7 +208,7 @@ def add_roofline_columns(
         b = int(r["batch_size"])
         fpi = cost.flops_per_image if cost else r.get("flops_per_image", np.nan)
         fpi = np.nan if fpi is None else float(fpi)
-        size_prec = prec if prec in ("fp32", "tf32", "fp16", "bf16", "int8", "fp8") else "fp32"
+        size_prec = prec if prec in PRECISION_TABLE else "fp32"
         tb = cost.traffic_bytes(b, size_prec) if cost else np.nan
         mb = cost.min_bytes(b, size_prec) if cost else np.nan
         ach = achieved_tflops(fpi, r.get("throughput_ips"))

@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from deepgap.precision import PRECISIONS
+
 NAMES = ("fp32", "tf32", "fp16", "bf16", "int8", "fp8", "memory")
 
 
@@ -91,7 +93,7 @@ def time_per_call(
 
 def _skip(name: str, reason: str) -> PeakMeasurement:
     kind = "bandwidth" if name == "memory" else "matmul"
-    unit = "GB/s" if name == "memory" else ("TOPS" if name == "int8" else "TFLOP/s")
+    unit = "GB/s" if name == "memory" else PRECISIONS[name].peak_unit
     return PeakMeasurement(name, kind, None, unit, "skipped", f"unavailable: {reason}")
 
 
@@ -168,7 +170,7 @@ def measure_matmul(
     With ``max_call_s`` (used on CPUs, whose bf16 GEMM can be 100× slower than fp32), n grows from 256 by
     doubling up to ``n`` while one call stays under that time; the n used is in ``details``.
     """
-    unit = "TOPS" if name == "int8" else "TFLOP/s"
+    unit = PRECISIONS[name].peak_unit
     fn = undo = None
     try:
         if max_call_s is not None:

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from deepgap.precision import PRECISIONS as PRECISION_TABLE
 from deepgap.roofline.model import BANDWIDTH_NAME, PRECISIONS, ridge_point
 
 if TYPE_CHECKING:
@@ -316,7 +317,7 @@ def ceilings_table(roofs: dict[str, Roof]) -> pd.DataFrame:
                 {
                     "platform": p,
                     "ceiling": name,
-                    "unit": "GB/s" if name == BANDWIDTH_NAME else ("TOPS" if name == "int8" else "TFLOP/s"),
+                    "unit": "GB/s" if name == BANDWIDTH_NAME else PRECISION_TABLE[name].peak_unit,
                     "measured": m,
                     "datasheet": d,
                     "measured_over_datasheet": m / d if m is not None and d else None,

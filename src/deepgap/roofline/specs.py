@@ -3,7 +3,8 @@
 Spec numbers are *dense* rates (NVIDIA's sheets print tensor-core rates "with sparsity", twice the dense
 rate; the table halves them and says so in ``notes``). ``fp32_tflops`` is the non-tensor FP32 rate (what the
 paper calls "Peak TFLOPS"); ``tf32/fp16/bf16/int8/fp8`` are tensor-core rates (int8 in TOPS); empty = the
-GPU has no such path. Bandwidth is GB/s = 1e9 bytes/s. A device name (as torch reports it, e.g.
+GPU has no such path; which column holds which precision is the precision table's ``peak_column``
+(`deepgap.precision`). Bandwidth is GB/s = 1e9 bytes/s. A device name (as torch reports it, e.g.
 ``NVIDIA H100 80GB HBM3``) is matched against each row's ``match`` regular expression in file order, so
 specific variants (H100 PCIe, NVL) precede the generic row.
 """
@@ -14,20 +15,22 @@ import functools
 import re
 from typing import TYPE_CHECKING, Any
 
+from deepgap.precision import PRECISIONS
+
 if TYPE_CHECKING:
     import pandas as pd
 
 SPEC_FILE = "gpu_specs.csv"
 STUDY_FILE = "roofline_study.csv"
-_PEAK_COLUMNS = {
-    "fp32": "fp32_tflops",
-    "tf32": "tf32_tflops",
-    "fp16": "fp16_tflops",
-    "bf16": "bf16_tflops",
-    "int8": "int8_tops",
-    "fp8": "fp8_tflops",
-    "memory": "memory_bandwidth_gb_s",
-}
+BANDWIDTH_COLUMN = "memory_bandwidth_gb_s"  # the peak named ``memory`` (a precision's is in its table entry)
+
+
+def peak_column(name: str) -> str | None:
+    """The spec-sheet column of peak ``name`` (a precision, or ``memory``), None for an unknown name."""
+    if name == "memory":
+        return BANDWIDTH_COLUMN
+    p = PRECISIONS.get(name)
+    return p.peak_column if p else None
 
 
 def _data_path(name: str) -> str:
@@ -67,9 +70,10 @@ def spec_by_gpu(gpu: str) -> dict[str, Any] | None:
 
 def spec_peak(row: dict[str, Any] | None, name: str) -> float | None:
     """A row's peak for ``name`` (a precision, or ``memory`` for GB/s); None when absent or empty."""
-    if row is None or name not in _PEAK_COLUMNS:
+    col = peak_column(name)
+    if row is None or col is None:
         return None
-    v = row.get(_PEAK_COLUMNS[name])
+    v = row.get(col)
     try:
         v = float(v)
     except (TypeError, ValueError):

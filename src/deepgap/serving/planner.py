@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from deepgap.precision import is_quantized
 from deepgap.serving.capacity import CapacityResult, LoadSettings, candidate_policies, search_policies
 from deepgap.serving.sim import ServiceModel
 
@@ -35,7 +36,7 @@ class Curve:
     source: str  # "sweep" | "serve"
     power_w: dict[int, float] = field(default_factory=dict)  # batch → mean power (telemetry)
     run_ids: list[str] = field(default_factory=list)
-    accuracy: str = ""  # against fp32 (deepgap.analysis.frame.accuracy_label); shown for int8/fp8
+    accuracy: str = ""  # against fp32 (deepgap.analysis.frame.accuracy_label); shown if quantized
     power_source: str = ""  # where power_w came from when not this curve's own runs
     top1: float | None = None  # dataset top-1 (median over its measurements) where measured (deepgap.accuracy)
 
@@ -43,7 +44,7 @@ class Curve:
         """``resnet50 eager fp16 channels_last`` and the source (and a quantized curve's accuracy)."""
         k = self.key
         fmt = "" if k.get("memory_format") in (None, "nchw") else f" {k['memory_format']}"
-        acc = f"; {self.accuracy}" if self.accuracy and k.get("precision") in ("int8", "fp8") else ""
+        acc = f"; {self.accuracy}" if self.accuracy and is_quantized(k.get("precision")) else ""
         return f"{k['model']} {k['engine']} {k['precision']}{fmt} ({self.source}{acc})"
 
 

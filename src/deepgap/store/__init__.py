@@ -28,6 +28,7 @@ import numpy as np
 from deepgap.envinfo import redact, redact_value
 from deepgap.errors import StoreError, StoreFullError
 from deepgap.records import ConfigSpec, Result, Status
+from deepgap.result_details import ResultDetails
 from deepgap.store import guard
 from deepgap.store.guard import (
     APPLICATION_ID,
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
 __all__ = ["RUN_KINDS", "SCHEMA_VERSION", "Store", "TableSpec", "check_path", "check_writable"]
 
 _STAT_FIELDS = [
-    f.name for f in dataclasses.fields(Result) if f.name not in ("spec", "latency", "samples_s", "extra", "telemetry")
+    f.name for f in dataclasses.fields(Result) if f.name not in ("spec", "latency", "samples_s", "details", "telemetry")
 ]
 
 
@@ -306,7 +307,7 @@ class Store(RowDecoder, TableAccess):
             "n_samples": lat.get("n"),
             **{f"latency_{k}": v for k, v in lat.items() if k != "n"},
             **{k: getattr(result, k) for k in _STAT_FIELDS if k not in ("status", "reason")},
-            "extra_json": json.dumps(result.extra, default=str),
+            "extra_json": json.dumps(result.details.to_json(), default=str),
         }
         row["include_transfer"] = int(bool(row["include_transfer"]))
         if row["ci_met"] is not None:
@@ -409,11 +410,20 @@ class Store(RowDecoder, TableAccess):
             extras = [redact(e) for e in extras]
         # a fleet result carries its own node's fingerprint (deepgap.fleet); else the run's
         nodes = [e.get("node_env") if isinstance(e.get("node_env"), dict) else {} for e in extras]
+        # the ``extra`` column holds typed `ResultDetails` (its JSON is the stored ``extra_json``)
         df["device_name"] = [n.get("device_name") or runs[r]["env"].get("device_name", "")
                              for n, r in zip(nodes, df["run_id"], strict=True)]
         df["host"] = [n.get("host") or runs[r]["host"] for n, r in zip(nodes, df["run_id"], strict=True)]
-        df["extra"] = extras
+        df["extra"] = [ResultDetails.from_json(e) for e in extras]
         return df
+
+    def extra_json(self) -> dict[int, str]:
+        """Every result's stored ``extra_json`` text by ``result_id``, undecoded.
+
+        What `ResultDetails` reads and writes: for checks that its JSON is the stored one byte for byte.
+        """
+        rows = self.con.execute("SELECT result_id, extra_json FROM results ORDER BY result_id").fetchall()
+        return {int(r[0]): r[1] for r in rows}
 
     def result_configs(self, run_id: str) -> list[ConfigSpec]:
         """The ConfigSpecs stored for a run, in insertion order."""

@@ -62,7 +62,7 @@ def run_level(
             f"over {settings.thermal_window_s:g} s, at most {settings.thermal_timeout_s:g} s")
         res = runner.thermal_warmup(cfg, settings.thermal_timeout_s)
         if res.status == Status.OK:
-            thermal, samples = res.extra.get("thermal") or {}, list(res.telemetry)
+            thermal, samples = res.details.thermal or {}, list(res.telemetry)
         elif res.status in (Status.TIMEOUT, Status.CRASH):
             thermal = {"status": f"unavailable: the worker was lost ({res.reason})", "steady": False}
             samples = []

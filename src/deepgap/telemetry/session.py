@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from deepgap.records import ConfigSpec, Result, Status
+from deepgap.result_details import TelemetryDetails
 from deepgap.telemetry.aggregate import in_marks, summarize
 from deepgap.telemetry.base import Backend, TelemetryUnavailable
 from deepgap.telemetry.flags import contamination_flags
@@ -137,9 +138,10 @@ class MeasureTelemetry:
             self.sampler.stop()
 
     def finish(self, result: Result) -> None:
-        """Store aggregates in ``extra["telemetry"]``, flags in ``extra["flags"]``, samples in ``telemetry``."""
+        """Store aggregates in ``details.telemetry``, flags in ``details.flags``, samples in ``telemetry``."""
         if self.backend is None or self.sampler is None:
-            result.extra["telemetry"] = {"status": self.reason, "backend": self.settings.backend}
+            off = {"status": self.reason, "backend": self.settings.backend}
+            result.details.telemetry = TelemetryDetails.from_json(off)
             return
         sm = self.sampler
         w = summarize(
@@ -154,19 +156,19 @@ class MeasureTelemetry:
         d.update(sample_hz=self.settings.sample_hz, energy_window_min_s=self.settings.energy_window_s
                  if self.extended else self.requested_min_s, window_extended=self.extended,
                  max_device_mem_used_bytes=max_mem_used(sm.samples))
-        result.extra["telemetry"] = d
+        result.details.telemetry = TelemetryDetails.from_json(d)
         flags = contamination_flags(w, self.settings)
         if flags:
-            result.extra["flags"] = list(result.extra.get("flags") or []) + flags
+            result.details.flags = list(result.details.flags or []) + flags
         result.telemetry = [
             (phase, s.t_s, {**s.to_dict(), "window": int(in_marks(s.t_s, sm.marks))}) for phase, s in sm.samples
         ]
 
     def thermal(self, step: Any, clock: Any, spec: ConfigSpec) -> Result:
-        """Run the thermal warm-up on ``step``; the summary is in ``extra["thermal"]``."""
+        """Run the thermal warm-up on ``step``; the summary is in ``details.thermal``."""
         res = Result(spec=spec, status=Status.OK)
         if self.backend is None or self.sampler is None:
-            res.extra["thermal"] = {"status": self.reason, "steady": False}
+            res.details.thermal = {"status": self.reason, "steady": False}
             return res
         s = self.settings
         with self.sampler:
@@ -178,7 +180,7 @@ class MeasureTelemetry:
             summary["status"] = self.sampler.error
         summary.update(config=spec.label(), config_key=spec.key, backend=self.backend.name,
                        unavailable=dict(self.backend.unavailable))
-        res.extra["thermal"] = summary
+        res.details.thermal = summary
         res.telemetry = [(p, x.t_s, x.to_dict()) for p, x in self.sampler.samples]
         return res
 

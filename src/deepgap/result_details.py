@@ -1,0 +1,281 @@
+"""What one result carries beyond its statistics, as typed records: the store's ``extra_json`` column.
+
+Every key below is a typed optional field; `ResultDetails.to_json` writes exactly the JSON object the
+store always held (same keys, same order, nulls where a producer wrote them), and `from_json` reads it
+back, keeping unknown keys (an older or newer deepgap, a hand-edited store) in ``other`` so that a
+round trip loses nothing. Key inventory (producer → readers; "record" = kept for the record only):
+
+* ``traceback`` (worker: a failed configuration) → record.
+* ``setup_s``, ``windows`` (`Window`), ``ci_halfwidth_rel``, ``torch_threads``, ``transfer`` (worker)
+  → record.
+* ``engine_info`` (`EngineInfo`, the engine's ``Prepared.info``; worker) → analysis.quant_layers.
+* ``correctness`` (`Correctness`; worker) → analysis.frame, analysis.accuracy, report_answer, commands.show.
+* ``telemetry`` (`TelemetryDetails`), ``flags`` (telemetry.session; ``flags`` also store.recover, for a
+  damaged row) → analysis.frame, analysis.thermal, serving.planner, commands.show, worker.
+* ``prepare_peak_mem_bytes`` (`MemoryPeaks`), ``device_mem_used`` (`DeviceMemUsed`) (worker, CUDA) → record.
+* ``min_accuracy``, ``accuracy`` (`Accuracy`) (accuracy.evaluate) → analysis.accuracy, commands.show.
+* ``thermal`` (telemetry.session's warm-up result, never a stored result) → telemetry.runlevel.
+* ``lane``, ``node_id``, ``node_env`` (fleet: the lane and its environment fingerprint, a dict like a
+  run's ``env``), ``attempts``, ``lost`` (fleet.ray_backend) → store.results_frame, fleet.
+
+A record is either built by a producer (a None field is then left out, except the keys it always
+writes: `JsonRecord.ALWAYS`) or read by `from_json` (then exactly the keys read are written back, in
+their order, nulls included). This module imports nothing else from deepgap.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+
+@dataclass
+class JsonRecord:
+    """A JSON object: declared keys as fields, unknown keys in ``other``, the keys read in ``keys_read``."""
+
+    NESTED: ClassVar[dict[str, type[JsonRecord]]] = {}  # field → record type (a list of them for list values)
+    ALWAYS: ClassVar[tuple[str, ...]] = ()  # fields a producer writes even when None
+
+    other: dict[str, Any] = field(default_factory=dict, kw_only=True, repr=False)
+    keys_read: tuple[str, ...] | None = field(default=None, kw_only=True, repr=False, compare=False)
+
+    @classmethod
+    def declared(cls) -> tuple[str, ...]:
+        """The declared JSON keys, in the order a producer writes them."""
+        return tuple(f.name for f in dataclasses.fields(cls) if f.name not in ("other", "keys_read"))
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]):
+        """Read a parsed JSON object; a value of the wrong shape for a nested record stays in ``other``."""
+        names = set(cls.declared())
+        kw: dict[str, Any] = {}
+        other: dict[str, Any] = {}
+        for k, v in d.items():
+            if k not in names:
+                other[k] = v
+                continue
+            rec = cls.NESTED.get(k)
+            if rec is None:
+                kw[k] = v
+            elif isinstance(v, dict):
+                kw[k] = rec.from_json(v)
+            elif isinstance(v, list) and all(isinstance(x, dict) for x in v):
+                kw[k] = [rec.from_json(x) for x in v]
+            else:
+                other[k] = v
+        return cls(**kw, other=other, keys_read=tuple(d))
+
+    def _written(self, name: str) -> bool:
+        """Whether a declared field is written: set, read from JSON, or always written by its producer."""
+        if self.keys_read is not None:
+            return name in self.keys_read or getattr(self, name) is not None
+        return getattr(self, name) is not None or name in self.ALWAYS
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object (a dict of JSON values; the store serializes it with ``default=str``)."""
+        declared = self.declared()
+        order = [*(self.keys_read or ()), *declared, *self.other]
+        out: dict[str, Any] = {}
+        for k in order:
+            if k in out:
+                continue
+            if k in self.other and (k not in declared or getattr(self, k) is None):
+                out[k] = self.other[k]
+            elif k in declared and self._written(k):
+                out[k] = _dump(getattr(self, k))
+        return out
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """A key by its JSON name, declared or not (for keys whose meaning belongs to one producer)."""
+        if key in self.declared() and getattr(self, key) is not None:
+            return getattr(self, key)
+        return self.other.get(key, default)
+
+
+def _dump(v: Any) -> Any:
+    if isinstance(v, JsonRecord):
+        return v.to_json()
+    if isinstance(v, list):
+        return [_dump(x) for x in v]
+    return v
+
+
+@dataclass
+class Correctness(JsonRecord):
+    """The output check against the fp32 reference (``correctness.Agreement``, as stored)."""
+
+    rel_l2: float | None = None
+    cosine: float | None = None
+    top1_agreement: float | None = None
+    top5_overlap: float | None = None
+    n_images: int | None = None
+    bound_rel_l2: float | None = None
+    flagged: bool | None = None
+
+
+@dataclass
+class MemoryPeaks(JsonRecord):
+    """The torch allocator's peaks during the set-up (compile, capture, calibration), before the run's."""
+
+    allocated: int | None = None
+    reserved: int | None = None
+
+
+@dataclass
+class DeviceMemUsed(JsonRecord):
+    """The two NVML readings `Result.device_mem_used_bytes` is the larger of (None: not read)."""
+
+    ALWAYS: ClassVar[tuple[str, ...]] = ("final_bytes", "sampled_max_bytes")
+    final_bytes: int | None = None  # read once after the protocol
+    sampled_max_bytes: int | None = None  # the telemetry sampler's highest reading
+
+
+@dataclass
+class Window(JsonRecord):
+    """One pipelined window of the timing protocol: back-to-back iterations and their seconds."""
+
+    ALWAYS: ClassVar[tuple[str, ...]] = ("iterations", "seconds")
+    iterations: int | None = None
+    seconds: float | None = None
+
+
+@dataclass
+class EngineInfo(JsonRecord):
+    """An engine's account of its set-up (``Prepared.info``).
+
+    The set-up times, artifact caches and calibration are common to several engines and typed here;
+    what only one engine knows (the quant engine's ``stem``, tile and tuning facts, TensorRT's build
+    facts, Inductor's graph breaks …) stays in ``other``, read with `get`: its meaning is that engine's.
+    """
+
+    compile_s: float | None = None  # torch.compile
+    capture_s: float | None = None  # CUDA graph capture
+    export_s: float | None = None  # ONNX export (a cache miss only)
+    quantize_s: float | None = None  # ONNX Runtime quantization (a cache miss only)
+    session_s: float | None = None  # ONNX Runtime session creation
+    onnx_cache: str | None = None  # "hit" | "miss"
+    quant_cache: str | None = None  # "hit" | "miss"
+    calibration: dict[str, Any] | None = None  # where the int8/fp8 ranges came from (calibration.py)
+    layers: list[dict[str, Any]] | None = None  # quant engine: every planned layer, timed in the batch
+    outside_layers: list[dict[str, Any]] | None = None  # quant engine: stem and head, timed alike
+
+
+@dataclass
+class TelemetryDetails(JsonRecord):
+    """``telemetry.base.TelemetryWindow`` as stored, plus the session's settings and memory reading.
+
+    When telemetry was off or unavailable only ``status`` and ``backend`` are written.
+    """
+
+    backend: str | None = None
+    status: str | None = None
+    n_samples: int | None = None
+    n_window_samples: int | None = None
+    energy_windows: int | None = None
+    energy_window_s: float | None = None
+    energy_tail_s: float | None = None
+    energy_tail_j: float | None = None
+    energy_j: float | None = None
+    energy_source: str | None = None
+    energy_counter_notes: list[str] | None = None
+    images: int | None = None
+    joules_per_image: float | None = None
+    mean_power_w: float | None = None
+    max_power_w: float | None = None
+    mean_power_instant_w: float | None = None
+    max_power_instant_w: float | None = None
+    power_from_energy_w: float | None = None
+    mean_power_latency_w: float | None = None
+    ips_per_watt: float | None = None
+    ips_per_watt_energy: float | None = None
+    idle_power_w: float | None = None
+    dynamic_energy_j: float | None = None
+    dynamic_joules_per_image: float | None = None
+    max_temp_c: float | None = None
+    max_mem_temp_c: float | None = None
+    temp_start_c: float | None = None
+    temp_end_c: float | None = None
+    temp_slope_c_per_min: float | None = None
+    sm_clock_median_mhz: float | None = None
+    sm_clock_min_mhz: float | None = None
+    sm_clock_max_mhz: float | None = None
+    sm_clock_ref_mhz: float | None = None
+    sm_clock_low_fraction: float | None = None
+    mem_clock_median_mhz: float | None = None
+    util_mean_pct: float | None = None
+    mem_used_max_bytes: int | None = None
+    throttle_reasons: list[str] | None = None
+    throttle_fraction: dict[str, float] | None = None
+    foreign_procs_max: int | None = None
+    foreign_pids: list[int] | None = None
+    unavailable: dict[str, str] | None = None
+    settings: dict[str, Any] | None = None  # the device's read-only settings (power limit, clocks …)
+    marks: list[dict[str, Any]] | None = None  # the raw energy-counter readings per window
+    sample_hz: float | None = None
+    energy_window_min_s: float | None = None
+    window_extended: bool | None = None
+    max_device_mem_used_bytes: int | None = None
+
+
+@dataclass
+class Accuracy(JsonRecord):
+    """Top-1/top-5 on a labelled dataset against fp32 eager (accuracy.evaluate); or why there is none."""
+
+    top1: float | None = None
+    top5: float | None = None
+    top1_fp32: float | None = None
+    top5_fp32: float | None = None
+    top1_relative: float | None = None
+    top1_agreement_fp32: float | None = None
+    n: int | None = None
+    subset: str | None = None
+    dataset_sha: str | None = None
+    min_relative: float | None = None
+    reference: str | None = None
+    error: str | None = None  # the data pass failed; the timing stands
+    traceback: str | None = None
+
+
+@dataclass
+class ResultDetails(JsonRecord):
+    """Everything a `records.Result` carries beyond its statistics; the field order is the write order."""
+
+    NESTED: ClassVar[dict[str, type[JsonRecord]]] = {
+        "engine_info": EngineInfo, "correctness": Correctness, "windows": Window,
+        "telemetry": TelemetryDetails,
+        "prepare_peak_mem_bytes": MemoryPeaks, "device_mem_used": DeviceMemUsed, "accuracy": Accuracy,
+    }
+
+    traceback: str | None = None  # a failed configuration's traceback
+    setup_s: float | None = None  # the engine's prepare (export, compile, capture, calibration)
+    engine_info: EngineInfo | None = None
+    correctness: Correctness | None = None
+    windows: list[Window] | None = None
+    ci_halfwidth_rel: float | None = None  # written with ``windows``, null when no CI was targeted
+    torch_threads: int | None = None
+    transfer: str | None = None  # what host→device copy was timed (``include_transfer`` only)
+    telemetry: TelemetryDetails | None = None
+    flags: list[str] | None = None  # contamination flags (throttling, foreign processes, recovered rows)
+    prepare_peak_mem_bytes: MemoryPeaks | None = None
+    device_mem_used: DeviceMemUsed | None = None
+    min_accuracy: float | None = None  # the run's --min-accuracy
+    accuracy: Accuracy | None = None
+    thermal: dict[str, Any] | None = None  # the run-level thermal warm-up's summary (telemetry.thermal)
+    lane: str | None = None  # fleet: the lane that measured it
+    node_id: str | None = None  # fleet (Ray): the node
+    node_env: dict[str, Any] | None = None  # fleet: the lane's environment fingerprint (as a run's env)
+    attempts: int | None = None  # fleet (Ray): submissions of the task
+    lost: list[str] | None = None  # fleet (Ray): why earlier submissions were lost
+
+    def _written(self, name: str) -> bool:
+        if name == "ci_halfwidth_rel" and self.keys_read is None:
+            return self.windows is not None or self.ci_halfwidth_rel is not None
+        return super()._written(name)
+
+    @classmethod
+    def of(cls, x: ResultDetails | dict[str, Any] | None) -> ResultDetails:
+        """``x`` as details: a parsed JSON object is read, None (no details) is empty."""
+        if isinstance(x, ResultDetails):
+            return x
+        return cls.from_json(x) if isinstance(x, dict) else cls()
