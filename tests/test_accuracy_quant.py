@@ -12,7 +12,7 @@ import pytest
 import torch
 from torchvision import models
 
-from deepgap.calibration import CalibrationSet
+from deepgap.calibration_data import CalibrationSet
 from deepgap.quant.calibrate import CalibrationKey, calibrate
 from deepgap.quant.prepare import QuantOptions, prepare_quant
 
@@ -100,7 +100,7 @@ def test_engine_adapter_passes_the_calibration_split(tmp_path, monkeypatch):
     assert cs.images.shape == (4, 3, 16, 16) and cs.info["images"] == 4
     assert cs.info["source"] == "dataset" and cs.info["dataset_sha"] == info["sha"]
     assert len(ev) == 8 and not {p for p, _ in cal} & {p for p, _ in ev}
-    from deepgap.calibration import decode_rgb, preprocess
+    from deepgap.images import decode_rgb, preprocess
 
     want = torch.stack([preprocess(decode_rgb(Path(p), Path(p).read_bytes()), 16) for p, _ in cal])
     assert torch.allclose(cs.images, want, atol=1e-6)  # exactly the calibration split, preprocessed

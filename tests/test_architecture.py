@@ -156,6 +156,18 @@ def test_import_contracts_are_kept():
     assert "0 broken" in p.stdout
 
 
+def test_no_import_exceptions():
+    """Both contracts' ``ignore_imports`` are empty: no upward or cyclic import is tolerated, lazy or not."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    assert {c["id"] for c in contracts} == {"layers", "acyclic"}
+    exceptions = {c["id"]: c.get("ignore_imports", []) for c in contracts}
+    assert exceptions == {"layers": [], "acyclic": []}, exceptions
+
+
 def test_a_broken_layer_is_reported(tmp_path):
     """The linter fails on an upward import: the layers contract with store above cli must break."""
     cfg = tmp_path / "contracts.toml"

@@ -96,7 +96,7 @@ def test_toml_config_with_preset_and_flag_override(tmp_path):
     assert spec.target_ci == 0.05  # from the quick preset
 
 
-def test_paper_preset_is_the_seed_protocol():
+def test_paper_preset_is_the_papers_protocol():
     from deepgap.config import PAPER_BATCHES, preset
 
     p = preset("paper")

@@ -26,7 +26,7 @@ def test_cpu_engines_run_tinycnn_at_two_batch_sizes(tmp_path, tiny_spec, cache):
     spec = tiny_spec.replace(engines=CPU_ENGINES + GPU_ONLY, precisions=("fp32", "int8"), batch_sizes=(1, 3))
     res = deepgap.run(spec, store=str(tmp_path / "s.sqlite"))
     by = _by(res.results)
-    from deepgap.plan import engine_precisions  # each engine paired only with the precisions it runs
+    from deepgap.pairing import engine_precisions  # each engine paired only with the precisions it runs
 
     assert len(by) == 2 * sum(p in engine_precisions(e) for e in spec.engines for p in spec.precisions)
     for engine, precision in [(e, "fp32") for e in CPU_ENGINES] + [("onnxruntime", "int8")]:
@@ -79,7 +79,7 @@ def _measure_broken_engines(store_path: str) -> dict:
     from deepgap.engines.eager import to_device
     from deepgap.records import ConfigSpec
     from deepgap.store import Store
-    from deepgap.timing import TimingPlan
+    from deepgap.timing import TimingProtocol
     from deepgap.worker import MeasureRequest, WorkerState, measure
 
     class ChannelOrderBug(Engine):  # a plausible layout bug: RGB fed as BGR
@@ -102,12 +102,12 @@ def _measure_broken_engines(store_path: str) -> dict:
     state = WorkerState("cpu")
     store = Store(store_path)
     run_id = store.begin_run({}, "test", {"device_name": "cpu"}, "0")
-    plan = TimingPlan(warmup=1, iterations=3, repeats=2)
+    protocol = TimingProtocol(warmup=1, iterations=3, repeats=2)
     out = {}
     for engine, transfer in (("eager", False), ("bgr-bug", False), ("fast-garbage", False), ("eager", True)):
         spec = ConfigSpec(model="tinycnn", engine=engine, precision="fp32", batch_size=4, device="cpu",
                           resolution=32, threads=1, include_transfer=transfer)
-        res = measure(state, MeasureRequest(spec=spec, plan=plan))
+        res = measure(state, MeasureRequest(spec=spec, protocol=protocol))
         store.record(run_id, res)
         out[engine + ("+transfer" if transfer else "")] = {
             "status": res.status.value, "reason": res.reason, "correctness": res.details.correctness,

@@ -35,24 +35,24 @@ def test_cache_dir_env_and_option_and_atomic_writes(tmp_path, cache):
 # --- calibration data ----------------------------------------------------------------------------------------
 
 def test_synthetic_calibration_is_seeded_and_stated():
-    from deepgap import calibration
+    from deepgap import calibration_data
 
-    a = calibration.calibration_set(16, {"calibration_images": 5})
-    b = calibration.calibration_set(16, {"calibration_images": 5})
+    a = calibration_data.calibration_set(16, {"calibration_images": 5})
+    b = calibration_data.calibration_set(16, {"calibration_images": 5})
     assert tuple(a.images.shape) == (5, 3, 16, 16) and (a.images == b.images).all()
     assert a.source == "synthetic" and a.info["images"] == 5 and "N(0,1)" in a.info["distribution"]
-    assert a.fingerprint == b.fingerprint != calibration.calibration_set(16, {"calibration_images": 6}).fingerprint
-    assert calibration.calibration_set(16, {"calibration_images": 5}, seed=1).fingerprint != a.fingerprint
+    assert a.fingerprint == b.fingerprint != calibration_data.calibration_set(16, {"calibration_images": 6}).fingerprint
+    assert calibration_data.calibration_set(16, {"calibration_images": 5}, seed=1).fingerprint != a.fingerprint
     assert [tuple(x.shape) for x in a.batches(2)] == [(2, 3, 16, 16), (2, 3, 16, 16), (1, 3, 16, 16)]
     with pytest.raises(UsageError, match="calibration_images"):
-        calibration.calibration_set(16, {"calibration_images": 0})
+        calibration_data.calibration_set(16, {"calibration_images": 0})
 
 
 def test_calibration_from_a_folder_of_images(tmp_path):
     import torch
     from PIL import Image
 
-    from deepgap import calibration
+    from deepgap import calibration_data, images
 
     folder = tmp_path / "imgs"
     (folder / "sub").mkdir(parents=True)
@@ -62,22 +62,22 @@ def test_calibration_from_a_folder_of_images(tmp_path):
         img = torch.randint(0, 256, (40 + 4 * i, 56, c), generator=g, dtype=torch.uint8).numpy()
         Image.fromarray(img[..., 0] if c == 1 else img).save(folder / ("sub" if i == 2 else "") / f"im{i}.png")
     (folder / "notes.txt").write_text("not an image")
-    cs = calibration.calibration_set(24, {"calibration_dir": str(folder), "calibration_images": 3})
+    cs = calibration_data.calibration_set(24, {"calibration_dir": str(folder), "calibration_images": 3})
     assert cs.source == "folder" and tuple(cs.images.shape) == (3, 3, 24, 24) and cs.info["images"] == 3
     assert cs.info["directory"] == str(folder.resolve())
-    again = calibration.calibration_set(24, {"calibration_dir": str(folder), "calibration_images": 3})
+    again = calibration_data.calibration_set(24, {"calibration_dir": str(folder), "calibration_images": 3})
     assert (cs.images == again.images).all() and cs.fingerprint == again.fingerprint  # a seeded sample
-    every = calibration.calibration_set(24, {"calibration_dir": str(folder), "calibration_images": 9})
+    every = calibration_data.calibration_set(24, {"calibration_dir": str(folder), "calibration_images": 9})
     assert every.images.shape[0] == 5 and "has 5" in every.info["note"]
     # ImageNet normalization: a mid-grey image maps to (0.5 - mean) / std
-    grey = calibration.preprocess(torch.full((3, 30, 30), 128, dtype=torch.uint8), 8)
-    expect = (128 / 255 - torch.tensor(calibration.IMAGENET_MEAN)) / torch.tensor(calibration.IMAGENET_STD)
+    grey = images.preprocess(torch.full((3, 30, 30), 128, dtype=torch.uint8), 8)
+    expect = (128 / 255 - torch.tensor(images.IMAGENET_MEAN)) / torch.tensor(images.IMAGENET_STD)
     assert torch.allclose(grey[:, 4, 4], expect, atol=1e-5)
     (tmp_path / "empty").mkdir()
     with pytest.raises(UsageError, match="no images"):
-        calibration.calibration_set(24, {"calibration_dir": str(tmp_path / "empty")})
+        calibration_data.calibration_set(24, {"calibration_dir": str(tmp_path / "empty")})
     with pytest.raises(UsageError, match="not a folder"):
-        calibration.calibration_set(24, {"calibration_dir": str(tmp_path / "missing")})
+        calibration_data.calibration_set(24, {"calibration_dir": str(tmp_path / "missing")})
 
 
 # --- ONNX Runtime static INT8 -------------------------------------------------------------------------------
@@ -89,7 +89,7 @@ def test_ort_int8_static_quantization_is_qdq_per_channel_accurate_and_cached(tmp
     import numpy as np
     import torch
 
-    from deepgap import calibration
+    from deepgap import calibration_data
     from deepgap.correctness import compare
     from deepgap.engines.onnx_export import export_onnx
     from deepgap.engines.ort_quant import quant_settings, quantize
@@ -99,13 +99,13 @@ def test_ort_int8_static_quantization_is_qdq_per_channel_accurate_and_cached(tmp
     sha = weights_fingerprint(model)
     fp32, info = export_onnx(model, "tinycnn", 32, sha)
     assert info["onnx_cache"] == "miss" and export_onnx(model, "tinycnn", 32, sha)[1]["onnx_cache"] == "hit"
-    calib = calibration.calibration_set(32, {"calibration_images": 16})
+    calib = calibration_data.calibration_set(32, {"calibration_images": 16})
     settings = quant_settings({})
     q, qinfo = quantize(fp32, calib, settings, "tinycnn-32")
     assert qinfo["quant_cache"] == "miss" and qinfo["calibration"]["source"] == "synthetic"
     q2, qinfo2 = quantize(fp32, calib, settings, "tinycnn-32")
     assert q2 == q and qinfo2["quant_cache"] == "hit" and q.exists()
-    other = calibration.calibration_set(32, {"calibration_images": 8})
+    other = calibration_data.calibration_set(32, {"calibration_images": 8})
     assert quantize(fp32, other, settings, "tinycnn-32")[0] != q  # another calibration set, another artifact
     assert len(list((cache / "ort-int8").glob("*.onnx"))) == 2
     graph = onnx.load(str(q)).graph
@@ -132,7 +132,7 @@ def test_ort_int8_static_quantization_is_qdq_per_channel_accurate_and_cached(tmp
 def test_tensorrt_profile_covers_the_batch():
     from deepgap.engines.tensorrt_build import profile_shapes
 
-    assert profile_shapes(1) == (1, 32, 512) == profile_shapes(256)  # the seed's profile: one engine per sweep
+    assert profile_shapes(1) == (1, 32, 512) == profile_shapes(256)  # the paper's profile: one engine per sweep
     assert profile_shapes(600) == (1, 32, 1024)  # widened to cover a larger batch
     assert profile_shapes(4, {"trt_profile_batches": [8, 16, 64]}) == (4, 16, 64)
     assert profile_shapes(64, {"trt_profile": "static"}) == (64, 64, 64)
@@ -168,15 +168,16 @@ def test_tensorrt_cache_keys_separate_what_changes_the_engine():
 
 
 def test_tensorrt_calibration_batches_are_full():
-    from deepgap import calibration
+    from deepgap import calibration_data
     from deepgap.engines.tensorrt_build import calibration_batches
 
-    cs = calibration.calibration_set(8, {"calibration_images": 70})
+    cs = calibration_data.calibration_set(8, {"calibration_images": 70})
     batches = calibration_batches(cs, 32)
-    assert [tuple(b.shape) for b in batches] == [(32, 3, 8, 8)] * 2 and all(b.is_contiguous() for b in batches)
+    assert [tuple(b.shape) for b in batches] == [(32, 3, 8, 8)] * 2
+    assert all(b.is_contiguous() for b in batches)
     assert (batches[1] == cs.images[32:64]).all()
     with pytest.raises(UsageError, match="at least 32"):
-        calibration_batches(calibration.calibration_set(8, {"calibration_images": 8}), 32)
+        calibration_batches(calibration_data.calibration_set(8, {"calibration_images": 8}), 32)
 
 
 def test_engine_options_reach_the_engine():

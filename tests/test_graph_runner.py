@@ -17,7 +17,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from deepgap.engines import get_engine, graph_runner
+from deepgap import graph_runner
+from deepgap.engines import get_engine
 from deepgap.records import ConfigSpec
 
 

@@ -13,7 +13,8 @@ from deepgap.commands.run import add_arguments, build_spec
 from deepgap.config import SweepSpec, default_spec, load_toml, validate
 from deepgap.engines import ENGINES, load_engines
 from deepgap.errors import UsageError
-from deepgap.plan import check_pairs, engine_precisions, expand
+from deepgap.pairing import check_pairs, engine_precisions
+from deepgap.plan import expand
 from deepgap.precision import PRECISIONS
 
 load_engines()

@@ -25,7 +25,7 @@ FIGURES = [
     "fig_speedup_vs_cpu",
     "fig_cpu_thread_scaling",
     "fig_roofline_inference",  # deepgap.roofline.report_section
-    "fig_roofline_seed",
+    "fig_roofline_paper",
 ]
 
 
@@ -53,7 +53,7 @@ def test_sections_keep_the_page_order_and_leave_no_global_state(full):
     assert [i for i in ids if i in table_specs()] == [
         "table1_peak_throughput", "paper_comparison", "speedup_vs_cpu", "speedup_vs_fp32",
         "pareto_frontier", "energy", "cpu_thread_scaling", "configurations", "failures", "thermal_state",
-        "roofline_seed_reference"]
+        "roofline_paper_reference"]
     assert not [k for k in TABLE_SPECS if k.startswith(("roofline_", "serving_", "platforms_"))]
 
 
@@ -65,7 +65,7 @@ def test_every_figure_and_table_is_written(full):
     sections = ("roofline_", "serving_", "platforms_")  # a section registers its tables when built
     core = {k for k in TABLE_SPECS if not k.startswith(sections)}
     extra = {"measurements", "environment", "answer", "how_sure"}
-    assert core | extra | {"roofline_seed_reference"} <= csvs
+    assert core | extra | {"roofline_paper_reference"} <= csvs
     assert csvs <= set(table_specs()) | extra  # every section's declared tables
     assert full["paths"][0] == os.path.abspath(full["html"]) and len(full["paths"]) == 1 + len(names)
     # each figure on the page once: an embedded PNG, or an interactive plot (its PNG linked beside it)

@@ -156,7 +156,7 @@ def test_figures_and_tables_render_from_the_store(store_path, tmp_path):
         "roofline_inference.png",
         "clusters_torch.png",
         "theoretical_vs_measured.csv",
-        "seed_roofline.png",
+        "paper_roofline.png",
     }
 
 
@@ -201,7 +201,7 @@ def test_gpu_peaks_and_profile(tmp_path):
 
 
 def test_report_has_a_roofline_section(tmp_path):
-    """The HTML report carries the inference roofline, the seed's roofline and the theory-vs-measured table."""
+    """The HTML report carries the inference roofline, the paper's roofline and the theory-vs-measured table."""
     import sys as _sys
 
     _sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
@@ -213,5 +213,5 @@ def test_report_has_a_roofline_section(tmp_path):
     build_store(path)
     rep = build(path)
     names = {f.name: f for f in rep.figures}
-    assert names["fig_roofline_inference"].png and names["fig_roofline_seed"].png
-    assert len(rep.tables["roofline_seed_reference"]) >= 9  # the seed's nine model points
+    assert names["fig_roofline_inference"].png and names["fig_roofline_paper"].png
+    assert len(rep.tables["roofline_paper_reference"]) >= 9  # the paper's nine model points

@@ -6,7 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from deepgap.roofline.flops import cost_of_module, count_flops, model_cost, op_counter
+from deepgap.models.flops import count_flops, op_counter
+from deepgap.roofline.flops import cost_of_module, model_cost
 
 
 def test_conv2d_forward_flops_by_hand():

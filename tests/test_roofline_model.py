@@ -1,4 +1,4 @@
-"""Roofline math, the spec-sheet table and the seed's numbers."""
+"""Roofline math, the spec-sheet table and the paper's numbers."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ def test_attainable_and_ridge_point():
     assert rm.bound(99.0, c) == "memory" and rm.bound(100.0, c) == "compute"
 
 
-def test_theoretical_time_is_the_seeds_equation_and_the_roofline_bound():
-    t = rm.theoretical_time(270e9, 8.1)  # the seed's ResNet-50 step on a T4
+def test_theoretical_time_is_the_papers_equation_and_the_roofline_bound():
+    t = rm.theoretical_time(270e9, 8.1)  # the paper's ResNet-50 step on a T4
     assert t.compute_s == pytest.approx(0.03333, rel=1e-3)  # 33 ms — the study prints 33.33 *seconds*
     assert math.isnan(t.memory_s) and t.bound_s == t.compute_s
     t = rm.theoretical_time(1e12, 100.0, bytes_moved=2e10, bandwidth_gb_s=1000.0)
@@ -59,7 +59,7 @@ def test_device_names_find_their_spec_row(device_name, gpu):
     assert spec_for(device_name)["gpu"] == gpu
 
 
-def test_spec_table_is_dense_and_carries_the_seeds_numbers():
+def test_spec_table_is_dense_and_carries_the_papers_numbers():
     df = load_specs()
     assert df["source"].str.len().min() > 0
     assert spec_for("AMD EPYC 7B13") is None
@@ -79,7 +79,7 @@ def test_spec_table_is_dense_and_carries_the_seeds_numbers():
             assert v is None or v >= spec_peak(r.to_dict(), "fp32")
 
 
-def test_seed_study_rows_and_what_follows_from_them():
+def test_paper_rows_and_what_follows_from_them():
     df = load_study()
     assert len(df) == 9 and set(df["gpu"]) == {"NVIDIA T4", "NVIDIA L4", "NVIDIA V100"}
     r = df[(df["model"] == "ResNet50") & (df["gpu"] == "NVIDIA T4")].iloc[0]

@@ -1,4 +1,4 @@
-"""The Nsight Compute CSV parser and the seed's formulas on fixture CSVs (no ncu needed)."""
+"""The Nsight Compute CSV parser and the paper's formulas on fixture CSVs (no ncu needed)."""
 
 from __future__ import annotations
 
@@ -25,11 +25,11 @@ def test_raw_page_parses_one_row_per_launch():
     assert df.loc[2, "kernel_name"] == "ampere_sgemm_128x64_tn"
     assert df.loc[2, "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum"] == 50_000_000  # "50,000,000"
     assert df.loc[0, "gpu__time_duration.sum"] == 50_000
-    assert set(ncu.SEED_METRICS) <= set(df.columns)
+    assert set(ncu.PAPER_METRICS) <= set(df.columns)
 
 
-def test_seed_formulas_by_hand():
-    s = ncu.seed_summary(ncu.parse_ncu_csv(_read("ncu_raw_2steps.csv")), steps=2)
+def test_paper_formulas_by_hand():
+    s = ncu.paper_summary(ncu.parse_ncu_csv(_read("ncu_raw_2steps.csv")), steps=2)
     time_s = (50_000 + 10_000 + 40_000 + 20_000 + 5_000 + 2_000) * 1e-9  # per step, eq. (1)
     dram = 12e6 + 12e6 + 5e6 + 12e6 + 4e6 + 100_100  # read + write per step
     fp32 = 1e6 + 2 * 50e6 + (0.5e6 + 0.5e6 + 2 * 1e6)  # fadd + fmul + 2·ffma, eq. (3)
@@ -69,7 +69,7 @@ def test_details_page_with_scaled_units():
         r["smsp__sass_thread_inst_executed_op_fmul_pred_on.sum"]
         != r["smsp__sass_thread_inst_executed_op_fmul_pred_on.sum"]
     )
-    s = ncu.seed_summary(df)
+    s = ncu.paper_summary(df)
     assert s["flops_per_step"] == 2 * 2_097_152  # n/a counts as nothing
 
 
@@ -83,9 +83,9 @@ def test_command_line_and_metric_selection():
     assert argv[1:3] == ["-m", "deepgap.roofline.ncu_child"]
     assert argv[argv.index("--steps") + 1] == "2"
     metrics = ncu.select_metrics({"sm__inst_executed_pipe_tensor", "dram__bytes_read"})
-    assert metrics[: len(ncu.SEED_METRICS)] == list(ncu.SEED_METRICS)
-    assert metrics[len(ncu.SEED_METRICS) :] == ["sm__inst_executed_pipe_tensor.sum"]
-    assert ncu.select_metrics(None) == list(ncu.SEED_METRICS)
+    assert metrics[: len(ncu.PAPER_METRICS)] == list(ncu.PAPER_METRICS)
+    assert metrics[len(ncu.PAPER_METRICS) :] == ["sm__inst_executed_pipe_tensor.sum"]
+    assert ncu.select_metrics(None) == list(ncu.PAPER_METRICS)
     cmd = ncu.build_command("/x/ncu", argv, metrics, "/tmp/log.csv", launch_count=500)
     for flag in ("--csv", "--page", "raw", "--print-units", "base", "--profile-from-start", "off"):
         assert flag in cmd

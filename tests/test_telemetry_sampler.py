@@ -9,7 +9,7 @@ from deepgap.telemetry.fake import FakeBackend, scenario
 from deepgap.telemetry.sampler import MarkingClock, Sampler
 from deepgap.telemetry.session import MeasureTelemetry, measure_idle
 from deepgap.telemetry.settings import TelemetrySettings
-from deepgap.timing import HostClock, TimingPlan, run_protocol
+from deepgap.timing import HostClock, TimingProtocol, run_protocol
 
 
 def test_sampler_start_stop_and_phases():
@@ -65,9 +65,9 @@ def test_energy_window_waits_for_a_counter_tick():
 def test_marking_clock_phases_and_windows():
     sm = Sampler(scenario("steady"), hz=50.0, phase="warmup", align_timeout_s=0.0)
     clock = MarkingClock(HostClock(), sm, batch_size=4)
-    plan = TimingPlan(warmup=2, iterations=3, repeats=2)
+    protocol = TimingProtocol(warmup=2, iterations=3, repeats=2)
     with sm:
-        out = run_protocol(lambda: time.sleep(0.001), clock, plan)
+        out = run_protocol(lambda: time.sleep(0.001), clock, protocol)
     assert len(sm.marks) == 2 == len(out.windows)
     assert [m.images for m in sm.marks] == [n * 4 for n, _ in out.windows]
     assert sm.samples[0][0] == "warmup" and sm.samples[-1][0] == "measure"
@@ -87,10 +87,10 @@ def test_measure_telemetry_plan_flags_and_samples():
     cache = {}
     s = TelemetrySettings(backend="fake:throttle", sample_hz=100.0, energy_window_s=0.05, idle_power_w=50.0)
     tel = MeasureTelemetry.for_request(cache, "cpu", s, 4)
-    plan = tel.plan(TimingPlan(warmup=1, iterations=2, repeats=2, min_time_s=0.0))
-    assert plan.min_time_s == 0.05 and tel.extended  # an energy counter: windows last ≥ energy_window_s
+    protocol = tel.protocol(TimingProtocol(warmup=1, iterations=2, repeats=2, min_time_s=0.0))
+    assert protocol.min_time_s == 0.05 and tel.extended  # an energy counter: windows last ≥ energy_window_s
     with tel:
-        run_protocol(lambda: time.sleep(0.002), tel.clock(HostClock()), plan)
+        run_protocol(lambda: time.sleep(0.002), tel.clock(HostClock()), protocol)
     res = _result(SPEC)
     tel.finish(res)
     t = res.details.telemetry.to_json()
@@ -109,8 +109,8 @@ def test_measure_telemetry_plan_flags_and_samples():
 def test_measure_telemetry_unavailable_and_off():
     s = TelemetrySettings(backend="fake:unavailable")
     tel = MeasureTelemetry.for_request({}, "cpu", s, 1)
-    plan = TimingPlan(min_time_s=0.0)
-    assert tel.plan(plan) is plan and not tel.extended
+    protocol = TimingProtocol(min_time_s=0.0)
+    assert tel.protocol(protocol) is protocol and not tel.extended
     with tel:
         pass
     res = _result(SPEC)
@@ -139,17 +139,17 @@ def test_worker_measure_in_process():
     from deepgap.worker import MeasureRequest, WorkerState, measure
 
     state = WorkerState("cpu")
-    plan = TimingPlan(warmup=1, iterations=3, repeats=2)
+    protocol = TimingProtocol(warmup=1, iterations=3, repeats=2)
     s = TelemetrySettings(backend="fake:foreign", sample_hz=50.0, energy_window_s=0.05)
-    res = measure(state, MeasureRequest(spec=SPEC, plan=plan, telemetry=s))
+    res = measure(state, MeasureRequest(spec=SPEC, protocol=protocol, telemetry=s))
     assert res.status == Status.OK, res.reason
     assert res.details.flags == ["foreign-procs(1)"] and res.details.telemetry.foreign_pids == [4242]
     assert all(w.iterations > 3 for w in res.details.windows)  # extended for the energy counter
-    off = measure(state, MeasureRequest(spec=SPEC, plan=plan))
+    off = measure(state, MeasureRequest(spec=SPEC, protocol=protocol))
     assert off.status == Status.OK and off.details.telemetry is None and off.telemetry == []
     import dataclasses
 
-    th = measure(state, MeasureRequest(spec=SPEC, plan=plan, telemetry=dataclasses.replace(
+    th = measure(state, MeasureRequest(spec=SPEC, protocol=protocol, telemetry=dataclasses.replace(
         s, backend="fake:heating", mode="thermal", thermal_window_s=0.3, thermal_timeout_s=5.0)))
     assert th.status == Status.OK and th.latency is None
     assert th.details.thermal["status"] == "ok" and th.details.thermal["stopped_by"] == "steady"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from deepgap.timing import HostClock, TimingPlan, run_protocol
+from deepgap.timing import HostClock, TimingProtocol, run_protocol
 
 
 class ScriptedClock:
@@ -31,7 +31,7 @@ class ScriptedClock:
 def test_fixed_protocol_counts_and_values():
     c = ScriptedClock([0.010])
     clock = HostClock(sync=c.sync, clock_ns=c.now_ns)
-    t = run_protocol(c.step, clock, TimingPlan(warmup=4, iterations=5, repeats=3), now=c.now_s)
+    t = run_protocol(c.step, clock, TimingProtocol(warmup=4, iterations=5, repeats=3), now=c.now_s)
     assert c.steps == 4 + 3 * (5 + 5)  # warm-up, then per repeat: 5 timed + a 5-iteration window
     assert [len(s) for s in t.samples_s] == [5, 5, 5]
     assert all(v == pytest.approx(0.010) for s in t.samples_s for v in s)
@@ -43,22 +43,24 @@ def test_fixed_protocol_counts_and_values():
 def test_window_extends_to_min_time():
     c = ScriptedClock([0.010])
     clock = HostClock(sync=c.sync, clock_ns=c.now_ns)
-    t = run_protocol(c.step, clock, TimingPlan(warmup=0, iterations=5, repeats=1, min_time_s=1.0), now=c.now_s)
+    protocol = TimingProtocol(warmup=0, iterations=5, repeats=1, min_time_s=1.0)
+    t = run_protocol(c.step, clock, protocol, now=c.now_s)
     assert t.windows[0][0] == 100 and t.windows[0][1] == pytest.approx(1.0)
 
 
 def test_adaptive_stops_when_target_met():
     c = ScriptedClock([0.010, 0.0101, 0.0099, 0.0100, 0.0102])
     clock = HostClock(sync=c.sync, clock_ns=c.now_ns)
-    t = run_protocol(c.step, clock, TimingPlan(warmup=0, iterations=10, repeats=2, target_ci=0.05), now=c.now_s)
+    protocol = TimingProtocol(warmup=0, iterations=10, repeats=2, target_ci=0.05)
+    t = run_protocol(c.step, clock, protocol, now=c.now_s)
     assert t.ci_met is True and len(t.samples_s) == 2
 
 
 def test_adaptive_gives_up_at_max_time_and_says_so():
     c = ScriptedClock([0.01, 0.05, 0.002, 0.09, 0.03, 0.07, 0.001])  # hopelessly noisy
     clock = HostClock(sync=c.sync, clock_ns=c.now_ns)
-    plan = TimingPlan(warmup=0, iterations=10, repeats=1, target_ci=0.001, max_time_s=3.0)
-    t = run_protocol(c.step, clock, plan, now=c.now_s)
+    protocol = TimingProtocol(warmup=0, iterations=10, repeats=1, target_ci=0.001, max_time_s=3.0)
+    t = run_protocol(c.step, clock, protocol, now=c.now_s)
     assert t.ci_met is False
     assert len(t.samples_s) > 1  # it tried more repeats
     assert t.elapsed_s >= 3.0 and t.elapsed_s < 3.0 + 1.0  # stopped within one repeat of the cap

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deepgap.errors import UsageError
+from deepgap.pairing import check_pairs
 from deepgap.precision import PRECISIONS
 
 if sys.version_info >= (3, 11):
@@ -121,7 +122,7 @@ def _grid(**kw: Any) -> SweepSpec:
 
 PRESETS: dict[str, tuple[str, SweepSpec]] = {
     "paper": (
-        "the seed study exactly: ResNet-18/50/101, fp32+fp16 eager, batch 1..512, 20 warm-up, 3×100 timed",
+        "the paper exactly: ResNet-18/50/101, fp32+fp16 eager, batch 1..512, 20 warm-up, 3×100 timed",
         _grid(
             models=("resnet18", "resnet50", "resnet101"), precisions=("fp32", "fp16"), batch_sizes=PAPER_BATCHES,
         ),
@@ -132,7 +133,7 @@ PRESETS: dict[str, tuple[str, SweepSpec]] = {
         _grid(
             models=("resnet18", "resnet50", "resnet101"),
             engines=("eager", "cudagraph", "compile-freeze", "quant"),
-            precisions=("fp32", "fp16", "int8", "fp8"),  # each engine gets those it runs (deepgap.plan)
+            precisions=("fp32", "fp16", "int8", "fp8"),  # each engine gets those it runs (deepgap.pairing)
             batch_sizes=(1, 32, 256),
             engine_axes={  # README.md (Two commands for a fresh machine) says why these
                 "cudagraph": {
@@ -312,8 +313,6 @@ def _validate_engine_axes(spec: SweepSpec) -> None:
             elif not values or any(v not in known for v in values):
                 raise UsageError(f"engine_axes.{engine}.{axis} = {list(values)!r} is not valid",
                                  f"choose from {', '.join(known)}")
-    from deepgap.plan import check_pairs
-
     check_pairs(spec)
 
 

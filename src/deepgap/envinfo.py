@@ -1,6 +1,6 @@
 """Environment fingerprint: everything that could change a number, stored with every run.
 
-The seed printed GPU name, driver and CUDA version and kept none of it; deepgap stores host, OS,
+The paper printed GPU name, driver and CUDA version and kept none of it; deepgap stores host, OS,
 CPU, memory, library versions, and per GPU its name, UUID, driver, VBIOS, compute capability,
 memory, power limit and clocks (read only, never changed).
 """

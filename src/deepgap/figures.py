@@ -1,13 +1,14 @@
-"""The report's figures (matplotlib, Agg backend): draw what `deepgap.analysis` computed, nothing more.
+"""Figure drawing primitives (matplotlib, Agg backend): the `Figure` record and the helpers every figure uses.
 
-Each builder takes analysis frames and returns a `Figure` holding PNG bytes, or the reason it is
-unavailable ("unavailable: no telemetry in these runs"). One panel per platform and model, as in
-the paper's figures 6–11 (top row T4, bottom row L4). Flagged configurations are drawn with a red
-✕ over the point and a missed CI target with an orange ring, so a flagged number is never shown
-unmarked. Colours follow the precision, markers the engine. This module holds the shared drawing
-helpers every figure uses (the report's, the serving and roofline sections'); the figures themselves are
-in `deepgap.figures_batch` (per batch size: figs. 6, 8, 9, 11, energy) and `deepgap.figures_summary`
-(Pareto, bars, threads, thermal).
+The concept here is *how* a figure is drawn, not which figures exist: every figure builder (the report's,
+the serving and roofline sections') takes analysis frames and returns a `Figure` holding PNG bytes, or the
+reason it is unavailable ("unavailable: no telemetry in these runs"), drawing what `deepgap.analysis`
+computed and nothing more. One panel per platform and model, as in the paper's figures 6–11 (top row T4,
+bottom row L4). Flagged configurations are drawn with a red ✕ over the point and a missed CI target with
+an orange ring, so a flagged number is never shown unmarked. Colours follow the precision, markers the
+engine. The report's figures themselves are in `deepgap.figures_batch` (metrics against batch size: figs.
+6, 8, 9, 11, energy) and `deepgap.figures_summary` (one figure per sweep-wide comparison: Pareto, bars,
+threads, thermal); this module sits below them and below the features as a render primitive.
 """
 
 from __future__ import annotations

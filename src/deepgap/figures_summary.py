@@ -1,6 +1,8 @@
-"""Summary figures of the report: Pareto frontier (fig. 10), bars (fig. 7, × CPU), threads, thermal (fig. 5).
+"""The report's summary figures: Pareto frontier (fig. 10), bars (fig. 7, × CPU), threads, thermal (fig. 5).
 
-Same conventions as `deepgap.figures`: draw what `deepgap.analysis` computed, mark flagged points.
+The concept here is the figures that summarise a sweep in one picture each (not against batch size, which is
+`deepgap.figures_batch`). Drawn with the primitives of `deepgap.figures` (same conventions: draw what
+`deepgap.analysis` computed, mark flagged points).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ engine's ``precisions``) and the kernels that measure its ceiling (`deepgap.roof
 
 ``fp32`` is strict fp32: TF32 is switched *off* for matmuls and convolutions (PyTorch leaves it on
 for cuDNN convolutions by default, so a naive "fp32" on Ampere+ is really TF32). ``tf32`` switches it
-on. ``fp16``/``bf16`` cast weights and inputs (``model.half()``), as the seed's FP16 scripts did.
+on. ``fp16``/``bf16`` cast weights and inputs (``model.half()``), as the paper's FP16 scripts did.
 ``int8``/``fp8`` are quantized: they belong to quantizing engines (TensorRT, ONNX Runtime, deepgap's
 quant engine), which calibrate activation scales, and are held to the accuracy floor by default.
 

@@ -23,7 +23,7 @@ from deepgap.errors import UsageError
 from deepgap.precision import DeviceCaps
 from deepgap.records import ConfigSpec, Result, Status
 from deepgap.telemetry.settings import TelemetrySettings, settings_for
-from deepgap.timing import TimingPlan
+from deepgap.timing import TimingProtocol
 from deepgap.worker import MeasureRequest, serve
 
 _START_TIMEOUT_S = 300.0
@@ -193,9 +193,9 @@ class Event:
     result: Result | None = None
 
 
-def plan_for(spec: SweepSpec) -> TimingPlan:
-    """The timing plan of a sweep."""
-    return TimingPlan(
+def protocol_for(spec: SweepSpec) -> TimingProtocol:
+    """The timing protocol of a sweep."""
+    return TimingProtocol(
         warmup=spec.warmup, iterations=spec.iterations, repeats=spec.repeats, target_ci=spec.target_ci,
         max_time_s=spec.max_time_s, min_time_s=spec.min_time_s,
     )
@@ -236,7 +236,7 @@ class SweepRunner:
         self.spec = spec
         self.device = device
         self.worker = WorkerHandle(device)
-        self.timing = plan_for(spec)
+        self.timing = protocol_for(spec)
         self.telemetry_context: dict[str, Any] = {}  # run-level facts (idle power, steady clock) for requests
         self._sweep: int | None = None  # the sweep pass the live worker measured
 
@@ -288,7 +288,7 @@ class SweepRunner:
     def request(self, cfg: ConfigSpec) -> MeasureRequest:
         """What the worker is sent for ``cfg`` (public so a benchmark can measure exactly the same)."""
         return MeasureRequest(
-            spec=cfg, plan=self.timing, weights=self.spec.weights, seed=self.spec.seed,
+            spec=cfg, protocol=self.timing, weights=self.spec.weights, seed=self.spec.seed,
             cudnn_benchmark=self.spec.cudnn_benchmark, options=dict(self.spec.options),
             telemetry=settings_for(self.spec, self.telemetry_context),
         )

@@ -1,8 +1,8 @@
 """The timing protocol, with the clock injected so tests can script it exactly.
 
-Per repeat: ``iterations`` synchronized iterations, each timed on its own (the seed's latency, as a
+Per repeat: ``iterations`` synchronized iterations, each timed on its own (the paper's latency, as a
 caller that waits for its answer sees it), then a *pipelined window* of back-to-back iterations
-with no synchronization between them, timed as a whole (the throughput a busy server sees; the seed
+with no synchronization between them, timed as a whole (the throughput a busy server sees; the paper
 only derived throughput from the median latency). Adaptive mode adds repeats until the median's 95%
 CI half-width is within ``target_ci`` of the median, or ``max_time_s`` has been spent.
 """
@@ -89,8 +89,12 @@ class CudaEventClock:
 
 
 @dataclass(frozen=True)
-class TimingPlan:
-    """How long to measure one configuration."""
+class TimingProtocol:
+    """How one configuration is measured: warm-up calls, iterations and repeats, a CI target, time limits.
+
+    ``target_ci`` adds repeats until the median's CI is that narrow or ``max_time_s`` is spent;
+    ``min_time_s`` is the shortest pipelined window. (A "plan" elsewhere is the sweep's expansion.)
+    """
 
     warmup: int = 20
     iterations: int = 100
@@ -121,33 +125,33 @@ class Timings:
 
 
 def run_protocol(
-    step: Step, clock: Clock, plan: TimingPlan, now: Callable[[], float] = time.monotonic,
+    step: Step, clock: Clock, protocol: TimingProtocol, now: Callable[[], float] = time.monotonic,
     on_repeat: Callable[[int], None] | None = None,
 ) -> Timings:
     """Warm up, then measure repeats (and adaptive extra repeats) of ``step`` with ``clock``."""
     t_start = now()
-    for _ in range(plan.warmup):
+    for _ in range(protocol.warmup):
         step()
     out = Timings()
 
     def one_repeat() -> None:
-        lat = [clock.time_iteration(step) for _ in range(plan.iterations)]
+        lat = [clock.time_iteration(step) for _ in range(protocol.iterations)]
         out.samples_s.append(lat)
         med = float(np.median(lat))
-        n_window = plan.iterations
-        if plan.min_time_s > 0 and med > 0:
-            n_window = max(n_window, math.ceil(plan.min_time_s / med))
+        n_window = protocol.iterations
+        if protocol.min_time_s > 0 and med > 0:
+            n_window = max(n_window, math.ceil(protocol.min_time_s / med))
         out.windows.append((n_window, clock.time_window(step, n_window)))
         if on_repeat:
             on_repeat(len(out.samples_s))
 
-    for _ in range(plan.repeats):
+    for _ in range(protocol.repeats):
         one_repeat()
-    if plan.target_ci is not None:
+    if protocol.target_ci is not None:
         out.ci_halfwidth_rel = median_ci_halfwidth_rel(out.pooled)
-        while out.ci_halfwidth_rel > plan.target_ci and now() - t_start < plan.max_time_s:
+        while out.ci_halfwidth_rel > protocol.target_ci and now() - t_start < protocol.max_time_s:
             one_repeat()
             out.ci_halfwidth_rel = median_ci_halfwidth_rel(out.pooled)
-        out.ci_met = out.ci_halfwidth_rel <= plan.target_ci
+        out.ci_met = out.ci_halfwidth_rel <= protocol.target_ci
     out.elapsed_s = now() - t_start
     return out

@@ -25,7 +25,7 @@ from deepgap.precision import DeviceCaps
 from deepgap.records import ConfigSpec, Result, Status
 from deepgap.result_details import Correctness, DeviceMemUsed, EngineInfo, MemoryPeaks, ResultDetails, Window
 from deepgap.telemetry.settings import TelemetrySettings
-from deepgap.timing import TimingPlan
+from deepgap.timing import TimingProtocol
 
 CORRECTNESS_IMAGES = 8  # rows compared against the fp32 reference
 
@@ -35,7 +35,7 @@ class MeasureRequest:
     """Everything the worker needs for one configuration."""
 
     spec: ConfigSpec
-    plan: TimingPlan
+    protocol: TimingProtocol
     weights: str | None = None
     seed: int = 0
     cudnn_benchmark: bool = True
@@ -119,7 +119,7 @@ class WorkerState:
         import torch
 
         if torch.get_num_interop_threads() != 1:  # torch allows one setting per process; tests make several
-            torch.set_num_interop_threads(1)  # the seed's host-side setting, once per process
+            torch.set_num_interop_threads(1)  # the paper's host-side setting, once per process
         self.default_threads = torch.get_num_threads()
         self.device = device
         self.caps = device_caps(device)
@@ -145,15 +145,14 @@ class WorkerState:
         key = (name, res, weights, seed)
         if key not in self.flops:
             import torch
-            from torch.utils.flop_counter import FlopCounterMode
 
             from deepgap.models import weights_fingerprint
+            from deepgap.models.flops import count_flops
 
             m = self.model(name, res, weights, seed)
             try:
-                with FlopCounterMode(display=False) as fc, torch.inference_mode():
-                    m(torch.randn(1, 3, res, res))
-                flops: float | None = float(fc.get_total_flops())
+                with torch.inference_mode():
+                    flops: float | None = count_flops(m, torch.randn(1, 3, res, res))
             except Exception:
                 flops = None
             self.flops[key] = (flops, sum(p.numel() for p in m.parameters()), weights_fingerprint(m))
@@ -278,9 +277,9 @@ def _measure(state: WorkerState, req: MeasureRequest) -> Result:
         tel = MeasureTelemetry.for_request(state.telemetry, spec.device, req.telemetry, spec.batch_size)
         if tel is not None and tel.thermal_mode:
             return tel.thermal(step, clock, spec)  # run-level thermal warm-up: load until steady
-        plan = tel.plan(req.plan) if tel is not None else req.plan
+        protocol = tel.protocol(req.protocol) if tel is not None else req.protocol
         with tel if tel is not None else contextlib.nullcontext():
-            timings = run_protocol(step, tel.clock(clock) if tel is not None else clock, plan)
+            timings = run_protocol(step, tel.clock(clock) if tel is not None else clock, protocol)
 
     pooled = timings.pooled
     lat = stats.summarize(pooled)
@@ -289,9 +288,9 @@ def _measure(state: WorkerState, req: MeasureRequest) -> Result:
         spec=spec, status=Status.OK, latency=lat,
         throughput_ips=tput, throughput_ci_low_ips=tlo, throughput_ci_high_ips=thi,
         throughput_pipelined_ips=timings.window_throughput(spec.batch_size),
-        n_repeats=len(timings.samples_s), warmup=req.plan.warmup,
+        n_repeats=len(timings.samples_s), warmup=req.protocol.warmup,
         cv_repeats=stats.coefficient_of_variation([float(np.median(s)) for s in timings.samples_s]),
-        target_ci=req.plan.target_ci, ci_met=timings.ci_met,
+        target_ci=req.protocol.target_ci, ci_met=timings.ci_met,
         flops_per_image=flops, params=params, weights_sha=sha,
         samples_s=timings.samples_s,
     )

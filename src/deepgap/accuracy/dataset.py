@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deepgap.calibration import IMAGE_SUFFIXES
 from deepgap.errors import UsageError
+from deepgap.images import DEFAULT_CALIBRATION_IMAGES, IMAGE_SUFFIXES, options_count
 
 SPLIT_SEED_OFFSET = 104_729  # keeps the split's permutation apart from every other seeded draw
-DEFAULT_CALIBRATION = 64
+DEFAULT_CALIBRATION = DEFAULT_CALIBRATION_IMAGES
 
 
 @dataclass(frozen=True)
@@ -172,7 +172,6 @@ def check_weights(model: str, resolution: int | None, weights: str) -> None:
 
 def describe(spec: Any) -> dict[str, Any] | None:
     """The dataset facts a sweep stores in ``options['dataset']``; checks everything (exit 2 on bad input)."""
-    from deepgap.calibration import options_count
     from deepgap.models import resolve_model
 
     if not spec.dataset:

@@ -11,7 +11,6 @@ cached with the images; each configuration then runs its own prepared engine at 
 
 from __future__ import annotations
 
-import hashlib
 import os
 from typing import Any
 
@@ -34,7 +33,7 @@ class _Images:
 
         from torchvision.transforms.v2 import functional as tvf
 
-        from deepgap.calibration import decode_rgb
+        from deepgap.images import decode_rgb
 
         path, label = self.items[i]
         img = decode_rgb(Path(path), Path(path).read_bytes())
@@ -79,34 +78,11 @@ def normalise(u8):
     """uint8 (N, 3, R, R) → float32, ImageNet mean/std (torchvision's evaluation transform)."""
     import torch
 
-    from deepgap.calibration import IMAGENET_MEAN, IMAGENET_STD
+    from deepgap.images import IMAGENET_MEAN, IMAGENET_STD
 
     mean = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)
     std = torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
     return (u8.float() / 255.0 - mean) / std
-
-
-def calibration_set(info: dict[str, Any], resolution: int, options: dict[str, Any] | None = None):
-    """The calibration split as a `deepgap.calibration.CalibrationSet` (its fingerprint names the data)."""
-    from deepgap.calibration import CalibrationSet
-
-    ds, cal, _ = reload(info)
-    x, _ = decode(cal, resolution, workers(options or {}, len(cal)))
-    fp = hashlib.sha256(
-        f"dataset:{ds.sha}:{info['split_seed']}:{len(cal)}:{resolution}".encode()
-    ).hexdigest()[:16]
-    meta = {
-        "source": "dataset",
-        "dataset": ds.path,
-        "dataset_sha": ds.sha,
-        "images": len(cal),
-        "split_seed": info["split_seed"],
-        "resolution": resolution,
-        "transform": f"resize shorter side to {round(resolution * 256 / 224)}, centre crop {resolution}, "
-        "ImageNet mean/std",
-        "disjoint_from": f"the {info['eval_images']} evaluation images",
-    }
-    return CalibrationSet(images=normalise(x), source="dataset", fingerprint=fp, info=meta)
 
 
 def _scores(logits, labels) -> tuple[float, float]:

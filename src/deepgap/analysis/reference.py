@@ -1,4 +1,4 @@
-"""The seed study's published numbers, shipped as package data so comparisons work offline.
+"""The paper's published numbers, shipped as package data so comparisons work offline.
 
 ``deepgap_paper_peaks.csv``: Table I of the DEEP-GAP paper (peak batch, peak images/s and speedup over
 its CPU for T4, L4 and a 24-thread Xeon 6 Granite Rapids). (The paper's GPUs' theoretical peaks, its

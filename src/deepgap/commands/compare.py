@@ -5,7 +5,7 @@ device name, so one merged store (``deepgap merge h100.sqlite h200.sqlite``) com
 ratio is printed beside both sides' configurations, per matched configuration and at each side's best
 batch, with the ratio the roofline predicts from each platform's ceilings (`roofline.predict`) and a
 ``departs`` mark where the measured CI excludes it (and its range); ``--paper`` puts your peaks beside
-the seed study's T4, L4 and Xeon rows (shipped with deepgap), saying which of your precisions meets each
+the paper's T4, L4 and Xeon rows (shipped with deepgap), saying which of your precisions meets each
 paper column.
 """
 

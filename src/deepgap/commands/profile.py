@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("--steps", type=int, default=20, help="timed steps (default 20; the median is kept)")
     p.add_argument("--profiled-steps", type=int, default=1, help="steps under the profiler / ncu (default 1)")
     p.add_argument(
-        "--ncu", action="store_true", help="also collect the seed's Nsight Compute counters (needs ncu)"
+        "--ncu", action="store_true", help="also collect the paper's Nsight Compute counters (needs ncu)"
     )
     p.add_argument(
         "--ncu-launch-count", type=int, default=0, help="profile at most this many kernels (0: all)"

@@ -103,7 +103,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("--energy-window", help="seconds each pipelined window lasts at least, with an energy counter (default 1)")
     p.add_argument("--idle-time", help="seconds of idle-baseline power at run start (default 2; 0 = none)")
     p.add_argument("--thermal-warmup", action="store_true",
-                   help="run load until the temperature is steady before measuring (the seed's steady state)")
+                   help="load until the temperature is steady before measuring (the paper's steady state)")
     p.add_argument("--thermal-window", help="steady = temperature slope under the threshold over this many s (default 30)")
     p.add_argument("--thermal-slope", help="steady-state threshold in °C per minute (default 1)")
     p.add_argument("--thermal-timeout", help="stop the thermal warm-up after this many s anyway (default 300)")

@@ -34,7 +34,7 @@ class CudaGraphEngine(Engine):
         return None
 
     def prepare(self, model, spec, example):  # noqa: D102
-        from deepgap.engines import graph_runner
+        from deepgap import graph_runner
 
         t0 = time.perf_counter()
         model = to_device(model, spec)

@@ -1,4 +1,4 @@
-"""PyTorch eager execution: the seed study's FP32/FP16 engine."""
+"""PyTorch eager execution: the paper's FP32/FP16 engine."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ class EagerEngine(Engine):
     """``model(x)`` under ``torch.inference_mode``; NCHW or channels_last."""
 
     name = "eager"
-    description = "PyTorch eager (the seed's FP32/FP16 path); NCHW or channels_last"
+    description = "PyTorch eager (the paper's FP32/FP16 path); NCHW or channels_last"
 
     def supports(self, spec, caps):  # noqa: D102
         return super().supports(spec, caps) or float_precision_support(spec.precision, caps)

@@ -102,11 +102,11 @@ class OrtEngine(Engine):
         info.update(export_info)
         if spec.precision != "int8":
             return path
-        from deepgap import calibration
+        from deepgap import calibration_data
         from deepgap.engines.ort_quant import quant_settings, quantize
 
         settings = quant_settings(self.options, for_tensorrt=self.provider == "TensorrtExecutionProvider")
-        calib = calibration.calibration_set(spec.resolution, self.options)
+        calib = calibration_data.calibration_set(spec.resolution, self.options)
         qpath, qinfo = quantize(path, calib, settings, f"{spec.model}-{spec.resolution}", self.options)
         info.update(qinfo)
         return qpath

@@ -2,7 +2,7 @@
 
 QDQ format (QuantizeLinear/DequantizeLinear pairs around each quantized op, which execution
 providers fuse into integer kernels), per-channel symmetric int8 weights, activation ranges
-calibrated on N images (`deepgap.calibration`). Activations are uint8 asymmetric for the CPU
+calibrated on N images (`deepgap.calibration_data`). Activations are uint8 asymmetric for the CPU
 provider (x86 integer kernels are u8×s8: VPMADDUBSW/VNNI; signed activations are several times
 slower there) and int8 symmetric for TensorRT (which takes only symmetric scales). The quantized
 model is cached, keyed by the fp32 model's bytes, the calibration set, method and ORT version.

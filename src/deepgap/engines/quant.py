@@ -3,7 +3,8 @@
 Post-training quantization of torchvision ResNets: BatchNorm folded, per-channel weight scales,
 static activation scales (calibrated, cached), NHWC int8/fp8 activations, convolutions as fused
 implicit-GEMM Triton kernels, a per-layer fallback to fp16 where that is faster, one CUDA graph.
-The implementation lives in ``deepgap.quant``; README.md (the quant engine) has the design and measurements.
+This module is only the engine plug-in (registration, support checks, `prepare`); the implementation
+lives in the package ``deepgap.quant``. README.md (the quant engine) has the design and measurements.
 """
 
 from __future__ import annotations
@@ -63,9 +64,9 @@ class QuantEngine(Engine):
         t0 = time.perf_counter()
         opts = QuantOptions()
         if self.options.get("dataset"):  # accuracy mode: calibrate on the labelled set's calibration split
-            from deepgap.accuracy.evaluate import calibration_set
+            from deepgap.calibration_data import from_dataset
 
-            opts.calib_set = calibration_set(self.options["dataset"], spec.resolution, self.options)
+            opts.calib_set = from_dataset(self.options["dataset"], spec.resolution, self.options)
         res = prepare_quant(
             model, spec.precision, spec.batch_size, spec.resolution, spec.model, device=spec.device, opts=opts
         )

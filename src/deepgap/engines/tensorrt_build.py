@@ -1,9 +1,9 @@
 """Building TensorRT engines: optimization profile, INT8 entropy calibration, and the two caches.
 
-The seed's INT8 path, made explicit: ONNX (`deepgap.engines.onnx_export`) → TensorRT network → one
-optimization profile over a batch range (the seed's min 1 / opt 32 / max 512 by default, widened
+The paper's INT8 path, made explicit: ONNX (`deepgap.engines.onnx_export`) → TensorRT network → one
+optimization profile over a batch range (the paper's min 1 / opt 32 / max 512 by default, widened
 to cover a larger batch) → FP16 or INT8 with an entropy calibrator (IInt8EntropyCalibrator2) fed
-full batches of the calibration set (`deepgap.calibration`), whose table is cached → a serialized
+full batches of the calibration set (`deepgap.calibration_data`), whose table is cached → a serialized
 engine, cached under a key of model, resolution, weights, precision, profile, GPU (name and
 compute capability), TensorRT version and calibration set.
 
@@ -20,16 +20,16 @@ from typing import Any
 
 from deepgap.errors import UsageError
 
-SEED_PROFILE = (1, 32, 512)  # the seed study's profile: min, opt, max batch
-CALIBRATION_BATCH = 32  # the seed fed its calibrator batches of 32
-DEFAULT_WORKSPACE_GIB = 2.0  # the seed's builder workspace
+PAPER_PROFILE = (1, 32, 512)  # the paper's profile: min, opt, max batch
+CALIBRATION_BATCH = 32  # the paper fed its calibrator batches of 32
+DEFAULT_WORKSPACE_GIB = 2.0  # the paper's builder workspace
 PROFILE_MODES = ("range", "static")
 
 
 def profile_shapes(batch_size: int, options: dict[str, Any] | None = None) -> tuple[int, int, int]:
     """(min, opt, max) batch of the optimization profile for a configuration of ``batch_size``.
 
-    ``trt_profile = "range"`` (default): the seed's (1, 32, 512), or ``trt_profile_batches``; its max
+    ``trt_profile = "range"`` (default): the paper's (1, 32, 512), or ``trt_profile_batches``; its max
     is raised to the next power of two ≥ ``batch_size`` when the batch is larger, and opt clamped
     into [min, max]. One engine then serves every batch of a sweep. ``"static"``: (b, b, b), an
     engine tuned for exactly this batch (faster at batches far from opt; one build per batch).
@@ -40,7 +40,7 @@ def profile_shapes(batch_size: int, options: dict[str, Any] | None = None) -> tu
         raise UsageError(f"option trt_profile {mode!r} is unknown", f"choose one of {', '.join(PROFILE_MODES)}")
     if mode == "static":
         return (batch_size, batch_size, batch_size)
-    given = options.get("trt_profile_batches", SEED_PROFILE)
+    given = options.get("trt_profile_batches", PAPER_PROFILE)
     if (not isinstance(given, (list, tuple)) or len(given) != 3
             or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in given)
             or not given[0] <= given[1] <= given[2]):
@@ -54,7 +54,7 @@ def profile_shapes(batch_size: int, options: dict[str, Any] | None = None) -> tu
 
 
 def workspace_bytes(options: dict[str, Any] | None = None) -> int:
-    """The builder's workspace limit from ``trt_workspace_gib`` (default 2 GiB, the seed's)."""
+    """The builder's workspace limit from ``trt_workspace_gib`` (default 2 GiB, the paper's)."""
     gib = (options or {}).get("trt_workspace_gib", DEFAULT_WORKSPACE_GIB)
     if isinstance(gib, bool) or not isinstance(gib, (int, float)) or gib <= 0:
         raise UsageError(f"option trt_workspace_gib must be a positive number, got {gib!r}", "set e.g. trt_workspace_gib = 2")

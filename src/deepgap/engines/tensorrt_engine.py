@@ -1,4 +1,4 @@
-"""TensorRT: the seed study's INT8 engine (and FP32/TF32/FP16/BF16), through the TensorRT Python API.
+"""TensorRT: the paper's INT8 engine (and FP32/TF32/FP16/BF16), through the TensorRT Python API.
 
 Used when ``import tensorrt`` works (TensorRT ≥ 8.6: ``execute_async_v3``); otherwise
 `available` says why, ``deepgap env`` shows it, and every tensorrt configuration is stored as
@@ -31,7 +31,7 @@ class TensorrtEngine(Engine):
     """ONNX → TensorRT engine (optimization profile over a batch range), cached; INT8 entropy calibration."""
 
     name = "tensorrt"
-    description = "TensorRT (the seed's INT8 path): ONNX → engine, batch-range profile, entropy calibration; GPU"
+    description = "TensorRT (the paper's INT8 path): ONNX → engine, batch-range profile, entropy calibration; GPU"
     precisions = ("fp32", "tf32", "fp16", "bf16", "int8")
 
     def available(self):  # noqa: D102
@@ -83,9 +83,9 @@ class TensorrtEngine(Engine):
         workspace = tb.workspace_bytes(self.options)
         calib = None
         if spec.precision == "int8":
-            from deepgap import calibration
+            from deepgap import calibration_data
 
-            calib = calibration.calibration_set(spec.resolution, self.options)
+            calib = calibration_data.calibration_set(spec.resolution, self.options)
             info["calibration"] = dict(calib.info)
         parts = tb.engine_parts(spec.model, spec.resolution, sha, spec.precision, profile, props.name,
                                 (props.major, props.minor), trt.__version__, calib.fingerprint if calib else None,

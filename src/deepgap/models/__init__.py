@@ -1,7 +1,7 @@
 """Model registry: name → how to build an ``nn.Module`` with deterministic random weights.
 
 Every builder seeds torch before constructing the module, so FP32, FP16, INT8 … of one model all
-start from *identical* weights (the seed study used different weight versions per precision).
+start from *identical* weights (the paper used different weight versions per precision).
 ``--weights FILE`` loads a local state dict instead. torch is imported only when a model is built.
 """
 

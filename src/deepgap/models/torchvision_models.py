@@ -1,13 +1,13 @@
-"""torchvision models of the seed study (ResNets) and the families its referees asked for."""
+"""torchvision models of the paper (ResNets) and the families its referees asked for."""
 
 from __future__ import annotations
 
 from deepgap.models.registry import MODELS, ModelEntry
 
 _TORCHVISION = {
-    "resnet18": ("resnet", "ResNet-18, 1.8 GMAC at 224² (the seed study)"),
-    "resnet50": ("resnet", "ResNet-50, 4.1 GMAC at 224² (the seed study)"),
-    "resnet101": ("resnet", "ResNet-101, 7.8 GMAC at 224² (the seed study)"),
+    "resnet18": ("resnet", "ResNet-18, 1.8 GMAC at 224² (as in the paper)"),
+    "resnet50": ("resnet", "ResNet-50, 4.1 GMAC at 224² (as in the paper)"),
+    "resnet101": ("resnet", "ResNet-101, 7.8 GMAC at 224² (as in the paper)"),
     "resnet152": ("resnet", "ResNet-152, 11.5 GMAC at 224²"),
     "mobilenet_v3_large": ("mobilenet", "MobileNetV3-Large, depthwise convolutions, 0.22 GMAC"),
     "efficientnet_b0": ("efficientnet", "EfficientNet-B0, depthwise + squeeze-excite, 0.39 GMAC"),

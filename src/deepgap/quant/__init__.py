@@ -13,5 +13,6 @@ The pipeline, one module per step:
   prepare.py    builds the network for the GPU, times the per-layer candidates, captures a CUDA graph
 
 Only ``prepare.py``, the kernel modules and the timing helpers need a GPU; everything else (and every kernel,
-through the Triton interpreter) runs on the CPU for tests.
+through the Triton interpreter) runs on the CPU for tests. This package is the implementation; the engine
+plug-in that registers it as ``--engines quant`` is `deepgap.engines.quant`.
 """

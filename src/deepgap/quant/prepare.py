@@ -273,7 +273,7 @@ def _make_runner(net: QuantNet, batch: int, resolution: int, device: str, use_gr
 
     The graph runner owns ``net``: the graph reads its weights by address (see `GraphRunner`).
     """
-    from deepgap.engines import graph_runner
+    from deepgap import graph_runner
 
     static_x = torch.randn(batch, 3, resolution, resolution, device=device).half()
     static_x = static_x.contiguous(memory_format=torch.channels_last)

@@ -27,7 +27,7 @@ TableSpec = tuple[str, Any]
 SECTION_MODULES = (
     "deepgap.report_core",  # the measurements: tables and figures of the paper
     "deepgap.serving.report_section",  # serve runs
-    "deepgap.roofline.report_section",  # rooflines and the seed study's comparison
+    "deepgap.roofline.report_section",  # rooflines and the paper's comparison
     "deepgap.analysis.platforms_section",  # two or more GPU platforms side by side
     "deepgap.analysis.quant_layers_section",  # the quant engine's layers on their roofline
 )

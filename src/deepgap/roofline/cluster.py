@@ -1,6 +1,6 @@
-"""Kernel name → cluster, the seed study's "grouped kernels based on similar names", made explicit and tested.
+"""Kernel name → cluster, the paper's "grouped kernels based on similar names", made explicit and tested.
 
-The seed grouped Nsight kernels by eye (``volta_sgemm``, ``bn_bw``, ``vectorized_elementwise`` …). Here an
+The paper grouped Nsight kernels by eye (``volta_sgemm``, ``bn_bw``, ``vectorized_elementwise`` …). Here an
 ordered rule list assigns every GPU kernel name (cuDNN, cuBLAS, CUTLASS, PyTorch's ATen kernels, Triton
 kernels from Inductor) and every CPU aten op name to one cluster. The first rule whose pattern matches wins,
 so the order encodes precedence: a CUTLASS ``…fprop_implicit_gemm…`` kernel is a convolution although it

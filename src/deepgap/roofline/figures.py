@@ -191,7 +191,7 @@ def cluster_roofline_figure(
     source: str = "torch",
     max_panels: int = 6,
 ) -> Figure:
-    """Kernel-cluster rooflines (the seed's Figs. 2–4): one panel per profile, point size ∝ share of GPU time.
+    """Kernel-cluster rooflines (the paper's Figs. 2–4): a panel per profile, point size ∝ share of GPU time.
 
     Args:
         kernels_df: `storage.kernels_frame` rows (per kernel name, per step).
@@ -276,10 +276,10 @@ def theoretical_vs_measured(
     peaks_df: pd.DataFrame | None = None,
     spec_row: dict[str, Any] | None = None,
 ) -> pd.DataFrame:
-    """The seed's table "theoretical time vs measured time", per configuration and ceiling (spec, measured).
+    """The paper's table "theoretical time vs measured time", per configuration and ceiling (spec, measured).
 
     Columns: model, mode, precision, batch_size, device_name, flops_per_step, bytes_per_step, ceiling,
-    peak_tflops, bandwidth_gb_s, theoretical_compute_s (FLOPs / peak, the seed's eq. 6), theoretical_memory_s
+    peak_tflops, bandwidth_gb_s, theoretical_compute_s (FLOPs / peak, the paper's eq. 6), theoretical_memory_s
     (bytes / bandwidth), theoretical_s (the larger), limiter, measured_s, measured_over_theoretical,
     achieved_tflops, fraction_of_peak. Inference rows come from ``results_df`` (one per result: a batch's
     median latency is the measured time), profile rows from ``profiles_df``.
@@ -369,18 +369,18 @@ def theoretical_vs_measured(
     return pd.DataFrame(rows, columns=cols)
 
 
-def seed_reference_table() -> pd.DataFrame:
-    """The seed study's T4/L4/V100 training-step rows (see `deepgap.roofline.specs.load_study`)."""
+def paper_reference_table() -> pd.DataFrame:
+    """The paper's T4/L4/V100 training-step rows (see `deepgap.roofline.specs.load_study`)."""
     from deepgap.roofline.specs import load_study
 
     return load_study()
 
 
-def seed_roofline_figure() -> Figure:
-    """The seed's Fig. 1 redrawn from its own table: three FP32 rooflines and its nine model points."""
+def paper_roofline_figure() -> Figure:
+    """The paper's Fig. 1 redrawn from its own table: three FP32 rooflines and its nine model points."""
     import numpy as np
 
-    df = seed_reference_table()
+    df = paper_reference_table()
     fig, (ax,) = _figure()
     colors = {"NVIDIA T4": "#1f77b4", "NVIDIA L4": "#d62728", "NVIDIA V100": "#2ca02c"}
     xs = np.logspace(-1, 3, 200)
@@ -408,7 +408,7 @@ def seed_roofline_figure() -> Figure:
         ax.scatter([], [], marker=MARKERS[i], color="w", edgecolor="k", label=m)
     _axes_labels(
         ax,
-        "Seed study (T4/L4/V100 training step, ncu CUDA-core FLOPs; tensor-core work not counted)",
+        "The paper's training step (T4/L4/V100, ncu CUDA-core FLOPs; tensor-core work not counted)",
         "Arithmetic intensity (FLOP/byte, DRAM)",
     )
     ax.legend(fontsize=6, loc="lower right")

@@ -3,7 +3,7 @@
 Units throughout: FLOP/s as TFLOP/s (1e12), bandwidth as GB/s (1e9 bytes/s, decimal as spec sheets use),
 arithmetic intensity as FLOP per byte. The roofline of a device at one precision is
 ``attainable(AI) = min(peak, AI × bandwidth)``; the ridge point ``peak / bandwidth`` separates memory-bound
-(left) from compute-bound (right) work. The seed's "theoretical time" is ``FLOPs / peak``; we also give
+(left) from compute-bound (right) work. The paper's "theoretical time" is ``FLOPs / peak``; we also give
 ``bytes / bandwidth`` and the larger of the two, the roofline's lower bound on the time.
 """
 
@@ -72,7 +72,7 @@ def bound(intensity_flop_per_byte: float, ceiling: Ceiling) -> str:
 class TheoreticalTime:
     """Lower bounds on the time of some work on one device."""
 
-    compute_s: float  # FLOPs / peak (the seed's eq. 6)
+    compute_s: float  # FLOPs / peak (the paper's eq. 6)
     memory_s: float  # bytes / bandwidth (nan when bytes or bandwidth are unknown)
     bound_s: float  # the larger of the two: the roofline time
     limiter: str  # "compute" | "memory"
@@ -83,7 +83,7 @@ def theoretical_time(
 ) -> TheoreticalTime:
     """Theoretical time of ``flops`` (and ``bytes_moved``) on a device with the given peaks.
 
-    Example: the seed's ResNet-50 step (270 GFLOP) on a T4 (8.1 TFLOP/s) is 270e9 / 8.1e12 = 0.0333 s —
+    Example: the paper's ResNet-50 step (270 GFLOP) on a T4 (8.1 TFLOP/s) is 270e9 / 8.1e12 = 0.0333 s —
     33 ms, not the 33.33 s the study prints.
     """
     compute = float(flops) / (float(peak_tflops) * 1e12) if peak_tflops else float("nan")
@@ -154,7 +154,8 @@ def add_roofline_columns(
 ) -> pd.DataFrame:
     """Add roofline columns to a results frame (``Store.results_frame``); returns a copy.
 
-    Added: ``roofline_flops_per_image`` (our counter; `flops_per_image` from the worker is kept as it is),
+    Added: ``roofline_flops_per_image`` (`deepgap.models.flops` on the meta device, the counter the worker's
+    `flops_per_image` also comes from; that column is kept as it is),
     ``achieved_tflops`` (= FLOPs per image × ``throughput_ips`` / 1e12), ``achieved_tflops_pipelined``,
     ``bytes_per_batch`` and ``min_bytes_per_batch`` (estimates at the row's precision),
     ``intensity_flop_per_byte`` (FLOPs / ``bytes_model`` bytes) and ``intensity_min_flop_per_byte``,

@@ -1,6 +1,6 @@
-"""Nsight Compute (``ncu``): the seed study's hardware counters, collected and parsed into the store.
+"""Nsight Compute (``ncu``): the paper's hardware counters, collected and parsed into the store.
 
-The seed ran ``ncu`` over 4 training steps with instruction counters per precision (``fadd``, ``fmul``,
+The paper ran ``ncu`` over 4 training steps with instruction counters per precision (``fadd``, ``fmul``,
 ``ffma`` for fp32; ``h*`` for fp16; ``d*`` for fp64), DRAM bytes read/written and the GPU time, summed them
 over kernels and applied (per step = ÷ steps):
 
@@ -9,11 +9,11 @@ over kernels and applied (per step = ÷ steps):
 - FLOPs = (Σ fadd + Σ fmul + 2 · Σ ffma) / steps                                               (3)
 - GFLOP/s = FLOPs / (1e9 · time);  intensity (FLOP/byte) = GFLOP/s / DRAM                      (4), (5)
 
-Caveat the seed missed: these counters count CUDA-core instructions only. Tensor-core work (every TF32,
+Caveat the paper missed: these counters count CUDA-core instructions only. Tensor-core work (every TF32,
 FP16 or BF16 convolution/GEMM on Ampere and later — PyTorch lets cuDNN use TF32 by default) is invisible
-to them, which is why the seed's L4 ResNet-50 step "did" 195 GFLOP while T4 and V100 did ~1,226. deepgap
+to them, which is why the paper's L4 ResNet-50 step "did" 195 GFLOP while T4 and V100 did ~1,226. deepgap
 therefore also asks for tensor-pipe counters where this ncu has them (``sm__inst_executed_pipe_tensor``,
-``sm__ops_path_tensor_src_*``) and reports them raw, beside the seed's FLOPs, never folded into them.
+``sm__ops_path_tensor_src_*``) and reports them raw, beside the paper's FLOPs, never folded into them.
 
 The profiled process is ``python -m deepgap.roofline.ncu_child …``: it warms up, then brackets the
 profiled steps with ``cudaProfilerStart``/``Stop`` (``ncu --profile-from-start off``), so warm-up and
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 _OPS = ("fadd", "fmul", "ffma", "hadd", "hmul", "hfma", "dadd", "dmul", "dfma")
 INST_METRICS = tuple(f"smsp__sass_thread_inst_executed_op_{o}_pred_on.sum" for o in _OPS)
-SEED_METRICS = INST_METRICS + ("dram__bytes_read.sum", "dram__bytes_write.sum", "gpu__time_duration.sum")
+PAPER_METRICS = INST_METRICS + ("dram__bytes_read.sum", "dram__bytes_write.sum", "gpu__time_duration.sum")
 TENSOR_METRICS = (
     "sm__inst_executed_pipe_tensor.sum",
     "sm__ops_path_tensor_src_fp16_dst_fp32.sum",
@@ -48,7 +48,7 @@ TENSOR_METRICS = (
     "sm__ops_path_tensor_src_bf16_dst_fp32.sum",
     "sm__ops_path_tensor_src_tf32_dst_fp32.sum",
 )
-_UNIT_SCALE = {  # to bytes and nanoseconds (the seed's formulas expect ns)
+_UNIT_SCALE = {  # to bytes and nanoseconds (the paper's formulas expect ns)
     "byte": 1.0,
     "kbyte": 1e3,
     "mbyte": 1e6,
@@ -106,8 +106,8 @@ def available_metrics(ncu: str, timeout_s: float = 120) -> set[str] | None:
 
 
 def select_metrics(available: set[str] | None, tensor: bool = True) -> list[str]:
-    """The seed's metrics, plus the tensor-pipe ones this ncu knows (all seed metrics if unknown)."""
-    metrics = list(SEED_METRICS)
+    """The paper's metrics, plus the tensor-pipe ones this ncu knows (all the paper's metrics if unknown)."""
+    metrics = list(PAPER_METRICS)
     if tensor and available:
         metrics += [m for m in TENSOR_METRICS if m.rsplit(".", 1)[0] in available]
     return metrics
@@ -184,8 +184,8 @@ def _col(df: pd.DataFrame, name: str):
     return df[name].fillna(0.0) if name in df else np.zeros(len(df))
 
 
-def seed_summary(df: pd.DataFrame, steps: int = 1) -> dict[str, float]:
-    """The seed's formulas (1)–(5) over all launches, per step, plus fp16/fp64 FLOPs and tensor counters."""
+def paper_summary(df: pd.DataFrame, steps: int = 1) -> dict[str, float]:
+    """The paper's formulas (1)–(5) over all launches, per step, plus fp16/fp64 FLOPs and tensor counters."""
     time_s = float(_col(df, "gpu__time_duration.sum").sum()) / (1e9 * steps)
     dram = float(_col(df, "dram__bytes_read.sum").sum() + _col(df, "dram__bytes_write.sum").sum())
     out = {
@@ -207,7 +207,7 @@ def seed_summary(df: pd.DataFrame, steps: int = 1) -> dict[str, float]:
         )
         out[f"{prec}_flops_per_step"] = flops
         out[f"{prec}_gflop_s"] = flops / (1e9 * time_s) if time_s else float("nan")
-    out["flops_per_step"] = out["fp32_flops_per_step"]  # the seed's eq. (3): fp32 only
+    out["flops_per_step"] = out["fp32_flops_per_step"]  # the paper's eq. (3): fp32 only
     out["gflop_s"] = out["fp32_gflop_s"]
     out["intensity_flop_per_byte"] = out["gflop_s"] / out["dram_gb_s"] if out["dram_gb_s"] else float("nan")
     for m in TENSOR_METRICS:
@@ -318,7 +318,7 @@ def build_command(
 def run_ncu(
     spec: ProfileSpec, out_dir: str, launch_count: int = 0, timeout_s: float = 300, ncu: str | None = None
 ) -> NcuOutcome:
-    """Collect the seed's metrics over ``spec.profiled_steps`` steps in a child process, and parse them."""
+    """Collect the paper's metrics over ``spec.profiled_steps`` steps in a child process, and parse them."""
     ncu = ncu or find_ncu()
     if ncu is None:
         return NcuOutcome(
@@ -359,4 +359,4 @@ def run_ncu(
             "error", f"ncu exited {proc.returncode} with {len(df)} kernels: {tail}"[:500], cmd, metrics
         )
     steps = max(spec.profiled_steps, 1)
-    return NcuOutcome("ok", "", cmd, metrics, seed_summary(df, steps), kernel_metrics_table(df, steps), log)
+    return NcuOutcome("ok", "", cmd, metrics, paper_summary(df, steps), kernel_metrics_table(df, steps), log)

@@ -82,7 +82,7 @@ def eager_op_costs(model: str, resolution: int) -> tuple[Any, Any, Any, Any]:
     import torch
 
     from deepgap.models import build_model
-    from deepgap.roofline.flops import op_counter
+    from deepgap.models.flops import op_counter
 
     net = build_model(model, int(resolution)).to("meta").eval()
     out = []

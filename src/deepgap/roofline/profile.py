@@ -1,6 +1,6 @@
 """Profile one inference pass or training step: time it, then break it down per kernel with torch.profiler.
 
-The seed study's experiment, on any device: a training step is forward + cross-entropy + backward + SGD
+The paper's experiment, on any device: a training step is forward + cross-entropy + backward + SGD
 update (momentum 0.9) at batch 64 by default; ``fp16``/``bf16`` training uses autocast mixed precision with
 fp32 master weights (and a GradScaler for fp16), ``fp16``/``bf16`` inference casts the model as deepgap's
 eager engine does; ``fp32`` switches TF32 off, ``tf32`` on.
@@ -162,7 +162,7 @@ def profile_step(step, spec: ProfileSpec, trace_path: str) -> list[dict[str, Any
 
     from torch.profiler import ProfilerActivity, profile
 
-    from deepgap.roofline.flops import op_counter
+    from deepgap.models.flops import op_counter
     from deepgap.roofline.trace import OPS_KEY
 
     cuda = spec.device.startswith("cuda")

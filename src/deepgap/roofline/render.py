@@ -12,9 +12,9 @@ import sys
 from deepgap.roofline import model as rm
 from deepgap.roofline.figures import (
     cluster_roofline_figure,
+    paper_reference_table,
+    paper_roofline_figure,
     roofline_figure,
-    seed_reference_table,
-    seed_roofline_figure,
     theoretical_vs_measured,
 )
 
@@ -60,7 +60,7 @@ def render_all(store_path: str, out_dir: str) -> list[str]:
         cluster_roofline_figure(kernels, peaks, profiles_df=profiles, source="torch"), "clusters_torch.png"
     )
     save_fig(cluster_roofline_figure(kernels, peaks, profiles_df=profiles, source="ncu"), "clusters_ncu.png")
-    save_fig(seed_roofline_figure(), "seed_roofline.png")
+    save_fig(paper_roofline_figure(), "paper_roofline.png")
     save_csv(theoretical_vs_measured(profiles, results, peaks), "theoretical_vs_measured.csv")
     save_csv(peaks.drop(columns=["details"], errors="ignore"), "peaks.csv")
     save_csv(profiles.drop(columns=["step_times", "cost", "ncu", "extra"], errors="ignore"), "profiles.csv")
@@ -73,7 +73,7 @@ def render_all(store_path: str, out_dir: str) -> list[str]:
         import pandas as pd
 
         save_csv(pd.concat(parts, ignore_index=True), "clusters.csv")
-    save_csv(seed_reference_table(), "seed_reference.csv")
+    save_csv(paper_reference_table(), "paper_reference.csv")
     if len(results):
         save_csv(
             rm.add_roofline_columns(results[results["status"] == "ok"], peaks).drop(columns=["extra"]),

@@ -1,4 +1,4 @@
-"""The report's roofline section: model- and cluster-level rooflines, the seed's comparison, its table.
+"""The report's roofline section: model- and cluster-level rooflines, the paper's comparison, its table.
 
 Drawn by `deepgap.roofline.figures` (matplotlib figures and DataFrames) and wrapped here into the
 report's `Figure` records and tables, the way `deepgap.serving.report_section` does for serving.
@@ -25,7 +25,7 @@ def _sig(col: str, digits: int = 4):
 
 TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
     "roofline_theory_vs_measured": (
-        "Theoretical time (FLOPs / peak, bytes / bandwidth) vs measured time — the seed's table, per ceiling",
+        "Theoretical time (FLOPs / peak, bytes / bandwidth) vs measured time — the paper's table, by ceiling",
         [("model", "model"), ("mode", "mode"), ("precision", "precision"), ("batch", "batch_size"),
          ("device", "device_name"), ("ceiling", "ceiling"), ("peak TFLOP/s", _sig("peak_tflops")),
          ("GB/s", _sig("bandwidth_gb_s")), ("theoretical ms", lambda r: fmt_ms(r.get("theoretical_s"))),
@@ -38,8 +38,8 @@ TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
         [("device", "device_name"), ("ceiling", "name"), ("kind", "kind"), ("value", _sig("value")),
          ("unit", "unit"), ("status", "status"), ("reason", "reason"), ("run", "run_id")],
     ),
-    "roofline_seed_reference": (
-        "The seed study's training-step rows (T4, L4, V100), for comparison",
+    "roofline_paper_reference": (
+        "The paper's training-step rows (T4, L4, V100), for comparison",
         None,  # columns as stored (filled in by `build`)
     ),
 }
@@ -83,24 +83,25 @@ def section(store_path: str, run_ids: list[str] | None = None) -> tuple[dict[str
             "normalization, pooling, copy) at their attributed FLOPs and bytes.",
             lambda: rf.cluster_roofline_figure(kernels, peaks, profiles_df=profiles, source="torch")))
     figs.append(drawn_figure(
-        "fig_roofline_seed", "The seed study's roofline (T4, L4, V100)",
+        "fig_roofline_paper", "The paper's roofline (T4, L4, V100)",
         "The roofline study's Fig. 1 redrawn from its own published table, beside ours.",
-        rf.seed_roofline_figure))
-    seed = rf.seed_reference_table()
+        rf.paper_roofline_figure))
+    paper = rf.paper_reference_table()
     tvm = rf.theoretical_vs_measured(profiles if len(profiles) else None, ok, peaks)
     out = {"roofline_theory_vs_measured": tvm,
            "roofline_peaks": peaks.drop(columns=["details"], errors="ignore"),
-           "roofline_seed_reference": seed}
+           "roofline_paper_reference": paper}
     return {k: v for k, v in out.items() if len(v)}, figs
 
 
 def build(ctx: ReportContext) -> Parts:
-    """The section's part of one report build; the seed table's columns are those it was published with."""
+    """The section's part of one report build; the paper table's columns are those it was published with."""
     found, figs = section(ctx.store_path, ctx.run_ids)
     specs = {}
-    if "roofline_seed_reference" in found:
-        title = TABLE_SPECS["roofline_seed_reference"][0]
-        specs["roofline_seed_reference"] = (title, [(c, c) for c in found["roofline_seed_reference"].columns])
+    if "roofline_paper_reference" in found:
+        title = TABLE_SPECS["roofline_paper_reference"][0]
+        columns = found["roofline_paper_reference"].columns
+        specs["roofline_paper_reference"] = (title, [(c, c) for c in columns])
     return Parts(found, figs, specs)
 
 

@@ -1,8 +1,8 @@
-"""The packaged spec-sheet table (``data/gpu_specs.csv``) and the seed study's rows (``roofline_study.csv``).
+"""The packaged spec-sheet table (``data/gpu_specs.csv``) and the paper's rows (``roofline_study.csv``).
 
 Spec numbers are *dense* rates (NVIDIA's sheets print tensor-core rates "with sparsity", twice the dense
 rate; the table halves them and says so in ``notes``). ``fp32_tflops`` is the non-tensor FP32 rate (what the
-seed calls "Peak TFLOPS"); ``tf32/fp16/bf16/int8/fp8`` are tensor-core rates (int8 in TOPS); empty = the
+paper calls "Peak TFLOPS"); ``tf32/fp16/bf16/int8/fp8`` are tensor-core rates (int8 in TOPS); empty = the
 GPU has no such path; which column holds which precision is the precision table's ``peak_column``
 (`deepgap.precision`). Bandwidth is GB/s = 1e9 bytes/s. A device name (as torch reports it, e.g.
 ``NVIDIA H100 80GB HBM3``) is matched against each row's ``match`` regular expression in file order, so
@@ -82,9 +82,9 @@ def spec_peak(row: dict[str, Any] | None, name: str) -> float | None:
 
 
 def load_study() -> pd.DataFrame:
-    """The seed study's per-step numbers, with what follows from them.
+    """The paper's per-step numbers, with what follows from them.
 
-    Added columns: ``theoretical_time_s_recomputed`` (the seed's eq. 6, FLOPs / peak: the printed values are
+    Added columns: ``theoretical_time_s_recomputed`` (the paper's eq. 6, FLOPs / peak: the printed values are
     1000× too large — 270 GFLOP / 8.1 TFLOP/s is 33 ms, not 33 s); ``implied_gflop_per_step`` (GFLOP/s × time:
     the FLOPs its ncu counters saw per step); ``implied_gflop_per_image``.
     """

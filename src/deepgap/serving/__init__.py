@@ -1,6 +1,6 @@
 """Serving scenarios: single-stream, offline and server (dynamic batching under live traffic).
 
-The seed measured closed-loop batches; a deployment sees queries arrive on their own schedule. This
+The paper measured closed-loop batches; a deployment sees queries arrive on their own schedule. This
 package holds one dynamic batcher (`batcher`) and one event loop that both the real server
 (`server`, a wall clock and a real engine) and the discrete-event simulator (`sim`, a virtual clock
 and a service-time curve from a batch sweep) run, so a predicted capacity and a measured one differ

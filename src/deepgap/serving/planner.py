@@ -4,7 +4,7 @@ A *curve* is one configuration's batch → latency samples: a ``deepgap run`` sw
 CUDA-event device time, so host→device copies are included only for ``--include-transfer`` runs) or a
 serve run's calibration (``serve_curves``; the server's own end-to-end batch time). For each curve
 `predict` searches batching policies in the simulator and returns the best capacity at the SLO.
-`plan` answers the seed's T4-versus-L4 question at deployment scale: for each device kind (one or
+`plan` answers the paper's T4-versus-L4 question at deployment scale: for each device kind (one or
 more stores), the fewest devices that carry ``qps`` within the SLO — ⌈qps / capacity⌉ — and their
 power, from the telemetry of the sweep at the policy's batch size (busy power: an upper bound at
 any load up to capacity). A serve curve has no telemetry of its own: it takes the power of the sweep of

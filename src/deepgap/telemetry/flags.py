@@ -2,7 +2,7 @@
 
 Why flags and not rejection: a flagged measurement keeps its numbers (they are what happened), but
 `deepgap show`, the report and the recommendations mark it and leave it out where a clean repeat
-exists. The seed study only asserted "no sustained throttling"; these make the claim checkable per
+exists. The paper only asserted "no sustained throttling"; these make the claim checkable per
 configuration. Every flag is computed from the samples inside the configuration's energy windows:
 
 - ``thermal-throttle``: a thermal slowdown reason (sw/hw) in at least ``throttle_min_fraction`` of them.

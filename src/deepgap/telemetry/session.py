@@ -1,7 +1,7 @@
 """Worker-side glue: open the device's backend once per worker, and measure with it.
 
 Why here and not in the worker: `deepgap.worker._measure` only has to (1) let `MeasureTelemetry`
-raise the timing plan's minimum window, (2) wrap its clock, (3) run the protocol inside the sampler,
+raise the timing protocol's minimum window, (2) wrap its clock, (3) run the protocol inside the sampler,
 and (4) hand the `Result` to `finish`. The energy window is the protocol's *pipelined windows*:
 they run back to back with no synchronization, so the device is busy the whole time and their
 length is under our control (``min_time_s``); the synchronized latency pass is sampled too (at the
@@ -112,17 +112,17 @@ class MeasureTelemetry:
         """Whether this request is the run-level thermal warm-up."""
         return self.settings.mode == "thermal"
 
-    def plan(self, plan: Any) -> Any:
-        """The timing plan with each pipelined window lasting at least ``energy_window_s``.
+    def protocol(self, protocol: Any) -> Any:
+        """The timing protocol with each pipelined window lasting at least ``energy_window_s``.
 
         Only with an energy counter: it needs a window several counter periods long to mean anything.
         """
-        self.requested_min_s = plan.min_time_s
+        self.requested_min_s = protocol.min_time_s
         if self.backend is not None and self.backend.has_energy_counter and \
-                self.settings.energy_window_s > plan.min_time_s:
+                self.settings.energy_window_s > protocol.min_time_s:
             self.extended = True
-            return dataclasses.replace(plan, min_time_s=self.settings.energy_window_s)
-        return plan
+            return dataclasses.replace(protocol, min_time_s=self.settings.energy_window_s)
+        return protocol
 
     def clock(self, clock: Any) -> Any:
         """``clock`` wrapped so the sampler sees the phases and brackets every pipelined window."""

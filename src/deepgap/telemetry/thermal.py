@@ -1,6 +1,6 @@
 """Thermal steady state: run load until the temperature stops moving, then measure.
 
-Why: the seed study reports measurements "after reaching steady-state thermal conditions" (its fig. 5)
+Why: the paper reports measurements "after reaching steady-state thermal conditions" (its fig. 5)
 without saying how steadiness was decided. Here it is a rule: the least-squares temperature slope
 over the last ``window_s`` seconds stays below ``slope_c_per_min`` (in absolute value), or
 ``timeout_s`` passes — whichever comes first, recorded either way. The load is back-to-back

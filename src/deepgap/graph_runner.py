@@ -11,6 +11,7 @@ output, and an ``owns`` reference to the object whose tensors the graph reads (t
 
 `capture` is the one place that records a graph (side-stream warm-up, then capture), so every
 graph-capturing engine builds its runner the same way; tests on a CPU replace it with a recorder.
+It lives in the core below both `deepgap.engines` and `deepgap.quant`, since both capture graphs.
 """
 
 from __future__ import annotations

@@ -1,14 +1,19 @@
-"""Calibration images for post-training quantization (ONNX Runtime static INT8, TensorRT INT8).
+"""Calibration images for post-training quantization (ORT static INT8, TensorRT INT8, the quant engine).
 
-The seed study calibrated TensorRT on random Gaussian images and never said so; INT8 numbers are
-only meaningful when the calibration data is stated. Two sources, recorded in every result:
+Not `deepgap.quant.calibrate`, which turns images (in accuracy mode, `from_dataset`'s) into the quant
+engine's activation ranges: this module only says which images calibrate. The paper calibrated TensorRT
+on random Gaussian images and never said so; INT8 numbers are only meaningful when the calibration data
+is stated. Three sources, recorded in every result:
 
 - ``folder``: the user's images (sweep option ``calibration_dir``), a seeded sample of N files,
   decoded to RGB (PIL), resized (shorter side to ``resolution × 256/224``), centre-cropped to the
   resolution and normalized with the ImageNet mean/std — the torchvision evaluation transform;
 - ``synthetic`` (default): N seeded images of N(0, 1) pixels. That is the distribution of the
   benchmark's own inputs and of the correctness check's images (drawn from other seeds, so
-  quantization is never calibrated on the images it is checked on).
+  quantization is never calibrated on the images it is checked on);
+- ``dataset`` (accuracy mode): the labelled set's calibration split (`from_dataset`), disjoint from the
+  images accuracy is scored on. This is why the module sits above `deepgap.accuracy`; the image helpers
+  both share (decoding, the evaluation transform) are `deepgap.images`, below both.
 
 ``fingerprint`` identifies the set (file contents or seed), and goes into every cache key.
 """
@@ -23,13 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from deepgap.accuracy.dataset import reload
+from deepgap.accuracy.evaluate import decode, normalise, workers
 from deepgap.errors import UsageError
+from deepgap.images import IMAGE_SUFFIXES, decode_rgb, options_count, preprocess
 
-DEFAULT_IMAGES = 64
 CALIBRATION_SEED_OFFSET = 7919  # keeps calibration images apart from the correctness/benchmark inputs
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".ppm", ".pgm", ".tif", ".tiff")
 
 
 @dataclass
@@ -47,21 +51,10 @@ class CalibrationSet:
             yield self.images[i : i + batch_size]
 
 
-def options_count(options: dict[str, Any] | None) -> int:
-    """N from the sweep option ``calibration_images`` (default `DEFAULT_IMAGES`), validated."""
-    n = (options or {}).get("calibration_images", DEFAULT_IMAGES)
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise UsageError(f"option calibration_images must be a positive integer, got {n!r}",
-                         "set e.g. calibration_images = 64")
-    return n
-
-
 def calibration_set(resolution: int, options: dict[str, Any] | None = None, seed: int = 0) -> CalibrationSet:
     """The calibration set the sweep's ``options`` ask for (``calibration_dir``, ``calibration_images``)."""
     options = options or {}
     if options.get("dataset"):  # accuracy mode: the labelled set's calibration split (deepgap.accuracy)
-        from deepgap.accuracy.evaluate import calibration_set as from_dataset
-
         return from_dataset(options["dataset"], resolution, options)
     n = options_count(options)
     directory = options.get("calibration_dir")
@@ -120,31 +113,24 @@ def from_folder(directory: str, resolution: int, n: int, seed: int = 0) -> Calib
     return CalibrationSet(images=torch.stack(images), source="folder", fingerprint=h.hexdigest()[:16], info=info)
 
 
-def decode_rgb(path: Path, data: bytes):
-    """A uint8 (3, H, W) tensor of the image in RGB (PIL decodes; grey and RGBA are converted)."""
-    import io
-
-    import numpy as np
-    import torch
-    from PIL import Image
-
-    try:
-        with Image.open(io.BytesIO(data)) as im:
-            arr = np.asarray(im.convert("RGB"))
-    except Exception as exc:
-        raise UsageError(f"calibration image {path} cannot be decoded ({type(exc).__name__}: {exc})",
-                         "remove it from calibration_dir") from None
-    return torch.from_numpy(arr.copy()).permute(2, 0, 1).contiguous()
-
-
-def preprocess(img, resolution: int):
-    """uint8 (3, H, W) → float32 (3, R, R): resize the shorter side, centre crop, ImageNet-normalize."""
-    import torch
-    from torchvision.transforms.v2 import functional as tvf
-
-    img = tvf.resize(img, [round(resolution * 256 / 224)], antialias=True)
-    img = tvf.center_crop(img, [resolution, resolution])
-    x = img.to(torch.float32) / 255.0
-    mean = torch.tensor(IMAGENET_MEAN).view(3, 1, 1)
-    std = torch.tensor(IMAGENET_STD).view(3, 1, 1)
-    return (x - mean) / std
+def from_dataset(
+    info: dict[str, Any], resolution: int, options: dict[str, Any] | None = None
+) -> CalibrationSet:
+    """The labelled set's calibration split (``info`` is ``options['dataset']``); its fingerprint names it."""
+    ds, cal, _ = reload(info)
+    x, _ = decode(cal, resolution, workers(options or {}, len(cal)))
+    fp = hashlib.sha256(
+        f"dataset:{ds.sha}:{info['split_seed']}:{len(cal)}:{resolution}".encode()
+    ).hexdigest()[:16]
+    meta = {
+        "source": "dataset",
+        "dataset": ds.path,
+        "dataset_sha": ds.sha,
+        "images": len(cal),
+        "split_seed": info["split_seed"],
+        "resolution": resolution,
+        "transform": f"resize shorter side to {round(resolution * 256 / 224)}, centre crop {resolution}, "
+        "ImageNet mean/std",
+        "disjoint_from": f"the {info['eval_images']} evaluation images",
+    }
+    return CalibrationSet(images=normalise(x), source="dataset", fingerprint=fp, info=meta)
