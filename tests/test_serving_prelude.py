@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from deepgap.errors import UsageError
 from deepgap.store import Store
 
 pytestmark = pytest.mark.slow
@@ -93,7 +94,13 @@ def test_serve_prelude_flags_reach_the_spec():
     serve.add_arguments(p)
     spec = serve.build_spec(p.parse_args(["--model", "tinycnn", "--scenario", "single-stream"]))
     defaults = (spec.telemetry, spec.idle_s, spec.thermal_warmup, spec.thermal_timeout_s)
-    assert defaults == (True, 2.0, False, 300.0)
+    assert defaults == (True, 2.0, False, 120.0)  # no GPU here: no warm-up by default
+    on_gpu = serve.build_spec(p.parse_args(["--model", "tinycnn", "--device", "cuda"]))
+    assert on_gpu.thermal_warmup is True  # a GPU warms up unless told not to
+    off = serve.build_spec(p.parse_args(["--model", "tinycnn", "--device", "cuda", "--no-thermal-warmup"]))
+    assert off.thermal_warmup is False
+    with pytest.raises(UsageError, match="contradict"):
+        serve.build_spec(p.parse_args(["--model", "tinycnn", "--thermal-warmup", "--no-thermal-warmup"]))
     spec = serve.build_spec(p.parse_args(["--model", "tinycnn", "--thermal-warmup", "--thermal-timeout", "20",
                                           "--idle-time", "0", "--thermal-window", "5", "--no-telemetry"]))
     given = (spec.telemetry, spec.idle_s, spec.thermal_warmup, spec.thermal_timeout_s, spec.thermal_window_s)

@@ -8,6 +8,7 @@ import sys
 
 from deepgap import api
 from deepgap.config import parse_number
+from deepgap.errors import UsageError
 
 NAME = "serve"
 HELP = "serve a model under load: single-stream / offline / server (dynamic batching, capacity at an SLO, tenants)"
@@ -51,11 +52,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("--no-telemetry", action="store_true", help="no idle baseline and no thermal warm-up")
     p.add_argument("--idle-time", help="seconds of idle-baseline power before the build (default 2; 0: none)")
     p.add_argument("--thermal-warmup", action="store_true",
-                   help="run load until the temperature is steady before calibrating (as deepgap run)")
+                   help="run load until the temperature is steady before calibrating (as deepgap run; "
+                        "the default on a GPU)")
+    p.add_argument("--no-thermal-warmup", action="store_true", help="no thermal warm-up, on a GPU either")
     p.add_argument("--thermal-window",
                    help="steady = temperature slope under the threshold over this many s (default 30)")
     p.add_argument("--thermal-slope", help="steady-state threshold in °C per minute (default 1)")
-    p.add_argument("--thermal-timeout", help="stop the thermal warm-up after this many s (default 300)")
+    p.add_argument("--thermal-timeout", help="stop the thermal warm-up after this many s (default 120)")
     p.add_argument("--sample-hz", help="telemetry samples per second in the prelude (default 10)")
     p.add_argument("--store", default=api.DEFAULT_STORE, help=f"SQLite store (default {api.DEFAULT_STORE})")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -108,9 +111,21 @@ def build_spec(args: argparse.Namespace):
             kw[field] = v
     if args.no_telemetry:
         kw["telemetry"] = False
-    if args.thermal_warmup:
-        kw["thermal_warmup"] = True
+    if args.thermal_warmup and args.no_thermal_warmup:
+        raise UsageError("--thermal-warmup and --no-thermal-warmup contradict each other", "pass one of them")
+    kw["thermal_warmup"] = not args.no_thermal_warmup and (args.thermal_warmup or _on_gpu(args.device))
     return ServeSpec(**kw)
+
+
+def _on_gpu(device: str) -> bool:
+    """Whether the served device is a GPU (``auto``: whether torch sees one; no CUDA context is made).
+
+    Why: a GPU serves at steady temperature only after a warm-up, so serve warms up there by default,
+    as the default sweep does; a CPU has no such prelude.
+    """
+    from deepgap.session import gpu_present
+
+    return device.startswith("cuda") or (device == "auto" and gpu_present())
 
 
 def main(args: argparse.Namespace) -> int:  # noqa: D103

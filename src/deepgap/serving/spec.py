@@ -63,10 +63,10 @@ class ServeSpec:
     # The run-level prelude, as ``deepgap run``'s (`deepgap.telemetry.runlevel`): same flags and defaults.
     telemetry: bool = True  # False: no idle baseline and no thermal warm-up
     idle_s: float = 2.0  # idle-baseline power measured this long before the worker builds anything
-    thermal_warmup: bool = False  # load the device until its temperature is steady before calibrating
+    thermal_warmup: bool = False  # load the device until steady before calibrating (the CLI: on a GPU)
     thermal_window_s: float = 30.0
     thermal_slope_c_per_min: float = 1.0
-    thermal_timeout_s: float = 300.0
+    thermal_timeout_s: float = 120.0  # the default sweep's bound
     sample_hz: float = 10.0  # telemetry samples per second during the idle baseline and the warm-up
     telemetry_backend: str = "auto"  # auto (NVML on cuda, CPU backend on cpu) | fake:<scenario> (tests)
 
