@@ -41,8 +41,8 @@ def test_a_ray_sweep_stores_one_prelude_per_device_and_tasks_apply_it(tmp_path, 
     assert not any(a.alive for a in ray.actors)  # stopped before the configurations ran
     assert len(df) == 2 and set(df["status"]) == {"ok"}
     for e in df["extra"]:  # the device's idle power and steady clock reached the task that measured on it
-        assert e["telemetry"]["idle_power_w"] == pytest.approx(100.0, rel=0.05)
-        assert e["telemetry"]["sm_clock_ref_mhz"] == 1100.0
+        assert e.telemetry.idle_power_w == pytest.approx(100.0, rel=0.05)
+        assert e.telemetry.sm_clock_ref_mhz == 1100.0
 
 
 def test_every_gpu_of_a_matching_node_gets_a_prelude_slot():
