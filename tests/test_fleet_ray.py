@@ -91,7 +91,8 @@ def test_killed_driver_then_resume_measures_each_configuration_once(cluster, tmp
     store = str(tmp_path / "s.sqlite")
     argv = [sys.executable, "-m", "deepgap", "run", "--ray", cluster.address, "--models", "tinycnn",
             "--device", "cpu", "--threads", "1", "--batch-sizes", "1,2", "--warmup", "1",
-            "--iterations", "3", "--repeats", "2", "--target-ci", "off", "--store", store, "--quiet"]
+            "--iterations", "3", "--repeats", "2", "--target-ci", "off", "--idle-time", "0", "--store", store,
+            "--quiet"]
     proc = subprocess.Popen(argv, start_new_session=True)
     deadline = time.time() + 150
     while time.time() < deadline and proc.poll() is None and _count(store) < 1:
@@ -124,8 +125,8 @@ def test_a_lost_node_is_retried_elsewhere_and_recorded(cluster, tmp_path):
             removed.append(node_id)
             threading.Timer(1.0, cluster.remove_node, args=(nodes[node_id],)).start()
 
-    res = deepgap.run({**SPEC, "sweeps": 2}, store=str(tmp_path / "s.sqlite"), ray=cluster.address,
-                      on_event=on_event)
+    res = deepgap.run({**SPEC, "sweeps": 2, "idle_s": 0.0}, store=str(tmp_path / "s.sqlite"),
+                      ray=cluster.address, on_event=on_event)  # no prelude: test_where measures it
     df = res.to_pandas()
     assert len(df) == 4 and df["config_key"].is_unique and (df["status"] == "ok").all()
     retried = [e for e in df["extra"] if e.attempts > 1]

@@ -77,3 +77,13 @@ def test_a_lost_actor_is_a_stored_status_not_a_failed_run(monkeypatch, tiny_spec
     assert idle["summary"]["status"].startswith("unavailable: the Ray actor was lost (RuntimeError")
     cfg = ConfigSpec("tinycnn", "eager", "fp32", 1, "cpu")
     assert runner.thermal_warmup(cfg, 1.0).status == Status.CRASH
+
+
+@pytest.mark.slow
+def test_a_ray_sweep_whose_prelude_measures_nothing_starts_no_actor(tmp_path, tiny_spec, monkeypatch):
+    from deepgap.fleet.session import run_fleet
+
+    ray = install(monkeypatch, TWO_NODES)
+    res = run_fleet(tiny_spec.replace(idle_s=0.0, thermal_warmup=False), str(tmp_path / "s.sqlite"),
+                    ray="local")
+    assert ray.actors == [] and len(res.results) == 2

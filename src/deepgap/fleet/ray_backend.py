@@ -254,8 +254,13 @@ class RayBackend:
     def start(self) -> None:
         """Start the prelude's actors, one per device of the matching nodes (`deepgap.fleet.ray_prelude`).
 
-        The configurations need nothing started: Ray starts a worker per task.
+        The configurations need nothing started: Ray starts a worker per task. A sweep whose prelude
+        measures nothing (telemetry off, or ``--idle-time 0`` without a thermal warm-up) starts none:
+        each actor is a process of its own, with a worker to start, on every device.
         """
+        s = self.sweep
+        if not s.telemetry or (s.idle_s <= 0 and not s.thermal_warmup):
+            return
         self._prelude = RayPrelude(self._ray, self.sweep, self.matching, self.resources)
         self._prelude.start()
 
@@ -267,9 +272,11 @@ class RayBackend:
         """``measure(lane, runner, configs)`` on every device at once, in its actor; then free the devices.
 
         The run-level prelude (`deepgap.session.RunSession.prelude`), as the local lanes get it; what
-        it learns goes with every task (``contexts``).
+        it learns goes with every task (``contexts``). Nothing, when there is nothing to measure
+        (`start`).
         """
-        assert self._prelude is not None, "start the backend first"
+        if self._prelude is None:
+            return
         try:
             self._prelude.run(measure, configs)
         finally:
