@@ -25,8 +25,10 @@ from deepgap.store import Store  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
+# No run-level prelude here (idle_s 0): its actors, one deepgap worker each, cost about a minute on the
+# loaded 2-core CI machine; tests/test_fleet_ray_prelude.py checks the prelude through a Ray double.
 SPEC = dict(models=["tinycnn"], batch_sizes=[1, 2], device="cpu", warmup=1, iterations=3, repeats=2,
-            threads=[1], max_time_s=5.0, timeout_s=120.0)
+            threads=[1], max_time_s=5.0, timeout_s=120.0, idle_s=0.0)
 
 
 @pytest.fixture(scope="module")
@@ -125,8 +127,8 @@ def test_a_lost_node_is_retried_elsewhere_and_recorded(cluster, tmp_path):
             removed.append(node_id)
             threading.Timer(1.0, cluster.remove_node, args=(nodes[node_id],)).start()
 
-    res = deepgap.run({**SPEC, "sweeps": 2, "idle_s": 0.0}, store=str(tmp_path / "s.sqlite"),
-                      ray=cluster.address, on_event=on_event)  # no prelude: test_where measures it
+    res = deepgap.run({**SPEC, "sweeps": 2}, store=str(tmp_path / "s.sqlite"), ray=cluster.address,
+                      on_event=on_event)
     df = res.to_pandas()
     assert len(df) == 4 and df["config_key"].is_unique and (df["status"] == "ok").all()
     retried = [e for e in df["extra"] if e.attempts > 1]
