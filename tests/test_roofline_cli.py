@@ -195,7 +195,7 @@ def test_gpu_peaks_and_profile(tmp_path):
     peaks = {p.name: p for p in measure_peaks("cuda", size=2048, bandwidth_bytes=64 << 20, repeats=2)}
     assert peaks["fp16"].status == "ok" and peaks["memory"].value > 50
     res = run_profile(ProfileSpec("resnet18", "fp16", 8, "train", "cuda", 64, warmup=2, steps=3))
-    assert res.status == "ok" and res.extra["busy_fraction"] > 0
+    assert res.status == "ok" and res.details.busy_fraction > 0
     assert res.attributed_flops_per_step == pytest.approx(res.flops_per_step, rel=0.02)
     assert "convolution" in set(res.clusters["cluster"])
 

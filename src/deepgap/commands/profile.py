@@ -91,7 +91,7 @@ def _validate(args: argparse.Namespace):
 
 
 def _busy(res) -> str:
-    b = res.extra.get("busy_fraction")
+    b = res.details.busy_fraction
     return f"; kernels busy {100 * b:.0f}% of the step" if b is not None else ""
 
 
@@ -270,7 +270,7 @@ def main(args: argparse.Namespace) -> int:
             f"{r.throughput_ips:,.0f}",
             f"{r.flops_per_step / 1e9:,.1f}",
             f"{r.achieved_tflops:.3g}",
-            "" if r.extra.get("busy_fraction") is None else f"{100 * r.extra['busy_fraction']:.0f}",
+            "" if r.details.busy_fraction is None else f"{100 * r.details.busy_fraction:.0f}",
             (r.ncu or {}).get("status", "not asked"),
         )
     console.print(t)

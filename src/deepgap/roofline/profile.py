@@ -20,6 +20,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from deepgap.roofline.details import ProfileDetails
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -71,7 +73,7 @@ class ProfileResult:
     ncu: dict[str, Any] = field(default_factory=dict)
     ncu_kernels: pd.DataFrame | None = None
     cost: dict[str, Any] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)
+    details: ProfileDetails = field(default_factory=ProfileDetails)  # stored as ``extra_json``
     started_at: float = 0.0
     duration_s: float = 0.0
 
@@ -235,7 +237,7 @@ def run_profile(spec: ProfileSpec, trace_dir: str | None = None) -> ProfileResul
         res.clusters = tr.cluster_table(res.kernels)
         res.kernel_time_per_step_s = float(res.kernels["time_per_step_s"].sum())
         res.attributed_flops_per_step = float(res.kernels["flops_per_step"].sum())
-        res.extra.update(
+        res.details = ProfileDetails(
             profiled_ops_per_step=len(records) / spec.profiled_steps,
             counted_flops_per_step=sum(r["flops"] for r in records) / spec.profiled_steps,
             # GPU: kernel time / step time (low = launch-bound); CPU op times under a profiler are not

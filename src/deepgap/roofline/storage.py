@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from deepgap.roofline.details import ProfileDetails
 from deepgap.store.tables import ROOFLINE_KERNELS, ROOFLINE_MODEL_COSTS, ROOFLINE_PEAKS, ROOFLINE_PROFILES
 
 if TYPE_CHECKING:
@@ -63,7 +64,8 @@ def record_profile(store: Store, run_id: str, res: ProfileResult) -> int:
         "attributed_flops_per_step": res.attributed_flops_per_step, "ncu_status": ncu.get("status"),
         "ncu_reason": ncu.get("reason"), "started_at": res.started_at, "duration_s": res.duration_s,
         "step_times_json": json.dumps(res.step_times_s), "cost_json": json.dumps(res.cost, default=str),
-        "ncu_json": json.dumps(ncu, default=str), "extra_json": json.dumps(res.extra, default=str),
+        "ncu_json": json.dumps(ncu, default=str),
+        "extra_json": json.dumps(res.details.to_json(), default=str),
     }
     with store.transaction():
         (pid,) = store.insert(ROOFLINE_PROFILES, [row])
@@ -100,10 +102,14 @@ def peaks_frame(store: Store, run_ids: list[str] | None = None) -> pd.DataFrame:
 
 
 def profiles_frame(store: Store, run_ids: list[str] | None = None) -> pd.DataFrame:
-    """One row per profile (``roofline_profiles``, JSON decoded) plus device_name, host and created_at."""
+    """One row per profile (``roofline_profiles``, JSON decoded) plus device_name, host and created_at.
+
+    The ``extra`` column holds typed `ProfileDetails` (its JSON is the stored ``extra_json``).
+    """
     df = store.table_frame(ROOFLINE_PROFILES, _where("run_id", run_ids), ["profile_id"])
-    for col in ("step_times", "cost", "ncu", "extra"):
+    for col in ("step_times", "cost", "ncu"):
         df[col] = [json.loads(x) for x in df.pop(f"{col}_json")]
+    df["extra"] = [ProfileDetails.from_json(json.loads(x)) for x in df.pop("extra_json")]
     return _with_runs(store, df)
 
 
