@@ -108,3 +108,14 @@ def test_record_and_read_back(tmp_path):
     got, none = frame["extra"]
     assert got.to_json() == _measured(None).to_json() and got.busy_fraction is None
     assert none.to_json() == {} and not math.isnan(got.step_time_mean_s)
+
+
+def test_run_profile_builds_the_details_on_a_cpu():
+    """The producer itself: a measured CPU profile writes every key, ``busy_fraction`` null."""
+    from deepgap.roofline.profile import run_profile
+
+    res = run_profile(ProfileSpec("resnet18", "fp32", 1, "infer", "cpu", 32, warmup=0, steps=2))
+    assert res.status == "ok", res.reason
+    out = res.details.to_json()
+    assert list(out) == KEYS and out["busy_fraction"] is None and out["profiled_ops_per_step"] > 0
+    assert out["step_time_min_s"] == min(res.step_times_s)
