@@ -96,8 +96,9 @@ def test_unknown_keys_survive():
 
 
 def _summary(**kw):
-    base = dict(n=10, n_planned=10, offered_qps=100.0, achieved_qps=99.0, duration_s=0.1, latency_mean_s=1e-3,
-                latency_p50_s=1e-3, latency_p90_s=2e-3, latency_p95_s=2e-3, latency_p99_s=3e-3, latency_max_s=4e-3,
+    base = dict(n=10, n_planned=10, offered_qps=100.0, achieved_qps=99.0, duration_s=0.1,
+                latency_mean_s=1e-3, latency_p50_s=1e-3, latency_p90_s=2e-3, latency_p95_s=2e-3,
+                latency_p99_s=3e-3, latency_max_s=4e-3,
                 queue_mean_s=0.0, queue_p99_s=0.0, h2d_mean_s=0.0, compute_mean_s=1e-3, d2h_mean_s=0.0,
                 other_mean_s=0.0, mean_batch=1.0, slo_s=0.01, n_dropped=1, host_mean_s=5e-4, n_over_slo=0,
                 verdict="pass")
@@ -105,11 +106,11 @@ def _summary(**kw):
 
 
 def test_writers_store_the_json_they_always_stored(tmp_path):
-    req = SetupRequest(model="m", engine="eager", precision="fp32", memory_format="channels_last", resolution=8,
-                       device="cpu", buckets=(1, 2), threads=3)
+    req = SetupRequest(model="m", engine="eager", precision="fp32", memory_format="channels_last",
+                       resolution=8, device="cpu", buckets=(1, 2), threads=3)
     reply = SetupReply(caps=None, env={}, buckets=(1, 2), curve_samples_s={1: [1e-3, 2e-3], 2: [3e-3]},
-                       curve_parts_s={1: {"h2d_s": 1e-4, "host_s": 2e-4, "interval_s": 3e-4, "engine_s": 4e-4},
-                                      2: {}},
+                       curve_parts_s={1: {"h2d_s": 1e-4, "host_s": 2e-4, "interval_s": 3e-4,
+                                          "engine_s": 4e-4}, 2: {}},
                        correctness={}, engine_info={}, setup_s=1.0)
     curves = curve_rows(reply, req)
     lg = level_row(req, "server", "loadgen", None, 5.0, "loadgen", 0, _summary(), None,
@@ -125,7 +126,8 @@ def test_writers_store_the_json_they_always_stored(tmp_path):
     store = Store(str(tmp_path / "s.sqlite"))
     try:
         run = store.begin_run({}, "test", {"device_name": "cpu"}, "0", kind="serve")
-        record(store, run, ServeRecord({}, "test", {}, levels=[lg, lv, setup], curves=curves, capacities=[cap]))
+        rec = ServeRecord({}, "test", {}, levels=[lg, lv, setup], curves=curves, capacities=[cap])
+        record(store, run, rec)
         levels = list(store.table_frame("serve_runs", None, ["serve_id"])["extra_json"])
         caps = list(store.table_frame("capacity", None, ["capacity_id"])["extra_json"])
         cvs = list(store.table_frame("serve_curves", None, ["run_id", "batch_size"])["extra_json"])
@@ -140,9 +142,31 @@ def test_writers_store_the_json_they_always_stored(tmp_path):
         {"threads": 3}]
     assert list(json.loads(levels[1])) == ["threads", "n_dropped", "host_mean_s", "predicted_verdict",
                                            "correctness", "notes", "engine_info"]
-    assert [json.loads(t) for t in caps] == [{"probes": [{"rate_qps": 5.0, "verdict": "fail", "n": 3, "p99_s": 0.5,
-                                                          "n_over_slo": None}], "verified": False}]
+    probes = [{"rate_qps": 5.0, "verdict": "fail", "n": 3, "p99_s": 0.5, "n_over_slo": None}]
+    assert [json.loads(t) for t in caps] == [{"probes": probes, "verified": False}]
     includes = "issue, h2d (uint8), normalise + compute, d2h, sync"
     assert [json.loads(t) for t in cvs] == [
         {"includes": includes, "host_s": 2e-4, "interval_s": 3e-4, "engine_s": 4e-4}, {"includes": includes}]
     assert np.allclose(cf["samples_s"].iloc[0], [1e-3, 2e-3]) and cf["extra"].iloc[0].interval_s == 3e-4
+
+
+def test_report_table_keeps_the_stored_json(tmp_path):
+    """The report's capacity table (and so its CSV) holds the stored JSON objects, not the records."""
+    from deepgap.serving.report_section import section
+
+    path = COMMITTED[1]
+    if not path.exists():
+        pytest.skip("the committed result stores are not in this checkout")
+    copy = tmp_path / "s.sqlite"
+    with gzip.open(path, "rb") as src, open(copy, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    found, _ = section(str(copy))
+    cap = found["serving_capacity"]
+    store = Store(str(copy), readonly=True, redact=False)
+    try:
+        stored = {int(i): json.loads(t) for i, t in
+                  store.table_frame("capacity", None, ["capacity_id"])[["capacity_id", "extra_json"]].values}
+    finally:
+        store.close()
+    assert len(cap) and all(isinstance(e, dict) for e in cap["extra"])
+    assert all(e == stored[int(i)] for i, e in zip(cap["capacity_id"], cap["extra"], strict=True))
