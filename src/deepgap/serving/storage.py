@@ -101,17 +101,17 @@ def _frame(store: Store, table: str, run_ids: list[str] | None, order: list[str]
 
 
 def levels_frame(store: Store, run_ids: list[str] | None = None) -> pd.DataFrame:
-    """Every serve level (``serve_runs`` rows), oldest first."""
+    """Every serve level (``serve_runs`` rows), oldest first; ``extra`` holds `LevelDetails`."""
     return _frame(store, "serve_runs", run_ids, ["serve_id"], LevelDetails)
 
 
 def capacity_frame(store: Store, run_ids: list[str] | None = None) -> pd.DataFrame:
-    """Every capacity result."""
+    """Every capacity result; ``extra`` holds `CapacityDetails`."""
     return _frame(store, "capacity", run_ids, ["capacity_id"], CapacityDetails)
 
 
 def curves_frame(store: Store, run_ids: list[str] | None = None) -> pd.DataFrame:
-    """Calibrated service curves (one row per batch size, with raw samples as arrays)."""
+    """Calibrated service curves (one row per batch size, raw samples as arrays, `CurveDetails`)."""
     df = _frame(store, "serve_curves", run_ids, ["run_id", "tenant", "batch_size"], CurveDetails)
     if len(df):
         df["samples_s"] = [np.frombuffer(b, dtype="<f8") for b in df["samples_s"]]
