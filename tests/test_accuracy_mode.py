@@ -235,8 +235,8 @@ def test_serve_scores_the_served_engine(labelled, tmp_path, capsys):
     with torch.no_grad():
         pred = model(_tv_inputs([p for p, _ in ev])).argmax(1)
     top1 = float((pred == torch.tensor([label for _, label in ev])).float().mean())
-    acc = lv["extra"].iloc[0]["accuracy"]
-    assert acc["n"] == len(ev) and acc["top1"] == pytest.approx(top1) and acc["top1_agreement_fp32"] == 1.0
+    acc = lv["extra"].iloc[0].accuracy
+    assert acc.n == len(ev) and acc.top1 == pytest.approx(top1) and acc.top1_agreement_fp32 == 1.0
 
 
 def test_csv_variant_and_subset(labelled, tmp_path):

@@ -139,8 +139,8 @@ def test_trace_arrivals_and_capacity_search_with_real_traffic(tmp_path):
     sim = cf[cf["source"] == "simulated"]
     measured = {(r.max_batch, r.max_delay_s) for r in cf[cf["source"] == "measured"].itertuples()}
     for r in sim.itertuples():  # the simulator's search labels every policy it did not run for real
-        assert r.extra["verified"] == ((r.max_batch, r.max_delay_s) in measured)
-        assert ("unverified" in r.note) != r.extra["verified"]
+        assert r.extra.verified == ((r.max_batch, r.max_delay_s) in measured)
+        assert ("unverified" in r.note) != r.extra.verified
     assert isinstance(cap["capacity_sim_best_verified"], bool) and cap["capacity_host_mean_s"] > 0
     missing = deepgap_cli("serve", *SMALL, "--scenario", "server", "--trace", str(tmp_path / "nope.txt"),
                           "--store", str(tmp_path / "never.sqlite"))

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from deepgap.serving.batcher import BatchPolicy
+from deepgap.serving.details import LevelDetails
 from deepgap.serving.loadgen import SCENARIO_NAMES, LoadgenRequest, available
 from deepgap.serving.log import summarize
 from deepgap.serving.rows import level_row
@@ -78,7 +79,7 @@ def _one_run(c: Any, spec: Any, policy: BatchPolicy, qps: float | None, minq: in
     c.rec.levels.append(level_row(
         c.req, spec.scenario, "loadgen", policy, qps, "loadgen", spec.seed, summ, None, log,
         status="ok" if log.n else "error", reason="" if log.n else "LoadGen issued no query",
-        extra={"loadgen_summary": res["summary"], "loadgen": res["parsed"]}))
+        details=LevelDetails(loadgen_summary=res["summary"], loadgen=res["parsed"])))
     p = res["parsed"]
     c.out.summary["loadgen"] = p
     c.out.lines.append("loadgen: " + ", ".join(f"{k} = {p[k]}" for k in (

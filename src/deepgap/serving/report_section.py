@@ -74,6 +74,8 @@ def section(store_path: str, run_ids: list[str] | None = None) -> tuple[dict[str
                 interference_figure(inter)]
     finally:
         st.close()
+    if "extra" in cap:  # the report's table keeps the stored JSON objects (its CSV writes them as JSON)
+        cap = cap.assign(extra=[e.to_json() for e in cap["extra"]])
     out = {"serving_capacity": cap, "serving_levels": lv.drop(columns=["extra"], errors="ignore"),
            "serving_interference": inter}
     return {k: v for k, v in out.items() if len(v)}, [f for f in figs if f is not None]

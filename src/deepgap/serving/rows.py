@@ -18,6 +18,7 @@ import numpy as np
 from deepgap.accuracy.dataset import serve_options
 from deepgap.config import SweepSpec
 from deepgap.serving.batcher import BatchPolicy
+from deepgap.serving.details import CurveDetails, LevelDetails
 from deepgap.serving.log import LevelSummary, RequestLog
 from deepgap.serving.process import SetupReply, SetupRequest
 from deepgap.serving.sim import ServiceModel
@@ -102,9 +103,9 @@ def curve_rows(reply: SetupReply, req: SetupRequest, tenant: str = "") -> list[d
              "batch_size": b, "samples_s": reply.curve_samples_s[b],
              **{k: v for k, v in reply.curve_parts_s.get(b, {}).items()
                 if k in ("h2d_s", "compute_s", "d2h_s")},
-             "extra": {"includes": "issue, h2d (uint8), normalise + compute, d2h, sync",
-                       **{k: v for k, v in reply.curve_parts_s.get(b, {}).items()
-                          if k in ("host_s", "interval_s", "engine_s")}}}
+             "details": CurveDetails(includes="issue, h2d (uint8), normalise + compute, d2h, sync",
+                                     **{k: v for k, v in reply.curve_parts_s.get(b, {}).items()
+                                        if k in ("host_s", "interval_s", "engine_s")})}
             for b in sorted(reply.curve_samples_s)]
 
 
@@ -112,8 +113,8 @@ def level_row(req: SetupRequest, scenario: str, purpose: str, policy: BatchPolic
               target_qps: float | None, arrival: str, seed: int, summary: LevelSummary | None,
               predicted: LevelSummary | None = None, log: RequestLog | None = None, tenant: str = "",
               phase: str = "", status: str = "ok", reason: str = "",
-              extra: dict[str, Any] | None = None) -> LevelRow:
-    """One ``serve_runs`` row (and its requests)."""
+              details: LevelDetails | None = None) -> LevelRow:
+    """One ``serve_runs`` row (and its requests); ``details`` holds the caller's extra facts (LoadGen's)."""
     v: dict[str, Any] = {
         "tenant": tenant, "scenario": scenario, "purpose": purpose, "phase": phase, "model": req.model,
         "engine": req.engine, "precision": req.precision, "device": req.device,
@@ -121,8 +122,9 @@ def level_row(req: SetupRequest, scenario: str, purpose: str, policy: BatchPolic
         "resolution": req.resolution, "max_batch": policy.max_batch if policy else None,
         "max_delay_s": policy.max_delay_s if policy else None, "target_qps": target_qps, "arrival": arrival,
         "seed": seed, "status": status, "reason": reason,
-        "extra": {**({"threads": req.threads} if req.threads else {}), **(extra or {})},
     }
+    d = details or LevelDetails()
+    d.threads = req.threads or None
     if summary is not None:
         v.update({k: getattr(summary, k) for k in (
             "n", "n_planned", "duration_s", "achieved_qps", "latency_mean_s", "latency_p50_s",
@@ -131,9 +133,9 @@ def level_row(req: SetupRequest, scenario: str, purpose: str, policy: BatchPolic
             "compute_mean_s", "d2h_mean_s", "other_mean_s", "mean_batch", "slo_s", "n_over_slo", "verdict",
             "stopped")})
     if summary is not None:
-        v["extra"] = {**v["extra"], "n_dropped": summary.n_dropped, "host_mean_s": summary.host_mean_s}
+        d.n_dropped, d.host_mean_s = summary.n_dropped, summary.host_mean_s
     if predicted is not None:
         v.update(predicted_qps=predicted.achieved_qps, predicted_mean_s=predicted.latency_mean_s,
                  predicted_p90_s=predicted.latency_p90_s, predicted_p99_s=predicted.latency_p99_s)
-        v["extra"] = {**v["extra"], "predicted_verdict": predicted.verdict}
-    return LevelRow(v, log)
+        d.predicted_verdict = predicted.verdict
+    return LevelRow(v, log, d)

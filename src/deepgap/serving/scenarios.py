@@ -19,6 +19,7 @@ import numpy as np
 
 from deepgap import __version__
 from deepgap.records import Status
+from deepgap.result_details import Accuracy, Correctness, EngineInfo
 from deepgap.runner import WorkerLost
 from deepgap.serving import arrivals as arr
 from deepgap.serving.batcher import BatchPolicy, StopRule
@@ -32,6 +33,7 @@ from deepgap.serving.capacity import (
     schedule,
     search_policies,
 )
+from deepgap.serving.details import CapacityDetails, CapacityProbe
 from deepgap.serving.log import LevelSummary, summarize
 from deepgap.serving.prelude import begin_run
 from deepgap.serving.process import LevelRequest, ServingWorker, SetupFailed, SetupRequest
@@ -124,20 +126,20 @@ def _run_single(spec: ServeSpec, device: str, trace: np.ndarray | None, store_pa
             from deepgap.serving.loadgen_run import run_loadgen
 
             run_loadgen(ctx)
-        for lv in rec.levels:
-            lv.values["extra"] = {**lv.values.get("extra", {}), "correctness": reply.correctness,
-                                  "notes": reply.notes, "engine_info": reply.engine_info,
-                                  **setup_memory(reply),
-                                  **({"accuracy": reply.accuracy} if reply.accuracy else {})}
+        for lv in rec.levels:  # the worker's set-up, on every level of the run
+            d = lv.details
+            d.correctness, d.notes = Correctness.from_json(reply.correctness), reply.notes
+            d.engine_info = EngineInfo.from_json(reply.engine_info)
+            d.device_mem_used_bytes_at_setup = setup_memory(reply)
+            d.accuracy = Accuracy.from_json(reply.accuracy) if reply.accuracy else None
     finally:
         worker.stop()
     return rec, out
 
 
-def setup_memory(reply: Any) -> dict[str, Any]:
-    """The device memory in use after the build, for each level's extra (the run row is opened before it)."""
-    used = reply.env.get("device_mem_used_bytes_at_setup")
-    return {} if used is None else {"device_mem_used_bytes_at_setup": used}
+def setup_memory(reply: Any) -> int | None:
+    """The device memory in use after the build, for each level (the run row is opened before it)."""
+    return reply.env.get("device_mem_used_bytes_at_setup")
 
 
 @dataclass
@@ -289,9 +291,10 @@ def _capacity_row(c: _Ctx, r: CapacityResult, predicted: float | None) -> dict[s
             "percentile": 0.99, "confidence": c.spec.confidence, "max_batch": r.policy.max_batch,
             "max_delay_s": r.policy.max_delay_s, "capacity_qps": r.capacity_qps, "upper_qps": r.upper_qps,
             "predicted_qps": predicted, "n_probes": len(r.probes), "note": r.note,
-            "extra": {"probes": [{"rate_qps": p.rate_qps, "verdict": p.summary.verdict, "n": p.summary.n,
-                                  "p99_s": p.summary.latency_p99_s, "n_over_slo": p.summary.n_over_slo}
-                                 for p in r.probes]}}
+            "details": CapacityDetails(probes=[
+                CapacityProbe(rate_qps=p.rate_qps, verdict=p.summary.verdict, n=p.summary.n,
+                              p99_s=p.summary.latency_p99_s, n_over_slo=p.summary.n_over_slo)
+                for p in r.probes])}
 
 
 def _find_capacity(c: _Ctx, load: LoadSettings) -> None:
@@ -319,7 +322,7 @@ def _find_capacity(c: _Ctx, load: LoadSettings) -> None:
     verified = {m.policy for m in measured}
     for r in ranked:  # the simulator's search: a policy never run for real is labelled as such
         row = _capacity_row(c, r, r.capacity_qps)
-        row["extra"]["verified"] = r.policy in verified
+        row["details"].verified = r.policy in verified
         if r.policy not in verified:
             row["note"] = "; ".join(x for x in ("unverified (simulated only)", row["note"]) if x)
         c.rec.capacities.append(row)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from deepgap.serving.details import CapacityDetails, CurveDetails, LevelDetails
 from deepgap.store.tables import CAPACITY, SERVE_CURVES, SERVE_REQUESTS, SERVE_RUNS
 
 if TYPE_CHECKING:
@@ -36,10 +37,11 @@ _REQUEST_COLS = [c for c in SERVE_REQUESTS.names if c not in ("serve_id", "idx")
 
 @dataclass
 class LevelRow:
-    """One ``serve_runs`` row and, optionally, its requests (a `RequestLog`)."""
+    """One ``serve_runs`` row, optionally its requests (a `RequestLog`), and its ``extra_json``."""
 
     values: dict[str, Any]
     log: Any = None
+    details: LevelDetails = field(default_factory=LevelDetails)
 
 
 @dataclass
@@ -51,8 +53,8 @@ class ServeRecord:
     env: dict[str, Any]
     status: str = "finished"
     levels: list[LevelRow] = field(default_factory=list)
-    curves: list[dict[str, Any]] = field(default_factory=list)
-    capacities: list[dict[str, Any]] = field(default_factory=list)
+    curves: list[dict[str, Any]] = field(default_factory=list)  # columns and "details" (`CurveDetails`)
+    capacities: list[dict[str, Any]] = field(default_factory=list)  # and "details" (`CapacityDetails`)
 
 
 def has_tables(store: Store) -> bool:
@@ -65,7 +67,7 @@ def record(store: Store, run_id: str, rec: ServeRecord) -> None:
     with store.transaction():
         for lv in rec.levels:
             vals = {c: lv.values.get(c) for c in _LEVEL_COLS}
-            vals.update(run_id=run_id, extra_json=lv.values.get("extra") or {})
+            vals.update(run_id=run_id, extra_json=lv.details.to_json())
             (serve_id,) = store.insert(SERVE_RUNS, [vals])
             if lv.log is not None and lv.log.n:
                 c = lv.log.columns()
@@ -80,34 +82,37 @@ def record(store: Store, run_id: str, rec: ServeRecord) -> None:
             "latency_median_s": float(np.median(cv["samples_s"])), "n": len(cv["samples_s"]),
             "h2d_mean_s": cv.get("h2d_s"), "compute_mean_s": cv.get("compute_s"),
             "d2h_mean_s": cv.get("d2h_s"), "samples_s": np.asarray(cv["samples_s"], dtype="<f8").tobytes(),
-            "extra_json": cv.get("extra") or {},
+            "extra_json": CurveDetails.of(cv.get("details")).to_json(),
         } for cv in rec.curves])
-        store.insert(CAPACITY, [{"run_id": run_id, **{k: v for k, v in cap.items() if k != "extra"},
-                                 "extra_json": cap.get("extra") or {}} for cap in rec.capacities])
+        store.insert(CAPACITY, [{"run_id": run_id, **{k: v for k, v in cap.items() if k != "details"},
+                                 "extra_json": CapacityDetails.of(cap.get("details")).to_json()}
+                                for cap in rec.capacities])
 
 
-def _frame(store: Store, table: str, run_ids: list[str] | None, order: list[str]) -> pd.DataFrame:
+def _frame(store: Store, table: str, run_ids: list[str] | None, order: list[str],
+           details: type[CurveDetails | LevelDetails | CapacityDetails]) -> pd.DataFrame:
+    """A serving table's rows; the ``extra`` column holds each row's typed details (its ``extra_json``)."""
     df = store.table_frame(table, {"run_id": run_ids} if run_ids else None, order)
     if "extra_json" in df:
-        df["extra"] = [json.loads(x) if x else {} for x in df.pop("extra_json")]
+        df["extra"] = [details.of(json.loads(x) if x else None) for x in df.pop("extra_json")]
     runs = {r["run_id"]: r for r in store.runs()}
     df["device_name"] = [runs[r]["env"].get("device_name", "") if r in runs else "" for r in df["run_id"]]
     return df
 
 
 def levels_frame(store: Store, run_ids: list[str] | None = None) -> pd.DataFrame:
-    """Every serve level (``serve_runs`` rows), oldest first."""
-    return _frame(store, "serve_runs", run_ids, ["serve_id"])
+    """Every serve level (``serve_runs`` rows), oldest first; ``extra`` holds `LevelDetails`."""
+    return _frame(store, "serve_runs", run_ids, ["serve_id"], LevelDetails)
 
 
 def capacity_frame(store: Store, run_ids: list[str] | None = None) -> pd.DataFrame:
-    """Every capacity result."""
-    return _frame(store, "capacity", run_ids, ["capacity_id"])
+    """Every capacity result; ``extra`` holds `CapacityDetails`."""
+    return _frame(store, "capacity", run_ids, ["capacity_id"], CapacityDetails)
 
 
 def curves_frame(store: Store, run_ids: list[str] | None = None) -> pd.DataFrame:
-    """Calibrated service curves (one row per batch size, with raw samples as arrays)."""
-    df = _frame(store, "serve_curves", run_ids, ["run_id", "tenant", "batch_size"])
+    """Calibrated service curves (one row per batch size, raw samples as arrays, `CurveDetails`)."""
+    df = _frame(store, "serve_curves", run_ids, ["run_id", "tenant", "batch_size"], CurveDetails)
     if len(df):
         df["samples_s"] = [np.frombuffer(b, dtype="<f8") for b in df["samples_s"]]
     return df
