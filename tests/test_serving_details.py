@@ -30,13 +30,19 @@ TABLES = {"serve_runs": (levels_frame, LevelDetails, ["serve_id"]),
           "serve_curves": (curves_frame, CurveDetails, ["run_id", "tenant", "batch_size"])}
 
 
-@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.relative_to(RESULTS).as_posix())
-def test_committed_serving_details_round_trip(path, tmp_path):
+def _unpacked(path: Path, tmp_path: Path) -> Path:
+    """A writable copy of a committed gzipped store (the file in git is never opened for writing)."""
     if not path.exists():
         pytest.skip("the committed result stores are not in this checkout")
     copy = tmp_path / path.name.removesuffix(".gz")
-    with gzip.open(path, "rb") as src, open(copy, "wb") as dst:  # the file in git is never opened for writing
+    with gzip.open(path, "rb") as src, open(copy, "wb") as dst:
         shutil.copyfileobj(src, dst)
+    return copy
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.relative_to(RESULTS).as_posix())
+def test_committed_serving_details_round_trip(path, tmp_path):
+    copy = _unpacked(path, tmp_path)
     store = Store(str(copy), readonly=True, redact=False)
     try:
         n = 0
@@ -56,12 +62,7 @@ def test_committed_serving_details_round_trip(path, tmp_path):
 
 
 def test_committed_fields_are_typed(tmp_path):
-    path = COMMITTED[1]
-    if not path.exists():
-        pytest.skip("the committed result stores are not in this checkout")
-    copy = tmp_path / "s.sqlite"
-    with gzip.open(path, "rb") as src, open(copy, "wb") as dst:
-        shutil.copyfileobj(src, dst)
+    copy = _unpacked(COMMITTED[1], tmp_path)
     store = Store(str(copy), readonly=True, redact=False)
     try:
         lv, cf, cv = levels_frame(store), capacity_frame(store), curves_frame(store)
@@ -154,12 +155,7 @@ def test_report_table_keeps_the_stored_json(tmp_path):
     """The report's capacity table (and so its CSV) holds the stored JSON objects, not the records."""
     from deepgap.serving.report_section import section
 
-    path = COMMITTED[1]
-    if not path.exists():
-        pytest.skip("the committed result stores are not in this checkout")
-    copy = tmp_path / "s.sqlite"
-    with gzip.open(path, "rb") as src, open(copy, "wb") as dst:
-        shutil.copyfileobj(src, dst)
+    copy = _unpacked(COMMITTED[1], tmp_path)
     found, _ = section(str(copy))
     cap = found["serving_capacity"]
     store = Store(str(copy), readonly=True, redact=False)
