@@ -1,4 +1,4 @@
-# Shared by the benchmarks/<gpu>_session*.sh drivers (source it): the LoadGen wheel from .whl/ if carried,
+# Shared by the benchmarks/device.sh recipes and the dated results/<machine>/session*/device.sh scripts (source it): the LoadGen wheel from .whl/ if carried,
 # `step NAME LIMIT_S CMD...` (a timed, labelled, time-limited step) and `pack STORE` (checkpoint the WAL,
 # gzip the store into $OUT). Stores live outside the repository folder on the device, because the device
 # tool's working-tree sync deletes untracked files there between calls.

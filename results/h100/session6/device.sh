@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sixth H100 session. Usage on the device: bash benchmarks/h100_session6.sh STEP...
+# Sixth H100 session. Usage on the device: bash results/h100/session6/device.sh STEP...
 #   quant    — quant int8/fp8, ResNet-18/50/101, every paper batch size (1 sweep; resumable)
 #   serving  — benchmarks/serving.py, quant int8 with LoadGen (its Server capacity searched) and cudagraph fp16
 #   harness  — benchmarks/harness_overhead.py --mode paired for compile-freeze fp16 and quant int8

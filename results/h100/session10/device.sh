@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tenth H100 session. Usage on the device: bash benchmarks/h100_session10.sh STEP...
+# Tenth H100 session. Usage on the device: bash results/h100/session10/device.sh STEP...
 #   prelude — benchmarks/prelude_check.sh: serve and a one-GPU local fleet store their idle baseline and thermal
 #             warm-up (stores packed into $OUT)
 #   smoke   — a short two-sweep GPU run through the merged worker, records and precision table: ResNet-18 eager fp16

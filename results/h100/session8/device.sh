@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Eighth H100 session. Usage on the device: bash benchmarks/h100_session8.sh STEP...
+# Eighth H100 session. Usage on the device: bash results/h100/session8/device.sh STEP...
 #   quant    — (QUANT_NAME=quant2 after the stem's 4-channel padding) the quant engine, ResNet-18/50/101, int8/fp8, batches 1 and 256, one sweep: the per-layer
 #              table with the stem and head rows (`deepgap layers`), after the head's pool-then-scale change
 #   accuracy — benchmarks/accuracy_synthetic.py trains a ResNet-50 on 100 grating classes here, then accuracy

@@ -2,13 +2,13 @@
 # The H200 half of "two GPUs side by side" (issue 25), in device calls of <= 10 minutes each, on kind
 # nvidia-h200 (torch 2.11+cu130, no internet), in the repository root:
 #
-#   bash benchmarks/h200.sh sweep      # call 1 (<= 9 min; the H100 ran the old grid in 9): `deepgap run` with
+#   bash results/h200/device.sh sweep      # call 1 (<= 9 min; the H100 ran the old grid in 9): `deepgap run` with
 #                                      #   no grid arguments (the default GPU sweep) into
 #                                      #   results/h200/default.sqlite; when that store exists, its unfinished
 #                                      #   run is resumed instead (exit 2 and a note when it had finished)
-#   bash benchmarks/h200.sh measure    # call 2 (<= 9 min): `deepgap peaks`, benchmarks/quant.py, serving
+#   bash results/h200/device.sh measure    # call 2 (<= 9 min): `deepgap peaks`, benchmarks/quant.py, serving
 #                                      #   capacity for cudagraph fp16 and for the fastest engine
-#   bash benchmarks/h200.sh post       # here, no GPU: export, report, merge with results/h100, compare, plan
+#   bash results/h200/device.sh post       # here, no GPU: export, report, merge with results/h100, compare, plan
 #
 # Each device stage writes under results/h200/ of the device's copy and copies that folder to $OUT/h200 at
 # the end (and after every step, so a step limit loses only the step in flight). Put the returned files in
@@ -49,7 +49,7 @@ sweep)
         step "default sweep" 540 python -m deepgap run --store "$R/default.sqlite" --quiet
     fi
     rc=$?
-    [ $rc -eq 124 ] && echo "unfinished: the sweep hit its limit; run 'bash benchmarks/h200.sh sweep' again"
+    [ $rc -eq 124 ] && echo "unfinished: the sweep hit its limit; run 'bash results/h200/device.sh sweep' again"
     [ $rc -eq 2 ] && [ -f "$R/default.sqlite" ] && echo "(exit 2 on --resume: the sweep had already finished)"
     ;;
 measure)
@@ -89,7 +89,7 @@ post)
     ls -la "$R" "$D"
     ;;
 *)
-    echo "usage: bash benchmarks/h200.sh sweep|measure|post (see the header)" >&2
+    echo "usage: bash results/h200/device.sh sweep|measure|post (see the header)" >&2
     exit 2
     ;;
 esac

@@ -2,7 +2,7 @@
 # Build .carry/ray/ for the device machine (issue 11's two-GPU run): Ray's wheel is ~79 MB, over one call's
 # 64 MiB carry limit. Unpacked, minus the Java jars and the dashboard's web client (unused by deepgap),
 # and packed with xz it is ~21 MB; jsonschema and its dependencies (absent there) travel as wheels.
-# Run here, in the repository root: bash benchmarks/fleet/prepare_ray_carry.sh [RAY_VERSION]
+# Run here, in the repository root: bash results/two-gpus/prepare_ray_carry.sh [RAY_VERSION]
 set -euo pipefail
 V=${1:-2.60.0}
 OUT=.carry/ray; TMP=$(mktemp -d)

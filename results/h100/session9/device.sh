@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ninth H100 session. Usage on the device: bash benchmarks/h100_session9.sh STEP...
+# Ninth H100 session. Usage on the device: bash results/h100/session9/device.sh STEP...
 #   setup    — benchmarks/setup_time.py: quant and compile-freeze set-up in fresh processes, caches cold then
 #              warm (TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR, DEEPGAP_CACHE under $S/cache)
 #   precompile — the quant engine's cold set-up with and without compiling the tile candidates on a thread pool,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What four device sessions (2026-11-23) left open on the H100, as one device call of <= 10 minutes:
-# `bash benchmarks/h100_remaining.sh`; output under $OUT/h100, one .tgz back.
+# `bash results/h100/device_remaining.sh`; output under $OUT/h100, one .tgz back.
 # Eager ResNet-50 fp16 at batches 1 and 32 has no 2% harness verdict: on the machines lent so far the
 # host's launch pace wandered by more than 2% for the bare loop itself (results/h100/README.md, "Fourth
 # device session"). On a quieter host, paired rounds added to the committed three may decide it; the

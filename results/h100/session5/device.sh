@@ -2,9 +2,9 @@
 # Fifth H100 device session: the default GPU sweep with the fastest engines (issue 19), serve with the
 # quant engine at several batch sizes, the new GPU tests, and serving at the hardware's pace (issue 23).
 # Stages, each one device call of <= 10 minutes, in the repository root of the device machine:
-#   bash benchmarks/h100_session5.sh check     # GPU tests + serve quant int8/fp8 over a service curve
-#   bash benchmarks/h100_session5.sh sweep     # `deepgap run` with no grid arguments (resumes when the store exists)
-#   bash benchmarks/h100_session5.sh serving   # benchmarks/serving.py: quant int8 and cudagraph fp16
+#   bash results/h100/session5/device.sh check     # GPU tests + serve quant int8/fp8 over a service curve
+#   bash results/h100/session5/device.sh sweep     # `deepgap run` with no grid arguments (resumes when the store exists)
+#   bash results/h100/session5/device.sh serving   # benchmarks/serving.py: quant int8 and cudagraph fp16
 # Every stage copies results/h100/session5/ to $OUT/session5 after each step; put them back here between calls.
 set -uo pipefail
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1

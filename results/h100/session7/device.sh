@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Seventh H100 session. Usage on the device: bash benchmarks/h100_session7.sh STEP...
+# Seventh H100 session. Usage on the device: bash results/h100/session7/device.sh STEP...
 #   buildtime — benchmarks/quant_build_time.py twice, each in a fresh process (what the disk caches save)
 #   mem       — ResNet-50 eager fp16 at batch 256, 1 sweep: the peak-memory fields (torch, NVML sampled max)
 #   default   — the default GPU sweep (`gpu` preset; resumable)

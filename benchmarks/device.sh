@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The one device script: named recipes for the GPU machine (the `device` tool runs it from the repository root,
+# with $OUT set). Usage: bash benchmarks/device.sh RECIPE... ; every store is packed gzipped into $OUT.
+#   default   the README's main command (gpu preset, 2 sweeps, report), timed; DEFAULT_LIMIT seconds (575)
+#   smoke     a short two-sweep run through every layer: ResNet-18 eager fp16 and quant int8 at batch 1 and 256
+#   gputests  every test marked gpu (the ones CI skips); TEST_LIMIT seconds (300)
+#   prelude   serve and a one-GPU fleet store their idle baseline and thermal warm-up (benchmarks/prelude_check.sh)
+# Recipes of one feature live in their own script beside this one and are listed by `bash benchmarks/device.sh list`.
+# Dated scripts of earlier sessions sit beside the results they made (results/<machine>/session*/device.sh).
+set -uo pipefail
+source benchmarks/device_lib.sh  # PYTHONPATH, the carried wheels, step(), pack()
+S=${DEVICE_WORK:-/tmp/deepgap-device}; mkdir -p "$S"
+[ $# -gt 0 ] || { sed -n 3,9p "$0"; exit 2; }
+for what in "$@"; do case $what in
+default)
+    step "default sweep" "${DEFAULT_LIMIT:-575}" python -m deepgap run --store "$S/default.sqlite" \
+        --report "$S/report/report.html" > "$OUT/default.txt" 2>&1
+    tail -30 "$OUT/default.txt"; pack "$S/default.sqlite" ;;
+smoke)
+    step "smoke sweep" 200 python -m deepgap run --models resnet18 --engines eager,quant --precisions fp16,int8 \
+        --batch-sizes 1,256 --sweeps 2 --thermal-warmup --thermal-timeout 30 --store "$S/smoke.sqlite" \
+        > "$OUT/smoke.txt" 2>&1
+    tail -8 "$OUT/smoke.txt"; pack "$S/smoke.sqlite" ;;
+gputests)
+    N=(); python -c "import xdist" 2>/dev/null && N=(-n 4)
+    step "GPU tests" "${TEST_LIMIT:-300}" python -m pytest -q -m gpu "${N[@]}" tests -p no:cacheprovider \
+        > "$OUT/gputests.txt" 2>&1
+    tail -8 "$OUT/gputests.txt" ;;
+prelude)
+    step "prelude check" 240 bash benchmarks/prelude_check.sh "$S/prelude" > "$OUT/prelude_check.txt" 2>&1
+    tail -40 "$OUT/prelude_check.txt"; pack "$S/prelude/serve.sqlite"; pack "$S/prelude/fleet.sqlite" ;;
+list)
+    sed -n 3,9p "$0"; ls benchmarks/*.sh ;;
+*) echo "unknown recipe $what (bash benchmarks/device.sh list)"; exit 2 ;;
+esac; done
