@@ -7,7 +7,7 @@ correctness against fp32, adaptive timing, 95% CIs, p99, energy) into a store (`
 ``<out>/quant.sqlite``), so `deepgap show/report/recommend/compare` read them like any sweep. This
 process then adds what a sweep does not: achieved TOPS against ceilings measured here (8192³ fp16
 matmul, ``torch._int_mm``, ``torch._scaled_mm``; a device-to-device copy for bandwidth), the ablations
-of README.md (the quant engine) (torch path, Triton without per-layer choice, without CUDA graph) timed
+of docs/quant.md (torch path, Triton without per-layer choice, without CUDA graph) timed
 in-process with CUDA events, and the per-layer table. quant.json is a side output holding all of it,
 the headline rows copied from the store with their result ids. Every ablation is wrapped: a failure
 prints its error and the rest still runs; a time budget skips ablations rather than overrun.
@@ -280,7 +280,7 @@ ABLATIONS = [  # short label, description, arguments of quant.prepare.variant (n
 
 
 def ablate(r, x, prec, bs, ablations, ceiling, common, only: tuple[str, ...] = ()) -> None:
-    """Time the same calibrated network with optimisations removed (README.md (the quant engine)'s ladder)."""
+    """Time the same calibrated network with optimisations removed (docs/quant.md's ladder)."""
     import torch
 
     from deepgap.quant.prepare import variant

@@ -4,7 +4,7 @@ Post-training quantization of torchvision ResNets: BatchNorm folded, per-channel
 static activation scales (calibrated, cached), NHWC int8/fp8 activations, convolutions as fused
 implicit-GEMM Triton kernels, a per-layer fallback to fp16 where that is faster, one CUDA graph.
 This module is only the engine plug-in (registration, support checks, `prepare`); the implementation
-lives in the package ``deepgap.quant``. README.md (the quant engine) has the design and measurements.
+lives in the package ``deepgap.quant``. docs/quant.md has the design and measurements.
 """
 
 from __future__ import annotations

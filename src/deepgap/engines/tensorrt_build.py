@@ -9,7 +9,7 @@ compute capability), TensorRT version and calibration set.
 
 The pure parts (profile ranges, cache keys, calibration batches) are tested on the CPU; the parts
 that call TensorRT import it inside the function and are untested until a machine with TensorRT
-runs them (README.md (Engines) says so).
+runs them (docs/engines.md says so).
 """
 
 from __future__ import annotations

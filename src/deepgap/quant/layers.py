@@ -208,7 +208,7 @@ def gemm_torch(a: torch.Tensor, wq: torch.Tensor) -> torch.Tensor:
         a = torch.cat([a, torch.zeros((target - m, a.shape[1]), dtype=a.dtype, device=a.device)])
     if a.dtype == torch.int8:
         # B column-major (wq's own layout, transposed view): cuBLAS's int8 GEMM may refuse a
-        # row-major B at large M (CUBLAS_STATUS_NOT_SUPPORTED); README.md (the quant engine) says where.
+        # row-major B at large M (CUBLAS_STATUS_NOT_SUPPORTED); docs/quant.md says where.
         acc = torch._int_mm(a, wq.t()).float()
     else:
         one = torch.ones((), dtype=torch.float32, device=a.device)

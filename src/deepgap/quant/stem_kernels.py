@@ -9,7 +9,7 @@ its epilogue, so its output is written once in 8 bits. The max-pool then works o
 the epilogue is monotone per channel (its scale is positive), so quantizing and then taking the maximum
 equals taking the maximum and then quantizing, and after the ReLU every value is ≥ 0, so a window's
 padding can read as 0. Loading a kernel row's 21 contiguous values per K step instead (no per-element
-division) was slower (misaligned rows, seven K steps instead of five; README.md, the quant engine).
+division) was slower (misaligned rows, seven K steps instead of five; docs/quant.md).
 
 Both run on CPU tensors through the Triton interpreter (`kernels.interpreted`), as the tests do.
 """

@@ -1,7 +1,7 @@
 """The layer plan: tile configurations, activation formats, and the per-layer quantized-vs-fp16 choice.
 
 Why per layer: a fused 8-bit kernel wins in the early, memory-bound layers (half the bytes, one
-pass) but a plain kernel can lose to cuBLAS/cuDNN fp16 in the late, compute-bound ones (README.md,
+pass) but a plain kernel can lose to cuBLAS/cuDNN fp16 in the late, compute-bound ones (docs/quant.md,
 the quant engine, has the measured numbers). So each convolution is timed both ways at prepare time
 and keeps the faster; the choice and both times are recorded in ``Prepared.info``.
 

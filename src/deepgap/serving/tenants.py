@@ -8,7 +8,7 @@ holding their memory), each pair, and all together. A tenant's arrivals are iden
 ``perf_counter`` instant (CLOCK_MONOTONIC is host-wide on Linux). Each tenant gets an equal share of
 the host's cores for its intra-op threads (unless ``--threads`` is given): with every process at the
 default, one per core, their spinning OpenMP threads oversubscribe the host, and the host time per
-batch, not the device, becomes the interference being measured (README, "Tenants"). A tenant
+batch, not the device, becomes the interference being measured (docs/serving.md, "Tenants"). A tenant
 that cannot be built because the device is full makes the run's status ``oom``, with the tenants
 already resident named.
 """

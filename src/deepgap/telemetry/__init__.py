@@ -10,7 +10,7 @@ Layout (hardware libraries are imported only inside the backends' functions):
 - `thermal`: the thermal steady-state rule and warm-up loop.
 - `settings` / `session` / `runlevel`: what the worker and the parent do with all of the above.
 
-See README.md (Telemetry) for what each energy figure means and its limits.
+See docs/telemetry.md for what each energy figure means and its limits.
 """
 
 from deepgap.telemetry.base import (

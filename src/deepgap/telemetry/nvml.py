@@ -4,7 +4,7 @@ Why injected: tests drive this exact code with `deepgap.telemetry.fake.FakeNvml`
 injected errors) on a machine without a GPU, with no patching of import paths. Everything here only
 *reads*: no NVML setter is ever called, so deepgap never changes a power limit, clock or mode.
 
-Readings and what they mean (see README.md (Telemetry)):
+Readings and what they mean (see docs/telemetry.md):
 
 - ``power_w``: ``nvmlDeviceGetPowerUsage``, what nvidia-smi shows. On Ampere (except GA100) and
   newer it is an average over about one second, on older GPUs an instantaneous value.
