@@ -120,7 +120,7 @@ def early_stopping(text: str) -> str:
     return " ".join(out)
 
 
-def test_settings(lg: Any, req: LoadgenRequest) -> Any:
+def loadgen_settings(lg: Any, req: LoadgenRequest) -> Any:
     """LoadGen's TestSettings for ``req``: min duration and query count as asked, PerformanceOnly."""
     settings = lg.TestSettings()
     settings.scenario = getattr(lg.TestScenario, SCENARIO_NAMES[req.scenario])
@@ -279,7 +279,7 @@ def drive(executor: Any, req: LoadgenRequest) -> LoadgenResult:
     """Run LoadGen against ``executor`` (inside the worker; ``req.null``: no executor is used)."""
     import mlperf_loadgen as lg
 
-    settings = test_settings(lg, req)
+    settings = loadgen_settings(lg, req)
     sut_obj = NullSut(lg) if req.null else BatchedSut(lg, executor, req.policy)
     calls = [0]
 
@@ -328,8 +328,8 @@ def drive(executor: Any, req: LoadgenRequest) -> LoadgenResult:
         raise sut_obj.errors[0]
     log = sut_obj.log(origin)
     note = "tracing off" if not req.trace else (
-        "" if traced else f"no per-sample comparison: about {expected_samples(req):,.0f} samples, more than the "
-        f"{TRACE_CAP:,} LoadGen's trace is kept for")
+        "" if traced else f"no per-sample comparison: about {expected_samples(req):,.0f} samples, more "
+        f"than the {TRACE_CAP:,} LoadGen's trace is kept for")
     return LoadgenResult(summary, parse_summary(summary), log, early_stopping(summary),
                          agreement(trace, log.latency_s) if trace is not None else None,
                          note if trace is None else "", sut_obj.complete_calls, calls[0])

@@ -56,20 +56,20 @@ def run_loadgen(c: Any) -> None:
     if spec.scenario == "server":  # the harness's own floor at the same rate, through the same Python path
         p = _one_run(c, spec, policy, qps, minq, mind, null=True)
         s["loadgen_floor_p99_s"] = _p99_s(p)
-    # Server: LoadGen's own verdict is the second driver's capacity. Start at deepgap's capacity and step
-    # down until LoadGen calls the run VALID (at most LOADGEN_STEPS), so the two capacities can be compared
-    # as rates, not as one pass/fail at the edge, where a p99 is at its most sensitive.
-    rates = [qps * f for f in LOADGEN_STEPS] if spec.scenario == "server" else [qps]
+    # Server capacity: LoadGen's own verdict is the second driver's capacity. Start at deepgap's capacity and
+    # step down until LoadGen calls the run VALID (at most LOADGEN_STEPS), so the two capacities can be
+    # compared as rates, not as one pass/fail at the edge, where a p99 is at its most sensitive. A fixed
+    # --qps gets one LoadGen run at that rate.
+    search = spec.scenario == "server" and spec.find_capacity
+    rates = [qps * f for f in LOADGEN_STEPS] if search else [qps]
     best = None
     for rate in rates:
         p = _one_run(c, spec, policy, rate, minq, mind)
-        if spec.scenario != "server":
-            break
         if p.get("Result is") == "VALID":
             best = rate
             s["loadgen_p99_s"] = _p99_s(p)
             break
-    if spec.scenario == "server":
+    if search:
         s["loadgen_capacity_qps"] = best
         s["loadgen_capacity_ratio"] = best / qps if best else None
         c.out.lines.append(
@@ -87,11 +87,11 @@ def loadgen_minimums(spec: Any) -> tuple[int, float]:
     """(min query count, min duration s) of each LoadGen run.
 
     The duration is ``--loadgen-duration``, else the scenario's minimum. The query count is the
-    scenario's, and in the server scenario at least what deepgap's own probes run (twice the queries
+    scenario's, and when it confirms a capacity at least what deepgap's own probes run (twice the queries
     early stopping needs to certify a p99 with none late), so that LoadGen's early stopping can pass.
     """
     minq, mind = spec.minimums()
-    if spec.scenario == "server":
+    if spec.scenario == "server" and spec.find_capacity:
         minq = max(minq, 2 * min_queries(0.99, spec.confidence))
     return minq, (spec.loadgen_duration_s if getattr(spec, "loadgen_duration_s", None) else mind)
 

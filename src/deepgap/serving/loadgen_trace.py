@@ -76,8 +76,8 @@ class Agreement:
         ms = 1e3
         return (f"per sample, LoadGen − deepgap: p50 {self.diff_p50_s * ms:.3f} ms, p99 "
                 f"{self.diff_p99_s * ms:.3f} ms ({'within' if self.agrees else 'beyond'} the "
-                f"{self.margin_s * ms:g} ms margin); LoadGen's issue delay p50 {self.issue_delay_p50_s * ms:.3f} ms, p99 "
-                f"{self.issue_delay_p99_s * ms:.3f} ms")
+                f"{self.margin_s * ms:g} ms margin); LoadGen's issue delay p50 "
+                f"{self.issue_delay_p50_s * ms:.3f} ms, p99 {self.issue_delay_p99_s * ms:.3f} ms")
 
 
 def agreement(trace: TraceSamples, deepgap_latency_s: np.ndarray) -> Agreement:
