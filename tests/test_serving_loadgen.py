@@ -80,8 +80,8 @@ def test_server_steps_down_until_loadgen_calls_it_valid(monkeypatch):
 
     monkeypatch.setattr(lgmod, "_one_run", fake_run)
     monkeypatch.setattr(lgmod, "available", lambda: None)
-    spec = SimpleNamespace(scenario="server", max_batch=8, max_delay_s=0.001, seed=0, minimums=lambda: (10, 0.1),
-                           find_capacity=True, confidence=0.99, slo_s=0.015, loadgen_duration_s=None)
+    spec = SimpleNamespace(scenario="server", max_batch=8, max_delay_s=0.001, seed=0,
+                           minimums=lambda: (10, 0.1), find_capacity=True, confidence=0.99, slo_s=0.015, loadgen_duration_s=None)
     ctx = SimpleNamespace(spec=spec, out=SimpleNamespace(summary={"capacity_qps": 1000.0, "capacity_max_batch": 8,
                                                                    "capacity_max_delay_s": 0.001}, lines=[]),
                           service=SimpleNamespace(max_batch=8), rec=SimpleNamespace(levels=[]))

@@ -70,6 +70,6 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     console = Console(width=200)
     console.print(t)
     if rows:  # which capacity the device counts rest on (LoadGen's, where measured, is in the report)
-        console.print(f"capacity per device: {rows[0].capacity_used}; a serve run with --loadgen shows LoadGen's "
-                      "beside it in the report's serving section")
+        console.print(f"capacity per device: {rows[0].capacity_used}; a serve run with --loadgen shows "
+                      "LoadGen's beside it in the report's serving section")
     return 0
