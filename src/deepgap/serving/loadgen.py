@@ -8,9 +8,11 @@ harnesses, not its per-sample Python ones):
 * LoadGen's "fast" SUT hands each issue call over as two lists of integers (response ids, sample
   indices); the callback appends them to a FIFO as one item, with one time stamp. Nothing per sample.
 * A dispatch thread batches them with the *same* `decide` function the event loop uses and submits
-  batches to the same executor. It sleeps off the GIL until an issue call can change its decision (the
-  first arrival in an empty queue, a full batch) or its deadline (the oldest request's max delay): it
-  is never woken per query, so LoadGen's issuing thread rarely waits for the GIL.
+  batches to the same executor, ``depth`` in flight. It sleeps off the GIL until an issue call can change
+  its decision (the first arrival in an empty queue, a full batch) or its deadline (the oldest request's
+  max delay): it is never woken per query, so LoadGen's issuing thread rarely waits for the GIL. With
+  the pipeline full it waits for the oldest batch itself (the GIL released), so no thread hand-off sits
+  between a batch finishing and the next one starting.
 * A completion thread waits for each batch on the device (the GIL released) and reports it in *one*
   ``QuerySamplesComplete`` call; its responses are built by ``map`` (a C loop), not a Python loop.
 
@@ -195,29 +197,39 @@ class BatchedSut:
         ctx = torch.inference_mode() if torch is not None else contextlib.nullcontext()
         try:
             with ctx:
+                flight: deque = deque()  # tickets of the batches not known to be done, oldest first
+                seen = 0  # batches this thread saw done (it waited for them itself)
                 while True:
                     self.wake.clear()
                     queued = self.issued - self.taken
-                    free = self.submitted - self.completed < ex.depth
+                    busy = self.submitted - max(self.completed, seen)
+                    while len(flight) > busy:
+                        flight.popleft()
+                    if queued and busy >= ex.depth:
+                        # Pipeline full: wait for the oldest batch here (the GIL released while the device
+                        # works), not for the completion thread's report: no thread hand-off per batch.
+                        ex.wait(flight[0])
+                        seen = self.submitted - busy + 1
+                        continue
                     timeout: float | None = STOP_POLL_S
-                    if queued and free:
+                    if queued:
                         now = time.perf_counter()
                         d = decide(pol, now, queued, self.chunks[0][0], more_coming=True)
                         if d.count:
                             n = min(d.count, self.top)
                             first = self.taken
                             ids, index = self._take(n)
-                            self.todo.put((ex.submit(int(index), n), ids, first, now))
+                            ticket = ex.submit(int(index), n)
+                            flight.append(ticket)
+                            self.todo.put((ticket, ids, first, now))
                             self.submitted += 1
                             continue
                         self.want, timeout = pol.max_batch, min(d.wait_until_s - now, STOP_POLL_S)
-                    elif not free:
-                        self.want = sys.maxsize  # the completion thread wakes us when a slot frees
                     else:
                         if self.stop:
                             break
                         self.want = 1
-                    if free and self.issued - self.taken >= self.want:
+                    if self.issued - self.taken >= self.want:
                         continue  # arrived between the check and publishing ``want``
                     self.wake.wait(timeout)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
@@ -238,7 +250,6 @@ class BatchedSut:
                 self.complete_calls += 1
                 self.batches.append((len(ids), dispatch, done, h2d, comp, d2h, host, first))
                 self.completed += 1
-                self.wake.set()
         except BaseException as exc:  # noqa: BLE001
             self.errors.append(exc)
 
