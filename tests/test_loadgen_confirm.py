@@ -372,3 +372,32 @@ def test_timed_executor_is_the_simulators_pipeline_on_the_wall_clock():
     assert t0 + 6e-3 <= a[0] <= t1 + 6e-3 and b[0] == pytest.approx(a[0] + 4e-3)  # done + I: the pipeline
     assert ex.depth == 2 and not ex.done(a) and ex.wait(b)[1] == pytest.approx(6e-3) and ex.done(a)
     assert time.perf_counter() >= b[0] and ex.batches == 2
+
+
+def test_loadgen_drives_the_pipelined_executor_two_streams_deep():
+    """The GPU path's shape on the CPU: asynchronous streams, two batches in flight, waits from two threads."""
+    import torch
+
+    from deepgap.serving.ring import InputRing
+    from deepgap.serving.server import PipelinedExecutor
+    from deepgap.serving.streams import ThreadStreams
+
+    ring = InputRing(64, 4, seed=5)
+    seen: list[int] = []
+
+    def run(x):
+        time.sleep(0.001)
+        seen.append(int(x.shape[0]))
+        return x.sum(dim=(2, 3))
+
+    ex = PipelinedExecutor({b: run for b in (1, 2, 4, 8)}, "cpu", torch.float32, True, ring,
+                           streams=ThreadStreams(), depth=2)
+    try:
+        req = LoadgenRequest("server", BatchPolicy(8, 2e-3), 800.0, SLO, min_queries=200, min_duration_s=0.1)
+        res = drive(ex, req)
+    finally:
+        ex.close()
+    assert res.parsed["Scenario"] == "Server" and res.log.n >= 200
+    assert len(seen) == res.complete_calls and res.complete_calls < res.log.n
+    assert int(res.log.batch.max()) <= 8 and np.all(res.log.done_s >= res.log.dispatch_s)
+    assert res.agreement is not None and res.agreement.n == res.log.n
