@@ -14,6 +14,7 @@
 # (PACK=1 also gzips it into $OUT: several MB, do not commit it). The LoadGen wheel: benchmarks/device_lib.sh.
 # On an H200 the same steps, once: bash benchmarks/loadgen_confirm.sh int8-1 fp8-1 summary
 set -uo pipefail
+[ $# -gt 0 ] || { sed -n 2,16p "$0"; exit 2; }
 : "${OUT:?set OUT to the folder results go to}"
 source benchmarks/device_lib.sh  # PYTHONPATH, the carried LoadGen wheel, step(), pack()
 S=${S:-/tmp/loadgen40}; mkdir -p "$S"

@@ -375,7 +375,7 @@ def test_timed_executor_is_the_simulators_pipeline_on_the_wall_clock():
 
 
 def test_loadgen_drives_the_pipelined_executor_two_streams_deep():
-    """The GPU path's shape on the CPU: asynchronous streams, two batches in flight, waits from two threads."""
+    """The GPU path on the CPU: asynchronous streams, two batches in flight, waits from two threads."""
     import torch
 
     from deepgap.serving.ring import InputRing
@@ -390,8 +390,9 @@ def test_loadgen_drives_the_pipelined_executor_two_streams_deep():
         seen.append(int(x.shape[0]))
         return x.sum(dim=(2, 3))
 
-    ex = PipelinedExecutor({b: run for b in (1, 2, 4, 8)}, "cpu", torch.float32, True, ring,
-                           streams=ThreadStreams(), depth=2)
+    ex = PipelinedExecutor(
+        {b: run for b in (1, 2, 4, 8)}, "cpu", torch.float32, True, ring, streams=ThreadStreams(), depth=2
+    )
     try:
         req = LoadgenRequest("server", BatchPolicy(8, 2e-3), 800.0, SLO, min_queries=200, min_duration_s=0.1)
         res = drive(ex, req)
@@ -401,3 +402,55 @@ def test_loadgen_drives_the_pipelined_executor_two_streams_deep():
     assert len(seen) == res.complete_calls and res.complete_calls < res.log.n
     assert int(res.log.batch.max()) <= 8 and np.all(res.log.done_s >= res.log.dispatch_s)
     assert res.agreement is not None and res.agreement.n == res.log.n
+
+
+def test_device_script_commands_parse(tmp_path):
+    """The device script's serve commands, recorded by a stand-in ``python``, are valid serve specs."""
+    import os
+    import shlex
+    import subprocess
+    from argparse import ArgumentParser
+    from pathlib import Path
+
+    from deepgap.commands import serve
+    from deepgap.serving.spec import validate
+
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "python").write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> {tmp_path}/argv\n')
+    (shim / "python").chmod(0o755)
+    root = Path(__file__).resolve().parents[1]
+    env = {
+        **os.environ,
+        "PATH": f"{shim}:{os.environ['PATH']}",
+        "OUT": str(tmp_path),
+        "S": str(tmp_path / "s"),
+    }
+    p = subprocess.run(
+        ["bash", "benchmarks/loadgen_confirm.sh", "int8-1", "fp8-2", "cg16-3"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 0, p.stderr
+    runs = [
+        shlex.split(x)[3:]
+        for x in (tmp_path / "argv").read_text().splitlines()
+        if x.startswith("-m deepgap serve")
+    ]
+    assert len(runs) == 3
+    parser = ArgumentParser()
+    serve.add_arguments(parser)
+    specs = [validate(serve.build_spec(parser.parse_args(r))) for r in runs]
+    assert [(s.engine, s.precision) for s in specs] == [
+        ("quant", "int8"),
+        ("quant", "fp8"),
+        ("cudagraph", "fp16"),
+    ]
+    assert all(s.find_capacity and s.loadgen and s.slo_s == 0.015 and s.device == "cuda" for s in specs)
+    assert (
+        subprocess.run(["bash", "benchmarks/loadgen_confirm.sh"], cwd=root, capture_output=True).returncode
+        == 2
+    )
