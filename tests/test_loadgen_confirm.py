@@ -454,3 +454,36 @@ def test_device_script_commands_parse(tmp_path):
         subprocess.run(["bash", "benchmarks/loadgen_confirm.sh"], cwd=root, capture_output=True).returncode
         == 2
     )
+
+
+@pytest.mark.gpu
+def test_gpu_loadgen_light_sut_on_cuda_streams():
+    """On the GPU: the null-SUT floor is sub-millisecond, and LoadGen against a small conv net on CUDA
+    streams (two batches in flight, CUDA events waited on from two threads) is VALID and matches deepgap's
+    per-sample latencies within 2 ms at p99 (the issue's margin is 0.5 ms; the device runs report it)."""
+    import torch
+
+    from deepgap.serving.ring import InputRing
+    from deepgap.serving.server import PipelinedExecutor
+
+    net = (
+        torch.nn.Sequential(
+            torch.nn.Conv2d(3, 16, 3, padding=1),
+            torch.nn.ReLU(),
+            torch.nn.AdaptiveAvgPool2d(1),
+            torch.nn.Flatten(),
+        )
+        .cuda()
+        .half()
+    )
+    ring = InputRing(256, 32, seed=1, pin=True)
+    ex = PipelinedExecutor({b: net for b in (1, 8, 32, 64)}, "cuda", torch.float16, True, ring)
+    try:
+        floor = drive(None, null_request(LoadgenRequest("server", POLICY, 20000.0, 0.015, 2000, 0.5)))
+        res = drive(ex, LoadgenRequest("server", BatchPolicy(64, 1e-3), 20000.0, 0.015, 2000, 0.5))
+    finally:
+        ex.close()
+    assert _lg_p99(floor) < 1e-3, floor.summary
+    assert res.parsed["Result is"] == "VALID", res.summary
+    assert res.complete_calls < res.log.n / 4 and res.agreement is not None and res.agreement.matched
+    assert res.agreement.diff_p99_s < 2e-3, res.agreement.line()
