@@ -36,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+from array import array
 from collections import deque
 from dataclasses import dataclass
 from itertools import repeat
@@ -45,11 +46,14 @@ import numpy as np
 
 from deepgap.serving.batcher import BatchPolicy, decide
 from deepgap.serving.loadgen_trace import TRACE_CAP, Agreement, agreement, read_trace
-from deepgap.serving.log import RequestLog
+from deepgap.serving.log import LevelSummary, RequestLog, summarize
 
 SCENARIO_NAMES = {"single-stream": "SingleStream", "server": "Server", "offline": "Offline"}
 SWITCH_INTERVAL_S = 2e-4  # LoadGen's issuing thread waits for the GIL at most about this long, not 5 ms
 STOP_POLL_S = 0.05  # an idle dispatch thread checks for the end of the run this often
+# Requests whose records go back to the parent and into the store; a longer run (MLPerf's 600 s at tens of
+# thousands of samples/s) keeps deepgap's summary of it and LoadGen's, not a row per request.
+LOG_CAP = 2_000_000
 
 
 def available() -> str | None:
@@ -73,6 +77,7 @@ class LoadgenRequest:
     min_duration_s: float = 1.0
     expected_latency_s: float = 0.001
     seed: int = 0
+    confidence: float = 0.99  # of the p99 verdict of deepgap's own summary of the run
     null: bool = False
     trace: bool = True  # LoadGen's per-sample trace, for runs of at most TRACE_CAP samples
 
@@ -88,7 +93,8 @@ class LoadgenResult:
 
     summary: str
     parsed: dict[str, str]
-    log: RequestLog
+    log: RequestLog | None  # None when the run served more than LOG_CAP requests (its summary is kept)
+    level: LevelSummary | None = None  # deepgap's summary of the run (its own request records)
     early_stopping: str = ""  # LoadGen's early-stopping lines
     agreement: Agreement | None = None
     trace_note: str = ""  # why there is no per-sample comparison
@@ -154,8 +160,8 @@ class BatchedSut:
         self.lg, self.ex, self.policy = lg, executor, policy
         self.top = min(policy.max_batch, executor.buckets[-1])
         self.chunks: deque = deque()  # [time, ids, indices, taken] per issue call, oldest first
-        self.arr_t: list[float] = []  # per issue call: its time and sample count (the log's arrivals)
-        self.arr_n: list[int] = []
+        self.arr_t = array("d")  # per issue call: its time and sample count (the log's arrivals); 16 bytes
+        self.arr_n = array("q")
         self.issued = self.taken = 0  # samples; each written by one thread only
         self.submitted = self.completed = 0  # batches; each written by one thread only
         self.want = 1  # the dispatch thread wants waking once this many samples are queued
@@ -255,8 +261,8 @@ class BatchedSut:
 
     def log(self, origin: float) -> RequestLog:
         """Per-request records (times from ``origin``), expanded from the per-batch ones."""
-        arrival = np.repeat(np.asarray(self.arr_t, dtype=np.float64) - origin,
-                            np.asarray(self.arr_n, dtype=np.int64))
+        arrival = np.repeat(np.frombuffer(self.arr_t, dtype=np.float64) - origin,
+                            np.frombuffer(self.arr_n, dtype=np.int64))
         rows = [(b[0], b[1] - origin, b[2] - origin, *b[3:]) for b in self.batches]
         if not rows:
             e = np.zeros(0)
@@ -269,19 +275,22 @@ class NullSut:
 
     def __init__(self, lg: Any) -> None:
         self.lg = lg
-        self.rows: list[tuple[float, float, int]] = []  # per issue call: (issued, completed, samples)
+        # per issue call: issued, completed, samples
+        self.t0, self.t1, self.n = array("d"), array("d"), array("q")
         self.complete_calls = 0
 
     def issue(self, ids: list[int], indices: list[int]) -> None:  # noqa: D102
         t = time.perf_counter()
         self.lg.QuerySamplesComplete(list(map(self.lg.QuerySampleResponse, ids, repeat(0), repeat(0))))
-        self.rows.append((t, time.perf_counter(), len(ids)))
+        self.t0.append(t)
+        self.t1.append(time.perf_counter())
+        self.n.append(len(ids))
         self.complete_calls += 1
 
     def log(self, origin: float) -> RequestLog:  # noqa: D102
-        a = np.asarray(self.rows, dtype=np.float64).reshape(-1, 3)
-        counts = a[:, 2].astype(np.int64)
-        t0, t1 = np.repeat(a[:, 0] - origin, counts), np.repeat(a[:, 1] - origin, counts)
+        counts = np.frombuffer(self.n, dtype=np.int64)
+        t0 = np.repeat(np.frombuffer(self.t0, dtype=np.float64) - origin, counts)
+        t1 = np.repeat(np.frombuffer(self.t1, dtype=np.float64) - origin, counts)
         z = np.zeros(len(t0))
         return RequestLog(t0, t0.copy(), t1, np.repeat(counts, counts), z, z, z.copy(), n_planned=len(t0))
 
@@ -338,9 +347,12 @@ def drive(executor: Any, req: LoadgenRequest) -> LoadgenResult:
     if not req.null and sut_obj.errors:
         raise sut_obj.errors[0]
     log = sut_obj.log(origin)
+    rate = req.qps if req.scenario == "server" else None
+    level = summarize(log, rate, req.slo_s, 0.99, req.confidence) if log.n else None
     note = "tracing off" if not req.trace else (
         "" if traced else f"no per-sample comparison: about {expected_samples(req):,.0f} samples, more "
         f"than the {TRACE_CAP:,} LoadGen's trace is kept for")
-    return LoadgenResult(summary, parse_summary(summary), log, early_stopping(summary),
-                         agreement(trace, log.latency_s) if trace is not None else None,
-                         note if trace is None else "", sut_obj.complete_calls, calls[0])
+    matched = agreement(trace, log.latency_s) if trace is not None else None
+    return LoadgenResult(summary, parse_summary(summary), log if log.n <= LOG_CAP else None, level,
+                         early_stopping(summary), matched, note if trace is None else "",
+                         sut_obj.complete_calls, calls[0])

@@ -19,7 +19,6 @@ from deepgap.serving.batcher import BatchPolicy
 from deepgap.serving.capacity_stats import min_queries
 from deepgap.serving.details import LevelDetails, LoadgenRun
 from deepgap.serving.loadgen import SCENARIO_NAMES, LoadgenRequest, LoadgenResult, available, null_request
-from deepgap.serving.log import summarize
 from deepgap.serving.rows import level_row
 from deepgap.serving.spec import DEFAULT_POLICY
 
@@ -108,15 +107,13 @@ def _one_run(c: Any, spec: Any, policy: BatchPolicy, qps: float | None, minq: in
              mind: float, null: bool = False) -> dict[str, str]:
     """One LoadGen run at ``qps`` stored as a ``loadgen`` level; returns LoadGen's parsed summary."""
     req = LoadgenRequest(spec.scenario, policy, qps, spec.slo_s, minq, mind,
-                         expected_latency_s=c.service.median_at(1), seed=spec.seed)
+                         expected_latency_s=c.service.median_at(1), seed=spec.seed,
+                         confidence=spec.confidence)
     req = null_request(req) if null else req
     what = "null SUT (nothing served: the harness floor)" if null else SCENARIO_NAMES[spec.scenario]
     c.say(f"serve: MLCommons LoadGen, {what}" + (f" at {qps:,.1f}/s" if qps else ""))
     res: LoadgenResult = c.worker.loadgen(req, 300.0 + 4 * mind)
-    log = res.log
-    rate = qps if spec.scenario == "server" else None
-    summ = summarize(log, rate, spec.slo_s, 0.99, spec.confidence) if log.n else None
-    a = res.agreement
+    summ, a = res.level, res.agreement
     run = LoadgenRun(sut="null" if null else "batched", min_duration_s=mind, min_queries=minq,
                      early_stopping=res.early_stopping or None, complete_calls=res.complete_calls,
                      issue_calls=res.issue_calls, trace_note=res.trace_note or None)
@@ -125,7 +122,7 @@ def _one_run(c: Any, spec: Any, policy: BatchPolicy, qps: float | None, minq: in
         run.diff_p99_s, run.issue_delay_p99_s = a.diff_p99_s, a.issue_delay_p99_s
     c.rec.levels.append(level_row(
         c.req, spec.scenario, "loadgen-null" if null else "loadgen", policy, qps, "loadgen", spec.seed, summ,
-        None, log, status="ok" if log.n else "error", reason="" if log.n else "LoadGen issued no query",
+        None, res.log, status="ok" if summ else "error", reason="" if summ else "LoadGen issued no query",
         details=LevelDetails(loadgen_summary=res.summary, loadgen=res.parsed, loadgen_run=run)))
     p = res.parsed
     c.out.summary["loadgen_null" if null else "loadgen"] = p
