@@ -171,10 +171,24 @@ class BatchedSut:
         self.complete_calls = 0
         self.todo: queue.SimpleQueue = queue.SimpleQueue()
         self.errors: list[BaseException] = []
+        self.failed = False  # a thread raised: every sample is completed unserved so that LoadGen returns
+
+    def _respond(self, ids: list[int]) -> None:
+        """One ``QuerySamplesComplete`` for ``ids``, its responses built in a C loop."""
+        self.lg.QuerySamplesComplete(list(map(self.lg.QuerySampleResponse, ids, repeat(0), repeat(0))))
+
+    def _drain(self) -> None:
+        """After a failure: complete every queued sample at once (LoadGen waits for each one to return)."""
+        while self.chunks:
+            c = self.chunks.popleft()
+            self._respond(c[1][c[3]:])
 
     def issue(self, ids: list[int], indices: list[int]) -> None:
         """LoadGen's issuing thread: one append, one counter, a wake-up only when it changes a decision."""
         t = time.perf_counter()
+        if self.failed:
+            self._respond(ids)
+            return
         self.chunks.append([t, ids, indices, 0])
         self.arr_t.append(t)
         self.arr_n.append(len(ids))
@@ -199,6 +213,7 @@ class BatchedSut:
     def dispatch(self) -> None:
         """The dispatch thread: the event loop's rules on live arrivals, ``depth`` batches in flight."""
         ex, pol = self.ex, self.policy
+        held: list[int] = []
         torch = getattr(ex, "torch", None)
         ctx = torch.inference_mode() if torch is not None else contextlib.nullcontext()
         try:
@@ -225,7 +240,9 @@ class BatchedSut:
                             n = min(d.count, self.top)
                             first = self.taken
                             ids, index = self._take(n)
+                            held = ids  # completed unserved should submit raise
                             ticket = ex.submit(int(index), n)
+                            held = []
                             flight.append(ticket)
                             self.todo.put((ticket, ids, first, now))
                             self.submitted += 1
@@ -240,24 +257,35 @@ class BatchedSut:
                     self.wake.wait(timeout)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             self.errors.append(exc)
+            self.failed = True
+            self._respond(held)
+            while not self.stop:  # LoadGen keeps issuing until its run is over: answer at once
+                self._drain()
+                self.wake.wait(STOP_POLL_S)
         finally:
             self.todo.put(None)
 
     def complete(self) -> None:
         """The completion thread: wait for each batch (GIL released), report it in one call."""
-        lg, ex = self.lg, self.ex
-        resp = lg.QuerySampleResponse
+        ex = self.ex
+        item = None
         try:
             while (item := self.todo.get()) is not None:
                 ticket, ids, first, dispatch = item
                 h2d, comp, d2h, host = ex.wait(ticket)
                 done = time.perf_counter()
-                lg.QuerySamplesComplete(list(map(resp, ids, repeat(0), repeat(0))))
+                self._respond(ids)
                 self.complete_calls += 1
                 self.batches.append((len(ids), dispatch, done, h2d, comp, d2h, host, first))
                 self.completed += 1
+                item = None
         except BaseException as exc:  # noqa: BLE001
             self.errors.append(exc)
+            self.failed = True
+            if item is not None:
+                self._respond(item[1])
+            while (item := self.todo.get()) is not None:  # the batches still in flight, unserved
+                self._respond(item[1])
 
     def log(self, origin: float) -> RequestLog:
         """Per-request records (times from ``origin``), expanded from the per-batch ones."""
