@@ -116,7 +116,8 @@ SECTION = register(Section("serving", 10, build, TABLE_SPECS))
 
 
 def _groups(lv: pd.DataFrame, tenants: bool = True) -> list[tuple[str, pd.DataFrame]]:
-    ok = lv[(lv["status"] == "ok") & (lv["scenario"] == "server") & (tenants | (lv["purpose"] != "tenant"))]
+    ok = lv[(lv["status"] == "ok") & (lv["scenario"] == "server") & (tenants | (lv["purpose"] != "tenant"))
+            & (lv["purpose"] != "loadgen-null")]  # the null SUT served nothing: the LoadGen table shows it
     out = []
     for (run, tenant, policy), g in ok.groupby(["run_id", "tenant", "policy"], sort=False):
         name = f"{g['model'].iloc[0]} {g['engine'].iloc[0]} {g['precision'].iloc[0]} · {policy}"
