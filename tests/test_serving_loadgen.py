@@ -73,13 +73,15 @@ def test_server_steps_down_until_loadgen_calls_it_valid(monkeypatch):
 
     tried = []
 
-    def fake_run(c, spec, policy, qps, minq, mind):
-        tried.append(qps)
+    def fake_run(c, spec, policy, qps, minq, mind, null=False):
+        if not null:
+            tried.append(qps)
         return {"Result is": "VALID" if qps <= 950.0 else "INVALID"}
 
     monkeypatch.setattr(lgmod, "_one_run", fake_run)
     monkeypatch.setattr(lgmod, "available", lambda: None)
-    spec = SimpleNamespace(scenario="server", max_batch=8, max_delay_s=0.001, seed=0, minimums=lambda: (10, 0.1))
+    spec = SimpleNamespace(scenario="server", max_batch=8, max_delay_s=0.001, seed=0,
+                           minimums=lambda: (10, 0.1), find_capacity=True, confidence=0.99, slo_s=0.015, loadgen_duration_s=None)
     ctx = SimpleNamespace(spec=spec, out=SimpleNamespace(summary={"capacity_qps": 1000.0, "capacity_max_batch": 8,
                                                                    "capacity_max_delay_s": 0.001}, lines=[]),
                           service=SimpleNamespace(max_batch=8), rec=SimpleNamespace(levels=[]))
@@ -87,7 +89,7 @@ def test_server_steps_down_until_loadgen_calls_it_valid(monkeypatch):
     assert tried == [1000.0, 975.0, 950.0]
     assert ctx.out.summary["loadgen_capacity_qps"] == 950.0
     assert ctx.out.summary["loadgen_capacity_ratio"] == 0.95
-    monkeypatch.setattr(lgmod, "_one_run", lambda *a: {"Result is": "INVALID"})
+    monkeypatch.setattr(lgmod, "_one_run", lambda *a, **k: {"Result is": "INVALID"})
     ctx.out.lines.clear()
     lgmod.run_loadgen(ctx)
     assert ctx.out.summary["loadgen_capacity_qps"] is None and "INVALID at every rate" in ctx.out.lines[-1]

@@ -67,5 +67,9 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
                   "–" if r.relative_devices is None else f"{r.relative_devices:.2f}",
                   "–" if r.relative_power is None else f"{r.relative_power:.2f}",
                   "–" if r.top1 is None else f"{100 * r.top1:.2f}", r.note)
-    Console(width=200).print(t)
+    console = Console(width=200)
+    console.print(t)
+    if rows:  # which capacity the device counts rest on (LoadGen's, where measured, is in the report)
+        console.print(f"capacity per device: {rows[0].capacity_used}; a serve run with --loadgen shows "
+                      "LoadGen's beside it in the report's serving section")
     return 0

@@ -41,6 +41,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("--verify-policies", help="--find-capacity: best simulated policies measured for real (default 2)")
     p.add_argument("--loadgen", action="store_true",
                    help="also drive the same server with MLCommons LoadGen (pip install 'deepgap[serving]')")
+    p.add_argument("--loadgen-duration",
+                   help="LoadGen's min duration per run, e.g. 600s (MLPerf's full run; default: the scenario's)")
     p.add_argument("--threads", help="CPU intra-op threads of the worker")
     p.add_argument("--curve-iterations", help="timed iterations per batch size when calibrating (default GPU 100, CPU 30)")
     p.add_argument("--timeout", help="seconds before a hung worker is killed (default 900)")
@@ -92,6 +94,8 @@ def build_spec(args: argparse.Namespace):
                      else parse_duration_s(args.max_delay, "max-delay") if args.max_delay is not None else None),
         min_queries=_int(args.min_queries, "min-queries"),
         min_duration_s=parse_duration_s(args.min_duration, "min-duration") if args.min_duration else None,
+        loadgen_duration_s=(parse_duration_s(args.loadgen_duration, "loadgen-duration")
+                            if args.loadgen_duration else None),
         threads=_int(args.threads, "threads"), curve_iterations=_int(args.curve_iterations, "curve-iterations"),
         batch_sizes=parse_int_list(args.batch_sizes, "batch-sizes") if args.batch_sizes else None,
         tenants=parse_tenants(args.tenants) if args.tenants else (),

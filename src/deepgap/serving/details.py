@@ -11,7 +11,9 @@ nothing. Key inventory (producer → readers; "record" = kept for the record onl
   spans), ``host_s``, ``interval_s``, ``engine_s`` (the worker's mean parts of one batch) → record.
 * `LevelDetails` (``serve_runs``; serving.rows.level_row, serving.scenarios, serving.loadgen_run):
   ``threads`` (a tenant's CPU threads) → tests; ``loadgen_summary``, ``loadgen`` (LoadGen's summary
-  text and its parsed key/values) → record; ``n_dropped``, ``host_mean_s``, ``predicted_verdict`` →
+  text and its parsed key/values) → record, the report's LoadGen table; ``loadgen_run`` (`LoadgenRun`:
+  settings, early stopping, the per-sample comparison with LoadGen's trace) → the report's LoadGen
+  table; ``n_dropped``, ``host_mean_s``, ``predicted_verdict`` →
   record; ``correctness``, ``notes``, ``engine_info``, ``device_mem_used_bytes_at_setup``, ``accuracy``
   (the worker's set-up, copied onto each level of a one-model run) → record, tests.
 * `CapacityDetails` (``capacity``; serving.scenarios): ``probes`` (`CapacityProbe`, every rate the
@@ -44,16 +46,36 @@ class CurveDetails(JsonRecord):
 
 
 @dataclass
+class LoadgenRun(JsonRecord):
+    """One LoadGen run beyond its summary: what it was asked, early stopping, LoadGen against deepgap."""
+
+    sut: str | None = None  # "batched" (the served engine) | "null" (completes at once: the harness floor)
+    min_duration_s: float | None = None
+    min_queries: int | None = None
+    early_stopping: str | None = None  # LoadGen's early-stopping lines
+    complete_calls: int | None = None  # QuerySamplesComplete calls (one per batch)
+    issue_calls: int | None = None
+    agree: bool | None = None  # per-sample LoadGen − deepgap p99 within margin_s (None: not traced)
+    margin_s: float | None = None
+    diff_p50_s: float | None = None
+    diff_p99_s: float | None = None
+    issue_delay_p99_s: float | None = None  # LoadGen's scheduled → issue start
+    trace_note: str | None = None  # why there is no per-sample comparison
+
+
+@dataclass
 class LevelDetails(JsonRecord):
     """One load level beyond its columns; the field order is the write order."""
 
     NESTED: ClassVar[dict[str, type[JsonRecord]]] = {
         "correctness": Correctness, "engine_info": EngineInfo, "accuracy": Accuracy,
+        "loadgen_run": LoadgenRun,
     }
 
     threads: int | None = None  # a tenant's CPU threads (only when set)
     loadgen_summary: str | None = None  # MLCommons LoadGen's summary text (a ``loadgen`` level)
     loadgen: dict[str, Any] | None = None  # its key/values, parsed
+    loadgen_run: LoadgenRun | None = None  # its settings, early stopping, per-sample comparison
     n_dropped: int | None = None  # requests shed by the bounded queue (a measured level)
     host_mean_s: float | None = None  # mean host-side seconds per request
     predicted_verdict: str | None = None  # the simulator's SLO verdict for the same arrivals

@@ -175,6 +175,7 @@ class PlanRow:
     relative_devices: float | None = None  # devices / the first-ranked platform's devices
     relative_power: float | None = None  # total power / the first-ranked platform's total power
     top1: float | None = None  # dataset top-1 of the configuration, where measured
+    capacity_used: str = "deepgap's: simulated by its event loop on the measured curve (LoadGen's: not used)"
 
 
 def plan(predictions: list[Prediction], qps: float, objective: str = "devices") -> list[PlanRow]:

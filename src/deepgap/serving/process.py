@@ -183,11 +183,11 @@ def handle_level(state: Any, req: LevelRequest) -> Any:
     return run_level(executor, req.arrivals_s, req.policy, req.stop, req.start_at)
 
 
-def handle_loadgen(state: Any, req: Any) -> dict[str, Any]:
-    """Worker handler ``serve.loadgen``: MLCommons LoadGen against the kept executor."""
+def handle_loadgen(state: Any, req: Any) -> Any:
+    """Worker handler ``serve.loadgen``: MLCommons LoadGen against the kept executor (or the null SUT)."""
     from deepgap.serving.loadgen import drive
 
-    return drive(state.held["executor"], req)
+    return drive(None if req.null else state.held["executor"], req)
 
 
 class ServingWorker(WorkerHandle):
@@ -241,8 +241,8 @@ class ServingWorker(WorkerHandle):
         except WorkerFailed as exc:
             raise SetupFailed(exc.status, exc.reason) from None
 
-    def loadgen(self, req: Any, timeout_s: float) -> dict[str, Any]:
-        """Run MLCommons LoadGen against the worker's server; its summary and our request log."""
+    def loadgen(self, req: Any, timeout_s: float) -> Any:
+        """Run MLCommons LoadGen against the worker's server; a `deepgap.serving.loadgen.LoadgenResult`."""
         try:
             return self.call("serve.loadgen", req, timeout_s)
         except WorkerFailed as exc:

@@ -1,5 +1,7 @@
 """The report's serving section: tables and figures of serve runs (nothing when a store has none).
 
+Tables: capacities (measured beside simulated), deepgap's capacity beside LoadGen's
+(`deepgap.serving.loadgen_table`), load levels, tenants.
 Figures: the latency CDF of every load level, the throughput–latency curve (p99 against served
 rate, measured solid, simulated dashed, with the SLO and the measured capacity), measured against
 simulated p99 for every level, and the tenants' interference matrix. Registered in
@@ -17,6 +19,7 @@ from deepgap.figures import Figure, make_figure, plain_ticks, pyplot, subplots_g
 from deepgap.render.sections import Parts, ReportContext, Section, register
 from deepgap.report_format import fmt_ips, fmt_ms, fmt_num, fmt_x
 from deepgap.serving import tables
+from deepgap.serving.loadgen_table import loadgen_capacities
 from deepgap.serving.storage import requests
 
 if TYPE_CHECKING:
@@ -35,6 +38,26 @@ TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
          ("measured / simulated", lambda r: fmt_x(r["measured_over_predicted"])),
          ("lowest failing q/s", lambda r: fmt_ips(r["upper_qps"])), ("runs", "n_probes"), ("note", "note"),
          ("run", "run_id")],
+    ),
+    "serving_loadgen": (
+        "Server capacity: deepgap's beside MLCommons LoadGen's (stepping down from deepgap's rate until "
+        "LoadGen calls it VALID), with the null-SUT floor: LoadGen's p99 when nothing is served",
+        [("platform", "platform"), ("model", "model"), ("engine", "engine"), ("precision", "precision"),
+         ("SLO p99 ms", lambda r: fmt_ms(r["slo_s"])), ("max batch / delay", "policy"),
+         ("deepgap q/s", lambda r: fmt_ips(r["deepgap_qps"])),
+         ("deepgap p99 ms", lambda r: fmt_ms(r["deepgap_p99_s"])),
+         ("deepgap verdict", "deepgap_verdict"),
+         ("LoadGen at deepgap's rate", "loadgen_result"), ("its p99 ms", lambda r: fmt_ms(r["loadgen_p99_s"])),
+         ("LoadGen capacity q/s", lambda r: fmt_ips(r["loadgen_capacity_qps"]) if r["loadgen_capacity_qps"]
+          else f"INVALID down to {fmt_ips(r['lowest_tried_qps'])}"),
+         ("LoadGen / deepgap", lambda r: fmt_x(r["loadgen_over_deepgap"])),
+         ("LoadGen p99 ms there", lambda r: fmt_ms(r["loadgen_capacity_p99_s"])),
+         ("null-SUT floor p99 ms", lambda r: fmt_ms(r["floor_p99_s"])),
+         ("LoadGen − deepgap per sample, p99 ms", lambda r: fmt_ms(r["per_sample_diff_p99_s"])),
+         ("LoadGen issue delay p99 ms", lambda r: fmt_ms(r["issue_delay_p99_s"])),
+         ("min duration s / queries",
+          lambda r: f"{fmt_num(r['min_duration_s'], 'g')} / {fmt_num(r['min_queries'], 'g')}"),
+         ("early stopping", "early_stopping"), ("run", "run_id")],
     ),
     "serving_levels": (
         "Serving load levels (each with the simulator's prediction for the same arrivals)",
@@ -70,13 +93,15 @@ def section(store_path: str, run_ids: list[str] | None = None) -> tuple[dict[str
         lv = tables.levels(st, run_ids)
         cap = tables.capacity(st, run_ids)
         inter = tables.interference(st, run_ids)
+        lgc = loadgen_capacities(lv, cap)
         figs = [latency_cdf(st, lv), throughput_latency(lv, cap), predicted_vs_measured(lv),
                 interference_figure(inter)]
     finally:
         st.close()
     if "extra" in cap:  # the report's table keeps the stored JSON objects (its CSV writes them as JSON)
         cap = cap.assign(extra=[e.to_json() for e in cap["extra"]])
-    out = {"serving_capacity": cap, "serving_levels": lv.drop(columns=["extra"], errors="ignore"),
+    out = {"serving_capacity": cap, "serving_loadgen": lgc,
+           "serving_levels": lv.drop(columns=["extra"], errors="ignore"),
            "serving_interference": inter}
     return {k: v for k, v in out.items() if len(v)}, [f for f in figs if f is not None]
 
@@ -91,7 +116,8 @@ SECTION = register(Section("serving", 10, build, TABLE_SPECS))
 
 
 def _groups(lv: pd.DataFrame, tenants: bool = True) -> list[tuple[str, pd.DataFrame]]:
-    ok = lv[(lv["status"] == "ok") & (lv["scenario"] == "server") & (tenants | (lv["purpose"] != "tenant"))]
+    ok = lv[(lv["status"] == "ok") & (lv["scenario"] == "server") & (tenants | (lv["purpose"] != "tenant"))
+            & (lv["purpose"] != "loadgen-null")]  # the null SUT served nothing: the LoadGen table shows it
     out = []
     for (run, tenant, policy), g in ok.groupby(["run_id", "tenant", "policy"], sort=False):
         name = f"{g['model'].iloc[0]} {g['engine'].iloc[0]} {g['precision'].iloc[0]} · {policy}"

@@ -13,12 +13,18 @@ batch alone and the interval ``I`` between completions with the pipeline full. T
 ``I`` (the bottleneck: normalise, engine, copy-out, one batch at a time) and the first ``L − I``
 (copy-in and issue, overlapping): a batch submitted at ``t`` is done at ``max(t + L − I, previous
 done) + I``. Without intervals (older curves, a CPU) ``I = L`` and depth 1: the serial server.
+
+`TimedExecutor` is the same two-stage server on the wall clock: batches take the model's median
+time and nothing computes. Real drivers (deepgap's event loop on a `RealClock`, MLCommons LoadGen's
+threads) run against it, so their latencies can be compared with each other and with the simulator
+on a server whose service time is known, on a CPU, in a test.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -165,3 +171,42 @@ class VirtualPipeline:
     def wait(self, ticket: tuple[float, float, float]) -> tuple[float, float, float, float]:  # noqa: D102
         self.clock.sleep_until(ticket[0])
         return 0.0, ticket[2] if self.depth > 1 else ticket[1] + ticket[2], 0.0, 0.0
+
+
+class TimedExecutor:
+    """A simulated server on the wall clock (``time.perf_counter``): the executor protocol, no work.
+
+    ``submit`` returns at once; a batch is done at ``max(now + L − I, previous done) + I`` (medians of
+    ``service``), as `VirtualPipeline`; ``wait`` sleeps until then (the GIL released).
+    """
+
+    def __init__(self, service: ServiceModel, pool_size: int = 256) -> None:
+        self.service, self.pool_size = service, pool_size
+        self.depth = service.depth
+        self.buckets = list(service.batch_sizes)
+        self.last_done = -math.inf
+        self.batches = 0
+
+    def submit(self, first: int, count: int) -> tuple[float, float, float]:
+        """Schedule a batch: (done instant, first-stage seconds, last-stage seconds)."""
+        sv = self.service
+        total, last = sv.median_at(count), sv.interval_at(count)
+        done = max(time.perf_counter() + total - last, self.last_done) + last
+        self.last_done = done
+        self.batches += 1
+        return done, total - last, last
+
+    def done(self, ticket: tuple[float, float, float]) -> bool:  # noqa: D102
+        return time.perf_counter() >= ticket[0]
+
+    def wait_until(self, ticket: tuple[float, float, float], clock, t_s: float) -> None:
+        """Sleep until the batch is done or ``clock`` (a `RealClock`) reaches ``t_s``."""
+        until = min(ticket[0], getattr(clock, "origin_s", 0.0) + t_s) - time.perf_counter()
+        if until > 0:
+            time.sleep(until)
+
+    def wait(self, ticket: tuple[float, float, float]) -> tuple[float, float, float, float]:  # noqa: D102
+        left = ticket[0] - time.perf_counter()
+        if left > 0:
+            time.sleep(left)
+        return 0.0, ticket[1] + ticket[2], 0.0, 0.0

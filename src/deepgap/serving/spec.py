@@ -53,6 +53,7 @@ class ServeSpec:
     load: float = 0.5
     verify_policies: int = 2
     loadgen: bool = False
+    loadgen_duration_s: float | None = None  # LoadGen's min duration per run (default: the scenario's)
     threads: int | None = None
     curve_iterations: int | None = None
     timeout_s: float = 900.0
@@ -187,6 +188,14 @@ def validate(spec: ServeSpec) -> ServeSpec:
                              "pip install 'deepgap[serving]' (or mlcommons-loadgen), or drop --loadgen")
         if spec.tenants:
             raise UsageError("--loadgen with --tenants is not supported", "drive one model at a time")
+    if spec.loadgen_duration_s is not None:
+        v = spec.loadgen_duration_s
+        if not spec.loadgen:
+            raise UsageError("--loadgen-duration applies to LoadGen runs",
+                             "add --loadgen or drop --loadgen-duration")
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+            raise UsageError(f"--loadgen-duration must be positive, got {v!r}",
+                             "pass e.g. --loadgen-duration 600s")
     if spec.weights and spec.tenants:
         raise UsageError("--weights applies to one model, but --tenants names several", "drop --weights")
     if spec.dataset and spec.tenants:
