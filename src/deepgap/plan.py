@@ -36,7 +36,7 @@ def _ordered_union(lists) -> tuple:
 
 
 def expand(spec: SweepSpec, device: str) -> list[ConfigSpec]:
-    """All configurations of ``spec`` on ``device`` (``auto`` must already be resolved), then its host CPU's."""
+    """All configurations of ``spec`` on ``device`` (``auto`` resolved), then its host CPU's (`host_cpu`)."""
     out = _expand_device(spec, device)
     if spec.cpu_baseline and device != "cpu":
         out += [c for c in host_cpu(spec) if c not in out]
