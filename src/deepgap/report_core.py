@@ -86,12 +86,13 @@ def build(ctx: ReportContext) -> Parts:
             spc,
             "fig_speedup_vs_cpu",
             "Speedup over the CPU baseline",
-            "Peak throughput of each "
-            "platform and precision over the best FP32 CPU configuration of the same model (see the table).",
+            "Peak throughput of each platform and precision over its host CPU's best of the same model and "
+            "precision (fp32 where the CPU has none), with the interval from both CIs (see the table).",
             "speedup_vs_cpu",
             "× CPU",
             fmt="{:.3g}×",
-            why="unavailable: needs a CPU run and another device",
+            err=("speedup_vs_cpu_ci_low", "speedup_vs_cpu_ci_high"),
+            why="unavailable: no CPU result (a GPU run measures its host CPU unless --no-cpu-baseline)",
         ),
         figures_summary.thread_scaling(ts),
     ]
