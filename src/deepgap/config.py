@@ -132,7 +132,8 @@ PRESETS: dict[str, tuple[str, SweepSpec]] = {
     ),
     "gpu": (
         "default on a GPU: eager fp32/fp16 (the paper's baseline) beside the fastest engines (cudagraph, "
-        "compile-freeze fp16, quant int8/fp8), 2 sweeps, adaptive; budgeted for ~10 min on one H100",
+        "compile-freeze fp16, quant int8/fp8), 2 sweeps, adaptive, then the host CPU (fp32 all cores, ORT int8, "
+        "thread scaling; --no-cpu-baseline skips it); budgeted for ~10 min on one H100",
         _grid(
             models=("resnet18", "resnet50", "resnet101"),
             engines=("eager", "cudagraph", "compile-freeze", "quant"),

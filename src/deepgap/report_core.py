@@ -92,7 +92,8 @@ def build(ctx: ReportContext) -> Parts:
             "× CPU",
             fmt="{:.3g}×",
             err=("speedup_vs_cpu_ci_low", "speedup_vs_cpu_ci_high"),
-            why="unavailable: no CPU result (a GPU run measures its host CPU unless --no-cpu-baseline)",
+            why="unavailable: needs a CPU run and another device (a default GPU run measures its host CPU "
+            "too, unless --no-cpu-baseline)",
         ),
         figures_summary.thread_scaling(ts),
     ]
