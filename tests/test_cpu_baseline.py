@@ -113,7 +113,7 @@ def test_the_run_measures_the_gpu_then_its_host_cpu_into_one_run(monkeypatch, tm
     res = api.run(spec, store=store, on_event=lambda e: events.append((e.index, e.total, e.result is None)))
     log = _FakeGpuRunner.log
     assert log[:2] == ["gpu start", "gpu tinycnn eager fp32 bs1"]
-    assert log.index("gpu closed") < log.index("cpu runner 2/5x2")  # the GPU is idle while the CPU is measured
+    assert log.index("gpu closed") < log.index("cpu runner 2/4x2")  # the GPU is idle while the CPU is measured
     s = Store(store, readonly=True)
     try:
         df = s.results_frame()
@@ -210,6 +210,12 @@ def test_the_answer_has_a_host_cpu_line_per_gpu_model(tmp_path, rapl):
         s.close()
     agg = aggregate(df)
     assert set(agg["platform"]) == {"Fixture GPU", "Fixture Host CPU"}
+    # one run fills Table I's × CPU (with its interval), the speedup figure's rows and the thread scaling
+    t1 = tables.table1(agg)
+    gpu = t1[t1["platform"] == "Fixture GPU"]
+    assert len(gpu) == 2 and gpu["speedup_vs_cpu"].notna().all() and gpu["speedup_vs_cpu_ci_low"].notna().all()
+    assert len(tables.speedup_vs_cpu(agg)) == 2
+    assert sorted(tables.thread_scaling(agg)["threads"]) == [1, 4]
     rows, _ = answers(agg, df)
     line = rows[rows["goal"] == HOST_CPU_GOAL]
     assert list(line["platform"]) == ["Fixture GPU"]  # one line per GPU model; none for the CPU itself
