@@ -244,3 +244,13 @@ def test_compare_paper_sets_your_gpu_cpu_ratio_beside_the_papers(tmp_path):
     assert set(x["paper_platform"]) == {"NVIDIA T4", "NVIDIA L4"} and set(x["precision"]) == {"fp32", "int8"}
     text = deepgap_cli("compare", path, "--paper")
     assert text.returncode == 0 and "GPU over CPU beside the paper's" in text.stdout
+
+
+def test_the_gpu_thermal_timeline_leaves_out_the_host_cpu_samples():
+    from deepgap.report_core import gpu_part
+
+    tel = pd.DataFrame({"result_id": [1, 2, np.nan], "phase": ["measure", "measure", "thermal"],
+                        "temp_c": [70.0, 45.0, 60.0]})
+    df = pd.DataFrame({"run_id": ["r", "r"], "result_id": [1, 2], "device": ["cuda", "cpu"]})
+    assert list(gpu_part(tel, df, {"run_id": "r", "env": {"device": "cuda"}})["temp_c"]) == [70.0, 60.0]
+    assert len(gpu_part(tel, df, {"run_id": "r", "env": {"device": "cpu"}})) == 3  # a CPU run keeps its own

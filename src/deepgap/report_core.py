@@ -26,7 +26,7 @@ def build(ctx: ReportContext) -> Parts:
     if not df.empty:
         precs = dict(zip(df["result_id"].astype(int), df["precision"], strict=False))
         for r in runs:
-            t = tel_by_run[r["run_id"]]
+            t = gpu_part(tel_by_run[r["run_id"]], df, r)
             tel.append((f"run {r['run_id']} — {r['env'].get('device_name', '')}", t, precs))
             by_machine.setdefault(machine_key(r), (machine_label(r), [], precs))[1].append(t)
     sp32, par = tables.speedup_vs_fp32(agg), tables.pareto(agg)
@@ -106,6 +106,18 @@ def build(ctx: ReportContext) -> Parts:
     if ctx.interactive:
         _interactive(figs, agg, par, sp32)
     return Parts(out, figs)
+
+
+def gpu_part(tel: pd.DataFrame, df: pd.DataFrame, run: dict) -> pd.DataFrame:
+    """A GPU run's telemetry without its host-CPU part's samples (CPU package readings under the same names).
+
+    The CPU part (docs/cpu-baseline.md) is a second device of the run: its temperatures and power must not
+    extend the GPU's thermal timeline.
+    """
+    if (run.get("env") or {}).get("device") == "cpu" or tel.empty or "result_id" not in tel or df.empty:
+        return tel
+    cpu = set(df.loc[(df["run_id"] == run["run_id"]) & (df["device"] == "cpu"), "result_id"].astype(int))
+    return tel[~tel["result_id"].isin(cpu)] if cpu else tel
 
 
 def _interactive(figs: list[Figure], agg: pd.DataFrame, par: pd.DataFrame, sp32: pd.DataFrame) -> None:
