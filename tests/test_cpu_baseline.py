@@ -285,16 +285,16 @@ def test_the_answer_has_a_host_cpu_line_per_gpu_model(tmp_path, rapl):
     r = line.iloc[0]
     # best vs best: quant int8 bs256 (12,800/s) over onnxruntime int8 bs8 (200/s); bs1: 1 ms vs 8 ms
     assert r["value"] == "64.0× img/s" and r["ci"].startswith("[") and r["answered"]
-    assert r["configuration"] == "quant int8 bs256 ÷ onnxruntime int8 bs8 4 thr"
-    assert "bs1 latency 8.00× [" in r["also"] and "Fixture Host CPU" in r["n"]
-    if rapl:
-        assert (
-            "J/image 5.00× (quant int8 bs256 ÷ onnxruntime int8 bs8 4 thr)" in r["also"]
-        )  # 0.5 J over 0.1 J
+    assert r["configuration"] == "quant int8 bs256"
+    assert r["n"] == "vs onnxruntime int8 bs8 4 thr on Fixture Host CPU"
+    detail = r["host_cpu_detail"]  # answer.csv: every ratio with its interval and both configurations
+    assert "bs1 latency 8.00× [" in detail and "(quant int8 bs1 ÷ onnxruntime int8 bs1 4 thr)" in detail
+    if rapl:  # 0.5 J over 0.1 J
+        assert r["also"] == "bs1 latency 8.00× · J/img 5.00×"
+        assert "J/image 5.00× (quant int8 bs256 ÷ onnxruntime int8 bs8 4 thr)" in detail
     else:
-        assert (
-            "J/image: CPU energy unavailable: /sys/class/powercap" in r["also"] and "root-only" in r["also"]
-        )
+        assert r["also"] == "bs1 latency 8.00× · J/img: no CPU energy (RAPL unreadable)"
+        assert "J/image: CPU energy unavailable: /sys/class/powercap" in detail and "root-only" in detail
 
 
 def test_compare_paper_sets_your_gpu_cpu_ratio_beside_the_papers(tmp_path):
