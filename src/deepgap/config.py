@@ -132,8 +132,8 @@ PRESETS: dict[str, tuple[str, SweepSpec]] = {
     ),
     "gpu": (
         "default on a GPU: eager fp32/fp16 (the paper's baseline) beside the fastest engines (cudagraph, "
-        "compile-freeze fp16, quant int8/fp8), 2 sweeps, adaptive, then the host CPU (fp32 all cores, ORT int8, "
-        "thread scaling; --no-cpu-baseline skips it); budgeted for ~10 min on one H100",
+        "compile-freeze fp16, quant int8/fp8), 2 sweeps, adaptive, then the host CPU (fp32 all cores, "
+        "ORT int8, thread scaling; --no-cpu-baseline skips it); budgeted for ~10 min on one H100",
         _grid(
             models=("resnet18", "resnet50", "resnet101"),
             engines=("eager", "cudagraph", "compile-freeze", "quant"),
@@ -190,10 +190,10 @@ def default_spec(has_gpu: bool, cpu_count: int) -> SweepSpec:
 
 
 # The host-CPU part of a GPU run (`cpu_baseline`): the paper's small batches, fp32 eager with all cores, int8
-# through ONNX Runtime, and thread scaling of one model at batch 1. Budgeted at ~1.5 min on a 16-core host (most
-# of it ONNX export and quantization, cached after the first run), so each configuration gets fewer iterations
-# than the GPU grid's: 2 warm-up, 2 repeats of 4 timed (+ 4 pipelined), adaptive to 5% within 1.5 s, 0.5 s
-# energy windows, one pass. docs/cpu-baseline.md gives the estimate behind the budget.
+# through ONNX Runtime, and thread scaling of one model at batch 1. Budgeted at ~1.5 min on a 16-core host
+# (most of it ONNX export and quantization, cached after the first run), so each configuration gets fewer
+# iterations than the GPU grid's: 2 warm-up, 2 repeats of 4 timed (+ 4 pipelined), adaptive to 5% within
+# 1.5 s, 0.5 s energy windows, one pass. docs/cpu-baseline.md gives the estimate behind the budget.
 CPU_BASELINE_BATCHES = (1, 8)
 CPU_BASELINE_INT8_ENGINE = "onnxruntime"
 CPU_BASELINE_SCALING_MODEL = "resnet50"
