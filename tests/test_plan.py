@@ -72,7 +72,7 @@ def test_unpaired_precision_or_engine_is_one_usage_error(argv, expect, tmp_path,
 def test_default_gpu_grid():
     """Eager fp32/fp16 NCHW (the paper's baseline) beside cudagraph, compile-freeze and quant, twice."""
     spec = validate(default_spec(True, 16))
-    rows = expand(spec, "cuda")
+    rows = [c for c in expand(spec, "cuda") if c.device == "cuda"]  # the CPU's part: test_cpu_baseline.py
     assert spec.sweeps == 2 and spec.thermal_warmup and spec.thermal_timeout_s <= 120
     pairs = {(c.engine, c.precision, c.memory_format) for c in rows}
     assert pairs == {
@@ -94,7 +94,7 @@ def test_default_gpu_grid():
     orders = [[group(c) for c in rows if c.sweep == s] for s in (0, 1)]
     firsts = [list(dict.fromkeys(o)) for o in orders]
     assert sorted(firsts[0]) == sorted(firsts[1]) and firsts[0] != firsts[1]
-    assert [(c.model, c.engine, c.batch_size) for c in expand(spec, "cuda")] == [
+    assert [(c.model, c.engine, c.batch_size) for c in expand(spec, "cuda") if c.device == "cuda"] == [
         (c.model, c.engine, c.batch_size) for c in rows]
     for c0, c1 in zip(rows, rows[1:], strict=False):
         if group(c0) == group(c1) and c0.sweep == c1.sweep:
@@ -109,11 +109,12 @@ def test_default_gpu_grid():
 
 
 def test_an_axis_flag_replaces_the_presets_per_engine_axis():
-    spec = build_spec(_args("--preset", "gpu", "--batch-sizes", "8"))
+    spec = build_spec(_args("--preset", "gpu", "--batch-sizes", "8", "--no-cpu-baseline"))
     assert {c.batch_size for c in expand(validate(spec), "cuda")} == {8}
-    spec = build_spec(_args("--preset", "gpu", "--memory-formats", "nchw"))
+    spec = build_spec(_args("--preset", "gpu", "--memory-formats", "nchw", "--no-cpu-baseline"))
     assert {c.memory_format for c in expand(validate(spec), "cuda")} == {"nchw"}
-    spec = build_spec(_args("--preset", "gpu", "--engines", "quant", "--precisions", "int8"))
+    spec = build_spec(_args("--preset", "gpu", "--engines", "quant", "--precisions", "int8",
+                            "--no-cpu-baseline"))
     rows = expand(validate(spec), "cuda")
     assert {(c.engine, c.precision, c.memory_format) for c in rows} == {("quant", "int8", "channels_last")}
     assert {c.batch_size for c in rows} == {1, 256}  # the preset's quant batch sizes stay

@@ -47,7 +47,7 @@ def test_answer_comes_first_with_evidence(multi):
     assert -1 not in pos.values() and list(pos.values()) == sorted(pos.values())
     ans = pd.read_csv(multi["dir"] / "report_files" / "answer.csv")
     gpu = ans[(ans["platform"] == "Fixture GPU A") & (ans["model"] == "resnet18")].set_index("goal")
-    assert list(gpu.index) == ["throughput", "latency", "per joule"]
+    assert list(gpu.index) == ["throughput", "latency", "per joule", "× host CPU"]  # a CPU is in the store
     assert gpu.loc["throughput", "configuration"] == BEST
     assert gpu.loc["latency", "configuration"] == "quant int8 channels_last bs1"
     # accuracy evidence from extra["correctness"]: rel. L2 with its bound, cosine, top-1

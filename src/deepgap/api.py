@@ -2,6 +2,12 @@
 
 The store side (run row, idle baseline and thermal prelude, results, final status) is a
 `deepgap.session.RunSession`, the same for every kind of run.
+
+A GPU sweep with ``cpu_baseline`` (the default GPU grid) measures its host CPU after the GPU part
+(`run_host_cpu`): the GPU's worker is stopped first, so the GPU is idle, and a CPU worker of its own
+measures `deepgap.plan.host_cpu`'s configurations into the same run. Each of those results carries the
+CPU worker's environment fingerprint (``details.node_env``), so the store reads them as a second device
+(platform = the CPU's name), as it reads a fleet lane's.
 """
 
 from __future__ import annotations
@@ -10,7 +16,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from deepgap.config import SweepSpec, validate
+from deepgap.config import SweepSpec, cpu_baseline_spec, validate
 from deepgap.plan import expand
 from deepgap.runner import Event, SweepRunner, python_command
 from deepgap.session import (  # noqa: F401 - re-exported: the public names of the API
@@ -50,6 +56,8 @@ def run(
     if devices or ray or where or (resume and stored_fleet(store, resume)):
         from deepgap.fleet.session import run_fleet
 
+        if not resume:  # a fleet's lanes are GPUs: its host CPU is measured by a one-device run only
+            spec = as_spec(spec).replace(cpu_baseline=False)
         return run_fleet(spec, store, resume, on_event, command, devices=devices, ray=ray, where=where,
                          log=log)
     session = RunSession(store, SWEEP)
@@ -68,10 +76,14 @@ def run(
         sweep = validate(as_spec(spec))
         device = resolve_device(sweep.device)
         sweep = sweep.replace(device=device)
+        if sweep.cpu_baseline and sweep.cpu_cores is None:  # stored, so a resume plans the same CPU grid
+            sweep = sweep.replace(cpu_cores=os.cpu_count() or 1)
         check_path(store)
         run_id = None
         done = set()
-    configs = [c for c in expand(sweep, device) if c.key not in done]
+    planned = [c for c in expand(sweep, device) if c.key not in done]
+    configs = [c for c in planned if c.device == device]
+    host = [c for c in planned if c.device != device]  # the host CPU's part, after the GPU's
     runner = SweepRunner(sweep, device)
     try:
         runner.start()
@@ -83,10 +95,38 @@ def run(
         with session:
             if configs:  # a resumed run with nothing left measures no prelude either
                 session.prelude(runner, sweep, configs, log)  # idle baseline, thermal warm-up
-            for res in runner.run(configs, on_event):
+            total = len(configs) + len(host)
+            for res in runner.run(configs, lambda e: on_event(Event(e.index, total, e.spec, e.result))):
                 session.record(res)
                 out.results.append(res)
+            if host:
+                runner.close()  # the GPU's worker exits: the GPU is idle while the CPU is measured
+                out.results += run_host_cpu(session, sweep, host, on_event, len(configs), total, log)
         return out
     finally:
         runner.close()
         session.close()
+
+
+def run_host_cpu(session: RunSession, sweep: SweepSpec, configs: list, on_event: Callable[[Event], None],
+                 offset: int = 0, total: int | None = None, log: Callable[[str], None] = lambda m: None,
+                 runner: SweepRunner | None = None) -> list:
+    """Measure the host-CPU part of ``sweep`` (`deepgap.plan.host_cpu`) in a CPU worker; record each result.
+
+    ``runner``: a launcher to use instead of a new CPU `SweepRunner` (tests pass an in-process one).
+    """
+    cpu = cpu_baseline_spec(sweep, os.cpu_count() or 1)
+    total = total if total is not None else offset + len(configs)
+    runner = runner or SweepRunner(cpu, "cpu")
+    log(f"host CPU baseline: {len(configs)} configuration(s) on the CPU ({cpu.cpu_cores} cores), GPU idle")
+    out = []
+    try:
+        runner.start()
+        env = runner.environment()
+        for res in runner.run(configs, lambda e: on_event(Event(offset + e.index, total, e.spec, e.result))):
+            res.details.node_env = env  # the store reads the CPU's name from here (a second device)
+            session.record(res)
+            out.append(res)
+    finally:
+        runner.close()
+    return out

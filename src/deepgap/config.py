@@ -75,6 +75,9 @@ class SweepSpec:
     dataset: str | None = None  # ImageFolder tree or CSV of path,label; validate() stores its identity in options
     accuracy_samples: int | None = None  # score this many evaluation images (None: the whole split)
     min_accuracy: float | None = None  # top-1 relative to fp32; None: 99% for int8/fp8 (MLPerf), none otherwise
+    # the host CPU measured after a GPU sweep, in the same run (docs/cpu-baseline.md; `cpu_baseline_spec`)
+    cpu_baseline: bool = False
+    cpu_cores: int | None = None  # its "all cores": set when the run starts, so a resume plans the same grid
 
     def replace(self, **changes: Any) -> SweepSpec:
         """A copy with some fields changed."""
@@ -129,7 +132,8 @@ PRESETS: dict[str, tuple[str, SweepSpec]] = {
     ),
     "gpu": (
         "default on a GPU: eager fp32/fp16 (the paper's baseline) beside the fastest engines (cudagraph, "
-        "compile-freeze fp16, quant int8/fp8), 2 sweeps, adaptive; budgeted for ~10 min on one H100",
+        "compile-freeze fp16, quant int8/fp8), 2 sweeps, adaptive, then the host CPU (fp32 all cores, "
+        "ORT int8, thread scaling; --no-cpu-baseline skips it); budgeted for ~10 min on one H100",
         _grid(
             models=("resnet18", "resnet50", "resnet101"),
             engines=("eager", "cudagraph", "compile-freeze", "quant"),
@@ -145,7 +149,7 @@ PRESETS: dict[str, tuple[str, SweepSpec]] = {
                 "quant": {"batch_sizes": (1, 256), "memory_formats": ("channels_last",)},
             },
             warmup=10, iterations=10, repeats=2, target_ci=0.01, max_time_s=2.0, sweeps=2,
-            thermal_warmup=True, thermal_timeout_s=120.0,
+            thermal_warmup=True, thermal_timeout_s=120.0, cpu_baseline=True,
         ),
     ),
     "cpu": (
@@ -172,14 +176,42 @@ def preset(name: str) -> SweepSpec:
     return PRESETS[name][1]
 
 
-def default_spec(has_gpu: bool, cpu_count: int) -> SweepSpec:
-    """The sweep run when no preset is named: the GPU grid, or the CPU grid with thread scaling."""
-    if has_gpu:
-        return preset("gpu").replace(device="cuda")
+def thread_ladder(cpu_count: int) -> tuple[int, ...]:
+    """1, 2, 4 … and ``cpu_count`` itself: the thread counts a CPU's scaling is measured at."""
     threads = tuple(2**i for i in range(cpu_count.bit_length()) if 2**i <= cpu_count)
-    if cpu_count not in threads:
-        threads += (cpu_count,)
-    return preset("cpu").replace(device="cpu", threads=threads)
+    return threads if cpu_count in threads else (*threads, cpu_count)
+
+
+def default_spec(has_gpu: bool, cpu_count: int) -> SweepSpec:
+    """The sweep run when no preset is named: the GPU grid (its host CPU after it), or the CPU grid."""
+    if has_gpu:
+        return preset("gpu").replace(device="cuda", cpu_cores=cpu_count)
+    return preset("cpu").replace(device="cpu", threads=thread_ladder(cpu_count))
+
+
+# The host-CPU part of a GPU run (`cpu_baseline`): the paper's small batches, fp32 eager with all cores, int8
+# through ONNX Runtime, and thread scaling of one model at batch 1. Budgeted at ~1.5 min on a 16-core host
+# (most of it ONNX export and quantization, cached after the first run), so each configuration gets fewer
+# iterations than the GPU grid's: 2 warm-up, 2 repeats of 4 timed (+ 4 pipelined), adaptive to 5% within
+# 1.5 s, 0.5 s energy windows, one pass. docs/cpu-baseline.md gives the estimate behind the budget.
+CPU_BASELINE_BATCHES = (1, 8)
+CPU_BASELINE_INT8_ENGINE = "onnxruntime"
+CPU_BASELINE_SCALING_MODEL = "resnet50"
+
+
+def cpu_baseline_spec(spec: SweepSpec, cpu_count: int) -> SweepSpec:
+    """The sweep the host-CPU part of ``spec`` is measured with (its models, seed, weights and telemetry).
+
+    ``cpu_count``: the host's cores when ``spec.cpu_cores`` is unset (a spec not yet started).
+    """
+    cores = spec.cpu_cores or cpu_count
+    return spec.replace(
+        device="cpu", engines=("eager", CPU_BASELINE_INT8_ENGINE), precisions=("fp32", "int8"),
+        batch_sizes=CPU_BASELINE_BATCHES, memory_formats=("nchw",), threads=thread_ladder(cores),
+        engine_axes={"eager": {"precisions": ("fp32",)}, CPU_BASELINE_INT8_ENGINE: {"precisions": ("int8",)}},
+        warmup=2, iterations=4, repeats=2, sweeps=1, target_ci=0.05, max_time_s=1.5, energy_window_s=0.5,
+        idle_s=0.0, thermal_warmup=False, include_transfer=False, cpu_baseline=False, cpu_cores=cores,
+    )
 
 
 def load_toml(path: str, base: SweepSpec | None = None) -> SweepSpec:
@@ -231,6 +263,11 @@ def validate(spec: SweepSpec) -> SweepSpec:
             raise UsageError(f"unknown precision {p!r}", f"choose from {', '.join(PRECISIONS)}")
     _positive_ints("batch_sizes", spec.batch_sizes)
     _positive_ints("threads", spec.threads, allow_empty=True)
+    if not isinstance(spec.cpu_baseline, bool):
+        raise UsageError(f"cpu_baseline must be true or false, got {spec.cpu_baseline!r}",
+                         "write cpu_baseline = false (or pass --no-cpu-baseline)")
+    if spec.cpu_cores is not None:
+        _positive_ints("cpu_cores", (spec.cpu_cores,))
     for mf in spec.memory_formats:
         if mf not in MEMORY_FORMATS:
             raise UsageError(f"unknown memory format {mf!r}", f"choose from {', '.join(MEMORY_FORMATS)}")

@@ -11,14 +11,18 @@ An engine is paired only with the precisions it runs, on its own axes where the 
 (`deepgap.pairing`, which `config.validate` checks with too). What a *device* cannot run (fp8 below
 compute capability 8.9, …) still becomes a stored ``skipped`` row with its reason: that is a finding,
 not a planning error.
+
+A GPU sweep with ``cpu_baseline`` ends with its host CPU's part (`host_cpu`, device ``cpu``): the run
+measures it after the GPU's configurations, in a worker of its own (`deepgap.api.run`).
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import random
 
-from deepgap.config import SweepSpec
+from deepgap.config import CPU_BASELINE_INT8_ENGINE, CPU_BASELINE_SCALING_MODEL, SweepSpec, cpu_baseline_spec
 from deepgap.models import resolve_model
 from deepgap.pairing import axes, check_pairs
 from deepgap.records import ConfigSpec
@@ -32,7 +36,45 @@ def _ordered_union(lists) -> tuple:
 
 
 def expand(spec: SweepSpec, device: str) -> list[ConfigSpec]:
-    """All configurations of ``spec`` on ``device`` (``auto`` must already be resolved)."""
+    """All configurations of ``spec`` on ``device`` (``auto`` resolved), then its host CPU's (`host_cpu`)."""
+    out = _expand_device(spec, device)
+    if spec.cpu_baseline and device != "cpu":
+        out += [c for c in host_cpu(spec) if c not in out]
+    return out
+
+
+def host_cpu(spec: SweepSpec) -> list[ConfigSpec]:
+    """The host-CPU part of a GPU sweep (`config.cpu_baseline_spec`), in the order it is measured.
+
+    fp32 eager with all cores at the small batches, thread scaling of one model at batch 1 (ResNet-50 where
+    the sweep has it), then int8 through ONNX Runtime (last: its export and quantization cost the most; where
+    onnxruntime is not installed those rows are stored skipped, with that reason). Thread counts are
+    explicit (``spec.cpu_cores``, stored with the run), so ``--resume`` plans exactly the same keys.
+    """
+    cpu = cpu_baseline_spec(spec, os.cpu_count() or 1)
+    cores = int(cpu.cpu_cores or 1)
+    out: list[ConfigSpec] = []
+
+    def add(model: str, engine: str, precision: str, bs: int, threads: int) -> None:
+        c = ConfigSpec(model=model, engine=engine, precision=precision, batch_size=bs, device="cpu",
+                       threads=threads, resolution=spec.resolution or resolve_model(model).default_resolution)
+        if c not in out:
+            out.append(c)
+
+    for model in spec.models:
+        for bs in cpu.batch_sizes:
+            add(model, "eager", "fp32", bs, cores)
+    scaling = CPU_BASELINE_SCALING_MODEL if CPU_BASELINE_SCALING_MODEL in spec.models else spec.models[0]
+    for t in cpu.threads:
+        add(scaling, "eager", "fp32", 1, t)
+    for model in spec.models:
+        for bs in cpu.batch_sizes:
+            add(model, CPU_BASELINE_INT8_ENGINE, "int8", bs, cores)
+    return out
+
+
+def _expand_device(spec: SweepSpec, device: str) -> list[ConfigSpec]:
+    """The sweep's own grid on ``device``."""
     check_pairs(spec)
     threads: tuple[int | None, ...] = tuple(spec.threads) if spec.threads else (None,)
     per = {e: axes(spec, e) for e in spec.engines}

@@ -5,7 +5,9 @@ Why its own module: the answer is what a reader opens the report for, so it is b
 latency, joules per image) and shown with the evidence a reader needs to trust it: the CI, the
 accuracy against the FP32 reference (from each result's ``extra["correctness"]``), the flags, and
 whether the runner-up is within the CI. Columns other analysis code adds to the aggregate (a spread
-between sweep passes, say) are rendered when present and skipped when not.
+between sweep passes, say) are rendered when present and skipped when not. A GPU platform's model whose
+run also measured its host CPU (docs/cpu-baseline.md) gets one more line, "× host CPU": the GPU's best
+against the CPU's best in throughput, latency at batch 1 and joules per image (`analysis.host_cpu`).
 """
 
 from __future__ import annotations
@@ -15,12 +17,14 @@ from typing import Any
 import pandas as pd
 
 from deepgap.analysis.frame import config_label
+from deepgap.analysis.host_cpu import HostCpuLine, Ratio, host_cpu_lines
 from deepgap.analysis.recommend import OBJECTIVES, recommend
-from deepgap.report_format import fmt_ci, fmt_ips, fmt_list, fmt_ms, fmt_num
+from deepgap.report_format import fmt_ci, fmt_ips, fmt_list, fmt_ms, fmt_num, fmt_x
 from deepgap.result_details import Correctness, ResultDetails
 from deepgap.stats import finite_or_none as _f
 
 GOALS = {"throughput": "throughput", "latency": "latency", "joules": "per joule"}
+HOST_CPU_GOAL = "× host CPU"
 
 
 
@@ -129,6 +133,51 @@ def _row_of(sub: pd.DataFrame, choice: dict[str, Any] | None) -> dict[str, Any] 
     return None
 
 
+def _ratio_text(what: str, r: Ratio) -> str:
+    """``bs1 latency 6.1× [5.2×, 7.0×] (eager fp16 bs1 ÷ eager fp32 bs1 16 thr)``, or why not."""
+    if not r.ok:
+        return f"{what}: {r.why}"
+    ci = fmt_ci(r.ci_low, r.ci_high, fmt_x)
+    sides = f"{_short(r.gpu)} ÷ {_short(r.cpu)}" if r.gpu and r.cpu else ""
+    return f"{what} {fmt_x(r.value)}" + (f" {ci}" if ci != "–" else "") + (f" ({sides})" if sides else "")
+
+
+def _compact(what: str, r: Ratio) -> str:
+    """``bs1 latency 8.00×``, or ``J/img: no CPU energy (RAPL unreadable)``: short, for the answer's cell."""
+    if r.ok:
+        return f"{what} {fmt_x(r.value)}"
+    if r.why.startswith("CPU energy"):
+        rapl = "RAPL" in r.why or "powercap" in r.why
+        return f"{what}: no CPU energy" + (" (RAPL unreadable)" if rapl else "")
+    return f"{what}: –"
+
+
+def host_cpu_row(line: HostCpuLine) -> dict[str, Any]:
+    """The answer's "× host CPU" line of one GPU platform and model (GPU over CPU: higher = the GPU).
+
+    Compact, so that the answer still fits the first screen; ``host_cpu_detail`` (in answer.csv) carries
+    every ratio with its interval, both configurations and the full reason for a missing one.
+    """
+    tp = line.throughput
+    return {
+        "platform": line.platform,
+        "model": line.model,
+        "resolution": line.resolution,
+        "goal": HOST_CPU_GOAL,
+        "configuration": _short(tp.gpu) if tp.gpu else "",
+        "value": f"{fmt_x(tp.value)} img/s" if tp.ok else "–",
+        "ci": fmt_ci(tp.ci_low, tp.ci_high, fmt_x) if tp.ok else "–",
+        "also": " · ".join([_compact("bs1 latency", line.latency_bs1), _compact("J/img", line.joules)]),
+        "accuracy": "",
+        "flags": "",
+        "n": f"vs {_short(tp.cpu)} on {line.cpu_platform}" if tp.cpu else f"vs {line.cpu_platform}",
+        "answered": tp.ok,
+        "host_cpu_detail": " · ".join([_ratio_text("throughput", tp),
+                                       _ratio_text("bs1 latency", line.latency_bs1),
+                                       _ratio_text("J/image", line.joules)]),
+    }
+
+
 def spread_columns(agg: pd.DataFrame) -> list[str]:
     """Columns of the aggregate that measure spread between sweep passes or runs (when present)."""
     return [c for c in agg.columns if "spread" in c or c.startswith("cv_") or c.endswith("_cv")]
@@ -147,6 +196,7 @@ def answers(agg: pd.DataFrame, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataF
     fail = df[df["status"] != "ok"] if "status" in df else df.iloc[0:0]
     # the fastest platform first (GPUs before the CPU baseline), then by name
     order = agg.groupby("platform")["throughput_ips"].max().sort_values(ascending=False).index
+    host = {(ln.platform, ln.model, ln.resolution): ln for ln in host_cpu_lines(agg, df)}
     for platform in order:
         sub = agg[agg["platform"] == platform]
         recs = {obj: {(r.model, r.resolution): r for r in recommend(sub, obj)} for obj in OBJECTIVES}
@@ -192,6 +242,9 @@ def answers(agg: pd.DataFrame, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataF
                         **{c: best.get(c) for c in spread},
                     }
                 )
+            line = host.get((platform, model, int(res)))
+            if line is not None:
+                rows.append(host_cpu_row(line))
             flagged = msub[msub["flagged"]]
             reasons: dict[str, int] = {}
             for fl in flagged["flags"]:

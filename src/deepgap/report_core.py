@@ -26,7 +26,7 @@ def build(ctx: ReportContext) -> Parts:
     if not df.empty:
         precs = dict(zip(df["result_id"].astype(int), df["precision"], strict=False))
         for r in runs:
-            t = tel_by_run[r["run_id"]]
+            t = gpu_part(tel_by_run[r["run_id"]], df, r)
             tel.append((f"run {r['run_id']} — {r['env'].get('device_name', '')}", t, precs))
             by_machine.setdefault(machine_key(r), (machine_label(r), [], precs))[1].append(t)
     sp32, par = tables.speedup_vs_fp32(agg), tables.pareto(agg)
@@ -86,12 +86,14 @@ def build(ctx: ReportContext) -> Parts:
             spc,
             "fig_speedup_vs_cpu",
             "Speedup over the CPU baseline",
-            "Peak throughput of each "
-            "platform and precision over the best FP32 CPU configuration of the same model (see the table).",
+            "Peak throughput of each platform and precision over its host CPU's best of the same model and "
+            "precision (fp32 where the CPU has none), with the interval from both CIs (see the table).",
             "speedup_vs_cpu",
             "× CPU",
             fmt="{:.3g}×",
-            why="unavailable: needs a CPU run and another device",
+            err=("speedup_vs_cpu_ci_low", "speedup_vs_cpu_ci_high"),
+            why="unavailable: needs a CPU run and another device (a default GPU run measures its host CPU "
+            "too, unless --no-cpu-baseline)",
         ),
         figures_summary.thread_scaling(ts),
     ]
@@ -104,6 +106,18 @@ def build(ctx: ReportContext) -> Parts:
     if ctx.interactive:
         _interactive(figs, agg, par, sp32)
     return Parts(out, figs)
+
+
+def gpu_part(tel: pd.DataFrame, df: pd.DataFrame, run: dict) -> pd.DataFrame:
+    """A GPU run's telemetry without its host-CPU part's samples (CPU package readings under the same names).
+
+    The CPU part (docs/cpu-baseline.md) is a second device of the run: its temperatures and power must not
+    extend the GPU's thermal timeline.
+    """
+    if (run.get("env") or {}).get("device") == "cpu" or tel.empty or "result_id" not in tel or df.empty:
+        return tel
+    cpu = set(df.loc[(df["run_id"] == run["run_id"]) & (df["device"] == "cpu"), "result_id"].astype(int))
+    return tel[~tel["result_id"].isin(cpu)] if cpu else tel
 
 
 def _interactive(figs: list[Figure], agg: pd.DataFrame, par: pd.DataFrame, sp32: pd.DataFrame) -> None:

@@ -52,6 +52,11 @@ def fmt_ci(lo: Any, hi: Any, f=fmt_ips) -> str:
     return f"[{f(lo)}, {f(hi)}]" if _ok(lo) and _ok(hi) else "–"
 
 
+def _cpu_ci(r: dict[str, Any]) -> str:
+    """The × CPU ratio's interval (`analysis.tables.ratio_interval`)."""
+    return fmt_ci(r.get("speedup_vs_cpu_ci_low"), r.get("speedup_vs_cpu_ci_high"), fmt_x)
+
+
 def _threads(v: Any) -> str:
     return str(int(v)) if _ok(v) and int(v) > 0 else "default"
 
@@ -102,6 +107,7 @@ TABLE_SPECS: dict[str, tuple[str, list[Col]]] = {
             ("runs", "n_runs"),
             ("TFLOPS", lambda r: fmt_num(r["achieved_tflops"])),
             ("× CPU", lambda r: fmt_x(r["speedup_vs_cpu"])),
+            ("× CPU 95% CI", lambda r: _cpu_ci(r)),
             ("configuration", "configuration"),
             ("CPU baseline", "cpu_baseline"),
             ("run ids", lambda r: fmt_list(r["run_ids"])),
@@ -127,7 +133,7 @@ TABLE_SPECS: dict[str, tuple[str, list[Col]]] = {
         ],
     ),
     "speedup_vs_cpu": (
-        "Speedup over the CPU baseline (peak vs best FP32 CPU configuration)",
+        "Speedup over the CPU (peak vs the CPU's best of the same model and precision, else its fp32)",
         [
             ("platform", "platform"),
             ("model", "model"),
@@ -137,6 +143,8 @@ TABLE_SPECS: dict[str, tuple[str, list[Col]]] = {
             ("CPU configuration", "cpu_configuration"),
             ("CPU images/s", lambda r: fmt_ips(r["cpu_throughput_ips"])),
             ("× CPU", lambda r: fmt_x(r["speedup_vs_cpu"])),
+            ("95% CI", lambda r: _cpu_ci(r)),
+            ("CPU side", lambda r: r.get("cpu_match", "")),
             *FLAG_COLUMNS,
         ],
     ),

@@ -16,7 +16,8 @@ round trip loses nothing. Key inventory (producer → readers; "record" = kept f
 * ``min_accuracy``, ``accuracy`` (`Accuracy`) (accuracy.evaluate) → analysis.accuracy, commands.show.
 * ``thermal`` (telemetry.session's warm-up result, never a stored result) → telemetry.runlevel.
 * ``lane``, ``node_id``, ``node_env`` (fleet: the lane and its environment fingerprint, a dict like a
-  run's ``env``), ``attempts``, ``lost`` (fleet.ray_backend) → store.results_frame, fleet.
+  run's ``env``; ``node_env`` also api.run_host_cpu: the host CPU's, in a GPU run), ``attempts``, ``lost``
+  (fleet.ray_backend) → store.results_frame, fleet.
 
 A record is either built by a producer (a None field is then left out, except the keys it always
 writes: `JsonRecord.ALWAYS`) or read by `from_json` (then exactly the keys read are written back, in

@@ -1,9 +1,9 @@
 """The study's tables as pure functions of the aggregated frame (`deepgap.analysis.frame.aggregate`).
 
 Table I (peak throughput per platform, model and precision), speedup over FP32 at each batch
-(fig. 11), speedup over the CPU baseline, the latency–throughput Pareto frontier (fig. 10), energy
-(perf-per-watt, joules per image) and CPU thread scaling. Every row carries the configuration it
-comes from, so no number stands without its batch, engine, threads and run count.
+(fig. 11), speedup over the CPU, like with like (docs/cpu-baseline.md), the latency–throughput Pareto
+frontier (fig. 10), energy (perf-per-watt, joules per image) and CPU thread scaling. Every row carries the
+configuration it comes from, so no number stands without its batch, engine, threads and run count.
 """
 
 from __future__ import annotations
@@ -36,16 +36,57 @@ def best_rows(agg: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return ranked.groupby(keys, sort=True, dropna=False).head(1).sort_values(keys).reset_index(drop=True)
 
 
-def cpu_baselines(agg: pd.DataFrame) -> pd.DataFrame:
-    """Per model and resolution, the best unflagged FP32 configuration on a CPU (any threads and batch)."""
-    cpu = (
-        agg[(agg["device"] == "cpu") & (agg["precision"] == "fp32") & ~agg["flagged"]]
-        if not agg.empty
-        else agg
-    )
+def host_cpu_for(row: dict[str, Any], cpu: pd.DataFrame) -> tuple[dict[str, Any] | None, str]:
+    """The CPU configuration a row's × CPU divides by, and how it was chosen (like with like).
+
+    The CPU of the row's own run where it has one (the host-CPU part of a GPU run, docs/cpu-baseline.md),
+    else any CPU of the selection; the same model and resolution; the same precision where the CPU measured
+    it, else the CPU's fp32, said so (the paper's baseline: its fp16 and int8 × CPU are over the Xeon's
+    fp32).
+    ``cpu``: the unflagged CPU configurations (`clean_cpu`).
+    """
     if cpu.empty:
-        return cpu.copy()
-    return best_rows(cpu, ["model", "resolution"])
+        return None, "unavailable: no unflagged CPU result (run without --no-cpu-baseline, or --device cpu)"
+    same = cpu[(cpu["model"] == row["model"]) & (cpu["resolution"] == row["resolution"])]
+    runs = set(row.get("run_ids") or [])
+    mine = [bool(runs & set(r or [])) for r in same["run_ids"]] if runs and "run_ids" in same else []
+    own = same[mine] if any(mine) else same.iloc[0:0]
+    where = "its run's host CPU" if len(own) else "a CPU of this selection"
+    pool = own if len(own) else same
+    fallback = f"{where}'s fp32: the CPU measured no {row['precision']} (the paper's baseline)"
+    for prec, how in ((row["precision"], f"same precision, {where}"), ("fp32", fallback)):
+        sub = pool[pool["precision"] == prec]
+        if len(sub):
+            return best_rows(sub, ["model"]).iloc[0].to_dict(), how
+    return None, f"unavailable: no unflagged CPU result for {row['model']}"
+
+
+def ratio_interval(a: dict[str, Any], b: dict[str, Any]) -> tuple[float, float, float]:
+    """Throughput A / B and a 95% interval from both sides' bootstrap CIs: (A low / B high, A high / B low).
+
+    Conservative (each side's interval holds with 95%, so the ratio's with at least 90%, in practice more);
+    NaN bounds where a side stored no CI.
+    """
+    def num(r: dict[str, Any], k: str) -> float:
+        v = r.get(k)
+        return float(v) if v is not None and v == v else float("nan")
+
+    point = num(a, "throughput_ips") / num(b, "throughput_ips")
+    lo = num(a, "throughput_ci_low_ips") / num(b, "throughput_ci_high_ips")
+    hi = num(a, "throughput_ci_high_ips") / num(b, "throughput_ci_low_ips")
+    return point, lo, hi
+
+
+def _vs_cpu(row: dict[str, Any], cpu: pd.DataFrame) -> dict[str, Any]:
+    """The × CPU columns of one configuration: ratio, its interval, the CPU's configuration and the match."""
+    b, how = host_cpu_for(row, cpu)
+    if b is None:
+        return {"speedup_vs_cpu": np.nan, "speedup_vs_cpu_ci_low": np.nan, "speedup_vs_cpu_ci_high": np.nan,
+                "cpu_baseline": how, "cpu_match": how, "cpu_throughput_ips": np.nan}
+    point, lo, hi = ratio_interval(row, b)
+    return {"speedup_vs_cpu": point, "speedup_vs_cpu_ci_low": lo, "speedup_vs_cpu_ci_high": hi,
+            "cpu_baseline": f"{config_label(b)} ({how})", "cpu_match": how,
+            "cpu_configuration": config_label(b), "cpu_throughput_ips": b["throughput_ips"]}
 
 
 def table1(agg: pd.DataFrame) -> pd.DataFrame:
@@ -62,7 +103,7 @@ def table1(agg: pd.DataFrame) -> pd.DataFrame:
     if agg.empty:
         return pd.DataFrame(columns=_EMPTY_T1)
     t = best_rows(agg, ["platform", "model", "precision"])
-    base = cpu_baselines(agg).set_index(["model", "resolution"])
+    cpu = clean_cpu(agg)
     out = []
     for r in t.to_dict("records"):
         row = {
@@ -97,14 +138,9 @@ def table1(agg: pd.DataFrame) -> pd.DataFrame:
         flops = r.get("flops_per_image")
         row["achieved_tflops"] = r["throughput_ips"] * flops / 1e12 if flops and flops == flops else np.nan
         row["pct_of_peak"] = _pct_of_peak(row["platform"], row["precision"], row["achieved_tflops"])
-        key = (r["model"], r["resolution"])
-        if key in base.index:
-            b = base.loc[key]
-            row["speedup_vs_cpu"] = r["throughput_ips"] / b["throughput_ips"]
-            row["cpu_baseline"] = config_label({**b.to_dict(), "model": key[0], "resolution": key[1]})
-        else:
-            row["speedup_vs_cpu"] = np.nan
-            row["cpu_baseline"] = "unavailable: no unflagged FP32 CPU result for this model"
+        v = _vs_cpu(r, cpu)
+        row.update({k: v[k] for k in ("speedup_vs_cpu", "speedup_vs_cpu_ci_low", "speedup_vs_cpu_ci_high",
+                                      "cpu_baseline")})
         row["configuration"] = config_label(r)
         for c in ACCURACY_WORST:  # every row, so a quantized row stands beside its evidence
             row[c] = r.get(c, np.nan)
@@ -181,17 +217,27 @@ def speedup_vs_fp32(agg: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def clean_cpu(agg: pd.DataFrame) -> pd.DataFrame:
+    """The unflagged CPU configurations with a throughput (what a × CPU may divide by)."""
+    if agg.empty:
+        return agg
+    return agg[(agg["device"] == "cpu") & ~agg["flagged"].astype(bool) & agg["throughput_ips"].notna()]
+
+
 def speedup_vs_cpu(agg: pd.DataFrame) -> pd.DataFrame:
-    """Peak throughput of each non-CPU platform, model and precision over the best FP32 CPU configuration."""
-    base = cpu_baselines(agg)
-    if agg.empty or base.empty:
+    """Peak throughput of each non-CPU platform, model and precision over the CPU's, like with like.
+
+    The CPU side is `host_cpu_for`'s (same model and precision, the run's own host CPU first; fp32 where
+    the CPU has no such precision, said in ``cpu_match``); the interval is `ratio_interval`'s.
+    """
+    cpu = clean_cpu(agg)
+    if agg.empty or cpu.empty:
         return pd.DataFrame(columns=["platform", "model", "precision", "speedup_vs_cpu"])
     peaks = best_rows(agg[agg["device"] != "cpu"], ["platform", "model", "precision"])
     out = []
-    bidx = {(b["model"], b["resolution"]): b for b in base.to_dict("records")}
     for r in peaks.to_dict("records"):
-        b = bidx.get((r["model"], r["resolution"]))
-        if b is None:
+        v = _vs_cpu(r, cpu)
+        if v["speedup_vs_cpu"] != v["speedup_vs_cpu"]:
             continue
         out.append(
             {
@@ -204,14 +250,15 @@ def speedup_vs_cpu(agg: pd.DataFrame) -> pd.DataFrame:
                 "batch_size": r["batch_size"],
                 "configuration": config_label(r),
                 "throughput_ips": r["throughput_ips"],
-                "cpu_configuration": config_label(b),
-                "cpu_throughput_ips": b["throughput_ips"],
-                "speedup_vs_cpu": r["throughput_ips"] / b["throughput_ips"],
+                **{k: v[k] for k in ("cpu_configuration", "cpu_match", "cpu_throughput_ips", "speedup_vs_cpu",
+                                     "speedup_vs_cpu_ci_low", "speedup_vs_cpu_ci_high")},
                 "flagged": bool(r["flagged"]),
                 "flags": r["flags"],
                 "warnings": r["warnings"],
             }
         )
+    if not out:
+        return pd.DataFrame(columns=["platform", "model", "precision", "speedup_vs_cpu"])
     return pd.DataFrame(out)
 
 

@@ -6,7 +6,8 @@ ratio is printed beside both sides' configurations, per matched configuration an
 batch, with the ratio the roofline predicts from each platform's ceilings (`roofline.predict`) and a
 ``departs`` mark where the measured CI excludes it (and its range); ``--paper`` puts your peaks beside
 the paper's T4, L4 and Xeon rows (shipped with deepgap), saying which of your precisions meets each
-paper column.
+paper column, and, where the store holds a CPU (the host-CPU part of a GPU run), your GPU/CPU ratio beside
+the paper's T4/L4 over Xeon (`analysis.host_cpu.paper_cpu_ratios`).
 """
 
 from __future__ import annotations
@@ -162,6 +163,31 @@ def _sides(args: argparse.Namespace) -> list[Side]:
     return sides
 
 
+def print_x_cpu(x_cpu) -> None:
+    """Your GPU over your host CPU beside the paper's GPU over its Xeon (or why there is no such row)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from deepgap.report_format import fmt_ci, fmt_x
+
+    console = Console(width=None if Console().is_terminal else 220)
+    if not len(x_cpu):
+        console.print("× CPU beside the paper's: unavailable: no CPU result in A (a GPU run measures "
+                      "its host CPU unless --no-cpu-baseline)")
+        return
+    t = Table("your platform", "model", "prec", "your configuration", "your CPU (fp32)", "yours × CPU fp32",
+              "95% CI", "yours × CPU same prec", "paper platform", "paper × CPU", "yours / paper",
+              title="GPU over CPU beside the paper's (its × CPU is over its Xeon's fp32; so is yours first)")
+    for r in x_cpu.to_dict("records"):
+        ci = fmt_ci(r["yours_x_cpu_fp32_ci_low"], r["yours_x_cpu_fp32_ci_high"], fmt_x)
+        same = r["yours_x_cpu_same"]
+        same = fmt_x(same) if same == same else r["cpu_same_configuration"]
+        t.add_row(r["platform"], r["model"], r["precision"], r["configuration"], r["cpu_configuration"],
+                  fmt_x(r["yours_x_cpu_fp32"]), ci, same,
+                  r["paper_platform"], fmt_x(r["paper_x_cpu"]), fmt_x(r["yours_over_paper"]))
+    console.print(t)
+
+
 def main(args: argparse.Namespace) -> int:  # noqa: D103
     platforms = None
     if args.platforms:
@@ -177,6 +203,7 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
             )
     if args.paper:
         from deepgap.analysis.compare import compare_paper, precision_mappings
+        from deepgap.analysis.host_cpu import paper_cpu_ratios
         from deepgap.analysis.reference import paper_peaks
 
         store, agg, _, _ = _load(sides[0], args)
@@ -187,8 +214,9 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
             names = [resolve_platform(p, platform_names(agg)) for p in platforms]
             agg = agg[agg["platform"].isin(names)]
         table = compare_paper(agg, paper_peaks())
+        x_cpu = paper_cpu_ratios(agg, paper_peaks())
         if args.output:
-            _write_csv({"paper": table}, args.output)
+            _write_csv({"paper": table, "x_cpu": x_cpu}, args.output)
         if args.json:
             print(
                 json.dumps(
@@ -196,6 +224,7 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
                         "a": sides[0].label,
                         "precision_mapping": _records(precision_mappings(table)),
                         "paper": _records(table),
+                        "x_cpu": _records(x_cpu),
                     },
                     indent=1,
                     default=str,
@@ -203,7 +232,8 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
             )
         else:
             print_paper(sides[0].label, table, paper_peaks())
-        return 0 if len(table) else 1
+            print_x_cpu(x_cpu)
+        return 0 if len(table) or len(x_cpu) else 1
     from deepgap.analysis.compare import compare
 
     same = sides[0].store_path == sides[1].store_path and sides[0].run_ids == sides[1].run_ids

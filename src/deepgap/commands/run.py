@@ -98,6 +98,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
                    help=f"top-1 relative to fp32 at least this, e.g. 99%% (default: 99%% for "
                         f"{'/'.join(quantized_names())}, MLPerf's rule)")
     p.add_argument("--include-transfer", action="store_true", help="time the host→device copy of pinned inputs")
+    p.add_argument("--no-cpu-baseline", action="store_true",
+                   help="on a GPU, skip the host-CPU part (~1 min after the GPU's; docs/cpu-baseline.md)")
     p.add_argument("--no-telemetry", action="store_true", help="no power/energy/temperature/clock sampling")
     p.add_argument("--sample-hz", help="telemetry samples per second inside energy windows (default 10)")
     p.add_argument("--energy-window", help="seconds each pipelined window lasts at least, with an energy counter (default 1)")
@@ -132,6 +134,8 @@ def build_spec(args: argparse.Namespace) -> SweepSpec:
         changes["telemetry"] = False
     if args.thermal_warmup:
         changes["thermal_warmup"] = True
+    if args.no_cpu_baseline:
+        changes["cpu_baseline"] = False
     if base is None:
         device = str(changes.get("device", "auto"))
         has_gpu = device.startswith("cuda") or (device == "auto" and api.gpu_present())
