@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from deepgap.errors import UsageError
-from deepgap.models.registry import resolve_model
+from deepgap.models.registry import MODELS, resolve_model
 
 if TYPE_CHECKING:
     import torch
@@ -27,27 +27,30 @@ def example_batch(model: str, batch: int, size: int, generator: torch.Generator 
     """
     import torch
 
-    entry = resolve_model(model)
-    if entry.is_text:
-        return torch.randint(0, entry.vocab_size, (batch, size), generator=generator, dtype=torch.int64).to(device)
+    if is_text(model):
+        vocab = MODELS.get(model).vocab_size
+        return torch.randint(0, vocab, (batch, size), generator=generator, dtype=torch.int64).to(device)
     return torch.randn(batch, 3, size, size, generator=generator).to(device)
 
 
 def elements_per_sample(model: str, size: int) -> int:
     """Input elements of one sample: 3·s² pixels, or s token ids."""
-    return size if resolve_model(model).is_text else 3 * size * size
+    return size if is_text(model) else 3 * size * size
 
 
 def is_text(model: str) -> bool:
-    """Whether ``model`` is a text model (token-id inputs, a sequence-length axis)."""
-    return resolve_model(model).is_text
+    """Whether ``model`` is a registered text model (token-id inputs, a sequence-length axis).
+
+    A name nobody registered (a module counted by hand) is an image model, as every model was before.
+    """
+    return model in MODELS and MODELS.get(model).is_text
 
 
 def check_seq_lens(models: tuple[str, ...], seq_lens: tuple[int, ...]) -> None:
     """``--seq-lens`` needs a text model among ``models`` and lengths within each one's learned positions."""
     if not seq_lens:
         return
-    text = [m for m in models if is_text(m)]
+    text = [m for m in models if resolve_model(m).is_text]
     if not text:
         raise UsageError("--seq-lens applies to text models, and none of the models is one",
                          "add a text model (e.g. --models bert-base) or drop --seq-lens")
