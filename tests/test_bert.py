@@ -79,7 +79,7 @@ def test_token_inputs_are_seeded_int64_ids_in_the_vocabulary():
     g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
     a, b = example_batch("tinybert", 4, 16, g1), example_batch("tinybert", 4, 16, g2)
     assert a.dtype == torch.int64 and tuple(a.shape) == (4, 16) and torch.equal(a, b)
-    assert 0 <= int(a.min()) and int(a.max()) < resolve_model("tinybert").vocab_size
+    assert int(a.min()) >= 0 and int(a.max()) < resolve_model("tinybert").vocab_size
     assert example_batch("tinycnn", 2, 32).dtype == torch.float32  # image models unchanged
     assert resolve_model("bert-base").is_text and not resolve_model("vit_b_16").is_text
 

@@ -8,6 +8,8 @@ import math
 
 import pandas as pd
 import pytest
+from clirun import deepgap_cli
+from fixtures_store import make_result
 
 from deepgap.analysis import aggregate, config_label, prepare
 from deepgap.analysis.tables import table1
@@ -15,8 +17,6 @@ from deepgap.config import SweepSpec, load_toml, preset, validate
 from deepgap.plan import expand
 from deepgap.records import ConfigSpec
 from deepgap.store import Store
-from fixtures_store import make_result
-from clirun import deepgap_cli
 
 TEXT = dict(models=("tinybert", "tinycnn"), engines=("eager",), precisions=("fp32",), batch_sizes=(1, 2),
             device="cpu", seq_lens=(16, 32))
@@ -51,8 +51,9 @@ def test_seq_lens_from_toml_and_flags(tmp_path):
     toml = tmp_path / "s.toml"
     toml.write_text('models = ["bert-base"]\nseq_lens = [128, 384]\n')
     assert load_toml(str(toml)).seq_lens == (128, 384)
-    from deepgap.commands.run import add_arguments, build_spec
     import argparse
+
+    from deepgap.commands.run import add_arguments, build_spec
 
     p = argparse.ArgumentParser()
     add_arguments(p)

@@ -67,8 +67,10 @@ def expand(spec: SweepSpec, device: str) -> list[ConfigSpec]:
 
 
 def _sizes(spec: SweepSpec, entry) -> tuple[int, ...]:
-    """Input sizes of one model: its sequence lengths (the ``seq_lens`` axis) for a text model, else its one
-    resolution. A text model's sequence length is also its ``resolution`` (see `records.ConfigSpec`)."""
+    """Input sizes of one model: its sequence lengths (``seq_lens``) for a text model, else its resolution.
+
+    A text model's sequence length is also its ``resolution`` (see `records.ConfigSpec`).
+    """
     if entry.is_text:
         return tuple(dict.fromkeys(spec.seq_lens)) or (entry.default_resolution,)
     return (spec.resolution or entry.default_resolution,)

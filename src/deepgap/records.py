@@ -87,7 +87,7 @@ class ConfigSpec:
 
     @staticmethod
     def seq_len_of(key: str) -> int | None:
-        """The sequence length a stored key names (None: an image configuration, or a key that is not JSON)."""
+        """The sequence length a stored key names (None: an image configuration, or a key not in JSON)."""
         try:
             v = json.loads(key).get("seq_len")
         except (TypeError, ValueError, AttributeError):

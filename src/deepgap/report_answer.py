@@ -116,7 +116,8 @@ def _text_numbers(row: dict[str, Any], objective: str, seq: int) -> tuple[str, s
     return (
         f"{fmt_num(jt * 1e3 if jt is not None else None)} mJ/token",
         "–",
-        f"{fmt_num(j * 1e3 if j is not None else None)} mJ/sample · {fmt_num(row.get('mean_power_w'))} W · {samples}",
+        f"{fmt_num(j * 1e3 if j is not None else None)} mJ/sample · {fmt_num(row.get('mean_power_w'))} W"
+        f" · {samples}",
     )
 
 

@@ -252,7 +252,8 @@ def _measure(state: WorkerState, req: MeasureRequest) -> Result:
     x_host, k = inputs_for(spec, ref_x, torch.float32)
     prepared = engine.prepare(model, spec, x_host)
     del model
-    x_host = x_host.to(prepared.input_dtype) if x_host.is_floating_point() else x_host  # token ids stay int64
+    if x_host.is_floating_point():  # a text model's token ids stay int64
+        x_host = x_host.to(prepared.input_dtype)
     if spec.include_transfer and cuda:
         x_src = x_host.pin_memory()
         x = torch.empty_like(x_host, device=spec.device)

@@ -138,7 +138,12 @@ def build_spec(args: argparse.Namespace) -> SweepSpec:
         device = str(changes.get("device", "auto"))
         has_gpu = device.startswith("cuda") or (device == "auto" and api.gpu_present())
         base = default_spec(has_gpu, os.cpu_count() or 1)
-    return base.overlay(**changes)  # an axis given as a flag replaces the preset's per-engine one too
+    spec = base.overlay(**changes)  # an axis given as a flag replaces the preset's per-engine one too
+    if args.seq_lens is not None:
+        from deepgap.models.inputs import check_seq_lens
+
+        check_seq_lens(spec.models, spec.seq_lens, explicit=True)
+    return spec
 
 
 def main(args: argparse.Namespace) -> int:  # noqa: D103

@@ -2,8 +2,8 @@
 
 One export serves every batch size (the batch axis is symbolic, named ``batch``); input ``input``
 (N, 3, R, R), or a text model's int64 token ids (N, S) with S fixed (one export per sequence length,
-which the cache key's ``resolution`` holds), output ``logits``. The exporter is torch.onnx's dynamo path (``torch.export``, opset
-18); where it fails, the TorchScript exporter (opset 17) is tried, and ``info["exporter"]`` says
+which the cache key's ``resolution`` holds), output ``logits``. The exporter is torch.onnx's dynamo
+path (``torch.export``, opset 18); where it fails, the TorchScript exporter (opset 17) is tried, and ``info["exporter"]`` says
 which one wrote the file. The export is keyed by model, resolution, weights fingerprint, dtype,
 torch version and opset (`deepgap.engines.artifacts`).
 """
@@ -40,8 +40,6 @@ def export_onnx(model, model_name: str, resolution: int, weights_sha: str, dtype
     Returns:
         The file's path and what to record: ``onnx_cache`` (hit|miss), ``exporter``, ``export_s``.
     """
-    import torch
-
     parts = export_parts(model_name, resolution, weights_sha, dtype)
     path = artifact_path("onnx", f"{model_name}-{resolution}-{dtype}", parts, ".onnx", options)
     info: dict[str, Any] = {"onnx_path": str(path)}

@@ -41,10 +41,10 @@ class BertConfig:
         return self.hidden // self.heads
 
     def params(self, pooler: bool = True) -> int:
-        """Parameter count by formula: embeddings, per-layer attention and MLP with biases and LayerNorms, pooler.
+        """Parameter count by formula: embeddings, layers (attention, MLP, biases, LayerNorms), pooler.
 
-        This is what ``transformers.BertModel(config).num_parameters()`` gives (bert-base: 109,482,240
-        with the pooler, 108,891,648 without).
+        This is what ``transformers.BertModel(config).num_parameters()`` gives (bert-base:
+        109,482,240 with the pooler, 108,891,648 without).
         """
         h, f = self.hidden, self.ff
         emb = (self.vocab + self.max_positions + self.type_vocab) * h + 2 * h
@@ -74,7 +74,7 @@ def build_bert(cfg: BertConfig):
     """A `BertConfig` as an ``nn.Module`` (fp32, CPU); the caller seeds torch first."""
     import torch
     from torch import nn
-    from torch.nn import functional as F
+    from torch.nn import functional as F  # noqa: N812 - torch's own spelling
 
     class Layer(nn.Module):
         def __init__(self) -> None:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 def example_batch(model: str, batch: int, size: int, generator: torch.Generator | None = None,
                   device: str = "cpu") -> torch.Tensor:
-    """A seeded random batch for ``model``: fp32 N(0, 1) images (b, 3, s, s), or int64 ids (b, s) in [0, vocab).
+    """A seeded random batch: fp32 N(0, 1) images (b, 3, s, s), or int64 token ids (b, s) in [0, vocab).
 
     Image inputs are never all zero (a zero image hides wrong kernels); token ids are uniform over the
     vocabulary with no padding (attention mask all ones).
@@ -29,7 +29,8 @@ def example_batch(model: str, batch: int, size: int, generator: torch.Generator 
 
     if is_text(model):
         vocab = MODELS.get(model).vocab_size
-        return torch.randint(0, vocab, (batch, size), generator=generator, dtype=torch.int64).to(device)
+        ids = torch.randint(0, vocab, (batch, size), generator=generator, dtype=torch.int64)
+        return ids.to(device)
     return torch.randn(batch, 3, size, size, generator=generator).to(device)
 
 
@@ -46,12 +47,17 @@ def is_text(model: str) -> bool:
     return model in MODELS and MODELS.get(model).is_text
 
 
-def check_seq_lens(models: tuple[str, ...], seq_lens: tuple[int, ...]) -> None:
-    """``--seq-lens`` needs a text model among ``models`` and lengths within each one's learned positions."""
+def check_seq_lens(models: tuple[str, ...], seq_lens: tuple[int, ...], explicit: bool = False) -> None:
+    """Sequence lengths within each text model's learned positions; ``explicit`` (the ``--seq-lens`` flag):
+    a text model among ``models`` too.
+
+    Why not always the second: a preset's lengths (``--preset transformers``) apply to its text models
+    and are simply not used by a sweep of image models only (``--preset transformers --models vit_b_16``).
+    """
     if not seq_lens:
         return
     text = [m for m in models if resolve_model(m).is_text]
-    if not text:
+    if explicit and not text:
         raise UsageError("--seq-lens applies to text models, and none of the models is one",
                          "add a text model (e.g. --models bert-base) or drop --seq-lens")
     for m in text:
