@@ -36,8 +36,8 @@ sweep() {  # sweep NAME LIMIT_S ARGS...: one `deepgap run --preset transformers`
 }
 for what in "$@"; do case $what in
 bert-eager)         sweep bert-eager 560 --models $BOTH --seq-lens $SEQ --engines eager,cudagraph ;;
-bert-base-compile)  sweep bert-base-compile 560 --models $BB --seq-lens $SEQ --engines compile-freeze ;;
-bert-large-compile) sweep bert-large-compile 580 --models $BL --seq-lens $SEQ --engines compile-freeze ;;
+bert-base-compile)  sweep bert-base-compile 560 --models $BB --seq-lens $SEQ --engines compile-freeze --precisions fp16 ;;
+bert-large-compile) sweep bert-large-compile 580 --models $BL --seq-lens $SEQ --engines compile-freeze --precisions fp16 ;;
 vit)                sweep vit 560 --models $VIT ;;
 gputests)
     if [ "${DRY:-0}" = 1 ]; then continue; fi

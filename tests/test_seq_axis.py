@@ -165,3 +165,12 @@ def test_transformers_preset_says_what_it_adds():
     text = PRESETS["transformers"][0]
     assert all(w in text for w in ("bert-base", "bert-large", "128", "384", "vit_b_16", "compile-freeze", "cudagraph"))
     assert len(plan) == 5 * (6 + 1 + 2)
+
+
+def test_serve_says_it_does_not_serve_text_models_yet(tmp_path):
+    store = tmp_path / "s.sqlite"
+    r = deepgap_cli("serve", "--model", "tinybert", "--device", "cpu", "--store", str(store))
+    assert r.returncode == 2 and "does not serve text models yet" in r.stderr, r.stderr
+    assert not store.exists()
+    listed = deepgap_cli("list", "models")
+    assert listed.returncode == 0 and "seq 128" in listed.stdout and "bert-large" in listed.stdout

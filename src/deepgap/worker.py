@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from deepgap.models.inputs import example_batch
 from deepgap.precision import DeviceCaps
 from deepgap.records import ConfigSpec, Result, Status
 from deepgap.result_details import Correctness, DeviceMemUsed, EngineInfo, MemoryPeaks, ResultDetails, Window
@@ -148,7 +149,6 @@ class WorkerState:
 
             from deepgap.models import weights_fingerprint
             from deepgap.models.flops import count_flops
-            from deepgap.models.inputs import example_batch
 
             m = self.model(name, res, weights, seed)
             try:
@@ -163,8 +163,6 @@ class WorkerState:
         """Fixed inputs (CORRECTNESS_IMAGES rows, seeded) and the fp32 eager logits on the CPU."""
         import torch
 
-        from deepgap.models.inputs import example_batch
-
         key = (name, res, weights, seed)
         if key not in self.refs:
             g = torch.Generator().manual_seed(seed + 1)
@@ -176,13 +174,8 @@ class WorkerState:
 
 
 def inputs_for(spec: ConfigSpec, ref_x, dtype):
-    """Random (never zero) inputs for the batch; the first rows are the reference images.
-
-    A text model's batch is int64 token ids (`deepgap.models.inputs`): never cast to ``dtype``.
-    """
+    """Random (never zero) inputs for the batch; the first rows are the reference rows (ids stay int64)."""
     import torch
-
-    from deepgap.models.inputs import example_batch
 
     g = torch.Generator().manual_seed(1234 + spec.batch_size)
     x = example_batch(spec.model, spec.batch_size, spec.resolution, g)
