@@ -70,7 +70,8 @@ def test_cpu_sdpa_kernel_is_counted_as_attention():
         m(example_batch("tinybert", 3, 64))
     attn = [r for r in counter.records if "attention" in r.op]
     cfg = CONFIGS["tinybert"]
-    assert len(attn) == cfg.layers and all(r.flops == 4 * 3 * cfg.heads * 64 * 64 * cfg.head_dim for r in attn)
+    per_call = 4 * 3 * cfg.heads * 64 * 64 * cfg.head_dim  # 4·b·h·s²·d
+    assert len(attn) == cfg.layers and all(r.flops == per_call for r in attn)
     with torch.inference_mode():
         assert count_flops(m, example_batch("tinybert", 1, 64)) == cfg.flops(64)
 

@@ -26,7 +26,8 @@ def test_plan_sweeps_seq_lens_for_text_models_only():
     plan = expand(validate(SweepSpec(**TEXT)), "cpu")
     text = [c for c in plan if c.model == "tinybert"]
     image = [c for c in plan if c.model == "tinycnn"]
-    assert [(c.seq_len, c.resolution, c.batch_size) for c in text] == [(16, 16, 1), (16, 16, 2), (32, 32, 1), (32, 32, 2)]
+    assert [(c.seq_len, c.resolution, c.batch_size) for c in text] == [
+        (16, 16, 1), (16, 16, 2), (32, 32, 1), (32, 32, 2)]
     assert {(c.seq_len, c.resolution) for c in image} == {(None, 32)}
     assert len({c.group for c in text}) == 2  # an OOM at seq 16 never skips seq 32's batches
     default = expand(validate(SweepSpec(**{**TEXT, "seq_lens": ()})), "cpu")
@@ -75,7 +76,8 @@ def test_bad_seq_lens_exit_2_with_one_line_and_nothing_written(tmp_path, args, s
 
 def _store_with(path, specs, device="cpu"):
     s = Store(str(path))
-    run = s.begin_run(SweepSpec(**TEXT).to_dict(), "test", {"device_name": "Fixture CPU", "device": device}, "t")
+    env = {"device_name": "Fixture CPU", "device": device}
+    run = s.begin_run(SweepSpec(**TEXT).to_dict(), "test", env, "t")
     for i, spec in enumerate(specs):
         s.record(run, make_result(spec, 0.01 * (i + 1)))
     return s, run
@@ -100,7 +102,8 @@ def test_store_resume_and_merge_keep_the_axis(tmp_path):
     b, _ = _store_with(tmp_path / "b.sqlite", [specs[0]])
     b.close()
     out = tmp_path / "m.sqlite"
-    assert deepgap_cli("merge", str(tmp_path / "a.sqlite"), str(tmp_path / "b.sqlite"), "-o", str(out)).returncode == 0
+    merged = deepgap_cli("merge", str(tmp_path / "a.sqlite"), str(tmp_path / "b.sqlite"), "-o", str(out))
+    assert merged.returncode == 0, merged.stderr
     m = Store(str(out), readonly=True)
     try:
         df = m.results_frame()
@@ -111,7 +114,7 @@ def test_store_resume_and_merge_keep_the_axis(tmp_path):
 
 
 def test_tokens_per_s_and_joules_per_token_from_the_same_window():
-    """Synthetic rows: tokens/s = samples/s × seq; J/token = J/sample ÷ seq (the counter's window); images: NaN."""
+    """Synthetic rows: tokens/s = samples/s × seq; J/token = J/sample ÷ seq (one window); images: NaN."""
     specs = _text_specs()
     rows = []
     for spec, ips, jps in zip(specs, (400.0, 150.0, 900.0), (0.02, 0.05, 0.01), strict=True):
@@ -119,23 +122,28 @@ def test_tokens_per_s_and_joules_per_token_from_the_same_window():
         rows.append({**{k: getattr(spec, k) for k in ("model", "engine", "precision", "batch_size", "device",
                                                       "memory_format", "threads", "resolution",
                                                       "include_transfer", "seq_len")},
-                     "status": "ok", "throughput_ips": r.throughput_ips, "throughput_ci_low_ips": r.throughput_ci_low_ips,
-                     "throughput_ci_high_ips": r.throughput_ci_high_ips, "latency_median_s": r.latency.median_s,
+                     "status": "ok", "throughput_ips": r.throughput_ips,
+                     "throughput_ci_low_ips": r.throughput_ci_low_ips,
+                     "throughput_ci_high_ips": r.throughput_ci_high_ips,
+                     "latency_median_s": r.latency.median_s,
                      "latency_p99_s": r.latency.p99_s, "ci_met": 1, "extra": r.details, "run_id": "r",
                      "result_id": len(rows), "device_name": "Fixture CPU"})
     df = prepare(pd.DataFrame(rows))
     assert list(df["seq_len"]) == [16, 32, 0]
-    assert df["tokens_per_s"].iloc[0] == pytest.approx(400 * 16) and df["tokens_per_s"].iloc[1] == pytest.approx(150 * 32)
-    assert df["joules_per_token"].iloc[0] == pytest.approx(0.02 / 16) and math.isnan(df["tokens_per_s"].iloc[2])
+    assert list(df["tokens_per_s"].iloc[:2]) == pytest.approx([400 * 16, 150 * 32])
+    assert df["joules_per_token"].iloc[0] == pytest.approx(0.02 / 16)
+    assert math.isnan(df["tokens_per_s"].iloc[2])
     assert math.isnan(df["joules_per_token"].iloc[2])
     agg = aggregate(df)
     assert len(agg) == 3  # seq 16 and 32 are two configurations
     t = agg.set_index(["model", "seq_len"])
-    assert t.loc[("tinybert", 32), "tokens_per_s"] == pytest.approx(t.loc[("tinybert", 32), "throughput_ips"] * 32)
+    row = t.loc[("tinybert", 32)]
+    assert row["tokens_per_s"] == pytest.approx(row["throughput_ips"] * 32)
     assert t.loc[("tinybert", 16), "joules_per_token"] == pytest.approx(0.02 / 16)
     assert config_label(agg[agg["seq_len"] == 16].iloc[0]).count("seq 16") == 1
     peak = table1(agg)
-    assert sorted(zip(peak["model"], peak["seq_len"], strict=True)) == [("tinybert", 16), ("tinybert", 32), ("tinycnn", 0)]
+    assert sorted(zip(peak["model"], peak["seq_len"], strict=True)) == [
+        ("tinybert", 16), ("tinybert", 32), ("tinycnn", 0)]
     from deepgap.report_format import fmt_tokens
 
     by = {r["seq_len"]: r for r in peak.to_dict("records")}
@@ -170,7 +178,8 @@ def test_transformers_preset_says_what_it_adds():
     assert by_engine == {"eager": {(p, b) for p in ("fp32", "fp16") for b in (1, 64, 256)},
                          "cudagraph": {("fp16", 1)}, "compile-freeze": {("fp16", 64), ("fp16", 256)}}
     text = PRESETS["transformers"][0]
-    assert all(w in text for w in ("bert-base", "bert-large", "128", "384", "vit_b_16", "compile-freeze", "cudagraph"))
+    words = ("bert-base", "bert-large", "128", "384", "vit_b_16", "compile-freeze", "cudagraph")
+    assert all(w in text for w in words)
     assert len(plan) == 5 * (6 + 1 + 2)
 
 

@@ -7,8 +7,6 @@ import os
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from deepgap.commands.run import add_arguments, build_spec
 from deepgap.config import validate
 from deepgap.plan import expand

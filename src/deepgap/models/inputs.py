@@ -48,8 +48,7 @@ def is_text(model: str) -> bool:
 
 
 def check_seq_lens(models: tuple[str, ...], seq_lens: tuple[int, ...], explicit: bool = False) -> None:
-    """Sequence lengths within each text model's learned positions; ``explicit`` (the ``--seq-lens`` flag):
-    a text model among ``models`` too.
+    """Sequence lengths within each text model's positions; ``explicit`` (``--seq-lens``): a text model too.
 
     Why not always the second: a preset's lengths (``--preset transformers``) apply to its text models
     and are simply not used by a sweep of image models only (``--preset transformers --models vit_b_16``).
