@@ -93,6 +93,10 @@ def test_store_resume_and_merge_keep_the_axis(tmp_path):
     s, run = _store_with(tmp_path / "a.sqlite", specs)
     try:
         assert s.done_keys(run) == {c.key for c in specs}  # resume skips exactly these
+        stored = SweepSpec.from_dict(s.runs()[-1]["spec"])  # what --resume plans from
+        assert stored.seq_lens == (16, 32)
+        replanned = {c.key for c in expand(validate(stored.replace(batch_sizes=(2,))), "cpu")}
+        assert s.done_keys(run) <= replanned  # the stored keys are the plan's: nothing measured twice
         assert s.result_configs(run) == specs
         df = s.results_frame()
         assert [None if v != v else v for v in df["seq_len"]] == [16, 32, None]
