@@ -168,6 +168,8 @@ def test_show_prints_tokens_per_s_for_text_rows(tmp_path):
     assert r.returncode == 0 and "tokens/s" in r.stdout
     ips = 2 / 0.01  # the first row: batch 2 at 10 ms, seq 16
     assert f"{ips * 16:,.1f}" in r.stdout, r.stdout
+    rec = deepgap_cli("recommend", str(tmp_path / "a.sqlite"))
+    assert "tinybert (seq 16)" in rec.stdout and "tinycnn (32px)" in rec.stdout, rec.stdout + rec.stderr
 
 
 def test_transformers_preset_says_what_it_adds():
