@@ -103,6 +103,9 @@ def build_bert(cfg: BertConfig):
             self.ln = nn.LayerNorm(cfg.hidden, eps=cfg.layer_norm_eps)
             self.layers = nn.ModuleList(Layer() for _ in range(cfg.layers))
             self.pooler = nn.Linear(cfg.hidden, cfg.hidden)
+            # positions as a buffer, as BertModel keeps them (not saved: state dicts stay BertModel-shaped);
+            # an arange in forward would also be an extra op in every counted and traced step
+            self.register_buffer("positions", torch.arange(cfg.max_positions), persistent=False)
             # BertModel's initialisation: N(0, 0.02) weights, zero biases (keeps random activations O(1))
             for m in self.modules():
                 if isinstance(m, (nn.Linear, nn.Embedding)):
@@ -111,9 +114,8 @@ def build_bert(cfg: BertConfig):
                     nn.init.zeros_(m.bias)
 
         def forward(self, ids):
-            s = ids.shape[1]
-            pos = torch.arange(s, device=ids.device)
-            x = self.word(ids) + self.position(pos) + self.token_type.weight[0]  # one segment: type 0
+            x = self.word(ids) + self.position(self.positions[: ids.shape[1]]) + self.token_type.weight[0]
+            # (one segment: token type 0; no padding: every position is a token)
             x = self.ln(x)
             for layer in self.layers:
                 x = layer(x)
