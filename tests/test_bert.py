@@ -93,3 +93,14 @@ def test_weights_file_loads_into_the_encoder(tmp_path):
     x = example_batch("tinybert", 2, 16)
     with torch.inference_mode():
         assert torch.equal(m(x), again(x))
+
+
+def test_roofline_cost_of_a_text_model_counts_attention_and_token_inputs():
+    from deepgap.roofline.flops import model_cost
+
+    cost = model_cost("tinybert", 64)
+    cfg = CONFIGS["tinybert"]
+    assert cost.flops_per_image == cfg.flops(64)  # attention's 4·s²·h per layer included
+    assert cost.input_elements_per_image == 64 and cost.output_elements_per_image == cfg.hidden
+    # the meta count decomposes SDPA into matmuls: its traffic includes the s×s scores (an upper bound)
+    assert cost.traffic_elements_per_image > cfg.layers * cfg.heads * 64 * 64
