@@ -150,9 +150,10 @@ PRESETS: dict[str, tuple[str, SweepSpec]] = {
         ),
     ),
     "transformers": (
-        "adds transformers to the GPU grid's engines (not in the default sweep): bert-base and bert-large at "
-        "sequence 128 and 384, and vit_b_16; eager fp32/fp16 at batch 1, 64, 256, compile-freeze fp16 at 64 "
-        "and 256, cudagraph fp16 at batch 1; ~25 min on one H100 (docs/transformers.md)",
+        "adds transformers to the GPU grid's engines (not in the default sweep): bert-base and bert-large "
+        "at sequence 128 and 384, and vit_b_16; eager fp32/fp16 at batch 1, 64, 256, compile-freeze fp16 at "
+        "64 and 256, cudagraph fp16 at batch 1; estimated (not yet measured) ~25 min on one H100; "
+        "docs/transformers.md",
         _grid(
             models=("bert-base", "bert-large", "vit_b_16"),
             engines=("eager", "cudagraph", "compile-freeze"),

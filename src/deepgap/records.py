@@ -67,11 +67,6 @@ class ConfigSpec:
         return json.dumps(d, sort_keys=True, separators=(",", ":"))
 
     @property
-    def tokens_per_sample(self) -> int:
-        """Tokens per sample: the sequence length of a text configuration, 1 otherwise."""
-        return self.seq_len or 1
-
-    @property
     def group(self) -> tuple[Any, ...]:
         """Everything but the batch size: an OOM at batch B skips larger batches of the same group."""
         d = dataclasses.asdict(self)
