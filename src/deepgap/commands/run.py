@@ -71,7 +71,8 @@ def _min_accuracy(text: str) -> float:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
-    p.add_argument("--preset", help="paper | gpu | transformers | cpu | quick (default: gpu grid with a GPU, else cpu grid)")
+    p.add_argument("--preset", help="paper | gpu | transformers | cpu | quick "
+                                    "(default: gpu grid with a GPU, else cpu grid)")
     p.add_argument("--config", metavar="TOML", help="sweep file; flags override it")
     p.add_argument("--models", help="comma-separated, e.g. resnet18,resnet50 (deepgap list models)")
     p.add_argument("--engines", help="comma-separated, e.g. eager (deepgap list engines)")
