@@ -46,6 +46,7 @@ class SweepSpec:
     threads: tuple[int, ...] = ()  # CPU thread counts to sweep; empty = torch's default
     device: str = "auto"
     resolution: int | None = None  # None = each model's default
+    seq_lens: tuple[int, ...] = ()  # text models' sequence lengths to sweep; empty = each one's default (128)
     warmup: int = 20
     iterations: int = 100
     repeats: int = 3
@@ -152,6 +153,25 @@ PRESETS: dict[str, tuple[str, SweepSpec]] = {
             thermal_warmup=True, thermal_timeout_s=120.0, cpu_baseline=True,
         ),
     ),
+    "transformers": (
+        "adds transformers to the GPU grid's engines (not in the default sweep): bert-base and bert-large "
+        "at sequence 128 and 384, and vit_b_16; eager fp32/fp16 at batch 1, 64, 256, compile-freeze fp16 at "
+        "64 and 256, cudagraph fp16 at batch 1; estimated (not yet measured) ~25 min on one H100; "
+        "docs/transformers.md",
+        _grid(
+            models=("bert-base", "bert-large", "vit_b_16"),
+            engines=("eager", "cudagraph", "compile-freeze"),
+            precisions=("fp32", "fp16"),
+            batch_sizes=(1, 64, 256),
+            seq_lens=(128, 384),
+            engine_axes={
+                "cudagraph": {"precisions": ("fp16",), "batch_sizes": (1,)},
+                "compile-freeze": {"precisions": ("fp16",), "batch_sizes": (64, 256)},
+            },
+            warmup=10, iterations=10, repeats=2, target_ci=0.01, max_time_s=2.0, sweeps=1,
+            thermal_warmup=True, thermal_timeout_s=120.0,
+        ),
+    ),
     "cpu": (
         "default on a CPU: ResNet-18/50 fp32, batch 1..8, thread scaling, adaptive; ≤ 15 min on 2 cores",
         _grid(
@@ -246,6 +266,7 @@ def validate(spec: SweepSpec) -> SweepSpec:
     from deepgap.engines import load_engines
     from deepgap.engines.base import ENGINES
     from deepgap.models import resolve_model
+    from deepgap.models.inputs import check_seq_lens
 
     if not spec.models:
         raise UsageError("no models given", "pass e.g. --models resnet50 (see `deepgap list models`)")
@@ -268,6 +289,8 @@ def validate(spec: SweepSpec) -> SweepSpec:
                          "write cpu_baseline = false (or pass --no-cpu-baseline)")
     if spec.cpu_cores is not None:
         _positive_ints("cpu_cores", (spec.cpu_cores,))
+    _positive_ints("seq_lens", spec.seq_lens, allow_empty=True)
+    check_seq_lens(spec.models, spec.seq_lens)
     for mf in spec.memory_formats:
         if mf not in MEMORY_FORMATS:
             raise UsageError(f"unknown memory format {mf!r}", f"choose from {', '.join(MEMORY_FORMATS)}")

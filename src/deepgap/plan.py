@@ -1,7 +1,8 @@
 """Expand a validated `SweepSpec` into the ordered list of `ConfigSpec` points (pure).
 
 Order: sweep passes outermost (each runs in its own worker process, `runner.SweepRunner`); inside
-a pass, configuration groups (precision × model × memory format × engine × threads) in the paper's
+a pass, configuration groups (precision × model × memory format × engine × threads; × sequence length for
+a text model, whose memory format does not apply) in the paper's
 Algorithm 1 order for the first pass and shuffled for later ones (seeded by ``spec.seed`` and the
 pass, so the plan stays a pure, reproducible function), so that a slow drift of the machine (heat,
 clocks) does not line up with the same configurations in every pass; batch sizes ascend inside a
@@ -90,13 +91,28 @@ def _expand_device(spec: SweepSpec, device: str) -> list[ConfigSpec]:
             order = random.Random(f"{spec.seed}:{sweep}").sample(range(len(groups)), len(groups))
             groups = [groups[i] for i in order]
         for precision, model, mf, engine, t in groups:
-            resolution = spec.resolution or resolve_model(model).default_resolution
-            for bs in sorted(set(per[engine]["batch_sizes"])):
-                out.append(
-                    ConfigSpec(
-                        model=model, engine=engine, precision=precision, batch_size=bs, device=device,
-                        memory_format=mf, threads=t, resolution=resolution, sweep=sweep,
-                        include_transfer=spec.include_transfer,
+            entry = resolve_model(model)
+            if entry.is_text and mf != per[engine]["memory_formats"][0]:
+                continue  # a token batch has no memory format: one group per engine, stored as "nchw"
+            sizes = _sizes(spec, entry)
+            for size in sizes:
+                for bs in sorted(set(per[engine]["batch_sizes"])):
+                    out.append(
+                        ConfigSpec(
+                            model=model, engine=engine, precision=precision, batch_size=bs, device=device,
+                            memory_format="nchw" if entry.is_text else mf, threads=t, resolution=size,
+                            sweep=sweep, include_transfer=spec.include_transfer,
+                            seq_len=size if entry.is_text else None,
+                        )
                     )
-                )
     return out
+
+
+def _sizes(spec: SweepSpec, entry) -> tuple[int, ...]:
+    """Input sizes of one model: its sequence lengths (``seq_lens``) for a text model, else its resolution.
+
+    A text model's sequence length is also its ``resolution`` (see `records.ConfigSpec`).
+    """
+    if entry.is_text:
+        return tuple(dict.fromkeys(spec.seq_lens)) or (entry.default_resolution,)
+    return (spec.resolution or entry.default_resolution,)

@@ -29,6 +29,12 @@ class Status(str, enum.Enum):
     CRASH = "crash"  # the worker process died (segfault, abort, os._exit …)
 
 
+# ConfigSpec fields kept in the configuration key only, not in a results column of their own: the
+# results table is what every committed store holds (no migration), and ``seq_len`` is NULL for all of
+# those; `deepgap.store.Store.results_frame` reads it back from the key.
+KEY_ONLY_FIELDS = ("seq_len",)
+
+
 @dataclass(frozen=True, order=True)
 class ConfigSpec:
     """One point of a sweep: everything that changes what is measured."""
@@ -43,11 +49,22 @@ class ConfigSpec:
     resolution: int = 224
     sweep: int = 0  # the paper repeats the whole batch sweep; each pass is its own point
     include_transfer: bool = False  # time the host→device copy of pinned inputs too
+    # A text model's sequence length (tokens per sample); None for image models ("not applicable").
+    # ``resolution`` holds the same number for a text model (its input size), so caches and groupings
+    # keyed by input size separate sequence lengths; this field marks the configuration as text.
+    seq_len: int | None = None
 
     @property
     def key(self) -> str:
-        """Stable text identity, used as the store's unique key within a run."""
-        return json.dumps(dataclasses.asdict(self), sort_keys=True, separators=(",", ":"))
+        """Stable text identity, used as the store's unique key within a run.
+
+        ``seq_len`` enters only where it is set, so the key of an image configuration is what it was
+        before the field existed (stored runs resume and merge unchanged).
+        """
+        d = dataclasses.asdict(self)
+        if d["seq_len"] is None:
+            del d["seq_len"]
+        return json.dumps(d, sort_keys=True, separators=(",", ":"))
 
     @property
     def group(self) -> tuple[Any, ...]:
@@ -60,7 +77,17 @@ class ConfigSpec:
         """Short human label for progress lines."""
         t = f" t{self.threads}" if self.threads else ""
         mf = "" if self.memory_format == "nchw" else f" {self.memory_format}"
-        return f"{self.model} {self.engine}{mf} {self.precision} bs{self.batch_size}{t}"
+        seq = f" seq{self.seq_len}" if self.seq_len else ""
+        return f"{self.model} {self.engine}{mf} {self.precision} bs{self.batch_size}{seq}{t}"
+
+    @staticmethod
+    def seq_len_of(key: str) -> int | None:
+        """The sequence length a stored key names (None: an image configuration, or a key not in JSON)."""
+        try:
+            v = json.loads(key).get("seq_len")
+        except (TypeError, ValueError, AttributeError):
+            return None
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
 
     @classmethod
     def from_key(cls, key: str) -> ConfigSpec:

@@ -84,6 +84,9 @@ def _short(row: dict[str, Any]) -> str:
 def _numbers(row: dict[str, Any], objective: str) -> tuple[str, str, str]:
     """(headline number, its 95% CI, the other numbers) of one configuration for one objective."""
     ips, med, p99 = row.get("throughput_ips"), row.get("latency_median_s"), row.get("latency_p99_s")
+    seq = int(_f(row.get("seq_len")) or 0)
+    if seq:  # a text model: tokens are the unit people read (analysis.tokens)
+        return _text_numbers(row, objective, seq)
     if objective == "throughput":
         ci = fmt_ci(row.get("throughput_ci_low_ips"), row.get("throughput_ci_high_ips"))
         return f"{fmt_ips(ips)} img/s", ci, f"median {fmt_ms(med)} ms · P99 {fmt_ms(p99)} ms"
@@ -100,6 +103,25 @@ def _numbers(row: dict[str, Any], objective: str) -> tuple[str, str, str]:
         "–",
         f"{fmt_num(row.get('ips_per_watt'))} img/s/W · {fmt_num(row.get('mean_power_w'))} W"
         f" · {fmt_ips(ips)} img/s",
+    )
+
+
+def _text_numbers(row: dict[str, Any], objective: str, seq: int) -> tuple[str, str, str]:
+    """`_numbers` of a text model: tokens/s and mJ/token first, samples/s beside them."""
+    ips, med, p99 = row.get("throughput_ips"), row.get("latency_median_s"), row.get("latency_p99_s")
+    samples = f"{fmt_ips(ips)} samples/s at seq {seq}"
+    if objective == "throughput":
+        ci = fmt_ci(row.get("tokens_ci_low_per_s"), row.get("tokens_ci_high_per_s"))
+        return f"{fmt_ips(row.get('tokens_per_s'))} tokens/s", ci, f"{samples} · median {fmt_ms(med)} ms"
+    if objective == "latency":
+        ci = fmt_ci(row.get("latency_median_ci_low_s"), row.get("latency_median_ci_high_s"), fmt_ms)
+        return f"{fmt_ms(med)} ms", ci + (" ms" if ci != "–" else ""), f"P99 {fmt_ms(p99)} ms · {samples}"
+    j, jt = _f(row.get("joules_per_image")), _f(row.get("joules_per_token"))
+    return (
+        f"{fmt_num(jt * 1e3 if jt is not None else None)} mJ/token",
+        "–",
+        f"{fmt_num(j * 1e3 if j is not None else None)} mJ/sample · {fmt_num(row.get('mean_power_w'))} W"
+        f" · {samples}",
     )
 
 

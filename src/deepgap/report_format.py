@@ -27,6 +27,14 @@ def fmt_ips(v: Any) -> str:
     return f"{float(v):,.1f}" if _ok(v) else "–"
 
 
+def fmt_tokens(r: dict[str, Any]) -> str:
+    """A text model's tokens/s with its sequence length, '123,456.0 at seq 128'; '' for an image model."""
+    seq = r.get("seq_len")
+    if not _ok(seq) or not float(seq) > 0:
+        return ""
+    return f"{fmt_ips(r.get('tokens_per_s'))} at seq {int(seq)}"
+
+
 def fmt_ms(v: Any) -> str:
     """Seconds shown as milliseconds (3 significant digits)."""
     return f"{float(v) * 1e3:.3g}" if _ok(v) else "–"
@@ -100,6 +108,7 @@ TABLE_SPECS: dict[str, tuple[str, list[Col]]] = {
             ("peak batch", "batch_size"),
             ("images/s", lambda r: fmt_ips(r["throughput_ips"])),
             ("95% CI", lambda r: fmt_ci(r["throughput_ci_low_ips"], r["throughput_ci_high_ips"])),
+            ("tokens/s", fmt_tokens),
             ("pipelined images/s", lambda r: fmt_ips(r["throughput_pipelined_ips"])),
             ("median ms", lambda r: fmt_ms(r["latency_median_s"])),
             ("P99 ms", lambda r: fmt_ms(r["latency_p99_s"])),

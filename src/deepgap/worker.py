@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from deepgap.models.inputs import example_batch
 from deepgap.precision import DeviceCaps
 from deepgap.records import ConfigSpec, Result, Status
 from deepgap.result_details import Correctness, DeviceMemUsed, EngineInfo, MemoryPeaks, ResultDetails, Window
@@ -152,7 +153,7 @@ class WorkerState:
             m = self.model(name, res, weights, seed)
             try:
                 with torch.inference_mode():
-                    flops: float | None = count_flops(m, torch.randn(1, 3, res, res))
+                    flops: float | None = count_flops(m, example_batch(name, 1, res))
             except Exception:
                 flops = None
             self.flops[key] = (flops, sum(p.numel() for p in m.parameters()), weights_fingerprint(m))
@@ -165,7 +166,7 @@ class WorkerState:
         key = (name, res, weights, seed)
         if key not in self.refs:
             g = torch.Generator().manual_seed(seed + 1)
-            x = torch.randn(CORRECTNESS_IMAGES, 3, res, res, generator=g)
+            x = example_batch(name, CORRECTNESS_IMAGES, res, g)  # images, or a text model's token ids
             m = self.model(name, res, weights, seed)
             with torch.inference_mode():  # one image at a time: small memory, any batch-size limit
                 self.refs = {key: (x, torch.cat([m(x[i : i + 1]).float() for i in range(x.shape[0])]))}
@@ -173,13 +174,15 @@ class WorkerState:
 
 
 def inputs_for(spec: ConfigSpec, ref_x, dtype):
-    """Random (never zero) inputs for the batch; the first rows are the reference images."""
+    """Random (never zero) inputs for the batch; the first rows are the reference rows (ids stay int64)."""
     import torch
 
     g = torch.Generator().manual_seed(1234 + spec.batch_size)
-    x = torch.randn(spec.batch_size, 3, spec.resolution, spec.resolution, generator=g)
+    x = example_batch(spec.model, spec.batch_size, spec.resolution, g)
     k = min(spec.batch_size, ref_x.shape[0])
     x[:k] = ref_x[:k]
+    if not x.is_floating_point():
+        return x, k
     x = x.to(dtype)
     if spec.memory_format == "channels_last":
         x = x.contiguous(memory_format=torch.channels_last)
@@ -242,7 +245,8 @@ def _measure(state: WorkerState, req: MeasureRequest) -> Result:
     x_host, k = inputs_for(spec, ref_x, torch.float32)
     prepared = engine.prepare(model, spec, x_host)
     del model
-    x_host = x_host.to(prepared.input_dtype)
+    if x_host.is_floating_point():  # a text model's token ids stay int64
+        x_host = x_host.to(prepared.input_dtype)
     if spec.include_transfer and cuda:
         x_src = x_host.pin_memory()
         x = torch.empty_like(x_host, device=spec.device)

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from deepgap.analysis import accuracy, sweeps
+from deepgap.analysis import accuracy, sweeps, tokens
 from deepgap.result_details import ResultDetails
 from deepgap.stats import bootstrap_ci
 from deepgap.stats import finite_or_none as _num
@@ -41,6 +41,7 @@ CONFIG_COLS = [
     "threads",
     "resolution",
     "include_transfer",
+    "seq_len",  # a text model's sequence length; 0 = not applicable (an image model)
 ]
 GROUP_COLS = ["platform", *CONFIG_COLS]
 MEMORY_COLS = [
@@ -178,6 +179,7 @@ def prepare(results: pd.DataFrame) -> pd.DataFrame:
     ]
     df["threads"] = [int(t) if _num(t) is not None else 0 for t in df.get("threads", [None] * len(df))]
     df["include_transfer"] = [bool(_num(t)) for t in df.get("include_transfer", [0] * len(df))]
+    df["seq_len"] = [tokens.seq_len_of(s) for s in df.get("seq_len", [None] * len(df))]
     extras = [ResultDetails.of(e) for e in df["extra"]] if "extra" in df else [ResultDetails()] * len(df)
     precs = df["precision"] if "precision" in df else [""] * len(df)
     df["flags"] = [row_flags(e) + accuracy.flags(p, e) for e, p in zip(extras, precs, strict=True)]  # accuracy-loss
@@ -195,7 +197,7 @@ def prepare(results: pd.DataFrame) -> pd.DataFrame:
     for c in MEMORY_COLS + ["throughput_pipelined_ips", "flops_per_image", "params"]:
         if c not in df:
             df[c] = np.nan
-    return df
+    return tokens.add_per_token(df)  # tokens/s and J/token of text models (analysis.tokens)
 
 
 def _median(values: pd.Series) -> float:
@@ -276,6 +278,7 @@ def aggregate(df: pd.DataFrame, samples: sweeps.SamplesFn | None = None) -> pd.D
             row["ips_per_watt"] = 1.0 / row["joules_per_image"]
         for c, how in ACCURACY_WORST.items():
             row[c] = (_max if how == "max" else _min)(used[c]) if c in used else float("nan")
+        row.update(tokens.per_token(row))  # from the aggregated samples/s and J/sample
         row["flops_per_image"] = _median(used["flops_per_image"])
         row["params"] = _median(used["params"])
         row["n_measurements"] = len(used)
@@ -326,7 +329,8 @@ def config_label(row: dict[str, Any] | pd.Series, with_platform: bool = True, wi
     if int(row.get("threads", 0) or 0):
         n = int(row["threads"])
         parts.append(f"{n} thread{'s' if n != 1 else ''}")
-    parts.append(f"{int(row['resolution'])}px")
+    seq = tokens.seq_len_of(row.get("seq_len"))
+    parts.append(f"seq {seq}" if seq else f"{int(row['resolution'])}px")
     if row.get("include_transfer"):
         parts.append("incl. H2D copy")
     text = " ".join(parts)

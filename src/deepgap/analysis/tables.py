@@ -102,7 +102,8 @@ def table1(agg: pd.DataFrame) -> pd.DataFrame:
     """
     if agg.empty:
         return pd.DataFrame(columns=_EMPTY_T1)
-    t = best_rows(agg, ["platform", "model", "precision"])
+    # a text model has a row per sequence length (seq_len 0 for every image model: one row, as before)
+    t = best_rows(agg, ["platform", "model", "precision", *(["seq_len"] if "seq_len" in agg else [])])
     cpu = clean_cpu(agg)
     out = []
     for r in t.to_dict("records"):
@@ -135,6 +136,8 @@ def table1(agg: pd.DataFrame) -> pd.DataFrame:
                 "run_ids",
             ]
         }
+        row.update({k: r.get(k, np.nan) for k in ("seq_len", "tokens_per_s", "tokens_ci_low_per_s",
+                                                   "tokens_ci_high_per_s")})  # text models (analysis.tokens)
         flops = r.get("flops_per_image")
         row["achieved_tflops"] = r["throughput_ips"] * flops / 1e12 if flops and flops == flops else np.nan
         row["pct_of_peak"] = _pct_of_peak(row["platform"], row["precision"], row["achieved_tflops"])

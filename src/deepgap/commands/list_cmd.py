@@ -27,7 +27,8 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
             e = MODELS.get(name)
             if e.hidden and not args.all:
                 continue
-            t.add_row(name, e.family, str(e.default_resolution), e.description)
+            size = f"seq {e.default_resolution}" if e.is_text else str(e.default_resolution)
+            t.add_row(name, e.family, size, e.description)
         t.add_row("timm:<name>", "timm", "model's", "any timm model, when timm is installed")
     elif args.what == "engines":
         from deepgap.engines import ENGINES, load_engines

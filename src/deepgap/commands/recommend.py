@@ -107,8 +107,11 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     if not recs:
         print("none: the selection holds no successful measurement")
         return 1
+    from deepgap.models.inputs import is_text
+
     for r in recs:
-        print(f"\n{r.model} ({r.resolution}px): ", end="")
+        size = f"seq {r.resolution}" if is_text(r.model) else f"{r.resolution}px"  # a text model's length
+        print(f"\n{r.model} ({size}): ", end="")
         if r.choice:
             print(f"{r.choice['configuration']}\n  evidence: {_line(r.choice)}")
             if r.runner_up:

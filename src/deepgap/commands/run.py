@@ -41,6 +41,7 @@ _FLAGS = {
     "threads": ("threads", lambda t: parse_int_list(t, "threads")),
     "device": ("device", str),
     "resolution": ("resolution", _number(int, "resolution")),
+    "seq_lens": ("seq_lens", lambda t: parse_int_list(t, "seq-lens")),
     "warmup": ("warmup", _number(int, "warmup")),
     "iterations": ("iterations", _number(int, "iterations")),
     "repeats": ("repeats", _number(int, "repeats")),
@@ -70,7 +71,8 @@ def _min_accuracy(text: str) -> float:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
-    p.add_argument("--preset", help="paper | gpu | cpu | quick (default: gpu grid with a GPU, else cpu grid)")
+    p.add_argument("--preset", help="paper | gpu | transformers | cpu | quick "
+                                    "(default: gpu grid with a GPU, else cpu grid)")
     p.add_argument("--config", metavar="TOML", help="sweep file; flags override it")
     p.add_argument("--models", help="comma-separated, e.g. resnet18,resnet50 (deepgap list models)")
     p.add_argument("--engines", help="comma-separated, e.g. eager (deepgap list engines)")
@@ -80,6 +82,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("--threads", help="CPU thread counts to sweep, e.g. 1,2,4")
     p.add_argument("--device", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--resolution", help="input height = width (default: the model's, 224)")
+    p.add_argument("--seq-lens", help="text models' sequence lengths to sweep, e.g. 128,384 (default 128)")
     p.add_argument("--warmup", help="untimed iterations before timing (paper: 20)")
     p.add_argument("--iterations", help="timed iterations per repeat (paper: 100)")
     p.add_argument("--repeats", help="repeats per configuration (paper: 3)")
@@ -140,7 +143,12 @@ def build_spec(args: argparse.Namespace) -> SweepSpec:
         device = str(changes.get("device", "auto"))
         has_gpu = device.startswith("cuda") or (device == "auto" and api.gpu_present())
         base = default_spec(has_gpu, os.cpu_count() or 1)
-    return base.overlay(**changes)  # an axis given as a flag replaces the preset's per-engine one too
+    spec = base.overlay(**changes)  # an axis given as a flag replaces the preset's per-engine one too
+    if args.seq_lens is not None:
+        from deepgap.models.inputs import check_seq_lens
+
+        check_seq_lens(spec.models, spec.seq_lens, explicit=True)
+    return spec
 
 
 def main(args: argparse.Namespace) -> int:  # noqa: D103

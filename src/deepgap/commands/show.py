@@ -80,8 +80,10 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     if args.json:
         print(df.drop(columns=["extra"]).to_json(orient="records", indent=1))
         return 0
+    text = bool(len(df)) and bool(df["seq_len"].notna().any())  # text models: seq and tokens/s columns
     t = Table("model", "engine", "prec", "bs", "fmt", "thr", "sweep", "status", "median ms (95% CI)", "p99 ms", "img/s",
-              "img/s pipelined", "n", "cv", "top-1 % (vs fp32)", "flags", title=f"{args.store}: {len(df)} results")
+              "img/s pipelined", *(("seq", "tokens/s") if text else ()), "n", "cv", "top-1 % (vs fp32)", "flags",
+              title=f"{args.store}: {len(df)} results")
     for row in df.to_dict("records"):
         ok = row["status"] == "ok"
         med = (f"{_fmt_ms(row['latency_median_s'])} ({_fmt_ms(row['latency_median_ci_low_s'])}–"
@@ -91,6 +93,7 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
             row["model"], row["engine"], row["precision"], str(row["batch_size"]), row["memory_format"], thr,
             str(row.get("sweep", "")), row["status"], med, _fmt_ms(row["latency_p99_s"]) if ok else "",
             f"{row['throughput_ips']:,.1f}" if ok else "", f"{row['throughput_pipelined_ips']:,.1f}" if ok else "",
+            *(_tokens_cells(row, ok) if text else ()),
             str(int(row["n_samples"])) if ok else "", f"{row['cv_repeats']:.3f}" if ok and row["cv_repeats"] == row["cv_repeats"] and row["cv_repeats"] is not None else "",
             _top1(row.get("extra")), " ".join(flags_of(row)),
         )
@@ -100,6 +103,16 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
 
     print_serving(store, console, ids)
     return 0
+
+
+def _tokens_cells(row: dict, ok: bool) -> tuple[str, str]:
+    """(sequence length, tokens/s) of a text model's row; blank for an image model's (analysis.tokens)."""
+    from deepgap.analysis.tokens import per_token, seq_len_of
+
+    seq = seq_len_of(row.get("seq_len"))
+    if not seq:
+        return "", ""
+    return str(seq), f"{per_token(row)['tokens_per_s']:,.1f}" if ok else ""
 
 
 def _print_sweeps(store, df, console) -> None:

@@ -60,4 +60,9 @@ class Engine(abc.ABC):
         """
 
 
+def example_on(example: torch.Tensor, device: str, dtype: torch.dtype) -> torch.Tensor:
+    """``example`` on ``device``, floats in ``dtype``; a text model's token ids (int64) keep their type."""
+    return example.to(device=device, dtype=dtype) if example.is_floating_point() else example.to(device)
+
+
 ENGINES: Registry[type[Engine]] = Registry("engine")

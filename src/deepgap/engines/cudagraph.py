@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 
-from deepgap.engines.base import ENGINES, Engine, Prepared
+from deepgap.engines.base import ENGINES, Engine, Prepared, example_on
 from deepgap.engines.eager import to_device
 from deepgap.precision import float_precision_support, torch_dtype
 
@@ -39,7 +39,7 @@ class CudaGraphEngine(Engine):
         t0 = time.perf_counter()
         model = to_device(model, spec)
         # keeps channels_last strides; a normal (not inference) tensor: `run` may copy into it anywhere
-        static_in = example.to(device=spec.device, dtype=torch_dtype(spec.precision))
+        static_in = example_on(example, spec.device, torch_dtype(spec.precision))
         t1 = time.perf_counter()
         graph, static_out = graph_runner.capture(model, static_in, spec.device, warmup=WARMUP_CALLS)
         capture_s = time.perf_counter() - t1

@@ -1,8 +1,9 @@
 """ONNX export with a dynamic batch axis, cached: the shared first step of ONNX Runtime and TensorRT.
 
 One export serves every batch size (the batch axis is symbolic, named ``batch``); input ``input``
-(N, 3, R, R), output ``logits``. The exporter is torch.onnx's dynamo path (``torch.export``, opset
-18); where it fails, the TorchScript exporter (opset 17) is tried, and ``info["exporter"]`` says
+(N, 3, R, R), or a text model's int64 token ids (N, S) with S fixed (one export per sequence length,
+which the cache key's ``resolution`` holds), output ``logits``. The exporter is torch.onnx's dynamo
+path (``torch.export``, opset 18); where it fails, the TorchScript exporter (opset 17) is tried, and ``info["exporter"]`` says
 which one wrote the file. The export is keyed by model, resolution, weights fingerprint, dtype,
 torch version and opset (`deepgap.engines.artifacts`).
 """
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from deepgap.engines.artifacts import artifact_path, atomic_path, library_version
+from deepgap.models.inputs import example_batch
 from deepgap.precision import torch_dtype
 
 OPSET = 18
@@ -38,8 +40,6 @@ def export_onnx(model, model_name: str, resolution: int, weights_sha: str, dtype
     Returns:
         The file's path and what to record: ``onnx_cache`` (hit|miss), ``exporter``, ``export_s``.
     """
-    import torch
-
     parts = export_parts(model_name, resolution, weights_sha, dtype)
     path = artifact_path("onnx", f"{model_name}-{resolution}-{dtype}", parts, ".onnx", options)
     info: dict[str, Any] = {"onnx_path": str(path)}
@@ -49,7 +49,8 @@ def export_onnx(model, model_name: str, resolution: int, weights_sha: str, dtype
     t0 = time.perf_counter()
     tdtype = torch_dtype(dtype)
     model = model.to(tdtype).eval()
-    example = torch.randn(2, 3, resolution, resolution, dtype=tdtype)  # 2, not 1: export specializes size 1
+    example = example_batch(model_name, 2, resolution)  # 2, not 1: export specializes size 1
+    example = example.to(tdtype) if example.is_floating_point() else example  # token ids stay int64
     errors = []
     with atomic_path(path, parts) as tmp:
         for exporter in ("dynamo", "torchscript"):

@@ -15,7 +15,7 @@ import importlib.util
 import time
 from typing import Any, ClassVar
 
-from deepgap.engines.base import ENGINES, Engine, Prepared
+from deepgap.engines.base import ENGINES, Engine, Prepared, example_on
 
 PIP_HINT = "pip install 'deepgap[onnx]' (onnx, onnxruntime, onnxscript)"
 
@@ -63,6 +63,9 @@ class OrtEngine(Engine):
                     "install onnxruntime-gpu (CUDA/TensorRT providers) built for this CUDA")
         if prov == "CPUExecutionProvider" and spec.precision == "fp16":
             return "ONNX Runtime's CPU provider has no fp16 convolution kernels; fp16 runs on its CUDA/TensorRT providers"
+        if spec.seq_len and spec.precision == "int8":
+            return ("ONNX Runtime int8 calibrates activation ranges on images (deepgap.calibration_data); "
+                    "calibration on token ids for text encoders is not built yet")
         if prov == "CUDAExecutionProvider" and spec.precision == "int8":
             return ("ONNX Runtime's CUDA provider runs QDQ int8 models by dequantizing to float (no int8 kernels); "
                     "int8 on a GPU: onnxruntime-trt, tensorrt or quant")
@@ -130,9 +133,9 @@ class OrtEngine(Engine):
         if sess.get_providers()[0] != prov:  # ORT falls back to CPU silently; never measure the wrong thing
             raise RuntimeError(f"ONNX Runtime did not enable {prov} (session providers: {sess.get_providers()})")
         in_dtype = torch.float16 if spec.precision == "fp16" else torch.float32
-        run = _cpu_runner(sess) if kind == "cpu" else _cuda_runner(sess, spec, in_dtype)
+        run = _cpu_runner(sess) if kind == "cpu" else _cuda_runner(sess, spec)
         with torch.inference_mode():  # first run: lazy initialization (and TensorRT's engine build) off the clock
-            run(example.to(device=spec.device, dtype=in_dtype).contiguous())
+            run(example_on(example, spec.device, in_dtype).contiguous())
         return Prepared(run=run, input_dtype=in_dtype, setup_s=time.perf_counter() - t0, info=info)
 
 
@@ -147,7 +150,7 @@ def _cpu_runner(sess):
     return run
 
 
-def _cuda_runner(sess, spec, in_dtype):
+def _cuda_runner(sess, spec):
     """IO binding on torch's device buffers: no host round trip inside the timed call."""
     import numpy as np
     import torch
@@ -157,13 +160,13 @@ def _cuda_runner(sess, spec, in_dtype):
     out_elem = {"tensor(float)": np.float32, "tensor(float16)": np.float16}[out.type]
     out_buf = torch.empty((spec.batch_size, int(out.shape[1])), device=spec.device,
                           dtype=torch.float16 if out_elem is np.float16 else torch.float32)
-    in_elem = np.float16 if in_dtype == torch.float16 else np.float32
+    in_elems = {torch.float16: np.float16, torch.float32: np.float32, torch.int64: np.int64}  # int64: token ids
     binding = sess.io_binding()
     binding.bind_output(out.name, "cuda", idx, out_elem, tuple(out_buf.shape), out_buf.data_ptr())
 
     def run(x):
         x = x.contiguous()
-        binding.bind_input(in_name, "cuda", idx, in_elem, tuple(x.shape), x.data_ptr())
+        binding.bind_input(in_name, "cuda", idx, in_elems[x.dtype], tuple(x.shape), x.data_ptr())
         sess.run_with_iobinding(binding)
         return out_buf
 
@@ -188,7 +191,7 @@ class OrtTensorrtEngine(OrtEngine):
 
         idx = torch.device(spec.device).index or 0
         b = spec.batch_size
-        shape = f"input:{b}x3x{spec.resolution}x{spec.resolution}"
+        shape = f"input:{b}x{spec.seq_len}" if spec.seq_len else f"input:{b}x3x{spec.resolution}x{spec.resolution}"
         return {
             "device_id": idx, "user_compute_stream": str(torch.cuda.current_stream(idx).cuda_stream),
             "trt_fp16_enable": spec.precision in ("fp16", "int8"), "trt_int8_enable": spec.precision == "int8",

@@ -23,6 +23,10 @@ SUPPORTED_MODELS = (
     "wide_resnet50_2",
     "wide_resnet101_2",
 )
+TEXT_NOT_YET = (
+    "unavailable: the quant engine converts convolutions (ResNets); int8/fp8 for a text encoder's Linear "
+    "layers (QKV, projection, MLP) with calibrated static activation scales is not built yet (issue 38)"
+)
 NEEDS_GPU = (
     "unavailable: quant engine needs a CUDA GPU with int8 tensor cores (compute capability ≥ 8.0; fp8 ≥ 8.9)"
 )
@@ -42,6 +46,8 @@ class QuantEngine(Engine):
         why = super().supports(spec, caps)
         if why:
             return why
+        if spec.seq_len:  # before the device check: the answer is the same on every device
+            return TEXT_NOT_YET
         if caps.kind != "cuda":
             return NEEDS_GPU
         cc = caps.compute_capability or (0, 0)

@@ -54,6 +54,9 @@ class TensorrtEngine(Engine):
             return why
         if caps.kind != "cuda":
             return "tensorrt builds engines for NVIDIA GPUs; this device is a CPU"
+        if spec.seq_len:
+            return ("tensorrt's optimization profiles and int8 calibration are built for image inputs "
+                    "(N, 3, R, R); token-id inputs for text encoders are not wired yet")
         if spec.memory_format != "nchw":
             return "tensorrt takes NCHW inputs (it chooses its own internal layouts); channels_last is a PyTorch layout"
         if is_quantized(spec.precision):  # not plain PyTorch's: only the device's capability counts

@@ -26,7 +26,7 @@ import shutil
 import time
 from typing import Any, ClassVar
 
-from deepgap.engines.base import ENGINES, Engine, Prepared
+from deepgap.engines.base import ENGINES, Engine, Prepared, example_on
 from deepgap.engines.eager import to_device
 from deepgap.precision import float_precision_support, torch_dtype
 
@@ -64,7 +64,7 @@ class CompileEngine(Engine):
 
         t0 = time.perf_counter()
         model = to_device(model, spec)
-        x = example.to(device=spec.device, dtype=torch_dtype(spec.precision))  # keeps channels_last strides
+        x = example_on(example, spec.device, torch_dtype(spec.precision))  # keeps channels_last strides
         torch._dynamo.reset()  # fresh guards and caches for this configuration (see the module docstring)
         counters.clear()
         compiled = torch.compile(model, mode=self.mode, dynamic=False)

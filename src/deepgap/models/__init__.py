@@ -10,6 +10,6 @@ from __future__ import annotations
 from deepgap.models.registry import MODELS, ModelEntry, build_model, resolve_model, weights_fingerprint
 
 # Importing the modules registers their entries.
-from deepgap.models import faults, tiny, torchvision_models  # noqa: F401, E402  isort: skip
+from deepgap.models import bert, faults, tiny, torchvision_models  # noqa: F401, E402  isort: skip
 
 __all__ = ["MODELS", "ModelEntry", "build_model", "resolve_model", "weights_fingerprint"]

@@ -24,7 +24,14 @@ class ModelEntry:
     default_resolution: int = 224
     description: str = ""
     hidden: bool = False  # test/fault-injection models, listed only with --all
-    num_classes: int = 1000
+    num_classes: int = 1000  # width of the output a row of the correctness check compares
+    vocab_size: int = 0  # a text model's token vocabulary (its inputs are int64 ids); 0: an image model
+    max_seq_len: int = 0  # a text model's longest sequence (its learned positions)
+
+    @property
+    def is_text(self) -> bool:
+        """Whether the model reads token ids (batch, seq_len) rather than images (batch, 3, R, R)."""
+        return self.vocab_size > 0
 
 
 MODELS: Registry[ModelEntry] = Registry("model")

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from deepgap.models.flops import count_step
+from deepgap.models.inputs import elements_per_sample, example_batch
 from deepgap.precision import column
 
 ITEMSIZE_BYTES = column("itemsize")  # bytes per element, a live view of the precision table
@@ -89,7 +90,7 @@ def cost_of_module(model, name: str, resolution: int, mode: str = "infer", devic
     counts = []
     out_elems = 0
     for b in (1, 2):
-        x = torch.randn(b, 3, resolution, resolution, device=device)
+        x = example_batch(name, b, resolution, device=device)  # images, or a text model's token ids
         counts.append(count_step(model, x, mode))
         if b == 1:
             with torch.no_grad():
@@ -104,7 +105,7 @@ def cost_of_module(model, name: str, resolution: int, mode: str = "infer", devic
         ew_flops_per_image=c2.ew_flops - c1.ew_flops,
         params=sum(p.numel() for p in model.parameters()),
         buffers=sum(b.numel() for b in model.buffers()),
-        input_elements_per_image=3 * resolution * resolution,
+        input_elements_per_image=elements_per_sample(name, resolution),
         output_elements_per_image=out_elems,
         traffic_elements_per_image=per_image,
         traffic_elements_fixed=max(c1.traffic_elements - per_image, 0.0),

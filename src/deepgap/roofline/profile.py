@@ -97,6 +97,7 @@ def build_step(spec: ProfileSpec):
     import torch
 
     from deepgap.models import build_model
+    from deepgap.models.inputs import example_batch
     from deepgap.models.registry import resolve_model
     from deepgap.precision import set_tf32, torch_dtype
 
@@ -107,12 +108,12 @@ def build_step(spec: ProfileSpec):
     dtype = torch_dtype(spec.precision)
     cl = spec.memory_format == "channels_last"
     g = torch.Generator().manual_seed(1234)
-    x = torch.randn(spec.batch_size, 3, res, res, generator=g)
+    x = example_batch(spec.model, spec.batch_size, res, g)  # images, or a text model's token ids
     dev_type = "cuda" if spec.device.startswith("cuda") else "cpu"
     if spec.mode == "infer":
         model = model.to(device=spec.device, dtype=dtype).eval()
-        x = x.to(device=spec.device, dtype=dtype)
-        if cl:
+        x = x.to(device=spec.device, dtype=dtype) if x.is_floating_point() else x.to(spec.device)
+        if cl and x.dim() == 4:
             model, x = (
                 model.to(memory_format=torch.channels_last),
                 x.contiguous(memory_format=torch.channels_last),
@@ -125,7 +126,7 @@ def build_step(spec: ProfileSpec):
         return model, step, res
     model = model.to(spec.device).train()
     x = x.to(spec.device)
-    if cl:
+    if cl and x.dim() == 4:
         model, x = (
             model.to(memory_format=torch.channels_last),
             x.contiguous(memory_format=torch.channels_last),

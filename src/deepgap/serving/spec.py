@@ -123,7 +123,9 @@ def validate(spec: ServeSpec) -> ServeSpec:
     if spec.scenario not in SCENARIOS:
         raise UsageError(f"unknown scenario {spec.scenario!r}", f"choose one of: {', '.join(SCENARIOS)}")
     for name, _ in spec.tenants or ((spec.model, None),):
-        resolve_model(name)
+        if resolve_model(name).is_text:  # its request ring, padding buckets and loadgen samples are images
+            raise UsageError(f"deepgap serve does not serve text models yet ({name})",
+                             "measure it with `deepgap run --models " + name + " --seq-lens 128`")
     load_engines()
     ENGINES.get(spec.engine)
     if spec.precision not in PRECISIONS:

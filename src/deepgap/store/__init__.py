@@ -27,7 +27,7 @@ import numpy as np
 
 from deepgap.envinfo import redact, redact_value
 from deepgap.errors import StoreError, StoreFullError
-from deepgap.records import ConfigSpec, Result, Status
+from deepgap.records import KEY_ONLY_FIELDS, ConfigSpec, Result, Status
 from deepgap.result_details import ResultDetails
 from deepgap.store import guard, held
 from deepgap.store.guard import (
@@ -306,7 +306,8 @@ class Store(RowDecoder, TableAccess):
         spec = result.spec
         lat = dataclasses.asdict(result.latency) if result.latency else {}
         row: dict[str, Any] = {
-            "run_id": run_id, "config_key": spec.key, **{k: v for k, v in dataclasses.asdict(spec).items()},
+            "run_id": run_id, "config_key": spec.key,
+            **{k: v for k, v in dataclasses.asdict(spec).items() if k not in KEY_ONLY_FIELDS},
             "status": Status(result.status).value, "reason": result.reason,
             "n_samples": lat.get("n"),
             **{f"latency_{k}": v for k, v in lat.items() if k != "n"},
@@ -419,6 +420,7 @@ class Store(RowDecoder, TableAccess):
                              for n, r in zip(nodes, df["run_id"], strict=True)]
         df["host"] = [n.get("host") or runs[r]["host"] for n, r in zip(nodes, df["run_id"], strict=True)]
         df["extra"] = [ResultDetails.from_json(e) for e in extras]
+        df["seq_len"] = [ConfigSpec.seq_len_of(k) for k in df["config_key"]]  # a key-only field
         return df
 
     def extra_json(self) -> dict[int, str]:
