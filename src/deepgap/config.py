@@ -7,6 +7,7 @@ Construction has no side effects (no device probing, no file writes); `validate`
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import sys
@@ -103,17 +104,62 @@ class SweepSpec:
         names = {f.name: f for f in dataclasses.fields(cls)}
         changes: dict[str, Any] = {}
         for key, value in data.items():
-            k = key.replace("-", "_")
+            k = str(key).replace("-", "_")
             if k not in names:
                 raise UsageError(f"unknown sweep setting {key!r}", f"use one of: {', '.join(sorted(names))}")
-            if isinstance(getattr(base, k), tuple):
-                if isinstance(value, (str, int)):
-                    value = [value]
-                if not isinstance(value, (list, tuple)):
-                    raise UsageError(f"sweep setting {key!r} must be a list", f"write e.g. {k} = [1, 2]")
-                value = tuple(value)
-            changes[k] = value
+            changes[k] = _typed(k, value, str(names[k].type), _example(k, names[k].default))
         return base.overlay(**changes)
+
+
+# What a TOML (or stored) value of each annotated field type must be: a `SweepSpec` field typed `int`
+# must not receive "abc", a list of names must not hold 1. A float field takes an integer too.
+_KINDS: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,)}
+_EXAMPLES = {"target_ci": "0.01", "min_accuracy": "0.99", "resolution": "224", "weights": '"weights.pt"',
+             "dataset": '"images/"', "accuracy_samples": "500", "threads": "[1, 2]", "options": "{}",
+             "engine_axes": "{quant = {batch_sizes = [1]}}"}
+
+
+def _example(key: str, default: Any) -> str:
+    """``key = …`` as TOML, from the field's default (what the error's fix shows)."""
+    if key in _EXAMPLES:
+        return _EXAMPLES[key]
+    if isinstance(default, tuple):
+        return "[" + ", ".join(_example("", v) for v in default) + "]"
+    if isinstance(default, bool):
+        return str(default).lower()
+    return f'"{default}"' if isinstance(default, str) else str(default)
+
+
+def _typed(key: str, value: Any, annotation: str, example: str) -> Any:
+    """``value`` checked against the field's annotation (lists become tuples); a `UsageError` names the key."""
+    ann = annotation.replace(" ", "")
+    optional = ann.endswith("|None")
+    ann = ann.removesuffix("|None")
+    if value is None and optional:
+        return None
+    if ann.startswith("dict["):
+        if not isinstance(value, dict):
+            raise UsageError(f"sweep setting {key!r} must be a table, got {value!r}", f"write e.g. {key} = {example}")
+        return value
+    if ann.startswith("tuple["):
+        item = ann[len("tuple["):].split(",")[0]
+        items = list(value) if isinstance(value, (list, tuple)) else [value]
+        if not all(_is(v, item) for v in items):
+            raise UsageError(f"sweep setting {key!r} must be a list of {_NOUNS[item]}, got {value!r}",
+                             f"write e.g. {key} = {example}")
+        return tuple(items)
+    if not _is(value, ann):
+        raise UsageError(f"sweep setting {key!r} must be {_NOUN[ann]}, got {value!r}", f"write e.g. {key} = {example}")
+    return value
+
+
+_NOUN = {"str": "a text", "int": "an integer", "float": "a number", "bool": "true or false"}
+_NOUNS = {"str": "texts", "int": "integers", "float": "numbers", "bool": "booleans"}
+
+
+def _is(value: Any, kind: str) -> bool:
+    """Whether ``value`` is of the TOML kind ``kind`` (a bool is not a number)."""
+    return isinstance(value, _KINDS[kind]) and (kind == "bool" or not isinstance(value, bool))
 
 
 def _grid(**kw: Any) -> SweepSpec:
@@ -195,8 +241,20 @@ def load_toml(path: str, base: SweepSpec | None = None) -> SweepSpec:
         raise UsageError(f"config file {path!r} is not a text file (not UTF-8)", "pass a TOML sweep file") from None
     except OSError as exc:
         raise UsageError(f"config file {path!r} cannot be read ({exc.strerror})", "pass a readable TOML file") from None
-    data = dict(data.get("sweep", data))
+    if "sweep" in data:  # a [sweep] table: nothing may sit beside it (a misplaced table would be ignored)
+        if not isinstance(data["sweep"], dict):
+            raise UsageError(f"config file {path!r}: sweep must be a table, got {data['sweep']!r}",
+                             "write [sweep] on a line of its own, then key = value lines")
+        others = [k for k in data if k != "sweep"]
+        if others:
+            raise UsageError(f"config file {path!r} has {others[0]!r} beside the [sweep] table",
+                             "put every setting inside [sweep], or drop the [sweep] header")
+        data = data["sweep"]
+    data = dict(data)
     if "preset" in data:
+        if not isinstance(data["preset"], str):
+            raise UsageError(f"config file {path!r}: preset must be a name, got {data['preset']!r}",
+                             f"write e.g. preset = \"quick\" ({', '.join(PRESETS)})")
         base = preset(data.pop("preset"))
     return SweepSpec.from_dict(data, base)
 
@@ -207,6 +265,58 @@ def _positive_ints(name: str, values: tuple[Any, ...], allow_empty: bool = False
     for v in values:
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise UsageError(f"{name} has {v!r}, which is not a positive integer", "use positive integers like 1,2,4")
+
+
+# The range of every numeric setting. Why upper bounds: a number past them is a typo, and is not
+# harmless: a sweep count of 10^12 expands into a plan that never ends, a batch of 10^20 does not fit
+# SQLite's 64-bit integers (the result is lost and the run left broken for --resume), an infinite
+# timeout overflows the worker's wait, a sample rate of 1e-300 Hz asks to sleep for 1e300 s.
+MAX_BATCH = 1 << 20
+MAX_THREADS = 4096
+MAX_SEED = 2**63 - 1  # a seed is stored as SQLite's signed 64-bit integer and seeds torch and numpy
+_DAY_S = 86_400.0
+# (field, flag, minimum, maximum, example)
+_INT_LIMITS = (
+    ("warmup", "warmup", 0, 10**7, "20"),
+    ("iterations", "iterations", 1, 10**7, "100"),
+    ("repeats", "repeats", 1, 10**5, "3"),
+    ("sweeps", "sweeps", 1, 1000, "2"),
+    ("seed", "seed", 0, MAX_SEED, "0"),
+)
+# (field, flag, minimum, maximum, example, minimum excluded)
+_FLOAT_LIMITS = (
+    ("max_time_s", "max-time", 0.0, _DAY_S, "60", True),
+    ("timeout_s", "timeout", 0.0, 7 * _DAY_S, "900", True),
+    ("min_time_s", "min-time", 0.0, 3600.0, "0", False),
+    ("sample_hz", "sample-hz", 0.1, 1000.0, "10", False),
+    ("energy_window_s", "energy-window", 0.0, 3600.0, "1", False),
+    ("idle_s", "idle-time", 0.0, 3600.0, "2", False),
+    ("thermal_window_s", "thermal-window", 0.0, 3600.0, "30", True),
+    ("thermal_slope_c_per_min", "thermal-slope", 0.0, 100.0, "1", True),
+    ("thermal_timeout_s", "thermal-timeout", 0.0, _DAY_S, "300", True),
+)
+_WHAT = {"sample_hz": "sample rate (Hz)"}
+
+
+def _real(v: Any) -> bool:
+    """A finite int or float (not a bool, not nan or inf)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _in_range(name: str, v: Any, low: float, high: float, flag: str, example: str,
+              integer: bool = False, low_open: bool = False) -> None:
+    """A `UsageError` unless ``v`` is a finite number (an integer where ``integer``) in [low, high]."""
+    ok = (isinstance(v, int) and not isinstance(v, bool)) if integer else _real(v)
+    if ok and (low < v if low_open else low <= v) and v <= high:
+        return
+    what = _WHAT.get(name, name)
+    kind = "an integer" if integer else "a finite number"
+    lo = f"({_fmt(low)}" if low_open else f"[{_fmt(low)}"
+    raise UsageError(f"{what} must be {kind} in {lo}, {_fmt(high)}], got {v!r}", f"pass e.g. --{flag} {example}")
+
+
+def _fmt(x: float) -> str:
+    return f"{int(x):,}" if float(x).is_integer() else f"{x:g}"
 
 
 def validate(spec: SweepSpec) -> SweepSpec:
@@ -231,6 +341,9 @@ def validate(spec: SweepSpec) -> SweepSpec:
             raise UsageError(f"unknown precision {p!r}", f"choose from {', '.join(PRECISIONS)}")
     _positive_ints("batch_sizes", spec.batch_sizes)
     _positive_ints("threads", spec.threads, allow_empty=True)
+    for name, high in (("batch_sizes", MAX_BATCH), ("threads", MAX_THREADS)):
+        for v in getattr(spec, name):
+            _in_range(name, v, 1, high, name.replace("_", "-"), "8", integer=True)
     for mf in spec.memory_formats:
         if mf not in MEMORY_FORMATS:
             raise UsageError(f"unknown memory format {mf!r}", f"choose from {', '.join(MEMORY_FORMATS)}")
@@ -241,28 +354,16 @@ def validate(spec: SweepSpec) -> SweepSpec:
         raise UsageError(f"unknown device {spec.device!r}", "use auto, cpu, cuda or cuda:N")
     if spec.threads and spec.device.startswith("cuda"):
         raise UsageError("--threads sweeps CPU threads", "drop --threads or use --device cpu")
-    for name, minimum in (("iterations", 1), ("repeats", 1), ("sweeps", 1), ("warmup", 0)):
-        v = getattr(spec, name)
-        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-            raise UsageError(f"{name} must be an integer ≥ {minimum}, got {v!r}", f"pass --{name} {max(minimum, 1)}")
-    if spec.resolution is not None and (not isinstance(spec.resolution, int) or spec.resolution < 8):
-        raise UsageError(f"resolution must be an integer ≥ 8, got {spec.resolution!r}", "pass --resolution 224")
-    if spec.target_ci is not None and not (0 < spec.target_ci < 1):
+    for name, flag, low, high, example in _INT_LIMITS:
+        _in_range(name, getattr(spec, name), low, high, flag, example, integer=True)
+    if spec.resolution is not None:
+        _in_range("resolution", spec.resolution, 8, 16384, "resolution", "224", integer=True)
+    if spec.accuracy_samples is not None:
+        _in_range("accuracy_samples", spec.accuracy_samples, 1, 10**9, "accuracy-samples", "500", integer=True)
+    if spec.target_ci is not None and not (_real(spec.target_ci) and 0 < spec.target_ci < 1):
         raise UsageError(f"target CI must be a fraction in (0, 1), got {spec.target_ci!r}", "pass --target-ci 1%")
-    for name in ("max_time_s", "timeout_s"):
-        if not getattr(spec, name) > 0:
-            raise UsageError(f"{name} must be positive", f"pass a positive --{name[:-2].replace('_', '-')}")
-    if spec.min_time_s < 0:
-        raise UsageError("min_time_s must be ≥ 0", "pass --min-time 0")
-    if not (isinstance(spec.sample_hz, (int, float)) and 0 < spec.sample_hz <= 1000):
-        raise UsageError(f"sample rate must be in (0, 1000] Hz, got {spec.sample_hz!r}", "pass --sample-hz 10")
-    for name, flag in (("energy_window_s", "energy-window"), ("idle_s", "idle-time")):
-        if not (isinstance(getattr(spec, name), (int, float)) and getattr(spec, name) >= 0):
-            raise UsageError(f"{name} must be ≥ 0, got {getattr(spec, name)!r}", f"pass --{flag} 1")
-    for name, flag in (("thermal_window_s", "thermal-window"), ("thermal_slope_c_per_min", "thermal-slope"),
-                       ("thermal_timeout_s", "thermal-timeout")):
-        if not (isinstance(getattr(spec, name), (int, float)) and getattr(spec, name) > 0):
-            raise UsageError(f"{name} must be positive, got {getattr(spec, name)!r}", f"pass a positive --{flag}")
+    for name, flag, low, high, example, low_open in _FLOAT_LIMITS:
+        _in_range(name, getattr(spec, name), low, high, flag, example, low_open=low_open)
     if spec.weights and not os.path.isfile(spec.weights):
         raise UsageError(f"weights file {spec.weights!r} does not exist", "pass the path of a local state-dict file")
     if spec.weights and len(spec.models) > 1:
@@ -274,7 +375,7 @@ def _accuracy(spec: SweepSpec) -> SweepSpec:
     """Check weights and dataset; the dataset's identity and split go into ``options['dataset']``."""
     from deepgap.accuracy.dataset import check_weights, describe
 
-    if spec.min_accuracy is not None and not (isinstance(spec.min_accuracy, (int, float)) and 0 < spec.min_accuracy <= 1):
+    if spec.min_accuracy is not None and not (_real(spec.min_accuracy) and 0 < spec.min_accuracy <= 1):
         raise UsageError(f"min_accuracy must be a fraction in (0, 1], got {spec.min_accuracy!r}", "pass --min-accuracy 99%")
     if spec.weights:
         check_weights(spec.models[0], spec.resolution, spec.weights)
@@ -330,10 +431,13 @@ def parse_percent(text: str) -> float | None:
 def parse_number(text: str, kind: type, flag: str, example: str = "10") -> int | float:
     """``kind(text)`` for the flag ``--flag``; a `UsageError` naming the flag for anything else."""
     try:
-        return kind(text)
+        value = kind(text)
     except ValueError:
         raise UsageError(f"--{flag} {text!r} is not {'an integer' if kind is int else 'a number'}",
                          f"pass e.g. --{flag} {example}") from None
+    if not math.isfinite(value):  # no flag means "forever" by inf: an unbounded wait or loop is a hang
+        raise UsageError(f"--{flag} {text!r} is not a finite number", f"pass e.g. --{flag} {example}")
+    return value
 
 
 def parse_int_list(text: str, name: str) -> tuple[int, ...]:
