@@ -41,7 +41,8 @@ from deepgap.report_format import (
     machines,
 )
 from deepgap.report_screenshot import find_chromium, screenshot  # noqa: F401  (re-exported)
-from deepgap.store import Store
+from deepgap.store import Store, guard
+from deepgap.store.paths import check_output_path
 
 
 @dataclass
@@ -88,7 +89,8 @@ def build(store_path: str, run_ids: list[str] | None = None, interactive: bool =
     """
     ctx = load_context(store_path, run_ids, interactive and fi.available())
     df, agg = ctx.results, ctx.configurations
-    rep = Report(os.path.abspath(store_path), _dt.datetime.now().isoformat(timespec="seconds"), ctx.runs)
+    shown = os.path.basename(store_path) if guard.READ["redact"] else os.path.abspath(store_path)  # a path names users
+    rep = Report(shown, _dt.datetime.now().isoformat(timespec="seconds"), ctx.runs)
     ok = df[df["status"] == "ok"] if not df.empty else df
     rep.counts = {
         "runs": len(ctx.runs),
@@ -220,6 +222,7 @@ def _marker_key(rep: Report) -> list[tuple[str, str]]:
 
 def check_output(html_path: str) -> str:
     """Absolute output path, or a `UsageError` when it cannot be written (checked before any work)."""
+    check_output_path(html_path, "report", stdout_ok=False)  # never a device, FIFO or /dev path
     path = os.path.abspath(html_path)
     if os.path.isdir(path):
         raise UsageError(f"report path {html_path} is a directory", "pass a file name, e.g. -o report.html")

@@ -41,6 +41,7 @@ from deepgap.store.guard import (
     expected_columns,
 )
 from deepgap.store.migrations import CORE_V1, SCHEMA_VERSION, migrate, version
+from deepgap.store.paths import check_store_path
 from deepgap.store.rows import TableAccess
 from deepgap.store.tables import RUN_KINDS, TableSpec
 
@@ -80,6 +81,7 @@ def check_path(path: str) -> None:
     """Validate a store path for writing without creating anything (bad input must write nothing)."""
     if not str(path).strip():
         raise StoreError("the store path is empty", "pass --store PATH, e.g. --store results.sqlite")
+    check_store_path(path)
     if os.path.isdir(path):
         raise StoreError(f"store path {path} is a directory", "pass a file path, e.g. results.sqlite")
     exists = os.path.exists(path)
@@ -106,6 +108,7 @@ class Store(RowDecoder, TableAccess):
         self._types: dict[str, dict[str, tuple[str, bool]]] = {}
         if not self.path.strip():
             raise StoreError("the store path is empty", "pass a store path, e.g. results.sqlite")
+        check_store_path(self.path)  # not UTF-8, too long, a FIFO or device: before anything opens it
         exists = os.path.exists(self.path)
         if readonly and not exists:
             raise StoreError(f"store {self.path} does not exist", "run `deepgap run` first or pass --store PATH")
