@@ -46,9 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "_main", None):
         parser.print_help()
         return 2
+    from deepgap import redaction
     from deepgap.store import guard as storeguard
 
     storeguard.reset()
+    redaction.reset()  # a fresh random key per command: two exports never share tokens
     try:
         code = int(args._main(args) or 0)
         if storeguard.skipped_warning():

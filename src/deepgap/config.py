@@ -131,7 +131,7 @@ def _example(key: str, default: Any) -> str:
 
 
 def _typed(key: str, value: Any, annotation: str, example: str) -> Any:
-    """``value`` checked against the field's annotation (lists become tuples); a `UsageError` names the key."""
+    """``value`` checked against the field's annotation (a list becomes a tuple), or a `UsageError`."""
     ann = annotation.replace(" ", "")
     optional = ann.endswith("|None")
     ann = ann.removesuffix("|None")
@@ -139,7 +139,8 @@ def _typed(key: str, value: Any, annotation: str, example: str) -> Any:
         return None
     if ann.startswith("dict["):
         if not isinstance(value, dict):
-            raise UsageError(f"sweep setting {key!r} must be a table, got {value!r}", f"write e.g. {key} = {example}")
+            raise UsageError(f"sweep setting {key!r} must be a table, got {value!r}",
+                             f"write e.g. {key} = {example}")
         return value
     if ann.startswith("tuple["):
         item = ann[len("tuple["):].split(",")[0]
@@ -149,7 +150,8 @@ def _typed(key: str, value: Any, annotation: str, example: str) -> Any:
                              f"write e.g. {key} = {example}")
         return tuple(items)
     if not _is(value, ann):
-        raise UsageError(f"sweep setting {key!r} must be {_NOUN[ann]}, got {value!r}", f"write e.g. {key} = {example}")
+        raise UsageError(f"sweep setting {key!r} must be {_NOUN[ann]}, got {value!r}",
+                         f"write e.g. {key} = {example}")
     return value
 
 
@@ -312,7 +314,8 @@ def _in_range(name: str, v: Any, low: float, high: float, flag: str, example: st
     what = _WHAT.get(name, name)
     kind = "an integer" if integer else "a finite number"
     lo = f"({_fmt(low)}" if low_open else f"[{_fmt(low)}"
-    raise UsageError(f"{what} must be {kind} in {lo}, {_fmt(high)}], got {v!r}", f"pass e.g. --{flag} {example}")
+    raise UsageError(f"{what} must be {kind} in {lo}, {_fmt(high)}], got {v!r}",
+                     f"pass e.g. --{flag} {example}")
 
 
 def _fmt(x: float) -> str:
@@ -359,7 +362,8 @@ def validate(spec: SweepSpec) -> SweepSpec:
     if spec.resolution is not None:
         _in_range("resolution", spec.resolution, 8, 16384, "resolution", "224", integer=True)
     if spec.accuracy_samples is not None:
-        _in_range("accuracy_samples", spec.accuracy_samples, 1, 10**9, "accuracy-samples", "500", integer=True)
+        _in_range("accuracy_samples", spec.accuracy_samples, 1, 10**9, "accuracy-samples", "500",
+                  integer=True)
     if spec.target_ci is not None and not (_real(spec.target_ci) and 0 < spec.target_ci < 1):
         raise UsageError(f"target CI must be a fraction in (0, 1), got {spec.target_ci!r}", "pass --target-ci 1%")
     for name, flag, low, high, example, low_open in _FLOAT_LIMITS:

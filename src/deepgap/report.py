@@ -89,7 +89,8 @@ def build(store_path: str, run_ids: list[str] | None = None, interactive: bool =
     """
     ctx = load_context(store_path, run_ids, interactive and fi.available())
     df, agg = ctx.results, ctx.configurations
-    shown = os.path.basename(store_path) if guard.READ["redact"] else os.path.abspath(store_path)  # a path names users
+    # a redacted report shows the store's file name only: its folders may name the user or the host
+    shown = os.path.basename(store_path) if guard.READ["redact"] else os.path.abspath(store_path)
     rep = Report(shown, _dt.datetime.now().isoformat(timespec="seconds"), ctx.runs)
     ok = df[df["status"] == "ok"] if not df.empty else df
     rep.counts = {

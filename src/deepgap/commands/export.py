@@ -82,8 +82,10 @@ def write_frame(df, path: str, fmt: str) -> None:
     folder = check_folder(path)
     if path == STDOUT:
         if fmt == "parquet":
-            raise UsageError("parquet is binary and does not go to stdout (-o -)", "pass a file, e.g. -o results.parquet")
-        sys.stdout.write(df.to_csv(index=False) if fmt == "csv" else df.to_json(orient="records", indent=1) + "\n")
+            raise UsageError("parquet is binary and does not go to stdout (-o -)",
+                             "pass a file, e.g. -o results.parquet")
+        text = df.to_csv(index=False) if fmt == "csv" else df.to_json(orient="records", indent=1) + "\n"
+        sys.stdout.write(text)
         return
     if fmt == "parquet":
         try:

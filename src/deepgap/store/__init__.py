@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from deepgap.envinfo import redact, redact_value
+from deepgap.envinfo import redact, redact_text, redact_value
 from deepgap.errors import StoreError, StoreFullError
 from deepgap.records import ConfigSpec, Result, Status
 from deepgap.result_details import ResultDetails
@@ -259,8 +259,9 @@ class Store(RowDecoder, TableAccess):
         for d in self._decoded("runs", rows, "run_id"):
             d["spec"] = json.loads(d.pop("spec_json"))
             d["env"] = json.loads(d.pop("env_json"))
-            if self.redact:
+            if self.redact:  # the fingerprint first: the command line is scrubbed of what it names
                 d["host"], d["env"] = redact_value(d["host"]), redact(d["env"])
+                d["command"] = redact_text(d["command"])
             out.append(d)
         return out
 
@@ -415,6 +416,7 @@ class Store(RowDecoder, TableAccess):
         extras = [json.loads(x) for x in df.pop("extra_json")]
         if self.redact:
             extras = [redact(e) for e in extras]
+            df["reason"] = [redact_text(r) for r in df["reason"]]
         # a fleet result carries its own node's fingerprint (deepgap.fleet); else the run's
         nodes = [e.get("node_env") if isinstance(e.get("node_env"), dict) else {} for e in extras]
         # the ``extra`` column holds typed `ResultDetails` (its JSON is the stored ``extra_json``)

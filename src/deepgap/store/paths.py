@@ -1,8 +1,8 @@
-"""Paths given on the command line, checked before anything opens, creates or replaces them.
+r"""Paths given on the command line, checked before anything opens, creates or replaces them.
 
 Why each check:
 
-- **Not UTF-8.** A name with undecodable bytes (``bad\\xff.sqlite``) reaches Python as a string with
+- **Not UTF-8.** A name with undecodable bytes (``bad\xff.sqlite``) reaches Python as a string with
   surrogates, which SQLite's URI, the stored command line and every message fail to encode: a
   traceback, after the file may already exist.
 - **Too long.** SQLite fails on a name past the system's limit only after the store's folders were
@@ -46,13 +46,14 @@ def check_length(path: str, what: str) -> None:
     while folder and not os.path.isdir(folder):
         folder = os.path.dirname(folder)
     try:
-        name_max, path_max = os.pathconf(folder or "/", "PC_NAME_MAX"), os.pathconf(folder or "/", "PC_PATH_MAX")
+        name_max = os.pathconf(folder or "/", "PC_NAME_MAX")
+        path_max = os.pathconf(folder or "/", "PC_PATH_MAX")
     except (OSError, ValueError):
         name_max, path_max = 255, 4096
     longest = max((len(part) for part in full.split(b"/")), default=0)
     if longest > name_max or len(full) >= path_max:
-        raise UsageError(f"{what} path is too long ({len(full)} bytes, a name of {longest}; the limits here are "
-                         f"{path_max} and {name_max})", "pass a shorter path")
+        raise UsageError(f"{what} path is too long ({len(full)} bytes, a name of {longest}; the limits here "
+                         f"are {path_max} and {name_max})", "pass a shorter path")
 
 
 _SYSTEM = ("/dev/", "/proc/", "/sys/")
