@@ -232,6 +232,11 @@ def default_spec(has_gpu: bool, cpu_count: int) -> SweepSpec:
 
 def load_toml(path: str, base: SweepSpec | None = None) -> SweepSpec:
     """Read a TOML sweep file: top-level keys are `SweepSpec` fields; ``preset = "..."`` picks the base."""
+    from deepgap.store.paths import kind_of
+
+    kind = kind_of(path)
+    if kind and kind != "a directory":  # a FIFO would block the read forever
+        raise UsageError(f"config file {path!r} is {kind}", "pass a TOML sweep file")
     try:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)
@@ -305,9 +310,12 @@ def _real(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _in_range(name: str, v: Any, low: float, high: float, flag: str, example: str,
+def check_range(name: str, v: Any, low: float, high: float, flag: str, example: str,
               integer: bool = False, low_open: bool = False) -> None:
-    """A `UsageError` unless ``v`` is a finite number (an integer where ``integer``) in [low, high]."""
+    """A `UsageError` unless ``v`` is a finite number (an integer where ``integer``) in [low, high].
+
+    ``name`` is the setting's name in the message, ``flag`` and ``example`` make its fix.
+    """
     ok = (isinstance(v, int) and not isinstance(v, bool)) if integer else _real(v)
     if ok and (low < v if low_open else low <= v) and v <= high:
         return
@@ -346,7 +354,7 @@ def validate(spec: SweepSpec) -> SweepSpec:
     _positive_ints("threads", spec.threads, allow_empty=True)
     for name, high in (("batch_sizes", MAX_BATCH), ("threads", MAX_THREADS)):
         for v in getattr(spec, name):
-            _in_range(name, v, 1, high, name.replace("_", "-"), "8", integer=True)
+            check_range(name, v, 1, high, name.replace("_", "-"), "8", integer=True)
     for mf in spec.memory_formats:
         if mf not in MEMORY_FORMATS:
             raise UsageError(f"unknown memory format {mf!r}", f"choose from {', '.join(MEMORY_FORMATS)}")
@@ -358,16 +366,16 @@ def validate(spec: SweepSpec) -> SweepSpec:
     if spec.threads and spec.device.startswith("cuda"):
         raise UsageError("--threads sweeps CPU threads", "drop --threads or use --device cpu")
     for name, flag, low, high, example in _INT_LIMITS:
-        _in_range(name, getattr(spec, name), low, high, flag, example, integer=True)
+        check_range(name, getattr(spec, name), low, high, flag, example, integer=True)
     if spec.resolution is not None:
-        _in_range("resolution", spec.resolution, 8, 16384, "resolution", "224", integer=True)
+        check_range("resolution", spec.resolution, 8, 16384, "resolution", "224", integer=True)
     if spec.accuracy_samples is not None:
-        _in_range("accuracy_samples", spec.accuracy_samples, 1, 10**9, "accuracy-samples", "500",
+        check_range("accuracy_samples", spec.accuracy_samples, 1, 10**9, "accuracy-samples", "500",
                   integer=True)
     if spec.target_ci is not None and not (_real(spec.target_ci) and 0 < spec.target_ci < 1):
         raise UsageError(f"target CI must be a fraction in (0, 1), got {spec.target_ci!r}", "pass --target-ci 1%")
     for name, flag, low, high, example, low_open in _FLOAT_LIMITS:
-        _in_range(name, getattr(spec, name), low, high, flag, example, low_open=low_open)
+        check_range(name, getattr(spec, name), low, high, flag, example, low_open=low_open)
     if spec.weights and not os.path.isfile(spec.weights):
         raise UsageError(f"weights file {spec.weights!r} does not exist", "pass the path of a local state-dict file")
     if spec.weights and len(spec.models) > 1:
