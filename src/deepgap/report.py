@@ -25,6 +25,7 @@ from deepgap.analysis import aggregate, config_label, prepare
 from deepgap.analysis.frame import MEMORY_LABELS
 from deepgap.analysis.recommend import recommend
 from deepgap.analysis.samples import pooled_samples_fn  # noqa: F401  (re-exported)
+from deepgap.envinfo import redact_text
 from deepgap.errors import UsageError
 from deepgap.render import sections
 from deepgap.render.sections import ReportContext, TableSpec
@@ -82,6 +83,12 @@ def load_context(store_path: str, run_ids: list[str] | None = None,
     return ReportContext(store_path, run_ids, interactive, runs, df, agg, tel_by_run)
 
 
+def shown_store_path(store_path: str) -> str:
+    """The store path the page's header shows; redacted, the file name only (folders may name a user or
+    host), scrubbed of the identifiers its runs hold."""
+    return redact_text(os.path.basename(store_path)) if guard.READ["redact"] else os.path.abspath(store_path)
+
+
 def build(store_path: str, run_ids: list[str] | None = None, interactive: bool = True) -> Report:
     """Read the store and build every registered section (`deepgap.render.sections`); nothing is written.
 
@@ -89,9 +96,7 @@ def build(store_path: str, run_ids: list[str] | None = None, interactive: bool =
     """
     ctx = load_context(store_path, run_ids, interactive and fi.available())
     df, agg = ctx.results, ctx.configurations
-    # a redacted report shows the store's file name only: its folders may name the user or the host
-    shown = os.path.basename(store_path) if guard.READ["redact"] else os.path.abspath(store_path)
-    rep = Report(shown, _dt.datetime.now().isoformat(timespec="seconds"), ctx.runs)
+    rep = Report(shown_store_path(store_path), _dt.datetime.now().isoformat(timespec="seconds"), ctx.runs)
     ok = df[df["status"] == "ok"] if not df.empty else df
     rep.counts = {
         "runs": len(ctx.runs),
