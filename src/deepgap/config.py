@@ -447,7 +447,7 @@ def parse_number(text: str, kind: type, flag: str, example: str = "10") -> int |
     except ValueError:
         raise UsageError(f"--{flag} {text!r} is not {'an integer' if kind is int else 'a number'}",
                          f"pass e.g. --{flag} {example}") from None
-    if not math.isfinite(value):  # no flag means "forever" by inf: an unbounded wait or loop is a hang
+    if kind is float and not math.isfinite(value):  # no flag means "forever" by inf: an unbounded wait hangs
         raise UsageError(f"--{flag} {text!r} is not a finite number", f"pass e.g. --{flag} {example}")
     return value
 

@@ -43,9 +43,9 @@ class LabelledSet:
 def load(path: str) -> LabelledSet:
     """Read an ImageFolder tree or a CSV; a `UsageError` for a missing path, an empty class or a bad row."""
     p = Path(os.path.expanduser(str(path)))
-    if p.is_dir():
+    if os.path.isdir(p):  # os.path: a name too long for the system is "not there", not an OSError
         return _folder(p)
-    if p.is_file():
+    if os.path.isfile(p):
         return _csv(p)
     raise UsageError(
         f"dataset {path!r} does not exist",

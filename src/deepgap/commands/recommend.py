@@ -96,6 +96,8 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     for col, text in (("model", args.model), ("precision", args.precision), ("engine", args.engine)):
         if text and len(agg):
             wanted = [t.strip() for t in text.split(",") if t.strip()]
+            if not wanted:
+                raise UsageError(f"--{col} {text!r} names nothing", f"pass e.g. --{col} {agg[col].iloc[0]}")
             unknown = [t for t in wanted if t not in set(agg[col])]
             if unknown:  # a typo is bad input, not "nothing meets the constraints" (exit 1)
                 raise UsageError(f"--{col} {unknown[0]!r} is not in {args.store}",
