@@ -111,6 +111,8 @@ def _check(argv: list[str], capsys) -> None:
                  "fifo": str(folder / "fifo")}
         argv = [subst.get(a, a) for a in argv]
         before = sorted(os.listdir(folder))
+        cwd = os.getcwd()
+        os.chdir(folder)  # a relative output path lands in the example's folder, never in the checkout
         signal.alarm(HANG_S)
         try:
             code = main(argv)
@@ -120,6 +122,7 @@ def _check(argv: list[str], capsys) -> None:
             return
         finally:
             signal.alarm(0)
+            os.chdir(cwd)
             err = capsys.readouterr().err.strip()
         assert code in (0, 2) or (argv[0] == "monitor" and code == 1), (argv, code, err)
         if code:

@@ -81,6 +81,8 @@ def kind_of(path: str) -> str | None:
 
 def check_store_path(path: str) -> None:
     """A store path: UTF-8, of a length the system takes, and a regular file when it exists."""
+    if path == STDOUT:
+        raise UsageError("a store cannot be stdout (-)", "pass a file path, e.g. results.sqlite")
     check_encoding(path, "store")
     check_length(path, "store")
     kind = kind_of(path)
