@@ -28,7 +28,8 @@ HOSTILE = ["inf", "-inf", "nan", "1e-300", "1e300", "99999999999999999999", "-5"
 HANG_S = 60  # a hang, not a slow first import of torch on a loaded machine
 # not fuzzed: network (Ray), a browser, folders written on purpose, test-only flags, and monitor's
 # --count, whose 0 means "until Ctrl-C" (a valid input that runs forever)
-SKIP = {"--ray", "--where", "--devices", "--screenshot", "--trace-dir", "--recover", "--backend", "monitor --count"}
+SKIP = {"--ray", "--where", "--devices", "--screenshot", "--trace-dir", "--recover", "--backend",
+        "monitor --count"}
 NEW = "NEW"  # replaced by a path in the example's folder
 
 
@@ -36,12 +37,14 @@ def _base(cmd: str) -> list[str]:
     """A valid command line (store paths filled in per example) that one hostile flag then spoils."""
     store = ["STORE"]
     return {
-        "run": ["run", "--models", "tinycnn", "--batch-sizes", "1", "--device", "cpu", "--quiet", "--store", NEW],
+        "run": ["run", "--models", "tinycnn", "--batch-sizes", "1", "--device", "cpu", "--quiet",
+                "--store", NEW],
         "serve": ["serve", "--model", "tinycnn", "--device", "cpu", "--qps", "10", "--quiet", "--store", NEW],
         "export": ["export", *store, "-o", "OUT"], "report": ["report", *store, "-o", "OUT"],
         "merge": ["merge", *store, "-o", "OUT"], "check": ["check", *store],
         "monitor": ["monitor", "--backend", "fake:throttle", "--count", "1", "--interval", "0.01", "--plain"],
-        "peaks": ["peaks", "--device", "cpu", "--store", NEW], "profile": ["profile", "--device", "cpu", "--store", NEW],
+        "peaks": ["peaks", "--device", "cpu", "--store", NEW],
+        "profile": ["profile", "--device", "cpu", "--store", NEW],
         "env": ["env", "--device", "cpu"], "list": ["list", "models"],
     }.get(cmd, [cmd, *store])
 
@@ -57,7 +60,7 @@ def _flags() -> list[tuple[str, str]]:
 FLAGS = _flags()
 
 
-class Reached(Exception):
+class Reached(Exception):  # noqa: N818 - not an error: the input was accepted
     """Valid input: the command got as far as starting the real work."""
 
 
@@ -107,8 +110,8 @@ def _check(argv: list[str], capsys) -> None:
     try:
         (folder / "s.sqlite").write_bytes(store_bytes)
         os.mkfifo(folder / "fifo")
-        subst = {"STORE": str(folder / "s.sqlite"), NEW: str(folder / "new.sqlite"), "OUT": str(folder / "out.x"),
-                 "fifo": str(folder / "fifo")}
+        subst = {"STORE": str(folder / "s.sqlite"), NEW: str(folder / "new.sqlite"),
+                 "OUT": str(folder / "out.x"), "fifo": str(folder / "fifo")}
         argv = [subst.get(a, a) for a in argv]
         before = sorted(os.listdir(folder))
         cwd = os.getcwd()
@@ -168,7 +171,7 @@ def test_every_toml_key(key, value, capsys):
         shutil.rmtree(folder, ignore_errors=True)
 
 
-@pytest.mark.parametrize("path", ["fifo", "/dev/null", os.fsdecode(b"bad\xff.sqlite"), "x" * 5000])
+@pytest.mark.parametrize("path", ["fifo", "/dev/null", os.fsdecode(b"bad\xff.sqlite"), "x" * 5000, "-"])
 @pytest.mark.parametrize("cmd", ["show", "export", "report", "merge", "compare"])
 def test_store_paths(cmd, path, capsys):
     argv = [subst if subst != "STORE" else path for subst in _base(cmd)]

@@ -35,7 +35,7 @@ class NoRunner:
         pass
 
 
-class Hang(Exception):
+class Hang(Exception):  # noqa: N818 - named for what the test saw
     pass
 
 
@@ -69,7 +69,7 @@ def _store(t, good):
 
 def _toml(t, text):
     (t / "sweep.toml").write_text(text)
-    return ["run", "--config", str(t / "sweep.toml"), "--device", "cpu", "--quiet", "--store", str(t / "n.sqlite")]
+    return ["run", "--config", str(t / "sweep.toml"), "--device", "cpu", "--quiet", *_new(t)]
 
 
 def _fifo(t):
@@ -102,7 +102,8 @@ CASES = [
     ("timeout inf", lambda t, g: RUN + ["--timeout", "inf"] + _new(t), "finite"),
     ("idle-time inf", lambda t, g: RUN + ["--idle-time", "inf"] + _new(t), "finite"),
     ("thermal-timeout inf", lambda t, g: RUN + ["--thermal-timeout", "inf"] + _new(t), "finite"),
-    ("batch 10^20", lambda t, g: RUN[:3] + ["--batch-sizes", "99999999999999999999", "--device", "cpu"] + _new(t),
+    ("batch 10^20",
+     lambda t, g: [*RUN[:3], "--batch-sizes", "99999999999999999999", "--device", "cpu", *_new(t)],
      "batch_sizes must be an integer in"),
     ("threads 10^20", lambda t, g: RUN + ["--threads", "99999999999999999999"] + _new(t), "threads must be"),
     ("toml device = 5", lambda t, g: _toml(t, "device = 5\n"), "'device' must be a text"),
@@ -117,13 +118,15 @@ CASES = [
     ("show a FIFO", lambda t, g: ["show", _fifo(t)], "fifo"),
     ("config is a FIFO", lambda t, g: ["run", "--config", _fifo(t)] + _new(t), "fifo"),
     ("sweeps 10^12", lambda t, g: RUN + ["--sweeps", "1000000000000"] + _new(t), "sweeps must be"),
-    ("trace of rate 1e300", lambda t, g: SERVE + ["--trace", _trace(t, "0\n1e-300\n")] + _new(t), "mean rate"),
+    ("trace of rate 1e300", lambda t, g: [*SERVE, "--trace", _trace(t, "0\n1e-300\n"), *_new(t)],
+     "mean rate"),
     ("qps 1e-300", lambda t, g: SERVE + ["--qps", "1e-300"] + _new(t), "outside"),
     ("target-ci with max-time inf", lambda t, g: RUN + ["--target-ci", "1%", "--max-time", "inf"] + _new(t),
      "finite"),
     # accepted silently
     ("seed past 64 bits", lambda t, g: RUN + ["--seed", "99999999999999999999999"] + _new(t), "seed must be"),
-    ("serve seed past 64 bits", lambda t, g: SERVE + ["--qps", "10", "--seed", "99999999999999999999999"] + _new(t),
+    ("serve seed past 64 bits",
+     lambda t, g: [*SERVE, "--qps", "10", "--seed", "99999999999999999999999", *_new(t)],
      "--seed must be"),
     ("toml seed x", lambda t, g: _toml(t, 'seed = "x"\n'), "'seed' must be an integer"),
     ("min-time nan", lambda t, g: RUN + ["--min-time", "nan"] + _new(t), "finite"),
@@ -136,7 +139,8 @@ CASES = [
     # destructive, or leaving files
     ("export onto a FIFO", lambda t, g: ["export", _store(t, g), "-o", _fifo(t)], "would be replaced"),
     ("report onto a FIFO", lambda t, g: ["report", _store(t, g), "-o", _fifo(t)], "would be replaced"),
-    ("store path of 5000 characters", lambda t, g: RUN + ["--store", str(t / "/".join(["d" * 200] * 25)) + ".sqlite"],
+    ("store path of 5000 characters",
+     lambda t, g: [*RUN, "--store", str(t / "/".join(["d" * 200] * 25)) + ".sqlite"],
      "too long"),
     ("store name of 5000 characters", lambda t, g: RUN + ["--store", str(t / ("x" * 5000))], "too long"),
 ]
@@ -152,7 +156,7 @@ def test_hostile_input(tmp_path, capsys, good, argv_fn, words):
     assert len(err.splitlines()) == 1, err
     assert err.startswith("deepgap: error: ") and words.lower() in err.lower(), err
     assert "Traceback" not in err and ";" in err
-    assert {n: (tmp_path / n).is_fifo() for n in os.listdir(tmp_path)} == kinds  # nothing new, nothing replaced
+    assert {n: (tmp_path / n).is_fifo() for n in os.listdir(tmp_path)} == kinds  # nothing new or replaced
     for n, b in before.items():
         assert (tmp_path / n).read_bytes() == b, n
 
@@ -241,7 +245,8 @@ def test_ctrl_c_worker_exits_quietly(tmp_path):
     from deepgap.runner import _with_environ
 
     err = str(tmp_path / "worker.err")
-    p = mp.get_context("fork").Process(target=_with_environ, args=(dict(os.environ), _interrupted_worker, err))
+    p = mp.get_context("fork").Process(target=_with_environ,
+                                       args=(dict(os.environ), _interrupted_worker, err))
     p.start()
     p.join(HANG_S)
     assert p.exitcode == 130

@@ -39,13 +39,16 @@ def private(tmp_path_factory) -> bytes:
     for (run_id, env) in con.execute("SELECT run_id, env_json FROM runs").fetchall():
         env = {**json.loads(env), "host": HOST, "gpu_serial": SERIAL, "gpu_uuid": UUID}
         con.execute("UPDATE runs SET host = ?, env_json = ?, command = ? WHERE run_id = ?",
-                    (HOST, json.dumps(env), f"deepgap run --ray {IP}:6379 --store /home/{HOST}/s.sqlite", run_id))
+                    (HOST, json.dumps(env), f"deepgap run --ray {IP}:6379 --store /home/{HOST}/s.sqlite",
+                     run_id))
     rid = next(iter(runs["gpu"].result_ids.values()))
     node_env = {"host": HOST, "gpu_uuid": UUID, "lane": LANE, "ray_node_id": NODE, "ray_gpu_ids": ["0"]}
     con.execute("UPDATE results SET extra_json = ?, reason = ? WHERE result_id = ?",
-                (json.dumps({"lane": LANE, "node_id": NODE, "node_env": node_env}), f"worker on {HOST} lost", rid))
+                (json.dumps({"lane": LANE, "node_id": NODE, "node_env": node_env}), f"worker on {HOST} lost",
+                 rid))
     run_id = con.execute("SELECT run_id FROM runs").fetchone()[0]
-    con.execute("INSERT INTO telemetry (run_id, result_id, phase, t_s, data_json) VALUES (?, NULL, 'idle-summary', 0, ?)",
+    con.execute("INSERT INTO telemetry (run_id, result_id, phase, t_s, data_json) "
+                "VALUES (?, NULL, 'idle-summary', 0, ?)",
                 (run_id, json.dumps({"settings": {"uuid": UUID, "serial": SERIAL}})))
     con.commit()
     con.close()
@@ -76,7 +79,7 @@ def test_no_identifier_left_in_an_export(tmp_path, capsys, private):
 
 
 def test_no_identifier_left_after_merge_redact(tmp_path, capsys, private):
-    """Lanes, node ids, the stored command line, reasons, telemetry: nothing names the machine, not even freed pages."""
+    """Lanes, node ids, command lines, reasons, telemetry: nothing names the machine (freed pages too)."""
     s = _store(tmp_path, private)
     out = str(tmp_path / "all.sqlite")
     assert main(["merge", s, "-o", out, "--redact"]) == 0
@@ -127,7 +130,7 @@ def test_redactor_scrubs_text_and_keeps_versions():
     _assert_clean(text.encode(), "redacted tree")
     assert env["tensorrt"] == "10.0.1.6" and env["gpu_serial"] == "unavailable: not supported"
     assert env["lane"].endswith(" cuda:0") and r.tree(env) == env  # redacting twice changes nothing
-    old = "redacted-" + hashlib.sha256(b"deepgap-redact:vm").hexdigest()[:12]  # the committed stores' host token
+    old = "redacted-" + hashlib.sha256(b"deepgap-redact:vm").hexdigest()[:12]  # committed stores' host token
     assert old not in r.text(f"host {old}")
 
 
@@ -151,9 +154,10 @@ def test_report_is_redacted_unless_asked(tmp_path, capsys, private, monkeypatch)
 
 
 def test_committed_text_results_hold_no_raw_gpu_identifier():
-    """Small committed text files under results/ hold no GPU UUID, serial, or old (reversible) serial token."""
+    """Small committed text files in results/ hold no GPU UUID, serial or old (reversible) serial token."""
     root = Path(__file__).resolve().parents[1]
-    files = subprocess.run(["git", "ls-files", "results"], cwd=root, capture_output=True, text=True).stdout.split()
+    listed = subprocess.run(["git", "ls-files", "results"], cwd=root, capture_output=True, text=True)
+    files = listed.stdout.split()
     if not files:
         pytest.skip("not a git checkout")
     uuid = re.compile(rb"(?:GPU|MIG)-[0-9a-f]{8}")  # a UUID, or its first 8 digits in a log line
