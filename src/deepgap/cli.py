@@ -25,7 +25,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def printable(text: str) -> str:
-    """``text`` with undecodable bytes of a path (``bad\\xff``) as escapes: printing it must not fail."""
+    """``text`` with a path's undecodable bytes as escapes (a backslash, x, ff): printing must not fail."""
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 

@@ -84,8 +84,11 @@ def load_context(store_path: str, run_ids: list[str] | None = None,
 
 
 def shown_store_path(store_path: str) -> str:
-    """The store path the page's header shows; redacted, the file name only (folders may name a user or
-    host), scrubbed of the identifiers its runs hold."""
+    """The store path the page's header shows.
+
+    Redacted: the file name only (its folders may name a user or the host), scrubbed of the
+    identifiers its runs hold.
+    """
     return redact_text(os.path.basename(store_path)) if guard.READ["redact"] else os.path.abspath(store_path)
 
 

@@ -150,7 +150,7 @@ def _check_labels(path: Path, labels: list[str]) -> None:
     ints = [lab for lab in labels if _is_int(lab)]
     numbers = [lab for lab in labels if not _is_int(lab) and _is_number(lab)]
     if numbers:
-        raise UsageError(f"dataset CSV {str(path)!r} has the label {numbers[0]!r}, a number but not a class index",
+        raise UsageError(f"dataset CSV {str(path)!r} has the label {numbers[0]!r}: not a class index",
                          "use integer class indices (0, 1, …) or class names")
     if ints and len(ints) < len(labels):
         name = next(lab for lab in labels if not _is_int(lab))

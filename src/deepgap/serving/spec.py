@@ -114,14 +114,18 @@ def parse_tenants(text: str) -> tuple[tuple[str, float | None], ...]:
 # Upper bounds of serve's numbers (as deepgap run's, `deepgap.config`): past them a number is a typo
 # that hangs (10^12 queries, a rate of 1e-300 q/s), overflows a wait (a timeout of 1e300 s) or does
 # not fit SQLite's 64-bit integers (a seed of 10^23). (field, flag, minimum, maximum, example)
-_INT_LIMITS = (("seed", "seed", 0, 2**63 - 1, "0"), ("max_batch", "max-batch", 1, 1 << 20, "8"),
-               ("min_queries", "min-queries", 1, 10**7, "1000"), ("max_queries", "max-queries", 1, 10**7, "200000"),
-               ("curve_iterations", "curve-iterations", 1, 10**6, "30"), ("threads", "threads", 1, 4096, "4"),
-               ("verify_policies", "verify-policies", 1, 100, "2"), ("resolution", "resolution", 8, 16384, "224"),
-               ("accuracy_samples", "accuracy-samples", 1, 10**9, "500"))
+_INT_LIMITS = (
+    ("seed", "seed", 0, 2**63 - 1, "0"), ("max_batch", "max-batch", 1, 1 << 20, "8"),
+    ("min_queries", "min-queries", 1, 10**7, "1000"), ("max_queries", "max-queries", 1, 10**7, "200000"),
+    ("curve_iterations", "curve-iterations", 1, 10**6, "30"), ("threads", "threads", 1, 4096, "4"),
+    ("verify_policies", "verify-policies", 1, 100, "2"), ("resolution", "resolution", 8, 16384, "224"),
+    ("accuracy_samples", "accuracy-samples", 1, 10**9, "500"),
+)
 _FLOAT_LIMITS = (("qps", "qps", 0.01, 1e6, "200"), ("slo_s", "slo-p99", 1e-6, 3600.0, "15ms"),
-                 ("min_duration_s", "min-duration", 1e-3, 86_400.0, "5s"), ("max_delay_s", "max-delay", 0.0, 60.0, "2ms"),
-                 ("timeout_s", "timeout", 1e-3, 7 * 86_400.0, "900"), ("idle_s", "idle-time", 0.0, 3600.0, "2"),
+                 ("min_duration_s", "min-duration", 1e-3, 86_400.0, "5s"),
+                 ("max_delay_s", "max-delay", 0.0, 60.0, "2ms"),
+                 ("timeout_s", "timeout", 1e-3, 7 * 86_400.0, "900"),
+                 ("idle_s", "idle-time", 0.0, 3600.0, "2"),
                  ("thermal_window_s", "thermal-window", 1e-3, 3600.0, "30"),
                  ("thermal_slope_c_per_min", "thermal-slope", 1e-3, 100.0, "1"),
                  ("thermal_timeout_s", "thermal-timeout", 1e-3, 86_400.0, "120"),
