@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from deepgap.errors import UsageError
+from deepgap.limits import MAX_BATCH, MAX_SEED, MAX_THREADS, check_range
 
 SCENARIOS = ("single-stream", "server", "offline")
 # scenario → (min queries, min duration s); LoadGen's submission defaults are 1024/270336/24576 and 600 s.
@@ -115,9 +116,9 @@ def parse_tenants(text: str) -> tuple[tuple[str, float | None], ...]:
 # that hangs (10^12 queries, a rate of 1e-300 q/s), overflows a wait (a timeout of 1e300 s) or does
 # not fit SQLite's 64-bit integers (a seed of 10^23). (field, flag, minimum, maximum, example)
 _INT_LIMITS = (
-    ("seed", "seed", 0, 2**63 - 1, "0"), ("max_batch", "max-batch", 1, 1 << 20, "8"),
+    ("seed", "seed", 0, MAX_SEED, "0"), ("max_batch", "max-batch", 1, MAX_BATCH, "8"),
     ("min_queries", "min-queries", 1, 10**7, "1000"), ("max_queries", "max-queries", 1, 10**7, "200000"),
-    ("curve_iterations", "curve-iterations", 1, 10**6, "30"), ("threads", "threads", 1, 4096, "4"),
+    ("curve_iterations", "curve-iterations", 1, 10**6, "30"), ("threads", "threads", 1, MAX_THREADS, "4"),
     ("verify_policies", "verify-policies", 1, 100, "2"), ("resolution", "resolution", 8, 16384, "224"),
     ("accuracy_samples", "accuracy-samples", 1, 10**9, "500"),
 )
@@ -134,8 +135,6 @@ _FLOAT_LIMITS = (("qps", "qps", 0.01, 1e6, "200"), ("slo_s", "slo-p99", 1e-6, 36
 
 def _check_ranges(spec: ServeSpec) -> None:
     """Every number of ``spec`` finite and within its bounds (a `UsageError` naming the flag)."""
-    from deepgap.config import check_range
-
     for name, flag, low, high, example in _INT_LIMITS:
         if getattr(spec, name) is not None:
             check_range(f"--{flag}", getattr(spec, name), low, high, flag, example, integer=True)
@@ -143,7 +142,7 @@ def _check_ranges(spec: ServeSpec) -> None:
         if getattr(spec, name) is not None:
             check_range(f"--{flag}", getattr(spec, name), low, high, flag, example)
     for b in spec.batch_sizes or ():
-        check_range("--batch-sizes", b, 1, 1 << 20, "batch-sizes", "1,2,4,8", integer=True)
+        check_range("--batch-sizes", b, 1, MAX_BATCH, "batch-sizes", "1,2,4,8", integer=True)
     for _, qps in spec.tenants:
         if qps is not None:
             check_range("a tenant's rate", qps, 0.01, 1e6, "tenants", "resnet50:200,resnet18")
