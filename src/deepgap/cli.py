@@ -24,6 +24,11 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"deepgap: error: {message}; see `{self.prog} --help`\n")
 
 
+def printable(text: str) -> str:
+    """``text`` with a path's undecodable bytes as escapes (a backslash, x, ff): printing must not fail."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser with every discovered sub-command."""
     from deepgap import commands
@@ -46,16 +51,18 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "_main", None):
         parser.print_help()
         return 2
+    from deepgap import redaction
     from deepgap.store import guard as storeguard
 
     storeguard.reset()
+    redaction.reset()  # a fresh random key per command: two exports never share tokens
     try:
         code = int(args._main(args) or 0)
         if storeguard.skipped_warning():
             print(storeguard.skipped_warning(), file=sys.stderr)
         return code
     except UsageError as exc:
-        print(f"deepgap: error: {exc}", file=sys.stderr)
+        print(printable(f"deepgap: error: {exc}"), file=sys.stderr)
         return exc.exit_code
     except (sqlite3.DatabaseError, ValueError) as exc:  # data read from a store that does not decode
         decode = isinstance(exc, (UnicodeDecodeError, JSONDecodeError)) or storeguard.translatable(exc)

@@ -7,6 +7,7 @@ Construction has no side effects (no device probing, no file writes); `validate`
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import sys
@@ -14,6 +15,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deepgap.errors import UsageError
+from deepgap.limits import (  # noqa: F401  (MAX_*: re-exported, the ranges' public names)
+    FLOAT_LIMITS,
+    INT_LIMITS,
+    MAX_BATCH,
+    MAX_SEED,
+    MAX_THREADS,
+    check_range,
+    is_real,
+    toml_example,
+    typed_value,
+)
 from deepgap.pairing import check_pairs
 from deepgap.precision import PRECISIONS
 
@@ -107,17 +119,12 @@ class SweepSpec:
         names = {f.name: f for f in dataclasses.fields(cls)}
         changes: dict[str, Any] = {}
         for key, value in data.items():
-            k = key.replace("-", "_")
+            k = str(key).replace("-", "_")
             if k not in names:
                 raise UsageError(f"unknown sweep setting {key!r}", f"use one of: {', '.join(sorted(names))}")
-            if isinstance(getattr(base, k), tuple):
-                if isinstance(value, (str, int)):
-                    value = [value]
-                if not isinstance(value, (list, tuple)):
-                    raise UsageError(f"sweep setting {key!r} must be a list", f"write e.g. {k} = [1, 2]")
-                value = tuple(value)
-            changes[k] = value
+            changes[k] = typed_value(k, value, str(names[k].type), toml_example(k, names[k].default))
         return base.overlay(**changes)
+
 
 
 def _grid(**kw: Any) -> SweepSpec:
@@ -236,6 +243,11 @@ def cpu_baseline_spec(spec: SweepSpec, cpu_count: int) -> SweepSpec:
 
 def load_toml(path: str, base: SweepSpec | None = None) -> SweepSpec:
     """Read a TOML sweep file: top-level keys are `SweepSpec` fields; ``preset = "..."`` picks the base."""
+    from deepgap.store.paths import kind_of
+
+    kind = kind_of(path)
+    if kind and kind != "a directory":  # a FIFO would block the read forever
+        raise UsageError(f"config file {path!r} is {kind}", "pass a TOML sweep file")
     try:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)
@@ -247,8 +259,20 @@ def load_toml(path: str, base: SweepSpec | None = None) -> SweepSpec:
         raise UsageError(f"config file {path!r} is not a text file (not UTF-8)", "pass a TOML sweep file") from None
     except OSError as exc:
         raise UsageError(f"config file {path!r} cannot be read ({exc.strerror})", "pass a readable TOML file") from None
-    data = dict(data.get("sweep", data))
+    if "sweep" in data:  # a [sweep] table: nothing may sit beside it (a misplaced table would be ignored)
+        if not isinstance(data["sweep"], dict):
+            raise UsageError(f"config file {path!r}: sweep must be a table, got {data['sweep']!r}",
+                             "write [sweep] on a line of its own, then key = value lines")
+        others = [k for k in data if k != "sweep"]
+        if others:
+            raise UsageError(f"config file {path!r} has {others[0]!r} beside the [sweep] table",
+                             "put every setting inside [sweep], or drop the [sweep] header")
+        data = data["sweep"]
+    data = dict(data)
     if "preset" in data:
+        if not isinstance(data["preset"], str):
+            raise UsageError(f"config file {path!r}: preset must be a name, got {data['preset']!r}",
+                             f"write e.g. preset = \"quick\" ({', '.join(PRESETS)})")
         base = preset(data.pop("preset"))
     return SweepSpec.from_dict(data, base)
 
@@ -259,6 +283,7 @@ def _positive_ints(name: str, values: tuple[Any, ...], allow_empty: bool = False
     for v in values:
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise UsageError(f"{name} has {v!r}, which is not a positive integer", "use positive integers like 1,2,4")
+
 
 
 def validate(spec: SweepSpec) -> SweepSpec:
@@ -291,6 +316,9 @@ def validate(spec: SweepSpec) -> SweepSpec:
         _positive_ints("cpu_cores", (spec.cpu_cores,))
     _positive_ints("seq_lens", spec.seq_lens, allow_empty=True)
     check_seq_lens(spec.models, spec.seq_lens)
+    for name, high in (("batch_sizes", MAX_BATCH), ("threads", MAX_THREADS)):
+        for v in getattr(spec, name):
+            check_range(name, v, 1, high, name.replace("_", "-"), "8", integer=True)
     for mf in spec.memory_formats:
         if mf not in MEMORY_FORMATS:
             raise UsageError(f"unknown memory format {mf!r}", f"choose from {', '.join(MEMORY_FORMATS)}")
@@ -301,28 +329,17 @@ def validate(spec: SweepSpec) -> SweepSpec:
         raise UsageError(f"unknown device {spec.device!r}", "use auto, cpu, cuda or cuda:N")
     if spec.threads and spec.device.startswith("cuda"):
         raise UsageError("--threads sweeps CPU threads", "drop --threads or use --device cpu")
-    for name, minimum in (("iterations", 1), ("repeats", 1), ("sweeps", 1), ("warmup", 0)):
-        v = getattr(spec, name)
-        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-            raise UsageError(f"{name} must be an integer ≥ {minimum}, got {v!r}", f"pass --{name} {max(minimum, 1)}")
-    if spec.resolution is not None and (not isinstance(spec.resolution, int) or spec.resolution < 8):
-        raise UsageError(f"resolution must be an integer ≥ 8, got {spec.resolution!r}", "pass --resolution 224")
-    if spec.target_ci is not None and not (0 < spec.target_ci < 1):
+    for name, flag, low, high, example in INT_LIMITS:
+        check_range(name, getattr(spec, name), low, high, flag, example, integer=True)
+    if spec.resolution is not None:
+        check_range("resolution", spec.resolution, 8, 16384, "resolution", "224", integer=True)
+    if spec.accuracy_samples is not None:
+        check_range("accuracy_samples", spec.accuracy_samples, 1, 10**9, "accuracy-samples", "500",
+                  integer=True)
+    if spec.target_ci is not None and not (is_real(spec.target_ci) and 0 < spec.target_ci < 1):
         raise UsageError(f"target CI must be a fraction in (0, 1), got {spec.target_ci!r}", "pass --target-ci 1%")
-    for name in ("max_time_s", "timeout_s"):
-        if not getattr(spec, name) > 0:
-            raise UsageError(f"{name} must be positive", f"pass a positive --{name[:-2].replace('_', '-')}")
-    if spec.min_time_s < 0:
-        raise UsageError("min_time_s must be ≥ 0", "pass --min-time 0")
-    if not (isinstance(spec.sample_hz, (int, float)) and 0 < spec.sample_hz <= 1000):
-        raise UsageError(f"sample rate must be in (0, 1000] Hz, got {spec.sample_hz!r}", "pass --sample-hz 10")
-    for name, flag in (("energy_window_s", "energy-window"), ("idle_s", "idle-time")):
-        if not (isinstance(getattr(spec, name), (int, float)) and getattr(spec, name) >= 0):
-            raise UsageError(f"{name} must be ≥ 0, got {getattr(spec, name)!r}", f"pass --{flag} 1")
-    for name, flag in (("thermal_window_s", "thermal-window"), ("thermal_slope_c_per_min", "thermal-slope"),
-                       ("thermal_timeout_s", "thermal-timeout")):
-        if not (isinstance(getattr(spec, name), (int, float)) and getattr(spec, name) > 0):
-            raise UsageError(f"{name} must be positive, got {getattr(spec, name)!r}", f"pass a positive --{flag}")
+    for name, flag, low, high, example, low_open in FLOAT_LIMITS:
+        check_range(name, getattr(spec, name), low, high, flag, example, low_open=low_open)
     if spec.weights and not os.path.isfile(spec.weights):
         raise UsageError(f"weights file {spec.weights!r} does not exist", "pass the path of a local state-dict file")
     if spec.weights and len(spec.models) > 1:
@@ -334,7 +351,7 @@ def _accuracy(spec: SweepSpec) -> SweepSpec:
     """Check weights and dataset; the dataset's identity and split go into ``options['dataset']``."""
     from deepgap.accuracy.dataset import check_weights, describe
 
-    if spec.min_accuracy is not None and not (isinstance(spec.min_accuracy, (int, float)) and 0 < spec.min_accuracy <= 1):
+    if spec.min_accuracy is not None and not (is_real(spec.min_accuracy) and 0 < spec.min_accuracy <= 1):
         raise UsageError(f"min_accuracy must be a fraction in (0, 1], got {spec.min_accuracy!r}", "pass --min-accuracy 99%")
     if spec.weights:
         check_weights(spec.models[0], spec.resolution, spec.weights)
@@ -390,10 +407,13 @@ def parse_percent(text: str) -> float | None:
 def parse_number(text: str, kind: type, flag: str, example: str = "10") -> int | float:
     """``kind(text)`` for the flag ``--flag``; a `UsageError` naming the flag for anything else."""
     try:
-        return kind(text)
+        value = kind(text)
     except ValueError:
         raise UsageError(f"--{flag} {text!r} is not {'an integer' if kind is int else 'a number'}",
                          f"pass e.g. --{flag} {example}") from None
+    if kind is float and not math.isfinite(value):  # no flag means "forever" by inf: an unbounded wait hangs
+        raise UsageError(f"--{flag} {text!r} is not a finite number", f"pass e.g. --{flag} {example}")
+    return value
 
 
 def parse_int_list(text: str, name: str) -> tuple[int, ...]:

@@ -14,6 +14,8 @@ import sys
 from importlib import metadata
 from typing import Any
 
+from deepgap.redaction import REDACT_KEYS, redact, redact_text, redact_value
+
 
 def _version(pkg: str) -> str | None:
     try:
@@ -140,32 +142,7 @@ def collect(device: str = "cpu") -> dict[str, Any]:
     return env
 
 
-# Identifiers of one machine: shared stores and reports replace them with `redact_value` (--redact).
-REDACT_KEYS = frozenset({"host", "hostname", "gpu_serial", "serial", "gpu_uuid", "uuid", "node_id", "node_ip",
-                         "ip", "address"})
-
-
-def redact_value(value: Any) -> Any:
-    """A stable stand-in for a host name or serial: the same value always gives the same hash.
-
-    Unsalted on purpose, so one machine stays recognisable across stores redacted separately; the
-    price is that someone who guesses a name can confirm the guess.
-    """
-    import hashlib
-
-    if value is None or value == "" or isinstance(value, bool):
-        return value
-    text = str(value)
-    if text.startswith(("redacted-", "unavailable")):
-        return value
-    return "redacted-" + hashlib.sha256(f"deepgap-redact:{text}".encode()).hexdigest()[:12]
-
-
-def redact(obj: Any) -> Any:
-    """``obj`` (an environment fingerprint, a result's extra data) with every identifier redacted."""
-    if isinstance(obj, dict):
-        return {k: redact_value(v) if str(k).lower() in REDACT_KEYS and not isinstance(v, (dict, list))
-                else redact(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [redact(v) for v in obj]
-    return obj
+# Identifiers of one machine: shared stores and reports replace them (--redact); `deepgap.redaction`
+# says how and why. Re-exported here, where the fingerprint that holds them is made.
+__all__ = ["REDACT_KEYS", "collect", "cpu_model", "nvml_gpu_info", "redact", "redact_text", "redact_value",
+           "torch_build"]

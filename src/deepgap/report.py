@@ -25,6 +25,7 @@ from deepgap.analysis import aggregate, config_label, prepare
 from deepgap.analysis.frame import MEMORY_LABELS
 from deepgap.analysis.recommend import recommend
 from deepgap.analysis.samples import pooled_samples_fn  # noqa: F401  (re-exported)
+from deepgap.envinfo import redact_text
 from deepgap.errors import UsageError
 from deepgap.render import sections
 from deepgap.render.sections import ReportContext, TableSpec
@@ -41,7 +42,8 @@ from deepgap.report_format import (
     machines,
 )
 from deepgap.report_screenshot import find_chromium, screenshot  # noqa: F401  (re-exported)
-from deepgap.store import Store
+from deepgap.store import Store, guard
+from deepgap.store.paths import check_output_path
 
 
 @dataclass
@@ -81,6 +83,15 @@ def load_context(store_path: str, run_ids: list[str] | None = None,
     return ReportContext(store_path, run_ids, interactive, runs, df, agg, tel_by_run)
 
 
+def shown_store_path(store_path: str) -> str:
+    """The store path the page's header shows.
+
+    Redacted: the file name only (its folders may name a user or the host), scrubbed of the
+    identifiers its runs hold.
+    """
+    return redact_text(os.path.basename(store_path)) if guard.READ["redact"] else os.path.abspath(store_path)
+
+
 def build(store_path: str, run_ids: list[str] | None = None, interactive: bool = True) -> Report:
     """Read the store and build every registered section (`deepgap.render.sections`); nothing is written.
 
@@ -88,7 +99,7 @@ def build(store_path: str, run_ids: list[str] | None = None, interactive: bool =
     """
     ctx = load_context(store_path, run_ids, interactive and fi.available())
     df, agg = ctx.results, ctx.configurations
-    rep = Report(os.path.abspath(store_path), _dt.datetime.now().isoformat(timespec="seconds"), ctx.runs)
+    rep = Report(shown_store_path(store_path), _dt.datetime.now().isoformat(timespec="seconds"), ctx.runs)
     ok = df[df["status"] == "ok"] if not df.empty else df
     rep.counts = {
         "runs": len(ctx.runs),
@@ -220,6 +231,7 @@ def _marker_key(rep: Report) -> list[tuple[str, str]]:
 
 def check_output(html_path: str) -> str:
     """Absolute output path, or a `UsageError` when it cannot be written (checked before any work)."""
+    check_output_path(html_path, "report", stdout_ok=False)  # never a device, FIFO or /dev path
     path = os.path.abspath(html_path)
     if os.path.isdir(path):
         raise UsageError(f"report path {html_path} is a directory", "pass a file name, e.g. -o report.html")

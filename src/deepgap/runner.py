@@ -48,10 +48,16 @@ def _with_environ(environ: dict[str, str], target: Any, *args: Any) -> Any:
 
     A fork server keeps the environment it started with; the worker must see the parent's as it is now
     (``DEEPGAP_CACHE``, ``CUDA_VISIBLE_DEVICES``, ``OMP_NUM_THREADS``), as a spawned one would.
+
+    Ctrl-C reaches every process of the terminal's group, the worker too: it exits at once and
+    quietly (code 130), so the user sees the parent's one line, not the worker's traceback.
     """
     os.environ.clear()
     os.environ.update(environ)
-    return target(*args)
+    try:
+        return target(*args)
+    except KeyboardInterrupt:
+        os._exit(130)
 
 
 class WorkerLost(Exception):

@@ -8,7 +8,7 @@ and into every calibration cache key, and a resumed run refuses a dataset that c
 
 Class indices: an ImageFolder's classes are its sub-folders in sorted order (torchvision's rule, which
 gives ImageNet's wnid folders the indices torchvision's checkpoints use); a CSV's labels are integers
-used as they are, or names, then indexed in sorted order.
+used as they are, or names, then indexed in sorted order (never a mix of the two).
 """
 
 from __future__ import annotations
@@ -43,9 +43,9 @@ class LabelledSet:
 def load(path: str) -> LabelledSet:
     """Read an ImageFolder tree or a CSV; a `UsageError` for a missing path, an empty class or a bad row."""
     p = Path(os.path.expanduser(str(path)))
-    if p.is_dir():
+    if os.path.isdir(p):  # os.path: a name too long for the system is "not there", not an OSError
         return _folder(p)
-    if p.is_file():
+    if os.path.isfile(p):
         return _csv(p)
     raise UsageError(
         f"dataset {path!r} does not exist",
@@ -113,7 +113,8 @@ def _csv(path: Path) -> LabelledSet:
             )
         pairs.append((str(f.resolve()), r[1].strip()))
     labels = [lab for _, lab in pairs]
-    if all(lab.lstrip("-").isdigit() for lab in labels):
+    _check_labels(path, labels)
+    if all(_is_int(lab) for lab in labels):
         ints = [int(lab) for lab in labels]
         if min(ints) < 0:
             raise UsageError(
@@ -126,6 +127,35 @@ def _csv(path: Path) -> LabelledSet:
         index = {c: i for i, c in enumerate(classes)}
         items = [(f, index[lab]) for f, lab in pairs]
     return LabelledSet(str(path.resolve()), "csv", tuple(items), classes, _identity("csv", base, items))
+
+
+def _is_int(label: str) -> bool:
+    return label.lstrip("-").isdigit()
+
+
+def _is_number(label: str) -> bool:
+    try:
+        float(label)
+    except ValueError:
+        return False
+    return True
+
+
+def _check_labels(path: Path, labels: list[str]) -> None:
+    """All labels integers (class indices) or all names: a mix, or numbers that are not integers, is an error.
+
+    Why: with one name among them (``3,cat``) every label used to become a name, sorted as text, so
+    the image labelled 3 was scored against class 0 without a word; ``0.5`` is no class index at all.
+    """
+    ints = [lab for lab in labels if _is_int(lab)]
+    numbers = [lab for lab in labels if not _is_int(lab) and _is_number(lab)]
+    if numbers:
+        raise UsageError(f"dataset CSV {str(path)!r} has the label {numbers[0]!r}: not a class index",
+                         "use integer class indices (0, 1, …) or class names")
+    if ints and len(ints) < len(labels):
+        name = next(lab for lab in labels if not _is_int(lab))
+        raise UsageError(f"dataset CSV {str(path)!r} mixes class indices ({ints[0]!r}) and names ({name!r})",
+                         "use integer class indices for every row, or names for every row")
 
 
 def split_sizes(n: int, calibration: int, samples: int | None) -> tuple[int, int]:

@@ -8,11 +8,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 
 from deepgap.api import DEFAULT_STORE
 from deepgap.errors import UsageError
 from deepgap.store.guard import add_read_flags, use_read_flags
+from deepgap.store.paths import STDOUT, check_output_path
 
 NAME = "export"
 HELP = "export results as csv, parquet or json"
@@ -22,7 +24,7 @@ ORDER = 3
 def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("store", nargs="?", default=DEFAULT_STORE, help=f"store file (default {DEFAULT_STORE})")
     p.add_argument("--format", choices=["csv", "parquet", "json"], default="csv")
-    p.add_argument("-o", "--output", required=True, help="output file")
+    p.add_argument("-o", "--output", required=True, help="output file, or - for stdout (csv, json)")
     p.add_argument("--run", action="append", help="run id (repeatable; default: all runs)")
     p.add_argument("--samples", action="store_true", help="per-iteration latencies (long format) instead of results")
     add_read_flags(p)
@@ -51,7 +53,14 @@ def export_frame(store_path: str, run_ids: list[str] | None = None, samples: boo
 
 
 def check_folder(path: str) -> str:
-    """The output's folder, after proving a file can be created there (a probe, not permission bits)."""
+    """The output's folder, after proving a file can be created there (a probe, not permission bits).
+
+    The output is written by replacing it, so it must not be a device, FIFO or system path
+    (``-o /dev/null`` would replace the system's); ``-o -`` writes to stdout instead.
+    """
+    check_output_path(path)
+    if path == STDOUT:
+        return ""
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise UsageError(f"cannot write {path}: it is a directory", "pass a file name, e.g. -o results.csv")
@@ -65,8 +74,19 @@ def check_folder(path: str) -> str:
 
 
 def write_frame(df, path: str, fmt: str) -> None:
-    """Write atomically (temp file + rename)."""
+    """Write atomically (temp file + rename); ``-`` writes CSV or JSON to stdout.
+
+    A disk with room for the probe but not for the file (``ENOSPC`` mid-write) leaves nothing: the
+    temporary file is removed and the error is one line.
+    """
     folder = check_folder(path)
+    if path == STDOUT:
+        if fmt == "parquet":
+            raise UsageError("parquet is binary and does not go to stdout (-o -)",
+                             "pass a file, e.g. -o results.parquet")
+        text = df.to_csv(index=False) if fmt == "csv" else df.to_json(orient="records", indent=1) + "\n"
+        sys.stdout.write(text)
+        return
     if fmt == "parquet":
         try:
             import pyarrow  # noqa: F401
@@ -85,8 +105,11 @@ def write_frame(df, path: str, fmt: str) -> None:
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 is not what a plain file gets
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise UsageError(f"cannot write {path}: {exc.strerror or exc}; nothing was written",
+                             "free disk space or pass another -o path") from None
         raise
 
 
@@ -95,5 +118,6 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     check_folder(args.output)
     df = export_frame(args.store, args.run, args.samples)
     write_frame(df, args.output, args.format)
-    print(f"wrote {len(df)} rows to {args.output}")
+    if args.output != STDOUT:
+        print(f"wrote {len(df)} rows to {args.output}")
     return 0

@@ -26,8 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
                    help="merge only this run (repeatable; default: every run of every store)")
     p.add_argument("--json", action="store_true", help="print what was merged as JSON")
     p.add_argument("--redact", action="store_true",
-                   help="replace host names and GPU serials/UUIDs in the output with stable hashes "
-                        "(merge S -o S --redact redacts S in place)")
+                   help="replace host names, GPU serials/UUIDs, node ids and addresses in the output with "
+                        "keyed tokens that cannot be reversed (merge S -o S --redact redacts S in place)")
 
 
 def main(args: argparse.Namespace) -> int:  # noqa: D103

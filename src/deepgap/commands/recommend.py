@@ -95,7 +95,14 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
         store.close()
     for col, text in (("model", args.model), ("precision", args.precision), ("engine", args.engine)):
         if text and len(agg):
-            agg = agg[agg[col].isin([t.strip() for t in text.split(",") if t.strip()])]
+            wanted = [t.strip() for t in text.split(",") if t.strip()]
+            if not wanted:
+                raise UsageError(f"--{col} {text!r} names nothing", f"pass e.g. --{col} {agg[col].iloc[0]}")
+            unknown = [t for t in wanted if t not in set(agg[col])]
+            if unknown:  # a typo is bad input, not "nothing meets the constraints" (exit 1)
+                raise UsageError(f"--{col} {unknown[0]!r} is not in {args.store}",
+                                 f"pass one of: {', '.join(sorted(set(map(str, agg[col]))))}")
+            agg = agg[agg[col].isin(wanted)]
     recs = recommend(agg, objective, slo, mem)
     if args.json:
         print(json.dumps(_finite([asdict(r) for r in recs]), indent=1, default=str))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 
 from deepgap.api import DEFAULT_STORE
+from deepgap.errors import UsageError
 from deepgap.store.guard import add_read_flags, use_read_flags
 
 NAME = "report"
@@ -32,45 +33,64 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
         help="PNG figures only, no script: a smaller page (the default embeds plotly.js, about 4.6 MB, "
         "for hover, legend toggles and filters, when plotly is installed)",
     )
-    add_read_flags(p)
+    add_read_flags(p)  # --redact: the default now, kept so that older command lines still work
+    p.add_argument("--no-redact", action="store_true",
+                   help="show host names, GPU serials and UUIDs and the store's full path "
+                        "(redacted by default)")
 
 
 def write_report(
-    store_path: str, html_path: str, run_ids: list[str] | None = None, static: bool = False
+    store_path: str, html_path: str, run_ids: list[str] | None = None, static: bool = False,
+    redact: bool = True,
 ) -> list[str]:
-    """Write the report of ``run_ids`` (default: all runs) of ``store_path``; returns the written paths."""
-    from deepgap.report import write_report as _write
+    """Write the report of ``run_ids`` (default: all runs) of ``store_path``; returns the written paths.
 
-    return _write(store_path, html_path, run_ids=run_ids, static=static)
+    Redacted unless ``redact`` is False: a report is made to be shared, and a GPU's serial or UUID
+    and the host's name identify one machine (issue 35). A disk that fills up while the page and
+    its files are written is one line, and the report's temporary folder is removed.
+    """
+    from deepgap.report import write_report as _write
+    from deepgap.store import guard
+
+    before = guard.READ["redact"]
+    guard.READ["redact"] = redact
+    try:
+        return _write(store_path, html_path, run_ids=run_ids, static=static)
+    except OSError as exc:
+        raise UsageError(f"cannot write {html_path}: {exc.strerror or exc}; nothing was written",
+                         "free disk space or pass another -o path") from None
+    finally:
+        guard.READ["redact"] = before
 
 
 def _size(text: str) -> tuple[int, int]:
-    from deepgap.errors import UsageError
-
     try:
         w, h = (int(v) for v in text.lower().split("x"))
-        if w > 0 and h > 0:
+        if 0 < w <= 16384 and 0 < h <= 16384:
             return w, h
     except ValueError:
         pass
-    raise UsageError(f"--size {text!r} is not WIDTHxHEIGHT", "pass e.g. --size 1200x900")
+    raise UsageError(f"--size {text!r} is not WIDTHxHEIGHT (1 to 16384 pixels each)",
+                     "pass e.g. --size 1200x900")
 
 
 def main(args: argparse.Namespace) -> int:  # noqa: D103
     from deepgap.report import check_output, find_chromium, screenshot
 
+    if args.redact and args.no_redact:
+        raise UsageError("--redact and --no-redact contradict each other",
+                         "pass one of them (redacting is the default)")
     use_read_flags(args)
     size = _size(args.size)
     check_output(args.output)
     if args.screenshot:
         check_output(args.screenshot)
         if find_chromium() is None:
-            from deepgap.errors import UsageError
-
             raise UsageError(
                 "--screenshot needs Chromium, which is not installed", "apt-get install chromium"
             )
-    paths = write_report(args.store, args.output, run_ids=args.run, static=args.static)
+    paths = write_report(args.store, args.output, run_ids=args.run, static=args.static,
+                         redact=not args.no_redact)
     print(f"wrote {paths[0]} and {len(paths) - 1} PNG/CSV files beside it")
     if args.screenshot:
         print(f"screenshot {screenshot(paths[0], args.screenshot, *size)}")

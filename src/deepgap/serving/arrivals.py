@@ -18,6 +18,9 @@ import numpy as np
 
 from deepgap.errors import UsageError
 
+# The arrival rates a run can play (q/s): a trace whose timestamps are 0 and 1e-300 asks for 10^300
+# queries a second and a rate of 1e-300 q/s for one query per 10^300 s; both hung before the first query.
+MIN_RATE_QPS, MAX_RATE_QPS = 0.01, 1e6
 _TIME_COLUMNS = ("t_s", "timestamp", "timestamp_s", "arrival_s", "time_s", "t")
 _DURATION_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(us|µs|ms|s)?\s*$")
 
@@ -41,6 +44,9 @@ def parse_rate_qps(text: str, flag: str = "qps") -> float:
         raise UsageError(f"--{flag} {text!r} is not a number", f"pass a positive rate, e.g. --{flag} 200") from None
     if not (value > 0 and math.isfinite(value)):
         raise UsageError(f"--{flag} must be a positive rate, got {text!r}", f"pass e.g. --{flag} 200")
+    if not MIN_RATE_QPS <= value <= MAX_RATE_QPS:
+        raise UsageError(f"--{flag} {text!r} is outside {MIN_RATE_QPS:g} to {MAX_RATE_QPS:g} queries/s",
+                         f"pass e.g. --{flag} 200")
     return value
 
 
@@ -104,6 +110,11 @@ def load_trace(path: str) -> np.ndarray:
     t = np.asarray(values, dtype=np.float64)
     if t[-1] - t[0] <= 0:
         raise UsageError(f"trace file {path!r}: all arrivals at the same instant", "use --scenario offline for that")
+    rate = trace_rate_qps(t)
+    if not MIN_RATE_QPS <= rate <= MAX_RATE_QPS:
+        raise UsageError(f"trace file {path!r}: its mean rate, {rate:.3g} queries/s ({len(t)} arrivals over "
+                         f"{t[-1] - t[0]:.3g} s), is outside {MIN_RATE_QPS:g} to {MAX_RATE_QPS:g}",
+                         "write timestamps in seconds, or pass --qps to rescale the trace")
     return t - t[0]
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from deepgap.errors import UsageError
+from deepgap.limits import MAX_BATCH, MAX_SEED, MAX_THREADS, check_range
 
 SCENARIOS = ("single-stream", "server", "offline")
 # scenario → (min queries, min duration s); LoadGen's submission defaults are 1024/270336/24576 and 600 s.
@@ -112,6 +113,42 @@ def parse_tenants(text: str) -> tuple[tuple[str, float | None], ...]:
     return tuple(out)
 
 
+# Upper bounds of serve's numbers (as deepgap run's, `deepgap.config`): past them a number is a typo
+# that hangs (10^12 queries, a rate of 1e-300 q/s), overflows a wait (a timeout of 1e300 s) or does
+# not fit SQLite's 64-bit integers (a seed of 10^23). (field, flag, minimum, maximum, example)
+_INT_LIMITS = (
+    ("seed", "seed", 0, MAX_SEED, "0"), ("max_batch", "max-batch", 1, MAX_BATCH, "8"),
+    ("min_queries", "min-queries", 1, 10**7, "1000"), ("max_queries", "max-queries", 1, 10**7, "200000"),
+    ("curve_iterations", "curve-iterations", 1, 10**6, "30"), ("threads", "threads", 1, MAX_THREADS, "4"),
+    ("verify_policies", "verify-policies", 1, 100, "2"), ("resolution", "resolution", 8, 16384, "224"),
+    ("accuracy_samples", "accuracy-samples", 1, 10**9, "500"),
+)
+_FLOAT_LIMITS = (("qps", "qps", 0.01, 1e6, "200"), ("slo_s", "slo-p99", 1e-6, 3600.0, "15ms"),
+                 ("min_duration_s", "min-duration", 1e-3, 86_400.0, "5s"),
+                 ("max_delay_s", "max-delay", 0.0, 60.0, "2ms"),
+                 ("timeout_s", "timeout", 1e-3, 7 * 86_400.0, "900"),
+                 ("idle_s", "idle-time", 0.0, 3600.0, "2"),
+                 ("thermal_window_s", "thermal-window", 1e-3, 3600.0, "30"),
+                 ("thermal_slope_c_per_min", "thermal-slope", 1e-3, 100.0, "1"),
+                 ("thermal_timeout_s", "thermal-timeout", 1e-3, 86_400.0, "120"),
+                 ("sample_hz", "sample-hz", 0.1, 1000.0, "10"))
+
+
+def _check_ranges(spec: ServeSpec) -> None:
+    """Every number of ``spec`` finite and within its bounds (a `UsageError` naming the flag)."""
+    for name, flag, low, high, example in _INT_LIMITS:
+        if getattr(spec, name) is not None:
+            check_range(f"--{flag}", getattr(spec, name), low, high, flag, example, integer=True)
+    for name, flag, low, high, example in _FLOAT_LIMITS:
+        if getattr(spec, name) is not None:
+            check_range(f"--{flag}", getattr(spec, name), low, high, flag, example)
+    for b in spec.batch_sizes or ():
+        check_range("--batch-sizes", b, 1, MAX_BATCH, "batch-sizes", "1,2,4,8", integer=True)
+    for _, qps in spec.tenants:
+        if qps is not None:
+            check_range("a tenant's rate", qps, 0.01, 1e6, "tenants", "resnet50:200,resnet18")
+
+
 def validate(spec: ServeSpec) -> ServeSpec:
     """Check every field; return ``spec`` or raise a `UsageError` (one line, exit 2)."""
     from deepgap.config import MEMORY_FORMATS
@@ -122,6 +159,7 @@ def validate(spec: ServeSpec) -> ServeSpec:
 
     if spec.scenario not in SCENARIOS:
         raise UsageError(f"unknown scenario {spec.scenario!r}", f"choose one of: {', '.join(SCENARIOS)}")
+    _check_ranges(spec)
     for name, _ in spec.tenants or ((spec.model, None),):
         if resolve_model(name).is_text:  # its request ring, padding buckets and loadgen samples are images
             raise UsageError(f"deepgap serve does not serve text models yet ({name})",

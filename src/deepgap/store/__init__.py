@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from deepgap.envinfo import redact, redact_value
+from deepgap.envinfo import redact, redact_text, redact_value
 from deepgap.errors import StoreError, StoreFullError
 from deepgap.records import KEY_ONLY_FIELDS, ConfigSpec, Result, Status
 from deepgap.result_details import ResultDetails
@@ -41,6 +41,7 @@ from deepgap.store.guard import (
     expected_columns,
 )
 from deepgap.store.migrations import CORE_V1, SCHEMA_VERSION, migrate, version
+from deepgap.store.paths import check_store_path
 from deepgap.store.rows import TableAccess
 from deepgap.store.tables import RUN_KINDS, TableSpec
 
@@ -80,6 +81,7 @@ def check_path(path: str) -> None:
     """Validate a store path for writing without creating anything (bad input must write nothing)."""
     if not str(path).strip():
         raise StoreError("the store path is empty", "pass --store PATH, e.g. --store results.sqlite")
+    check_store_path(path)
     if os.path.isdir(path):
         raise StoreError(f"store path {path} is a directory", "pass a file path, e.g. results.sqlite")
     exists = os.path.exists(path)
@@ -106,6 +108,7 @@ class Store(RowDecoder, TableAccess):
         self._types: dict[str, dict[str, tuple[str, bool]]] = {}
         if not self.path.strip():
             raise StoreError("the store path is empty", "pass a store path, e.g. results.sqlite")
+        check_store_path(self.path)  # not UTF-8, too long, a FIFO or device: before anything opens it
         exists = os.path.exists(self.path)
         if readonly and not exists:
             raise StoreError(f"store {self.path} does not exist", "run `deepgap run` first or pass --store PATH")
@@ -256,8 +259,9 @@ class Store(RowDecoder, TableAccess):
         for d in self._decoded("runs", rows, "run_id"):
             d["spec"] = json.loads(d.pop("spec_json"))
             d["env"] = json.loads(d.pop("env_json"))
-            if self.redact:
+            if self.redact:  # the fingerprint first: the command line is scrubbed of what it names
                 d["host"], d["env"] = redact_value(d["host"]), redact(d["env"])
+                d["command"] = redact_text(d["command"])
             out.append(d)
         return out
 
@@ -413,6 +417,7 @@ class Store(RowDecoder, TableAccess):
         extras = [json.loads(x) for x in df.pop("extra_json")]
         if self.redact:
             extras = [redact(e) for e in extras]
+            df["reason"] = [redact_text(r) for r in df["reason"]]
         # a fleet result carries its own node's fingerprint (deepgap.fleet); else the run's
         nodes = [e.get("node_env") if isinstance(e.get("node_env"), dict) else {} for e in extras]
         # the ``extra`` column holds typed `ResultDetails` (its JSON is the stored ``extra_json``)

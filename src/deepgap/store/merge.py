@@ -11,16 +11,15 @@ Tables nobody declared are not merged.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sqlite3
 from dataclasses import dataclass, field
 
-from deepgap.envinfo import REDACT_KEYS, redact, redact_value
 from deepgap.errors import StoreDamagedError, StoreError
 from deepgap.store import SCHEMA_VERSION, Store
 from deepgap.store.guard import check_hint, column_types, immutable_read, row_problem, uri
+from deepgap.store.scrub import redact_all  # noqa: F401  (re-exported: merge --redact)
 from deepgap.store.tables import FEATURE_TABLES, TableSpec
 
 _RUN_RANK = {"running": 0, "interrupted": 1, "finished": 2}
@@ -237,35 +236,6 @@ def _check_row(path: str, table: str, row: dict, types: dict) -> None:
     if why:
         raise StoreDamagedError(
             f"{path} has rows that cannot be decoded ({table}: {why}); nothing was merged", check_hint(path))
-
-
-def redact_all(store: Store) -> None:
-    """Host names and GPU serials/UUIDs of every run, result and extension table → stable hashes."""
-    con = store.con
-    con.execute("PRAGMA secure_delete = ON")  # the replaced names must not linger in freed pages
-    con.execute("BEGIN IMMEDIATE")
-    for run_id, host, env in con.execute("SELECT run_id, host, env_json FROM runs").fetchall():
-        con.execute("UPDATE runs SET host = ?, env_json = ? WHERE run_id = ?",
-                    (redact_value(host), json.dumps(redact(json.loads(env))), run_id))
-    for rid, extra in con.execute("SELECT result_id, extra_json FROM results").fetchall():
-        new = json.dumps(redact(json.loads(extra)), default=str)
-        if new != extra:
-            con.execute("UPDATE results SET extra_json = ? WHERE result_id = ?", (new, rid))
-    for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
-        if name in ("runs", "results", "samples"):
-            continue
-        for col in [c for c in column_types(con, name) if c.lower().endswith("_json")]:  # telemetry, serving
-            for rowid, text in con.execute(f"SELECT rowid, {col} FROM {name} WHERE {col} IS NOT NULL").fetchall():
-                try:
-                    new = json.dumps(redact(json.loads(text)), default=str)
-                except (TypeError, ValueError):
-                    continue
-                if new != text:
-                    con.execute(f"UPDATE {name} SET {col} = ? WHERE rowid = ?", (new, rowid))
-        for col in [c for c in column_types(con, name) if c.lower() in REDACT_KEYS]:
-            for (value,) in con.execute(f"SELECT DISTINCT {col} FROM {name}").fetchall():
-                con.execute(f"UPDATE {name} SET {col} = ? WHERE {col} = ?", (redact_value(value), value))
-    con.execute("COMMIT")
 
 
 def _label(key: str) -> str:

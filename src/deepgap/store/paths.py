@@ -1,0 +1,106 @@
+r"""Paths given on the command line, checked before anything opens, creates or replaces them.
+
+Why each check:
+
+- **Not UTF-8.** A name with undecodable bytes (``bad\xff.sqlite``) reaches Python as a string with
+  surrogates, which SQLite's URI, the stored command line and every message fail to encode: a
+  traceback, after the file may already exist.
+- **Too long.** SQLite fails on a name past the system's limit only after the store's folders were
+  created, leaving empty folders behind.
+- **Not a regular file.** Reading a FIFO blocks until a writer appears (a hang); a device node is
+  read as an empty file and then written through, gets a ``-journal`` beside it, or is *replaced*
+  by the rename that writes an export atomically (``-o /dev/null`` as root would replace the
+  system's). Outputs take ``-`` for stdout instead.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from deepgap.errors import UsageError
+
+STDOUT = "-"  # ``-o -``: write to standard output
+_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
+
+
+def shown(path: str) -> str:
+    """``path`` as a message may print it (undecodable bytes as escapes, never an encoding error)."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def check_encoding(path: str, what: str) -> None:
+    """A `UsageError` unless ``path`` is valid UTF-8 text (no undecodable bytes)."""
+    try:
+        os.fspath(path).encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError(f"{what} path '{shown(path)}' is not valid UTF-8",
+                         "rename the file or folder to a UTF-8 name, or pass another path") from None
+
+
+def check_length(path: str, what: str) -> None:
+    """A `UsageError` when ``path`` or one of its names is longer than the file system allows."""
+    full = os.fsencode(os.path.abspath(path))
+    folder = os.path.dirname(os.path.abspath(path))
+    while folder and not os.path.isdir(folder):
+        folder = os.path.dirname(folder)
+    try:
+        name_max = os.pathconf(folder or "/", "PC_NAME_MAX")
+        path_max = os.pathconf(folder or "/", "PC_PATH_MAX")
+    except (OSError, ValueError):
+        name_max, path_max = 255, 4096
+    longest = max((len(part) for part in full.split(b"/")), default=0)
+    if longest > name_max or len(full) >= path_max:
+        raise UsageError(f"{what} path is too long ({len(full)} bytes, a name of {longest}; the limits here "
+                         f"are {path_max} and {name_max})", "pass a shorter path")
+
+
+_SYSTEM = ("/dev/", "/proc/", "/sys/")
+
+
+def kind_of(path: str) -> str | None:
+    """What ``path`` is when it exists and is not a regular file ("a FIFO (named pipe)", …); else None.
+
+    A path that leads into /dev, /proc or /sys (``/dev/stdout`` → ``/proc/self/fd/1``) is a system
+    path whatever it resolves to: replacing it, or its link, breaks the system.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        mode = None
+    real = os.path.realpath(path)
+    if real.startswith(_SYSTEM) or os.path.abspath(path).startswith(_SYSTEM):
+        return "a system path (/dev, /proc or /sys)"
+    if mode is None:
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def check_store_path(path: str) -> None:
+    """A store path: UTF-8, of a length the system takes, and a regular file when it exists."""
+    if path == STDOUT:
+        raise UsageError("a store cannot be stdout (-)", "pass a file path, e.g. results.sqlite")
+    check_encoding(path, "store")
+    check_length(path, "store")
+    kind = kind_of(path)
+    if kind and kind != "a directory":  # the store's own check words a directory
+        raise UsageError(f"store path {shown(path)} is {kind}, not a store file",
+                         "pass the path of a .sqlite file (a new one is created)")
+
+
+def check_output_path(path: str, what: str = "output", stdout_ok: bool = True) -> None:
+    """An output path that is written by replacing it: never a device, FIFO or socket (``-`` is stdout)."""
+    if path == STDOUT:
+        if stdout_ok:
+            return
+        raise UsageError(f"the {what} cannot go to stdout (-o -): it writes several files",
+                         "pass a file name, e.g. -o report.html")
+    check_encoding(path, what)
+    check_length(path, what)
+    kind = kind_of(path)
+    if kind and kind != "a directory":
+        fix = "pass -o - to write to stdout, or a file name" if stdout_ok else "pass a file name"
+        raise UsageError(f"cannot write {shown(path)}: it is {kind}, which would be replaced", fix)
