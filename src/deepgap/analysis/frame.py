@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from deepgap.analysis import accuracy, sweeps
+from deepgap.guards import rate_flag
 from deepgap.result_details import ResultDetails
 from deepgap.stats import bootstrap_ci
 from deepgap.stats import finite_or_none as _num
@@ -181,6 +182,9 @@ def prepare(results: pd.DataFrame) -> pd.DataFrame:
     extras = [ResultDetails.of(e) for e in df["extra"]] if "extra" in df else [ResultDetails()] * len(df)
     precs = df["precision"] if "precision" in df else [""] * len(df)
     df["flags"] = [row_flags(e) + accuracy.flags(p, e) for e, p in zip(extras, precs, strict=True)]  # accuracy-loss
+    rates = zip(df.get("throughput_ips", [None] * len(df)), df.get("throughput_pipelined_ips", [None] * len(df)),
+                strict=True)  # per-call vs pipelined beyond guards.RATE_TOLERANCE: a timing that cannot be true
+    df["flags"] = [f + ([r] if (r := rate_flag(a, b)) else []) for f, (a, b) in zip(df["flags"], rates, strict=True)]
     df["flagged"] = [bool(f) for f in df["flags"]]
     df["warnings"] = [row_warnings(c, e) for c, e in zip(df.get("ci_met", [None] * len(df)), extras, strict=True)]
     corr = [e.correctness for e in extras]
