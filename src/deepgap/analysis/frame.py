@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from deepgap.analysis import accuracy, sweeps
+from deepgap.analysis import accuracy, cards, sweeps
 from deepgap.guards import rate_flag
 from deepgap.result_details import ResultDetails
 from deepgap.stats import bootstrap_ci
@@ -261,7 +261,9 @@ def aggregate(df: pd.DataFrame, samples: sweeps.SamplesFn | None = None) -> pd.D
         used = clean if len(clean) else grp
         row: dict[str, Any] = dict(zip(GROUP_COLS, key, strict=True))
         row["throughput_ips"] = _median(used["throughput_ips"])
-        hier = sweeps.throughput_ci(used, samples) if samples is not None and len(used) >= 2 else None
+        hier = (cards.throughput_ci(used, samples) or sweeps.throughput_ci(used, samples)
+                if samples is not None and len(used) >= 2 else None)  # cards, processes, samples (issue 34)
+        row["n_cards"] = len(cards.per_card(used))
         ci = hier or _throughput_ci(used)
         row["throughput_ci_low_ips"], row["throughput_ci_high_ips"], row["ci_method"] = ci
         row["between_sweep_cv"], row["sweep_throughputs"], disagree = sweeps.spread(used)
@@ -308,7 +310,7 @@ def aggregate(df: pd.DataFrame, samples: sweeps.SamplesFn | None = None) -> pd.D
                 "latency_p99_s",
             ]
         )
-    return pd.DataFrame(rows)
+    return cards.widen(pd.DataFrame(rows), cards.platform_spread(ok))  # one-card intervals: the card spread
 
 
 def failures(df: pd.DataFrame) -> pd.DataFrame:
