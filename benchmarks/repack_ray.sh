@@ -7,7 +7,8 @@
 #
 #   bash benchmarks/repack_ray.sh [RAY_VERSION] [OUT_DIR]   (defaults: the venv's ray, .carry/ray-wheel)
 #
-# Writes OUT_DIR/ray-V-...-slim.whl (ignored by git; never commit it) and OUT_DIR/sizes.txt.
+# Writes OUT_DIR/ray-V-0slim-...whl (ignored by git; never commit it), OUT_DIR/sizes.txt and the few dependency
+# wheels; carry OUT_DIR (run's carry: [".carry/ray-wheel"]) and `benchmarks/fleet_gpus.sh ray` installs them.
 set -euo pipefail
 V=${1:-$(python3 -c 'import ray; print(ray.__version__)')}
 OUT=${2:-.carry/ray-wheel}
@@ -52,4 +53,8 @@ with open(os.path.join(out, "sizes.txt"), "w") as fh:
         fh.write(line + "\n")
 os.remove(rows[1][1])  # only the slim one is kept
 EOF
+# Ray's dependencies the device machine lacks (benchmarks/fleet/prepare_ray_carry.sh found these), as wheels
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux2014_x86_64 -d "$OUT" jsonschema jsonschema-specifications referencing rpds-py attrs
+du -ch "$OUT"/*.whl | tail -1
 ls -l "$OUT"

@@ -24,8 +24,10 @@ Y = ("resnet50", 32, 0.002)  # measured on card 0 only
 
 
 def _three_level(rng, cards=6, procs=6, n=20, sd_card=1.0, sd_proc=0.3, sd_within=0.3, mu=5.0):
-    return [[mu + c + rng.normal(0, sd_proc) + rng.normal(0, sd_within, n) for _ in range(procs)]
-            for c in rng.normal(0, sd_card, cards)]
+    return [
+        [mu + c + rng.normal(0, sd_proc) + rng.normal(0, sd_within, n) for _ in range(procs)]
+        for c in rng.normal(0, sd_card, cards)
+    ]
 
 
 def test_three_level_bootstrap_covers_across_cards_where_two_levels_do_not():
@@ -71,8 +73,12 @@ def store(tmp_path_factory):
         if i == 0:
             specs += [(_spec(Y, sw), Y[2] * (1 + 0.004 * sw)) for sw in range(2)]
         _run(s, "Fixture GPU H", f"GPU-card-{i}", specs)
-    _run(s, "Fixture GPU B", "GPU-b-0", [(_spec(c, sw), c[2] * 1.3 * (1 + 0.004 * sw)) for c in (X, Y)
-                                         for sw in range(2)])
+    _run(
+        s,
+        "Fixture GPU B",
+        "GPU-b-0",
+        [(_spec(c, sw), c[2] * 1.3 * (1 + 0.004 * sw)) for c in (X, Y) for sw in range(2)],
+    )
     s.close()
     s = Store(path, readonly=True)
     yield s
@@ -92,8 +98,12 @@ def test_store_and_aggregate_know_the_cards(store):
     assert spreads["Fixture GPU H"].rel_sd == pytest.approx(np.std(tps, ddof=1) / np.mean(tps), rel=0.05)
     agg = aggregate(df, samples=store.samples)
     x = _row(agg, "Fixture GPU H", X[1])
-    assert x["n_cards"] == 4 and x["ci_method"].startswith("three-level bootstrap over 4 cards, then 8 processes")
-    assert x["throughput_ci_low_ips"] < X[1] / (X[2] * 1.05) and x["throughput_ci_high_ips"] > X[1] / (X[2] * 1.02)
+    assert x["n_cards"] == 4 and x["ci_method"].startswith(
+        "three-level bootstrap over 4 cards, then 8 processes"
+    )
+    assert x["throughput_ci_low_ips"] < X[1] / (X[2] * 1.05) and x["throughput_ci_high_ips"] > X[1] / (
+        X[2] * 1.02
+    )
     y = _row(agg, "Fixture GPU H", Y[1])  # one card of a type with a known spread: widened
     assert y["n_cards"] == 1 and "widened by the card-to-card spread" in y["ci_method"]
     one = aggregate(df.assign(card=""), samples=store.samples)  # the same rows, cards unknown
@@ -126,8 +136,10 @@ def test_widen_interval_and_plan_devices():
     assert lo < 96.5 and hi > 103.5
     from deepgap.serving.planner import PlanRow, widen_by_cards
 
-    rows = [PlanRow("Fixture GPU H", "cfg", "bs32", 1000.0, 10, None, None),
-            PlanRow("Fixture GPU B", "cfg", "bs32", 1000.0, 10, None, None)]
+    rows = [
+        PlanRow("Fixture GPU H", "cfg", "bs32", 1000.0, 10, None, None),
+        PlanRow("Fixture GPU B", "cfg", "bs32", 1000.0, 10, None, None),
+    ]
     widen_by_cards(rows, {"Fixture GPU H": Spread("Fixture GPU H", 0.05, 3, 4)}, 10_000)
     assert rows[0].devices_high == 12 and "up to 12 devices" in rows[0].note and "4 cards" in rows[0].note
     assert rows[1].devices_high is None and rows[1].note == ""

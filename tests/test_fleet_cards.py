@@ -15,8 +15,16 @@ from deepgap.records import ConfigSpec, Result, Status
 from deepgap.runner import Event
 from deepgap.store import Store
 
-GRID = dict(models=("resnet18",), precisions=("fp16",), batch_sizes=(1, 2), sweeps=2, device="auto",
-            iterations=1, repeats=1, warmup=0)
+GRID = dict(
+    models=("resnet18",),
+    precisions=("fp16",),
+    batch_sizes=(1, 2),
+    sweeps=2,
+    device="auto",
+    iterations=1,
+    repeats=1,
+    warmup=0,
+)
 
 
 def carded(ledger, **kw):
@@ -33,8 +41,9 @@ def carded(ledger, **kw):
 def test_every_card_measures_each_configuration_on_every_card(tmp_path):
     store = str(tmp_path / "s.sqlite")
     ledger = Ledger()
-    res = run_fleet(GRID, store, devices=lanes(3), every_card=True,
-                    backend_options={"runner_factory": carded(ledger)})
+    res = run_fleet(
+        GRID, store, devices=lanes(3), every_card=True, backend_options={"runner_factory": carded(ledger)}
+    )
     df = res.to_pandas()
     assert len(df) == 2 * 2 * 3 and df["config_key"].is_unique  # 2 batches × 2 sweeps × 3 cards
     lane_of = df["extra"].map(lambda e: e.lane)
@@ -51,13 +60,22 @@ def test_every_card_leaves_a_dead_cards_work_for_resume(tmp_path):
     store = str(tmp_path / "s.sqlite")
     ledger = Ledger()
     with pytest.raises(UsageError, match="not measured"):
-        run_fleet(GRID, store, devices=lanes(2), every_card=True,
-                  backend_options={"runner_factory": carded(ledger, dead={"cuda:1"}, dead_after=1)})
+        run_fleet(
+            GRID,
+            store,
+            devices=lanes(2),
+            every_card=True,
+            backend_options={"runner_factory": carded(ledger, dead={"cuda:1"}, dead_after=1)},
+        )
     assert sum(1 for d, _ in ledger.measured if d == "cuda:1") == 1  # never moved to cuda:0
     assert sum(1 for d, _ in ledger.measured if d == "cuda:0") == 4
     with pytest.raises(UsageError, match="same --devices"):  # each card has its own sweeps: not another set
-        run_fleet(None, store, resume=True, devices=lanes(3), backend_options={"runner_factory": carded(Ledger())})
-    res = run_fleet(None, store, resume=True, devices=lanes(2), backend_options={"runner_factory": carded(Ledger())})
+        run_fleet(
+            None, store, resume=True, devices=lanes(3), backend_options={"runner_factory": carded(Ledger())}
+        )
+    res = run_fleet(
+        None, store, resume=True, devices=lanes(2), backend_options={"runner_factory": carded(Ledger())}
+    )
     df = Store(store, readonly=True).results_frame()
     assert len(res.results) == 3 and len(df) == 8 and df["config_key"].is_unique  # the stored every_card kept
 
@@ -74,8 +92,9 @@ def test_every_card_flag_needs_devices(tmp_path):
 def test_progress_one_line_per_lane_and_an_eta_for_the_whole_sweep():
     assert sweep_eta_s(0, 10, 5.0) is None and sweep_eta_s(4, 10, 60.0) == 90.0
     assert [duration_text(s) for s in (None, 12, 250, 3725)] == ["?", "12s", "4m10s", "1h02m"]
-    from deepgap.fleet.common import FleetEvent
     from rich.console import Console
+
+    from deepgap.fleet.common import FleetEvent
 
     now = [0.0]
     prog = FleetProgress(console=Console(file=open(os.devnull, "w")), clock=lambda: now[0])  # noqa: SIM115
@@ -84,12 +103,18 @@ def test_progress_one_line_per_lane_and_an_eta_for_the_whole_sweep():
         for i, lane in enumerate(["cuda:0", "cuda:1", "cuda:0", "cuda:1"]):
             prog.on_event(FleetEvent(i, 8, spec, lane=lane))
             now[0] += 30.0
-            prog.on_event(FleetEvent(i, 8, spec, Result(spec=spec, status=Status.SKIPPED, reason="x"), lane=lane))
+            prog.on_event(
+                FleetEvent(i, 8, spec, Result(spec=spec, status=Status.SKIPPED, reason="x"), lane=lane)
+            )
         prog.on_event(FleetEvent(4, 8, spec, lane="cuda:0"))
-        prog.on_event(Event(5, 8, spec, Result(spec=spec, status=Status.SKIPPED, reason="x")))  # no lane: sweep only
+        prog.on_event(
+            Event(5, 8, spec, Result(spec=spec, status=Status.SKIPPED, reason="x"))
+        )  # no lane: sweep only
         lines = prog.lane_lines()
         assert set(lines) == {"cuda:0", "cuda:1"}
-        assert lines["cuda:0"].startswith("2 done, measuring resnet18") and lines["cuda:1"].startswith("2 done, last:")
+        assert lines["cuda:0"].startswith("2 done, measuring resnet18") and lines["cuda:1"].startswith(
+            "2 done, last:"
+        )
         assert prog.sweep_line() == "5/8 done over 2 lane(s), 2m00s elapsed, ETA 1m12s for the whole sweep"
     finally:
         prog.close()

@@ -29,20 +29,30 @@ def state():
 
 def _measure(state) -> Result:
     spec = ConfigSpec("tinycnn", "eager", "fp32", 2, "cpu", resolution=32)
-    return measure(state, MeasureRequest(spec=spec, protocol=TimingProtocol(warmup=0, iterations=3, repeats=1)))
+    return measure(
+        state, MeasureRequest(spec=spec, protocol=TimingProtocol(warmup=0, iterations=3, repeats=1))
+    )
 
 
 def test_device_mismatch_words():
     assert guards.device_mismatch("cuda:1", {"inputs": "cuda:1", "start event": "cuda:1", "x": None}) is None
     assert guards.device_mismatch("cuda", {"inputs": "cuda:1"}, current="cuda:1") is None
-    why = guards.device_mismatch("cuda:1", {"inputs": "cuda:1", "start event": "cuda:0", "timing stream": "cuda:0"})
-    assert why.startswith("device mismatch") and "start event on cuda:0" in why and "timing stream on cuda:0" in why
+    why = guards.device_mismatch(
+        "cuda:1", {"inputs": "cuda:1", "start event": "cuda:0", "timing stream": "cuda:0"}
+    )
+    assert (
+        why.startswith("device mismatch")
+        and "start event on cuda:0" in why
+        and "timing stream on cuda:0" in why
+    )
     assert guards.device_mismatch("cuda", {"inputs": "cuda:0"}) is None  # plain cuda with no current: index 0
 
 
 def test_events_on_another_device_is_an_error_not_a_number(state, monkeypatch):
     """The worker's guard: a clock whose events sit on another device than the model gives no number."""
-    assert _measure(state).status == Status.OK  # the same configuration measures fine when all is on one device
+    assert (
+        _measure(state).status == Status.OK
+    )  # the same configuration measures fine when all is on one device
     real = guards.observed_devices
 
     def fake(x, prepared, clock, kind):  # the bug of issue 34, faked on a CPU: events recorded on cuda:0
@@ -62,11 +72,21 @@ def test_above_peak_words_and_result():
     assert guards.datasheet_peak(H100, "tf32")[1] == "tf32"
     assert guards.datasheet_peak("Tesla T4", "tf32")[1] == "fp32"  # no TF32 on Turing: its fallback's column
     spec = ConfigSpec("resnet50", "eager", "fp32", 256, "cuda")
-    ok = Result(spec=spec, status=Status.OK, throughput_ips=3900.0, throughput_pipelined_ips=3929.0,
-                flops_per_image=RESNET50_FLOPS)
+    ok = Result(
+        spec=spec,
+        status=Status.OK,
+        throughput_ips=3900.0,
+        throughput_pipelined_ips=3929.0,
+        flops_per_image=RESNET50_FLOPS,
+    )
     assert guards.rate_checked(ok, H100) is ok
-    bad = Result(spec=spec, status=Status.OK, throughput_ips=45521.0, throughput_pipelined_ips=3929.0,
-                 flops_per_image=RESNET50_FLOPS)
+    bad = Result(
+        spec=spec,
+        status=Status.OK,
+        throughput_ips=45521.0,
+        throughput_pipelined_ips=3929.0,
+        flops_per_image=RESNET50_FLOPS,
+    )
     out = guards.rate_checked(bad, H100)
     assert out.status == Status.ERROR and out.throughput_ips is None and "cannot be true" in out.reason
 
@@ -75,7 +95,11 @@ def test_worker_stores_above_peak_as_error(state, monkeypatch):
     """Wired into the worker: a datasheet peak below the measured rate turns the row into an error."""
     monkeypatch.setattr(guards, "datasheet_peak", lambda name, prec: (1.0, "fp32", "Fake GPU"))
     res = _measure(state)
-    assert res.status == Status.ERROR and res.reason.startswith("above datasheet peak") and res.throughput_ips is None
+    assert (
+        res.status == Status.ERROR
+        and res.reason.startswith("above datasheet peak")
+        and res.throughput_ips is None
+    )
 
 
 def test_rate_mismatch_flagged_and_never_recommended(tmp_path):

@@ -37,8 +37,10 @@ from deepgap.records import Result, Status
 
 RATE_TOLERANCE = 2.0  # per-call vs pipelined throughput: the larger over the smaller
 RATE_FLAG = "rate-mismatch"
-RATE_REASON = (f"flagged: per-call and pipelined throughput disagree by more than {RATE_TOLERANCE:g}x "
-               "(a timing that cannot be true)")
+RATE_REASON = (
+    f"flagged: per-call and pipelined throughput disagree by more than {RATE_TOLERANCE:g}x "
+    "(a timing that cannot be true)"
+)
 ABOVE_PEAK = "above datasheet peak"
 
 
@@ -47,7 +49,9 @@ def _norm(device: str) -> str:
     return "cuda:0" if d == "cuda" else d
 
 
-def device_mismatch(expected: str, observed: Mapping[str, str | None], current: str | None = None) -> str | None:
+def device_mismatch(
+    expected: str, observed: Mapping[str, str | None], current: str | None = None
+) -> str | None:
     """Why the measured work is not all on ``expected``, or None.
 
     Args:
@@ -61,12 +65,15 @@ def device_mismatch(expected: str, observed: Mapping[str, str | None], current: 
     if not wrong:
         return None
     where = ", ".join(f"{k} on {v}" for k, v in sorted(wrong.items()))
-    return (f"device mismatch: the configuration runs on {want} but {where}; its timings would measure "
-            "another GPU, so no number is stored (the worker must make its device current)")
+    return (
+        f"device mismatch: the configuration runs on {want} but {where}; its timings would measure "
+        "another GPU, so no number is stored (the worker must make its device current)"
+    )
 
 
-def rate_flag(per_call_ips: float | None, pipelined_ips: float | None,
-              tolerance: float = RATE_TOLERANCE) -> str | None:
+def rate_flag(
+    per_call_ips: float | None, pipelined_ips: float | None, tolerance: float = RATE_TOLERANCE
+) -> str | None:
     """The flag of a measurement whose per-call and pipelined throughputs disagree beyond ``tolerance``×."""
     try:
         a, b = float(per_call_ips), float(pipelined_ips)  # type: ignore[arg-type]
@@ -114,8 +121,9 @@ def datasheet_peak(device_name: str | None, precision: str) -> tuple[float, str,
     return None
 
 
-def above_peak(device_name: str | None, precision: str, flops_per_image: float | None,
-               ips: float | None) -> str | None:
+def above_peak(
+    device_name: str | None, precision: str, flops_per_image: float | None, ips: float | None
+) -> str | None:
     """Why ``ips`` images/s at ``flops_per_image`` cannot be true on ``device_name``, or None."""
     peak = datasheet_peak(device_name, precision)
     if peak is None or not flops_per_image or not ips or flops_per_image <= 0 or ips <= 0:
@@ -125,9 +133,11 @@ def above_peak(device_name: str | None, precision: str, flops_per_image: float |
     if rate <= value:
         return None
     unit = PRECISIONS[column].peak_unit
-    return (f"{ABOVE_PEAK}: {ips:,.0f} img/s × {flops_per_image / 1e9:.3g} GFLOP/img = {rate / 1e12:,.0f} "
-            f"{unit}, above the {value / 1e12:,.4g} {unit} {column} peak of the {gpu} datasheet; the timing "
-            "cannot be true, so no number is stored")
+    return (
+        f"{ABOVE_PEAK}: {ips:,.0f} img/s × {flops_per_image / 1e9:.3g} GFLOP/img = {rate / 1e12:,.0f} "
+        f"{unit}, above the {value / 1e12:,.4g} {unit} {column} peak of the {gpu} datasheet; the timing "
+        "cannot be true, so no number is stored"
+    )
 
 
 def current_device(kind: str) -> str | None:
@@ -163,7 +173,13 @@ def rate_checked(result: Result, device_name: str | None) -> Result:
     why = above_peak(device_name, result.spec.precision, result.flops_per_image, max(rates, default=None))
     if why is None:
         return result
-    bad = Result(spec=result.spec, status=Status.ERROR, reason=why, flops_per_image=result.flops_per_image,
-                 params=result.params, weights_sha=result.weights_sha)
+    bad = Result(
+        spec=result.spec,
+        status=Status.ERROR,
+        reason=why,
+        flops_per_image=result.flops_per_image,
+        params=result.params,
+        weights_sha=result.weights_sha,
+    )
     bad.details = result.details
     return bad

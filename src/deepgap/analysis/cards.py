@@ -29,7 +29,16 @@ from deepgap.stats import card_bootstrap_ci
 
 Z95 = 1.959964
 SamplesFn = Callable[[int], list[np.ndarray]]  # result id → its raw per-iteration latencies, per repeat
-KEYS = ["model", "engine", "precision", "batch_size", "memory_format", "threads", "resolution", "include_transfer"]
+KEYS = [
+    "model",
+    "engine",
+    "precision",
+    "batch_size",
+    "memory_format",
+    "threads",
+    "resolution",
+    "include_transfer",
+]
 
 
 @dataclass(frozen=True)
@@ -43,8 +52,10 @@ class Spread:
 
     def text(self) -> str:
         """``card-to-card spread ±2.1% (1 SD; 3 configurations on 4 cards)``."""
-        return (f"card-to-card spread ±{100 * self.rel_sd:.1f}% (1 SD; {self.n_configurations} "
-                f"configuration(s) on {self.n_cards} cards)")
+        return (
+            f"card-to-card spread ±{100 * self.rel_sd:.1f}% (1 SD; {self.n_configurations} "
+            f"configuration(s) on {self.n_cards} cards)"
+        )
 
 
 def card_ids(frame: pd.DataFrame) -> pd.Series:
@@ -87,7 +98,11 @@ def throughput_ci(used: pd.DataFrame, samples: SamplesFn) -> tuple[float, float,
         return None
     bs = float(used["batch_size"].iloc[0])
     n = sum(len(p) for p in nested)
-    return bs / hi, bs / lo, f"three-level bootstrap over {len(nested)} cards, then {n} processes, then samples"
+    return (
+        bs / hi,
+        bs / lo,
+        f"three-level bootstrap over {len(nested)} cards, then {n} processes, then samples",
+    )
 
 
 def platform_spread(frame: pd.DataFrame) -> dict[str, Spread]:
@@ -115,7 +130,9 @@ def platform_spread(frame: pd.DataFrame) -> dict[str, Spread]:
                 cvs.append(float(np.std(meds, ddof=1) / np.mean(meds)))
                 cards |= set(cfg["card"])
         if cvs:
-            out[str(platform)] = Spread(str(platform), float(np.sqrt(np.mean(np.square(cvs)))), len(cvs), len(cards))
+            out[str(platform)] = Spread(
+                str(platform), float(np.sqrt(np.mean(np.square(cvs)))), len(cvs), len(cards)
+            )
     return out
 
 
@@ -144,8 +161,9 @@ def widen(agg: pd.DataFrame, spreads: dict[str, Spread]) -> pd.DataFrame:
         sp = spreads.get(row["platform"])
         if sp is None or int(row.get("n_cards") or 0) >= 2:
             continue
-        lo, hi = widen_interval(row["throughput_ips"], row["throughput_ci_low_ips"], row["throughput_ci_high_ips"],
-                                [sp.rel_sd])
+        lo, hi = widen_interval(
+            row["throughput_ips"], row["throughput_ci_low_ips"], row["throughput_ci_high_ips"], [sp.rel_sd]
+        )
         bs = float(row["batch_size"])
         agg.loc[i, ["throughput_ci_low_ips", "throughput_ci_high_ips"]] = [lo, hi]
         agg.loc[i, ["latency_median_ci_low_s", "latency_median_ci_high_s"]] = [bs / hi, bs / lo]

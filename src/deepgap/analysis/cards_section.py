@@ -29,15 +29,25 @@ def _pct(col: str):
 TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
     "card_spread": (
         "Card to card: the same configuration on each card of a GPU type (median images/s per card)",
-        [("platform", "platform"), ("configuration", "configuration"), ("cards", "n_cards"),
-         ("per card images/s", "per_card"), ("slowest", lambda r: fmt_ips(r.get("slowest_ips"))),
-         ("fastest", lambda r: fmt_ips(r.get("fastest_ips"))), ("fastest / slowest − 1", _pct("spread")),
-         ("CV between cards", _pct("cv"))],
+        [
+            ("platform", "platform"),
+            ("configuration", "configuration"),
+            ("cards", "n_cards"),
+            ("per card images/s", "per_card"),
+            ("slowest", lambda r: fmt_ips(r.get("slowest_ips"))),
+            ("fastest", lambda r: fmt_ips(r.get("fastest_ips"))),
+            ("fastest / slowest − 1", _pct("spread")),
+            ("CV between cards", _pct("cv")),
+        ],
     ),
     "card_spread_platforms": (
         "Card-to-card spread per GPU type: what compare, plan and one-card intervals are widened by",
-        [("platform", "platform"), ("spread (1 SD)", _pct("rel_sd")), ("configurations", "n_configurations"),
-         ("cards", "n_cards")],
+        [
+            ("platform", "platform"),
+            ("spread (1 SD)", _pct("rel_sd")),
+            ("configurations", "n_configurations"),
+            ("cards", "n_cards"),
+        ],
     ),
 }
 
@@ -54,12 +64,18 @@ def spread_rows(results: pd.DataFrame) -> pd.DataFrame:
             continue
         v = np.array(list(meds.values()))
         first = cfg.iloc[0]
-        rows.append({
-            "platform": first["platform"], "configuration": config_label(first, with_platform=False),
-            "n_cards": len(meds), "per_card": ", ".join(f"{x:,.0f}" for x in sorted(v)),
-            "slowest_ips": float(v.min()), "fastest_ips": float(v.max()), "spread": float(v.max() / v.min() - 1),
-            "cv": float(v.std(ddof=1) / v.mean()),
-        })
+        rows.append(
+            {
+                "platform": first["platform"],
+                "configuration": config_label(first, with_platform=False),
+                "n_cards": len(meds),
+                "per_card": ", ".join(f"{x:,.0f}" for x in sorted(v)),
+                "slowest_ips": float(v.min()),
+                "fastest_ips": float(v.max()),
+                "spread": float(v.max() / v.min() - 1),
+                "cv": float(v.std(ddof=1) / v.mean()),
+            }
+        )
     return pd.DataFrame(rows)
 
 

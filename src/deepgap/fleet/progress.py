@@ -22,7 +22,7 @@ from deepgap.runner import Event
 
 
 def sweep_eta_s(done: int, total: int, elapsed_s: float) -> float | None:
-    """Seconds until the whole sweep ends at its pace so far (all lanes together); None before any finished."""
+    """Seconds until the whole sweep ends at its pace so far (all lanes together); None before one ends."""
     if done <= 0 or total <= 0 or elapsed_s <= 0:
         return None
     return max(0.0, elapsed_s / done * (total - done))
@@ -44,8 +44,9 @@ class FleetProgress:
     ``clock`` (seconds, monotonic) is injectable so tests can script the ETA.
     """
 
-    def __init__(self, enabled: bool = True, console: Any = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, enabled: bool = True, console: Any = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.enabled = enabled
         self.console = console
         self.clock = clock
@@ -66,8 +67,10 @@ class FleetProgress:
         self._t0 = self.clock()
         self._total = total
         self._bar = RichProgress(
-            TextColumn("[bold]{task.fields[lane]}"), TextColumn("{task.description}"),
-            console=self.console or Console(stderr=True), transient=False,
+            TextColumn("[bold]{task.fields[lane]}"),
+            TextColumn("{task.description}"),
+            console=self.console or Console(stderr=True),
+            transient=False,
         )
         self._bar.start()
         self._total_id = self._bar.add_task(self.sweep_line(), total=total, lane="sweep")
@@ -76,8 +79,10 @@ class FleetProgress:
         """The whole sweep: done of total, elapsed, ETA."""
         elapsed = self.clock() - self._t0 if self._bar is not None else 0.0
         eta = sweep_eta_s(self._n, self._total, elapsed)
-        return (f"{self._n}/{self._total} done over {len(self._lanes) or 1} lane(s), "
-                f"{duration_text(elapsed)} elapsed, ETA {duration_text(eta)} for the whole sweep")
+        return (
+            f"{self._n}/{self._total} done over {len(self._lanes) or 1} lane(s), "
+            f"{duration_text(elapsed)} elapsed, ETA {duration_text(eta)} for the whole sweep"
+        )
 
     def lane_lines(self) -> dict[str, str]:
         """What each lane's line says now (for tests and plain logs)."""
