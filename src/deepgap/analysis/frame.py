@@ -182,9 +182,11 @@ def prepare(results: pd.DataFrame) -> pd.DataFrame:
     extras = [ResultDetails.of(e) for e in df["extra"]] if "extra" in df else [ResultDetails()] * len(df)
     precs = df["precision"] if "precision" in df else [""] * len(df)
     df["flags"] = [row_flags(e) + accuracy.flags(p, e) for e, p in zip(extras, precs, strict=True)]  # accuracy-loss
-    rates = zip(df.get("throughput_ips", [None] * len(df)), df.get("throughput_pipelined_ips", [None] * len(df)),
-                strict=True)  # per-call vs pipelined beyond guards.RATE_TOLERANCE: a timing that cannot be true
-    df["flags"] = [f + ([r] if (r := rate_flag(a, b)) else []) for f, (a, b) in zip(df["flags"], rates, strict=True)]
+    none = [None] * len(df)  # per-call vs pipelined beyond guards.RATE_TOLERANCE (GPU rows)
+    rates = zip(df.get("throughput_ips", none), df.get("throughput_pipelined_ips", none), df["device"],
+                strict=True)
+    df["flags"] = [f + ([r] if (r := rate_flag(a, b, device=d)) else []) for f, (a, b, d) in
+                   zip(df["flags"], rates, strict=True)]
     df["flagged"] = [bool(f) for f in df["flags"]]
     df["warnings"] = [row_warnings(c, e) for c, e in zip(df.get("ci_met", [None] * len(df)), extras, strict=True)]
     corr = [e.correctness for e in extras]
