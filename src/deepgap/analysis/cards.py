@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from deepgap.stats import card_bootstrap_ci
+from deepgap.stats import card_bootstrap, card_bootstrap_ci
 
 Z95 = 1.959964
 SamplesFn = Callable[[int], list[np.ndarray]]  # result id → its raw per-iteration latencies, per repeat
@@ -103,6 +103,32 @@ def throughput_ci(used: pd.DataFrame, samples: SamplesFn) -> tuple[float, float,
         bs / lo,
         f"three-level bootstrap over {len(nested)} cards, then {n} processes, then samples",
     )
+
+
+def result_ids_by_card(used: pd.DataFrame) -> list[list[int]]:
+    """The result ids of one configuration's measurements, per known card ([] with fewer than two cards)."""
+    cards = card_ids(used)
+    known = sorted(set(cards) - {""})
+    if len(known) < 2 or "result_id" not in used:
+        return []
+    return [[int(r) for r in used.loc[cards == c, "result_id"]] for c in known]
+
+
+def ratio_ci(ids_a: list[list[int]], ids_b: list[list[int]], samples_a: Callable[[list[int]], np.ndarray],
+             samples_b: Callable[[list[int]], np.ndarray], n_resamples: int = 1000) -> tuple[float, float]:
+    """95% CI of the speed ratio A/B (median latency B / median latency A) by the three-level bootstrap.
+
+    ``ids_x``: each side's result ids per card (a one-card side: one list); each result is one process.
+    The two sides are resampled independently (`deepgap.stats.card_bootstrap`).
+    """
+    dists = []
+    for ids, fn, seed in ((ids_a, samples_a, 1), (ids_b, samples_b, 2)):
+        nested = [[fn([rid]) for rid in card] for card in ids]
+        dists.append(card_bootstrap(nested, n_resamples=n_resamples, seed=seed))
+    if not (dists[0].size and dists[1].size):
+        return float("nan"), float("nan")
+    lo, hi = np.quantile(dists[1] / dists[0], [0.025, 0.975])
+    return float(lo), float(hi)
 
 
 def platform_spread(frame: pd.DataFrame) -> dict[str, Spread]:

@@ -266,6 +266,7 @@ def aggregate(df: pd.DataFrame, samples: sweeps.SamplesFn | None = None) -> pd.D
         hier = (cards.throughput_ci(used, samples) or sweeps.throughput_ci(used, samples)
                 if samples is not None and len(used) >= 2 else None)  # cards, processes, samples (issue 34)
         row["n_cards"] = len(cards.per_card(used))
+        row["card_result_ids"] = cards.result_ids_by_card(used)  # for compare's three-level bootstrap
         ci = hier or _throughput_ci(used)
         row["throughput_ci_low_ips"], row["throughput_ci_high_ips"], row["ci_method"] = ci
         row["between_sweep_cv"], row["sweep_throughputs"], disagree = sweeps.spread(used)
