@@ -49,7 +49,7 @@ def test_clock_and_capture_name_their_device_while_another_is_current():
     assert event_s > 0.5 * host_s, (event_s, host_s)  # events on an idle GPU would read ~0
     graph, out = graph_runner.capture(lambda x: x @ x, a, last)
     runner = graph_runner.GraphRunner(graph, a, out, owns=None)
-    assert str(runner.device) == last and torch.allclose(runner(a), a @ a, rtol=1e-2, atol=1e-1)
+    assert str(runner.capture_device) == last and torch.allclose(runner(a), a @ a, rtol=1e-2, atol=1e-1)
     assert torch.cuda.current_device() == 0
 
 

@@ -48,6 +48,25 @@ def test_device_mismatch_words():
     assert guards.device_mismatch("cuda", {"inputs": "cuda:0"}) is None  # plain cuda with no current: index 0
 
 
+def test_observed_devices_reads_a_graph_runner_and_a_clock():
+    import torch
+
+    from deepgap.graph_runner import GraphRunner
+    from deepgap.timing import HostClock
+
+    class Prepared:
+        run = GraphRunner(None, torch.zeros(2), None, owns=None)
+
+    class Clock(HostClock):
+        def devices(self):
+            return {"timing stream": "cuda:0", "start event": None}
+
+    obs = guards.observed_devices(torch.zeros(2), Prepared, HostClock(), "cpu")
+    assert obs == {"inputs": "cpu", "captured graph": "cpu"}
+    why = guards.device_mismatch("cpu", guards.observed_devices(torch.zeros(2), Prepared, Clock(), "cpu"))
+    assert "timing stream on cuda:0" in why and "start event" not in why
+
+
 def test_events_on_another_device_is_an_error_not_a_number(state, monkeypatch):
     """The worker's guard: a clock whose events sit on another device than the model gives no number."""
     assert (

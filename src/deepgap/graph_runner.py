@@ -62,12 +62,6 @@ def capture(
     return graph, static_out
 
 
-def device_of(run: Any) -> str | None:
-    """The device a prepared runner captured its graph on (a `GraphRunner`), else None."""
-    dev = getattr(run, "device", None)
-    return str(dev) if dev is not None else None
-
-
 class GraphRunner:
     """``run(x)``: copy ``x`` into the graph's static input, replay, return the static output.
 
@@ -80,7 +74,7 @@ class GraphRunner:
         self.static_in = static_in
         self.static_out = static_out
         self.owns = owns
-        self.device = getattr(static_in, "device", None)  # where the graph was captured (the worker's guard)
+        self.capture_device = getattr(static_in, "device", None)  # where it was captured (the worker's guard)
 
     def __call__(self, x: Any) -> Any:
         """Run the graph on ``x`` (the captured shape; any strides)."""

@@ -163,10 +163,11 @@ def observed_devices(x: Any, prepared: Any, clock: Any, kind: str) -> dict[str, 
     """Where one configuration's work sits: inputs, a captured graph, the clock's stream and events.
 
     The worker reads it before timing and again after (an event has a device only once recorded) and
-    hands it to `device_mismatch`; a graph runner says where it captured (``run.device``), a CUDA clock
-    where its stream and events are (``clock.devices()``). Tests replace it to fake a mismatch on a CPU.
+    hands it to `device_mismatch`; a graph runner says where it captured (``run.capture_device``), a
+    CUDA clock where its stream and events are (``clock.devices()``). Tests replace it to fake a
+    mismatch on a CPU.
     """
-    graph = getattr(getattr(prepared, "run", None), "device", None)
+    graph = getattr(getattr(prepared, "run", None), "capture_device", None)  # a GraphRunner's
     out: dict[str, str | None] = {"inputs": str(x.device), "captured graph": str(graph) if graph else None}
     devices = getattr(clock, "devices", None)
     if devices is not None:

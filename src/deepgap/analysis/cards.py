@@ -160,7 +160,6 @@ def platform_spread(frame: pd.DataFrame) -> dict[str, Spread]:
             # 10-40% (host CPU, not card) and would set an RMS for every configuration (committed H100
             # stores, 52 configurations on 10 cards: median 1.6%, RMS 12.9%, batch 256 alone 0.6%)
             out[str(platform)] = Spread(str(platform), float(np.median(cvs)), len(cvs), len(cards))
-            )
     return out
 
 
