@@ -45,6 +45,9 @@ def medians(path: str) -> tuple[pd.DataFrame, pd.DataFrame]:
         s.close()
     ok = df[(df["status"] == "ok") & ~df["flagged"]].copy()
     ok["lane"] = [getattr(e, "lane", None) or d for e, d in zip(ok["extra"], ok["device"], strict=True)]
+    # the GPU that NVML read power, energy and temperature from
+    tel = [(e.telemetry.get("settings") or {}) if e.telemetry is not None else {} for e in ok["extra"]]
+    ok["telemetry_uuid"] = [t.get("uuid") for t in tel]
     agg = ok.groupby(KEYS, dropna=False).agg(
         latency_median_s=("latency_median_s", "median"),
         n=("latency_median_s", "size"),
@@ -92,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: D103
     distinct = len({c for cs in per_lane_cards for c in cs}) == len(per_lane_cards) and all(
         len(cs) == 1 for cs in per_lane_cards
     )
+    read = rows[rows["telemetry_uuid"].notna() & (rows["card"] != "")]
+    own = float((read["telemetry_uuid"] == read["card"]).mean()) if len(read) else float("nan")
     lines = [
         f"# {a.label} vs one GPU: median latency per configuration",
         "",
@@ -101,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:  # noqa: D103
         "",
         f"each lane on its own GPU (one card per lane, all different): {distinct} — "
         + "; ".join(f"{lane}: {', '.join(cs) or 'no UUID'}" for lane, cs in per_lane_cards.items()),
+        "",
+        f"power, energy and temperature read from the lane's own GPU: {100 * own:.0f}% of {len(read)} rows "
+        "with both UUIDs (NVML's and the fingerprint's)",
         "",
         "| configuration | one GPU ms | lanes ms | lanes/one − 1 | lane(s) | W one | W lanes |",
         "|---|---:|---:|---:|---|---:|---:|",
@@ -123,12 +131,13 @@ def main(argv: list[str] | None = None) -> int:  # noqa: D103
                 "worst_rel_diff": worst,
                 "met": ok,
                 "lanes_on_distinct_gpus": distinct,
+                "telemetry_on_own_gpu": own,
                 "rows": json.loads(both.to_json(orient="records")),
             },
             fh,
             indent=1,
         )
-    print("\n".join(lines[:5]))
+    print("\n".join(lines[:7]))
     return 0 if ok else 1
 
 
