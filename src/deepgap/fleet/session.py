@@ -39,7 +39,7 @@ def make_backend(sweep: SweepSpec, devices: Any, ray: str | None, where: dict[st
     where = ray_backend.parse_where(where) if where else None
     if devices and ray:
         raise UsageError("--devices and --ray both given", "use --devices on one host, or --ray for a cluster")
-    if stored and stored.get("every_card") and not ray:
+    if stored and stored.get("every_card"):
         kw.setdefault("every_card", True)  # a resumed --every-card run keeps measuring on every card
     if kw.get("every_card") and (ray or (not devices and (stored or {}).get("backend") == "ray")):
         raise UsageError("--every-card measures on each GPU of this host", "use it with --devices, not --ray")
