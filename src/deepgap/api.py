@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from deepgap.config import SweepSpec, cpu_baseline_spec, validate
+from deepgap.errors import UsageError
 from deepgap.plan import expand
 from deepgap.runner import Event, SweepRunner, python_command
 from deepgap.session import (  # noqa: F401 - re-exported: the public names of the API
@@ -43,6 +44,7 @@ def run(
     ray: str | None = None,
     where: dict[str, str] | list[str] | None = None,
     log: Callable[[str], None] = lambda m: None,
+    every_card: bool = False,
 ) -> Results:
     """Measure a sweep into ``store``; ``resume`` (True or a run id) continues an unfinished run.
 
@@ -50,16 +52,20 @@ def run(
     ``ray`` (``"auto"``, ``"local"`` or an address) over a Ray cluster, ``where`` (``{"gpu": "L4"}``)
     picking its nodes. Both are in `deepgap.fleet`; a resumed fleet run keeps its stored settings.
     ``log`` receives one-line messages about run-level telemetry (idle baseline, thermal warm-up).
+    ``every_card`` (with ``devices``) measures every configuration on every GPU: the card-to-card spread.
     """
     from deepgap.fleet import stored_fleet
 
+    if every_card and not devices and not (resume and stored_fleet(store, resume)):
+        raise UsageError("--every-card measures each configuration on every GPU of --devices",
+                         "add --devices all (or a list such as cuda:0,cuda:1)")
     if devices or ray or where or (resume and stored_fleet(store, resume)):
         from deepgap.fleet.session import run_fleet
 
         if not resume:  # a fleet's lanes are GPUs: its host CPU is measured by a one-device run only
             spec = as_spec(spec).replace(cpu_baseline=False)
         return run_fleet(spec, store, resume, on_event, command, devices=devices, ray=ray, where=where,
-                         log=log)
+                         log=log, every_card=every_card)
     session = RunSession(store, SWEEP)
     if resume:
         s, run_row = open_resume(store, resume)

@@ -36,12 +36,18 @@ def capture(
 ) -> tuple[Any, Any]:
     """Warm ``fn`` up on a side stream, then capture ``fn(static_in)``; returns (graph, static output).
 
-    Runs under ``inference_mode``; a failed capture raises (callers decide whether eager is a fallback).
+    Runs under ``inference_mode`` and with ``device`` current, on a capture stream of ``device``:
+    ``torch.cuda.graph`` otherwise captures on a stream of the *current* device, made once per process,
+    and a worker measuring ``cuda:1`` while ``cuda:0`` was current failed its capture ("operation failed
+    due to a previous error during capture", issue 34). A failed capture raises (callers decide whether
+    eager is a fallback).
     """
     import torch
 
     dev = torch.device(device)
-    with torch.inference_mode():
+    if dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    with torch.inference_mode(), torch.cuda.device(dev):
         side = torch.cuda.Stream(device=dev)
         side.wait_stream(torch.cuda.current_stream(dev))
         with torch.cuda.stream(side):
@@ -49,7 +55,7 @@ def capture(
                 fn(static_in)
         torch.cuda.current_stream(dev).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        with torch.cuda.graph(graph, stream=torch.cuda.Stream(device=dev)):
             static_out = fn(static_in)
         graph.replay()
         torch.cuda.synchronize(dev)
@@ -68,6 +74,7 @@ class GraphRunner:
         self.static_in = static_in
         self.static_out = static_out
         self.owns = owns
+        self.capture_device = getattr(static_in, "device", None)  # where it was captured (the worker's guard)
 
     def __call__(self, x: Any) -> Any:
         """Run the graph on ``x`` (the captured shape; any strides)."""

@@ -101,6 +101,33 @@ def is_oom(exc: BaseException) -> bool:
     )
 
 
+def bind_device(device: str) -> None:
+    """Make ``device`` this process's current CUDA device, before any other CUDA work.
+
+    Why: a stream, an event or a graph capture made without a device argument lands on the *current*
+    device. A worker of lane ``cuda:1`` that left ``cuda:0`` current ran its model on ``cuda:1`` and
+    timed ``cuda:0`` (issue 34). Under Ray (``CUDA_VISIBLE_DEVICES`` narrowed to the task's GPU) the
+    device is plain ``cuda``: index 0 of what the process sees. NVML still finds the physical GPU by
+    UUID (`deepgap.nvml_access.cuda_uuid`), whatever the numbering. A CPU device needs nothing.
+    """
+    if not str(device).startswith("cuda"):
+        return
+    import torch
+
+    dev = torch.device(device)
+    torch.cuda.set_device(dev.index if dev.index is not None else 0)
+
+
+def check_devices(spec: ConfigSpec, caps: DeviceCaps, x: Any, prepared: Any, clock: Any) -> None:
+    """Raise an error status when any of the configuration's work is on another device (guard a)."""
+    from deepgap import guards
+
+    why = guards.device_mismatch(spec.device, guards.observed_devices(x, prepared, clock, caps.kind),
+                                 current=guards.current_device(caps.kind))
+    if why:
+        raise StatusError(Status.ERROR, why)
+
+
 def device_caps(device: str) -> DeviceCaps:
     """Probe ``device`` (creates the CUDA context in this worker, never in the parent)."""
     import torch
@@ -122,6 +149,7 @@ class WorkerState:
         if torch.get_num_interop_threads() != 1:  # torch allows one setting per process; tests make several
             torch.set_num_interop_threads(1)  # the paper's host-side setting, once per process
         self.default_threads = torch.get_num_threads()
+        bind_device(device)  # first: every stream, event and capture below lands on this device
         self.device = device
         self.caps = device_caps(device)
         self.models: dict[tuple[str, int, str | None, int], Any] = {}
@@ -276,6 +304,7 @@ def _measure(state: WorkerState, req: MeasureRequest) -> Result:
         agreement = correctness.compare(out[:k], ref_y[:k], spec.precision)
         del out
         clock = CudaEventClock(spec.device) if cuda else HostClock()
+        check_devices(spec, state.caps, x, prepared, clock)
         # Telemetry samples the whole protocol (warm-up and latency pass at a low rate); its energy
         # window is the pipelined windows, which run back to back and last ≥ energy_window_s.
         tel = MeasureTelemetry.for_request(state.telemetry, spec.device, req.telemetry, spec.batch_size)
@@ -284,6 +313,7 @@ def _measure(state: WorkerState, req: MeasureRequest) -> Result:
         protocol = tel.protocol(req.protocol) if tel is not None else req.protocol
         with tel if tel is not None else contextlib.nullcontext():
             timings = run_protocol(step, tel.clock(clock) if tel is not None else clock, protocol)
+        check_devices(spec, state.caps, x, prepared, clock)  # the events now have their device
 
     pooled = timings.pooled
     lat = stats.summarize(pooled)
@@ -325,6 +355,9 @@ def _measure(state: WorkerState, req: MeasureRequest) -> Result:
         from deepgap.accuracy.evaluate import record
 
         record(state, req, prepared, result)
+    from deepgap.guards import rate_checked
+
+    result = rate_checked(result, state.caps.name)  # above the datasheet's peak: an error that says so
     try:
         import psutil
 

@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from deepgap.analysis import cards
+from deepgap.analysis.cards import widen_interval
 from deepgap.analysis.frame import accuracy_label, config_label
 from deepgap.analysis.tables import best_rows
 from deepgap.stats import N_RESAMPLES, ratio_ci
@@ -91,7 +93,21 @@ def throughput_ratio(
             if max(la.size, lb.size) > MAX_BOOTSTRAP_SAMPLES
             else ""
         )
-        return k * point, k * lo, k * hi, f"bootstrap of pooled latencies (n={la.size} vs {lb.size}{thinned})"
+        method = f"bootstrap of pooled latencies (n={la.size} vs {lb.size}{thinned})"
+        sds = [float(r.get("card_spread_rel") or float("nan")) for r in (a, b)]
+        by_card = [list(r.get("card_result_ids") or []) for r in (a, b)]
+        if max(len(c) for c in by_card) >= 2:  # measured on two or more cards: cards, processes, samples
+            lo, hi = cards.ratio_ci(*[c if len(c) >= 2 else [list(r.get("result_ids") or [])]
+                                      for c, r in zip(by_card, (a, b), strict=True)],
+                                    samples_a, samples_b, n_resamples)
+            method = "three-level bootstrap (cards, processes, samples): " + " vs ".join(
+                f"{len(c) or 1} card(s)" for c in by_card)
+            sds = [sd if len(c) < 2 else float("nan") for sd, c in zip(sds, by_card, strict=True)]
+        if any(sd == sd for sd in sds):  # a store with two or more cards of a side's type (analysis.cards)
+            lo, hi = widen_interval(point, lo, hi, sds)
+            method += "; widened by the card-to-card spread " + " and ".join(
+                f"±{100 * sd:.1f}% ({side})" for side, sd in zip("AB", sds, strict=True) if sd == sd)
+        return k * point, k * lo, k * hi, method
     point = float(a["throughput_ips"]) / float(b["throughput_ips"])
     return point, float("nan"), float("nan"), "unavailable: no raw samples stored"
 

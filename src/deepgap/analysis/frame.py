@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from deepgap.analysis import accuracy, sweeps, tokens
+from deepgap.analysis import accuracy, cards, sweeps, tokens
+from deepgap.guards import rate_flag
 from deepgap.result_details import ResultDetails
 from deepgap.stats import bootstrap_ci
 from deepgap.stats import finite_or_none as _num
@@ -183,6 +184,11 @@ def prepare(results: pd.DataFrame) -> pd.DataFrame:
     extras = [ResultDetails.of(e) for e in df["extra"]] if "extra" in df else [ResultDetails()] * len(df)
     precs = df["precision"] if "precision" in df else [""] * len(df)
     df["flags"] = [row_flags(e) + accuracy.flags(p, e) for e, p in zip(extras, precs, strict=True)]  # accuracy-loss
+    none = [None] * len(df)  # per-call vs pipelined beyond guards.RATE_TOLERANCE (GPU rows)
+    rates = zip(df.get("throughput_ips", none), df.get("throughput_pipelined_ips", none), df["device"],
+                strict=True)
+    df["flags"] = [f + ([r] if (r := rate_flag(a, b, device=d)) else []) for f, (a, b, d) in
+                   zip(df["flags"], rates, strict=True)]
     df["flagged"] = [bool(f) for f in df["flags"]]
     df["warnings"] = [row_warnings(c, e) for c, e in zip(df.get("ci_met", [None] * len(df)), extras, strict=True)]
     corr = [e.correctness for e in extras]
@@ -259,7 +265,10 @@ def aggregate(df: pd.DataFrame, samples: sweeps.SamplesFn | None = None) -> pd.D
         used = clean if len(clean) else grp
         row: dict[str, Any] = dict(zip(GROUP_COLS, key, strict=True))
         row["throughput_ips"] = _median(used["throughput_ips"])
-        hier = sweeps.throughput_ci(used, samples) if samples is not None and len(used) >= 2 else None
+        hier = (cards.throughput_ci(used, samples) or sweeps.throughput_ci(used, samples)
+                if samples is not None and len(used) >= 2 else None)  # cards, processes, samples (issue 34)
+        row["n_cards"] = len(cards.per_card(used))
+        row["card_result_ids"] = cards.result_ids_by_card(used)  # for compare's three-level bootstrap
         ci = hier or _throughput_ci(used)
         row["throughput_ci_low_ips"], row["throughput_ci_high_ips"], row["ci_method"] = ci
         row["between_sweep_cv"], row["sweep_throughputs"], disagree = sweeps.spread(used)
@@ -307,7 +316,7 @@ def aggregate(df: pd.DataFrame, samples: sweeps.SamplesFn | None = None) -> pd.D
                 "latency_p99_s",
             ]
         )
-    return pd.DataFrame(rows)
+    return cards.widen(pd.DataFrame(rows), cards.platform_spread(ok))  # one-card intervals: the card spread
 
 
 def failures(df: pd.DataFrame) -> pd.DataFrame:

@@ -21,6 +21,7 @@ import pandas as pd
 from deepgap.analysis.accuracy import COLUMNS as ACCURACY_COLUMNS
 from deepgap.analysis.frame import ACCURACY_WORST, MEMORY_LABELS, accuracy_label, config_label, memory_metric
 from deepgap.errors import UsageError
+from deepgap.guards import RATE_REASON, is_rate_flag
 
 OBJECTIVES = {
     "throughput": "highest images/s",
@@ -179,6 +180,8 @@ def recommend(
                     (misses if texts else meets).append((worst, texts, row))
                     continue
             key = reason.split(":")[0] if reason.startswith("flagged") else reason
+            if row["flagged"] and any(is_rate_flag(f) for f in row["flags"]):
+                key = RATE_REASON  # a timing that cannot be true, said in words (guards.rate_flag)
             rec.excluded[key] = rec.excluded.get(key, 0) + 1
         meets.sort(key=lambda t: _sort_key(t[2], objective))
         if meets:

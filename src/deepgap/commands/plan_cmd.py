@@ -35,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
 def main(args: argparse.Namespace) -> int:  # noqa: D103
     from deepgap.commands.capacity import load_settings, max_batch_of, select_curves
     from deepgap.serving.arrivals import parse_rate_qps
-    from deepgap.serving.planner import plan, predict
+    from deepgap.serving.planner import plan, predict, store_card_spreads, widen_by_cards
 
     qps = parse_rate_qps(args.qps)
     if args.objective not in ("devices", "watts"):
@@ -50,6 +50,7 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
         keep = {resolve_platform(q, names) for q in args.platforms.split(",") if q.strip()}
         curves = [c for c in curves if str(c.key["platform"]) in keep]
     rows = plan([predict(c, load, mb) for c in curves], qps, args.objective)
+    widen_by_cards(rows, store_card_spreads(list(args.stores)), qps)  # two or more cards of a type: a range
     if args.json:
         print(json.dumps([asdict(r) for r in rows], indent=1))
         return 0

@@ -118,6 +118,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.add_argument("--json", action="store_true", help="one JSON line per finished configuration on stdout")
     p.add_argument("--devices", help="spread the sweep over this host's GPUs: all, or e.g. cuda:0,cuda:1")
+    p.add_argument("--every-card", action="store_true",
+                   help="with --devices: measure every configuration on every GPU (the card-to-card spread)")
     p.add_argument("--ray", metavar="ADDRESS",
                    help="run on a Ray cluster: auto, local or HOST:PORT (pip install 'deepgap[ray]')")
     p.add_argument("--where", action="append", metavar="KEY=VALUE",
@@ -165,7 +167,7 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     try:
         res = api.run(spec, store=args.store, resume=args.resume, on_event=progress.on_event,
                       command=" ".join(["deepgap", *sys.argv[1:]]),
-                      devices=args.devices, ray=args.ray, where=args.where,
+                      devices=args.devices, ray=args.ray, where=args.where, every_card=args.every_card,
                       log=(lambda m: print(f"deepgap: {m}", file=sys.stderr)) if not args.quiet else (lambda m: None))
     finally:
         progress.close()

@@ -18,6 +18,12 @@ Policy, and why:
 
 A lane whose worker cannot be restarted stops; its unfinished ladder goes back to the queue for the
 other lanes. The runner is injectable (``runner_factory``) so the policy is tested with fake runners.
+
+``every_card`` (``deepgap run --devices all --every-card``): every configuration is measured on every
+lane, to show the card-to-card spread (`deepgap.analysis.cards`). `plan_cards` gives lane ``i`` its own
+copies with sweep passes ``i·S … i·S+S−1`` (S = ``--sweeps``), so each card's measurement has its own
+store key and ``--resume`` stays exact; each copy is pinned to its lane (a dead lane's copies are left for
+``--resume``, never measured on another card). The card itself is in each result's ``node_env``.
 """
 
 from __future__ import annotations
@@ -58,9 +64,11 @@ class LocalScheduler:
 
     backend = "devices"
 
-    def __init__(self, sweep: SweepSpec, lanes: list[Lane], runner_factory: RunnerFactory = SweepRunner) -> None:
+    def __init__(self, sweep: SweepSpec, lanes: list[Lane], runner_factory: RunnerFactory = SweepRunner,
+                 every_card: bool = False) -> None:
         self.sweep = sweep
         self.lanes = lanes
+        self.every_card = every_card
         self.factory = runner_factory
         self.runners: dict[str, Runner] = {}
         self.envs: dict[str, dict[str, Any]] = {}
@@ -70,7 +78,20 @@ class LocalScheduler:
 
     def describe(self) -> dict[str, Any]:
         """The fleet settings stored with the run (``--resume`` reuses them)."""
-        return {"backend": self.backend, "devices": [lane.name for lane in self.lanes]}
+        out: dict[str, Any] = {"backend": self.backend, "devices": [lane.name for lane in self.lanes]}
+        if self.every_card:
+            out["every_card"] = True
+        return out
+
+    def plan_cards(self, configs: list[ConfigSpec]) -> list[ConfigSpec]:
+        """With ``every_card``: each configuration once per lane, lane ``i`` on sweeps ``i·S + s``; else as is."""
+        if not self.every_card:
+            return configs
+        n = self.sweep.sweeps
+        return [dataclasses.replace(c, sweep=i * n + c.sweep) for i in range(len(self.lanes)) for c in configs]
+
+    def _pinned_lane(self, cfg: ConfigSpec) -> str:
+        return self.lanes[min(cfg.sweep // self.sweep.sweeps, len(self.lanes) - 1)].name
 
     def start(self) -> None:
         """Start every lane's worker in parallel and read its fingerprint.
@@ -139,25 +160,29 @@ class LocalScheduler:
         Raises:
             UsageError: every lane failed with work left (the run can be resumed).
         """
-        work: deque[list[ConfigSpec]] = deque(ladders(configs))
-        outstanding = [len(work)]  # ladders queued or in flight; a failing lane may give one back
+        shared: deque[list[ConfigSpec]] = deque()
+        own: dict[str, deque[list[ConfigSpec]]] = {lane.name: deque() for lane in self.lanes}
+        for ladder in ladders(configs):  # every_card: each ladder on its own lane (its sweeps say which)
+            (own[self._pinned_lane(ladder[0])] if self.every_card else shared).append(ladder)
+        outstanding = [len(shared)]  # shared ladders queued or in flight; a failing lane may give one back
         cond = self._cond
         items: queue.Queue[tuple[str, Any]] = queue.Queue()
 
-        def take() -> list[ConfigSpec] | None:
+        def take(lane: str) -> list[ConfigSpec] | None:
             with cond:
                 while not self._stop.is_set():
+                    work = own[lane] if self.every_card else shared
                     if work:
                         return work.popleft()
-                    if outstanding[0] == 0:
+                    if self.every_card or outstanding[0] == 0:
                         return None
                     cond.wait(timeout=1.0)
                 return None
 
-        def settle(rest: list[ConfigSpec]) -> None:
+        def settle(lane: str, rest: list[ConfigSpec]) -> None:
             with cond:
-                if rest:  # the unmeasured rest of a ladder goes back, in front, for another lane
-                    work.appendleft(rest)
+                if rest:  # the unmeasured rest of a ladder goes back, in front, for another lane (or --resume)
+                    (own[lane] if self.every_card else shared).appendleft(rest)
                 else:
                     outstanding[0] -= 1
                 cond.notify_all()
@@ -166,7 +191,7 @@ class LocalScheduler:
             runner = self.runners[lane.name]
             env = self.envs[lane.name]
             try:
-                while (ladder := take()) is not None:
+                while (ladder := take(lane.name)) is not None:
                     physical = [dataclasses.replace(c, device=lane.torch_device) for c in ladder]
                     back = dict(zip(physical, ladder, strict=True))
                     done = 0
@@ -185,9 +210,9 @@ class LocalScheduler:
                             if self._stop.is_set():
                                 return
                     except Exception:
-                        settle(ladder[done:])
+                        settle(lane.name, ladder[done:])
                         raise
-                    settle([])
+                    settle(lane.name, [])
             except Exception as exc:  # noqa: BLE001 - a dead lane is reported, the others go on
                 items.put(("lane_failed", (lane.name, exc)))
             finally:
@@ -209,7 +234,7 @@ class LocalScheduler:
                 failures.append(payload)
             else:
                 live -= 1
-        left = sum(len(ladder) for ladder in work)
+        left = sum(len(ladder) for work in (shared, *own.values()) for ladder in work)
         if left and failures and not self._stop.is_set():
             name, exc = failures[0]
             raise UsageError(

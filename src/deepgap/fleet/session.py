@@ -39,6 +39,10 @@ def make_backend(sweep: SweepSpec, devices: Any, ray: str | None, where: dict[st
     where = ray_backend.parse_where(where) if where else None
     if devices and ray:
         raise UsageError("--devices and --ray both given", "use --devices on one host, or --ray for a cluster")
+    if stored and stored.get("every_card"):
+        kw.setdefault("every_card", True)  # a resumed --every-card run keeps measuring on every card
+    if kw.get("every_card") and (ray or (not devices and (stored or {}).get("backend") == "ray")):
+        raise UsageError("--every-card measures on each GPU of this host", "use it with --devices, not --ray")
     if where and not (ray or (stored or {}).get("backend") == "ray"):
         raise UsageError("--where filters the nodes of a Ray cluster", "add --ray auto (or --ray ADDRESS)")
     if not devices and not ray and stored:
@@ -52,7 +56,11 @@ def make_backend(sweep: SweepSpec, devices: Any, ray: str | None, where: dict[st
     from deepgap.fleet.devices import parse_devices
     from deepgap.fleet.scheduler import LocalScheduler
 
-    return LocalScheduler(sweep, parse_devices(devices), **kw)
+    lanes = parse_devices(devices)
+    if (stored or {}).get("every_card") and [lane.name for lane in lanes] != stored.get("devices"):
+        raise UsageError(f"this --every-card run measured on {','.join(stored.get('devices') or [])}; each card "
+                         "has its own sweep passes", "resume it with the same --devices (or none)")
+    return LocalScheduler(sweep, lanes, **kw)
 
 
 def _prepare(backend: Any, sweep: SweepSpec, resumed: bool) -> str:
@@ -127,6 +135,7 @@ def run_fleet(
     where: dict[str, str] | list[str] | None = None,
     backend_options: dict[str, Any] | None = None,
     log: Callable[[str], None] = lambda m: None,
+    every_card: bool = False,
 ) -> Results:
     """Measure a sweep over several devices (``devices``) or a Ray cluster (``ray``) into ``store``.
 
@@ -143,6 +152,8 @@ def run_fleet(
         backend_options: extra keyword arguments for the backend (tests: ``runner_factory``,
             ``retries``, ``infeasible_grace_s``).
         log: one-line messages about the run-level telemetry (idle baseline, thermal warm-up).
+        every_card: measure every configuration on every device of ``devices`` (the card-to-card
+            spread, `deepgap.fleet.scheduler`); a resumed run keeps its stored setting.
     """
     from deepgap.fleet import stored_fleet
 
@@ -160,13 +171,17 @@ def run_fleet(
         stored = None
         sweep = validate(as_spec(spec))
         check_path(store)
-    backend = make_backend(sweep, devices, ray, where, stored, **(backend_options or {}))
+    options = {**(backend_options or {}), **({"every_card": True} if every_card else {})}
+    backend = make_backend(sweep, devices, ray, where, stored, **options)
     try:
         session.close(discard_empty=False)  # reopened below, after the backend has checked everything
         logical = _prepare(backend, sweep, bool(resume))
         if not resume:
             sweep = validate(sweep.replace(device=logical))
-        configs = [c for c in expand(sweep, logical) if c.key not in done]
+        planned = expand(sweep, logical)
+        if hasattr(backend, "plan_cards"):  # --every-card: each configuration once per card
+            planned = backend.plan_cards(planned)
+        configs = [c for c in planned if c.key not in done]
         backend.sweep = sweep
         backend.start()
         command = command or python_command()

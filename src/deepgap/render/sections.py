@@ -30,6 +30,7 @@ SECTION_MODULES = (
     "deepgap.roofline.report_section",  # rooflines and the paper's comparison
     "deepgap.analysis.platforms_section",  # two or more GPU platforms side by side
     "deepgap.analysis.quant_layers_section",  # the quant engine's layers on their roofline
+    "deepgap.analysis.cards_section",  # the same configuration on each card of a GPU type
 )
 
 

@@ -176,6 +176,43 @@ class PlanRow:
     relative_power: float | None = None  # total power / the first-ranked platform's total power
     top1: float | None = None  # dataset top-1 of the configuration, where measured
     capacity_used: str = "deepgap's: simulated by its event loop on the measured curve (LoadGen's: not used)"
+    devices_high: int | None = None  # devices if the cards bought are 2 SD slow (a store with 2+ cards of the type)
+
+
+def store_card_spreads(paths: list[str]) -> dict[str, Any]:
+    """Per platform, the card-to-card `deepgap.analysis.cards.Spread` of the measurements in ``paths``."""
+    from deepgap.analysis.cards import platform_spread
+    from deepgap.analysis.frame import prepare
+    from deepgap.store import Store
+
+    frames = []
+    for path in paths:
+        st = Store(path, readonly=True)
+        try:
+            frames.append(st.results_frame())
+        finally:
+            st.close()
+    import pandas as pd
+
+    return platform_spread(prepare(pd.concat(frames, ignore_index=True))) if frames else {}
+
+
+def widen_by_cards(rows: list[PlanRow], spreads: dict[str, Any], qps: float) -> list[PlanRow]:
+    """Rows with ``devices_high``: the devices needed if each card runs 1.96 card-to-card SDs slow.
+
+    Why: a capacity measured on one card is that card's; the next card of the type may be slower
+    (`deepgap.analysis.cards`). Without a spread (a store with one card of the type) nothing changes.
+    """
+    from deepgap.analysis.cards import Z95
+
+    for r in rows:
+        sp = spreads.get(r.platform)
+        if sp is None or r.devices is None or not r.capacity_qps > 0:
+            continue
+        slow = r.capacity_qps * max(1e-6, 1.0 - Z95 * sp.rel_sd)
+        r.devices_high = math.ceil(qps / slow)
+        r.note = "; ".join(x for x in (r.note, f"{sp.text()}: up to {r.devices_high} devices") if x)
+    return rows
 
 
 def plan(predictions: list[Prediction], qps: float, objective: str = "devices") -> list[PlanRow]:

@@ -424,6 +424,9 @@ class Store(RowDecoder, TableAccess):
         df["device_name"] = [n.get("device_name") or runs[r]["env"].get("device_name", "")
                              for n, r in zip(nodes, df["run_id"], strict=True)]
         df["host"] = [n.get("host") or runs[r]["host"] for n, r in zip(nodes, df["run_id"], strict=True)]
+        # the card that measured it (GPU UUID, else serial; redacted with the rest): the card-to-card level
+        df["card"] = [str(n.get("gpu_uuid") or n.get("gpu_serial") or runs[r]["env"].get("gpu_uuid")
+                          or runs[r]["env"].get("gpu_serial") or "") for n, r in zip(nodes, df["run_id"], strict=True)]
         df["extra"] = [ResultDetails.from_json(e) for e in extras]
         df["seq_len"] = [ConfigSpec.seq_len_of(k) for k in df["config_key"]]  # a key-only field
         return df
