@@ -9,7 +9,9 @@ those passes (and repeated runs) into one row per configuration:
 - throughput and median latency: the median over measurements (one measurement: its own value);
 - 95% CI: one measurement → its stored bootstrap CI; three or more → a bootstrap CI of the median
   over the per-measurement values (run-to-run spread); two → the envelope of both stored CIs;
-- P99 latency and memory: the maximum over measurements (the paper keeps the worst repeat).
+- P99 latency and memory: the maximum over measurements (the paper keeps the worst repeat); the tail a
+  constraint checks is ``latency_tail_s``: that P99 only where each measurement has the samples for one,
+  else the maximum of all their samples, labelled "max of n" (`analysis.tails`).
 
 Measurements with a disqualifying flag (wrong outputs, telemetry contamination) are left out of a
 configuration's numbers and counted in ``n_excluded``; a configuration whose every measurement is
@@ -24,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from deepgap.analysis import accuracy, sweeps
+from deepgap.analysis import accuracy, sweeps, tails
 from deepgap.result_details import ResultDetails
 from deepgap.stats import bootstrap_ci
 from deepgap.stats import finite_or_none as _num
@@ -186,6 +188,9 @@ def prepare(results: pd.DataFrame) -> pd.DataFrame:
     corr = [e.correctness for e in extras]
     for k in ACCURACY_WORST:
         df[k] = [np.nan if c is None or _num(c.get(k)) is None else _num(c.get(k)) for c in corr]
+    # the agreement's n and the weights it was taken with: what the top-1 agreement can mean (analysis.accuracy)
+    df["top1_n"] = [np.nan if c is None or _num(c.n_images) is None else _num(c.n_images) for c in corr]
+    df["check_weights"] = ["" if c is None else str(c.get("weights") or "") for c in corr]
     tel = [telemetry_of(e) for e in extras]
     for k in TELEMETRY_MEDIAN + TELEMETRY_MAX:
         df[k] = [t.get(k, np.nan) for t in tel]
@@ -214,13 +219,25 @@ def _min(values: pd.Series) -> float:
 
 
 def accuracy_label(row: dict[str, Any] | pd.Series) -> str:
-    """'relL2 0.041, cosine 0.9992, top-1 98.4% vs fp32' — the accuracy evidence of one configuration."""
+    """The accuracy evidence of one configuration against fp32, e.g. 'relL2 0.061 (≤ 0.25), cosine 0.9983
+    (≥ 0.95) vs fp32; top-1 agreement 0/8 [0%, 37%] on synthetic inputs, random weights'.
+
+    relL2 and cosine are shown beside their precision's bounds (`deepgap.precision`), which decide the
+    verdict without a dataset; the agreement with its n and Clopper-Pearson interval (`analysis.accuracy`).
+    """
+    from deepgap.precision import PRECISIONS
+
     rel, cos, top1 = (_num(row.get(k)) for k in ACCURACY_WORST)
     if rel is None and cos is None and top1 is None:
         return "unavailable: no correctness check stored"
-    parts = [f"relL2 {rel:.3g}" if rel is not None else "", f"cosine {cos:.4f}" if cos is not None else "",
-             f"top-1 {100 * top1:.1f}%" if top1 is not None else ""]
-    return ", ".join(p for p in parts if p) + " vs fp32"
+    p = PRECISIONS.get(str(row.get("precision", "")))
+    parts = [f"relL2 {rel:.3g}" + (f" (≤ {p.rel_l2_bound:g})" if p else "") if rel is not None else "",
+             f"cosine {cos:.4f}" + (f" (≥ {p.cosine_floor:g})" if p else "") if cos is not None else ""]
+    text = ", ".join(x for x in parts if x) + " vs fp32" if rel is not None or cos is not None else ""
+    ag = accuracy.agreement(top1, row.get("top1_n"), row.get("check_weights"))
+    if ag is not None:
+        text = f"{text}; {ag.label()}" if text else ag.label()
+    return text
 
 
 def _throughput_ci(used: pd.DataFrame) -> tuple[float, float, str]:
@@ -270,12 +287,20 @@ def aggregate(df: pd.DataFrame, samples: sweeps.SamplesFn | None = None) -> pd.D
         row["latency_median_ci_high_s"] = bs / lo if lo and lo == lo else float("nan")
         for c in ["latency_p99_s", "latency_p99_ci_high_s", "latency_p5_s", *MEMORY_COLS, *TELEMETRY_MAX]:
             row[c] = _max(used[c]) if c in used else float("nan")
+        tail = tails.tail_of(used)  # a p99 only where n supports one, else the max of n (analysis.tails)
+        row["latency_tail_s"], row["latency_tail_kind"], row["latency_tail_n"] = tail.seconds, tail.kind, tail.n
+        row["latency_tail_label"] = tail.label()
+        if tail.kind != "p99":  # its bootstrap upper end is the sample maximum: no interval to show
+            row["latency_p99_ci_high_s"] = float("nan")
         for c in [*TELEMETRY_MEDIAN, *(a for a in accuracy.COLUMNS if a in used)]:
             row[c] = _median(used[c])
         if row["joules_per_image"] > 0:  # one window: images/s/W × J/image = 1 (see `telemetry_of`)
             row["ips_per_watt"] = 1.0 / row["joules_per_image"]
         for c, how in ACCURACY_WORST.items():
             row[c] = (_max if how == "max" else _min)(used[c]) if c in used else float("nan")
+        # the same seeded check inputs in every sweep: n is one measurement's, not their sum
+        row["top1_n"] = _min(used["top1_n"]) if "top1_n" in used else float("nan")
+        row["check_weights"] = ",".join(sorted({str(w) for w in used.get("check_weights", []) if w}))
         row["flops_per_image"] = _median(used["flops_per_image"])
         row["params"] = _median(used["params"])
         row["n_measurements"] = len(used)
