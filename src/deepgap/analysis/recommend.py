@@ -5,7 +5,7 @@ stays under 10 ms and fits in 8 GiB". Candidates are the aggregated configuratio
 (`deepgap.analysis.frame.aggregate`); flagged ones (wrong outputs, contaminated telemetry, accuracy
 below the constraint: `deepgap.analysis.accuracy`) are never recommended. The tail checked against
 ``--slo-p99`` is the worst P99 over a configuration's measurements where each has the samples for a P99
-(≥ 367), else the maximum of all their samples, and the answer says which (`deepgap.analysis.tails`:
+(≥ 368), else the maximum of all their samples, and the answer says which (`deepgap.analysis.tails`:
 20 synchronized calls give a maximum, not a serving p99). The memory
 checked is NVML's device-wide figure where stored, else the process's reserved/allocated peak,
 else the host RSS of a CPU run. When nothing meets the constraints the answer says so and names

@@ -6,7 +6,7 @@ bootstrap CI's upper end is that maximum again: it looks like a serving tail and
 
 When does n support the q-th percentile? The distribution-free 95% interval of a quantile runs between
 two order statistics; its upper end is below the sample maximum only when
-``P(Binomial(n, q) ≤ n − 1) = 1 − qⁿ ≥ 0.975``, i.e. ``n ≥ ln(0.025) / ln(q)``: 367 samples for p99,
+``P(Binomial(n, q) ≤ n − 1) = 1 − qⁿ ≥ 0.975``, i.e. ``n ≥ ln(0.025) / ln(q)``: 368 samples for p99,
 72 for p95, 6 for the median (`min_samples`). Below that the honest statement is the maximum of the n
 samples, labelled so, and that is what `recommend --slo-p99` checks (a maximum bounds the percentile
 from above on those samples, so a configuration that passes on it passes on any percentile of them).
@@ -31,7 +31,7 @@ def min_samples(q: float, confidence: float = CONFIDENCE) -> int:
     return int(math.ceil(math.log((1 - confidence) / 2) / math.log(q)))
 
 
-P99_MIN_N = min_samples(0.99)  # 367
+P99_MIN_N = min_samples(0.99)  # 368
 
 
 @dataclass(frozen=True)
@@ -43,11 +43,11 @@ class Tail:
     n: int
 
     def label(self) -> str:
-        """'p99 of 400 samples' or 'max of 40 samples (too few for a p99: needs ≥ 367)'."""
+        """'p99 of 400 samples' or 'max of 40 samples; too few for a p99, which needs ≥ 368'."""
         if self.kind == "p99":
             return f"p99 of {self.n} samples"
         if self.kind == "max":
-            return f"max of {self.n} samples (too few for a p99: needs ≥ {P99_MIN_N})"
+            return f"max of {self.n} samples; too few for a p99, which needs ≥ {P99_MIN_N}"
         return "no latency samples stored"
 
     def short(self) -> str:

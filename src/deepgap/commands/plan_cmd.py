@@ -67,5 +67,14 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
                   "–" if r.relative_devices is None else f"{r.relative_devices:.2f}",
                   "–" if r.relative_power is None else f"{r.relative_power:.2f}",
                   "–" if r.top1 is None else f"{100 * r.top1:.2f}", r.note)
-    Console(width=200).print(t)
+    console = Console(width=200)
+    console.print(t)
+    console.print(f"tail: the simulated p99 of each load level (≥ {load.min_queries:,} requests per level, up to "
+                  "4× more where the verdict was inconclusive), its service times drawn from the stored calls")
+    for r in rows:  # what limits each answer, and every other configuration considered
+        console.print(f"\n{r.platform}: {r.configuration}: {r.why}")
+        for a in r.alternatives:
+            dev = "–" if a["devices"] is None else f"{a['devices']} devices"
+            console.print(f"  also considered: {a['configuration']} ({a['policy']}): "
+                          f"{a['capacity_qps']:,.1f} q/s, {dev}: {a['why']}")
     return 0

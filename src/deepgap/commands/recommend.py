@@ -42,7 +42,7 @@ def _line(ev: dict) -> str:
     parts = [
         f"{fmt_ips(ev['throughput_ips'])} images/s {fmt_ci(*ev['throughput_ci_ips'])}",
         f"median {fmt_ms(ev['latency_median_s'])} ms",
-        f"tail {fmt_ms(ev['latency_tail_s'])} ms ({ev['latency_tail']})",
+        f"tail {fmt_ms(ev['latency_tail_s'])} ms: {ev['latency_tail']}",
         f"memory {fmt_gib(ev['memory_bytes'])} GiB ({ev['memory_metric']})",
     ]
     if ev.get("top1") is not None:
@@ -76,6 +76,7 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     slo = parse_duration_s(args.slo_p99) if args.slo_p99 is not None else None
     mem = parse_bytes(args.max_memory) if args.max_memory is not None else None
     from deepgap.analysis.accuracy import parse_min_accuracy, reflag
+    from deepgap.analysis.tails import P99_MIN_N
 
     min_acc = parse_min_accuracy(args.min_accuracy) if args.min_accuracy is not None else None
 
@@ -106,7 +107,7 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
         bar = f"top-1 ≥ {100 * min_acc:g}% of fp32" if min_acc else f"top-1 ≥ 99% of fp32 for {'/'.join(quantized_names())}"
         acc = (f"{bar} (from --dataset, or from a top-1 agreement with trained weights whose 95% interval "
                "excludes it); outputs within each precision's relL2/cosine bounds")
-    cons = [f"tail ≤ {slo * 1e3:g} ms (a p99 where ≥ 367 samples support it, else the max of n, as labelled)"
+    cons = [f"tail ≤ {slo * 1e3:g} ms (a p99 where ≥ {P99_MIN_N} samples support it, else the max of n, as labelled)"
             if slo else "", f"memory ≤ {mem / 2**30:.3g} GiB" if mem else "", acc]
     print(f"objective: {OBJECTIVES[objective]}; constraints: {', '.join(c for c in cons if c) or 'none'}")
     if not recs:
