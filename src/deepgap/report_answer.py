@@ -14,7 +14,8 @@ from typing import Any
 
 import pandas as pd
 
-from deepgap.analysis.frame import config_label
+from deepgap.analysis.coverage import grid_gaps
+from deepgap.analysis.frame import accuracy_label, config_label
 from deepgap.analysis.recommend import OBJECTIVES, recommend
 from deepgap.report_format import fmt_ci, fmt_ips, fmt_list, fmt_ms, fmt_num
 from deepgap.result_details import Correctness, ResultDetails
@@ -141,7 +142,6 @@ def answers(agg: pd.DataFrame, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataF
     """
     if agg.empty:
         return pd.DataFrame(), pd.DataFrame()
-    acc = accuracy_by_result(df)
     spread = spread_columns(agg)
     rows, sure = [], []
     fail = df[df["status"] != "ok"] if "status" in df else df.iloc[0:0]
@@ -184,7 +184,7 @@ def answers(agg: pd.DataFrame, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataF
                         "value": value,
                         "ci": ci,
                         "also": also,
-                        "accuracy": accuracy_text(accuracy(best, acc)),
+                        "accuracy": accuracy_label(best),
                         "flags": fmt_list(best.get("warnings")),
                         "n": f"{int(best.get('n_measurements') or 0)} meas.,"
                         f" {int(best.get('n_runs') or 0)} run(s)",
@@ -238,8 +238,17 @@ def answers(agg: pd.DataFrame, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataF
                     "flags": [f"{n} configuration(s) {k}" for k, n in sorted(reasons.items())]
                     + [f"{int(msub['n_excluded'].sum())} flagged measurement(s) left out"]
                     * bool(msub["n_excluded"].sum() if "n_excluded" in msub else 0),
-                    "warnings": [f"{n}× {w}" for w, n in sorted(warned.items())],
-                    "not_measured": missing + gaps,
+                    "warnings": [f"{n}× {w}" for w, n in sorted(warned.items())] + _notes(msub),
+                    "not_measured": missing + gaps + grid_gaps(msub, mfail),
                 }
             )
     return pd.DataFrame(rows), pd.DataFrame(sure)
+
+
+def _notes(msub: pd.DataFrame) -> list[str]:
+    """The notes (not warnings: they cannot move a number beyond its CI, `analysis.signals`), counted."""
+    noted: dict[str, int] = {}
+    for ns in msub["notes"] if "notes" in msub else []:
+        for n in ns:
+            noted[n] = noted.get(n, 0) + 1
+    return [f"note, not a warning: {n}× {w}" for w, n in sorted(noted.items())]

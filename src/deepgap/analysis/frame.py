@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from deepgap.analysis import accuracy, sweeps, tails
+from deepgap.analysis import accuracy, signals, sweeps, tails
 from deepgap.result_details import ResultDetails
 from deepgap.stats import bootstrap_ci
 from deepgap.stats import finite_or_none as _num
@@ -171,7 +171,7 @@ def prepare(results: pd.DataFrame) -> pd.DataFrame:
     """
     df = results.copy()
     if df.empty:
-        for c in ["platform", "flags", "flagged", "warnings"]:
+        for c in ["platform", "flags", "flagged", "warnings", "notes"]:
             df[c] = pd.Series(dtype=object)
         return df
     name = df["device_name"] if "device_name" in df else pd.Series([""] * len(df), index=df.index)
@@ -184,7 +184,11 @@ def prepare(results: pd.DataFrame) -> pd.DataFrame:
     precs = df["precision"] if "precision" in df else [""] * len(df)
     df["flags"] = [row_flags(e) + accuracy.flags(p, e) for e, p in zip(extras, precs, strict=True)]  # accuracy-loss
     df["flagged"] = [bool(f) for f in df["flags"]]
-    df["warnings"] = [row_warnings(c, e) for c, e in zip(df.get("ci_met", [None] * len(df)), extras, strict=True)]
+    raw = [row_warnings(c, e) for c, e in zip(df.get("ci_met", [None] * len(df)), extras, strict=True)]
+    # a warning only where it can move the number beyond its CI; the rest are notes (analysis.signals)
+    split = [signals.row({**r, "extra": e}, w) for r, e, w in zip(df.to_dict("records"), extras, raw, strict=True)]
+    df["warnings"] = [w for w, _ in split]
+    df["notes"] = [n for _, n in split]
     corr = [e.correctness for e in extras]
     for k in ACCURACY_WORST:
         df[k] = [np.nan if c is None or _num(c.get(k)) is None else _num(c.get(k)) for c in corr]
@@ -309,8 +313,14 @@ def aggregate(df: pd.DataFrame, samples: sweeps.SamplesFn | None = None) -> pd.D
         row["flags"] = sorted({f for fl in used["flags"] for f in fl})
         row["excluded_flags"] = sorted({f for fl in grp["flags"] for f in fl} - set(row["flags"]))
         row["flagged"] = bool(used["flagged"].any())
-        warn = {w for ws in used["warnings"] for w in ws} | ({sweeps.SPREAD} if disagree else set())
+        warn = {w for ws in used["warnings"] for w in ws}
+        notes = {n for ns in used.get("notes", []) for n in ns}
+        if disagree:  # a warning only if the configuration's interval leaves a sweep out (analysis.signals)
+            covered = signals.covers(row["throughput_ci_low_ips"], row["throughput_ci_high_ips"],
+                                     row["sweep_throughputs"])
+            (notes if covered else warn).add(signals.SPREAD_COVERED if covered else sweeps.SPREAD)
         row["warnings"] = sorted(warn)
+        row["notes"] = sorted(notes)
         row["result_ids"] = [int(r) for r in used["result_id"]] if "result_id" in used else []
         row["run_ids"] = sorted({str(r) for r in used["run_id"]}) if "run_id" in used else []
         rows.append(row)
@@ -322,6 +332,7 @@ def aggregate(df: pd.DataFrame, samples: sweeps.SamplesFn | None = None) -> pd.D
                 "flags",
                 "flagged",
                 "warnings",
+                "notes",
                 "result_ids",
                 "run_ids",
                 "n_measurements",
