@@ -61,15 +61,11 @@ class Agreement:
     """Top-1 agreement with fp32 on the check inputs: k of n, its interval, and what the inputs were."""
 
     k: int
-    n: int
+    n: int  # 0: not recorded (a hand-built or old row): the share alone is known, with no interval
     low: float
     high: float
     weights: str  # "random", "state-dict", or "" (not recorded: a store from before it was)
-
-    @property
-    def value(self) -> float:
-        """The share k / n."""
-        return self.k / self.n if self.n else float("nan")
+    value: float  # the share k / n
 
     @property
     def speaks_to_accuracy(self) -> bool:
@@ -78,20 +74,23 @@ class Agreement:
 
     def label(self) -> str:
         """'top-1 agreement 0/8 [0%, 37%] on synthetic inputs, random weights'."""
-        w = {"random": "random weights", WEIGHTS_TRAINED: "trained weights"}.get(self.weights, "weights not recorded: random unless the run had --weights")
+        w = {"random": "random weights", WEIGHTS_TRAINED: "trained weights"}.get(
+            self.weights, "weights not recorded: random unless the run had --weights")
+        if not self.n:
+            return f"top-1 agreement {100 * self.value:.1f}% (n not recorded) on synthetic inputs, {w}"
         return (f"top-1 agreement {self.k}/{self.n} [{100 * self.low:.0f}%, {100 * self.high:.0f}%] "
                 f"on synthetic inputs, {w}")
 
 
 def agreement(top1: Any, n: Any, weights: Any = "") -> Agreement | None:
-    """The agreement of ``top1`` (a share) over ``n`` inputs (an unknown n counts as 1), or None."""
+    """The agreement of ``top1`` (a share) over ``n`` inputs (n unknown: the share, no interval), or None."""
     v = _num(top1)
     if v is None:
         return None
-    n_i = int(_num(n) or 1)
+    n_i = int(_num(n) or 0)
     k = int(round(v * n_i))
-    lo, hi = clopper_pearson(k, n_i)
-    return Agreement(k, n_i, lo, hi, str(weights or ""))
+    lo, hi = clopper_pearson(k, n_i) if n_i else (float("nan"), float("nan"))
+    return Agreement(k, n_i, lo, hi, str(weights or ""), v)
 
 
 def check_agreement(extra: ResultDetails | dict[str, Any] | None) -> Agreement | None:

@@ -51,8 +51,8 @@ class Tail:
         return "no latency samples stored"
 
     def short(self) -> str:
-        """'P99' or 'max of 40' — the name to print before a tail's value."""
-        return "P99" if self.kind == "p99" else f"max of {self.n}" if self.kind == "max" else "tail"
+        """'P99' or 'tail (max of 40 calls)' — the name to print before a tail's value."""
+        return "P99" if self.kind == "p99" else f"tail (max of {self.n} calls)" if self.kind == "max" else "tail"
 
 
 def tail_of(used: pd.DataFrame) -> Tail:
