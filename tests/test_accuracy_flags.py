@@ -114,7 +114,8 @@ def test_stored_min_accuracy_and_edges():
     assert A.flags("int8", {}) == [] and A.flags("int8", {"accuracy": {"error": "x"}}) == []
     # a dataset figure wins over the check inputs' agreement
     assert (
-        A.flags("int8", {"accuracy": {"top1_relative": 0.995}, "correctness": {"top1_agreement": 0.5, **trained}})
+        A.flags("int8", {"accuracy": {"top1_relative": 0.995},
+                         "correctness": {"top1_agreement": 0.5, **trained}})
         == []
     )
     assert A.parse_min_accuracy("99%") == pytest.approx(0.99) and A.parse_min_accuracy("0.9") == 0.9

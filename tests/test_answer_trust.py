@@ -47,16 +47,18 @@ def test_resnet101_answer_is_the_fastest_within_its_precisions_bounds(name):
     agg = aggregate(_frame(path, "resnet101"))
     (rec,) = recommend(agg)
     ok = agg[agg["throughput_ips"].notna()]
+    bad = ("wrong-output", "throttle", "power-throttle", "clocks-low", "thermal")
     within = ok[[
-        r["rel_l2"] <= PRECISIONS[r["precision"]].rel_l2_bound and r["cosine"] >= PRECISIONS[r["precision"]].cosine_floor
-        and not any(f.startswith(("wrong-output", "throttle", "power-throttle", "clocks-low", "thermal"))
-                    for f in r["flags"])
+        r["rel_l2"] <= PRECISIONS[r["precision"]].rel_l2_bound
+        and r["cosine"] >= PRECISIONS[r["precision"]].cosine_floor
+        and not any(f.startswith(bad) for f in r["flags"])
         for r in ok.to_dict("records")]]
     fastest = within.sort_values("throughput_ips").iloc[-1]
     assert rec.choice["engine"] == fastest["engine"] and rec.choice["precision"] == fastest["precision"]
     assert rec.choice["batch_size"] == fastest["batch_size"]
     if name.startswith("session9"):
-        assert (rec.choice["engine"], rec.choice["precision"], rec.choice["batch_size"]) == ("quant", "fp8", 256)
+        choice = (rec.choice["engine"], rec.choice["precision"], rec.choice["batch_size"])
+        assert choice == ("quant", "fp8", 256)
         # its agreement is shown with its n and interval, and said to be synthetic inputs on random weights
         assert "0/8 [0%, 37%] on synthetic inputs" in rec.choice["accuracy"]
         assert "relL2 0.0609 (≤ 0.25)" in rec.choice["accuracy"]
@@ -95,8 +97,9 @@ def _tail_store(tmp_path, n_samples_per_repeat):
         lat = st.summarize(x)
         tp, lo, hi = st.throughput_from_latency(1, lat)
         spec = ConfigSpec(model="resnet50", engine="eager", precision=prec, batch_size=1, device="cuda")
-        s.record(run, Result(spec=spec, status=Status.OK, latency=lat, throughput_ips=tp, throughput_ci_low_ips=lo,
-                             throughput_ci_high_ips=hi, n_repeats=2, samples_s=samples))
+        s.record(run, Result(spec=spec, status=Status.OK, latency=lat, throughput_ips=tp,
+                             throughput_ci_low_ips=lo, throughput_ci_high_ips=hi, n_repeats=2,
+                             samples_s=samples))
     s.finish_run(run)
     s.close()
     return path
@@ -134,7 +137,7 @@ def _bs1_curve():
 
 
 def test_inconclusive_gets_more_queries_not_a_fail():
-    """At a 2.5 ms SLO three Poisson collisions once made every probe inconclusive: 'not met even at 0.74 q/s'."""
+    """At a 2.5 ms SLO a few Poisson collisions made probes inconclusive: 'not met even at 0.74 q/s'."""
     from deepgap.serving.capacity import LoadSettings
     from deepgap.serving.planner import plan, predict
 
@@ -153,7 +156,8 @@ def test_every_zero_capacity_gives_its_reason_and_every_engine_is_listed():
     slow = Curve({**fast.key, "engine": "eager"}, ServiceModel((1, 32), (7.5e-3, 20e-3)), "sweep")
     load = LoadSettings(slo_s=3e-3, min_duration_s=0.5, max_queries=4000)
     preds = [predict(c, load) for c in (fast, slow)]
-    assert preds[1].best.capacity_qps == 0 and "batch 1, takes 7.5 ms (median) ≥ 3 ms" in preds[1].best.note
+    assert preds[1].best.capacity_qps == 0
+    assert "batch 1, takes 7.5 ms (median) ≥ 3 ms" in preds[1].best.note
     (row,) = plan(preds, 100)
     assert row.configuration.startswith("resnet101 cudagraph")
     (alt,) = row.alternatives
@@ -164,11 +168,14 @@ def test_every_zero_capacity_gives_its_reason_and_every_engine_is_listed():
 
 
 def _agg_row(**kw):
-    base = dict(platform="Fixture GPU A", device="cuda", model="resnet50", engine="eager", precision="fp32",
+    base = dict(platform="Fixture GPU A", device="cuda", model="resnet50", engine="eager",
+                precision="fp32",
                 batch_size=1, memory_format="nchw", threads=0, resolution=224, include_transfer=False,
-                throughput_ips=100.0, throughput_ci_low_ips=99.0, throughput_ci_high_ips=101.0, flagged=False,
-                flags=[], warnings=[], notes=[], result_ids=[], run_ids=["r"], n_measurements=1,
-                rel_l2=0.0, cosine=1.0, top1_agreement=1.0, ci_method="fixture", throughput_pipelined_ips=np.nan,
+                throughput_ips=100.0, throughput_ci_low_ips=99.0, throughput_ci_high_ips=101.0,
+                flagged=False, flags=[], warnings=[], notes=[], result_ids=[], run_ids=["r"],
+                n_measurements=1,
+                rel_l2=0.0, cosine=1.0, top1_agreement=1.0, ci_method="fixture",
+                throughput_pipelined_ips=np.nan,
                 latency_median_s=0.01, latency_p99_s=0.011, n_runs=1, n_excluded=0)
     return {**base, **kw}
 
@@ -177,21 +184,26 @@ def test_best_batch_ratios_say_best_vs_best_and_baselines_are_named():
     from deepgap.analysis import tables
     from deepgap.analysis.compare import compare
 
-    a = pd.DataFrame([_agg_row(batch_size=1, throughput_ips=500.0), _agg_row(batch_size=256, throughput_ips=8800.0)])
+    a = pd.DataFrame([_agg_row(batch_size=1, throughput_ips=500.0),
+                      _agg_row(batch_size=256, throughput_ips=8800.0)])
     b = pd.DataFrame([_agg_row(batch_size=1, throughput_ips=500.0, platform="Fixture GPU B")])
     none = lambda ids: np.empty(0)  # noqa: E731
     matched, best = compare(a, b, none, none)
     assert matched.iloc[0]["pairing"] == "like with like (bs1 both)"
-    assert best.iloc[0]["pairing"].startswith("best vs best: A resnet50 eager fp32 bs256") and "B resnet50 eager fp32 bs1" in best.iloc[0]["pairing"]
+    pair = best.iloc[0]["pairing"]
+    assert pair.startswith("best vs best: A resnet50 eager fp32 bs256")
+    assert "B resnet50 eager fp32 bs1" in pair
     # speedup over fp32 names its baseline and says when engine or format differ
-    agg = pd.DataFrame([_agg_row(batch_size=256, throughput_ips=2200.0),
-                        _agg_row(engine="quant", precision="fp8", memory_format="channels_last", batch_size=256,
-                                 throughput_ips=29000.0)])
+    agg = pd.DataFrame([
+        _agg_row(batch_size=256, throughput_ips=2200.0),
+        _agg_row(engine="quant", precision="fp8", memory_format="channels_last", batch_size=256,
+                 throughput_ips=29000.0)])
     (sp,) = tables.speedup_vs_fp32(agg).to_dict("records")
     assert sp["baseline"] == "resnet50 eager fp32 bs256 224px" and sp["like_with_like"] is False
     # Table I says which batches a peak was chosen from and which a flag left out
     t1 = tables.table1(pd.DataFrame([
-        _agg_row(precision="int8", engine="quant", batch_size=1, throughput_ips=900.0, flops_per_image=np.nan),
+        _agg_row(precision="int8", engine="quant", batch_size=1, throughput_ips=900.0,
+                 flops_per_image=np.nan),
         _agg_row(precision="int8", engine="quant", batch_size=256, throughput_ips=20000.0, flagged=True,
                  flags=["accuracy-loss(x)"], flops_per_image=np.nan)]))
     assert t1.iloc[0]["peak_over"] == "best of bs1; excluded: bs256 quant (accuracy-loss)"
@@ -244,7 +256,8 @@ def test_power_cap_and_a_steady_temp_rise_are_notes_a_drift_beyond_the_ci_warns(
     s.close()
     agg = aggregate(_frame(path)).set_index("batch_size")
     assert agg.loc[256, "warnings"] == [] and not agg.loc[256, "flagged"]
-    assert set(agg.loc[256, "notes"]) == {"power-cap", "clocks-low(power-cap)", "temp-rising(no drift beyond CI)"}
+    notes = {"power-cap", "clocks-low(power-cap)", "temp-rising(no drift beyond CI)"}
+    assert set(agg.loc[256, "notes"]) == notes
     (w,) = agg.loc[32, "warnings"]
     assert w.startswith("temp-rising(throughput -16.7% across windows")
 

@@ -71,7 +71,7 @@ def print_pairs(label_a: str, label_b: str, matched, best) -> None:
             "95% CI",
             "roofline",
             "flags",
-            title="each side at its best batch (best vs best where the batches differ: both configurations shown)",
+            title="each side at its best batch (best vs best where the batches differ: both shown)",
         )
         for r in best.to_dict("records"):
             t.add_row(

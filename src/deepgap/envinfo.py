@@ -56,7 +56,8 @@ def source() -> dict[str, str | None]:
                     h.update(fh.read())
     commit = None
     try:
-        run = functools.partial(subprocess.run, cwd=pkg, capture_output=True, text=True, timeout=10, check=False)
+        run = functools.partial(subprocess.run, cwd=pkg, capture_output=True, text=True, timeout=10,
+                                check=False)
         head = run(["git", "rev-parse", "HEAD"])
         if head.returncode == 0 and head.stdout.strip():
             dirty = run(["git", "status", "--porcelain", "--untracked-files=no", "--", "."]).stdout.strip()

@@ -248,7 +248,7 @@ def answers(agg: pd.DataFrame, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataF
 def _notes(msub: pd.DataFrame) -> list[str]:
     """The notes (not warnings: they cannot move a number beyond its CI, `analysis.signals`), counted."""
     noted: dict[str, int] = {}
-    for ns in msub["notes"] if "notes" in msub else []:
+    for ns in msub.get("notes", []):
         for n in ns:
             noted[n] = noted.get(n, 0) + 1
     return [f"note, not a warning: {n}× {w}" for w, n in sorted(noted.items())]

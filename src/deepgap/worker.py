@@ -318,7 +318,8 @@ def _measure(state: WorkerState, req: MeasureRequest) -> Result:
     if cuda:  # the true peak: the highest sampled reading during the protocol, or the one after it
         result.device_mem_used_bytes = true_peak(final, sampled)
         result.details.device_mem_used = DeviceMemUsed(final_bytes=final, sampled_max_bytes=sampled)
-    if req.options.get("dataset") or req.options.get("min_accuracy") is not None:  # after every timed and memory figure
+    # after every timed and memory figure; a stored min_accuracy of 0 is --min-accuracy off
+    if req.options.get("dataset") or req.options.get("min_accuracy") is not None:
         from deepgap.accuracy.evaluate import record
 
         record(state, req, prepared, result)

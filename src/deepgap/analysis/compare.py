@@ -186,7 +186,7 @@ def compare(
 
 
 def code_id(run: dict[str, Any]) -> str:
-    """The code that measured a run: its source hash and commit where stored, else 'not recorded (version)'."""
+    """The code that measured a run: its source hash and commit where stored, else 'not recorded'."""
     env = run.get("env") or {}
     sha, commit = env.get("deepgap_source_sha"), env.get("deepgap_commit")
     if sha or commit:

@@ -186,13 +186,14 @@ def prepare(results: pd.DataFrame) -> pd.DataFrame:
     df["flagged"] = [bool(f) for f in df["flags"]]
     raw = [row_warnings(c, e) for c, e in zip(df.get("ci_met", [None] * len(df)), extras, strict=True)]
     # a warning only where it can move the number beyond its CI; the rest are notes (analysis.signals)
-    split = [signals.row({**r, "extra": e}, w) for r, e, w in zip(df.to_dict("records"), extras, raw, strict=True)]
+    records = df.to_dict("records")
+    split = [signals.row({**r, "extra": e}, w) for r, e, w in zip(records, extras, raw, strict=True)]
     df["warnings"] = [w for w, _ in split]
     df["notes"] = [n for _, n in split]
     corr = [e.correctness for e in extras]
     for k in ACCURACY_WORST:
         df[k] = [np.nan if c is None or _num(c.get(k)) is None else _num(c.get(k)) for c in corr]
-    # the agreement's n and the weights it was taken with: what the top-1 agreement can mean (analysis.accuracy)
+    # the agreement's n and the weights it was taken with: what the agreement can mean (analysis.accuracy)
     df["top1_n"] = [np.nan if c is None or _num(c.n_images) is None else _num(c.n_images) for c in corr]
     df["check_weights"] = ["" if c is None else str(c.get("weights") or "") for c in corr]
     tel = [telemetry_of(e) for e in extras]
@@ -223,8 +224,10 @@ def _min(values: pd.Series) -> float:
 
 
 def accuracy_label(row: dict[str, Any] | pd.Series) -> str:
-    """The accuracy evidence of one configuration against fp32, e.g. 'relL2 0.061 (≤ 0.25), cosine 0.9983
-    (≥ 0.95) vs fp32; top-1 agreement 0/8 [0%, 37%] on synthetic inputs, random weights'.
+    """The accuracy evidence of one configuration against fp32.
+
+    E.g. 'relL2 0.061 (≤ 0.25), cosine 0.9983 (≥ 0.95) vs fp32; top-1 agreement 0/8 [0%, 37%] on
+    synthetic inputs, random weights'.
 
     relL2 and cosine are shown beside their precision's bounds (`deepgap.precision`), which decide the
     verdict without a dataset; the agreement with its n and Clopper-Pearson interval (`analysis.accuracy`).
@@ -292,7 +295,8 @@ def aggregate(df: pd.DataFrame, samples: sweeps.SamplesFn | None = None) -> pd.D
         for c in ["latency_p99_s", "latency_p99_ci_high_s", "latency_p5_s", *MEMORY_COLS, *TELEMETRY_MAX]:
             row[c] = _max(used[c]) if c in used else float("nan")
         tail = tails.tail_of(used)  # a p99 only where n supports one, else the max of n (analysis.tails)
-        row["latency_tail_s"], row["latency_tail_kind"], row["latency_tail_n"] = tail.seconds, tail.kind, tail.n
+        row["latency_tail_s"], row["latency_tail_kind"] = tail.seconds, tail.kind
+        row["latency_tail_n"] = tail.n
         row["latency_tail_label"] = tail.label()
         if tail.kind != "p99":  # its bootstrap upper end is the sample maximum: no interval to show
             row["latency_p99_ci_high_s"] = float("nan")

@@ -21,8 +21,8 @@ from typing import Any
 
 import pandas as pd
 
-from deepgap.analysis.accuracy import COLUMNS as ACCURACY_COLUMNS
 from deepgap.analysis import tails
+from deepgap.analysis.accuracy import COLUMNS as ACCURACY_COLUMNS
 from deepgap.analysis.frame import ACCURACY_WORST, MEMORY_LABELS, accuracy_label, config_label, memory_metric
 from deepgap.errors import UsageError
 
@@ -145,7 +145,8 @@ def _violations(
         if p99 > slo_p99_s:
             worst = max(worst, p99 / slo_p99_s - 1)
             texts.append(
-                f"{tail.short()} {p99 * 1e3:.3g} ms > SLO {slo_p99_s * 1e3:.3g} ms (+{100 * (p99 / slo_p99_s - 1):.0f}%)"
+                f"{tail.short()} {p99 * 1e3:.3g} ms > SLO {slo_p99_s * 1e3:.3g} ms "
+                f"(+{100 * (p99 / slo_p99_s - 1):.0f}%)"
             )
     if max_memory_bytes is not None:
         metric, mem = memory_metric(row)

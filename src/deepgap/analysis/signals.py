@@ -1,5 +1,6 @@
-"""Which conditions of a measurement are warnings and which are notes: a warning must be able to move
-the number beyond its CI.
+"""Which conditions of a measurement are warnings and which are notes.
+
+A warning must be able to move the number beyond its CI.
 
 When 35 of 36 configurations carried a warning, none signalled anything. The rules:
 
@@ -62,7 +63,8 @@ def split(warnings: list[str], drift: float | None, half: float | None) -> tuple
         elif w == TEMP and drift is not None and half is not None and -drift <= half:
             notes.append(STEADY)
         elif w == TEMP and drift is not None:
-            warn.append(f"{TEMP}(throughput {100 * drift:+.1f}% across windows, CI ±{100 * (half or 0):.1f}%)")
+            ci = f"CI ±{100 * (half or 0):.1f}%"
+            warn.append(f"{TEMP}(throughput {100 * drift:+.1f}% across windows, {ci})")
         else:
             warn.append(w)
     return warn, notes
@@ -71,7 +73,8 @@ def split(warnings: list[str], drift: float | None, half: float | None) -> tuple
 def row(r: dict[str, Any], raw: list[str]) -> tuple[list[str], list[str]]:
     """`split` for one results row (its extra, batch size and throughput CI)."""
     drift = window_drift(r.get("extra"), r.get("batch_size"))
-    half = ci_halfwidth_rel(r.get("throughput_ips"), r.get("throughput_ci_low_ips"), r.get("throughput_ci_high_ips"))
+    half = ci_halfwidth_rel(r.get("throughput_ips"), r.get("throughput_ci_low_ips"),
+                            r.get("throughput_ci_high_ips"))
     return split(raw, drift, half)
 
 

@@ -115,8 +115,11 @@ def table1(agg: pd.DataFrame) -> pd.DataFrame:
 
 
 def peak_over(agg: pd.DataFrame, r: dict[str, Any]) -> str:
-    """Which batches a Table I peak was chosen from, and those left out by a flag: 'best of bs1, bs256;
-    bs256 excluded (accuracy-loss)'. A peak at batch 1 below fp32's is then read for what it is."""
+    """Which batches a Table I peak was chosen from, and those a flag left out.
+
+    E.g. 'best of bs1; excluded: bs256 quant (accuracy-loss)': a peak at batch 1 below fp32's is then
+    read for what it is.
+    """
     same = agg[(agg["platform"] == r["platform"]) & (agg["model"] == r["model"])
                & (agg["precision"] == r["precision"])]
     ok = sorted({int(b) for b in same.loc[~same["flagged"], "batch_size"]})

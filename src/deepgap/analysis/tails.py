@@ -27,7 +27,7 @@ CONFIDENCE = 0.95
 
 
 def min_samples(q: float, confidence: float = CONFIDENCE) -> int:
-    """Fewest samples whose distribution-free ``confidence`` interval of quantile ``q`` stays below the max."""
+    """Fewest samples whose distribution-free ``confidence`` interval of quantile ``q`` ends below the max."""
     return int(math.ceil(math.log((1 - confidence) / 2) / math.log(q)))
 
 
@@ -52,12 +52,16 @@ class Tail:
 
     def short(self) -> str:
         """'P99' or 'tail (max of 40 calls)' — the name to print before a tail's value."""
-        return "P99" if self.kind == "p99" else f"tail (max of {self.n} calls)" if self.kind == "max" else "tail"
+        if self.kind == "p99":
+            return "P99"
+        return f"tail (max of {self.n} calls)" if self.kind == "max" else "tail"
 
 
 def tail_of(used: pd.DataFrame) -> Tail:
-    """The tail of a configuration's (unflagged) measurements: their worst p99 if each has the samples
-    for one, else the maximum over all their samples."""
+    """The tail of a configuration's (unflagged) measurements.
+
+    Their worst p99 if each has the samples for one, else the maximum over all their samples.
+    """
     n_each = pd.to_numeric(used.get("n_samples", pd.Series(dtype=float)), errors="coerce").dropna()
     n_total = int(n_each.sum()) if len(n_each) else 0
     p99 = pd.to_numeric(used.get("latency_p99_s", pd.Series(dtype=float)), errors="coerce").dropna()

@@ -108,11 +108,13 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     from rich.table import Table
 
     t = Table("platform", "configuration", "best policy", "capacity q/s", "saturation q/s", "p99 ms at capacity",
-              "measured q/s", "why", title=f"predicted capacity at p99 ≤ {load.slo_s * 1e3:g} ms ({args.padding} padding)")
+              "measured q/s", "why",
+              title=f"predicted capacity at p99 ≤ {load.slo_s * 1e3:g} ms ({args.padding} padding)")
     for r in rows:
         t.add_row(r["platform"], r["configuration"], r["policy"], f"{r['capacity_qps']:,.1f}",
                   f"{r['saturation_qps']:,.1f}", "" if r["p99_at_capacity_s"] is None else f"{r['p99_at_capacity_s'] * 1e3:.3f}",
-                  "" if r["measured_capacity_qps"] is None else f"{r['measured_capacity_qps']:,.1f}", r["why"])
+                  "" if r["measured_capacity_qps"] is None else f"{r['measured_capacity_qps']:,.1f}",
+                  r["why"])
     Console(width=200).print(t)
     return 0
 

@@ -69,8 +69,9 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
                   "–" if r.top1 is None else f"{100 * r.top1:.2f}", r.note)
     console = Console(width=200)
     console.print(t)
-    console.print(f"tail: the simulated p99 of each load level (≥ {load.min_queries:,} requests per level, up to "
-                  "4× more where the verdict was inconclusive), its service times drawn from the stored calls")
+    console.print(f"tail: the simulated p99 of each load level (≥ {load.min_queries:,} requests per level, "
+                  "up to 4× more where the verdict was inconclusive), its service times drawn from the "
+                  "stored calls")
     for r in rows:  # what limits each answer, and every other configuration considered
         console.print(f"\n{r.platform}: {r.configuration}: {r.why}")
         for a in r.alternatives:

@@ -21,7 +21,8 @@ ORDER = 6
 
 def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("store", nargs="?", default=DEFAULT_STORE, help=f"store file (default {DEFAULT_STORE})")
-    p.add_argument("--slo-p99", metavar="DURATION", help="latency tail per batch at most this, e.g. 10ms (a p99 where n supports it, else the max of n)")
+    p.add_argument("--slo-p99", metavar="DURATION",
+                   help="latency tail per batch at most this, e.g. 10ms (a p99 where n supports it, else max of n)")
     p.add_argument(
         "--max-memory", metavar="SIZE", help="memory at most this, e.g. 8GiB (device-wide where stored)"
     )
@@ -104,10 +105,11 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     if min_acc == 0:
         acc = "no accuracy bar (--min-accuracy off); outputs within each precision's relL2/cosine bounds"
     else:
-        bar = f"top-1 ≥ {100 * min_acc:g}% of fp32" if min_acc else f"top-1 ≥ 99% of fp32 for {'/'.join(quantized_names())}"
+        bar = (f"top-1 ≥ {100 * min_acc:g}% of fp32" if min_acc
+               else f"top-1 ≥ 99% of fp32 for {'/'.join(quantized_names())}")
         acc = (f"{bar} (from --dataset, or from a top-1 agreement with trained weights whose 95% interval "
                "excludes it); outputs within each precision's relL2/cosine bounds")
-    cons = [f"tail ≤ {slo * 1e3:g} ms (a p99 where ≥ {P99_MIN_N} samples support it, else the max of n, as labelled)"
+    cons = [f"tail ≤ {slo * 1e3:g} ms (a p99 where ≥ {P99_MIN_N} samples support it, else the max of n)"
             if slo else "", f"memory ≤ {mem / 2**30:.3g} GiB" if mem else "", acc]
     print(f"objective: {OBJECTIVES[objective]}; constraints: {', '.join(c for c in cons if c) or 'none'}")
     if not recs:

@@ -152,12 +152,14 @@ def no_pass_note(probes: Sequence[Probe]) -> str:
         return "no rate was probed"
     p = min(probes, key=lambda q: q.rate_qps)
     s = p.summary
-    counts = f"{s.n_over_slo} of {s.n} requests over the SLO" if s.n_over_slo is not None else f"{s.n} requests"
+    counts = (f"{s.n_over_slo} of {s.n} requests over the SLO" if s.n_over_slo is not None
+              else f"{s.n} requests")
     if s.verdict == "inconclusive":
         return (f"inconclusive even at {p.rate_qps:.3g} queries/s ({counts}, after {s.n} queries): too few "
                 "requests to tell a p99 within the SLO from one above it")
     why = f", stopped: {s.stopped}" if s.stopped else ""
-    return f"the SLO is not met even at {p.rate_qps:.3g} queries/s ({counts}: p99 {s.latency_p99_s * 1e3:.3g} ms{why})"
+    return (f"the SLO is not met even at {p.rate_qps:.3g} queries/s "
+            f"({counts}: p99 {s.latency_p99_s * 1e3:.3g} ms{why})")
 
 
 def sim_probe(service: ServiceModel, policy: BatchPolicy, load: LoadSettings, trace_s: Sequence[float] | None = None,

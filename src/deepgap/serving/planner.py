@@ -183,7 +183,8 @@ def explain(p: Prediction) -> str:
     b = sv.bucket(best.policy.max_batch)
     sat = sv.saturation_qps(best.policy.max_batch)
     room = best.slo_s - sv.median_at(b)
-    return (f"{100 * best.capacity_qps / sat:.0f}% of the saturation throughput ({sat:,.4g} q/s at batch ≤ {b}): "
+    return (f"{100 * best.capacity_qps / sat:.0f}% of the saturation throughput "
+            f"({sat:,.4g} q/s at batch ≤ {b}): "
             f"the median call ({sv.median_at(b) * 1e3:.3g} ms) leaves {room * 1e3:.3g} ms of the SLO for "
             f"queueing and batching; {batches}; {samples}")
 
