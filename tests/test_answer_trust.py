@@ -77,6 +77,10 @@ def test_a_flag_never_comes_from_one_noisy_input():
     lo, hi = A.clopper_pearson(0, 8)
     assert lo == 0.0 and hi == pytest.approx(0.3694, abs=1e-4)
     assert A.parse_min_accuracy("off") == 0.0 and A.threshold("int8", {}, A.OFF) is None
+    assert A.threshold("int8", {"min_accuracy": 0.0}) is None  # `run --min-accuracy off`, stored per result
+    from deepgap.config import preset, validate
+
+    assert validate(preset("quick").replace(min_accuracy=A.OFF)).options["min_accuracy"] == 0.0
 
 
 # --- 2. tails with their sample count -------------------------------------------------------------------
