@@ -16,7 +16,7 @@ import pandas as pd
 
 from deepgap.analysis import tails
 from deepgap.analysis.coverage import grid_gaps
-from deepgap.analysis.frame import accuracy_label, config_label
+from deepgap.analysis.frame import config_label
 from deepgap.analysis.recommend import OBJECTIVES, recommend
 from deepgap.report_format import fmt_ci, fmt_ips, fmt_list, fmt_ms, fmt_num
 from deepgap.result_details import Correctness, ResultDetails
@@ -51,18 +51,27 @@ def accuracy(row: dict[str, Any], acc: dict[int, Correctness]) -> dict[str, floa
         "cosine": worst("cosine", min),
         "top1": worst("top1_agreement", min),
         "bound": worst("bound_rel_l2", min),
+        "n": worst("n_images", min),  # the same seeded inputs in every sweep: one measurement's n
+        "weights": ",".join(sorted({str(c.get("weights")) for c in checks if c.get("weights")})),
     }
 
 
-def accuracy_text(a: dict[str, float | None]) -> str:
-    """``relL2 1.7e-06 · cos 1.00000 · top-1 100%`` (or ``not checked``)."""
+def accuracy_text(a: dict[str, Any]) -> str:
+    """The accuracy evidence in one cell, the agreement with its n and interval (`analysis.accuracy`).
+
+    E.g. ``relL2 1.7e-06 (≤1e-03) · cos 1.0000 · top-1 agreement 0/8 [0%, 37%], synthetic inputs,
+    random weights`` (or ``not checked``).
+    """
+    from deepgap.analysis.accuracy import agreement
+
     parts = []
     if a.get("rel_l2") is not None:
         parts.append(f"relL2 {a['rel_l2']:.1e}" + (f" (≤{a['bound']:.0e})" if a.get("bound") else ""))
     if a.get("cosine") is not None:
         parts.append(f"cos {a['cosine']:.4f}")
-    if a.get("top1") is not None:
-        parts.append(f"top-1 {a['top1']:.0%}")
+    ag = agreement(a.get("top1"), a.get("n"), a.get("weights"))
+    if ag is not None:
+        parts.append(ag.label().replace(" on synthetic", ", synthetic"))
     return " · ".join(parts) or "not checked"
 
 
@@ -145,6 +154,7 @@ def answers(agg: pd.DataFrame, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataF
     """
     if agg.empty:
         return pd.DataFrame(), pd.DataFrame()
+    acc = accuracy_by_result(df)
     spread = spread_columns(agg)
     rows, sure = [], []
     fail = df[df["status"] != "ok"] if "status" in df else df.iloc[0:0]
@@ -187,7 +197,7 @@ def answers(agg: pd.DataFrame, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataF
                         "value": value,
                         "ci": ci,
                         "also": also,
-                        "accuracy": accuracy_label(best),
+                        "accuracy": accuracy_text(accuracy(best, acc)),
                         "flags": fmt_list(best.get("warnings")),
                         "n": f"{int(best.get('n_measurements') or 0)} meas.,"
                         f" {int(best.get('n_runs') or 0)} run(s)",
