@@ -22,7 +22,8 @@ ORDER = 6
 def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("store", nargs="?", default=DEFAULT_STORE, help=f"store file (default {DEFAULT_STORE})")
     p.add_argument("--slo-p99", metavar="DURATION",
-                   help="latency tail per batch at most this, e.g. 10ms (a p99 where n supports it, else max of n)")
+                   help="latency tail per batch at most this, e.g. 10ms (a p99 where n supports it, "
+                        "else the max of n)")
     p.add_argument(
         "--max-memory", metavar="SIZE", help="memory at most this, e.g. 8GiB (device-wide where stored)"
     )

@@ -121,7 +121,8 @@ def _print_sweeps(store, df, console) -> None:
         t.add_row(config_label(r), fmt_ips(r["throughput_ips"]),
                   fmt_ci(r["throughput_ci_low_ips"], r["throughput_ci_high_ips"]), spread_text(r),
                   "spread" if "spread" in r["warnings"]
-                  else "spread (covered by the CI)" if any(n.startswith("spread") for n in r.get("notes") or [])
+                  else "spread (covered by the CI)"
+                  if any(n.startswith("spread") for n in r.get("notes") or [])
                   else "")
     # a disagreement the two-level interval covers is a note, not a warning (analysis.signals): count both
     n_spread = sum("spread" in w or any(n.startswith("spread") for n in (ns or []))
