@@ -79,7 +79,8 @@ def test_aggregate_medians_flags_and_exclusions(fx):
     w = _row(agg, platform="Fixture GPU A", model="resnet18", precision="int8", batch_size=128)
     assert w["flagged"] and w["flags"] == ["wrong-output(relL2=0.31)"]
     c = _row(agg, platform="Fixture GPU A", model="resnet50", precision="fp16", batch_size=1)
-    assert c["warnings"] == ["ci-not-met"] and not c["flagged"]
+    # a CI wider than its target is shown: a note, not a warning
+    assert c["warnings"] == [] and c["notes"] == ["ci-not-met"] and not c["flagged"]
     assert _row(agg, platform="Fixture CPU", model="resnet18", threads=2, batch_size=4)[
         "throughput_ips"
     ] == pytest.approx(100.0)

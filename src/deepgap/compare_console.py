@@ -71,7 +71,7 @@ def print_pairs(label_a: str, label_b: str, matched, best) -> None:
             "95% CI",
             "roofline",
             "flags",
-            title="each side at its best batch",
+            title="each side at its best batch (best vs best where the batches differ: both shown)",
         )
         for r in best.to_dict("records"):
             t.add_row(
@@ -95,7 +95,9 @@ def print_pairs(label_a: str, label_b: str, matched, best) -> None:
         )
         for r in top.to_dict("records"):
             console.print(
-                f"largest unflagged best-batch speedup: {fmt_x(r['speedup'])} "
+                f"largest unflagged best-batch speedup "
+                f"({'like with like' if str(r.get('pairing', '')).startswith('like') else 'best vs best'}): "
+                f"{fmt_x(r['speedup'])} "
                 f"{fmt_ci(r['speedup_ci_low'], r['speedup_ci_high'], fmt_x)} — A: {r['configuration_a']}; "
                 f"B: {r['configuration_b']}"
             )

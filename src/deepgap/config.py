@@ -351,8 +351,8 @@ def _accuracy(spec: SweepSpec) -> SweepSpec:
     """Check weights and dataset; the dataset's identity and split go into ``options['dataset']``."""
     from deepgap.accuracy.dataset import check_weights, describe
 
-    if spec.min_accuracy is not None and not (is_real(spec.min_accuracy) and 0 < spec.min_accuracy <= 1):
-        raise UsageError(f"min_accuracy must be a fraction in (0, 1], got {spec.min_accuracy!r}", "pass --min-accuracy 99%")
+    if spec.min_accuracy is not None and not (is_real(spec.min_accuracy) and 0 <= spec.min_accuracy <= 1):
+        raise UsageError(f"min_accuracy must be a fraction in (0, 1] or 0 (off), got {spec.min_accuracy!r}", "pass --min-accuracy 99%")
     if spec.weights:
         check_weights(spec.models[0], spec.resolution, spec.weights)
     info = describe(spec)

@@ -5,7 +5,9 @@ inputs we compare logits by relative L2 error, cosine similarity, top-1 agreemen
 Bounds per precision (relative L2 error and cosine similarity of the logits) are the precision table's
 (`deepgap.precision.PRECISIONS`: ``rel_l2_bound``, ``cosine_floor``) — loose enough for rounding, tight
 enough that a wrong layer, layout or scale blows far past them. A name the table lacks gets 0.25 and 0.95.
-Top-1 agreement is reported but not bounded: with random weights near-tied logits make it noisy.
+Top-1 agreement is reported but not bounded here: with random weights near-tied logits make it noisy.
+The check records whether the weights were seeded random or a trained state dict (``weights``), because
+only with trained weights can the agreement speak of accuracy (`deepgap.analysis.accuracy`).
 """
 
 from __future__ import annotations
@@ -33,14 +35,18 @@ class Agreement:
     n_images: int
     bound_rel_l2: float
     flagged: bool
+    weights: str = "random"  # "random" (seeded, the default) | "state-dict" (--weights)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict for the store's extra column."""
         return asdict(self)
 
 
-def compare(out: torch.Tensor, ref: torch.Tensor, precision: str) -> Agreement:
-    """Compare logits ``out`` (any dtype/device) with the fp32 reference ``ref`` (rows = images)."""
+def compare(out: torch.Tensor, ref: torch.Tensor, precision: str, weights: str = "random") -> Agreement:
+    """Compare logits ``out`` (any dtype/device) with the fp32 reference ``ref`` (rows = images).
+
+    ``weights``: "random" or "state-dict", recorded so the analysis knows what the agreement can mean.
+    """
     import torch
 
     o = out.detach().float().cpu().reshape(ref.shape[0], -1)
@@ -58,4 +64,4 @@ def compare(out: torch.Tensor, ref: torch.Tensor, precision: str) -> Agreement:
     overlap = float(sum(len(set(a.tolist()) & set(b.tolist())) for a, b in zip(to, tr)) / (k * r.shape[0]))
     bound = REL_L2_BOUND.get(precision, 0.25)
     flagged = not finite or rel > bound or not cos >= COSINE_FLOOR.get(precision, 0.95)
-    return Agreement(rel, cos, top1, overlap, int(r.shape[0]), bound, flagged)
+    return Agreement(rel, cos, top1, overlap, int(r.shape[0]), bound, flagged, weights)

@@ -2,11 +2,14 @@
 
 The paper printed GPU name, driver and CUDA version and kept none of it; deepgap stores host, OS,
 CPU, memory, library versions, and per GPU its name, UUID, driver, VBIOS, compute capability,
-memory, power limit and clocks (read only, never changed).
+memory, power limit and clocks (read only, never changed); and which code measured: deepgap's version,
+its source commit and a hash of its files (`source`), since every development copy calls itself
+"0.1.0+src".
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import socket
@@ -28,6 +31,42 @@ def _deepgap_version() -> str:
     from deepgap import __version__
 
     return __version__
+
+
+@functools.lru_cache(maxsize=1)
+def source() -> dict[str, str | None]:
+    """Which code measured: the git commit of deepgap's source tree and a hash of its installed files.
+
+    ``deepgap_commit``: ``git rev-parse HEAD`` where the package sits in a git work tree, with
+    ``+dirty`` when its files differ from that commit, else None (an installed wheel).
+    ``deepgap_source_sha``: sha256 (12 hex digits) over the package's ``.py`` files, paths and contents:
+    it tells two copies of "0.1.0+src" apart with or without git, so `compare` can warn when A and B
+    were measured by different code.
+    """
+    import hashlib
+    import subprocess
+
+    pkg = os.path.dirname(os.path.abspath(__file__))
+    h = hashlib.sha256()
+    for root, dirs, files in os.walk(pkg):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for f in sorted(files):
+            if f.endswith(".py"):
+                path = os.path.join(root, f)
+                h.update(os.path.relpath(path, pkg).encode())
+                with open(path, "rb") as fh:
+                    h.update(fh.read())
+    commit = None
+    try:
+        run = functools.partial(subprocess.run, cwd=pkg, capture_output=True, text=True, timeout=10,
+                                check=False)
+        head = run(["git", "rev-parse", "HEAD"])
+        if head.returncode == 0 and head.stdout.strip():
+            dirty = run(["git", "status", "--porcelain", "--untracked-files=no", "--", "."]).stdout.strip()
+            commit = head.stdout.strip()[:12] + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {"deepgap_commit": commit, "deepgap_source_sha": h.hexdigest()[:12]}
 
 
 def cpu_model() -> str:
@@ -108,6 +147,7 @@ def collect(device: str = "cpu") -> dict[str, Any]:
         "cpu_model": cpu_model(),
         "cpu_logical_cores": os.cpu_count(),
         "deepgap": _deepgap_version(),
+        **source(),  # the commit and a hash of the code: which code measured (`source`)
         "torch": str(torch.__version__),  # TorchVersion would import torch wherever it is unpickled
         "torch_build": torch_build(torch),
         "torchvision": _version("torchvision"),

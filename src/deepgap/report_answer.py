@@ -16,6 +16,8 @@ from typing import Any
 
 import pandas as pd
 
+from deepgap.analysis import tails
+from deepgap.analysis.coverage import grid_gaps
 from deepgap.analysis.frame import config_label
 from deepgap.analysis.host_cpu import HostCpuLine, Ratio, host_cpu_lines
 from deepgap.analysis.recommend import OBJECTIVES, recommend
@@ -53,18 +55,27 @@ def accuracy(row: dict[str, Any], acc: dict[int, Correctness]) -> dict[str, floa
         "cosine": worst("cosine", min),
         "top1": worst("top1_agreement", min),
         "bound": worst("bound_rel_l2", min),
+        "n": worst("n_images", min),  # the same seeded inputs in every sweep: one measurement's n
+        "weights": ",".join(sorted({str(c.get("weights")) for c in checks if c.get("weights")})),
     }
 
 
-def accuracy_text(a: dict[str, float | None]) -> str:
-    """``relL2 1.7e-06 · cos 1.00000 · top-1 100%`` (or ``not checked``)."""
+def accuracy_text(a: dict[str, Any]) -> str:
+    """The accuracy evidence in one cell, the agreement with its n and interval (`analysis.accuracy`).
+
+    E.g. ``relL2 1.7e-06 (≤1e-03) · cos 1.0000 · top-1 agreement 0/8 [0%, 37%], synthetic inputs,
+    random weights`` (or ``not checked``).
+    """
+    from deepgap.analysis.accuracy import agreement
+
     parts = []
     if a.get("rel_l2") is not None:
         parts.append(f"relL2 {a['rel_l2']:.1e}" + (f" (≤{a['bound']:.0e})" if a.get("bound") else ""))
     if a.get("cosine") is not None:
         parts.append(f"cos {a['cosine']:.4f}")
-    if a.get("top1") is not None:
-        parts.append(f"top-1 {a['top1']:.0%}")
+    ag = agreement(a.get("top1"), a.get("n"), a.get("weights"))
+    if ag is not None:
+        parts.append(ag.label().replace(" on synthetic", ", synthetic"))
     return " · ".join(parts) or "not checked"
 
 
@@ -83,19 +94,21 @@ def _short(row: dict[str, Any]) -> str:
 
 def _numbers(row: dict[str, Any], objective: str) -> tuple[str, str, str]:
     """(headline number, its 95% CI, the other numbers) of one configuration for one objective."""
-    ips, med, p99 = row.get("throughput_ips"), row.get("latency_median_s"), row.get("latency_p99_s")
+    ips, med = row.get("throughput_ips"), row.get("latency_median_s")
+    tail = tails.from_row(row)  # a P99 only where n supports one, else "tail (max of n calls)"
+    p99, p99_name = tail.seconds, tail.short()
     seq = int(_f(row.get("seq_len")) or 0)
     if seq:  # a text model: tokens are the unit people read (analysis.tokens)
         return _text_numbers(row, objective, seq)
     if objective == "throughput":
         ci = fmt_ci(row.get("throughput_ci_low_ips"), row.get("throughput_ci_high_ips"))
-        return f"{fmt_ips(ips)} img/s", ci, f"median {fmt_ms(med)} ms · P99 {fmt_ms(p99)} ms"
+        return f"{fmt_ips(ips)} img/s", ci, f"median {fmt_ms(med)} ms · {p99_name} {fmt_ms(p99)} ms"
     if objective == "latency":
         ci = fmt_ci(row.get("latency_median_ci_low_s"), row.get("latency_median_ci_high_s"), fmt_ms)
         return (
             f"{fmt_ms(med)} ms",
             ci + (" ms" if ci != "–" else ""),
-            f"P99 {fmt_ms(p99)} ms · {fmt_ips(ips)} img/s",
+            f"{p99_name} {fmt_ms(p99)} ms · {fmt_ips(ips)} img/s",
         )
     j = _f(row.get("joules_per_image"))
     return (
@@ -108,14 +121,15 @@ def _numbers(row: dict[str, Any], objective: str) -> tuple[str, str, str]:
 
 def _text_numbers(row: dict[str, Any], objective: str, seq: int) -> tuple[str, str, str]:
     """`_numbers` of a text model: tokens/s and mJ/token first, samples/s beside them."""
-    ips, med, p99 = row.get("throughput_ips"), row.get("latency_median_s"), row.get("latency_p99_s")
+    ips, med = row.get("throughput_ips"), row.get("latency_median_s")
+    tail = tails.from_row(row)  # a P99 only where n supports one, as for an image model
     samples = f"{fmt_ips(ips)} samples/s at seq {seq}"
     if objective == "throughput":
         ci = fmt_ci(row.get("tokens_ci_low_per_s"), row.get("tokens_ci_high_per_s"))
         return f"{fmt_ips(row.get('tokens_per_s'))} tokens/s", ci, f"{samples} · median {fmt_ms(med)} ms"
     if objective == "latency":
         ci = fmt_ci(row.get("latency_median_ci_low_s"), row.get("latency_median_ci_high_s"), fmt_ms)
-        return f"{fmt_ms(med)} ms", ci + (" ms" if ci != "–" else ""), f"P99 {fmt_ms(p99)} ms · {samples}"
+        return f"{fmt_ms(med)} ms", ci + (" ms" if ci != "–" else ""), f"{tail.short()} {fmt_ms(tail.seconds)} ms · {samples}"
     j, jt = _f(row.get("joules_per_image")), _f(row.get("joules_per_token"))
     return (
         f"{fmt_num(jt * 1e3 if jt is not None else None)} mJ/token",
@@ -313,8 +327,17 @@ def answers(agg: pd.DataFrame, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataF
                     "flags": [f"{n} configuration(s) {k}" for k, n in sorted(reasons.items())]
                     + [f"{int(msub['n_excluded'].sum())} flagged measurement(s) left out"]
                     * bool(msub["n_excluded"].sum() if "n_excluded" in msub else 0),
-                    "warnings": [f"{n}× {w}" for w, n in sorted(warned.items())],
-                    "not_measured": missing + gaps,
+                    "warnings": [f"{n}× {w}" for w, n in sorted(warned.items())] + _notes(msub),
+                    "not_measured": missing + gaps + grid_gaps(msub, mfail),
                 }
             )
     return pd.DataFrame(rows), pd.DataFrame(sure)
+
+
+def _notes(msub: pd.DataFrame) -> list[str]:
+    """The notes (not warnings: they cannot move a number beyond its CI, `analysis.signals`), counted."""
+    noted: dict[str, int] = {}
+    for ns in msub.get("notes", []):
+        for n in ns:
+            noted[n] = noted.get(n, 0) + 1
+    return [f"note, not a warning: {n}× {w}" for w, n in sorted(noted.items())]

@@ -113,6 +113,7 @@ class Correctness(JsonRecord):
     n_images: int | None = None
     bound_rel_l2: float | None = None
     flagged: bool | None = None
+    weights: str | None = None  # "random" | "state-dict"; absent in stores from before it was recorded
 
 
 @dataclass

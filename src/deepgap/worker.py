@@ -301,7 +301,8 @@ def _measure(state: WorkerState, req: MeasureRequest) -> Result:
                 return run(x)
 
         out = step()  # first call: correctness on the reference rows
-        agreement = correctness.compare(out[:k], ref_y[:k], spec.precision)
+        agreement = correctness.compare(out[:k], ref_y[:k], spec.precision,
+                                         "state-dict" if req.weights else "random")
         del out
         clock = CudaEventClock(spec.device) if cuda else HostClock()
         check_devices(spec, state.caps, x, prepared, clock)
@@ -351,7 +352,8 @@ def _measure(state: WorkerState, req: MeasureRequest) -> Result:
     if cuda:  # the true peak: the highest sampled reading during the protocol, or the one after it
         result.device_mem_used_bytes = true_peak(final, sampled)
         result.details.device_mem_used = DeviceMemUsed(final_bytes=final, sampled_max_bytes=sampled)
-    if req.options.get("dataset") or req.options.get("min_accuracy"):  # after every timed and memory figure
+    # after every timed and memory figure; a stored min_accuracy of 0 is --min-accuracy off
+    if req.options.get("dataset") or req.options.get("min_accuracy") is not None:
         from deepgap.accuracy.evaluate import record
 
         record(state, req, prepared, result)

@@ -6,6 +6,8 @@ both sides' model, engine, precision, batch, memory format, threads and resoluti
 - *matched*: the same configuration on both sides (same batch, threads …);
 - *best batch*: per model, engine, precision, memory format and resolution, each side at its own
   highest-throughput batch (and thread count) — the "peak vs peak" comparison of the paper's Table I.
+  Where the two peaks sit at different batches or threads the row's ``pairing`` says "best vs best" and
+  names both configurations: such a ratio (a bs256 over a bs1) is not a like-with-like speedup.
 
 Throughput is batch / median latency, so the ratio A/B = (batch_A / batch_B) · median(lat_B) /
 median(lat_A); its 95% CI is `deepgap.stats.ratio_ci` over the pooled raw per-iteration latencies of
@@ -129,6 +131,7 @@ def _pair_row(
         row[f"configuration_{side}"] = config_label(r)
         row[f"accuracy_{side}"] = accuracy_label(r)
     row.update(
+        pairing=pairing(a, b),
         speedup=point,
         speedup_ci_low=lo,
         speedup_ci_high=hi,
@@ -138,6 +141,14 @@ def _pair_row(
         warnings=[f"A:{w}" for w in a["warnings"]] + [f"B:{w}" for w in b["warnings"]],
     )
     return row
+
+
+def pairing(a: dict[str, Any], b: dict[str, Any]) -> str:
+    """'like with like' where both sides share every configuration field, else 'best vs best: A … / B …'."""
+    if all(a.get(k) == b.get(k) for k in MATCH_KEYS):
+        return f"like with like (bs{int(a['batch_size'])} both)"
+    return (f"best vs best: A {config_label(a, with_platform=False)} / "
+            f"B {config_label(b, with_platform=False)}")
 
 
 def _pairs(
@@ -188,6 +199,41 @@ def compare(
     best_b = best_rows(agg_b, ["platform", *BEST_KEYS]) if not agg_b.empty else agg_b
     best = _pairs(best_a, best_b, BEST_KEYS, samples_a, samples_b, n_resamples)
     return matched, best
+
+
+def code_id(run: dict[str, Any]) -> str:
+    """The code that measured a run: its source hash and commit where stored, else 'not recorded'."""
+    env = run.get("env") or {}
+    sha, commit = env.get("deepgap_source_sha"), env.get("deepgap_commit")
+    if sha or commit:
+        return f"source {sha or '?'}" + (f" (git {commit})" if commit else "")
+    return f"not recorded (deepgap {run.get('deepgap_version') or env.get('deepgap') or '?'})"
+
+
+def provenance(runs_a: list[dict[str, Any]], runs_b: list[dict[str, Any]]) -> list[str]:
+    """Warnings when A and B were measured by different code or in different sessions (runs).
+
+    A ratio's bootstrap interval resamples the calls within each side: it covers their sampling noise,
+    not a change of code between the sides nor the session-to-session spread (clocks, placement, a
+    compiler's choices). Where either differs the interval covers neither, and the warning says so.
+    """
+    if not runs_a or not runs_b:
+        return []
+    out = []
+    ca, cb = sorted({code_id(r) for r in runs_a}), sorted({code_id(r) for r in runs_b})
+    unknown = any(c.startswith("not recorded") for c in ca + cb)
+    if ca != cb or unknown or len(ca) > 1:
+        what = ("A and B may have been measured by different code (not recorded for every run)" if unknown
+                and ca == cb else "A and B were measured by different code")
+        out.append(f"{what}: A {'; '.join(ca)}; B {'; '.join(cb)}")
+    ra, rb = {str(r["run_id"]) for r in runs_a}, {str(r["run_id"]) for r in runs_b}
+    if ra != rb:
+        out.append(f"A and B were measured in different sessions: A runs {', '.join(sorted(ra))}; "
+                   f"B runs {', '.join(sorted(rb))}")
+    if out:
+        out.append("the 95% intervals cover the sampling noise within each side only: they cover neither "
+                   "a change of code nor the spread between sessions")
+    return out
 
 
 # Paper platforms whose "FP32" ran as TF32: PyTorch's default (torch.backends.cudnn.allow_tf32 = True) runs

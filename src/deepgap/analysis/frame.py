@@ -9,7 +9,9 @@ those passes (and repeated runs) into one row per configuration:
 - throughput and median latency: the median over measurements (one measurement: its own value);
 - 95% CI: one measurement → its stored bootstrap CI; three or more → a bootstrap CI of the median
   over the per-measurement values (run-to-run spread); two → the envelope of both stored CIs;
-- P99 latency and memory: the maximum over measurements (the paper keeps the worst repeat).
+- P99 latency and memory: the maximum over measurements (the paper keeps the worst repeat); the tail a
+  constraint checks is ``latency_tail_s``: that P99 only where each measurement has the samples for one,
+  else the maximum of all their samples, labelled "max of n" (`analysis.tails`).
 
 Measurements with a disqualifying flag (wrong outputs, telemetry contamination) are left out of a
 configuration's numbers and counted in ``n_excluded``; a configuration whose every measurement is
@@ -24,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from deepgap.analysis import accuracy, cards, sweeps, tokens
+from deepgap.analysis import accuracy, cards, signals, sweeps, tails, tokens
 from deepgap.guards import rate_flag
 from deepgap.result_details import ResultDetails
 from deepgap.stats import bootstrap_ci
@@ -171,7 +173,7 @@ def prepare(results: pd.DataFrame) -> pd.DataFrame:
     """
     df = results.copy()
     if df.empty:
-        for c in ["platform", "flags", "flagged", "warnings"]:
+        for c in ["platform", "flags", "flagged", "warnings", "notes"]:
             df[c] = pd.Series(dtype=object)
         return df
     name = df["device_name"] if "device_name" in df else pd.Series([""] * len(df), index=df.index)
@@ -190,10 +192,18 @@ def prepare(results: pd.DataFrame) -> pd.DataFrame:
     df["flags"] = [f + ([r] if (r := rate_flag(a, b, device=d)) else []) for f, (a, b, d) in
                    zip(df["flags"], rates, strict=True)]
     df["flagged"] = [bool(f) for f in df["flags"]]
-    df["warnings"] = [row_warnings(c, e) for c, e in zip(df.get("ci_met", [None] * len(df)), extras, strict=True)]
+    raw = [row_warnings(c, e) for c, e in zip(df.get("ci_met", [None] * len(df)), extras, strict=True)]
+    # a warning only where it can move the number beyond its CI; the rest are notes (analysis.signals)
+    records = df.to_dict("records")
+    split = [signals.row({**r, "extra": e}, w) for r, e, w in zip(records, extras, raw, strict=True)]
+    df["warnings"] = [w for w, _ in split]
+    df["notes"] = [n for _, n in split]
     corr = [e.correctness for e in extras]
     for k in ACCURACY_WORST:
         df[k] = [np.nan if c is None or _num(c.get(k)) is None else _num(c.get(k)) for c in corr]
+    # the agreement's n and the weights it was taken with: what the agreement can mean (analysis.accuracy)
+    df["top1_n"] = [np.nan if c is None or _num(c.n_images) is None else _num(c.n_images) for c in corr]
+    df["check_weights"] = ["" if c is None else str(c.get("weights") or "") for c in corr]
     tel = [telemetry_of(e) for e in extras]
     for k in TELEMETRY_MEDIAN + TELEMETRY_MAX:
         df[k] = [t.get(k, np.nan) for t in tel]
@@ -222,13 +232,27 @@ def _min(values: pd.Series) -> float:
 
 
 def accuracy_label(row: dict[str, Any] | pd.Series) -> str:
-    """'relL2 0.041, cosine 0.9992, top-1 98.4% vs fp32' — the accuracy evidence of one configuration."""
+    """The accuracy evidence of one configuration against fp32.
+
+    E.g. 'relL2 0.061 (≤ 0.25), cosine 0.9983 (≥ 0.95) vs fp32; top-1 agreement 0/8 [0%, 37%] on
+    synthetic inputs, random weights'.
+
+    relL2 and cosine are shown beside their precision's bounds (`deepgap.precision`), which decide the
+    verdict without a dataset; the agreement with its n and Clopper-Pearson interval (`analysis.accuracy`).
+    """
+    from deepgap.precision import PRECISIONS
+
     rel, cos, top1 = (_num(row.get(k)) for k in ACCURACY_WORST)
     if rel is None and cos is None and top1 is None:
         return "unavailable: no correctness check stored"
-    parts = [f"relL2 {rel:.3g}" if rel is not None else "", f"cosine {cos:.4f}" if cos is not None else "",
-             f"top-1 {100 * top1:.1f}%" if top1 is not None else ""]
-    return ", ".join(p for p in parts if p) + " vs fp32"
+    p = PRECISIONS.get(str(row.get("precision", "")))
+    parts = [f"relL2 {rel:.3g}" + (f" (≤ {p.rel_l2_bound:g})" if p else "") if rel is not None else "",
+             f"cosine {cos:.4f}" + (f" (≥ {p.cosine_floor:g})" if p else "") if cos is not None else ""]
+    text = ", ".join(x for x in parts if x) + " vs fp32" if rel is not None or cos is not None else ""
+    ag = accuracy.agreement(top1, row.get("top1_n"), row.get("check_weights"))
+    if ag is not None:
+        text = f"{text}; {ag.label()}" if text else ag.label()
+    return text
 
 
 def _throughput_ci(used: pd.DataFrame) -> tuple[float, float, str]:
@@ -281,12 +305,21 @@ def aggregate(df: pd.DataFrame, samples: sweeps.SamplesFn | None = None) -> pd.D
         row["latency_median_ci_high_s"] = bs / lo if lo and lo == lo else float("nan")
         for c in ["latency_p99_s", "latency_p99_ci_high_s", "latency_p5_s", *MEMORY_COLS, *TELEMETRY_MAX]:
             row[c] = _max(used[c]) if c in used else float("nan")
+        tail = tails.tail_of(used)  # a p99 only where n supports one, else the max of n (analysis.tails)
+        row["latency_tail_s"], row["latency_tail_kind"] = tail.seconds, tail.kind
+        row["latency_tail_n"] = tail.n
+        row["latency_tail_label"] = tail.label()
+        if tail.kind != "p99":  # its bootstrap upper end is the sample maximum: no interval to show
+            row["latency_p99_ci_high_s"] = float("nan")
         for c in [*TELEMETRY_MEDIAN, *(a for a in accuracy.COLUMNS if a in used)]:
             row[c] = _median(used[c])
         if row["joules_per_image"] > 0:  # one window: images/s/W × J/image = 1 (see `telemetry_of`)
             row["ips_per_watt"] = 1.0 / row["joules_per_image"]
         for c, how in ACCURACY_WORST.items():
             row[c] = (_max if how == "max" else _min)(used[c]) if c in used else float("nan")
+        # the same seeded check inputs in every sweep: n is one measurement's, not their sum
+        row["top1_n"] = _min(used["top1_n"]) if "top1_n" in used else float("nan")
+        row["check_weights"] = ",".join(sorted({str(w) for w in used.get("check_weights", []) if w}))
         row.update(tokens.per_token(row))  # from the aggregated samples/s and J/sample
         row["flops_per_image"] = _median(used["flops_per_image"])
         row["params"] = _median(used["params"])
@@ -296,8 +329,14 @@ def aggregate(df: pd.DataFrame, samples: sweeps.SamplesFn | None = None) -> pd.D
         row["flags"] = sorted({f for fl in used["flags"] for f in fl})
         row["excluded_flags"] = sorted({f for fl in grp["flags"] for f in fl} - set(row["flags"]))
         row["flagged"] = bool(used["flagged"].any())
-        warn = {w for ws in used["warnings"] for w in ws} | ({sweeps.SPREAD} if disagree else set())
+        warn = {w for ws in used["warnings"] for w in ws}
+        notes = {n for ns in used.get("notes", []) for n in ns}
+        if disagree:  # a warning only if the configuration's interval leaves a sweep out (analysis.signals)
+            covered = signals.covers(row["throughput_ci_low_ips"], row["throughput_ci_high_ips"],
+                                     row["sweep_throughputs"])
+            (notes if covered else warn).add(signals.SPREAD_COVERED if covered else sweeps.SPREAD)
         row["warnings"] = sorted(warn)
+        row["notes"] = sorted(notes)
         row["result_ids"] = [int(r) for r in used["result_id"]] if "result_id" in used else []
         row["run_ids"] = sorted({str(r) for r in used["run_id"]}) if "run_id" in used else []
         rows.append(row)
@@ -309,6 +348,7 @@ def aggregate(df: pd.DataFrame, samples: sweeps.SamplesFn | None = None) -> pd.D
                 "flags",
                 "flagged",
                 "warnings",
+                "notes",
                 "result_ids",
                 "run_ids",
                 "n_measurements",

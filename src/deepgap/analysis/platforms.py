@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from deepgap.analysis.compare import SamplesFn, compare
+from deepgap.analysis.compare import SamplesFn, compare, provenance
 from deepgap.errors import UsageError
 from deepgap.roofline.predict import IntensityFn, Roof, add_predictions, ceilings_table, roof_of
 from deepgap.stats import N_RESAMPLES
@@ -139,10 +139,14 @@ def side_by_side(
         peaks = peaks_frame(store)
         fn = pooled_samples_fn(store)
         matched, best = [], []
+        runs = store.runs()
+        notes: list[str] = []
         for pa, pb in combinations(chosen, 2):
             m, b = compare_platforms(agg, pa, pb, fn, peaks, intensity, n_resamples)
             matched.append(m)
             best.append(b)
+            why = provenance(_runs_on(runs, agg, pa), _runs_on(runs, agg, pb))
+            notes += [f"{pa} / {pb}: {n}" for n in why]
     finally:
         store.close()
     counts: list[dict[str, Any]] = [
@@ -153,7 +157,14 @@ def side_by_side(
         "ceilings": ceilings_table(roofs_for(chosen, peaks)),
         "best_batch": _concat(best),
         "matched": _concat(matched),
+        "provenance": notes,  # `compare.provenance`: different code or sessions behind A and B
     }
+
+
+def _runs_on(runs: list[dict[str, Any]], agg: pd.DataFrame, platform: str) -> list[dict[str, Any]]:
+    """The stored runs behind one platform's configurations."""
+    ids = {str(r) for ids in agg.loc[agg["platform"] == platform, "run_ids"] for r in ids}
+    return [r for r in runs if str(r["run_id"]) in ids]
 
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:

@@ -123,6 +123,8 @@ def section(
         "configuration's arithmetic intensity (memory-bound: bandwidth ratio; compute-bound: compute ratio). "
         "Filled markers: the prediction lies outside the measured 95% CI."
     )
+    if out.get("provenance"):  # different code or sessions: the intervals cover neither
+        caption += " Warning: " + " ".join(out["provenance"])
     try:
         fig = Figure("fig_platforms_ratio_vs_roofline", "Platform ratios vs the roofline", caption,
                      png=png_bytes(ratio_figure(out["best_batch"], out["matched"])))

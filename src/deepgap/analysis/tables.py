@@ -145,11 +145,30 @@ def table1(agg: pd.DataFrame) -> pd.DataFrame:
         row.update({k: v[k] for k in ("speedup_vs_cpu", "speedup_vs_cpu_ci_low", "speedup_vs_cpu_ci_high",
                                       "cpu_baseline")})
         row["configuration"] = config_label(r)
+        row["peak_over"] = peak_over(agg, r)
         for c in ACCURACY_WORST:  # every row, so a quantized row stands beside its evidence
             row[c] = r.get(c, np.nan)
         row["accuracy"] = accuracy_label(r)
         out.append(row)
     return pd.DataFrame(out)
+
+
+def peak_over(agg: pd.DataFrame, r: dict[str, Any]) -> str:
+    """Which batches a Table I peak was chosen from, and those a flag left out.
+
+    E.g. 'best of bs1; excluded: bs256 quant (accuracy-loss)': a peak at batch 1 below fp32's is then
+    read for what it is.
+    """
+    same = agg[(agg["platform"] == r["platform"]) & (agg["model"] == r["model"])
+               & (agg["precision"] == r["precision"])]
+    ok = sorted({int(b) for b in same.loc[~same["flagged"], "batch_size"]})
+    text = "best of " + ", ".join(f"bs{b}" for b in ok) if ok else "every configuration flagged"
+    bad = same[same["flagged"]]
+    if len(bad):
+        text += "; excluded: " + ", ".join(
+            f"bs{int(x['batch_size'])} {x['engine']} ({', '.join(f.split('(')[0] for f in x['flags'])})"
+            for x in bad.sort_values("batch_size").to_dict("records"))
+    return text
 
 
 def _pct_of_peak(platform: str, precision: str, tflops: float) -> float:
@@ -172,7 +191,10 @@ def speedup_vs_fp32(agg: pd.DataFrame) -> pd.DataFrame:
     The baseline is FP32 with the same engine when that engine has FP32, else eager FP32, on the same
     platform, model, batch, memory format, threads and resolution; where eager FP32 was measured only in
     another memory format (the default GPU grid: eager NCHW beside quant int8/fp8 in channels_last), the
-    fastest eager FP32 of that batch in any format, named in ``baseline_memory_format``.
+    fastest eager FP32 of that batch in any format, named in ``baseline_memory_format``. Every row names
+    its baseline (``baseline``: engine, format, batch) and says whether it is ``like_with_like`` (same
+    engine and format: only the precision differs); a quant fp8 channels_last row over eager fp32 NCHW
+    is not, and its figure and table label say so.
     """
     if agg.empty:
         return pd.DataFrame(columns=["platform", "model", "engine", "precision", "batch_size", "speedup"])
@@ -210,6 +232,8 @@ def speedup_vs_fp32(agg: pd.DataFrame) -> pd.DataFrame:
                 "throughput_ips": r["throughput_ips"],
                 "baseline_engine": b["engine"],
                 "baseline_memory_format": b["memory_format"],
+                "baseline": config_label(b, with_platform=False),
+                "like_with_like": b["engine"] == r["engine"] and b["memory_format"] == r["memory_format"],
                 "baseline_throughput_ips": b["throughput_ips"],
                 "speedup": r["throughput_ips"] / b["throughput_ips"],
                 "flagged": bool(r["flagged"] or b["flagged"]),

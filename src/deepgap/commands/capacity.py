@@ -84,7 +84,7 @@ def select_curves(stores: list[str], args: argparse.Namespace, padding: str) -> 
 
 
 def main(args: argparse.Namespace) -> int:  # noqa: D103
-    from deepgap.serving.planner import predict
+    from deepgap.serving.planner import explain, predict
 
     load = load_settings(args)
     mb = max_batch_of(args)
@@ -99,7 +99,7 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
             "platform": c.key["platform"], "configuration": c.label(), "policy": p.best.policy.label(),
             "capacity_qps": p.best.capacity_qps, "saturation_qps": c.service.saturation_qps(p.best.policy.max_batch),
             "p99_at_capacity_s": p.best.at_capacity.summary.latency_p99_s if p.best.at_capacity else None,
-            "measured_capacity_qps": m, "slo_s": load.slo_s, "note": p.best.note,
+            "measured_capacity_qps": m, "slo_s": load.slo_s, "note": p.best.note, "why": explain(p),
         })
     if args.json:
         print(json.dumps(rows, indent=1, default=str))
@@ -108,11 +108,13 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     from rich.table import Table
 
     t = Table("platform", "configuration", "best policy", "capacity q/s", "saturation q/s", "p99 ms at capacity",
-              "measured q/s", "note", title=f"predicted capacity at p99 ≤ {load.slo_s * 1e3:g} ms ({args.padding} padding)")
+              "measured q/s", "why",
+              title=f"predicted capacity at p99 ≤ {load.slo_s * 1e3:g} ms ({args.padding} padding)")
     for r in rows:
         t.add_row(r["platform"], r["configuration"], r["policy"], f"{r['capacity_qps']:,.1f}",
                   f"{r['saturation_qps']:,.1f}", "" if r["p99_at_capacity_s"] is None else f"{r['p99_at_capacity_s'] * 1e3:.3f}",
-                  "" if r["measured_capacity_qps"] is None else f"{r['measured_capacity_qps']:,.1f}", r["note"])
+                  "" if r["measured_capacity_qps"] is None else f"{r['measured_capacity_qps']:,.1f}",
+                  r["why"])
     Console(width=200).print(t)
     return 0
 

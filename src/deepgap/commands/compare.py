@@ -234,7 +234,7 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
             print_paper(sides[0].label, table, paper_peaks())
             print_x_cpu(x_cpu)
         return 0 if len(table) or len(x_cpu) else 1
-    from deepgap.analysis.compare import compare
+    from deepgap.analysis.compare import compare, provenance
 
     same = sides[0].store_path == sides[1].store_path and sides[0].run_ids == sides[1].run_ids
     sa, agg_a, fa, pa = _load(sides[0], args)
@@ -248,6 +248,7 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
                     f"--platforms names one platform twice ({sides[0].label})", "name two platforms"
                 )
         matched, best = compare(agg_a, agg_b, fa, fb)
+        notes = provenance(_runs_of(sa, agg_a), _runs_of(sb, agg_b))
     finally:
         sa.close()
         if not same:
@@ -263,6 +264,7 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
                 {
                     "a": sides[0].label,
                     "b": sides[1].label,
+                    "provenance": notes,
                     "best_batch": _records(best),
                     "matched": _records(matched),
                 },
@@ -271,5 +273,13 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
             )
         )
     else:
+        for n in notes:
+            print(f"warning: {n}")
         print_pairs(sides[0].label, sides[1].label, matched, best)
     return 0 if len(best) or len(matched) else 1
+
+
+def _runs_of(store, agg) -> list[dict[str, Any]]:
+    """The stored runs behind an aggregated side (their environment says which code measured)."""
+    ids = {str(r) for ids in (agg["run_ids"] if len(agg) and "run_ids" in agg else []) for r in ids}
+    return [r for r in store.runs() if str(r["run_id"]) in ids]

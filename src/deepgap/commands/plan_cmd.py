@@ -73,4 +73,13 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     if rows:  # which capacity the device counts rest on (LoadGen's, where measured, is in the report)
         console.print(f"capacity per device: {rows[0].capacity_used}; a serve run with --loadgen shows "
                       "LoadGen's beside it in the report's serving section")
+    console.print(f"tail: the simulated p99 of each load level (≥ {load.min_queries:,} requests per level, "
+                  "up to 4× more where the verdict was inconclusive), its service times drawn from the "
+                  "stored calls")
+    for r in rows:  # what limits each answer, and every other configuration considered
+        console.print(f"\n{r.platform}: {r.configuration}: {r.why}")
+        for a in r.alternatives:
+            dev = "–" if a["devices"] is None else f"{a['devices']} devices"
+            console.print(f"  also considered: {a['configuration']} ({a['policy']}): "
+                          f"{a['capacity_qps']:,.1f} q/s, {dev}: {a['why']}")
     return 0

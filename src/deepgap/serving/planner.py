@@ -10,6 +10,12 @@ power, from the telemetry of the sweep at the policy's batch size (busy power: a
 any load up to capacity). A serve curve has no telemetry of its own: it takes the power of the sweep of
 the same configuration (platform, model, engine, precision, format, resolution) and says so. Where a store
 holds no power telemetry the power is "unavailable".
+
+Every answer explains itself (`explain`): the capacity as a share of the saturation throughput, the
+SLO's room for queueing after the median call, the batches measured and the samples the simulated tail
+draws from (a sweep's 20–40 per batch: the simulation cannot see a tail beyond their maximum). Every
+zero capacity says why, and every configuration considered for a platform is listed beside the chosen
+one (``PlanRow.alternatives``).
 """
 
 from __future__ import annotations
@@ -153,11 +159,34 @@ def predict(curve: Curve, load: LoadSettings, max_batch: int | None = None) -> P
     if not pols:
         from deepgap.serving.batcher import BatchPolicy
 
-        empty = CapacityResult(BatchPolicy(caps[0] if caps else 1, 0.0), load.slo_s, 0.0, None,
-                               note="no batch size is served within the SLO")
+        sv = curve.service
+        fastest = min(caps or sv.batch_sizes, key=sv.median_at)
+        why = (f"no batch size is served within the SLO: the fastest call, batch {fastest}, takes "
+               f"{sv.median_at(fastest) * 1e3:.3g} ms (median) ≥ {load.slo_s * 1e3:.3g} ms"
+               if caps else f"no measured batch is ≤ --max-batch {max_batch}")
+        empty = CapacityResult(BatchPolicy(caps[0] if caps else 1, 0.0), load.slo_s, 0.0, None, note=why)
         return Prediction(curve, empty, [empty])
     ranked = search_policies(curve.service, load, pols, coarse_max_queries=4000)
     return Prediction(curve, ranked[0], ranked)
+
+
+def explain(p: Prediction) -> str:
+    """Why the capacity is what it is: share of saturation, the SLO's room for queueing, the samples."""
+    sv, best = p.curve.service, p.best
+    n = {b: len(sv.samples_s.get(b, ())) for b in sv.batch_sizes}
+    lo, hi = (min(n.values()), max(n.values())) if n else (0, 0)
+    samples = (f"service times drawn from {lo if lo == hi else f'{lo}–{hi}'} measured calls per batch"
+               if n and max(n.values()) else "service times: the medians only (no samples stored)")
+    batches = f"batches measured: {', '.join(str(b) for b in sv.batch_sizes)}"
+    if best.capacity_qps <= 0:
+        return "; ".join(x for x in (best.note or "no rate passed", batches, samples) if x)
+    b = sv.bucket(best.policy.max_batch)
+    sat = sv.saturation_qps(best.policy.max_batch)
+    room = best.slo_s - sv.median_at(b)
+    return (f"{100 * best.capacity_qps / sat:.0f}% of the saturation throughput "
+            f"({sat:,.4g} q/s at batch ≤ {b}): "
+            f"the median call ({sv.median_at(b) * 1e3:.3g} ms) leaves {room * 1e3:.3g} ms of the SLO for "
+            f"queueing and batching; {batches}; {samples}")
 
 
 @dataclass
@@ -177,6 +206,8 @@ class PlanRow:
     top1: float | None = None  # dataset top-1 of the configuration, where measured
     capacity_used: str = "deepgap's: simulated by its event loop on the measured curve (LoadGen's: not used)"
     devices_high: int | None = None  # devices if the cards bought are 2 SD slow (a store with 2+ cards of the type)
+    why: str = ""  # `explain`: what limits the capacity
+    alternatives: list[dict[str, Any]] = field(default_factory=list)  # every other configuration considered
 
 
 def store_card_spreads(paths: list[str]) -> dict[str, Any]:
@@ -227,7 +258,7 @@ def plan(predictions: list[Prediction], qps: float, objective: str = "devices") 
             capacity_qps=cap, devices=n, power_w_per_device=pw,
             total_power_w=n * pw if n is not None and pw is not None else None,
             note="; ".join(x for x in (p.best.note, _power_note(p)) if x),
-            top1=p.curve.top1,
+            top1=p.curve.top1, why=explain(p),
         )
         by_platform.setdefault(row.platform, []).append(row)
 
@@ -236,7 +267,14 @@ def plan(predictions: list[Prediction], qps: float, objective: str = "devices") 
         watts = r.total_power_w if r.total_power_w is not None else math.inf
         return (watts, dev) if objective == "watts" else (dev, watts)
 
-    best = sorted((min(rows, key=rank) for rows in by_platform.values()), key=rank)
+    best = []
+    for rows in by_platform.values():
+        ranked = sorted(rows, key=rank)
+        ranked[0].alternatives = [
+            {"configuration": r.configuration, "policy": r.policy, "capacity_qps": r.capacity_qps,
+             "devices": r.devices, "total_power_w": r.total_power_w, "why": r.why} for r in ranked[1:]]
+        best.append(ranked[0])
+    best.sort(key=rank)
     if best:  # how each platform compares with the first: "2.0× the devices, 1.4× the watts"
         first = best[0]
         for r in best:

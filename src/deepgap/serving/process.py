@@ -137,7 +137,8 @@ def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
         del model
         executor(0, kk)
         executor.sync()
-        agreement = correctness.compare(executor.output(kk).float().cpu(), ref_out, req.precision).to_dict()
+        agreement = correctness.compare(executor.output(kk).float().cpu(), ref_out, req.precision,
+                                         "state-dict" if req.weights else "random").to_dict()
     accuracy = None
     if req.options.get("dataset"):  # accuracy mode: the served engine at its first batch size, before the curve
         from types import SimpleNamespace
