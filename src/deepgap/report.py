@@ -24,10 +24,11 @@ from deepgap import figures_interactive as fi
 from deepgap.analysis import aggregate, config_label, prepare
 from deepgap.analysis.frame import MEMORY_LABELS
 from deepgap.analysis.recommend import recommend
-from deepgap.analysis.samples import pooled_samples_fn  # noqa: F401  (re-exported)
+from deepgap.analysis.samples import pooled_samples_fn
 from deepgap.errors import UsageError
 from deepgap.render import sections
 from deepgap.render.sections import ReportContext, TableSpec
+from deepgap.figure_style import platform_names
 from deepgap.report_format import (
     MACHINE_HEADERS,
     TABLE_SPECS,
@@ -60,6 +61,7 @@ class Report:
     interactive: bool = False  # plotly figures (else PNGs only)
     filters: dict[str, list[str]] = field(default_factory=dict)  # filter menus: model, engine, …
     table_specs: dict[str, TableSpec] = field(default_factory=dict)  # this build's tables: title, columns
+    ratios: pd.DataFrame = field(default_factory=pd.DataFrame)  # fastest GPU over each other GPU, per model
 
 
 def load_context(store_path: str, run_ids: list[str] | None = None,
@@ -84,9 +86,12 @@ def load_context(store_path: str, run_ids: list[str] | None = None,
 def build(store_path: str, run_ids: list[str] | None = None, interactive: bool = True) -> Report:
     """Read the store and build every registered section (`deepgap.render.sections`); nothing is written.
 
-    ``interactive``: also draw plotly versions of the per-batch figures (when plotly is installed).
+    ``interactive``: also draw plotly versions of the per-batch figures (plotly must be installed:
+    `figures_interactive.require`; there is no silent fallback to a static page).
     """
-    ctx = load_context(store_path, run_ids, interactive and fi.available())
+    if interactive:
+        fi.require()
+    ctx = load_context(store_path, run_ids, interactive)
     df, agg = ctx.results, ctx.configurations
     rep = Report(os.path.abspath(store_path), _dt.datetime.now().isoformat(timespec="seconds"), ctx.runs)
     ok = df[df["status"] == "ok"] if not df.empty else df
@@ -107,6 +112,11 @@ def build(store_path: str, run_ids: list[str] | None = None, interactive: bool =
         rep.table_specs.update(section.table_specs)
         rep.table_specs.update(parts.table_specs)
     rep.answer_table, rep.how_sure = report_answer.answers(agg, df)
+    store = Store(store_path, readonly=True)
+    try:
+        rep.ratios = report_answer.cross_gpu_ratios(agg, pooled_samples_fn(store))
+    finally:
+        store.close()
     if rep.interactive and not agg.empty:
         rep.filters = {
             "model": sorted(map(str, agg["model"].unique())),
@@ -137,7 +147,10 @@ def render_html(rep: Report, files_dir: str) -> str:
     import jinja2
 
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("deepgap", "templates"), autoescape=jinja2.select_autoescape(["html"])
+        loader=jinja2.PackageLoader("deepgap", "templates"),
+        autoescape=jinja2.select_autoescape(["html"]),
+        trim_blocks=True,  # the page's size is a budget (≤ 3 MB): no indentation repeated per table cell
+        lstrip_blocks=True,
     )
     env.filters.update(ips=fmt_ips, ms=fmt_ms, gib=fmt_gib, lst=fmt_list)
     figs = [
@@ -156,6 +169,8 @@ def render_html(rep: Report, files_dir: str) -> str:
         for f in rep.figures
     ]
     interactive = any(f["plotly"] for f in figs)
+    agg = rep.tables.get("configurations")
+    platforms = list(platform_names(agg).values()) if agg is not None and len(agg) else []
     specs = rep.table_specs or TABLE_SPECS  # a Report built by hand: the core tables
     shown = [html_table(n, rep.tables[n], specs[n]) for n in specs if n in rep.tables and len(rep.tables[n])]
     empty = [specs[n][0] for n in specs if n in rep.tables and not len(rep.tables[n])]
@@ -167,7 +182,11 @@ def render_html(rep: Report, files_dir: str) -> str:
         tables=shown,
         empty_tables=empty,
         files_dir=files_dir,
-        answer_rows=_with_spans(rep.answer_table),
+        answer_rows=answer_rows(rep.answer_table, rep.ratios),
+        has_ratios=bool(len(rep.ratios)),
+        ratio_names=", ".join(sorted({f"{a} / {b}" for a, b in _ratio_pairs(rep.ratios)})),
+        first_platform=platforms[0] if len(platforms) > 1 else "",
+        other_platforms=", ".join(platforms[1:]),
         how_sure=rep.how_sure.to_dict("records"),
         machines=machines(rep.runs),
         machine_headers=MACHINE_HEADERS,
@@ -180,9 +199,40 @@ def render_html(rep: Report, files_dir: str) -> str:
         precision_colors=figures.PREC_COLORS,
         engine_markers=_marker_key(rep),
         interactive=interactive,
-        plotly_js=fi.bundle() if interactive else "",
+        plotly_b64=fi.bundle_b64() if interactive else "",
         filters=rep.filters if interactive else {},
     )
+
+
+def _ratio_pairs(ratios: pd.DataFrame) -> list[tuple[str, str]]:
+    if ratios.empty:
+        return []
+    short = platform_names(pd.DataFrame({"platform": [*ratios["platform_a"], *ratios["platform_b"]]}))
+    return [(short[a], short[b]) for a, b in zip(ratios["platform_a"], ratios["platform_b"], strict=True)]
+
+
+def answer_rows(answer: pd.DataFrame, ratios: pd.DataFrame) -> list[dict[str, Any]]:
+    """The answer table's rows; with two GPUs, model by model, each model's ratio row first.
+
+    Why first: a two-GPU store is asked how the GPUs compare, so the ratio leads its model's rows and
+    the whole answer stays on the first screen (`report_answer.cross_gpu_ratios` computes it).
+    """
+    if ratios.empty or answer.empty:
+        return _with_spans(answer)
+    pairs = _ratio_pairs(ratios)
+    out: list[dict[str, Any]] = []
+    for model, res in dict.fromkeys(zip(answer["model"], answer["resolution"], strict=True)):
+        mine = [i for i in range(len(ratios)) if (ratios["model"].iloc[i], ratios["resolution"].iloc[i]) == (model, res)]
+        for pair in dict.fromkeys(pairs[i] for i in mine):
+            items = [ratios.iloc[i].to_dict() for i in mine if pairs[i] == pair]
+            out.append({"ratio": True, "model": model, "resolution": int(res), "label": " / ".join(pair),
+                        "parts": [{**it, "goal": RATIO_GOALS.get(it["goal"], it["goal"])} for it in items]})
+        rows = answer[(answer["model"] == model) & (answer["resolution"] == res)]
+        out += _with_spans(rows)
+    return out
+
+
+RATIO_GOALS = {"throughput": "throughput", "latency": "median latency", "per joule": "energy per image"}
 
 
 def _with_spans(answer: pd.DataFrame) -> list[dict[str, Any]]:
@@ -218,8 +268,13 @@ def _marker_key(rep: Report) -> list[tuple[str, str]]:
     return [(e, glyph.get(marker(e), "★")) for e in engines]
 
 
-def check_output(html_path: str) -> str:
-    """Absolute output path, or a `UsageError` when it cannot be written (checked before any work)."""
+def check_output(html_path: str, interactive: bool = True) -> str:
+    """Absolute output path, or a `UsageError` when it cannot be written (checked before any work).
+
+    ``interactive``: the page will need plotly, so its absence fails here too, before a run or a build.
+    """
+    if interactive:
+        fi.require()
     path = os.path.abspath(html_path)
     if os.path.isdir(path):
         raise UsageError(f"report path {html_path} is a directory", "pass a file name, e.g. -o report.html")
@@ -253,16 +308,16 @@ def write_report(
 ) -> list[str]:
     """Write the HTML report, its PNGs and CSVs; returns the written paths (HTML first).
 
-    ``static``: PNG figures only, no script (smaller; the default page is interactive when plotly is
-    installed, with the same PNGs written beside it).
+    ``static``: PNG figures only, no script, and the page says so. The default page is interactive and
+    needs plotly (a `UsageError` at once when it is missing); the same PNGs are written beside it.
     """
-    path = check_output(html_path)
+    path = check_output(html_path, interactive=not static)
     return save(build(store_path, run_ids, interactive=not static), path)
 
 
 def save(rep: Report, html_path: str) -> list[str]:
     """Write a built report (page, PNGs, CSVs) atomically; returns the written paths (HTML first)."""
-    path = check_output(html_path)
+    path = check_output(html_path, interactive=rep.interactive)
     folder, files = os.path.dirname(path), files_dir_name(path)
     html = render_html(rep, files)
     os.makedirs(folder, exist_ok=True)
@@ -276,6 +331,8 @@ def save(rep: Report, html_path: str) -> list[str]:
                     fh.write(f.png)
                 written.append(os.path.join(folder, files, f.name + ".png"))
         tables = {**rep.tables, "answer": rep.answer_table, "how_sure": rep.how_sure}
+        if len(rep.ratios):
+            tables["answer_ratios"] = rep.ratios
         for name, frame in tables.items():
             csv_frame(frame).to_csv(os.path.join(tmp, files, name + ".csv"), index=False)
             written.append(os.path.join(folder, files, name + ".csv"))
