@@ -127,7 +127,7 @@ PRECISION_ORDER = list(PREC_COLORS)  # the precision table's order: fp32 first
 
 
 def platform_names(frame: pd.DataFrame) -> dict[str, str]:
-    """Platform → its short legend name (``NVIDIA H100 80GB HBM3`` → ``H100``), the full name if short ones clash."""
+    """Platform → its short name (``NVIDIA H100 80GB HBM3`` → ``H100``); full names if short ones clash."""
     names = sorted(map(str, frame["platform"].unique()), reverse=True) if "platform" in frame else []
     short = {n: (n.split()[1] if n.split()[0] in ("NVIDIA", "AMD", "Intel") and len(n.split()) > 1
                  else n.split()[0] if n.split() else n) for n in names}
@@ -195,5 +195,6 @@ def overlay_facets(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
             step = math.ceil(len(series) / parts)
             for i in range(parts):
                 chunk = pd.concat([g for _, g in series[i * step : (i + 1) * step]])
-                out.append((f"{head} — {', '.join(pack)}" + (f" ({i + 1}/{parts})" if parts > 1 else ""), chunk))
+                part = f" ({i + 1}/{parts})" if parts > 1 else ""
+                out.append((f"{head} — {', '.join(pack)}{part}", chunk))
     return out

@@ -13,7 +13,14 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from deepgap.figure_style import is_open, overlay_facets, overlay_label, overlay_series, platform_names, thread_list
+from deepgap.figure_style import (
+    is_open,
+    overlay_facets,
+    overlay_label,
+    overlay_series,
+    platform_names,
+    thread_list,
+)
 from deepgap.figures import (
     Figure,
     flag_marks,

@@ -195,17 +195,14 @@ def lines(
             if band:
                 extra = [f"<br>{band[1]} {(_num(r.get(band[0])) or float('nan')) * scale:.4g}" for r in recs]
             hover = [_hover(r, ci, scale, short, extra[k] if extra else "") for k, r in enumerate(recs)]
-            if band:  # the shaded band first, under the line: median up to the band's column
+            if band:  # the shaded band first, under the line: one closed shape, median up to the band's column
                 up = [_r((_num(r.get(band[0])) or float("nan")) * scale) for r in recs]
-                traces += [
-                    {"type": "scatter", "x": bs, "y": ys, "xaxis": xr, "yaxis": yr, "mode": "lines",
+                traces.append(
+                    {"type": "scatter", "x": bs + bs[::-1], "y": ys + up[::-1], "xaxis": xr, "yaxis": yr,
+                     "mode": "lines", "fill": "toself", "fillcolor": _rgba(col, 0.15),
                      "line": {"width": 0, "color": col}, "hoverinfo": "skip", "showlegend": False,
-                     "legendgroup": lab, "name": lab, "meta": _meta(r0, bs)},
-                    {"type": "scatter", "x": bs, "y": up, "xaxis": xr, "yaxis": yr, "mode": "lines",
-                     "fill": "tonexty", "fillcolor": _rgba(col, 0.15), "line": {"width": 0, "color": col},
-                     "hoverinfo": "skip", "showlegend": False, "legendgroup": lab, "name": "P99 band",
-                     "meta": _meta(r0, bs)},
-                ]
+                     "legendgroup": lab, "name": "P99 band", "meta": _meta(r0, bs + bs[::-1])},
+                )
                 yvals += [u for u in up if u is not None]
             t = {
                 "type": "scatter", "x": bs, "y": ys, "xaxis": xr, "yaxis": yr, "mode": "lines+markers",
@@ -222,7 +219,8 @@ def lines(
                 hi = [(_num(r.get(ci[1])) or float("nan")) * scale for r in recs]
                 t["error_y"] = {
                     "type": "data",
-                    "array": [_r(max(0.0, h - y)) if h == h and y is not None else 0 for h, y in zip(hi, ys, strict=True)],
+                    "array": [_r(max(0.0, h - y)) if h == h and y is not None else 0
+                              for h, y in zip(hi, ys, strict=True)],
                     "arrayminus": [_r(max(0.0, y - lo_)) if lo_ == lo_ and y is not None else 0
                                    for lo_, y in zip(lo, ys, strict=True)],
                     "thickness": 1, "width": 2, "color": col,
@@ -282,14 +280,14 @@ def pareto(par: pd.DataFrame) -> dict[str, Any] | None:
                 "y": [_r(r["throughput_ips"]) for r in recs], "xaxis": xr, "yaxis": yr, "mode": "markers",
                 "name": lab, "legendgroup": lab, "showlegend": lab not in shown,
                 "marker": {"symbol": [marker(r["engine"], plotly=True)
-                                      + ("-open" if is_open(r, order) or r.get("memory_format", "nchw") != "nchw"
-                                         else "") for r in recs],
+                                      + ("-open" if is_open(r, order) else "") for r in recs],
                            "size": 8, "color": [color(r, threads) for r in recs]},
                 "customdata": [_hover(r, ci, 1.0, short) for r in recs],
                 "hovertemplate": "<b>%{customdata[0]}</b><br>median %{x:.3g} ms · %{y:,.0f} img/s"
                 "<br>%{customdata[1]}<br>%{customdata[2]}<extra></extra>",
                 "meta": {"platform": str(platform), "model": str(recs[0]["model"]), "precision": str(prec),
-                         "engine": [str(r["engine"]) for r in recs], "batch": [int(r["batch_size"]) for r in recs]},
+                         "engine": [str(r["engine"]) for r in recs],
+                         "batch": [int(r["batch_size"]) for r in recs]},
             })
             shown.add(lab)
         for platform, s in sub.groupby("platform", sort=True):
@@ -313,7 +311,7 @@ def pareto(par: pd.DataFrame) -> dict[str, Any] | None:
 
 
 def series_per_panel(spec: dict[str, Any]) -> dict[str, int]:
-    """Axis pair → the number of series (traces) drawn in it, overlays (flag marks, bands, frontier) not counted."""
+    """Axis pair → the number of series drawn in it; overlays (flag marks, bands, frontier) not counted."""
     out: dict[str, int] = {}
     for t in spec.get("data", []):
         if (t.get("legendgroup") or t.get("name") or "") in OVERLAY_GROUPS or t.get("name") in OVERLAY_GROUPS:

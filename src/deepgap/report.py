@@ -26,9 +26,9 @@ from deepgap.analysis.frame import MEMORY_LABELS
 from deepgap.analysis.recommend import recommend
 from deepgap.analysis.samples import pooled_samples_fn
 from deepgap.errors import UsageError
+from deepgap.figure_style import platform_names
 from deepgap.render import sections
 from deepgap.render.sections import ReportContext, TableSpec
-from deepgap.figure_style import platform_names
 from deepgap.report_format import (
     MACHINE_HEADERS,
     TABLE_SPECS,
@@ -222,7 +222,8 @@ def answer_rows(answer: pd.DataFrame, ratios: pd.DataFrame) -> list[dict[str, An
     pairs = _ratio_pairs(ratios)
     out: list[dict[str, Any]] = []
     for model, res in dict.fromkeys(zip(answer["model"], answer["resolution"], strict=True)):
-        mine = [i for i in range(len(ratios)) if (ratios["model"].iloc[i], ratios["resolution"].iloc[i]) == (model, res)]
+        keys = list(zip(ratios["model"], ratios["resolution"], strict=True))
+        mine = [i for i, k in enumerate(keys) if k == (model, res)]
         for pair in dict.fromkeys(pairs[i] for i in mine):
             items = [ratios.iloc[i].to_dict() for i in mine if pairs[i] == pair]
             out.append({"ratio": True, "model": model, "resolution": int(res), "label": " / ".join(pair),
@@ -291,7 +292,9 @@ def check_output(html_path: str, interactive: bool = True) -> str:
         os.close(fd)
         os.unlink(tmp)
     except OSError as exc:
-        raise UsageError(f"cannot write {html_path}: {exc.strerror} in {probe}", "pass a writable -o path") from None
+        raise UsageError(
+            f"cannot write {html_path}: {exc.strerror} in {probe}", "pass a writable -o path"
+        ) from None
     files = os.path.join(folder, files_dir_name(path))
     if os.path.exists(files) and not os.path.isdir(files):
         raise UsageError(f"{files} exists and is not a folder", "remove it or pass another -o path")

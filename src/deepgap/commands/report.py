@@ -1,4 +1,6 @@
-"""``deepgap report``: a store → one self-contained HTML page (≤ 3 MB, no links out), plus every figure as PNG and table as CSV beside it.
+"""``deepgap report``: a store → one self-contained HTML page (≤ 3 MB), figures and tables beside it.
+
+The page links nothing outside itself; the PNGs and CSVs go to ``<name>_files/``.
 
 `write_report` is also what ``deepgap run --report`` calls after a run.
 """
