@@ -8,6 +8,7 @@ Screenshots need Chromium (Debian: ``apt-get install chromium``); the page check
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import re
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from deepgap import figures_interactive as fi
+from deepgap.analysis import platforms
 from deepgap.figure_style import MAX_SERIES
 from deepgap.render import sections
 from deepgap.report import build, find_chromium, save
@@ -40,6 +42,8 @@ def page(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         everything = sections.registered
         mp.setattr(sections, "registered", lambda: [s for s in everything() if s.name in ("core", "platforms")])
+        # fewer bootstrap resamples in the A/B tables: their CIs' width is not under test here
+        mp.setattr(platforms, "side_by_side", functools.partial(platforms.side_by_side, n_resamples=200))
         rep = build(str(store))
     html = d / "report.html"
     save(rep, str(html))
@@ -174,6 +178,8 @@ def _measure(html: Path, width: int, height: int = 900) -> dict:
         "var p=document.createElement('pre');p.id='measured';"
         "p.textContent=JSON.stringify({table:[t.top,t.bottom,t.right],ratios:r,vw:window.innerWidth,vh:window.innerHeight,scroll:document.documentElement.scrollWidth,"
         "plots:document.documentElement.getAttribute('data-plots'),titles:titles,"
+        "ab:['platforms_best_batch','platforms_matched'].map(function(id){var b=document.getElementById(id)"
+        ".nextElementSibling;return [b.scrollWidth,b.clientWidth];}),"
         "drawn:document.querySelectorAll('div.plot .main-svg').length});document.body.appendChild(p);}"
         "(function w(n){if(document.documentElement.getAttribute('data-plots')||n>200)go();"
         "else setTimeout(function(){w(n+1);},50);})(0);"
@@ -200,8 +206,9 @@ def test_answer_with_ratio_on_first_screen(page, width):
     m = _measure(page["html"], width)
     assert m["plots"] == "drawn" and m["drawn"] >= 5  # plotly.js inflated and drew every figure, offline
     assert len(m["ratios"]) == 2 and all(top > 0 and bottom <= m["vh"] for top, bottom in m["ratios"]), m
-    if width == 1280:  # the whole answer, H100 rows included, without scrolling
+    if width == 1280:  # the whole answer, H100 rows included, without scrolling; the A/B tables fit
         assert 0 < m["table"][0] < m["table"][1] <= m["vh"] and m["table"][2] <= m["vw"], m
+        assert all(scroll <= box for scroll, box in m["ab"]), m["ab"]
     assert m["scroll"] <= m["vw"]  # nothing runs past the right edge
     titles = m["titles"]
     assert titles and not any(_overlap(a, b) for i, a in enumerate(titles) for b in titles[i + 1 :]), titles
