@@ -1,8 +1,9 @@
 """The two-GPU report answers first and travels: ratio rows on the first screen, no dead link, ≤ 3 MB.
 
-Built once (module fixture; the core and two-GPU sections) from ``fixtures/two_gpus_small.sqlite.gz``: a cut of the committed two-GPU
-store ``results/two-gpus/all.sqlite`` (H200 and H100; resnet18 and resnet50; eager fp16/fp32, cudagraph
-fp16, quant int8; every 10th telemetry sample; no roofline profiles), made with sqlite3 DELETEs on a copy.
+Built once (module fixture; the core and two-GPU sections) from ``fixtures/two_gpus_small.sqlite.gz``:
+a cut of the committed two-GPU store ``results/two-gpus/all.sqlite`` (H200 and H100; resnet18 and
+resnet50; eager fp16/fp32, cudagraph fp16, quant int8; every 10th telemetry sample; no roofline
+profiles), made with sqlite3 DELETEs on a copy.
 Screenshots need Chromium (Debian: ``apt-get install chromium``); the page checks run without it.
 """
 
@@ -41,7 +42,9 @@ def page(tmp_path_factory):
     # its page parts are held to the same no-dead-link rule by tests/test_report.py
     with pytest.MonkeyPatch.context() as mp:
         everything = sections.registered
-        mp.setattr(sections, "registered", lambda: [s for s in everything() if s.name in ("core", "platforms")])
+        mp.setattr(
+            sections, "registered", lambda: [s for s in everything() if s.name in ("core", "platforms")]
+        )
         # fewer bootstrap resamples in the A/B tables: their CIs' width is not under test here
         mp.setattr(platforms, "side_by_side", functools.partial(platforms.side_by_side, n_resamples=200))
         rep = build(str(store))

@@ -195,7 +195,7 @@ def lines(
             if band:
                 extra = [f"<br>{band[1]} {(_num(r.get(band[0])) or float('nan')) * scale:.4g}" for r in recs]
             hover = [_hover(r, ci, scale, short, extra[k] if extra else "") for k, r in enumerate(recs)]
-            if band:  # the shaded band first, under the line: one closed shape, median up to the band's column
+            if band:  # the band first, under the line: one closed shape from the median up to the band
                 up = [_r((_num(r.get(band[0])) or float("nan")) * scale) for r in recs]
                 traces.append(
                     {"type": "scatter", "x": bs + bs[::-1], "y": ys + up[::-1], "xaxis": xr, "yaxis": yr,
