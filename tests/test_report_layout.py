@@ -112,6 +112,7 @@ def test_one_colour_per_precision_one_marker_per_engine(multi):
             if (
                 not meta.get("precision")
                 or t.get("name") == "flagged"
+                or t.get("hoverinfo") == "skip"  # a P99 band's edges
                 or meta.get("platform") == "Fixture CPU"
             ):
                 continue  # overlays, and the CPU's thread series (shaded by thread count)
@@ -132,11 +133,11 @@ def test_interactive_page_is_self_contained_and_filterable(multi):
     outside = re.sub(r"<script\b.*?</script>", "", text, flags=re.S)
     assert not re.search(r'(?i)(src|href)\s*=\s*"(//|[a-z]+:(?!image/png;base64))', outside)
     assert not re.search(r"(?i)https?://|@import|url\(", outside)
-    assert text.count("Plotly.newPlot") == 1 and len(text) < 10e6
+    assert text.count('id="plotly-gz"') == 1 and len(text.encode()) <= 3 * 1024 * 1024
     for k in ("model", "engine", "precision", "batch"):
         assert f'<select name="{k}">' in text
     assert re.search(
-        r'<tr class="[^"]*" data-model="resnet18" data-engine="quant" data-precision="fp8"', text
+        r'<tr(?: class="[^"]*")? data-model="resnet18" data-engine="quant" data-precision="fp8"', text
     )
 
 

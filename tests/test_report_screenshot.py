@@ -55,7 +55,12 @@ def _chromium_dom(html: Path, script: str, width: int = 1280, height: int = 900)
         page = Path(d) / "page.html"
         text = html.read_text(encoding="utf-8")
         head, _, tail = text.rpartition("</body>")
-        page.write_text(head + f"<script>{script}</script></body>" + tail, encoding="utf-8")
+        # run the script once the page has inflated plotly.js and drawn its plots (or said why not)
+        wait = (
+            "(function w(n){if(document.documentElement.getAttribute('data-plots')||n>200){%s}"
+            "else setTimeout(function(){w(n+1);},50);})(0);" % script
+        )
+        page.write_text(head + f"<script>{wait}</script></body>" + tail, encoding="utf-8")
         cmd = [
             find_chromium(),
             "--headless",
@@ -68,6 +73,7 @@ def _chromium_dom(html: Path, script: str, width: int = 1280, height: int = 900)
             "--hide-scrollbars",
             f"--user-data-dir={d}/profile",
             "--host-resolver-rules=MAP * ~NOTFOUND",
+            "--virtual-time-budget=20000",
             f"--window-size={width},{height}",
             "--dump-dom",
             page.as_uri(),
@@ -140,6 +146,7 @@ def test_figure_section_screenshot(multi_report, tmp_path):
 
 def test_filters_hide_rows_and_traces(multi_report):
     """Choosing a model, then a batch, in the page's filter menus narrows every plot and table."""
+    import json
     import re
 
     js = (
@@ -148,10 +155,19 @@ def test_filters_hide_rows_and_traces(multi_report):
         "document.querySelectorAll('tr[data-model]'),function(t){return t.style.display!=='none';}).length;}"
         "function pick(k,v){var s=document.querySelector('#filters select[name='+k+']');s.value=v;"
         "s.dispatchEvent(new Event('change'));}"
-        "var out=n();pick('model','resnet50');out+=' '+n();pick('batch','8');out+=' '+n();"
+        "var out=n();pick('model','resnet50');out+=' '+n();"
+        "var titles=[].map.call("
+        "document.querySelectorAll('#plot-fig06_throughput_vs_batch .annotation-text'),"
+        "function(e){return e.textContent;});pick('batch','8');out+=' '+n();"
         "var p=document.createElement('pre');p.id='res';p.textContent=out;document.body.appendChild(p);"
+        "var q=document.createElement('pre');q.id='titles';q.textContent=JSON.stringify(titles);"
+        "document.body.appendChild(q);"
     )
-    res = re.search(r'<pre id="res">(.*?)</pre>', _chromium_dom(multi_report, js)).group(1)
+    dom = _chromium_dom(multi_report, js)
+    res = re.search(r'<pre id="res">(.*?)</pre>', dom).group(1)
+    titles = json.loads(re.search(r'<pre id="titles">(.*?)</pre>', dom).group(1))
+    # no empty panel is left behind: every panel still shown is one of the chosen model's
+    assert titles and all(t.startswith("resnet50") for t in titles), titles
     (t0, r0), (t1, r1), (t2, r2) = (tuple(map(int, s.split(","))) for s in res.split())
     assert t0 > t1 > 0 and r0 > r1 > r2 > 0
     assert t2 <= t1

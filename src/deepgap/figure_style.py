@@ -120,3 +120,81 @@ def facets(
                 )
             )
     return out
+
+
+# Overlaid panels (the per-batch figures): every platform and engine of one model in one panel
+PRECISION_ORDER = list(PREC_COLORS)  # the precision table's order: fp32 first
+
+
+def platform_names(frame: pd.DataFrame) -> dict[str, str]:
+    """Platform → its short name (``NVIDIA H100 80GB HBM3`` → ``H100``); full names if short ones clash."""
+    names = sorted(map(str, frame["platform"].unique()), reverse=True) if "platform" in frame else []
+    short = {n: (n.split()[1] if n.split()[0] in ("NVIDIA", "AMD", "Intel") and len(n.split()) > 1
+                 else n.split()[0] if n.split() else n) for n in names}
+    return short if len(set(short.values())) == len(short) else {n: n for n in names}
+
+
+def is_open(r, frame_platforms: list[str]) -> bool:
+    """Open markers for every platform but the first (in reverse name order: ``H200`` before ``H100``)."""
+    return len(frame_platforms) > 1 and str(r["platform"]) != frame_platforms[0]
+
+
+def overlay_label(r, short: dict[str, str]) -> str:
+    """Legend text of an overlaid series: [platform] engine precision, format, threads, transfer."""
+    lab = series_label(r, True)
+    return f"{short[str(r['platform'])]} {lab}" if len(short) > 1 else lab
+
+
+def overlay_series(sub: pd.DataFrame) -> list[tuple[tuple, pd.DataFrame]]:
+    """The series of an overlaid panel: one per platform, engine, precision, format, threads, transfer."""
+    cols = [c for c in ["platform", *SERIES_COLS] if c in sub]
+    return [(k if isinstance(k, tuple) else (k,), g) for k, g in sub.groupby(cols, sort=True)]
+
+
+def _kind(device) -> str:
+    return "CPU" if str(device).startswith("cpu") else "GPU"
+
+
+def overlay_facets(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """Panels where the axes agree: one per model and device kind, every platform and engine overlaid.
+
+    Why: a panel per platform, model and engine family left most panels with one point and never set
+    two GPUs or two engines side by side. A panel holding more than `MAX_SERIES` series is cut by
+    precision (precisions packed in the precision table's order, so fp32 and fp16 share a panel when
+    they fit); one precision with too many series is cut into balanced parts, titled ``(1/2)``.
+    CPU and GPU rows never share a panel (their scales differ a hundredfold).
+    """
+    if frame.empty:
+        return []
+    data = frame.assign(_kind=[_kind(d) for d in frame["device"]]) if "device" in frame else frame.assign(
+        _kind="GPU")
+    out: list[tuple[str, pd.DataFrame]] = []
+    kinds = data["_kind"].nunique()
+    for (model, kind), sub in data.groupby(["model", "_kind"], sort=True):
+        head = f"{model}" + (f" — {kind}" if kinds > 1 else "")
+        sub = sub.drop(columns="_kind")
+        if len(overlay_series(sub)) <= MAX_SERIES:
+            out.append((head, sub))
+            continue
+        precs = sorted(sub["precision"].astype(str).unique(),
+                       key=lambda p: (PRECISION_ORDER.index(p) if p in PRECISION_ORDER else 99, p))
+        packs: list[list[str]] = []
+        size = 0
+        for p in precs:
+            n = len(overlay_series(sub[sub["precision"] == p]))
+            if packs and size + n <= MAX_SERIES:
+                packs[-1].append(p)
+                size += n
+            else:
+                packs.append([p])
+                size = n
+        for pack in packs:
+            rows = sub[sub["precision"].astype(str).isin(pack)]
+            series = overlay_series(rows)
+            parts = math.ceil(len(series) / MAX_SERIES)
+            step = math.ceil(len(series) / parts)
+            for i in range(parts):
+                chunk = pd.concat([g for _, g in series[i * step : (i + 1) * step]])
+                part = f" ({i + 1}/{parts})" if parts > 1 else ""
+                out.append((f"{head} — {', '.join(pack)}{part}", chunk))
+    return out

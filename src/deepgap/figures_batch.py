@@ -13,7 +13,14 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from deepgap.figure_style import facets, series_of, thread_list
+from deepgap.figure_style import (
+    is_open,
+    overlay_facets,
+    overlay_label,
+    overlay_series,
+    platform_names,
+    thread_list,
+)
 from deepgap.figures import (
     Figure,
     flag_marks,
@@ -39,20 +46,26 @@ def _per_panel(
     need: str | None = None,
     why: str = "",
 ) -> Figure:
-    """Small multiples: one panel per platform, model and engine family (≤ 8 series each).
+    """Small multiples: one panel per model (`overlay_facets`), every platform and engine overlaid.
 
-    ``draw(ax, series_rows, style)`` draws one series.
+    ``draw(ax, series_rows, style)`` draws one series; the second platform's markers are open.
     """
     data = agg if need is None or agg.empty else agg[agg[need].notna()] if need in agg else agg.iloc[0:0]
     if data.empty:
         return Figure(name, title, caption, unavailable=why or "unavailable: no successful measurement")
-    panels = facets(data)
-    fig, axes = subplots_grid(len(panels), w=3.6, h=2.7, ncols=4)
+    panels = overlay_facets(data)
+    fig, axes = subplots_grid(len(panels), w=4.4, h=3.0, ncols=3)
     threads = thread_list(data)
+    short = platform_names(data)
+    order = list(short)
     for ax, (ptitle, sub) in zip(axes, panels, strict=False):
-        several = sub["engine"].nunique() > 1
-        for _, s in series_of(sub):
-            draw(ax, s.sort_values("batch_size"), series_style(s.iloc[0], threads, with_engine=several))
+        for _, s in overlay_series(sub):
+            r0 = s.iloc[0]
+            st = series_style(r0, threads)
+            st["label"] = overlay_label(r0, short)
+            if is_open(r0, order):
+                st["mfc"] = "none"
+            draw(ax, s.sort_values("batch_size"), st)
         ax.set_title(ptitle, fontsize=8)
         ax.set_xlabel(xlabel, fontsize=7)
         ax.set_ylabel(ylabel, fontsize=7)

@@ -332,6 +332,6 @@ def thermal_timeline(
         "by precision (the colours of every figure: "
         + ", ".join(f"{p.colour_name} {n}" for n, p in PRECISIONS.items()) + ").",
         fig,
-        dpi=60 if appendix else 90,
+        dpi=55 if appendix else 75,
         appendix=appendix,
     )

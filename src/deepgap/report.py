@@ -27,6 +27,7 @@ from deepgap.analysis.recommend import recommend
 from deepgap.analysis.samples import pooled_samples_fn  # noqa: F401  (re-exported)
 from deepgap.envinfo import redact_text
 from deepgap.errors import UsageError
+from deepgap.figure_style import platform_names
 from deepgap.render import sections
 from deepgap.render.sections import ReportContext, TableSpec
 from deepgap.report_format import (
@@ -62,6 +63,7 @@ class Report:
     interactive: bool = False  # plotly figures (else PNGs only)
     filters: dict[str, list[str]] = field(default_factory=dict)  # filter menus: model, engine, …
     table_specs: dict[str, TableSpec] = field(default_factory=dict)  # this build's tables: title, columns
+    ratios: pd.DataFrame = field(default_factory=pd.DataFrame)  # fastest GPU over each other GPU, per model
 
 
 def load_context(store_path: str, run_ids: list[str] | None = None,
@@ -95,9 +97,12 @@ def shown_store_path(store_path: str) -> str:
 def build(store_path: str, run_ids: list[str] | None = None, interactive: bool = True) -> Report:
     """Read the store and build every registered section (`deepgap.render.sections`); nothing is written.
 
-    ``interactive``: also draw plotly versions of the per-batch figures (when plotly is installed).
+    ``interactive``: also draw plotly versions of the per-batch figures (plotly must be installed:
+    `figures_interactive.require`; there is no silent fallback to a static page).
     """
-    ctx = load_context(store_path, run_ids, interactive and fi.available())
+    if interactive:
+        fi.require()
+    ctx = load_context(store_path, run_ids, interactive)
     df, agg = ctx.results, ctx.configurations
     rep = Report(shown_store_path(store_path), _dt.datetime.now().isoformat(timespec="seconds"), ctx.runs)
     ok = df[df["status"] == "ok"] if not df.empty else df
@@ -118,6 +123,11 @@ def build(store_path: str, run_ids: list[str] | None = None, interactive: bool =
         rep.table_specs.update(section.table_specs)
         rep.table_specs.update(parts.table_specs)
     rep.answer_table, rep.how_sure = report_answer.answers(agg, df)
+    store = Store(store_path, readonly=True)
+    try:
+        rep.ratios = report_answer.cross_gpu_ratios(agg, pooled_samples_fn(store))
+    finally:
+        store.close()
     if rep.interactive and not agg.empty:
         rep.filters = {
             "model": sorted(map(str, agg["model"].unique())),
@@ -148,7 +158,10 @@ def render_html(rep: Report, files_dir: str) -> str:
     import jinja2
 
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("deepgap", "templates"), autoescape=jinja2.select_autoescape(["html"])
+        loader=jinja2.PackageLoader("deepgap", "templates"),
+        autoescape=jinja2.select_autoescape(["html"]),
+        trim_blocks=True,  # the page's size is a budget (≤ 3 MB): no indentation repeated per table cell
+        lstrip_blocks=True,
     )
     env.filters.update(ips=fmt_ips, ms=fmt_ms, gib=fmt_gib, lst=fmt_list)
     figs = [
@@ -167,6 +180,8 @@ def render_html(rep: Report, files_dir: str) -> str:
         for f in rep.figures
     ]
     interactive = any(f["plotly"] for f in figs)
+    agg = rep.tables.get("configurations")
+    platforms = list(platform_names(agg).values()) if agg is not None and len(agg) else []
     specs = rep.table_specs or TABLE_SPECS  # a Report built by hand: the core tables
     shown = [html_table(n, rep.tables[n], specs[n]) for n in specs if n in rep.tables and len(rep.tables[n])]
     empty = [specs[n][0] for n in specs if n in rep.tables and not len(rep.tables[n])]
@@ -178,7 +193,11 @@ def render_html(rep: Report, files_dir: str) -> str:
         tables=shown,
         empty_tables=empty,
         files_dir=files_dir,
-        answer_rows=_with_spans(rep.answer_table),
+        answer_rows=answer_rows(rep.answer_table, rep.ratios),
+        has_ratios=bool(len(rep.ratios)),
+        ratio_names=", ".join(sorted({f"{a} / {b}" for a, b in _ratio_pairs(rep.ratios)})),
+        first_platform=platforms[0] if len(platforms) > 1 else "",
+        other_platforms=", ".join(platforms[1:]),
         how_sure=rep.how_sure.to_dict("records"),
         machines=machines(rep.runs),
         machine_headers=MACHINE_HEADERS,
@@ -191,9 +210,41 @@ def render_html(rep: Report, files_dir: str) -> str:
         precision_colors=figures.PREC_COLORS,
         engine_markers=_marker_key(rep),
         interactive=interactive,
-        plotly_js=fi.bundle() if interactive else "",
+        plotly_b64=fi.bundle_b64() if interactive else "",
         filters=rep.filters if interactive else {},
     )
+
+
+def _ratio_pairs(ratios: pd.DataFrame) -> list[tuple[str, str]]:
+    if ratios.empty:
+        return []
+    short = platform_names(pd.DataFrame({"platform": [*ratios["platform_a"], *ratios["platform_b"]]}))
+    return [(short[a], short[b]) for a, b in zip(ratios["platform_a"], ratios["platform_b"], strict=True)]
+
+
+def answer_rows(answer: pd.DataFrame, ratios: pd.DataFrame) -> list[dict[str, Any]]:
+    """The answer table's rows; with two GPUs, model by model, each model's ratio row first.
+
+    Why first: a two-GPU store is asked how the GPUs compare, so the ratio leads its model's rows and
+    the whole answer stays on the first screen (`report_answer.cross_gpu_ratios` computes it).
+    """
+    if ratios.empty or answer.empty:
+        return _with_spans(answer)
+    pairs = _ratio_pairs(ratios)
+    out: list[dict[str, Any]] = []
+    for model, res in dict.fromkeys(zip(answer["model"], answer["resolution"], strict=True)):
+        keys = list(zip(ratios["model"], ratios["resolution"], strict=True))
+        mine = [i for i, k in enumerate(keys) if k == (model, res)]
+        for pair in dict.fromkeys(pairs[i] for i in mine):
+            items = [ratios.iloc[i].to_dict() for i in mine if pairs[i] == pair]
+            out.append({"ratio": True, "model": model, "resolution": int(res), "label": " / ".join(pair),
+                        "parts": [{**it, "goal": RATIO_GOALS.get(it["goal"], it["goal"])} for it in items]})
+        rows = answer[(answer["model"] == model) & (answer["resolution"] == res)]
+        out += _with_spans(rows)
+    return out
+
+
+RATIO_GOALS = {"throughput": "throughput", "latency": "median latency", "per joule": "energy per image"}
 
 
 def _with_spans(answer: pd.DataFrame) -> list[dict[str, Any]]:
@@ -229,8 +280,13 @@ def _marker_key(rep: Report) -> list[tuple[str, str]]:
     return [(e, glyph.get(marker(e), "★")) for e in engines]
 
 
-def check_output(html_path: str) -> str:
-    """Absolute output path, or a `UsageError` when it cannot be written (checked before any work)."""
+def check_output(html_path: str, interactive: bool = True) -> str:
+    """Absolute output path, or a `UsageError` when it cannot be written (checked before any work).
+
+    ``interactive``: the page will need plotly, so its absence fails here too, before a run or a build.
+    """
+    if interactive:
+        fi.require()
     check_output_path(html_path, "report", stdout_ok=False)  # never a device, FIFO or /dev path
     path = os.path.abspath(html_path)
     if os.path.isdir(path):
@@ -248,7 +304,9 @@ def check_output(html_path: str) -> str:
         os.close(fd)
         os.unlink(tmp)
     except OSError as exc:
-        raise UsageError(f"cannot write {html_path}: {exc.strerror} in {probe}", "pass a writable -o path") from None
+        raise UsageError(
+            f"cannot write {html_path}: {exc.strerror} in {probe}", "pass a writable -o path"
+        ) from None
     files = os.path.join(folder, files_dir_name(path))
     if os.path.exists(files) and not os.path.isdir(files):
         raise UsageError(f"{files} exists and is not a folder", "remove it or pass another -o path")
@@ -265,16 +323,16 @@ def write_report(
 ) -> list[str]:
     """Write the HTML report, its PNGs and CSVs; returns the written paths (HTML first).
 
-    ``static``: PNG figures only, no script (smaller; the default page is interactive when plotly is
-    installed, with the same PNGs written beside it).
+    ``static``: PNG figures only, no script, and the page says so. The default page is interactive and
+    needs plotly (a `UsageError` at once when it is missing); the same PNGs are written beside it.
     """
-    path = check_output(html_path)
+    path = check_output(html_path, interactive=not static)
     return save(build(store_path, run_ids, interactive=not static), path)
 
 
 def save(rep: Report, html_path: str) -> list[str]:
     """Write a built report (page, PNGs, CSVs) atomically; returns the written paths (HTML first)."""
-    path = check_output(html_path)
+    path = check_output(html_path, interactive=rep.interactive)
     folder, files = os.path.dirname(path), files_dir_name(path)
     html = render_html(rep, files)
     os.makedirs(folder, exist_ok=True)
@@ -288,6 +346,8 @@ def save(rep: Report, html_path: str) -> list[str]:
                     fh.write(f.png)
                 written.append(os.path.join(folder, files, f.name + ".png"))
         tables = {**rep.tables, "answer": rep.answer_table, "how_sure": rep.how_sure}
+        if len(rep.ratios):
+            tables["answer_ratios"] = rep.ratios
         for name, frame in tables.items():
             csv_frame(frame).to_csv(os.path.join(tmp, files, name + ".csv"), index=False)
             written.append(os.path.join(folder, files, name + ".csv"))

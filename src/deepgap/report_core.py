@@ -14,6 +14,7 @@ from deepgap import figures_interactive as fi
 from deepgap.analysis import compare as cmp
 from deepgap.analysis import failures, reference, tables
 from deepgap.analysis.thermal import thermal_state
+from deepgap.figure_style import overlay_label
 from deepgap.figures import Figure
 from deepgap.render.sections import Parts, ReportContext, Section, register
 from deepgap.report_format import TABLE_SPECS, machine_key, machine_label
@@ -122,16 +123,19 @@ def gpu_part(tel: pd.DataFrame, df: pd.DataFrame, run: dict) -> pd.DataFrame:
 
 def _interactive(figs: list[Figure], agg: pd.DataFrame, par: pd.DataFrame, sp32: pd.DataFrame) -> None:
     """Attach plotly versions to the per-batch figures."""
-    ci = ("throughput_ci_low_ips", "throughput_ci_high_ips")
-    lat_ci = ("latency_median_ci_low_s", "latency_median_ci_high_s")
+    ci = ("throughput_ci_low_ips", "throughput_ci_high_ips", "throughput img/s")
+    lat_ci = ("latency_median_ci_low_s", "latency_median_ci_high_s", "median latency ms")
+    p99 = ("latency_p99_s", "P99 (ms)")
 
-    def speedup_label(r, several):
+    def speedup_label(r, short):
         base = r.get("baseline_engine", r["engine"])
-        return fi.series_label(r, several) + ("" if base == r["engine"] else f" ÷ {base} fp32")
+        return overlay_label(r, short) + ("" if base == r["engine"] else f" ÷ {base} fp32")
 
     specs = {
-        "fig06_throughput_vs_batch": lambda: fi.lines(agg, "throughput_ips", "images/s", err=ci),
-        "fig08_latency_vs_batch": lambda: fi.lines(agg, "latency_median_s", "ms", 1e3, logy=True, err=lat_ci),
+        "fig06_throughput_vs_batch": lambda: fi.lines(agg, "throughput_ips", "images/s", ci=ci),
+        "fig08_latency_vs_batch": lambda: fi.lines(
+            agg, "latency_median_s", "ms", 1e3, logy=True, ci=lat_ci, band=p99
+        ),
         "fig10_pareto": lambda: fi.pareto(par),
         "fig11_speedup_vs_fp32": lambda: fi.lines(sp32, "speedup", "× FP32", label_fn=speedup_label),
         "fig_perf_per_watt": lambda: fi.lines(agg, "ips_per_watt", "images/s per W"),

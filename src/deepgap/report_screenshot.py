@@ -62,6 +62,7 @@ def screenshot(
             "--disable-extensions",
             f"--user-data-dir={profile}/p",
             "--host-resolver-rules=MAP * ~NOTFOUND",
+            "--virtual-time-budget=20000",  # the page inflates plotly.js, then draws: wait for it
             f"--window-size={width},{height}",
             f"--screenshot={tmp_png}",
             "file://" + os.path.abspath(path) + (f"#{anchor}" if anchor else ""),

@@ -24,26 +24,36 @@ def _departs(r: dict[str, Any]) -> str:
     return {True: "departs", False: "agrees"}.get(r.get("departs"), "–")
 
 
+def _config(r: dict[str, Any]) -> str:
+    fmt = r.get("memory_format") or "nchw"
+    return f"{r.get('engine')} {r.get('precision')}" + ("" if fmt == "nchw" else f" {fmt}")
+
+
+def _batches(r: dict[str, Any]) -> str:
+    """``256``, or ``256 / 32`` when A and B ran at different batches (their configurations say which)."""
+    a, b = (str(r.get(k) or "") for k in ("configuration_a", "configuration_b"))
+    ba, bb = (next((w[2:] for w in t.split() if w.startswith("bs") and w[2:].isdigit()), "") for t in (a, b))
+    return ba if ba == bb or not bb else f"{ba} / {bb}"
+
+
+def _mj(r: dict[str, Any]) -> str:
+    a, b = r.get("joules_per_image_a"), r.get("joules_per_image_b")
+    return f"{fmt_num(1e3 * a if a else None)} · {fmt_num(1e3 * b if b else None)}"
+
+
+# A/B columns narrow enough for a 1280 px page: platforms in the title, the full configurations,
+# per-op predictions, memory-time share and ceilings' source in the CSV
 _PAIR_COLUMNS: list[tuple[str, Any]] = [
-    ("A", "platform_a"),
-    ("B", "platform_b"),
     ("model", "model"),
-    ("engine", "engine"),
-    ("precision", "precision"),
-    ("A configuration", "configuration_a"),
+    ("engine precision format", _config),
+    ("batch A / B", _batches),
     ("A images/s", lambda r: fmt_ips(r.get("throughput_ips_a"))),
-    ("B configuration", "configuration_b"),
     ("B images/s", lambda r: fmt_ips(r.get("throughput_ips_b"))),
-    ("A/B", lambda r: fmt_x(r.get("speedup"))),
-    ("95% CI", lambda r: fmt_ci(r.get("speedup_ci_low"), r.get("speedup_ci_high"), fmt_x)),
-    ("roofline A/B", lambda r: fmt_x(r.get("predicted_ratio"))),
-    ("bound (A/B)", "bound"),
-    ("roofline per op", lambda r: fmt_x(r.get("predicted_ratio_per_op"))),
-    ("memory-time share A", lambda r: fmt_num(r.get("memory_time_share_a"), ".2f")),
+    ("A/B · 95% CI", lambda r: f"{fmt_x(r.get('speedup'))} "
+     + fmt_ci(r.get("speedup_ci_low"), r.get("speedup_ci_high"), lambda v: fmt_num(v, ".3g"))),
+    ("roofline A/B", lambda r: f"{fmt_x(r.get('predicted_ratio'))} ({r.get('bound') or '–'})"),
     ("vs roofline", _departs),
-    ("ceilings", "roofline_source"),
-    ("A mJ/image", lambda r: fmt_num(1e3 * r["joules_per_image_a"] if r.get("joules_per_image_a") else None)),
-    ("B mJ/image", lambda r: fmt_num(1e3 * r["joules_per_image_b"] if r.get("joules_per_image_b") else None)),
+    ("mJ/image A · B", _mj),
 ]
 TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
     "platforms_ceilings": (
@@ -142,7 +152,13 @@ def section(
 def build(ctx: ReportContext) -> Parts:
     """The section's part of one report build."""
     found, figs = section(ctx.store_path, ctx.run_ids)
-    return Parts(found, figs)
+    titles = {}  # the platforms in the title, not in two columns of every row
+    for key, (title, cols) in TABLE_SPECS.items():
+        if key in found and "platform_a" in found[key] and len(found[key]):
+            pairs = dict.fromkeys(zip(found[key]["platform_a"], found[key]["platform_b"], strict=True))
+            names = "; ".join(f"A = {a}, B = {b}" for a, b in pairs)
+            titles[key] = (title.replace("Platform A over platform B", f"A over B ({names})"), cols)
+    return Parts(found, figs, titles)
 
 
 SECTION = register(Section("platforms", 30, build, TABLE_SPECS))

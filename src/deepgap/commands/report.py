@@ -1,4 +1,6 @@
-"""``deepgap report``: a store → one self-contained HTML page, with every figure as PNG and table as CSV.
+"""``deepgap report``: a store → one self-contained HTML page (≤ 3 MB), figures and tables beside it.
+
+The page links nothing outside itself; the PNGs and CSVs go to ``<name>_files/``.
 
 `write_report` is also what ``deepgap run --report`` calls after a run.
 """
@@ -30,8 +32,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument(
         "--static",
         action="store_true",
-        help="PNG figures only, no script: a smaller page (the default embeds plotly.js, about 4.6 MB, "
-        "for hover, legend toggles and filters, when plotly is installed)",
+        help="PNG figures only, no script; the page says it is static (the default page embeds plotly.js "
+        "once, gzipped, about 2 MB, for hover, legend toggles and filters, and needs plotly installed)",
     )
     add_read_flags(p)  # --redact: the default now, kept so that older command lines still work
     p.add_argument("--no-redact", action="store_true",
@@ -82,9 +84,9 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
                          "pass one of them (redacting is the default)")
     use_read_flags(args)
     size = _size(args.size)
-    check_output(args.output)
+    check_output(args.output, interactive=not args.static)  # plotly missing: exit 2 now, not a static page
     if args.screenshot:
-        check_output(args.screenshot)
+        check_output(args.screenshot, interactive=False)
         if find_chromium() is None:
             raise UsageError(
                 "--screenshot needs Chromium, which is not installed", "apt-get install chromium"
