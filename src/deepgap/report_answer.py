@@ -349,7 +349,7 @@ def _gpu_order(agg: pd.DataFrame) -> list[str]:
     return list(gpu.groupby("platform")["throughput_ips"].max().sort_values(ascending=False).index)
 
 
-def _ratio_text(point: float | None, lo: float | None, hi: float | None) -> str:
+def _ci_ratio_text(point: float | None, lo: float | None, hi: float | None) -> str:
     if point is None:
         return "–"
     ci = f" [{lo:.3g}, {hi:.3g}]" if lo is not None and hi is not None else ""
@@ -400,7 +400,7 @@ def cross_gpu_ratios(agg: pd.DataFrame, samples_fn) -> pd.DataFrame:
                 rows.append({
                     "model": key[0], "resolution": int(key[1]), "platform_a": pa, "platform_b": pb,
                     "goal": GOALS[obj], "ratio": point, "ci_low": lo, "ci_high": hi,
-                    "text": _ratio_text(point, lo, hi),
+                    "text": _ci_ratio_text(point, lo, hi),
                     "basis": "same configuration" if same else "best vs best",
                     "configuration_a": _short(a), "configuration_b": _short(b),
                 })
