@@ -194,6 +194,7 @@ def render_html(rep: Report, files_dir: str) -> str:
         empty_tables=empty,
         files_dir=files_dir,
         answer_rows=answer_rows(rep.answer_table, rep.ratios),
+        accuracy_header=report_answer.ANSWER_ACCURACY_HEADER,
         has_ratios=bool(len(rep.ratios)),
         ratio_names=", ".join(sorted({f"{a} / {b}" for a, b in _ratio_pairs(rep.ratios)})),
         first_platform=platforms[0] if len(platforms) > 1 else "",

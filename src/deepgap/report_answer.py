@@ -74,9 +74,17 @@ def accuracy_text(a: dict[str, Any]) -> str:
     if a.get("cosine") is not None:
         parts.append(f"cos {a['cosine']:.4f}")
     ag = agreement(a.get("top1"), a.get("n"), a.get("weights"))
-    if ag is not None:
-        parts.append(ag.label().replace(" on synthetic", ", synthetic"))
+    if ag is not None:  # what the inputs and weights were is said once, in the column's header
+        parts.append(ag.label().split(" on synthetic")[0].replace("top-1 agreement", "top-1 agree")
+                     + ANSWER_WEIGHTS_MARK.get(ag.weights, "†"))
     return " · ".join(parts) or "not checked"
+
+
+# The answer's accuracy column says once what its top-1 agreement was measured on (`analysis.accuracy`):
+# a mark per cell names the weights, the header explains the marks.
+ANSWER_WEIGHTS_MARK = {"random": "*", "state-dict": ""}
+ANSWER_ACCURACY_HEADER = ("accuracy vs FP32 (top-1 agreement on synthetic inputs; * random weights, "
+                          "† weights not recorded: random unless the run had --weights)")
 
 
 def _short(row: dict[str, Any]) -> str:
