@@ -29,7 +29,7 @@ from deepgap.envinfo import redact, redact_value
 from deepgap.errors import StoreError, StoreFullError
 from deepgap.records import ConfigSpec, Result, Status
 from deepgap.result_details import ResultDetails
-from deepgap.store import guard, held
+from deepgap.store import guard, held, writelock
 from deepgap.store.guard import (
     APPLICATION_ID,
     Connection,
@@ -118,7 +118,11 @@ class Store(RowDecoder, TableAccess):
                                  "pass another store path")
         if not readonly:
             self._check_writable(exists)
+            guard.check_space(self.path)  # a full disk: one line, before SQLite makes a -wal/-shm it cannot fill
         self._created = not readonly and (not exists or os.path.getsize(self.path) == 0)
+        # appenders share the write lock; a merge or recovery of this file waits for them (writelock.py)
+        self._lock = None if readonly else writelock.acquire(self.path, False, "write to")
+        logs = {f: os.path.exists(f) for f in (f"{self.path}-wal", f"{self.path}-shm")}
         try:
             self.con = connect(self.path, readonly)
             self._held = held.hold(self.path)  # no raw open/close of the file while open (held.py)
@@ -140,6 +144,9 @@ class Store(RowDecoder, TableAccess):
                 held.release(getattr(self, "_held", None))
             if not exists and os.path.exists(self.path) and os.path.getsize(self.path) == 0:
                 os.remove(self.path)  # nothing half-made is left behind
+            if self._lock is not None:
+                self._lock.release()
+                writelock.remove_new_logs(self.path, [f for f, was in logs.items() if not was])
             raise
         self.con.row_factory = sqlite3.Row
 
@@ -213,6 +220,9 @@ class Store(RowDecoder, TableAccess):
             for f in (self.path, f"{self.path}-wal", f"{self.path}-shm", f"{self.path}-journal"):
                 if os.path.exists(f):
                     os.remove(f)
+        if getattr(self, "_lock", None) is not None:
+            self._lock.release()
+            self._lock = None
 
     # --- runs -------------------------------------------------------------------------------
     def begin_run(self, spec: dict[str, Any], command: str, env: dict[str, Any], version: str,

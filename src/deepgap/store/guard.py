@@ -106,6 +106,8 @@ def translate(exc: sqlite3.Error, path: str) -> StoreError:
         return StoreDamagedError(
             f"{path} is not a deepgap store: not an SQLite database (damaged header, or another file)",
             check_hint(path))
+    if ("full" in msg or "disk i/o error" in msg) and disk_full(path):
+        return full_error(path)
     if "malformed" in msg or "corrupt" in msg or "disk i/o error" in msg:
         return StoreDamagedError(f"{path} has damaged pages (SQLite: {exc})", check_hint(path))
     if "decode" in msg or "utf-8" in msg:
@@ -118,6 +120,42 @@ def translate(exc: sqlite3.Error, path: str) -> StoreError:
     if "readonly" in msg or "read-only" in msg:
         return StoreError(f"{path} cannot be written (SQLite: {exc})", "pass a writable path")
     return StoreError(f"cannot use store {path} (SQLite: {exc})", check_hint(path))
+
+
+MIN_FREE_BYTES = 1 << 20  # below this a writer refuses to start: SQLite needs room for its log and index
+
+
+def free_bytes(path: str) -> int | None:
+    """Bytes free to this user on the disk that holds (or will hold) ``path``; None if unknown."""
+    folder = os.path.dirname(os.path.abspath(path))
+    while folder and not os.path.isdir(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    try:
+        st = os.statvfs(folder)
+    except (OSError, AttributeError):  # pragma: no cover - Windows
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def disk_full(path: str) -> bool:
+    """Whether the disk of ``path`` is (nearly) full: SQLite then reports a healthy file's I/O as errors."""
+    free = free_bytes(path)
+    return free is not None and free < MIN_FREE_BYTES
+
+
+def full_error(path: str) -> StoreFullError:
+    """The one line for a full disk: the store is not damaged, and keeps what it held."""
+    free = free_bytes(path) or 0
+    return StoreFullError(f"the disk holding {path} is full ({free // 1024} KiB free); the store is not damaged "
+                          "and keeps everything stored before",
+                          "free disk space (at least 1 MiB), then run this again (`deepgap run --resume` continues "
+                          "an interrupted run)")
+
+
+def check_space(path: str) -> None:
+    """A `StoreFullError` before writing to ``path`` on a full disk (so that no ``-wal``/``-shm`` is made)."""
+    if disk_full(path):
+        raise full_error(path)
 
 
 class _Cursor(sqlite3.Cursor):
@@ -246,17 +284,9 @@ def check_header(path: str) -> None:
                          "pass another store path; if it was one, its header is damaged: " + check_hint(path))
     version = int.from_bytes(head[60:64], "big")
     app_id = int.from_bytes(head[68:72], "big")
-    if app_id == 0 and version == 0:
-        # A store being created right now by another process may not have its header checkpointed yet.
-        try:
-            con = sqlite3.connect(uri(path, True), uri=True)
-            try:
-                app_id = con.execute("PRAGMA application_id").fetchone()[0]
-                version = con.execute("PRAGMA user_version").fetchone()[0]
-            finally:
-                con.close()
-        except sqlite3.DatabaseError as exc:
-            raise translate(exc, path) from None
+    if has_log(path) or (app_id == 0 and version == 0):
+        # The write-ahead log may hold a newer first page: a new store's first transactions, a migration.
+        app_id, version = _header_through_sqlite(path, app_id, version)
     if app_id == APPLICATION_ID and version <= SCHEMA_VERSION:
         return
     tables, writers = _peek(path)
@@ -275,12 +305,39 @@ def check_header(path: str) -> None:
                             f"were written by deepgap {by})", check_hint(path))
 
 
+def has_log(path: str) -> bool:
+    """Whether ``path`` has a write-ahead log with content (committed transactions may be only there)."""
+    try:
+        return os.path.getsize(path + "-wal") > 0
+    except OSError:
+        return False
+
+
+def _header_through_sqlite(path: str, app_id: int, version: int) -> tuple[int, int]:
+    """The application id and schema version as SQLite reads them, the log included.
+
+    Falls back to the file's own bytes when the log cannot be opened (a read-only folder without
+    its ``-shm``): those are what a reader there sees too.
+    """
+    try:
+        con = sqlite3.connect(uri(path, True), uri=True, timeout=10)
+        try:
+            return (con.execute("PRAGMA application_id").fetchone()[0],
+                    con.execute("PRAGMA user_version").fetchone()[0])
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as exc:
+        if "unable to open" in str(exc).lower():
+            return app_id, version
+        raise translate(exc, path) from None
+
+
 def _peek(path: str) -> tuple[set[str], set[str]]:
     """Table names and the deepgap versions that wrote its runs (empty sets where unreadable)."""
     tables: set[str] = set()
     writers: set[str] = set()
     try:
-        con = sqlite3.connect(uri(path, True, immutable=True), uri=True)
+        con = sqlite3.connect(uri(path, True, immutable=not has_log(path)), uri=True)
         try:
             tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if "runs" in tables:
