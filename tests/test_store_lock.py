@@ -182,11 +182,13 @@ def test_a_full_disk_is_named_and_leaves_no_log(tmp_path, stores, full_disk, com
     s, x = stores
     _unfinished(s)
     before = _files(tmp_path)
-    argv = {"run --resume": ["run", "--resume", "--store", s, "--quiet"], "merge X -o S": ["merge", x, "-o", s]}
+    argv = {"run --resume": ["run", "--resume", "--store", s, "--quiet"],
+            "merge X -o S": ["merge", x, "-o", s]}
     out = deepgap_cli(*argv[command])
     assert out.returncode == 2
     err = out.stderr.strip()
-    assert len(err.splitlines()) == 1 and "full" in err and "damaged" not in err.replace("not damaged", ""), err
+    assert len(err.splitlines()) == 1 and "full" in err, err
+    assert "damaged" not in err.replace("not damaged", ""), err
     assert _files(tmp_path) == before  # unchanged, and no -wal, -shm, lock or temporary file
 
 

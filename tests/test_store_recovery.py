@@ -45,7 +45,8 @@ def healthy(tmp_path_factory) -> bytes:
 
 
 def _killed_copy(tmp_path) -> tuple[str, dict[str, int]]:
-    """A new store whose every transaction is still in its -wal, as a writer killed before a checkpoint leaves it."""
+    """A new store whose every transaction is still in its -wal, as a writer killed before a checkpoint
+    leaves it."""
     live = str(tmp_path / "live" / "s.sqlite")
     os.makedirs(os.path.dirname(live))
     writer = Store(live)
@@ -103,7 +104,7 @@ def test_check_during_a_write_and_after_a_kill(tmp_path):
     try:
         assert proc.stdout.readline().strip() == "ready"
         seen = []
-        for _ in range(8):
+        for _ in range(5):
             out = deepgap_cli("check", path)
             assert out.returncode == 0, out.stdout + out.stderr
             first = out.stdout.splitlines()[0]
@@ -130,7 +131,8 @@ def _patch(data: bytes, offset: int, new: bytes) -> bytes:
 
 
 def _intact_rows(data: bytes, tmp_path, pages_kept: int) -> dict[str, int]:
-    """Rows of each core table whose leaf page lies in the first ``pages_kept`` pages (no overflow here).
+    """Rows of each core table whose leaf page lies in the first ``pages_kept`` pages (no overflow here),
+    and whose result (for samples and telemetry) is intact too: a sample of a lost result cannot be kept.
 
     The page walk is checked against SQLite on the undamaged file first: every row is on one leaf.
     """
@@ -140,15 +142,19 @@ def _intact_rows(data: bytes, tmp_path, pages_kept: int) -> dict[str, int]:
     pf = pages.open_file(p)
     con = sqlite3.connect(f"file:{p}?immutable=1", uri=True)
     roots = dict(con.execute("SELECT name, rootpage FROM sqlite_master WHERE type = 'table'").fetchall())
-    out = {}
+    kept: dict[str, list[tuple[int, list]]] = {}
     for t in CORE:
         leaves = pages.tree_leaves(pf, roots[t], set())
         chain: set[int] = set()
-        per_leaf = {n: len(list(pages.leaf_rows(pf, n, chain))) for n in leaves}
-        assert not chain and sum(per_leaf.values()) == con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
-        out[t] = sum(k for n, k in per_leaf.items() if n <= pages_kept)
+        per_leaf = {n: list(pages.leaf_rows(pf, n, chain)) for n in leaves}
+        assert not chain
+        assert sum(map(len, per_leaf.values())) == con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+        kept[t] = [r for n, rows in per_leaf.items() if n <= pages_kept for r in rows]
     con.close()
-    return out
+    results = {rowid for rowid, _ in kept["results"]}
+    return {"runs": len(kept["runs"]), "results": len(results),
+            "samples": sum(v[0] in results for _, v in kept["samples"]),
+            "telemetry": sum(v[1] is None or v[1] in results for _, v in kept["telemetry"])}
 
 
 def _saved(out) -> dict[str, int]:

@@ -29,7 +29,7 @@ from deepgap.envinfo import redact, redact_value
 from deepgap.errors import StoreError, StoreFullError
 from deepgap.records import ConfigSpec, Result, Status
 from deepgap.result_details import ResultDetails
-from deepgap.store import guard, held, writelock
+from deepgap.store import guard, held, space, writelock
 from deepgap.store.guard import (
     APPLICATION_ID,
     Connection,
@@ -118,7 +118,7 @@ class Store(RowDecoder, TableAccess):
                                  "pass another store path")
         if not readonly:
             self._check_writable(exists)
-            guard.check_space(self.path)  # a full disk: one line, before SQLite makes a -wal/-shm it cannot fill
+            space.check_space(self.path)  # a full disk: one line, before SQLite makes a -wal/-shm
         self._created = not readonly and (not exists or os.path.getsize(self.path) == 0)
         # appenders share the write lock; a merge or recovery of this file waits for them (writelock.py)
         self._lock = None if readonly else writelock.acquire(self.path, False, "write to")

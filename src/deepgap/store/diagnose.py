@@ -26,7 +26,7 @@ from typing import Any
 
 from deepgap.errors import StoreError, UsageError
 from deepgap.records import Status
-from deepgap.store import writelock
+from deepgap.store import held, writelock
 from deepgap.store.guard import (
     SQLITE_MAGIC,
     BadText,
@@ -124,12 +124,13 @@ def check(path: str) -> CheckReport:
         rep.creating = bool(rep.holders)
         rep.fatal = "the file is empty (0 bytes): no store was ever written to it"
         return rep
-    rep.truncated = truncation(path)
+    raw = not held.is_held(path)  # a raw open/close would drop this process's SQLite locks (held.py)
+    rep.truncated = truncation(path) if raw else None
     if has_log(path):
         kib = os.path.getsize(path + "-wal") // 1024
         rep.log = (f"{kib} KiB of transactions not yet folded into the file (a run is writing it, or was "
                    "stopped): read with it")
-    rep.header = header_problem(path) or "ok"
+    rep.header = (header_problem(path) if raw else None) or "ok"
     if rep.header == "ok":
         try:
             check_header(path)
@@ -189,8 +190,8 @@ def header_problem(path: str) -> str | None:
         head = fh.read(100)
     fix = "; `--recover` rewrites it from the pages"
     if len(head) < 100:
-        return (f"the file is only {len(head)} bytes, shorter than SQLite's 100-byte header: it holds no data "
-                "at all (an interrupted copy)")
+        return (f"the file is only {len(head)} bytes, shorter than SQLite's 100-byte header: "
+                "it holds no data at all (an interrupted copy)")
     if head[:16] != SQLITE_MAGIC:
         return "damaged: the file does not start with SQLite's magic bytes, so SQLite refuses it" + fix
     raw = int.from_bytes(head[16:18], "big")
@@ -215,7 +216,8 @@ def truncation(path: str) -> str | None:
     pages = int.from_bytes(head[28:32], "big")
     valid = head[24:28] == head[92:96] and pages > 0  # SQLite trusts the count only then
     if valid and size < pages * page:
-        return (f"the file ends at page {size // page} of {pages} ({(pages * page - size) // 1024} KiB missing): "
+        missing = (pages * page - size) // 1024
+        return (f"the file ends at page {size // page} of {pages} ({missing} KiB missing): "
                 "it was cut short (an interrupted copy, a full disk)")
     if size % page:
         return f"the file ends inside page {size // page + 1}: it was cut short"
@@ -238,7 +240,7 @@ _REFERENCE: dict[int, dict[str, list[tuple[str, str]]]] = {}
 
 
 def reference(at: int) -> dict[str, list[tuple[str, str]]]:
-    """Table → its (column, declared type) list, in order, as a new store of schema version ``at`` has them."""
+    """Table → its (column, declared type) list, in order, as a new store of version ``at`` has them."""
     if at not in _REFERENCE:
         con = sqlite3.connect(":memory:", isolation_level=None)
         migrate(con, at)
@@ -257,7 +259,8 @@ def reference_sql(at: int) -> dict[str, str]:
     if at not in _SQL:
         con = sqlite3.connect(":memory:", isolation_level=None)
         migrate(con, at)
-        _SQL[at] = {r[0]: r[1] for r in con.execute("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL")}
+        rows = con.execute("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL").fetchall()
+        _SQL[at] = {r[0]: r[1] for r in rows}
         con.close()
     return _SQL[at]
 
@@ -291,7 +294,8 @@ def schema_problems(con: sqlite3.Connection, at: int) -> list[str]:
     """
     ref = reference(at)
     stored = [str(t) for t in _tables(con) if not str(t).startswith("sqlite_")]
-    statements = {str(n): q for n, q in con.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'")}
+    statements = {str(n): q for n, q in
+                  con.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'").fetchall()}
     out = []
     renamed = damaged_names(stored, list(ref))
     out += [f"table {t!r} is stored under the damaged name {s!r}" for s, t in renamed.items()]

@@ -27,6 +27,7 @@ from urllib.request import pathname2url
 from deepgap.errors import StoreDamagedError, StoreError, StoreFullError
 from deepgap.store import held
 from deepgap.store.migrations import SCHEMA_VERSION
+from deepgap.store.space import disk_full, full_error
 
 APPLICATION_ID = 0x44475031  # "DGP1"
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -120,42 +121,6 @@ def translate(exc: sqlite3.Error, path: str) -> StoreError:
     if "readonly" in msg or "read-only" in msg:
         return StoreError(f"{path} cannot be written (SQLite: {exc})", "pass a writable path")
     return StoreError(f"cannot use store {path} (SQLite: {exc})", check_hint(path))
-
-
-MIN_FREE_BYTES = 1 << 20  # below this a writer refuses to start: SQLite needs room for its log and index
-
-
-def free_bytes(path: str) -> int | None:
-    """Bytes free to this user on the disk that holds (or will hold) ``path``; None if unknown."""
-    folder = os.path.dirname(os.path.abspath(path))
-    while folder and not os.path.isdir(folder) and os.path.dirname(folder) != folder:
-        folder = os.path.dirname(folder)
-    try:
-        st = os.statvfs(folder)
-    except (OSError, AttributeError):  # pragma: no cover - Windows
-        return None
-    return st.f_bavail * st.f_frsize
-
-
-def disk_full(path: str) -> bool:
-    """Whether the disk of ``path`` is (nearly) full: SQLite then reports a healthy file's I/O as errors."""
-    free = free_bytes(path)
-    return free is not None and free < MIN_FREE_BYTES
-
-
-def full_error(path: str) -> StoreFullError:
-    """The one line for a full disk: the store is not damaged, and keeps what it held."""
-    free = free_bytes(path) or 0
-    return StoreFullError(f"the disk holding {path} is full ({free // 1024} KiB free); the store is not damaged "
-                          "and keeps everything stored before",
-                          "free disk space (at least 1 MiB), then run this again (`deepgap run --resume` continues "
-                          "an interrupted run)")
-
-
-def check_space(path: str) -> None:
-    """A `StoreFullError` before writing to ``path`` on a full disk (so that no ``-wal``/``-shm`` is made)."""
-    if disk_full(path):
-        raise full_error(path)
 
 
 class _Cursor(sqlite3.Cursor):
@@ -385,7 +350,7 @@ def check_schema(con: sqlite3.Connection, path: str, expected: dict[str, set[str
 
 def column_types(con: sqlite3.Connection, table: str) -> dict[str, tuple[str, bool]]:
     """Column → (declared type, NOT NULL) of ``table``."""
-    rows = con.execute(f"PRAGMA table_info({table})").fetchall()
+    rows = con.execute(f'PRAGMA table_info("{table}")').fetchall()
     return {r[1]: (str(r[2]).upper(), bool(r[3])) for r in rows}
 
 

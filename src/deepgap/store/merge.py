@@ -20,7 +20,15 @@ from dataclasses import dataclass, field
 from deepgap.envinfo import REDACT_KEYS, redact, redact_value
 from deepgap.errors import StoreDamagedError, StoreError
 from deepgap.store import SCHEMA_VERSION, Store
-from deepgap.store.guard import check_hint, check_space, column_types, immutable_read, row_problem, translate, uri
+from deepgap.store.guard import (
+    check_hint,
+    column_types,
+    immutable_read,
+    row_problem,
+    translate,
+    uri,
+)
+from deepgap.store.space import check_space
 from deepgap.store.tables import FEATURE_TABLES, TableSpec
 
 _RUN_RANK = {"running": 0, "interrupted": 1, "finished": 2}
@@ -65,10 +73,13 @@ def checkpoint(path: str) -> None:
 
 def snapshot(path: str, copy: str) -> None:
     """Copy the store at ``path`` (checkpointed: the file alone holds everything) into the file ``copy``."""
+    check_space(path)  # the copy goes beside it
     src = sqlite3.connect(uri(path, True, immutable=True), uri=True)
     dst = sqlite3.connect(copy)
     try:
         src.backup(dst)
+    except sqlite3.DatabaseError as exc:
+        raise translate(exc, path) from None
     finally:
         src.close()
         dst.close()

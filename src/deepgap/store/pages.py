@@ -160,7 +160,7 @@ def _payload(pf: PageFile, page: bytes, off: int, chain: set[int]) -> tuple[int,
 
 
 def leaf_rows(pf: PageFile, n: int, chain: set[int]) -> Iterator[tuple[int, list[object]]]:
-    """(rowid, values) of every cell of table-leaf page ``n`` that parses (its overflow pages into ``chain``)."""
+    """(rowid, values) of every cell of table-leaf page ``n`` that parses (overflow pages into ``chain``)."""
     cells = _cells(pf, n)
     if cells is None or cells[0] != _LEAF:
         return
@@ -209,7 +209,8 @@ def freelist(pf: PageFile) -> set[int]:
     return out
 
 
-def rows_by_table(pf: PageFile, roots: dict[str, int], widths: dict[str, int]) -> dict[str, dict[int, list[object]]]:
+def rows_by_table(pf: PageFile, roots: dict[str, int],
+                  widths: dict[str, int]) -> dict[str, dict[int, list[object]]]:
     """Table → rowid → values: each table's tree, then orphaned leaves by column count (``widths``).
 
     An orphan goes to the one table of its width, and only adds rowids its tree did not give.

@@ -92,7 +92,8 @@ def this_command() -> str:
     return shlex.join(argv)[:200]
 
 
-def acquire(store: str, exclusive: bool, what: str, wait_s: float | None = None, optional: bool = False) -> Lock:
+def acquire(store: str, exclusive: bool, what: str, wait_s: float | None = None,
+            optional: bool = False) -> Lock:
     """Take the lock of ``store`` (waiting up to ``wait_s``, default `WAIT_S`), or a `StoreError`.
 
     ``what``: the action, for the refusal ("merge into", "write to" …). ``optional``: where no lock
@@ -107,7 +108,8 @@ def acquire(store: str, exclusive: bool, what: str, wait_s: float | None = None,
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         except OSError as exc:
-            if exc.errno == errno.ENOENT or (optional and exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS)):
+            unwritable = exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS)
+            if exc.errno == errno.ENOENT or (optional and unwritable):
                 return Lock(path, None)  # no folder yet: no store there for anyone to write
             raise _cannot(store, path, exc) from None
         try:
@@ -212,7 +214,7 @@ def _cannot(store: str, path: str, exc: OSError) -> StoreError:
 
 
 def remove_new_logs(store: str, created: list[str]) -> None:
-    """Remove the ``-wal``/``-shm`` a failed open of ``store`` created, if they hold nothing and no one writes.
+    """Remove the ``-wal``/``-shm`` that a failed open of ``store`` made, if empty and no one writes it.
 
     Why: on a full disk SQLite creates the log and its index but cannot size them, and the failed
     command left them beside a healthy store. A log with content holds committed rows: it stays.
