@@ -102,6 +102,8 @@ def acquire(store: str, exclusive: bool, what: str, wait_s: float | None = None,
     path = lock_path(store)
     if fcntl is None:  # pragma: no cover
         return Lock(path, None)
+    if os.path.exists(store) and not os.path.isfile(store):  # no lock file beside a device node or FIFO
+        raise StoreError(f"{store} is not a regular file", "pass a store file path, e.g. results.sqlite")
     deadline = time.monotonic() + (WAIT_S if wait_s is None else wait_s)
     mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
     while True:
