@@ -86,6 +86,8 @@ def check_path(path: str) -> None:
     if exists:
         _check_existing(path)
     check_writable(path, exists)
+    if exists:  # a merge or recovery of it: wait (bounded) or refuse now, before a worker is started
+        writelock.acquire(path, False, "write to").release()
 
 
 class Store(RowDecoder, TableAccess):

@@ -27,6 +27,7 @@ import os
 import shlex
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -56,18 +57,26 @@ class Holder:
         return f"pid {self.pid}{me} ({self.command}, since {when})"
 
 
+_EXCLUSIVE: Counter[str] = Counter()  # lock files this process holds exclusive: it may open what it rewrites
+
+
 @dataclass
 class Lock:
-    """A held lock; `release` it (or use `shared`/`exclusive` as context managers)."""
+    """A held lock; `release` it (or use `exclusive` as a context manager)."""
 
     path: str  # the lock file
     fd: int | None
+    exclusive: bool = False
 
     def release(self) -> None:
         """Drop the lock; the last holder removes the lock file."""
         if self.fd is None:
             return
         fd, self.fd = self.fd, None
+        if self.exclusive:
+            _EXCLUSIVE[self.path] -= 1
+            if not _EXCLUSIVE[self.path]:
+                del _EXCLUSIVE[self.path]
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # nobody else holds it: remove the file
             if _same_file(fd, self.path):
@@ -104,6 +113,8 @@ def acquire(store: str, exclusive: bool, what: str, wait_s: float | None = None,
         return Lock(path, None)
     if os.path.exists(store) and not os.path.isfile(store):  # no lock file beside a device node or FIFO
         raise StoreError(f"{store} is not a regular file", "pass a store file path, e.g. results.sqlite")
+    if path in _EXCLUSIVE:  # this process rewrites the store: what it opens on it meanwhile is its own
+        return Lock(path, None)
     deadline = time.monotonic() + (WAIT_S if wait_s is None else wait_s)
     mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
     while True:
@@ -126,7 +137,9 @@ def acquire(store: str, exclusive: bool, what: str, wait_s: float | None = None,
             os.close(fd)
             continue
         _note(fd, exclusive)
-        return Lock(path, fd)
+        if exclusive:
+            _EXCLUSIVE[path] += 1
+        return Lock(path, fd, exclusive)
 
 
 @contextlib.contextmanager
