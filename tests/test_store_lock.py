@@ -15,7 +15,7 @@ import sys
 
 import pytest
 from clirun import deepgap_cli
-from fixtures_store import build_store, write_cpu_run
+from fixtures_store import build_store
 
 from deepgap.records import Result, Status
 from deepgap.store import Store, guard, writelock
@@ -64,17 +64,17 @@ def test_merge_into_a_store_a_run_is_writing_waits_then_refuses_and_loses_nothin
     s, x = stores
     run = Store(s)  # what `deepgap run --store S` holds for its whole sweep
     try:
-        mid = write_cpu_run(run)
+        mid = run.begin_run({}, "deepgap run", {}, "0")
         out = deepgap_cli("merge", x, "-o", s)
         assert out.returncode == 2
         err = out.stderr.strip()
         assert len(err.splitlines()) == 1 and err.startswith("deepgap: error: cannot merge into ")
         assert f"pid {os.getpid()}" in err and "being written" in err
-        late = write_cpu_run(run)  # the run goes on writing, into the same file
+        late = run.begin_run({}, "deepgap run", {}, "0")  # the run goes on writing, into the same file
     finally:
         run.close()
     ids = [r for r, _ in _runs(s)]
-    assert mid.run_id in ids and late.run_id in ids
+    assert mid in ids and late in ids
     assert deepgap_cli("merge", x, "-o", s).returncode == 0  # once the run is done
     merged = [r for r, _ in _runs(s)]
     assert set(ids) < set(merged) and len(merged) == len(ids) + 1
@@ -86,7 +86,7 @@ def test_redact_in_place_during_a_run_refuses(tmp_path, stores):
     run = Store(s)
     try:
         out = deepgap_cli("merge", s, "-o", s, "--redact")
-        write_cpu_run(run)
+        run.begin_run({}, "deepgap run", {}, "0")
     finally:
         run.close()
     assert out.returncode == 2 and "being written" in out.stderr
@@ -118,8 +118,8 @@ def test_appenders_share_the_lock(tmp_path, stores):
     s, _ = stores
     a, b = Store(s), Store(s)
     try:
-        write_cpu_run(a)
-        write_cpu_run(b)
+        a.begin_run({}, "deepgap run", {}, "0")
+        b.begin_run({}, "deepgap run", {}, "0")
     finally:
         a.close()
         b.close()
