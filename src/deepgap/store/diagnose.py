@@ -116,6 +116,8 @@ def open_read(path: str, writable_schema: bool = False) -> sqlite3.Connection:
 def check(path: str) -> CheckReport:
     """Check the store at ``path`` (see the module doc); the file is only read."""
     rep = CheckReport(path)
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise UsageError(f"{path} is not a regular file", "pass the path of a store file")
     if not os.path.isfile(path):
         raise UsageError(f"store {path} does not exist", "pass the path of a store file")
     rep.holders = [h.describe() for h in writelock.holders(path)]
