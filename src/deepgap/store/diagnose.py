@@ -127,7 +127,9 @@ def check(path: str) -> CheckReport:
         rep.fatal = "the file is empty (0 bytes): no store was ever written to it"
         return rep
     raw = not held.is_held(path)  # a raw open/close would drop this process's SQLite locks (held.py)
-    rep.truncated = truncation(path) if raw else None
+    # a file with a log is in flux (a checkpoint writes page 1 before the pages that grow the file):
+    # SQLite's own reads, the log included, find missing pages then
+    rep.truncated = truncation(path) if raw and not has_log(path) and not rep.holders else None
     if has_log(path):
         kib = os.path.getsize(path + "-wal") // 1024
         rep.log = (f"{kib} KiB of transactions not yet folded into the file (a run is writing it, or was "
