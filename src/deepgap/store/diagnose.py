@@ -68,6 +68,7 @@ class CheckReport:
     holders: list[str] = field(default_factory=list)  # who writes it now (pid, command)
     log: str | None = None  # what the write-ahead log holds
     creating: bool = False  # a writer is creating it right now: not a store yet, and not damaged
+    foreign: bool = False  # another program's SQLite file
 
     @property
     def damaged(self) -> bool:  # noqa: D102
@@ -78,7 +79,7 @@ class CheckReport:
 
     def lines(self) -> list[str]:
         """The report as text lines."""
-        verdict = "DAMAGED" if self.damaged else "ok"
+        verdict = "NOT A DEEPGAP STORE" if self.foreign else "DAMAGED" if self.damaged else "ok"
         if self.holders:
             verdict += f" (in use by {'; '.join(self.holders)})"
         out = [f"{self.path}: {verdict}"]
@@ -162,6 +163,11 @@ def check(path: str) -> CheckReport:
             stored = _tables(con)
         if rep.holders and not stored & set(CORE):
             rep.creating = True  # its writer has not committed its tables yet
+            return rep
+        if not stored & set(CORE) and "not a deepgap store" in rep.header:
+            rep.foreign = True
+            rep.fatal = ("an SQLite file without any of deepgap's tables: another program's file, or a store "
+                         "whose first page is lost (`--recover` still looks for rows page by page)")
             return rep
         rep.schema += schema_problems(con, _version(con))
         try:
