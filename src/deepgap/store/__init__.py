@@ -5,8 +5,9 @@ result row and its raw samples are committed together (``BEGIN IMMEDIATE`` … `
 skips the configuration keys a run already holds. WAL plus a busy timeout lets two runs write one
 store at once; a writing `Store` holds the store's write lock shared, so that a merge into the file
 or a recovery of it (which take it exclusive) waits for them (`deepgap.store.writelock`). A deepgap
-store is recognised by its ``application_id``; its schema version is ``user_version``, brought up to date when the store is opened (`deepgap.store.migrations`: in place
-for a writer, in memory for a reader). Every SQL statement of deepgap lives in this package: the
+store is recognised by its ``application_id``; its schema version is ``user_version``, brought up to
+date when the store is opened (`deepgap.store.migrations`: in place for a writer, in memory for a
+reader). Every SQL statement of deepgap lives in this package: the
 features' tables are declared here (`deepgap.store.tables`) and read and written through typed helpers
 (`deepgap.store.rows`); merging (`deepgap.store.merge`), checking (`deepgap.store.diagnose`) and
 recovery (`deepgap.store.recover`, `repair`, `pages`) too.
