@@ -1,7 +1,10 @@
-"""``deepgap check STORE [--recover NEW]``: say what is damaged in a store; save what is readable.
+"""``deepgap check STORE [--recover NEW]``: say what is damaged in a store; save every intact row.
 
-The damaged file is only read (see `deepgap.store.recover`). Exit code 0 when the store is healthy (or
-``--recover`` wrote the new store), 2 when it is damaged and nothing was recovered.
+``check`` reads the store as SQLite does, its write-ahead log included, and names who is writing it
+(`deepgap.store.diagnose`); ``--recover`` copies it under the store's write lock and saves what any
+technique reaches (`deepgap.store.recover`); the damaged file is only read. Exit code 0 when the
+store is healthy (or ``--recover`` saved rows into the new store), 2 when it is damaged and nothing
+was recovered. docs/store-recovery.md says what each can and cannot save.
 """
 
 from __future__ import annotations
@@ -10,31 +13,33 @@ import argparse
 import sys
 
 NAME = "check"
-HELP = "check a store for damage (integrity, every row decoded); --recover NEW saves what is readable"
+HELP = "check a store for damage (integrity, schema, every row decoded); --recover NEW saves every intact row"
 ORDER = 7
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("store", help="store file to check")
-    p.add_argument("--recover", metavar="NEW", help="write every readable row into this new store file")
+    p.add_argument("--recover", metavar="NEW", help="write every intact row into this new store file")
 
 
 def main(args: argparse.Namespace) -> int:  # noqa: D103
-    from deepgap.store.recover import check, recover
+    from deepgap.store.diagnose import check
+    from deepgap.store.recover import recover
 
-    rep, con = check(args.store)
-    if con is not None:
-        con.close()
+    rep = check(args.store)
     print("\n".join(rep.lines()))
     if args.recover:
         rec = recover(args.store, args.recover)
-        lost = sum(rec.lost.values())
-        print(f"recovered into {rec.output} ({rec.method}): "
-              + ", ".join(f"{n} {t}" for t, n in rec.saved.items())
-              + (f"; {lost} row(s) could not be saved" if lost else ""))
+        print(f"recovered into {rec.output} ({rec.method}): {sum(rec.saved.values())} row(s) kept, "
+              f"{sum(rec.lost.values())} found but lost (undecodable, or their run or result is lost)")
+        print("\n".join(rec.lines()))
         return 0
+    if rep.foreign and not args.recover:
+        print(f"deepgap: error: {args.store} is not a deepgap store; pass a store file (or try --recover NEW "
+              "if it was one)", file=sys.stderr)
+        return 2
     if rep.damaged:
         print(f"deepgap: error: {args.store} is damaged; `deepgap check {args.store} --recover NEW.sqlite` "
-              "saves what is readable", file=sys.stderr)
+              "saves every intact row", file=sys.stderr)
         return 2
     return 0

@@ -32,8 +32,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
 
 def main(args: argparse.Namespace) -> int:  # noqa: D103
     from deepgap.fleet.merge import merge
+    from deepgap.store import writelock
 
-    rep = merge(args.stores, args.output, on_conflict=args.on_conflict, runs=args.run, redact=args.redact)
+    # merging replaces the output file: no run, serve or other merge may write it meanwhile
+    with writelock.exclusive(args.output, "merge into"):
+        rep = merge(args.stores, args.output, on_conflict=args.on_conflict, runs=args.run, redact=args.redact)
     if args.json:
         print(json.dumps(dataclasses.asdict(rep)))
         return 0

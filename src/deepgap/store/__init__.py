@@ -3,11 +3,14 @@
 Why this shape: a sweep killed at any instant loses at most the configuration in flight, because a
 result row and its raw samples are committed together (``BEGIN IMMEDIATE`` … ``COMMIT``); ``--resume``
 skips the configuration keys a run already holds. WAL plus a busy timeout lets two runs write one
-store at once. A deepgap store is recognised by its ``application_id``; its schema version is
-``user_version``, brought up to date when the store is opened (`deepgap.store.migrations`: in place
-for a writer, in memory for a reader). Every SQL statement of deepgap lives in this package: the
+store at once; a writing `Store` holds the store's write lock shared, so that a merge into the file
+or a recovery of it (which take it exclusive) waits for them (`deepgap.store.writelock`). A deepgap
+store is recognised by its ``application_id``; its schema version is ``user_version``, brought up to
+date when the store is opened (`deepgap.store.migrations`: in place for a writer, in memory for a
+reader). Every SQL statement of deepgap lives in this package: the
 features' tables are declared here (`deepgap.store.tables`) and read and written through typed helpers
-(`deepgap.store.rows`); merging (`deepgap.store.merge`) and recovery (`deepgap.store.recover`) too.
+(`deepgap.store.rows`); merging (`deepgap.store.merge`), checking (`deepgap.store.diagnose`) and
+recovery (`deepgap.store.recover`, `repair`, `pages`) too.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from deepgap.envinfo import redact, redact_text, redact_value
 from deepgap.errors import StoreError, StoreFullError
 from deepgap.records import KEY_ONLY_FIELDS, ConfigSpec, Result, Status
 from deepgap.result_details import ResultDetails
-from deepgap.store import guard, held
+from deepgap.store import guard, held, space, writelock
 from deepgap.store.guard import (
     APPLICATION_ID,
     Connection,
@@ -88,6 +91,8 @@ def check_path(path: str) -> None:
     if exists:
         _check_existing(path)
     check_writable(path, exists)
+    if exists:  # a merge or recovery of it: wait (bounded) or refuse now, before a worker is started
+        writelock.acquire(path, False, "write to").release()
 
 
 class Store(RowDecoder, TableAccess):
@@ -121,7 +126,11 @@ class Store(RowDecoder, TableAccess):
                                  "pass another store path")
         if not readonly:
             self._check_writable(exists)
+            space.check_space(self.path)  # a full disk: one line, before SQLite makes a -wal/-shm
         self._created = not readonly and (not exists or os.path.getsize(self.path) == 0)
+        # appenders share the write lock; a merge or recovery of this file waits for them (writelock.py)
+        self._lock = None if readonly else writelock.acquire(self.path, False, "write to")
+        logs = {f: os.path.exists(f) for f in (f"{self.path}-wal", f"{self.path}-shm")}
         try:
             self.con = connect(self.path, readonly)
             self._held = held.hold(self.path)  # no raw open/close of the file while open (held.py)
@@ -143,6 +152,9 @@ class Store(RowDecoder, TableAccess):
                 held.release(getattr(self, "_held", None))
             if not exists and os.path.exists(self.path) and os.path.getsize(self.path) == 0:
                 os.remove(self.path)  # nothing half-made is left behind
+            if self._lock is not None:
+                self._lock.release()
+                writelock.remove_new_logs(self.path, [f for f, was in logs.items() if not was])
             raise
         self.con.row_factory = sqlite3.Row
 
@@ -216,6 +228,9 @@ class Store(RowDecoder, TableAccess):
             for f in (self.path, f"{self.path}-wal", f"{self.path}-shm", f"{self.path}-journal"):
                 if os.path.exists(f):
                     os.remove(f)
+        if getattr(self, "_lock", None) is not None:
+            self._lock.release()
+            self._lock = None
 
     # --- runs -------------------------------------------------------------------------------
     def begin_run(self, spec: dict[str, Any], command: str, env: dict[str, Any], version: str,

@@ -27,6 +27,7 @@ from urllib.request import pathname2url
 from deepgap.errors import StoreDamagedError, StoreError, StoreFullError
 from deepgap.store import held
 from deepgap.store.migrations import SCHEMA_VERSION
+from deepgap.store.space import disk_full, full_error
 
 APPLICATION_ID = 0x44475031  # "DGP1"
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -106,6 +107,8 @@ def translate(exc: sqlite3.Error, path: str) -> StoreError:
         return StoreDamagedError(
             f"{path} is not a deepgap store: not an SQLite database (damaged header, or another file)",
             check_hint(path))
+    if ("full" in msg or "disk i/o error" in msg) and disk_full(path):
+        return full_error(path)
     if "malformed" in msg or "corrupt" in msg or "disk i/o error" in msg:
         return StoreDamagedError(f"{path} has damaged pages (SQLite: {exc})", check_hint(path))
     if "decode" in msg or "utf-8" in msg:
@@ -246,17 +249,9 @@ def check_header(path: str) -> None:
                          "pass another store path; if it was one, its header is damaged: " + check_hint(path))
     version = int.from_bytes(head[60:64], "big")
     app_id = int.from_bytes(head[68:72], "big")
-    if app_id == 0 and version == 0:
-        # A store being created right now by another process may not have its header checkpointed yet.
-        try:
-            con = sqlite3.connect(uri(path, True), uri=True)
-            try:
-                app_id = con.execute("PRAGMA application_id").fetchone()[0]
-                version = con.execute("PRAGMA user_version").fetchone()[0]
-            finally:
-                con.close()
-        except sqlite3.DatabaseError as exc:
-            raise translate(exc, path) from None
+    if has_log(path) or (app_id == 0 and version == 0):
+        # The write-ahead log may hold a newer first page: a new store's first transactions, a migration.
+        app_id, version = _header_through_sqlite(path, app_id, version)
     if app_id == APPLICATION_ID and version <= SCHEMA_VERSION:
         return
     tables, writers = _peek(path)
@@ -275,12 +270,39 @@ def check_header(path: str) -> None:
                             f"were written by deepgap {by})", check_hint(path))
 
 
+def has_log(path: str) -> bool:
+    """Whether ``path`` has a write-ahead log with content (committed transactions may be only there)."""
+    try:
+        return os.path.getsize(path + "-wal") > 0
+    except OSError:
+        return False
+
+
+def _header_through_sqlite(path: str, app_id: int, version: int) -> tuple[int, int]:
+    """The application id and schema version as SQLite reads them, the log included.
+
+    Falls back to the file's own bytes when the log cannot be opened (a read-only folder without
+    its ``-shm``): those are what a reader there sees too.
+    """
+    try:
+        con = sqlite3.connect(uri(path, True), uri=True, timeout=10)
+        try:
+            return (con.execute("PRAGMA application_id").fetchone()[0],
+                    con.execute("PRAGMA user_version").fetchone()[0])
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as exc:
+        if "unable to open" in str(exc).lower():
+            return app_id, version
+        raise translate(exc, path) from None
+
+
 def _peek(path: str) -> tuple[set[str], set[str]]:
     """Table names and the deepgap versions that wrote its runs (empty sets where unreadable)."""
     tables: set[str] = set()
     writers: set[str] = set()
     try:
-        con = sqlite3.connect(uri(path, True, immutable=True), uri=True)
+        con = sqlite3.connect(uri(path, True, immutable=not has_log(path)), uri=True)
         try:
             tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if "runs" in tables:
@@ -328,7 +350,7 @@ def check_schema(con: sqlite3.Connection, path: str, expected: dict[str, set[str
 
 def column_types(con: sqlite3.Connection, table: str) -> dict[str, tuple[str, bool]]:
     """Column → (declared type, NOT NULL) of ``table``."""
-    rows = con.execute(f"PRAGMA table_info({table})").fetchall()
+    rows = con.execute(f'PRAGMA table_info("{table}")').fetchall()
     return {r[1]: (str(r[2]).upper(), bool(r[3])) for r in rows}
 
 

@@ -18,7 +18,15 @@ from dataclasses import dataclass, field
 
 from deepgap.errors import StoreDamagedError, StoreError
 from deepgap.store import SCHEMA_VERSION, Store
-from deepgap.store.guard import check_hint, column_types, immutable_read, row_problem, uri
+from deepgap.store.guard import (
+    check_hint,
+    column_types,
+    immutable_read,
+    row_problem,
+    translate,
+    uri,
+)
+from deepgap.store.space import check_space
 from deepgap.store.scrub import redact_all  # noqa: F401  (re-exported: merge --redact)
 from deepgap.store.tables import FEATURE_TABLES, TableSpec
 
@@ -41,22 +49,36 @@ class MergeReport:
 
 
 def checkpoint(path: str) -> None:
-    """Fold an existing output's write-ahead log into it, so that renaming over it loses nothing."""
-    con = sqlite3.connect(path, timeout=60)
+    """Fold an existing output's write-ahead log into it, so that renaming over it loses nothing.
+
+    Without a log there is nothing to fold, and nothing is opened for writing (which would make a
+    ``-wal`` and ``-shm``, and on a full disk fail and leave them). The caller holds the store's
+    write lock (`writelock`), so no writer adds to the log meanwhile.
+    """
+    if not os.path.exists(path + "-wal"):
+        return
+    check_space(path)
     try:
-        busy = con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
-    finally:
-        con.close()
+        con = sqlite3.connect(path, timeout=60)
+        try:
+            busy = con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as exc:
+        raise translate(exc, path) from None
     if busy:
         raise StoreError(f"{path} is being written by another process", "merge when its sweep has finished")
 
 
 def snapshot(path: str, copy: str) -> None:
     """Copy the store at ``path`` (checkpointed: the file alone holds everything) into the file ``copy``."""
+    check_space(path)  # the copy goes beside it
     src = sqlite3.connect(uri(path, True, immutable=True), uri=True)
     dst = sqlite3.connect(copy)
     try:
         src.backup(dst)
+    except sqlite3.DatabaseError as exc:
+        raise translate(exc, path) from None
     finally:
         src.close()
         dst.close()

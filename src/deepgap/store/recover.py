@@ -1,15 +1,25 @@
-"""``deepgap check``: find what is damaged in a store, and save what is readable into a new one.
+"""``deepgap check S --recover NEW``: every intact row of a damaged store, saved into a new store.
 
-Checking reads everything: SQLite's full ``integrity_check``, then every row of every core table is
-decoded the way the readers decode it (`guard.row_problem`: UTF-8, column types, JSON). A
-table whose pages cannot be read is scanned by ``rowid`` ranges, stepping over the damage.
+Recovery never touches the damaged file: its bytes (and its write-ahead log) are copied into a
+temporary folder while holding the store's write lock (`writelock`: no writer changes them midway),
+and every repair is made on the copy:
 
-Recovery never touches the damaged file: it is copied into a temporary folder first. SQLite's own
-``.recover`` (the ``sqlite3`` command-line tool, when installed) rebuilds what the b-trees still
-reach, including rows on orphaned pages; without the tool the copy is read row by row. Only rows
-that decode, and whose run (and result) survived, go into the new store, which is built under a
-temporary name and renamed into place when complete. The new store first gets the damaged one's
-schema version, so that its rows fit as they are, and is then migrated like any older store.
+1. **header**: a damaged first 100 bytes (magic, page size, fixed fields) is rewritten from what the
+   pages say (`repair_header`), so that SQLite opens the file at all;
+2. **log**: the copy's write-ahead log is folded into it, so a killed run's last results count;
+3. **schema**: a stored ``CREATE`` statement that no longer parses, or a table stored under a
+   damaged name, is replaced by the statement deepgap wrote (``PRAGMA writable_schema``);
+4. **SQL reads** with ``writable_schema`` on (SQLite then skips a schema entry it cannot use, e.g. an
+   index whose root page was cut off, instead of refusing every table), table by table, by
+   ``rowid`` ranges that step over damaged pages; a column stored under a damaged name is read by
+   its position;
+5. **page-level reads** (`deepgap.store.pages`): leaf pages that no b-tree reaches any more
+   (truncation, a damaged interior page) give their rows too;
+6. SQLite's own ``.recover`` (the ``sqlite3`` tool, where it has one) adds any row still missing.
+
+Only rows that decode, and whose run (and result) survived, go into the new store, which is built
+under a temporary name with the damaged one's schema version, migrated, and renamed into place.
+Nothing found: nothing is written, and the command says so (exit 2).
 """
 
 from __future__ import annotations
@@ -24,174 +34,50 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
-from deepgap.errors import StoreError, UsageError
-from deepgap.records import Status
+from deepgap.errors import StoreDamagedError, StoreError, UsageError
+from deepgap.store import pages, writelock
+from deepgap.store.diagnose import CORE, damaged_names, problem, reference, scan
 from deepgap.store.guard import (
     APPLICATION_ID,
     BadText,
     Connection,
-    check_header,
     column_types,
     connect,
     decode_text,
-    flat,
     row_problem,
     uri,
 )
-from deepgap.store.migrations import SCHEMA_VERSION, migrate, version
-
-CORE = ("runs", "results", "samples", "telemetry")
-_STATUSES = {s.value for s in Status}
-
-
-@dataclass
-class TableCheck:
-    """What reading one table found."""
-
-    rows: int = 0
-    bad: int = 0
-    examples: list[str] = field(default_factory=list)
-    unreadable: str | None = None  # why a scan stopped early (damaged pages)
-
-
-@dataclass
-class CheckReport:
-    """Everything `check` found; ``damaged`` is the verdict."""
-
-    path: str
-    header: str = "ok"
-    integrity: list[str] = field(default_factory=list)
-    tables: dict[str, TableCheck] = field(default_factory=dict)
-    fatal: str | None = None  # the file cannot be opened as a database at all
-
-    @property
-    def damaged(self) -> bool:  # noqa: D102
-        return bool(self.fatal or self.header != "ok" or self.integrity != ["ok"]
-                    or any(t.bad or t.unreadable for t in self.tables.values()))
-
-    def lines(self) -> list[str]:
-        """The report as text lines."""
-        out = [f"{self.path}: {'DAMAGED' if self.damaged else 'ok'}", f"  header: {self.header}"]
-        if self.fatal:
-            return [*out, f"  {self.fatal}"]
-        more = [f"… {len(self.integrity) - 5} more"] if len(self.integrity) > 5 else []
-        shown = self.integrity[:5] + more
-        out.append(f"  integrity: {'; '.join(shown)}")
-        for name, t in self.tables.items():
-            text = f"  {name}: {t.rows} row(s) read"
-            if t.bad:
-                text += f", {t.bad} cannot be decoded ({'; '.join(t.examples)})"
-            if t.unreadable:
-                text += f"; some rows cannot be read ({t.unreadable})"
-            out.append(text)
-        return out
-
-
-def _open(path: str) -> sqlite3.Connection:
-    con = sqlite3.connect(uri(path, True, immutable=True), uri=True, factory=Connection, isolation_level=None)
-    con.store_path = path
-    con.text_factory = decode_text
-    return con
-
-
-def scan(con: sqlite3.Connection, table: str) -> tuple[list[dict[str, Any]], str | None]:
-    """Every readable row of ``table`` (with its ``_rowid_``), stepping over damaged pages by rowid."""
-    rows: list[dict[str, Any]] = []
-    start, gap, failure = -(2**63), 1, None
-    q = f"SELECT rowid AS _rowid_, * FROM {table} WHERE rowid > ? ORDER BY rowid"
-    while True:
-        try:
-            cur = con.execute(q, (start,))
-            names = [c[0] for c in cur.description]
-            for r in cur:
-                rows.append(dict(zip(names, r, strict=True)))
-                start, gap = r[0], 1
-            return rows, failure
-        except (StoreError, sqlite3.DatabaseError) as exc:
-            failure = failure or _why(exc)
-            if start == -(2**63):
-                start = 0
-            if gap == 1:  # rows next to the damage may still be reachable one by one
-                rows += _probe(con, table, start + 1, start + 64)
-            start += gap
-            gap *= 4
-            if gap > 2**40:
-                return rows, failure
-
-
-def _probe(con: sqlite3.Connection, table: str, first: int, last: int) -> list[dict[str, Any]]:
-    out = []
-    for rowid in range(first, last + 1):
-        try:
-            cur = con.execute(f"SELECT rowid AS _rowid_, * FROM {table} WHERE rowid = ?", (rowid,))
-            names = [c[0] for c in cur.description]
-            out += [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
-        except (StoreError, sqlite3.DatabaseError):
-            continue
-    return out
-
-
-def _why(exc: BaseException) -> str:
-    text = getattr(exc, "problem", str(exc))
-    return text.split(" has ", 1)[-1] if " has " in text else text
-
-
-def check(path: str) -> tuple[CheckReport, sqlite3.Connection | None]:
-    """Check ``path``; returns the report and an open read-only connection (None if unusable)."""
-    rep = CheckReport(path)
-    if not os.path.isfile(path):
-        raise UsageError(f"store {path} does not exist", "pass the path of a store file")
-    try:
-        check_header(path)
-    except StoreError as exc:
-        rep.header = exc.problem
-    try:
-        con = _open(path)
-        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()}
-    except (StoreError, sqlite3.DatabaseError) as exc:
-        rep.fatal = _why(exc)
-        return rep, None
-    try:
-        rep.integrity = flat(r[0] for r in con.execute("PRAGMA integrity_check(100)").fetchall())
-    except (StoreError, sqlite3.DatabaseError) as exc:
-        rep.integrity = [_why(exc)]
-    for name in CORE:
-        if name not in tables:
-            rep.tables[name] = TableCheck(unreadable="table missing")
-            continue
-        rows, failure = scan(con, name)
-        rep.tables[name] = t = TableCheck(rows=len(rows), unreadable=failure)
-        types = column_types(con, name)
-        for r in rows:
-            why = _problem(name, r, types)
-            if why:
-                t.bad += 1
-                if len(t.examples) < 3:
-                    t.examples.append(f"rowid {r['_rowid_']}: {why}")
-    return rep, con
-
-
-def _problem(table: str, row: dict[str, Any], types: dict[str, tuple[str, bool]]) -> str | None:
-    why = row_problem({k: v for k, v in row.items() if k != "_rowid_"}, types)
-    if why is None and table == "results" and row.get("status") not in _STATUSES:
-        why = f"status {row.get('status')!r} is unknown"
-    if why is None and table == "samples" and len(row["latencies_s"]) % 8:
-        why = "latencies_s is not a float64 array"
-    return why
+from deepgap.store.migrations import SCHEMA_VERSION, migrate
+from deepgap.store.repair import fold_log, repair_header, repair_schema
 
 
 @dataclass
 class Recovery:
-    """What `recover` saved, per table, and how it read the damaged copy."""
+    """What `recover` saved and lost, per table, and how it read the damaged copy."""
 
     output: str
     method: str
     saved: dict[str, int] = field(default_factory=dict)
     lost: dict[str, int] = field(default_factory=dict)
 
+    def lines(self) -> list[str]:
+        """Per table: rows kept and lost."""
+        return [f"  {t}: {self.saved[t]} kept, {self.lost.get(t, 0)} lost" for t in self.saved
+                if t in CORE or self.saved[t] or self.lost.get(t)]
+
+
+@dataclass
+class Source:
+    """The rows found in the damaged copy: table → rowid → {column: value}, and how they were found."""
+
+    version: int
+    rows: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)
+    sql: dict[str, str] = field(default_factory=dict)  # an extension table's CREATE statement
+    notes: list[str] = field(default_factory=list)
+
 
 def recover(path: str, output: str) -> Recovery:
-    """Write every readable, decodable row of ``path`` into a new store ``output``."""
+    """Write every intact, decodable row of ``path`` into a new store ``output`` (see the module doc)."""
     from deepgap.store import Store, check_path
 
     if os.path.exists(output) and os.path.realpath(output) == os.path.realpath(path):
@@ -200,39 +86,186 @@ def recover(path: str, output: str) -> Recovery:
         raise UsageError(f"--recover {output} exists", "pass a new file name (recovery never overwrites)")
     check_path(output)
     folder = os.path.dirname(os.path.abspath(output))
-    with tempfile.TemporaryDirectory(prefix=".deepgap-recover-", dir=folder) as work:
+    os.makedirs(folder, exist_ok=True)
+    with writelock.exclusive(output, "recover into"), \
+            tempfile.TemporaryDirectory(prefix=".deepgap-recover-", dir=folder) as work:
         copy = os.path.join(work, "damaged.sqlite")
-        shutil.copyfile(path, copy)
-        if os.path.exists(path + "-wal"):
-            shutil.copyfile(path + "-wal", copy + "-wal")
-        source, method = _sqlite_recover(copy, work)
+        with writelock.exclusive(path, "recover", optional=True):  # no writer changes it while copied
+            shutil.copyfile(path, copy)
+            if os.path.exists(path + "-wal"):
+                shutil.copyfile(path + "-wal", copy + "-wal")
+        src = read(copy, work)
+        found = sum(len(r) for r in src.rows.values())
+        if not found:
+            raise StoreDamagedError(f"nothing in {path} could be recovered: no readable row in any table",
+                                    "nothing was written; a copy of the store taken before the damage is "
+                                    "the only way back")
         tmp = os.path.join(work, "recovered.sqlite")
-        rec = Recovery(output=output, method=method)
-        dst = _new_store_at(tmp, _source_version(source))
+        rec = Recovery(output=output, method=", ".join(src.notes) or "SQLite reads")
+        dst = _new_store_at(tmp, src.version)
         try:
-            _copy(_open(source), dst, rec)
+            _copy(src, dst, rec)
         finally:
             dst.close()
+        if not sum(rec.saved.values()):
+            raise StoreDamagedError(
+                f"nothing in {path} could be recovered: {found} row(s) found, none usable "
+                "(their runs are lost or they do not decode)", "nothing was written")
         store = Store(tmp)  # the steps after the source's version, on the recovered rows
         try:
             store.con.execute("PRAGMA journal_mode = DELETE")  # one self-contained file to move
         finally:
             store.close()
+        if os.path.exists(output):
+            raise UsageError(f"--recover {output} exists", "pass a new file name (recovery never overwrites)")
         shutil.move(tmp, output)
     return rec
 
 
-def _source_version(path: str) -> int:
+def read(copy: str, work: str) -> Source:
+    """Every row the techniques of the module doc find in ``copy`` (a copy: it is repaired in place)."""
+    notes = []
+    if repair_header(copy):
+        notes.append("header repaired")
+    if os.path.exists(copy + "-wal") and fold_log(copy):
+        notes.append("its write-ahead log folded in")
+    at = _source_version(copy)
+    fixed = repair_schema(copy, at)
+    if fixed:
+        notes.append(f"schema repaired ({', '.join(fixed)})")
+    src = Source(version=at)
+    _sql_rows(copy, src)
+    notes.append("SQLite reads with writable_schema")
+    extra = _page_rows(copy, src)
+    if extra:
+        notes.append(f"{extra} more row(s) read page by page")
+    extra = _tool_rows(copy, work, src)
+    if extra:
+        notes.append(f"{extra} more row(s) from SQLite's .recover")
+    src.notes = notes
+    return src
+
+
+def _source_version(copy: str) -> int:
     """The damaged store's schema version, as far as its header can be believed (1 … current)."""
     try:
-        con = _open(path)
+        con = _open(copy)
         try:
-            found = version(con)
+            found = int(con.execute("PRAGMA user_version").fetchone()[0])
         finally:
             con.close()
     except (StoreError, sqlite3.DatabaseError):
-        found = 1
-    return min(max(found, 1), SCHEMA_VERSION)
+        found = SCHEMA_VERSION
+    return found if 1 <= found <= SCHEMA_VERSION else SCHEMA_VERSION
+
+
+def _open(copy: str) -> sqlite3.Connection:
+    immutable = not os.path.exists(copy + "-wal")
+    con = sqlite3.connect(uri(copy, True, immutable), uri=True, factory=Connection, isolation_level=None)
+    con.store_path = copy
+    con.text_factory = decode_text
+    con.execute("PRAGMA writable_schema = ON")
+    return con
+
+
+def _sql_rows(copy: str, src: Source) -> None:
+    """Every table's rows through SQLite, columns under their own names (damaged ones by position)."""
+    try:
+        con = _open(copy)
+        tables = con.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table' AND sql IS NOT NULL "
+                             "AND name NOT LIKE 'sqlite_%' AND name != 'lost_and_found'").fetchall()
+    except (StoreError, sqlite3.DatabaseError):
+        return
+    ref = reference(src.version)
+    try:
+        for name, sql in tables:
+            if isinstance(name, BadText):
+                continue
+            try:
+                stored = list(column_types(con, name))
+            except (StoreError, sqlite3.DatabaseError):
+                continue
+            mapping = damaged_names(stored, [c for c, _ in ref.get(name, [])])
+            rows, _ = scan(con, name)
+            found = src.rows.setdefault(name, {})
+            for r in rows:
+                found[r["_rowid_"]] = {mapping.get(k, k): v for k, v in r.items() if k != "_rowid_"}
+            if name not in CORE:
+                src.sql[name] = sql
+    finally:
+        con.close()
+
+
+def _page_rows(copy: str, src: Source) -> int:
+    """Rows that only a page-level read finds (`deepgap.store.pages`); returns how many it added."""
+    pf = pages.open_file(copy)
+    if pf is None:
+        return 0
+    try:
+        con = _open(copy)
+        try:
+            roots = {str(n): int(p) for n, p in con.execute(
+                "SELECT name, rootpage FROM sqlite_master WHERE type = 'table' AND rootpage > 0").fetchall()}
+        finally:
+            con.close()
+    except (StoreError, sqlite3.DatabaseError, TypeError, ValueError):
+        roots = {}
+    ref = reference(src.version)
+    columns = {t: [c for c, _ in ref[t]] for t in CORE}
+    added = 0
+    found = pages.rows_by_table(pf, {"sqlite_master": 1, **roots}, {t: len(c) for t, c in columns.items()})
+    for t, by_rowid in found.items():
+        if t not in columns:
+            continue  # other tables' trees are walked only so that their pages are no orphans
+        have = src.rows.setdefault(t, {})
+        for rowid, values in by_rowid.items():
+            if rowid in have:
+                continue
+            have[rowid] = _as_row(t, rowid, values, columns[t])
+            added += 1
+    return added
+
+
+def _as_row(table: str, rowid: int, values: list[Any], cols: list[str]) -> dict[str, Any]:
+    """A page-level record as a row: a missing last column takes its default, the rowid its alias."""
+    row = dict(zip(cols, values, strict=False))
+    if table == "runs" and "kind" in cols and "kind" not in row:
+        row["kind"] = "sweep"  # the default of the column added after the record was written
+    if table == "results":
+        row["result_id"] = rowid
+    return row
+
+
+def _tool_rows(copy: str, work: str, src: Source) -> int:
+    """Rows that only SQLite's ``.recover`` finds (the ``sqlite3`` tool, where it has one)."""
+    exe = shutil.which("sqlite3")
+    if exe is None:
+        return 0
+    rebuilt = os.path.join(work, "rebuilt.sqlite")
+    try:
+        sql = subprocess.run([exe, copy, ".recover"], capture_output=True, timeout=600, check=False)
+        if sql.returncode != 0 or not sql.stdout:
+            return 0  # no .recover in this build (Debian's): nothing more
+        con = sqlite3.connect(rebuilt)
+        con.text_factory = decode_text
+        try:
+            con.executescript(sql.stdout.decode("utf-8", "surrogateescape"))
+            added = 0
+            for t in CORE:
+                have = src.rows.setdefault(t, {})
+                with contextlib.suppress(sqlite3.Error):
+                    cur = con.execute(f"SELECT rowid AS _rowid_, * FROM {t}")
+                    names = [c[0] for c in cur.description]
+                    for r in cur.fetchall():
+                        d = dict(zip(names, r, strict=True))
+                        if d["_rowid_"] not in have:
+                            have[d.pop("_rowid_")] = d
+                            added += 1
+            return added
+        finally:
+            con.close()
+    except (OSError, subprocess.SubprocessError, sqlite3.Error, UnicodeError):
+        return 0
 
 
 def _new_store_at(path: str, at: int) -> sqlite3.Connection:
@@ -245,36 +278,11 @@ def _new_store_at(path: str, at: int) -> sqlite3.Connection:
     return con
 
 
-def _sqlite_recover(copy: str, work: str) -> tuple[str, str]:
-    """The copy rebuilt by ``sqlite3 … .recover`` when that tool works here, else the copy itself."""
-    exe = shutil.which("sqlite3")
-    if exe is None:
-        return copy, "row by row (the sqlite3 tool is not installed)"
-    rebuilt = os.path.join(work, "rebuilt.sqlite")
-    try:
-        sql = subprocess.run([exe, copy, ".recover"], capture_output=True, timeout=600, check=False).stdout
-        con = sqlite3.connect(rebuilt)
-        try:
-            con.executescript(sql.decode("utf-8", "surrogateescape"))
-        finally:
-            con.close()
-        probe = sqlite3.connect(rebuilt)
-        try:
-            names = {r[0] for r in probe.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        finally:
-            probe.close()
-        if "runs" in names and "results" in names:
-            return rebuilt, "SQLite's .recover"
-    except (OSError, subprocess.SubprocessError, sqlite3.Error, UnicodeError):
-        pass
-    return copy, "row by row (SQLite's .recover did not rebuild the tables)"
-
-
-def _copy(src: sqlite3.Connection, dst: sqlite3.Connection, rec: Recovery) -> None:
+def _copy(src: Source, dst: sqlite3.Connection, rec: Recovery) -> None:
     """Copy decodable rows whose parents survived: runs → results → samples, telemetry; then extensions."""
     keep: dict[str, set[Any]] = {"runs": set(), "results": set()}
     for table in CORE:
-        rows, _ = scan(src, table)
+        rows = [r for _, r in sorted(src.rows.get(table, {}).items())]
         types = column_types(dst, table)
         cols = list(types)
         ins = f"INSERT OR IGNORE INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})"
@@ -283,7 +291,7 @@ def _copy(src: sqlite3.Connection, dst: sqlite3.Connection, rec: Recovery) -> No
         for r in rows:
             if table == "results":
                 _flag_damaged_extra(r, types)
-            ok = all(c in r for c in cols) and _problem(table, {c: r[c] for c in cols}, types) is None
+            ok = all(c in r for c in cols) and problem(table, {c: r[c] for c in cols}, types) is None
             if ok and table in ("results", "telemetry"):
                 ok = r["run_id"] in keep["runs"]
             if ok and table in ("samples", "telemetry") and r["result_id"] is not None:
@@ -314,30 +322,26 @@ def _flag_damaged_extra(row: dict[str, Any], types: dict[str, tuple[str, bool]])
         row["extra_json"] = json.dumps({"flags": ["recovered: extra data was damaged"]})
 
 
-def _copy_extensions(src: sqlite3.Connection, dst: sqlite3.Connection, rec: Recovery) -> None:
+def _copy_extensions(src: Source, dst: sqlite3.Connection, rec: Recovery) -> None:
     """Tables other modules add (roofline_*, serve_* …): their schema and every readable row."""
-    try:
-        found = src.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table' AND sql IS NOT NULL "
-                            "AND name NOT LIKE 'sqlite_%' AND name != 'lost_and_found'").fetchall()
-    except (StoreError, sqlite3.DatabaseError):
-        return
     have = {r[0] for r in dst.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()}
-    for name, sql in found:
-        if name in CORE or isinstance(name, BadText):
+    for name, rows in src.rows.items():
+        if name in CORE:
             continue
         if name not in have:  # a table of a schema step after the source's version, or nobody's
             try:
-                dst.execute(sql)
-            except sqlite3.Error:
+                dst.execute(src.sql[name])
+            except (sqlite3.Error, KeyError):
                 continue
-        rows, _ = scan(src, name)
-        cols = [c for c in column_types(dst, name) if c in column_types(src, name)]
-        ins = f"INSERT OR IGNORE INTO {name} ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})"
+        cols = list(column_types(dst, name))
         saved = 0
         dst.execute("BEGIN")
-        for r in rows:
-            if all(c in r for c in cols) and not any(isinstance(r[c], BadText) for c in cols):
+        for r in rows.values():
+            use = [c for c in cols if c in r]
+            if use and not any(isinstance(r[c], BadText) for c in use):
+                marks = ", ".join("?" for _ in use)
+                ins = f"INSERT OR IGNORE INTO {name} ({', '.join(use)}) VALUES ({marks})"
                 with contextlib.suppress(sqlite3.Error):
-                    saved += dst.execute(ins, [r[c] for c in cols]).rowcount
+                    saved += dst.execute(ins, [r[c] for c in use]).rowcount
         dst.execute("COMMIT")
         rec.saved[name], rec.lost[name] = saved, len(rows) - saved
