@@ -136,7 +136,7 @@ def merge_one(store: Store, path: str, report: MergeReport, runs: frozenset[str]
             foreign = _copy_runs(con, label, report, runs)
             _copy_results(con, label, report, foreign, runs)
             added = {r[0] for r in con.execute("SELECT run_id FROM main.runs")} - before
-            _copy_declared(con, added)
+            _copy_declared(con, added, label or path)
             only = "" if runs is None else f" AND t.run_id IN ({','.join('?' for _ in runs)})"
             report.telemetry_added += con.execute(
                 f"""INSERT INTO main.telemetry SELECT t.run_id, NULL, t.phase, t.t_s, t.data_json
@@ -215,11 +215,21 @@ def _copy_results(con: sqlite3.Connection, path: str, report: MergeReport, forei
         report.results_added += 1
 
 
-def _copy_declared(con: sqlite3.Connection, added_runs: set[str]) -> None:
-    """Copy the declared feature tables' rows of the runs just merged (see the module doc)."""
+def _copy_declared(con: sqlite3.Connection, added_runs: set[str], label: str) -> None:
+    """Copy the declared feature tables' rows of the runs just merged (see the module doc).
+
+    A declared column missing from the input (a damaged byte in its stored schema) is damage of the input,
+    named as such: SQLite alone would only say "no such column", which reads like a bug of deepgap's.
+    """
     maps: dict[str, dict[int, int]] = {}  # table → its old own id → the new one
     for spec in FEATURE_TABLES:  # parents before children
         cols = spec.names
+        have = {r[1] for r in con.execute(f'PRAGMA src.table_info("{spec.name}")').fetchall()}
+        missing = [c for c in cols if c not in have]
+        if missing:
+            what = f"lacks column {missing[0]}" if have else "is missing"
+            raise StoreDamagedError(f"{label} has a damaged schema (table {spec.name} {what}); nothing was merged",
+                                    check_hint(label))
         sel = ", ".join(cols)
         if spec.parent is None:
             con.execute(f"INSERT OR IGNORE INTO main.{spec.name} ({sel}) SELECT {sel} FROM src.{spec.name}")
