@@ -95,11 +95,23 @@ def test_killed_driver_then_resume_measures_each_configuration_once(cluster, tmp
             "--device", "cpu", "--threads", "1", "--batch-sizes", "1,2", "--warmup", "1",
             "--iterations", "3", "--repeats", "2", "--target-ci", "off", "--idle-time", "0", "--store", store,
             "--quiet"]
-    proc = subprocess.Popen(argv, start_new_session=True)
-    deadline = time.time() + 150
-    while time.time() < deadline and proc.poll() is None and _count(store) < 1:
-        time.sleep(0.2)
-    killed_at = _count(store)
+    for attempt in range(3):  # catching the sweep between its two configurations is timing: a loaded
+        # CI machine may miss the moment; a miss is retried on a fresh store (the behaviour is checked after)
+        if attempt and os.path.exists(store):
+            os.remove(store)
+        proc = subprocess.Popen(argv, start_new_session=True)
+        deadline = time.time() + 150
+        while time.time() < deadline and proc.poll() is None and _count(store) < 1:
+            time.sleep(0.1)
+        killed_at = _count(store)
+        if proc.poll() is None and killed_at == 1:
+            break
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        for suffix in ("-wal", "-shm", "-lock"):
+            if os.path.exists(store + suffix):
+                os.remove(store + suffix)
     assert proc.poll() is None and killed_at == 1, f"could not catch the sweep mid-run ({killed_at} stored)"
     os.killpg(proc.pid, signal.SIGKILL)  # the driver dies with no chance to clean up
     proc.wait(10)
@@ -125,7 +137,7 @@ def test_a_lost_node_is_retried_elsewhere_and_recorded(cluster, tmp_path):
         if ev.result is not None and not removed:
             node_id = ev.result.details.node_id
             removed.append(node_id)
-            threading.Timer(1.0, cluster.remove_node, args=(nodes[node_id],)).start()
+            threading.Timer(0.3, cluster.remove_node, args=(nodes[node_id],)).start()
 
     res = deepgap.run({**SPEC, "sweeps": 2}, store=str(tmp_path / "s.sqlite"), ray=cluster.address,
                       on_event=on_event)
