@@ -20,19 +20,10 @@ import sys
 import numpy as np
 import pandas as pd
 
+from deepgap.analysis.cards import KEYS
 from deepgap.analysis.frame import prepare
 from deepgap.store import Store
 
-KEYS = [
-    "model",
-    "engine",
-    "precision",
-    "batch_size",
-    "memory_format",
-    "threads",
-    "resolution",
-    "include_transfer",
-]
 WITHIN, SHARE, NONE_BEYOND = 0.03, 0.90, 0.10
 
 

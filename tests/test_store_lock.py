@@ -16,8 +16,8 @@ import sys
 import pytest
 from clirun import deepgap_cli
 from fixtures_store import build_store
+from test_damaged_stores import FakeRunner  # the damaged-store tests' runner double
 
-from deepgap.records import Result, Status
 from deepgap.store import Store, guard, writelock
 
 
@@ -128,24 +128,6 @@ def test_appenders_share_the_lock(tmp_path, stores):
 
 
 # --- a full disk --------------------------------------------------------------------------------
-class FakeRunner:
-    """Stands in for `SweepRunner`: no worker; one error row for the first configuration."""
-
-    def __init__(self, sweep, device):
-        self.sweep = sweep
-
-    def start(self):
-        pass
-
-    def environment(self):
-        return {"host": "fake", "device_name": "fake"}
-
-    def run(self, configs, on_event):
-        for cfg in configs[:1]:
-            yield Result(spec=cfg, status=Status.ERROR, reason="fake runner")
-
-    def close(self):
-        pass
 
 
 @pytest.fixture

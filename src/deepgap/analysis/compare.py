@@ -32,16 +32,7 @@ from deepgap.stats import N_RESAMPLES, ratio_ci
 # result ids → pooled per-iteration latencies in seconds (empty when none are stored)
 SamplesFn = Callable[[list[int]], np.ndarray]
 
-MATCH_KEYS = [
-    "model",
-    "engine",
-    "precision",
-    "batch_size",
-    "memory_format",
-    "threads",
-    "resolution",
-    "include_transfer",
-]
+MATCH_KEYS = cards.KEYS  # a configuration on both sides: every axis but the platform (the cards' key too)
 BEST_KEYS = ["model", "engine", "precision", "memory_format", "resolution", "include_transfer"]
 _SIDE = [
     "platform",
