@@ -79,7 +79,7 @@ def train(model: str, train_root: Path, epochs: int, device: str, batch: int = 6
     for _ in range(epochs):
         perm = torch.randperm(len(x))
         for i in range(0, len(x), batch):
-            idx = perm[i:i + batch]
+            idx = perm[i : i + batch]
             xb, yb = x[idx].to(device, non_blocking=True), y[idx].to(device)
             opt.zero_grad(set_to_none=True)
             amp = device != "cpu"
@@ -101,7 +101,7 @@ def accuracy(m, x, y, device: str) -> float:
     hits = 0
     with torch.no_grad():
         for i in range(0, len(x), 256):
-            hits += int((m(x[i:i + 256].to(device)).argmax(1).cpu() == y[i:i + 256]).sum())
+            hits += int((m(x[i : i + 256].to(device)).argmax(1).cpu() == y[i : i + 256]).sum())
     return hits / max(1, len(x))
 
 
@@ -133,13 +133,22 @@ def main(argv: list[str] | None = None) -> int:
     torch.save({k: v.detach().cpu() for k, v in m.state_dict().items()}, weights)
     xe, ye = decode(list(load(str(out / "eval")).items), 224)
     eval_acc = accuracy(m, normalise(xe), ye, a.device)
-    print(json.dumps({
-        "model": a.model, "classes": a.classes, "train_images": a.classes * a.train_per_class,
-        "eval_images": a.classes * a.eval_per_class, "epochs": a.epochs,
-        "train_top1_fp32": round(train_acc, 4), "eval_top1_fp32": round(eval_acc, 4),
-        "weights": str(weights), "dataset": str(out / "eval"),
-        "seconds": {"data": round(t_data, 1), "total": round(time.perf_counter() - t0, 1)},
-    }))
+    print(
+        json.dumps(
+            {
+                "model": a.model,
+                "classes": a.classes,
+                "train_images": a.classes * a.train_per_class,
+                "eval_images": a.classes * a.eval_per_class,
+                "epochs": a.epochs,
+                "train_top1_fp32": round(train_acc, 4),
+                "eval_top1_fp32": round(eval_acc, 4),
+                "weights": str(weights),
+                "dataset": str(out / "eval"),
+                "seconds": {"data": round(t_data, 1), "total": round(time.perf_counter() - t0, 1)},
+            }
+        )
+    )
     return 0
 
 

@@ -129,8 +129,11 @@ def main() -> int:
     p.add_argument("--tolerance", type=float, default=0.05)
     p.add_argument("--store", default=None, help="store path (default: a temporary file)")
     p.add_argument("--out", default="energy_check.json")
-    p.add_argument("--selftest", action="store_true",
-                   help="CPU-only check of this script: tinycnn on the CPU with the fake 100 W telemetry")
+    p.add_argument(
+        "--selftest",
+        action="store_true",
+        help="CPU-only check of this script: tinycnn on the CPU with the fake 100 W telemetry",
+    )
     a = p.parse_args()
 
     if a.selftest:
@@ -148,14 +151,31 @@ def main() -> int:
     from deepgap.result_details import TelemetryDetails
 
     spec = SweepSpec(
-        models=(a.model,), precisions=parse_str_list(a.precisions), batch_sizes=parse_int_list(a.batch_sizes, "b"),
-        device=a.device, warmup=20, iterations=30, repeats=a.repeats, target_ci=None,
-        energy_window_s=a.energy_window, sample_hz=20.0, idle_s=3.0,
+        models=(a.model,),
+        precisions=parse_str_list(a.precisions),
+        batch_sizes=parse_int_list(a.batch_sizes, "b"),
+        device=a.device,
+        warmup=20,
+        iterations=30,
+        repeats=a.repeats,
+        target_ci=None,
+        energy_window_s=a.energy_window,
+        sample_hz=20.0,
+        idle_s=3.0,
     )
     if a.selftest:
-        spec = spec.replace(models=("tinycnn",), precisions=("fp32",), device="cpu", threads=(1,), warmup=2,
-                            iterations=5, repeats=2, energy_window_s=0.5, idle_s=0.5,
-                            options={"telemetry_backend": "fake:steady"})
+        spec = spec.replace(
+            models=("tinycnn",),
+            precisions=("fp32",),
+            device="cpu",
+            threads=(1,),
+            warmup=2,
+            iterations=5,
+            repeats=2,
+            energy_window_s=0.5,
+            idle_s=0.5,
+            options={"telemetry_backend": "fake:steady"},
+        )
     store = a.store or os.path.join(tempfile.mkdtemp(prefix="deepgap-energy-"), "store.sqlite")
     t_start = time.time()
     with Trace(nvml) as trace:
@@ -168,8 +188,14 @@ def main() -> int:
         label = f"{r['model']} {r['precision']} bs{r['batch_size']}"
         uuid = (tel.settings or {}).get("uuid")
         if r["status"] != "ok" or tel.energy_source != "counter" or uuid not in trace.energy:
-            rows.append({"config": label, "status": r["status"], "reason": r["reason"] or tel.energy_source
-                         or tel.status, "pass": False})
+            rows.append(
+                {
+                    "config": label,
+                    "status": r["status"],
+                    "reason": r["reason"] or tel.energy_source or tel.status,
+                    "pass": False,
+                }
+            )
             ok_all = False
             continue
         marks = tel.marks
@@ -183,40 +209,66 @@ def main() -> int:
         ratio = tel.energy_j / indep_corr_j if indep_corr_j > 0 else float("nan")
         ok = abs(ratio - 1) <= a.tolerance
         ok_all &= ok
-        rows.append({
-            "config": label, "status": "ok", "windows": len(marks), "window_s": tel.energy_window_s,
-            "deepgap_energy_j": tel.energy_j, "deepgap_raw_counter_j": raw_j, "tail_j": tail_j,
-            "independent_counter_j": indep_corr_j, "ratio": ratio, "power_integral_j": power_j,
-            "power_integral_ratio": (tel.energy_j / power_j) if power_j else None,
-            "mean_power_w": tel.mean_power_w, "power_from_energy_w": tel.power_from_energy_w,
-            "joules_per_image": tel.joules_per_image, "ips_per_watt": tel.ips_per_watt,
-            "ips_per_watt_energy": tel.ips_per_watt_energy, "idle_power_w": tel.idle_power_w,
-            "flags": r["extra"].flags or [], "pass": ok,
-        })
+        rows.append(
+            {
+                "config": label,
+                "status": "ok",
+                "windows": len(marks),
+                "window_s": tel.energy_window_s,
+                "deepgap_energy_j": tel.energy_j,
+                "deepgap_raw_counter_j": raw_j,
+                "tail_j": tail_j,
+                "independent_counter_j": indep_corr_j,
+                "ratio": ratio,
+                "power_integral_j": power_j,
+                "power_integral_ratio": (tel.energy_j / power_j) if power_j else None,
+                "mean_power_w": tel.mean_power_w,
+                "power_from_energy_w": tel.power_from_energy_w,
+                "joules_per_image": tel.joules_per_image,
+                "ips_per_watt": tel.ips_per_watt,
+                "ips_per_watt_energy": tel.ips_per_watt_energy,
+                "idle_power_w": tel.idle_power_w,
+                "flags": r["extra"].flags or [],
+                "pass": ok,
+            }
+        )
     tels = [r_["extra"].telemetry or TelemetryDetails() for r_ in df.to_dict("records")]
     uuids = {(t.settings or {}).get("uuid") for t in tels}
     periods = {u: trace.update_period_s(u) for u in uuids if u in trace.energy}
     report = {
-        "pass": ok_all, "tolerance": a.tolerance, "store": store, "run_id": res.run_id,
-        "elapsed_s": time.time() - t_start, "counter_update_period_s": periods,
-        "trace_reads": {u: len(v) for u, v in trace.energy.items()}, "configs": rows,
+        "pass": ok_all,
+        "tolerance": a.tolerance,
+        "store": store,
+        "run_id": res.run_id,
+        "elapsed_s": time.time() - t_start,
+        "counter_update_period_s": periods,
+        "trace_reads": {u: len(v) for u, v in trace.energy.items()},
+        "configs": rows,
     }
     with open(a.out, "w") as fh:
         json.dump(report, fh, indent=1, default=str)
-    print(f"\ncounter update period (median between changes): "
-          + ", ".join(f"{u[:12]}… {p * 1e3:.1f} ms" if p else f"{u[:12]}… unknown" for u, p in periods.items()))
-    print(f"{'configuration':28} {'deepgap J':>10} {'indep. J':>10} {'ratio':>7} {'P·dt J':>10} {'W(mean)':>8} "
-          f"{'W(E/t)':>8} {'mJ/img':>8} {'img/s/W':>8} {'pass':>5}")
+    print(
+        "\ncounter update period (median between changes): "
+        + ", ".join(f"{u[:12]}… {p * 1e3:.1f} ms" if p else f"{u[:12]}… unknown" for u, p in periods.items())
+    )
+    print(
+        f"{'configuration':28} {'deepgap J':>10} {'indep. J':>10} {'ratio':>7} {'P·dt J':>10} {'W(mean)':>8} "
+        f"{'W(E/t)':>8} {'mJ/img':>8} {'img/s/W':>8} {'pass':>5}"
+    )
     for r in rows:
         if r["status"] != "ok":
             print(f"{r['config']:28} {r['status']}: {r['reason']}")
             continue
-        print(f"{r['config']:28} {r['deepgap_energy_j']:10.1f} {r['independent_counter_j']:10.1f} {r['ratio']:7.4f} "
-              f"{(r['power_integral_j'] or float('nan')):10.1f} {(r['mean_power_w'] or float('nan')):8.1f} "
-              f"{r['power_from_energy_w']:8.1f} {r['joules_per_image'] * 1e3:8.2f} "
-              f"{(r['ips_per_watt_energy'] or float('nan')):8.2f} {str(r['pass']):>5}  {' '.join(r['flags'])}")
-    print(f"\n{'PASS' if ok_all else 'FAIL'}: deepgap energy within {a.tolerance:.0%} of the independent counter read"
-          f" — details in {a.out}")
+        print(
+            f"{r['config']:28} {r['deepgap_energy_j']:10.1f} {r['independent_counter_j']:10.1f} {r['ratio']:7.4f} "
+            f"{(r['power_integral_j'] or float('nan')):10.1f} {(r['mean_power_w'] or float('nan')):8.1f} "
+            f"{r['power_from_energy_w']:8.1f} {r['joules_per_image'] * 1e3:8.2f} "
+            f"{(r['ips_per_watt_energy'] or float('nan')):8.2f} {str(r['pass']):>5}  {' '.join(r['flags'])}"
+        )
+    print(
+        f"\n{'PASS' if ok_all else 'FAIL'}: deepgap energy within {a.tolerance:.0%} of the independent counter read"
+        f" — details in {a.out}"
+    )
     return 0 if ok_all else 1
 
 

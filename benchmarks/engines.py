@@ -26,15 +26,20 @@ def measure(args: argparse.Namespace) -> str:
 
     device = api.resolve_device(args.device)
     cuda = device.startswith("cuda")
-    spec = validate(SweepSpec(
-        models=(args.model,),
-        engines=tuple((args.engines or (GPU_ENGINES if cuda else CPU_ENGINES)).split(",")),
-        precisions=tuple((args.precisions or ("fp32,tf32,fp16,bf16" if cuda else "fp32")).split(",")),
-        batch_sizes=tuple(int(b) for b in args.batch_sizes.split(",")),
-        memory_formats=tuple(args.memory_formats.split(",")),
-        device=device, warmup=10, iterations=args.iterations, repeats=3,
-        resolution=args.resolution,
-    ))
+    spec = validate(
+        SweepSpec(
+            models=(args.model,),
+            engines=tuple((args.engines or (GPU_ENGINES if cuda else CPU_ENGINES)).split(",")),
+            precisions=tuple((args.precisions or ("fp32,tf32,fp16,bf16" if cuda else "fp32")).split(",")),
+            batch_sizes=tuple(int(b) for b in args.batch_sizes.split(",")),
+            memory_formats=tuple(args.memory_formats.split(",")),
+            device=device,
+            warmup=10,
+            iterations=args.iterations,
+            repeats=3,
+            resolution=args.resolution,
+        )
+    )
     api.run(spec, store=args.store, on_event=lambda e: None, command=" ".join(sys.argv))
     return args.store
 
@@ -64,30 +69,44 @@ def table(store_path: str, model: str) -> list[dict]:
         ok = g[g["status"] == "ok"]
         bad = ok[[bool(e.correctness and e.correctness.flagged) for e in ok["extra"]]]
         good = ok.drop(bad.index)
-        row = {"device": dev, "engine": eng, "format": fmt, "precision": prec,
-               "best_ips": None, "best_batch": None, "bs1_ms": None, "bs1_ci_ms": None,
-               "note": note(g.loc[g["status"] != "ok", "reason"], len(good), len(bad))}
+        row = {
+            "device": dev,
+            "engine": eng,
+            "format": fmt,
+            "precision": prec,
+            "best_ips": None,
+            "best_batch": None,
+            "bs1_ms": None,
+            "bs1_ci_ms": None,
+            "note": note(g.loc[g["status"] != "ok", "reason"], len(good), len(bad)),
+        }
         if len(good):
             best = good.loc[good["throughput_ips"].idxmax()]
             row.update(best_ips=float(best["throughput_ips"]), best_batch=int(best["batch_size"]))
             one = good[good["batch_size"] == 1]
             if len(one):
                 r1 = one.loc[one["latency_median_s"].idxmin()]
-                row.update(bs1_ms=r1["latency_median_s"] * 1e3,
-                           bs1_ci_ms=(r1["latency_median_ci_low_s"] * 1e3, r1["latency_median_ci_high_s"] * 1e3))
+                row.update(
+                    bs1_ms=r1["latency_median_s"] * 1e3,
+                    bs1_ci_ms=(r1["latency_median_ci_low_s"] * 1e3, r1["latency_median_ci_high_s"] * 1e3),
+                )
         rows.append(row)
     return sorted(rows, key=lambda r: -(r["best_ips"] or 0))
 
 
 def render(rows: list[dict]) -> str:
     """A markdown table (best first)."""
-    out = ["| device | engine | format | precision | best img/s | at batch | batch-1 median ms (95% CI) | note |",
-           "|---|---|---|---|---:|---:|---|---|"]
+    out = [
+        "| device | engine | format | precision | best img/s | at batch | batch-1 median ms (95% CI) | note |",
+        "|---|---|---|---|---:|---:|---|---|",
+    ]
     for r in rows:
         ips = f"{r['best_ips']:,.0f}" if r["best_ips"] else "—"
-        bs1 = (f"{r['bs1_ms']:.3f} ({r['bs1_ci_ms'][0]:.3f}–{r['bs1_ci_ms'][1]:.3f})" if r["bs1_ms"] else "—")
-        out.append(f"| {r['device']} | {r['engine']} | {r['format']} | {r['precision']} | {ips} | "
-                   f"{r['best_batch'] or '—'} | {bs1} | {r['note']} |")
+        bs1 = f"{r['bs1_ms']:.3f} ({r['bs1_ci_ms'][0]:.3f}–{r['bs1_ci_ms'][1]:.3f})" if r["bs1_ms"] else "—"
+        out.append(
+            f"| {r['device']} | {r['engine']} | {r['format']} | {r['precision']} | {ips} | "
+            f"{r['best_batch'] or '—'} | {bs1} | {r['note']} |"
+        )
     return "\n".join(out)
 
 

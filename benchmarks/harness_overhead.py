@@ -78,8 +78,14 @@ class BareLoop:
     graph's input and replays it: the same work as deepgap's cudagraph engine, with nothing around it.
     """
 
-    def __init__(self, model_name: str, bs: int, device: str = "cuda", engine: str = "eager",
-                 precision: str | None = None) -> None:
+    def __init__(
+        self,
+        model_name: str,
+        bs: int,
+        device: str = "cuda",
+        engine: str = "eager",
+        precision: str | None = None,
+    ) -> None:
         import torch
 
         from deepgap.models import build_model, resolve_model
@@ -92,8 +98,9 @@ class BareLoop:
         if engine == "quant":  # the engine's own captured runner, called directly on a device batch
             from deepgap.quant.prepare import QuantOptions, prepare_quant
 
-            run = prepare_quant(model, precision or "int8", bs, res, model_name, device=device,
-                                opts=QuantOptions()).run
+            run = prepare_quant(
+                model, precision or "int8", bs, res, model_name, device=device, opts=QuantOptions()
+            ).run
             x = x.to(device).half()
             self.model, self.step = run, lambda: run(x)
             return
@@ -214,6 +221,7 @@ def _paired_child(conn, spec, blocks):
         arms = ("deepgap", "standalone", "deepgap_window", "standalone_window")
         out: dict = {arm: {} for arm in arms}
         for cfg in expand(spec, spec.device):
+
             def build(cfg=cfg):
                 return BareLoop(cfg.model, cfg.batch_size, spec.device, cfg.engine, cfg.precision)
 
@@ -272,9 +280,17 @@ def verdict(low: float, high: float, tol: float = TOLERANCE) -> str:
 def cluster_ci(groups: list[np.ndarray], n_resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
     """95% bootstrap CI of the pooled median: resample the groups (rounds), then the values within each."""
     rng = np.random.default_rng(seed)
-    meds = [np.median(np.concatenate([groups[i][rng.integers(len(groups[i]), size=len(groups[i]))]
-                                      for i in rng.integers(len(groups), size=len(groups))]))
-            for _ in range(n_resamples)]
+    meds = [
+        np.median(
+            np.concatenate(
+                [
+                    groups[i][rng.integers(len(groups[i]), size=len(groups[i]))]
+                    for i in rng.integers(len(groups), size=len(groups))
+                ]
+            )
+        )
+        for _ in range(n_resamples)
+    ]
     low, high = np.percentile(meds, [2.5, 97.5])
     return float(low), float(high)
 
@@ -294,20 +310,35 @@ def summarize(sizes: list[int], rounds: list[dict], paired: bool = False) -> lis
             ratios = np.array([r["deepgap"][bs] / r["standalone"][bs] for r in rounds])
             med, (low, high) = float(np.median(ratios)), bootstrap_ci(ratios)
             arms = {arm: [r[arm][bs] for r in rounds] for arm in ("standalone", "deepgap")}
-        rows.append({"batch_size": bs, "rounds": len(rounds), "ratio_median": med, "ratio_ci": [low, high],
-                     "difference_pct": 100 * (med - 1), "verdict": verdict(low, high),
-                     "standalone_ips": arms["standalone"], "deepgap_ips": arms["deepgap"]})
+        rows.append(
+            {
+                "batch_size": bs,
+                "rounds": len(rounds),
+                "ratio_median": med,
+                "ratio_ci": [low, high],
+                "difference_pct": 100 * (med - 1),
+                "verdict": verdict(low, high),
+                "standalone_ips": arms["standalone"],
+                "deepgap_ips": arms["deepgap"],
+            }
+        )
         if paired:
-            rows[-1].update(blocks=sum(len(g) for g in groups),
-                            round_ratios=[float(np.median(g)) for g in groups])
+            rows[-1].update(
+                blocks=sum(len(g) for g in groups), round_ratios=[float(np.median(g)) for g in groups]
+            )
         if paired and all(r.get("deepgap_window") for r in rounds):  # pipelined: events around N calls
             wg = [np.array(r["deepgap_window"][bs]) / np.array(r["standalone_window"][bs]) for r in rounds]
             wmed, (wlo, whi) = float(np.median(np.concatenate(wg))), cluster_ci(wg)
             rows[-1]["pipelined"] = {
-                "ratio_median": wmed, "ratio_ci": [wlo, whi], "difference_pct": 100 * (wmed - 1),
+                "ratio_median": wmed,
+                "ratio_ci": [wlo, whi],
+                "difference_pct": 100 * (wmed - 1),
                 "verdict": verdict(wlo, whi),
-                **{f"{arm}_ips": [statistics.median(r[f"{arm}_window"][bs]) for r in rounds]
-                   for arm in ("standalone", "deepgap")}}
+                **{
+                    f"{arm}_ips": [statistics.median(r[f"{arm}_window"][bs]) for r in rounds]
+                    for arm in ("standalone", "deepgap")
+                },
+            }
     return rows
 
 
@@ -317,42 +348,68 @@ def load_rounds(path: str, settings: dict) -> list[dict]:
         old = json.load(fh)
     differ = {k: (old.get(k), v) for k, v in settings.items() if old.get(k) != v}
     if differ:
-        raise SystemExit(f"error: {path} was measured with other settings {differ}; "
-                         "use another --out or the same settings")
-    return [{k: ({int(b): v for b, v in r[k].items()} if isinstance(r[k], dict) else r[k]) for k in r}
-            for r in old.get("round_data", [])]
+        raise SystemExit(
+            f"error: {path} was measured with other settings {differ}; use another --out or the same settings"
+        )
+    return [
+        {k: ({int(b): v for b, v in r[k].items()} if isinstance(r[k], dict) else r[k]) for k in r}
+        for r in old.get("round_data", [])
+    ]
 
 
-def save(path: str, settings: dict, rounds: list[dict], sizes: list[int], complete: bool,
-         default_threads: dict | None, device_name: str) -> None:
+def save(
+    path: str,
+    settings: dict,
+    rounds: list[dict],
+    sizes: list[int],
+    complete: bool,
+    default_threads: dict | None,
+    device_name: str,
+) -> None:
     """Write everything measured so far (atomically: a kill mid-write leaves the previous file)."""
     tmp = path + ".tmp"
     with open(tmp, "w") as fh:
-        json.dump({**settings, "rounds": len(rounds), "complete": complete, "tolerance": TOLERANCE,
-                   "rows": summarize(sizes, rounds, "blocks" in settings) if rounds else [],
-                   "round_data": rounds,
-                   "default_threads_loop_ips": default_threads, "env": device_name}, fh, indent=1)
+        json.dump(
+            {
+                **settings,
+                "rounds": len(rounds),
+                "complete": complete,
+                "tolerance": TOLERANCE,
+                "rows": summarize(sizes, rounds, "blocks" in settings) if rounds else [],
+                "round_data": rounds,
+                "default_threads_loop_ips": default_threads,
+                "env": device_name,
+            },
+            fh,
+            indent=1,
+        )
     os.replace(tmp, path)
 
 
 def print_table(rows: list[dict], default_threads: dict | None) -> None:
     """The summary: per batch the arms' median images/s, the ratio, its CI and the verdict."""
     extra = f" {'default-threads loop':>21}" if default_threads else ""
-    print(f"{'batch':>6} {'standalone img/s':>17} {'deepgap img/s':>14} {'ratio':>7} {'95% CI':>17} "
-          f"{'verdict (±2%)':>14}{extra}")
+    print(
+        f"{'batch':>6} {'standalone img/s':>17} {'deepgap img/s':>14} {'ratio':>7} {'95% CI':>17} "
+        f"{'verdict (±2%)':>14}{extra}"
+    )
     for row in rows:
         lo, hi = row["ratio_ci"]
         extra = f" {default_threads[row['batch_size']]:>21,.1f}" if default_threads else ""
-        print(f"{row['batch_size']:>6} {statistics.median(row['standalone_ips']):>17,.1f} "
-              f"{statistics.median(row['deepgap_ips']):>14,.1f} {row['ratio_median']:>7.4f} "
-              f"{f'[{lo:.4f}, {hi:.4f}]':>17} {row['verdict']:>14}{extra}")
+        print(
+            f"{row['batch_size']:>6} {statistics.median(row['standalone_ips']):>17,.1f} "
+            f"{statistics.median(row['deepgap_ips']):>14,.1f} {row['ratio_median']:>7.4f} "
+            f"{f'[{lo:.4f}, {hi:.4f}]':>17} {row['verdict']:>14}{extra}"
+        )
     for row in rows:
         if "pipelined" in row:  # events around N back-to-back calls (deepgap's throughput_pipelined_ips)
             w = row["pipelined"]
             lo, hi = w["ratio_ci"]
-            print(f"{row['batch_size']:>6} {statistics.median(w['standalone_ips']):>17,.1f} "
-                  f"{statistics.median(w['deepgap_ips']):>14,.1f} {w['ratio_median']:>7.4f} "
-                  f"{f'[{lo:.4f}, {hi:.4f}]':>17} {w['verdict']:>14}  pipelined")
+            print(
+                f"{row['batch_size']:>6} {statistics.median(w['standalone_ips']):>17,.1f} "
+                f"{statistics.median(w['deepgap_ips']):>14,.1f} {w['ratio_median']:>7.4f} "
+                f"{f'[{lo:.4f}, {hi:.4f}]':>17} {w['verdict']:>14}  pipelined"
+            )
 
 
 ENGINES = ("eager", "cudagraph", "compile-freeze", "quant")
@@ -369,8 +426,9 @@ def resolve(engine: str, device: str, precision: str | None, paired: bool) -> tu
     allowed = ("int8", "fp8") if engine == "quant" else ("fp32",) if cpu else ("fp16",)
     precision = precision or allowed[0]
     if precision not in allowed:
-        raise ValueError(f"--engine {engine} on {device} takes --precision {' or '.join(allowed)}, "
-                         f"not {precision}")
+        raise ValueError(
+            f"--engine {engine} on {device} takes --precision {' or '.join(allowed)}, not {precision}"
+        )
     suffix = ("_paired" if paired else "") + ("" if engine == "eager" else f"_{engine}")
     return precision, suffix + (f"-{precision}" if engine == "quant" else "")
 
@@ -383,27 +441,46 @@ def main() -> None:  # noqa: D103
     ap.add_argument("--iterations", type=int, default=100)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--device", default="cuda", help="cuda (the real check) or cpu (a smoke test, fp32)")
-    ap.add_argument("--mode", choices=("processes", "paired"), default="processes",
-                    help="processes: each arm in its own fresh process per round; paired: both arms "
-                         "alternate inside one fresh process per round")
+    ap.add_argument(
+        "--mode",
+        choices=("processes", "paired"),
+        default="processes",
+        help="processes: each arm in its own fresh process per round; paired: both arms "
+        "alternate inside one fresh process per round",
+    )
     ap.add_argument("--blocks", type=int, default=6, help="paired: ABBA blocks per round")
-    ap.add_argument("--engine", choices=ENGINES, default="eager",
-                    help="cudagraph: deepgap's cudagraph engine vs a bare capture-and-replay loop (GPU); "
-                         "compile-freeze: vs torch.compile reduce-overhead + freezing; quant: vs the quant "
-                         "engine's captured runner (GPU only; --precision int8 or fp8)")
-    ap.add_argument("--precision", default=None,
-                    help="default fp16 (fp32 on a CPU); int8 for --engine quant, which also takes fp8")
+    ap.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="eager",
+        help="cudagraph: deepgap's cudagraph engine vs a bare capture-and-replay loop (GPU); "
+        "compile-freeze: vs torch.compile reduce-overhead + freezing; quant: vs the quant "
+        "engine's captured runner (GPU only; --precision int8 or fp8)",
+    )
+    ap.add_argument(
+        "--precision",
+        default=None,
+        help="default fp16 (fp32 on a CPU); int8 for --engine quant, which also takes fp8",
+    )
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    ap.add_argument("--continue", dest="cont", action="store_true",
-                    help="add the rounds to those already in OUT/harness_overhead[_paired][_cudagraph].json")
+    ap.add_argument(
+        "--continue",
+        dest="cont",
+        action="store_true",
+        help="add the rounds to those already in OUT/harness_overhead[_paired][_cudagraph].json",
+    )
     args = ap.parse_args()
     try:
         precision, suffix = resolve(args.engine, args.device, args.precision, args.mode == "paired")
     except ValueError as exc:
         ap.error(str(exc))
     sizes = [int(b) for b in args.batch_sizes.split(",")]
-    settings = {"model": args.model, "precision": precision, "iterations": args.iterations,
-                "batch_sizes": sizes}
+    settings = {
+        "model": args.model,
+        "precision": precision,
+        "iterations": args.iterations,
+        "batch_sizes": sizes,
+    }
     paired = args.mode == "paired"
     if paired:
         settings.update(mode="paired", blocks=args.blocks)
@@ -415,9 +492,18 @@ def main() -> None:  # noqa: D103
     path = os.path.join(args.out, f"harness_overhead{suffix}.json")
     rounds = load_rounds(path, settings) if args.cont and os.path.exists(path) else []
     fmt = ("channels_last",) if args.engine in ("compile-freeze", "quant") else ("nchw",)
-    spec = SweepSpec(models=(args.model,), precisions=(precision,), batch_sizes=tuple(sizes),
-                     memory_formats=fmt, engines=(args.engine,), device=args.device, warmup=args.warmup,
-                     iterations=args.iterations, repeats=1, idle_s=0.0)
+    spec = SweepSpec(
+        models=(args.model,),
+        precisions=(precision,),
+        batch_sizes=tuple(sizes),
+        memory_formats=fmt,
+        engines=(args.engine,),
+        device=args.device,
+        warmup=args.warmup,
+        iterations=args.iterations,
+        repeats=1,
+        idle_s=0.0,
+    )
     store = "" if paired else os.path.join(tempfile.mkdtemp(), "overhead.sqlite")  # deepgap.run's, per round
     device_name = args.device
 
@@ -437,8 +523,9 @@ def main() -> None:  # noqa: D103
             got = in_fresh_process(_paired_child, (spec, args.blocks), args.device, "deepgap-paired-round")
             device_name = got.pop("device")
             ratios = {bs: np.array(got["deepgap"][bs]) / np.array(got["standalone"][bs]) for bs in sizes}
-            cells = ", ".join(f"bs{bs} {np.median(r):.3f} [{r.min():.3f}..{r.max():.3f}]"
-                              for bs, r in ratios.items())
+            cells = ", ".join(
+                f"bs{bs} {np.median(r):.3f} [{r.min():.3f}..{r.max():.3f}]" for bs, r in ratios.items()
+            )
             label = f"{args.blocks} blocks, median ratio [range]"
         else:
             order = ("standalone", "deepgap") if i % 2 == 0 else ("deepgap", "standalone")

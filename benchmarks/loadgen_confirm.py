@@ -46,20 +46,28 @@ def main(argv: list[str] | None = None) -> int:
         lines.append("No serve run with LoadGen levels in " + ", ".join(a.stores))
     else:
         df = pd.concat(frames, ignore_index=True)
-        lines += ["| run | platform | config | SLO ms | deepgap q/s | deepgap p99 | LoadGen at it | its p99 "
-                  "| LoadGen q/s | LoadGen/deepgap | floor p99 | per-sample Δ p99 | issue delay p99 "
-                  "| duration s / queries | early stopping |", "|" + "---|" * 15]
+        lines += [
+            "| run | platform | config | SLO ms | deepgap q/s | deepgap p99 | LoadGen at it | its p99 "
+            "| LoadGen q/s | LoadGen/deepgap | floor p99 | per-sample Δ p99 | issue delay p99 "
+            "| duration s / queries | early stopping |",
+            "|" + "---|" * 15,
+        ]
         for r in df.to_dict("records"):
             cfg = f"{r['model']} {r['engine']} {r['precision']}"
-            lg = f"{r['loadgen_capacity_qps']:,.0f}" if r["loadgen_capacity_qps"] else (
-                f"INVALID ≥ {r['lowest_tried_qps']:,.0f}")
+            lg = (
+                f"{r['loadgen_capacity_qps']:,.0f}"
+                if r["loadgen_capacity_qps"]
+                else (f"INVALID ≥ {r['lowest_tried_qps']:,.0f}")
+            )
             ratio = f"{r['loadgen_over_deepgap']:.3f}" if r["loadgen_over_deepgap"] else "–"
-            lines.append(f"| {r['run_id']} | {r['platform']} | {cfg} | {ms(r['slo_s'])} | "
-                         f"{r['deepgap_qps']:,.0f} | {ms(r['deepgap_p99_s'])} | {r['loadgen_result']} | "
-                         f"{ms(r['loadgen_p99_s'])} | {lg} | "
-                         f"{ratio} | {ms(r['floor_p99_s'])} | {ms(r['per_sample_diff_p99_s'])} | "
-                         f"{ms(r['issue_delay_p99_s'])} | {r['min_duration_s']} / {r['min_queries']} | "
-                         f"{r['early_stopping']} |")
+            lines.append(
+                f"| {r['run_id']} | {r['platform']} | {cfg} | {ms(r['slo_s'])} | "
+                f"{r['deepgap_qps']:,.0f} | {ms(r['deepgap_p99_s'])} | {r['loadgen_result']} | "
+                f"{ms(r['loadgen_p99_s'])} | {lg} | "
+                f"{ratio} | {ms(r['floor_p99_s'])} | {ms(r['per_sample_diff_p99_s'])} | "
+                f"{ms(r['issue_delay_p99_s'])} | {r['min_duration_s']} / {r['min_queries']} | "
+                f"{r['early_stopping']} |"
+            )
         lines += ["", f"Criterion: LoadGen Server VALID at ≥ {RATIO}× deepgap's capacity on every run.", ""]
         for (plat, model, eng, prec), g in df.groupby(["platform", "model", "engine", "precision"]):
             ok = [bool(x) and x >= RATIO for x in g["loadgen_over_deepgap"].fillna(0)]

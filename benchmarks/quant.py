@@ -198,9 +198,19 @@ def measure_into_store(args, sizes: list[int], precisions: list[str]) -> tuple[s
 
     engines = ("eager",) + (() if args.no_compile else ("compile-freeze",)) + ("quant",)
     spec = SweepSpec(
-        models=(args.model,), engines=engines, precisions=("fp16", *precisions), batch_sizes=tuple(sizes),
-        memory_formats=("channels_last",), device=DEVICE, resolution=args.resolution, warmup=10,
-        iterations=args.iterations, repeats=3, target_ci=0.01, max_time_s=args.max_time, sweeps=args.sweeps,
+        models=(args.model,),
+        engines=engines,
+        precisions=("fp16", *precisions),
+        batch_sizes=tuple(sizes),
+        memory_formats=("channels_last",),
+        device=DEVICE,
+        resolution=args.resolution,
+        warmup=10,
+        iterations=args.iterations,
+        repeats=3,
+        target_ci=0.01,
+        max_time_s=args.max_time,
+        sweeps=args.sweeps,
     )
     log(f"deepgap.run → {args.store}: {', '.join(engines)} × fp16,{','.join(precisions)} × batch {sizes}")
     res = deepgap.run(spec, store=args.store, command="python " + " ".join(sys.argv), log=log)
@@ -212,9 +222,17 @@ def measure_into_store(args, sizes: list[int], precisions: list[str]) -> tuple[s
     rows, layers = [], {}
     for r in df.to_dict("records"):
         prec, bs = r["precision"], int(r["batch_size"])
-        row = {"variant": HEADLINE.get(r["engine"], f"quant {prec}"), "engine": r["engine"], "batch_size": bs,
-               "precision": prec, "sweep": int(r["sweep"]), "status": r["status"], "run_id": res.run_id,
-               "result_id": int(r["result_id"]), "source": f"store {args.store}"}
+        row = {
+            "variant": HEADLINE.get(r["engine"], f"quant {prec}"),
+            "engine": r["engine"],
+            "batch_size": bs,
+            "precision": prec,
+            "sweep": int(r["sweep"]),
+            "status": r["status"],
+            "run_id": res.run_id,
+            "result_id": int(r["result_id"]),
+            "source": f"store {args.store}",
+        }
         if r["status"] != "ok":
             rows.append({**row, "reason": r["reason"]})
             log(f"{row['variant']:32s} bs{bs:<4d} {r['status']}: {str(r['reason'])[:200]}")
@@ -239,8 +257,10 @@ def measure_into_store(args, sizes: list[int], precisions: list[str]) -> tuple[s
         if r["engine"] == "quant":
             layers[f"{prec} bs{bs}"] = (extra.engine_info.layers if extra.engine_info else None) or []
         rel = row["correctness"].get("rel_l2", float("nan"))
-        log(f"{row['variant']:32s} bs{bs:<4d} {row['images_per_s']:10.0f} img/s  rel_l2 {rel:.4f}  "
-            f"p99 {row['p99_ms']:.3f} ms")
+        log(
+            f"{row['variant']:32s} bs{bs:<4d} {row['images_per_s']:10.0f} img/s  rel_l2 {rel:.4f}  "
+            f"p99 {row['p99_ms']:.3f} ms"
+        )
     return res.run_id, rows, layers
 
 
@@ -379,8 +399,15 @@ def main() -> int:  # noqa: D103, PLR0915
                 continue
             holder: dict = {}
             make = partial(make_quant, model, prec, bs, args.resolution, args.model, x, holder)
-            row = run_variant(ablations, f"quant {prec} (in-process)", bs, make, precision=prec,
-                              ceiling=ceil_for[prec], **common)
+            row = run_variant(
+                ablations,
+                f"quant {prec} (in-process)",
+                bs,
+                make,
+                precision=prec,
+                ceiling=ceil_for[prec],
+                **common,
+            )
             row["ablation"] = "reference: the prepared network, timed in this process like the ladder below"
             r = holder.pop("r", None)
             if r is None:

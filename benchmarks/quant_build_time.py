@@ -23,7 +23,9 @@ def main() -> None:
     ap.add_argument("--precision", default="int8")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--top", type=int, default=25)
-    ap.add_argument("--no-tune-cache", action="store_true", help="time every tile candidate (ignore the cache)")
+    ap.add_argument(
+        "--no-tune-cache", action="store_true", help="time every tile candidate (ignore the cache)"
+    )
     args = ap.parse_args()
     t0 = time.perf_counter()
     import torch
@@ -50,8 +52,10 @@ def main() -> None:
     pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(args.top)
     print(s.getvalue())
     info = res.info
-    print(f"imports {t_import:.2f}s  prepare_quant {total:.2f}s  plan_seconds {info.get('plan_seconds')}  "
-          f"tune cache {info.get('tune_cache', '-')}")
+    print(
+        f"imports {t_import:.2f}s  prepare_quant {total:.2f}s  plan_seconds {info.get('plan_seconds')}  "
+        f"tune cache {info.get('tune_cache', '-')}"
+    )
 
 
 if __name__ == "__main__":

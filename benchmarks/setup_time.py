@@ -31,10 +31,12 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--memory-format", default="channels_last")
     ap.add_argument("--top", type=int, default=25)
-    ap.add_argument("--precompile-workers", type=int,
-                    help="quant: threads compiling the tiles first (0: none)")
-    ap.add_argument("--no-profile", action="store_true",
-                    help="time only (cProfile slows Python-heavy set-up)")
+    ap.add_argument(
+        "--precompile-workers", type=int, help="quant: threads compiling the tiles first (0: none)"
+    )
+    ap.add_argument(
+        "--no-profile", action="store_true", help="time only (cProfile slows Python-heavy set-up)"
+    )
     ap.add_argument("--json", help="append a JSON line with the times to this file")
     args = ap.parse_args()
     t0 = time.perf_counter()
@@ -58,8 +60,15 @@ def main() -> None:
     if args.engine == "quant" and args.precompile_workers is not None:  # the engine with one option changed
         from deepgap.quant.prepare import QuantOptions, prepare_quant
 
-        res = prepare_quant(model, args.precision, args.batch, 224, args.model, device="cuda",
-                            opts=QuantOptions(precompile_workers=args.precompile_workers))
+        res = prepare_quant(
+            model,
+            args.precision,
+            args.batch,
+            224,
+            args.model,
+            device="cuda",
+            opts=QuantOptions(precompile_workers=args.precompile_workers),
+        )
         prepared = type("P", (), {"info": res.info})
     else:
         prepared = engine.prepare(model, spec, x)
@@ -70,13 +79,21 @@ def main() -> None:
         s = io.StringIO()
         pstats.Stats(prof, stream=s).sort_stats(key).print_stats(args.top)
         print(s.getvalue())
-    info = {k: v for k, v in prepared.info.items()
-            if not isinstance(v, (list, dict)) or k in ("tune_cache", "precompile")}
+    info = {
+        k: v
+        for k, v in prepared.info.items()
+        if not isinstance(v, (list, dict)) or k in ("tune_cache", "precompile")
+    }
     print(f"imports {t_import:.2f}s  prepare {total:.2f}s  info {info}")
     if args.json:
         with open(args.json, "a") as f:
-            f.write(json.dumps({"config": vars(args), "import_s": t_import, "prepare_s": total, "info": info},
-                               default=str) + "\n")
+            f.write(
+                json.dumps(
+                    {"config": vars(args), "import_s": t_import, "prepare_s": total, "info": info},
+                    default=str,
+                )
+                + "\n"
+            )
 
 
 if __name__ == "__main__":

@@ -33,11 +33,13 @@ def variants(x_cl: torch.Tensor, w: torch.Tensor) -> dict[str, object]:
         "channels_last (current)": lambda: F.conv2d(x_cl, w_cl, None, 2, 3),
         "nchw": lambda: F.conv2d(x_nchw, w.contiguous(), None, 2, 3),
         "nchw then channels_last": lambda: F.conv2d(x_nchw, w.contiguous(), None, 2, 3).contiguous(
-            memory_format=torch.channels_last),
+            memory_format=torch.channels_last
+        ),
         "channels padded to 8 (input pre-padded)": lambda: F.conv2d(x8, w8, None, 2, 3),
         "channels padded to 4 (input pre-padded)": lambda: F.conv2d(x4, w4, None, 2, 3),
         "pad to 8 inside": lambda: F.conv2d(
-            F.pad(x_cl, (0, 0, 0, 0, 0, 5)).contiguous(memory_format=torch.channels_last), w8, None, 2, 3),
+            F.pad(x_cl, (0, 0, 0, 0, 0, 5)).contiguous(memory_format=torch.channels_last), w8, None, 2, 3
+        ),
         "max-pool only (torch, on the current output)": lambda: F.max_pool2d(out_cl, 3, 2, 1),
     }
 

@@ -9,8 +9,17 @@ import pytest
 from deepgap.config import SweepSpec
 
 TINY = dict(
-    models=("tinycnn",), engines=("eager",), precisions=("fp32",), batch_sizes=(1, 2), device="cpu",
-    warmup=1, iterations=3, repeats=2, threads=(1,), max_time_s=5.0, timeout_s=120.0,
+    models=("tinycnn",),
+    engines=("eager",),
+    precisions=("fp32",),
+    batch_sizes=(1, 2),
+    device="cpu",
+    warmup=1,
+    iterations=3,
+    repeats=2,
+    threads=(1,),
+    max_time_s=5.0,
+    timeout_s=120.0,
 )
 
 

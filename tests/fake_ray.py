@@ -34,8 +34,10 @@ class FakeRay(types.ModuleType):
 
     def __init__(self, nodes: list[dict[str, Any]]) -> None:
         super().__init__("ray")
-        self._nodes = [{"Alive": True, "NodeManagerHostname": f"host{i}", "NodeManagerAddress": f"10.0.0.{i}",
-                        **n} for i, n in enumerate(nodes)]
+        self._nodes = [
+            {"Alive": True, "NodeManagerHostname": f"host{i}", "NodeManagerAddress": f"10.0.0.{i}", **n}
+            for i, n in enumerate(nodes)
+        ]
         self._initialized = False
         self._gpus_held: dict[str, set[int]] = {n["NodeID"]: set() for n in self._nodes}
         self._rr = itertools.count()
@@ -73,8 +75,9 @@ class FakeRay(types.ModuleType):
         gpus = int(opts.get("num_gpus", 0))
         strategy = opts.get("scheduling_strategy")
         with self._lock:
-            candidates = [n for n in self._nodes if all(n["Resources"].get(k, 0) > 0
-                                                        for k in opts.get("resources", {}))]
+            candidates = [
+                n for n in self._nodes if all(n["Resources"].get(k, 0) > 0 for k in opts.get("resources", {}))
+            ]
             if strategy is not None:
                 candidates = [n for n in candidates if n["NodeID"] == strategy.node_id]
             start = next(self._rr)

@@ -22,8 +22,19 @@ from deepgap.store import Store
 # inputs is 10/20 (interval [27%, 73%], below the bar); fp8 second but 97% of fp32's top-1 on the dataset;
 # fp16 third with 7/8 agreement on random weights (no bar by default; never evidence of accuracy).
 ROWS = [
-    ("int8", 1.0, {"correctness": {"rel_l2": 0.05, "flagged": False, "top1_agreement": 0.5, "n_images": 20,
-                                   "weights": "state-dict"}}),
+    (
+        "int8",
+        1.0,
+        {
+            "correctness": {
+                "rel_l2": 0.05,
+                "flagged": False,
+                "top1_agreement": 0.5,
+                "n_images": 20,
+                "weights": "state-dict",
+            }
+        },
+    ),
     (
         "fp8",
         1.5,
@@ -32,8 +43,19 @@ ROWS = [
             "accuracy": {"top1": 0.7275, "top5": 0.91, "top1_relative": 0.97, "top1_agreement_fp32": 0.95},
         },
     ),
-    ("fp16", 2.0, {"correctness": {"rel_l2": 0.001, "flagged": False, "top1_agreement": 0.875, "n_images": 8,
-                                   "weights": "random"}}),
+    (
+        "fp16",
+        2.0,
+        {
+            "correctness": {
+                "rel_l2": 0.001,
+                "flagged": False,
+                "top1_agreement": 0.875,
+                "n_images": 8,
+                "weights": "random",
+            }
+        },
+    ),
     (
         "fp32",
         4.0,
@@ -74,8 +96,10 @@ def _frame(path):
 
 def test_flags_per_row(store):
     df = _frame(store).set_index("precision")
-    assert df.loc["int8", "flags"] == ["accuracy-loss(top-1 agreement 10/20 [27%, 73%] on synthetic inputs, "
-                                       "trained weights, interval below 99%)"]
+    assert df.loc["int8", "flags"] == [
+        "accuracy-loss(top-1 agreement 10/20 [27%, 73%] on synthetic inputs, "
+        "trained weights, interval below 99%)"
+    ]
     assert df.loc["fp8", "flags"] == ["accuracy-loss(top1 72.75% = 97.0% of fp32 < 99%)"]
     assert df.loc["fp16", "flags"] == [] and df.loc["fp32", "flags"] == []  # not quantized: no default bar
     assert df.loc["fp8", "top1"] == pytest.approx(0.7275) and df.loc["fp8", "top1_relative"] == pytest.approx(
@@ -114,8 +138,9 @@ def test_stored_min_accuracy_and_edges():
     assert A.flags("int8", {}) == [] and A.flags("int8", {"accuracy": {"error": "x"}}) == []
     # a dataset figure wins over the check inputs' agreement
     assert (
-        A.flags("int8", {"accuracy": {"top1_relative": 0.995},
-                         "correctness": {"top1_agreement": 0.5, **trained}})
+        A.flags(
+            "int8", {"accuracy": {"top1_relative": 0.995}, "correctness": {"top1_agreement": 0.5, **trained}}
+        )
         == []
     )
     assert A.parse_min_accuracy("99%") == pytest.approx(0.99) and A.parse_min_accuracy("0.9") == 0.9

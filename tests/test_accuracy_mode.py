@@ -219,10 +219,36 @@ def test_serve_scores_the_served_engine(labelled, tmp_path, capsys):
 
     root, model = labelled
     store = str(tmp_path / "serve.sqlite")
-    argv = ["serve", "--model", "tinycnn", "--engine", "eager", "--precision", "fp32", "--device", "cpu",
-            "--threads", "1", "--batch-sizes", "3", "--curve-iterations", "3", "--scenario", "offline",
-            "--min-queries", "16", "--min-duration", "0.1s", "--weights", str(root / "tiny.pt"),
-            "--dataset", str(root / "folder"), "--store", store, "--quiet"]
+    argv = [
+        "serve",
+        "--model",
+        "tinycnn",
+        "--engine",
+        "eager",
+        "--precision",
+        "fp32",
+        "--device",
+        "cpu",
+        "--threads",
+        "1",
+        "--batch-sizes",
+        "3",
+        "--curve-iterations",
+        "3",
+        "--scenario",
+        "offline",
+        "--min-queries",
+        "16",
+        "--min-duration",
+        "0.1s",
+        "--weights",
+        str(root / "tiny.pt"),
+        "--dataset",
+        str(root / "folder"),
+        "--store",
+        store,
+        "--quiet",
+    ]
     assert main(argv) == 0, capsys.readouterr().err
     s = Store(store, readonly=True)
     try:
@@ -333,8 +359,24 @@ def test_bad_input_exits_2_and_writes_nothing(labelled, tmp_path, case, capsys):
     assert code == 2 and not store.exists(), err
     from deepgap.cli import main
 
-    serve = main(["serve", "--model", "tinycnn", "--device", "cpu", "--scenario", "offline",
-                  "--weights", str(weights), "--dataset", str(data), "--store", str(store), "--quiet"])
+    serve = main(
+        [
+            "serve",
+            "--model",
+            "tinycnn",
+            "--device",
+            "cpu",
+            "--scenario",
+            "offline",
+            "--weights",
+            str(weights),
+            "--dataset",
+            str(data),
+            "--store",
+            str(store),
+            "--quiet",
+        ]
+    )
     assert serve == 2 and not store.exists() and err.split(";")[0] in capsys.readouterr().err
     assert {
         "missing": "does not exist",

@@ -50,17 +50,23 @@ def test_temp_rising_warns_but_does_not_disqualify():
 def test_the_gpu_holding_its_own_power_limit_warns_an_external_brake_disqualifies():
     from deepgap.analysis.frame import power_capped, row_warnings
 
-    capped = {"flags": ["power-throttle", "clocks-low", "temp-rising"],
-              "telemetry": {"throttle_fraction": {"sw_power_cap": 0.96}}}  # the H100's compiled bs256 runs
+    capped = {
+        "flags": ["power-throttle", "clocks-low", "temp-rising"],
+        "telemetry": {"throttle_fraction": {"sw_power_cap": 0.96}},
+    }  # the H100's compiled bs256 runs
     assert power_capped(capped) and row_flags(capped) == []
     assert row_warnings(1, capped) == ["power-cap", "clocks-low(power-cap)", "temp-rising"]
-    braked = {"flags": ["power-throttle", "clocks-low"],
-              "telemetry": {"throttle_fraction": {"sw_power_cap": 0.5, "hw_power_brake_slowdown": 0.2}}}
+    braked = {
+        "flags": ["power-throttle", "clocks-low"],
+        "telemetry": {"throttle_fraction": {"sw_power_cap": 0.5, "hw_power_brake_slowdown": 0.2}},
+    }
     assert not power_capped(braked) and row_flags(braked) == ["power-throttle", "clocks-low"]
     rare = {"flags": ["clocks-low"], "telemetry": {"throttle_fraction": {"sw_power_cap": 0.05}}}
     assert row_flags(rare) == ["clocks-low"]  # a clock drop the cap does not explain
-    thermal = {"flags": ["thermal-throttle", "power-throttle"],
-               "telemetry": {"throttle_fraction": {"sw_power_cap": 0.9, "sw_thermal_slowdown": 0.5}}}
+    thermal = {
+        "flags": ["thermal-throttle", "power-throttle"],
+        "telemetry": {"throttle_fraction": {"sw_power_cap": 0.9, "sw_thermal_slowdown": 0.5}},
+    }
     assert row_flags(thermal) == ["thermal-throttle"] and row_warnings(1, thermal) == ["power-cap"]
     assert row_flags({"flags": ["power-throttle"]}) == ["power-throttle"]  # no per-reason shares stored
 
@@ -241,8 +247,9 @@ def test_energy_rows_come_from_one_window(tmp_path):
         tel = dict(e.get("telemetry") or {})
         if tel:  # the issue's H100 row: sampled 596 W and its images/s/W, counter 686 W and its joules
             jpi = tel["joules_per_image"] * rng.uniform(1.1, 1.6)
-            tel.update(joules_per_image=jpi, power_from_energy_w=tel["mean_power_w"] * 1.15,
-                       energy_source="counter")
+            tel.update(
+                joules_per_image=jpi, power_from_energy_w=tel["mean_power_w"] * 1.15, energy_source="counter"
+            )
         e["telemetry"] = tel
         extras.append(e)
     raw["extra"] = extras
@@ -255,5 +262,15 @@ def test_energy_rows_come_from_one_window(tmp_path):
         if e["telemetry"]:
             assert p == pytest.approx(e["telemetry"]["power_from_energy_w"])
     # no energy measured: the sampled figures are all there is, and they are kept
-    assert prepare(pd.DataFrame({"extra": [{"telemetry": {"mean_power_w": 50.0, "ips_per_watt": 3.0}}],
-                                 "device": ["cuda"], "status": ["ok"]}))["ips_per_watt"].iloc[0] == 3.0
+    assert (
+        prepare(
+            pd.DataFrame(
+                {
+                    "extra": [{"telemetry": {"mean_power_w": 50.0, "ips_per_watt": 3.0}}],
+                    "device": ["cuda"],
+                    "status": ["ok"],
+                }
+            )
+        )["ips_per_watt"].iloc[0]
+        == 3.0
+    )

@@ -21,12 +21,16 @@ from deepgap.store import Store
 
 PLATFORM = "Fixture GPU Q"
 ROWS = [  # engine, precision, memory format, batch, median ms
-    ("eager", "fp32", "nchw", 1, 4.5), ("eager", "fp32", "nchw", 256, 72.0),
-    ("eager", "fp16", "nchw", 1, 6.2), ("eager", "fp16", "nchw", 256, 27.0),
+    ("eager", "fp32", "nchw", 1, 4.5),
+    ("eager", "fp32", "nchw", 256, 72.0),
+    ("eager", "fp16", "nchw", 1, 6.2),
+    ("eager", "fp16", "nchw", 256, 27.0),
     ("cudagraph", "fp16", "channels_last", 1, 1.0),
     ("compile-freeze", "fp16", "channels_last", 256, 10.5),
-    ("quant", "int8", "channels_last", 1, 0.33), ("quant", "int8", "channels_last", 256, 6.8),
-    ("quant", "fp8", "channels_last", 1, 0.31), ("quant", "fp8", "channels_last", 256, 6.0),
+    ("quant", "int8", "channels_last", 1, 0.33),
+    ("quant", "int8", "channels_last", 256, 6.8),
+    ("quant", "fp8", "channels_last", 1, 0.31),
+    ("quant", "fp8", "channels_last", 256, 6.0),
 ]
 ACCURACY = {"int8": (0.045, 0.9990, 0.996), "fp8": (0.061, 0.9981, 0.992)}
 
@@ -35,8 +39,9 @@ ACCURACY = {"int8": (0.045, 0.9990, 0.996), "fp8": (0.061, 0.9981, 0.992)}
 def store(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("q") / "q.sqlite")
     s = Store(path)
-    run = s.begin_run({"models": ["resnet50"], "device": "cuda"}, "deepgap run (fixture)",
-                      _env("cuda", PLATFORM), "0.1.0")
+    run = s.begin_run(
+        {"models": ["resnet50"], "device": "cuda"}, "deepgap run (fixture)", _env("cuda", PLATFORM), "0.1.0"
+    )
     for sweep in range(2):
         for engine, prec, mf, bs, ms in ROWS:
             spec = ConfigSpec("resnet50", engine, prec, bs, "cuda", memory_format=mf, sweep=sweep)
@@ -45,9 +50,15 @@ def store(tmp_path_factory):
             counter_w, sampled_w = 600.0 + sweep * 20, 520.0  # two sensors, two windows: they disagree
             extra = {
                 "correctness": {"rel_l2": rel, "cosine": cos, "top1_agreement": top1, "flagged": False},
-                "telemetry": {"mean_power_w": sampled_w, "ips_per_watt": tp * 1.05 / sampled_w,
-                              "joules_per_image": counter_w / (tp * 1.05), "power_from_energy_w": counter_w,
-                              "energy_j": counter_w * 3.0, "energy_source": "counter", "max_temp_c": 60.0},
+                "telemetry": {
+                    "mean_power_w": sampled_w,
+                    "ips_per_watt": tp * 1.05 / sampled_w,
+                    "joules_per_image": counter_w / (tp * 1.05),
+                    "power_from_energy_w": counter_w,
+                    "energy_j": counter_w * 3.0,
+                    "energy_source": "counter",
+                    "max_temp_c": 60.0,
+                },
             }
             res = make_result(spec, ms / 1e3, extra=extra, mem_bytes=(2 + bs // 64) << 30, shift=sweep)
             s.record(run, res)

@@ -48,11 +48,14 @@ def test_resnet101_answer_is_the_fastest_within_its_precisions_bounds(name):
     (rec,) = recommend(agg)
     ok = agg[agg["throughput_ips"].notna()]
     bad = ("wrong-output", "throttle", "power-throttle", "clocks-low", "thermal")
-    within = ok[[
-        r["rel_l2"] <= PRECISIONS[r["precision"]].rel_l2_bound
-        and r["cosine"] >= PRECISIONS[r["precision"]].cosine_floor
-        and not any(f.startswith(bad) for f in r["flags"])
-        for r in ok.to_dict("records")]]
+    within = ok[
+        [
+            r["rel_l2"] <= PRECISIONS[r["precision"]].rel_l2_bound
+            and r["cosine"] >= PRECISIONS[r["precision"]].cosine_floor
+            and not any(f.startswith(bad) for f in r["flags"])
+            for r in ok.to_dict("records")
+        ]
+    ]
     fastest = within.sort_values("throughput_ips").iloc[-1]
     assert rec.choice["engine"] == fastest["engine"] and rec.choice["precision"] == fastest["precision"]
     assert rec.choice["batch_size"] == fastest["batch_size"]
@@ -97,13 +100,23 @@ def _tail_store(tmp_path, n_samples_per_repeat):
     for prec, med, outlier in (("fp16", 2e-3, 9e-3), ("fp32", 3e-3, 3.1e-3)):
         x = np.full(n_samples_per_repeat * 2, med) * (1 + 0.01 * np.linspace(-1, 1, n_samples_per_repeat * 2))
         x[-1] = outlier
-        samples = [list(x[: len(x) // 2]), list(x[len(x) // 2:])]
+        samples = [list(x[: len(x) // 2]), list(x[len(x) // 2 :])]
         lat = st.summarize(x)
         tp, lo, hi = st.throughput_from_latency(1, lat)
         spec = ConfigSpec(model="resnet50", engine="eager", precision=prec, batch_size=1, device="cuda")
-        s.record(run, Result(spec=spec, status=Status.OK, latency=lat, throughput_ips=tp,
-                             throughput_ci_low_ips=lo, throughput_ci_high_ips=hi, n_repeats=2,
-                             samples_s=samples))
+        s.record(
+            run,
+            Result(
+                spec=spec,
+                status=Status.OK,
+                latency=lat,
+                throughput_ips=tp,
+                throughput_ci_low_ips=lo,
+                throughput_ci_high_ips=hi,
+                n_repeats=2,
+                samples_s=samples,
+            ),
+        )
     s.finish_run(run)
     s.close()
     return path
@@ -135,8 +148,16 @@ def _bs1_curve():
     from deepgap.serving.sim import ServiceModel
 
     x = np.linspace(1.70e-3, 1.87e-3, 40)
-    key = dict(platform="Fixture GPU A", model="resnet101", engine="cudagraph", precision="fp16",
-               memory_format="channels_last", resolution=224, threads=0, include_transfer=False)
+    key = dict(
+        platform="Fixture GPU A",
+        model="resnet101",
+        engine="cudagraph",
+        precision="fp16",
+        memory_format="channels_last",
+        resolution=224,
+        threads=0,
+        include_transfer=False,
+    )
     return Curve(key, ServiceModel((1,), (float(np.median(x)),), {1: x}, source="sweep"), "sweep", {1: 180.0})
 
 
@@ -172,15 +193,37 @@ def test_every_zero_capacity_gives_its_reason_and_every_engine_is_listed():
 
 
 def _agg_row(**kw):
-    base = dict(platform="Fixture GPU A", device="cuda", model="resnet50", engine="eager",
-                precision="fp32",
-                batch_size=1, memory_format="nchw", threads=0, resolution=224, include_transfer=False,
-                throughput_ips=100.0, throughput_ci_low_ips=99.0, throughput_ci_high_ips=101.0,
-                flagged=False, flags=[], warnings=[], notes=[], result_ids=[], run_ids=["r"],
-                n_measurements=1,
-                rel_l2=0.0, cosine=1.0, top1_agreement=1.0, ci_method="fixture",
-                throughput_pipelined_ips=np.nan,
-                latency_median_s=0.01, latency_p99_s=0.011, n_runs=1, n_excluded=0)
+    base = dict(
+        platform="Fixture GPU A",
+        device="cuda",
+        model="resnet50",
+        engine="eager",
+        precision="fp32",
+        batch_size=1,
+        memory_format="nchw",
+        threads=0,
+        resolution=224,
+        include_transfer=False,
+        throughput_ips=100.0,
+        throughput_ci_low_ips=99.0,
+        throughput_ci_high_ips=101.0,
+        flagged=False,
+        flags=[],
+        warnings=[],
+        notes=[],
+        result_ids=[],
+        run_ids=["r"],
+        n_measurements=1,
+        rel_l2=0.0,
+        cosine=1.0,
+        top1_agreement=1.0,
+        ci_method="fixture",
+        throughput_pipelined_ips=np.nan,
+        latency_median_s=0.01,
+        latency_p99_s=0.011,
+        n_runs=1,
+        n_excluded=0,
+    )
     return {**base, **kw}
 
 
@@ -188,8 +231,9 @@ def test_best_batch_ratios_say_best_vs_best_and_baselines_are_named():
     from deepgap.analysis import tables
     from deepgap.analysis.compare import compare
 
-    a = pd.DataFrame([_agg_row(batch_size=1, throughput_ips=500.0),
-                      _agg_row(batch_size=256, throughput_ips=8800.0)])
+    a = pd.DataFrame(
+        [_agg_row(batch_size=1, throughput_ips=500.0), _agg_row(batch_size=256, throughput_ips=8800.0)]
+    )
     b = pd.DataFrame([_agg_row(batch_size=1, throughput_ips=500.0, platform="Fixture GPU B")])
     none = lambda ids: np.empty(0)  # noqa: E731
     matched, best = compare(a, b, none, none)
@@ -198,18 +242,43 @@ def test_best_batch_ratios_say_best_vs_best_and_baselines_are_named():
     assert pair.startswith("best vs best: A resnet50 eager fp32 bs256")
     assert "B resnet50 eager fp32 bs1" in pair
     # speedup over fp32 names its baseline and says when engine or format differ
-    agg = pd.DataFrame([
-        _agg_row(batch_size=256, throughput_ips=2200.0),
-        _agg_row(engine="quant", precision="fp8", memory_format="channels_last", batch_size=256,
-                 throughput_ips=29000.0)])
+    agg = pd.DataFrame(
+        [
+            _agg_row(batch_size=256, throughput_ips=2200.0),
+            _agg_row(
+                engine="quant",
+                precision="fp8",
+                memory_format="channels_last",
+                batch_size=256,
+                throughput_ips=29000.0,
+            ),
+        ]
+    )
     (sp,) = tables.speedup_vs_fp32(agg).to_dict("records")
     assert sp["baseline"] == "resnet50 eager fp32 bs256 224px" and sp["like_with_like"] is False
     # Table I says which batches a peak was chosen from and which a flag left out
-    t1 = tables.table1(pd.DataFrame([
-        _agg_row(precision="int8", engine="quant", batch_size=1, throughput_ips=900.0,
-                 flops_per_image=np.nan),
-        _agg_row(precision="int8", engine="quant", batch_size=256, throughput_ips=20000.0, flagged=True,
-                 flags=["accuracy-loss(x)"], flops_per_image=np.nan)]))
+    t1 = tables.table1(
+        pd.DataFrame(
+            [
+                _agg_row(
+                    precision="int8",
+                    engine="quant",
+                    batch_size=1,
+                    throughput_ips=900.0,
+                    flops_per_image=np.nan,
+                ),
+                _agg_row(
+                    precision="int8",
+                    engine="quant",
+                    batch_size=256,
+                    throughput_ips=20000.0,
+                    flagged=True,
+                    flags=["accuracy-loss(x)"],
+                    flops_per_image=np.nan,
+                ),
+            ]
+        )
+    )
     assert t1.iloc[0]["peak_over"] == "best of bs1; excluded: bs256 quant (accuracy-loss)"
 
 
@@ -227,10 +296,24 @@ def test_every_run_records_its_code_and_compare_warns_when_it_differs(tmp_path):
     for i, sha in enumerate(("aaaaaaaaaaaa", "bbbbbbbbbbbb")):
         p = str(tmp_path / f"s{i}.sqlite")
         s = Store(p)
-        run = s.begin_run({}, "fixture", {"device_name": "Fixture GPU A", "device": "cuda",
-                                          "deepgap_source_sha": sha, "deepgap_commit": None}, "0.1.0+src")
-        s.record(run, make_result(ConfigSpec(model="resnet50", engine="eager", precision="fp16", batch_size=8,
-                                             device="cuda"), 2e-3 * (1 + i)))
+        run = s.begin_run(
+            {},
+            "fixture",
+            {
+                "device_name": "Fixture GPU A",
+                "device": "cuda",
+                "deepgap_source_sha": sha,
+                "deepgap_commit": None,
+            },
+            "0.1.0+src",
+        )
+        s.record(
+            run,
+            make_result(
+                ConfigSpec(model="resnet50", engine="eager", precision="fp16", batch_size=8, device="cuda"),
+                2e-3 * (1 + i),
+            ),
+        )
         s.finish_run(run)
         s.close()
         paths.append(p)
@@ -248,11 +331,15 @@ def test_power_cap_and_a_steady_temp_rise_are_notes_a_drift_beyond_the_ci_warns(
     path = str(tmp_path / "w.sqlite")
     s = Store(path)
     run = s.begin_run({}, "fixture", {"device_name": "Fixture GPU A", "device": "cuda"}, "0")
-    capped = {"flags": ["power-throttle", "clocks-low", "temp-rising"],
-              "telemetry": {"throttle_fraction": {"sw_power_cap": 0.9}},
-              "windows": [{"iterations": 100, "seconds": 1.0}, {"iterations": 100, "seconds": 1.0005}]}
-    drifting = {"flags": ["temp-rising"], "windows": [{"iterations": 100, "seconds": 1.0},
-                                                      {"iterations": 100, "seconds": 1.2}]}
+    capped = {
+        "flags": ["power-throttle", "clocks-low", "temp-rising"],
+        "telemetry": {"throttle_fraction": {"sw_power_cap": 0.9}},
+        "windows": [{"iterations": 100, "seconds": 1.0}, {"iterations": 100, "seconds": 1.0005}],
+    }
+    drifting = {
+        "flags": ["temp-rising"],
+        "windows": [{"iterations": 100, "seconds": 1.0}, {"iterations": 100, "seconds": 1.2}],
+    }
     for bs, extra in ((256, capped), (32, drifting)):
         spec = ConfigSpec(model="resnet50", engine="eager", precision="fp16", batch_size=bs, device="cuda")
         s.record(run, make_result(spec, 1e-3 * bs, extra=extra))

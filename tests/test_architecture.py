@@ -95,26 +95,36 @@ def private_imports() -> list[tuple[str, str, str, int]]:
                 if target and _package(target, _is_package(target)) != mine:
                     found.append((module, target, node.attr, node.lineno))
             if isinstance(node, ast.ClassDef):
-                foreign = [bases[b.id] for b in node.bases if isinstance(b, ast.Name) and b.id in bases
-                           and _package(bases[b.id], False) != mine]
+                foreign = [
+                    bases[b.id]
+                    for b in node.bases
+                    if isinstance(b, ast.Name) and b.id in bases and _package(bases[b.id], False) != mine
+                ]
                 if not foreign:
                     continue
                 defs = (ast.FunctionDef, ast.AsyncFunctionDef)
                 own = {n.name for n in ast.walk(node) if isinstance(n, defs)}
-                own |= {t.attr for n in ast.walk(node) if isinstance(n, (ast.Assign, ast.AnnAssign))
-                        for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
-                        if isinstance(t, ast.Attribute)}
+                own |= {
+                    t.attr
+                    for n in ast.walk(node)
+                    if isinstance(n, (ast.Assign, ast.AnnAssign))
+                    for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+                    if isinstance(t, ast.Attribute)
+                }
                 for n in ast.walk(node):
-                    if isinstance(n, ast.Attribute) and getattr(n.value, "id", None) == "self" \
-                            and _private(n.attr) and n.attr not in own:
+                    if (
+                        isinstance(n, ast.Attribute)
+                        and getattr(n.value, "id", None) == "self"
+                        and _private(n.attr)
+                        and n.attr not in own
+                    ):
                         found.append((module, foreign[0], n.attr, n.lineno))
     return found
 
 
 def test_no_private_names_imported_across_packages():
     found = private_imports()
-    bad = [f"{m}:{line} uses {src}.{name}" for m, src, name, line in found
-           if (m, src, name) not in ALLOWED]
+    bad = [f"{m}:{line} uses {src}.{name}" for m, src, name, line in found if (m, src, name) not in ALLOWED]
     assert not bad, "private names used across packages (make them public where defined):\n" + "\n".join(bad)
     stale = ALLOWED - {(m, src, name) for m, src, name, _ in found}
     assert not stale, f"allow-list entries no longer needed, remove them: {sorted(stale)}"
@@ -128,13 +138,15 @@ def test_the_private_import_scan_finds_each_form(tmp_path, monkeypatch):
     (pkg / "a" / "__init__.py").write_text("")
     (pkg / "a" / "inner.py").write_text("def _ok():\n    pass\n")
     (pkg / "a" / "sibling.py").write_text("from deepgap.a.inner import _ok\n")  # same package: allowed
-    (pkg / "base.py").write_text("class Base:\n    def _recv(self):\n        pass\n\n"
-                                 "def _hidden():\n    pass\n")
+    (pkg / "base.py").write_text(
+        "class Base:\n    def _recv(self):\n        pass\n\ndef _hidden():\n    pass\n"
+    )
     (pkg / "user.py").write_text(
         "from deepgap.base import _hidden, Base\nimport deepgap.base as b\nfrom deepgap import base\n"
         "b._hidden()\nbase._hidden()\n"
         "class Sub(Base):\n    def run(self):\n        return self._recv(), self._mine\n"
-        "    def __init__(self):\n        self._mine = 1\n")
+        "    def __init__(self):\n        self._mine = 1\n"
+    )
     monkeypatch.setattr(sys.modules[__name__], "SRC", tmp_path)
     got = sorted((m, src, name) for m, src, name, _ in private_imports())
     hidden, recv = ("deepgap.user", "deepgap.base", "_hidden"), ("deepgap.user", "deepgap.base", "_recv")
@@ -150,8 +162,14 @@ def _lint_imports() -> list[str]:
 def test_import_contracts_are_kept():
     """``lint-imports`` with the repository's pyproject.toml: layers and acyclic siblings (exit 0)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
-    p = subprocess.run([*_lint_imports(), "--no-cache", "--no-logo", str(ROOT / "pyproject.toml")],
-                       capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    p = subprocess.run(
+        [*_lint_imports(), "--no-cache", "--no-logo", str(ROOT / "pyproject.toml")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-2000:]
     assert "0 broken" in p.stdout
 
@@ -171,27 +189,36 @@ def test_no_import_exceptions():
 def test_a_broken_layer_is_reported(tmp_path):
     """The linter fails on an upward import: the layers contract with store above cli must break."""
     cfg = tmp_path / "contracts.toml"
-    cfg.write_text('[tool.importlinter]\nroot_package = "deepgap"\n\n[[tool.importlinter.contracts]]\n'
-                   'name = "upside down"\ntype = "layers"\ncontainers = ["deepgap"]\n'
-                   'layers = ["store", "commands"]\n')
+    cfg.write_text(
+        '[tool.importlinter]\nroot_package = "deepgap"\n\n[[tool.importlinter.contracts]]\n'
+        'name = "upside down"\ntype = "layers"\ncontainers = ["deepgap"]\n'
+        'layers = ["store", "commands"]\n'
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
-    p = subprocess.run([*_lint_imports(), "--no-cache", "--no-logo", str(cfg)],
-                       capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    p = subprocess.run(
+        [*_lint_imports(), "--no-cache", "--no-logo", str(cfg)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+    )
     assert p.returncode == 1 and "BROKEN" in p.stdout, p.stdout[-3000:] + p.stderr[-2000:]
 
 
 def test_importing_the_package_does_not_import_the_run_machinery():
     """``import deepgap`` (which every module's import runs first) loads no deepgap module; the public
     names still resolve, from their own modules."""
-    code = ("import sys, deepgap; assert [m for m in sys.modules if m.startswith('deepgap.')] == [], "
-            "sorted(m for m in sys.modules if m.startswith('deepgap.'))\n"
-            "from deepgap import ConfigSpec, Results, SweepSpec, run\n"
-            "assert run.__module__ == 'deepgap.api' and SweepSpec.__module__ == 'deepgap.config'\n"
-            "assert set(deepgap.__all__) <= set(dir(deepgap))")
+    code = (
+        "import sys, deepgap; assert [m for m in sys.modules if m.startswith('deepgap.')] == [], "
+        "sorted(m for m in sys.modules if m.startswith('deepgap.'))\n"
+        "from deepgap import ConfigSpec, Results, SweepSpec, run\n"
+        "assert run.__module__ == 'deepgap.api' and SweepSpec.__module__ == 'deepgap.config'\n"
+        "assert set(deepgap.__all__) <= set(dir(deepgap))"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert p.returncode == 0, p.stderr[-3000:]
-
 
 
 def test_only_nvml_access_imports_nvml():
@@ -200,8 +227,11 @@ def test_only_nvml_access_imports_nvml():
     for path in SRC.rglob("*.py"):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else ([node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            )
             if any(n.split(".")[0] == "pynvml" for n in names):
                 found.append(_module_name(path))
     assert found == ["deepgap.nvml_access"], found

@@ -77,38 +77,76 @@ def _binary(t):
 
 CASES = [
     # (id, argv builder (tmp_path, good store bytes), words in the message)
-    ("empty batch item", lambda t, g: RUN[:3] + ["--batch-sizes", "1,,2", "--store", str(t / "n.sqlite")],
-     "empty item"),
+    (
+        "empty batch item",
+        lambda t, g: RUN[:3] + ["--batch-sizes", "1,,2", "--store", str(t / "n.sqlite")],
+        "empty item",
+    ),
     ("trailing comma", lambda t, g: ["run", "--models", "tinycnn,", "--store", _new(t)], "empty item"),
-    ("empty precision item", lambda t, g: RUN + ["--precisions", "fp32,,fp16", "--store", _new(t)],
-     "empty item"),
+    (
+        "empty precision item",
+        lambda t, g: RUN + ["--precisions", "fp32,,fp16", "--store", _new(t)],
+        "empty item",
+    ),
     ("empty threads item", lambda t, g: RUN + ["--threads", ",1", "--store", _new(t)], "empty item"),
-    ("weights junk", lambda t, g: RUN + ["--weights", _weights(t, "junk"), "--store", str(t / "n.sqlite")],
-     "cannot be loaded"),
-    ("weights not a state dict", lambda t, g: RUN + ["--weights", _weights(t, "not a state dict"), "--store",
-                                                     str(t / "n.sqlite")], "not a state dict"),
-    ("weights a list", lambda t, g: RUN + ["--weights", _weights(t, "list"), "--store", str(t / "n.sqlite")],
-     "not a state dict"),
-    ("weights of another model", lambda t, g: RUN + ["--weights", _weights(t, "other"), "--store",
-                                                     str(t / "n.sqlite")], "does not fit"),
-    ("weights junk, several GPUs", lambda t, g: RUN + ["--weights", _weights(t, "junk"), "--devices", "all",
-                                                       "--store", str(t / "n.sqlite")], "cannot be loaded"),
-    ("binary config", lambda t, g: ["run", "--config", _binary(t), "--store", str(t / "n.sqlite")],
-     "not a text file"),
-    ("config is a folder", lambda t, g: ["run", "--config", str(t), "--store", str(t / "n.sqlite")],
-     "cannot be read"),
-    ("run --report unwritable", lambda t, g: RUN + ["--report", "/proc/deepgap/r.html", "--store",
-                                                    str(t / "n.sqlite")], "cannot write"),
+    (
+        "weights junk",
+        lambda t, g: RUN + ["--weights", _weights(t, "junk"), "--store", str(t / "n.sqlite")],
+        "cannot be loaded",
+    ),
+    (
+        "weights not a state dict",
+        lambda t, g: RUN + ["--weights", _weights(t, "not a state dict"), "--store", str(t / "n.sqlite")],
+        "not a state dict",
+    ),
+    (
+        "weights a list",
+        lambda t, g: RUN + ["--weights", _weights(t, "list"), "--store", str(t / "n.sqlite")],
+        "not a state dict",
+    ),
+    (
+        "weights of another model",
+        lambda t, g: RUN + ["--weights", _weights(t, "other"), "--store", str(t / "n.sqlite")],
+        "does not fit",
+    ),
+    (
+        "weights junk, several GPUs",
+        lambda t, g: (
+            RUN + ["--weights", _weights(t, "junk"), "--devices", "all", "--store", str(t / "n.sqlite")]
+        ),
+        "cannot be loaded",
+    ),
+    (
+        "binary config",
+        lambda t, g: ["run", "--config", _binary(t), "--store", str(t / "n.sqlite")],
+        "not a text file",
+    ),
+    (
+        "config is a folder",
+        lambda t, g: ["run", "--config", str(t), "--store", str(t / "n.sqlite")],
+        "cannot be read",
+    ),
+    (
+        "run --report unwritable",
+        lambda t, g: RUN + ["--report", "/proc/deepgap/r.html", "--store", str(t / "n.sqlite")],
+        "cannot write",
+    ),
     ("report -o unwritable", lambda t, g: ["report", _store(t, g), "-o", "/proc/dg/r.html"], "cannot write"),
     ("export -o unwritable", lambda t, g: ["export", _store(t, g), "-o", "/proc/dg.csv"], "cannot write"),
     ("empty --store", lambda t, g: RUN + ["--store", ""], "store path is empty"),
     ("blank --store", lambda t, g: RUN + ["--store", "  "], "store path is empty"),
     ("merge S -o S", lambda t, g: ["merge", _store(t, g), "-o", str(t / "s.sqlite")], "nothing to merge"),
     ("show unknown run", lambda t, g: ["show", _store(t, g), "--run", "20990101-000000-abcdef"], "no run"),
-    ("export unknown run", lambda t, g: ["export", _store(t, g), "--run", "nope", "-o", str(t / "x.csv")],
-     "no run"),
-    ("report unknown run", lambda t, g: ["report", _store(t, g), "--run", "nope", "-o", str(t / "r.html")],
-     "no run"),
+    (
+        "export unknown run",
+        lambda t, g: ["export", _store(t, g), "--run", "nope", "-o", str(t / "x.csv")],
+        "no run",
+    ),
+    (
+        "report unknown run",
+        lambda t, g: ["report", _store(t, g), "--run", "nope", "-o", str(t / "r.html")],
+        "no run",
+    ),
     ("show empty file", lambda t, g: ["show", str(t / "e.sqlite")], "empty"),
     ("check missing store", lambda t, g: ["check", str(t / "none.sqlite")], "does not exist"),
     ("recover onto itself", lambda t, g: ["check", _store(t, g), "--recover", str(t / "s.sqlite")], "itself"),
@@ -219,9 +257,13 @@ def test_read_only_folder_reads_without_writing(tmp_path, capsys, good, monkeypa
     con.execute("PRAGMA journal_mode = WAL")
     real_access = os.access
     folder = str(tmp_path)
-    monkeypatch.setattr(deepgap.store.guard.os, "access",
-                        lambda p, mode, **k: False if os.path.abspath(p) == folder and mode & os.W_OK
-                        else real_access(p, mode, **k))
+    monkeypatch.setattr(
+        deepgap.store.guard.os,
+        "access",
+        lambda p, mode, **k: (
+            False if os.path.abspath(p) == folder and mode & os.W_OK else real_access(p, mode, **k)
+        ),
+    )
     assert deepgap.store.guard.immutable_read(s)
     assert main(["show", s]) == 0
     con.close()

@@ -31,16 +31,24 @@ def test_parameter_count_is_bertmodels(name):
     assert CONFIGS[name].params(pooler=False) == n - POOLER[name]
     cfg = CONFIGS[name]
     assert (cfg.layers, cfg.hidden, cfg.heads, cfg.ff, cfg.vocab, cfg.max_positions) == {
-        "bert-base": (12, 768, 12, 3072, 30522, 512), "bert-large": (24, 1024, 16, 4096, 30522, 512)}[name]
+        "bert-base": (12, 768, 12, 3072, 30522, 512),
+        "bert-large": (24, 1024, 16, 4096, 30522, 512),
+    }[name]
 
 
 def test_parameter_count_matches_transformers_where_installed():
     transformers = pytest.importorskip("transformers")
     for name in ("bert-base", "bert-large"):
         c = CONFIGS[name]
-        hf = transformers.BertConfig(vocab_size=c.vocab, hidden_size=c.hidden, num_hidden_layers=c.layers,
-                                     num_attention_heads=c.heads, intermediate_size=c.ff,
-                                     max_position_embeddings=c.max_positions, type_vocab_size=c.type_vocab)
+        hf = transformers.BertConfig(
+            vocab_size=c.vocab,
+            hidden_size=c.hidden,
+            num_hidden_layers=c.layers,
+            num_attention_heads=c.heads,
+            intermediate_size=c.ff,
+            max_position_embeddings=c.max_positions,
+            type_vocab_size=c.type_vocab,
+        )
         with torch.device("meta"):
             ref = transformers.BertModel(hf, add_pooling_layer=True)
         assert sum(p.numel() for p in ref.parameters()) == sum(p.numel() for p in _meta(name).parameters())

@@ -14,9 +14,21 @@ from deepgap.plan import expand
 from deepgap.records import Status
 from deepgap.runner import SweepRunner
 
-TINY = dict(models=("tinybert",), precisions=("fp32",), batch_sizes=(3,), seq_lens=(16,), device="cpu",
-            warmup=1, iterations=3, repeats=2, threads=(1,), max_time_s=5.0, timeout_s=120.0, telemetry=False,
-            idle_s=0.0)
+TINY = dict(
+    models=("tinybert",),
+    precisions=("fp32",),
+    batch_sizes=(3,),
+    seq_lens=(16,),
+    device="cpu",
+    warmup=1,
+    iterations=3,
+    repeats=2,
+    threads=(1,),
+    max_time_s=5.0,
+    timeout_s=120.0,
+    telemetry=False,
+    idle_s=0.0,
+)
 
 
 @pytest.fixture
@@ -43,9 +55,11 @@ def _agrees(r, tol=1e-5):
 
 
 def test_eager_measures_tinybert_and_the_rest_say_why_not(cache):
-    by = _measure(engines=("eager", "onnxruntime", "quant", "cudagraph", "tensorrt"),
-                  precisions=("fp32", "int8"),
-                  engine_axes={"onnxruntime": {"precisions": ("int8",)}})  # ORT fp32 exports: the slow test
+    by = _measure(
+        engines=("eager", "onnxruntime", "quant", "cudagraph", "tensorrt"),
+        precisions=("fp32", "int8"),
+        engine_axes={"onnxruntime": {"precisions": ("int8",)}},
+    )  # ORT fp32 exports: the slow test
     _agrees(by.pop(("eager", "fp32")))
     quant = by.pop(("quant", "int8"))
     assert quant.status == Status.SKIPPED
@@ -53,8 +67,10 @@ def test_eager_measures_tinybert_and_the_rest_say_why_not(cache):
     ort8 = by.pop(("onnxruntime", "int8"))
     assert ort8.status == Status.SKIPPED and "token ids" in ort8.reason
     assert {k: r.status for k, r in by.items()} == {  # the GPU-only engines: skipped with a reason
-        ("cudagraph", "fp32"): Status.SKIPPED, ("tensorrt", "fp32"): Status.SKIPPED,
-        ("tensorrt", "int8"): Status.SKIPPED}
+        ("cudagraph", "fp32"): Status.SKIPPED,
+        ("tensorrt", "fp32"): Status.SKIPPED,
+        ("tensorrt", "int8"): Status.SKIPPED,
+    }
     assert all(r.reason for r in by.values())
 
 

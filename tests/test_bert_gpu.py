@@ -30,23 +30,42 @@ def test_sdpa_takes_a_fused_kernel_in_half_precision():
         with torch.inference_mode(), counter:
             m(example_batch("bert-base", 8, 128, device="cuda"))
         ops = {r.op.split(".")[0] for r in counter.records if "attention" in r.op}
-        fused = {"_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
-                 "_scaled_dot_product_cudnn_attention"}
+        fused = {
+            "_scaled_dot_product_flash_attention",
+            "_scaled_dot_product_efficient_attention",
+            "_scaled_dot_product_cudnn_attention",
+        }
         assert ops and ops <= fused, ops
         assert sum(r.flops for r in counter.records if "attention" in r.op) == 12 * 4 * 8 * 128 * 128 * 768
 
 
 def test_tinybert_through_the_gpu_engines():
-    spec = validate(SweepSpec(
-        models=("tinybert",), engines=("eager", "cudagraph", "compile-freeze", "onnxruntime"),
-        precisions=("fp32", "fp16", "bf16"), batch_sizes=(4,), seq_lens=(64,), device="cuda", warmup=2,
-        iterations=5, repeats=2, max_time_s=5.0, telemetry=False, idle_s=0.0))
+    spec = validate(
+        SweepSpec(
+            models=("tinybert",),
+            engines=("eager", "cudagraph", "compile-freeze", "onnxruntime"),
+            precisions=("fp32", "fp16", "bf16"),
+            batch_sizes=(4,),
+            seq_lens=(64,),
+            device="cuda",
+            warmup=2,
+            iterations=5,
+            repeats=2,
+            max_time_s=5.0,
+            telemetry=False,
+            idle_s=0.0,
+        )
+    )
     runner = SweepRunner(spec, "cuda")
     runner.worker = InProcessWorker("cuda")
     results = list(runner.run(expand(spec, "cuda")))
     ok = [r for r in results if r.status == Status.OK]
     assert {(r.spec.engine, r.spec.precision) for r in ok} >= {
-        ("eager", "fp16"), ("eager", "bf16"), ("cudagraph", "fp16"), ("compile-freeze", "fp16")}
+        ("eager", "fp16"),
+        ("eager", "bf16"),
+        ("cudagraph", "fp16"),
+        ("compile-freeze", "fp16"),
+    }
     for r in ok:
         assert r.details.correctness.flagged is False, (r.spec.label(), r.details.correctness)
     for r in results:

@@ -132,8 +132,9 @@ def test_compare_widens_by_the_card_spread(store):
     assert x["ci_method"] == "three-level bootstrap (cards, processes, samples): 4 card(s) vs 1 card(s)"
     ratios = [1.3 / s for s in CARD_SLOWDOWN]  # each H card's speed over B's
     assert x["speedup_ci_low"] < ratios[2] and x["speedup_ci_high"] > ratios[0] * 0.99
-    pooled, _ = compare(h.assign(card_result_ids=[[]] * len(h)).drop(columns="card_spread_rel"), b, fn, fn,
-                        n_resamples=300)
+    pooled, _ = compare(
+        h.assign(card_result_ids=[[]] * len(h)).drop(columns="card_spread_rel"), b, fn, fn, n_resamples=300
+    )
     px = pooled[pooled["batch_size"] == X[1]].iloc[0]
     assert px["ci_method"].startswith("bootstrap of pooled")
     assert (x["speedup_ci_high"] - x["speedup_ci_low"]) > 2 * (px["speedup_ci_high"] - px["speedup_ci_low"])

@@ -11,9 +11,32 @@ from deepgap.cli import main
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("cli") / "s.sqlite")
-    argv = ["run", "--models", "tinycnn", "--device", "cpu", "--threads", "1", "--batch-sizes", "1,4",
-            "--precisions", "fp32,bf16", "--memory-formats", "nchw,channels_last", "--warmup", "1",
-            "--iterations", "3", "--repeats", "2", "--target-ci", "50%", "--store", path, "--json"]
+    argv = [
+        "run",
+        "--models",
+        "tinycnn",
+        "--device",
+        "cpu",
+        "--threads",
+        "1",
+        "--batch-sizes",
+        "1,4",
+        "--precisions",
+        "fp32,bf16",
+        "--memory-formats",
+        "nchw,channels_last",
+        "--warmup",
+        "1",
+        "--iterations",
+        "3",
+        "--repeats",
+        "2",
+        "--target-ci",
+        "50%",
+        "--store",
+        path,
+        "--json",
+    ]
     assert main(argv) == 0
     return path
 
@@ -54,7 +77,13 @@ def test_export_samples(store, tmp_path):
     out = str(tmp_path / "samples.csv")
     assert main(["export", store, "--samples", "-o", out]) == 0
     df = pd.read_csv(out)
-    assert len(df) >= 8 * 6 and set(df.columns) == {"result_id", "config_key", "repeat", "iteration", "latency_s"}
+    assert len(df) >= 8 * 6 and set(df.columns) == {
+        "result_id",
+        "config_key",
+        "repeat",
+        "iteration",
+        "latency_s",
+    }
     assert (df["latency_s"] > 0).all()
 
 
@@ -84,8 +113,9 @@ def test_torch_build_names_cpu_cuda_and_rocm_builds():
 
 
 def test_toml_config_with_preset_and_flag_override(tmp_path):
-    from deepgap.commands.run import add_arguments, build_spec
     import argparse
+
+    from deepgap.commands.run import add_arguments, build_spec
 
     cfg = tmp_path / "sweep.toml"
     cfg.write_text('preset = "quick"\nmodels = ["tinycnn"]\nbatch_sizes = [2, 3]\n')

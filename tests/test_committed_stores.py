@@ -16,7 +16,11 @@ from deepgap.cli import main
 from deepgap.store import SCHEMA_VERSION, Store
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
-STORES = {"smoke": "h100/smoke.sqlite", "roofline": "h200/roofline.sqlite", "energy": "h100/energy_check.sqlite"}
+STORES = {
+    "smoke": "h100/smoke.sqlite",
+    "roofline": "h200/roofline.sqlite",
+    "energy": "h100/energy_check.sqlite",
+}
 KINDS = {"smoke": {"sweep", "profile", "serve"}, "roofline": {"peaks"}, "energy": {"sweep"}}
 
 
@@ -53,7 +57,8 @@ def test_they_are_version_1_and_read_migrated_in_memory(copies):
             cols = [c for c in df.columns if c in {r[1] for r in _raw(path, "PRAGMA table_info(results)")}]
             raw = _raw(path, f"SELECT {', '.join(cols)} FROM results ORDER BY result_id")
             assert [tuple(None if v != v else v for v in r) for r in df[cols].itertuples(index=False)] == [
-                tuple(None if v != v else v for v in r) for r in raw]
+                tuple(None if v != v else v for v in r) for r in raw
+            ]
         finally:
             s.close()
         assert path.read_bytes() == before
@@ -61,8 +66,15 @@ def test_they_are_version_1_and_read_migrated_in_memory(copies):
 
 def test_writing_migrates_in_place_and_keeps_every_row(copies, tmp_path):
     path = Path(shutil.copy(copies["smoke"], tmp_path / "smoke.sqlite"))
-    tables = ("results", "samples", "telemetry", "serve_runs", "serve_requests", "roofline_profiles",
-              "roofline_kernels")
+    tables = (
+        "results",
+        "samples",
+        "telemetry",
+        "serve_runs",
+        "serve_requests",
+        "roofline_profiles",
+        "roofline_kernels",
+    )
     before = {t: _raw(path, f"SELECT * FROM {t} ORDER BY rowid") for t in tables}
     Store(str(path)).close()
     assert _raw(path, "PRAGMA user_version") == [(SCHEMA_VERSION,)]
@@ -72,7 +84,7 @@ def test_writing_migrates_in_place_and_keeps_every_row(copies, tmp_path):
     assert all(after[t] == before[t] for t in tables if t != "serve_runs")
     assert mean_batch and all(isinstance(v, float) for v in mean_batch)  # was TEXT, now REAL
     i = [r[1] for r in _raw(path, "PRAGMA table_info(serve_runs)")].index("mean_batch")
-    assert [r[:i] + (float(r[i]),) + r[i + 1:] for r in before["serve_runs"]] == after["serve_runs"]
+    assert [r[:i] + (float(r[i]),) + r[i + 1 :] for r in before["serve_runs"]] == after["serve_runs"]
     assert {k for (k,) in _raw(path, "SELECT kind FROM runs")} == KINDS["smoke"]
 
 
@@ -82,13 +94,27 @@ def test_show_merge_and_report(copies, tmp_path, capsys):
     out = tmp_path / "all.sqlite"
     assert main(["merge", *map(str, copies.values()), "-o", str(out)]) == 0
     assert _raw(out, "PRAGMA user_version") == [(SCHEMA_VERSION,)]
-    for table in ("runs", "results", "samples", "serve_runs", "serve_requests", "roofline_peaks",
-                  "roofline_profiles", "roofline_kernels"):
-        want = sum(_raw(p, f"SELECT count(*) FROM {table}")[0][0] for p in copies.values()
-                   if _raw(p, f"SELECT count(*) FROM sqlite_master WHERE name = '{table}'")[0][0])
+    for table in (
+        "runs",
+        "results",
+        "samples",
+        "serve_runs",
+        "serve_requests",
+        "roofline_peaks",
+        "roofline_profiles",
+        "roofline_kernels",
+    ):
+        want = sum(
+            _raw(p, f"SELECT count(*) FROM {table}")[0][0]
+            for p in copies.values()
+            if _raw(p, f"SELECT count(*) FROM sqlite_master WHERE name = '{table}'")[0][0]
+        )
         assert _raw(out, f"SELECT count(*) FROM {table}")[0][0] == want, table
-    orphans = _raw(out, "SELECT count(*) FROM roofline_kernels WHERE profile_id NOT IN "
-                        "(SELECT profile_id FROM roofline_profiles)")
+    orphans = _raw(
+        out,
+        "SELECT count(*) FROM roofline_kernels WHERE profile_id NOT IN "
+        "(SELECT profile_id FROM roofline_profiles)",
+    )
     assert orphans == [(0,)]
     capsys.readouterr()
     html = tmp_path / "report.html"

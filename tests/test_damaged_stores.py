@@ -105,7 +105,7 @@ def _sql(data: bytes, sql: str, tmp) -> bytes:
 
 
 def _patch(data: bytes, offset: int, new: bytes) -> bytes:
-    return data[:offset] + new + data[offset + len(new):]
+    return data[:offset] + new + data[offset + len(new) :]
 
 
 # damage class → (how to damage the bytes, words the error must contain)
@@ -117,18 +117,25 @@ DAMAGE = {
     "schema version flipped": (lambda b, t: _patch(b, 60, b"\x00\x00\x00\xfe"), "damaged header"),
     "application id flipped": (lambda b, t: _patch(b, 68, b"\x01\x02\x03\x04"), "damaged header"),
     "results page overwritten": (
-        lambda b, t: _patch(b, (_page_of(b, "results") - 1) * 4096, bytes(range(256)) * 16), "damaged pages"),
+        lambda b, t: _patch(b, (_page_of(b, "results") - 1) * 4096, bytes(range(256)) * 16),
+        "damaged pages",
+    ),
     "bad utf-8 in a result": (
         lambda b, t: _sql(b, f"UPDATE results SET model = {BAD_UTF8} WHERE result_id = {LAST}", t),
-        "cannot be decoded"),
+        "cannot be decoded",
+    ),
     "bad json in a result": (
         lambda b, t: _sql(b, f"UPDATE results SET extra_json = '{{not json' WHERE result_id = {LAST} - 1", t),
-        "cannot be decoded"),
+        "cannot be decoded",
+    ),
     "text in a number column": (
         lambda b, t: _sql(b, f"UPDATE results SET latency_median_s = 'fast' WHERE result_id = {LAST} - 2", t),
-        "cannot be decoded"),
+        "cannot be decoded",
+    ),
     "bad json in a run": (
-        lambda b, t: _sql(b, "UPDATE runs SET env_json = '{\"host\": ' ", t), "cannot be decoded"),
+        lambda b, t: _sql(b, "UPDATE runs SET env_json = '{\"host\": ' ", t),
+        "cannot be decoded",
+    ),
 }
 
 BAD_UTF8 = "CAST(x'ff41fe' AS TEXT)"
@@ -236,8 +243,14 @@ def test_recover_past_damaged_pages(tmp_path, capsys, base):
 def test_healthy_readers_leave_no_files(tmp_path, capsys, base):
     c, g, out = _setup(tmp_path, base)
     before = _files(os.path.dirname(c))
-    for argv in (["show", c], ["export", c, "-o", f"{out}/x.csv"], ["compare", c, c], ["check", c],
-                 ["merge", c, "-o", f"{out}/m.sqlite"], ["report", c, "-o", f"{out}/r.html"]):
+    for argv in (
+        ["show", c],
+        ["export", c, "-o", f"{out}/x.csv"],
+        ["compare", c, c],
+        ["check", c],
+        ["merge", c, "-o", f"{out}/m.sqlite"],
+        ["report", c, "-o", f"{out}/r.html"],
+    ):
         assert main(argv) == 0, argv
         assert _files(os.path.dirname(c)) == before, argv
     capsys.readouterr()
@@ -246,10 +259,14 @@ def test_healthy_readers_leave_no_files(tmp_path, capsys, base):
 # --- fuzz ------------------------------------------------------------------------------------
 damage = st.one_of(
     st.tuples(st.just("truncate"), st.floats(0.0, 0.999)),
-    st.tuples(st.just("flip"), st.lists(st.tuples(st.floats(0.0, 0.999), st.integers(1, 255)),
-                                         min_size=1, max_size=12)),
-    st.tuples(st.just("header"), st.lists(st.tuples(st.integers(0, 99), st.integers(1, 255)),
-                                           min_size=1, max_size=3)),
+    st.tuples(
+        st.just("flip"),
+        st.lists(st.tuples(st.floats(0.0, 0.999), st.integers(1, 255)), min_size=1, max_size=12),
+    ),
+    st.tuples(
+        st.just("header"),
+        st.lists(st.tuples(st.integers(0, 99), st.integers(1, 255)), min_size=1, max_size=3),
+    ),
 )
 
 

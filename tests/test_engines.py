@@ -1,6 +1,5 @@
 """Engines end to end on the CPU: real worker processes, the store, correctness, skips with reasons."""
 
-
 import pytest
 
 import deepgap
@@ -54,7 +53,9 @@ def test_cpu_engines_run_tinycnn_at_two_batch_sizes(tmp_path, tiny_spec, cache):
         assert r.status == Status.SKIPPED and ("CPU" in r.reason or "unavailable" in r.reason), r.reason
     assert ("eager", "int8", 1) not in by  # not a "does not run" row: not planned at all
     df = res.to_pandas()
-    assert (df["status"] == "skipped").sum() == len(df) - 8 and df["reason"][df["status"] == "skipped"].str.len().min() > 10
+    assert (df["status"] == "skipped").sum() == len(df) - 8 and df["reason"][
+        df["status"] == "skipped"
+    ].str.len().min() > 10
 
 
 def test_tensorrt_absent_says_why():
@@ -105,13 +106,24 @@ def _measure_broken_engines(store_path: str) -> dict:
     protocol = TimingProtocol(warmup=1, iterations=3, repeats=2)
     out = {}
     for engine, transfer in (("eager", False), ("bgr-bug", False), ("fast-garbage", False), ("eager", True)):
-        spec = ConfigSpec(model="tinycnn", engine=engine, precision="fp32", batch_size=4, device="cpu",
-                          resolution=32, threads=1, include_transfer=transfer)
+        spec = ConfigSpec(
+            model="tinycnn",
+            engine=engine,
+            precision="fp32",
+            batch_size=4,
+            device="cpu",
+            resolution=32,
+            threads=1,
+            include_transfer=transfer,
+        )
         res = measure(state, MeasureRequest(spec=spec, protocol=protocol))
         store.record(run_id, res)
         out[engine + ("+transfer" if transfer else "")] = {
-            "status": res.status.value, "reason": res.reason, "correctness": res.details.correctness,
-            "transfer": res.details.transfer}
+            "status": res.status.value,
+            "reason": res.reason,
+            "correctness": res.details.correctness,
+            "transfer": res.details.transfer,
+        }
     store.finish_run(run_id)
     store.close()
     return out
@@ -148,7 +160,9 @@ def test_correctness_flags_a_broken_engine_and_recommend_never_picks_it(tmp_path
     finally:
         store.close()
     fastest = agg.sort_values("throughput_ips", ascending=False).iloc[0]
-    assert fastest["engine"] == "fast-garbage" and fastest["flagged"]  # it would win an honest-looking table …
+    assert (
+        fastest["engine"] == "fast-garbage" and fastest["flagged"]
+    )  # it would win an honest-looking table …
     (rec,) = recommend(agg)
     assert rec.choice is not None and rec.choice["engine"] == "eager"  # … and is never recommended
 
@@ -162,9 +176,15 @@ def test_compile_failure_is_an_error_with_the_compilers_message():
     from deepgap.models import build_model
     from deepgap.records import ConfigSpec
 
-    spec = ConfigSpec(model="tinycnn", engine="compile", precision="fp32", batch_size=2, device="cpu", resolution=32)
-    with inductor_config.patch({"cpp.cxx": ("/nonexistent/c++",), "fx_graph_cache": False}), \
-            pytest.raises(CompileFailed, match=r"torch.compile\(mode=default, freezing=False\) failed: .*compiler"):
+    spec = ConfigSpec(
+        model="tinycnn", engine="compile", precision="fp32", batch_size=2, device="cpu", resolution=32
+    )
+    with (
+        inductor_config.patch({"cpp.cxx": ("/nonexistent/c++",), "fx_graph_cache": False}),
+        pytest.raises(
+            CompileFailed, match=r"torch.compile\(mode=default, freezing=False\) failed: .*compiler"
+        ),
+    ):
         get_engine("compile").prepare(build_model("tinycnn", 32), spec, torch.randn(2, 3, 32, 32))
     assert inductor_config.freezing is False
 

@@ -23,12 +23,15 @@ def test_gpu_ort_configs_without_the_provider_are_skipped_with_the_reason():
     caps = DeviceCaps("cuda:0", "cuda", "Some GPU", (9, 0))
     have = providers_available()
     checked = 0
-    for engine, provider, precision in (("onnxruntime", "CUDAExecutionProvider", "fp16"),
-                                        ("onnxruntime-trt", "TensorrtExecutionProvider", "int8")):
+    for engine, provider, precision in (
+        ("onnxruntime", "CUDAExecutionProvider", "fp16"),
+        ("onnxruntime-trt", "TensorrtExecutionProvider", "int8"),
+    ):
         if provider in have:
             continue
-        spec = ConfigSpec(model="tinycnn", engine=engine, precision=precision, batch_size=1, device="cuda:0",
-                          resolution=32)
+        spec = ConfigSpec(
+            model="tinycnn", engine=engine, precision=precision, batch_size=1, device="cuda:0", resolution=32
+        )
         e = get_engine(engine)
         why = e.available() or e.supports(spec, caps)
         assert why.startswith(f"unavailable: the installed onnxruntime has no {provider}"), why
@@ -42,8 +45,15 @@ def test_gpu_ort_configs_without_the_provider_are_skipped_with_the_reason():
 def test_energy_check_selftest_and_engines_table_from_its_store(tmp_path):
     """energy_check.py --selftest passes on fake telemetry; engines.py reads the store it wrote."""
     store, out = tmp_path / "s.sqlite", tmp_path / "ec.json"
-    cmd = [sys.executable, str(BENCH / "energy_check.py"), "--selftest", "--store", str(store),
-           "--out", str(out)]
+    cmd = [
+        sys.executable,
+        str(BENCH / "energy_check.py"),
+        "--selftest",
+        "--store",
+        str(store),
+        "--out",
+        str(out),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     report = json.loads(out.read_text())

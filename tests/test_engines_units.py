@@ -14,6 +14,7 @@ def cache(tmp_path, monkeypatch):
 
 # --- the artifact cache -------------------------------------------------------------------------------------
 
+
 def test_cache_dir_env_and_option_and_atomic_writes(tmp_path, cache):
     from deepgap.engines import artifacts
 
@@ -34,6 +35,7 @@ def test_cache_dir_env_and_option_and_atomic_writes(tmp_path, cache):
 
 # --- calibration data ----------------------------------------------------------------------------------------
 
+
 def test_synthetic_calibration_is_seeded_and_stated():
     from deepgap import calibration_data
 
@@ -41,8 +43,14 @@ def test_synthetic_calibration_is_seeded_and_stated():
     b = calibration_data.calibration_set(16, {"calibration_images": 5})
     assert tuple(a.images.shape) == (5, 3, 16, 16) and (a.images == b.images).all()
     assert a.source == "synthetic" and a.info["images"] == 5 and "N(0,1)" in a.info["distribution"]
-    assert a.fingerprint == b.fingerprint != calibration_data.calibration_set(16, {"calibration_images": 6}).fingerprint
-    assert calibration_data.calibration_set(16, {"calibration_images": 5}, seed=1).fingerprint != a.fingerprint
+    assert (
+        a.fingerprint
+        == b.fingerprint
+        != calibration_data.calibration_set(16, {"calibration_images": 6}).fingerprint
+    )
+    assert (
+        calibration_data.calibration_set(16, {"calibration_images": 5}, seed=1).fingerprint != a.fingerprint
+    )
     assert [tuple(x.shape) for x in a.batches(2)] == [(2, 3, 16, 16), (2, 3, 16, 16), (1, 3, 16, 16)]
     with pytest.raises(UsageError, match="calibration_images"):
         calibration_data.calibration_set(16, {"calibration_images": 0})
@@ -60,7 +68,9 @@ def test_calibration_from_a_folder_of_images(tmp_path):
     for i in range(5):  # non-square sizes, one in a subfolder, one grey-scale
         c = 1 if i == 4 else 3
         img = torch.randint(0, 256, (40 + 4 * i, 56, c), generator=g, dtype=torch.uint8).numpy()
-        Image.fromarray(img[..., 0] if c == 1 else img).save(folder / ("sub" if i == 2 else "") / f"im{i}.png")
+        Image.fromarray(img[..., 0] if c == 1 else img).save(
+            folder / ("sub" if i == 2 else "") / f"im{i}.png"
+        )
     (folder / "notes.txt").write_text("not an image")
     cs = calibration_data.calibration_set(24, {"calibration_dir": str(folder), "calibration_images": 3})
     assert cs.source == "folder" and tuple(cs.images.shape) == (3, 3, 24, 24) and cs.info["images"] == 3
@@ -81,6 +91,7 @@ def test_calibration_from_a_folder_of_images(tmp_path):
 
 
 # --- ONNX Runtime static INT8 -------------------------------------------------------------------------------
+
 
 def test_ort_int8_static_quantization_is_qdq_per_channel_accurate_and_cached(tmp_path, cache):
     onnx = pytest.importorskip("onnx")
@@ -112,8 +123,14 @@ def test_ort_int8_static_quantization_is_qdq_per_channel_accurate_and_cached(tmp
     ops = [n.op_type for n in graph.node]
     assert ops.count("QuantizeLinear") >= 3 and ops.count("DequantizeLinear") >= 6  # QDQ around each conv
     inits = {i.name: i for i in graph.initializer}
-    per_channel = [n for n in graph.node if n.op_type == "DequantizeLinear" and n.input[0] in inits
-                   and len(inits[n.input[1]].dims) == 1 and inits[n.input[1]].dims[0] == 16]
+    per_channel = [
+        n
+        for n in graph.node
+        if n.op_type == "DequantizeLinear"
+        and n.input[0] in inits
+        and len(inits[n.input[1]].dims) == 1
+        and inits[n.input[1]].dims[0] == 16
+    ]
     assert per_channel, "conv weights should carry one scale per output channel"
     # accurate against the fp32 model on other images than it was calibrated on
     x = torch.randn(8, 3, 32, 32, generator=torch.Generator().manual_seed(1))
@@ -129,10 +146,13 @@ def test_ort_int8_static_quantization_is_qdq_per_channel_accurate_and_cached(tmp
 
 # --- TensorRT plans (no TensorRT needed) --------------------------------------------------------------------
 
+
 def test_tensorrt_profile_covers_the_batch():
     from deepgap.engines.tensorrt_build import profile_shapes
 
-    assert profile_shapes(1) == (1, 32, 512) == profile_shapes(256)  # the paper's profile: one engine per sweep
+    assert (
+        profile_shapes(1) == (1, 32, 512) == profile_shapes(256)
+    )  # the paper's profile: one engine per sweep
     assert profile_shapes(600) == (1, 32, 1024)  # widened to cover a larger batch
     assert profile_shapes(4, {"trt_profile_batches": [8, 16, 64]}) == (4, 16, 64)
     assert profile_shapes(64, {"trt_profile": "static"}) == (64, 64, 64)
@@ -150,16 +170,35 @@ def test_tensorrt_cache_keys_separate_what_changes_the_engine():
     from deepgap.engines.artifacts import artifact_key
     from deepgap.engines.tensorrt_build import calibration_cache_parts, engine_parts, workspace_bytes
 
-    base = dict(model="resnet50", resolution=224, weights_sha="abc", precision="int8", profile=(1, 32, 512),
-                gpu_name="NVIDIA H100 80GB HBM3", compute_capability=(9, 0), trt_version="10.3.0",
-                calibration="cal1", workspace=workspace_bytes())
+    base = dict(
+        model="resnet50",
+        resolution=224,
+        weights_sha="abc",
+        precision="int8",
+        profile=(1, 32, 512),
+        gpu_name="NVIDIA H100 80GB HBM3",
+        compute_capability=(9, 0),
+        trt_version="10.3.0",
+        calibration="cal1",
+        workspace=workspace_bytes(),
+    )
     key = artifact_key(engine_parts(**base))
-    for change in (dict(precision="fp16"), dict(gpu_name="NVIDIA L4"), dict(compute_capability=(8, 9)),
-                   dict(trt_version="10.4.0"), dict(calibration="cal2"), dict(profile=(1, 32, 1024)),
-                   dict(weights_sha="abd"), dict(resolution=256), dict(model="resnet18")):
+    for change in (
+        dict(precision="fp16"),
+        dict(gpu_name="NVIDIA L4"),
+        dict(compute_capability=(8, 9)),
+        dict(trt_version="10.4.0"),
+        dict(calibration="cal2"),
+        dict(profile=(1, 32, 1024)),
+        dict(weights_sha="abd"),
+        dict(resolution=256),
+        dict(model="resnet18"),
+    ):
         assert artifact_key(engine_parts(**{**base, **change})) != key, change
     fp16 = {**base, "precision": "fp16"}
-    assert artifact_key(engine_parts(**fp16)) == artifact_key(engine_parts(**{**fp16, "calibration": "other"}))
+    assert artifact_key(engine_parts(**fp16)) == artifact_key(
+        engine_parts(**{**fp16, "calibration": "other"})
+    )
     c = calibration_cache_parts("resnet50", 224, "abc", "cal1", "10.3.0", 32)
     assert "gpu" not in c and c["tensorrt"] == "10.3.0" and c["algorithm"] == "entropy2"
     assert workspace_bytes() == 2 << 30 and workspace_bytes({"trt_workspace_gib": 0.5}) == 1 << 29
@@ -195,8 +234,15 @@ def test_gpu_engines_say_why_not_on_a_cpu():
     caps = DeviceCaps("cpu", "cpu", "some CPU")
 
     def why(engine, precision="fp32", mf="nchw"):
-        spec = ConfigSpec(model="tinycnn", engine=engine, precision=precision, batch_size=1, device="cpu",
-                          memory_format=mf, resolution=32)
+        spec = ConfigSpec(
+            model="tinycnn",
+            engine=engine,
+            precision=precision,
+            batch_size=1,
+            device="cpu",
+            memory_format=mf,
+            resolution=32,
+        )
         e = get_engine(engine)
         return e.available() or e.supports(spec, caps)
 

@@ -52,8 +52,10 @@ def test_a_result_that_differs_is_a_conflict_and_nothing_is_written(two_machines
     copy = str(tmp_path / "copy.sqlite")
     shutil.copy(a, copy)
     con = sqlite3.connect(copy)
-    con.execute("UPDATE results SET latency_median_s = latency_median_s * 2 WHERE result_id = "
-                "(SELECT min(result_id) FROM results WHERE status = 'ok')")
+    con.execute(
+        "UPDATE results SET latency_median_s = latency_median_s * 2 WHERE result_id = "
+        "(SELECT min(result_id) FROM results WHERE status = 'ok')"
+    )
     con.commit()
     con.close()
     out = str(tmp_path / "all.sqlite")
@@ -92,8 +94,10 @@ def test_feature_tables_follow_their_runs_by_their_declared_keys(two_machines, t
         con.execute("INSERT INTO ext_undeclared VALUES (?, 1.0)", (run_id,))
         for j in range(n):
             eid = con.execute("INSERT INTO serve_runs (run_id, n) VALUES (?, ?)", (run_id, j)).lastrowid
-            con.executemany("INSERT INTO serve_requests (serve_id, idx, latency_s) VALUES (?, ?, ?)",
-                            [(eid, i, eid * 10.0 + i) for i in range(4)])
+            con.executemany(
+                "INSERT INTO serve_requests (serve_id, idx, latency_s) VALUES (?, ?, ?)",
+                [(eid, i, eid * 10.0 + i) for i in range(4)],
+            )
         con.execute("INSERT OR IGNORE INTO roofline_model_costs VALUES ('m', 224, 'infer', 1.0, 2, '{}')")
         con.commit()
         con.close()
@@ -101,10 +105,14 @@ def test_feature_tables_follow_their_runs_by_their_declared_keys(two_machines, t
     merge([a, b], out)
     merge([b, a], out)
     con = sqlite3.connect(out)
-    c = {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
-         for t in ("serve_runs", "serve_requests", "roofline_model_costs")}
+    c = {
+        t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+        for t in ("serve_runs", "serve_requests", "roofline_model_costs")
+    }
     assert (c["serve_runs"], c["serve_requests"], c["roofline_model_costs"]) == (5, 20, 1)
-    orphans = con.execute("SELECT count(*) FROM serve_requests WHERE serve_id NOT IN (SELECT serve_id FROM serve_runs)")
+    orphans = con.execute(
+        "SELECT count(*) FROM serve_requests WHERE serve_id NOT IN (SELECT serve_id FROM serve_runs)"
+    )
     assert orphans.fetchone()[0] == 0
     per_parent = con.execute("SELECT serve_id, count(*) FROM serve_requests GROUP BY serve_id").fetchall()
     assert sorted(n for _, n in per_parent) == [4] * 5
@@ -121,9 +129,10 @@ def test_run_selection_takes_only_those_runs_and_their_rows(two_machines, tmp_pa
     runs = [r for (r,) in con.execute("SELECT run_id FROM runs ORDER BY run_id")]
     con.executemany("INSERT INTO serve_runs (run_id, n) VALUES (?, 1)", [(r,) for r in runs])
     con.commit()
-    want = {"results": con.execute("SELECT count(*) FROM results WHERE run_id = ?", (runs[0],)).fetchone()[0],
-            "telemetry": con.execute("SELECT count(*) FROM telemetry WHERE run_id = ?",
-                                     (runs[0],)).fetchone()[0]}
+    want = {
+        "results": con.execute("SELECT count(*) FROM results WHERE run_id = ?", (runs[0],)).fetchone()[0],
+        "telemetry": con.execute("SELECT count(*) FROM telemetry WHERE run_id = ?", (runs[0],)).fetchone()[0],
+    }
     con.close()
     out = str(tmp_path / "one.sqlite")
     rep = merge([a, b], out, runs=[runs[0]])

@@ -27,8 +27,18 @@ pytestmark = pytest.mark.slow
 
 # No run-level prelude here (idle_s 0): its actors, one deepgap worker each, cost about a minute on the
 # loaded 2-core CI machine; tests/test_fleet_ray_prelude.py checks the prelude through a Ray double.
-SPEC = dict(models=["tinycnn"], batch_sizes=[1, 2], device="cpu", warmup=1, iterations=3, repeats=2,
-            threads=[1], max_time_s=5.0, timeout_s=120.0, idle_s=0.0)
+SPEC = dict(
+    models=["tinycnn"],
+    batch_sizes=[1, 2],
+    device="cpu",
+    warmup=1,
+    iterations=3,
+    repeats=2,
+    threads=[1],
+    max_time_s=5.0,
+    timeout_s=120.0,
+    idle_s=0.0,
+)
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +48,10 @@ def cluster():
     if ray.is_initialized():
         ray.shutdown()
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
-    nodes = {"l4": c.add_node(num_cpus=1, resources={"accelerator_type:L4": 1}), "plain": c.add_node(num_cpus=1)}
+    nodes = {
+        "l4": c.add_node(num_cpus=1, resources={"accelerator_type:L4": 1}),
+        "plain": c.add_node(num_cpus=1),
+    }
     c.wait_for_nodes()
     c.nodes_by_name = nodes
     yield c
@@ -91,10 +104,35 @@ def _count(store: str) -> int:
 
 def test_killed_driver_then_resume_measures_each_configuration_once(cluster, tmp_path):
     store = str(tmp_path / "s.sqlite")
-    argv = [sys.executable, "-m", "deepgap", "run", "--ray", cluster.address, "--models", "tinycnn",
-            "--device", "cpu", "--threads", "1", "--batch-sizes", "1,2", "--warmup", "1",
-            "--iterations", "3", "--repeats", "2", "--target-ci", "off", "--idle-time", "0", "--store", store,
-            "--quiet"]
+    argv = [
+        sys.executable,
+        "-m",
+        "deepgap",
+        "run",
+        "--ray",
+        cluster.address,
+        "--models",
+        "tinycnn",
+        "--device",
+        "cpu",
+        "--threads",
+        "1",
+        "--batch-sizes",
+        "1,2",
+        "--warmup",
+        "1",
+        "--iterations",
+        "3",
+        "--repeats",
+        "2",
+        "--target-ci",
+        "off",
+        "--idle-time",
+        "0",
+        "--store",
+        store,
+        "--quiet",
+    ]
     for attempt in range(3):  # catching the sweep between its two configurations is timing: a loaded
         # CI machine may miss the moment; a miss is retried on a fresh store (the behaviour is checked after)
         if attempt and os.path.exists(store):
@@ -116,8 +154,12 @@ def test_killed_driver_then_resume_measures_each_configuration_once(cluster, tmp
     os.killpg(proc.pid, signal.SIGKILL)  # the driver dies with no chance to clean up
     proc.wait(10)
     assert Store(store, readonly=True).runs()[0]["status"] == "running"
-    out = subprocess.run([sys.executable, "-m", "deepgap", "run", "--resume", "--store", store, "--quiet"],
-                         capture_output=True, text=True, timeout=300)  # the run's stored --ray address
+    out = subprocess.run(
+        [sys.executable, "-m", "deepgap", "run", "--resume", "--store", store, "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )  # the run's stored --ray address
     assert out.returncode == 0, out.stderr
     s = Store(store, readonly=True)
     df = s.results_frame()
@@ -139,8 +181,9 @@ def test_a_lost_node_is_retried_elsewhere_and_recorded(cluster, tmp_path):
             removed.append(node_id)
             threading.Timer(0.3, cluster.remove_node, args=(nodes[node_id],)).start()
 
-    res = deepgap.run({**SPEC, "sweeps": 2}, store=str(tmp_path / "s.sqlite"), ray=cluster.address,
-                      on_event=on_event)
+    res = deepgap.run(
+        {**SPEC, "sweeps": 2}, store=str(tmp_path / "s.sqlite"), ray=cluster.address, on_event=on_event
+    )
     df = res.to_pandas()
     assert len(df) == 4 and df["config_key"].is_unique and (df["status"] == "ok").all()
     retried = [e for e in df["extra"] if e.attempts > 1]

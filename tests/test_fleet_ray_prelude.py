@@ -21,8 +21,15 @@ def test_a_ray_sweep_stores_one_prelude_per_device_and_tasks_apply_it(tmp_path, 
 
     ray = install(monkeypatch, TWO_NODES)
     store = str(tmp_path / "s.sqlite")
-    spec = tiny_spec.replace(options={"telemetry_backend": "fake:throttle"}, idle_s=0.2, energy_window_s=0.05,
-                             sample_hz=50.0, thermal_warmup=True, thermal_window_s=0.3, thermal_timeout_s=5.0)
+    spec = tiny_spec.replace(
+        options={"telemetry_backend": "fake:throttle"},
+        idle_s=0.2,
+        energy_window_s=0.05,
+        sample_hz=50.0,
+        thermal_warmup=True,
+        thermal_window_s=0.3,
+        thermal_timeout_s=5.0,
+    )
     logged: list[str] = []
     res = run_fleet(spec, store, ray="local", log=logged.append)
     s = Store(store, readonly=True)
@@ -48,8 +55,11 @@ def test_a_ray_sweep_stores_one_prelude_per_device_and_tasks_apply_it(tmp_path, 
 def test_every_gpu_of_a_matching_node_gets_a_prelude_slot():
     from deepgap.fleet.ray_prelude import device_key, slots
 
-    nodes = [{"NodeID": "n1", "Resources": {"GPU": 2.0, "CPU": 8.0}},
-             {"NodeID": "n2", "Resources": {"CPU": 4.0}}, {"NodeID": "n3", "Resources": {"GPU": 1.0}}]
+    nodes = [
+        {"NodeID": "n1", "Resources": {"GPU": 2.0, "CPU": 8.0}},
+        {"NodeID": "n2", "Resources": {"CPU": 4.0}},
+        {"NodeID": "n3", "Resources": {"GPU": 1.0}},
+    ]
     assert slots(nodes, "cuda") == ["n1", "n1", "n3"]
     assert slots(nodes, "cpu") == ["n1", "n2", "n3"]
     assert device_key("n1", "cuda", ["1"]) == "n1/1" and device_key("n1", "cpu", []) == "n1/cpu"
@@ -84,6 +94,7 @@ def test_a_ray_sweep_whose_prelude_measures_nothing_starts_no_actor(tmp_path, ti
     from deepgap.fleet.session import run_fleet
 
     ray = install(monkeypatch, TWO_NODES)
-    res = run_fleet(tiny_spec.replace(idle_s=0.0, thermal_warmup=False), str(tmp_path / "s.sqlite"),
-                    ray="local")
+    res = run_fleet(
+        tiny_spec.replace(idle_s=0.0, thermal_warmup=False), str(tmp_path / "s.sqlite"), ray="local"
+    )
     assert ray.actors == [] and len(res.results) == 2

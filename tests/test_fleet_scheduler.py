@@ -33,7 +33,9 @@ class Ledger:
         self.measured: list[tuple[str, str]] = []  # (device, config key)
 
 
-def fake_factory(ledger: Ledger, oom_at: int | None = None, dead: set[str] = frozenset(), dead_after: int = 1):
+def fake_factory(
+    ledger: Ledger, oom_at: int | None = None, dead: set[str] = frozenset(), dead_after: int = 1
+):
     """Runners whose `_one` pretends to measure (SweepRunner.run's real cascade logic is kept)."""
 
     class FakeRunner(SweepRunner):
@@ -50,7 +52,9 @@ def fake_factory(ledger: Ledger, oom_at: int | None = None, dead: set[str] = fro
             with ledger.lock:
                 ledger.active[self.device] += 1
                 ledger.overall += 1
-                ledger.max_active[self.device] = max(ledger.max_active[self.device], ledger.active[self.device])
+                ledger.max_active[self.device] = max(
+                    ledger.max_active[self.device], ledger.active[self.device]
+                )
                 ledger.max_overall = max(ledger.max_overall, ledger.overall)
             time.sleep(0.03)
             with ledger.lock:
@@ -67,17 +71,34 @@ def fake_factory(ledger: Ledger, oom_at: int | None = None, dead: set[str] = fro
     return FakeRunner
 
 
-GRID = dict(models=("resnet18", "resnet50"), precisions=("fp32", "fp16"), batch_sizes=(1, 2, 4, 8),
-            sweeps=2, device="auto", iterations=1, repeats=1, warmup=0)
+GRID = dict(
+    models=("resnet18", "resnet50"),
+    precisions=("fp32", "fp16"),
+    batch_sizes=(1, 2, 4, 8),
+    sweeps=2,
+    device="auto",
+    iterations=1,
+    repeats=1,
+    warmup=0,
+)
 
 
 def test_parse_devices():
     assert [lane.name for lane in parse_devices("all", count=lambda: 3)] == ["cuda:0", "cuda:1", "cuda:2"]
-    assert parse_devices("cuda:1, cuda", count=lambda: 2) == [Lane("cuda:1", "cuda:1"), Lane("cuda:0", "cuda:0")]
+    assert parse_devices("cuda:1, cuda", count=lambda: 2) == [
+        Lane("cuda:1", "cuda:1"),
+        Lane("cuda:0", "cuda:0"),
+    ]
     assert parse_devices("fake-cpu:0,fake-cpu:1") == fake_lanes(2)
-    for text, match in [("cuda:0,cuda:0", "more than once"), ("cuda:0,cuda", "more than once"),
-                        ("cuda:2", "1 GPU"), ("tpu:0", "unknown device"), ("cpu", "one device"),
-                        ("cuda:0,fake-cpu:1", "mixes"), ("", "empty")]:
+    for text, match in [
+        ("cuda:0,cuda:0", "more than once"),
+        ("cuda:0,cuda", "more than once"),
+        ("cuda:2", "1 GPU"),
+        ("tpu:0", "unknown device"),
+        ("cpu", "one device"),
+        ("cuda:0,fake-cpu:1", "mixes"),
+        ("", "empty"),
+    ]:
         with pytest.raises(UsageError, match=match):
             parse_devices(text, count=lambda: 1)
     with pytest.raises(UsageError, match="no CUDA GPU"):
@@ -98,8 +119,13 @@ def test_ladders_spread_over_devices_one_configuration_per_device(tmp_path):
     ledger = Ledger()
     store = str(tmp_path / "s.sqlite")
     events = []
-    res = run_fleet(GRID, store, devices=lanes(3), on_event=events.append,
-                    backend_options={"runner_factory": fake_factory(ledger, oom_at=4)})
+    res = run_fleet(
+        GRID,
+        store,
+        devices=lanes(3),
+        on_event=events.append,
+        backend_options={"runner_factory": fake_factory(ledger, oom_at=4)},
+    )
     df = res.to_pandas()
     assert len(df) == 32 and df["config_key"].is_unique  # 2 models × 2 precisions × 4 batches × 2 sweeps
     assert set(df["device"]) == {"cuda"}  # the key does not depend on the GPU that measured it
@@ -115,8 +141,10 @@ def test_ladders_spread_over_devices_one_configuration_per_device(tmp_path):
     # every row carries its device's fingerprint, and results_frame reads it
     assert set(df["device_name"]) == {"Fake GPU 0", "Fake GPU 1", "Fake GPU 2"}
     run = Store(store, readonly=True).runs()[0]
-    assert run["status"] == "finished" and run["env"]["fleet"] == {"backend": "devices",
-                                                                   "devices": ["cuda:0", "cuda:1", "cuda:2"]}
+    assert run["status"] == "finished" and run["env"]["fleet"] == {
+        "backend": "devices",
+        "devices": ["cuda:0", "cuda:1", "cuda:2"],
+    }
     assert "mixed" in run["env"]["device_name"]
     done = [e for e in events if e.result is not None]
     assert len(done) == 32 and {e.lane for e in done} == {"cuda:0", "cuda:1", "cuda:2"}
@@ -124,8 +152,12 @@ def test_ladders_spread_over_devices_one_configuration_per_device(tmp_path):
 
 def test_a_dead_device_hands_its_work_to_the_others(tmp_path):
     ledger = Ledger()
-    res = run_fleet(GRID, str(tmp_path / "s.sqlite"), devices=lanes(3),
-                    backend_options={"runner_factory": fake_factory(ledger, dead={"cuda:1"}, dead_after=2)})
+    res = run_fleet(
+        GRID,
+        str(tmp_path / "s.sqlite"),
+        devices=lanes(3),
+        backend_options={"runner_factory": fake_factory(ledger, dead={"cuda:1"}, dead_after=2)},
+    )
     df = res.to_pandas()
     assert len(df) == 32 and df["config_key"].is_unique and (df["status"] == "ok").all()
     assert sum(1 for d, _ in ledger.measured if d == "cuda:1") == 2
@@ -135,12 +167,18 @@ def test_all_devices_dead_interrupts_and_resume_finishes(tmp_path):
     store = str(tmp_path / "s.sqlite")
     ledger = Ledger()
     with pytest.raises(UsageError, match="not measured"):
-        run_fleet(GRID, store, devices=lanes(2),
-                  backend_options={"runner_factory": fake_factory(ledger, dead={"cuda:0", "cuda:1"}, dead_after=3)})
+        run_fleet(
+            GRID,
+            store,
+            devices=lanes(2),
+            backend_options={"runner_factory": fake_factory(ledger, dead={"cuda:0", "cuda:1"}, dead_after=3)},
+        )
     s = Store(store, readonly=True)
     assert s.runs()[0]["status"] == "interrupted" and len(s.results_frame()) == 6
     s.close()
-    res = run_fleet(None, store, resume=True, devices=lanes(2), backend_options={"runner_factory": fake_factory(Ledger())})
+    res = run_fleet(
+        None, store, resume=True, devices=lanes(2), backend_options={"runner_factory": fake_factory(Ledger())}
+    )
     df = res.to_pandas()
     assert len(df) == 32 and df["config_key"].is_unique and len(res.results) == 26
 
@@ -152,7 +190,11 @@ def test_fleet_flags_are_checked_before_anything_is_written(tmp_path):
     with pytest.raises(UsageError, match="both given"):
         deepgap.run(GRID, store=store, devices="all", ray="auto")
     with pytest.raises(UsageError):
-        deepgap.run({**GRID, "device": "cpu"}, store=store, devices=lanes(2),)
+        deepgap.run(
+            {**GRID, "device": "cpu"},
+            store=store,
+            devices=lanes(2),
+        )
     import os
 
     assert not os.path.exists(store)
@@ -164,8 +206,12 @@ def test_real_workers_on_fake_cpu_devices_then_resume_from_stored_settings(tmp_p
     store = str(tmp_path / "s.sqlite")
     spec = tiny_spec.replace(sweeps=2)
     with pytest.raises(UsageError):  # both lanes die after one configuration each: 2 of 4 stored
-        run_fleet(spec, store, devices=["fake-cpu:0", "fake-cpu:1"],
-                  backend_options={"runner_factory": fake_factory(Ledger(), dead={"cpu"}, dead_after=1)})
+        run_fleet(
+            spec,
+            store,
+            devices=["fake-cpu:0", "fake-cpu:1"],
+            backend_options={"runner_factory": fake_factory(Ledger(), dead={"cpu"}, dead_after=1)},
+        )
     assert len(Store(store, readonly=True).results_frame()) == 2
     res = deepgap.run(store=store, resume=True)  # no --devices: the run's stored fleet settings
     df = res.to_pandas()

@@ -15,8 +15,10 @@ import pytest
 
 def _count_elsewhere(store: str) -> int:
     """The stored results as another process (a ``deepgap show``, a poller) sees them."""
-    code = ("import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
-            "print(c.execute('SELECT count(*) FROM results').fetchone()[0]); c.close()")
+    code = (
+        "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
+        "print(c.execute('SELECT count(*) FROM results').fetchone()[0]); c.close()"
+    )
     out = subprocess.run([sys.executable, "-c", code, store], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     return int(out.stdout)
@@ -35,6 +37,10 @@ def test_another_process_sees_every_result_of_a_fleet_run_as_it_is_stored(tmp_pa
             stored[0] += 1
             seen.append((stored[0], _count_elsewhere(store)))
 
-    run_fleet(tiny_spec.replace(thermal_warmup=True, thermal_timeout_s=2.0, thermal_window_s=0.3), store,
-              devices=["fake-cpu:0"], on_event=on_event)
+    run_fleet(
+        tiny_spec.replace(thermal_warmup=True, thermal_timeout_s=2.0, thermal_window_s=0.3),
+        store,
+        devices=["fake-cpu:0"],
+        on_event=on_event,
+    )
     assert seen == [(1, 1), (2, 2)]

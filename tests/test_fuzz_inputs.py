@@ -23,13 +23,42 @@ from hypothesis import strategies as st
 
 from deepgap.cli import build_parser, main
 
-HOSTILE = ["inf", "-inf", "nan", "1e-300", "1e300", "99999999999999999999", "-5", "0", "", ",", "x", "1,,2",
-           "0.5", "-", "/dev/null", "fifo", os.fsdecode(b"bad\xff"), "9" * 400, "1e-3%", "300%", "a:b:c"]
+HOSTILE = [
+    "inf",
+    "-inf",
+    "nan",
+    "1e-300",
+    "1e300",
+    "99999999999999999999",
+    "-5",
+    "0",
+    "",
+    ",",
+    "x",
+    "1,,2",
+    "0.5",
+    "-",
+    "/dev/null",
+    "fifo",
+    os.fsdecode(b"bad\xff"),
+    "9" * 400,
+    "1e-3%",
+    "300%",
+    "a:b:c",
+]
 HANG_S = 60  # a hang, not a slow first import of torch on a loaded machine
 # not fuzzed: network (Ray), a browser, folders written on purpose, test-only flags, and monitor's
 # --count, whose 0 means "until Ctrl-C" (a valid input that runs forever)
-SKIP = {"--ray", "--where", "--devices", "--screenshot", "--trace-dir", "--recover", "--backend",
-        "monitor --count"}
+SKIP = {
+    "--ray",
+    "--where",
+    "--devices",
+    "--screenshot",
+    "--trace-dir",
+    "--recover",
+    "--backend",
+    "monitor --count",
+}
 NEW = "NEW"  # replaced by a path in the example's folder
 
 
@@ -37,24 +66,44 @@ def _base(cmd: str) -> list[str]:
     """A valid command line (store paths filled in per example) that one hostile flag then spoils."""
     store = ["STORE"]
     return {
-        "run": ["run", "--models", "tinycnn", "--batch-sizes", "1", "--device", "cpu", "--quiet",
-                "--store", NEW],
+        "run": [
+            "run",
+            "--models",
+            "tinycnn",
+            "--batch-sizes",
+            "1",
+            "--device",
+            "cpu",
+            "--quiet",
+            "--store",
+            NEW,
+        ],
         "serve": ["serve", "--model", "tinycnn", "--device", "cpu", "--qps", "10", "--quiet", "--store", NEW],
-        "export": ["export", *store, "-o", "OUT"], "report": ["report", *store, "-o", "OUT"],
-        "merge": ["merge", *store, "-o", "OUT"], "check": ["check", *store],
+        "export": ["export", *store, "-o", "OUT"],
+        "report": ["report", *store, "-o", "OUT"],
+        "merge": ["merge", *store, "-o", "OUT"],
+        "check": ["check", *store],
         "monitor": ["monitor", "--backend", "fake:throttle", "--count", "1", "--interval", "0.01", "--plain"],
         "peaks": ["peaks", "--device", "cpu", "--store", NEW],
         "profile": ["profile", "--device", "cpu", "--store", NEW],
-        "env": ["env", "--device", "cpu"], "list": ["list", "models"],
+        "env": ["env", "--device", "cpu"],
+        "list": ["list", "models"],
     }.get(cmd, [cmd, *store])
 
 
 def _flags() -> list[tuple[str, str]]:
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return sorted((name, a.option_strings[-1]) for name, sp in sub.choices.items() for a in sp._actions
-                  if a.option_strings and a.nargs != 0 and not isinstance(a, argparse._HelpAction)
-                  and a.option_strings[-1] not in SKIP and f"{name} {a.option_strings[-1]}" not in SKIP)
+    return sorted(
+        (name, a.option_strings[-1])
+        for name, sp in sub.choices.items()
+        for a in sp._actions
+        if a.option_strings
+        and a.nargs != 0
+        and not isinstance(a, argparse._HelpAction)
+        and a.option_strings[-1] not in SKIP
+        and f"{name} {a.option_strings[-1]}" not in SKIP
+    )
 
 
 FLAGS = _flags()
@@ -77,6 +126,7 @@ def _store_bytes() -> bytes:
         folder = Path(tempfile.mkdtemp(prefix="deepgap-fuzz-store-"))
         build_store(str(folder / "s.sqlite"), gpu=False)
         import deepgap.models  # noqa: F401  (torch: imported once here, not inside an example's time bound)
+
         _STORE.append((folder / "s.sqlite").read_bytes())
         shutil.rmtree(folder)
     return _STORE[0]
@@ -110,8 +160,12 @@ def _check(argv: list[str], capsys) -> None:
     try:
         (folder / "s.sqlite").write_bytes(store_bytes)
         os.mkfifo(folder / "fifo")
-        subst = {"STORE": str(folder / "s.sqlite"), NEW: str(folder / "new.sqlite"),
-                 "OUT": str(folder / "out.x"), "fifo": str(folder / "fifo")}
+        subst = {
+            "STORE": str(folder / "s.sqlite"),
+            NEW: str(folder / "new.sqlite"),
+            "OUT": str(folder / "out.x"),
+            "fifo": str(folder / "fifo"),
+        }
         argv = [subst.get(a, a) for a in argv]
         before = sorted(os.listdir(folder))
         cwd = os.getcwd()
@@ -136,8 +190,13 @@ def _check(argv: list[str], capsys) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-FUZZ = settings(max_examples=60, derandomize=True, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=60,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 @FUZZ
@@ -147,8 +206,22 @@ def test_every_flag(flag, value, capsys):
     _check(_base(cmd) + [f"{option}={value}"], capsys)
 
 
-TOML_VALUES = ["5", '"abc"', "[1]", '["x"]', "inf", "nan", "-1", "1e300", "true", "{a = 1}", "[]",
-               "9223372036854775808", '"1%"', "0"]
+TOML_VALUES = [
+    "5",
+    '"abc"',
+    "[1]",
+    '["x"]',
+    "inf",
+    "nan",
+    "-1",
+    "1e300",
+    "true",
+    "{a = 1}",
+    "[]",
+    "9223372036854775808",
+    '"1%"',
+    "0",
+]
 
 
 def _keys() -> list[str]:
@@ -159,8 +232,13 @@ def _keys() -> list[str]:
     return sorted(f.name for f in dataclasses.fields(SweepSpec)) + ["preset", "sweep", "nosuchkey"]
 
 
-@settings(max_examples=25, derandomize=True, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=25,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(key=st.sampled_from(_keys()), value=st.sampled_from(TOML_VALUES))
 def test_every_toml_key(key, value, capsys):
     folder = Path(tempfile.mkdtemp(prefix="deepgap-fuzz-toml-"))

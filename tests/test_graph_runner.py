@@ -120,8 +120,15 @@ def quant_result(tmp_path_factory):
 
     os.environ["DEEPGAP_CACHE"] = str(tmp_path_factory.mktemp("cache"))
     torch.manual_seed(0)
-    opts = QuantOptions(calib_images=2, calib_method="max", autotune=False, timing_reps=1,
-                        force_backend="torch", per_layer_choice=False, cuda_graph=False)
+    opts = QuantOptions(
+        calib_images=2,
+        calib_method="max",
+        autotune=False,
+        timing_reps=1,
+        force_backend="torch",
+        per_layer_choice=False,
+        cuda_graph=False,
+    )
     return prepare_quant(models.resnet18().eval(), "int8", 1, 32, "resnet18", device="cpu", opts=opts)
 
 

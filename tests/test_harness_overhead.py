@@ -40,8 +40,10 @@ def test_summary_is_the_median_of_paired_ratios():
 def test_paired_summary_pools_block_ratios_and_resamples_rounds():
     mod = _module()
     # two rounds of three blocks; the second process runs both arms 40% slower: its ratios stay ~1
-    rounds = [{"standalone": {1: [100.0, 100.0, 100.0]}, "deepgap": {1: [100.5, 99.8, 100.2]}},
-              {"standalone": {1: [60.0, 61.0, 59.0]}, "deepgap": {1: [60.3, 60.9, 59.2]}}]
+    rounds = [
+        {"standalone": {1: [100.0, 100.0, 100.0]}, "deepgap": {1: [100.5, 99.8, 100.2]}},
+        {"standalone": {1: [60.0, 61.0, 59.0]}, "deepgap": {1: [60.3, 60.9, 59.2]}},
+    ]
     (row,) = mod.summarize([1], rounds, paired=True)
     ratios = [1.005, 0.998, 1.002, 60.3 / 60, 60.9 / 61, 59.2 / 59]
     assert row["ratio_median"] == pytest.approx(float(np.median(ratios)))
@@ -67,10 +69,30 @@ def test_cluster_ci_is_wider_when_rounds_disagree():
 @pytest.mark.slow
 def test_cpu_smoke_run_writes_rounds_and_verdicts(tmp_path):
     def run(*extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, SCRIPT, "--device", "cpu", "--model", "tinycnn",
-                               "--batch-sizes", "1,2", "--rounds", "1", "--iterations", "5", "--warmup", "2",
-                               "--out", str(tmp_path), *extra],
-                              capture_output=True, text=True, timeout=600)
+        return subprocess.run(
+            [
+                sys.executable,
+                SCRIPT,
+                "--device",
+                "cpu",
+                "--model",
+                "tinycnn",
+                "--batch-sizes",
+                "1,2",
+                "--rounds",
+                "1",
+                "--iterations",
+                "5",
+                "--warmup",
+                "2",
+                "--out",
+                str(tmp_path),
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
 
     p = run()
     assert p.returncode == 0, p.stderr
@@ -85,17 +107,57 @@ def test_cpu_smoke_run_writes_rounds_and_verdicts(tmp_path):
         assert r["verdict"] in ("agree", "undecided", "differ")
         assert all(v > 0 for v in r["standalone_ips"] + r["deepgap_ips"])
     assert out["round_data"][1]["order"] == "deepgap then standalone"  # ABBA order goes on where it stopped
-    other = subprocess.run([sys.executable, SCRIPT, "--device", "cpu", "--model", "tinycnn", "--batch-sizes",
-                            "1", "--rounds", "1", "--out", str(tmp_path), "--continue"],
-                           capture_output=True, text=True)
+    other = subprocess.run(
+        [
+            sys.executable,
+            SCRIPT,
+            "--device",
+            "cpu",
+            "--model",
+            "tinycnn",
+            "--batch-sizes",
+            "1",
+            "--rounds",
+            "1",
+            "--out",
+            str(tmp_path),
+            "--continue",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert other.returncode != 0 and "other settings" in other.stderr
 
 
 @pytest.mark.slow
 def test_cpu_smoke_paired_mode_alternates_both_arms_in_one_process(tmp_path):
-    p = subprocess.run([sys.executable, SCRIPT, "--device", "cpu", "--model", "tinycnn", "--mode", "paired",
-                        "--batch-sizes", "1,2", "--rounds", "1", "--blocks", "2", "--iterations", "5",
-                        "--warmup", "2", "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    p = subprocess.run(
+        [
+            sys.executable,
+            SCRIPT,
+            "--device",
+            "cpu",
+            "--model",
+            "tinycnn",
+            "--mode",
+            "paired",
+            "--batch-sizes",
+            "1,2",
+            "--rounds",
+            "1",
+            "--blocks",
+            "2",
+            "--iterations",
+            "5",
+            "--warmup",
+            "2",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stderr
     assert "round 1/1 (2 blocks" in p.stdout
     out = json.loads((tmp_path / "harness_overhead_paired.json").read_text())
@@ -109,10 +171,17 @@ def test_cpu_smoke_paired_mode_alternates_both_arms_in_one_process(tmp_path):
 
 def test_paired_rounds_survive_the_json_round_trip_for_continue(tmp_path):
     mod = _module()
-    settings = {"model": "m", "precision": "fp16", "iterations": 5, "batch_sizes": [1, 32], "mode": "paired",
-                "blocks": 2}
-    rounds = [{"deepgap": {1: [10.0, 11.0], 32: [100.0, 99.0]},
-               "standalone": {1: [10.0, 10.5], 32: [100.0, 98.0]}}]
+    settings = {
+        "model": "m",
+        "precision": "fp16",
+        "iterations": 5,
+        "batch_sizes": [1, 32],
+        "mode": "paired",
+        "blocks": 2,
+    }
+    rounds = [
+        {"deepgap": {1: [10.0, 11.0], 32: [100.0, 99.0]}, "standalone": {1: [10.0, 10.5], 32: [100.0, 98.0]}}
+    ]
     path = str(tmp_path / "h.json")
     mod.save(path, settings, rounds, [1, 32], False, None, "GPU")
     assert mod.load_rounds(path, settings) == rounds  # batch keys back to ints, block lists intact
@@ -129,22 +198,47 @@ def test_engine_options_pick_precision_and_file_suffix_and_refuse_what_cannot_ru
     assert resolve("quant", "cuda", None, True) == ("int8", "_paired_quant-int8")
     assert resolve("quant", "cuda", "fp8", True) == ("fp8", "_paired_quant-fp8")
     assert resolve("eager", "cuda", None, False) == ("fp16", "")
-    for bad in (("quant", "cpu", None, True), ("quant", "cuda", "fp16", True),
-                ("compile-freeze", "cuda", None, False), ("cudagraph", "cpu", None, True)):
+    for bad in (
+        ("quant", "cpu", None, True),
+        ("quant", "cuda", "fp16", True),
+        ("compile-freeze", "cuda", None, False),
+        ("cudagraph", "cpu", None, True),
+    ):
         with pytest.raises(ValueError, match="--"):
             resolve(*bad)
 
 
 def test_bad_engine_option_is_one_line_and_exit_2(tmp_path):
-    p = subprocess.run([sys.executable, SCRIPT, "--device", "cpu", "--engine", "quant", "--mode", "paired",
-                        "--out", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [
+            sys.executable,
+            SCRIPT,
+            "--device",
+            "cpu",
+            "--engine",
+            "quant",
+            "--mode",
+            "paired",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 2 and "needs a CUDA device" in p.stderr and not list(tmp_path.iterdir())
 
 
 def test_paired_summary_adds_the_pipelined_ratio_when_windows_were_measured():
     mod = _module()
-    rounds = [{"standalone": {1: [100.0, 100.0]}, "deepgap": {1: [86.0, 86.0]},
-               "standalone_window": {1: [120.0, 121.0]}, "deepgap_window": {1: [120.0, 121.0]}}]
+    rounds = [
+        {
+            "standalone": {1: [100.0, 100.0]},
+            "deepgap": {1: [86.0, 86.0]},
+            "standalone_window": {1: [120.0, 121.0]},
+            "deepgap_window": {1: [120.0, 121.0]},
+        }
+    ]
     (row,) = mod.summarize([1], rounds, paired=True)
     assert row["verdict"] == "differ" and row["pipelined"]["verdict"] == "agree"
     assert row["pipelined"]["ratio_median"] == pytest.approx(1.0)
@@ -153,10 +247,35 @@ def test_paired_summary_adds_the_pipelined_ratio_when_windows_were_measured():
 
 @pytest.mark.slow
 def test_cpu_smoke_paired_compile_freeze_on_tinycnn(tmp_path):
-    p = subprocess.run([sys.executable, SCRIPT, "--device", "cpu", "--model", "tinycnn", "--mode", "paired",
-                        "--engine", "compile-freeze", "--batch-sizes", "1", "--rounds", "1", "--blocks", "2",
-                        "--iterations", "5", "--warmup", "2", "--out", str(tmp_path)],
-                       capture_output=True, text=True, timeout=600)
+    p = subprocess.run(
+        [
+            sys.executable,
+            SCRIPT,
+            "--device",
+            "cpu",
+            "--model",
+            "tinycnn",
+            "--mode",
+            "paired",
+            "--engine",
+            "compile-freeze",
+            "--batch-sizes",
+            "1",
+            "--rounds",
+            "1",
+            "--blocks",
+            "2",
+            "--iterations",
+            "5",
+            "--warmup",
+            "2",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stderr
     out = json.loads((tmp_path / "harness_overhead_paired_compile-freeze.json").read_text())
     assert out["engine"] == "compile-freeze" and out["complete"]

@@ -102,9 +102,11 @@ CASES = [
     ("timeout inf", lambda t, g: RUN + ["--timeout", "inf"] + _new(t), "finite"),
     ("idle-time inf", lambda t, g: RUN + ["--idle-time", "inf"] + _new(t), "finite"),
     ("thermal-timeout inf", lambda t, g: RUN + ["--thermal-timeout", "inf"] + _new(t), "finite"),
-    ("batch 10^20",
-     lambda t, g: [*RUN[:3], "--batch-sizes", "99999999999999999999", "--device", "cpu", *_new(t)],
-     "batch_sizes must be an integer in"),
+    (
+        "batch 10^20",
+        lambda t, g: [*RUN[:3], "--batch-sizes", "99999999999999999999", "--device", "cpu", *_new(t)],
+        "batch_sizes must be an integer in",
+    ),
     ("threads 10^20", lambda t, g: RUN + ["--threads", "99999999999999999999"] + _new(t), "threads must be"),
     ("toml device = 5", lambda t, g: _toml(t, "device = 5\n"), "'device' must be a text"),
     ("toml max_time_s abc", lambda t, g: _toml(t, 'max_time_s = "abc"\n'), "must be a number"),
@@ -118,30 +120,46 @@ CASES = [
     ("show a FIFO", lambda t, g: ["show", _fifo(t)], "fifo"),
     ("config is a FIFO", lambda t, g: ["run", "--config", _fifo(t)] + _new(t), "fifo"),
     ("sweeps 10^12", lambda t, g: RUN + ["--sweeps", "1000000000000"] + _new(t), "sweeps must be"),
-    ("trace of rate 1e300", lambda t, g: [*SERVE, "--trace", _trace(t, "0\n1e-300\n"), *_new(t)],
-     "mean rate"),
+    (
+        "trace of rate 1e300",
+        lambda t, g: [*SERVE, "--trace", _trace(t, "0\n1e-300\n"), *_new(t)],
+        "mean rate",
+    ),
     ("qps 1e-300", lambda t, g: SERVE + ["--qps", "1e-300"] + _new(t), "outside"),
-    ("target-ci with max-time inf", lambda t, g: RUN + ["--target-ci", "1%", "--max-time", "inf"] + _new(t),
-     "finite"),
+    (
+        "target-ci with max-time inf",
+        lambda t, g: RUN + ["--target-ci", "1%", "--max-time", "inf"] + _new(t),
+        "finite",
+    ),
     # accepted silently
     ("seed past 64 bits", lambda t, g: RUN + ["--seed", "99999999999999999999999"] + _new(t), "seed must be"),
-    ("serve seed past 64 bits",
-     lambda t, g: [*SERVE, "--qps", "10", "--seed", "99999999999999999999999", *_new(t)],
-     "--seed must be"),
+    (
+        "serve seed past 64 bits",
+        lambda t, g: [*SERVE, "--qps", "10", "--seed", "99999999999999999999999", *_new(t)],
+        "--seed must be",
+    ),
     ("toml seed x", lambda t, g: _toml(t, 'seed = "x"\n'), "'seed' must be an integer"),
     ("min-time nan", lambda t, g: RUN + ["--min-time", "nan"] + _new(t), "finite"),
     ("accuracy-samples -5", lambda t, g: RUN + ["--accuracy-samples", "-5"] + _new(t), "accuracy_samples"),
-    ("unknown table beside [sweep]", lambda t, g: _toml(t, '[sweep]\nseed = 1\n[sweeps]\nmodels = ["x"]\n'),
-     "beside the [sweep] table"),
+    (
+        "unknown table beside [sweep]",
+        lambda t, g: _toml(t, '[sweep]\nseed = 1\n[sweeps]\nmodels = ["x"]\n'),
+        "beside the [sweep] table",
+    ),
     ("dataset labels 3,cat", lambda t, g: RUN + ["--dataset", _dataset(t, ["3", "cat"])] + _new(t), "mixes"),
-    ("dataset labels 0.5,1.5", lambda t, g: RUN + ["--dataset", _dataset(t, ["0.5", "1.5"])] + _new(t),
-     "not a class index"),
+    (
+        "dataset labels 0.5,1.5",
+        lambda t, g: RUN + ["--dataset", _dataset(t, ["0.5", "1.5"])] + _new(t),
+        "not a class index",
+    ),
     # destructive, or leaving files
     ("export onto a FIFO", lambda t, g: ["export", _store(t, g), "-o", _fifo(t)], "would be replaced"),
     ("report onto a FIFO", lambda t, g: ["report", _store(t, g), "-o", _fifo(t)], "would be replaced"),
-    ("store path of 5000 characters",
-     lambda t, g: [*RUN, "--store", str(t / "/".join(["d" * 200] * 25)) + ".sqlite"],
-     "too long"),
+    (
+        "store path of 5000 characters",
+        lambda t, g: [*RUN, "--store", str(t / "/".join(["d" * 200] * 25)) + ".sqlite"],
+        "too long",
+    ),
     ("store name of 5000 characters", lambda t, g: RUN + ["--store", str(t / ("x" * 5000))], "too long"),
 ]
 
@@ -171,8 +189,12 @@ def test_system_paths_are_never_replaced(tmp_path, capsys, good, monkeypatch):
     monkeypatch.setattr(deepgap.commands.export.os, "replace", replace)  # the os module's: report's too
     monkeypatch.setattr(deepgap.commands.export.os, "rename", replace)
     s = _store(tmp_path, good)
-    for argv in (["export", s, "-o", "/dev/stdout"], ["export", s, "-o", "/dev/null"],
-                 ["report", s, "-o", "/dev/null"], RUN + ["--store", "/dev/null"]):
+    for argv in (
+        ["export", s, "-o", "/dev/stdout"],
+        ["export", s, "-o", "/dev/null"],
+        ["report", s, "-o", "/dev/null"],
+        RUN + ["--store", "/dev/null"],
+    ):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and "system path" in err, err
@@ -245,8 +267,9 @@ def test_ctrl_c_worker_exits_quietly(tmp_path):
     from deepgap.runner import _with_environ
 
     err = str(tmp_path / "worker.err")
-    p = mp.get_context("fork").Process(target=_with_environ,
-                                       args=(dict(os.environ), _interrupted_worker, err))
+    p = mp.get_context("fork").Process(
+        target=_with_environ, args=(dict(os.environ), _interrupted_worker, err)
+    )
     p.start()
     p.join(HANG_S)
     assert p.exitcode == 130

@@ -13,7 +13,9 @@ def _damaged_store(path):
     con.execute("PRAGMA writable_schema=ON")
     sql = con.execute("SELECT sql FROM sqlite_master WHERE name='serve_runs'").fetchone()[0]
     assert "tenant" in sql
-    con.execute("UPDATE sqlite_master SET sql=? WHERE name='serve_runs'", (sql.replace("tenant", "tenaxt", 1),))
+    con.execute(
+        "UPDATE sqlite_master SET sql=? WHERE name='serve_runs'", (sql.replace("tenant", "tenaxt", 1),)
+    )
     con.commit()
     con.close()
 

@@ -21,7 +21,9 @@ def test_resnet101_is_scaled_exactly_below_the_ceiling():
     torch.manual_seed(0)
     raw = resolve_model("resnet101").build(64).eval()
     x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(3))
-    assert peak_activation(raw, x) > 8 * ACTIVATION_CEILING  # identity BatchNorm: the residual stream grows (1e5 at 224²)
+    assert (
+        peak_activation(raw, x) > 8 * ACTIVATION_CEILING
+    )  # identity BatchNorm: the residual stream grows (1e5 at 224²)
     tamed = copy.deepcopy(raw)
     factor = tame_activations(tamed, 64, 0)
     assert factor < 1 and factor == 2.0 ** round(torch.log2(torch.tensor(factor)).item())  # a power of two
@@ -35,5 +37,7 @@ def test_networks_within_the_ceiling_are_left_alone():
     torch.manual_seed(0)
     raw = resolve_model("resnet18").build(64).eval()
     built = build_model("resnet18", 64)
-    assert all(torch.equal(a, b) for a, b in zip(raw.state_dict().values(), built.state_dict().values(), strict=True))
+    assert all(
+        torch.equal(a, b) for a, b in zip(raw.state_dict().values(), built.state_dict().values(), strict=True)
+    )
     assert tame_activations(copy.deepcopy(raw), 64, 0) == 1.0

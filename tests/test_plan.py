@@ -33,8 +33,9 @@ def _args(*argv: str) -> argparse.Namespace:
     precisions=st.lists(st.sampled_from(list(PRECISIONS)), min_size=1, max_size=4, unique=True),
 )
 def test_every_row_is_a_pair_the_engine_runs_and_every_runnable_pair_is_a_row(engines, precisions):
-    spec = SweepSpec(models=("resnet18",), engines=tuple(engines), precisions=tuple(precisions),
-                     batch_sizes=(1, 4))
+    spec = SweepSpec(
+        models=("resnet18",), engines=tuple(engines), precisions=tuple(precisions), batch_sizes=(1, 4)
+    )
     runnable = {(e, p) for e in engines for p in precisions if p in engine_precisions(e)}
     orphan = [p for p in precisions if not any(p in engine_precisions(e) for e in engines)]
     idle = [e for e in engines if not any(p in engine_precisions(e) for p in precisions)]
@@ -48,19 +49,32 @@ def test_every_row_is_a_pair_the_engine_runs_and_every_runnable_pair_is_a_row(en
 
 
 def test_the_issue_example_has_no_impossible_rows():
-    spec = SweepSpec(models=("resnet50",), engines=("compile-freeze", "quant"),
-                     precisions=("fp16", "int8", "fp8"), batch_sizes=(1, 256),
-                     memory_formats=("channels_last",))
+    spec = SweepSpec(
+        models=("resnet50",),
+        engines=("compile-freeze", "quant"),
+        precisions=("fp16", "int8", "fp8"),
+        batch_sizes=(1, 256),
+        memory_formats=("channels_last",),
+    )
     rows = expand(validate(spec), "cuda")
     assert sorted({(c.engine, c.precision) for c in rows}) == [
-        ("compile-freeze", "fp16"), ("quant", "fp8"), ("quant", "int8")]
+        ("compile-freeze", "fp16"),
+        ("quant", "fp8"),
+        ("quant", "int8"),
+    ]
     assert len(rows) == 6  # 12 before, 8 of them "does not run" skips
 
 
-@pytest.mark.parametrize("argv,expect", [
-    (["--engines", "eager", "--precisions", "fp32,int8"], "no chosen engine runs int8"),
-    (["--engines", "eager,quant", "--precisions", "fp16"], "engine quant runs none of the chosen precisions"),
-])
+@pytest.mark.parametrize(
+    "argv,expect",
+    [
+        (["--engines", "eager", "--precisions", "fp32,int8"], "no chosen engine runs int8"),
+        (
+            ["--engines", "eager,quant", "--precisions", "fp16"],
+            "engine quant runs none of the chosen precisions",
+        ),
+    ],
+)
 def test_unpaired_precision_or_engine_is_one_usage_error(argv, expect, tmp_path, capsys):
     store = tmp_path / "s.sqlite"
     rc = main(["run", "--models", "tinycnn", "--device", "cpu", "--store", str(store), *argv])
@@ -76,8 +90,11 @@ def test_default_gpu_grid():
     assert spec.sweeps == 2 and spec.thermal_warmup and spec.thermal_timeout_s <= 120
     pairs = {(c.engine, c.precision, c.memory_format) for c in rows}
     assert pairs == {
-        ("eager", "fp32", "nchw"), ("eager", "fp16", "nchw"), ("cudagraph", "fp16", "channels_last"),
-        ("compile-freeze", "fp16", "channels_last"), ("quant", "int8", "channels_last"),
+        ("eager", "fp32", "nchw"),
+        ("eager", "fp16", "nchw"),
+        ("cudagraph", "fp16", "channels_last"),
+        ("compile-freeze", "fp16", "channels_last"),
+        ("quant", "int8", "channels_last"),
         ("quant", "fp8", "channels_last"),
     }
     for c in rows:
@@ -95,7 +112,8 @@ def test_default_gpu_grid():
     firsts = [list(dict.fromkeys(o)) for o in orders]
     assert sorted(firsts[0]) == sorted(firsts[1]) and firsts[0] != firsts[1]
     assert [(c.model, c.engine, c.batch_size) for c in expand(spec, "cuda") if c.device == "cuda"] == [
-        (c.model, c.engine, c.batch_size) for c in rows]
+        (c.model, c.engine, c.batch_size) for c in rows
+    ]
     for c0, c1 in zip(rows, rows[1:], strict=False):
         if group(c0) == group(c1) and c0.sweep == c1.sweep:
             assert c0.batch_size < c1.batch_size
@@ -113,8 +131,9 @@ def test_an_axis_flag_replaces_the_presets_per_engine_axis():
     assert {c.batch_size for c in expand(validate(spec), "cuda")} == {8}
     spec = build_spec(_args("--preset", "gpu", "--memory-formats", "nchw", "--no-cpu-baseline"))
     assert {c.memory_format for c in expand(validate(spec), "cuda")} == {"nchw"}
-    spec = build_spec(_args("--preset", "gpu", "--engines", "quant", "--precisions", "int8",
-                            "--no-cpu-baseline"))
+    spec = build_spec(
+        _args("--preset", "gpu", "--engines", "quant", "--precisions", "int8", "--no-cpu-baseline")
+    )
     rows = expand(validate(spec), "cuda")
     assert {(c.engine, c.precision, c.memory_format) for c in rows} == {("quant", "int8", "channels_last")}
     assert {c.batch_size for c in rows} == {1, 256}  # the preset's quant batch sizes stay
@@ -122,17 +141,21 @@ def test_an_axis_flag_replaces_the_presets_per_engine_axis():
 
 def test_engine_axes_from_toml_round_trip_and_errors(tmp_path):
     f = tmp_path / "s.toml"
-    f.write_text('engines = ["eager", "quant"]\nprecisions = ["fp16", "int8"]\nbatch_sizes = [1, 8]\n'
-                 '[engine_axes.quant]\nbatch_sizes = [256]\n')
+    f.write_text(
+        'engines = ["eager", "quant"]\nprecisions = ["fp16", "int8"]\nbatch_sizes = [1, 8]\n'
+        "[engine_axes.quant]\nbatch_sizes = [256]\n"
+    )
     spec = validate(load_toml(str(f)))
     rows = expand(spec, "cuda")
     assert {(c.engine, c.batch_size) for c in rows} == {("eager", 1), ("eager", 8), ("quant", 256)}
     again = SweepSpec.from_dict(spec.to_dict())  # how a resumed run rebuilds its spec
     assert expand(validate(again), "cuda") == rows
-    for bad, msg in [('[engine_axes.quant]\nthreads = [1]\n', "unknown axis"),
-                     ('[engine_axes.nosuch]\nbatch_sizes = [1]\n', "nosuch"),
-                     ('[engine_axes.quant]\nmemory_formats = ["nhwc"]\n', "memory_formats"),
-                     ('[engine_axes.quant]\nbatch_sizes = [0]\n', "positive")]:
+    for bad, msg in [
+        ("[engine_axes.quant]\nthreads = [1]\n", "unknown axis"),
+        ("[engine_axes.nosuch]\nbatch_sizes = [1]\n", "nosuch"),
+        ('[engine_axes.quant]\nmemory_formats = ["nhwc"]\n', "memory_formats"),
+        ("[engine_axes.quant]\nbatch_sizes = [0]\n", "positive"),
+    ]:
         f.write_text('engines = ["quant"]\nprecisions = ["int8"]\n' + bad)
         with pytest.raises(UsageError, match=msg):
             validate(load_toml(str(f)))

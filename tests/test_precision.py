@@ -14,8 +14,20 @@ import pytest
 from deepgap import precision as prec
 from deepgap.precision import PRECISIONS, DeviceCaps, Precision
 
-FAKE = Precision("fp6", "float16", 3, 0.5, 0.9, "#123456", "navy", (9, 9), "fp6_tflops", peak_unit="POPS",
-                 peak_fallback="fp16", quantized=True)
+FAKE = Precision(
+    "fp6",
+    "float16",
+    3,
+    0.5,
+    0.9,
+    "#123456",
+    "navy",
+    (9, 9),
+    "fp6_tflops",
+    peak_unit="POPS",
+    peak_fallback="fp16",
+    quantized=True,
+)
 
 
 @pytest.fixture
@@ -130,7 +142,8 @@ def test_a_new_precision_in_the_table_reaches_every_consumer(fake):
     # its datasheet column, and the fallback when a sheet has none
     assert specs.spec_peak({"fp6_tflops": 123.0}, "fp6") == 123.0
     assert tables._pct_of_peak("NVIDIA H100 SXM", "fp6", 1.0) == pytest.approx(
-        100.0 / specs.spec_peak(specs.spec_for("NVIDIA H100 SXM"), "fp16"))
+        100.0 / specs.spec_peak(specs.spec_for("NVIDIA H100 SXM"), "fp16")
+    )
     # its correctness tolerance
     ref = torch.ones(2, 10)
     out = ref.clone()
@@ -147,14 +160,17 @@ def test_a_quantizing_engine_checks_the_tables_compute_capability(fake, monkeypa
 
     trt = type(get_engine("tensorrt"))
     monkeypatch.setattr(trt, "precisions", (*trt.precisions, "fp6"))
-    spec = ConfigSpec(model="tinycnn", engine="tensorrt", precision="fp6", batch_size=1, device="cuda:0",
-                      resolution=32)
+    spec = ConfigSpec(
+        model="tinycnn", engine="tensorrt", precision="fp6", batch_size=1, device="cuda:0", resolution=32
+    )
     assert trt().supports(spec, DeviceCaps("cuda:0", "cuda", "H100", (9, 0))) == (
-        "tensorrt fp6 needs compute capability ≥ 9.9; H100 has 9.0")
+        "tensorrt fp6 needs compute capability ≥ 9.9; H100 has 9.0"
+    )
     assert trt().supports(spec, DeviceCaps("cuda:0", "cuda", "Next", (10, 0))) is None
     int8 = dataclasses.replace(spec, precision="int8")
     assert trt().supports(int8, DeviceCaps("cuda:0", "cuda", "V100", (7, 0))) == (
-        "tensorrt int8 needs compute capability ≥ 7.5; V100 has 7.0")
+        "tensorrt int8 needs compute capability ≥ 7.5; V100 has 7.0"
+    )
 
 
 def test_set_tf32_follows_the_table(fake, monkeypatch):

@@ -95,8 +95,9 @@ def test_early_residual_load_gives_the_same_output(qfmt, res_fmt):
     ref = layers.conv_reference(lay, x, (nb, h, w), res)
     early = dataclasses.replace(CFG, early_res=True)
     assert early.label.endswith(" er")
-    out = kernels.conv_gemm(x, (nb, h, w), lay.w_q, 1, 1, 0, lay.alpha, lay.beta, qfmt, True, early, res,
-                            lay.gamma)
+    out = kernels.conv_gemm(
+        x, (nb, h, w), lay.w_q, 1, 1, 0, lay.alpha, lay.beta, qfmt, True, early, res, lay.gamma
+    )
     _same(out, ref, qfmt)
 
 

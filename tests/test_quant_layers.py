@@ -25,16 +25,32 @@ C16 = Ceiling("test fp16", "fp16", 500.0, 2000.0, "measured")  # ridge 250 ops/B
 
 
 def _layer(name, macs, nbytes, q_s, mode="q", fp16_s=1.0):
-    return {"name": name, "macs": macs, "bytes": nbytes, "q_s": q_s, "fp16_s": fp16_s, "mode": mode,
-            "kernel": "triton", "config": "64x64x64 w4 s1", "gemm": [10, 20, 30]}
+    return {
+        "name": name,
+        "macs": macs,
+        "bytes": nbytes,
+        "q_s": q_s,
+        "fp16_s": fp16_s,
+        "mode": mode,
+        "kernel": "triton",
+        "config": "64x64x64 w4 s1",
+        "gemm": [10, 20, 30],
+    }
 
 
 def test_a_rows_numbers_follow_from_its_ops_bytes_and_time():
     # memory-bound: 1e9 MAC = 2e9 ops over 1e8 B → 20 ops/B; roof 20 × 2000 GB/s = 40 TOPS; floor 50 µs
     # compute-bound: 2e12 ops over 1e9 B → 2000 ops/B; roof 1000 TOPS; floor 2 ms
-    rows = layer_rows("m", "int8", 8, [[_layer("a", 1e9, 1e8, 100e-6), _layer("b", 1e12, 1e9, 4e-3)],
-                                       [_layer("a", 1e9, 1e8, 80e-6), _layer("b", 1e12, 1e9, 4e-3)]],
-                      {"q": C8, "fp16": C16})
+    rows = layer_rows(
+        "m",
+        "int8",
+        8,
+        [
+            [_layer("a", 1e9, 1e8, 100e-6), _layer("b", 1e12, 1e9, 4e-3)],
+            [_layer("a", 1e9, 1e8, 80e-6), _layer("b", 1e12, 1e9, 4e-3)],
+        ],
+        {"q": C8, "fp16": C16},
+    )
     a, b = sorted(rows, key=lambda r: r.name)
     assert a.n == 2 and a.time_s == pytest.approx(90e-6)  # median of the two measurements
     assert a.intensity == pytest.approx(20.0) and a.bound == "memory"
@@ -46,8 +62,9 @@ def test_a_rows_numbers_follow_from_its_ops_bytes_and_time():
 
 
 def test_fp16_rows_use_the_fp16_roof_and_their_fp16_time():
-    (r,) = layer_rows("m", "int8", 1, [[_layer("stem", 1e12, 1e9, None, mode="fp16", fp16_s=8e-3)]],
-                      {"q": C8, "fp16": C16})
+    (r,) = layer_rows(
+        "m", "int8", 1, [[_layer("stem", 1e12, 1e9, None, mode="fp16", fp16_s=8e-3)]], {"q": C8, "fp16": C16}
+    )
     assert r.time_s == 8e-3 and r.attainable_tops == pytest.approx(500.0) and r.floor_s == pytest.approx(4e-3)
 
 
@@ -58,16 +75,44 @@ def test_without_a_ceiling_the_roof_columns_are_empty_not_invented():
 
 
 def test_frame_keeps_quant_ok_rows_and_adds_the_stem_and_head_rows():
-    info = {"layers": [_layer("l1", 1e9, 1e8, 1e-4)],
-            "outside_layers": [_layer("stem", 1e9, 1e8, None, mode="fp16", fp16_s=2e-4)]}
-    results = pd.DataFrame([
-        {"device_name": "NVIDIA H100 80GB HBM3", "model": "resnet50", "precision": "int8", "batch_size": 4,
-         "engine": "quant", "status": "ok", "latency_median_s": 5e-4, "extra": {"engine_info": info}},
-        {"device_name": "NVIDIA H100 80GB HBM3", "model": "resnet50", "precision": "int8", "batch_size": 4,
-         "engine": "quant", "status": "error", "latency_median_s": 1.0, "extra": {"engine_info": info}},
-        {"device_name": "NVIDIA H100 80GB HBM3", "model": "resnet50", "precision": "fp16", "batch_size": 4,
-         "engine": "eager", "status": "ok", "latency_median_s": 1.0, "extra": {}},
-    ])
+    info = {
+        "layers": [_layer("l1", 1e9, 1e8, 1e-4)],
+        "outside_layers": [_layer("stem", 1e9, 1e8, None, mode="fp16", fp16_s=2e-4)],
+    }
+    results = pd.DataFrame(
+        [
+            {
+                "device_name": "NVIDIA H100 80GB HBM3",
+                "model": "resnet50",
+                "precision": "int8",
+                "batch_size": 4,
+                "engine": "quant",
+                "status": "ok",
+                "latency_median_s": 5e-4,
+                "extra": {"engine_info": info},
+            },
+            {
+                "device_name": "NVIDIA H100 80GB HBM3",
+                "model": "resnet50",
+                "precision": "int8",
+                "batch_size": 4,
+                "engine": "quant",
+                "status": "error",
+                "latency_median_s": 1.0,
+                "extra": {"engine_info": info},
+            },
+            {
+                "device_name": "NVIDIA H100 80GB HBM3",
+                "model": "resnet50",
+                "precision": "fp16",
+                "batch_size": 4,
+                "engine": "eager",
+                "status": "ok",
+                "latency_median_s": 1.0,
+                "extra": {},
+            },
+        ]
+    )
     frame = layers_frame(results)
     assert sorted(frame["name"]) == ["l1", "stem"]
     assert set(frame["ceiling"]) == {"NVIDIA H100 SXM spec int8", "NVIDIA H100 SXM spec fp16"}
@@ -98,8 +143,9 @@ def test_head_pools_before_scaling_and_matches_the_plain_formula(dtype):
 
 
 def test_layers_command_on_the_committed_h100_store():
-    r = deepgap_cli("layers", H100, "--model", "resnet50", "--precision", "int8", "--batch-size", "256",
-                    "--json")
+    r = deepgap_cli(
+        "layers", H100, "--model", "resnet50", "--precision", "int8", "--batch-size", "256", "--json"
+    )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     (s,) = out["summary"]

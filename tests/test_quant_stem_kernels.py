@@ -56,8 +56,10 @@ def test_pad_weights_orders_k_as_kh_kw_c_and_pads_with_zeros():
 def test_bad_input_is_refused():
     x = torch.zeros(4, 3, dtype=torch.float32)
     with pytest.raises(ValueError, match="fp16"):
-        stem_kernels.stem(x, (1, 2, 2), torch.zeros(64, 160).half(), 7, 2, 3, torch.ones(64), torch.zeros(64),
-                          "int8")
+        stem_kernels.stem(
+            x, (1, 2, 2), torch.zeros(64, 160).half(), 7, 2, 3, torch.ones(64), torch.zeros(64), "int8"
+        )
     with pytest.raises(ValueError, match="int8 or fp8"):
-        stem_kernels.stem(x.half(), (1, 2, 2), torch.zeros(64, 160).half(), 7, 2, 3, torch.ones(64),
-                          torch.zeros(64), "fp16")
+        stem_kernels.stem(
+            x.half(), (1, 2, 2), torch.zeros(64, 160).half(), 7, 2, 3, torch.ones(64), torch.zeros(64), "fp16"
+        )

@@ -47,8 +47,9 @@ def test_candidates_satisfy_the_kernel_constraints(m, n, c, has_res):
     assert 1 <= len(plain) - len(single) <= 3
     assert bool(single) == (c in (64, 128) and n % 64 == 0)  # one K step: single-stage tiles timed too
     # a residual layer times each tile again with the residual loaded before the K loop; others never
-    assert [cfg for cfg in cfgs if cfg.early_res] == ([dataclasses.replace(p, early_res=True) for p in plain]
-                                                       if has_res else [])
+    assert [cfg for cfg in cfgs if cfg.early_res] == (
+        [dataclasses.replace(p, early_res=True) for p in plain] if has_res else []
+    )
     for cfg in cfgs:
         assert n % cfg.bn == 0 and c % cfg.bk == 0 and cfg.smem_bytes() <= SMEM_BUDGET_BYTES
         if has_res:  # residual epilogues spill past 64 accumulators per thread (sm_90 compile)

@@ -34,18 +34,24 @@ def _private_store(path: str) -> str:
     """A fixture store whose runs and one result carry a host name, a GPU serial and a UUID."""
     runs = build_store(path)
     con = sqlite3.connect(path)
-    for (run_id, env) in con.execute("SELECT run_id, env_json FROM runs").fetchall():
+    for run_id, env in con.execute("SELECT run_id, env_json FROM runs").fetchall():
         env = {**json.loads(env), **SECRETS}
-        con.execute("UPDATE runs SET host = ?, env_json = ? WHERE run_id = ?",
-                    (SECRETS["host"], json.dumps(env), run_id))
+        con.execute(
+            "UPDATE runs SET host = ?, env_json = ? WHERE run_id = ?",
+            (SECRETS["host"], json.dumps(env), run_id),
+        )
     rid = next(iter(runs["gpu"].result_ids.values()))
-    con.execute("UPDATE results SET extra_json = ? WHERE result_id = ?",
-                (json.dumps({"node_env": {"host": SECRETS["host"], "gpu_uuid": SECRETS["gpu_uuid"]}}), rid))
+    con.execute(
+        "UPDATE results SET extra_json = ? WHERE result_id = ?",
+        (json.dumps({"node_env": {"host": SECRETS["host"], "gpu_uuid": SECRETS["gpu_uuid"]}}), rid),
+    )
     # NVML's settings as the telemetry layer stores them with the idle summary
     run_id = con.execute("SELECT run_id FROM runs").fetchone()[0]
-    con.execute("INSERT INTO telemetry (run_id, result_id, phase, t_s, data_json) "
-                "VALUES (?, NULL, 'idle-summary', 0, ?)",
-                (run_id, json.dumps({"settings": {"uuid": SECRETS["gpu_uuid"], "serial": SECRETS["gpu_serial"]}})))
+    con.execute(
+        "INSERT INTO telemetry (run_id, result_id, phase, t_s, data_json) "
+        "VALUES (?, NULL, 'idle-summary', 0, ?)",
+        (run_id, json.dumps({"settings": {"uuid": SECRETS["gpu_uuid"], "serial": SECRETS["gpu_serial"]}})),
+    )
     con.commit()
     con.close()
     return path
@@ -109,15 +115,20 @@ def test_report_renders_untrusted_strings_as_text(tmp_path, capsys):
     """A store from another machine is untrusted input: its strings must never become markup."""
     s = str(tmp_path / "s.sqlite")
     build_store(s)
-    evil = {"model": "<script>alert('m')</script>", "engine": "<img src=x onerror=alert('e')>",
-            "host": "<script>alert('h')</script>"}
+    evil = {
+        "model": "<script>alert('m')</script>",
+        "engine": "<img src=x onerror=alert('e')>",
+        "host": "<script>alert('h')</script>",
+    }
     con = sqlite3.connect(s)
-    con.execute("UPDATE results SET model = ?, engine = ? WHERE result_id = 1",
-                (evil["model"], evil["engine"]))
-    for (run_id, env) in con.execute("SELECT run_id, env_json FROM runs").fetchall():
+    con.execute(
+        "UPDATE results SET model = ?, engine = ? WHERE result_id = 1", (evil["model"], evil["engine"])
+    )
+    for run_id, env in con.execute("SELECT run_id, env_json FROM runs").fetchall():
         env = {**json.loads(env), "host": evil["host"], "device_name": "<b>GPU</b>"}
-        con.execute("UPDATE runs SET host = ?, env_json = ? WHERE run_id = ?",
-                    (evil["host"], json.dumps(env), run_id))
+        con.execute(
+            "UPDATE runs SET host = ?, env_json = ? WHERE run_id = ?", (evil["host"], json.dumps(env), run_id)
+        )
     con.commit()
     con.close()
     html = tmp_path / "r.html"

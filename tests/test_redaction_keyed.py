@@ -36,20 +36,24 @@ def private(tmp_path_factory) -> bytes:
     path = tmp_path_factory.mktemp("private") / "s.sqlite"
     runs = build_store(str(path), cpu=False)
     con = sqlite3.connect(path)
-    for (run_id, env) in con.execute("SELECT run_id, env_json FROM runs").fetchall():
+    for run_id, env in con.execute("SELECT run_id, env_json FROM runs").fetchall():
         env = {**json.loads(env), "host": HOST, "gpu_serial": SERIAL, "gpu_uuid": UUID}
-        con.execute("UPDATE runs SET host = ?, env_json = ?, command = ? WHERE run_id = ?",
-                    (HOST, json.dumps(env), f"deepgap run --ray {IP}:6379 --store /home/{HOST}/s.sqlite",
-                     run_id))
+        con.execute(
+            "UPDATE runs SET host = ?, env_json = ?, command = ? WHERE run_id = ?",
+            (HOST, json.dumps(env), f"deepgap run --ray {IP}:6379 --store /home/{HOST}/s.sqlite", run_id),
+        )
     rid = next(iter(runs["gpu"].result_ids.values()))
     node_env = {"host": HOST, "gpu_uuid": UUID, "lane": LANE, "ray_node_id": NODE, "ray_gpu_ids": ["0"]}
-    con.execute("UPDATE results SET extra_json = ?, reason = ? WHERE result_id = ?",
-                (json.dumps({"lane": LANE, "node_id": NODE, "node_env": node_env}), f"worker on {HOST} lost",
-                 rid))
+    con.execute(
+        "UPDATE results SET extra_json = ?, reason = ? WHERE result_id = ?",
+        (json.dumps({"lane": LANE, "node_id": NODE, "node_env": node_env}), f"worker on {HOST} lost", rid),
+    )
     run_id = con.execute("SELECT run_id FROM runs").fetchone()[0]
-    con.execute("INSERT INTO telemetry (run_id, result_id, phase, t_s, data_json) "
-                "VALUES (?, NULL, 'idle-summary', 0, ?)",
-                (run_id, json.dumps({"settings": {"uuid": UUID, "serial": SERIAL}})))
+    con.execute(
+        "INSERT INTO telemetry (run_id, result_id, phase, t_s, data_json) "
+        "VALUES (?, NULL, 'idle-summary', 0, ?)",
+        (run_id, json.dumps({"settings": {"uuid": UUID, "serial": SERIAL}})),
+    )
     con.commit()
     con.close()
     return path.read_bytes()
@@ -130,8 +134,16 @@ def test_redactor_scrubs_text_and_keeps_versions():
     from deepgap.redaction import Redactor
 
     r = Redactor(b"k")
-    env = r.tree({"host": HOST, "node_env": {"ray_node_id": NODE}, "lane": LANE, "tensorrt": "10.0.1.6",
-                  "gpu_serial": "unavailable: not supported", "command": f"--ray {IP}:6379 {UUID}"})
+    env = r.tree(
+        {
+            "host": HOST,
+            "node_env": {"ray_node_id": NODE},
+            "lane": LANE,
+            "tensorrt": "10.0.1.6",
+            "gpu_serial": "unavailable: not supported",
+            "command": f"--ray {IP}:6379 {UUID}",
+        }
+    )
     text = json.dumps(env)
     _assert_clean(text.encode(), "redacted tree")
     assert env["tensorrt"] == "10.0.1.6" and env["gpu_serial"] == "unavailable: not supported"

@@ -51,9 +51,18 @@ def test_sections_keep_the_page_order_and_leave_no_global_state(full):
     ids = re.findall(r'id="([a-z0-9_]+)"', full["text"])
     assert [i for i in ids if i in FIGURES] == FIGURES
     assert [i for i in ids if i in table_specs()] == [
-        "table1_peak_throughput", "paper_comparison", "speedup_vs_cpu", "speedup_vs_fp32",
-        "pareto_frontier", "energy", "cpu_thread_scaling", "configurations", "failures", "thermal_state",
-        "roofline_paper_reference"]
+        "table1_peak_throughput",
+        "paper_comparison",
+        "speedup_vs_cpu",
+        "speedup_vs_fp32",
+        "pareto_frontier",
+        "energy",
+        "cpu_thread_scaling",
+        "configurations",
+        "failures",
+        "thermal_state",
+        "roofline_paper_reference",
+    ]
     assert not [k for k in TABLE_SPECS if k.startswith(("roofline_", "serving_", "platforms_"))]
 
 
@@ -116,7 +125,9 @@ def test_flags_are_visible(full):
     # a missed CI target is a note (its wider interval is shown), not a warning (issue 35)
     assert '<span class="warn">ci-not-met</span>' not in text and "note, not a warning: 1× ci-not-met" in text
     assert "1 (throttle:thermal)" in text  # the contaminated sweep pass left out, and said so
-    assert re.search(r'<tr class="flagged"[ >]', text) and "flagged (see tables)" not in text  # legend text lives in PNGs
+    assert (
+        re.search(r'<tr class="flagged"[ >]', text) and "flagged (see tables)" not in text
+    )  # legend text lives in PNGs
     assert re.search(r'<span class="flag">\d+ flagged</span>', text)
 
 
@@ -178,7 +189,9 @@ def test_unwritable_folder(tmp_path, full, capsys, monkeypatch):
     ro = tmp_path / "ro"
     ro.mkdir()
     ro.chmod(0o500)
-    if os.geteuid() == 0:  # root ignores permission bits (CI runs as root): the check sees them as a user would
+    if (
+        os.geteuid() == 0
+    ):  # root ignores permission bits (CI runs as root): the check sees them as a user would
         real = os.access
         monkeypatch.setattr(os, "access", lambda p, mode: False if str(p) == str(ro) else real(p, mode))
     try:

@@ -192,9 +192,20 @@ def _measure(html: Path, width: int, height: int = 900) -> dict:
         text = html.read_text(encoding="utf-8")
         head, _, tail = text.rpartition("</body>")
         copy.write_text(head + f"<script>{js}</script></body>" + tail, encoding="utf-8")
-        cmd = [find_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-               "--no-first-run", f"--user-data-dir={d}/profile", "--host-resolver-rules=MAP * ~NOTFOUND",
-               "--virtual-time-budget=20000", f"--window-size={width},{height}", "--dump-dom", copy.as_uri()]
+        cmd = [
+            find_chromium(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--no-first-run",
+            f"--user-data-dir={d}/profile",
+            "--host-resolver-rules=MAP * ~NOTFOUND",
+            "--virtual-time-budget=20000",
+            f"--window-size={width},{height}",
+            "--dump-dom",
+            copy.as_uri(),
+        ]
         dom = subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
     return json.loads(re.search(r'<pre id="measured">(.*?)</pre>', dom).group(1))
 

@@ -52,10 +52,14 @@ def test_committed_details_round_trip(path, tmp_path):
 
 
 def test_unknown_keys_survive():
-    raw = {"setup_s": 1.5, "from_the_future": {"a": [1, 2]},
-           "engine_info": {"compile_s": 3.0, "stem": {"backend": "cudnn"}, "graphs": 1},
-           "correctness": {"flagged": False, "new_metric": 0.5},
-           "telemetry": "not an object", "flags": "foreign-process"}
+    raw = {
+        "setup_s": 1.5,
+        "from_the_future": {"a": [1, 2]},
+        "engine_info": {"compile_s": 3.0, "stem": {"backend": "cudnn"}, "graphs": 1},
+        "correctness": {"flagged": False, "new_metric": 0.5},
+        "telemetry": "not an object",
+        "flags": "foreign-process",
+    }
     d = ResultDetails.from_json(raw)
     assert d.to_json() == raw and list(d.to_json()) == list(raw)
     assert d.other == {"from_the_future": {"a": [1, 2]}, "telemetry": "not an object"}
@@ -73,16 +77,29 @@ def test_nulls_read_are_written_back():
 
 
 def test_typed_access():
-    d = ResultDetails.from_json({
-        "correctness": {"rel_l2": 0.01, "cosine": 0.999, "top1_agreement": 1.0, "top5_overlap": 1.0,
-                        "n_images": 8, "bound_rel_l2": 0.02, "flagged": False},
-        "windows": [{"iterations": 10, "seconds": 0.5}],
-        "telemetry": {"backend": "nvml", "status": "ok", "joules_per_image": 0.2,
-                      "max_device_mem_used_bytes": 7},
-        "prepare_peak_mem_bytes": {"allocated": 1, "reserved": 2},
-        "accuracy": {"top1": 0.76, "top1_relative": 0.99},
-        "node_env": {"host": "h"},
-    })
+    d = ResultDetails.from_json(
+        {
+            "correctness": {
+                "rel_l2": 0.01,
+                "cosine": 0.999,
+                "top1_agreement": 1.0,
+                "top5_overlap": 1.0,
+                "n_images": 8,
+                "bound_rel_l2": 0.02,
+                "flagged": False,
+            },
+            "windows": [{"iterations": 10, "seconds": 0.5}],
+            "telemetry": {
+                "backend": "nvml",
+                "status": "ok",
+                "joules_per_image": 0.2,
+                "max_device_mem_used_bytes": 7,
+            },
+            "prepare_peak_mem_bytes": {"allocated": 1, "reserved": 2},
+            "accuracy": {"top1": 0.76, "top1_relative": 0.99},
+            "node_env": {"host": "h"},
+        }
+    )
     assert isinstance(d.correctness, Correctness)
     assert d.correctness.rel_l2 == 0.01 and d.correctness.flagged is False
     assert d.windows == [Window(iterations=10, seconds=0.5)]
@@ -95,19 +112,31 @@ def test_typed_access():
 
 def test_producer_order_and_always_written_keys():
     """Built the way the worker builds it, the JSON has the committed stores' key order and nulls."""
-    d = ResultDetails(setup_s=0.1, engine_info=EngineInfo.from_json({"capture_s": 0.2}),
-                      correctness=Correctness(flagged=False), windows=[Window(iterations=3, seconds=0.3)],
-                      torch_threads=4)  # ci_halfwidth_rel None: written with the windows
+    d = ResultDetails(
+        setup_s=0.1,
+        engine_info=EngineInfo.from_json({"capture_s": 0.2}),
+        correctness=Correctness(flagged=False),
+        windows=[Window(iterations=3, seconds=0.3)],
+        torch_threads=4,
+    )  # ci_halfwidth_rel None: written with the windows
     d.device_mem_used = DeviceMemUsed(final_bytes=5, sampled_max_bytes=None)
     d.prepare_peak_mem_bytes = MemoryPeaks(allocated=1, reserved=2)
     d.telemetry = TelemetryDetails.from_json({"status": "off", "backend": "none"})
     d.flags = ["clocks-low"]
-    assert json.dumps(d.to_json()) == json.dumps({
-        "setup_s": 0.1, "engine_info": {"capture_s": 0.2}, "correctness": {"flagged": False},
-        "windows": [{"iterations": 3, "seconds": 0.3}], "ci_halfwidth_rel": None, "torch_threads": 4,
-        "telemetry": {"status": "off", "backend": "none"}, "flags": ["clocks-low"],
-        "prepare_peak_mem_bytes": {"allocated": 1, "reserved": 2},
-        "device_mem_used": {"final_bytes": 5, "sampled_max_bytes": None}})
+    assert json.dumps(d.to_json()) == json.dumps(
+        {
+            "setup_s": 0.1,
+            "engine_info": {"capture_s": 0.2},
+            "correctness": {"flagged": False},
+            "windows": [{"iterations": 3, "seconds": 0.3}],
+            "ci_halfwidth_rel": None,
+            "torch_threads": 4,
+            "telemetry": {"status": "off", "backend": "none"},
+            "flags": ["clocks-low"],
+            "prepare_peak_mem_bytes": {"allocated": 1, "reserved": 2},
+            "device_mem_used": {"final_bytes": 5, "sampled_max_bytes": None},
+        }
+    )
     assert ResultDetails().to_json() == {} and ResultDetails(traceback="tb").to_json() == {"traceback": "tb"}
 
 
@@ -126,8 +155,9 @@ def test_store_round_trip(tmp_path):
     try:
         run = store.begin_run({}, "test", {"device_name": "cpu"}, "0")
         spec = ConfigSpec("resnet18", "eager", "fp32", 1, "cpu")
-        details = ResultDetails(setup_s=0.5, correctness=Correctness(flagged=True, rel_l2=0.3),
-                                other={"kept": 1})
+        details = ResultDetails(
+            setup_s=0.5, correctness=Correctness(flagged=True, rel_l2=0.3), other={"kept": 1}
+        )
         store.record(run, Result(spec=spec, status=Status.OK, details=details))
         (text,) = store.extra_json().values()
         (read,) = store.results_frame()["extra"]

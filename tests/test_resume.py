@@ -16,10 +16,31 @@ from deepgap.store import Store
 @pytest.mark.slow
 def test_sigkill_then_resume(tmp_path, capsys):
     store = str(tmp_path / "s.sqlite")
-    argv = [sys.executable, "-m", "deepgap", "run", "--models", "tinycnn", "--device", "cpu", "--threads", "1",
-            "--batch-sizes", "1,2,3,4,5,6,7,8", "--warmup", "1", "--iterations", "40", "--repeats", "2",
-            "--target-ci", "off",
-            "--store", store, "--quiet"]
+    argv = [
+        sys.executable,
+        "-m",
+        "deepgap",
+        "run",
+        "--models",
+        "tinycnn",
+        "--device",
+        "cpu",
+        "--threads",
+        "1",
+        "--batch-sizes",
+        "1,2,3,4,5,6,7,8",
+        "--warmup",
+        "1",
+        "--iterations",
+        "40",
+        "--repeats",
+        "2",
+        "--target-ci",
+        "off",
+        "--store",
+        store,
+        "--quiet",
+    ]
     proc = subprocess.Popen(argv, start_new_session=True)
     deadline = time.time() + 120
     done = 0

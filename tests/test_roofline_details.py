@@ -21,10 +21,20 @@ from deepgap.store import Store
 from deepgap.store.tables import ROOFLINE_PROFILES
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
-COMMITTED = [RESULTS / "h100" / "roofline.sqlite", RESULTS / "h200" / "roofline.sqlite",
-             RESULTS / "h100" / "session8" / "session-kinds.sqlite"]
-KEYS = ["profiled_ops_per_step", "counted_flops_per_step", "busy_fraction", "unattributed_kernel_time_s",
-        "step_time_mean_s", "step_time_min_s", "torch"]
+COMMITTED = [
+    RESULTS / "h100" / "roofline.sqlite",
+    RESULTS / "h200" / "roofline.sqlite",
+    RESULTS / "h100" / "session8" / "session-kinds.sqlite",
+]
+KEYS = [
+    "profiled_ops_per_step",
+    "counted_flops_per_step",
+    "busy_fraction",
+    "unattributed_kernel_time_s",
+    "step_time_mean_s",
+    "step_time_min_s",
+    "torch",
+]
 
 
 def _committed_profiles(path: Path, tmp_path: Path):
@@ -75,9 +85,15 @@ def test_unknown_keys_survive():
 
 
 def _measured(busy):
-    return ProfileDetails(profiled_ops_per_step=90.0, counted_flops_per_step=2.3e11, busy_fraction=busy,
-                          unattributed_kernel_time_s=0.0, step_time_mean_s=0.0027, step_time_min_s=0.0026,
-                          torch="2.5.0")
+    return ProfileDetails(
+        profiled_ops_per_step=90.0,
+        counted_flops_per_step=2.3e11,
+        busy_fraction=busy,
+        unattributed_kernel_time_s=0.0,
+        step_time_mean_s=0.0027,
+        step_time_min_s=0.0026,
+        torch="2.5.0",
+    )
 
 
 def test_producer_writes_what_it_always_wrote():
@@ -90,8 +106,13 @@ def test_producer_writes_what_it_always_wrote():
 
 def test_record_and_read_back(tmp_path):
     """A profile recorded through the store keeps its details (and pickles, as the worker returns it)."""
-    res = ProfileResult(spec=ProfileSpec(model="resnet18"), status="ok", resolution=224,
-                        step_times_s=[0.0026, 0.0028], details=_measured(None))
+    res = ProfileResult(
+        spec=ProfileSpec(model="resnet18"),
+        status="ok",
+        resolution=224,
+        step_times_s=[0.0026, 0.0028],
+        details=_measured(None),
+    )
     res = pickle.loads(pickle.dumps(res))
     assert isinstance(res.details, ProfileDetails) and res.details == _measured(None)
     failed = ProfileResult(spec=ProfileSpec(model="resnet18"), status="error", reason="boom")

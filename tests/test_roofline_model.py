@@ -168,8 +168,16 @@ def test_roofline_labels_only_the_fastest_point_per_series_when_crowded():
 
     few = [("resnet18", "fp16", "bs1", 10.0, 1.0, "infer")]
     assert labelled_points(few) == few
-    many = [(m, p, f"bs{b}", 10.0 * b, float(b), "infer")
-            for m in ("resnet18", "resnet50") for p in ("fp16", "fp32") for b in (1, 2, 4, 8)]
+    many = [
+        (m, p, f"bs{b}", 10.0 * b, float(b), "infer")
+        for m in ("resnet18", "resnet50")
+        for p in ("fp16", "fp32")
+        for b in (1, 2, 4, 8)
+    ]
     got = labelled_points(many)
     assert sorted((g[0], g[1], g[2]) for g in got) == [
-        ("resnet18", "fp16", "bs8"), ("resnet18", "fp32", "bs8"), ("resnet50", "fp16", "bs8"), ("resnet50", "fp32", "bs8")]
+        ("resnet18", "fp16", "bs8"),
+        ("resnet18", "fp32", "bs8"),
+        ("resnet50", "fp16", "bs8"),
+        ("resnet50", "fp32", "bs8"),
+    ]

@@ -18,7 +18,8 @@ def _run(tmp_path, spec):
 def test_crash_hang_error_oom_are_isolated(tmp_path, tiny_spec):
     spec = tiny_spec.replace(
         models=("fault:crash", "fault:hang", "fault:error", "fault:oom", "tinycnn"),
-        batch_sizes=(2, 4, 8), timeout_s=4.0,  # the hang waits out its timeout; healthy ones need < 1 s
+        batch_sizes=(2, 4, 8),
+        timeout_s=4.0,  # the hang waits out its timeout; healthy ones need < 1 s
     )
     res = _run(tmp_path, spec)
     by = {(r.spec.model, r.spec.batch_size): r for r in res.results}
@@ -26,7 +27,9 @@ def test_crash_hang_error_oom_are_isolated(tmp_path, tiny_spec):
     assert by[("fault:crash", 2)].status == Status.CRASH and "SIGSEGV" in by[("fault:crash", 2)].reason
     assert by[("fault:hang", 2)].status == Status.TIMEOUT
     assert by[("fault:hang", 4)].status == Status.SKIPPED and "hung" in by[("fault:hang", 4)].reason
-    assert by[("fault:error", 4)].status == Status.ERROR and "simulated failure" in by[("fault:error", 4)].reason
+    assert (
+        by[("fault:error", 4)].status == Status.ERROR and "simulated failure" in by[("fault:error", 4)].reason
+    )
     # fault:oom runs at batch 2, runs out of memory at 4, and 8 is skipped with the reason
     assert by[("fault:oom", 2)].status == Status.OK
     assert by[("fault:oom", 4)].status == Status.OOM
@@ -122,7 +125,10 @@ def test_each_sweep_runs_in_a_fresh_worker_process():
 
     runner = SweepRunner(SweepSpec(models=("tinycnn",), device="cpu"), "cpu")
     runner.worker = FakeWorker()
-    cfgs = [ConfigSpec(model="tinycnn", engine="eager", precision="fp32", batch_size=b, device="cpu", sweep=s)
-            for s in (0, 1) for b in (1, 2)]
+    cfgs = [
+        ConfigSpec(model="tinycnn", engine="eager", precision="fp32", batch_size=b, device="cpu", sweep=s)
+        for s in (0, 1)
+        for b in (1, 2)
+    ]
     pids = [r.reason for r in runner.run(cfgs)]
     assert pids == ["pid 1", "pid 1", "pid 2", "pid 2"]

@@ -18,8 +18,14 @@ from deepgap.plan import expand
 from deepgap.records import ConfigSpec
 from deepgap.store import Store
 
-TEXT = dict(models=("tinybert", "tinycnn"), engines=("eager",), precisions=("fp32",), batch_sizes=(1, 2),
-            device="cpu", seq_lens=(16, 32))
+TEXT = dict(
+    models=("tinybert", "tinycnn"),
+    engines=("eager",),
+    precisions=("fp32",),
+    batch_sizes=(1, 2),
+    device="cpu",
+    seq_lens=(16, 32),
+)
 
 
 def test_plan_sweeps_seq_lens_for_text_models_only():
@@ -27,7 +33,11 @@ def test_plan_sweeps_seq_lens_for_text_models_only():
     text = [c for c in plan if c.model == "tinybert"]
     image = [c for c in plan if c.model == "tinycnn"]
     assert [(c.seq_len, c.resolution, c.batch_size) for c in text] == [
-        (16, 16, 1), (16, 16, 2), (32, 32, 1), (32, 32, 2)]
+        (16, 16, 1),
+        (16, 16, 2),
+        (32, 32, 1),
+        (32, 32, 2),
+    ]
     assert {(c.seq_len, c.resolution) for c in image} == {(None, 32)}
     assert len({c.group for c in text}) == 2  # an OOM at seq 16 never skips seq 32's batches
     default = expand(validate(SweepSpec(**{**TEXT, "seq_lens": ()})), "cpu")
@@ -39,9 +49,11 @@ def test_plan_sweeps_seq_lens_for_text_models_only():
 
 def test_image_keys_are_unchanged_and_text_keys_carry_the_seq_len():
     image = ConfigSpec("resnet50", "eager", "fp16", 8, "cuda")
-    assert image.key == ('{"batch_size":8,"device":"cuda","engine":"eager","include_transfer":false,'
-                         '"memory_format":"nchw","model":"resnet50","precision":"fp16","resolution":224,'
-                         '"sweep":0,"threads":null}')  # the key every stored run holds
+    assert image.key == (
+        '{"batch_size":8,"device":"cuda","engine":"eager","include_transfer":false,'
+        '"memory_format":"nchw","model":"resnet50","precision":"fp16","resolution":224,'
+        '"sweep":0,"threads":null}'
+    )  # the key every stored run holds
     text = ConfigSpec("bert-base", "eager", "fp16", 8, "cuda", resolution=384, seq_len=384)
     assert json.loads(text.key)["seq_len"] == 384 and ConfigSpec.from_key(text.key) == text
     assert ConfigSpec.from_key(image.key) == image and ConfigSpec.seq_len_of(image.key) is None
@@ -61,12 +73,15 @@ def test_seq_lens_from_toml_and_flags(tmp_path):
     assert build_spec(p.parse_args(["--models", "bert-base", "--seq-lens", "128,384"])).seq_lens == (128, 384)
 
 
-@pytest.mark.parametrize(("args", "says"), [
-    (["--models", "tinycnn", "--seq-lens", "128"], "--seq-lens applies to text models"),
-    (["--models", "tinybert", "--seq-lens", "1024"], "longer than tinybert's 512 positions"),
-    (["--models", "tinybert", "--seq-lens", "0"], "seq_lens has 0"),
-    (["--models", "tinybert", "--seq-lens", "128,,384"], "has an empty item"),
-])
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--models", "tinycnn", "--seq-lens", "128"], "--seq-lens applies to text models"),
+        (["--models", "tinybert", "--seq-lens", "1024"], "longer than tinybert's 512 positions"),
+        (["--models", "tinybert", "--seq-lens", "0"], "seq_lens has 0"),
+        (["--models", "tinybert", "--seq-lens", "128,,384"], "has an empty item"),
+    ],
+)
 def test_bad_seq_lens_exit_2_with_one_line_and_nothing_written(tmp_path, args, says):
     store = tmp_path / "s.sqlite"
     r = deepgap_cli("run", *args, "--device", "cpu", "--store", str(store), "--quiet")
@@ -85,7 +100,8 @@ def _store_with(path, specs, device="cpu"):
 
 def _text_specs():
     return [ConfigSpec("tinybert", "eager", "fp32", 2, "cpu", resolution=n, seq_len=n) for n in (16, 32)] + [
-        ConfigSpec("tinycnn", "eager", "fp32", 2, "cpu", resolution=32)]
+        ConfigSpec("tinycnn", "eager", "fp32", 2, "cpu", resolution=32)
+    ]
 
 
 def test_store_resume_and_merge_keep_the_axis(tmp_path):
@@ -112,7 +128,11 @@ def test_store_resume_and_merge_keep_the_axis(tmp_path):
     try:
         df = m.results_frame()
         assert sorted((r.model, r.seq_len if r.seq_len == r.seq_len else 0) for r in df.itertuples()) == [
-            ("tinybert", 16), ("tinybert", 16), ("tinybert", 32), ("tinycnn", 0)]
+            ("tinybert", 16),
+            ("tinybert", 16),
+            ("tinybert", 32),
+            ("tinycnn", 0),
+        ]
     finally:
         m.close()
 
@@ -123,15 +143,36 @@ def test_tokens_per_s_and_joules_per_token_from_the_same_window():
     rows = []
     for spec, ips, jps in zip(specs, (400.0, 150.0, 900.0), (0.02, 0.05, 0.01), strict=True):
         r = make_result(spec, 2 / ips, extra={"telemetry": {"joules_per_image": jps}})
-        rows.append({**{k: getattr(spec, k) for k in ("model", "engine", "precision", "batch_size", "device",
-                                                      "memory_format", "threads", "resolution",
-                                                      "include_transfer", "seq_len")},
-                     "status": "ok", "throughput_ips": r.throughput_ips,
-                     "throughput_ci_low_ips": r.throughput_ci_low_ips,
-                     "throughput_ci_high_ips": r.throughput_ci_high_ips,
-                     "latency_median_s": r.latency.median_s,
-                     "latency_p99_s": r.latency.p99_s, "ci_met": 1, "extra": r.details, "run_id": "r",
-                     "result_id": len(rows), "device_name": "Fixture CPU"})
+        rows.append(
+            {
+                **{
+                    k: getattr(spec, k)
+                    for k in (
+                        "model",
+                        "engine",
+                        "precision",
+                        "batch_size",
+                        "device",
+                        "memory_format",
+                        "threads",
+                        "resolution",
+                        "include_transfer",
+                        "seq_len",
+                    )
+                },
+                "status": "ok",
+                "throughput_ips": r.throughput_ips,
+                "throughput_ci_low_ips": r.throughput_ci_low_ips,
+                "throughput_ci_high_ips": r.throughput_ci_high_ips,
+                "latency_median_s": r.latency.median_s,
+                "latency_p99_s": r.latency.p99_s,
+                "ci_met": 1,
+                "extra": r.details,
+                "run_id": "r",
+                "result_id": len(rows),
+                "device_name": "Fixture CPU",
+            }
+        )
     df = prepare(pd.DataFrame(rows))
     assert list(df["seq_len"]) == [16, 32, 0]
     assert list(df["tokens_per_s"].iloc[:2]) == pytest.approx([400 * 16, 150 * 32])
@@ -147,7 +188,10 @@ def test_tokens_per_s_and_joules_per_token_from_the_same_window():
     assert config_label(agg[agg["seq_len"] == 16].iloc[0]).count("seq 16") == 1
     peak = table1(agg)
     assert sorted(zip(peak["model"], peak["seq_len"], strict=True)) == [
-        ("tinybert", 16), ("tinybert", 32), ("tinycnn", 0)]
+        ("tinybert", 16),
+        ("tinybert", 32),
+        ("tinycnn", 0),
+    ]
     from deepgap.report_format import fmt_tokens
 
     by = {r["seq_len"]: r for r in peak.to_dict("records")}
@@ -178,11 +222,19 @@ def test_transformers_preset_says_what_it_adds():
     spec = validate(preset("transformers").replace(device="cuda"))
     plan = expand(spec, "cuda")
     seqs = {(c.model, c.seq_len) for c in plan}
-    assert seqs == {("bert-base", 128), ("bert-base", 384), ("bert-large", 128), ("bert-large", 384),
-                    ("vit_b_16", None)}
+    assert seqs == {
+        ("bert-base", 128),
+        ("bert-base", 384),
+        ("bert-large", 128),
+        ("bert-large", 384),
+        ("vit_b_16", None),
+    }
     by_engine = {e: {(c.precision, c.batch_size) for c in plan if c.engine == e} for e in spec.engines}
-    assert by_engine == {"eager": {(p, b) for p in ("fp32", "fp16") for b in (1, 64, 256)},
-                         "cudagraph": {("fp16", 1)}, "compile-freeze": {("fp16", 64), ("fp16", 256)}}
+    assert by_engine == {
+        "eager": {(p, b) for p in ("fp32", "fp16") for b in (1, 64, 256)},
+        "cudagraph": {("fp16", 1)},
+        "compile-freeze": {("fp16", 64), ("fp16", 256)},
+    }
     text = PRESETS["transformers"][0]
     words = ("bert-base", "bert-large", "128", "384", "vit_b_16", "compile-freeze", "cudagraph")
     assert all(w in text for w in words)

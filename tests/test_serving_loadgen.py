@@ -15,28 +15,65 @@ from deepgap.cli import main
 
 pytestmark = pytest.mark.slow
 
-SMALL = ["--model", "tinycnn", "--engine", "eager", "--precision", "fp32", "--device", "cpu",
-         "--threads", "1",
-         "--batch-sizes", "1,2,4", "--curve-iterations", "5", "--min-queries", "64", "--min-duration", "0.2s"]
+SMALL = [
+    "--model",
+    "tinycnn",
+    "--engine",
+    "eager",
+    "--precision",
+    "fp32",
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+    "--batch-sizes",
+    "1,2,4",
+    "--curve-iterations",
+    "5",
+    "--min-queries",
+    "64",
+    "--min-duration",
+    "0.2s",
+]
 
 
 def deepgap(cwd, *args: str) -> subprocess.CompletedProcess:
     path = os.pathsep.join([os.path.abspath("src"), os.environ.get("PYTHONPATH", "")])
-    return subprocess.run([sys.executable, "-m", "deepgap", *args], capture_output=True, text=True,
-                          timeout=300, cwd=cwd, env={**os.environ, "PYTHONPATH": path})
+    return subprocess.run(
+        [sys.executable, "-m", "deepgap", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": path},
+    )
 
 
-@pytest.mark.parametrize("scenario, extra, loadgen_name", [
-    ("server", ["--qps", "60", "--slo-p99", "200ms"], "Server"),
-    ("offline", [], "Offline"),
-    ("single-stream", [], "SingleStream"),
-])
+@pytest.mark.parametrize(
+    "scenario, extra, loadgen_name",
+    [
+        ("server", ["--qps", "60", "--slo-p99", "200ms"], "Server"),
+        ("offline", [], "Offline"),
+        ("single-stream", [], "SingleStream"),
+    ],
+)
 def test_loadgen_drives_the_same_server(tmp_path, scenario, extra, loadgen_name):
     import mlperf_loadgen  # noqa: F401 - the serving extra; CI installs it, so this must not skip
+
     work = tmp_path / "cwd"
     work.mkdir()
-    p = deepgap(str(work), "serve", *SMALL, "--scenario", scenario, *extra, "--loadgen",
-                "--store", str(tmp_path / "s.sqlite"), "--json")
+    p = deepgap(
+        str(work),
+        "serve",
+        *SMALL,
+        "--scenario",
+        scenario,
+        *extra,
+        "--loadgen",
+        "--store",
+        str(tmp_path / "s.sqlite"),
+        "--json",
+    )
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout.strip().splitlines()[-1])
     lg = out["loadgen"]
@@ -56,8 +93,20 @@ def test_loadgen_flag_without_the_package_is_exit_2_and_writes_nothing(tmp_path,
 
 
 def test_overloaded_server_reports_overload_and_does_not_crash(tmp_path):
-    p = deepgap(str(tmp_path), "serve", *SMALL, "--scenario", "server", "--qps", "20000", "--slo-p99", "20ms",
-                "--store", str(tmp_path / "s.sqlite"), "--json")
+    p = deepgap(
+        str(tmp_path),
+        "serve",
+        *SMALL,
+        "--scenario",
+        "server",
+        "--qps",
+        "20000",
+        "--slo-p99",
+        "20ms",
+        "--store",
+        str(tmp_path / "s.sqlite"),
+        "--json",
+    )
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout.strip().splitlines()[-1])
     assert out["status"] == "ok" and out["server_overloaded"] is True
@@ -80,11 +129,25 @@ def test_server_steps_down_until_loadgen_calls_it_valid(monkeypatch):
 
     monkeypatch.setattr(lgmod, "_one_run", fake_run)
     monkeypatch.setattr(lgmod, "available", lambda: None)
-    spec = SimpleNamespace(scenario="server", max_batch=8, max_delay_s=0.001, seed=0,
-                           minimums=lambda: (10, 0.1), find_capacity=True, confidence=0.99, slo_s=0.015, loadgen_duration_s=None)
-    ctx = SimpleNamespace(spec=spec, out=SimpleNamespace(summary={"capacity_qps": 1000.0, "capacity_max_batch": 8,
-                                                                   "capacity_max_delay_s": 0.001}, lines=[]),
-                          service=SimpleNamespace(max_batch=8), rec=SimpleNamespace(levels=[]))
+    spec = SimpleNamespace(
+        scenario="server",
+        max_batch=8,
+        max_delay_s=0.001,
+        seed=0,
+        minimums=lambda: (10, 0.1),
+        find_capacity=True,
+        confidence=0.99,
+        slo_s=0.015,
+        loadgen_duration_s=None,
+    )
+    ctx = SimpleNamespace(
+        spec=spec,
+        out=SimpleNamespace(
+            summary={"capacity_qps": 1000.0, "capacity_max_batch": 8, "capacity_max_delay_s": 0.001}, lines=[]
+        ),
+        service=SimpleNamespace(max_batch=8),
+        rec=SimpleNamespace(levels=[]),
+    )
     lgmod.run_loadgen(ctx)
     assert tried == [1000.0, 975.0, 950.0]
     assert ctx.out.summary["loadgen_capacity_qps"] == 950.0

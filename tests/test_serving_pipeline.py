@@ -79,8 +79,9 @@ def _executor(depth=2, engine_sleep=0.0, size=7, res=4, buckets=(1, 2, 4)):
         seen.append(x.clone())
         return x.sum(dim=(2, 3))  # (n, 3) "logits"
 
-    ex = PipelinedExecutor({b: run for b in buckets}, "cpu", torch.float32, True, ring,
-                           streams=ThreadStreams(), depth=depth)
+    ex = PipelinedExecutor(
+        {b: run for b in buckets}, "cpu", torch.float32, True, ring, streams=ThreadStreams(), depth=depth
+    )
     return ex, ring, seen
 
 

@@ -13,9 +13,21 @@ from deepgap.store import Store
 
 pytestmark = pytest.mark.slow
 
-FAST = dict(model="tinycnn", engine="eager", precision="fp32", device="cpu", threads=1, batch_sizes=(1, 2),
-            curve_iterations=5, scenario="single-stream", min_queries=32, min_duration_s=0.1,
-            telemetry_backend="fake:throttle", idle_s=0.2, sample_hz=50.0)
+FAST = dict(
+    model="tinycnn",
+    engine="eager",
+    precision="fp32",
+    device="cpu",
+    threads=1,
+    batch_sizes=(1, 2),
+    curve_iterations=5,
+    scenario="single-stream",
+    min_queries=32,
+    min_duration_s=0.1,
+    telemetry_backend="fake:throttle",
+    idle_s=0.2,
+    sample_hz=50.0,
+)
 
 
 def _serve(tmp_path, **changes):
@@ -101,7 +113,21 @@ def test_serve_prelude_flags_reach_the_spec():
     assert off.thermal_warmup is False
     with pytest.raises(UsageError, match="contradict"):
         serve.build_spec(p.parse_args(["--model", "tinycnn", "--thermal-warmup", "--no-thermal-warmup"]))
-    spec = serve.build_spec(p.parse_args(["--model", "tinycnn", "--thermal-warmup", "--thermal-timeout", "20",
-                                          "--idle-time", "0", "--thermal-window", "5", "--no-telemetry"]))
+    spec = serve.build_spec(
+        p.parse_args(
+            [
+                "--model",
+                "tinycnn",
+                "--thermal-warmup",
+                "--thermal-timeout",
+                "20",
+                "--idle-time",
+                "0",
+                "--thermal-window",
+                "5",
+                "--no-telemetry",
+            ]
+        )
+    )
     given = (spec.telemetry, spec.idle_s, spec.thermal_warmup, spec.thermal_timeout_s, spec.thermal_window_s)
     assert given == (False, 0.0, True, 20.0, 5.0)

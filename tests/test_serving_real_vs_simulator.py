@@ -40,9 +40,20 @@ def _one_run(path: str) -> float:
     from deepgap.serving.storage import curves_frame, levels_frame, requests
 
     policy = BatchPolicy(4, 0.0005)
-    spec = ServeSpec(model="tinycnn", device="cpu", scenario="server", qps=2000.0, max_batch=policy.max_batch,
-                     max_delay_s=policy.max_delay_s, batch_sizes=(1, 2, 4), threads=1, min_queries=600,
-                     min_duration_s=0.5, curve_iterations=30, seed=3)
+    spec = ServeSpec(
+        model="tinycnn",
+        device="cpu",
+        scenario="server",
+        qps=2000.0,
+        max_batch=policy.max_batch,
+        max_delay_s=policy.max_delay_s,
+        batch_sizes=(1, 2, 4),
+        threads=1,
+        min_queries=600,
+        min_duration_s=0.5,
+        curve_iterations=30,
+        seed=3,
+    )
     out = run_serve(spec, path, say=lambda m: None)
     assert out.status == "ok", out.reason
     st = Store(path, readonly=True)
@@ -50,8 +61,11 @@ def _one_run(path: str) -> float:
     assert (lv["scenario"], lv["purpose"], lv["status"]) == ("server", "fixed", "ok")
     cf = curves_frame(st)
     assert list(cf["batch_size"]) == [1, 2, 4]
-    service = ServiceModel(tuple(int(b) for b in cf["batch_size"]), tuple(cf["latency_median_s"]),
-                           {int(b): s for b, s in zip(cf["batch_size"], cf["samples_s"], strict=True)})
+    service = ServiceModel(
+        tuple(int(b) for b in cf["batch_size"]),
+        tuple(cf["latency_median_s"]),
+        {int(b): s for b, s in zip(cf["batch_size"], cf["samples_s"], strict=True)},
+    )
     rq = requests(st, int(lv["serve_id"]))
     st.close()
     assert len(rq) == lv["n"] == 1000  # 2000 q/s × 0.5 s

@@ -13,8 +13,14 @@ import pytest
 
 from deepgap.serving.arrivals import poisson
 from deepgap.serving.batcher import BatchPolicy, StopRule, decide, serve_loop
-from deepgap.serving.capacity import (LoadSettings, Probe, candidate_policies, find_capacity, search_policies,
-                                      sim_probe)
+from deepgap.serving.capacity import (
+    LoadSettings,
+    Probe,
+    candidate_policies,
+    find_capacity,
+    search_policies,
+    sim_probe,
+)
 from deepgap.serving.capacity_stats import allowed_over, min_queries, verdict
 from deepgap.serving.clock import VirtualClock
 from deepgap.serving.log import LevelSummary, summarize
@@ -24,8 +30,10 @@ from deepgap.serving.sim import ServiceModel, simulate
 def md1_wait_cdf(t: float, lam: float, d: float) -> float:
     """Erlang's exact M/D/1 waiting-time CDF, P(W ≤ t) = (1−ρ) Σ_{k≤t/D} [λ(kD−t)]^k/k! · e^{−λ(kD−t)}."""
     rho = lam * d
-    terms = [(lam * (k * d - t)) ** k / math.factorial(k) * math.exp(-lam * (k * d - t))
-             for k in range(int(math.floor(t / d + 1e-12)) + 1)]
+    terms = [
+        (lam * (k * d - t)) ** k / math.factorial(k) * math.exp(-lam * (k * d - t))
+        for k in range(int(math.floor(t / d + 1e-12)) + 1)
+    ]
     return (1 - rho) * math.fsum(terms)
 
 
@@ -45,8 +53,12 @@ def test_md1_mean_queue_wait_matches_theory(rho):
 
 def test_md1_waiting_time_distribution_matches_erlang():
     d, lam = 0.001, 700.0
-    log = simulate(poisson(lam, 200_000, seed=3), BatchPolicy(1, 0.0), ServiceModel.from_function(lambda b: d, [1]),
-                   seed=None)
+    log = simulate(
+        poisson(lam, 200_000, seed=3),
+        BatchPolicy(1, 0.0),
+        ServiceModel.from_function(lambda b: d, [1]),
+        seed=None,
+    )
     for t in (0.0005, 0.002, 0.005):
         assert abs((log.queue_s <= t).mean() - md1_wait_cdf(t, lam, d)) < 0.01
 
@@ -59,8 +71,14 @@ def test_capacity_search_finds_md1_capacity():
     known = brentq(lambda lam: md1_wait_cdf(slo - d, lam, d) - 0.99, 100, 999)  # P(W + D ≤ SLO) = 0.99
     service = ServiceModel.from_function(lambda b: d, [1])
     load = LoadSettings(slo_s=slo, confidence=0.95, min_queries=60_000, min_duration_s=1.0, seed=5)
-    res = find_capacity(sim_probe(service, BatchPolicy(1, 0.0), load), BatchPolicy(1, 0.0), slo, start_qps=500,
-                        ceiling_qps=1000, rel_tol=0.01)
+    res = find_capacity(
+        sim_probe(service, BatchPolicy(1, 0.0), load),
+        BatchPolicy(1, 0.0),
+        slo,
+        start_qps=500,
+        ceiling_qps=1000,
+        rel_tol=0.01,
+    )
     # Conservative by construction (a conclusive pass needs a tail below 1 %), and close: within a few percent.
     assert 0.93 * known <= res.capacity_qps <= 1.01 * known, (res.capacity_qps, known)
     assert res.upper_qps is not None and res.upper_qps > res.capacity_qps
@@ -70,10 +88,26 @@ def test_capacity_search_finds_md1_capacity():
 def _threshold_probe(capacity: float, seen: list[float]):
     def probe(rate: float) -> Probe:
         seen.append(rate)
-        s = LevelSummary(n=1000, n_planned=1000, offered_qps=rate, achieved_qps=rate, duration_s=1, latency_mean_s=0,
-                         latency_p50_s=0, latency_p90_s=0, latency_p95_s=0, latency_p99_s=0, latency_max_s=0,
-                         queue_mean_s=0, queue_p99_s=0, h2d_mean_s=0, compute_mean_s=0, d2h_mean_s=0,
-                         other_mean_s=0, mean_batch=1)
+        s = LevelSummary(
+            n=1000,
+            n_planned=1000,
+            offered_qps=rate,
+            achieved_qps=rate,
+            duration_s=1,
+            latency_mean_s=0,
+            latency_p50_s=0,
+            latency_p90_s=0,
+            latency_p95_s=0,
+            latency_p99_s=0,
+            latency_max_s=0,
+            queue_mean_s=0,
+            queue_p99_s=0,
+            h2d_mean_s=0,
+            compute_mean_s=0,
+            d2h_mean_s=0,
+            other_mean_s=0,
+            mean_batch=1,
+        )
         return Probe(rate, s, rate <= capacity)
 
     return probe
@@ -82,7 +116,9 @@ def _threshold_probe(capacity: float, seen: list[float]):
 @pytest.mark.parametrize("start", [10.0, 1234.5, 20_000.0])
 def test_capacity_search_brackets_and_bisects(start):
     seen: list[float] = []
-    res = find_capacity(_threshold_probe(1234.5, seen), BatchPolicy(4, 0.0), 0.01, start_qps=start, rel_tol=0.02)
+    res = find_capacity(
+        _threshold_probe(1234.5, seen), BatchPolicy(4, 0.0), 0.01, start_qps=start, rel_tol=0.02
+    )
     assert 1234.5 / 1.02 <= res.capacity_qps <= 1234.5
     assert res.upper_qps > 1234.5 and (res.upper_qps - res.capacity_qps) / res.capacity_qps <= 0.02
     assert len(seen) <= 16 and not res.note
@@ -90,7 +126,9 @@ def test_capacity_search_brackets_and_bisects(start):
 
 def test_capacity_search_never_probes_above_the_ceiling_and_reports_unreachable():
     seen: list[float] = []
-    res = find_capacity(_threshold_probe(1e9, seen), BatchPolicy(1, 0.0), 0.01, start_qps=500, ceiling_qps=800)
+    res = find_capacity(
+        _threshold_probe(1e9, seen), BatchPolicy(1, 0.0), 0.01, start_qps=500, ceiling_qps=800
+    )
     assert max(seen) < 800 and res.capacity_qps >= 800 / 1.02 / 1.02
     seen.clear()
     res = find_capacity(_threshold_probe(0.0, seen), BatchPolicy(1, 0.0), 0.01, start_qps=500, growth=1.1)
@@ -105,7 +143,9 @@ def test_policy_search_prefers_batching_when_batches_are_cheap():
     best = ranked[0]
     assert best.policy.max_batch >= 4 and best.capacity_qps > 1.5 * service.saturation_qps(1)
     assert best.capacity_qps <= service.saturation_qps(best.policy.max_batch) * 1.05
-    assert all(p.max_delay_s + service.median_at(p.max_batch) < 0.02 for p in candidate_policies(service, 0.02))
+    assert all(
+        p.max_delay_s + service.median_at(p.max_batch) < 0.02 for p in candidate_policies(service, 0.02)
+    )
 
 
 # --- the batcher --------------------------------------------------------------------------------------
@@ -132,9 +172,13 @@ def test_batcher_honours_max_batch_and_max_delay():
 
 
 def test_burst_is_split_into_full_batches_immediately():
-    log = simulate(np.zeros(10), BatchPolicy(4, 0.5), ServiceModel.from_function(lambda b: 0.01, [1, 2, 3, 4]))
+    log = simulate(
+        np.zeros(10), BatchPolicy(4, 0.5), ServiceModel.from_function(lambda b: 0.01, [1, 2, 3, 4])
+    )
     assert list(log.batch) == [4] * 4 + [4] * 4 + [2] * 2
-    assert log.dispatch_s[0] == 0.0 and log.dispatch_s[4] == pytest.approx(0.01)  # no waiting with a full batch
+    assert log.dispatch_s[0] == 0.0 and log.dispatch_s[4] == pytest.approx(
+        0.01
+    )  # no waiting with a full batch
     assert log.dispatch_s[8] == pytest.approx(0.02)  # the tail goes at once: no request will join it
 
 
@@ -160,7 +204,9 @@ def test_padding_and_interpolation():
 
 def test_virtual_clock_and_loop_agree_on_time():
     clock = VirtualClock()
-    log = serve_loop([0.0, 0.5], BatchPolicy(1, 0.0), clock, lambda first, n: (clock.advance(0.1), (0, 0.1, 0))[1])
+    log = serve_loop(
+        [0.0, 0.5], BatchPolicy(1, 0.0), clock, lambda first, n: (clock.advance(0.1), (0, 0.1, 0))[1]
+    )
     assert list(log.done_s) == pytest.approx([0.1, 0.6]) and clock.now() == pytest.approx(0.6)
 
 

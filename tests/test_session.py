@@ -14,8 +14,15 @@ def test_a_fleet_run_gets_each_lanes_idle_baseline_and_thermal_warmup(tmp_path, 
     from deepgap.telemetry.runlevel import run_summaries
 
     store = str(tmp_path / "s.sqlite")
-    spec = tiny_spec.replace(options={"telemetry_backend": "fake:throttle"}, idle_s=0.2, energy_window_s=0.05,
-                             sample_hz=50.0, thermal_warmup=True, thermal_window_s=0.3, thermal_timeout_s=5.0)
+    spec = tiny_spec.replace(
+        options={"telemetry_backend": "fake:throttle"},
+        idle_s=0.2,
+        energy_window_s=0.05,
+        sample_hz=50.0,
+        thermal_warmup=True,
+        thermal_window_s=0.3,
+        thermal_timeout_s=5.0,
+    )
     logged: list[str] = []
     res = run_fleet(spec, store, devices=["fake-cpu:0", "fake-cpu:1"], log=logged.append)
     s = Store(store, readonly=True)
@@ -84,12 +91,54 @@ def test_profile_and_peaks_measure_in_a_worker_process_not_the_cli(tmp_path, mon
     monkeypatch.setattr(deepgap.roofline.profile, "run_profile", parent_must_not)
     monkeypatch.setattr(deepgap.envinfo, "collect", parent_must_not)
     path = str(tmp_path / "s.sqlite")
-    assert main(["peaks", "--device", "cpu", "--size", "64", "--bandwidth-mib", "4", "--repeats", "1",
-                 "--only", "fp32,memory", "--idle-time", "0.1", "--store", path]) == 0
+    assert (
+        main(
+            [
+                "peaks",
+                "--device",
+                "cpu",
+                "--size",
+                "64",
+                "--bandwidth-mib",
+                "4",
+                "--repeats",
+                "1",
+                "--only",
+                "fp32,memory",
+                "--idle-time",
+                "0.1",
+                "--store",
+                path,
+            ]
+        )
+        == 0
+    )
     monkeypatch.chdir(tmp_path)  # a relative --trace-dir is this directory's, whatever the worker's is
-    assert main(["profile", "--model", "tinycnn", "--batch-size", "2", "--device", "cpu", "--warmup", "1",
-                 "--steps", "2", "--idle-time", "0.1", "--quiet", "--trace-dir", "traces",
-                 "--store", path]) == 0
+    assert (
+        main(
+            [
+                "profile",
+                "--model",
+                "tinycnn",
+                "--batch-size",
+                "2",
+                "--device",
+                "cpu",
+                "--warmup",
+                "1",
+                "--steps",
+                "2",
+                "--idle-time",
+                "0.1",
+                "--quiet",
+                "--trace-dir",
+                "traces",
+                "--store",
+                path,
+            ]
+        )
+        == 0
+    )
     assert [p.name for p in (tmp_path / "traces").iterdir()] == ["tinycnn-infer-fp32-bs2.trace.json"]
     s = Store(path, readonly=True)
     try:

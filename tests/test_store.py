@@ -19,8 +19,15 @@ def make_result(bs=1, status=Status.OK, model="tinycnn"):
         return Result(spec=spec, status=status, reason="why")
     samples = [[0.01, 0.011, 0.012], [0.010, 0.013, 0.011]]
     lat = summarize(np.concatenate(samples))
-    return Result(spec=spec, status=status, latency=lat, throughput_ips=bs / lat.median_s, samples_s=samples,
-                  n_repeats=2, details=ResultDetails(correctness=Correctness(flagged=False)))
+    return Result(
+        spec=spec,
+        status=status,
+        latency=lat,
+        throughput_ips=bs / lat.median_s,
+        samples_s=samples,
+        n_repeats=2,
+        details=ResultDetails(correctness=Correctness(flagged=False)),
+    )
 
 
 def test_round_trip(tmp_path):
@@ -123,8 +130,10 @@ def test_a_second_store_on_an_open_file_keeps_the_first_ones_writes_visible_else
     writer = Store(path)
     first = writer.begin_run({}, "test", {}, "0")
     Store(path, readonly=True).close()  # its header check used to open and close the file directly
-    count = ("import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
-             "print(c.execute('SELECT count(*) FROM runs').fetchone()[0]); c.close()")
+    count = (
+        "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
+        "print(c.execute('SELECT count(*) FROM runs').fetchone()[0]); c.close()"
+    )
 
     def seen_elsewhere() -> int:
         out = subprocess.run([sys.executable, "-c", count, path], capture_output=True, text=True, timeout=60)

@@ -97,11 +97,17 @@ def test_redact_in_place_during_a_run_refuses(tmp_path, stores):
 
 def test_a_run_waits_for_a_merge_in_another_process_and_names_it(tmp_path, stores):
     s, _ = stores
-    code = ("import sys; from deepgap.store import writelock\n"
-            "lock = writelock.acquire(sys.argv[1], True, 'merge into')\n"
-            "print('held', flush=True); sys.stdin.read(); lock.release()\n")
-    proc = subprocess.Popen([sys.executable, "-c", code, s, "merge", "x.sqlite", "-o", s],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    code = (
+        "import sys; from deepgap.store import writelock\n"
+        "lock = writelock.acquire(sys.argv[1], True, 'merge into')\n"
+        "print('held', flush=True); sys.stdin.read(); lock.release()\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, s, "merge", "x.sqlite", "-o", s],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout.readline().strip() == "held"
         with pytest.raises(Exception) as exc:
@@ -164,8 +170,10 @@ def test_a_full_disk_is_named_and_leaves_no_log(tmp_path, stores, full_disk, com
     s, x = stores
     _unfinished(s)
     before = _files(tmp_path)
-    argv = {"run --resume": ["run", "--resume", "--store", s, "--quiet"],
-            "merge X -o S": ["merge", x, "-o", s]}
+    argv = {
+        "run --resume": ["run", "--resume", "--store", s, "--quiet"],
+        "merge X -o S": ["merge", x, "-o", s],
+    }
     out = deepgap_cli(*argv[command])
     assert out.returncode == 2
     err = out.stderr.strip()

@@ -11,7 +11,9 @@ from deepgap.store import SCHEMA_VERSION, Store
 from deepgap.store.guard import APPLICATION_ID
 from deepgap.store.migrations import CORE_V1, MIGRATIONS
 
-_OLD_SERVE_RUNS = "CREATE TABLE serve_runs (serve_id INTEGER PRIMARY KEY, run_id TEXT, mean_batch TEXT, n INTEGER)"
+_OLD_SERVE_RUNS = (
+    "CREATE TABLE serve_runs (serve_id INTEGER PRIMARY KEY, run_id TEXT, mean_batch TEXT, n INTEGER)"
+)
 
 
 def _v1_store(path: Path, serve: bool = True) -> Path:
@@ -24,13 +26,36 @@ def _v1_store(path: Path, serve: bool = True) -> Path:
     con.execute("PRAGMA user_version = 1")
     runs = [
         ("r1-sweep", 1.0, "interrupted", "deepgap run", {"models": ["tinycnn"]}, {}),
-        ("r2-profile", 2.0, "interrupted", "deepgap profile", {"kind": "profile", "models": ["resnet18"]}, {}),
-        ("r3-serve", 3.0, "finished", "deepgap serve", {"models": ["resnet18"], "options": {"serve": {}}}, {}),
-        ("r4-fleet", 4.0, "finished", "deepgap run --devices all", {"models": ["tinycnn"]}, {"fleet": {"n": 2}}),
+        (
+            "r2-profile",
+            2.0,
+            "interrupted",
+            "deepgap profile",
+            {"kind": "profile", "models": ["resnet18"]},
+            {},
+        ),
+        (
+            "r3-serve",
+            3.0,
+            "finished",
+            "deepgap serve",
+            {"models": ["resnet18"], "options": {"serve": {}}},
+            {},
+        ),
+        (
+            "r4-fleet",
+            4.0,
+            "finished",
+            "deepgap run --devices all",
+            {"models": ["tinycnn"]},
+            {"fleet": {"n": 2}},
+        ),
     ]
     for rid, t, status, cmd, spec, env in runs:
-        con.execute("INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?)",
-                    (rid, t, None, status, cmd, json.dumps(spec), json.dumps(env), "h", 1, "0.1"))
+        con.execute(
+            "INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (rid, t, None, status, cmd, json.dumps(spec), json.dumps(env), "h", 1, "0.1"),
+        )
     if serve:  # created by the serving feature itself then, with mean_batch declared TEXT
         con.execute(_OLD_SERVE_RUNS)
         con.execute("CREATE INDEX serve_runs_by_run ON serve_runs(run_id)")
@@ -66,7 +91,12 @@ def test_read_only_open_migrates_in_memory_and_changes_nothing(tmp_path):
     path = _v1_store(tmp_path / "old.sqlite")
     before = path.read_bytes()
     s = Store(str(path), readonly=True)
-    assert _kinds(s) == {"r1-sweep": "sweep", "r2-profile": "profile", "r3-serve": "serve", "r4-fleet": "fleet"}
+    assert _kinds(s) == {
+        "r1-sweep": "sweep",
+        "r2-profile": "profile",
+        "r3-serve": "serve",
+        "r4-fleet": "fleet",
+    }
     assert "kind" not in s.run("r2-profile")["spec"]
     assert s.table_frame("serve_runs")["mean_batch"].tolist() == [3.5]
     s.close()
@@ -79,11 +109,17 @@ def test_writable_open_migrates_in_place(tmp_path):
     con = sqlite3.connect(path)
     assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert con.execute("SELECT kind, spec_json FROM runs WHERE run_id = 'r2-profile'").fetchone() == (
-        "profile", json.dumps({"models": ["resnet18"]}))
+        "profile",
+        json.dumps({"models": ["resnet18"]}),
+    )
     types = {r[1]: r[2] for r in con.execute("PRAGMA table_info(serve_runs)")}
-    assert types["mean_batch"] == "REAL" and "latency_p99_s" in types  # retyped, and the declared columns added
+    assert (
+        types["mean_batch"] == "REAL" and "latency_p99_s" in types
+    )  # retyped, and the declared columns added
     assert con.execute("SELECT mean_batch, n FROM serve_runs").fetchall() == [(3.5, 300)]
-    indexes = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL")]
+    indexes = [
+        r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL")
+    ]
     assert indexes.count("serve_runs_by_run") == 1
     con.close()
     Store(str(path)).close()  # a second open finds nothing to do
@@ -122,6 +158,11 @@ def test_recovery_of_an_old_store_keeps_its_rows_and_migrates_them(tmp_path):
     assert rec.saved["runs"] == 4 and rec.lost["runs"] == 0 and rec.saved["serve_runs"] == 1
     s = Store(str(tmp_path / "new.sqlite"), readonly=True)
     assert s.file_version == SCHEMA_VERSION
-    assert _kinds(s) == {"r1-sweep": "sweep", "r2-profile": "profile", "r3-serve": "serve", "r4-fleet": "fleet"}
+    assert _kinds(s) == {
+        "r1-sweep": "sweep",
+        "r2-profile": "profile",
+        "r3-serve": "serve",
+        "r4-fleet": "fleet",
+    }
     assert s.table_frame("serve_runs")["mean_batch"].tolist() == [3.5]
     s.close()

@@ -10,24 +10,32 @@ import re
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "deepgap"
-_SQL = re.compile(r"^\s*(CREATE (TABLE|INDEX)|INSERT (OR \w+ )?INTO|SELECT .+ FROM|UPDATE \w+ SET|DELETE FROM|"
-                  r"PRAGMA |ATTACH |ALTER TABLE|DROP TABLE)")
+_SQL = re.compile(
+    r"^\s*(CREATE (TABLE|INDEX)|INSERT (OR \w+ )?INTO|SELECT .+ FROM|UPDATE \w+ SET|DELETE FROM|"
+    r"PRAGMA |ATTACH |ALTER TABLE|DROP TABLE)"
+)
 
 
 def _text(node: ast.AST) -> str | None:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
     if isinstance(node, ast.JoinedStr):
-        return "".join(v.value for v in node.values if isinstance(v, ast.Constant) and isinstance(v.value, str))
+        return "".join(
+            v.value for v in node.values if isinstance(v, ast.Constant) and isinstance(v.value, str)
+        )
     return None
 
 
 def sql_uses(source: str) -> list[tuple[int, str]]:
     """(line, what) for every use of SQL or of a store connection in ``source``."""
     tree = ast.parse(source)
-    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
-                  if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-                  and n.body and isinstance(n.body[0], ast.Expr)}
+    docstrings = {
+        id(n.body[0].value)
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        and n.body
+        and isinstance(n.body[0], ast.Expr)
+    }
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and node.attr == "con":
@@ -47,7 +55,7 @@ def sql_uses(source: str) -> list[tuple[int, str]]:
 
 
 def test_the_scan_finds_sql_and_connections():
-    bad = '''
+    bad = """
 import sqlite3
 def f(store, con):
     store.con.execute("SELECT 1")
@@ -56,7 +64,7 @@ def f(store, con):
     sqlite3.connect("x")
     q = "CREATE TABLE IF NOT EXISTS t (a)"
     pd.read_sql_query(q, c)
-'''
+"""
     kinds = [what for _, what in sql_uses(bad)]
     assert kinds.count(".con") == 1 and kinds.count("execute(SQL)") == 2 and "executemany" in kinds
     assert "sqlite3.connect" in kinds and "read_sql_query" in kinds

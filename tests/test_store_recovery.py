@@ -128,7 +128,7 @@ def test_check_during_a_write_and_after_a_kill(tmp_path):
 
 # --- recovery of damaged copies ----------------------------------------------------------------
 def _patch(data: bytes, offset: int, new: bytes) -> bytes:
-    return data[:offset] + new + data[offset + len(new):]
+    return data[:offset] + new + data[offset + len(new) :]
 
 
 def _intact_rows(data: bytes, tmp_path, pages_kept: int) -> dict[str, int]:
@@ -153,9 +153,12 @@ def _intact_rows(data: bytes, tmp_path, pages_kept: int) -> dict[str, int]:
         kept[t] = [r for n, rows in per_leaf.items() if n <= pages_kept for r in rows]
     con.close()
     results = {rowid for rowid, _ in kept["results"]}
-    return {"runs": len(kept["runs"]), "results": len(results),
-            "samples": sum(v[0] in results for _, v in kept["samples"]),
-            "telemetry": sum(v[1] is None or v[1] in results for _, v in kept["telemetry"])}
+    return {
+        "runs": len(kept["runs"]),
+        "results": len(results),
+        "samples": sum(v[0] in results for _, v in kept["samples"]),
+        "telemetry": sum(v[1] is None or v[1] in results for _, v in kept["telemetry"]),
+    }
 
 
 def _saved(out) -> dict[str, int]:
@@ -185,9 +188,11 @@ def test_recover_keeps_every_intact_row_of_a_truncated_store(tmp_path, healthy, 
 
 @pytest.mark.parametrize("damage", ["magic", "page size", "format bytes"])
 def test_recover_keeps_every_row_behind_a_damaged_header(tmp_path, healthy, damage):
-    data = {"magic": _patch(healthy, 0, b"SQLite format 4\x00"),
-            "page size": _patch(healthy, 16, b"\x00\x03"),
-            "format bytes": _patch(healthy, 21, b"\x00\x00\x00")}[damage]
+    data = {
+        "magic": _patch(healthy, 0, b"SQLite format 4\x00"),
+        "page size": _patch(healthy, 16, b"\x00\x03"),
+        "format bytes": _patch(healthy, 21, b"\x00\x00\x00"),
+    }[damage]
     damaged = tmp_path / "h.sqlite"
     damaged.write_bytes(data)
     check = deepgap_cli("check", str(damaged))
@@ -207,8 +212,11 @@ def _counts_of(data: bytes, tmp_path) -> dict[str, int]:
 @pytest.mark.parametrize("where", ["column name", "table name in its statement", "CREATE keyword"])
 def test_a_changed_byte_in_the_schema_is_named_by_check_and_recovered(tmp_path, healthy, where):
     at = healthy.find(b"CREATE TABLE results")
-    offset = {"column name": healthy.find(b"latency_median_s REAL") + 9,
-              "table name in its statement": at + 14, "CREATE keyword": at + 7}[where]
+    offset = {
+        "column name": healthy.find(b"latency_median_s REAL") + 9,
+        "table name in its statement": at + 14,
+        "CREATE keyword": at + 7,
+    }[where]
     damaged = tmp_path / "c.sqlite"
     damaged.write_bytes(_patch(healthy, offset, b"X"))
     check = deepgap_cli("check", str(damaged))

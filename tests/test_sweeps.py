@@ -7,9 +7,15 @@ from deepgap.analysis import sweeps
 
 
 def _used(tps, cis):
-    return pd.DataFrame({"result_id": range(len(tps)), "batch_size": [8] * len(tps), "throughput_ips": tps,
-                         "throughput_ci_low_ips": [c[0] for c in cis],
-                         "throughput_ci_high_ips": [c[1] for c in cis]})
+    return pd.DataFrame(
+        {
+            "result_id": range(len(tps)),
+            "batch_size": [8] * len(tps),
+            "throughput_ips": tps,
+            "throughput_ci_low_ips": [c[0] for c in cis],
+            "throughput_ci_high_ips": [c[1] for c in cis],
+        }
+    )
 
 
 def test_spread_flags_sweeps_whose_own_intervals_do_not_overlap():

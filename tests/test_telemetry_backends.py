@@ -23,7 +23,9 @@ def test_nvml_reading_and_units():
     assert s.foreign_pids == (777,) and s.foreign_procs == 1  # this process is never foreign
     assert b.has_energy_counter and b.unavailable == {}
     st = b.settings()
-    assert st["power_limit_w"] == 700.0 and st["persistence_mode"] is True and st["sm_clock_max_mhz"] == 1980.0
+    assert (
+        st["power_limit_w"] == 700.0 and st["persistence_mode"] is True and st["sm_clock_max_mhz"] == 1980.0
+    )
     assert st["uuid"] == "GPU-abc" and st["gpu_name"] == "Fake H100"
     assert not [f for f in nv.calls if "Set" in f or "Reset" in f]  # settings are only read, never changed
     b.close()
@@ -37,11 +39,22 @@ def test_nvml_unavailable_paths():
     with pytest.raises(TelemetryUnavailable, match="cannot open GPU GPU-x"):
         NvmlBackend(nv, uuid="GPU-x")
     assert nv.inited == 0  # shut down again
-    nv = FakeNvml(errors={"nvmlDeviceGetTotalEnergyConsumption": 3, "nvmlDeviceGetTemperature": 15,
-                          "field:power_instant_w": 3, "nvmlDeviceGetCurrentClocksEventReasons": 4})
+    nv = FakeNvml(
+        errors={
+            "nvmlDeviceGetTotalEnergyConsumption": 3,
+            "nvmlDeviceGetTemperature": 15,
+            "field:power_instant_w": 3,
+            "nvmlDeviceGetCurrentClocksEventReasons": 4,
+        }
+    )
     b = NvmlBackend(nv, index=0)
     s = b.read()
-    assert s.energy_j is None and s.temp_c is None and s.power_instant_w is None and s.clocks_event_reasons is None
+    assert (
+        s.energy_j is None
+        and s.temp_c is None
+        and s.power_instant_w is None
+        and s.clocks_event_reasons is None
+    )
     assert s.power_w == 250.0 and s.power_avg_w == 248.0  # the rest still reads
     assert not b.has_energy_counter and b.read_energy_j() is None
     assert b.unavailable["energy_j"] == "unavailable: NVML error 3: Not Supported"
@@ -62,12 +75,22 @@ def test_nvml_older_bindings_and_pid_namespace():
         b = NvmlBackend(nv, own_pids={99999})  # our pid is not listed: NVML shows another PID namespace
         s = b.read()
         assert s.clocks_event_reasons == 0x20
-        assert s.foreign_pids is None and s.foreign_procs == 2 and "PID namespace" in b.unavailable["foreign_pids"]
+        assert (
+            s.foreign_pids is None
+            and s.foreign_procs == 2
+            and "PID namespace" in b.unavailable["foreign_pids"]
+        )
     finally:
         FakeNvml.nvmlDeviceGetCurrentClocksEventReasons = _reasons
-    s = NvmlBackend(FakeNvml({"pids": [10]}), self_on_device=False).read()  # a monitor: every process is other
+    s = NvmlBackend(
+        FakeNvml({"pids": [10]}), self_on_device=False
+    ).read()  # a monitor: every process is other
     assert s.foreign_procs == 1 and s.foreign_pids == (10,)
-    assert nvml_uuid("1b2c") == "GPU-1b2c" and nvml_uuid("GPU-1b2c") == "GPU-1b2c" and nvml_uuid("MIG-x") == "MIG-x"
+    assert (
+        nvml_uuid("1b2c") == "GPU-1b2c"
+        and nvml_uuid("GPU-1b2c") == "GPU-1b2c"
+        and nvml_uuid("MIG-x") == "MIG-x"
+    )
 
 
 _reasons = FakeNvml.nvmlDeviceGetCurrentClocksEventReasons
@@ -83,8 +106,12 @@ class _Psutil:
         return SimpleNamespace(current=2400.0, min=800.0, max=3600.0)
 
     def sensors_temperatures(self):
-        return {"coretemp": [SimpleNamespace(label="Core 0", current=50.0),
-                             SimpleNamespace(label="Package id 0", current=55.0)]}
+        return {
+            "coretemp": [
+                SimpleNamespace(label="Core 0", current=50.0),
+                SimpleNamespace(label="Package id 0", current=55.0),
+            ]
+        }
 
     def virtual_memory(self):
         return SimpleNamespace(used=1 << 30)
@@ -101,10 +128,15 @@ def _rapl(root, domains):
 
 def test_cpu_rapl_wrap_per_package(tmp_path):
     root = tmp_path / "powercap"
-    _rapl(root, {"intel-rapl:0": ("package-0", 999_000_000, 1_000_000_000),
-                 "intel-rapl:1": ("package-1", 5_000_000, 1_000_000_000),
-                 "intel-rapl:1:0": ("core", 1, 10),  # a sub-domain: inside the package, not added
-                 "intel-rapl:2": ("psys", 7, 10)})  # the platform domain overlaps the packages
+    _rapl(
+        root,
+        {
+            "intel-rapl:0": ("package-0", 999_000_000, 1_000_000_000),
+            "intel-rapl:1": ("package-1", 5_000_000, 1_000_000_000),
+            "intel-rapl:1:0": ("core", 1, 10),  # a sub-domain: inside the package, not added
+            "intel-rapl:2": ("psys", 7, 10),
+        },
+    )  # the platform domain overlaps the packages
     cpu = tmp_path / "cpu"
     (cpu / "cpu0" / "thermal_throttle").mkdir(parents=True)
     (cpu / "cpu0" / "thermal_throttle" / "package_throttle_count").write_text("3")
@@ -112,7 +144,12 @@ def test_cpu_rapl_wrap_per_package(tmp_path):
     assert b.has_energy_counter and b.energy_counter_range_j is None
     first = b.read()
     assert first.power_w is None and first.energy_j == 0.0 and first.clocks_event_reasons == 0
-    assert (first.sm_clock_mhz, first.util_pct, first.temp_c, first.mem_used_bytes) == (2400.0, 50.0, 55.0, 1 << 30)
+    assert (first.sm_clock_mhz, first.util_pct, first.temp_c, first.mem_used_bytes) == (
+        2400.0,
+        50.0,
+        55.0,
+        1 << 30,
+    )
     (root / "intel-rapl:0" / "energy_uj").write_text("2000000")  # wrapped: +3 J
     (root / "intel-rapl:1" / "energy_uj").write_text("6000000")  # +1 J
     (cpu / "cpu0" / "thermal_throttle" / "package_throttle_count").write_text("4")

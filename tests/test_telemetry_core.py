@@ -39,16 +39,40 @@ def test_sample_dict_round_trip():
 def _trace():
     samples = [
         ("warmup", S(5.0, power_w=90.0, temp_c=55.0)),
-        ("measure", S(10.5, power_w=200.0, power_instant_w=205.0, temp_c=60.0, sm_clock_mhz=1980.0,
-                      clocks_event_reasons=0, util_pct=90.0, mem_used_bytes=100)),
-        ("measure", S(11.0, power_w=220.0, power_instant_w=240.0, temp_c=61.0, sm_clock_mhz=1980.0,
-                      clocks_event_reasons=0x20, util_pct=100.0, mem_used_bytes=300)),
+        (
+            "measure",
+            S(
+                10.5,
+                power_w=200.0,
+                power_instant_w=205.0,
+                temp_c=60.0,
+                sm_clock_mhz=1980.0,
+                clocks_event_reasons=0,
+                util_pct=90.0,
+                mem_used_bytes=100,
+            ),
+        ),
+        (
+            "measure",
+            S(
+                11.0,
+                power_w=220.0,
+                power_instant_w=240.0,
+                temp_c=61.0,
+                sm_clock_mhz=1980.0,
+                clocks_event_reasons=0x20,
+                util_pct=100.0,
+                mem_used_bytes=300,
+            ),
+        ),
         ("measure", S(15.0, power_w=120.0, temp_c=61.0, sm_clock_mhz=300.0, clocks_event_reasons=0x1)),
         ("measure", S(20.5, power_w=210.0, temp_c=62.0, sm_clock_mhz=1980.0, clocks_event_reasons=0)),
         ("measure", S(21.0, power_w=230.0, temp_c=63.0, sm_clock_mhz=1965.0, clocks_event_reasons=0)),
     ]
-    marks = [EnergyMark(10.0, 11.1, 1.1, 0.1, 1000.0, 1220.0, 200),
-             EnergyMark(20.0, 21.05, 1.05, 0.05, 2000.0, 2210.0, 200)]
+    marks = [
+        EnergyMark(10.0, 11.1, 1.1, 0.1, 1000.0, 1220.0, 200),
+        EnergyMark(20.0, 21.05, 1.05, 0.05, 2000.0, 2210.0, 200),
+    ]
     return samples, marks
 
 
@@ -73,14 +97,18 @@ def test_aggregation_math():
     assert w.temp_slope_c_per_min > 0
     assert w.sm_clock_median_mhz == 1980.0 and w.sm_clock_min_mhz == 1965.0  # the idle sample is left out
     assert w.util_mean_pct == pytest.approx(95.0) and w.mem_used_max_bytes == 300
-    assert w.throttle_reasons == ["sw_thermal_slowdown"] and w.throttle_fraction == {"sw_thermal_slowdown": 0.25}
+    assert w.throttle_reasons == ["sw_thermal_slowdown"] and w.throttle_fraction == {
+        "sw_thermal_slowdown": 0.25
+    }
     assert [m["e1_j"] for m in w.marks] == [1220.0, 2210.0]
 
 
 def test_counter_wrap_and_reset_in_windows():
     samples, _ = _trace()
-    marks = [EnergyMark(10.0, 11.0, 1.0, 0.0, 900.0, 100.0, 100),  # wrapped at 1000 J: 200 J
-             EnergyMark(20.0, 21.0, 1.0, 0.0, 500.0, 800.0, 100)]
+    marks = [
+        EnergyMark(10.0, 11.0, 1.0, 0.0, 900.0, 100.0, 100),  # wrapped at 1000 J: 200 J
+        EnergyMark(20.0, 21.0, 1.0, 0.0, 500.0, 800.0, 100),
+    ]
     w = summarize(samples, marks, backend="cpu", range_j=1000.0)
     assert w.energy_j == pytest.approx(500.0) and w.energy_counter_notes == ["window 0: wrap"]
     marks[0] = EnergyMark(10.0, 11.0, 1.0, 0.0, 5000.0, 3.0, 100)  # reset: that window is left out
@@ -117,8 +145,9 @@ def test_flags_on_a_throttling_trace():
     # benign reasons (idle, application clocks, sync boost) raise nothing; a blip under the share does not either
     assert contamination_flags(_window(lambda i: {"clocks_event_reasons": 0x2 | 0x10})) == []
     w = _window(lambda i: {"clocks_event_reasons": 0x4 if i == 0 else 0}, n=20)
-    assert contamination_flags(w) == [] and contamination_flags(w, TelemetrySettings(throttle_min_fraction=0.01)) == [
-        "power-throttle"]
+    assert contamination_flags(w) == [] and contamination_flags(
+        w, TelemetrySettings(throttle_min_fraction=0.01)
+    ) == ["power-throttle"]
     assert contamination_flags(_window(lambda i: {"clocks_event_reasons": 0x400})) == ["throttle:reliability"]
 
 
@@ -133,7 +162,9 @@ def test_flags_clocks_and_temperature():
     assert w.sm_clock_low_fraction == pytest.approx(0.4) and contamination_flags(w) == ["clocks-low"]
     samples = [("measure", S(10.0 + 0.1 * i, sm_clock_mhz=1700.0)) for i in range(10)]
     ref = summarize(samples, [EnergyMark(9.9, 11.0, 1.1, 0.0, 0, 1, 1)], backend="f", ref_sm_clock_mhz=1980.0)
-    assert ref.sm_clock_ref_mhz == 1980.0 and contamination_flags(ref) == ["clocks-low"]  # below the warm-up's level
+    assert ref.sm_clock_ref_mhz == 1980.0 and contamination_flags(ref) == [
+        "clocks-low"
+    ]  # below the warm-up's level
     hot = _window(lambda i: {"temp_c": 60.0 + i * 0.5})  # +4.5 °C in 0.9 s
     assert contamination_flags(hot) == ["temp-rising"]
     noisy = _window(lambda i: {"temp_c": 60.0 + (i % 2)})  # whole-degree flicker is not a rise
@@ -142,7 +173,9 @@ def test_flags_clocks_and_temperature():
 
 def test_thermal_steady_state_rule():
     rising = [S(float(t), temp_c=40.0 + t) for t in range(30)]  # 60 °C/min
-    assert steady_state(rising, 20.0, 1.0)[0] is False and steady_state(rising, 20.0, 1.0)[1] == pytest.approx(60.0)
+    assert steady_state(rising, 20.0, 1.0)[0] is False and steady_state(rising, 20.0, 1.0)[
+        1
+    ] == pytest.approx(60.0)
     flat = rising + [S(30.0 + t, temp_c=70.0) for t in range(25)]
     steady, slope = steady_state(flat, 20.0, 1.0)
     assert steady and abs(slope) < 1.0
@@ -171,15 +204,34 @@ class _ScriptedRun:
 
 def test_run_thermal_until_steady_and_timeout():
     run = _ScriptedRun()
-    out = run_thermal(lambda: None, run, lambda: list(run.samples), window_s=5.0, slope_c_per_min=1.0,
-                      timeout_s=1000.0, mono=lambda: run.t)
+    out = run_thermal(
+        lambda: None,
+        run,
+        lambda: list(run.samples),
+        window_s=5.0,
+        slope_c_per_min=1.0,
+        timeout_s=1000.0,
+        mono=lambda: run.t,
+    )
     assert out["status"] == "ok" and out["steady"] and out["stopped_by"] == "steady"
     assert 24.0 <= out["duration_s"] <= 27.0 and out["temp_end_c"] == 60.0 and out["temp_start_c"] == 40.0
     assert out["steady_sm_clock_mhz"] == 1840.0 and out["steady_power_w"] == 300.0
     run = _ScriptedRun()
-    out = run_thermal(lambda: None, run, lambda: list(run.samples), window_s=5.0, slope_c_per_min=1.0,
-                      timeout_s=3.0, mono=lambda: run.t)
-    assert not out["steady"] and out["stopped_by"] == "timeout" and out["duration_s"] == pytest.approx(3.0, abs=0.6)
-    out = run_thermal(lambda: None, run, lambda: [S(0.0, power_w=1.0)], window_s=5.0, slope_c_per_min=1.0,
-                      timeout_s=3.0)
+    out = run_thermal(
+        lambda: None,
+        run,
+        lambda: list(run.samples),
+        window_s=5.0,
+        slope_c_per_min=1.0,
+        timeout_s=3.0,
+        mono=lambda: run.t,
+    )
+    assert (
+        not out["steady"]
+        and out["stopped_by"] == "timeout"
+        and out["duration_s"] == pytest.approx(3.0, abs=0.6)
+    )
+    out = run_thermal(
+        lambda: None, run, lambda: [S(0.0, power_w=1.0)], window_s=5.0, slope_c_per_min=1.0, timeout_s=3.0
+    )
     assert out["status"].startswith("unavailable: no temperature")

@@ -7,8 +7,25 @@ from deepgap.store import Store
 
 pytestmark = pytest.mark.slow
 
-TINY = ["--models", "tinycnn", "--device", "cpu", "--threads", "1", "--batch-sizes", "1,2", "--warmup", "1",
-        "--iterations", "3", "--repeats", "2", "--target-ci", "off", "--quiet"]
+TINY = [
+    "--models",
+    "tinycnn",
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+    "--batch-sizes",
+    "1,2",
+    "--warmup",
+    "1",
+    "--iterations",
+    "3",
+    "--repeats",
+    "2",
+    "--target-ci",
+    "off",
+    "--quiet",
+]
 
 
 @pytest.fixture(scope="module")
@@ -18,8 +35,25 @@ def throttled(tmp_path_factory):
     cfg = d / "sweep.toml"
     cfg.write_text('[options]\ntelemetry_backend = "fake:throttle"\n')
     path = str(d / "s.sqlite")
-    argv = ["run", "--config", str(cfg), *TINY, "--energy-window", "0.05", "--idle-time", "0.2", "--sample-hz", "50",
-            "--thermal-warmup", "--thermal-window", "0.3", "--thermal-timeout", "5", "--store", path]
+    argv = [
+        "run",
+        "--config",
+        str(cfg),
+        *TINY,
+        "--energy-window",
+        "0.05",
+        "--idle-time",
+        "0.2",
+        "--sample-hz",
+        "50",
+        "--thermal-warmup",
+        "--thermal-window",
+        "0.3",
+        "--thermal-timeout",
+        "5",
+        "--store",
+        path,
+    ]
     assert main(argv) == 0
     return path
 
@@ -49,7 +83,9 @@ def test_run_level_summaries(throttled):
     summ = run_summaries(s, s.runs()[-1]["run_id"])
     (idle,), (thermal,) = summ["idle"], summ["thermal"]
     assert idle["status"] == "ok" and idle["idle_power_source"] == "counter"
-    assert thermal["status"] == "ok" and thermal["steady"] and thermal["config"] == "tinycnn eager fp32 bs2 t1"
+    assert (
+        thermal["status"] == "ok" and thermal["steady"] and thermal["config"] == "tinycnn eager fp32 bs2 t1"
+    )
 
 
 def test_show_and_analysis_mark_flagged_rows(throttled, capsys):
@@ -89,7 +125,9 @@ def test_bad_telemetry_flags_write_nothing(tmp_path, capsys):
 
 
 def test_monitor_plain_and_unavailable(capsys):
-    assert main(["monitor", "--backend", "fake:throttle", "--count", "3", "--interval", "0.01", "--plain"]) == 0
+    assert (
+        main(["monitor", "--backend", "fake:throttle", "--count", "3", "--interval", "0.01", "--plain"]) == 0
+    )
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("# fake:") and "clock-event reasons" in out[1] and len(out) == 5
     assert all("sw_power_cap,sw_thermal_slowdown" in line for line in out[2:])
@@ -110,8 +148,25 @@ def test_idle_time_zero_skips_the_baseline(tmp_path):
     cfg = tmp_path / "sweep.toml"
     cfg.write_text('[options]\ntelemetry_backend = "fake:throttle"\n')
     path = str(tmp_path / "z.sqlite")
-    assert main(["run", "--config", str(cfg), *TINY, "--batch-sizes", "1", "--energy-window", "0.05",
-                 "--idle-time", "0", "--store", path]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--config",
+                str(cfg),
+                *TINY,
+                "--batch-sizes",
+                "1",
+                "--energy-window",
+                "0.05",
+                "--idle-time",
+                "0",
+                "--store",
+                path,
+            ]
+        )
+        == 0
+    )
     from deepgap.telemetry.runlevel import run_summaries
 
     s = Store(path, readonly=True)

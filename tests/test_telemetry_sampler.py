@@ -56,7 +56,9 @@ def test_energy_window_waits_for_a_counter_tick():
     (m,) = sm.marks
     assert (m.e0_j, m.e1_j, m.images) == (12.0, 25.0, 32)  # fresh readings on both edges
     assert m.tail_s == pytest.approx(0.003) and m.duration_s == pytest.approx(1.003)  # 1 ms polls
-    sm2 = Sampler(FakeBackend([{"energy_j": 5.0}]), hz=10.0, align_timeout_s=0.01, mono=lambda: t[0], sleep=sleep)
+    sm2 = Sampler(
+        FakeBackend([{"energy_j": 5.0}]), hz=10.0, align_timeout_s=0.01, mono=lambda: t[0], sleep=sleep
+    )
     sm2.begin_window()
     sm2.end_window(1)
     assert sm2.marks[0].e1_j == 5.0  # a counter that does not move: the timeout, not a hang
@@ -129,7 +131,9 @@ def test_idle_baseline():
     assert sm["idle_power_w"] == pytest.approx(100.0, rel=0.05) and sm["idle_power_sampled_w"] == 100.0
     assert out["samples"] and {p for p, _, _ in out["samples"]} == {"idle"}
     nop = measure_idle({}, "cpu", TelemetrySettings(backend="fake:nopower", idle_s=5.0))
-    assert nop["summary"]["status"].startswith("unavailable: no power or energy reading") and not nop["samples"]
+    assert (
+        nop["summary"]["status"].startswith("unavailable: no power or energy reading") and not nop["samples"]
+    )
     gone = measure_idle({}, "cpu", TelemetrySettings(backend="fake:unavailable"))
     assert gone["summary"]["status"].startswith("unavailable:")
 
@@ -149,8 +153,16 @@ def test_worker_measure_in_process():
     assert off.status == Status.OK and off.details.telemetry is None and off.telemetry == []
     import dataclasses
 
-    th = measure(state, MeasureRequest(spec=SPEC, protocol=protocol, telemetry=dataclasses.replace(
-        s, backend="fake:heating", mode="thermal", thermal_window_s=0.3, thermal_timeout_s=5.0)))
+    th = measure(
+        state,
+        MeasureRequest(
+            spec=SPEC,
+            protocol=protocol,
+            telemetry=dataclasses.replace(
+                s, backend="fake:heating", mode="thermal", thermal_window_s=0.3, thermal_timeout_s=5.0
+            ),
+        ),
+    )
     assert th.status == Status.OK and th.latency is None
     assert th.details.thermal["status"] == "ok" and th.details.thermal["stopped_by"] == "steady"
     assert {p for p, _, _ in th.telemetry} == {"thermal"}

@@ -17,8 +17,14 @@ STEPS = ("bert-eager", "bert-base-compile", "bert-large-compile", "vit")
 
 def _plans(smoke: bool) -> dict[str, list]:
     env = {**os.environ, "DRY": "1", "SMOKE": "1" if smoke else "0"}
-    out = subprocess.run(["bash", str(SCRIPT), *STEPS, "gputests"], env=env, capture_output=True, text=True,
-                         check=True, cwd=SCRIPT.parent.parent).stdout.splitlines()
+    out = subprocess.run(
+        ["bash", str(SCRIPT), *STEPS, "gputests"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=SCRIPT.parent.parent,
+    ).stdout.splitlines()
     assert len(out) == len(STEPS)
     p = argparse.ArgumentParser()
     add_arguments(p)
@@ -33,15 +39,19 @@ def _plans(smoke: bool) -> dict[str, list]:
 
 def test_the_h100_steps_plan_the_headline_configurations():
     plans = _plans(smoke=False)
-    got = {step: {(c.model, c.engine, c.precision, c.batch_size, c.seq_len) for c in plan}
-           for step, plan in plans.items()}
+    got = {
+        step: {(c.model, c.engine, c.precision, c.batch_size, c.seq_len) for c in plan}
+        for step, plan in plans.items()
+    }
     bert = [(m, s) for m in ("bert-base", "bert-large") for s in (128, 384)]
-    assert got["bert-eager"] == {(m, "eager", p, b, s) for m, s in bert for p in ("fp32", "fp16")
-                                 for b in (1, 64, 256)} | {(m, "cudagraph", "fp16", 1, s) for m, s in bert}
+    assert got["bert-eager"] == {
+        (m, "eager", p, b, s) for m, s in bert for p in ("fp32", "fp16") for b in (1, 64, 256)
+    } | {(m, "cudagraph", "fp16", 1, s) for m, s in bert}
     for step, model in (("bert-base-compile", "bert-base"), ("bert-large-compile", "bert-large")):
         assert got[step] == {(model, "compile-freeze", "fp16", b, s) for s in (128, 384) for b in (64, 256)}
     assert {(m, e, s) for m, e, _, _, s in got["vit"]} == {
-        ("vit_b_16", e, None) for e in ("eager", "cudagraph", "compile-freeze")}
+        ("vit_b_16", e, None) for e in ("eager", "cudagraph", "compile-freeze")
+    }
     assert all(c.device == "cuda" for plan in plans.values() for c in plan)
 
 

@@ -269,8 +269,25 @@ def test_plan_across_both_platforms(merged, capsys):
     assert rows[H100]["capacity_qps"] < rows[H200]["capacity_qps"]
     assert rows[H200]["relative_devices"] == pytest.approx(1.0)
     assert rows[H100]["relative_devices"] == pytest.approx(rows[H100]["devices"] / rows[H200]["devices"])
-    assert main(["plan", merged["all"], "--qps", "100000", "--slo-p99", "15ms", "--model", "resnet50",
-                 "--min-duration", "0.5s", "--platforms", "H100"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                merged["all"],
+                "--qps",
+                "100000",
+                "--slo-p99",
+                "15ms",
+                "--model",
+                "resnet50",
+                "--min-duration",
+                "0.5s",
+                "--platforms",
+                "H100",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert H100 in out and H200 not in out and "× devices" in out
 
@@ -281,8 +298,16 @@ def test_plan_power_of_a_serve_curve_comes_from_the_sweep_at_or_above_its_batch(
     from deepgap.serving.planner import Curve, Prediction, _borrow_sweep_power, plan
     from deepgap.serving.sim import ServiceModel
 
-    key = dict(platform=H200, model="resnet50", engine="cudagraph", precision="fp16", memory_format="nchw",
-               resolution=224, threads=0, include_transfer=False)
+    key = dict(
+        platform=H200,
+        model="resnet50",
+        engine="cudagraph",
+        precision="fp16",
+        memory_format="nchw",
+        resolution=224,
+        threads=0,
+        include_transfer=False,
+    )
     sweep = Curve(key, ServiceModel((1, 256), (0.001, 0.02)), "sweep", {1: 150.0, 256: 600.0}, ["r1"])
     serve = Curve(key | {"include_transfer": True}, ServiceModel((1, 8, 64), (0.001, 0.0015, 0.005)), "serve")
     _borrow_sweep_power([sweep, serve])
@@ -314,6 +339,10 @@ def test_the_report_of_a_merged_store_shows_the_platforms_side_by_side(merged, f
     out = tmp_path / "r.html"
     assert main(["report", merged["all"], "-o", str(out), "--static"]) == 0
     html = out.read_text()
-    for anchor in ("platforms_ceilings", "platforms_best_batch", "platforms_matched",
-                   "fig_platforms_ratio_vs_roofline"):
+    for anchor in (
+        "platforms_ceilings",
+        "platforms_best_batch",
+        "platforms_matched",
+        "fig_platforms_ratio_vs_roofline",
+    ):
         assert f'id="{anchor}"' in html

@@ -57,15 +57,27 @@ def run(
     from deepgap.fleet import stored_fleet
 
     if every_card and not devices and not (resume and stored_fleet(store, resume)):
-        raise UsageError("--every-card measures each configuration on every GPU of --devices",
-                         "add --devices all (or a list such as cuda:0,cuda:1)")
+        raise UsageError(
+            "--every-card measures each configuration on every GPU of --devices",
+            "add --devices all (or a list such as cuda:0,cuda:1)",
+        )
     if devices or ray or where or (resume and stored_fleet(store, resume)):
         from deepgap.fleet.session import run_fleet
 
         if not resume:  # a fleet's lanes are GPUs: its host CPU is measured by a one-device run only
             spec = as_spec(spec).replace(cpu_baseline=False)
-        return run_fleet(spec, store, resume, on_event, command, devices=devices, ray=ray, where=where,
-                         log=log, every_card=every_card)
+        return run_fleet(
+            spec,
+            store,
+            resume,
+            on_event,
+            command,
+            devices=devices,
+            ray=ray,
+            where=where,
+            log=log,
+            every_card=every_card,
+        )
     session = RunSession(store, SWEEP)
     if resume:
         s, run_row = open_resume(store, resume)
@@ -114,9 +126,16 @@ def run(
         session.close()
 
 
-def run_host_cpu(session: RunSession, sweep: SweepSpec, configs: list, on_event: Callable[[Event], None],
-                 offset: int = 0, total: int | None = None, log: Callable[[str], None] = lambda m: None,
-                 runner: SweepRunner | None = None) -> list:
+def run_host_cpu(
+    session: RunSession,
+    sweep: SweepSpec,
+    configs: list,
+    on_event: Callable[[Event], None],
+    offset: int = 0,
+    total: int | None = None,
+    log: Callable[[str], None] = lambda m: None,
+    runner: SweepRunner | None = None,
+) -> list:
     """Measure the host-CPU part of ``sweep`` (`deepgap.plan.host_cpu`) in a CPU worker; record each result.
 
     ``runner``: a launcher to use instead of a new CPU `SweepRunner` (tests pass an in-process one).

@@ -72,7 +72,10 @@ def synthetic(resolution: int, n: int, seed: int = 0) -> CalibrationSet:
     images = torch.randn(n, 3, resolution, resolution, generator=g)
     fp = hashlib.sha256(f"synthetic:normal:{s}:{n}:{resolution}".encode()).hexdigest()[:16]
     info = {
-        "source": "synthetic", "images": n, "seed": s, "resolution": resolution,
+        "source": "synthetic",
+        "images": n,
+        "seed": s,
+        "resolution": resolution,
         "distribution": "N(0,1) per pixel, as the benchmark inputs (other seeds than the correctness images)",
     }
     return CalibrationSet(images=images, source="synthetic", fingerprint=fp, info=info)
@@ -82,11 +85,15 @@ def list_images(directory: str) -> list[Path]:
     """Image files under ``directory`` (recursive), sorted by relative path."""
     root = Path(os.path.expanduser(directory))
     if not root.is_dir():
-        raise UsageError(f"calibration_dir {directory!r} is not a folder", "point calibration_dir at a folder of images")
+        raise UsageError(
+            f"calibration_dir {directory!r} is not a folder", "point calibration_dir at a folder of images"
+        )
     files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
     if not files:
-        raise UsageError(f"calibration_dir {directory!r} holds no images ({', '.join(IMAGE_SUFFIXES)})",
-                         "add images or drop calibration_dir to calibrate on the synthetic set")
+        raise UsageError(
+            f"calibration_dir {directory!r} holds no images ({', '.join(IMAGE_SUFFIXES)})",
+            "add images or drop calibration_dir to calibrate on the synthetic set",
+        )
     return files
 
 
@@ -104,13 +111,18 @@ def from_folder(directory: str, resolution: int, n: int, seed: int = 0) -> Calib
         h.update(hashlib.sha256(data).digest())
         images.append(preprocess(decode_rgb(path, data), resolution))
     info = {
-        "source": "folder", "directory": str(Path(directory).expanduser().resolve()), "images": len(files),
-        "seed": seed + CALIBRATION_SEED_OFFSET, "resolution": resolution,
+        "source": "folder",
+        "directory": str(Path(directory).expanduser().resolve()),
+        "images": len(files),
+        "seed": seed + CALIBRATION_SEED_OFFSET,
+        "resolution": resolution,
         "transform": f"resize shorter side to {round(resolution * 256 / 224)}, centre crop {resolution}, ImageNet mean/std",
     }
     if len(files) < n:
         info["note"] = f"asked for {n} images, the folder has {len(files)}"
-    return CalibrationSet(images=torch.stack(images), source="folder", fingerprint=h.hexdigest()[:16], info=info)
+    return CalibrationSet(
+        images=torch.stack(images), source="folder", fingerprint=h.hexdigest()[:16], info=info
+    )
 
 
 def from_dataset(

@@ -33,10 +33,15 @@ def build_parser() -> argparse.ArgumentParser:
     """The parser with every discovered sub-command."""
     from deepgap import commands
 
-    parser = _Parser(prog="deepgap", description="Inference benchmark for GPUs and CPUs (the DEEP-GAP protocol).")
+    parser = _Parser(
+        prog="deepgap", description="Inference benchmark for GPUs and CPUs (the DEEP-GAP protocol)."
+    )
     parser.add_argument("--version", action="version", version=f"deepgap {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    mods = [importlib.import_module(f"{commands.__name__}.{m.name}") for m in pkgutil.iter_modules(commands.__path__)]
+    mods = [
+        importlib.import_module(f"{commands.__name__}.{m.name}")
+        for m in pkgutil.iter_modules(commands.__path__)
+    ]
     for mod in sorted(mods, key=lambda m: getattr(m, "ORDER", 50)):
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.HELP)
         mod.add_arguments(p)
@@ -70,9 +75,15 @@ def main(argv: list[str] | None = None) -> int:
             raise
         paths = ", ".join(dict.fromkeys(storeguard.OPENED))
         why = str(exc).splitlines()[0] if str(exc) else ""
-        print(f"deepgap: error: data read from {paths} cannot be decoded ({type(exc).__name__}: {why}); "
-              f"{storeguard.check_hint(storeguard.OPENED[-1])}", file=sys.stderr)
+        print(
+            f"deepgap: error: data read from {paths} cannot be decoded ({type(exc).__name__}: {why}); "
+            f"{storeguard.check_hint(storeguard.OPENED[-1])}",
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:
-        print("deepgap: interrupted; finished configurations are stored (continue with --resume)", file=sys.stderr)
+        print(
+            "deepgap: interrupted; finished configurations are stored (continue with --resume)",
+            file=sys.stderr,
+        )
         return 130

@@ -85,9 +85,13 @@ class SweepSpec:
     engine_axes: dict[str, dict[str, tuple[Any, ...]]] = field(default_factory=dict, hash=False)
     options: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     # accuracy mode (deepgap.accuracy; README.md (Accuracy mode))
-    dataset: str | None = None  # ImageFolder tree or CSV of path,label; validate() stores its identity in options
+    dataset: str | None = (
+        None  # ImageFolder tree or CSV of path,label; validate() stores its identity in options
+    )
     accuracy_samples: int | None = None  # score this many evaluation images (None: the whole split)
-    min_accuracy: float | None = None  # top-1 relative to fp32; None: 99% for int8/fp8 (MLPerf), none otherwise
+    min_accuracy: float | None = (
+        None  # top-1 relative to fp32; None: 99% for int8/fp8 (MLPerf), none otherwise
+    )
     # the host CPU measured after a GPU sweep, in the same run (docs/cpu-baseline.md; `cpu_baseline_spec`)
     cpu_baseline: bool = False
     cpu_cores: int | None = None  # its "all cores": set when the run starts, so a resume plans the same grid
@@ -126,7 +130,6 @@ class SweepSpec:
         return base.overlay(**changes)
 
 
-
 def _grid(**kw: Any) -> SweepSpec:
     return SweepSpec(**kw)
 
@@ -135,7 +138,9 @@ PRESETS: dict[str, tuple[str, SweepSpec]] = {
     "paper": (
         "the paper exactly: ResNet-18/50/101, fp32+fp16 eager, batch 1..512, 20 warm-up, 3×100 timed",
         _grid(
-            models=("resnet18", "resnet50", "resnet101"), precisions=("fp32", "fp16"), batch_sizes=PAPER_BATCHES,
+            models=("resnet18", "resnet50", "resnet101"),
+            precisions=("fp32", "fp16"),
+            batch_sizes=PAPER_BATCHES,
         ),
     ),
     "gpu": (
@@ -149,15 +154,26 @@ PRESETS: dict[str, tuple[str, SweepSpec]] = {
             batch_sizes=(1, 32, 256),
             engine_axes={  # README.md (Two commands for a fresh machine) says why these
                 "cudagraph": {
-                    "precisions": ("fp16",), "batch_sizes": (1,), "memory_formats": ("channels_last",),
+                    "precisions": ("fp16",),
+                    "batch_sizes": (1,),
+                    "memory_formats": ("channels_last",),
                 },
                 "compile-freeze": {
-                    "precisions": ("fp16",), "batch_sizes": (256,), "memory_formats": ("channels_last",),
+                    "precisions": ("fp16",),
+                    "batch_sizes": (256,),
+                    "memory_formats": ("channels_last",),
                 },
                 "quant": {"batch_sizes": (1, 256), "memory_formats": ("channels_last",)},
             },
-            warmup=10, iterations=10, repeats=2, target_ci=0.01, max_time_s=2.0, sweeps=2,
-            thermal_warmup=True, thermal_timeout_s=120.0, cpu_baseline=True,
+            warmup=10,
+            iterations=10,
+            repeats=2,
+            target_ci=0.01,
+            max_time_s=2.0,
+            sweeps=2,
+            thermal_warmup=True,
+            thermal_timeout_s=120.0,
+            cpu_baseline=True,
         ),
     ),
     "transformers": (
@@ -175,22 +191,40 @@ PRESETS: dict[str, tuple[str, SweepSpec]] = {
                 "cudagraph": {"precisions": ("fp16",), "batch_sizes": (1,)},
                 "compile-freeze": {"precisions": ("fp16",), "batch_sizes": (64, 256)},
             },
-            warmup=10, iterations=10, repeats=2, target_ci=0.01, max_time_s=2.0, sweeps=1,
-            thermal_warmup=True, thermal_timeout_s=120.0,
+            warmup=10,
+            iterations=10,
+            repeats=2,
+            target_ci=0.01,
+            max_time_s=2.0,
+            sweeps=1,
+            thermal_warmup=True,
+            thermal_timeout_s=120.0,
         ),
     ),
     "cpu": (
         "default on a CPU: ResNet-18/50 fp32, batch 1..8, thread scaling, adaptive; ≤ 15 min on 2 cores",
         _grid(
-            models=("resnet18", "resnet50"), precisions=("fp32",), batch_sizes=(1, 2, 4, 8),
-            warmup=3, iterations=5, repeats=3, target_ci=0.02, max_time_s=10.0,
+            models=("resnet18", "resnet50"),
+            precisions=("fp32",),
+            batch_sizes=(1, 2, 4, 8),
+            warmup=3,
+            iterations=5,
+            repeats=3,
+            target_ci=0.02,
+            max_time_s=10.0,
         ),
     ),
     "quick": (
         "a few minutes on a 2-core CPU: ResNet-18 fp32, batch 1 and 4",
         _grid(
-            models=("resnet18",), precisions=("fp32",), batch_sizes=(1, 4),
-            warmup=2, iterations=5, repeats=2, target_ci=0.05, max_time_s=5.0,
+            models=("resnet18",),
+            precisions=("fp32",),
+            batch_sizes=(1, 4),
+            warmup=2,
+            iterations=5,
+            repeats=2,
+            target_ci=0.05,
+            max_time_s=5.0,
         ),
     ),
 }
@@ -233,11 +267,25 @@ def cpu_baseline_spec(spec: SweepSpec, cpu_count: int) -> SweepSpec:
     """
     cores = spec.cpu_cores or cpu_count
     return spec.replace(
-        device="cpu", engines=("eager", CPU_BASELINE_INT8_ENGINE), precisions=("fp32", "int8"),
-        batch_sizes=CPU_BASELINE_BATCHES, memory_formats=("nchw",), threads=thread_ladder(cores),
+        device="cpu",
+        engines=("eager", CPU_BASELINE_INT8_ENGINE),
+        precisions=("fp32", "int8"),
+        batch_sizes=CPU_BASELINE_BATCHES,
+        memory_formats=("nchw",),
+        threads=thread_ladder(cores),
         engine_axes={"eager": {"precisions": ("fp32",)}, CPU_BASELINE_INT8_ENGINE: {"precisions": ("int8",)}},
-        warmup=2, iterations=4, repeats=2, sweeps=1, target_ci=0.05, max_time_s=1.5, energy_window_s=0.5,
-        idle_s=0.0, thermal_warmup=False, include_transfer=False, cpu_baseline=False, cpu_cores=cores,
+        warmup=2,
+        iterations=4,
+        repeats=2,
+        sweeps=1,
+        target_ci=0.05,
+        max_time_s=1.5,
+        energy_window_s=0.5,
+        idle_s=0.0,
+        thermal_warmup=False,
+        include_transfer=False,
+        cpu_baseline=False,
+        cpu_cores=cores,
     )
 
 
@@ -252,38 +300,53 @@ def load_toml(path: str, base: SweepSpec | None = None) -> SweepSpec:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)
     except FileNotFoundError:
-        raise UsageError(f"config file {path!r} does not exist", "pass the path of a TOML sweep file") from None
+        raise UsageError(
+            f"config file {path!r} does not exist", "pass the path of a TOML sweep file"
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"config file {path!r} is not valid TOML ({exc})", "fix the syntax") from None
     except UnicodeDecodeError:
-        raise UsageError(f"config file {path!r} is not a text file (not UTF-8)", "pass a TOML sweep file") from None
+        raise UsageError(
+            f"config file {path!r} is not a text file (not UTF-8)", "pass a TOML sweep file"
+        ) from None
     except OSError as exc:
-        raise UsageError(f"config file {path!r} cannot be read ({exc.strerror})", "pass a readable TOML file") from None
+        raise UsageError(
+            f"config file {path!r} cannot be read ({exc.strerror})", "pass a readable TOML file"
+        ) from None
     if "sweep" in data:  # a [sweep] table: nothing may sit beside it (a misplaced table would be ignored)
         if not isinstance(data["sweep"], dict):
-            raise UsageError(f"config file {path!r}: sweep must be a table, got {data['sweep']!r}",
-                             "write [sweep] on a line of its own, then key = value lines")
+            raise UsageError(
+                f"config file {path!r}: sweep must be a table, got {data['sweep']!r}",
+                "write [sweep] on a line of its own, then key = value lines",
+            )
         others = [k for k in data if k != "sweep"]
         if others:
-            raise UsageError(f"config file {path!r} has {others[0]!r} beside the [sweep] table",
-                             "put every setting inside [sweep], or drop the [sweep] header")
+            raise UsageError(
+                f"config file {path!r} has {others[0]!r} beside the [sweep] table",
+                "put every setting inside [sweep], or drop the [sweep] header",
+            )
         data = data["sweep"]
     data = dict(data)
     if "preset" in data:
         if not isinstance(data["preset"], str):
-            raise UsageError(f"config file {path!r}: preset must be a name, got {data['preset']!r}",
-                             f"write e.g. preset = \"quick\" ({', '.join(PRESETS)})")
+            raise UsageError(
+                f"config file {path!r}: preset must be a name, got {data['preset']!r}",
+                f'write e.g. preset = "quick" ({", ".join(PRESETS)})',
+            )
         base = preset(data.pop("preset"))
     return SweepSpec.from_dict(data, base)
 
 
 def _positive_ints(name: str, values: tuple[Any, ...], allow_empty: bool = False) -> None:
     if not values and not allow_empty:
-        raise UsageError(f"{name} is empty", f"give at least one positive integer, e.g. --{name.replace('_', '-')} 1,8")
+        raise UsageError(
+            f"{name} is empty", f"give at least one positive integer, e.g. --{name.replace('_', '-')} 1,8"
+        )
     for v in values:
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise UsageError(f"{name} has {v!r}, which is not a positive integer", "use positive integers like 1,2,4")
-
+            raise UsageError(
+                f"{name} has {v!r}, which is not a positive integer", "use positive integers like 1,2,4"
+            )
 
 
 def validate(spec: SweepSpec) -> SweepSpec:
@@ -303,15 +366,19 @@ def validate(spec: SweepSpec) -> SweepSpec:
     for e in spec.engines:
         ENGINES.get(e)
     if not spec.precisions:
-        raise UsageError("no precisions given", f"pass e.g. --precisions fp32,fp16 (known: {', '.join(PRECISIONS)})")
+        raise UsageError(
+            "no precisions given", f"pass e.g. --precisions fp32,fp16 (known: {', '.join(PRECISIONS)})"
+        )
     for p in spec.precisions:
         if p not in PRECISIONS:
             raise UsageError(f"unknown precision {p!r}", f"choose from {', '.join(PRECISIONS)}")
     _positive_ints("batch_sizes", spec.batch_sizes)
     _positive_ints("threads", spec.threads, allow_empty=True)
     if not isinstance(spec.cpu_baseline, bool):
-        raise UsageError(f"cpu_baseline must be true or false, got {spec.cpu_baseline!r}",
-                         "write cpu_baseline = false (or pass --no-cpu-baseline)")
+        raise UsageError(
+            f"cpu_baseline must be true or false, got {spec.cpu_baseline!r}",
+            "write cpu_baseline = false (or pass --no-cpu-baseline)",
+        )
     if spec.cpu_cores is not None:
         _positive_ints("cpu_cores", (spec.cpu_cores,))
     _positive_ints("seq_lens", spec.seq_lens, allow_empty=True)
@@ -334,16 +401,23 @@ def validate(spec: SweepSpec) -> SweepSpec:
     if spec.resolution is not None:
         check_range("resolution", spec.resolution, 8, 16384, "resolution", "224", integer=True)
     if spec.accuracy_samples is not None:
-        check_range("accuracy_samples", spec.accuracy_samples, 1, 10**9, "accuracy-samples", "500",
-                  integer=True)
+        check_range(
+            "accuracy_samples", spec.accuracy_samples, 1, 10**9, "accuracy-samples", "500", integer=True
+        )
     if spec.target_ci is not None and not (is_real(spec.target_ci) and 0 < spec.target_ci < 1):
-        raise UsageError(f"target CI must be a fraction in (0, 1), got {spec.target_ci!r}", "pass --target-ci 1%")
+        raise UsageError(
+            f"target CI must be a fraction in (0, 1), got {spec.target_ci!r}", "pass --target-ci 1%"
+        )
     for name, flag, low, high, example, low_open in FLOAT_LIMITS:
         check_range(name, getattr(spec, name), low, high, flag, example, low_open=low_open)
     if spec.weights and not os.path.isfile(spec.weights):
-        raise UsageError(f"weights file {spec.weights!r} does not exist", "pass the path of a local state-dict file")
+        raise UsageError(
+            f"weights file {spec.weights!r} does not exist", "pass the path of a local state-dict file"
+        )
     if spec.weights and len(spec.models) > 1:
-        raise UsageError("--weights applies to one model, but several are given", "run one model per weights file")
+        raise UsageError(
+            "--weights applies to one model, but several are given", "run one model per weights file"
+        )
     return _accuracy(spec)
 
 
@@ -352,13 +426,18 @@ def _accuracy(spec: SweepSpec) -> SweepSpec:
     from deepgap.accuracy.dataset import check_weights, describe
 
     if spec.min_accuracy is not None and not (is_real(spec.min_accuracy) and 0 <= spec.min_accuracy <= 1):
-        raise UsageError(f"min_accuracy must be a fraction in (0, 1] or 0 (off), got {spec.min_accuracy!r}", "pass --min-accuracy 99%")
+        raise UsageError(
+            f"min_accuracy must be a fraction in (0, 1] or 0 (off), got {spec.min_accuracy!r}",
+            "pass --min-accuracy 99%",
+        )
     if spec.weights:
         check_weights(spec.models[0], spec.resolution, spec.weights)
     info = describe(spec)
     stored = (spec.options or {}).get("dataset")
     if isinstance(stored, dict) and info is not None and stored.get("sha") != info["sha"]:
-        raise UsageError(f"dataset {spec.dataset!r} changed since the run started", "restore it or start a new run")
+        raise UsageError(
+            f"dataset {spec.dataset!r} changed since the run started", "restore it or start a new run"
+        )
     options = dict(spec.options or {})
     if spec.min_accuracy is not None:
         options["min_accuracy"] = float(spec.min_accuracy)
@@ -372,24 +451,31 @@ def _validate_engine_axes(spec: SweepSpec) -> None:
     from deepgap.engines.base import ENGINES
 
     if not isinstance(spec.engine_axes, dict):
-        raise UsageError("engine_axes must be a table of engine → axes",
-                         "write e.g. engine_axes.quant = {batch_sizes = [1]}")
+        raise UsageError(
+            "engine_axes must be a table of engine → axes",
+            "write e.g. engine_axes.quant = {batch_sizes = [1]}",
+        )
     for engine, axes in spec.engine_axes.items():
         ENGINES.get(engine)
         if not isinstance(axes, dict):
-            raise UsageError(f"engine_axes.{engine} must be a table",
-                             f"write e.g. engine_axes.{engine} = {{batch_sizes = [1]}}")
+            raise UsageError(
+                f"engine_axes.{engine} must be a table",
+                f"write e.g. engine_axes.{engine} = {{batch_sizes = [1]}}",
+            )
         for axis, values in axes.items():
             if axis not in ENGINE_AXES:
-                raise UsageError(f"engine_axes.{engine} has unknown axis {axis!r}",
-                                 f"use {', '.join(ENGINE_AXES)}")
+                raise UsageError(
+                    f"engine_axes.{engine} has unknown axis {axis!r}", f"use {', '.join(ENGINE_AXES)}"
+                )
             values = tuple(values) if isinstance(values, (list, tuple)) else (values,)
             known = {"precisions": PRECISIONS, "memory_formats": MEMORY_FORMATS}.get(axis)
             if axis == "batch_sizes":
                 _positive_ints(f"engine_axes.{engine}.batch_sizes", values)
             elif not values or any(v not in known for v in values):
-                raise UsageError(f"engine_axes.{engine}.{axis} = {list(values)!r} is not valid",
-                                 f"choose from {', '.join(known)}")
+                raise UsageError(
+                    f"engine_axes.{engine}.{axis} = {list(values)!r} is not valid",
+                    f"choose from {', '.join(known)}",
+                )
     check_pairs(spec)
 
 
@@ -409,8 +495,10 @@ def parse_number(text: str, kind: type, flag: str, example: str = "10") -> int |
     try:
         value = kind(text)
     except ValueError:
-        raise UsageError(f"--{flag} {text!r} is not {'an integer' if kind is int else 'a number'}",
-                         f"pass e.g. --{flag} {example}") from None
+        raise UsageError(
+            f"--{flag} {text!r} is not {'an integer' if kind is int else 'a number'}",
+            f"pass e.g. --{flag} {example}",
+        ) from None
     if kind is float and not math.isfinite(value):  # no flag means "forever" by inf: an unbounded wait hangs
         raise UsageError(f"--{flag} {text!r} is not a finite number", f"pass e.g. --{flag} {example}")
     return value
@@ -422,7 +510,9 @@ def parse_int_list(text: str, name: str) -> tuple[int, ...]:
     try:
         values = tuple(int(t) for t in items)
     except ValueError:
-        raise UsageError(f"{name} {text!r} is not a comma-separated list of integers", "write e.g. 1,8,32") from None
+        raise UsageError(
+            f"{name} {text!r} is not a comma-separated list of integers", "write e.g. 1,8,32"
+        ) from None
     _positive_ints(name.replace("-", "_"), values)
     return values
 
@@ -438,5 +528,7 @@ def _items(text: str, name: str) -> list[str]:
     if not any(items):
         return []
     if not all(items):
-        raise UsageError(f"{name} {text!r} has an empty item", "remove the extra comma, e.g. write 1,2 not 1,,2")
+        raise UsageError(
+            f"{name} {text!r} has an empty item", "remove the extra comma, e.g. write 1,2 not 1,,2"
+        )
     return items

@@ -52,7 +52,11 @@ def compare(out: torch.Tensor, ref: torch.Tensor, precision: str, weights: str =
     o = out.detach().float().cpu().reshape(ref.shape[0], -1)
     r = ref.detach().float().cpu().reshape(ref.shape[0], -1)
     finite = bool(torch.isfinite(o).all())
-    rel = float(torch.linalg.vector_norm(o - r) / torch.linalg.vector_norm(r).clamp_min(1e-30)) if finite else float("inf")
+    rel = (
+        float(torch.linalg.vector_norm(o - r) / torch.linalg.vector_norm(r).clamp_min(1e-30))
+        if finite
+        else float("inf")
+    )
     # By hand in float64: cosine_similarity's eps floor on the norms returns < 1 for identical but tiny
     # logits (random-weight MobileNetV3 gives ~1e-9), which would flag a correct engine.
     od, rd = o.double(), r.double()

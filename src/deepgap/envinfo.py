@@ -58,8 +58,9 @@ def source() -> dict[str, str | None]:
                     h.update(fh.read())
     commit = None
     try:
-        run = functools.partial(subprocess.run, cwd=pkg, capture_output=True, text=True, timeout=10,
-                                check=False)
+        run = functools.partial(
+            subprocess.run, cwd=pkg, capture_output=True, text=True, timeout=10, check=False
+        )
         head = run(["git", "rev-parse", "HEAD"])
         if head.returncode == 0 and head.stdout.strip():
             dirty = run(["git", "status", "--porcelain", "--untracked-files=no", "--", "."]).stdout.strip()
@@ -184,5 +185,13 @@ def collect(device: str = "cpu") -> dict[str, Any]:
 
 # Identifiers of one machine: shared stores and reports replace them (--redact); `deepgap.redaction`
 # says how and why. Re-exported here, where the fingerprint that holds them is made.
-__all__ = ["REDACT_KEYS", "collect", "cpu_model", "nvml_gpu_info", "redact", "redact_text", "redact_value",
-           "torch_build"]
+__all__ = [
+    "REDACT_KEYS",
+    "collect",
+    "cpu_model",
+    "nvml_gpu_info",
+    "redact",
+    "redact_text",
+    "redact_value",
+    "torch_build",
+]

@@ -61,9 +61,7 @@ def shade(color: str, threads: int, all_threads: list[int]) -> str:
 
 def color(r, all_threads: list[int] | None = None) -> str:
     """The precision's colour (shaded by thread count on CPU sweeps)."""
-    return shade(
-        colour(str(r["precision"]), OTHER_COLOR), int(r.get("threads") or 0), all_threads or []
-    )
+    return shade(colour(str(r["precision"]), OTHER_COLOR), int(r.get("threads") or 0), all_threads or [])
 
 
 def dash(r, plotly: bool = False) -> str:
@@ -129,8 +127,16 @@ PRECISION_ORDER = list(PREC_COLORS)  # the precision table's order: fp32 first
 def platform_names(frame: pd.DataFrame) -> dict[str, str]:
     """Platform → its short name (``NVIDIA H100 80GB HBM3`` → ``H100``); full names if short ones clash."""
     names = sorted(map(str, frame["platform"].unique()), reverse=True) if "platform" in frame else []
-    short = {n: (n.split()[1] if n.split()[0] in ("NVIDIA", "AMD", "Intel") and len(n.split()) > 1
-                 else n.split()[0] if n.split() else n) for n in names}
+    short = {
+        n: (
+            n.split()[1]
+            if n.split()[0] in ("NVIDIA", "AMD", "Intel") and len(n.split()) > 1
+            else n.split()[0]
+            if n.split()
+            else n
+        )
+        for n in names
+    }
     return short if len(set(short.values())) == len(short) else {n: n for n in names}
 
 
@@ -166,8 +172,11 @@ def overlay_facets(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     """
     if frame.empty:
         return []
-    data = frame.assign(_kind=[_kind(d) for d in frame["device"]]) if "device" in frame else frame.assign(
-        _kind="GPU")
+    data = (
+        frame.assign(_kind=[_kind(d) for d in frame["device"]])
+        if "device" in frame
+        else frame.assign(_kind="GPU")
+    )
     out: list[tuple[str, pd.DataFrame]] = []
     kinds = data["_kind"].nunique()
     for (model, kind), sub in data.groupby(["model", "_kind"], sort=True):
@@ -176,8 +185,10 @@ def overlay_facets(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
         if len(overlay_series(sub)) <= MAX_SERIES:
             out.append((head, sub))
             continue
-        precs = sorted(sub["precision"].astype(str).unique(),
-                       key=lambda p: (PRECISION_ORDER.index(p) if p in PRECISION_ORDER else 99, p))
+        precs = sorted(
+            sub["precision"].astype(str).unique(),
+            key=lambda p: (PRECISION_ORDER.index(p) if p in PRECISION_ORDER else 99, p),
+        )
         packs: list[list[str]] = []
         size = 0
         for p in precs:

@@ -98,8 +98,11 @@ def _hover(
     warns = fmt_list(r.get("warnings"))
     note = ("FLAGGED: " + flags if flags else "") + (" warning: " + warns if warns else "")
     where = short.get(str(r["platform"]), str(r["platform"]))
-    return [f"{r['model']} · {where} · {series_label(r)} bs{int(r['batch_size'])}",
-            _ci_text(r, ci, scale) + extra, note.strip()]
+    return [
+        f"{r['model']} · {where} · {series_label(r)} bs{int(r['batch_size'])}",
+        _ci_text(r, ci, scale) + extra,
+        note.strip(),
+    ]
 
 
 def _meta(r: dict[str, Any], batches: list[int]) -> dict[str, Any]:
@@ -136,8 +139,14 @@ def _spec(data: list[dict], layout_axes: dict[str, Any], panels: list[dict[str, 
     layout = {
         **layout_axes,
         "margin": {"l": 55, "r": 10, "t": 30, "b": 40},
-        "legend": {"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom", "yref": "container",
-                   "font": {"size": 10}},
+        "legend": {
+            "orientation": "h",
+            "x": 0,
+            "y": 1.0,
+            "yanchor": "bottom",
+            "yref": "container",
+            "font": {"size": 10},
+        },
         "showlegend": bool(names),
         "hoverlabel": {"font": {"size": 11}},
         "font": {"size": 10, "family": "system-ui, sans-serif"},
@@ -149,8 +158,14 @@ def _spec(data: list[dict], layout_axes: dict[str, Any], panels: list[dict[str, 
 
 
 def _axis_style(title: str | None) -> dict[str, Any]:
-    return {"title": {"text": title, "font": {"size": 9}} if title else None, "gridcolor": "#eee",
-            "zeroline": False, "linecolor": "#999", "showline": True, "automargin": True}
+    return {
+        "title": {"text": title, "font": {"size": 9}} if title else None,
+        "gridcolor": "#eee",
+        "zeroline": False,
+        "linecolor": "#999",
+        "showline": True,
+        "automargin": True,
+    }
 
 
 def lines(
@@ -198,19 +213,39 @@ def lines(
             if band:  # the band first, under the line: one closed shape from the median up to the band
                 up = [_r((_num(r.get(band[0])) or float("nan")) * scale) for r in recs]
                 traces.append(
-                    {"type": "scatter", "x": bs + bs[::-1], "y": ys + up[::-1], "xaxis": xr, "yaxis": yr,
-                     "mode": "lines", "fill": "toself", "fillcolor": _rgba(col, 0.15),
-                     "line": {"width": 0, "color": col}, "hoverinfo": "skip", "showlegend": False,
-                     "legendgroup": lab, "name": "P99 band", "meta": _meta(r0, bs + bs[::-1])},
+                    {
+                        "type": "scatter",
+                        "x": bs + bs[::-1],
+                        "y": ys + up[::-1],
+                        "xaxis": xr,
+                        "yaxis": yr,
+                        "mode": "lines",
+                        "fill": "toself",
+                        "fillcolor": _rgba(col, 0.15),
+                        "line": {"width": 0, "color": col},
+                        "hoverinfo": "skip",
+                        "showlegend": False,
+                        "legendgroup": lab,
+                        "name": "P99 band",
+                        "meta": _meta(r0, bs + bs[::-1]),
+                    },
                 )
                 yvals += [u for u in up if u is not None]
             t = {
-                "type": "scatter", "x": bs, "y": ys, "xaxis": xr, "yaxis": yr, "mode": "lines+markers",
-                "name": lab, "legendgroup": lab, "showlegend": lab not in shown,
+                "type": "scatter",
+                "x": bs,
+                "y": ys,
+                "xaxis": xr,
+                "yaxis": yr,
+                "mode": "lines+markers",
+                "name": lab,
+                "legendgroup": lab,
+                "showlegend": lab not in shown,
                 "line": {"color": col, "dash": dash(r0, plotly=True), "width": 1.5},
                 "marker": {"symbol": sym, "size": 7, "color": col},
                 "customdata": hover,
-                "hovertemplate": "<b>%{customdata[0]}</b><br>batch %{x}<br>" + ylabel
+                "hovertemplate": "<b>%{customdata[0]}</b><br>batch %{x}<br>"
+                + ylabel
                 + " %{y:.4g}<br>%{customdata[1]}<br>%{customdata[2]}<extra></extra>",
                 "meta": _meta(r0, bs),
             }
@@ -219,30 +254,49 @@ def lines(
                 hi = [(_num(r.get(ci[1])) or float("nan")) * scale for r in recs]
                 t["error_y"] = {
                     "type": "data",
-                    "array": [_r(max(0.0, h - y)) if h == h and y is not None else 0
-                              for h, y in zip(hi, ys, strict=True)],
-                    "arrayminus": [_r(max(0.0, y - lo_)) if lo_ == lo_ and y is not None else 0
-                                   for lo_, y in zip(lo, ys, strict=True)],
-                    "thickness": 1, "width": 2, "color": col,
+                    "array": [
+                        _r(max(0.0, h - y)) if h == h and y is not None else 0
+                        for h, y in zip(hi, ys, strict=True)
+                    ],
+                    "arrayminus": [
+                        _r(max(0.0, y - lo_)) if lo_ == lo_ and y is not None else 0
+                        for lo_, y in zip(lo, ys, strict=True)
+                    ],
+                    "thickness": 1,
+                    "width": 2,
+                    "color": col,
                 }
             traces.append(t)
             shown.add(lab)
             yvals += [y for y in ys if y is not None]
             bad = [k for k, r in enumerate(recs) if r["flagged"]]
             if bad:  # a red ✕ over each flagged point, filtered with its series
-                traces.append({
-                    "type": "scatter", "x": [bs[k] for k in bad], "y": [ys[k] for k in bad],
-                    "xaxis": xr, "yaxis": yr, "mode": "markers", "name": "flagged", "legendgroup": "flagged",
-                    "showlegend": "flagged" not in shown,
-                    "marker": {"symbol": "x", "size": 11, "color": "red"},
-                    "customdata": [hover[k] for k in bad],
-                    "hovertemplate": "<b>%{customdata[0]}</b><br>%{customdata[2]}<extra></extra>",
-                    "meta": _meta(r0, [bs[k] for k in bad]),
-                })
+                traces.append(
+                    {
+                        "type": "scatter",
+                        "x": [bs[k] for k in bad],
+                        "y": [ys[k] for k in bad],
+                        "xaxis": xr,
+                        "yaxis": yr,
+                        "mode": "markers",
+                        "name": "flagged",
+                        "legendgroup": "flagged",
+                        "showlegend": "flagged" not in shown,
+                        "marker": {"symbol": "x", "size": 11, "color": "red"},
+                        "customdata": [hover[k] for k in bad],
+                        "hovertemplate": "<b>%{customdata[0]}</b><br>%{customdata[2]}<extra></extra>",
+                        "meta": _meta(r0, [bs[k] for k in bad]),
+                    }
+                )
                 shown.add("flagged")
         ticks = sorted(int(b) for b in sub["batch_size"].unique())
-        axes[xk] = {**_axis_style("batch size"), "type": "log", "tickvals": ticks,
-                    "ticktext": [str(t) for t in ticks], "anchor": yr}
+        axes[xk] = {
+            **_axis_style("batch size"),
+            "type": "log",
+            "tickvals": ticks,
+            "ticktext": [str(t) for t in ticks],
+            "anchor": yr,
+        }
         axes[yk] = {**_axis_style(ylabel), "type": "log" if logy else "linear", "anchor": xr}
         if logy:
             tv, tt = log_ticks(yvals)
@@ -275,37 +329,71 @@ def pareto(par: pd.DataFrame) -> dict[str, Any] | None:
         for (platform, prec), s in sub.groupby(keys, sort=True):  # markers name engines
             recs = s.sort_values(["engine", "memory_format", "threads", "batch_size"]).to_dict("records")
             lab = f"{short[str(platform)]} {prec}" if len(short) > 1 else str(prec)
-            traces.append({
-                "type": "scatter", "x": [_r(r["latency_median_s"] * 1e3) for r in recs],
-                "y": [_r(r["throughput_ips"]) for r in recs], "xaxis": xr, "yaxis": yr, "mode": "markers",
-                "name": lab, "legendgroup": lab, "showlegend": lab not in shown,
-                "marker": {"symbol": [marker(r["engine"], plotly=True)
-                                      + ("-open" if is_open(r, order) else "") for r in recs],
-                           "size": 8, "color": [color(r, threads) for r in recs]},
-                "customdata": [_hover(r, ci, 1.0, short) for r in recs],
-                "hovertemplate": "<b>%{customdata[0]}</b><br>median %{x:.3g} ms · %{y:,.0f} img/s"
-                "<br>%{customdata[1]}<br>%{customdata[2]}<extra></extra>",
-                "meta": {"platform": str(platform), "model": str(recs[0]["model"]), "precision": str(prec),
-                         "engine": [str(r["engine"]) for r in recs],
-                         "batch": [int(r["batch_size"]) for r in recs]},
-            })
+            traces.append(
+                {
+                    "type": "scatter",
+                    "x": [_r(r["latency_median_s"] * 1e3) for r in recs],
+                    "y": [_r(r["throughput_ips"]) for r in recs],
+                    "xaxis": xr,
+                    "yaxis": yr,
+                    "mode": "markers",
+                    "name": lab,
+                    "legendgroup": lab,
+                    "showlegend": lab not in shown,
+                    "marker": {
+                        "symbol": [
+                            marker(r["engine"], plotly=True) + ("-open" if is_open(r, order) else "")
+                            for r in recs
+                        ],
+                        "size": 8,
+                        "color": [color(r, threads) for r in recs],
+                    },
+                    "customdata": [_hover(r, ci, 1.0, short) for r in recs],
+                    "hovertemplate": "<b>%{customdata[0]}</b><br>median %{x:.3g} ms · %{y:,.0f} img/s"
+                    "<br>%{customdata[1]}<br>%{customdata[2]}<extra></extra>",
+                    "meta": {
+                        "platform": str(platform),
+                        "model": str(recs[0]["model"]),
+                        "precision": str(prec),
+                        "engine": [str(r["engine"]) for r in recs],
+                        "batch": [int(r["batch_size"]) for r in recs],
+                    },
+                }
+            )
             shown.add(lab)
         for platform, s in sub.groupby("platform", sort=True):
             front = s[s["on_frontier"]].sort_values("latency_median_s")
             if len(front):
-                traces.append({
-                    "type": "scatter", "x": [_r(v * 1e3) for v in front["latency_median_s"]],
-                    "y": [_r(v) for v in front["throughput_ips"]], "xaxis": xr, "yaxis": yr, "mode": "lines",
-                    "line": {"shape": "hv", "color": "black", "width": 1,
-                             "dash": "dot" if is_open({"platform": platform}, order) else "solid"},
-                    "name": "Pareto frontier", "legendgroup": "Pareto frontier",
-                    "showlegend": "Pareto frontier" not in shown, "hoverinfo": "skip",
-                    "meta": {"platform": str(platform), "model": str(front["model"].iloc[0])},
-                })
+                traces.append(
+                    {
+                        "type": "scatter",
+                        "x": [_r(v * 1e3) for v in front["latency_median_s"]],
+                        "y": [_r(v) for v in front["throughput_ips"]],
+                        "xaxis": xr,
+                        "yaxis": yr,
+                        "mode": "lines",
+                        "line": {
+                            "shape": "hv",
+                            "color": "black",
+                            "width": 1,
+                            "dash": "dot" if is_open({"platform": platform}, order) else "solid",
+                        },
+                        "name": "Pareto frontier",
+                        "legendgroup": "Pareto frontier",
+                        "showlegend": "Pareto frontier" not in shown,
+                        "hoverinfo": "skip",
+                        "meta": {"platform": str(platform), "model": str(front["model"].iloc[0])},
+                    }
+                )
                 shown.add("Pareto frontier")
         tv, tt = log_ticks((sub["latency_median_s"] * 1e3).tolist())
-        axes[xk] = {**_axis_style("median latency per batch (ms)"), "type": "log", "tickvals": tv,
-                    "ticktext": tt, "anchor": yr}
+        axes[xk] = {
+            **_axis_style("median latency per batch (ms)"),
+            "type": "log",
+            "tickvals": tv,
+            "ticktext": tt,
+            "anchor": yr,
+        }
         axes[yk] = {**_axis_style("images/s"), "anchor": xr}
     return _spec(traces, axes, panels)
 

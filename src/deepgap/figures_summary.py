@@ -330,7 +330,8 @@ def thermal_timeline(
         title,
         "Telemetry of the thermal warm-up and of every measured configuration; measured windows are shaded "
         "by precision (the colours of every figure: "
-        + ", ".join(f"{p.colour_name} {n}" for n, p in PRECISIONS.items()) + ").",
+        + ", ".join(f"{p.colour_name} {n}" for n, p in PRECISIONS.items())
+        + ").",
         fig,
         dpi=55 if appendix else 75,
         appendix=appendix,

@@ -72,7 +72,9 @@ def device_mismatch(
 
 
 def rate_flag(
-    per_call_ips: float | None, pipelined_ips: float | None, tolerance: float = RATE_TOLERANCE,
+    per_call_ips: float | None,
+    pipelined_ips: float | None,
+    tolerance: float = RATE_TOLERANCE,
     device: str = "cuda",
 ) -> str | None:
     """The flag of a GPU measurement whose per-call and pipelined throughputs disagree beyond ``tolerance``×.

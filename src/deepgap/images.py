@@ -23,8 +23,10 @@ def options_count(options: dict[str, Any] | None) -> int:
     """N from the sweep option ``calibration_images`` (default `DEFAULT_CALIBRATION_IMAGES`), validated."""
     n = (options or {}).get("calibration_images", DEFAULT_CALIBRATION_IMAGES)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise UsageError(f"option calibration_images must be a positive integer, got {n!r}",
-                         "set e.g. calibration_images = 64")
+        raise UsageError(
+            f"option calibration_images must be a positive integer, got {n!r}",
+            "set e.g. calibration_images = 64",
+        )
     return n
 
 
@@ -40,8 +42,10 @@ def decode_rgb(path: Path, data: bytes):
         with Image.open(io.BytesIO(data)) as im:
             arr = np.asarray(im.convert("RGB"))
     except Exception as exc:
-        raise UsageError(f"calibration image {path} cannot be decoded ({type(exc).__name__}: {exc})",
-                         "remove it from calibration_dir") from None
+        raise UsageError(
+            f"calibration image {path} cannot be decoded ({type(exc).__name__}: {exc})",
+            "remove it from calibration_dir",
+        ) from None
     return torch.from_numpy(arr.copy()).permute(2, 0, 1).contiguous()
 
 

@@ -49,8 +49,16 @@ def is_real(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def check_range(name: str, v: Any, low: float, high: float, flag: str, example: str,
-                integer: bool = False, low_open: bool = False) -> None:
+def check_range(
+    name: str,
+    v: Any,
+    low: float,
+    high: float,
+    flag: str,
+    example: str,
+    integer: bool = False,
+    low_open: bool = False,
+) -> None:
     """A `UsageError` unless ``v`` is a finite number (an integer where ``integer``) in [low, high].
 
     ``name`` is the setting's name in the message, ``flag`` and ``example`` make its fix.
@@ -61,8 +69,9 @@ def check_range(name: str, v: Any, low: float, high: float, flag: str, example: 
     what = _WHAT.get(name, name)
     kind = "an integer" if integer else "a finite number"
     lo = f"({_fmt(low)}" if low_open else f"[{_fmt(low)}"
-    raise UsageError(f"{what} must be {kind} in {lo}, {_fmt(high)}], got {v!r}",
-                     f"pass e.g. --{flag} {example}")
+    raise UsageError(
+        f"{what} must be {kind} in {lo}, {_fmt(high)}], got {v!r}", f"pass e.g. --{flag} {example}"
+    )
 
 
 def _fmt(x: float) -> str:
@@ -72,9 +81,17 @@ def _fmt(x: float) -> str:
 # What a TOML (or stored) value of each annotated field type must be: a `SweepSpec` field typed `int`
 # must not receive "abc", a list of names must not hold 1. A float field takes an integer too.
 _KINDS: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,)}
-_EXAMPLES = {"target_ci": "0.01", "min_accuracy": "0.99", "resolution": "224", "weights": '"weights.pt"',
-             "dataset": '"images/"', "accuracy_samples": "500", "threads": "[1, 2]", "options": "{}",
-             "engine_axes": "{quant = {batch_sizes = [1]}}"}
+_EXAMPLES = {
+    "target_ci": "0.01",
+    "min_accuracy": "0.99",
+    "resolution": "224",
+    "weights": '"weights.pt"',
+    "dataset": '"images/"',
+    "accuracy_samples": "500",
+    "threads": "[1, 2]",
+    "options": "{}",
+    "engine_axes": "{quant = {batch_sizes = [1]}}",
+}
 
 
 def toml_example(key: str, default: Any) -> str:
@@ -97,19 +114,23 @@ def typed_value(key: str, value: Any, annotation: str, example: str) -> Any:
         return None
     if ann.startswith("dict["):
         if not isinstance(value, dict):
-            raise UsageError(f"sweep setting {key!r} must be a table, got {value!r}",
-                             f"write e.g. {key} = {example}")
+            raise UsageError(
+                f"sweep setting {key!r} must be a table, got {value!r}", f"write e.g. {key} = {example}"
+            )
         return value
     if ann.startswith("tuple["):
-        item = ann[len("tuple["):].split(",")[0]
+        item = ann[len("tuple[") :].split(",")[0]
         items = list(value) if isinstance(value, (list, tuple)) else [value]
         if not all(_is(v, item) for v in items):
-            raise UsageError(f"sweep setting {key!r} must be a list of {_NOUNS[item]}, got {value!r}",
-                             f"write e.g. {key} = {example}")
+            raise UsageError(
+                f"sweep setting {key!r} must be a list of {_NOUNS[item]}, got {value!r}",
+                f"write e.g. {key} = {example}",
+            )
         return tuple(items)
     if not _is(value, ann):
-        raise UsageError(f"sweep setting {key!r} must be {_NOUN[ann]}, got {value!r}",
-                         f"write e.g. {key} = {example}")
+        raise UsageError(
+            f"sweep setting {key!r} must be {_NOUN[ann]}, got {value!r}", f"write e.g. {key} = {example}"
+        )
     return value
 
 

@@ -31,8 +31,10 @@ def engine_precisions(engine: str) -> tuple[str, ...]:
 def axes(spec: SweepSpec, engine: str) -> dict[str, tuple]:
     """``engine``'s precisions (only those it runs), batch sizes and memory formats in ``spec``."""
     own = spec.engine_axes.get(engine, {})
-    out = {a: tuple(own[a]) if a in own else tuple(getattr(spec, a)) for a in ("precisions", "batch_sizes",
-                                                                                "memory_formats")}
+    out = {
+        a: tuple(own[a]) if a in own else tuple(getattr(spec, a))
+        for a in ("precisions", "batch_sizes", "memory_formats")
+    }
     runs = engine_precisions(engine)
     out["precisions"] = tuple(p for p in out["precisions"] if p in runs)
     return out

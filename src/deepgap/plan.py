@@ -57,8 +57,15 @@ def host_cpu(spec: SweepSpec) -> list[ConfigSpec]:
     out: list[ConfigSpec] = []
 
     def add(model: str, engine: str, precision: str, bs: int, threads: int) -> None:
-        c = ConfigSpec(model=model, engine=engine, precision=precision, batch_size=bs, device="cpu",
-                       threads=threads, resolution=spec.resolution or resolve_model(model).default_resolution)
+        c = ConfigSpec(
+            model=model,
+            engine=engine,
+            precision=precision,
+            batch_size=bs,
+            device="cpu",
+            threads=threads,
+            resolution=spec.resolution or resolve_model(model).default_resolution,
+        )
         if c not in out:
             out.append(c)
 
@@ -84,7 +91,8 @@ def _expand_device(spec: SweepSpec, device: str) -> list[ConfigSpec]:
     out: list[ConfigSpec] = []
     for sweep in range(spec.sweeps):
         groups = [
-            g for g in itertools.product(precisions, spec.models, formats, spec.engines, threads)
+            g
+            for g in itertools.product(precisions, spec.models, formats, spec.engines, threads)
             if g[0] in per[g[3]]["precisions"] and g[2] in per[g[3]]["memory_formats"]
         ]
         if sweep > 0:  # sweep 0 keeps the paper's order; later ones are shuffled, reproducibly
@@ -99,9 +107,16 @@ def _expand_device(spec: SweepSpec, device: str) -> list[ConfigSpec]:
                 for bs in sorted(set(per[engine]["batch_sizes"])):
                     out.append(
                         ConfigSpec(
-                            model=model, engine=engine, precision=precision, batch_size=bs, device=device,
-                            memory_format="nchw" if entry.is_text else mf, threads=t, resolution=size,
-                            sweep=sweep, include_transfer=spec.include_transfer,
+                            model=model,
+                            engine=engine,
+                            precision=precision,
+                            batch_size=bs,
+                            device=device,
+                            memory_format="nchw" if entry.is_text else mf,
+                            threads=t,
+                            resolution=size,
+                            sweep=sweep,
+                            include_transfer=spec.include_transfer,
                             seq_len=size if entry.is_text else None,
                         )
                     )

@@ -52,22 +52,79 @@ PRECISIONS: dict[str, Precision] = {
         # Tolerances (random-weight ResNets, 224²): loose enough for rounding, tight enough that a wrong
         # layer, layout or scale blows far past them; fp32 differs only by reordering, bf16 has an 8-bit
         # mantissa.
-        Precision("fp32", dtype="float32", itemsize=4, rel_l2_bound=1e-3, cosine_floor=0.9999,
-                  colour="#1f77b4", colour_name="blue", min_cc=(0, 0), peak_column="fp32_tflops"),
-        Precision("tf32", dtype="float32", itemsize=4, rel_l2_bound=2e-2, cosine_floor=0.999,
-                  colour="#17becf", colour_name="cyan", min_cc=(8, 0), peak_column="tf32_tflops",
-                  peak_fallback="fp32", allow_tf32=True, gpu_only=True),
-        Precision("fp16", dtype="float16", itemsize=2, rel_l2_bound=2e-2, cosine_floor=0.999,
-                  colour="#ff7f0e", colour_name="orange", min_cc=(5, 3), peak_column="fp16_tflops"),
-        Precision("bf16", dtype="bfloat16", itemsize=2, rel_l2_bound=1e-1, cosine_floor=0.99,
-                  colour="#8c564b", colour_name="brown", min_cc=(8, 0), peak_column="bf16_tflops",
-                  peak_fallback="fp16"),
-        Precision("int8", dtype="int8", itemsize=1, rel_l2_bound=0.25, cosine_floor=0.95,
-                  colour="#2ca02c", colour_name="green", min_cc=(7, 5), peak_column="int8_tops",
-                  peak_unit="TOPS", quantized=True),
-        Precision("fp8", dtype="float8_e4m3fn", itemsize=1, rel_l2_bound=0.25, cosine_floor=0.95,
-                  colour="#9467bd", colour_name="purple", min_cc=(8, 9), peak_column="fp8_tflops",
-                  quantized=True),
+        Precision(
+            "fp32",
+            dtype="float32",
+            itemsize=4,
+            rel_l2_bound=1e-3,
+            cosine_floor=0.9999,
+            colour="#1f77b4",
+            colour_name="blue",
+            min_cc=(0, 0),
+            peak_column="fp32_tflops",
+        ),
+        Precision(
+            "tf32",
+            dtype="float32",
+            itemsize=4,
+            rel_l2_bound=2e-2,
+            cosine_floor=0.999,
+            colour="#17becf",
+            colour_name="cyan",
+            min_cc=(8, 0),
+            peak_column="tf32_tflops",
+            peak_fallback="fp32",
+            allow_tf32=True,
+            gpu_only=True,
+        ),
+        Precision(
+            "fp16",
+            dtype="float16",
+            itemsize=2,
+            rel_l2_bound=2e-2,
+            cosine_floor=0.999,
+            colour="#ff7f0e",
+            colour_name="orange",
+            min_cc=(5, 3),
+            peak_column="fp16_tflops",
+        ),
+        Precision(
+            "bf16",
+            dtype="bfloat16",
+            itemsize=2,
+            rel_l2_bound=1e-1,
+            cosine_floor=0.99,
+            colour="#8c564b",
+            colour_name="brown",
+            min_cc=(8, 0),
+            peak_column="bf16_tflops",
+            peak_fallback="fp16",
+        ),
+        Precision(
+            "int8",
+            dtype="int8",
+            itemsize=1,
+            rel_l2_bound=0.25,
+            cosine_floor=0.95,
+            colour="#2ca02c",
+            colour_name="green",
+            min_cc=(7, 5),
+            peak_column="int8_tops",
+            peak_unit="TOPS",
+            quantized=True,
+        ),
+        Precision(
+            "fp8",
+            dtype="float8_e4m3fn",
+            itemsize=1,
+            rel_l2_bound=0.25,
+            cosine_floor=0.95,
+            colour="#9467bd",
+            colour_name="purple",
+            min_cc=(8, 9),
+            peak_column="fp8_tflops",
+            quantized=True,
+        ),
     )
 }
 
@@ -151,8 +208,10 @@ def device_support(precision: str, caps: DeviceCaps) -> str | None:
     need = f"{p.min_cc[0]}.{p.min_cc[1]}"
     if caps.kind == "cpu":
         if p.gpu_only:
-            return (f"{precision} is a tensor-core mode of NVIDIA GPUs (compute capability ≥ {need}); "
-                    "this device is a CPU")
+            return (
+                f"{precision} is a tensor-core mode of NVIDIA GPUs (compute capability ≥ {need}); "
+                "this device is a CPU"
+            )
         return None
     cc = caps.compute_capability or (0, 0)
     if tuple(cc) < p.min_cc:
@@ -163,8 +222,10 @@ def device_support(precision: str, caps: DeviceCaps) -> str | None:
 def float_precision_support(precision: str, caps: DeviceCaps) -> str | None:
     """Why ``precision`` cannot run in plain PyTorch on this device, or None when it can."""
     if precision not in PRECISIONS or PRECISIONS[precision].quantized:
-        return (f"{precision} needs a quantizing engine (tensorrt, onnxruntime with int8, quant), "
-                "not plain PyTorch")
+        return (
+            f"{precision} needs a quantizing engine (tensorrt, onnxruntime with int8, quant), "
+            "not plain PyTorch"
+        )
     return device_support(precision, caps)
 
 

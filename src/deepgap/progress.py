@@ -12,8 +12,10 @@ def result_line(ev: Event) -> str:
     assert r is not None
     if r.status == Status.OK and r.latency:
         ci = "" if r.ci_met is None else (" ci✓" if r.ci_met else " ci✗")
-        return (f"{ev.spec.label()}: {r.throughput_ips:,.1f} img/s, median {r.latency.median_s * 1e3:.3f} ms, "
-                f"p99 {r.latency.p99_s * 1e3:.3f} ms (n={r.latency.n}){ci}")
+        return (
+            f"{ev.spec.label()}: {r.throughput_ips:,.1f} img/s, median {r.latency.median_s * 1e3:.3f} ms, "
+            f"p99 {r.latency.p99_s * 1e3:.3f} ms (n={r.latency.n}){ci}"
+        )
     return f"{ev.spec.label()}: {r.status.value} — {r.reason}"
 
 
@@ -31,13 +33,25 @@ class Progress:
             return
         if self._bar is None:
             from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
             from rich.progress import Progress as RichProgress
 
             self._bar = RichProgress(
-                TextColumn("[bold]deepgap"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.description}"),
-                console=Console(stderr=True), transient=False,
+                TextColumn("[bold]deepgap"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("eta"),
+                TimeRemainingColumn(),
+                TextColumn("{task.description}"),
+                console=Console(stderr=True),
+                transient=False,
             )
             self._bar.start()
             self._task = self._bar.add_task("", total=ev.total)

@@ -27,9 +27,27 @@ import secrets
 from typing import Any
 
 # Keys whose values identify one machine (compared in lower case).
-REDACT_KEYS = frozenset({"host", "hostname", "gpu_serial", "serial", "gpu_uuid", "uuid", "node_id", "node_ip",
-                         "ip", "address", "ray_node_id", "nodemanagerhostname", "nodemanageraddress",
-                         "node_manager_address", "node_name", "machine_id", "board_serial"})
+REDACT_KEYS = frozenset(
+    {
+        "host",
+        "hostname",
+        "gpu_serial",
+        "serial",
+        "gpu_uuid",
+        "uuid",
+        "node_id",
+        "node_ip",
+        "ip",
+        "address",
+        "ray_node_id",
+        "nodemanagerhostname",
+        "nodemanageraddress",
+        "node_manager_address",
+        "node_name",
+        "machine_id",
+        "board_serial",
+    }
+)
 TOKEN_BITS = 128
 KEY_ENV = "DEEPGAP_REDACT_KEY"
 _TOKEN = re.compile(r"redacted-[0-9a-f]{32}")
@@ -39,7 +57,8 @@ _TOKEN = re.compile(r"redacted-[0-9a-f]{32}")
 _PATTERNS = re.compile(
     r"(?<![0-9A-Za-z.])(?:(?:GPU|MIG)-[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}"
     r"|(?:\d{1,3}\.){3}\d{1,3}(?=:\d)"
-    r"|redacted-[0-9a-f]{12})(?![0-9A-Za-z])")
+    r"|redacted-[0-9a-f]{12})(?![0-9A-Za-z])"
+)
 _NODE_PREFIX = 6  # a Ray lane shows a node id's first 6 characters
 
 
@@ -92,8 +111,12 @@ class Redactor:
 
     def _rewrite(self, obj: Any) -> Any:
         if isinstance(obj, dict):
-            return {k: self.token(v) if str(k).lower() in REDACT_KEYS and not isinstance(v, (dict, list))
-                    else self._rewrite(v) for k, v in obj.items()}
+            return {
+                k: self.token(v)
+                if str(k).lower() in REDACT_KEYS and not isinstance(v, (dict, list))
+                else self._rewrite(v)
+                for k, v in obj.items()
+            }
         if isinstance(obj, list):
             return [self._rewrite(v) for v in obj]
         if isinstance(obj, str):

@@ -41,7 +41,9 @@ class Registry(Generic[T]):
         try:
             return self._entries[name]
         except KeyError:
-            known = ", ".join(n for n in sorted(self._entries) if not n.startswith("fault:"))  # test-only models
+            known = ", ".join(
+                n for n in sorted(self._entries) if not n.startswith("fault:")
+            )  # test-only models
             raise UsageError(
                 f"unknown {self.kind} {name!r}", f"choose one of: {known} (see `deepgap list {self.kind}s`)"
             ) from None

@@ -66,8 +66,9 @@ class Report:
     ratios: pd.DataFrame = field(default_factory=pd.DataFrame)  # fastest GPU over each other GPU, per model
 
 
-def load_context(store_path: str, run_ids: list[str] | None = None,
-                 interactive: bool = False) -> ReportContext:
+def load_context(
+    store_path: str, run_ids: list[str] | None = None, interactive: bool = False
+) -> ReportContext:
     """Read the chosen runs' results (prepared and aggregated) and telemetry once, for every section."""
     store = Store(store_path, readonly=True)
     try:
@@ -238,8 +239,15 @@ def answer_rows(answer: pd.DataFrame, ratios: pd.DataFrame) -> list[dict[str, An
         mine = [i for i, k in enumerate(keys) if k == (model, res)]
         for pair in dict.fromkeys(pairs[i] for i in mine):
             items = [ratios.iloc[i].to_dict() for i in mine if pairs[i] == pair]
-            out.append({"ratio": True, "model": model, "resolution": int(res), "label": " / ".join(pair),
-                        "parts": [{**it, "goal": RATIO_GOALS.get(it["goal"], it["goal"])} for it in items]})
+            out.append(
+                {
+                    "ratio": True,
+                    "model": model,
+                    "resolution": int(res),
+                    "label": " / ".join(pair),
+                    "parts": [{**it, "goal": RATIO_GOALS.get(it["goal"], it["goal"])} for it in items],
+                }
+            )
         rows = answer[(answer["model"] == model) & (answer["resolution"] == res)]
         out += _with_spans(rows)
     return out

@@ -29,7 +29,6 @@ GOALS = {"throughput": "throughput", "latency": "latency", "joules": "per joule"
 HOST_CPU_GOAL = "× host CPU"
 
 
-
 def accuracy_by_result(df: pd.DataFrame) -> dict[int, Correctness]:
     """Result id → its stored correctness check (rel. L2, cosine, top-1 agreement against FP32)."""
     if df.empty or "extra" not in df:
@@ -75,16 +74,20 @@ def accuracy_text(a: dict[str, Any]) -> str:
         parts.append(f"cos {a['cosine']:.4f}")
     ag = agreement(a.get("top1"), a.get("n"), a.get("weights"))
     if ag is not None:  # what the inputs and weights were is said once, in the column's header
-        parts.append(ag.label().split(" on synthetic")[0].replace("top-1 agreement", "top-1 agree")
-                     + ANSWER_WEIGHTS_MARK.get(ag.weights, "†"))
+        parts.append(
+            ag.label().split(" on synthetic")[0].replace("top-1 agreement", "top-1 agree")
+            + ANSWER_WEIGHTS_MARK.get(ag.weights, "†")
+        )
     return " · ".join(parts) or "not checked"
 
 
 # The answer's accuracy column says once what its top-1 agreement was measured on (`analysis.accuracy`):
 # a mark per cell names the weights, the header explains the marks.
 ANSWER_WEIGHTS_MARK = {"random": "*", "state-dict": ""}
-ANSWER_ACCURACY_HEADER = ("accuracy vs FP32 (top-1 agreement on synthetic inputs; * random weights, "
-                          "† weights not recorded: random unless the run had --weights)")
+ANSWER_ACCURACY_HEADER = (
+    "accuracy vs FP32 (top-1 agreement on synthetic inputs; * random weights, "
+    "† weights not recorded: random unless the run had --weights)"
+)
 
 
 def _short(row: dict[str, Any]) -> str:
@@ -137,7 +140,11 @@ def _text_numbers(row: dict[str, Any], objective: str, seq: int) -> tuple[str, s
         return f"{fmt_ips(row.get('tokens_per_s'))} tokens/s", ci, f"{samples} · median {fmt_ms(med)} ms"
     if objective == "latency":
         ci = fmt_ci(row.get("latency_median_ci_low_s"), row.get("latency_median_ci_high_s"), fmt_ms)
-        return f"{fmt_ms(med)} ms", ci + (" ms" if ci != "–" else ""), f"{tail.short()} {fmt_ms(tail.seconds)} ms · {samples}"
+        return (
+            f"{fmt_ms(med)} ms",
+            ci + (" ms" if ci != "–" else ""),
+            f"{tail.short()} {fmt_ms(tail.seconds)} ms · {samples}",
+        )
     j, jt = _f(row.get("joules_per_image")), _f(row.get("joules_per_token"))
     return (
         f"{fmt_num(jt * 1e3 if jt is not None else None)} mJ/token",
@@ -216,9 +223,13 @@ def host_cpu_row(line: HostCpuLine) -> dict[str, Any]:
         "flags": "",
         "n": f"vs {_short(tp.cpu)} on {line.cpu_platform}" if tp.cpu else f"vs {line.cpu_platform}",
         "answered": tp.ok,
-        "host_cpu_detail": " · ".join([_ratio_text("throughput", tp),
-                                       _ratio_text("bs1 latency", line.latency_bs1),
-                                       _ratio_text("J/image", line.joules)]),
+        "host_cpu_detail": " · ".join(
+            [
+                _ratio_text("throughput", tp),
+                _ratio_text("bs1 latency", line.latency_bs1),
+                _ratio_text("J/image", line.joules),
+            ]
+        ),
     }
 
 
@@ -376,8 +387,20 @@ def cross_gpu_ratios(agg: pd.DataFrame, samples_fn) -> pd.DataFrame:
     """
     from deepgap.analysis.compare import throughput_ratio
 
-    cols = ["model", "resolution", "platform_a", "platform_b", "goal", "ratio", "ci_low", "ci_high",
-            "text", "basis", "configuration_a", "configuration_b"]
+    cols = [
+        "model",
+        "resolution",
+        "platform_a",
+        "platform_b",
+        "goal",
+        "ratio",
+        "ci_low",
+        "ci_high",
+        "text",
+        "basis",
+        "configuration_a",
+        "configuration_b",
+    ]
     gpus = _gpu_order(agg) if not agg.empty else []
     rows: list[dict[str, Any]] = []
     for pb in gpus[1:]:
@@ -405,11 +428,20 @@ def cross_gpu_ratios(agg: pd.DataFrame, samples_fn) -> pd.DataFrame:
                         point = k / t
                         lo, hi = (k / thi, k / tlo) if tlo and thi else (None, None)
                 same = _short(a) == _short(b)
-                rows.append({
-                    "model": key[0], "resolution": int(key[1]), "platform_a": pa, "platform_b": pb,
-                    "goal": GOALS[obj], "ratio": point, "ci_low": lo, "ci_high": hi,
-                    "text": _ci_ratio_text(point, lo, hi),
-                    "basis": "same configuration" if same else "best vs best",
-                    "configuration_a": _short(a), "configuration_b": _short(b),
-                })
+                rows.append(
+                    {
+                        "model": key[0],
+                        "resolution": int(key[1]),
+                        "platform_a": pa,
+                        "platform_b": pb,
+                        "goal": GOALS[obj],
+                        "ratio": point,
+                        "ci_low": lo,
+                        "ci_high": hi,
+                        "text": _ci_ratio_text(point, lo, hi),
+                        "basis": "same configuration" if same else "best vs best",
+                        "configuration_a": _short(a),
+                        "configuration_b": _short(b),
+                    }
+                )
     return pd.DataFrame(rows, columns=cols)

@@ -90,6 +90,8 @@ FLAG_COLUMNS: list[Col] = [
     ("flags", lambda r: fmt_list(r.get("flags"))),
     ("warnings", lambda r: fmt_list(r.get("warnings"))),
 ]
+
+
 def spread_text(r: dict[str, Any]) -> str:
     """'±1.2% over 2 (1,010 / 1,030)': the sweeps' coefficient of variation and their throughputs."""
     cv, vals = r.get("between_sweep_cv"), r.get("sweep_throughputs")
@@ -238,8 +240,13 @@ TABLE_SPECS: dict[str, tuple[str, list[Col]]] = {
     "thermal_state": (
         "Thermal steady state per run (the paper measures at steady state; rows measured while the "
         "temperature still rose keep their numbers and the temp-rising warning)",
-        [("run", "run_id"), ("platform", "platform"), ("thermal warm-up", "warm_up"),
-         ("measurements", "measurements"), ("measured while warming (temp-rising)", "temp_rising")],
+        [
+            ("run", "run_id"),
+            ("platform", "platform"),
+            ("thermal warm-up", "warm_up"),
+            ("measurements", "measurements"),
+            ("measured while warming (temp-rising)", "temp_rising"),
+        ],
     ),
 }
 

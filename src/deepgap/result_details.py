@@ -244,9 +244,13 @@ class ResultDetails(JsonRecord):
     """Everything a `records.Result` carries beyond its statistics; the field order is the write order."""
 
     NESTED: ClassVar[dict[str, type[JsonRecord]]] = {
-        "engine_info": EngineInfo, "correctness": Correctness, "windows": Window,
+        "engine_info": EngineInfo,
+        "correctness": Correctness,
+        "windows": Window,
         "telemetry": TelemetryDetails,
-        "prepare_peak_mem_bytes": MemoryPeaks, "device_mem_used": DeviceMemUsed, "accuracy": Accuracy,
+        "prepare_peak_mem_bytes": MemoryPeaks,
+        "device_mem_used": DeviceMemUsed,
+        "accuracy": Accuracy,
     }
 
     traceback: str | None = None  # a failed configuration's traceback

@@ -202,8 +202,12 @@ class Event:
 def protocol_for(spec: SweepSpec) -> TimingProtocol:
     """The timing protocol of a sweep."""
     return TimingProtocol(
-        warmup=spec.warmup, iterations=spec.iterations, repeats=spec.repeats, target_ci=spec.target_ci,
-        max_time_s=spec.max_time_s, min_time_s=spec.min_time_s,
+        warmup=spec.warmup,
+        iterations=spec.iterations,
+        repeats=spec.repeats,
+        target_ci=spec.target_ci,
+        max_time_s=spec.max_time_s,
+        min_time_s=spec.min_time_s,
     )
 
 
@@ -294,8 +298,12 @@ class SweepRunner:
     def request(self, cfg: ConfigSpec) -> MeasureRequest:
         """What the worker is sent for ``cfg`` (public so a benchmark can measure exactly the same)."""
         return MeasureRequest(
-            spec=cfg, protocol=self.timing, weights=self.spec.weights, seed=self.spec.seed,
-            cudnn_benchmark=self.spec.cudnn_benchmark, options=dict(self.spec.options),
+            spec=cfg,
+            protocol=self.timing,
+            weights=self.spec.weights,
+            seed=self.spec.seed,
+            cudnn_benchmark=self.spec.cudnn_benchmark,
+            options=dict(self.spec.options),
             telemetry=settings_for(self.spec, self.telemetry_context),
         )
 
@@ -316,8 +324,9 @@ class SweepRunner:
         try:
             res: Result = self.worker.call(kind, req, timeout_s)
         except (WorkerLost, WorkerFailed) as lost:
-            return Result(spec=cfg, status=lost.status, reason=lost.reason, started_at=t0,
-                          duration_s=time.time() - t0)
+            return Result(
+                spec=cfg, status=lost.status, reason=lost.reason, started_at=t0, duration_s=time.time() - t0
+            )
         if needs_restart(res.status, cfg.device):
             self.worker.stop()
         return res

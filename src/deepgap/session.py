@@ -68,8 +68,9 @@ def resolve_device(device: str) -> str:
         import torch
 
         if not torch.cuda.is_available():
-            raise UsageError(f"--device {device} but no CUDA GPU is usable here",
-                             "use --device cpu (or auto)")
+            raise UsageError(
+                f"--device {device} but no CUDA GPU is usable here", "use --device cpu (or auto)"
+            )
         idx = int(device.split(":")[1]) if ":" in device else 0
         if idx >= torch.cuda.device_count():
             raise UsageError(
@@ -102,8 +103,10 @@ def open_resume(store: str, resume: str | bool) -> tuple[Store, dict[str, Any]]:
         raise UsageError(f"store {store} has no unfinished run to resume", "start a new run without --resume")
     if row.get("kind", SWEEP) not in RESUMABLE:
         s.close()
-        raise UsageError(f"run {row['run_id']} is a {row['kind']} run; --resume continues sweeps only",
-                         "run that command again instead")
+        raise UsageError(
+            f"run {row['run_id']} is a {row['kind']} run; --resume continues sweeps only",
+            "run that command again instead",
+        )
     return s, row
 
 
@@ -117,8 +120,9 @@ class RunSession:
         self.run_id: str | None = None
         self.status: str | None = None  # set by `finish`
 
-    def open(self, spec: dict[str, Any], command: str, env: dict[str, Any],
-             version: str = __version__) -> str:
+    def open(
+        self, spec: dict[str, Any], command: str, env: dict[str, Any], version: str = __version__
+    ) -> str:
         """Create the run row (by deepgap ``version``); returns its id."""
         if self.store is None:
             self.store = Store(self.path)
@@ -133,8 +137,13 @@ class RunSession:
         self.run_id = run_id
         return run_id
 
-    def prelude(self, runner: Any, sweep: SweepSpec, configs: Sequence[ConfigSpec],
-                log: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
+    def prelude(
+        self,
+        runner: Any,
+        sweep: SweepSpec,
+        configs: Sequence[ConfigSpec],
+        log: Callable[[str], None] = lambda m: None,
+    ) -> dict[str, Any]:
         """Idle baseline and thermal warm-up through ``runner``'s worker, stored as run-level telemetry.
 
         ``configs``: what the run will measure; the warm-up loads the device with the first one's group

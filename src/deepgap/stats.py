@@ -127,7 +127,8 @@ def card_bootstrap(
     k = int(max(1, min(per_group, sizes.min(), MAX_DRAWS // (n_cards * m))))
     card = rng.integers(0, n_cards, size=(n_resamples, n_cards))  # level 1: cards
     proc = starts[card][..., None] + (rng.random((n_resamples, n_cards, m)) * counts[card][..., None]).astype(
-        np.int64)  # level 2: processes within each drawn card
+        np.int64
+    )  # level 2: processes within each drawn card
     u = rng.random((n_resamples, n_cards, m, k))  # level 3: samples within each drawn process
     idx = offsets[proc][..., None] + (u * sizes[proc][..., None]).astype(np.int64)
     return np.asarray(statistic(flat[idx].reshape(n_resamples, -1), axis=-1), dtype=np.float64)

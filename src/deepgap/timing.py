@@ -35,7 +35,9 @@ class Clock(Protocol):
 class HostClock:
     """``perf_counter_ns`` around work that a ``sync()`` makes complete (CPU: a no-op)."""
 
-    def __init__(self, sync: Callable[[], None] = lambda: None, clock_ns: Callable[[], int] = time.perf_counter_ns):
+    def __init__(
+        self, sync: Callable[[], None] = lambda: None, clock_ns: Callable[[], int] = time.perf_counter_ns
+    ):
         self.sync = sync
         self.clock_ns = clock_ns
 
@@ -148,7 +150,10 @@ class Timings:
 
 
 def run_protocol(
-    step: Step, clock: Clock, protocol: TimingProtocol, now: Callable[[], float] = time.monotonic,
+    step: Step,
+    clock: Clock,
+    protocol: TimingProtocol,
+    now: Callable[[], float] = time.monotonic,
     on_repeat: Callable[[int], None] | None = None,
 ) -> Timings:
     """Warm up, then measure repeats (and adaptive extra repeats) of ``step`` with ``clock``."""

@@ -122,8 +122,11 @@ def check_devices(spec: ConfigSpec, caps: DeviceCaps, x: Any, prepared: Any, clo
     """Raise an error status when any of the configuration's work is on another device (guard a)."""
     from deepgap import guards
 
-    why = guards.device_mismatch(spec.device, guards.observed_devices(x, prepared, clock, caps.kind),
-                                 current=guards.current_device(caps.kind))
+    why = guards.device_mismatch(
+        spec.device,
+        guards.observed_devices(x, prepared, clock, caps.kind),
+        current=guards.current_device(caps.kind),
+    )
     if why:
         raise StatusError(Status.ERROR, why)
 
@@ -169,7 +172,9 @@ class WorkerState:
             self.models = {key: build_model(name, res, weights, seed)}  # keep one model in memory
         return copy.deepcopy(self.models[key])
 
-    def model_facts(self, name: str, res: int, weights: str | None, seed: int) -> tuple[float | None, int, str]:
+    def model_facts(
+        self, name: str, res: int, weights: str | None, seed: int
+    ) -> tuple[float | None, int, str]:
         """(FLOPs per image, parameter count, weights fingerprint), computed once per model."""
         key = (name, res, weights, seed)
         if key not in self.flops:
@@ -284,8 +289,10 @@ def _measure(state: WorkerState, req: MeasureRequest) -> Result:
 
     prepare_peak = None
     if cuda:  # the set-up's peak (compile, capture, calibration) apart; then the peak of the run alone
-        prepare_peak = MemoryPeaks(allocated=int(torch.cuda.max_memory_allocated(spec.device)),
-                                   reserved=int(torch.cuda.max_memory_reserved(spec.device)))
+        prepare_peak = MemoryPeaks(
+            allocated=int(torch.cuda.max_memory_allocated(spec.device)),
+            reserved=int(torch.cuda.max_memory_reserved(spec.device)),
+        )
         torch.cuda.reset_peak_memory_stats(spec.device)
     run = prepared.run
     with torch.inference_mode():
@@ -301,8 +308,9 @@ def _measure(state: WorkerState, req: MeasureRequest) -> Result:
                 return run(x)
 
         out = step()  # first call: correctness on the reference rows
-        agreement = correctness.compare(out[:k], ref_y[:k], spec.precision,
-                                         "state-dict" if req.weights else "random")
+        agreement = correctness.compare(
+            out[:k], ref_y[:k], spec.precision, "state-dict" if req.weights else "random"
+        )
         del out
         clock = CudaEventClock(spec.device) if cuda else HostClock()
         check_devices(spec, state.caps, x, prepared, clock)
@@ -320,13 +328,21 @@ def _measure(state: WorkerState, req: MeasureRequest) -> Result:
     lat = stats.summarize(pooled)
     tput, tlo, thi = stats.throughput_from_latency(spec.batch_size, lat)
     result = Result(
-        spec=spec, status=Status.OK, latency=lat,
-        throughput_ips=tput, throughput_ci_low_ips=tlo, throughput_ci_high_ips=thi,
+        spec=spec,
+        status=Status.OK,
+        latency=lat,
+        throughput_ips=tput,
+        throughput_ci_low_ips=tlo,
+        throughput_ci_high_ips=thi,
         throughput_pipelined_ips=timings.window_throughput(spec.batch_size),
-        n_repeats=len(timings.samples_s), warmup=req.protocol.warmup,
+        n_repeats=len(timings.samples_s),
+        warmup=req.protocol.warmup,
         cv_repeats=stats.coefficient_of_variation([float(np.median(s)) for s in timings.samples_s]),
-        target_ci=req.protocol.target_ci, ci_met=timings.ci_met,
-        flops_per_image=flops, params=params, weights_sha=sha,
+        target_ci=req.protocol.target_ci,
+        ci_met=timings.ci_met,
+        flops_per_image=flops,
+        params=params,
+        weights_sha=sha,
         samples_s=timings.samples_s,
     )
     result.details = ResultDetails(
@@ -338,8 +354,11 @@ def _measure(state: WorkerState, req: MeasureRequest) -> Result:
         torch_threads=torch.get_num_threads(),
     )
     if spec.include_transfer:  # say what was timed: on a CPU device there is no host→device copy
-        result.details.transfer = ("pinned host→device copy timed in every iteration" if x_src is not None
-                                    else "none: the device is the host (CPU), no copy to time")
+        result.details.transfer = (
+            "pinned host→device copy timed in every iteration"
+            if x_src is not None
+            else "none: the device is the host (CPU), no copy to time"
+        )
     if tel is not None:
         tel.finish(result)
     if cuda:

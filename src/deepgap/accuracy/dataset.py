@@ -150,12 +150,16 @@ def _check_labels(path: Path, labels: list[str]) -> None:
     ints = [lab for lab in labels if _is_int(lab)]
     numbers = [lab for lab in labels if not _is_int(lab) and _is_number(lab)]
     if numbers:
-        raise UsageError(f"dataset CSV {str(path)!r} has the label {numbers[0]!r}: not a class index",
-                         "use integer class indices (0, 1, …) or class names")
+        raise UsageError(
+            f"dataset CSV {str(path)!r} has the label {numbers[0]!r}: not a class index",
+            "use integer class indices (0, 1, …) or class names",
+        )
     if ints and len(ints) < len(labels):
         name = next(lab for lab in labels if not _is_int(lab))
-        raise UsageError(f"dataset CSV {str(path)!r} mixes class indices ({ints[0]!r}) and names ({name!r})",
-                         "use integer class indices for every row, or names for every row")
+        raise UsageError(
+            f"dataset CSV {str(path)!r} mixes class indices ({ints[0]!r}) and names ({name!r})",
+            "use integer class indices for every row, or names for every row",
+        )
 
 
 def split_sizes(n: int, calibration: int, samples: int | None) -> tuple[int, int]:
@@ -270,13 +274,20 @@ def serve_options(spec: Any) -> dict[str, Any]:
 
     Cached: validation, the stored spec and the worker's request all ask, and the images are verified once.
     """
-    return _serve_options(spec.model, spec.resolution, spec.weights, spec.dataset, spec.accuracy_samples,
-                          spec.seed)
+    return _serve_options(
+        spec.model, spec.resolution, spec.weights, spec.dataset, spec.accuracy_samples, spec.seed
+    )
 
 
 @functools.lru_cache(maxsize=8)
-def _serve_options(model: str, resolution: int | None, weights: str | None, dataset: str | None,
-                   samples: int | None, seed: int) -> dict[str, Any]:
+def _serve_options(
+    model: str,
+    resolution: int | None,
+    weights: str | None,
+    dataset: str | None,
+    samples: int | None,
+    seed: int,
+) -> dict[str, Any]:
     from types import SimpleNamespace
 
     if weights:

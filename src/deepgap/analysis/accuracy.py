@@ -75,11 +75,14 @@ class Agreement:
     def label(self) -> str:
         """'top-1 agreement 0/8 [0%, 37%] on synthetic inputs, random weights'."""
         w = {"random": "random weights", WEIGHTS_TRAINED: "trained weights"}.get(
-            self.weights, "weights not recorded: random unless the run had --weights")
+            self.weights, "weights not recorded: random unless the run had --weights"
+        )
         if not self.n:
             return f"top-1 agreement {100 * self.value:.1f}% (n not recorded) on synthetic inputs, {w}"
-        return (f"top-1 agreement {self.k}/{self.n} [{100 * self.low:.0f}%, {100 * self.high:.0f}%] "
-                f"on synthetic inputs, {w}")
+        return (
+            f"top-1 agreement {self.k}/{self.n} [{100 * self.low:.0f}%, {100 * self.high:.0f}%] "
+            f"on synthetic inputs, {w}"
+        )
 
 
 def agreement(top1: Any, n: Any, weights: Any = "") -> Agreement | None:
@@ -142,8 +145,11 @@ def flags(
         acc = ResultDetails.of(extra).accuracy
         top1, n = _num(acc.top1), _num(acc.get("n"))
         of_n = f" of {int(n)} images" if n else ""
-        what = (f"top1 {100 * top1:.2f}%{of_n} = {100 * value:.1f}% of fp32" if top1 is not None
-                else f"{100 * value:.1f}% of fp32")
+        what = (
+            f"top1 {100 * top1:.2f}%{of_n} = {100 * value:.1f}% of fp32"
+            if top1 is not None
+            else f"{100 * value:.1f}% of fp32"
+        )
         return [f"{FLAG}({what} < {100 * bar:g}%)"]
     ag = check_agreement(extra)
     if ag is None or not ag.speaks_to_accuracy or ag.high >= bar:

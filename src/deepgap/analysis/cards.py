@@ -114,8 +114,13 @@ def result_ids_by_card(used: pd.DataFrame) -> list[list[int]]:
     return [[int(r) for r in used.loc[cards == c, "result_id"]] for c in known]
 
 
-def ratio_ci(ids_a: list[list[int]], ids_b: list[list[int]], samples_a: Callable[[list[int]], np.ndarray],
-             samples_b: Callable[[list[int]], np.ndarray], n_resamples: int = 1000) -> tuple[float, float]:
+def ratio_ci(
+    ids_a: list[list[int]],
+    ids_b: list[list[int]],
+    samples_a: Callable[[list[int]], np.ndarray],
+    samples_b: Callable[[list[int]], np.ndarray],
+    n_resamples: int = 1000,
+) -> tuple[float, float]:
     """95% CI of the speed ratio A/B (median latency B / median latency A) by the three-level bootstrap.
 
     ``ids_x``: each side's result ids per card (a one-card side: one list); each result is one process.

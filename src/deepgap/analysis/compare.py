@@ -90,16 +90,24 @@ def throughput_ratio(
         sds = [float(r.get("card_spread_rel") or float("nan")) for r in (a, b)]
         by_card = [list(r.get("card_result_ids") or []) for r in (a, b)]
         if max(len(c) for c in by_card) >= 2:  # measured on two or more cards: cards, processes, samples
-            lo, hi = cards.ratio_ci(*[c if len(c) >= 2 else [list(r.get("result_ids") or [])]
-                                      for c, r in zip(by_card, (a, b), strict=True)],
-                                    samples_a, samples_b, n_resamples)
+            lo, hi = cards.ratio_ci(
+                *[
+                    c if len(c) >= 2 else [list(r.get("result_ids") or [])]
+                    for c, r in zip(by_card, (a, b), strict=True)
+                ],
+                samples_a,
+                samples_b,
+                n_resamples,
+            )
             method = "three-level bootstrap (cards, processes, samples): " + " vs ".join(
-                f"{len(c) or 1} card(s)" for c in by_card)
+                f"{len(c) or 1} card(s)" for c in by_card
+            )
             sds = [sd if len(c) < 2 else float("nan") for sd, c in zip(sds, by_card, strict=True)]
         if any(sd == sd for sd in sds):  # a store with two or more cards of a side's type (analysis.cards)
             lo, hi = widen_interval(point, lo, hi, sds)
             method += "; widened by the card-to-card spread " + " and ".join(
-                f"±{100 * sd:.1f}% ({side})" for side, sd in zip("AB", sds, strict=True) if sd == sd)
+                f"±{100 * sd:.1f}% ({side})" for side, sd in zip("AB", sds, strict=True) if sd == sd
+            )
         return k * point, k * lo, k * hi, method
     point = float(a["throughput_ips"]) / float(b["throughput_ips"])
     return point, float("nan"), float("nan"), "unavailable: no raw samples stored"
@@ -138,8 +146,9 @@ def pairing(a: dict[str, Any], b: dict[str, Any]) -> str:
     """'like with like' where both sides share every configuration field, else 'best vs best: A … / B …'."""
     if all(a.get(k) == b.get(k) for k in MATCH_KEYS):
         return f"like with like (bs{int(a['batch_size'])} both)"
-    return (f"best vs best: A {config_label(a, with_platform=False)} / "
-            f"B {config_label(b, with_platform=False)}")
+    return (
+        f"best vs best: A {config_label(a, with_platform=False)} / B {config_label(b, with_platform=False)}"
+    )
 
 
 def _pairs(
@@ -214,16 +223,23 @@ def provenance(runs_a: list[dict[str, Any]], runs_b: list[dict[str, Any]]) -> li
     ca, cb = sorted({code_id(r) for r in runs_a}), sorted({code_id(r) for r in runs_b})
     unknown = any(c.startswith("not recorded") for c in ca + cb)
     if ca != cb or unknown or len(ca) > 1:
-        what = ("A and B may have been measured by different code (not recorded for every run)" if unknown
-                and ca == cb else "A and B were measured by different code")
+        what = (
+            "A and B may have been measured by different code (not recorded for every run)"
+            if unknown and ca == cb
+            else "A and B were measured by different code"
+        )
         out.append(f"{what}: A {'; '.join(ca)}; B {'; '.join(cb)}")
     ra, rb = {str(r["run_id"]) for r in runs_a}, {str(r["run_id"]) for r in runs_b}
     if ra != rb:
-        out.append(f"A and B were measured in different sessions: A runs {', '.join(sorted(ra))}; "
-                   f"B runs {', '.join(sorted(rb))}")
+        out.append(
+            f"A and B were measured in different sessions: A runs {', '.join(sorted(ra))}; "
+            f"B runs {', '.join(sorted(rb))}"
+        )
     if out:
-        out.append("the 95% intervals cover the sampling noise within each side only: they cover neither "
-                   "a change of code nor the spread between sessions")
+        out.append(
+            "the 95% intervals cover the sampling noise within each side only: they cover neither "
+            "a change of code nor the spread between sessions"
+        )
     return out
 
 

@@ -32,6 +32,8 @@ def grid_gaps(measured: pd.DataFrame, failed: pd.DataFrame | None = None) -> lis
         never = [b for b in grid if b not in have and (*map(str, key), b) not in tried]
         if never:
             fmt = "" if key[2] == "nchw" else f" {key[2]}"
-            out.append(f"{key[0]} {key[1]}{fmt}: only {', '.join(f'bs{b}' for b in have)}; never "
-                       f"{', '.join(f'bs{b}' for b in never)} (not in the run's grid)")
+            out.append(
+                f"{key[0]} {key[1]}{fmt}: only {', '.join(f'bs{b}' for b in have)}; never "
+                f"{', '.join(f'bs{b}' for b in never)} (not in the run's grid)"
+            )
     return out

@@ -64,7 +64,6 @@ MEMORY_LABELS = {
 }
 
 
-
 # Telemetry flags that warn without disqualifying: ``temp-rising`` says the GPU had not reached its
 # thermal steady state, not that the measurement was slowed — a slowdown inside the windows raises
 # ``clocks-low`` or a throttle flag. (Many rows of an ordinary sweep are still warming at steady clocks;
@@ -185,12 +184,17 @@ def prepare(results: pd.DataFrame) -> pd.DataFrame:
     df["seq_len"] = [tokens.seq_len_of(s) for s in df.get("seq_len", [None] * len(df))]
     extras = [ResultDetails.of(e) for e in df["extra"]] if "extra" in df else [ResultDetails()] * len(df)
     precs = df["precision"] if "precision" in df else [""] * len(df)
-    df["flags"] = [row_flags(e) + accuracy.flags(p, e) for e, p in zip(extras, precs, strict=True)]  # accuracy-loss
+    df["flags"] = [
+        row_flags(e) + accuracy.flags(p, e) for e, p in zip(extras, precs, strict=True)
+    ]  # accuracy-loss
     none = [None] * len(df)  # per-call vs pipelined beyond guards.RATE_TOLERANCE (GPU rows)
-    rates = zip(df.get("throughput_ips", none), df.get("throughput_pipelined_ips", none), df["device"],
-                strict=True)
-    df["flags"] = [f + ([r] if (r := rate_flag(a, b, device=d)) else []) for f, (a, b, d) in
-                   zip(df["flags"], rates, strict=True)]
+    rates = zip(
+        df.get("throughput_ips", none), df.get("throughput_pipelined_ips", none), df["device"], strict=True
+    )
+    df["flags"] = [
+        f + ([r] if (r := rate_flag(a, b, device=d)) else [])
+        for f, (a, b, d) in zip(df["flags"], rates, strict=True)
+    ]
     df["flagged"] = [bool(f) for f in df["flags"]]
     raw = [row_warnings(c, e) for c, e in zip(df.get("ci_met", [None] * len(df)), extras, strict=True)]
     # a warning only where it can move the number beyond its CI; the rest are notes (analysis.signals)
@@ -246,8 +250,10 @@ def accuracy_label(row: dict[str, Any] | pd.Series) -> str:
     if rel is None and cos is None and top1 is None:
         return "unavailable: no correctness check stored"
     p = PRECISIONS.get(str(row.get("precision", "")))
-    parts = [f"relL2 {rel:.3g}" + (f" (≤ {p.rel_l2_bound:g})" if p else "") if rel is not None else "",
-             f"cosine {cos:.4f}" + (f" (≥ {p.cosine_floor:g})" if p else "") if cos is not None else ""]
+    parts = [
+        f"relL2 {rel:.3g}" + (f" (≤ {p.rel_l2_bound:g})" if p else "") if rel is not None else "",
+        f"cosine {cos:.4f}" + (f" (≥ {p.cosine_floor:g})" if p else "") if cos is not None else "",
+    ]
     text = ", ".join(x for x in parts if x) + " vs fp32" if rel is not None or cos is not None else ""
     ag = accuracy.agreement(top1, row.get("top1_n"), row.get("check_weights"))
     if ag is not None:
@@ -289,8 +295,11 @@ def aggregate(df: pd.DataFrame, samples: sweeps.SamplesFn | None = None) -> pd.D
         used = clean if len(clean) else grp
         row: dict[str, Any] = dict(zip(GROUP_COLS, key, strict=True))
         row["throughput_ips"] = _median(used["throughput_ips"])
-        hier = (cards.throughput_ci(used, samples) or sweeps.throughput_ci(used, samples)
-                if samples is not None and len(used) >= 2 else None)  # cards, processes, samples (issue 34)
+        hier = (
+            cards.throughput_ci(used, samples) or sweeps.throughput_ci(used, samples)
+            if samples is not None and len(used) >= 2
+            else None
+        )  # cards, processes, samples (issue 34)
         row["n_cards"] = len(cards.per_card(used))
         row["card_result_ids"] = cards.result_ids_by_card(used)  # for compare's three-level bootstrap
         ci = hier or _throughput_ci(used)
@@ -332,8 +341,9 @@ def aggregate(df: pd.DataFrame, samples: sweeps.SamplesFn | None = None) -> pd.D
         warn = {w for ws in used["warnings"] for w in ws}
         notes = {n for ns in used.get("notes", []) for n in ns}
         if disagree:  # a warning only if the configuration's interval leaves a sweep out (analysis.signals)
-            covered = signals.covers(row["throughput_ci_low_ips"], row["throughput_ci_high_ips"],
-                                     row["sweep_throughputs"])
+            covered = signals.covers(
+                row["throughput_ci_low_ips"], row["throughput_ci_high_ips"], row["sweep_throughputs"]
+            )
             (notes if covered else warn).add(signals.SPREAD_COVERED if covered else sweeps.SPREAD)
         row["warnings"] = sorted(warn)
         row["notes"] = sorted(notes)

@@ -142,8 +142,11 @@ def host_cpu_lines(agg: pd.DataFrame, df: pd.DataFrame | None = None) -> list[Ho
             continue
         tp = _throughput(gpu, cpu)
         name = str((tp.cpu or cpu.iloc[0].to_dict())["platform"])
-        out.append(HostCpuLine(str(platform), str(model), int(res), name, tp, _latency(gpu, cpu),
-                               _joules(gpu, cpu, df)))
+        out.append(
+            HostCpuLine(
+                str(platform), str(model), int(res), name, tp, _latency(gpu, cpu), _joules(gpu, cpu, df)
+            )
+        )
     return out
 
 
@@ -151,10 +154,24 @@ def _x(prefix: str, ratio: tuple[float, float, float]) -> dict[str, float]:
     return dict(zip((prefix, f"{prefix}_ci_low", f"{prefix}_ci_high"), ratio, strict=True))
 
 
-PAPER_COLUMNS = ["platform", "model", "precision", "configuration", "cpu_configuration", "yours_x_cpu_fp32",
-                 "yours_x_cpu_fp32_ci_low", "yours_x_cpu_fp32_ci_high", "cpu_same_configuration",
-                 "yours_x_cpu_same", "yours_x_cpu_same_ci_low", "yours_x_cpu_same_ci_high", "paper_platform",
-                 "paper_x_cpu", "paper_cpu", "yours_over_paper"]
+PAPER_COLUMNS = [
+    "platform",
+    "model",
+    "precision",
+    "configuration",
+    "cpu_configuration",
+    "yours_x_cpu_fp32",
+    "yours_x_cpu_fp32_ci_low",
+    "yours_x_cpu_fp32_ci_high",
+    "cpu_same_configuration",
+    "yours_x_cpu_same",
+    "yours_x_cpu_same_ci_low",
+    "yours_x_cpu_same_ci_high",
+    "paper_platform",
+    "paper_x_cpu",
+    "paper_cpu",
+    "yours_over_paper",
+]
 
 
 def paper_cpu_ratios(agg: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
@@ -171,8 +188,9 @@ def paper_cpu_ratios(agg: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
     is_cpu = paper["platform"].str.contains("Xeon|CPU", case=False, regex=True)
     cpu_name = ", ".join(sorted(map(str, paper.loc[is_cpu, "platform"].unique()))) or "the paper's CPU"
     gpu_paper = paper[paper["speedup_vs_cpu"].notna() & ~is_cpu]
-    peaks = best_rows(agg[(agg["device"] != "cpu") & ~agg["flagged"].astype(bool)],
-                      ["platform", "model", "precision"])
+    peaks = best_rows(
+        agg[(agg["device"] != "cpu") & ~agg["flagged"].astype(bool)], ["platform", "model", "precision"]
+    )
     out = []
     for r in peaks.to_dict("records"):
         fp32, _ = host_cpu_for({**r, "precision": "fp32"}, cpu)
@@ -184,13 +202,20 @@ def paper_cpu_ratios(agg: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
         xs = ratio_interval(r, same) if like and same is not None else (NAN, NAN, NAN)
         mine = gpu_paper[(gpu_paper["model"] == r["model"]) & (gpu_paper["precision"] == r["precision"])]
         for p in mine.to_dict("records"):
-            out.append({
-                "platform": r["platform"], "model": r["model"], "precision": r["precision"],
-                "configuration": config_label(r), "cpu_configuration": config_label(fp32),
-                **_x("yours_x_cpu_fp32", x32),
-                "cpu_same_configuration": config_label(same) if like and same is not None else how,
-                **_x("yours_x_cpu_same", xs),
-                "paper_platform": p["platform"], "paper_x_cpu": float(p["speedup_vs_cpu"]),
-                "paper_cpu": cpu_name, "yours_over_paper": x32[0] / float(p["speedup_vs_cpu"]),
-            })
+            out.append(
+                {
+                    "platform": r["platform"],
+                    "model": r["model"],
+                    "precision": r["precision"],
+                    "configuration": config_label(r),
+                    "cpu_configuration": config_label(fp32),
+                    **_x("yours_x_cpu_fp32", x32),
+                    "cpu_same_configuration": config_label(same) if like and same is not None else how,
+                    **_x("yours_x_cpu_same", xs),
+                    "paper_platform": p["platform"],
+                    "paper_x_cpu": float(p["speedup_vs_cpu"]),
+                    "paper_cpu": cpu_name,
+                    "yours_over_paper": x32[0] / float(p["speedup_vs_cpu"]),
+                }
+            )
     return pd.DataFrame(out, columns=PAPER_COLUMNS)

@@ -49,8 +49,13 @@ _PAIR_COLUMNS: list[tuple[str, Any]] = [
     ("batch A / B", _batches),
     ("A images/s", lambda r: fmt_ips(r.get("throughput_ips_a"))),
     ("B images/s", lambda r: fmt_ips(r.get("throughput_ips_b"))),
-    ("A/B · 95% CI", lambda r: f"{fmt_x(r.get('speedup'))} "
-     + fmt_ci(r.get("speedup_ci_low"), r.get("speedup_ci_high"), lambda v: fmt_num(v, ".3g"))),
+    (
+        "A/B · 95% CI",
+        lambda r: (
+            f"{fmt_x(r.get('speedup'))} "
+            + fmt_ci(r.get("speedup_ci_low"), r.get("speedup_ci_high"), lambda v: fmt_num(v, ".3g"))
+        ),
+    ),
     ("roofline A/B", lambda r: f"{fmt_x(r.get('predicted_ratio'))} ({r.get('bound') or '–'})"),
     ("vs roofline", _departs),
     ("mJ/image A · B", _mj),
@@ -97,8 +102,14 @@ def ratio_figure(best: pd.DataFrame, matched: pd.DataFrame):
             if dep.any():
                 ax.scatter(x[dep], y[dep], marker=marker, color=colour, label=f"{label}, {bound}, departs")
             if (~dep).any():
-                ax.scatter(x[~dep], y[~dep], marker=marker, facecolors="none", edgecolors=colour,
-                           label=f"{label}, {bound}")
+                ax.scatter(
+                    x[~dep],
+                    y[~dep],
+                    marker=marker,
+                    facecolors="none",
+                    edgecolors=colour,
+                    label=f"{label}, {bound}",
+                )
             lo_hi += [*x, *lo_ci.dropna(), *hi_ci.dropna(), *y]
     if not lo_hi:
         raise ValueError("no ratio has a roofline prediction (no ceilings for both platforms)")
@@ -136,11 +147,19 @@ def section(
     if out.get("provenance"):  # different code or sessions: the intervals cover neither
         caption += " Warning: " + " ".join(out["provenance"])
     try:
-        fig = Figure("fig_platforms_ratio_vs_roofline", "Platform ratios vs the roofline", caption,
-                     png=png_bytes(ratio_figure(out["best_batch"], out["matched"])))
+        fig = Figure(
+            "fig_platforms_ratio_vs_roofline",
+            "Platform ratios vs the roofline",
+            caption,
+            png=png_bytes(ratio_figure(out["best_batch"], out["matched"])),
+        )
     except Exception as exc:  # noqa: BLE001 — the figure says why it is missing, the report goes on
-        fig = Figure("fig_platforms_ratio_vs_roofline", "Platform ratios vs the roofline", caption,
-                     unavailable=f"unavailable: {type(exc).__name__}: {exc}"[:300])
+        fig = Figure(
+            "fig_platforms_ratio_vs_roofline",
+            "Platform ratios vs the roofline",
+            caption,
+            unavailable=f"unavailable: {type(exc).__name__}: {exc}"[:300],
+        )
     tables = {
         "platforms_ceilings": out["ceilings"],
         "platforms_best_batch": out["best_batch"],

@@ -64,7 +64,10 @@ def _layer_time(layer: dict[str, Any]) -> float | None:
 
 
 def layer_rows(
-    model: str, precision: str, batch_size: int, measurements: list[list[dict[str, Any]]],
+    model: str,
+    precision: str,
+    batch_size: int,
+    measurements: list[list[dict[str, Any]]],
     ceilings: dict[str, Ceiling | None],
 ) -> list[LayerRow]:
     """The rows of one configuration from the ``layers`` lists of its measurements (medians per layer).
@@ -97,11 +100,30 @@ def layer_rows(
             att, floor, side = float("nan"), float("nan"), ""
         tops = ops / t / 1e12 if t > 0 else float("nan")
         gemm = tuple(int(v) for v in (last.get("gemm") or (0, 0, 0)))
-        rows.append(LayerRow(
-            model, precision, int(batch_size), name, str(last.get("mode", "")), str(last.get("kernel", "")),
-            str(last.get("config") or ""), gemm, ops, nbytes, t, t / total, tops, ai, att,
-            tops / att if att == att and att > 0 else float("nan"), floor, t - floor, side, len(ls),
-        ))
+        rows.append(
+            LayerRow(
+                model,
+                precision,
+                int(batch_size),
+                name,
+                str(last.get("mode", "")),
+                str(last.get("kernel", "")),
+                str(last.get("config") or ""),
+                gemm,
+                ops,
+                nbytes,
+                t,
+                t / total,
+                tops,
+                ai,
+                att,
+                tops / att if att == att and att > 0 else float("nan"),
+                floor,
+                t - floor,
+                side,
+                len(ls),
+            )
+        )
     return rows
 
 
@@ -126,8 +148,11 @@ def layers_frame(results: pd.DataFrame, peaks_df=None) -> pd.DataFrame:
     out: list[dict[str, Any]] = []
     for (device, model, precision, bs), grp in ok.groupby(CONFIG_KEYS, sort=True):
         infos = [ResultDetails.of(e).engine_info or EngineInfo() for e in grp["extra"]]
-        lists = [(i.layers or []) + (i.outside_layers or []) for i in infos
-                 if isinstance(i.layers, list) and i.layers]
+        lists = [
+            (i.layers or []) + (i.outside_layers or [])
+            for i in infos
+            if isinstance(i.layers, list) and i.layers
+        ]
         if not lists:
             continue
         ceiling = ceiling_for(str(precision), str(device), peaks_df)
@@ -135,10 +160,16 @@ def layers_frame(results: pd.DataFrame, peaks_df=None) -> pd.DataFrame:
         network = float(grp["latency_median_s"].median())  # the whole network's batch, stem and head included
         for r in layer_rows(str(model), str(precision), int(bs), lists, ceils):
             c = ceils.get(r.mode)
-            out.append({**r.as_dict(), "device_name": device, "ceiling": c.label if c else "",
-                        "peak_tops": c.peak_tflops if c else float("nan"),
-                        "bandwidth_gb_s": c.bandwidth_gb_s if c else float("nan"),
-                        "network_s": network})
+            out.append(
+                {
+                    **r.as_dict(),
+                    "device_name": device,
+                    "ceiling": c.label if c else "",
+                    "peak_tops": c.peak_tflops if c else float("nan"),
+                    "bandwidth_gb_s": c.bandwidth_gb_s if c else float("nan"),
+                    "network_s": network,
+                }
+            )
     return pd.DataFrame(out)
 
 
@@ -157,20 +188,29 @@ def summary(frame: pd.DataFrame) -> pd.DataFrame:
     for key, g in frame.groupby(CONFIG_KEYS, sort=True):
         top = g.sort_values("headroom_s", ascending=False).iloc[0]
         mem = g[g["bound"] == "memory"]["time_s"].sum()
-        rows.append({
-            "device_name": key[0], "model": key[1], "precision": key[2], "batch_size": key[3],
-            "layers": len(g), "network_ms": g["network_s"].iloc[0] * 1e3,
-            "layers_ms": g["time_s"].sum() * 1e3,
-            "outside_layers_ms": (g["network_s"].iloc[0] - g["time_s"].sum()) * 1e3,
-            "floor_ms": g["floor_s"].sum() * 1e3,
-            "memory_bound_share": mem / g["time_s"].sum(), "tops": g["ops"].sum() / g["time_s"].sum() / 1e12,
-            "next_bottleneck": top["name"], "its_headroom_ms": top["headroom_s"] * 1e3,
-        })
+        rows.append(
+            {
+                "device_name": key[0],
+                "model": key[1],
+                "precision": key[2],
+                "batch_size": key[3],
+                "layers": len(g),
+                "network_ms": g["network_s"].iloc[0] * 1e3,
+                "layers_ms": g["time_s"].sum() * 1e3,
+                "outside_layers_ms": (g["network_s"].iloc[0] - g["time_s"].sum()) * 1e3,
+                "floor_ms": g["floor_s"].sum() * 1e3,
+                "memory_bound_share": mem / g["time_s"].sum(),
+                "tops": g["ops"].sum() / g["time_s"].sum() / 1e12,
+                "next_bottleneck": top["name"],
+                "its_headroom_ms": top["headroom_s"] * 1e3,
+            }
+        )
     return pd.DataFrame(rows)
 
 
-def load(store_path: str, run_ids: list[str] | None = None,
-         peaks_df=None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def load(
+    store_path: str, run_ids: list[str] | None = None, peaks_df=None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(layers frame, `summary`) of a store's runs; ceilings from ``peaks_df``, else measured in the store."""
     from deepgap.roofline.storage import peaks_frame
     from deepgap.store import Store

@@ -34,20 +34,41 @@ def _pct(col: str):
 TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
     "quant_layers_summary": (
         "The quant engine per configuration: its rows (layers, stem, head) against the network's median",
-        [("device", "device_name"), ("model", "model"), ("precision", "precision"), ("batch", "batch_size"),
-         ("network ms", _n("network_ms", ".4g")), ("rows ms", _n("layers_ms", ".4g")),
-         ("their floor ms", _n("floor_ms", ".4g")), ("outside rows ms", _n("outside_layers_ms", ".3g")),
-         ("TOPS", _n("tops", ".0f")), ("memory-bound time", _pct("memory_bound_share")),
-         ("next bottleneck", "next_bottleneck"), ("its headroom ms", _n("its_headroom_ms", ".3g"))],
+        [
+            ("device", "device_name"),
+            ("model", "model"),
+            ("precision", "precision"),
+            ("batch", "batch_size"),
+            ("network ms", _n("network_ms", ".4g")),
+            ("rows ms", _n("layers_ms", ".4g")),
+            ("their floor ms", _n("floor_ms", ".4g")),
+            ("outside rows ms", _n("outside_layers_ms", ".3g")),
+            ("TOPS", _n("tops", ".0f")),
+            ("memory-bound time", _pct("memory_bound_share")),
+            ("next bottleneck", "next_bottleneck"),
+            ("its headroom ms", _n("its_headroom_ms", ".3g")),
+        ],
     ),
     "quant_layers": (
         f"The quant engine's layers with the most headroom (time above their roofline floor), "
         f"{TOP_ROWS} per configuration",
-        [("model", "model"), ("precision", "precision"), ("batch", "batch_size"), ("layer", "name"),
-         ("GEMM M×N×K", "gemm"), ("tile", "tile"), ("µs", _n("time_s", ".4g", 1e6)), ("share", _pct("share")),
-         ("TOPS", _n("tops", ".0f")), ("ops/byte", _n("intensity", ".0f")),
-         ("roof TOPS", _n("attainable_tops", ".0f")), ("% of roof", _pct("roof_fraction")),
-         ("headroom µs", _n("headroom_s", ".3g", 1e6)), ("bound", "bound"), ("ceiling", "ceiling")],
+        [
+            ("model", "model"),
+            ("precision", "precision"),
+            ("batch", "batch_size"),
+            ("layer", "name"),
+            ("GEMM M×N×K", "gemm"),
+            ("tile", "tile"),
+            ("µs", _n("time_s", ".4g", 1e6)),
+            ("share", _pct("share")),
+            ("TOPS", _n("tops", ".0f")),
+            ("ops/byte", _n("intensity", ".0f")),
+            ("roof TOPS", _n("attainable_tops", ".0f")),
+            ("% of roof", _pct("roof_fraction")),
+            ("headroom µs", _n("headroom_s", ".3g", 1e6)),
+            ("bound", "bound"),
+            ("ceiling", "ceiling"),
+        ],
     ),
 }
 
@@ -67,15 +88,27 @@ def roofline_figure(frame: pd.DataFrame):
         for mode, colour, label in kinds:
             m = g[g["mode"] == mode]
             if len(m):
-                ax.scatter(m["intensity"], m["tops"], s=20 + 600 * m["share"], alpha=0.6, color=colour,
-                           label=f"{label} rows")
+                ax.scatter(
+                    m["intensity"],
+                    m["tops"],
+                    s=20 + 600 * m["share"],
+                    alpha=0.6,
+                    color=colour,
+                    label=f"{label} rows",
+                )
         x = np.logspace(0, 4, 64)
         for mode, colour in (("q", "tab:blue"), ("fp16", "tab:orange")):
             m = g[(g["mode"] == mode) & g["peak_tops"].notna()]
             if len(m):  # the roof: min(peak, intensity × bandwidth)
                 r = m.iloc[0]
-                ax.plot(x, np.minimum(r["peak_tops"], x * r["bandwidth_gb_s"] / 1e3), color=colour, lw=1,
-                        ls="--", label=f"roof ({r['ceiling']})")
+                ax.plot(
+                    x,
+                    np.minimum(r["peak_tops"], x * r["bandwidth_gb_s"] / 1e3),
+                    color=colour,
+                    lw=1,
+                    ls="--",
+                    label=f"roof ({r['ceiling']})",
+                )
         ax.set_xscale("log")
         ax.set_yscale("log")
         plain_ticks(ax, [1, 10, 100, 1000, 10000])
@@ -84,7 +117,7 @@ def roofline_figure(frame: pd.DataFrame):
         ax.set_ylabel("TOPS")
         ax.set_title(f"{model} {precision} batch {bs}", fontsize=9)
         panel_legend(ax)
-    for ax in axes[len(groups):]:
+    for ax in axes[len(groups) :]:
         ax.set_visible(False)
     return fig
 
@@ -99,9 +132,11 @@ def build(ctx: ReportContext) -> Parts:
     top = frame.sort_values("headroom_s", ascending=False).groupby(CONFIG_KEYS, sort=True).head(TOP_ROWS)
     top = top.sort_values(CONFIG_KEYS + ["headroom_s"], ascending=[True] * len(CONFIG_KEYS) + [False])
     name, title = "fig_quant_layers_roofline", "The quant engine's layers on their roofline"
-    caption = ("Every layer of each quant configuration at its largest batch: achieved TOPS against "
-               "arithmetic intensity (fewest bytes), marker area by its share of the time; dashed, the roof "
-               "of the 8-bit precision and of fp16 (the stem, the head, layers kept in fp16).")
+    caption = (
+        "Every layer of each quant configuration at its largest batch: achieved TOPS against "
+        "arithmetic intensity (fewest bytes), marker area by its share of the time; dashed, the roof "
+        "of the 8-bit precision and of fp16 (the stem, the head, layers kept in fp16)."
+    )
     fig = drawn_figure(name, title, caption, lambda: roofline_figure(frame))
     return Parts({"quant_layers_summary": summ, "quant_layers": top}, [fig])
 

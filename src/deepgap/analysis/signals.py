@@ -73,8 +73,9 @@ def split(warnings: list[str], drift: float | None, half: float | None) -> tuple
 def row(r: dict[str, Any], raw: list[str]) -> tuple[list[str], list[str]]:
     """`split` for one results row (its extra, batch size and throughput CI)."""
     drift = window_drift(r.get("extra"), r.get("batch_size"))
-    half = ci_halfwidth_rel(r.get("throughput_ips"), r.get("throughput_ci_low_ips"),
-                            r.get("throughput_ci_high_ips"))
+    half = ci_halfwidth_rel(
+        r.get("throughput_ips"), r.get("throughput_ci_low_ips"), r.get("throughput_ci_high_ips")
+    )
     return split(raw, drift, half)
 
 

@@ -67,6 +67,7 @@ def ratio_interval(a: dict[str, Any], b: dict[str, Any]) -> tuple[float, float, 
     Conservative (each side's interval holds with 95%, so the ratio's with at least 90%, in practice more);
     NaN bounds where a side stored no CI.
     """
+
     def num(r: dict[str, Any], k: str) -> float:
         v = r.get(k)
         return float(v) if v is not None and v == v else float("nan")
@@ -81,12 +82,24 @@ def _vs_cpu(row: dict[str, Any], cpu: pd.DataFrame) -> dict[str, Any]:
     """The × CPU columns of one configuration: ratio, its interval, the CPU's configuration and the match."""
     b, how = host_cpu_for(row, cpu)
     if b is None:
-        return {"speedup_vs_cpu": np.nan, "speedup_vs_cpu_ci_low": np.nan, "speedup_vs_cpu_ci_high": np.nan,
-                "cpu_baseline": how, "cpu_match": how, "cpu_throughput_ips": np.nan}
+        return {
+            "speedup_vs_cpu": np.nan,
+            "speedup_vs_cpu_ci_low": np.nan,
+            "speedup_vs_cpu_ci_high": np.nan,
+            "cpu_baseline": how,
+            "cpu_match": how,
+            "cpu_throughput_ips": np.nan,
+        }
     point, lo, hi = ratio_interval(row, b)
-    return {"speedup_vs_cpu": point, "speedup_vs_cpu_ci_low": lo, "speedup_vs_cpu_ci_high": hi,
-            "cpu_baseline": f"{config_label(b)} ({how})", "cpu_match": how,
-            "cpu_configuration": config_label(b), "cpu_throughput_ips": b["throughput_ips"]}
+    return {
+        "speedup_vs_cpu": point,
+        "speedup_vs_cpu_ci_low": lo,
+        "speedup_vs_cpu_ci_high": hi,
+        "cpu_baseline": f"{config_label(b)} ({how})",
+        "cpu_match": how,
+        "cpu_configuration": config_label(b),
+        "cpu_throughput_ips": b["throughput_ips"],
+    }
 
 
 def table1(agg: pd.DataFrame) -> pd.DataFrame:
@@ -136,14 +149,22 @@ def table1(agg: pd.DataFrame) -> pd.DataFrame:
                 "run_ids",
             ]
         }
-        row.update({k: r.get(k, np.nan) for k in ("seq_len", "tokens_per_s", "tokens_ci_low_per_s",
-                                                   "tokens_ci_high_per_s")})  # text models (analysis.tokens)
+        row.update(
+            {
+                k: r.get(k, np.nan)
+                for k in ("seq_len", "tokens_per_s", "tokens_ci_low_per_s", "tokens_ci_high_per_s")
+            }
+        )  # text models (analysis.tokens)
         flops = r.get("flops_per_image")
         row["achieved_tflops"] = r["throughput_ips"] * flops / 1e12 if flops and flops == flops else np.nan
         row["pct_of_peak"] = _pct_of_peak(row["platform"], row["precision"], row["achieved_tflops"])
         v = _vs_cpu(r, cpu)
-        row.update({k: v[k] for k in ("speedup_vs_cpu", "speedup_vs_cpu_ci_low", "speedup_vs_cpu_ci_high",
-                                      "cpu_baseline")})
+        row.update(
+            {
+                k: v[k]
+                for k in ("speedup_vs_cpu", "speedup_vs_cpu_ci_low", "speedup_vs_cpu_ci_high", "cpu_baseline")
+            }
+        )
         row["configuration"] = config_label(r)
         row["peak_over"] = peak_over(agg, r)
         for c in ACCURACY_WORST:  # every row, so a quantized row stands beside its evidence
@@ -159,15 +180,19 @@ def peak_over(agg: pd.DataFrame, r: dict[str, Any]) -> str:
     E.g. 'best of bs1; excluded: bs256 quant (accuracy-loss)': a peak at batch 1 below fp32's is then
     read for what it is.
     """
-    same = agg[(agg["platform"] == r["platform"]) & (agg["model"] == r["model"])
-               & (agg["precision"] == r["precision"])]
+    same = agg[
+        (agg["platform"] == r["platform"])
+        & (agg["model"] == r["model"])
+        & (agg["precision"] == r["precision"])
+    ]
     ok = sorted({int(b) for b in same.loc[~same["flagged"], "batch_size"]})
     text = "best of " + ", ".join(f"bs{b}" for b in ok) if ok else "every configuration flagged"
     bad = same[same["flagged"]]
     if len(bad):
         text += "; excluded: " + ", ".join(
             f"bs{int(x['batch_size'])} {x['engine']} ({', '.join(f.split('(')[0] for f in x['flags'])})"
-            for x in bad.sort_values("batch_size").to_dict("records"))
+            for x in bad.sort_values("batch_size").to_dict("records")
+        )
     return text
 
 
@@ -208,8 +233,11 @@ def speedup_vs_fp32(agg: pd.DataFrame) -> pd.DataFrame:
     out = []
     for r in agg[agg["precision"] != "fp32"].to_dict("records"):
         key = tuple(r[c] for c in same)
-        b = (idx.get((*key, r["engine"])) or idx.get((*key, "eager"))
-             or eager_any.get(tuple(r[c] for c in any_format)))
+        b = (
+            idx.get((*key, r["engine"]))
+            or idx.get((*key, "eager"))
+            or eager_any.get(tuple(r[c] for c in any_format))
+        )
         if b is None:
             continue
         out.append(
@@ -277,8 +305,17 @@ def speedup_vs_cpu(agg: pd.DataFrame) -> pd.DataFrame:
                 "batch_size": r["batch_size"],
                 "configuration": config_label(r),
                 "throughput_ips": r["throughput_ips"],
-                **{k: v[k] for k in ("cpu_configuration", "cpu_match", "cpu_throughput_ips", "speedup_vs_cpu",
-                                     "speedup_vs_cpu_ci_low", "speedup_vs_cpu_ci_high")},
+                **{
+                    k: v[k]
+                    for k in (
+                        "cpu_configuration",
+                        "cpu_match",
+                        "cpu_throughput_ips",
+                        "speedup_vs_cpu",
+                        "speedup_vs_cpu_ci_low",
+                        "speedup_vs_cpu_ci_high",
+                    )
+                },
                 "flagged": bool(r["flagged"]),
                 "flags": r["flags"],
                 "warnings": r["warnings"],

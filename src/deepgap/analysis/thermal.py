@@ -30,8 +30,10 @@ def _warmup_text(s: dict[str, Any] | None) -> str:
     if s.get("status") not in (None, "ok"):
         return f"{s.get('status')}: {s.get('reason') or 'no temperature readings'}"
     limit = finite_or_none(s.get("timeout_s"))
-    return (f"NOT reached: stopped at the {limit or dur or 0:.0f} s limit, still "
-            f"{slope if slope is not None else float('nan'):+.2f} °C/min{temps}")
+    return (
+        f"NOT reached: stopped at the {limit or dur or 0:.0f} s limit, still "
+        f"{slope if slope is not None else float('nan'):+.2f} °C/min{temps}"
+    )
 
 
 def thermal_state(
@@ -53,13 +55,15 @@ def thermal_state(
         mine = df[df["run_id"] == r["run_id"]] if len(df) and "run_id" in df else df.iloc[0:0]
         ok = mine[mine["status"] == "ok"] if len(mine) else mine
         rising = sum("temp-rising" in telemetry_flags(e or {}) for e in ok.get("extra", ()))
-        rows.append({
-            "run_id": r["run_id"],
-            "platform": r.get("env", {}).get("device_name", ""),
-            "warm_up": _warmup_text(summ),
-            "steady": bool(summ and summ.get("steady")),
-            "measurements": len(ok),
-            "temp_rising": int(rising),
-        })
+        rows.append(
+            {
+                "run_id": r["run_id"],
+                "platform": r.get("env", {}).get("device_name", ""),
+                "warm_up": _warmup_text(summ),
+                "steady": bool(summ and summ.get("steady")),
+                "measurements": len(ok),
+                "temp_rising": int(rising),
+            }
+        )
     cols = ["run_id", "platform", "warm_up", "steady", "measurements", "temp_rising"]
     return pd.DataFrame(rows, columns=cols)

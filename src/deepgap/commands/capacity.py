@@ -21,8 +21,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("--engine", help="only this engine")
     p.add_argument("--precision", help="only this precision")
     p.add_argument("--max-batch", help="largest batch the server may form")
-    p.add_argument("--padding", default="bucket",
-                   help="bucket: batches pad to measured sizes (default) | exact: interpolate between them")
+    p.add_argument(
+        "--padding",
+        default="bucket",
+        help="bucket: batches pad to measured sizes (default) | exact: interpolate between them",
+    )
     p.add_argument("--confidence", default="0.99", help="confidence of the p99 verdict (default 0.99)")
     p.add_argument("--min-duration", default="2s", help="simulated seconds per load level (default 2s)")
     p.add_argument("--seed", default="0", help="seed of the simulated arrivals")
@@ -39,11 +42,18 @@ def load_settings(args: argparse.Namespace):
         conf = float(args.confidence)
         seed = int(args.seed)
     except ValueError:
-        raise UsageError("--confidence must be a number and --seed an integer", "e.g. --confidence 0.99") from None
+        raise UsageError(
+            "--confidence must be a number and --seed an integer", "e.g. --confidence 0.99"
+        ) from None
     if not 0 < conf < 1:
         raise UsageError(f"--confidence must be in (0, 1), got {conf}", "pass e.g. --confidence 0.99")
-    return LoadSettings(slo_s=slo, confidence=conf, min_duration_s=parse_duration_s(args.min_duration, "min-duration"),
-                        max_queries=100_000, seed=seed)
+    return LoadSettings(
+        slo_s=slo,
+        confidence=conf,
+        min_duration_s=parse_duration_s(args.min_duration, "min-duration"),
+        max_queries=100_000,
+        seed=seed,
+    )
 
 
 def max_batch_of(args: argparse.Namespace) -> int | None:
@@ -55,7 +65,9 @@ def max_batch_of(args: argparse.Namespace) -> int | None:
     except ValueError:
         v = 0
     if v < 1:
-        raise UsageError(f"--max-batch must be a positive integer, got {args.max_batch!r}", "pass e.g. --max-batch 32")
+        raise UsageError(
+            f"--max-batch must be a positive integer, got {args.max_batch!r}", "pass e.g. --max-batch 32"
+        )
     return v
 
 
@@ -78,8 +90,10 @@ def select_curves(stores: list[str], args: argparse.Namespace, padding: str) -> 
         if want:
             curves = [c for c in curves if c.key[field] == want]
     if not curves:
-        raise UsageError(f"no successful batch curve in {', '.join(stores)} matches", "run `deepgap run` or "
-                         "`deepgap serve` first, or relax --model/--engine/--precision")
+        raise UsageError(
+            f"no successful batch curve in {', '.join(stores)} matches",
+            "run `deepgap run` or `deepgap serve` first, or relax --model/--engine/--precision",
+        )
     return curves
 
 
@@ -93,28 +107,58 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     rows = []
     for c in curves:
         p = predict(c, load, mb)
-        m = measured.get((c.key["platform"], c.key["model"], c.key["engine"], c.key["precision"],
-                          c.key["memory_format"], round(load.slo_s, 9)))
-        rows.append({
-            "platform": c.key["platform"], "configuration": c.label(), "policy": p.best.policy.label(),
-            "capacity_qps": p.best.capacity_qps, "saturation_qps": c.service.saturation_qps(p.best.policy.max_batch),
-            "p99_at_capacity_s": p.best.at_capacity.summary.latency_p99_s if p.best.at_capacity else None,
-            "measured_capacity_qps": m, "slo_s": load.slo_s, "note": p.best.note, "why": explain(p),
-        })
+        m = measured.get(
+            (
+                c.key["platform"],
+                c.key["model"],
+                c.key["engine"],
+                c.key["precision"],
+                c.key["memory_format"],
+                round(load.slo_s, 9),
+            )
+        )
+        rows.append(
+            {
+                "platform": c.key["platform"],
+                "configuration": c.label(),
+                "policy": p.best.policy.label(),
+                "capacity_qps": p.best.capacity_qps,
+                "saturation_qps": c.service.saturation_qps(p.best.policy.max_batch),
+                "p99_at_capacity_s": p.best.at_capacity.summary.latency_p99_s if p.best.at_capacity else None,
+                "measured_capacity_qps": m,
+                "slo_s": load.slo_s,
+                "note": p.best.note,
+                "why": explain(p),
+            }
+        )
     if args.json:
         print(json.dumps(rows, indent=1, default=str))
         return 0
     from rich.console import Console
     from rich.table import Table
 
-    t = Table("platform", "configuration", "best policy", "capacity q/s", "saturation q/s", "p99 ms at capacity",
-              "measured q/s", "why",
-              title=f"predicted capacity at p99 ≤ {load.slo_s * 1e3:g} ms ({args.padding} padding)")
+    t = Table(
+        "platform",
+        "configuration",
+        "best policy",
+        "capacity q/s",
+        "saturation q/s",
+        "p99 ms at capacity",
+        "measured q/s",
+        "why",
+        title=f"predicted capacity at p99 ≤ {load.slo_s * 1e3:g} ms ({args.padding} padding)",
+    )
     for r in rows:
-        t.add_row(r["platform"], r["configuration"], r["policy"], f"{r['capacity_qps']:,.1f}",
-                  f"{r['saturation_qps']:,.1f}", "" if r["p99_at_capacity_s"] is None else f"{r['p99_at_capacity_s'] * 1e3:.3f}",
-                  "" if r["measured_capacity_qps"] is None else f"{r['measured_capacity_qps']:,.1f}",
-                  r["why"])
+        t.add_row(
+            r["platform"],
+            r["configuration"],
+            r["policy"],
+            f"{r['capacity_qps']:,.1f}",
+            f"{r['saturation_qps']:,.1f}",
+            "" if r["p99_at_capacity_s"] is None else f"{r['p99_at_capacity_s'] * 1e3:.3f}",
+            "" if r["measured_capacity_qps"] is None else f"{r['measured_capacity_qps']:,.1f}",
+            r["why"],
+        )
     Console(width=200).print(t)
     return 0
 
@@ -132,7 +176,13 @@ def _measured(path: str) -> dict[tuple, float]:
     out: dict[tuple, float] = {}
     if len(cf):
         for r in cf[cf["source"] == "measured"].to_dict("records"):
-            k = (r["device_name"] or r["device"], r["model"], r["engine"], r["precision"], r["memory_format"],
-                 round(r["slo_s"], 9))
+            k = (
+                r["device_name"] or r["device"],
+                r["model"],
+                r["engine"],
+                r["precision"],
+                r["memory_format"],
+                round(r["slo_s"], 9),
+            )
             out[k] = max(out.get(k, 0.0), r["capacity_qps"])
     return out

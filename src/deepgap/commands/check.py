@@ -30,16 +30,24 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     print("\n".join(rep.lines()))
     if args.recover:
         rec = recover(args.store, args.recover)
-        print(f"recovered into {rec.output} ({rec.method}): {sum(rec.saved.values())} row(s) kept, "
-              f"{sum(rec.lost.values())} found but lost (undecodable, or their run or result is lost)")
+        print(
+            f"recovered into {rec.output} ({rec.method}): {sum(rec.saved.values())} row(s) kept, "
+            f"{sum(rec.lost.values())} found but lost (undecodable, or their run or result is lost)"
+        )
         print("\n".join(rec.lines()))
         return 0
     if rep.foreign and not args.recover:
-        print(f"deepgap: error: {args.store} is not a deepgap store; pass a store file (or try --recover NEW "
-              "if it was one)", file=sys.stderr)
+        print(
+            f"deepgap: error: {args.store} is not a deepgap store; pass a store file (or try --recover NEW "
+            "if it was one)",
+            file=sys.stderr,
+        )
         return 2
     if rep.damaged:
-        print(f"deepgap: error: {args.store} is damaged; `deepgap check {args.store} --recover NEW.sqlite` "
-              "saves every intact row", file=sys.stderr)
+        print(
+            f"deepgap: error: {args.store} is damaged; `deepgap check {args.store} --recover NEW.sqlite` "
+            "saves every intact row",
+            file=sys.stderr,
+        )
         return 2
     return 0

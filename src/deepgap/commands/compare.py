@@ -172,19 +172,42 @@ def print_x_cpu(x_cpu) -> None:
 
     console = Console(width=None if Console().is_terminal else 220)
     if not len(x_cpu):
-        console.print("× CPU beside the paper's: unavailable: no CPU result in A (a GPU run measures "
-                      "its host CPU unless --no-cpu-baseline)")
+        console.print(
+            "× CPU beside the paper's: unavailable: no CPU result in A (a GPU run measures "
+            "its host CPU unless --no-cpu-baseline)"
+        )
         return
-    t = Table("your platform", "model", "prec", "your configuration", "your CPU (fp32)", "yours × CPU fp32",
-              "95% CI", "yours × CPU same prec", "paper platform", "paper × CPU", "yours / paper",
-              title="GPU over CPU beside the paper's (its × CPU is over its Xeon's fp32; so is yours first)")
+    t = Table(
+        "your platform",
+        "model",
+        "prec",
+        "your configuration",
+        "your CPU (fp32)",
+        "yours × CPU fp32",
+        "95% CI",
+        "yours × CPU same prec",
+        "paper platform",
+        "paper × CPU",
+        "yours / paper",
+        title="GPU over CPU beside the paper's (its × CPU is over its Xeon's fp32; so is yours first)",
+    )
     for r in x_cpu.to_dict("records"):
         ci = fmt_ci(r["yours_x_cpu_fp32_ci_low"], r["yours_x_cpu_fp32_ci_high"], fmt_x)
         same = r["yours_x_cpu_same"]
         same = fmt_x(same) if same == same else r["cpu_same_configuration"]
-        t.add_row(r["platform"], r["model"], r["precision"], r["configuration"], r["cpu_configuration"],
-                  fmt_x(r["yours_x_cpu_fp32"]), ci, same,
-                  r["paper_platform"], fmt_x(r["paper_x_cpu"]), fmt_x(r["yours_over_paper"]))
+        t.add_row(
+            r["platform"],
+            r["model"],
+            r["precision"],
+            r["configuration"],
+            r["cpu_configuration"],
+            fmt_x(r["yours_x_cpu_fp32"]),
+            ci,
+            same,
+            r["paper_platform"],
+            fmt_x(r["paper_x_cpu"]),
+            fmt_x(r["yours_over_paper"]),
+        )
     console.print(t)
 
 

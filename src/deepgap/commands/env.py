@@ -17,8 +17,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
 
 def main(args: argparse.Namespace) -> int:  # noqa: D103
     from deepgap.api import resolve_device
-    from deepgap.config import validate
-    from deepgap.config import SweepSpec
+    from deepgap.config import SweepSpec, validate
     from deepgap.engines import ENGINES, load_engines
     from deepgap.precision import PRECISIONS
     from deepgap.records import ConfigSpec

@@ -26,7 +26,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("--format", choices=["csv", "parquet", "json"], default="csv")
     p.add_argument("-o", "--output", required=True, help="output file, or - for stdout (csv, json)")
     p.add_argument("--run", action="append", help="run id (repeatable; default: all runs)")
-    p.add_argument("--samples", action="store_true", help="per-iteration latencies (long format) instead of results")
+    p.add_argument(
+        "--samples", action="store_true", help="per-iteration latencies (long format) instead of results"
+    )
     add_read_flags(p)
 
 
@@ -67,7 +69,9 @@ def check_folder(path: str) -> str:
     try:
         fd, probe = tempfile.mkstemp(dir=folder, prefix=".deepgap-export-")
     except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror} in {folder}", "pass a writable -o path") from None
+        raise UsageError(
+            f"cannot write {path}: {exc.strerror} in {folder}", "pass a writable -o path"
+        ) from None
     os.close(fd)
     os.unlink(probe)
     return folder
@@ -82,8 +86,9 @@ def write_frame(df, path: str, fmt: str) -> None:
     folder = check_folder(path)
     if path == STDOUT:
         if fmt == "parquet":
-            raise UsageError("parquet is binary and does not go to stdout (-o -)",
-                             "pass a file, e.g. -o results.parquet")
+            raise UsageError(
+                "parquet is binary and does not go to stdout (-o -)", "pass a file, e.g. -o results.parquet"
+            )
         text = df.to_csv(index=False) if fmt == "csv" else df.to_json(orient="records", indent=1) + "\n"
         sys.stdout.write(text)
         return
@@ -91,7 +96,9 @@ def write_frame(df, path: str, fmt: str) -> None:
         try:
             import pyarrow  # noqa: F401
         except ImportError:
-            raise UsageError("parquet export needs pyarrow", "pip install pyarrow, or use --format csv") from None
+            raise UsageError(
+                "parquet export needs pyarrow", "pip install pyarrow, or use --format csv"
+            ) from None
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".deepgap-export-")
     os.close(fd)
     try:
@@ -108,8 +115,10 @@ def write_frame(df, path: str, fmt: str) -> None:
     except BaseException as exc:
         os.unlink(tmp)
         if isinstance(exc, OSError):
-            raise UsageError(f"cannot write {path}: {exc.strerror or exc}; nothing was written",
-                             "free disk space or pass another -o path") from None
+            raise UsageError(
+                f"cannot write {path}: {exc.strerror or exc}; nothing was written",
+                "free disk space or pass another -o path",
+            ) from None
         raise
 
 

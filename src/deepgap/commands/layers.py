@@ -28,8 +28,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("--model", help="only this model")
     p.add_argument("--precision", help="only this precision (int8 or fp8)")
     p.add_argument("--batch-size", type=int, help="only this batch size")
-    p.add_argument("--sort", choices=SORTS, default="headroom",
-                   help="headroom (time above the layer's roofline floor; default), time, or network order")
+    p.add_argument(
+        "--sort",
+        choices=SORTS,
+        default="headroom",
+        help="headroom (time above the layer's roofline floor; default), time, or network order",
+    )
     p.add_argument("--top", type=int, default=0, help="show only the first N layers of each configuration")
     p.add_argument("--json", action="store_true", help="print JSON (every layer, every configuration)")
     add_read_flags(p)
@@ -50,8 +54,10 @@ def load(store_path: str, peaks_path: str | None = None):
         finally:
             other.close()
         if len(peaks) == 0:
-            raise UsageError(f"--peaks store {peaks_path!r} holds no measured ceilings",
-                             "measure them with `deepgap peaks --store PATH` or leave --peaks out")
+            raise UsageError(
+                f"--peaks store {peaks_path!r} holds no measured ceilings",
+                "measure them with `deepgap peaks --store PATH` or leave --peaks out",
+            )
     return quant_layers.load(store_path, peaks_df=peaks)
 
 
@@ -71,16 +77,22 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
         raise UsageError(f"--top {args.top} is negative", "give a count ≥ 1, or 0 for every layer")
     frame, summ = load(args.store, args.peaks)
     if len(frame) == 0:
-        raise UsageError(f"{args.store!r} holds no quant measurement with a per-layer table",
-                         "measure one: deepgap run --engines quant --precisions int8 --store PATH")
+        raise UsageError(
+            f"{args.store!r} holds no quant measurement with a per-layer table",
+            "measure one: deepgap run --engines quant --precisions int8 --store PATH",
+        )
     frame, summ = _filter(frame, args), _filter(summ, args)
     if len(frame) == 0:
-        raise UsageError("no quant configuration matches --model/--precision/--batch-size",
-                         f"run `deepgap layers {args.store}` to see which are stored")
+        raise UsageError(
+            "no quant configuration matches --model/--precision/--batch-size",
+            f"run `deepgap layers {args.store}` to see which are stored",
+        )
     if args.json:
         clean = lambda v: None if isinstance(v, float) and not math.isfinite(v) else v  # noqa: E731
-        out = {"summary": [{k: clean(v) for k, v in r.items()} for r in summ.to_dict("records")],
-               "layers": [{k: clean(v) for k, v in r.items()} for r in frame.to_dict("records")]}
+        out = {
+            "summary": [{k: clean(v) for k, v in r.items()} for r in summ.to_dict("records")],
+            "layers": [{k: clean(v) for k, v in r.items()} for r in frame.to_dict("records")],
+        }
         print(json.dumps(out, default=str))
         return 0
     _print(frame, summ, args)
@@ -102,21 +114,43 @@ def _print(frame, summ, args) -> None:
             g = g.sort_values(order_by, ascending=False)
         if args.top:
             g = g.head(args.top)
-        title = (f"{s['model']} quant {s['precision']} batch {s['batch_size']} on {s['device_name']}: "
-                 f"network {s['network_ms']:.3f} ms = rows {s['layers_ms']:.3f} (their floor "
-                 f"{s['floor_ms']:.3f}) + {s['outside_layers_ms']:.3f} outside them; "
-                 f"rows {s['tops']:.0f} TOPS, "
-                 f"{100 * s['memory_bound_share']:.0f}% of the time memory-bound; ceilings: "
-                 f"{', '.join(sorted(set(g['ceiling']) - {''})) or 'none'}")
+        title = (
+            f"{s['model']} quant {s['precision']} batch {s['batch_size']} on {s['device_name']}: "
+            f"network {s['network_ms']:.3f} ms = rows {s['layers_ms']:.3f} (their floor "
+            f"{s['floor_ms']:.3f}) + {s['outside_layers_ms']:.3f} outside them; "
+            f"rows {s['tops']:.0f} TOPS, "
+            f"{100 * s['memory_bound_share']:.0f}% of the time memory-bound; ceilings: "
+            f"{', '.join(sorted(set(g['ceiling']) - {''})) or 'none'}"
+        )
         t = Table(title=title, title_justify="left")
-        for col in ("layer", "GEMM M×N×K", "tile", "µs", "share", "TOPS", "ops/B", "roof TOPS", "% of roof",
-                    "headroom µs", "bound"):
+        for col in (
+            "layer",
+            "GEMM M×N×K",
+            "tile",
+            "µs",
+            "share",
+            "TOPS",
+            "ops/B",
+            "roof TOPS",
+            "% of roof",
+            "headroom µs",
+            "bound",
+        ):
             t.add_column(col, justify="left" if col in ("layer", "GEMM M×N×K", "tile", "bound") else "right")
         for _, r in g.iterrows():
-            t.add_row(r["name"] + ("" if r["mode"] == "q" else " (fp16)"), r["gemm"], r["tile"],
-                      f"{r['time_s'] * 1e6:.1f}", f"{100 * r['share']:.1f}%", f"{r['tops']:.0f}",
-                      f"{r['intensity']:.0f}", _num(r["attainable_tops"]), _pct(r["roof_fraction"]),
-                      _num(r["headroom_s"] * 1e6, 1), r["bound"] or "-")
+            t.add_row(
+                r["name"] + ("" if r["mode"] == "q" else " (fp16)"),
+                r["gemm"],
+                r["tile"],
+                f"{r['time_s'] * 1e6:.1f}",
+                f"{100 * r['share']:.1f}%",
+                f"{r['tops']:.0f}",
+                f"{r['intensity']:.0f}",
+                _num(r["attainable_tops"]),
+                _pct(r["roof_fraction"]),
+                _num(r["headroom_s"] * 1e6, 1),
+                r["bound"] or "-",
+            )
         console.print(t)
 
 

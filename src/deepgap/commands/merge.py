@@ -18,16 +18,32 @@ ORDER = 6
 
 def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("stores", nargs="+", metavar="STORE", help="stores to merge (e.g. t4.sqlite l4.sqlite)")
-    p.add_argument("-o", "--output", required=True, metavar="STORE",
-                   help="merged store; created, or extended when it exists")
-    p.add_argument("--on-conflict", choices=("error", "first"), default="error",
-                   help="a configuration stored twice with different numbers: error (default) or keep the first")
-    p.add_argument("--run", action="append", metavar="RUN_ID",
-                   help="merge only this run (repeatable; default: every run of every store)")
+    p.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="STORE",
+        help="merged store; created, or extended when it exists",
+    )
+    p.add_argument(
+        "--on-conflict",
+        choices=("error", "first"),
+        default="error",
+        help="a configuration stored twice with different numbers: error (default) or keep the first",
+    )
+    p.add_argument(
+        "--run",
+        action="append",
+        metavar="RUN_ID",
+        help="merge only this run (repeatable; default: every run of every store)",
+    )
     p.add_argument("--json", action="store_true", help="print what was merged as JSON")
-    p.add_argument("--redact", action="store_true",
-                   help="replace host names, GPU serials/UUIDs, node ids and addresses in the output with "
-                        "keyed tokens that cannot be reversed (merge S -o S --redact redacts S in place)")
+    p.add_argument(
+        "--redact",
+        action="store_true",
+        help="replace host names, GPU serials/UUIDs, node ids and addresses in the output with "
+        "keyed tokens that cannot be reversed (merge S -o S --redact redacts S in place)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:  # noqa: D103
@@ -40,8 +56,10 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     if args.json:
         print(json.dumps(dataclasses.asdict(rep)))
         return 0
-    print(f"merged {len(args.stores)} store(s) into {rep.output}: {rep.runs_total} runs ({rep.runs_added} new), "
-          f"{rep.results_total} results ({rep.results_added} new, {rep.results_present} already there)")
+    print(
+        f"merged {len(args.stores)} store(s) into {rep.output}: {rep.runs_total} runs ({rep.runs_added} new), "
+        f"{rep.results_total} results ({rep.results_added} new, {rep.results_present} already there)"
+    )
     for c in rep.conflicts:
         print(f"  conflict (kept the first): {c}")
     return 0

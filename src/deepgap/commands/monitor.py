@@ -18,8 +18,21 @@ NAME = "monitor"
 HELP = "live view of a GPU's power, energy, temperature, clocks, utilization, memory and throttle reasons"
 ORDER = 12
 
-_COLS = ("time", "W", "W inst", "J", "°C", "mem °C", "SM MHz", "mem MHz", "util %", "mem util %", "mem GiB",
-         "other procs", "clock-event reasons")
+_COLS = (
+    "time",
+    "W",
+    "W inst",
+    "J",
+    "°C",
+    "mem °C",
+    "SM MHz",
+    "mem MHz",
+    "util %",
+    "mem util %",
+    "mem GiB",
+    "other procs",
+    "clock-event reasons",
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
@@ -72,12 +85,19 @@ def row(sample: Any, energy_j: float | None) -> list[str]:
 
     reasons = decode_reasons(sample.clocks_event_reasons)
     return [
-        time.strftime("%H:%M:%S", time.localtime(sample.t_s)), _fmt(sample.power_w, ".1f"),
-        _fmt(sample.power_instant_w, ".1f"), _fmt(energy_j, ".1f"), _fmt(sample.temp_c), _fmt(sample.mem_temp_c),
-        _fmt(sample.sm_clock_mhz), _fmt(sample.mem_clock_mhz), _fmt(sample.util_pct), _fmt(sample.mem_util_pct),
+        time.strftime("%H:%M:%S", time.localtime(sample.t_s)),
+        _fmt(sample.power_w, ".1f"),
+        _fmt(sample.power_instant_w, ".1f"),
+        _fmt(energy_j, ".1f"),
+        _fmt(sample.temp_c),
+        _fmt(sample.mem_temp_c),
+        _fmt(sample.sm_clock_mhz),
+        _fmt(sample.mem_clock_mhz),
+        _fmt(sample.util_pct),
+        _fmt(sample.mem_util_pct),
         _fmt(None if sample.mem_used_bytes is None else sample.mem_used_bytes / 2**30, ".2f"),
-        _fmt(sample.foreign_procs, "d"), ",".join(reasons) if reasons else ("–" if sample.clocks_event_reasons
-                                                                              is None else "none"),
+        _fmt(sample.foreign_procs, "d"),
+        ",".join(reasons) if reasons else ("–" if sample.clocks_event_reasons is None else "none"),
     ]
 
 

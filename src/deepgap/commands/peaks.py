@@ -23,8 +23,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
         "--repeats", type=int, default=5, help="timed loops per ceiling; the median is kept (default 5)"
     )
     p.add_argument("--no-store", action="store_true", help="print only, store nothing")
-    p.add_argument("--idle-time", type=float, default=2.0,
-                   help="seconds of idle-baseline power at run start (default 2; 0 = none)")
+    p.add_argument(
+        "--idle-time",
+        type=float,
+        default=2.0,
+        help="seconds of idle-baseline power at run start (default 2; 0 = none)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -80,9 +84,15 @@ def main(args: argparse.Namespace) -> int:
         env = runner.environment()
         if not args.no_store:
             run_id = session.open(
-                {"device": device, "size": args.size, "bandwidth_mib": args.bandwidth_mib,
-                 "names": list(names), "repeats": args.repeats},
-                " ".join(["deepgap", *sys.argv[1:]]), env,
+                {
+                    "device": device,
+                    "size": args.size,
+                    "bandwidth_mib": args.bandwidth_mib,
+                    "names": list(names),
+                    "repeats": args.repeats,
+                },
+                " ".join(["deepgap", *sys.argv[1:]]),
+                env,
             )
         with session:
             if run_id is not None:  # the idle baseline (no thermal warm-up: peaks has no model to load with)
@@ -91,8 +101,10 @@ def main(args: argparse.Namespace) -> int:
                 req = PeaksRequest(args.size, bw, names, args.repeats)
                 peaks = runner.call("peaks", req, PEAKS_TIMEOUT_S)
             except (WorkerLost, WorkerFailed) as lost:
-                raise UsageError(f"measuring the ceilings of {device} failed ({lost.status.value}: "
-                                 f"{lost.reason})", "check the device with `deepgap env`") from None
+                raise UsageError(
+                    f"measuring the ceilings of {device} failed ({lost.status.value}: {lost.reason})",
+                    "check the device with `deepgap env`",
+                ) from None
             if run_id is not None:
                 storage.record_peaks(session.store, run_id, peaks)
     finally:

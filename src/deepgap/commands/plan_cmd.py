@@ -57,29 +57,54 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     from rich.console import Console
     from rich.table import Table
 
-    t = Table("rank", "device kind", "configuration", "policy", "capacity q/s per device", "devices",
-              "W per device", "total kW", "× devices", "× watts", "top-1 %", "note",
-              title=f"{args.model}: {qps:,.0f} queries/s at p99 ≤ {load.slo_s * 1e3:g} ms (objective: {args.objective})")
+    t = Table(
+        "rank",
+        "device kind",
+        "configuration",
+        "policy",
+        "capacity q/s per device",
+        "devices",
+        "W per device",
+        "total kW",
+        "× devices",
+        "× watts",
+        "top-1 %",
+        "note",
+        title=f"{args.model}: {qps:,.0f} queries/s at p99 ≤ {load.slo_s * 1e3:g} ms (objective: {args.objective})",
+    )
     for i, r in enumerate(rows, 1):
-        t.add_row(str(i), r.platform, r.configuration, r.policy, f"{r.capacity_qps:,.1f}",
-                  "–" if r.devices is None else str(r.devices),
-                  "–" if r.power_w_per_device is None else f"{r.power_w_per_device:.0f}",
-                  "–" if r.total_power_w is None else f"{r.total_power_w / 1e3:,.2f}",
-                  "–" if r.relative_devices is None else f"{r.relative_devices:.2f}",
-                  "–" if r.relative_power is None else f"{r.relative_power:.2f}",
-                  "–" if r.top1 is None else f"{100 * r.top1:.2f}", r.note)
+        t.add_row(
+            str(i),
+            r.platform,
+            r.configuration,
+            r.policy,
+            f"{r.capacity_qps:,.1f}",
+            "–" if r.devices is None else str(r.devices),
+            "–" if r.power_w_per_device is None else f"{r.power_w_per_device:.0f}",
+            "–" if r.total_power_w is None else f"{r.total_power_w / 1e3:,.2f}",
+            "–" if r.relative_devices is None else f"{r.relative_devices:.2f}",
+            "–" if r.relative_power is None else f"{r.relative_power:.2f}",
+            "–" if r.top1 is None else f"{100 * r.top1:.2f}",
+            r.note,
+        )
     console = Console(width=200)
     console.print(t)
     if rows:  # which capacity the device counts rest on (LoadGen's, where measured, is in the report)
-        console.print(f"capacity per device: {rows[0].capacity_used}; a serve run with --loadgen shows "
-                      "LoadGen's beside it in the report's serving section")
-    console.print(f"tail: the simulated p99 of each load level (≥ {load.min_queries:,} requests per level, "
-                  "up to 4× more where the verdict was inconclusive), its service times drawn from the "
-                  "stored calls")
+        console.print(
+            f"capacity per device: {rows[0].capacity_used}; a serve run with --loadgen shows "
+            "LoadGen's beside it in the report's serving section"
+        )
+    console.print(
+        f"tail: the simulated p99 of each load level (≥ {load.min_queries:,} requests per level, "
+        "up to 4× more where the verdict was inconclusive), its service times drawn from the "
+        "stored calls"
+    )
     for r in rows:  # what limits each answer, and every other configuration considered
         console.print(f"\n{r.platform}: {r.configuration}: {r.why}")
         for a in r.alternatives:
             dev = "–" if a["devices"] is None else f"{a['devices']} devices"
-            console.print(f"  also considered: {a['configuration']} ({a['policy']}): "
-                          f"{a['capacity_qps']:,.1f} q/s, {dev}: {a['why']}")
+            console.print(
+                f"  also considered: {a['configuration']} ({a['policy']}): "
+                f"{a['capacity_qps']:,.1f} q/s, {dev}: {a['why']}"
+            )
     return 0

@@ -41,10 +41,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("--trace-dir", help="keep each Chrome trace (open in Perfetto) and ncu CSV in this folder")
     p.add_argument("--store", default=DEFAULT_STORE, help=f"SQLite store (default {DEFAULT_STORE})")
     p.add_argument("--top", type=int, default=8, help="kernels to print per profile (default 8)")
-    p.add_argument("--idle-time", type=float, default=2.0,
-                   help="seconds of idle-baseline power at run start (default 2; 0 = none)")
-    p.add_argument("--thermal-warmup", action="store_true",
-                   help="load the device until its temperature is steady before profiling")
+    p.add_argument(
+        "--idle-time",
+        type=float,
+        default=2.0,
+        help="seconds of idle-baseline power at run start (default 2; 0 = none)",
+    )
+    p.add_argument(
+        "--thermal-warmup",
+        action="store_true",
+        help="load the device until its temperature is steady before profiling",
+    )
     p.add_argument("--quiet", action="store_true", help="print only the summary table")
 
 
@@ -176,8 +183,14 @@ def _ncu(args: argparse.Namespace, spec, res, ncu_dir: str) -> None:
         from deepgap.roofline.ncu import run_ncu
 
         out = run_ncu(spec, ncu_dir, args.ncu_launch_count, args.ncu_timeout)  # its own child process
-        res.ncu = {"status": out.status, "reason": out.reason, "metrics": out.metrics, "command": out.command,
-                   "summary": out.summary, "csv": out.csv_path}
+        res.ncu = {
+            "status": out.status,
+            "reason": out.reason,
+            "metrics": out.metrics,
+            "command": out.command,
+            "summary": out.summary,
+            "csv": out.csv_path,
+        }
         res.ncu_kernels = out.kernels
     elif args.ncu:
         res.ncu = {"status": "skipped", "reason": f"the torch profile {res.status}"}
@@ -204,9 +217,16 @@ def main(args: argparse.Namespace) -> int:
     # absolute: the worker's working directory need not be this process's
     trace_dir = os.path.abspath(args.trace_dir) if args.trace_dir else None
     ncu_dir = trace_dir or os.path.join(os.path.dirname(os.path.abspath(args.store)), "ncu")
-    sweep = SweepSpec(models=tuple(models), precisions=tuple(precs), batch_sizes=tuple(batches),
-                      device=device, resolution=args.resolution, memory_formats=(args.memory_format,),
-                      idle_s=args.idle_time, thermal_warmup=args.thermal_warmup)
+    sweep = SweepSpec(
+        models=tuple(models),
+        precisions=tuple(precs),
+        batch_sizes=tuple(batches),
+        device=device,
+        resolution=args.resolution,
+        memory_formats=(args.memory_format,),
+        idle_s=args.idle_time,
+        thermal_warmup=args.thermal_warmup,
+    )
     runner = SweepRunner(sweep, device)
     session = RunSession(args.store, PROFILE)
     results = []
@@ -214,19 +234,39 @@ def main(args: argparse.Namespace) -> int:
         runner.start()
         env = runner.environment()
         run_id = session.open(
-            {"models": models, "precisions": precs, "modes": modes,
-             "batch_sizes": list(batches), "device": device, "resolution": args.resolution,
-             "memory_format": args.memory_format, "warmup": args.warmup, "steps": args.steps,
-             "profiled_steps": args.profiled_steps, "ncu": args.ncu},
-            " ".join(["deepgap", *sys.argv[1:]]), env,
+            {
+                "models": models,
+                "precisions": precs,
+                "modes": modes,
+                "batch_sizes": list(batches),
+                "device": device,
+                "resolution": args.resolution,
+                "memory_format": args.memory_format,
+                "warmup": args.warmup,
+                "steps": args.steps,
+                "profiled_steps": args.profiled_steps,
+                "ncu": args.ncu,
+            },
+            " ".join(["deepgap", *sys.argv[1:]]),
+            env,
         )
         with session:
             log = (lambda m: None) if args.quiet else console.print
             session.prelude(runner, sweep, expand(sweep, device), log)
             cascade = Cascade()  # an OOM or a hang at one batch skips the larger ones
             for model, mode, prec, bs in itertools.product(models, modes, precs, batches):
-                spec = ProfileSpec(model, prec, bs, mode, device, args.resolution, args.memory_format,
-                                   args.warmup, args.steps, args.profiled_steps)
+                spec = ProfileSpec(
+                    model,
+                    prec,
+                    bs,
+                    mode,
+                    device,
+                    args.resolution,
+                    args.memory_format,
+                    args.warmup,
+                    args.steps,
+                    args.profiled_steps,
+                )
                 why = cascade.skip_reason((model, mode, prec))
                 if why is not None:
                     res = ProfileResult(spec=spec, status="skipped", reason=why)

@@ -21,9 +21,11 @@ ORDER = 6
 
 def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("store", nargs="?", default=DEFAULT_STORE, help=f"store file (default {DEFAULT_STORE})")
-    p.add_argument("--slo-p99", metavar="DURATION",
-                   help="latency tail per batch at most this, e.g. 10ms (a p99 where n supports it, "
-                        "else the max of n)")
+    p.add_argument(
+        "--slo-p99",
+        metavar="DURATION",
+        help="latency tail per batch at most this, e.g. 10ms (a p99 where n supports it, else the max of n)",
+    )
     p.add_argument(
         "--max-memory", metavar="SIZE", help="memory at most this, e.g. 8GiB (device-wide where stored)"
     )
@@ -32,9 +34,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("--precision", help="only these precisions (comma-separated)")
     p.add_argument("--engine", help="only these engines (comma-separated)")
     p.add_argument("--run", action="append", help="run id (repeatable; default: every run in the store)")
-    p.add_argument("--min-accuracy", metavar="PCT",
-                   help=f"top-1 relative to fp32 at least this, or off, e.g. 99%% (default: 99%% for "
-                        f"{'/'.join(quantized_names())}, MLPerf's rule)")
+    p.add_argument(
+        "--min-accuracy",
+        metavar="PCT",
+        help=f"top-1 relative to fp32 at least this, or off, e.g. 99%% (default: 99%% for "
+        f"{'/'.join(quantized_names())}, MLPerf's rule)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -103,8 +108,10 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
                 raise UsageError(f"--{col} {text!r} names nothing", f"pass e.g. --{col} {agg[col].iloc[0]}")
             unknown = [t for t in wanted if t not in set(agg[col])]
             if unknown:  # a typo is bad input, not "nothing meets the constraints" (exit 1)
-                raise UsageError(f"--{col} {unknown[0]!r} is not in {args.store}",
-                                 f"pass one of: {', '.join(sorted(set(map(str, agg[col]))))}")
+                raise UsageError(
+                    f"--{col} {unknown[0]!r} is not in {args.store}",
+                    f"pass one of: {', '.join(sorted(set(map(str, agg[col]))))}",
+                )
             agg = agg[agg[col].isin(wanted)]
     recs = recommend(agg, objective, slo, mem)
     if args.json:
@@ -113,12 +120,22 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     if min_acc == 0:
         acc = "no accuracy bar (--min-accuracy off); outputs within each precision's relL2/cosine bounds"
     else:
-        bar = (f"top-1 ≥ {100 * min_acc:g}% of fp32" if min_acc
-               else f"top-1 ≥ 99% of fp32 for {'/'.join(quantized_names())}")
-        acc = (f"{bar} (from --dataset, or from a top-1 agreement with trained weights whose 95% interval "
-               "excludes it); outputs within each precision's relL2/cosine bounds")
-    cons = [f"tail ≤ {slo * 1e3:g} ms (a p99 where ≥ {P99_MIN_N} samples support it, else the max of n)"
-            if slo else "", f"memory ≤ {mem / 2**30:.3g} GiB" if mem else "", acc]
+        bar = (
+            f"top-1 ≥ {100 * min_acc:g}% of fp32"
+            if min_acc
+            else f"top-1 ≥ 99% of fp32 for {'/'.join(quantized_names())}"
+        )
+        acc = (
+            f"{bar} (from --dataset, or from a top-1 agreement with trained weights whose 95% interval "
+            "excludes it); outputs within each precision's relL2/cosine bounds"
+        )
+    cons = [
+        f"tail ≤ {slo * 1e3:g} ms (a p99 where ≥ {P99_MIN_N} samples support it, else the max of n)"
+        if slo
+        else "",
+        f"memory ≤ {mem / 2**30:.3g} GiB" if mem else "",
+        acc,
+    ]
     print(f"objective: {OBJECTIVES[objective]}; constraints: {', '.join(c for c in cons if c) or 'none'}")
     if not recs:
         print("none: the selection holds no successful measurement")

@@ -36,13 +36,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
         "once, gzipped, about 2 MB, for hover, legend toggles and filters, and needs plotly installed)",
     )
     add_read_flags(p)  # --redact: the default now, kept so that older command lines still work
-    p.add_argument("--no-redact", action="store_true",
-                   help="show host names, GPU serials and UUIDs and the store's full path "
-                        "(redacted by default)")
+    p.add_argument(
+        "--no-redact",
+        action="store_true",
+        help="show host names, GPU serials and UUIDs and the store's full path (redacted by default)",
+    )
 
 
 def write_report(
-    store_path: str, html_path: str, run_ids: list[str] | None = None, static: bool = False,
+    store_path: str,
+    html_path: str,
+    run_ids: list[str] | None = None,
+    static: bool = False,
     redact: bool = True,
 ) -> list[str]:
     """Write the report of ``run_ids`` (default: all runs) of ``store_path``; returns the written paths.
@@ -59,8 +64,10 @@ def write_report(
     try:
         return _write(store_path, html_path, run_ids=run_ids, static=static)
     except OSError as exc:
-        raise UsageError(f"cannot write {html_path}: {exc.strerror or exc}; nothing was written",
-                         "free disk space or pass another -o path") from None
+        raise UsageError(
+            f"cannot write {html_path}: {exc.strerror or exc}; nothing was written",
+            "free disk space or pass another -o path",
+        ) from None
     finally:
         guard.READ["redact"] = before
 
@@ -72,16 +79,18 @@ def _size(text: str) -> tuple[int, int]:
             return w, h
     except ValueError:
         pass
-    raise UsageError(f"--size {text!r} is not WIDTHxHEIGHT (1 to 16384 pixels each)",
-                     "pass e.g. --size 1200x900")
+    raise UsageError(
+        f"--size {text!r} is not WIDTHxHEIGHT (1 to 16384 pixels each)", "pass e.g. --size 1200x900"
+    )
 
 
 def main(args: argparse.Namespace) -> int:  # noqa: D103
     from deepgap.report import check_output, find_chromium, screenshot
 
     if args.redact and args.no_redact:
-        raise UsageError("--redact and --no-redact contradict each other",
-                         "pass one of them (redacting is the default)")
+        raise UsageError(
+            "--redact and --no-redact contradict each other", "pass one of them (redacting is the default)"
+        )
     use_read_flags(args)
     size = _size(args.size)
     check_output(args.output, interactive=not args.static)  # plotly missing: exit 2 now, not a static page
@@ -91,8 +100,9 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
             raise UsageError(
                 "--screenshot needs Chromium, which is not installed", "apt-get install chromium"
             )
-    paths = write_report(args.store, args.output, run_ids=args.run, static=args.static,
-                         redact=not args.no_redact)
+    paths = write_report(
+        args.store, args.output, run_ids=args.run, static=args.static, redact=not args.no_redact
+    )
     print(f"wrote {paths[0]} and {len(paths) - 1} PNG/CSV files beside it")
     if args.screenshot:
         print(f"screenshot {screenshot(paths[0], args.screenshot, *size)}")

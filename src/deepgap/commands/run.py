@@ -26,7 +26,6 @@ HELP = "measure a sweep (models × engines × precisions × batch sizes) into th
 ORDER = 1
 
 
-
 def _number(kind: type, flag: str):
     return lambda text: parse_number(text, kind, flag)
 
@@ -71,8 +70,10 @@ def _min_accuracy(text: str) -> float:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
-    p.add_argument("--preset", help="paper | gpu | transformers | cpu | quick "
-                                    "(default: gpu grid with a GPU, else cpu grid)")
+    p.add_argument(
+        "--preset",
+        help="paper | gpu | transformers | cpu | quick (default: gpu grid with a GPU, else cpu grid)",
+    )
     p.add_argument("--config", metavar="TOML", help="sweep file; flags override it")
     p.add_argument("--models", help="comma-separated, e.g. resnet18,resnet50 (deepgap list models)")
     p.add_argument("--engines", help="comma-separated, e.g. eager (deepgap list engines)")
@@ -87,43 +88,82 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("--iterations", help="timed iterations per repeat (paper: 100)")
     p.add_argument("--repeats", help="repeats per configuration (paper: 3)")
     p.add_argument("--sweeps", help="passes over the whole batch sweep (paper: 10)")
-    p.add_argument("--target-ci", help="adaptive: repeat until the median's 95%% CI is within this, e.g. 1%%; off = fixed count")
+    p.add_argument(
+        "--target-ci",
+        help="adaptive: repeat until the median's 95%% CI is within this, e.g. 1%%; off = fixed count",
+    )
     p.add_argument("--max-time", help="adaptive: seconds per configuration at most")
     p.add_argument("--min-time", help="minimum seconds of each pipelined window (energy needs ≥ 1 s)")
     p.add_argument("--timeout", help="seconds before a hung configuration is killed (default 900)")
     p.add_argument("--weights", help="local state-dict file instead of random weights (one model)")
     p.add_argument("--seed", help="seed of weights and inputs (default 0)")
-    p.add_argument("--dataset", metavar="PATH",
-                   help="labelled images (ImageFolder tree or CSV of path,label): top-1/top-5 per configuration, "
-                        f"{'/'.join(quantized_names())} calibrated on a disjoint split")
-    p.add_argument("--accuracy-samples", metavar="N", help="score N evaluation images of --dataset (default: all)")
-    p.add_argument("--min-accuracy", metavar="PCT",
-                   help=f"top-1 relative to fp32 at least this, e.g. 99%% (default: 99%% for "
-                        f"{'/'.join(quantized_names())}, MLPerf's rule)")
-    p.add_argument("--include-transfer", action="store_true", help="time the host→device copy of pinned inputs")
-    p.add_argument("--no-cpu-baseline", action="store_true",
-                   help="on a GPU, skip the host-CPU part (~1 min after the GPU's; docs/cpu-baseline.md)")
+    p.add_argument(
+        "--dataset",
+        metavar="PATH",
+        help="labelled images (ImageFolder tree or CSV of path,label): top-1/top-5 per configuration, "
+        f"{'/'.join(quantized_names())} calibrated on a disjoint split",
+    )
+    p.add_argument(
+        "--accuracy-samples", metavar="N", help="score N evaluation images of --dataset (default: all)"
+    )
+    p.add_argument(
+        "--min-accuracy",
+        metavar="PCT",
+        help=f"top-1 relative to fp32 at least this, e.g. 99%% (default: 99%% for "
+        f"{'/'.join(quantized_names())}, MLPerf's rule)",
+    )
+    p.add_argument(
+        "--include-transfer", action="store_true", help="time the host→device copy of pinned inputs"
+    )
+    p.add_argument(
+        "--no-cpu-baseline",
+        action="store_true",
+        help="on a GPU, skip the host-CPU part (~1 min after the GPU's; docs/cpu-baseline.md)",
+    )
     p.add_argument("--no-telemetry", action="store_true", help="no power/energy/temperature/clock sampling")
     p.add_argument("--sample-hz", help="telemetry samples per second inside energy windows (default 10)")
-    p.add_argument("--energy-window", help="seconds each pipelined window lasts at least, with an energy counter (default 1)")
+    p.add_argument(
+        "--energy-window",
+        help="seconds each pipelined window lasts at least, with an energy counter (default 1)",
+    )
     p.add_argument("--idle-time", help="seconds of idle-baseline power at run start (default 2; 0 = none)")
-    p.add_argument("--thermal-warmup", action="store_true",
-                   help="load until the temperature is steady before measuring (the paper's steady state)")
-    p.add_argument("--thermal-window", help="steady = temperature slope under the threshold over this many s (default 30)")
+    p.add_argument(
+        "--thermal-warmup",
+        action="store_true",
+        help="load until the temperature is steady before measuring (the paper's steady state)",
+    )
+    p.add_argument(
+        "--thermal-window",
+        help="steady = temperature slope under the threshold over this many s (default 30)",
+    )
     p.add_argument("--thermal-slope", help="steady-state threshold in °C per minute (default 1)")
-    p.add_argument("--thermal-timeout", help="stop the thermal warm-up after this many s anyway (default 300)")
+    p.add_argument(
+        "--thermal-timeout", help="stop the thermal warm-up after this many s anyway (default 300)"
+    )
     p.add_argument("--store", default=api.DEFAULT_STORE, help=f"SQLite store (default {api.DEFAULT_STORE})")
-    p.add_argument("--resume", nargs="?", const=True, metavar="RUN_ID", help="continue the last unfinished run")
+    p.add_argument(
+        "--resume", nargs="?", const=True, metavar="RUN_ID", help="continue the last unfinished run"
+    )
     p.add_argument("--report", metavar="HTML", help="write an HTML report of this run when done")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.add_argument("--json", action="store_true", help="one JSON line per finished configuration on stdout")
     p.add_argument("--devices", help="spread the sweep over this host's GPUs: all, or e.g. cuda:0,cuda:1")
-    p.add_argument("--every-card", action="store_true",
-                   help="with --devices: measure every configuration on every GPU (the card-to-card spread)")
-    p.add_argument("--ray", metavar="ADDRESS",
-                   help="run on a Ray cluster: auto, local or HOST:PORT (pip install 'deepgap[ray]')")
-    p.add_argument("--where", action="append", metavar="KEY=VALUE",
-                   help="with --ray: only matching nodes, e.g. gpu=L4 (repeatable)")
+    p.add_argument(
+        "--every-card",
+        action="store_true",
+        help="with --devices: measure every configuration on every GPU (the card-to-card spread)",
+    )
+    p.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="run on a Ray cluster: auto, local or HOST:PORT (pip install 'deepgap[ray]')",
+    )
+    p.add_argument(
+        "--where",
+        action="append",
+        metavar="KEY=VALUE",
+        help="with --ray: only matching nodes, e.g. gpu=L4 (repeatable)",
+    )
 
 
 def build_spec(args: argparse.Namespace) -> SweepSpec:
@@ -131,8 +171,11 @@ def build_spec(args: argparse.Namespace) -> SweepSpec:
     base: SweepSpec | None = preset(args.preset) if args.preset else None
     if args.config:
         base = load_toml(args.config, base)
-    changes = {field: parse(getattr(args, flag)) for flag, (field, parse) in _FLAGS.items()
-               if getattr(args, flag) is not None}
+    changes = {
+        field: parse(getattr(args, flag))
+        for flag, (field, parse) in _FLAGS.items()
+        if getattr(args, flag) is not None
+    }
     if args.include_transfer:
         changes["include_transfer"] = True
     if args.no_telemetry:
@@ -165,10 +208,18 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
 
         progress = FleetProgress(enabled=not args.quiet and not args.json)
     try:
-        res = api.run(spec, store=args.store, resume=args.resume, on_event=progress.on_event,
-                      command=" ".join(["deepgap", *sys.argv[1:]]),
-                      devices=args.devices, ray=args.ray, where=args.where, every_card=args.every_card,
-                      log=(lambda m: print(f"deepgap: {m}", file=sys.stderr)) if not args.quiet else (lambda m: None))
+        res = api.run(
+            spec,
+            store=args.store,
+            resume=args.resume,
+            on_event=progress.on_event,
+            command=" ".join(["deepgap", *sys.argv[1:]]),
+            devices=args.devices,
+            ray=args.ray,
+            where=args.where,
+            every_card=args.every_card,
+            log=(lambda m: print(f"deepgap: {m}", file=sys.stderr)) if not args.quiet else (lambda m: None),
+        )
     finally:
         progress.close()
     if args.json:
@@ -190,6 +241,11 @@ def _as_json(r) -> dict:
 
     d = {"config": dataclasses.asdict(r.spec), "status": r.status.value, "reason": r.reason}
     if r.latency:
-        d.update(median_s=r.latency.median_s, p99_s=r.latency.p99_s, n=r.latency.n,
-                 throughput_ips=r.throughput_ips, throughput_pipelined_ips=r.throughput_pipelined_ips)
+        d.update(
+            median_s=r.latency.median_s,
+            p99_s=r.latency.p99_s,
+            n=r.latency.n,
+            throughput_ips=r.throughput_ips,
+            throughput_pipelined_ips=r.throughput_pipelined_ips,
+        )
     return d

@@ -24,41 +24,75 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("--resolution", help="input height = width (default: the model's)")
     p.add_argument("--scenario", default="server", help="single-stream | server | offline (default server)")
     p.add_argument("--qps", help="server: Poisson arrival rate, queries/s (or a trace's target mean rate)")
-    p.add_argument("--find-capacity", action="store_true",
-                   help="server: search the highest rate whose p99 stays within --slo-p99, and the batching policy")
+    p.add_argument(
+        "--find-capacity",
+        action="store_true",
+        help="server: search the highest rate whose p99 stays within --slo-p99, and the batching policy",
+    )
     p.add_argument("--slo-p99", help="p99 latency bound, e.g. 15ms")
-    p.add_argument("--max-batch", help="dynamic batcher: largest batch (default 8; searched with --find-capacity)")
+    p.add_argument(
+        "--max-batch", help="dynamic batcher: largest batch (default 8; searched with --find-capacity)"
+    )
     p.add_argument("--max-delay", help="dynamic batcher: longest wait of the oldest request, e.g. 2ms")
     p.add_argument("--trace", help="server: file of arrival timestamps (s), one per line or a CSV column t_s")
     p.add_argument("--seed", default="0", help="seed of arrivals and inputs (default 0)")
-    p.add_argument("--min-queries", help="minimum queries per run (defaults: single-stream 1024, server 1000, offline 4096)")
+    p.add_argument(
+        "--min-queries",
+        help="minimum queries per run (defaults: single-stream 1024, server 1000, offline 4096)",
+    )
     p.add_argument("--min-duration", help="minimum duration per run, e.g. 5s (defaults: 5 s / 2 s / 1 s)")
     p.add_argument("--max-queries", help="cap on queries per run (default 200000)")
-    p.add_argument("--confidence", help="confidence of the p99 verdict (default 0.99, as MLPerf's early stopping)")
-    p.add_argument("--batch-sizes", help="batch sizes to prepare and calibrate (default GPU 1..128, CPU 1..8)")
+    p.add_argument(
+        "--confidence", help="confidence of the p99 verdict (default 0.99, as MLPerf's early stopping)"
+    )
+    p.add_argument(
+        "--batch-sizes", help="batch sizes to prepare and calibrate (default GPU 1..128, CPU 1..8)"
+    )
     p.add_argument("--tenants", help="several models at once, one process each: resnet50,resnet18[:QPS],…")
-    p.add_argument("--load", help="tenants without a rate run at this fraction of their own capacity (default 0.5)")
-    p.add_argument("--verify-policies", help="--find-capacity: best simulated policies measured for real (default 2)")
-    p.add_argument("--loadgen", action="store_true",
-                   help="also drive the same server with MLCommons LoadGen (pip install 'deepgap[serving]')")
-    p.add_argument("--loadgen-duration",
-                   help="LoadGen's min duration per run, e.g. 600s (MLPerf's full run; default: the scenario's)")
+    p.add_argument(
+        "--load", help="tenants without a rate run at this fraction of their own capacity (default 0.5)"
+    )
+    p.add_argument(
+        "--verify-policies", help="--find-capacity: best simulated policies measured for real (default 2)"
+    )
+    p.add_argument(
+        "--loadgen",
+        action="store_true",
+        help="also drive the same server with MLCommons LoadGen (pip install 'deepgap[serving]')",
+    )
+    p.add_argument(
+        "--loadgen-duration",
+        help="LoadGen's min duration per run, e.g. 600s (MLPerf's full run; default: the scenario's)",
+    )
     p.add_argument("--threads", help="CPU intra-op threads of the worker")
-    p.add_argument("--curve-iterations", help="timed iterations per batch size when calibrating (default GPU 100, CPU 30)")
+    p.add_argument(
+        "--curve-iterations",
+        help="timed iterations per batch size when calibrating (default GPU 100, CPU 30)",
+    )
     p.add_argument("--timeout", help="seconds before a hung worker is killed (default 900)")
     p.add_argument("--weights", help="local state-dict file instead of random weights")
-    p.add_argument("--dataset", metavar="PATH",
-                   help="labelled images (ImageFolder or CSV of path,label): top-1/top-5 of the served engine; "
-                        "int8/fp8 calibrated on a disjoint split")
-    p.add_argument("--accuracy-samples", metavar="N", help="score N evaluation images of --dataset (default: all)")
+    p.add_argument(
+        "--dataset",
+        metavar="PATH",
+        help="labelled images (ImageFolder or CSV of path,label): top-1/top-5 of the served engine; "
+        "int8/fp8 calibrated on a disjoint split",
+    )
+    p.add_argument(
+        "--accuracy-samples", metavar="N", help="score N evaluation images of --dataset (default: all)"
+    )
     p.add_argument("--no-telemetry", action="store_true", help="no idle baseline and no thermal warm-up")
     p.add_argument("--idle-time", help="seconds of idle-baseline power before the build (default 2; 0: none)")
-    p.add_argument("--thermal-warmup", action="store_true",
-                   help="run load until the temperature is steady before calibrating (as deepgap run; "
-                        "the default on a GPU)")
+    p.add_argument(
+        "--thermal-warmup",
+        action="store_true",
+        help="run load until the temperature is steady before calibrating (as deepgap run; "
+        "the default on a GPU)",
+    )
     p.add_argument("--no-thermal-warmup", action="store_true", help="no thermal warm-up, on a GPU either")
-    p.add_argument("--thermal-window",
-                   help="steady = temperature slope under the threshold over this many s (default 30)")
+    p.add_argument(
+        "--thermal-window",
+        help="steady = temperature slope under the threshold over this many s (default 30)",
+    )
     p.add_argument("--thermal-slope", help="steady-state threshold in °C per minute (default 1)")
     p.add_argument("--thermal-timeout", help="stop the thermal warm-up after this many s (default 120)")
     p.add_argument("--sample-hz", help="telemetry samples per second in the prelude (default 10)")
@@ -82,34 +116,58 @@ def build_spec(args: argparse.Namespace):
     from deepgap.serving.spec import ServeSpec, parse_tenants
 
     kw = dict(
-        model=args.model, engine=args.engine, precision=args.precision, memory_format=args.memory_format,
-        device=args.device, scenario=args.scenario, find_capacity=args.find_capacity, trace=args.trace,
-        loadgen=args.loadgen, weights=args.weights, dataset=args.dataset,
+        model=args.model,
+        engine=args.engine,
+        precision=args.precision,
+        memory_format=args.memory_format,
+        device=args.device,
+        scenario=args.scenario,
+        find_capacity=args.find_capacity,
+        trace=args.trace,
+        loadgen=args.loadgen,
+        weights=args.weights,
+        dataset=args.dataset,
         accuracy_samples=_int(args.accuracy_samples, "accuracy-samples"),
-        resolution=_int(args.resolution, "resolution"), seed=_int(args.seed, "seed"),
+        resolution=_int(args.resolution, "resolution"),
+        seed=_int(args.seed, "seed"),
         qps=parse_rate_qps(args.qps) if args.qps is not None else None,
         slo_s=parse_duration_s(args.slo_p99, "slo-p99") if args.slo_p99 is not None else None,
         max_batch=_int(args.max_batch, "max-batch"),
-        max_delay_s=(0.0 if args.max_delay is not None and args.max_delay.strip() in ("0", "0ms", "0s")
-                     else parse_duration_s(args.max_delay, "max-delay") if args.max_delay is not None else None),
+        max_delay_s=(
+            0.0
+            if args.max_delay is not None and args.max_delay.strip() in ("0", "0ms", "0s")
+            else parse_duration_s(args.max_delay, "max-delay")
+            if args.max_delay is not None
+            else None
+        ),
         min_queries=_int(args.min_queries, "min-queries"),
         min_duration_s=parse_duration_s(args.min_duration, "min-duration") if args.min_duration else None,
-        loadgen_duration_s=(parse_duration_s(args.loadgen_duration, "loadgen-duration")
-                            if args.loadgen_duration else None),
-        threads=_int(args.threads, "threads"), curve_iterations=_int(args.curve_iterations, "curve-iterations"),
+        loadgen_duration_s=(
+            parse_duration_s(args.loadgen_duration, "loadgen-duration") if args.loadgen_duration else None
+        ),
+        threads=_int(args.threads, "threads"),
+        curve_iterations=_int(args.curve_iterations, "curve-iterations"),
         batch_sizes=parse_int_list(args.batch_sizes, "batch-sizes") if args.batch_sizes else None,
         tenants=parse_tenants(args.tenants) if args.tenants else (),
     )
-    for flag, field, conv in (("max-queries", "max_queries", _int), ("confidence", "confidence", _float),
-                              ("load", "load", _float), ("verify-policies", "verify_policies", _int),
-                              ("timeout", "timeout_s", _float)):
+    for flag, field, conv in (
+        ("max-queries", "max_queries", _int),
+        ("confidence", "confidence", _float),
+        ("load", "load", _float),
+        ("verify-policies", "verify_policies", _int),
+        ("timeout", "timeout_s", _float),
+    ):
         v = conv(getattr(args, field if field != "timeout_s" else "timeout"), flag)
         if v is not None:
             kw[field] = v
     # the run-level prelude: the flags and defaults of deepgap run
-    for flag, field in (("idle-time", "idle_s"), ("thermal-window", "thermal_window_s"),
-                        ("thermal-slope", "thermal_slope_c_per_min"),
-                        ("thermal-timeout", "thermal_timeout_s"), ("sample-hz", "sample_hz")):
+    for flag, field in (
+        ("idle-time", "idle_s"),
+        ("thermal-window", "thermal_window_s"),
+        ("thermal-slope", "thermal_slope_c_per_min"),
+        ("thermal-timeout", "thermal_timeout_s"),
+        ("sample-hz", "sample_hz"),
+    ):
         v = _float(getattr(args, flag.replace("-", "_")), flag)
         if v is not None:
             kw[field] = v
@@ -140,12 +198,25 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     try:
         out = run_serve(spec, args.store, say=say, command=" ".join(["deepgap", *sys.argv[1:]]))
     except KeyboardInterrupt:
-        print("deepgap: interrupted; the serve run, if it had started, is stored as interrupted "
-              "without its levels", file=sys.stderr)
+        print(
+            "deepgap: interrupted; the serve run, if it had started, is stored as interrupted "
+            "without its levels",
+            file=sys.stderr,
+        )
         return 130
     if args.json:
-        print(json.dumps({"run_id": out.run_id, "store": out.store_path, "status": out.status, "reason": out.reason,
-                          **out.summary}, default=str))
+        print(
+            json.dumps(
+                {
+                    "run_id": out.run_id,
+                    "store": out.store_path,
+                    "status": out.status,
+                    "reason": out.reason,
+                    **out.summary,
+                },
+                default=str,
+            )
+        )
     elif not args.quiet:
         for line in out.lines:
             print(line)

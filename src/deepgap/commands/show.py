@@ -71,8 +71,13 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
         import time
 
         for r in runs:
-            t.add_row(r["run_id"], r["status"], time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created_at"])),
-                      str(r["env"].get("device_name", "")), r["command"])
+            t.add_row(
+                r["run_id"],
+                r["status"],
+                time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created_at"])),
+                str(r["env"].get("device_name", "")),
+                r["command"],
+            )
         console.print(t)
         return 0
     ids = None if args.all else (args.run or ([runs[-1]["run_id"]] if runs else []))
@@ -81,21 +86,57 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
         print(df.drop(columns=["extra"]).to_json(orient="records", indent=1))
         return 0
     text = bool(len(df)) and bool(df["seq_len"].notna().any())  # text models: seq and tokens/s columns
-    t = Table("model", "engine", "prec", "bs", "fmt", "thr", "sweep", "status", "median ms (95% CI)", "p99 ms", "img/s",
-              "img/s pipelined", *(("seq", "tokens/s") if text else ()), "n", "cv", "top-1 % (vs fp32)", "flags",
-              title=f"{args.store}: {len(df)} results")
+    t = Table(
+        "model",
+        "engine",
+        "prec",
+        "bs",
+        "fmt",
+        "thr",
+        "sweep",
+        "status",
+        "median ms (95% CI)",
+        "p99 ms",
+        "img/s",
+        "img/s pipelined",
+        *(("seq", "tokens/s") if text else ()),
+        "n",
+        "cv",
+        "top-1 % (vs fp32)",
+        "flags",
+        title=f"{args.store}: {len(df)} results",
+    )
     for row in df.to_dict("records"):
         ok = row["status"] == "ok"
-        med = (f"{_fmt_ms(row['latency_median_s'])} ({_fmt_ms(row['latency_median_ci_low_s'])}–"
-               f"{_fmt_ms(row['latency_median_ci_high_s'])})") if ok else row["reason"][:60]
+        med = (
+            (
+                f"{_fmt_ms(row['latency_median_s'])} ({_fmt_ms(row['latency_median_ci_low_s'])}–"
+                f"{_fmt_ms(row['latency_median_ci_high_s'])})"
+            )
+            if ok
+            else row["reason"][:60]
+        )
         thr = "" if row["threads"] is None or row["threads"] != row["threads"] else str(int(row["threads"]))
         t.add_row(
-            row["model"], row["engine"], row["precision"], str(row["batch_size"]), row["memory_format"], thr,
-            str(row.get("sweep", "")), row["status"], med, _fmt_ms(row["latency_p99_s"]) if ok else "",
-            f"{row['throughput_ips']:,.1f}" if ok else "", f"{row['throughput_pipelined_ips']:,.1f}" if ok else "",
+            row["model"],
+            row["engine"],
+            row["precision"],
+            str(row["batch_size"]),
+            row["memory_format"],
+            thr,
+            str(row.get("sweep", "")),
+            row["status"],
+            med,
+            _fmt_ms(row["latency_p99_s"]) if ok else "",
+            f"{row['throughput_ips']:,.1f}" if ok else "",
+            f"{row['throughput_pipelined_ips']:,.1f}" if ok else "",
             *(_tokens_cells(row, ok) if text else ()),
-            str(int(row["n_samples"])) if ok else "", f"{row['cv_repeats']:.3f}" if ok and row["cv_repeats"] == row["cv_repeats"] and row["cv_repeats"] is not None else "",
-            _top1(row.get("extra")), " ".join(flags_of(row)),
+            str(int(row["n_samples"])) if ok else "",
+            f"{row['cv_repeats']:.3f}"
+            if ok and row["cv_repeats"] == row["cv_repeats"] and row["cv_repeats"] is not None
+            else "",
+            _top1(row.get("extra")),
+            " ".join(flags_of(row)),
         )
     console.print(t)
     _print_sweeps(store, df, console)
@@ -120,7 +161,7 @@ def _print_sweeps(store, df, console) -> None:
     from rich.table import Table
 
     from deepgap.analysis import aggregate, config_label, prepare
-    from deepgap.report_format import spread_text, fmt_ci, fmt_ips
+    from deepgap.report_format import fmt_ci, fmt_ips, spread_text
 
     if df.empty or not (df["status"] == "ok").any():
         return
@@ -128,18 +169,33 @@ def _print_sweeps(store, df, console) -> None:
     multi = agg[agg["n_measurements"] >= 2] if len(agg) else agg
     if not len(multi):
         return
-    t = Table("configuration", "img/s", "95% CI (processes, then samples)", "between sweeps", "spread",
-              title="measured in several sweeps (worker processes)")
+    t = Table(
+        "configuration",
+        "img/s",
+        "95% CI (processes, then samples)",
+        "between sweeps",
+        "spread",
+        title="measured in several sweeps (worker processes)",
+    )
     for r in multi.to_dict("records"):
-        t.add_row(config_label(r), fmt_ips(r["throughput_ips"]),
-                  fmt_ci(r["throughput_ci_low_ips"], r["throughput_ci_high_ips"]), spread_text(r),
-                  "spread" if "spread" in r["warnings"]
-                  else "spread (covered by the CI)"
-                  if any(n.startswith("spread") for n in r.get("notes") or [])
-                  else "")
+        t.add_row(
+            config_label(r),
+            fmt_ips(r["throughput_ips"]),
+            fmt_ci(r["throughput_ci_low_ips"], r["throughput_ci_high_ips"]),
+            spread_text(r),
+            "spread"
+            if "spread" in r["warnings"]
+            else "spread (covered by the CI)"
+            if any(n.startswith("spread") for n in r.get("notes") or [])
+            else "",
+        )
     # a disagreement the two-level interval covers is a note, not a warning (analysis.signals): count both
-    n_spread = sum("spread" in w or any(n.startswith("spread") for n in (ns or []))
-                   for w, ns in zip(multi["warnings"], multi.get("notes", [[]] * len(multi)), strict=True))
+    n_spread = sum(
+        "spread" in w or any(n.startswith("spread") for n in (ns or []))
+        for w, ns in zip(multi["warnings"], multi.get("notes", [[]] * len(multi)), strict=True)
+    )
     console.print(t)
-    console.print(f"{len(multi) - n_spread} of {len(multi)} configurations' sweeps agree within their own "
-                  f"95% CIs; {n_spread} flagged spread")
+    console.print(
+        f"{len(multi) - n_spread} of {len(multi)} configurations' sweeps agree within their own "
+        f"95% CIs; {n_spread} flagged spread"
+    )

@@ -28,7 +28,11 @@ CACHE_ENV = "DEEPGAP_CACHE"
 
 def cache_dir(options: dict[str, Any] | None = None) -> Path:
     """The cache folder (created): option ``cache_dir``, else ``$DEEPGAP_CACHE``, else ``~/.cache/deepgap``."""
-    root = (options or {}).get("cache_dir") or os.environ.get(CACHE_ENV) or os.path.join("~", ".cache", "deepgap")
+    root = (
+        (options or {}).get("cache_dir")
+        or os.environ.get(CACHE_ENV)
+        or os.path.join("~", ".cache", "deepgap")
+    )
     path = Path(os.path.expanduser(str(root)))
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -44,8 +48,9 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)[:60]
 
 
-def artifact_path(kind: str, label: str, parts: dict[str, Any], suffix: str,
-                  options: dict[str, Any] | None = None) -> Path:
+def artifact_path(
+    kind: str, label: str, parts: dict[str, Any], suffix: str, options: dict[str, Any] | None = None
+) -> Path:
     """Where the artifact of ``kind`` with key ``parts`` lives: ``<cache>/<kind>/<label>-<hash><suffix>``."""
     folder = cache_dir(options) / kind
     folder.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,9 @@ class CudaGraphEngine(Engine):
     """``torch.cuda.CUDAGraph`` of the eager model (NCHW or channels_last)."""
 
     name = "cudagraph"
-    description = "PyTorch eager captured as a CUDA graph per batch size (the small-batch latency winner); GPU"
+    description = (
+        "PyTorch eager captured as a CUDA graph per batch size (the small-batch latency winner); GPU"
+    )
 
     def supports(self, spec, caps):  # noqa: D102
         why = super().supports(spec, caps) or float_precision_support(spec.precision, caps)

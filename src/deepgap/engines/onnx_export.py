@@ -27,14 +27,26 @@ OUTPUT_NAME = "logits"
 def export_parts(model_name: str, resolution: int, weights_sha: str, dtype: str) -> dict[str, Any]:
     """The cache key of an export (everything that changes the file's bytes)."""
     return {
-        "artifact": "onnx", "model": model_name, "resolution": resolution, "weights": weights_sha, "dtype": dtype,
-        "torch": library_version("torch"), "onnx": library_version("onnx"),
-        "onnxscript": library_version("onnxscript"), "opset": OPSET,
+        "artifact": "onnx",
+        "model": model_name,
+        "resolution": resolution,
+        "weights": weights_sha,
+        "dtype": dtype,
+        "torch": library_version("torch"),
+        "onnx": library_version("onnx"),
+        "onnxscript": library_version("onnxscript"),
+        "opset": OPSET,
     }
 
 
-def export_onnx(model, model_name: str, resolution: int, weights_sha: str, dtype: str = "fp32",
-                options: dict[str, Any] | None = None) -> tuple[Path, dict[str, Any]]:
+def export_onnx(
+    model,
+    model_name: str,
+    resolution: int,
+    weights_sha: str,
+    dtype: str = "fp32",
+    options: dict[str, Any] | None = None,
+) -> tuple[Path, dict[str, Any]]:
     """Export ``model`` (fp32, CPU, eval) in ``dtype`` (fp32|fp16) to a cached ONNX file.
 
     Returns:
@@ -59,7 +71,9 @@ def export_onnx(model, model_name: str, resolution: int, weights_sha: str, dtype
                 info["exporter"] = exporter
                 break
             except Exception as exc:  # the next exporter may manage; the message is kept either way
-                errors.append(f"{exporter}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+                errors.append(
+                    f"{exporter}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                )
         else:
             raise RuntimeError("ONNX export failed: " + " | ".join(errors))
         parts["exporter"] = info["exporter"]
@@ -79,12 +93,25 @@ def _export(model, example, path: str, exporter: str) -> None:
         if exporter == "dynamo":
             batch = torch.export.Dim("batch", min=1)
             prog = torch.onnx.export(
-                model, (example,), dynamo=True, input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
-                dynamic_shapes=({0: batch},), opset_version=OPSET, optimize=True, verbose=False,
+                model,
+                (example,),
+                dynamo=True,
+                input_names=[INPUT_NAME],
+                output_names=[OUTPUT_NAME],
+                dynamic_shapes=({0: batch},),
+                opset_version=OPSET,
+                optimize=True,
+                verbose=False,
             )
             prog.save(path)
         else:
             torch.onnx.export(
-                model, (example,), path, dynamo=False, input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
-                dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}}, opset_version=FALLBACK_OPSET,
+                model,
+                (example,),
+                path,
+                dynamo=False,
+                input_names=[INPUT_NAME],
+                output_names=[OUTPUT_NAME],
+                dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
+                opset_version=FALLBACK_OPSET,
             )

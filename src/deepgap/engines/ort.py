@@ -59,16 +59,22 @@ class OrtEngine(Engine):
             return f"{self.name} uses {prov}, which needs a CUDA GPU; this device is a CPU"
         have = providers_available()
         if prov not in have:
-            return (f"unavailable: the installed onnxruntime has no {prov} (it has {', '.join(have)}); "
-                    "install onnxruntime-gpu (CUDA/TensorRT providers) built for this CUDA")
+            return (
+                f"unavailable: the installed onnxruntime has no {prov} (it has {', '.join(have)}); "
+                "install onnxruntime-gpu (CUDA/TensorRT providers) built for this CUDA"
+            )
         if prov == "CPUExecutionProvider" and spec.precision == "fp16":
             return "ONNX Runtime's CPU provider has no fp16 convolution kernels; fp16 runs on its CUDA/TensorRT providers"
         if spec.seq_len and spec.precision == "int8":
-            return ("ONNX Runtime int8 calibrates activation ranges on images (deepgap.calibration_data); "
-                    "calibration on token ids for text encoders is not built yet")
+            return (
+                "ONNX Runtime int8 calibrates activation ranges on images (deepgap.calibration_data); "
+                "calibration on token ids for text encoders is not built yet"
+            )
         if prov == "CUDAExecutionProvider" and spec.precision == "int8":
-            return ("ONNX Runtime's CUDA provider runs QDQ int8 models by dequantizing to float (no int8 kernels); "
-                    "int8 on a GPU: onnxruntime-trt, tensorrt or quant")
+            return (
+                "ONNX Runtime's CUDA provider runs QDQ int8 models by dequantizing to float (no int8 kernels); "
+                "int8 on a GPU: onnxruntime-trt, tensorrt or quant"
+            )
         return None
 
     def session_options(self):
@@ -91,7 +97,11 @@ class OrtEngine(Engine):
         idx = torch.device(spec.device).index or 0
         if prov == "CUDAExecutionProvider":
             stream = torch.cuda.current_stream(idx).cuda_stream
-            return {"device_id": idx, "user_compute_stream": str(stream), "cudnn_conv_algo_search": "EXHAUSTIVE"}
+            return {
+                "device_id": idx,
+                "user_compute_stream": str(stream),
+                "cudnn_conv_algo_search": "EXHAUSTIVE",
+            }
         return {}
 
     def model_file(self, model, spec, info: dict[str, Any]):
@@ -128,13 +138,20 @@ class OrtEngine(Engine):
             providers.append(("CUDAExecutionProvider", self.provider_options(spec, "CUDAExecutionProvider")))
         t1 = time.perf_counter()
         sess = ort.InferenceSession(str(path), self.session_options(), providers=providers)
-        info.update(session_s=time.perf_counter() - t1, providers=sess.get_providers(),
-                    intra_op_threads=torch.get_num_threads())
+        info.update(
+            session_s=time.perf_counter() - t1,
+            providers=sess.get_providers(),
+            intra_op_threads=torch.get_num_threads(),
+        )
         if sess.get_providers()[0] != prov:  # ORT falls back to CPU silently; never measure the wrong thing
-            raise RuntimeError(f"ONNX Runtime did not enable {prov} (session providers: {sess.get_providers()})")
+            raise RuntimeError(
+                f"ONNX Runtime did not enable {prov} (session providers: {sess.get_providers()})"
+            )
         in_dtype = torch.float16 if spec.precision == "fp16" else torch.float32
         run = _cpu_runner(sess) if kind == "cpu" else _cuda_runner(sess, spec)
-        with torch.inference_mode():  # first run: lazy initialization (and TensorRT's engine build) off the clock
+        with (
+            torch.inference_mode()
+        ):  # first run: lazy initialization (and TensorRT's engine build) off the clock
             run(example_on(example, spec.device, in_dtype).contiguous())
         return Prepared(run=run, input_dtype=in_dtype, setup_s=time.perf_counter() - t0, info=info)
 
@@ -158,9 +175,16 @@ def _cuda_runner(sess, spec):
     idx = torch.device(spec.device).index or 0
     in_name, out = sess.get_inputs()[0].name, sess.get_outputs()[0]
     out_elem = {"tensor(float)": np.float32, "tensor(float16)": np.float16}[out.type]
-    out_buf = torch.empty((spec.batch_size, int(out.shape[1])), device=spec.device,
-                          dtype=torch.float16 if out_elem is np.float16 else torch.float32)
-    in_elems = {torch.float16: np.float16, torch.float32: np.float32, torch.int64: np.int64}  # int64: token ids
+    out_buf = torch.empty(
+        (spec.batch_size, int(out.shape[1])),
+        device=spec.device,
+        dtype=torch.float16 if out_elem is np.float16 else torch.float32,
+    )
+    in_elems = {
+        torch.float16: np.float16,
+        torch.float32: np.float32,
+        torch.int64: np.int64,
+    }  # int64: token ids
     binding = sess.io_binding()
     binding.bind_output(out.name, "cuda", idx, out_elem, tuple(out_buf.shape), out_buf.data_ptr())
 
@@ -191,10 +215,19 @@ class OrtTensorrtEngine(OrtEngine):
 
         idx = torch.device(spec.device).index or 0
         b = spec.batch_size
-        shape = f"input:{b}x{spec.seq_len}" if spec.seq_len else f"input:{b}x3x{spec.resolution}x{spec.resolution}"
+        shape = (
+            f"input:{b}x{spec.seq_len}"
+            if spec.seq_len
+            else f"input:{b}x3x{spec.resolution}x{spec.resolution}"
+        )
         return {
-            "device_id": idx, "user_compute_stream": str(torch.cuda.current_stream(idx).cuda_stream),
-            "trt_fp16_enable": spec.precision in ("fp16", "int8"), "trt_int8_enable": spec.precision == "int8",
-            "trt_engine_cache_enable": True, "trt_engine_cache_path": str(cache_dir(self.options) / "ort-trt"),
-            "trt_profile_min_shapes": shape, "trt_profile_opt_shapes": shape, "trt_profile_max_shapes": shape,
+            "device_id": idx,
+            "user_compute_stream": str(torch.cuda.current_stream(idx).cuda_stream),
+            "trt_fp16_enable": spec.precision in ("fp16", "int8"),
+            "trt_int8_enable": spec.precision == "int8",
+            "trt_engine_cache_enable": True,
+            "trt_engine_cache_path": str(cache_dir(self.options) / "ort-trt"),
+            "trt_profile_min_shapes": shape,
+            "trt_profile_opt_shapes": shape,
+            "trt_profile_max_shapes": shape,
         }

@@ -27,27 +27,39 @@ def quant_settings(options: dict[str, Any] | None, for_tensorrt: bool = False) -
 
     method = str((options or {}).get("ort_calibration_method", "minmax")).lower()
     if method not in METHODS:
-        raise UsageError(f"option ort_calibration_method {method!r} is unknown", f"choose one of {', '.join(METHODS)}")
+        raise UsageError(
+            f"option ort_calibration_method {method!r} is unknown", f"choose one of {', '.join(METHODS)}"
+        )
     return {
-        "format": "QDQ", "per_channel": True, "weights": "int8 symmetric per output channel",
+        "format": "QDQ",
+        "per_channel": True,
+        "weights": "int8 symmetric per output channel",
         "activations": "int8 symmetric per tensor" if for_tensorrt else "uint8 asymmetric per tensor",
         "calibration_method": method,
     }
 
 
-def quantize(fp32_path: Path, calib, settings: dict[str, Any], label: str,
-             options: dict[str, Any] | None = None) -> tuple[Path, dict[str, Any]]:
+def quantize(
+    fp32_path: Path, calib, settings: dict[str, Any], label: str, options: dict[str, Any] | None = None
+) -> tuple[Path, dict[str, Any]]:
     """Quantize the ONNX model at ``fp32_path`` with ``calib`` (a `CalibrationSet`), through the cache.
 
     Returns:
         The QDQ model's path and what to record (recipe, calibration source, cache hit|miss, seconds).
     """
     parts = {
-        "artifact": "ort-int8", "model_sha": file_sha(fp32_path), "calibration": calib.fingerprint,
-        "settings": settings, "onnxruntime": library_version("onnxruntime"),
+        "artifact": "ort-int8",
+        "model_sha": file_sha(fp32_path),
+        "calibration": calib.fingerprint,
+        "settings": settings,
+        "onnxruntime": library_version("onnxruntime"),
     }
     path = artifact_path("ort-int8", label, parts, ".onnx", options)
-    info: dict[str, Any] = {"quantization": dict(settings), "calibration": dict(calib.info), "quant_path": str(path)}
+    info: dict[str, Any] = {
+        "quantization": dict(settings),
+        "calibration": dict(calib.info),
+        "quant_path": str(path),
+    }
     if path.exists():
         info["quant_cache"] = "hit"
         return path, info
@@ -101,11 +113,19 @@ def _quantize_static(src: Path, dst: Path, calib, settings: dict[str, Any]) -> N
             self.it = iter(batches)
 
     symmetric = settings["activations"].startswith("int8 symmetric")
-    method = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
-              "percentile": CalibrationMethod.Percentile}[settings["calibration_method"]]
+    method = {
+        "minmax": CalibrationMethod.MinMax,
+        "entropy": CalibrationMethod.Entropy,
+        "percentile": CalibrationMethod.Percentile,
+    }[settings["calibration_method"]]
     quantize_static(
-        str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-        activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8, weight_type=QuantType.QInt8,
+        str(src),
+        str(dst),
+        Reader(),
+        quant_format=QuantFormat.QDQ,
+        per_channel=True,
+        activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
+        weight_type=QuantType.QInt8,
         calibrate_method=method,
         extra_options={"ActivationSymmetric": symmetric, "WeightSymmetric": True},
     )

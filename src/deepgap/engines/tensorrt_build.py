@@ -37,15 +37,22 @@ def profile_shapes(batch_size: int, options: dict[str, Any] | None = None) -> tu
     options = options or {}
     mode = options.get("trt_profile", "range")
     if mode not in PROFILE_MODES:
-        raise UsageError(f"option trt_profile {mode!r} is unknown", f"choose one of {', '.join(PROFILE_MODES)}")
+        raise UsageError(
+            f"option trt_profile {mode!r} is unknown", f"choose one of {', '.join(PROFILE_MODES)}"
+        )
     if mode == "static":
         return (batch_size, batch_size, batch_size)
     given = options.get("trt_profile_batches", PAPER_PROFILE)
-    if (not isinstance(given, (list, tuple)) or len(given) != 3
-            or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in given)
-            or not given[0] <= given[1] <= given[2]):
-        raise UsageError(f"option trt_profile_batches must be [min, opt, max] with 1 ≤ min ≤ opt ≤ max, got {given!r}",
-                         "set e.g. trt_profile_batches = [1, 32, 512]")
+    if (
+        not isinstance(given, (list, tuple))
+        or len(given) != 3
+        or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in given)
+        or not given[0] <= given[1] <= given[2]
+    ):
+        raise UsageError(
+            f"option trt_profile_batches must be [min, opt, max] with 1 ≤ min ≤ opt ≤ max, got {given!r}",
+            "set e.g. trt_profile_batches = [1, 32, 512]",
+        )
     lo, opt, hi = (int(v) for v in given)
     lo = min(lo, batch_size)
     if batch_size > hi:
@@ -57,36 +64,64 @@ def workspace_bytes(options: dict[str, Any] | None = None) -> int:
     """The builder's workspace limit from ``trt_workspace_gib`` (default 2 GiB, the paper's)."""
     gib = (options or {}).get("trt_workspace_gib", DEFAULT_WORKSPACE_GIB)
     if isinstance(gib, bool) or not isinstance(gib, (int, float)) or gib <= 0:
-        raise UsageError(f"option trt_workspace_gib must be a positive number, got {gib!r}", "set e.g. trt_workspace_gib = 2")
+        raise UsageError(
+            f"option trt_workspace_gib must be a positive number, got {gib!r}",
+            "set e.g. trt_workspace_gib = 2",
+        )
     return int(gib * (1 << 30))
 
 
-def engine_parts(model: str, resolution: int, weights_sha: str, precision: str, profile: tuple[int, int, int],
-                 gpu_name: str, compute_capability: tuple[int, int], trt_version: str,
-                 calibration: str | None, workspace: int) -> dict[str, Any]:
+def engine_parts(
+    model: str,
+    resolution: int,
+    weights_sha: str,
+    precision: str,
+    profile: tuple[int, int, int],
+    gpu_name: str,
+    compute_capability: tuple[int, int],
+    trt_version: str,
+    calibration: str | None,
+    workspace: int,
+) -> dict[str, Any]:
     """The engine cache's key: everything that changes the serialized engine."""
     return {
-        "artifact": "tensorrt-engine", "model": model, "resolution": resolution, "weights": weights_sha,
-        "precision": precision, "profile": list(profile), "gpu": gpu_name,
-        "compute_capability": f"{compute_capability[0]}.{compute_capability[1]}", "tensorrt": trt_version,
-        "calibration": calibration if precision == "int8" else None, "workspace_bytes": workspace,
+        "artifact": "tensorrt-engine",
+        "model": model,
+        "resolution": resolution,
+        "weights": weights_sha,
+        "precision": precision,
+        "profile": list(profile),
+        "gpu": gpu_name,
+        "compute_capability": f"{compute_capability[0]}.{compute_capability[1]}",
+        "tensorrt": trt_version,
+        "calibration": calibration if precision == "int8" else None,
+        "workspace_bytes": workspace,
     }
 
 
-def calibration_cache_parts(model: str, resolution: int, weights_sha: str, calibration: str, trt_version: str,
-                            batch: int) -> dict[str, Any]:
+def calibration_cache_parts(
+    model: str, resolution: int, weights_sha: str, calibration: str, trt_version: str, batch: int
+) -> dict[str, Any]:
     """The calibration table's key (a table is portable across GPUs, not across TensorRT versions)."""
     return {
-        "artifact": "tensorrt-calibration", "model": model, "resolution": resolution, "weights": weights_sha,
-        "calibration": calibration, "tensorrt": trt_version, "algorithm": "entropy2", "batch": batch,
+        "artifact": "tensorrt-calibration",
+        "model": model,
+        "resolution": resolution,
+        "weights": weights_sha,
+        "calibration": calibration,
+        "tensorrt": trt_version,
+        "algorithm": "entropy2",
+        "batch": batch,
     }
 
 
 def calibration_batches(calib, batch: int) -> list[Any]:
     """Full, contiguous batches of the calibration set (TensorRT's calibrator takes one batch size)."""
     if calib.images.shape[0] < batch:
-        raise UsageError(f"INT8 calibration needs at least {batch} images, the set has {calib.images.shape[0]}",
-                         f"set calibration_images ≥ {batch}")
+        raise UsageError(
+            f"INT8 calibration needs at least {batch} images, the set has {calib.images.shape[0]}",
+            f"set calibration_images ≥ {batch}",
+        )
     return [b.contiguous() for b in calib.batches(batch) if b.shape[0] == batch]
 
 
@@ -123,8 +158,16 @@ def make_calibrator(trt, batches: list[Any], cache_path: Path, cache_parts: dict
     return EntropyCalibrator()
 
 
-def build_serialized(trt, onnx_path: Path, precision: str, profile: tuple[int, int, int], resolution: int,
-                     workspace: int, calibrator=None, calibration_batch: int = CALIBRATION_BATCH) -> tuple[bytes, dict]:
+def build_serialized(
+    trt,
+    onnx_path: Path,
+    precision: str,
+    profile: tuple[int, int, int],
+    resolution: int,
+    workspace: int,
+    calibrator=None,
+    calibration_batch: int = CALIBRATION_BATCH,
+) -> tuple[bytes, dict]:
     """Parse ONNX, configure precision and profile, build; returns the engine's bytes and build facts."""
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
@@ -143,7 +186,9 @@ def build_serialized(trt, onnx_path: Path, precision: str, profile: tuple[int, i
     else:
         flags_set.append("TF32")
     if precision in ("fp16", "int8"):
-        config.set_flag(trt.BuilderFlag.FP16)  # int8: layers without int8 kernels run fp16 (trtexec --int8 --fp16)
+        config.set_flag(
+            trt.BuilderFlag.FP16
+        )  # int8: layers without int8 kernels run fp16 (trtexec --int8 --fp16)
         flags_set.append("FP16")
     if precision == "bf16":
         config.set_flag(trt.BuilderFlag.BF16)

@@ -31,7 +31,9 @@ class TensorrtEngine(Engine):
     """ONNX → TensorRT engine (optimization profile over a batch range), cached; INT8 entropy calibration."""
 
     name = "tensorrt"
-    description = "TensorRT (the paper's INT8 path): ONNX → engine, batch-range profile, entropy calibration; GPU"
+    description = (
+        "TensorRT (the paper's INT8 path): ONNX → engine, batch-range profile, entropy calibration; GPU"
+    )
     precisions = ("fp32", "tf32", "fp16", "bf16", "int8")
 
     def available(self):  # noqa: D102
@@ -55,8 +57,10 @@ class TensorrtEngine(Engine):
         if caps.kind != "cuda":
             return "tensorrt builds engines for NVIDIA GPUs; this device is a CPU"
         if spec.seq_len:
-            return ("tensorrt's optimization profiles and int8 calibration are built for image inputs "
-                    "(N, 3, R, R); token-id inputs for text encoders are not wired yet")
+            return (
+                "tensorrt's optimization profiles and int8 calibration are built for image inputs "
+                "(N, 3, R, R); token-id inputs for text encoders are not wired yet"
+            )
         if spec.memory_format != "nchw":
             return "tensorrt takes NCHW inputs (it chooses its own internal layouts); channels_last is a PyTorch layout"
         if is_quantized(spec.precision):  # not plain PyTorch's: only the device's capability counts
@@ -90,11 +94,21 @@ class TensorrtEngine(Engine):
 
             calib = calibration_data.calibration_set(spec.resolution, self.options)
             info["calibration"] = dict(calib.info)
-        parts = tb.engine_parts(spec.model, spec.resolution, sha, spec.precision, profile, props.name,
-                                (props.major, props.minor), trt.__version__, calib.fingerprint if calib else None,
-                                workspace)
-        path = artifact_path("tensorrt", f"{spec.model}-{spec.resolution}-{spec.precision}", parts, ".engine",
-                             self.options)
+        parts = tb.engine_parts(
+            spec.model,
+            spec.resolution,
+            sha,
+            spec.precision,
+            profile,
+            props.name,
+            (props.major, props.minor),
+            trt.__version__,
+            calib.fingerprint if calib else None,
+            workspace,
+        )
+        path = artifact_path(
+            "tensorrt", f"{spec.model}-{spec.resolution}-{spec.precision}", parts, ".engine", self.options
+        )
         info.update(profile_batches=list(profile), engine_path=str(path))
         if path.exists():
             info["engine_cache"] = "hit"
@@ -104,17 +118,29 @@ class TensorrtEngine(Engine):
             if calib is not None:
                 cb = min(tb.CALIBRATION_BATCH, int(calib.images.shape[0]))
                 batches = tb.calibration_batches(calib, cb)
-                cparts = tb.calibration_cache_parts(spec.model, spec.resolution, sha, calib.fingerprint,
-                                                    trt.__version__, cb)
-                cpath = artifact_path("tensorrt-calibration", f"{spec.model}-{spec.resolution}", cparts, ".cache",
-                                      self.options)
+                cparts = tb.calibration_cache_parts(
+                    spec.model, spec.resolution, sha, calib.fingerprint, trt.__version__, cb
+                )
+                cpath = artifact_path(
+                    "tensorrt-calibration", f"{spec.model}-{spec.resolution}", cparts, ".cache", self.options
+                )
                 calibrator = tb.make_calibrator(trt, batches, cpath, cparts, spec.device)
-                info.update(calibration_cache=str(cpath), calibration_batch=cb,
-                            calibration_images_used=cb * len(batches))
+                info.update(
+                    calibration_cache=str(cpath),
+                    calibration_batch=cb,
+                    calibration_images_used=cb * len(batches),
+                )
             with torch.cuda.device(dev):
-                blob, build_info = tb.build_serialized(trt, onnx_path, spec.precision, profile, spec.resolution,
-                                                       workspace, calibrator, calibration_batch=info.get(
-                                                           "calibration_batch", tb.CALIBRATION_BATCH))
+                blob, build_info = tb.build_serialized(
+                    trt,
+                    onnx_path,
+                    spec.precision,
+                    profile,
+                    spec.resolution,
+                    workspace,
+                    calibrator,
+                    calibration_batch=info.get("calibration_batch", tb.CALIBRATION_BATCH),
+                )
             info.update(build_info, engine_cache="miss")
             if calibrator is not None:
                 info["calibration_cache_hit"] = calibrator.cache_read
@@ -136,7 +162,9 @@ def _runner(trt, blob: bytes, spec, dev):
     with torch.cuda.device(dev):
         engine = runtime.deserialize_cuda_engine(blob)
         if engine is None:
-            raise RuntimeError("TensorRT could not deserialize the cached engine (a different TensorRT or GPU?)")
+            raise RuntimeError(
+                "TensorRT could not deserialize the cached engine (a different TensorRT or GPU?)"
+            )
         context = engine.create_execution_context()
     names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
     in_name = next(n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT)

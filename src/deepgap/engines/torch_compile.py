@@ -51,7 +51,9 @@ class CompileEngine(Engine):
             from torch.utils._triton import has_triton
 
             if not has_triton():
-                return "unavailable: torch.compile on a GPU needs Triton (pip install triton), which is missing"
+                return (
+                    "unavailable: torch.compile on a GPU needs Triton (pip install triton), which is missing"
+                )
         elif not any(shutil.which(c) for c in ("g++", "c++", "clang++")):
             return "unavailable: torch.compile on a CPU needs a C++ compiler (g++) on PATH"
         return None
@@ -71,8 +73,11 @@ class CompileEngine(Engine):
         cuda = spec.device.startswith("cuda")
         sync = (lambda: torch.cuda.synchronize(spec.device)) if cuda else (lambda: None)
         try:
-            with inductor_config.patch(freezing=self.freezing), torch._dynamo.config.patch(suppress_errors=False), \
-                    torch.inference_mode():
+            with (
+                inductor_config.patch(freezing=self.freezing),
+                torch._dynamo.config.patch(suppress_errors=False),
+                torch.inference_mode(),
+            ):
                 t1 = time.perf_counter()
                 compiled(x)
                 sync()
@@ -91,15 +96,20 @@ class CompileEngine(Engine):
                 f"{type(exc).__name__}: {msg}"
             ) from exc
         info: dict[str, Any] = {
-            "mode": self.mode or "default", "freezing": self.freezing, "dynamic": False,
-            "compile_s": compile_s, "torch": torch.__version__, **_compile_counters(counters),
+            "mode": self.mode or "default",
+            "freezing": self.freezing,
+            "dynamic": False,
+            "compile_s": compile_s,
+            "torch": torch.__version__,
+            **_compile_counters(counters),
         }
         return Prepared(run=compiled, input_dtype=x.dtype, setup_s=time.perf_counter() - t0, info=info)
 
 
 def _compile_counters(counters) -> dict[str, Any]:
     """Graphs compiled, graph breaks and Inductor cache hits: a compiled model that broke into pieces,
-    or came from the on-disk cache (a shorter ``compile_s``), says so."""
+    or came from the on-disk cache (a shorter ``compile_s``), says so.
+    """
     breaks = counters.get("graph_break", {})
     ind = counters.get("inductor", {})
     return {
@@ -124,7 +134,9 @@ class CompileMaxAutotune(CompileEngine):
     """torch.compile, max-autotune-no-cudagraphs."""
 
     name = "compile-max-autotune"
-    description = "torch.compile mode=max-autotune-no-cudagraphs (autotuned GEMM/conv templates; minutes to compile)"
+    description = (
+        "torch.compile mode=max-autotune-no-cudagraphs (autotuned GEMM/conv templates; minutes to compile)"
+    )
     mode = "max-autotune-no-cudagraphs"
 
 
@@ -142,6 +154,8 @@ class CompileFreeze(CompileEngine):
     """torch.compile, reduce-overhead with Inductor freezing."""
 
     name = "compile-freeze"
-    description = "torch.compile mode=reduce-overhead + Inductor freezing (weights as constants, conv-BN folded)"
+    description = (
+        "torch.compile mode=reduce-overhead + Inductor freezing (weights as constants, conv-BN folded)"
+    )
     mode = "reduce-overhead"
     freezing = True

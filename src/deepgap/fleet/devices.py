@@ -72,7 +72,9 @@ def parse_devices(
     if items == ["all"]:
         n = count()
         if n == 0:
-            raise UsageError("--devices all but no CUDA GPU is visible here", "drop --devices (or use --device cpu)")
+            raise UsageError(
+                "--devices all but no CUDA GPU is visible here", "drop --devices (or use --device cpu)"
+            )
         return [Lane(f"cuda:{i}", f"cuda:{i}") for i in range(n)]
     lanes: list[Lane] = []
     for item in items:
@@ -88,7 +90,9 @@ def parse_devices(
                 "use --device cpu (and --threads to sweep cores)",
             )
         else:
-            raise UsageError(f"unknown device {item!r} in --devices", "use all, or cuda:N names like cuda:0,cuda:1")
+            raise UsageError(
+                f"unknown device {item!r} in --devices", "use all, or cuda:N names like cuda:0,cuda:1"
+            )
     names = [lane.name for lane in lanes]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:

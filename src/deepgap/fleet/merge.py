@@ -50,8 +50,13 @@ def _check_input(path: str) -> set[str]:
         s.close()
 
 
-def merge(inputs: list[str], output: str, on_conflict: str = "error",
-          runs: Sequence[str] | None = None, redact: bool = False) -> MergeReport:
+def merge(
+    inputs: list[str],
+    output: str,
+    on_conflict: str = "error",
+    runs: Sequence[str] | None = None,
+    redact: bool = False,
+) -> MergeReport:
     """Merge the stores ``inputs`` into ``output`` (created, or extended when it exists).
 
     Args:
@@ -65,7 +70,9 @@ def merge(inputs: list[str], output: str, on_conflict: str = "error",
         StoreError: a foreign or other-version store, or conflicts with ``on_conflict="error"``.
     """
     if not inputs:
-        raise UsageError("no stores to merge", "pass at least one store, e.g. deepgap merge a.sqlite -o all.sqlite")
+        raise UsageError(
+            "no stores to merge", "pass at least one store, e.g. deepgap merge a.sqlite -o all.sqlite"
+        )
     if on_conflict not in ("error", "first"):
         raise UsageError(f"unknown conflict policy {on_conflict!r}", "use error or first")
     present = set().union(*(_check_input(path) for path in inputs))
@@ -82,8 +89,10 @@ def merge(inputs: list[str], output: str, on_conflict: str = "error",
         if real != out_abs and real not in sources:
             sources.append(real)
     if not sources and not redact:
-        raise UsageError(f"every store to merge is the output {output} itself: nothing to merge",
-                         "pass other stores, or another -o path")
+        raise UsageError(
+            f"every store to merge is the output {output} itself: nothing to merge",
+            "pass other stores, or another -o path",
+        )
     wal = exists and is_wal(out_abs)
     folder = os.path.dirname(out_abs)
     os.makedirs(folder, exist_ok=True)
@@ -118,19 +127,22 @@ def merge(inputs: list[str], output: str, on_conflict: str = "error",
     return report
 
 
-def _merge_input(store: Store, path: str, readable: str, tmp: str, report: MergeReport,
-                 selected: frozenset[str] | None) -> None:
+def _merge_input(
+    store: Store, path: str, readable: str, tmp: str, report: MergeReport, selected: frozenset[str] | None
+) -> None:
     """Merge one input (``readable``: itself or its migrated copy), with errors that name the input."""
     try:
         merge_one(store, readable, report, selected, label=path)
     except StoreFullError:
         raise StoreFullError(
             f"the disk is full (or SQLite's page limit reached) while merging into {report.output}; "
-            f"{report.output} is unchanged", "free disk space and merge again") from None
+            f"{report.output} is unchanged",
+            "free disk space and merge again",
+        ) from None
     except StoreError as exc:
         for name in (tmp, readable):
             if exc.problem.startswith(name):  # an error met reading the input, not the output
-                raise StoreDamagedError(path + exc.problem[len(name):], check_hint(path)) from None
+                raise StoreDamagedError(path + exc.problem[len(name) :], check_hint(path)) from None
         raise
 
 
@@ -140,8 +152,10 @@ def _check_runs(present: set[str], runs: Sequence[str] | None) -> frozenset[str]
         return None
     missing = [r for r in runs if r not in present]
     if missing:
-        raise UsageError(f"run {missing[0]} is in none of the stores to merge",
-                         "list a store's runs with `deepgap show STORE --runs`, or drop --run")
+        raise UsageError(
+            f"run {missing[0]} is in none of the stores to merge",
+            "list a store's runs with `deepgap show STORE --runs`, or drop --run",
+        )
     return frozenset(runs)
 
 

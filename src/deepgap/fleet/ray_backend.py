@@ -51,8 +51,14 @@ from deepgap.result_details import ResultDetails
 RETRIES = 2  # a configuration whose worker or node is lost runs at most 1 + RETRIES times
 _POLL_S = 2.0
 _TAG = 0.001  # the share of a label-like resource a task asks for (any number of tasks fit)
-_LOST_ERRORS = ("WorkerCrashedError", "NodeDiedError", "LocalRayletDiedError", "ObjectLostError",
-                "OutOfMemoryError", "ActorDiedError")
+_LOST_ERRORS = (
+    "WorkerCrashedError",
+    "NodeDiedError",
+    "LocalRayletDiedError",
+    "ObjectLostError",
+    "OutOfMemoryError",
+    "ActorDiedError",
+)
 
 
 def import_ray():
@@ -60,8 +66,9 @@ def import_ray():
     try:
         import ray
     except ImportError:
-        raise UsageError("--ray needs the ray package, which is not installed",
-                         "pip install 'deepgap[ray]'") from None
+        raise UsageError(
+            "--ray needs the ray package, which is not installed", "pip install 'deepgap[ray]'"
+        ) from None
     return ray
 
 
@@ -108,25 +115,32 @@ def where_resources(where: dict[str, str], nodes: list[dict[str, Any]]) -> dict[
                 (t for t in types if t.lower() == _accelerator_type(value).lower()), None
             )
             if pick is None:
-                raise UsageError(f"no node of the Ray cluster has gpu={value}",
-                                 f"this cluster's GPU types: {', '.join(types) or 'none'}")
+                raise UsageError(
+                    f"no node of the Ray cluster has gpu={value}",
+                    f"this cluster's GPU types: {', '.join(types) or 'none'}",
+                )
             out[f"accelerator_type:{pick}"] = _TAG
         elif key == "node":
             if f"node:{value}" not in offered:
                 ips = sorted(k.split(":", 1)[1] for k in offered if k.startswith("node:") and "__" not in k)
-                raise UsageError(f"no alive node of the Ray cluster has address {value}",
-                                 f"its nodes: {', '.join(ips) or 'none'}")
+                raise UsageError(
+                    f"no alive node of the Ray cluster has address {value}",
+                    f"its nodes: {', '.join(ips) or 'none'}",
+                )
             out[f"node:{value}"] = _TAG
         else:
             if f"{key}:{value}" not in offered:
-                raise UsageError(f"no node of the Ray cluster advertises {key}:{value}",
-                                 f"start nodes with ray start --resources='{{\"{key}:{value}\": 1000}}'")
+                raise UsageError(
+                    f"no node of the Ray cluster advertises {key}:{value}",
+                    f"start nodes with ray start --resources='{{\"{key}:{value}\": 1000}}'",
+                )
             out[f"{key}:{value}"] = _TAG
     return out
 
 
-def measure_config(spec: dict[str, Any], cfg_key: str,
-                   contexts: dict[str, dict[str, Any]] | None = None) -> Result:
+def measure_config(
+    spec: dict[str, Any], cfg_key: str, contexts: dict[str, dict[str, Any]] | None = None
+) -> Result:
     """Body of the Ray task: measure one configuration in a fresh deepgap worker on this node.
 
     ``contexts``: what each device's prelude learnt (`deepgap.fleet.ray_prelude`), by device; the
@@ -169,8 +183,14 @@ class RayBackend:
 
     backend = "ray"
 
-    def __init__(self, sweep: SweepSpec, address: str, where: dict[str, str] | None = None,
-                 retries: int = RETRIES, infeasible_grace_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        sweep: SweepSpec,
+        address: str,
+        where: dict[str, str] | None = None,
+        retries: int = RETRIES,
+        infeasible_grace_s: float = 60.0,
+    ) -> None:
         self.sweep = sweep
         self.address = address
         self.where = dict(where or {})
@@ -186,11 +206,21 @@ class RayBackend:
 
     def describe(self) -> dict[str, Any]:
         """The fleet settings stored with the run (``--resume`` reuses them)."""
-        return {"backend": self.backend, "ray": self.address, "where": self.where, "retries": self.retries,
-                "nodes": [{"node_id": n["NodeID"], "host": n.get("NodeManagerHostname"),
-                           "ip": n.get("NodeManagerAddress"),
-                           "resources": {k: v for k, v in n["Resources"].items() if not k.startswith("node:")}}
-                          for n in self.matching]}
+        return {
+            "backend": self.backend,
+            "ray": self.address,
+            "where": self.where,
+            "retries": self.retries,
+            "nodes": [
+                {
+                    "node_id": n["NodeID"],
+                    "host": n.get("NodeManagerHostname"),
+                    "ip": n.get("NodeManagerAddress"),
+                    "resources": {k: v for k, v in n["Resources"].items() if not k.startswith("node:")},
+                }
+                for n in self.matching
+            ],
+        }
 
     def _connect(self) -> None:
         ray = self._ray = import_ray()
@@ -205,8 +235,10 @@ class RayBackend:
         try:
             ray.init(**kw)
         except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise UsageError(f"cannot connect to the Ray cluster at {self.address!r} ({str(exc).splitlines()[0]})",
-                             "start one with `ray start --head`, or pass --ray local / --ray HOST:PORT") from None
+            raise UsageError(
+                f"cannot connect to the Ray cluster at {self.address!r} ({str(exc).splitlines()[0]})",
+                "start one with `ray start --head`, or pass --ray local / --ray HOST:PORT",
+            ) from None
         self._owns = True
 
     def alive_nodes(self) -> list[dict[str, Any]]:
@@ -230,17 +262,25 @@ class RayBackend:
         if dev == "auto":
             dev = "cuda" if has_gpu else "cpu"
         if dev.startswith("cuda:") and not resumed:
-            raise UsageError(f"--device {dev} picks a GPU, but with --ray Ray assigns them", "use --device cuda or auto")
+            raise UsageError(
+                f"--device {dev} picks a GPU, but with --ray Ray assigns them", "use --device cuda or auto"
+            )
         if dev.startswith("cuda") and not has_gpu:
-            raise UsageError("--device cuda but no matching Ray node has a GPU", "add GPU nodes or use --device cpu")
+            raise UsageError(
+                "--device cuda but no matching Ray node has a GPU", "add GPU nodes or use --device cpu"
+            )
         if dev == "cpu":
             if not sweep.threads:
-                raise UsageError("a CPU sweep over Ray needs --threads, so that each task reserves its cores",
-                                 "pass e.g. --threads 1,2")
+                raise UsageError(
+                    "a CPU sweep over Ray needs --threads, so that each task reserves its cores",
+                    "pass e.g. --threads 1,2",
+                )
             most = max(int(n["Resources"].get("CPU", 0)) for n in self.matching)
             if max(sweep.threads) > most:
-                raise UsageError(f"--threads {max(sweep.threads)} but no matching Ray node has that many CPUs",
-                                 f"use at most {most} threads")
+                raise UsageError(
+                    f"--threads {max(sweep.threads)} but no matching Ray node has that many CPUs",
+                    f"use at most {most} threads",
+                )
         self.sweep = sweep.replace(device=dev)
         return dev
 
@@ -248,7 +288,12 @@ class RayBackend:
         """The GPU types (or ``CPU``) of the matching nodes, for the run's summary."""
         if not self.sweep.device.startswith("cuda"):
             return ["CPU"]
-        types = {k.split(":", 1)[1] for n in self.matching for k in n["Resources"] if k.startswith("accelerator_type:")}
+        types = {
+            k.split(":", 1)[1]
+            for n in self.matching
+            for k in n["Resources"]
+            if k.startswith("accelerator_type:")
+        }
         return sorted(types) or ["GPU"]
 
     def start(self) -> None:
@@ -283,7 +328,11 @@ class RayBackend:
             self.contexts = self._prelude.contexts
 
     def _options(self, cfg: ConfigSpec) -> dict[str, Any]:
-        opts: dict[str, Any] = {"max_retries": 0, "resources": dict(self.resources), "name": f"deepgap {cfg.label()}"}
+        opts: dict[str, Any] = {
+            "max_retries": 0,
+            "resources": dict(self.resources),
+            "name": f"deepgap {cfg.label()}",
+        }
         if cfg.device.startswith("cuda"):
             opts.update(num_gpus=1, num_cpus=1)
         else:
@@ -299,7 +348,9 @@ class RayBackend:
         ray = self._ray
         remote = ray.remote(measure_config)
         spec = self.sweep.to_dict()
-        lost_types = tuple(t for t in (getattr(ray.exceptions, n, None) for n in _LOST_ERRORS) if t is not None)
+        lost_types = tuple(
+            t for t in (getattr(ray.exceptions, n, None) for n in _LOST_ERRORS) if t is not None
+        )
         pending = self._pending
 
         def submit(job: _Job) -> None:
@@ -324,8 +375,11 @@ class RayBackend:
                 if len(job.lost) <= self.retries:
                     submit(job)
                     continue
-                res = Result(spec=job.cfg, status=Status.CRASH,
-                             reason=f"its Ray worker or node was lost {len(job.lost)} times; last: {job.lost[-1]}")
+                res = Result(
+                    spec=job.cfg,
+                    status=Status.CRASH,
+                    reason=f"its Ray worker or node was lost {len(job.lost)} times; last: {job.lost[-1]}",
+                )
             except Exception as exc:  # noqa: BLE001 - the task itself raised (e.g. deepgap missing on the node)
                 res = Result(spec=job.cfg, status=Status.ERROR, reason=f"Ray task failed: {_first_line(exc)}")
             res.spec = job.cfg
@@ -339,8 +393,11 @@ class RayBackend:
                 d = res.details
                 for cfg in job.rest:
                     where = ResultDetails(lane=d.lane, node_id=d.node_id, node_env=d.node_env)
-                    yield Finished(lane, Result(spec=cfg, status=Status.SKIPPED, reason=why, details=where),
-                                   d.node_env or {})
+                    yield Finished(
+                        lane,
+                        Result(spec=cfg, status=Status.SKIPPED, reason=why, details=where),
+                        d.node_env or {},
+                    )
             elif job.rest:
                 submit(_Job(job.rest.popleft(), job.rest))
 
@@ -349,7 +406,11 @@ class RayBackend:
         nodes = self.alive_nodes()
 
         def fits(opts: dict[str, Any], res: dict[str, float]) -> bool:
-            need = {"GPU": opts.get("num_gpus", 0), "CPU": opts.get("num_cpus", 1), **opts.get("resources", {})}
+            need = {
+                "GPU": opts.get("num_gpus", 0),
+                "CPU": opts.get("num_cpus", 1),
+                **opts.get("resources", {}),
+            }
             return all(res.get(k, 0) >= v for k, v in need.items() if v)
 
         stuck = [j for j in self._pending.values() if not any(fits(j.options, n["Resources"]) for n in nodes)]

@@ -112,13 +112,17 @@ class ActorRunner:
             ref = self.actor.idle_baseline.remote(settings)
             return self.ray.get(ref, timeout=settings.idle_s + 120.0)
         except Exception as exc:  # noqa: BLE001 - a lost actor is a status, as a lost worker
-            return {"summary": {"status": f"unavailable: the Ray actor was lost ({_first_line(exc)})"},
-                    "samples": []}
+            return {
+                "summary": {"status": f"unavailable: the Ray actor was lost ({_first_line(exc)})"},
+                "samples": [],
+            }
 
     def thermal_warmup(self, cfg: ConfigSpec, timeout_s: float) -> Result:  # noqa: D102
         try:
-            return self.ray.get(self.actor.thermal_warmup.remote(cfg.key, timeout_s),
-                                timeout=timeout_s + self.sweep.timeout_s + 60.0)
+            return self.ray.get(
+                self.actor.thermal_warmup.remote(cfg.key, timeout_s),
+                timeout=timeout_s + self.sweep.timeout_s + 60.0,
+            )
         except Exception as exc:  # noqa: BLE001
             why = f"the Ray actor was lost ({_first_line(exc)})"
             return Result(spec=cfg, status=Status.CRASH, reason=why)
@@ -135,8 +139,14 @@ class _Slot:
 class RayPrelude:
     """The prelude actors of one Ray sweep: started with the backend, stopped after the prelude."""
 
-    def __init__(self, ray: Any, sweep: SweepSpec, nodes: list[dict[str, Any]],
-                 resources: dict[str, float], start_s: float = START_S) -> None:
+    def __init__(
+        self,
+        ray: Any,
+        sweep: SweepSpec,
+        nodes: list[dict[str, Any]],
+        resources: dict[str, float],
+        start_s: float = START_S,
+    ) -> None:
         self.ray = ray
         self.sweep = sweep
         self.nodes = nodes
@@ -156,8 +166,12 @@ class RayPrelude:
         actors = []
         for node_id in slots(self.nodes, device):
             pin = NodeAffinitySchedulingStrategy(node_id, soft=False)
-            opts: dict[str, Any] = {"resources": dict(self.resources), "max_restarts": 0, "num_cpus": 1,
-                                    "scheduling_strategy": pin}
+            opts: dict[str, Any] = {
+                "resources": dict(self.resources),
+                "max_restarts": 0,
+                "num_cpus": 1,
+                "scheduling_strategy": pin,
+            }
             if device == "cuda":
                 opts["num_gpus"] = 1
             actors.append(cls.options(**opts).remote(self.sweep.to_dict(), device))
@@ -193,8 +207,10 @@ class RayPrelude:
             except Exception as exc:  # noqa: BLE001 - raised below, after every device finished
                 errors.append(exc)
 
-        threads = [threading.Thread(target=one, args=(s,), name=f"deepgap-prelude-{s.key}", daemon=True)
-                   for s in self.slots]
+        threads = [
+            threading.Thread(target=one, args=(s,), name=f"deepgap-prelude-{s.key}", daemon=True)
+            for s in self.slots
+        ]
         try:
             for t in threads:
                 t.start()

@@ -64,8 +64,13 @@ class LocalScheduler:
 
     backend = "devices"
 
-    def __init__(self, sweep: SweepSpec, lanes: list[Lane], runner_factory: RunnerFactory = SweepRunner,
-                 every_card: bool = False) -> None:
+    def __init__(
+        self,
+        sweep: SweepSpec,
+        lanes: list[Lane],
+        runner_factory: RunnerFactory = SweepRunner,
+        every_card: bool = False,
+    ) -> None:
         self.sweep = sweep
         self.lanes = lanes
         self.every_card = every_card
@@ -88,7 +93,9 @@ class LocalScheduler:
         if not self.every_card:
             return configs
         n = self.sweep.sweeps
-        return [dataclasses.replace(c, sweep=i * n + c.sweep) for i in range(len(self.lanes)) for c in configs]
+        return [
+            dataclasses.replace(c, sweep=i * n + c.sweep) for i in range(len(self.lanes)) for c in configs
+        ]
 
     def _pinned_lane(self, cfg: ConfigSpec) -> str:
         return self.lanes[min(cfg.sweep // self.sweep.sweeps, len(self.lanes) - 1)].name
@@ -117,16 +124,19 @@ class LocalScheduler:
                     errors.append(exc)
         if errors:
             self.close()
-            raise errors[0] if isinstance(errors[0], UsageError) else UsageError(
-                f"a device of --devices could not start: {errors[0]}", "check `deepgap env`"
+            raise (
+                errors[0]
+                if isinstance(errors[0], UsageError)
+                else UsageError(f"a device of --devices could not start: {errors[0]}", "check `deepgap env`")
             )
 
     def first_env(self) -> dict[str, Any]:
         """The first lane's fingerprint (the run's, when the run row is made before any result)."""
         return self.envs[self.lanes[0].name]
 
-    def prelude(self, measure: Callable[[str, Runner, list[ConfigSpec]], None],
-                configs: list[ConfigSpec]) -> None:
+    def prelude(
+        self, measure: Callable[[str, Runner, list[ConfigSpec]], None], configs: list[ConfigSpec]
+    ) -> None:
         """``measure(lane, runner, configs on that lane's device)`` on every lane at once.
 
         The run-level prelude (`deepgap.session.RunSession.prelude`): each device's own idle
@@ -141,8 +151,10 @@ class LocalScheduler:
             except Exception as exc:  # noqa: BLE001 - raised below, after every lane finished
                 errors.append(exc)
 
-        threads = [threading.Thread(target=one, args=(lane,), name=f"deepgap-prelude-{lane.name}",
-                                    daemon=True) for lane in self.lanes]
+        threads = [
+            threading.Thread(target=one, args=(lane,), name=f"deepgap-prelude-{lane.name}", daemon=True)
+            for lane in self.lanes
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -181,7 +193,9 @@ class LocalScheduler:
 
         def settle(lane: str, rest: list[ConfigSpec]) -> None:
             with cond:
-                if rest:  # the unmeasured rest of a ladder goes back, in front, for another lane (or --resume)
+                if (
+                    rest
+                ):  # the unmeasured rest of a ladder goes back, in front, for another lane (or --resume)
                     (own[lane] if self.every_card else shared).appendleft(rest)
                 else:
                     outstanding[0] -= 1
@@ -254,4 +268,3 @@ class LocalScheduler:
                 pass
         for t in self._threads:
             t.join(timeout=15)
-

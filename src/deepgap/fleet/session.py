@@ -31,14 +31,22 @@ from deepgap.session import FLEET, Results, RunSession, as_spec, open_resume
 from deepgap.store import check_path
 
 
-def make_backend(sweep: SweepSpec, devices: Any, ray: str | None, where: dict[str, str] | None,
-                 stored: dict[str, Any] | None, **kw: Any):
+def make_backend(
+    sweep: SweepSpec,
+    devices: Any,
+    ray: str | None,
+    where: dict[str, str] | None,
+    stored: dict[str, Any] | None,
+    **kw: Any,
+):
     """The backend for the flags given, else for the stored fleet settings of a resumed run."""
     from deepgap.fleet import ray_backend
 
     where = ray_backend.parse_where(where) if where else None
     if devices and ray:
-        raise UsageError("--devices and --ray both given", "use --devices on one host, or --ray for a cluster")
+        raise UsageError(
+            "--devices and --ray both given", "use --devices on one host, or --ray for a cluster"
+        )
     if stored and stored.get("every_card"):
         kw.setdefault("every_card", True)  # a resumed --every-card run keeps measuring on every card
     if kw.get("every_card") and (ray or (not devices and (stored or {}).get("backend") == "ray")):
@@ -58,8 +66,11 @@ def make_backend(sweep: SweepSpec, devices: Any, ray: str | None, where: dict[st
 
     lanes = parse_devices(devices)
     if (stored or {}).get("every_card") and [lane.name for lane in lanes] != stored.get("devices"):
-        raise UsageError(f"this --every-card run measured on {','.join(stored.get('devices') or [])}; each card "
-                         "has its own sweep passes", "resume it with the same --devices (or none)")
+        raise UsageError(
+            f"this --every-card run measured on {','.join(stored.get('devices') or [])}; each card "
+            "has its own sweep passes",
+            "resume it with the same --devices (or none)",
+        )
     return LocalScheduler(sweep, lanes, **kw)
 
 
@@ -105,8 +116,9 @@ class LaneRows:
         self.rows = []
 
 
-def _prelude(backend: Any, session: RunSession, sweep: SweepSpec, configs: list[ConfigSpec],
-             log: Callable[[str], None]) -> None:
+def _prelude(
+    backend: Any, session: RunSession, sweep: SweepSpec, configs: list[ConfigSpec], log: Callable[[str], None]
+) -> None:
     """Each lane's idle baseline and thermal warm-up, at once; stored by this thread when all are done."""
     lanes: list[LaneRows] = []
 

@@ -141,8 +141,12 @@ for _name, _cfg in CONFIGS.items():
     MODELS.add(
         _name,
         ModelEntry(
-            build=_builder(_name), family="test" if _name == "tinybert" else "bert",
-            default_resolution=DEFAULT_SEQ_LEN, description=_DESCRIPTIONS[_name], num_classes=_cfg.hidden,
-            vocab_size=_cfg.vocab, max_seq_len=_cfg.max_positions,
+            build=_builder(_name),
+            family="test" if _name == "tinybert" else "bert",
+            default_resolution=DEFAULT_SEQ_LEN,
+            description=_DESCRIPTIONS[_name],
+            num_classes=_cfg.hidden,
+            vocab_size=_cfg.vocab,
+            max_seq_len=_cfg.max_positions,
         ),
     )

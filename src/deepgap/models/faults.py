@@ -49,7 +49,11 @@ for _kind in ("crash", "hang", "oom", "error"):
     MODELS.add(
         f"fault:{_kind}",
         ModelEntry(
-            build=_wrap(_kind), family="fault", default_resolution=32, hidden=True, num_classes=10,
+            build=_wrap(_kind),
+            family="fault",
+            default_resolution=32,
+            hidden=True,
+            num_classes=10,
             description=f"fault injection: {_kind}",
         ),
     )

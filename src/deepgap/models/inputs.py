@@ -18,8 +18,9 @@ if TYPE_CHECKING:
     import torch
 
 
-def example_batch(model: str, batch: int, size: int, generator: torch.Generator | None = None,
-                  device: str = "cpu") -> torch.Tensor:
+def example_batch(
+    model: str, batch: int, size: int, generator: torch.Generator | None = None, device: str = "cpu"
+) -> torch.Tensor:
     """A seeded random batch: fp32 N(0, 1) images (b, 3, s, s), or int64 token ids (b, s) in [0, vocab).
 
     Image inputs are never all zero (a zero image hides wrong kernels); token ids are uniform over the
@@ -57,11 +58,15 @@ def check_seq_lens(models: tuple[str, ...], seq_lens: tuple[int, ...], explicit:
         return
     text = [m for m in models if resolve_model(m).is_text]
     if explicit and not text:
-        raise UsageError("--seq-lens applies to text models, and none of the models is one",
-                         "add a text model (e.g. --models bert-base) or drop --seq-lens")
+        raise UsageError(
+            "--seq-lens applies to text models, and none of the models is one",
+            "add a text model (e.g. --models bert-base) or drop --seq-lens",
+        )
     for m in text:
         longest = resolve_model(m).max_seq_len
         too_long = [s for s in seq_lens if s > longest]
         if too_long:
-            raise UsageError(f"sequence length {too_long[0]} is longer than {m}'s {longest} positions",
-                             f"pass --seq-lens of at most {longest}")
+            raise UsageError(
+                f"sequence length {too_long[0]} is longer than {m}'s {longest} positions",
+                f"pass --seq-lens of at most {longest}",
+            )

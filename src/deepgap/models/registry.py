@@ -45,7 +45,9 @@ def resolve_model(name: str) -> ModelEntry:
         try:
             import timm
         except ImportError:
-            raise UsageError(f"model {name!r} needs timm, which is not installed", "pip install timm") from None
+            raise UsageError(
+                f"model {name!r} needs timm, which is not installed", "pip install timm"
+            ) from None
         if timm_name not in timm.list_models():
             raise UsageError(f"timm has no model {timm_name!r}", "see timm.list_models() for names")
 
@@ -80,20 +82,26 @@ def load_weights(model: torch.nn.Module, name: str, weights: str) -> None:
     try:
         state = torch.load(weights, map_location="cpu", weights_only=True)
     except Exception as exc:  # pickle, zip and format errors differ between torch versions
-        raise UsageError(f"weights file {weights!r} cannot be loaded as a state dict ({type(exc).__name__})",
-                         "pass a file saved with torch.save(model.state_dict(), PATH)") from None
+        raise UsageError(
+            f"weights file {weights!r} cannot be loaded as a state dict ({type(exc).__name__})",
+            "pass a file saved with torch.save(model.state_dict(), PATH)",
+        ) from None
     if isinstance(state, dict) and "state_dict" in state:
         state = state["state_dict"]
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise UsageError(f"weights file {weights!r} holds a {type(state).__name__}, not a state dict of tensors",
-                         "pass a file saved with torch.save(model.state_dict(), PATH)")
+        raise UsageError(
+            f"weights file {weights!r} holds a {type(state).__name__}, not a state dict of tensors",
+            "pass a file saved with torch.save(model.state_dict(), PATH)",
+        )
     try:
         model.load_state_dict(state)
     except RuntimeError as exc:
         first = str(exc).splitlines()[1].strip() if len(str(exc).splitlines()) > 1 else str(exc)
         first = first if len(first) < 160 else first[:160] + "…"
-        raise UsageError(f"weights file {weights!r} does not fit model {name} ({first})",
-                         "pass the state dict of this model, or the model these weights belong to") from None
+        raise UsageError(
+            f"weights file {weights!r} does not fit model {name} ({first})",
+            "pass the state dict of this model, or the model these weights belong to",
+        ) from None
 
 
 def check_weights(name: str, resolution: int, weights: str) -> None:

@@ -12,7 +12,9 @@ def build_tinycnn(resolution: int):
     class TinyCNN(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(16))
+            self.stem = nn.Sequential(
+                nn.Conv2d(3, 16, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(16)
+            )
             self.body = nn.Sequential(
                 nn.Conv2d(16, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(inplace=True)
             )
@@ -28,5 +30,11 @@ def build_tinycnn(resolution: int):
 
 MODELS.add(
     "tinycnn",
-    ModelEntry(build=build_tinycnn, family="test", default_resolution=32, description="tiny CNN for tests", num_classes=10),
+    ModelEntry(
+        build=build_tinycnn,
+        family="test",
+        default_resolution=32,
+        description="tiny CNN for tests",
+        num_classes=10,
+    ),
 )

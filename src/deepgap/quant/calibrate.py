@@ -48,7 +48,9 @@ class CalibrationKey:
     n_images: int = 32
     seed: int = 0
     method: str = DEFAULT_METHOD
-    data: str = "synthetic"  # the calibration data: "synthetic" (seeded N(0,1)) or a dataset split's fingerprint
+    data: str = (
+        "synthetic"  # the calibration data: "synthetic" (seeded N(0,1)) or a dataset split's fingerprint
+    )
 
     def digest(self) -> str:
         """Stable 16-hex-digit hash of the key (the cache file's name)."""
@@ -115,7 +117,11 @@ def collect_amax(
 
 
 def calibrate(
-    graph: Graph, key: CalibrationKey, device: str = "cpu", use_cache: bool = True, images: torch.Tensor | None = None
+    graph: Graph,
+    key: CalibrationKey,
+    device: str = "cpu",
+    use_cache: bool = True,
+    images: torch.Tensor | None = None,
 ) -> tuple[dict, bool]:
     """Activation ranges for ``graph``, from the cache when present; returns (amax, came_from_cache).
 

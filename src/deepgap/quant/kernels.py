@@ -42,7 +42,9 @@ import triton.language as tl
 
 OUT_KIND = {"int8": 0, "fp8": 1, "fp16": 2}
 INT32_LIMIT = 2**31 - 1
-MAGIC = tl.constexpr(12582912.0)  # 1.5·2²³: x + MAGIC holds round-half-even(x) in its low mantissa bits, |x| ≤ 2²²
+MAGIC = tl.constexpr(
+    12582912.0
+)  # 1.5·2²³: x + MAGIC holds round-half-even(x) in its low mantissa bits, |x| ≤ 2²²
 MAGIC_BITS = tl.constexpr(0x4B400000)  # the bit pattern of MAGIC
 
 

@@ -165,16 +165,31 @@ class QuantNet:
             from deepgap.quant import stem_kernels
 
             xm = x.permute(0, 2, 3, 1).reshape(-1, c)
-            return stem_kernels.stem(xm.half().contiguous(), (b, hh, ww), s.w_gemm, n.kernel_size, n.stride,
-                                     n.padding, s.alpha, s.beta, s.out_fmt, block_m=s.fused_cfg[0],
-                                     num_warps=s.fused_cfg[1])
+            return stem_kernels.stem(
+                xm.half().contiguous(),
+                (b, hh, ww),
+                s.w_gemm,
+                n.kernel_size,
+                n.stride,
+                n.padding,
+                s.alpha,
+                s.beta,
+                s.out_fmt,
+                block_m=s.fused_cfg[0],
+                num_warps=s.fused_cfg[1],
+            )
         if s.pad_channels:
-            xp = torch.empty((b, s.pad_channels, hh, ww), dtype=torch.float16, device=x.device,
-                             memory_format=torch.channels_last)
+            xp = torch.empty(
+                (b, s.pad_channels, hh, ww),
+                dtype=torch.float16,
+                device=x.device,
+                memory_format=torch.channels_last,
+            )
             xp[:, c:].zero_()
             xp[:, :c].copy_(x)
-            acc = fp16_conv(xp.permute(0, 2, 3, 1).reshape(-1, s.pad_channels), (b, hh, ww), s.w_pad,
-                            n.stride, n.padding)
+            acc = fp16_conv(
+                xp.permute(0, 2, 3, 1).reshape(-1, s.pad_channels), (b, hh, ww), s.w_pad, n.stride, n.padding
+            )
         else:
             acc = fp16_conv(x.permute(0, 2, 3, 1).reshape(-1, c), (b, hh, ww), s.w_half, n.stride, n.padding)
         oh, ow = n.out_hw(hh, ww)

@@ -139,8 +139,13 @@ def prepare_quant(
     t0 = time.perf_counter()
     cs = opts.calib_set
     key = CalibrationKey(
-        model_name, resolution, weights_sha, opts.calib_images if cs is None else int(cs.images.shape[0]),
-        opts.calib_seed, opts.calib_method, "synthetic" if cs is None else cs.fingerprint,
+        model_name,
+        resolution,
+        weights_sha,
+        opts.calib_images if cs is None else int(cs.images.shape[0]),
+        opts.calib_seed,
+        opts.calib_method,
+        "synthetic" if cs is None else cs.fingerprint,
     )
     amax, cached = calibrate(graph, key, device, opts.use_cache, None if cs is None else cs.images)
     info: dict[str, Any] = {
@@ -170,8 +175,10 @@ def prepare_quant(
     if opts.precompile_workers != 0:
         info["precompile"] = precompile(net, batch, opts, use_triton, cache, opts.precompile_workers)
     timings = [time_layer(net, name, batch, opts, use_triton, cache) for name in net.convs]
-    log(f"timed {len(timings)} layers in {time.perf_counter() - t1:.1f}s"
-        + (f" (tuning cache: {cache.hits} hits, {cache.misses} tuned)" if cache is not None else ""))
+    log(
+        f"timed {len(timings)} layers in {time.perf_counter() - t1:.1f}s"
+        + (f" (tuning cache: {cache.hits} hits, {cache.misses} tuned)" if cache is not None else "")
+    )
     if cache is not None:
         info["tune_cache"] = cache.summary()
     if opts.per_layer_choice:
@@ -221,8 +228,14 @@ def _check_stem(net: QuantNet, resolution: int, device: str) -> str:
 
 
 # (kernel, input channels padded to (0: none), the fused kernel's (output pixels per block, warps))
-STEM_VARIANTS = (("cudnn", 0, None), ("cudnn", 4, None), ("fused", 0, (64, 4)), ("fused", 0, (128, 4)),
-                 ("fused", 0, (128, 8)), ("fused", 0, (256, 8)))
+STEM_VARIANTS = (
+    ("cudnn", 0, None),
+    ("cudnn", 4, None),
+    ("fused", 0, (64, 4)),
+    ("fused", 0, (128, 4)),
+    ("fused", 0, (128, 8)),
+    ("fused", 0, (256, 8)),
+)
 # cuDNN's path rounds the convolution to fp16 before the epilogue, the fused kernel keeps fp32: their int8
 # outputs differ by one step in about 1% of the elements, the fused one being the more exact.
 STEM_AGREE_FRAC = 0.02

@@ -30,9 +30,26 @@ BLOCK_K = 32
 
 @triton.jit(do_not_specialize=["M", "H", "W", "OH", "OW"])
 def stem_conv_kernel(
-    x_ptr, w_ptr, out_ptr, alpha_ptr, beta_ptr, M, H, W, OH, OW,
-    C: tl.constexpr, N: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, KP: tl.constexpr,
-    STRIDE: tl.constexpr, PAD: tl.constexpr, OUT_KIND: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr,
+    x_ptr,
+    w_ptr,
+    out_ptr,
+    alpha_ptr,
+    beta_ptr,
+    M,
+    H,
+    W,
+    OH,
+    OW,
+    C: tl.constexpr,
+    N: tl.constexpr,
+    KH: tl.constexpr,
+    KW: tl.constexpr,
+    KP: tl.constexpr,
+    STRIDE: tl.constexpr,
+    PAD: tl.constexpr,
+    OUT_KIND: tl.constexpr,
+    BM: tl.constexpr,
+    BK: tl.constexpr,
 ):
     """out[m, n] = epilogue(Σ_k A[m, k]·W[n, k]) with ReLU; A gathered per element from NHWC ``x``."""
     rm = tl.program_id(0) * BM + tl.arange(0, BM)
@@ -64,8 +81,18 @@ def stem_conv_kernel(
 
 @triton.jit(do_not_specialize=["P", "H", "W", "OH", "OW"])
 def maxpool8_kernel(
-    x_ptr, out_ptr, P, H, W, OH, OW,
-    C: tl.constexpr, K: tl.constexpr, STRIDE: tl.constexpr, PAD: tl.constexpr, BP: tl.constexpr,
+    x_ptr,
+    out_ptr,
+    P,
+    H,
+    W,
+    OH,
+    OW,
+    C: tl.constexpr,
+    K: tl.constexpr,
+    STRIDE: tl.constexpr,
+    PAD: tl.constexpr,
+    BP: tl.constexpr,
 ):
     """out[p, c] = max over the K×K window of NHWC ``x`` (values ≥ 0: padding reads as 0), same format."""
     rp = tl.program_id(0) * BP + tl.arange(0, BP)
@@ -97,8 +124,9 @@ def pad_weights(w_half: torch.Tensor, block_k: int = BLOCK_K) -> torch.Tensor:
     return out.contiguous()
 
 
-def stem(x, nhw, w_gemm, ksize, stride, padding, alpha, beta, out_fmt, pool=(3, 2, 1), block_m=128,
-         num_warps=4):
+def stem(
+    x, nhw, w_gemm, ksize, stride, padding, alpha, beta, out_fmt, pool=(3, 2, 1), block_m=128, num_warps=4
+):
     """NHWC image matrix ``x`` [nb·h·w, C] fp16 → the max-pooled, quantized stem output [nb·ph·pw, C_out].
 
     ``w_gemm`` is `pad_weights`'s [C_out, KP]; ``alpha`` (positive) and ``beta`` are the stem's epilogue.
@@ -107,25 +135,49 @@ def stem(x, nhw, w_gemm, ksize, stride, padding, alpha, beta, out_fmt, pool=(3, 
 
     nb, h, wd = nhw
     _check(out_fmt in ("int8", "fp8"), f"the fused stem writes int8 or fp8; got {out_fmt!r}")
-    _check(x.dtype == torch.float16 and x.dim() == 2 and x.shape[0] == nb * h * wd and x.is_contiguous(),
-           f"x must be a contiguous fp16 [nb·h·w={nb * h * wd}, C]; got {x.dtype} {tuple(x.shape)}")
+    _check(
+        x.dtype == torch.float16 and x.dim() == 2 and x.shape[0] == nb * h * wd and x.is_contiguous(),
+        f"x must be a contiguous fp16 [nb·h·w={nb * h * wd}, C]; got {x.dtype} {tuple(x.shape)}",
+    )
     c = x.shape[1]
     n, kp = w_gemm.shape
-    _check(w_gemm.dtype == torch.float16 and kp % BLOCK_K == 0 and kp >= ksize * ksize * c,
-           f"w_gemm must be fp16 [C_out, KP ≥ {ksize * ksize * c}, a multiple of {BLOCK_K}]")
+    _check(
+        w_gemm.dtype == torch.float16 and kp % BLOCK_K == 0 and kp >= ksize * ksize * c,
+        f"w_gemm must be fp16 [C_out, KP ≥ {ksize * ksize * c}, a multiple of {BLOCK_K}]",
+    )
     _check(n == triton.next_power_of_2(n), f"C_out must be a power of two; got {n}")
     _check_vec("alpha", alpha, n, x.device)
     _check_vec("beta", beta, n, x.device)
     oh = (h + 2 * padding - ksize) // stride + 1
     ow = (wd + 2 * padding - ksize) // stride + 1
     m = nb * oh * ow
-    _check(max(x.numel(), m * n) <= INT32_LIMIT,
-           "more than 2^31 elements (32-bit indexing); use a smaller batch")
+    _check(
+        max(x.numel(), m * n) <= INT32_LIMIT, "more than 2^31 elements (32-bit indexing); use a smaller batch"
+    )
     conv = torch.empty((m, n), dtype=DTYPES[out_fmt], device=x.device)
     _impl(stem_conv_kernel, x.device)[(triton.cdiv(m, block_m),)](
-        x, w_gemm, conv, alpha, beta, m, h, wd, oh, ow,
-        C=c, N=n, KH=ksize, KW=ksize, KP=kp, STRIDE=stride, PAD=padding, OUT_KIND=OUT_KIND[out_fmt],
-        BM=block_m, BK=BLOCK_K, num_warps=num_warps, enable_fp_fusion=False,
+        x,
+        w_gemm,
+        conv,
+        alpha,
+        beta,
+        m,
+        h,
+        wd,
+        oh,
+        ow,
+        C=c,
+        N=n,
+        KH=ksize,
+        KW=ksize,
+        KP=kp,
+        STRIDE=stride,
+        PAD=padding,
+        OUT_KIND=OUT_KIND[out_fmt],
+        BM=block_m,
+        BK=BLOCK_K,
+        num_warps=num_warps,
+        enable_fp_fusion=False,
     )
     k, s, p = pool
     ph = (oh + 2 * p - k) // s + 1
@@ -133,6 +185,18 @@ def stem(x, nhw, w_gemm, ksize, stride, padding, alpha, beta, out_fmt, pool=(3, 
     out = torch.empty((nb * ph * pw, n), dtype=conv.dtype, device=x.device)
     block_p = 32
     _impl(maxpool8_kernel, x.device)[(triton.cdiv(nb * ph * pw, block_p),)](
-        conv, out, nb * ph * pw, oh, ow, ph, pw, C=n, K=k, STRIDE=s, PAD=p, BP=block_p, num_warps=4,
+        conv,
+        out,
+        nb * ph * pw,
+        oh,
+        ow,
+        ph,
+        pw,
+        C=n,
+        K=k,
+        STRIDE=s,
+        PAD=p,
+        BP=block_p,
+        num_warps=4,
     )
     return out

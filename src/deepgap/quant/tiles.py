@@ -35,7 +35,8 @@ class TileConfig:
     def label(self) -> str:
         """Short text form, e.g. '128x256x128 w8 s3' ('… er' with the early residual load)."""
         return f"{self.bm}x{self.bn}x{self.bk} w{self.num_warps} s{self.num_stages}" + (
-            " er" if self.early_res else "")
+            " er" if self.early_res else ""
+        )
 
     def smem_bytes(self, elem_bytes: int = 1) -> int:
         """Shared memory of the software pipeline: stages × (A tile + B tile)."""

@@ -66,8 +66,12 @@ class Choice:
 
     def to_json(self) -> dict[str, Any]:
         """Plain dict for the cache file."""
-        return {"backend": self.backend, "config": dataclasses.asdict(self.config) if self.config else None,
-                "q_s": self.q_s, "fp16_s": self.fp16_s}
+        return {
+            "backend": self.backend,
+            "config": dataclasses.asdict(self.config) if self.config else None,
+            "q_s": self.q_s,
+            "fp16_s": self.fp16_s,
+        }
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Choice:
@@ -102,8 +106,15 @@ def device_key(device: str) -> dict[str, str]:
         cc = ".".join(map(str, torch.cuda.get_device_capability(device)))
     else:
         name, cc = "cpu", "-"
-    return {"format": str(FORMAT_VERSION), "device": name, "cc": cc, "torch": torch.__version__,
-            "triton": triton_version, "cuda": str(torch.version.cuda), "sources": _source_digest()}
+    return {
+        "format": str(FORMAT_VERSION),
+        "device": name,
+        "cc": cc,
+        "torch": torch.__version__,
+        "triton": triton_version,
+        "cuda": str(torch.version.cuda),
+        "sources": _source_digest(),
+    }
 
 
 class TuneCache:

@@ -107,8 +107,17 @@ def layer_shape(net: QuantNet, name: str, batch: int) -> tune_cache.LayerShape:
     n = layer.node
     oh, ow, _ = net.shapes[n.out]
     return tune_cache.LayerShape(
-        net.qfmt, batch * oh * ow, n.cout, n.cin, n.kernel_size, n.stride, n.padding,
-        layer.in_fmt, layer.out_fmt, layer.res_fmt, bool(n.relu),
+        net.qfmt,
+        batch * oh * ow,
+        n.cout,
+        n.cin,
+        n.kernel_size,
+        n.stride,
+        n.padding,
+        layer.in_fmt,
+        layer.out_fmt,
+        layer.res_fmt,
+        bool(n.relu),
     )
 
 
@@ -126,8 +135,9 @@ def _fewest_bytes(net: QuantNet, name: str, batch: int) -> int:
     return int(total)
 
 
-def time_stem_and_head(net: QuantNet, batch: int, resolution: int, device,
-                       stem_s: float | None = None) -> list[dict[str, Any]]:
+def time_stem_and_head(
+    net: QuantNet, batch: int, resolution: int, device, stem_s: float | None = None
+) -> list[dict[str, Any]]:
     """The stem (fp16 convolution + max-pool) and the head (average pool + classifier) timed at ``batch``.
 
     ``stem_s``: the stem's time at ``batch`` when the stem choice has measured it already (not timed again).
@@ -149,30 +159,62 @@ def time_stem_and_head(net: QuantNet, batch: int, resolution: int, device,
     k_stem = n.cin * n.kernel_size**2
     st = net.stem
     pad = f"+pad{st.pad_channels}" if st.pad_channels else ""
-    stem_kind = (f"fused triton {st.fused_cfg[0]}x{st.fused_cfg[1]}w" if st.kernel == "fused"
-                 else f"cudnn{pad}+{net.stem_backend} max-pool")
+    stem_kind = (
+        f"fused triton {st.fused_cfg[0]}x{st.fused_cfg[1]}w"
+        if st.kernel == "fused"
+        else f"cudnn{pad}+{net.stem_backend} max-pool"
+    )
     rows = []
     for name, fn, known, macs, nbytes, gemm, kernel in (
-        ("stem", lambda: net.run_stem(x, net.stem_backend), stem_s, batch * oh * ow * n.cout * k_stem,
-         stem_bytes, (batch * oh * ow, n.cout, k_stem), stem_kind),
-        ("head", lambda: net.run_head(y, batch), None, batch * fc.numel() + y.numel(),
-         y.numel() * y.element_size() + fc.numel() * fc.element_size(),
-         (batch, fc.shape[0], fc.shape[1]), "torch"),
+        (
+            "stem",
+            lambda: net.run_stem(x, net.stem_backend),
+            stem_s,
+            batch * oh * ow * n.cout * k_stem,
+            stem_bytes,
+            (batch * oh * ow, n.cout, k_stem),
+            stem_kind,
+        ),
+        (
+            "head",
+            lambda: net.run_head(y, batch),
+            None,
+            batch * fc.numel() + y.numel(),
+            y.numel() * y.element_size() + fc.numel() * fc.element_size(),
+            (batch, fc.shape[0], fc.shape[1]),
+            "torch",
+        ),
     ):
         if known is not None:
             t = known
         else:
             with torch.inference_mode():
                 t = time_s(fn, reps=5, device=str(device))
-        rows.append({"name": name, "macs": int(macs), "q_s": None, "fp16_s": t, "config": "",
-                     "q_error": None, "mode": "fp16", "kernel": kernel, "gemm": list(gemm),
-                     "bytes": int(nbytes), "from_cache": False})
+        rows.append(
+            {
+                "name": name,
+                "macs": int(macs),
+                "q_s": None,
+                "fp16_s": t,
+                "config": "",
+                "q_error": None,
+                "mode": "fp16",
+                "kernel": kernel,
+                "gemm": list(gemm),
+                "bytes": int(nbytes),
+                "from_cache": False,
+            }
+        )
     _sync(device)
     return rows
 
 
 def time_layer(
-    net: QuantNet, name: str, batch: int, opts, backend_ok: bool,
+    net: QuantNet,
+    name: str,
+    batch: int,
+    opts,
+    backend_ok: bool,
     cache: tune_cache.TuneCache | None = None,
 ) -> LayerTiming:
     """Self-check and time one convolution's quantized candidates and its fp16 path.
@@ -186,8 +228,12 @@ def time_layer(
     oh, ow, _ = net.shapes[n.out]
     dev = layer.w_q.device
     shape = layer_shape(net, name, batch)
-    t = LayerTiming(name=name, macs=batch * oh * ow * n.cout * n.cin * n.kernel_size**2,
-                    gemm=(shape.m, n.cout, n.cin * n.kernel_size**2), bytes=_fewest_bytes(net, name, batch))
+    t = LayerTiming(
+        name=name,
+        macs=batch * oh * ow * n.cout * n.cin * n.kernel_size**2,
+        gemm=(shape.m, n.cout, n.cin * n.kernel_size**2),
+        bytes=_fewest_bytes(net, name, batch),
+    )
     x = _rand_act(batch * h * w, n.cin, layer.in_fmt, dev)
     res = _rand_act(batch * oh * ow, n.cout, layer.res_fmt, dev) if n.residual else None
     cb = min(CHECK_BATCH, batch)
@@ -233,7 +279,11 @@ def _candidates(net: QuantNet, name: str, batch: int, opts, backend_ok: bool) ->
 
 
 def precompile(
-    net: QuantNet, batch: int, opts, backend_ok: bool, cache: tune_cache.TuneCache | None = None,
+    net: QuantNet,
+    batch: int,
+    opts,
+    backend_ok: bool,
+    cache: tune_cache.TuneCache | None = None,
     workers: int | None = None,
 ) -> dict[str, Any]:
     """Compile the Triton kernels that `time_layer` will launch, all at once on a thread pool.
@@ -260,13 +310,19 @@ def precompile(
 
     from deepgap.quant import kernels
 
-    workers = workers or max(1, min(16, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                                    else (os.cpu_count() or 1)))
+    workers = workers or max(
+        1,
+        min(16, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)),
+    )
     saved = dict(net.backend), dict(net.configs)
     t0, submitted = time.perf_counter(), 0
     try:
-        with ThreadPoolExecutor(workers) as pool, AsyncCompileMode(pool, ignore_errors=True), \
-                kernels.compile_only(), torch.inference_mode():
+        with (
+            ThreadPoolExecutor(workers) as pool,
+            AsyncCompileMode(pool, ignore_errors=True),
+            kernels.compile_only(),
+            torch.inference_mode(),
+        ):
             for name, layer in net.convs.items():
                 n = layer.node
                 h, w, _ = net.shapes[n.inp]
@@ -308,9 +364,7 @@ def _best_of(net, name, cands, x, xs, res, rs, ref, batch, cb, opts):
             else:
                 errors.append(f"{backend} {cfg.label if cfg else ''}: {why}")
         except Exception as exc:  # noqa: BLE001 - a failing kernel is reported and skipped
-            errors.append(
-                f"{backend} {cfg.label if cfg else ''}: {type(exc).__name__}: {_first_line(exc)}"
-            )
+            errors.append(f"{backend} {cfg.label if cfg else ''}: {type(exc).__name__}: {_first_line(exc)}")
             _sync(dev)
     return best, errors
 

@@ -20,4 +20,16 @@ Every module imports torch/matplotlib inside functions, so importing this packag
 
 from __future__ import annotations
 
-__all__ = ["cluster", "figures", "flops", "model", "ncu", "peaks", "predict", "profile", "specs", "storage", "trace"]
+__all__ = [
+    "cluster",
+    "figures",
+    "flops",
+    "model",
+    "ncu",
+    "peaks",
+    "predict",
+    "profile",
+    "specs",
+    "storage",
+    "trace",
+]

@@ -152,7 +152,9 @@ def roofline_figure(
             p[3], p[4], marker=m, color=PREC_COLORS.get(p[1], "k"), edgecolor="k", lw=0.4, s=42, zorder=3
         )
     for p in labelled_points(pts):
-        ax.annotate(f"{p[0]} {p[1]} {p[2]}", (p[3], p[4]), fontsize=6, xytext=(3, 3), textcoords="offset points")
+        ax.annotate(
+            f"{p[0]} {p[1]} {p[2]}", (p[3], p[4]), fontsize=6, xytext=(3, 3), textcoords="offset points"
+        )
     for i, mname in enumerate(models):
         ax.scatter([], [], marker=MARKERS[i % len(MARKERS)], color="w", edgecolor="k", label=mname)
     if any(p[5] == "train" for p in pts):
@@ -167,7 +169,8 @@ def roofline_figure(
 
 def labelled_points(pts: list[tuple], max_labels: int = 12) -> list[tuple]:
     """Every point when there are few; else the fastest point of each (model, precision, mode) only,
-    so that a 60-configuration sweep stays readable (the CSV beside the figure has every point)."""
+    so that a 60-configuration sweep stays readable (the CSV beside the figure has every point).
+    """
     if len(pts) <= max_labels:
         return pts
     best: dict[tuple, tuple] = {}

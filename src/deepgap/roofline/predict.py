@@ -98,8 +98,9 @@ def eager_op_costs(model: str, resolution: int) -> tuple[Any, Any, Any, Any]:
     return f1, f2, e1, e2
 
 
-def per_op_time(costs: tuple[Any, Any, Any, Any], batch: int, precision: str, peak_tflops: float,
-                bandwidth_gb_s: float) -> tuple[float, float]:
+def per_op_time(
+    costs: tuple[Any, Any, Any, Any], batch: int, precision: str, peak_tflops: float, bandwidth_gb_s: float
+) -> tuple[float, float]:
     """(Σ over ops of max(FLOPs / peak, bytes / bandwidth) in seconds, share of it in memory-bound ops).
 
     Per-op counts are linear in the batch (weights are the fixed part): batch b = c1 + (b − 1)(c2 − c1).

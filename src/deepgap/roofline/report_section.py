@@ -26,17 +26,35 @@ def _sig(col: str, digits: int = 4):
 TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
     "roofline_theory_vs_measured": (
         "Theoretical time (FLOPs / peak, bytes / bandwidth) vs measured time — the paper's table, by ceiling",
-        [("model", "model"), ("mode", "mode"), ("precision", "precision"), ("batch", "batch_size"),
-         ("device", "device_name"), ("ceiling", "ceiling"), ("peak TFLOP/s", _sig("peak_tflops")),
-         ("GB/s", _sig("bandwidth_gb_s")), ("theoretical ms", lambda r: fmt_ms(r.get("theoretical_s"))),
-         ("limiter", "limiter"), ("measured ms", lambda r: fmt_ms(r.get("measured_s"))),
-         ("measured / theoretical", _sig("measured_over_theoretical", 3)),
-         ("achieved TFLOP/s", _sig("achieved_tflops")), ("fraction of peak", _sig("fraction_of_peak", 3))],
+        [
+            ("model", "model"),
+            ("mode", "mode"),
+            ("precision", "precision"),
+            ("batch", "batch_size"),
+            ("device", "device_name"),
+            ("ceiling", "ceiling"),
+            ("peak TFLOP/s", _sig("peak_tflops")),
+            ("GB/s", _sig("bandwidth_gb_s")),
+            ("theoretical ms", lambda r: fmt_ms(r.get("theoretical_s"))),
+            ("limiter", "limiter"),
+            ("measured ms", lambda r: fmt_ms(r.get("measured_s"))),
+            ("measured / theoretical", _sig("measured_over_theoretical", 3)),
+            ("achieved TFLOP/s", _sig("achieved_tflops")),
+            ("fraction of peak", _sig("fraction_of_peak", 3)),
+        ],
     ),
     "roofline_peaks": (
         "Measured ceilings of the device (deepgap peaks)",
-        [("device", "device_name"), ("ceiling", "name"), ("kind", "kind"), ("value", _sig("value")),
-         ("unit", "unit"), ("status", "status"), ("reason", "reason"), ("run", "run_id")],
+        [
+            ("device", "device_name"),
+            ("ceiling", "name"),
+            ("kind", "kind"),
+            ("value", _sig("value")),
+            ("unit", "unit"),
+            ("status", "status"),
+            ("reason", "reason"),
+            ("run", "run_id"),
+        ],
     ),
     "roofline_paper_reference": (
         "The paper's training-step rows (T4, L4, V100), for comparison",
@@ -45,7 +63,9 @@ TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
 }
 
 
-def section(store_path: str, run_ids: list[str] | None = None) -> tuple[dict[str, pd.DataFrame], list[Figure]]:
+def section(
+    store_path: str, run_ids: list[str] | None = None
+) -> tuple[dict[str, pd.DataFrame], list[Figure]]:
     """Roofline tables and figures of ``store_path`` (nothing when it holds no successful result or profile)."""
     from deepgap.roofline import figures as rf
     from deepgap.roofline import storage
@@ -56,7 +76,9 @@ def section(store_path: str, run_ids: list[str] | None = None) -> tuple[dict[str
         results = st.results_frame(run_ids)
         peaks = storage.peaks_frame(st, run_ids)
         profiles = storage.profiles_frame(st, run_ids)
-        kernels = storage.kernels_frame(st, [int(p) for p in profiles["profile_id"]]) if len(profiles) else None
+        kernels = (
+            storage.kernels_frame(st, [int(p) for p in profiles["profile_id"]]) if len(profiles) else None
+        )
     finally:
         st.close()
     ok = results[results["status"] == "ok"] if len(results) else results
@@ -66,31 +88,47 @@ def section(store_path: str, run_ids: list[str] | None = None) -> tuple[dict[str
     train = profiles[profiles["mode"] == "train"] if len(profiles) else profiles
     figs = [
         drawn_figure(
-            "fig_roofline_inference", "Inference roofline",
+            "fig_roofline_inference",
+            "Inference roofline",
             "Every measured configuration at its arithmetic intensity and achieved TFLOP/s, under the device's "
             "spec-sheet ceilings and, where `deepgap peaks` ran, its measured ones.",
-            lambda: rf.roofline_figure(ok, peaks, profiles_df=infer, title="Inference roofline")),
+            lambda: rf.roofline_figure(ok, peaks, profiles_df=infer, title="Inference roofline"),
+        ),
     ]
     if len(train):
-        figs.append(drawn_figure(
-            "fig_roofline_train", "Training-step roofline",
-            "Forward + backward + optimizer step (deepgap profile --mode train).",
-            lambda: rf.roofline_figure(None, peaks, profiles_df=train, title="Training-step roofline")))
+        figs.append(
+            drawn_figure(
+                "fig_roofline_train",
+                "Training-step roofline",
+                "Forward + backward + optimizer step (deepgap profile --mode train).",
+                lambda: rf.roofline_figure(None, peaks, profiles_df=train, title="Training-step roofline"),
+            )
+        )
     if kernels is not None and len(kernels):
-        figs.append(drawn_figure(
-            "fig_roofline_clusters", "Kernel-cluster roofline",
-            "Per profile, the kernels grouped into clusters (convolution, GEMM, elementwise, "
-            "normalization, pooling, copy) at their attributed FLOPs and bytes.",
-            lambda: rf.cluster_roofline_figure(kernels, peaks, profiles_df=profiles, source="torch")))
-    figs.append(drawn_figure(
-        "fig_roofline_paper", "The paper's roofline (T4, L4, V100)",
-        "The roofline study's Fig. 1 redrawn from its own published table, beside ours.",
-        rf.paper_roofline_figure))
+        figs.append(
+            drawn_figure(
+                "fig_roofline_clusters",
+                "Kernel-cluster roofline",
+                "Per profile, the kernels grouped into clusters (convolution, GEMM, elementwise, "
+                "normalization, pooling, copy) at their attributed FLOPs and bytes.",
+                lambda: rf.cluster_roofline_figure(kernels, peaks, profiles_df=profiles, source="torch"),
+            )
+        )
+    figs.append(
+        drawn_figure(
+            "fig_roofline_paper",
+            "The paper's roofline (T4, L4, V100)",
+            "The roofline study's Fig. 1 redrawn from its own published table, beside ours.",
+            rf.paper_roofline_figure,
+        )
+    )
     paper = rf.paper_reference_table()
     tvm = rf.theoretical_vs_measured(profiles if len(profiles) else None, ok, peaks)
-    out = {"roofline_theory_vs_measured": tvm,
-           "roofline_peaks": peaks.drop(columns=["details"], errors="ignore"),
-           "roofline_paper_reference": paper}
+    out = {
+        "roofline_theory_vs_measured": tvm,
+        "roofline_peaks": peaks.drop(columns=["details"], errors="ignore"),
+        "roofline_paper_reference": paper,
+    }
     return {k: v for k, v in out.items() if len(v)}, figs
 
 

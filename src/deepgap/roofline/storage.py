@@ -25,24 +25,50 @@ if TYPE_CHECKING:
 
 def record_peaks(store: Store, run_id: str, peaks: list[PeakMeasurement]) -> None:
     """Store a run's measured ceilings."""
-    store.insert(ROOFLINE_PEAKS, [
-        {"run_id": run_id, "name": p.name, "kind": p.kind, "value": p.value, "unit": p.unit,
-         "status": p.status, "reason": p.reason, "details_json": p.details}
-        for p in peaks
-    ], replace=True)
+    store.insert(
+        ROOFLINE_PEAKS,
+        [
+            {
+                "run_id": run_id,
+                "name": p.name,
+                "kind": p.kind,
+                "value": p.value,
+                "unit": p.unit,
+                "status": p.status,
+                "reason": p.reason,
+                "details_json": p.details,
+            }
+            for p in peaks
+        ],
+        replace=True,
+    )
 
 
-_KERNEL_NUMBERS = ("launches_per_step", "time_per_step_s", "flops_per_step", "ew_flops_per_step",
-                   "bytes_per_step")
+_KERNEL_NUMBERS = (
+    "launches_per_step",
+    "time_per_step_s",
+    "flops_per_step",
+    "ew_flops_per_step",
+    "bytes_per_step",
+)
 
 
 def _kernel_rows(pid: int, source: str, df) -> list[dict[str, Any]]:
     if df is None or len(df) == 0:
         return []
-    return [{"profile_id": pid, "source": source, "name": r["name"], "short_name": r.get("short_name", ""),
-             "cluster": r["cluster"], **{k: r.get(k) for k in _KERNEL_NUMBERS},
-             "ops": r.get("ops", "") or "", "metrics_json": r.get("metrics", {}) or {}}
-            for r in df.to_dict("records")]
+    return [
+        {
+            "profile_id": pid,
+            "source": source,
+            "name": r["name"],
+            "short_name": r.get("short_name", ""),
+            "cluster": r["cluster"],
+            **{k: r.get(k) for k in _KERNEL_NUMBERS},
+            "ops": r.get("ops", "") or "",
+            "metrics_json": r.get("metrics", {}) or {},
+        }
+        for r in df.to_dict("records")
+    ]
 
 
 def record_profile(store: Store, run_id: str, res: ProfileResult) -> int:
@@ -53,17 +79,32 @@ def record_profile(store: Store, run_id: str, res: ProfileResult) -> int:
     s = res.spec
     ncu = dict(res.ncu)
     row = {
-        "run_id": run_id, "model": s.model, "mode": s.mode, "precision": s.precision,
+        "run_id": run_id,
+        "model": s.model,
+        "mode": s.mode,
+        "precision": s.precision,
         "batch_size": s.batch_size,
-        "resolution": res.resolution or s.resolution, "device": s.device, "memory_format": s.memory_format,
-        "status": res.status, "reason": res.reason, "step_time_median_s": res.step_time_median_s,
-        "n_steps": len(res.step_times_s), "throughput_ips": res.throughput_ips,
-        "flops_per_step": res.flops_per_step, "bytes_per_step": res.bytes_per_step,
-        "min_bytes_per_step": res.min_bytes_per_step, "achieved_tflops": res.achieved_tflops,
-        "profiled_steps": s.profiled_steps, "kernel_time_per_step_s": res.kernel_time_per_step_s,
-        "attributed_flops_per_step": res.attributed_flops_per_step, "ncu_status": ncu.get("status"),
-        "ncu_reason": ncu.get("reason"), "started_at": res.started_at, "duration_s": res.duration_s,
-        "step_times_json": json.dumps(res.step_times_s), "cost_json": json.dumps(res.cost, default=str),
+        "resolution": res.resolution or s.resolution,
+        "device": s.device,
+        "memory_format": s.memory_format,
+        "status": res.status,
+        "reason": res.reason,
+        "step_time_median_s": res.step_time_median_s,
+        "n_steps": len(res.step_times_s),
+        "throughput_ips": res.throughput_ips,
+        "flops_per_step": res.flops_per_step,
+        "bytes_per_step": res.bytes_per_step,
+        "min_bytes_per_step": res.min_bytes_per_step,
+        "achieved_tflops": res.achieved_tflops,
+        "profiled_steps": s.profiled_steps,
+        "kernel_time_per_step_s": res.kernel_time_per_step_s,
+        "attributed_flops_per_step": res.attributed_flops_per_step,
+        "ncu_status": ncu.get("status"),
+        "ncu_reason": ncu.get("reason"),
+        "started_at": res.started_at,
+        "duration_s": res.duration_s,
+        "step_times_json": json.dumps(res.step_times_s),
+        "cost_json": json.dumps(res.cost, default=str),
         "ncu_json": json.dumps(ncu, default=str),
         "extra_json": json.dumps(res.details.to_json(), default=str),
     }
@@ -73,11 +114,20 @@ def record_profile(store: Store, run_id: str, res: ProfileResult) -> int:
         store.insert(ROOFLINE_KERNELS, kernels, ids=False)
         if res.cost:
             c = res.cost
-            store.insert(ROOFLINE_MODEL_COSTS, [{
-                "model": c["model"], "resolution": c["resolution"], "mode": c["mode"],
-                "flops_per_image": c["flops_per_image"], "params": c["params"],
-                "cost_json": json.dumps(c, default=str),
-            }], replace=True)
+            store.insert(
+                ROOFLINE_MODEL_COSTS,
+                [
+                    {
+                        "model": c["model"],
+                        "resolution": c["resolution"],
+                        "mode": c["mode"],
+                        "flops_per_image": c["flops_per_image"],
+                        "params": c["params"],
+                        "cost_json": json.dumps(c, default=str),
+                    }
+                ],
+                replace=True,
+            )
     return pid
 
 

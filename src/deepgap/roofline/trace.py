@@ -215,8 +215,17 @@ def kernels_from_trace(
 
 
 # per-kernel, per-step columns: `kernel_table`'s output and (with profile_id, source, metrics) roofline_kernels
-KERNEL_COLUMNS = ("name", "short_name", "cluster", "launches_per_step", "time_per_step_s", "flops_per_step",
-                  "ew_flops_per_step", "bytes_per_step", "ops")
+KERNEL_COLUMNS = (
+    "name",
+    "short_name",
+    "cluster",
+    "launches_per_step",
+    "time_per_step_s",
+    "flops_per_step",
+    "ew_flops_per_step",
+    "bytes_per_step",
+    "ops",
+)
 
 
 def kernel_table(kernels: list[KernelEvent], steps: int = 1) -> pd.DataFrame:

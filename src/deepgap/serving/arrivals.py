@@ -29,7 +29,9 @@ def parse_duration_s(text: str, flag: str) -> float:
     """'15ms' → 0.015, '0.015' or '0.015s' → 0.015, '500us' → 0.0005; positive and finite or a UsageError."""
     m = _DURATION_RE.match(str(text))
     if not m:
-        raise UsageError(f"--{flag} {text!r} is not a duration", f"write e.g. --{flag} 15ms (units: us, ms, s)")
+        raise UsageError(
+            f"--{flag} {text!r} is not a duration", f"write e.g. --{flag} 15ms (units: us, ms, s)"
+        )
     value = float(m.group(1)) * {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, None: 1.0}[m.group(2)]
     if not (value > 0 and math.isfinite(value)):
         raise UsageError(f"--{flag} must be positive, got {text!r}", f"write e.g. --{flag} 15ms")
@@ -41,12 +43,16 @@ def parse_rate_qps(text: str, flag: str = "qps") -> float:
     try:
         value = float(str(text).strip())
     except ValueError:
-        raise UsageError(f"--{flag} {text!r} is not a number", f"pass a positive rate, e.g. --{flag} 200") from None
+        raise UsageError(
+            f"--{flag} {text!r} is not a number", f"pass a positive rate, e.g. --{flag} 200"
+        ) from None
     if not (value > 0 and math.isfinite(value)):
         raise UsageError(f"--{flag} must be a positive rate, got {text!r}", f"pass e.g. --{flag} 200")
     if not MIN_RATE_QPS <= value <= MAX_RATE_QPS:
-        raise UsageError(f"--{flag} {text!r} is outside {MIN_RATE_QPS:g} to {MAX_RATE_QPS:g} queries/s",
-                         f"pass e.g. --{flag} 200")
+        raise UsageError(
+            f"--{flag} {text!r} is outside {MIN_RATE_QPS:g} to {MAX_RATE_QPS:g} queries/s",
+            f"pass e.g. --{flag} 200",
+        )
     return value
 
 
@@ -68,12 +74,16 @@ def n_queries(rate_qps: float, min_queries: int, min_duration_s: float) -> int:
 def load_trace(path: str) -> np.ndarray:
     """Read and validate a trace file of arrival timestamps; a UsageError names the first bad line."""
     if not os.path.isfile(path):
-        raise UsageError(f"trace file {path!r} does not exist", "pass a file of arrival timestamps (one per line)")
+        raise UsageError(
+            f"trace file {path!r} does not exist", "pass a file of arrival timestamps (one per line)"
+        )
     try:
         with open(path, newline="", encoding="utf-8") as fh:
             lines = fh.read().splitlines()
     except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read trace file {path!r} ({exc})", "pass a text file of timestamps") from None
+        raise UsageError(
+            f"cannot read trace file {path!r} ({exc})", "pass a text file of timestamps"
+        ) from None
     col = 0
     values: list[float] = []
     header_seen = False
@@ -97,24 +107,33 @@ def load_trace(path: str) -> np.ndarray:
             )
         v = float(cells[col])
         if not math.isfinite(v) or v < 0:
-            raise UsageError(f"trace file {path!r} line {lineno}: timestamp {v} is negative or not finite",
-                             "timestamps are seconds ≥ 0")
+            raise UsageError(
+                f"trace file {path!r} line {lineno}: timestamp {v} is negative or not finite",
+                "timestamps are seconds ≥ 0",
+            )
         if values and v < values[-1]:
             raise UsageError(
                 f"trace file {path!r} line {lineno}: timestamp {v} is earlier than the previous {values[-1]} "
-                "(not monotonic)", "sort the trace by arrival time",
+                "(not monotonic)",
+                "sort the trace by arrival time",
             )
         values.append(v)
     if len(values) < 2:
-        raise UsageError(f"trace file {path!r} holds {len(values)} timestamps", "a trace needs at least two arrivals")
+        raise UsageError(
+            f"trace file {path!r} holds {len(values)} timestamps", "a trace needs at least two arrivals"
+        )
     t = np.asarray(values, dtype=np.float64)
     if t[-1] - t[0] <= 0:
-        raise UsageError(f"trace file {path!r}: all arrivals at the same instant", "use --scenario offline for that")
+        raise UsageError(
+            f"trace file {path!r}: all arrivals at the same instant", "use --scenario offline for that"
+        )
     rate = trace_rate_qps(t)
     if not MIN_RATE_QPS <= rate <= MAX_RATE_QPS:
-        raise UsageError(f"trace file {path!r}: its mean rate, {rate:.3g} queries/s ({len(t)} arrivals over "
-                         f"{t[-1] - t[0]:.3g} s), is outside {MIN_RATE_QPS:g} to {MAX_RATE_QPS:g}",
-                         "write timestamps in seconds, or pass --qps to rescale the trace")
+        raise UsageError(
+            f"trace file {path!r}: its mean rate, {rate:.3g} queries/s ({len(t)} arrivals over "
+            f"{t[-1] - t[0]:.3g} s), is outside {MIN_RATE_QPS:g} to {MAX_RATE_QPS:g}",
+            "write timestamps in seconds, or pass --qps to rescale the trace",
+        )
     return t - t[0]
 
 

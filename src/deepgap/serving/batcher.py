@@ -61,7 +61,9 @@ class Decision:
     wait_until_s: float = math.inf
 
 
-def decide(policy: BatchPolicy, now_s: float, queued: int, oldest_arrival_s: float, more_coming: bool) -> Decision:
+def decide(
+    policy: BatchPolicy, now_s: float, queued: int, oldest_arrival_s: float, more_coming: bool
+) -> Decision:
     """The batcher's decision while the executor is free (pure: no clock, no queue object)."""
     if queued <= 0:
         return Decision()
@@ -85,8 +87,10 @@ class StopRule:
     def check(self, n_violations: int, now_s: float) -> tuple[str, str]:
         """(kind, why) to stop now — kind "violations" or "time" — or ("", "")."""
         if self.max_violations is not None and n_violations > self.max_violations:
-            return "violations", (f"stopped early: {n_violations} requests over the SLO, more than the "
-                                  f"{self.max_violations} a pass allows")
+            return "violations", (
+                f"stopped early: {n_violations} requests over the SLO, more than the "
+                f"{self.max_violations} a pass allows"
+            )
         if self.max_time_s is not None and now_s > self.max_time_s:
             return "time", f"stopped at the {self.max_time_s:.1f} s time limit (the server fell behind)"
         return "", ""
@@ -172,8 +176,11 @@ def serve_loop(
             if queued == 0:
                 next_s = float(arr[tail])
             else:
-                d = (Decision(count=max_batch) if queued >= max_batch
-                     else decide(policy, now, queued, arr[head], tail < n))
+                d = (
+                    Decision(count=max_batch)
+                    if queued >= max_batch
+                    else decide(policy, now, queued, arr[head], tail < n)
+                )
                 if d.count:
                     inflight.append((pipe.submit(head, d.count), head, d.count, now))
                     head += d.count

@@ -55,16 +55,22 @@ class LoadSettings:
 
     def n_for(self, rate_qps: float) -> int:
         """Requests in a run at ``rate_qps``: both minimums, and enough for a pass to be possible."""
-        n = arr.n_queries(rate_qps, max(self.min_queries, 2 * min_queries(self.percentile, self.confidence)),
-                          self.min_duration_s)
+        n = arr.n_queries(
+            rate_qps,
+            max(self.min_queries, 2 * min_queries(self.percentile, self.confidence)),
+            self.min_duration_s,
+        )
         return min(n, self.max_queries)
 
     def stop_rule(self, n: int, rate_qps: float) -> StopRule:
         """Stop once the run can no longer pass, or runs far longer than planned."""
         planned_s = n / rate_qps
-        return StopRule(slo_s=self.slo_s, max_violations=allowed_over(n, self.percentile, self.confidence),
-                        max_time_s=3.0 * planned_s + 5.0,
-                        drop_after_s=DROP_AFTER_SLOS * self.slo_s if math.isfinite(self.slo_s) else None)
+        return StopRule(
+            slo_s=self.slo_s,
+            max_violations=allowed_over(n, self.percentile, self.confidence),
+            max_time_s=3.0 * planned_s + 5.0,
+            drop_after_s=DROP_AFTER_SLOS * self.slo_s if math.isfinite(self.slo_s) else None,
+        )
 
 
 @dataclass
@@ -99,9 +105,18 @@ class CapacityResult:
 ProbeFn = Callable[[float], Probe]
 
 
-def find_capacity(probe: ProbeFn, policy: BatchPolicy, slo_s: float, start_qps: float, ceiling_qps: float | None = None,
-                  growth: float = 2.0, rel_tol: float = 0.02, max_probes: int = 24, floor_qps: float | None = None,
-                  source: str = "simulated") -> CapacityResult:
+def find_capacity(
+    probe: ProbeFn,
+    policy: BatchPolicy,
+    slo_s: float,
+    start_qps: float,
+    ceiling_qps: float | None = None,
+    growth: float = 2.0,
+    rel_tol: float = 0.02,
+    max_probes: int = 24,
+    floor_qps: float | None = None,
+    source: str = "simulated",
+) -> CapacityResult:
     """Bracket, then bisect (geometrically) the highest rate at which ``probe`` passes.
 
     Args:
@@ -152,18 +167,28 @@ def no_pass_note(probes: Sequence[Probe]) -> str:
         return "no rate was probed"
     p = min(probes, key=lambda q: q.rate_qps)
     s = p.summary
-    counts = (f"{s.n_over_slo} of {s.n} requests over the SLO" if s.n_over_slo is not None
-              else f"{s.n} requests")
+    counts = (
+        f"{s.n_over_slo} of {s.n} requests over the SLO" if s.n_over_slo is not None else f"{s.n} requests"
+    )
     if s.verdict == "inconclusive":
-        return (f"inconclusive even at {p.rate_qps:.3g} queries/s ({counts}, after {s.n} queries): too few "
-                "requests to tell a p99 within the SLO from one above it")
+        return (
+            f"inconclusive even at {p.rate_qps:.3g} queries/s ({counts}, after {s.n} queries): too few "
+            "requests to tell a p99 within the SLO from one above it"
+        )
     why = f", stopped: {s.stopped}" if s.stopped else ""
-    return (f"the SLO is not met even at {p.rate_qps:.3g} queries/s "
-            f"({counts}: p99 {s.latency_p99_s * 1e3:.3g} ms{why})")
+    return (
+        f"the SLO is not met even at {p.rate_qps:.3g} queries/s "
+        f"({counts}: p99 {s.latency_p99_s * 1e3:.3g} ms{why})"
+    )
 
 
-def sim_probe(service: ServiceModel, policy: BatchPolicy, load: LoadSettings, trace_s: Sequence[float] | None = None,
-              keep_log: bool = False) -> ProbeFn:
+def sim_probe(
+    service: ServiceModel,
+    policy: BatchPolicy,
+    load: LoadSettings,
+    trace_s: Sequence[float] | None = None,
+    keep_log: bool = False,
+) -> ProbeFn:
     """A probe that simulates one run at a rate (Poisson with ``load.seed``, or the trace rescaled)."""
 
     def probe(rate_qps: float) -> Probe:
@@ -190,9 +215,13 @@ def schedule(rate_qps: float, n: int, seed: int, trace_s: Sequence[float] | None
     return arr.extend(t, n)[:n]
 
 
-def candidate_policies(service: ServiceModel, slo_s: float, max_batches: Sequence[int] | None = None,
-                       delay_fractions: Sequence[float] = DELAY_FRACTIONS,
-                       delays_s: Sequence[float] | None = None) -> list[BatchPolicy]:
+def candidate_policies(
+    service: ServiceModel,
+    slo_s: float,
+    max_batches: Sequence[int] | None = None,
+    delay_fractions: Sequence[float] = DELAY_FRACTIONS,
+    delays_s: Sequence[float] | None = None,
+) -> list[BatchPolicy]:
     """Policies worth trying: batch caps whose own service time fits the SLO, delays as SLO fractions.
 
     ``delays_s`` replaces the fractions with fixed delays (a user's ``--max-delay``).
@@ -204,15 +233,22 @@ def candidate_policies(service: ServiceModel, slo_s: float, max_batches: Sequenc
         s = service.median_at(b)
         if s >= slo_s:
             continue
-        for d in sorted({0.0 if b == 1 else round(d, 9) for d in delays}):  # waiting never helps a batch of one
+        for d in sorted(
+            {0.0 if b == 1 else round(d, 9) for d in delays}
+        ):  # waiting never helps a batch of one
             if s + d < slo_s:
                 out.append(BatchPolicy(int(b), d))
     return out
 
 
-def search_policies(service: ServiceModel, load: LoadSettings, policies: Sequence[BatchPolicy] | None = None,
-                    trace_s: Sequence[float] | None = None, rel_tol: float = 0.03,
-                    coarse_max_queries: int = 6000) -> list[CapacityResult]:
+def search_policies(
+    service: ServiceModel,
+    load: LoadSettings,
+    policies: Sequence[BatchPolicy] | None = None,
+    trace_s: Sequence[float] | None = None,
+    rel_tol: float = 0.03,
+    coarse_max_queries: int = 6000,
+) -> list[CapacityResult]:
     """Simulated capacity of each policy, best first (a coarse pass, then the leaders refined)."""
     policies = list(policies) if policies is not None else candidate_policies(service, load.slo_s)
     coarse = LoadSettings(**{**load.__dict__, "max_queries": min(load.max_queries, coarse_max_queries)})
@@ -223,10 +259,18 @@ def search_policies(service: ServiceModel, load: LoadSettings, policies: Sequenc
     for pol in sorted(policies, key=lambda p: (-service.saturation_qps(p.max_batch), p.max_delay_s)):
         ceiling = service.saturation_qps(pol.max_batch) * 1.05
         if ceiling <= best:
-            results.append(CapacityResult(pol, load.slo_s, 0.0, ceiling, note="pruned: saturation below the best"))
+            results.append(
+                CapacityResult(pol, load.slo_s, 0.0, ceiling, note="pruned: saturation below the best")
+            )
             continue
-        r = find_capacity(sim_probe(service, pol, coarse, trace_s), pol, load.slo_s, start_qps=0.6 * ceiling,
-                          ceiling_qps=ceiling, rel_tol=2 * rel_tol)
+        r = find_capacity(
+            sim_probe(service, pol, coarse, trace_s),
+            pol,
+            load.slo_s,
+            start_qps=0.6 * ceiling,
+            ceiling_qps=ceiling,
+            rel_tol=2 * rel_tol,
+        )
         best = max(best, r.capacity_qps)
         results.append(r)
     results.sort(key=lambda r: -r.capacity_qps)
@@ -234,7 +278,16 @@ def search_policies(service: ServiceModel, load: LoadSettings, policies: Sequenc
     for r in results[:3]:
         ceiling = service.saturation_qps(r.policy.max_batch) * 1.05
         start = r.capacity_qps if r.capacity_qps > 0 else 0.5 * ceiling
-        refined.append(find_capacity(sim_probe(service, r.policy, load, trace_s), r.policy, load.slo_s,
-                                     start_qps=start, ceiling_qps=ceiling, growth=1.1, rel_tol=rel_tol))
+        refined.append(
+            find_capacity(
+                sim_probe(service, r.policy, load, trace_s),
+                r.policy,
+                load.slo_s,
+                start_qps=start,
+                ceiling_qps=ceiling,
+                growth=1.1,
+                rel_tol=rel_tol,
+            )
+        )
     rest = results[3:]
     return sorted(refined, key=lambda r: -r.capacity_qps) + rest

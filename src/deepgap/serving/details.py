@@ -68,7 +68,9 @@ class LevelDetails(JsonRecord):
     """One load level beyond its columns; the field order is the write order."""
 
     NESTED: ClassVar[dict[str, type[JsonRecord]]] = {
-        "correctness": Correctness, "engine_info": EngineInfo, "accuracy": Accuracy,
+        "correctness": Correctness,
+        "engine_info": EngineInfo,
+        "accuracy": Accuracy,
         "loadgen_run": LoadgenRun,
     }
 

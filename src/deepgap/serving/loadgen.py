@@ -121,7 +121,7 @@ def early_stopping(text: str) -> str:
     except StopIteration:
         return ""
     out = []
-    for x in lines[i + 1:]:
+    for x in lines[i + 1 :]:
         if not x.strip() or x.startswith("==="):
             break
         out.append(x.strip().lstrip("* ").strip())
@@ -181,7 +181,7 @@ class BatchedSut:
         """After a failure: complete every queued sample at once (LoadGen waits for each one to return)."""
         while self.chunks:
             c = self.chunks.popleft()
-            self._respond(c[1][c[3]:])
+            self._respond(c[1][c[3] :])
 
     def issue(self, ids: list[int], indices: list[int]) -> None:
         """LoadGen's issuing thread: one append, one counter, a wake-up only when it changes a decision."""
@@ -203,7 +203,7 @@ class BatchedSut:
         while len(ids) < k:
             c = self.chunks[0]
             m = min(k - len(ids), len(c[1]) - c[3])
-            ids.extend(c[1][c[3]:c[3] + m])
+            ids.extend(c[1][c[3] : c[3] + m])
             c[3] += m
             if c[3] == len(c[1]):
                 self.chunks.popleft()
@@ -289,8 +289,9 @@ class BatchedSut:
 
     def log(self, origin: float) -> RequestLog:
         """Per-request records (times from ``origin``), expanded from the per-batch ones."""
-        arrival = np.repeat(np.frombuffer(self.arr_t, dtype=np.float64) - origin,
-                            np.frombuffer(self.arr_n, dtype=np.int64))
+        arrival = np.repeat(
+            np.frombuffer(self.arr_t, dtype=np.float64) - origin, np.frombuffer(self.arr_n, dtype=np.int64)
+        )
         rows = [(b[0], b[1] - origin, b[2] - origin, *b[3:]) for b in self.batches]
         if not rows:
             e = np.zeros(0)
@@ -335,14 +336,21 @@ def drive(executor: Any, req: LoadgenRequest) -> LoadgenResult:
         calls[0] += 1
         sut_obj.issue(ids, indices)
 
-    n_pool = int(executor.ring.size if executor is not None and hasattr(executor, "ring")
-                 else getattr(executor, "pool_size", 256))
+    n_pool = int(
+        executor.ring.size
+        if executor is not None and hasattr(executor, "ring")
+        else getattr(executor, "pool_size", 256)
+    )
     sut = lg.ConstructFastSUT(issue, lambda: None)
     qsl = lg.ConstructQSL(n_pool, n_pool, lambda s: None, lambda s: None)
-    threads = [] if req.null else [threading.Thread(target=sut_obj.dispatch, name="deepgap-loadgen-dispatch",
-                                                    daemon=True),
-                                   threading.Thread(target=sut_obj.complete, name="deepgap-loadgen-complete",
-                                                    daemon=True)]
+    threads = (
+        []
+        if req.null
+        else [
+            threading.Thread(target=sut_obj.dispatch, name="deepgap-loadgen-dispatch", daemon=True),
+            threading.Thread(target=sut_obj.complete, name="deepgap-loadgen-complete", daemon=True),
+        ]
+    )
     switch = sys.getswitchinterval()
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     for t in threads:
@@ -377,10 +385,25 @@ def drive(executor: Any, req: LoadgenRequest) -> LoadgenResult:
     log = sut_obj.log(origin)
     rate = req.qps if req.scenario == "server" else None
     level = summarize(log, rate, req.slo_s, 0.99, req.confidence) if log.n else None
-    note = "tracing off" if not req.trace else (
-        "" if traced else f"no per-sample comparison: about {expected_samples(req):,.0f} samples, more "
-        f"than the {TRACE_CAP:,} LoadGen's trace is kept for")
+    note = (
+        "tracing off"
+        if not req.trace
+        else (
+            ""
+            if traced
+            else f"no per-sample comparison: about {expected_samples(req):,.0f} samples, more "
+            f"than the {TRACE_CAP:,} LoadGen's trace is kept for"
+        )
+    )
     matched = agreement(trace, log.latency_s) if trace is not None else None
-    return LoadgenResult(summary, parse_summary(summary), log if log.n <= LOG_CAP else None, level,
-                         early_stopping(summary), matched, note if trace is None else "",
-                         sut_obj.complete_calls, calls[0])
+    return LoadgenResult(
+        summary,
+        parse_summary(summary),
+        log if log.n <= LOG_CAP else None,
+        level,
+        early_stopping(summary),
+        matched,
+        note if trace is None else "",
+        sut_obj.complete_calls,
+        calls[0],
+    )

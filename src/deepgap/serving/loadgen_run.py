@@ -40,18 +40,39 @@ def run_loadgen(c: Any) -> None:
         if not qps:
             why = why or "unavailable: no sustainable rate was found to drive LoadGen at"
     if why:
-        c.rec.levels.append(level_row(c.req, spec.scenario, "loadgen", policy, qps, "loadgen", spec.seed,
-                                      None, status="skipped", reason=why))
+        c.rec.levels.append(
+            level_row(
+                c.req,
+                spec.scenario,
+                "loadgen",
+                policy,
+                qps,
+                "loadgen",
+                spec.seed,
+                None,
+                status="skipped",
+                reason=why,
+            )
+        )
         c.out.lines.append(f"loadgen: {why}")
         return
     minq, mind = loadgen_minimums(spec)
     s["loadgen_min_duration_s"], s["loadgen_min_queries"] = mind, minq
-    full = ("" if mind >= MLPERF_DURATION_S
-            else f" (MLPerf's full run: --loadgen-duration {MLPERF_DURATION_S:g}s)")
+    full = (
+        ""
+        if mind >= MLPERF_DURATION_S
+        else f" (MLPerf's full run: --loadgen-duration {MLPERF_DURATION_S:g}s)"
+    )
     c.out.lines.append(
         f"loadgen: LoadGen {SCENARIO_NAMES[spec.scenario]}, PerformanceOnly, min duration {mind:g} s, min "
-        f"query count {minq}" + (f", target p99 {spec.slo_s * 1e3:g} ms, early stopping at 99 % confidence"
-                                 if spec.scenario == "server" and spec.slo_s else "") + full)
+        f"query count {minq}"
+        + (
+            f", target p99 {spec.slo_s * 1e3:g} ms, early stopping at 99 % confidence"
+            if spec.scenario == "server" and spec.slo_s
+            else ""
+        )
+        + full
+    )
     if spec.scenario == "server":  # the harness's own floor at the same rate, through the same Python path
         p = _one_run(c, spec, policy, qps, minq, mind, null=True)
         s["loadgen_floor_p99_s"] = _p99_s(p)
@@ -73,8 +94,10 @@ def run_loadgen(c: Any) -> None:
         s["loadgen_capacity_ratio"] = best / qps if best else None
         c.out.lines.append(
             f"loadgen: Server capacity {best:,.1f}/s = {best / qps:.3f} of deepgap's {qps:,.1f}/s"
-            if best else f"loadgen: Server INVALID at every rate down to {rates[-1]:,.1f}/s "
-            f"({LOADGEN_STEPS[-1]:.2f} of deepgap's)")
+            if best
+            else f"loadgen: Server INVALID at every rate down to {rates[-1]:,.1f}/s "
+            f"({LOADGEN_STEPS[-1]:.2f} of deepgap's)"
+        )
 
 
 # Rates tried for LoadGen's Server, as fractions of deepgap's capacity: the highest VALID one is its capacity.
@@ -103,35 +126,75 @@ def _p99_s(parsed: dict[str, str]) -> float | None:
         return None
 
 
-def _one_run(c: Any, spec: Any, policy: BatchPolicy, qps: float | None, minq: int,
-             mind: float, null: bool = False) -> dict[str, str]:
+def _one_run(
+    c: Any, spec: Any, policy: BatchPolicy, qps: float | None, minq: int, mind: float, null: bool = False
+) -> dict[str, str]:
     """One LoadGen run at ``qps`` stored as a ``loadgen`` level; returns LoadGen's parsed summary."""
-    req = LoadgenRequest(spec.scenario, policy, qps, spec.slo_s, minq, mind,
-                         expected_latency_s=c.service.median_at(1), seed=spec.seed,
-                         confidence=spec.confidence)
+    req = LoadgenRequest(
+        spec.scenario,
+        policy,
+        qps,
+        spec.slo_s,
+        minq,
+        mind,
+        expected_latency_s=c.service.median_at(1),
+        seed=spec.seed,
+        confidence=spec.confidence,
+    )
     req = null_request(req) if null else req
     what = "null SUT (nothing served: the harness floor)" if null else SCENARIO_NAMES[spec.scenario]
     c.say(f"serve: MLCommons LoadGen, {what}" + (f" at {qps:,.1f}/s" if qps else ""))
     res: LoadgenResult = c.worker.loadgen(req, 300.0 + 4 * mind)
     summ, a = res.level, res.agreement
-    run = LoadgenRun(sut="null" if null else "batched", min_duration_s=mind, min_queries=minq,
-                     early_stopping=res.early_stopping or None, complete_calls=res.complete_calls,
-                     issue_calls=res.issue_calls, trace_note=res.trace_note or None)
+    run = LoadgenRun(
+        sut="null" if null else "batched",
+        min_duration_s=mind,
+        min_queries=minq,
+        early_stopping=res.early_stopping or None,
+        complete_calls=res.complete_calls,
+        issue_calls=res.issue_calls,
+        trace_note=res.trace_note or None,
+    )
     if a is not None:
         run.agree, run.margin_s, run.diff_p50_s = a.agrees, a.margin_s, a.diff_p50_s
         run.diff_p99_s, run.issue_delay_p99_s = a.diff_p99_s, a.issue_delay_p99_s
-    c.rec.levels.append(level_row(
-        c.req, spec.scenario, "loadgen-null" if null else "loadgen", policy, qps, "loadgen", spec.seed, summ,
-        None, res.log, status="ok" if summ else "error", reason="" if summ else "LoadGen issued no query",
-        details=LevelDetails(loadgen_summary=res.summary, loadgen=res.parsed, loadgen_run=run)))
+    c.rec.levels.append(
+        level_row(
+            c.req,
+            spec.scenario,
+            "loadgen-null" if null else "loadgen",
+            policy,
+            qps,
+            "loadgen",
+            spec.seed,
+            summ,
+            None,
+            res.log,
+            status="ok" if summ else "error",
+            reason="" if summ else "LoadGen issued no query",
+            details=LevelDetails(loadgen_summary=res.summary, loadgen=res.parsed, loadgen_run=run),
+        )
+    )
     p = res.parsed
     c.out.summary["loadgen_null" if null else "loadgen"] = p
     head = "loadgen (null SUT): " if null else "loadgen: "
-    c.out.lines.append(head + ", ".join(f"{k} = {p[k]}" for k in (
-        "Result is", "Scheduled samples per second", "Samples per second", "Completed samples per second",
-        "QPS w/o loadgen overhead",
-        "90.0th percentile latency (ns)", "99.00 percentile latency (ns)") if k in p)
-        + (f"; early stopping: {res.early_stopping}" if res.early_stopping else ""))
+    c.out.lines.append(
+        head
+        + ", ".join(
+            f"{k} = {p[k]}"
+            for k in (
+                "Result is",
+                "Scheduled samples per second",
+                "Samples per second",
+                "Completed samples per second",
+                "QPS w/o loadgen overhead",
+                "90.0th percentile latency (ns)",
+                "99.00 percentile latency (ns)",
+            )
+            if k in p
+        )
+        + (f"; early stopping: {res.early_stopping}" if res.early_stopping else "")
+    )
     if a is not None:
         c.out.lines.append(f"loadgen:   {a.line()}")
     elif res.trace_note:

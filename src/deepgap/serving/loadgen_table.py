@@ -34,11 +34,18 @@ def _deepgap_side(run: str, lv: pd.DataFrame, cap: pd.DataFrame) -> tuple[float 
     if len(m) and float(m["capacity_qps"].max()) > 0:
         best = m.loc[m["capacity_qps"].astype(float).idxmax()]
         rate = float(best["capacity_qps"])
-        probes = [p for p in (CapacityDetails.of(best.get("extra")).probes or [])
-                  if p.rate_qps == rate and p.verdict == "pass"]
+        probes = [
+            p
+            for p in (CapacityDetails.of(best.get("extra")).probes or [])
+            if p.rate_qps == rate and p.verdict == "pass"
+        ]
         return rate, probes[-1].p99_s if probes else None, "pass"
-    own = lv[(lv["run_id"] == run) & (lv["scenario"] == "server") & (lv["status"] == "ok")
-             & ~lv["purpose"].isin(["loadgen", "loadgen-null"])]
+    own = lv[
+        (lv["run_id"] == run)
+        & (lv["scenario"] == "server")
+        & (lv["status"] == "ok")
+        & ~lv["purpose"].isin(["loadgen", "loadgen-null"])
+    ]
     if not len(own):
         return None, None, ""
     r = own.iloc[-1]
@@ -65,20 +72,32 @@ def loadgen_capacities(lv: pd.DataFrame, cap: pd.DataFrame) -> pd.DataFrame:
         lg_cap = float(g["target_qps"].iloc[valid[0]]) if valid else None
         run_info = first.loadgen_run
         r0 = g.iloc[0]
-        rows.append({
-            "run_id": run, "platform": r0["platform"], "model": r0["model"], "engine": r0["engine"],
-            "precision": r0["precision"], "memory_format": r0["memory_format"], "slo_s": r0["slo_s"],
-            "policy": r0["policy"], "deepgap_qps": rate, "deepgap_p99_s": p99, "deepgap_verdict": verdict,
-            "loadgen_rate_qps": float(r0["target_qps"]), "loadgen_result": results[0],
-            "loadgen_p99_s": loadgen_p99_s(first),
-            "loadgen_capacity_qps": lg_cap, "loadgen_capacity_p99_s": loadgen_p99_s(at) if at else None,
-            "loadgen_over_deepgap": lg_cap / rate if lg_cap and rate else None,
-            "lowest_tried_qps": float(g["target_qps"].iloc[-1]),
-            "floor_p99_s": floor,
-            "per_sample_diff_p99_s": run_info.diff_p99_s if run_info else None,
-            "issue_delay_p99_s": run_info.issue_delay_p99_s if run_info else None,
-            "min_duration_s": run_info.min_duration_s if run_info else None,
-            "min_queries": run_info.min_queries if run_info else None,
-            "early_stopping": (run_info.early_stopping or "") if run_info else "",
-        })
+        rows.append(
+            {
+                "run_id": run,
+                "platform": r0["platform"],
+                "model": r0["model"],
+                "engine": r0["engine"],
+                "precision": r0["precision"],
+                "memory_format": r0["memory_format"],
+                "slo_s": r0["slo_s"],
+                "policy": r0["policy"],
+                "deepgap_qps": rate,
+                "deepgap_p99_s": p99,
+                "deepgap_verdict": verdict,
+                "loadgen_rate_qps": float(r0["target_qps"]),
+                "loadgen_result": results[0],
+                "loadgen_p99_s": loadgen_p99_s(first),
+                "loadgen_capacity_qps": lg_cap,
+                "loadgen_capacity_p99_s": loadgen_p99_s(at) if at else None,
+                "loadgen_over_deepgap": lg_cap / rate if lg_cap and rate else None,
+                "lowest_tried_qps": float(g["target_qps"].iloc[-1]),
+                "floor_p99_s": floor,
+                "per_sample_diff_p99_s": run_info.diff_p99_s if run_info else None,
+                "issue_delay_p99_s": run_info.issue_delay_p99_s if run_info else None,
+                "min_duration_s": run_info.min_duration_s if run_info else None,
+                "min_queries": run_info.min_queries if run_info else None,
+                "early_stopping": (run_info.early_stopping or "") if run_info else "",
+            }
+        )
     return pd.DataFrame(rows)

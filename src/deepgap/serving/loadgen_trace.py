@@ -22,8 +22,10 @@ import numpy as np
 TRACE_CAP = 250_000  # samples: at most ~160 MB of trace in a temporary directory
 # Per-sample agreement: LoadGen's latency minus deepgap's for the same query, at its p99, at most this.
 AGREEMENT_MARGIN_S = 0.5e-3
-_SAMPLE = re.compile(r'"name":"Sample".*?"ph":"b".*?"sample_seq":(\d+).*?"issue_start_ns":(-?\d+),'
-                     r'"complete_ns":(-?\d+)')
+_SAMPLE = re.compile(
+    r'"name":"Sample".*?"ph":"b".*?"sample_seq":(\d+).*?"issue_start_ns":(-?\d+),'
+    r'"complete_ns":(-?\d+)'
+)
 
 
 @dataclass(frozen=True)
@@ -74,10 +76,12 @@ class Agreement:
         if not self.matched:
             return f"per-sample match failed ({self.n} samples on one side only)"
         ms = 1e3
-        return (f"per sample, LoadGen − deepgap: p50 {self.diff_p50_s * ms:.3f} ms, p99 "
-                f"{self.diff_p99_s * ms:.3f} ms ({'within' if self.agrees else 'beyond'} the "
-                f"{self.margin_s * ms:g} ms margin); LoadGen's issue delay p50 "
-                f"{self.issue_delay_p50_s * ms:.3f} ms, p99 {self.issue_delay_p99_s * ms:.3f} ms")
+        return (
+            f"per sample, LoadGen − deepgap: p50 {self.diff_p50_s * ms:.3f} ms, p99 "
+            f"{self.diff_p99_s * ms:.3f} ms ({'within' if self.agrees else 'beyond'} the "
+            f"{self.margin_s * ms:g} ms margin); LoadGen's issue delay p50 "
+            f"{self.issue_delay_p50_s * ms:.3f} ms, p99 {self.issue_delay_p99_s * ms:.3f} ms"
+        )
 
 
 def agreement(trace: TraceSamples, deepgap_latency_s: np.ndarray) -> Agreement:
@@ -90,7 +94,14 @@ def agreement(trace: TraceSamples, deepgap_latency_s: np.ndarray) -> Agreement:
         return Agreement(0, False, nan, nan, nan, nan, nan, nan, nan)
     lg, us = trace.latency_s[:n], ours[:n]
     d = lg - us
-    return Agreement(n, matched, float(np.percentile(lg, 99)), float(np.percentile(us, 99)),
-                     float(np.percentile(d, 50)), float(np.percentile(d, 99)), float(d.max()),
-                     float(np.percentile(trace.issue_delay_s[:n], 50)),
-                     float(np.percentile(trace.issue_delay_s[:n], 99)))
+    return Agreement(
+        n,
+        matched,
+        float(np.percentile(lg, 99)),
+        float(np.percentile(us, 99)),
+        float(np.percentile(d, 50)),
+        float(np.percentile(d, 99)),
+        float(d.max()),
+        float(np.percentile(trace.issue_delay_s[:n], 50)),
+        float(np.percentile(trace.issue_delay_s[:n], 99)),
+    )

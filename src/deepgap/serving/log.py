@@ -52,9 +52,17 @@ class RequestLog:
             arrival = arrival[np.repeat(starts, counts) + offsets]
         else:
             arrival = arrival[: int(counts.sum())]
-        return cls(arrival, col[1], col[2], col[0].astype(np.int64), col[3], col[4], col[5],
-                   n_planned=n_planned,
-                   host_s=col[6] if width >= 7 else None)
+        return cls(
+            arrival,
+            col[1],
+            col[2],
+            col[0].astype(np.int64),
+            col[3],
+            col[4],
+            col[5],
+            n_planned=n_planned,
+            host_s=col[6] if width >= 7 else None,
+        )
 
     @property
     def n(self) -> int:
@@ -79,8 +87,14 @@ class RequestLog:
     def columns(self) -> dict[str, np.ndarray]:
         """Every column, for storage."""
         return {
-            "arrival_s": self.arrival_s, "dispatch_s": self.dispatch_s, "done_s": self.done_s, "batch": self.batch,
-            "queue_s": self.queue_s, "h2d_s": self.h2d_s, "compute_s": self.compute_s, "d2h_s": self.d2h_s,
+            "arrival_s": self.arrival_s,
+            "dispatch_s": self.dispatch_s,
+            "done_s": self.done_s,
+            "batch": self.batch,
+            "queue_s": self.queue_s,
+            "h2d_s": self.h2d_s,
+            "compute_s": self.compute_s,
+            "d2h_s": self.d2h_s,
             "latency_s": self.latency_s,
         }
 
@@ -116,8 +130,13 @@ class LevelSummary:
     extra: dict = field(default_factory=dict)
 
 
-def summarize(log: RequestLog, offered_qps: float | None, slo_s: float | None = None, percentile: float = 0.99,
-              confidence: float = 0.99) -> LevelSummary:
+def summarize(
+    log: RequestLog,
+    offered_qps: float | None,
+    slo_s: float | None = None,
+    percentile: float = 0.99,
+    confidence: float = 0.99,
+) -> LevelSummary:
     """Summary of a run; with an SLO, the early-stopping verdict for "p``percentile`` ≤ SLO"."""
     lat = log.latency_s
     if lat.size == 0:
@@ -135,13 +154,28 @@ def summarize(log: RequestLog, offered_qps: float | None, slo_s: float | None = 
     else:  # a dropped request counts as one over the SLO
         v = verdict(log.n + log.n_dropped, n_over + log.n_dropped, percentile, confidence)
     return LevelSummary(
-        n=log.n, n_planned=log.n_planned, offered_qps=offered_qps,
-        achieved_qps=log.n / span if span > 0 else float("nan"), duration_s=span,
-        latency_mean_s=float(lat.mean()), latency_p50_s=float(p50), latency_p90_s=float(p90),
-        latency_p95_s=float(p95), latency_p99_s=float(p99), latency_max_s=float(lat.max()),
-        queue_mean_s=float(log.queue_s.mean()), queue_p99_s=float(np.percentile(log.queue_s, 99)),
-        h2d_mean_s=float(log.h2d_s.mean()), compute_mean_s=float(log.compute_s.mean()),
-        d2h_mean_s=float(log.d2h_s.mean()), other_mean_s=float(log.other_s.mean()),
-        mean_batch=float(log.batch.mean()), slo_s=slo_s, n_over_slo=n_over, verdict=v, stopped=log.stopped,
-        n_dropped=log.n_dropped, host_mean_s=float(np.mean(log.host_s)) if log.host_s is not None else 0.0,
+        n=log.n,
+        n_planned=log.n_planned,
+        offered_qps=offered_qps,
+        achieved_qps=log.n / span if span > 0 else float("nan"),
+        duration_s=span,
+        latency_mean_s=float(lat.mean()),
+        latency_p50_s=float(p50),
+        latency_p90_s=float(p90),
+        latency_p95_s=float(p95),
+        latency_p99_s=float(p99),
+        latency_max_s=float(lat.max()),
+        queue_mean_s=float(log.queue_s.mean()),
+        queue_p99_s=float(np.percentile(log.queue_s, 99)),
+        h2d_mean_s=float(log.h2d_s.mean()),
+        compute_mean_s=float(log.compute_s.mean()),
+        d2h_mean_s=float(log.d2h_s.mean()),
+        other_mean_s=float(log.other_s.mean()),
+        mean_batch=float(log.batch.mean()),
+        slo_s=slo_s,
+        n_over_slo=n_over,
+        verdict=v,
+        stopped=log.stopped,
+        n_dropped=log.n_dropped,
+        host_mean_s=float(np.mean(log.host_s)) if log.host_s is not None else 0.0,
     )

@@ -30,7 +30,16 @@ from deepgap.precision import is_quantized
 from deepgap.serving.capacity import CapacityResult, LoadSettings, candidate_policies, search_policies
 from deepgap.serving.sim import ServiceModel
 
-_KEY = ("platform", "model", "engine", "precision", "memory_format", "resolution", "threads", "include_transfer")
+_KEY = (
+    "platform",
+    "model",
+    "engine",
+    "precision",
+    "memory_format",
+    "resolution",
+    "threads",
+    "include_transfer",
+)
 
 
 @dataclass
@@ -44,7 +53,9 @@ class Curve:
     run_ids: list[str] = field(default_factory=list)
     accuracy: str = ""  # against fp32 (deepgap.analysis.frame.accuracy_label); shown if quantized
     power_source: str = ""  # where power_w came from when not this curve's own runs
-    top1: float | None = None  # dataset top-1 (median over its measurements) where measured (deepgap.accuracy)
+    top1: float | None = (
+        None  # dataset top-1 (median over its measurements) where measured (deepgap.accuracy)
+    )
 
     def label(self) -> str:
         """``resnet50 eager fp16 channels_last`` and the source (and a quantized curve's accuracy)."""
@@ -108,24 +119,48 @@ def curves_from_store(store, run_ids: list[str] | None = None, padding: str = "b
             if not samples:
                 continue
             bs = sorted(samples)
-            sv = ServiceModel(tuple(bs), tuple(float(np.median(samples[b])) for b in bs), samples, padding=padding,
-                              source="sweep")
+            sv = ServiceModel(
+                tuple(bs),
+                tuple(float(np.median(samples[b])) for b in bs),
+                samples,
+                padding=padding,
+                source="sweep",
+            )
             worst = {c: (g[c].max() if how == "max" else g[c].min()) for c, how in ACCURACY_WORST.items()}
             top1 = pd.to_numeric(g["top1"], errors="coerce").dropna() if "top1" in g else []
-            out.append(Curve(dict(zip(_KEY, key, strict=True)), sv, "sweep",
-                             {b: float(np.median(v)) for b, v in power.items()}, sorted(set(g["run_id"])),
-                             accuracy_label(worst), top1=float(np.median(top1)) if len(top1) else None))
+            out.append(
+                Curve(
+                    dict(zip(_KEY, key, strict=True)),
+                    sv,
+                    "sweep",
+                    {b: float(np.median(v)) for b, v in power.items()},
+                    sorted(set(g["run_id"])),
+                    accuracy_label(worst),
+                    top1=float(np.median(top1)) if len(top1) else None,
+                )
+            )
     cf = curves_frame(store, run_ids)
     if len(cf):
         for (run_id, tenant), g in cf.groupby(["run_id", "tenant"], sort=True):
             first = g.iloc[0]
             bs = [int(b) for b in g["batch_size"]]
-            sv = ServiceModel(tuple(bs), tuple(float(x) for x in g["latency_median_s"]),
-                              {int(b): s for b, s in zip(g["batch_size"], g["samples_s"], strict=True)},
-                              padding=padding, source="serve")
-            key = {"platform": first["device_name"] or first["device"], "model": first["model"],
-                   "engine": first["engine"], "precision": first["precision"], "memory_format": first["memory_format"],
-                   "resolution": int(first["resolution"]), "threads": 0, "include_transfer": True}
+            sv = ServiceModel(
+                tuple(bs),
+                tuple(float(x) for x in g["latency_median_s"]),
+                {int(b): s for b, s in zip(g["batch_size"], g["samples_s"], strict=True)},
+                padding=padding,
+                source="serve",
+            )
+            key = {
+                "platform": first["device_name"] or first["device"],
+                "model": first["model"],
+                "engine": first["engine"],
+                "precision": first["precision"],
+                "memory_format": first["memory_format"],
+                "resolution": int(first["resolution"]),
+                "threads": 0,
+                "include_transfer": True,
+            }
             out.append(Curve(key, sv, "serve", {}, [run_id]))
     _borrow_sweep_power(out)
     return out
@@ -161,9 +196,12 @@ def predict(curve: Curve, load: LoadSettings, max_batch: int | None = None) -> P
 
         sv = curve.service
         fastest = min(caps or sv.batch_sizes, key=sv.median_at)
-        why = (f"no batch size is served within the SLO: the fastest call, batch {fastest}, takes "
-               f"{sv.median_at(fastest) * 1e3:.3g} ms (median) ≥ {load.slo_s * 1e3:.3g} ms"
-               if caps else f"no measured batch is ≤ --max-batch {max_batch}")
+        why = (
+            f"no batch size is served within the SLO: the fastest call, batch {fastest}, takes "
+            f"{sv.median_at(fastest) * 1e3:.3g} ms (median) ≥ {load.slo_s * 1e3:.3g} ms"
+            if caps
+            else f"no measured batch is ≤ --max-batch {max_batch}"
+        )
         empty = CapacityResult(BatchPolicy(caps[0] if caps else 1, 0.0), load.slo_s, 0.0, None, note=why)
         return Prediction(curve, empty, [empty])
     ranked = search_policies(curve.service, load, pols, coarse_max_queries=4000)
@@ -175,18 +213,23 @@ def explain(p: Prediction) -> str:
     sv, best = p.curve.service, p.best
     n = {b: len(sv.samples_s.get(b, ())) for b in sv.batch_sizes}
     lo, hi = (min(n.values()), max(n.values())) if n else (0, 0)
-    samples = (f"service times drawn from {lo if lo == hi else f'{lo}–{hi}'} measured calls per batch"
-               if n and max(n.values()) else "service times: the medians only (no samples stored)")
+    samples = (
+        f"service times drawn from {lo if lo == hi else f'{lo}–{hi}'} measured calls per batch"
+        if n and max(n.values())
+        else "service times: the medians only (no samples stored)"
+    )
     batches = f"batches measured: {', '.join(str(b) for b in sv.batch_sizes)}"
     if best.capacity_qps <= 0:
         return "; ".join(x for x in (best.note or "no rate passed", batches, samples) if x)
     b = sv.bucket(best.policy.max_batch)
     sat = sv.saturation_qps(best.policy.max_batch)
     room = best.slo_s - sv.median_at(b)
-    return (f"{100 * best.capacity_qps / sat:.0f}% of the saturation throughput "
-            f"({sat:,.4g} q/s at batch ≤ {b}): "
-            f"the median call ({sv.median_at(b) * 1e3:.3g} ms) leaves {room * 1e3:.3g} ms of the SLO for "
-            f"queueing and batching; {batches}; {samples}")
+    return (
+        f"{100 * best.capacity_qps / sat:.0f}% of the saturation throughput "
+        f"({sat:,.4g} q/s at batch ≤ {b}): "
+        f"the median call ({sv.median_at(b) * 1e3:.3g} ms) leaves {room * 1e3:.3g} ms of the SLO for "
+        f"queueing and batching; {batches}; {samples}"
+    )
 
 
 @dataclass
@@ -205,7 +248,9 @@ class PlanRow:
     relative_power: float | None = None  # total power / the first-ranked platform's total power
     top1: float | None = None  # dataset top-1 of the configuration, where measured
     capacity_used: str = "deepgap's: simulated by its event loop on the measured curve (LoadGen's: not used)"
-    devices_high: int | None = None  # devices if the cards bought are 2 SD slow (a store with 2+ cards of the type)
+    devices_high: int | None = (
+        None  # devices if the cards bought are 2 SD slow (a store with 2+ cards of the type)
+    )
     why: str = ""  # `explain`: what limits the capacity
     alternatives: list[dict[str, Any]] = field(default_factory=list)  # every other configuration considered
 
@@ -254,11 +299,16 @@ def plan(predictions: list[Prediction], qps: float, objective: str = "devices") 
         n = math.ceil(qps / cap) if cap > 0 else None
         pw = p.power_w
         row = PlanRow(
-            platform=str(p.curve.key["platform"]), configuration=p.curve.label(), policy=p.best.policy.label(),
-            capacity_qps=cap, devices=n, power_w_per_device=pw,
+            platform=str(p.curve.key["platform"]),
+            configuration=p.curve.label(),
+            policy=p.best.policy.label(),
+            capacity_qps=cap,
+            devices=n,
+            power_w_per_device=pw,
             total_power_w=n * pw if n is not None and pw is not None else None,
             note="; ".join(x for x in (p.best.note, _power_note(p)) if x),
-            top1=p.curve.top1, why=explain(p),
+            top1=p.curve.top1,
+            why=explain(p),
         )
         by_platform.setdefault(row.platform, []).append(row)
 
@@ -271,8 +321,16 @@ def plan(predictions: list[Prediction], qps: float, objective: str = "devices") 
     for rows in by_platform.values():
         ranked = sorted(rows, key=rank)
         ranked[0].alternatives = [
-            {"configuration": r.configuration, "policy": r.policy, "capacity_qps": r.capacity_qps,
-             "devices": r.devices, "total_power_w": r.total_power_w, "why": r.why} for r in ranked[1:]]
+            {
+                "configuration": r.configuration,
+                "policy": r.policy,
+                "capacity_qps": r.capacity_qps,
+                "devices": r.devices,
+                "total_power_w": r.total_power_w,
+                "why": r.why,
+            }
+            for r in ranked[1:]
+        ]
         best.append(ranked[0])
     best.sort(key=rank)
     if best:  # how each platform compares with the first: "2.0× the devices, 1.4× the watts"

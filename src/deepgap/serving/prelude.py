@@ -29,8 +29,16 @@ if TYPE_CHECKING:
 ENV_TIMEOUT_S = 120.0
 
 
-def begin_run(session: RunSession, worker: ServingWorker, spec: ServeSpec, req: SetupRequest,
-              models: list[str], rec: ServeRecord, command: str, say: Say) -> dict[str, Any]:
+def begin_run(
+    session: RunSession,
+    worker: ServingWorker,
+    spec: ServeSpec,
+    req: SetupRequest,
+    models: list[str],
+    rec: ServeRecord,
+    command: str,
+    say: Say,
+) -> dict[str, Any]:
     """Open the serve run with ``worker``'s fingerprint and measure the prelude in that worker.
 
     ``req``: the build request of the first model (the warm-up's load). Returns the prelude's
@@ -44,7 +52,17 @@ def begin_run(session: RunSession, worker: ServingWorker, spec: ServeSpec, req: 
     sweep = serve_sweep(spec, req.device, models)
     runner = SweepRunner(sweep, req.device)
     runner.worker = worker  # the serving worker answers ``idle`` and ``thermal`` as any measurement worker
-    configs = [ConfigSpec(model=req.model, engine=req.engine, precision=req.precision, batch_size=b,
-                          device=req.device, memory_format=req.memory_format, threads=req.threads,
-                          resolution=req.resolution) for b in req.buckets]
+    configs = [
+        ConfigSpec(
+            model=req.model,
+            engine=req.engine,
+            precision=req.precision,
+            batch_size=b,
+            device=req.device,
+            memory_format=req.memory_format,
+            threads=req.threads,
+            resolution=req.resolution,
+        )
+        for b in req.buckets
+    ]
     return session.prelude(runner, sweep, configs, lambda m: say(f"serve: {m}"))

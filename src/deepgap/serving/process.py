@@ -62,7 +62,9 @@ class SetupReply:
     setup_s: float
     notes: list[str] = field(default_factory=list)
     peak_mem_reserved_bytes: int | None = None
-    accuracy: dict[str, Any] | None = None  # top-1/top-5 on the dataset at the first batch size (accuracy mode)
+    accuracy: dict[str, Any] | None = (
+        None  # top-1/top-5 on the dataset at the first batch size (accuracy mode)
+    )
 
 
 @dataclass(frozen=True)
@@ -92,9 +94,17 @@ def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
     from deepgap.worker import inputs_for, is_oom, nvml_used_bytes
 
     t0 = time.perf_counter()
-    spec1 = ConfigSpec(model=req.model, engine=req.engine, precision=req.precision, batch_size=req.buckets[0],
-                       device=req.device, memory_format=req.memory_format, threads=req.threads,
-                       resolution=req.resolution, include_transfer=True)
+    spec1 = ConfigSpec(
+        model=req.model,
+        engine=req.engine,
+        precision=req.precision,
+        batch_size=req.buckets[0],
+        device=req.device,
+        memory_format=req.memory_format,
+        threads=req.threads,
+        resolution=req.resolution,
+        include_transfer=True,
+    )
     engine = get_engine(req.engine, req.options)
     why_not = engine.available() or engine.supports(spec1, state.caps)
     if why_not:
@@ -114,7 +124,9 @@ def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
         spec = ConfigSpec(**{**spec1.__dict__, "batch_size": b})
         x_host, _ = inputs_for(spec, ref_x, torch.float32)
         try:
-            prepared = engine.prepare(state.model(req.model, req.resolution, req.weights, req.seed), spec, x_host)
+            prepared = engine.prepare(
+                state.model(req.model, req.resolution, req.weights, req.seed), spec, x_host
+            )
         except BaseException as exc:
             if not is_oom(exc) or not runs:
                 raise
@@ -137,27 +149,43 @@ def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
         del model
         executor(0, kk)
         executor.sync()
-        agreement = correctness.compare(executor.output(kk).float().cpu(), ref_out, req.precision,
-                                         "state-dict" if req.weights else "random").to_dict()
+        agreement = correctness.compare(
+            executor.output(kk).float().cpu(),
+            ref_out,
+            req.precision,
+            "state-dict" if req.weights else "random",
+        ).to_dict()
     accuracy = None
-    if req.options.get("dataset"):  # accuracy mode: the served engine at its first batch size, before the curve
+    if req.options.get(
+        "dataset"
+    ):  # accuracy mode: the served engine at its first batch size, before the curve
         from types import SimpleNamespace
 
         from deepgap.accuracy.evaluate import evaluate
 
         req1 = SimpleNamespace(spec=first[1], options=req.options, weights=req.weights, seed=req.seed)
         accuracy = evaluate(state, req1, first[0], req.options.get("min_accuracy"))
-    samples, parts, note = measure_curve(executor, req.curve_warmup, req.curve_iterations, req.curve_min_time_s,
-                                         on_oom=is_oom)
+    samples, parts, note = measure_curve(
+        executor, req.curve_warmup, req.curve_iterations, req.curve_min_time_s, on_oom=is_oom
+    )
     if note:
         notes.append(note)
     executor.buckets = sorted(samples)
     reply = SetupReply(
-        caps=state.caps, env=envinfo.collect(req.device), buckets=tuple(sorted(samples)),
-        curve_samples_s=samples, curve_parts_s=parts, correctness=agreement,
-        engine_info={**info, "serving_depth": executor.depth,
-                     "input": "uint8 NHWC ring, normalised on the device"},
-        setup_s=time.perf_counter() - t0, notes=notes, accuracy=accuracy,
+        caps=state.caps,
+        env=envinfo.collect(req.device),
+        buckets=tuple(sorted(samples)),
+        curve_samples_s=samples,
+        curve_parts_s=parts,
+        correctness=agreement,
+        engine_info={
+            **info,
+            "serving_depth": executor.depth,
+            "input": "uint8 NHWC ring, normalised on the device",
+        },
+        setup_s=time.perf_counter() - t0,
+        notes=notes,
+        accuracy=accuracy,
     )
     if executor.cuda:
         reply.peak_mem_reserved_bytes = int(torch.cuda.max_memory_reserved(req.device))
@@ -253,4 +281,3 @@ class ServingWorker(WorkerHandle):
         """Run one level and return its RequestLog."""
         self.send_level(req)
         return self.receive_log(timeout_s)
-

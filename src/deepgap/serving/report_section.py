@@ -31,58 +31,111 @@ MAX_LEVELS = 8
 TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
     "serving_capacity": (
         "Serving capacity at the p99 SLO — measured beside the simulator's prediction",
-        [("platform", "platform"), ("model", "model"), ("engine", "engine"), ("precision", "precision"),
-         ("format", "memory_format"), ("SLO p99 ms", lambda r: fmt_ms(r["slo_s"])), ("max batch / delay", "policy"),
-         ("source", "source"), ("capacity q/s", lambda r: fmt_ips(r["capacity_qps"])),
-         ("simulated q/s", lambda r: fmt_ips(r["predicted_qps"])),
-         ("measured / simulated", lambda r: fmt_x(r["measured_over_predicted"])),
-         ("lowest failing q/s", lambda r: fmt_ips(r["upper_qps"])), ("runs", "n_probes"), ("note", "note"),
-         ("run", "run_id")],
+        [
+            ("platform", "platform"),
+            ("model", "model"),
+            ("engine", "engine"),
+            ("precision", "precision"),
+            ("format", "memory_format"),
+            ("SLO p99 ms", lambda r: fmt_ms(r["slo_s"])),
+            ("max batch / delay", "policy"),
+            ("source", "source"),
+            ("capacity q/s", lambda r: fmt_ips(r["capacity_qps"])),
+            ("simulated q/s", lambda r: fmt_ips(r["predicted_qps"])),
+            ("measured / simulated", lambda r: fmt_x(r["measured_over_predicted"])),
+            ("lowest failing q/s", lambda r: fmt_ips(r["upper_qps"])),
+            ("runs", "n_probes"),
+            ("note", "note"),
+            ("run", "run_id"),
+        ],
     ),
     "serving_loadgen": (
         "Server capacity: deepgap's beside MLCommons LoadGen's (stepping down from deepgap's rate until "
         "LoadGen calls it VALID), with the null-SUT floor: LoadGen's p99 when nothing is served",
-        [("platform", "platform"), ("model", "model"), ("engine", "engine"), ("precision", "precision"),
-         ("SLO p99 ms", lambda r: fmt_ms(r["slo_s"])), ("max batch / delay", "policy"),
-         ("deepgap q/s", lambda r: fmt_ips(r["deepgap_qps"])),
-         ("deepgap p99 ms", lambda r: fmt_ms(r["deepgap_p99_s"])),
-         ("deepgap verdict", "deepgap_verdict"),
-         ("LoadGen at deepgap's rate", "loadgen_result"), ("its p99 ms", lambda r: fmt_ms(r["loadgen_p99_s"])),
-         ("LoadGen capacity q/s", lambda r: fmt_ips(r["loadgen_capacity_qps"]) if r["loadgen_capacity_qps"]
-          else f"INVALID down to {fmt_ips(r['lowest_tried_qps'])}"),
-         ("LoadGen / deepgap", lambda r: fmt_x(r["loadgen_over_deepgap"])),
-         ("LoadGen p99 ms there", lambda r: fmt_ms(r["loadgen_capacity_p99_s"])),
-         ("null-SUT floor p99 ms", lambda r: fmt_ms(r["floor_p99_s"])),
-         ("LoadGen − deepgap per sample, p99 ms", lambda r: fmt_ms(r["per_sample_diff_p99_s"])),
-         ("LoadGen issue delay p99 ms", lambda r: fmt_ms(r["issue_delay_p99_s"])),
-         ("min duration s / queries",
-          lambda r: f"{fmt_num(r['min_duration_s'], 'g')} / {fmt_num(r['min_queries'], 'g')}"),
-         ("early stopping", "early_stopping"), ("run", "run_id")],
+        [
+            ("platform", "platform"),
+            ("model", "model"),
+            ("engine", "engine"),
+            ("precision", "precision"),
+            ("SLO p99 ms", lambda r: fmt_ms(r["slo_s"])),
+            ("max batch / delay", "policy"),
+            ("deepgap q/s", lambda r: fmt_ips(r["deepgap_qps"])),
+            ("deepgap p99 ms", lambda r: fmt_ms(r["deepgap_p99_s"])),
+            ("deepgap verdict", "deepgap_verdict"),
+            ("LoadGen at deepgap's rate", "loadgen_result"),
+            ("its p99 ms", lambda r: fmt_ms(r["loadgen_p99_s"])),
+            (
+                "LoadGen capacity q/s",
+                lambda r: (
+                    fmt_ips(r["loadgen_capacity_qps"])
+                    if r["loadgen_capacity_qps"]
+                    else f"INVALID down to {fmt_ips(r['lowest_tried_qps'])}"
+                ),
+            ),
+            ("LoadGen / deepgap", lambda r: fmt_x(r["loadgen_over_deepgap"])),
+            ("LoadGen p99 ms there", lambda r: fmt_ms(r["loadgen_capacity_p99_s"])),
+            ("null-SUT floor p99 ms", lambda r: fmt_ms(r["floor_p99_s"])),
+            ("LoadGen − deepgap per sample, p99 ms", lambda r: fmt_ms(r["per_sample_diff_p99_s"])),
+            ("LoadGen issue delay p99 ms", lambda r: fmt_ms(r["issue_delay_p99_s"])),
+            (
+                "min duration s / queries",
+                lambda r: f"{fmt_num(r['min_duration_s'], 'g')} / {fmt_num(r['min_queries'], 'g')}",
+            ),
+            ("early stopping", "early_stopping"),
+            ("run", "run_id"),
+        ],
     ),
     "serving_levels": (
         "Serving load levels (each with the simulator's prediction for the same arrivals)",
-        [("platform", "platform"), ("tenant", "tenant"), ("model", "model"), ("engine", "engine"),
-         ("precision", "precision"), ("scenario", "scenario"), ("purpose", "purpose"), ("max batch / delay", "policy"),
-         ("offered q/s", lambda r: fmt_ips(r["target_qps"])), ("served q/s", lambda r: fmt_ips(r["achieved_qps"])),
-         ("simulated q/s", lambda r: fmt_ips(r["predicted_qps"])), ("n", "n"),
-         ("p50 ms", lambda r: fmt_ms(r["latency_p50_s"])), ("p90 ms", lambda r: fmt_ms(r["latency_p90_s"])),
-         ("p99 ms", lambda r: fmt_ms(r["latency_p99_s"])), ("simulated p99 ms", lambda r: fmt_ms(r["predicted_p99_s"])),
-         ("mean batch", lambda r: fmt_num(r["mean_batch"])), ("queue ms", lambda r: fmt_ms(r["queue_mean_s"])),
-         ("h2d ms", lambda r: fmt_ms(r["h2d_mean_s"])), ("compute ms", lambda r: fmt_ms(r["compute_mean_s"])),
-         ("d2h ms", lambda r: fmt_ms(r["d2h_mean_s"])), ("other ms", lambda r: fmt_ms(r["other_mean_s"])),
-         ("verdict", "verdict"), ("status", "status"), ("reason", "reason"), ("run", "run_id")],
+        [
+            ("platform", "platform"),
+            ("tenant", "tenant"),
+            ("model", "model"),
+            ("engine", "engine"),
+            ("precision", "precision"),
+            ("scenario", "scenario"),
+            ("purpose", "purpose"),
+            ("max batch / delay", "policy"),
+            ("offered q/s", lambda r: fmt_ips(r["target_qps"])),
+            ("served q/s", lambda r: fmt_ips(r["achieved_qps"])),
+            ("simulated q/s", lambda r: fmt_ips(r["predicted_qps"])),
+            ("n", "n"),
+            ("p50 ms", lambda r: fmt_ms(r["latency_p50_s"])),
+            ("p90 ms", lambda r: fmt_ms(r["latency_p90_s"])),
+            ("p99 ms", lambda r: fmt_ms(r["latency_p99_s"])),
+            ("simulated p99 ms", lambda r: fmt_ms(r["predicted_p99_s"])),
+            ("mean batch", lambda r: fmt_num(r["mean_batch"])),
+            ("queue ms", lambda r: fmt_ms(r["queue_mean_s"])),
+            ("h2d ms", lambda r: fmt_ms(r["h2d_mean_s"])),
+            ("compute ms", lambda r: fmt_ms(r["compute_mean_s"])),
+            ("d2h ms", lambda r: fmt_ms(r["d2h_mean_s"])),
+            ("other ms", lambda r: fmt_ms(r["other_mean_s"])),
+            ("verdict", "verdict"),
+            ("status", "status"),
+            ("reason", "reason"),
+            ("run", "run_id"),
+        ],
     ),
     "serving_interference": (
         "Tenants on one device: p99 and served rate alone and together (same arrivals in every phase)",
-        [("platform", "platform"), ("tenant", "tenant"), ("phase", "phase"),
-         ("offered q/s", lambda r: fmt_ips(r["offered_qps"])), ("served q/s", lambda r: fmt_ips(r["achieved_qps"])),
-         ("p99 ms", lambda r: fmt_ms(r["latency_p99_s"])), ("p99 × alone", lambda r: fmt_x(r["p99_over_alone"])),
-         ("served × alone", lambda r: fmt_x(r["qps_over_alone"])), ("run", "run_id")],
+        [
+            ("platform", "platform"),
+            ("tenant", "tenant"),
+            ("phase", "phase"),
+            ("offered q/s", lambda r: fmt_ips(r["offered_qps"])),
+            ("served q/s", lambda r: fmt_ips(r["achieved_qps"])),
+            ("p99 ms", lambda r: fmt_ms(r["latency_p99_s"])),
+            ("p99 × alone", lambda r: fmt_x(r["p99_over_alone"])),
+            ("served × alone", lambda r: fmt_x(r["qps_over_alone"])),
+            ("run", "run_id"),
+        ],
     ),
 }
 
 
-def section(store_path: str, run_ids: list[str] | None = None) -> tuple[dict[str, pd.DataFrame], list[Figure]]:
+def section(
+    store_path: str, run_ids: list[str] | None = None
+) -> tuple[dict[str, pd.DataFrame], list[Figure]]:
     """Tables and figures of the serve runs in ``store_path`` (empty when there are none)."""
     from deepgap.store import Store
 
@@ -94,15 +147,22 @@ def section(store_path: str, run_ids: list[str] | None = None) -> tuple[dict[str
         cap = tables.capacity(st, run_ids)
         inter = tables.interference(st, run_ids)
         lgc = loadgen_capacities(lv, cap)
-        figs = [latency_cdf(st, lv), throughput_latency(lv, cap), predicted_vs_measured(lv),
-                interference_figure(inter)]
+        figs = [
+            latency_cdf(st, lv),
+            throughput_latency(lv, cap),
+            predicted_vs_measured(lv),
+            interference_figure(inter),
+        ]
     finally:
         st.close()
     if "extra" in cap:  # the report's table keeps the stored JSON objects (its CSV writes them as JSON)
         cap = cap.assign(extra=[e.to_json() for e in cap["extra"]])
-    out = {"serving_capacity": cap, "serving_loadgen": lgc,
-           "serving_levels": lv.drop(columns=["extra"], errors="ignore"),
-           "serving_interference": inter}
+    out = {
+        "serving_capacity": cap,
+        "serving_loadgen": lgc,
+        "serving_levels": lv.drop(columns=["extra"], errors="ignore"),
+        "serving_interference": inter,
+    }
     return {k: v for k, v in out.items() if len(v)}, [f for f in figs if f is not None]
 
 
@@ -116,8 +176,12 @@ SECTION = register(Section("serving", 10, build, TABLE_SPECS))
 
 
 def _groups(lv: pd.DataFrame, tenants: bool = True) -> list[tuple[str, pd.DataFrame]]:
-    ok = lv[(lv["status"] == "ok") & (lv["scenario"] == "server") & (tenants | (lv["purpose"] != "tenant"))
-            & (lv["purpose"] != "loadgen-null")]  # the null SUT served nothing: the LoadGen table shows it
+    ok = lv[
+        (lv["status"] == "ok")
+        & (lv["scenario"] == "server")
+        & (tenants | (lv["purpose"] != "tenant"))
+        & (lv["purpose"] != "loadgen-null")
+    ]  # the null SUT served nothing: the LoadGen table shows it
     out = []
     for (run, tenant, policy), g in ok.groupby(["run_id", "tenant", "policy"], sort=False):
         name = f"{g['model'].iloc[0]} {g['engine'].iloc[0]} {g['precision'].iloc[0]} · {policy}"
@@ -130,8 +194,10 @@ def _groups(lv: pd.DataFrame, tenants: bool = True) -> list[tuple[str, pd.DataFr
 def latency_cdf(store, lv: pd.DataFrame) -> Figure:
     """Per server run and policy, the latency CDF of each load level (rate), the SLO as a line."""
     fig_id, title = "fig_serving_latency_cdf", "Latency distribution per load level"
-    cap = ("Empirical CDF of request latency (arrival → result on the host) at each offered rate; "
-           "the dashed line is the SLO. Tenants: one curve per co-location phase.")
+    cap = (
+        "Empirical CDF of request latency (arrival → result on the host) at each offered rate; "
+        "the dashed line is the SLO. Tenants: one curve per co-location phase."
+    )
     groups = _groups(lv)
     if not groups:
         return Figure(fig_id, title, cap, unavailable="unavailable: no server-scenario level in these runs")
@@ -146,8 +212,13 @@ def latency_cdf(store, lv: pd.DataFrame) -> Figure:
             if not lat.size:
                 continue
             label = f"{r['target_qps']:,.0f} q/s" + (f" [{r['phase']}]" if r["purpose"] == "tenant" else "")
-            ax.plot(lat, np.arange(1, lat.size + 1) / lat.size, color=cmap(k / max(1, len(pick) - 1)), lw=1.2,
-                    label=label)
+            ax.plot(
+                lat,
+                np.arange(1, lat.size + 1) / lat.size,
+                color=cmap(k / max(1, len(pick) - 1)),
+                lw=1.2,
+                label=label,
+            )
         slo = g["slo_s"].dropna()
         if len(slo):
             ax.axvline(float(slo.iloc[0]) * 1e3, color="#d62728", ls="--", lw=1)
@@ -163,27 +234,44 @@ def latency_cdf(store, lv: pd.DataFrame) -> Figure:
 def throughput_latency(lv: pd.DataFrame, cap: pd.DataFrame) -> Figure:
     """p99 against served rate per policy: measured (solid) and simulated (dashed), SLO and capacity marked."""
     fig_id, title = "fig_serving_throughput_latency", "Throughput–latency curve"
-    caption = ("p99 latency against the offered rate for every load level: measured (solid; hollow where a capacity "
-               "probe stopped once it could no longer pass) and the simulator on the same arrivals (dashed). Red "
-               "dashed line: the SLO; green line: the measured capacity. Served rates are in the levels table.")
+    caption = (
+        "p99 latency against the offered rate for every load level: measured (solid; hollow where a capacity "
+        "probe stopped once it could no longer pass) and the simulator on the same arrivals (dashed). Red "
+        "dashed line: the SLO; green line: the measured capacity. Served rates are in the levels table."
+    )
     groups = _groups(lv, tenants=False)
     if not groups:
-        return Figure(fig_id, title, caption, unavailable="unavailable: no single-model server run in these runs")
+        return Figure(
+            fig_id, title, caption, unavailable="unavailable: no single-model server run in these runs"
+        )
     fig, axes = subplots_grid(len(groups), w=4.6, h=3.3)
     for ax, (name, g) in zip(axes, groups, strict=False):
         g = g.sort_values("target_qps")
         stopped = g["stopped"].fillna("") != ""
         ax.plot(g["target_qps"], g["latency_p99_s"] * 1e3, "-", color="#1f77b4", lw=1.2, label="measured")
         ax.plot(g["target_qps"][~stopped], g["latency_p99_s"][~stopped] * 1e3, "o", color="#1f77b4", ms=3)
-        ax.plot(g["target_qps"][stopped], g["latency_p99_s"][stopped] * 1e3, "o", mfc="none", color="#1f77b4", ms=4,
-                label="stopped early (cannot pass)")
-        ax.plot(g["target_qps"], g["predicted_p99_s"] * 1e3, "s--", color="#ff7f0e", ms=3, lw=1, label="simulated")
+        ax.plot(
+            g["target_qps"][stopped],
+            g["latency_p99_s"][stopped] * 1e3,
+            "o",
+            mfc="none",
+            color="#1f77b4",
+            ms=4,
+            label="stopped early (cannot pass)",
+        )
+        ax.plot(
+            g["target_qps"], g["predicted_p99_s"] * 1e3, "s--", color="#ff7f0e", ms=3, lw=1, label="simulated"
+        )
         slo = g["slo_s"].dropna()
         if len(slo):
             ax.axhline(float(slo.iloc[0]) * 1e3, color="#d62728", ls="--", lw=1)
         if len(cap):
-            m = cap[(cap["run_id"] == g["run_id"].iloc[0]) & (cap["source"] == "measured")
-                    & (cap["policy"] == g["policy"].iloc[0]) & (cap["capacity_qps"] > 0)]
+            m = cap[
+                (cap["run_id"] == g["run_id"].iloc[0])
+                & (cap["source"] == "measured")
+                & (cap["policy"] == g["policy"].iloc[0])
+                & (cap["capacity_qps"] > 0)
+            ]
             if len(m):
                 ax.axvline(float(m["capacity_qps"].iloc[0]), color="#2ca02c", lw=1, label="measured capacity")
         ax.set_yscale("log")
@@ -198,12 +286,16 @@ def throughput_latency(lv: pd.DataFrame, cap: pd.DataFrame) -> Figure:
 def predicted_vs_measured(lv: pd.DataFrame) -> Figure:
     """Simulated against measured p99 for every level (the diagonal is perfect prediction)."""
     fig_id, title = "fig_serving_predicted_vs_measured", "Simulator against measurement"
-    caption = ("Each point is one load level: the p99 the simulator predicts for the same arrivals (fed the "
-               "calibrated service curve) against the p99 measured. Points above the diagonal: the real server "
-               "was slower than predicted.")
+    caption = (
+        "Each point is one load level: the p99 the simulator predicts for the same arrivals (fed the "
+        "calibrated service curve) against the p99 measured. Points above the diagonal: the real server "
+        "was slower than predicted."
+    )
     ok = lv[(lv["status"] == "ok") & lv["predicted_p99_s"].notna() & lv["latency_p99_s"].notna()]
     if ok.empty:
-        return Figure(fig_id, title, caption, unavailable="unavailable: no level with a prediction in these runs")
+        return Figure(
+            fig_id, title, caption, unavailable="unavailable: no level with a prediction in these runs"
+        )
     fig, (ax,) = subplots_grid(1, w=4.6, h=4.0)
     for scen, g in ok.groupby("scenario"):
         ax.scatter(g["predicted_p99_s"] * 1e3, g["latency_p99_s"] * 1e3, s=10, label=scen)
@@ -244,7 +336,14 @@ def interference_figure(inter: pd.DataFrame) -> Figure:
         for j in range(m.shape[1]):
             if v[i, j] == v[i, j]:
                 dark = norm(max(v[i, j], 1.0)) > 0.6
-                ax.text(j, i, f"{v[i, j]:.2f}×", ha="center", va="center", fontsize=7,
-                        color="white" if dark else "black")
+                ax.text(
+                    j,
+                    i,
+                    f"{v[i, j]:.2f}×",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="white" if dark else "black",
+                )
     fig.colorbar(im, ax=ax, fraction=0.05)
     return make_figure(fig_id, title, caption, fig)

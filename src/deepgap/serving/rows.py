@@ -61,13 +61,26 @@ def serve_sweep(spec: ServeSpec, device: str, models: list[str]) -> SweepSpec:
 
     res = spec.resolution or resolve_model(models[0]).default_resolution
     backend = {} if spec.telemetry_backend == "auto" else {"telemetry_backend": spec.telemetry_backend}
-    return SweepSpec(models=tuple(models), engines=(spec.engine,), precisions=(spec.precision,),
-                     batch_sizes=spec.buckets(device), memory_formats=(spec.memory_format,), device=device,
-                     resolution=res, seed=spec.seed, include_transfer=True, weights=spec.weights,
-                     telemetry=spec.telemetry, idle_s=spec.idle_s, thermal_warmup=spec.thermal_warmup,
-                     thermal_window_s=spec.thermal_window_s,
-                     thermal_slope_c_per_min=spec.thermal_slope_c_per_min,
-                     thermal_timeout_s=spec.thermal_timeout_s, sample_hz=spec.sample_hz, options=backend)
+    return SweepSpec(
+        models=tuple(models),
+        engines=(spec.engine,),
+        precisions=(spec.precision,),
+        batch_sizes=spec.buckets(device),
+        memory_formats=(spec.memory_format,),
+        device=device,
+        resolution=res,
+        seed=spec.seed,
+        include_transfer=True,
+        weights=spec.weights,
+        telemetry=spec.telemetry,
+        idle_s=spec.idle_s,
+        thermal_warmup=spec.thermal_warmup,
+        thermal_window_s=spec.thermal_window_s,
+        thermal_slope_c_per_min=spec.thermal_slope_c_per_min,
+        thermal_timeout_s=spec.thermal_timeout_s,
+        sample_hz=spec.sample_hz,
+        options=backend,
+    )
 
 
 def setup_request(spec: ServeSpec, model: str, device: str) -> SetupRequest:
@@ -76,10 +89,18 @@ def setup_request(spec: ServeSpec, model: str, device: str) -> SetupRequest:
 
     cuda = device.startswith("cuda")
     return SetupRequest(
-        model=model, engine=spec.engine, precision=spec.precision, memory_format=spec.memory_format,
-        resolution=spec.resolution or resolve_model(model).default_resolution, device=device,
-        buckets=spec.buckets(device), threads=spec.threads, weights=spec.weights, seed=spec.seed,
-        curve_iterations=spec.curve_iterations or (100 if cuda else 30), curve_warmup=10 if cuda else 3,
+        model=model,
+        engine=spec.engine,
+        precision=spec.precision,
+        memory_format=spec.memory_format,
+        resolution=spec.resolution or resolve_model(model).default_resolution,
+        device=device,
+        buckets=spec.buckets(device),
+        threads=spec.threads,
+        weights=spec.weights,
+        seed=spec.seed,
+        curve_iterations=spec.curve_iterations or (100 if cuda else 30),
+        curve_warmup=10 if cuda else 3,
         options=serve_options(spec),
     )
 
@@ -89,53 +110,129 @@ def service_of(reply: SetupReply, label: str) -> ServiceModel:
     bs = sorted(reply.curve_samples_s)
     parts = reply.curve_parts_s
     depth = int(reply.engine_info.get("serving_depth", 1))
-    intervals = (tuple(float(parts[b]["interval_s"]) for b in bs)  # serial (depth 1): the latency is all
-                 if depth > 1 and all("interval_s" in parts.get(b, {}) for b in bs) else None)
-    return ServiceModel(tuple(bs), tuple(float(np.median(reply.curve_samples_s[b])) for b in bs),
-                        {b: np.asarray(reply.curve_samples_s[b]) for b in bs}, padding="bucket", source=label,
-                        interval_s=intervals, depth=depth)
+    intervals = (
+        tuple(float(parts[b]["interval_s"]) for b in bs)  # serial (depth 1): the latency is all
+        if depth > 1 and all("interval_s" in parts.get(b, {}) for b in bs)
+        else None
+    )
+    return ServiceModel(
+        tuple(bs),
+        tuple(float(np.median(reply.curve_samples_s[b])) for b in bs),
+        {b: np.asarray(reply.curve_samples_s[b]) for b in bs},
+        padding="bucket",
+        source=label,
+        interval_s=intervals,
+        depth=depth,
+    )
 
 
 def curve_rows(reply: SetupReply, req: SetupRequest, tenant: str = "") -> list[dict[str, Any]]:
     """``serve_curves`` rows of one calibration."""
-    return [{"tenant": tenant, "model": req.model, "engine": req.engine, "precision": req.precision,
-             "device": req.device, "memory_format": req.memory_format, "resolution": req.resolution,
-             "batch_size": b, "samples_s": reply.curve_samples_s[b],
-             **{k: v for k, v in reply.curve_parts_s.get(b, {}).items()
-                if k in ("h2d_s", "compute_s", "d2h_s")},
-             "details": CurveDetails(includes="issue, h2d (uint8), normalise + compute, d2h, sync",
-                                     **{k: v for k, v in reply.curve_parts_s.get(b, {}).items()
-                                        if k in ("host_s", "interval_s", "engine_s")})}
-            for b in sorted(reply.curve_samples_s)]
+    return [
+        {
+            "tenant": tenant,
+            "model": req.model,
+            "engine": req.engine,
+            "precision": req.precision,
+            "device": req.device,
+            "memory_format": req.memory_format,
+            "resolution": req.resolution,
+            "batch_size": b,
+            "samples_s": reply.curve_samples_s[b],
+            **{
+                k: v
+                for k, v in reply.curve_parts_s.get(b, {}).items()
+                if k in ("h2d_s", "compute_s", "d2h_s")
+            },
+            "details": CurveDetails(
+                includes="issue, h2d (uint8), normalise + compute, d2h, sync",
+                **{
+                    k: v
+                    for k, v in reply.curve_parts_s.get(b, {}).items()
+                    if k in ("host_s", "interval_s", "engine_s")
+                },
+            ),
+        }
+        for b in sorted(reply.curve_samples_s)
+    ]
 
 
-def level_row(req: SetupRequest, scenario: str, purpose: str, policy: BatchPolicy | None,
-              target_qps: float | None, arrival: str, seed: int, summary: LevelSummary | None,
-              predicted: LevelSummary | None = None, log: RequestLog | None = None, tenant: str = "",
-              phase: str = "", status: str = "ok", reason: str = "",
-              details: LevelDetails | None = None) -> LevelRow:
+def level_row(
+    req: SetupRequest,
+    scenario: str,
+    purpose: str,
+    policy: BatchPolicy | None,
+    target_qps: float | None,
+    arrival: str,
+    seed: int,
+    summary: LevelSummary | None,
+    predicted: LevelSummary | None = None,
+    log: RequestLog | None = None,
+    tenant: str = "",
+    phase: str = "",
+    status: str = "ok",
+    reason: str = "",
+    details: LevelDetails | None = None,
+) -> LevelRow:
     """One ``serve_runs`` row (and its requests); ``details`` holds the caller's extra facts (LoadGen's)."""
     v: dict[str, Any] = {
-        "tenant": tenant, "scenario": scenario, "purpose": purpose, "phase": phase, "model": req.model,
-        "engine": req.engine, "precision": req.precision, "device": req.device,
+        "tenant": tenant,
+        "scenario": scenario,
+        "purpose": purpose,
+        "phase": phase,
+        "model": req.model,
+        "engine": req.engine,
+        "precision": req.precision,
+        "device": req.device,
         "memory_format": req.memory_format,
-        "resolution": req.resolution, "max_batch": policy.max_batch if policy else None,
-        "max_delay_s": policy.max_delay_s if policy else None, "target_qps": target_qps, "arrival": arrival,
-        "seed": seed, "status": status, "reason": reason,
+        "resolution": req.resolution,
+        "max_batch": policy.max_batch if policy else None,
+        "max_delay_s": policy.max_delay_s if policy else None,
+        "target_qps": target_qps,
+        "arrival": arrival,
+        "seed": seed,
+        "status": status,
+        "reason": reason,
     }
     d = details or LevelDetails()
     d.threads = req.threads or None
     if summary is not None:
-        v.update({k: getattr(summary, k) for k in (
-            "n", "n_planned", "duration_s", "achieved_qps", "latency_mean_s", "latency_p50_s",
-            "latency_p90_s",
-            "latency_p95_s", "latency_p99_s", "latency_max_s", "queue_mean_s", "queue_p99_s", "h2d_mean_s",
-            "compute_mean_s", "d2h_mean_s", "other_mean_s", "mean_batch", "slo_s", "n_over_slo", "verdict",
-            "stopped")})
+        v.update(
+            {
+                k: getattr(summary, k)
+                for k in (
+                    "n",
+                    "n_planned",
+                    "duration_s",
+                    "achieved_qps",
+                    "latency_mean_s",
+                    "latency_p50_s",
+                    "latency_p90_s",
+                    "latency_p95_s",
+                    "latency_p99_s",
+                    "latency_max_s",
+                    "queue_mean_s",
+                    "queue_p99_s",
+                    "h2d_mean_s",
+                    "compute_mean_s",
+                    "d2h_mean_s",
+                    "other_mean_s",
+                    "mean_batch",
+                    "slo_s",
+                    "n_over_slo",
+                    "verdict",
+                    "stopped",
+                )
+            }
+        )
     if summary is not None:
         d.n_dropped, d.host_mean_s = summary.n_dropped, summary.host_mean_s
     if predicted is not None:
-        v.update(predicted_qps=predicted.achieved_qps, predicted_mean_s=predicted.latency_mean_s,
-                 predicted_p90_s=predicted.latency_p90_s, predicted_p99_s=predicted.latency_p99_s)
+        v.update(
+            predicted_qps=predicted.achieved_qps,
+            predicted_mean_s=predicted.latency_mean_s,
+            predicted_p90_s=predicted.latency_p90_s,
+            predicted_p99_s=predicted.latency_p99_s,
+        )
         d.predicted_verdict = predicted.verdict
     return LevelRow(v, log, d)

@@ -48,8 +48,16 @@ class Ticket:
 class PipelinedExecutor:
     """Runs batches of ring requests: copy-in (stream 1) → normalise, engine, copy-out (stream 2)."""
 
-    def __init__(self, runs: dict[int, Callable[[Any], Any]], device: str, dtype: Any, channels_last: bool,
-                 ring: InputRing, streams: Any = None, depth: int | None = None) -> None:
+    def __init__(
+        self,
+        runs: dict[int, Callable[[Any], Any]],
+        device: str,
+        dtype: Any,
+        channels_last: bool,
+        ring: InputRing,
+        streams: Any = None,
+        depth: int | None = None,
+    ) -> None:
         """``runs`` maps each prepared batch size to its callable; ``streams`` defaults by device."""
         import torch
 
@@ -69,9 +77,10 @@ class PipelinedExecutor:
             raise ValueError(f"batch {top} is larger than the input ring ({ring.size})")
         # one uint8 landing buffer per slot in flight; engine inputs per batch size, in the engine's layout
         self.u8 = [torch.empty((top, *shape), dtype=torch.uint8, device=device) for _ in range(self.depth)]
-        self.dev_in = {b: torch.zeros((b, 3, res, res), dtype=dtype, device=device)
-                       .contiguous(memory_format=fmt)
-                       for b in self.buckets}
+        self.dev_in = {
+            b: torch.zeros((b, 3, res, res), dtype=dtype, device=device).contiguous(memory_format=fmt)
+            for b in self.buckets
+        }
         self.norm = Normaliser(dtype, device)
         self.host_out: list[dict[int, Any]] = [{} for _ in range(self.depth)]
         self.copy_stream, self.compute_stream = self.st.stream(), self.st.stream()
@@ -174,9 +183,13 @@ def quiet_gc():
             gc.enable()
 
 
-def measure_curve(executor: PipelinedExecutor, warmup: int, iterations: int, min_time_s: float = 0.0,
-                  on_oom: Callable[[BaseException], bool] | None = None) -> tuple[dict[int, list[float]],
-                                                                                  dict[int, dict[str, float]], str]:
+def measure_curve(
+    executor: PipelinedExecutor,
+    warmup: int,
+    iterations: int,
+    min_time_s: float = 0.0,
+    on_oom: Callable[[BaseException], bool] | None = None,
+) -> tuple[dict[int, list[float]], dict[int, dict[str, float]], str]:
     """Service seconds per prepared batch size, as the server sees them (issue, copies, compute, sync).
 
     Per batch size: ``samples`` are the latencies of batches run one at a time; ``parts`` their mean
@@ -211,9 +224,14 @@ def measure_curve(executor: PipelinedExecutor, warmup: int, iterations: int, min
                 break
             samples[b] = lat
             m = np.mean(np.asarray(p), axis=0)
-            parts[b] = {"h2d_s": float(m[0]), "compute_s": float(m[1]), "d2h_s": float(m[2]),
-                        "host_s": float(m[3]),
-                        "interval_s": min(interval, float(np.median(lat))), "engine_s": engine}
+            parts[b] = {
+                "h2d_s": float(m[0]),
+                "compute_s": float(m[1]),
+                "d2h_s": float(m[2]),
+                "host_s": float(m[3]),
+                "interval_s": min(interval, float(np.median(lat))),
+                "engine_s": engine,
+            }
     return samples, parts, note
 
 
@@ -232,9 +250,13 @@ def pipelined_interval_s(executor: PipelinedExecutor, b: int, n: int) -> float:
     return (done[-1] - done[0]) / (len(done) - 1)
 
 
-def run_level(executor: PipelinedExecutor, arrivals_s: np.ndarray, policy: BatchPolicy,
-              stop: StopRule | None = None,
-              start_at: float | None = None) -> RequestLog:
+def run_level(
+    executor: PipelinedExecutor,
+    arrivals_s: np.ndarray,
+    policy: BatchPolicy,
+    stop: StopRule | None = None,
+    start_at: float | None = None,
+) -> RequestLog:
     """Serve one arrival schedule for real; ``start_at`` is a ``perf_counter`` instant (default: in 10 ms)."""
     with executor.torch.inference_mode(), quiet_gc():  # collect first: the clock starts after
         clock = RealClock(time.perf_counter() + 0.005 if start_at is None else start_at)
@@ -242,8 +264,13 @@ def run_level(executor: PipelinedExecutor, arrivals_s: np.ndarray, policy: Batch
         return serve_loop(arrivals_s, policy, clock, executor, stop)
 
 
-def run_closed(executor: PipelinedExecutor, min_queries: int, min_duration_s: float, max_queries: int = 10**7,
-               start_at: float | None = None) -> RequestLog:
+def run_closed(
+    executor: PipelinedExecutor,
+    min_queries: int,
+    min_duration_s: float,
+    max_queries: int = 10**7,
+    start_at: float | None = None,
+) -> RequestLog:
     """Single-stream: one query at a time, the next issued when the previous returns (batch 1)."""
     cap = max(min_queries, 1)
     rows: list[tuple[float, float, float, float, float]] = []
@@ -258,5 +285,6 @@ def run_closed(executor: PipelinedExecutor, min_queries: int, min_duration_s: fl
                 break
     a = np.asarray(rows)
     n = len(rows)
-    return RequestLog(a[:, 0], a[:, 0].copy(), a[:, 1], np.ones(n, dtype=np.int64), a[:, 2], a[:, 3], a[:, 4],
-                      n_planned=n)
+    return RequestLog(
+        a[:, 0], a[:, 0].copy(), a[:, 1], np.ones(n, dtype=np.int64), a[:, 2], a[:, 3], a[:, 4], n_planned=n
+    )

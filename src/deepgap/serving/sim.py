@@ -54,8 +54,9 @@ class ServiceModel:
         self.batch_sizes = tuple(int(self.batch_sizes[i]) for i in order)
         self.median_s = tuple(float(self.median_s[i]) for i in order)
         if self.interval_s is not None:
-            self.interval_s = tuple(min(float(self.interval_s[i]), self.median_s[j])
-                                    for j, i in enumerate(order))
+            self.interval_s = tuple(
+                min(float(self.interval_s[i]), self.median_s[j]) for j, i in enumerate(order)
+            )
         if not self.batch_sizes or len(set(self.batch_sizes)) != len(self.batch_sizes):
             raise ValueError("a service curve needs distinct batch sizes")
         if any(not (m > 0 and math.isfinite(m)) for m in self.median_s):
@@ -71,10 +72,17 @@ class ServiceModel:
         }
 
     @classmethod
-    def from_function(cls, fn: Callable[[int], float], batch_sizes: Sequence[int], padding: str = "exact",
-                      source: str = "function") -> ServiceModel:
+    def from_function(
+        cls,
+        fn: Callable[[int], float],
+        batch_sizes: Sequence[int],
+        padding: str = "exact",
+        source: str = "function",
+    ) -> ServiceModel:
         """A deterministic model (tests, fake engines): ``fn(batch)`` seconds at each listed size."""
-        return cls(tuple(batch_sizes), tuple(float(fn(b)) for b in batch_sizes), padding=padding, source=source)
+        return cls(
+            tuple(batch_sizes), tuple(float(fn(b)) for b in batch_sizes), padding=padding, source=source
+        )
 
     @property
     def max_batch(self) -> int:
@@ -122,16 +130,29 @@ class ServiceModel:
 
     def describe(self) -> list[dict[str, float]]:
         """The curve as rows (batch, median seconds, images/s)."""
-        return [{"batch_size": b, "median_s": m, "interval_s": self._interval[b],
-                 "throughput_ips": b / self._interval[b]}
-                for b, m in zip(self.batch_sizes, self.median_s, strict=True)]
+        return [
+            {
+                "batch_size": b,
+                "median_s": m,
+                "interval_s": self._interval[b],
+                "throughput_ips": b / self._interval[b],
+            }
+            for b, m in zip(self.batch_sizes, self.median_s, strict=True)
+        ]
 
 
-def simulate(arrivals_s: Sequence[float], policy: BatchPolicy, service: ServiceModel, seed: int | None = 0,
-             stop: StopRule | None = None) -> RequestLog:
+def simulate(
+    arrivals_s: Sequence[float],
+    policy: BatchPolicy,
+    service: ServiceModel,
+    seed: int | None = 0,
+    stop: StopRule | None = None,
+) -> RequestLog:
     """Serve ``arrivals_s`` on a virtual clock; ``seed`` draws sampled service times (None: medians)."""
     if policy.max_batch > service.max_batch:
-        raise ValueError(f"max_batch {policy.max_batch} exceeds the service curve's largest batch {service.max_batch}")
+        raise ValueError(
+            f"max_batch {policy.max_batch} exceeds the service curve's largest batch {service.max_batch}"
+        )
     clock = VirtualClock()
     rng = np.random.default_rng(seed) if seed is not None else None
     draws = rng.random(len(arrivals_s)) if rng is not None else None

@@ -79,8 +79,10 @@ class ServeSpec:
     def minimums(self) -> tuple[int, float]:
         """(min queries, min duration s) of this scenario, flags overriding the defaults."""
         q, d = MINIMUMS[self.scenario]
-        return (self.min_queries if self.min_queries is not None else q,
-                self.min_duration_s if self.min_duration_s is not None else d)
+        return (
+            self.min_queries if self.min_queries is not None else q,
+            self.min_duration_s if self.min_duration_s is not None else d,
+        )
 
     def buckets(self, device: str) -> tuple[int, ...]:
         """Batch sizes prepared and calibrated: the flag, or the device's default capped at ``max_batch``."""
@@ -109,7 +111,9 @@ def parse_tenants(text: str) -> tuple[tuple[str, float | None], ...]:
         name, _, rate = item.partition(":") if not item.startswith("timm:") else (item, "", "")
         out.append((name.strip(), parse_rate_qps(rate, "tenants rate") if rate else None))
     if len(out) < 2:
-        raise UsageError(f"--tenants {text!r} names {len(out)} model(s)", "name at least two, e.g. resnet50,resnet18")
+        raise UsageError(
+            f"--tenants {text!r} names {len(out)} model(s)", "name at least two, e.g. resnet50,resnet18"
+        )
     return tuple(out)
 
 
@@ -117,21 +121,28 @@ def parse_tenants(text: str) -> tuple[tuple[str, float | None], ...]:
 # that hangs (10^12 queries, a rate of 1e-300 q/s), overflows a wait (a timeout of 1e300 s) or does
 # not fit SQLite's 64-bit integers (a seed of 10^23). (field, flag, minimum, maximum, example)
 _INT_LIMITS = (
-    ("seed", "seed", 0, MAX_SEED, "0"), ("max_batch", "max-batch", 1, MAX_BATCH, "8"),
-    ("min_queries", "min-queries", 1, 10**7, "1000"), ("max_queries", "max-queries", 1, 10**7, "200000"),
-    ("curve_iterations", "curve-iterations", 1, 10**6, "30"), ("threads", "threads", 1, MAX_THREADS, "4"),
-    ("verify_policies", "verify-policies", 1, 100, "2"), ("resolution", "resolution", 8, 16384, "224"),
+    ("seed", "seed", 0, MAX_SEED, "0"),
+    ("max_batch", "max-batch", 1, MAX_BATCH, "8"),
+    ("min_queries", "min-queries", 1, 10**7, "1000"),
+    ("max_queries", "max-queries", 1, 10**7, "200000"),
+    ("curve_iterations", "curve-iterations", 1, 10**6, "30"),
+    ("threads", "threads", 1, MAX_THREADS, "4"),
+    ("verify_policies", "verify-policies", 1, 100, "2"),
+    ("resolution", "resolution", 8, 16384, "224"),
     ("accuracy_samples", "accuracy-samples", 1, 10**9, "500"),
 )
-_FLOAT_LIMITS = (("qps", "qps", 0.01, 1e6, "200"), ("slo_s", "slo-p99", 1e-6, 3600.0, "15ms"),
-                 ("min_duration_s", "min-duration", 1e-3, 86_400.0, "5s"),
-                 ("max_delay_s", "max-delay", 0.0, 60.0, "2ms"),
-                 ("timeout_s", "timeout", 1e-3, 7 * 86_400.0, "900"),
-                 ("idle_s", "idle-time", 0.0, 3600.0, "2"),
-                 ("thermal_window_s", "thermal-window", 1e-3, 3600.0, "30"),
-                 ("thermal_slope_c_per_min", "thermal-slope", 1e-3, 100.0, "1"),
-                 ("thermal_timeout_s", "thermal-timeout", 1e-3, 86_400.0, "120"),
-                 ("sample_hz", "sample-hz", 0.1, 1000.0, "10"))
+_FLOAT_LIMITS = (
+    ("qps", "qps", 0.01, 1e6, "200"),
+    ("slo_s", "slo-p99", 1e-6, 3600.0, "15ms"),
+    ("min_duration_s", "min-duration", 1e-3, 86_400.0, "5s"),
+    ("max_delay_s", "max-delay", 0.0, 60.0, "2ms"),
+    ("timeout_s", "timeout", 1e-3, 7 * 86_400.0, "900"),
+    ("idle_s", "idle-time", 0.0, 3600.0, "2"),
+    ("thermal_window_s", "thermal-window", 1e-3, 3600.0, "30"),
+    ("thermal_slope_c_per_min", "thermal-slope", 1e-3, 100.0, "1"),
+    ("thermal_timeout_s", "thermal-timeout", 1e-3, 86_400.0, "120"),
+    ("sample_hz", "sample-hz", 0.1, 1000.0, "10"),
+)
 
 
 def _check_ranges(spec: ServeSpec) -> None:
@@ -162,80 +173,114 @@ def validate(spec: ServeSpec) -> ServeSpec:
     _check_ranges(spec)
     for name, _ in spec.tenants or ((spec.model, None),):
         if resolve_model(name).is_text:  # its request ring, padding buckets and loadgen samples are images
-            raise UsageError(f"deepgap serve does not serve text models yet ({name})",
-                             "measure it with `deepgap run --models " + name + " --seq-lens 128`")
+            raise UsageError(
+                f"deepgap serve does not serve text models yet ({name})",
+                "measure it with `deepgap run --models " + name + " --seq-lens 128`",
+            )
     load_engines()
     ENGINES.get(spec.engine)
     if spec.precision not in PRECISIONS:
         raise UsageError(f"unknown precision {spec.precision!r}", f"choose from {', '.join(PRECISIONS)}")
     if spec.memory_format not in MEMORY_FORMATS:
-        raise UsageError(f"unknown memory format {spec.memory_format!r}", f"choose from {', '.join(MEMORY_FORMATS)}")
+        raise UsageError(
+            f"unknown memory format {spec.memory_format!r}", f"choose from {', '.join(MEMORY_FORMATS)}"
+        )
     if not _DEVICE_RE.match(spec.device):
         raise UsageError(f"unknown device {spec.device!r}", "use auto, cpu, cuda or cuda:N")
     for name in ("qps", "slo_s", "min_duration_s", "max_delay_s", "timeout_s"):
         v = getattr(spec, name)
-        ok = v is None or (isinstance(v, (int, float)) and math.isfinite(v) and (v > 0 or (name == "max_delay_s" and v == 0)))
+        ok = v is None or (
+            isinstance(v, (int, float)) and math.isfinite(v) and (v > 0 or (name == "max_delay_s" and v == 0))
+        )
         if not ok:
             flag = name.replace("_s", "").replace("_", "-").replace("slo", "slo-p99")
             raise UsageError(f"--{flag} must be positive, got {v!r}", f"pass a positive --{flag}")
     for name in ("max_batch", "min_queries", "curve_iterations", "threads"):
         v = getattr(spec, name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-            raise UsageError(f"--{name.replace('_', '-')} must be a positive integer, got {v!r}",
-                             f"pass e.g. --{name.replace('_', '-')} 8")
-    if spec.batch_sizes is not None and any(isinstance(b, bool) or not isinstance(b, int) or b < 1
-                                            for b in spec.batch_sizes):
+            raise UsageError(
+                f"--{name.replace('_', '-')} must be a positive integer, got {v!r}",
+                f"pass e.g. --{name.replace('_', '-')} 8",
+            )
+    if spec.batch_sizes is not None and any(
+        isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in spec.batch_sizes
+    ):
         raise UsageError(f"--batch-sizes {spec.batch_sizes!r} must be positive integers", "pass e.g. 1,2,4,8")
     if spec.batch_sizes and spec.max_batch and spec.max_batch > max(spec.batch_sizes):
-        raise UsageError(f"--max-batch {spec.max_batch} exceeds the largest --batch-sizes {max(spec.batch_sizes)}",
-                         "raise --batch-sizes or lower --max-batch")
+        raise UsageError(
+            f"--max-batch {spec.max_batch} exceeds the largest --batch-sizes {max(spec.batch_sizes)}",
+            "raise --batch-sizes or lower --max-batch",
+        )
     if not (isinstance(spec.idle_s, (int, float)) and math.isfinite(spec.idle_s) and spec.idle_s >= 0):
         raise UsageError(f"--idle-time must be ≥ 0, got {spec.idle_s!r}", "pass e.g. --idle-time 2")
-    for name, flag in (("thermal_window_s", "thermal-window"), ("thermal_slope_c_per_min", "thermal-slope"),
-                       ("thermal_timeout_s", "thermal-timeout"), ("sample_hz", "sample-hz")):
+    for name, flag in (
+        ("thermal_window_s", "thermal-window"),
+        ("thermal_slope_c_per_min", "thermal-slope"),
+        ("thermal_timeout_s", "thermal-timeout"),
+        ("sample_hz", "sample-hz"),
+    ):
         v = getattr(spec, name)
         if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
             raise UsageError(f"--{flag} must be positive, got {v!r}", f"pass a positive --{flag}")
     if spec.sample_hz > 1000:
-        raise UsageError(f"--sample-hz must be at most 1000, got {spec.sample_hz!r}",
-                         "pass e.g. --sample-hz 10")
+        raise UsageError(
+            f"--sample-hz must be at most 1000, got {spec.sample_hz!r}", "pass e.g. --sample-hz 10"
+        )
     if not 0 < spec.confidence < 1:
-        raise UsageError(f"--confidence must be in (0, 1), got {spec.confidence!r}", "pass e.g. --confidence 0.99")
+        raise UsageError(
+            f"--confidence must be in (0, 1), got {spec.confidence!r}", "pass e.g. --confidence 0.99"
+        )
     if not 0 < spec.load <= 1.5:
         raise UsageError(f"--load must be in (0, 1.5], got {spec.load!r}", "pass e.g. --load 0.5")
     if spec.verify_policies < 1:
         raise UsageError("--verify-policies must be ≥ 1", "pass e.g. --verify-policies 2")
     if spec.scenario != "server":
-        for name, flag in (("qps", "--qps"), ("find_capacity", "--find-capacity"), ("trace", "--trace"),
-                           ("tenants", "--tenants")):
+        for name, flag in (
+            ("qps", "--qps"),
+            ("find_capacity", "--find-capacity"),
+            ("trace", "--trace"),
+            ("tenants", "--tenants"),
+        ):
             if getattr(spec, name):
-                raise UsageError(f"{flag} applies to the server scenario, not {spec.scenario}",
-                                 f"add --scenario server or drop {flag}")
+                raise UsageError(
+                    f"{flag} applies to the server scenario, not {spec.scenario}",
+                    f"add --scenario server or drop {flag}",
+                )
     if spec.find_capacity and spec.qps is not None:
         raise UsageError("--qps and --find-capacity exclude each other", "pass one of them")
     if spec.find_capacity and spec.slo_s is None:
         raise UsageError("--find-capacity needs a latency bound", "add --slo-p99 15ms")
     if spec.find_capacity and spec.tenants:
         raise UsageError("--find-capacity with --tenants is not supported", "search each model alone")
-    if spec.scenario == "server" and not spec.tenants and not spec.find_capacity and spec.qps is None and not spec.trace:
+    if (
+        spec.scenario == "server"
+        and not spec.tenants
+        and not spec.find_capacity
+        and spec.qps is None
+        and not spec.trace
+    ):
         raise UsageError("the server scenario needs a load", "pass --qps N, --trace FILE or --find-capacity")
     if spec.loadgen:
         from deepgap.serving.loadgen import available
 
         why = available()
         if why:
-            raise UsageError(f"--loadgen needs MLCommons LoadGen ({why})",
-                             "pip install 'deepgap[serving]' (or mlcommons-loadgen), or drop --loadgen")
+            raise UsageError(
+                f"--loadgen needs MLCommons LoadGen ({why})",
+                "pip install 'deepgap[serving]' (or mlcommons-loadgen), or drop --loadgen",
+            )
         if spec.tenants:
             raise UsageError("--loadgen with --tenants is not supported", "drive one model at a time")
     if spec.loadgen_duration_s is not None:
         v = spec.loadgen_duration_s
         if not spec.loadgen:
-            raise UsageError("--loadgen-duration applies to LoadGen runs",
-                             "add --loadgen or drop --loadgen-duration")
+            raise UsageError(
+                "--loadgen-duration applies to LoadGen runs", "add --loadgen or drop --loadgen-duration"
+            )
         if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-            raise UsageError(f"--loadgen-duration must be positive, got {v!r}",
-                             "pass e.g. --loadgen-duration 600s")
+            raise UsageError(
+                f"--loadgen-duration must be positive, got {v!r}", "pass e.g. --loadgen-duration 600s"
+            )
     if spec.weights and spec.tenants:
         raise UsageError("--weights applies to one model, but --tenants names several", "drop --weights")
     if spec.dataset and spec.tenants:

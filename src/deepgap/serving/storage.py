@@ -72,25 +72,55 @@ def record(store: Store, run_id: str, rec: ServeRecord) -> None:
             if lv.log is not None and lv.log.n:
                 c = lv.log.columns()
                 cols = {k: np.asarray(c[k]).tolist() for k in _REQUEST_COLS}
-                rows = ({"serve_id": serve_id, "idx": i, **{k: v[i] for k, v in cols.items()}}
-                        for i in range(lv.log.n))
+                rows = (
+                    {"serve_id": serve_id, "idx": i, **{k: v[i] for k, v in cols.items()}}
+                    for i in range(lv.log.n)
+                )
                 store.insert(SERVE_REQUESTS, rows, ids=False)
-        store.insert(SERVE_CURVES, [{
-            "run_id": run_id, "tenant": cv.get("tenant", ""), "model": cv["model"], "engine": cv["engine"],
-            "precision": cv["precision"], "device": cv["device"], "memory_format": cv["memory_format"],
-            "resolution": cv["resolution"], "batch_size": cv["batch_size"],
-            "latency_median_s": float(np.median(cv["samples_s"])), "n": len(cv["samples_s"]),
-            "h2d_mean_s": cv.get("h2d_s"), "compute_mean_s": cv.get("compute_s"),
-            "d2h_mean_s": cv.get("d2h_s"), "samples_s": np.asarray(cv["samples_s"], dtype="<f8").tobytes(),
-            "extra_json": CurveDetails.of(cv.get("details")).to_json(),
-        } for cv in rec.curves])
-        store.insert(CAPACITY, [{"run_id": run_id, **{k: v for k, v in cap.items() if k != "details"},
-                                 "extra_json": CapacityDetails.of(cap.get("details")).to_json()}
-                                for cap in rec.capacities])
+        store.insert(
+            SERVE_CURVES,
+            [
+                {
+                    "run_id": run_id,
+                    "tenant": cv.get("tenant", ""),
+                    "model": cv["model"],
+                    "engine": cv["engine"],
+                    "precision": cv["precision"],
+                    "device": cv["device"],
+                    "memory_format": cv["memory_format"],
+                    "resolution": cv["resolution"],
+                    "batch_size": cv["batch_size"],
+                    "latency_median_s": float(np.median(cv["samples_s"])),
+                    "n": len(cv["samples_s"]),
+                    "h2d_mean_s": cv.get("h2d_s"),
+                    "compute_mean_s": cv.get("compute_s"),
+                    "d2h_mean_s": cv.get("d2h_s"),
+                    "samples_s": np.asarray(cv["samples_s"], dtype="<f8").tobytes(),
+                    "extra_json": CurveDetails.of(cv.get("details")).to_json(),
+                }
+                for cv in rec.curves
+            ],
+        )
+        store.insert(
+            CAPACITY,
+            [
+                {
+                    "run_id": run_id,
+                    **{k: v for k, v in cap.items() if k != "details"},
+                    "extra_json": CapacityDetails.of(cap.get("details")).to_json(),
+                }
+                for cap in rec.capacities
+            ],
+        )
 
 
-def _frame(store: Store, table: str, run_ids: list[str] | None, order: list[str],
-           details: type[CurveDetails | LevelDetails | CapacityDetails]) -> pd.DataFrame:
+def _frame(
+    store: Store,
+    table: str,
+    run_ids: list[str] | None,
+    order: list[str],
+    details: type[CurveDetails | LevelDetails | CapacityDetails],
+) -> pd.DataFrame:
     """A serving table's rows; the ``extra`` column holds each row's typed details (its ``extra_json``)."""
     df = store.table_frame(table, {"run_id": run_ids} if run_ids else None, order)
     if "extra_json" in df:

@@ -31,7 +31,9 @@ def levels(store: Store, run_ids: list[str] | None = None) -> pd.DataFrame:
         return df
     import pandas as pd
 
-    df["mean_batch"] = pd.to_numeric(df["mean_batch"], errors="coerce")  # TEXT in stores written before 2026-11-23
+    df["mean_batch"] = pd.to_numeric(
+        df["mean_batch"], errors="coerce"
+    )  # TEXT in stores written before 2026-11-23
     df["platform"] = [n or d for n, d in zip(df["device_name"], df["device"], strict=True)]
     df["policy"] = [policy_label(b, d) for b, d in zip(df["max_batch"], df["max_delay_s"], strict=True)]
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -50,8 +52,9 @@ def capacity(store: Store, run_ids: list[str] | None = None, top_simulated: int 
     cf["platform"] = [n or d for n, d in zip(cf["device_name"], cf["device"], strict=True)]
     cf["policy"] = [policy_label(b, d) for b, d in zip(cf["max_batch"], cf["max_delay_s"], strict=True)]
     with np.errstate(divide="ignore", invalid="ignore"):
-        cf["measured_over_predicted"] = np.where(cf["source"] == "measured",
-                                                 cf["capacity_qps"] / cf["predicted_qps"], np.nan)
+        cf["measured_over_predicted"] = np.where(
+            cf["source"] == "measured", cf["capacity_qps"] / cf["predicted_qps"], np.nan
+        )
     measured = cf[cf["source"] == "measured"]
     sim = cf[cf["source"] != "measured"].sort_values("capacity_qps", ascending=False)
     sim = sim.groupby(["run_id", "tenant"], sort=False).head(top_simulated)
@@ -74,14 +77,20 @@ def interference(store: Store, run_ids: list[str] | None = None) -> pd.DataFrame
         a_p99 = float(alone["latency_p99_s"].iloc[0]) if len(alone) else np.nan
         a_qps = float(alone["achieved_qps"].iloc[0]) if len(alone) else np.nan
         for r in g.to_dict("records"):
-            rows.append({
-                "run_id": run_id, "platform": r["platform"], "tenant": tenant,
-                "phase": "alone" if r["phase"] == tenant else r["phase"], "offered_qps": r["target_qps"],
-                "achieved_qps": r["achieved_qps"], "latency_p99_s": r["latency_p99_s"],
-                "p99_over_alone": r["latency_p99_s"] / a_p99 if a_p99 == a_p99 else np.nan,
-                "qps_over_alone": r["achieved_qps"] / a_qps if a_qps == a_qps else np.nan,
-                "predicted_p99_alone_s": r["predicted_p99_s"],
-            })
+            rows.append(
+                {
+                    "run_id": run_id,
+                    "platform": r["platform"],
+                    "tenant": tenant,
+                    "phase": "alone" if r["phase"] == tenant else r["phase"],
+                    "offered_qps": r["target_qps"],
+                    "achieved_qps": r["achieved_qps"],
+                    "latency_p99_s": r["latency_p99_s"],
+                    "p99_over_alone": r["latency_p99_s"] / a_p99 if a_p99 == a_p99 else np.nan,
+                    "qps_over_alone": r["achieved_qps"] / a_qps if a_qps == a_qps else np.nan,
+                    "predicted_p99_alone_s": r["predicted_p99_s"],
+                }
+            )
     return pd.DataFrame(rows)
 
 

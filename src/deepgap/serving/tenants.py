@@ -58,8 +58,9 @@ def phases(n: int) -> list[tuple[int, ...]]:
     return out
 
 
-def run_tenants(spec: ServeSpec, device: str, store_path: str, say, session: RunSession,
-                command: str) -> tuple[ServeRecord, Any]:
+def run_tenants(
+    spec: ServeSpec, device: str, store_path: str, say, session: RunSession, command: str
+) -> tuple[ServeRecord, Any]:
     """Measure the interference matrix of ``spec.tenants``; returns the record and the outcome.
 
     The first tenant's worker opens the run and measures the run-level prelude (idle baseline, thermal
@@ -70,14 +71,20 @@ def run_tenants(spec: ServeSpec, device: str, store_path: str, say, session: Run
     rec = ServeRecord(spec=run_spec(spec, device, names), command="", env={"device": device})
     out = ServeOutcome(None, os.path.abspath(store_path))
     minq, mind = spec.minimums()
-    policy = BatchPolicy(spec.max_batch or DEFAULT_POLICY[0],
-                         spec.max_delay_s if spec.max_delay_s is not None else DEFAULT_POLICY[1])
+    policy = BatchPolicy(
+        spec.max_batch or DEFAULT_POLICY[0],
+        spec.max_delay_s if spec.max_delay_s is not None else DEFAULT_POLICY[1],
+    )
     workers: list[ServingWorker] = []
     reqs, services, rates = [], [], []
     try:
         for i, name in enumerate(names):
-            req = replace(setup_request(spec, name, device), threads=spec.threads or tenant_threads(len(names)))
-            say(f"serve: tenant {labels[i]}: building and calibrating batches {', '.join(map(str, req.buckets))}")
+            req = replace(
+                setup_request(spec, name, device), threads=spec.threads or tenant_threads(len(names))
+            )
+            say(
+                f"serve: tenant {labels[i]}: building and calibrating batches {', '.join(map(str, req.buckets))}"
+            )
             w = ServingWorker(device)
             workers.append(w)  # stopped below whatever happens (also in the prelude)
             try:
@@ -90,8 +97,21 @@ def run_tenants(spec: ServeSpec, device: str, store_path: str, say, session: Run
                 why = exc.reason.splitlines()[0]
                 if status == Status.OOM.value and i:
                     why = f"tenant {labels[i]} did not fit in device memory beside {', '.join(labels[:i])}: {why}"
-                rec.levels.append(level_row(req, "server", "setup", None, None, "", spec.seed, None, tenant=labels[i],
-                                            status=status, reason=why))
+                rec.levels.append(
+                    level_row(
+                        req,
+                        "server",
+                        "setup",
+                        None,
+                        None,
+                        "",
+                        spec.seed,
+                        None,
+                        tenant=labels[i],
+                        status=status,
+                        reason=why,
+                    )
+                )
                 out.status, out.reason = status, why
                 out.lines.append(f"{status}: {why}")
                 return rec, out
@@ -102,7 +122,9 @@ def run_tenants(spec: ServeSpec, device: str, store_path: str, say, session: Run
             pol = BatchPolicy(min(policy.max_batch, sv.max_batch), policy.max_delay_s)
             rates.append(_rate(spec, spec.tenants[i][1], sv, pol, minq, mind))
             say(f"serve: tenant {labels[i]}: {rates[-1]:,.1f} queries/s")
-        schedules = [arr.poisson(r, arr.n_queries(r, minq, mind), spec.seed + 1000 * i) for i, r in enumerate(rates)]
+        schedules = [
+            arr.poisson(r, arr.n_queries(r, minq, mind), spec.seed + 1000 * i) for i, r in enumerate(rates)
+        ]
         matrix: dict[str, dict[str, dict[str, float]]] = {lab: {} for lab in labels}
         for ph in phases(len(names)):
             phase = "+".join(labels[i] for i in ph)
@@ -111,26 +133,65 @@ def run_tenants(spec: ServeSpec, device: str, store_path: str, say, session: Run
             for i in ph:
                 n = len(schedules[i])
                 pol = BatchPolicy(min(policy.max_batch, services[i].max_batch), policy.max_delay_s)
-                workers[i].send_level(LevelRequest(schedules[i], pol, StopRule(max_time_s=3 * n / rates[i] + 5),
-                                                   start_at=start))
+                workers[i].send_level(
+                    LevelRequest(schedules[i], pol, StopRule(max_time_s=3 * n / rates[i] + 5), start_at=start)
+                )
             for i in ph:
                 n = len(schedules[i])
                 pol = BatchPolicy(min(policy.max_batch, services[i].max_batch), policy.max_delay_s)
                 log = workers[i].receive_log(120 + 4 * n / rates[i])
                 s = summarize(log, rates[i], spec.slo_s, 0.99, spec.confidence)
-                pred = summarize(simulate_alone(schedules[i], pol, services[i], spec.seed), rates[i], spec.slo_s,
-                                 0.99, spec.confidence)
-                rec.levels.append(level_row(reqs[i], "server", "tenant", pol, rates[i], "poisson",
-                                            spec.seed + 1000 * i, s, pred, log, tenant=labels[i], phase=phase))
-                key = "alone" if len(ph) == 1 else ("all" if len(ph) == len(names) and len(names) > 2 else phase)
-                matrix[labels[i]][key] = {"p99_s": s.latency_p99_s, "achieved_qps": s.achieved_qps,
-                                          "offered_qps": rates[i]}
+                pred = summarize(
+                    simulate_alone(schedules[i], pol, services[i], spec.seed),
+                    rates[i],
+                    spec.slo_s,
+                    0.99,
+                    spec.confidence,
+                )
+                rec.levels.append(
+                    level_row(
+                        reqs[i],
+                        "server",
+                        "tenant",
+                        pol,
+                        rates[i],
+                        "poisson",
+                        spec.seed + 1000 * i,
+                        s,
+                        pred,
+                        log,
+                        tenant=labels[i],
+                        phase=phase,
+                    )
+                )
+                key = (
+                    "alone"
+                    if len(ph) == 1
+                    else ("all" if len(ph) == len(names) and len(names) > 2 else phase)
+                )
+                matrix[labels[i]][key] = {
+                    "p99_s": s.latency_p99_s,
+                    "achieved_qps": s.achieved_qps,
+                    "offered_qps": rates[i],
+                }
     except (SetupFailed, WorkerLost) as exc:
         status = exc.status.value if isinstance(exc.status, Status) else str(exc.status)
         out.status, out.reason = status, exc.reason.splitlines()[0]
         out.lines.append(f"{status}: {out.reason}")
-        rec.levels.append(level_row(reqs[-1], "server", "tenant", None, None, "", spec.seed, None, status=status,
-                                    reason=out.reason))
+        rec.levels.append(
+            level_row(
+                reqs[-1],
+                "server",
+                "tenant",
+                None,
+                None,
+                "",
+                spec.seed,
+                None,
+                status=status,
+                reason=out.reason,
+            )
+        )
         return rec, out
     finally:
         for w in workers:
@@ -154,11 +215,18 @@ def _rate(spec: ServeSpec, own: float | None, sv, pol: BatchPolicy, minq: int, m
         return spec.qps
     if spec.slo_s is None:
         return spec.load * sv.saturation_qps(pol.max_batch)
-    load = LoadSettings(slo_s=spec.slo_s, confidence=spec.confidence, min_queries=minq, min_duration_s=mind,
-                        max_queries=20_000, seed=spec.seed)
+    load = LoadSettings(
+        slo_s=spec.slo_s,
+        confidence=spec.confidence,
+        min_queries=minq,
+        min_duration_s=mind,
+        max_queries=20_000,
+        seed=spec.seed,
+    )
     ceiling = sv.saturation_qps(pol.max_batch) * 1.05
-    cap = find_capacity(sim_probe(sv, pol, load), pol, spec.slo_s, start_qps=0.6 * ceiling, ceiling_qps=ceiling,
-                        rel_tol=0.05).capacity_qps
+    cap = find_capacity(
+        sim_probe(sv, pol, load), pol, spec.slo_s, start_qps=0.6 * ceiling, ceiling_qps=ceiling, rel_tol=0.05
+    ).capacity_qps
     return spec.load * (cap if cap > 0 else sv.saturation_qps(pol.max_batch))
 
 

@@ -54,7 +54,9 @@ if TYPE_CHECKING:
 __all__ = ["RUN_KINDS", "SCHEMA_VERSION", "Store", "TableSpec", "check_path", "check_writable"]
 
 _STAT_FIELDS = [
-    f.name for f in dataclasses.fields(Result) if f.name not in ("spec", "latency", "samples_s", "details", "telemetry")
+    f.name
+    for f in dataclasses.fields(Result)
+    if f.name not in ("spec", "latency", "samples_s", "details", "telemetry")
 ]
 
 
@@ -77,7 +79,9 @@ def check_writable(path: str, exists: bool) -> None:
     while not os.path.exists(folder):
         folder = os.path.dirname(folder)
     if not os.path.isdir(folder) or not os.access(folder, os.W_OK | os.X_OK):
-        raise StoreError(f"store path {path} is not writable (no write access to {folder})", "pass a writable --store path")
+        raise StoreError(
+            f"store path {path} is not writable (no write access to {folder})", "pass a writable --store path"
+        )
 
 
 def check_path(path: str) -> None:
@@ -104,8 +108,9 @@ class Store(RowDecoder, TableAccess):
     to what the command set in `guard.READ`.
     """
 
-    def __init__(self, path: str, readonly: bool = False, skip_damaged: bool | None = None,
-                 redact: bool | None = None) -> None:
+    def __init__(
+        self, path: str, readonly: bool = False, skip_damaged: bool | None = None, redact: bool | None = None
+    ) -> None:
         self.path = os.fspath(path)
         self.skip_damaged = guard.READ["skip_damaged"] if skip_damaged is None else skip_damaged
         self.redact = guard.READ["redact"] if redact is None else redact
@@ -116,14 +121,19 @@ class Store(RowDecoder, TableAccess):
         check_store_path(self.path)  # not UTF-8, too long, a FIFO or device: before anything opens it
         exists = os.path.exists(self.path)
         if readonly and not exists:
-            raise StoreError(f"store {self.path} does not exist", "run `deepgap run` first or pass --store PATH")
+            raise StoreError(
+                f"store {self.path} does not exist", "run `deepgap run` first or pass --store PATH"
+            )
         if exists:
             if os.path.isdir(self.path):
-                raise StoreError(f"store path {self.path} is a directory", "pass a file path, e.g. results.sqlite")
+                raise StoreError(
+                    f"store path {self.path} is a directory", "pass a file path, e.g. results.sqlite"
+                )
             _check_existing(self.path)
             if readonly and os.path.getsize(self.path) == 0:
-                raise StoreError(f"{self.path} is empty (0 bytes), not a deepgap store",
-                                 "pass another store path")
+                raise StoreError(
+                    f"{self.path} is empty (0 bytes), not a deepgap store", "pass another store path"
+                )
         if not readonly:
             self._check_writable(exists)
             space.check_space(self.path)  # a full disk: one line, before SQLite makes a -wal/-shm
@@ -165,7 +175,9 @@ class Store(RowDecoder, TableAccess):
             try:
                 os.makedirs(parent, exist_ok=True)
             except OSError as exc:
-                raise StoreError(f"cannot create directory {parent} ({exc.strerror})", "pass a writable --store path") from None
+                raise StoreError(
+                    f"cannot create directory {parent} ({exc.strerror})", "pass a writable --store path"
+                ) from None
 
     def _migrate(self) -> None:
         """Bring the file to `SCHEMA_VERSION` in one transaction (a new file: every step from 0)."""
@@ -173,7 +185,9 @@ class Store(RowDecoder, TableAccess):
             if version(self.con) == 0:
                 tables = self.con.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
                 if tables:
-                    raise StoreError(f"{self.path} is an SQLite file but not a deepgap store", "pass another --store path")
+                    raise StoreError(
+                        f"{self.path} is an SQLite file but not a deepgap store", "pass another --store path"
+                    )
                 self.con.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             migrate(self.con)
 
@@ -233,8 +247,9 @@ class Store(RowDecoder, TableAccess):
             self._lock = None
 
     # --- runs -------------------------------------------------------------------------------
-    def begin_run(self, spec: dict[str, Any], command: str, env: dict[str, Any], version: str,
-                  kind: str = "sweep") -> str:
+    def begin_run(
+        self, spec: dict[str, Any], command: str, env: dict[str, Any], version: str, kind: str = "sweep"
+    ) -> str:
         """Create a run row and return its id; ``kind`` names the driver (`tables.RUN_KINDS`)."""
         if kind not in RUN_KINDS:
             raise ValueError(f"unknown run kind {kind!r}; one of {', '.join(RUN_KINDS)}")
@@ -243,8 +258,19 @@ class Store(RowDecoder, TableAccess):
             con.execute(
                 "INSERT INTO runs (run_id, created_at, finished_at, status, command, spec_json, env_json, "
                 "host, pid, deepgap_version, kind) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                (run_id, time.time(), None, "running", command, json.dumps(spec), json.dumps(env),
-                 socket.gethostname(), os.getpid(), version, kind),
+                (
+                    run_id,
+                    time.time(),
+                    None,
+                    "running",
+                    command,
+                    json.dumps(spec),
+                    json.dumps(env),
+                    socket.gethostname(),
+                    os.getpid(),
+                    version,
+                    kind,
+                ),
             )
         return run_id
 
@@ -256,7 +282,9 @@ class Store(RowDecoder, TableAccess):
         """
         try:
             with self.transaction() as con:
-                con.execute("UPDATE runs SET status=?, finished_at=? WHERE run_id=?", (status, time.time(), run_id))
+                con.execute(
+                    "UPDATE runs SET status=?, finished_at=? WHERE run_id=?", (status, time.time(), run_id)
+                )
         except StoreFullError:
             if status == "finished":
                 raise
@@ -264,8 +292,10 @@ class Store(RowDecoder, TableAccess):
     def reopen_run(self, run_id: str) -> None:
         """Mark a resumed run as running again, owned by this process."""
         with self.transaction() as con:
-            con.execute("UPDATE runs SET status='running', pid=?, host=? WHERE run_id=?",
-                        (os.getpid(), socket.gethostname(), run_id))
+            con.execute(
+                "UPDATE runs SET status='running', pid=?, host=? WHERE run_id=?",
+                (os.getpid(), socket.gethostname(), run_id),
+            )
 
     def runs(self) -> list[dict[str, Any]]:
         """All runs, oldest first, with their spec and environment decoded."""
@@ -289,8 +319,9 @@ class Store(RowDecoder, TableAccess):
         known = self.run_ids()
         for rid in run_ids or []:
             if rid not in known:
-                raise StoreError(f"no run {rid!r} in {self.path}",
-                                 f"list runs with `deepgap show {self.path} --runs`")
+                raise StoreError(
+                    f"no run {rid!r} in {self.path}", f"list runs with `deepgap show {self.path} --runs`"
+                )
 
     def run(self, run_id: str) -> dict[str, Any]:
         """One run by id (a `StoreError` if absent)."""
@@ -317,7 +348,9 @@ class Store(RowDecoder, TableAccess):
         rows = self.con.execute("SELECT * FROM results WHERE run_id=?", (run_id,)).fetchall()
         return {d["config_key"] for d in self._decoded("results", rows, "result_id")}
 
-    def record(self, run_id: str, result: Result, telemetry: list[tuple[str, float, dict[str, Any]]] = ()) -> int | None:
+    def record(
+        self, run_id: str, result: Result, telemetry: list[tuple[str, float, dict[str, Any]]] = ()
+    ) -> int | None:
         """Store one finished configuration, its samples and telemetry in one transaction.
 
         Returns the new ``result_id``, or None when the run already holds this configuration.
@@ -325,9 +358,11 @@ class Store(RowDecoder, TableAccess):
         spec = result.spec
         lat = dataclasses.asdict(result.latency) if result.latency else {}
         row: dict[str, Any] = {
-            "run_id": run_id, "config_key": spec.key,
+            "run_id": run_id,
+            "config_key": spec.key,
             **{k: v for k, v in dataclasses.asdict(spec).items() if k not in KEY_ONLY_FIELDS},
-            "status": Status(result.status).value, "reason": result.reason,
+            "status": Status(result.status).value,
+            "reason": result.reason,
             "n_samples": lat.get("n"),
             **{f"latency_{k}": v for k, v in lat.items() if k != "n"},
             **{k: getattr(result, k) for k in _STAT_FIELDS if k not in ("status", "reason")},
@@ -346,8 +381,13 @@ class Store(RowDecoder, TableAccess):
                 f"free disk space, then continue with `deepgap run --resume --store {self.path}`",
             ) from None
 
-    def _insert(self, run_id: str, row: dict[str, Any], result: Result,
-                telemetry: list[tuple[str, float, dict[str, Any]]]) -> int | None:
+    def _insert(
+        self,
+        run_id: str,
+        row: dict[str, Any],
+        result: Result,
+        telemetry: list[tuple[str, float, dict[str, Any]]],
+    ) -> int | None:
         cols = ", ".join(row)
         marks = ", ".join("?" for _ in row)
         with self.transaction() as con:
@@ -375,10 +415,13 @@ class Store(RowDecoder, TableAccess):
 
     def run_telemetry(self, run_id: str) -> list[tuple[str, float, dict[str, Any]]]:
         """The run-level telemetry of a run (idle baseline, thermal warm-up, summaries), oldest first."""
-        rows = self.con.execute("SELECT * FROM telemetry WHERE run_id=? AND result_id IS NULL ORDER BY t_s",
-                                (run_id,)).fetchall()
-        return [(r["phase"], r["t_s"], json.loads(r["data_json"]))
-                for r in self._decoded("telemetry", rows, "run_id")]
+        rows = self.con.execute(
+            "SELECT * FROM telemetry WHERE run_id=? AND result_id IS NULL ORDER BY t_s", (run_id,)
+        ).fetchall()
+        return [
+            (r["phase"], r["t_s"], json.loads(r["data_json"]))
+            for r in self._decoded("telemetry", rows, "run_id")
+        ]
 
     def samples(self, result_id: int) -> list[np.ndarray]:
         """Per-repeat latency arrays of one result."""
@@ -403,8 +446,16 @@ class Store(RowDecoder, TableAccess):
             q += " WHERE run_id=?"
             args = (run_id,)
         rows = self._decoded("telemetry", self.con.execute(q, args).fetchall(), "run_id")
-        recs = [{"run_id": r["run_id"], "result_id": r["result_id"], "phase": r["phase"], "t_s": r["t_s"],
-                 **json.loads(r["data_json"])} for r in rows]
+        recs = [
+            {
+                "run_id": r["run_id"],
+                "result_id": r["result_id"],
+                "phase": r["phase"],
+                "t_s": r["t_s"],
+                **json.loads(r["data_json"]),
+            }
+            for r in rows
+        ]
         return pd.DataFrame.from_records(recs)
 
     def results_frame(self, run_ids: list[str] | None = None) -> pd.DataFrame:
@@ -422,8 +473,11 @@ class Store(RowDecoder, TableAccess):
         rows = []
         for d in self._decoded("results", cur.fetchall(), "result_id"):
             if d["run_id"] not in runs:
-                self._bad("results", f"result_id {d['result_id']!r}",
-                          f"its run {d['run_id']!r} is missing or damaged")
+                self._bad(
+                    "results",
+                    f"result_id {d['result_id']!r}",
+                    f"its run {d['run_id']!r} is missing or damaged",
+                )
             elif d["status"] not in _STATUSES:
                 self._bad("results", f"result_id {d['result_id']!r}", f"status {d['status']!r} is unknown")
             else:
@@ -436,12 +490,22 @@ class Store(RowDecoder, TableAccess):
         # a fleet result carries its own node's fingerprint (deepgap.fleet); else the run's
         nodes = [e.get("node_env") if isinstance(e.get("node_env"), dict) else {} for e in extras]
         # the ``extra`` column holds typed `ResultDetails` (its JSON is the stored ``extra_json``)
-        df["device_name"] = [n.get("device_name") or runs[r]["env"].get("device_name", "")
-                             for n, r in zip(nodes, df["run_id"], strict=True)]
+        df["device_name"] = [
+            n.get("device_name") or runs[r]["env"].get("device_name", "")
+            for n, r in zip(nodes, df["run_id"], strict=True)
+        ]
         df["host"] = [n.get("host") or runs[r]["host"] for n, r in zip(nodes, df["run_id"], strict=True)]
         # the card that measured it (GPU UUID, else serial; redacted with the rest): the card-to-card level
-        df["card"] = [str(n.get("gpu_uuid") or n.get("gpu_serial") or runs[r]["env"].get("gpu_uuid")
-                          or runs[r]["env"].get("gpu_serial") or "") for n, r in zip(nodes, df["run_id"], strict=True)]
+        df["card"] = [
+            str(
+                n.get("gpu_uuid")
+                or n.get("gpu_serial")
+                or runs[r]["env"].get("gpu_uuid")
+                or runs[r]["env"].get("gpu_serial")
+                or ""
+            )
+            for n, r in zip(nodes, df["run_id"], strict=True)
+        ]
         df["extra"] = [ResultDetails.from_json(e) for e in extras]
         df["seq_len"] = [ConfigSpec.seq_len_of(k) for k in df["config_key"]]  # a key-only field
         return df

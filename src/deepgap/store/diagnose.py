@@ -74,8 +74,14 @@ class CheckReport:
     def damaged(self) -> bool:  # noqa: D102
         if self.creating:
             return False
-        return bool(self.fatal or self.header != "ok" or self.truncated or self.schema
-                    or self.integrity != ["ok"] or any(t.bad or t.unreadable for t in self.tables.values()))
+        return bool(
+            self.fatal
+            or self.header != "ok"
+            or self.truncated
+            or self.schema
+            or self.integrity != ["ok"]
+            or any(t.bad or t.unreadable for t in self.tables.values())
+        )
 
     def lines(self) -> list[str]:
         """The report as text lines."""
@@ -133,8 +139,10 @@ def check(path: str) -> CheckReport:
     rep.truncated = truncation(path) if raw and not has_log(path) and not rep.holders else None
     if has_log(path):
         kib = os.path.getsize(path + "-wal") // 1024
-        rep.log = (f"{kib} KiB of transactions not yet folded into the file (a run is writing it, or was "
-                   "stopped): read with it")
+        rep.log = (
+            f"{kib} KiB of transactions not yet folded into the file (a run is writing it, or was "
+            "stopped): read with it"
+        )
     rep.header = (header_problem(path) if raw else None) or "ok"
     if rep.header == "ok":
         try:
@@ -153,8 +161,11 @@ def check(path: str) -> CheckReport:
         except (StoreError, sqlite3.DatabaseError) as exc:
             why = _why(exc)
             if "not a database" in why or "not an sqlite" in why.lower():
-                rep.fatal = ("SQLite reads nothing else until the header is repaired" if rep.header != "ok"
-                             else why.replace(f"{path} ", ""))
+                rep.fatal = (
+                    "SQLite reads nothing else until the header is repaired"
+                    if rep.header != "ok"
+                    else why.replace(f"{path} ", "")
+                )
                 return rep
             rep.schema.append(f"SQLite cannot read the schema ({why})")
             con.close()
@@ -166,8 +177,10 @@ def check(path: str) -> CheckReport:
             return rep
         if not stored & set(CORE) and "not a deepgap store" in rep.header:
             rep.foreign = True
-            rep.fatal = ("an SQLite file without any of deepgap's tables: another program's file, or a store "
-                         "whose first page is lost (`--recover` still looks for rows page by page)")
+            rep.fatal = (
+                "an SQLite file without any of deepgap's tables: another program's file, or a store "
+                "whose first page is lost (`--recover` still looks for rows page by page)"
+            )
             return rep
         rep.schema += schema_problems(con, _version(con))
         try:
@@ -200,8 +213,10 @@ def header_problem(path: str) -> str | None:
         head = fh.read(100)
     fix = "; `--recover` rewrites it from the pages"
     if len(head) < 100:
-        return (f"the file is only {len(head)} bytes, shorter than SQLite's 100-byte header: "
-                "it holds no data at all (an interrupted copy)")
+        return (
+            f"the file is only {len(head)} bytes, shorter than SQLite's 100-byte header: "
+            "it holds no data at all (an interrupted copy)"
+        )
     if head[:16] != SQLITE_MAGIC:
         return "damaged: the file does not start with SQLite's magic bytes, so SQLite refuses it" + fix
     raw = int.from_bytes(head[16:18], "big")
@@ -227,8 +242,10 @@ def truncation(path: str) -> str | None:
     valid = head[24:28] == head[92:96] and pages > 0  # SQLite trusts the count only then
     if valid and size < pages * page:
         missing = (pages * page - size) // 1024
-        return (f"the file ends at page {size // page} of {pages} ({missing} KiB missing): "
-                "it was cut short (an interrupted copy, a full disk)")
+        return (
+            f"the file ends at page {size // page} of {pages} ({missing} KiB missing): "
+            "it was cut short (an interrupted copy, a full disk)"
+        )
     if size % page:
         return f"the file ends inside page {size // page + 1}: it was cut short"
     return None
@@ -255,8 +272,9 @@ def reference(at: int) -> dict[str, list[tuple[str, str]]]:
         con = sqlite3.connect(":memory:", isolation_level=None)
         migrate(con, at)
         names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-        _REFERENCE[at] = {n: [(r[1], str(r[2]).upper()) for r in con.execute(f"PRAGMA table_info({n})")]
-                          for n in names}
+        _REFERENCE[at] = {
+            n: [(r[1], str(r[2]).upper()) for r in con.execute(f"PRAGMA table_info({n})")] for n in names
+        }
         con.close()
     return _REFERENCE[at]
 
@@ -304,8 +322,10 @@ def schema_problems(con: sqlite3.Connection, at: int) -> list[str]:
     """
     ref = reference(at)
     stored = [str(t) for t in _tables(con) if not str(t).startswith("sqlite_")]
-    statements = {str(n): q for n, q in
-                  con.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'").fetchall()}
+    statements = {
+        str(n): q
+        for n, q in con.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'").fetchall()
+    }
     out = []
     renamed = damaged_names(stored, list(ref))
     out += [f"table {t!r} is stored under the damaged name {s!r}" for s, t in renamed.items()]
@@ -325,8 +345,11 @@ def schema_problems(con: sqlite3.Connection, at: int) -> list[str]:
         if t not in CORE:
             continue
         declared = dict(cols)
-        out += [f"table {t}: column {c} has the damaged type {typ!r} (deepgap wrote {declared[c]})"
-                for c, (typ, _) in have.items() if c in declared and typ != declared[c]]
+        out += [
+            f"table {t}: column {c} has the damaged type {typ!r} (deepgap wrote {declared[c]})"
+            for c, (typ, _) in have.items()
+            if c in declared and typ != declared[c]
+        ]
         lost = [c for c in names if c not in have and c not in bad.values()]
         out += [f"table {t} lacks column {c}" for c in lost]
         if not bad and not lost and statements.get(name) != reference_sql(at).get(t):

@@ -48,27 +48,38 @@ def reset() -> None:
 
 def add_read_flags(p, redact: bool = True) -> None:
     """``--skip-damaged`` (and ``--redact``) for a command that reads stores."""
-    p.add_argument("--skip-damaged", action="store_true",
-                   help="leave out rows that cannot be decoded (with a warning that counts them)")
+    p.add_argument(
+        "--skip-damaged",
+        action="store_true",
+        help="leave out rows that cannot be decoded (with a warning that counts them)",
+    )
     if redact:
-        p.add_argument("--redact", action="store_true",
-                       help="replace host names and GPU serials/UUIDs with stable hashes (for sharing)")
+        p.add_argument(
+            "--redact",
+            action="store_true",
+            help="replace host names and GPU serials/UUIDs with stable hashes (for sharing)",
+        )
 
 
 def use_read_flags(args) -> None:
     """Apply a command's ``--skip-damaged``/``--redact`` to every store it reads."""
-    READ.update(skip_damaged=bool(getattr(args, "skip_damaged", False)),
-                redact=bool(getattr(args, "redact", False)))
+    READ.update(
+        skip_damaged=bool(getattr(args, "skip_damaged", False)), redact=bool(getattr(args, "redact", False))
+    )
 
 
 def skipped_warning() -> str | None:
     """One line counting the undecodable rows that readers left out, or None."""
     if not SKIPPED:
         return None
-    parts = [f"{sum(t.values())} of {p} ({', '.join(f'{n} in {k}' for k, n in sorted(t.items()))})"
-             for p, t in SKIPPED.items()]
-    return (f"deepgap: warning: skipped undecodable rows: {'; '.join(parts)}; "
-            f"`deepgap check {next(iter(SKIPPED))}` says more")
+    parts = [
+        f"{sum(t.values())} of {p} ({', '.join(f'{n} in {k}' for k, n in sorted(t.items()))})"
+        for p, t in SKIPPED.items()
+    ]
+    return (
+        f"deepgap: warning: skipped undecodable rows: {'; '.join(parts)}; "
+        f"`deepgap check {next(iter(SKIPPED))}` says more"
+    )
 
 
 def check_hint(path: str) -> str:
@@ -106,7 +117,8 @@ def translate(exc: sqlite3.Error, path: str) -> StoreError:
     if "not a database" in msg or "encrypted" in msg:
         return StoreDamagedError(
             f"{path} is not a deepgap store: not an SQLite database (damaged header, or another file)",
-            check_hint(path))
+            check_hint(path),
+        )
     if ("full" in msg or "disk i/o error" in msg) and disk_full(path):
         return full_error(path)
     if "malformed" in msg or "corrupt" in msg or "disk i/o error" in msg:
@@ -114,8 +126,10 @@ def translate(exc: sqlite3.Error, path: str) -> StoreError:
     if "decode" in msg or "utf-8" in msg:
         return StoreDamagedError(f"{path} has rows that cannot be decoded (SQLite: {exc})", check_hint(path))
     if "full" in msg:
-        return StoreFullError(f"{path} is full (SQLite: {exc}); everything stored before is kept",
-                              "free disk space, then continue with `deepgap run --resume --store PATH`")
+        return StoreFullError(
+            f"{path} is full (SQLite: {exc}); everything stored before is kept",
+            "free disk space, then continue with `deepgap run --resume --store PATH`",
+        )
     if "locked" in msg or "busy" in msg:
         return StoreError(f"{path} is locked by another process (SQLite: {exc})", "try again when it is done")
     if "readonly" in msg or "read-only" in msg:
@@ -135,8 +149,9 @@ class _Cursor(sqlite3.Cursor):
             raise translate(exc, self.connection.store_path) from None
         except UnicodeDecodeError:  # a column name (from the stored schema) that is not UTF-8
             path = self.connection.store_path
-            raise StoreDamagedError(f"{path} has a damaged schema (a name is not UTF-8)",
-                                    check_hint(path)) from None
+            raise StoreDamagedError(
+                f"{path} has a damaged schema (a name is not UTF-8)", check_hint(path)
+            ) from None
 
     def execute(self, *args):  # noqa: D102
         return self._wrap(super().execute, *args)
@@ -193,8 +208,13 @@ def connect(path: str, readonly: bool, timeout: float = 60, check: bool = True) 
         attempts.append(True)  # a log we may not open (e.g. no -shm and a read-only folder): read without it
     for i, immutable in enumerate(attempts):
         try:
-            con = sqlite3.connect(uri(path, readonly, immutable), uri=True, timeout=timeout,
-                                  isolation_level=None, factory=Connection)
+            con = sqlite3.connect(
+                uri(path, readonly, immutable),
+                uri=True,
+                timeout=timeout,
+                isolation_level=None,
+                factory=Connection,
+            )
         except sqlite3.Error as exc:
             raise translate(exc, path) from None
         con.store_path = path
@@ -245,8 +265,10 @@ def check_header(path: str) -> None:
     if not head:
         return  # an empty file becomes a new store
     if head[:16] != SQLITE_MAGIC or len(head) < 100:
-        raise StoreError(f"{path} is not a deepgap store (not an SQLite database)",
-                         "pass another store path; if it was one, its header is damaged: " + check_hint(path))
+        raise StoreError(
+            f"{path} is not a deepgap store (not an SQLite database)",
+            "pass another store path; if it was one, its header is damaged: " + check_hint(path),
+        )
     version = int.from_bytes(head[60:64], "big")
     app_id = int.from_bytes(head[68:72], "big")
     if has_log(path) or (app_id == 0 and version == 0):
@@ -257,8 +279,11 @@ def check_header(path: str) -> None:
     tables, writers = _peek(path)
     if app_id != APPLICATION_ID:
         if tables >= _CORE_TABLES:
-            raise StoreDamagedError(f"{path} has a damaged header (application id {app_id:#x}, "
-                                    "but the tables of a deepgap store)", check_hint(path))
+            raise StoreDamagedError(
+                f"{path} has a damaged header (application id {app_id:#x}, "
+                "but the tables of a deepgap store)",
+                check_hint(path),
+            )
         raise StoreError(f"{path} is an SQLite file but not a deepgap store", "pass another store path")
     if _plausibly_newer(version, writers):
         raise StoreError(
@@ -266,8 +291,11 @@ def check_header(path: str) -> None:
             "upgrade deepgap (pip install -U deepgap)",
         )
     by = ", ".join(sorted(writers)) or "(none)"
-    raise StoreDamagedError(f"{path} has a damaged header (it says schema version {version}, but its runs "
-                            f"were written by deepgap {by})", check_hint(path))
+    raise StoreDamagedError(
+        f"{path} has a damaged header (it says schema version {version}, but its runs "
+        f"were written by deepgap {by})",
+        check_hint(path),
+    )
 
 
 def has_log(path: str) -> bool:
@@ -287,8 +315,10 @@ def _header_through_sqlite(path: str, app_id: int, version: int) -> tuple[int, i
     try:
         con = sqlite3.connect(uri(path, True), uri=True, timeout=10)
         try:
-            return (con.execute("PRAGMA application_id").fetchone()[0],
-                    con.execute("PRAGMA user_version").fetchone()[0])
+            return (
+                con.execute("PRAGMA application_id").fetchone()[0],
+                con.execute("PRAGMA user_version").fetchone()[0],
+            )
         finally:
             con.close()
     except sqlite3.DatabaseError as exc:
@@ -341,11 +371,14 @@ def check_schema(con: sqlite3.Connection, path: str, expected: dict[str, set[str
     for table, cols in expected.items():
         have = set(column_types(con, table))
         if not have:
-            raise StoreDamagedError(f"{path} has a damaged schema (table {table} is missing)",
-                                    check_hint(path))
+            raise StoreDamagedError(
+                f"{path} has a damaged schema (table {table} is missing)", check_hint(path)
+            )
         if cols - have:
-            raise StoreDamagedError(f"{path} has a damaged schema (table {table} lacks column "
-                                    f"{sorted(cols - have)[0]})", check_hint(path))
+            raise StoreDamagedError(
+                f"{path} has a damaged schema (table {table} lacks column {sorted(cols - have)[0]})",
+                check_hint(path),
+            )
 
 
 def column_types(con: sqlite3.Connection, table: str) -> dict[str, tuple[str, bool]]:
@@ -411,8 +444,10 @@ class RowDecoder:
     def _bad(self, table: str, what: str, why: str) -> None:
         """Count a row that cannot be decoded (``skip_damaged``), or raise a `StoreDamagedError`."""
         if not self.skip_damaged:
-            raise StoreDamagedError(f"{self.path} has rows that cannot be decoded ({table} {what}: {why})",
-                                    "pass --skip-damaged to leave them out; " + check_hint(self.path))
+            raise StoreDamagedError(
+                f"{self.path} has rows that cannot be decoded ({table} {what}: {why})",
+                "pass --skip-damaged to leave them out; " + check_hint(self.path),
+            )
         self.skipped[table] = self.skipped.get(table, 0) + 1
         seen = SKIPPED.setdefault(self.path, {})
         seen[table] = max(seen.get(table, 0), self.skipped[table])

@@ -26,8 +26,8 @@ from deepgap.store.guard import (
     translate,
     uri,
 )
-from deepgap.store.space import check_space
 from deepgap.store.scrub import redact_all  # noqa: F401  (re-exported: merge --redact)
+from deepgap.store.space import check_space
 from deepgap.store.tables import FEATURE_TABLES, TableSpec
 
 _RUN_RANK = {"running": 0, "interrupted": 1, "finished": 2}
@@ -119,8 +119,9 @@ def finish(store: Store, wal: bool, report: MergeReport) -> None:
     store.con.execute(f"PRAGMA journal_mode = {'WAL' if wal else 'DELETE'}")
 
 
-def merge_one(store: Store, path: str, report: MergeReport, runs: frozenset[str] | None = None,
-              label: str | None = None) -> None:
+def merge_one(
+    store: Store, path: str, report: MergeReport, runs: frozenset[str] | None = None, label: str | None = None
+) -> None:
     """Copy the runs of the store at ``path`` (of this schema version) into ``store`` in one transaction.
 
     ``label`` names the input in conflicts and errors (``path`` may be a migrated copy of it).
@@ -154,8 +155,9 @@ def merge_one(store: Store, path: str, report: MergeReport, runs: frozenset[str]
         con.execute("DETACH DATABASE src")
 
 
-def _copy_runs(con: sqlite3.Connection, path: str, report: MergeReport,
-               runs: frozenset[str] | None) -> set[str]:
+def _copy_runs(
+    con: sqlite3.Connection, path: str, report: MergeReport, runs: frozenset[str] | None
+) -> set[str]:
     """Copy new runs; returns the ids of runs that clash with a different run of the same id."""
     foreign: set[str] = set()
     types = column_types(con, "runs")
@@ -178,13 +180,16 @@ def _copy_runs(con: sqlite3.Connection, path: str, report: MergeReport,
             continue
         # the same run seen at two moments (e.g. a copy taken mid-sweep): keep the most finished state
         if _RUN_RANK.get(new["status"], 0) > _RUN_RANK.get(old["status"], 0):
-            con.execute("UPDATE main.runs SET status = ?, finished_at = ? WHERE run_id = ?",
-                        (new["status"], new["finished_at"], new["run_id"]))
+            con.execute(
+                "UPDATE main.runs SET status = ?, finished_at = ? WHERE run_id = ?",
+                (new["status"], new["finished_at"], new["run_id"]),
+            )
     return foreign
 
 
-def _copy_results(con: sqlite3.Connection, path: str, report: MergeReport, foreign: set[str],
-                  runs: frozenset[str] | None) -> None:
+def _copy_results(
+    con: sqlite3.Connection, path: str, report: MergeReport, foreign: set[str], runs: frozenset[str] | None
+) -> None:
     cols = [c for c in column_types(con, "results") if c != "result_id"]
     sel = ", ".join(cols)
     marks = ", ".join("?" for _ in cols)
@@ -197,8 +202,10 @@ def _copy_results(con: sqlite3.Connection, path: str, report: MergeReport, forei
             continue
         if runs is not None and values[key_run] not in runs:
             continue
-        mine = con.execute(f"SELECT {sel} FROM main.results WHERE run_id = ? AND config_key = ?",
-                           (values[key_run], values[key_cfg])).fetchone()
+        mine = con.execute(
+            f"SELECT {sel} FROM main.results WHERE run_id = ? AND config_key = ?",
+            (values[key_run], values[key_cfg]),
+        ).fetchone()
         if mine is not None:
             if tuple(mine) == tuple(values):
                 report.results_present += 1
@@ -206,8 +213,10 @@ def _copy_results(con: sqlite3.Connection, path: str, report: MergeReport, forei
                 report.conflicts.append(f"run {values[key_run]}: {_label(values[key_cfg])} differs in {path}")
             continue
         new_id = con.execute(f"INSERT INTO main.results ({sel}) VALUES ({marks})", values).lastrowid
-        con.execute("INSERT INTO main.samples SELECT ?, repeat, latencies_s FROM src.samples WHERE result_id = ?",
-                    (new_id, old_id))
+        con.execute(
+            "INSERT INTO main.samples SELECT ?, repeat, latencies_s FROM src.samples WHERE result_id = ?",
+            (new_id, old_id),
+        )
         report.telemetry_added += con.execute(
             "INSERT INTO main.telemetry SELECT run_id, ?, phase, t_s, data_json FROM src.telemetry WHERE result_id = ?",
             (new_id, old_id),
@@ -228,8 +237,10 @@ def _copy_declared(con: sqlite3.Connection, added_runs: set[str], label: str) ->
         missing = [c for c in cols if c not in have]
         if missing:
             what = f"lacks column {missing[0]}" if have else "is missing"
-            raise StoreDamagedError(f"{label} has a damaged schema (table {spec.name} {what}); nothing was merged",
-                                    check_hint(label))
+            raise StoreDamagedError(
+                f"{label} has a damaged schema (table {spec.name} {what}); nothing was merged",
+                check_hint(label),
+            )
         sel = ", ".join(cols)
         if spec.parent is None:
             con.execute(f"INSERT OR IGNORE INTO main.{spec.name} ({sel}) SELECT {sel} FROM src.{spec.name}")
@@ -248,17 +259,19 @@ def _copy_declared(con: sqlite3.Connection, added_runs: set[str], label: str) ->
                 mapped[vals[own]] = new_id
 
 
-def _rows_of_merged(con: sqlite3.Connection, spec: TableSpec, sel: str, added_runs: set[str],
-                    parent_ids: dict[int, int]) -> list[tuple]:
+def _rows_of_merged(
+    con: sqlite3.Connection, spec: TableSpec, sel: str, added_runs: set[str], parent_ids: dict[int, int]
+) -> list[tuple]:
     """The rows of ``spec`` in the attached input whose parent was merged."""
     key = spec.parent_key
     wanted = sorted(added_runs) if spec.parent == "runs" else sorted(parent_ids)
     out: list[tuple] = []
     for i in range(0, len(wanted), 500):  # SQLite's limit on bound parameters
-        chunk = wanted[i:i + 500]
+        chunk = wanted[i : i + 500]
         marks = ",".join("?" for _ in chunk)
-        out += con.execute(f"SELECT {sel} FROM src.{spec.name} WHERE {key} IN ({marks}) ORDER BY rowid",
-                           chunk).fetchall()
+        out += con.execute(
+            f"SELECT {sel} FROM src.{spec.name} WHERE {key} IN ({marks}) ORDER BY rowid", chunk
+        ).fetchall()
     return out
 
 
@@ -267,7 +280,8 @@ def _check_row(path: str, table: str, row: dict, types: dict) -> None:
     why = row_problem(row, types)
     if why:
         raise StoreDamagedError(
-            f"{path} has rows that cannot be decoded ({table}: {why}); nothing was merged", check_hint(path))
+            f"{path} has rows that cannot be decoded ({table}: {why}); nothing was merged", check_hint(path)
+        )
 
 
 def _label(key: str) -> str:

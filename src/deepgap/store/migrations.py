@@ -124,8 +124,9 @@ def _run_kind(con: sqlite3.Connection) -> None:
         kind = spec.get("kind")
         if isinstance(kind, str) and kind in RUN_KINDS:
             del spec["kind"]
-            con.execute("UPDATE runs SET kind = ?, spec_json = ? WHERE run_id = ?",
-                        (kind, json.dumps(spec), run_id))
+            con.execute(
+                "UPDATE runs SET kind = ?, spec_json = ? WHERE run_id = ?", (kind, json.dumps(spec), run_id)
+            )
             continue
         options = spec.get("options")
         if run_id in served or (isinstance(options, dict) and "serve" in options):

@@ -38,7 +38,7 @@ class PageFile:
         """Page ``n`` (1-based), or None past the end."""
         if n < 1 or n > self.pages:
             return None
-        return self.data[(n - 1) * self.page_size:n * self.page_size]
+        return self.data[(n - 1) * self.page_size : n * self.page_size]
 
 
 def open_file(path: str) -> PageFile | None:
@@ -90,13 +90,13 @@ def record(payload: bytes) -> list[object]:
             continue
         if 1 <= t <= 6:
             n = (1, 2, 3, 4, 6, 8)[t - 1]
-            out.append(int.from_bytes(payload[pos:pos + n], "big", signed=True))
+            out.append(int.from_bytes(payload[pos : pos + n], "big", signed=True))
         elif t == 7:
             n = 8
-            out.append(struct.unpack(">d", payload[pos:pos + 8])[0])
+            out.append(struct.unpack(">d", payload[pos : pos + 8])[0])
         elif t >= 12:
             n = (t - 12) // 2
-            raw = payload[pos:pos + n]
+            raw = payload[pos : pos + n]
             out.append(raw if t % 2 == 0 else decode_text(raw))
         else:
             raise ValueError(f"serial type {t} is reserved")
@@ -119,14 +119,14 @@ def _cells(pf: PageFile, n: int) -> tuple[int, list[int], int, bytes] | None:
     kind = page[h]
     if kind not in (_LEAF, _INTERIOR):
         return None
-    count = int.from_bytes(page[h + 3:h + 5], "big")
+    count = int.from_bytes(page[h + 3 : h + 5], "big")
     top = h + (12 if kind == _INTERIOR else 8)
     if top + 2 * count > pf.usable:
         return None
-    offs = [int.from_bytes(page[top + 2 * k:top + 2 * k + 2], "big") for k in range(count)]
+    offs = [int.from_bytes(page[top + 2 * k : top + 2 * k + 2], "big") for k in range(count)]
     if any(o < top + 2 * count or o >= pf.usable for o in offs):
         return None
-    right = int.from_bytes(page[h + 8:h + 12], "big") if kind == _INTERIOR else 0
+    right = int.from_bytes(page[h + 8 : h + 12], "big") if kind == _INTERIOR else 0
     return kind, offs, right, page
 
 
@@ -142,9 +142,9 @@ def _payload(pf: PageFile, page: bytes, off: int, chain: set[int]) -> tuple[int,
         m = ((u - 12) * 32 // 255) - 23
         k = m + (size - m) % (u - 4)
         local = k if k <= x else m
-    body = bytearray(page[i:i + local])
+    body = bytearray(page[i : i + local])
     if local < size:
-        nxt = int.from_bytes(page[i + local:i + local + 4], "big")
+        nxt = int.from_bytes(page[i + local : i + local + 4], "big")
         seen = set()
         while nxt and len(body) < size:
             ov = pf.page(nxt)
@@ -188,7 +188,7 @@ def tree_leaves(pf: PageFile, root: int, seen: set[int]) -> list[int]:
         if kind == _LEAF:
             leaves.append(n)
             continue
-        stack += [int.from_bytes(page[o:o + 4], "big") for o in offs] + [right]
+        stack += [int.from_bytes(page[o : o + 4], "big") for o in offs] + [right]
     return leaves
 
 
@@ -204,13 +204,14 @@ def freelist(pf: PageFile) -> set[int]:
         count = int.from_bytes(page[4:8], "big")
         if count > (pf.usable - 8) // 4:
             break
-        out |= {int.from_bytes(page[8 + 4 * k:12 + 4 * k], "big") for k in range(count)}
+        out |= {int.from_bytes(page[8 + 4 * k : 12 + 4 * k], "big") for k in range(count)}
         trunk = int.from_bytes(page[:4], "big")
     return out
 
 
-def rows_by_table(pf: PageFile, roots: dict[str, int],
-                  widths: dict[str, int]) -> dict[str, dict[int, list[object]]]:
+def rows_by_table(
+    pf: PageFile, roots: dict[str, int], widths: dict[str, int]
+) -> dict[str, dict[int, list[object]]]:
     """Table → rowid → values: each table's tree, then orphaned leaves by column count (``widths``).
 
     An orphan goes to the one table of its width, and only adds rowids its tree did not give.

@@ -21,8 +21,13 @@ import stat
 from deepgap.errors import UsageError
 
 STDOUT = "-"  # ``-o -``: write to standard output
-_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a directory"),
+)
 
 
 def shown(path: str) -> str:
@@ -35,8 +40,10 @@ def check_encoding(path: str, what: str) -> None:
     try:
         os.fspath(path).encode("utf-8")
     except UnicodeEncodeError:
-        raise UsageError(f"{what} path '{shown(path)}' is not valid UTF-8",
-                         "rename the file or folder to a UTF-8 name, or pass another path") from None
+        raise UsageError(
+            f"{what} path '{shown(path)}' is not valid UTF-8",
+            "rename the file or folder to a UTF-8 name, or pass another path",
+        ) from None
 
 
 def check_length(path: str, what: str) -> None:
@@ -52,8 +59,11 @@ def check_length(path: str, what: str) -> None:
         name_max, path_max = 255, 4096
     longest = max((len(part) for part in full.split(b"/")), default=0)
     if longest > name_max or len(full) >= path_max:
-        raise UsageError(f"{what} path is too long ({len(full)} bytes, a name of {longest}; the limits here "
-                         f"are {path_max} and {name_max})", "pass a shorter path")
+        raise UsageError(
+            f"{what} path is too long ({len(full)} bytes, a name of {longest}; the limits here "
+            f"are {path_max} and {name_max})",
+            "pass a shorter path",
+        )
 
 
 _SYSTEM = ("/dev/", "/proc/", "/sys/")
@@ -87,8 +97,10 @@ def check_store_path(path: str) -> None:
     check_length(path, "store")
     kind = kind_of(path)
     if kind and kind != "a directory":  # the store's own check words a directory
-        raise UsageError(f"store path {shown(path)} is {kind}, not a store file",
-                         "pass the path of a .sqlite file (a new one is created)")
+        raise UsageError(
+            f"store path {shown(path)} is {kind}, not a store file",
+            "pass the path of a .sqlite file (a new one is created)",
+        )
 
 
 def check_output_path(path: str, what: str = "output", stdout_ok: bool = True) -> None:
@@ -96,8 +108,10 @@ def check_output_path(path: str, what: str = "output", stdout_ok: bool = True) -
     if path == STDOUT:
         if stdout_ok:
             return
-        raise UsageError(f"the {what} cannot go to stdout (-o -): it writes several files",
-                         "pass a file name, e.g. -o report.html")
+        raise UsageError(
+            f"the {what} cannot go to stdout (-o -): it writes several files",
+            "pass a file name, e.g. -o report.html",
+        )
     check_encoding(path, what)
     check_length(path, what)
     kind = kind_of(path)

@@ -62,8 +62,11 @@ class Recovery:
 
     def lines(self) -> list[str]:
         """Per table: rows kept and lost."""
-        return [f"  {t}: {self.saved[t]} kept, {self.lost.get(t, 0)} lost" for t in self.saved
-                if t in CORE or self.saved[t] or self.lost.get(t)]
+        return [
+            f"  {t}: {self.saved[t]} kept, {self.lost.get(t, 0)} lost"
+            for t in self.saved
+            if t in CORE or self.saved[t] or self.lost.get(t)
+        ]
 
 
 @dataclass
@@ -87,8 +90,10 @@ def recover(path: str, output: str) -> Recovery:
     check_path(output)
     folder = os.path.dirname(os.path.abspath(output))
     os.makedirs(folder, exist_ok=True)
-    with writelock.exclusive(output, "recover into"), \
-            tempfile.TemporaryDirectory(prefix=".deepgap-recover-", dir=folder) as work:
+    with (
+        writelock.exclusive(output, "recover into"),
+        tempfile.TemporaryDirectory(prefix=".deepgap-recover-", dir=folder) as work,
+    ):
         copy = os.path.join(work, "damaged.sqlite")
         with writelock.exclusive(path, "recover", optional=True):  # no writer changes it while copied
             shutil.copyfile(path, copy)
@@ -97,9 +102,10 @@ def recover(path: str, output: str) -> Recovery:
         src = read(copy, work)
         found = sum(len(r) for r in src.rows.values())
         if not found:
-            raise StoreDamagedError(f"nothing in {path} could be recovered: no readable row in any table",
-                                    "nothing was written; a copy of the store taken before the damage is "
-                                    "the only way back")
+            raise StoreDamagedError(
+                f"nothing in {path} could be recovered: no readable row in any table",
+                "nothing was written; a copy of the store taken before the damage is the only way back",
+            )
         tmp = os.path.join(work, "recovered.sqlite")
         rec = Recovery(output=output, method=", ".join(src.notes) or "SQLite reads")
         dst = _new_store_at(tmp, src.version)
@@ -110,7 +116,9 @@ def recover(path: str, output: str) -> Recovery:
         if not sum(rec.saved.values()):
             raise StoreDamagedError(
                 f"nothing in {path} could be recovered: {found} row(s) found, none usable "
-                "(their runs are lost or they do not decode)", "nothing was written")
+                "(their runs are lost or they do not decode)",
+                "nothing was written",
+            )
         store = Store(tmp)  # the steps after the source's version, on the recovered rows
         try:
             store.con.execute("PRAGMA journal_mode = DELETE")  # one self-contained file to move
@@ -172,8 +180,10 @@ def _sql_rows(copy: str, src: Source) -> None:
     """Every table's rows through SQLite, columns under their own names (damaged ones by position)."""
     try:
         con = _open(copy)
-        tables = con.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table' AND sql IS NOT NULL "
-                             "AND name NOT LIKE 'sqlite_%' AND name != 'lost_and_found'").fetchall()
+        tables = con.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'table' AND sql IS NOT NULL "
+            "AND name NOT LIKE 'sqlite_%' AND name != 'lost_and_found'"
+        ).fetchall()
     except (StoreError, sqlite3.DatabaseError):
         return
     ref = reference(src.version)
@@ -204,8 +214,12 @@ def _page_rows(copy: str, src: Source) -> int:
     try:
         con = _open(copy)
         try:
-            roots = {str(n): int(p) for n, p in con.execute(
-                "SELECT name, rootpage FROM sqlite_master WHERE type = 'table' AND rootpage > 0").fetchall()}
+            roots = {
+                str(n): int(p)
+                for n, p in con.execute(
+                    "SELECT name, rootpage FROM sqlite_master WHERE type = 'table' AND rootpage > 0"
+                ).fetchall()
+            }
         finally:
             con.close()
     except (StoreError, sqlite3.DatabaseError, TypeError, ValueError):

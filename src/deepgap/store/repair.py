@@ -33,8 +33,14 @@ def repair_header(copy: str) -> bool:
         raw = int.from_bytes(head[16:18], "big")
         page = 65536 if raw == 1 else raw
         if not _page_fits(head, page, size, fh):
-            page = next((p for p in (4096, 1024, 2048, 8192, 16384, 32768, 65536, 512)
-                         if _page_fits(head, p, size, fh)), page)
+            page = next(
+                (
+                    p
+                    for p in (4096, 1024, 2048, 8192, 16384, 32768, 65536, 512)
+                    if _page_fits(head, p, size, fh)
+                ),
+                page,
+            )
         new[16:18] = (1 if page == 65536 else page).to_bytes(2, "big")
         if new[18] not in (1, 2) or new[19] not in (1, 2):
             new[18] = new[19] = 2 if os.path.exists(copy + "-wal") else 1
@@ -65,7 +71,7 @@ def _page_fits(head: bytes, page: int, size: int, fh) -> bool:
         return False
     count = int.from_bytes(first[103:105], "big")
     top = 100 + (12 if kind == 0x05 else 8)
-    offs = [int.from_bytes(first[top + 2 * k:top + 2 * k + 2], "big") for k in range(count)]
+    offs = [int.from_bytes(first[top + 2 * k : top + 2 * k + 2], "big") for k in range(count)]
     return top + 2 * count <= page and all(top + 2 * count <= o < page for o in offs)
 
 
@@ -120,8 +126,10 @@ def repair_schema(copy: str, at: int) -> list[str]:
             new_name = renamed.get(str(name), str(name))
             core_damaged = new_name in CORE and sql != ref.get(new_name)  # deepgap wrote exactly these
             if kind == "table" and (new_name != name or core_damaged or not _parses(sql)) and new_name in ref:
-                con.execute("UPDATE sqlite_master SET name = ?, tbl_name = ?, sql = ? WHERE rowid = ?",
-                            (new_name, new_name, ref[new_name], rowid))
+                con.execute(
+                    "UPDATE sqlite_master SET name = ?, tbl_name = ?, sql = ? WHERE rowid = ?",
+                    (new_name, new_name, ref[new_name], rowid),
+                )
                 fixed.append(f"table {new_name}")
             elif kind == "index" and sql is not None and not _parses(sql):
                 con.execute("DELETE FROM sqlite_master WHERE rowid = ?", (rowid,))

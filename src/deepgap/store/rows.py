@@ -72,8 +72,13 @@ class TableAccess:
 
     con: sqlite3.Connection
 
-    def insert(self, table: TableSpec | str, rows: Iterable[Mapping[str, Any]], replace: bool = False,
-               ids: bool = True) -> list[int]:
+    def insert(
+        self,
+        table: TableSpec | str,
+        rows: Iterable[Mapping[str, Any]],
+        replace: bool = False,
+        ids: bool = True,
+    ) -> list[int]:
         """Insert ``rows`` (dicts of declared columns; absent ones take their default) in one transaction.
 
         Returns the new row ids in order (``ids=False``: none, and rows of the same columns go to SQLite
@@ -99,8 +104,9 @@ class TableAccess:
         return out
 
     @staticmethod
-    def _flush(con: sqlite3.Connection, verb: str, spec: TableSpec, cols: list[str],
-               batch: list[list[Any]]) -> int | None:
+    def _flush(
+        con: sqlite3.Connection, verb: str, spec: TableSpec, cols: list[str], batch: list[list[Any]]
+    ) -> int | None:
         if not batch:
             return None
         sql = f"{verb} INTO {spec.name} ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})"
@@ -109,8 +115,9 @@ class TableAccess:
         con.executemany(sql, batch)
         return None
 
-    def select(self, table: TableSpec | str, where: Where | None = None,
-               order: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    def select(
+        self, table: TableSpec | str, where: Where | None = None, order: Iterable[str] | None = None
+    ) -> list[dict[str, Any]]:
         """Rows of ``table`` as dicts of every declared column."""
         spec = spec_of(table)
         clause, args = _where(spec, where)
@@ -118,15 +125,17 @@ class TableAccess:
         cur = self.con.execute(sql, args)
         return [dict(zip(spec.names, r, strict=True)) for r in cur.fetchall()]
 
-    def table_frame(self, table: TableSpec | str, where: Where | None = None,
-                    order: Iterable[str] | None = None) -> pd.DataFrame:
+    def table_frame(
+        self, table: TableSpec | str, where: Where | None = None, order: Iterable[str] | None = None
+    ) -> pd.DataFrame:
         """`select` as a DataFrame with every declared column (also when no row matches)."""
         import pandas as pd
 
         spec = spec_of(table)
         rows = self.select(spec, where, order)
-        return pd.DataFrame.from_records([tuple(r.values()) for r in rows], columns=spec.names,
-                                         coerce_float=True)
+        return pd.DataFrame.from_records(
+            [tuple(r.values()) for r in rows], columns=spec.names, coerce_float=True
+        )
 
     def count(self, table: TableSpec | str, where: Where | None = None) -> int:
         """How many rows of ``table`` match ``where``."""

@@ -30,8 +30,11 @@ def redact_all(store: Store) -> None:
     con, red = store.con, current()
     con.execute("PRAGMA secure_delete = ON")  # the replaced names must not linger in freed pages
     con.execute("BEGIN IMMEDIATE")
-    tables = [n for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
-              if n not in _SKIP and not n.startswith("sqlite_")]
+    tables = [
+        n
+        for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+        if n not in _SKIP and not n.startswith("sqlite_")
+    ]
     columns = {t: column_types(con, t) for t in tables}
     for t in tables:  # learn every identifier before rewriting any text
         for col in columns[t]:
@@ -48,6 +51,7 @@ def redact_all(store: Store) -> None:
             if low in REDACT_KEYS:
                 new = red.token
             elif low.endswith("_json"):
+
                 def new(text):
                     data = _load(text)
                     return text if data is None else json.dumps(red.tree(data), default=str)

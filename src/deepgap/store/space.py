@@ -40,7 +40,8 @@ def full_error(path: str) -> StoreFullError:
         f"the disk holding {path} is full ({free // 1024} KiB free); the store is not damaged "
         "and keeps everything stored before",
         "free disk space (at least 1 MiB), then run this again "
-        "(`deepgap run --resume` continues an interrupted run)")
+        "(`deepgap run --resume` continues an interrupted run)",
+    )
 
 
 def check_space(path: str) -> None:

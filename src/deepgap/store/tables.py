@@ -30,8 +30,11 @@ class Column:
     default: str | None = None
 
     def sql(self) -> str:  # noqa: D102
-        return (f"{self.name} {self.type}" + (" NOT NULL" if self.not_null else "")
-                + (f" DEFAULT {self.default}" if self.default is not None else ""))
+        return (
+            f"{self.name} {self.type}"
+            + (" NOT NULL" if self.not_null else "")
+            + (f" DEFAULT {self.default}" if self.default is not None else "")
+        )
 
 
 def col(text: str) -> Column:
@@ -100,65 +103,229 @@ def _t(name: str, columns: list[str], **kw) -> TableSpec:
 RUN_KINDS = ("sweep", "fleet", "serve", "profile", "peaks")
 
 # --- serving (deepgap.serving.storage) ------------------------------------------------------------
-SERVE_RUNS = _t("serve_runs", [
-    "serve_id INTEGER", "run_id TEXT", "tenant TEXT", "scenario TEXT", "purpose TEXT", "phase TEXT",
-    "model TEXT", "engine TEXT", "precision TEXT", "device TEXT", "memory_format TEXT",
-    "resolution INTEGER", "max_batch INTEGER", "max_delay_s REAL", "target_qps REAL", "arrival TEXT",
-    "seed INTEGER", "status TEXT", "reason TEXT", "n INTEGER", "n_planned INTEGER", "duration_s REAL",
-    "achieved_qps REAL", "latency_mean_s REAL", "latency_p50_s REAL", "latency_p90_s REAL",
-    "latency_p95_s REAL", "latency_p99_s REAL", "latency_max_s REAL", "queue_mean_s REAL",
-    "queue_p99_s REAL", "h2d_mean_s REAL", "compute_mean_s REAL", "d2h_mean_s REAL", "other_mean_s REAL",
-    "mean_batch REAL", "slo_s REAL", "n_over_slo INTEGER", "verdict TEXT", "stopped TEXT",
-    "predicted_qps REAL", "predicted_mean_s REAL", "predicted_p90_s REAL", "predicted_p99_s REAL",
-    "extra_json TEXT",
-], key=("serve_id",), parent_key="run_id", parent="runs", index=("serve_runs_by_run", "run_id"))
-SERVE_REQUESTS = _t("serve_requests", [
-    "serve_id INTEGER NOT NULL", "idx INTEGER NOT NULL", "arrival_s REAL", "dispatch_s REAL", "done_s REAL",
-    "batch INTEGER", "queue_s REAL", "h2d_s REAL", "compute_s REAL", "d2h_s REAL", "latency_s REAL",
-], key=("serve_id", "idx"), parent_key="serve_id", parent="serve_runs")
-SERVE_CURVES = _t("serve_curves", [
-    "run_id TEXT NOT NULL", "tenant TEXT NOT NULL", "model TEXT", "engine TEXT", "precision TEXT",
-    "device TEXT", "memory_format TEXT", "resolution INTEGER", "batch_size INTEGER NOT NULL",
-    "latency_median_s REAL", "n INTEGER", "h2d_mean_s REAL", "compute_mean_s REAL", "d2h_mean_s REAL",
-    "samples_s BLOB", "extra_json TEXT",
-], key=("run_id", "tenant", "batch_size"), parent_key="run_id", parent="runs")
-CAPACITY = _t("capacity", [
-    "capacity_id INTEGER", "run_id TEXT", "tenant TEXT", "source TEXT", "model TEXT", "engine TEXT",
-    "precision TEXT", "device TEXT", "device_name TEXT", "memory_format TEXT", "resolution INTEGER",
-    "slo_s REAL", "percentile REAL", "confidence REAL", "max_batch INTEGER", "max_delay_s REAL",
-    "capacity_qps REAL", "upper_qps REAL", "predicted_qps REAL", "n_probes INTEGER", "note TEXT",
-    "extra_json TEXT",
-], key=("capacity_id",), parent_key="run_id", parent="runs")
+SERVE_RUNS = _t(
+    "serve_runs",
+    [
+        "serve_id INTEGER",
+        "run_id TEXT",
+        "tenant TEXT",
+        "scenario TEXT",
+        "purpose TEXT",
+        "phase TEXT",
+        "model TEXT",
+        "engine TEXT",
+        "precision TEXT",
+        "device TEXT",
+        "memory_format TEXT",
+        "resolution INTEGER",
+        "max_batch INTEGER",
+        "max_delay_s REAL",
+        "target_qps REAL",
+        "arrival TEXT",
+        "seed INTEGER",
+        "status TEXT",
+        "reason TEXT",
+        "n INTEGER",
+        "n_planned INTEGER",
+        "duration_s REAL",
+        "achieved_qps REAL",
+        "latency_mean_s REAL",
+        "latency_p50_s REAL",
+        "latency_p90_s REAL",
+        "latency_p95_s REAL",
+        "latency_p99_s REAL",
+        "latency_max_s REAL",
+        "queue_mean_s REAL",
+        "queue_p99_s REAL",
+        "h2d_mean_s REAL",
+        "compute_mean_s REAL",
+        "d2h_mean_s REAL",
+        "other_mean_s REAL",
+        "mean_batch REAL",
+        "slo_s REAL",
+        "n_over_slo INTEGER",
+        "verdict TEXT",
+        "stopped TEXT",
+        "predicted_qps REAL",
+        "predicted_mean_s REAL",
+        "predicted_p90_s REAL",
+        "predicted_p99_s REAL",
+        "extra_json TEXT",
+    ],
+    key=("serve_id",),
+    parent_key="run_id",
+    parent="runs",
+    index=("serve_runs_by_run", "run_id"),
+)
+SERVE_REQUESTS = _t(
+    "serve_requests",
+    [
+        "serve_id INTEGER NOT NULL",
+        "idx INTEGER NOT NULL",
+        "arrival_s REAL",
+        "dispatch_s REAL",
+        "done_s REAL",
+        "batch INTEGER",
+        "queue_s REAL",
+        "h2d_s REAL",
+        "compute_s REAL",
+        "d2h_s REAL",
+        "latency_s REAL",
+    ],
+    key=("serve_id", "idx"),
+    parent_key="serve_id",
+    parent="serve_runs",
+)
+SERVE_CURVES = _t(
+    "serve_curves",
+    [
+        "run_id TEXT NOT NULL",
+        "tenant TEXT NOT NULL",
+        "model TEXT",
+        "engine TEXT",
+        "precision TEXT",
+        "device TEXT",
+        "memory_format TEXT",
+        "resolution INTEGER",
+        "batch_size INTEGER NOT NULL",
+        "latency_median_s REAL",
+        "n INTEGER",
+        "h2d_mean_s REAL",
+        "compute_mean_s REAL",
+        "d2h_mean_s REAL",
+        "samples_s BLOB",
+        "extra_json TEXT",
+    ],
+    key=("run_id", "tenant", "batch_size"),
+    parent_key="run_id",
+    parent="runs",
+)
+CAPACITY = _t(
+    "capacity",
+    [
+        "capacity_id INTEGER",
+        "run_id TEXT",
+        "tenant TEXT",
+        "source TEXT",
+        "model TEXT",
+        "engine TEXT",
+        "precision TEXT",
+        "device TEXT",
+        "device_name TEXT",
+        "memory_format TEXT",
+        "resolution INTEGER",
+        "slo_s REAL",
+        "percentile REAL",
+        "confidence REAL",
+        "max_batch INTEGER",
+        "max_delay_s REAL",
+        "capacity_qps REAL",
+        "upper_qps REAL",
+        "predicted_qps REAL",
+        "n_probes INTEGER",
+        "note TEXT",
+        "extra_json TEXT",
+    ],
+    key=("capacity_id",),
+    parent_key="run_id",
+    parent="runs",
+)
 # --- roofline (deepgap.roofline.storage) ----------------------------------------------------------
-ROOFLINE_PEAKS = _t("roofline_peaks", [
-    "run_id TEXT NOT NULL", "name TEXT NOT NULL", "kind TEXT NOT NULL", "value REAL", "unit TEXT NOT NULL",
-    "status TEXT NOT NULL", "reason TEXT NOT NULL", "details_json TEXT NOT NULL DEFAULT '{}'",
-], key=("run_id", "name"), parent_key="run_id", parent="runs")
-ROOFLINE_PROFILES = _t("roofline_profiles", [
-    "profile_id INTEGER", "run_id TEXT NOT NULL", "model TEXT NOT NULL", "mode TEXT NOT NULL",
-    "precision TEXT NOT NULL", "batch_size INTEGER NOT NULL", "resolution INTEGER", "device TEXT NOT NULL",
-    "memory_format TEXT NOT NULL", "status TEXT NOT NULL", "reason TEXT NOT NULL",
-    "step_time_median_s REAL", "n_steps INTEGER", "throughput_ips REAL", "flops_per_step REAL",
-    "bytes_per_step REAL", "min_bytes_per_step REAL", "achieved_tflops REAL", "profiled_steps INTEGER",
-    "kernel_time_per_step_s REAL", "attributed_flops_per_step REAL", "ncu_status TEXT", "ncu_reason TEXT",
-    "started_at REAL", "duration_s REAL", "step_times_json TEXT NOT NULL DEFAULT '[]'",
-    "cost_json TEXT NOT NULL DEFAULT '{}'", "ncu_json TEXT NOT NULL DEFAULT '{}'",
-    "extra_json TEXT NOT NULL DEFAULT '{}'",
-], key=("profile_id",), parent_key="run_id", parent="runs")
-ROOFLINE_KERNELS = _t("roofline_kernels", [
-    "profile_id INTEGER NOT NULL", "source TEXT NOT NULL", "name TEXT NOT NULL", "short_name TEXT NOT NULL",
-    "cluster TEXT NOT NULL", "launches_per_step REAL", "time_per_step_s REAL", "flops_per_step REAL",
-    "ew_flops_per_step REAL", "bytes_per_step REAL", "ops TEXT NOT NULL DEFAULT ''",
-    "metrics_json TEXT NOT NULL DEFAULT '{}'",
-], parent_key="profile_id", parent="roofline_profiles", index=("roofline_kernels_by_profile", "profile_id"))
-ROOFLINE_MODEL_COSTS = _t("roofline_model_costs", [
-    "model TEXT NOT NULL", "resolution INTEGER NOT NULL", "mode TEXT NOT NULL", "flops_per_image REAL",
-    "params INTEGER", "cost_json TEXT NOT NULL",
-], key=("model", "resolution", "mode"))
+ROOFLINE_PEAKS = _t(
+    "roofline_peaks",
+    [
+        "run_id TEXT NOT NULL",
+        "name TEXT NOT NULL",
+        "kind TEXT NOT NULL",
+        "value REAL",
+        "unit TEXT NOT NULL",
+        "status TEXT NOT NULL",
+        "reason TEXT NOT NULL",
+        "details_json TEXT NOT NULL DEFAULT '{}'",
+    ],
+    key=("run_id", "name"),
+    parent_key="run_id",
+    parent="runs",
+)
+ROOFLINE_PROFILES = _t(
+    "roofline_profiles",
+    [
+        "profile_id INTEGER",
+        "run_id TEXT NOT NULL",
+        "model TEXT NOT NULL",
+        "mode TEXT NOT NULL",
+        "precision TEXT NOT NULL",
+        "batch_size INTEGER NOT NULL",
+        "resolution INTEGER",
+        "device TEXT NOT NULL",
+        "memory_format TEXT NOT NULL",
+        "status TEXT NOT NULL",
+        "reason TEXT NOT NULL",
+        "step_time_median_s REAL",
+        "n_steps INTEGER",
+        "throughput_ips REAL",
+        "flops_per_step REAL",
+        "bytes_per_step REAL",
+        "min_bytes_per_step REAL",
+        "achieved_tflops REAL",
+        "profiled_steps INTEGER",
+        "kernel_time_per_step_s REAL",
+        "attributed_flops_per_step REAL",
+        "ncu_status TEXT",
+        "ncu_reason TEXT",
+        "started_at REAL",
+        "duration_s REAL",
+        "step_times_json TEXT NOT NULL DEFAULT '[]'",
+        "cost_json TEXT NOT NULL DEFAULT '{}'",
+        "ncu_json TEXT NOT NULL DEFAULT '{}'",
+        "extra_json TEXT NOT NULL DEFAULT '{}'",
+    ],
+    key=("profile_id",),
+    parent_key="run_id",
+    parent="runs",
+)
+ROOFLINE_KERNELS = _t(
+    "roofline_kernels",
+    [
+        "profile_id INTEGER NOT NULL",
+        "source TEXT NOT NULL",
+        "name TEXT NOT NULL",
+        "short_name TEXT NOT NULL",
+        "cluster TEXT NOT NULL",
+        "launches_per_step REAL",
+        "time_per_step_s REAL",
+        "flops_per_step REAL",
+        "ew_flops_per_step REAL",
+        "bytes_per_step REAL",
+        "ops TEXT NOT NULL DEFAULT ''",
+        "metrics_json TEXT NOT NULL DEFAULT '{}'",
+    ],
+    parent_key="profile_id",
+    parent="roofline_profiles",
+    index=("roofline_kernels_by_profile", "profile_id"),
+)
+ROOFLINE_MODEL_COSTS = _t(
+    "roofline_model_costs",
+    [
+        "model TEXT NOT NULL",
+        "resolution INTEGER NOT NULL",
+        "mode TEXT NOT NULL",
+        "flops_per_image REAL",
+        "params INTEGER",
+        "cost_json TEXT NOT NULL",
+    ],
+    key=("model", "resolution", "mode"),
+)
 
 # parents before children: the order tables are created, merged and copied in
 FEATURE_TABLES: tuple[TableSpec, ...] = (
-    SERVE_RUNS, SERVE_REQUESTS, SERVE_CURVES, CAPACITY,
-    ROOFLINE_PEAKS, ROOFLINE_PROFILES, ROOFLINE_KERNELS, ROOFLINE_MODEL_COSTS,
+    SERVE_RUNS,
+    SERVE_REQUESTS,
+    SERVE_CURVES,
+    CAPACITY,
+    ROOFLINE_PEAKS,
+    ROOFLINE_PROFILES,
+    ROOFLINE_KERNELS,
+    ROOFLINE_MODEL_COSTS,
 )
 TABLES = {t.name: t for t in FEATURE_TABLES}

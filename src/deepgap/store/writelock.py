@@ -101,8 +101,9 @@ def this_command() -> str:
     return shlex.join(argv)[:200]
 
 
-def acquire(store: str, exclusive: bool, what: str, wait_s: float | None = None,
-            optional: bool = False) -> Lock:
+def acquire(
+    store: str, exclusive: bool, what: str, wait_s: float | None = None, optional: bool = False
+) -> Lock:
     """Take the lock of ``store`` (waiting up to ``wait_s``, default `WAIT_S`), or a `StoreError`.
 
     ``what``: the action, for the refusal ("merge into", "write to" …). ``optional``: where no lock
@@ -188,14 +189,25 @@ def refusal(store: str, what: str) -> StoreError:
     hs = holders(store)
     who = "; ".join(h.describe() for h in hs) if hs else "another process"
     writing = "being rewritten" if any(h.mode == "exclusive" for h in hs) else "being written"
-    return StoreError(f"cannot {what} {store}: it is {writing} by {who}",
-                      "wait until that command finishes (or stop it), then run this again")
+    return StoreError(
+        f"cannot {what} {store}: it is {writing} by {who}",
+        "wait until that command finishes (or stop it), then run this again",
+    )
 
 
 def _note(fd: int, exclusive: bool) -> None:
     """Append this holder's line (the exclusive holder starts the file afresh)."""
-    line = json.dumps({"pid": os.getpid(), "mode": "exclusive" if exclusive else "shared",
-                       "since": time.time(), "command": this_command()}) + "\n"
+    line = (
+        json.dumps(
+            {
+                "pid": os.getpid(),
+                "mode": "exclusive" if exclusive else "shared",
+                "since": time.time(),
+                "command": this_command(),
+            }
+        )
+        + "\n"
+    )
     with contextlib.suppress(OSError):  # a full disk: the lock holds all the same, unnamed
         if exclusive:
             os.ftruncate(fd, 0)
@@ -222,10 +234,14 @@ def _alive(pid: int) -> bool:
 
 def _cannot(store: str, path: str, exc: OSError) -> StoreError:
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return StoreFullError(f"the disk holding {store} is full (cannot create its lock file {path})",
-                              "free disk space, then run this again")
-    return StoreError(f"cannot lock {store} for writing: {path}: {exc.strerror}",
-                      "pass a store in a folder you can write to")
+        return StoreFullError(
+            f"the disk holding {store} is full (cannot create its lock file {path})",
+            "free disk space, then run this again",
+        )
+    return StoreError(
+        f"cannot lock {store} for writing: {path}: {exc.strerror}",
+        "pass a store in a folder you can write to",
+    )
 
 
 def remove_new_logs(store: str, created: list[str]) -> None:

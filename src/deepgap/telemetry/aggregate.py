@@ -55,7 +55,8 @@ def busy(s: TelemetrySample) -> bool:
 
 
 def window_energy(
-    marks: Sequence[EnergyMark], range_j: float | None,
+    marks: Sequence[EnergyMark],
+    range_j: float | None,
 ) -> tuple[float | None, float, float, int, list[str]]:
     """Counter energy over the windows whose two readings are usable.
 
@@ -79,10 +80,17 @@ def window_energy(
 
 
 def summarize(
-    samples: Sequence[tuple[str, TelemetrySample]], marks: Sequence[EnergyMark], *, backend: str,
-    range_j: float | None = None, throughput_pipelined_ips: float | None = None,
-    idle_power_w: float | None = None, ref_sm_clock_mhz: float | None = None, clock_tolerance: float = 0.1,
-    unavailable: dict[str, str] | None = None, settings: dict[str, Any] | None = None,
+    samples: Sequence[tuple[str, TelemetrySample]],
+    marks: Sequence[EnergyMark],
+    *,
+    backend: str,
+    range_j: float | None = None,
+    throughput_pipelined_ips: float | None = None,
+    idle_power_w: float | None = None,
+    ref_sm_clock_mhz: float | None = None,
+    clock_tolerance: float = 0.1,
+    unavailable: dict[str, str] | None = None,
+    settings: dict[str, Any] | None = None,
 ) -> TelemetryWindow:
     """Aggregate one configuration.
 
@@ -129,7 +137,11 @@ def summarize(
             energy, w.energy_source = None, "unavailable: no energy window was measured"
         else:
             energy = None
-            why = w.unavailable.get("energy_j") or w.unavailable.get("power_w") or "no energy counter or power reading"
+            why = (
+                w.unavailable.get("energy_j")
+                or w.unavailable.get("power_w")
+                or "no energy counter or power reading"
+            )
             w.energy_source = why if why.startswith("unavailable:") else f"unavailable: {why}"
     if marks and energy is not None and work_s > 0:
         w.energy_j, w.energy_window_s = energy, work_s

@@ -209,4 +209,3 @@ def counter_delta(e0_j: float | None, e1_j: float | None, range_j: float | None)
     if range_j:
         return d + range_j, "wrap"
     return None, "reset"
-

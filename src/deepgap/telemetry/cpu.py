@@ -40,8 +40,11 @@ class CpuBackend:
     energy_counter_range_j: float | None = None  # unwrapped per package inside the backend
 
     def __init__(
-        self, powercap_root: str = "/sys/class/powercap", cpu_root: str = "/sys/devices/system/cpu",
-        psutil_module: Any = None, clock: Callable[[], float] = time.time,
+        self,
+        powercap_root: str = "/sys/class/powercap",
+        cpu_root: str = "/sys/devices/system/cpu",
+        psutil_module: Any = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         """Find the RAPL packages and psutil.
 
@@ -58,8 +61,9 @@ class CpuBackend:
         self._last_raw: dict[str, float] = {}
         self._total_j = 0.0
         self._prev: tuple[float, float] | None = None  # (monotonic s, total J) at the previous read()
-        self._throttle_paths = sorted(glob.glob(os.path.join(cpu_root, "cpu*", "thermal_throttle",
-                                                             "package_throttle_count")))
+        self._throttle_paths = sorted(
+            glob.glob(os.path.join(cpu_root, "cpu*", "thermal_throttle", "package_throttle_count"))
+        )
         self._throttle_prev: float | None = None
         self._find_rapl(powercap_root)
         self.has_energy_counter = bool(self._domains) and self.read_energy_j() is not None
@@ -106,7 +110,8 @@ class CpuBackend:
                     raws[path] = _read_number(path) * 1e-6
                 except PermissionError:
                     self.unavailable["energy_j"] = (
-                        f"unavailable: {path} is not readable (RAPL is root-only since Linux 5.10)")
+                        f"unavailable: {path} is not readable (RAPL is root-only since Linux 5.10)"
+                    )
                     return None
                 except (OSError, ValueError) as exc:
                     self.unavailable["energy_j"] = f"unavailable: cannot read {path} ({exc})"
@@ -166,16 +171,25 @@ class CpuBackend:
             temp = self._temperature()
             used = int(self.ps.virtual_memory().used)
         return TelemetrySample(
-            t_s=t, power_w=power, energy_j=energy, temp_c=temp, sm_clock_mhz=freq, util_pct=util,
-            mem_used_bytes=used, clocks_event_reasons=self._throttle_reasons(),
+            t_s=t,
+            power_w=power,
+            energy_j=energy,
+            temp_c=temp,
+            sm_clock_mhz=freq,
+            util_pct=util,
+            mem_used_bytes=used,
+            clocks_event_reasons=self._throttle_reasons(),
         )
 
     def settings(self) -> dict[str, Any]:
         """Read-only: CPU model, logical cores, frequency limits, RAPL packages found."""
         from deepgap.envinfo import cpu_model
 
-        out: dict[str, Any] = {"cpu_name": cpu_model(), "logical_cpus": os.cpu_count(),
-                               "rapl_packages": len(self._domains)}
+        out: dict[str, Any] = {
+            "cpu_name": cpu_model(),
+            "logical_cpus": os.cpu_count(),
+            "rapl_packages": len(self._domains),
+        }
         if self.ps is not None:
             f = self.ps.cpu_freq()
             if f is not None:

@@ -26,9 +26,13 @@ class FakeBackend:
     """A scripted `Backend`."""
 
     def __init__(
-        self, trace: Sequence[dict[str, Any]] | Callable[[float], dict[str, Any]], *,
-        energy_counter_range_j: float | None = None, fail_after: int | None = None,
-        settings: dict[str, Any] | None = None, clock: Callable[[], float] = time.time,
+        self,
+        trace: Sequence[dict[str, Any]] | Callable[[float], dict[str, Any]],
+        *,
+        energy_counter_range_j: float | None = None,
+        fail_after: int | None = None,
+        settings: dict[str, Any] | None = None,
+        clock: Callable[[], float] = time.time,
         unavailable: dict[str, str] | None = None,
     ) -> None:
         """Build it.
@@ -90,10 +94,21 @@ class FakeBackend:
 
 
 def _steady(t: float) -> dict[str, Any]:
-    return {"power_w": 100.0, "power_instant_w": 100.0, "energy_j": 1000.0 + 100.0 * t, "temp_c": 60.0,
-            "mem_temp_c": 55.0, "sm_clock_mhz": 1500.0, "mem_clock_mhz": 1200.0, "util_pct": 95.0,
-            "mem_util_pct": 40.0, "mem_used_bytes": 2 << 30, "clocks_event_reasons": 0,
-            "foreign_pids": (), "foreign_procs": 0}
+    return {
+        "power_w": 100.0,
+        "power_instant_w": 100.0,
+        "energy_j": 1000.0 + 100.0 * t,
+        "temp_c": 60.0,
+        "mem_temp_c": 55.0,
+        "sm_clock_mhz": 1500.0,
+        "mem_clock_mhz": 1200.0,
+        "util_pct": 95.0,
+        "mem_util_pct": 40.0,
+        "mem_used_bytes": 2 << 30,
+        "clocks_event_reasons": 0,
+        "foreign_pids": (),
+        "foreign_procs": 0,
+    }
 
 
 SCENARIOS: dict[str, Callable[[float], dict[str, Any]]] = {
@@ -115,15 +130,23 @@ def scenario(name: str, clock: Callable[[], float] = time.time) -> FakeBackend:
         raise TelemetryUnavailable("fake backend scripted as unavailable")
     if name not in SCENARIOS:
         raise TelemetryUnavailable(f"no fake telemetry scenario {name!r} (known: {', '.join(SCENARIOS)})")
-    unavailable = {"power_w": "unavailable: scripted", "energy_j": "unavailable: scripted"} if name == "nopower" else {}
+    unavailable = (
+        {"power_w": "unavailable: scripted", "energy_j": "unavailable: scripted"} if name == "nopower" else {}
+    )
     return FakeBackend(SCENARIOS[name], clock=clock, unavailable=unavailable)
 
 
 class FakeNvmlError(Exception):
     """Stands for ``pynvml.NVMLError``: carries the NVML return code in ``value``."""
 
-    _names = {3: "Not Supported", 4: "Insufficient Permissions", 9: "Driver Not Loaded",
-              12: "NVML Shared Library Not Found", 15: "GPU is lost", 999: "Unknown Error"}
+    _names = {
+        3: "Not Supported",
+        4: "Insufficient Permissions",
+        9: "Driver Not Loaded",
+        12: "NVML Shared Library Not Found",
+        15: "GPU is lost",
+        999: "Unknown Error",
+    }
 
     def __init__(self, value: int) -> None:
         super().__init__(self._names.get(value, f"error {value}"))
@@ -151,11 +174,28 @@ class FakeNvml:
 
     def __init__(self, values: dict[str, Any] | None = None, errors: dict[str, int] | None = None) -> None:
         self.values = {
-            "power_mw": 250_000, "instant_mw": 260_000, "average_mw": 248_000, "mem_temp_c": 50,
-            "energy_mj": 5_000_000, "temp_c": 61, "sm_mhz": 1980, "mem_mhz": 2619, "util_gpu": 97,
-            "util_mem": 45, "mem_used": 3 << 30, "reasons": 0, "pids": [], "limit_mw": 700_000,
-            "default_limit_mw": 700_000, "persistence": 1, "max_sm_mhz": 1980, "max_mem_mhz": 2619,
-            "app_sm_mhz": 1755, "app_mem_mhz": 2619, "slowdown_c": 90, **(values or {}),
+            "power_mw": 250_000,
+            "instant_mw": 260_000,
+            "average_mw": 248_000,
+            "mem_temp_c": 50,
+            "energy_mj": 5_000_000,
+            "temp_c": 61,
+            "sm_mhz": 1980,
+            "mem_mhz": 2619,
+            "util_gpu": 97,
+            "util_mem": 45,
+            "mem_used": 3 << 30,
+            "reasons": 0,
+            "pids": [],
+            "limit_mw": 700_000,
+            "default_limit_mw": 700_000,
+            "persistence": 1,
+            "max_sm_mhz": 1980,
+            "max_mem_mhz": 2619,
+            "app_sm_mhz": 1755,
+            "app_mem_mhz": 2619,
+            "slowdown_c": 90,
+            **(values or {}),
         }
         self.errors = dict(errors or {})
         self.calls: dict[str, int] = {}
@@ -196,14 +236,23 @@ class FakeNvml:
 
     def nvmlDeviceGetFieldValues(self, h: Any, ids: list[int]) -> list[Any]:  # noqa: N802, D102
         self._v("nvmlDeviceGetFieldValues", "persistence")
-        names = {186: ("power_instant_w", "instant_mw"), 185: ("power_avg_w", "average_mw"),
-                 82: ("mem_temp_c", "mem_temp_c")}
+        names = {
+            186: ("power_instant_w", "instant_mw"),
+            185: ("power_avg_w", "average_mw"),
+            82: ("mem_temp_c", "mem_temp_c"),
+        }
         out = []
         for i in ids:
             name, key = names[i]
             ret = self.errors.get(f"field:{name}", 0)
-            out.append(SimpleNamespace(fieldId=i, nvmlReturn=ret, valueType=1,
-                                       value=SimpleNamespace(uiVal=0 if ret else self._v(f"field:{name}", key))))
+            out.append(
+                SimpleNamespace(
+                    fieldId=i,
+                    nvmlReturn=ret,
+                    valueType=1,
+                    value=SimpleNamespace(uiVal=0 if ret else self._v(f"field:{name}", key)),
+                )
+            )
         return out
 
     def nvmlDeviceGetTemperature(self, h: Any, sensor: int) -> int:  # noqa: N802, D102
@@ -213,7 +262,9 @@ class FakeNvml:
         return self._v("nvmlDeviceGetClockInfo", "sm_mhz" if kind == 1 else "mem_mhz")
 
     def nvmlDeviceGetUtilizationRates(self, h: Any) -> Any:  # noqa: N802, D102
-        return SimpleNamespace(gpu=self._v("nvmlDeviceGetUtilizationRates", "util_gpu"), memory=self.values["util_mem"])
+        return SimpleNamespace(
+            gpu=self._v("nvmlDeviceGetUtilizationRates", "util_gpu"), memory=self.values["util_mem"]
+        )
 
     def nvmlDeviceGetMemoryInfo(self, h: Any) -> Any:  # noqa: N802, D102
         return SimpleNamespace(used=self._v("nvmlDeviceGetMemoryInfo", "mem_used"))
@@ -222,8 +273,10 @@ class FakeNvml:
         return self._v("nvmlDeviceGetCurrentClocksEventReasons", "reasons")
 
     def nvmlDeviceGetComputeRunningProcesses(self, h: Any) -> list[Any]:  # noqa: N802, D102
-        return [SimpleNamespace(pid=p, usedGpuMemory=1 << 20)
-                for p in self._v("nvmlDeviceGetComputeRunningProcesses", "pids")]
+        return [
+            SimpleNamespace(pid=p, usedGpuMemory=1 << 20)
+            for p in self._v("nvmlDeviceGetComputeRunningProcesses", "pids")
+        ]
 
     def nvmlDeviceGetName(self, h: Any) -> str:  # noqa: N802, D102
         return "Fake H100"

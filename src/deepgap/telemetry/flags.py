@@ -46,7 +46,12 @@ def contamination_flags(w: TelemetryWindow, s: TelemetrySettings | None = None) 
     if w.sm_clock_low_fraction is not None and w.sm_clock_low_fraction > s.clock_low_fraction:
         out.append("clocks-low")
     slope, t0, t1 = w.temp_slope_c_per_min, w.temp_start_c, w.temp_end_c
-    if (slope is not None and t0 is not None and t1 is not None
-            and slope > s.temp_rising_c_per_min and t1 - t0 >= s.temp_rising_min_c):
+    if (
+        slope is not None
+        and t0 is not None
+        and t1 is not None
+        and slope > s.temp_rising_c_per_min
+        and t1 - t0 >= s.temp_rising_min_c
+    ):
         out.append("temp-rising")
     return out

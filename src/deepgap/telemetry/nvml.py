@@ -28,9 +28,11 @@ from typing import Any
 from deepgap.telemetry.base import TelemetrySample, TelemetryUnavailable
 
 _PERMANENT = {3, 4, 13}  # NVML_ERROR_NOT_SUPPORTED, _NO_PERMISSION, _FUNCTION_NOT_FOUND
-_FIELDS = (("power_instant_w", "NVML_FI_DEV_POWER_INSTANT", 186, 1e-3),
-           ("power_avg_w", "NVML_FI_DEV_POWER_AVERAGE", 185, 1e-3),
-           ("mem_temp_c", "NVML_FI_DEV_MEMORY_TEMP", 82, 1.0))
+_FIELDS = (
+    ("power_instant_w", "NVML_FI_DEV_POWER_INSTANT", 186, 1e-3),
+    ("power_avg_w", "NVML_FI_DEV_POWER_AVERAGE", 185, 1e-3),
+    ("mem_temp_c", "NVML_FI_DEV_MEMORY_TEMP", 82, 1.0),
+)
 _VALUE_MEMBER = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 
 
@@ -41,8 +43,14 @@ class NvmlBackend:
     energy_counter_range_j: float | None = None  # uint64 mJ: resets on driver reload, never wraps
 
     def __init__(
-        self, nvml: Any, uuid: str | None = None, index: int = 0, own_pids: Iterable[int] = (),
-        self_on_device: bool = True, procs_period_s: float = 1.0, clock: Callable[[], float] = time.time,
+        self,
+        nvml: Any,
+        uuid: str | None = None,
+        index: int = 0,
+        own_pids: Iterable[int] = (),
+        self_on_device: bool = True,
+        procs_period_s: float = 1.0,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         """Open the device.
 
@@ -65,19 +73,26 @@ class NvmlBackend:
         self.clock = clock
         self.unavailable: dict[str, str] = {}
         self._skip: set[str] = set()
-        self._errors: tuple[type[BaseException], ...] = (getattr(nvml, "NVMLError", RuntimeError), AttributeError)
+        self._errors: tuple[type[BaseException], ...] = (
+            getattr(nvml, "NVMLError", RuntimeError),
+            AttributeError,
+        )
         self._procs: tuple[float, tuple[int, ...] | None, int | None] = (-1e18, None, None)
         try:
             nvml.nvmlInit()
         except self._errors as exc:
             raise TelemetryUnavailable(f"NVML cannot start ({self._why(exc)})") from None
         try:
-            self.handle = nvml.nvmlDeviceGetHandleByUUID(uuid) if uuid else nvml.nvmlDeviceGetHandleByIndex(index)
+            self.handle = (
+                nvml.nvmlDeviceGetHandleByUUID(uuid) if uuid else nvml.nvmlDeviceGetHandleByIndex(index)
+            )
         except self._errors as exc:
             nvml.nvmlShutdown()
             raise TelemetryUnavailable(f"NVML cannot open GPU {uuid or index} ({self._why(exc)})") from None
         self.uuid = uuid
-        self._fields = [(name, getattr(nvml, const, default), scale) for name, const, default, scale in _FIELDS]
+        self._fields = [
+            (name, getattr(nvml, const, default), scale) for name, const, default, scale in _FIELDS
+        ]
         self.has_energy_counter = self.read_energy_j() is not None
 
     # --- helpers ------------------------------------------------------------------------------
@@ -102,7 +117,9 @@ class NvmlBackend:
         fields = [f for f in self._fields if f[0] not in self._skip]
         if not fields:
             return {}
-        vals = self._get("field_values", lambda: self.nv.nvmlDeviceGetFieldValues(self.handle, [f[1] for f in fields]))
+        vals = self._get(
+            "field_values", lambda: self.nv.nvmlDeviceGetFieldValues(self.handle, [f[1] for f in fields])
+        )
         if vals is None:
             return {}
         out = {}
@@ -138,11 +155,13 @@ class NvmlBackend:
             elif listed:  # a PID namespace (container): NVML lists host ids; one of them is this process
                 pids, count = None, len(listed) - 1
                 self.unavailable["foreign_pids"] = (
-                    "unavailable: NVML lists process ids of another PID namespace; foreign processes are counted")
+                    "unavailable: NVML lists process ids of another PID namespace; foreign processes are counted"
+                )
             else:
                 pids, count = None, None
                 self.unavailable["foreign_pids"] = (
-                    "unavailable: NVML lists no process although this one uses the GPU (PID namespace)")
+                    "unavailable: NVML lists no process although this one uses the GPU (PID namespace)"
+                )
         self._procs = (now, pids, count)
         return pids, count
 
@@ -159,13 +178,18 @@ class NvmlBackend:
         power_mw = self._get("power_w", lambda: nv.nvmlDeviceGetPowerUsage(h))
         fields = self._field_values()
         energy = self.read_energy_j()
-        temp = self._get("temp_c", lambda: nv.nvmlDeviceGetTemperature(h, getattr(nv, "NVML_TEMPERATURE_GPU", 0)))
+        temp = self._get(
+            "temp_c", lambda: nv.nvmlDeviceGetTemperature(h, getattr(nv, "NVML_TEMPERATURE_GPU", 0))
+        )
         sm = self._get("sm_clock_mhz", lambda: nv.nvmlDeviceGetClockInfo(h, getattr(nv, "NVML_CLOCK_SM", 1)))
-        mem = self._get("mem_clock_mhz", lambda: nv.nvmlDeviceGetClockInfo(h, getattr(nv, "NVML_CLOCK_MEM", 2)))
+        mem = self._get(
+            "mem_clock_mhz", lambda: nv.nvmlDeviceGetClockInfo(h, getattr(nv, "NVML_CLOCK_MEM", 2))
+        )
         util = self._get("util_pct", lambda: nv.nvmlDeviceGetUtilizationRates(h))
         meminfo = self._get("mem_used_bytes", lambda: nv.nvmlDeviceGetMemoryInfo(h))
         reasons_fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
-            nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
+            nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+        )
         reasons = self._get("clocks_event_reasons", lambda: reasons_fn(h)) if reasons_fn else None
         pids, count = self._processes()
         return TelemetrySample(
@@ -197,7 +221,11 @@ class NvmlBackend:
 
         def clock(fn_name: str, kind: str, default: int) -> float | None:
             fn = getattr(nv, fn_name, None)
-            v = self._get(f"setting:{fn_name}:{kind}", lambda: fn(h, getattr(nv, kind, default))) if fn else None
+            v = (
+                self._get(f"setting:{fn_name}:{kind}", lambda: fn(h, getattr(nv, kind, default)))
+                if fn
+                else None
+            )
             return None if v is None else float(v)
 
         def text(v: Any) -> str | None:
@@ -209,12 +237,16 @@ class NvmlBackend:
             "driver": text(self._get("setting:driver", lambda: nv.nvmlSystemGetDriverVersion())),
             "power_limit_w": mw("nvmlDeviceGetEnforcedPowerLimit"),
             "power_default_limit_w": mw("nvmlDeviceGetPowerManagementDefaultLimit"),
-            "persistence_mode": self._get("setting:persistence", lambda: bool(nv.nvmlDeviceGetPersistenceMode(h))),
+            "persistence_mode": self._get(
+                "setting:persistence", lambda: bool(nv.nvmlDeviceGetPersistenceMode(h))
+            ),
             "sm_clock_max_mhz": clock("nvmlDeviceGetMaxClockInfo", "NVML_CLOCK_SM", 1),
             "mem_clock_max_mhz": clock("nvmlDeviceGetMaxClockInfo", "NVML_CLOCK_MEM", 2),
             "sm_clock_app_mhz": clock("nvmlDeviceGetApplicationsClock", "NVML_CLOCK_SM", 1),
             "mem_clock_app_mhz": clock("nvmlDeviceGetApplicationsClock", "NVML_CLOCK_MEM", 2),
-            "temp_slowdown_c": clock("nvmlDeviceGetTemperatureThreshold", "NVML_TEMPERATURE_THRESHOLD_SLOWDOWN", 1),
+            "temp_slowdown_c": clock(
+                "nvmlDeviceGetTemperatureThreshold", "NVML_TEMPERATURE_THRESHOLD_SLOWDOWN", 1
+            ),
         }
 
     def close(self) -> None:

@@ -28,12 +28,18 @@ def thermal_config(configs: Sequence[ConfigSpec]) -> ConfigSpec:
     """The warm-up load: the first configuration's group at its largest planned batch ≤ 64."""
     first = configs[0]
     same = [c for c in configs if c.group == first.group]
-    fitting = [c for c in same if c.batch_size <= THERMAL_MAX_BATCH] or [min(same, key=lambda c: c.batch_size)]
+    fitting = [c for c in same if c.batch_size <= THERMAL_MAX_BATCH] or [
+        min(same, key=lambda c: c.batch_size)
+    ]
     return max(fitting, key=lambda c: c.batch_size)
 
 
 def run_level(
-    runner: SweepRunner, store: Store, run_id: str, sweep: SweepSpec, configs: Sequence[ConfigSpec],
+    runner: SweepRunner,
+    store: Store,
+    run_id: str,
+    sweep: SweepSpec,
+    configs: Sequence[ConfigSpec],
     log: Callable[[str], None] = lambda m: None,
 ) -> dict[str, Any]:
     """Measure the idle baseline (and the thermal warm-up when asked); store both; update the runner.
@@ -58,8 +64,10 @@ def run_level(
     thermal = None
     if getattr(sweep, "thermal_warmup", False) and configs:  # no configurations: nothing to warm up with
         cfg = thermal_config(configs)
-        log(f"thermal warm-up on {cfg.label()}: until |dT/dt| < {settings.thermal_slope_c_per_min:g} °C/min "
-            f"over {settings.thermal_window_s:g} s, at most {settings.thermal_timeout_s:g} s")
+        log(
+            f"thermal warm-up on {cfg.label()}: until |dT/dt| < {settings.thermal_slope_c_per_min:g} °C/min "
+            f"over {settings.thermal_window_s:g} s, at most {settings.thermal_timeout_s:g} s"
+        )
         res = runner.thermal_warmup(cfg, settings.thermal_timeout_s)
         if res.status == Status.OK:
             thermal, samples = res.details.thermal or {}, list(res.telemetry)
@@ -67,14 +75,21 @@ def run_level(
             thermal = {"status": f"unavailable: the worker was lost ({res.reason})", "steady": False}
             samples = []
         else:
-            thermal, samples = {"status": f"unavailable: the warm-up load failed ({res.status.value}: "
-                                          f"{res.reason})", "steady": False}, []
+            thermal, samples = (
+                {
+                    "status": f"unavailable: the warm-up load failed ({res.status.value}: {res.reason})",
+                    "steady": False,
+                },
+                [],
+            )
         store.record_run_telemetry(run_id, samples + [("thermal-summary", time.time(), thermal)])
         if thermal.get("steady_sm_clock_mhz"):
             runner.set_context(ref_sm_clock_mhz=thermal["steady_sm_clock_mhz"])
         if thermal.get("status") == "ok":
-            log(f"thermal warm-up: {thermal['stopped_by']} after {thermal['duration_s']:.0f} s, "
-                f"{thermal.get('temp_start_c')} → {thermal.get('temp_end_c')} °C")
+            log(
+                f"thermal warm-up: {thermal['stopped_by']} after {thermal['duration_s']:.0f} s, "
+                f"{thermal.get('temp_start_c')} → {thermal.get('temp_end_c')} °C"
+            )
         else:
             log(f"thermal warm-up {thermal.get('status')}")
     return {"idle": idle["summary"], "thermal": thermal}

@@ -49,9 +49,15 @@ class Sampler:
     """Samples a `Backend` on a thread; brackets energy windows on the caller's thread."""
 
     def __init__(
-        self, backend: Backend, hz: float = 10.0, low_hz: float | None = None, align_timeout_s: float = 0.25,
-        epoch: Callable[[], float] = time.time, mono: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep, phase: str = "measure",
+        self,
+        backend: Backend,
+        hz: float = 10.0,
+        low_hz: float | None = None,
+        align_timeout_s: float = 0.25,
+        epoch: Callable[[], float] = time.time,
+        mono: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        phase: str = "measure",
     ) -> None:
         """Configure (nothing starts yet).
 

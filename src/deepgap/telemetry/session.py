@@ -67,7 +67,9 @@ def open_backend(device: str, backend: str = "auto") -> Backend:
     return CpuBackend()
 
 
-def backend_for(cache: dict[str, Any], device: str, settings: TelemetrySettings) -> tuple[Backend | None, str]:
+def backend_for(
+    cache: dict[str, Any], device: str, settings: TelemetrySettings
+) -> tuple[Backend | None, str]:
     """The worker's backend (opened once, kept in ``cache``), or (None, "unavailable: <reason>")."""
     if settings.backend not in cache:
         try:
@@ -85,7 +87,9 @@ def backend_for(cache: dict[str, Any], device: str, settings: TelemetrySettings)
 class MeasureTelemetry:
     """Telemetry around one configuration's timing protocol (or the thermal warm-up)."""
 
-    def __init__(self, backend: Backend | None, reason: str, settings: TelemetrySettings, batch_size: int) -> None:
+    def __init__(
+        self, backend: Backend | None, reason: str, settings: TelemetrySettings, batch_size: int
+    ) -> None:
         self.backend = backend
         self.reason = reason
         self.settings = settings
@@ -93,14 +97,22 @@ class MeasureTelemetry:
         self.requested_min_s: float | None = None
         self.extended = False
         thermal = settings.mode == "thermal"
-        self.sampler = None if backend is None else Sampler(
-            backend, hz=settings.sample_hz, low_hz=settings.sample_hz if thermal else None,
-            align_timeout_s=settings.align_timeout_s, phase="thermal" if thermal else "warmup",
+        self.sampler = (
+            None
+            if backend is None
+            else Sampler(
+                backend,
+                hz=settings.sample_hz,
+                low_hz=settings.sample_hz if thermal else None,
+                align_timeout_s=settings.align_timeout_s,
+                phase="thermal" if thermal else "warmup",
+            )
         )
 
     @classmethod
-    def for_request(cls, cache: dict[str, Any], device: str, settings: TelemetrySettings | None,
-                    batch_size: int) -> MeasureTelemetry | None:
+    def for_request(
+        cls, cache: dict[str, Any], device: str, settings: TelemetrySettings | None, batch_size: int
+    ) -> MeasureTelemetry | None:
         """None when telemetry is off for this request."""
         if settings is None:
             return None
@@ -118,8 +130,11 @@ class MeasureTelemetry:
         Only with an energy counter: it needs a window several counter periods long to mean anything.
         """
         self.requested_min_s = protocol.min_time_s
-        if self.backend is not None and self.backend.has_energy_counter and \
-                self.settings.energy_window_s > protocol.min_time_s:
+        if (
+            self.backend is not None
+            and self.backend.has_energy_counter
+            and self.settings.energy_window_s > protocol.min_time_s
+        ):
             self.extended = True
             return dataclasses.replace(protocol, min_time_s=self.settings.energy_window_s)
         return protocol
@@ -145,23 +160,33 @@ class MeasureTelemetry:
             return
         sm = self.sampler
         w = summarize(
-            sm.samples, sm.marks, backend=self.backend.name, range_j=self.backend.energy_counter_range_j,
-            throughput_pipelined_ips=result.throughput_pipelined_ips, idle_power_w=self.settings.idle_power_w,
-            ref_sm_clock_mhz=self.settings.ref_sm_clock_mhz, clock_tolerance=self.settings.clock_tolerance,
-            unavailable=self.backend.unavailable, settings=_safe_settings(self.backend),
+            sm.samples,
+            sm.marks,
+            backend=self.backend.name,
+            range_j=self.backend.energy_counter_range_j,
+            throughput_pipelined_ips=result.throughput_pipelined_ips,
+            idle_power_w=self.settings.idle_power_w,
+            ref_sm_clock_mhz=self.settings.ref_sm_clock_mhz,
+            clock_tolerance=self.settings.clock_tolerance,
+            unavailable=self.backend.unavailable,
+            settings=_safe_settings(self.backend),
         )
         if sm.error:
             w.status = sm.error
         d = w.to_dict()
-        d.update(sample_hz=self.settings.sample_hz, energy_window_min_s=self.settings.energy_window_s
-                 if self.extended else self.requested_min_s, window_extended=self.extended,
-                 max_device_mem_used_bytes=max_mem_used(sm.samples))
+        d.update(
+            sample_hz=self.settings.sample_hz,
+            energy_window_min_s=self.settings.energy_window_s if self.extended else self.requested_min_s,
+            window_extended=self.extended,
+            max_device_mem_used_bytes=max_mem_used(sm.samples),
+        )
         result.details.telemetry = TelemetryDetails.from_json(d)
         flags = contamination_flags(w, self.settings)
         if flags:
             result.details.flags = list(result.details.flags or []) + flags
         result.telemetry = [
-            (phase, s.t_s, {**s.to_dict(), "window": int(in_marks(s.t_s, sm.marks))}) for phase, s in sm.samples
+            (phase, s.t_s, {**s.to_dict(), "window": int(in_marks(s.t_s, sm.marks))})
+            for phase, s in sm.samples
         ]
 
     def thermal(self, step: Any, clock: Any, spec: ConfigSpec) -> Result:
@@ -173,13 +198,21 @@ class MeasureTelemetry:
         s = self.settings
         with self.sampler:
             summary = run_thermal(
-                step, clock, lambda: [x for _, x in self.sampler.snapshot()], window_s=s.thermal_window_s,
-                slope_c_per_min=s.thermal_slope_c_per_min, timeout_s=s.thermal_timeout_s,
+                step,
+                clock,
+                lambda: [x for _, x in self.sampler.snapshot()],
+                window_s=s.thermal_window_s,
+                slope_c_per_min=s.thermal_slope_c_per_min,
+                timeout_s=s.thermal_timeout_s,
             )
         if self.sampler.error:
             summary["status"] = self.sampler.error
-        summary.update(config=spec.label(), config_key=spec.key, backend=self.backend.name,
-                       unavailable=dict(self.backend.unavailable))
+        summary.update(
+            config=spec.label(),
+            config_key=spec.key,
+            backend=self.backend.name,
+            unavailable=dict(self.backend.unavailable),
+        )
         res.details.thermal = summary
         res.telemetry = [(p, x.t_s, x.to_dict()) for p, x in self.sampler.samples]
         return res
@@ -202,8 +235,9 @@ def _safe_settings(backend: Backend) -> dict[str, Any]:
         return {"status": f"unavailable: {type(exc).__name__}: {exc}"}
 
 
-def measure_idle(cache: dict[str, Any], device: str, settings: TelemetrySettings,
-                 sleep: Any = time.sleep) -> dict[str, Any]:
+def measure_idle(
+    cache: dict[str, Any], device: str, settings: TelemetrySettings, sleep: Any = time.sleep
+) -> dict[str, Any]:
     """The idle baseline: the device with this worker's context loaded and nothing running.
 
     Returns:
@@ -213,11 +247,15 @@ def measure_idle(cache: dict[str, Any], device: str, settings: TelemetrySettings
     try:
         return _measure_idle(cache, device, settings, sleep)
     except Exception as exc:  # noqa: BLE001 - never take the worker down for a baseline
-        return {"summary": {"status": f"unavailable: idle baseline failed ({type(exc).__name__}: {exc})"},
-                "samples": []}
+        return {
+            "summary": {"status": f"unavailable: idle baseline failed ({type(exc).__name__}: {exc})"},
+            "samples": [],
+        }
 
 
-def _measure_idle(cache: dict[str, Any], device: str, settings: TelemetrySettings, sleep: Any) -> dict[str, Any]:
+def _measure_idle(
+    cache: dict[str, Any], device: str, settings: TelemetrySettings, sleep: Any
+) -> dict[str, Any]:
     backend, reason = backend_for(cache, device, settings)
     if backend is None:
         return {"summary": {"status": reason, "backend": settings.backend}, "samples": []}
@@ -225,12 +263,24 @@ def _measure_idle(cache: dict[str, Any], device: str, settings: TelemetrySetting
         probe = backend.read()
     except Exception as exc:  # noqa: BLE001
         return {"summary": {"status": f"unavailable: telemetry read failed ({exc})"}, "samples": []}
-    base = {"backend": backend.name, "settings": _safe_settings(backend), "unavailable": dict(backend.unavailable)}
+    base = {
+        "backend": backend.name,
+        "settings": _safe_settings(backend),
+        "unavailable": dict(backend.unavailable),
+    }
     if not backend.has_energy_counter and probe.power_w is None:
         why = backend.unavailable.get("power_w") or backend.unavailable.get("energy_j") or "no reading"
-        return {"summary": {**base, "status": f"unavailable: no power or energy reading ({why})"}, "samples": []}
-    sm = Sampler(backend, hz=settings.sample_hz, low_hz=settings.sample_hz, align_timeout_s=settings.align_timeout_s,
-                 phase="idle")
+        return {
+            "summary": {**base, "status": f"unavailable: no power or energy reading ({why})"},
+            "samples": [],
+        }
+    sm = Sampler(
+        backend,
+        hz=settings.sample_hz,
+        low_hz=settings.sample_hz,
+        align_timeout_s=settings.align_timeout_s,
+        phase="idle",
+    )
     with sm:
         sm.begin_window()
         sleep(settings.idle_s)
@@ -239,14 +289,23 @@ def _measure_idle(cache: dict[str, Any], device: str, settings: TelemetrySetting
     powers = [s.power_w for s in samples if s.power_w is not None]
     sampled = sum(powers) / len(powers) if powers else None
     counter = None
-    if sm.marks and sm.marks[0].e0_j is not None and sm.marks[0].e1_j is not None and sm.marks[0].duration_s > 0:
+    if (
+        sm.marks
+        and sm.marks[0].e0_j is not None
+        and sm.marks[0].e1_j is not None
+        and sm.marks[0].duration_s > 0
+    ):
         d = sm.marks[0].e1_j - sm.marks[0].e0_j
         counter = d / sm.marks[0].duration_s if d >= 0 else None
     temps = [s.temp_c for s in samples if s.temp_c is not None]
     summary = {
-        **base, "status": sm.error or "ok", "idle_s": sm.marks[0].duration_s if sm.marks else None,
-        "idle_power_w": counter if counter is not None else sampled, "idle_power_sampled_w": sampled,
+        **base,
+        "status": sm.error or "ok",
+        "idle_s": sm.marks[0].duration_s if sm.marks else None,
+        "idle_power_w": counter if counter is not None else sampled,
+        "idle_power_sampled_w": sampled,
         "idle_power_source": "counter" if counter is not None else ("sampled" if sampled is not None else ""),
-        "idle_temp_c": temps[-1] if temps else None, "n_samples": len(samples),
+        "idle_temp_c": temps[-1] if temps else None,
+        "n_samples": len(samples),
     }
     return {"summary": summary, "samples": [(p, s.t_s, s.to_dict()) for p, s in sm.samples]}

@@ -24,7 +24,9 @@ CHUNK_S = 0.5  # seconds of back-to-back load between two steadiness checks
 
 
 def steady_state(
-    samples: Sequence[TelemetrySample], window_s: float, slope_c_per_min: float,
+    samples: Sequence[TelemetrySample],
+    window_s: float,
+    slope_c_per_min: float,
 ) -> tuple[bool, float | None]:
     """Whether the temperature is steady over the trailing window, and its slope (°C/min).
 
@@ -60,8 +62,14 @@ def steady_summary(samples: Sequence[TelemetrySample], window_s: float) -> dict[
 
 
 def run_thermal(
-    step: Callable[[], object], clock: Any, snapshot: Callable[[], list[TelemetrySample]], *,
-    window_s: float, slope_c_per_min: float, timeout_s: float, mono: Callable[[], float] = time.monotonic,
+    step: Callable[[], object],
+    clock: Any,
+    snapshot: Callable[[], list[TelemetrySample]],
+    *,
+    window_s: float,
+    slope_c_per_min: float,
+    timeout_s: float,
+    mono: Callable[[], float] = time.monotonic,
 ) -> dict[str, Any]:
     """Run ``step`` back to back until the temperature is steady or ``timeout_s`` passes.
 
@@ -92,8 +100,14 @@ def run_thermal(
         if steady or mono() - t0 >= timeout_s:
             break
     return {
-        "status": "ok", "steady": steady, "stopped_by": "steady" if steady else "timeout",
-        "duration_s": mono() - t0, "slope_c_per_min": slope, "iterations": iterations,
-        "window_s": window_s, "threshold_c_per_min": slope_c_per_min, "timeout_s": timeout_s,
+        "status": "ok",
+        "steady": steady,
+        "stopped_by": "steady" if steady else "timeout",
+        "duration_s": mono() - t0,
+        "slope_c_per_min": slope,
+        "iterations": iterations,
+        "window_s": window_s,
+        "threshold_c_per_min": slope_c_per_min,
+        "timeout_s": timeout_s,
         **steady_summary(snapshot(), window_s),
     }
