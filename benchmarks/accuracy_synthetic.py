@@ -63,9 +63,9 @@ def train(model: str, train_root: Path, epochs: int, device: str, batch: int = 6
     """A torchvision ResNet trained from scratch on ``train_root``: (model in eval mode, train top-1)."""
     import torch
 
-    from deepgap.accuracy.dataset import load
-    from deepgap.accuracy.evaluate import decode, normalise
-    from deepgap.models import build_model
+    from deepgap.measure.accuracy.dataset import load
+    from deepgap.measure.accuracy.evaluate import decode, normalise
+    from deepgap.measure.models import build_model
 
     x, y = decode(list(load(str(train_root)).items), 224)
     x, y = normalise(x), y
@@ -125,8 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     t_data = time.perf_counter() - t0
     import torch
 
-    from deepgap.accuracy.dataset import load
-    from deepgap.accuracy.evaluate import decode, normalise
+    from deepgap.measure.accuracy.dataset import load
+    from deepgap.measure.accuracy.evaluate import decode, normalise
 
     m, train_acc = train(a.model, out / "train", a.epochs, a.device)
     weights = out / f"{a.model}.pt"

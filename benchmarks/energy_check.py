@@ -147,8 +147,8 @@ def main() -> int:
             print(f"unavailable: NVML cannot start ({exc})")
             return 2
     from deepgap import api
-    from deepgap.config import SweepSpec, parse_int_list, parse_str_list
-    from deepgap.result_details import TelemetryDetails
+    from deepgap.core.result_details import TelemetryDetails
+    from deepgap.drive.config import SweepSpec, parse_int_list, parse_str_list
 
     spec = SweepSpec(
         models=(a.model,),

@@ -22,7 +22,7 @@ CPU_ENGINES = "eager,compile,onnxruntime"
 def measure(args: argparse.Namespace) -> str:
     """Run the sweep through deepgap's API; returns the store path."""
     from deepgap import api
-    from deepgap.config import SweepSpec, validate
+    from deepgap.drive.config import SweepSpec, validate
 
     device = api.resolve_device(args.device)
     cuda = device.startswith("cuda")

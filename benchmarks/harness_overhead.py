@@ -18,7 +18,7 @@ processes did not shrink with more rounds (about one process in four, deepgap's 
 alike, ran launch-bound ResNet-50 15-40% slower for its whole life), so each round is instead one
 fresh process, started as deepgap starts its workers, that builds deepgap's worker state and then
 alternates ``--blocks`` times (ABBA) between deepgap's own measurement of the configuration
-(`deepgap.worker.measure` with the request `SweepRunner` sends: engine set-up, correctness check,
+(`deepgap.drive.worker.measure` with the request `SweepRunner` sends: engine set-up, correctness check,
 telemetry thread, timing protocol, statistics) and the bare loop. Both arms share the process, so
 its speed cancels in each block's ratio; what is left out is only the parent's side of the pipe,
 which is outside deepgap's timed window. Result per batch: the median of all block ratios, with a
@@ -65,8 +65,8 @@ import tempfile
 import numpy as np
 
 import deepgap
-from deepgap.config import SweepSpec
-from deepgap.stats import bootstrap_ci
+from deepgap.core.stats import bootstrap_ci
+from deepgap.drive.config import SweepSpec
 
 TOLERANCE = 0.02
 
@@ -88,7 +88,7 @@ class BareLoop:
     ) -> None:
         import torch
 
-        from deepgap.models import build_model, resolve_model
+        from deepgap.measure.models import build_model, resolve_model
 
         res = resolve_model(model_name).default_resolution
         model, x = build_model(model_name, res), torch.randn(bs, 3, res, res)
@@ -96,7 +96,7 @@ class BareLoop:
         if engine in ("compile-freeze", "quant"):  # as deepgap's sweeps run them: channels_last
             x = x.contiguous(memory_format=torch.channels_last)
         if engine == "quant":  # the engine's own captured runner, called directly on a device batch
-            from deepgap.quant.prepare import QuantOptions, prepare_quant
+            from deepgap.measure.quant.prepare import QuantOptions, prepare_quant
 
             run = prepare_quant(
                 model, precision or "int8", bs, res, model_name, device=device, opts=QuantOptions()
@@ -211,10 +211,10 @@ def _child(conn, model_name, sizes, iterations, interop1, device, warmup, engine
 
 def _paired_child(conn, spec, blocks):
     try:
-        from deepgap.plan import expand
-        from deepgap.records import Status
-        from deepgap.runner import SweepRunner
-        from deepgap.worker import WorkerState, measure
+        from deepgap.core.records import Status
+        from deepgap.drive.plan import expand
+        from deepgap.drive.runner import SweepRunner
+        from deepgap.drive.worker import WorkerState, measure
 
         state = WorkerState(spec.device)  # deepgap's worker set-up (interop threads 1, CUDA context)
         runner = SweepRunner(spec, spec.device)  # for its requests only; its worker is never started
@@ -256,7 +256,7 @@ def _paired_child(conn, spec, blocks):
 
 def in_fresh_process(target, args: tuple, device: str, name: str) -> dict:
     """``target(conn, *args)`` in a fresh spawned process, started as deepgap starts its workers."""
-    from deepgap.runner import WorkerHandle
+    from deepgap.drive.runner import WorkerHandle
 
     handle = WorkerHandle(device)
     try:  # a child that dies or hangs raises WorkerLost

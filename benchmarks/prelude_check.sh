@@ -33,7 +33,7 @@ for store in "$OUT_DIR/serve.sqlite" "$OUT_DIR/fleet.sqlite"; do
 import sys
 
 from deepgap.store import Store
-from deepgap.telemetry.runlevel import run_summaries
+from deepgap.drive.prelude import run_summaries
 
 s = Store(sys.argv[1], readonly=True)
 for run in s.runs():

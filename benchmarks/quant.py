@@ -143,7 +143,7 @@ def run_variant(
     """Prepare, check and time one variant; never raises."""
     import torch
 
-    from deepgap import correctness
+    from deepgap.core import correctness
 
     row: dict = {"variant": label, "batch_size": bs, "precision": precision}
     t = time.perf_counter()
@@ -193,7 +193,7 @@ def measure_into_store(args, sizes: list[int], precisions: list[str]) -> tuple[s
     """
     import deepgap
     from deepgap.analysis import prepare
-    from deepgap.config import SweepSpec
+    from deepgap.drive.config import SweepSpec
     from deepgap.store import Store
 
     engines = ("eager",) + (() if args.no_compile else ("compile-freeze",)) + ("quant",)
@@ -237,7 +237,7 @@ def measure_into_store(args, sizes: list[int], precisions: list[str]) -> tuple[s
             rows.append({**row, "reason": r["reason"]})
             log(f"{row['variant']:32s} bs{bs:<4d} {r['status']}: {str(r['reason'])[:200]}")
             continue
-        extra = r["extra"]  # deepgap.result_details.ResultDetails
+        extra = r["extra"]  # deepgap.core.result_details.ResultDetails
         num = lambda v: None if v is None or v != v else float(v)  # noqa: E731 - NaN → None for JSON
         row.update(
             images_per_s=r["throughput_ips"],
@@ -268,7 +268,7 @@ def make_quant(model, prec, bs, resolution, name, x, holder):
     """Prepare the quant engine's network (kept in ``holder['r']`` for the ablations)."""
     import torch
 
-    from deepgap.quant.prepare import QuantOptions, prepare_quant
+    from deepgap.measure.quant.prepare import QuantOptions, prepare_quant
 
     opts = QuantOptions(log=lambda s: log(f"  quant {prec} bs{bs}: {s}"))
     if DEVICE == "cpu":
@@ -303,7 +303,7 @@ def ablate(r, x, prec, bs, ablations, ceiling, common, only: tuple[str, ...] = (
     """Time the same calibrated network with optimisations removed (docs/quant.md's ladder)."""
     import torch
 
-    from deepgap.quant.prepare import variant
+    from deepgap.measure.quant.prepare import variant
 
     xd = x.to(DEVICE).half().contiguous(memory_format=torch.channels_last)
     chosen = {t["name"]: t["mode"] for t in r.info["layers"]}
@@ -351,14 +351,14 @@ def main() -> int:  # noqa: D103, PLR0915
         return 2
     import triton
 
-    from deepgap.models import build_model
+    from deepgap.measure.models import build_model
 
     os.makedirs(args.out, exist_ok=True)
     args.store = args.store or os.path.join(args.out, "quant.sqlite")
     sizes = [int(b) for b in args.batch_sizes.split(",")]
     precs = [p for p in args.precisions.split(",") if p]
     run_id, results, layer_tables = measure_into_store(args, sizes, precs)
-    from deepgap.quant.fold import conv_macs, resnet_graph
+    from deepgap.measure.quant.fold import conv_macs, resnet_graph
 
     env = {
         "device": "cpu (smoke test, not a benchmark)",

@@ -31,7 +31,7 @@ def main() -> None:
     import torch
     import torchvision
 
-    from deepgap.quant.prepare import QuantOptions, prepare_quant
+    from deepgap.measure.quant.prepare import QuantOptions, prepare_quant
 
     t_import = time.perf_counter() - t0
     model = getattr(torchvision.models, args.model)().eval()

@@ -42,9 +42,9 @@ def main() -> None:
     t0 = time.perf_counter()
     import torch
 
-    from deepgap.engines import get_engine
-    from deepgap.models.registry import build_model
-    from deepgap.records import ConfigSpec
+    from deepgap.core.records import ConfigSpec
+    from deepgap.measure.engines import get_engine
+    from deepgap.measure.models.registry import build_model
 
     t_import = time.perf_counter() - t0
     spec = ConfigSpec(args.model, args.engine, args.precision, args.batch, "cuda", args.memory_format)
@@ -58,7 +58,7 @@ def main() -> None:
     if not args.no_profile:
         prof.enable()
     if args.engine == "quant" and args.precompile_workers is not None:  # the engine with one option changed
-        from deepgap.quant.prepare import QuantOptions, prepare_quant
+        from deepgap.measure.quant.prepare import QuantOptions, prepare_quant
 
         res = prepare_quant(
             model,

@@ -16,7 +16,7 @@ import json
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from deepgap.quant.tuning import time_s
+from deepgap.measure.quant.tuning import time_s
 
 
 def variants(x_cl: torch.Tensor, w: torch.Tensor) -> dict[str, object]:

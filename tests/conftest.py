@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from deepgap.config import SweepSpec
+from deepgap.drive.config import SweepSpec
 
 TINY = dict(
     models=("tinycnn",),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from fixtures_store import _env, build_store, make_result
 
-from deepgap.records import ConfigSpec
+from deepgap.core.records import ConfigSpec
 from deepgap.store import Store
 
 ENGINE_SPEEDUP = {"eager": 1.0, "cudagraph": 1.3, "compile": 1.6, "quant": 2.5, "onnxruntime": 1.1}

@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from deepgap.records import ConfigSpec, Result, Status
-from deepgap.result_details import ResultDetails
-from deepgap.stats import summarize, throughput_from_latency
+from deepgap.core.records import ConfigSpec, Result, Status
+from deepgap.core.result_details import ResultDetails
+from deepgap.core.stats import summarize, throughput_from_latency
 from deepgap.store import Store
 
 SPREAD = 0.05

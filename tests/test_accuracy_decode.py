@@ -11,7 +11,7 @@ import multiprocessing
 import numpy as np
 import torch
 
-from deepgap.accuracy.evaluate import decode, workers
+from deepgap.measure.accuracy.evaluate import decode, workers
 
 
 def _images(root, n=6):

@@ -15,7 +15,7 @@ from deepgap.analysis import accuracy as A  # noqa: N812
 from deepgap.analysis import aggregate, prepare
 from deepgap.analysis.recommend import recommend
 from deepgap.cli import main
-from deepgap.records import ConfigSpec
+from deepgap.core.records import ConfigSpec
 from deepgap.store import Store
 
 # (precision, ms per batch of 8, extra): int8 fastest but, with trained weights, its agreement on 20 check

@@ -29,9 +29,9 @@ def _folder(root):
 
 
 def _train(root, weights):
-    from deepgap.accuracy.dataset import load
-    from deepgap.accuracy.evaluate import decode, normalise
-    from deepgap.models import build_model
+    from deepgap.measure.accuracy.dataset import load
+    from deepgap.measure.accuracy.evaluate import decode, normalise
+    from deepgap.measure.models import build_model
 
     ds = load(str(root))
     x, y = decode(list(ds.items), 224)
@@ -52,7 +52,7 @@ def _train(root, weights):
 
 def test_quant_engine_calibrated_on_the_dataset(tmp_path, monkeypatch):
     import deepgap
-    from deepgap.config import SweepSpec
+    from deepgap.drive.config import SweepSpec
 
     monkeypatch.setenv("DEEPGAP_CACHE", str(tmp_path / "cache"))
     _folder(tmp_path / "data")

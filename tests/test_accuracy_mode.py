@@ -61,7 +61,7 @@ def _tv_inputs(paths):
 def _train(root, weights):
     import torch
 
-    from deepgap.models import build_model
+    from deepgap.measure.models import build_model
 
     paths = sorted(root.rglob("*.png"))
     labels = torch.tensor([sorted(COLOURS).index(p.parent.name) for p in paths])
@@ -101,7 +101,7 @@ def measured(labelled, tmp_path_factory):
     import os
 
     import deepgap
-    from deepgap.config import SweepSpec
+    from deepgap.drive.config import SweepSpec
 
     root, _ = labelled
     os.environ["DEEPGAP_CACHE"] = str(root / "cache")
@@ -127,7 +127,7 @@ def measured(labelled, tmp_path_factory):
 
 
 def _eval_items(root):
-    from deepgap.accuracy.dataset import load, split
+    from deepgap.measure.accuracy.dataset import load, split
 
     cal, ev = split(load(str(root / "folder")), 16, None, 0)
     return cal, ev
@@ -176,8 +176,8 @@ def test_stored_accuracy_matches_independent_computation(labelled, measured):
 
 
 def test_run_spec_stores_the_dataset_identity_and_show_has_the_column(labelled, measured, capsys):
-    from deepgap.accuracy.dataset import load
     from deepgap.cli import main
+    from deepgap.measure.accuracy.dataset import load
     from deepgap.store import Store
 
     root, _ = labelled
@@ -212,8 +212,8 @@ def test_plan_carries_top1_and_skips_accuracy_loss(measured, capsys):
 def test_serve_scores_the_served_engine(labelled, tmp_path, capsys):
     import torch
 
-    from deepgap.accuracy.dataset import load, split
     from deepgap.cli import main
+    from deepgap.measure.accuracy.dataset import load, split
     from deepgap.serving.storage import levels_frame
     from deepgap.store import Store
 
@@ -270,8 +270,8 @@ def test_csv_variant_and_subset(labelled, tmp_path):
     --accuracy-samples caps the evaluation split and says so."""
     import argparse
 
-    from deepgap.accuracy.dataset import describe, load
     from deepgap.commands.run import add_arguments, build_spec
+    from deepgap.measure.accuracy.dataset import describe, load
 
     root, _ = labelled
     rows = ["path,label"] + [

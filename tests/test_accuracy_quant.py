@@ -12,9 +12,9 @@ import pytest
 import torch
 from torchvision import models
 
-from deepgap.calibration_data import CalibrationSet
-from deepgap.quant.calibrate import CalibrationKey, calibrate
-from deepgap.quant.prepare import QuantOptions, prepare_quant
+from deepgap.measure.calibration_data import CalibrationSet
+from deepgap.measure.quant.calibrate import CalibrationKey, calibrate
+from deepgap.measure.quant.prepare import QuantOptions, prepare_quant
 
 
 def test_prepare_quant_calibrates_on_given_images_keyed_by_their_fingerprint(tmp_path, monkeypatch):
@@ -39,7 +39,7 @@ def test_prepare_quant_calibrates_on_given_images_keyed_by_their_fingerprint(tmp
     res = prepare_quant(model, "int8", 1, 32, "resnet18", device="cpu", opts=opts)
     cal = res.info["calibration"]
     assert cal["source"] == cs.info and cal["images"] == 4 and not cal["from_cache"]
-    from deepgap.quant.calibrate import collect_amax
+    from deepgap.measure.quant.calibrate import collect_amax
 
     assert res.amax == pytest.approx(collect_amax(res.graph, images, method="max"))  # ranges of these images
     key = CalibrationKey(
@@ -54,7 +54,7 @@ def test_prepare_quant_calibrates_on_given_images_keyed_by_their_fingerprint(tmp
 
 
 def _sha(model):
-    from deepgap.models import weights_fingerprint
+    from deepgap.measure.models import weights_fingerprint
 
     return weights_fingerprint(model)
 
@@ -72,11 +72,11 @@ def test_engine_adapter_passes_the_calibration_split(tmp_path, monkeypatch):
     import numpy as np
     from PIL import Image
 
-    import deepgap.quant.prepare as qe
-    from deepgap.accuracy.dataset import describe, load, split
-    from deepgap.config import SweepSpec
-    from deepgap.engines import get_engine
-    from deepgap.records import ConfigSpec
+    import deepgap.measure.quant.prepare as qe
+    from deepgap.core.records import ConfigSpec
+    from deepgap.drive.config import SweepSpec
+    from deepgap.measure.accuracy.dataset import describe, load, split
+    from deepgap.measure.engines import get_engine
 
     rng = np.random.default_rng(0)
     for c in ("a", "b"):
@@ -100,7 +100,7 @@ def test_engine_adapter_passes_the_calibration_split(tmp_path, monkeypatch):
     assert cs.images.shape == (4, 3, 16, 16) and cs.info["images"] == 4
     assert cs.info["source"] == "dataset" and cs.info["dataset_sha"] == info["sha"]
     assert len(ev) == 8 and not {p for p, _ in cal} & {p for p, _ in ev}
-    from deepgap.images import decode_rgb, preprocess
+    from deepgap.measure.images import decode_rgb, preprocess
 
     want = torch.stack([preprocess(decode_rgb(Path(p), Path(p).read_bytes()), 16) for p, _ in cal])
     assert torch.allclose(cs.images, want, atol=1e-6)  # exactly the calibration split, preprocessed

@@ -16,7 +16,7 @@ from fixtures_store import _env, make_result
 from deepgap.analysis import aggregate, prepare, tables
 from deepgap.analysis.recommend import recommend
 from deepgap.cli import main
-from deepgap.records import ConfigSpec
+from deepgap.core.records import ConfigSpec
 from deepgap.store import Store
 
 PLATFORM = "Fixture GPU Q"
@@ -93,7 +93,7 @@ def test_recommend_and_the_reports_answer_consider_the_quant_engine(agg):
     assert (thr.choice["engine"], thr.choice["precision"], thr.choice["batch_size"]) == ("quant", "fp8", 256)
     assert (lat.choice["engine"], lat.choice["precision"], lat.choice["batch_size"]) == ("quant", "fp8", 1)
     assert thr.choice["top1_agreement"] == pytest.approx(0.992) and "cosine 0.998" in thr.choice["accuracy"]
-    # the report's "The answer" is these two recommendations (deepgap.report.build; its figures take 25 s)
+    # the report's "The answer" is these two recommendations (deepgap.report.page.build; its figures take 25 s)
 
 
 def test_recommend_cli_prints_a_quantized_choices_accuracy(store, capsys):

@@ -19,8 +19,8 @@ from fixtures_store import make_result
 from deepgap.analysis import accuracy as A  # noqa: N812
 from deepgap.analysis import aggregate, prepare
 from deepgap.analysis.recommend import recommend
-from deepgap.precision import PRECISIONS
-from deepgap.records import ConfigSpec
+from deepgap.core.precision import PRECISIONS
+from deepgap.core.records import ConfigSpec
 from deepgap.store import Store
 
 RESULTS = Path(__file__).resolve().parent.parent / "results" / "h100"
@@ -81,7 +81,7 @@ def test_a_flag_never_comes_from_one_noisy_input():
     assert lo == 0.0 and hi == pytest.approx(0.3694, abs=1e-4)
     assert A.parse_min_accuracy("off") == 0.0 and A.threshold("int8", {}, A.OFF) is None
     assert A.threshold("int8", {"min_accuracy": 0.0}) is None  # `run --min-accuracy off`, stored per result
-    from deepgap.config import preset, validate
+    from deepgap.drive.config import preset, validate
 
     assert validate(preset("quick").replace(min_accuracy=A.OFF)).options["min_accuracy"] == 0.0
 
@@ -91,8 +91,8 @@ def test_a_flag_never_comes_from_one_noisy_input():
 
 def _tail_store(tmp_path, n_samples_per_repeat):
     """Two configurations: eager fp16 bs1 (2 ms median, a 9 ms outlier) and fp32 bs1 (3 ms, tight)."""
-    import deepgap.stats as st
-    from deepgap.records import Result, Status
+    import deepgap.core.stats as st
+    from deepgap.core.records import Result, Status
 
     path = str(tmp_path / "tails.sqlite")
     s = Store(path)
@@ -288,7 +288,7 @@ def test_best_batch_ratios_say_best_vs_best_and_baselines_are_named():
 def test_every_run_records_its_code_and_compare_warns_when_it_differs(tmp_path):
     from clirun import deepgap_cli
 
-    from deepgap import envinfo
+    from deepgap.core import envinfo
 
     src = envinfo.source()
     assert len(src["deepgap_source_sha"]) == 12 and "deepgap_commit" in src

@@ -13,7 +13,7 @@ import pytest
 from fixtures_store import build_store
 
 from deepgap.cli import main
-from deepgap.records import Result, Status
+from deepgap.core.records import Result, Status
 from deepgap.store import Store
 
 RUN = ["run", "--models", "tinycnn", "--batch-sizes", "1", "--device", "cpu", "--quiet"]
@@ -174,8 +174,8 @@ def test_good_weights_pass_the_check(tmp_path):
     """The check before the sweep accepts the model's own state dict (so the cases above can fail)."""
     import torch
 
-    from deepgap.models import build_model
-    from deepgap.models.registry import check_weights
+    from deepgap.measure.models import build_model
+    from deepgap.measure.models.registry import check_weights
 
     p = tmp_path / "w.pt"
     torch.save(build_model("tinycnn", 32).state_dict(), p)
@@ -204,10 +204,10 @@ class StoringRunner:
 
 def test_full_disk_during_run_keeps_finished_configurations(tmp_path, capsys, monkeypatch):
     import deepgap.api
-    import deepgap.telemetry.runlevel
+    import deepgap.drive.prelude
 
     monkeypatch.setattr(deepgap.api, "SweepRunner", StoringRunner)
-    monkeypatch.setattr(deepgap.telemetry.runlevel, "run_level", lambda *a, **k: None)
+    monkeypatch.setattr(deepgap.drive.prelude, "run_level", lambda *a, **k: None)
     begin = Store.begin_run
 
     def begin_then_limit(self, *a, **k):

@@ -10,10 +10,10 @@ Big models are built on the meta device: shapes only, milliseconds.
 import pytest
 import torch
 
-from deepgap.models import build_model, resolve_model
-from deepgap.models.bert import CONFIGS, build_bert
-from deepgap.models.flops import count_flops, op_counter
-from deepgap.models.inputs import example_batch
+from deepgap.measure.models import build_model, resolve_model
+from deepgap.measure.models.bert import CONFIGS, build_bert
+from deepgap.measure.models.flops import count_flops, op_counter
+from deepgap.measure.models.inputs import example_batch
 
 PUBLISHED_PARAMS = {"bert-base": 109_482_240, "bert-large": 335_141_888}  # BertModel incl. pooler
 POOLER = {"bert-base": 768 * 768 + 768, "bert-large": 1024 * 1024 + 1024}

@@ -8,11 +8,11 @@ per configuration, torch.onnx's dynamo export ~10 s.
 
 import pytest
 
-from deepgap.config import SweepSpec, validate
-from deepgap.inprocess import InProcessWorker
-from deepgap.plan import expand
-from deepgap.records import Status
-from deepgap.runner import SweepRunner
+from deepgap.core.records import Status
+from deepgap.drive.config import SweepSpec, validate
+from deepgap.drive.inprocess import InProcessWorker
+from deepgap.drive.plan import expand
+from deepgap.drive.runner import SweepRunner
 
 TINY = dict(
     models=("tinybert",),

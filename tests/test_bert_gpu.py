@@ -9,20 +9,20 @@ from __future__ import annotations
 import pytest
 import torch
 
-from deepgap.config import SweepSpec, validate
-from deepgap.inprocess import InProcessWorker
-from deepgap.plan import expand
-from deepgap.records import Status
-from deepgap.runner import SweepRunner
+from deepgap.core.records import Status
+from deepgap.drive.config import SweepSpec, validate
+from deepgap.drive.inprocess import InProcessWorker
+from deepgap.drive.plan import expand
+from deepgap.drive.runner import SweepRunner
 
 pytestmark = pytest.mark.gpu
 
 
 def test_sdpa_takes_a_fused_kernel_in_half_precision():
     """fp16/bf16 attention runs as FlashAttention or memory-efficient attention, never the math path."""
-    from deepgap.models import build_model
-    from deepgap.models.flops import op_counter
-    from deepgap.models.inputs import example_batch
+    from deepgap.measure.models import build_model
+    from deepgap.measure.models.flops import op_counter
+    from deepgap.measure.models.inputs import example_batch
 
     for dtype in (torch.float16, torch.bfloat16):
         m = build_model("bert-base", 128).to("cuda", dtype)

@@ -14,8 +14,8 @@ from fixtures_store import make_result
 from deepgap.analysis import aggregate, prepare
 from deepgap.analysis.cards import Spread, platform_spread, widen_interval
 from deepgap.analysis.compare import compare
-from deepgap.records import ConfigSpec
-from deepgap.stats import card_bootstrap_ci, hierarchical_bootstrap_ci
+from deepgap.core.records import ConfigSpec
+from deepgap.core.stats import card_bootstrap_ci, hierarchical_bootstrap_ci
 from deepgap.store import Store
 
 CARD_SLOWDOWN = [1.00, 1.03, 1.05, 1.08]  # four H cards: median latency × this
@@ -116,7 +116,7 @@ def test_store_and_aggregate_know_the_cards(store):
 
 
 def test_compare_widens_by_the_card_spread(store):
-    from deepgap.report import pooled_samples_fn
+    from deepgap.report.page import pooled_samples_fn
 
     df = prepare(store.results_frame())
     fn = pooled_samples_fn(store)
@@ -157,8 +157,8 @@ def test_widen_interval_and_plan_devices():
 
 def test_report_section_shows_the_spread_between_cards(store):
     from deepgap.analysis.cards_section import SECTION, TABLE_SPECS, build
+    from deepgap.render.formatting import html_table
     from deepgap.render.sections import ReportContext, registered
-    from deepgap.report_format import html_table
 
     assert SECTION in registered()
     df = prepare(store.results_frame())

@@ -105,7 +105,7 @@ def test_list_and_env(capsys):
 def test_torch_build_names_cpu_cuda_and_rocm_builds():
     from types import SimpleNamespace as Ns
 
-    from deepgap.envinfo import torch_build
+    from deepgap.core.envinfo import torch_build
 
     assert torch_build(Ns(version=Ns(cuda=None, hip=None))) == "cpu"
     assert torch_build(Ns(version=Ns(cuda="13.0", hip=None))) == "cuda 13.0"
@@ -127,7 +127,7 @@ def test_toml_config_with_preset_and_flag_override(tmp_path):
 
 
 def test_paper_preset_is_the_papers_protocol():
-    from deepgap.config import PAPER_BATCHES, preset
+    from deepgap.drive.config import PAPER_BATCHES, preset
 
     p = preset("paper")
     assert p.models == ("resnet18", "resnet50", "resnet101") and p.precisions == ("fp32", "fp16")

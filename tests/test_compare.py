@@ -10,7 +10,7 @@ from deepgap.analysis import aggregate, prepare
 from deepgap.analysis.compare import compare, compare_paper, throughput_ratio
 from deepgap.analysis.reference import paper_peaks
 from deepgap.cli import main
-from deepgap.stats import ratio_ci
+from deepgap.core.stats import ratio_ci
 from deepgap.store import Store
 
 

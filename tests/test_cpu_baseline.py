@@ -21,11 +21,11 @@ from deepgap import api
 from deepgap.analysis import aggregate, prepare, tables
 from deepgap.analysis.reference import paper_peaks
 from deepgap.commands import run as run_cmd
-from deepgap.config import SweepSpec, validate
-from deepgap.errors import UsageError
-from deepgap.plan import expand
-from deepgap.records import ConfigSpec
-from deepgap.runner import SweepRunner
+from deepgap.core.errors import UsageError
+from deepgap.core.records import ConfigSpec
+from deepgap.drive.config import SweepSpec, validate
+from deepgap.drive.plan import expand
+from deepgap.drive.runner import SweepRunner
 from deepgap.store import Store
 
 
@@ -93,7 +93,7 @@ class _FakeGpuRunner(SweepRunner):
 
 def test_the_run_measures_the_gpu_then_its_host_cpu_into_one_run(monkeypatch, tmp_path):
     """End to end without CUDA: a fake GPU runner, then the real CPU handlers in process (tinycnn)."""
-    from deepgap.inprocess import InProcessWorker
+    from deepgap.drive.inprocess import InProcessWorker
 
     def runner(spec, device):
         if device != "cpu":
@@ -105,7 +105,9 @@ def test_the_run_measures_the_gpu_then_its_host_cpu_into_one_run(monkeypatch, tm
 
     monkeypatch.setattr(api, "SweepRunner", runner)
     monkeypatch.setattr(api, "resolve_device", lambda d: "cuda")
-    monkeypatch.setattr("deepgap.plan.CPU_BASELINE_INT8_ENGINE", "eager")  # no ONNX export in a unit test
+    monkeypatch.setattr(
+        "deepgap.drive.plan.CPU_BASELINE_INT8_ENGINE", "eager"
+    )  # no ONNX export in a unit test
     _FakeGpuRunner.log = []
     spec = SweepSpec(
         models=("tinycnn",),
@@ -118,7 +120,7 @@ def test_the_run_measures_the_gpu_then_its_host_cpu_into_one_run(monkeypatch, tm
         cpu_baseline=True,
         cpu_cores=2,
     )
-    monkeypatch.setattr("deepgap.config.CPU_BASELINE_BATCHES", (1,))
+    monkeypatch.setattr("deepgap.drive.config.CPU_BASELINE_BATCHES", (1,))
     fixed = (
         api.cpu_baseline_spec
     )  # its protocol, at a fixed count (no adaptive repeats on a loaded test host)
@@ -261,7 +263,7 @@ def _two_device_store(path: str, rapl: bool) -> str:
 
 @pytest.mark.parametrize("rapl", [True, False])
 def test_the_answer_has_a_host_cpu_line_per_gpu_model(tmp_path, rapl):
-    from deepgap.report_answer import HOST_CPU_GOAL, answers
+    from deepgap.report.answer import HOST_CPU_GOAL, answers
 
     path = _two_device_store(str(tmp_path / "two.sqlite"), rapl)
     s = Store(path, readonly=True)
@@ -316,7 +318,7 @@ def test_compare_paper_sets_your_gpu_cpu_ratio_beside_the_papers(tmp_path):
 
 
 def test_the_gpu_thermal_timeline_leaves_out_the_host_cpu_samples():
-    from deepgap.report_core import gpu_part
+    from deepgap.report.core import gpu_part
 
     tel = pd.DataFrame(
         {

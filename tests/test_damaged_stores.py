@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from deepgap.cli import main
-from deepgap.records import Result, Status
+from deepgap.core.records import Result, Status
 
 
 class FakeRunner:
@@ -52,12 +52,12 @@ def _no_png(fig, dpi: int = 90) -> bytes:
 @pytest.fixture(autouse=True)
 def fake_runner(monkeypatch):
     import deepgap.api
-    import deepgap.figures
-    import deepgap.telemetry.runlevel
+    import deepgap.drive.prelude
+    import deepgap.render.draw
 
     monkeypatch.setattr(deepgap.api, "SweepRunner", FakeRunner)
-    monkeypatch.setattr(deepgap.telemetry.runlevel, "run_level", lambda *a, **k: None)
-    monkeypatch.setattr(deepgap.figures, "png_bytes", _no_png)  # rasterising is slow and data-blind
+    monkeypatch.setattr(deepgap.drive.prelude, "run_level", lambda *a, **k: None)
+    monkeypatch.setattr(deepgap.render.draw, "png_bytes", _no_png)  # rasterising is slow and data-blind
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@
 import pytest
 
 import deepgap
-from deepgap.records import Status
+from deepgap.core.records import Status
 
 CPU_ENGINES = ("eager", "compile", "onnxruntime")  # every engine family that runs on a CPU
 GPU_ONLY = ("cudagraph", "tensorrt", "onnxruntime-trt")
@@ -25,7 +25,9 @@ def test_cpu_engines_run_tinycnn_at_two_batch_sizes(tmp_path, tiny_spec, cache):
     spec = tiny_spec.replace(engines=CPU_ENGINES + GPU_ONLY, precisions=("fp32", "int8"), batch_sizes=(1, 3))
     res = deepgap.run(spec, store=str(tmp_path / "s.sqlite"))
     by = _by(res.results)
-    from deepgap.pairing import engine_precisions  # each engine paired only with the precisions it runs
+    from deepgap.measure.pairing import (
+        engine_precisions,  # each engine paired only with the precisions it runs
+    )
 
     assert len(by) == 2 * sum(p in engine_precisions(e) for e in spec.engines for p in spec.precisions)
     for engine, precision in [(e, "fp32") for e in CPU_ENGINES] + [("onnxruntime", "int8")]:
@@ -66,7 +68,7 @@ def test_tensorrt_absent_says_why():
         pytest.skip("tensorrt is installed here")
     except ImportError:
         pass
-    from deepgap.engines import get_engine
+    from deepgap.measure.engines import get_engine
 
     why = get_engine("tensorrt").available()
     assert why.startswith("unavailable: tensorrt is not installed")
@@ -76,12 +78,12 @@ def _measure_broken_engines(store_path: str) -> dict:
     """Two plausible broken engines beside eager, through the worker's public API in this process."""
     import torch
 
-    from deepgap.engines import ENGINES, Engine, Prepared, load_engines
-    from deepgap.engines.eager import to_device
-    from deepgap.records import ConfigSpec
+    from deepgap.core.records import ConfigSpec
+    from deepgap.drive.worker import MeasureRequest, WorkerState, measure
+    from deepgap.measure.engines import ENGINES, Engine, Prepared, load_engines
+    from deepgap.measure.engines.eager import to_device
+    from deepgap.measure.timing import TimingProtocol
     from deepgap.store import Store
-    from deepgap.timing import TimingProtocol
-    from deepgap.worker import MeasureRequest, WorkerState, measure
 
     class ChannelOrderBug(Engine):  # a plausible layout bug: RGB fed as BGR
         name = "bgr-bug"
@@ -134,7 +136,7 @@ def test_correctness_flags_a_broken_engine_and_recommend_never_picks_it(tmp_path
 
     from deepgap.analysis.frame import aggregate, prepare
     from deepgap.analysis.recommend import recommend
-    from deepgap.engines import ENGINES, load_engines
+    from deepgap.measure.engines import ENGINES, load_engines
     from deepgap.store import Store
 
     load_engines()  # before the snapshot: loading happens once per process
@@ -171,10 +173,10 @@ def test_compile_failure_is_an_error_with_the_compilers_message():
     import torch
     import torch._inductor.config as inductor_config
 
-    from deepgap.engines import get_engine
-    from deepgap.engines.torch_compile import CompileFailed
-    from deepgap.models import build_model
-    from deepgap.records import ConfigSpec
+    from deepgap.core.records import ConfigSpec
+    from deepgap.measure.engines import get_engine
+    from deepgap.measure.engines.torch_compile import CompileFailed
+    from deepgap.measure.models import build_model
 
     spec = ConfigSpec(
         model="tinycnn", engine="compile", precision="fp32", batch_size=2, device="cpu", resolution=32

@@ -15,10 +15,10 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 def test_gpu_ort_configs_without_the_provider_are_skipped_with_the_reason():
     """A CPU-only onnxruntime asked for a GPU provider says so (as on the H100 machine), never falls back."""
     pytest.importorskip("onnxruntime")
-    from deepgap.engines import get_engine
-    from deepgap.engines.ort import providers_available
-    from deepgap.precision import DeviceCaps
-    from deepgap.records import ConfigSpec
+    from deepgap.core.precision import DeviceCaps
+    from deepgap.core.records import ConfigSpec
+    from deepgap.measure.engines import get_engine
+    from deepgap.measure.engines.ort import providers_available
 
     caps = DeviceCaps("cuda:0", "cuda", "Some GPU", (9, 0))
     have = providers_available()

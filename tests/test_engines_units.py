@@ -2,7 +2,7 @@
 
 import pytest
 
-from deepgap.errors import UsageError
+from deepgap.core.errors import UsageError
 
 
 @pytest.fixture
@@ -16,7 +16,7 @@ def cache(tmp_path, monkeypatch):
 
 
 def test_cache_dir_env_and_option_and_atomic_writes(tmp_path, cache):
-    from deepgap.engines import artifacts
+    from deepgap.measure.engines import artifacts
 
     assert artifacts.cache_dir() == cache and cache.is_dir()
     assert artifacts.cache_dir({"cache_dir": str(tmp_path / "o")}) == tmp_path / "o"
@@ -37,7 +37,7 @@ def test_cache_dir_env_and_option_and_atomic_writes(tmp_path, cache):
 
 
 def test_synthetic_calibration_is_seeded_and_stated():
-    from deepgap import calibration_data
+    from deepgap.measure import calibration_data
 
     a = calibration_data.calibration_set(16, {"calibration_images": 5})
     b = calibration_data.calibration_set(16, {"calibration_images": 5})
@@ -60,7 +60,7 @@ def test_calibration_from_a_folder_of_images(tmp_path):
     import torch
     from PIL import Image
 
-    from deepgap import calibration_data, images
+    from deepgap.measure import calibration_data, images
 
     folder = tmp_path / "imgs"
     (folder / "sub").mkdir(parents=True)
@@ -100,11 +100,11 @@ def test_ort_int8_static_quantization_is_qdq_per_channel_accurate_and_cached(tmp
     import numpy as np
     import torch
 
-    from deepgap import calibration_data
-    from deepgap.correctness import compare
-    from deepgap.engines.onnx_export import export_onnx
-    from deepgap.engines.ort_quant import quant_settings, quantize
-    from deepgap.models import build_model, weights_fingerprint
+    from deepgap.core.correctness import compare
+    from deepgap.measure import calibration_data
+    from deepgap.measure.engines.onnx_export import export_onnx
+    from deepgap.measure.engines.ort_quant import quant_settings, quantize
+    from deepgap.measure.models import build_model, weights_fingerprint
 
     model = build_model("tinycnn", 32)
     sha = weights_fingerprint(model)
@@ -148,7 +148,7 @@ def test_ort_int8_static_quantization_is_qdq_per_channel_accurate_and_cached(tmp
 
 
 def test_tensorrt_profile_covers_the_batch():
-    from deepgap.engines.tensorrt_build import profile_shapes
+    from deepgap.measure.engines.tensorrt_build import profile_shapes
 
     assert (
         profile_shapes(1) == (1, 32, 512) == profile_shapes(256)
@@ -167,8 +167,8 @@ def test_tensorrt_profile_covers_the_batch():
 
 
 def test_tensorrt_cache_keys_separate_what_changes_the_engine():
-    from deepgap.engines.artifacts import artifact_key
-    from deepgap.engines.tensorrt_build import calibration_cache_parts, engine_parts, workspace_bytes
+    from deepgap.measure.engines.artifacts import artifact_key
+    from deepgap.measure.engines.tensorrt_build import calibration_cache_parts, engine_parts, workspace_bytes
 
     base = dict(
         model="resnet50",
@@ -207,8 +207,8 @@ def test_tensorrt_cache_keys_separate_what_changes_the_engine():
 
 
 def test_tensorrt_calibration_batches_are_full():
-    from deepgap import calibration_data
-    from deepgap.engines.tensorrt_build import calibration_batches
+    from deepgap.measure import calibration_data
+    from deepgap.measure.engines.tensorrt_build import calibration_batches
 
     cs = calibration_data.calibration_set(8, {"calibration_images": 70})
     batches = calibration_batches(cs, 32)
@@ -220,16 +220,16 @@ def test_tensorrt_calibration_batches_are_full():
 
 
 def test_engine_options_reach_the_engine():
-    from deepgap.engines import get_engine
+    from deepgap.measure.engines import get_engine
 
     assert get_engine("onnxruntime", {"calibration_images": 3}).options == {"calibration_images": 3}
     assert get_engine("eager").options == {}
 
 
 def test_gpu_engines_say_why_not_on_a_cpu():
-    from deepgap.engines import get_engine
-    from deepgap.precision import DeviceCaps
-    from deepgap.records import ConfigSpec
+    from deepgap.core.precision import DeviceCaps
+    from deepgap.core.records import ConfigSpec
+    from deepgap.measure.engines import get_engine
 
     caps = DeviceCaps("cpu", "cpu", "some CPU")
 

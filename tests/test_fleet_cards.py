@@ -8,11 +8,11 @@ import pytest
 from clirun import deepgap_cli
 from test_fleet_scheduler import Ledger, fake_factory, lanes
 
-from deepgap.errors import UsageError
+from deepgap.core.errors import UsageError
+from deepgap.core.events import Event
+from deepgap.core.records import ConfigSpec, Result, Status
 from deepgap.fleet.progress import FleetProgress, duration_text, sweep_eta_s
 from deepgap.fleet.session import run_fleet
-from deepgap.records import ConfigSpec, Result, Status
-from deepgap.runner import Event
 from deepgap.store import Store
 
 GRID = dict(

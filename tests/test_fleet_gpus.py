@@ -26,8 +26,8 @@ pytestmark = [
 
 
 def test_clock_and_capture_name_their_device_while_another_is_current():
-    from deepgap import graph_runner
-    from deepgap.timing import CudaEventClock
+    from deepgap.measure import graph_runner
+    from deepgap.measure.timing import CudaEventClock
 
     last = f"cuda:{torch.cuda.device_count() - 1}"
     torch.cuda.set_device(0)
@@ -54,11 +54,11 @@ def test_clock_and_capture_name_their_device_while_another_is_current():
 
 
 def test_each_lane_worker_measures_on_its_own_physical_gpu():
-    from deepgap.nvml_access import nvml_uuid
-    from deepgap.records import ConfigSpec, Status
-    from deepgap.runner import WorkerHandle
-    from deepgap.timing import TimingProtocol
-    from deepgap.worker import MeasureRequest
+    from deepgap.core.nvml_access import nvml_uuid
+    from deepgap.core.records import ConfigSpec, Status
+    from deepgap.drive.runner import WorkerHandle
+    from deepgap.drive.worker import MeasureRequest
+    from deepgap.measure.timing import TimingProtocol
 
     uuids = []
     for i in range(torch.cuda.device_count()):

@@ -9,7 +9,7 @@ import pytest
 from clirun import deepgap_cli
 from fixtures_store import build_store
 
-from deepgap.errors import StoreError
+from deepgap.core.errors import StoreError
 from deepgap.fleet.merge import merge
 from deepgap.store import Store
 

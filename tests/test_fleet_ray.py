@@ -19,7 +19,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 import deepgap  # noqa: E402
-from deepgap.errors import UsageError  # noqa: E402
+from deepgap.core.errors import UsageError  # noqa: E402
 from deepgap.fleet.ray_backend import parse_where  # noqa: E402
 from deepgap.store import Store  # noqa: E402
 

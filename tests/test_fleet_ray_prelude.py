@@ -16,8 +16,8 @@ TWO_NODES = [{"NodeID": "a" * 12, "Resources": {"CPU": 2.0}}, {"NodeID": "b" * 1
 
 @pytest.mark.slow
 def test_a_ray_sweep_stores_one_prelude_per_device_and_tasks_apply_it(tmp_path, tiny_spec, monkeypatch):
+    from deepgap.drive.prelude import run_summaries
     from deepgap.fleet.session import run_fleet
-    from deepgap.telemetry.runlevel import run_summaries
 
     ray = install(monkeypatch, TWO_NODES)
     store = str(tmp_path / "s.sqlite")
@@ -67,8 +67,8 @@ def test_every_gpu_of_a_matching_node_gets_a_prelude_slot():
 
 def test_a_lost_actor_is_a_stored_status_not_a_failed_run(monkeypatch, tiny_spec):
     """The driver's side of an actor turns a lost actor into the summary's status, as a lost worker."""
+    from deepgap.core.records import ConfigSpec, Status
     from deepgap.fleet.ray_prelude import ActorRunner
-    from deepgap.records import ConfigSpec, Status
 
     ray = install(monkeypatch, TWO_NODES)
 

@@ -9,11 +9,11 @@ from collections import defaultdict
 import pytest
 
 import deepgap
-from deepgap.errors import UsageError
+from deepgap.core.errors import UsageError
+from deepgap.core.records import Result, Status
+from deepgap.drive.runner import SweepRunner
 from deepgap.fleet.devices import Lane, fake_lanes, logical_device, parse_devices
 from deepgap.fleet.session import run_fleet
-from deepgap.records import Result, Status
-from deepgap.runner import SweepRunner
 from deepgap.store import Store
 
 

@@ -1,5 +1,5 @@
 """One FLOP counter: the worker's ``flops_per_image`` and the roofline's `ModelCost` both come from
-`deepgap.models.flops`, and on the ResNets they give the number torch's own ``FlopCounterMode`` gave the
+`deepgap.measure.models.flops`, and on the ResNets they give the number torch's own ``FlopCounterMode`` gave the
 worker before (the worker used that mode directly until the two counters were merged).
 """
 
@@ -9,10 +9,10 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from deepgap.models import build_model
-from deepgap.models.flops import count_flops
+from deepgap.drive.worker import WorkerState
+from deepgap.measure.models import build_model
+from deepgap.measure.models.flops import count_flops
 from deepgap.roofline.flops import model_cost
-from deepgap.worker import WorkerState
 
 BATCH = 4
 RES = 224

@@ -125,7 +125,7 @@ def _store_bytes() -> bytes:
     if not _STORE:
         folder = Path(tempfile.mkdtemp(prefix="deepgap-fuzz-store-"))
         build_store(str(folder / "s.sqlite"), gpu=False)
-        import deepgap.models  # noqa: F401  (torch: imported once here, not inside an example's time bound)
+        import deepgap.measure.models  # noqa: F401  (torch: imported once here, not inside an example's time bound)
 
         _STORE.append((folder / "s.sqlite").read_bytes())
         shutil.rmtree(folder)
@@ -135,11 +135,11 @@ def _store_bytes() -> bytes:
 @pytest.fixture(autouse=True)
 def no_work(monkeypatch):
     """Where the work starts, stop: worker processes, report builds, Chromium."""
-    import deepgap.report
-    import deepgap.runner
+    import deepgap.drive.runner
+    import deepgap.report.page
 
-    monkeypatch.setattr(deepgap.runner.WorkerHandle, "spawn", _reached)
-    monkeypatch.setattr(deepgap.report, "write_report", _reached)
+    monkeypatch.setattr(deepgap.drive.runner.WorkerHandle, "spawn", _reached)
+    monkeypatch.setattr(deepgap.report.page, "write_report", _reached)
 
     def hung(*_):
         raise AssertionError(f"still running after {HANG_S} s")
@@ -227,7 +227,7 @@ TOML_VALUES = [
 def _keys() -> list[str]:
     import dataclasses
 
-    from deepgap.config import SweepSpec
+    from deepgap.drive.config import SweepSpec
 
     return sorted(f.name for f in dataclasses.fields(SweepSpec)) + ["preset", "sweep", "nosuchkey"]
 

@@ -17,9 +17,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from deepgap import graph_runner
-from deepgap.engines import get_engine
-from deepgap.records import ConfigSpec
+from deepgap.core.records import ConfigSpec
+from deepgap.measure import graph_runner
+from deepgap.measure.engines import get_engine
 
 
 class _Recorder(TorchDispatchMode):
@@ -116,7 +116,7 @@ def quant_result(tmp_path_factory):
 
     from torchvision import models
 
-    from deepgap.quant.prepare import QuantOptions, prepare_quant
+    from deepgap.measure.quant.prepare import QuantOptions, prepare_quant
 
     os.environ["DEEPGAP_CACHE"] = str(tmp_path_factory.mktemp("cache"))
     torch.manual_seed(0)
@@ -133,7 +133,7 @@ def quant_result(tmp_path_factory):
 
 
 def test_quant_runner_owns_its_network(recorded, quant_result):
-    from deepgap.quant.prepare import _make_runner
+    from deepgap.measure.quant.prepare import _make_runner
 
     run, info = _make_runner(quant_result.net, 1, 32, "cpu", True)
     assert info == {"cuda_graph": True} and isinstance(run, graph_runner.GraphRunner)
@@ -145,8 +145,8 @@ def test_quant_runner_owns_its_network(recorded, quant_result):
 
 
 def test_quant_weights_die_with_the_runner_not_before(recorded, quant_result):
-    from deepgap.quant.network import build
-    from deepgap.quant.prepare import _make_runner
+    from deepgap.measure.quant.network import build
+    from deepgap.measure.quant.prepare import _make_runner
 
     q = quant_result
     modes = {n: c.mode for n, c in q.net.convs.items()}

@@ -42,9 +42,9 @@ def _fill_free_memory(max_bytes: int = 8 << 30) -> list[torch.Tensor]:
 
 
 def _prepare(engine: str, precision: str, memory_format: str, batch: int, model):
-    from deepgap.engines import get_engine
-    from deepgap.precision import DeviceCaps
-    from deepgap.records import ConfigSpec
+    from deepgap.core.precision import DeviceCaps
+    from deepgap.core.records import ConfigSpec
+    from deepgap.measure.engines import get_engine
 
     spec = ConfigSpec("resnet18", engine, precision, batch, DEV, memory_format=memory_format, resolution=RES)
     eng = get_engine(engine)
@@ -61,8 +61,8 @@ def _prepare(engine: str, precision: str, memory_format: str, batch: int, model)
 
 @pytest.mark.parametrize("engine,precision,memory_format", ENGINES, ids=lambda v: str(v))
 def test_runner_alone_keeps_its_graph_valid(engine, precision, memory_format, tmp_path, monkeypatch):
-    from deepgap import correctness
-    from deepgap.models import build_model
+    from deepgap.core import correctness
+    from deepgap.measure.models import build_model
 
     monkeypatch.setenv("DEEPGAP_CACHE", str(tmp_path))
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
@@ -92,7 +92,7 @@ def test_runner_alone_keeps_its_graph_valid(engine, precision, memory_format, tm
 
 def test_quant_runners_at_two_batch_sizes_both_replay(tmp_path, monkeypatch):
     """What `deepgap serve` does: one prepared runner per batch size, each kept, the results dropped."""
-    from deepgap.models import build_model
+    from deepgap.measure.models import build_model
 
     monkeypatch.setenv("DEEPGAP_CACHE", str(tmp_path))
     runs, outs, inputs = {}, {}, {}

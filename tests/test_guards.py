@@ -10,13 +10,13 @@ from __future__ import annotations
 import pytest
 from fixtures_store import build_store
 
-from deepgap import guards
 from deepgap.analysis import aggregate, prepare
 from deepgap.analysis.recommend import recommend
-from deepgap.records import ConfigSpec, Result, Status
+from deepgap.core import guards
+from deepgap.core.records import ConfigSpec, Result, Status
+from deepgap.drive.worker import MeasureRequest, WorkerState, measure
+from deepgap.measure.timing import TimingProtocol
 from deepgap.store import Store
-from deepgap.timing import TimingProtocol
-from deepgap.worker import MeasureRequest, WorkerState, measure
 
 H100 = "NVIDIA H100 80GB HBM3"
 RESNET50_FLOPS = 8.178e9  # models/flops.py at 224² (the stored figure)
@@ -51,8 +51,8 @@ def test_device_mismatch_words():
 def test_observed_devices_reads_a_graph_runner_and_a_clock():
     import torch
 
-    from deepgap.graph_runner import GraphRunner
-    from deepgap.timing import HostClock
+    from deepgap.measure.graph_runner import GraphRunner
+    from deepgap.measure.timing import HostClock
 
     class Prepared:
         run = GraphRunner(None, torch.zeros(2), None, owns=None)
@@ -139,7 +139,7 @@ def test_rate_mismatch_flagged_and_never_recommended(tmp_path):
     rec = next(r for r in recommend(aggregate(frame), "throughput") if r.model == "resnet50")
     assert rec.choice["batch_size"] == 32  # fp16 bs128 was the fastest; now skipped
     assert rec.excluded == {guards.RATE_REASON: 1} and "disagree by more than 2x" in guards.RATE_REASON
-    from deepgap.report_answer import answers
+    from deepgap.report.answer import answers
 
     agg = aggregate(frame)
     table, sure = answers(agg, frame)

@@ -225,10 +225,10 @@ def test_export_onto_a_full_disk_leaves_nothing(tmp_path, capsys, good, monkeypa
 
 
 def test_report_onto_a_full_disk_leaves_nothing(tmp_path, capsys, good, monkeypatch):
-    import deepgap.report
+    import deepgap.report.page
 
-    monkeypatch.setattr(deepgap.report, "build", lambda *a, **k: object())
-    monkeypatch.setattr(deepgap.report, "save", _disk_full)
+    monkeypatch.setattr(deepgap.report.page, "build", lambda *a, **k: object())
+    monkeypatch.setattr(deepgap.report.page, "save", _disk_full)
     s = _store(tmp_path, good)
     assert main(["report", s, "-o", str(tmp_path / "r.html")]) == 2
     err = capsys.readouterr().err.strip()
@@ -246,7 +246,7 @@ def test_huge_batch_leaves_no_run_that_breaks_resume(tmp_path, capsys):
 
 
 def test_dataset_labels_all_integers_or_all_names(tmp_path):
-    from deepgap.accuracy.dataset import load
+    from deepgap.measure.accuracy.dataset import load
 
     assert [lab for _, lab in load(_dataset(tmp_path, ["3", "0", "3"])).items] == [3, 0, 3]
     names = load(_dataset(tmp_path, ["dog", "cat", "dog"]))
@@ -264,7 +264,7 @@ def test_ctrl_c_worker_exits_quietly(tmp_path):
     """Ctrl-C reaches the worker too: it must exit with 130 and print nothing (the parent says the line)."""
     import multiprocessing as mp
 
-    from deepgap.runner import _with_environ
+    from deepgap.drive.runner import _with_environ
 
     err = str(tmp_path / "worker.err")
     p = mp.get_context("fork").Process(

@@ -6,8 +6,13 @@ import copy
 
 import torch
 
-from deepgap.models import build_model
-from deepgap.models.registry import ACTIVATION_CEILING, peak_activation, resolve_model, tame_activations
+from deepgap.measure.models import build_model
+from deepgap.measure.models.registry import (
+    ACTIVATION_CEILING,
+    peak_activation,
+    resolve_model,
+    tame_activations,
+)
 
 
 def _features(model, x):

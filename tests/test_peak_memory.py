@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from deepgap.records import ConfigSpec, Result, Status
-from deepgap.telemetry.fake import FakeNvml
-from deepgap.telemetry.nvml import NvmlBackend
-from deepgap.telemetry.session import MeasureTelemetry, max_mem_used
-from deepgap.telemetry.settings import TelemetrySettings
-from deepgap.worker import true_peak
+from deepgap.core.records import ConfigSpec, Result, Status
+from deepgap.drive.worker import true_peak
+from deepgap.measure.telemetry.fake import FakeNvml
+from deepgap.measure.telemetry.nvml import NvmlBackend
+from deepgap.measure.telemetry.session import MeasureTelemetry, max_mem_used
+from deepgap.measure.telemetry.settings import TelemetrySettings
 
 GIB = 1 << 30
 

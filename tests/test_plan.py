@@ -10,12 +10,12 @@ from hypothesis import strategies as st
 
 from deepgap.cli import main
 from deepgap.commands.run import add_arguments, build_spec
-from deepgap.config import SweepSpec, default_spec, load_toml, validate
-from deepgap.engines import ENGINES, load_engines
-from deepgap.errors import UsageError
-from deepgap.pairing import check_pairs, engine_precisions
-from deepgap.plan import expand
-from deepgap.precision import PRECISIONS
+from deepgap.core.errors import UsageError
+from deepgap.core.precision import PRECISIONS
+from deepgap.drive.config import SweepSpec, default_spec, load_toml, validate
+from deepgap.drive.plan import expand
+from deepgap.measure.engines import ENGINES, load_engines
+from deepgap.measure.pairing import check_pairs, engine_precisions
 
 load_engines()
 ALL_ENGINES = tuple(ENGINES.names())

@@ -1,4 +1,4 @@
-"""The precision table (`deepgap.precision.PRECISIONS`) is complete, and every consumer reads it.
+"""The precision table (`deepgap.core.precision.PRECISIONS`) is complete, and every consumer reads it.
 
 The point of one table: adding a precision is one entry (plus the engines that run it). So beside checking
 the entries, a fake precision is put into the table and each consumer must see it without any other edit.
@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from deepgap import precision as prec
-from deepgap.precision import PRECISIONS, DeviceCaps, Precision
+from deepgap.core import precision as prec
+from deepgap.core.precision import PRECISIONS, DeviceCaps, Precision
 
 FAKE = Precision(
     "fp6",
@@ -38,7 +38,7 @@ def fake(monkeypatch):
 
 
 def test_every_precision_an_engine_declares_is_in_the_table():
-    from deepgap.engines import ENGINES, load_engines
+    from deepgap.measure.engines import ENGINES, load_engines
 
     load_engines()
     declared = {p for name in ENGINES.names() for p in ENGINES.get(name).precisions}
@@ -72,7 +72,7 @@ def test_every_entry_is_complete_and_consistent():
 
 
 def test_importing_the_table_does_not_import_torch():
-    code = "import sys, deepgap.precision; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, deepgap.core.precision; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -92,8 +92,9 @@ def test_device_support_keeps_its_rules():
 
 
 def test_consumers_agree_with_the_table():
-    from deepgap import correctness, figure_style
     from deepgap.analysis import accuracy
+    from deepgap.core import correctness
+    from deepgap.render import style as figure_style
     from deepgap.roofline import figures as roofline_figures
     from deepgap.roofline import flops, specs
 
@@ -114,8 +115,10 @@ def test_consumers_agree_with_the_table():
 def test_a_new_precision_in_the_table_reaches_every_consumer(fake):
     import torch
 
-    from deepgap import compare_console, correctness, figure_style
     from deepgap.analysis import accuracy, tables
+    from deepgap.core import correctness
+    from deepgap.render import style as figure_style
+    from deepgap.report import compare_console
     from deepgap.roofline import figures as roofline_figures
     from deepgap.roofline import flops, specs
     from deepgap.serving.planner import Curve
@@ -155,8 +158,8 @@ def test_a_new_precision_in_the_table_reaches_every_consumer(fake):
 
 
 def test_a_quantizing_engine_checks_the_tables_compute_capability(fake, monkeypatch):
-    from deepgap.engines import get_engine
-    from deepgap.records import ConfigSpec
+    from deepgap.core.records import ConfigSpec
+    from deepgap.measure.engines import get_engine
 
     trt = type(get_engine("tensorrt"))
     monkeypatch.setattr(trt, "precisions", (*trt.precisions, "fp6"))

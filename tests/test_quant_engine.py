@@ -6,12 +6,12 @@ import pytest
 import torch
 from torchvision import models
 
-from deepgap import correctness
-from deepgap.engines import get_engine
-from deepgap.models import weights_fingerprint
-from deepgap.precision import DeviceCaps
-from deepgap.quant.prepare import QuantOptions, prepare_quant, variant
-from deepgap.records import ConfigSpec
+from deepgap.core import correctness
+from deepgap.core.precision import DeviceCaps
+from deepgap.core.records import ConfigSpec
+from deepgap.measure.engines import get_engine
+from deepgap.measure.models import weights_fingerprint
+from deepgap.measure.quant.prepare import QuantOptions, prepare_quant, variant
 
 H100 = DeviceCaps("cuda:0", "cuda", "NVIDIA H100 80GB HBM3", (9, 0), 80 << 30)
 A100 = DeviceCaps("cuda:0", "cuda", "NVIDIA A100", (8, 0), 80 << 30)
@@ -86,7 +86,7 @@ def test_prepare_on_cpu_torch_path(resnet18, precision, tmp_path, monkeypatch):
             assert vinfo == {"cuda_graph": False}
             assert all(c.mode == "q" for c in run_q.__self__.convs.values())
             assert not correctness.compare(run_q(x.half()), resnet18(x), precision).flagged
-    from deepgap.quant.calibrate import CalibrationKey, calibrate
+    from deepgap.measure.quant.calibrate import CalibrationKey, calibrate
 
     key = CalibrationKey("resnet18", 32, weights_fingerprint(resnet18), 4, 0, "max")
     assert calibrate(res.graph, key)[1]  # the second precision/batch reuses the cached ranges
@@ -96,9 +96,9 @@ def test_prepare_on_cpu_torch_path(resnet18, precision, tmp_path, monkeypatch):
 @pytest.mark.parametrize("precision", ["int8", "fp8"])
 def test_quantized_network_is_within_the_correctness_bounds(name, res_px, precision):
     """Exact emulation of the quantized network vs the fp32 model, with deepgap's bounds."""
-    from deepgap.quant.calibrate import calibration_images, collect_amax
-    from deepgap.quant.fold import resnet_graph
-    from deepgap.quant.network import build
+    from deepgap.measure.quant.calibrate import calibration_images, collect_amax
+    from deepgap.measure.quant.fold import resnet_graph
+    from deepgap.measure.quant.network import build
 
     torch.manual_seed(0)
     model = models.get_model(name, weights=None).eval()
@@ -114,9 +114,9 @@ def test_quantized_network_is_within_the_correctness_bounds(name, res_px, precis
 
 def test_stem_padded_to_four_channels_gives_the_same_output(resnet18):
     """The stem's zero fourth channel (chosen on the GPU when faster) changes no number."""
-    from deepgap.quant.calibrate import calibration_images, collect_amax
-    from deepgap.quant.fold import resnet_graph
-    from deepgap.quant.network import build
+    from deepgap.measure.quant.calibrate import calibration_images, collect_amax
+    from deepgap.measure.quant.fold import resnet_graph
+    from deepgap.measure.quant.network import build
 
     graph = resnet_graph(resnet18)
     net = build(graph, "int8", collect_amax(graph, calibration_images(2, 32, 0), method="max"), {}, 32)
@@ -132,11 +132,11 @@ def test_stem_padded_to_four_channels_gives_the_same_output(resnet18):
 def test_fused_stem_inside_the_network_agrees_with_the_cudnn_path(resnet18):
     """The network's stem through the fused Triton kernel (interpreted here) agrees with its torch path."""
     pytest.importorskip("triton")
-    from deepgap.quant.calibrate import calibration_images, collect_amax
-    from deepgap.quant.fold import resnet_graph
-    from deepgap.quant.network import build
-    from deepgap.quant.prepare import STEM_AGREE_FRAC
-    from deepgap.quant.tuning import _agree
+    from deepgap.measure.quant.calibrate import calibration_images, collect_amax
+    from deepgap.measure.quant.fold import resnet_graph
+    from deepgap.measure.quant.network import build
+    from deepgap.measure.quant.prepare import STEM_AGREE_FRAC
+    from deepgap.measure.quant.tuning import _agree
 
     graph = resnet_graph(resnet18)
     net = build(graph, "int8", collect_amax(graph, calibration_images(2, 32, 0), method="max"), {}, 32)

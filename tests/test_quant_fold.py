@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from deepgap.quant.fold import (
+from deepgap.measure.quant.fold import (
     ConvNode,
     HeadNode,
     PoolNode,
@@ -96,7 +96,7 @@ def test_graph_structure_of_resnet50():
 def test_unsupported_models_are_refused_with_a_reason():
     from torchvision import models
 
-    from deepgap.models.tiny import build_tinycnn
+    from deepgap.measure.models.tiny import build_tinycnn
 
     with pytest.raises(UnsupportedModelError, match="torchvision ResNets"):
         resnet_graph(build_tinycnn(32).eval())

@@ -28,8 +28,8 @@ RESNET50_LAYERS = [  # name, k, stride, cin, cout, residual, H_in at 224²
 
 
 def _layer(qfmt, k, s, cin, cout, res_fmt, out_fmt, seed):
-    from deepgap.quant import layers
-    from deepgap.quant.fold import ConvNode
+    from deepgap.measure.quant import layers
+    from deepgap.measure.quant.fold import ConvNode
 
     g = torch.Generator().manual_seed(seed)
     node = ConvNode(
@@ -76,8 +76,8 @@ def _compare(out, ref, fmt):
 @pytest.mark.parametrize("qfmt", ["int8", "fp8"])
 @pytest.mark.parametrize("layer", RESNET50_LAYERS, ids=lambda t: t[0])
 def test_conv_kernel_on_gpu_matches_reference(qfmt, layer):
-    from deepgap.quant import kernels, layers
-    from deepgap.quant.tiles import candidate_configs
+    from deepgap.measure.quant import kernels, layers
+    from deepgap.measure.quant.tiles import candidate_configs
 
     _, k, s, cin, cout, has_res, h = layer
     out_fmts = [qfmt, "fp16"] if has_res else [qfmt]
@@ -122,7 +122,7 @@ def test_conv_kernel_on_gpu_matches_reference(qfmt, layer):
 def test_maxpool_and_epilogue_on_gpu_are_exact(fmt):
     import torch.nn.functional as F  # noqa: N812
 
-    from deepgap.quant import kernels, layers
+    from deepgap.measure.quant import kernels, layers
 
     g = torch.Generator(device=DEV).manual_seed(0)
     nb, h, c = 4, 112, 64
@@ -141,9 +141,9 @@ def test_maxpool_and_epilogue_on_gpu_are_exact(fmt):
 
 @pytest.mark.parametrize("precision", ["int8", "fp8"])
 def test_prepared_resnet50_is_correct_and_graph_captured(precision, capsys, tmp_path, monkeypatch):
-    from deepgap import correctness
-    from deepgap.models import build_model
-    from deepgap.quant.prepare import prepare_quant
+    from deepgap.core import correctness
+    from deepgap.measure.models import build_model
+    from deepgap.measure.quant.prepare import prepare_quant
 
     if precision == "fp8" and torch.cuda.get_device_capability() < (8, 9):
         pytest.skip("fp8 needs compute capability ≥ 8.9")
@@ -182,7 +182,7 @@ def test_engine_through_deepgap_run(tmp_path, monkeypatch):
     import deepgap
 
     monkeypatch.setenv("DEEPGAP_CACHE", str(tmp_path / "cache"))
-    from deepgap.config import SweepSpec
+    from deepgap.drive.config import SweepSpec
 
     spec = SweepSpec(
         models=("resnet50",),
@@ -209,7 +209,7 @@ def test_fused_stem_on_gpu_matches_the_exact_reference(out_fmt):
     """The fused Triton stem at ResNet's 224² against fp32 convolution + max-pool + the exact epilogue."""
     import torch.nn.functional as F  # noqa: N812
 
-    from deepgap.quant import layers, stem_kernels
+    from deepgap.measure.quant import layers, stem_kernels
 
     torch.backends.cudnn.allow_tf32 = False
     g = torch.Generator(device="cuda").manual_seed(0)

@@ -15,9 +15,9 @@ import torch
 
 triton = pytest.importorskip("triton")
 
-from deepgap.quant import kernels, layers  # noqa: E402
-from deepgap.quant.fold import ConvNode  # noqa: E402
-from deepgap.quant.tiles import TileConfig  # noqa: E402
+from deepgap.measure.quant import kernels, layers  # noqa: E402
+from deepgap.measure.quant.fold import ConvNode  # noqa: E402
+from deepgap.measure.quant.tiles import TileConfig  # noqa: E402
 
 CFG = TileConfig(32, 32, 32, group_m=2, num_warps=4, num_stages=2)
 
@@ -175,9 +175,9 @@ def test_whole_network_triton_matches_reference_int8():
     """ResNet-18 at 32², mixed quantized/fp16 layers (with a format conversion): Triton ≡ reference."""
     from torchvision import models
 
-    from deepgap.quant.calibrate import calibration_images, collect_amax
-    from deepgap.quant.fold import resnet_graph
-    from deepgap.quant.network import build
+    from deepgap.measure.quant.calibrate import calibration_images, collect_amax
+    from deepgap.measure.quant.fold import resnet_graph
+    from deepgap.measure.quant.network import build
 
     torch.manual_seed(0)
     graph = resnet_graph(models.resnet18().eval())

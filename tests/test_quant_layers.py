@@ -127,7 +127,7 @@ def test_head_pools_before_scaling_and_matches_the_plain_formula(dtype):
     """run_head sums the 8-bit activation (int32 for int8) and scales the pooled vector: same logits."""
     from types import SimpleNamespace
 
-    from deepgap.quant.network import QuantNet
+    from deepgap.measure.quant.network import QuantNet
 
     g = torch.Generator().manual_seed(0)
     batch, hw, c = 3, 49, 64

@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 
-from deepgap.quant import layers
-from deepgap.quant.calibrate import CalibrationKey, calibrate, calibration_images, collect_amax
-from deepgap.quant.fold import ConvNode, Graph, HeadNode, PoolNode
+from deepgap.measure.quant import layers
+from deepgap.measure.quant.calibrate import CalibrationKey, calibrate, calibration_images, collect_amax
+from deepgap.measure.quant.fold import ConvNode, Graph, HeadNode, PoolNode
 
 
 @pytest.mark.parametrize("fmt", ["int8", "fp8"])

@@ -14,7 +14,7 @@ import torch.nn.functional as F  # noqa: N812
 
 triton = pytest.importorskip("triton")
 
-from deepgap.quant import layers, stem_kernels  # noqa: E402
+from deepgap.measure.quant import layers, stem_kernels  # noqa: E402
 
 
 def _reference(x, w, alpha, beta, out_fmt):

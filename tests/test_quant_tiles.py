@@ -8,8 +8,8 @@ import pytest
 import torch
 from torchvision import models
 
-from deepgap.quant.fold import ConvertNode, ConvNode, resnet_graph
-from deepgap.quant.tiles import (
+from deepgap.measure.quant.fold import ConvertNode, ConvNode, resnet_graph
+from deepgap.measure.quant.tiles import (
     SMEM_BUDGET_BYTES,
     LayerTiming,
     TileConfig,

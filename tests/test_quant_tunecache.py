@@ -8,9 +8,9 @@ import pytest
 import torch
 from torchvision import models
 
-from deepgap.quant import tunecache
-from deepgap.quant.prepare import QuantOptions, prepare_quant
-from deepgap.quant.tiles import TileConfig
+from deepgap.measure.quant import tunecache
+from deepgap.measure.quant.prepare import QuantOptions, prepare_quant
+from deepgap.measure.quant.tiles import TileConfig
 
 SHAPE = tunecache.LayerShape("int8", 3136, 64, 64, 3, 1, 1, "int8", "int8", None, True)
 PARTS = {"device": "NVIDIA H100 80GB HBM3", "cc": "9.0", "torch": "2.11", "triton": "3.6"}

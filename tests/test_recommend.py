@@ -8,7 +8,7 @@ from fixtures_store import GiB, build_store
 from deepgap.analysis import aggregate, prepare
 from deepgap.analysis.recommend import parse_bytes, parse_duration_s, recommend
 from deepgap.cli import main
-from deepgap.errors import UsageError
+from deepgap.core.errors import UsageError
 from deepgap.store import Store
 
 

@@ -11,7 +11,7 @@ import pytest
 from fixtures_store import build_store
 
 from deepgap.cli import main
-from deepgap.envinfo import redact, redact_value
+from deepgap.core.envinfo import redact, redact_value
 
 SECRETS = {"host": "secret-host-7", "gpu_serial": "1651324030793", "gpu_uuid": "GPU-a5da2264-0efb-adce"}
 
@@ -25,9 +25,9 @@ def _no_png(fig, dpi: int = 90) -> bytes:
 
 @pytest.fixture(autouse=True)
 def no_png(monkeypatch):
-    import deepgap.figures
+    import deepgap.render.draw
 
-    monkeypatch.setattr(deepgap.figures, "png_bytes", _no_png)  # rasterising is slow and not under test
+    monkeypatch.setattr(deepgap.render.draw, "png_bytes", _no_png)  # rasterising is slow and not under test
 
 
 def _private_store(path: str) -> str:

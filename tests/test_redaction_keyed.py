@@ -122,7 +122,7 @@ def test_a_dictionary_of_candidates_does_not_match(tmp_path, capsys, private):
 
 def test_key_from_the_environment_gives_stable_tokens(monkeypatch):
     """DEEPGAP_REDACT_KEY: one's own secret key makes tokens comparable across commands."""
-    from deepgap import redaction
+    from deepgap.core import redaction
 
     monkeypatch.setenv(redaction.KEY_ENV, "a secret of our own")
     assert redaction.reset().token(HOST) == redaction.reset().token(HOST)
@@ -131,7 +131,7 @@ def test_key_from_the_environment_gives_stable_tokens(monkeypatch):
 
 
 def test_redactor_scrubs_text_and_keeps_versions():
-    from deepgap.redaction import Redactor
+    from deepgap.core.redaction import Redactor
 
     r = Redactor(b"k")
     env = r.tree(
@@ -154,16 +154,16 @@ def test_redactor_scrubs_text_and_keeps_versions():
 
 def test_report_is_redacted_unless_asked(tmp_path, capsys, private, monkeypatch):
     """Issue 35: a report omits serials and UUIDs by default; --no-redact shows them; the header path too."""
-    import deepgap.report
+    import deepgap.report.page
     from deepgap.store import guard
 
     seen = []
 
     def write(store_path, html_path, run_ids=None, static=False):
-        seen.append((guard.READ["redact"], deepgap.report.shown_store_path(store_path)))
+        seen.append((guard.READ["redact"], deepgap.report.page.shown_store_path(store_path)))
         return [html_path]
 
-    monkeypatch.setattr(deepgap.report, "write_report", write)
+    monkeypatch.setattr(deepgap.report.page, "write_report", write)
     s = _store(tmp_path, private)
     assert main(["report", s, "-o", str(tmp_path / "r.html")]) == 0
     assert main(["report", s, "--no-redact", "-o", str(tmp_path / "r.html")]) == 0

@@ -10,7 +10,7 @@ from fixtures_store import build_store
 
 from deepgap.cli import main
 from deepgap.render.sections import table_specs
-from deepgap.report import TABLE_SPECS, write_report
+from deepgap.report.page import TABLE_SPECS, write_report
 
 FIGURES = [
     "fig05_thermal_timeline",

@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 from fixtures_multi import BEST, build_multi_store
 
-from deepgap import figures_interactive as fi
 from deepgap.cli import main
-from deepgap.figure_style import MAX_SERIES, PREC_COLORS, marker
-from deepgap.report import build, save
+from deepgap.render.style import MAX_SERIES, PREC_COLORS, marker
+from deepgap.report import interactive as fi
+from deepgap.report.page import build, save
 
 
 @pytest.fixture(scope="module")

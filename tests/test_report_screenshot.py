@@ -6,7 +6,7 @@ import pytest
 from fixtures_store import build_store
 
 from deepgap.cli import main
-from deepgap.report import find_chromium, screenshot, write_report
+from deepgap.report.page import find_chromium, screenshot, write_report
 
 pytestmark = pytest.mark.skipif(
     find_chromium() is None,
@@ -125,8 +125,8 @@ def test_figure_section_screenshot(multi_report, tmp_path):
 
     from matplotlib.image import imread
 
-    from deepgap import figures_interactive as fi
-    from deepgap.figure_style import MAX_SERIES
+    from deepgap.render.style import MAX_SERIES
+    from deepgap.report import interactive as fi
 
     text = multi_report.read_text(encoding="utf-8")
     specs = re.findall(r'class="plot-spec" data-target="plot-[^"]+">(.*?)</script>', text, re.S)

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from deepgap import figures_interactive as fi
 from deepgap.analysis import platforms
-from deepgap.figure_style import MAX_SERIES
 from deepgap.render import sections
-from deepgap.report import build, find_chromium, save
+from deepgap.render.style import MAX_SERIES
+from deepgap.report import interactive as fi
+from deepgap.report.page import build, find_chromium, save
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "two_gpus_small.sqlite.gz"
 MAX_BYTES = 3 * 1024 * 1024

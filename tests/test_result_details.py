@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from deepgap.records import ConfigSpec, Result, Status
-from deepgap.result_details import (
+from deepgap.core.records import ConfigSpec, Result, Status
+from deepgap.core.result_details import (
     Accuracy,
     Correctness,
     DeviceMemUsed,
@@ -142,8 +142,8 @@ def test_producer_order_and_always_written_keys():
 
 def test_details_declare_every_producer_field():
     """The producers' records and the typed details name the same keys (the details cannot import them)."""
-    from deepgap.correctness import Agreement
-    from deepgap.telemetry.base import TelemetryWindow
+    from deepgap.core.correctness import Agreement
+    from deepgap.measure.telemetry.base import TelemetryWindow
 
     missing = {f.name for f in dataclasses.fields(TelemetryWindow)} - set(TelemetryDetails.declared())
     assert not missing, missing

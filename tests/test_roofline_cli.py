@@ -207,7 +207,7 @@ def test_report_has_a_roofline_section(tmp_path):
     _sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
     from fixtures_store import build_store
 
-    from deepgap.report import build
+    from deepgap.report.page import build
 
     path = str(tmp_path / "s.sqlite")
     build_store(path)

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from deepgap.models.flops import count_flops, op_counter
+from deepgap.measure.models.flops import count_flops, op_counter
 from deepgap.roofline.flops import cost_of_module, model_cost
 
 

@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 import deepgap
-from deepgap.records import Status
+from deepgap.core.records import Status
 
 
 def _run(tmp_path, spec):
@@ -67,7 +67,7 @@ def test_the_fork_server_preload_never_touches_cuda():
             f = getattr(torch._C, name, None)
             if f is not None:
                 setattr(torch._C, name, lambda *a, _f=f, _n=name: calls.append(_n) or _f(*a))
-        from deepgap.runner import _PRELOAD
+        from deepgap.drive.runner import _PRELOAD
         for mod in _PRELOAD:
             __import__(mod)
         print(calls, torch.cuda.is_initialized())
@@ -80,7 +80,7 @@ def test_the_fork_server_preload_never_touches_cuda():
 
 def test_a_worker_sees_the_parents_environment_of_the_moment(monkeypatch):
     """The fork server keeps the environment it started with; a worker gets the parent's as it is now."""
-    from deepgap.runner import WorkerHandle
+    from deepgap.drive.runner import WorkerHandle
 
     w = WorkerHandle("cpu")
     w.start()  # the fork server runs from here on (if no earlier test started it)
@@ -102,9 +102,9 @@ def _report_environ(conn, key):
 
 def test_each_sweep_runs_in_a_fresh_worker_process():
     """Sweep passes are measured by different processes, so their spread is the spread between processes."""
-    from deepgap.config import SweepSpec
-    from deepgap.records import ConfigSpec, Result, Status
-    from deepgap.runner import SweepRunner
+    from deepgap.core.records import ConfigSpec, Result, Status
+    from deepgap.drive.config import SweepSpec
+    from deepgap.drive.runner import SweepRunner
 
     class FakeWorker:
         def __init__(self):

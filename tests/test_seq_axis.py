@@ -13,9 +13,9 @@ from fixtures_store import make_result
 
 from deepgap.analysis import aggregate, config_label, prepare
 from deepgap.analysis.tables import table1
-from deepgap.config import SweepSpec, load_toml, preset, validate
-from deepgap.plan import expand
-from deepgap.records import ConfigSpec
+from deepgap.core.records import ConfigSpec
+from deepgap.drive.config import SweepSpec, load_toml, preset, validate
+from deepgap.drive.plan import expand
 from deepgap.store import Store
 
 TEXT = dict(
@@ -192,11 +192,11 @@ def test_tokens_per_s_and_joules_per_token_from_the_same_window():
         ("tinybert", 32),
         ("tinycnn", 0),
     ]
-    from deepgap.report_format import fmt_tokens
+    from deepgap.render.formatting import fmt_tokens
 
     by = {r["seq_len"]: r for r in peak.to_dict("records")}
     assert fmt_tokens(by[16]) == "6,400.0 at seq 16" and fmt_tokens(by[0]) == ""
-    from deepgap.report_answer import answers
+    from deepgap.report.answer import answers
 
     ans = answers(agg, df)[0].set_index(["model", "resolution", "goal"])
     assert ans.loc[("tinybert", 16, "throughput"), "value"] == "6,400.0 tokens/s"
@@ -217,7 +217,7 @@ def test_show_prints_tokens_per_s_for_text_rows(tmp_path):
 
 
 def test_transformers_preset_says_what_it_adds():
-    from deepgap.config import PRESETS
+    from deepgap.drive.config import PRESETS
 
     spec = validate(preset("transformers").replace(device="cuda"))
     plan = expand(spec, "cuda")

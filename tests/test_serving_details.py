@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from deepgap.result_details import Correctness, EngineInfo
+from deepgap.core.result_details import Correctness, EngineInfo
 from deepgap.serving.details import CapacityDetails, CapacityProbe, CurveDetails, LevelDetails
 from deepgap.serving.log import LevelSummary
 from deepgap.serving.process import SetupReply, SetupRequest

@@ -1,6 +1,6 @@
 """``deepgap serve`` gets the run-level prelude of ``deepgap run``: idle baseline and thermal warm-up.
 
-On the CPU with the tiny CNN and the scripted telemetry backend (`deepgap.telemetry.fake`, which draws
+On the CPU with the tiny CNN and the scripted telemetry backend (`deepgap.measure.telemetry.fake`, which draws
 100 W idle and warms up to a steady clock of 1100 MHz), through a real serving worker process.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from deepgap.errors import UsageError
+from deepgap.core.errors import UsageError
 from deepgap.store import Store
 
 pytestmark = pytest.mark.slow
@@ -41,8 +41,8 @@ def _serve(tmp_path, **changes):
 
 
 def _stored(path: str, run_id: str):
+    from deepgap.drive.prelude import run_summaries
     from deepgap.serving.storage import levels_frame
-    from deepgap.telemetry.runlevel import run_summaries
 
     s = Store(path, readonly=True)
     try:

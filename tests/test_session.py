@@ -10,8 +10,8 @@ from deepgap.store import Store
 @pytest.mark.slow
 def test_a_fleet_run_gets_each_lanes_idle_baseline_and_thermal_warmup(tmp_path, tiny_spec):
     """Two real workers on fake-CPU lanes: each measures its own prelude, and results carry its facts."""
+    from deepgap.drive.prelude import run_summaries
     from deepgap.fleet.session import run_fleet
-    from deepgap.telemetry.runlevel import run_summaries
 
     store = str(tmp_path / "s.sqlite")
     spec = tiny_spec.replace(
@@ -43,7 +43,7 @@ def test_a_fleet_run_gets_each_lanes_idle_baseline_and_thermal_warmup(tmp_path, 
 
 def test_the_run_kind_is_passed_to_the_store_in_one_place(tmp_path):
     """`RunSession.open` stores its kind, so resume picks up runs of its own kind only."""
-    from deepgap.session import PROFILE, RunSession
+    from deepgap.drive.session import PROFILE, RunSession
 
     path = str(tmp_path / "s.sqlite")
     with RunSession(path, PROFILE) as session:
@@ -55,15 +55,15 @@ def test_the_run_kind_is_passed_to_the_store_in_one_place(tmp_path):
         assert s.latest_unfinished() is None  # an interrupted profile is no sweep to resume
     finally:
         s.close()
-    from deepgap.errors import UsageError
-    from deepgap.session import open_resume
+    from deepgap.core.errors import UsageError
+    from deepgap.drive.session import open_resume
 
     with pytest.raises(UsageError, match="continues sweeps only"):
         open_resume(path, run_id)  # not even by its id
 
 
 def test_an_interrupted_session_is_stored_interrupted(tmp_path):
-    from deepgap.session import RunSession
+    from deepgap.drive.session import RunSession
 
     path = str(tmp_path / "s.sqlite")
     with pytest.raises(KeyboardInterrupt), RunSession(path) as session:
@@ -77,19 +77,19 @@ def test_an_interrupted_session_is_stored_interrupted(tmp_path):
 @pytest.mark.slow
 def test_profile_and_peaks_measure_in_a_worker_process_not_the_cli(tmp_path, monkeypatch):
     """The parent's own measuring functions are broken here: the commands still work, so a worker measured."""
-    import deepgap.envinfo
+    import deepgap.core.envinfo
     import deepgap.roofline.peaks
     import deepgap.roofline.profile
     from deepgap.cli import main
+    from deepgap.drive.prelude import run_summaries
     from deepgap.roofline import storage
-    from deepgap.telemetry.runlevel import run_summaries
 
     def parent_must_not(*a, **k):
         raise AssertionError("the CLI process measured or probed the device itself")
 
     monkeypatch.setattr(deepgap.roofline.peaks, "measure_peaks", parent_must_not)
     monkeypatch.setattr(deepgap.roofline.profile, "run_profile", parent_must_not)
-    monkeypatch.setattr(deepgap.envinfo, "collect", parent_must_not)
+    monkeypatch.setattr(deepgap.core.envinfo, "collect", parent_must_not)
     path = str(tmp_path / "s.sqlite")
     assert (
         main(
@@ -156,10 +156,10 @@ def test_profile_and_peaks_measure_in_a_worker_process_not_the_cli(tmp_path, mon
 
 def test_the_worker_protocol_in_process_and_across_processes(tiny_spec):
     """Handlers by kind; an unknown kind or a failing handler comes back as a status, never a dead pipe."""
-    from deepgap.inprocess import InProcessWorker
-    from deepgap.plan import expand
-    from deepgap.records import Status
-    from deepgap.runner import SweepRunner, WorkerFailed, WorkerHandle
+    from deepgap.core.records import Status
+    from deepgap.drive.inprocess import InProcessWorker
+    from deepgap.drive.plan import expand
+    from deepgap.drive.runner import SweepRunner, WorkerFailed, WorkerHandle
 
     runner = SweepRunner(tiny_spec, "cpu")
     runner.worker = InProcessWorker("cpu")

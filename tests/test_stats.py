@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from deepgap import stats
+from deepgap.core import stats
 
 
 @pytest.fixture
@@ -89,7 +89,7 @@ def test_hierarchical_bootstrap_covers_across_processes_where_the_pooled_one_doe
     """
     import numpy as np
 
-    from deepgap.stats import bootstrap_ci, hierarchical_bootstrap_ci
+    from deepgap.core.stats import bootstrap_ci, hierarchical_bootstrap_ci
 
     rng = np.random.default_rng(7)
     hier = naive = 0
@@ -107,7 +107,7 @@ def test_hierarchical_bootstrap_covers_across_processes_where_the_pooled_one_doe
 def test_hierarchical_bootstrap_one_group_and_degenerate_inputs():
     import numpy as np
 
-    from deepgap.stats import bootstrap_ci, hierarchical_bootstrap_ci
+    from deepgap.core.stats import bootstrap_ci, hierarchical_bootstrap_ci
 
     x = np.random.default_rng(1).normal(3.0, 0.1, 200)
     assert hierarchical_bootstrap_ci([x]) == bootstrap_ci(x, n_resamples=1000)

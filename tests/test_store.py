@@ -6,10 +6,10 @@ import sqlite3
 import numpy as np
 import pytest
 
-from deepgap.errors import StoreError
-from deepgap.records import ConfigSpec, Result, Status
-from deepgap.result_details import Correctness, ResultDetails
-from deepgap.stats import summarize
+from deepgap.core.errors import StoreError
+from deepgap.core.records import ConfigSpec, Result, Status
+from deepgap.core.result_details import Correctness, ResultDetails
+from deepgap.core.stats import summarize
 from deepgap.store import SCHEMA_VERSION, Store, check_path
 
 

@@ -149,11 +149,11 @@ def full_disk(monkeypatch, tmp_path):
         return real(path)
 
     import deepgap.api
-    import deepgap.telemetry.runlevel
+    import deepgap.drive.prelude
 
     monkeypatch.setattr(os, "statvfs", statvfs)
     monkeypatch.setattr(deepgap.api, "SweepRunner", FakeRunner)
-    monkeypatch.setattr(deepgap.telemetry.runlevel, "run_level", lambda *a, **k: None)
+    monkeypatch.setattr(deepgap.drive.prelude, "run_level", lambda *a, **k: None)
     return state
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from deepgap.errors import UsageError
+from deepgap.core.errors import UsageError
 from deepgap.store import SCHEMA_VERSION, Store
 from deepgap.store.guard import APPLICATION_ID
 from deepgap.store.migrations import CORE_V1, MIGRATIONS

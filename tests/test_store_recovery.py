@@ -93,7 +93,7 @@ def test_check_during_a_write_and_after_a_kill(tmp_path):
     path = str(tmp_path / "s.sqlite")
     code = (
         "import sys, time\n"
-        "from deepgap.records import ConfigSpec, Result, Status\n"
+        "from deepgap.core.records import ConfigSpec, Result, Status\n"
         "from deepgap.store import Store\n"
         "s = Store(sys.argv[1]); run = s.begin_run({}, 'deepgap run (test)', {}, '0')\n"
         "print('ready', flush=True)\n"

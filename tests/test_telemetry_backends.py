@@ -5,11 +5,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from deepgap.nvml_access import nvml_uuid
-from deepgap.telemetry.base import TelemetryUnavailable
-from deepgap.telemetry.cpu import CpuBackend
-from deepgap.telemetry.fake import FakeBackend, FakeNvml, scenario
-from deepgap.telemetry.nvml import NvmlBackend
+from deepgap.core.nvml_access import nvml_uuid
+from deepgap.measure.telemetry.base import TelemetryUnavailable
+from deepgap.measure.telemetry.cpu import CpuBackend
+from deepgap.measure.telemetry.fake import FakeBackend, FakeNvml, scenario
+from deepgap.measure.telemetry.nvml import NvmlBackend
 
 
 def test_nvml_reading_and_units():

@@ -2,12 +2,12 @@
 
 import pytest
 
-from deepgap.telemetry.aggregate import summarize
-from deepgap.telemetry.base import TelemetrySample, counter_delta, decode_reasons
-from deepgap.telemetry.flags import contamination_flags
-from deepgap.telemetry.sampler import EnergyMark
-from deepgap.telemetry.settings import TelemetrySettings
-from deepgap.telemetry.thermal import run_thermal, steady_state
+from deepgap.measure.telemetry.aggregate import summarize
+from deepgap.measure.telemetry.base import TelemetrySample, counter_delta, decode_reasons
+from deepgap.measure.telemetry.flags import contamination_flags
+from deepgap.measure.telemetry.sampler import EnergyMark
+from deepgap.measure.telemetry.settings import TelemetrySettings
+from deepgap.measure.telemetry.thermal import run_thermal, steady_state
 
 
 def S(t, **kw):  # noqa: N802

@@ -77,7 +77,7 @@ def test_results_carry_aggregates_flags_and_samples(throttled):
 
 
 def test_run_level_summaries(throttled):
-    from deepgap.telemetry.runlevel import run_summaries
+    from deepgap.drive.prelude import run_summaries
 
     s = Store(throttled, readonly=True)
     summ = run_summaries(s, s.runs()[-1]["run_id"])
@@ -108,7 +108,7 @@ def test_cpu_backend_reports_unavailable_energy_cleanly(tmp_path):
     assert t["backend"] == "cpu" and t["status"] == "ok" and t["n_samples"] > 0
     if t["energy_source"] != "counter":  # RAPL is root-only on most machines: said so, never guessed
         assert t["energy_source"].startswith("unavailable:") and t["energy_j"] is None
-    from deepgap.telemetry.runlevel import run_summaries
+    from deepgap.drive.prelude import run_summaries
 
     (idle,) = run_summaries(s, s.runs()[-1]["run_id"])["idle"]
     assert idle["status"] == "ok" or idle["status"].startswith("unavailable:")
@@ -167,7 +167,7 @@ def test_idle_time_zero_skips_the_baseline(tmp_path):
         )
         == 0
     )
-    from deepgap.telemetry.runlevel import run_summaries
+    from deepgap.drive.prelude import run_summaries
 
     s = Store(path, readonly=True)
     (idle,) = run_summaries(s, s.runs()[-1]["run_id"])["idle"]

@@ -4,12 +4,12 @@ import time
 
 import pytest
 
-from deepgap.records import ConfigSpec, Status
-from deepgap.telemetry.fake import FakeBackend, scenario
-from deepgap.telemetry.sampler import MarkingClock, Sampler
-from deepgap.telemetry.session import MeasureTelemetry, measure_idle
-from deepgap.telemetry.settings import TelemetrySettings
-from deepgap.timing import HostClock, TimingProtocol, run_protocol
+from deepgap.core.records import ConfigSpec, Status
+from deepgap.measure.telemetry.fake import FakeBackend, scenario
+from deepgap.measure.telemetry.sampler import MarkingClock, Sampler
+from deepgap.measure.telemetry.session import MeasureTelemetry, measure_idle
+from deepgap.measure.telemetry.settings import TelemetrySettings
+from deepgap.measure.timing import HostClock, TimingProtocol, run_protocol
 
 
 def test_sampler_start_stop_and_phases():
@@ -77,7 +77,7 @@ def test_marking_clock_phases_and_windows():
 
 
 def _result(spec):
-    from deepgap.records import Result
+    from deepgap.core.records import Result
 
     return Result(spec=spec, status=Status.OK, throughput_pipelined_ips=1000.0)
 
@@ -140,7 +140,7 @@ def test_idle_baseline():
 
 def test_worker_measure_in_process():
     """The real worker code path (no spawn): telemetry on with a throttling trace, and off."""
-    from deepgap.worker import MeasureRequest, WorkerState, measure
+    from deepgap.drive.worker import MeasureRequest, WorkerState, measure
 
     state = WorkerState("cpu")
     protocol = TimingProtocol(warmup=1, iterations=3, repeats=2)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from deepgap.timing import HostClock, TimingProtocol, run_protocol
+from deepgap.measure.timing import HostClock, TimingProtocol, run_protocol
 
 
 class ScriptedClock:

@@ -8,8 +8,8 @@ import subprocess
 from pathlib import Path
 
 from deepgap.commands.run import add_arguments, build_spec
-from deepgap.config import validate
-from deepgap.plan import expand
+from deepgap.drive.config import validate
+from deepgap.drive.plan import expand
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "transformers_h100.sh"
 STEPS = ("bert-eager", "bert-base-compile", "bert-large-compile", "vit")

@@ -14,8 +14,8 @@ from fixtures_store import _env, build_store, make_result
 from deepgap.analysis.compare import paper_precision
 from deepgap.analysis.platforms import resolve_platform, side_by_side
 from deepgap.cli import main
-from deepgap.errors import UsageError
-from deepgap.records import ConfigSpec
+from deepgap.core.errors import UsageError
+from deepgap.core.records import ConfigSpec
 from deepgap.roofline import predict
 from deepgap.roofline.peaks import PeakMeasurement
 from deepgap.roofline.storage import record_peaks
@@ -322,7 +322,7 @@ def test_plan_power_of_a_serve_curve_comes_from_the_sweep_at_or_above_its_batch(
 
 def test_report_section_tables_and_ratio_figure(merged, fake_counts):
     from deepgap.analysis.platforms_section import SECTION, section
-    from deepgap.report_format import TABLE_SPECS
+    from deepgap.render.formatting import TABLE_SPECS
 
     tables, figs = section(merged["all"])
     assert set(tables) == {"platforms_ceilings", "platforms_best_batch", "platforms_matched"}

@@ -11,27 +11,23 @@ on all of it, in a cycle through ``deepgap.api``.
 from __future__ import annotations
 
 import importlib
-from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
-try:
-    __version__ = metadata.version("deepgap")
-except metadata.PackageNotFoundError:  # running from a source tree
-    __version__ = "0.1.0+src"
+from deepgap.core.version import __version__
 
 _PUBLIC = {
     "Results": "deepgap.api",
     "run": "deepgap.api",
-    "SweepSpec": "deepgap.config",
-    "ConfigSpec": "deepgap.records",
-    "Result": "deepgap.records",
-    "Status": "deepgap.records",
+    "SweepSpec": "deepgap.drive.config",
+    "ConfigSpec": "deepgap.core.records",
+    "Result": "deepgap.core.records",
+    "Status": "deepgap.core.records",
 }
 
 if TYPE_CHECKING:
     from deepgap.api import Results, run
-    from deepgap.config import SweepSpec
-    from deepgap.records import ConfigSpec, Result, Status
+    from deepgap.core.records import ConfigSpec, Result, Status
+    from deepgap.drive.config import SweepSpec
 
 
 def __getattr__(name: str) -> Any:

@@ -1,11 +1,11 @@
 """The Python API and the one code path behind ``deepgap run``: validate → plan → measure → store.
 
 The store side (run row, idle baseline and thermal prelude, results, final status) is a
-`deepgap.session.RunSession`, the same for every kind of run.
+`deepgap.drive.session.RunSession`, the same for every kind of run.
 
 A GPU sweep with ``cpu_baseline`` (the default GPU grid) measures its host CPU after the GPU part
 (`run_host_cpu`): the GPU's worker is stopped first, so the GPU is idle, and a CPU worker of its own
-measures `deepgap.plan.host_cpu`'s configurations into the same run. Each of those results carries the
+measures `deepgap.drive.plan.host_cpu`'s configurations into the same run. Each of those results carries the
 CPU worker's environment fingerprint (``details.node_env``), so the store reads them as a second device
 (platform = the CPU's name), as it reads a fleet lane's.
 """
@@ -16,11 +16,12 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from deepgap.config import SweepSpec, cpu_baseline_spec, validate
-from deepgap.errors import UsageError
-from deepgap.plan import expand
-from deepgap.runner import Event, SweepRunner, python_command
-from deepgap.session import (  # noqa: F401 - re-exported: the public names of the API
+from deepgap.core.errors import UsageError
+from deepgap.core.events import Event
+from deepgap.drive.config import SweepSpec, cpu_baseline_spec, validate
+from deepgap.drive.plan import expand
+from deepgap.drive.runner import SweepRunner, python_command
+from deepgap.drive.session import (  # noqa: F401 - re-exported: the public names of the API
     SWEEP,
     Results,
     RunSession,
@@ -136,7 +137,7 @@ def run_host_cpu(
     log: Callable[[str], None] = lambda m: None,
     runner: SweepRunner | None = None,
 ) -> list:
-    """Measure the host-CPU part of ``sweep`` (`deepgap.plan.host_cpu`) in a CPU worker; record each result.
+    """Measure the host-CPU part of ``sweep`` (`deepgap.drive.plan.host_cpu`) in a CPU worker; record each result.
 
     ``runner``: a launcher to use instead of a new CPU `SweepRunner` (tests pass an in-process one).
     """

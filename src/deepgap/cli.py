@@ -15,8 +15,8 @@ import sqlite3
 import sys
 from json import JSONDecodeError
 
-from deepgap import __version__
-from deepgap.errors import UsageError
+from deepgap.core.errors import UsageError
+from deepgap.core.version import __version__
 
 
 class _Parser(argparse.ArgumentParser):
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "_main", None):
         parser.print_help()
         return 2
-    from deepgap import redaction
+    from deepgap.core import redaction
     from deepgap.store import guard as storeguard
 
     storeguard.reset()

@@ -1,6 +1,6 @@
 """Analysis: pure functions from a results DataFrame to the study's tables, comparisons and advice.
 
-Kept apart from rendering (`deepgap.report` draws and writes; it computes nothing). Every function
+Kept apart from rendering (`deepgap.report.page` draws and writes; it computes nothing). Every function
 takes DataFrames (and, for ratio CIs, a function that returns raw samples) and returns DataFrames
 or dataclasses, so each is tested on hand-built stores without measuring anything.
 

@@ -13,12 +13,12 @@ the fp32 model's top-1. Two kinds of evidence can break it:
   the logits carry no class information: the top-1 of a random network is decided by near-ties that any
   rounding flips, so the agreement measures tie-breaking, not accuracy — ResNet-101 int8 at relL2 0.017
   scored 0/1 in one sweep and 1/1 in another. Those rows are bounded by relL2 and cosine instead
-  (`deepgap.correctness`, the ``wrong-output`` flag), and their agreement is shown with its n and
+  (`deepgap.core.correctness`, the ``wrong-output`` flag), and their agreement is shown with its n and
   interval, labelled "on synthetic inputs, random weights". The same seeded inputs are used in every
   sweep, so repeats do not add to n.
 
 Which configurations are held to the bar: the quantized precisions (int8, fp8: ``quantized`` in
-`deepgap.precision.PRECISIONS`) by default (``DEFAULT_MIN``); every precision when the user sets a
+`deepgap.core.precision.PRECISIONS`) by default (``DEFAULT_MIN``); every precision when the user sets a
 minimum (``--min-accuracy`` at run time, stored as ``extra['min_accuracy']``, or at analysis time, which
 overrides the stored one); none with ``--min-accuracy off`` (stored as 0). A flagged configuration is
 never recommended.
@@ -30,9 +30,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from deepgap.precision import is_quantized
-from deepgap.result_details import ResultDetails
-from deepgap.stats import finite_or_none as _num
+from deepgap.core.precision import is_quantized
+from deepgap.core.result_details import ResultDetails
+from deepgap.core.stats import finite_or_none as _num
 
 DEFAULT_MIN = 0.99
 OFF = 0.0  # --min-accuracy off: no bar for any precision
@@ -181,8 +181,8 @@ def reflag(df, min_accuracy: float | None):
 
 def parse_min_accuracy(text: str) -> float:
     """'99%' or '0.99' → 0.99; 'off' → 0 (no bar); a `UsageError` for anything outside (0, 1]."""
-    from deepgap.config import parse_percent
-    from deepgap.errors import UsageError
+    from deepgap.core.errors import UsageError
+    from deepgap.drive.config import parse_percent
 
     if str(text).strip().lower() == "off":
         return OFF

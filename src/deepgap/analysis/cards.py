@@ -7,7 +7,7 @@ card's processes, not over the next card a user buys (issue 34). A measurement's
 identifier, which keeps cards apart). Where a platform's store holds two or more cards:
 
 - a configuration measured on two or more cards gets its throughput CI from the three-level bootstrap
-  (`deepgap.stats.card_bootstrap`: cards, then processes, then samples) — `throughput_ci`;
+  (`deepgap.core.stats.card_bootstrap`: cards, then processes, then samples) — `throughput_ci`;
 - the platform's card-to-card spread (`platform_spread`: the median over those configurations of the
   coefficient of variation between the cards' median throughputs) widens every other interval of that
   platform — a configuration measured on one card (`widen`), a ``compare`` ratio (`widen_interval`) and
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from deepgap.stats import card_bootstrap, card_bootstrap_ci
+from deepgap.core.stats import card_bootstrap, card_bootstrap_ci
 
 Z95 = 1.959964
 SamplesFn = Callable[[int], list[np.ndarray]]  # result id → its raw per-iteration latencies, per repeat
@@ -124,7 +124,7 @@ def ratio_ci(
     """95% CI of the speed ratio A/B (median latency B / median latency A) by the three-level bootstrap.
 
     ``ids_x``: each side's result ids per card (a one-card side: one list); each result is one process.
-    The two sides are resampled independently (`deepgap.stats.card_bootstrap`).
+    The two sides are resampled independently (`deepgap.core.stats.card_bootstrap`).
     """
     dists = []
     for ids, fn, seed in ((ids_a, samples_a, 1), (ids_b, samples_b, 2)):

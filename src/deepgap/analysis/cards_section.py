@@ -18,8 +18,8 @@ import pandas as pd
 
 from deepgap.analysis.cards import KEYS, per_card, platform_spread
 from deepgap.analysis.frame import config_label
+from deepgap.render.formatting import fmt_ips, fmt_num
 from deepgap.render.sections import Parts, ReportContext, Section, register
-from deepgap.report_format import fmt_ips, fmt_num
 
 
 def _pct(col: str):

@@ -10,7 +10,7 @@ both sides' model, engine, precision, batch, memory format, threads and resoluti
   names both configurations: such a ratio (a bs256 over a bs1) is not a like-with-like speedup.
 
 Throughput is batch / median latency, so the ratio A/B = (batch_A / batch_B) · median(lat_B) /
-median(lat_A); its 95% CI is `deepgap.stats.ratio_ci` over the pooled raw per-iteration latencies of
+median(lat_A); its 95% CI is `deepgap.core.stats.ratio_ci` over the pooled raw per-iteration latencies of
 each side's (unflagged) measurements. The paper publishes no samples: a ratio against it carries our
 side's CI only.
 """
@@ -27,7 +27,7 @@ from deepgap.analysis import cards
 from deepgap.analysis.cards import widen_interval
 from deepgap.analysis.frame import accuracy_label, config_label
 from deepgap.analysis.tables import best_rows
-from deepgap.stats import N_RESAMPLES, ratio_ci
+from deepgap.core.stats import N_RESAMPLES, ratio_ci
 
 # result ids → pooled per-iteration latencies in seconds (empty when none are stored)
 SamplesFn = Callable[[list[int]], np.ndarray]

@@ -27,11 +27,11 @@ import numpy as np
 import pandas as pd
 
 from deepgap.analysis import accuracy, cards, signals, sweeps, tails, tokens
-from deepgap.guards import rate_flag
-from deepgap.result_details import ResultDetails
-from deepgap.stats import bootstrap_ci
-from deepgap.stats import finite_or_none as _num
-from deepgap.telemetry.settings import TelemetrySettings
+from deepgap.core.guards import rate_flag
+from deepgap.core.result_details import ResultDetails
+from deepgap.core.stats import bootstrap_ci
+from deepgap.core.stats import finite_or_none as _num
+from deepgap.measure.telemetry.settings import TelemetrySettings
 
 # A configuration is a ConfigSpec without its sweep pass, on one platform.
 CONFIG_COLS = [
@@ -77,7 +77,7 @@ WARNING_FLAGS = frozenset({"temp-rising"})
 POWER_CAP_REASON = "sw_power_cap"
 POWER_BRAKES = ("hw_power_brake_slowdown", "board_limit")
 THROTTLE_MIN_FRACTION = TelemetrySettings().throttle_min_fraction  # the share that raised the flag
-# Accuracy against the fp32 eager reference (deepgap.correctness, stored in extra["correctness"]): the
+# Accuracy against the fp32 eager reference (deepgap.core.correctness, stored in extra["correctness"]): the
 # evidence a quantized row carries wherever it is shown. Aggregated as the worst over measurements.
 ACCURACY_WORST = {"rel_l2": "max", "cosine": "min", "top1_agreement": "min"}
 
@@ -241,10 +241,10 @@ def accuracy_label(row: dict[str, Any] | pd.Series) -> str:
     E.g. 'relL2 0.061 (≤ 0.25), cosine 0.9983 (≥ 0.95) vs fp32; top-1 agreement 0/8 [0%, 37%] on
     synthetic inputs, random weights'.
 
-    relL2 and cosine are shown beside their precision's bounds (`deepgap.precision`), which decide the
+    relL2 and cosine are shown beside their precision's bounds (`deepgap.core.precision`), which decide the
     verdict without a dataset; the agreement with its n and Clopper-Pearson interval (`analysis.accuracy`).
     """
-    from deepgap.precision import PRECISIONS
+    from deepgap.core.precision import PRECISIONS
 
     rel, cos, top1 = (_num(row.get(k)) for k in ACCURACY_WORST)
     if rel is None and cos is None and top1 is None:

@@ -7,7 +7,7 @@ module answers that from the same aggregate, per GPU platform and model:
 
 - throughput: each side's highest-throughput unflagged configuration, any precision and batch;
 - latency at batch 1: each side's lowest median latency at batch 1;
-- joules per image: each side's lowest; the CPU's comes from RAPL (`deepgap.telemetry.cpu`) and is
+- joules per image: each side's lowest; the CPU's comes from RAPL (`deepgap.measure.telemetry.cpu`) and is
   "unavailable" with the stored reason where the counter was not readable (root-only since Linux 5.10).
 
 The CPU side is the host CPU of the GPU's own run where there is one (the CPU part of a default GPU run,
@@ -24,7 +24,7 @@ import pandas as pd
 
 from deepgap.analysis.frame import config_label
 from deepgap.analysis.tables import best_rows, clean_cpu, host_cpu_for, ratio_interval
-from deepgap.result_details import ResultDetails
+from deepgap.core.result_details import ResultDetails
 
 NAN = float("nan")
 

@@ -17,9 +17,9 @@ from typing import Any
 import pandas as pd
 
 from deepgap.analysis.compare import SamplesFn, compare, provenance
-from deepgap.errors import UsageError
+from deepgap.core.errors import UsageError
+from deepgap.core.stats import N_RESAMPLES
 from deepgap.roofline.predict import IntensityFn, Roof, add_predictions, ceilings_table, roof_of
-from deepgap.stats import N_RESAMPLES
 
 
 def platform_names(agg: pd.DataFrame) -> list[str]:

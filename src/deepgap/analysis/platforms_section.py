@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from deepgap.render.formatting import fmt_ci, fmt_ips, fmt_num, fmt_x
 from deepgap.render.sections import Parts, ReportContext, Section, register
-from deepgap.report_format import fmt_ci, fmt_ips, fmt_num, fmt_x
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from deepgap.figures import Figure
+    from deepgap.render.draw import Figure
 
 
 def _departs(r: dict[str, Any]) -> str:
@@ -133,7 +133,7 @@ def section(
 ) -> tuple[dict[str, pd.DataFrame], list[Figure]]:
     """Tables ``platforms_ceilings``, ``platforms_best_batch``, ``platforms_matched`` and the ratio figure."""
     from deepgap.analysis.platforms import side_by_side
-    from deepgap.figures import Figure, png_bytes
+    from deepgap.render.draw import Figure, png_bytes
 
     out = side_by_side(store_path, run_ids=run_ids)
     if len(out["platforms"]) < 2:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from deepgap.result_details import EngineInfo, ResultDetails
+from deepgap.core.result_details import EngineInfo, ResultDetails
 from deepgap.roofline.model import Ceiling, bound, theoretical_time
 
 if TYPE_CHECKING:

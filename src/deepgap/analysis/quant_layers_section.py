@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from deepgap.analysis.quant_layers import CONFIG_KEYS, load
+from deepgap.render.formatting import fmt_num
 from deepgap.render.sections import Parts, ReportContext, Section, register
-from deepgap.report_format import fmt_num
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -77,7 +77,7 @@ def roofline_figure(frame: pd.DataFrame):
     """Each configuration at its largest batch: its layers' TOPS against intensity, under their roofs."""
     import numpy as np
 
-    from deepgap.figures import panel_legend, plain_ticks, subplots_grid
+    from deepgap.render.draw import panel_legend, plain_ticks, subplots_grid
 
     largest = frame.groupby(["device_name", "model", "precision"])["batch_size"].transform("max")
     top = frame[frame["batch_size"] == largest]
@@ -124,7 +124,7 @@ def roofline_figure(frame: pd.DataFrame):
 
 def build(ctx: ReportContext) -> Parts:
     """The section's part of one report build (nothing without quant measurements)."""
-    from deepgap.figures import drawn_figure
+    from deepgap.render.draw import drawn_figure
 
     frame, summ = load(ctx.store_path, ctx.run_ids)
     if len(frame) == 0:

@@ -24,8 +24,8 @@ import pandas as pd
 from deepgap.analysis import tails
 from deepgap.analysis.accuracy import COLUMNS as ACCURACY_COLUMNS
 from deepgap.analysis.frame import ACCURACY_WORST, MEMORY_LABELS, accuracy_label, config_label, memory_metric
-from deepgap.errors import UsageError
-from deepgap.guards import RATE_REASON, is_rate_flag
+from deepgap.core.errors import UsageError
+from deepgap.core.guards import RATE_REASON, is_rate_flag
 
 OBJECTIVES = {
     "throughput": "highest images/s",

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from deepgap.result_details import ResultDetails
-from deepgap.stats import finite_or_none as _num
+from deepgap.core.result_details import ResultDetails
+from deepgap.core.stats import finite_or_none as _num
 
 TEMP = "temp-rising"
 NOTES = frozenset({"power-cap", "clocks-low(power-cap)", "ci-not-met"})

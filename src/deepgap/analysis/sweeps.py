@@ -15,7 +15,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from deepgap.stats import hierarchical_bootstrap_ci
+from deepgap.core.stats import hierarchical_bootstrap_ci
 
 SamplesFn = Callable[[int], list[np.ndarray]]  # result id → its raw per-iteration latencies, per repeat
 SPREAD = "spread"

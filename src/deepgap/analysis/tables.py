@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from deepgap.analysis.frame import ACCURACY_WORST, accuracy_label, config_label
-from deepgap.precision import PRECISIONS
+from deepgap.core.precision import PRECISIONS
 
 _EMPTY_T1 = ["platform", "model", "precision", "engine", "batch_size", "throughput_ips"]
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from deepgap.stats import finite_or_none as _num
+from deepgap.core.stats import finite_or_none as _num
 
 CONFIDENCE = 0.95
 

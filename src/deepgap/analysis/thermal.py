@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from deepgap.analysis.frame import telemetry_flags
-from deepgap.stats import finite_or_none
+from deepgap.core.stats import finite_or_none
 
 
 def _warmup_text(s: dict[str, Any] | None) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from deepgap.stats import finite_or_none
+from deepgap.core.stats import finite_or_none
 
 # derived column → (per-sample column, multiply (True) or divide by seq_len)
 PER_TOKEN = {

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from deepgap.api import DEFAULT_STORE
-from deepgap.errors import UsageError
+from deepgap.core.errors import UsageError
 
 NAME = "capacity"
 HELP = "predict server capacity at a p99 SLO from stored batch sweeps (simulated dynamic batching)"

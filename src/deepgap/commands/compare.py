@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from deepgap.api import DEFAULT_STORE
-from deepgap.compare_console import print_pairs, print_paper
-from deepgap.errors import UsageError
+from deepgap.core.errors import UsageError
+from deepgap.report.compare_console import print_pairs, print_paper
 
 NAME = "compare"
 HELP = "speedup of A over B (stores or run ids) with bootstrap CIs; --paper: beside the paper's Table I"
@@ -98,7 +98,7 @@ def _records(df) -> list[dict[str, Any]]:
 
 def _load(side: Side, args: argparse.Namespace):
     from deepgap.analysis import aggregate, prepare
-    from deepgap.report import pooled_samples_fn
+    from deepgap.report.page import pooled_samples_fn
     from deepgap.roofline.storage import peaks_frame
     from deepgap.store import Store
 
@@ -137,7 +137,7 @@ def _write_csv(frames: dict[str, Any], path: str) -> None:
     import pandas as pd
 
     from deepgap.commands.export import write_frame
-    from deepgap.report_format import csv_frame
+    from deepgap.render.formatting import csv_frame
 
     parts = [csv_frame(f).assign(level=level) for level, f in frames.items() if len(f)]
     write_frame(pd.concat(parts) if parts else pd.DataFrame(), path, "csv")
@@ -168,7 +168,7 @@ def print_x_cpu(x_cpu) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from deepgap.report_format import fmt_ci, fmt_x
+    from deepgap.render.formatting import fmt_ci, fmt_x
 
     console = Console(width=None if Console().is_terminal else 220)
     if not len(x_cpu):

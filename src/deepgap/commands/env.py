@@ -17,11 +17,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
 
 def main(args: argparse.Namespace) -> int:  # noqa: D103
     from deepgap.api import resolve_device
-    from deepgap.config import SweepSpec, validate
-    from deepgap.engines import ENGINES, load_engines
-    from deepgap.precision import PRECISIONS
-    from deepgap.records import ConfigSpec
-    from deepgap.runner import SweepRunner
+    from deepgap.core.precision import PRECISIONS
+    from deepgap.core.records import ConfigSpec
+    from deepgap.drive.config import SweepSpec, validate
+    from deepgap.drive.runner import SweepRunner
+    from deepgap.measure.engines import ENGINES, load_engines
 
     device = resolve_device(args.device)
     spec = validate(SweepSpec(device=device))

@@ -12,7 +12,7 @@ import sys
 import tempfile
 
 from deepgap.api import DEFAULT_STORE
-from deepgap.errors import UsageError
+from deepgap.core.errors import UsageError
 from deepgap.store.guard import add_read_flags, use_read_flags
 from deepgap.store.paths import STDOUT, check_output_path
 

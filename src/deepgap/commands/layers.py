@@ -13,7 +13,7 @@ import json
 import math
 
 from deepgap.api import DEFAULT_STORE
-from deepgap.errors import UsageError
+from deepgap.core.errors import UsageError
 from deepgap.store.guard import add_read_flags, use_read_flags
 
 NAME = "layers"

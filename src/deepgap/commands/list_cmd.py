@@ -20,7 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
 def main(args: argparse.Namespace) -> int:  # noqa: D103
     console = Console()
     if args.what == "models":
-        from deepgap.models import MODELS
+        from deepgap.measure.models import MODELS
 
         t = Table("model", "family", "resolution", "description")
         for name in MODELS.names():
@@ -31,7 +31,7 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
             t.add_row(name, e.family, size, e.description)
         t.add_row("timm:<name>", "timm", "model's", "any timm model, when timm is installed")
     elif args.what == "engines":
-        from deepgap.engines import ENGINES, load_engines
+        from deepgap.measure.engines import ENGINES, load_engines
 
         load_engines()
         t = Table("engine", "precisions", "available here", "description")
@@ -40,16 +40,16 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
             why = eng.available()
             t.add_row(name, ",".join(eng.precisions), "yes" if why is None else f"no: {why}", eng.description)
     elif args.what == "presets":
-        from deepgap.config import PRESETS
+        from deepgap.drive.config import PRESETS
 
         t = Table("preset", "what", "configurations")
         for name, (desc, spec) in PRESETS.items():
-            from deepgap.plan import expand
+            from deepgap.drive.plan import expand
 
             n = len(expand(spec, "cuda"))  # engines paired with the precisions they run, every sweep pass
             t.add_row(name, desc, str(n))
     else:
-        from deepgap.precision import PRECISIONS
+        from deepgap.core.precision import PRECISIONS
 
         t = Table("precision")
         for p in PRECISIONS:

@@ -45,18 +45,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
 
 def _open(device: str, backend: str) -> Any:
     """The backend to watch (raises TelemetryUnavailable)."""
-    from deepgap.telemetry.base import TelemetryUnavailable
+    from deepgap.measure.telemetry.base import TelemetryUnavailable
 
     if backend != "auto":
-        from deepgap.telemetry.session import open_backend
+        from deepgap.measure.telemetry.session import open_backend
 
         return open_backend(device, backend)
     if device == "cpu":
-        from deepgap.telemetry.cpu import CpuBackend
+        from deepgap.measure.telemetry.cpu import CpuBackend
 
         return CpuBackend()
-    from deepgap.nvml_access import module
-    from deepgap.telemetry.nvml import NvmlBackend
+    from deepgap.core.nvml_access import module
+    from deepgap.measure.telemetry.nvml import NvmlBackend
 
     pynvml, why = module()
     if pynvml is None:
@@ -66,7 +66,7 @@ def _open(device: str, backend: str) -> Any:
         try:
             return NvmlBackend(pynvml, index=0, self_on_device=False)
         except TelemetryUnavailable:
-            from deepgap.telemetry.cpu import CpuBackend
+            from deepgap.measure.telemetry.cpu import CpuBackend
 
             return CpuBackend()
     if device.startswith(("GPU-", "MIG-")):
@@ -81,7 +81,7 @@ def _fmt(v: Any, spec: str = ".0f") -> str:
 
 def row(sample: Any, energy_j: float | None) -> list[str]:
     """One sample as display cells (``–`` where unavailable)."""
-    from deepgap.telemetry.base import decode_reasons
+    from deepgap.measure.telemetry.base import decode_reasons
 
     reasons = decode_reasons(sample.clocks_event_reasons)
     return [
@@ -102,7 +102,7 @@ def row(sample: Any, energy_j: float | None) -> list[str]:
 
 
 def _parse(text: str, kind: type, flag: str, minimum: float) -> Any:
-    from deepgap.errors import UsageError
+    from deepgap.core.errors import UsageError
 
     try:
         v = kind(text)
@@ -114,7 +114,7 @@ def _parse(text: str, kind: type, flag: str, minimum: float) -> Any:
 
 
 def main(args: argparse.Namespace) -> int:  # noqa: D103
-    from deepgap.telemetry.base import TelemetryUnavailable, counter_delta
+    from deepgap.measure.telemetry.base import TelemetryUnavailable, counter_delta
 
     interval = _parse(args.interval, float, "interval", 0.01)
     count = _parse(args.count, int, "count", 0)

@@ -34,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
 
 def _validate(args: argparse.Namespace) -> tuple[str, tuple[str, ...]]:
     from deepgap.api import resolve_device
-    from deepgap.errors import UsageError
+    from deepgap.core.errors import UsageError
     from deepgap.roofline.peaks import NAMES
     from deepgap.store import check_path
 
@@ -65,13 +65,13 @@ def main(args: argparse.Namespace) -> int:
     The worker process measures (the CLI never touches the GPU); a stored run measures the idle
     baseline first, as every run does.
     """
-    from deepgap.config import SweepSpec
-    from deepgap.errors import UsageError
+    from deepgap.core.errors import UsageError
+    from deepgap.drive.config import SweepSpec
+    from deepgap.drive.runner import SweepRunner, WorkerFailed, WorkerLost
+    from deepgap.drive.session import PEAKS, RunSession
     from deepgap.roofline import storage
     from deepgap.roofline.peaks import PeaksRequest
     from deepgap.roofline.specs import spec_for, spec_peak
-    from deepgap.runner import SweepRunner, WorkerFailed, WorkerLost
-    from deepgap.session import PEAKS, RunSession
 
     device, names = _validate(args)
     bw = args.bandwidth_mib << 20 if args.bandwidth_mib else None

@@ -6,7 +6,7 @@ import argparse
 import json
 from dataclasses import asdict
 
-from deepgap.errors import UsageError
+from deepgap.core.errors import UsageError
 
 NAME = "plan"
 HELP = "devices (and watts) per measured device kind to serve QPS within a p99 SLO, from one or more stores"

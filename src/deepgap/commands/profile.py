@@ -57,10 +57,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
 
 def _validate(args: argparse.Namespace):
     from deepgap.api import resolve_device
-    from deepgap.config import parse_int_list, parse_str_list
-    from deepgap.errors import UsageError
-    from deepgap.models.registry import resolve_model
-    from deepgap.precision import FLOAT_PRECISIONS
+    from deepgap.core.errors import UsageError
+    from deepgap.core.precision import FLOAT_PRECISIONS
+    from deepgap.drive.config import parse_int_list, parse_str_list
+    from deepgap.measure.models.registry import resolve_model
     from deepgap.roofline.profile import MODES
     from deepgap.store import check_path
 
@@ -166,8 +166,8 @@ PROFILE_TIMEOUT_S = 1800.0  # one profile (warm-up, timed steps, profiled steps)
 
 def _profile_one(runner, spec, trace_dir: str | None):
     """One profile in the worker: a lost or failing worker becomes the result's status."""
+    from deepgap.drive.runner import WorkerFailed, WorkerLost, needs_restart
     from deepgap.roofline.profile import ProfileResult
-    from deepgap.runner import WorkerFailed, WorkerLost, needs_restart
 
     try:
         res = runner.call("profile", (spec, trace_dir), PROFILE_TIMEOUT_S)
@@ -205,12 +205,12 @@ def main(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from deepgap.config import SweepSpec
-    from deepgap.plan import expand
+    from deepgap.drive.config import SweepSpec
+    from deepgap.drive.plan import expand
+    from deepgap.drive.runner import Cascade, SweepRunner
+    from deepgap.drive.session import PROFILE, RunSession
     from deepgap.roofline import storage
     from deepgap.roofline.profile import ProfileResult, ProfileSpec
-    from deepgap.runner import Cascade, SweepRunner
-    from deepgap.session import PROFILE, RunSession
 
     device, models, precs, modes, batches = _validate(args)
     console = Console(width=None if Console().is_terminal else 160)

@@ -12,7 +12,7 @@ import math
 from dataclasses import asdict
 
 from deepgap.api import DEFAULT_STORE
-from deepgap.precision import is_quantized, quantized_names
+from deepgap.core.precision import is_quantized, quantized_names
 
 NAME = "recommend"
 HELP = "best (device, engine, precision, batch) per model under --slo-p99 / --max-memory, with the evidence"
@@ -44,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
 
 
 def _line(ev: dict) -> str:
-    from deepgap.report_format import fmt_ci, fmt_gib, fmt_ips, fmt_ms, fmt_num
+    from deepgap.render.formatting import fmt_ci, fmt_gib, fmt_ips, fmt_ms, fmt_num
 
     parts = [
         f"{fmt_ips(ev['throughput_ips'])} images/s {fmt_ci(*ev['throughput_ci_ips'])}",
@@ -89,7 +89,7 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
 
     from deepgap.analysis import aggregate, prepare
     from deepgap.analysis.recommend import OBJECTIVES, recommend
-    from deepgap.errors import UsageError
+    from deepgap.core.errors import UsageError
     from deepgap.store import Store
 
     store = Store(args.store, readonly=True)
@@ -140,7 +140,7 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     if not recs:
         print("none: the selection holds no successful measurement")
         return 1
-    from deepgap.models.inputs import is_text
+    from deepgap.measure.models.inputs import is_text
 
     for r in recs:
         size = f"seq {r.resolution}" if is_text(r.model) else f"{r.resolution}px"  # a text model's length

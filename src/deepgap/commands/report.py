@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from deepgap.api import DEFAULT_STORE
-from deepgap.errors import UsageError
+from deepgap.core.errors import UsageError
 from deepgap.store.guard import add_read_flags, use_read_flags
 
 NAME = "report"
@@ -56,7 +56,7 @@ def write_report(
     and the host's name identify one machine (issue 35). A disk that fills up while the page and
     its files are written is one line, and the report's temporary folder is removed.
     """
-    from deepgap.report import write_report as _write
+    from deepgap.report.page import write_report as _write
     from deepgap.store import guard
 
     before = guard.READ["redact"]
@@ -85,7 +85,7 @@ def _size(text: str) -> tuple[int, int]:
 
 
 def main(args: argparse.Namespace) -> int:  # noqa: D103
-    from deepgap.report import check_output, find_chromium, screenshot
+    from deepgap.report.page import check_output, find_chromium, screenshot
 
     if args.redact and args.no_redact:
         raise UsageError(

@@ -8,7 +8,8 @@ import os
 import sys
 
 from deepgap import api
-from deepgap.config import (
+from deepgap.core.precision import PRECISIONS, quantized_names
+from deepgap.drive.config import (
     SweepSpec,
     default_spec,
     load_toml,
@@ -18,8 +19,7 @@ from deepgap.config import (
     parse_str_list,
     preset,
 )
-from deepgap.precision import PRECISIONS, quantized_names
-from deepgap.progress import Progress
+from deepgap.drive.progress import Progress
 
 NAME = "run"
 HELP = "measure a sweep (models × engines × precisions × batch sizes) into the store"
@@ -190,7 +190,7 @@ def build_spec(args: argparse.Namespace) -> SweepSpec:
         base = default_spec(has_gpu, os.cpu_count() or 1)
     spec = base.overlay(**changes)  # an axis given as a flag replaces the preset's per-engine one too
     if args.seq_lens is not None:
-        from deepgap.models.inputs import check_seq_lens
+        from deepgap.measure.models.inputs import check_seq_lens
 
         check_seq_lens(spec.models, spec.seq_lens, explicit=True)
     return spec
@@ -199,7 +199,7 @@ def build_spec(args: argparse.Namespace) -> SweepSpec:
 def main(args: argparse.Namespace) -> int:  # noqa: D103
     spec = build_spec(args)
     if args.report:  # an unwritable report path must fail before the sweep, not after it
-        from deepgap.report import check_output
+        from deepgap.report.page import check_output
 
         check_output(args.report)
     progress = Progress(enabled=not args.quiet and not args.json)

@@ -7,8 +7,8 @@ import json
 import sys
 
 from deepgap import api
-from deepgap.config import parse_number
-from deepgap.errors import UsageError
+from deepgap.core.errors import UsageError
+from deepgap.drive.config import parse_number
 
 NAME = "serve"
 HELP = "serve a model under load: single-stream / offline / server (dynamic batching, capacity at an SLO, tenants)"
@@ -111,7 +111,7 @@ def _float(text: str | None, flag: str) -> float | None:
 
 def build_spec(args: argparse.Namespace):
     """A `ServeSpec` from the flags (parsing errors are `UsageError`s)."""
-    from deepgap.config import parse_int_list
+    from deepgap.drive.config import parse_int_list
     from deepgap.serving.arrivals import parse_duration_s, parse_rate_qps
     from deepgap.serving.spec import ServeSpec, parse_tenants
 
@@ -185,7 +185,7 @@ def _on_gpu(device: str) -> bool:
     Why: a GPU serves at steady temperature only after a warm-up, so serve warms up there by default,
     as the default sweep does; a CPU has no such prelude.
     """
-    from deepgap.session import gpu_present
+    from deepgap.drive.session import gpu_present
 
     return device.startswith("cuda") or (device == "auto" and gpu_present())
 

@@ -27,7 +27,7 @@ def _fmt_ms(v: float | None) -> str:
 
 def flags_of(row) -> list[str]:
     """Human flags of one result row: correctness beyond bound, telemetry contamination."""
-    from deepgap.result_details import ResultDetails
+    from deepgap.core.result_details import ResultDetails
 
     extra = ResultDetails.of(row.get("extra"))
     out = []
@@ -161,7 +161,7 @@ def _print_sweeps(store, df, console) -> None:
     from rich.table import Table
 
     from deepgap.analysis import aggregate, config_label, prepare
-    from deepgap.report_format import fmt_ci, fmt_ips, spread_text
+    from deepgap.render.formatting import fmt_ci, fmt_ips, spread_text
 
     if df.empty or not (df["status"] == "ok").any():
         return

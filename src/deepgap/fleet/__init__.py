@@ -1,6 +1,6 @@
 """Sweeps past one GPU and one machine: several local GPUs, a Ray cluster, and merging stores.
 
-Why a separate package: the one-machine path (`deepgap.api.run` → `deepgap.runner.SweepRunner` →
+Why a separate package: the one-machine path (`deepgap.api.run` → `deepgap.drive.runner.SweepRunner` →
 `Store.record`) stays exactly as it is; a fleet reuses it per device. Two backends produce results,
 one driver writes them (`deepgap.fleet.session`):
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 
-from deepgap.errors import DeepgapError
+from deepgap.core.errors import DeepgapError
 
 
 def stored_fleet(store: str, resume: str | bool) -> dict | None:

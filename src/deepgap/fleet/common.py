@@ -4,7 +4,7 @@ A backend yields `Started` and `Finished` items; only the driver (`deepgap.fleet
 the store. Work is cut into *ladders*: the configurations of one `ConfigSpec.group` (everything
 but the batch size) in ascending batch order. A ladder runs in order on one device so that an
 out-of-memory or a hang at batch B skips the larger batches of the same group, exactly as on one
-machine (`deepgap.runner.SweepRunner.run`); different ladders run in parallel.
+machine (`deepgap.drive.runner.SweepRunner.run`); different ladders run in parallel.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from deepgap.records import ConfigSpec, Result, Status
-from deepgap.runner import Event
+from deepgap.core.events import Event
+from deepgap.core.records import ConfigSpec, Result, Status
 
 
 @dataclass

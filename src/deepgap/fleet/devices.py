@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from deepgap.errors import UsageError
+from deepgap.core.errors import UsageError
 
 _CUDA_RE = re.compile(r"^cuda(?::(\d+))?$")
 _FAKE_RE = re.compile(r"^fake-cpu:(\d+)$")

@@ -19,7 +19,7 @@ import os
 import tempfile
 from collections.abc import Sequence
 
-from deepgap.errors import StoreDamagedError, StoreError, StoreFullError, UsageError
+from deepgap.core.errors import StoreDamagedError, StoreError, StoreFullError, UsageError
 from deepgap.store import Store, check_path
 from deepgap.store.guard import check_hint
 from deepgap.store.merge import (

@@ -3,7 +3,7 @@
 Each lane line (a node and device) says how many configurations it finished and what it measures now
 (or measured last); the sweep line says how many are done of how many and when the whole sweep should
 end. Finished configurations are printed above the display with their lane, as
-`deepgap.progress.Progress` does for one machine. Events without a lane (a plain `Event`) count
+`deepgap.drive.progress.Progress` does for one machine. Events without a lane (a plain `Event`) count
 towards the sweep line only.
 
 The ETA is the sweep's own pace, all lanes together: elapsed time / configurations finished × those
@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from deepgap.progress import result_line
-from deepgap.runner import Event
+from deepgap.core.events import Event
+from deepgap.drive.progress import result_line
 
 
 def sweep_eta_s(done: int, total: int, elapsed_s: float) -> float | None:

@@ -2,7 +2,7 @@
 
 Each task asks Ray for one GPU (``num_gpus=1``; Ray sets ``CUDA_VISIBLE_DEVICES`` so ``cuda`` is that
 GPU) or, for a CPU configuration, for as many cores as its thread count. On its node the task
-starts a fresh deepgap worker process through `deepgap.runner.SweepRunner` — the same measure path,
+starts a fresh deepgap worker process through `deepgap.drive.runner.SweepRunner` — the same measure path,
 crash/hang isolation and timeout as on one machine — measures the one configuration, and returns
 the `Result` with the node's environment fingerprint (``extra["node_env"]``). The driver (this
 process) is the store's only writer.
@@ -41,12 +41,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from deepgap.config import SweepSpec
-from deepgap.errors import UsageError
+from deepgap.core.errors import UsageError
+from deepgap.core.records import ConfigSpec, Result, Status
+from deepgap.core.result_details import ResultDetails
+from deepgap.drive.config import SweepSpec
 from deepgap.fleet.common import Finished, cascade_reason, ladders
 from deepgap.fleet.ray_prelude import RayPrelude, device_key, lane_name
-from deepgap.records import ConfigSpec, Result, Status
-from deepgap.result_details import ResultDetails
 
 RETRIES = 2  # a configuration whose worker or node is lost runs at most 1 + RETRIES times
 _POLL_S = 2.0
@@ -148,7 +148,7 @@ def measure_config(
     """
     import ray
 
-    from deepgap.runner import SweepRunner
+    from deepgap.drive.runner import SweepRunner
 
     cfg = ConfigSpec.from_key(cfg_key)
     device = "cuda" if cfg.device.startswith("cuda") else "cpu"  # Ray set CUDA_VISIBLE_DEVICES
@@ -316,7 +316,7 @@ class RayBackend:
     def prelude(self, measure: Any, configs: list[ConfigSpec]) -> None:
         """``measure(lane, runner, configs)`` on every device at once, in its actor; then free the devices.
 
-        The run-level prelude (`deepgap.session.RunSession.prelude`), as the local lanes get it; what
+        The run-level prelude (`deepgap.drive.session.RunSession.prelude`), as the local lanes get it; what
         it learns goes with every task (``contexts``). Nothing, when there is nothing to measure
         (`start`).
         """

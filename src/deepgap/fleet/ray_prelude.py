@@ -1,6 +1,6 @@
 """The run-level prelude of a Ray sweep: each device's idle baseline and thermal warm-up, in an actor.
 
-Why actors: the prelude (`deepgap.session.RunSession.prelude`, `deepgap.telemetry.runlevel`) is a
+Why actors: the prelude (`deepgap.drive.session.RunSession.prelude`, `deepgap.drive.prelude`) is a
 conversation with one worker that owns one device — idle baseline, then the warm-up load, with the
 idle power handed to the warm-up — while a Ray task measures one configuration and is gone. So each
 device of the matching nodes gets one Ray actor (`PreludeActor`, pinned to its node, one GPU each
@@ -24,9 +24,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from deepgap.config import SweepSpec
-from deepgap.records import ConfigSpec, Result, Status
-from deepgap.telemetry.settings import TelemetrySettings, settings_for
+from deepgap.core.records import ConfigSpec, Result, Status
+from deepgap.drive.config import SweepSpec
+from deepgap.measure.telemetry.settings import TelemetrySettings, settings_for
 
 START_S = 120.0  # how long an actor may take to be placed and start its worker
 _CLOSE_S = 30.0
@@ -53,12 +53,12 @@ def slots(nodes: list[dict[str, Any]], device: str) -> list[str]:
 
 
 class PreludeActor:
-    """Body of the Ray actor: one deepgap worker (`deepgap.runner.SweepRunner`) on this node's device."""
+    """Body of the Ray actor: one deepgap worker (`deepgap.drive.runner.SweepRunner`) on this node's device."""
 
     def __init__(self, spec: dict[str, Any], device: str) -> None:
         import ray
 
-        from deepgap.runner import SweepRunner
+        from deepgap.drive.runner import SweepRunner
 
         self.runner = SweepRunner(SweepSpec.from_dict(spec), device)
         self.node_id = ray.get_runtime_context().get_node_id()
@@ -90,7 +90,7 @@ class ActorRunner:
     """The driver's side of one `PreludeActor`: the runner methods `RunSession.prelude` calls.
 
     A lost actor (its node died, a timeout) becomes a status in the stored summary, as a lost worker
-    does in `deepgap.runner.SweepRunner`.
+    does in `deepgap.drive.runner.SweepRunner`.
     """
 
     def __init__(self, ray: Any, actor: Any, sweep: SweepSpec) -> None:

@@ -2,7 +2,7 @@
 
 Policy, and why:
 
-- Each lane (device) owns one `deepgap.runner.SweepRunner`, hence one worker process pinned to that
+- Each lane (device) owns one `deepgap.drive.runner.SweepRunner`, hence one worker process pinned to that
   device, restarted on failure exactly as on one machine. A lane measures one configuration at a
   time, so two configurations never share a GPU (they would disturb each other's numbers).
 - Work is a queue of batch *ladders* (`deepgap.fleet.common.ladders`) in plan order. An idle lane
@@ -36,16 +36,17 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
-from deepgap.config import SweepSpec
-from deepgap.errors import UsageError
+from deepgap.core.errors import UsageError
+from deepgap.core.events import Event
+from deepgap.core.records import ConfigSpec, Result
+from deepgap.drive.config import SweepSpec
+from deepgap.drive.runner import SweepRunner
 from deepgap.fleet.common import Finished, Started, ladders
 from deepgap.fleet.devices import Lane
-from deepgap.records import ConfigSpec, Result
-from deepgap.runner import Event, SweepRunner
 
 
 class Runner(Protocol):
-    """What a lane needs from `deepgap.runner.SweepRunner`."""
+    """What a lane needs from `deepgap.drive.runner.SweepRunner`."""
 
     def start(self) -> Any: ...  # noqa: D102
 
@@ -139,7 +140,7 @@ class LocalScheduler:
     ) -> None:
         """``measure(lane, runner, configs on that lane's device)`` on every lane at once.
 
-        The run-level prelude (`deepgap.session.RunSession.prelude`): each device's own idle
+        The run-level prelude (`deepgap.drive.session.RunSession.prelude`): each device's own idle
         baseline and thermal warm-up, all lanes together so none cools while another warms.
         """
         errors: list[BaseException] = []

@@ -8,7 +8,7 @@ fleet settings in the run's stored environment) measures the rest with no duplic
 The run row is created when the first result arrives, with that device's fingerprint plus a
 ``fleet`` summary (backend, devices or Ray nodes, ``--where``); every result also carries its own
 node's fingerprint in ``extra["node_env"]``, which `Store.results_frame` prefers for
-``device_name`` and ``host``. The store side is a `deepgap.session.RunSession`, as for every run.
+``device_name`` and ``host``. The store side is a `deepgap.drive.session.RunSession`, as for every run.
 Both backends give the run-level prelude (``prelude``, ``first_env``): the run row is then created
 before the first result (with the first device's fingerprint), and every device — a local lane, or
 a Ray actor per device of the matching nodes (`deepgap.fleet.ray_prelude`) — measures its own idle
@@ -21,13 +21,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from deepgap.config import SweepSpec, validate
-from deepgap.errors import UsageError
+from deepgap.core.errors import UsageError
+from deepgap.core.events import Event
+from deepgap.core.records import ConfigSpec
+from deepgap.drive.config import SweepSpec, validate
+from deepgap.drive.plan import expand
+from deepgap.drive.runner import python_command
+from deepgap.drive.session import FLEET, Results, RunSession, as_spec, open_resume
 from deepgap.fleet.common import Finished, FleetEvent, Started
-from deepgap.plan import expand
-from deepgap.records import ConfigSpec
-from deepgap.runner import Event, python_command
-from deepgap.session import FLEET, Results, RunSession, as_spec, open_resume
 from deepgap.store import check_path
 
 

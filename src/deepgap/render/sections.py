@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
-# A table's title and its columns: (header, column name or row -> text), as `deepgap.report_format` renders.
+# A table's title and its columns: (header, column name or row -> text), as `deepgap.render.formatting` renders.
 TableSpec = tuple[str, Any]
 
 # Imported by `registered`, in this order; each registers its section when imported.
 SECTION_MODULES = (
-    "deepgap.report_core",  # the measurements: tables and figures of the paper
+    "deepgap.report.core",  # the measurements: tables and figures of the paper
     "deepgap.serving.report_section",  # serve runs
     "deepgap.roofline.report_section",  # rooflines and the paper's comparison
     "deepgap.analysis.platforms_section",  # two or more GPU platforms side by side

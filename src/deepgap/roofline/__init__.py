@@ -4,7 +4,7 @@ The paper's roofline study (``roofline-training-study.md``) profiled ResNet-50, 
 steps with Nsight Compute on T4/L4/V100. This package makes that a deepgap capability on whatever device
 is present:
 
-- `flops`: a model's cost per image (FLOPs from `deepgap.models.flops`, the one counter), parameters, bytes.
+- `flops`: a model's cost per image (FLOPs from `deepgap.measure.models.flops`, the one counter), parameters, bytes.
 - `specs`: the packaged spec-sheet table (``data/gpu_specs.csv``, dense numbers) and the paper's rows.
 - `peaks`: measured ceilings of this device (matmul per precision, device-memory bandwidth).
 - `model`: roofline arithmetic (attainable rate, ridge point, theoretical times).

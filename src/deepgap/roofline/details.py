@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from deepgap.result_details import JsonRecord
+from deepgap.core.result_details import JsonRecord
 
 
 @dataclass

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from deepgap.precision import column
+from deepgap.core.precision import column
 from deepgap.roofline import model as rm
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """A model's cost per image for the roofline: FLOPs, parameters and bytes moved, at a precision.
 
-The counting itself is `deepgap.models.flops` (the one FLOP counter, which the worker's ``flops_per_image``
+The counting itself is `deepgap.measure.models.flops` (the one FLOP counter, which the worker's ``flops_per_image``
 also comes from); this module turns its counts into a device-independent `ModelCost`:
 
 - **Bytes** are an estimate, from the counter's tensor *elements* (bytes = elements × the precision's size):
@@ -19,9 +19,9 @@ import functools
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from deepgap.models.flops import count_step
-from deepgap.models.inputs import elements_per_sample, example_batch
-from deepgap.precision import column
+from deepgap.core.precision import column
+from deepgap.measure.models.flops import count_step
+from deepgap.measure.models.inputs import elements_per_sample, example_batch
 
 ITEMSIZE_BYTES = column("itemsize")  # bytes per element, a live view of the precision table
 
@@ -117,8 +117,8 @@ def cost_of_module(model, name: str, resolution: int, mode: str = "infer", devic
 @functools.lru_cache(maxsize=64)
 def model_cost(name: str, resolution: int | None = None, mode: str = "infer") -> ModelCost:
     """`ModelCost` of a registered deepgap model (meta device; falls back to the CPU if meta fails)."""
-    from deepgap.models import build_model
-    from deepgap.models.registry import resolve_model
+    from deepgap.measure.models import build_model
+    from deepgap.measure.models.registry import resolve_model
 
     res = resolution or resolve_model(name).default_resolution
     try:

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from deepgap.precision import PRECISIONS as PRECISION_TABLE
+from deepgap.core.precision import PRECISIONS as PRECISION_TABLE
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -154,7 +154,7 @@ def add_roofline_columns(
 ) -> pd.DataFrame:
     """Add roofline columns to a results frame (``Store.results_frame``); returns a copy.
 
-    Added: ``roofline_flops_per_image`` (`deepgap.models.flops` on the meta device, the counter the worker's
+    Added: ``roofline_flops_per_image`` (`deepgap.measure.models.flops` on the meta device, the counter the worker's
     `flops_per_image` also comes from; that column is kept as it is),
     ``achieved_tflops`` (= FLOPs per image × ``throughput_ips`` / 1e12), ``achieved_tflops_pipelined``,
     ``bytes_per_batch`` and ``min_bytes_per_batch`` (estimates at the row's precision),

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from deepgap.precision import PRECISIONS
+from deepgap.core.precision import PRECISIONS
 
 NAMES = ("fp32", "tf32", "fp16", "bf16", "int8", "fp8", "memory")
 

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from deepgap.precision import PRECISIONS as PRECISION_TABLE
+from deepgap.core.precision import PRECISIONS as PRECISION_TABLE
 from deepgap.roofline.model import BANDWIDTH_NAME, PRECISIONS, ridge_point
 
 if TYPE_CHECKING:
@@ -81,8 +81,8 @@ def eager_op_costs(model: str, resolution: int) -> tuple[Any, Any, Any, Any]:
     import numpy as np
     import torch
 
-    from deepgap.models import build_model
-    from deepgap.models.flops import op_counter
+    from deepgap.measure.models import build_model
+    from deepgap.measure.models.flops import op_counter
 
     net = build_model(model, int(resolution)).to("meta").eval()
     out = []

@@ -79,8 +79,8 @@ class ProfileResult:
 
 
 def _why_not(spec: ProfileSpec) -> str | None:
-    from deepgap.precision import FLOAT_PRECISIONS, float_precision_support
-    from deepgap.worker import device_caps
+    from deepgap.core.precision import FLOAT_PRECISIONS, float_precision_support
+    from deepgap.drive.worker import device_caps
 
     if spec.mode not in MODES:
         return f"mode must be infer or train, not {spec.mode!r}"
@@ -96,10 +96,10 @@ def build_step(spec: ProfileSpec):
     """The model on the device and a zero-argument ``step()`` doing one inference pass or training step."""
     import torch
 
-    from deepgap.models import build_model
-    from deepgap.models.inputs import example_batch
-    from deepgap.models.registry import resolve_model
-    from deepgap.precision import set_tf32, torch_dtype
+    from deepgap.core.precision import set_tf32, torch_dtype
+    from deepgap.measure.models import build_model
+    from deepgap.measure.models.inputs import example_batch
+    from deepgap.measure.models.registry import resolve_model
 
     entry = resolve_model(spec.model)
     res = spec.resolution or entry.default_resolution
@@ -165,7 +165,7 @@ def profile_step(step, spec: ProfileSpec, trace_path: str) -> list[dict[str, Any
 
     from torch.profiler import ProfilerActivity, profile
 
-    from deepgap.models.flops import op_counter
+    from deepgap.measure.models.flops import op_counter
     from deepgap.roofline.trace import OPS_KEY
 
     cuda = spec.device.startswith("cuda")
@@ -192,10 +192,10 @@ def run_profile(spec: ProfileSpec, trace_dir: str | None = None) -> ProfileResul
     """Time and profile one configuration; never raises for a failing model (status/reason instead)."""
     import torch
 
+    from deepgap.drive.worker import is_oom
+    from deepgap.measure.timing import CudaEventClock, HostClock
     from deepgap.roofline import trace as tr
     from deepgap.roofline.flops import model_cost
-    from deepgap.timing import CudaEventClock, HostClock
-    from deepgap.worker import is_oom
 
     res = ProfileResult(spec=spec, started_at=time.time())
     t0 = time.perf_counter()

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from deepgap.figures import Figure, drawn_figure
+from deepgap.render.draw import Figure, drawn_figure
+from deepgap.render.formatting import fmt_ms, fmt_num
 from deepgap.render.sections import Parts, ReportContext, Section, register
-from deepgap.report_format import fmt_ms, fmt_num
 
 if TYPE_CHECKING:
     import pandas as pd

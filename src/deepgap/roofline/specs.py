@@ -4,7 +4,7 @@ Spec numbers are *dense* rates (NVIDIA's sheets print tensor-core rates "with sp
 rate; the table halves them and says so in ``notes``). ``fp32_tflops`` is the non-tensor FP32 rate (what the
 paper calls "Peak TFLOPS"); ``tf32/fp16/bf16/int8/fp8`` are tensor-core rates (int8 in TOPS); empty = the
 GPU has no such path; which column holds which precision is the precision table's ``peak_column``
-(`deepgap.precision`). Bandwidth is GB/s = 1e9 bytes/s. A device name (as torch reports it, e.g.
+(`deepgap.core.precision`). Bandwidth is GB/s = 1e9 bytes/s. A device name (as torch reports it, e.g.
 ``NVIDIA H100 80GB HBM3``) is matched against each row's ``match`` regular expression in file order, so
 specific variants (H100 PCIe, NVL) precede the generic row.
 """
@@ -15,7 +15,7 @@ import functools
 import re
 from typing import TYPE_CHECKING, Any
 
-from deepgap.precision import PRECISIONS
+from deepgap.core.precision import PRECISIONS
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -3,7 +3,7 @@
 Why the Chrome trace (``prof.export_chrome_trace``) and not profiler objects: it is the profiler's stable,
 documented output, opens in Perfetto, can be saved and re-analysed later, and a small one is a test fixture.
 
-How kernels meet their ops: during a profiled step, `deepgap.models.flops.OpCounter(annotate=True)` runs
+How kernels meet their ops: during a profiled step, `deepgap.measure.models.flops.OpCounter(annotate=True)` runs
 each aten op inside ``record_function("dg#<i>")`` and keeps ``records[i]`` (FLOPs, bytes). In the trace, a GPU
 kernel (``cat: kernel``, ``gpu_memcpy``, ``gpu_memset``) carries a ``correlation`` id shared with the CUDA
 runtime or driver call that launched it (``cuda_runtime``/``cuda_driver``); that call lies, on its host
@@ -26,7 +26,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from deepgap.models.flops import ANNOTATION_PREFIX
+from deepgap.measure.models.flops import ANNOTATION_PREFIX
 from deepgap.roofline.cluster import COMPUTE_CLUSTERS, classify, short_name
 
 if TYPE_CHECKING:

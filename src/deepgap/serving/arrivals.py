@@ -16,7 +16,7 @@ import re
 
 import numpy as np
 
-from deepgap.errors import UsageError
+from deepgap.core.errors import UsageError
 
 # The arrival rates a run can play (q/s): a trace whose timestamps are 0 and 1e-300 asks for 10^300
 # queries a second and a rate of 1e-300 q/s for one query per 10^300 s; both hung before the first query.

@@ -2,7 +2,7 @@
 
 The tables are ``serve_curves``, ``serve_runs`` and ``capacity`` (`deepgap.serving.storage`).
 
-Same pattern as `deepgap.result_details` (whose `JsonRecord` these build on): every key is a typed
+Same pattern as `deepgap.core.result_details` (whose `JsonRecord` these build on): every key is a typed
 optional field in the order its producer writes it, `to_json` writes exactly the JSON object the store
 always held, and `from_json` keeps unknown keys (an older or newer deepgap) so that a round trip loses
 nothing. Key inventory (producer → readers; "record" = kept for the record only):
@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from deepgap.result_details import Accuracy, Correctness, EngineInfo, JsonRecord
+from deepgap.core.result_details import Accuracy, Correctness, EngineInfo, JsonRecord
 
 
 @dataclass

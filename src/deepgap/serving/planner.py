@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from deepgap.precision import is_quantized
+from deepgap.core.precision import is_quantized
 from deepgap.serving.capacity import CapacityResult, LoadSettings, candidate_policies, search_policies
 from deepgap.serving.sim import ServiceModel
 
@@ -54,7 +54,7 @@ class Curve:
     accuracy: str = ""  # against fp32 (deepgap.analysis.frame.accuracy_label); shown if quantized
     power_source: str = ""  # where power_w came from when not this curve's own runs
     top1: float | None = (
-        None  # dataset top-1 (median over its measurements) where measured (deepgap.accuracy)
+        None  # dataset top-1 (median over its measurements) where measured (deepgap.measure.accuracy)
     )
 
     def label(self) -> str:

@@ -1,7 +1,7 @@
 """The run-level prelude of ``deepgap serve``: the idle baseline and thermal warm-up of ``deepgap run``.
 
-Why: every kind of run gets them through the one run session (`deepgap.session.RunSession.prelude`,
-`deepgap.telemetry.runlevel`), so a serve run's power and clocks are read against the same baseline
+Why: every kind of run gets them through the one run session (`deepgap.drive.session.RunSession.prelude`,
+`deepgap.drive.prelude`), so a serve run's power and clocks are read against the same baseline
 and a thermal warm-up means the same thing as in a sweep. The serving worker is the measurement
 worker, so it answers the ``idle`` and ``thermal`` requests as a sweep's worker does; the parent
 never touches the device.
@@ -16,15 +16,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from deepgap.records import ConfigSpec
-from deepgap.runner import SweepRunner
+from deepgap.core.records import ConfigSpec
+from deepgap.drive.runner import SweepRunner
 from deepgap.serving.rows import Say, serve_sweep
 
 if TYPE_CHECKING:
+    from deepgap.drive.session import RunSession
     from deepgap.serving.process import ServingWorker, SetupRequest
     from deepgap.serving.spec import ServeSpec
     from deepgap.serving.storage import ServeRecord
-    from deepgap.session import RunSession
 
 ENV_TIMEOUT_S = 120.0
 

@@ -2,8 +2,8 @@
 
 Why a process: the parent (CLI) never touches the GPU, a crash or hang costs the run only its
 status, and tenants — one process each — share a GPU the way separate services do. The worker
-is the measurement worker (`deepgap.worker.serve`) answering the ``serve.*`` requests, so it
-reuses its model cache (`deepgap.worker.WorkerState`) and its failure mapping; it checks the engine's
+is the measurement worker (`deepgap.drive.worker.serve`) answering the ``serve.*`` requests, so it
+reuses its model cache (`deepgap.drive.worker.WorkerState`) and its failure mapping; it checks the engine's
 outputs on the ring's uint8 images (normalised on the device) against the fp32 model on the CPU,
 prepares one engine instance per batch size (one for eager, which
 takes any shape), and calibrates the service curve the simulator is fed.
@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from deepgap.records import ConfigSpec, Status
-from deepgap.runner import WorkerFailed, WorkerHandle
+from deepgap.core.records import ConfigSpec, Status
+from deepgap.drive.runner import WorkerFailed, WorkerHandle
+from deepgap.drive.worker import StatusError, serve
 from deepgap.serving.batcher import BatchPolicy, StopRule
-from deepgap.worker import StatusError, serve
 
 DYNAMIC_ENGINES = ("eager",)  # engines whose one prepared instance takes any batch size
 CORRECTNESS_ROWS = 4  # ring images checked against the fp32 model on the CPU
@@ -87,11 +87,11 @@ class SetupFailed(StatusError):
 def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
     import torch
 
-    from deepgap import correctness, envinfo
-    from deepgap.engines import get_engine
+    from deepgap.core import correctness, envinfo
+    from deepgap.drive.worker import inputs_for, is_oom, nvml_used_bytes
+    from deepgap.measure.engines import get_engine
     from deepgap.serving.ring import InputRing
     from deepgap.serving.server import PipelinedExecutor, measure_curve
-    from deepgap.worker import inputs_for, is_oom, nvml_used_bytes
 
     t0 = time.perf_counter()
     spec1 = ConfigSpec(
@@ -161,7 +161,7 @@ def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
     ):  # accuracy mode: the served engine at its first batch size, before the curve
         from types import SimpleNamespace
 
-        from deepgap.accuracy.evaluate import evaluate
+        from deepgap.measure.accuracy.evaluate import evaluate
 
         req1 = SimpleNamespace(spec=first[1], options=req.options, weights=req.weights, seed=req.seed)
         accuracy = evaluate(state, req1, first[0], req.options.get("min_accuracy"))

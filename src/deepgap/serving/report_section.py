@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from deepgap.figures import Figure, make_figure, plain_ticks, pyplot, subplots_grid
+from deepgap.render.draw import Figure, make_figure, plain_ticks, pyplot, subplots_grid
+from deepgap.render.formatting import fmt_ips, fmt_ms, fmt_num, fmt_x
 from deepgap.render.sections import Parts, ReportContext, Section, register
-from deepgap.report_format import fmt_ips, fmt_ms, fmt_num, fmt_x
 from deepgap.serving import tables
 from deepgap.serving.loadgen_table import loadgen_capacities
 from deepgap.serving.storage import requests

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from deepgap.images import IMAGENET_MEAN, IMAGENET_STD
+from deepgap.measure.images import IMAGENET_MEAN, IMAGENET_STD
 
 
 def spans(first: int, count: int, size: int) -> list[tuple[int, int, int]]:

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from deepgap.accuracy.dataset import serve_options
-from deepgap.config import SweepSpec
+from deepgap.drive.config import SweepSpec
+from deepgap.measure.accuracy.dataset import serve_options
 from deepgap.serving.batcher import BatchPolicy
 from deepgap.serving.details import CurveDetails, LevelDetails
 from deepgap.serving.log import LevelSummary, RequestLog
@@ -55,9 +55,9 @@ def serve_sweep(spec: ServeSpec, device: str, models: list[str]) -> SweepSpec:
     """The served configuration as a sweep spec, with the run-level prelude's telemetry settings.
 
     Why a sweep spec: the idle baseline and thermal warm-up are the ones ``deepgap run`` measures
-    (`deepgap.session.RunSession.prelude`), which read their settings from one.
+    (`deepgap.drive.session.RunSession.prelude`), which read their settings from one.
     """
-    from deepgap.models import resolve_model
+    from deepgap.measure.models import resolve_model
 
     res = spec.resolution or resolve_model(models[0]).default_resolution
     backend = {} if spec.telemetry_backend == "auto" else {"telemetry_backend": spec.telemetry_backend}
@@ -85,7 +85,7 @@ def serve_sweep(spec: ServeSpec, device: str, models: list[str]) -> SweepSpec:
 
 def setup_request(spec: ServeSpec, model: str, device: str) -> SetupRequest:
     """The worker's build and calibration request for ``model``."""
-    from deepgap.models import resolve_model
+    from deepgap.measure.models import resolve_model
 
     cuda = device.startswith("cuda")
     return SetupRequest(

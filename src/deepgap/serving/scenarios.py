@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from deepgap import __version__
-from deepgap.records import Status
-from deepgap.result_details import Accuracy, Correctness, EngineInfo
-from deepgap.runner import WorkerLost
+from deepgap.core.records import Status
+from deepgap.core.result_details import Accuracy, Correctness, EngineInfo
+from deepgap.core.version import __version__
+from deepgap.drive.runner import WorkerLost
 from deepgap.serving import arrivals as arr
 from deepgap.serving.batcher import BatchPolicy, StopRule
 from deepgap.serving.capacity import (
@@ -52,7 +52,7 @@ from deepgap.serving.spec import DEFAULT_POLICY, ServeSpec
 from deepgap.serving.storage import ServeRecord, record
 
 if TYPE_CHECKING:
-    from deepgap.session import RunSession
+    from deepgap.drive.session import RunSession
 
 
 def _timeout(n: int, rate: float | None) -> float:
@@ -64,13 +64,12 @@ def run_serve(
 ) -> ServeOutcome:
     """Validate, run ``spec`` and store it (nothing is written when the input is bad).
 
-    The store side is a `deepgap.session.RunSession` of kind ``serve``: the driver opens it once its
+    The store side is a `deepgap.drive.session.RunSession` of kind ``serve``: the driver opens it once its
     worker has started and measures the prelude there (`deepgap.serving.prelude`); the levels are
     recorded at the end, then the run is finished (``interrupted`` when the body raised).
     """
-    from deepgap.api import resolve_device
+    from deepgap.drive.session import SERVE, RunSession, resolve_device
     from deepgap.serving.spec import validate
-    from deepgap.session import SERVE, RunSession
     from deepgap.store import check_path
 
     spec = validate(spec)

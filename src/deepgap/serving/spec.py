@@ -15,8 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from deepgap.errors import UsageError
-from deepgap.limits import MAX_BATCH, MAX_SEED, MAX_THREADS, check_range
+from deepgap.core.errors import UsageError
+from deepgap.core.limits import MAX_BATCH, MAX_SEED, MAX_THREADS, check_range
 
 SCENARIOS = ("single-stream", "server", "offline")
 # scenario → (min queries, min duration s); LoadGen's submission defaults are 1024/270336/24576 and 600 s.
@@ -60,9 +60,11 @@ class ServeSpec:
     timeout_s: float = 900.0
     weights: str | None = None
     rel_tol: float = 0.03
-    dataset: str | None = None  # accuracy mode (deepgap.accuracy): score the served engine, calibrate on it
+    dataset: str | None = (
+        None  # accuracy mode (deepgap.measure.accuracy): score the served engine, calibrate on it
+    )
     accuracy_samples: int | None = None
-    # The run-level prelude, as ``deepgap run``'s (`deepgap.telemetry.runlevel`): same flags and defaults.
+    # The run-level prelude, as ``deepgap run``'s (`deepgap.drive.prelude`): same flags and defaults.
     telemetry: bool = True  # False: no idle baseline and no thermal warm-up
     idle_s: float = 2.0  # idle-baseline power measured this long before the worker builds anything
     thermal_warmup: bool = False  # load the device until steady before calibrating (the CLI: on a GPU)
@@ -117,7 +119,7 @@ def parse_tenants(text: str) -> tuple[tuple[str, float | None], ...]:
     return tuple(out)
 
 
-# Upper bounds of serve's numbers (as deepgap run's, `deepgap.config`): past them a number is a typo
+# Upper bounds of serve's numbers (as deepgap run's, `deepgap.drive.config`): past them a number is a typo
 # that hangs (10^12 queries, a rate of 1e-300 q/s), overflows a wait (a timeout of 1e300 s) or does
 # not fit SQLite's 64-bit integers (a seed of 10^23). (field, flag, minimum, maximum, example)
 _INT_LIMITS = (
@@ -162,11 +164,11 @@ def _check_ranges(spec: ServeSpec) -> None:
 
 def validate(spec: ServeSpec) -> ServeSpec:
     """Check every field; return ``spec`` or raise a `UsageError` (one line, exit 2)."""
-    from deepgap.config import MEMORY_FORMATS
-    from deepgap.engines import load_engines
-    from deepgap.engines.base import ENGINES
-    from deepgap.models import resolve_model
-    from deepgap.precision import PRECISIONS
+    from deepgap.core.precision import PRECISIONS
+    from deepgap.drive.config import MEMORY_FORMATS
+    from deepgap.measure.engines import load_engines
+    from deepgap.measure.engines.base import ENGINES
+    from deepgap.measure.models import resolve_model
 
     if spec.scenario not in SCENARIOS:
         raise UsageError(f"unknown scenario {spec.scenario!r}", f"choose one of: {', '.join(SCENARIOS)}")
@@ -285,7 +287,7 @@ def validate(spec: ServeSpec) -> ServeSpec:
         raise UsageError("--weights applies to one model, but --tenants names several", "drop --weights")
     if spec.dataset and spec.tenants:
         raise UsageError("--dataset applies to one model, but --tenants names several", "drop --dataset")
-    from deepgap.accuracy.dataset import serve_options
+    from deepgap.measure.accuracy.dataset import serve_options
 
     serve_options(spec)  # weights that fit, a usable dataset (exit 2 before anything is written)
     return spec

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from deepgap.records import Status
-from deepgap.runner import WorkerLost
+from deepgap.core.records import Status
+from deepgap.drive.runner import WorkerLost
 from deepgap.serving import arrivals as arr
 from deepgap.serving.batcher import BatchPolicy, StopRule
 from deepgap.serving.capacity import LoadSettings, find_capacity, sim_probe
@@ -36,7 +36,7 @@ from deepgap.serving.spec import DEFAULT_POLICY, ServeSpec
 from deepgap.serving.storage import ServeRecord
 
 if TYPE_CHECKING:
-    from deepgap.session import RunSession
+    from deepgap.drive.session import RunSession
 
 
 def tenant_labels(names: list[str]) -> list[str]:

@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from deepgap.envinfo import redact, redact_text, redact_value
-from deepgap.errors import StoreError, StoreFullError
-from deepgap.records import KEY_ONLY_FIELDS, ConfigSpec, Result, Status
-from deepgap.result_details import ResultDetails
+from deepgap.core.envinfo import redact, redact_text, redact_value
+from deepgap.core.errors import StoreError, StoreFullError
+from deepgap.core.records import KEY_ONLY_FIELDS, ConfigSpec, Result, Status
+from deepgap.core.result_details import ResultDetails
 from deepgap.store import guard, held, space, writelock
 from deepgap.store.guard import (
     APPLICATION_ID,

@@ -24,8 +24,8 @@ import sqlite3
 from dataclasses import dataclass, field
 from typing import Any
 
-from deepgap.errors import StoreError, UsageError
-from deepgap.records import Status
+from deepgap.core.errors import StoreError, UsageError
+from deepgap.core.records import Status
 from deepgap.store import held, writelock
 from deepgap.store.guard import (
     SQLITE_MAGIC,

@@ -24,7 +24,7 @@ import sqlite3
 from typing import Any
 from urllib.request import pathname2url
 
-from deepgap.errors import StoreDamagedError, StoreError, StoreFullError
+from deepgap.core.errors import StoreDamagedError, StoreError, StoreFullError
 from deepgap.store import held
 from deepgap.store.migrations import SCHEMA_VERSION
 from deepgap.store.space import disk_full, full_error
@@ -346,7 +346,7 @@ def _peek(path: str) -> tuple[set[str], set[str]]:
 
 def _plausibly_newer(version: int, writers: set[str]) -> bool:
     """Whether a header's newer schema version is believable: a newer deepgap wrote runs, or none did."""
-    from deepgap import __version__
+    from deepgap.core.version import __version__
 
     if version - SCHEMA_VERSION > 16:
         return False  # no deepgap jumps that far; a flipped bit in byte 60-63 does

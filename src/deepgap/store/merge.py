@@ -16,7 +16,7 @@ import shutil
 import sqlite3
 from dataclasses import dataclass, field
 
-from deepgap.errors import StoreDamagedError, StoreError
+from deepgap.core.errors import StoreDamagedError, StoreError
 from deepgap.store import SCHEMA_VERSION, Store
 from deepgap.store.guard import (
     check_hint,
@@ -285,7 +285,7 @@ def _check_row(path: str, table: str, row: dict, types: dict) -> None:
 
 
 def _label(key: str) -> str:
-    from deepgap.records import ConfigSpec
+    from deepgap.core.records import ConfigSpec
 
     try:
         return ConfigSpec.from_key(key).label()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import stat
 
-from deepgap.errors import UsageError
+from deepgap.core.errors import UsageError
 
 STDOUT = "-"  # ``-o -``: write to standard output
 _KINDS = (

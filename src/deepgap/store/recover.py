@@ -34,7 +34,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
-from deepgap.errors import StoreDamagedError, StoreError, UsageError
+from deepgap.core.errors import StoreDamagedError, StoreError, UsageError
 from deepgap.store import pages, writelock
 from deepgap.store.diagnose import CORE, damaged_names, problem, reference, scan
 from deepgap.store.guard import (

@@ -2,16 +2,16 @@
 
 Why a pass over every text column, not only the fingerprints: a host name also sits in the stored
 command line, in Ray lane strings and error reasons. Identifiers are learnt first from every
-fingerprint, result and JSON column (`deepgap.redaction.Redactor.learn`), and only then is text
+fingerprint, result and JSON column (`deepgap.core.redaction.Redactor.learn`), and only then is text
 scrubbed, so a name learnt from a later table is scrubbed from an earlier one too. The key is the
-command's (`deepgap.redaction.current`): random unless ``DEEPGAP_REDACT_KEY`` is set, never stored.
+command's (`deepgap.core.redaction.current`): random unless ``DEEPGAP_REDACT_KEY`` is set, never stored.
 """
 
 from __future__ import annotations
 
 import json
 
-from deepgap.redaction import REDACT_KEYS, current
+from deepgap.core.redaction import REDACT_KEYS, current
 from deepgap.store import Store
 from deepgap.store.guard import column_types
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from deepgap.errors import StoreFullError
+from deepgap.core.errors import StoreFullError
 
 MIN_FREE_BYTES = 1 << 20  # below this a writer refuses to start: SQLite needs room for its log and index
 

@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from deepgap.errors import StoreError, StoreFullError
+from deepgap.core.errors import StoreError, StoreFullError
 
 try:
     import fcntl

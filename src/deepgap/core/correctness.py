@@ -1,0 +1,71 @@
+"""Output correctness: every engine/precision's logits against the FP32 eager reference.
+
+A fast engine that computes the wrong answer must never win a table. On the same deterministic
+inputs we compare logits by relative L2 error, cosine similarity, top-1 agreement and top-5 overlap.
+Bounds per precision (relative L2 error and cosine similarity of the logits) are the precision table's
+(`deepgap.core.precision.PRECISIONS`: ``rel_l2_bound``, ``cosine_floor``) — loose enough for rounding, tight
+enough that a wrong layer, layout or scale blows far past them. A name the table lacks gets 0.25 and 0.95.
+Top-1 agreement is reported but not bounded here: with random weights near-tied logits make it noisy.
+The check records whether the weights were seeded random or a trained state dict (``weights``), because
+only with trained weights can the agreement speak of accuracy (`deepgap.analysis.accuracy`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from deepgap.core.precision import column
+
+if TYPE_CHECKING:
+    import torch
+
+REL_L2_BOUND = column("rel_l2_bound")  # live views of the precision table
+COSINE_FLOOR = column("cosine_floor")
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """How closely an output matches the reference."""
+
+    rel_l2: float
+    cosine: float
+    top1_agreement: float
+    top5_overlap: float
+    n_images: int
+    bound_rel_l2: float
+    flagged: bool
+    weights: str = "random"  # "random" (seeded, the default) | "state-dict" (--weights)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict for the store's extra column."""
+        return asdict(self)
+
+
+def compare(out: torch.Tensor, ref: torch.Tensor, precision: str, weights: str = "random") -> Agreement:
+    """Compare logits ``out`` (any dtype/device) with the fp32 reference ``ref`` (rows = images).
+
+    ``weights``: "random" or "state-dict", recorded so the analysis knows what the agreement can mean.
+    """
+    import torch
+
+    o = out.detach().float().cpu().reshape(ref.shape[0], -1)
+    r = ref.detach().float().cpu().reshape(ref.shape[0], -1)
+    finite = bool(torch.isfinite(o).all())
+    rel = (
+        float(torch.linalg.vector_norm(o - r) / torch.linalg.vector_norm(r).clamp_min(1e-30))
+        if finite
+        else float("inf")
+    )
+    # By hand in float64: cosine_similarity's eps floor on the norms returns < 1 for identical but tiny
+    # logits (random-weight MobileNetV3 gives ~1e-9), which would flag a correct engine.
+    od, rd = o.double(), r.double()
+    norms = torch.linalg.vector_norm(od, dim=1) * torch.linalg.vector_norm(rd, dim=1)
+    cos = float(((od * rd).sum(1) / norms.clamp_min(1e-300)).mean()) if finite else float("nan")
+    k = min(5, r.shape[1])
+    top1 = float((o.argmax(1) == r.argmax(1)).float().mean())
+    to, tr = o.topk(k, 1).indices, r.topk(k, 1).indices
+    overlap = float(sum(len(set(a.tolist()) & set(b.tolist())) for a, b in zip(to, tr)) / (k * r.shape[0]))
+    bound = REL_L2_BOUND.get(precision, 0.25)
+    flagged = not finite or rel > bound or not cos >= COSINE_FLOOR.get(precision, 0.95)
+    return Agreement(rel, cos, top1, overlap, int(r.shape[0]), bound, flagged, weights)

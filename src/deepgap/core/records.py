@@ -1,0 +1,146 @@
+"""Typed records that flow one way: `ConfigSpec` → worker → `Result` → store.
+
+`ConfigSpec` is frozen and hashable: it is both the identity of a measurement (its `key` is the
+store's natural key within a run, which makes ``--resume`` exact) and the grouping key of the
+analysis. Units are in every field name (``_s``, ``_bytes``, ``_ips`` = images per second).
+What a result carries beyond its statistics is a typed `ResultDetails` (``result_details``).
+This module imports nothing else from deepgap.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from deepgap.core.result_details import ResultDetails
+
+
+class Status(str, enum.Enum):
+    """Outcome of one configuration. Every planned configuration ends with exactly one."""
+
+    OK = "ok"
+    OOM = "oom"  # the device ran out of memory
+    SKIPPED = "skipped"  # not attempted; `reason` says why (unsupported precision, larger than an OOM …)
+    ERROR = "error"  # an exception inside the worker; `reason` holds its message
+    TIMEOUT = "timeout"  # the worker hung past the per-configuration timeout and was killed
+    CRASH = "crash"  # the worker process died (segfault, abort, os._exit …)
+
+
+# ConfigSpec fields kept in the configuration key only, not in a results column of their own: the
+# results table is what every committed store holds (no migration), and ``seq_len`` is NULL for all of
+# those; `deepgap.store.Store.results_frame` reads it back from the key.
+KEY_ONLY_FIELDS = ("seq_len",)
+
+
+@dataclass(frozen=True, order=True)
+class ConfigSpec:
+    """One point of a sweep: everything that changes what is measured."""
+
+    model: str
+    engine: str
+    precision: str
+    batch_size: int
+    device: str
+    memory_format: str = "nchw"
+    threads: int | None = None  # CPU intra-op threads; None = torch's default
+    resolution: int = 224
+    sweep: int = 0  # the paper repeats the whole batch sweep; each pass is its own point
+    include_transfer: bool = False  # time the host→device copy of pinned inputs too
+    # A text model's sequence length (tokens per sample); None for image models ("not applicable").
+    # ``resolution`` holds the same number for a text model (its input size), so caches and groupings
+    # keyed by input size separate sequence lengths; this field marks the configuration as text.
+    seq_len: int | None = None
+
+    @property
+    def key(self) -> str:
+        """Stable text identity, used as the store's unique key within a run.
+
+        ``seq_len`` enters only where it is set, so the key of an image configuration is what it was
+        before the field existed (stored runs resume and merge unchanged).
+        """
+        d = dataclasses.asdict(self)
+        if d["seq_len"] is None:
+            del d["seq_len"]
+        return json.dumps(d, sort_keys=True, separators=(",", ":"))
+
+    @property
+    def group(self) -> tuple[Any, ...]:
+        """Everything but the batch size: an OOM at batch B skips larger batches of the same group."""
+        d = dataclasses.asdict(self)
+        d.pop("batch_size")
+        return tuple(sorted(d.items()))
+
+    def label(self) -> str:
+        """Short human label for progress lines."""
+        t = f" t{self.threads}" if self.threads else ""
+        mf = "" if self.memory_format == "nchw" else f" {self.memory_format}"
+        seq = f" seq{self.seq_len}" if self.seq_len else ""
+        return f"{self.model} {self.engine}{mf} {self.precision} bs{self.batch_size}{seq}{t}"
+
+    @staticmethod
+    def seq_len_of(key: str) -> int | None:
+        """The sequence length a stored key names (None: an image configuration, or a key not in JSON)."""
+        try:
+            v = json.loads(key).get("seq_len")
+        except (TypeError, ValueError, AttributeError):
+            return None
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    @classmethod
+    def from_key(cls, key: str) -> ConfigSpec:
+        """Inverse of `key`."""
+        return cls(**json.loads(key))
+
+
+@dataclass(frozen=True)
+class LatencyStats:
+    """Summary of per-iteration latencies (seconds per batch) with bootstrap 95% CIs."""
+
+    n: int
+    mean_s: float
+    std_s: float
+    min_s: float
+    p5_s: float
+    median_s: float
+    p90_s: float
+    p95_s: float
+    p99_s: float
+    max_s: float
+    median_ci_low_s: float
+    median_ci_high_s: float
+    p99_ci_low_s: float
+    p99_ci_high_s: float
+
+
+@dataclass
+class Result:
+    """What one configuration produced. Statistics are `None` unless ``status`` is OK."""
+
+    spec: ConfigSpec
+    status: Status
+    reason: str = ""
+    latency: LatencyStats | None = None
+    throughput_ips: float | None = None  # batch / median synchronized latency (the paper's way)
+    throughput_ci_low_ips: float | None = None
+    throughput_ci_high_ips: float | None = None
+    throughput_pipelined_ips: float | None = None  # back-to-back iterations, no sync in between
+    n_repeats: int = 0
+    warmup: int = 0
+    cv_repeats: float | None = None  # coefficient of variation of the per-repeat medians
+    target_ci: float | None = None
+    ci_met: bool | None = None
+    peak_mem_allocated_bytes: int | None = None  # this process's tensors (torch allocator)
+    peak_mem_reserved_bytes: int | None = None  # this process's allocator pool
+    device_mem_used_bytes: int | None = None  # device-wide NVML "used": context + other processes
+    host_rss_bytes: int | None = None
+    flops_per_image: float | None = None
+    params: int | None = None
+    weights_sha: str | None = None
+    duration_s: float = 0.0
+    started_at: float = 0.0
+    samples_s: list[list[float]] = field(default_factory=list)  # per repeat, per iteration latencies
+    details: ResultDetails = field(default_factory=ResultDetails)  # engine/telemetry/correctness details
+    telemetry: list[tuple[str, float, dict[str, Any]]] = field(default_factory=list)  # (phase, t_s, sample)

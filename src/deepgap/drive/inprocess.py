@@ -1,0 +1,63 @@
+"""An in-process launcher for tests: the worker protocol (`WorkerHandle.call`) without a process.
+
+Why: a test of a driver (a run session, a command, a scheduler) wants the real handlers and the
+real failure mapping but not the seconds a worker process costs to start. `InProcessWorker` runs
+the same `deepgap.drive.worker.HANDLERS` on the same `WorkerState` in this process, and answers as a
+worker does: a handler's exception comes back as `WorkerFailed` (status from
+`deepgap.drive.worker.failure`). What it cannot give is isolation — a crash or a hang is this process's —
+so it is for CPU tests only; real runs use `deepgap.drive.runner.WorkerHandle`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from deepgap.core.precision import DeviceCaps
+from deepgap.drive.runner import CallProtocol
+
+
+class InProcessWorker(CallProtocol):
+    """Same interface as `deepgap.drive.runner.WorkerHandle` (start, alive, call, send/receive, stop, kill)."""
+
+    def __init__(self, device: str = "cpu") -> None:
+        self.device = device
+        self.caps: DeviceCaps | None = None
+        self.state: Any = None
+        self._reply: tuple[str, Any] | None = None
+
+    def start(self, name: str = "deepgap-inprocess") -> DeviceCaps:
+        """Build the worker state here (probes the device in this process: CPU tests only)."""
+        from deepgap.drive.worker import WorkerState
+
+        self.state = WorkerState(self.device)
+        self.caps = self.state.caps
+        return self.caps
+
+    def alive(self) -> bool:
+        """Whether `start` ran and `stop` did not."""
+        return self.state is not None
+
+    def send(self, kind: str, payload: Any) -> None:
+        """Run the handler now; its answer waits for `receive`."""
+        from deepgap.drive.worker import failure, handler
+
+        if self.state is None:
+            self.start()
+        try:
+            self._reply = ("ok", handler(kind)(self.state, payload))
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - answered as the worker process answers
+            self._reply = ("failed", failure(exc))
+
+    def recv(self, timeout: float) -> tuple[str, Any]:
+        """The answer to the request sent last."""
+        reply, self._reply = self._reply, None
+        assert reply is not None, "nothing was sent"
+        return reply
+
+    def stop(self) -> None:
+        """Drop the state (its models and caches), as a worker's exit does."""
+        self.state = None
+
+    kill = stop

@@ -1,0 +1,138 @@
+"""Expand a validated `SweepSpec` into the ordered list of `ConfigSpec` points (pure).
+
+Order: sweep passes outermost (each runs in its own worker process, `runner.SweepRunner`); inside
+a pass, configuration groups (precision × model × memory format × engine × threads; × sequence length for
+a text model, whose memory format does not apply) in the paper's
+Algorithm 1 order for the first pass and shuffled for later ones (seeded by ``spec.seed`` and the
+pass, so the plan stays a pure, reproducible function), so that a slow drift of the machine (heat,
+clocks) does not line up with the same configurations in every pass; batch sizes ascend inside a
+group, so that an out-of-memory at batch B can skip the larger batches of the same group.
+
+An engine is paired only with the precisions it runs, on its own axes where the sweep sets them
+(`deepgap.measure.pairing`, which `config.validate` checks with too). What a *device* cannot run (fp8 below
+compute capability 8.9, …) still becomes a stored ``skipped`` row with its reason: that is a finding,
+not a planning error.
+
+A GPU sweep with ``cpu_baseline`` ends with its host CPU's part (`host_cpu`, device ``cpu``): the run
+measures it after the GPU's configurations, in a worker of its own (`deepgap.api.run`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+
+from deepgap.core.records import ConfigSpec
+from deepgap.drive.config import (
+    CPU_BASELINE_INT8_ENGINE,
+    CPU_BASELINE_SCALING_MODEL,
+    SweepSpec,
+    cpu_baseline_spec,
+)
+from deepgap.measure.models import resolve_model
+from deepgap.measure.pairing import axes, check_pairs
+
+
+def _ordered_union(lists) -> tuple:
+    out: list = []
+    for values in lists:
+        out += [v for v in values if v not in out]
+    return tuple(out)
+
+
+def expand(spec: SweepSpec, device: str) -> list[ConfigSpec]:
+    """All configurations of ``spec`` on ``device`` (``auto`` resolved), then its host CPU's (`host_cpu`)."""
+    out = _expand_device(spec, device)
+    if spec.cpu_baseline and device != "cpu":
+        out += [c for c in host_cpu(spec) if c not in out]
+    return out
+
+
+def host_cpu(spec: SweepSpec) -> list[ConfigSpec]:
+    """The host-CPU part of a GPU sweep (`config.cpu_baseline_spec`), in the order it is measured.
+
+    fp32 eager with all cores at the small batches, thread scaling of one model at batch 1 (ResNet-50 where
+    the sweep has it), then int8 through ONNX Runtime (last: its export and quantization cost the most; where
+    onnxruntime is not installed those rows are stored skipped, with that reason). Thread counts are
+    explicit (``spec.cpu_cores``, stored with the run), so ``--resume`` plans exactly the same keys.
+    """
+    cpu = cpu_baseline_spec(spec, os.cpu_count() or 1)
+    cores = int(cpu.cpu_cores or 1)
+    out: list[ConfigSpec] = []
+
+    def add(model: str, engine: str, precision: str, bs: int, threads: int) -> None:
+        c = ConfigSpec(
+            model=model,
+            engine=engine,
+            precision=precision,
+            batch_size=bs,
+            device="cpu",
+            threads=threads,
+            resolution=spec.resolution or resolve_model(model).default_resolution,
+        )
+        if c not in out:
+            out.append(c)
+
+    for model in spec.models:
+        for bs in cpu.batch_sizes:
+            add(model, "eager", "fp32", bs, cores)
+    scaling = CPU_BASELINE_SCALING_MODEL if CPU_BASELINE_SCALING_MODEL in spec.models else spec.models[0]
+    for t in cpu.threads:
+        add(scaling, "eager", "fp32", 1, t)
+    for model in spec.models:
+        for bs in cpu.batch_sizes:
+            add(model, CPU_BASELINE_INT8_ENGINE, "int8", bs, cores)
+    return out
+
+
+def _expand_device(spec: SweepSpec, device: str) -> list[ConfigSpec]:
+    """The sweep's own grid on ``device``."""
+    check_pairs(spec)
+    threads: tuple[int | None, ...] = tuple(spec.threads) if spec.threads else (None,)
+    per = {e: axes(spec, e) for e in spec.engines}
+    precisions = _ordered_union([spec.precisions, *(a["precisions"] for a in per.values())])
+    formats = _ordered_union([spec.memory_formats, *(a["memory_formats"] for a in per.values())])
+    out: list[ConfigSpec] = []
+    for sweep in range(spec.sweeps):
+        groups = [
+            g
+            for g in itertools.product(precisions, spec.models, formats, spec.engines, threads)
+            if g[0] in per[g[3]]["precisions"] and g[2] in per[g[3]]["memory_formats"]
+        ]
+        if sweep > 0:  # sweep 0 keeps the paper's order; later ones are shuffled, reproducibly
+            order = random.Random(f"{spec.seed}:{sweep}").sample(range(len(groups)), len(groups))
+            groups = [groups[i] for i in order]
+        for precision, model, mf, engine, t in groups:
+            entry = resolve_model(model)
+            if entry.is_text and mf != per[engine]["memory_formats"][0]:
+                continue  # a token batch has no memory format: one group per engine, stored as "nchw"
+            sizes = _sizes(spec, entry)
+            for size in sizes:
+                for bs in sorted(set(per[engine]["batch_sizes"])):
+                    out.append(
+                        ConfigSpec(
+                            model=model,
+                            engine=engine,
+                            precision=precision,
+                            batch_size=bs,
+                            device=device,
+                            memory_format="nchw" if entry.is_text else mf,
+                            threads=t,
+                            resolution=size,
+                            sweep=sweep,
+                            include_transfer=spec.include_transfer,
+                            seq_len=size if entry.is_text else None,
+                        )
+                    )
+    return out
+
+
+def _sizes(spec: SweepSpec, entry) -> tuple[int, ...]:
+    """Input sizes of one model: its sequence lengths (``seq_lens``) for a text model, else its resolution.
+
+    A text model's sequence length is also its ``resolution`` (see `records.ConfigSpec`).
+    """
+    if entry.is_text:
+        return tuple(dict.fromkeys(spec.seq_lens)) or (entry.default_resolution,)
+    return (spec.resolution or entry.default_resolution,)

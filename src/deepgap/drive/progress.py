@@ -1,0 +1,67 @@
+"""Progress display of a sweep: a rich bar with ETA and the last result, on stderr."""
+
+from __future__ import annotations
+
+from deepgap.core.events import Event
+from deepgap.core.records import Status
+
+
+def result_line(ev: Event) -> str:
+    """One line for a finished configuration."""
+    r = ev.result
+    assert r is not None
+    if r.status == Status.OK and r.latency:
+        ci = "" if r.ci_met is None else (" ci✓" if r.ci_met else " ci✗")
+        return (
+            f"{ev.spec.label()}: {r.throughput_ips:,.1f} img/s, median {r.latency.median_s * 1e3:.3f} ms, "
+            f"p99 {r.latency.p99_s * 1e3:.3f} ms (n={r.latency.n}){ci}"
+        )
+    return f"{ev.spec.label()}: {r.status.value} — {r.reason}"
+
+
+class Progress:
+    """Rich progress bar; disabled (``--quiet``/``--json``) it prints nothing."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self._bar = None
+        self._task = None
+
+    def on_event(self, ev: Event) -> None:
+        """Runner callback."""
+        if not self.enabled:
+            return
+        if self._bar is None:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+            from rich.progress import Progress as RichProgress
+
+            self._bar = RichProgress(
+                TextColumn("[bold]deepgap"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("eta"),
+                TimeRemainingColumn(),
+                TextColumn("{task.description}"),
+                console=Console(stderr=True),
+                transient=False,
+            )
+            self._bar.start()
+            self._task = self._bar.add_task("", total=ev.total)
+        if ev.result is None:
+            self._bar.update(self._task, description=f"measuring {ev.spec.label()}")
+        else:
+            self._bar.console.print(result_line(ev), highlight=False)
+            self._bar.update(self._task, advance=1)
+
+    def close(self) -> None:
+        """Stop the live display."""
+        if self._bar is not None:
+            self._bar.stop()

@@ -1,0 +1,68 @@
+"""The engine interface: three small methods, hardware passed in, heavy imports inside them."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from deepgap.core.registry import Registry
+
+if TYPE_CHECKING:
+    import torch
+
+    from deepgap.core.precision import DeviceCaps
+    from deepgap.core.records import ConfigSpec
+
+
+@dataclass
+class Prepared:
+    """A model made ready by an engine.
+
+    ``run(x)`` takes the input batch on the device (in ``input_dtype``) and returns logits;
+    ``setup_s`` is the time spent preparing (export, compile, capture, calibration), kept out of
+    the timed window and stored as its own metric.
+    """
+
+    run: Callable[[torch.Tensor], torch.Tensor]
+    input_dtype: torch.dtype
+    setup_s: float = 0.0
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class Engine(abc.ABC):
+    """One way of executing a model."""
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    precisions: ClassVar[tuple[str, ...]] = ("fp32", "tf32", "fp16", "bf16")
+
+    def __init__(self, options: dict[str, Any] | None = None) -> None:
+        """``options`` are the sweep's free-form extras (``SweepSpec.options``), e.g. ``calibration_dir``."""
+        self.options: dict[str, Any] = dict(options or {})
+
+    def available(self) -> str | None:
+        """Why this engine cannot run in this Python environment at all (a missing package), or None."""
+        return None
+
+    def supports(self, spec: ConfigSpec, caps: DeviceCaps) -> str | None:
+        """Why this engine cannot run ``spec`` on this device, or None when it can."""
+        if spec.precision not in self.precisions:
+            return f"engine {self.name} does not run {spec.precision} (it runs {', '.join(self.precisions)})"
+        return None
+
+    @abc.abstractmethod
+    def prepare(self, model: torch.nn.Module, spec: ConfigSpec, example: torch.Tensor) -> Prepared:
+        """Make ``model`` (fp32, eval, on the CPU) runnable for ``spec``; ``example`` is an fp32 input batch.
+
+        Runs inside the worker process; may take long (compilation), never inside the timed window.
+        """
+
+
+def example_on(example: torch.Tensor, device: str, dtype: torch.dtype) -> torch.Tensor:
+    """``example`` on ``device``, floats in ``dtype``; a text model's token ids (int64) keep their type."""
+    return example.to(device=device, dtype=dtype) if example.is_floating_point() else example.to(device)
+
+
+ENGINES: Registry[type[Engine]] = Registry("engine")

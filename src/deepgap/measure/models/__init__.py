@@ -1,0 +1,21 @@
+"""Model registry: name → how to build an ``nn.Module`` with deterministic random weights.
+
+Every builder seeds torch before constructing the module, so FP32, FP16, INT8 … of one model all
+start from *identical* weights (the paper used different weight versions per precision).
+``--weights FILE`` loads a local state dict instead. torch is imported only when a model is built.
+"""
+
+from __future__ import annotations
+
+from deepgap.measure.models.registry import (
+    MODELS,
+    ModelEntry,
+    build_model,
+    resolve_model,
+    weights_fingerprint,
+)
+
+# Importing the modules registers their entries.
+from deepgap.measure.models import bert, faults, tiny, torchvision_models  # noqa: F401, E402  isort: skip
+
+__all__ = ["MODELS", "ModelEntry", "build_model", "resolve_model", "weights_fingerprint"]

@@ -1,0 +1,152 @@
+"""BERT-class text encoders in plain torch: bert-base, bert-large, and tinybert for tests.
+
+Why plain torch and not Hugging Face ``transformers``: nothing is downloaded, no optional package is
+needed to measure, and attention is one ``torch.nn.functional.scaled_dot_product_attention`` call, so
+fp16/bf16 on a GPU take PyTorch's FlashAttention / memory-efficient kernels and every engine (eager,
+torch.compile, CUDA graphs, ONNX export) sees the same graph. The module is BERT's encoder exactly as
+``transformers.BertModel`` builds it (post-LayerNorm, GELU, learned absolute positions, token types,
+the tanh pooler), so its parameter count is BertModel's for the same configuration
+(`tests/test_bert.py` checks both, and against ``transformers`` where it is installed).
+
+Input: int64 token ids ``(batch, seq_len)`` in ``[0, vocab)`` (`deepgap.measure.models.inputs`). The attention
+mask is all ones (every token attends to every token: no padding), so SDPA is called without a mask and
+may pick its fused kernels. Token types are all 0 (one segment). Output: the pooled ``[CLS]``
+representation ``(batch, hidden)``, what a sentence classifier reads; the fp32 correctness check and the
+ONNX ``logits`` output compare it like a CNN's logits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from deepgap.measure.models.registry import MODELS, ModelEntry
+
+
+@dataclass(frozen=True)
+class BertConfig:
+    """The architecture's standard sizes (BERT paper, Table/Appendix; ``bert-base-uncased`` config.json)."""
+
+    layers: int
+    hidden: int
+    heads: int
+    ff: int
+    vocab: int = 30522
+    max_positions: int = 512
+    type_vocab: int = 2
+    layer_norm_eps: float = 1e-12
+
+    @property
+    def head_dim(self) -> int:
+        """Width of one attention head."""
+        return self.hidden // self.heads
+
+    def params(self, pooler: bool = True) -> int:
+        """Parameter count by formula: embeddings, layers (attention, MLP, biases, LayerNorms), pooler.
+
+        This is what ``transformers.BertModel(config).num_parameters()`` gives (bert-base:
+        109,482,240 with the pooler, 108,891,648 without).
+        """
+        h, f = self.hidden, self.ff
+        emb = (self.vocab + self.max_positions + self.type_vocab) * h + 2 * h
+        layer = 4 * (h * h + h) + 2 * h + (h * f + f) + (f * h + h) + 2 * h
+        return emb + self.layers * layer + ((h * h + h) if pooler else 0)
+
+    def flops(self, seq_len: int) -> int:
+        """Inference FLOPs per sequence (2 per multiply-accumulate, bias/softmax/LayerNorm not counted).
+
+        Per layer: the Q, K, V and output projections (4·s·h²), the MLP (2·s·h·ff), and attention's two
+        matrix products QKᵀ and AV, 2·s²·h each (= 4·b·heads·s²·head_dim over a batch b); plus the pooler.
+        """
+        s, h = seq_len, self.hidden
+        per_layer = 2 * s * (4 * h * h + 2 * h * self.ff) + 2 * 2 * s * s * h
+        return self.layers * per_layer + 2 * h * h
+
+
+CONFIGS = {
+    "bert-base": BertConfig(layers=12, hidden=768, heads=12, ff=3072),
+    "bert-large": BertConfig(layers=24, hidden=1024, heads=16, ff=4096),
+    "tinybert": BertConfig(layers=2, hidden=32, heads=2, ff=64, vocab=1000, max_positions=512),
+}
+DEFAULT_SEQ_LEN = 128
+
+
+def build_bert(cfg: BertConfig):
+    """A `BertConfig` as an ``nn.Module`` (fp32, CPU); the caller seeds torch first."""
+    import torch
+    from torch import nn
+    from torch.nn import functional as F  # noqa: N812 - torch's own spelling
+
+    class Layer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv = nn.Linear(cfg.hidden, 3 * cfg.hidden)  # BertModel's query, key, value, fused
+            self.out = nn.Linear(cfg.hidden, cfg.hidden)
+            self.ln1 = nn.LayerNorm(cfg.hidden, eps=cfg.layer_norm_eps)
+            self.ff1 = nn.Linear(cfg.hidden, cfg.ff)
+            self.ff2 = nn.Linear(cfg.ff, cfg.hidden)
+            self.ln2 = nn.LayerNorm(cfg.hidden, eps=cfg.layer_norm_eps)
+
+        def forward(self, x):
+            b, s, h = x.shape
+            q, k, v = self.qkv(x).view(b, s, 3, cfg.heads, cfg.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+            a = F.scaled_dot_product_attention(q, k, v)  # (b, heads, s, head_dim); no mask: no padding
+            x = self.ln1(x + self.out(a.transpose(1, 2).reshape(b, s, h)))
+            return self.ln2(x + self.ff2(F.gelu(self.ff1(x))))
+
+    class Bert(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.config = cfg
+            self.word = nn.Embedding(cfg.vocab, cfg.hidden)
+            self.position = nn.Embedding(cfg.max_positions, cfg.hidden)
+            self.token_type = nn.Embedding(cfg.type_vocab, cfg.hidden)
+            self.ln = nn.LayerNorm(cfg.hidden, eps=cfg.layer_norm_eps)
+            self.layers = nn.ModuleList(Layer() for _ in range(cfg.layers))
+            self.pooler = nn.Linear(cfg.hidden, cfg.hidden)
+            # positions as a buffer, as BertModel keeps them (not saved: state dicts stay BertModel-shaped);
+            # an arange in forward would also be an extra op in every counted and traced step
+            self.register_buffer("positions", torch.arange(cfg.max_positions), persistent=False)
+            # BertModel's initialisation: N(0, 0.02) weights, zero biases (keeps random activations O(1))
+            for m in self.modules():
+                if isinstance(m, (nn.Linear, nn.Embedding)):
+                    nn.init.normal_(m.weight, std=0.02)
+                if isinstance(m, nn.Linear):
+                    nn.init.zeros_(m.bias)
+
+        def forward(self, ids):
+            x = self.word(ids) + self.position(self.positions[: ids.shape[1]]) + self.token_type.weight[0]
+            # (one segment: token type 0; no padding: every position is a token)
+            x = self.ln(x)
+            for layer in self.layers:
+                x = layer(x)
+            return torch.tanh(self.pooler(x[:, 0]))
+
+    return Bert()
+
+
+def _builder(name: str):
+    def build(resolution: int):
+        return build_bert(CONFIGS[name])
+
+    return build
+
+
+_DESCRIPTIONS = {
+    "bert-base": "BERT-base encoder (12 × 768, 12 heads, ff 3072, SDPA attention), 109.5M parameters",
+    "bert-large": "BERT-large encoder (24 × 1024, 16 heads, ff 4096, SDPA attention), 335.1M parameters",
+    "tinybert": "tiny BERT-shaped encoder (2 × 32, 2 heads) for tests",
+}
+
+for _name, _cfg in CONFIGS.items():
+    MODELS.add(
+        _name,
+        ModelEntry(
+            build=_builder(_name),
+            family="test" if _name == "tinybert" else "bert",
+            default_resolution=DEFAULT_SEQ_LEN,
+            description=_DESCRIPTIONS[_name],
+            num_classes=_cfg.hidden,
+            vocab_size=_cfg.vocab,
+            max_seq_len=_cfg.max_positions,
+        ),
+    )

@@ -1,0 +1,72 @@
+"""The input batch a model reads, seeded and sized: images for image models, token ids for text models.
+
+Why one function: the worker's timed batch and correctness rows, the FLOP count, the roofline's cost
+and the ONNX export all need "an input of this model at this size", and a text encoder's is not an image
+(int64 ids of shape ``(batch, seq_len)`` in ``[0, vocab)``). ``size`` is the model's input size: the image
+resolution, or a text model's sequence length (`deepgap.core.records.ConfigSpec` stores it in ``resolution``
+too, so every cache and grouping keyed by input size separates sequence lengths).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from deepgap.core.errors import UsageError
+from deepgap.measure.models.registry import MODELS, resolve_model
+
+if TYPE_CHECKING:
+    import torch
+
+
+def example_batch(
+    model: str, batch: int, size: int, generator: torch.Generator | None = None, device: str = "cpu"
+) -> torch.Tensor:
+    """A seeded random batch: fp32 N(0, 1) images (b, 3, s, s), or int64 token ids (b, s) in [0, vocab).
+
+    Image inputs are never all zero (a zero image hides wrong kernels); token ids are uniform over the
+    vocabulary with no padding (attention mask all ones).
+    """
+    import torch
+
+    if is_text(model):
+        vocab = MODELS.get(model).vocab_size
+        ids = torch.randint(0, vocab, (batch, size), generator=generator, dtype=torch.int64)
+        return ids.to(device)
+    return torch.randn(batch, 3, size, size, generator=generator).to(device)
+
+
+def elements_per_sample(model: str, size: int) -> int:
+    """Input elements of one sample: 3·s² pixels, or s token ids."""
+    return size if is_text(model) else 3 * size * size
+
+
+def is_text(model: str) -> bool:
+    """Whether ``model`` is a registered text model (token-id inputs, a sequence-length axis).
+
+    A name nobody registered (a module counted by hand) is an image model, as every model was before.
+    """
+    return model in MODELS and MODELS.get(model).is_text
+
+
+def check_seq_lens(models: tuple[str, ...], seq_lens: tuple[int, ...], explicit: bool = False) -> None:
+    """Sequence lengths within each text model's positions; ``explicit`` (``--seq-lens``): a text model too.
+
+    Why not always the second: a preset's lengths (``--preset transformers``) apply to its text models
+    and are simply not used by a sweep of image models only (``--preset transformers --models vit_b_16``).
+    """
+    if not seq_lens:
+        return
+    text = [m for m in models if resolve_model(m).is_text]
+    if explicit and not text:
+        raise UsageError(
+            "--seq-lens applies to text models, and none of the models is one",
+            "add a text model (e.g. --models bert-base) or drop --seq-lens",
+        )
+    for m in text:
+        longest = resolve_model(m).max_seq_len
+        too_long = [s for s in seq_lens if s > longest]
+        if too_long:
+            raise UsageError(
+                f"sequence length {too_long[0]} is longer than {m}'s {longest} positions",
+                f"pass --seq-lens of at most {longest}",
+            )

@@ -1,0 +1,349 @@
+"""The quantized network: stem, quantized/fp16 convolutions and head, run step by step.
+
+Activations live as NHWC matrices [batch·H·W, C] in their tensor's format (int8, fp8 or fp16), so
+a 1×1 convolution is a plain GEMM and every layer reads and writes contiguous rows. Each layer has
+a backend: 'triton' (the fused kernels), 'torch' (im2col + ``_int_mm``/``_scaled_mm`` + torch
+epilogue, the no-Triton fallback) or 'reference' (exact float64 emulation, for tests). The steps
+are plain Python closures over tensors, so the whole forward can be captured in one CUDA graph.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F  # noqa: N812
+
+from deepgap.measure.quant import layers
+from deepgap.measure.quant.fold import ConvertNode, ConvNode, Graph, HeadNode, infer_shapes
+from deepgap.measure.quant.tiles import TileConfig, assign_formats, candidate_configs, stem_and_pool
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+BACKENDS = ("triton", "torch", "reference")
+
+
+@dataclass(eq=False)
+class Stem:
+    """The stem: an fp16 convolution whose bias, ReLU and quantization run after the max-pool."""
+
+    conv: ConvNode
+    out: str
+    out_fmt: str
+    w_half: torch.Tensor
+    alpha: torch.Tensor
+    beta: torch.Tensor
+    pad_channels: int = 0  # > 0: the image is copied into this many channels (zeros beyond 3) first
+    w_pad: torch.Tensor | None = None  # w_half with zero input channels up to pad_channels
+    kernel: str = "cudnn"  # 'cudnn' (+ the max-pool backend) or 'fused' (`quant.stem_kernels`)
+    w_gemm: torch.Tensor | None = None  # the fused kernel's [C_out, KP] weights
+    fused_cfg: tuple[int, int] = (128, 4)  # the fused kernel's (block of output pixels, warps)
+
+    def configure(self, kernel: str, pad_channels: int = 0, fused_cfg: tuple[int, int] | None = None) -> None:
+        """Choose the convolution: ``cudnn`` or ``fused`` (the Triton stem, int8/fp8 outputs only).
+
+        ``pad_channels``: cuDNN's input padded to that many channels (0: none); ``fused_cfg``: the fused
+        kernel's block of output pixels and warps (None: keep the current one).
+        """
+        self.set_padding(pad_channels)
+        self.fused_cfg = fused_cfg or self.fused_cfg
+        if kernel == "fused":
+            from deepgap.measure.quant.stem_kernels import pad_weights
+
+            self.w_gemm = pad_weights(self.w_half)
+        else:
+            self.w_gemm = None
+        self.kernel = kernel
+
+    @property
+    def variant(self) -> str:
+        """The configuration's name, e.g. ``cudnn``, ``cudnn+pad4``, ``fused+128x4w``."""
+        if self.kernel == "fused":
+            return f"fused+{self.fused_cfg[0]}x{self.fused_cfg[1]}w"
+        return self.kernel + (f"+pad{self.pad_channels}" if self.pad_channels else "")
+
+    def set_padding(self, channels: int) -> None:
+        """Feed the convolution ``channels`` input channels (0: the image's own 3).
+
+        Why: cuDNN has no tensor-core kernel for a 3-channel channels_last input; with one zero
+        channel (4) it picks one. The zero channel meets zero weights, so the sums are the same.
+        """
+        self.pad_channels = channels
+        if channels:
+            w = self.w_half
+            shape = (w.shape[0], channels - w.shape[1], *w.shape[2:])
+            extra = torch.zeros(shape, dtype=w.dtype, device=w.device)
+            self.w_pad = torch.cat([w, extra], 1).contiguous(memory_format=torch.channels_last)
+        else:
+            self.w_pad = None
+
+
+@dataclass(eq=False)
+class QuantNet:
+    """A folded, quantized ResNet ready to run (see `build`)."""
+
+    graph: Graph
+    qfmt: str
+    fmts: dict[str, str]
+    scales: dict[str, float]
+    stem: Stem
+    convs: dict[str, layers.QConv]
+    converts: dict[str, tuple[ConvertNode, torch.Tensor, torch.Tensor]]
+    head: HeadNode
+    shapes: dict[str, tuple[int, int, int]]
+    backend: dict[str, str] = field(default_factory=dict)
+    stem_backend: str = "torch"  # 'triton' (fused max-pool kernel) or 'torch'; also used for conversions
+    configs: dict[str, TileConfig] = field(default_factory=dict)
+
+    def to(self, device) -> QuantNet:
+        """Move all weights and coefficients to ``device`` (in place); returns self."""
+        s = self.stem
+        s.w_half = s.w_half.to(device).contiguous(memory_format=torch.channels_last)
+        s.configure(s.kernel, s.pad_channels)
+        s.alpha, s.beta = s.alpha.to(device), s.beta.to(device)
+        for c in self.convs.values():
+            c.to(device)
+        self.converts = {k: (n, a.to(device), b.to(device)) for k, (n, a, b) in self.converts.items()}
+        self.head.weight, self.head.bias = self.head.weight.to(device), self.head.bias.to(device)
+        return self
+
+    def default_config(self, name: str, batch: int) -> TileConfig:
+        """The heuristic tile configuration of convolution ``name`` at ``batch``."""
+        c = self.convs[name]
+        h, w, _ = self.shapes[c.node.out]
+        return candidate_configs(
+            batch * h * w, c.node.cout, c.node.cin, self.qfmt, c.node.residual is not None
+        )[0]
+
+    def run_conv(self, name: str, x: torch.Tensor, batch: int, res: torch.Tensor | None) -> torch.Tensor:
+        """One convolution on NHWC-matrix input ``x`` with its backend; returns its output matrix."""
+        layer = self.convs[name]
+        n = layer.node
+        h, w, _ = self.shapes[n.inp]
+        nhw = (batch, h, w)
+        backend = self.backend.get(name, "reference")
+        if backend == "reference":
+            return layers.conv_reference(layer, x, nhw, res)
+        if layer.mode == "q":
+            if backend == "torch":
+                return layers.conv_torch(layer, x, nhw, res)
+            from deepgap.measure.quant import kernels
+
+            cfg = self.configs.get(name) or self.default_config(name, batch)
+            return kernels.conv_gemm(
+                x,
+                nhw,
+                layer.w_q,
+                n.kernel_size,
+                n.stride,
+                n.padding,
+                layer.alpha,
+                layer.beta,
+                layer.out_fmt,
+                n.relu,
+                cfg,
+                res,
+                layer.gamma,
+            )
+        acc = fp16_conv(x, nhw, layer.w_half, n.stride, n.padding)
+        if backend == "torch":
+            return layers.epilogue_reference(
+                acc.float(), layer.alpha, layer.beta, layer.out_fmt, n.relu, res, layer.gamma
+            )
+        from deepgap.measure.quant import kernels
+
+        return kernels.epilogue(acc, layer.alpha, layer.beta, layer.out_fmt, n.relu, res, layer.gamma)
+
+    def run_stem(self, x: torch.Tensor, backend: str) -> torch.Tensor:
+        """Image batch NCHW → the max-pooled, quantized stem output [batch·H·W, 64]."""
+        s = self.stem
+        n = s.conv
+        b, c, hh, ww = x.shape
+        if s.kernel == "fused":
+            from deepgap.measure.quant import stem_kernels
+
+            xm = x.permute(0, 2, 3, 1).reshape(-1, c)
+            return stem_kernels.stem(
+                xm.half().contiguous(),
+                (b, hh, ww),
+                s.w_gemm,
+                n.kernel_size,
+                n.stride,
+                n.padding,
+                s.alpha,
+                s.beta,
+                s.out_fmt,
+                block_m=s.fused_cfg[0],
+                num_warps=s.fused_cfg[1],
+            )
+        if s.pad_channels:
+            xp = torch.empty(
+                (b, s.pad_channels, hh, ww),
+                dtype=torch.float16,
+                device=x.device,
+                memory_format=torch.channels_last,
+            )
+            xp[:, c:].zero_()
+            xp[:, :c].copy_(x)
+            acc = fp16_conv(
+                xp.permute(0, 2, 3, 1).reshape(-1, s.pad_channels), (b, hh, ww), s.w_pad, n.stride, n.padding
+            )
+        else:
+            acc = fp16_conv(x.permute(0, 2, 3, 1).reshape(-1, c), (b, hh, ww), s.w_half, n.stride, n.padding)
+        oh, ow = n.out_hw(hh, ww)
+        if backend == "triton":
+            from deepgap.measure.quant import kernels
+
+            return kernels.maxpool(acc, (b, oh, ow), s.alpha, s.beta, s.out_fmt, relu=True)
+        pooled = F.max_pool2d(acc.view(b, oh, ow, -1).permute(0, 3, 1, 2).float(), 3, 2, 1)
+        return layers.epilogue_reference(_flat(pooled), s.alpha, s.beta, s.out_fmt, True)
+
+    def run_head(self, x: torch.Tensor, batch: int) -> torch.Tensor:
+        """Global average pool of the last activation then the classifier, in fp32 → logits.
+
+        Why sum first and scale after: the pool then reads the 8-bit activation once (an exact int32
+        sum for int8; fp32 accumulation otherwise) instead of writing and re-reading an fp32 copy of
+        it twice; the per-tensor scale and 1/(H·W) multiply the pooled [batch, C] vector only.
+        """
+        y = x.view(batch, -1, x.shape[1])
+        if y.dtype == torch.int8:
+            pooled = y.sum(1, dtype=torch.int32).float()
+        elif y.dtype in (torch.float16, torch.float32):
+            pooled = y.sum(1, dtype=torch.float32)
+        else:  # fp8 has no reduction kernels; widening to fp16 is exact
+            pooled = y.to(torch.float16).sum(1, dtype=torch.float32)
+        scale = (self.scales[self.head.inp] if self.fmts[self.head.inp] != "fp16" else 1.0) / y.shape[1]
+        return F.linear(pooled * scale, self.head.weight, self.head.bias)
+
+    def run_convert(self, name: str, x: torch.Tensor, backend: str) -> torch.Tensor:
+        """Store a tensor again in another format."""
+        node, alpha, beta = self.converts[name]
+        if backend == "triton":
+            from deepgap.measure.quant import kernels
+
+            return kernels.epilogue(x, alpha, beta, node.fmt, False)
+        return layers.epilogue_reference(x.float(), alpha, beta, node.fmt, False)
+
+    def steps(self, batch: int) -> list[tuple[str, Callable[[dict], None]]]:
+        """The forward pass as (name, step(env)) pairs; ``env`` maps tensor names to tensors."""
+        stem_backend = self.stem_backend
+        out: list[tuple[str, Callable[[dict], None]]] = []
+        g = self.graph
+
+        def stem(env):
+            env[self.stem.out] = self.run_stem(env[g.input], stem_backend)
+
+        out.append((self.stem.conv.name, stem))
+        for node in g.nodes[2:]:
+            if isinstance(node, ConvNode):
+
+                def step(env, node=node):
+                    res = env[node.residual] if node.residual else None
+                    env[node.out] = self.run_conv(node.name, env[node.inp], batch, res)
+
+            elif isinstance(node, ConvertNode):
+
+                def step(env, node=node):
+                    env[node.out] = self.run_convert(node.name, env[node.inp], stem_backend)
+
+            elif isinstance(node, HeadNode):
+
+                def step(env, node=node):
+                    env[node.out] = self.run_head(env[node.inp], batch)
+
+            else:
+                raise ValueError(f"unexpected node {node.name} ({type(node).__name__}) after the stem")
+            out.append((node.name, step))
+        return out
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits (fp32) of an image batch ``x`` (NCHW, any float dtype, on the network's device)."""
+        env = {self.graph.input: x}
+        steps = self.steps(x.shape[0])
+        dead = _dead_after(self.graph, [n for n, _ in steps])
+        for (_, step), drop in zip(steps, dead, strict=True):
+            step(env)
+            for t in drop:
+                env.pop(t, None)
+        return env[self.graph.output]
+
+
+def _flat(y4: torch.Tensor) -> torch.Tensor:
+    return y4.permute(0, 2, 3, 1).reshape(-1, y4.shape[1])
+
+
+def _dead_after(graph: Graph, step_names: list[str]) -> list[list[str]]:
+    """Tensors that can be dropped after each step (last read there)."""
+    last: dict[str, int] = {}
+    by_name = {n.name: n for n in graph.nodes}
+    for i, name in enumerate(step_names):
+        node = by_name[name]
+        reads = (
+            [graph.input]
+            if i == 0
+            else [node.inp] + ([node.residual] if getattr(node, "residual", None) else [])
+        )
+        for t in reads:
+            last[t] = i
+    dead: list[list[str]] = [[] for _ in step_names]
+    for t, i in last.items():
+        if t != graph.output:
+            dead[i].append(t)
+    return dead
+
+
+def fp16_conv(x: torch.Tensor, nhw, w_half: torch.Tensor, stride: int, padding: int) -> torch.Tensor:
+    """fp16 convolution of NHWC-matrix ``x`` → fp16 NHWC matrix (cuDNN on GPU; float64 emulation on CPU)."""
+    b, h, w = nhw
+    x4 = x.view(b, h, w, -1).permute(0, 3, 1, 2)
+    if x.is_cuda:
+        y = F.conv2d(x4.half(), w_half, None, stride, padding)
+    else:
+        y = F.conv2d(x4.half().double(), w_half.double(), None, stride, padding).half()
+    return _flat(y).contiguous()
+
+
+def build(
+    graph: Graph, qfmt: str, amax: dict[str, float], modes: dict[str, str], resolution: int
+) -> QuantNet:
+    """Quantize ``graph`` for ``qfmt`` given calibrated ranges and each convolution's mode."""
+    if qfmt not in layers.QMAX:
+        raise ValueError(f"precision must be one of {layers.QFORMATS}; got {qfmt!r}")
+    conv, pool = stem_and_pool(graph)
+    modes = {**modes, conv.name: "fp16"}
+    g2, fmts = assign_formats(graph, modes, qfmt)
+    missing = [t for t in graph.tensors() if t not in amax]
+    if missing:
+        raise ValueError(f"calibration has no range for tensors {missing[:5]}")
+
+    def scale(t: str) -> float:
+        return 1.0 if fmts[t] == "fp16" else amax[t.split("@")[0]] / layers.QMAX[qfmt]
+
+    scales = {t: scale(t) for t in fmts}
+    s_pool = scales[pool.out]
+    stem = Stem(
+        conv=conv,
+        out=pool.out,
+        out_fmt=fmts[pool.out],
+        w_half=conv.weight.half(),
+        alpha=torch.full((conv.cout,), 1.0 / s_pool, dtype=torch.float32),
+        beta=(conv.bias.double() / s_pool).float().contiguous(),
+    )
+    convs, converts, head = {}, {}, None
+    for node in g2.nodes[2:]:
+        if isinstance(node, ConvNode):
+            convs[node.name] = layers.make_qconv(node, qfmt, modes.get(node.name, "q"), fmts, scales)
+        elif isinstance(node, ConvertNode):
+            c = infer_shapes(graph, resolution)[node.inp][2]
+            ratio = scales[node.inp] / scales[node.out]
+            converts[node.name] = (node, torch.full((c,), ratio, dtype=torch.float32), torch.zeros(c))
+        elif isinstance(node, HeadNode):
+            head = node
+    if head is None:
+        raise ValueError("graph has no classifier head")
+    shapes = infer_shapes(g2, resolution)
+    return QuantNet(
+        g2, qfmt, fmts, scales, stem, convs, converts, head, shapes, backend={n: "reference" for n in convs}
+    )

@@ -1,0 +1,307 @@
+"""Prepare a quantized ResNet on the GPU: calibrate, time each layer both ways, keep the faster, capture.
+
+Steps of `prepare_quant` (all outside the timed window; their cost is ``Prepared.setup_s``):
+  1. fold BatchNorm (fold.py) and calibrate activation ranges on N images (calibrate.py, cached);
+  2. per convolution, at the configuration's batch size: run each candidate tile configuration of
+     the fused Triton kernel once on a small batch against the exact reference (a failing kernel is
+     dropped with its reason), then time the survivors and the fp16 path (cuDNN + fused epilogue)
+     inside CUDA graphs (so Python launch overhead does not count);
+  3. keep the faster per layer (tiles.choose_modes), rebuild the network with the chosen formats;
+  4. capture the whole forward in one CUDA graph per batch size (eager fallback if capture fails).
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from deepgap.measure.quant import layers
+from deepgap.measure.quant import tunecache as tune_cache
+from deepgap.measure.quant.calibrate import DEFAULT_METHOD, CalibrationKey, calibrate
+from deepgap.measure.quant.fold import conv_macs, resnet_graph
+from deepgap.measure.quant.network import QuantNet, build
+from deepgap.measure.quant.tiles import choose_modes
+from deepgap.measure.quant.tuning import (  # noqa: F401 (time_s: API)
+    CHECK_BATCH,
+    _agree,
+    _sync,
+    precompile,
+    time_layer,
+    time_s,
+    time_stem_and_head,
+)
+
+if TYPE_CHECKING:
+    from deepgap.measure.quant.fold import Graph
+
+
+@dataclass
+class QuantOptions:
+    """Knobs of `prepare_quant` (defaults are what the engine uses)."""
+
+    calib_images: int = 32
+    calib_seed: int = 0
+    calib_method: str = DEFAULT_METHOD
+    calib_set: Any = None  # a CalibrationSet of real images (accuracy mode); None: synthetic
+    use_cache: bool = True  # the calibration and tuning caches (tunecache.py)
+    per_layer_choice: bool = True  # time quantized vs fp16 per layer; False = every layer quantized
+    autotune: bool = True  # time every candidate tile configuration (else the heuristic one)
+    cuda_graph: bool = True
+    timing_reps: int = 10
+    precompile_workers: int | None = None  # threads compiling tiles first (None: a core each; 0: off)
+    margin: float = 0.02
+    force_backend: str | None = None  # 'triton' or 'torch' for every quantized layer
+    log: Any = None  # callable(str) for progress lines
+
+
+@dataclass
+class QuantResult:
+    """A prepared network, what preparing it found, and what `variant` needs to rebuild it differently."""
+
+    net: QuantNet
+    run: Any
+    info: dict[str, Any] = field(default_factory=dict)
+    graph: Any = None
+    amax: dict[str, float] = field(default_factory=dict)
+    tuned: dict[str, tuple[str, Any]] = field(
+        default_factory=dict
+    )  # layer → (backend, TileConfig) when quantized
+    batch: int = 0
+    resolution: int = 0
+    device: str = "cuda"
+
+
+def variant(
+    result: QuantResult,
+    modes: dict[str, str] | None = None,
+    backend: str | None = None,
+    cuda_graph: bool = True,
+):
+    """A runner for the same calibrated network with other choices, without re-timing (for ablations).
+
+    Args:
+        result: a `prepare_quant` result.
+        modes: {layer: 'q'|'fp16'}; None = every layer quantized.
+        backend: force 'triton' or 'torch' for every layer; None = the tuned backend and tile per layer.
+        cuda_graph: capture the forward in a CUDA graph.
+
+    Returns:
+        (run, info) as for the prepared network.
+    """
+    if modes is None:
+        modes = {name: ("q" if name in result.tuned or backend else "fp16") for name in result.net.convs}
+    net = build(result.graph, result.net.qfmt, result.amax, modes, result.resolution).to(result.device)
+    helper = "torch" if backend == "torch" else result.net.stem_backend
+    for name, mode in modes.items():
+        tuned_backend, cfg = result.tuned.get(name, ("torch", None))
+        net.backend[name] = (backend or tuned_backend) if mode == "q" else helper
+        net.configs[name] = cfg
+    net.stem_backend = helper
+    return _make_runner(net, result.batch, result.resolution, result.device, cuda_graph)
+
+
+def _triton_ok() -> str | None:
+    try:
+        import triton  # noqa: F401
+
+        from deepgap.measure.quant import kernels  # noqa: F401
+    except Exception as exc:  # noqa: BLE001
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def prepare_quant(
+    model: torch.nn.Module | Graph,
+    precision: str,
+    batch: int,
+    resolution: int,
+    model_name: str,
+    device: str = "cuda",
+    opts: QuantOptions | None = None,
+    weights_sha: str | None = None,
+) -> QuantResult:
+    """Quantize ``model`` (a torchvision ResNet or its folded `Graph`) and make it runnable at ``batch``."""
+    from deepgap.measure.quant.fold import Graph
+
+    opts = opts or QuantOptions()
+    log = opts.log or (lambda s: None)
+    if precision not in layers.QMAX:
+        raise ValueError(f"precision must be one of {layers.QFORMATS}; got {precision!r}")
+    graph = model if isinstance(model, Graph) else resnet_graph(model.eval())
+    if weights_sha is None:
+        from deepgap.measure.models import weights_fingerprint
+
+        weights_sha = weights_fingerprint(model) if not isinstance(model, Graph) else "graph"
+    t0 = time.perf_counter()
+    cs = opts.calib_set
+    key = CalibrationKey(
+        model_name,
+        resolution,
+        weights_sha,
+        opts.calib_images if cs is None else int(cs.images.shape[0]),
+        opts.calib_seed,
+        opts.calib_method,
+        "synthetic" if cs is None else cs.fingerprint,
+    )
+    amax, cached = calibrate(graph, key, device, opts.use_cache, None if cs is None else cs.images)
+    info: dict[str, Any] = {
+        "precision": precision,
+        "batch_size": batch,
+        "calibration": {
+            "images": key.n_images,
+            "seed": key.seed,
+            "method": key.method,
+            "from_cache": cached,
+            "source": "synthetic N(0,1) images (no dataset)" if cs is None else dict(cs.info),
+            "seconds": round(time.perf_counter() - t0, 3),
+        },
+    }
+    log(f"calibrated ({'cache' if cached else f'{time.perf_counter() - t0:.1f}s'})")
+    triton_err = _triton_ok()
+    if triton_err:
+        info["triton_unavailable"] = triton_err
+    if str(device).startswith("cuda"):
+        torch.backends.cudnn.benchmark = True
+        if ":" in str(device):
+            torch.cuda.set_device(device)  # Triton launches on the current device
+    net = build(graph, precision, amax, {}, resolution).to(device)
+    t1 = time.perf_counter()
+    use_triton = triton_err is None and opts.force_backend != "torch"
+    cache = tune_cache.TuneCache(tune_cache.device_key(device)) if opts.use_cache and opts.autotune else None
+    if opts.precompile_workers != 0:
+        info["precompile"] = precompile(net, batch, opts, use_triton, cache, opts.precompile_workers)
+    timings = [time_layer(net, name, batch, opts, use_triton, cache) for name in net.convs]
+    log(
+        f"timed {len(timings)} layers in {time.perf_counter() - t1:.1f}s"
+        + (f" (tuning cache: {cache.hits} hits, {cache.misses} tuned)" if cache is not None else "")
+    )
+    if cache is not None:
+        info["tune_cache"] = cache.summary()
+    if opts.per_layer_choice:
+        modes = choose_modes(timings, opts.margin)
+    else:
+        modes = {t.name: ("q" if t.q_s is not None else "fp16") for t in timings}
+        for t in timings:
+            t.mode = modes[t.name]
+    backends, configs = dict(net.backend), dict(net.configs)
+    net = build(graph, precision, amax, modes, resolution).to(device)
+    for t in timings:
+        if t.mode == "q":
+            net.backend[t.name], net.configs[t.name] = backends[t.name], configs.get(t.name)
+        else:
+            net.backend[t.name] = "triton" if use_triton else "torch"
+            t.kernel = "cudnn"
+    net.stem_backend = _check_stem(net, resolution, device) if use_triton else "torch"
+    stem_choice = _choose_stem(net, batch, resolution, device, use_triton)
+    macs = conv_macs(graph, resolution)
+    stem_s = stem_choice.get("seconds", {}).get(stem_choice["chosen"])  # timed already at this batch
+    info.update(
+        layers=[t.as_dict() for t in timings],
+        outside_layers=time_stem_and_head(net, batch, resolution, device, stem_s),
+        n_quantized=sum(t.mode == "q" for t in timings),
+        n_fp16=sum(t.mode == "fp16" for t in timings),
+        n_converts=len(net.converts),
+        stem_backend=net.stem_backend,
+        stem=stem_choice,
+        macs_per_image=int(sum(macs.values())),
+        plan_seconds=round(time.perf_counter() - t1, 3),
+    )
+    run, graph_info = _make_runner(net, batch, resolution, device, opts.cuda_graph)
+    info.update(graph_info)
+    tuned = {t.name: (backends[t.name], configs.get(t.name)) for t in timings if t.q_s is not None}
+    return QuantResult(net, run, info, graph, amax, tuned, batch, resolution, device)
+
+
+def _check_stem(net: QuantNet, resolution: int, device: str) -> str:
+    """'triton' when the fused max-pool kernel (and format conversion) match the torch path, else 'torch'."""
+    x = torch.randn(CHECK_BATCH, 3, resolution, resolution, device=device).half()
+    try:
+        why = _agree(net.run_stem(x, "triton"), net.run_stem(x, "torch"), net.stem.out_fmt)
+    except Exception as exc:  # noqa: BLE001
+        why = f"{type(exc).__name__}: {exc}"
+    _sync(device)
+    return "triton" if why is None else "torch"
+
+
+# (kernel, input channels padded to (0: none), the fused kernel's (output pixels per block, warps))
+STEM_VARIANTS = (
+    ("cudnn", 0, None),
+    ("cudnn", 4, None),
+    ("fused", 0, (64, 4)),
+    ("fused", 0, (128, 4)),
+    ("fused", 0, (128, 8)),
+    ("fused", 0, (256, 8)),
+)
+# cuDNN's path rounds the convolution to fp16 before the epilogue, the fused kernel keeps fp32: their int8
+# outputs differ by one step in about 1% of the elements, the fused one being the more exact.
+STEM_AGREE_FRAC = 0.02
+
+
+def _choose_stem(net: QuantNet, batch: int, resolution: int, device: str, use_triton: bool) -> dict[str, Any]:
+    """The fastest stem at ``batch`` among those that agree with cuDNN's; on CUDA only.
+
+    Variants: cuDNN's fp16 convolution (then the max-pool backend), the same with the image padded to 4
+    channels, and the fused Triton stem (`quant.stem_kernels`, 8-bit outputs). Returns what was timed
+    and chosen, for ``info["stem"]``.
+    """
+    if not str(device).startswith("cuda"):
+        return {"chosen": "cudnn", "reason": "not on a GPU"}
+    x = torch.randn(batch, 3, resolution, resolution, device=device).half()
+    x = x.contiguous(memory_format=torch.channels_last)
+    s = net.stem
+    times: dict[str, float] = {}
+    rejected: dict[str, str] = {}
+    chosen: dict[str, tuple] = {}
+    ref = None
+    for kernel, pad, cfg in STEM_VARIANTS:
+        s.configure(kernel, pad, cfg)
+        name = s.variant
+        chosen[name] = (kernel, pad, cfg)
+        if kernel == "fused" and (not use_triton or s.out_fmt not in ("int8", "fp8")):
+            rejected[name] = "needs Triton and an 8-bit stem output"
+            continue
+        try:
+            with torch.inference_mode():
+                out = net.run_stem(x, net.stem_backend)
+                why = None if ref is None else _agree(out, ref, s.out_fmt, STEM_AGREE_FRAC)
+                ref = out if ref is None else ref
+                if why is None:
+                    times[name] = time_s(lambda: net.run_stem(x, net.stem_backend), reps=5, device=device)
+                else:
+                    rejected[name] = why
+        except Exception as exc:  # noqa: BLE001 - a variant that fails is not chosen
+            rejected[name] = f"{type(exc).__name__}: {exc}"[:300]
+        _sync(device)
+    best = min(times, key=times.get)
+    s.configure(*chosen[best])
+    return {"chosen": best, "seconds": times, **({"rejected": rejected} if rejected else {})}
+
+
+def _make_runner(net: QuantNet, batch: int, resolution: int, device: str, use_graph: bool):
+    """``run(x)`` for the network: a CUDA graph replay when capture works, else the eager forward.
+
+    The graph runner owns ``net``: the graph reads its weights by address (see `GraphRunner`).
+    """
+    from deepgap.measure import graph_runner
+
+    static_x = torch.randn(batch, 3, resolution, resolution, device=device).half()
+    static_x = static_x.contiguous(memory_format=torch.channels_last)
+    with torch.inference_mode():
+        net.forward(static_x)
+    _sync(device)
+    if not use_graph or not graph_runner.can_capture(device):
+        return net.forward, {"cuda_graph": False}
+    try:
+        graph, static_out = graph_runner.capture(net.forward, static_x, device, warmup=2)
+    except Exception as exc:  # noqa: BLE001 - eager still works
+        _sync(device)
+        return net.forward, {
+            "cuda_graph": False,
+            "cuda_graph_error": f"{type(exc).__name__}: {exc}"[:500],
+            "cuda_graph_traceback": traceback.format_exc()[-2000:],
+        }
+    return graph_runner.GraphRunner(graph, static_x, static_out, owns=net), {"cuda_graph": True}

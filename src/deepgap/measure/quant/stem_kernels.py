@@ -1,0 +1,202 @@
+"""Triton kernels for the ResNet stem: the 7×7/2 convolution of the 3-channel image on tensor cores, max-pool.
+
+Why: the per-layer table (`deepgap layers`) showed the stem — cuDNN's fp16 convolution, whose 3-channel
+input suits none of its tensor-core kernels, writing a 16-bit output that the max-pool reads back — as
+the largest single item of the quant engine at batch 256. Here the convolution is one GEMM whose K (7·7·3
+= 147, zero-padded to a multiple of the K block) is gathered element by element from the NHWC image,
+accumulated in fp32 from the same fp16 operands, and the stem's scale, bias, ReLU and quantization run in
+its epilogue, so its output is written once in 8 bits. The max-pool then works on the quantized values:
+the epilogue is monotone per channel (its scale is positive), so quantizing and then taking the maximum
+equals taking the maximum and then quantizing, and after the ReLU every value is ≥ 0, so a window's
+padding can read as 0. Loading a kernel row's 21 contiguous values per K step instead (no per-element
+division) was slower (misaligned rows, seven K steps instead of five; docs/quant.md).
+
+Both run on CPU tensors through the Triton interpreter (`kernels.interpreted`), as the tests do.
+"""
+
+# Triton convention: compile-time (constexpr) parameters in capitals.
+# ruff: noqa: N803
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from deepgap.measure.quant.kernels import INT32_LIMIT, OUT_KIND, _check, _check_vec, _finish, _impl
+
+BLOCK_K = 32
+
+
+@triton.jit(do_not_specialize=["M", "H", "W", "OH", "OW"])
+def stem_conv_kernel(
+    x_ptr,
+    w_ptr,
+    out_ptr,
+    alpha_ptr,
+    beta_ptr,
+    M,
+    H,
+    W,
+    OH,
+    OW,
+    C: tl.constexpr,
+    N: tl.constexpr,
+    KH: tl.constexpr,
+    KW: tl.constexpr,
+    KP: tl.constexpr,
+    STRIDE: tl.constexpr,
+    PAD: tl.constexpr,
+    OUT_KIND: tl.constexpr,
+    BM: tl.constexpr,
+    BK: tl.constexpr,
+):
+    """out[m, n] = epilogue(Σ_k A[m, k]·W[n, k]) with ReLU; A gathered per element from NHWC ``x``."""
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.arange(0, N)
+    m_ok = rm < M
+    nb = rm // (OH * OW)
+    rem = rm % (OH * OW)
+    ih0 = (rem // OW) * STRIDE - PAD
+    iw0 = (rem % OW) * STRIDE - PAD
+    acc = tl.zeros((BM, N), dtype=tl.float32)
+    for k0 in range(0, KP, BK):
+        rk = k0 + tl.arange(0, BK)
+        tap = rk // C
+        c = rk - tap * C
+        kh = tap // KW
+        kw = tap - kh * KW
+        ih = ih0[:, None] + kh[None, :]
+        iw = iw0[:, None] + kw[None, :]
+        ok = m_ok[:, None] & (rk < KH * KW * C)[None, :] & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+        a = tl.load(x_ptr + ((nb[:, None] * H + ih) * W + iw) * C + c[None, :], mask=ok, other=0.0)
+        b = tl.load(w_ptr + rn[None, :] * KP + rk[:, None])
+        acc = tl.dot(a, b, acc)
+    alpha = tl.load(alpha_ptr + rn)
+    beta = tl.load(beta_ptr + rn)
+    y = acc * alpha[None, :]
+    out = _finish(y, beta[None, :], y, 0.0, True, False, OUT_KIND)
+    tl.store(out_ptr + rm[:, None] * N + rn[None, :], out, mask=m_ok[:, None])
+
+
+@triton.jit(do_not_specialize=["P", "H", "W", "OH", "OW"])
+def maxpool8_kernel(
+    x_ptr,
+    out_ptr,
+    P,
+    H,
+    W,
+    OH,
+    OW,
+    C: tl.constexpr,
+    K: tl.constexpr,
+    STRIDE: tl.constexpr,
+    PAD: tl.constexpr,
+    BP: tl.constexpr,
+):
+    """out[p, c] = max over the K×K window of NHWC ``x`` (values ≥ 0: padding reads as 0), same format."""
+    rp = tl.program_id(0) * BP + tl.arange(0, BP)
+    rc = tl.arange(0, C)
+    p_ok = rp < P
+    nb = rp // (OH * OW)
+    rem = rp % (OH * OW)
+    ih0 = (rem // OW) * STRIDE - PAD
+    iw0 = (rem % OW) * STRIDE - PAD
+    best = tl.zeros((BP, C), dtype=tl.float32)
+    for kh in tl.static_range(K):
+        for kw in tl.static_range(K):
+            ih = ih0 + kh
+            iw = iw0 + kw
+            ok = p_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+            row = ((nb * H + ih) * W + iw) * C
+            v = tl.load(x_ptr + row[:, None] + rc[None, :], mask=ok[:, None], other=0.0)
+            best = tl.maximum(best, v.to(tl.float32))
+    tl.store(out_ptr + rp[:, None] * C + rc[None, :], best.to(out_ptr.dtype.element_ty), mask=p_ok[:, None])
+
+
+def pad_weights(w_half: torch.Tensor, block_k: int = BLOCK_K) -> torch.Tensor:
+    """[C_out, C_in, kh, kw] fp16 → [C_out, KP], K in (kh, kw, c) order, zero-padded (``block_k`` steps)."""
+    n = w_half.shape[0]
+    k = w_half[0].numel()
+    kp = triton.cdiv(k, block_k) * block_k
+    out = torch.zeros((n, kp), dtype=torch.float16, device=w_half.device)
+    out[:, :k] = w_half.permute(0, 2, 3, 1).reshape(n, k)
+    return out.contiguous()
+
+
+def stem(
+    x, nhw, w_gemm, ksize, stride, padding, alpha, beta, out_fmt, pool=(3, 2, 1), block_m=128, num_warps=4
+):
+    """NHWC image matrix ``x`` [nb·h·w, C] fp16 → the max-pooled, quantized stem output [nb·ph·pw, C_out].
+
+    ``w_gemm`` is `pad_weights`'s [C_out, KP]; ``alpha`` (positive) and ``beta`` are the stem's epilogue.
+    """
+    from deepgap.measure.quant.layers import DTYPES
+
+    nb, h, wd = nhw
+    _check(out_fmt in ("int8", "fp8"), f"the fused stem writes int8 or fp8; got {out_fmt!r}")
+    _check(
+        x.dtype == torch.float16 and x.dim() == 2 and x.shape[0] == nb * h * wd and x.is_contiguous(),
+        f"x must be a contiguous fp16 [nb·h·w={nb * h * wd}, C]; got {x.dtype} {tuple(x.shape)}",
+    )
+    c = x.shape[1]
+    n, kp = w_gemm.shape
+    _check(
+        w_gemm.dtype == torch.float16 and kp % BLOCK_K == 0 and kp >= ksize * ksize * c,
+        f"w_gemm must be fp16 [C_out, KP ≥ {ksize * ksize * c}, a multiple of {BLOCK_K}]",
+    )
+    _check(n == triton.next_power_of_2(n), f"C_out must be a power of two; got {n}")
+    _check_vec("alpha", alpha, n, x.device)
+    _check_vec("beta", beta, n, x.device)
+    oh = (h + 2 * padding - ksize) // stride + 1
+    ow = (wd + 2 * padding - ksize) // stride + 1
+    m = nb * oh * ow
+    _check(
+        max(x.numel(), m * n) <= INT32_LIMIT, "more than 2^31 elements (32-bit indexing); use a smaller batch"
+    )
+    conv = torch.empty((m, n), dtype=DTYPES[out_fmt], device=x.device)
+    _impl(stem_conv_kernel, x.device)[(triton.cdiv(m, block_m),)](
+        x,
+        w_gemm,
+        conv,
+        alpha,
+        beta,
+        m,
+        h,
+        wd,
+        oh,
+        ow,
+        C=c,
+        N=n,
+        KH=ksize,
+        KW=ksize,
+        KP=kp,
+        STRIDE=stride,
+        PAD=padding,
+        OUT_KIND=OUT_KIND[out_fmt],
+        BM=block_m,
+        BK=BLOCK_K,
+        num_warps=num_warps,
+        enable_fp_fusion=False,
+    )
+    k, s, p = pool
+    ph = (oh + 2 * p - k) // s + 1
+    pw = (ow + 2 * p - k) // s + 1
+    out = torch.empty((nb * ph * pw, n), dtype=conv.dtype, device=x.device)
+    block_p = 32
+    _impl(maxpool8_kernel, x.device)[(triton.cdiv(nb * ph * pw, block_p),)](
+        conv,
+        out,
+        nb * ph * pw,
+        oh,
+        ow,
+        ph,
+        pw,
+        C=n,
+        K=k,
+        STRIDE=s,
+        PAD=p,
+        BP=block_p,
+        num_warps=4,
+    )
+    return out

@@ -1,0 +1,184 @@
+"""The layer plan: tile configurations, activation formats, and the per-layer quantized-vs-fp16 choice.
+
+Why per layer: a fused 8-bit kernel wins in the early, memory-bound layers (half the bytes, one
+pass) but a plain kernel can lose to cuBLAS/cuDNN fp16 in the late, compute-bound ones (docs/quant.md,
+the quant engine, has the measured numbers). So each convolution is timed both ways at prepare time
+and keeps the faster; the choice and both times are recorded in ``Prepared.info``.
+
+Everything here is pure (no GPU): the timing itself lives in ``engine.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from deepgap.measure.quant.fold import ConvertNode, ConvNode, Graph, HeadNode, PoolNode
+
+SMEM_BUDGET_BYTES = 200 * 1024  # of the H100's 227 KB per block, leaving room for the epilogue
+SMS_H100 = 132
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """One `conv_gemm_kernel` configuration (tile sizes in elements)."""
+
+    bm: int
+    bn: int
+    bk: int
+    group_m: int = 8
+    num_warps: int = 4
+    num_stages: int = 3
+    early_res: bool = False  # load the residual tile before the K loop (kernels.conv_gemm_kernel)
+
+    @property
+    def label(self) -> str:
+        """Short text form, e.g. '128x256x128 w8 s3' ('… er' with the early residual load)."""
+        return f"{self.bm}x{self.bn}x{self.bk} w{self.num_warps} s{self.num_stages}" + (
+            " er" if self.early_res else ""
+        )
+
+    def smem_bytes(self, elem_bytes: int = 1) -> int:
+        """Shared memory of the software pipeline: stages × (A tile + B tile)."""
+        return self.num_stages * (self.bm + self.bn) * self.bk * elem_bytes
+
+    def fits(self, n: int, c: int) -> bool:
+        """Whether the tile divides C_out and C_in as the kernel requires, within the smem budget."""
+        return n % self.bn == 0 and c % self.bk == 0 and self.smem_bytes() <= SMEM_BUDGET_BYTES
+
+
+def candidate_configs(
+    m: int, n: int, c: int, qfmt: str = "int8", has_res: bool = False, sms: int = SMS_H100, limit: int = 3
+) -> list[TileConfig]:
+    """Tile configurations worth timing for a GEMM of M×N with C_in input channels (8-bit operands).
+
+    The first is the heuristic default: 128-row tiles as wide as C_out allows (up to 256, two
+    warpgroups) with 128-byte K steps, as in Triton's Hopper fp8 GEMM; when that leaves fewer than
+    two waves of tiles (small batches, late layers) 64-row tiles are added. An epilogue with a
+    residual holds the accumulator, its fp32 copy and the residual at once: compiled for sm_90
+    (Triton 3.6) an int8 (or fp16-residual) one spills beyond 64 accumulators per thread, so
+    residual layers get at most 128-wide tiles on 8 warps.
+    """
+    bk = 128 if c % 128 == 0 else 64 if c % 64 == 0 else 32 if c % 32 == 0 else 16
+    out: list[TileConfig] = []
+    if n % 256 == 0:
+        out += [TileConfig(128, 256, bk, 8, 8, 3), TileConfig(128, 128, bk, 8, 8, 4)]
+    elif n % 128 == 0:
+        out += [TileConfig(128, 128, bk, 8, 8, 4), TileConfig(128, 128, bk, 8, 4, 4)]
+    elif n % 64 == 0:
+        out += [TileConfig(128, 64, bk, 8, 4, 4), TileConfig(256, 64, bk, 8, 8, 3)]
+    else:
+        bn = 32 if n % 32 == 0 else 16
+        out += [TileConfig(64, bn, bk, 8, 4, 3)]
+    tiles = -(-m // out[0].bm) * (n // out[0].bn)
+    if tiles < 2 * sms:
+        small = [TileConfig(64, 64, bk, 8, 4, 4)] if n % 64 == 0 else []
+        if n % 128 == 0:
+            small.insert(0, TileConfig(64, 128, bk, 8, 4, 4))
+        out = small + out
+    seen: list[TileConfig] = []
+    for cfg in out:
+        acc_per_thread = cfg.bm * cfg.bn // (32 * cfg.num_warps)
+        if has_res and acc_per_thread > 64:
+            cfg = TileConfig(cfg.bm, min(cfg.bn, 128), cfg.bk, cfg.group_m, 8, cfg.num_stages)
+        if cfg.fits(n, c) and cfg not in seen:
+            seen.append(cfg)
+    seen = seen[:limit]
+    if c == bk and n % 64 == 0:
+        # Input channels in one K step (64 or 128). For a 1×1 layer the pipeline's stages hold nothing
+        # to overlap and the tile's life is load → one MMA → epilogue, so occupancy hides the latency:
+        # single-stage tiles on 4 warps use a third of the shared memory and half the registers. 3×3
+        # layers of the same width get them too; the timing decides.
+        wide = 128 if n % 128 == 0 else 64
+        for cfg in (TileConfig(64, wide, bk, 8, 4, 1), TileConfig(128, 64, bk, 8, 4, 1)):
+            if cfg.fits(n, c) and cfg not in seen:
+                seen.append(cfg)
+    if has_res:  # each candidate also with the residual loaded before the K loop: timed, not assumed
+        seen += [dataclasses.replace(cfg, early_res=True) for cfg in seen]
+    return seen
+
+
+def assign_formats(graph: Graph, modes: dict[str, str], qfmt: str) -> tuple[Graph, dict[str, str]]:
+    """Storage format of every tensor given each convolution's mode ('q' or 'fp16').
+
+    A tensor is stored in the format its convolution readers want (the quantized ``qfmt`` for a 'q'
+    layer, fp16 for an fp16 layer or the head); a tensor read only as a residual is stored quantized.
+    When readers disagree the tensor is stored for the first and a `ConvertNode` makes the other copy.
+    The stem convolution (3 input channels) is always fp16 and its output feeds the max-pool in fp16.
+
+    Returns:
+        (graph with any ConvertNodes inserted and readers re-pointed, {tensor: format}).
+    """
+    fmts = {graph.input: "fp16"}
+    nodes: list = []
+    repoint: dict[int, str] = {}  # id(original reader node) → new input tensor
+    for node in graph.nodes:
+        nodes.append(dataclasses.replace(node, inp=repoint[id(node)]) if id(node) in repoint else node)
+        wants: list[tuple[str, object]] = []
+        for reader, role in graph.consumers(node.out):
+            if role != "input":
+                continue
+            if isinstance(reader, ConvNode):
+                wants.append((qfmt if modes.get(reader.name, "q") == "q" else "fp16", reader))
+            elif isinstance(reader, (HeadNode, PoolNode)):
+                wants.append(("fp16", reader))
+        fmt = wants[0][0] if wants else qfmt
+        fmts[node.out] = fmt
+        for other, reader in wants[1:]:
+            if other == fmt:
+                continue
+            name = f"{node.out}@{other}"
+            if name not in fmts:
+                nodes.append(ConvertNode(name, node.out, name, other))
+                fmts[name] = other
+            repoint[id(reader)] = name
+    return Graph(nodes, graph.input, graph.output, dict(graph.meta)), fmts
+
+
+def stem_and_pool(graph: Graph) -> tuple[ConvNode, PoolNode]:
+    """The stem convolution and the max-pool that reads it (fused at run time)."""
+    conv, pool = graph.nodes[0], graph.nodes[1]
+    if not (isinstance(conv, ConvNode) and isinstance(pool, PoolNode) and pool.inp == conv.out):
+        raise ValueError("expected the graph to start with the stem convolution followed by its max-pool")
+    if len(graph.consumers(conv.out)) != 1:
+        raise ValueError("the stem convolution's output must feed only the max-pool")
+    return conv, pool
+
+
+@dataclass
+class LayerTiming:
+    """What prepare measured for one convolution (seconds per batch; None = not available)."""
+
+    name: str
+    macs: int
+    q_s: float | None = None
+    fp16_s: float | None = None
+    config: str | None = None
+    q_error: str | None = None  # why the quantized kernel is not usable (compile/self-check failure)
+    mode: str = "q"
+    kernel: str = "triton"  # 'triton', 'torch' (_int_mm/_scaled_mm) or 'cudnn'
+    gemm: tuple[int, int, int] | None = None  # (M, N, K) of the implicit GEMM: rows, C_out, C_in·k²
+    bytes: int | None = None  # fewest bytes of the quantized kernel: input, weights, residual, output once
+    from_cache: bool = False  # fp16_s and the tile came from the tuning cache (q_s is timed anyway)
+
+    def as_dict(self) -> dict:
+        """Plain dict for ``Prepared.info``."""
+        return dataclasses.asdict(self)
+
+
+def choose_modes(timings: list[LayerTiming], margin: float = 0.02) -> dict[str, str]:
+    """Keep the faster of quantized and fp16 per layer; quantized wins ties within ``margin``.
+
+    A layer whose quantized kernel failed, or was not timed, runs in fp16 when fp16 was timed.
+    Sets ``mode`` on each timing and returns {layer name: mode}.
+    """
+    modes = {}
+    for t in timings:
+        if t.q_s is None:
+            t.mode = "fp16"
+        elif t.fp16_s is None:
+            t.mode = "q"
+        else:
+            t.mode = "q" if t.q_s <= t.fp16_s * (1.0 + margin) else "fp16"
+        modes[t.name] = t.mode
+    return modes

@@ -1,0 +1,185 @@
+"""The timing protocol, with the clock injected so tests can script it exactly.
+
+Per repeat: ``iterations`` synchronized iterations, each timed on its own (the paper's latency, as a
+caller that waits for its answer sees it), then a *pipelined window* of back-to-back iterations
+with no synchronization between them, timed as a whole (the throughput a busy server sees; the paper
+only derived throughput from the median latency). Adaptive mode adds repeats until the median's 95%
+CI half-width is within ``target_ci`` of the median, or ``max_time_s`` has been spent.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from deepgap.core.stats import median_ci_halfwidth_rel
+
+Step = Callable[[], object]
+
+
+class Clock(Protocol):
+    """Times device work correctly for one kind of device."""
+
+    def time_iteration(self, step: Step) -> float:
+        """Seconds for one ``step()``, synchronized before and after."""
+
+    def time_window(self, step: Step, n: int) -> float:
+        """Seconds for ``n`` back-to-back ``step()`` calls, synchronized only at the ends."""
+
+
+class HostClock:
+    """``perf_counter_ns`` around work that a ``sync()`` makes complete (CPU: a no-op)."""
+
+    def __init__(
+        self, sync: Callable[[], None] = lambda: None, clock_ns: Callable[[], int] = time.perf_counter_ns
+    ):
+        self.sync = sync
+        self.clock_ns = clock_ns
+
+    def time_iteration(self, step: Step) -> float:  # noqa: D102
+        self.sync()
+        t0 = self.clock_ns()
+        step()
+        self.sync()
+        return (self.clock_ns() - t0) * 1e-9
+
+    def time_window(self, step: Step, n: int) -> float:  # noqa: D102
+        self.sync()
+        t0 = self.clock_ns()
+        for _ in range(n):
+            step()
+        self.sync()
+        return (self.clock_ns() - t0) * 1e-9
+
+
+class CudaEventClock:
+    """CUDA events recorded on ``device``'s current stream around the work; the host waits on the end event.
+
+    Events measure device time between the two records, so host-side jitter before the launch is
+    excluded but launch gaps inside the region are included — what an inference call costs.
+
+    The device is explicit everywhere: the events are made under ``torch.cuda.device(device)`` and
+    recorded on that device's stream. ``Event.record()`` with no stream records on the *current*
+    device's stream; a worker measuring on ``cuda:1`` while ``cuda:0`` was current timed an idle GPU
+    (issue 34: 45,521 img/s of "fp32" on a lane whose pipelined figure was 3,929). `devices` says
+    where the events really were, for the worker's guard (`deepgap.core.guards.device_mismatch`).
+    """
+
+    def __init__(self, device: str) -> None:
+        import torch
+
+        self.torch = torch
+        self.device = torch.device(device)
+        if self.device.index is None:  # plain "cuda": the current device, named
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        with torch.cuda.device(self.device):
+            self.start = torch.cuda.Event(enable_timing=True)
+            self.end = torch.cuda.Event(enable_timing=True)
+
+    def _stream(self):
+        return self.torch.cuda.current_stream(self.device)
+
+    def devices(self) -> dict[str, str]:
+        """Where this clock's stream and (once recorded) events are: ``{"timing stream": "cuda:1", ...}``."""
+        out = {"timing stream": str(self._stream().device)}
+        for name, ev in (("start event", self.start), ("end event", self.end)):
+            dev = getattr(ev, "device", None)  # None until the event is first recorded
+            if dev is not None:
+                out[name] = str(dev)
+        return out
+
+    def time_iteration(self, step: Step) -> float:  # noqa: D102
+        self.torch.cuda.synchronize(self.device)
+        stream = self._stream()
+        self.start.record(stream)
+        step()
+        self.end.record(stream)
+        self.end.synchronize()
+        return self.start.elapsed_time(self.end) * 1e-3
+
+    def time_window(self, step: Step, n: int) -> float:  # noqa: D102
+        self.torch.cuda.synchronize(self.device)
+        stream = self._stream()
+        self.start.record(stream)
+        for _ in range(n):
+            step()
+        self.end.record(stream)
+        self.end.synchronize()
+        return self.start.elapsed_time(self.end) * 1e-3
+
+
+@dataclass(frozen=True)
+class TimingProtocol:
+    """How one configuration is measured: warm-up calls, iterations and repeats, a CI target, time limits.
+
+    ``target_ci`` adds repeats until the median's CI is that narrow or ``max_time_s`` is spent;
+    ``min_time_s`` is the shortest pipelined window. (A "plan" elsewhere is the sweep's expansion.)
+    """
+
+    warmup: int = 20
+    iterations: int = 100
+    repeats: int = 3
+    target_ci: float | None = None
+    max_time_s: float = 60.0
+    min_time_s: float = 0.0
+
+
+@dataclass
+class Timings:
+    """Raw timings of one configuration."""
+
+    samples_s: list[list[float]] = field(default_factory=list)  # per repeat, per iteration
+    windows: list[tuple[int, float]] = field(default_factory=list)  # (iterations, seconds) per repeat
+    ci_met: bool | None = None
+    ci_halfwidth_rel: float | None = None
+    elapsed_s: float = 0.0
+
+    @property
+    def pooled(self) -> np.ndarray:
+        """Every latency sample, all repeats together."""
+        return np.concatenate([np.asarray(s) for s in self.samples_s]) if self.samples_s else np.empty(0)
+
+    def window_throughput(self, batch_size: int) -> float:
+        """Median over repeats of the pipelined windows' images per second."""
+        return float(np.median([n * batch_size / s for n, s in self.windows]))
+
+
+def run_protocol(
+    step: Step,
+    clock: Clock,
+    protocol: TimingProtocol,
+    now: Callable[[], float] = time.monotonic,
+    on_repeat: Callable[[int], None] | None = None,
+) -> Timings:
+    """Warm up, then measure repeats (and adaptive extra repeats) of ``step`` with ``clock``."""
+    t_start = now()
+    for _ in range(protocol.warmup):
+        step()
+    out = Timings()
+
+    def one_repeat() -> None:
+        lat = [clock.time_iteration(step) for _ in range(protocol.iterations)]
+        out.samples_s.append(lat)
+        med = float(np.median(lat))
+        n_window = protocol.iterations
+        if protocol.min_time_s > 0 and med > 0:
+            n_window = max(n_window, math.ceil(protocol.min_time_s / med))
+        out.windows.append((n_window, clock.time_window(step, n_window)))
+        if on_repeat:
+            on_repeat(len(out.samples_s))
+
+    for _ in range(protocol.repeats):
+        one_repeat()
+    if protocol.target_ci is not None:
+        out.ci_halfwidth_rel = median_ci_halfwidth_rel(out.pooled)
+        while out.ci_halfwidth_rel > protocol.target_ci and now() - t_start < protocol.max_time_s:
+            one_repeat()
+            out.ci_halfwidth_rel = median_ci_halfwidth_rel(out.pooled)
+        out.ci_met = out.ci_halfwidth_rel <= protocol.target_ci
+    out.elapsed_s = now() - t_start
+    return out

@@ -1,0 +1,387 @@
+"""Formatting of the report's tables: units for people (ms, GiB, ×), one column spec per table.
+
+Used by `deepgap.report.page` (HTML) and the ``compare``/``recommend`` commands (terminal). Formatting only:
+the numbers come from `deepgap.analysis`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+from typing import Any
+
+import pandas as pd
+
+
+# --- formatting (no arithmetic beyond unit conversion) ------------------------------------------
+def _ok(v: Any) -> bool:
+    try:
+        return v is not None and math.isfinite(float(v))
+    except (TypeError, ValueError):
+        return False
+
+
+def fmt_ips(v: Any) -> str:
+    """Images per second."""
+    return f"{float(v):,.1f}" if _ok(v) else "–"
+
+
+def fmt_tokens(r: dict[str, Any]) -> str:
+    """A text model's tokens/s with its sequence length, '123,456.0 at seq 128'; '' for an image model."""
+    seq = r.get("seq_len")
+    if not _ok(seq) or not float(seq) > 0:
+        return ""
+    return f"{fmt_ips(r.get('tokens_per_s'))} at seq {int(seq)}"
+
+
+def fmt_ms(v: Any) -> str:
+    """Seconds shown as milliseconds (3 significant digits)."""
+    return f"{float(v) * 1e3:.3g}" if _ok(v) else "–"
+
+
+def fmt_x(v: Any) -> str:
+    """A ratio as ``2.31×``."""
+    return f"{float(v):#.3g}×" if _ok(v) else "–"
+
+
+def fmt_gib(v: Any) -> str:
+    """Bytes as GiB."""
+    return f"{float(v) / 2**30:.3g}" if _ok(v) else "–"
+
+
+def fmt_num(v: Any, spec: str = ".3g") -> str:
+    """Any number, or a dash."""
+    return format(float(v), spec) if _ok(v) else "–"
+
+
+def fmt_ci(lo: Any, hi: Any, f=fmt_ips) -> str:
+    """A 95% CI as ``[lo, hi]``."""
+    return f"[{f(lo)}, {f(hi)}]" if _ok(lo) and _ok(hi) else "–"
+
+
+def _cpu_ci(r: dict[str, Any]) -> str:
+    """The × CPU ratio's interval (`analysis.tables.ratio_interval`)."""
+    return fmt_ci(r.get("speedup_vs_cpu_ci_low"), r.get("speedup_vs_cpu_ci_high"), fmt_x)
+
+
+def _threads(v: Any) -> str:
+    return str(int(v)) if _ok(v) and int(v) > 0 else "default"
+
+
+def fmt_list(v: Any) -> str:
+    """A list as comma-separated text."""
+    return ", ".join(map(str, v)) if isinstance(v, (list, tuple)) else ("" if v is None or v != v else str(v))
+
+
+# --- tables: (header, cell) columns per table -------------------------------------------------
+Col = tuple[str, Any]
+CONFIG_COLUMNS: list[Col] = [
+    ("platform", "platform"),
+    ("model", "model"),
+    ("engine", "engine"),
+    ("precision", "precision"),
+    ("batch", "batch_size"),
+    ("format", "memory_format"),
+    ("threads", lambda r: _threads(r["threads"])),
+    ("px", "resolution"),
+]
+FLAG_COLUMNS: list[Col] = [
+    ("flags", lambda r: fmt_list(r.get("flags"))),
+    ("warnings", lambda r: fmt_list(r.get("warnings"))),
+]
+
+
+def spread_text(r: dict[str, Any]) -> str:
+    """'±1.2% over 2 (1,010 / 1,030)': the sweeps' coefficient of variation and their throughputs."""
+    cv, vals = r.get("between_sweep_cv"), r.get("sweep_throughputs")
+    if not isinstance(vals, list) or len(vals) < 2 or cv is None or cv != cv:
+        return ""
+    return f"±{100 * cv:.1f}% over {len(vals)} ({' / '.join(fmt_ips(v) for v in vals)})"
+
+
+TABLE_SPECS: dict[str, tuple[str, list[Col]]] = {
+    "table1_peak_throughput": (
+        "Table I — peak throughput per platform, model and precision",
+        [
+            ("platform", "platform"),
+            ("model", "model"),
+            ("precision", "precision"),
+            ("peak batch", "batch_size"),
+            ("images/s", lambda r: fmt_ips(r["throughput_ips"])),
+            ("95% CI", lambda r: fmt_ci(r["throughput_ci_low_ips"], r["throughput_ci_high_ips"])),
+            ("tokens/s", fmt_tokens),
+            ("pipelined images/s", lambda r: fmt_ips(r["throughput_pipelined_ips"])),
+            ("median ms", lambda r: fmt_ms(r["latency_median_s"])),
+            ("P99 ms", lambda r: fmt_ms(r["latency_p99_s"])),
+            ("measurements", "n_measurements"),
+            ("runs", "n_runs"),
+            ("TFLOPS", lambda r: fmt_num(r["achieved_tflops"])),
+            ("× CPU", lambda r: fmt_x(r["speedup_vs_cpu"])),
+            ("× CPU 95% CI", lambda r: _cpu_ci(r)),
+            ("configuration", "configuration"),
+            ("CPU baseline", "cpu_baseline"),
+            ("run ids", lambda r: fmt_list(r["run_ids"])),
+            *FLAG_COLUMNS,
+        ],
+    ),
+    "paper_comparison": (
+        "Your peaks beside the paper's Table I (T4, L4, Xeon 6)",
+        [
+            ("your platform", "platform"),
+            ("model", "model"),
+            ("precision", "precision"),
+            ("paper precision", lambda r: r.get("paper_precision", r["precision"])),  # tf32 ↔ the L4's "FP32"
+            ("your configuration", "configuration"),
+            ("your images/s", lambda r: fmt_ips(r["throughput_ips"])),
+            ("paper platform", "paper_platform"),
+            ("paper engine", "paper_engine"),
+            ("paper batch", "paper_batch"),
+            ("paper images/s", lambda r: fmt_ips(r["paper_images_per_s"])),
+            ("yours / paper", lambda r: fmt_x(r["ratio_vs_paper"])),
+            ("95% CI (yours only)", lambda r: fmt_ci(r["ratio_ci_low"], r["ratio_ci_high"], fmt_x)),
+            *FLAG_COLUMNS,
+        ],
+    ),
+    "speedup_vs_cpu": (
+        "Speedup over the CPU (peak vs the CPU's best of the same model and precision, else its fp32)",
+        [
+            ("platform", "platform"),
+            ("model", "model"),
+            ("precision", "precision"),
+            ("configuration", "configuration"),
+            ("images/s", lambda r: fmt_ips(r["throughput_ips"])),
+            ("CPU configuration", "cpu_configuration"),
+            ("CPU images/s", lambda r: fmt_ips(r["cpu_throughput_ips"])),
+            ("× CPU", lambda r: fmt_x(r["speedup_vs_cpu"])),
+            ("95% CI", lambda r: _cpu_ci(r)),
+            ("CPU side", lambda r: r.get("cpu_match", "")),
+            *FLAG_COLUMNS,
+        ],
+    ),
+    "speedup_vs_fp32": (
+        "Speedup over FP32 at each batch (fig. 11)",
+        [
+            *CONFIG_COLUMNS,
+            ("images/s", lambda r: fmt_ips(r["throughput_ips"])),
+            ("FP32 engine", "baseline_engine"),
+            ("FP32 images/s", lambda r: fmt_ips(r["baseline_throughput_ips"])),
+            ("× FP32", lambda r: fmt_x(r["speedup"])),
+            *FLAG_COLUMNS,
+        ],
+    ),
+    "pareto_frontier": (
+        "Latency–throughput Pareto frontier (fig. 10)",
+        [
+            *CONFIG_COLUMNS,
+            ("median ms", lambda r: fmt_ms(r["latency_median_s"])),
+            ("images/s", lambda r: fmt_ips(r["throughput_ips"])),
+            *FLAG_COLUMNS,
+        ],
+    ),
+    "energy": (
+        "Energy: perf-per-watt and joules per image",
+        [
+            *CONFIG_COLUMNS,
+            ("images/s", lambda r: fmt_ips(r["throughput_ips"])),
+            ("mean W", lambda r: fmt_num(r.get("mean_power_w"))),
+            ("images/s/W", lambda r: fmt_num(r.get("ips_per_watt"))),
+            ("mJ/image", lambda r: fmt_num(r.get("joules_per_image", float("nan")) * 1e3)),
+            ("max °C", lambda r: fmt_num(r.get("max_temp_c"))),
+            *FLAG_COLUMNS,
+        ],
+    ),
+    "cpu_thread_scaling": (
+        "CPU thread scaling",
+        [
+            ("platform", "platform"),
+            ("model", "model"),
+            ("engine", "engine"),
+            ("precision", "precision"),
+            ("batch", "batch_size"),
+            ("threads", "threads"),
+            ("images/s", lambda r: fmt_ips(r["throughput_ips"])),
+            ("× fewest threads", lambda r: fmt_x(r["speedup_vs_min_threads"])),
+            ("parallel efficiency", lambda r: fmt_num(r["parallel_efficiency"], ".0%")),
+            *FLAG_COLUMNS,
+        ],
+    ),
+    "configurations": (
+        "Every configuration (sweep passes and runs folded)",
+        [
+            *CONFIG_COLUMNS,
+            ("images/s", lambda r: fmt_ips(r["throughput_ips"])),
+            ("95% CI", lambda r: fmt_ci(r["throughput_ci_low_ips"], r["throughput_ci_high_ips"])),
+            ("pipelined", lambda r: fmt_ips(r["throughput_pipelined_ips"])),
+            ("median ms", lambda r: fmt_ms(r["latency_median_s"])),
+            ("P99 ms", lambda r: fmt_ms(r["latency_p99_s"])),
+            ("NVML GiB", lambda r: fmt_gib(r["device_mem_used_bytes"])),
+            ("reserved GiB", lambda r: fmt_gib(r["peak_mem_reserved_bytes"])),
+            ("allocated GiB", lambda r: fmt_gib(r["peak_mem_allocated_bytes"])),
+            ("host RSS GiB", lambda r: fmt_gib(r["host_rss_bytes"])),
+            ("n", "n_measurements"),
+            ("between sweeps", lambda r: spread_text(r)),
+            (
+                "flagged measurements left out",
+                lambda r: (
+                    f"{int(r['n_excluded'])} ({fmt_list(r['excluded_flags'])})"
+                    if r.get("n_excluded")
+                    else "0"
+                ),
+            ),
+            ("CI method", "ci_method"),
+            *FLAG_COLUMNS,
+        ],
+    ),
+    "failures": (
+        "Configurations without a number (OOM, skipped, errors)",
+        [*CONFIG_COLUMNS, ("status", "status"), ("reason", "reason"), ("run", "run_id")],
+    ),
+    "thermal_state": (
+        "Thermal steady state per run (the paper measures at steady state; rows measured while the "
+        "temperature still rose keep their numbers and the temp-rising warning)",
+        [
+            ("run", "run_id"),
+            ("platform", "platform"),
+            ("thermal warm-up", "warm_up"),
+            ("measurements", "measurements"),
+            ("measured while warming (temp-rising)", "temp_rising"),
+        ],
+    ),
+}
+
+
+FILTER_KEYS = {"model": "model", "engine": "engine", "precision": "precision", "batch": "batch_size"}
+
+
+def _cell(row: dict[str, Any], spec: Any) -> str:
+    v = spec(row) if callable(spec) else row.get(spec)
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    return "" if v is None or (isinstance(v, float) and v != v) else str(v)
+
+
+def html_table(name: str, frame: pd.DataFrame, spec: tuple[str, list[Col]] | None = None) -> dict[str, Any]:
+    """A table as header and formatted cells; flagged rows and warnings carry CSS classes.
+
+    ``spec``: its title and columns (default: the core table of that name in `TABLE_SPECS`).
+    """
+    title, cols = spec if spec is not None else TABLE_SPECS[name]
+    rows = []
+    for r in frame.to_dict("records"):
+        rows.append(
+            {
+                "cells": [_cell(r, spec) for _, spec in cols],
+                "flagged": bool(r.get("flagged")),
+                "warned": bool(r.get("warnings")),
+                "data": {k: str(_cell(r, c)) for k, c in FILTER_KEYS.items() if r.get(c) is not None},
+            }
+        )
+    return {
+        "name": name,
+        "title": title,
+        "headers": [h for h, _ in cols],
+        "rows": rows,
+        "flag_col": [h for h, _ in cols].index("flags") if "flags" in [h for h, _ in cols] else -1,
+        "warn_col": [h for h, _ in cols].index("warnings") if "warnings" in [h for h, _ in cols] else -1,
+    }
+
+
+def env_rows(run: dict[str, Any]) -> list[tuple[str, str]]:
+    """Everything stored about a run (its row, environment and sweep) as (key, text) pairs."""
+
+    def fmt(v: Any) -> str:
+        return json.dumps(v) if isinstance(v, (dict, list)) else str(v)
+
+    rows = [
+        ("run id", run["run_id"]),
+        ("status", run["status"]),
+        ("command", run["command"]),
+        ("started", _dt.datetime.fromtimestamp(run["created_at"]).isoformat(timespec="seconds")),
+        ("host", run["host"]),
+        ("deepgap", run["deepgap_version"]),
+    ]
+    rows += [(f"env: {k}", fmt(v)) for k, v in sorted(run["env"].items())]
+    rows += [(f"sweep: {k}", fmt(v)) for k, v in sorted(run["spec"].items())]
+    return rows
+
+
+ENV_SUMMARY = [
+    "run",
+    "device_name",
+    "driver",
+    "torch",
+    "torch_cuda",
+    "cudnn",
+    "python",
+    "os",
+    "cpu_model",
+    "host",
+    "command",
+]
+
+
+def csv_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """A frame ready for CSV: list cells joined with ``;``, dict cells as JSON."""
+    out = frame.copy()
+    for c in out.columns:
+        if out[c].map(lambda v: isinstance(v, (list, tuple, dict))).any():
+            out[c] = out[c].map(
+                lambda v: (
+                    ";".join(map(str, v))
+                    if isinstance(v, (list, tuple))
+                    else json.dumps(v)
+                    if isinstance(v, dict)
+                    else v
+                )
+            )
+    return out
+
+
+MACHINE_KEYS = ["device_name", "cpu_model", "driver", "torch", "torch_cuda", "cudnn", "python", "os"]
+
+
+def machine_key(r: dict[str, Any]) -> tuple:
+    """What makes two runs "the same machine and software stack"."""
+    env = r.get("env") or {}
+    return (r.get("host", ""), *(str(env.get(k, "–")) for k in MACHINE_KEYS), r.get("deepgap_version", ""))
+
+
+def machine_label(r: dict[str, Any]) -> str:
+    """``NVIDIA H100 80GB HBM3 on vm``."""
+    env = r.get("env") or {}
+    return f"{env.get('device_name') or env.get('device') or '?'} on {r.get('host', '?')}"
+
+
+def machines(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per distinct machine and software stack (host, device, driver, torch, …), runs folded in.
+
+    A store merged from many runs on one box reads as one row, not one per run; a run on the same host's
+    CPU is its own machine (another device).
+    """
+    groups: dict[tuple, dict[str, Any]] = {}
+    for r in runs:
+        env = r.get("env") or {}
+        g = groups.setdefault(
+            machine_key(r),
+            {
+                "label": machine_label(r),
+                "cells": [str(env.get(k, "–")) for k in MACHINE_KEYS[1:]]
+                + [str(r.get("deepgap_version", ""))],
+                "runs": [],
+            },
+        )
+        g["runs"].append(
+            {
+                "run_id": r["run_id"],
+                "status": r.get("status", ""),
+                "command": r.get("command", ""),
+                "started": _dt.datetime.fromtimestamp(r["created_at"]).isoformat(timespec="minutes")
+                if r.get("created_at")
+                else "",
+            }
+        )
+    return list(groups.values())
+
+
+MACHINE_HEADERS = ["machine", "runs", "CPU", "driver", "torch", "CUDA", "cuDNN", "python", "OS", "deepgap"]

@@ -1,0 +1,447 @@
+"""The report's first screen: the answer per model and platform, then how sure we are of it.
+
+Why its own module: the answer is what a reader opens the report for, so it is built from the same
+`deepgap.analysis.recommend` the ``recommend`` command uses (one objective per column: throughput,
+latency, joules per image) and shown with the evidence a reader needs to trust it: the CI, the
+accuracy against the FP32 reference (from each result's ``extra["correctness"]``), the flags, and
+whether the runner-up is within the CI. Columns other analysis code adds to the aggregate (a spread
+between sweep passes, say) are rendered when present and skipped when not. A GPU platform's model whose
+run also measured its host CPU (docs/cpu-baseline.md) gets one more line, "× host CPU": the GPU's best
+against the CPU's best in throughput, latency at batch 1 and joules per image (`analysis.host_cpu`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from deepgap.analysis import tails
+from deepgap.analysis.coverage import grid_gaps
+from deepgap.analysis.frame import config_label
+from deepgap.analysis.host_cpu import HostCpuLine, Ratio, host_cpu_lines
+from deepgap.analysis.recommend import OBJECTIVES, recommend
+from deepgap.core.result_details import Correctness, ResultDetails
+from deepgap.core.stats import finite_or_none as _f
+from deepgap.render.formatting import fmt_ci, fmt_ips, fmt_list, fmt_ms, fmt_num, fmt_x
+
+GOALS = {"throughput": "throughput", "latency": "latency", "joules": "per joule"}
+HOST_CPU_GOAL = "× host CPU"
+
+
+def accuracy_by_result(df: pd.DataFrame) -> dict[int, Correctness]:
+    """Result id → its stored correctness check (rel. L2, cosine, top-1 agreement against FP32)."""
+    if df.empty or "extra" not in df:
+        return {}
+    out = {}
+    for rid, extra in zip(df["result_id"], df["extra"], strict=False):
+        corr = ResultDetails.of(extra).correctness
+        if corr is not None:
+            out[int(rid)] = corr
+    return out
+
+
+def accuracy(row: dict[str, Any], acc: dict[int, Correctness]) -> dict[str, float | None]:
+    """The worst accuracy over a configuration's measurements (max rel. L2, min cosine and top-1)."""
+    checks = [acc[int(r)] for r in row.get("result_ids") or [] if int(r) in acc]
+
+    def worst(key: str, pick) -> float | None:
+        vals = [v for v in (_f(c.get(key)) for c in checks) if v is not None]
+        return pick(vals) if vals else None
+
+    return {
+        "rel_l2": worst("rel_l2", max),
+        "cosine": worst("cosine", min),
+        "top1": worst("top1_agreement", min),
+        "bound": worst("bound_rel_l2", min),
+        "n": worst("n_images", min),  # the same seeded inputs in every sweep: one measurement's n
+        "weights": ",".join(sorted({str(c.get("weights")) for c in checks if c.get("weights")})),
+    }
+
+
+def accuracy_text(a: dict[str, Any]) -> str:
+    """The accuracy evidence in one cell, the agreement with its n and interval (`analysis.accuracy`).
+
+    E.g. ``relL2 1.7e-06 (≤1e-03) · cos 1.0000 · top-1 agreement 0/8 [0%, 37%], synthetic inputs,
+    random weights`` (or ``not checked``).
+    """
+    from deepgap.analysis.accuracy import agreement
+
+    parts = []
+    if a.get("rel_l2") is not None:
+        parts.append(f"relL2 {a['rel_l2']:.1e}" + (f" (≤{a['bound']:.0e})" if a.get("bound") else ""))
+    if a.get("cosine") is not None:
+        parts.append(f"cos {a['cosine']:.4f}")
+    ag = agreement(a.get("top1"), a.get("n"), a.get("weights"))
+    if ag is not None:  # what the inputs and weights were is said once, in the column's header
+        parts.append(
+            ag.label().split(" on synthetic")[0].replace("top-1 agreement", "top-1 agree")
+            + ANSWER_WEIGHTS_MARK.get(ag.weights, "†")
+        )
+    return " · ".join(parts) or "not checked"
+
+
+# The answer's accuracy column says once what its top-1 agreement was measured on (`analysis.accuracy`):
+# a mark per cell names the weights, the header explains the marks.
+ANSWER_WEIGHTS_MARK = {"random": "*", "state-dict": ""}
+ANSWER_ACCURACY_HEADER = (
+    "accuracy vs FP32 (top-1 agreement on synthetic inputs; * random weights, "
+    "† weights not recorded: random unless the run had --weights)"
+)
+
+
+def _short(row: dict[str, Any]) -> str:
+    """The configuration without model, platform and resolution (those head the row)."""
+    parts = [str(row["engine"]), str(row["precision"])]
+    if row.get("memory_format", "nchw") != "nchw":
+        parts.append(str(row["memory_format"]))
+    parts.append(f"bs{int(row['batch_size'])}")
+    if int(row.get("threads") or 0):
+        parts.append(f"{int(row['threads'])} thr")
+    if row.get("include_transfer"):
+        parts.append("+H2D")
+    return " ".join(parts)
+
+
+def _numbers(row: dict[str, Any], objective: str) -> tuple[str, str, str]:
+    """(headline number, its 95% CI, the other numbers) of one configuration for one objective."""
+    ips, med = row.get("throughput_ips"), row.get("latency_median_s")
+    tail = tails.from_row(row)  # a P99 only where n supports one, else "tail (max of n calls)"
+    p99, p99_name = tail.seconds, tail.short()
+    seq = int(_f(row.get("seq_len")) or 0)
+    if seq:  # a text model: tokens are the unit people read (analysis.tokens)
+        return _text_numbers(row, objective, seq)
+    if objective == "throughput":
+        ci = fmt_ci(row.get("throughput_ci_low_ips"), row.get("throughput_ci_high_ips"))
+        return f"{fmt_ips(ips)} img/s", ci, f"median {fmt_ms(med)} ms · {p99_name} {fmt_ms(p99)} ms"
+    if objective == "latency":
+        ci = fmt_ci(row.get("latency_median_ci_low_s"), row.get("latency_median_ci_high_s"), fmt_ms)
+        return (
+            f"{fmt_ms(med)} ms",
+            ci + (" ms" if ci != "–" else ""),
+            f"{p99_name} {fmt_ms(p99)} ms · {fmt_ips(ips)} img/s",
+        )
+    j = _f(row.get("joules_per_image"))
+    return (
+        f"{fmt_num(j * 1e3 if j is not None else None)} mJ/img",
+        "–",
+        f"{fmt_num(row.get('ips_per_watt'))} img/s/W · {fmt_num(row.get('mean_power_w'))} W"
+        f" · {fmt_ips(ips)} img/s",
+    )
+
+
+def _text_numbers(row: dict[str, Any], objective: str, seq: int) -> tuple[str, str, str]:
+    """`_numbers` of a text model: tokens/s and mJ/token first, samples/s beside them."""
+    ips, med = row.get("throughput_ips"), row.get("latency_median_s")
+    tail = tails.from_row(row)  # a P99 only where n supports one, as for an image model
+    samples = f"{fmt_ips(ips)} samples/s at seq {seq}"
+    if objective == "throughput":
+        ci = fmt_ci(row.get("tokens_ci_low_per_s"), row.get("tokens_ci_high_per_s"))
+        return f"{fmt_ips(row.get('tokens_per_s'))} tokens/s", ci, f"{samples} · median {fmt_ms(med)} ms"
+    if objective == "latency":
+        ci = fmt_ci(row.get("latency_median_ci_low_s"), row.get("latency_median_ci_high_s"), fmt_ms)
+        return (
+            f"{fmt_ms(med)} ms",
+            ci + (" ms" if ci != "–" else ""),
+            f"{tail.short()} {fmt_ms(tail.seconds)} ms · {samples}",
+        )
+    j, jt = _f(row.get("joules_per_image")), _f(row.get("joules_per_token"))
+    return (
+        f"{fmt_num(jt * 1e3 if jt is not None else None)} mJ/token",
+        "–",
+        f"{fmt_num(j * 1e3 if j is not None else None)} mJ/sample · {fmt_num(row.get('mean_power_w'))} W"
+        f" · {samples}",
+    )
+
+
+def _lead(best: dict[str, Any], runner: dict[str, Any] | None, objective: str) -> str:
+    """How far the choice is ahead of the runner-up, and whether that is inside the CI."""
+    if runner is None:
+        return "only candidate"
+    if objective == "joules":
+        a, b = _f(best.get("joules_per_image")), _f(runner.get("joules_per_image"))
+        return f"{100 * (b / a - 1):+.1f}% vs {_short(runner)}" if a and b else "–"
+    col = "throughput_ips" if objective == "throughput" else "latency_median_s"
+    a, b = _f(best.get(col)), _f(runner.get(col))
+    if not a or not b:
+        return "–"
+    ahead = (a / b - 1) if objective == "throughput" else (b / a - 1)
+    if objective == "throughput":
+        tie = (_f(best.get("throughput_ci_low_ips")) or a) <= (_f(runner.get("throughput_ci_high_ips")) or b)
+    else:
+        tie = (_f(best.get("latency_median_ci_high_s")) or a) >= (
+            _f(runner.get("latency_median_ci_low_s")) or b
+        )
+    return f"{100 * ahead:+.1f}% vs {_short(runner)}" + (" (CIs overlap: a tie)" if tie else "")
+
+
+def _row_of(sub: pd.DataFrame, choice: dict[str, Any] | None) -> dict[str, Any] | None:
+    if choice is None:
+        return None
+    for r in sub.to_dict("records"):
+        if config_label(r) == choice["configuration"]:
+            return r
+    return None
+
+
+def _ratio_text(what: str, r: Ratio) -> str:
+    """``bs1 latency 6.1× [5.2×, 7.0×] (eager fp16 bs1 ÷ eager fp32 bs1 16 thr)``, or why not."""
+    if not r.ok:
+        return f"{what}: {r.why}"
+    ci = fmt_ci(r.ci_low, r.ci_high, fmt_x)
+    sides = f"{_short(r.gpu)} ÷ {_short(r.cpu)}" if r.gpu and r.cpu else ""
+    return f"{what} {fmt_x(r.value)}" + (f" {ci}" if ci != "–" else "") + (f" ({sides})" if sides else "")
+
+
+def _compact(what: str, r: Ratio) -> str:
+    """``bs1 latency 8.00×``, or ``J/img: no CPU energy (RAPL unreadable)``: short, for the answer's cell."""
+    if r.ok:
+        return f"{what} {fmt_x(r.value)}"
+    if r.why.startswith("CPU energy"):
+        rapl = "RAPL" in r.why or "powercap" in r.why
+        return f"{what}: no CPU energy" + (" (RAPL unreadable)" if rapl else "")
+    return f"{what}: –"
+
+
+def host_cpu_row(line: HostCpuLine) -> dict[str, Any]:
+    """The answer's "× host CPU" line of one GPU platform and model (GPU over CPU: higher = the GPU).
+
+    Compact, so that the answer still fits the first screen; ``host_cpu_detail`` (in answer.csv) carries
+    every ratio with its interval, both configurations and the full reason for a missing one.
+    """
+    tp = line.throughput
+    return {
+        "platform": line.platform,
+        "model": line.model,
+        "resolution": line.resolution,
+        "goal": HOST_CPU_GOAL,
+        "configuration": _short(tp.gpu) if tp.gpu else "",
+        "value": f"{fmt_x(tp.value)} img/s" if tp.ok else "–",
+        "ci": fmt_ci(tp.ci_low, tp.ci_high, fmt_x) if tp.ok else "–",
+        "also": " · ".join([_compact("bs1 latency", line.latency_bs1), _compact("J/img", line.joules)]),
+        "accuracy": "",
+        "flags": "",
+        "n": f"vs {_short(tp.cpu)} on {line.cpu_platform}" if tp.cpu else f"vs {line.cpu_platform}",
+        "answered": tp.ok,
+        "host_cpu_detail": " · ".join(
+            [
+                _ratio_text("throughput", tp),
+                _ratio_text("bs1 latency", line.latency_bs1),
+                _ratio_text("J/image", line.joules),
+            ]
+        ),
+    }
+
+
+def spread_columns(agg: pd.DataFrame) -> list[str]:
+    """Columns of the aggregate that measure spread between sweep passes or runs (when present)."""
+    return [c for c in agg.columns if "spread" in c or c.startswith("cv_") or c.endswith("_cv")]
+
+
+def answers(agg: pd.DataFrame, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The answer table (per platform, model, objective) and the how-sure table (per platform, model).
+
+    Recommendations come from `recommend` on each platform's configurations.
+    """
+    if agg.empty:
+        return pd.DataFrame(), pd.DataFrame()
+    acc = accuracy_by_result(df)
+    spread = spread_columns(agg)
+    rows, sure = [], []
+    fail = df[df["status"] != "ok"] if "status" in df else df.iloc[0:0]
+    # the fastest platform first (GPUs before the CPU baseline), then by name
+    order = agg.groupby("platform")["throughput_ips"].max().sort_values(ascending=False).index
+    host = {(ln.platform, ln.model, ln.resolution): ln for ln in host_cpu_lines(agg, df)}
+    for platform in order:
+        sub = agg[agg["platform"] == platform]
+        recs = {obj: {(r.model, r.resolution): r for r in recommend(sub, obj)} for obj in OBJECTIVES}
+        for (model, res), _ in sub.groupby(["model", "resolution"], sort=True):
+            msub = sub[(sub["model"] == model) & (sub["resolution"] == res)]
+            leads, missing = [], []
+            for obj in OBJECTIVES:
+                rec = recs[obj].get((model, res))
+                best = _row_of(msub, rec.choice if rec else None)
+                base = {"platform": platform, "model": model, "resolution": int(res), "goal": GOALS[obj]}
+                if best is None:
+                    why = rec.reason if rec else "no candidate"
+                    rows.append(
+                        {
+                            **base,
+                            "configuration": "",
+                            "value": "–",
+                            "ci": "–",
+                            "also": why,
+                            "accuracy": "",
+                            "flags": "",
+                            "n": "",
+                            "answered": False,
+                        }
+                    )
+                    missing.append(f"{GOALS[obj]}: {why}")
+                    continue
+                value, ci, also = _numbers(best, obj)
+                runner = _row_of(msub, rec.runner_up)
+                leads.append(f"{GOALS[obj]}: {_lead(best, runner, obj)}")
+                rows.append(
+                    {
+                        **base,
+                        "configuration": _short(best),
+                        "value": value,
+                        "ci": ci,
+                        "also": also,
+                        "accuracy": accuracy_text(accuracy(best, acc)),
+                        "flags": fmt_list(best.get("warnings")),
+                        "n": f"{int(best.get('n_measurements') or 0)} meas.,"
+                        f" {int(best.get('n_runs') or 0)} run(s)",
+                        "answered": True,
+                        **{c: best.get(c) for c in spread},
+                    }
+                )
+            line = host.get((platform, model, int(res)))
+            if line is not None:
+                rows.append(host_cpu_row(line))
+            flagged = msub[msub["flagged"]]
+            reasons: dict[str, int] = {}
+            for fl in flagged["flags"]:
+                for f in fl:
+                    key = f.split("(")[0]
+                    reasons[key] = reasons.get(key, 0) + 1
+            warned: dict[str, int] = {}
+            for ws in msub["warnings"]:
+                for w in ws:
+                    warned[w] = warned.get(w, 0) + 1
+            mfail = fail[(fail["model"] == model) & (fail["platform"] == platform)] if len(fail) else fail
+            gaps = [
+                f"{n}× {status}: {reason[:90]}"
+                for (status, reason), n in (
+                    mfail.groupby(["status", "reason"]).size().items() if len(mfail) else []
+                )
+            ]
+            cis = [
+                (_f(r["throughput_ci_high_ips"]) - _f(r["throughput_ci_low_ips"]))
+                / 2
+                / _f(r["throughput_ips"])
+                for r in msub.to_dict("records")
+                if _f(r.get("throughput_ci_high_ips"))
+                and _f(r.get("throughput_ci_low_ips"))
+                and _f(r.get("throughput_ips"))
+            ]
+            spread_txt = (
+                f"CI ±{100 * float(pd.Series(cis).median()):.1f}% median, ±{100 * max(cis):.1f}% worst"
+                f" over {len(cis)} configurations"
+                if cis
+                else "no CI stored"
+            )
+            for c in spread:
+                v = pd.to_numeric(msub[c], errors="coerce").dropna()
+                if len(v):
+                    spread_txt += f"; {c} median {v.median():.3g}, max {v.max():.3g}"
+            sure.append(
+                {
+                    "platform": platform,
+                    "model": model,
+                    "resolution": int(res),
+                    "lead": leads,
+                    "spread": spread_txt,
+                    "flags": [f"{n} configuration(s) {k}" for k, n in sorted(reasons.items())]
+                    + [f"{int(msub['n_excluded'].sum())} flagged measurement(s) left out"]
+                    * bool(msub["n_excluded"].sum() if "n_excluded" in msub else 0),
+                    "warnings": [f"{n}× {w}" for w, n in sorted(warned.items())] + _notes(msub),
+                    "not_measured": missing + gaps + grid_gaps(msub, mfail),
+                }
+            )
+    return pd.DataFrame(rows), pd.DataFrame(sure)
+
+
+def _notes(msub: pd.DataFrame) -> list[str]:
+    """The notes (not warnings: they cannot move a number beyond its CI, `analysis.signals`), counted."""
+    noted: dict[str, int] = {}
+    for ns in msub.get("notes", []):
+        for n in ns:
+            noted[n] = noted.get(n, 0) + 1
+    return [f"note, not a warning: {n}× {w}" for w, n in sorted(noted.items())]
+
+
+def _gpu_order(agg: pd.DataFrame) -> list[str]:
+    """GPU platforms, the fastest (highest peak throughput) first: the answer's ratios put it on top."""
+    gpu = agg[agg["device"].astype(str).str.startswith("cuda")] if "device" in agg else agg.iloc[0:0]
+    return list(gpu.groupby("platform")["throughput_ips"].max().sort_values(ascending=False).index)
+
+
+def _ci_ratio_text(point: float | None, lo: float | None, hi: float | None) -> str:
+    if point is None:
+        return "–"
+    ci = f" [{lo:.3g}, {hi:.3g}]" if lo is not None and hi is not None else ""
+    return f"{point:.3g}×{ci}"
+
+
+def cross_gpu_ratios(agg: pd.DataFrame, samples_fn) -> pd.DataFrame:
+    """The two-GPU answer: per model and goal, the fastest GPU's answer over each other GPU's answer.
+
+    Why here: a store of two GPUs is asked "how much faster is A than B", so the ratio belongs beside
+    the answer, not in a wide table at the end of the page. Each side is its platform's recommended
+    configuration for that goal (`recommend`), so the ratio is "best vs best" unless both are the same
+    configuration (then like with like); both configurations are named. Throughput and latency ratios
+    carry a bootstrap 95% CI of the pooled raw latencies (`analysis.compare.throughput_ratio`); energy
+    per image has no CI stored. ``samples_fn``: result ids → pooled latencies. Empty below two GPUs.
+    """
+    from deepgap.analysis.compare import throughput_ratio
+
+    cols = [
+        "model",
+        "resolution",
+        "platform_a",
+        "platform_b",
+        "goal",
+        "ratio",
+        "ci_low",
+        "ci_high",
+        "text",
+        "basis",
+        "configuration_a",
+        "configuration_b",
+    ]
+    gpus = _gpu_order(agg) if not agg.empty else []
+    rows: list[dict[str, Any]] = []
+    for pb in gpus[1:]:
+        pa = gpus[0]
+        sa, sb = agg[agg["platform"] == pa], agg[agg["platform"] == pb]
+        for obj in OBJECTIVES:
+            ra_all = {(r.model, r.resolution): r for r in recommend(sa, obj)}
+            rb_all = {(r.model, r.resolution): r for r in recommend(sb, obj)}
+            for key in sorted(set(ra_all) & set(rb_all)):
+                a = _row_of(sa[(sa["model"] == key[0]) & (sa["resolution"] == key[1])], ra_all[key].choice)
+                b = _row_of(sb[(sb["model"] == key[0]) & (sb["resolution"] == key[1])], rb_all[key].choice)
+                if a is None or b is None:
+                    continue
+                point = lo = hi = None
+                if obj == "joules":
+                    ja, jb = _f(a.get("joules_per_image")), _f(b.get("joules_per_image"))
+                    point = ja / jb if ja and jb else None
+                else:
+                    t, tlo, thi, _ = throughput_ratio(a, b, samples_fn, samples_fn)
+                    tlo, thi = _f(tlo), _f(thi)
+                    if obj == "throughput":
+                        point, lo, hi = _f(t), tlo, thi
+                    elif _f(t):  # median latency A/B = (batch A / batch B) / throughput ratio
+                        k = float(a["batch_size"]) / float(b["batch_size"])
+                        point = k / t
+                        lo, hi = (k / thi, k / tlo) if tlo and thi else (None, None)
+                same = _short(a) == _short(b)
+                rows.append(
+                    {
+                        "model": key[0],
+                        "resolution": int(key[1]),
+                        "platform_a": pa,
+                        "platform_b": pb,
+                        "goal": GOALS[obj],
+                        "ratio": point,
+                        "ci_low": lo,
+                        "ci_high": hi,
+                        "text": _ci_ratio_text(point, lo, hi),
+                        "basis": "same configuration" if same else "best vs best",
+                        "configuration_a": _short(a),
+                        "configuration_b": _short(b),
+                    }
+                )
+    return pd.DataFrame(rows, columns=cols)

@@ -1,0 +1,217 @@
+"""Console tables of ``deepgap compare``: the pairs with their CIs and roofline predictions, the paper.
+
+Kept apart from `deepgap.commands.compare` (arguments, loading, JSON/CSV) so each stays short; these
+functions only format frames that `deepgap.analysis.compare` and `deepgap.roofline.predict` computed.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from deepgap.core.precision import is_quantized
+
+
+def _flags(r: dict[str, Any]) -> str:
+    return " ".join([*(r.get("flags") or []), *(r.get("warnings") or [])])
+
+
+def _roof(r: dict[str, Any]) -> str:
+    """``1.43× memory departs``: the roofline's predicted ratio, the bound (A/B if they differ), the mark."""
+    from deepgap.render.formatting import fmt_x
+
+    pred = r.get("predicted_ratio")
+    if pred is None or not isinstance(pred, float) or not math.isfinite(pred):
+        return "–"
+    mark = {True: " departs", False: ""}.get(r.get("departs"), " (no CI)")
+    per_op = r.get("predicted_ratio_per_op")
+    finer = f" (per op {fmt_x(per_op)})" if isinstance(per_op, float) and math.isfinite(per_op) else ""
+    return f"{fmt_x(pred)} {r.get('bound', '')}{mark}{finer}"
+
+
+def _print_sources(console, frames) -> None:
+    """Which ceilings each precision's predictions used (measured or datasheet), or why there are none."""
+    seen: dict[str, set[str]] = {}
+    for f in frames:
+        if len(f) and "roofline_source" in f:
+            for prec, src in zip(f["precision"], f["roofline_source"], strict=True):
+                seen.setdefault(str(prec), set()).add(str(src))
+    if seen:
+        console.print(
+            "roofline = ratio predicted from each platform's ceilings at the configuration's eager-traffic "
+            "intensity (memory-bound: bandwidth ratio; compute-bound: compute ratio); departs = its range "
+            "(measured ceilings' spread over their repeats) lies outside the measured 95% CI; per op = the "
+            "roofline applied op by op, times summed. Ceilings: "
+            + "; ".join(f"{p}: {', '.join(sorted(s))}" for p, s in sorted(seen.items()))
+        )
+
+
+def print_pairs(label_a: str, label_b: str, matched, best) -> None:
+    """Best-batch and matched tables: both configurations, the ratio, its CI, the roofline's prediction."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from deepgap.render.formatting import fmt_ci, fmt_ips, fmt_x
+
+    console = Console(width=None if Console().is_terminal else 220)
+    console.print(
+        f"A = {label_a}\nB = {label_b}\nspeedup = throughput A / throughput B (batch / median latency), "
+        "95% bootstrap CI of the ratio over pooled per-iteration latencies"
+    )
+    if len(best):
+        t = Table(
+            "model",
+            "engine",
+            "prec",
+            "A configuration",
+            "A img/s",
+            "B configuration",
+            "B img/s",
+            "A/B",
+            "95% CI",
+            "roofline",
+            "flags",
+            title="each side at its best batch (best vs best where the batches differ: both shown)",
+        )
+        for r in best.to_dict("records"):
+            t.add_row(
+                r["model"],
+                r["engine"],
+                r["precision"],
+                _conf(r, "_a"),
+                fmt_ips(r["throughput_ips_a"]),
+                _conf(r, "_b"),
+                fmt_ips(r["throughput_ips_b"]),
+                fmt_x(r["speedup"]),
+                fmt_ci(r["speedup_ci_low"], r["speedup_ci_high"], fmt_x),
+                _roof(r),
+                _flags(r),
+            )
+        console.print(t)
+        top = (
+            best[~best["flagged"]].sort_values("speedup").tail(1)
+            if (~best["flagged"]).any()
+            else best.iloc[0:0]
+        )
+        for r in top.to_dict("records"):
+            console.print(
+                f"largest unflagged best-batch speedup "
+                f"({'like with like' if str(r.get('pairing', '')).startswith('like') else 'best vs best'}): "
+                f"{fmt_x(r['speedup'])} "
+                f"{fmt_ci(r['speedup_ci_low'], r['speedup_ci_high'], fmt_x)} — A: {r['configuration_a']}; "
+                f"B: {r['configuration_b']}"
+            )
+    if len(matched):
+        t = Table(
+            "model",
+            "engine",
+            "prec",
+            "bs",
+            "fmt",
+            "thr",
+            "A img/s",
+            "B img/s",
+            "A/B",
+            "95% CI",
+            "roofline",
+            "flags",
+            title="matched configurations (same batch, threads, format)",
+        )
+        for r in matched.to_dict("records"):
+            t.add_row(
+                r["model"],
+                r["engine"],
+                r["precision"],
+                str(r["batch_size"]),
+                r["memory_format"],
+                str(r["threads"] or "default"),
+                fmt_ips(r["throughput_ips_a"]),
+                fmt_ips(r["throughput_ips_b"]),
+                fmt_x(r["speedup"]),
+                fmt_ci(r["speedup_ci_low"], r["speedup_ci_high"], fmt_x),
+                _roof(r),
+                _flags(r),
+            )
+        console.print(t)
+    _print_sources(console, [best, matched])
+    if not len(best) and not len(matched):
+        console.print("no model, engine and precision in common between A and B: nothing to compare")
+
+
+def print_paper(label: str, table, paper) -> None:
+    """The precision mapping, then your peaks beside the paper's rows (the paper's rows if none match)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from deepgap.analysis.reference import PAPER_SOURCE
+    from deepgap.render.formatting import fmt_ci, fmt_ips, fmt_x
+
+    console = Console(width=None if Console().is_terminal else 220)
+    console.print(f"A = {label}\npaper = {PAPER_SOURCE} (published peaks; no samples, so the CI is A's only)")
+    if not len(table):
+        console.print(
+            f"no model and precision in common with the paper ({', '.join(sorted(paper['model'].unique()))}"
+            f"; {', '.join(sorted(paper['precision'].unique()))}): its rows are"
+        )
+        t = Table(*paper.columns)
+        for r in paper.astype(str).to_dict("records"):
+            t.add_row(*r.values())
+        console.print(t)
+        return
+    from deepgap.analysis.compare import precision_mappings
+
+    m = Table(
+        "platform",
+        "model",
+        "paper column",
+        "your precision",
+        "why",
+        title="precision set against each paper column",
+    )
+    for r in precision_mappings(table).to_dict("records"):
+        m.add_row(
+            r["platform"],
+            r["model"],
+            f"{r['paper_platform']} {r['paper_precision']}",
+            r["precision"],
+            r["precision_mapping"],
+        )
+    console.print(m)
+    t = Table(
+        "model",
+        "prec",
+        "paper prec",
+        "your configuration",
+        "your img/s",
+        "paper platform",
+        "paper engine",
+        "paper bs",
+        "paper img/s",
+        "yours/paper",
+        "95% CI",
+        "flags",
+    )
+    for r in table.to_dict("records"):
+        t.add_row(
+            r["model"],
+            r["precision"],
+            r["paper_precision"],
+            _conf(r, ""),
+            fmt_ips(r["throughput_ips"]),
+            r["paper_platform"],
+            r["paper_engine"],
+            str(r["paper_batch"]),
+            fmt_ips(r["paper_images_per_s"]),
+            fmt_x(r["ratio_vs_paper"]),
+            fmt_ci(r["ratio_ci_low"], r["ratio_ci_high"], fmt_x),
+            _flags(r),
+        )
+    console.print(t)
+
+
+def _conf(r: dict, side: str) -> str:
+    """A side's configuration; a quantized one (int8, fp8) with its accuracy against fp32 beneath."""
+    text = str(r[f"configuration{side}"])
+    if is_quantized(r.get("precision")) and r.get(f"accuracy{side}"):
+        text += f"\n{r[f'accuracy{side}']}"
+    return text

@@ -1,0 +1,411 @@
+"""Interactive versions of the report's per-batch figures (plotly JSON, drawn by the page's own plotly.js).
+
+Why: with five engines, four precisions and two GPUs a static panel either shows too much or hides a
+series; hovering names the exact configuration, the CI of the number plotted and its flags, a legend
+click hides a series in every panel, and the page's filters act on every figure. The panels and styles
+are the static figures' (`deepgap.render.style.overlay_facets`), so the PNG shows the same thing.
+
+A spec is plain JSON written here (no plotly objects: building them was most of the report's time):
+``data`` (traces, each on its panel's ``xN``/``yN`` axes), ``layout`` (axes without positions) and
+``panels`` (title and axes of each panel, in order). The page places the panels itself (`report.html`):
+as many columns as its width allows, and only the panels a filter leaves something in.
+plotly is a dependency: `require` fails early when it is missing (``--static`` needs no plotly), and
+`bundle_b64` is the installed plotly.min.js, gzipped and base64-encoded, embedded once per page.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import gzip
+import math
+from typing import Any
+
+import pandas as pd
+
+from deepgap.core.errors import UsageError
+from deepgap.core.stats import finite_or_none as _num
+from deepgap.render.formatting import fmt_list
+from deepgap.render.style import (
+    color,
+    dash,
+    is_open,
+    marker,
+    overlay_facets,
+    overlay_label,
+    overlay_series,
+    platform_names,
+    series_label,
+    thread_list,
+)
+
+NCOLS = 3  # at most this many panels a row (fewer on a narrow screen: the page decides)
+OVERLAY_GROUPS = ("flagged", "P99 band", "Pareto frontier")
+
+
+def available() -> bool:
+    """Whether plotly is installed."""
+    try:
+        import plotly  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def require() -> None:
+    """A `UsageError` when plotly is missing: the interactive page needs its plotly.js (checked at start)."""
+    if not available():
+        raise UsageError(
+            "the interactive report needs plotly, which is not installed",
+            "pip install plotly (a dependency of deepgap), or pass --static for PNG figures only",
+        )
+
+
+def bundle() -> str:
+    """plotly.js, minified, from the installed plotly package."""
+    from plotly.offline import get_plotlyjs
+
+    return get_plotlyjs()
+
+
+@functools.lru_cache(maxsize=1)
+def bundle_b64() -> str:
+    """plotly.min.js gzipped and base64-encoded: 4.8 MB becomes 2.0 MB; the page inflates it once."""
+    return base64.b64encode(gzip.compress(bundle().encode("utf-8"), 9, mtime=0)).decode("ascii")
+
+
+def _r(v: Any) -> float | None:
+    """A finite number rounded to 4 significant digits (the JSON stays small), else None."""
+    v = _num(v)
+    return float(f"{v:.4g}") if v is not None else None
+
+
+def _ci_text(r: dict[str, Any], ci: tuple[str, str, str] | None, scale: float) -> str:
+    """The 95% CI of the plotted number, or that none is stored for it."""
+    if ci is None:
+        return "no CI stored for this number"
+    lo, hi = _num(r.get(ci[0])), _num(r.get(ci[1]))
+    if lo is None or hi is None:
+        return "no CI stored for this number"
+    return f"{ci[2]} 95% CI [{lo * scale:.4g}, {hi * scale:.4g}]"
+
+
+def _hover(
+    r: dict[str, Any], ci: tuple[str, str, str] | None, scale: float, short: dict[str, str], extra: str = ""
+) -> list[str]:
+    """[which configuration, the CI of the number plotted, flags and warnings] of one point."""
+    flags = fmt_list(r.get("flags"))
+    warns = fmt_list(r.get("warnings"))
+    note = ("FLAGGED: " + flags if flags else "") + (" warning: " + warns if warns else "")
+    where = short.get(str(r["platform"]), str(r["platform"]))
+    return [
+        f"{r['model']} · {where} · {series_label(r)} bs{int(r['batch_size'])}",
+        _ci_text(r, ci, scale) + extra,
+        note.strip(),
+    ]
+
+
+def _meta(r: dict[str, Any], batches: list[int]) -> dict[str, Any]:
+    return {
+        "platform": str(r["platform"]),
+        "model": str(r["model"]),
+        "engine": str(r["engine"]),
+        "precision": str(r["precision"]),
+        "batch": batches,
+    }
+
+
+def log_ticks(values: list[float]) -> tuple[list[float], list[str]]:
+    """1-2-5 ticks over ``values`` with plain labels ("0.5", "1", "2", "5", "10"), not plotly's "5 2 10"."""
+    vals = [v for v in values if v is not None and v == v and v > 0]
+    if not vals:
+        return [], []
+    lo, hi = math.floor(math.log10(min(vals))), math.ceil(math.log10(max(vals)))
+    ticks = [m * 10.0**e for e in range(lo, hi + 1) for m in (1, 2, 5)]
+    ticks = [t for t in ticks if min(vals) / 1.5 <= t <= max(vals) * 1.5] or [10.0**lo]
+    if len(ticks) > 9:  # a wide range: decades only
+        ticks = [10.0**e for e in range(lo, hi + 1)]
+    return ticks, [f"{t:g}" for t in ticks]
+
+
+def _axis(i: int) -> tuple[str, str, str, str]:
+    """Panel ``i`` (0-based) → its trace refs ``x3``/``y3`` and layout keys ``xaxis3``/``yaxis3``."""
+    n = "" if i == 0 else str(i + 1)
+    return f"x{n}", f"y{n}", f"xaxis{n}", f"yaxis{n}"
+
+
+def _spec(data: list[dict], layout_axes: dict[str, Any], panels: list[dict[str, str]]) -> dict[str, Any]:
+    names = {t["name"] for t in data if t.get("showlegend")}
+    layout = {
+        **layout_axes,
+        "margin": {"l": 55, "r": 10, "t": 30, "b": 40},
+        "legend": {
+            "orientation": "h",
+            "x": 0,
+            "y": 1.0,
+            "yanchor": "bottom",
+            "yref": "container",
+            "font": {"size": 10},
+        },
+        "showlegend": bool(names),
+        "hoverlabel": {"font": {"size": 11}},
+        "font": {"size": 10, "family": "system-ui, sans-serif"},
+        "plot_bgcolor": "#fff",
+        "paper_bgcolor": "#fff",
+        "hovermode": "closest",
+    }
+    return {"data": data, "layout": layout, "panels": panels, "cols": NCOLS}
+
+
+def _axis_style(title: str | None) -> dict[str, Any]:
+    return {
+        "title": {"text": title, "font": {"size": 9}} if title else None,
+        "gridcolor": "#eee",
+        "zeroline": False,
+        "linecolor": "#999",
+        "showline": True,
+        "automargin": True,
+    }
+
+
+def lines(
+    agg: pd.DataFrame,
+    ycol: str,
+    ylabel: str,
+    scale: float = 1.0,
+    logy: bool = False,
+    ci: tuple[str, str, str] | None = None,
+    band: tuple[str, str] | None = None,
+    label_fn=None,
+) -> dict[str, Any] | None:
+    """``ycol`` against batch size, one panel per model (every platform and engine overlaid).
+
+    ``ci``: (low column, high column, what it is) of the plotted number: error bars and the hover's
+    CI. ``band``: (column, name) of an upper bound drawn as a shaded band from the line up to it
+    (the P99 of the latency figure), its value in the hover too.
+    """
+    data = agg[agg[ycol].notna()] if ycol in agg and not agg.empty else agg.iloc[0:0]
+    panels = overlay_facets(data)
+    if not panels:
+        return None
+    threads, short = thread_list(data), platform_names(data)
+    order = list(short)
+    traces: list[dict[str, Any]] = []
+    axes: dict[str, Any] = {}
+    spec_panels: list[dict[str, str]] = []
+    shown: set[str] = set()
+    for i, (title, sub) in enumerate(panels):
+        xr, yr, xk, yk = _axis(i)
+        spec_panels.append({"title": title, "x": xr, "y": yr})
+        yvals: list[float] = []
+        for _, s in overlay_series(sub):
+            recs = s.sort_values("batch_size").to_dict("records")
+            r0 = recs[0]
+            lab = overlay_label(r0, short) if label_fn is None else label_fn(r0, short)
+            ys = [_r((_num(r[ycol]) or float("nan")) * scale) for r in recs]
+            bs = [int(r["batch_size"]) for r in recs]
+            col = color(r0, threads)
+            sym = marker(r0["engine"], plotly=True) + ("-open" if is_open(r0, order) else "")
+            extra = []
+            if band:
+                extra = [f"<br>{band[1]} {(_num(r.get(band[0])) or float('nan')) * scale:.4g}" for r in recs]
+            hover = [_hover(r, ci, scale, short, extra[k] if extra else "") for k, r in enumerate(recs)]
+            if band:  # the band first, under the line: one closed shape from the median up to the band
+                up = [_r((_num(r.get(band[0])) or float("nan")) * scale) for r in recs]
+                traces.append(
+                    {
+                        "type": "scatter",
+                        "x": bs + bs[::-1],
+                        "y": ys + up[::-1],
+                        "xaxis": xr,
+                        "yaxis": yr,
+                        "mode": "lines",
+                        "fill": "toself",
+                        "fillcolor": _rgba(col, 0.15),
+                        "line": {"width": 0, "color": col},
+                        "hoverinfo": "skip",
+                        "showlegend": False,
+                        "legendgroup": lab,
+                        "name": "P99 band",
+                        "meta": _meta(r0, bs + bs[::-1]),
+                    },
+                )
+                yvals += [u for u in up if u is not None]
+            t = {
+                "type": "scatter",
+                "x": bs,
+                "y": ys,
+                "xaxis": xr,
+                "yaxis": yr,
+                "mode": "lines+markers",
+                "name": lab,
+                "legendgroup": lab,
+                "showlegend": lab not in shown,
+                "line": {"color": col, "dash": dash(r0, plotly=True), "width": 1.5},
+                "marker": {"symbol": sym, "size": 7, "color": col},
+                "customdata": hover,
+                "hovertemplate": "<b>%{customdata[0]}</b><br>batch %{x}<br>"
+                + ylabel
+                + " %{y:.4g}<br>%{customdata[1]}<br>%{customdata[2]}<extra></extra>",
+                "meta": _meta(r0, bs),
+            }
+            if ci:
+                lo = [(_num(r.get(ci[0])) or float("nan")) * scale for r in recs]
+                hi = [(_num(r.get(ci[1])) or float("nan")) * scale for r in recs]
+                t["error_y"] = {
+                    "type": "data",
+                    "array": [
+                        _r(max(0.0, h - y)) if h == h and y is not None else 0
+                        for h, y in zip(hi, ys, strict=True)
+                    ],
+                    "arrayminus": [
+                        _r(max(0.0, y - lo_)) if lo_ == lo_ and y is not None else 0
+                        for lo_, y in zip(lo, ys, strict=True)
+                    ],
+                    "thickness": 1,
+                    "width": 2,
+                    "color": col,
+                }
+            traces.append(t)
+            shown.add(lab)
+            yvals += [y for y in ys if y is not None]
+            bad = [k for k, r in enumerate(recs) if r["flagged"]]
+            if bad:  # a red ✕ over each flagged point, filtered with its series
+                traces.append(
+                    {
+                        "type": "scatter",
+                        "x": [bs[k] for k in bad],
+                        "y": [ys[k] for k in bad],
+                        "xaxis": xr,
+                        "yaxis": yr,
+                        "mode": "markers",
+                        "name": "flagged",
+                        "legendgroup": "flagged",
+                        "showlegend": "flagged" not in shown,
+                        "marker": {"symbol": "x", "size": 11, "color": "red"},
+                        "customdata": [hover[k] for k in bad],
+                        "hovertemplate": "<b>%{customdata[0]}</b><br>%{customdata[2]}<extra></extra>",
+                        "meta": _meta(r0, [bs[k] for k in bad]),
+                    }
+                )
+                shown.add("flagged")
+        ticks = sorted(int(b) for b in sub["batch_size"].unique())
+        axes[xk] = {
+            **_axis_style("batch size"),
+            "type": "log",
+            "tickvals": ticks,
+            "ticktext": [str(t) for t in ticks],
+            "anchor": yr,
+        }
+        axes[yk] = {**_axis_style(ylabel), "type": "log" if logy else "linear", "anchor": xr}
+        if logy:
+            tv, tt = log_ticks(yvals)
+            axes[yk].update(tickvals=tv, ticktext=tt)
+    return _spec(traces, axes, spec_panels)
+
+
+def _rgba(hex_colour: str, alpha: float) -> str:
+    h = hex_colour.lstrip("#")
+    if len(h) != 6:
+        return hex_colour
+    return f"rgba({int(h[0:2], 16)},{int(h[2:4], 16)},{int(h[4:6], 16)},{alpha})"
+
+
+def pareto(par: pd.DataFrame) -> dict[str, Any] | None:
+    """Median latency against throughput per model, every platform overlaid; colour = precision."""
+    if par.empty:
+        return None
+    threads, short = thread_list(par), platform_names(par)
+    order = list(short)
+    ci = ("throughput_ci_low_ips", "throughput_ci_high_ips", "throughput img/s")
+    traces: list[dict[str, Any]] = []
+    axes: dict[str, Any] = {}
+    panels: list[dict[str, str]] = []
+    shown: set[str] = set()
+    for i, (title, sub) in enumerate(overlay_facets(par)):
+        xr, yr, xk, yk = _axis(i)
+        panels.append({"title": title, "x": xr, "y": yr})
+        keys = ["platform", "precision"]
+        for (platform, prec), s in sub.groupby(keys, sort=True):  # markers name engines
+            recs = s.sort_values(["engine", "memory_format", "threads", "batch_size"]).to_dict("records")
+            lab = f"{short[str(platform)]} {prec}" if len(short) > 1 else str(prec)
+            traces.append(
+                {
+                    "type": "scatter",
+                    "x": [_r(r["latency_median_s"] * 1e3) for r in recs],
+                    "y": [_r(r["throughput_ips"]) for r in recs],
+                    "xaxis": xr,
+                    "yaxis": yr,
+                    "mode": "markers",
+                    "name": lab,
+                    "legendgroup": lab,
+                    "showlegend": lab not in shown,
+                    "marker": {
+                        "symbol": [
+                            marker(r["engine"], plotly=True) + ("-open" if is_open(r, order) else "")
+                            for r in recs
+                        ],
+                        "size": 8,
+                        "color": [color(r, threads) for r in recs],
+                    },
+                    "customdata": [_hover(r, ci, 1.0, short) for r in recs],
+                    "hovertemplate": "<b>%{customdata[0]}</b><br>median %{x:.3g} ms · %{y:,.0f} img/s"
+                    "<br>%{customdata[1]}<br>%{customdata[2]}<extra></extra>",
+                    "meta": {
+                        "platform": str(platform),
+                        "model": str(recs[0]["model"]),
+                        "precision": str(prec),
+                        "engine": [str(r["engine"]) for r in recs],
+                        "batch": [int(r["batch_size"]) for r in recs],
+                    },
+                }
+            )
+            shown.add(lab)
+        for platform, s in sub.groupby("platform", sort=True):
+            front = s[s["on_frontier"]].sort_values("latency_median_s")
+            if len(front):
+                traces.append(
+                    {
+                        "type": "scatter",
+                        "x": [_r(v * 1e3) for v in front["latency_median_s"]],
+                        "y": [_r(v) for v in front["throughput_ips"]],
+                        "xaxis": xr,
+                        "yaxis": yr,
+                        "mode": "lines",
+                        "line": {
+                            "shape": "hv",
+                            "color": "black",
+                            "width": 1,
+                            "dash": "dot" if is_open({"platform": platform}, order) else "solid",
+                        },
+                        "name": "Pareto frontier",
+                        "legendgroup": "Pareto frontier",
+                        "showlegend": "Pareto frontier" not in shown,
+                        "hoverinfo": "skip",
+                        "meta": {"platform": str(platform), "model": str(front["model"].iloc[0])},
+                    }
+                )
+                shown.add("Pareto frontier")
+        tv, tt = log_ticks((sub["latency_median_s"] * 1e3).tolist())
+        axes[xk] = {
+            **_axis_style("median latency per batch (ms)"),
+            "type": "log",
+            "tickvals": tv,
+            "ticktext": tt,
+            "anchor": yr,
+        }
+        axes[yk] = {**_axis_style("images/s"), "anchor": xr}
+    return _spec(traces, axes, panels)
+
+
+def series_per_panel(spec: dict[str, Any]) -> dict[str, int]:
+    """Axis pair → the number of series drawn in it; overlays (flag marks, bands, frontier) not counted."""
+    out: dict[str, int] = {}
+    for t in spec.get("data", []):
+        if (t.get("legendgroup") or t.get("name") or "") in OVERLAY_GROUPS or t.get("name") in OVERLAY_GROUPS:
+            continue
+        if t.get("hoverinfo") == "skip":  # a band's lower edge
+            continue
+        axes = f"{t.get('xaxis', 'x')}{t.get('yaxis', 'y')}"
+        out[axes] = out.get(axes, 0) + 1
+    return out
