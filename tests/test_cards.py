@@ -158,7 +158,8 @@ def test_widen_interval_and_plan_devices():
 def test_report_section_shows_the_spread_between_cards(store):
     from deepgap.analysis.cards_section import SECTION, TABLE_SPECS, build
     from deepgap.render.formatting import html_table
-    from deepgap.render.sections import ReportContext, registered
+    from deepgap.render.sections import ReportContext
+    from deepgap.report.sections import registered
 
     assert SECTION in registered()
     df = prepare(store.results_frame())

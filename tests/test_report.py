@@ -9,8 +9,8 @@ import pytest
 from fixtures_store import build_store
 
 from deepgap.cli import main
-from deepgap.render.sections import table_specs
 from deepgap.report.page import TABLE_SPECS, write_report
+from deepgap.report.sections import table_specs
 
 FIGURES = [
     "fig05_thermal_timeline",

@@ -155,7 +155,8 @@ def test_profile_and_peaks_measure_in_a_worker_process_not_the_cli(tmp_path, mon
 
 
 def test_the_worker_protocol_in_process_and_across_processes(tiny_spec):
-    """Handlers by kind; an unknown kind or a failing handler comes back as a status, never a dead pipe."""
+    """Handlers by kind; a failing handler comes back as a status, never a dead pipe; an unknown kind is the
+    caller's error, raised before anything is sent (the worker is untouched)."""
     from deepgap.core.records import Status
     from deepgap.drive.inprocess import InProcessWorker
     from deepgap.drive.plan import expand
@@ -169,9 +170,11 @@ def test_the_worker_protocol_in_process_and_across_processes(tiny_spec):
     for worker in (InProcessWorker("cpu"), WorkerHandle("cpu")):
         worker.start()
         try:
-            with pytest.raises(WorkerFailed) as failed:
+            with pytest.raises(ValueError, match="unknown worker request 'no-such-kind'"):
                 worker.call("no-such-kind", None, 60)
-            assert failed.value.status == Status.ERROR and "unknown worker request" in failed.value.reason
+            with pytest.raises(WorkerFailed) as failed:
+                worker.call("measure", None, 60)  # the handler raises on a payload that is no request
+            assert failed.value.status == Status.ERROR and "AttributeError" in failed.value.reason
             assert worker.call("env", None, 60)["device_name"]  # the worker still answers after a failure
         finally:
             worker.stop()

@@ -2,7 +2,7 @@
 
 Why: a test of a driver (a run session, a command, a scheduler) wants the real handlers and the
 real failure mapping but not the seconds a worker process costs to start. `InProcessWorker` runs
-the same `deepgap.drive.worker.HANDLERS` on the same `WorkerState` in this process, and answers as a
+the handlers registered in `deepgap.drive.worker.HANDLERS` on the same `WorkerState` in this process, and answers as a
 worker does: a handler's exception comes back as `WorkerFailed` (status from
 `deepgap.drive.worker.failure`). What it cannot give is isolation — a crash or a hang is this process's —
 so it is for CPU tests only; real runs use `deepgap.drive.runner.WorkerHandle`.
@@ -41,10 +41,11 @@ class InProcessWorker(CallProtocol):
         """Run the handler now; its answer waits for `receive`."""
         from deepgap.drive.worker import failure, handler
 
+        fn = handler(kind)  # an unknown kind is the caller's error, as with a worker process
         if self.state is None:
             self.start()
         try:
-            self._reply = ("ok", handler(kind)(self.state, payload))
+            self._reply = ("ok", fn(self.state, payload))
         except KeyboardInterrupt:
             raise
         except BaseException as exc:  # noqa: BLE001 - answered as the worker process answers

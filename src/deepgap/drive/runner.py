@@ -15,7 +15,6 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from deepgap.core.errors import UsageError
@@ -23,7 +22,7 @@ from deepgap.core.events import Event
 from deepgap.core.precision import DeviceCaps
 from deepgap.core.records import ConfigSpec, Result, Status
 from deepgap.drive.config import SweepSpec
-from deepgap.drive.worker import MeasureRequest, serve
+from deepgap.drive.worker import MeasureRequest, handler, serve
 from deepgap.measure.telemetry.settings import TelemetrySettings, settings_for
 from deepgap.measure.timing import TimingProtocol
 
@@ -99,7 +98,7 @@ class CallProtocol:
         return payload
 
     def call(self, kind: str, payload: Any, timeout: float) -> Any:
-        """Run handler ``kind`` (`deepgap.drive.worker.HANDLERS`) on ``payload``; wait ``timeout``."""
+        """Run the handler registered for ``kind`` (`deepgap.drive.worker.HANDLERS`) on ``payload``; wait ``timeout``."""
         self.send(kind, payload)
         return self.receive(timeout)
 
@@ -157,8 +156,9 @@ class WorkerHandle(CallProtocol):
 
     def send(self, kind: str, payload: Any) -> None:
         """Send one request without waiting (tenants start their levels together, then `receive`)."""
+        fn = handler(kind)  # an unknown kind is the caller's error, not a lost worker
         try:
-            self.conn.send((kind, payload))
+            self.conn.send((kind, fn, payload))
         except (BrokenPipeError, OSError, AttributeError):  # AttributeError: no pipe, never started
             self.kill()
             raise WorkerLost(Status.CRASH, "worker process was gone before the request") from None

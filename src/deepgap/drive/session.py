@@ -149,10 +149,10 @@ class RunSession:
         ``configs``: what the run will measure; the warm-up loads the device with the first one's group
         (no configurations: the idle baseline only).
         """
-        from deepgap.measure.telemetry import runlevel
+        from deepgap.drive import prelude
 
         assert self.store is not None and self.run_id is not None, "open the session first"
-        return runlevel.run_level(runner, self.store, self.run_id, sweep, configs, log)
+        return prelude.run_level(runner, self.store, self.run_id, sweep, configs, log)
 
     def record(self, result: Result) -> int | None:
         """Store one finished configuration (and its telemetry) in its own transaction."""

@@ -4,8 +4,12 @@ Why a separate process: a segfault, a hang, a sticky CUDA error or a leaked allo
 configuration in flight only — the parent records it and starts a fresh worker. A worker keeps the
 models it built, so a batch sweep of one model builds it once.
 
-The protocol (one for every kind of run): the parent sends ``(kind, payload)``; the worker looks
-``kind`` up in `HANDLERS`, runs ``handler(state, payload)`` and answers ``("ok", value)``, or
+The protocol (one for every kind of run): a handler is a function ``(state, payload) -> value`` that
+registers itself under a request kind with `handles` when its module is imported (the measure, thermal,
+idle and env handlers below; the features' own in ``serving/process.py``, ``roofline/profile.py`` and
+``roofline/peaks.py``). The parent looks the kind up in `HANDLERS` and sends ``(kind, handler, payload)``;
+the handler travels by reference (pickle names its module), so the worker process imports the feature
+that registered it and this module names no feature. The worker answers ``("ok", value)``, or
 ``("failed", (status, reason, traceback))`` when the handler raised (`failure` is the one
 exception → status mapping). The parent side is `deepgap.drive.runner.WorkerHandle.call`.
 """
@@ -13,7 +17,6 @@ exception → status mapping). The parent side is `deepgap.drive.runner.WorkerHa
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import time
 import traceback
@@ -51,19 +54,22 @@ class MeasureRequest:
     telemetry: TelemetrySettings | None = None  # None: telemetry off (deepgap.measure.telemetry.settings)
 
 
-# Request kind → "module:function"; each takes ``(state, payload)``. Imported lazily in the worker, so the
-# parent (which imports this module for the names) never imports a feature's GPU code.
-HANDLERS: dict[str, str] = {
-    "env": "deepgap.drive.worker:handle_env",
-    "measure": "deepgap.drive.worker:measure",
-    "thermal": "deepgap.drive.worker:measure",  # payload.telemetry.mode == "thermal"
-    "idle": "deepgap.drive.worker:handle_idle",  # payload: TelemetrySettings
-    "serve.setup": "deepgap.serving.process:handle_setup",
-    "serve.level": "deepgap.serving.process:handle_level",
-    "serve.loadgen": "deepgap.serving.process:handle_loadgen",
-    "profile": "deepgap.roofline.profile:handle_profile",
-    "peaks": "deepgap.roofline.peaks:handle_peaks",
-}
+Handler = Callable[[Any, Any], Any]  # (WorkerState, payload) -> the reply's value
+
+# Request kind → its handler, filled by `handles` as modules are imported. A handler module keeps its GPU
+# imports inside its functions, so the parent, which imports it to register the kind, stays light.
+HANDLERS: dict[str, Handler] = {}
+
+
+def handles(*kinds: str) -> Callable[[Handler], Handler]:
+    """Register the decorated function as the handler of each request kind in ``kinds``."""
+
+    def register(fn: Handler) -> Handler:
+        for kind in kinds:
+            HANDLERS[kind] = fn
+        return fn
+
+    return register
 
 
 class StatusError(Exception):
@@ -88,12 +94,14 @@ def failure(exc: BaseException) -> tuple[Status, str, str]:
     return (Status.OOM, reason, "") if oom else (Status.ERROR, reason, traceback.format_exc()[-4000:])
 
 
-def handler(kind: str) -> Callable[[WorkerState, Any], Any]:
-    """The function that serves ``kind`` (imported on first use); a `ValueError` for an unknown kind."""
+def handler(kind: str) -> Handler:
+    """The function registered for ``kind``; a `ValueError` for a kind no imported module registered."""
     if kind not in HANDLERS:
-        raise ValueError(f"unknown worker request {kind!r}; known: {', '.join(sorted(HANDLERS))}")
-    module, name = HANDLERS[kind].split(":")
-    return getattr(importlib.import_module(module), name)
+        raise ValueError(
+            f"unknown worker request {kind!r} (known: {', '.join(sorted(HANDLERS))}); "
+            "import the module whose handler registers it"
+        )
+    return HANDLERS[kind]
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -229,6 +237,7 @@ def inputs_for(spec: ConfigSpec, ref_x, dtype):
     return x, k
 
 
+@handles("measure", "thermal")  # thermal: payload.telemetry.mode == "thermal"
 def measure(state: WorkerState, req: MeasureRequest) -> Result:
     """Measure one configuration; never raises (failures become statuses)."""
     spec = req.spec
@@ -414,6 +423,7 @@ def nvml_used_bytes(device: str) -> int | None:
         return None
 
 
+@handles("env")
 def handle_env(state: WorkerState, payload: Any) -> dict[str, Any]:
     """The environment fingerprint of the worker's device."""
     from deepgap.core import envinfo
@@ -421,6 +431,7 @@ def handle_env(state: WorkerState, payload: Any) -> dict[str, Any]:
     return envinfo.collect(state.device)
 
 
+@handles("idle")  # payload: TelemetrySettings
 def handle_idle(state: WorkerState, settings: Any) -> dict[str, Any]:
     """The run-level idle baseline (``settings``: TelemetrySettings)."""
     from deepgap.measure.telemetry.session import measure_idle
@@ -428,8 +439,8 @@ def handle_idle(state: WorkerState, settings: Any) -> dict[str, Any]:
     return measure_idle(state.telemetry, state.device, settings)
 
 
-def requests(conn) -> Iterator[tuple[str, Any]]:
-    """``(kind, payload)`` requests from the parent until it sends None or closes the pipe."""
+def requests(conn) -> Iterator[tuple[str, Handler, Any]]:
+    """``(kind, handler, payload)`` requests from the parent until it sends None or closes the pipe."""
     while True:
         try:
             msg = conn.recv()
@@ -448,9 +459,9 @@ def serve(conn, device: str) -> None:
     except BaseException as exc:  # noqa: BLE001
         conn.send(("failed", failure(exc)))
         return
-    for kind, payload in requests(conn):
+    for _kind, fn, payload in requests(conn):
         try:
-            reply: tuple[str, Any] = ("ok", handler(kind)(state, payload))
+            reply: tuple[str, Any] = ("ok", fn(state, payload))
         except KeyboardInterrupt:
             raise
         except BaseException as exc:  # noqa: BLE001 - the parent gets a status, never a dead pipe

@@ -1,18 +1,17 @@
 """The report's sections: each feature registers one, the report builds them in order.
 
 A section is a name, an order and a ``build(ctx) -> Parts`` function, plus the column specs of the tables it
-may add. The report imports the modules in `SECTION_MODULES` (by name, so that the report does not depend on
-the features and the features depend only on this module), then builds every registered section against one
-`ReportContext` and merges their tables, figures and table specs into that build's report. Nothing global
+may add. Each feature's section module calls `register` when imported; the report imports them all
+(`deepgap.report.sections`), then builds every registered section against one `ReportContext` and merges
+their tables, figures and table specs into that build's report. Nothing global
 changes during a build: a section's table specs travel in its `Parts`, not through a shared dict.
 
-To add a section: a module with a ``build(ctx)`` that calls `register` at import, listed in
-`SECTION_MODULES`.
+To add a section: a module with a ``build(ctx)`` that calls `register` at import, and its import in
+`deepgap.report.sections`.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -22,16 +21,6 @@ if TYPE_CHECKING:
 
 # A table's title and its columns: (header, column name or row -> text), as `deepgap.render.formatting` renders.
 TableSpec = tuple[str, Any]
-
-# Imported by `registered`, in this order; each registers its section when imported.
-SECTION_MODULES = (
-    "deepgap.report.core",  # the measurements: tables and figures of the paper
-    "deepgap.serving.report_section",  # serve runs
-    "deepgap.roofline.report_section",  # rooflines and the paper's comparison
-    "deepgap.analysis.platforms_section",  # two or more GPU platforms side by side
-    "deepgap.analysis.quant_layers_section",  # the quant engine's layers on their roofline
-    "deepgap.analysis.cards_section",  # the same configuration on each card of a GPU type
-)
 
 
 @dataclass
@@ -83,9 +72,7 @@ def register(section: Section) -> Section:
 
 
 def registered() -> list[Section]:
-    """Every section, in build order (the modules of `SECTION_MODULES` are imported first)."""
-    for name in SECTION_MODULES:
-        importlib.import_module(name)
+    """Every registered section, in build order."""
     return sorted(_SECTIONS.values(), key=lambda s: (s.order, s.name))
 
 

@@ -27,7 +27,6 @@ from deepgap.core.envinfo import redact_text
 from deepgap.core.errors import UsageError
 from deepgap.core.version import __version__
 from deepgap.render import draw as figures
-from deepgap.render import sections
 from deepgap.render.formatting import (
     MACHINE_HEADERS,
     TABLE_SPECS,
@@ -44,6 +43,7 @@ from deepgap.render.sections import ReportContext, TableSpec
 from deepgap.render.style import platform_names
 from deepgap.report import answer as report_answer
 from deepgap.report import interactive as fi
+from deepgap.report import sections as report_sections
 from deepgap.report.screenshot import find_chromium, screenshot  # noqa: F401  (re-exported)
 from deepgap.store import Store, guard
 from deepgap.store.paths import check_output_path
@@ -119,7 +119,7 @@ def build(store_path: str, run_ids: list[str] | None = None, interactive: bool =
         "excluded": int(agg["n_excluded"].sum()) if len(agg) else 0,
     }
     rep.interactive = ctx.interactive
-    for section in sections.registered():
+    for section in report_sections.registered():
         parts = section.build(ctx)
         rep.tables.update(parts.tables)
         rep.figures += parts.figures

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from deepgap.core.precision import PRECISIONS
+from deepgap.drive.worker import handles
 
 NAMES = ("fp32", "tf32", "fp16", "bf16", "int8", "fp8", "memory")
 
@@ -302,6 +303,7 @@ class PeaksRequest:
     repeats: int = 5
 
 
+@handles("peaks")
 def handle_peaks(state: Any, req: PeaksRequest) -> list[PeakMeasurement]:
     """Worker handler ``peaks``: `measure_peaks` on the worker's device, in the worker process."""
     return measure_peaks(state.device, req.size, req.bandwidth_bytes, req.names, req.repeats)

@@ -20,6 +20,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from deepgap.drive.worker import handles
 from deepgap.roofline.details import ProfileDetails
 
 if TYPE_CHECKING:
@@ -265,6 +266,7 @@ def run_profile(spec: ProfileSpec, trace_dir: str | None = None) -> ProfileResul
     return res
 
 
+@handles("profile")
 def handle_profile(state: Any, payload: tuple[ProfileSpec, str | None]) -> ProfileResult:
     """Worker handler ``profile``: `run_profile` in the worker process (the CLI never touches the GPU)."""
     spec, trace_dir = payload

@@ -19,7 +19,7 @@ import numpy as np
 
 from deepgap.core.records import ConfigSpec, Status
 from deepgap.drive.runner import WorkerFailed, WorkerHandle
-from deepgap.drive.worker import StatusError, serve
+from deepgap.drive.worker import StatusError, handles, serve
 from deepgap.serving.batcher import BatchPolicy, StopRule
 
 DYNAMIC_ENGINES = ("eager",)  # engines whose one prepared instance takes any batch size
@@ -195,6 +195,7 @@ def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
     return executor, reply
 
 
+@handles("serve.setup")
 def handle_setup(state: Any, req: SetupRequest) -> SetupReply:
     """Worker handler ``serve.setup``: build and calibrate; the executor is kept for the levels."""
     executor, reply = _setup(state, req)
@@ -202,6 +203,7 @@ def handle_setup(state: Any, req: SetupRequest) -> SetupReply:
     return reply
 
 
+@handles("serve.level")
 def handle_level(state: Any, req: LevelRequest) -> Any:
     """Worker handler ``serve.level``: one load level (or a closed single-stream run); its RequestLog."""
     from deepgap.serving.server import run_closed, run_level
@@ -212,6 +214,7 @@ def handle_level(state: Any, req: LevelRequest) -> Any:
     return run_level(executor, req.arrivals_s, req.policy, req.stop, req.start_at)
 
 
+@handles("serve.loadgen")
 def handle_loadgen(state: Any, req: Any) -> Any:
     """Worker handler ``serve.loadgen``: MLCommons LoadGen against the kept executor (or the null SUT)."""
     from deepgap.serving.loadgen import drive
