@@ -2,8 +2,8 @@
 
 Why: a test of a driver (a run session, a command, a scheduler) wants the real handlers and the
 real failure mapping but not the seconds a worker process costs to start. `InProcessWorker` runs
-the handlers registered in `deepgap.drive.worker.HANDLERS` on the same `WorkerState` in this process, and answers as a
-worker does: a handler's exception comes back as `WorkerFailed` (status from
+the handlers registered in `deepgap.drive.worker.HANDLERS` on the same `WorkerState` in this process,
+and answers as a worker does: a handler's exception comes back as `WorkerFailed` (status from
 `deepgap.drive.worker.failure`). What it cannot give is isolation — a crash or a hang is this process's —
 so it is for CPU tests only; real runs use `deepgap.drive.runner.WorkerHandle`.
 """

@@ -98,7 +98,10 @@ class CallProtocol:
         return payload
 
     def call(self, kind: str, payload: Any, timeout: float) -> Any:
-        """Run the handler registered for ``kind`` (`deepgap.drive.worker.HANDLERS`) on ``payload``; wait ``timeout``."""
+        """Run the handler registered for ``kind`` (`deepgap.drive.worker.HANDLERS`) on ``payload``.
+
+        Waits at most ``timeout`` seconds for the answer.
+        """
         self.send(kind, payload)
         return self.receive(timeout)
 
