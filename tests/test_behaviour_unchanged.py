@@ -19,9 +19,9 @@ writes and its tables' CSV files are compared, never the page or the PNGs). Repo
 ``DEEPGAP_REDACT_KEY`` fixed here. Nothing else varies: the bootstrap CIs are seeded, and a case run
 alone gives the same text as in the full file (the in-process caches only save time).
 
-Runtime: about 30 s of CPU beyond pytest's start, most of it torch building ResNet-50 for the roofline
-columns (compare, report) and the report's figures; that is why ``compare`` of the two default sweeps is
-limited to one model.
+Runtime: about 35 s of CPU on two cores beyond pytest's start (about 8 s more), most of it the
+bootstrap aggregates, torch building ResNet-50 for the roofline columns (compare, report) and the
+report's figures; that is why ``compare`` of the two default sweeps is limited to one model.
 
 A failure prints a unified diff of the first lines that differ. When a change of output is intended,
 regenerate the golden files and review their diff in git::
