@@ -1,25 +1,27 @@
 """The quant engine's per-layer table (`analysis.quant_layers`, `deepgap layers`) and its head's pooling.
 
 Known answers: a layer's TOPS, intensity, roof, floor and bound follow from its ops, bytes and time
-against a ceiling given here; the CLI reads a committed H100 store.
+against a ceiling given here; the CLI and the report section read real quant rows: the slice
+``h100_session7_quant`` (``committed_slices``) of ``results/h100/session7/default.sqlite``, its 24 quant
+results (3 models x int8/fp8 x bs1/bs256, two sweeps) with their per-layer records as the run wrote
+them. It is representative because the layer table reads only quant rows: ``deepgap layers`` (text and
+JSON) and the section's tables and figure are the same for the slice as for the full store.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 
 import pandas as pd
 import pytest
 import torch
 from clirun import deepgap_cli
+from committed_slices import unpacked
 
 from deepgap.analysis.quant_layers import layer_rows, layers_frame, summary
 from deepgap.roofline.model import Ceiling
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-H100 = os.path.join(ROOT, "results", "h100", "session7", "default.sqlite")
 C8 = Ceiling("test int8", "int8", 1000.0, 2000.0, "measured")  # ridge 500 ops/B
 C16 = Ceiling("test fp16", "fp16", 500.0, 2000.0, "measured")  # ridge 250 ops/B
 
@@ -142,42 +144,48 @@ def test_head_pools_before_scaling_and_matches_the_plain_formula(dtype):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_layers_command_on_the_committed_h100_store():
+@pytest.fixture(scope="module")
+def h100(tmp_path_factory) -> str:
+    """The quant rows of the H100's session-7 sweep, unpacked once for the module."""
+    return str(unpacked("h100_session7_quant", tmp_path_factory.mktemp("quant")))
+
+
+def test_layers_command_on_the_committed_h100_store(h100):
     r = deepgap_cli(
-        "layers", H100, "--model", "resnet50", "--precision", "int8", "--batch-size", "256", "--json"
+        "layers", h100, "--model", "resnet50", "--precision", "int8", "--batch-size", "256", "--json"
     )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     (s,) = out["summary"]
     assert s["layers"] == 52 and 4.0 < s["layers_ms"] < s["network_ms"]
     assert {row["bound"] for row in out["layers"]} <= {"memory", "compute"}
-    text = deepgap_cli("layers", H100, "--model", "resnet50", "--batch-size", "1", "--top", "2")
+    text = deepgap_cli("layers", h100, "--model", "resnet50", "--batch-size", "1", "--top", "2")
     assert text.returncode == 0 and "layer" in text.stdout and "headroom" in text.stdout
 
 
-def test_layers_command_bad_input_is_one_line_and_exit_2(tmp_path):
+def test_layers_command_bad_input_is_one_line_and_exit_2(tmp_path, h100):
     r = deepgap_cli("layers", str(tmp_path / "missing.sqlite"))
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "deepgap: error:" in r.stderr
     assert not (tmp_path / "missing.sqlite").exists()
-    r = deepgap_cli("layers", H100, "--model", "vgg16")
+    r = deepgap_cli("layers", h100, "--model", "vgg16")
     assert r.returncode == 2 and "no quant configuration matches" in r.stderr
-    r = deepgap_cli("layers", H100, "--top", "-1")
+    r = deepgap_cli("layers", h100, "--top", "-1")
     assert r.returncode == 2 and "--top" in r.stderr
 
 
-def test_report_section_on_the_committed_store_and_nothing_without_quant(tmp_path):
+def test_report_section_on_the_committed_store_and_nothing_without_quant(tmp_path, h100):
     """The report's quant-layers section: a summary per configuration, the top rows, one roofline figure."""
     from deepgap.analysis.quant_layers_section import SECTION, TOP_ROWS, build
     from deepgap.render.sections import ReportContext
     from deepgap.report.sections import registered
 
     assert SECTION in registered()
-    ctx = ReportContext(H100, None, False, [], pd.DataFrame(), pd.DataFrame())
+    ctx = ReportContext(h100, None, False, [], pd.DataFrame(), pd.DataFrame())
     parts = build(ctx)
     summ, top = parts.tables["quant_layers_summary"], parts.tables["quant_layers"]
     assert len(summ) == 12 and set(summ["model"]) == {"resnet18", "resnet50", "resnet101"}
     assert top.groupby(["model", "precision", "batch_size"]).size().max() == TOP_ROWS
     (fig,) = parts.figures
     assert fig.png and fig.unavailable is None and len(fig.panels) == 6
-    smoke = os.path.join(ROOT, "results", "h100", "smoke.sqlite")
-    assert build(ReportContext(smoke, None, False, [], pd.DataFrame(), pd.DataFrame())).tables == {}
+    eager = str(unpacked("h100_default_resnet101", tmp_path))  # a real sweep without the quant engine
+    assert build(ReportContext(eager, None, False, [], pd.DataFrame(), pd.DataFrame())).tables == {}

@@ -1,18 +1,21 @@
 """The serving tables' typed details read and write exactly the ``extra_json`` the committed stores hold.
 
-Every serving row of three committed serve stores (gunzipped to a temporary folder, read through the
-store and `deepgap.serving.storage`) goes through ``from_json`` and back: the same JSON object, and with
-the store's serialization the same text byte for byte. Unknown keys survive a round trip, and the
-writers (`curve_rows`, `level_row`, `record`) store the JSON they always stored.
+Every serving row of three committed serve stores (read through the store and
+`deepgap.serving.storage`) goes through ``from_json`` and back: the same JSON object, and with the
+store's serialization the same text byte for byte. The stores are slices (``committed_slices``) of
+``results/h100/serving.sqlite.gz``, ``results/h100/session6/serving-int8.sqlite.gz`` and
+``results/h100/session10/serve.sqlite.gz`` that keep every ``serve_runs``, ``capacity`` and
+``serve_curves`` row and only the first 50 requests of each level (``serve_requests``, nearly all the
+bytes, carry no details; the report's latency figure still has lines to draw): every row under test is
+there, as the runs wrote it, and the report section's tables equal the full stores'. Unknown keys
+survive a round trip, and the writers (`curve_rows`, `level_row`, `record`) store the JSON they always stored.
 """
 
-import gzip
 import json
-import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
+from committed_slices import unpacked
 
 from deepgap.core.result_details import Correctness, EngineInfo
 from deepgap.serving.details import CapacityDetails, CapacityProbe, CurveDetails, LevelDetails
@@ -22,12 +25,7 @@ from deepgap.serving.rows import curve_rows, level_row
 from deepgap.serving.storage import ServeRecord, capacity_frame, curves_frame, levels_frame, record
 from deepgap.store import Store
 
-RESULTS = Path(__file__).resolve().parent.parent / "results"
-COMMITTED = [
-    RESULTS / "h100" / "serving.sqlite.gz",
-    RESULTS / "h100" / "session6" / "serving-int8.sqlite.gz",
-    RESULTS / "h100" / "session10" / "serve.sqlite.gz",
-]
+COMMITTED = ["h100_serving", "h100_session6_serving_int8", "h100_session10_serve"]
 TABLES = {
     "serve_runs": (levels_frame, LevelDetails, ["serve_id"]),
     "capacity": (capacity_frame, CapacityDetails, ["capacity_id"]),
@@ -35,19 +33,9 @@ TABLES = {
 }
 
 
-def _unpacked(path: Path, tmp_path: Path) -> Path:
-    """A writable copy of a committed gzipped store (the file in git is never opened for writing)."""
-    if not path.exists():
-        pytest.skip("the committed result stores are not in this checkout")
-    copy = tmp_path / path.name.removesuffix(".gz")
-    with gzip.open(path, "rb") as src, open(copy, "wb") as dst:
-        shutil.copyfileobj(src, dst)
-    return copy
-
-
-@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.relative_to(RESULTS).as_posix())
-def test_committed_serving_details_round_trip(path, tmp_path):
-    copy = _unpacked(path, tmp_path)
+@pytest.mark.parametrize("name", COMMITTED)
+def test_committed_serving_details_round_trip(name, tmp_path):
+    copy = unpacked(name, tmp_path)
     store = Store(str(copy), readonly=True, redact=False)
     try:
         n = 0
@@ -67,7 +55,7 @@ def test_committed_serving_details_round_trip(path, tmp_path):
 
 
 def test_committed_fields_are_typed(tmp_path):
-    copy = _unpacked(COMMITTED[1], tmp_path)
+    copy = unpacked(COMMITTED[1], tmp_path)
     store = Store(str(copy), readonly=True, redact=False)
     try:
         lv, cf, cv = levels_frame(store), capacity_frame(store), curves_frame(store)
@@ -242,7 +230,7 @@ def test_report_table_keeps_the_stored_json(tmp_path):
     """The report's capacity table (and so its CSV) holds the stored JSON objects, not the records."""
     from deepgap.serving.report_section import section
 
-    copy = _unpacked(COMMITTED[1], tmp_path)
+    copy = unpacked(COMMITTED[1], tmp_path)
     found, _ = section(str(copy))
     cap = found["serving_capacity"]
     store = Store(str(copy), readonly=True, redact=False)
