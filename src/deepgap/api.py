@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from deepgap.core.errors import UsageError
 from deepgap.core.events import Event
+from deepgap.core.precision import DeviceCaps
 from deepgap.core.records import ConfigSpec, Result
 from deepgap.drive.config import SweepSpec, cpu_baseline_spec, validate
 from deepgap.drive.launcher import Finished, Started
@@ -168,6 +170,29 @@ def host_cpu_results(
             if isinstance(item, Finished):
                 item.result.details.node_env = env
             yield item
+    finally:
+        runner.close()
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What a worker found on a device: its fingerprint and what it can run (`DeviceCaps`)."""
+
+    device: str
+    env: dict[str, Any]
+    caps: DeviceCaps
+
+
+def probe(device: str = "auto") -> Probe:
+    """Start a worker on ``device`` (``auto``: the GPU if any), read its fingerprint and capabilities.
+
+    The parent never probes the device itself: a worker process does, as for every run.
+    """
+    device = resolve_device(device)
+    runner = SweepRunner(validate(SweepSpec(device=device)), device)
+    try:
+        caps = runner.start()
+        return Probe(device, runner.environment(), caps)
     finally:
         runner.close()
 
