@@ -1,7 +1,7 @@
 """Whether each run reached thermal steady state, and how many of its measurements still ran warming up.
 
 The paper measures at thermal steady state. deepgap's GPU sweeps run a bounded thermal warm-up before the
-first measured configuration (`telemetry/runlevel`); when it stops at its time limit instead of at a
+first measured configuration (`drive/prelude`); when it stops at its time limit instead of at a
 flat temperature, or when later, heavier configurations heat the GPU further, the rows keep their numbers
 and carry the ``temp-rising`` warning. This table says so per run, so the report states it instead of
 leaving it to a flag column.
