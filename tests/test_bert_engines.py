@@ -40,8 +40,7 @@ def cache(tmp_path, monkeypatch):
 
 def _measure(**changes):
     spec = validate(SweepSpec(**{**TINY, **changes}))
-    runner = SweepRunner(spec, "cpu")
-    runner.worker = InProcessWorker("cpu")
+    runner = SweepRunner(spec, "cpu", worker=InProcessWorker("cpu"))
     return {(r.spec.engine, r.spec.precision): r for r in runner.run(expand(spec, "cpu"))}
 
 

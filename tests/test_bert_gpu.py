@@ -56,8 +56,7 @@ def test_tinybert_through_the_gpu_engines():
             idle_s=0.0,
         )
     )
-    runner = SweepRunner(spec, "cuda")
-    runner.worker = InProcessWorker("cuda")
+    runner = SweepRunner(spec, "cuda", worker=InProcessWorker("cuda"))
     results = list(runner.run(expand(spec, "cuda")))
     ok = [r for r in results if r.status == Status.OK]
     assert {(r.spec.engine, r.spec.precision) for r in ok} >= {

@@ -24,6 +24,7 @@ from deepgap.commands import run as run_cmd
 from deepgap.core.errors import UsageError
 from deepgap.core.records import ConfigSpec
 from deepgap.drive.config import SweepSpec, validate
+from deepgap.drive.launcher import Finished
 from deepgap.drive.plan import expand
 from deepgap.drive.runner import SweepRunner
 from deepgap.store import Store
@@ -81,11 +82,10 @@ class _FakeGpuRunner(SweepRunner):
     def environment(self):
         return {"device_name": "Fake GPU", "device": "cuda", "host": "h"}
 
-    def run(self, configs, on_event=lambda e: None):
-        for i, c in enumerate(configs):
+    def results(self, configs):
+        for c in configs:
             self.log.append(f"gpu {c.label()}")
-            on_event(api.Event(i, len(configs), c, make_result(c, 0.001)))
-            yield make_result(c, 0.001)
+            yield Finished("", make_result(c, 0.001))
 
     def close(self):
         self.log.append("gpu closed")
@@ -98,8 +98,7 @@ def test_the_run_measures_the_gpu_then_its_host_cpu_into_one_run(monkeypatch, tm
     def runner(spec, device):
         if device != "cpu":
             return _FakeGpuRunner(spec, device)
-        r = SweepRunner(spec, device)
-        r.worker = InProcessWorker("cpu")
+        r = SweepRunner(spec, device, worker=InProcessWorker("cpu"))
         _FakeGpuRunner.log.append(f"cpu runner {spec.warmup}/{spec.iterations}x{spec.repeats}")
         return r
 

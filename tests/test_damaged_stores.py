@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from deepgap.cli import main
 from deepgap.core.records import Result, Status
+from deepgap.drive.launcher import Finished
 
 
 class FakeRunner:
@@ -34,9 +35,15 @@ class FakeRunner:
     def environment(self):
         return {"host": "fake", "device_name": "fake"}
 
-    def run(self, configs, on_event):
+    def prelude(self, measure, configs):
+        measure("", self, configs)  # the tests patch run_level out
+
+    def results(self, configs):
         for cfg in configs[:1]:
-            yield Result(spec=cfg, status=Status.ERROR, reason="fake runner")
+            yield Finished("", Result(spec=cfg, status=Status.ERROR, reason="fake runner"))
+
+    def restart(self):
+        pass
 
     def close(self):
         pass

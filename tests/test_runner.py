@@ -123,8 +123,7 @@ def test_each_sweep_runs_in_a_fresh_worker_process():
         def call(self, kind, req, timeout):
             return Result(spec=req.spec, status=Status.OK, reason=f"pid {self.pid}")
 
-    runner = SweepRunner(SweepSpec(models=("tinycnn",), device="cpu"), "cpu")
-    runner.worker = FakeWorker()
+    runner = SweepRunner(SweepSpec(models=("tinycnn",), device="cpu"), "cpu", worker=FakeWorker())
     cfgs = [
         ConfigSpec(model="tinycnn", engine="eager", precision="fp32", batch_size=b, device="cpu", sweep=s)
         for s in (0, 1)

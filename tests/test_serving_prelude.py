@@ -31,7 +31,7 @@ FAST = dict(
 
 
 def _serve(tmp_path, **changes):
-    from deepgap.serving.scenarios import run_serve
+    from deepgap.serving.serve_run import run_serve
     from deepgap.serving.spec import ServeSpec
 
     path = str(tmp_path / "serve.sqlite")

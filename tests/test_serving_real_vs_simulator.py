@@ -34,7 +34,7 @@ def test_real_server_agrees_with_the_simulator_on_its_own_curve(tmp_path):
 def _one_run(path: str) -> float:
     """One served level and its checks against the simulator; returns measured / predicted mean latency."""
     from deepgap.serving.batcher import BatchPolicy
-    from deepgap.serving.scenarios import run_serve
+    from deepgap.serving.serve_run import run_serve
     from deepgap.serving.sim import ServiceModel, simulate
     from deepgap.serving.spec import ServeSpec
     from deepgap.serving.storage import curves_frame, levels_frame, requests

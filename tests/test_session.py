@@ -162,8 +162,7 @@ def test_the_worker_protocol_in_process_and_across_processes(tiny_spec):
     from deepgap.drive.plan import expand
     from deepgap.drive.runner import SweepRunner, WorkerFailed, WorkerHandle
 
-    runner = SweepRunner(tiny_spec, "cpu")
-    runner.worker = InProcessWorker("cpu")
+    runner = SweepRunner(tiny_spec, "cpu", worker=InProcessWorker("cpu"))
     results = list(runner.run(expand(tiny_spec, "cpu")))
     assert [r.status for r in results] == [Status.OK, Status.OK]
     assert runner.environment()["device_name"]

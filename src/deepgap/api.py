@@ -1,10 +1,12 @@
-"""The Python API and the one code path behind ``deepgap run``: validate → plan → measure → store.
+"""The Python API, one call per kind of run, each through the one driver (`deepgap.drive.loop.drive`).
 
+`run` measures a sweep (on one device here; over several GPUs or a Ray cluster in `deepgap.fleet`);
+`profile` and `peaks` are the roofline's runs (`deepgap.roofline.profile_run`, `deepgap.roofline.peaks_run`).
 The store side (run row, idle baseline and thermal prelude, results, final status) is a
-`deepgap.drive.session.RunSession`, the same for every kind of run.
+`deepgap.drive.session.RunSession`, the same for every kind of run, and the loop is `drive`'s.
 
 A GPU sweep with ``cpu_baseline`` (the default GPU grid) measures its host CPU after the GPU part
-(`run_host_cpu`): the GPU's worker is stopped first, so the GPU is idle, and a CPU worker of its own
+(`host_cpu_results`): the GPU's worker is stopped first, so the GPU is idle, and a CPU worker of its own
 measures `deepgap.drive.plan.host_cpu`'s configurations into the same run. Each of those results carries the
 CPU worker's environment fingerprint (``details.node_env``), so the store reads them as a second device
 (platform = the CPU's name), as it reads a fleet lane's.
@@ -13,13 +15,19 @@ CPU worker's environment fingerprint (``details.node_env``), so the store reads 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from deepgap.core.errors import UsageError
 from deepgap.core.events import Event
+from deepgap.core.precision import DeviceCaps
+from deepgap.core.records import ConfigSpec, Result
 from deepgap.drive.config import SweepSpec, cpu_baseline_spec, validate
+from deepgap.drive.launcher import Finished, Started
+from deepgap.drive.loop import Item, Job, Plan, Resumed, drive, record_result, sweep_events
 from deepgap.drive.plan import expand
+from deepgap.drive.prelude import PreludeSettings
 from deepgap.drive.runner import SweepRunner, python_command
 from deepgap.drive.session import (  # noqa: F401 - re-exported: the public names of the API
     SWEEP,
@@ -30,6 +38,9 @@ from deepgap.drive.session import (  # noqa: F401 - re-exported: the public name
     open_resume,
     resolve_device,
 )
+from deepgap.roofline.peaks_run import PeaksOptions, PeaksRun, measure_peaks_run
+from deepgap.roofline.profile import ProfileResult
+from deepgap.roofline.profile_run import ProfileOptions, ProfileRun, profile_run
 from deepgap.store import check_path
 
 DEFAULT_STORE = os.path.join("deepgap-results", "store.sqlite")
@@ -79,18 +90,35 @@ def run(
             log=log,
             every_card=every_card,
         )
-    session = RunSession(store, SWEEP)
-    if resume:
-        s, run_row = open_resume(store, resume)
-        session.store = s
-        try:
-            sweep = validate(SweepSpec.from_dict(run_row["spec"]))
-            device = resolve_device(sweep.device)
-            run_id = run_row["run_id"]
-            done = s.done_keys(run_id)
-        except BaseException:
-            s.close()
-            raise
+    job: Job[Result] = Job(
+        kind=SWEEP,
+        store=store,
+        command=command or python_command(),
+        plan=lambda resumed: sweep_plan(spec, store, resumed, log),
+        record=record_result,
+        resume=resume,
+        event=sweep_events(on_event),
+        log=log,
+    )
+    done = drive(job)
+    return Results(run_id=done.run_id or "", store_path=store, results=done.outcomes)
+
+
+def sweep_plan(
+    spec: SweepSpec | dict[str, Any] | str | None,
+    store: str,
+    resumed: Resumed | None,
+    log: Callable[[str], None] = lambda m: None,
+) -> Plan[SweepRunner]:
+    """A one-device sweep's plan: validated (a `UsageError` writes nothing), its GPU part then its host CPU's.
+
+    A resumed run plans its stored spec without the keys already measured; with nothing left on its device
+    it measures no prelude either.
+    """
+    if resumed is not None:
+        sweep = validate(SweepSpec.from_dict(resumed.row["spec"]))
+        device = resolve_device(sweep.device)
+        done = resumed.done
     else:
         sweep = validate(as_spec(spec))
         device = resolve_device(sweep.device)
@@ -98,61 +126,154 @@ def run(
         if sweep.cpu_baseline and sweep.cpu_cores is None:  # stored, so a resume plans the same CPU grid
             sweep = sweep.replace(cpu_cores=os.cpu_count() or 1)
         check_path(store)
-        run_id = None
         done = set()
     planned = [c for c in expand(sweep, device) if c.key not in done]
     configs = [c for c in planned if c.device == device]
     host = [c for c in planned if c.device != device]  # the host CPU's part, after the GPU's
-    runner = SweepRunner(sweep, device)
-    try:
-        runner.start()
-        if run_id is None:
-            session.open(sweep.to_dict(), command or python_command(), runner.environment())
-        else:
-            session.resume(run_id)
-        out = Results(run_id=session.run_id or "", store_path=store)
-        with session:
-            if configs:  # a resumed run with nothing left measures no prelude either
-                session.prelude(runner, sweep, configs, log)  # idle baseline, thermal warm-up
-            total = len(configs) + len(host)
-            for res in runner.run(configs, lambda e: on_event(Event(e.index, total, e.spec, e.result))):
-                session.record(res)
-                out.results.append(res)
-            if host:
-                runner.close()  # the GPU's worker exits: the GPU is idle while the CPU is measured
-                out.results += run_host_cpu(session, sweep, host, on_event, len(configs), total, log)
-        return out
-    finally:
-        runner.close()
-        session.close()
+
+    def steps(runner: SweepRunner) -> Iterator[Item]:
+        yield from runner.results(configs)
+        if host:
+            runner.close()  # the GPU's worker exits: the GPU is idle while the CPU is measured
+            yield from host_cpu_results(sweep, host, log)
+
+    return Plan(
+        launcher=SweepRunner(sweep, device),
+        spec=sweep.to_dict(),
+        sweep=sweep,
+        steps=steps,
+        total=len(planned),
+        warmup=configs,
+        prelude=bool(configs),  # a resumed run with nothing left measures no prelude either
+        run_id=resumed.run_id if resumed is not None else None,
+    )
 
 
-def run_host_cpu(
-    session: RunSession,
+def host_cpu_results(
     sweep: SweepSpec,
-    configs: list,
-    on_event: Callable[[Event], None],
-    offset: int = 0,
-    total: int | None = None,
+    configs: list[ConfigSpec],
     log: Callable[[str], None] = lambda m: None,
     runner: SweepRunner | None = None,
-) -> list:
-    """Measure the host-CPU part of ``sweep`` (`deepgap.drive.plan.host_cpu`) in a CPU worker; record each result.
+) -> Iterator[Started | Finished[Result]]:
+    """Measure the host-CPU part of ``sweep`` (`deepgap.drive.plan.host_cpu`) in a CPU worker of its own.
 
-    ``runner``: a launcher to use instead of a new CPU `SweepRunner` (tests pass an in-process one).
+    Each result carries the CPU worker's fingerprint in ``details.node_env`` (the store reads the CPU's
+    name from there: a second device). ``runner``: a launcher to use instead of a new CPU `SweepRunner`.
     """
     cpu = cpu_baseline_spec(sweep, os.cpu_count() or 1)
-    total = total if total is not None else offset + len(configs)
     runner = runner or SweepRunner(cpu, "cpu")
     log(f"host CPU baseline: {len(configs)} configuration(s) on the CPU ({cpu.cpu_cores} cores), GPU idle")
-    out = []
     try:
         runner.start()
         env = runner.environment()
-        for res in runner.run(configs, lambda e: on_event(Event(offset + e.index, total, e.spec, e.result))):
-            res.details.node_env = env  # the store reads the CPU's name from here (a second device)
-            session.record(res)
-            out.append(res)
+        for item in runner.results(configs):
+            if isinstance(item, Finished):
+                item.result.details.node_env = env
+            yield item
     finally:
         runner.close()
-    return out
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What a worker found on a device: its fingerprint and what it can run (`DeviceCaps`)."""
+
+    device: str
+    env: dict[str, Any]
+    caps: DeviceCaps
+
+
+def probe(device: str = "auto") -> Probe:
+    """Start a worker on ``device`` (``auto``: the GPU if any), read its fingerprint and capabilities.
+
+    The parent never probes the device itself: a worker process does, as for every run.
+    """
+    device = resolve_device(device)
+    runner = SweepRunner(validate(SweepSpec(device=device)), device)
+    try:
+        caps = runner.start()
+        return Probe(device, runner.environment(), caps)
+    finally:
+        runner.close()
+
+
+def profile(
+    models: str | Sequence[str] = ("resnet50",),
+    *,
+    precisions: str | Sequence[str] = ("fp32",),
+    modes: str | Sequence[str] = ("infer",),
+    batch_sizes: str | Sequence[int] = (64,),
+    device: str = "auto",
+    resolution: int | None = None,
+    memory_format: str = "nchw",
+    warmup: int = 5,
+    steps: int = 20,
+    profiled_steps: int = 1,
+    ncu: bool = False,
+    ncu_launch_count: int = 0,
+    ncu_timeout_s: float = 300.0,
+    trace_dir: str | None = None,
+    store: str = DEFAULT_STORE,
+    prelude: PreludeSettings | None = None,
+    command: str | None = None,
+    on_result: Callable[[ProfileResult], None] = lambda r: None,
+    log: Callable[[str], None] = lambda m: None,
+) -> ProfileRun:
+    """Profile inference passes or training steps per kernel into ``store`` (a run of kind ``profile``).
+
+    Every combination of ``models`` × ``modes`` × ``precisions`` × ``batch_sizes`` (each a list, or a
+    comma-separated text as the CLI's flags) is profiled in a worker process: ``warmup`` untimed steps,
+    ``steps`` timed ones (their median is the step time), ``profiled_steps`` under torch.profiler; ``ncu``
+    adds the roofline study's Nsight Compute counters from a child process. An OOM or a hang at one batch
+    skips the larger batches of the same model, mode and precision (stored as skipped). ``trace_dir``
+    keeps each Chrome trace. ``prelude``: the run session's settings (idle baseline, thermal warm-up;
+    `PreludeSettings`). ``on_result`` receives each profile as it is stored, ``log`` the prelude's lines.
+
+    Raises:
+        UsageError: bad input (nothing is written), or a device the worker cannot use.
+    """
+    opts = ProfileOptions(
+        models=models,
+        precisions=precisions,
+        modes=modes,
+        batch_sizes=batch_sizes,
+        device=device,
+        resolution=resolution,
+        memory_format=memory_format,
+        warmup=warmup,
+        steps=steps,
+        profiled_steps=profiled_steps,
+        ncu=ncu,
+        ncu_launch_count=ncu_launch_count,
+        ncu_timeout_s=ncu_timeout_s,
+        trace_dir=trace_dir,
+    )
+    return profile_run(opts, store, prelude or PreludeSettings(), command, on_result, log)
+
+
+def peaks(
+    device: str = "auto",
+    *,
+    size: int | None = None,
+    bandwidth_mib: int | None = None,
+    only: str | Sequence[str] | None = None,
+    repeats: int = 5,
+    store: str | None = DEFAULT_STORE,
+    prelude: PreludeSettings | None = None,
+    command: str | None = None,
+    log: Callable[[str], None] = lambda m: None,
+) -> PeaksRun:
+    """Measure ``device``'s ceilings (matmul TFLOP/s per precision, memory GB/s) in a worker process.
+
+    ``size``: the matmul's n (n×n×n; default 8192 on GPUs, 2048 on CPUs); ``bandwidth_mib``: the copy buffer
+    (default 1024 MiB on GPUs, 256 on CPUs); ``only``: a subset of `deepgap.roofline.peaks.NAMES`;
+    ``repeats``: timed loops per ceiling (the median is kept). ``store=None`` stores nothing (and measures
+    no idle baseline); else a run of kind ``peaks`` with the idle baseline first (``prelude``). The result
+    holds the spec sheet's row beside the measured ceilings.
+
+    Raises:
+        UsageError: bad input (nothing is written), or the worker could not measure (the run is then left
+            ``interrupted``).
+    """
+    opts = PeaksOptions(device=device, size=size, bandwidth_mib=bandwidth_mib, only=only, repeats=repeats)
+    return measure_peaks_run(opts, store, prelude or PreludeSettings(), command, log)

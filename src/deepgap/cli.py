@@ -1,7 +1,8 @@
 """The ``deepgap`` command: thin wiring. Each sub-command is one module in `deepgap.commands`.
 
 A command module defines ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``main(args) -> int``;
-modules are discovered, so adding a command touches no other file. A `UsageError` anywhere becomes
+modules are discovered, so adding a command touches no other file (a module without ``NAME``, such as
+`deepgap.commands.session_flags`, is shared by commands, not one). A `UsageError` anywhere becomes
 one line on stderr and exit code 2, and so does data from a store that does not decode (an SQLite,
 JSON or UTF-8 error that escaped the store's own checks): the line names the stores read.
 """
@@ -42,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         importlib.import_module(f"{commands.__name__}.{m.name}")
         for m in pkgutil.iter_modules(commands.__path__)
     ]
+    mods = [m for m in mods if hasattr(m, "NAME")]  # a module without a NAME is shared by commands
     for mod in sorted(mods, key=lambda m: getattr(m, "ORDER", 50)):
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.HELP)
         mod.add_arguments(p)

@@ -16,21 +16,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
 
 
 def main(args: argparse.Namespace) -> int:  # noqa: D103
-    from deepgap.api import resolve_device
+    from deepgap.api import probe
     from deepgap.core.precision import PRECISIONS
     from deepgap.core.records import ConfigSpec
-    from deepgap.drive.config import SweepSpec, validate
-    from deepgap.drive.runner import SweepRunner
     from deepgap.measure.engines import ENGINES, load_engines
 
-    device = resolve_device(args.device)
-    spec = validate(SweepSpec(device=device))
-    runner = SweepRunner(spec, device)
-    try:
-        caps = runner.start()
-        env = runner.environment()
-    finally:
-        runner.close()
+    found = probe(args.device)  # in a worker process
+    device, env, caps = found.device, found.env, found.caps
     load_engines()
     matrix: dict[str, dict[str, str]] = {}
     for name in ENGINES.names():

@@ -8,6 +8,7 @@ import os
 import sys
 
 from deepgap import api
+from deepgap.commands.session_flags import SessionDefaults, add_session_arguments, read_session_arguments
 from deepgap.core.precision import PRECISIONS, quantized_names
 from deepgap.drive.config import (
     SweepSpec,
@@ -51,12 +52,7 @@ _FLAGS = {
     "timeout": ("timeout_s", _number(float, "timeout")),
     "weights": ("weights", str),
     "seed": ("seed", _number(int, "seed")),
-    "sample_hz": ("sample_hz", _number(float, "sample-hz")),
     "energy_window": ("energy_window_s", _number(float, "energy-window")),
-    "idle_time": ("idle_s", _number(float, "idle-time")),
-    "thermal_window": ("thermal_window_s", _number(float, "thermal-window")),
-    "thermal_slope": ("thermal_slope_c_per_min", _number(float, "thermal-slope")),
-    "thermal_timeout": ("thermal_timeout_s", _number(float, "thermal-timeout")),
     "dataset": ("dataset", str),
     "accuracy_samples": ("accuracy_samples", _number(int, "accuracy-samples")),
     "min_accuracy": ("min_accuracy", lambda t: _min_accuracy(t)),
@@ -120,32 +116,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
         action="store_true",
         help="on a GPU, skip the host-CPU part (~1 min after the GPU's; docs/cpu-baseline.md)",
     )
-    p.add_argument("--no-telemetry", action="store_true", help="no power/energy/temperature/clock sampling")
-    p.add_argument("--sample-hz", help="telemetry samples per second inside energy windows (default 10)")
     p.add_argument(
         "--energy-window",
         help="seconds each pipelined window lasts at least, with an energy counter (default 1)",
     )
-    p.add_argument("--idle-time", help="seconds of idle-baseline power at run start (default 2; 0 = none)")
-    p.add_argument(
-        "--thermal-warmup",
-        action="store_true",
-        help="load until the temperature is steady before measuring (the paper's steady state)",
-    )
-    p.add_argument(
-        "--thermal-window",
-        help="steady = temperature slope under the threshold over this many s (default 30)",
-    )
-    p.add_argument("--thermal-slope", help="steady-state threshold in °C per minute (default 1)")
-    p.add_argument(
-        "--thermal-timeout", help="stop the thermal warm-up after this many s anyway (default 300)"
-    )
-    p.add_argument("--store", default=api.DEFAULT_STORE, help=f"SQLite store (default {api.DEFAULT_STORE})")
     p.add_argument(
         "--resume", nargs="?", const=True, metavar="RUN_ID", help="continue the last unfinished run"
     )
     p.add_argument("--report", metavar="HTML", help="write an HTML report of this run when done")
-    p.add_argument("--quiet", action="store_true", help="no progress display")
     p.add_argument("--json", action="store_true", help="one JSON line per finished configuration on stdout")
     p.add_argument("--devices", help="spread the sweep over this host's GPUs: all, or e.g. cuda:0,cuda:1")
     p.add_argument(
@@ -164,6 +142,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
         metavar="KEY=VALUE",
         help="with --ray: only matching nodes, e.g. gpu=L4 (repeatable)",
     )
+    add_session_arguments(p, SessionDefaults.of(SweepSpec, "the preset's; on for the default GPU grid"))
 
 
 def build_spec(args: argparse.Namespace) -> SweepSpec:
@@ -176,12 +155,9 @@ def build_spec(args: argparse.Namespace) -> SweepSpec:
         for flag, (field, parse) in _FLAGS.items()
         if getattr(args, flag) is not None
     }
+    changes.update(read_session_arguments(args).prelude.changes())  # the run session's flags
     if args.include_transfer:
         changes["include_transfer"] = True
-    if args.no_telemetry:
-        changes["telemetry"] = False
-    if args.thermal_warmup:
-        changes["thermal_warmup"] = True
     if args.no_cpu_baseline:
         changes["cpu_baseline"] = False
     if base is None:

@@ -6,8 +6,7 @@ import argparse
 import json
 import sys
 
-from deepgap import api
-from deepgap.core.errors import UsageError
+from deepgap.commands.session_flags import SessionDefaults, add_session_arguments, read_session_arguments
 from deepgap.drive.config import parse_number
 
 NAME = "serve"
@@ -80,25 +79,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument(
         "--accuracy-samples", metavar="N", help="score N evaluation images of --dataset (default: all)"
     )
-    p.add_argument("--no-telemetry", action="store_true", help="no idle baseline and no thermal warm-up")
-    p.add_argument("--idle-time", help="seconds of idle-baseline power before the build (default 2; 0: none)")
-    p.add_argument(
-        "--thermal-warmup",
-        action="store_true",
-        help="run load until the temperature is steady before calibrating (as deepgap run; "
-        "the default on a GPU)",
-    )
-    p.add_argument("--no-thermal-warmup", action="store_true", help="no thermal warm-up, on a GPU either")
-    p.add_argument(
-        "--thermal-window",
-        help="steady = temperature slope under the threshold over this many s (default 30)",
-    )
-    p.add_argument("--thermal-slope", help="steady-state threshold in °C per minute (default 1)")
-    p.add_argument("--thermal-timeout", help="stop the thermal warm-up after this many s (default 120)")
-    p.add_argument("--sample-hz", help="telemetry samples per second in the prelude (default 10)")
-    p.add_argument("--store", default=api.DEFAULT_STORE, help=f"SQLite store (default {api.DEFAULT_STORE})")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.add_argument("--json", action="store_true", help="the headline numbers as one JSON object on stdout")
+    from deepgap.serving.spec import ServeSpec
+
+    add_session_arguments(p, SessionDefaults.of(ServeSpec, "on a GPU"))
 
 
 def _int(text: str | None, flag: str) -> int | None:
@@ -160,22 +144,12 @@ def build_spec(args: argparse.Namespace):
         v = conv(getattr(args, field if field != "timeout_s" else "timeout"), flag)
         if v is not None:
             kw[field] = v
-    # the run-level prelude: the flags and defaults of deepgap run
-    for flag, field in (
-        ("idle-time", "idle_s"),
-        ("thermal-window", "thermal_window_s"),
-        ("thermal-slope", "thermal_slope_c_per_min"),
-        ("thermal-timeout", "thermal_timeout_s"),
-        ("sample-hz", "sample_hz"),
-    ):
-        v = _float(getattr(args, flag.replace("-", "_")), flag)
-        if v is not None:
-            kw[field] = v
-    if args.no_telemetry:
-        kw["telemetry"] = False
-    if args.thermal_warmup and args.no_thermal_warmup:
-        raise UsageError("--thermal-warmup and --no-thermal-warmup contradict each other", "pass one of them")
-    kw["thermal_warmup"] = not args.no_thermal_warmup and (args.thermal_warmup or _on_gpu(args.device))
+    prelude = read_session_arguments(args).prelude  # the run session's flags, as deepgap run's
+    kw.update(prelude.changes())
+    # a GPU serves at steady temperature only after a warm-up: on by default there (`_on_gpu`)
+    kw["thermal_warmup"] = (
+        prelude.thermal_warmup if prelude.thermal_warmup is not None else _on_gpu(args.device)
+    )
     return ServeSpec(**kw)
 
 
@@ -191,7 +165,7 @@ def _on_gpu(device: str) -> bool:
 
 
 def main(args: argparse.Namespace) -> int:  # noqa: D103
-    from deepgap.serving.scenarios import run_serve
+    from deepgap.serving.serve_run import run_serve
 
     spec = build_spec(args)
     say = (lambda m: None) if args.quiet or args.json else (lambda m: print(m, file=sys.stderr, flush=True))

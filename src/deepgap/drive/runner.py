@@ -4,6 +4,10 @@ The parent never imports a model or touches the GPU: a crash, a hang (killed aft
 a sticky CUDA error or an OOM in the worker costs that configuration only. After an OOM the larger
 batches of the same group are stored as skipped, with the reason (never silently dropped, never
 silently shrunk as timm's script does).
+
+`SweepRunner` is the one-device `deepgap.drive.launcher.Launcher` (and the prelude's `Device`): the one
+driver (`deepgap.drive.loop.drive`) starts it, asks its fingerprint, hands it to the run session for the
+prelude, and pulls `Started`/`Finished` items from `SweepRunner.results`.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from deepgap.core.errors import UsageError
@@ -22,6 +26,7 @@ from deepgap.core.events import Event
 from deepgap.core.precision import DeviceCaps
 from deepgap.core.records import ConfigSpec, Result, Status
 from deepgap.drive.config import SweepSpec
+from deepgap.drive.launcher import Finished, PreludeMeasure, Started
 from deepgap.drive.worker import MeasureRequest, handler, serve
 from deepgap.measure.telemetry.settings import TelemetrySettings, settings_for
 from deepgap.measure.timing import TimingProtocol
@@ -234,12 +239,17 @@ def needs_restart(status: Status | str, device: str) -> bool:
 
 
 class SweepRunner:
-    """Runs configurations through a worker, restarting it when it fails, and yields results."""
+    """Runs configurations through a worker, restarting it when it fails, and yields results.
 
-    def __init__(self, spec: SweepSpec, device: str) -> None:
+    ``worker``: the handle to talk through instead of a new `WorkerHandle` — the serving worker's, so that
+    its prelude runs in the process that serves (`deepgap.serving.process.ServingWorker`), or an in-process
+    one in tests (`deepgap.drive.inprocess.InProcessWorker`).
+    """
+
+    def __init__(self, spec: SweepSpec, device: str, worker: CallProtocol | None = None) -> None:
         self.spec = spec
         self.device = device
-        self.worker = WorkerHandle(device)
+        self.worker: Any = worker if worker is not None else WorkerHandle(device)
         self.timing = protocol_for(spec)
         self.telemetry_context: dict[str, Any] = {}  # run-level facts (idle power, steady clock) for requests
         self._sweep: int | None = None  # the sweep pass the live worker measured
@@ -273,21 +283,35 @@ class SweepRunner:
         req = dataclasses.replace(self.request(cfg), telemetry=self.telemetry_settings(mode="thermal"))
         return self._call(req, "thermal", timeout_s + self.spec.timeout_s)
 
-    def run(
-        self, configs: list[ConfigSpec], on_event: Callable[[Event], None] = lambda e: None
-    ) -> Iterator[Result]:
-        """Measure ``configs`` in order, yielding one `Result` each (OOM cascades as skipped)."""
+    def prelude(self, measure: PreludeMeasure, configs: Sequence[ConfigSpec]) -> None:
+        """The run-level prelude on this runner's one device (`deepgap.drive.launcher.Launcher`)."""
+        measure("", self, configs)
+
+    def results(self, configs: Sequence[ConfigSpec]) -> Iterator[Started | Finished[Result]]:
+        """Measure ``configs`` in order: `Started` before each, `Finished` after (OOM cascades as skipped)."""
         cascade = Cascade()
-        for i, cfg in enumerate(configs):
-            on_event(Event(i, len(configs), cfg))
+        for cfg in configs:
+            yield Started("", cfg)
             why = cascade.skip_reason(cfg.group)
             if why is not None:
                 res = Result(spec=cfg, status=Status.SKIPPED, reason=why)
             else:
                 res = self._one(cfg)
                 cascade.note(cfg.group, cfg.batch_size, res.status)
-            on_event(Event(i, len(configs), cfg, res))
-            yield res
+            yield Finished("", res)
+
+    def run(
+        self, configs: list[ConfigSpec], on_event: Callable[[Event], None] = lambda e: None
+    ) -> Iterator[Result]:
+        """`results` as `Result`s, with a progress `Event` before and after each configuration."""
+        i = 0
+        for item in self.results(configs):
+            if isinstance(item, Started):
+                on_event(Event(i, len(configs), item.cfg))
+                continue
+            on_event(Event(i, len(configs), item.result.spec, item.result))
+            i += 1
+            yield item.result
 
     def request(self, cfg: ConfigSpec) -> MeasureRequest:
         """What the worker is sent for ``cfg`` (public so a benchmark can measure exactly the same)."""
@@ -305,7 +329,7 @@ class SweepRunner:
         if self._sweep is not None and cfg.sweep != self._sweep:
             # Each sweep in its own worker process: the between-sweep spread is then the spread between
             # processes that a user's next run will see, not repeats inside one (analysis.sweeps).
-            self.worker.stop()
+            self.restart()
         self._sweep = cfg.sweep
         return self._call(self.request(cfg), "measure", self.spec.timeout_s)
 
@@ -322,22 +346,29 @@ class SweepRunner:
                 spec=cfg, status=lost.status, reason=lost.reason, started_at=t0, duration_s=time.time() - t0
             )
         if needs_restart(res.status, cfg.device):
-            self.worker.stop()
+            self.restart()
         return res
 
     def call(self, kind: str, payload: Any, timeout_s: float) -> Any:
         """Any other worker request (``profile``, ``peaks``): a fresh worker is started if none runs.
 
         Raises `WorkerLost` or `WorkerFailed` as `WorkerHandle.call` does; apply `needs_restart` to the
-        status of what comes back.
+        status of what comes back (and `restart` when it says so).
         """
         if not self.worker.alive():
             self.worker.start()
         return self.worker.call(kind, payload, timeout_s)
 
-    def close(self) -> None:
-        """Stop the worker."""
+    def restart(self) -> None:
+        """Stop the worker; the next request starts a fresh one (`needs_restart`, a new sweep pass)."""
         self.worker.stop()
+
+    def close(self, wait: bool = True) -> None:
+        """Stop the worker; ``wait=False`` kills it at once (its one job is done: a Ray task's)."""
+        if wait:
+            self.worker.stop()
+        else:
+            self.worker.kill()
 
 
 def python_command() -> str:

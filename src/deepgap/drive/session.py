@@ -6,7 +6,7 @@ measured the idle baseline and the thermal warm-up. A `RunSession` is the one pl
 
 - `RunSession.open` creates the run row (`Store.begin_run`; the run's ``kind`` is passed there and
   nowhere else), `RunSession.resume` re-opens an unfinished one;
-- `RunSession.prelude` measures the run-level telemetry through the run's worker
+- `RunSession.prelude` measures the run-level telemetry on each device of the run's `Launcher`
   (`deepgap.drive.prelude`): the idle baseline, and the thermal warm-up when asked;
 - `RunSession.record` stores one result; `RunSession.finish` marks the run finished or interrupted.
 
@@ -17,6 +17,7 @@ what ``--resume`` continues) and closes the store, removing a file it created if
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -29,6 +30,8 @@ from deepgap.store import RESUMABLE, RUN_KINDS, Store, check_path
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from deepgap.drive.launcher import Device, Launcher
 
 # The kinds of run a store holds, by name; resume picks up its own kind only.
 SWEEP, FLEET, SERVE, PROFILE, PEAKS = RUN_KINDS
@@ -139,20 +142,40 @@ class RunSession:
 
     def prelude(
         self,
-        runner: Any,
+        launcher: Launcher,
         sweep: SweepSpec,
         configs: Sequence[ConfigSpec],
         log: Callable[[str], None] = lambda m: None,
-    ) -> dict[str, Any]:
-        """Idle baseline and thermal warm-up through ``runner``'s worker, stored as run-level telemetry.
+    ) -> dict[str, dict[str, Any]]:
+        """Idle baseline and thermal warm-up on each of ``launcher``'s devices, stored as run-level telemetry.
 
-        ``configs``: what the run will measure; the warm-up loads the device with the first one's group
-        (no configurations: the idle baseline only).
+        ``configs``: what the run will measure; the warm-up loads each device with the first one's group
+        (no configurations: the idle baseline only). A device measured in this thread writes its rows
+        at once; one measured in a thread of its own (a fleet's lanes, all at once) keeps them in
+        `deepgap.drive.prelude.HeldRows` until this thread writes them: the store's connection is this
+        thread's. Returns each lane's summaries (``""`` on one device).
         """
         from deepgap.drive import prelude
 
         assert self.store is not None and self.run_id is not None, "open the session first"
-        return prelude.run_level(runner, self.store, self.run_id, sweep, configs, log)
+        store, run_id, owner = self.store, self.run_id, threading.get_ident()
+        held: list[prelude.HeldRows] = []
+        out: dict[str, dict[str, Any]] = {}
+
+        def measure(lane: str, device: Device, on: Sequence[ConfigSpec]) -> None:
+            sink: prelude.TelemetrySink = store
+            if threading.get_ident() != owner:
+                sink = prelude.HeldRows()
+                held.append(sink)
+            say = (lambda m: log(f"{lane}: {m}")) if lane else log
+            out[lane] = prelude.run_level(device, sink, run_id, sweep, on, say)
+
+        try:
+            launcher.prelude(measure, configs)
+        finally:
+            for rows in held:
+                rows.write(store)
+        return out
 
     def record(self, result: Result) -> int | None:
         """Store one finished configuration (and its telemetry) in its own transaction."""

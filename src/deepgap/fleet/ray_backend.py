@@ -37,7 +37,7 @@ import os
 import re
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +45,8 @@ from deepgap.core.errors import UsageError
 from deepgap.core.records import ConfigSpec, Result, Status
 from deepgap.core.result_details import ResultDetails
 from deepgap.drive.config import SweepSpec
-from deepgap.fleet.common import Finished, cascade_reason, ladders
+from deepgap.drive.launcher import Finished, PreludeMeasure
+from deepgap.fleet.common import cascade_reason, ladders, run_env
 from deepgap.fleet.ray_prelude import RayPrelude, device_key, lane_name
 
 RETRIES = 2  # a configuration whose worker or node is lost runs at most 1 + RETRIES times
@@ -161,7 +162,7 @@ def measure_config(
         env = runner.environment()
         res = next(iter(runner.run([dataclasses.replace(cfg, device=device)])))
     finally:
-        runner.worker.kill()  # its one job is done: no need to wait for a clean interpreter exit
+        runner.close(wait=False)  # its one job is done: no need to wait for a clean interpreter exit
     lane = lane_name(env, node_id, device, gpu_ids)
     res.spec = cfg
     res.details.lane, res.details.node_id = lane, node_id
@@ -179,7 +180,7 @@ class _Job:
 
 
 class RayBackend:
-    """Runs a sweep's configurations as Ray tasks; `results` yields `Finished` items."""
+    """Runs a sweep's configurations as Ray tasks (a `Launcher`); `results` yields `Finished` items."""
 
     backend = "ray"
 
@@ -309,11 +310,22 @@ class RayBackend:
         self._prelude = RayPrelude(self._ray, self.sweep, self.matching, self.resources)
         self._prelude.start()
 
-    def first_env(self) -> dict[str, Any] | None:
-        """The first device's fingerprint (the run's, made before any result); None: no prelude."""
-        return self._prelude.first_env() if self._prelude is not None else None
+    def environment(self) -> dict[str, Any] | None:
+        """The run's fingerprint: the first prelude device's, plus the fleet summary (`run_env`).
 
-    def prelude(self, measure: Any, configs: list[ConfigSpec]) -> None:
+        None when no prelude actor runs: the run row then waits for the first result's node.
+        """
+        first = self._prelude.first_env() if self._prelude is not None else None
+        return run_env(self, first) if first is not None else None
+
+    def plan_cards(self, configs: list[ConfigSpec]) -> list[ConfigSpec]:
+        """The configurations as planned: Ray places each on any matching device (no ``--every-card``)."""
+        return configs
+
+    def restart(self) -> None:
+        """Nothing to restart: every configuration's task starts a fresh worker on its node."""
+
+    def prelude(self, measure: PreludeMeasure, configs: Sequence[ConfigSpec]) -> None:
         """``measure(lane, runner, configs)`` on every device at once, in its actor; then free the devices.
 
         The run-level prelude (`deepgap.drive.session.RunSession.prelude`), as the local lanes get it; what
@@ -323,7 +335,7 @@ class RayBackend:
         if self._prelude is None:
             return
         try:
-            self._prelude.run(measure, configs)
+            self._prelude.run(measure, list(configs))
         finally:
             self.contexts = self._prelude.contexts
 

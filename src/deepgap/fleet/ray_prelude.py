@@ -21,11 +21,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
-from collections.abc import Callable
 from typing import Any
 
 from deepgap.core.records import ConfigSpec, Result, Status
 from deepgap.drive.config import SweepSpec
+from deepgap.drive.launcher import PreludeMeasure
 from deepgap.measure.telemetry.settings import TelemetrySettings, settings_for
 
 START_S = 120.0  # how long an actor may take to be placed and start its worker
@@ -87,7 +87,7 @@ class PreludeActor:
 
 
 class ActorRunner:
-    """The driver's side of one `PreludeActor`: the runner methods `RunSession.prelude` calls.
+    """The driver's side of one `PreludeActor`: a `deepgap.drive.launcher.Device` for `RunSession.prelude`.
 
     A lost actor (its node died, a timeout) becomes a status in the stored summary, as a lost worker
     does in `deepgap.drive.runner.SweepRunner`.
@@ -194,7 +194,7 @@ class RayPrelude:
         """The first started device's fingerprint, or None when no actor started."""
         return self.slots[0].env if self.slots else None
 
-    def run(self, measure: Callable[[str, Any, list[ConfigSpec]], None], configs: list[ConfigSpec]) -> None:
+    def run(self, measure: PreludeMeasure, configs: list[ConfigSpec]) -> None:
         """``measure(lane, runner, configs)`` for every device at once, then stop the actors."""
         errors: list[BaseException] = []
         runners = {s.key: ActorRunner(self.ray, s.actor, self.sweep) for s in self.slots}

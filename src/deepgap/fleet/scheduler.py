@@ -1,4 +1,4 @@
-"""Several devices of one host: one `SweepRunner` per device, each in its own thread.
+"""Several devices of one host: one `SweepRunner` per device, each in its own thread (a `Launcher`).
 
 Policy, and why:
 
@@ -32,7 +32,7 @@ import dataclasses
 import queue
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
@@ -40,19 +40,22 @@ from deepgap.core.errors import UsageError
 from deepgap.core.events import Event
 from deepgap.core.records import ConfigSpec, Result
 from deepgap.drive.config import SweepSpec
+from deepgap.drive.launcher import Device, Finished, PreludeMeasure, Started
 from deepgap.drive.runner import SweepRunner
-from deepgap.fleet.common import Finished, Started, ladders
-from deepgap.fleet.devices import Lane
+from deepgap.fleet.common import ladders, run_env
+from deepgap.fleet.devices import Lane, logical_device
 
 
-class Runner(Protocol):
-    """What a lane needs from `deepgap.drive.runner.SweepRunner`."""
+class Runner(Device, Protocol):
+    """What a lane needs from `deepgap.drive.runner.SweepRunner` (its prelude too: a `Device`)."""
 
     def start(self) -> Any: ...  # noqa: D102
 
     def environment(self) -> dict[str, Any]: ...  # noqa: D102
 
     def run(self, configs: list[ConfigSpec], on_event: Callable[[Event], None]) -> Iterator[Result]: ...  # noqa: D102
+
+    def restart(self) -> None: ...  # noqa: D102
 
     def close(self) -> None: ...  # noqa: D102
 
@@ -88,6 +91,10 @@ class LocalScheduler:
         if self.every_card:
             out["every_card"] = True
         return out
+
+    def prepare(self, sweep: SweepSpec, resumed: bool = False) -> str:
+        """The logical device the sweep's store keys name (`deepgap.fleet.devices.logical_device`)."""
+        return logical_device(self.lanes, sweep.device, resumed)
 
     def plan_cards(self, configs: list[ConfigSpec]) -> list[ConfigSpec]:
         """With ``every_card``: each configuration once per lane, lane ``i`` on sweeps ``i·S + s``; else as is."""
@@ -131,13 +138,11 @@ class LocalScheduler:
                 else UsageError(f"a device of --devices could not start: {errors[0]}", "check `deepgap env`")
             )
 
-    def first_env(self) -> dict[str, Any]:
-        """The first lane's fingerprint (the run's, when the run row is made before any result)."""
-        return self.envs[self.lanes[0].name]
+    def environment(self) -> dict[str, Any]:
+        """The run's fingerprint: the first lane's, plus the fleet summary (`run_env`)."""
+        return run_env(self, self.envs[self.lanes[0].name])
 
-    def prelude(
-        self, measure: Callable[[str, Runner, list[ConfigSpec]], None], configs: list[ConfigSpec]
-    ) -> None:
+    def prelude(self, measure: PreludeMeasure, configs: Sequence[ConfigSpec]) -> None:
         """``measure(lane, runner, configs on that lane's device)`` on every lane at once.
 
         The run-level prelude (`deepgap.drive.session.RunSession.prelude`): each device's own idle
@@ -256,6 +261,11 @@ class LocalScheduler:
                 f"device {name} failed ({exc}); {left} configuration(s) were not measured",
                 "fix the device and continue with `deepgap run --resume`",
             )
+
+    def restart(self) -> None:
+        """Stop every lane's worker; each lane's next configuration starts a fresh one."""
+        for runner in self.runners.values():
+            runner.restart()
 
     def close(self) -> None:
         """Stop handing out work and stop every worker."""

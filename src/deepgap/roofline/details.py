@@ -7,7 +7,7 @@ unknown keys (an older or newer deepgap, a hand-edited store) in ``other``, so a
 nothing. Key inventory (producer → readers; "record" = kept for the record only), all written by
 `deepgap.roofline.profile.run_profile` once a profile is measured (a failed one writes none):
 
-* ``busy_fraction`` → commands.profile (the summary line and table).
+* ``busy_fraction`` → roofline.console (the profile's summary line and table).
 * ``profiled_ops_per_step``, ``counted_flops_per_step``, ``unattributed_kernel_time_s``,
   ``step_time_mean_s``, ``step_time_min_s``, ``torch`` → record.
 """

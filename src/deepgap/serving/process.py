@@ -12,18 +12,22 @@ takes any shape), and calibrates the service curve the simulator is fed.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from deepgap.core.records import ConfigSpec, Status
-from deepgap.drive.runner import WorkerFailed, WorkerHandle
+from deepgap.drive.config import SweepSpec
+from deepgap.drive.launcher import PreludeMeasure
+from deepgap.drive.runner import SweepRunner, WorkerFailed, WorkerHandle, WorkerLost
 from deepgap.drive.worker import StatusError, handles, serve
 from deepgap.serving.batcher import BatchPolicy, StopRule
 
 DYNAMIC_ENGINES = ("eager",)  # engines whose one prepared instance takes any batch size
 CORRECTNESS_ROWS = 4  # ring images checked against the fp32 model on the CPU
+ENV_TIMEOUT_S = 120.0  # the worker's fingerprint, asked before the build
 
 
 @dataclass(frozen=True)
@@ -222,8 +226,70 @@ def handle_loadgen(state: Any, req: Any) -> Any:
     return drive(None if req.null else state.held["executor"], req)
 
 
-class ServingWorker(WorkerHandle):
-    """Parent-side handle of one serving worker: the measurement worker with the ``serve.*`` handlers."""
+class ServingWorker:
+    """Parent-side handle of one serving worker: the measurement worker with the ``serve.*`` handlers.
+
+    It is also the serve run's `deepgap.drive.launcher.Launcher` (the first model's, or the first
+    tenant's, worker): `start` launches the process for ``model``, `environment` is its fingerprint,
+    `prelude` measures the idle baseline and thermal warm-up in it before anything is built (through a
+    `deepgap.drive.runner.SweepRunner` on the same process, with the run's ``sweep`` settings). A serve
+    whose worker cannot start or answer is still a run — it stores the failed set-up as a level — so
+    `start` and `environment` keep that failure in `failure` for the run's body instead of raising.
+    """
+
+    def __init__(
+        self, device: str, model: str = "", timeout_s: float = 900.0, sweep: SweepSpec | None = None
+    ) -> None:
+        self.device = device
+        self.model = model
+        self.timeout_s = timeout_s
+        self.sweep = sweep  # the run-level prelude's settings (None: no prelude)
+        self.handle = WorkerHandle(device)
+        self.caps: Any = None
+        self.env: dict[str, Any] | None = None  # its fingerprint, once `environment` asked
+        self.failure: SetupFailed | WorkerLost | None = None  # why `start` or `environment` failed
+
+    # The launcher (deepgap.drive.launcher.Launcher)
+
+    def start(self) -> None:
+        """Launch the worker for ``model``; a failure is kept in `failure` (the run stores it)."""
+        try:
+            self.launch(self.model, self.timeout_s)
+        except (SetupFailed, WorkerLost) as exc:
+            self.failure = exc
+
+    def environment(self) -> dict[str, Any] | None:
+        """The worker's fingerprint (the run's, opened before the build); None once it failed."""
+        if self.failure is not None:
+            return None
+        try:
+            self.env = self.fingerprint(ENV_TIMEOUT_S)
+        except (SetupFailed, WorkerLost) as exc:
+            self.failure = exc
+        return self.env
+
+    def prelude(self, measure: PreludeMeasure, configs: Sequence[ConfigSpec]) -> None:
+        """The idle baseline and thermal warm-up in this worker, before it builds (`serving.prelude`)."""
+        if self.failure is None and self.sweep is not None:
+            measure("", SweepRunner(self.sweep, self.device, worker=self.handle), configs)
+
+    def restart(self) -> None:
+        """Stop the process; `setup` launches a fresh one."""
+        self.handle.stop()
+
+    def close(self) -> None:
+        """Stop the process."""
+        self.handle.stop()
+
+    # The serving requests
+
+    def alive(self) -> bool:
+        """Whether the process runs."""
+        return self.handle.alive()
+
+    def stop(self) -> None:
+        """Ask the worker to exit; kill it if it does not."""
+        self.handle.stop()
 
     def start_serving(self, req: SetupRequest, timeout_s: float) -> SetupReply:
         """Start the process, build and calibrate; raises `SetupFailed` or `WorkerLost`."""
@@ -236,16 +302,16 @@ class ServingWorker(WorkerHandle):
         Separate from `setup` so that the run-level prelude (`deepgap.serving.prelude`) runs in the
         worker before it builds anything.
         """
-        kind, payload = self.spawn(serve, (self.device,), f"deepgap-serve-{model}", timeout_s)
+        kind, payload = self.handle.spawn(serve, (self.device,), f"deepgap-serve-{model}", timeout_s)
         if kind != "ready":
-            self.stop()
+            self.handle.stop()
             raise SetupFailed(*payload[:2])
         self.caps = payload
 
-    def environment(self, timeout_s: float) -> dict[str, Any]:
-        """The worker's environment fingerprint (the run's, opened before the build)."""
+    def fingerprint(self, timeout_s: float) -> dict[str, Any]:
+        """The worker's environment fingerprint; raises `SetupFailed` or `WorkerLost`."""
         try:
-            return self.call("env", None, timeout_s)
+            return self.handle.call("env", None, timeout_s)
         except WorkerFailed as exc:
             raise SetupFailed(exc.status, exc.reason) from None
 
@@ -254,9 +320,9 @@ class ServingWorker(WorkerHandle):
         if not self.alive():
             self.launch(req.model, timeout_s)
         try:
-            reply = self.call("serve.setup", req, timeout_s)
+            reply = self.handle.call("serve.setup", req, timeout_s)
         except WorkerFailed as exc:
-            self.stop()
+            self.handle.stop()
             detail = f"{exc.reason}\n{exc.traceback}" if exc.traceback else exc.reason
             raise SetupFailed(exc.status, detail) from None
         self.caps = reply.caps
@@ -264,19 +330,19 @@ class ServingWorker(WorkerHandle):
 
     def send_level(self, req: LevelRequest) -> None:
         """Send a level without waiting (tenants start together)."""
-        self.send("serve.level", req)
+        self.handle.send("serve.level", req)
 
     def receive_log(self, timeout_s: float):
         """The RequestLog of the level sent last; raises `SetupFailed` for a failure inside it."""
         try:
-            return self.receive(timeout_s)
+            return self.handle.receive(timeout_s)
         except WorkerFailed as exc:
             raise SetupFailed(exc.status, exc.reason) from None
 
     def loadgen(self, req: Any, timeout_s: float) -> Any:
         """Run MLCommons LoadGen against the worker's server; a `deepgap.serving.loadgen.LoadgenResult`."""
         try:
-            return self.call("serve.loadgen", req, timeout_s)
+            return self.handle.call("serve.loadgen", req, timeout_s)
         except WorkerFailed as exc:
             raise SetupFailed(exc.status, exc.reason) from None
 

@@ -1,4 +1,6 @@
-"""``deepgap serve`` for one model: calibrate, run the scenario for real, predict it, store it.
+"""``deepgap serve`` for one model: calibrate, run the scenario for real, predict it.
+
+`deepgap.serving.serve_run` runs it (`_run_single`) through the one driver and stores it.
 
 Every measured level is paired with the simulator's prediction for the *same* arrivals, fed the
 service curve the worker calibrated moments before (same process, same engine instances, same
@@ -10,16 +12,14 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from deepgap.core.records import Status
 from deepgap.core.result_details import Accuracy, Correctness, EngineInfo
-from deepgap.core.version import __version__
 from deepgap.drive.runner import WorkerLost
 from deepgap.serving import arrivals as arr
 from deepgap.serving.batcher import BatchPolicy, StopRule
@@ -35,7 +35,6 @@ from deepgap.serving.capacity import (
 )
 from deepgap.serving.details import CapacityDetails, CapacityProbe
 from deepgap.serving.log import LevelSummary, summarize
-from deepgap.serving.prelude import begin_run
 from deepgap.serving.process import LevelRequest, ServingWorker, SetupFailed, SetupRequest
 from deepgap.serving.rows import (
     Say,
@@ -44,55 +43,14 @@ from deepgap.serving.rows import (
     level_row,
     run_spec,
     service_of,
-    setup_request,
-    stderr_say,
 )
 from deepgap.serving.sim import ServiceModel, simulate
 from deepgap.serving.spec import DEFAULT_POLICY, ServeSpec
-from deepgap.serving.storage import ServeRecord, record
-
-if TYPE_CHECKING:
-    from deepgap.drive.session import RunSession
+from deepgap.serving.storage import ServeRecord
 
 
 def _timeout(n: int, rate: float | None) -> float:
     return 120.0 + (4.0 * n / rate if rate else 600.0)
-
-
-def run_serve(
-    spec: ServeSpec, store_path: str, say: Say = stderr_say, command: str | None = None
-) -> ServeOutcome:
-    """Validate, run ``spec`` and store it (nothing is written when the input is bad).
-
-    The store side is a `deepgap.drive.session.RunSession` of kind ``serve``: the driver opens it once its
-    worker has started and measures the prelude there (`deepgap.serving.prelude`); the levels are
-    recorded at the end, then the run is finished (``interrupted`` when the body raised).
-    """
-    from deepgap.drive.session import SERVE, RunSession, resolve_device
-    from deepgap.serving.spec import validate
-    from deepgap.store import check_path
-
-    spec = validate(spec)
-    device = resolve_device(spec.device)
-    check_path(store_path)
-    trace = arr.load_trace(spec.trace) if spec.trace else None
-    command = command or " ".join(["deepgap", *sys.argv[1:]])
-    session = RunSession(store_path, SERVE)
-    with session:
-        if spec.tenants:
-            from deepgap.serving.tenants import run_tenants
-
-            rec, out = run_tenants(spec, device, store_path, say, session, command)
-        else:
-            rec, out = _run_single(spec, device, trace, store_path, say, session, command)
-        rec.command = command
-        if session.run_id is None:  # the worker never started: the run holds the failed setup only
-            session.open(rec.spec, command, rec.env, __version__)
-        assert session.store is not None and session.run_id is not None
-        record(session.store, session.run_id, rec)
-        session.finish(rec.status)
-        out.run_id = session.run_id
-    return out
 
 
 def _run_single(
@@ -101,17 +59,22 @@ def _run_single(
     trace: np.ndarray | None,
     store_path: str,
     say: Say,
-    session: RunSession,
+    worker: ServingWorker,
+    req: SetupRequest,
     command: str,
 ) -> tuple[ServeRecord, ServeOutcome]:
-    req = setup_request(spec, spec.model, device)
+    """Build, calibrate and run ``spec``'s scenario in ``worker``, launched and past its prelude.
+
+    A worker that could not start or answer (`ServingWorker.failure`) makes the run's one level a failed
+    set-up, as a failed build does.
+    """
     rec = ServeRecord(spec=run_spec(spec, device, [spec.model]), command=command, env={"device": device})
     out = ServeOutcome(None, os.path.abspath(store_path))
-    worker = ServingWorker(device)
     try:
         try:
-            worker.launch(spec.model, spec.timeout_s)
-            begin_run(session, worker, spec, req, [spec.model], rec, command, say)
+            if worker.failure is not None:
+                raise worker.failure
+            rec.env = worker.env or rec.env
             say(
                 f"serve: building {spec.model} ({spec.engine}, {spec.precision}, {spec.memory_format}) on "
                 f"{device} and calibrating batches {', '.join(map(str, req.buckets))}"

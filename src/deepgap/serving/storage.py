@@ -9,7 +9,8 @@ tenant in one co-location phase) with the simulator's prediction for the same ar
 results (measured and simulated). The tables are declared to the store (`deepgap.store.tables`), which
 creates them in its migrations and writes and reads them for this module.
 
-The run goes through the run session as every kind of run does (`deepgap.serving.scenarios.run_serve`):
+The run goes through the one driver and its run session as every kind of run does
+(`deepgap.serving.serve_run.run_serve`):
 opened when its worker has started, the prelude stored, then `record` writes every level of the run
 in one transaction, then the run is finished. An interrupted serve keeps its run row (status
 ``interrupted``) and prelude, and no half-written set of levels.

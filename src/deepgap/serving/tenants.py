@@ -19,7 +19,7 @@ import itertools
 import os
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -29,14 +29,10 @@ from deepgap.serving import arrivals as arr
 from deepgap.serving.batcher import BatchPolicy, StopRule
 from deepgap.serving.capacity import LoadSettings, find_capacity, sim_probe
 from deepgap.serving.log import summarize
-from deepgap.serving.prelude import begin_run
-from deepgap.serving.process import LevelRequest, ServingWorker, SetupFailed
+from deepgap.serving.process import LevelRequest, ServingWorker, SetupFailed, SetupRequest
 from deepgap.serving.rows import ServeOutcome, curve_rows, level_row, run_spec, service_of, setup_request
 from deepgap.serving.spec import DEFAULT_POLICY, ServeSpec
 from deepgap.serving.storage import ServeRecord
-
-if TYPE_CHECKING:
-    from deepgap.drive.session import RunSession
 
 
 def tenant_labels(names: list[str]) -> list[str]:
@@ -58,17 +54,25 @@ def phases(n: int) -> list[tuple[int, ...]]:
     return out
 
 
+def tenant_request(spec: ServeSpec, i: int, device: str) -> SetupRequest:
+    """Tenant ``i``'s build request: its share of the host's cores unless ``--threads`` is given."""
+    names = [n for n, _ in spec.tenants]
+    return replace(setup_request(spec, names[i], device), threads=spec.threads or tenant_threads(len(names)))
+
+
 def run_tenants(
-    spec: ServeSpec, device: str, store_path: str, say, session: RunSession, command: str
+    spec: ServeSpec, device: str, store_path: str, say, first: ServingWorker, command: str
 ) -> tuple[ServeRecord, Any]:
     """Measure the interference matrix of ``spec.tenants``; returns the record and the outcome.
 
-    The first tenant's worker opens the run and measures the run-level prelude (idle baseline, thermal
-    warm-up on the first tenant's model) before any tenant is built (`deepgap.serving.prelude`).
+    ``first``: the first tenant's worker, launched, with the run-level prelude (idle baseline, thermal
+    warm-up on the first tenant's model) measured in it before any tenant is built
+    (`deepgap.serving.serve_run`); a failure to start it is the first tenant's failed set-up.
     """
     names = [n for n, _ in spec.tenants]
     labels = tenant_labels(names)
-    rec = ServeRecord(spec=run_spec(spec, device, names), command="", env={"device": device})
+    rec = ServeRecord(spec=run_spec(spec, device, names), command=command, env={"device": device})
+    rec.env = first.env or rec.env
     out = ServeOutcome(None, os.path.abspath(store_path))
     minq, mind = spec.minimums()
     policy = BatchPolicy(
@@ -78,19 +82,16 @@ def run_tenants(
     workers: list[ServingWorker] = []
     reqs, services, rates = [], [], []
     try:
-        for i, name in enumerate(names):
-            req = replace(
-                setup_request(spec, name, device), threads=spec.threads or tenant_threads(len(names))
-            )
+        for i in range(len(names)):
+            req = tenant_request(spec, i, device)
             say(
                 f"serve: tenant {labels[i]}: building and calibrating batches {', '.join(map(str, req.buckets))}"
             )
-            w = ServingWorker(device)
-            workers.append(w)  # stopped below whatever happens (also in the prelude)
+            w = first if i == 0 else ServingWorker(device)
+            workers.append(w)  # stopped below whatever happens
             try:
-                if i == 0:
-                    w.launch(name, spec.timeout_s)
-                    begin_run(session, w, spec, req, names, rec, command, say)
+                if w.failure is not None:  # the first tenant's worker did not start or answer
+                    raise w.failure
                 reply = w.setup(req, spec.timeout_s) if i == 0 else w.start_serving(req, spec.timeout_s)
             except (SetupFailed, WorkerLost) as exc:
                 status = exc.status.value if isinstance(exc.status, Status) else str(exc.status)
@@ -251,4 +252,4 @@ def interference_lines(matrix: dict[str, dict[str, dict[str, float]]]) -> list[s
     return lines
 
 
-__all__ = ["interference_lines", "phases", "run_tenants", "tenant_labels", "tenant_threads"]
+__all__ = ["interference_lines", "phases", "run_tenants", "tenant_labels", "tenant_request", "tenant_threads"]

@@ -1,0 +1,169 @@
+"""The one driver: resume → validate → open → prelude → loop → finish, for every kind of run.
+
+Why one: ``deepgap.run`` on one device, a fleet sweep (``--devices``, ``--ray``), ``serve``, ``profile`` and
+``peaks`` each repeated this skeleton, and each copy drifted (which ones measured a prelude, when the run
+row was created, who closed what on a failure). `drive` is the skeleton once; a kind of run is a `Job`,
+data plus small callbacks:
+
+- `Job.plan` validates the input (a `UsageError` there writes nothing) and returns a `Plan`: the
+  `deepgap.drive.launcher.Launcher`, the run row's spec, the prelude's settings and warm-up load, how many
+  results to expect, and ``steps``, the launcher's loop as `Started`/`Finished` items. On ``resume`` it is
+  handed the stored run (`Resumed`: its row and the keys already measured) instead;
+- `Job.record` stores one outcome in the open session (a result, a profile, the ceilings, a serve run);
+- `Job.event` turns the loop's items into progress events for the caller.
+
+The order, and why: the launcher starts before the run row exists, so a device that cannot be used
+writes nothing; the row is opened with the launcher's fingerprint (or, when the launcher knows it only
+with its first result, with that result's: `Plan.env_of`); the prelude runs once the row exists, and only
+when there is work left; every outcome is recorded as it arrives (killing the driver loses only what was
+in flight). A body that raises leaves the run ``interrupted`` (`RunSession.__exit__`), which ``--resume``
+continues for sweeps. The launcher is closed and the store released whatever happens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from deepgap.core.events import Event
+from deepgap.core.records import ConfigSpec
+from deepgap.drive.config import SweepSpec
+from deepgap.drive.launcher import Finished, Launcher, Started
+from deepgap.drive.session import RunSession, open_resume
+
+T = TypeVar("T")  # one outcome: a Result, a ProfileResult, a list of ceilings, a serve run
+L = TypeVar("L", bound=Launcher)
+
+Item = Started | Finished[Any]
+# The caller's view of the loop: (outcomes finished so far, outcomes expected, the item).
+EventSink = Callable[[int, int, Item], None]
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """The unfinished run ``--resume`` continues: its stored row and the keys already measured."""
+
+    row: dict[str, Any]
+    done: set[str]
+
+    @property
+    def run_id(self) -> str:
+        """The continued run's id."""
+        return str(self.row["run_id"])
+
+
+@dataclass
+class Plan(Generic[L]):
+    """What a validated job runs (see the module docstring)."""
+
+    launcher: L
+    spec: dict[str, Any]  # the run row's spec
+    sweep: SweepSpec  # the prelude's settings (idle time, thermal warm-up, telemetry)
+    steps: Callable[[L], Iterator[Item]]  # the loop: what the launcher measures, as it finishes
+    total: int = 0  # outcomes expected (progress events' total)
+    warmup: Sequence[ConfigSpec] = ()  # the thermal warm-up's load (none: the idle baseline only)
+    prelude: bool = True  # False: no prelude (a resumed run with nothing left; nothing to store)
+    run_id: str | None = None  # the resumed run, reopened instead of a new one
+    env_of: Callable[[Finished[Any]], dict[str, Any]] | None = None  # the env when the launcher had none
+
+
+@dataclass
+class Job(Generic[T]):
+    """One kind of run, as `drive` needs it: the store, the command, the plan and how outcomes are kept."""
+
+    kind: str  # the run's kind in the store (`deepgap.drive.session.SWEEP` …)
+    store: str
+    command: str
+    plan: Callable[[Resumed | None], Plan[Any]]
+    record: Callable[[RunSession, T], None]
+    resume: str | bool | None = None  # True or a run id: continue that run (sweeps only)
+    store_results: bool = True  # False: nothing is stored (``peaks --no-store``); the loop still runs
+    event: EventSink = lambda n, total, item: None
+    log: Callable[[str], None] = lambda m: None  # the prelude's one-line messages
+    status: Callable[[list[T]], str | None] = lambda outcomes: None  # the final status (None: finished)
+
+
+@dataclass
+class Driven(Generic[T]):
+    """What `drive` returns: the run (None when nothing was stored), its spec, fingerprint and outcomes."""
+
+    run_id: str | None
+    store_path: str
+    spec: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, Any] = field(default_factory=dict)
+    outcomes: list[T] = field(default_factory=list)
+
+
+def drive(job: Job[T]) -> Driven[T]:
+    """Run ``job``: resume → validate → open → prelude → loop → finish (the module docstring says why)."""
+    resumed = None
+    if job.resume:
+        store, row = open_resume(job.store, job.resume)
+        try:
+            resumed = Resumed(row, store.done_keys(row["run_id"]))
+        finally:
+            store.close()  # reopened by `RunSession.resume` once the plan and the launcher are good
+    plan = job.plan(resumed)
+    session = RunSession(job.store, job.kind)
+    out: Driven[T] = Driven(None, job.store, plan.spec)
+    launcher = plan.launcher
+    try:
+        launcher.start()
+        env = launcher.environment()
+        out.env = dict(env or {})
+        if plan.run_id is not None:
+            session.resume(plan.run_id)
+        elif env is not None and job.store_results:
+            session.open(plan.spec, job.command, env)
+        with session:
+            if plan.prelude and session.run_id is not None:
+                session.prelude(launcher, plan.sweep, plan.warmup, job.log)
+            n = 0
+            for item in plan.steps(launcher):
+                if isinstance(item, Started):
+                    job.event(n, plan.total, item)
+                    continue
+                if session.run_id is None and job.store_results:
+                    out.env = plan.env_of(item) if plan.env_of else {}
+                    session.open(plan.spec, job.command, out.env)
+                if session.run_id is not None:
+                    job.record(session, item.result)
+                out.outcomes.append(item.result)
+                job.event(n, plan.total, item)
+                n += 1
+            status = job.status(out.outcomes)
+            if status is not None:
+                session.finish(status)
+            out.run_id = session.run_id
+        return out
+    finally:
+        launcher.close()
+        session.close()
+
+
+def record_result(session: RunSession, result: Any) -> None:
+    """`Job.record` of a sweep: one configuration's `Result` (and its telemetry), in its own transaction."""
+    session.record(result)
+
+
+def sweep_events(on_event: Callable[[Event], None]) -> EventSink:
+    """`Job.event` of a sweep: a progress `Event` before and after each configuration."""
+
+    def sink(n: int, total: int, item: Item) -> None:
+        if isinstance(item, Started):
+            on_event(Event(n, total, item.cfg))
+        else:
+            on_event(Event(n, total, item.result.spec, item.result))
+
+    return sink
+
+
+def outcome_events(on_outcome: Callable[[Any], None]) -> EventSink:
+    """`Job.event` of a kind whose callers want each outcome as it is stored (a profile, the ceilings)."""
+
+    def sink(n: int, total: int, item: Item) -> None:
+        if isinstance(item, Finished):
+            on_outcome(item.result)
+
+    return sink
