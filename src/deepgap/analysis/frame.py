@@ -129,8 +129,9 @@ def row_flags(extra: Details) -> list[str]:
 
 
 def row_warnings(ci_met: Any, extra: Details = None) -> list[str]:
-    """Non-disqualifying warnings of one measurement: the adaptive CI target was missed, the
-    temperature was still rising, the GPU ran at its own power limit.
+    """Non-disqualifying warnings of one measurement.
+
+    The adaptive CI target was missed, the temperature was still rising, the GPU ran at its own power limit.
     """
     v = _num(ci_met)
     out = ["ci-not-met"] if v is not None and v == 0 else []

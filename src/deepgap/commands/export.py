@@ -46,7 +46,7 @@ def export_frame(store_path: str, run_ids: list[str] | None = None, samples: boo
             df["extra"] = [json.dumps(e.to_json(), sort_keys=True) for e in df["extra"]]
             return df
         rows = []
-        for rid, key in zip(df["result_id"], df["config_key"]):
+        for rid, key in zip(df["result_id"], df["config_key"], strict=True):
             for rep, arr in enumerate(store.samples(int(rid))):
                 rows += [(int(rid), key, rep, i, float(v)) for i, v in enumerate(arr)]
         return pd.DataFrame(rows, columns=["result_id", "config_key", "repeat", "iteration", "latency_s"])

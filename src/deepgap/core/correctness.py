@@ -65,7 +65,9 @@ def compare(out: torch.Tensor, ref: torch.Tensor, precision: str, weights: str =
     k = min(5, r.shape[1])
     top1 = float((o.argmax(1) == r.argmax(1)).float().mean())
     to, tr = o.topk(k, 1).indices, r.topk(k, 1).indices
-    overlap = float(sum(len(set(a.tolist()) & set(b.tolist())) for a, b in zip(to, tr)) / (k * r.shape[0]))
+    overlap = float(
+        sum(len(set(a.tolist()) & set(b.tolist())) for a, b in zip(to, tr, strict=True)) / (k * r.shape[0])
+    )
     bound = REL_L2_BOUND.get(precision, 0.25)
     flagged = not finite or rel > bound or not cos >= COSINE_FLOOR.get(precision, 0.95)
     return Agreement(rel, cos, top1, overlap, int(r.shape[0]), bound, flagged, weights)

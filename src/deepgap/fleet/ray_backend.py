@@ -31,6 +31,7 @@ resource ``KEY:VALUE`` that nodes advertise with ``ray start --resources``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -446,10 +447,8 @@ class RayBackend:
         if self._prelude is not None:
             self._prelude.close()
         for ref in list(self._pending):
-            try:
+            with contextlib.suppress(Exception):  # best effort at shutdown
                 ray.cancel(ref, force=True)
-            except Exception:  # noqa: BLE001, S110 - best effort at shutdown
-                pass
         self._pending.clear()
         if self._owns and ray.is_initialized():
             ray.shutdown()

@@ -28,6 +28,7 @@ store key and ``--resume`` stays exact; each copy is pinned to its lane (a dead 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import queue
 import threading
@@ -273,9 +274,7 @@ class LocalScheduler:
         with self._cond:
             self._cond.notify_all()
         for runner in self.runners.values():
-            try:
+            with contextlib.suppress(Exception):  # best effort at shutdown
                 runner.close()
-            except Exception:  # noqa: BLE001, S110 - best effort at shutdown
-                pass
         for t in self._threads:
             t.join(timeout=15)

@@ -118,7 +118,9 @@ def from_folder(directory: str, resolution: int, n: int, seed: int = 0) -> Calib
         "images": len(files),
         "seed": seed + CALIBRATION_SEED_OFFSET,
         "resolution": resolution,
-        "transform": f"resize shorter side to {round(resolution * 256 / 224)}, centre crop {resolution}, ImageNet mean/std",
+        "transform": (
+            f"resize shorter side to {round(resolution * 256 / 224)}, centre crop {resolution}, ImageNet mean/std"
+        ),
     }
     if len(files) < n:
         info["note"] = f"asked for {n} images, the folder has {len(files)}"

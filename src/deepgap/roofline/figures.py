@@ -168,8 +168,9 @@ def roofline_figure(
 
 
 def labelled_points(pts: list[tuple], max_labels: int = 12) -> list[tuple]:
-    """Every point when there are few; else the fastest point of each (model, precision, mode) only,
-    so that a 60-configuration sweep stays readable (the CSV beside the figure has every point).
+    """The points to label: every point when there are few, else the fastest per (model, precision, mode).
+
+    So a 60-configuration sweep stays readable (the CSV beside the figure has every point).
     """
     if len(pts) <= max_labels:
         return pts

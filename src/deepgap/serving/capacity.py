@@ -121,7 +121,8 @@ def find_capacity(
 
     Args:
         probe: runs one load level and says whether it passed.
-        policy, slo_s: recorded in the result.
+        policy: the batching policy under test, recorded in the result.
+        slo_s: the p99 objective the probes were judged against, recorded in the result.
         start_qps: first rate tried (a prediction, when one exists).
         ceiling_qps: a rate known to be unsustainable (e.g. a bit above the saturation throughput);
             the search never probes above it and reports it as the upper bound.

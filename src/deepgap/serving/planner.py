@@ -141,7 +141,7 @@ def curves_from_store(store, run_ids: list[str] | None = None, padding: str = "b
             )
     cf = curves_frame(store, run_ids)
     if len(cf):
-        for (run_id, tenant), g in cf.groupby(["run_id", "tenant"], sort=True):
+        for (run_id, _tenant), g in cf.groupby(["run_id", "tenant"], sort=True):
             first = g.iloc[0]
             bs = [int(b) for b in g["batch_size"]]
             sv = ServiceModel(

@@ -218,7 +218,8 @@ def measure_curve(
             except BaseException as exc:
                 if on_oom is None or not on_oom(exc) or not samples:
                     raise
-                note = f"batch {b} ran out of memory ({str(exc).splitlines()[0][:120]}); the curve ends at {max(samples)}"
+                why = str(exc).splitlines()[0][:120]
+                note = f"batch {b} ran out of memory ({why}); the curve ends at {max(samples)}"
                 if executor.cuda:
                     executor.torch.cuda.empty_cache()
                 break

@@ -3,9 +3,9 @@
 One export serves every batch size (the batch axis is symbolic, named ``batch``); input ``input``
 (N, 3, R, R), or a text model's int64 token ids (N, S) with S fixed (one export per sequence length,
 which the cache key's ``resolution`` holds), output ``logits``. The exporter is torch.onnx's dynamo
-path (``torch.export``, opset 18); where it fails, the TorchScript exporter (opset 17) is tried, and ``info["exporter"]`` says
-which one wrote the file. The export is keyed by model, resolution, weights fingerprint, dtype,
-torch version and opset (`deepgap.measure.engines.artifacts`).
+path (``torch.export``, opset 18); where it fails, the TorchScript exporter (opset 17) is tried, and
+``info["exporter"]`` says which one wrote the file. The export is keyed by model, resolution, weights
+fingerprint, dtype, torch version and opset (`deepgap.measure.engines.artifacts`).
 """
 
 from __future__ import annotations

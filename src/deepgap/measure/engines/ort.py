@@ -53,7 +53,10 @@ class OrtEngine(Engine):
         if why:
             return why
         if spec.memory_format != "nchw":
-            return f"{self.name} takes NCHW inputs (its internal layout is its own choice); channels_last is a PyTorch layout"
+            return (
+                f"{self.name} takes NCHW inputs (its internal layout is its own choice); "
+                "channels_last is a PyTorch layout"
+            )
         prov = self.provider_for(caps.kind)
         if prov != "CPUExecutionProvider" and caps.kind != "cuda":
             return f"{self.name} uses {prov}, which needs a CUDA GPU; this device is a CPU"
@@ -64,7 +67,10 @@ class OrtEngine(Engine):
                 "install onnxruntime-gpu (CUDA/TensorRT providers) built for this CUDA"
             )
         if prov == "CPUExecutionProvider" and spec.precision == "fp16":
-            return "ONNX Runtime's CPU provider has no fp16 convolution kernels; fp16 runs on its CUDA/TensorRT providers"
+            return (
+                "ONNX Runtime's CPU provider has no fp16 convolution kernels; "
+                "fp16 runs on its CUDA/TensorRT providers"
+            )
         if spec.seq_len and spec.precision == "int8":
             return (
                 "ONNX Runtime int8 calibrates activation ranges on images (deepgap.measure.calibration_data); "

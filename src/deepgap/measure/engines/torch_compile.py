@@ -107,8 +107,9 @@ class CompileEngine(Engine):
 
 
 def _compile_counters(counters) -> dict[str, Any]:
-    """Graphs compiled, graph breaks and Inductor cache hits: a compiled model that broke into pieces,
-    or came from the on-disk cache (a shorter ``compile_s``), says so.
+    """Graphs compiled, graph breaks and Inductor cache hits.
+
+    A compiled model that broke into pieces, or came from the on-disk cache (a shorter ``compile_s``), says so.
     """
     breaks = counters.get("graph_break", {})
     ind = counters.get("inductor", {})

@@ -136,10 +136,11 @@ def make_qconv(node: ConvNode, qfmt: str, mode: str, fmts: dict[str, str], scale
     res_fmt = fmts[node.residual] if node.residual else None
     s_res = scale(node.residual) if node.residual else 0.0
     wq, ws = quantize_weight(node.weight, qfmt)
-    if mode == "q":
-        alpha = ws.double() * s_in / s_out
-    else:
-        alpha = torch.full((node.cout,), 1.0 / s_out, dtype=torch.float64)
+    alpha = (  # quantized: per-channel weight scale; fp16 path: the output's requantization only
+        ws.double() * s_in / s_out
+        if mode == "q"
+        else torch.full((node.cout,), 1.0 / s_out, dtype=torch.float64)
+    )
     beta = node.bias.double() / s_out
     return QConv(
         node=node,

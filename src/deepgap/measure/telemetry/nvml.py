@@ -21,6 +21,7 @@ An NVML error becomes ``"unavailable: <NVML's message>"`` for that metric; "not 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -251,7 +252,5 @@ class NvmlBackend:
 
     def close(self) -> None:
         """Shut NVML down (it is reference-counted, so other users in this process are unaffected)."""
-        try:
+        with contextlib.suppress(self._errors):
             self.nv.nvmlShutdown()
-        except self._errors:
-            pass
