@@ -5,12 +5,13 @@
 #   smoke     a short two-sweep run through every layer: ResNet-18 eager fp16 and quant int8 at batch 1 and 256
 #   gputests  every test marked gpu (the ones CI skips); TEST_LIMIT seconds (300)
 #   prelude   serve and a one-GPU fleet store their idle baseline and thermal warm-up (benchmarks/prelude_check.sh)
+#   kinds     every kind of run once through the one driver into one store: peaks, profile, serve, a one-GPU fleet
 # Recipes of one feature live in their own script beside this one and are listed by `bash benchmarks/device.sh list`.
 # Dated scripts of earlier sessions sit beside the results they made (results/<machine>/session*/device.sh).
 set -uo pipefail
 source benchmarks/device_lib.sh  # PYTHONPATH, the carried wheels, step(), pack()
 S=${DEVICE_WORK:-/tmp/deepgap-device}; mkdir -p "$S"
-[ $# -gt 0 ] || { sed -n 3,9p "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n 3,10p "$0"; exit 2; }
 for what in "$@"; do case $what in
 default)
     step "default sweep" "${DEFAULT_LIMIT:-575}" python -m deepgap run --store "$S/default.sqlite" \
@@ -29,7 +30,18 @@ gputests)
 prelude)
     step "prelude check" 240 bash benchmarks/prelude_check.sh "$S/prelude" > "$OUT/prelude_check.txt" 2>&1
     tail -40 "$OUT/prelude_check.txt"; pack "$S/prelude/serve.sqlite"; pack "$S/prelude/fleet.sqlite" ;;
+kinds)
+    K="$S/kinds.sqlite"
+    step "peaks" 120 python -m deepgap peaks --only fp16,memory --store "$K" > "$OUT/kinds.txt" 2>&1
+    step "profile" 120 python -m deepgap profile --model resnet50 --precision fp16 --batch-size 64 --store "$K" \
+        >> "$OUT/kinds.txt" 2>&1
+    step "serve" 150 python -m deepgap serve --model resnet50 --precision fp16 --scenario offline --min-duration 5 \
+        --store "$K" >> "$OUT/kinds.txt" 2>&1
+    step "fleet" 150 python -m deepgap run --devices all --models resnet18 --precisions fp16 --batch-sizes 1,64 \
+        --store "$K" >> "$OUT/kinds.txt" 2>&1
+    python -m deepgap show "$K" --runs >> "$OUT/kinds.txt" 2>&1
+    tail -40 "$OUT/kinds.txt"; pack "$K" ;;
 list)
-    sed -n 3,9p "$0"; ls benchmarks/*.sh ;;
+    sed -n 3,10p "$0"; ls benchmarks/*.sh ;;
 *) echo "unknown recipe $what (bash benchmarks/device.sh list)"; exit 2 ;;
 esac; done
