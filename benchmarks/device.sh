@@ -36,8 +36,10 @@ kinds)
     step "profile" 120 python -m deepgap profile --model resnet50 --precision fp16 --batch-size 64 --store "$K" \
         >> "$OUT/kinds.txt" 2>&1
     step "serve" 150 python -m deepgap serve --model resnet50 --precision fp16 --scenario offline --min-duration 5 \
+        --no-thermal-warmup \
         --store "$K" >> "$OUT/kinds.txt" 2>&1
-    step "fleet" 150 python -m deepgap run --devices all --models resnet18 --precisions fp16 --batch-sizes 1,64 \
+    step "fleet" 150 python -m deepgap run --devices all --models resnet18 --engines eager --precisions fp16 \
+        --batch-sizes 1,64 --no-thermal-warmup \
         --store "$K" >> "$OUT/kinds.txt" 2>&1
     python -m deepgap show "$K" --runs >> "$OUT/kinds.txt" 2>&1
     tail -40 "$OUT/kinds.txt"; pack "$K" ;;
