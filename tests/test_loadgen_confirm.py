@@ -468,7 +468,7 @@ def test_device_script_commands_parse(tmp_path):
 def test_gpu_loadgen_light_sut_on_cuda_streams():
     """On the GPU: LoadGen against a small conv net on CUDA streams (two batches in flight, CUDA events
     waited on from two threads) is VALID and matches deepgap's per-sample latencies within 2 ms at p99 (the
-    issue's margin is 0.5 ms; the device runs report it), and the null-SUT floor is below the objective."""
+    issue's margin is 0.5 ms; the device runs report it), and the warm null-SUT floor is sub-millisecond."""
     import torch
 
     from deepgap.serving.ring import InputRing
@@ -487,6 +487,12 @@ def test_gpu_loadgen_light_sut_on_cuda_streams():
     ring = InputRing(256, 32, seed=1, pin=True)
     ex = PipelinedExecutor({b: net for b in (1, 8, 32, 64)}, "cuda", torch.float16, True, ring)
     try:
+        # Warm both first, as a serve run's calibration does: the first LoadGen run in a process and the first
+        # batches on a fresh executor stall (H100, 2026-11-28: a cold 1,000 queries/s run had p99 126 ms and
+        # was INVALID, warm ones up to 20,000 queries/s were VALID at p99 <= 9 ms with the floor below 0.4 ms;
+        # results/h100/session12/loadgen_light_scan.csv).
+        drive(None, null_request(LoadgenRequest("server", POLICY, 2000.0, 0.015, 500, 0.2)))
+        drive(ex, LoadgenRequest("server", BatchPolicy(64, 1e-3), 2000.0, 0.015, 500, 0.2))
         floor = drive(None, null_request(LoadgenRequest("server", POLICY, 20000.0, 0.015, 2000, 0.5)))
         res = drive(ex, LoadgenRequest("server", BatchPolicy(64, 1e-3), 20000.0, 0.015, 2000, 0.5))
     finally:
@@ -494,10 +500,7 @@ def test_gpu_loadgen_light_sut_on_cuda_streams():
     assert res.parsed["Result is"] == "VALID", res.summary
     assert res.complete_calls < res.log.n / 4 and res.agreement is not None and res.agreement.matched
     assert res.agreement.diff_p99_s < 2e-3, res.agreement.line()
-    # The harness's own floor must sit below the objective it confirms. It is not sub-millisecond at
-    # 20,000 queries/s: on the H100 host (2026-11-28) the null SUT's p99 was 4.0 ms (p90 73 us; the tail is
-    # Python's), recorded in results/h100/README.md.
-    assert _lg_p99(floor) < 0.015, floor.summary
+    assert _lg_p99(floor) < 1e-3, floor.summary  # warm: the harness's own floor is sub-millisecond
 
 
 def test_a_long_run_keeps_its_summary_not_a_row_per_request(monkeypatch):
