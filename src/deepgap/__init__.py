@@ -18,6 +18,8 @@ from deepgap.core.version import __version__
 _PUBLIC = {
     "Results": "deepgap.api",
     "run": "deepgap.api",
+    "profile": "deepgap.api",
+    "peaks": "deepgap.api",
     "SweepSpec": "deepgap.drive.config",
     "ConfigSpec": "deepgap.core.records",
     "Result": "deepgap.core.records",
@@ -25,7 +27,7 @@ _PUBLIC = {
 }
 
 if TYPE_CHECKING:
-    from deepgap.api import Results, run
+    from deepgap.api import Results, peaks, profile, run
     from deepgap.core.records import ConfigSpec, Result, Status
     from deepgap.drive.config import SweepSpec
 
@@ -44,4 +46,4 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_PUBLIC))
 
 
-__all__ = ["ConfigSpec", "Result", "Results", "Status", "SweepSpec", "__version__", "run"]
+__all__ = ["ConfigSpec", "Result", "Results", "Status", "SweepSpec", "__version__", "peaks", "profile", "run"]
