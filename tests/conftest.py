@@ -37,8 +37,9 @@ def pytest_cmdline_main(config):
     """A full run (``python -m pytest -q``: no paths, no ``-n``) uses three xdist workers, one file each.
 
     Why: most of the suite's time is spent waiting on real worker processes, sockets and timeouts (with two
-    workers the 2-core CI machine's cores were busy about 40% of the time), so three workers fit it; ``--dist loadfile`` keeps each file (and its module fixtures, the Ray
-    cluster, the served store) in one worker. ``pytest tests/test_x.py``, ``-n 0``, ``--pdb``, ``--co`` or
+    workers the 2-core CI machine's cores were busy about 40% of the time), so three workers fit it;
+    ``--dist loadfile`` keeps each file (and its module fixtures, the Ray cluster, the served store) in one
+    worker. ``pytest tests/test_x.py``, ``-n 0``, ``--pdb``, ``--co`` or
     ``DEEPGAP_TEST_SERIAL=1`` stay serial; without pytest-xdist installed this does nothing. Runs before
     xdist's own hook (conftests register after plugins, and same-priority hooks run newest first).
     """

@@ -175,10 +175,9 @@ def test_layers_command_bad_input_is_one_line_and_exit_2(tmp_path, h100):
 
 def test_report_section_on_the_committed_store_and_nothing_without_quant(tmp_path, h100):
     """The report's quant-layers section: a summary per configuration, the top rows, one roofline figure."""
-    from deepgap.report.sections import registered
-
     from deepgap.analysis.quant_layers_section import SECTION, TOP_ROWS, build
     from deepgap.render.sections import ReportContext
+    from deepgap.report.sections import registered
 
     assert SECTION in registered()
     ctx = ReportContext(h100, None, False, [], pd.DataFrame(), pd.DataFrame())

@@ -65,7 +65,7 @@ def test_a_second_preparation_reuses_every_choice_and_still_times_the_kernel(res
     assert sum(t["from_cache"] for t in first.info["layers"]) == tuned["hits"]
     second = prepare_quant(resnet18, "int8", 1, 32, "resnet18", device="cpu", opts=_opts())
     assert second.info["tune_cache"] == {**tuned, "hits": 19, "misses": 0}
-    for a, b in zip(first.info["layers"], second.info["layers"]):
+    for a, b in zip(first.info["layers"], second.info["layers"], strict=True):
         assert b["from_cache"]
         # the tile and the fp16 time are the cached ones; q vs fp16 is decided again on a fresh q time
         assert b["fp16_s"] == a["fp16_s"] and b["config"] == a["config"]

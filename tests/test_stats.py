@@ -38,7 +38,10 @@ def test_bootstrap_ci_covers_true_median_about_95_percent():
 
 def test_ci_narrows_with_more_samples():
     rng = np.random.default_rng(3)
-    w = lambda n: np.subtract(*stats.bootstrap_ci(rng.normal(1.0, 0.1, n))[::-1])
+
+    def w(n):
+        return np.subtract(*stats.bootstrap_ci(rng.normal(1.0, 0.1, n))[::-1])
+
     assert w(2000) < w(50) / 3
 
 
