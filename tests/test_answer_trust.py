@@ -80,7 +80,8 @@ def test_a_flag_never_comes_from_one_noisy_input():
     assert lo == 0.0 and hi == pytest.approx(0.3694, abs=1e-4)
     assert A.parse_min_accuracy("off") == 0.0 and A.threshold("int8", {}, A.OFF) is None
     assert A.threshold("int8", {"min_accuracy": 0.0}) is None  # `run --min-accuracy off`, stored per result
-    from deepgap.drive.config import preset, validate
+    from deepgap.drive.config import validate
+    from deepgap.drive.presets import preset
 
     assert validate(preset("quick").replace(min_accuracy=A.OFF)).options["min_accuracy"] == 0.0
 

@@ -127,7 +127,8 @@ def test_toml_config_with_preset_and_flag_override(tmp_path):
 
 
 def test_paper_preset_is_the_papers_protocol():
-    from deepgap.drive.config import PAPER_BATCHES, preset
+    from deepgap.drive.config import PAPER_BATCHES
+    from deepgap.drive.presets import preset
 
     p = preset("paper")
     assert p.models == ("resnet18", "resnet50", "resnet101") and p.precisions == ("fp32", "fp16")

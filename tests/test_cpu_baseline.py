@@ -119,7 +119,7 @@ def test_the_run_measures_the_gpu_then_its_host_cpu_into_one_run(monkeypatch, tm
         cpu_baseline=True,
         cpu_cores=2,
     )
-    monkeypatch.setattr("deepgap.drive.config.CPU_BASELINE_BATCHES", (1,))
+    monkeypatch.setattr("deepgap.drive.presets.CPU_BASELINE_BATCHES", (1,))
     fixed = (
         api.cpu_baseline_spec
     )  # its protocol, at a fixed count (no adaptive repeats on a loaded test host)

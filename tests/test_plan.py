@@ -12,8 +12,9 @@ from deepgap.cli import main
 from deepgap.commands.run import add_arguments, build_spec
 from deepgap.core.errors import UsageError
 from deepgap.core.precision import PRECISIONS
-from deepgap.drive.config import SweepSpec, default_spec, load_toml, validate
+from deepgap.drive.config import SweepSpec, validate
 from deepgap.drive.plan import expand
+from deepgap.drive.presets import default_spec, load_toml
 from deepgap.measure.engines import ENGINES, load_engines
 from deepgap.measure.pairing import check_pairs, engine_precisions
 

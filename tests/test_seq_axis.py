@@ -14,8 +14,9 @@ from fixtures_store import make_result
 from deepgap.analysis import aggregate, config_label, prepare
 from deepgap.analysis.tables import table1
 from deepgap.core.records import ConfigSpec
-from deepgap.drive.config import SweepSpec, load_toml, preset, validate
+from deepgap.drive.config import SweepSpec, validate
 from deepgap.drive.plan import expand
+from deepgap.drive.presets import load_toml, preset
 from deepgap.store import Store
 
 TEXT = dict(
@@ -217,7 +218,7 @@ def test_show_prints_tokens_per_s_for_text_rows(tmp_path):
 
 
 def test_transformers_preset_says_what_it_adds():
-    from deepgap.drive.config import PRESETS
+    from deepgap.drive.presets import PRESETS
 
     spec = validate(preset("transformers").replace(device="cuda"))
     plan = expand(spec, "cuda")

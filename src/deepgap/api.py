@@ -23,11 +23,12 @@ from deepgap.core.errors import UsageError
 from deepgap.core.events import Event
 from deepgap.core.precision import DeviceCaps
 from deepgap.core.records import ConfigSpec, Result
-from deepgap.drive.config import SweepSpec, cpu_baseline_spec, validate
+from deepgap.drive.config import SweepSpec, validate
 from deepgap.drive.launcher import Finished, Started
 from deepgap.drive.loop import Item, Job, Plan, Resumed, drive, record_result, sweep_events
 from deepgap.drive.plan import expand
 from deepgap.drive.prelude import PreludeSettings
+from deepgap.drive.presets import cpu_baseline_spec
 from deepgap.drive.runner import SweepRunner, python_command
 from deepgap.drive.session import (  # noqa: F401 - re-exported: the public names of the API
     SWEEP,

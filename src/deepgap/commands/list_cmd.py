@@ -40,7 +40,7 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
             why = eng.available()
             t.add_row(name, ",".join(eng.precisions), "yes" if why is None else f"no: {why}", eng.description)
     elif args.what == "presets":
-        from deepgap.drive.config import PRESETS
+        from deepgap.drive.presets import PRESETS
 
         t = Table("preset", "what", "configurations")
         for name, (desc, spec) in PRESETS.items():

@@ -10,16 +10,8 @@ import sys
 from deepgap import api
 from deepgap.commands.session_flags import SessionDefaults, add_session_arguments, read_session_arguments
 from deepgap.core.precision import PRECISIONS, quantized_names
-from deepgap.drive.config import (
-    SweepSpec,
-    default_spec,
-    load_toml,
-    parse_int_list,
-    parse_number,
-    parse_percent,
-    parse_str_list,
-    preset,
-)
+from deepgap.drive.config import SweepSpec, parse_int_list, parse_number, parse_percent, parse_str_list
+from deepgap.drive.presets import default_spec, load_toml, preset
 from deepgap.drive.progress import Progress
 
 NAME = "run"

@@ -24,12 +24,8 @@ import os
 import random
 
 from deepgap.core.records import ConfigSpec
-from deepgap.drive.config import (
-    CPU_BASELINE_INT8_ENGINE,
-    CPU_BASELINE_SCALING_MODEL,
-    SweepSpec,
-    cpu_baseline_spec,
-)
+from deepgap.drive.config import SweepSpec
+from deepgap.drive.presets import CPU_BASELINE_INT8_ENGINE, CPU_BASELINE_SCALING_MODEL, cpu_baseline_spec
 from deepgap.measure.models import resolve_model
 from deepgap.measure.pairing import axes, check_pairs
 
@@ -50,7 +46,7 @@ def expand(spec: SweepSpec, device: str) -> list[ConfigSpec]:
 
 
 def host_cpu(spec: SweepSpec) -> list[ConfigSpec]:
-    """The host-CPU part of a GPU sweep (`config.cpu_baseline_spec`), in the order it is measured.
+    """The host-CPU part of a GPU sweep (`presets.cpu_baseline_spec`), in the order it is measured.
 
     fp32 eager with all cores at the small batches, thread scaling of one model at batch 1 (ResNet-50 where
     the sweep has it), then int8 through ONNX Runtime (last: its export and quantization cost the most; where

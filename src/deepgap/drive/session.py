@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 from deepgap.core.errors import UsageError
 from deepgap.core.records import ConfigSpec, Result
 from deepgap.core.version import __version__
-from deepgap.drive.config import SweepSpec, default_spec, preset
+from deepgap.drive.config import SweepSpec
+from deepgap.drive.presets import default_spec, preset
 from deepgap.store import RESUMABLE, RUN_KINDS, Store, check_path
 
 if TYPE_CHECKING:

@@ -1,0 +1,230 @@
+"""The named sweeps: presets, the device's default, the host-CPU baseline's protocol, and TOML sweep files.
+
+Why apart from `deepgap.drive.config`: the config module is the `SweepSpec` and its validation; these are
+the grids built from it (a TOML file picks one as its base), and they change when the study's grid does.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from deepgap.core.errors import UsageError
+from deepgap.drive.config import PAPER_BATCHES, SweepSpec
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+def _grid(**kw: Any) -> SweepSpec:
+    return SweepSpec(**kw)
+
+
+PRESETS: dict[str, tuple[str, SweepSpec]] = {
+    "paper": (
+        "the paper exactly: ResNet-18/50/101, fp32+fp16 eager, batch 1..512, 20 warm-up, 3×100 timed",
+        _grid(
+            models=("resnet18", "resnet50", "resnet101"),
+            precisions=("fp32", "fp16"),
+            batch_sizes=PAPER_BATCHES,
+        ),
+    ),
+    "gpu": (
+        "default on a GPU: eager fp32/fp16 (the paper's baseline) beside the fastest engines (cudagraph, "
+        "compile-freeze fp16, quant int8/fp8), 2 sweeps, adaptive, then the host CPU (fp32 all cores, "
+        "ORT int8, thread scaling; --no-cpu-baseline skips it); budgeted for ~10 min on one H100",
+        _grid(
+            models=("resnet18", "resnet50", "resnet101"),
+            engines=("eager", "cudagraph", "compile-freeze", "quant"),
+            precisions=(
+                "fp32",
+                "fp16",
+                "int8",
+                "fp8",
+            ),  # each engine gets those it runs (deepgap.measure.pairing)
+            batch_sizes=(1, 32, 256),
+            engine_axes={  # README.md (Two commands for a fresh machine) says why these
+                "cudagraph": {
+                    "precisions": ("fp16",),
+                    "batch_sizes": (1,),
+                    "memory_formats": ("channels_last",),
+                },
+                "compile-freeze": {
+                    "precisions": ("fp16",),
+                    "batch_sizes": (256,),
+                    "memory_formats": ("channels_last",),
+                },
+                "quant": {"batch_sizes": (1, 256), "memory_formats": ("channels_last",)},
+            },
+            warmup=10,
+            iterations=10,
+            repeats=2,
+            target_ci=0.01,
+            max_time_s=2.0,
+            sweeps=2,
+            thermal_warmup=True,
+            thermal_timeout_s=120.0,
+            cpu_baseline=True,
+        ),
+    ),
+    "transformers": (
+        "adds transformers to the GPU grid's engines (not in the default sweep): bert-base and bert-large "
+        "at sequence 128 and 384, and vit_b_16; eager fp32/fp16 at batch 1, 64, 256, compile-freeze fp16 at "
+        "64 and 256, cudagraph fp16 at batch 1; estimated (not yet measured) ~25 min on one H100; "
+        "docs/transformers.md",
+        _grid(
+            models=("bert-base", "bert-large", "vit_b_16"),
+            engines=("eager", "cudagraph", "compile-freeze"),
+            precisions=("fp32", "fp16"),
+            batch_sizes=(1, 64, 256),
+            seq_lens=(128, 384),
+            engine_axes={
+                "cudagraph": {"precisions": ("fp16",), "batch_sizes": (1,)},
+                "compile-freeze": {"precisions": ("fp16",), "batch_sizes": (64, 256)},
+            },
+            warmup=10,
+            iterations=10,
+            repeats=2,
+            target_ci=0.01,
+            max_time_s=2.0,
+            sweeps=1,
+            thermal_warmup=True,
+            thermal_timeout_s=120.0,
+        ),
+    ),
+    "cpu": (
+        "default on a CPU: ResNet-18/50 fp32, batch 1..8, thread scaling, adaptive; ≤ 15 min on 2 cores",
+        _grid(
+            models=("resnet18", "resnet50"),
+            precisions=("fp32",),
+            batch_sizes=(1, 2, 4, 8),
+            warmup=3,
+            iterations=5,
+            repeats=3,
+            target_ci=0.02,
+            max_time_s=10.0,
+        ),
+    ),
+    "quick": (
+        "a few minutes on a 2-core CPU: ResNet-18 fp32, batch 1 and 4",
+        _grid(
+            models=("resnet18",),
+            precisions=("fp32",),
+            batch_sizes=(1, 4),
+            warmup=2,
+            iterations=5,
+            repeats=2,
+            target_ci=0.05,
+            max_time_s=5.0,
+        ),
+    ),
+}
+
+
+def preset(name: str) -> SweepSpec:
+    """The named preset's spec."""
+    if name not in PRESETS:
+        raise UsageError(f"unknown preset {name!r}", f"choose one of: {', '.join(PRESETS)}")
+    return PRESETS[name][1]
+
+
+def thread_ladder(cpu_count: int) -> tuple[int, ...]:
+    """1, 2, 4 … and ``cpu_count`` itself: the thread counts a CPU's scaling is measured at."""
+    threads = tuple(2**i for i in range(cpu_count.bit_length()) if 2**i <= cpu_count)
+    return threads if cpu_count in threads else (*threads, cpu_count)
+
+
+def default_spec(has_gpu: bool, cpu_count: int) -> SweepSpec:
+    """The sweep run when no preset is named: the GPU grid (its host CPU after it), or the CPU grid."""
+    if has_gpu:
+        return preset("gpu").replace(device="cuda", cpu_cores=cpu_count)
+    return preset("cpu").replace(device="cpu", threads=thread_ladder(cpu_count))
+
+
+# The host-CPU part of a GPU run (`cpu_baseline`): the paper's small batches, fp32 eager with all cores, int8
+# through ONNX Runtime, and thread scaling of one model at batch 1. Budgeted at ~1.5 min on a 16-core host
+# (most of it ONNX export and quantization, cached after the first run), so each configuration gets fewer
+# iterations than the GPU grid's: 2 warm-up, 2 repeats of 4 timed (+ 4 pipelined), adaptive to 5% within
+# 1.5 s, 0.5 s energy windows, one pass. docs/cpu-baseline.md gives the estimate behind the budget.
+CPU_BASELINE_BATCHES = (1, 8)
+CPU_BASELINE_INT8_ENGINE = "onnxruntime"
+CPU_BASELINE_SCALING_MODEL = "resnet50"
+
+
+def cpu_baseline_spec(spec: SweepSpec, cpu_count: int) -> SweepSpec:
+    """The sweep the host-CPU part of ``spec`` is measured with (its models, seed, weights and telemetry).
+
+    ``cpu_count``: the host's cores when ``spec.cpu_cores`` is unset (a spec not yet started).
+    """
+    cores = spec.cpu_cores or cpu_count
+    return spec.replace(
+        device="cpu",
+        engines=("eager", CPU_BASELINE_INT8_ENGINE),
+        precisions=("fp32", "int8"),
+        batch_sizes=CPU_BASELINE_BATCHES,
+        memory_formats=("nchw",),
+        threads=thread_ladder(cores),
+        engine_axes={"eager": {"precisions": ("fp32",)}, CPU_BASELINE_INT8_ENGINE: {"precisions": ("int8",)}},
+        warmup=2,
+        iterations=4,
+        repeats=2,
+        sweeps=1,
+        target_ci=0.05,
+        max_time_s=1.5,
+        energy_window_s=0.5,
+        idle_s=0.0,
+        thermal_warmup=False,
+        include_transfer=False,
+        cpu_baseline=False,
+        cpu_cores=cores,
+    )
+
+
+def load_toml(path: str, base: SweepSpec | None = None) -> SweepSpec:
+    """Read a TOML sweep file: top-level keys are `SweepSpec` fields; ``preset = "..."`` picks the base."""
+    from deepgap.store.paths import kind_of
+
+    kind = kind_of(path)
+    if kind and kind != "a directory":  # a FIFO would block the read forever
+        raise UsageError(f"config file {path!r} is {kind}", "pass a TOML sweep file")
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise UsageError(
+            f"config file {path!r} does not exist", "pass the path of a TOML sweep file"
+        ) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"config file {path!r} is not valid TOML ({exc})", "fix the syntax") from None
+    except UnicodeDecodeError:
+        raise UsageError(
+            f"config file {path!r} is not a text file (not UTF-8)", "pass a TOML sweep file"
+        ) from None
+    except OSError as exc:
+        raise UsageError(
+            f"config file {path!r} cannot be read ({exc.strerror})", "pass a readable TOML file"
+        ) from None
+    if "sweep" in data:  # a [sweep] table: nothing may sit beside it (a misplaced table would be ignored)
+        if not isinstance(data["sweep"], dict):
+            raise UsageError(
+                f"config file {path!r}: sweep must be a table, got {data['sweep']!r}",
+                "write [sweep] on a line of its own, then key = value lines",
+            )
+        others = [k for k in data if k != "sweep"]
+        if others:
+            raise UsageError(
+                f"config file {path!r} has {others[0]!r} beside the [sweep] table",
+                "put every setting inside [sweep], or drop the [sweep] header",
+            )
+        data = data["sweep"]
+    data = dict(data)
+    if "preset" in data:
+        if not isinstance(data["preset"], str):
+            raise UsageError(
+                f"config file {path!r}: preset must be a name, got {data['preset']!r}",
+                f'write e.g. preset = "quick" ({", ".join(PRESETS)})',
+            )
+        base = preset(data.pop("preset"))
+    return SweepSpec.from_dict(data, base)
