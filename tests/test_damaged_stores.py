@@ -317,7 +317,9 @@ def _fuzz_one(tmp_path, capsys, base, how, commands):
                 assert _files(os.path.dirname(c)) == before, (command, how)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+# 15 examples (was 40: 6 min under CI load, nine commands each): every damage class meets every command
+# in the parametrized test above; these random copies add breadth (about 1 in 7 leaves the store readable)
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
 @given(how=damage)
 def test_fuzz_damaged_copies(tmp_path, capsys, base, how):
     _fuzz_one(tmp_path, capsys, base, how, [c for c in COMMANDS if c != "report"])

@@ -22,6 +22,32 @@ def _module():
     return mod
 
 
+@pytest.fixture(scope="module")
+def script():
+    """The script imported as ``harness_overhead`` (importable by name, so that the fresh processes it starts
+    for its arms can unpickle their targets), for running its ``main()`` in this process.
+
+    Why in this process: each ``python harness_overhead.py`` imported deepgap and started a fork server
+    that imports torch and torchvision (15-20 s on two cores); the smoke runs check the script's rounds,
+    files and verdicts, not its process. test_bad_engine_option_is_one_line_and_exit_2 still runs the
+    script as a script.
+    """
+    folder = os.path.dirname(SCRIPT)
+    sys.path.insert(0, folder)
+    try:
+        yield importlib.import_module("harness_overhead")
+    finally:
+        sys.path.remove(folder)
+        sys.modules.pop("harness_overhead", None)
+
+
+def _main(script, monkeypatch, capsys, *argv: str) -> str:
+    """``python harness_overhead.py ARGV`` in this process; returns what it printed."""
+    monkeypatch.setattr(sys, "argv", [SCRIPT, *argv])
+    script.main()
+    return capsys.readouterr().out
+
+
 def test_verdict_needs_the_whole_ci_inside_or_outside_the_tolerance():
     v = _module().verdict
     assert v(0.99, 1.01) == "agree"
@@ -67,50 +93,45 @@ def test_cluster_ci_is_wider_when_rounds_disagree():
 
 
 @pytest.mark.slow
-def test_cpu_smoke_run_writes_rounds_and_verdicts(tmp_path):
-    def run(*extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [
-                sys.executable,
-                SCRIPT,
-                "--device",
-                "cpu",
-                "--model",
-                "tinycnn",
-                "--batch-sizes",
-                "1,2",
-                "--rounds",
-                "1",
-                "--iterations",
-                "5",
-                "--warmup",
-                "2",
-                "--out",
-                str(tmp_path),
-                *extra,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=600,
+def test_cpu_smoke_run_writes_rounds_and_verdicts(tmp_path, script, monkeypatch, capsys):
+    def run(*extra: str) -> str:
+        return _main(
+            script,
+            monkeypatch,
+            capsys,
+            "--device",
+            "cpu",
+            "--model",
+            "tinycnn",
+            "--batch-sizes",
+            "1,2",
+            "--rounds",
+            "1",
+            "--iterations",
+            "5",
+            "--warmup",
+            "2",
+            "--out",
+            str(tmp_path),
+            *extra,
         )
 
-    p = run()
-    assert p.returncode == 0, p.stderr
+    stdout = run()
     out = json.loads((tmp_path / "harness_overhead.json").read_text())
-    assert "round 1/1" in p.stdout and out["complete"] and len(out["round_data"]) == 1
-    more = run("--continue")  # a second round on top of the file's first
-    assert more.returncode == 0, more.stderr
+    assert "round 1/1" in stdout and out["complete"] and len(out["round_data"]) == 1
+    stdout = run("--continue")  # a second round on top of the file's first
     out = json.loads((tmp_path / "harness_overhead.json").read_text())
-    assert "round 2/2" in more.stdout and [r["batch_size"] for r in out["rows"]] == [1, 2]
+    assert "round 2/2" in stdout and [r["batch_size"] for r in out["rows"]] == [1, 2]
     for r in out["rows"]:
         assert r["rounds"] == 2 and len(r["deepgap_ips"]) == 2
         assert r["verdict"] in ("agree", "undecided", "differ")
         assert all(v > 0 for v in r["standalone_ips"] + r["deepgap_ips"])
     assert out["round_data"][1]["order"] == "deepgap then standalone"  # ABBA order goes on where it stopped
-    other = subprocess.run(
-        [
-            sys.executable,
-            SCRIPT,
+    with pytest.raises(SystemExit, match="other settings"):  # the script exits 1 with this line
+        _main(
+            script,
+            monkeypatch,
+            capsys,
             "--device",
             "cpu",
             "--model",
@@ -122,44 +143,35 @@ def test_cpu_smoke_run_writes_rounds_and_verdicts(tmp_path):
             "--out",
             str(tmp_path),
             "--continue",
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert other.returncode != 0 and "other settings" in other.stderr
+        )
 
 
 @pytest.mark.slow
-def test_cpu_smoke_paired_mode_alternates_both_arms_in_one_process(tmp_path):
-    p = subprocess.run(
-        [
-            sys.executable,
-            SCRIPT,
-            "--device",
-            "cpu",
-            "--model",
-            "tinycnn",
-            "--mode",
-            "paired",
-            "--batch-sizes",
-            "1,2",
-            "--rounds",
-            "1",
-            "--blocks",
-            "2",
-            "--iterations",
-            "5",
-            "--warmup",
-            "2",
-            "--out",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
+def test_cpu_smoke_paired_mode_alternates_both_arms_in_one_process(tmp_path, script, monkeypatch, capsys):
+    stdout = _main(
+        script,
+        monkeypatch,
+        capsys,
+        "--device",
+        "cpu",
+        "--model",
+        "tinycnn",
+        "--mode",
+        "paired",
+        "--batch-sizes",
+        "1,2",
+        "--rounds",
+        "1",
+        "--blocks",
+        "2",
+        "--iterations",
+        "5",
+        "--warmup",
+        "2",
+        "--out",
+        str(tmp_path),
     )
-    assert p.returncode == 0, p.stderr
-    assert "round 1/1 (2 blocks" in p.stdout
+    assert "round 1/1 (2 blocks" in stdout
     out = json.loads((tmp_path / "harness_overhead_paired.json").read_text())
     assert out["complete"] and out["mode"] == "paired" and out["blocks"] == 2 and out["env"]
     assert not (tmp_path / "harness_overhead.json").exists()  # the processes-mode file is another one
@@ -246,37 +258,32 @@ def test_paired_summary_adds_the_pipelined_ratio_when_windows_were_measured():
 
 
 @pytest.mark.slow
-def test_cpu_smoke_paired_compile_freeze_on_tinycnn(tmp_path):
-    p = subprocess.run(
-        [
-            sys.executable,
-            SCRIPT,
-            "--device",
-            "cpu",
-            "--model",
-            "tinycnn",
-            "--mode",
-            "paired",
-            "--engine",
-            "compile-freeze",
-            "--batch-sizes",
-            "1",
-            "--rounds",
-            "1",
-            "--blocks",
-            "2",
-            "--iterations",
-            "5",
-            "--warmup",
-            "2",
-            "--out",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
+def test_cpu_smoke_paired_compile_freeze_on_tinycnn(tmp_path, script, monkeypatch, capsys):
+    _main(
+        script,
+        monkeypatch,
+        capsys,
+        "--device",
+        "cpu",
+        "--model",
+        "tinycnn",
+        "--mode",
+        "paired",
+        "--engine",
+        "compile-freeze",
+        "--batch-sizes",
+        "1",
+        "--rounds",
+        "1",
+        "--blocks",
+        "2",
+        "--iterations",
+        "5",
+        "--warmup",
+        "2",
+        "--out",
+        str(tmp_path),
     )
-    assert p.returncode == 0, p.stderr
     out = json.loads((tmp_path / "harness_overhead_paired_compile-freeze.json").read_text())
     assert out["engine"] == "compile-freeze" and out["complete"]
     (rnd,) = out["round_data"]

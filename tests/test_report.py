@@ -2,6 +2,7 @@
 
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -146,26 +147,31 @@ def test_cpu_only_store_without_telemetry(tmp_path):
     assert sorted(os.listdir(tmp_path / "r_files")).count("fig_cpu_thread_scaling.png") == 1
 
 
-def test_store_with_no_result_and_run_selection(tmp_path, full):
+def test_store_with_no_result(tmp_path):
     from deepgap.store import Store
 
     empty = str(tmp_path / "empty.sqlite")
     Store(empty).close()
     write_report(empty, str(tmp_path / "e.html"))
     assert "No successful measurement" in (tmp_path / "e.html").read_text()
-    cpu_run = full["runs"]["cpu"].run_id
-    assert main(["report", full["store"], "-o", str(tmp_path / "one.html"), "--run", cpu_run]) == 0
-    text = (tmp_path / "one.html").read_text()
-    assert "Fixture CPU" in text and "Fixture GPU A" not in text
 
 
-def test_rewrite_replaces_atomically(tmp_path, full):
+def test_rewrite_replaces_atomically_and_run_selection(tmp_path, full):
+    """Writing over an earlier report replaces its files folder whole; ``--run`` keeps that run only.
+
+    The earlier report is the module's full one, copied (building it again cost 20-40 s); the rewrite is
+    the ``--run`` selection, through the CLI.
+    """
     html = tmp_path / "r.html"
-    write_report(full["store"], str(html))
+    shutil.copy(full["html"], html)
+    shutil.copytree(os.path.join(os.path.dirname(full["html"]), "report_files"), tmp_path / "r_files")
     (tmp_path / "r_files" / "stale.csv").write_text("old")
-    write_report(full["store"], str(html), run_ids=[full["runs"]["cpu"].run_id])
+    cpu_run = full["runs"]["cpu"].run_id
+    assert main(["report", full["store"], "-o", str(html), "--run", cpu_run]) == 0
     assert not (tmp_path / "r_files" / "stale.csv").exists()
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".deepgap-report-")]
+    text = html.read_text()
+    assert "Fixture CPU" in text and "Fixture GPU A" not in text
 
 
 def test_bad_input_writes_nothing(tmp_path, full, capsys):
@@ -215,8 +221,22 @@ def test_folder_whose_probe_file_cannot_be_created(tmp_path, full, capsys, monke
 
 
 @pytest.mark.slow
-def test_run_report_flag(tmp_path):
-    """`deepgap run --report` renders the run it just measured (real tinycnn measurement)."""
+def test_run_report_flag(tmp_path, monkeypatch):
+    """`deepgap run --report` renders the run it just measured (real tinycnn measurement).
+
+    The handlers run in this process (`InProcessWorker`): the point is the report of a fresh run, not the
+    worker's isolation, and a worker process first imports torch and torchvision (10-20 s on two cores).
+    """
+    import deepgap.api
+    from deepgap.drive.inprocess import InProcessWorker
+    from deepgap.drive.runner import SweepRunner
+
+    def in_process(spec, device):
+        runner = SweepRunner(spec, device)
+        runner.worker = InProcessWorker(device)
+        return runner
+
+    monkeypatch.setattr(deepgap.api, "SweepRunner", in_process)
     store, html = str(tmp_path / "s.sqlite"), str(tmp_path / "run.html")
     assert (
         main(
@@ -232,6 +252,8 @@ def test_run_report_flag(tmp_path):
                 "2",
                 "--warmup",
                 "1",
+                "--target-ci",  # the CPU preset's adaptive repeats (up to its time limit) are not the point here
+                "off",
                 "--device",
                 "cpu",
                 "--threads",

@@ -1,11 +1,14 @@
 """``deepgap serve`` / ``capacity`` / ``plan`` end to end on the CPU with the tiny model: every scenario,
-tenants, the store and ``show``, and bad input (one line, exit 2, nothing written)."""
+tenants, the store and ``show``, and bad input (one line, exit 2, nothing written).
+
+The CLI runs in this process (`clirun.deepgap_cli`); what serves is real: each model, each tenant, in a
+worker process of its own, started as ``python -m deepgap serve`` starts them (a ``python -m deepgap`` per
+call cost an interpreter, deepgap's imports and a fork server importing torch: 10-20 s each on two cores).
+"""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 from clirun import deepgap_cli
@@ -38,25 +41,20 @@ SMALL = [
 ]
 
 
-def deepgap(*args: str) -> subprocess.CompletedProcess:
-    """A real ``python -m deepgap`` process: serving sets the process's torch threads and runs tenants."""
-    return subprocess.run(
-        [sys.executable, "-m", "deepgap", *args], capture_output=True, text=True, timeout=300
-    )
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     store = str(tmp_path_factory.mktemp("serve") / "s.sqlite")
     out = {}
     for scenario in ("single-stream", "offline"):
-        p = deepgap("serve", *SMALL, "--scenario", scenario, "--store", store, "--json")
+        p = deepgap_cli("serve", *SMALL, "--scenario", scenario, "--store", store, "--json")
         assert p.returncode == 0, p.stderr
         out[scenario] = json.loads(p.stdout.strip().splitlines()[-1])
     tenants = [a for a in SMALL if a not in ("--model", "tinycnn")]
     i = tenants.index("--threads")
     del tenants[i : i + 2]  # tenants share the host's cores by default (tenant_threads)
-    p = deepgap("serve", *tenants, "--tenants", "tinycnn,tinycnn", "--qps", "100", "--store", store, "--json")
+    p = deepgap_cli(
+        "serve", *tenants, "--tenants", "tinycnn,tinycnn", "--qps", "100", "--store", store, "--json"
+    )
     assert p.returncode == 0, p.stderr
     out["tenants"] = json.loads(p.stdout.strip().splitlines()[-1])
     return store, out
@@ -158,7 +156,9 @@ def test_trace_arrivals_and_capacity_search_with_real_traffic(tmp_path):
     times = np.cumsum(np.random.default_rng(0).exponential(1 / 300, 300))
     trace.write_text("\n".join(f"{t:.6f}" for t in times))
     store = str(tmp_path / "t.sqlite")
-    p = deepgap("serve", *SMALL, "--scenario", "server", "--trace", str(trace), "--store", store, "--json")
+    p = deepgap_cli(
+        "serve", *SMALL, "--scenario", "server", "--trace", str(trace), "--store", store, "--json"
+    )
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout.strip().splitlines()[-1])
     assert out["server_qps"] == pytest.approx(len(times) / times[-1], rel=0.05)  # the trace's own rate
@@ -168,7 +168,7 @@ def test_trace_arrivals_and_capacity_search_with_real_traffic(tmp_path):
     finally:
         st.close()
     assert (lv["arrival"].str.contains("trace")).any() and lv["n"].max() >= len(times)
-    p = deepgap(
+    p = deepgap_cli(
         "serve",
         *SMALL,
         "--scenario",

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from clirun import deepgap_cli
 
 from deepgap.cli import main
 
@@ -37,16 +38,15 @@ SMALL = [
 ]
 
 
-def deepgap(cwd, *args: str) -> subprocess.CompletedProcess:
-    path = os.pathsep.join([os.path.abspath("src"), os.environ.get("PYTHONPATH", "")])
-    return subprocess.run(
-        [sys.executable, "-m", "deepgap", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=cwd,
-        env={**os.environ, "PYTHONPATH": path},
-    )
+def deepgap(monkeypatch, cwd, *args: str) -> subprocess.CompletedProcess:
+    """``deepgap ARGS`` from the folder ``cwd``, through the CLI's main() in this process.
+
+    The served model (and LoadGen, inside it) runs in a worker process, which starts in ``cwd`` too; a
+    ``python -m deepgap`` per call cost an interpreter, deepgap's imports and a fork server importing
+    torch (10-20 s each on two cores) and checked nothing more.
+    """
+    monkeypatch.chdir(cwd)
+    return deepgap_cli(*args)
 
 
 @pytest.mark.parametrize(
@@ -57,12 +57,13 @@ def deepgap(cwd, *args: str) -> subprocess.CompletedProcess:
         ("single-stream", [], "SingleStream"),
     ],
 )
-def test_loadgen_drives_the_same_server(tmp_path, scenario, extra, loadgen_name):
+def test_loadgen_drives_the_same_server(tmp_path, monkeypatch, scenario, extra, loadgen_name):
     import mlperf_loadgen  # noqa: F401 - the serving extra; CI installs it, so this must not skip
 
     work = tmp_path / "cwd"
     work.mkdir()
     p = deepgap(
+        monkeypatch,
         str(work),
         "serve",
         *SMALL,
@@ -92,8 +93,9 @@ def test_loadgen_flag_without_the_package_is_exit_2_and_writes_nothing(tmp_path,
     assert not store.exists()
 
 
-def test_overloaded_server_reports_overload_and_does_not_crash(tmp_path):
+def test_overloaded_server_reports_overload_and_does_not_crash(tmp_path, monkeypatch):
     p = deepgap(
+        monkeypatch,
         str(tmp_path),
         "serve",
         *SMALL,
