@@ -66,16 +66,23 @@ def test_loadgen_and_deepgap_agree_on_a_server_of_known_service_time():
     if _lg_p99(floor) > FLOOR_MAX_S:
         pytest.skip(f"host overloaded: LoadGen's null-SUT p99 is {_lg_p99(floor) * 1e3:.1f} ms")
     rate = CAP_LO * cap
-    # deepgap's driver: the event loop on the wall clock, latency from each scheduled arrival
-    times = arr.poisson(rate, 500, 1)
-    clock = RealClock(time.perf_counter() + 0.005)
-    ours = summarize(serve_loop(times, POLICY, clock, TimedExecutor(SERVICE)), rate, SLO)
-    # LoadGen at the same rate against the same (simulated) server
-    ex = TimedExecutor(SERVICE)
-    res = drive(ex, LoadgenRequest("server", POLICY, rate, SLO, min_queries=500, min_duration_s=0.2))
+    # Both sides run on the wall clock of a shared 2-core machine, where another test's burst can stall one
+    # of them for tens of milliseconds (CI, 2026-11-28: deepgap's p99 90 ms beside LoadGen's 33 ms, both
+    # the test passing when rerun alone). A pair that disagrees is measured once more; the bound stays.
+    for attempt in (1, 2):
+        # deepgap's driver: the event loop on the wall clock, latency from each scheduled arrival
+        times = arr.poisson(rate, 500, attempt)
+        clock = RealClock(time.perf_counter() + 0.005)
+        ours = summarize(serve_loop(times, POLICY, clock, TimedExecutor(SERVICE)), rate, SLO)
+        # LoadGen at the same rate against the same (simulated) server
+        ex = TimedExecutor(SERVICE)
+        res = drive(ex, LoadgenRequest("server", POLICY, rate, SLO, min_queries=500, min_duration_s=0.2))
+        lg99 = _lg_p99(res)
+        agree = abs(lg99 - ours.latency_p99_s) <= P99_ABS_S + P99_REL * max(lg99, ours.latency_p99_s)
+        if agree and res.parsed["Result is"] == "VALID":
+            break
     assert res.parsed["Result is"] == "VALID", res.summary
-    lg99 = _lg_p99(res)
-    assert abs(lg99 - ours.latency_p99_s) <= P99_ABS_S + P99_REL * max(lg99, ours.latency_p99_s), (lg99, ours)
+    assert agree, (attempt, lg99, ours)
     # the light SUT: one QuerySamplesComplete per batch, and batches, not single samples
     assert res.complete_calls == ex.batches
     assert res.log.n >= 500 and res.complete_calls < res.log.n / 1.5
