@@ -67,8 +67,8 @@ def test_loadgen_and_deepgap_agree_on_a_server_of_known_service_time():
         pytest.skip(f"host overloaded: LoadGen's null-SUT p99 is {_lg_p99(floor) * 1e3:.1f} ms")
     rate = CAP_LO * cap
     # Both sides run on the wall clock of a shared 2-core machine, where another test's burst can stall one
-    # of them for tens of milliseconds (CI, 2026-11-28: deepgap's p99 90 ms beside LoadGen's 33 ms, both
-    # the test passing when rerun alone). A pair that disagrees is measured once more; the bound stays.
+    # of them for tens of milliseconds (CI, 2026-11-28: deepgap's p99 90 ms beside LoadGen's 33 ms; the test
+    # passed when rerun alone). A pair that disagrees is measured once more; the bound stays.
     for attempt in (1, 2):
         # deepgap's driver: the event loop on the wall clock, latency from each scheduled arrival
         times = arr.poisson(rate, 500, attempt)
