@@ -1,14 +1,15 @@
 """Small slices of the committed stores, for tests that need real stored rows but not the archive itself.
 
-Why: the project rule is that tests own their fixture stores (``tests/fixtures/``); only the tests whose
-purpose is the archive (``test_committed_stores.py``, ``test_behaviour_unchanged.py``) read ``results/``.
+Why: the project rule is that tests own their fixture stores (``tests/fixtures/``); no test opens
+``results/``, which holds CSV exports and READMEs only. The raw stores the slices are cut from left the tree
+(docs/results.md); they are read from git history, at ``ARCHIVE_COMMIT``, the last commit that held them.
 A test that wants rows as a real run wrote them (a quant run's per-layer records, an old schema version,
 the exact ``extra_json`` text) reads one of these slices: a copy of a committed store with most rows
 deleted by plain sqlite3 (no deepgap code, so the slice holds the bytes the run wrote, in its schema
 version), VACUUMed and gzipped without a timestamp, under ``tests/fixtures/slices/``.
 
-:func:`unpacked` gives a test a writable copy of a slice. Regenerate the slices from ``results/`` (the
-committed stores are only read) with::
+:func:`unpacked` gives a test a writable copy of a slice. Regenerate the slices from the archive (``git
+show ARCHIVE_COMMIT:results/SOURCE``, in a clone with full history) with::
 
     python tests/committed_slices.py
 
@@ -21,6 +22,7 @@ import gzip
 import json
 import shutil
 import sqlite3
+import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -28,12 +30,13 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SLICES_DIR = HERE / "fixtures" / "slices"
-RESULTS = HERE.parent / "results"
+# The last commit whose tree holds the raw result stores (docs/results.md); the slices are cut from it.
+ARCHIVE_COMMIT = "433bfb50c7721e72be954b848d42b75739a74e09"
 
 
 @dataclass(frozen=True)
 class Slice:
-    """A cut of ``results/SOURCE`` saved as ``fixtures/slices/NAME.sqlite.gz``.
+    """A cut of ``results/SOURCE`` (at ``ARCHIVE_COMMIT``) saved as ``fixtures/slices/NAME.sqlite.gz``.
 
     ``results``: an SQL condition on the ``results`` table (the rows kept, with their samples), or
     ``"shapes"``: one result per distinct shape of its ``extra_json`` (keys in order, value types, escapes).
@@ -152,13 +155,14 @@ def _one_per_shape(con: sqlite3.Connection) -> str:
 
 def make(s: Slice, folder: Path) -> Path:
     """Cut ``s`` from a copy of its committed store (read only) and write its gzipped fixture file."""
-    src = RESULTS / s.source
+    blob = subprocess.run(
+        ["git", "show", f"{ARCHIVE_COMMIT}:results/{s.source}"],
+        cwd=HERE.parent,
+        capture_output=True,
+        check=True,
+    ).stdout
     work = folder / f"{s.name}.sqlite"
-    if s.source.endswith(".gz"):
-        with gzip.open(src, "rb") as fin, open(work, "wb") as fout:
-            shutil.copyfileobj(fin, fout)
-    else:
-        shutil.copyfile(src, work)
+    work.write_bytes(gzip.decompress(blob) if s.source.endswith(".gz") else blob)
     con = sqlite3.connect(work)
     try:
         keep = _one_per_shape(con) if s.results == "shapes" else s.results

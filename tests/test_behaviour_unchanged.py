@@ -2,8 +2,9 @@
 
 Why: the modules of ``src/deepgap`` are being moved into packages (run/, report/, render/, core/,
 measure/), a refactor that must not change one character a user sees. This file pins what the reading
-commands print for the committed stores in ``results/`` (the archive: reading it is this test's purpose)
-against golden outputs captured from the code before the move, in ``tests/fixtures/golden/``.
+commands print for stores the project once committed under ``results/`` (kept gzipped, under their old
+relative paths, in ``tests/fixtures/archive/``: reading them is this test's purpose) against golden outputs
+captured from the code before the move, in ``tests/fixtures/golden/``.
 
 It imports only ``deepgap.cli`` (and ``deepgap``), the entry point that survives the move; every other
 module path is about to change. Each case runs ``deepgap ...`` in this process through
@@ -50,21 +51,21 @@ import pytest
 from deepgap.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "results"
+ARCHIVE = Path(__file__).resolve().parent / "fixtures" / "archive"  # each store as <rel>.gz
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "golden"
 REGEN = os.environ.get("DEEPGAP_REGEN_GOLDEN") == "1"
 GZIP_OVER = 100_000  # bytes of text above which a golden file is stored gzipped
 REDACT_KEY = "deepgap-golden-test-key"  # fixed, so --redact's keyed tokens are the same every run
 
-# The committed stores read here (small ones: the file runs in well under 30 s on two cores), copied
-# under the same relative paths; a .gz is unpacked beside its copy.
+# The archived stores read here (small ones: the file runs in well under 30 s on two cores), unpacked from
+# tests/fixtures/archive/<rel>.gz under the same relative paths (the outputs name them).
 STORES = (
     "h100/default.sqlite",  # one default sweep: 3 models x eager fp16/fp32 x 11 batches, energy
     "h200/default.sqlite",  # the H200's default sweep with quant, compile-freeze and cudagraph rows
     "h200/quant.sqlite",  # the quant engine's per-layer records (layers, report's quant tables)
     "h100/roofline.sqlite",  # peaks and profile runs, no results
     "two-gpus/all.sqlite",  # H200 and H100 merged: the two-platform answer and ratios
-    "h100/session10/serve.sqlite.gz",  # a serve run: serving rows, no results
+    "h100/session10/serve.sqlite",  # a serve run: serving rows, no results
 )
 
 
@@ -159,22 +160,17 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
-    """A folder with copies of the committed stores; the originals' bytes are checked unchanged after."""
-    originals = [RESULTS / rel for rel in STORES]
-    if not all(p.exists() for p in originals):
-        pytest.skip("the committed result stores are not in this checkout")
+    """A folder with the archived stores unpacked; the fixtures' bytes are checked unchanged after."""
+    originals = [ARCHIVE / f"{rel}.gz" for rel in STORES]
     before = {p: p.read_bytes() for p in originals}
     folder = tmp_path_factory.mktemp("golden")
     for rel, src in zip(STORES, originals, strict=True):
         dst = folder / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
-        if rel.endswith(".gz"):
-            with gzip.open(src) as fin, open(dst.with_suffix(""), "wb") as fout:
-                shutil.copyfileobj(fin, fout)
-        else:
-            shutil.copyfile(src, dst)
+        with gzip.open(src) as fin, open(dst, "wb") as fout:
+            shutil.copyfileobj(fin, fout)
     yield folder
-    assert {p: p.read_bytes() for p in originals} == before, "a committed store under results/ changed"
+    assert {p: p.read_bytes() for p in originals} == before, "an archived store under tests/fixtures/ changed"
 
 
 @pytest.fixture

@@ -1,11 +1,13 @@
-"""The committed H100/H200 stores (schema version 1) still open, migrate, show, report and merge.
+"""Stores the project once committed (schema version 1) still open, migrate, show, report and merge.
 
-Copies of three small ones, chosen to cover every table: ``h100/smoke.sqlite`` (sweeps, a profile and
-a serve run, with ``serve_runs.mean_batch`` stored as TEXT), ``h200/roofline.sqlite`` (peaks) and
-``h100/energy_check.sqlite`` (a sweep with energy telemetry). The files in git are never opened for
-writing: every check works on copies, and the originals' bytes are compared at the end.
+They left ``results/`` with the raw-store archive (docs/results.md) and live on gzipped in
+``tests/fixtures/archive/`` under their old relative paths. Three small ones, chosen to cover every
+table: ``h100/smoke.sqlite`` (sweeps, a profile and a serve run, with ``serve_runs.mean_batch`` stored
+as TEXT), ``h200/roofline.sqlite`` (peaks) and ``h100/energy_check.sqlite`` (a sweep with energy
+telemetry). Every check works on unpacked copies.
 """
 
+import gzip
 import shutil
 import sqlite3
 from pathlib import Path
@@ -15,7 +17,7 @@ import pytest
 from deepgap.cli import main
 from deepgap.store import SCHEMA_VERSION, Store
 
-RESULTS = Path(__file__).resolve().parent.parent / "results"
+ARCHIVE = Path(__file__).resolve().parent / "fixtures" / "archive"  # each store as <rel>.gz
 STORES = {
     "smoke": "h100/smoke.sqlite",
     "roofline": "h200/roofline.sqlite",
@@ -34,14 +36,13 @@ def _raw(path: Path, query: str) -> list[tuple]:
 
 @pytest.fixture(scope="module")
 def copies(tmp_path_factory):
-    originals = {k: RESULTS / v for k, v in STORES.items()}
-    if not all(p.exists() for p in originals.values()):
-        pytest.skip("the committed result stores are not in this checkout")
-    before = {k: p.read_bytes() for k, p in originals.items()}
     folder = tmp_path_factory.mktemp("committed")
-    out = {k: Path(shutil.copy(p, folder / f"{k}.sqlite")) for k, p in originals.items()}
-    yield out
-    assert {k: p.read_bytes() for k, p in originals.items()} == before
+    out = {}
+    for key, rel in STORES.items():
+        out[key] = folder / f"{key}.sqlite"
+        with gzip.open(ARCHIVE / f"{rel}.gz") as fin, open(out[key], "wb") as fout:
+            shutil.copyfileobj(fin, fout)
+    return out
 
 
 def test_they_are_version_1_and_read_migrated_in_memory(copies):
