@@ -9,5 +9,10 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 step() { local n=$1 l=$2; shift 2; echo "######## $n ($(date +%T), limit ${l}s)"; local t0=$SECONDS
          timeout "$l" "$@"; echo "######## $n: rc=$? in $((SECONDS - t0))s"; }
+# pack STORE: the store gzipped into $OUT (to read here, never to commit), and its CSV export beside it, the
+# form results are committed in (docs/results.md).
 pack() { python3 -c "import sqlite3,sys; sqlite3.connect(sys.argv[1]).execute('PRAGMA wal_checkpoint(TRUNCATE)')" "$1" \
-         && gzip -c "$1" > "$OUT/$(basename "$1").gz"; }
+         && gzip -c "$1" > "$OUT/$(basename "$1").gz" \
+         && python -m deepgap export "$1" --format csv -o "$OUT/$(basename "$1" .sqlite).csv" >/dev/null 2>&1; }
+# report_csvs DIR: a report's CSV tables (answer.csv, configurations.csv, ...) into $OUT/DIR-csv/.
+report_csvs() { mkdir -p "$OUT/$(basename "$1")-csv" && cp "$1"/report_files/*.csv "$OUT/$(basename "$1")-csv/" 2>/dev/null; }
