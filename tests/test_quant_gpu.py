@@ -122,13 +122,13 @@ def test_conv_kernel_on_gpu_matches_reference(qfmt, layer):
 def test_maxpool_and_epilogue_on_gpu_are_exact(fmt):
     import torch.nn.functional as F  # noqa: N812
 
-    from deepgap.measure.quant import kernels, layers
+    from deepgap.measure.quant import kernels, layers, stem_kernels
 
     g = torch.Generator(device=DEV).manual_seed(0)
     nb, h, c = 4, 112, 64
     x = (torch.randn(nb * h * h, c, device=DEV, generator=g) * 4).half()
     alpha, beta = torch.rand(c, device=DEV) + 0.5, torch.randn(c, device=DEV)
-    out = kernels.maxpool(x, (nb, h, h), alpha, beta, fmt, relu=True)
+    out = stem_kernels.maxpool(x, (nb, h, h), alpha, beta, fmt, relu=True)
     pooled = F.max_pool2d(x.float().view(nb, h, h, c).permute(0, 3, 1, 2), 3, 2, 1)
     ref = layers.epilogue_reference(pooled.permute(0, 2, 3, 1).reshape(-1, c), alpha, beta, fmt, True)
     assert torch.equal(out.float(), ref.float())

@@ -15,7 +15,7 @@ import torch
 
 triton = pytest.importorskip("triton")
 
-from deepgap.measure.quant import kernels, layers  # noqa: E402
+from deepgap.measure.quant import kernels, launch, layers, stem_kernels  # noqa: E402
 from deepgap.measure.quant.fold import ConvNode  # noqa: E402
 from deepgap.measure.quant.tiles import TileConfig  # noqa: E402
 
@@ -118,7 +118,7 @@ def test_maxpool_kernel(fmt):
     nb, h, w, c = 2, 11, 10, 48  # C not a power of two: channel mask
     x = (torch.randn(nb * h * w, c, generator=g) * 4).half()
     alpha, beta = torch.rand(c, generator=g) + 0.5, torch.randn(c, generator=g)
-    out = kernels.maxpool(x, (nb, h, w), alpha, beta, fmt, relu=True)
+    out = stem_kernels.maxpool(x, (nb, h, w), alpha, beta, fmt, relu=True)
     pooled = F.max_pool2d(x.float().view(nb, h, w, c).permute(0, 3, 1, 2), 3, 2, 1)
     ref = layers.epilogue_reference(pooled.permute(0, 2, 3, 1).reshape(-1, c), alpha, beta, fmt, True)
     _same(out, ref, fmt)
@@ -168,7 +168,7 @@ def test_launch_checks_give_clear_errors():
     with pytest.raises(ValueError, match="out_fmt must be one of"):
         kernels.conv_gemm(x, **{**args, "out_fmt": "int4"})
     with pytest.raises(ValueError, match="maxpool input must be fp16"):
-        kernels.maxpool(x, (2, 4, 4), lay.alpha, lay.beta, "int8", True)
+        stem_kernels.maxpool(x, (2, 4, 4), lay.alpha, lay.beta, "int8", True)
 
 
 def test_whole_network_triton_matches_reference_int8():
@@ -263,8 +263,8 @@ def test_inside_compile_only_a_gpu_launch_compiles_with_its_grid_and_runs_nothin
             calls.append(("warmup", grid, a, k))
 
     gpu = torch.device("cuda")
-    with kernels.compile_only():
-        kernels._impl(FakeKernel(), gpu)[(4, 2)](1, 2, BM=32)
-        assert isinstance(kernels._impl(kernels.conv_gemm_kernel, torch.device("cpu")), kernels._Interpreted)
-    kernels._impl(FakeKernel(), gpu)[(1,)](3)  # outside: launched as before
+    with launch.compile_only():
+        launch.launcher(FakeKernel(), gpu)[(4, 2)](1, 2, BM=32)
+        assert isinstance(launch.launcher(kernels.conv_gemm_kernel, torch.device("cpu")), launch.Interpreted)
+    launch.launcher(FakeKernel(), gpu)[(1,)](3)  # outside: launched as before
     assert calls == [("warmup", (4, 2), (1, 2), {"BM": 32}), ("run", (1,), (3,), {})]

@@ -1,14 +1,13 @@
-"""Triton kernels of the quant engine: implicit-GEMM convolution with a fused epilogue, and two helpers.
+"""Triton kernels of the quant engine: implicit-GEMM convolution with a fused epilogue, and its epilogue alone.
 
-Why these three: a quantized CNN layer is one GEMM (M = batch·H_out·W_out, N = C_out, K = k·k·C_in)
+Why these: a quantized CNN layer is one GEMM (M = batch·H_out·W_out, N = C_out, K = k·k·C_in)
 whose epilogue carries everything else — per-channel scale, bias, residual add, ReLU, requantization
 — so an activation is written once, in 8 bits, and read once by the next layer.
 
   conv_gemm_kernel   A gathered on the fly from NHWC int8/fp8 activations (no im2col buffer), B the
                      weights as [C_out, (kh, kw, c)] K-major (what Hopper's 8-bit wgmma wants), one
                      flattened K loop so Triton software-pipelines every tap; epilogue as below.
-  maxpool_kernel     the ResNet stem: 3×3/2 max pooling of the fp16 conv output, with the stem's bias,
-                     ReLU and quantization moved behind the max (they are monotone per channel).
+  (maxpool_kernel, the stem's pooling behind its cuDNN convolution, is in `stem_kernels`.)
   epilogue_kernel    the same epilogue over a ready [M, N] tensor: finishes layers that run in fp16
                      (cuDNN conv) and converts between activation formats.
 
@@ -21,7 +20,7 @@ epilogue ~3× heavier than fp8's and memory-bound residual layers twice as slow:
 [−2²², 2²²] and the float 1.5·2²³ added together put round-half-even(v) in the low mantissa bits, so
 rounding is one FADD plus a bitcast, and an int8 residual becomes fp32 by the same identity reversed.
 
-Every kernel also runs on CPU tensors through the Triton interpreter (`interpreted`), which is how the
+Every kernel also runs on CPU tensors through the Triton interpreter (`launch.interpreted`), which is how the
 tests check them without a GPU.
 """
 
@@ -30,18 +29,13 @@ tests check them without a GPU.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-import functools
-import types
-from collections.abc import Iterator
-
 import torch
 import triton
 import triton.language as tl
 
+from deepgap.measure.quant.launch import INT32_LIMIT, check, check_vec, launcher
+
 OUT_KIND = {"int8": 0, "fp8": 1, "fp16": 2}
-INT32_LIMIT = 2**31 - 1
 MAGIC = tl.constexpr(
     12582912.0
 )  # 1.5·2²³: x + MAGIC holds round-half-even(x) in its low mantissa bits, |x| ≤ 2²²
@@ -184,53 +178,6 @@ def conv_gemm_kernel(
     tl.store(out_ptr + offs, out, mask=m_ok[:, None])
 
 
-@triton.jit(do_not_specialize=["P", "H", "W", "OH", "OW"])
-def maxpool_kernel(
-    x_ptr,
-    out_ptr,
-    alpha_ptr,
-    beta_ptr,
-    P,
-    C,
-    H,
-    W,
-    OH,
-    OW,
-    K: tl.constexpr,
-    STRIDE: tl.constexpr,
-    PAD: tl.constexpr,
-    RELU: tl.constexpr,
-    OUT_KIND: tl.constexpr,
-    BP: tl.constexpr,
-    BC: tl.constexpr,
-):
-    """out[p, c] = epilogue(max over the K×K window of NHWC ``x``), P = batch·OH·OW output pixels."""
-    rp = tl.program_id(0) * BP + tl.arange(0, BP)
-    rc = tl.arange(0, BC)
-    p_ok = rp < P
-    c_ok = rc < C
-    nb = rp // (OH * OW)
-    rem = rp % (OH * OW)
-    ih0 = (rem // OW) * STRIDE - PAD
-    iw0 = (rem % OW) * STRIDE - PAD
-    best = tl.full((BP, BC), float("-inf"), dtype=tl.float32)
-    for kh in tl.static_range(K):
-        for kw in tl.static_range(K):
-            ih = ih0 + kh
-            iw = iw0 + kw
-            ok = p_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
-            row = ((nb * H + ih) * W + iw) * C
-            v = tl.load(
-                x_ptr + row[:, None] + rc[None, :], mask=ok[:, None] & c_ok[None, :], other=float("-inf")
-            )
-            best = tl.maximum(best, v.to(tl.float32))
-    alpha = tl.load(alpha_ptr + rc, mask=c_ok, other=1.0)  # 1, not 0: masked lanes hold -inf (no NaN)
-    beta = tl.load(beta_ptr + rc, mask=c_ok, other=0.0)
-    y = best * alpha[None, :]
-    out = _finish(y, beta[None, :], y, 0.0, RELU, False, OUT_KIND)
-    tl.store(out_ptr + rp[:, None] * C + rc[None, :], out, mask=p_ok[:, None] & c_ok[None, :])
-
-
 @triton.jit(do_not_specialize=["M"])
 def epilogue_kernel(
     x_ptr,
@@ -263,115 +210,18 @@ def epilogue_kernel(
     tl.store(out_ptr + offs, out, mask=mask)
 
 
-class _Interpreted:
-    """A kernel run by the Triton interpreter on CPU tensors, without setting TRITON_INTERPRET.
-
-    With the interpreter switched on process-wide, every ``@triton.jit`` function (ours and the
-    library's, such as ``tl.zeros``) is interpretable; here only this launch is, so calls to jit
-    functions made from inside the kernel are routed to the interpreter for its duration, and the
-    language patches those calls apply are undone afterwards (compiled kernels must not see them).
-    """
-
-    def __init__(self, kernel) -> None:
-        from triton.runtime.interpreter import InterpretedFunction
-
-        self.fn = InterpretedFunction(kernel.fn)
-
-    def __getitem__(self, grid):
-        from triton.runtime import interpreter
-        from triton.runtime.jit import JITFunction
-
-        def launch(*args, **kwargs):
-            original = JITFunction.__call__
-            rewritten: dict = {}  # python function → its interpretable version
-
-            def nested(jit_fn, *a, **k):
-                fn = jit_fn.fn
-                if fn not in rewritten:
-                    rewritten[fn] = interpreter.InterpretedFunction(fn).rewrite()
-                return rewritten[fn](*a, **k)
-
-            # Patch the language once, outside the launch's own patch scope, so that restoring in
-            # reverse order leaves nothing patched (a scope opened inside the launch's would record
-            # the launch's patches as "original" and put them back after the launch had undone them).
-            scope = interpreter._patch_lang(_SEES_LANGUAGE)  # tl, and tl.core for the library's helpers
-            JITFunction.__call__ = nested
-            try:
-                return self.fn[grid](*args, **kwargs)
-            finally:
-                JITFunction.__call__ = original
-                scope.restore()
-
-        return launch
-
-
-_SEES_LANGUAGE = types.FunctionType((lambda: None).__code__, {"tl": tl, "core": tl.core})
-
-
-@functools.cache
-def interpreted(kernel) -> _Interpreted:
-    """The Triton-interpreter version of ``kernel`` (runs on CPU tensors)."""
-    return _Interpreted(kernel)
-
-
-_COMPILE_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("deepgap_compile_only", default=False)
-
-
-class _CompileOnly:
-    """``kernel[grid](...)`` that compiles the launch's specialization without running it (`compile_only`)."""
-
-    def __init__(self, kernel) -> None:
-        self.kernel = kernel
-
-    def __getitem__(self, grid):
-        return lambda *args, **kwargs: self.kernel.warmup(*args, grid=grid, **kwargs)
-
-
-@contextlib.contextmanager
-def compile_only() -> Iterator[None]:
-    """Inside: GPU launches of this module's kernels compile (or submit a compile) and return unrun.
-
-    Why: under Triton's `AsyncCompileMode` a warm-up launch submits its compile to an executor, so
-    the tile candidates of a whole network can be compiled in parallel before they are timed one by
-    one (`quant.tuning.precompile`). Outputs written inside are left uninitialised.
-    """
-    token = _COMPILE_ONLY.set(True)
-    try:
-        yield
-    finally:
-        _COMPILE_ONLY.reset(token)
-
-
-def _impl(kernel, device: torch.device):
-    if device.type == "cpu":
-        return interpreted(kernel)
-    return _CompileOnly(kernel) if _COMPILE_ONLY.get() else kernel
-
-
-def _check(cond: bool, msg: str) -> None:
-    if not cond:
-        raise ValueError(msg)
-
-
-def _check_vec(name: str, v: torch.Tensor, n: int, device: torch.device) -> None:
-    _check(
-        v.dtype == torch.float32 and v.shape == (n,) and v.is_contiguous() and v.device == device,
-        f"{name} must be a contiguous float32 vector of {n} on {device}; "
-        f"got {v.dtype} {tuple(v.shape)} on {v.device}",
-    )
-
-
-def _check_out_res(out, res, m, n, device, out_fmt):
+def check_out_res(out, res, m, n, device, out_fmt):
+    """A launch's output (and residual) tensors: shape, layout, dtype and device, and 32-bit indexing."""
     from deepgap.measure.quant.layers import DTYPES
 
-    _check(out_fmt in OUT_KIND, f"out_fmt must be one of {sorted(OUT_KIND)}; got {out_fmt!r}")
-    _check(
+    check(out_fmt in OUT_KIND, f"out_fmt must be one of {sorted(OUT_KIND)}; got {out_fmt!r}")
+    check(
         out.shape == (m, n) and out.is_contiguous() and out.dtype == DTYPES[out_fmt] and out.device == device,
         f"out must be contiguous {DTYPES[out_fmt]} [{m}, {n}] on {device}; "
         f"got {out.dtype} {tuple(out.shape)}",
     )
     if res is not None:
-        _check(
+        check(
             res.shape == (m, n)
             and res.is_contiguous()
             and res.device == device
@@ -379,7 +229,7 @@ def _check_out_res(out, res, m, n, device, out_fmt):
             f"residual must be a contiguous [{m}, {n}] int8/fp8/fp16/fp32 tensor on {device}; "
             f"got {res.dtype} {tuple(res.shape)}",
         )
-    _check(
+    check(
         m * n <= INT32_LIMIT, f"[{m}, {n}] has more than 2^31 elements (32-bit indexing); use a smaller batch"
     )
 
@@ -411,16 +261,16 @@ def conv_gemm(
     from deepgap.measure.quant.layers import DTYPES
 
     nb, h, wd = nhw
-    _check(out_fmt in OUT_KIND, f"out_fmt must be one of {sorted(OUT_KIND)}; got {out_fmt!r}")
-    _check(x.dtype in (torch.int8, torch.float8_e4m3fn), f"x must be int8 or float8_e4m3fn; got {x.dtype}")
-    _check(
+    check(out_fmt in OUT_KIND, f"out_fmt must be one of {sorted(OUT_KIND)}; got {out_fmt!r}")
+    check(x.dtype in (torch.int8, torch.float8_e4m3fn), f"x must be int8 or float8_e4m3fn; got {x.dtype}")
+    check(
         x.dim() == 2 and x.shape[0] == nb * h * wd and x.is_contiguous(),
         f"x must be contiguous [nb·h·w={nb * h * wd}, C]; "
         f"got {tuple(x.shape)} contiguous={x.is_contiguous()}",
     )
     c = x.shape[1]
     n = w.shape[0]
-    _check(
+    check(
         w.dtype == x.dtype
         and w.dim() == 2
         and w.shape[1] == ksize * ksize * c
@@ -429,22 +279,22 @@ def conv_gemm(
         f"w must be contiguous {x.dtype} [C_out, {ksize}·{ksize}·{c}] on {x.device}; "
         f"got {w.dtype} {tuple(w.shape)}",
     )
-    _check(c % cfg.bk == 0, f"C_in={c} must be a multiple of BK={cfg.bk}")
-    _check(n % cfg.bn == 0, f"C_out={n} must be a multiple of BN={cfg.bn}")
-    _check(
+    check(c % cfg.bk == 0, f"C_in={c} must be a multiple of BK={cfg.bk}")
+    check(n % cfg.bn == 0, f"C_out={n} must be a multiple of BN={cfg.bn}")
+    check(
         x.numel() <= INT32_LIMIT, "input has more than 2^31 elements (32-bit indexing); use a smaller batch"
     )
     oh = (h + 2 * padding - ksize) // stride + 1
     ow = (wd + 2 * padding - ksize) // stride + 1
     m = nb * oh * ow
-    _check(m > 0, f"empty output for input {nb}×{h}×{wd}, k={ksize}, stride={stride}, padding={padding}")
-    _check_vec("alpha", alpha, n, x.device)
-    _check_vec("beta", beta, n, x.device)
+    check(m > 0, f"empty output for input {nb}×{h}×{wd}, k={ksize}, stride={stride}, padding={padding}")
+    check_vec("alpha", alpha, n, x.device)
+    check_vec("beta", beta, n, x.device)
     if out is None:
         out = torch.empty((m, n), dtype=DTYPES[out_fmt], device=x.device)
-    _check_out_res(out, res, m, n, x.device, out_fmt)
+    check_out_res(out, res, m, n, x.device, out_fmt)
     grid = (triton.cdiv(m, cfg.bm) * (n // cfg.bn),)
-    _impl(conv_gemm_kernel, x.device)[grid](
+    launcher(conv_gemm_kernel, x.device)[grid](
         x,
         w,
         out,
@@ -479,69 +329,23 @@ def conv_gemm(
     return out
 
 
-def maxpool(x, nhw, alpha, beta, out_fmt, relu, ksize=3, stride=2, padding=1, block_p=32):
-    """Launch `maxpool_kernel` on NHWC ``x`` ([nb·h·w, C], fp16/fp32) → [nb·oh·ow, C] in ``out_fmt``."""
-    from deepgap.measure.quant.layers import DTYPES
-
-    nb, h, wd = nhw
-    _check(out_fmt in OUT_KIND, f"out_fmt must be one of {sorted(OUT_KIND)}; got {out_fmt!r}")
-    _check(x.dtype in (torch.float16, torch.float32), f"maxpool input must be fp16 or fp32; got {x.dtype}")
-    _check(
-        x.dim() == 2 and x.shape[0] == nb * h * wd and x.is_contiguous(),
-        f"x must be contiguous [nb·h·w={nb * h * wd}, C]; got {tuple(x.shape)}",
-    )
-    c = x.shape[1]
-    _check(
-        x.numel() <= INT32_LIMIT, "input has more than 2^31 elements (32-bit indexing); use a smaller batch"
-    )
-    _check_vec("alpha", alpha, c, x.device)
-    _check_vec("beta", beta, c, x.device)
-    oh = (h + 2 * padding - ksize) // stride + 1
-    ow = (wd + 2 * padding - ksize) // stride + 1
-    p = nb * oh * ow
-    out = torch.empty((p, c), dtype=DTYPES[out_fmt], device=x.device)
-    _check_out_res(out, None, p, c, x.device, out_fmt)
-    _impl(maxpool_kernel, x.device)[(triton.cdiv(p, block_p),)](
-        x,
-        out,
-        alpha,
-        beta,
-        p,
-        c,
-        h,
-        wd,
-        oh,
-        ow,
-        K=ksize,
-        STRIDE=stride,
-        PAD=padding,
-        RELU=bool(relu),
-        OUT_KIND=OUT_KIND[out_fmt],
-        BP=block_p,
-        BC=triton.next_power_of_2(c),
-        num_warps=4,
-        enable_fp_fusion=False,
-    )
-    return out
-
-
 def epilogue(x, alpha, beta, out_fmt, relu, res=None, gamma=0.0, block_m=64, block_n=64):
     """Launch `epilogue_kernel` on a ready [M, N] tensor; returns [M, N] in ``out_fmt``."""
     from deepgap.measure.quant.layers import DTYPES
 
-    _check(out_fmt in OUT_KIND, f"out_fmt must be one of {sorted(OUT_KIND)}; got {out_fmt!r}")
-    _check(x.dim() == 2 and x.is_contiguous(), f"x must be a contiguous 2-D tensor; got {tuple(x.shape)}")
-    _check(
+    check(out_fmt in OUT_KIND, f"out_fmt must be one of {sorted(OUT_KIND)}; got {out_fmt!r}")
+    check(x.dim() == 2 and x.is_contiguous(), f"x must be a contiguous 2-D tensor; got {tuple(x.shape)}")
+    check(
         x.dtype in (torch.int8, torch.float8_e4m3fn, torch.float16, torch.float32),
         f"x must be int8/fp8/fp16/fp32; got {x.dtype}",
     )
     m, n = x.shape
-    _check_vec("alpha", alpha, n, x.device)
-    _check_vec("beta", beta, n, x.device)
+    check_vec("alpha", alpha, n, x.device)
+    check_vec("beta", beta, n, x.device)
     out = torch.empty((m, n), dtype=DTYPES[out_fmt], device=x.device)
-    _check_out_res(out, res, m, n, x.device, out_fmt)
+    check_out_res(out, res, m, n, x.device, out_fmt)
     grid = (triton.cdiv(m, block_m), triton.cdiv(n, block_n))
-    _impl(epilogue_kernel, x.device)[grid](
+    launcher(epilogue_kernel, x.device)[grid](
         x,
         out,
         alpha,

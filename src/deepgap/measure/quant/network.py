@@ -194,9 +194,9 @@ class QuantNet:
             acc = fp16_conv(x.permute(0, 2, 3, 1).reshape(-1, c), (b, hh, ww), s.w_half, n.stride, n.padding)
         oh, ow = n.out_hw(hh, ww)
         if backend == "triton":
-            from deepgap.measure.quant import kernels
+            from deepgap.measure.quant import stem_kernels
 
-            return kernels.maxpool(acc, (b, oh, ow), s.alpha, s.beta, s.out_fmt, relu=True)
+            return stem_kernels.maxpool(acc, (b, oh, ow), s.alpha, s.beta, s.out_fmt, relu=True)
         pooled = F.max_pool2d(acc.view(b, oh, ow, -1).permute(0, 3, 1, 2).float(), 3, 2, 1)
         return layers.epilogue_reference(_flat(pooled), s.alpha, s.beta, s.out_fmt, True)
 

@@ -1,4 +1,4 @@
-"""Triton kernels for the ResNet stem: the 7×7/2 convolution of the 3-channel image on tensor cores, max-pool.
+"""Triton kernels for the ResNet stem: the 7×7/2 convolution of the 3-channel image on tensor cores, max-pools.
 
 Why: the per-layer table (`deepgap layers`) showed the stem — cuDNN's fp16 convolution, whose 3-channel
 input suits none of its tensor-core kernels, writing a 16-bit output that the max-pool reads back — as
@@ -11,7 +11,9 @@ equals taking the maximum and then quantizing, and after the ReLU every value is
 padding can read as 0. Loading a kernel row's 21 contiguous values per K step instead (no per-element
 division) was slower (misaligned rows, seven K steps instead of five; docs/quant.md).
 
-Both run on CPU tensors through the Triton interpreter (`kernels.interpreted`), as the tests do.
+`maxpool_kernel` pools the fp16 output of the stem's cuDNN convolution instead (the `cudnn` stem),
+with the stem's bias, ReLU and quantization moved behind the max for the same reason. All run on CPU
+tensors through the Triton interpreter (`launch.interpreted`), as the tests do.
 """
 
 # Triton convention: compile-time (constexpr) parameters in capitals.
@@ -23,7 +25,8 @@ import torch
 import triton
 import triton.language as tl
 
-from deepgap.measure.quant.kernels import INT32_LIMIT, OUT_KIND, _check, _check_vec, _finish, _impl
+from deepgap.measure.quant.kernels import OUT_KIND, _finish, check_out_res
+from deepgap.measure.quant.launch import INT32_LIMIT, check, check_vec, launcher
 
 BLOCK_K = 32
 
@@ -134,28 +137,28 @@ def stem(
     from deepgap.measure.quant.layers import DTYPES
 
     nb, h, wd = nhw
-    _check(out_fmt in ("int8", "fp8"), f"the fused stem writes int8 or fp8; got {out_fmt!r}")
-    _check(
+    check(out_fmt in ("int8", "fp8"), f"the fused stem writes int8 or fp8; got {out_fmt!r}")
+    check(
         x.dtype == torch.float16 and x.dim() == 2 and x.shape[0] == nb * h * wd and x.is_contiguous(),
         f"x must be a contiguous fp16 [nb·h·w={nb * h * wd}, C]; got {x.dtype} {tuple(x.shape)}",
     )
     c = x.shape[1]
     n, kp = w_gemm.shape
-    _check(
+    check(
         w_gemm.dtype == torch.float16 and kp % BLOCK_K == 0 and kp >= ksize * ksize * c,
         f"w_gemm must be fp16 [C_out, KP ≥ {ksize * ksize * c}, a multiple of {BLOCK_K}]",
     )
-    _check(n == triton.next_power_of_2(n), f"C_out must be a power of two; got {n}")
-    _check_vec("alpha", alpha, n, x.device)
-    _check_vec("beta", beta, n, x.device)
+    check(n == triton.next_power_of_2(n), f"C_out must be a power of two; got {n}")
+    check_vec("alpha", alpha, n, x.device)
+    check_vec("beta", beta, n, x.device)
     oh = (h + 2 * padding - ksize) // stride + 1
     ow = (wd + 2 * padding - ksize) // stride + 1
     m = nb * oh * ow
-    _check(
+    check(
         max(x.numel(), m * n) <= INT32_LIMIT, "more than 2^31 elements (32-bit indexing); use a smaller batch"
     )
     conv = torch.empty((m, n), dtype=DTYPES[out_fmt], device=x.device)
-    _impl(stem_conv_kernel, x.device)[(triton.cdiv(m, block_m),)](
+    launcher(stem_conv_kernel, x.device)[(triton.cdiv(m, block_m),)](
         x,
         w_gemm,
         conv,
@@ -184,7 +187,7 @@ def stem(
     pw = (ow + 2 * p - k) // s + 1
     out = torch.empty((nb * ph * pw, n), dtype=conv.dtype, device=x.device)
     block_p = 32
-    _impl(maxpool8_kernel, x.device)[(triton.cdiv(nb * ph * pw, block_p),)](
+    launcher(maxpool8_kernel, x.device)[(triton.cdiv(nb * ph * pw, block_p),)](
         conv,
         out,
         nb * ph * pw,
@@ -198,5 +201,98 @@ def stem(
         PAD=p,
         BP=block_p,
         num_warps=4,
+    )
+    return out
+
+
+@triton.jit(do_not_specialize=["P", "H", "W", "OH", "OW"])
+def maxpool_kernel(
+    x_ptr,
+    out_ptr,
+    alpha_ptr,
+    beta_ptr,
+    P,
+    C,
+    H,
+    W,
+    OH,
+    OW,
+    K: tl.constexpr,
+    STRIDE: tl.constexpr,
+    PAD: tl.constexpr,
+    RELU: tl.constexpr,
+    OUT_KIND: tl.constexpr,
+    BP: tl.constexpr,
+    BC: tl.constexpr,
+):
+    """out[p, c] = epilogue(max over the K×K window of NHWC ``x``), P = batch·OH·OW output pixels."""
+    rp = tl.program_id(0) * BP + tl.arange(0, BP)
+    rc = tl.arange(0, BC)
+    p_ok = rp < P
+    c_ok = rc < C
+    nb = rp // (OH * OW)
+    rem = rp % (OH * OW)
+    ih0 = (rem // OW) * STRIDE - PAD
+    iw0 = (rem % OW) * STRIDE - PAD
+    best = tl.full((BP, BC), float("-inf"), dtype=tl.float32)
+    for kh in tl.static_range(K):
+        for kw in tl.static_range(K):
+            ih = ih0 + kh
+            iw = iw0 + kw
+            ok = p_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+            row = ((nb * H + ih) * W + iw) * C
+            v = tl.load(
+                x_ptr + row[:, None] + rc[None, :], mask=ok[:, None] & c_ok[None, :], other=float("-inf")
+            )
+            best = tl.maximum(best, v.to(tl.float32))
+    alpha = tl.load(alpha_ptr + rc, mask=c_ok, other=1.0)  # 1, not 0: masked lanes hold -inf (no NaN)
+    beta = tl.load(beta_ptr + rc, mask=c_ok, other=0.0)
+    y = best * alpha[None, :]
+    out = _finish(y, beta[None, :], y, 0.0, RELU, False, OUT_KIND)
+    tl.store(out_ptr + rp[:, None] * C + rc[None, :], out, mask=p_ok[:, None] & c_ok[None, :])
+
+
+def maxpool(x, nhw, alpha, beta, out_fmt, relu, ksize=3, stride=2, padding=1, block_p=32):
+    """Launch `maxpool_kernel` on NHWC ``x`` ([nb·h·w, C], fp16/fp32) → [nb·oh·ow, C] in ``out_fmt``."""
+    from deepgap.measure.quant.layers import DTYPES
+
+    nb, h, wd = nhw
+    check(out_fmt in OUT_KIND, f"out_fmt must be one of {sorted(OUT_KIND)}; got {out_fmt!r}")
+    check(x.dtype in (torch.float16, torch.float32), f"maxpool input must be fp16 or fp32; got {x.dtype}")
+    check(
+        x.dim() == 2 and x.shape[0] == nb * h * wd and x.is_contiguous(),
+        f"x must be contiguous [nb·h·w={nb * h * wd}, C]; got {tuple(x.shape)}",
+    )
+    c = x.shape[1]
+    check(
+        x.numel() <= INT32_LIMIT, "input has more than 2^31 elements (32-bit indexing); use a smaller batch"
+    )
+    check_vec("alpha", alpha, c, x.device)
+    check_vec("beta", beta, c, x.device)
+    oh = (h + 2 * padding - ksize) // stride + 1
+    ow = (wd + 2 * padding - ksize) // stride + 1
+    p = nb * oh * ow
+    out = torch.empty((p, c), dtype=DTYPES[out_fmt], device=x.device)
+    check_out_res(out, None, p, c, x.device, out_fmt)
+    launcher(maxpool_kernel, x.device)[(triton.cdiv(p, block_p),)](
+        x,
+        out,
+        alpha,
+        beta,
+        p,
+        c,
+        h,
+        wd,
+        oh,
+        ow,
+        K=ksize,
+        STRIDE=stride,
+        PAD=padding,
+        RELU=bool(relu),
+        OUT_KIND=OUT_KIND[out_fmt],
+        BP=block_p,
+        BC=triton.next_power_of_2(c),
+        num_warps=4,
+        enable_fp_fusion=False,
     )
     return out

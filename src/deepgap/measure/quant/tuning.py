@@ -293,7 +293,7 @@ def precompile(
     loop first launches them. Submitted together under Triton's `AsyncCompileMode`, the compiles
     overlap where they leave the interpreter (ptxas, for one, is a subprocess); the timing loop then
     finds every kernel compiled. With a tuning-cache hit only the cached tile is compiled, as only it
-    is timed. Nothing is launched: launches run in `kernels.compile_only` (tiny one-image inputs give
+    is timed. Nothing is launched: launches run in `launch.compile_only` (tiny one-image inputs give
     the same specialization, since the kernels do not specialize on the row count). A Triton without
     `AsyncCompileMode`, or a compile that fails here, changes nothing: the kernel is compiled, or
     fails, at its first launch as before.
@@ -308,7 +308,7 @@ def precompile(
         return {"kernels": 0, "skipped": "this Triton has no AsyncCompileMode"}
     from concurrent.futures import ThreadPoolExecutor
 
-    from deepgap.measure.quant import kernels
+    from deepgap.measure.quant import launch
 
     workers = workers or max(
         1,
@@ -320,7 +320,7 @@ def precompile(
         with (
             ThreadPoolExecutor(workers) as pool,
             AsyncCompileMode(pool, ignore_errors=True),
-            kernels.compile_only(),
+            launch.compile_only(),
             torch.inference_mode(),
         ):
             for name, layer in net.convs.items():
