@@ -21,7 +21,7 @@ ray = pytest.importorskip("ray")
 import deepgap  # noqa: E402
 from deepgap.cli import main  # noqa: E402
 from deepgap.core.errors import UsageError  # noqa: E402
-from deepgap.fleet.ray_backend import parse_where  # noqa: E402
+from deepgap.fleet.ray_placement import parse_where  # noqa: E402
 from deepgap.store import Store  # noqa: E402
 
 pytestmark = pytest.mark.slow

@@ -44,9 +44,9 @@ def make_backend(
     **kw: Any,
 ):
     """The backend for the flags given, else for the stored fleet settings of a resumed run."""
-    from deepgap.fleet import ray_backend
+    from deepgap.fleet import ray_backend, ray_placement
 
-    where = ray_backend.parse_where(where) if where else None
+    where = ray_placement.parse_where(where) if where else None
     if devices and ray:
         raise UsageError(
             "--devices and --ray both given", "use --devices on one host, or --ray for a cluster"
