@@ -45,7 +45,7 @@ from deepgap.drive.config import SweepSpec
 from deepgap.drive.launcher import Finished, PreludeMeasure
 from deepgap.fleet.common import cascade_reason, ladders, run_env
 from deepgap.fleet.ray_placement import import_ray, where_resources
-from deepgap.fleet.ray_prelude import RayPrelude, device_key, lane_name
+from deepgap.fleet.ray_prelude import RayPrelude, device_key, first_line, lane_name
 
 RETRIES = 2  # a configuration whose worker or node is lost runs at most 1 + RETRIES times
 _POLL_S = 2.0
@@ -303,7 +303,7 @@ class RayBackend:
             try:
                 res: Result = ray.get(ready[0])
             except lost_types as exc:
-                job.lost.append(_first_line(exc))
+                job.lost.append(first_line(exc))
                 if len(job.lost) <= self.retries:
                     submit(job)
                     continue
@@ -313,7 +313,7 @@ class RayBackend:
                     reason=f"its Ray worker or node was lost {len(job.lost)} times; last: {job.lost[-1]}",
                 )
             except Exception as exc:  # noqa: BLE001 - the task itself raised (e.g. deepgap missing on the node)
-                res = Result(spec=job.cfg, status=Status.ERROR, reason=f"Ray task failed: {_first_line(exc)}")
+                res = Result(spec=job.cfg, status=Status.ERROR, reason=f"Ray task failed: {first_line(exc)}")
             res.spec = job.cfg
             res.details.attempts = job.attempts
             if job.lost:
@@ -371,8 +371,3 @@ class RayBackend:
         self._pending.clear()
         if self._owns and ray.is_initialized():
             ray.shutdown()
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:300] if text else ''}"

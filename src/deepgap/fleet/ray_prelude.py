@@ -113,7 +113,7 @@ class ActorRunner:
             return self.ray.get(ref, timeout=settings.idle_s + 120.0)
         except Exception as exc:  # noqa: BLE001 - a lost actor is a status, as a lost worker
             return {
-                "summary": {"status": f"unavailable: the Ray actor was lost ({_first_line(exc)})"},
+                "summary": {"status": f"unavailable: the Ray actor was lost ({first_line(exc)})"},
                 "samples": [],
             }
 
@@ -124,7 +124,7 @@ class ActorRunner:
                 timeout=timeout_s + self.sweep.timeout_s + 60.0,
             )
         except Exception as exc:  # noqa: BLE001
-            why = f"the Ray actor was lost ({_first_line(exc)})"
+            why = f"the Ray actor was lost ({first_line(exc)})"
             return Result(spec=cfg, status=Status.CRASH, reason=why)
 
 
@@ -236,6 +236,7 @@ def _stop(ray: Any, actor: Any) -> None:
         ray.kill(actor)
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """An exception as one short line, ``Type: first line of its message`` (Ray's messages run long)."""
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0][:300] if text else ''}"

@@ -92,7 +92,7 @@ def compile_only() -> Iterator[None]:
 
     Why: under Triton's `AsyncCompileMode` a warm-up launch submits its compile to an executor, so
     the tile candidates of a whole network can be compiled in parallel before they are timed one by
-    one (`quant.tuning.precompile`). Outputs written inside are left uninitialised.
+    one (`quant.precompile.precompile`). Outputs written inside are left uninitialised.
     """
     token = _COMPILE_ONLY.set(True)
     try:

@@ -24,12 +24,12 @@ from deepgap.measure.quant import tunecache as tune_cache
 from deepgap.measure.quant.calibrate import DEFAULT_METHOD, CalibrationKey, calibrate
 from deepgap.measure.quant.fold import conv_macs, resnet_graph
 from deepgap.measure.quant.network import QuantNet, build
+from deepgap.measure.quant.precompile import precompile
 from deepgap.measure.quant.tiles import choose_modes
 from deepgap.measure.quant.tuning import (  # noqa: F401 (time_s: API)
     CHECK_BATCH,
     _agree,
     _sync,
-    precompile,
     time_layer,
     time_s,
     time_stem_and_head,

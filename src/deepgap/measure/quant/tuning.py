@@ -9,7 +9,6 @@ of each candidate, the fp16 path's time, the memory floor of each layer, and the
 from __future__ import annotations
 
 import contextlib
-import os
 import statistics
 import time
 from typing import Any
@@ -70,7 +69,7 @@ def time_s(fn, reps: int = 10, device: str = "cuda", use_graph: bool = True) -> 
     return statistics.median(times)
 
 
-def _rand_act(m: int, c: int, fmt: str, device) -> torch.Tensor:
+def rand_act(m: int, c: int, fmt: str, device) -> torch.Tensor:
     """Random, never-zero-heavy activations in a storage format (int8 in ±100, fp8/fp16 normal·40)."""
     if fmt == "int8":
         return torch.randint(-100, 101, (m, c), dtype=torch.int8, device=device)
@@ -234,13 +233,13 @@ def time_layer(
         gemm=(shape.m, n.cout, n.cin * n.kernel_size**2),
         bytes=_fewest_bytes(net, name, batch),
     )
-    x = _rand_act(batch * h * w, n.cin, layer.in_fmt, dev)
-    res = _rand_act(batch * oh * ow, n.cout, layer.res_fmt, dev) if n.residual else None
+    x = rand_act(batch * h * w, n.cin, layer.in_fmt, dev)
+    res = rand_act(batch * oh * ow, n.cout, layer.res_fmt, dev) if n.residual else None
     cb = min(CHECK_BATCH, batch)
     xs = x[: cb * h * w]
     rs = res[: cb * oh * ow] if res is not None else None
     ref = layers.conv_reference(layer, xs, (cb, h, w), rs)
-    cands = _candidates(net, name, batch, opts, backend_ok)
+    cands = candidates(net, name, batch, opts, backend_ok)
     hit = cache.get(shape) if cache is not None else None
     if hit is not None and (hit.backend, hit.config) in cands:
         best, errors = _best_of(net, name, [(hit.backend, hit.config)], x, xs, res, rs, ref, batch, cb, opts)
@@ -265,7 +264,7 @@ def time_layer(
     return t
 
 
-def _candidates(net: QuantNet, name: str, batch: int, opts, backend_ok: bool) -> list[tuple[str, Any]]:
+def candidates(net: QuantNet, name: str, batch: int, opts, backend_ok: bool) -> list[tuple[str, Any]]:
     """(backend, tile) pairs that `time_layer` times for convolution ``name``, in order."""
     n = net.convs[name].node
     oh, ow, _ = net.shapes[n.out]
@@ -276,73 +275,6 @@ def _candidates(net: QuantNet, name: str, batch: int, opts, backend_ok: bool) ->
     if opts.force_backend != "triton":
         cands.append(("torch", None))
     return cands
-
-
-def precompile(
-    net: QuantNet,
-    batch: int,
-    opts,
-    backend_ok: bool,
-    cache: tune_cache.TuneCache | None = None,
-    workers: int | None = None,
-) -> dict[str, Any]:
-    """Compile the Triton kernels that `time_layer` will launch, all at once on a thread pool.
-
-    Why: with cold caches a network's set-up is mostly compiling its tile candidates (dozens of
-    kernels, each through Triton's code generator, LLVM and ptxas), one after another as the tuning
-    loop first launches them. Submitted together under Triton's `AsyncCompileMode`, the compiles
-    overlap where they leave the interpreter (ptxas, for one, is a subprocess); the timing loop then
-    finds every kernel compiled. With a tuning-cache hit only the cached tile is compiled, as only it
-    is timed. Nothing is launched: launches run in `launch.compile_only` (tiny one-image inputs give
-    the same specialization, since the kernels do not specialize on the row count). A Triton without
-    `AsyncCompileMode`, or a compile that fails here, changes nothing: the kernel is compiled, or
-    fails, at its first launch as before.
-    """
-    first = next(iter(net.convs.values()), None)
-    dev = first.w_q.device if first is not None else torch.device("cpu")
-    if dev.type != "cuda" or not backend_ok or opts.force_backend == "torch":
-        return {"kernels": 0, "skipped": "no Triton kernels to compile"}
-    try:
-        from triton.runtime._async_compile import AsyncCompileMode
-    except ImportError:
-        return {"kernels": 0, "skipped": "this Triton has no AsyncCompileMode"}
-    from concurrent.futures import ThreadPoolExecutor
-
-    from deepgap.measure.quant import launch
-
-    workers = workers or max(
-        1,
-        min(16, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)),
-    )
-    saved = dict(net.backend), dict(net.configs)
-    t0, submitted = time.perf_counter(), 0
-    try:
-        with (
-            ThreadPoolExecutor(workers) as pool,
-            AsyncCompileMode(pool, ignore_errors=True),
-            launch.compile_only(),
-            torch.inference_mode(),
-        ):
-            for name, layer in net.convs.items():
-                n = layer.node
-                h, w, _ = net.shapes[n.inp]
-                oh, ow, _ = net.shapes[n.out]
-                cands = [c for c in _candidates(net, name, batch, opts, backend_ok) if c[0] == "triton"]
-                hit = cache.get(layer_shape(net, name, batch)) if cache is not None else None
-                if hit is not None and (hit.backend, hit.config) in cands:
-                    cands = [(hit.backend, hit.config)]
-                x = _rand_act(h * w, n.cin, layer.in_fmt, dev)
-                res = _rand_act(oh * ow, n.cout, layer.res_fmt, dev) if n.residual else None
-                for backend, cfg in cands:
-                    net.backend[name], net.configs[name] = backend, cfg
-                    try:
-                        net.run_conv(name, x, 1, res)
-                        submitted += 1
-                    except Exception:  # noqa: BLE001 - the timing loop meets and reports it
-                        pass
-    finally:
-        net.backend, net.configs = saved
-    return {"kernels": submitted, "workers": workers, "seconds": round(time.perf_counter() - t0, 3)}
 
 
 def _best_of(net, name, cands, x, xs, res, rs, ref, batch, cb, opts):
@@ -374,7 +306,7 @@ def _time_fp16(layer, nhw, res, backend_ok: bool, opts, t: LayerTiming) -> float
     n = layer.node
     batch, h, w = nhw
     dev = layer.w_q.device
-    xh = _rand_act(batch * h * w, n.cin, "fp16", dev)
+    xh = rand_act(batch * h * w, n.cin, "fp16", dev)
 
     def fp16_path():
         acc = fp16_conv(xh, (batch, h, w), layer.w_half, n.stride, n.padding)
