@@ -18,7 +18,7 @@ processes did not shrink with more rounds (about one process in four, deepgap's 
 alike, ran launch-bound ResNet-50 15-40% slower for its whole life), so each round is instead one
 fresh process, started as deepgap starts its workers, that builds deepgap's worker state and then
 alternates ``--blocks`` times (ABBA) between deepgap's own measurement of the configuration
-(`deepgap.drive.worker.measure` with the request `SweepRunner` sends: engine set-up, correctness check,
+(`deepgap.measure.configuration.measure` with the request `SweepRunner` sends: engine set-up, correctness check,
 telemetry thread, timing protocol, statistics) and the bare loop. Both arms share the process, so
 its speed cancels in each block's ratio; what is left out is only the parent's side of the pipe,
 which is outside deepgap's timed window. Result per batch: the median of all block ratios, with a
@@ -214,7 +214,8 @@ def _paired_child(conn, spec, blocks):
         from deepgap.core.records import Status
         from deepgap.drive.plan import expand
         from deepgap.drive.runner import SweepRunner
-        from deepgap.drive.worker import WorkerState, measure
+        from deepgap.measure.configuration import measure
+        from deepgap.measure.worker import WorkerState
 
         state = WorkerState(spec.device)  # deepgap's worker set-up (interop threads 1, CUDA context)
         runner = SweepRunner(spec, spec.device)  # for its requests only; its worker is never started

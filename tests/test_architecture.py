@@ -174,16 +174,78 @@ def test_import_contracts_are_kept():
     assert "0 broken" in p.stdout
 
 
-def test_no_import_exceptions():
-    """Both contracts' ``ignore_imports`` are empty: no upward or cyclic import is tolerated, lazy or not."""
+def _contracts() -> list[dict]:
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
         import tomli as tomllib
-    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
-    assert {c["id"] for c in contracts} == {"layers", "acyclic"}
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+
+
+def test_no_import_exceptions():
+    """Every contract's ``ignore_imports`` is empty: no upward, cyclic or worker import is tolerated, lazy or not."""
+    contracts = _contracts()
+    assert {c["id"] for c in contracts} == {"layers", "acyclic", "worker-modules"}
     exceptions = {c["id"]: c.get("ignore_imports", []) for c in contracts}
-    assert exceptions == {"layers": [], "acyclic": []}, exceptions
+    assert exceptions == {"layers": [], "acyclic": [], "worker-modules": []}, exceptions
+
+
+def test_every_module_with_a_worker_handler_is_a_forbidden_worker_module():
+    """A module that registers a handler (``@handles``) runs in the worker: the parent may never import it.
+
+    Why: the forbidden contract enforces "the parent never touches the GPU" only for the modules it lists;
+    a new feature's handlers in an unlisted module would slip past it. Each listed module also imports
+    torch at the top (it is never loaded in the parent, so it need not be light).
+    """
+    listed = {c["id"]: c for c in _contracts()}["worker-modules"]["forbidden_modules"]
+    registering = set()
+    for path in SRC.joinpath("deepgap").rglob("*.py"):
+        text = path.read_text()
+        if "@handles(" in text and "def handles(" not in text:
+            registering.add(".".join(path.relative_to(SRC).with_suffix("").parts))
+    assert registering, "no module registers a worker handler: the scan is broken"
+    assert registering <= set(listed), sorted(registering - set(listed))
+    for name in listed:
+        path = SRC.joinpath(*name.split(".")).with_suffix(".py")
+        assert path.exists(), name
+        imports_torch = any(line == "import torch" for line in path.read_text().splitlines())
+        uses_worker = (
+            "from deepgap.measure.worker import" in path.read_text() or name == "deepgap.measure.worker"
+        )
+        assert imports_torch or uses_worker, (
+            f"{name}: a worker module imports torch (or the worker) at the top"
+        )
+
+
+def test_a_parent_import_of_a_worker_module_is_reported(tmp_path):
+    """The forbidden contract breaks when a parent module imports a worker module, directly or not."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    contract = {c["id"]: c for c in _contracts()}["worker-modules"]
+    assert "deepgap.drive" in contract["source_modules"] and "deepgap.commands" in contract["source_modules"]
+    pkg = tmp_path / "src" / "deepgap"
+    shutil.copytree(SRC / "deepgap", pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    runner = pkg / "drive" / "runner.py"
+    runner.write_text(
+        runner.read_text() + "\n\ndef _bad():\n    from deepgap.measure import configuration  # noqa\n"
+    )
+    cfg = tmp_path / "pyproject.toml"
+    cfg.write_text((ROOT / "pyproject.toml").read_text())
+    assert tomllib.loads(cfg.read_text())["tool"]["importlinter"]["root_package"] == "deepgap"
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "src")}
+    p = subprocess.run(
+        [*_lint_imports(), "--no-cache", "--no-logo", "--contract", "worker-modules", str(cfg)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+    )
+    assert p.returncode != 0 and "deepgap.drive.runner -> deepgap.measure.configuration" in p.stdout, (
+        p.stdout[-3000:]
+    )
 
 
 def test_a_broken_layer_is_reported(tmp_path):

@@ -33,8 +33,10 @@ class NoRunner:
 @pytest.fixture(autouse=True)
 def no_runner(monkeypatch):
     import deepgap.api
+    import deepgap.drive.sweep
 
-    monkeypatch.setattr(deepgap.api, "SweepRunner", NoRunner)
+    monkeypatch.setattr(deepgap.api, "SweepRunner", NoRunner)  # probe
+    monkeypatch.setattr(deepgap.drive.sweep, "SweepRunner", NoRunner)
 
 
 @pytest.fixture(scope="module")
@@ -211,10 +213,10 @@ class StoringRunner:
 
 
 def test_full_disk_during_run_keeps_finished_configurations(tmp_path, capsys, monkeypatch):
-    import deepgap.api
     import deepgap.drive.prelude
+    import deepgap.drive.sweep
 
-    monkeypatch.setattr(deepgap.api, "SweepRunner", StoringRunner)
+    monkeypatch.setattr(deepgap.drive.sweep, "SweepRunner", StoringRunner)
     monkeypatch.setattr(deepgap.drive.prelude, "run_level", lambda *a, **k: None)
     begin = Store.begin_run
 

@@ -23,6 +23,7 @@ from deepgap.analysis.reference import paper_peaks
 from deepgap.commands import run as run_cmd
 from deepgap.core.errors import UsageError
 from deepgap.core.records import ConfigSpec
+from deepgap.drive import sweep
 from deepgap.drive.config import SweepSpec, validate
 from deepgap.drive.launcher import Finished
 from deepgap.drive.plan import expand
@@ -102,8 +103,8 @@ def test_the_run_measures_the_gpu_then_its_host_cpu_into_one_run(monkeypatch, tm
         _FakeGpuRunner.log.append(f"cpu runner {spec.warmup}/{spec.iterations}x{spec.repeats}")
         return r
 
-    monkeypatch.setattr(api, "SweepRunner", runner)
-    monkeypatch.setattr(api, "resolve_device", lambda d: "cuda")
+    monkeypatch.setattr(sweep, "SweepRunner", runner)
+    monkeypatch.setattr(sweep, "resolve_device", lambda d: "cuda")
     monkeypatch.setattr(
         "deepgap.drive.plan.CPU_BASELINE_INT8_ENGINE", "eager"
     )  # no ONNX export in a unit test
@@ -121,9 +122,9 @@ def test_the_run_measures_the_gpu_then_its_host_cpu_into_one_run(monkeypatch, tm
     )
     monkeypatch.setattr("deepgap.drive.presets.CPU_BASELINE_BATCHES", (1,))
     fixed = (
-        api.cpu_baseline_spec
+        sweep.cpu_baseline_spec
     )  # its protocol, at a fixed count (no adaptive repeats on a loaded test host)
-    monkeypatch.setattr(api, "cpu_baseline_spec", lambda s, n: fixed(s, n).replace(target_ci=None))
+    monkeypatch.setattr(sweep, "cpu_baseline_spec", lambda s, n: fixed(s, n).replace(target_ci=None))
     events = []
     store = str(tmp_path / "s.sqlite")
     res = api.run(spec, store=store, on_event=lambda e: events.append((e.index, e.total, e.result is None)))

@@ -80,8 +80,9 @@ def _in_process(spec, device):
 
 def test_a_sweep_goes_through_drive(kinds, monkeypatch, tmp_path):
     from deepgap import api
+    from deepgap.drive import sweep
 
-    monkeypatch.setattr(api, "SweepRunner", FakeRunner)
+    monkeypatch.setattr(sweep, "SweepRunner", FakeRunner)
     events = []
     res = api.run(SweepSpec(**GRID), store=str(tmp_path / "s.sqlite"), on_event=events.append)
     runs, df = _runs(res.store_path)
@@ -239,8 +240,9 @@ def test_a_launcher_without_a_fingerprint_opens_the_run_with_the_first_result(tm
 
 def test_resume_continues_the_interrupted_run_with_what_is_left(kinds, monkeypatch, tmp_path):
     from deepgap import api
+    from deepgap.drive import sweep
 
-    monkeypatch.setattr(api, "SweepRunner", FakeRunner)
+    monkeypatch.setattr(sweep, "SweepRunner", FakeRunner)
     path = str(tmp_path / "s.sqlite")
     FakeRunner.stop_after = 2
     with pytest.raises(KeyboardInterrupt):

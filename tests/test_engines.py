@@ -79,10 +79,12 @@ def _measure_broken_engines(store_path: str) -> dict:
     import torch
 
     from deepgap.core.records import ConfigSpec
-    from deepgap.drive.worker import MeasureRequest, WorkerState, measure
+    from deepgap.measure.configuration import measure
     from deepgap.measure.engines import ENGINES, Engine, Prepared, load_engines
     from deepgap.measure.engines.eager import to_device
+    from deepgap.measure.protocol import MeasureRequest
     from deepgap.measure.timing import TimingProtocol
+    from deepgap.measure.worker import WorkerState
     from deepgap.store import Store
 
     class ChannelOrderBug(Engine):  # a plausible layout bug: RGB fed as BGR

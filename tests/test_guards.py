@@ -14,8 +14,10 @@ from deepgap.analysis import aggregate, prepare
 from deepgap.analysis.recommend import recommend
 from deepgap.core import guards
 from deepgap.core.records import ConfigSpec, Result, Status
-from deepgap.drive.worker import MeasureRequest, WorkerState, measure
+from deepgap.measure.configuration import measure
+from deepgap.measure.protocol import MeasureRequest
 from deepgap.measure.timing import TimingProtocol
+from deepgap.measure.worker import WorkerState
 from deepgap.store import Store
 
 H100 = "NVIDIA H100 80GB HBM3"

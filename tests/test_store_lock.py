@@ -148,11 +148,11 @@ def full_disk(monkeypatch, tmp_path):
             return fake(3, 4096)
         return real(path)
 
-    import deepgap.api
     import deepgap.drive.prelude
+    import deepgap.drive.sweep
 
     monkeypatch.setattr(os, "statvfs", statvfs)
-    monkeypatch.setattr(deepgap.api, "SweepRunner", FakeRunner)
+    monkeypatch.setattr(deepgap.drive.sweep, "SweepRunner", FakeRunner)
     monkeypatch.setattr(deepgap.drive.prelude, "run_level", lambda *a, **k: None)
     return state
 

@@ -140,7 +140,9 @@ def test_idle_baseline():
 
 def test_worker_measure_in_process():
     """The real worker code path (no spawn): telemetry on with a throttling trace, and off."""
-    from deepgap.drive.worker import MeasureRequest, WorkerState, measure
+    from deepgap.measure.configuration import measure
+    from deepgap.measure.protocol import MeasureRequest
+    from deepgap.measure.worker import WorkerState
 
     state = WorkerState("cpu")
     protocol = TimingProtocol(warmup=1, iterations=3, repeats=2)

@@ -5,30 +5,22 @@
 The store side (run row, idle baseline and thermal prelude, results, final status) is a
 `deepgap.drive.session.RunSession`, the same for every kind of run, and the loop is `drive`'s.
 
-A GPU sweep with ``cpu_baseline`` (the default GPU grid) measures its host CPU after the GPU part
-(`host_cpu_results`): the GPU's worker is stopped first, so the GPU is idle, and a CPU worker of its own
-measures `deepgap.drive.plan.host_cpu`'s configurations into the same run. Each of those results carries the
-CPU worker's environment fingerprint (``details.node_env``), so the store reads them as a second device
-(platform = the CPU's name), as it reads a fleet lane's.
+Each call is thin: the sweep's plan and job are `deepgap.drive.sweep`'s (with its host-CPU part), a
+fleet's `deepgap.fleet.session`'s, profile's and peaks' the roofline's.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from deepgap.core.errors import UsageError
 from deepgap.core.events import Event
 from deepgap.core.precision import DeviceCaps
-from deepgap.core.records import ConfigSpec, Result
 from deepgap.drive.config import SweepSpec, validate
-from deepgap.drive.launcher import Finished, Started
-from deepgap.drive.loop import Item, Job, Plan, Resumed, drive, record_result, sweep_events
-from deepgap.drive.plan import expand
 from deepgap.drive.prelude import PreludeSettings
-from deepgap.drive.presets import cpu_baseline_spec
 from deepgap.drive.runner import SweepRunner, python_command
 from deepgap.drive.session import (  # noqa: F401 - re-exported: the public names of the API
     SWEEP,
@@ -39,10 +31,10 @@ from deepgap.drive.session import (  # noqa: F401 - re-exported: the public name
     open_resume,
     resolve_device,
 )
+from deepgap.drive.sweep import run_sweep
 from deepgap.roofline.peaks_run import PeaksOptions, PeaksRun, measure_peaks_run
 from deepgap.roofline.profile import ProfileResult
 from deepgap.roofline.profile_run import ProfileOptions, ProfileRun, profile_run
-from deepgap.store import check_path
 
 DEFAULT_STORE = os.path.join("deepgap-results", "store.sqlite")
 
@@ -91,88 +83,7 @@ def run(
             log=log,
             every_card=every_card,
         )
-    job: Job[Result] = Job(
-        kind=SWEEP,
-        store=store,
-        command=command or python_command(),
-        plan=lambda resumed: sweep_plan(spec, store, resumed, log),
-        record=record_result,
-        resume=resume,
-        event=sweep_events(on_event),
-        log=log,
-    )
-    done = drive(job)
-    return Results(run_id=done.run_id or "", store_path=store, results=done.outcomes)
-
-
-def sweep_plan(
-    spec: SweepSpec | dict[str, Any] | str | None,
-    store: str,
-    resumed: Resumed | None,
-    log: Callable[[str], None] = lambda m: None,
-) -> Plan[SweepRunner]:
-    """A one-device sweep's plan: validated (a `UsageError` writes nothing), its GPU part then its host CPU's.
-
-    A resumed run plans its stored spec without the keys already measured; with nothing left on its device
-    it measures no prelude either.
-    """
-    if resumed is not None:
-        sweep = validate(SweepSpec.from_dict(resumed.row["spec"]))
-        device = resolve_device(sweep.device)
-        done = resumed.done
-    else:
-        sweep = validate(as_spec(spec))
-        device = resolve_device(sweep.device)
-        sweep = sweep.replace(device=device)
-        if sweep.cpu_baseline and sweep.cpu_cores is None:  # stored, so a resume plans the same CPU grid
-            sweep = sweep.replace(cpu_cores=os.cpu_count() or 1)
-        check_path(store)
-        done = set()
-    planned = [c for c in expand(sweep, device) if c.key not in done]
-    configs = [c for c in planned if c.device == device]
-    host = [c for c in planned if c.device != device]  # the host CPU's part, after the GPU's
-
-    def steps(runner: SweepRunner) -> Iterator[Item]:
-        yield from runner.results(configs)
-        if host:
-            runner.close()  # the GPU's worker exits: the GPU is idle while the CPU is measured
-            yield from host_cpu_results(sweep, host, log)
-
-    return Plan(
-        launcher=SweepRunner(sweep, device),
-        spec=sweep.to_dict(),
-        sweep=sweep,
-        steps=steps,
-        total=len(planned),
-        warmup=configs,
-        prelude=bool(configs),  # a resumed run with nothing left measures no prelude either
-        run_id=resumed.run_id if resumed is not None else None,
-    )
-
-
-def host_cpu_results(
-    sweep: SweepSpec,
-    configs: list[ConfigSpec],
-    log: Callable[[str], None] = lambda m: None,
-    runner: SweepRunner | None = None,
-) -> Iterator[Started | Finished[Result]]:
-    """Measure the host-CPU part of ``sweep`` (`deepgap.drive.plan.host_cpu`) in a CPU worker of its own.
-
-    Each result carries the CPU worker's fingerprint in ``details.node_env`` (the store reads the CPU's
-    name from there: a second device). ``runner``: a launcher to use instead of a new CPU `SweepRunner`.
-    """
-    cpu = cpu_baseline_spec(sweep, os.cpu_count() or 1)
-    runner = runner or SweepRunner(cpu, "cpu")
-    log(f"host CPU baseline: {len(configs)} configuration(s) on the CPU ({cpu.cpu_cores} cores), GPU idle")
-    try:
-        runner.start()
-        env = runner.environment()
-        for item in runner.results(configs):
-            if isinstance(item, Finished):
-                item.result.details.node_env = env
-            yield item
-    finally:
-        runner.close()
+    return run_sweep(spec, store, resume, on_event, command or python_command(), log)
 
 
 @dataclass(frozen=True)

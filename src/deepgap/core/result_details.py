@@ -16,7 +16,7 @@ round trip loses nothing. Key inventory (producer → readers; "record" = kept f
 * ``min_accuracy``, ``accuracy`` (`Accuracy`) (accuracy.evaluate) → analysis.accuracy, commands.show.
 * ``thermal`` (telemetry.session's warm-up result, never a stored result) → drive.prelude.
 * ``lane``, ``node_id``, ``node_env`` (fleet: the lane and its environment fingerprint, a dict like a
-  run's ``env``; ``node_env`` also api.host_cpu_results: the host CPU's, in a GPU run), ``attempts``, ``lost``
+  run's ``env``; ``node_env`` also drive.sweep.host_cpu_results: the host CPU's, in a GPU run), ``attempts``, ``lost``
   (fleet.ray_backend) → store.results_frame, fleet.
 
 A record is either built by a producer (a None field is then left out, except the keys it always

@@ -1,19 +1,28 @@
 """An in-process launcher for tests: the worker protocol (`WorkerHandle.call`) without a process.
 
 Why: a test of a driver (a run session, a command, a scheduler) wants the real handlers and the
-real failure mapping but not the seconds a worker process costs to start. `InProcessWorker` runs
-the handlers registered in `deepgap.drive.worker.HANDLERS` on the same `WorkerState` in this process,
-and answers as a worker does: a handler's exception comes back as `WorkerFailed` (status from
-`deepgap.drive.worker.failure`). What it cannot give is isolation — a crash or a hang is this process's —
-so it is for CPU tests only; real runs use `deepgap.drive.runner.WorkerHandle`.
+real failure mapping but not the seconds a worker process costs to start. `InProcessWorker` runs the
+worker's handlers (`deepgap.measure.worker.resolve`) on one `WorkerState` in this process, and answers
+as a worker does: a handler's exception comes back as `WorkerFailed` (status from
+`deepgap.measure.worker.failure`). What it cannot give is isolation — a crash or a hang is this
+process's — so it is for CPU tests only; real runs use `deepgap.drive.runner.WorkerHandle`. It imports
+the worker module by name, as a worker process does (`_worker`): it is a worker in this process, the
+one place a parent-side module runs worker code.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from deepgap.core.precision import DeviceCaps
 from deepgap.drive.runner import CallProtocol
+from deepgap.measure.protocol import WORKER_MAIN, worker_module
+
+
+def _worker() -> Any:
+    """The worker process's module (`deepgap.measure.protocol.WORKER_MAIN`), imported by name."""
+    return importlib.import_module(WORKER_MAIN.partition(":")[0])
 
 
 class InProcessWorker(CallProtocol):
@@ -27,9 +36,7 @@ class InProcessWorker(CallProtocol):
 
     def start(self, name: str = "deepgap-inprocess") -> DeviceCaps:
         """Build the worker state here (probes the device in this process: CPU tests only)."""
-        from deepgap.drive.worker import WorkerState
-
-        self.state = WorkerState(self.device)
+        self.state = _worker().WorkerState(self.device)
         self.caps = self.state.caps
         return self.caps
 
@@ -39,9 +46,9 @@ class InProcessWorker(CallProtocol):
 
     def send(self, kind: str, payload: Any) -> None:
         """Run the handler now; its answer waits for `receive`."""
-        from deepgap.drive.worker import failure, handler
-
-        fn = handler(kind)  # an unknown kind is the caller's error, as with a worker process
+        module = worker_module(kind)  # an unknown kind is the caller's error, as with a worker process
+        worker = _worker()
+        fn = worker.resolve(kind, module)
         if self.state is None:
             self.start()
         try:
@@ -49,7 +56,7 @@ class InProcessWorker(CallProtocol):
         except KeyboardInterrupt:
             raise
         except BaseException as exc:  # noqa: BLE001 - answered as the worker process answers
-            self._reply = ("failed", failure(exc))
+            self._reply = ("failed", worker.failure(exc))
 
     def recv(self, timeout: float) -> tuple[str, Any]:
         """The answer to the request sent last."""

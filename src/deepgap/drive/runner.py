@@ -13,6 +13,7 @@ prelude, and pulls `Started`/`Finished` items from `SweepRunner.results`.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import multiprocessing as mp
 import os
 import signal
@@ -27,7 +28,7 @@ from deepgap.core.precision import DeviceCaps
 from deepgap.core.records import ConfigSpec, Result, Status
 from deepgap.drive.config import SweepSpec
 from deepgap.drive.launcher import Finished, PreludeMeasure, Started
-from deepgap.drive.worker import MeasureRequest, handler, serve
+from deepgap.measure.protocol import WORKER_MAIN, MeasureRequest, worker_module
 from deepgap.measure.telemetry.settings import TelemetrySettings, settings_for
 from deepgap.measure.timing import TimingProtocol
 
@@ -48,8 +49,12 @@ def _context() -> Any:
     return ctx
 
 
-def _with_environ(environ: dict[str, str], target: Any, *args: Any) -> Any:
+def _with_environ(environ: dict[str, str], target: str | Callable[..., Any], *args: Any) -> Any:
     """Run ``target(*args)`` under the parent's environment of the moment.
+
+    A worker's target is named (``module:function``), not passed: the parent never imports a worker module
+    (`deepgap.measure.protocol`), so the child imports it here. A callable target (a test's, a benchmark's
+    bare loop) runs as given.
 
     A fork server keeps the environment it started with; the worker must see the parent's as it is now
     (``DEEPGAP_CACHE``, ``CUDA_VISIBLE_DEVICES``, ``OMP_NUM_THREADS``), as a spawned one would.
@@ -60,6 +65,9 @@ def _with_environ(environ: dict[str, str], target: Any, *args: Any) -> Any:
     os.environ.clear()
     os.environ.update(environ)
     try:
+        if isinstance(target, str):
+            module, _, name = target.partition(":")
+            target = getattr(importlib.import_module(module), name)
         return target(*args)
     except KeyboardInterrupt:
         os._exit(130)
@@ -103,7 +111,7 @@ class CallProtocol:
         return payload
 
     def call(self, kind: str, payload: Any, timeout: float) -> Any:
-        """Run the handler registered for ``kind`` (`deepgap.drive.worker.HANDLERS`) on ``payload``.
+        """Run the handler of ``kind`` (its worker module: `deepgap.measure.protocol`) on ``payload``.
 
         Waits at most ``timeout`` seconds for the answer.
         """
@@ -120,8 +128,10 @@ class WorkerHandle(CallProtocol):
         self.conn: Any = None
         self.caps: DeviceCaps | None = None
 
-    def spawn(self, target: Any, args: tuple, name: str, timeout_s: float) -> tuple[str, Any]:
-        """Start ``target(child_conn, *args)`` and return its first message (``ready`` or ``failed``)."""
+    def spawn(
+        self, target: str | Callable[..., Any], args: tuple, name: str, timeout_s: float
+    ) -> tuple[str, Any]:
+        """Start ``target(child_conn, *args)`` (``module:function``) and return its first message."""
         ctx = _context()
         parent, child = ctx.Pipe()
         self.proc = ctx.Process(
@@ -134,7 +144,7 @@ class WorkerHandle(CallProtocol):
 
     def start(self, name: str = "deepgap-worker") -> DeviceCaps:
         """Start the process and wait until it has probed the device."""
-        kind, payload = self.spawn(serve, (self.device,), name, _START_TIMEOUT_S)
+        kind, payload = self.spawn(WORKER_MAIN, (self.device,), name, _START_TIMEOUT_S)
         if kind != "ready":
             self.stop()
             why = payload[1] if isinstance(payload, tuple) else payload
@@ -164,9 +174,9 @@ class WorkerHandle(CallProtocol):
 
     def send(self, kind: str, payload: Any) -> None:
         """Send one request without waiting (tenants start their levels together, then `receive`)."""
-        fn = handler(kind)  # an unknown kind is the caller's error, not a lost worker
+        module = worker_module(kind)  # an unknown kind is the caller's error, not a lost worker
         try:
-            self.conn.send((kind, fn, payload))
+            self.conn.send((kind, module, payload))
         except (BrokenPipeError, OSError, AttributeError):  # AttributeError: no pipe, never started
             self.kill()
             raise WorkerLost(Status.CRASH, "worker process was gone before the request") from None
@@ -226,11 +236,23 @@ class Cascade:
 
     def note(self, group: Any, batch_size: int, status: Status | str) -> None:
         """Remember an OOM or a timeout of ``group`` at ``batch_size``."""
-        status = Status(status)
-        if status == Status.OOM:
-            self.failed_at[group] = f"batch {batch_size} of this configuration ran out of memory"
-        elif status == Status.TIMEOUT:
-            self.failed_at[group] = f"batch {batch_size} of this configuration hung past the timeout"
+        why = cascade_reason(batch_size, status)
+        if why:
+            self.failed_at[group] = why
+
+
+def cascade_reason(batch_size: int, status: Status | str) -> str | None:
+    """Why the larger batches after ``batch_size`` are skipped (an OOM or a hang there), or None.
+
+    The one wording of the cascade: one device's runner (`Cascade`), the profile run and the fleets'
+    ladders (`deepgap.fleet.ray_backend`, whose batches run on other nodes) all skip with it.
+    """
+    status = Status(status)
+    if status == Status.OOM:
+        return f"batch {batch_size} of this configuration ran out of memory"
+    if status == Status.TIMEOUT:
+        return f"batch {batch_size} of this configuration hung past the timeout"
+    return None
 
 
 def needs_restart(status: Status | str, device: str) -> bool:

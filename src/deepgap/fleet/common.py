@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from deepgap.core.events import Event
-from deepgap.core.records import ConfigSpec, Result, Status
+from deepgap.core.records import ConfigSpec
 from deepgap.drive.launcher import Finished, Started
 
-__all__ = ["Finished", "FleetEvent", "Started", "cascade_reason", "ladders", "run_env", "short_env"]
+__all__ = ["Finished", "FleetEvent", "Started", "ladders", "run_env", "short_env"]
 
 
 @dataclass
@@ -33,15 +33,6 @@ def ladders(configs: list[ConfigSpec]) -> list[list[ConfigSpec]]:
     for cfg in configs:
         out.setdefault(cfg.group, []).append(cfg)
     return list(out.values())
-
-
-def cascade_reason(res: Result) -> str | None:
-    """Why the larger batches of ``res``'s ladder are skipped, or None (same words as the runner)."""
-    if res.status == Status.OOM:
-        return f"batch {res.spec.batch_size} of this configuration ran out of memory"
-    if res.status == Status.TIMEOUT:
-        return f"batch {res.spec.batch_size} of this configuration hung past the timeout"
-    return None
 
 
 def short_env(env: dict[str, Any]) -> dict[str, Any]:

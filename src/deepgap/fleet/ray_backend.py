@@ -43,7 +43,8 @@ from deepgap.core.records import ConfigSpec, Result, Status
 from deepgap.core.result_details import ResultDetails
 from deepgap.drive.config import SweepSpec
 from deepgap.drive.launcher import Finished, PreludeMeasure
-from deepgap.fleet.common import cascade_reason, ladders, run_env
+from deepgap.drive.runner import cascade_reason
+from deepgap.fleet.common import ladders, run_env
 from deepgap.fleet.ray_placement import import_ray, where_resources
 from deepgap.fleet.ray_prelude import RayPrelude, device_key, first_line, lane_name
 
@@ -320,7 +321,7 @@ class RayBackend:
                 res.details.lost = job.lost
             lane = str(res.details.lane or "ray")
             yield Finished(lane, res, res.details.node_env or {})
-            why = cascade_reason(res)
+            why = cascade_reason(res.spec.batch_size, res.status)
             if why:
                 d = res.details
                 for cfg in job.rest:

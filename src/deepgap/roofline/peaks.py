@@ -25,7 +25,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from deepgap.core.precision import PRECISIONS
-from deepgap.drive.worker import handles
 
 NAMES = ("fp32", "tf32", "fp16", "bf16", "int8", "fp8", "memory")
 
@@ -295,15 +294,9 @@ def measure_peaks(
 
 @dataclass(frozen=True)
 class PeaksRequest:
-    """What `handle_peaks` measures: the arguments of `measure_peaks`."""
+    """What the ``peaks`` worker request (`deepgap.roofline.worker`) measures: the arguments of `measure_peaks`."""
 
     size: int | None = None
     bandwidth_bytes: int | None = None
     names: tuple[str, ...] = NAMES
     repeats: int = 5
-
-
-@handles("peaks")
-def handle_peaks(state: Any, req: PeaksRequest) -> list[PeakMeasurement]:
-    """Worker handler ``peaks``: `measure_peaks` on the worker's device, in the worker process."""
-    return measure_peaks(state.device, req.size, req.bandwidth_bytes, req.names, req.repeats)

@@ -21,7 +21,10 @@ from deepgap.drive.loop import Job, Plan, Resumed, drive
 from deepgap.drive.prelude import PreludeSettings
 from deepgap.drive.runner import SweepRunner, WorkerFailed, WorkerLost, python_command
 from deepgap.drive.session import PEAKS, RunSession, resolve_device
+from deepgap.measure.protocol import register_worker_module
 from deepgap.roofline.peaks import NAMES, PeakMeasurement, PeaksRequest
+
+register_worker_module("deepgap.roofline.worker", "peaks")  # its handler runs in the worker only
 
 PEAKS_TIMEOUT_S = 1800.0  # every ceiling of one device, in the worker
 

@@ -20,7 +20,6 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from deepgap.drive.worker import handles
 from deepgap.roofline.details import ProfileDetails
 
 if TYPE_CHECKING:
@@ -81,7 +80,7 @@ class ProfileResult:
 
 def _why_not(spec: ProfileSpec) -> str | None:
     from deepgap.core.precision import FLOAT_PRECISIONS, float_precision_support
-    from deepgap.drive.worker import device_caps
+    from deepgap.measure.device import device_caps
 
     if spec.mode not in MODES:
         return f"mode must be infer or train, not {spec.mode!r}"
@@ -193,7 +192,7 @@ def run_profile(spec: ProfileSpec, trace_dir: str | None = None) -> ProfileResul
     """Time and profile one configuration; never raises for a failing model (status/reason instead)."""
     import torch
 
-    from deepgap.drive.worker import is_oom
+    from deepgap.measure.device import is_oom
     from deepgap.measure.timing import CudaEventClock, HostClock
     from deepgap.roofline import trace as tr
     from deepgap.roofline.flops import model_cost
@@ -264,10 +263,3 @@ def run_profile(spec: ProfileSpec, trace_dir: str | None = None) -> ProfileResul
             torch.cuda.empty_cache()
         res.duration_s = time.perf_counter() - t0
     return res
-
-
-@handles("profile")
-def handle_profile(state: Any, payload: tuple[ProfileSpec, str | None]) -> ProfileResult:
-    """Worker handler ``profile``: `run_profile` in the worker process (the CLI never touches the GPU)."""
-    spec, trace_dir = payload
-    return run_profile(spec, trace_dir)

@@ -25,7 +25,10 @@ from deepgap.drive.plan import expand
 from deepgap.drive.prelude import PreludeSettings
 from deepgap.drive.runner import Cascade, SweepRunner, WorkerFailed, WorkerLost, needs_restart, python_command
 from deepgap.drive.session import PROFILE, RunSession, resolve_device
+from deepgap.measure.protocol import register_worker_module
 from deepgap.roofline.profile import MODES, ProfileResult, ProfileSpec
+
+register_worker_module("deepgap.roofline.worker", "profile")  # its handler runs in the worker only
 
 PROFILE_TIMEOUT_S = 1800.0  # one profile (warm-up, timed steps, profiled steps) in the worker
 

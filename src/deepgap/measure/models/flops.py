@@ -1,6 +1,6 @@
 """deepgap's one FLOP counter: FLOPs and elements moved by a model, from the aten operations it runs.
 
-The worker's ``flops_per_image`` (`deepgap.drive.worker`) and the roofline's per-model cost
+The worker's ``flops_per_image`` (`deepgap.measure.worker`) and the roofline's per-model cost
 (`deepgap.roofline.flops.ModelCost`) both come from here, so the two never disagree.
 Why our own dispatch mode (`OpCounter`) around torch.utils.flop_counter's formulas:
 

@@ -1,6 +1,6 @@
 """Worker-side glue: open the device's backend once per worker, and measure with it.
 
-Why here and not in the worker: `deepgap.drive.worker._measure` only has to (1) let `MeasureTelemetry`
+Why here and not in the worker: `deepgap.measure.configuration._measure` only has to (1) let `MeasureTelemetry`
 raise the timing protocol's minimum window, (2) wrap its clock, (3) run the protocol inside the sampler,
 and (4) hand the `Result` to `finish`. The energy window is the protocol's *pipelined windows*:
 they run back to back with no synchronization, so the device is busy the whole time and their

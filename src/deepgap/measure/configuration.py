@@ -1,0 +1,233 @@
+"""Measuring one configuration in the worker process: build, check against fp32, time, record.
+
+Why apart from the worker process (`deepgap.measure.worker`): that module is the process every kind of
+run shares (its loop, model caches and failure mapping); this is what a sweep asks of it, the
+``measure`` and ``thermal`` requests (`deepgap.measure.protocol.MeasureRequest`), step by step: the
+engine prepares the model, the first call is checked against the fp32 reference, telemetry samples the
+timing protocol, and the result carries its memory peaks, accuracy and guards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from deepgap.core import correctness, guards, stats
+from deepgap.core.precision import DeviceCaps
+from deepgap.core.records import ConfigSpec, Result, Status
+from deepgap.core.result_details import (
+    Correctness,
+    DeviceMemUsed,
+    EngineInfo,
+    MemoryPeaks,
+    ResultDetails,
+    Window,
+)
+from deepgap.measure.engines import get_engine
+from deepgap.measure.protocol import MeasureRequest, StatusError
+from deepgap.measure.telemetry.session import MeasureTelemetry
+from deepgap.measure.timing import CudaEventClock, HostClock, run_protocol
+from deepgap.measure.worker import WorkerState, failure, handles, inputs_for, nvml_used_bytes, true_peak
+
+
+def check_devices(spec: ConfigSpec, caps: DeviceCaps, x: Any, prepared: Any, clock: Any) -> None:
+    """Raise an error status when any of the configuration's work is on another device (guard a)."""
+    why = guards.device_mismatch(
+        spec.device,
+        guards.observed_devices(x, prepared, clock, caps.kind),
+        current=guards.current_device(caps.kind),
+    )
+    if why:
+        raise StatusError(Status.ERROR, why)
+
+
+@handles("measure", "thermal")  # thermal: payload.telemetry.mode == "thermal"
+def measure(state: WorkerState, req: MeasureRequest) -> Result:
+    """Measure one configuration; never raises (failures become statuses)."""
+    spec = req.spec
+    started = time.time()
+    t0 = time.perf_counter()
+    try:
+        res = _measure(state, req)
+    except BaseException as exc:  # noqa: BLE001 - every failure must become a stored status
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        status, reason, tb = failure(exc)
+        res = Result(spec=spec, status=status, reason=reason)
+        if tb:
+            res.details.traceback = tb
+    finally:
+        _release(state)
+    res.started_at = started
+    res.duration_s = time.perf_counter() - t0
+    return res
+
+
+def _release(state: WorkerState) -> None:
+    gc.collect()
+    if state.caps.kind == "cuda":
+        torch.cuda.empty_cache()
+
+
+@dataclass
+class _Prepared:
+    """A configuration ready to time: the engine's prepared model, its input on the device, the step."""
+
+    prepared: Any
+    x: Any  # the batch on the device
+    x_src: Any  # the pinned host batch copied in every step (include_transfer on a GPU), else None
+    k: int  # reference rows at the head of the batch
+    step: Callable[[], Any]
+    prepare_peak: MemoryPeaks | None
+
+
+def _measure(state: WorkerState, req: MeasureRequest) -> Result:
+    """Prepare, check the first output against fp32, time under telemetry, then record what was found."""
+    spec = req.spec
+    engine = get_engine(spec.engine, req.options)
+    why_not = engine.available() or engine.supports(spec, state.caps)
+    if why_not:
+        return Result(spec=spec, status=Status.SKIPPED, reason=why_not)
+    torch.set_num_threads(spec.threads or state.default_threads)  # never inherit the last configuration's
+    torch.backends.cudnn.benchmark = req.cudnn_benchmark
+    facts = state.model_facts(spec.model, spec.resolution, req.weights, req.seed)  # FLOPs, params, sha
+    ref_x, ref_y = state.reference(spec.model, spec.resolution, req.weights, req.seed)
+    p = _prepare(state, req, engine, ref_x)
+    cuda = state.caps.kind == "cuda"
+    with torch.inference_mode():
+        out = p.step()  # first call: correctness on the reference rows
+        agreement = correctness.compare(
+            out[: p.k], ref_y[: p.k], spec.precision, "state-dict" if req.weights else "random"
+        )
+        del out
+        clock = CudaEventClock(spec.device) if cuda else HostClock()
+        check_devices(spec, state.caps, p.x, p.prepared, clock)
+        # Telemetry samples the whole protocol (warm-up and latency pass at a low rate); its energy
+        # window is the pipelined windows, which run back to back and last ≥ energy_window_s.
+        tel = MeasureTelemetry.for_request(state.telemetry, spec.device, req.telemetry, spec.batch_size)
+        if tel is not None and tel.thermal_mode:
+            return tel.thermal(p.step, clock, spec)  # run-level thermal warm-up: load until steady
+        protocol = tel.protocol(req.protocol) if tel is not None else req.protocol
+        with tel if tel is not None else contextlib.nullcontext():
+            timings = run_protocol(p.step, tel.clock(clock) if tel is not None else clock, protocol)
+        check_devices(spec, state.caps, p.x, p.prepared, clock)  # the events now have their device
+    result = _timed_result(req, facts, timings, p, agreement)
+    if tel is not None:
+        tel.finish(result)
+    if cuda:
+        _memory(result, spec.device, p.prepare_peak)
+    # after every timed and memory figure; a stored min_accuracy of 0 is --min-accuracy off
+    if req.options.get("dataset") or req.options.get("min_accuracy") is not None:
+        from deepgap.measure.accuracy.evaluate import record
+
+        record(state, req, p.prepared, result)
+    result = guards.rate_checked(result, state.caps.name)  # above the datasheet's peak: an error that says so
+    try:
+        import psutil
+
+        result.host_rss_bytes = int(psutil.Process(os.getpid()).memory_info().rss)
+    except ImportError:
+        pass
+    return result
+
+
+def _prepare(state: WorkerState, req: MeasureRequest, engine: Any, ref_x: Any) -> _Prepared:
+    """The engine prepares a fresh copy of the model; the batch goes to the device; the step is built."""
+    spec = req.spec
+    cuda = state.caps.kind == "cuda"
+    model = state.model(spec.model, spec.resolution, req.weights, req.seed)
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(spec.device)
+    x_host, k = inputs_for(spec, ref_x, torch.float32)
+    prepared = engine.prepare(model, spec, x_host)
+    del model
+    if x_host.is_floating_point():  # a text model's token ids stay int64
+        x_host = x_host.to(prepared.input_dtype)
+    if spec.include_transfer and cuda:
+        x_src = x_host.pin_memory()
+        x = torch.empty_like(x_host, device=spec.device)
+    else:
+        x_src = None
+        x = x_host.to(spec.device)
+    prepare_peak = None
+    if cuda:  # the set-up's peak (compile, capture, calibration) apart; then the peak of the run alone
+        prepare_peak = MemoryPeaks(
+            allocated=int(torch.cuda.max_memory_allocated(spec.device)),
+            reserved=int(torch.cuda.max_memory_reserved(spec.device)),
+        )
+        torch.cuda.reset_peak_memory_stats(spec.device)
+    run = prepared.run
+    if x_src is not None:
+
+        def step():
+            x.copy_(x_src, non_blocking=True)
+            return run(x)
+
+    else:
+
+        def step():
+            return run(x)
+
+    return _Prepared(prepared, x, x_src, k, step, prepare_peak)
+
+
+def _timed_result(req: MeasureRequest, facts: tuple, timings: Any, p: _Prepared, agreement: Any) -> Result:
+    """The stored row of a timed configuration: latency and throughput with their spread, and details."""
+    spec = req.spec
+    flops, params, sha = facts
+    lat = stats.summarize(timings.pooled)
+    tput, tlo, thi = stats.throughput_from_latency(spec.batch_size, lat)
+    result = Result(
+        spec=spec,
+        status=Status.OK,
+        latency=lat,
+        throughput_ips=tput,
+        throughput_ci_low_ips=tlo,
+        throughput_ci_high_ips=thi,
+        throughput_pipelined_ips=timings.window_throughput(spec.batch_size),
+        n_repeats=len(timings.samples_s),
+        warmup=req.protocol.warmup,
+        cv_repeats=stats.coefficient_of_variation([float(np.median(s)) for s in timings.samples_s]),
+        target_ci=req.protocol.target_ci,
+        ci_met=timings.ci_met,
+        flops_per_image=flops,
+        params=params,
+        weights_sha=sha,
+        samples_s=timings.samples_s,
+    )
+    result.details = ResultDetails(
+        setup_s=p.prepared.setup_s,
+        engine_info=EngineInfo.from_json(p.prepared.info),
+        correctness=Correctness.from_json(agreement.to_dict()),
+        windows=[Window(iterations=n, seconds=s) for n, s in timings.windows],
+        ci_halfwidth_rel=timings.ci_halfwidth_rel,
+        torch_threads=torch.get_num_threads(),
+    )
+    if spec.include_transfer:  # say what was timed: on a CPU device there is no host→device copy
+        result.details.transfer = (
+            "pinned host→device copy timed in every iteration"
+            if p.x_src is not None
+            else "none: the device is the host (CPU), no copy to time"
+        )
+    return result
+
+
+def _memory(result: Result, device: str, prepare_peak: MemoryPeaks | None) -> None:
+    """A GPU configuration's memory: torch's peaks of the run alone, and the device's true peak (NVML)."""
+    result.peak_mem_allocated_bytes = int(torch.cuda.max_memory_allocated(device))
+    result.peak_mem_reserved_bytes = int(torch.cuda.max_memory_reserved(device))
+    result.details.prepare_peak_mem_bytes = prepare_peak
+    final = nvml_used_bytes(device)
+    tel_details = result.details.telemetry
+    sampled = tel_details.max_device_mem_used_bytes if tel_details is not None else None
+    # the true peak: the highest sampled reading during the protocol, or the one after it
+    result.device_mem_used_bytes = true_peak(final, sampled)
+    result.details.device_mem_used = DeviceMemUsed(final_bytes=final, sampled_max_bytes=sampled)
