@@ -121,7 +121,7 @@ def table1(agg: pd.DataFrame) -> pd.DataFrame:
     out = []
     for r in t.to_dict("records"):
         row = {
-            k: r[k]
+            k: r.get(k, np.nan)
             for k in [
                 "platform",
                 "device",
@@ -140,6 +140,10 @@ def table1(agg: pd.DataFrame) -> pd.DataFrame:
                 "throughput_pipelined_ips",
                 "latency_median_s",
                 "latency_p99_s",
+                "latency_tail_s",  # what the table prints: a p99 only where n supports one (analysis.tails)
+                "latency_tail_kind",
+                "latency_tail_n",
+                "latency_tail_name",
                 "n_measurements",
                 "n_runs",
                 "n_excluded",
