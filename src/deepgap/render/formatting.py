@@ -41,8 +41,11 @@ def fmt_ms(v: Any) -> str:
 
 
 def fmt_x(v: Any) -> str:
-    """A ratio as ``2.31×``."""
-    return f"{float(v):#.3g}×" if _ok(v) else "–"
+    """A ratio as ``2.31×``, ``23.1×`` or ``118×`` (three significant digits, never ``118.×``)."""
+    if not _ok(v):
+        return "–"
+    f = float(v)
+    return f"{f:,.0f}×" if abs(f) >= 99.95 else f"{f:#.3g}×"
 
 
 def fmt_tail(r: dict[str, Any]) -> str:

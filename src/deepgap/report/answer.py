@@ -190,6 +190,7 @@ def _ratio_text(what: str, r: Ratio) -> str:
         return f"{what}: {r.why}"
     ci = fmt_ci(r.ci_low, r.ci_high, fmt_x)
     sides = f"{_short(r.gpu)} ÷ {_short(r.cpu)}" if r.gpu and r.cpu else ""
+    sides = f"{r.pairing}: {sides}" if r.pairing and sides else sides
     return f"{what} {fmt_x(r.value)}" + (f" {ci}" if ci != "–" else "") + (f" ({sides})" if sides else "")
 
 
@@ -216,12 +217,14 @@ def host_cpu_row(line: HostCpuLine) -> dict[str, Any]:
         "resolution": line.resolution,
         "goal": HOST_CPU_GOAL,
         "configuration": _short(tp.gpu) if tp.gpu else "",
-        "value": f"{fmt_x(tp.value)} img/s" if tp.ok else "–",
+        "value": fmt_x(tp.value) if tp.ok else "–",  # a ratio: no unit
         "ci": fmt_ci(tp.ci_low, tp.ci_high, fmt_x) if tp.ok else "–",
         "also": " · ".join([_compact("bs1 latency", line.latency_bs1), _compact("J/img", line.joules)]),
         "accuracy": "",
         "flags": "",
-        "n": f"vs {_short(tp.cpu)} on {line.cpu_platform}" if tp.cpu else f"vs {line.cpu_platform}",
+        "n": f"{tp.pairing}: vs {_short(tp.cpu)} on {line.cpu_platform}"
+        if tp.cpu
+        else f"vs {line.cpu_platform}",
         "answered": tp.ok,
         "host_cpu_detail": " · ".join(
             [
@@ -371,8 +374,8 @@ def _gpu_order(agg: pd.DataFrame) -> list[str]:
 def _ci_ratio_text(point: float | None, lo: float | None, hi: float | None) -> str:
     if point is None:
         return "–"
-    ci = f" [{lo:.3g}, {hi:.3g}]" if lo is not None and hi is not None else ""
-    return f"{point:.3g}×{ci}"
+    ci = f" [{fmt_x(lo)[:-1]}, {fmt_x(hi)[:-1]}]" if lo is not None and hi is not None else ""
+    return f"{fmt_x(point)}{ci}"
 
 
 def cross_gpu_ratios(agg: pd.DataFrame, samples_fn) -> pd.DataFrame:
