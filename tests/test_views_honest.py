@@ -23,9 +23,17 @@ N = N_PER_REPEAT * REPEATS  # the fixture's samples per configuration: 63, far b
 
 @pytest.fixture(scope="module")
 def store_path(tmp_path_factory) -> str:
-    """The fixture GPU + CPU store (every configuration 63 calls: too few for a p99)."""
+    """The fixture GPU + CPU store and a CPU int8 run (every configuration 63 calls: too few for a p99)."""
+    from fixtures_store import _env
+
     path = str(tmp_path_factory.mktemp("views") / "views.sqlite")
     build_store(path)
+    store = Store(path)  # a CPU int8 run slower than the CPU's fp32 best: pairing decides the × CPU
+    run = store.begin_run({"device": "cpu"}, "deepgap run (fixture)", _env("cpu", "Fixture CPU"), "0.1.0")
+    spec = ConfigSpec(model="resnet18", engine="ort", precision="int8", batch_size=1, device="cpu", threads=2)
+    store.record(run, make_result(spec, 40e-3))  # 25 img/s; the CPU's fp32 best is 88.9 img/s
+    store.finish_run(run)
+    store.close()
     return path
 
 
@@ -119,3 +127,111 @@ def test_figure8_names_the_tail(agg):
     )
     text = str(spec)
     assert "P99" not in text and f"max of n={N}" in text
+
+
+# --- 2. ratios: printed plainly, paired like with like, one number everywhere ----------------------
+def test_ratio_format():
+    """A ratio prints as ``118×`` (not ``118.×``), small ones with three digits."""
+    from deepgap.render.formatting import fmt_x
+
+    assert fmt_x(118.3) == "118×" and fmt_x(1234.0) == "1,234×"
+    assert fmt_x(23.14) == "23.1×" and fmt_x(2.314) == "2.31×" and fmt_x(float("nan")) == "–"
+
+
+@pytest.fixture(scope="module")
+def int8_cpu(agg, store_path):
+    """The aggregate and the prepared frame of the module's store (a CPU int8 slower than its fp32)."""
+    store = Store(store_path, readonly=True)
+    try:
+        return agg, prepare(store.results_frame())
+    finally:
+        store.close()
+
+
+def test_gpu_over_cpu_pairs_like_with_like(int8_cpu):
+    """The answer's × host CPU sets the GPU's int8 best over the CPU's int8, names the pairing, no unit;
+    Table I, the speedup table and ``compare --paper`` show that same number."""
+    from deepgap.analysis.host_cpu import paper_cpu_ratios
+    from deepgap.analysis.tables import speedup_vs_cpu, table1
+    from deepgap.render.formatting import fmt_x
+    from deepgap.report.answer import HOST_CPU_GOAL, answers
+
+    agg, df = int8_cpu
+    rows, _ = answers(agg, df)
+    host = rows[(rows["goal"] == HOST_CPU_GOAL) & (rows["model"] == "resnet18")].iloc[0]
+    expected = (32 / 2e-3) / 25.0  # GPU int8 bs32 (16,000 img/s) over CPU int8 bs1 (25 img/s)
+    assert host["value"] == fmt_x(expected) == "640×"
+    assert "img/s" not in host["value"] and "like with like" in host["n"] and "int8" in host["n"]
+    sp = speedup_vs_cpu(agg)
+    r18 = sp[(sp["model"] == "resnet18") & (sp["precision"] == "int8")].iloc[0]
+    assert fmt_x(r18["speedup_vs_cpu"]) == "640×"
+    t1 = table1(agg)
+    assert (
+        fmt_x(
+            t1[(t1["model"] == "resnet18") & (t1["precision"] == "int8") & (t1["device"] != "cpu")].iloc[0][
+                "speedup_vs_cpu"
+            ]
+        )
+        == "640×"
+    )
+    paper = pd.DataFrame(
+        [{"platform": "NVIDIA T4", "model": "resnet18", "precision": "int8", "speedup_vs_cpu": 100.0}]
+    )
+    px = paper_cpu_ratios(agg, paper).iloc[0]
+    assert fmt_x(px["yours_x_cpu_same"]) == "640×" and px["pairing"].startswith("like with like")
+
+
+def test_unpaired_ratio_says_best_vs_best(int8_cpu):
+    """fp16 has no CPU counterpart: its × CPU is labelled "best vs best" and names both configurations."""
+    from deepgap.analysis.tables import speedup_vs_cpu
+
+    sp = speedup_vs_cpu(int8_cpu[0])
+    fp16 = sp[(sp["model"] == "resnet18") & (sp["precision"] == "fp16")].iloc[0]
+    assert fp16["cpu_match"].startswith("best vs best")
+    assert "fp16" in fp16["cpu_match"] and fp16["cpu_configuration"].split(" on ")[0] in fp16["cpu_match"]
+
+
+# --- 3. provenance: a commit only where git tracks deepgap's own files -----------------------------
+def _git(cwd, *args: str) -> str:
+    import subprocess
+
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "PATH": __import__("os").environ["PATH"],
+    }
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
+
+
+def test_outer_repository_commit_is_not_recorded(tmp_path):
+    """A package copied (without .git) into another repository records "none", not that repository's HEAD."""
+    from deepgap.core.envinfo import git_commit
+
+    outer = tmp_path / "outer"
+    (outer / "src" / "deepgap").mkdir(parents=True)
+    _git(outer, "init", "-q")
+    (outer / "README").write_text("another project\n")
+    _git(outer, "add", "README")
+    _git(outer, "commit", "-qm", "outer")
+    (outer / "src" / "deepgap" / "__init__.py").write_text("")
+    assert git_commit(str(outer / "src" / "deepgap")) == "none"
+
+
+def test_untracked_file_makes_the_commit_dirty(tmp_path):
+    """Where git tracks the package, its commit is recorded; an untracked module adds ``+dirty``."""
+    from deepgap.core.envinfo import git_commit
+
+    pkg = tmp_path / "repo" / "deepgap"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    _git(pkg.parent, "init", "-q")
+    _git(pkg.parent, "add", ".")
+    _git(pkg.parent, "commit", "-qm", "deepgap")
+    head = _git(pkg.parent, "rev-parse", "HEAD").strip()[:12]
+    assert git_commit(str(pkg)) == head
+    (pkg / "new_module.py").write_text("x = 1\n")
+    assert git_commit(str(pkg)) == head + "+dirty"
