@@ -29,7 +29,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument(
         "--samples", action="store_true", help="per-iteration latencies (long format) instead of results"
     )
-    add_read_flags(p)
+    add_read_flags(p)  # --redact: the default now, kept so that older command lines still work
+    p.add_argument(
+        "--no-redact",
+        action="store_true",
+        help="keep host names, GPU serials/UUIDs, home and cache paths (redacted by default)",
+    )
 
 
 def export_frame(store_path: str, run_ids: list[str] | None = None, samples: bool = False):
@@ -143,6 +148,11 @@ def write_frame(df, path: str, fmt: str) -> None:
 
 
 def main(args: argparse.Namespace) -> int:  # noqa: D103
+    if getattr(args, "redact", False) and args.no_redact:
+        raise UsageError(
+            "--redact and --no-redact contradict each other", "pass one of them (redacting is the default)"
+        )
+    args.redact = not args.no_redact  # an export is made to be shared (docs/input-and-redaction.md)
     use_read_flags(args)
     check_folder(args.output)
     df = export_frame(args.store, args.run, args.samples)
