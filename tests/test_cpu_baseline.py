@@ -203,7 +203,10 @@ def test_each_gpu_row_is_divided_by_its_host_cpu_like_with_like():
         pytest.approx(30000 * 0.9 / (400 * 1.1)),
         pytest.approx(30000 * 1.1 / (400 * 0.9)),
     )
-    assert "onnxruntime int8 bs8 16 threads" in i8["cpu_baseline"] and "like with like (int8)" in i8["cpu_baseline"]
+    assert (
+        "onnxruntime int8 bs8 16 threads" in i8["cpu_baseline"]
+        and "like with like (int8)" in i8["cpu_baseline"]
+    )
     assert t1[("G", "fp32")]["speedup_vs_cpu"] == pytest.approx(30.0)
     fp16 = t1[("G", "fp16")]
     # no 16-bit on the CPU: its best (int8, 400/s), labelled best vs best (issue 49), not its fp32

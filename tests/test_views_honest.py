@@ -8,6 +8,8 @@ process; no report is built here beyond its tables and figures.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -235,3 +237,87 @@ def test_untracked_file_makes_the_commit_dirty(tmp_path):
     assert git_commit(str(pkg)) == head
     (pkg / "new_module.py").write_text("x = 1\n")
     assert git_commit(str(pkg)) == head + "+dirty"
+
+
+# --- 4. redaction by default: command lines, home and cache paths too ------------------------------
+def _store_with_paths(path: str) -> None:
+    from fixtures_store import _env
+
+    store = Store(path)
+    cmd = "deepgap run --store /home/alice/results/s.sqlite --report /root/r.html"
+    run = store.begin_run({"device": "cpu"}, cmd, _env("cpu", "Fixture CPU"), "0.1.0")
+    spec = ConfigSpec(
+        model="resnet18", engine="eager", precision="fp32", batch_size=1, device="cpu", threads=1
+    )
+    res = make_result(spec, 2e-3, extra={"engine_info": {"plan": "/home/alice/.cache/deepgap/trt/r18.plan"}})
+    store.record(run, res)
+    store.finish_run(run)
+    store.close()
+
+
+def test_home_and_cache_paths_are_scrubbed():
+    """Any user's home (and this machine's ``$DEEPGAP_CACHE``) becomes a stand-in in redacted text."""
+    from deepgap.core.redaction import Redactor
+
+    r = Redactor(b"k")
+    assert (
+        r.text("deepgap run --store /home/alice/s.sqlite -o /root/x")
+        == "deepgap run --store <home>/s.sqlite -o <home>/x"
+    )
+    assert r.tree({"engine_info": {"plan": "/Users/bob/.cache/deepgap/a.plan"}}) == {
+        "engine_info": {"plan": "<home>/.cache/deepgap/a.plan"}
+    }
+    assert r.text("/sys/class/powercap unreadable; /rooted/x") == "/sys/class/powercap unreadable; /rooted/x"
+
+
+def test_export_is_redacted_by_default(tmp_path):
+    """`export` scrubs host, home paths and cache paths unless ``--no-redact``."""
+    path = str(tmp_path / "paths.sqlite")
+    _store_with_paths(path)
+    out = deepgap_cli("export", "--format", "json", "-o", "-", path)
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    text = json.dumps(rows)  # to_json escapes "/" as "\/"
+    assert rows[0]["host"].startswith("redacted-")
+    assert "alice" not in text and "<home>/.cache/deepgap" in text
+    raw = json.loads(deepgap_cli("export", "--format", "json", "-o", "-", "--no-redact", path).stdout)
+    assert not raw[0]["host"].startswith("redacted-") and "/home/alice/.cache" in json.dumps(raw)
+    both = deepgap_cli("export", "--redact", "--no-redact", "-o", "-", path)
+    assert both.returncode == 2
+
+
+def test_report_and_merge_scrub_the_command_line(tmp_path):
+    """The report's runs table (a redacting read) and ``merge --redact``'s runs table lose the home path."""
+    path, merged = str(tmp_path / "paths.sqlite"), str(tmp_path / "merged.sqlite")
+    _store_with_paths(path)
+    store = Store(path, readonly=True, redact=True)  # how the report reads (redacted by default)
+    try:
+        assert (
+            store.runs()[0]["command"] == "deepgap run --store <home>/results/s.sqlite --report <home>/r.html"
+        )
+    finally:
+        store.close()
+    assert deepgap_cli("merge", path, "-o", merged, "--redact").returncode == 0
+    store = Store(merged, readonly=True, redact=False)
+    try:
+        assert "alice" not in store.runs()[0]["command"]
+        assert "alice" not in store.results_frame()["extra"].iloc[0].to_json().__str__()
+    finally:
+        store.close()
+
+
+# --- 5 and 6 (parts): a text model's heading, a bound printed as written ---------------------------
+def test_text_model_answer_is_headed_by_its_sequence_length():
+    """The answer heads bert-base with "seq 128", never "128px"; an image model keeps "224px"."""
+    from deepgap.report.answer import _axis
+
+    assert _axis(pd.DataFrame({"seq_len": [128.0, 128.0]}), 128) == "seq 128"
+    assert _axis(pd.DataFrame({"seq_len": [0.0]}), 224) == "224px"
+
+
+def test_accuracy_bound_prints_as_written():
+    """The quant bound 0.25 prints as ``≤0.25``, not ``≤2e-01``."""
+    from deepgap.report.answer import accuracy_text
+
+    assert "(≤0.25)" in accuracy_text({"rel_l2": 0.0171, "bound": 0.25})
+    assert "(≤0.001)" in accuracy_text({"rel_l2": 1e-5, "bound": 1e-3})

@@ -69,7 +69,7 @@ def accuracy_text(a: dict[str, Any]) -> str:
 
     parts = []
     if a.get("rel_l2") is not None:
-        parts.append(f"relL2 {a['rel_l2']:.1e}" + (f" (≤{a['bound']:.0e})" if a.get("bound") else ""))
+        parts.append(f"relL2 {a['rel_l2']:.1e}" + (f" (≤{a['bound']:g})" if a.get("bound") else ""))
     if a.get("cosine") is not None:
         parts.append(f"cos {a['cosine']:.4f}")
     ag = agreement(a.get("top1"), a.get("n"), a.get("weights"))
@@ -265,6 +265,7 @@ def answers(agg: pd.DataFrame, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataF
                 rec = recs[obj].get((model, res))
                 best = _row_of(msub, rec.choice if rec else None)
                 base = {"platform": platform, "model": model, "resolution": int(res), "goal": GOALS[obj]}
+                base["axis"] = _axis(msub, res)  # "seq 128" for a text model, never "128px"
                 if best is None:
                     why = rec.reason if rec else "no candidate"
                     rows.append(
@@ -302,7 +303,7 @@ def answers(agg: pd.DataFrame, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataF
                 )
             line = host.get((platform, model, int(res)))
             if line is not None:
-                rows.append(host_cpu_row(line))
+                rows.append({**host_cpu_row(line), "axis": _axis(msub, res)})
             flagged = msub[msub["flagged"]]
             reasons: dict[str, int] = {}
             for fl in flagged["flags"]:
@@ -354,6 +355,16 @@ def answers(agg: pd.DataFrame, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataF
                 }
             )
     return pd.DataFrame(rows), pd.DataFrame(sure)
+
+
+def _axis(msub: pd.DataFrame, res: Any) -> str:
+    """What heads a model's answer: its sequence length for a text model ("seq 128"), else "224px"."""
+    seqs = [
+        int(v)
+        for v in pd.to_numeric(msub.get("seq_len", pd.Series(dtype=float)), errors="coerce").dropna()
+        if v > 0
+    ]
+    return "seq " + ", ".join(map(str, sorted(set(seqs)))) if seqs else f"{int(res)}px"
 
 
 def _notes(msub: pd.DataFrame) -> list[str]:
