@@ -82,7 +82,9 @@ def test_export_redact(tmp_path, capsys):
     _assert_no_secrets(text, "export")
     assert redact_value(SECRETS["host"]).encode() in text  # one machine is still one (stable hash)
     assert main(["export", s, "-o", str(out)]) == 0
-    assert SECRETS["host"].encode() in out.read_bytes()  # without --redact nothing is hidden
+    _assert_no_secrets(out.read_bytes(), "export")  # redacted by default (issue 49)
+    assert main(["export", s, "--no-redact", "-o", str(out)]) == 0
+    assert SECRETS["host"].encode() in out.read_bytes()  # --no-redact: nothing is hidden
 
 
 def test_report_redact(tmp_path, capsys):

@@ -135,7 +135,7 @@ def test_hovers_carry_their_own_ci_and_latency_has_a_p99_band(page):
     specs = {f.name: f.plotly for f in page["rep"].figures if f.plotly}
     lat = specs["fig08_latency_vs_batch"]
     bands = [t for t in lat["data"] if t.get("fill") == "toself"]
-    assert bands and all(t["name"] == "P99 band" for t in bands)
+    assert bands and all(t["name"] == "tail band" for t in bands)
     line = next(t for t in lat["data"] if t.get("mode") == "lines+markers")
     assert all("median latency ms 95% CI" in c[1] for c in line["customdata"])
     for name in ("fig_perf_per_watt", "fig_joules_per_image"):

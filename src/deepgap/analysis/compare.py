@@ -205,6 +205,7 @@ def code_id(run: dict[str, Any]) -> str:
     """The code that measured a run: its source hash and commit where stored, else 'not recorded'."""
     env = run.get("env") or {}
     sha, commit = env.get("deepgap_source_sha"), env.get("deepgap_commit")
+    commit = None if commit == "none" else commit  # not a git checkout of deepgap: the hash stands
     if sha or commit:
         return f"source {sha or '?'}" + (f" (git {commit})" if commit else "")
     return f"not recorded (deepgap {run.get('deepgap_version') or env.get('deepgap') or '?'})"

@@ -9,9 +9,11 @@ those passes (and repeated runs) into one row per configuration:
 - throughput and median latency: the median over measurements (one measurement: its own value);
 - 95% CI: one measurement → its stored bootstrap CI; three or more → a bootstrap CI of the median
   over the per-measurement values (run-to-run spread); two → the envelope of both stored CIs;
-- P99 latency and memory: the maximum over measurements (the paper keeps the worst repeat); the tail a
-  constraint checks is ``latency_tail_s``: that P99 only where each measurement has the samples for one,
-  else the maximum of all their samples, labelled "max of n" (`analysis.tails`).
+- median, p5 and P99 latency: from one distribution, the pooled per-call samples of every measurement
+  where they are stored (else the median over measurements of each), so p5 ≤ median ≤ P99; memory: the
+  maximum over measurements (the paper keeps the worst repeat); the tail every view prints and a
+  constraint checks is ``latency_tail_s``: a P99 only where n supports one, else the maximum of all
+  samples, labelled "max of n=…" (``latency_tail_name``, `analysis.tails`).
 
 Measurements with a disqualifying flag (wrong outputs, telemetry contamination) are left out of a
 configuration's numbers and counted in ``n_excluded``; a configuration whose every measurement is
@@ -290,6 +292,7 @@ def aggregate(df: pd.DataFrame, samples: sweeps.SamplesFn | None = None) -> pd.D
         ``ci_method``. Empty (with those columns) when no row is OK.
     """
     ok = df[df["status"] == "ok"] if "status" in df and not df.empty else df.iloc[0:0]
+    samples = tails.memo(samples) if samples is not None else None  # the CI and the percentiles read them
     rows = []
     for key, grp in ok.groupby(GROUP_COLS, sort=True, dropna=False) if len(ok) else []:
         clean = grp[~grp["flagged"]]
@@ -313,12 +316,13 @@ def aggregate(df: pd.DataFrame, samples: sweeps.SamplesFn | None = None) -> pd.D
         lo, hi = row["throughput_ci_low_ips"], row["throughput_ci_high_ips"]
         row["latency_median_ci_low_s"] = bs / hi if hi and hi == hi else float("nan")
         row["latency_median_ci_high_s"] = bs / lo if lo and lo == lo else float("nan")
-        for c in ["latency_p99_s", "latency_p99_ci_high_s", "latency_p5_s", *MEMORY_COLS, *TELEMETRY_MAX]:
+        for c in ["latency_p99_ci_high_s", *MEMORY_COLS, *TELEMETRY_MAX]:
             row[c] = _max(used[c]) if c in used else float("nan")
-        tail = tails.tail_of(used)  # a p99 only where n supports one, else the max of n (analysis.tails)
+        tail = tails.set_percentiles(row, used, samples)
         row["latency_tail_s"], row["latency_tail_kind"] = tail.seconds, tail.kind
         row["latency_tail_n"] = tail.n
         row["latency_tail_label"] = tail.label()
+        row["latency_tail_name"] = tail.name()
         if tail.kind != "p99":  # its bootstrap upper end is the sample maximum: no interval to show
             row["latency_p99_ci_high_s"] = float("nan")
         for c in [*TELEMETRY_MEDIAN, *(a for a in accuracy.COLUMNS if a in used)]:

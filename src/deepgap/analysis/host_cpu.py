@@ -5,7 +5,10 @@ Why its own module: Table I's × CPU divides each GPU row by the CPU's row of th
 "how much faster, lower-latency and cheaper in energy is the GPU at its best than the CPU at its best". This
 module answers that from the same aggregate, per GPU platform and model:
 
-- throughput: each side's highest-throughput unflagged configuration, any precision and batch;
+- throughput: the GPU's highest-throughput unflagged configuration over the CPU configuration Table I
+  divides it by (`tables.host_cpu_for`: like with like by precision class, int8 over fp8, fp32 over
+  fp32; else the CPU's best, labelled "best vs best"), so the answer, Table I, the speedup figure and
+  ``compare --paper`` show one number;
 - latency at batch 1: each side's lowest median latency at batch 1;
 - joules per image: each side's lowest; the CPU's comes from RAPL (`deepgap.measure.telemetry.cpu`) and is
   "unavailable" with the stored reason where the counter was not readable (root-only since Linux 5.10).
@@ -39,6 +42,7 @@ class Ratio:
     gpu: dict[str, Any] | None = None  # the GPU's configuration (an aggregate row)
     cpu: dict[str, Any] | None = None
     why: str = ""  # "unavailable: …" when there is no ratio
+    pairing: str = ""  # "like with like" or "best vs best" (`tables.host_cpu_for`); "" for latency, energy
 
     @property
     def ok(self) -> bool:
@@ -76,10 +80,12 @@ def _best(rows: pd.DataFrame, col: str, lowest: bool) -> dict[str, Any] | None:
 
 
 def _throughput(gpu: pd.DataFrame, cpu: pd.DataFrame) -> Ratio:
-    g, c = _best(gpu, "throughput_ips", False), _best(cpu, "throughput_ips", False)
+    """The GPU's best over the CPU configuration `host_cpu_for` pairs with it (the one Table I divides by)."""
+    g = _best(gpu, "throughput_ips", False)
+    c, how = host_cpu_for(g, cpu) if g is not None else (None, "")
     if g is None or c is None:
         return Ratio(gpu=g, cpu=c, why="unavailable: no unflagged throughput on one side")
-    return Ratio(*ratio_interval(g, c), gpu=g, cpu=c)
+    return Ratio(*ratio_interval(g, c), gpu=g, cpu=c, pairing=how.split(", ")[0].split(" (")[0])
 
 
 def _latency(gpu: pd.DataFrame, cpu: pd.DataFrame) -> Ratio:
@@ -167,6 +173,7 @@ PAPER_COLUMNS = [
     "yours_x_cpu_same",
     "yours_x_cpu_same_ci_low",
     "yours_x_cpu_same_ci_high",
+    "pairing",
     "paper_platform",
     "paper_x_cpu",
     "paper_cpu",
@@ -179,8 +186,9 @@ def paper_cpu_ratios(agg: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
 
     The paper's × CPU divides every GPU precision by its Xeon's fp32 (the only precision it ran on the
     CPU), so yours is computed both ways: ``yours_x_cpu_fp32`` the same way as the paper's (comparable with
-    it; ``yours_over_paper`` is that over the paper's), and ``yours_x_cpu_same`` like with like (the CPU's
-    same precision, where it was measured; else NaN and ``cpu_same_configuration`` says why).
+    it; ``yours_over_paper`` is that over the paper's), and ``yours_x_cpu_same`` the pairing the answer and
+    Table I use (`tables.host_cpu_for`: like with like by precision class, else best vs best), named in
+    ``pairing``.
     """
     cpu = clean_cpu(agg)
     if agg.empty or cpu.empty:
@@ -196,10 +204,9 @@ def paper_cpu_ratios(agg: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
         fp32, _ = host_cpu_for({**r, "precision": "fp32"}, cpu)
         if fp32 is None:
             continue
-        same, how = host_cpu_for(r, cpu)
-        like = same is not None and same["precision"] == r["precision"]
+        same, how = host_cpu_for(r, cpu)  # the answer's and Table I's pairing
         x32 = ratio_interval(r, fp32)
-        xs = ratio_interval(r, same) if like and same is not None else (NAN, NAN, NAN)
+        xs = ratio_interval(r, same) if same is not None else (NAN, NAN, NAN)
         mine = gpu_paper[(gpu_paper["model"] == r["model"]) & (gpu_paper["precision"] == r["precision"])]
         for p in mine.to_dict("records"):
             out.append(
@@ -210,7 +217,8 @@ def paper_cpu_ratios(agg: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
                     "configuration": config_label(r),
                     "cpu_configuration": config_label(fp32),
                     **_x("yours_x_cpu_fp32", x32),
-                    "cpu_same_configuration": config_label(same) if like and same is not None else how,
+                    "cpu_same_configuration": config_label(same) if same is not None else how,
+                    "pairing": how.split(", ")[0] if same is not None else how,
                     **_x("yours_x_cpu_same", xs),
                     "paper_platform": p["platform"],
                     "paper_x_cpu": float(p["speedup_vs_cpu"]),

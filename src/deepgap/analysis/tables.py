@@ -36,13 +36,27 @@ def best_rows(agg: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return ranked.groupby(keys, sort=True, dropna=False).head(1).sort_values(keys).reset_index(drop=True)
 
 
+def precision_class(precision: str) -> str:
+    """'8-bit' (int8, fp8: quantized), '16-bit' (fp16, bf16) or '32-bit' (fp32, tf32): what a × CPU pairs.
+
+    Why classes, not names: the CPU runs int8 where the GPU runs fp8, and both are the 8-bit
+    quantized answer to "how fast with quantization"; fp16 has no CPU counterpart at all.
+    """
+    p = PRECISIONS.get(str(precision))
+    if p is None:
+        return str(precision)
+    return "8-bit" if p.quantized else f"{8 * p.itemsize}-bit"
+
+
 def host_cpu_for(row: dict[str, Any], cpu: pd.DataFrame) -> tuple[dict[str, Any] | None, str]:
-    """The CPU configuration a row's × CPU divides by, and how it was chosen (like with like).
+    """The CPU configuration a row's × CPU divides by, and how it was paired (like with like).
 
     The CPU of the row's own run where it has one (the host-CPU part of a GPU run, docs/cpu-baseline.md),
-    else any CPU of the selection; the same model and resolution; the same precision where the CPU measured
-    it, else the CPU's fp32, said so (the paper's baseline: its fp16 and int8 × CPU are over the Xeon's
-    fp32).
+    else any CPU of the selection; the same model and resolution; the same precision where the CPU
+    measured it, else the same precision class (`precision_class`: int8 over fp8's 8 bits, fp32 over
+    tf32), else the CPU's best of any precision, labelled "best vs best" with both configurations.
+    The answer's "× host CPU", Table I, the speedup figure and ``compare --paper`` all pair through here,
+    so one GPU configuration shows one × CPU everywhere.
     ``cpu``: the unflagged CPU configurations (`clean_cpu`).
     """
     if cpu.empty:
@@ -53,12 +67,21 @@ def host_cpu_for(row: dict[str, Any], cpu: pd.DataFrame) -> tuple[dict[str, Any]
     own = same[mine] if any(mine) else same.iloc[0:0]
     where = "its run's host CPU" if len(own) else "a CPU of this selection"
     pool = own if len(own) else same
-    fallback = f"{where}'s fp32: the CPU measured no {row['precision']} (the paper's baseline)"
-    for prec, how in ((row["precision"], f"same precision, {where}"), ("fp32", fallback)):
-        sub = pool[pool["precision"] == prec]
-        if len(sub):
-            return best_rows(sub, ["model"]).iloc[0].to_dict(), how
-    return None, f"unavailable: no unflagged CPU result for {row['model']}"
+    if pool.empty:
+        return None, f"unavailable: no unflagged CPU result for {row['model']}"
+    prec, cls = str(row["precision"]), precision_class(row["precision"])
+    exact = pool[pool["precision"] == prec]
+    if len(exact):
+        return best_rows(exact, ["model"]).iloc[0].to_dict(), f"like with like ({prec}), {where}"
+    kin = pool[[precision_class(p) == cls for p in pool["precision"]]]
+    if len(kin):
+        b = best_rows(kin, ["model"]).iloc[0].to_dict()
+        return b, f"like with like ({cls}: {prec} over {b['precision']}), {where}"
+    b = best_rows(pool, ["model"]).iloc[0].to_dict()
+    return b, (
+        f"best vs best ({where} measured no {prec} nor any {cls} {row['model']}): "
+        f"{config_label(row, with_platform=False)} vs {config_label(b, with_platform=False)}"
+    )
 
 
 def ratio_interval(a: dict[str, Any], b: dict[str, Any]) -> tuple[float, float, float]:
@@ -121,7 +144,7 @@ def table1(agg: pd.DataFrame) -> pd.DataFrame:
     out = []
     for r in t.to_dict("records"):
         row = {
-            k: r[k]
+            k: r.get(k, np.nan)
             for k in [
                 "platform",
                 "device",
@@ -140,6 +163,10 @@ def table1(agg: pd.DataFrame) -> pd.DataFrame:
                 "throughput_pipelined_ips",
                 "latency_median_s",
                 "latency_p99_s",
+                "latency_tail_s",  # what the table prints: a p99 only where n supports one (analysis.tails)
+                "latency_tail_kind",
+                "latency_tail_n",
+                "latency_tail_name",
                 "n_measurements",
                 "n_runs",
                 "n_excluded",
@@ -282,8 +309,8 @@ def clean_cpu(agg: pd.DataFrame) -> pd.DataFrame:
 def speedup_vs_cpu(agg: pd.DataFrame) -> pd.DataFrame:
     """Peak throughput of each non-CPU platform, model and precision over the CPU's, like with like.
 
-    The CPU side is `host_cpu_for`'s (same model and precision, the run's own host CPU first; fp32 where
-    the CPU has no such precision, said in ``cpu_match``); the interval is `ratio_interval`'s.
+    The CPU side is `host_cpu_for`'s (same model and precision class, the run's own host CPU first; else
+    "best vs best", said in ``cpu_match``); the interval is `ratio_interval`'s.
     """
     cpu = clean_cpu(agg)
     if agg.empty or cpu.empty:

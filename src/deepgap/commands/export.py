@@ -29,7 +29,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument(
         "--samples", action="store_true", help="per-iteration latencies (long format) instead of results"
     )
-    add_read_flags(p)
+    add_read_flags(p)  # --redact: the default now, kept so that older command lines still work
+    p.add_argument(
+        "--no-redact",
+        action="store_true",
+        help="keep host names, GPU serials/UUIDs, home and cache paths (redacted by default)",
+    )
 
 
 def export_frame(store_path: str, run_ids: list[str] | None = None, samples: bool = False):
@@ -44,7 +49,7 @@ def export_frame(store_path: str, run_ids: list[str] | None = None, samples: boo
         df = store.results_frame(run_ids)
         if not samples:
             df["extra"] = [json.dumps(e.to_json(), sort_keys=True) for e in df["extra"]]
-            return df
+            return with_tail(df)
         rows = []
         for rid, key in zip(df["result_id"], df["config_key"], strict=True):
             for rep, arr in enumerate(store.samples(int(rid))):
@@ -52,6 +57,26 @@ def export_frame(store_path: str, run_ids: list[str] | None = None, samples: boo
         return pd.DataFrame(rows, columns=["result_id", "config_key", "repeat", "iteration", "latency_s"])
     finally:
         store.close()
+
+
+def with_tail(df):
+    """The frame with each row's tail named beside its ``latency_p99_s`` (docs/reading-results.md).
+
+    Why: ``latency_p99_s`` and its CI stay (scripts read them) but are a p99 only where n ≥ 368 calls
+    support one; below that the honest figure is the sample maximum. ``latency_tail_s`` is that figure,
+    ``latency_tail_kind`` "p99" or "max" and ``latency_tail_label`` "p99 of n=400" / "max of n=20".
+    """
+    from deepgap.analysis.tails import of_measurement
+
+    if df.empty:
+        return df.assign(latency_tail_s=[], latency_tail_kind=[], latency_tail_label=[])
+    t = [of_measurement(r) for r in df.to_dict("records")]
+    ok = (df["status"] == "ok").to_list() if "status" in df else [True] * len(df)
+    return df.assign(
+        latency_tail_s=[x.seconds if k else float("nan") for x, k in zip(t, ok, strict=True)],
+        latency_tail_kind=[x.kind if k else "" for x, k in zip(t, ok, strict=True)],
+        latency_tail_label=[x.name() if k and x.kind else "" for x, k in zip(t, ok, strict=True)],
+    )
 
 
 def check_folder(path: str) -> str:
@@ -123,6 +148,11 @@ def write_frame(df, path: str, fmt: str) -> None:
 
 
 def main(args: argparse.Namespace) -> int:  # noqa: D103
+    if getattr(args, "redact", False) and args.no_redact:
+        raise UsageError(
+            "--redact and --no-redact contradict each other", "pass one of them (redacting is the default)"
+        )
+    args.redact = not args.no_redact  # an export is made to be shared (docs/input-and-redaction.md)
     use_read_flags(args)
     check_folder(args.output)
     df = export_frame(args.store, args.run, args.samples)

@@ -207,12 +207,16 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
 def _as_json(r) -> dict:
     import dataclasses
 
+    from deepgap.core.stats import P99_MIN_N
+
     d = {"config": dataclasses.asdict(r.spec), "status": r.status.value, "reason": r.reason}
     if r.latency:
         d.update(
             median_s=r.latency.median_s,
-            p99_s=r.latency.p99_s,
+            p99_s=r.latency.p99_s,  # kept for scripts; a p99 only where tail_kind is "p99"
             n=r.latency.n,
+            tail_s=r.latency.p99_s if r.latency.n >= P99_MIN_N else r.latency.max_s,
+            tail_kind="p99" if r.latency.n >= P99_MIN_N else "max",
             throughput_ips=r.throughput_ips,
             throughput_pipelined_ips=r.throughput_pipelined_ips,
         )

@@ -37,14 +37,14 @@ def _deepgap_version() -> str:
 def source() -> dict[str, str | None]:
     """Which code measured: the git commit of deepgap's source tree and a hash of its installed files.
 
-    ``deepgap_commit``: ``git rev-parse HEAD`` where the package sits in a git work tree, with
-    ``+dirty`` when its files differ from that commit, else None (an installed wheel).
+    ``deepgap_commit``: `git_commit` of the package's folder: a commit only where git tracks the
+    package's own files (``+dirty`` with any change, untracked files included), else "none" (an
+    installed wheel, or a copied tree inside somebody else's repository).
     ``deepgap_source_sha``: sha256 (12 hex digits) over the package's ``.py`` files, paths and contents:
     it tells two copies of "0.1.0+src" apart with or without git, so `compare` can warn when A and B
-    were measured by different code.
+    were measured by different code; where the commit is "none" it is the only identity that stands.
     """
     import hashlib
-    import subprocess
 
     pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # deepgap/, above core/
     h = hashlib.sha256()
@@ -56,18 +56,35 @@ def source() -> dict[str, str | None]:
                 h.update(os.path.relpath(path, pkg).encode())
                 with open(path, "rb") as fh:
                     h.update(fh.read())
-    commit = None
+    return {"deepgap_commit": git_commit(pkg), "deepgap_source_sha": h.hexdigest()[:12]}
+
+
+NO_COMMIT = "none"
+
+
+def git_commit(pkg: str) -> str:
+    """The commit of the package at ``pkg`` (12 hex digits, ``+dirty`` if changed), or "none".
+
+    Why the checks: ``git rev-parse HEAD`` alone answers for *any* work tree above ``pkg``. A source
+    tree copied without its .git into another repository (a device's scratch checkout, a vendored copy)
+    then recorded that outer repository's HEAD, a commit that does not exist in deepgap. So the commit is
+    recorded only when git tracks the package's own ``__init__.py``, and ``+dirty`` counts untracked files
+    too (a new module changes what runs as much as an edited one).
+    """
+    import subprocess
+
+    run = functools.partial(subprocess.run, cwd=pkg, capture_output=True, text=True, timeout=10, check=False)
     try:
-        run = functools.partial(
-            subprocess.run, cwd=pkg, capture_output=True, text=True, timeout=10, check=False
-        )
+        tracked = run(["git", "ls-files", "--error-unmatch", "--", "__init__.py"])
+        if tracked.returncode != 0:
+            return NO_COMMIT
         head = run(["git", "rev-parse", "HEAD"])
-        if head.returncode == 0 and head.stdout.strip():
-            dirty = run(["git", "status", "--porcelain", "--untracked-files=no", "--", "."]).stdout.strip()
-            commit = head.stdout.strip()[:12] + ("+dirty" if dirty else "")
+        if head.returncode != 0 or not head.stdout.strip():
+            return NO_COMMIT
+        dirty = run(["git", "status", "--porcelain", "--untracked-files=all", "--", "."]).stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        pass
-    return {"deepgap_commit": commit, "deepgap_source_sha": h.hexdigest()[:12]}
+        return NO_COMMIT
+    return head.stdout.strip()[:12] + ("+dirty" if dirty else "")
 
 
 def cpu_model() -> str:

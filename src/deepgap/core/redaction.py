@@ -14,7 +14,9 @@ Why everywhere: a fingerprint's ``host`` is one place; the same name also sits i
 (``vm (3f2a1b) cuda:0``), node ids, the stored command line (``--ray vm:6379``), error reasons and
 paths. `Redactor.tree` first learns every identifier of a record (the values of `REDACT_KEYS`), then
 replaces them, and every learnt identifier, GPU/MIG UUID, IPv4 address and old 48-bit token inside
-any other text (`Redactor.text`).
+any other text (`Redactor.text`). Home folders (``/home/alice``, ``/root``, this user's ``~``) become
+``<home>`` and ``$DEEPGAP_CACHE`` ``<cache>`` in all text (`paths`): a stored command line or an engine's
+cache path names its user otherwise.
 """
 
 from __future__ import annotations
@@ -60,6 +62,23 @@ _PATTERNS = re.compile(
     r"|redacted-[0-9a-f]{12})(?![0-9A-Za-z])"
 )
 _NODE_PREFIX = 6  # a Ray lane shows a node id's first 6 characters
+# A home folder names its user (``/home/alice/.cache/deepgap/trt/…`` in engine_info, ``--store
+# /home/alice/x.sqlite`` in a stored command line): it becomes ``<home>``, wherever it appears.
+_HOMES = r"/home/[^/\s'\"=:,;]+|/Users/[^/\s'\"=:,;]+|/root(?=[/\s'\"]|$)"
+HOME = "<home>"
+CACHE = "<cache>"
+
+
+def _local_paths() -> list[tuple[str, str]]:
+    """This machine's own cache and home folders (longest first), wherever they sit: ``(path, stand-in)``."""
+    out = []
+    cache = os.environ.get("DEEPGAP_CACHE")
+    if cache and len(cache.rstrip("/")) > 1:
+        out.append((cache.rstrip("/"), CACHE))
+    home = os.path.expanduser("~")
+    if home and len(home.rstrip("/")) > 1 and not home.startswith("~"):
+        out.append((home.rstrip("/"), HOME))
+    return sorted(out, key=lambda p: len(p[0]), reverse=True)
 
 
 def _skip(text: str) -> bool:
@@ -127,6 +146,7 @@ class Redactor:
         """Free text with every learnt identifier, GPU/MIG UUID, IPv4 address and old token replaced."""
         if not isinstance(text, str) or not text or _TOKEN.fullmatch(text):
             return text
+        text = paths(text)
         text = _PATTERNS.sub(lambda m: self.token(m.group(0)), text)
         names = [k for k in self._known if len(k) >= 2 and not _TOKEN.fullmatch(k)]
         if not names:
@@ -135,6 +155,17 @@ class Redactor:
             alternatives = "|".join(re.escape(k) for k in sorted(names, key=len, reverse=True))
             self._scrub = re.compile(f"(?<![0-9A-Za-z])(?:{alternatives})(?![0-9A-Za-z])")
         return self._scrub.sub(lambda m: self._known[m.group(0)], text)
+
+
+def paths(text: str) -> str:
+    """``text`` with home folders (any user's) and this machine's deepgap cache replaced by stand-ins.
+
+    Why not tokens: a path says nothing a reader needs beyond its tail (``<home>/.cache/deepgap/trt/…``
+    still tells which engine file was read), and a stand-in is the same in every export.
+    """
+    for path, stand_in in _local_paths():
+        text = re.sub(re.escape(path) + r"(?=[/\s'\"]|$)", stand_in, text)
+    return re.sub(_HOMES, HOME, text)
 
 
 _current: Redactor | None = None

@@ -178,6 +178,17 @@ def ratio_ci(
     return point, float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
+def min_samples(q: float, confidence: float = 0.95) -> int:
+    """Fewest samples whose distribution-free ``confidence`` interval of quantile ``q`` ends below the max.
+
+    `deepgap.analysis.tails` says why; here so that the run console (below analysis) uses the same rule.
+    """
+    return int(math.ceil(math.log((1 - confidence) / 2) / math.log(q)))
+
+
+P99_MIN_N = min_samples(0.99)  # 368
+
+
 def summarize(samples_s: Sequence[float] | np.ndarray) -> LatencyStats:
     """Distribution summary of per-iteration latencies in seconds."""
     x = np.asarray(samples_s, dtype=np.float64)

@@ -4,6 +4,19 @@ from __future__ import annotations
 
 from deepgap.core.events import Event
 from deepgap.core.records import Status
+from deepgap.core.stats import P99_MIN_N
+
+
+def tail_text(lat) -> str:
+    """'p99 1.234 ms (n=400)' only where n supports a p99, else 'max of n=20 1.234 ms' (analysis.tails)."""
+    if lat.n >= P99_MIN_N:
+        return f"p99 {lat.p99_s * 1e3:.3f} ms (n={lat.n})"
+    return f"max of n={lat.n} {lat.max_s * 1e3:.3f} ms"
+
+
+def rate_unit(spec) -> str:
+    """'seq/s' for a text model (a sequence length), else 'img/s'."""
+    return "seq/s" if getattr(spec, "seq_len", None) else "img/s"
 
 
 def result_line(ev: Event) -> str:
@@ -13,8 +26,8 @@ def result_line(ev: Event) -> str:
     if r.status == Status.OK and r.latency:
         ci = "" if r.ci_met is None else (" ci✓" if r.ci_met else " ci✗")
         return (
-            f"{ev.spec.label()}: {r.throughput_ips:,.1f} img/s, median {r.latency.median_s * 1e3:.3f} ms, "
-            f"p99 {r.latency.p99_s * 1e3:.3f} ms (n={r.latency.n}){ci}"
+            f"{ev.spec.label()}: {r.throughput_ips:,.1f} {rate_unit(ev.spec)}, "
+            f"median {r.latency.median_s * 1e3:.3f} ms, {tail_text(r.latency)}{ci}"
         )
     return f"{ev.spec.label()}: {r.status.value} — {r.reason}"
 

@@ -69,7 +69,7 @@ def accuracy_text(a: dict[str, Any]) -> str:
 
     parts = []
     if a.get("rel_l2") is not None:
-        parts.append(f"relL2 {a['rel_l2']:.1e}" + (f" (≤{a['bound']:.0e})" if a.get("bound") else ""))
+        parts.append(f"relL2 {a['rel_l2']:.1e}" + (f" (≤{a['bound']:g})" if a.get("bound") else ""))
     if a.get("cosine") is not None:
         parts.append(f"cos {a['cosine']:.4f}")
     ag = agreement(a.get("top1"), a.get("n"), a.get("weights"))
@@ -190,6 +190,7 @@ def _ratio_text(what: str, r: Ratio) -> str:
         return f"{what}: {r.why}"
     ci = fmt_ci(r.ci_low, r.ci_high, fmt_x)
     sides = f"{_short(r.gpu)} ÷ {_short(r.cpu)}" if r.gpu and r.cpu else ""
+    sides = f"{r.pairing}: {sides}" if r.pairing and sides else sides
     return f"{what} {fmt_x(r.value)}" + (f" {ci}" if ci != "–" else "") + (f" ({sides})" if sides else "")
 
 
@@ -216,12 +217,14 @@ def host_cpu_row(line: HostCpuLine) -> dict[str, Any]:
         "resolution": line.resolution,
         "goal": HOST_CPU_GOAL,
         "configuration": _short(tp.gpu) if tp.gpu else "",
-        "value": f"{fmt_x(tp.value)} img/s" if tp.ok else "–",
+        "value": fmt_x(tp.value) if tp.ok else "–",  # a ratio: no unit
         "ci": fmt_ci(tp.ci_low, tp.ci_high, fmt_x) if tp.ok else "–",
         "also": " · ".join([_compact("bs1 latency", line.latency_bs1), _compact("J/img", line.joules)]),
         "accuracy": "",
         "flags": "",
-        "n": f"vs {_short(tp.cpu)} on {line.cpu_platform}" if tp.cpu else f"vs {line.cpu_platform}",
+        "n": f"{tp.pairing}: vs {_short(tp.cpu)} on {line.cpu_platform}"
+        if tp.cpu
+        else f"vs {line.cpu_platform}",
         "answered": tp.ok,
         "host_cpu_detail": " · ".join(
             [
@@ -262,6 +265,7 @@ def answers(agg: pd.DataFrame, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataF
                 rec = recs[obj].get((model, res))
                 best = _row_of(msub, rec.choice if rec else None)
                 base = {"platform": platform, "model": model, "resolution": int(res), "goal": GOALS[obj]}
+                base["axis"] = _axis(msub, res)  # "seq 128" for a text model, never "128px"
                 if best is None:
                     why = rec.reason if rec else "no candidate"
                     rows.append(
@@ -299,7 +303,7 @@ def answers(agg: pd.DataFrame, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataF
                 )
             line = host.get((platform, model, int(res)))
             if line is not None:
-                rows.append(host_cpu_row(line))
+                rows.append({**host_cpu_row(line), "axis": _axis(msub, res)})
             flagged = msub[msub["flagged"]]
             reasons: dict[str, int] = {}
             for fl in flagged["flags"]:
@@ -353,6 +357,16 @@ def answers(agg: pd.DataFrame, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataF
     return pd.DataFrame(rows), pd.DataFrame(sure)
 
 
+def _axis(msub: pd.DataFrame, res: Any) -> str:
+    """What heads a model's answer: its sequence length for a text model ("seq 128"), else "224px"."""
+    seqs = [
+        int(v)
+        for v in pd.to_numeric(msub.get("seq_len", pd.Series(dtype=float)), errors="coerce").dropna()
+        if v > 0
+    ]
+    return "seq " + ", ".join(map(str, sorted(set(seqs)))) if seqs else f"{int(res)}px"
+
+
 def _notes(msub: pd.DataFrame) -> list[str]:
     """The notes (not warnings: they cannot move a number beyond its CI, `analysis.signals`), counted."""
     noted: dict[str, int] = {}
@@ -371,8 +385,8 @@ def _gpu_order(agg: pd.DataFrame) -> list[str]:
 def _ci_ratio_text(point: float | None, lo: float | None, hi: float | None) -> str:
     if point is None:
         return "–"
-    ci = f" [{lo:.3g}, {hi:.3g}]" if lo is not None and hi is not None else ""
-    return f"{point:.3g}×{ci}"
+    ci = f" [{fmt_x(lo)[:-1]}, {fmt_x(hi)[:-1]}]" if lo is not None and hi is not None else ""
+    return f"{fmt_x(point)}{ci}"
 
 
 def cross_gpu_ratios(agg: pd.DataFrame, samples_fn) -> pd.DataFrame:

@@ -125,7 +125,7 @@ def _interactive(figs: list[Figure], agg: pd.DataFrame, par: pd.DataFrame, sp32:
     """Attach plotly versions to the per-batch figures."""
     ci = ("throughput_ci_low_ips", "throughput_ci_high_ips", "throughput img/s")
     lat_ci = ("latency_median_ci_low_s", "latency_median_ci_high_s", "median latency ms")
-    p99 = ("latency_p99_s", "P99 (ms)")
+    p99 = ("latency_tail_s", "tail (ms)", "latency_tail_name")  # a p99 only where n supports one
 
     def speedup_label(r, short):
         base = r.get("baseline_engine", r["engine"])

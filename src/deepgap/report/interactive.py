@@ -40,7 +40,7 @@ from deepgap.render.style import (
 )
 
 NCOLS = 3  # at most this many panels a row (fewer on a narrow screen: the page decides)
-OVERLAY_GROUPS = ("flagged", "P99 band", "Pareto frontier")
+OVERLAY_GROUPS = ("flagged", "tail band", "Pareto frontier")
 
 
 def available() -> bool:
@@ -175,14 +175,15 @@ def lines(
     scale: float = 1.0,
     logy: bool = False,
     ci: tuple[str, str, str] | None = None,
-    band: tuple[str, str] | None = None,
+    band: tuple[str, ...] | None = None,
     label_fn=None,
 ) -> dict[str, Any] | None:
     """``ycol`` against batch size, one panel per model (every platform and engine overlaid).
 
     ``ci``: (low column, high column, what it is) of the plotted number: error bars and the hover's
-    CI. ``band``: (column, name) of an upper bound drawn as a shaded band from the line up to it
-    (the P99 of the latency figure), its value in the hover too.
+    CI. ``band``: (column, name[, name column]) of an upper bound drawn as a shaded band from the line up
+    to it (the latency figure's tail), its value in the hover too, named per point by the name column
+    ("max of n=20", `analysis.tails`) where given.
     """
     data = agg[agg[ycol].notna()] if ycol in agg and not agg.empty else agg.iloc[0:0]
     panels = overlay_facets(data)
@@ -208,7 +209,11 @@ def lines(
             sym = marker(r0["engine"], plotly=True) + ("-open" if is_open(r0, order) else "")
             extra = []
             if band:
-                extra = [f"<br>{band[1]} {(_num(r.get(band[0])) or float('nan')) * scale:.4g}" for r in recs]
+                extra = [
+                    f"<br>{band[1]} {(_num(r.get(band[0])) or float('nan')) * scale:.4g}"
+                    + (f" ({r.get(band[2])})" if len(band) > 2 and r.get(band[2]) else "")
+                    for r in recs
+                ]
             hover = [_hover(r, ci, scale, short, extra[k] if extra else "") for k, r in enumerate(recs)]
             if band:  # the band first, under the line: one closed shape from the median up to the band
                 up = [_r((_num(r.get(band[0])) or float("nan")) * scale) for r in recs]
@@ -226,7 +231,7 @@ def lines(
                         "hoverinfo": "skip",
                         "showlegend": False,
                         "legendgroup": lab,
-                        "name": "P99 band",
+                        "name": "tail band",
                         "meta": _meta(r0, bs + bs[::-1]),
                     },
                 )
