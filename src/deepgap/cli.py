@@ -30,6 +30,25 @@ def printable(text: str) -> str:
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
+_LABELS = {"output": "-o", "store": "store", "sides": "input", "stores": "input"}
+
+
+def check_paths(args: argparse.Namespace) -> None:
+    """No output of the command replaces any other file it names (`store.paths.check_outputs`).
+
+    A command module names the flags it reads (``READS``) and writes (``WRITES``) by their ``dest``.
+    """
+    from deepgap.store.paths import check_outputs
+
+    def label(dest: str) -> str:
+        return _LABELS.get(dest, "--" + dest.replace("_", "-"))
+
+    reads, writes = getattr(args, "_reads", ()), getattr(args, "_writes", ())
+    named = {label(d): getattr(args, d, None) for d in (*reads, *writes)}
+    named = {k: v for k, v in named.items() if isinstance(v, (str, list, tuple))}
+    check_outputs(named, {label(d) for d in writes})
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser with every discovered sub-command."""
     from deepgap import commands
@@ -47,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     for mod in sorted(mods, key=lambda m: getattr(m, "ORDER", 50)):
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.HELP)
         mod.add_arguments(p)
-        p.set_defaults(_main=mod.main)
+        p.set_defaults(_main=mod.main, _reads=getattr(mod, "READS", ()), _writes=getattr(mod, "WRITES", ()))
     return parser
 
 
@@ -64,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     storeguard.reset()
     redaction.reset()  # a fresh random key per command: two exports never share tokens
     try:
+        check_paths(args)
         code = int(args._main(args) or 0)
         if storeguard.skipped_warning():
             print(storeguard.skipped_warning(), file=sys.stderr)

@@ -118,3 +118,49 @@ def check_output_path(path: str, what: str = "output", stdout_ok: bool = True) -
     if kind and kind != "a directory":
         fix = "pass -o - to write to stdout, or a file name" if stdout_ok else "pass a file name"
         raise UsageError(f"cannot write {shown(path)}: it is {kind}, which would be replaced", fix)
+
+
+def identity(path: str) -> tuple[int, int] | None:
+    """The file ``path`` names, as (device, inode) after following links; None when there is none."""
+    if not path or path == STDOUT:
+        return None
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return st.st_dev, st.st_ino
+
+
+# a store's companions: writing over its log or journal destroys its newest rows just as surely
+_COMPANIONS = ("", "-wal", "-journal", "-shm")
+
+
+def check_outputs(named: dict[str, tuple[str, ...] | list[str] | str | None], writes: set[str]) -> None:
+    """A `UsageError` when an output is the same file as any other path the command names.
+
+    Why: ``export s.sqlite -o s.sqlite`` replaced the store by its CSV, and ``run --store s --report s``
+    by a report after measuring. Names are compared by file identity (device and inode, links
+    followed), so a symbolic or hard link to an input counts too, and so does an input's ``-wal`` or
+    ``-journal`` (its newest rows). ``named``: each flag as the user wrote it → its path(s);
+    ``writes``: the flags among them that are written. Checked before anything is read or written.
+    """
+    flat = [
+        (flag, p)
+        for flag, value in named.items()
+        for p in ([value] if isinstance(value, str) else list(value or ()))
+        if p and p != STDOUT
+    ]
+    for out_flag, out in flat:
+        if out_flag not in writes or (ident := identity(out)) is None:
+            continue
+        for flag, other in flat:
+            if flag == out_flag and other == out:
+                continue
+            for suffix in _COMPANIONS if flag not in writes else ("",):
+                if identity(other + suffix) == ident:
+                    what = f"the {suffix[1:]} file of " if suffix else ""
+                    what += f"{flag} {shown(other)}"
+                    raise UsageError(
+                        f"{out_flag} {shown(out)} is the same file as {what}: writing it would destroy it",
+                        "pass another output path",
+                    )
