@@ -67,3 +67,14 @@ def test_a_new_output_and_stdout_still_work(store, tmp_path):
     assert deepgap_cli("export", store, "-o", str(tmp_path / "out.csv")).returncode == 0
     r = deepgap_cli("export", store, "-o", "-")
     assert r.returncode == 0 and "config_key" in r.stdout.splitlines()[0]
+
+
+def test_report_never_replaces_a_folder_it_did_not_make(store, tmp_path):
+    """Before, ``report -o my.html`` renamed an existing ``my_files/`` away and deleted it."""
+    mine = tmp_path / "my_files"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("years of work")
+    r = deepgap_cli("report", store, "-o", str(tmp_path / "my.html"), "--static")
+    assert r.returncode == 2 and "deepgap did not make it" in r.stderr, r.stderr
+    assert (mine / "thesis.tex").read_text() == "years of work"
+    assert not (tmp_path / "my.html").exists()

@@ -164,3 +164,29 @@ def check_outputs(named: dict[str, tuple[str, ...] | list[str] | str | None], wr
                         f"{out_flag} {shown(out)} is the same file as {what}: writing it would destroy it",
                         "pass another output path",
                     )
+
+
+OWNED = ".deepgap-owned"  # the marker deepgap writes into each folder it makes (a report's _files/)
+
+
+def claim_folder(folder: str) -> None:
+    """Mark ``folder`` as deepgap's, so that a later report may replace it (`check_owned_folder`)."""
+    with open(os.path.join(folder, OWNED), "w", encoding="utf-8") as fh:
+        fh.write("made by deepgap; it replaces this folder when it writes the report again\n")
+
+
+def check_owned_folder(folder: str) -> None:
+    """A `UsageError` when ``folder`` exists but deepgap did not make it (no `OWNED` marker).
+
+    Why: ``report -o my.html`` replaced an existing ``my_files/`` folder, deleting everything in it,
+    although deepgap never wrote it. A folder deepgap made carries the marker.
+    """
+    if not os.path.lexists(folder):
+        return
+    if os.path.islink(folder) or not os.path.isdir(folder):
+        raise UsageError(f"{shown(folder)} exists and is not a folder", "remove it or pass another -o path")
+    if not os.path.isfile(os.path.join(folder, OWNED)):
+        raise UsageError(
+            f"{shown(folder)} exists and deepgap did not make it (its files would be replaced)",
+            "move it away or pass another -o path",
+        )
