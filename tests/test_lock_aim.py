@@ -85,3 +85,11 @@ def test_a_bad_lock_wait_is_one_line(store, tmp_path, monkeypatch, value, master
         writelock.default_wait_s()
     r = deepgap_cli("merge", master, "-o", str(tmp_path / "m.sqlite"))
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "DEEPGAP_LOCK_WAIT_S" in r.stderr, r.stderr
+
+
+def test_resume_of_an_unknown_run_leaves_no_lock(store):
+    r = deepgap_cli(
+        "run", "--store", store, "--resume", "nosuch-id", "--models", "tinycnn", "--device", "cpu"
+    )
+    assert r.returncode == 2 and "no run 'nosuch-id'" in r.stderr, r.stderr
+    assert not os.path.exists(store + "-lock")
