@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import io
+import os
 import pkgutil
 import sqlite3
 import sys
@@ -26,8 +28,14 @@ class _Parser(argparse.ArgumentParser):
 
 
 def printable(text: str) -> str:
-    """``text`` with a path's undecodable bytes as escapes (a backslash, x, ff): printing must not fail."""
-    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    r"""``text`` as one line, with a path's undecodable bytes and control characters as escapes.
+
+    Printing must not fail (``bad\xff``), a name with a newline must not make two lines, and a
+    terminal must not obey what a store or a path holds (`core.terminal`).
+    """
+    from deepgap.core.terminal import one_line
+
+    return one_line(text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace"))
 
 
 _LABELS = {"output": "-o", "store": "store", "sides": "input", "stores": "input"}
@@ -66,14 +74,60 @@ def build_parser() -> argparse.ArgumentParser:
     for mod in sorted(mods, key=lambda m: getattr(m, "ORDER", 50)):
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.HELP)
         mod.add_arguments(p)
-        p.set_defaults(_main=mod.main, _reads=getattr(mod, "READS", ()), _writes=getattr(mod, "WRITES", ()))
+        p.set_defaults(
+            _main=mod.main,
+            _reads=getattr(mod, "READS", ()),
+            _writes=getattr(mod, "WRITES", ()),
+            _raw_stdout=getattr(mod, "RAW_STDOUT", False),
+        )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``deepgap`` console script."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """Entry point of the ``deepgap`` console script.
+
+    The edges are quiet: a reader that closed the pipe (``show --json | head -c 10``) ends the
+    command without a traceback, output that cannot be written (``> /dev/full``) is one line and
+    exit 2, Ctrl-C is one line and exit 130. Console views print through `SafeStream`: a store's
+    text never drives the terminal (``RAW_STDOUT`` commands write data, unchanged).
+    """
+    from deepgap.core.terminal import OutputError, SafeStream
+
+    stdout = sys.stdout
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        sys.stdout = SafeStream(stdout, escape=not getattr(args, "_raw_stdout", False))
+        try:
+            code = _run(parser, args)
+            sys.stdout.flush()
+        finally:
+            sys.stdout = stdout
+        return code
+    except OutputError as exc:
+        if exc.closed:  # the reader went away: nothing more to say, to anyone
+            _quiet_stdout()
+            return 141
+        print(printable(f"deepgap: error: cannot write the output: {exc}"), file=sys.stderr)
+        _quiet_stdout()
+        return 2
+    except KeyboardInterrupt:
+        print("deepgap: interrupted", file=sys.stderr)
+        return 130
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush has nothing left to fail on."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass
+
+
+def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """The command ``args`` names, its errors as one line (see the module doc)."""
     if not getattr(args, "_main", None):
         parser.print_help()
         return 2
