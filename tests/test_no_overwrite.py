@@ -49,7 +49,7 @@ def test_output_onto_an_input_is_refused(store, via, cmd):
     argv = [a.format(s=store, o=os.path.join(folder, via), d=folder) for a in COMMANDS[cmd]]
     r = deepgap_cli(*argv)
     assert r.returncode == 2, r.stderr
-    assert "is the same file as" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "are one file" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert Path(store).read_bytes() == before
     assert not os.path.exists(os.path.join(folder, "r.html"))
 

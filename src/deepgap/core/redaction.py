@@ -26,6 +26,8 @@ import re
 import secrets
 from typing import Any
 
+from deepgap.core.precision import PRECISIONS
+
 # Keys whose values identify one machine (compared in lower case).
 REDACT_KEYS = frozenset(
     {
@@ -60,6 +62,13 @@ _PATTERNS = re.compile(
     r"|redacted-[0-9a-f]{12})(?![0-9A-Za-z])"
 )
 _NODE_PREFIX = 6  # a Ray lane shows a node id's first 6 characters
+# deepgap's own words, never scrubbed out of text: a host named ``cpu`` is tokenised where it is the
+# host, but ``merge --redact`` turned every device value ``cpu`` (and ``--device cpu``) into its token
+_VOCABULARY = frozenset(
+    {"cpu", "cuda", "gpu", "mps", "auto", "eager", "nchw", "channels_last", "ok", "error", "none", "null"}
+    | {"true", "false", "running", "finished", "interrupted", "localhost"}
+    | set(PRECISIONS)
+)
 
 
 def _skip(text: str) -> bool:
@@ -128,7 +137,9 @@ class Redactor:
         if not isinstance(text, str) or not text or _TOKEN.fullmatch(text):
             return text
         text = _PATTERNS.sub(lambda m: self.token(m.group(0)), text)
-        names = [k for k in self._known if len(k) >= 2 and not _TOKEN.fullmatch(k)]
+        names = [
+            k for k in self._known if len(k) >= 2 and not _TOKEN.fullmatch(k) and k.lower() not in _VOCABULARY
+        ]
         if not names:
             return text
         if self._scrub is None:

@@ -24,7 +24,7 @@ import sqlite3
 from typing import Any
 from urllib.request import pathname2url
 
-from deepgap.core.errors import StoreDamagedError, StoreError, StoreFullError
+from deepgap.core.errors import StoreDamagedError, StoreError, StoreFullError, StoreNewerError
 from deepgap.store import held, logcopy
 from deepgap.store.migrations import SCHEMA_VERSION
 from deepgap.store.space import disk_full, full_error
@@ -315,7 +315,7 @@ def check_header(path: str) -> None:
             )
         raise StoreError(f"{path} is an SQLite file but not a deepgap store", "pass another store path")
     if _plausibly_newer(version, writers):
-        raise StoreError(
+        raise StoreNewerError(
             f"{path} has schema version {version}, newer than this deepgap's {SCHEMA_VERSION}",
             "upgrade deepgap (pip install -U deepgap)",
         )

@@ -89,6 +89,21 @@ def kind_of(path: str) -> str | None:
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
+def check_input_path(path: str, what: str, fix: str = "pass a regular file") -> None:
+    """A file the user names to be read (a dataset, its rows' images, a trace, weights, a sweep file).
+
+    Why: the rule for stores and outputs covered only ``--store``, ``-o`` and ``--config``:
+    ``--trace /proc/self/status`` or a dataset row naming a ``/proc`` file was opened and read, and a
+    FIFO blocks a read forever. UTF-8, a length the system takes, and never a system path, FIFO,
+    device or socket; a missing path is left to the caller, which says what it expected.
+    """
+    check_encoding(path, what)
+    check_length(path, what)
+    kind = kind_of(path)
+    if kind and kind != "a directory":
+        raise UsageError(f"{what} {shown(path)} is {kind}, not a file deepgap reads", fix)
+
+
 def check_store_path(path: str) -> None:
     """A store path: UTF-8, of a length the system takes, and a regular file when it exists."""
     if path == STDOUT:
@@ -161,7 +176,8 @@ def check_outputs(named: dict[str, tuple[str, ...] | list[str] | str | None], wr
                     what = f"the {suffix[1:]} file of " if suffix else ""
                     what += f"{flag} {shown(other)}"
                     raise UsageError(
-                        f"{out_flag} {shown(out)} is the same file as {what}: writing it would destroy it",
+                        f"{out_flag} {shown(out)} and {what} are one file: writing the output would "
+                        "destroy the input itself",
                         "pass another output path",
                     )
 
