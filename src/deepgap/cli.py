@@ -14,9 +14,12 @@ import importlib
 import io
 import os
 import pkgutil
+import signal
 import sqlite3
 import sys
+import threading
 from json import JSONDecodeError
+from typing import Any
 
 from deepgap.core.errors import UsageError
 from deepgap.core.version import __version__
@@ -94,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     from deepgap.core.terminal import OutputError, SafeStream
 
     stdout = sys.stdout
+    handlers, stopping = _stop_on_signals()
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
@@ -111,9 +115,50 @@ def main(argv: list[str] | None = None) -> int:
         print(printable(f"deepgap: error: cannot write the output: {exc}"), file=sys.stderr)
         _quiet_stdout()
         return 2
-    except KeyboardInterrupt:
-        print("deepgap: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        print(f"deepgap: {_stopped(exc)}", file=sys.stderr)
+        return getattr(exc, "exit_code", 130)
+    finally:  # after a stop, a repeated signal must not kill the process on its way out
+        for sig, old in handlers.items():
+            signal.signal(sig, signal.SIG_IGN if stopping else old)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP (``kill``, systemd, ``docker stop``, a closed terminal), raised like Ctrl-C.
+
+    Why: by default these signals ended the parent on the spot: the run stayed ``running`` and its
+    workers measured on, each ending in a traceback. Raised as an exception, they unwind the driver as
+    Ctrl-C does: the workers are killed, the run is marked ``interrupted`` (``--resume`` continues it),
+    and every finished result is already stored. The exit code is 128 + the signal's number.
+    """
+
+    def __init__(self, signum: int) -> None:
+        self.exit_code = 128 + signum
+        super().__init__(signal.Signals(signum).name)
+
+
+def _stop_on_signals() -> tuple[dict[int, Any], list[int]]:
+    """Install `Terminated` for SIGTERM and SIGHUP (the main thread only): the old handlers, the signals met.
+
+    A repeated signal (``kill`` five times, systemd's follow-up) is ignored once the first one is
+    unwinding: the cleanup that marks the run and stops the workers must not be cut short.
+    """
+    stopping: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        return {}, stopping
+
+    def stop(signum: int, frame: object) -> None:
+        if stopping:
+            return
+        stopping.append(signum)
+        raise Terminated(signum)
+
+    return {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}, stopping
+
+
+def _stopped(exc: BaseException) -> str:
+    what = f"stopped by {exc}" if isinstance(exc, Terminated) else "interrupted"
+    return f"{what}; finished configurations are stored (continue a run with --resume)"
 
 
 def _quiet_stdout() -> None:
@@ -157,9 +202,6 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    except KeyboardInterrupt:
-        print(
-            "deepgap: interrupted; finished configurations are stored (continue with --resume)",
-            file=sys.stderr,
-        )
-        return 130
+    except KeyboardInterrupt as exc:
+        print(f"deepgap: {_stopped(exc)}", file=sys.stderr)
+        return getattr(exc, "exit_code", 130)
