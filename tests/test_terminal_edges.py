@@ -76,9 +76,10 @@ class Failing(io.StringIO):
     ("err", "code"),
     [(BrokenPipeError(errno.EPIPE, "Broken pipe"), 141), (OSError(errno.ENOSPC, "No space"), 2)],
 )
-def test_a_closed_pipe_is_quiet_and_a_full_disk_one_line(hostile, monkeypatch, capsys, err, code):
+@pytest.mark.parametrize("command", [["show", "{s}", "--json"], ["export", "{s}", "-o", "-"]])
+def test_a_closed_pipe_is_quiet_and_a_full_disk_one_line(hostile, monkeypatch, capsys, err, code, command):
     monkeypatch.setattr(sys, "stdout", Failing(err))
-    assert main(["show", hostile, "--json"]) == code
+    assert main([a.format(s=hostile) for a in command]) == code
     lines = capsys.readouterr().err.splitlines()
     assert lines == ([] if code == 141 else ["deepgap: error: cannot write the output: No space"])
 

@@ -17,6 +17,7 @@ from typing import Any
 NAME = "monitor"
 HELP = "live view of a GPU's power, energy, temperature, clocks, utilization, memory and throttle reasons"
 ORDER = 12
+RAW_STDOUT = True  # a live display (cursor moves) of this machine's device, no store text: unchanged
 
 _COLS = (
     "time",
