@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import io
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -104,3 +105,18 @@ def test_a_real_closed_pipe_leaves_no_traceback(hostile):
     p.stdout.close()  # the reader goes away, as `| head -c 10` does
     err = p.stderr.read().decode()
     assert p.wait(timeout=300) == 141 and err == "", err
+
+
+def test_a_deleted_working_folder_is_one_line(tmp_path, capsys, hostile):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    cwd = os.getcwd()
+    os.chdir(gone)
+    try:
+        gone.rmdir()
+        assert main(["show", "s.sqlite"]) == 2
+    finally:
+        os.chdir(cwd)
+    assert capsys.readouterr().err.splitlines() == [
+        "deepgap: error: the current folder was deleted; cd into an existing folder"
+    ]

@@ -96,6 +96,11 @@ def main(argv: list[str] | None = None) -> int:
     """
     from deepgap.core.terminal import OutputError, SafeStream
 
+    try:
+        os.getcwd()  # every relative path resolves against it: a FileNotFoundError anywhere, later
+    except FileNotFoundError:
+        print("deepgap: error: the current folder was deleted; cd into an existing folder", file=sys.stderr)
+        return 2
     stdout = sys.stdout
     handlers, stopping = _stop_on_signals()
     try:
