@@ -11,10 +11,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import io
+import os
 import pkgutil
+import signal
 import sqlite3
 import sys
+import threading
 from json import JSONDecodeError
+from typing import Any
 
 from deepgap.core.errors import UsageError
 from deepgap.core.version import __version__
@@ -26,8 +31,33 @@ class _Parser(argparse.ArgumentParser):
 
 
 def printable(text: str) -> str:
-    """``text`` with a path's undecodable bytes as escapes (a backslash, x, ff): printing must not fail."""
-    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    r"""``text`` as one line, with a path's undecodable bytes and control characters as escapes.
+
+    Printing must not fail (``bad\xff``), a name with a newline must not make two lines, and a
+    terminal must not obey what a store or a path holds (`core.terminal`).
+    """
+    from deepgap.core.terminal import one_line
+
+    return one_line(text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace"))
+
+
+_LABELS = {"output": "-o", "store": "store", "sides": "input", "stores": "input"}
+
+
+def check_paths(args: argparse.Namespace) -> None:
+    """No output of the command replaces any other file it names (`store.paths.check_outputs`).
+
+    A command module names the flags it reads (``READS``) and writes (``WRITES``) by their ``dest``.
+    """
+    from deepgap.store.paths import check_outputs
+
+    def label(dest: str) -> str:
+        return _LABELS.get(dest, "--" + dest.replace("_", "-"))
+
+    reads, writes = getattr(args, "_reads", ()), getattr(args, "_writes", ())
+    named = {label(d): getattr(args, d, None) for d in (*reads, *writes)}
+    named = {k: v for k, v in named.items() if isinstance(v, (str, list, tuple))}
+    check_outputs(named, {label(d) for d in writes})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,14 +77,107 @@ def build_parser() -> argparse.ArgumentParser:
     for mod in sorted(mods, key=lambda m: getattr(m, "ORDER", 50)):
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.HELP)
         mod.add_arguments(p)
-        p.set_defaults(_main=mod.main)
+        p.set_defaults(
+            _main=mod.main,
+            _reads=getattr(mod, "READS", ()),
+            _writes=getattr(mod, "WRITES", ()),
+            _raw_stdout=getattr(mod, "RAW_STDOUT", False),
+        )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``deepgap`` console script."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """Entry point of the ``deepgap`` console script.
+
+    The edges are quiet: a reader that closed the pipe (``show --json | head -c 10``) ends the
+    command without a traceback, output that cannot be written (``> /dev/full``) is one line and
+    exit 2, Ctrl-C is one line and exit 130. Console views print through `SafeStream`: a store's
+    text never drives the terminal (``RAW_STDOUT`` commands write data, unchanged).
+    """
+    from deepgap.core.terminal import OutputError, SafeStream
+
+    try:
+        os.getcwd()  # every relative path resolves against it: a FileNotFoundError anywhere, later
+    except FileNotFoundError:
+        print("deepgap: error: the current folder was deleted; cd into an existing folder", file=sys.stderr)
+        return 2
+    stdout = sys.stdout
+    handlers, stopping = _stop_on_signals()
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        sys.stdout = SafeStream(stdout, escape=not getattr(args, "_raw_stdout", False))
+        try:
+            code = _run(parser, args)
+            sys.stdout.flush()
+        finally:
+            sys.stdout = stdout
+        return code
+    except OutputError as exc:
+        if exc.closed:  # the reader went away: nothing more to say, to anyone
+            _quiet_stdout()
+            return 141
+        print(printable(f"deepgap: error: cannot write the output: {exc}"), file=sys.stderr)
+        _quiet_stdout()
+        return 2
+    except KeyboardInterrupt as exc:
+        print(f"deepgap: {_stopped(exc)}", file=sys.stderr)
+        return getattr(exc, "exit_code", 130)
+    finally:  # after a stop, a repeated signal must not kill the process on its way out
+        for sig, old in handlers.items():
+            signal.signal(sig, signal.SIG_IGN if stopping else old)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP (``kill``, systemd, ``docker stop``, a closed terminal), raised like Ctrl-C.
+
+    Why: by default these signals ended the parent on the spot: the run stayed ``running`` and its
+    workers measured on, each ending in a traceback. Raised as an exception, they unwind the driver as
+    Ctrl-C does: the workers are killed, the run is marked ``interrupted`` (``--resume`` continues it),
+    and every finished result is already stored. The exit code is 128 + the signal's number.
+    """
+
+    def __init__(self, signum: int) -> None:
+        self.exit_code = 128 + signum
+        super().__init__(signal.Signals(signum).name)
+
+
+def _stop_on_signals() -> tuple[dict[int, Any], list[int]]:
+    """Install `Terminated` for SIGTERM and SIGHUP (the main thread only): the old handlers, the signals met.
+
+    A repeated signal (``kill`` five times, systemd's follow-up) is ignored once the first one is
+    unwinding: the cleanup that marks the run and stops the workers must not be cut short.
+    """
+    stopping: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        return {}, stopping
+
+    def stop(signum: int, frame: object) -> None:
+        if stopping:
+            return
+        stopping.append(signum)
+        raise Terminated(signum)
+
+    return {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}, stopping
+
+
+def _stopped(exc: BaseException) -> str:
+    what = f"stopped by {exc}" if isinstance(exc, Terminated) else "interrupted"
+    return f"{what}; finished configurations are stored (continue a run with --resume)"
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush has nothing left to fail on."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass
+
+
+def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """The command ``args`` names, its errors as one line (see the module doc)."""
     if not getattr(args, "_main", None):
         parser.print_help()
         return 2
@@ -64,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     storeguard.reset()
     redaction.reset()  # a fresh random key per command: two exports never share tokens
     try:
+        check_paths(args)
         code = int(args._main(args) or 0)
         if storeguard.skipped_warning():
             print(storeguard.skipped_warning(), file=sys.stderr)
@@ -83,9 +207,6 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    except KeyboardInterrupt:
-        print(
-            "deepgap: interrupted; finished configurations are stored (continue with --resume)",
-            file=sys.stderr,
-        )
-        return 130
+    except KeyboardInterrupt as exc:
+        print(f"deepgap: {_stopped(exc)}", file=sys.stderr)
+        return getattr(exc, "exit_code", 130)

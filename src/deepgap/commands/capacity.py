@@ -32,6 +32,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("--json", action="store_true", help="JSON records instead of a table")
 
 
+MAX_SIM_S = 86_400.0  # the longest simulated load level: a day, as serve's --min-duration
+
+
 def load_settings(args: argparse.Namespace):
     """SLO and simulation settings from the flags."""
     from deepgap.serving.arrivals import parse_duration_s
@@ -47,10 +50,18 @@ def load_settings(args: argparse.Namespace):
         ) from None
     if not 0 < conf < 1:
         raise UsageError(f"--confidence must be in (0, 1), got {conf}", "pass e.g. --confidence 0.99")
+    if not 0 <= seed < 2**32:  # numpy's seeds: a negative one was a ValueError traceback
+        raise UsageError(f"--seed must be from 0 to 2^32-1, got {args.seed}", "pass e.g. --seed 0")
+    min_duration = parse_duration_s(args.min_duration, "min-duration")
+    if min_duration > MAX_SIM_S:  # simulated time still costs real time: 1e20 s never ended
+        raise UsageError(
+            f"--min-duration must be at most {MAX_SIM_S:g} s, got {args.min_duration}",
+            "pass e.g. --min-duration 2s",
+        )
     return LoadSettings(
         slo_s=slo,
         confidence=conf,
-        min_duration_s=parse_duration_s(args.min_duration, "min-duration"),
+        min_duration_s=min_duration,
         max_queries=100_000,
         seed=seed,
     )

@@ -15,6 +15,8 @@ import sys
 NAME = "check"
 HELP = "check a store for damage (integrity, schema, every row decoded); --recover NEW saves every intact row"
 ORDER = 7
+# the paths it reads and writes: no output may replace an input (cli.check_paths)
+READS, WRITES = ("store",), ("recover",)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103

@@ -26,6 +26,8 @@ from deepgap.report.compare_console import print_pairs, print_paper
 NAME = "compare"
 HELP = "speedup of A over B (stores or run ids) with bootstrap CIs; --paper: beside the paper's Table I"
 ORDER = 5
+# the paths it reads and writes: no output may replace an input (cli.check_paths)
+READS, WRITES = ("sides", "store"), ("output",)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103

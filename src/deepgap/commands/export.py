@@ -19,6 +19,9 @@ from deepgap.store.paths import STDOUT, check_output_path
 NAME = "export"
 HELP = "export results as csv, parquet or json"
 ORDER = 3
+RAW_STDOUT = True  # -o - writes the data itself: unchanged (cli.SafeStream escapes console views)
+# the paths it reads and writes: no output may replace an input (cli.check_paths)
+READS, WRITES = ("store",), ("output",)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103

@@ -17,6 +17,7 @@ from typing import Any
 NAME = "monitor"
 HELP = "live view of a GPU's power, energy, temperature, clocks, utilization, memory and throttle reasons"
 ORDER = 12
+RAW_STDOUT = True  # a live display (cursor moves) of this machine's device, no store text: unchanged
 
 _COLS = (
     "time",
@@ -101,25 +102,42 @@ def row(sample: Any, energy_j: float | None) -> list[str]:
     ]
 
 
-def _parse(text: str, kind: type, flag: str, minimum: float) -> Any:
+def _parse(text: str, kind: type, flag: str, minimum: float, maximum: float) -> Any:
+    """A number from ``minimum`` to ``maximum`` (``nan`` and ``1e300`` seconds are refused, not slept)."""
     from deepgap.core.errors import UsageError
 
     try:
         v = kind(text)
     except ValueError:
         raise UsageError(f"--{flag} {text!r} is not a number", f"pass e.g. --{flag} 1") from None
-    if v < minimum:
-        raise UsageError(f"--{flag} must be ≥ {minimum}, got {text}", f"pass e.g. --{flag} 1")
+    if not minimum <= v <= maximum:  # nan fails both
+        raise UsageError(
+            f"--{flag} must be from {minimum:g} to {maximum:g}, got {text}", f"pass e.g. --{flag} 1"
+        )
     return v
+
+
+def _device(text: str) -> str:
+    """``auto``, ``cpu``, ``cuda``, ``cuda:N`` or a UUID; a `UsageError` for anything else (``a:b:c``)."""
+    from deepgap.core.errors import UsageError
+
+    if text in ("auto", "cpu", "cuda") or text.startswith(("GPU-", "MIG-")):
+        return text
+    kind, _, index = text.partition(":")
+    if kind == "cuda" and index.isdigit() and int(index) < 1024:
+        return text
+    raise UsageError(
+        f"--device {text!r} is not a device", "pass auto, cpu, cuda:N (nvidia-smi index) or GPU-<uuid>"
+    )
 
 
 def main(args: argparse.Namespace) -> int:  # noqa: D103
     from deepgap.measure.telemetry.base import TelemetryUnavailable, counter_delta
 
-    interval = _parse(args.interval, float, "interval", 0.01)
-    count = _parse(args.count, int, "count", 0)
+    interval = _parse(args.interval, float, "interval", 0.01, 86400)
+    count = _parse(args.count, int, "count", 0, 10**9)
     try:
-        backend = _open(args.device, args.backend)
+        backend = _open(_device(args.device), args.backend)
     except TelemetryUnavailable as exc:
         print(f"deepgap monitor: {exc}", file=sys.stderr)
         return 1

@@ -16,6 +16,8 @@ from deepgap.store.guard import add_read_flags, use_read_flags
 NAME = "report"
 HELP = "write a self-contained HTML report (tables, figures, flags) of a store"
 ORDER = 4
+# the paths it reads and writes: no output may replace an input (cli.check_paths)
+READS, WRITES = ("store",), ("output", "screenshot")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103

@@ -17,6 +17,8 @@ from deepgap.drive.progress import Progress
 NAME = "run"
 HELP = "measure a sweep (models × engines × precisions × batch sizes) into the store"
 ORDER = 1
+# the paths it reads and writes: no output may replace an input (cli.check_paths)
+READS, WRITES = ("config", "dataset", "weights"), ("report", "store")
 
 
 def _number(kind: type, flag: str):

@@ -12,6 +12,8 @@ from deepgap.drive.config import parse_number
 NAME = "serve"
 HELP = "serve a model under load: single-stream / offline / server (dynamic batching, capacity at an SLO, tenants)"
 ORDER = 5
+# the paths it reads and writes: no output may replace an input (cli.check_paths)
+READS, WRITES = ("trace", "dataset", "weights"), ("store",)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103

@@ -30,5 +30,9 @@ class StoreDamagedError(StoreError):
     """A store file that is damaged: not an SQLite database, damaged pages, or rows that cannot be decoded."""
 
 
+class StoreNewerError(StoreError):
+    """A store written by a newer deepgap (a newer schema version): upgrade, nothing is damaged."""
+
+
 class StoreFullError(StoreError):
     """A store that could not grow (disk full, or SQLite's page limit); what was stored before is kept."""

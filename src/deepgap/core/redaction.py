@@ -28,6 +28,8 @@ import re
 import secrets
 from typing import Any
 
+from deepgap.core.precision import PRECISIONS
+
 # Keys whose values identify one machine (compared in lower case).
 REDACT_KEYS = frozenset(
     {
@@ -79,6 +81,13 @@ def _local_paths() -> list[tuple[str, str]]:
     if home and len(home.rstrip("/")) > 1 and not home.startswith("~"):
         out.append((home.rstrip("/"), HOME))
     return sorted(out, key=lambda p: len(p[0]), reverse=True)
+# deepgap's own words, never scrubbed out of text: a host named ``cpu`` is tokenised where it is the
+# host, but ``merge --redact`` turned every device value ``cpu`` (and ``--device cpu``) into its token
+_VOCABULARY = frozenset(
+    {"cpu", "cuda", "gpu", "mps", "auto", "eager", "nchw", "channels_last", "ok", "error", "none", "null"}
+    | {"true", "false", "running", "finished", "interrupted", "localhost"}
+    | set(PRECISIONS)
+)
 
 
 def _skip(text: str) -> bool:
@@ -148,7 +157,9 @@ class Redactor:
             return text
         text = paths(text)
         text = _PATTERNS.sub(lambda m: self.token(m.group(0)), text)
-        names = [k for k in self._known if len(k) >= 2 and not _TOKEN.fullmatch(k)]
+        names = [
+            k for k in self._known if len(k) >= 2 and not _TOKEN.fullmatch(k) and k.lower() not in _VOCABULARY
+        ]
         if not names:
             return text
         if self._scrub is None:

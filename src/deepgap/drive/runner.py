@@ -60,10 +60,13 @@ def _with_environ(environ: dict[str, str], target: str | Callable[..., Any], *ar
     (``DEEPGAP_CACHE``, ``CUDA_VISIBLE_DEVICES``, ``OMP_NUM_THREADS``), as a spawned one would.
 
     Ctrl-C reaches every process of the terminal's group, the worker too: it exits at once and
-    quietly (code 130), so the user sees the parent's one line, not the worker's traceback.
+    quietly (code 130), so the user sees the parent's one line, not the worker's traceback SIGTERM and
+    SIGHUP are handled alike, and a parent that is gone (a broken pipe) ends the worker quietly.
     """
     os.environ.clear()
     os.environ.update(environ)
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # kill, systemd, docker stop, a closed terminal: as Ctrl-C
+        signal.signal(sig, signal.default_int_handler)
     try:
         if isinstance(target, str):
             module, _, name = target.partition(":")
@@ -71,6 +74,8 @@ def _with_environ(environ: dict[str, str], target: str | Callable[..., Any], *ar
         return target(*args)
     except KeyboardInterrupt:
         os._exit(130)
+    except BrokenPipeError:  # the parent went away: nobody to answer, nothing to print
+        os._exit(0)
 
 
 class WorkerLost(Exception):
@@ -127,6 +132,7 @@ class WorkerHandle(CallProtocol):
         self.proc: Any = None
         self.conn: Any = None
         self.caps: DeviceCaps | None = None
+        self.busy = False  # a request sent and not answered: the worker reads nothing else meanwhile
 
     def spawn(
         self, target: str | Callable[..., Any], args: tuple, name: str, timeout_s: float
@@ -158,7 +164,9 @@ class WorkerHandle(CallProtocol):
             self.kill()
             raise WorkerLost(Status.TIMEOUT, f"worker gave no answer within {timeout:.0f} s and was killed")
         try:
-            return self.conn.recv()
+            reply = self.conn.recv()
+            self.busy = False
+            return reply
         except (EOFError, ConnectionError, OSError):
             self.proc.join(5)
             code = self.proc.exitcode
@@ -177,6 +185,7 @@ class WorkerHandle(CallProtocol):
         module = worker_module(kind)  # an unknown kind is the caller's error, not a lost worker
         try:
             self.conn.send((kind, module, payload))
+            self.busy = True
         except (BrokenPipeError, OSError, AttributeError):  # AttributeError: no pipe, never started
             self.kill()
             raise WorkerLost(Status.CRASH, "worker process was gone before the request") from None
@@ -186,8 +195,15 @@ class WorkerHandle(CallProtocol):
         return self.proc is not None and self.proc.is_alive()
 
     def stop(self) -> None:
-        """Ask the worker to exit; kill it if it does not."""
+        """Ask the worker to exit; kill it if it does not (at once while it is busy: a run was stopped).
+
+        A worker in the middle of a request reads the exit request only after it (minutes, at worst the
+        timeout): when the parent stops waiting for an answer (Ctrl-C, SIGTERM), the worker is killed.
+        """
         if self.proc is None:
+            return
+        if self.busy:
+            self.kill()
             return
         try:
             if self.conn is not None:  # None when the process never got going
@@ -199,6 +215,7 @@ class WorkerHandle(CallProtocol):
 
     def kill(self) -> None:
         """Kill the process now."""
+        self.busy = False
         if self.proc is not None and self.proc.is_alive():
             self.proc.kill()
             self.proc.join(10)

@@ -101,7 +101,11 @@ def open_resume(store: str, resume: str | bool) -> tuple[Store, dict[str, Any]]:
     if not os.path.exists(store):
         raise UsageError(f"--resume but store {store} does not exist", "drop --resume or pass --store")
     s = Store(store)
-    row = s.latest_unfinished() if resume is True else s.run(str(resume))
+    try:
+        row = s.latest_unfinished() if resume is True else s.run(str(resume))
+    except BaseException:  # no such run: the store (and its lock file) closed, nothing left behind
+        s.close()
+        raise
     if row is None:
         s.close()
         raise UsageError(f"store {store} has no unfinished run to resume", "start a new run without --resume")

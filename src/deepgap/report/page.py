@@ -46,7 +46,7 @@ from deepgap.report import interactive as fi
 from deepgap.report import sections as report_sections
 from deepgap.report.screenshot import find_chromium, screenshot  # noqa: F401  (re-exported)
 from deepgap.store import Store, guard
-from deepgap.store.paths import check_output_path
+from deepgap.store.paths import check_output_path, check_owned_folder, claim_folder
 
 
 @dataclass
@@ -318,9 +318,7 @@ def check_output(html_path: str, interactive: bool = True) -> str:
         raise UsageError(
             f"cannot write {html_path}: {exc.strerror} in {probe}", "pass a writable -o path"
         ) from None
-    files = os.path.join(folder, files_dir_name(path))
-    if os.path.exists(files) and not os.path.isdir(files):
-        raise UsageError(f"{files} exists and is not a folder", "remove it or pass another -o path")
+    check_owned_folder(os.path.join(folder, files_dir_name(path)))  # never replace a folder of the user's
     return path
 
 
@@ -350,6 +348,7 @@ def save(rep: Report, html_path: str) -> list[str]:
     tmp = tempfile.mkdtemp(dir=folder, prefix=".deepgap-report-")
     try:
         os.mkdir(os.path.join(tmp, files))
+        claim_folder(os.path.join(tmp, files))
         written = [path]
         for f in rep.figures:
             if f.png:

@@ -66,13 +66,31 @@ def poisson(rate_qps: float, n: int, seed: int = 0) -> np.ndarray:
     return t - t[0] if n else t
 
 
-def n_queries(rate_qps: float, min_queries: int, min_duration_s: float) -> int:
-    """Queries a run issues: LoadGen's rule, both the minimum count and the minimum duration."""
-    return max(int(min_queries), int(math.ceil(rate_qps * min_duration_s)), 1)
+MAX_LEVEL_QUERIES = 10**7  # one load level's queries: their schedule and log stay within ~1 GiB
+
+
+def n_queries(rate_qps: float, min_queries: int, min_duration_s: float, bounded: bool = True) -> int:
+    """Queries a run issues: LoadGen's rule, both the minimum count and the minimum duration.
+
+    A `UsageError` past `MAX_LEVEL_QUERIES`: each flag within its range may still ask for more
+    queries than memory holds (``--qps 1e6 --min-duration 86400s`` tried to allocate 644 GiB).
+    ``bounded=False``: the caller caps the count itself (the capacity search's ``max_queries``).
+    """
+    n = max(int(min_queries), int(math.ceil(rate_qps * min_duration_s)), 1)
+    if bounded and n > MAX_LEVEL_QUERIES:
+        raise UsageError(
+            f"{rate_qps:g} queries/s for {min_duration_s:g} s is {n:,} queries in one load level, more than "
+            f"the {MAX_LEVEL_QUERIES:,} that fit in memory",
+            "lower --qps or --min-duration",
+        )
+    return n
 
 
 def load_trace(path: str) -> np.ndarray:
     """Read and validate a trace file of arrival timestamps; a UsageError names the first bad line."""
+    from deepgap.store.paths import check_input_path
+
+    check_input_path(path, "trace file", "pass a file of arrival timestamps (one per line)")
     if not os.path.isfile(path):
         raise UsageError(
             f"trace file {path!r} does not exist", "pass a file of arrival timestamps (one per line)"

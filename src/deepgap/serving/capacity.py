@@ -59,6 +59,7 @@ class LoadSettings:
             rate_qps,
             max(self.min_queries, 2 * min_queries(self.percentile, self.confidence)),
             self.min_duration_s,
+            bounded=False,
         )
         return min(n, self.max_queries)
 

@@ -250,6 +250,10 @@ def validate(spec: ServeSpec) -> ServeSpec:
                 )
     if spec.find_capacity and spec.qps is not None:
         raise UsageError("--qps and --find-capacity exclude each other", "pass one of them")
+    if spec.qps is not None:  # each within its range, the product not: 1e6 q/s for a day is 644 GiB
+        from deepgap.serving.arrivals import n_queries
+
+        n_queries(spec.qps, *spec.minimums())
     if spec.find_capacity and spec.slo_s is None:
         raise UsageError("--find-capacity needs a latency bound", "add --slo-p99 15ms")
     if spec.find_capacity and spec.tenants:

@@ -24,7 +24,7 @@ import sqlite3
 from dataclasses import dataclass, field
 from typing import Any
 
-from deepgap.core.errors import StoreError, UsageError
+from deepgap.core.errors import StoreError, StoreNewerError, UsageError
 from deepgap.core.records import Status
 from deepgap.store import held, writelock
 from deepgap.store.guard import (
@@ -147,6 +147,8 @@ def check(path: str) -> CheckReport:
     if rep.header == "ok":
         try:
             check_header(path)
+        except StoreNewerError:
+            raise  # not damage: one line saying "upgrade deepgap", as every other command says it
         except StoreError as exc:
             rep.header = _why(exc).replace(f"{path} ", "")
     try:

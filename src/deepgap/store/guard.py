@@ -24,8 +24,8 @@ import sqlite3
 from typing import Any
 from urllib.request import pathname2url
 
-from deepgap.core.errors import StoreDamagedError, StoreError, StoreFullError
-from deepgap.store import held
+from deepgap.core.errors import StoreDamagedError, StoreError, StoreFullError, StoreNewerError
+from deepgap.store import held, logcopy
 from deepgap.store.migrations import SCHEMA_VERSION
 from deepgap.store.space import disk_full, full_error
 
@@ -202,10 +202,18 @@ def immutable_read(path: str) -> bool:
 
 
 def connect(path: str, readonly: bool, timeout: float = 60, check: bool = True) -> Connection:
-    """An open connection, validated unless ``check`` is false (a `StoreError` naming ``path``)."""
+    """An open connection, validated unless ``check`` is false (a `StoreError` naming ``path``).
+
+    A log with rows that cannot be read in place is read through a private copy (`store.logcopy`),
+    never left out.
+    """
+    if readonly and logcopy.needs_copy(path):
+        return _through_copy(path, timeout, check)
     attempts = [immutable_read(path)] if readonly else [False]
-    if readonly and not attempts[0]:
-        attempts.append(True)  # a log we may not open (e.g. no -shm and a read-only folder): read without it
+    if readonly and not attempts[0] and not logcopy.log_has_rows(path):
+        attempts.append(
+            True
+        )  # an empty log we may not open (e.g. no -shm, a read-only folder): nothing in it
     for i, immutable in enumerate(attempts):
         try:
             con = sqlite3.connect(
@@ -227,10 +235,31 @@ def connect(path: str, readonly: bool, timeout: float = 60, check: bool = True) 
             con.close()
             if i + 1 < len(attempts) and not isinstance(exc, StoreDamagedError):
                 continue
+            if readonly and logcopy.log_has_rows(path) and not isinstance(exc, StoreDamagedError):
+                return _through_copy(path, timeout, check)  # a log with rows we may not open in place
             raise
         OPENED.append(path)
         return con
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _through_copy(path: str, timeout: float, check: bool) -> Connection:
+    """``path`` with its log, read through a private copy into memory (`store.logcopy`)."""
+    with logcopy.folded_copy(path) as copy:
+        try:
+            src = connect(copy, readonly=True, timeout=timeout, check=check)
+        except StoreError as exc:
+            raise type(exc)(exc.problem.replace(copy, path), exc.fix.replace(copy, path)) from None
+        OPENED.remove(copy)
+        mem = sqlite3.connect(":memory:", isolation_level=None, factory=Connection)
+        try:
+            src.backup(mem)
+        finally:
+            src.close()
+    mem.store_path = path
+    mem.text_factory = decode_text
+    OPENED.append(path)
+    return mem
 
 
 def validate(con: sqlite3.Connection, path: str) -> None:
@@ -286,7 +315,7 @@ def check_header(path: str) -> None:
             )
         raise StoreError(f"{path} is an SQLite file but not a deepgap store", "pass another store path")
     if _plausibly_newer(version, writers):
-        raise StoreError(
+        raise StoreNewerError(
             f"{path} has schema version {version}, newer than this deepgap's {SCHEMA_VERSION}",
             "upgrade deepgap (pip install -U deepgap)",
         )
@@ -310,8 +339,11 @@ def _header_through_sqlite(path: str, app_id: int, version: int) -> tuple[int, i
     """The application id and schema version as SQLite reads them, the log included.
 
     Falls back to the file's own bytes when the log cannot be opened (a read-only folder without
-    its ``-shm``): those are what a reader there sees too.
+    its ``-shm``) and holds no rows; one with rows is read through a private copy (`store.logcopy`).
     """
+    if logcopy.needs_copy(path):
+        with logcopy.folded_copy(path) as copy:
+            return _header_through_sqlite(copy, app_id, version)
     try:
         con = sqlite3.connect(uri(path, True), uri=True, timeout=10)
         try:

@@ -17,7 +17,7 @@ import sqlite3
 from dataclasses import dataclass, field
 
 from deepgap.core.errors import StoreDamagedError, StoreError
-from deepgap.store import SCHEMA_VERSION, Store
+from deepgap.store import SCHEMA_VERSION, Store, logcopy
 from deepgap.store.guard import (
     check_hint,
     column_types,
@@ -126,6 +126,9 @@ def merge_one(
 
     ``label`` names the input in conflicts and errors (``path`` may be a migrated copy of it).
     """
+    if logcopy.needs_copy(path):  # its log holds rows it cannot read in place: merge a private copy
+        with logcopy.folded_copy(path) as copy:
+            return merge_one(store, copy, report, runs, label or path)
     con = store.con
     label = label or path
     # read-only, and immutable unless a writer has a log open: reading must leave no -wal/-shm beside it

@@ -89,6 +89,21 @@ def kind_of(path: str) -> str | None:
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
+def check_input_path(path: str, what: str, fix: str = "pass a regular file") -> None:
+    """A file the user names to be read (a dataset, its rows' images, a trace, weights, a sweep file).
+
+    Why: the rule for stores and outputs covered only ``--store``, ``-o`` and ``--config``:
+    ``--trace /proc/self/status`` or a dataset row naming a ``/proc`` file was opened and read, and a
+    FIFO blocks a read forever. UTF-8, a length the system takes, and never a system path, FIFO,
+    device or socket; a missing path is left to the caller, which says what it expected.
+    """
+    check_encoding(path, what)
+    check_length(path, what)
+    kind = kind_of(path)
+    if kind and kind != "a directory":
+        raise UsageError(f"{what} {shown(path)} is {kind}, not a file deepgap reads", fix)
+
+
 def check_store_path(path: str) -> None:
     """A store path: UTF-8, of a length the system takes, and a regular file when it exists."""
     if path == STDOUT:
@@ -118,3 +133,76 @@ def check_output_path(path: str, what: str = "output", stdout_ok: bool = True) -
     if kind and kind != "a directory":
         fix = "pass -o - to write to stdout, or a file name" if stdout_ok else "pass a file name"
         raise UsageError(f"cannot write {shown(path)}: it is {kind}, which would be replaced", fix)
+
+
+def identity(path: str) -> tuple[int, int] | None:
+    """The file ``path`` names, as (device, inode) after following links; None when there is none."""
+    if not path or path == STDOUT:
+        return None
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return st.st_dev, st.st_ino
+
+
+# a store's companions: writing over its log or journal destroys its newest rows just as surely
+_COMPANIONS = ("", "-wal", "-journal", "-shm")
+
+
+def check_outputs(named: dict[str, tuple[str, ...] | list[str] | str | None], writes: set[str]) -> None:
+    """A `UsageError` when an output is the same file as any other path the command names.
+
+    Why: ``export s.sqlite -o s.sqlite`` replaced the store by its CSV, and ``run --store s --report s``
+    by a report after measuring. Names are compared by file identity (device and inode, links
+    followed), so a symbolic or hard link to an input counts too, and so does an input's ``-wal`` or
+    ``-journal`` (its newest rows). ``named``: each flag as the user wrote it → its path(s);
+    ``writes``: the flags among them that are written. Checked before anything is read or written.
+    """
+    flat = [
+        (flag, p)
+        for flag, value in named.items()
+        for p in ([value] if isinstance(value, str) else list(value or ()))
+        if p and p != STDOUT
+    ]
+    for out_flag, out in flat:
+        if out_flag not in writes or (ident := identity(out)) is None:
+            continue
+        for flag, other in flat:
+            if flag == out_flag and other == out:
+                continue
+            for suffix in _COMPANIONS if flag not in writes else ("",):
+                if identity(other + suffix) == ident:
+                    what = f"the {suffix[1:]} file of " if suffix else ""
+                    what += f"{flag} {shown(other)}"
+                    raise UsageError(
+                        f"{out_flag} {shown(out)} and {what} are one file: writing the output would "
+                        "destroy the input itself",
+                        "pass another output path",
+                    )
+
+
+OWNED = ".deepgap-owned"  # the marker deepgap writes into each folder it makes (a report's _files/)
+
+
+def claim_folder(folder: str) -> None:
+    """Mark ``folder`` as deepgap's, so that a later report may replace it (`check_owned_folder`)."""
+    with open(os.path.join(folder, OWNED), "w", encoding="utf-8") as fh:
+        fh.write("made by deepgap; it replaces this folder when it writes the report again\n")
+
+
+def check_owned_folder(folder: str) -> None:
+    """A `UsageError` when ``folder`` exists but deepgap did not make it (no `OWNED` marker).
+
+    Why: ``report -o my.html`` replaced an existing ``my_files/`` folder, deleting everything in it,
+    although deepgap never wrote it. A folder deepgap made carries the marker.
+    """
+    if not os.path.lexists(folder):
+        return
+    if os.path.islink(folder) or not os.path.isdir(folder):
+        raise UsageError(f"{shown(folder)} exists and is not a folder", "remove it or pass another -o path")
+    if not os.path.isfile(os.path.join(folder, OWNED)):
+        raise UsageError(
+            f"{shown(folder)} exists and deepgap did not make it (its files would be replaced)",
+            "move it away or pass another -o path",
+        )

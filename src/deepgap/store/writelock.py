@@ -14,8 +14,14 @@ names the holders (pid and command). The lock is ``flock`` on a file ``S-lock`` 
 a lock file of its own, because closing *any* descriptor of the store file itself would drop
 SQLite's POSIX locks (`deepgap.store.held`); ``flock`` is released by the kernel when its holder
 dies (``kill -9`` leaves a stale, harmless file). Each holder appends a line (pid, mode, time,
-command) to the file; the last one out removes it. Linux and macOS; where ``fcntl`` is missing
-(Windows) the lock is a no-op.
+command) to the file; the last one out removes it, and the first one in drops the lines of holders
+that were killed (stale). Linux and macOS; where ``fcntl`` is missing (Windows) the lock is a no-op.
+
+The lock cannot be aimed (issue 46): the lock file is opened with ``O_NOFOLLOW`` and must be a regular
+file with one name, so a ``S-lock`` planted as a link to another file is refused, never truncated or
+appended to. And a store with more than one name (a hard link) is refused for writing: SQLite keeps
+the log beside the *name*, so two runs through two names of one file each wrote their own log, and
+results vanished at the next checkpoint; one store file, one name, one lock.
 """
 
 from __future__ import annotations
@@ -23,22 +29,25 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import math
 import os
 import shlex
+import stat
 import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from deepgap.core.errors import StoreError, StoreFullError
+from deepgap.core.errors import StoreError, StoreFullError, UsageError
 
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-WAIT_S = float(os.environ.get("DEEPGAP_LOCK_WAIT_S", "15"))  # how long a command waits for the lock
+WAIT_S: float | None = None  # how long a command waits for the lock (None: DEEPGAP_LOCK_WAIT_S, else 15 s)
+MAX_WAIT_S = 86400.0
 _POLL_S = 0.05
 
 
@@ -114,20 +123,20 @@ def acquire(
         return Lock(path, None)
     if os.path.exists(store) and not os.path.isfile(store):  # no lock file beside a device node or FIFO
         raise StoreError(f"{store} is not a regular file", "pass a store file path, e.g. results.sqlite")
+    check_one_name(store)
     if path in _EXCLUSIVE:  # this process rewrites the store: what it opens on it meanwhile is its own
         return Lock(path, None)
-    deadline = time.monotonic() + (WAIT_S if wait_s is None else wait_s)
-    mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+    deadline = time.monotonic() + (default_wait_s() if wait_s is None else wait_s)
     while True:
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            fd = _open(path)
         except OSError as exc:
             unwritable = exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS)
             if exc.errno == errno.ENOENT or (optional and unwritable):
                 return Lock(path, None)  # no folder yet: no store there for anyone to write
             raise _cannot(store, path, exc) from None
         try:
-            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            _take(fd, exclusive)
         except OSError:
             os.close(fd)
             if time.monotonic() >= deadline:
@@ -153,13 +162,74 @@ def exclusive(store: str, what: str, wait_s: float | None = None, optional: bool
         lock.release()
 
 
+def default_wait_s() -> float:
+    """`WAIT_S`, or ``DEEPGAP_LOCK_WAIT_S``: a `UsageError` (exit 2) unless 0 to `MAX_WAIT_S` seconds.
+
+    Why: read at import, ``abc`` was a ValueError traceback before any command ran, and ``nan`` or
+    ``inf`` made a refused lock wait forever.
+    """
+    if WAIT_S is not None:
+        return WAIT_S
+    text = os.environ.get("DEEPGAP_LOCK_WAIT_S", "15")
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= MAX_WAIT_S:  # nan fails both
+        raise UsageError(
+            f"DEEPGAP_LOCK_WAIT_S={text[:40]!r} is not a number of seconds from 0 to {MAX_WAIT_S:g}",
+            "set it to e.g. 15, or unset it",
+        )
+    return value
+
+
+_OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK
+
+
+def _open(path: str) -> int:
+    """The lock file's descriptor: never through a link, never a FIFO, device or a second name of a file."""
+    fd = os.open(path, _OPEN_FLAGS | getattr(os, "O_CLOEXEC", 0), 0o644)  # a symlink: ELOOP
+    st = os.fstat(fd)
+    if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+        return fd
+    os.close(fd)
+    raise OSError(errno.ELOOP, "not a regular file of its own (a hard link, device or FIFO)")
+
+
+def _take(fd: int, exclusive: bool) -> None:
+    """``flock`` without waiting; alone, first drop the lines that killed holders left (stale)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+        return
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)  # nobody holds it: every line in it is a dead holder's
+    if not exclusive:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+
+
+def check_one_name(store: str) -> None:
+    """A `StoreError` when ``store`` is a file with more than one name (a hard link): see the module doc."""
+    try:
+        links = os.stat(store).st_nlink
+    except OSError:
+        return
+    if links > 1:
+        raise StoreError(
+            f"{store} is one file with {links} names (hard links): SQLite keeps its log beside each name, "
+            "so writing it through two of them loses results",
+            f"write a copy instead (cp {shlex.quote(store)} copy.sqlite), or remove the other names",
+        )
+
+
 def holders(store: str) -> list[Holder]:
     """The processes holding ``store``'s lock now (empty: nobody writes it). Takes nothing itself."""
     path = lock_path(store)
     if fcntl is None or not os.path.exists(path):  # pragma: no cover - fcntl
         return []
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK)
     except OSError:
         return []
     try:
@@ -233,6 +303,11 @@ def _alive(pid: int) -> bool:
 
 
 def _cannot(store: str, path: str, exc: OSError) -> StoreError:
+    if exc.errno == errno.ELOOP:
+        return StoreError(
+            f"cannot lock {store}: its lock file {path} is a link, device or FIFO, not deepgap's lock",
+            f"remove {path} (nothing of the store is in it), then run this again",
+        )
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return StoreFullError(
             f"the disk holding {store} is full (cannot create its lock file {path})",

@@ -18,12 +18,14 @@ import functools
 import hashlib
 import os
 import random
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from deepgap.core.errors import UsageError
 from deepgap.measure.images import DEFAULT_CALIBRATION_IMAGES, IMAGE_SUFFIXES, options_count
+from deepgap.store.paths import check_input_path
 
 SPLIT_SEED_OFFSET = 104_729  # keeps the split's permutation apart from every other seeded draw
 DEFAULT_CALIBRATION = DEFAULT_CALIBRATION_IMAGES
@@ -40,9 +42,14 @@ class LabelledSet:
     sha: str
 
 
+MAX_CLASSES = 1_000_000  # a class index past this is a typo, not a data set (ImageNet-21k has 21,841)
+_DATASET_FIX = "pass an ImageFolder (one sub-folder of images per class) or a CSV of path,label"
+
+
 def load(path: str) -> LabelledSet:
     """Read an ImageFolder tree or a CSV; a `UsageError` for a missing path, an empty class or a bad row."""
     p = Path(os.path.expanduser(str(path)))
+    check_input_path(str(p), "dataset", _DATASET_FIX)
     if os.path.isdir(p):  # os.path: a name too long for the system is "not there", not an OSError
         return _folder(p)
     if os.path.isfile(p):
@@ -106,6 +113,7 @@ def _csv(path: Path) -> LabelledSet:
             )
         f = Path(os.path.expanduser(r[0].strip()))
         f = f if f.is_absolute() else base / f
+        check_input_path(str(f), f"dataset CSV {str(path)!r} row {n}: image", "name image files only")
         if not f.is_file():
             raise UsageError(
                 f"dataset CSV {str(path)!r} row {n}: image {str(f)!r} does not exist",
@@ -120,6 +128,11 @@ def _csv(path: Path) -> LabelledSet:
             raise UsageError(
                 f"dataset CSV {str(path)!r} has a negative label", "labels are class indices ≥ 0"
             )
+        if max(ints) >= MAX_CLASSES:  # the classes are 0 … max: a label of 10^12 made 10^12 names
+            raise UsageError(
+                f"dataset CSV {str(path)!r} has the class index {max(ints)}, beyond {MAX_CLASSES - 1:,}",
+                "labels are class indices 0, 1, … (or class names)",
+            )
         classes = tuple(str(i) for i in range(max(ints) + 1))
         items = list(zip([f for f, _ in pairs], ints, strict=True))
     else:
@@ -130,7 +143,8 @@ def _csv(path: Path) -> LabelledSet:
 
 
 def _is_int(label: str) -> bool:
-    return label.lstrip("-").isdigit()
+    """ASCII digits only: ``²`` is a digit to `str.isdigit` but no integer to `int` (a ValueError)."""
+    return re.fullmatch(r"-?[0-9]+", label) is not None
 
 
 def _is_number(label: str) -> bool:

@@ -106,6 +106,9 @@ def load_weights(model: torch.nn.Module, name: str, weights: str) -> None:
 
 def check_weights(name: str, resolution: int, weights: str) -> None:
     """Load ``weights`` into ``name`` once on the CPU, before a sweep, so a bad file stops it at the start."""
+    from deepgap.store.paths import check_input_path
+
+    check_input_path(weights, "weights file", "pass a state-dict file (torch.save)")
     build_model(name, resolution, weights)
 
 
