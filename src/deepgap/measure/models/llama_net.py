@@ -222,15 +222,32 @@ class _LayerCache:
 
     def attend(self, q, k, v, pos):
         """Write ``k``, ``v`` from ``pos`` on; attend ``q`` causally over everything written so far."""
-        gqa, s = self.cache.gqa, q.shape[2]
+        s = q.shape[2]
         if isinstance(pos, int):
             self.k[:, :, pos : pos + s] = k
             self.v[:, :, pos : pos + s] = v
             keys, values = self.k[:, :, : pos + s], self.v[:, :, : pos + s]
-            # prefill (pos 0) is causal over the prompt; one decode token sees every key before it
-            return F.scaled_dot_product_attention(q, keys, values, is_causal=s > 1, enable_gqa=gqa)
+            if s > 1:  # prefill (pos 0): causal over the prompt
+                return F.scaled_dot_product_attention(
+                    q, keys, values, is_causal=True, enable_gqa=self.cache.gqa
+                )
+            return _one_token(q, keys, values, None)  # one decode token sees every key before it
         # a tensor position: static shapes, the whole cache with the positions after `pos` masked
         self.k.index_copy_(2, pos, k)
         self.v.index_copy_(2, pos, v)
-        mask = (self.cache.positions <= pos)[None, :]  # (1 query, max_len keys)
-        return F.scaled_dot_product_attention(q, self.k, self.v, attn_mask=mask, enable_gqa=gqa)
+        return _one_token(q, self.k, self.v, (self.cache.positions <= pos)[None, :])
+
+
+def _one_token(q, keys, values, mask):
+    """Attention of one query token per sequence, its query heads folded onto their shared KV head.
+
+    Why fold: with GQA, the ``heads / kv_heads`` query heads of a group read the same keys, so for a
+    single token they are that many query *rows* of one head: ``(b, heads, 1, d)`` viewed as
+    ``(b, kv_heads, group, d)`` is plain multi-head attention, which every SDPA kernel takes with a
+    mask (``enable_gqa`` with a mask leaves only the math kernel on a GPU), and K and V are read once
+    per group. HF's grouping is the same: query head h uses KV head h // group.
+    """
+    b, nq, _, d = q.shape
+    nkv = keys.shape[1]
+    a = F.scaled_dot_product_attention(q.view(b, nkv, nq // nkv, d), keys, values, attn_mask=mask)
+    return a.view(b, nq, 1, d)
