@@ -127,3 +127,15 @@ def test_prefill_cost_counts_causal_attention():
     attention = 4 * 2 * layers * shape.heads * shape.head_dim * (8 * 9 // 2)
     assert c.flops == 2 * 2 * 8 * gemm + 2 * 2 * shape.vocab * h + attention
     assert c.tokens == 16 and math.isclose(c.flops_per_token, c.flops / 16)
+
+
+def test_bf16_copy_keeps_fp32_angles_and_close_logits():
+    """A cast to bf16 leaves RoPE's inverse frequencies in fp32 (as HF's), so only the weights round."""
+    ref = build_llama("llama-tiny", seed=2)
+    low = build_llama("llama-tiny", seed=2).to(torch.bfloat16)
+    assert low.inv_freq.dtype == torch.float32 and torch.equal(low.inv_freq, ref.inv_freq)
+    ids = prompts(ref.shape.vocab, 2, 16, seed=1)
+    with torch.inference_mode():
+        want, got = ref(ids, all_logits=True), low(ids, all_logits=True).float()
+    assert float((got - want).norm() / want.norm()) < 3e-2
+    assert low.setup_cache(2, 20).k[0].dtype == torch.bfloat16

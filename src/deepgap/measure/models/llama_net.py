@@ -117,6 +117,12 @@ class Llama(nn.Module):
                 nn.init.normal_(m.weight, std=m.in_features**-0.5)
         nn.init.normal_(self.embed_tokens.weight, std=1.0)
 
+    def _apply(self, fn, recurse=True):
+        """``.to(device)`` and ``.cuda()`` move the fp32 angles too (a dtype cast leaves them fp32)."""
+        super()._apply(fn, recurse)
+        self.inv_freq = self.inv_freq.to(self.embed_tokens.weight.device)
+        return self
+
     def angles(self, positions, dtype):
         """The cos and sin ``(len, head_dim)`` for ``positions``: fp32 products, then cast (HF's order)."""
         if self.inv_freq.device != positions.device:
