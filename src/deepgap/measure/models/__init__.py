@@ -16,6 +16,6 @@ from deepgap.measure.models.registry import (
 )
 
 # Importing the modules registers their entries.
-from deepgap.measure.models import bert, faults, tiny, torchvision_models  # noqa: F401, E402  isort: skip
+from deepgap.measure.models import bert, faults, llama, tiny, torchvision_models  # noqa: F401, E402  isort: skip
 
 __all__ = ["MODELS", "ModelEntry", "build_model", "resolve_model", "weights_fingerprint"]

@@ -1,0 +1,99 @@
+"""The decode step as each engine runs it: eager, static-shape, torch.compile, and a CUDA graph replay.
+
+Each returns a ``step(ids, position: int) -> logits`` for `deepgap.measure.llm_timing.measure_decode`.
+
+- **eager**: ``model.decode_step(ids, position)`` with an int position: attention reads only the
+  positions written so far.
+- **static**: the position as a device tensor, attention over the whole cache with a mask. Every step
+  has the same shapes and no host value, which is what compiling and graph capture need; it reads the
+  whole cache each step (``max_len`` rather than ``position + 1`` keys), so it is slower eager.
+- **compile**: ``torch.compile`` of the static step (``mode`` as given; "max-autotune-no-cudagraphs"
+  or "default" leave graphs to the next one).
+- **cuda-graph**: the static step (optionally compiled) captured once into a ``torch.cuda.CUDAGraph``
+  on fixed input buffers, then replayed: one launch per token instead of several hundred kernels'.
+
+All four give the same tokens (`tests/test_llm_timing.py` checks eager against static on the CPU;
+the compiled and graph steps are GPU work for ``benchmarks/llm_decode.py``).
+"""
+
+from __future__ import annotations
+
+from deepgap.core.errors import UsageError
+
+STEPS = ("eager", "static", "compile", "cuda-graph")
+
+
+def make_step(model, kind: str, compile_mode: str = "max-autotune-no-cudagraphs", compiled: bool = False):
+    """The ``step(ids, position)`` for ``kind`` (one of `STEPS`); the model's cache must be set up."""
+    if kind not in STEPS:
+        raise UsageError(f"unknown decode step {kind!r}", f"choose one of: {', '.join(STEPS)}")
+    if kind == "eager":
+        return model.decode_step
+    if kind == "static":
+        return _StaticStep(model, model.decode_step)
+    if kind == "compile":
+        import torch
+
+        return _StaticStep(model, torch.compile(model.decode_step, mode=compile_mode, dynamic=False))
+    return _GraphStep(model, compile_mode if compiled else None)
+
+
+class _StaticStep:
+    """Calls ``fn(ids, position_tensor)``, the position copied into one preallocated device tensor."""
+
+    def __init__(self, model, fn) -> None:
+        import torch
+
+        self.fn = fn
+        self.pos = torch.zeros(1, dtype=torch.int64, device=model.embed_tokens.weight.device)
+
+    def __call__(self, ids, position: int):
+        self.pos.fill_(position)
+        return self.fn(ids, self.pos)
+
+
+class _GraphStep:
+    """A CUDA graph of the static step, captured on the first call (after warm-up on a side stream).
+
+    Why capture lazily: capture needs the cache and the batch that the run set up, which exist only
+    once ``measure_decode`` has called ``setup_cache``. The graph is bound to that cache's tensors:
+    a new ``setup_cache`` (another batch or length) needs a new step.
+    """
+
+    def __init__(self, model, compile_mode: str | None) -> None:
+        import torch
+
+        if not torch.cuda.is_available() or model.embed_tokens.weight.device.type != "cuda":
+            raise UsageError(
+                "the cuda-graph decode step needs the model on a CUDA device", "use --step eager"
+            )
+        self.model, self.graph, self.cache = model, None, None
+        fn = model.decode_step
+        self.fn = torch.compile(fn, mode=compile_mode, dynamic=False) if compile_mode else fn
+
+    def _capture(self, ids, position: int) -> None:
+        import torch
+
+        dev = ids.device
+        self.ids = ids.clone()
+        self.pos = torch.full((1,), position, dtype=torch.int64, device=dev)
+        side = torch.cuda.Stream(dev)
+        side.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(side):
+            # warm-up (and compile) outside the capture, at the step's own position and input: it writes
+            # the K and V that the real step writes, so the prompt's cache is left as it was
+            for _ in range(3):
+                self.fn(self.ids, self.pos)
+        torch.cuda.current_stream(dev).wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.logits = self.fn(self.ids, self.pos)
+        self.cache = self.model.cache
+
+    def __call__(self, ids, position: int):
+        if self.graph is None or self.cache is not self.model.cache:
+            self._capture(ids, position)
+        self.ids.copy_(ids)
+        self.pos.fill_(position)
+        self.graph.replay()
+        return self.logits

@@ -1,0 +1,231 @@
+"""Decode measured as a user of a decoder sees it: TTFT, per-token latencies (TPOT), tokens/s, memory.
+
+One *run* is one greedy generation at a fixed batch: the prefill of ``batch`` prompts of
+``input_len`` tokens, which yields the first output token (its time is the **TTFT** at that batch),
+then ``output_len - 1`` decode steps of one token per sequence, each timed on its own with the device
+synchronized before and after (the **TPOT** samples: what a streaming client waits between tokens).
+With ``pipelined`` a second generation of the same prompts runs its decode steps back to back and is
+timed as one window, the host never waiting for the device in between (what a busy server loop gets;
+the gap between the two is the per-step synchronisation and launch overhead that CUDA graphs remove).
+
+The figures (`DecodeResult.summary`), each with its n:
+
+- ``ttft_median_s`` over runs; ``tpot_median_s`` over every decode step of every run, and its tail:
+  a p99 only where n supports one (n ≥ 368, the rule of `deepgap.analysis.tails`), else the maximum
+  of the n samples, labelled so;
+- ``decode_tok_s``: batch × decode steps / decode time (synchronized steps), and
+  ``pipelined_decode_tok_s`` from the windows;
+- ``output_tok_s``: batch × output_len / (TTFT + decode time), the end-to-end output rate that
+  MLPerf and TensorRT-LLM's tables report; ``total_tok_s`` counts input tokens too;
+- ``kv_cache_bytes`` (the static cache as allocated, input + output positions) and ``weight_bytes``.
+
+The clock is injected (`deepgap.measure.timing.Clock`): `HostClock` with a device synchronise, or a
+scripted clock in tests, so the arithmetic is checked exactly without wall-clock asserts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from deepgap.measure.models.llama_config import check_run
+from deepgap.measure.timing import Clock
+
+# `deepgap.analysis.tails.min_samples(0.99)`: the fewest samples whose distribution-free 95% interval of
+# the p99 ends below the maximum (analysis sits above measure, so the rule is restated; a test keeps
+# the two equal).
+P99_MIN_N = int(math.ceil(math.log(0.025) / math.log(0.99)))
+
+StepFn = Callable[..., object]  # (ids (batch, 1), position: int) -> logits (batch, vocab)
+
+
+@dataclass(frozen=True)
+class DecodeRun:
+    """One generation's timings: the prefill, each decode step, and the pipelined window (or None)."""
+
+    prefill_s: float
+    steps_s: tuple[float, ...]
+    window_s: float | None = None
+
+    @property
+    def decode_s(self) -> float:
+        """Seconds of the synchronized decode steps."""
+        return float(sum(self.steps_s))
+
+
+@dataclass(frozen=True)
+class DecodeResult:
+    """Every run of one configuration (batch, input length, output length) and its memory."""
+
+    batch: int
+    input_len: int
+    output_len: int
+    runs: tuple[DecodeRun, ...]
+    kv_cache_bytes: int
+    weight_bytes: int
+    tokens: tuple[tuple[int, ...], ...] = ()  # the first run's greedy tokens, per sequence
+
+    def tpot_samples(self) -> np.ndarray:
+        """Every decode step's seconds, pooled over runs."""
+        return np.array([s for r in self.runs for s in r.steps_s], dtype=float)
+
+    def tpot_tail(self) -> tuple[float | None, str, int]:
+        """(seconds, "p99" or "max", n): a p99 only where n ≥ `P99_MIN_N`, else the sample maximum."""
+        x = self.tpot_samples()
+        if not len(x):
+            return None, "", 0
+        if len(x) >= P99_MIN_N:
+            return float(np.percentile(x, 99)), "p99", len(x)
+        return float(x.max()), "max", len(x)
+
+    def summary(self) -> dict:
+        """The configuration's figures (module docstring), flat, with the n each rests on."""
+        b, runs = self.batch, self.runs
+        steps = self.tpot_samples()
+        tail_s, tail_kind, n = self.tpot_tail()
+        decode_s = float(steps.sum())
+        e2e = [r.prefill_s + r.decode_s for r in runs]
+        windows = [r.window_s for r in runs if r.window_s is not None]
+        n_steps = self.output_len - 1
+        return {
+            "batch": b,
+            "input_len": self.input_len,
+            "output_len": self.output_len,
+            "runs": len(runs),
+            "ttft_median_s": float(np.median([r.prefill_s for r in runs])),
+            "ttft_n": len(runs),
+            "tpot_median_s": float(np.median(steps)) if n else None,
+            "tpot_n": n,
+            "tpot_tail_s": tail_s,
+            "tpot_tail_kind": tail_kind,
+            "e2e_median_s": float(np.median(e2e)),
+            "decode_tok_s": b * n / decode_s if decode_s > 0 else None,
+            "pipelined_decode_tok_s": b * n_steps * len(windows) / sum(windows) if sum(windows) > 0 else None,
+            "output_tok_s": b * self.output_len * len(runs) / sum(e2e),
+            "total_tok_s": b * (self.input_len + self.output_len) * len(runs) / sum(e2e),
+            "kv_cache_bytes": self.kv_cache_bytes,
+            "weight_bytes": self.weight_bytes,
+        }
+
+
+def prompts(vocab: int, batch: int, input_len: int, seed: int = 0):
+    """Seeded uniform token ids ``(batch, input_len)`` on the CPU (no padding: every prompt is full)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (batch, input_len), generator=g, dtype=torch.int64)
+
+
+def generate(model, ids, output_len: int, step: StepFn | None = None):
+    """Greedy tokens ``(batch, output_len)`` through the static cache (set up here), untimed."""
+    import torch
+
+    b, s = ids.shape
+    check_run(model.shape, b, s + output_len)
+    step = step or model.decode_step
+    model.setup_cache(b, s + output_len)
+    with torch.inference_mode():
+        tok = model.prefill(ids).argmax(-1, keepdim=True)
+        out = [tok]
+        for i in range(output_len - 1):
+            tok = step(tok, s + i).argmax(-1, keepdim=True)
+            out.append(tok)
+    return torch.cat(out, dim=1)
+
+
+def _timed_run(
+    model, ids, output_len: int, clock: Clock, step: StepFn, pipelined: bool
+) -> tuple[DecodeRun, list]:
+    """One generation, the prefill and each step timed by ``clock``; then, if asked, the pipelined window."""
+    s = ids.shape[1]
+    state: dict = {}
+
+    def prefill() -> None:
+        state["tok"] = model.prefill(ids).argmax(-1, keepdim=True)
+
+    def one_step() -> None:
+        state["tok"] = step(state["tok"], state["pos"]).argmax(-1, keepdim=True)
+        state["pos"] += 1
+
+    prefill_s = clock.time_iteration(prefill)
+    tokens, steps = [state["tok"]], []
+    state["pos"] = s
+    for _ in range(output_len - 1):
+        steps.append(clock.time_iteration(one_step))
+        tokens.append(state["tok"])
+    window = None
+    if pipelined and output_len > 1:
+        prefill()
+        state["pos"] = s
+        window = clock.time_window(one_step, output_len - 1)
+    return DecodeRun(prefill_s, tuple(steps), window), tokens
+
+
+def measure_decode(
+    model,
+    batch: int,
+    input_len: int,
+    output_len: int,
+    clock: Clock,
+    *,
+    repeats: int = 3,
+    warmup: int = 1,
+    seed: int = 0,
+    pipelined: bool = True,
+    step: StepFn | None = None,
+) -> DecodeResult:
+    """``repeats`` timed generations (after ``warmup`` untimed ones) of seeded prompts on ``model``'s device.
+
+    ``step`` replaces ``model.decode_step`` (a compiled or CUDA-graph step from `llm_steps`); lengths,
+    batch and cache size are checked first, one `UsageError` line each.
+    """
+    import torch
+
+    from deepgap.measure.models.llama import weight_bytes
+
+    if output_len < 1 or input_len < 1 or repeats < 1:
+        from deepgap.core.errors import UsageError
+
+        raise UsageError(
+            f"input length {input_len}, output length {output_len}, repeats {repeats}",
+            "pass input and output lengths and repeats of at least 1",
+        )
+    device = model.embed_tokens.weight.device
+    check_run(model.shape, batch, input_len + output_len, model.embed_tokens.weight.element_size())
+    ids = prompts(model.shape.vocab, batch, input_len, seed).to(device)
+    step = step or model.decode_step
+    model.setup_cache(batch, input_len + output_len)
+    runs, first = [], None
+    with torch.inference_mode():
+        for _ in range(warmup):
+            _timed_run(model, ids, output_len, _Untimed(), step, pipelined=False)
+        for _ in range(repeats):
+            run, tokens = _timed_run(model, ids, output_len, clock, step, pipelined)
+            runs.append(run)
+            first = first or tokens
+    tokens = torch.cat(first, dim=1).cpu().tolist()
+    return DecodeResult(
+        batch=batch,
+        input_len=input_len,
+        output_len=output_len,
+        runs=tuple(runs),
+        kv_cache_bytes=model.cache.nbytes,
+        weight_bytes=weight_bytes(model),
+        tokens=tuple(tuple(t) for t in tokens),
+    )
+
+
+class _Untimed:
+    """A clock that only runs the work (warm-up generations)."""
+
+    def time_iteration(self, step) -> float:
+        step()
+        return 0.0
+
+    def time_window(self, step, n: int) -> float:
+        for _ in range(n):
+            step()
+        return 0.0

@@ -1,0 +1,259 @@
+"""The Llama-architecture decoder's torch modules, with a static KV cache: prefill, then one token per step.
+
+Why plain torch (as `deepgap.measure.models.bert`): nothing is downloaded, transformers is not needed
+to measure, and every engine (eager, torch.compile, CUDA graphs) sees one small graph. It is HF's
+``LlamaForCausalLM`` exactly (pre-RMSNorm, RoPE with Llama-3's scaling, grouped-query attention through
+``scaled_dot_product_attention(enable_gqa=True)``, SwiGLU, tied or untied head), with two layout changes
+that decode speed wants: Q, K and V are one ``qkv_proj`` matrix and gate and up one ``gate_up_proj``,
+so a decode step launches 4 GEMMs per layer instead of 7 (`llama_weights.from_hf` concatenates HF's).
+`tests/test_llm_model.py` checks logits and greedy tokens against transformers with the same weights.
+
+The KV cache is static: ``setup_cache(batch, max_len)`` preallocates ``[batch, kv_heads, max_len,
+head_dim]`` K and V per layer in the model's dtype and device, so no step allocates and the decode
+step's shapes never change. ``prefill(ids)`` fills positions ``0..S-1`` and returns the next-token
+logits; ``decode_step(ids, position)`` writes one position and returns the next logits. A Python int
+``position`` attends over the cache's first ``position + 1`` entries (eager: reads only what is
+there); a tensor ``position`` attends over the whole cache with a mask (static shapes, so
+torch.compile and a CUDA graph can capture the step once and replay it at every position).
+
+This module imports torch at the top; `deepgap.measure.models.llama` imports it only to build.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F  # noqa: N812 - torch's own spelling
+
+from deepgap.core.errors import UsageError
+from deepgap.measure.models.llama_config import LlamaShape, check_run, inv_frequencies
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm with a learned scale (no bias, no mean subtraction)."""
+
+    def __init__(self, width: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(width))
+        self.eps = eps
+
+    def forward(self, x):  # noqa: D102
+        # HF's order: normalise in fp32, cast back, then scale, so bf16 rounds where HF's rounds
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+def rotate(x, cos, sin):
+    """RoPE in HF's half-split convention: ``x·cos + rotate_half(x)·sin`` (angles already in x's dtype)."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+class Attention(nn.Module):
+    """Grouped-query attention: ``heads`` queries share ``kv_heads`` keys and values; one fused QKV GEMM."""
+
+    def __init__(self, shape: LlamaShape) -> None:
+        super().__init__()
+        self.nq, self.nkv, self.d = shape.heads, shape.kv_heads, shape.head_dim
+        self.qkv_proj = nn.Linear(shape.hidden, (self.nq + 2 * self.nkv) * self.d, bias=False)
+        self.o_proj = nn.Linear(self.nq * self.d, shape.hidden, bias=False)
+
+    def forward(self, x, cos, sin, cache, pos):  # noqa: D102
+        b, s, _ = x.shape
+        qkv = self.qkv_proj(x).view(b, s, self.nq + 2 * self.nkv, self.d).transpose(1, 2)
+        q, k, v = qkv.split((self.nq, self.nkv, self.nkv), dim=1)
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        if cache is None:  # stateless forward: causal attention over the input alone
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=s > 1, enable_gqa=self.nq != self.nkv)
+        else:
+            a = cache.attend(q, k, v, pos)
+        return self.o_proj(a.transpose(1, 2).reshape(b, s, self.nq * self.d))
+
+
+class Layer(nn.Module):
+    """Pre-norm block: x + attention(norm(x)), then x + down(silu(gate) · up) of norm(x)."""
+
+    def __init__(self, shape: LlamaShape) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(shape.hidden, shape.rms_eps)
+        self.self_attn = Attention(shape)
+        self.post_attention_layernorm = RMSNorm(shape.hidden, shape.rms_eps)
+        self.gate_up_proj = nn.Linear(shape.hidden, 2 * shape.intermediate, bias=False)
+        self.down_proj = nn.Linear(shape.intermediate, shape.hidden, bias=False)
+
+    def forward(self, x, cos, sin, cache, pos):  # noqa: D102
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, pos)
+        gate, up = self.gate_up_proj(self.post_attention_layernorm(x)).chunk(2, dim=-1)
+        return x + self.down_proj(F.silu(gate) * up)
+
+
+class Llama(nn.Module):
+    """The decoder: embedding, layers, final norm, head; `setup_cache` allocates the static cache."""
+
+    def __init__(self, shape: LlamaShape) -> None:
+        super().__init__()
+        self.shape = shape
+        self.embed_tokens = nn.Embedding(shape.vocab, shape.hidden)
+        self.layers = nn.ModuleList(Layer(shape) for _ in range(shape.layers))
+        self.norm = RMSNorm(shape.hidden, shape.rms_eps)
+        self.lm_head = nn.Linear(shape.hidden, shape.vocab, bias=False)
+        self.cache: StaticKVCache | None = None
+        # fp32 angles kept off the module's buffers: `.half()` must not round them (HF keeps them fp32 too)
+        self.inv_freq = torch.tensor(inv_frequencies(shape), dtype=torch.float32)
+        if self.embed_tokens.weight.device.type != "meta":
+            self._init_weights()
+        if shape.tied:
+            self.lm_head.weight = self.embed_tokens.weight
+
+    def _init_weights(self) -> None:
+        """N(0, 1/fan_in) projections and an N(0, 1) embedding keep every layer's output O(1).
+
+        Why not HF's N(0, 0.02) everywhere: it makes attention near-uniform and the logits nearly
+        flat, so a random model's greedy tokens collapse to one and fp16 agreement tests nothing.
+        """
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, std=m.in_features**-0.5)
+        nn.init.normal_(self.embed_tokens.weight, std=1.0)
+
+    def _apply(self, fn, recurse=True):
+        """``.to(device)`` and ``.cuda()`` move the fp32 angles too (a dtype cast leaves them fp32)."""
+        super()._apply(fn, recurse)
+        self.inv_freq = self.inv_freq.to(self.embed_tokens.weight.device)
+        return self
+
+    def angles(self, positions, dtype):
+        """The cos and sin ``(len, head_dim)`` for ``positions``: fp32 products, then cast (HF's order)."""
+        if self.inv_freq.device != positions.device:
+            self.inv_freq = self.inv_freq.to(positions.device)
+        freqs = positions.float()[:, None] * self.inv_freq[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(dtype), emb.sin().to(dtype)
+
+    def hidden_states(self, ids, positions, pos):
+        """Embedding through the final norm, ``(batch, len, hidden)``; ``pos`` None: no cache."""
+        x = self.embed_tokens(ids)
+        cos, sin = self.angles(positions, x.dtype)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, None if pos is None else _LayerCache(self.cache, i), pos)
+        return self.norm(x)
+
+    def forward(self, ids, all_logits: bool = False):
+        """Stateless causal forward (no cache): the last position's logits ``(batch, vocab)``, or all.
+
+        This is what a sweep's text-model path times as one call: a prefill without the cache writes.
+        """
+        self._check_ids(ids, ids.shape[-1])
+        x = self.hidden_states(ids, torch.arange(ids.shape[1], device=ids.device), None)
+        return self.lm_head(x if all_logits else x[:, -1])
+
+    def setup_cache(self, batch: int, max_len: int) -> StaticKVCache:
+        """Preallocate the static cache in the model's dtype and device (replacing any earlier one)."""
+        p = self.embed_tokens.weight
+        check_run(self.shape, batch, max_len, p.element_size())
+        self.cache = None  # free the old one before allocating the new
+        self.cache = StaticKVCache(self.shape, batch, max_len, p.dtype, p.device)
+        return self.cache
+
+    def prefill(self, ids, all_logits: bool = False):
+        """Run the prompt ``(batch, S)`` into cache positions ``0..S-1``; the next-token logits."""
+        self._need_cache(ids, ids.shape[-1])
+        x = self.hidden_states(ids, torch.arange(ids.shape[1], device=ids.device), 0)
+        return self.lm_head(x if all_logits else x[:, -1])
+
+    def decode_step(self, ids, position):
+        """One token per sequence ``(batch, 1)`` at ``position`` (an int, or a 1-element long tensor).
+
+        Returns the logits ``(batch, vocab)`` for the token after it. A tensor position is not
+        range-checked here (that would synchronize with the device at every step): its caller, the
+        decode loop, checked the whole run's length against the cache when it set it up.
+        """
+        if isinstance(position, int):
+            self._need_cache(ids, position + 1)
+            if ids.shape[1] != 1:
+                raise UsageError("decode takes one token per sequence", "pass ids of shape (batch, 1)")
+            positions = torch.tensor([position], device=ids.device)
+        else:
+            self._need_cache(ids, 1)
+            positions = position
+        return self.lm_head(self.hidden_states(ids, positions, position)[:, -1])
+
+    def _need_cache(self, ids, end: int) -> None:
+        if self.cache is None:
+            raise UsageError("the KV cache is not set up", "call setup_cache(batch, max_len) first")
+        self._check_ids(ids, end)
+        if ids.shape[0] != self.cache.batch:
+            raise UsageError(
+                f"a batch of {ids.shape[0]} sequences does not fit a cache set up for {self.cache.batch}",
+                "call setup_cache with this batch",
+            )
+        if end > self.cache.max_len:
+            raise UsageError(
+                f"position {end - 1} is past the cache's {self.cache.max_len} positions",
+                "set up the cache with max_len of at least input + output length",
+            )
+
+    def _check_ids(self, ids, end: int) -> None:
+        if ids.dim() != 2 or ids.dtype.is_floating_point:
+            raise UsageError(
+                f"token ids of shape {tuple(ids.shape)} and dtype {ids.dtype}",
+                "pass integer ids of shape (batch, length)",
+            )
+        check_run(self.shape, max(ids.shape[0], 1), end, 0)
+
+
+class StaticKVCache:
+    """K and V of every layer, ``[batch, kv_heads, max_len, head_dim]``, allocated once."""
+
+    def __init__(self, shape: LlamaShape, batch: int, max_len: int, dtype, device) -> None:
+        self.batch, self.max_len = batch, max_len
+        dims = (batch, shape.kv_heads, max_len, shape.head_dim)
+        self.k = [torch.zeros(dims, dtype=dtype, device=device) for _ in range(shape.layers)]
+        self.v = [torch.zeros(dims, dtype=dtype, device=device) for _ in range(shape.layers)]
+        self.gqa = shape.heads != shape.kv_heads
+        self.positions = torch.arange(max_len, device=device)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the cache holds on its device (all layers, K and V)."""
+        return sum(t.numel() * t.element_size() for t in self.k + self.v)
+
+
+class _LayerCache:
+    """One layer's view of the cache: writes this step's K and V, attends over what is written."""
+
+    def __init__(self, cache: StaticKVCache, i: int) -> None:
+        self.k, self.v, self.cache = cache.k[i], cache.v[i], cache
+
+    def attend(self, q, k, v, pos):
+        """Write ``k``, ``v`` from ``pos`` on; attend ``q`` causally over everything written so far."""
+        s = q.shape[2]
+        if isinstance(pos, int):
+            self.k[:, :, pos : pos + s] = k
+            self.v[:, :, pos : pos + s] = v
+            keys, values = self.k[:, :, : pos + s], self.v[:, :, : pos + s]
+            if s > 1:  # prefill (pos 0): causal over the prompt
+                return F.scaled_dot_product_attention(
+                    q, keys, values, is_causal=True, enable_gqa=self.cache.gqa
+                )
+            return _one_token(q, keys, values, None)  # one decode token sees every key before it
+        # a tensor position: static shapes, the whole cache with the positions after `pos` masked
+        self.k.index_copy_(2, pos, k)
+        self.v.index_copy_(2, pos, v)
+        return _one_token(q, self.k, self.v, (self.cache.positions <= pos)[None, :])
+
+
+def _one_token(q, keys, values, mask):
+    """Attention of one query token per sequence, its query heads folded onto their shared KV head.
+
+    Why fold: with GQA, the ``heads / kv_heads`` query heads of a group read the same keys, so for a
+    single token they are that many query *rows* of one head: ``(b, heads, 1, d)`` viewed as
+    ``(b, kv_heads, group, d)`` is plain multi-head attention, which every SDPA kernel takes with a
+    mask (``enable_gqa`` with a mask leaves only the math kernel on a GPU), and K and V are read once
+    per group. HF's grouping is the same: query head h uses KV head h // group.
+    """
+    b, nq, _, d = q.shape
+    nkv = keys.shape[1]
+    a = F.scaled_dot_product_attention(q.view(b, nkv, nq // nkv, d), keys, values, attn_mask=mask)
+    return a.view(b, nq, 1, d)
