@@ -81,6 +81,8 @@ def _local_paths() -> list[tuple[str, str]]:
     if home and len(home.rstrip("/")) > 1 and not home.startswith("~"):
         out.append((home.rstrip("/"), HOME))
     return sorted(out, key=lambda p: len(p[0]), reverse=True)
+
+
 # deepgap's own words, never scrubbed out of text: a host named ``cpu`` is tokenised where it is the
 # host, but ``merge --redact`` turned every device value ``cpu`` (and ``--device cpu``) into its token
 _VOCABULARY = frozenset(
