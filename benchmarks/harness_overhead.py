@@ -257,7 +257,7 @@ def _paired_child(conn, spec, blocks):
 
 def in_fresh_process(target, args: tuple, device: str, name: str) -> dict:
     """``target(conn, *args)`` in a fresh spawned process, started as deepgap starts its workers."""
-    from deepgap.drive.runner import WorkerHandle
+    from deepgap.drive.handle import WorkerHandle
 
     handle = WorkerHandle(device)
     try:  # a child that dies or hangs raises WorkerLost

@@ -56,7 +56,7 @@ def test_clock_and_capture_name_their_device_while_another_is_current():
 def test_each_lane_worker_measures_on_its_own_physical_gpu():
     from deepgap.core.nvml_access import nvml_uuid
     from deepgap.core.records import ConfigSpec, Status
-    from deepgap.drive.runner import WorkerHandle
+    from deepgap.drive.handle import WorkerHandle
     from deepgap.measure.protocol import MeasureRequest
     from deepgap.measure.timing import TimingProtocol
 

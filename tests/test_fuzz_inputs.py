@@ -149,10 +149,10 @@ def _store_bytes() -> bytes:
 @pytest.fixture(autouse=True)
 def no_work(monkeypatch):
     """Where the work starts, stop: worker processes, report builds, Chromium."""
-    import deepgap.drive.runner
+    import deepgap.drive.handle
     import deepgap.report.page
 
-    monkeypatch.setattr(deepgap.drive.runner.WorkerHandle, "spawn", _reached)
+    monkeypatch.setattr(deepgap.drive.handle.WorkerHandle, "spawn", _reached)
     monkeypatch.setattr(deepgap.report.page, "write_report", _reached)
 
     def hung(*_):

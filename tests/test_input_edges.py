@@ -264,7 +264,7 @@ def test_ctrl_c_worker_exits_quietly(tmp_path):
     """Ctrl-C reaches the worker too: it must exit with 130 and print nothing (the parent says the line)."""
     import multiprocessing as mp
 
-    from deepgap.drive.runner import _with_environ
+    from deepgap.drive.handle import _with_environ
 
     err = str(tmp_path / "worker.err")
     p = mp.get_context("fork").Process(

@@ -67,7 +67,7 @@ def test_the_fork_server_preload_never_touches_cuda():
             f = getattr(torch._C, name, None)
             if f is not None:
                 setattr(torch._C, name, lambda *a, _f=f, _n=name: calls.append(_n) or _f(*a))
-        from deepgap.drive.runner import _PRELOAD
+        from deepgap.drive.handle import _PRELOAD
         for mod in _PRELOAD:
             __import__(mod)
         print(calls, torch.cuda.is_initialized())
@@ -80,7 +80,7 @@ def test_the_fork_server_preload_never_touches_cuda():
 
 def test_a_worker_sees_the_parents_environment_of_the_moment(monkeypatch):
     """The fork server keeps the environment it started with; a worker gets the parent's as it is now."""
-    from deepgap.drive.runner import WorkerHandle
+    from deepgap.drive.handle import WorkerHandle
 
     w = WorkerHandle("cpu")
     w.start()  # the fork server runs from here on (if no earlier test started it)

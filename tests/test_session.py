@@ -158,9 +158,10 @@ def test_the_worker_protocol_in_process_and_across_processes(tiny_spec):
     """Handlers by kind; a failing handler comes back as a status, never a dead pipe; an unknown kind is the
     caller's error, raised before anything is sent (the worker is untouched)."""
     from deepgap.core.records import Status
+    from deepgap.drive.handle import WorkerFailed, WorkerHandle
     from deepgap.drive.inprocess import InProcessWorker
     from deepgap.drive.plan import expand
-    from deepgap.drive.runner import SweepRunner, WorkerFailed, WorkerHandle
+    from deepgap.drive.runner import SweepRunner
 
     runner = SweepRunner(tiny_spec, "cpu", worker=InProcessWorker("cpu"))
     results = list(runner.run(expand(tiny_spec, "cpu")))

@@ -5,7 +5,7 @@ real failure mapping but not the seconds a worker process costs to start. `InPro
 worker's handlers (`deepgap.measure.worker.resolve`) on one `WorkerState` in this process, and answers
 as a worker does: a handler's exception comes back as `WorkerFailed` (status from
 `deepgap.measure.worker.failure`). What it cannot give is isolation — a crash or a hang is this
-process's — so it is for CPU tests only; real runs use `deepgap.drive.runner.WorkerHandle`. It imports
+process's — so it is for CPU tests only; real runs use `deepgap.drive.handle.WorkerHandle`. It imports
 the worker module by name, as a worker process does (`_worker`): it is a worker in this process, the
 one place a parent-side module runs worker code.
 """
@@ -16,7 +16,7 @@ import importlib
 from typing import Any
 
 from deepgap.core.precision import DeviceCaps
-from deepgap.drive.runner import CallProtocol
+from deepgap.drive.handle import CallProtocol
 from deepgap.measure.protocol import WORKER_MAIN, worker_module
 
 
@@ -26,7 +26,7 @@ def _worker() -> Any:
 
 
 class InProcessWorker(CallProtocol):
-    """Same interface as `deepgap.drive.runner.WorkerHandle` (start, alive, call, send/receive, stop, kill)."""
+    """Same interface as `deepgap.drive.handle.WorkerHandle` (start, alive, call, send/receive, stop, kill)."""
 
     def __init__(self, device: str = "cpu") -> None:
         self.device = device

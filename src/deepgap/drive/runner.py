@@ -7,222 +7,27 @@ silently shrunk as timm's script does).
 
 `SweepRunner` is the one-device `deepgap.drive.launcher.Launcher` (and the prelude's `Device`): the one
 driver (`deepgap.drive.loop.drive`) starts it, asks its fingerprint, hands it to the run session for the
-prelude, and pulls `Started`/`Finished` items from `SweepRunner.results`.
+prelude, and pulls `Started`/`Finished` items from `SweepRunner.results`. It talks to its worker through
+`deepgap.drive.handle.WorkerHandle` (the process itself).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import multiprocessing as mp
-import os
-import signal
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from deepgap.core.errors import UsageError
 from deepgap.core.events import Event
 from deepgap.core.precision import DeviceCaps
 from deepgap.core.records import ConfigSpec, Result, Status
 from deepgap.drive.config import SweepSpec
+from deepgap.drive.handle import START_TIMEOUT_S, CallProtocol, WorkerFailed, WorkerHandle, WorkerLost
 from deepgap.drive.launcher import Finished, PreludeMeasure, Started
-from deepgap.measure.protocol import WORKER_MAIN, MeasureRequest, worker_module
+from deepgap.measure.protocol import MeasureRequest
 from deepgap.measure.telemetry.settings import TelemetrySettings, settings_for
 from deepgap.measure.timing import TimingProtocol
-
-_START_TIMEOUT_S = 300.0
-# Imported once by the fork server, so a worker starts without importing torch (seconds on a small CPU);
-# torch._dynamo is imported lazily by the first torch call that any worker makes. None of these creates a
-# CUDA context or even counts devices on import (tests/test_runner.py checks), so each forked worker makes
-# its own context; had the server made one, torch would refuse CUDA in the child, loudly.
-_PRELOAD = ["torch", "torchvision", "torch._dynamo"]
-
-
-def _context() -> Any:
-    """The ``forkserver`` context with torch preloaded (``spawn`` where there is no fork server)."""
-    if "forkserver" not in mp.get_all_start_methods():
-        return mp.get_context("spawn")
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(_PRELOAD)
-    return ctx
-
-
-def _with_environ(environ: dict[str, str], target: str | Callable[..., Any], *args: Any) -> Any:
-    """Run ``target(*args)`` under the parent's environment of the moment.
-
-    A worker's target is named (``module:function``), not passed: the parent never imports a worker module
-    (`deepgap.measure.protocol`), so the child imports it here. A callable target (a test's, a benchmark's
-    bare loop) runs as given.
-
-    A fork server keeps the environment it started with; the worker must see the parent's as it is now
-    (``DEEPGAP_CACHE``, ``CUDA_VISIBLE_DEVICES``, ``OMP_NUM_THREADS``), as a spawned one would.
-
-    Ctrl-C reaches every process of the terminal's group, the worker too: it exits at once and
-    quietly (code 130), so the user sees the parent's one line, not the worker's traceback SIGTERM and
-    SIGHUP are handled alike, and a parent that is gone (a broken pipe) ends the worker quietly.
-    """
-    os.environ.clear()
-    os.environ.update(environ)
-    for sig in (signal.SIGTERM, signal.SIGHUP):  # kill, systemd, docker stop, a closed terminal: as Ctrl-C
-        signal.signal(sig, signal.default_int_handler)
-    try:
-        if isinstance(target, str):
-            module, _, name = target.partition(":")
-            target = getattr(importlib.import_module(module), name)
-        return target(*args)
-    except KeyboardInterrupt:
-        os._exit(130)
-    except BrokenPipeError:  # the parent went away: nobody to answer, nothing to print
-        os._exit(0)
-
-
-class WorkerLost(Exception):
-    """The worker died or hung; ``status`` says which."""
-
-    def __init__(self, status: Status, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
-
-
-class WorkerFailed(Exception):  # noqa: N818 - named as its sibling WorkerLost
-    """The worker answered, but its handler raised: ``status`` (oom, error, skipped…), reason, traceback."""
-
-    def __init__(self, status: Status, reason: str, traceback: str = "") -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
-        self.traceback = traceback
-
-
-class CallProtocol:
-    """``call`` = ``send`` then ``receive``: shared by the worker process's handle and the in-process one."""
-
-    def send(self, kind: str, payload: Any) -> None:  # pragma: no cover - each launcher defines it
-        """Hand request ``kind`` with ``payload`` to the worker."""
-        raise NotImplementedError
-
-    def recv(self, timeout: float) -> tuple[str, Any]:  # pragma: no cover - each launcher defines it
-        """The next (kind, payload) reply."""
-        raise NotImplementedError
-
-    def receive(self, timeout: float) -> Any:
-        """The reply to the request sent last: `WorkerFailed` if its handler raised, `WorkerLost` if none."""
-        kind, payload = self.recv(timeout)
-        if kind == "failed":
-            raise WorkerFailed(*payload)
-        return payload
-
-    def call(self, kind: str, payload: Any, timeout: float) -> Any:
-        """Run the handler of ``kind`` (its worker module: `deepgap.measure.protocol`) on ``payload``.
-
-        Waits at most ``timeout`` seconds for the answer.
-        """
-        self.send(kind, payload)
-        return self.receive(timeout)
-
-
-class WorkerHandle(CallProtocol):
-    """One worker process, forked from a clean fork server: it never inherits a CUDA context."""
-
-    def __init__(self, device: str) -> None:
-        self.device = device
-        self.proc: Any = None
-        self.conn: Any = None
-        self.caps: DeviceCaps | None = None
-        self.busy = False  # a request sent and not answered: the worker reads nothing else meanwhile
-
-    def spawn(
-        self, target: str | Callable[..., Any], args: tuple, name: str, timeout_s: float
-    ) -> tuple[str, Any]:
-        """Start ``target(child_conn, *args)`` (``module:function``) and return its first message."""
-        ctx = _context()
-        parent, child = ctx.Pipe()
-        self.proc = ctx.Process(
-            target=_with_environ, args=(dict(os.environ), target, child, *args), daemon=True, name=name
-        )
-        self.proc.start()
-        child.close()  # so a dead child gives EOF instead of a hang
-        self.conn = parent
-        return self.recv(timeout_s)
-
-    def start(self, name: str = "deepgap-worker") -> DeviceCaps:
-        """Start the process and wait until it has probed the device."""
-        kind, payload = self.spawn(WORKER_MAIN, (self.device,), name, _START_TIMEOUT_S)
-        if kind != "ready":
-            self.stop()
-            why = payload[1] if isinstance(payload, tuple) else payload
-            raise UsageError(f"the worker could not use device {self.device}: {why}", "check `deepgap env`")
-        self.caps = payload
-        return payload
-
-    def recv(self, timeout: float) -> tuple[str, Any]:
-        """The worker's next message; `WorkerLost` (and the process killed) after ``timeout`` s or a crash."""
-        if not self.conn.poll(timeout):
-            self.kill()
-            raise WorkerLost(Status.TIMEOUT, f"worker gave no answer within {timeout:.0f} s and was killed")
-        try:
-            reply = self.conn.recv()
-            self.busy = False
-            return reply
-        except (EOFError, ConnectionError, OSError):
-            self.proc.join(5)
-            code = self.proc.exitcode
-            if code is not None and code < 0:
-                try:
-                    why = f"killed by signal {signal.Signals(-code).name}"
-                except ValueError:
-                    why = f"killed by signal {-code}"
-            else:
-                why = f"exit code {code}"
-            self.kill()
-            raise WorkerLost(Status.CRASH, f"worker process died ({why})") from None
-
-    def send(self, kind: str, payload: Any) -> None:
-        """Send one request without waiting (tenants start their levels together, then `receive`)."""
-        module = worker_module(kind)  # an unknown kind is the caller's error, not a lost worker
-        try:
-            self.conn.send((kind, module, payload))
-            self.busy = True
-        except (BrokenPipeError, OSError, AttributeError):  # AttributeError: no pipe, never started
-            self.kill()
-            raise WorkerLost(Status.CRASH, "worker process was gone before the request") from None
-
-    def alive(self) -> bool:
-        """Whether the process runs."""
-        return self.proc is not None and self.proc.is_alive()
-
-    def stop(self) -> None:
-        """Ask the worker to exit; kill it if it does not (at once while it is busy: a run was stopped).
-
-        A worker in the middle of a request reads the exit request only after it (minutes, at worst the
-        timeout): when the parent stops waiting for an answer (Ctrl-C, SIGTERM), the worker is killed.
-        """
-        if self.proc is None:
-            return
-        if self.busy:
-            self.kill()
-            return
-        try:
-            if self.conn is not None:  # None when the process never got going
-                self.conn.send(None)
-        except (BrokenPipeError, OSError):
-            pass
-        self.proc.join(10)
-        self.kill()
-
-    def kill(self) -> None:
-        """Kill the process now."""
-        self.busy = False
-        if self.proc is not None and self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join(10)
-        if self.conn is not None:
-            self.conn.close()
-        self.proc = None
-        self.conn = None
 
 
 def protocol_for(spec: SweepSpec) -> TimingProtocol:
@@ -299,7 +104,7 @@ class SweepRunner:
 
     def environment(self) -> dict[str, Any]:
         """The worker's environment fingerprint."""
-        return self.worker.call("env", None, _START_TIMEOUT_S)
+        return self.worker.call("env", None, START_TIMEOUT_S)
 
     def set_context(self, **facts: Any) -> None:
         """Add run-level facts (``idle_power_w``, ``ref_sm_clock_mhz``) that every later request carries."""

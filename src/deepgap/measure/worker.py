@@ -11,7 +11,7 @@ below; measuring one configuration in `deepgap.measure.configuration`; the featu
 (`deepgap.measure.protocol` names the module of each kind) and never imports this module or any other
 worker module: this process imports ``module``, finds the kind's handler and answers ``("ok", value)``,
 or ``("failed", (status, reason, traceback))`` when the handler raised (`failure` is the one
-exception → status mapping). The parent side is `deepgap.drive.runner.WorkerHandle.call`; the process
+exception → status mapping). The parent side is `deepgap.drive.handle.WorkerHandle.call`; the process
 starts at `serve`, named by `deepgap.measure.protocol.WORKER_MAIN`.
 """
 

@@ -16,10 +16,11 @@ from typing import Any
 
 from deepgap.core.errors import UsageError
 from deepgap.drive.config import SweepSpec
+from deepgap.drive.handle import WorkerFailed, WorkerLost
 from deepgap.drive.launcher import Finished
 from deepgap.drive.loop import Job, Plan, Resumed, drive
 from deepgap.drive.prelude import PreludeSettings
-from deepgap.drive.runner import SweepRunner, WorkerFailed, WorkerLost, python_command
+from deepgap.drive.runner import SweepRunner, python_command
 from deepgap.drive.session import PEAKS, RunSession, resolve_device
 from deepgap.measure.protocol import register_worker_module
 from deepgap.roofline.peaks import NAMES, PeakMeasurement, PeaksRequest

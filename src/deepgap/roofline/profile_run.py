@@ -19,11 +19,12 @@ from typing import Any
 
 from deepgap.core.errors import UsageError
 from deepgap.drive.config import MEMORY_FORMATS, SweepSpec, parse_int_list, parse_str_list
+from deepgap.drive.handle import WorkerFailed, WorkerLost
 from deepgap.drive.launcher import Finished
 from deepgap.drive.loop import Job, Plan, Resumed, drive, outcome_events
 from deepgap.drive.plan import expand
 from deepgap.drive.prelude import PreludeSettings
-from deepgap.drive.runner import Cascade, SweepRunner, WorkerFailed, WorkerLost, needs_restart, python_command
+from deepgap.drive.runner import Cascade, SweepRunner, needs_restart, python_command
 from deepgap.drive.session import PROFILE, RunSession, resolve_device
 from deepgap.measure.protocol import register_worker_module
 from deepgap.roofline.profile import MODES, ProfileResult, ProfileSpec

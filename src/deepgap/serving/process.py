@@ -17,8 +17,9 @@ import numpy as np
 
 from deepgap.core.records import ConfigSpec
 from deepgap.drive.config import SweepSpec
+from deepgap.drive.handle import WorkerFailed, WorkerHandle, WorkerLost
 from deepgap.drive.launcher import PreludeMeasure
-from deepgap.drive.runner import SweepRunner, WorkerFailed, WorkerHandle, WorkerLost
+from deepgap.drive.runner import SweepRunner
 from deepgap.measure.protocol import WORKER_MAIN, StatusError, register_worker_module
 from deepgap.serving.batcher import BatchPolicy, StopRule
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from deepgap.core.records import Status
 from deepgap.core.result_details import Accuracy, Correctness, EngineInfo
-from deepgap.drive.runner import WorkerLost
+from deepgap.drive.handle import WorkerLost
 from deepgap.serving.batcher import BatchPolicy
 from deepgap.serving.log import LevelSummary, summarize
 from deepgap.serving.process import LevelRequest, ServingWorker, SetupFailed, SetupRequest

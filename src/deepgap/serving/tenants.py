@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from deepgap.core.records import Status
-from deepgap.drive.runner import WorkerLost
+from deepgap.drive.handle import WorkerLost
 from deepgap.serving import arrivals as arr
 from deepgap.serving.batcher import BatchPolicy, StopRule
 from deepgap.serving.capacity import LoadSettings, find_capacity, sim_probe
