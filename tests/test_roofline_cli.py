@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from deepgap.cli import main
-from deepgap.roofline import figures, render, storage
+from deepgap.roofline import figures, figures_paper, render, storage
 from deepgap.store import Store
 
 
@@ -150,7 +150,7 @@ def test_figures_and_tables_render_from_the_store(store_path, tmp_path):
     assert len([a for a in fig.axes if a.axison]) == 2
     fig = figures.cluster_roofline_figure(kernels, peaks, profiles_df=profiles, source="ncu")
     assert "unavailable" in fig.axes[0].texts[0].get_text()
-    tvm = figures.theoretical_vs_measured(profiles, results, peaks)
+    tvm = figures_paper.theoretical_vs_measured(profiles, results, peaks)
     assert set(tvm["mode"]) == {"infer", "train"} and (tvm["ceiling"] == "measured").all()
     assert (tvm["theoretical_s"] >= tvm["theoretical_compute_s"]).all()
     paths = render.render_all(store_path, str(tmp_path / "out"))
@@ -183,7 +183,7 @@ def test_spec_ceilings_drawn_for_a_known_gpu():
     fig = figures.roofline_figure(None, None, None, profiles_df=rows)
     labels = [line.get_label() for line in fig.axes[0].get_lines()]
     assert labels == ["NVIDIA H100 SXM spec fp16: 989 TFLOP/s, 3,350 GB/s"]
-    tvm = figures.theoretical_vs_measured(rows)
+    tvm = figures_paper.theoretical_vs_measured(rows)
     assert tvm.iloc[0]["theoretical_compute_s"] == pytest.approx(2e11 / 989.4e12)
     assert tvm.iloc[0]["theoretical_s"] == pytest.approx(1e9 / 3350e9)  # 200 FLOP/B < ridge 295: memory-bound
     assert tvm.iloc[0]["limiter"] == "memory"

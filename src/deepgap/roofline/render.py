@@ -10,11 +10,10 @@ import os
 import sys
 
 from deepgap.roofline import model as rm
-from deepgap.roofline.figures import (
-    cluster_roofline_figure,
+from deepgap.roofline.figures import cluster_roofline_figure, roofline_figure
+from deepgap.roofline.figures_paper import (
     paper_reference_table,
     paper_roofline_figure,
-    roofline_figure,
     theoretical_vs_measured,
 )
 

@@ -68,6 +68,7 @@ def section(
 ) -> tuple[dict[str, pd.DataFrame], list[Figure]]:
     """Roofline tables and figures of ``store_path`` (nothing when it holds no successful result or profile)."""
     from deepgap.roofline import figures as rf
+    from deepgap.roofline import figures_paper as rfp
     from deepgap.roofline import storage
     from deepgap.store import Store
 
@@ -119,11 +120,11 @@ def section(
             "fig_roofline_paper",
             "The paper's roofline (T4, L4, V100)",
             "The roofline study's Fig. 1 redrawn from its own published table, beside ours.",
-            rf.paper_roofline_figure,
+            rfp.paper_roofline_figure,
         )
     )
-    paper = rf.paper_reference_table()
-    tvm = rf.theoretical_vs_measured(profiles if len(profiles) else None, ok, peaks)
+    paper = rfp.paper_reference_table()
+    tvm = rfp.theoretical_vs_measured(profiles if len(profiles) else None, ok, peaks)
     out = {
         "roofline_theory_vs_measured": tvm,
         "roofline_peaks": peaks.drop(columns=["details"], errors="ignore"),
