@@ -19,7 +19,8 @@ def main(argv: list[str]) -> int:
     import torch
 
     from deepgap.serving.batcher import BatchPolicy
-    from deepgap.serving.loadgen import LoadgenRequest, drive, null_request
+    from deepgap.serving.loadgen import LoadgenRequest, null_request
+    from deepgap.serving.loadgen_sut import drive
     from deepgap.serving.ring import InputRing
     from deepgap.serving.server import PipelinedExecutor
 

@@ -153,6 +153,6 @@ def handle_level(state: Any, req: LevelRequest) -> Any:
 @handles("serve.loadgen")
 def handle_loadgen(state: Any, req: Any) -> Any:
     """Worker handler ``serve.loadgen``: MLCommons LoadGen against the kept executor (or the null SUT)."""
-    from deepgap.serving.loadgen import drive
+    from deepgap.serving.loadgen_sut import drive
 
     return drive(None if req.null else state.held["executor"], req)
