@@ -42,6 +42,7 @@ from deepgap.render.formatting import (
 from deepgap.render.sections import ReportContext, TableSpec
 from deepgap.render.style import platform_names
 from deepgap.report import answer as report_answer
+from deepgap.report import answer_ratios
 from deepgap.report import interactive as fi
 from deepgap.report import sections as report_sections
 from deepgap.report.screenshot import find_chromium, screenshot  # noqa: F401  (re-exported)
@@ -128,7 +129,7 @@ def build(store_path: str, run_ids: list[str] | None = None, interactive: bool =
     rep.answer_table, rep.how_sure = report_answer.answers(agg, df)
     store = Store(store_path, readonly=True)
     try:
-        rep.ratios = report_answer.cross_gpu_ratios(agg, pooled_samples_fn(store))
+        rep.ratios = answer_ratios.cross_gpu_ratios(agg, pooled_samples_fn(store))
     finally:
         store.close()
     if rep.interactive and not agg.empty:
@@ -230,7 +231,7 @@ def answer_rows(answer: pd.DataFrame, ratios: pd.DataFrame) -> list[dict[str, An
     """The answer table's rows; with two GPUs, model by model, each model's ratio row first.
 
     Why first: a two-GPU store is asked how the GPUs compare, so the ratio leads its model's rows and
-    the whole answer stays on the first screen (`report_answer.cross_gpu_ratios` computes it).
+    the whole answer stays on the first screen (`answer_ratios.cross_gpu_ratios` computes it).
     """
     if ratios.empty or answer.empty:
         return _with_spans(answer)
