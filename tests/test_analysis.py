@@ -39,7 +39,7 @@ def test_row_flags_reads_correctness_and_contamination():
 
 
 def test_temp_rising_warns_but_does_not_disqualify():
-    from deepgap.analysis.frame import row_warnings
+    from deepgap.analysis.flags import row_warnings
 
     extra = {"flags": ["temp-rising", "clocks-low"]}
     assert row_flags(extra) == ["clocks-low"]  # a slowdown inside the windows still disqualifies
@@ -48,7 +48,7 @@ def test_temp_rising_warns_but_does_not_disqualify():
 
 
 def test_the_gpu_holding_its_own_power_limit_warns_an_external_brake_disqualifies():
-    from deepgap.analysis.frame import power_capped, row_warnings
+    from deepgap.analysis.flags import power_capped, row_warnings
 
     capped = {
         "flags": ["power-throttle", "clocks-low", "temp-rising"],

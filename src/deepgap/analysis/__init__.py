@@ -14,6 +14,7 @@ or dataclasses, so each is tested on hand-built stores without measuring anythin
 
 from __future__ import annotations
 
-from deepgap.analysis.frame import aggregate, config_label, failures, prepare, row_flags
+from deepgap.analysis.flags import row_flags
+from deepgap.analysis.frame import aggregate, config_label, failures, prepare
 
 __all__ = ["aggregate", "config_label", "failures", "prepare", "row_flags"]

@@ -7,7 +7,7 @@ When 35 of 36 configurations carried a warning, none signalled anything. The rul
 - ``power-cap`` and ``clocks-low(power-cap)`` are **notes**: the GPU holding its own configured power
   limit at a large batch (708 W read on a 700 W card) is its steady behaviour under that load, and a
   deployment is capped the same way. (An external power brake or a thermal slowdown still disqualifies:
-  `frame.row_flags`.)
+  `flags.row_flags`.)
 - ``temp-rising`` is a **warning** only where the temperature could have moved the number: the
   pipelined windows' throughput fell from the first to the last by more than the measurement's CI
   half-width, or there are fewer than two windows to tell. Otherwise it is a note,

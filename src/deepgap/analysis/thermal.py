@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from deepgap.analysis.frame import telemetry_flags
+from deepgap.analysis.flags import telemetry_flags
 from deepgap.core.stats import finite_or_none
 
 

@@ -3,7 +3,7 @@
 Why derived and not measured apart: a text configuration's work is batch × sequence length, and every
 sample of a batch has the same length (no padding), so tokens/s is samples/s × ``seq_len`` and J/token is
 J/sample ÷ ``seq_len`` exactly — from the same timed latencies and the same energy-counter window
-(`deepgap.analysis.frame.telemetry_of`). Storing them would store one number twice. An image model has
+(`deepgap.analysis.flags.telemetry_of`). Storing them would store one number twice. An image model has
 ``seq_len`` 0 ("not applicable") and these columns are NaN for it.
 """
 

@@ -97,7 +97,8 @@ def curves_from_store(store, run_ids: list[str] | None = None, padding: str = "b
     """Every curve of a store: sweeps (pooled over runs and sweeps of one configuration) and calibrations."""
     import pandas as pd
 
-    from deepgap.analysis.frame import ACCURACY_WORST, accuracy_label, prepare, telemetry_of
+    from deepgap.analysis.flags import telemetry_of
+    from deepgap.analysis.frame import ACCURACY_WORST, accuracy_label, prepare
     from deepgap.serving.storage import curves_frame
 
     out: list[Curve] = []
