@@ -60,7 +60,7 @@ def test_answer_comes_first_with_evidence(multi):
     assert gpu.loc["latency", "configuration"] == "quant int8 channels_last bs1"
     # accuracy evidence from extra["correctness"]: rel. L2 with its bound, cosine, top-1
     assert gpu.loc["throughput", "accuracy"] == (  # an agreement without its n says so (issue 35)
-        "relL2 2.0e-03 (≤5e-02) · cos 0.9999 · top-1 agree 100.0% (n not recorded)†"
+        "relL2 2.0e-03 (≤0.05) · cos 0.9999 · top-1 agree 100.0% (n not recorded)†"
     )
     assert "[" in gpu.loc["throughput", "ci"] and "2 meas." in gpu.loc["throughput", "n"]  # two sweep passes
     # per joule needs telemetry: the engines run has none, the first GPU run has it (eager only)

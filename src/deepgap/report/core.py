@@ -13,10 +13,11 @@ from deepgap.analysis import compare as cmp
 from deepgap.analysis import failures, reference, tables
 from deepgap.analysis.thermal import thermal_state
 from deepgap.render.draw import Figure
-from deepgap.render.formatting import TABLE_SPECS, machine_key, machine_label
+from deepgap.render.formatting import TABLE_SPECS
+from deepgap.render.machines import machine_key, machine_label
 from deepgap.render.sections import Parts, ReportContext, Section, register
 from deepgap.render.style import overlay_label
-from deepgap.report import figures_batch, figures_summary
+from deepgap.report import figures_batch, figures_summary, interactive_pareto
 from deepgap.report import interactive as fi
 
 
@@ -136,7 +137,7 @@ def _interactive(figs: list[Figure], agg: pd.DataFrame, par: pd.DataFrame, sp32:
         "fig08_latency_vs_batch": lambda: fi.lines(
             agg, "latency_median_s", "ms", 1e3, logy=True, ci=lat_ci, band=p99
         ),
-        "fig10_pareto": lambda: fi.pareto(par),
+        "fig10_pareto": lambda: interactive_pareto.pareto(par),
         "fig11_speedup_vs_fp32": lambda: fi.lines(sp32, "speedup", "× FP32", label_fn=speedup_label),
         "fig_perf_per_watt": lambda: fi.lines(agg, "ips_per_watt", "images/s per W"),
         "fig_joules_per_image": lambda: fi.lines(agg, "joules_per_image", "mJ per image", 1e3),

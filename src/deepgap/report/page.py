@@ -28,7 +28,6 @@ from deepgap.core.errors import UsageError
 from deepgap.core.version import __version__
 from deepgap.render import draw as figures
 from deepgap.render.formatting import (
-    MACHINE_HEADERS,
     TABLE_SPECS,
     csv_frame,
     env_rows,
@@ -37,8 +36,8 @@ from deepgap.render.formatting import (
     fmt_list,
     fmt_ms,
     html_table,
-    machines,
 )
+from deepgap.render.machines import MACHINE_HEADERS, machines
 from deepgap.render.sections import ReportContext, TableSpec
 from deepgap.render.style import platform_names
 from deepgap.report import answer as report_answer
