@@ -24,15 +24,15 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from deepgap.core.envinfo import redact, redact_text, redact_value
 from deepgap.core.errors import StoreError, StoreFullError
-from deepgap.core.records import KEY_ONLY_FIELDS, ConfigSpec, Result, Status
-from deepgap.core.result_details import ResultDetails
+from deepgap.core.records import KEY_ONLY_FIELDS, Result, Status
 from deepgap.store import guard, held, space, writelock
+from deepgap.store.frames import ResultReads
 from deepgap.store.guard import (
     APPLICATION_ID,
     Connection,
@@ -48,9 +48,6 @@ from deepgap.store.paths import check_store_path
 from deepgap.store.rows import TableAccess
 from deepgap.store.tables import RUN_KINDS, TableSpec
 
-if TYPE_CHECKING:
-    import pandas as pd
-
 __all__ = ["RUN_KINDS", "SCHEMA_VERSION", "Store", "TableSpec", "check_path", "check_writable"]
 
 _STAT_FIELDS = [
@@ -60,7 +57,6 @@ _STAT_FIELDS = [
 ]
 
 
-_STATUSES = {s.value for s in Status}
 RESUMABLE = ("sweep", "fleet")  # the run kinds `deepgap run --resume` continues
 
 
@@ -99,7 +95,7 @@ def check_path(path: str) -> None:
         writelock.acquire(path, False, "write to").release()
 
 
-class Store(RowDecoder, TableAccess):
+class Store(RowDecoder, TableAccess, ResultReads):
     """A deepgap results store at ``path``. ``readonly`` stores never create or change the file.
 
     ``skip_damaged``: rows that cannot be decoded are left out (and counted in ``skipped``) instead
@@ -412,113 +408,3 @@ class Store(RowDecoder, TableAccess):
                 "INSERT INTO telemetry VALUES (?,?,?,?,?)",
                 [(run_id, None, phase, t, json.dumps(d)) for phase, t, d in samples],
             )
-
-    def run_telemetry(self, run_id: str) -> list[tuple[str, float, dict[str, Any]]]:
-        """The run-level telemetry of a run (idle baseline, thermal warm-up, summaries), oldest first."""
-        rows = self.con.execute(
-            "SELECT * FROM telemetry WHERE run_id=? AND result_id IS NULL ORDER BY t_s", (run_id,)
-        ).fetchall()
-        return [
-            (r["phase"], r["t_s"], json.loads(r["data_json"]))
-            for r in self._decoded("telemetry", rows, "run_id")
-        ]
-
-    def samples(self, result_id: int) -> list[np.ndarray]:
-        """Per-repeat latency arrays of one result."""
-        rows = self.con.execute(
-            "SELECT latencies_s FROM samples WHERE result_id=? ORDER BY repeat", (result_id,)
-        ).fetchall()
-        out = []
-        for r in rows:
-            if isinstance(r[0], bytes) and len(r[0]) % 8 == 0:
-                out.append(np.frombuffer(r[0], dtype="<f8"))
-            else:
-                self._bad("samples", f"of result_id {result_id}", "latencies_s is not a float64 array")
-        return out
-
-    def telemetry_frame(self, run_id: str | None = None) -> pd.DataFrame:
-        """Telemetry samples as a long DataFrame (one row per sample, metrics as columns)."""
-        import pandas as pd
-
-        q = "SELECT run_id, result_id, phase, t_s, data_json FROM telemetry"
-        args: tuple[Any, ...] = ()
-        if run_id:
-            q += " WHERE run_id=?"
-            args = (run_id,)
-        rows = self._decoded("telemetry", self.con.execute(q, args).fetchall(), "run_id")
-        recs = [
-            {
-                "run_id": r["run_id"],
-                "result_id": r["result_id"],
-                "phase": r["phase"],
-                "t_s": r["t_s"],
-                **json.loads(r["data_json"]),
-            }
-            for r in rows
-        ]
-        return pd.DataFrame.from_records(recs)
-
-    def results_frame(self, run_ids: list[str] | None = None) -> pd.DataFrame:
-        """Every result as a DataFrame, joined with its run's host, device name and versions."""
-        import pandas as pd
-
-        q = "SELECT * FROM results"
-        args: tuple[Any, ...] = ()
-        if run_ids:
-            q += f" WHERE run_id IN ({','.join('?' for _ in run_ids)})"
-            args = tuple(run_ids)
-        cur = self.con.execute(q + " ORDER BY result_id", args)
-        cols = [c[0] for c in cur.description]
-        runs = {r["run_id"]: r for r in self.runs()}
-        rows = []
-        for d in self._decoded("results", cur.fetchall(), "result_id"):
-            if d["run_id"] not in runs:
-                self._bad(
-                    "results",
-                    f"result_id {d['result_id']!r}",
-                    f"its run {d['run_id']!r} is missing or damaged",
-                )
-            elif d["status"] not in _STATUSES:
-                self._bad("results", f"result_id {d['result_id']!r}", f"status {d['status']!r} is unknown")
-            else:
-                rows.append(tuple(d[c] for c in cols))
-        df = pd.DataFrame.from_records(rows, columns=cols, coerce_float=True)
-        extras = [json.loads(x) for x in df.pop("extra_json")]
-        if self.redact:
-            extras = [redact(e) for e in extras]
-            df["reason"] = [redact_text(r) for r in df["reason"]]
-        # a fleet result carries its own node's fingerprint (deepgap.fleet); else the run's
-        nodes = [e.get("node_env") if isinstance(e.get("node_env"), dict) else {} for e in extras]
-        # the ``extra`` column holds typed `ResultDetails` (its JSON is the stored ``extra_json``)
-        df["device_name"] = [
-            n.get("device_name") or runs[r]["env"].get("device_name", "")
-            for n, r in zip(nodes, df["run_id"], strict=True)
-        ]
-        df["host"] = [n.get("host") or runs[r]["host"] for n, r in zip(nodes, df["run_id"], strict=True)]
-        # the card that measured it (GPU UUID, else serial; redacted with the rest): the card-to-card level
-        df["card"] = [
-            str(
-                n.get("gpu_uuid")
-                or n.get("gpu_serial")
-                or runs[r]["env"].get("gpu_uuid")
-                or runs[r]["env"].get("gpu_serial")
-                or ""
-            )
-            for n, r in zip(nodes, df["run_id"], strict=True)
-        ]
-        df["extra"] = [ResultDetails.from_json(e) for e in extras]
-        df["seq_len"] = [ConfigSpec.seq_len_of(k) for k in df["config_key"]]  # a key-only field
-        return df
-
-    def extra_json(self) -> dict[int, str]:
-        """Every result's stored ``extra_json`` text by ``result_id``, undecoded.
-
-        What `ResultDetails` reads and writes: for checks that its JSON is the stored one byte for byte.
-        """
-        rows = self.con.execute("SELECT result_id, extra_json FROM results ORDER BY result_id").fetchall()
-        return {int(r[0]): r[1] for r in rows}
-
-    def result_configs(self, run_id: str) -> list[ConfigSpec]:
-        """The ConfigSpecs stored for a run, in insertion order."""
-        rows = self.con.execute("SELECT config_key FROM results WHERE run_id=? ORDER BY result_id", (run_id,))
-        return [ConfigSpec.from_key(r[0]) for r in rows]
