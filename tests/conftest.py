@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
@@ -27,6 +28,38 @@ TINY = dict(
 def tiny_spec() -> SweepSpec:
     """A sweep of two configurations of the tiny CNN on one CPU thread."""
     return SweepSpec(**TINY)
+
+
+@pytest.fixture
+def inprocess_runs(monkeypatch):
+    """`deepgap.run` (and the CLI's run) measure in this process (`deepgap.drive.inprocess.InProcessWorker`).
+
+    For tests whose point is what is measured and stored, not the worker's isolation (tests/test_runner.py,
+    test_resume.py and the fleet tests keep real processes): a worker process first imports torch and
+    torchvision in a fork server (10-20 s of CPU on two cores). The thread count a measurement sets is put back.
+    """
+    with inprocess_worker(monkeypatch):
+        yield
+
+
+@contextlib.contextmanager
+def inprocess_worker(mp: pytest.MonkeyPatch):
+    """What `inprocess_runs` does, for a module-scoped fixture (``with pytest.MonkeyPatch.context() as mp``)."""
+    import torch
+
+    import deepgap.api
+    from deepgap.drive.inprocess import InProcessWorker
+    from deepgap.drive.runner import SweepRunner
+
+    def in_process(spec, device):
+        return SweepRunner(spec, device, worker=InProcessWorker(device))
+
+    threads = torch.get_num_threads()
+    mp.setattr(deepgap.api, "SweepRunner", in_process)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 FULL_RUN_WORKERS = 3
