@@ -88,6 +88,11 @@ def pytest_cmdline_main(config):
     opt.loadscopereorder = False  # files in collection order: the slow files first (see below)
 
 
+# The files that take longest on the 2-core CI host (wall time, mostly waiting on Ray nodes and worker
+# processes), handed out first so that no worker starts one of them near the end.
+LONGEST_FIRST = ("test_fleet_ray.py", "test_serving_cli.py", "test_resume.py", "test_runner.py")
+
+
 def pytest_collection_modifyitems(config, items):
     """Skip @pytest.mark.gpu tests unless CUDA is usable; under xdist, hand out slow files first.
 
@@ -97,7 +102,9 @@ def pytest_collection_modifyitems(config, items):
     """
     if hasattr(config, "workerinput") and config.option.dist == "loadfile":
         slow = {item.path for item in items if item.get_closest_marker("slow")}
-        items.sort(key=lambda item: item.path not in slow)  # stable: files stay whole and in order
+        first = {name: i for i, name in enumerate(LONGEST_FIRST)}
+        # stable: files stay whole and in order; the longest-running files go out before the other slow ones
+        items.sort(key=lambda item: (item.path not in slow, first.get(item.path.name, len(first))))
     try:
         import torch
 
