@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
@@ -27,6 +28,38 @@ TINY = dict(
 def tiny_spec() -> SweepSpec:
     """A sweep of two configurations of the tiny CNN on one CPU thread."""
     return SweepSpec(**TINY)
+
+
+@pytest.fixture
+def inprocess_runs(monkeypatch):
+    """`deepgap.run` (and the CLI's run) measure in this process (`deepgap.drive.inprocess.InProcessWorker`).
+
+    For tests whose point is what is measured and stored, not the worker's isolation (tests/test_runner.py,
+    test_resume.py and the fleet tests keep real processes): a worker process first imports torch and
+    torchvision in a fork server (10-20 s of CPU on two cores). The thread count a measurement sets is put back.
+    """
+    with inprocess_worker(monkeypatch):
+        yield
+
+
+@contextlib.contextmanager
+def inprocess_worker(mp: pytest.MonkeyPatch):
+    """What `inprocess_runs` does, for a module-scoped fixture (``with pytest.MonkeyPatch.context() as mp``)."""
+    import torch
+
+    import deepgap.api
+    from deepgap.drive.inprocess import InProcessWorker
+    from deepgap.drive.runner import SweepRunner
+
+    def in_process(spec, device):
+        return SweepRunner(spec, device, worker=InProcessWorker(device))
+
+    threads = torch.get_num_threads()
+    mp.setattr(deepgap.api, "SweepRunner", in_process)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 FULL_RUN_WORKERS = 3
@@ -55,6 +88,11 @@ def pytest_cmdline_main(config):
     opt.loadscopereorder = False  # files in collection order: the slow files first (see below)
 
 
+# The files that take longest on the 2-core CI host (wall time, mostly waiting on Ray nodes and worker
+# processes), handed out first so that no worker starts one of them near the end.
+LONGEST_FIRST = ("test_fleet_ray.py", "test_serving_cli.py", "test_resume.py", "test_runner.py")
+
+
 def pytest_collection_modifyitems(config, items):
     """Skip @pytest.mark.gpu tests unless CUDA is usable; under xdist, hand out slow files first.
 
@@ -64,7 +102,9 @@ def pytest_collection_modifyitems(config, items):
     """
     if hasattr(config, "workerinput") and config.option.dist == "loadfile":
         slow = {item.path for item in items if item.get_closest_marker("slow")}
-        items.sort(key=lambda item: item.path not in slow)  # stable: files stay whole and in order
+        first = {name: i for i, name in enumerate(LONGEST_FIRST)}
+        # stable: files stay whole and in order; the longest-running files go out before the other slow ones
+        items.sort(key=lambda item: (item.path not in slow, first.get(item.path.name, len(first))))
     try:
         import torch
 

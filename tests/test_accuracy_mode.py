@@ -122,7 +122,10 @@ def measured(labelled, tmp_path_factory):
         options={"calibration_images": 16},
     )
     store = str(root / "s.sqlite")
-    res = deepgap.run(spec, store=store)
+    from conftest import inprocess_worker
+
+    with pytest.MonkeyPatch.context() as mp, inprocess_worker(mp):  # scoring, not the worker's isolation
+        res = deepgap.run(spec, store=store)
     return store, {(r.spec.engine, r.spec.precision): r for r in res.results}
 
 

@@ -1,4 +1,8 @@
-"""Engines end to end on the CPU: real worker processes, the store, correctness, skips with reasons."""
+"""Engines end to end on the CPU: the store, correctness, skips with reasons.
+
+The handlers run in this process (`inprocess_runs`): the engines are the point, not the worker's isolation
+(tests/test_runner.py), and each worker process cost a fork server importing torch.
+"""
 
 import pytest
 
@@ -21,7 +25,7 @@ def _by(results):
 
 
 @pytest.mark.slow
-def test_cpu_engines_run_tinycnn_at_two_batch_sizes(tmp_path, tiny_spec, cache):
+def test_cpu_engines_run_tinycnn_at_two_batch_sizes(tmp_path, tiny_spec, cache, inprocess_runs):
     spec = tiny_spec.replace(engines=CPU_ENGINES + GPU_ONLY, precisions=("fp32", "int8"), batch_sizes=(1, 3))
     res = deepgap.run(spec, store=str(tmp_path / "s.sqlite"))
     by = _by(res.results)
@@ -194,8 +198,8 @@ def test_compile_failure_is_an_error_with_the_compilers_message():
 
 
 @pytest.mark.slow
-def test_every_compile_variant_on_cpu(tmp_path, tiny_spec, cache):
-    """Each torch.compile variant measures end to end through a worker (one batch size: compile time)."""
+def test_every_compile_variant_on_cpu(tmp_path, tiny_spec, cache, inprocess_runs):
+    """Each torch.compile variant measures end to end (one batch size: compile time)."""
     engines = ("compile-max-autotune", "compile-reduce-overhead", "compile-freeze")
     res = deepgap.run(tiny_spec.replace(engines=engines, batch_sizes=(2,)), store=str(tmp_path / "s.sqlite"))
     assert len(res.results) == 3

@@ -130,7 +130,8 @@ def test_where_placement_survives_a_killed_driver_and_resume(cluster, tmp_path, 
         if attempt and os.path.exists(store):
             os.remove(store)
         proc = subprocess.Popen(argv, start_new_session=True)
-        deadline = time.time() + 150
+        deadline = time.time() + 900  # poll for the state, generously: under two busy loops and other CI work
+        # the driver's first result took more than 150 s (Ray worker, then a deepgap worker importing torch)
         while time.time() < deadline and proc.poll() is None and _count(store) < 1:
             time.sleep(0.1)
         killed_at = _count(store)

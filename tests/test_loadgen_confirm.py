@@ -48,9 +48,9 @@ def _lg_p99(res: LoadgenResult) -> float:
     return float(res.parsed["99.00 percentile latency (ns)"]) * 1e-9
 
 
-def test_loadgen_and_deepgap_agree_on_a_server_of_known_service_time():
+def _capacity() -> float:
     load = LoadSettings(slo_s=SLO, min_queries=500, min_duration_s=0.3)
-    cap = find_capacity(
+    return find_capacity(
         sim_probe(SERVICE, POLICY, load),
         POLICY,
         SLO,
@@ -59,30 +59,24 @@ def test_loadgen_and_deepgap_agree_on_a_server_of_known_service_time():
         growth=1.1,
         rel_tol=0.03,
     ).capacity_qps
+
+
+def _agree(lg99: float, ours99: float) -> bool:
+    """The stated tolerance: 30 % + 3 ms of the larger p99."""
+    return abs(lg99 - ours99) <= P99_ABS_S + P99_REL * max(lg99, ours99)
+
+
+def test_loadgen_drives_the_light_sut_on_a_server_of_known_service_time():
+    """The load-independent half (CPU CI): deepgap's capacity on the simulator, LoadGen's light SUT (one
+    QuerySamplesComplete per batch), the per-sample match, and INVALID above deepgap's capacity (a loaded host
+    only makes that more so). The real-clock numbers (VALID at 0.6x, the p99 agreement) are the GPU test's
+    below: on a shared 2-core host another process's burst put deepgap's p99 at 90 ms beside LoadGen's 33 ms."""
+    cap = _capacity()
     assert 0.6 * SERVICE.saturation_qps(8) < cap <= 1.05 * SERVICE.saturation_qps(8)
-    # The harness's own floor first: on a host so loaded that nothing runs on time (LoadGen's p99 with nothing
-    # served above FLOOR_MAX_S) no real-time comparison means anything, and the test says so.
-    floor = drive(None, null_request(LoadgenRequest("server", POLICY, CAP_LO * cap, SLO, 100, 0.05)))
-    if _lg_p99(floor) > FLOOR_MAX_S:
-        pytest.skip(f"host overloaded: LoadGen's null-SUT p99 is {_lg_p99(floor) * 1e3:.1f} ms")
     rate = CAP_LO * cap
-    # Both sides run on the wall clock of a shared 2-core machine, where another test's burst can stall one
-    # of them for tens of milliseconds (CI, 2026-11-28: deepgap's p99 90 ms beside LoadGen's 33 ms; the test
-    # passed when rerun alone). A pair that disagrees is measured once more; the bound stays.
-    for attempt in (1, 2):
-        # deepgap's driver: the event loop on the wall clock, latency from each scheduled arrival
-        times = arr.poisson(rate, 500, attempt)
-        clock = RealClock(time.perf_counter() + 0.005)
-        ours = summarize(serve_loop(times, POLICY, clock, TimedExecutor(SERVICE)), rate, SLO)
-        # LoadGen at the same rate against the same (simulated) server
-        ex = TimedExecutor(SERVICE)
-        res = drive(ex, LoadgenRequest("server", POLICY, rate, SLO, min_queries=500, min_duration_s=0.2))
-        lg99 = _lg_p99(res)
-        agree = abs(lg99 - ours.latency_p99_s) <= P99_ABS_S + P99_REL * max(lg99, ours.latency_p99_s)
-        if agree and res.parsed["Result is"] == "VALID":
-            break
-    assert res.parsed["Result is"] == "VALID", res.summary
-    assert agree, (attempt, lg99, ours)
+    ex = TimedExecutor(SERVICE)
+    res = drive(ex, LoadgenRequest("server", POLICY, rate, SLO, min_queries=500, min_duration_s=0.2))
+    assert res.parsed["Result is"] in ("VALID", "INVALID") and _lg_p99(res) > 0
     # the light SUT: one QuerySamplesComplete per batch, and batches, not single samples
     assert res.complete_calls == ex.batches
     assert res.log.n >= 500 and res.complete_calls < res.log.n / 1.5
@@ -94,6 +88,63 @@ def test_loadgen_and_deepgap_agree_on_a_server_of_known_service_time():
         LoadgenRequest("server", POLICY, CAP_HI * cap, SLO, min_queries=500, min_duration_s=0.2, trace=False),
     )
     assert hi.parsed["Result is"] == "INVALID" and hi.agreement is None and hi.trace_note == "tracing off"
+    # the comparison the GPU test makes, on numbers whose answer is known
+    assert _agree(0.033, 0.030) and _agree(0.004, 0.0065) and not _agree(0.033, 0.090)
+
+
+def test_deepgaps_p99_on_a_virtual_clock_is_the_simulators():
+    """deepgap's side of the comparison without a wall clock: its event loop on a virtual clock against the
+    known server is the simulator's answer to the same arrivals, and passes the SLO at 0.6x capacity."""
+    from deepgap.serving.clock import VirtualClock
+    from deepgap.serving.sim import simulate
+
+    rate = CAP_LO * _capacity()
+    times = arr.poisson(rate, 500, 1)
+    clock = VirtualClock()
+
+    def execute(first, count):
+        t = SERVICE.median_at(count)
+        clock.advance(t)
+        return 0.0, t, 0.0
+
+    ours = summarize(serve_loop(times, POLICY, clock, execute), rate, SLO)
+    sim = summarize(simulate(times, POLICY, SERVICE, seed=None), rate, SLO)
+    assert ours.latency_p99_s == pytest.approx(sim.latency_p99_s, rel=1e-9) and ours.latency_p99_s < SLO
+    assert _agree(sim.latency_p99_s, ours.latency_p99_s)
+
+
+@pytest.mark.gpu
+def test_loadgen_and_deepgap_agree_on_a_server_of_known_service_time():
+    """The real-clock numbers (run on the GPU machine, whose host is not shared): LoadGen VALID at 0.6x
+    deepgap's capacity, and both p99s within the stated tolerance of each other."""
+    cap = _capacity()
+    # The harness's own floor first: on a host so loaded that nothing runs on time (LoadGen's p99 with nothing
+    # served above FLOOR_MAX_S) no real-time comparison means anything, and the test says so.
+    floor = drive(None, null_request(LoadgenRequest("server", POLICY, CAP_LO * cap, SLO, 100, 0.05)))
+    if _lg_p99(floor) > FLOOR_MAX_S:
+        pytest.skip(f"host overloaded: LoadGen's null-SUT p99 is {_lg_p99(floor) * 1e3:.1f} ms")
+    rate = CAP_LO * cap
+    for attempt in (1, 2):  # a pair that disagrees is measured once more; the bound stays
+        # deepgap's driver: the event loop on the wall clock, latency from each scheduled arrival
+        times = arr.poisson(rate, 500, attempt)
+        clock = RealClock(time.perf_counter() + 0.005)
+        ours = summarize(serve_loop(times, POLICY, clock, TimedExecutor(SERVICE)), rate, SLO)
+        # LoadGen at the same rate against the same (simulated) server
+        res = drive(
+            TimedExecutor(SERVICE),
+            LoadgenRequest("server", POLICY, rate, SLO, min_queries=500, min_duration_s=0.2),
+        )
+        lg99 = _lg_p99(res)
+        agree = _agree(lg99, ours.latency_p99_s)
+        if agree and res.parsed["Result is"] == "VALID":
+            break
+    assert res.parsed["Result is"] == "VALID", res.summary
+    assert agree, (attempt, lg99, ours)
+    null = drive(
+        None,
+        null_request(LoadgenRequest("server", POLICY, 2000.0, SLO, min_queries=200, min_duration_s=0.05)),
+    )
+    assert float(null.log.latency_s.max()) < 0.01  # nothing is served: our side completes in the callback
 
 
 def test_null_sut_is_the_harness_floor_and_completes_every_issue_call():
@@ -101,7 +152,8 @@ def test_null_sut_is_the_harness_floor_and_completes_every_issue_call():
     res = drive(None, null_request(req))
     assert res.parsed["Scenario"] == "Server" and res.log.n >= 200
     assert res.complete_calls == res.issue_calls > 0
-    assert float(res.log.latency_s.max()) < 0.01  # nothing is served: our side completes in the callback
+    # (its wall-clock bound, every latency under 10 ms, is checked on the GPU machine: a loaded host stalls it)
+    assert float(res.log.compute_s.max()) == 0.0  # nothing is served: our side completes in the callback
     assert res.agreement is not None and res.agreement.matched
     assert res.agreement.issue_delay_p99_s >= 0 and _lg_p99(res) >= res.agreement.deepgap_p99_s
 
@@ -378,15 +430,27 @@ def test_plan_says_which_capacity_it_used():
     assert row.devices == 2 and "deepgap's" in row.capacity_used and "LoadGen" in row.capacity_used
 
 
-def test_timed_executor_is_the_simulators_pipeline_on_the_wall_clock():
+def test_timed_executor_is_the_simulators_pipeline_on_the_wall_clock(monkeypatch):
+    """On an injected clock (a stall of the loaded host between two lines must not decide the outcome)."""
+    import deepgap.serving.sim as sim
+
+    now = [100.0]
+
+    def sleep(dt):
+        now[0] += max(dt, 0.0)
+
+    monkeypatch.setattr(sim, "time", SimpleNamespace(perf_counter=lambda: now[0], sleep=sleep))
     sv = ServiceModel((1, 8), (2e-3, 6e-3), interval_s=(1e-3, 4e-3), depth=2)
     ex = TimedExecutor(sv)
-    t0 = time.perf_counter()
     a, b = ex.submit(0, 8), ex.submit(8, 8)
-    t1 = time.perf_counter()
-    assert t0 + 6e-3 <= a[0] <= t1 + 6e-3 and b[0] == pytest.approx(a[0] + 4e-3)  # done + I: the pipeline
+    assert a[0] == pytest.approx(100.0 + 6e-3) and b[0] == pytest.approx(
+        a[0] + 4e-3
+    )  # done + I: the pipeline
     assert ex.depth == 2 and not ex.done(a) and ex.wait(b)[1] == pytest.approx(6e-3) and ex.done(a)
-    assert time.perf_counter() >= b[0] and ex.batches == 2
+    assert now[0] >= b[0] and ex.batches == 2
+    now[0] = a[0] - 1e-3
+    ex.wait_until(b, SimpleNamespace(origin_s=100.0), a[0] - 100.0)  # the clock's instant comes first
+    assert now[0] == pytest.approx(a[0]) and ex.done(a) and not ex.done(b)
 
 
 def test_loadgen_drives_the_pipelined_executor_two_streams_deep():
@@ -543,4 +607,4 @@ def test_a_failing_server_raises_instead_of_hanging_loadgen(where):
             Broken(SERVICE),
             LoadgenRequest("server", POLICY, 500.0, SLO, min_queries=100, min_duration_s=0.05),
         )
-    assert time.perf_counter() - t0 < 5.0
+    assert time.perf_counter() - t0 < 120.0  # a hang would be forever; a loaded host may take seconds

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import time
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -136,6 +137,7 @@ def serve_loop(
     """Serve requests arriving at ``arrivals_s`` (sorted, seconds on ``clock``) and log each one."""
     arr = np.asarray(arrivals_s, dtype=np.float64)
     n = len(arr)
+    at = arr.tolist()  # bisect on a list, not a numpy call per scalar: the simulator's hot loop
     pipe = execute if hasattr(execute, "submit") else _Sync(execute)
     depth = pipe.depth
     batches: list[tuple[int, float, float, float, float, float, float, int]] = []
@@ -154,7 +156,7 @@ def serve_loop(
         done = clock.now()
         batches.append((count, dispatch, done, h2d, compute, d2h, host, first))
         if slo is not None:  # arrivals are sorted: the late ones are a prefix of the batch
-            violations += int(np.searchsorted(arr[first : first + count], done - slo, "left"))
+            violations += bisect_left(at, done - slo, first, first + count) - first
         if stop is not None and not stopped[0]:
             stopped = stop.check(violations + dropped, done)
 
@@ -164,9 +166,9 @@ def serve_loop(
         if stopped[0]:
             break
         now = clock.now()
-        tail = max(head, int(np.searchsorted(arr, now, "right")))
+        tail = bisect_right(at, now, head)  # = max(head, searchsorted(arr, now, "right")): arr is sorted
         if drop_after is not None and head < tail:
-            cut = min(tail, int(np.searchsorted(arr, now - drop_after, "left")))
+            cut = min(tail, bisect_left(at, now - drop_after))
             if cut > head:
                 dropped += cut - head
                 head = cut
@@ -174,18 +176,18 @@ def serve_loop(
         if head < n and len(inflight) < depth:
             queued = tail - head
             if queued == 0:
-                next_s = float(arr[tail])
+                next_s = at[tail]
             else:
                 d = (
                     Decision(count=max_batch)
                     if queued >= max_batch
-                    else decide(policy, now, queued, arr[head], tail < n)
+                    else decide(policy, now, queued, at[head], tail < n)
                 )
                 if d.count:
                     inflight.append((pipe.submit(head, d.count), head, d.count, now))
                     head += d.count
                     continue
-                next_s = min(d.wait_until_s, float(arr[tail])) if tail < n else d.wait_until_s
+                next_s = min(d.wait_until_s, at[tail]) if tail < n else d.wait_until_s
         if not inflight:
             if next_s == math.inf:
                 break

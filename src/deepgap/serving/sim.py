@@ -167,15 +167,31 @@ class VirtualPipeline:
         self.depth = service.depth
         self.k = 0
         self.last_done = -math.inf
+        self._at: dict[int, tuple[float, float, np.ndarray | None]] = {}  # per batch size, computed once
+        self._u = None if draws is None else np.asarray(draws, dtype=np.float64).tolist()
+
+    def _service_at(self, n: int) -> tuple[float, float, np.ndarray | None]:
+        """(median, interval, raw-sample ratios or None) for a batch of ``n``, computed once per size.
+
+        What `ServiceModel.time_s`, `median_at` and `interval_at` compute; a dict lookup per batch instead
+        (this is the simulator's hot loop: the planner and capacity searches run it for every policy).
+        """
+        sv = self.service
+        ratios = None
+        if sv._ratios:
+            ref = sv.batch_sizes[min(bisect.bisect_left(sv.batch_sizes, n), len(sv.batch_sizes) - 1)]
+            ratios = sv._ratios.get(ref)
+        got = self._at[n] = (sv.median_at(n), sv.interval_at(n), ratios)
+        return got
 
     def submit(self, first: int, count: int) -> tuple[float, float, float]:
         """Schedule a batch: (done time, first-stage seconds, last-stage seconds)."""
-        sv = self.service
-        u = None if self.draws is None else float(self.draws[self.k % len(self.draws)])
+        med, interval, ratios = self._at.get(count) or self._service_at(count)
+        u = None if self._u is None else self._u[self.k % len(self._u)]
         self.k += 1
-        total = sv.time_s(count, u)
-        scale = total / sv.median_at(count)
-        last = min(total, sv.interval_at(count) * scale)
+        total = med if u is None or ratios is None else med * float(ratios[int(u * len(ratios))])  # time_s
+        scale = total / med
+        last = min(total, interval * scale)
         now = self.clock.now()
         done = max(now + total - last, self.last_done) + last
         self.last_done = done
