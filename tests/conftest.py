@@ -47,7 +47,7 @@ def inprocess_worker(mp: pytest.MonkeyPatch):
     """What `inprocess_runs` does, for a module-scoped fixture (``with pytest.MonkeyPatch.context() as mp``)."""
     import torch
 
-    import deepgap.api
+    import deepgap.drive.sweep
     from deepgap.drive.inprocess import InProcessWorker
     from deepgap.drive.runner import SweepRunner
 
@@ -55,7 +55,7 @@ def inprocess_worker(mp: pytest.MonkeyPatch):
         return SweepRunner(spec, device, worker=InProcessWorker(device))
 
     threads = torch.get_num_threads()
-    mp.setattr(deepgap.api, "SweepRunner", in_process)
+    mp.setattr(deepgap.drive.sweep, "SweepRunner", in_process)
     try:
         yield
     finally:

@@ -58,11 +58,11 @@ def _no_png(fig, dpi: int = 90) -> bytes:
 
 @pytest.fixture(autouse=True)
 def fake_runner(monkeypatch):
-    import deepgap.api
     import deepgap.drive.prelude
+    import deepgap.drive.sweep
     import deepgap.render.draw
 
-    monkeypatch.setattr(deepgap.api, "SweepRunner", FakeRunner)
+    monkeypatch.setattr(deepgap.drive.sweep, "SweepRunner", FakeRunner)
     monkeypatch.setattr(deepgap.drive.prelude, "run_level", lambda *a, **k: None)
     monkeypatch.setattr(deepgap.render.draw, "png_bytes", _no_png)  # rasterising is slow and data-blind
 

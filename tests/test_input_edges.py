@@ -42,8 +42,10 @@ class Hang(Exception):  # noqa: N818 - named for what the test saw
 @pytest.fixture(autouse=True)
 def no_runner_no_hang(monkeypatch):
     import deepgap.api
+    import deepgap.drive.sweep
 
-    monkeypatch.setattr(deepgap.api, "SweepRunner", NoRunner)
+    monkeypatch.setattr(deepgap.api, "SweepRunner", NoRunner)  # probe
+    monkeypatch.setattr(deepgap.drive.sweep, "SweepRunner", NoRunner)
 
     def hung(*_):
         raise Hang(f"still running after {HANG_S} s")

@@ -229,7 +229,7 @@ def test_run_report_flag(tmp_path, monkeypatch):
     The handlers run in this process (`InProcessWorker`): the point is the report of a fresh run, not the
     worker's isolation, and a worker process first imports torch and torchvision (10-20 s on two cores).
     """
-    import deepgap.api
+    import deepgap.drive.sweep
     from deepgap.drive.inprocess import InProcessWorker
     from deepgap.drive.runner import SweepRunner
 
@@ -238,7 +238,7 @@ def test_run_report_flag(tmp_path, monkeypatch):
         runner.worker = InProcessWorker(device)
         return runner
 
-    monkeypatch.setattr(deepgap.api, "SweepRunner", in_process)
+    monkeypatch.setattr(deepgap.drive.sweep, "SweepRunner", in_process)
     store, html = str(tmp_path / "s.sqlite"), str(tmp_path / "run.html")
     assert (
         main(
