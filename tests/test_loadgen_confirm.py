@@ -20,11 +20,11 @@ from deepgap.serving.details import CapacityDetails, CapacityProbe, LevelDetails
 from deepgap.serving.loadgen import (
     LoadgenRequest,
     LoadgenResult,
-    drive,
     early_stopping,
     loadgen_settings,
     null_request,
 )
+from deepgap.serving.loadgen_sut import drive
 from deepgap.serving.loadgen_trace import AGREEMENT_MARGIN_S, TraceSamples, agreement, read_trace
 from deepgap.serving.log import RequestLog, summarize
 from deepgap.serving.sim import ServiceModel, TimedExecutor
@@ -576,7 +576,7 @@ def test_gpu_loadgen_light_sut_on_cuda_streams():
 
 def test_a_long_run_keeps_its_summary_not_a_row_per_request(monkeypatch):
     """MLPerf's 600 s at tens of thousands of samples/s: the summary comes back, not a row per request."""
-    import deepgap.serving.loadgen as lgw
+    import deepgap.serving.loadgen_sut as lgw
 
     monkeypatch.setattr(lgw, "LOG_CAP", 100)
     res = drive(

@@ -39,9 +39,6 @@ from deepgap.serving.log import LevelSummary, RequestLog
 SCENARIO_NAMES = {"single-stream": "SingleStream", "server": "Server", "offline": "Offline"}
 SWITCH_INTERVAL_S = 2e-4  # LoadGen's issuing thread waits for the GIL at most about this long, not 5 ms
 STOP_POLL_S = 0.05  # an idle dispatch thread checks for the end of the run this often
-# Requests whose records go back to the parent and into the store; a longer run (MLPerf's 600 s at tens of
-# thousands of samples/s) keeps deepgap's summary of it and LoadGen's, not a row per request.
-LOG_CAP = 2_000_000
 
 
 def available() -> str | None:
@@ -81,7 +78,9 @@ class LoadgenResult:
 
     summary: str
     parsed: dict[str, str]
-    log: RequestLog | None  # None when the run served more than LOG_CAP requests (its summary is kept)
+    log: (
+        RequestLog | None
+    )  # None when the run served more than loadgen_sut.LOG_CAP requests (its summary is kept)
     level: LevelSummary | None = None  # deepgap's summary of the run (its own request records)
     early_stopping: str = ""  # LoadGen's early-stopping lines
     agreement: Agreement | None = None
