@@ -221,17 +221,20 @@ def test_every_flag(flag, value, capsys):
     _check(_base(cmd) + [f"{option}={value}"], capsys)
 
 
-@pytest.mark.skipif(not FULL, reason="the full sweep: DEEPGAP_FUZZ_FULL=1")
-def test_every_flag_with_every_value(capsys):
-    """Every flag of every command against every hostile value; all failures listed at the end."""
-    failures = []
-    for cmd, option in FLAGS:
-        for value in HOSTILE:
-            try:
-                _check(_base(cmd) + [f"{option}={value}"], capsys)
-            except AssertionError as exc:
-                failures.append(f"{cmd} {option}={value!r}: {str(exc).splitlines()[0][:300]}")
-    assert not failures, f"{len(failures)} of {len(FLAGS) * len(HOSTILE)} pairs:\n" + "\n".join(failures)
+# The full sweep exists only when asked for (DEEPGAP_FUZZ_FULL=1): collected then, absent otherwise, so CI
+# neither runs its minutes nor reports a skip that needs no GPU.
+if FULL:
+
+    def test_every_flag_with_every_value(capsys):
+        """Every flag of every command against every hostile value; all failures listed at the end."""
+        failures = []
+        for cmd, option in FLAGS:
+            for value in HOSTILE:
+                try:
+                    _check(_base(cmd) + [f"{option}={value}"], capsys)
+                except AssertionError as exc:
+                    failures.append(f"{cmd} {option}={value!r}: {str(exc).splitlines()[0][:300]}")
+        assert not failures, f"{len(failures)} of {len(FLAGS) * len(HOSTILE)} pairs:\n" + "\n".join(failures)
 
 
 TOML_VALUES = [
