@@ -14,8 +14,10 @@ S=${DEVICE_WORK:-/tmp/deepgap-device}; mkdir -p "$S"
 [ $# -gt 0 ] || { sed -n 3,10p "$0"; exit 2; }
 for what in "$@"; do case $what in
 default)
+    # from cold compiler caches (inductor, Triton, deepgap's quant tuning), each line stamped with its second
+    rm -rf /tmp/torchinductor_"$(id -un)" "$HOME/.triton" "$HOME/.cache/deepgap"
     step "default sweep" "${DEFAULT_LIMIT:-575}" python -m deepgap run --store "$S/default.sqlite" \
-        --report "$S/report/report.html" > "$OUT/default.txt" 2>&1
+        --report "$S/report/report.html" 2>&1 | stamp > "$OUT/default.txt"
     tail -30 "$OUT/default.txt"; pack "$S/default.sqlite"; report_csvs "$S/report" ;;
 smoke)
     step "smoke sweep" 200 python -m deepgap run --models resnet18 --engines eager,quant --precisions fp16,int8 \
@@ -31,7 +33,7 @@ gputests)
         -p no:cacheprovider > "$OUT/gputests.txt" 2>&1
     step "GPU tests, alone" "${TEST_LIMIT:-300}" python -m pytest -q -m gpu "$ALONE" -p no:cacheprovider \
         > "$OUT/gputests-alone.txt" 2>&1
-    tail -8 "$OUT/gputests.txt" "$OUT/gputests-alone.txt" ;;
+    tail -n 8 "$OUT/gputests.txt" "$OUT/gputests-alone.txt" ;;
 prelude)
     step "prelude check" 240 bash benchmarks/prelude_check.sh "$S/prelude" > "$OUT/prelude_check.txt" 2>&1
     tail -40 "$OUT/prelude_check.txt"; pack "$S/prelude/serve.sqlite"; pack "$S/prelude/fleet.sqlite" ;;

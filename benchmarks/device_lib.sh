@@ -16,3 +16,7 @@ pack() { python3 -c "import sqlite3,sys; sqlite3.connect(sys.argv[1]).execute('P
          && python -m deepgap export "$1" --format csv -o "$OUT/$(basename "$1" .sqlite).csv" >/dev/null 2>&1; }
 # report_csvs DIR: a report's CSV tables (answer.csv, configurations.csv, ...) into $OUT/DIR-csv/.
 report_csvs() { mkdir -p "$OUT/$(basename "$1")-csv" && cp "$1"/report_files/*.csv "$OUT/$(basename "$1")-csv/" 2>/dev/null; }
+# stamp: prefix each line of stdin with the seconds since it started (where a long run's time goes).
+stamp() { python3 -u -c 'import sys, time
+t0 = time.monotonic()
+for line in sys.stdin: sys.stdout.write(f"{time.monotonic() - t0:7.1f} {line}")'; }
