@@ -53,6 +53,14 @@ def test_cpu_engines_run_tinycnn_at_two_batch_sizes(tmp_path, tiny_spec, cache, 
     assert (q1["quant_cache"], q3["quant_cache"]) == ("miss", "hit")
     assert q1["calibration"]["source"] == "synthetic" and q1["quantization"]["format"] == "QDQ"
     assert list(cache.glob("ort-int8/*.onnx")) and list(cache.glob("onnx/*.onnx"))
+    # the `prepare` request that builds these beside a GPU run's prelude (deepgap.drive.prepare) looks up
+    # the very keys the measurement wrote
+    from deepgap.drive.inprocess import InProcessWorker
+    from deepgap.drive.runner import SweepRunner
+
+    runner = SweepRunner(spec, "cpu", worker=InProcessWorker())
+    info = runner.call("prepare", runner.request(by[("onnxruntime", "int8", 1)].spec), 120)
+    assert (info["onnx_cache"], info["quant_cache"]) == ("hit", "hit"), info
     # what cannot run here is stored as skipped, with the reason
     for engine in GPU_ONLY:
         r = by[(engine, "fp32", 1)]

@@ -66,6 +66,9 @@ class Plan(Generic[L]):
     prelude: bool = True  # False: no prelude (a resumed run with nothing left; nothing to store)
     run_id: str | None = None  # the resumed run, reopened instead of a new one
     env_of: Callable[[Finished[Any]], dict[str, Any]] | None = None  # the env when the launcher had none
+    # CPU work that may overlap the prelude (it times nothing on the CPU), done before the first step:
+    # starts it and returns what `finish`es or `cancel`s it (`deepgap.drive.prepare`), or None
+    beside_prelude: Callable[[], Any] | None = None
 
 
 @dataclass
@@ -118,7 +121,7 @@ def drive(job: Job[T]) -> Driven[T]:
             session.open(plan.spec, job.command, env)
         with session:
             if plan.prelude and session.run_id is not None:
-                session.prelude(launcher, plan.sweep, plan.warmup, job.log)
+                _prelude(session, launcher, plan, job.log)
             n = 0
             for item in plan.steps(launcher):
                 if isinstance(item, Started):
@@ -140,6 +143,18 @@ def drive(job: Job[T]) -> Driven[T]:
     finally:
         launcher.close()
         session.close()
+
+
+def _prelude(session: RunSession, launcher: Any, plan: Plan[Any], log: Callable[[str], None]) -> None:
+    """The run's prelude, with `Plan.beside_prelude`'s work overlapping it and finished before any step."""
+    beside = plan.beside_prelude() if plan.beside_prelude is not None else None
+    done = False
+    try:
+        session.prelude(launcher, plan.sweep, plan.warmup, log)
+        done = True
+    finally:
+        if beside is not None:
+            beside.finish() if done else beside.cancel()
 
 
 def record_result(session: RunSession, result: Any) -> None:

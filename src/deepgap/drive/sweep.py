@@ -23,6 +23,7 @@ from deepgap.drive.config import SweepSpec, validate
 from deepgap.drive.launcher import Finished, Started
 from deepgap.drive.loop import Item, Job, Plan, Resumed, drive, record_result, sweep_events
 from deepgap.drive.plan import expand
+from deepgap.drive.prepare import prepare_beside
 from deepgap.drive.presets import cpu_baseline_spec
 from deepgap.drive.runner import SweepRunner
 from deepgap.drive.session import SWEEP, Results, as_spec, resolve_device
@@ -94,7 +95,13 @@ def sweep_plan(
         warmup=configs,
         prelude=bool(configs),  # a resumed run with nothing left measures no prelude either
         run_id=resumed.run_id if resumed is not None else None,
+        beside_prelude=(lambda: prepare_beside(host, lambda: _host_runner(sweep), log)) if host else None,
     )
+
+
+def _host_runner(sweep: SweepSpec) -> SweepRunner:
+    """A CPU `SweepRunner` with the host part's spec (`cpu_baseline_spec`), as `host_cpu_results` makes."""
+    return SweepRunner(cpu_baseline_spec(sweep, os.cpu_count() or 1), "cpu")
 
 
 def host_cpu_results(
@@ -108,9 +115,11 @@ def host_cpu_results(
     Each result carries the CPU worker's fingerprint in ``details.node_env`` (the store reads the CPU's
     name from there: a second device). ``runner``: a launcher to use instead of a new CPU `SweepRunner`.
     """
-    cpu = cpu_baseline_spec(sweep, os.cpu_count() or 1)
-    runner = runner or SweepRunner(cpu, "cpu")
-    log(f"host CPU baseline: {len(configs)} configuration(s) on the CPU ({cpu.cpu_cores} cores), GPU idle")
+    runner = runner or _host_runner(sweep)
+    log(
+        f"host CPU baseline: {len(configs)} configuration(s) on the CPU ({runner.spec.cpu_cores} cores), "
+        "GPU idle"
+    )
     try:
         runner.start()
         env = runner.environment()

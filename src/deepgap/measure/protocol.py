@@ -45,7 +45,7 @@ def worker_module(kind: str) -> str:
     )
 
 
-register_worker_module("deepgap.measure.configuration", "measure", "thermal")
+register_worker_module("deepgap.measure.configuration", "measure", "thermal", "prepare")
 register_worker_module("deepgap.measure.worker", "env", "idle")
 
 

@@ -73,6 +73,21 @@ def build_model(name: str, resolution: int, weights: str | None = None, seed: in
     return model
 
 
+def build_skeleton(name: str, resolution: int) -> torch.nn.Module:
+    """``name``'s architecture on the ``meta`` device, in eval mode: shapes only, no weights.
+
+    Why: counting FLOPs and bytes (the report's roofline) needs the graph, not the numbers; building on
+    the meta device skips the random initialisation and `tame_activations`' probe pass, which cost
+    seconds per ResNet on the CPU.
+    """
+    import torch
+
+    entry = resolve_model(name)
+    with torch.device("meta"):
+        model = entry.build(resolution)
+    return model.eval()
+
+
 def load_weights(model: torch.nn.Module, name: str, weights: str) -> None:
     """Load the state dict in ``weights`` into ``model``, or a `UsageError` saying why it does not fit."""
     import torch
