@@ -14,8 +14,9 @@ from typing import Any
 
 import torch
 
-from deepgap.core import correctness, envinfo
+from deepgap.core import envinfo
 from deepgap.core.records import ConfigSpec, Status
+from deepgap.measure import correctness
 from deepgap.measure.engines import get_engine
 from deepgap.measure.worker import handles, inputs_for, is_oom, nvml_used_bytes
 from deepgap.serving.process import (

@@ -133,7 +133,7 @@ def prepare_quant(
         raise ValueError(f"precision must be one of {layers.QFORMATS}; got {precision!r}")
     graph = model if isinstance(model, Graph) else resnet_graph(model.eval())
     if weights_sha is None:
-        from deepgap.measure.models import weights_fingerprint
+        from deepgap.measure.models.build import weights_fingerprint
 
         weights_sha = weights_fingerprint(model) if not isinstance(model, Graph) else "graph"
     t0 = time.perf_counter()
