@@ -28,15 +28,14 @@ from deepgap.core.errors import StoreError, StoreNewerError, UsageError
 from deepgap.core.records import Status
 from deepgap.store import held, writelock
 from deepgap.store.guard import (
-    SQLITE_MAGIC,
     BadText,
-    check_header,
     column_types,
     connect,
     flat,
     has_log,
     row_problem,
 )
+from deepgap.store.header import check_header, header_problem, truncation
 from deepgap.store.migrations import SCHEMA_VERSION, migrate, version
 
 CORE = ("runs", "results", "samples", "telemetry")
@@ -207,50 +206,6 @@ def check(path: str) -> CheckReport:
     finally:
         con.close()
     return rep
-
-
-def header_problem(path: str) -> str | None:
-    """What makes SQLite refuse the file's first 100 bytes, in words (None: SQLite accepts them)."""
-    with open(path, "rb") as fh:
-        head = fh.read(100)
-    fix = "; `--recover` rewrites it from the pages"
-    if len(head) < 100:
-        return (
-            f"the file is only {len(head)} bytes, shorter than SQLite's 100-byte header: "
-            "it holds no data at all (an interrupted copy)"
-        )
-    if head[:16] != SQLITE_MAGIC:
-        return "damaged: the file does not start with SQLite's magic bytes, so SQLite refuses it" + fix
-    raw = int.from_bytes(head[16:18], "big")
-    if raw != 1 and (raw < 512 or raw > 32768 or raw & (raw - 1)):
-        return f"damaged: its page size ({raw}) is not one SQLite writes, so SQLite refuses it" + fix
-    if head[18] not in (1, 2) or head[19] not in (1, 2) or head[21:24] != b"\x40\x20\x20":
-        return "damaged: its format bytes (18-23) are not SQLite's, so SQLite refuses it" + fix
-    return None
-
-
-def truncation(path: str) -> str | None:
-    """How much of the file is missing, from its header's page count (None: complete, or unknown)."""
-    with open(path, "rb") as fh:
-        head = fh.read(100)
-    if len(head) < 100 or head[:16] != SQLITE_MAGIC:
-        return None
-    raw = int.from_bytes(head[16:18], "big")
-    page = 65536 if raw == 1 else raw
-    if page < 512 or page & (page - 1):
-        return None
-    size = os.path.getsize(path)
-    pages = int.from_bytes(head[28:32], "big")
-    valid = head[24:28] == head[92:96] and pages > 0  # SQLite trusts the count only then
-    if valid and size < pages * page:
-        missing = (pages * page - size) // 1024
-        return (
-            f"the file ends at page {size // page} of {pages} ({missing} KiB missing): "
-            "it was cut short (an interrupted copy, a full disk)"
-        )
-    if size % page:
-        return f"the file ends inside page {size // page + 1}: it was cut short"
-    return None
 
 
 def _tables(con: sqlite3.Connection) -> set[str]:
