@@ -77,6 +77,13 @@ def _finish(y, beta, r, gamma, RELU: tl.constexpr, HAS_RES: tl.constexpr, OUT_KI
     return out
 
 
+@triton.jit
+def window_origin(r, OH, OW, STRIDE, PAD):
+    """Image, first input row and column of output pixels ``r`` (batch·OH·OW order): conv and pool windows."""
+    rem = r % (OH * OW)
+    return r // (OH * OW), (rem // OW) * STRIDE - PAD, (rem % OW) * STRIDE - PAD
+
+
 @triton.jit(do_not_specialize=["M", "H", "W", "OH", "OW"])
 def conv_gemm_kernel(
     x_ptr,
@@ -145,10 +152,7 @@ def conv_gemm_kernel(
             else:
                 acc = tl.dot(a, b, acc)
     else:
-        nb = rm // (OH * OW)
-        rem = rm % (OH * OW)
-        ih0 = (rem // OW) * STRIDE - PAD
-        iw0 = (rem % OW) * STRIDE - PAD
+        nb, ih0, iw0 = window_origin(rm, OH, OW, STRIDE, PAD)
         for k in range(0, ktot, BK):
             tap = k // C
             c0 = k - tap * C
