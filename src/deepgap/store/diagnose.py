@@ -132,24 +132,7 @@ def check(path: str) -> CheckReport:
         rep.creating = bool(rep.holders)
         rep.fatal = "the file is empty (0 bytes): no store was ever written to it"
         return rep
-    raw = not held.is_held(path)  # a raw open/close would drop this process's SQLite locks (held.py)
-    # a file with a log is in flux (a checkpoint writes page 1 before the pages that grow the file):
-    # SQLite's own reads, the log included, find missing pages then
-    rep.truncated = truncation(path) if raw and not has_log(path) and not rep.holders else None
-    if has_log(path):
-        kib = os.path.getsize(path + "-wal") // 1024
-        rep.log = (
-            f"{kib} KiB of transactions not yet folded into the file (a run is writing it, or was "
-            "stopped): read with it"
-        )
-    rep.header = (header_problem(path) if raw else None) or "ok"
-    if rep.header == "ok":
-        try:
-            check_header(path)
-        except StoreNewerError:
-            raise  # not damage: one line saying "upgrade deepgap", as every other command says it
-        except StoreError as exc:
-            rep.header = _why(exc).replace(f"{path} ", "")
+    _check_file(path, rep)
     try:
         con = open_read(path)
     except (StoreError, sqlite3.DatabaseError) as exc:
@@ -206,6 +189,28 @@ def check(path: str) -> CheckReport:
     finally:
         con.close()
     return rep
+
+
+def _check_file(path: str, rep: CheckReport) -> None:
+    """What the file's bytes say before SQLite reads it: truncation, a log in flux, the header."""
+    raw = not held.is_held(path)  # a raw open/close would drop this process's SQLite locks (held.py)
+    # a file with a log is in flux (a checkpoint writes page 1 before the pages that grow the file):
+    # SQLite's own reads, the log included, find missing pages then
+    rep.truncated = truncation(path) if raw and not has_log(path) and not rep.holders else None
+    if has_log(path):
+        kib = os.path.getsize(path + "-wal") // 1024
+        rep.log = (
+            f"{kib} KiB of transactions not yet folded into the file (a run is writing it, or was "
+            "stopped): read with it"
+        )
+    rep.header = (header_problem(path) if raw else None) or "ok"
+    if rep.header == "ok":
+        try:
+            check_header(path)
+        except StoreNewerError:
+            raise  # not damage: one line saying "upgrade deepgap", as every other command says it
+        except StoreError as exc:
+            rep.header = _why(exc).replace(f"{path} ", "")
 
 
 def _tables(con: sqlite3.Connection) -> set[str]:
