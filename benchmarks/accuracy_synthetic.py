@@ -65,7 +65,7 @@ def train(model: str, train_root: Path, epochs: int, device: str, batch: int = 6
 
     from deepgap.measure.accuracy.dataset import load
     from deepgap.measure.accuracy.evaluate import decode, normalise
-    from deepgap.measure.models import build_model
+    from deepgap.measure.models.build import build_model
 
     x, y = decode(list(load(str(train_root)).items), 224)
     x, y = normalise(x), y

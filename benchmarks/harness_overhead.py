@@ -88,7 +88,8 @@ class BareLoop:
     ) -> None:
         import torch
 
-        from deepgap.measure.models import build_model, resolve_model
+        from deepgap.measure.models import resolve_model
+        from deepgap.measure.models.build import build_model
 
         res = resolve_model(model_name).default_resolution
         model, x = build_model(model_name, res), torch.randn(bs, 3, res, res)

@@ -53,7 +53,7 @@ def load(args):
     """The model on its device in its dtype, and the device string."""
     import torch
 
-    from deepgap.measure.models.llama import build_llama
+    from deepgap.measure.models.llama_net import build_llama
 
     device = args.device
     if device == "auto":

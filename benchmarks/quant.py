@@ -143,7 +143,7 @@ def run_variant(
     """Prepare, check and time one variant; never raises."""
     import torch
 
-    from deepgap.core import correctness
+    from deepgap.measure import correctness
 
     row: dict = {"variant": label, "batch_size": bs, "precision": precision}
     t = time.perf_counter()
@@ -351,7 +351,7 @@ def main() -> int:  # noqa: D103, PLR0915
         return 2
     import triton
 
-    from deepgap.measure.models import build_model
+    from deepgap.measure.models.build import build_model
 
     os.makedirs(args.out, exist_ok=True)
     args.store = args.store or os.path.join(args.out, "quant.sqlite")

@@ -44,7 +44,7 @@ def main() -> None:
 
     from deepgap.core.records import ConfigSpec
     from deepgap.measure.engines import get_engine
-    from deepgap.measure.models.registry import build_model
+    from deepgap.measure.models.build import build_model
 
     t_import = time.perf_counter() - t0
     spec = ConfigSpec(args.model, args.engine, args.precision, args.batch, "cuda", args.memory_format)

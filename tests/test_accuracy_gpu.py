@@ -31,7 +31,7 @@ def _folder(root):
 def _train(root, weights):
     from deepgap.measure.accuracy.dataset import load
     from deepgap.measure.accuracy.evaluate import decode, normalise
-    from deepgap.measure.models import build_model
+    from deepgap.measure.models.build import build_model
 
     ds = load(str(root))
     x, y = decode(list(ds.items), 224)

@@ -61,7 +61,7 @@ def _tv_inputs(paths):
 def _train(root, weights):
     import torch
 
-    from deepgap.measure.models import build_model
+    from deepgap.measure.models.build import build_model
 
     paths = sorted(root.rglob("*.png"))
     labels = torch.tensor([sorted(COLOURS).index(p.parent.name) for p in paths])

@@ -54,7 +54,7 @@ def test_prepare_quant_calibrates_on_given_images_keyed_by_their_fingerprint(tmp
 
 
 def _sha(model):
-    from deepgap.measure.models import weights_fingerprint
+    from deepgap.measure.models.build import weights_fingerprint
 
     return weights_fingerprint(model)
 
@@ -100,7 +100,7 @@ def test_engine_adapter_passes_the_calibration_split(tmp_path, monkeypatch):
     assert cs.images.shape == (4, 3, 16, 16) and cs.info["images"] == 4
     assert cs.info["source"] == "dataset" and cs.info["dataset_sha"] == info["sha"]
     assert len(ev) == 8 and not {p for p, _ in cal} & {p for p, _ in ev}
-    from deepgap.measure.images import decode_rgb, preprocess
+    from deepgap.measure.accuracy.evaluate import decode_rgb, preprocess
 
     want = torch.stack([preprocess(decode_rgb(Path(p), Path(p).read_bytes()), 16) for p, _ in cal])
     assert torch.allclose(cs.images, want, atol=1e-6)  # exactly the calibration split, preprocessed

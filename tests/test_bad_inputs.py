@@ -177,8 +177,7 @@ def test_good_weights_pass_the_check(tmp_path):
     """The check before the sweep accepts the model's own state dict (so the cases above can fail)."""
     import torch
 
-    from deepgap.measure.models import build_model
-    from deepgap.measure.models.registry import check_weights
+    from deepgap.measure.models.build import build_model, check_weights
 
     p = tmp_path / "w.pt"
     torch.save(build_model("tinycnn", 32).state_dict(), p)

@@ -10,10 +10,11 @@ Big models are built on the meta device: shapes only, milliseconds.
 import pytest
 import torch
 
-from deepgap.measure.models import build_model, resolve_model
-from deepgap.measure.models.bert import CONFIGS, build_bert
+from deepgap.measure.models import resolve_model
+from deepgap.measure.models.bert import CONFIGS
+from deepgap.measure.models.bert_net import build_bert
+from deepgap.measure.models.build import build_model, example_batch
 from deepgap.measure.models.flops import count_flops, op_counter
-from deepgap.measure.models.inputs import example_batch
 
 PUBLISHED_PARAMS = {"bert-base": 109_482_240, "bert-large": 335_141_888}  # BertModel incl. pooler
 POOLER = {"bert-base": 768 * 768 + 768, "bert-large": 1024 * 1024 + 1024}

@@ -20,9 +20,8 @@ pytestmark = pytest.mark.gpu
 
 def test_sdpa_takes_a_fused_kernel_in_half_precision():
     """fp16/bf16 attention runs as FlashAttention or memory-efficient attention, never the math path."""
-    from deepgap.measure.models import build_model
+    from deepgap.measure.models.build import build_model, example_batch
     from deepgap.measure.models.flops import op_counter
-    from deepgap.measure.models.inputs import example_batch
 
     for dtype in (torch.float16, torch.bfloat16):
         m = build_model("bert-base", 128).to("cuda", dtype)

@@ -216,7 +216,7 @@ def test_a_body_that_raises_leaves_the_run_interrupted_and_closes_the_launcher(t
         kind="sweep",
         store=path,
         command="test",
-        plan=lambda resumed: Plan(launcher, {"models": ["tinycnn"]}, SweepSpec(**GRID), steps, total=2),
+        plan=lambda resumed: Plan(launcher, SweepSpec(**GRID), SweepSpec(**GRID), steps, total=2),
         record=record_result,
     )
     with pytest.raises(RuntimeError, match="the body failed"):
@@ -232,7 +232,14 @@ def test_a_launcher_without_a_fingerprint_opens_the_run_with_the_first_result(tm
     def steps(_launcher):
         yield Finished("", Result(spec=_cfg(1), status=Status.OK), {"host": "node"})
 
-    plan = Plan(_Launcher(None), {}, SweepSpec(**GRID), steps, total=1, env_of=lambda item: item.node_env)
+    plan = Plan(
+        _Launcher(None),
+        SweepSpec(**GRID),
+        SweepSpec(**GRID),
+        steps,
+        total=1,
+        env_of=lambda item: item.node_env,
+    )
     done = drive(Job(kind="sweep", store=path, command="test", plan=lambda r: plan, record=record_result))
     runs, _ = _runs(path)
     assert done.run_id == runs[0]["run_id"] and runs[0]["env"] == {"host": "node"} == done.env

@@ -190,7 +190,7 @@ def test_compile_failure_is_an_error_with_the_compilers_message():
     from deepgap.core.records import ConfigSpec
     from deepgap.measure.engines import get_engine
     from deepgap.measure.engines.torch_compile import CompileFailed
-    from deepgap.measure.models import build_model
+    from deepgap.measure.models.build import build_model
 
     spec = ConfigSpec(
         model="tinycnn", engine="compile", precision="fp32", batch_size=2, device="cpu", resolution=32

@@ -61,6 +61,7 @@ def test_calibration_from_a_folder_of_images(tmp_path):
     from PIL import Image
 
     from deepgap.measure import calibration_data, images
+    from deepgap.measure.accuracy import evaluate
 
     folder = tmp_path / "imgs"
     (folder / "sub").mkdir(parents=True)
@@ -80,7 +81,7 @@ def test_calibration_from_a_folder_of_images(tmp_path):
     every = calibration_data.calibration_set(24, {"calibration_dir": str(folder), "calibration_images": 9})
     assert every.images.shape[0] == 5 and "has 5" in every.info["note"]
     # ImageNet normalization: a mid-grey image maps to (0.5 - mean) / std
-    grey = images.preprocess(torch.full((3, 30, 30), 128, dtype=torch.uint8), 8)
+    grey = evaluate.preprocess(torch.full((3, 30, 30), 128, dtype=torch.uint8), 8)
     expect = (128 / 255 - torch.tensor(images.IMAGENET_MEAN)) / torch.tensor(images.IMAGENET_STD)
     assert torch.allclose(grey[:, 4, 4], expect, atol=1e-5)
     (tmp_path / "empty").mkdir()
@@ -100,11 +101,11 @@ def test_ort_int8_static_quantization_is_qdq_per_channel_accurate_and_cached(tmp
     import numpy as np
     import torch
 
-    from deepgap.core.correctness import compare
     from deepgap.measure import calibration_data
+    from deepgap.measure.correctness import compare
     from deepgap.measure.engines.onnx_export import export_onnx
     from deepgap.measure.engines.ort_quant import quant_settings, quantize
-    from deepgap.measure.models import build_model, weights_fingerprint
+    from deepgap.measure.models.build import build_model, weights_fingerprint
 
     model = build_model("tinycnn", 32)
     sha = weights_fingerprint(model)

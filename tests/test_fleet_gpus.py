@@ -27,7 +27,7 @@ pytestmark = [
 
 def test_clock_and_capture_name_their_device_while_another_is_current():
     from deepgap.measure import graph_runner
-    from deepgap.measure.timing import CudaEventClock
+    from deepgap.measure.device import CudaEventClock
 
     last = f"cuda:{torch.cuda.device_count() - 1}"
     torch.cuda.set_device(0)

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from deepgap.measure.models import build_model
+from deepgap.measure.models.build import build_model
 from deepgap.measure.models.flops import count_flops
 from deepgap.measure.worker import WorkerState
 from deepgap.roofline.flops import model_cost

@@ -61,8 +61,8 @@ def _prepare(engine: str, precision: str, memory_format: str, batch: int, model)
 
 @pytest.mark.parametrize("engine,precision,memory_format", ENGINES, ids=lambda v: str(v))
 def test_runner_alone_keeps_its_graph_valid(engine, precision, memory_format, tmp_path, monkeypatch):
-    from deepgap.core import correctness
-    from deepgap.measure.models import build_model
+    from deepgap.measure import correctness
+    from deepgap.measure.models.build import build_model
 
     monkeypatch.setenv("DEEPGAP_CACHE", str(tmp_path))
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
@@ -92,7 +92,7 @@ def test_runner_alone_keeps_its_graph_valid(engine, precision, memory_format, tm
 
 def test_quant_runners_at_two_batch_sizes_both_replay(tmp_path, monkeypatch):
     """What `deepgap serve` does: one prepared runner per batch size, each kept, the results dropped."""
-    from deepgap.measure.models import build_model
+    from deepgap.measure.models.build import build_model
 
     monkeypatch.setenv("DEEPGAP_CACHE", str(tmp_path))
     runs, outs, inputs = {}, {}, {}

@@ -13,8 +13,8 @@ import torch
 from deepgap.core.errors import UsageError
 from deepgap.measure.llm_steps import make_step
 from deepgap.measure.llm_timing import measure_decode
-from deepgap.measure.models.llama import build_llama
 from deepgap.measure.models.llama_config import MAX_LLM_BATCH, SHAPES, check_run, shape_of
+from deepgap.measure.models.llama_net import build_llama
 
 
 def _one_line(exc_info, *words):

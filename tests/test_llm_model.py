@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from deepgap.measure.llm_timing import generate, prompts
-from deepgap.measure.models.llama import build_llama
 from deepgap.measure.models.llama_config import SHAPES, inv_frequencies, shape_of
+from deepgap.measure.models.llama_net import build_llama
 from deepgap.measure.models.llama_weights import to_hf
 
 transformers = pytest.importorskip("transformers")

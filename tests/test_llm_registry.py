@@ -9,9 +9,9 @@ square (torch's rule), which `llm_cost.prefill_cost` counts causally; the test s
 import torch
 
 from deepgap.measure.llm_cost import prefill_cost
-from deepgap.measure.models import MODELS, build_model, resolve_model
+from deepgap.measure.models import MODELS, resolve_model
+from deepgap.measure.models.build import build_model, example_batch
 from deepgap.measure.models.flops import count_flops
-from deepgap.measure.models.inputs import example_batch
 from deepgap.measure.models.llama_config import SHAPES
 
 

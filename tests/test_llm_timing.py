@@ -13,8 +13,8 @@ import torch
 from deepgap.measure.llm_cost import decode_cost, gemm_weights, prefill_cost
 from deepgap.measure.llm_steps import make_step
 from deepgap.measure.llm_timing import P99_MIN_N, DecodeResult, DecodeRun, generate, measure_decode, prompts
-from deepgap.measure.models.llama import build_llama, weight_bytes
 from deepgap.measure.models.llama_config import SHAPES
+from deepgap.measure.models.llama_net import build_llama, weight_bytes
 
 
 class ScriptedClock:

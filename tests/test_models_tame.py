@@ -6,13 +6,8 @@ import copy
 
 import torch
 
-from deepgap.measure.models import build_model
-from deepgap.measure.models.registry import (
-    ACTIVATION_CEILING,
-    peak_activation,
-    resolve_model,
-    tame_activations,
-)
+from deepgap.measure.models.build import ACTIVATION_CEILING, build_model, peak_activation, tame_activations
+from deepgap.measure.models.registry import resolve_model
 
 
 def _features(model, x):

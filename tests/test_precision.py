@@ -13,6 +13,7 @@ import pytest
 
 from deepgap.core import precision as prec
 from deepgap.core.precision import PRECISIONS, DeviceCaps, Precision
+from deepgap.measure.device import set_tf32, torch_dtype
 
 FAKE = Precision(
     "fp6",
@@ -59,7 +60,7 @@ def test_every_entry_is_complete_and_consistent():
         for f in dataclasses.fields(p):
             if f.name != "peak_fallback":
                 assert getattr(p, f.name) is not None and getattr(p, f.name) != "", (name, f.name)
-        dtype = prec.torch_dtype(name)
+        dtype = torch_dtype(name)
         assert isinstance(dtype, torch.dtype) and dtype.itemsize == p.itemsize, name
         assert 0 < p.rel_l2_bound < 1 and 0 < p.cosine_floor < 1, name
         assert re.fullmatch(r"#[0-9a-f]{6}", p.colour), name
@@ -93,7 +94,7 @@ def test_device_support_keeps_its_rules():
 
 def test_consumers_agree_with_the_table():
     from deepgap.analysis import accuracy
-    from deepgap.core import correctness
+    from deepgap.measure import correctness
     from deepgap.render import style as figure_style
     from deepgap.roofline import figures as roofline_figures
     from deepgap.roofline import flops, specs
@@ -116,7 +117,7 @@ def test_a_new_precision_in_the_table_reaches_every_consumer(fake):
     import torch
 
     from deepgap.analysis import accuracy, tables
-    from deepgap.core import correctness
+    from deepgap.measure import correctness
     from deepgap.render import style as figure_style
     from deepgap.report import compare_console
     from deepgap.roofline import figures as roofline_figures
@@ -182,9 +183,9 @@ def test_set_tf32_follows_the_table(fake, monkeypatch):
     monkeypatch.setitem(PRECISIONS, "fp6", dataclasses.replace(FAKE, allow_tf32=True))
     old = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     try:
-        prec.set_tf32("fp6")
+        set_tf32("fp6")
         assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
-        prec.set_tf32("fp32")
+        set_tf32("fp32")
         assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old

@@ -6,11 +6,11 @@ import pytest
 import torch
 from torchvision import models
 
-from deepgap.core import correctness
 from deepgap.core.precision import DeviceCaps
 from deepgap.core.records import ConfigSpec
+from deepgap.measure import correctness
 from deepgap.measure.engines import get_engine
-from deepgap.measure.models import weights_fingerprint
+from deepgap.measure.models.build import weights_fingerprint
 from deepgap.measure.quant.prepare import QuantOptions, prepare_quant, variant
 
 H100 = DeviceCaps("cuda:0", "cuda", "NVIDIA H100 80GB HBM3", (9, 0), 80 << 30)

@@ -141,8 +141,8 @@ def test_maxpool_and_epilogue_on_gpu_are_exact(fmt):
 
 @pytest.mark.parametrize("precision", ["int8", "fp8"])
 def test_prepared_resnet50_is_correct_and_graph_captured(precision, capsys, tmp_path, monkeypatch):
-    from deepgap.core import correctness
-    from deepgap.measure.models import build_model
+    from deepgap.measure import correctness
+    from deepgap.measure.models.build import build_model
     from deepgap.measure.quant.prepare import prepare_quant
 
     if precision == "fp8" and torch.cuda.get_device_capability() < (8, 9):

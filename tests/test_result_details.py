@@ -151,7 +151,7 @@ def test_producer_order_and_always_written_keys():
 
 def test_details_declare_every_producer_field():
     """The producers' records and the typed details name the same keys (the details cannot import them)."""
-    from deepgap.core.correctness import Agreement
+    from deepgap.measure.correctness import Agreement
     from deepgap.measure.telemetry.base import TelemetryWindow
 
     missing = {f.name for f in dataclasses.fields(TelemetryWindow)} - set(TelemetryDetails.declared())

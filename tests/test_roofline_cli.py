@@ -191,8 +191,9 @@ def test_spec_ceilings_drawn_for_a_known_gpu():
 
 @pytest.mark.gpu
 def test_gpu_peaks_and_profile(tmp_path):
-    from deepgap.roofline.peaks import measure_peaks
-    from deepgap.roofline.profile import ProfileSpec, run_profile
+    from deepgap.roofline.peaks_measure import measure_peaks
+    from deepgap.roofline.profile import ProfileSpec
+    from deepgap.roofline.profile_measure import run_profile
 
     peaks = {p.name: p for p in measure_peaks("cuda", size=2048, bandwidth_bytes=64 << 20, repeats=2)}
     assert peaks["fp16"].status == "ok" and peaks["memory"].value > 50

@@ -100,7 +100,8 @@ def test_kernel_and_cluster_tables_from_the_trace():
 
 def test_cpu_profile_attributes_every_counted_flop(tmp_path):
     from deepgap.roofline.flops import model_cost
-    from deepgap.roofline.profile import ProfileSpec, build_step, profile_step
+    from deepgap.roofline.profile import ProfileSpec
+    from deepgap.roofline.profile_measure import build_step, profile_step
 
     for mode in ("infer", "train"):
         spec = ProfileSpec("tinycnn", batch_size=2, mode=mode, warmup=0, steps=1, profiled_steps=2)

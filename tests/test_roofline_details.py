@@ -129,7 +129,7 @@ def test_record_and_read_back(tmp_path):
 
 def test_run_profile_builds_the_details_on_a_cpu():
     """The producer itself: a measured CPU profile writes every key, ``busy_fraction`` null."""
-    from deepgap.roofline.profile import run_profile
+    from deepgap.roofline.profile_measure import run_profile
 
     res = run_profile(ProfileSpec("resnet18", "fp32", 1, "infer", "cpu", 32, warmup=0, steps=2))
     assert res.status == "ok", res.reason

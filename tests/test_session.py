@@ -78,8 +78,8 @@ def test_an_interrupted_session_is_stored_interrupted(tmp_path):
 def test_profile_and_peaks_measure_in_a_worker_process_not_the_cli(tmp_path, monkeypatch):
     """The parent's own measuring functions are broken here: the commands still work, so a worker measured."""
     import deepgap.core.envinfo
-    import deepgap.roofline.peaks
-    import deepgap.roofline.profile
+    import deepgap.roofline.peaks_measure
+    import deepgap.roofline.profile_measure
     from deepgap.cli import main
     from deepgap.drive.prelude import run_summaries
     from deepgap.roofline import storage
@@ -87,8 +87,8 @@ def test_profile_and_peaks_measure_in_a_worker_process_not_the_cli(tmp_path, mon
     def parent_must_not(*a, **k):
         raise AssertionError("the CLI process measured or probed the device itself")
 
-    monkeypatch.setattr(deepgap.roofline.peaks, "measure_peaks", parent_must_not)
-    monkeypatch.setattr(deepgap.roofline.profile, "run_profile", parent_must_not)
+    monkeypatch.setattr(deepgap.roofline.peaks_measure, "measure_peaks", parent_must_not)
+    monkeypatch.setattr(deepgap.roofline.profile_measure, "run_profile", parent_must_not)
     monkeypatch.setattr(deepgap.core.envinfo, "collect", parent_must_not)
     path = str(tmp_path / "s.sqlite")
     assert (

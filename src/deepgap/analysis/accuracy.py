@@ -13,7 +13,7 @@ the fp32 model's top-1. Two kinds of evidence can break it:
   the logits carry no class information: the top-1 of a random network is decided by near-ties that any
   rounding flips, so the agreement measures tie-breaking, not accuracy — ResNet-101 int8 at relL2 0.017
   scored 0/1 in one sweep and 1/1 in another. Those rows are bounded by relL2 and cosine instead
-  (`deepgap.core.correctness`, the ``wrong-output`` flag), and their agreement is shown with its n and
+  (`deepgap.measure.correctness`, the ``wrong-output`` flag), and their agreement is shown with its n and
   interval, labelled "on synthetic inputs, random weights". The same seeded inputs are used in every
   sweep, so repeats do not add to n.
 

@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from deepgap.analysis.frame import CONFIG_VIEW_COLS
+
 
 def pareto(agg: pd.DataFrame) -> pd.DataFrame:
     """Every configuration, with ``on_frontier`` where no configuration beats it on latency and throughput.
@@ -41,14 +43,7 @@ def energy(agg: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=["platform", "model", "precision", "batch_size", *cols])
     have = agg[[c for c in cols if c in agg]].notna().any(axis=1)
     keep = [
-        "platform",
-        "device",
-        "model",
-        "engine",
-        "precision",
-        "memory_format",
-        "threads",
-        "resolution",
+        *CONFIG_VIEW_COLS,
         "batch_size",
         "throughput_ips",
         *[c for c in cols if c in agg],

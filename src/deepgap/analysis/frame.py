@@ -55,6 +55,17 @@ CONFIG_COLS = [
     "seq_len",  # a text model's sequence length; 0 = not applicable (an image model)
 ]
 GROUP_COLS = ["platform", *CONFIG_COLS]
+# The order the views show a configuration in, before their batch size and figures.
+CONFIG_VIEW_COLS = [
+    "platform",
+    "device",
+    "model",
+    "engine",
+    "precision",
+    "memory_format",
+    "threads",
+    "resolution",
+]
 MEMORY_COLS = [
     "peak_mem_allocated_bytes",
     "peak_mem_reserved_bytes",
@@ -70,7 +81,7 @@ MEMORY_LABELS = {
 }
 
 
-# Accuracy against the fp32 eager reference (deepgap.core.correctness, stored in extra["correctness"]): the
+# Accuracy against the fp32 eager reference (deepgap.measure.correctness, stored in extra["correctness"]): the
 # evidence a quantized row carries wherever it is shown. Aggregated as the worst over measurements.
 ACCURACY_WORST = {"rel_l2": "max", "cosine": "min", "top1_agreement": "min"}
 

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from deepgap.analysis.efficiency import energy, pareto, thread_scaling  # noqa: F401 - tables answers for every table
-from deepgap.analysis.frame import ACCURACY_WORST, accuracy_label, config_label
+from deepgap.analysis.frame import ACCURACY_WORST, CONFIG_VIEW_COLS, accuracy_label, config_label
 from deepgap.core.precision import PRECISIONS
 
 _EMPTY_T1 = ["platform", "model", "precision", "engine", "batch_size", "throughput_ips"]
@@ -270,21 +270,7 @@ def speedup_vs_fp32(agg: pd.DataFrame) -> pd.DataFrame:
             continue
         out.append(
             {
-                **{
-                    c: r[c]
-                    for c in [
-                        "platform",
-                        "device",
-                        "model",
-                        "engine",
-                        "precision",
-                        "memory_format",
-                        "threads",
-                        "resolution",
-                        "include_transfer",
-                        "batch_size",
-                    ]
-                },
+                **{c: r[c] for c in [*CONFIG_VIEW_COLS, "include_transfer", "batch_size"]},
                 "throughput_ips": r["throughput_ips"],
                 "baseline_engine": b["engine"],
                 "baseline_memory_format": b["memory_format"],

@@ -4,7 +4,8 @@ Why one table: a precision's facts (its dtype, bytes per element, correctness to
 figures, the compute capability it needs, its datasheet column, whether it is quantized) used to be
 literals in a dozen modules, so adding one meant finding them all. Every consumer now reads `PRECISIONS`
 at call time; what stays elsewhere is what is not a fact of the precision: which engines run it (each
-engine's ``precisions``) and the kernels that measure its ceiling (`deepgap.roofline.peaks`).
+engine's ``precisions``), the kernels that measure its ceiling (`deepgap.roofline.peaks_measure`) and
+its torch dtype and TF32 flags (`deepgap.measure.device`, worker side).
 
 ``fp32`` is strict fp32: TF32 is switched *off* for matmuls and convolutions (PyTorch leaves it on
 for cuDNN convolutions by default, so a naive "fp32" on Ampere+ is really TF32). ``tf32`` switches it
@@ -12,18 +13,15 @@ on. ``fp16``/``bf16`` cast weights and inputs (``model.half()``), as the paper's
 ``int8``/``fp8`` are quantized: they belong to quantizing engines (TensorRT, ONNX Runtime, deepgap's
 quant engine), which calibrate activation scales, and are held to the accuracy floor by default.
 
-This module sits in the lowest layer: it imports no other deepgap module, and torch only inside the
-functions that need it (dtypes are stored by name).
+This module sits in the lowest layer: it imports no other deepgap module, and never torch (dtypes are
+stored by name).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    import torch
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -195,13 +193,6 @@ class DeviceCaps:
     total_mem_bytes: int | None = None
 
 
-def torch_dtype(precision: str) -> torch.dtype:
-    """The tensor dtype a precision stores and computes in (tf32 stores fp32)."""
-    import torch
-
-    return getattr(torch, PRECISIONS[precision].dtype)
-
-
 def device_support(precision: str, caps: DeviceCaps) -> str | None:
     """Why this device lacks ``precision``'s hardware path (GPU-only mode, compute capability), or None."""
     p = PRECISIONS[precision]
@@ -227,13 +218,3 @@ def float_precision_support(precision: str, caps: DeviceCaps) -> str | None:
             "not plain PyTorch"
         )
     return device_support(precision, caps)
-
-
-def set_tf32(precision: str) -> None:
-    """Allow TF32 tensor cores exactly when the precision asks for them (process-wide flags)."""
-    import torch
-
-    p = PRECISIONS.get(precision)
-    allow = bool(p and p.allow_tf32)
-    torch.backends.cuda.matmul.allow_tf32 = allow
-    torch.backends.cudnn.allow_tf32 = allow

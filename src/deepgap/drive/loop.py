@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from deepgap.core.events import Event
 from deepgap.core.records import ConfigSpec
@@ -36,6 +36,18 @@ T = TypeVar("T")  # one outcome: a Result, a ProfileResult, a list of ceilings, 
 L = TypeVar("L", bound=Launcher)
 
 Item = Started | Finished[Any]
+
+
+class RunSpec(Protocol):
+    """The run row's spec, typed: a kind's settings (`SweepSpec` for a sweep, a fleet and serve)."""
+
+    device: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """What the run row stores (JSON-able)."""
+        ...
+
+
 # The caller's view of the loop: (outcomes finished so far, outcomes expected, the item).
 EventSink = Callable[[int, int, Item], None]
 
@@ -58,7 +70,7 @@ class Plan(Generic[L]):
     """What a validated job runs (see the module docstring)."""
 
     launcher: L
-    spec: dict[str, Any]  # the run row's spec
+    spec: RunSpec  # the run row's spec
     sweep: SweepSpec  # the prelude's settings (idle time, thermal warm-up, telemetry)
     steps: Callable[[L], Iterator[Item]]  # the loop: what the launcher measures, as it finishes
     total: int = 0  # outcomes expected (progress events' total)
@@ -93,7 +105,7 @@ class Driven(Generic[T]):
 
     run_id: str | None
     store_path: str
-    spec: dict[str, Any] = field(default_factory=dict)
+    spec: RunSpec
     env: dict[str, Any] = field(default_factory=dict)
     outcomes: list[T] = field(default_factory=list)
 
@@ -118,7 +130,7 @@ def drive(job: Job[T]) -> Driven[T]:
         if plan.run_id is not None:
             session.resume(plan.run_id)
         elif env is not None and job.store_results:
-            session.open(plan.spec, job.command, env)
+            session.open(plan.spec.to_dict(), job.command, env)
         with session:
             if plan.prelude and session.run_id is not None:
                 _prelude(session, launcher, plan, job.log)
@@ -129,7 +141,7 @@ def drive(job: Job[T]) -> Driven[T]:
                     continue
                 if session.run_id is None and job.store_results:
                     out.env = plan.env_of(item) if plan.env_of else {}
-                    session.open(plan.spec, job.command, out.env)
+                    session.open(plan.spec.to_dict(), job.command, out.env)
                 if session.run_id is not None:
                     job.record(session, item.result)
                 out.outcomes.append(item.result)

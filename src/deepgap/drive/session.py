@@ -55,13 +55,18 @@ class Results:
             store.close()
 
 
-def gpu_present() -> bool:
-    """Whether torch sees a CUDA device (no CUDA context is created in this process)."""
+def visible_cuda_count() -> int:
+    """How many CUDA devices torch sees (no CUDA context is created in this process)."""
     try:
         import torch
     except ImportError:  # pragma: no cover
-        return False
-    return bool(torch.cuda.is_available())
+        return 0
+    return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
+
+
+def gpu_present() -> bool:
+    """Whether torch sees a CUDA device."""
+    return visible_cuda_count() > 0
 
 
 def resolve_device(device: str) -> str:
@@ -69,17 +74,15 @@ def resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if gpu_present() else "cpu"
     if device.startswith("cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
+        n = visible_cuda_count()
+        if not n:
             raise UsageError(
                 f"--device {device} but no CUDA GPU is usable here", "use --device cpu (or auto)"
             )
         idx = int(device.split(":")[1]) if ":" in device else 0
-        if idx >= torch.cuda.device_count():
+        if idx >= n:
             raise UsageError(
-                f"--device {device} but only {torch.cuda.device_count()} GPU(s) are visible",
-                f"use cuda:0..cuda:{torch.cuda.device_count() - 1}",
+                f"--device {device} but only {n} GPU(s) are visible", f"use cuda:0..cuda:{n - 1}"
             )
     return device
 

@@ -1,8 +1,10 @@
 """The sweep, the main kind of run: its plan (the GPU part, then its host CPU's) and its job for `drive`.
 
 Why a module of its own: the sweep is what `deepgap run` does; its plan was written in the public API
-(`deepgap.api`) beside the other kinds' calls. `sweep_plan` validates (a `UsageError` writes nothing),
-expands the grid and leaves out what a resumed run already measured; `run_sweep` drives it.
+(`deepgap.api`) beside the other kinds' calls, and the fleet planned the same sweep again. `sweep_plan`
+validates (a `UsageError` writes nothing), expands the grid and leaves out what a resumed run already
+measured; `run_sweep` drives it. A fleet (``--devices``, ``--ray``) is a launcher choice inside this one
+plan (`Launch`, `deepgap.fleet.session.fleet_launch`), not a plan of its own.
 
 A GPU sweep with ``cpu_baseline`` (the default GPU grid) measures its host CPU after the GPU part
 (`host_cpu_results`): the GPU's worker is stopped first, so the GPU is idle, and a CPU worker of its own
@@ -21,13 +23,17 @@ from deepgap.core.events import Event
 from deepgap.core.records import ConfigSpec, Result
 from deepgap.drive.config import SweepSpec, validate
 from deepgap.drive.launcher import Finished, Started
-from deepgap.drive.loop import Item, Job, Plan, Resumed, drive, record_result, sweep_events
+from deepgap.drive.loop import EventSink, Item, Job, Plan, Resumed, drive, record_result, sweep_events
 from deepgap.drive.plan import expand
 from deepgap.drive.prepare import prepare_beside
 from deepgap.drive.presets import cpu_baseline_spec
 from deepgap.drive.runner import SweepRunner
 from deepgap.drive.session import SWEEP, Results, as_spec, resolve_device
 from deepgap.store import check_path
+
+# Another launcher for a validated sweep (a fleet's: `deepgap.fleet.session.fleet_launch`): the sweep,
+# the resumed run (or None) and the keys it already holds in, the plan on that launcher out.
+Launch = Callable[[SweepSpec, Resumed | None, set[str]], Plan[Any]]
 
 
 def run_sweep(
@@ -37,16 +43,19 @@ def run_sweep(
     on_event: Callable[[Event], None],
     command: str,
     log: Callable[[str], None] = lambda m: None,
+    launch: Launch | None = None,
+    kind: str = SWEEP,
+    event: EventSink | None = None,
 ) -> Results:
-    """Measure a one-device sweep (and its host CPU) into ``store`` through the one driver."""
+    """Measure a sweep into ``store`` through the one driver: on one device (and its host CPU) or ``launch``'s."""
     job: Job[Result] = Job(
-        kind=SWEEP,
+        kind=kind,
         store=store,
         command=command,
-        plan=lambda resumed: sweep_plan(spec, store, resumed, log),
+        plan=lambda resumed: sweep_plan(spec, store, resumed, log, launch),
         record=record_result,
         resume=resume,
-        event=sweep_events(on_event),
+        event=event or sweep_events(on_event),
         log=log,
     )
     done = drive(job)
@@ -58,24 +67,25 @@ def sweep_plan(
     store: str,
     resumed: Resumed | None,
     log: Callable[[str], None] = lambda m: None,
-) -> Plan[SweepRunner]:
-    """A one-device sweep's plan: validated (a `UsageError` writes nothing), its GPU part then its host CPU's.
+    launch: Launch | None = None,
+) -> Plan[Any]:
+    """A sweep's plan: validated (a `UsageError` writes nothing), on ``launch``'s launcher or on one device.
 
-    A resumed run plans its stored spec without the keys already measured; with nothing left on its device
-    it measures no prelude either.
+    On one device: its GPU part, then its host CPU's. A resumed run plans its stored spec without the keys
+    already measured; with nothing left on its device it measures no prelude either.
     """
-    if resumed is not None:
-        sweep = validate(SweepSpec.from_dict(resumed.row["spec"]))
-        device = resolve_device(sweep.device)
-        done = resumed.done
-    else:
-        sweep = validate(as_spec(spec))
-        device = resolve_device(sweep.device)
+    sweep = validate(SweepSpec.from_dict(resumed.row["spec"]) if resumed else as_spec(spec))
+    done = resumed.done if resumed is not None else set()
+    if launch is not None:
+        if resumed is None:
+            check_path(store)
+        return launch(sweep, resumed, done)
+    device = resolve_device(sweep.device)
+    if resumed is None:
         sweep = sweep.replace(device=device)
         if sweep.cpu_baseline and sweep.cpu_cores is None:  # stored, so a resume plans the same CPU grid
             sweep = sweep.replace(cpu_cores=os.cpu_count() or 1)
         check_path(store)
-        done = set()
     planned = [c for c in expand(sweep, device) if c.key not in done]
     configs = [c for c in planned if c.device == device]
     host = [c for c in planned if c.device != device]  # the host CPU's part, after the GPU's
@@ -88,7 +98,7 @@ def sweep_plan(
 
     return Plan(
         launcher=SweepRunner(sweep, device),
-        spec=sweep.to_dict(),
+        spec=sweep,
         sweep=sweep,
         steps=steps,
         total=len(planned),

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from deepgap.core.errors import UsageError
+from deepgap.drive.session import visible_cuda_count
 
 _CUDA_RE = re.compile(r"^cuda(?::(\d+))?$")
 _FAKE_RE = re.compile(r"^fake-cpu:(\d+)$")
@@ -35,15 +36,6 @@ class Lane:
     def kind(self) -> str:
         """``cuda`` or ``cpu``."""
         return "cuda" if self.torch_device.startswith("cuda") else "cpu"
-
-
-def visible_cuda_count() -> int:
-    """How many CUDA devices torch sees (no CUDA context is created in this process)."""
-    try:
-        import torch
-    except ImportError:  # pragma: no cover
-        return 0
-    return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
 
 
 def fake_lanes(n: int) -> list[Lane]:

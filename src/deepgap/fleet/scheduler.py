@@ -179,40 +179,14 @@ class LocalScheduler:
         Raises:
             UsageError: every lane failed with work left (the run can be resumed).
         """
-        shared: deque[list[ConfigSpec]] = deque()
-        own: dict[str, deque[list[ConfigSpec]]] = {lane.name: deque() for lane in self.lanes}
-        for ladder in ladders(configs):  # every_card: each ladder on its own lane (its sweeps say which)
-            (own[self._pinned_lane(ladder[0])] if self.every_card else shared).append(ladder)
-        outstanding = [len(shared)]  # shared ladders queued or in flight; a failing lane may give one back
-        cond = self._cond
+        work = _Ladders(self, configs)
         items: queue.Queue[tuple[str, Any]] = queue.Queue()
-
-        def take(lane: str) -> list[ConfigSpec] | None:
-            with cond:
-                while not self._stop.is_set():
-                    work = own[lane] if self.every_card else shared
-                    if work:
-                        return work.popleft()
-                    if self.every_card or outstanding[0] == 0:
-                        return None
-                    cond.wait(timeout=1.0)
-                return None
-
-        def settle(lane: str, rest: list[ConfigSpec]) -> None:
-            with cond:
-                if (
-                    rest
-                ):  # the unmeasured rest of a ladder goes back, in front, for another lane (or --resume)
-                    (own[lane] if self.every_card else shared).appendleft(rest)
-                else:
-                    outstanding[0] -= 1
-                cond.notify_all()
 
         def lane_loop(lane: Lane) -> None:
             runner = self.runners[lane.name]
             env = self.envs[lane.name]
             try:
-                while (ladder := take(lane.name)) is not None:
+                while (ladder := work.take(lane.name)) is not None:
                     physical = [dataclasses.replace(c, device=lane.torch_device) for c in ladder]
                     back = dict(zip(physical, ladder, strict=True))
                     done = 0
@@ -231,9 +205,9 @@ class LocalScheduler:
                             if self._stop.is_set():
                                 return
                     except Exception:
-                        settle(lane.name, ladder[done:])
+                        work.settle(lane.name, ladder[done:])
                         raise
-                    settle(lane.name, [])
+                    work.settle(lane.name, [])
             except Exception as exc:  # noqa: BLE001 - a dead lane is reported, the others go on
                 items.put(("lane_failed", (lane.name, exc)))
             finally:
@@ -255,7 +229,7 @@ class LocalScheduler:
                 failures.append(payload)
             else:
                 live -= 1
-        left = sum(len(ladder) for work in (shared, *own.values()) for ladder in work)
+        left = work.left()
         if left and failures and not self._stop.is_set():
             name, exc = failures[0]
             raise UsageError(
@@ -278,3 +252,45 @@ class LocalScheduler:
                 runner.close()
         for t in self._threads:
             t.join(timeout=15)
+
+
+class _Ladders:
+    """The ladders of one `LocalScheduler.results` call, handed to lanes as they ask (thread-safe).
+
+    Shared ladders go to whichever lane asks; with ``every_card`` each lane has its own (its sweeps say
+    which). A failing lane gives the unmeasured rest of its ladder back, in front, for another lane (or
+    ``--resume``).
+    """
+
+    def __init__(self, sched: LocalScheduler, configs: list[ConfigSpec]) -> None:
+        self.sched, self.every_card, self.cond = sched, sched.every_card, sched._cond
+        self.shared: deque[list[ConfigSpec]] = deque()
+        self.own: dict[str, deque[list[ConfigSpec]]] = {lane.name: deque() for lane in sched.lanes}
+        for ladder in ladders(configs):
+            (self.own[sched._pinned_lane(ladder[0])] if self.every_card else self.shared).append(ladder)
+        self.outstanding = len(self.shared)  # shared ladders queued or in flight
+
+    def take(self, lane: str) -> list[ConfigSpec] | None:
+        """The next ladder for ``lane``, waiting while another lane may give one back; None: none left."""
+        with self.cond:
+            while not self.sched._stop.is_set():
+                work = self.own[lane] if self.every_card else self.shared
+                if work:
+                    return work.popleft()
+                if self.every_card or self.outstanding == 0:
+                    return None
+                self.cond.wait(timeout=1.0)
+            return None
+
+    def settle(self, lane: str, rest: list[ConfigSpec]) -> None:
+        """A ladder finished (``rest`` empty) or failed with ``rest`` unmeasured, which goes back in front."""
+        with self.cond:
+            if rest:
+                (self.own[lane] if self.every_card else self.shared).appendleft(rest)
+            else:
+                self.outstanding -= 1
+            self.cond.notify_all()
+
+    def left(self) -> int:
+        """Configurations no lane measured."""
+        return sum(len(ladder) for work in (self.shared, *self.own.values()) for ladder in work)

@@ -1,12 +1,12 @@
 """A fleet sweep as a job of the one driver: plan, hand work to a backend, and be the store's only writer.
 
-Same contract as the one-machine path in `deepgap.api.run`, and the same driver
+Same contract as the one-machine path, the same plan (`deepgap.drive.sweep.sweep_plan`) and driver
 (`deepgap.drive.loop.drive`): bad input raises a `UsageError` before anything is written; each finished
 configuration is committed in its own transaction as it arrives, so killing the driver loses only what
 was in flight, and ``--resume`` (which finds the fleet settings in the run's stored environment) measures
 the rest with no duplicates.
 
-What is the fleet's own is the plan (`fleet_plan`): the backend is the launcher —
+What is the fleet's own is the launcher in the sweep's one plan (`fleet_launch`): the backend —
 `deepgap.fleet.scheduler.LocalScheduler` (``--devices``) or `deepgap.fleet.ray_backend.RayBackend`
 (``--ray``) — and its fingerprint is the first device's plus a ``fleet`` summary (backend, devices or Ray
 nodes, ``--where``; `deepgap.fleet.common.run_env`). Every device — a local lane, or a Ray actor per
@@ -24,15 +24,14 @@ from typing import Any
 
 from deepgap.core.errors import UsageError
 from deepgap.core.events import Event
-from deepgap.core.records import Result
 from deepgap.drive.config import SweepSpec, validate
 from deepgap.drive.launcher import Started
-from deepgap.drive.loop import EventSink, Item, Job, Plan, Resumed, drive, record_result
+from deepgap.drive.loop import EventSink, Item, Plan, Resumed
 from deepgap.drive.plan import expand
 from deepgap.drive.runner import python_command
-from deepgap.drive.session import FLEET, Results, as_spec
+from deepgap.drive.session import FLEET, Results
+from deepgap.drive.sweep import Launch, run_sweep
 from deepgap.fleet.common import FleetEvent, run_env
-from deepgap.store import check_path
 
 
 def make_backend(
@@ -90,48 +89,41 @@ def fleet_events(on_event: Callable[[Event], None]) -> EventSink:
     return sink
 
 
-def fleet_plan(
-    spec: SweepSpec | dict[str, Any] | str | None,
-    store: str,
-    resumed: Resumed | None,
+def fleet_launch(
     devices: str | list[str] | None = None,
     ray: str | None = None,
     where: dict[str, str] | list[str] | None = None,
     options: dict[str, Any] | None = None,
-) -> Plan[Any]:
-    """A fleet sweep's plan: validated input, the backend (checked against the devices or the cluster)."""
-    if resumed is not None:
-        fleet = resumed.row.get("env", {}).get("fleet")
+) -> Launch:
+    """The fleet as the sweep's launcher (`deepgap.drive.sweep.Launch`): the backend and the plan on it."""
+
+    def plan(sweep: SweepSpec, resumed: Resumed | None, done: set[str]) -> Plan[Any]:
+        fleet = resumed.row.get("env", {}).get("fleet") if resumed is not None else None
         stored = fleet if isinstance(fleet, dict) else None
-        sweep = validate(SweepSpec.from_dict(resumed.row["spec"]))
-        done = resumed.done
-    else:
-        stored = None
-        sweep = validate(as_spec(spec))
-        check_path(store)
-        done = set()
-    backend = make_backend(sweep, devices, ray, where, stored, **(options or {}))
-    try:
-        logical = backend.prepare(sweep, resumed is not None)
-        if resumed is None:
-            sweep = validate(sweep.replace(device=logical))
-        planned = backend.plan_cards(expand(sweep, logical))  # --every-card: each configuration per card
-        configs = [c for c in planned if c.key not in done]
-        backend.sweep = sweep
-    except BaseException:
-        backend.close()
-        raise
-    return Plan(
-        launcher=backend,
-        spec=sweep.to_dict(),
-        sweep=sweep,
-        steps=lambda b: b.results(configs),
-        total=len(configs),
-        warmup=configs,
-        prelude=bool(configs),
-        run_id=resumed.run_id if resumed is not None else None,
-        env_of=lambda item: run_env(backend, item.node_env or item.result.details.node_env or {}),
-    )
+        backend = make_backend(sweep, devices, ray, where, stored, **(options or {}))
+        try:
+            logical = backend.prepare(sweep, resumed is not None)
+            if resumed is None:
+                sweep = validate(sweep.replace(device=logical))
+            planned = backend.plan_cards(expand(sweep, logical))  # --every-card: each configuration per card
+            configs = [c for c in planned if c.key not in done]
+            backend.sweep = sweep
+        except BaseException:
+            backend.close()
+            raise
+        return Plan(
+            launcher=backend,
+            spec=sweep,
+            sweep=sweep,
+            steps=lambda b: b.results(configs),
+            total=len(configs),
+            warmup=configs,
+            prelude=bool(configs),
+            run_id=resumed.run_id if resumed is not None else None,
+            env_of=lambda item: run_env(backend, item.node_env or item.result.details.node_env or {}),
+        )
+
+    return plan
 
 
 def run_fleet(
@@ -166,15 +158,6 @@ def run_fleet(
             spread, `deepgap.fleet.scheduler`); a resumed run keeps its stored setting.
     """
     options = {**(backend_options or {}), **({"every_card": True} if every_card else {})}
-    job: Job[Result] = Job(
-        kind=FLEET,
-        store=store,
-        command=command or python_command(),
-        plan=lambda resumed: fleet_plan(spec, store, resumed, devices, ray, where, options),
-        record=record_result,
-        resume=resume,
-        event=fleet_events(on_event),
-        log=log,
-    )
-    done = drive(job)
-    return Results(run_id=done.run_id or "", store_path=store, results=done.outcomes)
+    launch = fleet_launch(devices, ray, where, options)
+    command = command or python_command()
+    return run_sweep(spec, store, resume, on_event, command, log, launch, FLEET, fleet_events(on_event))

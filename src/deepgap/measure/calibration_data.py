@@ -12,8 +12,8 @@ is stated. Three sources, recorded in every result:
   benchmark's own inputs and of the correctness check's images (drawn from other seeds, so
   quantization is never calibrated on the images it is checked on);
 - ``dataset`` (accuracy mode): the labelled set's calibration split (`from_dataset`), disjoint from the
-  images accuracy is scored on. This is why the module sits above `deepgap.measure.accuracy`; the image helpers
-  both share (decoding, the evaluation transform) are `deepgap.measure.images`, below both.
+  images accuracy is scored on. This is why the module sits above `deepgap.measure.accuracy`; decoding and the
+  evaluation transform are `deepgap.measure.accuracy.evaluate`'s.
 
 ``fingerprint`` identifies the set (file contents or seed), and goes into every cache key.
 """
@@ -28,10 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from deepgap.core.errors import UsageError
 from deepgap.measure.accuracy.dataset import reload
-from deepgap.measure.accuracy.evaluate import decode, normalise, workers
-from deepgap.measure.images import IMAGE_SUFFIXES, decode_rgb, options_count, preprocess
+from deepgap.measure.accuracy.evaluate import decode, decode_rgb, normalise, preprocess, workers
+from deepgap.measure.images import IMAGE_SUFFIXES, options_count
 
 CALIBRATION_SEED_OFFSET = 7919  # keeps calibration images apart from the correctness/benchmark inputs
 
@@ -67,8 +69,6 @@ def calibration_set(resolution: int, options: dict[str, Any] | None = None, seed
 
 def synthetic(resolution: int, n: int, seed: int = 0) -> CalibrationSet:
     """N seeded N(0, 1) images: the benchmark's input distribution, never its correctness images."""
-    import torch
-
     s = seed + CALIBRATION_SEED_OFFSET
     g = torch.Generator().manual_seed(s)
     images = torch.randn(n, 3, resolution, resolution, generator=g)
@@ -101,8 +101,6 @@ def list_images(directory: str) -> list[Path]:
 
 def from_folder(directory: str, resolution: int, n: int, seed: int = 0) -> CalibrationSet:
     """A seeded sample of ``n`` images from ``directory``, preprocessed as torchvision's evaluation transform."""
-    import torch
-
     files = list_images(directory)
     if len(files) > n:
         files = sorted(random.Random(seed + CALIBRATION_SEED_OFFSET).sample(files, n))

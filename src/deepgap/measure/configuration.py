@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from deepgap.core import correctness, guards, stats
+from deepgap.core import guards, stats
 from deepgap.core.precision import DeviceCaps
 from deepgap.core.records import ConfigSpec, Result, Status
 from deepgap.core.result_details import (
@@ -32,10 +32,12 @@ from deepgap.core.result_details import (
     ResultDetails,
     Window,
 )
+from deepgap.measure import correctness
+from deepgap.measure.device import CudaEventClock
 from deepgap.measure.engines import get_engine
 from deepgap.measure.protocol import MeasureRequest, StatusError
 from deepgap.measure.telemetry.session import MeasureTelemetry
-from deepgap.measure.timing import CudaEventClock, HostClock, run_protocol
+from deepgap.measure.timing import HostClock, run_protocol
 from deepgap.measure.worker import WorkerState, failure, handles, inputs_for, nvml_used_bytes, true_peak
 
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 WARMUP_CALLS = 3  # before capture, on a side stream: cuDNN picks its algorithms, lazy inits happen
 
 
@@ -26,8 +28,6 @@ def can_capture(device: str) -> bool:
     """Whether ``device`` is a CUDA device on which a graph can be captured here."""
     if not str(device).startswith("cuda"):
         return False
-    import torch
-
     return torch.cuda.is_available()
 
 
@@ -42,8 +42,6 @@ def capture(
     due to a previous error during capture", issue 34). A failed capture raises (callers decide whether
     eager is a fallback).
     """
-    import torch
-
     dev = torch.device(device)
     if dev.index is None:
         dev = torch.device("cuda", torch.cuda.current_device())

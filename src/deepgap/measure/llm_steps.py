@@ -18,6 +18,8 @@ the compiled and graph steps are GPU work for ``benchmarks/llm_decode.py``).
 
 from __future__ import annotations
 
+import torch
+
 from deepgap.core.errors import UsageError
 
 STEPS = ("eager", "static", "compile", "cuda-graph")
@@ -32,8 +34,6 @@ def make_step(model, kind: str, compile_mode: str = "max-autotune-no-cudagraphs"
     if kind == "static":
         return _StaticStep(model, model.decode_step)
     if kind == "compile":
-        import torch
-
         return _StaticStep(model, torch.compile(model.decode_step, mode=compile_mode, dynamic=False))
     return _GraphStep(model, compile_mode if compiled else None)
 
@@ -42,8 +42,6 @@ class _StaticStep:
     """Calls ``fn(ids, position_tensor)``, the position copied into one preallocated device tensor."""
 
     def __init__(self, model, fn) -> None:
-        import torch
-
         self.fn = fn
         self.pos = torch.zeros(1, dtype=torch.int64, device=model.embed_tokens.weight.device)
 
@@ -61,8 +59,6 @@ class _GraphStep:
     """
 
     def __init__(self, model, compile_mode: str | None) -> None:
-        import torch
-
         if not torch.cuda.is_available() or model.embed_tokens.weight.device.type != "cuda":
             raise UsageError(
                 "the cuda-graph decode step needs the model on a CUDA device", "use --step eager"
@@ -72,8 +68,6 @@ class _GraphStep:
         self.fn = torch.compile(fn, mode=compile_mode, dynamic=False) if compile_mode else fn
 
     def _capture(self, ids, position: int) -> None:
-        import torch
-
         dev = ids.device
         self.ids = ids.clone()
         self.pos = torch.full((1,), position, dtype=torch.int64, device=dev)

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from deepgap.measure.models.llama_config import check_run
 from deepgap.measure.timing import Clock
@@ -113,16 +114,12 @@ class DecodeResult:
 
 def prompts(vocab: int, batch: int, input_len: int, seed: int = 0):
     """Seeded uniform token ids ``(batch, input_len)`` on the CPU (no padding: every prompt is full)."""
-    import torch
-
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, vocab, (batch, input_len), generator=g, dtype=torch.int64)
 
 
 def generate(model, ids, output_len: int, step: StepFn | None = None):
     """Greedy tokens ``(batch, output_len)`` through the static cache (set up here), untimed."""
-    import torch
-
     b, s = ids.shape
     check_run(model.shape, b, s + output_len)
     step = step or model.decode_step
@@ -182,9 +179,7 @@ def measure_decode(
     ``step`` replaces ``model.decode_step`` (a compiled or CUDA-graph step from `llm_steps`); lengths,
     batch and cache size are checked first, one `UsageError` line each.
     """
-    import torch
-
-    from deepgap.measure.models.llama import weight_bytes
+    from deepgap.measure.models.llama_net import weight_bytes
 
     if output_len < 1 or input_len < 1 or repeats < 1:
         from deepgap.core.errors import UsageError

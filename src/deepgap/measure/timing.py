@@ -57,62 +57,6 @@ class HostClock:
         return (self.clock_ns() - t0) * 1e-9
 
 
-class CudaEventClock:
-    """CUDA events recorded on ``device``'s current stream around the work; the host waits on the end event.
-
-    Events measure device time between the two records, so host-side jitter before the launch is
-    excluded but launch gaps inside the region are included — what an inference call costs.
-
-    The device is explicit everywhere: the events are made under ``torch.cuda.device(device)`` and
-    recorded on that device's stream. ``Event.record()`` with no stream records on the *current*
-    device's stream; a worker measuring on ``cuda:1`` while ``cuda:0`` was current timed an idle GPU
-    (issue 34: 45,521 img/s of "fp32" on a lane whose pipelined figure was 3,929). `devices` says
-    where the events really were, for the worker's guard (`deepgap.core.guards.device_mismatch`).
-    """
-
-    def __init__(self, device: str) -> None:
-        import torch
-
-        self.torch = torch
-        self.device = torch.device(device)
-        if self.device.index is None:  # plain "cuda": the current device, named
-            self.device = torch.device("cuda", torch.cuda.current_device())
-        with torch.cuda.device(self.device):
-            self.start = torch.cuda.Event(enable_timing=True)
-            self.end = torch.cuda.Event(enable_timing=True)
-
-    def _stream(self):
-        return self.torch.cuda.current_stream(self.device)
-
-    def devices(self) -> dict[str, str]:
-        """Where this clock's stream and (once recorded) events are: ``{"timing stream": "cuda:1", ...}``."""
-        out = {"timing stream": str(self._stream().device)}
-        for name, ev in (("start event", self.start), ("end event", self.end)):
-            dev = getattr(ev, "device", None)  # None until the event is first recorded
-            if dev is not None:
-                out[name] = str(dev)
-        return out
-
-    def time_iteration(self, step: Step) -> float:  # noqa: D102
-        self.torch.cuda.synchronize(self.device)
-        stream = self._stream()
-        self.start.record(stream)
-        step()
-        self.end.record(stream)
-        self.end.synchronize()
-        return self.start.elapsed_time(self.end) * 1e-3
-
-    def time_window(self, step: Step, n: int) -> float:  # noqa: D102
-        self.torch.cuda.synchronize(self.device)
-        stream = self._stream()
-        self.start.record(stream)
-        for _ in range(n):
-            step()
-        self.end.record(stream)
-        self.end.synchronize()
-        return self.start.elapsed_time(self.end) * 1e-3
-
-
 @dataclass(frozen=True)
 class TimingProtocol:
     """How one configuration is measured: warm-up calls, iterations and repeats, a CI target, time limits.

@@ -28,9 +28,8 @@ import torch
 from deepgap.core import envinfo, nvml_access
 from deepgap.core.records import ConfigSpec, Status
 from deepgap.measure.device import bind_device, device_caps, is_oom
-from deepgap.measure.models import build_model, weights_fingerprint
+from deepgap.measure.models.build import build_model, example_batch, weights_fingerprint
 from deepgap.measure.models.flops import count_flops
-from deepgap.measure.models.inputs import example_batch
 from deepgap.measure.protocol import StatusError
 from deepgap.measure.telemetry.session import measure_idle
 

@@ -5,7 +5,7 @@ them once, with their meaning. `ProfileDetails.to_json` writes exactly the JSON 
 held (same keys, same order, ``busy_fraction`` null on a CPU), and `from_json` reads it back keeping
 unknown keys (an older or newer deepgap, a hand-edited store) in ``other``, so a round trip loses
 nothing. Key inventory (producer → readers; "record" = kept for the record only), all written by
-`deepgap.roofline.profile.run_profile` once a profile is measured (a failed one writes none):
+`deepgap.roofline.profile_measure.run_profile` once a profile is measured (a failed one writes none):
 
 * ``busy_fraction`` → roofline.console (the profile's summary line and table).
 * ``profiled_ops_per_step``, ``counted_flops_per_step``, ``unattributed_kernel_time_s``,

@@ -102,38 +102,8 @@ def roofline_figure(
         bytes_model: ``traffic`` (eager estimate) or ``min`` (lower bound) for the intensity axis.
         title: figure title.
     """
-    import numpy as np
-
     fig, (ax,) = _figure()
-    pts = []  # (model, precision, label, ai, tflops, marker-kind)
-    if results_df is not None and len(results_df):
-        ok = results_df[results_df["status"] == "ok"]
-        if len(ok) and "intensity_flop_per_byte" not in ok:
-            ok = rm.add_roofline_columns(ok, peaks_df, spec_row, bytes_model)
-        for _, r in ok.iterrows():
-            pts.append(
-                (
-                    r["model"],
-                    r["precision"],
-                    f"bs{int(r['batch_size'])}",
-                    r["intensity_flop_per_byte"],
-                    r["achieved_tflops"],
-                    "infer",
-                )
-            )
-    if profiles_df is not None and len(profiles_df):
-        for _, r in profiles_df[profiles_df["status"] == "ok"].iterrows():
-            b = r["min_bytes_per_step"] if bytes_model == "min" else r["bytes_per_step"]
-            pts.append(
-                (
-                    r["model"],
-                    r["precision"],
-                    f"{r['mode']} bs{int(r['batch_size'])}",
-                    r["flops_per_step"] / b if b else np.nan,
-                    r["achieved_tflops"],
-                    r["mode"],
-                )
-            )
+    pts = _roofline_points(results_df, peaks_df, spec_row, profiles_df, bytes_model)
     pts = [p for p in pts if p[3] == p[3] and p[4] == p[4] and p[3] > 0 and p[4] > 0]
     if not pts:
         _unavailable(ax, "no successful configuration with FLOPs and bytes to place on a roofline")
@@ -165,6 +135,42 @@ def roofline_figure(
     _axes_labels(ax, title or f"Model-level roofline{' — ' + dev if dev else ''}", xl)
     ax.legend(fontsize=6, loc="lower right")
     return fig
+
+
+def _roofline_points(results_df, peaks_df, spec_row, profiles_df, bytes_model: str) -> list[tuple]:
+    """(model, precision, label, intensity, TFLOP/s, marker kind) of each ok result and profile."""
+    import numpy as np
+
+    pts = []  # (model, precision, label, ai, tflops, marker-kind)
+    if results_df is not None and len(results_df):
+        ok = results_df[results_df["status"] == "ok"]
+        if len(ok) and "intensity_flop_per_byte" not in ok:
+            ok = rm.add_roofline_columns(ok, peaks_df, spec_row, bytes_model)
+        for _, r in ok.iterrows():
+            pts.append(
+                (
+                    r["model"],
+                    r["precision"],
+                    f"bs{int(r['batch_size'])}",
+                    r["intensity_flop_per_byte"],
+                    r["achieved_tflops"],
+                    "infer",
+                )
+            )
+    if profiles_df is not None and len(profiles_df):
+        for _, r in profiles_df[profiles_df["status"] == "ok"].iterrows():
+            b = r["min_bytes_per_step"] if bytes_model == "min" else r["bytes_per_step"]
+            pts.append(
+                (
+                    r["model"],
+                    r["precision"],
+                    f"{r['mode']} bs{int(r['batch_size'])}",
+                    r["flops_per_step"] / b if b else np.nan,
+                    r["achieved_tflops"],
+                    r["mode"],
+                )
+            )
+    return pts
 
 
 def labelled_points(pts: list[tuple], max_labels: int = 12) -> list[tuple]:
@@ -233,42 +239,43 @@ def cluster_roofline_figure(
             if spec_row is not None
             else _spec_for_frame(prof.loc[[pid]].reset_index() if row is not None else None, None)
         )
-        on = ct[(ct["intensity_flop_per_byte"] > 0) & (ct["achieved_tflops"] > 0)]
-        off = ct.drop(on.index)
-        if not len(on):
-            _unavailable(ax, "no cluster with both FLOPs and bytes")
-            continue
-        cs = rm.ceilings(prec, peaks_df, srow, dev)
-        ais = list(on["intensity_flop_per_byte"]) + [c.ridge_flop_per_byte for c in cs]
-        _draw_ceilings(ax, cs, min(ais) / 3, max(ais) * 3)
-        for _, c in on.iterrows():
-            ax.scatter(
-                c["intensity_flop_per_byte"],
-                c["achieved_tflops"],
-                s=30 + 900 * c["time_share"],
-                alpha=0.7,
-                color=CLUSTER_COLORS.get(c["cluster"], "k"),
-                edgecolor="k",
-                lw=0.4,
-                zorder=3,
-                label=f"{c['cluster']} ({100 * c['time_share']:.0f}% time)",
-            )
-        if len(off):
-            ax.text(
-                0.01,
-                0.01,
-                "not plotted (no FLOPs): "
-                + ", ".join(
-                    f"{c} {100 * s:.0f}%" for c, s in off[["cluster", "time_share"]].itertuples(index=False)
-                ),
-                transform=ax.transAxes,
-                fontsize=6,
-                va="bottom",
-            )
-        _axes_labels(
-            ax,
-            (_profile_title(row) if row is not None else f"profile {pid}") + f" [{source}]",
-            "Arithmetic intensity (FLOP/byte)",
-        )
-        ax.legend(fontsize=6, loc="best")
+        title = (_profile_title(row) if row is not None else f"profile {pid}") + f" [{source}]"
+        _cluster_panel(ax, ct, rm.ceilings(prec, peaks_df, srow, dev), title)
     return fig
+
+
+def _cluster_panel(ax: Any, ct: pd.DataFrame, cs: list[Any], title: str) -> None:
+    """One profile's clusters under its ceilings ``cs``; clusters without FLOPs are named, not drawn."""
+    on = ct[(ct["intensity_flop_per_byte"] > 0) & (ct["achieved_tflops"] > 0)]
+    off = ct.drop(on.index)
+    if not len(on):
+        _unavailable(ax, "no cluster with both FLOPs and bytes")
+        return
+    ais = list(on["intensity_flop_per_byte"]) + [c.ridge_flop_per_byte for c in cs]
+    _draw_ceilings(ax, cs, min(ais) / 3, max(ais) * 3)
+    for _, c in on.iterrows():
+        ax.scatter(
+            c["intensity_flop_per_byte"],
+            c["achieved_tflops"],
+            s=30 + 900 * c["time_share"],
+            alpha=0.7,
+            color=CLUSTER_COLORS.get(c["cluster"], "k"),
+            edgecolor="k",
+            lw=0.4,
+            zorder=3,
+            label=f"{c['cluster']} ({100 * c['time_share']:.0f}% time)",
+        )
+    if len(off):
+        ax.text(
+            0.01,
+            0.01,
+            "not plotted (no FLOPs): "
+            + ", ".join(
+                f"{c} {100 * s:.0f}%" for c, s in off[["cluster", "time_share"]].itertuples(index=False)
+            ),
+            transform=ax.transAxes,
+            fontsize=6,
+            va="bottom",
+        )
+    _axes_labels(ax, title, "Arithmetic intensity (FLOP/byte)")
+    ax.legend(fontsize=6, loc="best")

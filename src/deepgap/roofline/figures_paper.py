@@ -32,43 +32,7 @@ def theoretical_vs_measured(
     """
     import pandas as pd
 
-    from deepgap.roofline.flops import model_cost
-
-    items: list[dict[str, Any]] = []
-    if profiles_df is not None and len(profiles_df):
-        for _, r in profiles_df[profiles_df["status"] == "ok"].iterrows():
-            items.append(
-                dict(
-                    model=r["model"],
-                    mode=r["mode"],
-                    precision=r["precision"],
-                    batch_size=int(r["batch_size"]),
-                    device_name=r.get("device_name", ""),
-                    flops_per_step=r["flops_per_step"],
-                    bytes_per_step=r["bytes_per_step"],
-                    measured_s=r["step_time_median_s"],
-                )
-            )
-    if results_df is not None and len(results_df):
-        for _, r in results_df[results_df["status"] == "ok"].iterrows():
-            try:
-                cost = model_cost(str(r["model"]), int(r["resolution"]), "infer")
-            except Exception:
-                continue
-            b = int(r["batch_size"])
-            prec = r["precision"] if r["precision"] in rm.PRECISIONS else "fp32"
-            items.append(
-                dict(
-                    model=r["model"],
-                    mode="infer",
-                    precision=r["precision"],
-                    batch_size=b,
-                    device_name=r.get("device_name", ""),
-                    flops_per_step=cost.flops(b),
-                    bytes_per_step=cost.traffic_bytes(b, prec),
-                    measured_s=r["latency_median_s"],
-                )
-            )
+    items = _measured_steps(profiles_df, results_df)
     rows = []
     for it in items:
         srow = spec_row if spec_row is not None else _spec_for_frame(pd.DataFrame([it]), None)
@@ -113,6 +77,50 @@ def theoretical_vs_measured(
         "fraction_of_peak",
     ]
     return pd.DataFrame(rows, columns=cols)
+
+
+def _measured_steps(
+    profiles_df: pd.DataFrame | None, results_df: pd.DataFrame | None
+) -> list[dict[str, Any]]:
+    """One item per measured step: profiles' training/inference steps, then results' inference batches."""
+    from deepgap.roofline.flops import model_cost
+
+    items: list[dict[str, Any]] = []
+    if profiles_df is not None and len(profiles_df):
+        for _, r in profiles_df[profiles_df["status"] == "ok"].iterrows():
+            items.append(
+                dict(
+                    model=r["model"],
+                    mode=r["mode"],
+                    precision=r["precision"],
+                    batch_size=int(r["batch_size"]),
+                    device_name=r.get("device_name", ""),
+                    flops_per_step=r["flops_per_step"],
+                    bytes_per_step=r["bytes_per_step"],
+                    measured_s=r["step_time_median_s"],
+                )
+            )
+    if results_df is not None and len(results_df):
+        for _, r in results_df[results_df["status"] == "ok"].iterrows():
+            try:
+                cost = model_cost(str(r["model"]), int(r["resolution"]), "infer")
+            except Exception:
+                continue
+            b = int(r["batch_size"])
+            prec = r["precision"] if r["precision"] in rm.PRECISIONS else "fp32"
+            items.append(
+                dict(
+                    model=r["model"],
+                    mode="infer",
+                    precision=r["precision"],
+                    batch_size=b,
+                    device_name=r.get("device_name", ""),
+                    flops_per_step=cost.flops(b),
+                    bytes_per_step=cost.traffic_bytes(b, prec),
+                    measured_s=r["latency_median_s"],
+                )
+            )
+    return items
 
 
 def paper_reference_table() -> pd.DataFrame:

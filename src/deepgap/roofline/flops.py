@@ -11,6 +11,8 @@ also comes from); this module turns its counts into a device-independent `ModelC
 
 Counting runs on the ``meta`` device (shapes only, no arithmetic) at batch 1 and 2; FLOPs and traffic are
 linear in the batch, so the two counts separate the per-image part from the fixed (weight) part exactly.
+Counting builds the model in torch (imported at the top), so the parent's report and comparison import this
+module only inside the functions that count, never on a GPU.
 """
 
 from __future__ import annotations
@@ -19,9 +21,14 @@ import functools
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
+import torch
+
 from deepgap.core.precision import column
-from deepgap.measure.models.flops import count_step
-from deepgap.measure.models.inputs import elements_per_sample, example_batch
+from deepgap.measure.models.build import build_model, build_skeleton, example_batch
+from deepgap.measure.models.flops import count_step, op_counter
+from deepgap.measure.models.inputs import elements_per_sample
+from deepgap.measure.models.registry import resolve_model
 
 ITEMSIZE_BYTES = column("itemsize")  # bytes per element, a live view of the precision table
 
@@ -84,8 +91,6 @@ class ModelCost:
 
 def cost_of_module(model, name: str, resolution: int, mode: str = "infer", device: str = "meta") -> ModelCost:
     """Count ``model`` at batch 1 and 2 on ``device`` (``meta``: shapes only) and fit the linear cost."""
-    import torch
-
     model = model.to(device)
     counts = []
     out_elems = 0
@@ -117,11 +122,24 @@ def cost_of_module(model, name: str, resolution: int, mode: str = "infer", devic
 @functools.lru_cache(maxsize=64)
 def model_cost(name: str, resolution: int | None = None, mode: str = "infer") -> ModelCost:
     """`ModelCost` of a registered deepgap model (meta device; falls back to the CPU if meta fails)."""
-    from deepgap.measure.models import build_model
-    from deepgap.measure.models.registry import build_skeleton, resolve_model
-
     res = resolution or resolve_model(name).default_resolution
     try:  # built on the meta device: no weights to initialise (seconds per ResNet on the CPU)
         return cost_of_module(build_skeleton(name, res), name, res, mode, "meta")
     except (RuntimeError, NotImplementedError, TypeError, ValueError):
         return cost_of_module(build_model(name, res), name, res, mode, "cpu")
+
+
+def op_costs(model: str, resolution: int) -> tuple[Any, Any, Any, Any]:
+    """Per-op FLOPs and read+write elements of one inference pass at batch 1 and 2 (meta device)."""
+    net = build_skeleton(model, int(resolution))
+    out = []
+    for b in (1, 2):
+        counter = op_counter()
+        with torch.no_grad(), counter:
+            net(torch.empty(b, 3, int(resolution), int(resolution), device="meta"))
+        out.append(counter.records)
+    if len(out[0]) != len(out[1]):
+        raise ValueError("the op sequence differs between batch 1 and 2")
+    f1, f2 = (np.array([r.flops for r in recs]) for recs in out)
+    e1, e2 = (np.array([r.read_elements + r.write_elements for r in recs]) for recs in out)
+    return f1, f2, e1, e2

@@ -171,67 +171,71 @@ def add_roofline_columns(
         bytes_model: ``traffic`` (eager estimate, default) or ``min`` for ``intensity_flop_per_byte``.
         count_missing: count FLOPs/bytes of models (on the meta device) when not known yet.
     """
+    df = results_df.copy()
+    rows = [_roofline_row(r, peaks_df, spec_row, bytes_model, count_missing) for _, r in df.iterrows()]
+    for k in ROOFLINE_COLUMNS:
+        df[k] = [row[k] for row in rows]
+    return df
+
+
+ROOFLINE_COLUMNS = (
+    "roofline_flops_per_image",
+    "achieved_tflops",
+    "achieved_tflops_pipelined",
+    "bytes_per_batch",
+    "min_bytes_per_batch",
+    "intensity_flop_per_byte",
+    "intensity_min_flop_per_byte",
+    "peak_tflops_spec",
+    "peak_tflops_measured",
+    "bandwidth_gb_s_spec",
+    "bandwidth_gb_s_measured",
+    "fraction_of_spec_peak",
+    "fraction_of_measured_peak",
+    "bound",
+)
+
+
+def _roofline_row(r: Any, peaks_df, spec_row, bytes_model: str, count_missing: bool) -> dict[str, Any]:
+    """`add_roofline_columns`'s columns of one result row."""
     import numpy as np
 
     from deepgap.roofline.flops import model_cost
     from deepgap.roofline.specs import spec_for
 
-    df = results_df.copy()
-    cols: dict[str, list[float]] = {
-        k: []
-        for k in (
-            "roofline_flops_per_image",
-            "achieved_tflops",
-            "achieved_tflops_pipelined",
-            "bytes_per_batch",
-            "min_bytes_per_batch",
-            "intensity_flop_per_byte",
-            "intensity_min_flop_per_byte",
-            "peak_tflops_spec",
-            "peak_tflops_measured",
-            "bandwidth_gb_s_spec",
-            "bandwidth_gb_s_measured",
-            "fraction_of_spec_peak",
-            "fraction_of_measured_peak",
-        )
+    mode = r.get("mode", "infer") or "infer"
+    prec = str(r["precision"])
+    cost = None
+    if count_missing:
+        try:
+            cost = model_cost(str(r["model"]), int(r["resolution"]), mode)
+        except Exception:  # an unknown or uncountable model: leave the columns empty
+            cost = None
+    b = int(r["batch_size"])
+    fpi = cost.flops_per_image if cost else r.get("flops_per_image", np.nan)
+    fpi = np.nan if fpi is None else float(fpi)
+    size_prec = prec if prec in PRECISION_TABLE else "fp32"
+    tb = cost.traffic_bytes(b, size_prec) if cost else np.nan
+    mb = cost.min_bytes(b, size_prec) if cost else np.nan
+    ach = achieved_tflops(fpi, r.get("throughput_ips"))
+    srow = spec_row if spec_row is not None else spec_for(str(r.get("device_name", "")))
+    spec_c = ceiling_from_spec(srow, prec)
+    meas_c = ceiling_from_peaks(peaks_df, prec, r.get("device_name"))
+    ai = fpi * b / (tb if bytes_model == "traffic" else mb) if (tb == tb and mb == mb) else np.nan
+    ref = meas_c or spec_c
+    return {
+        "roofline_flops_per_image": fpi,
+        "achieved_tflops": ach,
+        "achieved_tflops_pipelined": achieved_tflops(fpi, r.get("throughput_pipelined_ips")),
+        "bytes_per_batch": tb,
+        "min_bytes_per_batch": mb,
+        "intensity_flop_per_byte": ai,
+        "intensity_min_flop_per_byte": fpi * b / mb if mb == mb and mb else np.nan,
+        "peak_tflops_spec": spec_c.peak_tflops if spec_c else np.nan,
+        "peak_tflops_measured": meas_c.peak_tflops if meas_c else np.nan,
+        "bandwidth_gb_s_spec": spec_c.bandwidth_gb_s if spec_c else np.nan,
+        "bandwidth_gb_s_measured": meas_c.bandwidth_gb_s if meas_c else np.nan,
+        "fraction_of_spec_peak": fraction(ach, spec_c.peak_tflops if spec_c else None),
+        "fraction_of_measured_peak": fraction(ach, meas_c.peak_tflops if meas_c else None),
+        "bound": bound(ai, ref) if ref is not None and ai == ai else "",
     }
-    bounds: list[str] = []
-    for _, r in df.iterrows():
-        mode = r.get("mode", "infer") or "infer"
-        prec = str(r["precision"])
-        cost = None
-        if count_missing:
-            try:
-                cost = model_cost(str(r["model"]), int(r["resolution"]), mode)
-            except Exception:  # an unknown or uncountable model: leave the columns empty
-                cost = None
-        b = int(r["batch_size"])
-        fpi = cost.flops_per_image if cost else r.get("flops_per_image", np.nan)
-        fpi = np.nan if fpi is None else float(fpi)
-        size_prec = prec if prec in PRECISION_TABLE else "fp32"
-        tb = cost.traffic_bytes(b, size_prec) if cost else np.nan
-        mb = cost.min_bytes(b, size_prec) if cost else np.nan
-        ach = achieved_tflops(fpi, r.get("throughput_ips"))
-        srow = spec_row if spec_row is not None else spec_for(str(r.get("device_name", "")))
-        spec_c = ceiling_from_spec(srow, prec)
-        meas_c = ceiling_from_peaks(peaks_df, prec, r.get("device_name"))
-        ai = fpi * b / (tb if bytes_model == "traffic" else mb) if (tb == tb and mb == mb) else np.nan
-        cols["roofline_flops_per_image"].append(fpi)
-        cols["achieved_tflops"].append(ach)
-        cols["achieved_tflops_pipelined"].append(achieved_tflops(fpi, r.get("throughput_pipelined_ips")))
-        cols["bytes_per_batch"].append(tb)
-        cols["min_bytes_per_batch"].append(mb)
-        cols["intensity_flop_per_byte"].append(ai)
-        cols["intensity_min_flop_per_byte"].append(fpi * b / mb if mb == mb and mb else np.nan)
-        cols["peak_tflops_spec"].append(spec_c.peak_tflops if spec_c else np.nan)
-        cols["peak_tflops_measured"].append(meas_c.peak_tflops if meas_c else np.nan)
-        cols["bandwidth_gb_s_spec"].append(spec_c.bandwidth_gb_s if spec_c else np.nan)
-        cols["bandwidth_gb_s_measured"].append(meas_c.bandwidth_gb_s if meas_c else np.nan)
-        cols["fraction_of_spec_peak"].append(fraction(ach, spec_c.peak_tflops if spec_c else None))
-        cols["fraction_of_measured_peak"].append(fraction(ach, meas_c.peak_tflops if meas_c else None))
-        ref = meas_c or spec_c
-        bounds.append(bound(ai, ref) if ref is not None and ai == ai else "")
-    for k, v in cols.items():
-        df[k] = v
-    df["bound"] = bounds
-    return df

@@ -279,7 +279,7 @@ class NcuOutcome:
 
 
 def child_argv(spec: ProfileSpec) -> list[str]:
-    """The profiled child process: the same step as `deepgap.roofline.profile.build_step` builds."""
+    """The profiled child process: the same step as `deepgap.roofline.profile_measure.build_step` builds."""
     flags = {
         "--model": spec.model, "--precision": spec.precision, "--batch-size": spec.batch_size,
         "--mode": spec.mode, "--device": spec.device, "--resolution": spec.resolution or 0,

@@ -9,11 +9,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+import torch
+
 
 def _child(argv: list[str]) -> int:
-    import torch
-
-    from deepgap.roofline.profile import ProfileSpec, build_step
+    from deepgap.roofline.profile import ProfileSpec
+    from deepgap.roofline.profile_measure import build_step
 
     p = argparse.ArgumentParser(prog="python -m deepgap.roofline.ncu_child")
     for flag, kind in (

@@ -11,7 +11,7 @@ and no baseline is measured; the worker still measures, and this process never t
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from deepgap.core.errors import UsageError
@@ -39,6 +39,21 @@ class PeaksOptions:
     bandwidth_mib: int | None = None  # copy buffer (default 1024 MiB on GPUs, 256 on CPUs)
     only: str | Sequence[str] | None = None  # a subset of NAMES (a comma-separated text or a list)
     repeats: int = 5
+
+
+@dataclass(frozen=True)
+class PeaksRunSpec:
+    """A peaks run's stored spec (`deepgap.drive.loop.RunSpec`)."""
+
+    device: str
+    size: int | None
+    bandwidth_mib: int | None
+    names: list[str]
+    repeats: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """The run row's spec."""
+        return asdict(self)
 
 
 @dataclass
@@ -95,13 +110,7 @@ def plan(
             ) from None
         yield Finished("", peaks)
 
-    spec = {
-        "device": device,
-        "size": opts.size,
-        "bandwidth_mib": opts.bandwidth_mib,
-        "names": list(names),
-        "repeats": opts.repeats,
-    }
+    spec = PeaksRunSpec(device, opts.size, opts.bandwidth_mib, list(names), opts.repeats)
     # the idle baseline only: no configurations, so no thermal warm-up
     return Plan(SweepRunner(sweep, device), spec, sweep, steps, total=1, warmup=())
 
@@ -134,7 +143,7 @@ def measure_peaks_run(
         log=log,
     )
     done = drive(job)
-    device = str(done.spec["device"])
+    device = done.spec.device
     sheet = spec_for(done.env.get("device_name")) if device.startswith("cuda") else None
     peaks = done.outcomes[0] if done.outcomes else []
     return PeaksRun(done.run_id, store, device, done.env, sheet, peaks)

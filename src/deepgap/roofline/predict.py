@@ -77,25 +77,10 @@ def eager_intensity(model: str, resolution: int, batch: int, precision: str) -> 
 
 @functools.lru_cache(maxsize=16)
 def eager_op_costs(model: str, resolution: int) -> tuple[Any, Any, Any, Any]:
-    """Per-op FLOPs and read+write elements of one inference pass at batch 1 and 2 (meta device)."""
-    import numpy as np
-    import torch
+    """Per-op FLOPs and read+write elements of one inference pass at batch 1 and 2 (`flops.op_costs`)."""
+    from deepgap.roofline.flops import op_costs
 
-    from deepgap.measure.models import build_model
-    from deepgap.measure.models.flops import op_counter
-
-    net = build_model(model, int(resolution)).to("meta").eval()
-    out = []
-    for b in (1, 2):
-        counter = op_counter()
-        with torch.no_grad(), counter:
-            net(torch.empty(b, 3, int(resolution), int(resolution), device="meta"))
-        out.append(counter.records)
-    if len(out[0]) != len(out[1]):
-        raise ValueError("the op sequence differs between batch 1 and 2")
-    f1, f2 = (np.array([r.flops for r in recs]) for recs in out)
-    e1, e2 = (np.array([r.read_elements + r.write_elements for r in recs]) for recs in out)
-    return f1, f2, e1, e2
+    return op_costs(model, resolution)
 
 
 def per_op_time(

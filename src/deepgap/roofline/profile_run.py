@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from deepgap.core.errors import UsageError
@@ -52,6 +52,27 @@ class ProfileOptions:
     ncu_launch_count: int = 0  # 0: every kernel
     ncu_timeout_s: float = 300.0
     trace_dir: str | None = None  # keep each Chrome trace (and ncu CSV) here
+
+
+@dataclass(frozen=True)
+class ProfileRunSpec:
+    """A profile run's stored spec (`deepgap.drive.loop.RunSpec`): the grid, as resolved, and the options."""
+
+    models: list[str]
+    precisions: list[str]
+    modes: list[str]
+    batch_sizes: list[int]
+    device: str
+    resolution: int | None
+    memory_format: str
+    warmup: int = 5
+    steps: int = 20
+    profiled_steps: int = 1
+    ncu: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """The run row's spec."""
+        return asdict(self)
 
 
 @dataclass
@@ -188,19 +209,10 @@ def plan(
             attach_ncu(opts, spec, res, ncu_dir)
             yield Finished("", res)
 
-    spec = {
-        "models": models,
-        "precisions": precs,
-        "modes": modes,
-        "batch_sizes": list(batches),
-        "device": device,
-        "resolution": opts.resolution,
-        "memory_format": opts.memory_format,
-        "warmup": opts.warmup,
-        "steps": opts.steps,
-        "profiled_steps": opts.profiled_steps,
-        "ncu": opts.ncu,
-    }
+    spec = ProfileRunSpec(models, precs, modes, list(batches), device, opts.resolution, opts.memory_format)
+    spec = replace(
+        spec, warmup=opts.warmup, steps=opts.steps, profiled_steps=opts.profiled_steps, ncu=opts.ncu
+    )
     return Plan(SweepRunner(sweep, device), spec, sweep, steps, len(specs), warmup=expand(sweep, device))
 
 
@@ -231,4 +243,4 @@ def profile_run(
         log=log,
     )
     done = drive(job)
-    return ProfileRun(done.run_id, store, str(done.spec.get("device", "")), done.env, done.outcomes)
+    return ProfileRun(done.run_id, store, done.spec.device, done.env, done.outcomes)

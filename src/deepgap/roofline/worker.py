@@ -10,8 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from deepgap.measure.worker import handles
-from deepgap.roofline.peaks import PeakMeasurement, PeaksRequest, measure_peaks
-from deepgap.roofline.profile import ProfileResult, ProfileSpec, run_profile
+from deepgap.roofline.peaks import PeakMeasurement, PeaksRequest
+from deepgap.roofline.peaks_measure import measure_peaks
+from deepgap.roofline.profile import ProfileResult, ProfileSpec
+from deepgap.roofline.profile_measure import run_profile
 
 
 @handles("profile")

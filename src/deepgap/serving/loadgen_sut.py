@@ -211,6 +211,23 @@ class NullSut:
         return RequestLog(t0, t0.copy(), t1, np.repeat(counts, counts), z, z, z.copy(), n_planned=len(t0))
 
 
+def _run_test(lg: Any, sut: Any, qsl: Any, settings: Any, traced: bool) -> tuple[str, Any]:
+    """One LoadGen test, its logs in a folder of its own: the summary's text and the trace (None: untraced)."""
+    with tempfile.TemporaryDirectory(prefix="deepgap-loadgen-") as d:
+        log_settings = lg.LogSettings()
+        log_settings.log_output.outdir = d
+        log_settings.log_output.copy_summary_to_stdout = False
+        log_settings.enable_trace = traced
+        lg.StartTestWithLogSettings(sut, qsl, settings, log_settings)
+        path = os.path.join(d, "mlperf_log_summary.txt")
+        summary = ""
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as fh:
+                summary = fh.read()
+        trace_path = os.path.join(d, "mlperf_log_trace.json")
+        return summary, (read_trace(trace_path) if traced and os.path.exists(trace_path) else None)
+
+
 def drive(executor: Any, req: LoadgenRequest) -> LoadgenResult:
     """Run LoadGen against ``executor`` (inside the worker; ``req.null``: no executor is used)."""
     import mlperf_loadgen as lg
@@ -245,19 +262,7 @@ def drive(executor: Any, req: LoadgenRequest) -> LoadgenResult:
     traced = req.trace and expected_samples(req) <= TRACE_CAP
     origin = time.perf_counter()
     try:
-        with tempfile.TemporaryDirectory(prefix="deepgap-loadgen-") as d:
-            log_settings = lg.LogSettings()
-            log_settings.log_output.outdir = d
-            log_settings.log_output.copy_summary_to_stdout = False
-            log_settings.enable_trace = bool(traced)
-            lg.StartTestWithLogSettings(sut, qsl, settings, log_settings)
-            path = os.path.join(d, "mlperf_log_summary.txt")
-            summary = ""
-            if os.path.exists(path):
-                with open(path, encoding="utf-8") as fh:
-                    summary = fh.read()
-            trace_path = os.path.join(d, "mlperf_log_trace.json")
-            trace = read_trace(trace_path) if traced and os.path.exists(trace_path) else None
+        summary, trace = _run_test(lg, sut, qsl, settings, bool(traced))
     finally:
         if not req.null:
             sut_obj.stop = True

@@ -24,16 +24,4 @@ if TYPE_CHECKING:
 
 def warmup_configs(req: SetupRequest) -> list[ConfigSpec]:
     """The configurations the prelude may warm up with: the first model's build, one per prepared batch."""
-    return [
-        ConfigSpec(
-            model=req.model,
-            engine=req.engine,
-            precision=req.precision,
-            batch_size=b,
-            device=req.device,
-            memory_format=req.memory_format,
-            threads=req.threads,
-            resolution=req.resolution,
-        )
-        for b in req.buckets
-    ]
+    return [req.config(b) for b in req.buckets]

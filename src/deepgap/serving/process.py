@@ -51,6 +51,13 @@ class SetupRequest:
     cudnn_benchmark: bool = True
     options: dict[str, Any] = field(default_factory=dict)  # engine options; "dataset": accuracy mode
 
+    def config(self, batch_size: int, include_transfer: bool = False) -> ConfigSpec:
+        """The configuration served at ``batch_size`` (the prelude's warm-up, the worker's builds)."""
+        fields = ("model", "engine", "precision", "device", "memory_format", "threads", "resolution")
+        return ConfigSpec(
+            batch_size=batch_size, include_transfer=include_transfer, **{f: getattr(self, f) for f in fields}
+        )
+
 
 @dataclass
 class SetupReply:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from deepgap.measure.images import IMAGENET_MEAN, IMAGENET_STD
 
 
@@ -32,8 +34,6 @@ class InputRing:
     """``size`` uint8 images (N, H, W, 3), pinned when the device is a GPU."""
 
     def __init__(self, size: int, resolution: int, seed: int = 0, pin: bool = False) -> None:
-        import torch
-
         g = torch.Generator().manual_seed(seed + 7)
         self.images = torch.randint(0, 256, (size, resolution, resolution, 3), generator=g, dtype=torch.uint8)
         if pin:
@@ -60,8 +60,6 @@ class Normaliser:
     """uint8 NHWC → the engine's dtype and layout, ImageNet-normalised, in one elementwise kernel."""
 
     def __init__(self, dtype: Any, device: Any) -> None:
-        import torch
-
         std = torch.tensor(IMAGENET_STD, dtype=torch.float32)
         mean = torch.tensor(IMAGENET_MEAN, dtype=torch.float32)
         self.scale = (1.0 / (255.0 * std)).view(1, 3, 1, 1).to(device)
@@ -70,8 +68,6 @@ class Normaliser:
 
     def __call__(self, u8: Any, out: Any) -> Any:
         """``out[:n] = (u8 / 255 − mean) / std`` for ``u8`` (n, H, W, 3); fp32 math, stored as ``out``."""
-        import torch
-
         n = u8.shape[0]
         return torch.addcmul(self.shift, u8.permute(0, 3, 1, 2), self.scale, out=out[:n])
 

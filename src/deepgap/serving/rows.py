@@ -45,10 +45,10 @@ def stderr_say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def run_spec(spec: ServeSpec, device: str, models: list[str]) -> dict[str, Any]:
+def run_spec(spec: ServeSpec, device: str, models: list[str]) -> SweepSpec:
     """The run's stored spec: a sweep spec of the served configuration, serving settings in options."""
     sweep = serve_sweep(spec, device, models)
-    return sweep.replace(options={"serve": spec.settings(), **serve_options(spec), **sweep.options}).to_dict()
+    return sweep.replace(options={"serve": spec.settings(), **serve_options(spec), **sweep.options})
 
 
 def serve_sweep(spec: ServeSpec, device: str, models: list[str]) -> SweepSpec:
@@ -126,17 +126,18 @@ def service_of(reply: SetupReply, label: str) -> ServiceModel:
     )
 
 
+def config_columns(req: SetupRequest) -> dict[str, Any]:
+    """The served configuration's columns of a serving row (curves, runs), in their stored order."""
+    fields = ("model", "engine", "precision", "device", "memory_format", "resolution")
+    return {f: getattr(req, f) for f in fields}
+
+
 def curve_rows(reply: SetupReply, req: SetupRequest, tenant: str = "") -> list[dict[str, Any]]:
     """``serve_curves`` rows of one calibration."""
     return [
         {
             "tenant": tenant,
-            "model": req.model,
-            "engine": req.engine,
-            "precision": req.precision,
-            "device": req.device,
-            "memory_format": req.memory_format,
-            "resolution": req.resolution,
+            **config_columns(req),
             "batch_size": b,
             "samples_s": reply.curve_samples_s[b],
             **{
@@ -180,12 +181,7 @@ def level_row(
         "scenario": scenario,
         "purpose": purpose,
         "phase": phase,
-        "model": req.model,
-        "engine": req.engine,
-        "precision": req.precision,
-        "device": req.device,
-        "memory_format": req.memory_format,
-        "resolution": req.resolution,
+        **config_columns(req),
         "max_batch": policy.max_batch if policy else None,
         "max_delay_s": policy.max_delay_s if policy else None,
         "target_qps": target_qps,

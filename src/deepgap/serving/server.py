@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 
 from deepgap.serving.batcher import BatchPolicy, StopRule, serve_loop
 from deepgap.serving.clock import RealClock
@@ -59,8 +60,6 @@ class PipelinedExecutor:
         depth: int | None = None,
     ) -> None:
         """``runs`` maps each prepared batch size to its callable; ``streams`` defaults by device."""
-        import torch
-
         self.torch = torch
         self.cuda = device.startswith("cuda")
         self.device = device

@@ -26,9 +26,7 @@ from deepgap.serving.capacity import (
 from deepgap.serving.details import CapacityDetails, CapacityProbe
 from deepgap.serving.log import summarize
 from deepgap.serving.process import LevelRequest
-from deepgap.serving.rows import (
-    level_row,
-)
+from deepgap.serving.rows import config_columns, level_row
 from deepgap.serving.scenario_context import ScenarioContext, engine_ips, host_line, level_timeout
 from deepgap.serving.sim import simulate
 from deepgap.serving.spec import DEFAULT_POLICY
@@ -157,13 +155,8 @@ def _capacity_row(c: ScenarioContext, r: CapacityResult, predicted: float | None
     return {
         "tenant": "",
         "source": r.source,
-        "model": c.req.model,
-        "engine": c.req.engine,
-        "precision": c.req.precision,
-        "device": c.req.device,
+        **config_columns(c.req),
         "device_name": c.rec.env.get("device_name", ""),
-        "memory_format": c.req.memory_format,
-        "resolution": c.req.resolution,
         "slo_s": r.slo_s,
         "percentile": 0.99,
         "confidence": c.spec.confidence,
@@ -205,6 +198,20 @@ def _find_capacity(c: ScenarioContext, load: LoadSettings) -> None:
         return
     c.say(f"serve: simulating {len(cands)} batching policies on the calibrated curve")
     ranked = search_policies(sv, load, cands, c.trace, rel_tol=spec.rel_tol)
+    measured = _verify(c, load, ranked)
+    verified = {m.policy for m in measured}
+    for r in ranked:  # the simulator's search: a policy never run for real is labelled as such
+        row = _capacity_row(c, r, r.capacity_qps)
+        row["details"].verified = r.policy in verified
+        if r.policy not in verified:
+            row["note"] = "; ".join(x for x in ("unverified (simulated only)", row["note"]) if x)
+        c.rec.capacities.append(row)
+    _report_capacity(c, load, ranked, measured, verified)
+
+
+def _verify(c: ScenarioContext, load: LoadSettings, ranked: list[CapacityResult]) -> list[CapacityResult]:
+    """Search the capacity of the simulator's best ``verify_policies`` policies for real, from its prediction."""
+    spec, sv = c.spec, c.service
     measured: list[CapacityResult] = []
     for r in ranked[: spec.verify_policies]:
         ceiling = sv.saturation_qps(r.policy.max_batch) * 1.3
@@ -224,13 +231,17 @@ def _find_capacity(c: ScenarioContext, load: LoadSettings) -> None:
         c.say(
             f"serve: {r.policy.label()}: measured {m.capacity_qps:,.1f} queries/s, simulated {r.capacity_qps:,.1f}"
         )
-    verified = {m.policy for m in measured}
-    for r in ranked:  # the simulator's search: a policy never run for real is labelled as such
-        row = _capacity_row(c, r, r.capacity_qps)
-        row["details"].verified = r.policy in verified
-        if r.policy not in verified:
-            row["note"] = "; ".join(x for x in ("unverified (simulated only)", row["note"]) if x)
-        c.rec.capacities.append(row)
+    return measured
+
+
+def _report_capacity(
+    c: ScenarioContext,
+    load: LoadSettings,
+    ranked: list[CapacityResult],
+    measured: list[CapacityResult],
+    verified: set[Any],
+) -> None:
+    """The best measured capacity against the simulator's prediction and the engine alone: summary, lines."""
     best = max(measured, key=lambda m: m.capacity_qps)
     at = best.at_capacity
     engine = engine_ips(c)

@@ -164,6 +164,17 @@ def _check_ranges(spec: ServeSpec) -> None:
 
 def validate(spec: ServeSpec) -> ServeSpec:
     """Check every field; return ``spec`` or raise a `UsageError` (one line, exit 2)."""
+    _check_names(spec)
+    _check_numbers(spec)
+    _check_combinations(spec)
+    from deepgap.measure.accuracy.dataset import serve_options
+
+    serve_options(spec)  # weights that fit, a usable dataset (exit 2 before anything is written)
+    return spec
+
+
+def _check_names(spec: ServeSpec) -> None:
+    """The scenario, models, engine, precision, memory format and device are ones deepgap knows."""
     from deepgap.core.precision import PRECISIONS
     from deepgap.drive.config import MEMORY_FORMATS
     from deepgap.measure.engines import load_engines
@@ -189,6 +200,10 @@ def validate(spec: ServeSpec) -> ServeSpec:
         )
     if not _DEVICE_RE.match(spec.device):
         raise UsageError(f"unknown device {spec.device!r}", "use auto, cpu, cuda or cuda:N")
+
+
+def _check_numbers(spec: ServeSpec) -> None:
+    """Every number positive, finite and within its range."""
     for name in ("qps", "slo_s", "min_duration_s", "max_delay_s", "timeout_s"):
         v = getattr(spec, name)
         ok = v is None or (
@@ -236,6 +251,10 @@ def validate(spec: ServeSpec) -> ServeSpec:
         raise UsageError(f"--load must be in (0, 1.5], got {spec.load!r}", "pass e.g. --load 0.5")
     if spec.verify_policies < 1:
         raise UsageError("--verify-policies must be ≥ 1", "pass e.g. --verify-policies 2")
+
+
+def _check_combinations(spec: ServeSpec) -> None:
+    """Flags that belong to one scenario or exclude each other, LoadGen where it is asked for."""
     if spec.scenario != "server":
         for name, flag in (
             ("qps", "--qps"),
@@ -291,7 +310,3 @@ def validate(spec: ServeSpec) -> ServeSpec:
         raise UsageError("--weights applies to one model, but --tenants names several", "drop --weights")
     if spec.dataset and spec.tenants:
         raise UsageError("--dataset applies to one model, but --tenants names several", "drop --dataset")
-    from deepgap.measure.accuracy.dataset import serve_options
-
-    serve_options(spec)  # weights that fit, a usable dataset (exit 2 before anything is written)
-    return spec

@@ -30,6 +30,7 @@ from deepgap.store.tables import CAPACITY, SERVE_CURVES, SERVE_REQUESTS, SERVE_R
 if TYPE_CHECKING:
     import pandas as pd
 
+    from deepgap.drive.config import SweepSpec
     from deepgap.store import Store
 
 _LEVEL_COLS = [c for c in SERVE_RUNS.names if c != "serve_id"]
@@ -49,7 +50,7 @@ class LevelRow:
 class ServeRecord:
     """Everything one ``deepgap serve`` produced: its run row's spec and env, and the rows `record` writes."""
 
-    spec: dict[str, Any]
+    spec: SweepSpec  # the run row's spec (`deepgap.serving.rows.run_spec`)
     command: str
     env: dict[str, Any]
     status: str = "finished"

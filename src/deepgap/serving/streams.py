@@ -16,13 +16,13 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+import torch
+
 
 class CudaStreams:
     """``torch.cuda`` streams and timing events."""
 
     def __init__(self, device: str) -> None:
-        import torch
-
         self.torch = torch
         self.device = torch.device(device)
 

@@ -70,136 +70,134 @@ def run_tenants(
     (`deepgap.serving.serve_run`); a failure to start it is the first tenant's failed set-up.
     """
     names = [n for n, _ in spec.tenants]
-    labels = tenant_labels(names)
+    t = _Tenants(spec, tenant_labels(names), first, device)
     rec = ServeRecord(spec=run_spec(spec, device, names), command=command, env={"device": device})
     rec.env = first.env or rec.env
     out = ServeOutcome(None, os.path.abspath(store_path))
-    minq, mind = spec.minimums()
-    policy = BatchPolicy(
-        spec.max_batch or DEFAULT_POLICY[0],
-        spec.max_delay_s if spec.max_delay_s is not None else DEFAULT_POLICY[1],
-    )
-    workers: list[ServingWorker] = []
-    reqs, services, rates = [], [], []
     try:
         for i in range(len(names)):
             req = tenant_request(spec, i, device)
-            say(
-                f"serve: tenant {labels[i]}: building and calibrating batches {', '.join(map(str, req.buckets))}"
-            )
-            w = first if i == 0 else ServingWorker(device)
-            workers.append(w)  # stopped below whatever happens
             try:
-                if w.failure is not None:  # the first tenant's worker did not start or answer
-                    raise w.failure
-                reply = w.setup(req, spec.timeout_s) if i == 0 else w.start_serving(req, spec.timeout_s)
+                reply = t.start(i, req, say)
             except (SetupFailed, WorkerLost) as exc:
-                status = exc.status.value if isinstance(exc.status, Status) else str(exc.status)
                 why = exc.reason.splitlines()[0]
-                if status == Status.OOM.value and i:
-                    why = f"tenant {labels[i]} did not fit in device memory beside {', '.join(labels[:i])}: {why}"
-                rec.levels.append(
-                    level_row(
-                        req,
-                        "server",
-                        "setup",
-                        None,
-                        None,
-                        "",
-                        spec.seed,
-                        None,
-                        tenant=labels[i],
-                        status=status,
-                        reason=why,
-                    )
-                )
-                out.status, out.reason = status, why
-                out.lines.append(f"{status}: {why}")
+                if _status(exc) == Status.OOM.value and i:
+                    why = f"tenant {t.labels[i]} did not fit in device memory beside {', '.join(t.labels[:i])}: {why}"
+                _failed(rec, out, req, "setup", exc, spec.seed, why, tenant=t.labels[i])
                 return rec, out
-            reqs.append(req)
-            rec.curves += curve_rows(reply, req, labels[i])
-            sv = service_of(reply, f"calibration of {labels[i]}")
-            services.append(sv)
-            pol = BatchPolicy(min(policy.max_batch, sv.max_batch), policy.max_delay_s)
-            rates.append(_rate(spec, spec.tenants[i][1], sv, pol, minq, mind))
-            say(f"serve: tenant {labels[i]}: {rates[-1]:,.1f} queries/s")
+            t.add(i, req, reply, rec, say)
         schedules = [
-            arr.poisson(r, arr.n_queries(r, minq, mind), spec.seed + 1000 * i) for i, r in enumerate(rates)
+            arr.poisson(r, arr.n_queries(r, *t.minimums), spec.seed + 1000 * i) for i, r in enumerate(t.rates)
         ]
-        matrix: dict[str, dict[str, dict[str, float]]] = {lab: {} for lab in labels}
+        matrix: dict[str, dict[str, dict[str, float]]] = {lab: {} for lab in t.labels}
         for ph in phases(len(names)):
-            phase = "+".join(labels[i] for i in ph)
-            say(f"serve: phase {phase}")
-            start = time.perf_counter() + 1.0
-            for i in ph:
-                n = len(schedules[i])
-                pol = BatchPolicy(min(policy.max_batch, services[i].max_batch), policy.max_delay_s)
-                workers[i].send_level(
-                    LevelRequest(schedules[i], pol, StopRule(max_time_s=3 * n / rates[i] + 5), start_at=start)
-                )
-            for i in ph:
-                n = len(schedules[i])
-                pol = BatchPolicy(min(policy.max_batch, services[i].max_batch), policy.max_delay_s)
-                log = workers[i].receive_log(120 + 4 * n / rates[i])
-                s = summarize(log, rates[i], spec.slo_s, 0.99, spec.confidence)
-                pred = summarize(
-                    simulate_alone(schedules[i], pol, services[i], spec.seed),
-                    rates[i],
-                    spec.slo_s,
-                    0.99,
-                    spec.confidence,
-                )
-                rec.levels.append(
-                    level_row(
-                        reqs[i],
-                        "server",
-                        "tenant",
-                        pol,
-                        rates[i],
-                        "poisson",
-                        spec.seed + 1000 * i,
-                        s,
-                        pred,
-                        log,
-                        tenant=labels[i],
-                        phase=phase,
-                    )
-                )
-                key = (
-                    "alone"
-                    if len(ph) == 1
-                    else ("all" if len(ph) == len(names) and len(names) > 2 else phase)
-                )
-                matrix[labels[i]][key] = {
-                    "p99_s": s.latency_p99_s,
-                    "achieved_qps": s.achieved_qps,
-                    "offered_qps": rates[i],
-                }
+            t.phase(ph, schedules, rec, matrix, say)
     except (SetupFailed, WorkerLost) as exc:
-        status = exc.status.value if isinstance(exc.status, Status) else str(exc.status)
-        out.status, out.reason = status, exc.reason.splitlines()[0]
-        out.lines.append(f"{status}: {out.reason}")
-        rec.levels.append(
-            level_row(
-                reqs[-1],
-                "server",
-                "tenant",
-                None,
-                None,
-                "",
-                spec.seed,
-                None,
-                status=status,
-                reason=out.reason,
-            )
-        )
+        _failed(rec, out, t.reqs[-1], "tenant", exc, spec.seed, exc.reason.splitlines()[0])
         return rec, out
     finally:
-        for w in workers:
+        for w in t.workers:
             w.stop()
     out.summary["interference"] = matrix
     out.lines += interference_lines(matrix)
     return rec, out
+
+
+def _status(exc: SetupFailed | WorkerLost) -> str:
+    return exc.status.value if isinstance(exc.status, Status) else str(exc.status)
+
+
+def _failed(rec, out, req: SetupRequest, purpose: str, exc, seed: int, why: str, tenant: str = "") -> None:
+    """A failed set-up or phase: its row (status and reason) and the outcome's status."""
+    status = _status(exc)
+    rec.levels.append(
+        level_row(
+            req, "server", purpose, None, None, "", seed, None, tenant=tenant, status=status, reason=why
+        )
+    )
+    out.status, out.reason = status, why
+    out.lines.append(f"{status}: {why}")
+
+
+class _Tenants:
+    """The tenants of one run as they are built: their workers, requests, services and offered rates."""
+
+    def __init__(self, spec: ServeSpec, labels: list[str], first: ServingWorker, device: str) -> None:
+        self.spec, self.labels, self.first, self.device = spec, labels, first, device
+        self.minimums = spec.minimums()
+        self.policy = BatchPolicy(
+            spec.max_batch or DEFAULT_POLICY[0],
+            spec.max_delay_s if spec.max_delay_s is not None else DEFAULT_POLICY[1],
+        )
+        self.workers: list[ServingWorker] = []
+        self.reqs: list[SetupRequest] = []
+        self.services: list[Any] = []
+        self.rates: list[float] = []
+
+    def policy_of(self, i: int) -> BatchPolicy:
+        """Tenant ``i``'s batching policy: the run's, capped at its largest calibrated batch."""
+        return BatchPolicy(min(self.policy.max_batch, self.services[i].max_batch), self.policy.max_delay_s)
+
+    def start(self, i: int, req: SetupRequest, say) -> Any:
+        """Start tenant ``i``'s worker (the first is given), build and calibrate it: the worker's reply."""
+        say(
+            f"serve: tenant {self.labels[i]}: building and calibrating batches {', '.join(map(str, req.buckets))}"
+        )
+        w = self.first if i == 0 else ServingWorker(self.device)
+        self.workers.append(w)  # stopped by the caller whatever happens
+        if w.failure is not None:  # the first tenant's worker did not start or answer
+            raise w.failure
+        return w.setup(req, self.spec.timeout_s) if i == 0 else w.start_serving(req, self.spec.timeout_s)
+
+    def add(self, i: int, req: SetupRequest, reply: Any, rec: ServeRecord, say) -> None:
+        """Tenant ``i`` built: its curves, its service and its offered rate."""
+        self.reqs.append(req)
+        rec.curves += curve_rows(reply, req, self.labels[i])
+        self.services.append(service_of(reply, f"calibration of {self.labels[i]}"))
+        minq, mind = self.minimums
+        self.rates.append(
+            _rate(self.spec, self.spec.tenants[i][1], self.services[i], self.policy_of(i), minq, mind)
+        )
+        say(f"serve: tenant {self.labels[i]}: {self.rates[-1]:,.1f} queries/s")
+
+    def phase(self, ph, schedules, rec: ServeRecord, matrix, say) -> None:
+        """Run the tenants of phase ``ph`` together from one start; their rows and matrix cells."""
+        spec, n_all = self.spec, len(self.labels)
+        phase = "+".join(self.labels[i] for i in ph)
+        say(f"serve: phase {phase}")
+        start = time.perf_counter() + 1.0
+        for i in ph:
+            n = len(schedules[i])
+            stop = StopRule(max_time_s=3 * n / self.rates[i] + 5)
+            self.workers[i].send_level(LevelRequest(schedules[i], self.policy_of(i), stop, start_at=start))
+        for i in ph:
+            pol, rate = self.policy_of(i), self.rates[i]
+            log = self.workers[i].receive_log(120 + 4 * len(schedules[i]) / rate)
+            s = summarize(log, rate, spec.slo_s, 0.99, spec.confidence)
+            alone = simulate_alone(schedules[i], pol, self.services[i], spec.seed)
+            pred = summarize(alone, rate, spec.slo_s, 0.99, spec.confidence)
+            seed = spec.seed + 1000 * i
+            row = level_row(
+                self.reqs[i],
+                "server",
+                "tenant",
+                pol,
+                rate,
+                "poisson",
+                seed,
+                s,
+                pred,
+                log,
+                self.labels[i],
+                phase,
+            )
+            rec.levels.append(row)
+            key = "alone" if len(ph) == 1 else ("all" if len(ph) == n_all and n_all > 2 else phase)
+            matrix[self.labels[i]][key] = {
+                "p99_s": s.latency_p99_s,
+                "achieved_qps": s.achieved_qps,
+                "offered_qps": rate,
+            }
 
 
 def simulate_alone(times: np.ndarray, policy: BatchPolicy, service, seed: int):

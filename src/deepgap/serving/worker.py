@@ -14,8 +14,9 @@ from typing import Any
 
 import torch
 
-from deepgap.core import correctness, envinfo
-from deepgap.core.records import ConfigSpec, Status
+from deepgap.core import envinfo
+from deepgap.core.records import Status
+from deepgap.measure import correctness
 from deepgap.measure.engines import get_engine
 from deepgap.measure.worker import handles, inputs_for, is_oom, nvml_used_bytes
 from deepgap.serving.process import (
@@ -32,67 +33,19 @@ from deepgap.serving.server import PipelinedExecutor, measure_curve, run_closed,
 
 def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
     t0 = time.perf_counter()
-    spec1 = ConfigSpec(
-        model=req.model,
-        engine=req.engine,
-        precision=req.precision,
-        batch_size=req.buckets[0],
-        device=req.device,
-        memory_format=req.memory_format,
-        threads=req.threads,
-        resolution=req.resolution,
-        include_transfer=True,
-    )
+    spec1 = req.config(req.buckets[0], include_transfer=True)
     engine = get_engine(req.engine, req.options)
     why_not = engine.available() or engine.supports(spec1, state.caps)
     if why_not:
         raise SetupFailed(Status.SKIPPED, why_not)
     torch.set_num_threads(req.threads or state.default_threads)
     torch.backends.cudnn.benchmark = req.cudnn_benchmark
-    ref_x, _ = state.reference(req.model, req.resolution, req.weights, req.seed)
-    runs: dict[int, Any] = {}
-    info: dict[str, Any] = {}
     notes: list[str] = []
-    dtype = None
-    first = None  # (Prepared, ConfigSpec) of the first batch size: what accuracy mode scores
-    for b in req.buckets:
-        if runs and req.engine in DYNAMIC_ENGINES:
-            runs[b] = runs[req.buckets[0]]
-            continue
-        spec = ConfigSpec(**{**spec1.__dict__, "batch_size": b})
-        x_host, _ = inputs_for(spec, ref_x, torch.float32)
-        try:
-            prepared = engine.prepare(
-                state.model(req.model, req.resolution, req.weights, req.seed), spec, x_host
-            )
-        except BaseException as exc:
-            if not is_oom(exc) or not runs:
-                raise
-            notes.append(f"preparing batch {b} ran out of memory; batches stop at {max(runs)}")
-            break
-        runs[b] = prepared.run
-        first = first or (prepared, spec)
-        dtype = prepared.input_dtype
-        info = dict(prepared.info)
+    runs, info, dtype, first = _prepare(state, req, engine, notes)
     cuda = req.device.startswith("cuda")
     ring = InputRing(max(req.pool_size, max(runs)), req.resolution, req.seed, pin=cuda)
     executor = PipelinedExecutor(runs, req.device, dtype, req.memory_format == "channels_last", ring)
-    # Correctness: the engine, fed the ring's uint8 images through the device normalisation, against the
-    # fp32 model on the CPU fed the same images normalised there.
-    kk = min(CORRECTNESS_ROWS, executor.buckets[0])
-    ref_in = executor.norm.reference(ring.images[:kk].cpu())
-    model = state.model(req.model, req.resolution, req.weights, req.seed)
-    with torch.inference_mode():
-        ref_out = torch.cat([model(ref_in[i : i + 1]).float() for i in range(kk)])
-        del model
-        executor(0, kk)
-        executor.sync()
-        agreement = correctness.compare(
-            executor.output(kk).float().cpu(),
-            ref_out,
-            req.precision,
-            "state-dict" if req.weights else "random",
-        ).to_dict()
+    agreement = _agreement(state, req, executor, ring)
     accuracy = None
     if req.options.get(
         "dataset"
@@ -131,6 +84,56 @@ def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
         if used is not None:
             reply.env = {**reply.env, "device_mem_used_bytes_at_setup": used}
     return executor, reply
+
+
+def _prepare(state: Any, req: SetupRequest, engine: Any, notes: list[str]):
+    """Each bucket's prepared callable (as many as fit): the runs, engine info, input dtype, the first's."""
+    ref_x, _ = state.reference(req.model, req.resolution, req.weights, req.seed)
+    runs: dict[int, Any] = {}
+    info: dict[str, Any] = {}
+    dtype = None
+    first = None  # (Prepared, ConfigSpec) of the first batch size: what accuracy mode scores
+    for b in req.buckets:
+        if runs and req.engine in DYNAMIC_ENGINES:
+            runs[b] = runs[req.buckets[0]]
+            continue
+        spec = req.config(b, include_transfer=True)
+        x_host, _ = inputs_for(spec, ref_x, torch.float32)
+        try:
+            prepared = engine.prepare(
+                state.model(req.model, req.resolution, req.weights, req.seed), spec, x_host
+            )
+        except BaseException as exc:
+            if not is_oom(exc) or not runs:
+                raise
+            notes.append(f"preparing batch {b} ran out of memory; batches stop at {max(runs)}")
+            break
+        runs[b] = prepared.run
+        first = first or (prepared, spec)
+        dtype = prepared.input_dtype
+        info = dict(prepared.info)
+    return runs, info, dtype, first
+
+
+def _agreement(state: Any, req: SetupRequest, executor: PipelinedExecutor, ring: InputRing) -> dict[str, Any]:
+    """The served engine's outputs against the fp32 model's (`deepgap.measure.correctness`)."""
+    # Correctness: the engine, fed the ring's uint8 images through the device normalisation, against the
+    # fp32 model on the CPU fed the same images normalised there.
+    kk = min(CORRECTNESS_ROWS, executor.buckets[0])
+    ref_in = executor.norm.reference(ring.images[:kk].cpu())
+    model = state.model(req.model, req.resolution, req.weights, req.seed)
+    with torch.inference_mode():
+        ref_out = torch.cat([model(ref_in[i : i + 1]).float() for i in range(kk)])
+        del model
+        executor(0, kk)
+        executor.sync()
+        agreement = correctness.compare(
+            executor.output(kk).float().cpu(),
+            ref_out,
+            req.precision,
+            "state-dict" if req.weights else "random",
+        ).to_dict()
+    return agreement
 
 
 @handles("serve.setup")

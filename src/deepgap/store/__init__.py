@@ -37,14 +37,14 @@ from deepgap.store.guard import (
     APPLICATION_ID,
     Connection,
     RowDecoder,
-    check_header,
     check_schema,
     connect,
     decode_text,
     expected_columns,
 )
+from deepgap.store.header import check_header
 from deepgap.store.migrations import CORE_V1, SCHEMA_VERSION, migrate, version
-from deepgap.store.paths import check_store_path
+from deepgap.store.paths import check_path, check_store_path, check_writable
 from deepgap.store.rows import TableAccess
 from deepgap.store.tables import RUN_KINDS, TableSpec
 
@@ -58,41 +58,6 @@ _STAT_FIELDS = [
 
 
 RESUMABLE = ("sweep", "fleet")  # the run kinds `deepgap run --resume` continues
-
-
-def _check_existing(path: str) -> None:
-    """Refuse files that are not deepgap stores, newer ones, damaged headers (`guard.check_header`)."""
-    check_header(path)
-
-
-def check_writable(path: str, exists: bool) -> None:
-    """Raise a `StoreError` unless ``path`` (or the nearest existing folder above it) is writable."""
-    if exists:
-        if not os.access(path, os.W_OK) or not os.access(os.path.dirname(os.path.abspath(path)), os.W_OK):
-            raise StoreError(f"store path {path} is not writable", "pass a writable --store path")
-        return
-    folder = os.path.dirname(os.path.abspath(path))
-    while not os.path.exists(folder):
-        folder = os.path.dirname(folder)
-    if not os.path.isdir(folder) or not os.access(folder, os.W_OK | os.X_OK):
-        raise StoreError(
-            f"store path {path} is not writable (no write access to {folder})", "pass a writable --store path"
-        )
-
-
-def check_path(path: str) -> None:
-    """Validate a store path for writing without creating anything (bad input must write nothing)."""
-    if not str(path).strip():
-        raise StoreError("the store path is empty", "pass --store PATH, e.g. --store results.sqlite")
-    check_store_path(path)
-    if os.path.isdir(path):
-        raise StoreError(f"store path {path} is a directory", "pass a file path, e.g. results.sqlite")
-    exists = os.path.exists(path)
-    if exists:
-        _check_existing(path)
-    check_writable(path, exists)
-    if exists:  # a merge or recovery of it: wait (bounded) or refuse now, before a worker is started
-        writelock.acquire(path, False, "write to").release()
 
 
 class Store(RowDecoder, TableAccess, ResultReads):
@@ -125,7 +90,7 @@ class Store(RowDecoder, TableAccess, ResultReads):
                 raise StoreError(
                     f"store path {self.path} is a directory", "pass a file path, e.g. results.sqlite"
                 )
-            _check_existing(self.path)
+            check_header(self.path)  # not a store, a newer one, a damaged header
             if readonly and os.path.getsize(self.path) == 0:
                 raise StoreError(
                     f"{self.path} is empty (0 bytes), not a deepgap store", "pass another store path"

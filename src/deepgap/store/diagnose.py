@@ -28,15 +28,14 @@ from deepgap.core.errors import StoreError, StoreNewerError, UsageError
 from deepgap.core.records import Status
 from deepgap.store import held, writelock
 from deepgap.store.guard import (
-    SQLITE_MAGIC,
     BadText,
-    check_header,
     column_types,
     connect,
     flat,
     has_log,
     row_problem,
 )
+from deepgap.store.header import check_header, header_problem, truncation
 from deepgap.store.migrations import SCHEMA_VERSION, migrate, version
 
 CORE = ("runs", "results", "samples", "telemetry")
@@ -133,24 +132,7 @@ def check(path: str) -> CheckReport:
         rep.creating = bool(rep.holders)
         rep.fatal = "the file is empty (0 bytes): no store was ever written to it"
         return rep
-    raw = not held.is_held(path)  # a raw open/close would drop this process's SQLite locks (held.py)
-    # a file with a log is in flux (a checkpoint writes page 1 before the pages that grow the file):
-    # SQLite's own reads, the log included, find missing pages then
-    rep.truncated = truncation(path) if raw and not has_log(path) and not rep.holders else None
-    if has_log(path):
-        kib = os.path.getsize(path + "-wal") // 1024
-        rep.log = (
-            f"{kib} KiB of transactions not yet folded into the file (a run is writing it, or was "
-            "stopped): read with it"
-        )
-    rep.header = (header_problem(path) if raw else None) or "ok"
-    if rep.header == "ok":
-        try:
-            check_header(path)
-        except StoreNewerError:
-            raise  # not damage: one line saying "upgrade deepgap", as every other command says it
-        except StoreError as exc:
-            rep.header = _why(exc).replace(f"{path} ", "")
+    _check_file(path, rep)
     try:
         con = open_read(path)
     except (StoreError, sqlite3.DatabaseError) as exc:
@@ -209,48 +191,26 @@ def check(path: str) -> CheckReport:
     return rep
 
 
-def header_problem(path: str) -> str | None:
-    """What makes SQLite refuse the file's first 100 bytes, in words (None: SQLite accepts them)."""
-    with open(path, "rb") as fh:
-        head = fh.read(100)
-    fix = "; `--recover` rewrites it from the pages"
-    if len(head) < 100:
-        return (
-            f"the file is only {len(head)} bytes, shorter than SQLite's 100-byte header: "
-            "it holds no data at all (an interrupted copy)"
+def _check_file(path: str, rep: CheckReport) -> None:
+    """What the file's bytes say before SQLite reads it: truncation, a log in flux, the header."""
+    raw = not held.is_held(path)  # a raw open/close would drop this process's SQLite locks (held.py)
+    # a file with a log is in flux (a checkpoint writes page 1 before the pages that grow the file):
+    # SQLite's own reads, the log included, find missing pages then
+    rep.truncated = truncation(path) if raw and not has_log(path) and not rep.holders else None
+    if has_log(path):
+        kib = os.path.getsize(path + "-wal") // 1024
+        rep.log = (
+            f"{kib} KiB of transactions not yet folded into the file (a run is writing it, or was "
+            "stopped): read with it"
         )
-    if head[:16] != SQLITE_MAGIC:
-        return "damaged: the file does not start with SQLite's magic bytes, so SQLite refuses it" + fix
-    raw = int.from_bytes(head[16:18], "big")
-    if raw != 1 and (raw < 512 or raw > 32768 or raw & (raw - 1)):
-        return f"damaged: its page size ({raw}) is not one SQLite writes, so SQLite refuses it" + fix
-    if head[18] not in (1, 2) or head[19] not in (1, 2) or head[21:24] != b"\x40\x20\x20":
-        return "damaged: its format bytes (18-23) are not SQLite's, so SQLite refuses it" + fix
-    return None
-
-
-def truncation(path: str) -> str | None:
-    """How much of the file is missing, from its header's page count (None: complete, or unknown)."""
-    with open(path, "rb") as fh:
-        head = fh.read(100)
-    if len(head) < 100 or head[:16] != SQLITE_MAGIC:
-        return None
-    raw = int.from_bytes(head[16:18], "big")
-    page = 65536 if raw == 1 else raw
-    if page < 512 or page & (page - 1):
-        return None
-    size = os.path.getsize(path)
-    pages = int.from_bytes(head[28:32], "big")
-    valid = head[24:28] == head[92:96] and pages > 0  # SQLite trusts the count only then
-    if valid and size < pages * page:
-        missing = (pages * page - size) // 1024
-        return (
-            f"the file ends at page {size // page} of {pages} ({missing} KiB missing): "
-            "it was cut short (an interrupted copy, a full disk)"
-        )
-    if size % page:
-        return f"the file ends inside page {size // page + 1}: it was cut short"
-    return None
+    rep.header = (header_problem(path) if raw else None) or "ok"
+    if rep.header == "ok":
+        try:
+            check_header(path)
+        except StoreNewerError:
+            raise  # not damage: one line saying "upgrade deepgap", as every other command says it
+        except StoreError as exc:
+            rep.header = _why(exc).replace(f"{path} ", "")
 
 
 def _tables(con: sqlite3.Connection) -> set[str]:

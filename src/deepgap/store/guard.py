@@ -24,9 +24,8 @@ import sqlite3
 from typing import Any
 from urllib.request import pathname2url
 
-from deepgap.core.errors import StoreDamagedError, StoreError, StoreFullError, StoreNewerError
-from deepgap.store import held, logcopy
-from deepgap.store.migrations import SCHEMA_VERSION
+from deepgap.core.errors import StoreDamagedError, StoreError, StoreFullError
+from deepgap.store import logcopy
 from deepgap.store.space import disk_full, full_error
 
 APPLICATION_ID = 0x44475031  # "DGP1"
@@ -278,121 +277,12 @@ def flat(messages) -> list[str]:
     return out or ["ok"]
 
 
-def check_header(path: str) -> None:
-    """Refuse files that are not deepgap stores, or come from a newer deepgap, from the file header.
-
-    Reads the header (user_version at byte 60, application_id at 68) instead of opening a
-    connection first. A header whose id or version disagrees with the tables behind it is called
-    damaged, not foreign or newer: one flipped byte must not send the user off to upgrade. A file a
-    `Store` of this process holds open was checked when it was opened, and is not read again here
-    (`store.held` says why).
-    """
-    if held.is_held(path):
-        return
-    with open(path, "rb") as fh:
-        head = fh.read(100)
-    if not head:
-        return  # an empty file becomes a new store
-    if head[:16] != SQLITE_MAGIC or len(head) < 100:
-        raise StoreError(
-            f"{path} is not a deepgap store (not an SQLite database)",
-            "pass another store path; if it was one, its header is damaged: " + check_hint(path),
-        )
-    version = int.from_bytes(head[60:64], "big")
-    app_id = int.from_bytes(head[68:72], "big")
-    if has_log(path) or (app_id == 0 and version == 0):
-        # The write-ahead log may hold a newer first page: a new store's first transactions, a migration.
-        app_id, version = _header_through_sqlite(path, app_id, version)
-    if app_id == APPLICATION_ID and version <= SCHEMA_VERSION:
-        return
-    tables, writers = _peek(path)
-    if app_id != APPLICATION_ID:
-        if tables >= _CORE_TABLES:
-            raise StoreDamagedError(
-                f"{path} has a damaged header (application id {app_id:#x}, "
-                "but the tables of a deepgap store)",
-                check_hint(path),
-            )
-        raise StoreError(f"{path} is an SQLite file but not a deepgap store", "pass another store path")
-    if _plausibly_newer(version, writers):
-        raise StoreNewerError(
-            f"{path} has schema version {version}, newer than this deepgap's {SCHEMA_VERSION}",
-            "upgrade deepgap (pip install -U deepgap)",
-        )
-    by = ", ".join(sorted(writers)) or "(none)"
-    raise StoreDamagedError(
-        f"{path} has a damaged header (it says schema version {version}, but its runs "
-        f"were written by deepgap {by})",
-        check_hint(path),
-    )
-
-
 def has_log(path: str) -> bool:
     """Whether ``path`` has a write-ahead log with content (committed transactions may be only there)."""
     try:
         return os.path.getsize(path + "-wal") > 0
     except OSError:
         return False
-
-
-def _header_through_sqlite(path: str, app_id: int, version: int) -> tuple[int, int]:
-    """The application id and schema version as SQLite reads them, the log included.
-
-    Falls back to the file's own bytes when the log cannot be opened (a read-only folder without
-    its ``-shm``) and holds no rows; one with rows is read through a private copy (`store.logcopy`).
-    """
-    if logcopy.needs_copy(path):
-        with logcopy.folded_copy(path) as copy:
-            return _header_through_sqlite(copy, app_id, version)
-    try:
-        con = sqlite3.connect(uri(path, True), uri=True, timeout=10)
-        try:
-            return (
-                con.execute("PRAGMA application_id").fetchone()[0],
-                con.execute("PRAGMA user_version").fetchone()[0],
-            )
-        finally:
-            con.close()
-    except sqlite3.DatabaseError as exc:
-        if "unable to open" in str(exc).lower():
-            return app_id, version
-        raise translate(exc, path) from None
-
-
-def _peek(path: str) -> tuple[set[str], set[str]]:
-    """Table names and the deepgap versions that wrote its runs (empty sets where unreadable)."""
-    tables: set[str] = set()
-    writers: set[str] = set()
-    try:
-        con = sqlite3.connect(uri(path, True, immutable=not has_log(path)), uri=True)
-        try:
-            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if "runs" in tables:
-                writers = {str(r[0]) for r in con.execute("SELECT DISTINCT deepgap_version FROM runs")}
-        finally:
-            con.close()
-    except sqlite3.Error:
-        pass
-    return tables, writers
-
-
-def _plausibly_newer(version: int, writers: set[str]) -> bool:
-    """Whether a header's newer schema version is believable: a newer deepgap wrote runs, or none did."""
-    from deepgap.core.version import __version__
-
-    if version - SCHEMA_VERSION > 16:
-        return False  # no deepgap jumps that far; a flipped bit in byte 60-63 does
-    if not writers:
-        return True
-    try:
-        from packaging.version import InvalidVersion, Version
-
-        try:
-            return any(Version(w) > Version(__version__) for w in writers)
-        except InvalidVersion:
-            return True
-    except ImportError:  # pragma: no cover
-        return True
 
 
 def check_schema(con: sqlite3.Connection, path: str, expected: dict[str, set[str]]) -> None:

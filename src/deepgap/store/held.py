@@ -6,7 +6,7 @@ connections' included. A plain ``open``/``close`` of a store that a `Store` here
 check of a second `Store` on the same file) therefore left its connection unlocked, and the next
 reader in another process, finding no one holding the file, checkpointed and deleted the write-ahead
 log this process kept writing to: results became invisible and a kill would lose them. SQLite's own
-connections avoid this (its VFS shares one descriptor per file within a process); `guard.check_header`
+connections avoid this (its VFS shares one descriptor per file within a process); `header.check_header`
 asks here first and skips the raw read of a file already held, which was checked when first opened.
 """
 

@@ -11,6 +11,9 @@ Why each check:
   read as an empty file and then written through, gets a ``-journal`` beside it, or is *replaced*
   by the rename that writes an export atomically (``-o /dev/null`` as root would replace the
   system's). Outputs take ``-`` for stdout instead.
+
+A store path to write is checked whole (`check_path`): these checks, not a directory, a deepgap store if
+it exists (`deepgap.store.header`), writable, and no merge or recovery holding it.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ from __future__ import annotations
 import os
 import stat
 
-from deepgap.core.errors import UsageError
+from deepgap.core.errors import StoreError, UsageError
+from deepgap.store import writelock
+from deepgap.store.header import check_header
 
 STDOUT = "-"  # ``-o -``: write to standard output
 _KINDS = (
@@ -206,3 +211,33 @@ def check_owned_folder(folder: str) -> None:
             f"{shown(folder)} exists and deepgap did not make it (its files would be replaced)",
             "move it away or pass another -o path",
         )
+
+
+def check_writable(path: str, exists: bool) -> None:
+    """Raise a `StoreError` unless ``path`` (or the nearest existing folder above it) is writable."""
+    if exists:
+        if not os.access(path, os.W_OK) or not os.access(os.path.dirname(os.path.abspath(path)), os.W_OK):
+            raise StoreError(f"store path {path} is not writable", "pass a writable --store path")
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK | os.X_OK):
+        raise StoreError(
+            f"store path {path} is not writable (no write access to {folder})", "pass a writable --store path"
+        )
+
+
+def check_path(path: str) -> None:
+    """Validate a store path for writing without creating anything (bad input must write nothing)."""
+    if not str(path).strip():
+        raise StoreError("the store path is empty", "pass --store PATH, e.g. --store results.sqlite")
+    check_store_path(path)
+    if os.path.isdir(path):
+        raise StoreError(f"store path {path} is a directory", "pass a file path, e.g. results.sqlite")
+    exists = os.path.exists(path)
+    if exists:
+        check_header(path)  # not a store, a newer one, a damaged header
+    check_writable(path, exists)
+    if exists:  # a merge or recovery of it: wait (bounded) or refuse now, before a worker is started
+        writelock.acquire(path, False, "write to").release()

@@ -213,7 +213,7 @@ def check_images(items: list[tuple[str, int]]) -> None:
 def check_weights(model: str, resolution: int | None, weights: str) -> None:
     """The models registry's check (one place for it), at the model's default resolution if none given."""
     from deepgap.measure.models import resolve_model
-    from deepgap.measure.models.registry import check_weights as _check
+    from deepgap.measure.models.build import check_weights as _check
 
     _check(model, resolution or resolve_model(model).default_resolution, weights)
 

@@ -11,12 +11,44 @@ cached with the images; each configuration then runs its own prepared engine at 
 
 from __future__ import annotations
 
+import io
 import os
+from pathlib import Path
 from typing import Any
 
+import numpy as np
+import torch
+from PIL import Image
+from torchvision.transforms.v2 import functional as tvf
+
+from deepgap.core.errors import UsageError
 from deepgap.measure.accuracy.dataset import reload
+from deepgap.measure.images import IMAGENET_MEAN, IMAGENET_STD
 
 REFERENCE_BATCH = 64
+
+
+def decode_rgb(path: Path, data: bytes):
+    """A uint8 (3, H, W) tensor of the image in RGB (PIL decodes; grey and RGBA are converted)."""
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            arr = np.asarray(im.convert("RGB"))
+    except Exception as exc:
+        raise UsageError(
+            f"calibration image {path} cannot be decoded ({type(exc).__name__}: {exc})",
+            "remove it from calibration_dir",
+        ) from None
+    return torch.from_numpy(arr.copy()).permute(2, 0, 1).contiguous()
+
+
+def preprocess(img, resolution: int):
+    """uint8 (3, H, W) → float32 (3, R, R): resize the shorter side, centre crop, ImageNet-normalize."""
+    img = tvf.resize(img, [round(resolution * 256 / 224)], antialias=True)
+    img = tvf.center_crop(img, [resolution, resolution])
+    x = img.to(torch.float32) / 255.0
+    mean = torch.tensor(IMAGENET_MEAN).view(3, 1, 1)
+    std = torch.tensor(IMAGENET_STD).view(3, 1, 1)
+    return (x - mean) / std
 
 
 class _Images:
@@ -29,12 +61,6 @@ class _Images:
         return len(self.items)
 
     def __getitem__(self, i: int):
-        from pathlib import Path
-
-        from torchvision.transforms.v2 import functional as tvf
-
-        from deepgap.measure.images import decode_rgb
-
         path, label = self.items[i]
         img = decode_rgb(Path(path), Path(path).read_bytes())
         img = tvf.resize(img, [round(self.resolution * 256 / 224)], antialias=True)
@@ -58,8 +84,6 @@ def workers(options: dict[str, Any], n_images: int) -> int:
 
 def decode(items: list[tuple[str, int]], resolution: int, num_workers: int = 0):
     """(uint8 images (N, 3, R, R), int64 labels (N,)), in the items' order; ``num_workers`` threads."""
-    import torch
-
     ds = _Images(items, resolution)
     if num_workers:
         from concurrent.futures import ThreadPoolExecutor
@@ -76,10 +100,6 @@ def decode(items: list[tuple[str, int]], resolution: int, num_workers: int = 0):
 
 def normalise(u8):
     """uint8 (N, 3, R, R) → float32, ImageNet mean/std (torchvision's evaluation transform)."""
-    import torch
-
-    from deepgap.measure.images import IMAGENET_MEAN, IMAGENET_STD
-
     mean = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)
     std = torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
     return (u8.float() / 255.0 - mean) / std
@@ -103,8 +123,6 @@ def _data(state, info: dict[str, Any], resolution: int, options: dict[str, Any])
 
 def _reference(state, model_fn, key, x_u8, device: str):
     """fp32 eager logits' argmax per image on ``device``, TF32 off; cached per model and data."""
-    import torch
-
     cache = state.accuracy_cache
     if ("ref", key) not in cache:
         m = model_fn().to(device)
@@ -125,8 +143,6 @@ def _reference(state, model_fn, key, x_u8, device: str):
 
 def evaluate(state, req, prepared, min_accuracy: float | None = None) -> dict[str, Any]:
     """Top-1/top-5 of ``prepared`` on the evaluation split, its fp32 reference's, and their agreement."""
-    import torch
-
     spec, info = req.spec, req.options["dataset"]
     x_u8, labels = _data(state, info, spec.resolution, req.options)
     ref_key = (spec.model, spec.resolution, req.weights, req.seed, spec.device)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import time
 
-from deepgap.core.precision import float_precision_support, torch_dtype
+from deepgap.core.precision import float_precision_support
+from deepgap.measure.device import torch_dtype
 from deepgap.measure.engines.base import ENGINES, Engine, Prepared, example_on
 from deepgap.measure.engines.eager import to_device
 

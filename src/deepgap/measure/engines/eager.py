@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import time
 
-from deepgap.core.precision import float_precision_support, set_tf32, torch_dtype
+import torch
+
+from deepgap.core.precision import float_precision_support
+from deepgap.measure.device import set_tf32, torch_dtype
 from deepgap.measure.engines.base import ENGINES, Engine, Prepared
 
 
 def to_device(model, spec):
     """Move a model to the spec's device, dtype and memory format (shared by the torch engines)."""
-    import torch
-
     set_tf32(spec.precision)
     model = model.to(device=spec.device, dtype=torch_dtype(spec.precision))
     if spec.memory_format == "channels_last":

@@ -14,9 +14,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from deepgap.core.precision import torch_dtype
+import torch
+
+from deepgap.measure.device import torch_dtype
 from deepgap.measure.engines.artifacts import artifact_path, atomic_path, library_version
-from deepgap.measure.models.inputs import example_batch
+from deepgap.measure.models.build import example_batch
 
 OPSET = 18
 FALLBACK_OPSET = 17
@@ -85,8 +87,6 @@ def export_onnx(
 
 def _export(model, example, path: str, exporter: str) -> None:
     import warnings
-
-    import torch
 
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")

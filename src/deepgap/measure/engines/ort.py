@@ -15,6 +15,8 @@ import importlib.util
 import time
 from typing import Any, ClassVar
 
+import torch
+
 from deepgap.measure.engines.base import ENGINES, Engine, Prepared, example_on
 
 PIP_HINT = "pip install 'deepgap[onnx]' (onnx, onnxruntime, onnxscript)"
@@ -86,7 +88,6 @@ class OrtEngine(Engine):
     def session_options(self):
         """Threads as the PyTorch engines (the worker has set torch's count for this configuration)."""
         import onnxruntime as ort
-        import torch
 
         so = ort.SessionOptions()
         so.intra_op_num_threads = torch.get_num_threads()
@@ -98,8 +99,6 @@ class OrtEngine(Engine):
 
     def provider_options(self, spec, prov: str) -> dict[str, Any]:
         """Options of the CUDA provider: torch's current stream, so CUDA events time ORT's kernels."""
-        import torch
-
         idx = torch.device(spec.device).index or 0
         if prov == "CUDAExecutionProvider":
             stream = torch.cuda.current_stream(idx).cuda_stream
@@ -113,7 +112,7 @@ class OrtEngine(Engine):
     def model_file(self, model, spec, info: dict[str, Any]):
         """The ONNX file to run: the fp32 or fp16 export, or its QDQ int8 quantization."""
         from deepgap.measure.engines.onnx_export import export_onnx
-        from deepgap.measure.models import weights_fingerprint
+        from deepgap.measure.models.build import weights_fingerprint
 
         sha = weights_fingerprint(model)
         dtype = "fp16" if spec.precision == "fp16" else "fp32"
@@ -132,7 +131,6 @@ class OrtEngine(Engine):
 
     def prepare(self, model, spec, example):  # noqa: D102
         import onnxruntime as ort
-        import torch
 
         t0 = time.perf_counter()
         info: dict[str, Any] = {"onnxruntime": ort.__version__}
@@ -163,8 +161,6 @@ class OrtEngine(Engine):
 
 
 def _cpu_runner(sess):
-    import torch
-
     in_name, out_name = sess.get_inputs()[0].name, sess.get_outputs()[0].name
 
     def run(x):
@@ -176,7 +172,6 @@ def _cpu_runner(sess):
 def _cuda_runner(sess, spec):
     """IO binding on torch's device buffers: no host round trip inside the timed call."""
     import numpy as np
-    import torch
 
     idx = torch.device(spec.device).index or 0
     in_name, out = sess.get_inputs()[0].name, sess.get_outputs()[0]
@@ -215,8 +210,6 @@ class OrtTensorrtEngine(OrtEngine):
         opts = super().provider_options(spec, prov)
         if prov != "TensorrtExecutionProvider":
             return opts
-        import torch
-
         from deepgap.measure.engines.artifacts import cache_dir
 
         idx = torch.device(spec.device).index or 0

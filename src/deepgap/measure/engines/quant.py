@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import time
 
+import torch
+
 from deepgap.core.precision import PRECISIONS
 from deepgap.measure.engines.base import ENGINES, Engine, Prepared
 
@@ -63,8 +65,6 @@ class QuantEngine(Engine):
         return None
 
     def prepare(self, model, spec, example):  # noqa: D102
-        import torch
-
         from deepgap.measure.quant.prepare import QuantOptions, prepare_quant
 
         t0 = time.perf_counter()

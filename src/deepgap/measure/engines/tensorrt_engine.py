@@ -14,6 +14,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import torch
+
 from deepgap.core.precision import device_support, float_precision_support, is_quantized
 from deepgap.measure.engines.base import ENGINES, Engine, Prepared
 
@@ -71,12 +73,10 @@ class TensorrtEngine(Engine):
         return float_precision_support(spec.precision, caps)
 
     def prepare(self, model, spec, example):  # noqa: D102
-        import torch
-
         from deepgap.measure.engines import tensorrt_build as tb
         from deepgap.measure.engines.artifacts import artifact_path, write_bytes
         from deepgap.measure.engines.onnx_export import export_onnx
-        from deepgap.measure.models import weights_fingerprint
+        from deepgap.measure.models.build import weights_fingerprint
 
         trt = _import_trt()
         t0 = time.perf_counter()
@@ -155,8 +155,6 @@ class TensorrtEngine(Engine):
 
 def _runner(trt, blob: bytes, spec, dev):
     """A callable running the deserialized engine for the configuration's batch on its own stream."""
-    import torch
-
     logger = trt.Logger(trt.Logger.WARNING)
     runtime = trt.Runtime(logger)
     with torch.cuda.device(dev):

@@ -26,7 +26,14 @@ import shutil
 import time
 from typing import Any, ClassVar
 
-from deepgap.core.precision import float_precision_support, torch_dtype
+import torch
+import torch._dynamo
+import torch._inductor.config as inductor_config
+from torch._dynamo.utils import counters
+from torch.utils._triton import has_triton
+
+from deepgap.core.precision import float_precision_support
+from deepgap.measure.device import torch_dtype
 from deepgap.measure.engines.base import ENGINES, Engine, Prepared, example_on
 from deepgap.measure.engines.eager import to_device
 
@@ -48,8 +55,6 @@ class CompileEngine(Engine):
         if why:
             return why
         if caps.kind == "cuda":
-            from torch.utils._triton import has_triton
-
             if not has_triton():
                 return (
                     "unavailable: torch.compile on a GPU needs Triton (pip install triton), which is missing"
@@ -59,11 +64,6 @@ class CompileEngine(Engine):
         return None
 
     def prepare(self, model, spec, example):  # noqa: D102
-        import torch
-        import torch._dynamo
-        import torch._inductor.config as inductor_config
-        from torch._dynamo.utils import counters
-
         t0 = time.perf_counter()
         model = to_device(model, spec)
         x = example_on(example, spec.device, torch_dtype(spec.precision))  # keeps channels_last strides

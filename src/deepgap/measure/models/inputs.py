@@ -9,30 +9,8 @@ too, so every cache and grouping keyed by input size separates sequence lengths)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from deepgap.core.errors import UsageError
 from deepgap.measure.models.registry import MODELS, resolve_model
-
-if TYPE_CHECKING:
-    import torch
-
-
-def example_batch(
-    model: str, batch: int, size: int, generator: torch.Generator | None = None, device: str = "cpu"
-) -> torch.Tensor:
-    """A seeded random batch: fp32 N(0, 1) images (b, 3, s, s), or int64 token ids (b, s) in [0, vocab).
-
-    Image inputs are never all zero (a zero image hides wrong kernels); token ids are uniform over the
-    vocabulary with no padding (attention mask all ones).
-    """
-    import torch
-
-    if is_text(model):
-        vocab = MODELS.get(model).vocab_size
-        ids = torch.randint(0, vocab, (batch, size), generator=generator, dtype=torch.int64)
-        return ids.to(device)
-    return torch.randn(batch, 3, size, size, generator=generator).to(device)
 
 
 def elements_per_sample(model: str, size: int) -> int:

@@ -16,17 +16,20 @@ logits; ``decode_step(ids, position)`` writes one position and returns the next 
 there); a tensor ``position`` attends over the whole cache with a mask (static shapes, so
 torch.compile and a CUDA graph can capture the step once and replay it at every position).
 
-This module imports torch at the top; `deepgap.measure.models.llama` imports it only to build.
+This module imports torch at the top; `deepgap.measure.models.llama` (the registry rows) imports it only to
+build. `build_llama` builds a named shape, a `LlamaShape` or a local HF folder.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 from torch import nn
 from torch.nn import functional as F  # noqa: N812 - torch's own spelling
 
 from deepgap.core.errors import UsageError
-from deepgap.measure.models.llama_config import LlamaShape, check_run, inv_frequencies
+from deepgap.measure.models.llama_config import SHAPES, LlamaShape, check_run, inv_frequencies, shape_of
 
 
 class RMSNorm(nn.Module):
@@ -257,3 +260,30 @@ def _one_token(q, keys, values, mask):
     nkv = keys.shape[1]
     a = F.scaled_dot_product_attention(q.view(b, nkv, nq // nkv, d), keys, values, attn_mask=mask)
     return a.view(b, nq, 1, d)
+
+
+def build_llama(
+    source: str | LlamaShape, seed: int = 0, weights: bool = False, device: str | None = None
+) -> torch.nn.Module:
+    """The decoder for a named shape, a `LlamaShape` or a local HF folder/config.json, in fp32 eval mode.
+
+    ``weights``: load ``*.safetensors`` from ``source``'s folder (HF names); otherwise seeded random
+    weights. ``device``: where to build (``"meta"``: shapes only, nothing allocated).
+    """
+    shape = source if isinstance(source, LlamaShape) else shape_of(source)
+    if weights and (not isinstance(source, str) or source in SHAPES):
+        raise UsageError("weights come from a checkpoint folder", "pass the folder holding config.json")
+    torch.manual_seed(seed)
+    with torch.device(device or "cpu"):
+        model = Llama(shape)
+    if weights:
+        from deepgap.measure.models.llama_weights import load_hf_weights
+
+        assert isinstance(source, str)
+        load_hf_weights(model, source if os.path.isdir(source) else os.path.dirname(source) or ".")
+    return model.eval()
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes of the model's parameters as stored (a tied head counted once)."""
+    return sum(p.numel() * p.element_size() for p in model.parameters())

@@ -1,25 +1,23 @@
-"""The model registry and the build path shared by every source (torchvision, timm, tiny, faults)."""
+"""The model registry: every source's entries (torchvision, timm, tiny, faults, BERT, Llama), by name.
+
+Torch-free, so the parent validates a sweep's models against it; `deepgap.measure.models.build` builds one.
+"""
 
 from __future__ import annotations
 
-import hashlib
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 from deepgap.core.errors import UsageError
 from deepgap.core.registry import Registry
-
-if TYPE_CHECKING:
-    import torch
 
 
 @dataclass(frozen=True)
 class ModelEntry:
     """How to build one model. ``build(resolution)`` returns an ``nn.Module`` on the CPU in fp32."""
 
-    build: Callable[[int], torch.nn.Module]
+    build: Callable[[int], Any]  # returns a torch nn.Module
     family: str
     default_resolution: int = 224
     description: str = ""
@@ -51,148 +49,8 @@ def resolve_model(name: str) -> ModelEntry:
         if timm_name not in timm.list_models():
             raise UsageError(f"timm has no model {timm_name!r}", "see timm.list_models() for names")
 
-        def build(resolution: int) -> torch.nn.Module:
+        def build(resolution: int) -> Any:
             return timm.create_model(timm_name, pretrained=False)
 
         return ModelEntry(build=build, family="timm", description=f"timm {timm_name}")
     return MODELS.get(name)
-
-
-def build_model(name: str, resolution: int, weights: str | None = None, seed: int = 0) -> torch.nn.Module:
-    """Build ``name`` in eval mode, fp32, on the CPU, with seeded random weights or a state dict."""
-    import torch
-
-    entry = resolve_model(name)
-    torch.manual_seed(seed)
-    model = entry.build(resolution)
-    if weights:
-        load_weights(model, name, weights)
-        return model.eval()
-    model.eval()
-    tame_activations(model, resolution, seed)
-    return model
-
-
-def build_skeleton(name: str, resolution: int) -> torch.nn.Module:
-    """``name``'s architecture on the ``meta`` device, in eval mode: shapes only, no weights.
-
-    Why: counting FLOPs and bytes (the report's roofline) needs the graph, not the numbers; building on
-    the meta device skips the random initialisation and `tame_activations`' probe pass, which cost
-    seconds per ResNet on the CPU.
-    """
-    import torch
-
-    entry = resolve_model(name)
-    with torch.device("meta"):
-        model = entry.build(resolution)
-    return model.eval()
-
-
-def load_weights(model: torch.nn.Module, name: str, weights: str) -> None:
-    """Load the state dict in ``weights`` into ``model``, or a `UsageError` saying why it does not fit."""
-    import torch
-
-    if not os.path.isfile(weights):
-        raise UsageError(f"weights file {weights!r} does not exist", "pass a local state-dict file")
-    try:
-        state = torch.load(weights, map_location="cpu", weights_only=True)
-    except Exception as exc:  # pickle, zip and format errors differ between torch versions
-        raise UsageError(
-            f"weights file {weights!r} cannot be loaded as a state dict ({type(exc).__name__})",
-            "pass a file saved with torch.save(model.state_dict(), PATH)",
-        ) from None
-    if isinstance(state, dict) and "state_dict" in state:
-        state = state["state_dict"]
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise UsageError(
-            f"weights file {weights!r} holds a {type(state).__name__}, not a state dict of tensors",
-            "pass a file saved with torch.save(model.state_dict(), PATH)",
-        )
-    try:
-        model.load_state_dict(state)
-    except RuntimeError as exc:
-        first = str(exc).splitlines()[1].strip() if len(str(exc).splitlines()) > 1 else str(exc)
-        first = first if len(first) < 160 else first[:160] + "…"
-        raise UsageError(
-            f"weights file {weights!r} does not fit model {name} ({first})",
-            "pass the state dict of this model, or the model these weights belong to",
-        ) from None
-
-
-def check_weights(name: str, resolution: int, weights: str) -> None:
-    """Load ``weights`` into ``name`` once on the CPU, before a sweep, so a bad file stops it at the start."""
-    from deepgap.store.paths import check_input_path
-
-    check_input_path(weights, "weights file", "pass a state-dict file (torch.save)")
-    build_model(name, resolution, weights)
-
-
-ACTIVATION_CEILING = 4096.0  # largest activation allowed on the probe: 16× below fp16's 65,504
-
-
-def tame_activations(model: torch.nn.Module, resolution: int, seed: int) -> float:
-    """Scale a random-weight network whose activations would overflow fp16; returns the factor (1: none).
-
-    Why: fresh BatchNorm layers are the identity in eval mode, so with random weights each residual
-    block adds to the activations (~1.5× per block): ResNet-101's last blocks reach ~1e5 at 224²,
-    beyond fp16's 65,504, so its fp16 logits are inf and every fp16 configuration fails the
-    correctness check — an artifact of random weights (trained ones stay O(1)). (Estimating the
-    BatchNorm statistics instead keeps activations O(1) but makes the random network chaotic: fp16
-    rounding then grows to 3–9% of the logits.) A ResNet without its classifier bias is positively
-    homogeneous, so multiplying the first BatchNorm's affine parameters by a power of two scales
-    every later activation by exactly that factor: the same kernels run on the same relative
-    values, and every fp16 tensor stays finite. Networks already within ``ACTIVATION_CEILING`` on
-    a seeded probe image are left alone; the probe runs on one thread, so the factor (and
-    ``weights_fingerprint``) does not depend on the thread count.
-    """
-    import math
-
-    import torch
-
-    bns = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.affine]
-    if not bns:
-        return 1.0
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        gen = torch.Generator().manual_seed(seed + 7919)
-        peak = peak_activation(model, torch.randn(1, 3, resolution, resolution, generator=gen))
-    finally:
-        torch.set_num_threads(threads)
-    if not math.isfinite(peak) or peak <= ACTIVATION_CEILING:
-        return 1.0
-    factor = 2.0 ** math.floor(math.log2(ACTIVATION_CEILING / peak))
-    with torch.no_grad():
-        bns[0].weight.mul_(factor)
-        bns[0].bias.mul_(factor)
-    return factor
-
-
-def peak_activation(model: torch.nn.Module, x: torch.Tensor) -> float:
-    """Largest |value| any leaf module outputs on ``x`` (the quantity fp16 must hold)."""
-    import torch
-
-    peak = 0.0
-
-    def watch(_mod, _inp, out):
-        nonlocal peak
-        if isinstance(out, torch.Tensor) and out.is_floating_point() and out.numel():
-            peak = max(peak, float(out.detach().abs().max()))
-
-    hooks = [m.register_forward_hook(watch) for m in model.modules() if not list(m.children())]
-    try:
-        with torch.no_grad():
-            model(x)
-    finally:
-        for h in hooks:
-            h.remove()
-    return peak
-
-
-def weights_fingerprint(model: torch.nn.Module) -> str:
-    """SHA-256 (first 16 hex) over the fp32 state dict: proves configurations share weights."""
-    h = hashlib.sha256()
-    for k, v in sorted(model.state_dict().items()):
-        h.update(k.encode())
-        h.update(v.detach().float().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()[:16]

@@ -23,9 +23,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    import torch
+import torch
 
+if TYPE_CHECKING:
     from deepgap.measure.quant.fold import Graph
 
 CACHE_VERSION = 1
@@ -64,15 +64,11 @@ class CalibrationKey:
 
 def calibration_images(n: int, resolution: int, seed: int) -> torch.Tensor:
     """``n`` standard-normal RGB images (seeded, independent of the benchmark's inputs)."""
-    import torch
-
     g = torch.Generator().manual_seed(10_007 + seed)
     return torch.randn(n, 3, resolution, resolution, generator=g)
 
 
 def _stat(t: torch.Tensor, method: str) -> float:
-    import torch
-
     a = t.detach().abs().flatten().float()
     if method == "max":
         return float(a.max())
@@ -96,8 +92,6 @@ def collect_amax(
     method: str = DEFAULT_METHOD,
 ) -> dict[str, float]:
     """Range of every tensor of ``graph`` over ``images`` (fp32, TF32 off), as {tensor name: amax}."""
-    import torch
-
     from deepgap.measure.quant.fold import run_float
 
     amax: dict[str, float] = {}

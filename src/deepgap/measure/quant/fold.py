@@ -12,10 +12,10 @@ Folding (eval-mode BatchNorm after a bias-free conv), per output channel c, in f
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    import torch
+import torch
+import torch.nn.functional as F  # noqa: N812
+from torchvision.models.resnet import BasicBlock, Bottleneck, ResNet
 
 
 class UnsupportedModelError(ValueError):
@@ -124,8 +124,6 @@ class Graph:
 
 def fold_bn(conv: torch.nn.Conv2d, bn: torch.nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Tensor]:
     """Fold an eval-mode BatchNorm into the preceding convolution; returns fp32 (weight, bias)."""
-    import torch
-
     w = conv.weight.detach().double()
     var = bn.running_var.detach().double()
     mean = bn.running_mean.detach().double()
@@ -139,8 +137,6 @@ def fold_bn(conv: torch.nn.Conv2d, bn: torch.nn.BatchNorm2d) -> tuple[torch.Tens
 
 
 def _conv_node(name, conv, bn, inp, out, relu, residual=None) -> ConvNode:
-    import torch
-
     if not isinstance(conv, torch.nn.Conv2d) or not isinstance(bn, torch.nn.BatchNorm2d):
         raise UnsupportedModelError(
             f"{name}: expected Conv2d + BatchNorm2d, found {type(conv).__name__} + {type(bn).__name__}"
@@ -164,9 +160,6 @@ def resnet_graph(model: torch.nn.Module) -> Graph:
     Raises:
         UnsupportedModelError: for anything else (the message names the offending part).
     """
-    import torch
-    from torchvision.models.resnet import BasicBlock, Bottleneck, ResNet
-
     if not isinstance(model, ResNet):
         raise UnsupportedModelError(
             f"the quant engine converts torchvision ResNets; got {type(model).__name__}"
@@ -222,8 +215,6 @@ def run_float(graph: Graph, x: torch.Tensor, observe=None) -> torch.Tensor:
     This is the fp32 reference of the folded network (equal to the original model up to rounding) and
     the calibration pass.
     """
-    import torch.nn.functional as F  # noqa: N812
-
     env = {graph.input: x}
     for i, n in enumerate(graph.nodes):
         if isinstance(n, ConvNode):

@@ -77,6 +77,33 @@ def _finish(y, beta, r, gamma, RELU: tl.constexpr, HAS_RES: tl.constexpr, OUT_KI
     return out
 
 
+@triton.jit
+def window_origin(r, OH, OW, STRIDE, PAD):
+    """Image, first input row and column of output pixels ``r`` (batch·OH·OW order): conv and pool windows."""
+    rem = r % (OH * OW)
+    return r // (OH * OW), (rem // OW) * STRIDE - PAD, (rem % OW) * STRIDE - PAD
+
+
+@triton.jit
+def _grouped_tile(pid, M, N, BM: tl.constexpr, BN: tl.constexpr, GROUP_M: tl.constexpr):
+    """Program ``pid``'s (row, column) tile, GROUP_M row tiles at a time (the weights' tiles stay cached)."""
+    num_pid_m = (M + BM - 1) // BM  # not tl.cdiv: a jit helper the explicit interpreter cannot call
+    group = GROUP_M * (N // BN)
+    first_m = (pid // group) * GROUP_M
+    size_m = tl.minimum(num_pid_m - first_m, GROUP_M)
+    return first_m + (pid % group) % size_m, (pid % group) // size_m
+
+
+@triton.jit
+def _mma(a, b, acc, ACC_INT: tl.constexpr):
+    """``acc + a·b``: int32 accumulation for int8 operands, fp32 for fp8."""
+    if ACC_INT:
+        acc = tl.dot(a, b, acc, out_dtype=tl.int32)
+    else:
+        acc = tl.dot(a, b, acc)
+    return acc
+
+
 @triton.jit(do_not_specialize=["M", "H", "W", "OH", "OW"])
 def conv_gemm_kernel(
     x_ptr,
@@ -113,15 +140,7 @@ def conv_gemm_kernel(
     so that its memory latency overlaps the main loop instead of following it: a 1×1 layer with few
     input channels runs one K step, and its epilogue (residual in, output out) is most of its time.
     """
-    pid = tl.program_id(0)
-    num_pid_m = (M + BM - 1) // BM  # not tl.cdiv: a jit helper the explicit interpreter cannot call
-    num_pid_n = N // BN
-    group = GROUP_M * num_pid_n
-    first_m = (pid // group) * GROUP_M
-    size_m = tl.minimum(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % group) % size_m
-    pid_n = (pid % group) // size_m
-
+    pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BM, BN, GROUP_M)
     rm = pid_m * BM + tl.arange(0, BM)
     rn = pid_n * BN + tl.arange(0, BN)
     rk = tl.arange(0, BK)
@@ -139,16 +158,9 @@ def conv_gemm_kernel(
         a_ptrs = x_ptr + rm[:, None] * C + rk[None, :]
         for k in range(0, C, BK):
             a = tl.load(a_ptrs + k, mask=m_ok[:, None], other=0.0)
-            b = tl.load(w_ptrs + k)
-            if ACC_INT:
-                acc = tl.dot(a, b, acc, out_dtype=tl.int32)
-            else:
-                acc = tl.dot(a, b, acc)
+            acc = _mma(a, tl.load(w_ptrs + k), acc, ACC_INT)
     else:
-        nb = rm // (OH * OW)
-        rem = rm % (OH * OW)
-        ih0 = (rem // OW) * STRIDE - PAD
-        iw0 = (rem % OW) * STRIDE - PAD
+        nb, ih0, iw0 = window_origin(rm, OH, OW, STRIDE, PAD)
         for k in range(0, ktot, BK):
             tap = k // C
             c0 = k - tap * C
@@ -159,11 +171,7 @@ def conv_gemm_kernel(
             ok = m_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
             row = ((nb * H + ih) * W + iw) * C
             a = tl.load(x_ptr + row[:, None] + (c0 + rk)[None, :], mask=ok[:, None], other=0.0)
-            b = tl.load(w_ptrs + k)
-            if ACC_INT:
-                acc = tl.dot(a, b, acc, out_dtype=tl.int32)
-            else:
-                acc = tl.dot(a, b, acc)
+            acc = _mma(a, tl.load(w_ptrs + k), acc, ACC_INT)
 
     alpha = tl.load(alpha_ptr + rn)
     beta = tl.load(beta_ptr + rn)
@@ -261,29 +269,7 @@ def conv_gemm(
     from deepgap.measure.quant.layers import DTYPES
 
     nb, h, wd = nhw
-    check(out_fmt in OUT_KIND, f"out_fmt must be one of {sorted(OUT_KIND)}; got {out_fmt!r}")
-    check(x.dtype in (torch.int8, torch.float8_e4m3fn), f"x must be int8 or float8_e4m3fn; got {x.dtype}")
-    check(
-        x.dim() == 2 and x.shape[0] == nb * h * wd and x.is_contiguous(),
-        f"x must be contiguous [nb·h·w={nb * h * wd}, C]; "
-        f"got {tuple(x.shape)} contiguous={x.is_contiguous()}",
-    )
-    c = x.shape[1]
-    n = w.shape[0]
-    check(
-        w.dtype == x.dtype
-        and w.dim() == 2
-        and w.shape[1] == ksize * ksize * c
-        and w.is_contiguous()
-        and w.device == x.device,
-        f"w must be contiguous {x.dtype} [C_out, {ksize}·{ksize}·{c}] on {x.device}; "
-        f"got {w.dtype} {tuple(w.shape)}",
-    )
-    check(c % cfg.bk == 0, f"C_in={c} must be a multiple of BK={cfg.bk}")
-    check(n % cfg.bn == 0, f"C_out={n} must be a multiple of BN={cfg.bn}")
-    check(
-        x.numel() <= INT32_LIMIT, "input has more than 2^31 elements (32-bit indexing); use a smaller batch"
-    )
+    c, n = _check_conv_inputs(x, nhw, w, ksize, out_fmt, cfg)
     oh = (h + 2 * padding - ksize) // stride + 1
     ow = (wd + 2 * padding - ksize) // stride + 1
     m = nb * oh * ow
@@ -327,6 +313,35 @@ def conv_gemm(
         enable_fp_fusion=False,
     )
     return out
+
+
+def _check_conv_inputs(x, nhw, w, ksize: int, out_fmt: str, cfg) -> tuple[int, int]:
+    """`conv_gemm`'s operands as its kernel needs them (a `ValueError` naming the first that is not): (C_in, C_out)."""
+    nb, h, wd = nhw
+    check(out_fmt in OUT_KIND, f"out_fmt must be one of {sorted(OUT_KIND)}; got {out_fmt!r}")
+    check(x.dtype in (torch.int8, torch.float8_e4m3fn), f"x must be int8 or float8_e4m3fn; got {x.dtype}")
+    check(
+        x.dim() == 2 and x.shape[0] == nb * h * wd and x.is_contiguous(),
+        f"x must be contiguous [nb·h·w={nb * h * wd}, C]; "
+        f"got {tuple(x.shape)} contiguous={x.is_contiguous()}",
+    )
+    c = x.shape[1]
+    n = w.shape[0]
+    check(
+        w.dtype == x.dtype
+        and w.dim() == 2
+        and w.shape[1] == ksize * ksize * c
+        and w.is_contiguous()
+        and w.device == x.device,
+        f"w must be contiguous {x.dtype} [C_out, {ksize}·{ksize}·{c}] on {x.device}; "
+        f"got {w.dtype} {tuple(w.shape)}",
+    )
+    check(c % cfg.bk == 0, f"C_in={c} must be a multiple of BK={cfg.bk}")
+    check(n % cfg.bn == 0, f"C_out={n} must be a multiple of BN={cfg.bn}")
+    check(
+        x.numel() <= INT32_LIMIT, "input has more than 2^31 elements (32-bit indexing); use a smaller batch"
+    )
+    return c, n
 
 
 def epilogue(x, alpha, beta, out_fmt, relu, res=None, gamma=0.0, block_m=64, block_n=64):

@@ -133,34 +133,11 @@ def prepare_quant(
         raise ValueError(f"precision must be one of {layers.QFORMATS}; got {precision!r}")
     graph = model if isinstance(model, Graph) else resnet_graph(model.eval())
     if weights_sha is None:
-        from deepgap.measure.models import weights_fingerprint
+        from deepgap.measure.models.build import weights_fingerprint
 
         weights_sha = weights_fingerprint(model) if not isinstance(model, Graph) else "graph"
-    t0 = time.perf_counter()
-    cs = opts.calib_set
-    key = CalibrationKey(
-        model_name,
-        resolution,
-        weights_sha,
-        opts.calib_images if cs is None else int(cs.images.shape[0]),
-        opts.calib_seed,
-        opts.calib_method,
-        "synthetic" if cs is None else cs.fingerprint,
-    )
-    amax, cached = calibrate(graph, key, device, opts.use_cache, None if cs is None else cs.images)
-    info: dict[str, Any] = {
-        "precision": precision,
-        "batch_size": batch,
-        "calibration": {
-            "images": key.n_images,
-            "seed": key.seed,
-            "method": key.method,
-            "from_cache": cached,
-            "source": "synthetic N(0,1) images (no dataset)" if cs is None else dict(cs.info),
-            "seconds": round(time.perf_counter() - t0, 3),
-        },
-    }
-    log(f"calibrated ({'cache' if cached else f'{time.perf_counter() - t0:.1f}s'})")
+    amax, calibration = _calibrate(graph, model_name, resolution, weights_sha, opts, device)
+    info: dict[str, Any] = {"precision": precision, "batch_size": batch, "calibration": calibration}
     triton_err = _triton_ok()
     if triton_err:
         info["triton_unavailable"] = triton_err
@@ -214,6 +191,35 @@ def prepare_quant(
     info.update(graph_info)
     tuned = {t.name: (backends[t.name], configs.get(t.name)) for t in timings if t.q_s is not None}
     return QuantResult(net, run, info, graph, amax, tuned, batch, resolution, device)
+
+
+def _calibrate(
+    graph: Graph, model_name: str, resolution: int, weights_sha: str, opts: QuantOptions, device: str
+) -> tuple[dict[str, float], dict[str, Any]]:
+    """Activation ranges of ``graph`` (cached by model, weights and calibration set) and where they came from."""
+    log = opts.log or (lambda s: None)
+    t0 = time.perf_counter()
+    cs = opts.calib_set
+    key = CalibrationKey(
+        model_name,
+        resolution,
+        weights_sha,
+        opts.calib_images if cs is None else int(cs.images.shape[0]),
+        opts.calib_seed,
+        opts.calib_method,
+        "synthetic" if cs is None else cs.fingerprint,
+    )
+    amax, cached = calibrate(graph, key, device, opts.use_cache, None if cs is None else cs.images)
+    calibration = {
+        "images": key.n_images,
+        "seed": key.seed,
+        "method": key.method,
+        "from_cache": cached,
+        "source": "synthetic N(0,1) images (no dataset)" if cs is None else dict(cs.info),
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+    log(f"calibrated ({'cache' if cached else f'{time.perf_counter() - t0:.1f}s'})")
+    return amax, calibration
 
 
 def _check_stem(net: QuantNet, resolution: int, device: str) -> str:

@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from deepgap.measure.quant.kernels import OUT_KIND, _finish, check_out_res
+from deepgap.measure.quant.kernels import OUT_KIND, _finish, check_out_res, window_origin
 from deepgap.measure.quant.launch import INT32_LIMIT, check, check_vec, launcher
 
 BLOCK_K = 32
@@ -58,10 +58,7 @@ def stem_conv_kernel(
     rm = tl.program_id(0) * BM + tl.arange(0, BM)
     rn = tl.arange(0, N)
     m_ok = rm < M
-    nb = rm // (OH * OW)
-    rem = rm % (OH * OW)
-    ih0 = (rem // OW) * STRIDE - PAD
-    iw0 = (rem % OW) * STRIDE - PAD
+    nb, ih0, iw0 = window_origin(rm, OH, OW, STRIDE, PAD)
     acc = tl.zeros((BM, N), dtype=tl.float32)
     for k0 in range(0, KP, BK):
         rk = k0 + tl.arange(0, BK)
@@ -101,10 +98,7 @@ def maxpool8_kernel(
     rp = tl.program_id(0) * BP + tl.arange(0, BP)
     rc = tl.arange(0, C)
     p_ok = rp < P
-    nb = rp // (OH * OW)
-    rem = rp % (OH * OW)
-    ih0 = (rem // OW) * STRIDE - PAD
-    iw0 = (rem % OW) * STRIDE - PAD
+    nb, ih0, iw0 = window_origin(rp, OH, OW, STRIDE, PAD)
     best = tl.zeros((BP, C), dtype=tl.float32)
     for kh in tl.static_range(K):
         for kw in tl.static_range(K):
@@ -230,10 +224,7 @@ def maxpool_kernel(
     rc = tl.arange(0, BC)
     p_ok = rp < P
     c_ok = rc < C
-    nb = rp // (OH * OW)
-    rem = rp % (OH * OW)
-    ih0 = (rem // OW) * STRIDE - PAD
-    iw0 = (rem % OW) * STRIDE - PAD
+    nb, ih0, iw0 = window_origin(rp, OH, OW, STRIDE, PAD)
     best = tl.full((BP, BC), float("-inf"), dtype=tl.float32)
     for kh in tl.static_range(K):
         for kw in tl.static_range(K):

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from deepgap.measure.quant.calibrate import cache_dir
 from deepgap.measure.quant.tiles import TileConfig
 
@@ -93,8 +95,6 @@ def _source_digest() -> str:
 
 def device_key(device: str) -> dict[str, str]:
     """The parts of the cache key that are not the layer: GPU, compute capability, library versions."""
-    import torch
-
     try:
         import triton
 

@@ -115,7 +115,22 @@ def summarize(
     if any(m.e0_j is not None or m.e1_j is not None for m in marks):  # the raw counter readings
         w.marks = [m.to_dict() for m in marks]
     w.images = sum(m.images for m in marks)
+    _energy(w, win, marks, range_j, idle_power_w)
+    w.mean_power_w = _mean(s.power_w for s in win)
+    w.max_power_w = _max(s.power_w for s in win)
+    w.mean_power_instant_w = _mean(s.power_instant_w for s in win)
+    w.max_power_instant_w = _max(s.power_instant_w for s in win)
+    w.mean_power_latency_w = _mean(s.power_w for s in latency)
+    if throughput_pipelined_ips and w.mean_power_w:
+        w.ips_per_watt = throughput_pipelined_ips / w.mean_power_w
+    _temps_and_clocks(w, win, ref_sm_clock_mhz, clock_tolerance)
+    return w
 
+
+def _energy(
+    w: TelemetryWindow, win: list[TelemetrySample], marks: Sequence[EnergyMark], range_j, idle_power_w
+) -> None:
+    """The windows' energy: from the counter (its idle tail taken out), else sampled power × time."""
     energy, work_s, tail_s, images, notes = window_energy(marks, range_j)
     w.energy_counter_notes = notes
     if energy is not None and work_s > 0:
@@ -156,14 +171,11 @@ def summarize(
     elif idle_power_w is not None:
         w.idle_power_w = idle_power_w
 
-    w.mean_power_w = _mean(s.power_w for s in win)
-    w.max_power_w = _max(s.power_w for s in win)
-    w.mean_power_instant_w = _mean(s.power_instant_w for s in win)
-    w.max_power_instant_w = _max(s.power_instant_w for s in win)
-    w.mean_power_latency_w = _mean(s.power_w for s in latency)
-    if throughput_pipelined_ips and w.mean_power_w:
-        w.ips_per_watt = throughput_pipelined_ips / w.mean_power_w
 
+def _temps_and_clocks(
+    w: TelemetryWindow, win: list[TelemetrySample], ref_sm_clock_mhz, clock_tolerance
+) -> None:
+    """Temperatures, clocks (busy samples), utilisation, memory, throttle reasons and foreign processes."""
     temps = [(s.t_s, s.temp_c) for s in win if s.temp_c is not None]
     if temps:
         w.max_temp_c = max(v for _, v in temps)
@@ -194,4 +206,3 @@ def summarize(
     procs = [s.foreign_procs for s in win if s.foreign_procs is not None]
     w.foreign_procs_max = int(max(procs)) if procs else None
     w.foreign_pids = sorted({p for s in win for p in (s.foreign_pids or ())})
-    return w

@@ -13,12 +13,11 @@ only with trained weights can the agreement speak of accuracy (`deepgap.analysis
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import torch
 
 from deepgap.core.precision import column
-
-if TYPE_CHECKING:
-    import torch
 
 REL_L2_BOUND = column("rel_l2_bound")  # live views of the precision table
 COSINE_FLOOR = column("cosine_floor")
@@ -47,8 +46,6 @@ def compare(out: torch.Tensor, ref: torch.Tensor, precision: str, weights: str =
 
     ``weights``: "random" or "state-dict", recorded so the analysis knows what the agreement can mean.
     """
-    import torch
-
     o = out.detach().float().cpu().reshape(ref.shape[0], -1)
     r = ref.detach().float().cpu().reshape(ref.shape[0], -1)
     finite = bool(torch.isfinite(o).all())
