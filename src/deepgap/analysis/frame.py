@@ -253,11 +253,16 @@ def aggregate(df: pd.DataFrame, samples: sweeps.SamplesFn | None = None) -> pd.D
         row["flagged"] = bool(used["flagged"].any())
         warn = {w for ws in used["warnings"] for w in ws}
         notes = {n for ns in used.get("notes", []) for n in ns}
-        if disagree:  # a warning only if the configuration's interval leaves a sweep out (analysis.signals)
+        if len(used) >= 2:  # several sweeps: a drift is judged against their interval (analysis.signals)
+            half = signals.ci_halfwidth_rel(
+                row["throughput_ips"], row["throughput_ci_low_ips"], row["throughput_ci_high_ips"]
+            )
+            warn, notes = signals.judge_temperature(warn, notes, used.get("extra", []), half)
+        if disagree:  # named as such; a warning only if the interval leaves a sweep out (analysis.signals)
             covered = signals.covers(
                 row["throughput_ci_low_ips"], row["throughput_ci_high_ips"], row["sweep_throughputs"]
             )
-            (notes if covered else warn).add(signals.SPREAD_COVERED if covered else sweeps.SPREAD)
+            (notes if covered else warn).add(signals.sweeps_disagree(row["sweep_throughputs"], covered))
         row["warnings"] = sorted(warn)
         row["notes"] = sorted(notes)
         row["result_ids"] = [int(r) for r in used["result_id"]] if "result_id" in used else []

@@ -128,6 +128,10 @@ def curves_from_store(store, run_ids: list[str] | None = None, padding: str = "b
                 source="sweep",
             )
             worst = {c: (g[c].max() if how == "max" else g[c].min()) for c, how in ACCURACY_WORST.items()}
+            # the agreement's n and weights, as the aggregate carries them: "(n not recorded)" only where
+            # the store has none (analysis.accuracy)
+            worst["top1_n"] = g["top1_n"].min() if "top1_n" in g else None
+            worst["check_weights"] = ",".join(sorted({str(w) for w in g.get("check_weights", []) if w}))
             top1 = pd.to_numeric(g["top1"], errors="coerce").dropna() if "top1" in g else []
             out.append(
                 Curve(
