@@ -170,3 +170,85 @@ def test_plan_reports_the_agreements_n(tmp_path):
     r = deepgap_cli("plan", path, "--qps", "100", "--slo-p99", "50ms", "--model", "resnet50")
     assert r.returncode == 0, r.stderr
     assert "n not recorded" not in r.stdout and "top-1 agreement 8/8" in r.stdout
+
+
+# --- 8. plan and capacity ------------------------------------------------------------------------
+def test_a_conclusive_over_slo_fraction_is_a_fail():
+    """26 of 578 served requests over a p99 SLO (4.5%) is conclusively above 1%: a fail.
+
+    Before: a level that stopped once it could no longer pass was judged against the 2,000 requests it
+    had planned, and 26 of those read "inconclusive".
+    """
+    import numpy as np
+
+    from deepgap.serving.log import RequestLog, summarize
+
+    n, over, slo = 578, 26, 15e-3
+    lat = np.full(n, 5e-3)
+    lat[:over] = 30e-3
+    arrival = np.arange(n) * 1e-3
+    zeros = np.zeros(n)
+    log = RequestLog(arrival, arrival, arrival + lat, np.ones(n, dtype=np.int64), zeros, lat, zeros)
+    log.n_planned, log.stop_kind, log.stopped = 2000, "violations", "could no longer pass"
+    s = summarize(log, 1000.0, slo)
+    assert (s.n, s.n_over_slo, s.verdict) == (n, over, "fail")
+
+
+def _plan_store(path: str) -> str:
+    """A GPU quant engine at batch 1 (0.6 ms) and 256 (8 ms); a CPU eager engine at 1 and 16 threads."""
+    s = Store(path)
+    run = s.begin_run({"device": "cuda"}, "deepgap run (fixture)", dict(GPU), "0")
+    for bs, ms in ((1, 0.6), (256, 8.0)):
+        spec = ConfigSpec(model="resnet50", engine="quant", precision="int8", batch_size=bs, device="cuda")
+        s.record(run, make_result(spec, ms / 1e3))
+    s.finish_run(run)
+    run = s.begin_run(
+        {"device": "cpu"}, "deepgap run (fixture)", {"device_name": "Fixture CPU", "device": "cpu"}, "0"
+    )
+    for threads, ms in ((1, 40.0), (16, 9.0)):
+        spec = ConfigSpec(
+            model="resnet50", engine="eager", precision="fp32", batch_size=1, device="cpu", threads=threads
+        )
+        s.record(run, make_result(spec, ms / 1e3))
+    s.finish_run(run)
+    s.close()
+    return path
+
+
+def test_plan_says_the_grid_limits_it_and_names_cpu_threads(tmp_path):
+    """At a 3 ms SLO the GPU can only serve batch 1: the plan says the grid limits it, and what to measure.
+
+    Nothing between 1 and 256 was measured; a batch interpolated between 0.6 ms and 8 ms fits 3 ms up to
+    about 80, so the plan names powers of two in that range. The CPU's two thread variants are named.
+    """
+    path = _plan_store(str(tmp_path / "grid.sqlite"))
+    r = deepgap_cli("plan", path, "--qps", "2000", "--slo-p99", "3ms", "--model", "resnet50", "--json")
+    assert r.returncode == 0, r.stderr
+    import json
+
+    rows = {row["platform"]: row for row in json.loads(r.stdout)}
+    gpu = rows["Fixture GPU A"]
+    assert "grid-limited: batch 1 (0.6 ms) is the largest measured within the 3 ms SLO" in gpu["why"]
+    assert gpu["note"].endswith("grid-limited: measure --batch-sizes 2,8,16,64") or (
+        "grid-limited: measure --batch-sizes 2,8,16,64" in gpu["note"]
+    )
+    cpu = rows["Fixture CPU"]
+    names = [cpu["configuration"], *(a["configuration"] for a in cpu["alternatives"])]
+    assert any("eager fp32 16 threads" in n for n in names) and any(
+        "eager fp32 1 thread " in n for n in names
+    )
+
+
+def test_grid_limit_rules():
+    """No gap, no note; a grid above the SLO names the batches below it; a grid far under it names larger."""
+    from deepgap.serving.grid_limit import grid_limit
+    from deepgap.serving.sim import ServiceModel
+
+    def curve(times: dict[int, float]) -> ServiceModel:
+        return ServiceModel.from_function(lambda b: times[b], sorted(times), padding="bucket")
+
+    assert grid_limit(curve({1: 1e-3, 2: 2e-3, 4: 4e-3}), 3e-3) == ""  # 2 fits, 4 does not: no gap
+    assert grid_limit(curve({256: 14e-3}), 3e-3).endswith("--batch-sizes 1,4,8,32")  # 14 ms × x / 256 < 3 ms
+    assert grid_limit(curve({1: 1e-3, 8: 2e-3}), 30e-3).endswith("--batch-sizes 16,32")
+    exact = ServiceModel.from_function(lambda b: 1e-3 * b, [1, 256], padding="exact")
+    assert grid_limit(exact, 3e-3) == ""  # exact padding interpolates between measured batches
