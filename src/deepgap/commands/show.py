@@ -92,7 +92,10 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     if args.json:
         print(df.drop(columns=["extra"]).to_json(orient="records", indent=1))
         return 0
-    text = bool(len(df)) and bool(df["seq_len"].notna().any())  # text models: seq and tokens/s columns
+    from deepgap.render.units import IMAGE, format_cell, of_frame
+
+    units = of_frame(df) if len(df) else IMAGE  # a text model's rows: seq/s, no layout, no top-1
+    text = units.kind != "image"  # text models: seq and tokens/s columns
     t = Table(
         "model",
         "engine",
@@ -102,14 +105,14 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
         "thr",
         "sweep",
         "status",
-        "median ms (95% CI)",
+        "median ms (95% CI)" + (f" per {units.item}" if text else ""),
         "tail ms",  # a p99 only where n supports one, else "max of n" (analysis.tails)
-        "img/s",
-        "img/s pipelined",
+        units.short,
+        f"{units.short} pipelined",
         *(("seq", "tokens/s") if text else ()),
         "n",
         "cv",
-        "top-1 % (vs fp32)",
+        units.header("top-1 % (vs fp32)"),
         "flags · warnings",  # what counts against the number (it can move beyond its CI, or is left out)
         "notes",  # recorded, but they cannot move the number beyond its CI (analysis.signals)
         title=f"{args.store}: {len(df)} results",
@@ -134,7 +137,7 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
             row["engine"],
             row["precision"],
             str(row["batch_size"]),
-            row["memory_format"],
+            str(format_cell(row)),
             thr,
             str(row.get("sweep", "")),
             row["status"],
@@ -193,6 +196,7 @@ def _print_sweeps(store, df, console) -> None:
     from deepgap.analysis import aggregate, config_label, prepare
     from deepgap.analysis.signals import SWEEPS
     from deepgap.render.formatting import fmt_ci, fmt_ips, spread_text
+    from deepgap.render.units import of_frame
 
     if df.empty or not (df["status"] == "ok").any():
         return
@@ -202,7 +206,7 @@ def _print_sweeps(store, df, console) -> None:
         return
     t = Table(
         "configuration",
-        "img/s",
+        of_frame(multi).short,
         "95% CI (processes, then samples)",
         "between sweeps",
         "sweeps disagree?",
