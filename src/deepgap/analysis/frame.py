@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from deepgap.analysis import accuracy, cards, signals, sweeps, tails, tokens
+from deepgap.analysis import accuracy, cards, hosts, signals, sweeps, tails, tokens
 from deepgap.analysis.flags import (
     TELEMETRY_MAX,
     TELEMETRY_MEDIAN,
@@ -90,6 +90,7 @@ def prepare(results: pd.DataFrame) -> pd.DataFrame:
     df["platform"] = [
         str(n) if isinstance(n, str) and n else str(d) for n, d in zip(name, df["device"], strict=True)
     ]
+    df["platform"] = hosts.split_cpu_hosts(df)  # one CPU name on two hosts: two platforms (analysis.hosts)
     df["threads"] = [int(t) if _num(t) is not None else 0 for t in df.get("threads", [None] * len(df))]
     df["include_transfer"] = [bool(_num(t)) for t in df.get("include_transfer", [0] * len(df))]
     df["seq_len"] = [tokens.seq_len_of(s) for s in df.get("seq_len", [None] * len(df))]
