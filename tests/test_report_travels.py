@@ -129,6 +129,13 @@ def test_panels_overlay_platforms_and_engines(page):
         m = t.get("meta") or {}
         by_axes.setdefault(t["xaxis"], set()).add((m.get("platform"), m.get("engine")))
     assert any(len({p for p, _ in v}) == 2 and len({e for _, e in v}) >= 2 for v in by_axes.values())
+    # Fig. 7 is interactive too (it was a PNG with 5-point labels): both GPUs' bars in one panel, a CI each
+    fig7 = specs["fig07_median_latency"]
+    assert [p["title"] for p in fig7["panels"]] == ["GPU"] and fig7["layout"]["barmode"] == "group"
+    assert {t["meta"]["platform"] for t in fig7["data"]} == {"NVIDIA H200", "NVIDIA H100 80GB HBM3"}
+    assert all(
+        t["type"] == "bar" and "error_y" in t and "95% CI" in t["customdata"][0][1] for t in fig7["data"]
+    )
 
 
 def test_hovers_carry_their_own_ci_and_latency_has_a_p99_band(page):
