@@ -82,29 +82,16 @@ def _axes_labels(ax, title: str, xlabel: str) -> None:
     ax.grid(True, which="both", alpha=0.25)
 
 
-def roofline_figure(
+def roofline_points(
     results_df: pd.DataFrame | None,
     peaks_df: pd.DataFrame | None = None,
     spec_row: dict[str, Any] | None = None,
-    *,
     profiles_df: pd.DataFrame | None = None,
     bytes_model: str = "traffic",
-    title: str | None = None,
-) -> Figure:
-    """Model-level roofline: every measured configuration at (intensity, achieved TFLOP/s) under its ceilings.
-
-    Args:
-        results_df: ``Store.results_frame`` rows (inference); failed rows are ignored. Roofline columns are
-            added with `deepgap.roofline.model.add_roofline_columns` when missing.
-        peaks_df: `storage.peaks_frame` (measured ceilings), or None.
-        spec_row: a `specs.spec_for` row; None looks it up from the first row's ``device_name``.
-        profiles_df: `storage.profiles_frame` rows, drawn as triangles (training steps and profiled passes).
-        bytes_model: ``traffic`` (eager estimate) or ``min`` (lower bound) for the intensity axis.
-        title: figure title.
-    """
+) -> list[tuple]:
+    """(model, precision, label, intensity, achieved TFLOP/s, kind) of every placeable configuration."""
     import numpy as np
 
-    fig, (ax,) = _figure()
     pts = []  # (model, precision, label, ai, tflops, marker-kind)
     if results_df is not None and len(results_df):
         ok = results_df[results_df["status"] == "ok"]
@@ -134,15 +121,54 @@ def roofline_figure(
                     r["mode"],
                 )
             )
-    pts = [p for p in pts if p[3] == p[3] and p[4] == p[4] and p[3] > 0 and p[4] > 0]
+    return [p for p in pts if p[3] == p[3] and p[4] == p[4] and p[3] > 0 and p[4] > 0]
+
+
+def roofline_ceilings(
+    pts: list[tuple],
+    results_df: pd.DataFrame | None,
+    peaks_df: pd.DataFrame | None = None,
+    spec_row: dict[str, Any] | None = None,
+    profiles_df: pd.DataFrame | None = None,
+) -> tuple[str | None, list[rm.Ceiling]]:
+    """(device name, the ceilings of the points' precisions): the spec sheet's and, where measured, ours."""
+    frame = results_df if results_df is not None and len(results_df) else profiles_df
+    spec_row = _spec_for_frame(frame, spec_row)
+    dev = (
+        str(frame["device_name"].iloc[0])
+        if frame is not None and "device_name" in frame and len(frame)
+        else None
+    )
+    precs = sorted({p[1] for p in pts}, key=lambda x: rm.PRECISIONS.index(x) if x in rm.PRECISIONS else 99)
+    return dev, [c for p in precs for c in rm.ceilings(p, peaks_df, spec_row, dev)]
+
+
+def roofline_figure(
+    results_df: pd.DataFrame | None,
+    peaks_df: pd.DataFrame | None = None,
+    spec_row: dict[str, Any] | None = None,
+    *,
+    profiles_df: pd.DataFrame | None = None,
+    bytes_model: str = "traffic",
+    title: str | None = None,
+) -> Figure:
+    """Model-level roofline: every measured configuration at (intensity, achieved TFLOP/s) under its ceilings.
+
+    Args:
+        results_df: ``Store.results_frame`` rows (inference); failed rows are ignored. Roofline columns are
+            added with `deepgap.roofline.model.add_roofline_columns` when missing.
+        peaks_df: `storage.peaks_frame` (measured ceilings), or None.
+        spec_row: a `specs.spec_for` row; None looks it up from the first row's ``device_name``.
+        profiles_df: `storage.profiles_frame` rows, drawn as triangles (training steps and profiled passes).
+        bytes_model: ``traffic`` (eager estimate) or ``min`` (lower bound) for the intensity axis.
+        title: figure title.
+    """
+    fig, (ax,) = _figure()
+    pts = roofline_points(results_df, peaks_df, spec_row, profiles_df, bytes_model)
     if not pts:
         _unavailable(ax, "no successful configuration with FLOPs and bytes to place on a roofline")
         return fig
-    frame = results_df if results_df is not None and len(results_df) else profiles_df
-    spec_row = _spec_for_frame(frame, spec_row)
-    dev = str(frame["device_name"].iloc[0]) if "device_name" in frame and len(frame) else None
-    precs = sorted({p[1] for p in pts}, key=lambda x: rm.PRECISIONS.index(x) if x in rm.PRECISIONS else 99)
-    ceilings = [c for p in precs for c in rm.ceilings(p, peaks_df, spec_row, dev)]
+    dev, ceilings = roofline_ceilings(pts, results_df, peaks_df, spec_row, profiles_df)
     ais = [p[3] for p in pts] + [c.ridge_flop_per_byte for c in ceilings]
     _draw_ceilings(ax, ceilings, min(ais) / 3, max(ais) * 3)
     models = sorted({p[0] for p in pts})
