@@ -124,10 +124,8 @@ def test_one_colour_per_precision_one_marker_per_engine(multi):
                 or meta.get("platform") == "Fixture CPU"
             ):
                 continue  # overlays, and the CPU's thread series (shaded by thread count)
-            if (
-                t.get("type") == "bar"
-            ):  # Fig. 7 and × CPU: no marker symbol; the colour still says the precision
-                colours.setdefault(meta["precision"], set()).add(t["marker"]["color"])
+            if t.get("type") == "bar" or "engine" not in meta:  # bars (Fig. 7, × CPU), the roofline's points:
+                colours.setdefault(meta["precision"], set()).add(t["marker"]["color"])  # colour = precision
                 continue
             n = len(t["x"])
             cs = each((t.get("line") or {}).get("color") or t["marker"].get("color"), n)
