@@ -273,3 +273,20 @@ def test_run_report_flag(tmp_path, monkeypatch):
     # the best configuration is named (which batch wins is up to the machine's timing)
     assert re.search(r"tinycnn eager fp32 bs[12] 1 thread 32px", text)
     assert os.path.exists(tmp_path / "run_files" / "fig06_throughput_vs_batch.png")
+
+
+def test_roofline_is_interactive(full):
+    """The inference roofline is a plotly figure: every point hoverable, the ceilings drawn (issue 49).
+
+    It was a PNG whose 6-point labels named a dozen of its points.
+    """
+    import json
+
+    found = re.search(
+        r'class="plot-spec" data-target="plot-fig_roofline_inference">(.*?)</script>', full["text"], re.S
+    )
+    assert found, "the roofline has no interactive version"
+    spec = json.loads(found.group(1).replace("<\\/", "</"))
+    points = [t for t in spec["data"] if t.get("mode") == "markers"]
+    assert points and all("TFLOP/s" in c[1] and "FLOP/byte" in c[1] for t in points for c in t["customdata"])
+    assert spec["layout"]["xaxis"]["type"] == "log" and spec["layout"]["yaxis"]["type"] == "log"

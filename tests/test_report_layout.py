@@ -124,6 +124,9 @@ def test_one_colour_per_precision_one_marker_per_engine(multi):
                 or meta.get("platform") == "Fixture CPU"
             ):
                 continue  # overlays, and the CPU's thread series (shaded by thread count)
+            if t.get("type") == "bar" or "engine" not in meta:  # bars (Fig. 7, × CPU), the roofline's points:
+                colours.setdefault(meta["precision"], set()).add(t["marker"]["color"])  # colour = precision
+                continue
             n = len(t["x"])
             cs = each((t.get("line") or {}).get("color") or t["marker"].get("color"), n)
             for eng, sym, c in zip(each(meta["engine"], n), each(t["marker"]["symbol"], n), cs, strict=True):
@@ -133,6 +136,17 @@ def test_one_colour_per_precision_one_marker_per_engine(multi):
     for p, cs in colours.items():
         assert cs == {PREC_COLORS[p]}, p
     assert len(symbols) == 5 and all(s == {marker(e, plotly=True)} for e, s in symbols.items())
+
+
+def test_speedup_over_the_cpu_is_interactive_and_names_its_pairing(multi):
+    """The × CPU figure is a plotly bar chart (it was a PNG), each bar's hover saying what it is over."""
+    spec = plot_specs(multi["text"])["fig_speedup_vs_cpu"]
+    assert spec["data"] and all(t["type"] == "bar" for t in spec["data"])
+    hovers = [c for t in spec["data"] for c in t["customdata"]]
+    assert all(
+        c[2].startswith("over ") and ("like with like" in c[2] or "best vs best" in c[2]) for c in hovers
+    )
+    assert max(fi.series_per_panel(spec).values()) <= MAX_SERIES
 
 
 def test_interactive_page_is_self_contained_and_filterable(multi):

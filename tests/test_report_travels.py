@@ -129,6 +129,13 @@ def test_panels_overlay_platforms_and_engines(page):
         m = t.get("meta") or {}
         by_axes.setdefault(t["xaxis"], set()).add((m.get("platform"), m.get("engine")))
     assert any(len({p for p, _ in v}) == 2 and len({e for _, e in v}) >= 2 for v in by_axes.values())
+    # Fig. 7 is interactive too (it was a PNG with 5-point labels): both GPUs' bars in one panel, a CI each
+    fig7 = specs["fig07_median_latency"]
+    assert [p["title"] for p in fig7["panels"]] == ["GPU"] and fig7["layout"]["barmode"] == "group"
+    assert {t["meta"]["platform"] for t in fig7["data"]} == {"NVIDIA H200", "NVIDIA H100 80GB HBM3"}
+    assert all(
+        t["type"] == "bar" and "error_y" in t and "95% CI" in t["customdata"][0][1] for t in fig7["data"]
+    )
 
 
 def test_hovers_carry_their_own_ci_and_latency_has_a_p99_band(page):
@@ -170,20 +177,33 @@ def test_missing_plotly_fails_at_start(tmp_path, monkeypatch):
     assert not out.exists()
 
 
+HEADLESS_MIN_WIDTH = 500  # headless Chromium's narrowest window: a phone's 390 px is an iframe inside it
+
+
 def _measure(html: Path, width: int, height: int = 900) -> dict:
-    """Boxes of the answer table, its ratio rows and the plots, after the page drew (headless Chromium)."""
+    """Boxes of the answer table, its ratio rows and numbers, the plots' legends and toolbars (headless Chromium).
+
+    Below `HEADLESS_MIN_WIDTH` the page is measured inside an iframe of ``width`` px (it posts its boxes
+    to the frame around it): the window alone would be 500 px wide, whatever was asked.
+    """
     js = (
+        "function box(e){var b=e.getBoundingClientRect();return [b.left,b.right,b.top,b.bottom];}"
         "function go(){var t=document.getElementById('answer-table').getBoundingClientRect();"
         "var r=[].map.call(document.querySelectorAll('#answer-table tr.ratio'),function(e){"
         "var b=e.getBoundingClientRect();return [b.top,b.bottom];});"
         "var titles=[].map.call(document.querySelectorAll('div.plot .annotation-text'),function(e){"
         "var b=e.getBoundingClientRect();return [b.left,b.right,b.top,b.bottom];});"
-        "var p=document.createElement('pre');p.id='measured';"
-        "p.textContent=JSON.stringify({table:[t.top,t.bottom,t.right],ratios:r,vw:window.innerWidth,vh:window.innerHeight,scroll:document.documentElement.scrollWidth,"
+        "var s=JSON.stringify({table:[t.top,t.bottom,t.right],ratios:r,vw:window.innerWidth,"
+        "vh:window.innerHeight,scroll:document.documentElement.scrollWidth,"
         "plots:document.documentElement.getAttribute('data-plots'),titles:titles,"
+        "values:[].map.call(document.querySelectorAll('#answer-table td.value'),box),"
+        "bars:[].map.call(document.querySelectorAll('div.plot'),function(p){var l=p.querySelector('g.legend'),"
+        "m=p.querySelector('.modebar');return l&&m?[box(l),box(m)]:null;}).filter(Boolean),"
         "ab:['platforms_best_batch','platforms_matched'].map(function(id){var b=document.getElementById(id)"
         ".nextElementSibling;return [b.scrollWidth,b.clientWidth];}),"
-        "drawn:document.querySelectorAll('div.plot .main-svg').length});document.body.appendChild(p);}"
+        "drawn:document.querySelectorAll('div.plot .main-svg').length});"
+        "if(window.parent!==window)window.parent.postMessage(s,'*');"
+        "var p=document.createElement('pre');p.id='measured';p.textContent=s;document.body.appendChild(p);}"
         "(function w(n){if(document.documentElement.getAttribute('data-plots')||n>200)go();"
         "else setTimeout(function(){w(n+1);},50);})(0);"
     )
@@ -192,6 +212,16 @@ def _measure(html: Path, width: int, height: int = 900) -> dict:
         text = html.read_text(encoding="utf-8")
         head, _, tail = text.rpartition("</body>")
         copy.write_text(head + f"<script>{js}</script></body>" + tail, encoding="utf-8")
+        target = copy
+        if width < HEADLESS_MIN_WIDTH:
+            target = Path(d) / "phone.html"
+            target.write_text(
+                f'<html><body style="margin:0"><iframe src="page.html" style="border:0;width:{width}px;'
+                f'height:{height - 143}px"></iframe><script>window.addEventListener("message",function(e){{'
+                'var p=document.createElement("pre");p.id="measured";p.textContent=e.data;'
+                "document.body.appendChild(p);});</script></body></html>",
+                encoding="utf-8",
+            )
         cmd = [
             find_chromium(),
             "--headless",
@@ -202,9 +232,9 @@ def _measure(html: Path, width: int, height: int = 900) -> dict:
             f"--user-data-dir={d}/profile",
             "--host-resolver-rules=MAP * ~NOTFOUND",
             "--virtual-time-budget=20000",
-            f"--window-size={width},{height}",
+            f"--window-size={max(width, HEADLESS_MIN_WIDTH)},{height}",
             "--dump-dom",
-            copy.as_uri(),
+            target.as_uri(),
         ]
         dom = subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
     return json.loads(re.search(r'<pre id="measured">(.*?)</pre>', dom).group(1))
@@ -224,5 +254,11 @@ def test_answer_with_ratio_on_first_screen(page, width):
         assert 0 < m["table"][0] < m["table"][1] <= m["vh"] and m["table"][2] <= m["vw"], m
         assert all(scroll <= box for scroll, box in m["ab"]), m["ab"]
     assert m["scroll"] <= m["vw"]  # nothing runs past the right edge
+    assert m["vw"] == width  # a phone's width, not headless Chromium's narrowest window
+    # the answer's numbers are on screen without scrolling sideways (they came after the configuration)
+    values = m["values"]
+    assert values and all(left >= 0 and right <= m["vw"] for left, right, _, _ in values), values
+    # no legend runs under plotly's toolbar (the modebar, top right of each plot)
+    assert m["bars"] and not any(_overlap(legend, bar) for legend, bar in m["bars"]), m["bars"]
     titles = m["titles"]
     assert titles and not any(_overlap(a, b) for i, a in enumerate(titles) for b in titles[i + 1 :]), titles

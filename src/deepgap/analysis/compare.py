@@ -158,6 +158,7 @@ def _pairs(
     samples_a: SamplesFn,
     samples_b: SamplesFn,
     n_resamples: int,
+    like_kinds: bool = False,
 ) -> pd.DataFrame:
     if left.empty or right.empty:
         return pd.DataFrame(
@@ -170,6 +171,7 @@ def _pairs(
         _pair_row(a, b, keys, samples_a, samples_b, n_resamples)
         for a in left.to_dict("records")
         for b in idx.get(tuple(a[k] for k in keys), [])
+        if not like_kinds or str(a.get("device")) == str(b.get("device"))
     ]
     if not out:
         return pd.DataFrame(
@@ -184,8 +186,13 @@ def compare(
     samples_a: SamplesFn,
     samples_b: SamplesFn,
     n_resamples: int = N_RESAMPLES,
+    like_kinds: bool = False,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Speedups of A over B: (matched configurations, each side at its best batch).
+
+    ``like_kinds``: pair only configurations of the same device kind (GPU with GPU, CPU with CPU). Two
+    stores of a GPU run each hold a GPU and its host CPU; without it A's GPU was also set against B's CPU
+    (an H200 store against an H100 store read 70.2×, the H200 over the H100 host's CPU).
 
     Args:
         agg_a: aggregated configurations of side A (`deepgap.analysis.frame.aggregate`).
@@ -193,11 +200,12 @@ def compare(
         samples_a: pooled raw latencies of A's result ids.
         samples_b: the same for B.
         n_resamples: bootstrap resamples per ratio.
+        like_kinds: pair only configurations of one device kind (see above).
     """
-    matched = _pairs(agg_a, agg_b, MATCH_KEYS, samples_a, samples_b, n_resamples)
+    matched = _pairs(agg_a, agg_b, MATCH_KEYS, samples_a, samples_b, n_resamples, like_kinds)
     best_a = best_rows(agg_a, ["platform", *BEST_KEYS]) if not agg_a.empty else agg_a
     best_b = best_rows(agg_b, ["platform", *BEST_KEYS]) if not agg_b.empty else agg_b
-    best = _pairs(best_a, best_b, BEST_KEYS, samples_a, samples_b, n_resamples)
+    best = _pairs(best_a, best_b, BEST_KEYS, samples_a, samples_b, n_resamples, like_kinds)
     return matched, best
 
 
@@ -309,6 +317,7 @@ def compare_paper(agg: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
         "paper_engine",
         "paper_batch",
         "paper_images_per_s",
+        "pairing",
         "ratio_vs_paper",
         "ratio_ci_low",
         "ratio_ci_high",
@@ -344,6 +353,7 @@ def compare_paper(agg: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
                     "paper_engine": p["engine"],
                     "paper_batch": int(p["peak_batch"]),
                     "paper_images_per_s": tp,
+                    "pairing": paper_pairing(str(r["device"]), str(p["platform"])),
                     "ratio_vs_paper": r["throughput_ips"] / tp,
                     "ratio_ci_low": r["throughput_ci_low_ips"] / tp,
                     "ratio_ci_high": r["throughput_ci_high_ips"] / tp,
@@ -354,6 +364,15 @@ def compare_paper(agg: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
             )
     df = pd.DataFrame(out, columns=cols)
     return df.sort_values(["platform", "model", "paper_precision", "paper_platform"]).reset_index(drop=True)
+
+
+def paper_pairing(device: str, paper_platform: str) -> str:
+    """What a row of ``compare --paper`` sets against what: "GPU vs GPU", "CPU vs CPU", or unlike kinds."""
+    mine = "CPU" if device == "cpu" else "GPU"
+    theirs = "CPU" if "xeon" in paper_platform.lower() or "cpu" in paper_platform.lower() else "GPU"
+    if mine == theirs:
+        return f"{mine} vs {theirs}"
+    return f"{mine} vs {theirs} (unlike kinds: your {mine} against the paper's {theirs})"
 
 
 def precision_mappings(table: pd.DataFrame) -> pd.DataFrame:

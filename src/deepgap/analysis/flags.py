@@ -69,12 +69,35 @@ def _split_telemetry(extra: Details) -> tuple[list[str], list[str]]:
     return bad, warn
 
 
+DEGENERATE = "degenerate-output"
+
+
+def degenerate(extra: Details) -> str:
+    """Why the check's reference logits carry no information ("all-zero logits"), or "".
+
+    Stored by the check since it was recorded (`correctness.degenerate`); before, an all-zero reference
+    and an all-zero output left relL2 0 and cosine 0 exactly (the zero vectors' signature), and the row
+    read ``WRONG(relL2=0)``: a random-weight ViT-B/16 (zero-initialised head) on every row.
+    """
+    corr = ResultDetails.of(extra).correctness
+    if corr is None:
+        return ""
+    if corr.degenerate:
+        return str(corr.degenerate)
+    return "all-zero logits" if _num(corr.rel_l2) == 0.0 and _num(corr.cosine) == 0.0 else ""
+
+
+def degenerate_note(reason: str) -> str:
+    """The note a degenerate output carries: what, why nothing was checked, and the fix."""
+    return f"{DEGENERATE}({reason}: the check cannot tell right from wrong; pass --weights)"
+
+
 def row_flags(extra: Details) -> list[str]:
     """Disqualifying flags of one measurement: wrong outputs, telemetry contamination."""
     extra = ResultDetails.of(extra)
     out: list[str] = []
     corr = extra.correctness
-    if corr is not None and corr.flagged:
+    if corr is not None and corr.flagged and not degenerate(extra):
         rel = _num(corr.rel_l2)
         out.append(f"wrong-output(relL2={rel:.2g})" if rel is not None else "wrong-output")
     return out + _split_telemetry(extra)[0]
@@ -83,11 +106,13 @@ def row_flags(extra: Details) -> list[str]:
 def row_warnings(ci_met: Any, extra: Details = None) -> list[str]:
     """Non-disqualifying warnings of one measurement.
 
-    The adaptive CI target was missed, the temperature was still rising, the GPU ran at its own power limit.
+    The adaptive CI target was missed, the temperature was still rising, the GPU ran at its own power limit,
+    the model's output carried no information to check (`degenerate`).
     """
     v = _num(ci_met)
     out = ["ci-not-met"] if v is not None and v == 0 else []
-    return out + _split_telemetry(extra)[1]
+    dead = degenerate(extra)
+    return out + _split_telemetry(extra)[1] + ([degenerate_note(dead)] if dead else [])
 
 
 def telemetry_of(extra: Details) -> dict[str, float]:

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from deepgap.analysis import accuracy, cards, signals, sweeps, tails, tokens
+from deepgap.analysis import accuracy, cards, hosts, signals, sweeps, tails, tokens
 from deepgap.analysis.flags import (
     TELEMETRY_MAX,
     TELEMETRY_MEDIAN,
@@ -101,6 +101,7 @@ def prepare(results: pd.DataFrame) -> pd.DataFrame:
     df["platform"] = [
         str(n) if isinstance(n, str) and n else str(d) for n, d in zip(name, df["device"], strict=True)
     ]
+    df["platform"] = hosts.split_cpu_hosts(df)  # one CPU name on two hosts: two platforms (analysis.hosts)
     df["threads"] = [int(t) if _num(t) is not None else 0 for t in df.get("threads", [None] * len(df))]
     df["include_transfer"] = [bool(_num(t)) for t in df.get("include_transfer", [0] * len(df))]
     df["seq_len"] = [tokens.seq_len_of(s) for s in df.get("seq_len", [None] * len(df))]
@@ -264,11 +265,16 @@ def aggregate(df: pd.DataFrame, samples: sweeps.SamplesFn | None = None) -> pd.D
         row["flagged"] = bool(used["flagged"].any())
         warn = {w for ws in used["warnings"] for w in ws}
         notes = {n for ns in used.get("notes", []) for n in ns}
-        if disagree:  # a warning only if the configuration's interval leaves a sweep out (analysis.signals)
+        if len(used) >= 2:  # several sweeps: a drift is judged against their interval (analysis.signals)
+            half = signals.ci_halfwidth_rel(
+                row["throughput_ips"], row["throughput_ci_low_ips"], row["throughput_ci_high_ips"]
+            )
+            warn, notes = signals.judge_temperature(warn, notes, used.get("extra", []), half)
+        if disagree:  # named as such; a warning only if the interval leaves a sweep out (analysis.signals)
             covered = signals.covers(
                 row["throughput_ci_low_ips"], row["throughput_ci_high_ips"], row["sweep_throughputs"]
             )
-            (notes if covered else warn).add(signals.SPREAD_COVERED if covered else sweeps.SPREAD)
+            (notes if covered else warn).add(signals.sweeps_disagree(row["sweep_throughputs"], covered))
         row["warnings"] = sorted(warn)
         row["notes"] = sorted(notes)
         row["result_ids"] = [int(r) for r in used["result_id"]] if "result_id" in used else []

@@ -21,7 +21,7 @@ from typing import Any
 
 import pandas as pd
 
-from deepgap.analysis import tails
+from deepgap.analysis import tails, tokens
 from deepgap.analysis.accuracy import COLUMNS as ACCURACY_COLUMNS
 from deepgap.analysis.frame import ACCURACY_WORST, MEMORY_LABELS, accuracy_label, config_label, memory_metric
 from deepgap.core.errors import UsageError
@@ -102,7 +102,10 @@ def evidence(row: dict[str, Any]) -> dict[str, Any]:
         "latency_tail": tails.from_row(row).label(),
         "memory_metric": MEMORY_LABELS.get(metric or "", "unavailable: no memory figure stored"),
         "memory_bytes": mem,
-        "joules_per_image": row.get("joules_per_image"),
+        "joules_per_image": row.get("joules_per_image"),  # per sample: per sequence for a text model
+        "seq_len": tokens.seq_len_of(row.get("seq_len")) or None,  # a text model's length (None: image)
+        "tokens_per_s": row.get("tokens_per_s"),
+        "joules_per_token": row.get("joules_per_token"),
         "ips_per_watt": row.get("ips_per_watt"),
         "n_measurements": int(row.get("n_measurements") or 0),
         "run_ids": list(row.get("run_ids") or []),

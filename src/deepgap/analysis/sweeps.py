@@ -4,8 +4,8 @@ One measurement's CI is a bootstrap inside one process. Fresh processes of the s
 disagree by more than those intervals (clocks, memory placement, a compiler's choices), so where a
 configuration has two or more measurements its interval comes from a two-level bootstrap over them
 (`stats.hierarchical_bootstrap_ci`: measurements, then the samples of each), and the measurements'
-own disagreement is reported: the coefficient of variation of their throughputs and a ``spread``
-warning when two of their own 95% CIs do not overlap.
+own disagreement is reported: the coefficient of variation of their throughputs and, when two of their
+own 95% CIs do not overlap, ``sweeps-disagree`` (a warning or a note: `analysis.signals`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pandas as pd
 from deepgap.core.stats import hierarchical_bootstrap_ci
 
 SamplesFn = Callable[[int], list[np.ndarray]]  # result id → its raw per-iteration latencies, per repeat
-SPREAD = "spread"
+SPREAD = "sweeps-disagree"  # the warning's name (analysis.signals.sweeps_disagree adds how far apart)
 
 
 def throughput_ci(used: pd.DataFrame, samples: SamplesFn) -> tuple[float, float, str] | None:

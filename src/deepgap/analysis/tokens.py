@@ -15,6 +15,9 @@ from typing import Any
 import pandas as pd
 
 from deepgap.core.stats import finite_or_none
+from deepgap.render.units import seq_len_of  # one reading of a stored length, for every layer
+
+__all__ = ["PER_TOKEN", "add_per_token", "per_token", "seq_len_of"]
 
 # derived column → (per-sample column, multiply (True) or divide by seq_len)
 PER_TOKEN = {
@@ -23,12 +26,6 @@ PER_TOKEN = {
     "tokens_ci_high_per_s": ("throughput_ci_high_ips", True),
     "joules_per_token": ("joules_per_image", False),
 }
-
-
-def seq_len_of(value: Any) -> int:
-    """A stored ``seq_len`` as an integer; 0 where it does not apply (an image model, a missing value)."""
-    v = finite_or_none(value)
-    return int(v) if v is not None and v > 0 else 0
 
 
 def per_token(row: dict[str, Any] | pd.Series) -> dict[str, float]:

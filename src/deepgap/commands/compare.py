@@ -274,7 +274,9 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
                 raise UsageError(
                     f"--platforms names one platform twice ({sides[0].label})", "name two platforms"
                 )
-        matched, best = compare(agg_a, agg_b, fa, fb)
+        if not platforms:  # like device kinds only; several platforms of one kind: name them
+            _one_platform_per_kind(sides, agg_a, agg_b)
+        matched, best = compare(agg_a, agg_b, fa, fb, like_kinds=not platforms)
         notes = provenance(_runs_of(sa, agg_a), _runs_of(sb, agg_b))
     finally:
         sa.close()
@@ -304,6 +306,25 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
             print(f"warning: {n}")
         print_pairs(sides[0].label, sides[1].label, matched, best)
     return 0 if len(best) or len(matched) else 1
+
+
+def _one_platform_per_kind(sides: list[Side], agg_a, agg_b) -> None:
+    """A `UsageError` where a side holds two platforms of one device kind: which pair is meant is unsaid.
+
+    Without ``--platforms``, A's GPU is set against B's GPU and A's CPU against B's CPU; a side with two
+    GPUs (a merged store) would pair every one with every other, so the user names the two.
+    """
+    for side, agg in zip(sides, (agg_a, agg_b), strict=True):
+        if not len(agg):
+            continue
+        for kind, names in agg.groupby("device")["platform"].unique().items():
+            if len(names) > 1:
+                named = sorted(map(str, names))
+                raise UsageError(
+                    f"{side.label} holds {len(names)} {kind} platforms ({'; '.join(named)}): which pair to "
+                    "compare is unsaid",
+                    f'pass --platforms A,B, e.g. --platforms "{named[0]},{named[1]}"',
+                )
 
 
 def _runs_of(store, agg) -> list[dict[str, Any]]:

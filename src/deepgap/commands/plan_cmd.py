@@ -95,9 +95,10 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
             "LoadGen's beside it in the report's serving section"
         )
     console.print(
-        f"tail: the simulated p99 of each load level (≥ {load.min_queries:,} requests per level, "
-        "up to 4× more where the verdict was inconclusive), its service times drawn from the "
-        "stored calls"
+        f"tail: the simulated p99 of each load level (≥ {load.min_queries:,} requests planned per level, "
+        "up to 4× more where the verdict was inconclusive; a level that can no longer pass stops early, "
+        "and is a fail where the requests it served put the p99 conclusively over the SLO), its service "
+        "times drawn from the stored calls"
     )
     for r in rows:  # what limits each answer, and every other configuration considered
         console.print(f"\n{r.platform}: {r.configuration}: {r.why}")

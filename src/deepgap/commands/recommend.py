@@ -45,10 +45,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
 
 def _line(ev: dict) -> str:
     from deepgap.render.formatting import fmt_ci, fmt_gib, fmt_ips, fmt_ms, fmt_num
+    from deepgap.render.units import IMAGE, of_seq_lens
 
+    u = of_seq_lens([ev.get("seq_len")]) if ev.get("seq_len") else IMAGE  # seq/s, not images/s, for text
+    per = f" per {u.item}" if u.kind == "text" else ""
+    tokens = f" ({fmt_ips(ev.get('tokens_per_s'))} tokens/s)" if u.kind == "text" else ""
     parts = [
-        f"{fmt_ips(ev['throughput_ips'])} images/s {fmt_ci(*ev['throughput_ci_ips'])}",
-        f"median {fmt_ms(ev['latency_median_s'])} ms",
+        f"{fmt_ips(ev['throughput_ips'])} {u.rate}{tokens} {fmt_ci(*ev['throughput_ci_ips'])}",
+        f"median {fmt_ms(ev['latency_median_s'])} ms{per}",
         f"tail {fmt_ms(ev['latency_tail_s'])} ms: {ev['latency_tail']}",
         f"memory {fmt_gib(ev['memory_bytes'])} GiB ({ev['memory_metric']})",
     ]
@@ -56,7 +60,9 @@ def _line(ev: dict) -> str:
         rel = f", {100 * ev['top1_relative']:.1f}% of fp32" if ev.get("top1_relative") is not None else ""
         parts.append(f"top-1 {100 * ev['top1']:.2f}%{rel}")
     if ev.get("joules_per_image") is not None:
-        parts.append(f"{fmt_num(ev['joules_per_image'] * 1e3)} mJ/image")
+        parts.append(f"{fmt_num(ev['joules_per_image'] * 1e3)} mJ/{u.item}")
+    if ev.get("joules_per_token") is not None:
+        parts.append(f"{fmt_num(ev['joules_per_token'] * 1e3)} mJ/token")
     if is_quantized(ev.get("precision")):  # a quantized choice shows what it gives up
         parts.append(f"accuracy {ev['accuracy']}")
     parts.append(f"{ev['n_measurements']} measurement(s), run {', '.join(ev['run_ids'])}")
@@ -136,7 +142,12 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
         f"memory ≤ {mem / 2**30:.3g} GiB" if mem else "",
         acc,
     ]
-    print(f"objective: {OBJECTIVES[objective]}; constraints: {', '.join(c for c in cons if c) or 'none'}")
+    from deepgap.render.units import of_frame
+
+    units = of_frame(agg)  # "highest seq/s", "fewest joules per sequence" for text models
+    goal = units.header(OBJECTIVES[objective])
+    cons = [units.header(c) for c in cons]  # a text model's bar is its output agreement, not top-1
+    print(f"objective: {goal}; constraints: {', '.join(c for c in cons if c) or 'none'}")
     if not recs:
         print("none: the selection holds no successful measurement")
         return 1

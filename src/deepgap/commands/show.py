@@ -25,28 +25,35 @@ def _fmt_ms(v: float | None) -> str:
     return "" if v is None or v != v else f"{v * 1e3:.3f}"
 
 
-def flags_of(row) -> list[str]:
-    """Human flags of one result row: correctness beyond bound, telemetry contamination."""
-    from deepgap.core.result_details import ResultDetails
+def signals_of(df) -> tuple[list[list[str]], list[list[str]]]:
+    """Per row: (what counts against it, what is only noted), by the report's own rule (`analysis.signals`).
 
-    extra = ResultDetails.of(row.get("extra"))
-    out = []
-    corr = extra.correctness
-    if corr is not None and corr.flagged:
-        out.append(f"WRONG(relL2={corr.rel_l2:.2g})")
-    out += list(extra.flags or [])
-    from deepgap.analysis.accuracy import flags as accuracy_flags
+    The first: disqualifying flags (``WRONG(relL2=…)``, contaminated telemetry, accuracy loss) and
+    warnings (the number can move beyond its CI); the second: notes (power cap, a missed CI target, a
+    warm-up that held within its interval), which say nothing against the number. Before, `show` printed
+    them all as flags: 54 of 88 rows of a default run, none of which the report counted against a number.
+    """
+    from deepgap.analysis import prepare
 
-    out += accuracy_flags(row.get("precision", ""), extra)
-    if row.get("ci_met") == 0:
-        out.append("ci-not-met")
-    return out
+    prep = prepare(df)
+    against = [
+        [_wrong(f) for f in fl] + list(ws) for fl, ws in zip(prep["flags"], prep["warnings"], strict=True)
+    ]
+    return against, [list(ns) for ns in prep["notes"]]
+
+
+def _wrong(flag: str) -> str:
+    """A wrong-output flag as `show` has always printed it: ``WRONG(relL2=…)``."""
+    return "WRONG" + flag[len("wrong-output") :] if flag.startswith("wrong-output") else flag
 
 
 def _top1(extra) -> str:
     """Dataset top-1 and its share of fp32's ("76.13 (99.8%)"), or the check inputs' agreement ("agree 100%")."""
     from deepgap.analysis.accuracy import columns, figure
+    from deepgap.analysis.flags import degenerate
 
+    if degenerate(extra):  # the output ignores its input: an agreement of ties says nothing
+        return "not checked"
     acc = columns(extra)
     if "top1" in acc:
         rel = f" ({100 * acc['top1_relative']:.1f}%)" if "top1_relative" in acc else ""
@@ -64,7 +71,7 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     use_read_flags(args)
     store = Store(args.store, readonly=True)
     store.check_runs(args.run)
-    console = Console(width=None if Console().is_terminal else 200)
+    console = Console(width=None if Console().is_terminal else 240)  # room for the notes column
     runs = store.runs()
     if args.runs:
         t = Table("run", "status", "created", "device", "command")
@@ -85,7 +92,10 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     if args.json:
         print(df.drop(columns=["extra"]).to_json(orient="records", indent=1))
         return 0
-    text = bool(len(df)) and bool(df["seq_len"].notna().any())  # text models: seq and tokens/s columns
+    from deepgap.render.units import IMAGE, format_cell, of_frame
+
+    units = of_frame(df) if len(df) else IMAGE  # a text model's rows: seq/s, no layout, no top-1
+    text = units.kind != "image"  # text models: seq and tokens/s columns
     t = Table(
         "model",
         "engine",
@@ -95,18 +105,23 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
         "thr",
         "sweep",
         "status",
-        "median ms (95% CI)",
+        "median ms (95% CI)" + (f" per {units.item}" if text else ""),
         "tail ms",  # a p99 only where n supports one, else "max of n" (analysis.tails)
-        "img/s",
-        "img/s pipelined",
+        units.short,
+        f"{units.short} pipelined",
         *(("seq", "tokens/s") if text else ()),
         "n",
         "cv",
-        "top-1 % (vs fp32)",
-        "flags",
+        units.header("top-1 % (vs fp32)"),
+        "flags · warnings",  # what counts against the number (it can move beyond its CI, or is left out)
+        "notes",  # recorded, but they cannot move the number beyond its CI (analysis.signals)
         title=f"{args.store}: {len(df)} results",
     )
-    for row in df.to_dict("records"):
+    for col in t.columns[-2:]:  # a note's name and fix ("pass --weights") are never cut to an ellipsis
+        col.overflow = "fold"
+    t.columns[-1].min_width = 28
+    against, notes = signals_of(df) if len(df) else ([], [])
+    for i, row in enumerate(df.to_dict("records")):
         ok = row["status"] == "ok"
         med = (
             (
@@ -122,7 +137,7 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
             row["engine"],
             row["precision"],
             str(row["batch_size"]),
-            row["memory_format"],
+            str(format_cell(row)),
             thr,
             str(row.get("sweep", "")),
             row["status"],
@@ -136,9 +151,19 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
             if ok and row["cv_repeats"] == row["cv_repeats"] and row["cv_repeats"] is not None
             else "",
             _top1(row.get("extra")),
-            " ".join(flags_of(row)),
+            " ".join(against[i]),
+            " ".join(notes[i]),
         )
     console.print(t)
+    if len(df):
+        n_against, n_notes = (
+            sum(map(bool, against)),
+            sum(bool(n) and not a for a, n in zip(against, notes, strict=True)),
+        )
+        console.print(
+            f"{n_against} of {len(df)} results flagged or warned (the number is left out, or can move beyond"
+            f" its CI); {n_notes} carry notes only (recorded; they cannot move the number beyond its CI)"
+        )
     _print_sweeps(store, df, console)
     from deepgap.serving.show import print_serving  # serve runs: load levels, capacity, interference
 
@@ -169,7 +194,9 @@ def _print_sweeps(store, df, console) -> None:
     from rich.table import Table
 
     from deepgap.analysis import aggregate, config_label, prepare
+    from deepgap.analysis.signals import SWEEPS
     from deepgap.render.formatting import fmt_ci, fmt_ips, spread_text
+    from deepgap.render.units import of_frame
 
     if df.empty or not (df["status"] == "ok").any():
         return
@@ -179,31 +206,28 @@ def _print_sweeps(store, df, console) -> None:
         return
     t = Table(
         "configuration",
-        "img/s",
+        of_frame(multi).short,
         "95% CI (processes, then samples)",
         "between sweeps",
-        "spread",
+        "sweeps disagree?",
         title="measured in several sweeps (worker processes)",
     )
+    n_warn = n_note = 0
     for r in multi.to_dict("records"):
+        warned = [w for w in r["warnings"] if w.startswith(SWEEPS)]
+        noted = [n for n in r.get("notes") or [] if n.startswith(SWEEPS)]
+        n_warn, n_note = n_warn + bool(warned), n_note + bool(noted)
         t.add_row(
             config_label(r),
             fmt_ips(r["throughput_ips"]),
             fmt_ci(r["throughput_ci_low_ips"], r["throughput_ci_high_ips"]),
             spread_text(r),
-            "spread"
-            if "spread" in r["warnings"]
-            else "spread (covered by the CI)"
-            if any(n.startswith("spread") for n in r.get("notes") or [])
-            else "",
+            # named as such (analysis.signals): a warning where the interval leaves a sweep out, else a note
+            " ".join([*(f"warning: {w}" for w in warned), *(f"note: {n}" for n in noted)]),
         )
-    # a disagreement the two-level interval covers is a note, not a warning (analysis.signals): count both
-    n_spread = sum(
-        "spread" in w or any(n.startswith("spread") for n in (ns or []))
-        for w, ns in zip(multi["warnings"], multi.get("notes", [[]] * len(multi)), strict=True)
-    )
     console.print(t)
     console.print(
-        f"{len(multi) - n_spread} of {len(multi)} configurations' sweeps agree within their own "
-        f"95% CIs; {n_spread} flagged spread"
+        f"{len(multi) - n_warn - n_note} of {len(multi)} configurations' sweeps agree within their own "
+        f"95% CIs; {n_warn + n_note} disagree: {n_warn} beyond the configuration's interval (a warning),"
+        f" {n_note} covered by it (a note)"
     )

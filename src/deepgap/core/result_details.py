@@ -114,6 +114,7 @@ class Correctness(JsonRecord):
     bound_rel_l2: float | None = None
     flagged: bool | None = None
     weights: str | None = None  # "random" | "state-dict"; absent in stores from before it was recorded
+    degenerate: str | None = None  # "all-zero logits" | "constant logits" (`correctness.degenerate`)
 
 
 @dataclass

@@ -25,9 +25,12 @@ def result_line(ev: Event) -> str:
     assert r is not None
     if r.status == Status.OK and r.latency:
         ci = "" if r.ci_met is None else (" ci✓" if r.ci_met else " ci✗")
+        seq = getattr(ev.spec, "seq_len", None)
+        tokens = f" ({r.throughput_ips * seq:,.0f} tokens/s)" if seq else ""  # a text model's work
+        per = " per sequence" if seq else ""
         return (
-            f"{ev.spec.label()}: {r.throughput_ips:,.1f} {rate_unit(ev.spec)}, "
-            f"median {r.latency.median_s * 1e3:.3f} ms, {tail_text(r.latency)}{ci}"
+            f"{ev.spec.label()}: {r.throughput_ips:,.1f} {rate_unit(ev.spec)}{tokens}, "
+            f"median {r.latency.median_s * 1e3:.3f} ms{per}, {tail_text(r.latency)}{ci}"
         )
     return f"{ev.spec.label()}: {r.status.value} — {r.reason}"
 

@@ -35,10 +35,14 @@ class Agreement:
     bound_rel_l2: float
     flagged: bool
     weights: str = "random"  # "random" (seeded, the default) | "state-dict" (--weights)
+    degenerate: str = ""  # "all-zero logits" | "constant logits": the reference says nothing (`degenerate`)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict for the store's extra column."""
-        return asdict(self)
+        """Plain dict for the store's extra column (``degenerate`` only where there is something to say)."""
+        d = asdict(self)
+        if not d["degenerate"]:
+            del d["degenerate"]
+        return d
 
 
 def compare(out: torch.Tensor, ref: torch.Tensor, precision: str, weights: str = "random") -> Agreement:
@@ -66,5 +70,24 @@ def compare(out: torch.Tensor, ref: torch.Tensor, precision: str, weights: str =
         sum(len(set(a.tolist()) & set(b.tolist())) for a, b in zip(to, tr, strict=True)) / (k * r.shape[0])
     )
     bound = REL_L2_BOUND.get(precision, 0.25)
-    flagged = not finite or rel > bound or not cos >= COSINE_FLOOR.get(precision, 0.95)
-    return Agreement(rel, cos, top1, overlap, int(r.shape[0]), bound, flagged, weights)
+    dead = degenerate(r)
+    # a reference without information has no direction: cosine cannot judge it, relL2 still can (an engine
+    # that is not constant where the model is, is wrong); the row says the check is empty (`degenerate`)
+    flagged = not finite or rel > bound or (not dead and not cos >= COSINE_FLOOR.get(precision, 0.95))
+    return Agreement(rel, cos, top1, overlap, int(r.shape[0]), bound, flagged, weights, dead)
+
+
+def degenerate(ref: torch.Tensor) -> str:
+    """Why the reference logits carry no information ("all-zero logits", "constant logits"), or "".
+
+    Every row constant (to float32 rounding of its own scale): the model's output does not depend on the
+    input — a zero-initialised head, say, with random weights — so no comparison can tell a right engine
+    from a wrong one, and its top-1 is a tie broken by index. The remedy is trained weights (``--weights``).
+    """
+    r = ref.detach().float().cpu().reshape(ref.shape[0], -1)
+    if not r.numel() or not bool(r.isfinite().all()):
+        return ""
+    scale = r.abs().amax(1).clamp_min(1e-30)
+    if not bool(((r.amax(1) - r.amin(1)) <= 1e-6 * scale).all()):
+        return ""
+    return "all-zero logits" if not bool(r.any()) else "constant logits"

@@ -13,6 +13,8 @@ from typing import Any
 
 import pandas as pd
 
+from deepgap.render.units import columns, of_frame
+
 
 # --- formatting (no arithmetic beyond unit conversion) ------------------------------------------
 def _ok(v: Any) -> bool:
@@ -282,6 +284,8 @@ def html_table(name: str, frame: pd.DataFrame, spec: tuple[str, list[Col]] | Non
     ``spec``: its title and columns (default: the core table of that name in `TABLE_SPECS`).
     """
     title, cols = spec if spec is not None else TABLE_SPECS[name]
+    units = of_frame(frame)  # a text model's table says seq/s, mJ/sequence, seq len (render.units)
+    cols, title = columns(cols, units), units.header(title)
     rows = []
     for r in frame.to_dict("records"):
         rows.append(

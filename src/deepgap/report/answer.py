@@ -18,6 +18,7 @@ import pandas as pd
 
 from deepgap.analysis import tails
 from deepgap.analysis.coverage import grid_gaps
+from deepgap.analysis.flags import degenerate
 from deepgap.analysis.frame import config_label
 from deepgap.analysis.host_cpu import HostCpuLine, Ratio, host_cpu_lines
 from deepgap.analysis.recommend import OBJECTIVES, recommend
@@ -56,6 +57,7 @@ def accuracy(row: dict[str, Any], acc: dict[int, Correctness]) -> dict[str, floa
         "bound": worst("bound_rel_l2", min),
         "n": worst("n_images", min),  # the same seeded inputs in every sweep: one measurement's n
         "weights": ",".join(sorted({str(c.get("weights")) for c in checks if c.get("weights")})),
+        "degenerate": next((d for c in checks if (d := degenerate({"correctness": c.to_json()}))), ""),
     }
 
 
@@ -67,6 +69,8 @@ def accuracy_text(a: dict[str, Any]) -> str:
     """
     from deepgap.analysis.accuracy import agreement
 
+    if a.get("degenerate"):  # the model's output carries no information: nothing was checked
+        return f"not checked: {a['degenerate']} (the model's output ignores its input); pass --weights"
     parts = []
     if a.get("rel_l2") is not None:
         parts.append(f"relL2 {a['rel_l2']:.1e}" + (f" (≤{a['bound']:g})" if a.get("bound") else ""))

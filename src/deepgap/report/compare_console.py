@@ -187,6 +187,7 @@ def print_paper(label: str, table, paper) -> None:
         "paper engine",
         "paper bs",
         "paper img/s",
+        "pairing",  # GPU vs GPU, CPU vs CPU, or unlike kinds said so (analysis.compare.paper_pairing)
         "yours/paper",
         "95% CI",
         "flags",
@@ -202,6 +203,7 @@ def print_paper(label: str, table, paper) -> None:
             r["paper_engine"],
             str(r["paper_batch"]),
             fmt_ips(r["paper_images_per_s"]),
+            str(r.get("pairing", "")),
             fmt_x(r["ratio_vs_paper"]),
             fmt_ci(r["ratio_ci_low"], r["ratio_ci_high"], fmt_x),
             _flags(r),

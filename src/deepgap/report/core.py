@@ -17,7 +17,8 @@ from deepgap.render.formatting import TABLE_SPECS
 from deepgap.render.machines import machine_key, machine_label
 from deepgap.render.sections import Parts, ReportContext, Section, register
 from deepgap.render.style import overlay_label
-from deepgap.report import figures_batch, figures_summary, interactive_pareto
+from deepgap.render.units import of_frame
+from deepgap.report import figures_batch, figures_summary, interactive_bars, interactive_pareto
 from deepgap.report import interactive as fi
 
 
@@ -79,10 +80,19 @@ def build(ctx: ReportContext) -> Parts:
         figures_summary.pareto(par),
         figures_batch.speedup_vs_fp32(sp32),
         figures_batch.energy_vs_batch(
-            agg, "ips_per_watt", "fig_perf_per_watt", "Performance per watt", "images/s per W"
+            agg,
+            "ips_per_watt",
+            "fig_perf_per_watt",
+            "Performance per watt",
+            of_frame(agg).header("images/s per W"),
         ),
         figures_batch.energy_vs_batch(
-            agg, "joules_per_image", "fig_joules_per_image", "Energy per image", "mJ per image", scale=1e3
+            agg,
+            "joules_per_image",
+            "fig_joules_per_image",
+            "Energy per image",
+            of_frame(agg).header("mJ per image"),
+            scale=1e3,
         ),
         figures_summary.bars(
             spc,
@@ -105,8 +115,11 @@ def build(ctx: ReportContext) -> Parts:
                 tel, "fig05b_thermal_timeline_per_run", "Thermal timeline of each run", appendix=True
             )
         )
+    units = of_frame(agg)  # a text model's figures: seq/s, mJ per sequence (render.units)
+    for f in figs:
+        f.title, f.caption = units.header(f.title), units.header(f.caption)
     if ctx.interactive:
-        _interactive(figs, agg, par, sp32)
+        _interactive(figs, agg, par, sp32, spc)
     return Parts(out, figs)
 
 
@@ -122,9 +135,16 @@ def gpu_part(tel: pd.DataFrame, df: pd.DataFrame, run: dict) -> pd.DataFrame:
     return tel[~tel["result_id"].isin(cpu)] if cpu else tel
 
 
-def _interactive(figs: list[Figure], agg: pd.DataFrame, par: pd.DataFrame, sp32: pd.DataFrame) -> None:
-    """Attach plotly versions to the per-batch figures."""
-    ci = ("throughput_ci_low_ips", "throughput_ci_high_ips", "throughput img/s")
+def _interactive(
+    figs: list[Figure],
+    agg: pd.DataFrame,
+    par: pd.DataFrame,
+    sp32: pd.DataFrame,
+    spc: pd.DataFrame | None = None,
+) -> None:
+    """Attach plotly versions to the per-batch figures, Fig. 7 and the speedup over the CPU."""
+    u = of_frame(agg)
+    ci = ("throughput_ci_low_ips", "throughput_ci_high_ips", u.header("throughput img/s"))
     lat_ci = ("latency_median_ci_low_s", "latency_median_ci_high_s", "median latency ms")
     p99 = ("latency_tail_s", "tail (ms)", "latency_tail_name")  # a p99 only where n supports one
 
@@ -133,14 +153,24 @@ def _interactive(figs: list[Figure], agg: pd.DataFrame, par: pd.DataFrame, sp32:
         return overlay_label(r, short) + ("" if base == r["engine"] else f" ÷ {base} fp32")
 
     specs = {
-        "fig06_throughput_vs_batch": lambda: fi.lines(agg, "throughput_ips", "images/s", ci=ci),
+        "fig06_throughput_vs_batch": lambda: fi.lines(agg, "throughput_ips", u.rate, ci=ci),
         "fig08_latency_vs_batch": lambda: fi.lines(
             agg, "latency_median_s", "ms", 1e3, logy=True, ci=lat_ci, band=p99
         ),
         "fig10_pareto": lambda: interactive_pareto.pareto(par),
+        "fig07_median_latency": lambda: interactive_bars.bars(
+            _latency_bars(agg), "latency_ms", "median latency (ms)", err=("ci_low_ms", "ci_high_ms")
+        ),
+        "fig_speedup_vs_cpu": lambda: interactive_bars.bars(
+            spc if spc is not None else agg.iloc[0:0],
+            "speedup_vs_cpu",
+            "× CPU",
+            err=("speedup_vs_cpu_ci_low", "speedup_vs_cpu_ci_high"),
+            fmt="{:.3g}×",
+        ),
         "fig11_speedup_vs_fp32": lambda: fi.lines(sp32, "speedup", "× FP32", label_fn=speedup_label),
-        "fig_perf_per_watt": lambda: fi.lines(agg, "ips_per_watt", "images/s per W"),
-        "fig_joules_per_image": lambda: fi.lines(agg, "joules_per_image", "mJ per image", 1e3),
+        "fig_perf_per_watt": lambda: fi.lines(agg, "ips_per_watt", u.header("images/s per W")),
+        "fig_joules_per_image": lambda: fi.lines(agg, "joules_per_image", u.header("mJ per image"), 1e3),
     }
     for f in figs:
         if f.name in specs and f.png:
@@ -157,6 +187,7 @@ def _latency_bars(agg: pd.DataFrame) -> pd.DataFrame:
         latency_ms=first["latency_median_s"] * 1e3,
         ci_low_ms=first["latency_median_ci_low_s"] * 1e3,
         ci_high_ms=first["latency_median_ci_high_s"] * 1e3,
+        model_name=first["model"],  # the page's model filter reads the model, not its label
         model=[f"{m} bs{b}" for m, b in zip(first["model"], first["batch_size"], strict=False)],
     )
 

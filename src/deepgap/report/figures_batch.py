@@ -32,6 +32,7 @@ from deepgap.render.style import (
     platform_names,
     thread_list,
 )
+from deepgap.render.units import of_frame
 
 
 def _per_panel(
@@ -122,7 +123,7 @@ def throughput_vs_batch(agg: pd.DataFrame) -> Figure:
         "Throughput vs batch size (fig. 6)",
         "Lines: batch / median synchronized latency (the paper's throughput), 95% CI bars. Dotted: "
         "pipelined throughput (back-to-back iterations, no sync in between). Dashed lines: channels-last.",
-        "images/s",
+        of_frame(agg).rate,
         draw,
     )
 

@@ -26,6 +26,7 @@ from deepgap.render.draw import (
 from deepgap.render.style import MAX_SERIES, facets, marker, series_of, thread_list
 from deepgap.render.style import color as style_color
 from deepgap.render.style import series_label as style_label
+from deepgap.render.units import of_frame
 
 
 def pareto(par: pd.DataFrame) -> Figure:
@@ -77,7 +78,7 @@ def pareto(par: pd.DataFrame) -> Figure:
         plain_ticks(ax)
         ax.set_title(f"{platform} — {model}", fontsize=8)
         ax.set_xlabel("median latency per batch (ms)", fontsize=7)
-        ax.set_ylabel("images/s", fontsize=7)
+        ax.set_ylabel(of_frame(sub).rate, fontsize=7)
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=6)
         panel_legend(ax)
@@ -194,7 +195,7 @@ def thread_scaling(ts: pd.DataFrame) -> Figure:
         ax.set_title(ptitle, fontsize=8)
         ax.set_xticks(sorted(ticks))
         ax.set_xlabel("intra-op threads", fontsize=7)
-        ax.set_ylabel("images/s", fontsize=7)
+        ax.set_ylabel(of_frame(ts).rate, fontsize=7)
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=6)
         panel_legend(ax)

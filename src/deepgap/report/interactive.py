@@ -18,7 +18,6 @@ from __future__ import annotations
 import base64
 import functools
 import gzip
-import math
 from typing import Any
 
 import pandas as pd
@@ -26,6 +25,11 @@ import pandas as pd
 from deepgap.core.errors import UsageError
 from deepgap.core.stats import finite_or_none as _num
 from deepgap.render.formatting import fmt_list
+from deepgap.render.plotly_spec import NCOLS, log_ticks  # noqa: F401  (re-exported: the figures' modules)
+from deepgap.render.plotly_spec import axis_refs as _axis
+from deepgap.render.plotly_spec import axis_style as _axis_style
+from deepgap.render.plotly_spec import rounded as _r
+from deepgap.render.plotly_spec import spec as _spec
 from deepgap.render.style import (
     color,
     dash,
@@ -39,7 +43,6 @@ from deepgap.render.style import (
     thread_list,
 )
 
-NCOLS = 3  # at most this many panels a row (fewer on a narrow screen: the page decides)
 OVERLAY_GROUPS = ("flagged", "tail band", "Pareto frontier")
 
 
@@ -74,12 +77,6 @@ def bundle_b64() -> str:
     return base64.b64encode(gzip.compress(bundle().encode("utf-8"), 9, mtime=0)).decode("ascii")
 
 
-def _r(v: Any) -> float | None:
-    """A finite number rounded to 4 significant digits (the JSON stays small), else None."""
-    v = _num(v)
-    return float(f"{v:.4g}") if v is not None else None
-
-
 def _ci_text(r: dict[str, Any], ci: tuple[str, str, str] | None, scale: float) -> str:
     """The 95% CI of the plotted number, or that none is stored for it."""
     if ci is None:
@@ -112,59 +109,6 @@ def _meta(r: dict[str, Any], batches: list[int]) -> dict[str, Any]:
         "engine": str(r["engine"]),
         "precision": str(r["precision"]),
         "batch": batches,
-    }
-
-
-def log_ticks(values: list[float]) -> tuple[list[float], list[str]]:
-    """1-2-5 ticks over ``values`` with plain labels ("0.5", "1", "2", "5", "10"), not plotly's "5 2 10"."""
-    vals = [v for v in values if v is not None and v == v and v > 0]
-    if not vals:
-        return [], []
-    lo, hi = math.floor(math.log10(min(vals))), math.ceil(math.log10(max(vals)))
-    ticks = [m * 10.0**e for e in range(lo, hi + 1) for m in (1, 2, 5)]
-    ticks = [t for t in ticks if min(vals) / 1.5 <= t <= max(vals) * 1.5] or [10.0**lo]
-    if len(ticks) > 9:  # a wide range: decades only
-        ticks = [10.0**e for e in range(lo, hi + 1)]
-    return ticks, [f"{t:g}" for t in ticks]
-
-
-def _axis(i: int) -> tuple[str, str, str, str]:
-    """Panel ``i`` (0-based) → its trace refs ``x3``/``y3`` and layout keys ``xaxis3``/``yaxis3``."""
-    n = "" if i == 0 else str(i + 1)
-    return f"x{n}", f"y{n}", f"xaxis{n}", f"yaxis{n}"
-
-
-def _spec(data: list[dict], layout_axes: dict[str, Any], panels: list[dict[str, str]]) -> dict[str, Any]:
-    names = {t["name"] for t in data if t.get("showlegend")}
-    layout = {
-        **layout_axes,
-        "margin": {"l": 55, "r": 10, "t": 30, "b": 40},
-        "legend": {
-            "orientation": "h",
-            "x": 0,
-            "y": 1.0,
-            "yanchor": "bottom",
-            "yref": "container",
-            "font": {"size": 10},
-        },
-        "showlegend": bool(names),
-        "hoverlabel": {"font": {"size": 11}},
-        "font": {"size": 10, "family": "system-ui, sans-serif"},
-        "plot_bgcolor": "#fff",
-        "paper_bgcolor": "#fff",
-        "hovermode": "closest",
-    }
-    return {"data": data, "layout": layout, "panels": panels, "cols": NCOLS}
-
-
-def _axis_style(title: str | None) -> dict[str, Any]:
-    return {
-        "title": {"text": title, "font": {"size": 9}} if title else None,
-        "gridcolor": "#eee",
-        "zeroline": False,
-        "linecolor": "#999",
-        "showline": True,
-        "automargin": True,
     }
 
 

@@ -18,6 +18,7 @@ from deepgap.render.style import (
     platform_names,
     thread_list,
 )
+from deepgap.render.units import of_frame
 from deepgap.report.interactive import _axis, _axis_style, _hover, _r, _spec, log_ticks
 
 
@@ -27,7 +28,8 @@ def pareto(par: pd.DataFrame) -> dict[str, Any] | None:
         return None
     threads, short = thread_list(par), platform_names(par)
     order = list(short)
-    ci = ("throughput_ci_low_ips", "throughput_ci_high_ips", "throughput img/s")
+    units = of_frame(par)  # seq/s for a text model (render.units)
+    ci = ("throughput_ci_low_ips", "throughput_ci_high_ips", f"throughput {units.short}")
     traces: list[dict[str, Any]] = []
     axes: dict[str, Any] = {}
     panels: list[dict[str, str]] = []
@@ -59,7 +61,7 @@ def pareto(par: pd.DataFrame) -> dict[str, Any] | None:
                         "color": [color(r, threads) for r in recs],
                     },
                     "customdata": [_hover(r, ci, 1.0, short) for r in recs],
-                    "hovertemplate": "<b>%{customdata[0]}</b><br>median %{x:.3g} ms · %{y:,.0f} img/s"
+                    "hovertemplate": f"<b>%{{customdata[0]}}</b><br>median %{{x:.3g}} ms · %{{y:,.0f}} {units.short}"
                     "<br>%{customdata[1]}<br>%{customdata[2]}<extra></extra>",
                     "meta": {
                         "platform": str(platform),
@@ -104,5 +106,5 @@ def pareto(par: pd.DataFrame) -> dict[str, Any] | None:
             "ticktext": tt,
             "anchor": yr,
         }
-        axes[yk] = {**_axis_style("images/s"), "anchor": xr}
+        axes[yk] = {**_axis_style(units.rate), "anchor": xr}
     return _spec(traces, axes, panels)

@@ -82,63 +82,14 @@ def _axes_labels(ax, title: str, xlabel: str) -> None:
     ax.grid(True, which="both", alpha=0.25)
 
 
-def roofline_figure(
+def roofline_points(
     results_df: pd.DataFrame | None,
     peaks_df: pd.DataFrame | None = None,
     spec_row: dict[str, Any] | None = None,
-    *,
     profiles_df: pd.DataFrame | None = None,
     bytes_model: str = "traffic",
-    title: str | None = None,
-) -> Figure:
-    """Model-level roofline: every measured configuration at (intensity, achieved TFLOP/s) under its ceilings.
-
-    Args:
-        results_df: ``Store.results_frame`` rows (inference); failed rows are ignored. Roofline columns are
-            added with `deepgap.roofline.model.add_roofline_columns` when missing.
-        peaks_df: `storage.peaks_frame` (measured ceilings), or None.
-        spec_row: a `specs.spec_for` row; None looks it up from the first row's ``device_name``.
-        profiles_df: `storage.profiles_frame` rows, drawn as triangles (training steps and profiled passes).
-        bytes_model: ``traffic`` (eager estimate) or ``min`` (lower bound) for the intensity axis.
-        title: figure title.
-    """
-    fig, (ax,) = _figure()
-    pts = _roofline_points(results_df, peaks_df, spec_row, profiles_df, bytes_model)
-    pts = [p for p in pts if p[3] == p[3] and p[4] == p[4] and p[3] > 0 and p[4] > 0]
-    if not pts:
-        _unavailable(ax, "no successful configuration with FLOPs and bytes to place on a roofline")
-        return fig
-    frame = results_df if results_df is not None and len(results_df) else profiles_df
-    spec_row = _spec_for_frame(frame, spec_row)
-    dev = str(frame["device_name"].iloc[0]) if "device_name" in frame and len(frame) else None
-    precs = sorted({p[1] for p in pts}, key=lambda x: rm.PRECISIONS.index(x) if x in rm.PRECISIONS else 99)
-    ceilings = [c for p in precs for c in rm.ceilings(p, peaks_df, spec_row, dev)]
-    ais = [p[3] for p in pts] + [c.ridge_flop_per_byte for c in ceilings]
-    _draw_ceilings(ax, ceilings, min(ais) / 3, max(ais) * 3)
-    models = sorted({p[0] for p in pts})
-    for p in pts:
-        m = "^" if p[5] == "train" else MARKERS[models.index(p[0]) % len(MARKERS)]
-        ax.scatter(
-            p[3], p[4], marker=m, color=PREC_COLORS.get(p[1], "k"), edgecolor="k", lw=0.4, s=42, zorder=3
-        )
-    for p in labelled_points(pts):
-        ax.annotate(
-            f"{p[0]} {p[1]} {p[2]}", (p[3], p[4]), fontsize=6, xytext=(3, 3), textcoords="offset points"
-        )
-    for i, mname in enumerate(models):
-        ax.scatter([], [], marker=MARKERS[i % len(MARKERS)], color="w", edgecolor="k", label=mname)
-    if any(p[5] == "train" for p in pts):
-        ax.scatter([], [], marker="^", color="w", edgecolor="k", label="training step")
-    xl = "Arithmetic intensity (FLOP/byte, " + (
-        "eager-traffic estimate)" if bytes_model == "traffic" else "minimum bytes)"
-    )
-    _axes_labels(ax, title or f"Model-level roofline{' — ' + dev if dev else ''}", xl)
-    ax.legend(fontsize=6, loc="lower right")
-    return fig
-
-
-def _roofline_points(results_df, peaks_df, spec_row, profiles_df, bytes_model: str) -> list[tuple]:
-    """(model, precision, label, intensity, TFLOP/s, marker kind) of each ok result and profile."""
+) -> list[tuple]:
+    """(model, precision, label, intensity, achieved TFLOP/s, kind) of every placeable configuration."""
     import numpy as np
 
     pts = []  # (model, precision, label, ai, tflops, marker-kind)
@@ -170,7 +121,76 @@ def _roofline_points(results_df, peaks_df, spec_row, profiles_df, bytes_model: s
                     r["mode"],
                 )
             )
-    return pts
+    return [p for p in pts if p[3] == p[3] and p[4] == p[4] and p[3] > 0 and p[4] > 0]
+
+
+def roofline_ceilings(
+    pts: list[tuple],
+    results_df: pd.DataFrame | None,
+    peaks_df: pd.DataFrame | None = None,
+    spec_row: dict[str, Any] | None = None,
+    profiles_df: pd.DataFrame | None = None,
+) -> tuple[str | None, list[rm.Ceiling]]:
+    """(device name, the ceilings of the points' precisions): the spec sheet's and, where measured, ours."""
+    frame = results_df if results_df is not None and len(results_df) else profiles_df
+    spec_row = _spec_for_frame(frame, spec_row)
+    dev = (
+        str(frame["device_name"].iloc[0])
+        if frame is not None and "device_name" in frame and len(frame)
+        else None
+    )
+    precs = sorted({p[1] for p in pts}, key=lambda x: rm.PRECISIONS.index(x) if x in rm.PRECISIONS else 99)
+    return dev, [c for p in precs for c in rm.ceilings(p, peaks_df, spec_row, dev)]
+
+
+def roofline_figure(
+    results_df: pd.DataFrame | None,
+    peaks_df: pd.DataFrame | None = None,
+    spec_row: dict[str, Any] | None = None,
+    *,
+    profiles_df: pd.DataFrame | None = None,
+    bytes_model: str = "traffic",
+    title: str | None = None,
+) -> Figure:
+    """Model-level roofline: every measured configuration at (intensity, achieved TFLOP/s) under its ceilings.
+
+    Args:
+        results_df: ``Store.results_frame`` rows (inference); failed rows are ignored. Roofline columns are
+            added with `deepgap.roofline.model.add_roofline_columns` when missing.
+        peaks_df: `storage.peaks_frame` (measured ceilings), or None.
+        spec_row: a `specs.spec_for` row; None looks it up from the first row's ``device_name``.
+        profiles_df: `storage.profiles_frame` rows, drawn as triangles (training steps and profiled passes).
+        bytes_model: ``traffic`` (eager estimate) or ``min`` (lower bound) for the intensity axis.
+        title: figure title.
+    """
+    fig, (ax,) = _figure()
+    pts = roofline_points(results_df, peaks_df, spec_row, profiles_df, bytes_model)
+    if not pts:
+        _unavailable(ax, "no successful configuration with FLOPs and bytes to place on a roofline")
+        return fig
+    dev, ceilings = roofline_ceilings(pts, results_df, peaks_df, spec_row, profiles_df)
+    ais = [p[3] for p in pts] + [c.ridge_flop_per_byte for c in ceilings]
+    _draw_ceilings(ax, ceilings, min(ais) / 3, max(ais) * 3)
+    models = sorted({p[0] for p in pts})
+    for p in pts:
+        m = "^" if p[5] == "train" else MARKERS[models.index(p[0]) % len(MARKERS)]
+        ax.scatter(
+            p[3], p[4], marker=m, color=PREC_COLORS.get(p[1], "k"), edgecolor="k", lw=0.4, s=42, zorder=3
+        )
+    for p in labelled_points(pts):
+        ax.annotate(
+            f"{p[0]} {p[1]} {p[2]}", (p[3], p[4]), fontsize=6, xytext=(3, 3), textcoords="offset points"
+        )
+    for i, mname in enumerate(models):
+        ax.scatter([], [], marker=MARKERS[i % len(MARKERS)], color="w", edgecolor="k", label=mname)
+    if any(p[5] == "train" for p in pts):
+        ax.scatter([], [], marker="^", color="w", edgecolor="k", label="training step")
+    xl = "Arithmetic intensity (FLOP/byte, " + (
+        "eager-traffic estimate)" if bytes_model == "traffic" else "minimum bytes)"
+    )
+    _axes_labels(ax, title or f"Model-level roofline{' — ' + dev if dev else ''}", xl)
+    ax.legend(fontsize=6, loc="lower right")
+    return fig
 
 
 def labelled_points(pts: list[tuple], max_labels: int = 12) -> list[tuple]:
@@ -239,43 +259,42 @@ def cluster_roofline_figure(
             if spec_row is not None
             else _spec_for_frame(prof.loc[[pid]].reset_index() if row is not None else None, None)
         )
-        title = (_profile_title(row) if row is not None else f"profile {pid}") + f" [{source}]"
-        _cluster_panel(ax, ct, rm.ceilings(prec, peaks_df, srow, dev), title)
+        on = ct[(ct["intensity_flop_per_byte"] > 0) & (ct["achieved_tflops"] > 0)]
+        off = ct.drop(on.index)
+        if not len(on):
+            _unavailable(ax, "no cluster with both FLOPs and bytes")
+            continue
+        cs = rm.ceilings(prec, peaks_df, srow, dev)
+        ais = list(on["intensity_flop_per_byte"]) + [c.ridge_flop_per_byte for c in cs]
+        _draw_ceilings(ax, cs, min(ais) / 3, max(ais) * 3)
+        for _, c in on.iterrows():
+            ax.scatter(
+                c["intensity_flop_per_byte"],
+                c["achieved_tflops"],
+                s=30 + 900 * c["time_share"],
+                alpha=0.7,
+                color=CLUSTER_COLORS.get(c["cluster"], "k"),
+                edgecolor="k",
+                lw=0.4,
+                zorder=3,
+                label=f"{c['cluster']} ({100 * c['time_share']:.0f}% time)",
+            )
+        if len(off):
+            ax.text(
+                0.01,
+                0.01,
+                "not plotted (no FLOPs): "
+                + ", ".join(
+                    f"{c} {100 * s:.0f}%" for c, s in off[["cluster", "time_share"]].itertuples(index=False)
+                ),
+                transform=ax.transAxes,
+                fontsize=6,
+                va="bottom",
+            )
+        _axes_labels(
+            ax,
+            (_profile_title(row) if row is not None else f"profile {pid}") + f" [{source}]",
+            "Arithmetic intensity (FLOP/byte)",
+        )
+        ax.legend(fontsize=6, loc="best")
     return fig
-
-
-def _cluster_panel(ax: Any, ct: pd.DataFrame, cs: list[Any], title: str) -> None:
-    """One profile's clusters under its ceilings ``cs``; clusters without FLOPs are named, not drawn."""
-    on = ct[(ct["intensity_flop_per_byte"] > 0) & (ct["achieved_tflops"] > 0)]
-    off = ct.drop(on.index)
-    if not len(on):
-        _unavailable(ax, "no cluster with both FLOPs and bytes")
-        return
-    ais = list(on["intensity_flop_per_byte"]) + [c.ridge_flop_per_byte for c in cs]
-    _draw_ceilings(ax, cs, min(ais) / 3, max(ais) * 3)
-    for _, c in on.iterrows():
-        ax.scatter(
-            c["intensity_flop_per_byte"],
-            c["achieved_tflops"],
-            s=30 + 900 * c["time_share"],
-            alpha=0.7,
-            color=CLUSTER_COLORS.get(c["cluster"], "k"),
-            edgecolor="k",
-            lw=0.4,
-            zorder=3,
-            label=f"{c['cluster']} ({100 * c['time_share']:.0f}% time)",
-        )
-    if len(off):
-        ax.text(
-            0.01,
-            0.01,
-            "not plotted (no FLOPs): "
-            + ", ".join(
-                f"{c} {100 * s:.0f}%" for c, s in off[["cluster", "time_share"]].itertuples(index=False)
-            ),
-            transform=ax.transAxes,
-            fontsize=6,
-            va="bottom",
-        )
-    _axes_labels(ax, title, "Arithmetic intensity (FLOP/byte)")
-    ax.legend(fontsize=6, loc="best")

@@ -96,6 +96,10 @@ def section(
             lambda: rf.roofline_figure(ok, peaks, profiles_df=infer, title="Inference roofline"),
         ),
     ]
+    from deepgap.roofline.interactive import roofline_spec
+
+    if figs[0].png:  # its interactive version: every point hoverable (the PNG stays in the report's files)
+        figs[0].plotly = roofline_spec(ok, peaks, profiles_df=infer)
     if len(train):
         figs.append(
             drawn_figure(

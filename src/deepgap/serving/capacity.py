@@ -172,6 +172,8 @@ def no_pass_note(probes: Sequence[Probe]) -> str:
     counts = (
         f"{s.n_over_slo} of {s.n} requests over the SLO" if s.n_over_slo is not None else f"{s.n} requests"
     )
+    if s.n < s.n_planned:  # stopped early: say so, beside what was planned
+        counts += f"; {s.n_planned:,} planned, stopped when it could no longer pass"
     if s.verdict == "inconclusive":
         return (
             f"inconclusive even at {p.rate_qps:.3g} queries/s ({counts}, after {s.n} queries): too few "

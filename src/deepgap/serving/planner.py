@@ -28,6 +28,8 @@ import numpy as np
 
 from deepgap.core.precision import is_quantized
 from deepgap.serving.capacity import CapacityResult, LoadSettings, candidate_policies, search_policies
+from deepgap.serving.grid_limit import grid_limit
+from deepgap.serving.grid_limit import short as grid_limit_short
 from deepgap.serving.sim import ServiceModel
 
 _KEY = (
@@ -62,7 +64,9 @@ class Curve:
         k = self.key
         fmt = "" if k.get("memory_format") in (None, "nchw") else f" {k['memory_format']}"
         acc = f"; {self.accuracy}" if self.accuracy and is_quantized(k.get("precision")) else ""
-        return f"{k['model']} {k['engine']} {k['precision']}{fmt} ({self.source}{acc})"
+        n = int(k.get("threads") or 0)  # CPU variants differ by their threads: name them
+        thr = f" {n} thread{'s' if n != 1 else ''}" if n else ""
+        return f"{k['model']} {k['engine']} {k['precision']}{fmt}{thr} ({self.source}{acc})"
 
 
 @dataclass
@@ -128,6 +132,10 @@ def curves_from_store(store, run_ids: list[str] | None = None, padding: str = "b
                 source="sweep",
             )
             worst = {c: (g[c].max() if how == "max" else g[c].min()) for c, how in ACCURACY_WORST.items()}
+            # the agreement's n and weights, as the aggregate carries them: "(n not recorded)" only where
+            # the store has none (analysis.accuracy)
+            worst["top1_n"] = g["top1_n"].min() if "top1_n" in g else None
+            worst["check_weights"] = ",".join(sorted({str(w) for w in g.get("check_weights", []) if w}))
             top1 = pd.to_numeric(g["top1"], errors="coerce").dropna() if "top1" in g else []
             out.append(
                 Curve(
@@ -220,6 +228,8 @@ def explain(p: Prediction) -> str:
         else "service times: the medians only (no samples stored)"
     )
     batches = f"batches measured: {', '.join(str(b) for b in sv.batch_sizes)}"
+    if limit := grid_limit(sv, best.slo_s):  # the grid, not the device, may be what limits it
+        batches += f" ({limit})"
     if best.capacity_qps <= 0:
         return "; ".join(x for x in (best.note or "no rate passed", batches, samples) if x)
     b = sv.bucket(best.policy.max_batch)
@@ -307,7 +317,15 @@ def plan(predictions: list[Prediction], qps: float, objective: str = "devices") 
             devices=n,
             power_w_per_device=pw,
             total_power_w=n * pw if n is not None and pw is not None else None,
-            note="; ".join(x for x in (p.best.note, _power_note(p)) if x),
+            note="; ".join(
+                x
+                for x in (
+                    p.best.note,
+                    _power_note(p),
+                    grid_limit_short(grid_limit(p.curve.service, p.best.slo_s)),
+                )
+                if x
+            ),
             top1=p.curve.top1,
             why=explain(p),
         )

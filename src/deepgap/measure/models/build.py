@@ -29,8 +29,29 @@ def build_model(name: str, resolution: int, weights: str | None = None, seed: in
         load_weights(model, name, weights)
         return model.eval()
     model.eval()
+    inform_zero_layers(model, seed)
     tame_activations(model, resolution, seed)
     return model
+
+
+def inform_zero_layers(model: torch.nn.Module, seed: int) -> list[str]:
+    """Give a zero-initialised linear layer seeded random weights, so the outputs carry information.
+
+    Why: torchvision's ViT initialises its classifier head to zeros (right for fine-tuning, useless for a
+    check): every logit of a random-weight ViT-B/16 is 0, the correctness check has nothing to compare
+    (``WRONG(relL2=0)`` on every row) and ViT got no answer. Such a layer gets weights drawn from
+    N(0, 1/fan_in) (logits of the order of the features), seeded, so the model stays reproducible; its
+    bias stays zero. Returns the names of the layers changed (none for a model without such a layer).
+    """
+    gen = torch.Generator().manual_seed(seed + 104729)
+    changed = []
+    for name, mod in model.named_modules():
+        if isinstance(mod, torch.nn.Linear) and mod.weight.numel() and not bool(mod.weight.detach().any()):
+            with torch.no_grad():
+                w = torch.randn(mod.weight.shape, generator=gen) / math.sqrt(mod.in_features)
+                mod.weight.copy_(w.to(mod.weight.dtype))
+            changed.append(name)
+    return changed
 
 
 def build_skeleton(name: str, resolution: int) -> torch.nn.Module:
