@@ -39,6 +39,7 @@ class FakeRay(types.ModuleType):
             for i, n in enumerate(nodes)
         ]
         self._initialized = False
+        self.init_kw: dict[str, Any] = {}  # what `ray.init` was called with
         self._gpus_held: dict[str, set[int]] = {n["NodeID"]: set() for n in self._nodes}
         self._rr = itertools.count()
         self._lock = threading.Lock()
@@ -56,6 +57,7 @@ class FakeRay(types.ModuleType):
 
     def init(self, **kw: Any) -> None:
         self._initialized = True
+        self.init_kw = kw
 
     def shutdown(self) -> None:
         self._initialized = False

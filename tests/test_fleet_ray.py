@@ -48,7 +48,11 @@ def cluster():
 
     if ray.is_initialized():
         ray.shutdown()
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    # Ray starts its workers at nice 15 (`worker_niceness`), and the deepgap worker that a task spawns
+    # inherits it: beside two busy loops such a worker got a few percent of a core and the sweep stalled for
+    # minutes. Here the workers run at the test's own priority, so a loaded host slows them, never starves them.
+    head = {"num_cpus": 0, "include_dashboard": False, "_system_config": {"worker_niceness": 0}}
+    c = Cluster(initialize_head=True, head_node_args=head)
     nodes = {
         "l4": c.add_node(num_cpus=1, resources={"accelerator_type:L4": 1}),
         "plain": c.add_node(num_cpus=1),

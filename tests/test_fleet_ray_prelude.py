@@ -98,3 +98,5 @@ def test_a_ray_sweep_whose_prelude_measures_nothing_starts_no_actor(tmp_path, ti
         tiny_spec.replace(idle_s=0.0, thermal_warmup=False), str(tmp_path / "s.sqlite"), ray="local"
     )
     assert ray.actors == [] and len(res.results) == 2
+    # the local cluster's workers measure at normal priority (Ray's default nice 15 starves them on a busy host)
+    assert ray.init_kw["_system_config"] == {"worker_niceness": 0}

@@ -42,7 +42,7 @@ def test_sigkill_then_resume(tmp_path, capsys):
         "--quiet",
     ]
     proc = subprocess.Popen(argv, start_new_session=True)
-    deadline = time.time() + 120
+    deadline = time.time() + 600  # a bound for a broken sweep only: the loop ends as soon as two are stored
     done = 0
     while time.time() < deadline:  # wait until some, but not all, configurations are stored
         time.sleep(0.2)

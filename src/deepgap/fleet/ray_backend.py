@@ -152,6 +152,9 @@ class RayBackend:
         if self.address == "local":
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
             kw["include_dashboard"] = False
+            # Ray starts its workers at nice 15, and the deepgap worker a task spawns inherits it: a measurement
+            # would run below every ordinary process on the host (beside two busy loops it starved for minutes)
+            kw["_system_config"] = {"worker_niceness": 0}
         else:
             kw["address"] = self.address
         try:
