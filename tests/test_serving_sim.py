@@ -227,3 +227,19 @@ def test_seeded_poisson_is_reproducible_and_has_its_rate():
     a, b = poisson(500, 50_000, seed=4), poisson(500, 50_000, seed=4)
     assert np.array_equal(a, b) and not np.array_equal(a, poisson(500, 50_000, seed=5))
     assert abs((len(a) - 1) / a[-1] / 500 - 1) < 0.02 and np.all(np.diff(a) >= 0)
+
+
+def test_a_real_search_steps_no_lower_than_a_run_of_max_run_s():
+    """Runs are at least ``min_queries`` long, so the lowest real rate is bounded by a run's wall time."""
+    load = LoadSettings(slo_s=0.25, min_queries=1000, max_run_s=300.0)
+    assert load.slowest_rate_qps() == pytest.approx(load.n_for(1e-9) / 300.0)
+    assert load.n_for(load.slowest_rate_qps()) / load.slowest_rate_qps() == pytest.approx(300.0)
+    seen: list[float] = []
+    res = find_capacity(
+        _threshold_probe(0.0, seen),
+        BatchPolicy(1, 0.0),
+        0.25,
+        start_qps=300,
+        floor_qps=load.slowest_rate_qps(),
+    )
+    assert res.capacity_qps == 0 and min(seen) >= load.slowest_rate_qps() and "not met" in res.note

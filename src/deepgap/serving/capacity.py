@@ -52,6 +52,14 @@ class LoadSettings:
     min_duration_s: float = 2.0
     max_queries: int = 200_000
     seed: int = 0
+    # A real run's length bounds how low a search steps: at ``min_queries`` requests a rate of 1 query/s
+    # is 1,000 s of serving, and a host too loaded to pass at its first rates stepped down to 0.4 q/s
+    # for 20 minutes (a CPU test under load). Below `slowest_rate_qps` the SLO counts as unreachable.
+    max_run_s: float = 300.0
+
+    def slowest_rate_qps(self) -> float:
+        """The lowest rate a real run is probed at: its fewest requests fill ``max_run_s``."""
+        return self.n_for(1e-9) / self.max_run_s
 
     def n_for(self, rate_qps: float) -> int:
         """Requests in a run at ``rate_qps``: both minimums, and enough for a pass to be possible."""

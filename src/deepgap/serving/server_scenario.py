@@ -224,6 +224,7 @@ def _verify(c: ScenarioContext, load: LoadSettings, ranked: list[CapacityResult]
             ceiling_qps=ceiling,
             growth=1.1,
             rel_tol=spec.rel_tol,
+            floor_qps=max(start / 1000.0, load.slowest_rate_qps()),
             source="measured",
         )
         measured.append(m)
