@@ -36,7 +36,7 @@ from typing import Any
 
 from deepgap.core.errors import StoreDamagedError, StoreError, UsageError
 from deepgap.store import pages, writelock
-from deepgap.store.diagnose import CORE, damaged_names, problem, reference, scan
+from deepgap.store.diagnose import CORE, damaged_names, problem, reference
 from deepgap.store.guard import (
     APPLICATION_ID,
     BadText,
@@ -49,6 +49,7 @@ from deepgap.store.guard import (
 )
 from deepgap.store.migrations import SCHEMA_VERSION, migrate
 from deepgap.store.repair import fold_log, repair_header, repair_schema
+from deepgap.store.rowscan import scan
 
 
 @dataclass
