@@ -26,7 +26,7 @@ from typing import Any
 
 from deepgap.core.errors import StoreError, StoreNewerError, UsageError
 from deepgap.core.records import Status
-from deepgap.store import held, writelock
+from deepgap.store import held, logcopy, writelock
 from deepgap.store.guard import (
     SQLITE_MAGIC,
     BadText,
@@ -143,6 +143,12 @@ def check(path: str) -> CheckReport:
         rep.log = (
             f"{kib} KiB of transactions not yet folded into the file (a run is writing it, or was "
             "stopped): read with it"
+        )
+    elif logcopy.log_is_garbage(path):
+        kib = os.path.getsize(path + "-wal") // 1024
+        rep.log = (
+            f"{kib} KiB that hold no transaction SQLite can read (damaged, or not a log): ignored, "
+            "as SQLite ignores it"
         )
     rep.header = (header_problem(path) if raw else None) or "ok"
     if rep.header == "ok":

@@ -8,7 +8,8 @@ becomes a one-line `StoreError` that names the file and says what is wrong (`tra
 
 Reading changes nothing on disk: a store is opened for reading with SQLite's read-only URI mode,
 and ``immutable=1`` when no write-ahead log exists (nobody has it open for writing, so there is no
-log to read, and SQLite then creates no ``-wal``/``-shm`` files) or when its folder is read-only.
+log to read, and SQLite then creates no ``-wal``/``-shm`` files), when its folder is read-only, or
+when its log holds nothing SQLite would read (`logcopy.log_is_garbage`) and no deepgap writer holds it.
 A writer that starts during such a read appends to its own log and changes the main file only at
 a checkpoint (after ~4 MB of log), so a short read still sees one consistent state.
 
@@ -25,7 +26,7 @@ from typing import Any
 from urllib.request import pathname2url
 
 from deepgap.core.errors import StoreDamagedError, StoreError, StoreFullError, StoreNewerError
-from deepgap.store import held, logcopy
+from deepgap.store import held, logcopy, writelock
 from deepgap.store.migrations import SCHEMA_VERSION
 from deepgap.store.space import disk_full, full_error
 
@@ -198,7 +199,10 @@ def uri(path: str, readonly: bool, immutable: bool = False) -> str:
 def immutable_read(path: str) -> bool:
     """Read without a log when there is none (or the folder cannot hold one): see the module doc."""
     folder = os.path.dirname(os.path.abspath(path))
-    return not os.path.exists(path + "-wal") or not os.access(folder, os.W_OK)
+    if not os.path.exists(path + "-wal") or not os.access(folder, os.W_OK):
+        return True
+    # a garbage log: SQLite would read nothing from it, but opening it in place makes a -shm beside it
+    return logcopy.log_is_garbage(path) and not held.is_held(path) and not writelock.holders(path)
 
 
 def connect(path: str, readonly: bool, timeout: float = 60, check: bool = True) -> Connection:
@@ -329,10 +333,7 @@ def check_header(path: str) -> None:
 
 def has_log(path: str) -> bool:
     """Whether ``path`` has a write-ahead log with content (committed transactions may be only there)."""
-    try:
-        return os.path.getsize(path + "-wal") > 0
-    except OSError:
-        return False
+    return logcopy.log_has_rows(path)
 
 
 def _header_through_sqlite(path: str, app_id: int, version: int) -> tuple[int, int]:

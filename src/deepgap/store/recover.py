@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deepgap.core.errors import StoreDamagedError, StoreError, UsageError
-from deepgap.store import pages, writelock
+from deepgap.store import logcopy, pages, writelock
 from deepgap.store.diagnose import CORE, damaged_names, problem, reference
 from deepgap.store.guard import (
     APPLICATION_ID,
@@ -136,7 +136,8 @@ def read(copy: str, work: str) -> Source:
     notes = []
     if repair_header(copy):
         notes.append("header repaired")
-    if os.path.exists(copy + "-wal") and fold_log(copy):
+    garbage = logcopy.log_is_garbage(copy)  # SQLite ignores such a log: nothing of it is folded in
+    if os.path.exists(copy + "-wal") and fold_log(copy) and not garbage:
         notes.append("its write-ahead log folded in")
     at = _source_version(copy)
     fixed = repair_schema(copy, at)
