@@ -201,8 +201,11 @@ def immutable_read(path: str) -> bool:
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.exists(path + "-wal") or not os.access(folder, os.W_OK):
         return True
-    # a garbage log: SQLite would read nothing from it, but opening it in place makes a -shm beside it
-    return logcopy.log_is_garbage(path) and not held.is_held(path) and not writelock.holders(path)
+    if logcopy.log_has_rows(path) or held.is_held(path) or writelock.holders(path):
+        return False
+    # an empty log on a full disk, or a garbage one: SQLite would read nothing from it, but opening
+    # the store in place makes a -shm beside it (or fails to, on the full disk)
+    return logcopy.log_is_garbage(path) or logcopy.in_place_blocked(path) == "full"
 
 
 def connect(path: str, readonly: bool, timeout: float = 60, check: bool = True) -> Connection:

@@ -3,7 +3,9 @@
 Why: a run killed on a disk that was then mounted read-only (or a store copied with its ``-wal``
 onto read-only media) keeps its newest committed rows only in the log. SQLite cannot read that log
 without creating its index (``-shm``) beside it, so readers used to open the main file alone
-(``immutable``), silently short: ``export`` gave 4 rows of 5 and ``check`` said ok. Here the file
+(``immutable``), silently short: ``export`` gave 4 rows of 5 and ``check`` said ok. On a full disk
+the index cannot be made either: readers failed ("the disk is full", ``check`` said damaged) and
+left an empty ``-shm`` beside the store (issue 46). Here the file
 and its log are copied into a private temporary folder, the log is folded into the copy there, and
 the copy is read; the store itself is only read. Where no copy can be made (no room), the reader
 is refused with a line that says how to read it.
@@ -20,6 +22,7 @@ import tempfile
 from collections.abc import Iterator
 
 from deepgap.core.errors import StoreError
+from deepgap.store.space import disk_full
 
 
 def log_has_rows(path: str) -> bool:
@@ -88,9 +91,18 @@ def folder_writable(path: str) -> bool:
     return os.access(os.path.dirname(os.path.abspath(path)), os.W_OK)
 
 
+def in_place_blocked(path: str) -> str | None:
+    """Why SQLite could not make the log's index beside ``path`` ("read-only", "full"), or None."""
+    if not folder_writable(path):
+        return "read-only"
+    if disk_full(path) and not os.path.exists(path + "-shm"):
+        return "full"
+    return None
+
+
 def needs_copy(path: str) -> bool:
     """A log with rows that cannot be read in place (see the module doc)."""
-    return log_has_rows(path) and not folder_writable(path)
+    return log_has_rows(path) and in_place_blocked(path) is not None
 
 
 @contextlib.contextmanager
@@ -108,10 +120,11 @@ def folded_copy(path: str) -> Iterator[str]:
             finally:
                 con.close()
         except (OSError, sqlite3.Error) as exc:
+            where = "its disk is full" if in_place_blocked(path) == "full" else "its folder is read-only"
             raise StoreError(
-                f"{path}'s write-ahead log holds rows, its folder is read-only, and no private copy could "
-                f"be made to read it ({exc})",
-                f"copy {path} and {path}-wal together into a writable folder and read the copy",
+                f"{path}'s write-ahead log holds rows, {where}, and no private copy could be made to "
+                f"read it ({exc})",
+                f"copy {path} and {path}-wal together into a folder on a disk with room and read the copy",
             ) from None
         yield copy
     finally:
