@@ -371,6 +371,8 @@ def problem(table: str, row: dict[str, Any], types: dict[str, tuple[str, bool]])
     why = row_problem({k: v for k, v in row.items() if k != "_rowid_"}, types)
     if why is None and table == "results" and row.get("status") not in _STATUSES:
         why = f"status {row.get('status')!r} is unknown"
-    if why is None and table == "samples" and len(row["latencies_s"]) % 8:
-        why = "latencies_s is not a float64 array"
+    if why is None and table == "samples":  # (a damaged column name leaves the row without it)
+        lat = row.get("latencies_s")
+        if not isinstance(lat, bytes) or len(lat) % 8:
+            why = "latencies_s is not a float64 array"
     return why
