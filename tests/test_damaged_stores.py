@@ -329,3 +329,12 @@ def test_fuzz_damaged_copies(tmp_path, capsys, base, how):
 @given(how=damage)
 def test_fuzz_damaged_copies_report(tmp_path, capsys, base, how):
     _fuzz_one(tmp_path, capsys, base, how, ["report"])
+
+
+def test_check_reads_samples_whose_column_has_a_damaged_name(tmp_path, capsys, base):
+    """Found by a longer damaged-store fuzz: check raised KeyError('latencies_s') (a traceback)."""
+    data = _sql(base, "ALTER TABLE samples RENAME COLUMN latencies_s TO latencies_x", tmp_path)
+    c, _, _ = _setup(tmp_path, data)
+    assert main(["check", c]) == 2
+    out = capsys.readouterr().out
+    assert "DAMAGED" in out and "'latencies_x'" in out and "latencies_s is not a float64 array" in out, out

@@ -2,7 +2,8 @@
 
 What must hold for any input: no traceback, no hang past a bound, and on exit 2 one line and no file
 left behind. An input that passes validation stops where the work would start (a worker process, a
-report build): that counts as accepted, so no real sweep or server ever runs here. The flags come from
+report build): that counts as accepted, so no real sweep or server ever runs here (`test_fuzz_deep`
+takes the same flags and values on into a tiny run, report, merge and serve). The flags come from
 the parser, so a new flag is fuzzed without touching this file.
 
 Which pairs: a few each run, seeded by the date (issue 46: a fixed draw tried the same 60 pairs of

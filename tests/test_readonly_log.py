@@ -16,7 +16,8 @@ import pytest
 from clirun import deepgap_cli
 from fixtures_store import build_store, write_cpu_run
 
-from deepgap.store import Store
+from deepgap.cli import main
+from deepgap.store import Store, logcopy
 
 
 @pytest.fixture(scope="module")
@@ -62,3 +63,35 @@ def test_readers_see_the_rows_in_the_log(readonly_folder, tmp_path):
     r = deepgap_cli("merge", path, "-o", str(tmp_path / "m.sqlite"))
     assert r.returncode == 0 and f"{n} results" in r.stdout, r.stdout
     assert sorted(os.listdir(os.path.dirname(path))) == before  # only read: no -shm made beside it
+
+
+# --- a log that holds nothing SQLite reads (issue 46: check and --recover left a -shm beside it) ---------
+def test_a_real_log_is_read_and_a_damaged_first_frame_makes_it_garbage(killed, tmp_path):
+    path, _ = killed
+    assert not logcopy.log_is_garbage(path) and logcopy.log_has_rows(path)
+    copy = str(tmp_path / "c.sqlite")
+    shutil.copyfile(path, copy)
+    log = bytearray(open(path + "-wal", "rb").read())  # noqa: SIM115
+    log[32 + 24 + 100] ^= 1  # a byte of the first frame's page: its checksum no longer holds
+    (tmp_path / "c.sqlite-wal").write_bytes(bytes(log))
+    assert logcopy.log_is_garbage(copy) and not logcopy.log_has_rows(copy)
+
+
+def test_a_garbage_log_is_ignored_and_leaves_no_shm(tmp_path, capsys):
+    folder = tmp_path / "store"
+    folder.mkdir()
+    path = str(folder / "s.sqlite")
+    build_store(path, gpu=False)
+    (folder / "s.sqlite-wal").write_bytes(bytes(range(256)) * 20)
+    before = sorted(os.listdir(folder))
+    out = tmp_path / "out"
+    assert main(["check", path]) == 0
+    assert "hold no transaction SQLite can read" in capsys.readouterr().out
+    assert main(["check", path, "--recover", str(out / "r.sqlite")]) == 0
+    assert "log folded in" not in capsys.readouterr().out
+    assert main(["show", path]) == 0
+    assert main(["export", path, "-o", str(out / "x.csv")]) == 0
+    assert main(["merge", path, "-o", str(out / "m.sqlite")]) == 0
+    capsys.readouterr()
+    assert sorted(os.listdir(folder)) == before  # no -shm beside it
+    assert sorted(os.listdir(out)) == ["m.sqlite", "r.sqlite", "x.csv"]

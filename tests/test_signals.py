@@ -103,6 +103,48 @@ def test_sighup_is_handled_as_sigterm(monkeypatch, capsys):
     finally:
         signal.signal(signal.SIGHUP, before[0])
         signal.signal(signal.SIGTERM, before[1])
-    assert capsys.readouterr().err.splitlines() == [
-        "deepgap: stopped by SIGHUP; finished configurations are stored (continue a run with --resume)"
-    ]
+    assert capsys.readouterr().err.splitlines() == ["deepgap: stopped by SIGHUP"]  # no run: nothing to resume
+
+
+def _fork_server_of(pid: int) -> bool:
+    """Whether the process ``pid`` has started its fork server (which then imports torch for seconds)."""
+    for child in _group(pid):
+        try:
+            with open(f"/proc/{child}/cmdline", "rb") as fh:
+                if b"forkserver" in fh.read():
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_the_worker_starts_is_one_quiet_line_and_leaves_nothing(tmp_path):
+    """Ctrl-C (SIGINT to the whole group, as a terminal sends it) while the fork server imports torch.
+
+    Before: a ~115-line double traceback (the fork server's, a worker's broken numpy import, the
+    parent's join of a process that never started) and exit 1; the line offered a --resume with no run.
+    """
+    argv = ["run", "--models", "tinycnn", "--device", "cpu", "--batch-sizes", "1", "--quiet"]
+    argv += ["--store", str(tmp_path / "s.sqlite")]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "deepgap", *argv],
+        start_new_session=True,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as in a terminal
+    )
+    deadline = time.monotonic() + BOUND_S
+    while not _fork_server_of(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run ended before its worker started"
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(BOUND_S) == 130
+    err = proc.stderr.read()
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert "interrupted before any run was stored" in err and "--resume" not in err, err
+    while _group(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _group(proc.pid) == [], "the fork server or a worker outlived the run"
+    assert os.listdir(tmp_path) == []

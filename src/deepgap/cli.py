@@ -163,6 +163,11 @@ def _stop_on_signals() -> tuple[dict[int, Any], list[int]]:
 
 def _stopped(exc: BaseException) -> str:
     what = f"stopped by {exc}" if isinstance(exc, Terminated) else "interrupted"
+    stored = getattr(exc, "nothing_stored", None)  # set where a run is driven (`deepgap.drive.loop`)
+    if stored is None:  # no run under way: nothing to continue
+        return what
+    if stored:  # before its run began (a worker starting): --resume would find none
+        return f"{what} before any run was stored; nothing was written (run the same command again)"
     return f"{what}; finished configurations are stored (continue a run with --resume)"
 
 

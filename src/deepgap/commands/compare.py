@@ -82,10 +82,23 @@ def resolve_side(arg: str, default_store: str) -> Side:
     return Side(default_store, [arg], f"run {arg}")
 
 
-def _filter(agg, args: argparse.Namespace):
+def _filter(agg, args: argparse.Namespace, label: str):
+    """``agg`` of the models and precisions asked for; a `UsageError` if the side has none of them.
+
+    (A filter that matched nothing printed "nothing to compare" and exited 1, as a comparison of two
+    sides with nothing in common does: the fuzz past validation found it, issue 46.)
+    """
     for col, text in (("model", args.model), ("precision", args.precision)):
         if text and not agg.empty:
-            agg = agg[agg[col].isin([t.strip() for t in text.split(",") if t.strip()])]
+            names = [t.strip() for t in text.split(",") if t.strip()]
+            kept = agg[agg[col].isin(names)]
+            if kept.empty:
+                have = ", ".join(sorted(map(str, agg[col].unique())))
+                raise UsageError(
+                    f"--{col} {text!r}: {label} has no results of it (it has {have})",
+                    f"pass --{col} with one of those",
+                )
+            agg = kept
     return agg
 
 
@@ -105,7 +118,13 @@ def _load(side: Side, args: argparse.Namespace):
     from deepgap.store import Store
 
     store = Store(side.store_path, readonly=True)
-    agg = _filter(aggregate(prepare(store.results_frame(side.run_ids)), samples=store.samples), args)
+    try:
+        agg = _filter(
+            aggregate(prepare(store.results_frame(side.run_ids)), samples=store.samples), args, side.label
+        )
+    except BaseException:
+        store.close()
+        raise
     platforms = ", ".join(sorted(agg["platform"].unique())) if len(agg) else "no results"
     side.label = f"{side.label} ({platforms})"
     return store, agg, pooled_samples_fn(store), peaks_frame(store)

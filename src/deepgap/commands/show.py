@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from deepgap.api import DEFAULT_STORE
 from deepgap.store.guard import add_read_flags, use_read_flags
+
+if TYPE_CHECKING:
+    from deepgap.store import Store
 
 NAME = "show"
 HELP = "print stored results as a table (the latest run unless --run/--all)"
@@ -63,13 +67,20 @@ def _top1(extra) -> str:
 
 
 def main(args: argparse.Namespace) -> int:  # noqa: D103
-    from rich.console import Console
-    from rich.table import Table
-
     from deepgap.store import Store
 
     use_read_flags(args)
     store = Store(args.store, readonly=True)
+    try:  # closed, not left to the process's exit: in-process callers (tests, the API) read on
+        return _show(args, store)
+    finally:
+        store.close()
+
+
+def _show(args: argparse.Namespace, store: Store) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
     store.check_runs(args.run)
     console = Console(width=None if Console().is_terminal else 240)  # room for the notes column
     runs = store.runs()

@@ -10,11 +10,13 @@ crash or a hang turned into `WorkerLost` with the status to store.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import multiprocessing as mp
 import os
 import signal
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from deepgap.core.errors import UsageError
@@ -40,6 +42,48 @@ def _context() -> Any:
     return ctx
 
 
+@contextlib.contextmanager
+def _ctrl_c_held() -> Iterator[None]:
+    """SIGINT ignored meanwhile: a process started now inherits it ignored, for good.
+
+    Why: Ctrl-C reaches every process of the terminal's group. A fork server importing torch, or a
+    worker unpickling its target (importing deepgap and scipy), met it mid-import: each printed a
+    traceback (one a broken numpy's AttributeError) over the parent's one line, and the parent, stopped
+    inside ``Process.start``, failed again joining a process that never started (issue 46). A process
+    born with SIGINT ignored keeps it so (Python installs its handler only over the default, and the
+    fork server hands its own start-up handlers on to its children); the parent, which gets Ctrl-C,
+    stops the workers (`WorkerHandle.stop`). SIGINT is blocked around the change, so a Ctrl-C pressed
+    meanwhile stays pending (Linux never drops a blocked signal) and reaches the parent's own handler.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _start(proc: Any, ctx: Any) -> None:
+    """``proc.start()``, its process (and the fork server it comes from) deaf to Ctrl-C (`_ctrl_c_held`).
+
+    The fork server is started first, briefly held; the start itself (which waits for the server's
+    imports the first time, seconds) is left open to Ctrl-C.
+    """
+    if ctx.get_start_method() == "forkserver":
+        from multiprocessing import forkserver
+
+        with _ctrl_c_held():
+            forkserver.ensure_running()
+        proc.start()
+        return
+    with _ctrl_c_held():
+        proc.start()
+
+
 def _with_environ(environ: dict[str, str], target: str | Callable[..., Any], *args: Any) -> Any:
     """Run ``target(*args)`` under the parent's environment of the moment.
 
@@ -50,9 +94,10 @@ def _with_environ(environ: dict[str, str], target: str | Callable[..., Any], *ar
     A fork server keeps the environment it started with; the worker must see the parent's as it is now
     (``DEEPGAP_CACHE``, ``CUDA_VISIBLE_DEVICES``, ``OMP_NUM_THREADS``), as a spawned one would.
 
-    Ctrl-C reaches every process of the terminal's group, the worker too: it exits at once and
-    quietly (code 130), so the user sees the parent's one line, not the worker's traceback SIGTERM and
-    SIGHUP are handled alike, and a parent that is gone (a broken pipe) ends the worker quietly.
+    Ctrl-C reaches every process of the terminal's group, but a worker is born with SIGINT ignored
+    (`_ctrl_c_held`): the parent stops it. Should one arrive all the same, the worker exits at once and
+    quietly (code 130), so the user sees the parent's one line, not the worker's traceback. SIGTERM and
+    SIGHUP end it alike, and a parent that is gone (a broken pipe) ends the worker quietly.
     """
     os.environ.clear()
     os.environ.update(environ)
@@ -134,7 +179,14 @@ class WorkerHandle(CallProtocol):
         self.proc = ctx.Process(
             target=_with_environ, args=(dict(os.environ), target, child, *args), daemon=True, name=name
         )
-        self.proc.start()
+        try:
+            _start(self.proc, ctx)
+        except BaseException:  # Ctrl-C midway: a process that never started has nothing to join
+            if getattr(self.proc, "_popen", None) is None:
+                self.proc = None
+            parent.close()
+            child.close()
+            raise
         child.close()  # so a dead child gives EOF instead of a hang
         self.conn = parent
         return self.recv(timeout_s)

@@ -152,6 +152,9 @@ def drive(job: Job[T]) -> Driven[T]:
                 session.finish(status)
             out.run_id = session.run_id
         return out
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM: the CLI's line says whether --resume has a run
+        exc.nothing_stored = session.run_id is None and plan.run_id is None  # type: ignore[attr-defined]
+        raise
     finally:
         launcher.close()
         session.close()

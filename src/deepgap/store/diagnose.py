@@ -13,7 +13,7 @@ consistent state, whatever a writer does meanwhile. It says who holds the store'
   the store's own version: one changed byte in a column name passes SQLite's checks);
 - SQLite's ``integrity_check`` (damaged pages);
 - every row of every core table decoded as the readers decode it (`guard.row_problem`), scanning
-  by ``rowid`` ranges around damaged pages.
+  by ``rowid`` ranges around damaged pages (`store.rowscan`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 
 from deepgap.core.errors import StoreError, StoreNewerError, UsageError
 from deepgap.core.records import Status
-from deepgap.store import held, writelock
+from deepgap.store import held, logcopy, writelock
 from deepgap.store.guard import (
     BadText,
     column_types,
@@ -37,6 +37,7 @@ from deepgap.store.guard import (
 )
 from deepgap.store.header import check_header, header_problem, truncation
 from deepgap.store.migrations import SCHEMA_VERSION, migrate, version
+from deepgap.store.rowscan import failure_text, scan
 
 CORE = ("runs", "results", "samples", "telemetry")
 _STATUSES = {s.value for s in Status}
@@ -136,14 +137,14 @@ def check(path: str) -> CheckReport:
     try:
         con = open_read(path)
     except (StoreError, sqlite3.DatabaseError) as exc:
-        rep.fatal = _why(exc)
+        rep.fatal = failure_text(exc)
         return rep
     try:
         con.execute("BEGIN")  # one snapshot for the whole check, whatever a writer commits meanwhile
         try:
             stored = _tables(con)
         except (StoreError, sqlite3.DatabaseError) as exc:
-            why = _why(exc)
+            why = failure_text(exc)
             if "not a database" in why or "not an sqlite" in why.lower():
                 rep.fatal = (
                     "SQLite reads nothing else until the header is repaired"
@@ -170,7 +171,7 @@ def check(path: str) -> CheckReport:
         try:
             rep.integrity = flat(r[0] for r in con.execute("PRAGMA integrity_check(100)").fetchall())
         except (StoreError, sqlite3.DatabaseError) as exc:
-            rep.integrity = [_why(exc)]
+            rep.integrity = [failure_text(exc)]
         for name in CORE:
             if name not in stored:
                 rep.tables[name] = TableCheck(unreadable="table missing")
@@ -185,7 +186,7 @@ def check(path: str) -> CheckReport:
                     if len(t.examples) < 3:
                         t.examples.append(f"rowid {r['_rowid_']}: {why}")
     except (StoreError, sqlite3.DatabaseError) as exc:
-        rep.fatal = rep.fatal or _why(exc)
+        rep.fatal = rep.fatal or failure_text(exc)
     finally:
         con.close()
     return rep
@@ -203,6 +204,12 @@ def _check_file(path: str, rep: CheckReport) -> None:
             f"{kib} KiB of transactions not yet folded into the file (a run is writing it, or was "
             "stopped): read with it"
         )
+    elif logcopy.log_is_garbage(path):
+        kib = os.path.getsize(path + "-wal") // 1024
+        rep.log = (
+            f"{kib} KiB that hold no transaction SQLite can read (damaged, or not a log): ignored, "
+            "as SQLite ignores it"
+        )
     rep.header = (header_problem(path) if raw else None) or "ok"
     if rep.header == "ok":
         try:
@@ -210,7 +217,7 @@ def _check_file(path: str, rep: CheckReport) -> None:
         except StoreNewerError:
             raise  # not damage: one line saying "upgrade deepgap", as every other command says it
         except StoreError as exc:
-            rep.header = _why(exc).replace(f"{path} ", "")
+            rep.header = failure_text(exc).replace(f"{path} ", "")
 
 
 def _tables(con: sqlite3.Connection) -> set[str]:
@@ -319,53 +326,13 @@ def schema_problems(con: sqlite3.Connection, at: int) -> list[str]:
     return out
 
 
-def scan(con: sqlite3.Connection, table: str) -> tuple[list[dict[str, Any]], str | None]:
-    """Every readable row of ``table`` (with its ``_rowid_``), stepping over damaged pages by rowid."""
-    rows: list[dict[str, Any]] = []
-    start, gap, failure = -(2**63), 1, None
-    q = f'SELECT rowid AS _rowid_, * FROM "{table}" WHERE rowid > ? ORDER BY rowid'
-    while True:
-        try:
-            cur = con.execute(q, (start,))
-            names = [c[0] for c in cur.description]
-            for r in cur:
-                rows.append(dict(zip(names, r, strict=True)))
-                start, gap = r[0], 1
-            return rows, failure
-        except (StoreError, sqlite3.DatabaseError) as exc:
-            failure = failure or _why(exc)
-            if start == -(2**63):
-                start = 0
-            if gap == 1:  # rows next to the damage may still be reachable one by one
-                rows += _probe(con, table, start + 1, start + 64)
-            start += gap
-            gap *= 4
-            if gap > 2**40:
-                return rows, failure
-
-
-def _probe(con: sqlite3.Connection, table: str, first: int, last: int) -> list[dict[str, Any]]:
-    out = []
-    for rowid in range(first, last + 1):
-        try:
-            cur = con.execute(f'SELECT rowid AS _rowid_, * FROM "{table}" WHERE rowid = ?', (rowid,))
-            names = [c[0] for c in cur.description]
-            out += [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
-        except (StoreError, sqlite3.DatabaseError):
-            continue
-    return out
-
-
-def _why(exc: BaseException) -> str:
-    text = getattr(exc, "problem", str(exc))
-    return text.split(" has ", 1)[-1] if " has " in text else text
-
-
 def problem(table: str, row: dict[str, Any], types: dict[str, tuple[str, bool]]) -> str | None:
     """Why a row of a core table cannot be used (`guard.row_problem`, plus status and samples), or None."""
     why = row_problem({k: v for k, v in row.items() if k != "_rowid_"}, types)
     if why is None and table == "results" and row.get("status") not in _STATUSES:
         why = f"status {row.get('status')!r} is unknown"
-    if why is None and table == "samples" and len(row["latencies_s"]) % 8:
-        why = "latencies_s is not a float64 array"
+    if why is None and table == "samples":  # (a damaged column name leaves the row without it)
+        lat = row.get("latencies_s")
+        if not isinstance(lat, bytes) or len(lat) % 8:
+            why = "latencies_s is not a float64 array"
     return why

@@ -8,7 +8,8 @@ becomes a one-line `StoreError` that names the file and says what is wrong (`tra
 
 Reading changes nothing on disk: a store is opened for reading with SQLite's read-only URI mode,
 and ``immutable=1`` when no write-ahead log exists (nobody has it open for writing, so there is no
-log to read, and SQLite then creates no ``-wal``/``-shm`` files) or when its folder is read-only.
+log to read, and SQLite then creates no ``-wal``/``-shm`` files), when its folder is read-only, or
+when its log holds nothing SQLite would read (`logcopy.log_is_garbage`) and no deepgap writer holds it.
 A writer that starts during such a read appends to its own log and changes the main file only at
 a checkpoint (after ~4 MB of log), so a short read still sees one consistent state.
 
@@ -25,7 +26,7 @@ from typing import Any
 from urllib.request import pathname2url
 
 from deepgap.core.errors import StoreDamagedError, StoreError, StoreFullError
-from deepgap.store import logcopy
+from deepgap.store import held, logcopy, writelock
 from deepgap.store.space import disk_full, full_error
 
 APPLICATION_ID = 0x44475031  # "DGP1"
@@ -197,7 +198,13 @@ def uri(path: str, readonly: bool, immutable: bool = False) -> str:
 def immutable_read(path: str) -> bool:
     """Read without a log when there is none (or the folder cannot hold one): see the module doc."""
     folder = os.path.dirname(os.path.abspath(path))
-    return not os.path.exists(path + "-wal") or not os.access(folder, os.W_OK)
+    if not os.path.exists(path + "-wal") or not os.access(folder, os.W_OK):
+        return True
+    if logcopy.log_has_rows(path) or held.is_held(path) or writelock.holders(path):
+        return False
+    # an empty log on a full disk, or a garbage one: SQLite would read nothing from it, but opening
+    # the store in place makes a -shm beside it (or fails to, on the full disk)
+    return logcopy.log_is_garbage(path) or logcopy.in_place_blocked(path) == "full"
 
 
 def connect(path: str, readonly: bool, timeout: float = 60, check: bool = True) -> Connection:
@@ -279,10 +286,7 @@ def flat(messages) -> list[str]:
 
 def has_log(path: str) -> bool:
     """Whether ``path`` has a write-ahead log with content (committed transactions may be only there)."""
-    try:
-        return os.path.getsize(path + "-wal") > 0
-    except OSError:
-        return False
+    return logcopy.log_has_rows(path)
 
 
 def check_schema(con: sqlite3.Connection, path: str, expected: dict[str, set[str]]) -> None:

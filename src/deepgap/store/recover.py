@@ -25,6 +25,7 @@ Nothing found: nothing is written, and the command says so (exit 2).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -34,9 +35,9 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
-from deepgap.core.errors import StoreDamagedError, StoreError, UsageError
-from deepgap.store import pages, writelock
-from deepgap.store.diagnose import CORE, damaged_names, problem, reference, scan
+from deepgap.core.errors import StoreDamagedError, StoreError, StoreFullError, UsageError
+from deepgap.store import logcopy, pages, writelock
+from deepgap.store.diagnose import CORE, damaged_names, problem, reference
 from deepgap.store.guard import (
     APPLICATION_ID,
     BadText,
@@ -49,6 +50,8 @@ from deepgap.store.guard import (
 )
 from deepgap.store.migrations import SCHEMA_VERSION, migrate
 from deepgap.store.repair import fold_log, repair_header, repair_schema
+from deepgap.store.rowscan import scan
+from deepgap.store.space import disk_full, free_bytes
 
 
 @dataclass
@@ -81,13 +84,39 @@ class Source:
 
 def recover(path: str, output: str) -> Recovery:
     """Write every intact, decodable row of ``path`` into a new store ``output`` (see the module doc)."""
-    from deepgap.store import Store, check_path
+    from deepgap.store import check_path
 
     if os.path.exists(output) and os.path.realpath(output) == os.path.realpath(path):
         raise UsageError(f"--recover {output} is the damaged store itself", "pass a new file name")
     if os.path.exists(output):
         raise UsageError(f"--recover {output} exists", "pass a new file name (recovery never overwrites)")
     check_path(output)
+    # a full disk: one line, and nothing half-written (the work folder goes, the output is never made)
+    if disk_full(output):
+        raise _full(path, output)
+    try:
+        return _recover_into(path, output)
+    except StoreFullError:
+        raise _full(path, output) from None
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise _full(path, output) from None
+        raise
+
+
+def _full(path: str, output: str) -> StoreFullError:
+    free = (free_bytes(output) or 0) // 1024
+    return StoreFullError(
+        f"the disk holding {output} is full ({free} KiB free): nothing was recovered or written, and "
+        f"{path} is only read",
+        f"free disk space (the recovered store needs about {os.path.getsize(path) // 1024 + 1024} KiB), "
+        "or pass --recover a path on another disk",
+    )
+
+
+def _recover_into(path: str, output: str) -> Recovery:
+    from deepgap.store import Store
+
     folder = os.path.dirname(os.path.abspath(output))
     os.makedirs(folder, exist_ok=True)
     with (
@@ -135,7 +164,8 @@ def read(copy: str, work: str) -> Source:
     notes = []
     if repair_header(copy):
         notes.append("header repaired")
-    if os.path.exists(copy + "-wal") and fold_log(copy):
+    garbage = logcopy.log_is_garbage(copy)  # SQLite ignores such a log: nothing of it is folded in
+    if os.path.exists(copy + "-wal") and fold_log(copy) and not garbage:
         notes.append("its write-ahead log folded in")
     at = _source_version(copy)
     fixed = repair_schema(copy, at)

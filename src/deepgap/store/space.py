@@ -34,8 +34,21 @@ def disk_full(path: str) -> bool:
 
 
 def full_error(path: str) -> StoreFullError:
-    """The one line for a full disk: the store is not damaged, and keeps what it held."""
+    """The one line for a full disk: the store is not damaged, and keeps what it held.
+
+    A store not yet written (``run`` on a new path) has nothing to keep or resume: its advice names
+    no ``--resume``, which would then fail for want of a store (issue 46).
+    """
     free = free_bytes(path) or 0
+    try:
+        new = os.path.getsize(path) == 0
+    except OSError:
+        new = True
+    if new:
+        return StoreFullError(
+            f"the disk holding {path} is full ({free // 1024} KiB free); nothing was written",
+            "free disk space (at least 1 MiB), then run the same command again",
+        )
     return StoreFullError(
         f"the disk holding {path} is full ({free // 1024} KiB free); the store is not damaged "
         "and keeps everything stored before",

@@ -1,0 +1,190 @@
+"""The fuzz past validation (issue 46): a hostile flag value that validation accepts goes on into the work.
+
+`test_fuzz_inputs` stops where the work starts (a worker, a report build): the input was accepted, and
+no sweep ever ran. Here an accepted value goes on: a tiny run and serve of tinycnn on the CPU (measured
+in this process, `conftest.inprocess_worker`), a report build (its figures drawn, not rasterised), a
+merge, an export. What must hold: exit 0 or 2 (no traceback), one line and nothing left on exit 2, and
+on exit 0 a store that ``check`` reads as healthy. A value that makes the work long (a budget of a day:
+valid) is stopped at `BOUND_S` and counts as accepted, once the work has begun.
+
+Which pairs: `PAIRS` each CI run, drawn from every flag of these commands against `HOSTILE`, seeded by
+the date as in `test_fuzz_inputs` (``DEEPGAP_FUZZ_SEED=N`` repeats a day). ``serve`` starts real worker
+processes (its launcher has no in-process form), 10-30 s each on the CI machine: in CI its flags stop
+where the work starts (`test_fuzz_inputs`); ``DEEPGAP_FUZZ_FULL=1`` tries every pair, serve's included,
+through the work (`test_every_pair_past_validation`, an hour or more). A failure either finds becomes a
+fixed example in a test of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import tempfile
+from pathlib import Path
+
+import pytest
+from conftest import TINY, inprocess_worker
+from test_fuzz_inputs import FLAGS, FULL, HOSTILE, SEED, _store_bytes
+
+from deepgap.cli import main
+
+PAIRS = 12  # most are refused by validation at once; about 30 s of test time on the 2-core CI machine
+BOUND_S = 20.0
+_RUN = ["--models", "tinycnn", "--batch-sizes", "1", "--device", "cpu", "--threads", "1", "--quiet"]
+_RUN += ["--warmup", "1", "--iterations", str(TINY["iterations"]), "--repeats", "1", "--target-ci", "off"]
+_SERVE = ["--model", "tinycnn", "--engine", "eager", "--precision", "fp32", "--device", "cpu", "--quiet"]
+_SERVE += ["--threads", "1", "--batch-sizes", "1,2", "--curve-iterations", "3", "--min-queries", "16"]
+_SERVE += ["--min-duration", "0.1s", "--qps", "20", "--no-telemetry"]
+BASE = {
+    "run": ["run", *_RUN, "--no-telemetry", "--store", "NEW"],
+    "serve": ["serve", *_SERVE, "--store", "NEW"],
+    "report": ["report", "STORE", "-o", "OUT.html"],
+    "merge": ["merge", "STORE", "-o", "NEW"],
+    "export": ["export", "STORE", "-o", "OUT.csv"],
+    "show": ["show", "STORE"],
+    "compare": ["compare", "STORE", "STORE"],
+}
+DEEP = [(cmd, option) for cmd, option in FLAGS if cmd in BASE]
+SLOW = {"serve", "report"}  # real worker processes; a report build (seconds): bases checked in the full mode
+
+
+class Bound(Exception):  # noqa: N818 - the work ran past the bound: a long, valid input
+    """Raised by the alarm: the command was still working at `BOUND_S`."""
+
+
+@pytest.fixture(scope="module")
+def real_work():
+    """Runs measured in this process, figures not rasterised; the alarm that bounds each example."""
+    import deepgap.render.draw
+
+    def no_png(fig, dpi: int = 90) -> bytes:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+        return b""
+
+    def bound(*_):
+        raise Bound
+
+    with pytest.MonkeyPatch.context() as mp, inprocess_worker(mp):
+        mp.setattr(deepgap.render.draw, "png_bytes", no_png)
+        old = signal.signal(signal.SIGALRM, bound)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGALRM, old)
+
+
+def _with(base: list[str], option: str, value: str) -> list[str]:
+    """``base`` with ``option`` set to ``value`` (replacing the base's own setting of it)."""
+    argv = list(base)
+    if option in argv:
+        i = argv.index(option)
+        del argv[i : i + 2]
+    return argv + [f"{option}={value}"]
+
+
+def deep_check(cmd: str, option: str, value: str, capsys) -> None:
+    """Run one hostile pair through to the work; see the module doc for what must hold."""
+    folder = Path(tempfile.mkdtemp(prefix="deepgap-deep-"))
+    store = _store_bytes()
+    try:
+        (folder / "s.sqlite").write_bytes(store)
+        os.mkfifo(folder / "fifo")
+        subst = {
+            "STORE": str(folder / "s.sqlite"),
+            "NEW": str(folder / "new.sqlite"),
+            "OUT.html": str(folder / "r.html"),
+            "OUT.csv": str(folder / "x.csv"),
+            "fifo": str(folder / "fifo"),
+        }
+        argv = [subst.get(a, a) for a in _with(BASE[cmd], option, subst.get(value, value))]
+        before = sorted(os.listdir(folder))
+        cwd = os.getcwd()
+        os.chdir(folder)
+        signal.setitimer(signal.ITIMER_REAL, BOUND_S)
+        try:
+            code = main(argv)
+        except SystemExit as exc:
+            code = exc.code
+        except Bound:
+            return  # valid and long (a budget of a day): it was working
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            os.chdir(cwd)
+            err = capsys.readouterr().err.strip()
+        assert code in (0, 2), (argv, code, err)
+        assert "Traceback" not in err, (argv, err)
+        if code:
+            assert len(err.splitlines()) == 1 and err.startswith("deepgap"), (argv, err)
+            assert sorted(os.listdir(folder)) == before, argv
+            assert (folder / "s.sqlite").read_bytes() == store, argv
+            return
+        written = folder / "new.sqlite"
+        if written.exists():  # what the work stored reads as a healthy store
+            assert main(["check", str(written)]) == 0, (argv, capsys.readouterr())
+            capsys.readouterr()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _draw() -> list[tuple[str, str, str]]:
+    rng = random.Random(SEED)
+    pool = [pair for pair in DEEP if pair[0] != "serve"]
+    return [(*rng.choice(pool), rng.choice(HOSTILE)) for _ in range(PAIRS)]
+
+
+@pytest.mark.parametrize("cmd, option, value", _draw(), ids=lambda x: ascii(x)[:30])
+def test_hostile_pair_past_validation(cmd, option, value, real_work, capsys):
+    deep_check(cmd, option, value, capsys)
+
+
+@pytest.mark.parametrize("cmd", sorted(BASE) if FULL else sorted(set(BASE) - SLOW))
+def test_every_base_does_real_work(cmd, real_work, capsys):
+    """Each base command line is valid and reaches its work (else the fuzz above would test nothing)."""
+    folder = Path(tempfile.mkdtemp(prefix="deepgap-deep-base-"))
+    try:
+        (folder / "s.sqlite").write_bytes(_store_bytes())
+        subst = {
+            "STORE": str(folder / "s.sqlite"),
+            "NEW": str(folder / "new.sqlite"),
+            "OUT.html": str(folder / "r.html"),
+            "OUT.csv": str(folder / "x.csv"),
+        }
+        assert main([subst.get(a, a) for a in BASE[cmd]]) == 0, capsys.readouterr().err
+        made = sorted(set(os.listdir(folder)) - {"s.sqlite"})
+        assert made == {"run": ["new.sqlite"], "serve": ["new.sqlite"], "merge": ["new.sqlite"]}.get(
+            cmd, {"report": ["r.html", "r_files"], "export": ["x.csv"]}.get(cmd, [])
+        ), made
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+if FULL:
+
+    def test_every_pair_past_validation(real_work, capsys):
+        """Every flag of these commands against every hostile value, past validation; all failures listed."""
+        failures = []
+        for cmd, option in DEEP:
+            for value in HOSTILE:
+                try:
+                    deep_check(cmd, option, value, capsys)
+                except AssertionError as exc:
+                    failures.append(f"{cmd} {option}={value!r}: {str(exc).splitlines()[0][:300]}")
+        assert not failures, f"{len(failures)} of {len(DEEP) * len(HOSTILE)} pairs:\n" + "\n".join(failures)
+
+
+# --- failures this fuzz found, kept as fixed examples ------------------------------------------------
+FOUND = [("--model", "1e20", "resnet18"), ("--precision", "nan", "fp32")]  # DEEPGAP_FUZZ_SEED=1 and 2
+
+
+@pytest.mark.parametrize("flag, value, has", FOUND)
+def test_compare_with_a_filter_that_matches_nothing_is_one_line_exit_2(flag, value, has, tmp_path, capsys):
+    """It printed "nothing to compare" and exited 1, as two sides with nothing in common do."""
+    store = tmp_path / "s.sqlite"
+    store.write_bytes(_store_bytes())
+    assert main(["compare", str(store), str(store), f"{flag}={value}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{flag} '{value}'" in err and has in err, err
