@@ -13,15 +13,23 @@ import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from scipy import stats as sps
 
 from deepgap.core.records import LatencyStats
 
 CONFIDENCE = 0.95
 N_RESAMPLES = 2000
 _SEED = 20260423
-# scipy renamed random_state → rng (1.15); accept either so any supported scipy works.
-_RNG_KW = "rng" if "rng" in inspect.signature(sps.bootstrap).parameters else "random_state"
+
+
+def _bootstrap(*args, seed: int, **kw):
+    """`scipy.stats.bootstrap`, imported on first use (scipy.stats costs ~1.5 s at every CLI start).
+
+    scipy renamed random_state → rng (1.15); either is accepted, so any supported scipy works.
+    """
+    from scipy import stats as sps
+
+    key = "rng" if "rng" in inspect.signature(sps.bootstrap).parameters else "random_state"
+    return sps.bootstrap(*args, **kw, **{key: np.random.default_rng(seed)})
 
 
 def _p99(x: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -38,7 +46,7 @@ def bootstrap_ci(
     if x.size < 2 or np.all(x == x[0]):
         v = float(statistic(x, axis=-1)) if x.size else float("nan")
         return v, v
-    res = sps.bootstrap(
+    res = _bootstrap(
         (x,),
         statistic,
         n_resamples=n_resamples,
@@ -46,7 +54,7 @@ def bootstrap_ci(
         method="percentile",
         vectorized=True,
         axis=-1,
-        **{_RNG_KW: np.random.default_rng(_SEED)},
+        seed=_SEED,
     )
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
@@ -164,7 +172,7 @@ def ratio_ci(
     point = float(statistic(xa, axis=-1) / statistic(xb, axis=-1))
     if xa.size < 2 or xb.size < 2:
         return point, point, point
-    res = sps.bootstrap(
+    res = _bootstrap(
         (xa, xb),
         lambda u, v, axis=-1: statistic(u, axis=axis) / statistic(v, axis=axis),
         n_resamples=n_resamples,
@@ -173,7 +181,7 @@ def ratio_ci(
         vectorized=True,
         paired=False,
         axis=-1,
-        **{_RNG_KW: np.random.default_rng(_SEED)},
+        seed=_SEED,
     )
     return point, float(res.confidence_interval.low), float(res.confidence_interval.high)
 

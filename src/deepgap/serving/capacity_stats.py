@@ -15,7 +15,12 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-from scipy import stats as sps
+
+def _binom():
+    """`scipy.stats.binom`, imported on first use (scipy.stats costs ~1.5 s at every CLI start)."""
+    from scipy import stats as sps
+
+    return sps.binom
 
 
 def _alpha(confidence: float) -> float:
@@ -30,9 +35,9 @@ def verdict(n: int, n_over: int, percentile: float = 0.99, confidence: float = 0
         return "inconclusive"
     q = 1.0 - percentile
     a = _alpha(confidence)
-    if sps.binom.cdf(n_over, n, q) <= a:
+    if _binom().cdf(n_over, n, q) <= a:
         return "pass"
-    if n_over > 0 and sps.binom.sf(n_over - 1, n, q) <= a:
+    if n_over > 0 and _binom().sf(n_over - 1, n, q) <= a:
         return "fail"
     return "inconclusive"
 
@@ -41,8 +46,8 @@ def verdict(n: int, n_over: int, percentile: float = 0.99, confidence: float = 0
 def allowed_over(n: int, percentile: float = 0.99, confidence: float = 0.99) -> int:
     """Largest count over the SLO that still passes with ``n`` requests; −1 when even 0 cannot pass."""
     q = 1.0 - percentile
-    k = int(sps.binom.ppf(_alpha(confidence), n, q))  # smallest k with cdf(k) ≥ α
-    while k >= 0 and sps.binom.cdf(k, n, q) > _alpha(confidence):
+    k = int(_binom().ppf(_alpha(confidence), n, q))  # smallest k with cdf(k) ≥ α
+    while k >= 0 and _binom().cdf(k, n, q) > _alpha(confidence):
         k -= 1
     return k
 
