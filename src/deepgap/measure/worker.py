@@ -23,6 +23,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import scipy.stats  # noqa: F401 — the worker's CIs need it; loaded here, never inside a timed-out request
 import torch
 
 from deepgap.core import envinfo, nvml_access
