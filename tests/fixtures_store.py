@@ -251,3 +251,14 @@ def build_store(path: str, gpu: bool = True, cpu: bool = True, **gpu_kwargs: Any
         return runs
     finally:
         store.close()
+
+
+def configurations(path: str):
+    """The store's configurations as every view aggregates them (`deepgap.analysis.aggregate`, pooled samples)."""
+    from deepgap.analysis import aggregate, prepare
+
+    s = Store(path, readonly=True)
+    try:
+        return aggregate(prepare(s.results_frame()), samples=s.samples)
+    finally:
+        s.close()

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from clirun import deepgap_cli
-from fixtures_store import N_PER_REPEAT, REPEATS, build_store, make_result
+from fixtures_store import N_PER_REPEAT, REPEATS, build_store, configurations, make_result
 
 from deepgap.analysis import aggregate, prepare
 from deepgap.core.records import ConfigSpec
@@ -41,11 +41,7 @@ def store_path(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def agg(store_path) -> pd.DataFrame:
-    store = Store(store_path, readonly=True)
-    try:
-        return aggregate(prepare(store.results_frame()), samples=store.samples)
-    finally:
-        store.close()
+    return configurations(store_path)
 
 
 # --- 1. tails that are what they say -------------------------------------------------------------

@@ -13,9 +13,8 @@ import json
 
 import pytest
 from clirun import deepgap_cli
-from fixtures_store import make_result
+from fixtures_store import configurations, make_result
 
-from deepgap.analysis import aggregate, prepare
 from deepgap.analysis.host_cpu import host_cpu_lines
 from deepgap.core.records import ConfigSpec
 from deepgap.store import Store
@@ -50,28 +49,20 @@ def stores(tmp_path_factory) -> tuple[str, str, str]:
     return a, b, merged
 
 
-def _agg(path: str):
-    s = Store(path, readonly=True)
-    try:
-        return aggregate(prepare(s.results_frame()), samples=s.samples)
-    finally:
-        s.close()
-
-
 def test_merged_hosts_keep_their_cpus_apart(stores):
     """Two hosts' CPUs of one name are two platforms; each GPU's × host CPU is over its own host's.
 
     Before: one platform "Fixture CPU" pooled both, and each GPU's ratio was over the pool.
     """
     a, _, merged = stores
-    agg = _agg(merged)
+    agg = configurations(merged)
     cpus = sorted(agg.loc[agg["device"] == "cpu", "platform"])
     assert cpus == ["Fixture CPU (host of Fixture GPU A)", "Fixture CPU (host of Fixture GPU B)"]
     lines = {ln.platform: ln for ln in host_cpu_lines(agg)}
     assert lines["Fixture GPU A"].cpu_platform == "Fixture CPU (host of Fixture GPU A)"
     assert lines["Fixture GPU A"].throughput.value == pytest.approx(100.0, rel=1e-6)  # 100 ms / 1 ms
     assert lines["Fixture GPU B"].throughput.value == pytest.approx(20.0, rel=1e-6)  # 40 ms / 2 ms
-    alone = {ln.platform: ln for ln in host_cpu_lines(_agg(a))}
+    alone = {ln.platform: ln for ln in host_cpu_lines(configurations(a))}
     assert alone["Fixture GPU A"].cpu_platform == "Fixture CPU"  # one host: its plain name
     assert alone["Fixture GPU A"].throughput.value == pytest.approx(lines["Fixture GPU A"].throughput.value)
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 from clirun import deepgap_cli
-from fixtures_store import make_result
+from fixtures_store import configurations, make_result
 
-from deepgap.analysis import aggregate, prepare, signals
+from deepgap.analysis import signals
 from deepgap.core.records import ConfigSpec
 from deepgap.store import Store
 
@@ -49,14 +49,6 @@ def _store(path: str, rows: list[tuple[ConfigSpec, float, dict]]) -> str:
     s.finish_run(run)
     s.close()
     return path
-
-
-def _agg(path: str):
-    s = Store(path, readonly=True)
-    try:
-        return aggregate(prepare(s.results_frame()), samples=s.samples)
-    finally:
-        s.close()
 
 
 # --- 7. signals, not noise ----------------------------------------------------------------------
@@ -110,7 +102,7 @@ def test_sweeps_that_disagree_are_named_not_blamed_on_heat(tmp_path):
     """
     warming = {"flags": ["temp-rising"], "windows": _windows(100, 95, 90)}
     path = _store(str(tmp_path / "sweeps.sqlite"), [(_spec(32, 0), 1e-3, warming), (_spec(32, 1), 2e-3, {})])
-    (row,) = _agg(path).to_dict("records")
+    (row,) = configurations(path).to_dict("records")
     assert row["warnings"] == []
     assert "sweeps-disagree(fastest +100% over slowest, covered by the CI)" in row["notes"]
     assert signals.STEADY in row["notes"]
@@ -132,7 +124,7 @@ def test_degenerate_output_says_so_and_is_not_wrong(tmp_path):
     # a store from before the field: relL2 0 and cosine 0 exactly are the zero vectors' signature
     old = {"correctness": {"rel_l2": 0.0, "cosine": 0.0, "flagged": True, "top1_agreement": 1.0}}
     path = _store(str(tmp_path / "vit.sqlite"), [(_spec(8, model="vit_b_16"), 3e-3, old)])
-    (row,) = _agg(path).to_dict("records")
+    (row,) = configurations(path).to_dict("records")
     assert not row["flagged"] and row["flags"] == []
     assert any(n.startswith("degenerate-output(all-zero logits") and "--weights" in n for n in row["notes"])
     r = deepgap_cli("show", path)

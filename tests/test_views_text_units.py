@@ -12,9 +12,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 from clirun import deepgap_cli
-from fixtures_store import make_result
+from fixtures_store import configurations, make_result
 
-from deepgap.analysis import aggregate, prepare
 from deepgap.core.records import ConfigSpec
 from deepgap.store import Store
 
@@ -50,11 +49,7 @@ def text_store(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def agg(text_store) -> pd.DataFrame:
-    s = Store(text_store, readonly=True)
-    try:
-        return aggregate(prepare(s.results_frame()), samples=s.samples)
-    finally:
-        s.close()
+    return configurations(text_store)
 
 
 def _no_image_words(text: str) -> None:
