@@ -10,6 +10,14 @@ from deepgap.cli import main
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
+    """One CLI run of 8 configurations, measured in this process (`conftest.inprocess_worker`).
+
+    Why in process: these tests check what the CLI parses, stores, shows and exports, not the worker's
+    isolation (tests/test_runner.py, test_resume.py and test_signals.py run real workers); a real worker
+    first started a fork server that imported torch and torchvision (~30 s of wall time on two cores).
+    """
+    from conftest import inprocess_worker
+
     path = str(tmp_path_factory.mktemp("cli") / "s.sqlite")
     argv = [
         "run",
@@ -37,7 +45,8 @@ def store(tmp_path_factory):
         path,
         "--json",
     ]
-    assert main(argv) == 0
+    with pytest.MonkeyPatch.context() as mp, inprocess_worker(mp):
+        assert main(argv) == 0
     return path
 
 
@@ -87,7 +96,15 @@ def test_export_samples(store, tmp_path):
     assert (df["latency_s"] > 0).all()
 
 
-def test_list_and_env(capsys):
+def test_list_and_env(capsys, monkeypatch):
+    import deepgap.api
+    from deepgap.drive.inprocess import InProcessWorker
+    from deepgap.drive.runner import SweepRunner
+
+    def in_process(spec, device):  # env's probe in this process too: its table is the point, not the worker
+        return SweepRunner(spec, device, worker=InProcessWorker(device))
+
+    monkeypatch.setattr(deepgap.api, "SweepRunner", in_process)
     for what in ("models", "engines", "presets", "precisions"):
         assert main(["list", what]) == 0
     out = capsys.readouterr().out
