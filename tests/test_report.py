@@ -134,21 +134,6 @@ def test_flags_are_visible(full):
     assert re.search(r'<span class="flag">\d+ flagged</span>', text)
 
 
-def test_cpu_only_store_without_telemetry(tmp_path):
-    store = str(tmp_path / "cpu.sqlite")
-    build_store(store, gpu=False)
-    html = str(tmp_path / "r.html")
-    write_report(store, html)
-    text = Path(html).read_text(encoding="utf-8")
-    assert "unavailable: no telemetry in these runs" in text
-    assert "unavailable: no energy telemetry in these runs" in text
-    assert "unavailable: needs a CPU run and another device" in text
-    imgs = len(re.findall(r'<img alt="[^"]*" src="data:image/png;base64,', text))
-    shown = imgs + text.count('<div class="plot" id=')
-    assert shown == 8  # 6 + the two rooflines
-    assert sorted(os.listdir(tmp_path / "r_files")).count("fig_cpu_thread_scaling.png") == 1
-
-
 def test_store_with_no_result(tmp_path):
     from deepgap.store import Store
 
@@ -158,21 +143,44 @@ def test_store_with_no_result(tmp_path):
     assert "No successful measurement" in (tmp_path / "e.html").read_text()
 
 
-def test_rewrite_replaces_atomically_and_run_selection(tmp_path, full):
-    """Writing over an earlier report replaces its files folder whole; ``--run`` keeps that run only.
+@pytest.fixture(scope="module")
+def cpu_only(full, tmp_path_factory):
+    """The CPU run's report (``--run``, through the CLI), written over a copy of the module's full report.
 
-    The earlier report is the module's full one, copied (building it again cost 20-40 s); the rewrite is
-    the ``--run`` selection, through the CLI.
+    The earlier report is the full one, copied (building it again cost 20-40 s), with a stale file added.
     """
-    html = tmp_path / "r.html"
+    d = tmp_path_factory.mktemp("cpu_only")
+    html = d / "r.html"
     shutil.copy(full["html"], html)
-    shutil.copytree(os.path.join(os.path.dirname(full["html"]), "report_files"), tmp_path / "r_files")
-    (tmp_path / "r_files" / "stale.csv").write_text("old")
+    shutil.copytree(os.path.join(os.path.dirname(full["html"]), "report_files"), d / "r_files")
+    (d / "r_files" / "stale.csv").write_text("old")
     cpu_run = full["runs"]["cpu"].run_id
-    assert main(["report", full["store"], "-o", str(html), "--run", cpu_run]) == 0
-    assert not (tmp_path / "r_files" / "stale.csv").exists()
-    assert not [p for p in os.listdir(tmp_path) if p.startswith(".deepgap-report-")]
-    text = html.read_text()
+    rc = main(["report", full["store"], "-o", str(html), "--run", cpu_run])
+    return {"rc": rc, "dir": d, "text": html.read_text(encoding="utf-8")}
+
+
+def test_cpu_only_report_without_telemetry(cpu_only):
+    """The report of CPU runs alone (the fixture's CPU run: no telemetry, no other device) says what it lacks.
+
+    The page is `cpu_only`'s ``--run`` selection: the same rows as a store holding only that run (it was a
+    second store, built and reported for this test alone).
+    """
+    text = cpu_only["text"]
+    assert "unavailable: no telemetry in these runs" in text
+    assert "unavailable: no energy telemetry in these runs" in text
+    assert "unavailable: needs a CPU run and another device" in text
+    imgs = len(re.findall(r'<img alt="[^"]*" src="data:image/png;base64,', text))
+    shown = imgs + text.count('<div class="plot" id=')
+    assert shown == 8  # 6 + the two rooflines
+    assert sorted(os.listdir(cpu_only["dir"] / "r_files")).count("fig_cpu_thread_scaling.png") == 1
+
+
+def test_rewrite_replaces_atomically_and_run_selection(cpu_only):
+    """Writing over an earlier report replaces its files folder whole; ``--run`` keeps that run only."""
+    assert cpu_only["rc"] == 0
+    assert not (cpu_only["dir"] / "r_files" / "stale.csv").exists()
+    assert not [p for p in os.listdir(cpu_only["dir"]) if p.startswith(".deepgap-report-")]
+    text = cpu_only["text"]
     assert "Fixture CPU" in text and "Fixture GPU A" not in text
 
 

@@ -218,15 +218,54 @@ def _chromium_dom(html: Path, script: str, width: int = 1280, height: int = 900)
         return subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
 
 
+MEASURE = (  # the answer table's box and the page's width, at 1280×900
+    "var r=document.getElementById('answer-table').getBoundingClientRect();"
+    "var p=document.createElement('pre');p.id='measured';"
+    "p.textContent=JSON.stringify({top:r.top,bottom:r.bottom,right:r.right,vw:window.innerWidth,"
+    "vh:window.innerHeight,scroll:document.documentElement.scrollWidth});document.body.appendChild(p);"
+)
+COUNT = (  # how many plots plotly drew
+    "var p=document.createElement('pre');p.id='drawn';"
+    "p.textContent=document.querySelectorAll('div.plot .main-svg').length;document.body.appendChild(p);"
+)
+FILTERS = (  # choose a model, then a batch, in the filter menus: traces and table rows left after each
+    "function n(){var d=document.getElementById('plot-fig06_throughput_vs_batch');"
+    "return d.querySelectorAll('.scatterlayer .trace').length+','+Array.prototype.filter.call("
+    "document.querySelectorAll('tr[data-model]'),function(t){return t.style.display!=='none';}).length;}"
+    "function pick(k,v){var s=document.querySelector('#filters select[name='+k+']');s.value=v;"
+    "s.dispatchEvent(new Event('change'));}"
+    "var out=n();pick('model','resnet50');out+=' '+n();"
+    "var titles=[].map.call("
+    "document.querySelectorAll('#plot-fig06_throughput_vs_batch .annotation-text'),"
+    "function(e){return e.textContent;});pick('batch','8');out+=' '+n();"
+    "var p=document.createElement('pre');p.id='res';p.textContent=out;document.body.appendChild(p);"
+    "var q=document.createElement('pre');q.id='titles';q.textContent=JSON.stringify(titles);"
+    "document.body.appendChild(q);"
+)
+
+
+@pytest.fixture(scope="module")
+def chromium(multi, tmp_path_factory):
+    """One DOM dump (measured, counted, then filtered: the filters run last) and one first-screen shot.
+
+    Why shared: each Chromium launch costs seconds of CPU on the 2-core CI machine; the four tests below
+    made six (two screenshots of the same first screen, three dumps of the same page).
+    """
+    d = tmp_path_factory.mktemp("chromium")
+    return {
+        "dom": _chromium_dom(multi["html"], MEASURE + COUNT + FILTERS),
+        "top": screenshot(str(multi["html"]), str(d / "top.png"), 1280, 900),
+    }
+
+
 @needs_chromium
-def test_headless_chromium_screenshot(multi, tmp_path):
-    """The report opens in headless Chromium (network blocked) and renders: a 1200×900 screenshot, not blank."""
+def test_headless_chromium_screenshot(chromium):
+    """The report opens in headless Chromium (network blocked) and renders: a 1280×900 screenshot, not blank."""
     import numpy as np
     from matplotlib.image import imread
 
-    png = screenshot(str(multi["html"]), str(tmp_path / "shot.png"), 1200, 900)
-    img = imread(png)
-    assert img.shape[:2] == (900, 1200)
+    img = imread(chromium["top"])
+    assert img.shape[:2] == (900, 1280)
     rgb = img[..., :3]
     assert rgb.std() > 0.05  # text, tables and colour, not an empty or error page
     # the header's blue rule (#1f77b4) is drawn: the page's own CSS was applied
@@ -235,52 +274,32 @@ def test_headless_chromium_screenshot(multi, tmp_path):
 
 
 @needs_chromium
-def test_answer_table_visible_without_scrolling(multi, tmp_path):
+def test_answer_table_visible_without_scrolling(chromium):
     """At 1280×900 the whole answer table is on the first screen, and the screenshot shows it."""
-    import json
-    import re
-
     import numpy as np
     from matplotlib.image import imread
 
-    measure = (
-        "var r=document.getElementById('answer-table').getBoundingClientRect();"
-        "var p=document.createElement('pre');p.id='measured';"
-        "p.textContent=JSON.stringify({top:r.top,bottom:r.bottom,right:r.right,vw:window.innerWidth,"
-        "vh:window.innerHeight,scroll:document.documentElement.scrollWidth});document.body.appendChild(p);"
-    )
-    dom = _chromium_dom(multi["html"], measure)
-    m = json.loads(re.search(r'<pre id="measured">(.*?)</pre>', dom).group(1))
+    m = json.loads(re.search(r'<pre id="measured">(.*?)</pre>', chromium["dom"]).group(1))
     # headless Chromium keeps some of the window for its own frame (the viewport is ~760 px of the 900)
     assert m["vw"] == 1280 and m["vh"] >= 700
     assert 0 < m["top"] < m["bottom"] <= m["vh"] and m["right"] <= m["vw"], m
     assert m["scroll"] <= m["vw"]  # nothing runs past the right edge: wide tables scroll in their box
-    img = imread(screenshot(str(multi["html"]), str(tmp_path / "top.png"), 1280, 900))[..., :3]
+    img = imread(chromium["top"])[..., :3]
     head = (np.abs(img - np.array([0xE6, 0xF2, 0xE6]) / 255).max(axis=-1) < 0.02).sum()
     assert head > 5000  # the answer table's green header row is drawn on the first screen
 
 
 @needs_chromium
-def test_figure_section_screenshot(multi, tmp_path):
+def test_figure_section_screenshot(multi, chromium, tmp_path):
     """A figure section renders (plotly drew every plot) and none of its panels holds more than 8 series."""
-    import json
-    import re
-
     from matplotlib.image import imread
-
-    from deepgap.render.style import MAX_SERIES
-    from deepgap.report import interactive as fi
 
     text = multi["text"]
     specs = re.findall(r'class="plot-spec" data-target="plot-[^"]+">(.*?)</script>', text, re.S)
     assert len(specs) >= 5
     for body in specs:
         assert max(fi.series_per_panel(json.loads(body.replace("<\\/", "</"))).values()) <= MAX_SERIES
-    count = (
-        "var p=document.createElement('pre');p.id='drawn';"
-        "p.textContent=document.querySelectorAll('div.plot .main-svg').length;document.body.appendChild(p);"
-    )
-    drawn = int(re.search(r'<pre id="drawn">(\d+)</pre>', _chromium_dom(multi["html"], count)).group(1))
+    drawn = int(re.search(r'<pre id="drawn">(\d+)</pre>', chromium["dom"]).group(1))
     assert drawn >= len(specs)
     shot = screenshot(str(multi["html"]) + "#fig06_throughput_vs_batch", str(tmp_path / "fig.png"), 1280, 900)
     img = imread(shot)[..., :3]
@@ -288,26 +307,9 @@ def test_figure_section_screenshot(multi, tmp_path):
 
 
 @needs_chromium
-def test_filters_hide_rows_and_traces(multi):
+def test_filters_hide_rows_and_traces(chromium):
     """Choosing a model, then a batch, in the page's filter menus narrows every plot and table."""
-    import json
-    import re
-
-    js = (
-        "function n(){var d=document.getElementById('plot-fig06_throughput_vs_batch');"
-        "return d.querySelectorAll('.scatterlayer .trace').length+','+Array.prototype.filter.call("
-        "document.querySelectorAll('tr[data-model]'),function(t){return t.style.display!=='none';}).length;}"
-        "function pick(k,v){var s=document.querySelector('#filters select[name='+k+']');s.value=v;"
-        "s.dispatchEvent(new Event('change'));}"
-        "var out=n();pick('model','resnet50');out+=' '+n();"
-        "var titles=[].map.call("
-        "document.querySelectorAll('#plot-fig06_throughput_vs_batch .annotation-text'),"
-        "function(e){return e.textContent;});pick('batch','8');out+=' '+n();"
-        "var p=document.createElement('pre');p.id='res';p.textContent=out;document.body.appendChild(p);"
-        "var q=document.createElement('pre');q.id='titles';q.textContent=JSON.stringify(titles);"
-        "document.body.appendChild(q);"
-    )
-    dom = _chromium_dom(multi["html"], js)
+    dom = chromium["dom"]
     res = re.search(r'<pre id="res">(.*?)</pre>', dom).group(1)
     titles = json.loads(re.search(r'<pre id="titles">(.*?)</pre>', dom).group(1))
     # no empty panel is left behind: every panel still shown is one of the chosen model's

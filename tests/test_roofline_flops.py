@@ -93,3 +93,28 @@ def test_training_costs_about_three_forward_passes_even_with_depthwise_convoluti
     train = model_cost("mobilenet_v3_large", 224, "train")
     assert infer.flops_per_image / 2 == pytest.approx(0.217e9, rel=0.02)  # 0.22 GMAC (torchvision)
     assert 2.5 < train.flops_per_image / infer.flops_per_image < 3.1
+
+
+# the costs the report reads from deepgap/data/model_costs.json instead of counting (roofline.cost)
+TABLE_KEYS = [
+    ("resnet18", 224, "infer"),
+    ("resnet50", 224, "infer"),
+    ("resnet101", 224, "infer"),
+    ("tinycnn", 32, "infer"),
+]
+
+
+def test_committed_cost_table_is_what_the_counter_counts():
+    """The table holds exactly a fresh count of each entry under the installed torch (else it is not used)."""
+    import os
+    from pathlib import Path
+
+    from deepgap.roofline import cost, model
+
+    counted = [model_cost(*k) for k in TABLE_KEYS]
+    if os.environ.get("DEEPGAP_REGEN_GOLDEN"):
+        path = Path(cost.__file__).resolve().parent.parent / "data" / cost.TABLE
+        path.write_text(cost.table_json(counted), encoding="utf-8")
+        cost.table.cache_clear()
+    assert cost.table() == {(c.model, c.resolution, c.mode): c for c in counted}
+    assert model.model_cost("resnet50", 224) is cost.known("resnet50", 224)  # the parent reads, not counts

@@ -81,6 +81,8 @@ def compare_platforms(
         peaks_df: measured ceilings (`roofline.storage.peaks_frame`), or None for datasheet peaks only.
         intensity: (model, resolution, batch, precision) → FLOP/byte; None: the eager-traffic estimate.
         n_resamples: bootstrap resamples per ratio.
+        agg: the store's aggregated configurations of ``run_ids``, when the caller has them (the report's
+            build does: aggregating again cost it seconds); default: aggregated here.
 
     Returns:
         (matched, best batch) as `analysis.compare.compare` returns them, plus
@@ -108,6 +110,7 @@ def side_by_side(
     run_ids: list[str] | None = None,
     intensity: IntensityFn | None = None,
     n_resamples: int = N_RESAMPLES,
+    agg: pd.DataFrame | None = None,
 ) -> dict[str, pd.DataFrame]:
     """What a report section sets side by side for the platforms of one store.
 
@@ -117,6 +120,8 @@ def side_by_side(
         run_ids: only these runs.
         intensity: as in `compare_platforms`.
         n_resamples: bootstrap resamples per ratio.
+        agg: the store's aggregated configurations of ``run_ids``, when the caller has them (the report's
+            build does: aggregating again cost it seconds); default: aggregated here.
 
     Returns:
         ``ceilings``: per platform and ceiling, measured and datasheet values
@@ -133,7 +138,8 @@ def side_by_side(
 
     store = Store(store_path, readonly=True)
     try:
-        agg = aggregate(prepare(store.results_frame(run_ids)), samples=store.samples)
+        if agg is None:
+            agg = aggregate(prepare(store.results_frame(run_ids)), samples=store.samples)
         names = platform_names(agg)
         chosen = [resolve_platform(p, names) for p in platforms] if platforms else gpu_platforms(agg)
         peaks = peaks_frame(store)

@@ -129,13 +129,13 @@ def ratio_figure(best: pd.DataFrame, matched: pd.DataFrame):
 
 
 def section(
-    store_path: str, run_ids: list[str] | None = None
+    store_path: str, run_ids: list[str] | None = None, agg: pd.DataFrame | None = None
 ) -> tuple[dict[str, pd.DataFrame], list[Figure]]:
     """Tables ``platforms_ceilings``, ``platforms_best_batch``, ``platforms_matched`` and the ratio figure."""
     from deepgap.analysis.platforms import side_by_side
     from deepgap.render.draw import Figure, png_bytes
 
-    out = side_by_side(store_path, run_ids=run_ids)
+    out = side_by_side(store_path, run_ids=run_ids, agg=agg)
     if len(out["platforms"]) < 2:
         return {}, []
     names = " vs ".join(out["platforms"]["platform"])
@@ -170,7 +170,7 @@ def section(
 
 def build(ctx: ReportContext) -> Parts:
     """The section's part of one report build."""
-    found, figs = section(ctx.store_path, ctx.run_ids)
+    found, figs = section(ctx.store_path, ctx.run_ids, ctx.configurations)
     titles = {}  # the platforms in the title, not in two columns of every row
     for key, (title, cols) in TABLE_SPECS.items():
         if key in found and "platform_a" in found[key] and len(found[key]):

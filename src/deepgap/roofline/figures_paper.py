@@ -83,7 +83,7 @@ def _measured_steps(
     profiles_df: pd.DataFrame | None, results_df: pd.DataFrame | None
 ) -> list[dict[str, Any]]:
     """One item per measured step: profiles' training/inference steps, then results' inference batches."""
-    from deepgap.roofline.flops import model_cost
+    from deepgap.roofline.model import model_cost
 
     items: list[dict[str, Any]] = []
     if profiles_df is not None and len(profiles_df):

@@ -18,75 +18,16 @@ module only inside the functions that count, never on a GPU.
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-from deepgap.core.precision import column
 from deepgap.measure.models.build import build_model, build_skeleton, example_batch
 from deepgap.measure.models.flops import count_step, op_counter
 from deepgap.measure.models.inputs import elements_per_sample
 from deepgap.measure.models.registry import resolve_model
-
-ITEMSIZE_BYTES = column("itemsize")  # bytes per element, a live view of the precision table
-
-
-@dataclass(frozen=True)
-class ModelCost:
-    """What a model costs per image, independent of the device (element counts; bytes via a precision)."""
-
-    model: str
-    resolution: int
-    mode: str  # infer | train
-    flops_per_image: float  # flop_counter convention; train = forward + backward (+ 0 for the update)
-    ew_flops_per_image: float  # elementwise estimate (not part of flops_per_image)
-    params: int
-    buffers: int
-    input_elements_per_image: int
-    output_elements_per_image: int
-    traffic_elements_per_image: float  # eager-traffic estimate, part that scales with the batch
-    traffic_elements_fixed: float  # part independent of the batch (weights, their gradients, the update)
-    counted_on: str = "meta"
-    notes: dict[str, Any] = field(default_factory=dict)
-
-    def flops(self, batch_size: int) -> float:
-        """FLOPs of one step (inference pass or training step) at ``batch_size``."""
-        return self.flops_per_image * batch_size
-
-    def param_bytes(self, precision: str = "fp32") -> float:
-        """Parameter bytes at ``precision``."""
-        return self.params * ITEMSIZE_BYTES[precision]
-
-    def min_bytes(self, batch_size: int, precision: str = "fp32") -> float:
-        """Lower bound on device-memory traffic of one step (perfect on-chip reuse).
-
-        Inference: weights read once, inputs read, logits written. Training: weights read once and updated
-        weights written once (gradients never leave the chip), inputs read, logits written.
-        """
-        w = self.params * (2 if self.mode == "train" else 1)
-        io = batch_size * (self.input_elements_per_image + self.output_elements_per_image)
-        return float(w + io) * ITEMSIZE_BYTES[precision]
-
-    def traffic_bytes(self, batch_size: int, precision: str = "fp32") -> float:
-        """Eager-traffic estimate of one step: each non-view op reads its inputs, writes its outputs once."""
-        return (self.traffic_elements_fixed + batch_size * self.traffic_elements_per_image) * ITEMSIZE_BYTES[
-            precision
-        ]
-
-    def intensity(self, batch_size: int, precision: str = "fp32", bytes_model: str = "traffic") -> float:
-        """Arithmetic intensity (FLOP/byte) with ``bytes_model`` ``traffic`` (default) or ``min``."""
-        b = (
-            self.traffic_bytes(batch_size, precision)
-            if bytes_model == "traffic"
-            else self.min_bytes(batch_size, precision)
-        )
-        return self.flops(batch_size) / b if b else float("nan")
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain dict (for the store)."""
-        return asdict(self)
+from deepgap.roofline.cost import ITEMSIZE_BYTES, ModelCost  # noqa: F401  (re-exported: the counter's record)
 
 
 def cost_of_module(model, name: str, resolution: int, mode: str = "infer", device: str = "meta") -> ModelCost:

@@ -18,6 +18,8 @@ from deepgap.core.precision import PRECISIONS as PRECISION_TABLE
 if TYPE_CHECKING:
     import pandas as pd
 
+    from deepgap.roofline.cost import ModelCost
+
 PRECISIONS = tuple(PRECISION_TABLE)  # the precision table's names, in its order
 BANDWIDTH_NAME = "memory"  # the peaks row holding device-memory bandwidth
 
@@ -200,7 +202,6 @@ def _roofline_row(r: Any, peaks_df, spec_row, bytes_model: str, count_missing: b
     """`add_roofline_columns`'s columns of one result row."""
     import numpy as np
 
-    from deepgap.roofline.flops import model_cost
     from deepgap.roofline.specs import spec_for
 
     mode = r.get("mode", "infer") or "infer"
@@ -239,3 +240,15 @@ def _roofline_row(r: Any, peaks_df, spec_row, bytes_model: str, count_missing: b
         "fraction_of_measured_peak": fraction(ach, meas_c.peak_tflops if meas_c else None),
         "bound": bound(ai, ref) if ref is not None and ai == ai else "",
     }
+
+
+def model_cost(name: str, resolution: int, mode: str = "infer") -> ModelCost:
+    """`cost.known`, else `deepgap.roofline.flops.model_cost` (counted in torch): the parent's way to a cost."""
+    from deepgap.roofline.cost import known
+
+    found = known(name, resolution, mode)
+    if found is not None:
+        return found
+    from deepgap.roofline.flops import model_cost as count
+
+    return count(name, int(resolution), mode)

@@ -69,7 +69,8 @@ PREDICT_COLUMNS = [
 
 def eager_intensity(model: str, resolution: int, batch: int, precision: str) -> float:
     """Eager-traffic arithmetic intensity of one batch (`flops.model_cost`, counted on the meta device)."""
-    from deepgap.roofline.flops import ITEMSIZE_BYTES, model_cost
+    from deepgap.roofline.cost import ITEMSIZE_BYTES
+    from deepgap.roofline.model import model_cost
 
     prec = precision if precision in ITEMSIZE_BYTES else "fp32"
     return model_cost(model, int(resolution)).intensity(int(batch), prec)
@@ -92,7 +93,7 @@ def per_op_time(
     """
     import numpy as np
 
-    from deepgap.roofline.flops import ITEMSIZE_BYTES
+    from deepgap.roofline.cost import ITEMSIZE_BYTES
 
     f1, f2, e1, e2 = (np.asarray(c, dtype=float) for c in costs)
     flops = f1 + (batch - 1) * (f2 - f1)

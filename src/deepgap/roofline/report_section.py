@@ -86,6 +86,7 @@ def section(
     if not len(ok) and not len(profiles):
         return {}, []
     infer = profiles[profiles["mode"] == "infer"] if len(profiles) else profiles
+    placed = _with_roofline_columns(ok, peaks)
     train = profiles[profiles["mode"] == "train"] if len(profiles) else profiles
     figs = [
         drawn_figure(
@@ -93,13 +94,13 @@ def section(
             "Inference roofline",
             "Every measured configuration at its arithmetic intensity and achieved TFLOP/s, under the device's "
             "spec-sheet ceilings and, where `deepgap peaks` ran, its measured ones.",
-            lambda: rf.roofline_figure(ok, peaks, profiles_df=infer, title="Inference roofline"),
+            lambda: rf.roofline_figure(placed, peaks, profiles_df=infer, title="Inference roofline"),
         ),
     ]
     from deepgap.roofline.interactive import roofline_spec
 
     if figs[0].png:  # its interactive version: every point hoverable (the PNG stays in the report's files)
-        figs[0].plotly = roofline_spec(ok, peaks, profiles_df=infer)
+        figs[0].plotly = roofline_spec(placed, peaks, profiles_df=infer)
     if len(train):
         figs.append(
             drawn_figure(
@@ -135,6 +136,21 @@ def section(
         "roofline_paper_reference": paper,
     }
     return {k: v for k, v in out.items() if len(v)}, figs
+
+
+def _with_roofline_columns(ok: pd.DataFrame, peaks: pd.DataFrame) -> pd.DataFrame:
+    """``ok`` with its roofline columns, computed once for the PNG and the plotly figure (each did it).
+
+    On a failure, ``ok`` as it is: each figure then computes them itself and says why it cannot be drawn.
+    """
+    from deepgap.roofline import model as rm
+
+    if not len(ok):
+        return ok
+    try:
+        return rm.add_roofline_columns(ok, peaks)
+    except Exception:  # noqa: BLE001 — the figures report it (`drawn_figure`)
+        return ok
 
 
 def build(ctx: ReportContext) -> Parts:
