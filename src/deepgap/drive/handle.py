@@ -35,12 +35,27 @@ START_TIMEOUT_S = 300.0  # a worker's start (and fingerprint): the fork server i
 _PRELOAD = ["deepgap.drive.forkserver_quiet", "torch", "torchvision", "torch._dynamo", "scipy.stats"]
 
 
+def _preload() -> list[str]:
+    """The fork server's preload: `_PRELOAD`, or the modules of ``DEEPGAP_WORKER_PRELOAD`` (comma-separated).
+
+    Why a knob: the server imports the list once, whether or not a worker will use it, and torchvision is
+    about a third of its cost (some 7 CPU-s on a loaded 2-core host): a worker that builds no torchvision
+    model (tinycnn) never imports it. A host that starts a fresh server per job (each Ray job's workers,
+    the tests' Ray cluster) can name only what its workers need; a module left out is imported by the
+    worker that needs it, on first use. Ctrl-C's module stays first.
+    """
+    named = os.environ.get("DEEPGAP_WORKER_PRELOAD")
+    if named is None:
+        return list(_PRELOAD)
+    return [_PRELOAD[0], *(m.strip() for m in named.split(",") if m.strip() and m.strip() != _PRELOAD[0])]
+
+
 def _context() -> Any:
     """The ``forkserver`` context with torch preloaded (``spawn`` where there is no fork server)."""
     if "forkserver" not in mp.get_all_start_methods():
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(_PRELOAD)
+    ctx.set_forkserver_preload(_preload())
     return ctx
 
 
@@ -83,6 +98,25 @@ def _start(proc: Any, ctx: Any) -> None:
         return
     with _ctrl_c_blocked():
         proc.start()
+
+
+def _stop_fork_server() -> None:
+    """Kill this process's fork server, if it runs: the run was stopped while a worker started.
+
+    Why: the server ignores Ctrl-C and, started moments ago, imports torch for seconds more (tens of CPU
+    seconds on a loaded host) before it would notice that its parent is gone; nothing needs it now. A
+    worker it already forked is not its child's business: the parent stops each (`WorkerHandle.stop`).
+    """
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver  # noqa: SLF001 - the stdlib's one server; it has no public stop
+    pid = getattr(server, "_forkserver_pid", None)
+    if pid is None:
+        return
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(Exception):  # closes its pipe, reaps it, removes its socket
+        server._stop()  # noqa: SLF001
 
 
 def _with_environ(environ: dict[str, str], target: str | Callable[..., Any], *args: Any) -> Any:
@@ -185,9 +219,11 @@ class WorkerHandle(CallProtocol):
         )
         try:
             _start(self.proc, ctx)
-        except BaseException:  # Ctrl-C midway: a process that never started has nothing to join
+        except BaseException as exc:  # Ctrl-C midway: a process that never started has nothing to join
             if getattr(self.proc, "_popen", None) is None:
                 self.proc = None
+                if isinstance(exc, KeyboardInterrupt):
+                    _stop_fork_server()
             parent.close()
             child.close()
             raise
