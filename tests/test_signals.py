@@ -198,3 +198,13 @@ def test_ctrl_c_during_the_fork_servers_spawn_reaches_the_parent(monkeypatch):
     assert spawned == [True]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the parent never ignores Ctrl-C
     assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+
+
+def test_a_named_preload_keeps_ctrl_c_deaf_first(monkeypatch):
+    """``DEEPGAP_WORKER_PRELOAD`` replaces the fork server's imports, never the SIGINT module that leads them."""
+    from deepgap.drive import handle
+
+    monkeypatch.delenv("DEEPGAP_WORKER_PRELOAD", raising=False)
+    assert handle._preload() == handle._PRELOAD and handle._PRELOAD[0] == "deepgap.drive.forkserver_quiet"
+    monkeypatch.setenv("DEEPGAP_WORKER_PRELOAD", " torch , deepgap.drive.forkserver_quiet,,scipy.stats")
+    assert handle._preload() == ["deepgap.drive.forkserver_quiet", "torch", "scipy.stats"]
