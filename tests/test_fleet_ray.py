@@ -52,16 +52,23 @@ def cluster():
     # inherits it: beside two busy loops such a worker got a few percent of a core and the sweep stalled for
     # minutes. Here the workers run at the test's own priority, so a loaded host slows them, never starves them.
     head = {"num_cpus": 0, "include_dashboard": False, "_system_config": {"worker_niceness": 0}}
-    c = Cluster(initialize_head=True, head_node_args=head)
-    nodes = {
-        "l4": c.add_node(num_cpus=1, resources={"accelerator_type:L4": 1}),
-        "plain": c.add_node(num_cpus=1),
-    }
+    # Every Ray job starts fresh Ray workers, and each starts a fork server (four here): a tinycnn worker
+    # never imports torchvision (a third of the server's start). The nodes' processes, Ray's workers among
+    # them, inherit the environment of the moment.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DEEPGAP_WORKER_PRELOAD", "torch,torch._dynamo,scipy.stats")
+        c = Cluster(initialize_head=True, head_node_args=head)
+        nodes = {
+            "l4": c.add_node(num_cpus=1, resources={"accelerator_type:L4": 1}),
+            "plain": c.add_node(num_cpus=1),
+        }
     c.wait_for_nodes()
     c.nodes_by_name = nodes
     yield c
     if ray.is_initialized():
         ray.shutdown()
+    for node in [*c.worker_nodes, c.head_node]:  # at once: a graceful stop waits up to 1 s per process
+        c.remove_node(node, allow_graceful=False)
     c.shutdown()
 
 

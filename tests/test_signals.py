@@ -13,6 +13,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -119,11 +120,16 @@ def _fork_server_of(pid: int) -> bool:
 
 
 @pytest.mark.slow
-def test_ctrl_c_while_the_worker_starts_is_one_quiet_line_and_leaves_nothing(tmp_path):
-    """Ctrl-C (SIGINT to the whole group, as a terminal sends it) while the fork server imports torch.
+@pytest.mark.parametrize("after_s", [0.0, 0.3], ids=["at-the-servers-birth", "in-its-torch-import"])
+def test_ctrl_c_while_the_worker_starts_is_one_quiet_line_and_leaves_nothing(tmp_path, after_s):
+    """Ctrl-C (SIGINT to the whole group, as a terminal sends it) while the fork server starts.
 
     Before: a ~115-line double traceback (the fork server's, a worker's broken numpy import, the
     parent's join of a process that never started) and exit 1; the line offered a --resume with no run.
+    ``at-the-servers-birth``: sent the moment the server's process appears, while the parent may still
+    block SIGINT around its spawn and the server has not yet ignored it (`deepgap.drive.forkserver_quiet`):
+    when the parent ignored SIGINT there, a Ctrl-C delivered to another of its threads was dropped and the
+    run finished with 0. ``in-its-torch-import``: into the seconds the server spends importing torch.
     """
     argv = ["run", "--models", "tinycnn", "--device", "cpu", "--batch-sizes", "1", "--quiet"]
     argv += ["--store", str(tmp_path / "s.sqlite")]
@@ -137,14 +143,11 @@ def test_ctrl_c_while_the_worker_starts_is_one_quiet_line_and_leaves_nothing(tmp
     )
     deadline = time.monotonic() + BOUND_S
     while not _fork_server_of(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    # past the parent's few milliseconds with SIGINT held (drive/handle._ctrl_c_held, while the server is
-    # spawned), into the seconds the server spends importing torch: a Ctrl-C inside that window can reach
-    # a thread other than the blocked main one and be dropped (the note of 2026-12-02 names this race)
-    time.sleep(0.3)
+        time.sleep(0.002 if after_s == 0 else 0.02)
+    time.sleep(after_s)
     assert proc.poll() is None, "the run ended before its worker started"
     os.killpg(proc.pid, signal.SIGINT)
-    assert proc.wait(BOUND_S) == 130
+    assert proc.wait(BOUND_S) == 130  # a run that got Ctrl-C never finishes with 0
     err = proc.stderr.read()
     assert err.count("\n") == 1 and "Traceback" not in err, err
     assert "interrupted before any run was stored" in err and "--resume" not in err, err
@@ -152,3 +155,56 @@ def test_ctrl_c_while_the_worker_starts_is_one_quiet_line_and_leaves_nothing(tmp
         time.sleep(0.1)
     assert _group(proc.pid) == [], "the fork server or a worker outlived the run"
     assert os.listdir(tmp_path) == []
+
+
+def test_ctrl_c_during_the_fork_servers_spawn_reaches_the_parent(monkeypatch):
+    """Issue 46's race, made certain: SIGINT arrives while the parent spawns the fork server.
+
+    The parent's main thread blocks SIGINT there (so the server is born with it blocked), and the kernel
+    hands a process-wide signal to a thread that does not block it: here a waiting thread, as numpy's BLAS
+    pool is in a real run. When the parent also ignored SIGINT meanwhile, that thread dropped it and the
+    run went on to finish with 0; now the parent's own handler gets it, and Ctrl-C stops the start.
+    """
+    import multiprocessing as mp
+    from multiprocessing import forkserver, resource_tracker
+
+    from deepgap.drive import handle
+
+    spawned: list[bool] = []
+
+    def spawn_the_server() -> None:
+        os.kill(os.getpid(), signal.SIGINT)  # to the process: the blocked main thread is not its target
+        spawned.append(True)
+
+    class NeverStarted:
+        def start(self) -> None:
+            # the other thread runs the handler when it is next scheduled (late on a loaded host); the main
+            # thread's KeyboardInterrupt follows at its next check, between these short sleeps
+            for _ in range(BOUND_S * 10):
+                time.sleep(0.1)
+            raise AssertionError("Ctrl-C during the server's spawn went unnoticed")
+
+    monkeypatch.setattr(resource_tracker, "ensure_running", lambda: None)
+    monkeypatch.setattr(forkserver, "ensure_running", spawn_the_server)
+    idle = threading.Event()
+    other = threading.Thread(target=idle.wait, daemon=True)  # a thread with SIGINT open, as BLAS's
+    other.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            handle._start(NeverStarted(), mp.get_context("forkserver"))
+    finally:
+        idle.set()
+        other.join()
+    assert spawned == [True]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the parent never ignores Ctrl-C
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+
+
+def test_a_named_preload_keeps_ctrl_c_deaf_first(monkeypatch):
+    """``DEEPGAP_WORKER_PRELOAD`` replaces the fork server's imports, never the SIGINT module that leads them."""
+    from deepgap.drive import handle
+
+    monkeypatch.delenv("DEEPGAP_WORKER_PRELOAD", raising=False)
+    assert handle._preload() == handle._PRELOAD and handle._PRELOAD[0] == "deepgap.drive.forkserver_quiet"
+    monkeypatch.setenv("DEEPGAP_WORKER_PRELOAD", " torch , deepgap.drive.forkserver_quiet,,scipy.stats")
+    assert handle._preload() == ["deepgap.drive.forkserver_quiet", "torch", "scipy.stats"]

@@ -15,7 +15,6 @@ import importlib
 import multiprocessing as mp
 import os
 import signal
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -32,7 +31,23 @@ START_TIMEOUT_S = 300.0  # a worker's start (and fingerprint): the fork server i
 # its own context; had the server made one, torch would refuse CUDA in the child, loudly.
 # scipy.stats (the bootstrap CIs and the serving verdicts) is imported on first use since the CLI stopped
 # paying 1.5 s for it at every start; preloaded here, a worker never pays it inside a timed-out request.
-_PRELOAD = ["torch", "torchvision", "torch._dynamo", "scipy.stats"]
+# deepgap.drive.forkserver_quiet comes first: the server and its workers ignore Ctrl-C from then on.
+_PRELOAD = ["deepgap.drive.forkserver_quiet", "torch", "torchvision", "torch._dynamo", "scipy.stats"]
+
+
+def _preload() -> list[str]:
+    """The fork server's preload: `_PRELOAD`, or the modules of ``DEEPGAP_WORKER_PRELOAD`` (comma-separated).
+
+    Why a knob: the server imports the list once, whether or not a worker will use it, and torchvision is
+    about a third of its cost (some 7 CPU-s on a loaded 2-core host): a worker that builds no torchvision
+    model (tinycnn) never imports it. A host that starts a fresh server per job (each Ray job's workers,
+    the tests' Ray cluster) can name only what its workers need; a module left out is imported by the
+    worker that needs it, on first use. Ctrl-C's module stays first.
+    """
+    named = os.environ.get("DEEPGAP_WORKER_PRELOAD")
+    if named is None:
+        return list(_PRELOAD)
+    return [_PRELOAD[0], *(m.strip() for m in named.split(",") if m.strip() and m.strip() != _PRELOAD[0])]
 
 
 def _context() -> Any:
@@ -40,50 +55,68 @@ def _context() -> Any:
     if "forkserver" not in mp.get_all_start_methods():
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(_PRELOAD)
+    ctx.set_forkserver_preload(_preload())
     return ctx
 
 
 @contextlib.contextmanager
-def _ctrl_c_held() -> Iterator[None]:
-    """SIGINT ignored meanwhile: a process started now inherits it ignored, for good.
+def _ctrl_c_blocked() -> Iterator[None]:
+    """SIGINT blocked in this thread meanwhile: a process started now is born with it blocked.
 
     Why: Ctrl-C reaches every process of the terminal's group. A fork server importing torch, or a
     worker unpickling its target (importing deepgap and scipy), met it mid-import: each printed a
     traceback (one a broken numpy's AttributeError) over the parent's one line, and the parent, stopped
-    inside ``Process.start``, failed again joining a process that never started (issue 46). A process
-    born with SIGINT ignored keeps it so (Python installs its handler only over the default, and the
-    fork server hands its own start-up handlers on to its children); the parent, which gets Ctrl-C,
-    stops the workers (`WorkerHandle.stop`). SIGINT is blocked around the change, so a Ctrl-C pressed
-    meanwhile stays pending (Linux never drops a blocked signal) and reaches the parent's own handler.
+    inside ``Process.start``, failed again joining a process that never started (issue 46). The child
+    keeps the mask across exec, so a Ctrl-C that reaches it stays pending until it ignores SIGINT
+    (`deepgap.drive.forkserver_quiet`, the fork server's first import; `_with_environ` for a spawned
+    worker), which discards it. The parent's own handling is left alone: it never ignores SIGINT (that
+    disposition is the whole process's, and a Ctrl-C delivered to another of its threads meanwhile was
+    dropped: the run finished with 0), and a Ctrl-C that arrives while this thread blocks it is handled
+    by another thread's handler or stays pending until the mask is restored; Linux never drops it.
     """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, handler)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def _start(proc: Any, ctx: Any) -> None:
-    """``proc.start()``, its process (and the fork server it comes from) deaf to Ctrl-C (`_ctrl_c_held`).
+    """``proc.start()``, its process (and the fork server it comes from) deaf to Ctrl-C (`_ctrl_c_blocked`).
 
-    The fork server is started first, briefly held; the start itself (which waits for the server's
-    imports the first time, seconds) is left open to Ctrl-C.
+    The fork server is started first, briefly blocked; the start itself (which waits for the server's
+    imports the first time, seconds) is left open to Ctrl-C: the worker is forked by the server.
     """
     if ctx.get_start_method() == "forkserver":
-        from multiprocessing import forkserver
+        from multiprocessing import forkserver, resource_tracker
 
-        with _ctrl_c_held():
+        # the server starts the resource tracker first, unless it runs: starting it unblocks SIGINT here
+        resource_tracker.ensure_running()
+        with _ctrl_c_blocked():
             forkserver.ensure_running()
         proc.start()
         return
-    with _ctrl_c_held():
+    with _ctrl_c_blocked():
         proc.start()
+
+
+def _stop_fork_server() -> None:
+    """Kill this process's fork server, if it runs: the run was stopped while a worker started.
+
+    Why: the server ignores Ctrl-C and, started moments ago, imports torch for seconds more (tens of CPU
+    seconds on a loaded host) before it would notice that its parent is gone; nothing needs it now. A
+    worker it already forked is not its child's business: the parent stops each (`WorkerHandle.stop`).
+    """
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver  # noqa: SLF001 - the stdlib's one server; it has no public stop
+    pid = getattr(server, "_forkserver_pid", None)
+    if pid is None:
+        return
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(Exception):  # closes its pipe, reaps it, removes its socket
+        server._stop()  # noqa: SLF001
 
 
 def _with_environ(environ: dict[str, str], target: str | Callable[..., Any], *args: Any) -> Any:
@@ -96,11 +129,14 @@ def _with_environ(environ: dict[str, str], target: str | Callable[..., Any], *ar
     A fork server keeps the environment it started with; the worker must see the parent's as it is now
     (``DEEPGAP_CACHE``, ``CUDA_VISIBLE_DEVICES``, ``OMP_NUM_THREADS``), as a spawned one would.
 
-    Ctrl-C reaches every process of the terminal's group, but a worker is born with SIGINT ignored
-    (`_ctrl_c_held`): the parent stops it. Should one arrive all the same, the worker exits at once and
-    quietly (code 130), so the user sees the parent's one line, not the worker's traceback. SIGTERM and
-    SIGHUP end it alike, and a parent that is gone (a broken pipe) ends the worker quietly.
+    Ctrl-C reaches every process of the terminal's group, but a worker ignores SIGINT: the parent stops
+    it. A forked worker is born ignoring it (`deepgap.drive.forkserver_quiet`); a spawned one was born
+    with it blocked (`_ctrl_c_blocked`) and ignores it here, before it imports its target. SIGTERM and
+    SIGHUP end the worker at once and quietly (code 130), so the user sees the parent's one line, not the
+    worker's traceback; a parent that is gone (a broken pipe) ends the worker quietly.
     """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # discards a Ctrl-C left pending by the blocked start
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     os.environ.clear()
     os.environ.update(environ)
     for sig in (signal.SIGTERM, signal.SIGHUP):  # kill, systemd, docker stop, a closed terminal: as Ctrl-C
@@ -183,9 +219,11 @@ class WorkerHandle(CallProtocol):
         )
         try:
             _start(self.proc, ctx)
-        except BaseException:  # Ctrl-C midway: a process that never started has nothing to join
+        except BaseException as exc:  # Ctrl-C midway: a process that never started has nothing to join
             if getattr(self.proc, "_popen", None) is None:
                 self.proc = None
+                if isinstance(exc, KeyboardInterrupt):
+                    _stop_fork_server()
             parent.close()
             child.close()
             raise
