@@ -1,5 +1,8 @@
 """Engine building blocks without a GPU: caches, calibration data, ORT INT8 quantization, TensorRT plans."""
 
+import subprocess
+import sys
+
 import pytest
 
 from deepgap.core.errors import UsageError
@@ -255,3 +258,39 @@ def test_gpu_engines_say_why_not_on_a_cpu():
         assert "fp16" in why("onnxruntime", "fp16")
         assert why("onnxruntime", "int8") is None
         assert "bf16" in why("onnxruntime", "bf16")
+
+
+def test_the_parents_engine_catalogue_matches_the_registry():
+    """Every registered engine has its line in `catalog.CATALOG`, with the same module, precisions and text."""
+    from deepgap.measure.engines import ENGINES, load_engines
+    from deepgap.measure.engines.catalog import CATALOG
+
+    load_engines()
+    registered = {
+        n: (ENGINES.get(n).__module__, tuple(ENGINES.get(n).precisions), ENGINES.get(n).description)
+        for n in ENGINES.names()
+    }
+    listed = {e.name: (f"deepgap.measure.engines.{e.module}", e.precisions, e.description) for e in CATALOG}
+    assert listed == registered
+
+
+def test_validating_a_sweep_and_a_serve_leaves_torch_unloaded():
+    """The parent checks engine names and precisions from the catalogue: no engine module, no torch."""
+    code = """
+import sys
+from deepgap.drive.config import SweepSpec, validate
+from deepgap.measure.pairing import check_pairs
+from deepgap.core.errors import UsageError
+spec = validate(SweepSpec(models=("resnet50", "tinycnn"), engines=("eager", "quant", "onnxruntime"),
+                          precisions=("fp16", "int8", "fp8"), batch_sizes=(1, 256), device="cpu",
+                          engine_axes={"quant": {"batch_sizes": [1]}}))
+check_pairs(spec)
+try:
+    validate(SweepSpec(models=("tinycnn",), engines=("nope",), precisions=("fp32",), batch_sizes=(1,)))
+except UsageError as e:
+    assert "unknown engine 'nope'" in str(e) and "quant" in str(e), e
+else:
+    raise AssertionError("an unknown engine passed")
+assert "torch" not in sys.modules, "torch imported"
+"""
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -144,8 +144,7 @@ def _positive_ints(name: str, values: tuple[Any, ...], allow_empty: bool = False
 
 def validate(spec: SweepSpec) -> SweepSpec:
     """Check every field; return ``spec`` unchanged or raise a `UsageError`."""
-    from deepgap.measure.engines import load_engines
-    from deepgap.measure.engines.base import ENGINES
+    from deepgap.measure.engines.catalog import engine_info
     from deepgap.measure.models import resolve_model
     from deepgap.measure.models.inputs import check_seq_lens
 
@@ -155,9 +154,8 @@ def validate(spec: SweepSpec) -> SweepSpec:
         resolve_model(m)
     if not spec.engines:
         raise UsageError("no engines given", "pass e.g. --engines eager (see `deepgap list engines`)")
-    load_engines()
     for e in spec.engines:
-        ENGINES.get(e)
+        engine_info(e)
     if not spec.precisions:
         raise UsageError(
             "no precisions given", f"pass e.g. --precisions fp32,fp16 (known: {', '.join(PRECISIONS)})"
@@ -241,7 +239,7 @@ def _accuracy(spec: SweepSpec) -> SweepSpec:
 
 def _validate_engine_axes(spec: SweepSpec) -> None:
     """Per-engine axes: a registered engine, a known axis, valid values (as the sweep's own)."""
-    from deepgap.measure.engines.base import ENGINES
+    from deepgap.measure.engines.catalog import engine_info
 
     if not isinstance(spec.engine_axes, dict):
         raise UsageError(
@@ -249,7 +247,7 @@ def _validate_engine_axes(spec: SweepSpec) -> None:
             "write e.g. engine_axes.quant = {batch_sizes = [1]}",
         )
     for engine, axes in spec.engine_axes.items():
-        ENGINES.get(engine)
+        engine_info(engine)
         if not isinstance(axes, dict):
             raise UsageError(
                 f"engine_axes.{engine} must be a table",

@@ -29,11 +29,9 @@ class SweepSpec(Protocol):
 
 def engine_precisions(engine: str) -> tuple[str, ...]:
     """The precisions the registered engine ``engine`` runs."""
-    from deepgap.measure.engines import load_engines
-    from deepgap.measure.engines.base import ENGINES
+    from deepgap.measure.engines.catalog import engine_info
 
-    load_engines()
-    return tuple(ENGINES.get(engine).precisions)
+    return engine_info(engine).precisions
 
 
 def axes(spec: SweepSpec, engine: str) -> dict[str, tuple]:
@@ -53,9 +51,9 @@ def check_pairs(spec: SweepSpec) -> None:
     per_engine = {e: axes(spec, e)["precisions"] for e in spec.engines}
     for p in spec.precisions:
         if not any(p in ps for ps in per_engine.values()):
-            from deepgap.measure.engines.base import ENGINES
+            from deepgap.measure.engines.catalog import engine_names
 
-            able = [e for e in ENGINES.names() if p in engine_precisions(e)]
+            able = [e for e in engine_names() if p in engine_precisions(e)]
             raise UsageError(
                 f"no chosen engine runs {p} (engines: {', '.join(spec.engines)})",
                 f"add an engine that does ({', '.join(able) or 'none registered'}) "

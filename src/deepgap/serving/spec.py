@@ -177,8 +177,7 @@ def _check_names(spec: ServeSpec) -> None:
     """The scenario, models, engine, precision, memory format and device are ones deepgap knows."""
     from deepgap.core.precision import PRECISIONS
     from deepgap.drive.config import MEMORY_FORMATS
-    from deepgap.measure.engines import load_engines
-    from deepgap.measure.engines.base import ENGINES
+    from deepgap.measure.engines.catalog import engine_info
     from deepgap.measure.models import resolve_model
 
     if spec.scenario not in SCENARIOS:
@@ -190,8 +189,7 @@ def _check_names(spec: ServeSpec) -> None:
                 f"deepgap serve does not serve text models yet ({name})",
                 "measure it with `deepgap run --models " + name + " --seq-lens 128`",
             )
-    load_engines()
-    ENGINES.get(spec.engine)
+    engine_info(spec.engine)
     if spec.precision not in PRECISIONS:
         raise UsageError(f"unknown precision {spec.precision!r}", f"choose from {', '.join(PRECISIONS)}")
     if spec.memory_format not in MEMORY_FORMATS:

@@ -1,7 +1,8 @@
 """Engines: how a model is turned into something callable (eager, compile, CUDA graphs, ORT, TensorRT …).
 
 A new engine is one file in this package that subclasses `Engine` and decorates itself with
-``@ENGINES.register("name")``; every module here is imported on first use, so nothing else changes.
+``@ENGINES.register("name")``, plus its line in `catalog.py` (what the parent reads without importing it;
+tests/test_engines_units.py checks the two agree); every module here is imported on first use in a worker.
 """
 
 from __future__ import annotations
