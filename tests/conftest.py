@@ -72,15 +72,16 @@ def inprocess_worker(mp: pytest.MonkeyPatch):
         torch.set_num_threads(threads)
 
 
-FULL_RUN_WORKERS = 3
+FULL_RUN_WORKERS = 4
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config):
-    """A full run (``python -m pytest -q``: no paths, no ``-n``) uses three xdist workers, one file each.
+    """A full run (``python -m pytest -q``: no paths, no ``-n``) uses four xdist workers, one file each.
 
-    Why: most of the suite's time is spent waiting on real worker processes, sockets and timeouts (with two
-    workers the 2-core CI machine's cores were busy about 40% of the time), so three workers fit it;
+    Why: much of the suite's time is spent waiting on real worker processes, sockets and timeouts (with two
+    workers the 2-core CI machine's cores were busy about 40% of the time, with three about 60%); on
+    clean clones of the same tree on idle cores, four took pytest 458 s against 481 s for three;
     ``--dist loadfile`` keeps each file (and its module fixtures, the Ray cluster, the served store) in one
     worker. ``pytest tests/test_x.py``, ``-n 0``, ``--pdb``, ``--co`` or
     ``DEEPGAP_TEST_SERIAL=1`` stay serial; without pytest-xdist installed this does nothing. Runs before
