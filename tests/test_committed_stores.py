@@ -90,10 +90,16 @@ def test_writing_migrates_in_place_and_keeps_every_row(copies, tmp_path):
 
 
 def test_show_merge_and_report(copies, tmp_path, capsys):
-    for path in copies.values():
+    """Three stores of every table plus ``h200/quant.sqlite``: a four-store merge whose default
+    (interactive) report stays ≤ 3 MB (issue 49: plotly.js is embedded once, about 2 MB of it)."""
+    quant = tmp_path / "quant.sqlite"
+    with gzip.open(ARCHIVE / "h200/quant.sqlite.gz") as fin, open(quant, "wb") as fout:
+        shutil.copyfileobj(fin, fout)
+    inputs = {**copies, "quant": quant}
+    for path in inputs.values():
         assert main(["show", str(path)]) == 0
     out = tmp_path / "all.sqlite"
-    assert main(["merge", *map(str, copies.values()), "-o", str(out)]) == 0
+    assert main(["merge", *map(str, inputs.values()), "-o", str(out)]) == 0
     assert _raw(out, "PRAGMA user_version") == [(SCHEMA_VERSION,)]
     for table in (
         "runs",
@@ -107,7 +113,7 @@ def test_show_merge_and_report(copies, tmp_path, capsys):
     ):
         want = sum(
             _raw(p, f"SELECT count(*) FROM {table}")[0][0]
-            for p in copies.values()
+            for p in inputs.values()
             if _raw(p, f"SELECT count(*) FROM sqlite_master WHERE name = '{table}'")[0][0]
         )
         assert _raw(out, f"SELECT count(*) FROM {table}")[0][0] == want, table
@@ -119,6 +125,10 @@ def test_show_merge_and_report(copies, tmp_path, capsys):
     assert orphans == [(0,)]
     capsys.readouterr()
     html = tmp_path / "report.html"
-    assert main(["report", str(out), "-o", str(html), "--static"]) == 0
+    assert main(["report", str(out), "-o", str(html)]) == 0
     text = html.read_text()
     assert "ad70c3" in text and "NVIDIA H200" in text and "NVIDIA H100" in text
+    assert "Plotly" in text  # the interactive page, the one whose size matters
+    assert html.stat().st_size <= 3_000_000, (
+        f"a four-store report is {html.stat().st_size / 1e6:.2f} MB > 3 MB"
+    )
