@@ -13,7 +13,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
@@ -157,49 +156,62 @@ def test_ctrl_c_while_the_worker_starts_is_one_quiet_line_and_leaves_nothing(tmp
     assert os.listdir(tmp_path) == []
 
 
-def test_ctrl_c_during_the_fork_servers_spawn_reaches_the_parent(monkeypatch):
+SPAWN_WINDOW = """
+import multiprocessing as mp, os, signal, sys, threading, time
+from multiprocessing import forkserver, resource_tracker
+from deepgap.drive import handle
+
+spawned = []
+
+def spawn_the_server():
+    # noted first: another thread can take the signal at once, and Python then runs the handler in the
+    # main thread at its next bytecode, before a line after the kill
+    spawned.append(True)
+    os.kill(os.getpid(), signal.SIGINT)  # to the process: the blocked main thread is not its target
+
+class NeverStarted:
+    def start(self):
+        # the other thread takes the signal when it is next scheduled (late on a loaded host); the main
+        # thread's KeyboardInterrupt follows at its next check, between these short sleeps
+        for _ in range(int(sys.argv[1]) * 10):
+            time.sleep(0.1)
+        sys.exit("Ctrl-C during the server's spawn went unnoticed")
+
+resource_tracker.ensure_running = lambda: None
+forkserver.ensure_running = spawn_the_server
+idle = threading.Event()
+other = threading.Thread(target=idle.wait, daemon=True)  # a thread with SIGINT open, as BLAS's
+other.start()
+try:
+    handle._start(NeverStarted(), mp.get_context("forkserver"))
+except KeyboardInterrupt:
+    pass
+else:
+    sys.exit("no KeyboardInterrupt")
+finally:
+    idle.set()
+    other.join()
+assert spawned == [True], spawned
+assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the parent never ignores Ctrl-C
+assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+print("ok")
+"""
+
+
+def test_ctrl_c_during_the_fork_servers_spawn_reaches_the_parent():
     """Issue 46's race, made certain: SIGINT arrives while the parent spawns the fork server.
 
     The parent's main thread blocks SIGINT there (so the server is born with it blocked), and the kernel
     hands a process-wide signal to a thread that does not block it: here a waiting thread, as numpy's BLAS
     pool is in a real run. When the parent also ignored SIGINT meanwhile, that thread dropped it and the
     run went on to finish with 0; now the parent's own handler gets it, and Ctrl-C stops the start.
+    In a fresh interpreter, as a CLI run's parent is: run in the xdist worker after other in-process
+    tests, the signal once went unnoticed for the whole bound.
     """
-    import multiprocessing as mp
-    from multiprocessing import forkserver, resource_tracker
-
-    from deepgap.drive import handle
-
-    spawned: list[bool] = []
-
-    def spawn_the_server() -> None:
-        # noted first: another thread can take the signal at once, and Python then runs the handler in the
-        # main thread at its next bytecode, before a line after the kill (a clean-clone run saw that)
-        spawned.append(True)
-        os.kill(os.getpid(), signal.SIGINT)  # to the process: the blocked main thread is not its target
-
-    class NeverStarted:
-        def start(self) -> None:
-            # the other thread runs the handler when it is next scheduled (late on a loaded host); the main
-            # thread's KeyboardInterrupt follows at its next check, between these short sleeps
-            for _ in range(BOUND_S * 10):
-                time.sleep(0.1)
-            raise AssertionError("Ctrl-C during the server's spawn went unnoticed")
-
-    monkeypatch.setattr(resource_tracker, "ensure_running", lambda: None)
-    monkeypatch.setattr(forkserver, "ensure_running", spawn_the_server)
-    idle = threading.Event()
-    other = threading.Thread(target=idle.wait, daemon=True)  # a thread with SIGINT open, as BLAS's
-    other.start()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            handle._start(NeverStarted(), mp.get_context("forkserver"))
-    finally:
-        idle.set()
-        other.join()
-    assert spawned == [True]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the parent never ignores Ctrl-C
-    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    p = subprocess.run(
+        [sys.executable, "-c", SPAWN_WINDOW, "60"], capture_output=True, text=True, timeout=BOUND_S
+    )
+    assert (p.returncode, p.stdout.strip()) == (0, "ok"), p.stderr[-2000:]
 
 
 def test_a_named_preload_keeps_ctrl_c_deaf_first(monkeypatch):
