@@ -205,11 +205,16 @@ def test_ctrl_c_during_the_fork_servers_spawn_reaches_the_parent():
     hands a process-wide signal to a thread that does not block it: here a waiting thread, as numpy's BLAS
     pool is in a real run. When the parent also ignored SIGINT meanwhile, that thread dropped it and the
     run went on to finish with 0; now the parent's own handler gets it, and Ctrl-C stops the start.
-    In a fresh interpreter, as a CLI run's parent is: run in the xdist worker after other in-process
-    tests, the signal once went unnoticed for the whole bound.
+    In a fresh interpreter with SIGINT at its default, as a CLI run's parent in a terminal: a suite started
+    in the background by a shell without job control inherits SIGINT ignored (bash does that to
+    asynchronous commands), and there the signal went unnoticed for the whole bound.
     """
     p = subprocess.run(
-        [sys.executable, "-c", SPAWN_WINDOW, "60"], capture_output=True, text=True, timeout=BOUND_S
+        [sys.executable, "-c", SPAWN_WINDOW, "60"],
+        capture_output=True,
+        text=True,
+        timeout=BOUND_S,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as in a terminal
     )
     assert (p.returncode, p.stdout.strip()) == (0, "ok"), p.stderr[-2000:]
 
