@@ -225,3 +225,51 @@ def test_fused_stem_on_gpu_matches_the_exact_reference(out_fmt):
     differ = float((o != r).float().mean())
     assert differ < 0.01, differ  # fp32 sums in another order: a rounding boundary now and then
     assert torch.all((o - r).abs() <= torch.maximum(r.abs() / 8, torch.ones_like(r)) + 1e-6)
+
+
+@pytest.mark.parametrize("cfg", [(64, 4), (128, 4), (128, 8), (256, 8)])
+@pytest.mark.parametrize("out_fmt", ["int8", "fp8"])
+def test_int8_stem_on_gpu_is_exact(out_fmt, cfg):
+    """The int8-pixel stem (`quant.stem_int8`) at 224², every tile the stem choice times, bit for bit."""
+    from deepgap.measure.quant import stem_int8
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(8, 3, 224, 224, device="cuda", generator=g).half()
+    w_i8, _ = stem_int8.pack_weights(torch.randn(64, 3, 7, 7, dtype=torch.float64) * 0.2)
+    alpha = torch.rand(64, device="cuda", generator=g) * 0.01 + 0.001
+    beta = torch.randn(64, device="cuda", generator=g)
+    pixels = stem_int8.quantize_image(x, 0.03)
+    assert torch.equal(pixels, stem_int8.quantize_image(x, 0.03, backend="torch"))
+    args = (pixels, w_i8.cuda(), 7, 2, 3, alpha, beta, out_fmt)
+    out = stem_int8.stem(*args, block_m=cfg[0], num_warps=cfg[1])
+    ref = stem_int8.reference(*args)
+    assert out.shape == ref.shape == (8 * 56 * 56, 64)
+    assert torch.equal(out.float(), ref.float())
+
+
+@pytest.mark.parametrize("precision", ["int8", "fp8"])
+def test_int8_resident_resnet50_reads_its_pixels_in_place(precision, tmp_path, monkeypatch):
+    """``--inputs int8-resident``: int8 pixels made once, read in place by the graph, logits within bounds."""
+    from deepgap.measure import correctness
+    from deepgap.measure.models.build import build_model
+    from deepgap.measure.quant.prepare import QuantOptions, prepare_quant
+
+    if precision == "fp8" and torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("fp8 needs compute capability ≥ 8.9")
+    monkeypatch.setenv("DEEPGAP_CACHE", str(tmp_path))
+    model = build_model("resnet50", 224, None, 0)
+    x = torch.randn(8, 3, 224, 224, generator=torch.Generator().manual_seed(1))
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    with torch.inference_mode():
+        ref = model.cuda()(x.cuda()).float().cpu()
+    res = prepare_quant(model.cpu(), precision, 8, 224, "resnet50", opts=QuantOptions(resident_input=True))
+    pixels = res.make_input(x.cuda())
+    assert pixels.dtype == torch.int8 and pixels.shape == (8, 4, 224, 224)
+    assert res.info["cuda_graph"] and pixels.data_ptr() == res.run.static_in.data_ptr()
+    assert res.info["stem"]["chosen"].startswith("int8+"), res.info["stem"]
+    with torch.inference_mode():
+        a = res.run(pixels).float().cpu()
+        b = res.run(pixels).float().cpu()
+    agree = correctness.compare(a, ref, precision)
+    print(f"\n{precision} int8-resident: {agree}; stem {res.info['stem']}")
+    assert torch.equal(a, b) and not agree.flagged, agree

@@ -68,7 +68,8 @@ class QuantEngine(Engine):
         from deepgap.measure.quant.prepare import QuantOptions, prepare_quant
 
         t0 = time.perf_counter()
-        opts = QuantOptions()
+        resident = getattr(spec, "input_mode", None) == "int8-resident"
+        opts = QuantOptions(resident_input=resident)
         if self.options.get("dataset"):  # accuracy mode: calibrate on the labelled set's calibration split
             from deepgap.measure.calibration_data import from_dataset
 
@@ -76,6 +77,12 @@ class QuantEngine(Engine):
         res = prepare_quant(
             model, spec.precision, spec.batch_size, spec.resolution, spec.model, device=spec.device, opts=opts
         )
-        return Prepared(
-            run=res.run, input_dtype=torch.float16, setup_s=time.perf_counter() - t0, info=res.info
+        prepared = Prepared(
+            run=res.run,
+            input_dtype=torch.int8 if resident else torch.float16,
+            setup_s=time.perf_counter() - t0,
+            info=res.info,
         )
+        if resident:  # the int8 pixels are made once from the fp32 batch, outside the timed window
+            prepared.make_input = res.make_input
+        return prepared

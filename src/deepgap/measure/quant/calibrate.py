@@ -91,7 +91,7 @@ def collect_amax(
     batch_size: int = 16,
     method: str = DEFAULT_METHOD,
 ) -> dict[str, float]:
-    """Range of every tensor of ``graph`` over ``images`` (fp32, TF32 off), as {tensor name: amax}."""
+    """Range of the input and of every tensor of ``graph`` over ``images`` (fp32, TF32 off): {name: amax}."""
     from deepgap.measure.quant.fold import run_float
 
     amax: dict[str, float] = {}
@@ -104,7 +104,9 @@ def collect_amax(
     try:
         with torch.inference_mode():
             for i in range(0, images.shape[0], batch_size):
-                run_float(graph, images[i : i + batch_size].to(device), observe)
+                chunk = images[i : i + batch_size].to(device)
+                observe(graph.input, chunk)  # the image's own range: the int8 stem's input scale
+                run_float(graph, chunk, observe)
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = prev
     return {k: (v if v > 0 else 1e-8) for k, v in amax.items()}
@@ -124,7 +126,7 @@ def calibrate(
     A corrupt or mismatched cache file is ignored and rewritten.
     """
     path = key.path()
-    names = set(graph.tensors())
+    names = {graph.input, *graph.tensors()}  # a cache written before the input's range was kept is redone
     if use_cache and path.is_file():
         try:
             data = json.loads(path.read_text())

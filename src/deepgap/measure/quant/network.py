@@ -37,12 +37,17 @@ class Stem:
     beta: torch.Tensor
     pad_channels: int = 0  # > 0: the image is copied into this many channels (zeros beyond 3) first
     w_pad: torch.Tensor | None = None  # w_half with zero input channels up to pad_channels
-    kernel: str = "cudnn"  # 'cudnn' (+ the max-pool backend) or 'fused' (`quant.stem_kernels`)
+    kernel: str = "cudnn"  # 'cudnn' (+ the max-pool backend), 'fused' (`quant.stem_kernels`) or 'int8'
     w_gemm: torch.Tensor | None = None  # the fused kernel's [C_out, KP] weights
-    fused_cfg: tuple[int, int] = (128, 4)  # the fused kernel's (block of output pixels, warps)
+    fused_cfg: tuple[int, int] = (128, 4)  # the Triton stems' (block of output pixels, warps)
+    in_scale: float = 0.0  # the image's int8 scale (calibrated range / 127); 0: not calibrated
+    w_i8: torch.Tensor | None = None  # the 'int8' stem's [C_out, KH·32] weights (`quant.stem_int8`)
+    alpha_i8: torch.Tensor | None = None  # in_scale · s_w / s_out per channel
 
     def configure(self, kernel: str, pad_channels: int = 0, fused_cfg: tuple[int, int] | None = None) -> None:
-        """Choose the convolution: ``cudnn`` or ``fused`` (the Triton stem, int8/fp8 outputs only).
+        """Choose the convolution: ``cudnn``, ``fused`` (the Triton stem, 8-bit outputs only) or ``int8``.
+
+        ``int8`` is `quant.stem_int8` (int8 pixels and weights); it needs the image's calibrated ``in_scale``.
 
         ``pad_channels``: cuDNN's input padded to that many channels (0: none); ``fused_cfg``: the fused
         kernel's block of output pixels and warps (None: keep the current one).
@@ -55,13 +60,24 @@ class Stem:
             self.w_gemm = pad_weights(self.w_half)
         else:
             self.w_gemm = None
+        if kernel == "int8":
+            from deepgap.measure.quant.stem_int8 import pack_weights
+
+            if not self.in_scale > 0:
+                raise ValueError("the int8 stem needs the image's calibrated range (recalibrate)")
+            w_i8, s_w = pack_weights(self.conv.weight)
+            alpha = self.in_scale * s_w.double() * self.alpha.double().cpu()  # alpha = 1 / s_out
+            dev = self.w_half.device
+            self.w_i8, self.alpha_i8 = w_i8.to(dev), alpha.float().contiguous().to(dev)
+        else:
+            self.w_i8 = self.alpha_i8 = None
         self.kernel = kernel
 
     @property
     def variant(self) -> str:
         """The configuration's name, e.g. ``cudnn``, ``cudnn+pad4``, ``fused+128x4w``."""
-        if self.kernel == "fused":
-            return f"fused+{self.fused_cfg[0]}x{self.fused_cfg[1]}w"
+        if self.kernel in ("fused", "int8"):
+            return f"{self.kernel}+{self.fused_cfg[0]}x{self.fused_cfg[1]}w"
         return self.kernel + (f"+pad{self.pad_channels}" if self.pad_channels else "")
 
     def set_padding(self, channels: int) -> None:
@@ -161,6 +177,16 @@ class QuantNet:
         s = self.stem
         n = s.conv
         b, c, hh, ww = x.shape
+        if s.kernel == "int8":  # resident int8 pixels as they are; a float batch quantized first
+            from deepgap.measure.quant import stem_int8
+
+            xq = x if x.dtype == torch.int8 else stem_int8.quantize_image(x, s.in_scale, backend)
+            return stem_int8.stem(
+                xq, s.w_i8, n.kernel_size, n.stride, n.padding, s.alpha_i8, s.beta, s.out_fmt,
+                block_m=s.fused_cfg[0], num_warps=s.fused_cfg[1], backend=backend,
+            )  # fmt: skip
+        if x.dtype == torch.int8:
+            raise ValueError(f"int8 pixels need the int8 stem; this network's stem is {s.variant}")
         if s.kernel == "fused":
             from deepgap.measure.quant import stem_kernels
 
@@ -330,6 +356,7 @@ def build(
         w_half=conv.weight.half(),
         alpha=torch.full((conv.cout,), 1.0 / s_pool, dtype=torch.float32),
         beta=(conv.bias.double() / s_pool).float().contiguous(),
+        in_scale=amax.get(graph.input, 0.0) / layers.QMAX["int8"],
     )
     convs, converts, head = {}, {}, None
     for node in g2.nodes[2:]:

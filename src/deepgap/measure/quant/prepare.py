@@ -55,6 +55,9 @@ class QuantOptions:
     precompile_workers: int | None = None  # threads compiling tiles first (None: a core each; 0: off)
     margin: float = 0.02
     force_backend: str | None = None  # 'triton' or 'torch' for every quantized layer
+    # int8 pixels already in device memory (``--inputs int8-resident``, MLPerf-like): the stem is the
+    # int8 stem and the runner takes `QuantResult.make_input`'s tensor, read in place
+    resident_input: bool = False
     log: Any = None  # callable(str) for progress lines
 
 
@@ -73,6 +76,7 @@ class QuantResult:
     batch: int = 0
     resolution: int = 0
     device: str = "cuda"
+    make_input: Any = None  # resident mode: fp32 images on the device → the runner's int8 input, in place
 
 
 def variant(
@@ -173,12 +177,12 @@ def prepare_quant(
             net.backend[t.name] = "triton" if use_triton else "torch"
             t.kernel = "cudnn"
     net.stem_backend = _check_stem(net, resolution, device) if use_triton else "torch"
-    stem_choice = _choose_stem(net, batch, resolution, device, use_triton)
+    stem_choice = _choose_stem(net, batch, resolution, device, use_triton, opts.resident_input)
     macs = conv_macs(graph, resolution)
     stem_s = stem_choice.get("seconds", {}).get(stem_choice["chosen"])  # timed already at this batch
     info.update(
         layers=[t.as_dict() for t in timings],
-        outside_layers=time_stem_and_head(net, batch, resolution, device, stem_s),
+        outside_layers=time_stem_and_head(net, batch, resolution, device, stem_s, opts.resident_input),
         n_quantized=sum(t.mode == "q" for t in timings),
         n_fp16=sum(t.mode == "fp16" for t in timings),
         n_converts=len(net.converts),
@@ -187,10 +191,34 @@ def prepare_quant(
         macs_per_image=int(sum(macs.values())),
         plan_seconds=round(time.perf_counter() - t1, 3),
     )
-    run, graph_info = _make_runner(net, batch, resolution, device, opts.cuda_graph)
+    run, graph_info = _make_runner(net, batch, resolution, device, opts.cuda_graph, opts.resident_input)
     info.update(graph_info)
     tuned = {t.name: (backends[t.name], configs.get(t.name)) for t in timings if t.q_s is not None}
-    return QuantResult(net, run, info, graph, amax, tuned, batch, resolution, device)
+    res = QuantResult(net, run, info, graph, amax, tuned, batch, resolution, device)
+    if opts.resident_input:
+        res.make_input = _resident_input(net, run)
+        info["input"] = {
+            "mode": "int8-resident",
+            "layout": "int8 NHWC pixels of 4 bytes (3 channels and a zero)",
+            "scale": net.stem.in_scale,
+        }
+    return res
+
+
+def _resident_input(net: QuantNet, run: Any):
+    """fp32 images → int8 pixels in the runner's own input buffer (a graph then replays with no copy)."""
+    from deepgap.measure.quant.stem_int8 import quantize_image
+
+    def make(x: torch.Tensor) -> torch.Tensor:
+        with torch.inference_mode():
+            q = quantize_image(x, net.stem.in_scale, net.stem_backend)
+            static = getattr(run, "static_in", None)
+            if static is None or tuple(static.shape) != tuple(q.shape):
+                return q
+            static.copy_(q)
+            return static
+
+    return make
 
 
 def _calibrate(
@@ -233,7 +261,7 @@ def _check_stem(net: QuantNet, resolution: int, device: str) -> str:
     return "triton" if why is None else "torch"
 
 
-# (kernel, input channels padded to (0: none), the fused kernel's (output pixels per block, warps))
+# (kernel, input channels padded to (0: none), the Triton stems' (output pixels per block, warps))
 STEM_VARIANTS = (
     ("cudnn", 0, None),
     ("cudnn", 4, None),
@@ -241,24 +269,45 @@ STEM_VARIANTS = (
     ("fused", 0, (128, 4)),
     ("fused", 0, (128, 8)),
     ("fused", 0, (256, 8)),
+    ("int8", 0, (64, 4)),
+    ("int8", 0, (128, 4)),
+    ("int8", 0, (128, 8)),
+    ("int8", 0, (256, 8)),
 )
+# The int8 stem quantizes the image and the weights as well, so its 8-bit output is compared with
+# cuDNN's by relative L2 (about 1% for int8 outputs, 3% for fp8 on random weights); the network's
+# own check against fp32 stays the bound that matters.
+STEM_INT8_REL = 0.1
 # cuDNN's path rounds the convolution to fp16 before the epilogue, the fused kernel keeps fp32: their int8
 # outputs differ by one step in about 1% of the elements, the fused one being the more exact.
 STEM_AGREE_FRAC = 0.02
 
 
-def _choose_stem(net: QuantNet, batch: int, resolution: int, device: str, use_triton: bool) -> dict[str, Any]:
+def _choose_stem(
+    net: QuantNet, batch: int, resolution: int, device: str, use_triton: bool, resident: bool = False
+) -> dict[str, Any]:
     """The fastest stem at ``batch`` among those that agree with cuDNN's; on CUDA only.
 
     Variants: cuDNN's fp16 convolution (then the max-pool backend), the same with the image padded to 4
-    channels, and the fused Triton stem (`quant.stem_kernels`, 8-bit outputs). Returns what was timed
-    and chosen, for ``info["stem"]``.
+    channels, the fused Triton stem (`quant.stem_kernels`, 8-bit outputs) and the int8 stem
+    (`quant.stem_int8`: in the default input mode it quantizes the fp16 batch first, inside the timed
+    forward). ``resident``: the input is int8 pixels already, so only the int8 stem can read it (cuDNN's
+    output on the same images is still the reference). Returns what was timed and chosen, for
+    ``info["stem"]``.
     """
     if not str(device).startswith("cuda"):
+        if resident:
+            net.stem.configure("int8", 0, None)
+            return {"chosen": net.stem.variant, "reason": "not on a GPU; int8-resident input"}
         return {"chosen": "cudnn", "reason": "not on a GPU"}
     x = torch.randn(batch, 3, resolution, resolution, device=device).half()
     x = x.contiguous(memory_format=torch.channels_last)
     s = net.stem
+    x_i8 = None
+    if resident:
+        from deepgap.measure.quant.stem_int8 import quantize_image
+
+        x_i8 = quantize_image(x, s.in_scale, net.stem_backend)
     times: dict[str, float] = {}
     rejected: dict[str, str] = {}
     chosen: dict[str, tuple] = {}
@@ -267,35 +316,60 @@ def _choose_stem(net: QuantNet, batch: int, resolution: int, device: str, use_tr
         s.configure(kernel, pad, cfg)
         name = s.variant
         chosen[name] = (kernel, pad, cfg)
-        if kernel == "fused" and (not use_triton or s.out_fmt not in ("int8", "fp8")):
+        if kernel in ("fused", "int8") and (not use_triton or s.out_fmt not in ("int8", "fp8")):
             rejected[name] = "needs Triton and an 8-bit stem output"
             continue
+        xin = x_i8 if kernel == "int8" and resident else x
         try:
             with torch.inference_mode():
-                out = net.run_stem(x, net.stem_backend)
-                why = None if ref is None else _agree(out, ref, s.out_fmt, STEM_AGREE_FRAC)
+                out = net.run_stem(xin, net.stem_backend)
+                why = None if ref is None else _agree_stem(out, ref, s.out_fmt, kernel)
                 ref = out if ref is None else ref
+                if why is None and resident and kernel != "int8":
+                    why = "the input is int8 pixels (int8-resident): only the int8 stem reads them"
                 if why is None:
-                    times[name] = time_s(lambda: net.run_stem(x, net.stem_backend), reps=5, device=device)
+                    times[name] = time_s(
+                        lambda xin=xin: net.run_stem(xin, net.stem_backend), reps=5, device=device
+                    )
                 else:
                     rejected[name] = why
         except Exception as exc:  # noqa: BLE001 - a variant that fails is not chosen
             rejected[name] = f"{type(exc).__name__}: {exc}"[:300]
         _sync(device)
+    if not times:
+        raise RuntimeError(f"no stem variant works here: {rejected}")
     best = min(times, key=times.get)
     s.configure(*chosen[best])
     return {"chosen": best, "seconds": times, **({"rejected": rejected} if rejected else {})}
 
 
-def _make_runner(net: QuantNet, batch: int, resolution: int, device: str, use_graph: bool):
+def _agree_stem(out: torch.Tensor, ref: torch.Tensor, fmt: str, kernel: str) -> str | None:
+    """None when a stem variant's output agrees with cuDNN's (``ref``), else why."""
+    if kernel != "int8":
+        return _agree(out, ref, fmt, STEM_AGREE_FRAC)
+    if out.shape != ref.shape or out.dtype != ref.dtype:
+        return f"shape/dtype {tuple(out.shape)} {out.dtype} != {tuple(ref.shape)} {ref.dtype}"
+    o, r = out.float(), ref.float()
+    rel = float((o - r).norm() / r.norm().clamp_min(1e-12))
+    return None if rel <= STEM_INT8_REL else f"int8 stem: relative error {rel:.3g} > {STEM_INT8_REL}"
+
+
+def _make_runner(
+    net: QuantNet, batch: int, resolution: int, device: str, use_graph: bool, resident: bool = False
+):
     """``run(x)`` for the network: a CUDA graph replay when capture works, else the eager forward.
 
     The graph runner owns ``net``: the graph reads its weights by address (see `GraphRunner`).
+    ``resident``: the graph's input is int8 pixels (`quant.stem_int8`), not an fp16 batch.
     """
     from deepgap.measure import graph_runner
 
     static_x = torch.randn(batch, 3, resolution, resolution, device=device).half()
     static_x = static_x.contiguous(memory_format=torch.channels_last)
+    if resident:
+        from deepgap.measure.quant.stem_int8 import quantize_image
+
+        static_x = quantize_image(static_x, net.stem.in_scale, net.stem_backend)
     with torch.inference_mode():
         net.forward(static_x)
     _sync(device)

@@ -135,15 +135,17 @@ def _fewest_bytes(net: QuantNet, name: str, batch: int) -> int:
 
 
 def time_stem_and_head(
-    net: QuantNet, batch: int, resolution: int, device, stem_s: float | None = None
+    net: QuantNet, batch: int, resolution: int, device, stem_s: float | None = None, resident: bool = False
 ) -> list[dict[str, Any]]:
     """The stem (fp16 convolution + max-pool) and the head (average pool + classifier) timed at ``batch``.
 
     ``stem_s``: the stem's time at ``batch`` when the stem choice has measured it already (not timed again).
+    ``resident``: the stem reads int8 pixels already in memory (no quantizing pass, 4 bytes a pixel).
 
     Why: the per-layer table covers the quantized convolutions; without these two rows the time
     outside them (in ResNet-50 at batch 256, about a sixth of the network) has no name. Each row has
-    the fields of a `LayerTiming` dict that the table reads (``mode`` 'fp16': their ceiling is fp16's).
+    the fields of a `LayerTiming` dict that the table reads (``mode`` 'fp16': their ceiling is fp16's;
+    the int8 stem's is 'q').
     """
     n = net.stem.conv
     x = torch.randn(batch, 3, resolution, resolution, device=device).half()
@@ -151,20 +153,28 @@ def time_stem_and_head(
     oh, ow, _ = net.shapes[n.out]
     ph, pw, c_stem = net.shapes[net.stem.out]
     stem_out = batch * ph * pw * c_stem * ITEM_BYTES[net.stem.out_fmt]
+    st = net.stem
     stem_bytes = x.numel() * 2 + n.weight.numel() * 2 + stem_out
+    if st.kernel == "int8":  # int8 pixels (4 bytes) and weights; a float batch is quantized first, in the row
+        from deepgap.measure.quant import stem_int8
+
+        pixels = batch * resolution * resolution * stem_int8.PIXEL
+        stem_bytes = pixels + n.weight.numel() + stem_out + (0 if resident else x.numel() * 2 + pixels)
+        if resident:
+            x = stem_int8.quantize_image(x, st.in_scale, net.stem_backend)
     h, w, c = net.shapes[net.head.inp]
     y = torch.zeros(batch * h * w, c, device=device).to(layers.DTYPES[net.fmts[net.head.inp]])
     fc = net.head.weight
     k_stem = n.cin * n.kernel_size**2
-    st = net.stem
     pad = f"+pad{st.pad_channels}" if st.pad_channels else ""
     stem_kind = (
-        f"fused triton {st.fused_cfg[0]}x{st.fused_cfg[1]}w"
-        if st.kernel == "fused"
+        f"{'fused' if st.kernel == 'fused' else 'int8-pixel'} triton {st.fused_cfg[0]}x{st.fused_cfg[1]}w"
+        if st.kernel in ("fused", "int8")
         else f"cudnn{pad}+{net.stem_backend} max-pool"
     )
+    stem_mode = "q" if st.kernel == "int8" else "fp16"  # the int8 stem's roof is the 8-bit one
     rows = []
-    for name, fn, known, macs, nbytes, gemm, kernel in (
+    for name, fn, known, macs, nbytes, gemm, kernel, mode in (
         (
             "stem",
             lambda: net.run_stem(x, net.stem_backend),
@@ -173,6 +183,7 @@ def time_stem_and_head(
             stem_bytes,
             (batch * oh * ow, n.cout, k_stem),
             stem_kind,
+            stem_mode,
         ),
         (
             "head",
@@ -182,6 +193,7 @@ def time_stem_and_head(
             y.numel() * y.element_size() + fc.numel() * fc.element_size(),
             (batch, fc.shape[0], fc.shape[1]),
             "torch",
+            "fp16",
         ),
     ):
         if known is not None:
@@ -193,11 +205,11 @@ def time_stem_and_head(
             {
                 "name": name,
                 "macs": int(macs),
-                "q_s": None,
-                "fp16_s": t,
+                "q_s": t if mode == "q" else None,
+                "fp16_s": None if mode == "q" else t,
                 "config": "",
                 "q_error": None,
-                "mode": "fp16",
+                "mode": mode,
                 "kernel": kernel,
                 "gemm": list(gemm),
                 "bytes": int(nbytes),

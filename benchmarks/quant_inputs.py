@@ -1,0 +1,135 @@
+"""The quant engine's two input modes side by side, timed by a bare CUDA-event loop (no deepgap harness).
+
+Why: ``--inputs int8-resident`` (int8 pixels already in device memory, MLPerf-like) and the default fp16
+batch differ only in what the network's first step reads; this measures both from the same calibrated
+network build, per model, precision and batch, with the stem each build chose and every stem variant's
+time, so the gain of the int8 stem and of the resident input can be read apart. It is also the
+independent loop that deepgap's own numbers for these configurations are checked against (within 2%).
+
+    python benchmarks/quant_inputs.py --models resnet50 --precisions int8,fp8 --batch-sizes 256,1024 \
+        --out $OUT/quant_inputs.jsonl
+
+Prints one JSON line per configuration and a table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+
+def bare_loop(run, x: torch.Tensor, batch: int, windows: int = 5, window_s: float = 1.0) -> dict:
+    """img/s of ``run(x)`` in ``windows`` CUDA-event windows of about ``window_s`` each: median and range."""
+    for _ in range(10):
+        run(x)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(10):
+        run(x)
+    torch.cuda.synchronize()
+    per_call = (time.perf_counter() - t0) / 10
+    iters = max(10, int(window_s / max(per_call, 1e-6)))
+    rates = []
+    for _ in range(windows):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            run(x)
+        end.record()
+        end.synchronize()
+        rates.append(batch * iters / (start.elapsed_time(end) * 1e-3))
+    return {"img_s": statistics.median(rates), "low": min(rates), "high": max(rates), "iters": iters}
+
+
+def measure(model_name: str, precision: str, batch: int, resident: bool) -> dict:
+    """Build one configuration, check it against fp32, time it with the bare loop."""
+    from deepgap.measure import correctness
+    from deepgap.measure.models.build import build_model
+    from deepgap.measure.quant.prepare import QuantOptions, prepare_quant
+
+    model = build_model(model_name, 224, None, 0)
+    t0 = time.perf_counter()
+    res = prepare_quant(model, precision, batch, 224, model_name, opts=QuantOptions(resident_input=resident))
+    setup = time.perf_counter() - t0
+    x = torch.randn(batch, 3, 224, 224, generator=torch.Generator().manual_seed(1))
+    check = x[:8]
+    with torch.inference_mode():
+        ref = model.cuda()(check.cuda()).float()
+        model.cpu()
+        xd = x.cuda()
+        inp = res.make_input(xd) if resident else xd.half().contiguous(memory_format=torch.channels_last)
+        agree = correctness.compare(res.run(inp)[:8].float(), ref, precision)
+        timing = bare_loop(res.run, inp, batch)
+    info = res.info
+    stem_row = info["outside_layers"][0]
+    return {
+        "model": model_name,
+        "precision": precision,
+        "batch": batch,
+        "input": "int8-resident" if resident else "default",
+        **timing,
+        "ms_per_batch": batch / timing["img_s"] * 1e3,
+        "stem": info["stem"]["chosen"],
+        "stem_ms": {k: round(v * 1e3, 4) for k, v in info["stem"].get("seconds", {}).items()},
+        "stem_row_ms": round((stem_row["q_s"] or stem_row["fp16_s"]) * 1e3, 4),
+        "layers_ms": round(
+            sum((t["q_s"] if t["mode"] == "q" else t["fp16_s"]) for t in info["layers"]) * 1e3, 3
+        ),
+        "rel_l2": agree.rel_l2,
+        "cosine": agree.cosine,
+        "flagged": agree.flagged,
+        "cuda_graph": info.get("cuda_graph"),
+        "setup_s": round(setup, 1),
+    }
+
+
+def main() -> None:  # noqa: D103
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--models", default="resnet50")
+    p.add_argument("--precisions", default="int8,fp8")
+    p.add_argument("--batch-sizes", default="256,1024")
+    p.add_argument("--inputs", default="default,int8-resident")
+    p.add_argument("--out", default=None, help="append JSON lines here too")
+    a = p.parse_args()
+    rows = []
+    for model in a.models.split(","):
+        for prec in a.precisions.split(","):
+            for bs in [int(b) for b in a.batch_sizes.split(",")]:
+                for mode in a.inputs.split(","):
+                    try:
+                        row = measure(model, prec, bs, mode == "int8-resident")
+                    except Exception as exc:  # noqa: BLE001 - report and go on
+                        row = {
+                            "model": model,
+                            "precision": prec,
+                            "batch": bs,
+                            "input": mode,
+                            "error": repr(exc)[:300],
+                        }
+                    print(json.dumps(row), flush=True)
+                    if a.out:
+                        with open(a.out, "a") as f:
+                            f.write(json.dumps(row) + "\n")
+                    rows.append(row)
+                    torch.cuda.empty_cache()
+    print(
+        f"\n{'model':10} {'prec':5} {'batch':>5} {'input':14} {'img/s':>9} {'ms':>7} {'stem':16} {'stem ms':>8}"
+    )
+    for r in rows:
+        if "error" in r:
+            print(
+                f"{r['model']:10} {r['precision']:5} {r['batch']:>5} {r['input']:14} ERROR {r['error'][:60]}"
+            )
+            continue
+        print(
+            f"{r['model']:10} {r['precision']:5} {r['batch']:>5} {r['input']:14} {r['img_s']:>9,.0f} "
+            f"{r['ms_per_batch']:>7.3f} {r['stem']:16} {r['stem_row_ms']:>8.3f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

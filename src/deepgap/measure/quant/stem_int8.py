@@ -1,0 +1,232 @@
+"""The ResNet stem on int8 pixels: 4-byte NHWC pixels, an int8 GEMM reading a kernel row per K step.
+
+Images are quantized once into 4-byte pixels; the 7×7/2 convolution is an int8 tensor-core GEMM whose K
+step is one kernel row, then the 8-bit max-pool runs as for the fused stem.
+
+Why: the per-layer table (`deepgap layers`) names the stem as the quant engine's largest single item
+at batch 256 (0.65 ms of ResNet-50's 5.1 ms on an H200), and says its pace is set by the gather of K,
+not by its arithmetic: `stem_kernels.stem_conv_kernel` gathers K = 7·7·3 = 147 fp16 values element by
+element, each with its own division into (row, column, channel). Here a pixel is 4 int8 bytes (the
+three channels and a zero), so a kernel row of 7 taps is 28 contiguous bytes of the image; one K step
+of 32 is one kernel row (the last tap, 4 bytes, meets zero weights), and the gather's address is a
+base plus the byte index. The operands are int8, so the GEMM is an int8·int8→int32 wgmma, exact.
+
+The same layout is the engine's *resident* input (``--inputs int8-resident``, MLPerf-like: images
+already quantized in device memory): `quantize_image` is what turns a float batch into it, once,
+outside the timed window; in the default input mode the engine may choose to run it inside the
+window, as the first step of this stem, when that is faster than the fp16 stems (prepare's stem choice).
+
+Scales are symmetric: the image's ``in_scale`` (its calibrated range / 127), per output channel for the
+weights, and the stem's output scale folded into ``alpha``. `reference` is the exact torch emulation
+the tests compare the kernels with, and the path the engine takes on CPU tensors without Triton.
+"""
+
+# Triton convention: compile-time (constexpr) parameters in capitals.
+# ruff: noqa: N803
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F  # noqa: N812
+import triton
+import triton.language as tl
+
+from deepgap.measure.quant.kernels import MAGIC, OUT_KIND, _finish, window_origin
+from deepgap.measure.quant.launch import INT32_LIMIT, check, check_vec, launcher
+from deepgap.measure.quant.stem_kernels import maxpool8_kernel
+
+PIXEL = 4  # bytes per resident pixel: three channels and a zero
+ROW = 32  # K per kernel row: 8 taps of 4 bytes (a 7-tap row and 4 zero bytes), one int8 wgmma K step
+QMAX = 127.0
+
+
+@triton.jit(do_not_specialize=["P", "HW"])
+def quantize_image_kernel(x_ptr, out_ptr, P, HW, s_n, s_c, s_p, inv_scale, C: tl.constexpr, BP: tl.constexpr):
+    """out[p, c] = round(x[n, c, h, w] / scale) clamped to ±127 for c < C, 0 beyond (p = n·H·W + h·W + w)."""
+    rp = tl.program_id(0) * BP + tl.arange(0, BP)
+    rc = tl.arange(0, 4)
+    p_ok = rp < P
+    n = rp // HW
+    p = rp - n * HW
+    ok = p_ok[:, None] & (rc < C)[None, :]
+    v = tl.load(x_ptr + n[:, None] * s_n + rc[None, :] * s_c + p[:, None] * s_p, mask=ok, other=0.0)
+    y = v.to(tl.float32) * inv_scale
+    q = tl.minimum(tl.maximum(y, -127.0), 127.0) + MAGIC
+    out = q.to(tl.int32, bitcast=True).to(tl.int8)  # low byte = the value rounded half to even
+    tl.store(out_ptr + rp[:, None] * 4 + rc[None, :], out, mask=p_ok[:, None])
+
+
+@triton.jit(do_not_specialize=["M", "H", "W", "OH", "OW"])
+def stem_i8_kernel(
+    x_ptr,
+    w_ptr,
+    out_ptr,
+    alpha_ptr,
+    beta_ptr,
+    M,
+    H,
+    W,
+    OH,
+    OW,
+    N: tl.constexpr,
+    KH: tl.constexpr,
+    KW: tl.constexpr,
+    STRIDE: tl.constexpr,
+    PAD: tl.constexpr,
+    OUT_KIND: tl.constexpr,
+    BM: tl.constexpr,
+):
+    """out[m, n] = epilogue(Σ_kh Σ_j A[m, kh, j]·W[n, kh·32 + j]) with ReLU; a K step is one kernel row."""
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.arange(0, N)
+    rj = tl.arange(0, 32)  # byte j of a kernel row: tap j // 4, channel j % 4
+    m_ok = rm < M
+    nb, ih0, iw0 = window_origin(rm, OH, OW, STRIDE, PAD)
+    iw = iw0[:, None] + (rj // 4)[None, :]
+    col_ok = m_ok[:, None] & ((rj // 4) < KW)[None, :] & (iw >= 0) & (iw < W)
+    acc = tl.zeros((BM, N), dtype=tl.int32)
+    for kh in range(KH):
+        ih = ih0 + kh
+        ok = col_ok & ((ih >= 0) & (ih < H))[:, None]
+        a = tl.load(x_ptr + (((nb * H + ih) * W + iw0) * 4)[:, None] + rj[None, :], mask=ok, other=0)
+        b = tl.load(w_ptr + rn[None, :] * (KH * 32) + kh * 32 + rj[:, None])
+        acc = tl.dot(a, b, acc, out_dtype=tl.int32)
+    alpha = tl.load(alpha_ptr + rn)
+    beta = tl.load(beta_ptr + rn)
+    y = acc.to(tl.float32) * alpha[None, :]
+    out = _finish(y, beta[None, :], y, 0.0, True, False, OUT_KIND)
+    tl.store(out_ptr + rm[:, None] * N + rn[None, :], out, mask=m_ok[:, None])
+
+
+def quantize_image(x: torch.Tensor, in_scale: float, backend: str = "triton") -> torch.Tensor:
+    """A float image batch [nb, 3, H, W] (any memory format) → int8 [nb, 4, H, W] channels_last pixels.
+
+    ``backend`` 'triton' launches `quantize_image_kernel` (interpreted on CPU tensors); anything else runs
+    the same arithmetic in torch.
+    """
+    check(x.dim() == 4 and x.shape[1] <= PIXEL, f"images must be [nb, ≤4, H, W]; got {tuple(x.shape)}")
+    check(x.is_floating_point(), f"images must be floating point to quantize; got {x.dtype}")
+    check(in_scale > 0 and in_scale == in_scale, f"in_scale must be positive; got {in_scale}")
+    nb, c, h, w = x.shape
+    out = torch.empty((nb, PIXEL, h, w), dtype=torch.int8, device=x.device, memory_format=torch.channels_last)
+    inv = torch.tensor(1.0 / in_scale, dtype=torch.float32)
+    if backend != "triton":
+        from deepgap.measure.quant.layers import quantize_act
+
+        out.zero_()
+        out[:, :c].copy_(quantize_act(x.float() * inv.to(x.device), "int8"))
+        return out
+    if x.stride(2) != w * x.stride(3):  # (h, w) must flatten to one index p = h·W + w
+        x = x.contiguous()
+    check(
+        x.numel() <= INT32_LIMIT and out.numel() <= INT32_LIMIT,
+        "more than 2^31 elements; use a smaller batch",
+    )
+    p = nb * h * w
+    block = 256
+    launcher(quantize_image_kernel, x.device)[(triton.cdiv(p, block),)](
+        x, out, p, h * w, x.stride(0), x.stride(1), x.stride(3), float(inv), C=c, BP=block,
+        num_warps=4, enable_fp_fusion=False,
+    )  # fmt: skip
+    return out
+
+
+def pack_weights(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Float stem weights [C_out, C ≤ 4, KH, KW ≤ 8] → (int8 [C_out, KH·32] in row-major taps, fp32 scales).
+
+    Per output channel ``s = max|W| / 127`` (1 where a channel is all zero); K step ``kh`` holds that kernel
+    row's taps as 4-byte pixels, zero for channels ≥ C and taps ≥ KW.
+    """
+    cout, c, kh, kw = w.shape
+    check(
+        c <= PIXEL and kw * PIXEL <= ROW,
+        f"the int8 stem takes ≤ 4 channels and ≤ 8 taps; got {tuple(w.shape)}",
+    )
+    wd = w.detach().double().cpu()
+    amax = wd.abs().flatten(1).amax(1)
+    scale = torch.where(amax > 0, amax / QMAX, torch.ones_like(amax))
+    q = torch.round(torch.clamp(wd / scale[:, None, None, None], -QMAX, QMAX))
+    packed = torch.zeros((cout, kh, ROW // PIXEL, PIXEL), dtype=torch.float64)
+    packed[:, :, :kw, :c] = q.permute(0, 2, 3, 1)
+    return packed.reshape(cout, kh * ROW).to(torch.int8).contiguous(), scale.float()
+
+
+def unpack_weights(w_i8: torch.Tensor, kh: int, kw: int) -> torch.Tensor:
+    """`pack_weights`'s int8 matrix → [C_out, 4, KH, KW] (the zero channel included), as float64."""
+    cout = w_i8.shape[0]
+    return w_i8.double().reshape(cout, kh, ROW // PIXEL, PIXEL)[:, :, :kw].permute(0, 3, 1, 2).contiguous()
+
+
+def stem(
+    x,
+    w_i8,
+    ksize,
+    stride,
+    padding,
+    alpha,
+    beta,
+    out_fmt,
+    pool=(3, 2, 1),
+    block_m=128,
+    num_warps=4,
+    backend="triton",
+):
+    """Resident pixels ``x`` (int8 [nb, 4, H, W], channels_last) → max-pooled stem output [nb·ph·pw, C_out].
+
+    ``alpha`` = in_scale·s_w / s_out per channel (positive), ``beta`` = bias / s_out; ReLU always.
+    """
+    from deepgap.measure.quant.layers import DTYPES
+
+    check(out_fmt in ("int8", "fp8"), f"the int8 stem writes int8 or fp8; got {out_fmt!r}")
+    check(
+        x.dtype == torch.int8 and x.dim() == 4 and x.shape[1] == PIXEL,
+        f"x must be int8 [nb, {PIXEL}, H, W] pixels; got {x.dtype} {tuple(x.shape)}",
+    )
+    nb, _, h, wd = x.shape
+    n, kp = w_i8.shape
+    check(w_i8.dtype == torch.int8 and kp == ksize * ROW, f"w_i8 must be int8 [C_out, {ksize * ROW}]")
+    check(n == triton.next_power_of_2(n), f"C_out must be a power of two; got {n}")
+    check_vec("alpha", alpha, n, x.device)
+    check_vec("beta", beta, n, x.device)
+    oh = (h + 2 * padding - ksize) // stride + 1
+    ow = (wd + 2 * padding - ksize) // stride + 1
+    m = nb * oh * ow
+    check(
+        max(x.numel(), m * n) <= INT32_LIMIT, "more than 2^31 elements (32-bit indexing); use a smaller batch"
+    )
+    if backend != "triton":
+        return reference(x, w_i8, ksize, stride, padding, alpha, beta, out_fmt, pool)
+    xm = x.permute(0, 2, 3, 1).contiguous()  # a no-op for channels_last pixels
+    conv = torch.empty((m, n), dtype=DTYPES[out_fmt], device=x.device)
+    launcher(stem_i8_kernel, x.device)[(triton.cdiv(m, block_m),)](
+        xm, w_i8, conv, alpha, beta, m, h, wd, oh, ow, N=n, KH=ksize, KW=ksize, STRIDE=stride, PAD=padding,
+        OUT_KIND=OUT_KIND[out_fmt], BM=block_m, num_warps=num_warps, enable_fp_fusion=False,
+    )  # fmt: skip
+    k, s, p = pool
+    ph = (oh + 2 * p - k) // s + 1
+    pw = (ow + 2 * p - k) // s + 1
+    out = torch.empty((nb * ph * pw, n), dtype=conv.dtype, device=x.device)
+    block_p = 32
+    launcher(maxpool8_kernel, x.device)[(triton.cdiv(nb * ph * pw, block_p),)](
+        conv, out, nb * ph * pw, oh, ow, ph, pw, C=n, K=k, STRIDE=s, PAD=p, BP=block_p, num_warps=4,
+    )  # fmt: skip
+    return out
+
+
+def reference(x, w_i8, ksize, stride, padding, alpha, beta, out_fmt, pool=(3, 2, 1)) -> torch.Tensor:
+    """The int8 stem in torch: the exact integer convolution (float64), the kernels' fp32 epilogue, max-pool.
+
+    Max after the epilogue: the epilogue is monotone per channel (``alpha`` > 0) and ends in a ReLU, so
+    this is what the kernels compute (the convolution's 8-bit output, then its maximum).
+    """
+    from deepgap.measure.quant.layers import epilogue_reference
+
+    acc = F.conv2d(x.double(), unpack_weights(w_i8, ksize, ksize).to(x.device), None, stride, padding)
+    n = acc.shape[1]
+    flat = acc.permute(0, 2, 3, 1).reshape(-1, n).float()  # exact: |acc| < 2^24
+    q = epilogue_reference(flat, alpha, beta, out_fmt, True)
+    b, _, oh, ow = acc.shape
+    q4 = q.float().reshape(b, oh, ow, n).permute(0, 3, 1, 2)
+    k, s, p = pool
+    pooled = F.max_pool2d(q4, k, s, p)  # values ≥ 0 after the ReLU: -inf padding never wins over them
+    return pooled.permute(0, 2, 3, 1).reshape(-1, n).to(q.dtype)
