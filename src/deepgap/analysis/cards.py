@@ -25,10 +25,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from deepgap.analysis.sweeps import SamplesFn, process_samples, rate_ci
 from deepgap.core.stats import card_bootstrap, card_bootstrap_ci
 
 Z95 = 1.959964
-SamplesFn = Callable[[int], list[np.ndarray]]  # result id → its raw per-iteration latencies, per repeat
 KEYS = [
     "model",
     "engine",
@@ -82,27 +82,15 @@ def throughput_ci(used: pd.DataFrame, samples: SamplesFn) -> tuple[float, float,
     cards = card_ids(used)
     if len(set(cards) - {""}) < 2:
         return None
-    nested = []
-    for card in sorted(set(cards) - {""}):
-        procs = []
-        for rid in used.loc[cards == card, "result_id"]:
-            arrs = [a for a in samples(int(rid)) if len(a)]
-            if arrs:
-                procs.append(np.concatenate(arrs))
-        if procs:
-            nested.append(procs)
+    by_card = (
+        process_samples(used.loc[cards == card, "result_id"], samples) for card in sorted(set(cards) - {""})
+    )
+    nested = [procs for procs in by_card if procs]
     if len(nested) < 2:
         return None
-    lo, hi = card_bootstrap_ci(nested)
-    if not (lo > 0 and hi > 0):
-        return None
-    bs = float(used["batch_size"].iloc[0])
     n = sum(len(p) for p in nested)
-    return (
-        bs / hi,
-        bs / lo,
-        f"three-level bootstrap over {len(nested)} cards, then {n} processes, then samples",
-    )
+    how = f"three-level bootstrap over {len(nested)} cards, then {n} processes, then samples"
+    return rate_ci(used, *card_bootstrap_ci(nested), how)
 
 
 def result_ids_by_card(used: pd.DataFrame) -> list[list[int]]:

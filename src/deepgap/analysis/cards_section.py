@@ -18,12 +18,12 @@ import pandas as pd
 
 from deepgap.analysis.cards import KEYS, per_card, platform_spread
 from deepgap.analysis.frame import config_label
-from deepgap.render.formatting import fmt_ips, fmt_num
+from deepgap.render.formatting import fmt_ips, num_cell
 from deepgap.render.sections import Parts, ReportContext, Section, register
 
 
 def _pct(col: str):
-    return lambda r: fmt_num(None if r.get(col) is None else 100 * r.get(col), ".1f") + "%"
+    return num_cell(col, ".1f", 100, "%")
 
 
 TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from deepgap.analysis.quant_layers import CONFIG_KEYS, load
-from deepgap.render.formatting import fmt_num
+from deepgap.render.formatting import num_cell
 from deepgap.render.sections import Parts, ReportContext, Section, register
 
 if TYPE_CHECKING:
@@ -23,12 +23,11 @@ TOP_ROWS = 8  # per configuration, in the layers table: the next bottlenecks, no
 MAX_PANELS = 6
 
 
-def _n(col: str, fmt: str = ".3g", scale: float = 1.0):
-    return lambda r: fmt_num(None if r.get(col) is None else r.get(col) * scale, fmt)
+_n = num_cell
 
 
 def _pct(col: str):
-    return lambda r: fmt_num(None if r.get(col) is None else 100 * r.get(col), ".0f") + "%"
+    return num_cell(col, ".0f", 100, "%")
 
 
 TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {

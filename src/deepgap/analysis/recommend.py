@@ -140,29 +140,25 @@ def _violations(
     row: dict[str, Any], slo_p99_s: float | None, max_memory_bytes: int | None
 ) -> tuple[list[str], float, str | None]:
     """(violation texts, worst relative excess, exclusion reason when a constraint cannot be checked)."""
-    texts, worst = [], 0.0
+    checks = []  # (the row's value, its bound, the text naming both)
     if slo_p99_s is not None:
         tail = tails.from_row(row)
         p99 = tail.seconds
         if not tail.kind or p99 != p99:
             return [], 0.0, "no latency tail stored"
-        if p99 > slo_p99_s:
-            worst = max(worst, p99 / slo_p99_s - 1)
-            texts.append(
-                f"{tail.short()} {p99 * 1e3:.3g} ms > SLO {slo_p99_s * 1e3:.3g} ms "
-                f"(+{100 * (p99 / slo_p99_s - 1):.0f}%)"
-            )
+        checks.append((p99, slo_p99_s, f"{tail.short()} {p99 * 1e3:.3g} ms > SLO {slo_p99_s * 1e3:.3g} ms"))
     if max_memory_bytes is not None:
         metric, mem = memory_metric(row)
         if mem is None:
             return [], 0.0, "no memory figure stored"
-        if mem > max_memory_bytes:
-            worst = max(worst, mem / max_memory_bytes - 1)
-            texts.append(
-                f"memory {mem / 2**30:.3g} GiB ({MEMORY_LABELS[metric]}) > {max_memory_bytes / 2**30:.3g} GiB"
-                f" (+{100 * (mem / max_memory_bytes - 1):.0f}%)"
-            )
-    return texts, worst, None
+        gib = f"{mem / 2**30:.3g} GiB ({MEMORY_LABELS[metric]}) > {max_memory_bytes / 2**30:.3g} GiB"
+        checks.append((mem, max_memory_bytes, f"memory {gib}"))
+    over = [(value / bound - 1, text) for value, bound, text in checks if value > bound]
+    return (
+        [f"{text} (+{100 * excess:.0f}%)" for excess, text in over],
+        max([0.0, *(e for e, _ in over)]),
+        None,
+    )
 
 
 def recommend(

@@ -23,18 +23,25 @@ SPREAD = "sweeps-disagree"  # the warning's name (analysis.signals.sweeps_disagr
 
 def throughput_ci(used: pd.DataFrame, samples: SamplesFn) -> tuple[float, float, str] | None:
     """Throughput CI of a configuration's measurements by the two-level bootstrap, or None without samples."""
-    groups = []
-    for rid in used["result_id"]:
-        arrs = [a for a in samples(int(rid)) if len(a)]
-        if arrs:
-            groups.append(np.concatenate(arrs))
+    groups = process_samples(used["result_id"], samples)
     if len(groups) < 2:
         return None
-    lo, hi = hierarchical_bootstrap_ci(groups)
+    how = f"hierarchical bootstrap over {len(groups)} processes, then their samples"
+    return rate_ci(used, *hierarchical_bootstrap_ci(groups), how)
+
+
+def process_samples(result_ids, samples: SamplesFn) -> list[np.ndarray]:
+    """One array per measurement (a process) that has samples: its repeats' latencies, concatenated."""
+    arrays = ([a for a in samples(int(rid)) if len(a)] for rid in result_ids)
+    return [np.concatenate(arrs) for arrs in arrays if arrs]
+
+
+def rate_ci(used: pd.DataFrame, lo: float, hi: float, how: str) -> tuple[float, float, str] | None:
+    """A latency CI as the configuration's throughput CI (batch / latency), or None unless both are > 0."""
     if not (lo > 0 and hi > 0):
         return None
     bs = float(used["batch_size"].iloc[0])
-    return bs / hi, bs / lo, f"hierarchical bootstrap over {len(groups)} processes, then their samples"
+    return bs / hi, bs / lo, how
 
 
 def spread(used: pd.DataFrame) -> tuple[float, list[float], bool]:

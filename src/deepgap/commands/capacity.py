@@ -20,6 +20,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("--model", help="only this model")
     p.add_argument("--engine", help="only this engine")
     p.add_argument("--precision", help="only this precision")
+    add_simulation_arguments(p)
+
+
+def add_simulation_arguments(p: argparse.ArgumentParser) -> None:
+    """The simulated server's flags, here and in ``deepgap plan`` (`load_settings` reads them), and --json."""
     p.add_argument("--max-batch", help="largest batch the server may form")
     p.add_argument(
         "--padding",

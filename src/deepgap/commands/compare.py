@@ -111,6 +111,15 @@ def _records(df) -> list[dict[str, Any]]:
     return [{k: clean(v) for k, v in r.items()} for r in df.to_dict("records")]
 
 
+def _emit(args: argparse.Namespace, frames: dict[str, Any], head: dict[str, Any]) -> bool:
+    """``--output``: ``frames`` as CSV; ``--json``: ``head`` and them as records. True: print the tables."""
+    if args.output:
+        _write_csv(frames, args.output)
+    if args.json:
+        print(json.dumps({**head, **{k: _records(v) for k, v in frames.items()}}, indent=1, default=str))
+    return not args.json
+
+
 def _load(side: Side, args: argparse.Namespace):
     from deepgap.analysis import aggregate, prepare
     from deepgap.report.page import pooled_samples_fn
@@ -261,22 +270,8 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
             agg = agg[agg["platform"].isin(names)]
         table = compare_paper(agg, paper_peaks())
         x_cpu = paper_cpu_ratios(agg, paper_peaks())
-        if args.output:
-            _write_csv({"paper": table, "x_cpu": x_cpu}, args.output)
-        if args.json:
-            print(
-                json.dumps(
-                    {
-                        "a": sides[0].label,
-                        "precision_mapping": _records(precision_mappings(table)),
-                        "paper": _records(table),
-                        "x_cpu": _records(x_cpu),
-                    },
-                    indent=1,
-                    default=str,
-                )
-            )
-        else:
+        head = {"a": sides[0].label, "precision_mapping": _records(precision_mappings(table))}
+        if _emit(args, {"paper": table, "x_cpu": x_cpu}, head):
             print_paper(sides[0].label, table, paper_peaks())
             print_x_cpu(x_cpu)
         return 0 if len(table) or len(x_cpu) else 1
@@ -304,23 +299,8 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     matched, best = _predict(matched, best, agg_a, agg_b, [pa] if same else [pa, pb])
     if args.best_only:
         matched = matched.iloc[0:0]
-    if args.output:
-        _write_csv({"best_batch": best, "matched": matched}, args.output)
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "a": sides[0].label,
-                    "b": sides[1].label,
-                    "provenance": notes,
-                    "best_batch": _records(best),
-                    "matched": _records(matched),
-                },
-                indent=1,
-                default=str,
-            )
-        )
-    else:
+    head = {"a": sides[0].label, "b": sides[1].label, "provenance": notes}
+    if _emit(args, {"best_batch": best, "matched": matched}, head):
         for n in notes:
             print(f"warning: {n}")
         print_pairs(sides[0].label, sides[1].label, matched, best)

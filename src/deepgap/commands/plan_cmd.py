@@ -14,6 +14,8 @@ ORDER = 7
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
+    from deepgap.commands.capacity import add_simulation_arguments
+
     p.add_argument("stores", nargs="+", help="store files (e.g. one per machine: T4, L4, H100 …)")
     p.add_argument("--qps", required=True, help="total load to carry, queries/s")
     p.add_argument("--slo-p99", required=True, help="p99 latency bound, e.g. 15ms")
@@ -24,12 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument(
         "--platforms", help="only these device kinds (comma-separated names or unique parts, e.g. H200,H100)"
     )
-    p.add_argument("--max-batch", help="largest batch the server may form")
-    p.add_argument("--padding", default="bucket", help="bucket (default) | exact")
-    p.add_argument("--confidence", default="0.99", help="confidence of the p99 verdict (default 0.99)")
-    p.add_argument("--min-duration", default="2s", help="simulated seconds per load level (default 2s)")
-    p.add_argument("--seed", default="0", help="seed of the simulated arrivals")
-    p.add_argument("--json", action="store_true", help="JSON records instead of a table")
+    add_simulation_arguments(p)
 
 
 def main(args: argparse.Namespace) -> int:  # noqa: D103

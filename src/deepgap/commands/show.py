@@ -85,25 +85,14 @@ def _show(args: argparse.Namespace, store: Store) -> int:
     console = Console(width=None if Console().is_terminal else 240)  # room for the notes column
     runs = store.runs()
     if args.runs:
-        t = Table("run", "status", "created", "device", "command")
-        import time
-
-        for r in runs:
-            t.add_row(
-                r["run_id"],
-                r["status"],
-                time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created_at"])),
-                str(r["env"].get("device_name", "")),
-                r["command"],
-            )
-        console.print(t)
+        console.print(_runs_table(runs))
         return 0
     ids = None if args.all else (args.run or ([runs[-1]["run_id"]] if runs else []))
     df = store.results_frame(ids)
     if args.json:
         print(df.drop(columns=["extra"]).to_json(orient="records", indent=1))
         return 0
-    from deepgap.render.units import IMAGE, format_cell, of_frame
+    from deepgap.render.units import IMAGE, of_frame
 
     units = of_frame(df) if len(df) else IMAGE  # a text model's rows: seq/s, no layout, no top-1
     text = units.kind != "image"  # text models: seq and tokens/s columns
@@ -133,38 +122,7 @@ def _show(args: argparse.Namespace, store: Store) -> int:
     t.columns[-1].min_width = 28
     against, notes = signals_of(df) if len(df) else ([], [])
     for i, row in enumerate(df.to_dict("records")):
-        ok = row["status"] == "ok"
-        med = (
-            (
-                f"{_fmt_ms(row['latency_median_s'])} ({_fmt_ms(row['latency_median_ci_low_s'])}–"
-                f"{_fmt_ms(row['latency_median_ci_high_s'])})"
-            )
-            if ok
-            else row["reason"][:60]
-        )
-        thr = "" if row["threads"] is None or row["threads"] != row["threads"] else str(int(row["threads"]))
-        t.add_row(
-            row["model"],
-            row["engine"],
-            row["precision"],
-            str(row["batch_size"]),
-            str(format_cell(row)),
-            thr,
-            str(row.get("sweep", "")),
-            row["status"],
-            med,
-            _tail_cell(row) if ok else "",
-            f"{row['throughput_ips']:,.1f}" if ok else "",
-            f"{row['throughput_pipelined_ips']:,.1f}" if ok else "",
-            *(_tokens_cells(row, ok) if text else ()),
-            str(int(row["n_samples"])) if ok else "",
-            f"{row['cv_repeats']:.3f}"
-            if ok and row["cv_repeats"] == row["cv_repeats"] and row["cv_repeats"] is not None
-            else "",
-            _top1(row.get("extra")),
-            " ".join(against[i]),
-            " ".join(notes[i]),
-        )
+        t.add_row(*_result_cells(row, text, against[i], notes[i]))
     console.print(t)
     if len(df):
         n_against, n_notes = (
@@ -180,6 +138,62 @@ def _show(args: argparse.Namespace, store: Store) -> int:
 
     print_serving(store, console, ids)
     return 0
+
+
+def _runs_table(runs: list[dict]):
+    """``show --runs``: one line per run of the store."""
+    import time
+
+    from rich.table import Table
+
+    t = Table("run", "status", "created", "device", "command")
+    for r in runs:
+        t.add_row(
+            r["run_id"],
+            r["status"],
+            time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created_at"])),
+            str(r["env"].get("device_name", "")),
+            r["command"],
+        )
+    return t
+
+
+def _result_cells(row: dict, text: bool, against: list[str], notes: list[str]) -> list[str]:
+    """One result's cells: its configuration, status, numbers (blank unless ok), flags and notes."""
+    from deepgap.render.units import format_cell
+
+    ok = row["status"] == "ok"
+    med = (
+        (
+            f"{_fmt_ms(row['latency_median_s'])} ({_fmt_ms(row['latency_median_ci_low_s'])}–"
+            f"{_fmt_ms(row['latency_median_ci_high_s'])})"
+        )
+        if ok
+        else row["reason"][:60]
+    )
+    thr = "" if row["threads"] is None or row["threads"] != row["threads"] else str(int(row["threads"]))
+    return [
+        row["model"],
+        row["engine"],
+        row["precision"],
+        str(row["batch_size"]),
+        str(format_cell(row)),
+        thr,
+        str(row.get("sweep", "")),
+        row["status"],
+        med,
+        _tail_cell(row) if ok else "",
+        f"{row['throughput_ips']:,.1f}" if ok else "",
+        f"{row['throughput_pipelined_ips']:,.1f}" if ok else "",
+        *(_tokens_cells(row, ok) if text else ()),
+        str(int(row["n_samples"])) if ok else "",
+        f"{row['cv_repeats']:.3f}"
+        if ok and row["cv_repeats"] == row["cv_repeats"] and row["cv_repeats"] is not None
+        else "",
+        _top1(row.get("extra")),
+        " ".join(against),
+        " ".join(notes),
+    ]
 
 
 def _tail_cell(row: dict) -> str:

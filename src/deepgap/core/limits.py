@@ -49,6 +49,15 @@ def is_real(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
+def is_number(text: str) -> bool:
+    """Whether ``text`` reads as a float (a CSV cell, a label): "1e3", "nan" and "inf" do."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def check_range(
     name: str,
     v: Any,

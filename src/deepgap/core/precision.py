@@ -44,87 +44,25 @@ class Precision:
     gpu_only: bool = False  # a mode of NVIDIA GPUs only, not a CPU precision
 
 
-PRECISIONS: dict[str, Precision] = {
-    p.name: p
-    for p in (
-        # Tolerances (random-weight ResNets, 224²): loose enough for rounding, tight enough that a wrong
-        # layer, layout or scale blows far past them; fp32 differs only by reordering, bf16 has an 8-bit
-        # mantissa.
-        Precision(
-            "fp32",
-            dtype="float32",
-            itemsize=4,
-            rel_l2_bound=1e-3,
-            cosine_floor=0.9999,
-            colour="#1f77b4",
-            colour_name="blue",
-            min_cc=(0, 0),
-            peak_column="fp32_tflops",
-        ),
-        Precision(
-            "tf32",
-            dtype="float32",
-            itemsize=4,
-            rel_l2_bound=2e-2,
-            cosine_floor=0.999,
-            colour="#17becf",
-            colour_name="cyan",
-            min_cc=(8, 0),
-            peak_column="tf32_tflops",
-            peak_fallback="fp32",
-            allow_tf32=True,
-            gpu_only=True,
-        ),
-        Precision(
-            "fp16",
-            dtype="float16",
-            itemsize=2,
-            rel_l2_bound=2e-2,
-            cosine_floor=0.999,
-            colour="#ff7f0e",
-            colour_name="orange",
-            min_cc=(5, 3),
-            peak_column="fp16_tflops",
-        ),
-        Precision(
-            "bf16",
-            dtype="bfloat16",
-            itemsize=2,
-            rel_l2_bound=1e-1,
-            cosine_floor=0.99,
-            colour="#8c564b",
-            colour_name="brown",
-            min_cc=(8, 0),
-            peak_column="bf16_tflops",
-            peak_fallback="fp16",
-        ),
-        Precision(
-            "int8",
-            dtype="int8",
-            itemsize=1,
-            rel_l2_bound=0.25,
-            cosine_floor=0.95,
-            colour="#2ca02c",
-            colour_name="green",
-            min_cc=(7, 5),
-            peak_column="int8_tops",
-            peak_unit="TOPS",
-            quantized=True,
-        ),
-        Precision(
-            "fp8",
-            dtype="float8_e4m3fn",
-            itemsize=1,
-            rel_l2_bound=0.25,
-            cosine_floor=0.95,
-            colour="#9467bd",
-            colour_name="purple",
-            min_cc=(8, 9),
-            peak_column="fp8_tflops",
-            quantized=True,
-        ),
-    )
+# Tolerances (random-weight ResNets, 224²): loose enough for rounding, tight enough that a wrong layer, layout
+# or scale blows far past them; fp32 differs only by reordering, bf16 has an 8-bit mantissa.
+# name, dtype, itemsize, rel_l2_bound, cosine_floor, colour, colour_name, min_cc, peak_column
+_TABLE: tuple[tuple[Any, ...], ...] = (
+    ("fp32", "float32", 4, 1e-3, 0.9999, "#1f77b4", "blue", (0, 0), "fp32_tflops"),
+    ("tf32", "float32", 4, 2e-2, 0.999, "#17becf", "cyan", (8, 0), "tf32_tflops"),
+    ("fp16", "float16", 2, 2e-2, 0.999, "#ff7f0e", "orange", (5, 3), "fp16_tflops"),
+    ("bf16", "bfloat16", 2, 1e-1, 0.99, "#8c564b", "brown", (8, 0), "bf16_tflops"),
+    ("int8", "int8", 1, 0.25, 0.95, "#2ca02c", "green", (7, 5), "int8_tops"),
+    ("fp8", "float8_e4m3fn", 1, 0.25, 0.95, "#9467bd", "purple", (8, 9), "fp8_tflops"),
+)
+# the fields past the table's columns, where a precision's differ from the defaults
+_REST: dict[str, dict[str, Any]] = {
+    "tf32": {"peak_fallback": "fp32", "allow_tf32": True, "gpu_only": True},
+    "bf16": {"peak_fallback": "fp16"},
+    "int8": {"peak_unit": "TOPS", "quantized": True},
+    "fp8": {"quantized": True},
 }
+PRECISIONS: dict[str, Precision] = {row[0]: Precision(*row, **_REST.get(row[0], {})) for row in _TABLE}
 
 
 class _Column(Mapping[str, Any]):

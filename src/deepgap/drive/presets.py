@@ -22,6 +22,9 @@ def _grid(**kw: Any) -> SweepSpec:
     return SweepSpec(**kw)
 
 
+# the GPU grids' protocol: short adaptive repeats (each preset adds its thermal warm-up's bound)
+_GPU_PROTOCOL: dict[str, Any] = dict(warmup=10, iterations=10, repeats=2, target_ci=0.01, max_time_s=2.0)
+
 PRESETS: dict[str, tuple[str, SweepSpec]] = {
     "paper": (
         "the paper exactly: ResNet-18/50/101, fp32+fp16 eager, batch 1..512, 20 warm-up, 3×100 timed",
@@ -58,15 +61,11 @@ PRESETS: dict[str, tuple[str, SweepSpec]] = {
                 },
                 "quant": {"batch_sizes": (1, 256), "memory_formats": ("channels_last",)},
             },
-            warmup=10,
-            iterations=10,
-            repeats=2,
-            target_ci=0.01,
-            max_time_s=2.0,
             sweeps=2,
             thermal_warmup=True,
             thermal_timeout_s=120.0,
             cpu_baseline=True,
+            **_GPU_PROTOCOL,
         ),
     ),
     "transformers": (
@@ -84,14 +83,10 @@ PRESETS: dict[str, tuple[str, SweepSpec]] = {
                 "cudagraph": {"precisions": ("fp16",), "batch_sizes": (1,)},
                 "compile-freeze": {"precisions": ("fp16",), "batch_sizes": (64, 256)},
             },
-            warmup=10,
-            iterations=10,
-            repeats=2,
-            target_ci=0.01,
-            max_time_s=2.0,
             sweeps=1,
             thermal_warmup=True,
             thermal_timeout_s=120.0,
+            **_GPU_PROTOCOL,
         ),
     ),
     "cpu": (

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
@@ -70,6 +71,11 @@ def fmt_gib(v: Any) -> str:
 def fmt_num(v: Any, spec: str = ".3g") -> str:
     """Any number, or a dash."""
     return format(float(v), spec) if _ok(v) else "–"
+
+
+def num_cell(col: str, spec: str = ".3g", scale: float = 1.0, suffix: str = "") -> Callable[[Any], str]:
+    """A table column: the row's ``col`` × ``scale`` as ``spec`` (a dash where it is missing), then ``suffix``."""
+    return lambda r: fmt_num(None if r.get(col) is None else r.get(col) * scale, spec) + suffix
 
 
 def fmt_ci(lo: Any, hi: Any, f=fmt_ips) -> str:

@@ -36,6 +36,16 @@ FORMAT_DASH = {"nchw": ("-", "solid"), "channels_last": ("--", "dash")}
 SERIES_COLS = ["engine", "precision", "memory_format", "threads", "include_transfer"]
 
 
+def label_panel(ax, title: str, xlabel: str | None, ylabel: str, grid: str = "both") -> None:
+    """A small panel's title, axis labels (``xlabel`` None: none), grid and tick size, as in every figure."""
+    ax.set_title(title, fontsize=8)
+    if xlabel is not None:
+        ax.set_xlabel(xlabel, fontsize=7)
+    ax.set_ylabel(ylabel, fontsize=7)
+    ax.grid(alpha=0.3, axis=grid)
+    ax.tick_params(labelsize=6)
+
+
 def engine_family(engine: str) -> str:
     """``compile-freeze`` → ``compile``, ``onnxruntime-trt`` → ``onnxruntime``: the facet an engine joins."""
     return str(engine).split("-")[0]

@@ -7,6 +7,7 @@ functions only format frames that `deepgap.analysis.compare` and `deepgap.roofli
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from deepgap.core.precision import is_quantized
@@ -46,10 +47,31 @@ def _print_sources(console, frames) -> None:
         )
 
 
+def _pair_table(title: str, frame, middle: list[tuple[str, Callable[[dict], str]]]):
+    """One table of pairs: the configuration's names, ``middle``'s columns, then the ratio, CI and roofline."""
+    from rich.table import Table
+
+    from deepgap.render.formatting import fmt_ci, fmt_x
+
+    columns = [
+        ("model", lambda r: r["model"]),
+        ("engine", lambda r: r["engine"]),
+        ("prec", lambda r: r["precision"]),
+        *middle,
+        ("A/B", lambda r: fmt_x(r["speedup"])),
+        ("95% CI", lambda r: fmt_ci(r["speedup_ci_low"], r["speedup_ci_high"], fmt_x)),
+        ("roofline", _roof),
+        ("flags", _flags),
+    ]
+    t = Table(*(header for header, _ in columns), title=title)
+    for r in frame.to_dict("records"):
+        t.add_row(*(cell(r) for _, cell in columns))
+    return t
+
+
 def print_pairs(label_a: str, label_b: str, matched, best) -> None:
     """Best-batch and matched tables: both configurations, the ratio, its CI, the roofline's prediction."""
     from rich.console import Console
-    from rich.table import Table
 
     from deepgap.render.formatting import fmt_ci, fmt_ips, fmt_x
 
@@ -59,35 +81,18 @@ def print_pairs(label_a: str, label_b: str, matched, best) -> None:
         "95% bootstrap CI of the ratio over pooled per-iteration latencies"
     )
     if len(best):
-        t = Table(
-            "model",
-            "engine",
-            "prec",
-            "A configuration",
-            "A img/s",
-            "B configuration",
-            "B img/s",
-            "A/B",
-            "95% CI",
-            "roofline",
-            "flags",
-            title="each side at its best batch (best vs best where the batches differ: both shown)",
-        )
-        for r in best.to_dict("records"):
-            t.add_row(
-                r["model"],
-                r["engine"],
-                r["precision"],
-                _conf(r, "_a"),
-                fmt_ips(r["throughput_ips_a"]),
-                _conf(r, "_b"),
-                fmt_ips(r["throughput_ips_b"]),
-                fmt_x(r["speedup"]),
-                fmt_ci(r["speedup_ci_low"], r["speedup_ci_high"], fmt_x),
-                _roof(r),
-                _flags(r),
+        console.print(
+            _pair_table(
+                "each side at its best batch (best vs best where the batches differ: both shown)",
+                best,
+                [
+                    ("A configuration", lambda r: _conf(r, "_a")),
+                    ("A img/s", lambda r: fmt_ips(r["throughput_ips_a"])),
+                    ("B configuration", lambda r: _conf(r, "_b")),
+                    ("B img/s", lambda r: fmt_ips(r["throughput_ips_b"])),
+                ],
             )
-        console.print(t)
+        )
         top = (
             best[~best["flagged"]].sort_values("speedup").tail(1)
             if (~best["flagged"]).any()
@@ -102,37 +107,19 @@ def print_pairs(label_a: str, label_b: str, matched, best) -> None:
                 f"B: {r['configuration_b']}"
             )
     if len(matched):
-        t = Table(
-            "model",
-            "engine",
-            "prec",
-            "bs",
-            "fmt",
-            "thr",
-            "A img/s",
-            "B img/s",
-            "A/B",
-            "95% CI",
-            "roofline",
-            "flags",
-            title="matched configurations (same batch, threads, format)",
-        )
-        for r in matched.to_dict("records"):
-            t.add_row(
-                r["model"],
-                r["engine"],
-                r["precision"],
-                str(r["batch_size"]),
-                r["memory_format"],
-                str(r["threads"] or "default"),
-                fmt_ips(r["throughput_ips_a"]),
-                fmt_ips(r["throughput_ips_b"]),
-                fmt_x(r["speedup"]),
-                fmt_ci(r["speedup_ci_low"], r["speedup_ci_high"], fmt_x),
-                _roof(r),
-                _flags(r),
+        console.print(
+            _pair_table(
+                "matched configurations (same batch, threads, format)",
+                matched,
+                [
+                    ("bs", lambda r: str(r["batch_size"])),
+                    ("fmt", lambda r: r["memory_format"]),
+                    ("thr", lambda r: str(r["threads"] or "default")),
+                    ("A img/s", lambda r: fmt_ips(r["throughput_ips_a"])),
+                    ("B img/s", lambda r: fmt_ips(r["throughput_ips_b"])),
+                ],
             )
-        console.print(t)
+        )
     _print_sources(console, [best, matched])
     if not len(best) and not len(matched):
         console.print("no model, engine and precision in common between A and B: nothing to compare")

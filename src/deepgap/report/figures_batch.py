@@ -26,6 +26,7 @@ from deepgap.render.draw import (
 )
 from deepgap.render.style import (
     is_open,
+    label_panel,
     overlay_facets,
     overlay_label,
     overlay_series,
@@ -68,17 +69,13 @@ def _per_panel(
             if is_open(r0, order):
                 st["mfc"] = "none"
             draw(ax, s.sort_values("batch_size"), st)
-        ax.set_title(ptitle, fontsize=8)
-        ax.set_xlabel(xlabel, fontsize=7)
-        ax.set_ylabel(ylabel, fontsize=7)
         if logx:
             ax.set_xscale("log", base=2)
             plain_ticks(ax, sorted(sub["batch_size"].unique()))
         if logy:
             ax.set_yscale("log")
             plain_ticks(ax, axis="y")
-        ax.grid(alpha=0.3)
-        ax.tick_params(labelsize=6)
+        label_panel(ax, ptitle, xlabel, ylabel)
     used = list(axes[: len(panels)])
     if not shared_legend(fig, used):
         for ax in used:

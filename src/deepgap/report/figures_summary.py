@@ -23,7 +23,7 @@ from deepgap.render.draw import (
     pyplot,
     subplots_grid,
 )
-from deepgap.render.style import MAX_SERIES, facets, marker, series_of, thread_list
+from deepgap.render.style import MAX_SERIES, facets, label_panel, marker, series_of, thread_list
 from deepgap.render.style import color as style_color
 from deepgap.render.style import series_label as style_label
 from deepgap.render.units import of_frame
@@ -76,11 +76,7 @@ def pareto(par: pd.DataFrame) -> Figure:
         flag_marks(ax, sub, "_ms", "throughput_ips")
         ax.set_xscale("log")
         plain_ticks(ax)
-        ax.set_title(f"{platform} — {model}", fontsize=8)
-        ax.set_xlabel("median latency per batch (ms)", fontsize=7)
-        ax.set_ylabel(of_frame(sub).rate, fontsize=7)
-        ax.grid(alpha=0.3)
-        ax.tick_params(labelsize=6)
+        label_panel(ax, f"{platform} — {model}", "median latency per batch (ms)", of_frame(sub).rate)
         panel_legend(ax)
     return make_figure(
         "fig10_pareto",
@@ -152,10 +148,7 @@ def bars(
                     color="red" if r["flagged"] else "black",
                 )
         ax.set_xticks(range(len(models)), models, fontsize=6)
-        ax.set_title(ptitle, fontsize=8)
-        ax.set_ylabel(ylabel, fontsize=7)
-        ax.grid(alpha=0.3, axis="y")
-        ax.tick_params(labelsize=6)
+        label_panel(ax, ptitle, None, ylabel, grid="y")
         panel_legend(ax)
     return make_figure(name, title, caption + " ✕ = flagged, ○ = CI target missed.", fig)
 
@@ -192,12 +185,8 @@ def thread_scaling(ts: pd.DataFrame) -> Figure:
                 label=f"{eng} {prec} bs{bs}",
             )
             flag_marks(ax, s, "threads", "throughput_ips")
-        ax.set_title(ptitle, fontsize=8)
         ax.set_xticks(sorted(ticks))
-        ax.set_xlabel("intra-op threads", fontsize=7)
-        ax.set_ylabel(of_frame(ts).rate, fontsize=7)
-        ax.grid(alpha=0.3)
-        ax.tick_params(labelsize=6)
+        label_panel(ax, ptitle, "intra-op threads", of_frame(ts).rate)
         panel_legend(ax)
     return make_figure(
         "fig_cpu_thread_scaling",

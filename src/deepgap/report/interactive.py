@@ -161,24 +161,7 @@ def lines(
             hover = [_hover(r, ci, scale, short, extra[k] if extra else "") for k, r in enumerate(recs)]
             if band:  # the band first, under the line: one closed shape from the median up to the band
                 up = [_r((_num(r.get(band[0])) or float("nan")) * scale) for r in recs]
-                traces.append(
-                    {
-                        "type": "scatter",
-                        "x": bs + bs[::-1],
-                        "y": ys + up[::-1],
-                        "xaxis": xr,
-                        "yaxis": yr,
-                        "mode": "lines",
-                        "fill": "toself",
-                        "fillcolor": _rgba(col, 0.15),
-                        "line": {"width": 0, "color": col},
-                        "hoverinfo": "skip",
-                        "showlegend": False,
-                        "legendgroup": lab,
-                        "name": "tail band",
-                        "meta": _meta(r0, bs + bs[::-1]),
-                    },
-                )
+                traces.append(_band_trace(r0, bs, ys, up, (xr, yr), col, lab))
                 yvals += [u for u in up if u is not None]
             t = {
                 "type": "scatter",
@@ -199,44 +182,14 @@ def lines(
                 "meta": _meta(r0, bs),
             }
             if ci:
-                lo = [(_num(r.get(ci[0])) or float("nan")) * scale for r in recs]
-                hi = [(_num(r.get(ci[1])) or float("nan")) * scale for r in recs]
-                t["error_y"] = {
-                    "type": "data",
-                    "array": [
-                        _r(max(0.0, h - y)) if h == h and y is not None else 0
-                        for h, y in zip(hi, ys, strict=True)
-                    ],
-                    "arrayminus": [
-                        _r(max(0.0, y - lo_)) if lo_ == lo_ and y is not None else 0
-                        for lo_, y in zip(lo, ys, strict=True)
-                    ],
-                    "thickness": 1,
-                    "width": 2,
-                    "color": col,
-                }
+                t["error_y"] = _error_y(recs, ci, scale, ys, col)
             traces.append(t)
             shown.add(lab)
             yvals += [y for y in ys if y is not None]
             bad = [k for k, r in enumerate(recs) if r["flagged"]]
             if bad:  # a red ✕ over each flagged point, filtered with its series
-                traces.append(
-                    {
-                        "type": "scatter",
-                        "x": [bs[k] for k in bad],
-                        "y": [ys[k] for k in bad],
-                        "xaxis": xr,
-                        "yaxis": yr,
-                        "mode": "markers",
-                        "name": "flagged",
-                        "legendgroup": "flagged",
-                        "showlegend": "flagged" not in shown,
-                        "marker": {"symbol": "x", "size": 11, "color": "red"},
-                        "customdata": [hover[k] for k in bad],
-                        "hovertemplate": "<b>%{customdata[0]}</b><br>%{customdata[2]}<extra></extra>",
-                        "meta": _meta(r0, [bs[k] for k in bad]),
-                    }
-                )
+                marks = [bs[k] for k in bad], [ys[k] for k in bad], [hover[k] for k in bad]
+                traces.append(_flag_trace(r0, *marks, (xr, yr), "flagged" not in shown))
                 shown.add("flagged")
         ticks = sorted(int(b) for b in sub["batch_size"].unique())
         axes[xk] = {
@@ -251,6 +204,64 @@ def lines(
             tv, tt = log_ticks(yvals)
             axes[yk].update(tickvals=tv, ticktext=tt)
     return _spec(traces, axes, spec_panels)
+
+
+def _band_trace(r0: dict, bs: list[int], ys: list, up: list, xy: tuple[str, str], col: str, lab: str) -> dict:
+    """The tail band: one closed, filled shape from the line (``ys``) up to the band (``up``)."""
+    return {
+        "type": "scatter",
+        "x": bs + bs[::-1],
+        "y": ys + up[::-1],
+        "xaxis": xy[0],
+        "yaxis": xy[1],
+        "mode": "lines",
+        "fill": "toself",
+        "fillcolor": _rgba(col, 0.15),
+        "line": {"width": 0, "color": col},
+        "hoverinfo": "skip",
+        "showlegend": False,
+        "legendgroup": lab,
+        "name": "tail band",
+        "meta": _meta(r0, bs + bs[::-1]),
+    }
+
+
+def _error_y(recs: list[dict], ci: tuple[str, str, str], scale: float, ys: list, col: str) -> dict:
+    """Error bars from each point (``ys``) to its CI's ends (``ci``'s low and high columns)."""
+    lo = [(_num(r.get(ci[0])) or float("nan")) * scale for r in recs]
+    hi = [(_num(r.get(ci[1])) or float("nan")) * scale for r in recs]
+    return {
+        "type": "data",
+        "array": [
+            _r(max(0.0, h - y)) if h == h and y is not None else 0 for h, y in zip(hi, ys, strict=True)
+        ],
+        "arrayminus": [
+            _r(max(0.0, y - lo_)) if lo_ == lo_ and y is not None else 0
+            for lo_, y in zip(lo, ys, strict=True)
+        ],
+        "thickness": 1,
+        "width": 2,
+        "color": col,
+    }
+
+
+def _flag_trace(r0: dict, xs: list[int], ys: list, hover: list, xy: tuple[str, str], legend: bool) -> dict:
+    """A red ✕ over each flagged point of a series (at ``xs``, ``ys``), filtered with its series."""
+    return {
+        "type": "scatter",
+        "x": xs,
+        "y": ys,
+        "xaxis": xy[0],
+        "yaxis": xy[1],
+        "mode": "markers",
+        "name": "flagged",
+        "legendgroup": "flagged",
+        "showlegend": legend,
+        "marker": {"symbol": "x", "size": 11, "color": "red"},
+        "customdata": hover,
+        "hovertemplate": "<b>%{customdata[0]}</b><br>%{customdata[2]}<extra></extra>",
+        "meta": _meta(r0, xs),
+    }
 
 
 def _rgba(hex_colour: str, alpha: float) -> str:

@@ -17,6 +17,7 @@ import re
 import numpy as np
 
 from deepgap.core.errors import UsageError
+from deepgap.core.limits import is_number
 
 # The arrival rates a run can play (q/s): a trace whose timestamps are 0 and 1e-300 asks for 10^300
 # queries a second and a rate of 1e-300 q/s for one query per 10^300 s; both hung before the first query.
@@ -118,7 +119,7 @@ def load_trace(path: str) -> np.ndarray:
             if known:  # a CSV header naming the timestamp column
                 col = known[0]
                 continue
-        if col >= len(cells) or not _is_number(cells[col]):
+        if col >= len(cells) or not is_number(cells[col]):
             raise UsageError(
                 f"trace file {path!r} line {lineno}: {raw.strip()[:60]!r} is not a timestamp",
                 "write one arrival time in seconds per line",
@@ -153,14 +154,6 @@ def load_trace(path: str) -> np.ndarray:
             "write timestamps in seconds, or pass --qps to rescale the trace",
         )
     return t - t[0]
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def trace_rate_qps(times_s: np.ndarray) -> float:

@@ -32,6 +32,38 @@ from deepgap.serving.sim import simulate
 from deepgap.serving.spec import DEFAULT_POLICY
 
 
+def _level(
+    c: ScenarioContext,
+    purpose: str,
+    policy: BatchPolicy,
+    rate: float,
+    times: Any,
+    stop: StopRule,
+    load: LoadSettings,
+    slo_s: float | None,
+) -> tuple[Any, Any, Any]:
+    """Serve ``times`` for real and simulate them, record the level: (measured, predicted summary, log).
+
+    ``slo_s``: the verdict's bound (a fixed level's may be None: no verdict; ``load``'s is infinite then).
+    """
+    log = c.worker.level(LevelRequest(times, policy, stop), level_timeout(len(times), rate))
+    s = summarize(log, rate, slo_s, load.percentile, load.confidence)
+    pred = summarize(
+        simulate(times, policy, c.service, seed=load.seed, stop=stop),
+        rate,
+        slo_s,
+        load.percentile,
+        load.confidence,
+    )
+    source = "trace" if c.trace is not None else "poisson"
+    c.rec.levels.append(
+        level_row(
+            c.req, "server", purpose, policy, rate, source, load.seed, s, pred, log, phase=policy.label()
+        )
+    )
+    return s, pred, log
+
+
 def _real_probe(
     c: ScenarioContext, policy: BatchPolicy, load: LoadSettings, purpose: str
 ) -> Callable[[float], Probe]:
@@ -40,30 +72,7 @@ def _real_probe(
         times = schedule(rate, n, load.seed, c.trace)
         stop = load.stop_rule(n, rate)
         c.say(f"serve: {policy.label()} at {rate:,.1f} queries/s ({n} queries)")
-        log = c.worker.level(LevelRequest(times, policy, stop), level_timeout(n, rate))
-        s = summarize(log, rate, load.slo_s, load.percentile, load.confidence)
-        pred = summarize(
-            simulate(times, policy, c.service, seed=load.seed, stop=stop),
-            rate,
-            load.slo_s,
-            load.percentile,
-            load.confidence,
-        )
-        c.rec.levels.append(
-            level_row(
-                c.req,
-                "server",
-                purpose,
-                policy,
-                rate,
-                "trace" if c.trace is not None else "poisson",
-                load.seed,
-                s,
-                pred,
-                log,
-                phase=policy.label(),
-            )
-        )
+        s, pred, _ = _level(c, purpose, policy, rate, times, stop, load, load.slo_s)
         c.say(
             f"serve:   p99 {s.latency_p99_s * 1e3:.3f} ms (predicted {pred.latency_p99_s * 1e3:.3f}), "
             f"{s.verdict}" + (f", {s.n_dropped} dropped" if s.n_dropped else "") + f"; {host_line(s)}"
@@ -99,26 +108,7 @@ def run_server(c: ScenarioContext) -> None:
             max_time_s=3.0 * n / rate + 5.0, drop_after_s=DROP_AFTER_SLOS * spec.slo_s if spec.slo_s else None
         )
         c.say(f"serve: server, {policy.label()} at {rate:,.1f} queries/s ({n} queries)")
-        log = c.worker.level(LevelRequest(times, policy, stop), level_timeout(n, rate))
-        s = summarize(log, rate, spec.slo_s, 0.99, spec.confidence)
-        pred = summarize(
-            simulate(times, policy, sv, seed=spec.seed, stop=stop), rate, spec.slo_s, 0.99, spec.confidence
-        )
-        c.rec.levels.append(
-            level_row(
-                c.req,
-                "server",
-                "fixed",
-                policy,
-                rate,
-                "trace" if c.trace is not None else "poisson",
-                spec.seed,
-                s,
-                pred,
-                log,
-                phase=policy.label(),
-            )
-        )
+        s, pred, log = _level(c, "fixed", policy, rate, times, stop, load, spec.slo_s)
         overloaded = bool(s.n_dropped or log.stop_kind == "time")
         c.out.summary.update(
             server_qps=rate,

@@ -96,11 +96,24 @@ class TableSpec:
         return [f"CREATE INDEX IF NOT EXISTS {self.index[0]} ON {self.name}({self.index[1]})"]
 
 
-def _t(name: str, columns: list[str], **kw) -> TableSpec:
-    return TableSpec(name, tuple(col(c) for c in columns), **kw)
+def _t(
+    name: str, columns: list[str], child_of: tuple[str, str] | None = ("runs", "run_id"), **kw
+) -> TableSpec:
+    """A feature table; ``child_of``: (the parent's table, the column naming its row), by default a run."""
+    parent, parent_key = child_of or (None, None)
+    return TableSpec(name, tuple(col(c) for c in columns), parent_key=parent_key, parent=parent, **kw)
 
 
 RUN_KINDS = ("sweep", "fleet", "serve", "profile", "peaks")
+# the served configuration: the same columns, in this order, in serve_runs, serve_curves and capacity
+_SERVED = (
+    "model TEXT",
+    "engine TEXT",
+    "precision TEXT",
+    "device TEXT",
+    "memory_format TEXT",
+    "resolution INTEGER",
+)
 
 # --- serving (deepgap.serving.storage) ------------------------------------------------------------
 SERVE_RUNS = _t(
@@ -112,12 +125,7 @@ SERVE_RUNS = _t(
         "scenario TEXT",
         "purpose TEXT",
         "phase TEXT",
-        "model TEXT",
-        "engine TEXT",
-        "precision TEXT",
-        "device TEXT",
-        "memory_format TEXT",
-        "resolution INTEGER",
+        *_SERVED,
         "max_batch INTEGER",
         "max_delay_s REAL",
         "target_qps REAL",
@@ -153,8 +161,6 @@ SERVE_RUNS = _t(
         "extra_json TEXT",
     ],
     key=("serve_id",),
-    parent_key="run_id",
-    parent="runs",
     index=("serve_runs_by_run", "run_id"),
 )
 SERVE_REQUESTS = _t(
@@ -173,20 +179,14 @@ SERVE_REQUESTS = _t(
         "latency_s REAL",
     ],
     key=("serve_id", "idx"),
-    parent_key="serve_id",
-    parent="serve_runs",
+    child_of=("serve_runs", "serve_id"),
 )
 SERVE_CURVES = _t(
     "serve_curves",
     [
         "run_id TEXT NOT NULL",
         "tenant TEXT NOT NULL",
-        "model TEXT",
-        "engine TEXT",
-        "precision TEXT",
-        "device TEXT",
-        "memory_format TEXT",
-        "resolution INTEGER",
+        *_SERVED,
         "batch_size INTEGER NOT NULL",
         "latency_median_s REAL",
         "n INTEGER",
@@ -197,8 +197,6 @@ SERVE_CURVES = _t(
         "extra_json TEXT",
     ],
     key=("run_id", "tenant", "batch_size"),
-    parent_key="run_id",
-    parent="runs",
 )
 CAPACITY = _t(
     "capacity",
@@ -207,13 +205,9 @@ CAPACITY = _t(
         "run_id TEXT",
         "tenant TEXT",
         "source TEXT",
-        "model TEXT",
-        "engine TEXT",
-        "precision TEXT",
-        "device TEXT",
+        *_SERVED[:4],
         "device_name TEXT",
-        "memory_format TEXT",
-        "resolution INTEGER",
+        *_SERVED[4:],
         "slo_s REAL",
         "percentile REAL",
         "confidence REAL",
@@ -227,8 +221,6 @@ CAPACITY = _t(
         "extra_json TEXT",
     ],
     key=("capacity_id",),
-    parent_key="run_id",
-    parent="runs",
 )
 # --- roofline (deepgap.roofline.storage) ----------------------------------------------------------
 ROOFLINE_PEAKS = _t(
@@ -244,8 +236,6 @@ ROOFLINE_PEAKS = _t(
         "details_json TEXT NOT NULL DEFAULT '{}'",
     ],
     key=("run_id", "name"),
-    parent_key="run_id",
-    parent="runs",
 )
 ROOFLINE_PROFILES = _t(
     "roofline_profiles",
@@ -281,8 +271,6 @@ ROOFLINE_PROFILES = _t(
         "extra_json TEXT NOT NULL DEFAULT '{}'",
     ],
     key=("profile_id",),
-    parent_key="run_id",
-    parent="runs",
 )
 ROOFLINE_KERNELS = _t(
     "roofline_kernels",
@@ -300,8 +288,7 @@ ROOFLINE_KERNELS = _t(
         "ops TEXT NOT NULL DEFAULT ''",
         "metrics_json TEXT NOT NULL DEFAULT '{}'",
     ],
-    parent_key="profile_id",
-    parent="roofline_profiles",
+    child_of=("roofline_profiles", "profile_id"),
     index=("roofline_kernels_by_profile", "profile_id"),
 )
 ROOFLINE_MODEL_COSTS = _t(
@@ -315,6 +302,7 @@ ROOFLINE_MODEL_COSTS = _t(
         "cost_json TEXT NOT NULL",
     ],
     key=("model", "resolution", "mode"),
+    child_of=None,
 )
 
 # parents before children: the order tables are created, merged and copied in

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from deepgap.core.errors import UsageError
+from deepgap.core.limits import is_number
 from deepgap.measure.images import DEFAULT_CALIBRATION_IMAGES, IMAGE_SUFFIXES, options_count
 from deepgap.store.paths import check_input_path
 
@@ -147,14 +148,6 @@ def _is_int(label: str) -> bool:
     return re.fullmatch(r"-?[0-9]+", label) is not None
 
 
-def _is_number(label: str) -> bool:
-    try:
-        float(label)
-    except ValueError:
-        return False
-    return True
-
-
 def _check_labels(path: Path, labels: list[str]) -> None:
     """All labels integers (class indices) or all names: a mix, or numbers that are not integers, is an error.
 
@@ -162,7 +155,7 @@ def _check_labels(path: Path, labels: list[str]) -> None:
     the image labelled 3 was scored against class 0 without a word; ``0.5`` is no class index at all.
     """
     ints = [lab for lab in labels if _is_int(lab)]
-    numbers = [lab for lab in labels if not _is_int(lab) and _is_number(lab)]
+    numbers = [lab for lab in labels if not _is_int(lab) and is_number(lab)]
     if numbers:
         raise UsageError(
             f"dataset CSV {str(path)!r} has the label {numbers[0]!r}: not a class index",

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from deepgap.measure.models.registry import MODELS, ModelEntry
+from deepgap.measure.models.registry import add_text_model
 
 
 @dataclass(frozen=True)
@@ -70,13 +70,10 @@ CONFIGS = {
 DEFAULT_SEQ_LEN = 128
 
 
-def _builder(name: str):
-    def build(resolution: int):
-        from deepgap.measure.models.bert_net import build_bert
+def _build(name: str):
+    from deepgap.measure.models.bert_net import build_bert
 
-        return build_bert(CONFIGS[name])
-
-    return build
+    return build_bert(CONFIGS[name])
 
 
 _DESCRIPTIONS = {
@@ -86,15 +83,7 @@ _DESCRIPTIONS = {
 }
 
 for _name, _cfg in CONFIGS.items():
-    MODELS.add(
-        _name,
-        ModelEntry(
-            build=_builder(_name),
-            family="test" if _name == "tinybert" else "bert",
-            default_resolution=DEFAULT_SEQ_LEN,
-            description=_DESCRIPTIONS[_name],
-            num_classes=_cfg.hidden,
-            vocab_size=_cfg.vocab,
-            max_seq_len=_cfg.max_positions,
-        ),
+    _family = "test" if _name == "tinybert" else "bert"
+    add_text_model(
+        _name, _build, _cfg, _family, _DESCRIPTIONS[_name], DEFAULT_SEQ_LEN, num_classes=_cfg.hidden
     )

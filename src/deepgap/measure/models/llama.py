@@ -15,30 +15,19 @@ sweeps (docs/llm.md says what is missing).
 from __future__ import annotations
 
 from deepgap.measure.models.llama_config import SHAPES
-from deepgap.measure.models.registry import MODELS, ModelEntry
+from deepgap.measure.models.registry import add_text_model
 
 DEFAULT_SEQ_LEN = 128
 
 
-def _builder(name: str):
-    def build(resolution: int):
-        from deepgap.measure.models.llama_net import build_llama
+def _build(name: str):
+    from deepgap.measure.models.llama_net import build_llama
 
-        return build_llama(name)
-
-    return build
+    return build_llama(name)
 
 
 for _name, _shape in SHAPES.items():
-    MODELS.add(
-        _name,
-        ModelEntry(
-            build=_builder(_name),
-            family="test" if _name == "llama-tiny" else "llm",
-            default_resolution=min(DEFAULT_SEQ_LEN, _shape.max_positions),
-            description=_shape.describe(),
-            num_classes=_shape.vocab,
-            vocab_size=_shape.vocab,
-            max_seq_len=_shape.max_positions,
-        ),
+    _family = "test" if _name == "llama-tiny" else "llm"
+    add_text_model(
+        _name, _build, _shape, _family, _shape.describe(), min(DEFAULT_SEQ_LEN, _shape.max_positions)
     )

@@ -116,42 +116,20 @@ class LlamaShape:
         )
 
 
-_LLAMA3_ROPE = dict(low_freq_factor=1.0, high_freq_factor=4.0, original_max_position=8192)
+def _llama3_rope(factor: float, original_max_position: int = 8192) -> RopeScaling:
+    """Llama-3's RoPE scaling (its low and high frequency factors) at ``factor``."""
+    return RopeScaling(
+        factor, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position=original_max_position
+    )
 
-# Published config.json values (meta-llama/Llama-3.2-1B and meta-llama/Llama-3.1-8B on the HF hub).
+
+# Published config.json values (meta-llama/Llama-3.2-1B and meta-llama/Llama-3.1-8B on the HF hub), as
+# LlamaShape(layers, hidden, intermediate, heads, kv_heads, vocab, ...).
 SHAPES: dict[str, LlamaShape] = {
-    "llama-3.2-1b": LlamaShape(
-        layers=16,
-        hidden=2048,
-        intermediate=8192,
-        heads=32,
-        kv_heads=8,
-        vocab=128_256,
-        rope_scaling=RopeScaling(factor=32.0, **_LLAMA3_ROPE),
-        tied=True,
-    ),
-    "llama-3.1-8b": LlamaShape(
-        layers=32,
-        hidden=4096,
-        intermediate=14_336,
-        heads=32,
-        kv_heads=8,
-        vocab=128_256,
-        rope_scaling=RopeScaling(factor=8.0, **_LLAMA3_ROPE),
-    ),
+    "llama-3.2-1b": LlamaShape(16, 2048, 8192, 32, 8, 128_256, rope_scaling=_llama3_rope(32.0), tied=True),
+    "llama-3.1-8b": LlamaShape(32, 4096, 14_336, 32, 8, 128_256, rope_scaling=_llama3_rope(8.0)),
     # CI-sized: milliseconds per token on a CPU, with GQA (2 query heads per KV head) and RoPE scaling.
-    "llama-tiny": LlamaShape(
-        layers=2,
-        hidden=64,
-        intermediate=128,
-        heads=4,
-        kv_heads=2,
-        vocab=256,
-        max_positions=512,
-        rope_scaling=RopeScaling(
-            factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position=64
-        ),
-    ),
+    "llama-tiny": LlamaShape(2, 64, 128, 4, 2, 256, max_positions=512, rope_scaling=_llama3_rope(8.0, 64)),
 }
 
 

@@ -33,6 +33,34 @@ class ModelEntry:
 
 
 MODELS: Registry[ModelEntry] = Registry("model")
+
+
+def add_text_model(
+    name: str,
+    build: Callable[[str], Any],
+    shape: Any,
+    family: str,
+    description: str,
+    seq_len: int,
+    num_classes: int | None = None,
+) -> None:
+    """Register a text model (token ids in, BERT's and Llama's): ``build(name)`` builds it.
+
+    ``shape`` (a `BertConfig`, a `LlamaShape`) bounds its inputs by its ``vocab`` and ``max_positions``;
+    ``seq_len`` is its default sequence length, ``num_classes`` its output's width (default: the vocab).
+    """
+    entry = ModelEntry(
+        build=lambda resolution: build(name),
+        family=family,
+        default_resolution=seq_len,
+        description=description,
+        num_classes=num_classes or shape.vocab,
+        vocab_size=shape.vocab,
+        max_seq_len=shape.max_positions,
+    )
+    MODELS.add(name, entry)
+
+
 TIMM_PREFIX = "timm:"
 
 
