@@ -43,6 +43,7 @@ class QuantEngine(Engine):
         "INT8/FP8 post-training quantization (Triton implicit-GEMM, fused epilogues, CUDA graph); ResNets"
     )
     precisions = ("int8", "fp8")
+    inputs = ("default", "int8-resident")
 
     def supports(self, spec, caps):  # noqa: D102
         why = super().supports(spec, caps)
