@@ -140,7 +140,29 @@ def _measure_fake_engines() -> dict:
     ):
         spec = ConfigSpec("tinycnn", engine, precision, 4, "cpu", resolution=32, threads=1, input_mode=mode)
         out[engine] = measure(state, MeasureRequest(spec=spec, protocol=protocol))
-    out["seen"] = seen
+    out["seen"] = {k: list(v) for k, v in seen.items()}
+    # accuracy mode scores the input that was timed: 6 labelled images (made up) in batches of 4, no files
+    from deepgap.measure.accuracy import evaluate
+
+    def data(state, info, resolution, options):
+        state.accuracy_cache = getattr(state, "accuracy_cache", None) or {}
+        g = torch.Generator().manual_seed(0)
+        return torch.randint(
+            0, 256, (6, 3, resolution, resolution), dtype=torch.uint8, generator=g
+        ), torch.arange(6) % 2
+
+    seen["made"].clear()
+    seen["run"].clear()
+    spec = ConfigSpec(
+        "tinycnn", "resident-fake", "int8", 4, "cpu", resolution=32, threads=1, input_mode="int8-resident"
+    )
+    options = {"dataset": {"sha": "fixture", "subset": "all"}}
+    real, evaluate._data = evaluate._data, data
+    try:
+        out["accuracy"] = measure(state, MeasureRequest(spec=spec, protocol=protocol, options=options))
+    finally:
+        evaluate._data = real
+    out["seen_accuracy"] = seen
     return out
 
 
@@ -171,6 +193,17 @@ def test_the_timed_input_is_the_engines_resident_one_made_once(measured):
         res.details.correctness.flagged is False
     )  # its logits against the fp32 reference on the same images
     assert res.details.transfer.startswith("none: int8-resident input made on the device")
+
+
+def test_accuracy_mode_scores_the_resident_input(measured):
+    import torch
+
+    acc = measured["accuracy"].details.accuracy
+    assert acc is not None and acc.error is None, acc
+    assert acc.n == 6 and acc.top1_agreement_fp32 is not None
+    made = measured["seen_accuracy"]["made"]
+    assert made[-2:] == [(torch.float32, "cpu")] * 2  # the two scored batches, each made from fp32 as timed
+    assert set(measured["seen_accuracy"]["run"]) == {torch.int8}
 
 
 def test_no_make_input_is_an_error_and_an_engine_without_the_input_is_skipped(measured):

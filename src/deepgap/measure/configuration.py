@@ -35,6 +35,7 @@ from deepgap.core.result_details import (
 from deepgap.measure import correctness
 from deepgap.measure.device import CudaEventClock
 from deepgap.measure.engines import get_engine
+from deepgap.measure.engines.base import resident_input
 from deepgap.measure.protocol import MeasureRequest, StatusError
 from deepgap.measure.telemetry.session import MeasureTelemetry
 from deepgap.measure.timing import HostClock, run_protocol
@@ -210,23 +211,6 @@ def _prepare(state: WorkerState, req: MeasureRequest, engine: Any, ref_x: Any) -
     return _Prepared(prepared, x, x_src, k, step, prepare_peak)
 
 
-def resident_input(spec: ConfigSpec, prepared: Any, x_device: Any) -> Any:
-    """``spec.input_mode``'s input: the engine's ``make_input`` of the fp32 batch already on the device.
-
-    Why: MLPerf times int8 images already in GPU memory (its preprocessing is untimed); the engine alone
-    knows its own int8 layout. An engine that takes the mode but made no such input is an error row, never
-    a silent fall back to the default input (that row would be labelled with a condition it did not have).
-    """
-    make = getattr(prepared, "make_input", None)
-    if make is None:
-        raise StatusError(
-            Status.ERROR, f"engine {spec.engine} gave no make_input for the {spec.input_mode} input"
-        )
-    x = make(x_device)
-    del x_device
-    return x
-
-
 def _timed_result(req: MeasureRequest, facts: tuple, timings: Any, p: _Prepared, agreement: Any) -> Result:
     """The stored row of a timed configuration: latency and throughput with their spread, and details."""
     spec = req.spec
@@ -261,7 +245,7 @@ def _timed_result(req: MeasureRequest, facts: tuple, timings: Any, p: _Prepared,
     )
     if spec.input_mode:  # say what was timed: the engine's resident input, made before the timed window
         result.details.transfer = f"none: {spec.input_mode} input made on the device before timing"
-    if spec.include_transfer:  # say what was timed: on a CPU device there is no host→device copy
+    elif spec.include_transfer:  # say what was timed: on a CPU device there is no host→device copy
         result.details.transfer = (
             "pinned host→device copy timed in every iteration"
             if p.x_src is not None
