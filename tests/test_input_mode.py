@@ -283,6 +283,18 @@ def test_the_answer_ignores_the_resident_row_and_shows_it_beside_itself(frames):
     assert "int8-resident" not in int8.loc["", "configuration"]
 
 
+def test_capacity_planning_reads_the_default_input_only(store):
+    from deepgap.serving.planner import curves_from_store
+
+    s = Store(store, readonly=True)
+    try:
+        curves = [c for c in curves_from_store(s) if c.key["engine"] == "quant"]
+    finally:
+        s.close()
+    assert len(curves) == 2  # one per platform, from the default rows: no resident sample pooled in
+    assert all(c.service.median_s == pytest.approx((6.8e-3,)) for c in curves)
+
+
 def test_the_reports_tables_and_figures_label_it(frames):
     from deepgap.analysis import tables
     from deepgap.render.formatting import TABLE_SPECS, csv_frame, html_table
