@@ -99,6 +99,30 @@ CASES = [
     ("show missing store", lambda t: ["show", str(t / "none.sqlite")], "does not exist"),
     ("export bad folder", lambda t: ["export", _newer_store(t), "-o", "/x.csv"], "newer"),
     ("resume without store", lambda t: ["run", "--resume", "--store", _store(t)], "does not exist"),
+    # the input axis (issue 47): an unknown name, a mode no chosen engine takes, a copy a resident input lacks
+    ("unknown input", lambda t: BASE + ["--inputs", "fp8-resident", "--store", _store(t)], "unknown input"),
+    (
+        "input no engine takes",
+        lambda t: BASE + ["--inputs", "default,int8-resident", "--store", _store(t)],
+        "no chosen engine takes the int8-resident input",
+    ),
+    (
+        "resident input with transfer",
+        lambda t: (
+            BASE
+            + [
+                "--engines",
+                "quant",
+                "--precisions",
+                "int8",
+                "--inputs",
+                "int8-resident",
+                "--include-transfer",
+            ]
+            + ["--store", _store(t)]
+        ),
+        "already on the device",
+    ),
 ]
 
 

@@ -261,17 +261,26 @@ def test_gpu_engines_say_why_not_on_a_cpu():
 
 
 def test_the_parents_engine_catalogue_matches_the_registry():
-    """Every registered engine has its line in `catalog.CATALOG`, with the same module, precisions and text."""
+    """Every registered engine has its line in `catalog.CATALOG`: the same module, precisions, text, inputs."""
     from deepgap.measure.engines import ENGINES, load_engines
     from deepgap.measure.engines.catalog import CATALOG
 
     load_engines()
     registered = {
-        n: (ENGINES.get(n).__module__, tuple(ENGINES.get(n).precisions), ENGINES.get(n).description)
+        n: (
+            ENGINES.get(n).__module__,
+            tuple(ENGINES.get(n).precisions),
+            ENGINES.get(n).description,
+            tuple(ENGINES.get(n).inputs),
+        )
         for n in ENGINES.names()
     }
-    listed = {e.name: (f"deepgap.measure.engines.{e.module}", e.precisions, e.description) for e in CATALOG}
+    listed = {
+        e.name: (f"deepgap.measure.engines.{e.module}", e.precisions, e.description, e.inputs)
+        for e in CATALOG
+    }
     assert listed == registered
+    assert {e.name for e in CATALOG if "int8-resident" in e.inputs} == {"quant"}
 
 
 def test_validating_a_sweep_and_a_serve_leaves_torch_unloaded():
@@ -283,7 +292,7 @@ from deepgap.measure.pairing import check_pairs
 from deepgap.core.errors import UsageError
 spec = validate(SweepSpec(models=("resnet50", "tinycnn"), engines=("eager", "quant", "onnxruntime"),
                           precisions=("fp16", "int8", "fp8"), batch_sizes=(1, 256), device="cpu",
-                          engine_axes={"quant": {"batch_sizes": [1]}}))
+                          inputs=("default", "int8-resident"), engine_axes={"quant": {"batch_sizes": [1]}}))
 check_pairs(spec)
 try:
     validate(SweepSpec(models=("tinycnn",), engines=("nope",), precisions=("fp32",), batch_sizes=(1,)))

@@ -38,6 +38,7 @@ KEYS = [
     "threads",
     "resolution",
     "include_transfer",
+    "input_mode",  # a resident input (core.records.INPUT_MODES) is never pooled with the default one
 ]
 
 

@@ -17,8 +17,10 @@ from deepgap.analysis.frame import CONFIG_VIEW_COLS
 def pareto(agg: pd.DataFrame) -> pd.DataFrame:
     """Every configuration, with ``on_frontier`` where no configuration beats it on latency and throughput.
 
-    On the frontier: no unflagged configuration of the same platform and model has both lower-or-equal
-    median latency and higher-or-equal throughput (one strictly). Flagged configurations never are.
+    On the frontier: no unflagged configuration of the same platform, model and input mode has both
+    lower-or-equal median latency and higher-or-equal throughput (one strictly). Flagged configurations
+    never are. A resident input (int8 images already in GPU memory) has a frontier of its own: it never
+    pushes a default-input configuration off the default frontier.
     """
     if agg.empty:
         return pd.DataFrame(
@@ -26,7 +28,9 @@ def pareto(agg: pd.DataFrame) -> pd.DataFrame:
         )
     out = agg.copy()
     out["on_frontier"] = False
-    for _, grp in out.groupby(["platform", "model"], sort=False):
+    for _, grp in out.groupby(
+        ["platform", "model", *(["input_mode"] if "input_mode" in out else [])], sort=False
+    ):
         pts = grp[~grp["flagged"] & grp["latency_median_s"].notna() & grp["throughput_ips"].notna()]
         lat = pts["latency_median_s"].to_numpy()
         tp = pts["throughput_ips"].to_numpy()
@@ -44,6 +48,7 @@ def energy(agg: pd.DataFrame) -> pd.DataFrame:
     have = agg[[c for c in cols if c in agg]].notna().any(axis=1)
     keep = [
         *CONFIG_VIEW_COLS,
+        *(["input_mode"] if "input_mode" in agg else []),
         "batch_size",
         "throughput_ips",
         *[c for c in cols if c in agg],

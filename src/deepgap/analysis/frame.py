@@ -3,7 +3,7 @@
 A *measurement* is one row of `Store.results_frame` (one configuration of one sweep pass of one
 run). A *configuration* is a measurement without its sweep pass and run: the same platform
 (``device_name``), model, engine, precision, batch size, device, memory format, threads,
-resolution and transfer setting. The paper repeats its batch sweep ten times; `aggregate` folds
+resolution, transfer setting and input mode. The paper repeats its batch sweep ten times; `aggregate` folds
 those passes (and repeated runs) into one row per configuration:
 
 - throughput and median latency: the median over measurements (one measurement: its own value);
@@ -37,6 +37,7 @@ from deepgap.analysis.flags import (
     telemetry_of,
 )
 from deepgap.core.guards import rate_flag
+from deepgap.core.records import INPUT_MODE_LABELS, input_name
 from deepgap.core.result_details import ResultDetails
 from deepgap.core.stats import bootstrap_ci
 from deepgap.core.stats import finite_or_none as _num
@@ -53,6 +54,7 @@ CONFIG_COLS = [
     "resolution",
     "include_transfer",
     "seq_len",  # a text model's sequence length; 0 = not applicable (an image model)
+    "input_mode",  # "" = the default input; "int8-resident" (core.records.INPUT_MODES): never pooled with it
 ]
 GROUP_COLS = ["platform", *CONFIG_COLS]
 # The order the views show a configuration in, before their batch size and figures.
@@ -105,6 +107,7 @@ def prepare(results: pd.DataFrame) -> pd.DataFrame:
     df["threads"] = [int(t) if _num(t) is not None else 0 for t in df.get("threads", [None] * len(df))]
     df["include_transfer"] = [bool(_num(t)) for t in df.get("include_transfer", [0] * len(df))]
     df["seq_len"] = [tokens.seq_len_of(s) for s in df.get("seq_len", [None] * len(df))]
+    df["input_mode"] = [input_mode_cell(m) for m in df.get("input_mode", [""] * len(df))]
     extras = [ResultDetails.of(e) for e in df["extra"]] if "extra" in df else [ResultDetails()] * len(df)
     precs = df["precision"] if "precision" in df else [""] * len(df)
     df["flags"] = [
@@ -322,10 +325,30 @@ def config_label(row: dict[str, Any] | pd.Series, with_platform: bool = True, wi
     parts.append(f"seq {seq}" if seq else f"{int(row['resolution'])}px")
     if row.get("include_transfer"):
         parts.append("incl. H2D copy")
+    mode = input_mode_cell(row.get("input_mode"))
+    if mode:
+        parts.append(f"{mode} input ({INPUT_MODE_LABELS.get(mode, mode)})")
     text = " ".join(parts)
     if with_platform:
         text += f" on {row['platform']} ({row['device']})"
     return text
+
+
+def input_mode_cell(value: Any) -> str:
+    """A stored or aggregated ``input_mode`` as the frame holds it: "" for the default input."""
+    name = input_name(value)
+    return "" if name == "default" else name
+
+
+def is_default_input(frame: pd.DataFrame) -> pd.Series:
+    """Which rows of ``frame`` have the default input (all, where it has no ``input_mode`` column).
+
+    The answer is chosen from these only: a resident-input row is measured without its preprocessing
+    (MLPerf's condition), a number of another kind, shown beside the answer and never as it.
+    """
+    if "input_mode" not in frame:
+        return pd.Series(True, index=frame.index)
+    return pd.Series([not input_mode_cell(m) for m in frame["input_mode"]], index=frame.index, dtype=bool)
 
 
 def memory_metric(row: dict[str, Any] | pd.Series) -> tuple[str | None, float | None]:

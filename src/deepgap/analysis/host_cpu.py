@@ -25,7 +25,7 @@ from typing import Any
 
 import pandas as pd
 
-from deepgap.analysis.frame import config_label
+from deepgap.analysis.frame import config_label, is_default_input
 from deepgap.analysis.tables import best_rows, clean_cpu, host_cpu_for, ratio_interval
 from deepgap.core.result_details import ResultDetails
 
@@ -141,7 +141,8 @@ def host_cpu_lines(agg: pd.DataFrame, df: pd.DataFrame | None = None) -> list[Ho
     if agg.empty:
         return []
     out = []
-    gpus = agg[(agg["device"] != "cpu") & ~agg["flagged"].astype(bool)]
+    # the GPU's answer side: default-input rows only (a resident input is shown beside the answer, not in it)
+    gpus = agg[(agg["device"] != "cpu") & ~agg["flagged"].astype(bool) & is_default_input(agg)]
     for (platform, model, res), gpu in gpus.groupby(["platform", "model", "resolution"], sort=True):
         cpu = host_cpu_rows(agg, platform, model, res)
         if cpu.empty:
@@ -197,7 +198,8 @@ def paper_cpu_ratios(agg: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
     cpu_name = ", ".join(sorted(map(str, paper.loc[is_cpu, "platform"].unique()))) or "the paper's CPU"
     gpu_paper = paper[paper["speedup_vs_cpu"].notna() & ~is_cpu]
     peaks = best_rows(
-        agg[(agg["device"] != "cpu") & ~agg["flagged"].astype(bool)], ["platform", "model", "precision"]
+        agg[(agg["device"] != "cpu") & ~agg["flagged"].astype(bool) & is_default_input(agg)],
+        ["platform", "model", "precision"],
     )
     out = []
     for r in peaks.to_dict("records"):

@@ -222,5 +222,8 @@ def load(
             peaks_df = peaks_frame(store, run_ids)
     finally:
         store.close()
+    # the default input's layers: a resident-input row (same network, the stem fed int8) never pools with them
+    if "input_mode" in results:
+        results = results[results["input_mode"].astype(str) == ""]
     frame = layers_frame(results, peaks_df)
     return frame, summary(frame)

@@ -23,7 +23,14 @@ import pandas as pd
 
 from deepgap.analysis import tails, tokens
 from deepgap.analysis.accuracy import COLUMNS as ACCURACY_COLUMNS
-from deepgap.analysis.frame import ACCURACY_WORST, MEMORY_LABELS, accuracy_label, config_label, memory_metric
+from deepgap.analysis.frame import (
+    ACCURACY_WORST,
+    MEMORY_LABELS,
+    accuracy_label,
+    config_label,
+    input_mode_cell,
+    memory_metric,
+)
 from deepgap.core.errors import UsageError
 from deepgap.core.guards import RATE_REASON, is_rate_flag
 
@@ -35,6 +42,11 @@ OBJECTIVES = {
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)(?:e([-+]?\d+))?\s*(s|ms|us|µs|ns)\s*$", re.IGNORECASE)
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]i?b?|b)\s*$", re.IGNORECASE)
 _TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+# Why a resident-input configuration (core.records.INPUT_MODES) is never the answer: its images were
+# quantized and placed in GPU memory before timing (MLPerf's condition), which a deployment still pays.
+RESIDENT_REASON = (
+    "resident input (int8 images in GPU memory, MLPerf-like): shown beside the answer, not as it"
+)
 
 
 def parse_duration_s(text: str, flag: str = "--slo-p99") -> float:
@@ -176,7 +188,9 @@ def recommend(
         rec = Recommendation(model=str(model), resolution=int(res), objective=objective)
         meets, misses = [], []
         for row in grp.to_dict("records"):
-            if row["flagged"]:
+            if input_mode_cell(row.get("input_mode")):  # another kind of number: beside the answer, never it
+                reason = RESIDENT_REASON
+            elif row["flagged"]:
                 reason = "flagged: " + ", ".join(row["flags"])
             elif _objective_value(row, objective) is None:
                 reason = "no energy telemetry" if objective == "joules" else f"no {objective} figure"

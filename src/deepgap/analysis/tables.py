@@ -139,8 +139,9 @@ def table1(agg: pd.DataFrame) -> pd.DataFrame:
     """
     if agg.empty:
         return pd.DataFrame(columns=_EMPTY_T1)
-    # a text model has a row per sequence length (seq_len 0 for every image model: one row, as before)
-    t = best_rows(agg, ["platform", "model", "precision", *(["seq_len"] if "seq_len" in agg else [])])
+    # a text model has a row per sequence length (seq_len 0 for every image model: one row, as before);
+    # a resident input (records.INPUT_MODES) a row of its own, never the default input's peak
+    t = best_rows(agg, ["platform", "model", "precision", *_own_rows(agg)])
     cpu = clean_cpu(agg)
     out = []
     for r in t.to_dict("records"):
@@ -156,6 +157,7 @@ def table1(agg: pd.DataFrame) -> pd.DataFrame:
                 "threads",
                 "resolution",
                 "include_transfer",
+                "input_mode",
                 "batch_size",
                 "throughput_ips",
                 "throughput_ci_low_ips",
@@ -202,6 +204,16 @@ def table1(agg: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def _own_rows(agg: pd.DataFrame) -> list[str]:
+    """The columns beyond platform, model and precision that give a configuration its own peak row."""
+    return [k for k in ("seq_len", "input_mode") if k in agg]
+
+
+def _modes(agg: pd.DataFrame) -> list[str]:
+    """``["input_mode"]`` where the frame has the column (a hand-built frame may not)."""
+    return ["input_mode"] if "input_mode" in agg else []
+
+
 def peak_over(agg: pd.DataFrame, r: dict[str, Any]) -> str:
     """Which batches a Table I peak was chosen from, and those a flag left out.
 
@@ -213,6 +225,8 @@ def peak_over(agg: pd.DataFrame, r: dict[str, Any]) -> str:
         & (agg["model"] == r["model"])
         & (agg["precision"] == r["precision"])
     ]
+    for k in _own_rows(same):  # the row's own sequence length and input mode only
+        same = same[same[k] == r.get(k)]
     ok = sorted({int(b) for b in same.loc[~same["flagged"], "batch_size"]})
     text = "best of " + ", ".join(f"bs{b}" for b in ok) if ok else "every configuration flagged"
     bad = same[same["flagged"]]
@@ -252,6 +266,7 @@ def speedup_vs_fp32(agg: pd.DataFrame) -> pd.DataFrame:
     if agg.empty:
         return pd.DataFrame(columns=["platform", "model", "engine", "precision", "batch_size", "speedup"])
     same = ["platform", "model", "batch_size", "memory_format", "threads", "resolution", "include_transfer"]
+    same += _modes(agg)  # a resident input over fp32 of its own input only
     fp32 = agg[(agg["precision"] == "fp32")]
     idx = {(*(r[c] for c in same), r["engine"]): r for r in fp32.to_dict("records")}
     any_format = [c for c in same if c != "memory_format"]
@@ -271,6 +286,7 @@ def speedup_vs_fp32(agg: pd.DataFrame) -> pd.DataFrame:
         out.append(
             {
                 **{c: r[c] for c in [*CONFIG_VIEW_COLS, "include_transfer", "batch_size"]},
+                "input_mode": r.get("input_mode", ""),
                 "throughput_ips": r["throughput_ips"],
                 "baseline_engine": b["engine"],
                 "baseline_memory_format": b["memory_format"],
@@ -302,7 +318,7 @@ def speedup_vs_cpu(agg: pd.DataFrame) -> pd.DataFrame:
     cpu = clean_cpu(agg)
     if agg.empty or cpu.empty:
         return pd.DataFrame(columns=["platform", "model", "precision", "speedup_vs_cpu"])
-    peaks = best_rows(agg[agg["device"] != "cpu"], ["platform", "model", "precision"])
+    peaks = best_rows(agg[agg["device"] != "cpu"], ["platform", "model", "precision", *_modes(agg)])
     out = []
     for r in peaks.to_dict("records"):
         v = _vs_cpu(r, cpu)
@@ -317,6 +333,7 @@ def speedup_vs_cpu(agg: pd.DataFrame) -> pd.DataFrame:
                 "memory_format": r["memory_format"],
                 "threads": r["threads"],
                 "batch_size": r["batch_size"],
+                "input_mode": r.get("input_mode", ""),
                 "configuration": config_label(r),
                 "throughput_ips": r["throughput_ips"],
                 **{

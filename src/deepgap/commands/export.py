@@ -44,6 +44,7 @@ def export_frame(store_path: str, run_ids: list[str] | None = None, samples: boo
     """The DataFrame `export` writes: one row per result, or one per timed iteration."""
     import pandas as pd
 
+    from deepgap.render.formatting import without_default_inputs
     from deepgap.store import Store
 
     store = Store(store_path, readonly=True)
@@ -52,7 +53,7 @@ def export_frame(store_path: str, run_ids: list[str] | None = None, samples: boo
         df = store.results_frame(run_ids)
         if not samples:
             df["extra"] = [json.dumps(e.to_json(), sort_keys=True) for e in df["extra"]]
-            return with_tail(df)
+            return with_tail(without_default_inputs(df))  # input_mode: where a row has a resident input
         rows = []
         for rid, key in zip(df["result_id"], df["config_key"], strict=True):
             for rep, arr in enumerate(store.samples(int(rid))):

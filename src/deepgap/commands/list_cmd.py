@@ -34,11 +34,17 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
         from deepgap.measure.engines import ENGINES, load_engines
 
         load_engines()
-        t = Table("engine", "precisions", "available here", "description")
+        t = Table("engine", "precisions", "inputs (--inputs)", "available here", "description")
         for name in ENGINES.names():
             eng = ENGINES.get(name)()
             why = eng.available()
-            t.add_row(name, ",".join(eng.precisions), "yes" if why is None else f"no: {why}", eng.description)
+            t.add_row(
+                name,
+                ",".join(eng.precisions),
+                ",".join(eng.inputs),
+                "yes" if why is None else f"no: {why}",
+                eng.description,
+            )
     elif args.what == "presets":
         from deepgap.drive.presets import PRESETS
 

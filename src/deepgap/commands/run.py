@@ -10,6 +10,7 @@ import sys
 from deepgap import api
 from deepgap.commands.session_flags import SessionDefaults, add_session_arguments, read_session_arguments
 from deepgap.core.precision import PRECISIONS, quantized_names
+from deepgap.core.records import INPUT_MODES
 from deepgap.drive.config import SweepSpec, parse_int_list, parse_number, parse_percent, parse_str_list
 from deepgap.drive.presets import default_spec, load_toml, preset
 from deepgap.drive.progress import Progress
@@ -36,6 +37,7 @@ _FLAGS = {
     "device": ("device", str),
     "resolution": ("resolution", _number(int, "resolution")),
     "seq_lens": ("seq_lens", lambda t: parse_int_list(t, "seq-lens")),
+    "inputs": ("inputs", lambda t: parse_str_list(t, "--inputs")),
     "warmup": ("warmup", _number(int, "warmup")),
     "iterations": ("iterations", _number(int, "iterations")),
     "repeats": ("repeats", _number(int, "repeats")),
@@ -74,6 +76,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("--device", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--resolution", help="input height = width (default: the model's, 224)")
     p.add_argument("--seq-lens", help="text models' sequence lengths to sweep, e.g. 128,384 (default 128)")
+    p.add_argument(
+        "--inputs",
+        help=f"input modes, each its own rows: {','.join(INPUT_MODES)} (int8 images resident in GPU "
+        "memory, MLPerf-like; quant engine) (default: default)",
+    )
     p.add_argument("--warmup", help="untimed iterations before timing (paper: 20)")
     p.add_argument("--iterations", help="timed iterations per repeat (paper: 100)")
     p.add_argument("--repeats", help="repeats per configuration (paper: 3)")

@@ -89,8 +89,10 @@ def _show(args: argparse.Namespace, store: Store) -> int:
         return 0
     ids = None if args.all else (args.run or ([runs[-1]["run_id"]] if runs else []))
     df = store.results_frame(ids)
-    if args.json:
-        print(df.drop(columns=["extra"]).to_json(orient="records", indent=1))
+    from deepgap.render.formatting import without_default_inputs
+
+    if args.json:  # input_mode: where a row has a resident input (empty for the default rows beside it)
+        print(without_default_inputs(df.drop(columns=["extra"])).to_json(orient="records", indent=1))
         return 0
     from deepgap.render.units import IMAGE, of_frame
 
@@ -133,6 +135,7 @@ def _show(args: argparse.Namespace, store: Store) -> int:
             f"{n_against} of {len(df)} results flagged or warned (the number is left out, or can move beyond"
             f" its CI); {n_notes} carry notes only (recorded; they cannot move the number beyond its CI)"
         )
+    _print_resident(df, console)
     _print_sweeps(store, df, console)
     from deepgap.serving.show import print_serving  # serve runs: load levels, capacity, interference
 
@@ -160,6 +163,7 @@ def _runs_table(runs: list[dict]):
 
 def _result_cells(row: dict, text: bool, against: list[str], notes: list[str]) -> list[str]:
     """One result's cells: its configuration, status, numbers (blank unless ok), flags and notes."""
+    from deepgap.render.formatting import input_cell
     from deepgap.render.units import format_cell
 
     ok = row["status"] == "ok"
@@ -174,7 +178,7 @@ def _result_cells(row: dict, text: bool, against: list[str], notes: list[str]) -
     thr = "" if row["threads"] is None or row["threads"] != row["threads"] else str(int(row["threads"]))
     return [
         row["model"],
-        row["engine"],
+        input_cell(row["engine"], row),  # "quant · int8-resident": a resident input, never the default
         row["precision"],
         str(row["batch_size"]),
         str(format_cell(row)),
@@ -194,6 +198,28 @@ def _result_cells(row: dict, text: bool, against: list[str], notes: list[str]) -
         " ".join(against),
         " ".join(notes),
     ]
+
+
+def _print_resident(df, console) -> None:
+    """What a resident-input row is, and MLPerf's number with its conditions where the GPU has one."""
+    if df.empty or "input_mode" not in df or not df["input_mode"].astype(bool).any():
+        return
+    from deepgap.analysis.mlperf import RESIDENT_NOTE, anchor_lines
+
+    console.print(f"int8-resident rows: {RESIDENT_NOTE}")
+    ok = df[df["input_mode"].astype(bool) & (df["status"] == "ok")]
+    for platform, model in sorted(
+        {
+            (str(p), str(m))
+            for p, m in zip(
+                ok["device_name"].where(ok["device_name"].astype(bool), ok["device"]),
+                ok["model"],
+                strict=True,
+            )
+        }
+    ):
+        for line in anchor_lines(platform, model):
+            console.print(f"  {model} on {platform}: {line}")
 
 
 def _tail_cell(row: dict) -> str:

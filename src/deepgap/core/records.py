@@ -32,7 +32,26 @@ class Status(str, enum.Enum):
 # ConfigSpec fields kept in the configuration key only, not in a results column of their own: the
 # results table is what every committed store holds (no migration), and ``seq_len`` is NULL for all of
 # those; `deepgap.store.Store.results_frame` reads it back from the key.
-KEY_ONLY_FIELDS = ("seq_len",)
+KEY_ONLY_FIELDS = ("seq_len", "input_mode")
+
+# How the timed input reaches the engine (`ConfigSpec.input_mode`; the sweep's ``inputs`` axis, ``--inputs``).
+# "default": a float batch in the engine's input dtype, on the device (None in a ConfigSpec, so every key
+# stored before the axis existed is unchanged). "int8-resident": the images already quantized to int8 in
+# device memory, in the engine's own layout (MLPerf Inference's closed-division condition: its
+# preprocessing is untimed); the engine makes that input once, outside the timed window. A resident row is
+# a configuration of its own: no view pools it with a default row, and it is never the answer.
+INPUT_MODES = ("default", "int8-resident")
+INPUT_MODE_LABELS = {"int8-resident": "int8 images resident in GPU memory, MLPerf-like"}
+
+
+def spec_input_mode(name: str | None) -> str | None:
+    """A sweep's input name as a `ConfigSpec.input_mode`: "default" (or nothing) is None."""
+    return None if not name or name == "default" else name
+
+
+def input_name(mode: Any) -> str:
+    """A `ConfigSpec.input_mode` (or a frame's ``input_mode`` cell) as its name: None/""/NaN is "default"."""
+    return mode if isinstance(mode, str) and mode else "default"
 
 
 @dataclass(frozen=True, order=True)
@@ -53,17 +72,21 @@ class ConfigSpec:
     # ``resolution`` holds the same number for a text model (its input size), so caches and groupings
     # keyed by input size separate sequence lengths; this field marks the configuration as text.
     seq_len: int | None = None
+    # How the timed input is given (`INPUT_MODES`); None = the default, a float batch in the engine's
+    # ``input_dtype``. A key-only field like ``seq_len``.
+    input_mode: str | None = None
 
     @property
     def key(self) -> str:
         """Stable text identity, used as the store's unique key within a run.
 
-        ``seq_len`` enters only where it is set, so the key of an image configuration is what it was
-        before the field existed (stored runs resume and merge unchanged).
+        ``seq_len`` and ``input_mode`` enter only where they are set, so the key of a default image
+        configuration is what it was before the fields existed (stored runs resume and merge unchanged).
         """
         d = dataclasses.asdict(self)
-        if d["seq_len"] is None:
-            del d["seq_len"]
+        for k in KEY_ONLY_FIELDS:
+            if d[k] is None:
+                del d[k]
         return json.dumps(d, sort_keys=True, separators=(",", ":"))
 
     @property
@@ -78,7 +101,8 @@ class ConfigSpec:
         t = f" t{self.threads}" if self.threads else ""
         mf = "" if self.memory_format == "nchw" else f" {self.memory_format}"
         seq = f" seq{self.seq_len}" if self.seq_len else ""
-        return f"{self.model} {self.engine}{mf} {self.precision} bs{self.batch_size}{seq}{t}"
+        inp = f" {self.input_mode}" if self.input_mode else ""
+        return f"{self.model} {self.engine}{mf} {self.precision} bs{self.batch_size}{seq}{inp}{t}"
 
     @staticmethod
     def seq_len_of(key: str) -> int | None:
@@ -88,6 +112,15 @@ class ConfigSpec:
         except (TypeError, ValueError, AttributeError):
             return None
         return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    @staticmethod
+    def input_mode_of(key: str) -> str | None:
+        """The input mode a stored key names (None: the default input, or a key not in JSON)."""
+        try:
+            v = json.loads(key).get("input_mode")
+        except (TypeError, ValueError, AttributeError):
+            return None
+        return v if isinstance(v, str) and v else None
 
     @classmethod
     def from_key(cls, key: str) -> ConfigSpec:

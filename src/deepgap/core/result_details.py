@@ -261,7 +261,7 @@ class ResultDetails(JsonRecord):
     windows: list[Window] | None = None
     ci_halfwidth_rel: float | None = None  # written with ``windows``, null when no CI was targeted
     torch_threads: int | None = None
-    transfer: str | None = None  # what host→device copy was timed (``include_transfer`` only)
+    transfer: str | None = None  # what host→device copy was timed (``include_transfer``, ``input_mode`` only)
     telemetry: TelemetryDetails | None = None
     flags: list[str] | None = None  # contamination flags (throttling, foreign processes, recovered rows)
     prepare_peak_mem_bytes: MemoryPeaks | None = None

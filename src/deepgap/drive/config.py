@@ -27,6 +27,7 @@ from deepgap.core.limits import (  # noqa: F401  (MAX_*: re-exported, the ranges
     typed_value,
 )
 from deepgap.core.precision import PRECISIONS
+from deepgap.core.records import INPUT_MODES
 from deepgap.measure.pairing import check_pairs
 
 if sys.version_info >= (3, 11):
@@ -59,6 +60,9 @@ class SweepSpec:
     device: str = "auto"
     resolution: int | None = None  # None = each model's default
     seq_lens: tuple[int, ...] = ()  # text models' sequence lengths to sweep; empty = each one's default (128)
+    # how the timed input is given (`deepgap.core.records.INPUT_MODES`): "default" (a float batch on the
+    # device) and/or "int8-resident" (int8 images already in GPU memory, MLPerf-like), each its own rows
+    inputs: tuple[str, ...] = ("default",)
     warmup: int = 20
     iterations: int = 100
     repeats: int = 3
@@ -182,6 +186,7 @@ def validate(spec: SweepSpec) -> SweepSpec:
             raise UsageError(f"unknown memory format {mf!r}", f"choose from {', '.join(MEMORY_FORMATS)}")
     if not spec.memory_formats:
         raise UsageError("no memory formats given", "pass --memory-formats nchw")
+    _validate_inputs(spec)
     _validate_engine_axes(spec)
     if not _DEVICE_RE.match(spec.device):
         raise UsageError(f"unknown device {spec.device!r}", "use auto, cpu, cuda or cuda:N")
@@ -235,6 +240,21 @@ def _accuracy(spec: SweepSpec) -> SweepSpec:
     if info is not None:
         options["dataset"] = info
     return spec.replace(options=options) if options != (spec.options or {}) else spec
+
+
+def _validate_inputs(spec: SweepSpec) -> None:
+    """Known input modes; a resident input is already on the device, so there is no copy to time."""
+    if not spec.inputs:
+        raise UsageError("no inputs given", f"pass e.g. --inputs default (known: {', '.join(INPUT_MODES)})")
+    for i in spec.inputs:
+        if i not in INPUT_MODES:
+            raise UsageError(f"unknown input {i!r}", f"choose from {', '.join(INPUT_MODES)} (--inputs)")
+    resident = [i for i in spec.inputs if i != "default"]
+    if resident and spec.include_transfer:
+        raise UsageError(
+            f"--include-transfer times a host→device copy, but the {resident[0]} input is already on the device",
+            "drop --include-transfer, or measure it in a run with --inputs default",
+        )
 
 
 def _validate_engine_axes(spec: SweepSpec) -> None:

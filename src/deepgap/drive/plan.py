@@ -2,7 +2,7 @@
 
 Order: sweep passes outermost (each runs in its own worker process, `runner.SweepRunner`); inside
 a pass, configuration groups (precision × model × memory format × engine × threads; × sequence length for
-a text model, whose memory format does not apply) in the paper's
+a text model, whose memory format does not apply; × input mode, `records.INPUT_MODES`) in the paper's
 Algorithm 1 order for the first pass and shuffled for later ones (seeded by ``spec.seed`` and the
 pass, so the plan stays a pure, reproducible function), so that a slow drift of the machine (heat,
 clocks) does not line up with the same configurations in every pass; batch sizes ascend inside a
@@ -23,7 +23,7 @@ import itertools
 import os
 import random
 
-from deepgap.core.records import ConfigSpec
+from deepgap.core.records import ConfigSpec, spec_input_mode
 from deepgap.drive.config import SweepSpec
 from deepgap.drive.presets import CPU_BASELINE_INT8_ENGINE, CPU_BASELINE_SCALING_MODEL, cpu_baseline_spec
 from deepgap.measure.models import resolve_model
@@ -93,13 +93,15 @@ def _expand_device(spec: SweepSpec, device: str) -> list[ConfigSpec]:
     for sweep in range(spec.sweeps):
         groups = [
             g
-            for g in itertools.product(precisions, spec.models, formats, spec.engines, threads)
-            if g[0] in per[g[3]]["precisions"] and g[2] in per[g[3]]["memory_formats"]
+            for g in itertools.product(precisions, spec.models, formats, spec.engines, threads, spec.inputs)
+            if g[0] in per[g[3]]["precisions"]
+            and g[2] in per[g[3]]["memory_formats"]
+            and g[5] in per[g[3]]["inputs"]
         ]
         if sweep > 0:  # sweep 0 keeps the paper's order; later ones are shuffled, reproducibly
             order = random.Random(f"{spec.seed}:{sweep}").sample(range(len(groups)), len(groups))
             groups = [groups[i] for i in order]
-        for precision, model, mf, engine, t in groups:
+        for precision, model, mf, engine, t, inp in groups:
             entry = resolve_model(model)
             if entry.is_text and mf != per[engine]["memory_formats"][0]:
                 continue  # a token batch has no memory format: one group per engine, stored as "nchw"
@@ -119,6 +121,7 @@ def _expand_device(spec: SweepSpec, device: str) -> list[ConfigSpec]:
                             sweep=sweep,
                             include_transfer=spec.include_transfer,
                             seq_len=size if entry.is_text else None,
+                            input_mode=spec_input_mode(inp),
                         )
                     )
     return out

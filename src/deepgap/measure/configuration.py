@@ -36,6 +36,7 @@ from deepgap.measure import correctness
 from deepgap.measure.device import CudaEventClock
 from deepgap.measure.engines import get_engine
 from deepgap.measure.protocol import MeasureRequest, StatusError
+from deepgap.measure.resident import resident_input
 from deepgap.measure.telemetry.session import MeasureTelemetry
 from deepgap.measure.timing import HostClock, run_protocol
 from deepgap.measure.worker import WorkerState, failure, handles, inputs_for, nvml_used_bytes, true_peak
@@ -177,14 +178,17 @@ def _prepare(state: WorkerState, req: MeasureRequest, engine: Any, ref_x: Any) -
     x_host, k = inputs_for(spec, ref_x, torch.float32)
     prepared = engine.prepare(model, spec, x_host)
     del model
-    if x_host.is_floating_point():  # a text model's token ids stay int64
-        x_host = x_host.to(prepared.input_dtype)
-    if spec.include_transfer and cuda:
-        x_src = x_host.pin_memory()
-        x = torch.empty_like(x_host, device=spec.device)
+    x_src = None
+    if spec.input_mode:  # the engine's resident input, made once here, outside the timed window
+        x = resident_input(spec, prepared, x_host.to(spec.device))
     else:
-        x_src = None
-        x = x_host.to(spec.device)
+        if x_host.is_floating_point():  # a text model's token ids stay int64
+            x_host = x_host.to(prepared.input_dtype)
+        if spec.include_transfer and cuda:
+            x_src = x_host.pin_memory()
+            x = torch.empty_like(x_host, device=spec.device)
+        else:
+            x = x_host.to(spec.device)
     prepare_peak = None
     if cuda:  # the set-up's peak (compile, capture, calibration) apart; then the peak of the run alone
         prepare_peak = MemoryPeaks(
@@ -239,7 +243,9 @@ def _timed_result(req: MeasureRequest, facts: tuple, timings: Any, p: _Prepared,
         ci_halfwidth_rel=timings.ci_halfwidth_rel,
         torch_threads=torch.get_num_threads(),
     )
-    if spec.include_transfer:  # say what was timed: on a CPU device there is no host→device copy
+    if spec.input_mode:  # say what was timed: the engine's resident input, made before the timed window
+        result.details.transfer = f"none: {spec.input_mode} input made on the device before timing"
+    elif spec.include_transfer:  # say what was timed: on a CPU device there is no host→device copy
         result.details.transfer = (
             "pinned host→device copy timed in every iteration"
             if p.x_src is not None

@@ -153,7 +153,7 @@ def subplots_grid(n: int, w: float = 4.4, h: float = 3.2, ncols: int = 3):
 
 
 series_label = _label  # kept for callers of the old name
-_SERIES = ["engine", "precision", "memory_format", "threads", "include_transfer"]
+_SERIES = ["engine", "precision", "memory_format", "threads", "include_transfer", "input_mode"]
 
 
 def plain_ticks(ax, ticks: list | None = None, axis: str = "x") -> None:

@@ -33,7 +33,7 @@ ENGINE_MARKERS = {
 }
 _SPARE = [("*", "star"), ("h", "hexagon"), ("p", "pentagon"), ("H", "hexagon2"), ("8", "octagon")]
 FORMAT_DASH = {"nchw": ("-", "solid"), "channels_last": ("--", "dash")}
-SERIES_COLS = ["engine", "precision", "memory_format", "threads", "include_transfer"]
+SERIES_COLS = ["engine", "precision", "memory_format", "threads", "include_transfer", "input_mode"]
 
 
 def label_panel(ax, title: str, xlabel: str | None, ylabel: str, grid: str = "both") -> None:
@@ -80,7 +80,7 @@ def dash(r, plotly: bool = False) -> str:
 
 
 def series_label(r, with_engine: bool = True) -> str:
-    """Legend text of a series: [engine] precision, memory format, threads, transfer."""
+    """Legend text of a series: [engine] precision, memory format, threads, transfer, input mode."""
     s = f"{r['engine']} {r['precision']}" if with_engine else str(r["precision"])
     if r.get("memory_format", "nchw") != "nchw":
         s += f" {r['memory_format']}"
@@ -88,6 +88,8 @@ def series_label(r, with_engine: bool = True) -> str:
         s += f" t{int(r['threads'])}"
     if r.get("include_transfer"):
         s += " +H2D"
+    if isinstance(r.get("input_mode"), str) and r.get("input_mode"):  # never drawn as the default input's
+        s += f" {r['input_mode']}"
     return s
 
 

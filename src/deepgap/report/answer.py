@@ -7,7 +7,10 @@ accuracy against the FP32 reference (from each result's ``extra["correctness"]``
 whether the runner-up is within the CI. Columns other analysis code adds to the aggregate (a spread
 between sweep passes, say) are rendered when present and skipped when not. A GPU platform's model whose
 run also measured its host CPU (docs/cpu-baseline.md) gets one more line, "× host CPU": the GPU's best
-against the CPU's best in throughput, latency at batch 1 and joules per image (`analysis.host_cpu`).
+against the CPU's best in throughput, latency at batch 1 and joules per image (`analysis.host_cpu`). A
+resident-input configuration (int8 images already in GPU memory, MLPerf-like) is never the answer: its best
+gets a labelled line of its own beside it, with MLPerf's published number and conditions where one exists
+for the platform (`analysis.mlperf`).
 """
 
 from __future__ import annotations
@@ -16,12 +19,13 @@ from typing import Any
 
 import pandas as pd
 
-from deepgap.analysis import tails
+from deepgap.analysis import mlperf, tails
 from deepgap.analysis.coverage import grid_gaps
 from deepgap.analysis.flags import degenerate
 from deepgap.analysis.frame import config_label
 from deepgap.analysis.host_cpu import HostCpuLine, Ratio, host_cpu_lines
 from deepgap.analysis.recommend import OBJECTIVES, recommend
+from deepgap.core.records import INPUT_MODE_LABELS
 from deepgap.core.result_details import Correctness, ResultDetails
 from deepgap.core.stats import finite_or_none as _f
 from deepgap.render.formatting import fmt_ci, fmt_ips, fmt_list, fmt_ms, fmt_num, fmt_x
@@ -104,6 +108,8 @@ def _short(row: dict[str, Any]) -> str:
         parts.append(f"{int(row['threads'])} thr")
     if row.get("include_transfer"):
         parts.append("+H2D")
+    if row.get("input_mode"):  # a resident input (core.records.INPUT_MODES)
+        parts.append(str(row["input_mode"]))
     return " ".join(parts)
 
 
@@ -308,6 +314,28 @@ def answers(agg: pd.DataFrame, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataF
             line = host.get((platform, model, int(res)))
             if line is not None:
                 rows.append({**host_cpu_row(line), "axis": _axis(msub, res)})
+            for r in mlperf.resident_best(msub):  # beside the answer, labelled, never as it
+                value, ci, also = _numbers(r, "throughput")
+                anchors = mlperf.anchor_lines(str(platform), str(model), _f(r.get("throughput_ips")))
+                rows.append(
+                    {
+                        **{
+                            "platform": platform,
+                            "model": model,
+                            "resolution": int(res),
+                            "axis": _axis(msub, res),
+                        },
+                        "goal": INPUT_MODE_LABELS.get(str(r["input_mode"]), str(r["input_mode"])),
+                        "configuration": _short(r),
+                        "value": value,
+                        "ci": ci,
+                        "also": " · ".join([f"not the answer: {mlperf.RESIDENT_NOTE}", also, *anchors]),
+                        "accuracy": accuracy_text(accuracy(r, acc)),
+                        "flags": fmt_list(r.get("warnings")),
+                        "n": f"{int(r.get('n_measurements') or 0)} meas., {int(r.get('n_runs') or 0)} run(s)",
+                        "answered": True,
+                    }
+                )
             flagged = msub[msub["flagged"]]
             reasons: dict[str, int] = {}
             for fl in flagged["flags"]:

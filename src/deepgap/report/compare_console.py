@@ -51,11 +51,11 @@ def _pair_table(title: str, frame, middle: list[tuple[str, Callable[[dict], str]
     """One table of pairs: the configuration's names, ``middle``'s columns, then the ratio, CI and roofline."""
     from rich.table import Table
 
-    from deepgap.render.formatting import fmt_ci, fmt_x
+    from deepgap.render.formatting import fmt_ci, fmt_x, input_cell
 
     columns = [
         ("model", lambda r: r["model"]),
-        ("engine", lambda r: r["engine"]),
+        ("engine", lambda r: input_cell(r["engine"], r)),  # "quant · int8-resident": never read as default
         ("prec", lambda r: r["precision"]),
         *middle,
         ("A/B", lambda r: fmt_x(r["speedup"])),
@@ -196,6 +196,27 @@ def print_paper(label: str, table, paper) -> None:
             _flags(r),
         )
     console.print(t)
+
+
+def resident_lines(sides: list[tuple[str, Any]]) -> list[str]:
+    """Per side, its best resident-input row of each platform and model beside MLPerf's number (if any).
+
+    Why here: a resident-input ratio between two stores is like with like, but a reader will set the
+    number against MLPerf's; the anchor is printed with its conditions, and only for the GPU it is of.
+    """
+    from deepgap.analysis.frame import config_label
+    from deepgap.analysis.mlperf import RESIDENT_NOTE, anchor_lines, resident_best
+    from deepgap.render.formatting import fmt_ips
+
+    out = []
+    for name, agg in sides:
+        if agg is None or not len(agg) or "input_mode" not in agg or not agg["input_mode"].astype(bool).any():
+            continue
+        for (platform, model), sub in agg.groupby(["platform", "model"], sort=True):
+            for r in resident_best(sub):
+                out.append(f"{name}: {config_label(r)}: {fmt_ips(r['throughput_ips'])} img/s")
+                out += [f"  {line}" for line in anchor_lines(str(platform), str(model), r["throughput_ips"])]
+    return [f"resident-input rows ({RESIDENT_NOTE}):", *out] if out else []
 
 
 def _conf(r: dict, side: str) -> str:

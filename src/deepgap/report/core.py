@@ -182,6 +182,7 @@ def _latency_bars(agg: pd.DataFrame) -> pd.DataFrame:
     if agg.empty:
         return agg
     keys = ["platform", "model", "engine", "precision", "memory_format", "threads", "resolution"]
+    keys += [k for k in ("input_mode",) if k in agg]  # a resident input is a bar of its own
     first = agg.sort_values("batch_size").groupby(keys, sort=True).head(1)
     return first.assign(
         latency_ms=first["latency_median_s"] * 1e3,

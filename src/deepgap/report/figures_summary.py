@@ -48,7 +48,7 @@ def pareto(par: pd.DataFrame) -> Figure:
         named: set[str] = set()  # one legend entry per precision (colour); markers name the engine
         for _, s in series_of(sub):
             r0 = s.iloc[0]
-            lab = str(r0["precision"])
+            lab = f"{r0['precision']} {_mode(r0)}".strip()  # "int8 int8-resident": its own legend entry
             cl = r0.get("memory_format", "nchw") != "nchw"  # channels-last: hollow markers
             c = style_color(r0, threads)
             ax.scatter(
@@ -69,10 +69,19 @@ def pareto(par: pd.DataFrame) -> Figure:
                     xytext=(3, 2),
                     textcoords="offset points",
                 )
-        front = sub[sub["on_frontier"]].sort_values("_ms")
-        ax.step(
-            front["_ms"], front["throughput_ips"], where="post", color="black", lw=1, label="Pareto frontier"
-        )
+        on = sub[sub["on_frontier"]]
+        modes = [_mode(r) for r in on.to_dict("records")]
+        for mode in sorted(set(modes)) or [""]:  # one frontier per input mode: never one line through both
+            front = on[[m == mode for m in modes]].sort_values("_ms")
+            ax.step(
+                front["_ms"],
+                front["throughput_ips"],
+                where="post",
+                color="black",
+                lw=1,
+                ls=":" if mode else "-",
+                label=f"Pareto frontier {mode}".strip(),
+            )
         flag_marks(ax, sub, "_ms", "throughput_ips")
         ax.set_xscale("log")
         plain_ticks(ax)
@@ -87,6 +96,12 @@ def pareto(par: pd.DataFrame) -> Figure:
         "both latency and throughput.",
         fig,
     )
+
+
+def _mode(r) -> str:
+    """A row's input mode, "" for the default (`deepgap.core.records.INPUT_MODES`)."""
+    m = r.get("input_mode")
+    return m if isinstance(m, str) else ""
 
 
 def bars(

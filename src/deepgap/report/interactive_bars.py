@@ -38,6 +38,7 @@ def bars(
     devices = frame["device"] if "device" in frame else ["cuda"] * len(frame)  # × CPU rows: GPUs only
     for kind, sub in frame.assign(_kind=[_kind(d) for d in devices]).groupby("_kind", sort=False):
         keys = ["platform", "engine", "precision", "memory_format", "threads"]
+        keys += [k for k in ("input_mode",) if k in sub]  # a resident input: a bar of its own, labelled
         series = list(sub.groupby(keys, sort=True))
         parts = [series[i : i + MAX_SERIES] for i in range(0, len(series), MAX_SERIES)]
         for n, part in enumerate(parts):

@@ -22,6 +22,11 @@ from deepgap.render.units import of_frame
 from deepgap.report.interactive import _axis, _axis_style, _hover, _r, _spec, log_ticks
 
 
+def _mode(v: Any) -> str:
+    """An ``input_mode`` cell as text, "" for the default input."""
+    return v if isinstance(v, str) else ""
+
+
 def pareto(par: pd.DataFrame) -> dict[str, Any] | None:
     """Median latency against throughput per model, every platform overlaid; colour = precision."""
     if par.empty:
@@ -37,10 +42,12 @@ def pareto(par: pd.DataFrame) -> dict[str, Any] | None:
     for i, (title, sub) in enumerate(overlay_facets(par)):
         xr, yr, xk, yk = _axis(i)
         panels.append({"title": title, "x": xr, "y": yr})
-        keys = ["platform", "precision"]
-        for (platform, prec), s in sub.groupby(keys, sort=True):  # markers name engines
+        sub = sub.assign(input_mode=[_mode(m) for m in sub.get("input_mode", [""] * len(sub))])
+        keys = ["platform", "precision", "input_mode"]  # a resident input: its own trace and frontier
+        for (platform, prec, mode), s in sub.groupby(keys, sort=True):  # markers name engines
             recs = s.sort_values(["engine", "memory_format", "threads", "batch_size"]).to_dict("records")
             lab = f"{short[str(platform)]} {prec}" if len(short) > 1 else str(prec)
+            lab = f"{lab} {mode}".strip()
             traces.append(
                 {
                     "type": "scatter",
@@ -73,8 +80,9 @@ def pareto(par: pd.DataFrame) -> dict[str, Any] | None:
                 }
             )
             shown.add(lab)
-        for platform, s in sub.groupby("platform", sort=True):
+        for (platform, mode), s in sub.groupby(["platform", "input_mode"], sort=True):
             front = s[s["on_frontier"]].sort_values("latency_median_s")
+            name = f"Pareto frontier {mode}".strip()
             if len(front):
                 traces.append(
                     {
@@ -90,14 +98,14 @@ def pareto(par: pd.DataFrame) -> dict[str, Any] | None:
                             "width": 1,
                             "dash": "dot" if is_open({"platform": platform}, order) else "solid",
                         },
-                        "name": "Pareto frontier",
-                        "legendgroup": "Pareto frontier",
-                        "showlegend": "Pareto frontier" not in shown,
+                        "name": name,
+                        "legendgroup": name,
+                        "showlegend": name not in shown,
                         "hoverinfo": "skip",
                         "meta": {"platform": str(platform), "model": str(front["model"].iloc[0])},
                     }
                 )
-                shown.add("Pareto frontier")
+                shown.add(name)
         tv, tt = log_ticks((sub["latency_median_s"] * 1e3).tolist())
         axes[xk] = {
             **_axis_style("median latency per batch (ms)"),

@@ -102,14 +102,16 @@ def curves_from_store(store, run_ids: list[str] | None = None, padding: str = "b
     import pandas as pd
 
     from deepgap.analysis.flags import telemetry_of
-    from deepgap.analysis.frame import ACCURACY_WORST, accuracy_label, prepare
+    from deepgap.analysis.frame import ACCURACY_WORST, accuracy_label, is_default_input, prepare
     from deepgap.serving.storage import curves_frame
 
     out: list[Curve] = []
     df = store.results_frame(run_ids)
     if len(df):
         df = prepare(df)
-        ok = df[(df["status"] == "ok") & (~df["flagged"].astype(bool))]
+        # a resident input (int8 images already in GPU memory, MLPerf-like) is no service a load is sent
+        # to: its samples would pool with the default input's of the same key; planned from default rows
+        ok = df[(df["status"] == "ok") & (~df["flagged"].astype(bool)) & is_default_input(df)]
         for key, g in ok.groupby(list(_KEY), sort=True, dropna=False):
             samples: dict[int, np.ndarray] = {}
             power: dict[int, list[float]] = {}

@@ -124,6 +124,8 @@ class ResultReads:
         ]
         df["extra"] = [ResultDetails.from_json(e) for e in extras]
         df["seq_len"] = [ConfigSpec.seq_len_of(k) for k in df["config_key"]]  # a key-only field
+        # a key-only field too; "" is the default input (a grouping key: None would drop the row's group)
+        df["input_mode"] = [ConfigSpec.input_mode_of(k) or "" for k in df["config_key"]]
         return df
 
     def extra_json(self) -> dict[int, str]:

@@ -23,12 +23,18 @@ class Prepared:
     ``run(x)`` takes the input batch on the device (in ``input_dtype``) and returns logits;
     ``setup_s`` is the time spent preparing (export, compile, capture, calibration), kept out of
     the timed window and stored as its own metric.
+
+    ``make_input(x)``: the engine's resident input made from the fp32 example batch already on the
+    device; called once, outside the timed window, for a configuration with an ``input_mode``
+    (``int8-resident``: the images quantized to int8 in the engine's own layout, as MLPerf times them).
+    ``run`` then takes what it returned. None: the engine has no resident input.
     """
 
     run: Callable[[torch.Tensor], torch.Tensor]
     input_dtype: torch.dtype
     setup_s: float = 0.0
     info: dict[str, Any] = field(default_factory=dict)
+    make_input: Callable[[torch.Tensor], torch.Tensor] | None = None
 
 
 class Engine(abc.ABC):
@@ -37,6 +43,7 @@ class Engine(abc.ABC):
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
     precisions: ClassVar[tuple[str, ...]] = ("fp32", "tf32", "fp16", "bf16")
+    inputs: ClassVar[tuple[str, ...]] = ("default",)  # `deepgap.core.records.INPUT_MODES` it accepts
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         """``options`` are the sweep's free-form extras (``SweepSpec.options``), e.g. ``calibration_dir``."""
@@ -50,6 +57,8 @@ class Engine(abc.ABC):
         """Why this engine cannot run ``spec`` on this device, or None when it can."""
         if spec.precision not in self.precisions:
             return f"engine {self.name} does not run {spec.precision} (it runs {', '.join(self.precisions)})"
+        if spec.input_mode and spec.input_mode not in self.inputs:
+            return f"engine {self.name} has no {spec.input_mode} input (it takes {', '.join(self.inputs)})"
         return None
 
     @abc.abstractmethod

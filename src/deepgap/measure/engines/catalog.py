@@ -25,6 +25,7 @@ class EngineInfo:
     module: str  # under deepgap.measure.engines
     precisions: tuple[str, ...]
     description: str
+    inputs: tuple[str, ...] = ("default",)  # the input modes it takes (`deepgap.core.records.INPUT_MODES`)
 
 
 CATALOG: tuple[EngineInfo, ...] = (
@@ -76,6 +77,7 @@ CATALOG: tuple[EngineInfo, ...] = (
         "quant",
         ("int8", "fp8"),
         "INT8/FP8 post-training quantization (Triton implicit-GEMM, fused epilogues, CUDA graph); ResNets",
+        ("default", "int8-resident"),
     ),
     EngineInfo(
         "tensorrt",
@@ -93,7 +95,11 @@ def _registered_here() -> dict[str, EngineInfo]:
 
     return {
         n: EngineInfo(
-            n, ENGINES.get(n).__module__, tuple(ENGINES.get(n).precisions), ENGINES.get(n).description
+            n,
+            ENGINES.get(n).__module__,
+            tuple(ENGINES.get(n).precisions),
+            ENGINES.get(n).description,
+            tuple(ENGINES.get(n).inputs),
         )
         for n in ENGINES.names()
         if n not in _BY_NAME

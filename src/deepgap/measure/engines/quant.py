@@ -43,6 +43,7 @@ class QuantEngine(Engine):
         "INT8/FP8 post-training quantization (Triton implicit-GEMM, fused epilogues, CUDA graph); ResNets"
     )
     precisions = ("int8", "fp8")
+    inputs = ("default", "int8-resident")
 
     def supports(self, spec, caps):  # noqa: D102
         why = super().supports(spec, caps)
@@ -68,7 +69,7 @@ class QuantEngine(Engine):
         from deepgap.measure.quant.prepare import QuantOptions, prepare_quant
 
         t0 = time.perf_counter()
-        resident = getattr(spec, "input_mode", None) == "int8-resident"
+        resident = spec.input_mode == "int8-resident"
         opts = QuantOptions(resident_input=resident)
         if self.options.get("dataset"):  # accuracy mode: calibrate on the labelled set's calibration split
             from deepgap.measure.calibration_data import from_dataset
