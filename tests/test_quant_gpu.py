@@ -273,3 +273,31 @@ def test_int8_resident_resnet50_reads_its_pixels_in_place(precision, tmp_path, m
     agree = correctness.compare(a, ref, precision)
     print(f"\n{precision} int8-resident: {agree}; stem {res.info['stem']}")
     assert torch.equal(a, b) and not agree.flagged, agree
+
+
+def test_both_input_modes_through_deepgap_run(tmp_path, monkeypatch):
+    """``deepgap run --inputs default,int8-resident``: two labelled rows, each checked against fp32."""
+    import deepgap
+    from deepgap.drive.config import SweepSpec
+
+    monkeypatch.setenv("DEEPGAP_CACHE", str(tmp_path / "cache"))
+    spec = SweepSpec(
+        models=("resnet50",),
+        engines=("quant",),
+        precisions=("fp8",),
+        batch_sizes=(16,),
+        memory_formats=("channels_last",),
+        inputs=("default", "int8-resident"),
+        device=DEV,
+        warmup=5,
+        iterations=20,
+        repeats=2,
+        max_time_s=20.0,
+    )
+    df = deepgap.run(spec, store=str(tmp_path / "q.sqlite")).to_pandas()
+    assert sorted(df["input_mode"]) == ["", "int8-resident"]
+    for _, row in df.iterrows():
+        assert row["status"] == "ok", row["reason"]
+        assert not row["extra"].correctness.flagged, row["extra"].correctness
+    resident = df[df["input_mode"] == "int8-resident"].iloc[0]
+    assert resident["extra"].engine_info.get("input")["mode"] == "int8-resident"
