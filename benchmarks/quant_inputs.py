@@ -83,8 +83,18 @@ def measure(model_name: str, precision: str, batch: int, resident: bool) -> dict
         "cosine": agree.cosine,
         "flagged": agree.flagged,
         "cuda_graph": info.get("cuda_graph"),
+        "pdl": info.get("pdl"),
         "setup_s": round(setup, 1),
     }
+
+
+def _pdl_cell(pdl) -> str:
+    if not pdl or "seconds" not in pdl:
+        return str((pdl or {}).get("error") or (pdl or {}).get("reason") or "-")[:40]
+    off, on = pdl["seconds"]["off"], pdl["seconds"]["on"]
+    return (
+        f"{'on' if pdl['chosen'] else 'off'} (off {off * 1e3:.3f} ms, on {on * 1e3:.3f} ms, {off / on:.3f}x)"
+    )
 
 
 def main() -> None:  # noqa: D103
@@ -127,7 +137,7 @@ def main() -> None:  # noqa: D103
             continue
         print(
             f"{r['model']:10} {r['precision']:5} {r['batch']:>5} {r['input']:14} {r['img_s']:>9,.0f} "
-            f"{r['ms_per_batch']:>7.3f} {r['stem']:16} {r['stem_row_ms']:>8.3f}"
+            f"{r['ms_per_batch']:>7.3f} {r['stem']:16} {r['stem_row_ms']:>8.3f} {_pdl_cell(r.get('pdl'))}"
         )
 
 

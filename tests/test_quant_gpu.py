@@ -301,3 +301,23 @@ def test_both_input_modes_through_deepgap_run(tmp_path, monkeypatch):
         assert not row["extra"].correctness.flagged, row["extra"].correctness
     resident = df[df["input_mode"] == "int8-resident"].iloc[0]
     assert resident["extra"].engine_info.get("input")["mode"] == "int8-resident"
+
+
+def test_pdl_graph_gives_the_plain_graphs_logits_at_batch_1(tmp_path, monkeypatch):
+    """Programmatic dependent launch (`quant.pdl_choice`): captured, bit-identical, and timed both ways."""
+    from deepgap.measure.models.build import build_model
+    from deepgap.measure.quant.prepare import QuantOptions, prepare_quant
+
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("programmatic dependent launch needs compute capability ≥ 9.0")
+    monkeypatch.setenv("DEEPGAP_CACHE", str(tmp_path))
+    model = build_model("resnet50", 224, None, 0)
+    x = torch.randn(1, 3, 224, 224, device="cuda").half().contiguous(memory_format=torch.channels_last)
+    on = prepare_quant(model, "fp8", 1, 224, "resnet50", opts=QuantOptions(pdl="on"))
+    off = prepare_quant(model, "fp8", 1, 224, "resnet50", opts=QuantOptions(pdl="off"))
+    pdl = on.info["pdl"]
+    print(f"\npdl at batch 1: {pdl}")
+    assert pdl["chosen"] and "error" not in pdl and set(pdl["seconds"]) == {"on", "off"}
+    assert off.info["pdl"] == {"chosen": False, "reason": "off"}
+    with torch.inference_mode():
+        assert torch.equal(on.run(x).clone(), off.run(x))

@@ -230,6 +230,7 @@ def test_conv_gemm_compiles_to_hopper_wgmma(qfmt, mma, early_res):
         BK=cfg.bk,
         GROUP_M=cfg.group_m,
         EARLY_RES=early_res,
+        PDL=False,
     )
     sig.update({k: "constexpr" for k in const})
     div16 = [["tt.divisibility", 16]]  # what the JIT infers for aligned pointers and N, C % 16 == 0
@@ -248,6 +249,7 @@ def test_conv_gemm_compiles_to_hopper_wgmma(qfmt, mma, early_res):
         pytest.skip(f"no CUDA toolchain in this Triton install: {exc}")
     ptx = compiled.asm["ptx"]
     assert "wgmma.mma_async.sync.aligned" in ptx and mma in ptx
+    assert "griddepcontrol" not in ptx  # programmatic dependent launch only where asked (test_quant_pdl)
     assert "cp.async.cg.shared.global" in ptx and ", 0x10," in ptx  # 16-byte asynchronous loads
     assert compiled.metadata.shared <= 227 * 1024
 

@@ -78,6 +78,18 @@ def _finish(y, beta, r, gamma, RELU: tl.constexpr, HAS_RES: tl.constexpr, OUT_KI
 
 
 @triton.jit
+def pdl_enter(PDL: tl.constexpr):
+    """With programmatic dependent launch (`launch.pdl`): the next kernel may launch; wait for the previous.
+
+    First in every kernel, before any activation is read or written: after the wait, the previous kernel
+    (and so, transitively, every earlier one) has finished and its writes are visible.
+    """
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
+
+
+@triton.jit
 def window_origin(r, OH, OW, STRIDE, PAD):
     """Image, first input row and column of output pixels ``r`` (batch·OH·OW order): conv and pool windows."""
     rem = r % (OH * OW)
@@ -133,6 +145,7 @@ def conv_gemm_kernel(
     BK: tl.constexpr,
     GROUP_M: tl.constexpr,
     EARLY_RES: tl.constexpr = False,
+    PDL: tl.constexpr = False,
 ):
     """out[M, N] = epilogue(Σ_k A[m, k]·W[n, k]); A is the implicit im2col of NHWC ``x``.
 
@@ -140,6 +153,7 @@ def conv_gemm_kernel(
     so that its memory latency overlaps the main loop instead of following it: a 1×1 layer with few
     input channels runs one K step, and its epilogue (residual in, output out) is most of its time.
     """
+    pdl_enter(PDL)
     pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BM, BN, GROUP_M)
     rm = pid_m * BM + tl.arange(0, BM)
     rn = pid_n * BN + tl.arange(0, BN)
@@ -201,8 +215,10 @@ def epilogue_kernel(
     OUT_KIND: tl.constexpr,
     BM: tl.constexpr,
     BN: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """out[M, N] = epilogue(x[M, N]) for a ready (e.g. cuDNN fp16) result."""
+    pdl_enter(PDL)
     rm = tl.program_id(0) * BM + tl.arange(0, BM)
     rn = tl.program_id(1) * BN + tl.arange(0, BN)
     mask = (rm < M)[:, None] & (rn < N)[None, :]

@@ -76,14 +76,50 @@ def interpreted(kernel) -> Interpreted:
 _COMPILE_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("deepgap_compile_only", default=False)
 
 
+_PDL: contextvars.ContextVar[bool] = contextvars.ContextVar("deepgap_pdl", default=False)
+PDL_KWARGS = {"PDL": True, "launch_pdl": True}  # the kernels' constexpr and Triton's launch option
+
+
 class _CompileOnly:
     """``kernel[grid](...)`` that compiles the launch's specialization without running it (`compile_only`)."""
 
-    def __init__(self, kernel) -> None:
+    def __init__(self, kernel, extra: dict | None = None) -> None:
         self.kernel = kernel
+        self.extra = extra or {}
 
     def __getitem__(self, grid):
-        return lambda *args, **kwargs: self.kernel.warmup(*args, grid=grid, **kwargs)
+        return lambda *args, **kwargs: self.kernel.warmup(*args, grid=grid, **kwargs, **self.extra)
+
+
+class _WithOptions:
+    """``kernel[grid](...)`` with extra launch keywords (`pdl`)."""
+
+    def __init__(self, kernel, extra: dict) -> None:
+        self.kernel = kernel
+        self.extra = extra
+
+    def __getitem__(self, grid):
+        launch = self.kernel[grid]
+        return lambda *args, **kwargs: launch(*args, **kwargs, **self.extra)
+
+
+@contextlib.contextmanager
+def pdl() -> Iterator[None]:
+    """Inside: GPU launches of this module's kernels use programmatic dependent launch (Hopper and later).
+
+    Why: at batch 1 a ResNet-50 is 54 kernels of 2–10 µs, and each waits for its predecessor to drain
+    before it is even launched. With PDL each kernel lets the next one launch at once
+    (`griddepcontrol.launch_dependents`) and waits for the previous one's writes
+    (`griddepcontrol.wait`) before it reads or writes an activation (`kernels.pdl_enter`), so launch
+    latency and the previous kernel's tail overlap. A launch by torch (cuDNN, the head) between two
+    kernels is an ordinary launch and keeps full ordering. Whether it pays is timed per network
+    (`prepare._make_runner`).
+    """
+    token = _PDL.set(True)
+    try:
+        yield
+    finally:
+        _PDL.reset(token)
 
 
 @contextlib.contextmanager
@@ -102,10 +138,16 @@ def compile_only() -> Iterator[None]:
 
 
 def launcher(kernel, device: torch.device):
-    """``kernel`` as launched on ``device``: interpreted on the CPU, compile-only inside `compile_only`."""
+    """``kernel`` as launched on ``device``: interpreted on the CPU, compile-only inside `compile_only`.
+
+    Inside `pdl`, GPU launches use programmatic dependent launch.
+    """
     if device.type == "cpu":
         return interpreted(kernel)
-    return _CompileOnly(kernel) if _COMPILE_ONLY.get() else kernel
+    extra = PDL_KWARGS if _PDL.get() else {}
+    if _COMPILE_ONLY.get():
+        return _CompileOnly(kernel, extra)
+    return _WithOptions(kernel, extra) if extra else kernel
 
 
 def check(cond: bool, msg: str) -> None:

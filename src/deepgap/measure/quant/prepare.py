@@ -58,6 +58,7 @@ class QuantOptions:
     # int8 pixels already in device memory (``--inputs int8-resident``, MLPerf-like): the stem is the
     # int8 stem and the runner takes `QuantResult.make_input`'s tensor, read in place
     resident_input: bool = False
+    pdl: str = "auto"  # programmatic dependent launch: 'auto' (timed against the plain graph), 'on', 'off'
     log: Any = None  # callable(str) for progress lines
 
 
@@ -191,7 +192,9 @@ def prepare_quant(
         macs_per_image=int(sum(macs.values())),
         plan_seconds=round(time.perf_counter() - t1, 3),
     )
-    run, graph_info = _make_runner(net, batch, resolution, device, opts.cuda_graph, opts.resident_input)
+    run, graph_info = _make_runner(
+        net, batch, resolution, device, opts.cuda_graph, opts.resident_input, opts.pdl
+    )
     info.update(graph_info)
     tuned = {t.name: (backends[t.name], configs.get(t.name)) for t in timings if t.q_s is not None}
     res = QuantResult(net, run, info, graph, amax, tuned, batch, resolution, device)
@@ -355,12 +358,19 @@ def _agree_stem(out: torch.Tensor, ref: torch.Tensor, fmt: str, kernel: str) -> 
 
 
 def _make_runner(
-    net: QuantNet, batch: int, resolution: int, device: str, use_graph: bool, resident: bool = False
+    net: QuantNet,
+    batch: int,
+    resolution: int,
+    device: str,
+    use_graph: bool,
+    resident: bool = False,
+    pdl: str = "off",
 ):
     """``run(x)`` for the network: a CUDA graph replay when capture works, else the eager forward.
 
     The graph runner owns ``net``: the graph reads its weights by address (see `GraphRunner`).
-    ``resident``: the graph's input is int8 pixels (`quant.stem_int8`), not an fp16 batch.
+    ``resident``: the graph's input is int8 pixels (`quant.stem_int8`), not an fp16 batch. ``pdl``: capture
+    with programmatic dependent launch too and keep the faster graph (`quant.pdl_choice`).
     """
     from deepgap.measure import graph_runner
 
@@ -384,4 +394,8 @@ def _make_runner(
             "cuda_graph_error": f"{type(exc).__name__}: {exc}"[:500],
             "cuda_graph_traceback": traceback.format_exc()[-2000:],
         }
-    return graph_runner.GraphRunner(graph, static_x, static_out, owns=net), {"cuda_graph": True}
+    runner = graph_runner.GraphRunner(graph, static_x, static_out, owns=net)
+    from deepgap.measure.quant.pdl_choice import choose_pdl
+
+    runner, pdl_info = choose_pdl(net, runner, static_x, device, pdl)
+    return runner, {"cuda_graph": True, "pdl": pdl_info}

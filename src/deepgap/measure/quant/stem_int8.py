@@ -31,7 +31,7 @@ import torch.nn.functional as F  # noqa: N812
 import triton
 import triton.language as tl
 
-from deepgap.measure.quant.kernels import MAGIC, OUT_KIND, _finish, window_origin
+from deepgap.measure.quant.kernels import MAGIC, OUT_KIND, _finish, pdl_enter, window_origin
 from deepgap.measure.quant.launch import INT32_LIMIT, check, check_vec, launcher
 from deepgap.measure.quant.stem_kernels import maxpool8_kernel
 
@@ -41,8 +41,21 @@ QMAX = 127.0
 
 
 @triton.jit(do_not_specialize=["P", "HW"])
-def quantize_image_kernel(x_ptr, out_ptr, P, HW, s_n, s_c, s_p, inv_scale, C: tl.constexpr, BP: tl.constexpr):
+def quantize_image_kernel(
+    x_ptr,
+    out_ptr,
+    P,
+    HW,
+    s_n,
+    s_c,
+    s_p,
+    inv_scale,
+    C: tl.constexpr,
+    BP: tl.constexpr,
+    PDL: tl.constexpr = False,
+):
     """out[p, c] = round(x[n, c, h, w] / scale) clamped to ±127 for c < C, 0 beyond (p = n·H·W + h·W + w)."""
+    pdl_enter(PDL)
     rp = tl.program_id(0) * BP + tl.arange(0, BP)
     rc = tl.arange(0, 4)
     p_ok = rp < P
@@ -75,8 +88,10 @@ def stem_i8_kernel(
     PAD: tl.constexpr,
     OUT_KIND: tl.constexpr,
     BM: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """out[m, n] = epilogue(Σ_kh Σ_j A[m, kh, j]·W[n, kh·32 + j]) with ReLU; a K step is one kernel row."""
+    pdl_enter(PDL)
     rm = tl.program_id(0) * BM + tl.arange(0, BM)
     rn = tl.arange(0, N)
     rj = tl.arange(0, 32)  # byte j of a kernel row: tap j // 4, channel j % 4

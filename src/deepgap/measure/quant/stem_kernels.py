@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from deepgap.measure.quant.kernels import OUT_KIND, _finish, check_out_res, window_origin
+from deepgap.measure.quant.kernels import OUT_KIND, _finish, check_out_res, pdl_enter, window_origin
 from deepgap.measure.quant.launch import INT32_LIMIT, check, check_vec, launcher
 
 BLOCK_K = 32
@@ -53,8 +53,10 @@ def stem_conv_kernel(
     OUT_KIND: tl.constexpr,
     BM: tl.constexpr,
     BK: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """out[m, n] = epilogue(Σ_k A[m, k]·W[n, k]) with ReLU; A gathered per element from NHWC ``x``."""
+    pdl_enter(PDL)
     rm = tl.program_id(0) * BM + tl.arange(0, BM)
     rn = tl.arange(0, N)
     m_ok = rm < M
@@ -93,8 +95,10 @@ def maxpool8_kernel(
     STRIDE: tl.constexpr,
     PAD: tl.constexpr,
     BP: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """out[p, c] = max over the K×K window of NHWC ``x`` (values ≥ 0: padding reads as 0), same format."""
+    pdl_enter(PDL)
     rp = tl.program_id(0) * BP + tl.arange(0, BP)
     rc = tl.arange(0, C)
     p_ok = rp < P
@@ -218,8 +222,10 @@ def maxpool_kernel(
     OUT_KIND: tl.constexpr,
     BP: tl.constexpr,
     BC: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """out[p, c] = epilogue(max over the K×K window of NHWC ``x``), P = batch·OH·OW output pixels."""
+    pdl_enter(PDL)
     rp = tl.program_id(0) * BP + tl.arange(0, BP)
     rc = tl.arange(0, BC)
     p_ok = rp < P

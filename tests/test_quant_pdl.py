@@ -1,0 +1,85 @@
+"""Programmatic dependent launch for the quant kernels (`quant.launch.pdl`, `quant.pdl_choice`) on the CPU.
+
+The GPU side (both graphs give the same logits, the choice is timed) runs in tests/test_quant_gpu.py; here:
+the launch keywords, the code a PDL kernel compiles to for sm_90 (ahead of time, no GPU), and the modes.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+triton = pytest.importorskip("triton")
+
+from deepgap.measure.quant import kernels, launch  # noqa: E402
+from deepgap.measure.quant.pdl_choice import choose_pdl  # noqa: E402
+
+
+class FakeKernel:
+    def __init__(self, calls):
+        self.calls = calls
+
+    def __getitem__(self, grid):
+        return lambda *a, **k: self.calls.append(("run", grid, a, k))
+
+    def warmup(self, *a, grid, **k):
+        self.calls.append(("warmup", grid, a, k))
+
+
+def test_inside_pdl_gpu_launches_carry_the_constexpr_and_the_launch_option():
+    calls = []
+    gpu = torch.device("cuda")
+    with launch.pdl():
+        launch.launcher(FakeKernel(calls), gpu)[(2,)](1, BM=32)
+        with launch.compile_only():
+            launch.launcher(FakeKernel(calls), gpu)[(3,)](2)
+        assert isinstance(launch.launcher(kernels.epilogue_kernel, torch.device("cpu")), launch.Interpreted)
+    launch.launcher(FakeKernel(calls), gpu)[(1,)](3)  # outside: as before
+    pdl = {"PDL": True, "launch_pdl": True}
+    assert calls == [
+        ("run", (2,), (1,), {"BM": 32, **pdl}),
+        ("warmup", (3,), (2,), pdl),
+        ("run", (1,), (3,), {}),
+    ]
+
+
+def _epilogue_ptx(pdl: bool) -> str:
+    from triton.backends.compiler import GPUTarget
+
+    sig = {
+        "x_ptr": "*fp16",
+        "out_ptr": "*i8",
+        "alpha_ptr": "*fp32",
+        "beta_ptr": "*fp32",
+        "res_ptr": "*i8",
+        "gamma": "fp32",
+        "M": "i32",
+        "N": "i32",
+    }
+    const = dict(RELU=True, HAS_RES=True, OUT_KIND=kernels.OUT_KIND["int8"], BM=64, BN=64, PDL=pdl)
+    sig.update({k: "constexpr" for k in const})
+    src = triton.compiler.ASTSource(fn=kernels.epilogue_kernel, signature=sig, constexprs=const)
+    try:
+        compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    except (RuntimeError, FileNotFoundError, OSError) as exc:  # pragma: no cover - toolchain missing
+        pytest.skip(f"no CUDA toolchain in this Triton install: {exc}")
+    return compiled.asm["ptx"]
+
+
+def test_a_pdl_kernel_waits_for_its_predecessor_before_touching_memory():
+    """sm_90 code: griddepcontrol.launch_dependents and .wait come before the first global load or store."""
+    ptx = _epilogue_ptx(True)
+    wait = ptx.index("griddepcontrol.wait")
+    assert ptx.index("griddepcontrol.launch_dependents") < wait
+    assert wait < ptx.index("ld.global") and wait < ptx.index("st.global")
+    assert "griddepcontrol" not in _epilogue_ptx(False)
+
+
+def test_pdl_modes():
+    sentinel = object()
+    assert choose_pdl(None, sentinel, torch.zeros(1), "cpu", "off") == (
+        sentinel,
+        {"chosen": False, "reason": "off"},
+    )
+    with pytest.raises(ValueError, match="pdl must be one of"):
+        choose_pdl(None, sentinel, torch.zeros(1), "cpu", "always")
