@@ -27,8 +27,11 @@ inputs)
         > "$OUT/layers-resnet50-fp8-bs256.txt" 2>&1
     step "report" 90 python -m deepgap report "$Q" -o "$S/inputs-report/report.html" --static > "$OUT/report.txt" 2>&1
     report_csvs "$S/inputs-report"; pack "$Q"
-    step "bare loop" 120 python benchmarks/quant_inputs.py --models resnet50 --precisions fp8 --batch-sizes 1024,1 \
-        --out "$OUT/quant_inputs.jsonl" > "$OUT/quant_inputs.txt" 2>&1
-    tail -n 8 "$OUT/quant_inputs.txt" ;;
+    step "bare loop" 150 python benchmarks/quant_inputs.py --models resnet50 --precisions fp8 \
+        --batch-sizes 1,256,1024 --out "$OUT/quant_inputs.jsonl" > "$OUT/quant_inputs.txt" 2>&1
+    tail -n 8 "$OUT/quant_inputs.txt"
+    # few files come back from the device: the small ones travel in one archive
+    (cd "$OUT" && tar czf texts.tgz --remove-files inputs-report-csv report.txt quant_inputs.txt inputs-*.txt \
+        layers-*.txt quant-gpu-tests.txt 2>/dev/null) ;;
 *) echo "unknown recipe $what"; exit 2 ;;
 esac; done
