@@ -45,7 +45,7 @@ def bare_loop(run, x: torch.Tensor, batch: int, windows: int = 5, window_s: floa
     return {"img_s": statistics.median(rates), "low": min(rates), "high": max(rates), "iters": iters}
 
 
-def measure(model_name: str, precision: str, batch: int, resident: bool) -> dict:
+def measure(model_name: str, precision: str, batch: int, resident: bool, pdl: str = "auto") -> dict:
     """Build one configuration, check it against fp32, time it with the bare loop."""
     from deepgap.measure import correctness
     from deepgap.measure.models.build import build_model
@@ -53,7 +53,9 @@ def measure(model_name: str, precision: str, batch: int, resident: bool) -> dict
 
     model = build_model(model_name, 224, None, 0)
     t0 = time.perf_counter()
-    res = prepare_quant(model, precision, batch, 224, model_name, opts=QuantOptions(resident_input=resident))
+    res = prepare_quant(
+        model, precision, batch, 224, model_name, opts=QuantOptions(resident_input=resident, pdl=pdl)
+    )
     setup = time.perf_counter() - t0
     x = torch.randn(batch, 3, 224, 224, generator=torch.Generator().manual_seed(1))
     check = x[:8]
@@ -103,6 +105,9 @@ def main() -> None:  # noqa: D103
     p.add_argument("--precisions", default="int8,fp8")
     p.add_argument("--batch-sizes", default="256,1024")
     p.add_argument("--inputs", default="default,int8-resident")
+    p.add_argument(
+        "--pdl", default="auto", help="programmatic dependent launch: auto (timed both ways), on, off"
+    )
     p.add_argument("--out", default=None, help="append JSON lines here too")
     a = p.parse_args()
     rows = []
@@ -111,7 +116,7 @@ def main() -> None:  # noqa: D103
             for bs in [int(b) for b in a.batch_sizes.split(",")]:
                 for mode in a.inputs.split(","):
                     try:
-                        row = measure(model, prec, bs, mode == "int8-resident")
+                        row = measure(model, prec, bs, mode == "int8-resident", a.pdl)
                     except Exception as exc:  # noqa: BLE001 - report and go on
                         row = {
                             "model": model,

@@ -58,7 +58,9 @@ class QuantOptions:
     # int8 pixels already in device memory (``--inputs int8-resident``, MLPerf-like): the stem is the
     # int8 stem and the runner takes `QuantResult.make_input`'s tensor, read in place
     resident_input: bool = False
-    pdl: str = "auto"  # programmatic dependent launch: 'auto' (timed against the plain graph), 'on', 'off'
+    # programmatic dependent launch: 'off', 'auto' (timed against the plain graph, kept where faster), 'on'.
+    # Off by default: on one H200 it lost at batch 1 (0.299 vs 0.277 ms) and tied at 256/1024 (docs/quant.md)
+    pdl: str = "off"
     log: Any = None  # callable(str) for progress lines
 
 
