@@ -33,7 +33,7 @@ import triton.language as tl
 
 from deepgap.measure.quant.kernels import MAGIC, OUT_KIND, _finish, pdl_enter, window_origin
 from deepgap.measure.quant.launch import INT32_LIMIT, check, check_vec, launcher
-from deepgap.measure.quant.stem_kernels import maxpool8_kernel
+from deepgap.measure.quant.stem_kernels import pool8
 
 PIXEL = 4  # bytes per resident pixel: three channels and a zero
 ROW = 32  # K per kernel row: 8 taps of 4 bytes (a 7-tap row and 4 zero bytes), one int8 wgmma K step
@@ -217,15 +217,7 @@ def stem(
         xm, w_i8, conv, alpha, beta, m, h, wd, oh, ow, N=n, KH=ksize, KW=ksize, STRIDE=stride, PAD=padding,
         OUT_KIND=OUT_KIND[out_fmt], BM=block_m, num_warps=num_warps, enable_fp_fusion=False,
     )  # fmt: skip
-    k, s, p = pool
-    ph = (oh + 2 * p - k) // s + 1
-    pw = (ow + 2 * p - k) // s + 1
-    out = torch.empty((nb * ph * pw, n), dtype=conv.dtype, device=x.device)
-    block_p = 32
-    launcher(maxpool8_kernel, x.device)[(triton.cdiv(nb * ph * pw, block_p),)](
-        conv, out, nb * ph * pw, oh, ow, ph, pw, C=n, K=k, STRIDE=s, PAD=p, BP=block_p, num_warps=4,
-    )  # fmt: skip
-    return out
+    return pool8(conv, nb, oh, ow, pool)
 
 
 def reference(x, w_i8, ksize, stride, padding, alpha, beta, out_fmt, pool=(3, 2, 1)) -> torch.Tensor:

@@ -180,12 +180,18 @@ def stem(
         num_warps=num_warps,
         enable_fp_fusion=False,
     )
+    return pool8(conv, nb, oh, ow, pool)
+
+
+def pool8(conv: torch.Tensor, nb: int, oh: int, ow: int, pool=(3, 2, 1)) -> torch.Tensor:
+    """`maxpool8_kernel` over an 8-bit stem output [nb·oh·ow, C] (values ≥ 0) → [nb·ph·pw, C], same format."""
+    n = conv.shape[1]
     k, s, p = pool
     ph = (oh + 2 * p - k) // s + 1
     pw = (ow + 2 * p - k) // s + 1
-    out = torch.empty((nb * ph * pw, n), dtype=conv.dtype, device=x.device)
+    out = torch.empty((nb * ph * pw, n), dtype=conv.dtype, device=conv.device)
     block_p = 32
-    launcher(maxpool8_kernel, x.device)[(triton.cdiv(nb * ph * pw, block_p),)](
+    launcher(maxpool8_kernel, conv.device)[(triton.cdiv(nb * ph * pw, block_p),)](
         conv,
         out,
         nb * ph * pw,
