@@ -321,8 +321,11 @@ def _choose_stem(
         s.configure(kernel, pad, cfg)
         name = s.variant
         chosen[name] = (kernel, pad, cfg)
-        if kernel in ("fused", "int8") and (not use_triton or s.out_fmt not in ("int8", "fp8")):
+        if kernel == "fused" and (not use_triton or s.out_fmt not in ("int8", "fp8")):
             rejected[name] = "needs Triton and an 8-bit stem output"
+            continue
+        if kernel == "int8" and not use_triton:  # its output may be fp16: the next layer's format
+            rejected[name] = "needs Triton"
             continue
         xin = x_i8 if kernel == "int8" and resident else x
         try:

@@ -192,7 +192,7 @@ def stem(
     """
     from deepgap.measure.quant.layers import DTYPES
 
-    check(out_fmt in ("int8", "fp8"), f"the int8 stem writes int8 or fp8; got {out_fmt!r}")
+    check(out_fmt in OUT_KIND, f"the int8 stem writes int8, fp8 or fp16; got {out_fmt!r}")
     check(
         x.dtype == torch.int8 and x.dim() == 4 and x.shape[1] == PIXEL,
         f"x must be int8 [nb, {PIXEL}, H, W] pixels; got {x.dtype} {tuple(x.shape)}",
