@@ -156,7 +156,7 @@ def test_fused_stem_inside_the_network_agrees_with_the_cudnn_path(resnet18):
     from deepgap.measure.quant.calibrate import calibration_images, collect_amax
     from deepgap.measure.quant.fold import resnet_graph
     from deepgap.measure.quant.network import build
-    from deepgap.measure.quant.prepare import STEM_AGREE_FRAC
+    from deepgap.measure.quant.stem_choice import STEM_AGREE_FRAC
     from deepgap.measure.quant.tuning import _agree
 
     graph = resnet_graph(resnet18)

@@ -125,7 +125,7 @@ def test_calibration_keeps_the_image_range_and_the_stem_its_scale(resnet18):
 def test_the_int8_stem_inside_the_network(resnet18):
     """Interpreted kernels equal the torch reference bit for bit; a float batch equals its resident pixels;
     the output agrees with the cuDNN path within the stem choice's bound."""
-    from deepgap.measure.quant.prepare import STEM_INT8_REL, _agree_stem
+    from deepgap.measure.quant.stem_choice import STEM_INT8_REL, _agree_stem
 
     net = _net(resnet18)
     x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(2)).half()

@@ -25,6 +25,7 @@ from deepgap.measure.quant.calibrate import DEFAULT_METHOD, CalibrationKey, cali
 from deepgap.measure.quant.fold import conv_macs, resnet_graph
 from deepgap.measure.quant.network import QuantNet, build
 from deepgap.measure.quant.precompile import precompile
+from deepgap.measure.quant.stem_choice import check_stem, choose_stem
 from deepgap.measure.quant.tiles import choose_modes
 from deepgap.measure.quant.tuning import (  # noqa: F401 (time_s: API)
     CHECK_BATCH,
@@ -179,8 +180,8 @@ def prepare_quant(
         else:
             net.backend[t.name] = "triton" if use_triton else "torch"
             t.kernel = "cudnn"
-    net.stem_backend = _check_stem(net, resolution, device) if use_triton else "torch"
-    stem_choice = _choose_stem(net, batch, resolution, device, use_triton, opts.resident_input)
+    net.stem_backend = check_stem(net, resolution, device) if use_triton else "torch"
+    stem_choice = choose_stem(net, batch, resolution, device, use_triton, opts.resident_input)
     macs = conv_macs(graph, resolution)
     stem_s = stem_choice.get("seconds", {}).get(stem_choice["chosen"])  # timed already at this batch
     info.update(
@@ -253,113 +254,6 @@ def _calibrate(
     }
     log(f"calibrated ({'cache' if cached else f'{time.perf_counter() - t0:.1f}s'})")
     return amax, calibration
-
-
-def _check_stem(net: QuantNet, resolution: int, device: str) -> str:
-    """'triton' when the fused max-pool kernel (and format conversion) match the torch path, else 'torch'."""
-    x = torch.randn(CHECK_BATCH, 3, resolution, resolution, device=device).half()
-    try:
-        why = _agree(net.run_stem(x, "triton"), net.run_stem(x, "torch"), net.stem.out_fmt)
-    except Exception as exc:  # noqa: BLE001
-        why = f"{type(exc).__name__}: {exc}"
-    _sync(device)
-    return "triton" if why is None else "torch"
-
-
-# (kernel, input channels padded to (0: none), the Triton stems' (output pixels per block, warps))
-STEM_VARIANTS = (
-    ("cudnn", 0, None),
-    ("cudnn", 4, None),
-    ("fused", 0, (64, 4)),
-    ("fused", 0, (128, 4)),
-    ("fused", 0, (128, 8)),
-    ("fused", 0, (256, 8)),
-    ("int8", 0, (64, 4)),
-    ("int8", 0, (128, 4)),
-    ("int8", 0, (128, 8)),
-    ("int8", 0, (256, 8)),
-)
-# The int8 stem quantizes the image and the weights as well, so its 8-bit output is compared with
-# cuDNN's by relative L2 (about 1% for int8 outputs, 3% for fp8 on random weights); the network's
-# own check against fp32 stays the bound that matters.
-STEM_INT8_REL = 0.1
-# cuDNN's path rounds the convolution to fp16 before the epilogue, the fused kernel keeps fp32: their int8
-# outputs differ by one step in about 1% of the elements, the fused one being the more exact.
-STEM_AGREE_FRAC = 0.02
-
-
-def _choose_stem(
-    net: QuantNet, batch: int, resolution: int, device: str, use_triton: bool, resident: bool = False
-) -> dict[str, Any]:
-    """The fastest stem at ``batch`` among those that agree with cuDNN's; on CUDA only.
-
-    Variants: cuDNN's fp16 convolution (then the max-pool backend), the same with the image padded to 4
-    channels, the fused Triton stem (`quant.stem_kernels`, 8-bit outputs) and the int8 stem
-    (`quant.stem_int8`: in the default input mode it quantizes the fp16 batch first, inside the timed
-    forward). ``resident``: the input is int8 pixels already, so only the int8 stem can read it (cuDNN's
-    output on the same images is still the reference). Returns what was timed and chosen, for
-    ``info["stem"]``.
-    """
-    if not str(device).startswith("cuda"):
-        if resident:
-            net.stem.configure("int8", 0, None)
-            return {"chosen": net.stem.variant, "reason": "not on a GPU; int8-resident input"}
-        return {"chosen": "cudnn", "reason": "not on a GPU"}
-    x = torch.randn(batch, 3, resolution, resolution, device=device).half()
-    x = x.contiguous(memory_format=torch.channels_last)
-    s = net.stem
-    x_i8 = None
-    if resident:
-        from deepgap.measure.quant.stem_int8 import quantize_image
-
-        x_i8 = quantize_image(x, s.in_scale, net.stem_backend)
-    times: dict[str, float] = {}
-    rejected: dict[str, str] = {}
-    chosen: dict[str, tuple] = {}
-    ref = None
-    for kernel, pad, cfg in STEM_VARIANTS:
-        s.configure(kernel, pad, cfg)
-        name = s.variant
-        chosen[name] = (kernel, pad, cfg)
-        if kernel == "fused" and (not use_triton or s.out_fmt not in ("int8", "fp8")):
-            rejected[name] = "needs Triton and an 8-bit stem output"
-            continue
-        if kernel == "int8" and not use_triton:  # its output may be fp16: the next layer's format
-            rejected[name] = "needs Triton"
-            continue
-        xin = x_i8 if kernel == "int8" and resident else x
-        try:
-            with torch.inference_mode():
-                out = net.run_stem(xin, net.stem_backend)
-                why = None if ref is None else _agree_stem(out, ref, s.out_fmt, kernel)
-                ref = out if ref is None else ref
-                if why is None and resident and kernel != "int8":
-                    why = "the input is int8 pixels (int8-resident): only the int8 stem reads them"
-                if why is None:
-                    times[name] = time_s(
-                        lambda xin=xin: net.run_stem(xin, net.stem_backend), reps=5, device=device
-                    )
-                else:
-                    rejected[name] = why
-        except Exception as exc:  # noqa: BLE001 - a variant that fails is not chosen
-            rejected[name] = f"{type(exc).__name__}: {exc}"[:300]
-        _sync(device)
-    if not times:
-        raise RuntimeError(f"no stem variant works here: {rejected}")
-    best = min(times, key=times.get)
-    s.configure(*chosen[best])
-    return {"chosen": best, "seconds": times, **({"rejected": rejected} if rejected else {})}
-
-
-def _agree_stem(out: torch.Tensor, ref: torch.Tensor, fmt: str, kernel: str) -> str | None:
-    """None when a stem variant's output agrees with cuDNN's (``ref``), else why."""
-    if kernel != "int8":
-        return _agree(out, ref, fmt, STEM_AGREE_FRAC)
-    if out.shape != ref.shape or out.dtype != ref.dtype:
-        return f"shape/dtype {tuple(out.shape)} {out.dtype} != {tuple(ref.shape)} {ref.dtype}"
-    o, r = out.float(), ref.float()
-    rel = float((o - r).norm() / r.norm().clamp_min(1e-12))
-    return None if rel <= STEM_INT8_REL else f"int8 stem: relative error {rel:.3g} > {STEM_INT8_REL}"
 
 
 def _make_runner(
