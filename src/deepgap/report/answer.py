@@ -21,81 +21,21 @@ import pandas as pd
 
 from deepgap.analysis import mlperf, tails
 from deepgap.analysis.coverage import grid_gaps
-from deepgap.analysis.flags import degenerate
 from deepgap.analysis.frame import config_label
 from deepgap.analysis.host_cpu import HostCpuLine, Ratio, host_cpu_lines
 from deepgap.analysis.recommend import OBJECTIVES, recommend
 from deepgap.core.records import INPUT_MODE_LABELS
-from deepgap.core.result_details import Correctness, ResultDetails
 from deepgap.core.stats import finite_or_none as _f
 from deepgap.render.formatting import fmt_ci, fmt_ips, fmt_list, fmt_ms, fmt_num, fmt_x
+from deepgap.report.answer_accuracy import (  # noqa: F401 (ANSWER_ACCURACY_HEADER, accuracy_text: API)
+    ANSWER_ACCURACY_HEADER,
+    accuracy,
+    accuracy_by_result,
+    accuracy_text,
+)
 
 GOALS = {"throughput": "throughput", "latency": "latency", "joules": "per joule"}
 HOST_CPU_GOAL = "× host CPU"
-
-
-def accuracy_by_result(df: pd.DataFrame) -> dict[int, Correctness]:
-    """Result id → its stored correctness check (rel. L2, cosine, top-1 agreement against FP32)."""
-    if df.empty or "extra" not in df:
-        return {}
-    out = {}
-    for rid, extra in zip(df["result_id"], df["extra"], strict=False):
-        corr = ResultDetails.of(extra).correctness
-        if corr is not None:
-            out[int(rid)] = corr
-    return out
-
-
-def accuracy(row: dict[str, Any], acc: dict[int, Correctness]) -> dict[str, float | None]:
-    """The worst accuracy over a configuration's measurements (max rel. L2, min cosine and top-1)."""
-    checks = [acc[int(r)] for r in row.get("result_ids") or [] if int(r) in acc]
-
-    def worst(key: str, pick) -> float | None:
-        vals = [v for v in (_f(c.get(key)) for c in checks) if v is not None]
-        return pick(vals) if vals else None
-
-    return {
-        "rel_l2": worst("rel_l2", max),
-        "cosine": worst("cosine", min),
-        "top1": worst("top1_agreement", min),
-        "bound": worst("bound_rel_l2", min),
-        "n": worst("n_images", min),  # the same seeded inputs in every sweep: one measurement's n
-        "weights": ",".join(sorted({str(c.get("weights")) for c in checks if c.get("weights")})),
-        "degenerate": next((d for c in checks if (d := degenerate({"correctness": c.to_json()}))), ""),
-    }
-
-
-def accuracy_text(a: dict[str, Any]) -> str:
-    """The accuracy evidence in one cell, the agreement with its n and interval (`analysis.accuracy`).
-
-    E.g. ``relL2 1.7e-06 (≤1e-03) · cos 1.0000 · top-1 agreement 0/8 [0%, 37%], synthetic inputs,
-    random weights`` (or ``not checked``).
-    """
-    from deepgap.analysis.accuracy import agreement
-
-    if a.get("degenerate"):  # the model's output carries no information: nothing was checked
-        return f"not checked: {a['degenerate']} (the model's output ignores its input); pass --weights"
-    parts = []
-    if a.get("rel_l2") is not None:
-        parts.append(f"relL2 {a['rel_l2']:.1e}" + (f" (≤{a['bound']:g})" if a.get("bound") else ""))
-    if a.get("cosine") is not None:
-        parts.append(f"cos {a['cosine']:.4f}")
-    ag = agreement(a.get("top1"), a.get("n"), a.get("weights"))
-    if ag is not None:  # what the inputs and weights were is said once, in the column's header
-        parts.append(
-            ag.label().split(" on synthetic")[0].replace("top-1 agreement", "top-1 agree")
-            + ANSWER_WEIGHTS_MARK.get(ag.weights, "†")
-        )
-    return " · ".join(parts) or "not checked"
-
-
-# The answer's accuracy column says once what its top-1 agreement was measured on (`analysis.accuracy`):
-# a mark per cell names the weights, the header explains the marks.
-ANSWER_WEIGHTS_MARK = {"random": "*", "state-dict": ""}
-ANSWER_ACCURACY_HEADER = (
-    "accuracy vs FP32 (top-1 agreement on synthetic inputs; * random weights, "
-    "† weights not recorded: random unless the run had --weights)"
-)
 
 
 def _short(row: dict[str, Any]) -> str:
