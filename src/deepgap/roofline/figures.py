@@ -172,10 +172,20 @@ def roofline_figure(
     ais = [p[3] for p in pts] + [c.ridge_flop_per_byte for c in ceilings]
     _draw_ceilings(ax, ceilings, min(ais) / 3, max(ais) * 3)
     models = sorted({p[0] for p in pts})
+    groups: dict[tuple[str, str], list[tuple]] = {}  # one scatter per marker and colour, not one per point
     for p in pts:
         m = "^" if p[5] == "train" else MARKERS[models.index(p[0]) % len(MARKERS)]
+        groups.setdefault((m, PREC_COLORS.get(p[1], "k")), []).append(p)
+    for (m, colour), mine in groups.items():
         ax.scatter(
-            p[3], p[4], marker=m, color=PREC_COLORS.get(p[1], "k"), edgecolor="k", lw=0.4, s=42, zorder=3
+            [p[3] for p in mine],
+            [p[4] for p in mine],
+            marker=m,
+            color=colour,
+            edgecolor="k",
+            lw=0.4,
+            s=42,
+            zorder=3,
         )
     for p in labelled_points(pts):
         ax.annotate(

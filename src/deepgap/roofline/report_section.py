@@ -18,6 +18,8 @@ from deepgap.render.sections import Parts, ReportContext, Section, register
 if TYPE_CHECKING:
     import pandas as pd
 
+    from deepgap.store import Store
+
 
 def _sig(col: str, digits: int = 4):
     return lambda r: fmt_num(r.get(col), f".{digits}g")
@@ -64,24 +66,24 @@ TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
 
 
 def section(
-    store_path: str, run_ids: list[str] | None = None
+    store_path: str | Store, run_ids: list[str] | None = None
 ) -> tuple[dict[str, pd.DataFrame], list[Figure]]:
-    """Roofline tables and figures of ``store_path`` (nothing when it holds no successful result or profile)."""
+    """Roofline tables and figures of ``store_path`` (nothing when it holds no successful result or profile).
+
+    ``store_path``: a path, or the report build's open `Store` (`deepgap.store.reading`).
+    """
     from deepgap.roofline import figures as rf
     from deepgap.roofline import figures_paper as rfp
     from deepgap.roofline import storage
-    from deepgap.store import Store
+    from deepgap.store import reading
 
-    st = Store(store_path, readonly=True)
-    try:
+    with reading(store_path) as st:
         results = st.results_frame(run_ids)
         peaks = storage.peaks_frame(st, run_ids)
         profiles = storage.profiles_frame(st, run_ids)
         kernels = (
             storage.kernels_frame(st, [int(p) for p in profiles["profile_id"]]) if len(profiles) else None
         )
-    finally:
-        st.close()
     ok = results[results["status"] == "ok"] if len(results) else results
     if not len(ok) and not len(profiles):
         return {}, []
@@ -155,7 +157,7 @@ def _with_roofline_columns(ok: pd.DataFrame, peaks: pd.DataFrame) -> pd.DataFram
 
 def build(ctx: ReportContext) -> Parts:
     """The section's part of one report build; the paper table's columns are those it was published with."""
-    found, figs = section(ctx.store_path, ctx.run_ids)
+    found, figs = section(ctx.source, ctx.run_ids)
     specs = {}
     if "roofline_paper_reference" in found:
         title = TABLE_SPECS["roofline_paper_reference"][0]
