@@ -66,11 +66,12 @@ TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
 
 
 def section(
-    store_path: str | Store, run_ids: list[str] | None = None
+    store_path: str | Store, run_ids: list[str] | None = None, interactive: bool = True
 ) -> tuple[dict[str, pd.DataFrame], list[Figure]]:
     """Roofline tables and figures of ``store_path`` (nothing when it holds no successful result or profile).
 
-    ``store_path``: a path, or the report build's open `Store` (`deepgap.store.reading`).
+    ``store_path``: a path, or the report build's open `Store` (`deepgap.store.reading`). ``interactive``:
+    the model-level and cluster rooflines also get their plotly versions (`deepgap.roofline.interactive`).
     """
     from deepgap.roofline import figures as rf
     from deepgap.roofline import figures_paper as rfp
@@ -99,10 +100,10 @@ def section(
             lambda: rf.roofline_figure(placed, peaks, profiles_df=infer, title="Inference roofline"),
         ),
     ]
-    from deepgap.roofline.interactive import roofline_spec
+    from deepgap.roofline import interactive as ri
 
-    if figs[0].png:  # its interactive version: every point hoverable (the PNG stays in the report's files)
-        figs[0].plotly = roofline_spec(placed, peaks, profiles_df=infer)
+    if interactive and figs[0].png:  # every point hoverable (the PNG stays in the report's files)
+        figs[0].plotly = ri.roofline_spec(placed, peaks, profiles_df=infer)
     if len(train):
         figs.append(
             drawn_figure(
@@ -112,16 +113,21 @@ def section(
                 lambda: rf.roofline_figure(None, peaks, profiles_df=train, title="Training-step roofline"),
             )
         )
+        if interactive and figs[-1].png:
+            figs[-1].plotly = ri.roofline_spec(None, peaks, profiles_df=train)
     if kernels is not None and len(kernels):
         figs.append(
             drawn_figure(
                 "fig_roofline_clusters",
                 "Kernel-cluster roofline",
                 "Per profile, the kernels grouped into clusters (convolution, GEMM, elementwise, "
-                "normalization, pooling, copy) at their attributed FLOPs and bytes.",
+                "normalization, pooling, copy) at their attributed FLOPs and bytes; marker area: the "
+                "cluster's share of the step's time.",
                 lambda: rf.cluster_roofline_figure(kernels, peaks, profiles_df=profiles, source="torch"),
             )
         )
+        if interactive and figs[-1].png:
+            figs[-1].plotly = ri.cluster_roofline_spec(kernels, peaks, profiles_df=profiles, source="torch")
     figs.append(
         drawn_figure(
             "fig_roofline_paper",
@@ -157,7 +163,7 @@ def _with_roofline_columns(ok: pd.DataFrame, peaks: pd.DataFrame) -> pd.DataFram
 
 def build(ctx: ReportContext) -> Parts:
     """The section's part of one report build; the paper table's columns are those it was published with."""
-    found, figs = section(ctx.source, ctx.run_ids)
+    found, figs = section(ctx.source, ctx.run_ids, ctx.interactive)
     specs = {}
     if "roofline_paper_reference" in found:
         title = TABLE_SPECS["roofline_paper_reference"][0]
