@@ -167,6 +167,12 @@ def overlay_series(sub: pd.DataFrame) -> list[tuple[tuple, pd.DataFrame]]:
     return [(k if isinstance(k, tuple) else (k,), g) for k, g in sub.groupby(cols, sort=True)]
 
 
+def n_overlay_series(sub: pd.DataFrame) -> int:
+    """``len(overlay_series(sub))`` without building each series' frame (packing panels only counts them)."""
+    cols = [c for c in ["platform", *SERIES_COLS] if c in sub]
+    return int(sub[cols].groupby(cols, sort=False).ngroups) if len(sub) else 0
+
+
 def _kind(device) -> str:
     return "CPU" if str(device).startswith("cpu") else "GPU"
 
@@ -192,7 +198,7 @@ def overlay_facets(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     for (model, kind), sub in data.groupby(["model", "_kind"], sort=True):
         head = f"{model}" + (f" — {kind}" if kinds > 1 else "")
         sub = sub.drop(columns="_kind")
-        if len(overlay_series(sub)) <= MAX_SERIES:
+        if n_overlay_series(sub) <= MAX_SERIES:
             out.append((head, sub))
             continue
         precs = sorted(
@@ -202,7 +208,7 @@ def overlay_facets(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
         packs: list[list[str]] = []
         size = 0
         for p in precs:
-            n = len(overlay_series(sub[sub["precision"] == p]))
+            n = n_overlay_series(sub[sub["precision"] == p])
             if packs and size + n <= MAX_SERIES:
                 packs[-1].append(p)
                 size += n
