@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from deepgap.cli import main
-from deepgap.roofline import figures, figures_paper, render, storage
+from deepgap.roofline import figures, figures_paper, interactive, render, storage
 from deepgap.store import Store
 
 
@@ -150,6 +150,17 @@ def test_figures_and_tables_render_from_the_store(store_path, tmp_path):
     assert len([a for a in fig.axes if a.axison]) == 2
     fig = figures.cluster_roofline_figure(kernels, peaks, profiles_df=profiles, source="ncu")
     assert "unavailable" in fig.axes[0].texts[0].get_text()
+    # its interactive version places the same clusters, a panel per profile, each hoverable
+    spec = interactive.cluster_roofline_spec(kernels, peaks, profiles_df=profiles, source="torch")
+    panels = figures.cluster_panels(kernels, peaks, None, profiles, "torch")
+    assert [p["title"].split("<br>")[0] for p in spec["panels"]] == [p.title for p in panels]
+    for i, p in enumerate(panels):
+        dots = [t for t in spec["data"] if t["mode"] == "markers" and t["xaxis"] == spec["panels"][i]["x"]]
+        assert sorted(t["name"] for t in dots) == sorted(p.on["cluster"])
+        assert all(
+            len(t["customdata"][0]) == 3 and "% of the step's time" in t["customdata"][0][1] for t in dots
+        )
+    assert interactive.cluster_roofline_spec(kernels, peaks, profiles_df=profiles, source="ncu") is None
     tvm = figures_paper.theoretical_vs_measured(profiles, results, peaks)
     assert set(tvm["mode"]) == {"infer", "train"} and (tvm["ceiling"] == "measured").all()
     assert (tvm["theoretical_s"] >= tvm["theoretical_compute_s"]).all()
@@ -212,4 +223,6 @@ def test_report_has_a_roofline_section(store_path):
     rep = build(store_path)
     names = {f.name: f for f in rep.figures}
     assert names["fig_roofline_inference"].png and names["fig_roofline_paper"].png
+    for name in ("fig_roofline_inference", "fig_roofline_train", "fig_roofline_clusters"):  # hoverable
+        assert names[name].png and names[name].plotly["data"], name
     assert len(rep.tables["roofline_paper_reference"]) >= 9  # the paper's nine model points

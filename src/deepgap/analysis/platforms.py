@@ -12,7 +12,7 @@ configurations) and adds, per pair, the ratio the roofline predicts from each pl
 from __future__ import annotations
 
 from itertools import combinations
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -20,6 +20,9 @@ from deepgap.analysis.compare import SamplesFn, compare, provenance
 from deepgap.core.errors import UsageError
 from deepgap.core.stats import N_RESAMPLES
 from deepgap.roofline.predict import IntensityFn, Roof, add_predictions, ceilings_table, roof_of
+
+if TYPE_CHECKING:
+    from deepgap.store import Store
 
 
 def platform_names(agg: pd.DataFrame) -> list[str]:
@@ -105,7 +108,7 @@ def gpu_platforms(agg: pd.DataFrame) -> list[str]:
 
 
 def side_by_side(
-    store_path: str,
+    store_path: str | Store,
     platforms: list[str] | None = None,
     run_ids: list[str] | None = None,
     intensity: IntensityFn | None = None,
@@ -115,7 +118,7 @@ def side_by_side(
     """What a report section sets side by side for the platforms of one store.
 
     Args:
-        store_path: a deepgap store (typically merged from two machines).
+        store_path: a deepgap store (typically merged from two machines), or an open `Store` (the report's).
         platforms: names or unique parts of names (`resolve_platform`); default every GPU platform.
         run_ids: only these runs.
         intensity: as in `compare_platforms`.
@@ -134,10 +137,9 @@ def side_by_side(
     from deepgap.analysis.frame import aggregate, prepare
     from deepgap.analysis.samples import pooled_samples_fn
     from deepgap.roofline.storage import peaks_frame
-    from deepgap.store import Store
+    from deepgap.store import reading
 
-    store = Store(store_path, readonly=True)
-    try:
+    with reading(store_path) as store:
         if agg is None:
             agg = aggregate(prepare(store.results_frame(run_ids)), samples=store.samples)
         names = platform_names(agg)
@@ -153,8 +155,6 @@ def side_by_side(
             best.append(b)
             why = provenance(_runs_on(runs, agg, pa), _runs_on(runs, agg, pb))
             notes += [f"{pa} / {pb}: {n}" for n in why]
-    finally:
-        store.close()
     counts: list[dict[str, Any]] = [
         {"platform": p, "configurations": int((agg["platform"] == p).sum())} for p in chosen
     ]

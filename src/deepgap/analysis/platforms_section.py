@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from deepgap.render.draw import Figure
+    from deepgap.store import Store
 
 
 def _departs(r: dict[str, Any]) -> str:
@@ -129,7 +130,7 @@ def ratio_figure(best: pd.DataFrame, matched: pd.DataFrame):
 
 
 def section(
-    store_path: str, run_ids: list[str] | None = None, agg: pd.DataFrame | None = None
+    store_path: str | Store, run_ids: list[str] | None = None, agg: pd.DataFrame | None = None
 ) -> tuple[dict[str, pd.DataFrame], list[Figure]]:
     """Tables ``platforms_ceilings``, ``platforms_best_batch``, ``platforms_matched`` and the ratio figure."""
     from deepgap.analysis.platforms import side_by_side
@@ -170,7 +171,7 @@ def section(
 
 def build(ctx: ReportContext) -> Parts:
     """The section's part of one report build."""
-    found, figs = section(ctx.store_path, ctx.run_ids, ctx.configurations)
+    found, figs = section(ctx.source, ctx.run_ids, ctx.configurations)
     titles = {}  # the platforms in the title, not in two columns of every row
     for key, (title, cols) in TABLE_SPECS.items():
         if key in found and "platform_a" in found[key] and len(found[key]):

@@ -22,6 +22,8 @@ from deepgap.roofline.model import Ceiling, bound, theoretical_time
 if TYPE_CHECKING:
     import pandas as pd
 
+    from deepgap.store import Store
+
 QUANT_ENGINE = "quant"
 CONFIG_KEYS = ["device_name", "model", "precision", "batch_size"]  # one quant configuration
 
@@ -209,19 +211,16 @@ def summary(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def load(
-    store_path: str, run_ids: list[str] | None = None, peaks_df=None
+    store_path: str | Store, run_ids: list[str] | None = None, peaks_df=None
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(layers frame, `summary`) of a store's runs; ceilings from ``peaks_df``, else measured in the store."""
     from deepgap.roofline.storage import peaks_frame
-    from deepgap.store import Store
+    from deepgap.store import reading
 
-    store = Store(store_path, readonly=True)
-    try:
+    with reading(store_path) as store:  # a path, or the report build's open store
         results = store.results_frame(run_ids)
         if peaks_df is None:
             peaks_df = peaks_frame(store, run_ids)
-    finally:
-        store.close()
     # the default input's layers: a resident-input row (same network, the stem fed int8) never pools with them
     if "input_mode" in results:
         results = results[results["input_mode"].astype(str) == ""]

@@ -125,7 +125,7 @@ def build(ctx: ReportContext) -> Parts:
     """The section's part of one report build (nothing without quant measurements)."""
     from deepgap.render.draw import drawn_figure
 
-    frame, summ = load(ctx.store_path, ctx.run_ids)
+    frame, summ = load(ctx.source, ctx.run_ids)
     if len(frame) == 0:
         return Parts()
     top = frame.sort_values("headroom_s", ascending=False).groupby(CONFIG_KEYS, sort=True).head(TOP_ROWS)

@@ -29,6 +29,8 @@ class ReportContext:
 
     ``results`` are the prepared per-measurement rows, ``configurations`` their aggregate (one row per
     configuration), ``telemetry`` each chosen run's samples by run id (empty when there are no results).
+    ``store``: the read-only `deepgap.store.Store` the build holds open while its sections read (opened
+    once per build), or None (a context built by hand): `source` is what a section reads from.
     """
 
     store_path: str
@@ -38,6 +40,12 @@ class ReportContext:
     results: pd.DataFrame
     configurations: pd.DataFrame
     telemetry: dict[str, pd.DataFrame] = field(default_factory=dict)
+    store: Any = None
+
+    @property
+    def source(self) -> Any:
+        """The open store when the build holds one, else the store's path (`deepgap.store.reading`)."""
+        return self.store if self.store is not None else self.store_path
 
 
 @dataclass

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from deepgap.core.precision import colour, column
@@ -169,6 +171,30 @@ def overlay_series(sub: pd.DataFrame) -> list[tuple[tuple, pd.DataFrame]]:
     return [(k if isinstance(k, tuple) else (k,), g) for k, g in sub.groupby(cols, sort=True)]
 
 
+def overlay_series_records(sub: pd.DataFrame, by: str = "batch_size") -> list[list[dict[str, Any]]]:
+    """Each series of `overlay_series` as its rows' records sorted by ``by``, in the same order.
+
+    The same records as ``s.sort_values(by).to_dict("records")`` per series, from one ``to_dict`` of the
+    panel: the interactive figures need only the records, and a frame per series cost their build a second.
+    """
+    if not len(sub):
+        return []
+    cols = [c for c in ["platform", *SERIES_COLS] if c in sub]
+    groups = sub[cols].groupby(cols, sort=True)
+    number, keys, recs = groups.ngroup().to_numpy(), sub[by].to_numpy(), sub.to_dict("records")
+    out = []
+    for k in range(groups.ngroups):
+        rows = np.flatnonzero(number == k)
+        out.append([recs[i] for i in rows[np.argsort(keys[rows], kind="quicksort")]])
+    return out
+
+
+def n_overlay_series(sub: pd.DataFrame) -> int:
+    """``len(overlay_series(sub))`` without building each series' frame (packing panels only counts them)."""
+    cols = [c for c in ["platform", *SERIES_COLS] if c in sub]
+    return int(sub[cols].groupby(cols, sort=False).ngroups) if len(sub) else 0
+
+
 def _kind(device) -> str:
     return "CPU" if str(device).startswith("cpu") else "GPU"
 
@@ -194,7 +220,7 @@ def overlay_facets(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     for (model, kind), sub in data.groupby(["model", "_kind"], sort=True):
         head = f"{model}" + (f" — {kind}" if kinds > 1 else "")
         sub = sub.drop(columns="_kind")
-        if len(overlay_series(sub)) <= MAX_SERIES:
+        if n_overlay_series(sub) <= MAX_SERIES:
             out.append((head, sub))
             continue
         precs = sorted(
@@ -204,7 +230,7 @@ def overlay_facets(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
         packs: list[list[str]] = []
         size = 0
         for p in precs:
-            n = len(overlay_series(sub[sub["precision"] == p]))
+            n = n_overlay_series(sub[sub["precision"] == p])
             if packs and size + n <= MAX_SERIES:
                 packs[-1].append(p)
                 size += n

@@ -37,7 +37,7 @@ from deepgap.render.style import (
     marker,
     overlay_facets,
     overlay_label,
-    overlay_series,
+    overlay_series_records,
     platform_names,
     series_label,
     thread_list,
@@ -143,8 +143,7 @@ def lines(
         xr, yr, xk, yk = _axis(i)
         spec_panels.append({"title": title, "x": xr, "y": yr})
         yvals: list[float] = []
-        for _, s in overlay_series(sub):
-            recs = s.sort_values("batch_size").to_dict("records")
+        for recs in overlay_series_records(sub):  # each series' rows by batch size
             r0 = recs[0]
             lab = overlay_label(r0, short) if label_fn is None else label_fn(r0, short)
             ys = [_r((_num(r[ycol]) or float("nan")) * scale) for r in recs]

@@ -45,7 +45,7 @@ from deepgap.report import answer_ratios
 from deepgap.report import interactive as fi
 from deepgap.report import sections as report_sections
 from deepgap.report.screenshot import find_chromium, screenshot  # noqa: F401  (re-exported)
-from deepgap.store import Store, guard
+from deepgap.store import Store, guard, reading
 from deepgap.store.paths import check_output_path, check_owned_folder, claim_folder
 
 
@@ -69,23 +69,24 @@ class Report:
 
 
 def load_context(
-    store_path: str, run_ids: list[str] | None = None, interactive: bool = False
+    store_path: str, run_ids: list[str] | None = None, interactive: bool = False, store: Store | None = None
 ) -> ReportContext:
-    """Read the chosen runs' results (prepared and aggregated) and telemetry once, for every section."""
-    store = Store(store_path, readonly=True)
-    try:
-        runs = store.runs()
+    """Read the chosen runs' results (prepared and aggregated) and telemetry once, for every section.
+
+    ``store``: the build's open store (kept open, and in the context for the sections), else one
+    opened here and closed.
+    """
+    with reading(store if store is not None else store_path) as st:
+        runs = st.runs()
         known = {r["run_id"] for r in runs}
         for rid in run_ids or []:
             if rid not in known:
                 raise UsageError(f"no run {rid!r} in {store_path}", "list runs with `deepgap show --runs`")
         runs = [r for r in runs if not run_ids or r["run_id"] in run_ids]
-        df = prepare(store.results_frame(list(run_ids) if run_ids else None))
-        agg = aggregate(df, samples=store.samples)
-        tel_by_run = {r["run_id"]: store.telemetry_frame(r["run_id"]) for r in runs} if not df.empty else {}
-    finally:
-        store.close()
-    return ReportContext(store_path, run_ids, interactive, runs, df, agg, tel_by_run)
+        df = prepare(st.results_frame(list(run_ids) if run_ids else None))
+        agg = aggregate(df, samples=st.samples)
+        tel_by_run = {r["run_id"]: st.telemetry_frame(r["run_id"]) for r in runs} if not df.empty else {}
+    return ReportContext(store_path, run_ids, interactive, runs, df, agg, tel_by_run, store)
 
 
 def shown_store_path(store_path: str) -> str:
@@ -105,7 +106,15 @@ def build(store_path: str, run_ids: list[str] | None = None, interactive: bool =
     """
     if interactive:
         fi.require()
-    ctx = load_context(store_path, run_ids, interactive)
+    store = Store(store_path, readonly=True)  # opened once: every section reads through it (ctx.source)
+    try:
+        return _build(store_path, run_ids, interactive, store)
+    finally:
+        store.close()
+
+
+def _build(store_path: str, run_ids: list[str] | None, interactive: bool, store: Store) -> Report:
+    ctx = load_context(store_path, run_ids, interactive, store)
     df, agg = ctx.results, ctx.configurations
     rep = Report(shown_store_path(store_path), _dt.datetime.now().isoformat(timespec="seconds"), ctx.runs)
     ok = df[df["status"] == "ok"] if not df.empty else df
@@ -126,11 +135,7 @@ def build(store_path: str, run_ids: list[str] | None = None, interactive: bool =
         rep.table_specs.update(section.table_specs)
         rep.table_specs.update(parts.table_specs)
     rep.answer_table, rep.how_sure = report_answer.answers(agg, df)
-    store = Store(store_path, readonly=True)
-    try:
-        rep.ratios = answer_ratios.cross_gpu_ratios(agg, pooled_samples_fn(store))
-    finally:
-        store.close()
+    rep.ratios = answer_ratios.cross_gpu_ratios(agg, pooled_samples_fn(store))
     if rep.interactive and not agg.empty:
         rep.filters = {
             "model": sorted(map(str, agg["model"].unique())),

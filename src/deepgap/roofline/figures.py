@@ -10,6 +10,7 @@ writes every figure (PNG) and table (CSV) of a store.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from deepgap.core.precision import column
@@ -172,10 +173,20 @@ def roofline_figure(
     ais = [p[3] for p in pts] + [c.ridge_flop_per_byte for c in ceilings]
     _draw_ceilings(ax, ceilings, min(ais) / 3, max(ais) * 3)
     models = sorted({p[0] for p in pts})
+    groups: dict[tuple[str, str], list[tuple]] = {}  # one scatter per marker and colour, not one per point
     for p in pts:
         m = "^" if p[5] == "train" else MARKERS[models.index(p[0]) % len(MARKERS)]
+        groups.setdefault((m, PREC_COLORS.get(p[1], "k")), []).append(p)
+    for (m, colour), mine in groups.items():
         ax.scatter(
-            p[3], p[4], marker=m, color=PREC_COLORS.get(p[1], "k"), edgecolor="k", lw=0.4, s=42, zorder=3
+            [p[3] for p in mine],
+            [p[4] for p in mine],
+            marker=m,
+            color=colour,
+            edgecolor="k",
+            lw=0.4,
+            s=42,
+            zorder=3,
         )
     for p in labelled_points(pts):
         ax.annotate(
@@ -212,6 +223,58 @@ def _profile_title(row: Any) -> str:
     return f"{row['model']} {row['mode']} {row['precision']} bs{int(row['batch_size'])}"
 
 
+@dataclass
+class ClusterPanel:
+    """One profile's panel of the kernel-cluster roofline: its clusters on and off the roofline, its ceilings.
+
+    Computed once for the PNG (`cluster_roofline_figure`) and the interactive figure
+    (`deepgap.roofline.interactive.cluster_roofline_spec`), so both place the same points.
+    """
+
+    title: str
+    model: str
+    precision: str
+    on: pd.DataFrame  # clusters with both FLOPs and bytes (`trace.cluster_table` rows)
+    off: pd.DataFrame  # clusters without FLOPs: listed, not placed
+    ceilings: list[rm.Ceiling]
+
+
+def cluster_panels(
+    kernels_df: pd.DataFrame | None,
+    peaks_df: pd.DataFrame | None = None,
+    spec_row: dict[str, Any] | None = None,
+    profiles_df: pd.DataFrame | None = None,
+    source: str = "torch",
+    max_panels: int = 6,
+) -> list[ClusterPanel]:
+    """The panels of `cluster_roofline_figure` (its arguments), at most ``max_panels``, one per profile."""
+    from deepgap.roofline.trace import cluster_table
+
+    df = kernels_df[kernels_df["source"] == source] if kernels_df is not None and len(kernels_df) else None
+    pids = list(dict.fromkeys(df["profile_id"]))[:max_panels] if df is not None else []
+    prof = profiles_df.set_index("profile_id") if profiles_df is not None and len(profiles_df) else None
+    out = []
+    for pid in pids:
+        ct = cluster_table(df[df["profile_id"] == pid])
+        row = prof.loc[pid] if prof is not None and pid in prof.index else None
+        prec = row["precision"] if row is not None else "fp32"
+        dev = row["device_name"] if row is not None and "device_name" in row else None
+        srow = (
+            spec_row
+            if spec_row is not None
+            else _spec_for_frame(prof.loc[[pid]].reset_index() if row is not None else None, None)
+        )
+        on = ct[(ct["intensity_flop_per_byte"] > 0) & (ct["achieved_tflops"] > 0)]
+        title = (_profile_title(row) if row is not None else f"profile {pid}") + f" [{source}]"
+        model = str(row["model"]) if row is not None else ""
+        out.append(
+            ClusterPanel(
+                title, model, str(prec), on, ct.drop(on.index), rm.ceilings(prec, peaks_df, srow, dev)
+            )
+        )
+    return out
+
+
 def cluster_roofline_figure(
     kernels_df: pd.DataFrame | None,
     peaks_df: pd.DataFrame | None = None,
@@ -232,11 +295,8 @@ def cluster_roofline_figure(
             (CUDA-core FLOPs and DRAM bytes from Nsight Compute counters).
         max_panels: at most this many profiles.
     """
-    from deepgap.roofline.trace import cluster_table
-
-    df = kernels_df[kernels_df["source"] == source] if kernels_df is not None and len(kernels_df) else None
-    pids = list(dict.fromkeys(df["profile_id"]))[:max_panels] if df is not None else []
-    if not pids:
+    panels = cluster_panels(kernels_df, peaks_df, spec_row, profiles_df, source, max_panels)
+    if not panels:
         fig, (ax,) = _figure()
         _unavailable(
             ax,
@@ -244,27 +304,15 @@ def cluster_roofline_figure(
             + (" (run deepgap profile --ncu on a machine with Nsight Compute)" if source == "ncu" else ""),
         )
         return fig
-    ncols = min(len(pids), 3)
-    fig, axes = _figure(6.0, 4.6, ncols, (len(pids) + ncols - 1) // ncols)
-    for ax in axes[len(pids) :]:
+    ncols = min(len(panels), 3)
+    fig, axes = _figure(6.0, 4.6, ncols, (len(panels) + ncols - 1) // ncols)
+    for ax in axes[len(panels) :]:
         ax.set_axis_off()
-    prof = profiles_df.set_index("profile_id") if profiles_df is not None and len(profiles_df) else None
-    for ax, pid in zip(axes, pids, strict=False):
-        ct = cluster_table(df[df["profile_id"] == pid])
-        row = prof.loc[pid] if prof is not None and pid in prof.index else None
-        prec = row["precision"] if row is not None else "fp32"
-        dev = row["device_name"] if row is not None and "device_name" in row else None
-        srow = (
-            spec_row
-            if spec_row is not None
-            else _spec_for_frame(prof.loc[[pid]].reset_index() if row is not None else None, None)
-        )
-        on = ct[(ct["intensity_flop_per_byte"] > 0) & (ct["achieved_tflops"] > 0)]
-        off = ct.drop(on.index)
+    for ax, p in zip(axes, panels, strict=False):
+        on, off, cs = p.on, p.off, p.ceilings
         if not len(on):
             _unavailable(ax, "no cluster with both FLOPs and bytes")
             continue
-        cs = rm.ceilings(prec, peaks_df, srow, dev)
         ais = list(on["intensity_flop_per_byte"]) + [c.ridge_flop_per_byte for c in cs]
         _draw_ceilings(ax, cs, min(ais) / 3, max(ais) * 3)
         for _, c in on.iterrows():
@@ -280,21 +328,14 @@ def cluster_roofline_figure(
                 label=f"{c['cluster']} ({100 * c['time_share']:.0f}% time)",
             )
         if len(off):
-            ax.text(
-                0.01,
-                0.01,
-                "not plotted (no FLOPs): "
-                + ", ".join(
-                    f"{c} {100 * s:.0f}%" for c, s in off[["cluster", "time_share"]].itertuples(index=False)
-                ),
-                transform=ax.transAxes,
-                fontsize=6,
-                va="bottom",
-            )
-        _axes_labels(
-            ax,
-            (_profile_title(row) if row is not None else f"profile {pid}") + f" [{source}]",
-            "Arithmetic intensity (FLOP/byte)",
-        )
+            ax.text(0.01, 0.01, not_plotted(off), transform=ax.transAxes, fontsize=6, va="bottom")
+        _axes_labels(ax, p.title, "Arithmetic intensity (FLOP/byte)")
         ax.legend(fontsize=6, loc="best")
     return fig
+
+
+def not_plotted(off: pd.DataFrame) -> str:
+    """The clusters a panel cannot place (no FLOPs), with their shares of the time."""
+    return "not plotted (no FLOPs): " + ", ".join(
+        f"{c} {100 * s:.0f}%" for c, s in off[["cluster", "time_share"]].itertuples(index=False)
+    )

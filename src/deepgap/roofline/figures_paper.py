@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from deepgap.roofline import model as rm
-from deepgap.roofline.figures import MARKERS, _axes_labels, _figure, _spec_for_frame
+from deepgap.roofline.figures import MARKERS, _axes_labels, _figure
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -32,10 +32,12 @@ def theoretical_vs_measured(
     """
     import pandas as pd
 
+    from deepgap.roofline.specs import spec_for
+
     items = _measured_steps(profiles_df, results_df)
     rows = []
     for it in items:
-        srow = spec_row if spec_row is not None else _spec_for_frame(pd.DataFrame([it]), None)
+        srow = spec_row if spec_row is not None else spec_for(str(it["device_name"]))  # no frame per row
         for c in rm.ceilings(it["precision"], peaks_df, srow, it["device_name"]):
             t = rm.theoretical_time(
                 it["flops_per_step"], c.peak_tflops, it["bytes_per_step"], c.bandwidth_gb_s

@@ -1,4 +1,7 @@
-"""The inference roofline as an interactive figure: hover a point for its model, precision, batch and numbers.
+"""The rooflines as interactive figures: hover a point for its model, precision, batch and numbers.
+
+The model-level rooflines (inference, and the training step from `deepgap profile --mode train`) are
+`roofline_spec`; the kernel-cluster roofline, a panel per profile, is `cluster_roofline_spec`.
 
 Why: the static roofline was a PNG whose 6-point labels named only a dozen of its points; here every point
 is hoverable (model, precision, batch, arithmetic intensity, achieved TFLOP/s), the ceilings are lines with
@@ -103,3 +106,118 @@ def roofline_spec(
         axes,
         [{"title": f"markers: {', '.join(models)}" + (f" — {dev}" if dev else ""), "x": xr, "y": yr}],
     )
+
+
+def _ceiling_traces(ceilings: list, xs: Any, xr: str, yr: str, shown: set[str]) -> list[dict[str, Any]]:
+    """One line per ceiling on panel (``xr``, ``yr``); each name in the legend once (``shown``)."""
+    out = []
+    for c in ceilings:
+        name = f"{c.label}: {c.peak_tflops:,.3g} TFLOP/s, {c.bandwidth_gb_s:,.4g} GB/s"
+        out.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "x": [rounded(x) for x in xs],
+                "y": [rounded(y) for y in c.attainable_tflops(xs)],
+                "xaxis": xr,
+                "yaxis": yr,
+                "name": name,
+                "legendgroup": name,
+                "showlegend": name not in shown,
+                "line": {
+                    "color": PREC_COLORS.get(c.precision, "#000"),
+                    "dash": "dash" if c.source == "spec" else "solid",
+                    "width": 1.3,
+                },
+                "hoverinfo": "skip",
+                "meta": {"precision": c.precision},
+            }
+        )
+        shown.add(name)
+    return out
+
+
+def cluster_roofline_spec(
+    kernels_df: pd.DataFrame | None,
+    peaks_df: pd.DataFrame | None = None,
+    *,
+    profiles_df: pd.DataFrame | None = None,
+    source: str = "torch",
+) -> dict[str, Any] | None:
+    """The plotly spec of `figures.cluster_roofline_figure`: a panel per profile, hover a cluster for its numbers.
+
+    Why: the PNG's 6-point legends and labels were unreadable at the page's width; here each cluster names
+    its kernels, time per step and share, intensity and achieved TFLOP/s on hover, a legend click hides a
+    cluster in every panel, and marker area still follows the share of the step's time. None when no
+    panel has a cluster to place.
+    """
+    from deepgap.roofline.figures import CLUSTER_COLORS, cluster_panels, not_plotted
+
+    panels = [p for p in cluster_panels(kernels_df, peaks_df, None, profiles_df, source) if len(p.on)]
+    if not panels:
+        return None
+    traces: list[dict[str, Any]] = []
+    axes: dict[str, Any] = {}
+    titles = []
+    shown: set[str] = set()
+    for i, p in enumerate(panels):
+        xr, yr, xk, yk = axis_refs(i)
+        ais = [float(v) for v in p.on["intensity_flop_per_byte"]] + [
+            c.ridge_flop_per_byte for c in p.ceilings
+        ]
+        xs = np.logspace(np.log10(min(ais) / 3), np.log10(max(ais) * 3), 60)
+        traces += _ceiling_traces(p.ceilings, xs, xr, yr, shown)
+        for r in p.on.to_dict("records"):
+            name = str(r["cluster"])
+            share = float(r["time_share"])
+            traces.append(
+                {
+                    "type": "scatter",
+                    "mode": "markers",
+                    "x": [rounded(r["intensity_flop_per_byte"])],
+                    "y": [rounded(r["achieved_tflops"])],
+                    "xaxis": xr,
+                    "yaxis": yr,
+                    "name": name,
+                    "legendgroup": name,
+                    "showlegend": name not in shown,
+                    "marker": {
+                        "color": CLUSTER_COLORS.get(name, "#000"),
+                        "size": round(float(np.sqrt(30 + 900 * share)), 1),  # the PNG's area, as a diameter
+                        "opacity": 0.75,
+                        "line": {"color": "#000", "width": 0.5},
+                    },
+                    "customdata": [
+                        [
+                            f"{name} — {p.title}",
+                            f"{100 * share:.1f}% of the step's time · {r['time_per_step_s'] * 1e3:.3g} ms per step"
+                            f" · {int(r['kernels'])} kernel(s)",
+                            f"{r['intensity_flop_per_byte']:.3g} FLOP/byte · {r['achieved_tflops']:.3g} TFLOP/s",
+                        ]
+                    ],
+                    "hovertemplate": "<b>%{customdata[0]}</b><br>%{customdata[1]}<br>%{customdata[2]}<extra></extra>",
+                    "meta": {"model": p.model, "precision": p.precision},
+                }
+            )
+            shown.add(name)
+        tx = log_ticks([float(x) for x in xs])
+        ty = log_ticks([float(v) for v in p.on["achieved_tflops"]] + [c.peak_tflops for c in p.ceilings])
+        axes[xk] = {
+            **axis_style("arithmetic intensity (FLOP/byte)"),
+            "type": "log",
+            "tickvals": tx[0],
+            "ticktext": tx[1],
+            "anchor": yr,
+        }
+        axes[yk] = {
+            **axis_style("TFLOP/s"),
+            "type": "log",
+            "tickvals": ty[0],
+            "ticktext": ty[1],
+            "anchor": xr,
+        }
+        title = p.title + (
+            f"<br>{not_plotted(p.off)}" if len(p.off) else ""
+        )  # a second line: panels are narrow
+        titles.append({"title": title, "x": xr, "y": yr})
+    return spec(traces, axes, titles)

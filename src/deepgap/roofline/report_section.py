@@ -18,6 +18,8 @@ from deepgap.render.sections import Parts, ReportContext, Section, register
 if TYPE_CHECKING:
     import pandas as pd
 
+    from deepgap.store import Store
+
 
 def _sig(col: str, digits: int = 4):
     return lambda r: fmt_num(r.get(col), f".{digits}g")
@@ -64,24 +66,25 @@ TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
 
 
 def section(
-    store_path: str, run_ids: list[str] | None = None
+    store_path: str | Store, run_ids: list[str] | None = None, interactive: bool = True
 ) -> tuple[dict[str, pd.DataFrame], list[Figure]]:
-    """Roofline tables and figures of ``store_path`` (nothing when it holds no successful result or profile)."""
+    """Roofline tables and figures of ``store_path`` (nothing when it holds no successful result or profile).
+
+    ``store_path``: a path, or the report build's open `Store` (`deepgap.store.reading`). ``interactive``:
+    the model-level and cluster rooflines also get their plotly versions (`deepgap.roofline.interactive`).
+    """
     from deepgap.roofline import figures as rf
     from deepgap.roofline import figures_paper as rfp
     from deepgap.roofline import storage
-    from deepgap.store import Store
+    from deepgap.store import reading
 
-    st = Store(store_path, readonly=True)
-    try:
+    with reading(store_path) as st:
         results = st.results_frame(run_ids)
         peaks = storage.peaks_frame(st, run_ids)
         profiles = storage.profiles_frame(st, run_ids)
         kernels = (
             storage.kernels_frame(st, [int(p) for p in profiles["profile_id"]]) if len(profiles) else None
         )
-    finally:
-        st.close()
     ok = results[results["status"] == "ok"] if len(results) else results
     if not len(ok) and not len(profiles):
         return {}, []
@@ -97,10 +100,10 @@ def section(
             lambda: rf.roofline_figure(placed, peaks, profiles_df=infer, title="Inference roofline"),
         ),
     ]
-    from deepgap.roofline.interactive import roofline_spec
+    from deepgap.roofline import interactive as ri
 
-    if figs[0].png:  # its interactive version: every point hoverable (the PNG stays in the report's files)
-        figs[0].plotly = roofline_spec(placed, peaks, profiles_df=infer)
+    if interactive and figs[0].png:  # every point hoverable (the PNG stays in the report's files)
+        figs[0].plotly = ri.roofline_spec(placed, peaks, profiles_df=infer)
     if len(train):
         figs.append(
             drawn_figure(
@@ -110,16 +113,21 @@ def section(
                 lambda: rf.roofline_figure(None, peaks, profiles_df=train, title="Training-step roofline"),
             )
         )
+        if interactive and figs[-1].png:
+            figs[-1].plotly = ri.roofline_spec(None, peaks, profiles_df=train)
     if kernels is not None and len(kernels):
         figs.append(
             drawn_figure(
                 "fig_roofline_clusters",
                 "Kernel-cluster roofline",
                 "Per profile, the kernels grouped into clusters (convolution, GEMM, elementwise, "
-                "normalization, pooling, copy) at their attributed FLOPs and bytes.",
+                "normalization, pooling, copy) at their attributed FLOPs and bytes; marker area: the "
+                "cluster's share of the step's time.",
                 lambda: rf.cluster_roofline_figure(kernels, peaks, profiles_df=profiles, source="torch"),
             )
         )
+        if interactive and figs[-1].png:
+            figs[-1].plotly = ri.cluster_roofline_spec(kernels, peaks, profiles_df=profiles, source="torch")
     figs.append(
         drawn_figure(
             "fig_roofline_paper",
@@ -155,7 +163,7 @@ def _with_roofline_columns(ok: pd.DataFrame, peaks: pd.DataFrame) -> pd.DataFram
 
 def build(ctx: ReportContext) -> Parts:
     """The section's part of one report build; the paper table's columns are those it was published with."""
-    found, figs = section(ctx.store_path, ctx.run_ids)
+    found, figs = section(ctx.source, ctx.run_ids, ctx.interactive)
     specs = {}
     if "roofline_paper_reference" in found:
         title = TABLE_SPECS["roofline_paper_reference"][0]

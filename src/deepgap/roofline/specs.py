@@ -52,9 +52,19 @@ def load_specs() -> pd.DataFrame:
 
 
 def spec_for(device_name: str | None) -> dict[str, Any] | None:
-    """The spec row whose ``match`` pattern occurs in ``device_name`` (first in file order), or None."""
+    """The spec row whose ``match`` pattern occurs in ``device_name`` (first in file order), or None.
+
+    A copy of a row looked up once per device name: the report asks once per result row (hundreds of
+    times), and scanning the table with ``iterrows`` each time cost its build seconds.
+    """
     if not device_name:
         return None
+    row = _spec_row_cached(device_name)
+    return dict(row) if row is not None else None
+
+
+@functools.lru_cache(maxsize=64)
+def _spec_row_cached(device_name: str) -> dict[str, Any] | None:
     for _, row in _load_specs_cached().iterrows():
         if re.search(str(row["match"]), device_name, re.IGNORECASE):
             return row.to_dict()

@@ -25,6 +25,8 @@ from deepgap.serving.storage import requests
 if TYPE_CHECKING:
     import pandas as pd
 
+    from deepgap.store import Store
+
 MAX_PANELS = 6
 MAX_LEVELS = 8
 
@@ -134,13 +136,15 @@ TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
 
 
 def section(
-    store_path: str, run_ids: list[str] | None = None
+    store_path: str | Store, run_ids: list[str] | None = None
 ) -> tuple[dict[str, pd.DataFrame], list[Figure]]:
-    """Tables and figures of the serve runs in ``store_path`` (empty when there are none)."""
-    from deepgap.store import Store
+    """Tables and figures of the serve runs in ``store_path`` (empty when there are none).
 
-    st = Store(store_path, readonly=True)
-    try:
+    ``store_path``: a path, or the report build's open `Store` (`deepgap.store.reading`).
+    """
+    from deepgap.store import reading
+
+    with reading(store_path) as st:
         if not tables.any_serving(st):
             return {}, []
         lv = tables.levels(st, run_ids)
@@ -153,8 +157,6 @@ def section(
             predicted_vs_measured(lv),
             interference_figure(inter),
         ]
-    finally:
-        st.close()
     if "extra" in cap:  # the report's table keeps the stored JSON objects (its CSV writes them as JSON)
         cap = cap.assign(extra=[e.to_json() for e in cap["extra"]])
     out = {
@@ -168,7 +170,7 @@ def section(
 
 def build(ctx: ReportContext) -> Parts:
     """The section's part of one report build."""
-    found, figs = section(ctx.store_path, ctx.run_ids)
+    found, figs = section(ctx.source, ctx.run_ids)
     return Parts(found, figs)
 
 

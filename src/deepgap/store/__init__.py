@@ -48,7 +48,7 @@ from deepgap.store.paths import check_path, check_store_path, check_writable
 from deepgap.store.rows import TableAccess
 from deepgap.store.tables import RUN_KINDS, TableSpec
 
-__all__ = ["RUN_KINDS", "SCHEMA_VERSION", "Store", "TableSpec", "check_path", "check_writable"]
+__all__ = ["RUN_KINDS", "SCHEMA_VERSION", "Store", "TableSpec", "check_path", "check_writable", "reading"]
 
 _STAT_FIELDS = [
     f.name
@@ -373,3 +373,20 @@ class Store(RowDecoder, TableAccess, ResultReads):
                 "INSERT INTO telemetry VALUES (?,?,?,?,?)",
                 [(run_id, None, phase, t, json.dumps(d)) for phase, t, d in samples],
             )
+
+
+@contextmanager
+def reading(store: str | Store) -> Iterator[Store]:
+    """A read-only `Store` of ``store``: the one given, left open, or one opened from a path and closed.
+
+    Why: the report's build holds one store open for every section (it opened the file six times, each
+    time checking its header and schema); a feature's reader called alone still takes a path.
+    """
+    if isinstance(store, Store):
+        yield store
+        return
+    st = Store(store, readonly=True)
+    try:
+        yield st
+    finally:
+        st.close()
