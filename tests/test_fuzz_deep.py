@@ -137,10 +137,11 @@ def deep_check(cmd: str, option: str, value: str, capsys) -> None:
             assert sorted(os.listdir(folder)) == before, argv
             assert (folder / "s.sqlite").read_bytes() == store, argv
             return
-        written = folder / "new.sqlite"
-        if written.exists():  # what the work stored reads as a healthy store
-            assert main(["check", str(written)]) == 0, (argv, capsys.readouterr())
-            capsys.readouterr()
+        for name in sorted(set(os.listdir(folder)) - set(before)):  # what the work stored reads as healthy
+            written = folder / name  # new.sqlite, or the store a hostile --store named ("-5", "a\nb")
+            if written.is_file() and written.read_bytes()[:16] == b"SQLite format 3\0":
+                assert main(["check", str(written)]) == 0, (argv, capsys.readouterr())
+                capsys.readouterr()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
