@@ -72,6 +72,15 @@ def inprocess_worker(mp: pytest.MonkeyPatch):
         torch.set_num_threads(threads)
 
 
+def inprocess_serving(mp: pytest.MonkeyPatch) -> None:
+    """``serve``'s workers too run in this process (`deepgap.serving.process.HANDLE`), for CPU tests of what a serve
+    does with its input and stores (tests/test_fuzz_deep.py); tests/test_serving_*.py keep real processes."""
+    import deepgap.serving.process
+    from deepgap.drive.inprocess import InProcessWorker
+
+    mp.setattr(deepgap.serving.process, "HANDLE", InProcessWorker)
+
+
 FULL_RUN_WORKERS = 4
 
 

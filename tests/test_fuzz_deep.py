@@ -8,15 +8,16 @@ on exit 0 a store that ``check`` reads as healthy. A value that makes the work l
 valid) is stopped at `BOUND_S` and counts as accepted, once the work has begun.
 
 Which pairs: `PAIRS` each CI run, drawn from every flag of these commands against `HOSTILE`, seeded by
-the date as in `test_fuzz_inputs` (``DEEPGAP_FUZZ_SEED=N`` repeats a day). ``serve`` starts real worker
-processes (its launcher has no in-process form), 10-30 s each on the CI machine: in CI its flags stop
-where the work starts (`test_fuzz_inputs`); ``DEEPGAP_FUZZ_FULL=1`` tries every pair, serve's included,
-through the work (`test_every_pair_past_validation`, an hour or more). A failure either finds becomes a
-fixed example in a test of its own.
+the date as in `test_fuzz_inputs` (``DEEPGAP_FUZZ_SEED=N`` repeats a day). ``serve``'s workers run in this
+process too (`conftest.inprocess_serving`: `deepgap.serving.process.HANDLE`), each of its examples a
+second or two of work once the first has imported the worker's modules. ``DEEPGAP_FUZZ_FULL=1`` tries every
+pair through the work (`test_every_pair_past_validation`, an hour or more; ``DEEPGAP_FUZZ_COMMANDS=serve,run``
+keeps those commands' pairs only). A failure either finds becomes a fixed example in a test of its own.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import random
 import shutil
@@ -25,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import TINY, inprocess_worker
+from conftest import TINY, inprocess_serving, inprocess_worker
 from test_fuzz_inputs import FLAGS, FULL, HOSTILE, SEED, _store_bytes
 
 from deepgap.cli import main
@@ -46,12 +47,21 @@ BASE = {
     "show": ["show", "STORE"],
     "compare": ["compare", "STORE", "STORE"],
 }
-DEEP = [(cmd, option) for cmd, option in FLAGS if cmd in BASE]
-SLOW = {"serve", "report"}  # real worker processes; a report build (seconds): bases checked in the full mode
+COMMANDS = [c for c in os.environ.get("DEEPGAP_FUZZ_COMMANDS", "").split(",") if c] or list(BASE)
+DEEP = [(cmd, option) for cmd, option in FLAGS if cmd in BASE and cmd in COMMANDS]
+SLOW = {"report"}  # a report build (seconds): its base checked in the full mode
 
 
-class Bound(Exception):  # noqa: N818 - the work ran past the bound: a long, valid input
-    """Raised by the alarm: the command was still working at `BOUND_S`."""
+class Bound(KeyboardInterrupt):  # noqa: N818 - the work ran past the bound: a long, valid input
+    """Raised by the alarm: the command was still working at `BOUND_S`.
+
+    A KeyboardInterrupt, so that it stops the work wherever it lands, as Ctrl-C would: an in-process
+    worker answers any other exception of a handler as a failed request (`deepgap.drive.inprocess`), and the
+    work would go on unbounded. The CLI answers it as a stop (exit 130); `deep_check` knows it fired.
+    """
+
+
+FIRED: list[bool] = []  # the alarm fired during the example now running
 
 
 @pytest.fixture(scope="module")
@@ -66,9 +76,11 @@ def real_work():
         return b""
 
     def bound(*_):
+        FIRED.append(True)
         raise Bound
 
     with pytest.MonkeyPatch.context() as mp, inprocess_worker(mp):
+        inprocess_serving(mp)
         mp.setattr(deepgap.render.draw, "png_bytes", no_png)
         old = signal.signal(signal.SIGALRM, bound)
         try:
@@ -104,6 +116,7 @@ def deep_check(cmd: str, option: str, value: str, capsys) -> None:
         before = sorted(os.listdir(folder))
         cwd = os.getcwd()
         os.chdir(folder)
+        FIRED.clear()
         signal.setitimer(signal.ITIMER_REAL, BOUND_S)
         try:
             code = main(argv)
@@ -115,6 +128,8 @@ def deep_check(cmd: str, option: str, value: str, capsys) -> None:
             signal.setitimer(signal.ITIMER_REAL, 0)
             os.chdir(cwd)
             err = capsys.readouterr().err.strip()
+        if FIRED:  # the CLI answered the alarm as a stop: valid and long
+            return
         assert code in (0, 2), (argv, code, err)
         assert "Traceback" not in err, (argv, err)
         if code:
@@ -122,18 +137,18 @@ def deep_check(cmd: str, option: str, value: str, capsys) -> None:
             assert sorted(os.listdir(folder)) == before, argv
             assert (folder / "s.sqlite").read_bytes() == store, argv
             return
-        written = folder / "new.sqlite"
-        if written.exists():  # what the work stored reads as a healthy store
-            assert main(["check", str(written)]) == 0, (argv, capsys.readouterr())
-            capsys.readouterr()
+        for name in sorted(set(os.listdir(folder)) - set(before)):  # what the work stored reads as healthy
+            written = folder / name  # new.sqlite, or the store a hostile --store named ("-5", "a\nb")
+            if written.is_file() and written.read_bytes()[:16] == b"SQLite format 3\0":
+                assert main(["check", str(written)]) == 0, (argv, capsys.readouterr())
+                capsys.readouterr()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
 def _draw() -> list[tuple[str, str, str]]:
     rng = random.Random(SEED)
-    pool = [pair for pair in DEEP if pair[0] != "serve"]
-    return [(*rng.choice(pool), rng.choice(HOSTILE)) for _ in range(PAIRS)]
+    return [(*rng.choice(DEEP), rng.choice(HOSTILE)) for _ in range(PAIRS)]
 
 
 @pytest.mark.parametrize("cmd, option, value", _draw(), ids=lambda x: ascii(x)[:30])
@@ -158,8 +173,47 @@ def test_every_base_does_real_work(cmd, real_work, capsys):
         assert made == {"run": ["new.sqlite"], "serve": ["new.sqlite"], "merge": ["new.sqlite"]}.get(
             cmd, {"report": ["r.html", "r_files"], "export": ["x.csv"]}.get(cmd, [])
         ), made
+        if cmd == "serve":  # its worker ran here (no child process) and served a level that the store holds
+            assert not multiprocessing.active_children()
+            assert _served(folder / "new.sqlite") == [("ok", 16)]
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_an_in_process_serving_worker_launches_as_a_worker_process_does(monkeypatch):
+    """`InProcessWorker.spawn` answers the worker main's first message: ready with the caps, or a device that
+    cannot be used as `SetupFailed` from `ServingWorker.launch`; any other target is refused, not run."""
+    import deepgap.serving.process
+    from deepgap.drive.inprocess import InProcessWorker
+    from deepgap.measure.protocol import WORKER_MAIN
+    from deepgap.serving.process import ServingWorker, SetupFailed
+
+    inprocess_serving(monkeypatch)
+    assert deepgap.serving.process.HANDLE is InProcessWorker
+    ok = ServingWorker("cpu", "tinycnn")
+    ok.launch("tinycnn", 60)
+    assert isinstance(ok.handle, InProcessWorker) and ok.alive() and ok.caps.kind == "cpu"
+    assert ok.fingerprint(60)["device_name"]
+    ok.stop()
+    assert not ok.alive()
+    bad = ServingWorker("cuda:9999", "tinycnn")  # no such device, GPU or not
+    with pytest.raises(SetupFailed) as failed:
+        bad.launch("tinycnn", 60)
+    assert failed.value.status == "error" and not bad.alive()
+    with pytest.raises(ValueError, match="runs only"):
+        InProcessWorker("cpu").spawn(WORKER_MAIN, ("cuda:0",), "x", 60)
+
+
+def _served(path: Path) -> list[tuple[str, int]]:
+    """Each stored serve level's status and number of queries."""
+    from deepgap.serving.storage import levels_frame
+    from deepgap.store import Store
+
+    store = Store(str(path), readonly=True)
+    try:
+        return [(row.status, int(row.n)) for row in levels_frame(store).itertuples()]
+    finally:
+        store.close()
 
 
 if FULL:

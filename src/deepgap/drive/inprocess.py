@@ -7,12 +7,15 @@ as a worker does: a handler's exception comes back as `WorkerFailed` (status fro
 `deepgap.measure.worker.failure`). What it cannot give is isolation — a crash or a hang is this
 process's — so it is for CPU tests only; real runs use `deepgap.drive.handle.WorkerHandle`. It imports
 the worker module by name, as a worker process does (`_worker`): it is a worker in this process, the
-one place a parent-side module runs worker code.
+one place a parent-side module runs worker code. A serve's worker (`deepgap.serving.process.ServingWorker`)
+is launched with `spawn`, the way `WorkerHandle` starts a process: `deepgap.serving.process.HANDLE` names
+the class that tests swap for this one (tests/conftest.py's `inprocess_serving`).
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import Any
 
 from deepgap.core.precision import DeviceCaps
@@ -39,6 +42,26 @@ class InProcessWorker(CallProtocol):
         self.state = _worker().WorkerState(self.device)
         self.caps = self.state.caps
         return self.caps
+
+    def spawn(
+        self, target: str | Callable[..., Any], args: tuple, name: str, timeout_s: float
+    ) -> tuple[str, Any]:
+        """Start the worker state and answer its first message, as `WorkerHandle.spawn` of the worker main does.
+
+        Only the worker main (`WORKER_MAIN` on this device) runs here: ``("ready", caps)``, or
+        ``("failed", (status, reason, traceback))`` when the device cannot be used, as a worker process says.
+        """
+        if target != WORKER_MAIN or tuple(args) != (self.device,):
+            raise ValueError(
+                f"an in-process worker runs only {WORKER_MAIN}({self.device!r}), not {target}{args}"
+            )
+        try:
+            return "ready", self.start(name)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - answered as the worker process answers
+            self.state = None
+            return "failed", _worker().failure(exc)
 
     def alive(self) -> bool:
         """Whether `start` ran and `stop` did not."""

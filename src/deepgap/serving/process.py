@@ -9,7 +9,7 @@ reuses its model cache and failure mapping.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +18,7 @@ import numpy as np
 from deepgap.core.records import ConfigSpec
 from deepgap.drive.config import SweepSpec
 from deepgap.drive.handle import WorkerFailed, WorkerHandle, WorkerLost
+from deepgap.drive.inprocess import InProcessWorker
 from deepgap.drive.launcher import PreludeMeasure
 from deepgap.drive.runner import SweepRunner
 from deepgap.measure.protocol import WORKER_MAIN, StatusError, register_worker_module
@@ -28,6 +29,10 @@ CORRECTNESS_ROWS = 4  # ring images checked against the fp32 model on the CPU
 ENV_TIMEOUT_S = 120.0  # the worker's fingerprint, asked before the build
 
 register_worker_module("deepgap.serving.worker", "serve.")  # serve.setup, serve.level, serve.loadgen
+
+# What each `ServingWorker` drives: a worker process. CPU tests set `deepgap.drive.inprocess.InProcessWorker`
+# here (tests/conftest.py's `inprocess_worker`), the serve's handlers then run in the test's own process.
+HANDLE: Callable[[str], WorkerHandle | InProcessWorker] = WorkerHandle
 
 
 @dataclass(frozen=True)
@@ -113,7 +118,7 @@ class ServingWorker:
         self.model = model
         self.timeout_s = timeout_s
         self.sweep = sweep  # the run-level prelude's settings (None: no prelude)
-        self.handle = WorkerHandle(device)
+        self.handle = HANDLE(device)
         self.caps: Any = None
         self.env: dict[str, Any] | None = None  # its fingerprint, once `environment` asked
         self.failure: SetupFailed | WorkerLost | None = None  # why `start` or `environment` failed
