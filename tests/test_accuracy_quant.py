@@ -63,7 +63,7 @@ def test_key_with_data_needs_images():
     key = CalibrationKey("resnet18", 32, "w", 4, 0, "max", data="feedc0ffee123456")
     assert key.digest() != CalibrationKey("resnet18", 32, "w", 4, 0, "max").digest()
     with pytest.raises(ValueError, match="no images"):
-        calibrate(SimpleNamespace(tensors=lambda: []), key, use_cache=False)  # type: ignore[arg-type]
+        calibrate(SimpleNamespace(tensors=lambda: [], input="x"), key, use_cache=False)  # type: ignore[arg-type]
 
 
 def test_engine_adapter_passes_the_calibration_split(tmp_path, monkeypatch):

@@ -180,6 +180,13 @@ def _pairs(
     return pd.DataFrame(out).sort_values(keys).reset_index(drop=True)
 
 
+def _with_input_mode(agg: pd.DataFrame) -> pd.DataFrame:
+    """``agg`` with an ``input_mode`` column ("" = the default input) where a hand-built frame has none."""
+    if agg.empty or "input_mode" in agg:
+        return agg
+    return agg.assign(input_mode="")
+
+
 def compare(
     agg_a: pd.DataFrame,
     agg_b: pd.DataFrame,
@@ -202,6 +209,7 @@ def compare(
         n_resamples: bootstrap resamples per ratio.
         like_kinds: pair only configurations of one device kind (see above).
     """
+    agg_a, agg_b = _with_input_mode(agg_a), _with_input_mode(agg_b)
     matched = _pairs(agg_a, agg_b, MATCH_KEYS, samples_a, samples_b, n_resamples, like_kinds)
     best_a = best_rows(agg_a, ["platform", *BEST_KEYS]) if not agg_a.empty else agg_a
     best_b = best_rows(agg_b, ["platform", *BEST_KEYS]) if not agg_b.empty else agg_b

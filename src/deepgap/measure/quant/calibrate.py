@@ -126,7 +126,8 @@ def calibrate(
     A corrupt or mismatched cache file is ignored and rewritten.
     """
     path = key.path()
-    names = {graph.input, *graph.tensors()}  # a cache written before the input's range was kept is redone
+    # the input's range too: a cache written before it was kept is redone
+    names = {graph.input, *graph.tensors()}
     if use_cache and path.is_file():
         try:
             data = json.loads(path.read_text())

@@ -294,6 +294,8 @@ def _make_runner(
             "cuda_graph_traceback": traceback.format_exc()[-2000:],
         }
     runner = graph_runner.GraphRunner(graph, static_x, static_out, owns=net)
+    if pdl == "off":
+        return runner, {"cuda_graph": True}
     from deepgap.measure.quant.pdl_choice import choose_pdl
 
     runner, pdl_info = choose_pdl(net, runner, static_x, device, pdl)
