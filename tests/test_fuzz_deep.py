@@ -22,6 +22,7 @@ import os
 import random
 import shutil
 import signal
+import sys
 import tempfile
 from pathlib import Path
 
@@ -221,12 +222,16 @@ if FULL:
     def test_every_pair_past_validation(real_work, capsys):
         """Every flag of these commands against every hostile value, past validation; all failures listed."""
         failures = []
-        for cmd, option in DEEP:
-            for value in HOSTILE:
-                try:
-                    deep_check(cmd, option, value, capsys)
-                except AssertionError as exc:
-                    failures.append(f"{cmd} {option}={value!r}: {str(exc).splitlines()[0][:300]}")
+        total = len(DEEP) * len(HOSTILE)
+        for i, (cmd, option, value) in enumerate((c, o, v) for c, o in DEEP for v in HOSTILE):
+            try:
+                deep_check(cmd, option, value, capsys)
+                verdict = "ok"
+            except AssertionError as exc:
+                verdict = f"FAIL {str(exc).splitlines()[0][:300]}"
+                failures.append(f"{cmd} {option}={value!r}: {verdict[5:]}")
+            # progress past pytest's capture: a run of an hour or more is read while it goes
+            print(f"{i + 1}/{total} {cmd} {option}={value!r}: {verdict}", file=sys.__stderr__, flush=True)
         assert not failures, f"{len(failures)} of {len(DEEP) * len(HOSTILE)} pairs:\n" + "\n".join(failures)
 
 
