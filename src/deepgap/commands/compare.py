@@ -90,8 +90,10 @@ def _filter(agg, args: argparse.Namespace, label: str):
     """
     for col, text in (("model", args.model), ("precision", args.precision)):
         if text and not agg.empty:
-            names = [t.strip() for t in text.split(",") if t.strip()]
-            kept = agg[agg[col].isin(names)]
+            names = {t.strip() for t in text.split(",") if t.strip()}
+            # compared in Python: text from argv may hold undecodable bytes (surrogates), which pandas'
+            # arrow strings cannot take (the full fuzz found a UnicodeEncodeError traceback, issue 46)
+            kept = agg[[str(v) in names for v in agg[col]]]
             if kept.empty:
                 have = ", ".join(sorted(map(str, agg[col].unique())))
                 raise UsageError(
