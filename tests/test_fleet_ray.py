@@ -6,6 +6,7 @@ removes a node. Each configuration is a Ray task that spawns a real deepgap work
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import sqlite3
@@ -16,7 +17,10 @@ import time
 
 import pytest
 
-ray = pytest.importorskip("ray")
+# Checked, not imported: importing ray costs ~2.5 CPU-s, which every xdist worker paid at collection although
+# one of them runs this file. Each test that needs the module imports it (`_ray`).
+if importlib.util.find_spec("ray") is None:
+    pytest.skip("could not import 'ray': No module named 'ray'", allow_module_level=True)
 
 import deepgap  # noqa: E402
 from deepgap.cli import main  # noqa: E402
@@ -46,6 +50,7 @@ SPEC = dict(
 def cluster():
     from ray.cluster_utils import Cluster
 
+    ray = _ray()
     if ray.is_initialized():
         ray.shutdown()
     # Ray starts its workers at nice 15 (`worker_niceness`), and the deepgap worker that a task spawns
@@ -70,6 +75,12 @@ def cluster():
     for node in [*c.worker_nodes, c.head_node]:  # at once: a graceful stop waits up to 1 s per process
         c.remove_node(node, allow_graceful=False)
     c.shutdown()
+
+
+def _ray():
+    import ray
+
+    return ray
 
 
 def test_parse_where():
@@ -104,7 +115,7 @@ def test_where_placement_survives_a_killed_driver_and_resume(cluster, tmp_path, 
     with pytest.raises(UsageError, match="needs --threads"):
         deepgap.run({**SPEC, "threads": []}, store=store, ray=cluster.address)
     assert not os.path.exists(store)  # bad input wrote nothing
-    assert not ray.is_initialized()  # and disconnected what it connected
+    assert not _ray().is_initialized()  # and disconnected what it connected
     argv = [
         sys.executable,
         "-m",
@@ -160,7 +171,7 @@ def test_where_placement_survives_a_killed_driver_and_resume(cluster, tmp_path, 
     assert Store(store, readonly=True).runs()[0]["status"] == "running"
     # only the killed driver needs its own process; the resume runs in this one, through the CLI's main()
     assert main(["run", "--resume", "--store", store, "--quiet"]) == 0, capsys.readouterr().err
-    assert not ray.is_initialized()  # the driver disconnects what it connected
+    assert not _ray().is_initialized()  # the driver disconnects what it connected
     s = Store(store, readonly=True)
     df = s.results_frame()
     assert len(s.runs()) == 1 and s.runs()[0]["status"] == "finished"
