@@ -318,6 +318,6 @@ def test_pdl_graph_gives_the_plain_graphs_logits_at_batch_1(tmp_path, monkeypatc
     pdl = on.info["pdl"]
     print(f"\npdl at batch 1: {pdl}")
     assert pdl["chosen"] and "error" not in pdl and set(pdl["seconds"]) == {"on", "off"}
-    assert off.info["pdl"] == {"chosen": False, "reason": "off"}
+    assert "pdl" not in off.info  # off: one capture, nothing timed (test_graph_runner checks the info)
     with torch.inference_mode():
         assert torch.equal(on.run(x).clone(), off.run(x))
