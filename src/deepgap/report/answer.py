@@ -254,79 +254,96 @@ def answers(agg: pd.DataFrame, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataF
             line = host.get((platform, model, int(res)))
             if line is not None:
                 rows.append({**host_cpu_row(line), "axis": _axis(msub, res)})
-            for r in mlperf.resident_best(msub):  # beside the answer, labelled, never as it
-                value, ci, also = _numbers(r, "throughput")
-                anchors = mlperf.anchor_lines(str(platform), str(model), _f(r.get("throughput_ips")))
-                rows.append(
-                    {
-                        **{
-                            "platform": platform,
-                            "model": model,
-                            "resolution": int(res),
-                            "axis": _axis(msub, res),
-                        },
-                        "goal": INPUT_MODE_LABELS.get(str(r["input_mode"]), str(r["input_mode"])),
-                        "configuration": _short(r),
-                        "value": value,
-                        "ci": ci,
-                        "also": " · ".join([f"not the answer: {mlperf.RESIDENT_NOTE}", also, *anchors]),
-                        "accuracy": accuracy_text(accuracy(r, acc)),
-                        "flags": fmt_list(r.get("warnings")),
-                        "n": f"{int(r.get('n_measurements') or 0)} meas., {int(r.get('n_runs') or 0)} run(s)",
-                        "answered": True,
-                    }
-                )
-            flagged = msub[msub["flagged"]]
-            reasons: dict[str, int] = {}
-            for fl in flagged["flags"]:
-                for f in fl:
-                    key = f.split("(")[0]
-                    reasons[key] = reasons.get(key, 0) + 1
-            warned: dict[str, int] = {}
-            for ws in msub["warnings"]:
-                for w in ws:
-                    warned[w] = warned.get(w, 0) + 1
-            mfail = fail[(fail["model"] == model) & (fail["platform"] == platform)] if len(fail) else fail
-            gaps = [
-                f"{n}× {status}: {reason[:90]}"
-                for (status, reason), n in (
-                    mfail.groupby(["status", "reason"]).size().items() if len(mfail) else []
-                )
-            ]
-            cis = [
-                (_f(r["throughput_ci_high_ips"]) - _f(r["throughput_ci_low_ips"]))
-                / 2
-                / _f(r["throughput_ips"])
-                for r in msub.to_dict("records")
-                if _f(r.get("throughput_ci_high_ips"))
-                and _f(r.get("throughput_ci_low_ips"))
-                and _f(r.get("throughput_ips"))
-            ]
-            spread_txt = (
-                f"CI ±{100 * float(pd.Series(cis).median()):.1f}% median, ±{100 * max(cis):.1f}% worst"
-                f" over {len(cis)} configurations"
-                if cis
-                else "no CI stored"
-            )
-            for c in spread:
-                v = pd.to_numeric(msub[c], errors="coerce").dropna()
-                if len(v):
-                    spread_txt += f"; {c} median {v.median():.3g}, max {v.max():.3g}"
-            sure.append(
-                {
+            rows += _resident_rows(platform, model, res, msub, acc)  # beside the answer, never as it
+            sure.append(_how_sure(platform, model, res, msub, fail, spread, leads, missing))
+    return pd.DataFrame(rows), pd.DataFrame(sure)
+
+
+def _resident_rows(
+    platform: Any, model: Any, res: Any, msub: pd.DataFrame, acc: dict
+) -> list[dict[str, Any]]:
+    """The best resident-input row per mode (`analysis.mlperf`): labelled, with MLPerf's anchor, never the answer."""
+    rows = []
+    for r in mlperf.resident_best(msub):  # beside the answer, labelled, never as it
+        value, ci, also = _numbers(r, "throughput")
+        anchors = mlperf.anchor_lines(str(platform), str(model), _f(r.get("throughput_ips")))
+        rows.append(
+            {
+                **{
                     "platform": platform,
                     "model": model,
                     "resolution": int(res),
-                    "lead": leads,
-                    "spread": spread_txt,
-                    "flags": [f"{n} configuration(s) {k}" for k, n in sorted(reasons.items())]
-                    + [f"{int(msub['n_excluded'].sum())} flagged measurement(s) left out"]
-                    * bool(msub["n_excluded"].sum() if "n_excluded" in msub else 0),
-                    "warnings": [f"{n}× {w}" for w, n in sorted(warned.items())] + _notes(msub),
-                    "not_measured": missing + gaps + grid_gaps(msub, mfail),
-                }
-            )
-    return pd.DataFrame(rows), pd.DataFrame(sure)
+                    "axis": _axis(msub, res),
+                },
+                "goal": INPUT_MODE_LABELS.get(str(r["input_mode"]), str(r["input_mode"])),
+                "configuration": _short(r),
+                "value": value,
+                "ci": ci,
+                "also": " · ".join([f"not the answer: {mlperf.RESIDENT_NOTE}", also, *anchors]),
+                "accuracy": accuracy_text(accuracy(r, acc)),
+                "flags": fmt_list(r.get("warnings")),
+                "n": f"{int(r.get('n_measurements') or 0)} meas., {int(r.get('n_runs') or 0)} run(s)",
+                "answered": True,
+            }
+        )
+    return rows
+
+
+def _how_sure(
+    platform: Any,
+    model: Any,
+    res: Any,
+    msub: pd.DataFrame,
+    fail: pd.DataFrame,
+    spread: list[str],
+    leads: list[str],
+    missing: list[str],
+) -> dict[str, Any]:
+    """The how-sure row of one platform and model: leads, CI spread, flags, warnings, what was not measured."""
+    flagged = msub[msub["flagged"]]
+    reasons: dict[str, int] = {}
+    for fl in flagged["flags"]:
+        for f in fl:
+            key = f.split("(")[0]
+            reasons[key] = reasons.get(key, 0) + 1
+    warned: dict[str, int] = {}
+    for ws in msub["warnings"]:
+        for w in ws:
+            warned[w] = warned.get(w, 0) + 1
+    mfail = fail[(fail["model"] == model) & (fail["platform"] == platform)] if len(fail) else fail
+    gaps = [
+        f"{n}× {status}: {reason[:90]}"
+        for (status, reason), n in (mfail.groupby(["status", "reason"]).size().items() if len(mfail) else [])
+    ]
+    cis = [
+        (_f(r["throughput_ci_high_ips"]) - _f(r["throughput_ci_low_ips"])) / 2 / _f(r["throughput_ips"])
+        for r in msub.to_dict("records")
+        if _f(r.get("throughput_ci_high_ips"))
+        and _f(r.get("throughput_ci_low_ips"))
+        and _f(r.get("throughput_ips"))
+    ]
+    spread_txt = (
+        f"CI ±{100 * float(pd.Series(cis).median()):.1f}% median, ±{100 * max(cis):.1f}% worst"
+        f" over {len(cis)} configurations"
+        if cis
+        else "no CI stored"
+    )
+    for c in spread:
+        v = pd.to_numeric(msub[c], errors="coerce").dropna()
+        if len(v):
+            spread_txt += f"; {c} median {v.median():.3g}, max {v.max():.3g}"
+    return {
+        "platform": platform,
+        "model": model,
+        "resolution": int(res),
+        "lead": leads,
+        "spread": spread_txt,
+        "flags": [f"{n} configuration(s) {k}" for k, n in sorted(reasons.items())]
+        + [f"{int(msub['n_excluded'].sum())} flagged measurement(s) left out"]
+        * bool(msub["n_excluded"].sum() if "n_excluded" in msub else 0),
+        "warnings": [f"{n}× {w}" for w, n in sorted(warned.items())] + _notes(msub),
+        "not_measured": missing + gaps + grid_gaps(msub, mfail),
+    }
 
 
 def _axis(msub: pd.DataFrame, res: Any) -> str:

@@ -202,17 +202,12 @@ def prepare_quant(
     tuned = {t.name: (backends[t.name], configs.get(t.name)) for t in timings if t.q_s is not None}
     res = QuantResult(net, run, info, graph, amax, tuned, batch, resolution, device)
     if opts.resident_input:
-        res.make_input = _resident_input(net, run)
-        info["input"] = {
-            "mode": "int8-resident",
-            "layout": "int8 NHWC pixels of 4 bytes (3 channels and a zero)",
-            "scale": net.stem.in_scale,
-        }
+        res.make_input, info["input"] = _resident_input(net, run)
     return res
 
 
 def _resident_input(net: QuantNet, run: Any):
-    """fp32 images → int8 pixels in the runner's own input buffer (a graph then replays with no copy)."""
+    """(make_input, its info): fp32 images → int8 pixels in the runner's own input buffer (no copy on replay)."""
     from deepgap.measure.quant.stem_int8 import quantize_image
 
     def make(x: torch.Tensor) -> torch.Tensor:
@@ -224,7 +219,8 @@ def _resident_input(net: QuantNet, run: Any):
             static.copy_(q)
             return static
 
-    return make
+    layout = "int8 NHWC pixels of 4 bytes (3 channels and a zero)"
+    return make, {"mode": "int8-resident", "layout": layout, "scale": net.stem.in_scale}
 
 
 def _calibrate(

@@ -154,14 +154,11 @@ def time_stem_and_head(
     ph, pw, c_stem = net.shapes[net.stem.out]
     stem_out = batch * ph * pw * c_stem * ITEM_BYTES[net.stem.out_fmt]
     st = net.stem
-    stem_bytes = x.numel() * 2 + n.weight.numel() * 2 + stem_out
-    if st.kernel == "int8":  # int8 pixels (4 bytes) and weights; a float batch is quantized first, in the row
+    stem_bytes = _stem_bytes(net, x, stem_out, resident)
+    if st.kernel == "int8" and resident:  # the row times the stem on the int8 pixels it reads
         from deepgap.measure.quant import stem_int8
 
-        pixels = batch * resolution * resolution * stem_int8.PIXEL
-        stem_bytes = pixels + n.weight.numel() + stem_out + (0 if resident else x.numel() * 2 + pixels)
-        if resident:
-            x = stem_int8.quantize_image(x, st.in_scale, net.stem_backend)
+        x = stem_int8.quantize_image(x, st.in_scale, net.stem_backend)
     h, w, c = net.shapes[net.head.inp]
     y = torch.zeros(batch * h * w, c, device=device).to(layers.DTYPES[net.fmts[net.head.inp]])
     fc = net.head.weight
@@ -218,6 +215,21 @@ def time_stem_and_head(
         )
     _sync(device)
     return rows
+
+
+def _stem_bytes(net: QuantNet, x: torch.Tensor, stem_out: int, resident: bool) -> int:
+    """Fewest bytes of the stem row: its input, weights and pooled output once (and a quantizing pass).
+
+    The int8 stem reads 4-byte int8 pixels and int8 weights; in the default input mode its row also
+    reads the fp16 batch and writes those pixels.
+    """
+    n = net.stem.conv
+    if net.stem.kernel != "int8":
+        return x.numel() * 2 + n.weight.numel() * 2 + stem_out
+    from deepgap.measure.quant import stem_int8
+
+    pixels = x.shape[0] * x.shape[2] * x.shape[3] * stem_int8.PIXEL
+    return pixels + n.weight.numel() + stem_out + (0 if resident else x.numel() * 2 + pixels)
 
 
 def time_layer(
