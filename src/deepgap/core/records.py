@@ -54,6 +54,14 @@ def input_name(mode: Any) -> str:
     return mode if isinstance(mode, str) and mode else "default"
 
 
+def _key_field(key: str, name: str) -> Any:
+    """Field ``name`` of a stored configuration key (None: absent, or a key not in JSON)."""
+    try:
+        return json.loads(key).get(name)
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
 @dataclass(frozen=True, order=True)
 class ConfigSpec:
     """One point of a sweep: everything that changes what is measured."""
@@ -107,19 +115,13 @@ class ConfigSpec:
     @staticmethod
     def seq_len_of(key: str) -> int | None:
         """The sequence length a stored key names (None: an image configuration, or a key not in JSON)."""
-        try:
-            v = json.loads(key).get("seq_len")
-        except (TypeError, ValueError, AttributeError):
-            return None
+        v = _key_field(key, "seq_len")
         return v if isinstance(v, int) and not isinstance(v, bool) else None
 
     @staticmethod
     def input_mode_of(key: str) -> str | None:
         """The input mode a stored key names (None: the default input, or a key not in JSON)."""
-        try:
-            v = json.loads(key).get("input_mode")
-        except (TypeError, ValueError, AttributeError):
-            return None
+        v = _key_field(key, "input_mode")
         return v if isinstance(v, str) and v else None
 
     @classmethod

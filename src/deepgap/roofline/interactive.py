@@ -38,25 +38,7 @@ def roofline_spec(
     xs = np.logspace(np.log10(min(ais) / 3), np.log10(max(ais) * 3), 60)
     xr, yr, xk, yk = axis_refs(0)
     traces: list[dict[str, Any]] = []
-    for c in ceilings:
-        traces.append(
-            {
-                "type": "scatter",
-                "mode": "lines",
-                "x": [rounded(x) for x in xs],
-                "y": [rounded(y) for y in c.attainable_tflops(xs)],
-                "xaxis": xr,
-                "yaxis": yr,
-                "name": f"{c.label}: {c.peak_tflops:,.3g} TFLOP/s, {c.bandwidth_gb_s:,.4g} GB/s",
-                "showlegend": True,
-                "line": {
-                    "color": PREC_COLORS.get(c.precision, "#000"),
-                    "dash": "dash" if c.source == "spec" else "solid",
-                },
-                "hoverinfo": "skip",
-                "meta": {"precision": c.precision},
-            }
-        )
+    traces += [_ceiling_trace(c, xs, xr, yr) for c in ceilings]
     models = sorted({p[0] for p in pts})
     for prec in sorted({p[1] for p in pts}):
         mine = [p for p in pts if p[1] == prec]
@@ -108,32 +90,35 @@ def roofline_spec(
     )
 
 
+def _ceiling_trace(c: Any, xs: Any, xr: str, yr: str) -> dict[str, Any]:
+    """One ceiling's attainable-TFLOP/s line on panel (``xr``, ``yr``), in its precision's colour."""
+    return {
+        "type": "scatter",
+        "mode": "lines",
+        "x": [rounded(x) for x in xs],
+        "y": [rounded(y) for y in c.attainable_tflops(xs)],
+        "xaxis": xr,
+        "yaxis": yr,
+        "name": f"{c.label}: {c.peak_tflops:,.3g} TFLOP/s, {c.bandwidth_gb_s:,.4g} GB/s",
+        "showlegend": True,
+        "line": {
+            "color": PREC_COLORS.get(c.precision, "#000"),
+            "dash": "dash" if c.source == "spec" else "solid",
+        },
+        "hoverinfo": "skip",
+        "meta": {"precision": c.precision},
+    }
+
+
 def _ceiling_traces(ceilings: list, xs: Any, xr: str, yr: str, shown: set[str]) -> list[dict[str, Any]]:
     """One line per ceiling on panel (``xr``, ``yr``); each name in the legend once (``shown``)."""
     out = []
     for c in ceilings:
-        name = f"{c.label}: {c.peak_tflops:,.3g} TFLOP/s, {c.bandwidth_gb_s:,.4g} GB/s"
-        out.append(
-            {
-                "type": "scatter",
-                "mode": "lines",
-                "x": [rounded(x) for x in xs],
-                "y": [rounded(y) for y in c.attainable_tflops(xs)],
-                "xaxis": xr,
-                "yaxis": yr,
-                "name": name,
-                "legendgroup": name,
-                "showlegend": name not in shown,
-                "line": {
-                    "color": PREC_COLORS.get(c.precision, "#000"),
-                    "dash": "dash" if c.source == "spec" else "solid",
-                    "width": 1.3,
-                },
-                "hoverinfo": "skip",
-                "meta": {"precision": c.precision},
-            }
-        )
-        shown.add(name)
+        t = _ceiling_trace(c, xs, xr, yr)
+        t.update(legendgroup=t["name"], showlegend=t["name"] not in shown)
+        t["line"]["width"] = 1.3
+        out.append(t)
+        shown.add(t["name"])
     return out
 
 
