@@ -22,14 +22,17 @@ MIN_CC = (9, 0)  # griddepcontrol: Hopper and later
 
 
 def choose_pdl(net: Any, runner: Any, static_x: torch.Tensor, device: str, mode: str = "auto"):
-    """``(runner, info)``: the plain graph ``runner`` or a PDL capture of ``net.forward``, whichever is kept."""
+    """``(runner, info)``: the plain graph ``runner`` or a PDL capture of ``net.forward``, whichever is kept.
+
+    ``info`` is None when ``mode`` is 'off' (nothing captured or timed).
+    """
     from deepgap.measure import graph_runner
     from deepgap.measure.quant import launch
 
     if mode not in PDL_MODES:
         raise ValueError(f"pdl must be one of {PDL_MODES}; got {mode!r}")
     if mode == "off":
-        return runner, {"chosen": False, "reason": "off"}
+        return runner, None
     cc = torch.cuda.get_device_capability(torch.device(device))
     if cc < MIN_CC:
         return runner, {

@@ -289,10 +289,8 @@ def _make_runner(
             "cuda_graph_error": f"{type(exc).__name__}: {exc}"[:500],
             "cuda_graph_traceback": traceback.format_exc()[-2000:],
         }
-    runner = graph_runner.GraphRunner(graph, static_x, static_out, owns=net)
-    if pdl == "off":
-        return runner, {"cuda_graph": True}
     from deepgap.measure.quant.pdl_choice import choose_pdl
 
+    runner = graph_runner.GraphRunner(graph, static_x, static_out, owns=net)
     runner, pdl_info = choose_pdl(net, runner, static_x, device, pdl)
-    return runner, {"cuda_graph": True, "pdl": pdl_info}
+    return runner, {"cuda_graph": True, **({"pdl": pdl_info} if pdl_info is not None else {})}
