@@ -76,7 +76,7 @@ CATALOG: tuple[EngineInfo, ...] = (
         "quant",
         "quant",
         ("int8", "fp8"),
-        "INT8/FP8 post-training quantization (Triton implicit-GEMM, fused epilogues, CUDA graph); ResNets",
+        "INT8/FP8 post-training quantization: ResNets (Triton implicit-GEMM), BERT/ViT Linears; one CUDA graph",
         ("default", "int8-resident"),
     ),
     EngineInfo(

@@ -3,8 +3,11 @@
 Post-training quantization of torchvision ResNets: BatchNorm folded, per-channel weight scales,
 static activation scales (calibrated, cached), NHWC int8/fp8 activations, convolutions as fused
 implicit-GEMM Triton kernels, a per-layer fallback to fp16 where that is faster, one CUDA graph.
+Transformers (BERT, ViT): every Linear in fp8/int8 through ``torch._scaled_mm``/``torch._int_mm``,
+attention in bf16 SDPA, compiled and captured (`deepgap.measure.quant.transformer_engine`).
 This module is only the engine plug-in (registration, support checks, `prepare`); the implementation
-lives in the package ``deepgap.measure.quant``. docs/quant.md has the design and measurements.
+lives in the package ``deepgap.measure.quant``. docs/quant.md and docs/transformers.md have the design
+and measurements.
 """
 
 from __future__ import annotations
@@ -25,9 +28,10 @@ SUPPORTED_MODELS = (
     "wide_resnet50_2",
     "wide_resnet101_2",
 )
+TRANSFORMERS = ("bert-base", "bert-large", "tinybert", "vit_b_16")  # their Linears in 8 bits
 TEXT_NOT_YET = (
-    "unavailable: the quant engine converts convolutions (ResNets); int8/fp8 for a text encoder's Linear "
-    "layers (QKV, projection, MLP) with calibrated static activation scales is not built yet (issue 38)"
+    "unavailable: the quant engine converts ResNets' convolutions and the Linears of "
+    f"{', '.join(TRANSFORMERS)}; this text model's are not built yet"
 )
 NEEDS_GPU = (
     "unavailable: quant engine needs a CUDA GPU with int8 tensor cores (compute capability ≥ 8.0; fp8 ≥ 8.9)"
@@ -40,7 +44,8 @@ class QuantEngine(Engine):
 
     name = "quant"
     description = (
-        "INT8/FP8 post-training quantization (Triton implicit-GEMM, fused epilogues, CUDA graph); ResNets"
+        "INT8/FP8 post-training quantization: ResNets (Triton implicit-GEMM, fused epilogues), "
+        "BERT/ViT Linears (torch._scaled_mm/_int_mm, compiled); one CUDA graph"
     )
     precisions = ("int8", "fp8")
     inputs = ("default", "int8-resident")
@@ -49,23 +54,39 @@ class QuantEngine(Engine):
         why = super().supports(spec, caps)
         if why:
             return why
-        if spec.seq_len:  # before the device check: the answer is the same on every device
+        transformer = spec.model in TRANSFORMERS
+        if spec.seq_len and not transformer:  # before the device check: the same answer on every device
             return TEXT_NOT_YET
+        if transformer and spec.input_mode == "int8-resident":
+            return (
+                "unavailable: int8-resident input is an image input of the ResNet path (MLPerf's ResNet-50)"
+            )
         if caps.kind != "cuda":
             return NEEDS_GPU
         cc = caps.compute_capability or (0, 0)
         need = max((8, 0), PRECISIONS[spec.precision].min_cc)  # its kernels need ≥ 8.0; fp8 needs more
         if cc < need:
             return f"{NEEDS_GPU}; {caps.name} has {cc[0]}.{cc[1]}"
-        if spec.model not in SUPPORTED_MODELS:
+        if spec.model not in SUPPORTED_MODELS and not transformer:
             return (
                 "unavailable: the quant engine converts torchvision ResNets "
-                f"({', '.join(SUPPORTED_MODELS)}); "
+                f"({', '.join(SUPPORTED_MODELS)}) and the Linears of {', '.join(TRANSFORMERS)}; "
                 f"{spec.model} is not one"
             )
         return None
 
+    def _prepare_transformer(self, model, spec, example):
+        from deepgap.measure.models.registry import MODELS
+        from deepgap.measure.quant.transformer_engine import prepare_transformer
+
+        t0 = time.perf_counter()
+        vocab = MODELS.get(spec.model).vocab_size
+        run, in_dtype, info = prepare_transformer(model, spec.precision, example, spec.device, vocab)
+        return Prepared(run=run, input_dtype=in_dtype, setup_s=time.perf_counter() - t0, info=info)
+
     def prepare(self, model, spec, example):  # noqa: D102
+        if spec.model in TRANSFORMERS:
+            return self._prepare_transformer(model, spec, example)
         from deepgap.measure.quant.prepare import QuantOptions, prepare_quant
 
         t0 = time.perf_counter()

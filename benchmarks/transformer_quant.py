@@ -1,0 +1,181 @@
+"""Bare loops over a transformer's fp16 engines and its fp8/int8 Linear variants, each one CUDA graph.
+
+Why a bare script beside `deepgap run`: it weighs the quant Linear path's choices (activation scales per
+row or static, fp8 or int8, the compiler's mode) and finds where a transformer's fp16 time goes (ViT's
+``nn.MultiheadAttention`` under torch.compile), with nothing of the harness in between; `deepgap run
+--engines quant` then measures the chosen default and this loop cross-checks its number.
+
+    python benchmarks/transformer_quant.py --model bert-base --seq 128 --batch 256 --out OUT [--variants ...]
+
+Each variant: build (seeded, as deepgap builds), convert, compile, capture one CUDA graph, then the median
+of ``--repeats`` windows of ``--iters`` replays timed by CUDA events; relL2 and cosine against fp32 eager.
+Writes ``transformer_quant.jsonl`` (one line per variant) under ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from deepgap.measure import graph_runner
+from deepgap.measure.models.attention import unfuse_attention
+from deepgap.measure.models.build import build_model
+from deepgap.measure.models.registry import MODELS
+from deepgap.measure.quant.linear import LinearQuant
+from deepgap.measure.quant.transformer import calibrate_linears, quantize_linears
+
+Q = LinearQuant
+VARIANTS = {
+    # name: (float dtype name or a LinearQuant, unfuse attention, compile mode, freezing)
+    "fp16-eager": ("fp16", False, None, False),
+    "fp16-compile-freeze": ("fp16", False, "reduce-overhead", True),
+    "fp16-unfused-compile-freeze": ("fp16", True, "reduce-overhead", True),
+    "bf16-unfused-compile": ("bf16", True, "default", False),
+    "fp16-unfused-compile": ("fp16", True, "default", False),
+    "fp8-row": (Q("fp8", "row"), True, "default", False),
+    "fp8-row-fast": (Q("fp8", "row", fast_accum=True), True, "default", False),
+    "fp8-static": (Q("fp8", "static"), True, "default", False),
+    "fp8-static-fast": (Q("fp8", "static", fast_accum=True), True, "default", False),
+    "fp8-tensor-fast": (Q("fp8", "static", weight_scale="tensor", fast_accum=True), True, "default", False),
+    "fp8-tensor": (Q("fp8", "static", weight_scale="tensor"), True, "default", False),
+    "fp8-row-tensor-fast": (Q("fp8", "row", weight_scale="tensor", fast_accum=True), True, "default", False),
+    "int8-row": (Q("int8", "row"), True, "default", False),
+    "int8-static": (Q("int8", "static"), True, "default", False),
+    "fp8-row-freeze": (Q("fp8", "row"), True, "default", True),
+    "fp8-tensor-fast-autotune": (
+        Q("fp8", "static", weight_scale="tensor", fast_accum=True),
+        True,
+        "max-autotune-no-cudagraphs",
+        False,
+    ),
+}
+FLOAT = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def make_input(model: str, batch: int, seq: int, seed: int = 0) -> torch.Tensor:
+    """The benchmark's input: token ids for a text model, N(0, 1) images for a vision model."""
+    g = torch.Generator().manual_seed(seed)
+    entry = MODELS.get(model)
+    if entry.is_text:
+        return torch.randint(0, entry.vocab_size, (batch, seq), generator=g)
+    return torch.randn(batch, 3, seq, seq, generator=g)
+
+
+def build_variant(name: str, fp32: torch.nn.Module, model: str, x: torch.Tensor):
+    """(callable, input on the GPU, info) of one variant, compiled and captured where it says so."""
+    prec, unfuse, mode, freezing = VARIANTS[name]
+    net = copy.deepcopy(fp32).cuda()
+    info: dict = {}
+    if unfuse:
+        info["unfused_attention"] = unfuse_attention(net)
+    if isinstance(prec, str):
+        net = net.to(FLOAT[prec])
+        dtype = FLOAT[prec]
+    else:
+        amax = None
+        if prec.act_scale == "static":
+            calib = [make_input(model, 16, x.shape[-1], seed=s).cuda() for s in (101, 102)]
+            amax = calibrate_linears(net, calib)
+        info["quantized_linears"] = len(quantize_linears(net, prec, amax))
+        dtype = torch.bfloat16
+    xin = x.cuda() if not x.is_floating_point() else x.cuda().to(dtype)
+    if mode is None:
+        return net, xin, info, net
+    import torch._inductor.config as inductor_config
+
+    torch._dynamo.reset()
+    compiled = torch.compile(net, mode=None if mode == "default" else mode, dynamic=False)
+    t0 = time.perf_counter()
+    with inductor_config.patch(freezing=freezing), torch.inference_mode():
+        compiled(xin)
+        torch.cuda.synchronize()
+    info["compile_s"] = round(time.perf_counter() - t0, 1)
+    if mode == "reduce-overhead":  # cudagraph trees already
+        return compiled, xin, info, compiled
+    with inductor_config.patch(freezing=freezing):
+        graph, out = graph_runner.capture(compiled, xin, "cuda")
+    return graph_runner.GraphRunner(graph, xin, out, owns=compiled), xin, info, compiled
+
+
+def kernel_table(fn, x, top: int) -> list[dict]:
+    """The ``top`` kernels by GPU time over 3 calls of ``fn`` (not captured: each kernel is its own row)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with torch.inference_mode(), profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            fn(x)
+        torch.cuda.synchronize()
+    rows = [e for e in prof.key_averages() if e.device_time_total > 0]
+    rows.sort(key=lambda e: -e.device_time_total)
+    total = sum(e.device_time_total for e in rows) / 3
+    return [{"kernel": e.key[:90], "us_per_call": round(e.device_time_total / 3, 1), "count": e.count // 3,
+             "share": round(e.device_time_total / 3 / total, 3)} for e in rows[:top]]  # fmt: skip
+
+
+def time_it(fn, x, iters: int, repeats: int) -> list[float]:
+    """Seconds per call over ``repeats`` windows of ``iters`` back-to-back calls (CUDA events)."""
+    out = []
+    with torch.inference_mode():
+        for _ in range(3):
+            fn(x)
+        for _ in range(repeats):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            for _ in range(iters):
+                fn(x)
+            b.record()
+            b.synchronize()
+            out.append(a.elapsed_time(b) / 1e3 / iters)
+    return out
+
+
+def main() -> None:  # noqa: D103
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="bert-base")
+    ap.add_argument("--seq", type=int, default=128, help="sequence length, or a vision model's resolution")
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--variants", default="fp16-eager,fp16-compile-freeze,fp8-row,fp8-static,int8-row")
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--out", type=Path, default=Path("."))
+    ap.add_argument("--profile", type=int, default=0, help="record this many top kernels per variant")
+    a = ap.parse_args()
+    fp32 = build_model(a.model, a.seq)
+    x = make_input(a.model, a.batch, a.seq)
+    with torch.inference_mode():
+        torch.backends.cuda.matmul.allow_tf32 = False
+        ref = copy.deepcopy(fp32).cuda()(x.cuda()).float()
+    a.out.mkdir(parents=True, exist_ok=True)
+    for name in a.variants.split(","):
+        t0 = time.perf_counter()
+        row = {"model": a.model, "seq": a.seq, "batch": a.batch, "variant": name}
+        try:
+            fn, xin, info, uncaptured = build_variant(name, fp32, a.model, x)
+            with torch.inference_mode():
+                y = fn(xin).float()
+            row["rel_l2"] = float((y - ref).norm() / ref.norm())
+            row["cosine"] = float(torch.nn.functional.cosine_similarity(y.flatten(), ref.flatten(), dim=0))
+            s = time_it(fn, xin, a.iters, a.repeats)
+            med = statistics.median(s)
+            row.update(info, ms=round(med * 1e3, 3), spread=round((max(s) - min(s)) / med, 4),
+                       per_s=round(a.batch / med, 1))  # fmt: skip
+            if a.profile:
+                row["kernels"] = kernel_table(uncaptured, xin, a.profile)
+        except Exception as exc:  # one variant's failure is its row, the others still run
+            row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        row["wall_s"] = round(time.perf_counter() - t0, 1)
+        print(json.dumps(row), flush=True)
+        with open(a.out / "transformer_quant.jsonl", "a") as f:
+            f.write(json.dumps(row) + "\n")
+        torch._dynamo.reset()
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+"""The quant engine's 8-bit Linear path for transformers (issue 50), on the CPU.
+
+torch runs ``_scaled_mm`` (fp8) and ``_int_mm`` (int8) on a CPU too, so the kernels' path is held to the
+fp32 reference here on small shapes, and the reference to the quantization written out by hand.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from deepgap.core.precision import DeviceCaps
+from deepgap.core.records import ConfigSpec
+from deepgap.measure.engines import get_engine
+from deepgap.measure.models.attention import SelfAttention, unfuse_attention
+from deepgap.measure.models.build import build_model, inform_zero_layers
+from deepgap.measure.quant.linear import LinearQuant, QuantLinear, quantize_codes, use_reference
+from deepgap.measure.quant.transformer import calibrate_linears, linear_names, quantize_linears
+from deepgap.measure.quant.transformer_engine import prepare_transformer
+
+H200 = DeviceCaps("cuda:0", "cuda", "NVIDIA H200", (9, 0), 140 << 30)
+A100 = DeviceCaps("cuda:0", "cuda", "NVIDIA A100", (8, 0), 80 << 30)
+CPU = DeviceCaps("cpu", "cpu", "some cpu")
+HOWS = [
+    LinearQuant("fp8", "static", act_amax=8.0, weight_scale="tensor", fast_accum=True),
+    LinearQuant("fp8", "row"),
+    LinearQuant("fp8", "static", act_amax=8.0),
+    LinearQuant("int8", "row"),
+    LinearQuant("int8", "static", act_amax=8.0),
+]
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b.float()).norm() / b.float().norm())
+
+
+@pytest.fixture(scope="module")
+def linear():
+    torch.manual_seed(0)
+    return nn.Linear(64, 48)
+
+
+@pytest.mark.parametrize("how", HOWS, ids=lambda h: f"{h.precision}-{h.act_scale}-{h.weight_scale}")
+def test_kernel_path_equals_the_reference(linear, how):
+    x = torch.randn(2, 20, 64, generator=torch.Generator().manual_seed(1))
+    q = QuantLinear(linear, how)
+    torch.testing.assert_close(q(x).float(), q.reference(x).float(), rtol=0, atol=1e-2)
+    assert q(x).dtype == torch.bfloat16 and q(x).shape == (2, 20, 48)
+
+
+@pytest.mark.parametrize("how", HOWS, ids=lambda h: f"{h.precision}-{h.act_scale}-{h.weight_scale}")
+def test_reference_is_the_quantization_written_out(linear, how):
+    """Codes of x/s and W/s_w, back to reals, multiplied in fp32: nothing else."""
+    x = (torch.randn(40, 64, generator=torch.Generator().manual_seed(2)) * 2).clamp(-8, 8)  # inside the range
+    qmax = 448.0 if how.precision == "fp8" else 127.0
+    w = linear.weight.detach()
+    sw = (w.abs().amax(1, keepdim=True) if how.weight_scale == "channel" else w.abs().amax()) / qmax
+    sx = x.abs().amax(1, keepdim=True) / qmax if how.act_scale == "row" else torch.tensor(8.0 / qmax)
+
+    def back(v, s):
+        c = (v / s).clamp(-qmax, qmax)
+        c = c.to(torch.float8_e4m3fn).float() if how.precision == "fp8" else c.round()
+        return c * s
+
+    want = back(x, sx) @ back(w, sw).t() + linear.bias.detach()
+    got = QuantLinear(linear, how, out_dtype=torch.float32).reference(x)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert _rel(got, x @ w.t() + linear.bias.detach()) < (0.08 if how.precision == "fp8" else 0.03)
+
+
+def test_codes_saturate_and_a_zero_row_stays_zero():
+    s = torch.tensor(1.0)
+    fp8 = quantize_codes(torch.tensor([1000.0, -1000.0, 0.5]), s, "fp8").float()
+    assert fp8.tolist() == [448.0, -448.0, 0.5]
+    assert quantize_codes(torch.tensor([300.0, -300.0, 2.4]), s, "int8").tolist() == [127, -127, 2]
+    q = QuantLinear(nn.Linear(16, 16), LinearQuant("fp8", "row"))
+    out = q.reference(torch.zeros(3, 16))
+    assert torch.isfinite(out).all()
+
+
+def test_refuses_shapes_and_settings_it_cannot_take():
+    with pytest.raises(ValueError, match="multiples of 16"):
+        QuantLinear(nn.Linear(768, 1000), LinearQuant("fp8"))
+    with pytest.raises(ValueError, match="calibrated amax"):
+        QuantLinear(nn.Linear(16, 16), LinearQuant("fp8", "static"))
+    with pytest.raises(ValueError, match="precision"):
+        LinearQuant("fp16")
+
+
+def test_unfused_attention_is_multihead_attention_exactly():
+    torch.manual_seed(3)
+    mha = nn.MultiheadAttention(32, 4, batch_first=True).eval()
+    x = torch.randn(2, 7, 32)
+    with torch.inference_mode():
+        want, _ = mha(x, x, x, need_weights=False)
+        got, none = SelfAttention(mha)(x, x, x, need_weights=False)
+    assert none is None and _rel(got, want) < 1e-5
+    with pytest.raises(ValueError, match="batch-first"):
+        SelfAttention(nn.MultiheadAttention(32, 4))
+    box = nn.Sequential(nn.Linear(32, 32))
+    box.attn = copy.deepcopy(mha)
+    assert unfuse_attention(box) == 1 and isinstance(box.attn, SelfAttention)
+
+
+def test_calibration_sees_each_linear_input():
+    net = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16))
+    xs = [torch.full((2, 16), 1.5), torch.full((2, 16), -4.0)]
+    amax = calibrate_linears(net, xs, method="max")
+    assert set(amax) == {"0", "2"} and amax["0"] == pytest.approx(4.0)
+    with torch.inference_mode():
+        assert amax["2"] == pytest.approx(max(float(net[1](net[0](x)).abs().max()) for x in xs))
+
+
+def test_swap_keeps_codes_and_casts_the_rest():
+    net = nn.Sequential(nn.Linear(16, 32), nn.LayerNorm(32), nn.Linear(32, 10))
+    amax = calibrate_linears(net, [torch.randn(4, 16)])
+    swapped = quantize_linears(net, LinearQuant("fp8", "static", weight_scale="tensor"), amax)
+    assert swapped == ["0"] and linear_names(net) == []  # the 32→10 head: N is not a multiple of 16
+    assert net[0].weight_t.dtype == torch.float8_e4m3fn and net[0].w_scale.dtype == torch.float32
+    assert net[1].weight.dtype == torch.bfloat16 and net[2].weight.dtype == torch.bfloat16
+    with pytest.raises(ValueError, match="calibrated ranges"):
+        quantize_linears(nn.Sequential(nn.Linear(16, 16)), LinearQuant("fp8", "static"))
+
+
+@pytest.mark.parametrize("precision,bound", [("fp8", 0.1), ("int8", 0.05)])
+def test_tinybert_prepared_agrees_with_fp32(precision, bound):
+    model = build_model("tinybert", 16)
+    ids = torch.randint(0, 1000, (4, 16), generator=torch.Generator().manual_seed(4))
+    with torch.inference_mode():
+        ref = model(ids)
+        run, in_dtype, info = prepare_transformer(
+            copy.deepcopy(model), precision, ids, "cpu", 1000, fast=False
+        )
+        out = run(ids)
+    assert in_dtype == torch.int64 and info["linears"] == 9 and info["linears_kept_bf16"] == []
+    assert info["quant"]["precision"] == precision and info["calibration"]["batches"] == 2
+    assert _rel(out, ref) < bound
+    assert float(nn.functional.cosine_similarity(out.float().flatten(), ref.flatten(), dim=0)) > 0.99
+
+
+def test_vit_prepared_unfuses_and_keeps_the_head():
+    """torchvision's ViT, two small layers (vit_b_16 itself: the same modules, 15 s to build on a CPU)."""
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    torch.manual_seed(5)
+    model = VisionTransformer(32, 16, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64, num_classes=10)
+    inform_zero_layers(model.eval(), 0)  # torchvision's zero head, as deepgap builds it
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(5))
+    with torch.inference_mode():
+        ref = model(x)
+        run, in_dtype, info = prepare_transformer(copy.deepcopy(model), "fp8", x, "cpu", fast=False)
+        out = run(x.to(in_dtype))
+    assert in_dtype == torch.bfloat16 and info["unfused_attention"] == 2
+    assert info["linears"] == 8 and info["linears_kept_bf16"] == ["heads.head"]
+    assert _rel(out, ref) < 0.25
+
+
+def _spec(model, precision="fp8", device="cuda", input_mode=""):
+    seq = 128 if model.startswith(("bert", "tiny", "llama")) else None
+    return ConfigSpec(model, "quant", precision, 8, device, seq_len=seq, input_mode=input_mode)
+
+
+@pytest.mark.parametrize(
+    "spec,caps,expect",
+    [
+        (_spec("bert-base"), H200, None),
+        (_spec("vit_b_16"), H200, None),
+        (_spec("tinybert", "int8"), A100, None),
+        (_spec("bert-base"), A100, "fp8 ≥ 8.9"),
+        (_spec("bert-base", device="cpu"), CPU, "needs a CUDA GPU"),
+        (_spec("llama-tiny"), H200, "not built yet"),
+        (_spec("vit_b_16", input_mode="int8-resident"), H200, "int8-resident"),
+    ],
+)
+def test_engine_takes_transformers(spec, caps, expect):
+    why = get_engine("quant").supports(spec, caps)
+    assert why is None if expect is None else expect in why
+
+
+def test_reference_switch_covers_every_swapped_layer():
+    net = nn.Sequential(nn.Linear(16, 16), nn.Linear(16, 16))
+    quantize_linears(net, LinearQuant("int8", "row"))
+    use_reference(net)
+    assert not any(m.fast for m in net)
+    use_reference(net, on=False)
+    assert all(m.fast for m in net)

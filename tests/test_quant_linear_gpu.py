@@ -1,0 +1,58 @@
+"""The 8-bit Linear path on a CUDA GPU (issue 50; skipped without one): cuBLASLt's kernels against the fp32
+reference, and tinybert prepared, compiled and captured through the quant engine."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from deepgap.measure.models.build import build_model
+from deepgap.measure.quant.linear import LinearQuant, QuantLinear
+from deepgap.measure.quant.transformer_engine import DEFAULT_HOW, prepare_transformer
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+
+def _fp8_ok() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9)
+
+
+@pytest.mark.parametrize(
+    "how",
+    [*DEFAULT_HOW.values(), LinearQuant("fp8", "row"), LinearQuant("int8", "row")],
+    ids=lambda h: f"{h.precision}-{h.act_scale}-{h.weight_scale}",
+)
+def test_kernels_match_the_reference_at_bert_shapes(how):
+    if how.precision == "fp8" and not _fp8_ok():
+        pytest.skip("fp8 needs compute capability ≥ 8.9")
+    torch.manual_seed(0)
+    lin = nn.Linear(768, 3072).cuda()
+    x = torch.randn(256, 768, device="cuda")
+    q = QuantLinear(lin, LinearQuant(how.precision, how.act_scale, 5.0, how.weight_scale, how.fast_accum))
+    with torch.inference_mode():
+        got, want = q(x.bfloat16()).float(), q.reference(x.bfloat16()).float()
+    # fp32 sums in a different order, and a bf16 output: within a few bf16 ulps of the output's scale
+    assert float((got - want).abs().max()) <= 2e-2 * float(want.abs().max())
+
+
+@pytest.mark.parametrize("precision", ["fp8", "int8"])
+def test_tinybert_compiled_and_captured(precision):
+    if precision == "fp8" and not _fp8_ok():
+        pytest.skip("fp8 needs compute capability ≥ 8.9")
+    model = build_model("tinybert", 32)
+    ids = torch.randint(0, 1000, (32, 32), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        ref = model(ids)
+    run, in_dtype, info = prepare_transformer(copy.deepcopy(model), precision, ids, "cuda:0", 1000)
+    with torch.inference_mode():
+        out = run(ids.cuda()).float().cpu()
+        again = run(ids.cuda()).float().cpu()
+    assert info["compile_s"] > 0 and info["linears"] == 9 and in_dtype == torch.int64
+    assert torch.equal(out, again)  # the graph replays the same work
+    assert float((out - ref).norm() / ref.norm()) < 0.1
