@@ -27,7 +27,7 @@ smoke)
 gputests)
     # The LoadGen tests time a server against LoadGen's own clock: beside other GPU tests (-n 4) the light SUT
     # fell to 19.6k of 20k queries/s (INVALID). They run after the others, alone on the GPU and the host.
-    ALONE=tests/test_loadgen_confirm.py
+    ALONE=tests/serving/test_loadgen_confirm.py
     N=(); python -c "import xdist" 2>/dev/null && N=(-n 4)
     step "GPU tests" "${TEST_LIMIT:-300}" python -m pytest -q -m gpu "${N[@]}" tests --ignore="$ALONE" \
         -p no:cacheprovider > "$OUT/gputests.txt" 2>&1

@@ -1,7 +1,7 @@
 """Issue 40's verdict from serve stores: deepgap's capacity beside LoadGen's, run by run, as Markdown.
 
 Usage: python benchmarks/loadgen_confirm.py STORE... --out FILE.md
-Per serve run with LoadGen levels (deepgap.serving.loadgen_table): deepgap's capacity and p99, LoadGen's
+Per serve run with LoadGen levels (deepgap.serving.loadgen.capacities): deepgap's capacity and p99, LoadGen's
 verdict and p99 at that rate, LoadGen's capacity and the ratio, the null-SUT floor, LoadGen's per-sample
 latency minus deepgap's, LoadGen's settings and early stopping. The criterion: LoadGen's Server VALID at
 ≥ 0.95× deepgap's capacity on every run (per configuration: model, engine, precision, platform).
@@ -24,8 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     """Write the table and the verdicts; exit 0 (the verdicts are in the file, not the exit status)."""
     import pandas as pd
 
-    from deepgap.serving import tables
-    from deepgap.serving.loadgen_table import loadgen_capacities
+    from deepgap.serving.loadgen.capacities import loadgen_capacities
+    from deepgap.serving.show import tables
     from deepgap.store import Store
 
     ap = argparse.ArgumentParser()

@@ -1,6 +1,6 @@
 """LoadGen's Server scenario against the light SUT on CUDA streams, over a ladder of target rates.
 
-Why: the GPU test of the light SUT (tests/test_loadgen_confirm.py) asked LoadGen for 20,000 queries/s at a
+Why: the GPU test of the light SUT (tests/serving/test_loadgen_confirm.py) asked LoadGen for 20,000 queries/s at a
 15 ms objective on a small conv net and got INVALID on the H100 host (p50 12 ms, p99 209 ms: the queue grew).
 This scan measures, on the machine it runs on, which rates the light SUT sustains (VALID), LoadGen's own floor
 (the null SUT) at each rate, and deepgap's agreement with LoadGen's trace, and writes one CSV row per rate.
@@ -18,11 +18,11 @@ def main(argv: list[str]) -> int:
     """Run the ladder; write the CSV; print one line per rate."""
     import torch
 
-    from deepgap.serving.batcher import BatchPolicy
-    from deepgap.serving.loadgen import LoadgenRequest, null_request
-    from deepgap.serving.loadgen_sut import drive
-    from deepgap.serving.ring import InputRing
-    from deepgap.serving.server import PipelinedExecutor
+    from deepgap.serving.loadgen.harness import LoadgenRequest, null_request
+    from deepgap.serving.loadgen.sut import drive
+    from deepgap.serving.sim.batcher import BatchPolicy
+    from deepgap.serving.worker.ring import InputRing
+    from deepgap.serving.worker.server import PipelinedExecutor
 
     out = argv[0]
     rates = [float(r) for r in argv[1:]] or [2000.0, 5000.0, 10000.0, 15000.0, 20000.0]

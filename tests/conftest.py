@@ -75,12 +75,12 @@ def inprocess_worker(mp: pytest.MonkeyPatch):
 
 
 def inprocess_serving(mp: pytest.MonkeyPatch) -> None:
-    """``serve``'s workers too run in this process (`deepgap.serving.process.HANDLE`), for CPU tests of what a serve
-    does with its input and stores (tests/test_fuzz_deep.py); tests/test_serving_*.py keep real processes."""
-    import deepgap.serving.process
+    """``serve``'s workers too run in this process (`deepgap.serving.run.process.HANDLE`), for CPU tests of
+    what a serve does with its input and stores (tests/test_fuzz_deep.py); tests/serving/ keeps real processes."""
+    import deepgap.serving.run.process
     from deepgap.drive.inprocess import InProcessWorker
 
-    mp.setattr(deepgap.serving.process, "HANDLE", InProcessWorker)
+    mp.setattr(deepgap.serving.run.process, "HANDLE", InProcessWorker)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -170,12 +170,11 @@ def pytest_sessionstart(session):
     if sys.dont_write_bytecode or config.getoption("assertmode") != "rewrite":
         return
     state = config.stash[assertstate_key]
-    here = os.path.dirname(__file__)
-    for name in sorted(os.listdir(here)):
-        if not (name.startswith("test_") or name == "conftest.py") or not name.endswith(".py"):
-            continue
-        fn = Path(here, name)
-        pyc = Path(here, "__pycache__", name[:-3] + PYC_TAIL)
+    here = Path(__file__).parent
+    for fn in sorted(
+        [here / "conftest.py", *here.glob("test_*.py"), *here.glob("*/test_*.py")]
+    ):  # tests/serving/
+        pyc = fn.parent / "__pycache__" / (fn.stem + PYC_TAIL)
         try:
             if _read_pyc(fn, pyc) is None:
                 pyc.parent.mkdir(exist_ok=True)

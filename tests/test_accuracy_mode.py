@@ -217,7 +217,7 @@ def test_serve_scores_the_served_engine(labelled, tmp_path, capsys):
 
     from deepgap.cli import main
     from deepgap.measure.accuracy.dataset import load, split
-    from deepgap.serving.storage import levels_frame
+    from deepgap.serving.records.storage import levels_frame
     from deepgap.store import Store
 
     root, model = labelled

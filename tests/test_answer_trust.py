@@ -144,8 +144,8 @@ def test_a_p99_of_400_samples_is_a_p99(tmp_path):
 
 def _bs1_curve():
     """ResNet-101 cudagraph bs1 as the H100 measured it: 1.76 ms median, 1.87 ms at the top, bs1 only."""
-    from deepgap.serving.planner import Curve
-    from deepgap.serving.sim import ServiceModel
+    from deepgap.serving.capacity.planner import Curve
+    from deepgap.serving.sim.simulator import ServiceModel
 
     x = np.linspace(1.70e-3, 1.87e-3, 40)
     key = dict(
@@ -163,8 +163,8 @@ def _bs1_curve():
 
 def test_inconclusive_gets_more_queries_not_a_fail():
     """At a 2.5 ms SLO a few Poisson collisions made probes inconclusive: 'not met even at 0.74 q/s'."""
-    from deepgap.serving.capacity import LoadSettings
-    from deepgap.serving.planner import plan, predict
+    from deepgap.serving.capacity.planner import plan, predict
+    from deepgap.serving.capacity.search import LoadSettings
 
     p = predict(_bs1_curve(), LoadSettings(slo_s=2.5e-3, min_duration_s=0.5, max_queries=20_000))
     assert p.best.capacity_qps > 3.0, p.best.note  # about 5-9 q/s (M/D/1 with 0.715 ms for a wait)
@@ -173,9 +173,9 @@ def test_inconclusive_gets_more_queries_not_a_fail():
 
 
 def test_every_zero_capacity_gives_its_reason_and_every_engine_is_listed():
-    from deepgap.serving.capacity import LoadSettings
-    from deepgap.serving.planner import Curve, plan, predict
-    from deepgap.serving.sim import ServiceModel
+    from deepgap.serving.capacity.planner import Curve, plan, predict
+    from deepgap.serving.capacity.search import LoadSettings
+    from deepgap.serving.sim.simulator import ServiceModel
 
     fast = _bs1_curve()
     slow = Curve({**fast.key, "engine": "eager"}, ServiceModel((1, 32), (7.5e-3, 20e-3)), "sweep")

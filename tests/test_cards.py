@@ -144,7 +144,7 @@ def test_widen_interval_and_plan_devices():
     assert widen_interval(100.0, 99.0, 101.0, []) == (99.0, 101.0)
     lo, hi = widen_interval(100.0, 99.0, 101.0, [0.02])
     assert lo < 96.5 and hi > 103.5
-    from deepgap.serving.planner import PlanRow, widen_by_cards
+    from deepgap.serving.capacity.planner import PlanRow, widen_by_cards
 
     rows = [
         PlanRow("Fixture GPU H", "cfg", "bs32", 1000.0, 10, None, None),

@@ -153,10 +153,10 @@ def test_peaks_go_through_drive_and_store_nothing_without_a_store(kinds, monkeyp
 
 def test_serve_goes_through_drive_and_stores_a_worker_that_never_started(kinds, monkeypatch, tmp_path):
     """The serving worker is the launcher; one that cannot start is the run's failed set-up, as before."""
-    from deepgap.serving import serve_run
-    from deepgap.serving.process import ServingWorker, SetupFailed
-    from deepgap.serving.spec import ServeSpec
-    from deepgap.serving.storage import levels_frame
+    from deepgap.serving.records.storage import levels_frame
+    from deepgap.serving.run import serve_run
+    from deepgap.serving.run.process import ServingWorker, SetupFailed
+    from deepgap.serving.run.spec import ServeSpec
 
     class Unstartable(ServingWorker):
         def start(self):

@@ -9,7 +9,7 @@ valid) is stopped at `BOUND_S` and counts as accepted, once the work has begun.
 
 Which pairs: `PAIRS` each CI run, drawn from every flag of these commands against `HOSTILE`, seeded by
 the date as in `test_fuzz_inputs` (``DEEPGAP_FUZZ_SEED=N`` repeats a day). ``serve``'s workers run in this
-process too (`conftest.inprocess_serving`: `deepgap.serving.process.HANDLE`), each of its examples a
+process too (`conftest.inprocess_serving`: `deepgap.serving.run.process.HANDLE`), each of its examples a
 second or two of work once the first has imported the worker's modules. ``DEEPGAP_FUZZ_FULL=1`` tries every
 pair through the work (`test_every_pair_past_validation`, an hour or more; ``DEEPGAP_FUZZ_COMMANDS=serve,run``
 keeps those commands' pairs only). A failure either finds becomes a fixed example in a test of its own.
@@ -184,13 +184,13 @@ def test_every_base_does_real_work(cmd, real_work, capsys):
 def test_an_in_process_serving_worker_launches_as_a_worker_process_does(monkeypatch):
     """`InProcessWorker.spawn` answers the worker main's first message: ready with the caps, or a device that
     cannot be used as `SetupFailed` from `ServingWorker.launch`; any other target is refused, not run."""
-    import deepgap.serving.process
+    import deepgap.serving.run.process
     from deepgap.drive.inprocess import InProcessWorker
     from deepgap.measure.protocol import WORKER_MAIN
-    from deepgap.serving.process import ServingWorker, SetupFailed
+    from deepgap.serving.run.process import ServingWorker, SetupFailed
 
     inprocess_serving(monkeypatch)
-    assert deepgap.serving.process.HANDLE is InProcessWorker
+    assert deepgap.serving.run.process.HANDLE is InProcessWorker
     ok = ServingWorker("cpu", "tinycnn")
     ok.launch("tinycnn", 60)
     assert isinstance(ok.handle, InProcessWorker) and ok.alive() and ok.caps.kind == "cpu"
@@ -207,7 +207,7 @@ def test_an_in_process_serving_worker_launches_as_a_worker_process_does(monkeypa
 
 def _served(path: Path) -> list[tuple[str, int]]:
     """Each stored serve level's status and number of queries."""
-    from deepgap.serving.storage import levels_frame
+    from deepgap.serving.records.storage import levels_frame
     from deepgap.store import Store
 
     store = Store(str(path), readonly=True)

@@ -284,7 +284,7 @@ def test_the_answer_ignores_the_resident_row_and_shows_it_beside_itself(frames):
 
 
 def test_capacity_planning_reads_the_default_input_only(store):
-    from deepgap.serving.planner import curves_from_store
+    from deepgap.serving.capacity.planner import curves_from_store
 
     s = Store(store, readonly=True)
     try:

@@ -122,7 +122,7 @@ def test_a_new_precision_in_the_table_reaches_every_consumer(fake):
     from deepgap.report import compare_console
     from deepgap.roofline import figures as roofline_figures
     from deepgap.roofline import flops, specs
-    from deepgap.serving.planner import Curve
+    from deepgap.serving.capacity.planner import Curve
 
     # colour, in every figure
     assert figure_style.color({"precision": "fp6"}) == "#123456"

@@ -293,10 +293,10 @@ def test_plan_across_both_platforms(merged, capsys):
 
 
 def test_plan_power_of_a_serve_curve_comes_from_the_sweep_at_or_above_its_batch():
-    from deepgap.serving.batcher import BatchPolicy
-    from deepgap.serving.capacity import CapacityResult
-    from deepgap.serving.planner import Curve, Prediction, _borrow_sweep_power, plan
-    from deepgap.serving.sim import ServiceModel
+    from deepgap.serving.capacity.planner import Curve, Prediction, _borrow_sweep_power, plan
+    from deepgap.serving.capacity.search import CapacityResult
+    from deepgap.serving.sim.batcher import BatchPolicy
+    from deepgap.serving.sim.simulator import ServiceModel
 
     key = dict(
         platform=H200,

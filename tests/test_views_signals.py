@@ -173,7 +173,7 @@ def test_a_conclusive_over_slo_fraction_is_a_fail():
     """
     import numpy as np
 
-    from deepgap.serving.log import RequestLog, summarize
+    from deepgap.serving.sim.log import RequestLog, summarize
 
     n, over, slo = 578, 26, 15e-3
     lat = np.full(n, 5e-3)
@@ -233,8 +233,8 @@ def test_plan_says_the_grid_limits_it_and_names_cpu_threads(tmp_path):
 
 def test_grid_limit_rules():
     """No gap, no note; a grid above the SLO names the batches below it; a grid far under it names larger."""
-    from deepgap.serving.grid_limit import grid_limit
-    from deepgap.serving.sim import ServiceModel
+    from deepgap.serving.capacity.grid_limit import grid_limit
+    from deepgap.serving.sim.simulator import ServiceModel
 
     def curve(times: dict[int, float]) -> ServiceModel:
         return ServiceModel.from_function(lambda b: times[b], sorted(times), padding="bucket")

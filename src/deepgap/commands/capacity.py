@@ -42,8 +42,8 @@ MAX_SIM_S = 86_400.0  # the longest simulated load level: a day, as serve's --mi
 
 def load_settings(args: argparse.Namespace):
     """SLO and simulation settings from the flags."""
-    from deepgap.serving.arrivals import parse_duration_s
-    from deepgap.serving.capacity import LoadSettings
+    from deepgap.serving.capacity.search import LoadSettings
+    from deepgap.serving.sim.arrivals import parse_duration_s
 
     slo = parse_duration_s(args.slo_p99, "slo-p99")
     try:
@@ -89,7 +89,7 @@ def max_batch_of(args: argparse.Namespace) -> int | None:
 
 def select_curves(stores: list[str], args: argparse.Namespace, padding: str) -> list:
     """Curves of ``stores`` matching the filters (a UsageError when none does)."""
-    from deepgap.serving.planner import curves_from_store
+    from deepgap.serving.capacity.planner import curves_from_store
     from deepgap.store import Store
 
     if padding not in ("bucket", "exact"):
@@ -114,7 +114,7 @@ def select_curves(stores: list[str], args: argparse.Namespace, padding: str) -> 
 
 
 def main(args: argparse.Namespace) -> int:  # noqa: D103
-    from deepgap.serving.planner import explain, predict
+    from deepgap.serving.capacity.planner import explain, predict
 
     load = load_settings(args)
     mb = max_batch_of(args)
@@ -181,7 +181,7 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
 
 def _measured(path: str) -> dict[tuple, float]:
     """Best measured capacity per configuration and SLO, from serve runs in the store."""
-    from deepgap.serving.storage import capacity_frame
+    from deepgap.serving.records.storage import capacity_frame
     from deepgap.store import Store
 
     st = Store(path, readonly=True)

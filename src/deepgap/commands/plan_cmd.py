@@ -31,8 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
 
 def main(args: argparse.Namespace) -> int:  # noqa: D103
     from deepgap.commands.capacity import load_settings, max_batch_of, select_curves
-    from deepgap.serving.arrivals import parse_rate_qps
-    from deepgap.serving.planner import plan, predict, store_card_spreads, widen_by_cards
+    from deepgap.serving.capacity.planner import plan, predict, store_card_spreads, widen_by_cards
+    from deepgap.serving.sim.arrivals import parse_rate_qps
 
     qps = parse_rate_qps(args.qps)
     if args.objective not in ("devices", "watts"):

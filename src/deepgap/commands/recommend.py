@@ -107,40 +107,17 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
         agg = aggregate(reflag(prepare(store.results_frame(args.run)), min_acc), samples=store.samples)
     finally:
         store.close()
-    for col, text in (("model", args.model), ("precision", args.precision), ("engine", args.engine)):
-        if text and len(agg):
-            wanted = [t.strip() for t in text.split(",") if t.strip()]
-            if not wanted:
-                raise UsageError(f"--{col} {text!r} names nothing", f"pass e.g. --{col} {agg[col].iloc[0]}")
-            unknown = [t for t in wanted if t not in set(agg[col])]
-            if unknown:  # a typo is bad input, not "nothing meets the constraints" (exit 1)
-                raise UsageError(
-                    f"--{col} {unknown[0]!r} is not in {args.store}",
-                    f"pass one of: {', '.join(sorted(set(map(str, agg[col]))))}",
-                )
-            agg = agg[agg[col].isin(wanted)]
+    agg = _select(agg, args)
     recs = recommend(agg, objective, slo, mem)
     if args.json:
         print(json.dumps(_finite([asdict(r) for r in recs]), indent=1, default=str))
         return 0 if recs and all(r.choice for r in recs) else 1
-    if min_acc == 0:
-        acc = "no accuracy bar (--min-accuracy off); outputs within each precision's relL2/cosine bounds"
-    else:
-        bar = (
-            f"top-1 ≥ {100 * min_acc:g}% of fp32"
-            if min_acc
-            else f"top-1 ≥ 99% of fp32 for {'/'.join(quantized_names())}"
-        )
-        acc = (
-            f"{bar} (from --dataset, or from a top-1 agreement with trained weights whose 95% interval "
-            "excludes it); outputs within each precision's relL2/cosine bounds"
-        )
     cons = [
         f"tail ≤ {slo * 1e3:g} ms (a p99 where ≥ {P99_MIN_N} samples support it, else the max of n)"
         if slo
         else "",
         f"memory ≤ {mem / 2**30:.3g} GiB" if mem else "",
-        acc,
+        _accuracy_bar(min_acc),
     ]
     from deepgap.render.units import of_frame
 
@@ -156,17 +133,56 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     for r in recs:
         size = f"seq {r.resolution}" if is_text(r.model) else f"{r.resolution}px"  # a text model's length
         print(f"\n{r.model} ({size}): ", end="")
-        if r.choice:
-            print(f"{r.choice['configuration']}\n  evidence: {_line(r.choice)}")
-            if r.runner_up:
-                print(f"  runner-up: {r.runner_up['configuration']}: {_line(r.runner_up)}")
-        else:
-            print(r.reason)
-            if r.closest_miss:
-                print(
-                    f"  closest miss: {r.closest_miss['configuration']}: {'; '.join(r.misses)}\n"
-                    f"  its evidence: {_line(r.closest_miss)}"
-                )
-        excl = ", ".join(f"{n} {why}" for why, n in r.excluded.items())
-        print(f"  {r.considered} candidate(s) checked" + (f"; excluded: {excl}" if excl else ""))
+        _print_one(r)
     return 0 if all(r.choice for r in recs) else 1
+
+
+def _select(agg, args: argparse.Namespace):
+    """The rows of the models, precisions and engines asked for; a name not in the store is bad input."""
+    from deepgap.core.errors import UsageError
+
+    for col, text in (("model", args.model), ("precision", args.precision), ("engine", args.engine)):
+        if text and len(agg):
+            wanted = [t.strip() for t in text.split(",") if t.strip()]
+            if not wanted:
+                raise UsageError(f"--{col} {text!r} names nothing", f"pass e.g. --{col} {agg[col].iloc[0]}")
+            unknown = [t for t in wanted if t not in set(agg[col])]
+            if unknown:  # a typo is bad input, not "nothing meets the constraints" (exit 1)
+                raise UsageError(
+                    f"--{col} {unknown[0]!r} is not in {args.store}",
+                    f"pass one of: {', '.join(sorted(set(map(str, agg[col]))))}",
+                )
+            agg = agg[agg[col].isin(wanted)]
+    return agg
+
+
+def _accuracy_bar(min_acc: float | None) -> str:
+    """The accuracy constraint as printed: off, the --min-accuracy bar, or the default for quantized runs."""
+    if min_acc == 0:
+        return "no accuracy bar (--min-accuracy off); outputs within each precision's relL2/cosine bounds"
+    bar = (
+        f"top-1 ≥ {100 * min_acc:g}% of fp32"
+        if min_acc
+        else f"top-1 ≥ 99% of fp32 for {'/'.join(quantized_names())}"
+    )
+    return (
+        f"{bar} (from --dataset, or from a top-1 agreement with trained weights whose 95% interval "
+        "excludes it); outputs within each precision's relL2/cosine bounds"
+    )
+
+
+def _print_one(r) -> None:
+    """One model's recommendation: the choice and its runner-up, or why none and the closest miss."""
+    if r.choice:
+        print(f"{r.choice['configuration']}\n  evidence: {_line(r.choice)}")
+        if r.runner_up:
+            print(f"  runner-up: {r.runner_up['configuration']}: {_line(r.runner_up)}")
+    else:
+        print(r.reason)
+        if r.closest_miss:
+            print(
+                f"  closest miss: {r.closest_miss['configuration']}: {'; '.join(r.misses)}\n"
+                f"  its evidence: {_line(r.closest_miss)}"
+            )
+    excl = ", ".join(f"{n} {why}" for why, n in r.excluded.items())
+    print(f"  {r.considered} candidate(s) checked" + (f"; excluded: {excl}" if excl else ""))

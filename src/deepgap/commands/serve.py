@@ -82,7 +82,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
         "--accuracy-samples", metavar="N", help="score N evaluation images of --dataset (default: all)"
     )
     p.add_argument("--json", action="store_true", help="the headline numbers as one JSON object on stdout")
-    from deepgap.serving.spec import ServeSpec
+    from deepgap.serving.run.spec import ServeSpec
 
     add_session_arguments(p, SessionDefaults.of(ServeSpec, "on a GPU"))
 
@@ -98,8 +98,8 @@ def _float(text: str | None, flag: str) -> float | None:
 def build_spec(args: argparse.Namespace):
     """A `ServeSpec` from the flags (parsing errors are `UsageError`s)."""
     from deepgap.drive.config import parse_int_list
-    from deepgap.serving.arrivals import parse_duration_s, parse_rate_qps
-    from deepgap.serving.spec import ServeSpec, parse_tenants
+    from deepgap.serving.run.spec import ServeSpec, parse_tenants
+    from deepgap.serving.sim.arrivals import parse_duration_s, parse_rate_qps
 
     kw = dict(
         model=args.model,
@@ -167,7 +167,7 @@ def _on_gpu(device: str) -> bool:
 
 
 def main(args: argparse.Namespace) -> int:  # noqa: D103
-    from deepgap.serving.serve_run import run_serve
+    from deepgap.serving.run.serve_run import run_serve
 
     spec = build_spec(args)
     say = (lambda m: None) if args.quiet or args.json else (lambda m: print(m, file=sys.stderr, flush=True))

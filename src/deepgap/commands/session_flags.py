@@ -8,7 +8,7 @@ drifted. `add_session_arguments` declares them, every numeric one as text parsed
 nothing written).
 
 What a flag left out means stays each command's: run takes its preset's (the default GPU grid warms up),
-serve its `deepgap.serving.spec.ServeSpec`'s (a 120-s warm-up bound, on by default on a GPU), profile and
+serve its `deepgap.serving.run.spec.ServeSpec`'s (a 120-s warm-up bound, on by default on a GPU), profile and
 peaks a `deepgap.drive.config.SweepSpec`'s. A command passes those as `SessionDefaults`, which only the help
 shows; the values come from the spec itself. Peaks leaves the warm-up flags out (``warmup=False``): it
 loads no model to warm the device up with.

@@ -137,7 +137,7 @@ def _show(args: argparse.Namespace, store: Store) -> int:
         )
     _print_resident(df, console)
     _print_sweeps(store, df, console)
-    from deepgap.serving.show import print_serving  # serve runs: load levels, capacity, interference
+    from deepgap.serving.show.console import print_serving  # serve runs: load levels, capacity, interference
 
     print_serving(store, console, ids)
     return 0

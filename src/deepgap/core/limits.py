@@ -6,7 +6,7 @@ result was lost and the run left broken for --resume); an infinite timeout overf
 wait; a sample rate of 1e-300 Hz asks to sleep for 1e300 s. Why types: a TOML value of the wrong
 type (``device = 5``, ``models = [1]``) used to fail deep inside the run with a traceback, and
 ``seed = "x"`` ran the whole sweep into error rows. `deepgap.drive.config` uses these, and so does
-`deepgap.serving.spec` for serve's own numbers.
+`deepgap.serving.run.spec` for serve's own numbers.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ round trip loses nothing. Key inventory (producer → readers; "record" = kept f
 * ``engine_info`` (`EngineInfo`, the engine's ``Prepared.info``; worker) → analysis.quant_layers.
 * ``correctness`` (`Correctness`; worker) → analysis.frame, analysis.accuracy, report_answer, commands.show.
 * ``telemetry`` (`TelemetryDetails`), ``flags`` (telemetry.session; ``flags`` also store.recover, for a
-  damaged row) → analysis.frame, analysis.thermal, serving.planner, commands.show, worker.
+  damaged row) → analysis.frame, analysis.thermal, serving.capacity.planner, commands.show, worker.
 * ``prepare_peak_mem_bytes`` (`MemoryPeaks`), ``device_mem_used`` (`DeviceMemUsed`) (worker, CUDA) → record.
 * ``min_accuracy``, ``accuracy`` (`Accuracy`) (accuracy.evaluate) → analysis.accuracy, commands.show.
 * ``thermal`` (telemetry.session's warm-up result, never a stored result) → drive.prelude.

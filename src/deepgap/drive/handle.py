@@ -1,7 +1,7 @@
 """The parent's handle on one worker process: start it clean, send requests, survive its death or hang.
 
 Why apart from the sweep's runner (`deepgap.drive.runner`): every launcher talks to its worker through
-this handle — the sweep's `SweepRunner`, the serving worker (`deepgap.serving.process.ServingWorker`), the
+this handle — the sweep's `SweepRunner`, the serving worker (`serving.run.process.ServingWorker`), the
 fleets' lanes — and only the handle knows processes: a fork server with torch preloaded (never a CUDA
 context), the parent's environment of the moment, the request protocol (`CallProtocol.call`: send the
 kind, its worker module and the payload, then wait for the answer at most ``timeout`` seconds), and a

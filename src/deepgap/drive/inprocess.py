@@ -7,8 +7,8 @@ as a worker does: a handler's exception comes back as `WorkerFailed` (status fro
 `deepgap.measure.worker.failure`). What it cannot give is isolation — a crash or a hang is this
 process's — so it is for CPU tests only; real runs use `deepgap.drive.handle.WorkerHandle`. It imports
 the worker module by name, as a worker process does (`_worker`): it is a worker in this process, the
-one place a parent-side module runs worker code. A serve's worker (`deepgap.serving.process.ServingWorker`)
-is launched with `spawn`, the way `WorkerHandle` starts a process: `deepgap.serving.process.HANDLE` names
+one place a parent-side module runs worker code. A serve's worker (`serving.run.process.ServingWorker`)
+is launched with `spawn`, the way `WorkerHandle` starts a process: `deepgap.serving.run.process.HANDLE` names
 the class that tests swap for this one (tests/conftest.py's `inprocess_serving`).
 """
 

@@ -3,7 +3,7 @@
 Why a protocol: four things start and supervise measuring processes — `deepgap.drive.runner.SweepRunner`
 (one worker on one device), `deepgap.fleet.scheduler.LocalScheduler` (one per GPU of ``--devices``),
 `deepgap.fleet.ray_backend.RayBackend` (Ray tasks, and prelude actors) and
-`deepgap.serving.process.ServingWorker` (the serving worker). The driver used to be written once per
+`deepgap.serving.run.process.ServingWorker` (the serving worker). The driver used to be written once per
 kind, each time against another object's private shape (a fleet's ``hasattr(backend, "prelude")``,
 serve swapping a runner's worker, profile stopping ``runner.worker``). A `Launcher` is the whole
 contract between them and the driver:

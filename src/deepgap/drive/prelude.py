@@ -33,7 +33,7 @@ class PreludeSettings:
     """The run session's settings as a caller gave them; None keeps the kind's default (a preset's, a spec's).
 
     Why one record: ``run``, ``serve``, ``profile`` and ``peaks`` take the same flags for their prelude
-    (`deepgap.commands.session_flags`), and a `SweepSpec` and a `deepgap.serving.spec.ServeSpec` name
+    (`deepgap.commands.session_flags`), and a `SweepSpec` and a `deepgap.serving.run.spec.ServeSpec` name
     these fields alike, so `changes` overlays either.
     """
 

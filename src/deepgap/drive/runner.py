@@ -86,7 +86,7 @@ class SweepRunner:
     """Runs configurations through a worker, restarting it when it fails, and yields results.
 
     ``worker``: the handle to talk through instead of a new `WorkerHandle` — the serving worker's, so that
-    its prelude runs in the process that serves (`deepgap.serving.process.ServingWorker`), or an in-process
+    its prelude runs in the process that serves (`serving.run.process.ServingWorker`), or an in-process
     one in tests (`deepgap.drive.inprocess.InProcessWorker`).
     """
 

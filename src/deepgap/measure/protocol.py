@@ -5,7 +5,7 @@ imports the code that answers them (the first invariant: the parent never touche
 kind maps to the worker module whose `deepgap.measure.worker.handles` registers its handler; the parent
 sends ``(kind, module, payload)`` and the worker process imports ``module`` itself
 (`deepgap.measure.worker.serve`). Measuring's own kinds are registered here; a feature registers its
-kinds beside its parent code (``serve.*`` in `deepgap.serving.process`, ``profile`` and ``peaks`` in
+kinds beside its parent code (``serve.*`` in `deepgap.serving.run.process`, ``profile`` and ``peaks`` in
 `deepgap.roofline.profile_run` and `deepgap.roofline.peaks_run`). import-linter's forbidden contract
 (pyproject.toml) keeps every parent module from importing a worker module.
 """

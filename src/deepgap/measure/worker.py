@@ -7,7 +7,7 @@ models it built, so a batch sweep of one model builds it once.
 The protocol (one for every kind of run): a handler is a function ``(state, payload) -> value`` that
 registers itself under a request kind with `handles` when its worker module is imported (env and idle
 below; measuring one configuration in `deepgap.measure.configuration`; the features' own in
-`deepgap.serving.worker` and `deepgap.roofline.worker`). The parent sends ``(kind, module, payload)``
+`deepgap.serving.worker.handlers` and `deepgap.roofline.worker`). The parent sends ``(kind, module, payload)``
 (`deepgap.measure.protocol` names the module of each kind) and never imports this module or any other
 worker module: this process imports ``module``, finds the kind's handler and answers ``("ok", value)``,
 or ``("failed", (status, reason, traceback))`` when the handler raised (`failure` is the one

@@ -24,41 +24,11 @@ from deepgap.report import interactive as fi
 
 def build(ctx: ReportContext) -> Parts:
     """Tables (table 1, paper comparison, speedups, energy, configurations, …) and figures 5-11."""
-    runs, df, agg, tel_by_run = ctx.runs, ctx.results, ctx.configurations, ctx.telemetry
-    tel, by_machine = [], {}
-    if not df.empty:
-        precs = dict(zip(df["result_id"].astype(int), df["precision"], strict=False))
-        for r in runs:
-            t = gpu_part(tel_by_run[r["run_id"]], df, r)
-            tel.append((f"run {r['run_id']} — {r['env'].get('device_name', '')}", t, precs))
-            by_machine.setdefault(machine_key(r), (machine_label(r), [], precs))[1].append(t)
+    runs, df, agg = ctx.runs, ctx.results, ctx.configurations
+    tel, by_machine = _telemetry_panels(runs, df, ctx.telemetry)
     sp32, par = tables.speedup_vs_fp32(agg), tables.pareto(agg)
     en, ts, spc = tables.energy(agg), tables.thread_scaling(agg), tables.speedup_vs_cpu(agg)
-    out = {
-        "table1_peak_throughput": tables.table1(agg),
-        "paper_comparison": cmp.compare_paper(agg, reference.paper_peaks()),
-        "speedup_vs_cpu": spc,
-        "speedup_vs_fp32": sp32,
-        "pareto_frontier": par[par["on_frontier"]] if len(par) else par,
-        "energy": en,
-        "cpu_thread_scaling": ts,
-        "configurations": agg,
-        "failures": failures(df),
-        "thermal_state": thermal_state(runs, tel_by_run, df),
-    }
-    measurements = df.drop(columns=["extra"], errors="ignore")
-    out["measurements"] = measurements
-    out["environment"] = pd.DataFrame(
-        [
-            {
-                "run_id": r["run_id"],
-                "status": r["status"],
-                "command": r["command"],
-                **{f"env.{k}": v for k, v in r["env"].items()},
-            }
-            for r in runs
-        ]
-    )
+    out = _tables(ctx, sp32, par, en, ts, spc)
     n_machines = len(by_machine)
     figs = [
         figures_summary.thermal_timeline(
@@ -121,6 +91,49 @@ def build(ctx: ReportContext) -> Parts:
     if ctx.interactive:
         _interactive(figs, agg, par, sp32, spc)
     return Parts(out, figs)
+
+
+def _telemetry_panels(runs: list, df: pd.DataFrame, tel_by_run: dict) -> tuple[list, dict]:
+    """Fig. 5's panels: (label, GPU telemetry, result id → precision) per run, and per machine its runs."""
+    tel, by_machine = [], {}
+    if not df.empty:
+        precs = dict(zip(df["result_id"].astype(int), df["precision"], strict=False))
+        for r in runs:
+            t = gpu_part(tel_by_run[r["run_id"]], df, r)
+            tel.append((f"run {r['run_id']} — {r['env'].get('device_name', '')}", t, precs))
+            by_machine.setdefault(machine_key(r), (machine_label(r), [], precs))[1].append(t)
+    return tel, by_machine
+
+
+def _tables(ctx: ReportContext, sp32, par, en, ts, spc) -> dict[str, pd.DataFrame]:
+    """The core section's tables by name: the paper's, the comparisons, every measurement and run's setting."""
+    runs, df, agg, tel_by_run = ctx.runs, ctx.results, ctx.configurations, ctx.telemetry
+    out = {
+        "table1_peak_throughput": tables.table1(agg),
+        "paper_comparison": cmp.compare_paper(agg, reference.paper_peaks()),
+        "speedup_vs_cpu": spc,
+        "speedup_vs_fp32": sp32,
+        "pareto_frontier": par[par["on_frontier"]] if len(par) else par,
+        "energy": en,
+        "cpu_thread_scaling": ts,
+        "configurations": agg,
+        "failures": failures(df),
+        "thermal_state": thermal_state(runs, tel_by_run, df),
+    }
+    measurements = df.drop(columns=["extra"], errors="ignore")
+    out["measurements"] = measurements
+    out["environment"] = pd.DataFrame(
+        [
+            {
+                "run_id": r["run_id"],
+                "status": r["status"],
+                "command": r["command"],
+                **{f"env.{k}": v for k, v in r["env"].items()},
+            }
+            for r in runs
+        ]
+    )
+    return out
 
 
 def gpu_part(tel: pd.DataFrame, df: pd.DataFrame, run: dict) -> pd.DataFrame:

@@ -276,60 +276,7 @@ def thermal_timeline(
     fig, axes = plt.subplots(n, 1, figsize=(11, 3.1 * n), squeeze=False)
     fig.subplots_adjust(left=0.06, right=0.94, bottom=0.75 / (3.1 * n), top=1 - 0.3 / (3.1 * n), hspace=0.75)
     for ax, (label, frames, precs) in zip(axes[:, 0], panels, strict=False):
-        tel, bounds, scale = _back_to_back(frames)
-        x = tel["_x"] / scale
-        meta = ("run_id", "result_id", "phase", "t_s", "_x")
-        num = {c: pd.to_numeric(tel[c], errors="coerce") for c in tel.columns if c not in meta}
-        tel = tel.assign(**{c: v for c, v in num.items()})
-        cols = [c for c, v in num.items() if v.notna().any()]  # metrics that hold numbers
-        styles = ["-", "--", "-.", ":"]
-        for k, c in enumerate(c for c in cols if "temp" in c):
-            ax.plot(x, tel[c], color="tab:red", lw=1, ls=styles[k % 4], label=f"{c} (°C)")
-        for c in [c for c in cols if "util" in c]:
-            ax.plot(x, tel[c], color="tab:gray", lw=0.8, ls=":", label=f"{c} (%)")
-        ax2 = ax.twinx()
-        for k, c in enumerate(c for c in cols if "power" in c):
-            ax2.plot(
-                x,
-                tel[c],
-                color=["tab:blue", "tab:purple", "tab:cyan"][k % 3],
-                lw=1 if k == 0 else 0.7,
-                alpha=1 if k == 0 else 0.7,
-                label=f"{c} (W)",
-            )
-        for b in bounds:
-            ax.axvline(b, color="#999999", lw=0.6)
-        meas = tel[tel["phase"] == "measure"].assign(_xs=x)
-        for rid, win in meas.groupby("result_id"):
-            p = precs.get(int(rid), "")
-            ax.axvspan(
-                win["_xs"].min(),
-                win["_xs"].max() + 0.5 / scale,
-                color=PREC_COLORS.get(p, "#cccccc"),
-                alpha=0.12,
-                lw=0,
-            )
-        ax.set_title(label, fontsize=9)
-        unit = "minutes" if scale == 60 else "seconds"
-        ax.set_xlabel(
-            f"{unit} of recorded telemetry (pauses over {GAP_S:.0f} s cut out"
-            + ("; runs end to end, grey lines between them)" if bounds else ")"),
-            fontsize=8,
-        )
-        ax.set_ylabel("°C / %", fontsize=8)
-        ax2.set_ylabel("W", fontsize=8)
-        h1, l1 = ax.get_legend_handles_labels()
-        h2, l2 = ax2.get_legend_handles_labels()
-        if h1 or h2:  # under the panel, not over the data
-            ax.legend(
-                h1 + h2,
-                l1 + l2,
-                fontsize=7,
-                loc="upper center",
-                bbox_to_anchor=(0.5, -0.2),
-                ncol=7,
-                frameon=False,
-            )
+        _thermal_panel(ax, label, frames, precs)
     return make_figure(
         name,
         title,
@@ -341,3 +288,61 @@ def thermal_timeline(
         dpi=55 if appendix else 75,
         appendix=appendix,
     )
+
+
+def _thermal_panel(ax, label: str, frames: list[pd.DataFrame], precs: dict[int, str]) -> None:
+    """One panel of Fig. 5: temperatures and utilization on ``ax``, power on a twin axis, windows shaded."""
+    tel, bounds, scale = _back_to_back(frames)
+    x = tel["_x"] / scale
+    meta = ("run_id", "result_id", "phase", "t_s", "_x")
+    num = {c: pd.to_numeric(tel[c], errors="coerce") for c in tel.columns if c not in meta}
+    tel = tel.assign(**{c: v for c, v in num.items()})
+    cols = [c for c, v in num.items() if v.notna().any()]  # metrics that hold numbers
+    styles = ["-", "--", "-.", ":"]
+    for k, c in enumerate(c for c in cols if "temp" in c):
+        ax.plot(x, tel[c], color="tab:red", lw=1, ls=styles[k % 4], label=f"{c} (°C)")
+    for c in [c for c in cols if "util" in c]:
+        ax.plot(x, tel[c], color="tab:gray", lw=0.8, ls=":", label=f"{c} (%)")
+    ax2 = ax.twinx()
+    for k, c in enumerate(c for c in cols if "power" in c):
+        ax2.plot(
+            x,
+            tel[c],
+            color=["tab:blue", "tab:purple", "tab:cyan"][k % 3],
+            lw=1 if k == 0 else 0.7,
+            alpha=1 if k == 0 else 0.7,
+            label=f"{c} (W)",
+        )
+    for b in bounds:
+        ax.axvline(b, color="#999999", lw=0.6)
+    meas = tel[tel["phase"] == "measure"].assign(_xs=x)
+    for rid, win in meas.groupby("result_id"):
+        p = precs.get(int(rid), "")
+        ax.axvspan(
+            win["_xs"].min(),
+            win["_xs"].max() + 0.5 / scale,
+            color=PREC_COLORS.get(p, "#cccccc"),
+            alpha=0.12,
+            lw=0,
+        )
+    ax.set_title(label, fontsize=9)
+    unit = "minutes" if scale == 60 else "seconds"
+    ax.set_xlabel(
+        f"{unit} of recorded telemetry (pauses over {GAP_S:.0f} s cut out"
+        + ("; runs end to end, grey lines between them)" if bounds else ")"),
+        fontsize=8,
+    )
+    ax.set_ylabel("°C / %", fontsize=8)
+    ax2.set_ylabel("W", fontsize=8)
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    if h1 or h2:  # under the panel, not over the data
+        ax.legend(
+            h1 + h2,
+            l1 + l2,
+            fontsize=7,
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.2),
+            ncol=7,
+            frameon=False,
+        )

@@ -190,19 +190,22 @@ def lines(
                 marks = [bs[k] for k in bad], [ys[k] for k in bad], [hover[k] for k in bad]
                 traces.append(_flag_trace(r0, *marks, (xr, yr), "flagged" not in shown))
                 shown.add("flagged")
-        ticks = sorted(int(b) for b in sub["batch_size"].unique())
-        axes[xk] = {
-            **_axis_style("batch size"),
-            "type": "log",
-            "tickvals": ticks,
-            "ticktext": [str(t) for t in ticks],
-            "anchor": yr,
-        }
-        axes[yk] = {**_axis_style(ylabel), "type": "log" if logy else "linear", "anchor": xr}
-        if logy:
-            tv, tt = log_ticks(yvals)
-            axes[yk].update(tickvals=tv, ticktext=tt)
+        axes.update(_panel_axes(sub, (xr, yr, xk, yk), ylabel, logy, yvals))
     return _spec(traces, axes, spec_panels)
+
+
+def _panel_axes(
+    sub: pd.DataFrame, ax: tuple[str, str, str, str], ylabel: str, logy: bool, yvals: list
+) -> dict:
+    """One panel's axes: batch size on a log x axis ticked at the measured sizes; y log-ticked if ``logy``."""
+    xr, yr, xk, yk = ax
+    ticks = sorted(int(b) for b in sub["batch_size"].unique())
+    x = {**_axis_style("batch size"), "type": "log", "tickvals": ticks, "ticktext": [str(t) for t in ticks]}
+    y = {**_axis_style(ylabel), "type": "log" if logy else "linear", "anchor": xr}
+    if logy:
+        tv, tt = log_ticks(yvals)
+        y.update(tickvals=tv, ticktext=tt)
+    return {xk: {**x, "anchor": yr}, yk: y}
 
 
 def _band_trace(r0: dict, bs: list[int], ys: list, up: list, xy: tuple[str, str], col: str, lab: str) -> dict:

@@ -80,32 +80,7 @@ def pareto(par: pd.DataFrame) -> dict[str, Any] | None:
                 }
             )
             shown.add(lab)
-        for (platform, mode), s in sub.groupby(["platform", "input_mode"], sort=True):
-            front = s[s["on_frontier"]].sort_values("latency_median_s")
-            name = f"Pareto frontier {mode}".strip()
-            if len(front):
-                traces.append(
-                    {
-                        "type": "scatter",
-                        "x": [_r(v * 1e3) for v in front["latency_median_s"]],
-                        "y": [_r(v) for v in front["throughput_ips"]],
-                        "xaxis": xr,
-                        "yaxis": yr,
-                        "mode": "lines",
-                        "line": {
-                            "shape": "hv",
-                            "color": "black",
-                            "width": 1,
-                            "dash": "dot" if is_open({"platform": platform}, order) else "solid",
-                        },
-                        "name": name,
-                        "legendgroup": name,
-                        "showlegend": name not in shown,
-                        "hoverinfo": "skip",
-                        "meta": {"platform": str(platform), "model": str(front["model"].iloc[0])},
-                    }
-                )
-                shown.add(name)
+        traces += _frontiers(sub, (xr, yr), order, shown)
         tv, tt = log_ticks((sub["latency_median_s"] * 1e3).tolist())
         axes[xk] = {
             **_axis_style("median latency per batch (ms)"),
@@ -116,3 +91,36 @@ def pareto(par: pd.DataFrame) -> dict[str, Any] | None:
         }
         axes[yk] = {**_axis_style(units.rate), "anchor": xr}
     return _spec(traces, axes, panels)
+
+
+def _frontiers(sub: pd.DataFrame, xy: tuple[str, str], order: list, shown: set[str]) -> list[dict[str, Any]]:
+    """One panel's Pareto frontiers, a step line per platform and input mode (dotted for an open marker)."""
+    xr, yr = xy
+    traces: list[dict[str, Any]] = []
+    for (platform, mode), s in sub.groupby(["platform", "input_mode"], sort=True):
+        front = s[s["on_frontier"]].sort_values("latency_median_s")
+        name = f"Pareto frontier {mode}".strip()
+        if len(front):
+            traces.append(
+                {
+                    "type": "scatter",
+                    "x": [_r(v * 1e3) for v in front["latency_median_s"]],
+                    "y": [_r(v) for v in front["throughput_ips"]],
+                    "xaxis": xr,
+                    "yaxis": yr,
+                    "mode": "lines",
+                    "line": {
+                        "shape": "hv",
+                        "color": "black",
+                        "width": 1,
+                        "dash": "dot" if is_open({"platform": platform}, order) else "solid",
+                    },
+                    "name": name,
+                    "legendgroup": name,
+                    "showlegend": name not in shown,
+                    "hoverinfo": "skip",
+                    "meta": {"platform": str(platform), "model": str(front["model"].iloc[0])},
+                }
+            )
+            shown.add(name)
+    return traces

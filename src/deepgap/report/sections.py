@@ -15,7 +15,7 @@ from deepgap.render import sections as render_sections
 from deepgap.render.sections import Section, TableSpec
 from deepgap.report import core
 from deepgap.roofline import report_section as roofline_section
-from deepgap.serving import report_section as serving_section
+from deepgap.serving.show import report_section as serving_section
 
 MODULES: tuple[ModuleType, ...] = (
     core,  # the measurements: tables and figures of the paper

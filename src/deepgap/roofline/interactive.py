@@ -136,7 +136,7 @@ def cluster_roofline_spec(
     cluster in every panel, and marker area still follows the share of the step's time. None when no
     panel has a cluster to place.
     """
-    from deepgap.roofline.figures import CLUSTER_COLORS, cluster_panels, not_plotted
+    from deepgap.roofline.figures import cluster_panels, not_plotted
 
     panels = [p for p in cluster_panels(kernels_df, peaks_df, None, profiles_df, source) if len(p.on)]
     if not panels:
@@ -153,38 +153,8 @@ def cluster_roofline_spec(
         xs = np.logspace(np.log10(min(ais) / 3), np.log10(max(ais) * 3), 60)
         traces += _ceiling_traces(p.ceilings, xs, xr, yr, shown)
         for r in p.on.to_dict("records"):
-            name = str(r["cluster"])
-            share = float(r["time_share"])
-            traces.append(
-                {
-                    "type": "scatter",
-                    "mode": "markers",
-                    "x": [rounded(r["intensity_flop_per_byte"])],
-                    "y": [rounded(r["achieved_tflops"])],
-                    "xaxis": xr,
-                    "yaxis": yr,
-                    "name": name,
-                    "legendgroup": name,
-                    "showlegend": name not in shown,
-                    "marker": {
-                        "color": CLUSTER_COLORS.get(name, "#000"),
-                        "size": round(float(np.sqrt(30 + 900 * share)), 1),  # the PNG's area, as a diameter
-                        "opacity": 0.75,
-                        "line": {"color": "#000", "width": 0.5},
-                    },
-                    "customdata": [
-                        [
-                            f"{name} — {p.title}",
-                            f"{100 * share:.1f}% of the step's time · {r['time_per_step_s'] * 1e3:.3g} ms per step"
-                            f" · {int(r['kernels'])} kernel(s)",
-                            f"{r['intensity_flop_per_byte']:.3g} FLOP/byte · {r['achieved_tflops']:.3g} TFLOP/s",
-                        ]
-                    ],
-                    "hovertemplate": "<b>%{customdata[0]}</b><br>%{customdata[1]}<br>%{customdata[2]}<extra></extra>",
-                    "meta": {"model": p.model, "precision": p.precision},
-                }
-            )
-            shown.add(name)
+            traces.append(_cluster_trace(r, p, (xr, yr), shown))
+            shown.add(str(r["cluster"]))
         tx = log_ticks([float(x) for x in xs])
         ty = log_ticks([float(v) for v in p.on["achieved_tflops"]] + [c.peak_tflops for c in p.ceilings])
         axes[xk] = {
@@ -206,3 +176,39 @@ def cluster_roofline_spec(
         )  # a second line: panels are narrow
         titles.append({"title": title, "x": xr, "y": yr})
     return spec(traces, axes, titles)
+
+
+def _cluster_trace(r: dict, p: Any, xy: tuple[str, str], shown: set[str]) -> dict[str, Any]:
+    """One kernel cluster's marker on panel ``p``: its area the share of the step's time, its numbers on hover."""
+    from deepgap.roofline.figures import CLUSTER_COLORS
+
+    xr, yr = xy
+    name = str(r["cluster"])
+    share = float(r["time_share"])
+    return {
+        "type": "scatter",
+        "mode": "markers",
+        "x": [rounded(r["intensity_flop_per_byte"])],
+        "y": [rounded(r["achieved_tflops"])],
+        "xaxis": xr,
+        "yaxis": yr,
+        "name": name,
+        "legendgroup": name,
+        "showlegend": name not in shown,
+        "marker": {
+            "color": CLUSTER_COLORS.get(name, "#000"),
+            "size": round(float(np.sqrt(30 + 900 * share)), 1),  # the PNG's area, as a diameter
+            "opacity": 0.75,
+            "line": {"color": "#000", "width": 0.5},
+        },
+        "customdata": [
+            [
+                f"{name} — {p.title}",
+                f"{100 * share:.1f}% of the step's time · {r['time_per_step_s'] * 1e3:.3g} ms per step"
+                f" · {int(r['kernels'])} kernel(s)",
+                f"{r['intensity_flop_per_byte']:.3g} FLOP/byte · {r['achieved_tflops']:.3g} TFLOP/s",
+            ]
+        ],
+        "hovertemplate": "<b>%{customdata[0]}</b><br>%{customdata[1]}<br>%{customdata[2]}<extra></extra>",
+        "meta": {"model": p.model, "precision": p.precision},
+    }

@@ -1,7 +1,7 @@
 """The report's roofline section: model- and cluster-level rooflines, the paper's comparison, its table.
 
 Drawn by `deepgap.roofline.figures` (matplotlib figures and DataFrames) and wrapped here into the
-report's `Figure` records and tables, the way `deepgap.serving.report_section` does for serving.
+report's `Figure` records and tables, the way `deepgap.serving.show.report_section` does for serving.
 The inference roofline needs only ordinary results (FLOPs per image are stored with each), so it
 appears for every GPU or CPU run; cluster rooflines and the training step need `deepgap profile`
 runs, measured ceilings need `deepgap peaks` (the spec sheet is used without them).

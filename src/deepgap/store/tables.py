@@ -115,7 +115,7 @@ _SERVED = (
     "resolution INTEGER",
 )
 
-# --- serving (deepgap.serving.storage) ------------------------------------------------------------
+# --- serving (deepgap.serving.records.storage) ------------------------------------------------------------
 SERVE_RUNS = _t(
     "serve_runs",
     [

@@ -186,7 +186,6 @@ def conv_gemm_kernel(
             row = ((nb * H + ih) * W + iw) * C
             a = tl.load(x_ptr + row[:, None] + (c0 + rk)[None, :], mask=ok[:, None], other=0.0)
             acc = _mma(a, tl.load(w_ptrs + k), acc, ACC_INT)
-
     alpha = tl.load(alpha_ptr + rn)
     beta = tl.load(beta_ptr + rn)
     y = acc.to(tl.float32) * alpha[None, :]

@@ -166,12 +166,7 @@ def prepare_quant(
     )
     if cache is not None:
         info["tune_cache"] = cache.summary()
-    if opts.per_layer_choice:
-        modes = choose_modes(timings, opts.margin)
-    else:
-        modes = {t.name: ("q" if t.q_s is not None else "fp16") for t in timings}
-        for t in timings:
-            t.mode = modes[t.name]
+    modes = _modes(timings, opts)
     backends, configs = dict(net.backend), dict(net.configs)
     net = build(graph, precision, amax, modes, resolution).to(device)
     for t in timings:
@@ -204,6 +199,16 @@ def prepare_quant(
     if opts.resident_input:
         res.make_input, info["input"] = _resident_input(net, run)
     return res
+
+
+def _modes(timings: list, opts: QuantOptions) -> dict[str, str]:
+    """Each layer's mode: chosen by its timings (``per_layer_choice``), else int8 wherever a kernel ran."""
+    if opts.per_layer_choice:
+        return choose_modes(timings, opts.margin)
+    modes = {t.name: ("q" if t.q_s is not None else "fp16") for t in timings}
+    for t in timings:
+        t.mode = modes[t.name]
+    return modes
 
 
 def _resident_input(net: QuantNet, run: Any):

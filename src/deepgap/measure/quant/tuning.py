@@ -163,12 +163,7 @@ def time_stem_and_head(
     y = torch.zeros(batch * h * w, c, device=device).to(layers.DTYPES[net.fmts[net.head.inp]])
     fc = net.head.weight
     k_stem = n.cin * n.kernel_size**2
-    pad = f"+pad{st.pad_channels}" if st.pad_channels else ""
-    stem_kind = (
-        f"{'fused' if st.kernel == 'fused' else 'int8-pixel'} triton {st.fused_cfg[0]}x{st.fused_cfg[1]}w"
-        if st.kernel in ("fused", "int8")
-        else f"cudnn{pad}+{net.stem_backend} max-pool"
-    )
+    stem_kind = _stem_kind(st, net.stem_backend)
     stem_mode = "q" if st.kernel == "int8" else "fp16"  # the int8 stem's roof is the 8-bit one
     rows = []
     for name, fn, known, macs, nbytes, gemm, kernel, mode in (
@@ -215,6 +210,16 @@ def time_stem_and_head(
         )
     _sync(device)
     return rows
+
+
+def _stem_kind(st: Any, backend: str) -> str:
+    """The stem row's kernel: the fused or int8-pixel Triton stem and its tile, or cuDNN and the max-pool's."""
+    pad = f"+pad{st.pad_channels}" if st.pad_channels else ""
+    if st.kernel in ("fused", "int8"):
+        return (
+            f"{'fused' if st.kernel == 'fused' else 'int8-pixel'} triton {st.fused_cfg[0]}x{st.fused_cfg[1]}w"
+        )
+    return f"cudnn{pad}+{backend} max-pool"
 
 
 def _stem_bytes(net: QuantNet, x: torch.Tensor, stem_out: int, resident: bool) -> int:

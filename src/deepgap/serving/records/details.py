@@ -1,0 +1,121 @@
+"""What a serving row carries beyond its columns, as typed records: the serving tables' ``extra_json``.
+
+The tables are ``serve_curves``, ``serve_runs`` and ``capacity`` (`deepgap.serving.records.storage`).
+
+Same pattern as `deepgap.core.result_details` (whose `JsonRecord` these build on): every key is a typed
+optional field in the order its producer writes it, `to_json` writes exactly the JSON object the store
+always held, and `from_json` keeps unknown keys (an older or newer deepgap) so that a round trip loses
+nothing. Key inventory (producer → readers; "record" = kept for the record only):
+
+* `CurveDetails` (``serve_curves``; serving.run.rows.curve_rows): ``includes`` (what a calibrated sample
+  spans), ``host_s``, ``interval_s``, ``engine_s`` (the worker's mean parts of one batch) → record.
+* `LevelDetails` (``serve_runs``; serving.run.rows.level_row, serving.run.scenarios, serving.run.loadgen_run):
+  ``threads`` (a tenant's CPU threads) → tests; ``loadgen_summary``, ``loadgen`` (LoadGen's summary
+  text and its parsed key/values) → record, the report's LoadGen table; ``loadgen_run`` (`LoadgenRun`:
+  settings, early stopping, the per-sample comparison with LoadGen's trace) → the report's LoadGen
+  table; ``n_dropped``, ``host_mean_s``, ``predicted_verdict`` →
+  record; ``correctness``, ``notes``, ``engine_info``, ``device_mem_used_bytes_at_setup``, ``accuracy``
+  (the worker's set-up, copied onto each level of a one-model run) → record, tests.
+* `CapacityDetails` (``capacity``; serving.run.scenarios): ``probes`` (`CapacityProbe`, every rate the
+  search tried), ``verified`` (a simulated policy that was also measured) → record, tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from deepgap.core.result_details import Accuracy, Correctness, EngineInfo, JsonRecord
+
+
+@dataclass
+class CurveDetails(JsonRecord):
+    """One calibrated batch size beyond its columns: what a sample spans and the worker's mean parts."""
+
+    ALWAYS: ClassVar[tuple[str, ...]] = ("includes",)
+
+    includes: str | None = None  # the steps one calibration sample times
+    host_s: float | None = None  # mean host-side seconds of a batch (pipelined engines)
+    interval_s: float | None = None  # mean seconds between batch completions at the serving depth
+    engine_s: float | None = None  # mean seconds inside the engine
+
+    @classmethod
+    def of(cls, x: CurveDetails | dict[str, Any] | None) -> CurveDetails:
+        """``x`` as details: a parsed JSON object is read, None (an empty column) is read as ``{}``."""
+        return x if isinstance(x, cls) else cls.from_json(x if isinstance(x, dict) else {})
+
+
+@dataclass
+class LoadgenRun(JsonRecord):
+    """One LoadGen run beyond its summary: what it was asked, early stopping, LoadGen against deepgap."""
+
+    sut: str | None = None  # "batched" (the served engine) | "null" (completes at once: the harness floor)
+    min_duration_s: float | None = None
+    min_queries: int | None = None
+    early_stopping: str | None = None  # LoadGen's early-stopping lines
+    complete_calls: int | None = None  # QuerySamplesComplete calls (one per batch)
+    issue_calls: int | None = None
+    agree: bool | None = None  # per-sample LoadGen − deepgap p99 within margin_s (None: not traced)
+    margin_s: float | None = None
+    diff_p50_s: float | None = None
+    diff_p99_s: float | None = None
+    issue_delay_p99_s: float | None = None  # LoadGen's scheduled → issue start
+    trace_note: str | None = None  # why there is no per-sample comparison
+
+
+@dataclass
+class LevelDetails(JsonRecord):
+    """One load level beyond its columns; the field order is the write order."""
+
+    NESTED: ClassVar[dict[str, type[JsonRecord]]] = {
+        "correctness": Correctness,
+        "engine_info": EngineInfo,
+        "accuracy": Accuracy,
+        "loadgen_run": LoadgenRun,
+    }
+
+    threads: int | None = None  # a tenant's CPU threads (only when set)
+    loadgen_summary: str | None = None  # MLCommons LoadGen's summary text (a ``loadgen`` level)
+    loadgen: dict[str, Any] | None = None  # its key/values, parsed
+    loadgen_run: LoadgenRun | None = None  # its settings, early stopping, per-sample comparison
+    n_dropped: int | None = None  # requests shed by the bounded queue (a measured level)
+    host_mean_s: float | None = None  # mean host-side seconds per request
+    predicted_verdict: str | None = None  # the simulator's SLO verdict for the same arrivals
+    correctness: Correctness | None = None  # the worker's set-up: agreement with the fp32 reference
+    notes: list[str] | None = None
+    engine_info: EngineInfo | None = None
+    device_mem_used_bytes_at_setup: int | None = None
+    accuracy: Accuracy | None = None  # accuracy mode only
+
+    @classmethod
+    def of(cls, x: LevelDetails | dict[str, Any] | None) -> LevelDetails:
+        """``x`` as details: a parsed JSON object is read, None (an empty column) is read as ``{}``."""
+        return x if isinstance(x, cls) else cls.from_json(x if isinstance(x, dict) else {})
+
+
+@dataclass
+class CapacityProbe(JsonRecord):
+    """One rate the capacity search tried and what came of it (every key written, nulls included)."""
+
+    ALWAYS: ClassVar[tuple[str, ...]] = ("rate_qps", "verdict", "n", "p99_s", "n_over_slo")
+
+    rate_qps: float | None = None
+    verdict: str | None = None
+    n: int | None = None
+    p99_s: float | None = None
+    n_over_slo: int | None = None
+
+
+@dataclass
+class CapacityDetails(JsonRecord):
+    """One capacity result beyond its columns: the search's probes and, for a simulated one, ``verified``."""
+
+    NESTED: ClassVar[dict[str, type[JsonRecord]]] = {"probes": CapacityProbe}
+
+    probes: list[CapacityProbe] | None = None
+    verified: bool | None = None  # simulated only: whether the same policy was also measured
+
+    @classmethod
+    def of(cls, x: CapacityDetails | dict[str, Any] | None) -> CapacityDetails:
+        """``x`` as details: a parsed JSON object is read, None (an empty column) is read as ``{}``."""
+        return x if isinstance(x, cls) else cls.from_json(x if isinstance(x, dict) else {})

@@ -1,0 +1,234 @@
+"""What every serve driver records: the run's spec, the build request, the service model, the rows.
+
+The drivers (one model in `scenarios`, several in `tenants`, LoadGen in `loadgen_run`) each store the
+run's sweep spec, send the worker its build request, turn its calibration into the simulator's service
+model, and write ``serve_curves`` and ``serve_runs`` rows.
+Its own module so that the drivers share it without importing each other.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from deepgap.drive.config import SweepSpec
+from deepgap.measure.accuracy.dataset import serve_options
+from deepgap.serving.records.details import CurveDetails, LevelDetails
+from deepgap.serving.records.storage import LevelRow
+from deepgap.serving.run.process import SetupReply, SetupRequest
+from deepgap.serving.run.spec import ServeSpec
+from deepgap.serving.sim.batcher import BatchPolicy
+from deepgap.serving.sim.log import LevelSummary, RequestLog
+from deepgap.serving.sim.simulator import ServiceModel
+
+Say = Callable[[str], None]
+
+
+@dataclass
+class ServeOutcome:
+    """What a serve run returns: its id, overall status and the headline numbers."""
+
+    run_id: str | None
+    store_path: str
+    status: str = "ok"
+    reason: str = ""
+    summary: dict[str, Any] = field(default_factory=dict)
+    lines: list[str] = field(default_factory=list)
+
+
+def stderr_say(msg: str) -> None:
+    """Progress line on stderr."""
+    print(msg, file=sys.stderr, flush=True)
+
+
+def run_spec(spec: ServeSpec, device: str, models: list[str]) -> SweepSpec:
+    """The run's stored spec: a sweep spec of the served configuration, serving settings in options."""
+    sweep = serve_sweep(spec, device, models)
+    return sweep.replace(options={"serve": spec.settings(), **serve_options(spec), **sweep.options})
+
+
+def serve_sweep(spec: ServeSpec, device: str, models: list[str]) -> SweepSpec:
+    """The served configuration as a sweep spec, with the run-level prelude's telemetry settings.
+
+    Why a sweep spec: the idle baseline and thermal warm-up are the ones ``deepgap run`` measures
+    (`deepgap.drive.session.RunSession.prelude`), which read their settings from one.
+    """
+    from deepgap.measure.models import resolve_model
+
+    res = spec.resolution or resolve_model(models[0]).default_resolution
+    backend = {} if spec.telemetry_backend == "auto" else {"telemetry_backend": spec.telemetry_backend}
+    return SweepSpec(
+        models=tuple(models),
+        engines=(spec.engine,),
+        precisions=(spec.precision,),
+        batch_sizes=spec.buckets(device),
+        memory_formats=(spec.memory_format,),
+        device=device,
+        resolution=res,
+        seed=spec.seed,
+        include_transfer=True,
+        weights=spec.weights,
+        telemetry=spec.telemetry,
+        idle_s=spec.idle_s,
+        thermal_warmup=spec.thermal_warmup,
+        thermal_window_s=spec.thermal_window_s,
+        thermal_slope_c_per_min=spec.thermal_slope_c_per_min,
+        thermal_timeout_s=spec.thermal_timeout_s,
+        sample_hz=spec.sample_hz,
+        options=backend,
+    )
+
+
+def setup_request(spec: ServeSpec, model: str, device: str) -> SetupRequest:
+    """The worker's build and calibration request for ``model``."""
+    from deepgap.measure.models import resolve_model
+
+    cuda = device.startswith("cuda")
+    return SetupRequest(
+        model=model,
+        engine=spec.engine,
+        precision=spec.precision,
+        memory_format=spec.memory_format,
+        resolution=spec.resolution or resolve_model(model).default_resolution,
+        device=device,
+        buckets=spec.buckets(device),
+        threads=spec.threads,
+        weights=spec.weights,
+        seed=spec.seed,
+        curve_iterations=spec.curve_iterations or (100 if cuda else 30),
+        curve_warmup=10 if cuda else 3,
+        options=serve_options(spec),
+    )
+
+
+def service_of(reply: SetupReply, label: str) -> ServiceModel:
+    """The simulator's service model from a worker's calibration (padding to the prepared sizes)."""
+    bs = sorted(reply.curve_samples_s)
+    parts = reply.curve_parts_s
+    depth = int(reply.engine_info.get("serving_depth", 1))
+    intervals = (
+        tuple(float(parts[b]["interval_s"]) for b in bs)  # serial (depth 1): the latency is all
+        if depth > 1 and all("interval_s" in parts.get(b, {}) for b in bs)
+        else None
+    )
+    return ServiceModel(
+        tuple(bs),
+        tuple(float(np.median(reply.curve_samples_s[b])) for b in bs),
+        {b: np.asarray(reply.curve_samples_s[b]) for b in bs},
+        padding="bucket",
+        source=label,
+        interval_s=intervals,
+        depth=depth,
+    )
+
+
+def config_columns(req: SetupRequest) -> dict[str, Any]:
+    """The served configuration's columns of a serving row (curves, runs), in their stored order."""
+    fields = ("model", "engine", "precision", "device", "memory_format", "resolution")
+    return {f: getattr(req, f) for f in fields}
+
+
+def curve_rows(reply: SetupReply, req: SetupRequest, tenant: str = "") -> list[dict[str, Any]]:
+    """``serve_curves`` rows of one calibration."""
+    return [
+        {
+            "tenant": tenant,
+            **config_columns(req),
+            "batch_size": b,
+            "samples_s": reply.curve_samples_s[b],
+            **{
+                k: v
+                for k, v in reply.curve_parts_s.get(b, {}).items()
+                if k in ("h2d_s", "compute_s", "d2h_s")
+            },
+            "details": CurveDetails(
+                includes="issue, h2d (uint8), normalise + compute, d2h, sync",
+                **{
+                    k: v
+                    for k, v in reply.curve_parts_s.get(b, {}).items()
+                    if k in ("host_s", "interval_s", "engine_s")
+                },
+            ),
+        }
+        for b in sorted(reply.curve_samples_s)
+    ]
+
+
+def level_row(
+    req: SetupRequest,
+    scenario: str,
+    purpose: str,
+    policy: BatchPolicy | None,
+    target_qps: float | None,
+    arrival: str,
+    seed: int,
+    summary: LevelSummary | None,
+    predicted: LevelSummary | None = None,
+    log: RequestLog | None = None,
+    tenant: str = "",
+    phase: str = "",
+    status: str = "ok",
+    reason: str = "",
+    details: LevelDetails | None = None,
+) -> LevelRow:
+    """One ``serve_runs`` row (and its requests); ``details`` holds the caller's extra facts (LoadGen's)."""
+    v: dict[str, Any] = {
+        "tenant": tenant,
+        "scenario": scenario,
+        "purpose": purpose,
+        "phase": phase,
+        **config_columns(req),
+        "max_batch": policy.max_batch if policy else None,
+        "max_delay_s": policy.max_delay_s if policy else None,
+        "target_qps": target_qps,
+        "arrival": arrival,
+        "seed": seed,
+        "status": status,
+        "reason": reason,
+    }
+    d = details or LevelDetails()
+    d.threads = req.threads or None
+    if summary is not None:
+        v.update(
+            {
+                k: getattr(summary, k)
+                for k in (
+                    "n",
+                    "n_planned",
+                    "duration_s",
+                    "achieved_qps",
+                    "latency_mean_s",
+                    "latency_p50_s",
+                    "latency_p90_s",
+                    "latency_p95_s",
+                    "latency_p99_s",
+                    "latency_max_s",
+                    "queue_mean_s",
+                    "queue_p99_s",
+                    "h2d_mean_s",
+                    "compute_mean_s",
+                    "d2h_mean_s",
+                    "other_mean_s",
+                    "mean_batch",
+                    "slo_s",
+                    "n_over_slo",
+                    "verdict",
+                    "stopped",
+                )
+            }
+        )
+    if summary is not None:
+        d.n_dropped, d.host_mean_s = summary.n_dropped, summary.host_mean_s
+    if predicted is not None:
+        v.update(
+            predicted_qps=predicted.achieved_qps,
+            predicted_mean_s=predicted.latency_mean_s,
+            predicted_p90_s=predicted.latency_p90_s,
+            predicted_p99_s=predicted.latency_p99_s,
+        )
+        d.predicted_verdict = predicted.verdict
+    return LevelRow(v, log, d)

@@ -1,0 +1,57 @@
+"""What a scenario's driver reads and writes: the spec, the worker, the calibrated service, the record.
+
+Why its own module: the single-stream and offline drivers (`deepgap.serving.run.scenarios`) and the server
+driver with its capacity search (`deepgap.serving.run.server_scenario`) share it, and LoadGen's run reads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from deepgap.serving.records.storage import ServeRecord
+from deepgap.serving.run.process import ServingWorker, SetupRequest
+from deepgap.serving.run.rows import (
+    Say,
+    ServeOutcome,
+)
+from deepgap.serving.run.spec import ServeSpec
+from deepgap.serving.sim.log import LevelSummary
+from deepgap.serving.sim.simulator import ServiceModel
+
+
+def level_timeout(n: int, rate: float | None) -> float:
+    """Seconds a level of ``n`` queries at ``rate`` may take in the worker before it counts as hung."""
+    return 120.0 + (4.0 * n / rate if rate else 600.0)
+
+
+@dataclass
+class ScenarioContext:
+    """One scenario's run: its spec and request, the worker, the calibrated service model, the record."""
+
+    spec: ServeSpec
+    req: SetupRequest
+    worker: ServingWorker
+    service: ServiceModel
+    rec: ServeRecord
+    out: ServeOutcome
+    say: Say
+    trace: np.ndarray | None
+    parts: dict[int, dict[str, float]] = field(default_factory=dict)  # calibration parts per batch size
+
+
+def engine_ips(c: ScenarioContext) -> tuple[float, int] | None:
+    """(img/s, batch) of the engine alone at its best calibrated batch: the sweep's offline number."""
+    rates = [(b / p["engine_s"], b) for b, p in c.parts.items() if p.get("engine_s")]
+    return max(rates) if rates else None
+
+
+def host_line(log_summary: LevelSummary) -> str:
+    """Where a batch's time goes: host issue time beside the device's copy-in, compute and copy-out."""
+    s = log_summary
+    return (
+        f"per batch: host {s.host_mean_s * 1e3:.3f} ms, h2d {s.h2d_mean_s * 1e3:.3f} ms, compute "
+        f"{s.compute_mean_s * 1e3:.3f} ms, d2h {s.d2h_mean_s * 1e3:.3f} ms "
+        f"(mean batch {s.mean_batch:.1f})"
+    )

@@ -1,0 +1,113 @@
+"""Serving tables in the terminal, printed by ``deepgap show`` below the results table."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from deepgap.serving.show import tables
+
+Column = tuple[str, Callable[[dict[str, Any]], str]]  # header, the cell of one row
+
+
+def _ms(v: Any) -> str:
+    return "" if v is None or v != v else f"{float(v) * 1e3:.3f}"
+
+
+def _num(v: Any, fmt: str = ",.1f") -> str:
+    return "" if v is None or v != v else format(float(v), fmt)
+
+
+def print_serving(store, console, run_ids: list[str] | None) -> None:
+    """Levels, capacities and interference of the selected runs (nothing when there are none)."""
+    if not tables.any_serving(store):
+        return
+    for frame, title, columns in (
+        (
+            tables.levels(store, run_ids),
+            "serving: {n} load levels (sim = the simulator on the same arrivals)",
+            LEVELS,
+        ),
+        (tables.capacity(store, run_ids), "serving capacity (measured beside simulated)", CAPACITY),
+        (
+            tables.interference(store, run_ids),
+            "tenants: interference (same arrivals in every phase)",
+            INTERFERENCE,
+        ),
+    ):
+        if len(frame):
+            console.print(_table(frame, title.format(n=len(frame)), columns))
+
+
+def _table(frame: Any, title: str, columns: list[Column]) -> Any:
+    from rich.table import Table
+
+    t = Table(*(header for header, _ in columns), title=title)
+    for r in frame.to_dict("records"):
+        t.add_row(*(cell(r) for _, cell in columns))
+    return t
+
+
+def _ok(r: dict[str, Any]) -> bool:
+    return r["status"] == "ok"
+
+
+def _who(r: dict[str, Any]) -> str:
+    who = r["tenant"] or ""
+    return (
+        f"{who} [{'alone' if r['phase'] == r['tenant'] else r['phase']}]" if r["purpose"] == "tenant" else who
+    )
+
+
+def _kind(r: dict[str, Any]) -> str:
+    return r["scenario"] if r["purpose"] in (r["scenario"], "fixed") else f"{r['scenario']}/{r['purpose']}"
+
+
+def _slo(r: dict[str, Any]) -> str:
+    if not _ok(r):
+        return (r["reason"] or "")[:60]
+    return "" if r["verdict"] in (None, "none") else r["verdict"]
+
+
+LEVELS: list[Column] = [
+    ("run", lambda r: r["run_id"][-6:]),
+    ("tenant", _who),
+    ("kind", _kind),
+    ("batch/delay", lambda r: r["policy"]),
+    ("offered q/s", lambda r: _num(r["target_qps"])),
+    ("served q/s", lambda r: _num(r["achieved_qps"]) if _ok(r) else r["status"]),
+    ("n", lambda r: _num(r["n"], ".0f")),
+    ("p90 ms", lambda r: _ms(r["latency_p90_s"])),
+    ("p99 ms", lambda r: _ms(r["latency_p99_s"])),
+    ("sim p99 ms", lambda r: _ms(r["predicted_p99_s"])),
+    ("batch", lambda r: _num(r["mean_batch"], ".2f")),
+    ("queue ms", lambda r: _ms(r["queue_mean_s"])),
+    ("copies ms", lambda r: _ms((r["h2d_mean_s"] or 0) + (r["d2h_mean_s"] or 0) if _ok(r) else None)),
+    ("compute ms", lambda r: _ms(r["compute_mean_s"])),
+    ("SLO", _slo),
+]
+CAPACITY: list[Column] = [
+    ("run", lambda r: r["run_id"][-6:]),
+    ("platform", lambda r: r["platform"]),
+    ("model", lambda r: r["model"]),
+    ("engine", lambda r: r["engine"]),
+    ("prec", lambda r: r["precision"]),
+    ("SLO p99 ms", lambda r: _ms(r["slo_s"])),
+    ("batch/delay", lambda r: r["policy"]),
+    ("source", lambda r: r["source"]),
+    ("capacity q/s", lambda r: _num(r["capacity_qps"])),
+    ("simulated q/s", lambda r: _num(r["predicted_qps"])),
+    ("measured/sim", lambda r: _num(r["measured_over_predicted"], ".3f")),
+    ("runs", lambda r: str(int(r["n_probes"] or 0))),
+    ("note", lambda r: r["note"] or ""),
+]
+INTERFERENCE: list[Column] = [
+    ("run", lambda r: r["run_id"][-6:]),
+    ("tenant", lambda r: r["tenant"]),
+    ("phase", lambda r: r["phase"]),
+    ("offered q/s", lambda r: _num(r["offered_qps"])),
+    ("served q/s", lambda r: _num(r["achieved_qps"])),
+    ("p99 ms", lambda r: _ms(r["latency_p99_s"])),
+    ("p99 × alone", lambda r: _num(r["p99_over_alone"], ".2f")),
+    ("served × alone", lambda r: _num(r["qps_over_alone"], ".3f")),
+]

@@ -1,0 +1,108 @@
+"""Serving results as tables (pandas), shared by ``deepgap show`` and the HTML report.
+
+Only reading and arranging: every number comes from the store's serving tables.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from deepgap.serving.records.storage import capacity_frame, has_tables, levels_frame
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from deepgap.store import Store
+
+
+def policy_label(max_batch, max_delay_s) -> str:
+    """``16 / 2ms`` (or '' for closed-loop runs without a policy)."""
+    if max_batch is None or max_batch != max_batch:
+        return ""
+    return f"{int(max_batch)} / {float(max_delay_s) * 1e3:g}ms"
+
+
+def levels(store: Store, run_ids: list[str] | None = None) -> pd.DataFrame:
+    """One row per measured level with the simulator's prediction and the measured/predicted ratios."""
+    df = levels_frame(store, run_ids)
+    if df.empty:
+        return df
+    import pandas as pd
+
+    df["mean_batch"] = pd.to_numeric(
+        df["mean_batch"], errors="coerce"
+    )  # TEXT in stores written before 2026-11-23
+    df["platform"] = [n or d for n, d in zip(df["device_name"], df["device"], strict=True)]
+    df["policy"] = [policy_label(b, d) for b, d in zip(df["max_batch"], df["max_delay_s"], strict=True)]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        df["p99_measured_over_predicted"] = df["latency_p99_s"] / df["predicted_p99_s"]
+        df["qps_measured_over_predicted"] = df["achieved_qps"] / df["predicted_qps"]
+    return df
+
+
+def capacity(store: Store, run_ids: list[str] | None = None, top_simulated: int = 3) -> pd.DataFrame:
+    """Measured capacities beside the simulator's for the same policy, then the best simulated policies."""
+    import pandas as pd
+
+    cf = capacity_frame(store, run_ids)
+    if cf.empty:
+        return cf
+    cf["platform"] = [n or d for n, d in zip(cf["device_name"], cf["device"], strict=True)]
+    cf["policy"] = [policy_label(b, d) for b, d in zip(cf["max_batch"], cf["max_delay_s"], strict=True)]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cf["measured_over_predicted"] = np.where(
+            cf["source"] == "measured", cf["capacity_qps"] / cf["predicted_qps"], np.nan
+        )
+    measured = cf[cf["source"] == "measured"]
+    sim = cf[cf["source"] != "measured"].sort_values("capacity_qps", ascending=False)
+    sim = sim.groupby(["run_id", "tenant"], sort=False).head(top_simulated)
+    return pd.concat([measured, sim], ignore_index=True)
+
+
+def interference(store: Store, run_ids: list[str] | None = None) -> pd.DataFrame:
+    """Tenant × phase: p99, served rate, and p99 relative to the tenant alone (one row per tenant and phase)."""
+    import pandas as pd
+
+    df = levels(store, run_ids)
+    if df.empty:
+        return df
+    t = df[(df["purpose"] == "tenant") & (df["status"] == "ok")]
+    if t.empty:
+        return pd.DataFrame()
+    rows = []
+    for (run_id, tenant), g in t.groupby(["run_id", "tenant"], sort=False):
+        alone = g[g["phase"] == tenant]
+        a_p99 = float(alone["latency_p99_s"].iloc[0]) if len(alone) else np.nan
+        a_qps = float(alone["achieved_qps"].iloc[0]) if len(alone) else np.nan
+        for r in g.to_dict("records"):
+            rows.append(
+                {
+                    "run_id": run_id,
+                    "platform": r["platform"],
+                    "tenant": tenant,
+                    "phase": "alone" if r["phase"] == tenant else r["phase"],
+                    "offered_qps": r["target_qps"],
+                    "achieved_qps": r["achieved_qps"],
+                    "latency_p99_s": r["latency_p99_s"],
+                    "p99_over_alone": r["latency_p99_s"] / a_p99 if a_p99 == a_p99 else np.nan,
+                    "qps_over_alone": r["achieved_qps"] / a_qps if a_qps == a_qps else np.nan,
+                    "predicted_p99_alone_s": r["predicted_p99_s"],
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def interference_matrix(df: pd.DataFrame, value: str = "p99_over_alone") -> pd.DataFrame:
+    """Pivot of `interference`: tenants as rows, phases as columns."""
+    if df.empty:
+        return df
+    order = list(dict.fromkeys(df["phase"]))
+    m = df.pivot_table(index="tenant", columns="phase", values=value, aggfunc="first", sort=False)
+    return m[[c for c in order if c in m.columns]]
+
+
+def any_serving(store: Store) -> bool:
+    """Whether the store has serving data at all."""
+    return has_tables(store)
