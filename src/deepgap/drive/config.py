@@ -60,6 +60,11 @@ class SweepSpec:
     device: str = "auto"
     resolution: int | None = None  # None = each model's default
     seq_lens: tuple[int, ...] = ()  # text models' sequence lengths to sweep; empty = each one's default (128)
+    # "forward" (a timed forward pass, every model) or "decode" (a decoder's greedy generation: TTFT, TPOT,
+    # tokens/s; `deepgap.measure.llm_workload`), over input × output lengths (empty: 128 each)
+    workload: str = "forward"
+    input_lens: tuple[int, ...] = ()
+    output_lens: tuple[int, ...] = ()
     # how the timed input is given (`deepgap.core.records.INPUT_MODES`): "default" (a float batch on the
     # device) and/or "int8-resident" (int8 images already in GPU memory, MLPerf-like), each its own rows
     inputs: tuple[str, ...] = ("default",)
@@ -188,6 +193,7 @@ def validate(spec: SweepSpec) -> SweepSpec:
         raise UsageError("no memory formats given", "pass --memory-formats nchw")
     _validate_inputs(spec)
     _validate_engine_axes(spec)
+    _validate_workload(spec)
     if not _DEVICE_RE.match(spec.device):
         raise UsageError(f"unknown device {spec.device!r}", "use auto, cpu, cuda or cuda:N")
     if spec.threads and spec.device.startswith("cuda"):
@@ -255,6 +261,46 @@ def _validate_inputs(spec: SweepSpec) -> None:
             f"--include-transfer times a host→device copy, but the {resident[0]} input is already on the device",
             "drop --include-transfer, or measure it in a run with --inputs default",
         )
+
+
+def _validate_workload(spec: SweepSpec) -> None:
+    """A known workload; decode's axes only with decode, and decode only where it can run (`llm_workload`)."""
+    from deepgap.measure.llm_workload import WORKLOADS, check_decode
+
+    if spec.workload not in WORKLOADS:
+        raise UsageError(f"unknown workload {spec.workload!r}", f"choose from {', '.join(WORKLOADS)}")
+    if spec.workload != "decode":
+        if spec.input_lens or spec.output_lens:
+            raise UsageError(
+                "--input-lens and --output-lens are decode axes", "add --workload decode, or drop them"
+            )
+        return
+    clash = [
+        f
+        for f, on in (
+            ("--seq-lens", bool(spec.seq_lens)),
+            ("--inputs", tuple(spec.inputs) != ("default",)),
+            ("--include-transfer", spec.include_transfer),
+            ("the host-CPU part (cpu_baseline)", spec.cpu_baseline),
+            ("--dataset", bool(spec.dataset)),
+            ("--weights", bool(spec.weights)),
+        )
+        if on
+    ]
+    if clash:
+        raise UsageError(
+            f"{clash[0]} does not apply to --workload decode",
+            "drop it (decode's lengths are --input-lens and --output-lens)",
+        )
+    batches = {b for ax in spec.engine_axes.values() for b in ax.get("batch_sizes", ())}
+    check_decode(
+        spec.models,
+        spec.engines,
+        spec.precisions,
+        tuple(sorted(batches | set(spec.batch_sizes))),
+        spec.input_lens,
+        spec.output_lens,
+    )
 
 
 def _validate_engine_axes(spec: SweepSpec) -> None:
