@@ -124,4 +124,20 @@ def decode_table(df: pd.DataFrame) -> pd.DataFrame:
     for row in df.to_dict("records"):
         base = {k: row.get(k) for k in CONFIG_COLUMNS}
         recs.append({**base, **figures(row), "config_key": row.get("config_key")})
-    return pd.DataFrame.from_records(recs)
+    tab = pd.DataFrame.from_records(recs)
+    for c in COUNTS:  # counts stay integers beside a skipped row's blanks (not 3.0)
+        tab[c] = pd.to_numeric(tab[c], errors="coerce").round().astype("Int64")
+    return tab
+
+
+COUNTS = (
+    "batch_size",
+    "input_len",
+    "output_len",
+    "ttft_n",
+    "tpot_n",
+    "kv_cache_bytes",
+    "weight_bytes",
+    "tokens_checked",
+    "first_mismatch",
+)

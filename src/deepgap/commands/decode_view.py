@@ -14,6 +14,10 @@ def _f(v: Any, fmt: str) -> str:
     return "" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, fmt)
 
 
+def _n(v: Any) -> str:
+    return "" if v is None or v != v else str(int(v))
+
+
 def _mib(v: Any) -> str:
     return "" if v is None or v != v else f"{v / 2**20:,.1f}"
 
@@ -56,7 +60,7 @@ def print_decode(store, console, ids: list[str] | None) -> int:
             str(r["batch_size"]),
             f"{r['input_len']}/{r['output_len']}",
             str(r["status"]),
-            f"{_f(r['ttft_median_ms'], '.3f')} (n={r['ttft_n']})" if ok else str(r["reason"])[:60],
+            f"{_f(r['ttft_median_ms'], '.3f')} (n={_n(r['ttft_n'])})" if ok else str(r["reason"])[:60],
             f"{_f(r['tpot_median_ms'], '.3f')} ({_f(r['tpot_median_ci_low_ms'], '.3f')}–"
             f"{_f(r['tpot_median_ci_high_ms'], '.3f')})"
             if ok
@@ -69,7 +73,7 @@ def print_decode(store, console, ids: list[str] | None) -> int:
             f"{_f(r['bound_tokens_per_s'], ',.0f')} ({_f(r['fraction_of_bound'], '.0%')})"
             if ok and r["bound_source"]
             else "",
-            f"{_f(r['token_agreement_vs_fp32'], '.0%')} of {r['tokens_checked']} · "
+            f"{_f(r['token_agreement_vs_fp32'], '.0%')} of {_n(r['tokens_checked'])} · "
             f"{_f(r['logits_rel_l2_vs_fp32'], '.2e')}{' WRONG' if r['logits_flagged'] else ''}"
             if ok
             else "",

@@ -192,8 +192,8 @@ def validate(spec: SweepSpec) -> SweepSpec:
     if not spec.memory_formats:
         raise UsageError("no memory formats given", "pass --memory-formats nchw")
     _validate_inputs(spec)
+    _validate_workload(spec)  # before the engine pairs: decode names its own engines and precisions
     _validate_engine_axes(spec)
-    _validate_workload(spec)
     if not _DEVICE_RE.match(spec.device):
         raise UsageError(f"unknown device {spec.device!r}", "use auto, cpu, cuda or cuda:N")
     if spec.threads and spec.device.startswith("cuda"):

@@ -139,8 +139,10 @@ def default_spec(has_gpu: bool, cpu_count: int) -> SweepSpec:
 
 
 def decode_defaults(base: SweepSpec, has_gpu: bool) -> SweepSpec:
-    """The device's default grid made a decode sweep: eager, bf16 on a GPU (fp32 on a CPU), batches 1 and 8,
-    the torch's default threads; the models stay the user's to name (a decoder, `llm_workload`)."""
+    """The device's default grid made a decode sweep: eager, bf16 on a GPU (fp32 on a CPU), batches 1, 8.
+
+    Torch's default threads; the models stay the user's to name (a decoder, `llm_workload`).
+    """
     return base.replace(
         engines=("eager",),
         precisions=("bf16",) if has_gpu else ("fp32",),

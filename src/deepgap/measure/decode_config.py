@@ -101,8 +101,6 @@ def measure_decode_config(state: WorkerState, req: MeasureRequest) -> Result:
         result.details.decode.joules_per_token = t.joules_per_image if t is not None else None
         result.details.decode.energy_window_s = t.energy_window_s if t is not None else None
     _memory(result, spec.device, cuda)
-    del model, step
-    gc.collect()
     return guards.rate_checked(result, state.caps.name)
 
 

@@ -66,8 +66,11 @@ def check_decode(
     input_lens: tuple[int, ...],
     output_lens: tuple[int, ...],
 ) -> None:
-    """One `UsageError` line for a decode sweep that cannot run: a model that is no decoder, an engine or
-    precision without a decode path, a length past a model's context, a batch or KV cache out of range."""
+    """One `UsageError` line for a decode sweep that cannot run (no decoder, no decode path, out of range).
+
+    A model that is no decoder, an engine or precision without a decode path, a length past a model's
+    context, fewer than 2 output tokens, a batch or KV cache out of range.
+    """
     for m in models:
         if decoder_shape(m) is None:
             raise UsageError(
