@@ -79,7 +79,7 @@ def print_decode(store, console, ids: list[str] | None) -> int:
             else "",
         )
     console.print(t)
-    sources = sorted({s for s in tab["bound_source"] if s})
+    sources = sorted({s for s in tab["bound_source"] if isinstance(s, str) and s})
     console.print(
         "decode tokens/s = batch / median TPOT; output tokens/s counts the prefill's time too; J/token is the "
         "pipelined decode windows' energy per decode token; bound = memory-bound decode tokens/s (bytes per "
