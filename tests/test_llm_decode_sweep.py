@@ -210,6 +210,42 @@ def test_view_bound_from_the_datasheet_bandwidth():
     assert math.isnan(cpu["bound_tokens_per_s"]) and cpu["bound_source"] == ""
 
 
+def test_energy_per_token_and_the_linear_swap_hook(monkeypatch):
+    """J/token is the pipelined decode windows' energy over their tokens; `LINEAR_SWAPS` replaces the cast."""
+    import torch
+
+    from deepgap.drive.inprocess import InProcessWorker
+    from deepgap.measure import decode_config
+    from deepgap.measure.protocol import MeasureRequest
+    from deepgap.measure.telemetry.settings import TelemetrySettings
+    from deepgap.measure.timing import TimingProtocol
+
+    swapped = []
+
+    def swap(model):  # what measure/quant's fp8/int8 Linear path plugs in; here a plain cast, recorded
+        swapped.append(type(model).__name__)
+        return model.to(torch.bfloat16)
+
+    monkeypatch.setitem(decode_config.LINEAR_SWAPS, "fp16", swap)
+    threads = torch.get_num_threads()
+    w = InProcessWorker("cpu")
+    w.start()
+    try:
+        tel = TelemetrySettings(backend="fake:steady", sample_hz=50, align_timeout_s=0.01)
+        c = ConfigSpec(
+            "llama-tiny", "eager", "fp16", 2, "cpu", threads=1, resolution=8, input_len=8, output_len=6
+        )
+        r = w.call("measure", MeasureRequest(spec=c, protocol=TimingProtocol(0, 1, 2), telemetry=tel), 120)
+    finally:
+        w.stop()
+        torch.set_num_threads(threads)
+    assert r.status.value == "ok", r.reason
+    t, d = r.details.telemetry, r.details.decode
+    assert t.get("images") == 2 * 5 * 2  # generations × decode steps × batch: the windows' tokens
+    assert d.joules_per_token == t.joules_per_image == pytest.approx(t.energy_j / 20)
+    assert swapped == ["Llama"] and d.weight_bytes == 106_816 * 2  # bf16 from the swap, not fp16's cast
+
+
 GPU = pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")
 
 
