@@ -192,8 +192,9 @@ def validate(spec: SweepSpec) -> SweepSpec:
     if not spec.memory_formats:
         raise UsageError("no memory formats given", "pass --memory-formats nchw")
     _validate_inputs(spec)
-    _validate_workload(spec)  # before the engine pairs: decode names its own engines and precisions
     _validate_engine_axes(spec)
+    _validate_workload(spec)  # before the engine pairs: decode names its own engines and precisions
+    check_pairs(spec)
     if not _DEVICE_RE.match(spec.device):
         raise UsageError(f"unknown device {spec.device!r}", "use auto, cpu, cuda or cuda:N")
     if spec.threads and spec.device.startswith("cuda"):
@@ -333,7 +334,6 @@ def _validate_engine_axes(spec: SweepSpec) -> None:
                     f"engine_axes.{engine}.{axis} = {list(values)!r} is not valid",
                     f"choose from {', '.join(known)}",
                 )
-    check_pairs(spec)
 
 
 def parse_percent(text: str) -> float | None:
