@@ -233,6 +233,10 @@ def _as_json(r) -> dict:
     from deepgap.core.stats import P99_MIN_N
 
     d = {"config": dataclasses.asdict(r.spec), "status": r.status.value, "reason": r.reason}
+    if r.spec.is_decode:  # a decode row's figures under their own names (TTFT, TPOT, tokens/s, J/token)
+        if r.details.decode is not None:
+            d["decode"] = r.details.decode.to_json()
+        return d
     if r.latency:
         d.update(
             median_s=r.latency.median_s,
