@@ -105,14 +105,15 @@ def test_decode_axes_without_decode_are_refused(tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    """One CLI decode run of llama-tiny in this process: fp32 and bf16 eager, cudagraph (skipped on a CPU)."""
+    """One CLI decode run of llama-tiny in this process: fp32 and bf16 eager, cudagraph (skipped on a CPU),
+    two sweeps (the interval across processes)."""
     from conftest import inprocess_worker
 
     path = str(tmp_path_factory.mktemp("decode") / "s.sqlite")
     argv = [
         *("run", "--workload", "decode", "--models", "llama-tiny", "--device", "cpu", "--threads", "1"),
         *("--engines", "eager,cudagraph", "--precisions", "fp32,bf16", "--batch-sizes", "2"),
-        *("--input-lens", "8", "--output-lens", "6", "--repeats", "2", "--warmup", "0"),
+        *("--input-lens", "8", "--output-lens", "6", "--repeats", "2", "--warmup", "0", "--sweeps", "2"),
         *("--store", path, "--no-telemetry", "--idle-time", "0", "--quiet"),
     ]
     with pytest.MonkeyPatch.context() as mp, inprocess_worker(mp):
@@ -135,11 +136,11 @@ def test_worker_stores_the_figures(store):
 
     forward, dec, _ = _frames(store)
     assert forward.empty  # no forward view ever pools a decode row's TPOT with a forward latency
-    assert sorted(zip(dec["engine"], dec["precision"], dec["status"], strict=True)) == [
-        ("cudagraph", "bf16", "skipped"),
-        ("cudagraph", "fp32", "skipped"),
-        ("eager", "bf16", "ok"),
-        ("eager", "fp32", "ok"),
+    assert sorted(zip(dec["engine"], dec["precision"], dec["status"], dec["sweep"], strict=True)) == [
+        (e, p, "skipped" if e == "cudagraph" else "ok", sweep)
+        for e in ("cudagraph", "eager")
+        for p in ("bf16", "fp32")
+        for sweep in (0, 1)
     ]
     assert set(dec["reason"][dec["status"] == "skipped"]) == {"cudagraph decode needs a CUDA device"}
     ok = dec[dec["status"] == "ok"]
@@ -173,6 +174,8 @@ def test_show_and_export_name_their_units(store, tmp_path, capsys):
     for text in ("TTFT ms", "TPOT ms/token", "decode tokens/s", "output tokens/s", "J/token", "max of n=10"):
         assert text in out, text
     assert "img/s" not in out and "no energy" in out
+    # two sweeps: the interval across processes, and the pooled tail (2 × 10 samples: still a maximum)
+    assert "decode measured in several sweeps" in out and "bs2 8/6 ×2" in out and "max of n=20" in out
     csv = tmp_path / "d.csv"
     assert main(["export", store, "-o", str(csv)]) == 0
     df = pd.read_csv(csv)
@@ -183,7 +186,7 @@ def test_show_and_export_name_their_units(store, tmp_path, capsys):
     capsys.readouterr()
     assert main(["show", store, "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert {r["workload"] for r in rows} == {"decode"} and len(rows) == 4
+    assert {r["workload"] for r in rows} == {"decode"} and len(rows) == 8
 
 
 def test_view_bound_from_the_datasheet_bandwidth():

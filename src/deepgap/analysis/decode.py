@@ -141,3 +141,26 @@ COUNTS = (
     "tokens_checked",
     "first_mismatch",
 )
+
+
+def across_sweeps(df: pd.DataFrame, samples=None) -> pd.DataFrame:
+    """One row per decode configuration measured in two or more worker processes (``--sweeps``).
+
+    `deepgap.analysis.aggregate` per (input, output) length pair (its configuration columns hold the
+    input length as ``resolution`` but not the output length, so each pair is aggregated apart): decode
+    tokens/s as ``throughput_ips`` with the two-level CI (processes, then samples), the median TPOT as
+    ``latency_median_s`` and the pooled tail (``latency_tail_name``: a p99 only where the pooled n
+    supports one).
+    """
+    from deepgap.analysis import aggregate, prepare
+
+    parts = []
+    if not df.empty:
+        for (i, o), sub in df.groupby(["input_len", "output_len"], sort=True):
+            agg = aggregate(prepare(sub.reset_index(drop=True)), samples=samples)
+            if len(agg):
+                parts.append(agg.assign(input_len=int(i), output_len=int(o)))
+    if not parts:
+        return pd.DataFrame()
+    agg = pd.concat(parts, ignore_index=True)
+    return agg[agg["n_measurements"] >= 2].reset_index(drop=True)

@@ -85,7 +85,44 @@ def print_decode(store, console, ids: list[str] | None) -> int:
         "pipelined decode windows' energy per decode token; bound = memory-bound decode tokens/s (bytes per "
         f"token over {', '.join(sources) if sources else 'a datasheet bandwidth (none for these devices)'})"
     )
+    _print_across_sweeps(store, ids, console)
     return len(tab)
+
+
+def _print_across_sweeps(store, ids: list[str] | None, console) -> None:
+    """Decode configurations measured in several worker processes: their interval across processes."""
+    from rich.table import Table
+
+    from deepgap.analysis.decode import across_sweeps
+    from deepgap.render.formatting import fmt_ci, spread_text
+
+    agg = across_sweeps(store.decode_frame(ids), samples=store.samples)
+    if agg.empty:
+        return
+    t = Table(
+        "configuration",
+        "decode tokens/s",
+        "95% CI (processes, then samples)",
+        "between sweeps",
+        "TPOT ms/token (median)",
+        "TPOT tail ms",
+        title="decode measured in several sweeps (worker processes)",
+    )
+    for r in agg.to_dict("records"):
+        t.add_row(
+            f"{r['model']} {r['engine']} {r['precision']} bs{r['batch_size']} "
+            f"{r['input_len']}/{r['output_len']} ×{r['n_measurements']}",
+            _f(r["throughput_ips"], ",.1f"),
+            fmt_ci(r["throughput_ci_low_ips"], r["throughput_ci_high_ips"]),
+            spread_text(r),
+            _f(_ms(r["latency_median_s"]), ".3f"),
+            f"{_f(_ms(r['latency_tail_s']), '.3f')} ({r['latency_tail_name']})",
+        )
+    console.print(t)
+
+
+def _ms(v: Any) -> float:
+    return v * 1e3 if isinstance(v, (int, float)) and math.isfinite(v) else math.nan
 
 
 def export_decode(store, run_ids: list[str] | None, forward):
