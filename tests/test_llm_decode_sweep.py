@@ -273,7 +273,7 @@ def test_gpu_steps_agree_with_fp32(engine):
             assert res.status.value == "ok", res.reason
             d = res.details.decode
             assert d.step != "eager" and not res.details.correctness.flagged
-            if precision == "fp32":
-                assert d.token_agreement == 1, d
+            if precision == "fp32":  # a graph replaying the wrong cache or position agrees on ~1/vocab
+                assert d.token_agreement >= 0.9, d  # the masked static step may flip a rare near-tie
     finally:
         w.stop()

@@ -135,6 +135,8 @@ def _reference(state: WorkerState, spec: ConfigSpec, seed: int) -> tuple[Any, An
         state.held[key] = (tokens, logits)
         del ref
         gc.collect()
+        if state.caps.kind == "cuda":  # its blocks back to the device: the measured row's memory is its own
+            torch.cuda.empty_cache()
     return state.held[key]
 
 
