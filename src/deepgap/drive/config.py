@@ -154,6 +154,7 @@ def _positive_ints(name: str, values: tuple[Any, ...], allow_empty: bool = False
 def validate(spec: SweepSpec) -> SweepSpec:
     """Check every field; return ``spec`` unchanged or raise a `UsageError`."""
     from deepgap.measure.engines.catalog import engine_info
+    from deepgap.measure.llm_workload import check_workload
     from deepgap.measure.models import resolve_model
     from deepgap.measure.models.inputs import check_seq_lens
 
@@ -193,7 +194,7 @@ def validate(spec: SweepSpec) -> SweepSpec:
         raise UsageError("no memory formats given", "pass --memory-formats nchw")
     _validate_inputs(spec)
     _validate_engine_axes(spec)
-    _validate_workload(spec)  # before the engine pairs: decode names its own engines and precisions
+    check_workload(spec)  # before the engine pairs: decode names its own engines and precisions
     check_pairs(spec)
     if not _DEVICE_RE.match(spec.device):
         raise UsageError(f"unknown device {spec.device!r}", "use auto, cpu, cuda or cuda:N")
@@ -262,46 +263,6 @@ def _validate_inputs(spec: SweepSpec) -> None:
             f"--include-transfer times a host→device copy, but the {resident[0]} input is already on the device",
             "drop --include-transfer, or measure it in a run with --inputs default",
         )
-
-
-def _validate_workload(spec: SweepSpec) -> None:
-    """A known workload; decode's axes only with decode, and decode only where it can run (`llm_workload`)."""
-    from deepgap.measure.llm_workload import WORKLOADS, check_decode
-
-    if spec.workload not in WORKLOADS:
-        raise UsageError(f"unknown workload {spec.workload!r}", f"choose from {', '.join(WORKLOADS)}")
-    if spec.workload != "decode":
-        if spec.input_lens or spec.output_lens:
-            raise UsageError(
-                "--input-lens and --output-lens are decode axes", "add --workload decode, or drop them"
-            )
-        return
-    clash = [
-        f
-        for f, on in (
-            ("--seq-lens", bool(spec.seq_lens)),
-            ("--inputs", tuple(spec.inputs) != ("default",)),
-            ("--include-transfer", spec.include_transfer),
-            ("the host-CPU part (cpu_baseline)", spec.cpu_baseline),
-            ("--dataset", bool(spec.dataset)),
-            ("--weights", bool(spec.weights)),
-        )
-        if on
-    ]
-    if clash:
-        raise UsageError(
-            f"{clash[0]} does not apply to --workload decode",
-            "drop it (decode's lengths are --input-lens and --output-lens)",
-        )
-    batches = {b for ax in spec.engine_axes.values() for b in ax.get("batch_sizes", ())}
-    check_decode(
-        spec.models,
-        spec.engines,
-        spec.precisions,
-        tuple(sorted(batches | set(spec.batch_sizes))),
-        spec.input_lens,
-        spec.output_lens,
-    )
 
 
 def _validate_engine_axes(spec: SweepSpec) -> None:

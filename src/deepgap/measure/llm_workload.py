@@ -19,6 +19,7 @@ from the quantized Linear path of `deepgap.measure.quant`: it plugs into the wor
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from deepgap.core.errors import UsageError
 from deepgap.core.precision import PRECISIONS
@@ -116,3 +117,45 @@ def lens_of(input_lens: tuple[int, ...], output_lens: tuple[int, ...]) -> list[t
     ins = tuple(dict.fromkeys(input_lens)) or (DEFAULT_INPUT_LEN,)
     outs = tuple(dict.fromkeys(output_lens)) or (DEFAULT_OUTPUT_LEN,)
     return [(i, o) for i in ins for o in outs]
+
+
+def check_workload(spec: Any) -> None:
+    """A sweep's workload (a `deepgap.drive.config.SweepSpec`, read by its fields): known and consistent.
+
+    Decode's axes only with decode; decode only where it can run (`check_decode`), and without the
+    forward-only settings (sequence lengths, input modes, transfer, a dataset, weights, the host CPU).
+    """
+    if spec.workload not in WORKLOADS:
+        raise UsageError(f"unknown workload {spec.workload!r}", f"choose from {', '.join(WORKLOADS)}")
+    if spec.workload != "decode":
+        if spec.input_lens or spec.output_lens:
+            raise UsageError(
+                "--input-lens and --output-lens are decode axes", "add --workload decode, or drop them"
+            )
+        return
+    clash = [
+        f
+        for f, on in (
+            ("--seq-lens", bool(spec.seq_lens)),
+            ("--inputs", tuple(spec.inputs) != ("default",)),
+            ("--include-transfer", spec.include_transfer),
+            ("the host-CPU part (cpu_baseline)", spec.cpu_baseline),
+            ("--dataset", bool(spec.dataset)),
+            ("--weights", bool(spec.weights)),
+        )
+        if on
+    ]
+    if clash:
+        raise UsageError(
+            f"{clash[0]} does not apply to --workload decode",
+            "drop it (decode's lengths are --input-lens and --output-lens)",
+        )
+    batches = {b for ax in spec.engine_axes.values() for b in ax.get("batch_sizes", ())}
+    check_decode(
+        spec.models,
+        spec.engines,
+        spec.precisions,
+        tuple(sorted(batches | set(spec.batch_sizes))),
+        spec.input_lens,
+        spec.output_lens,
+    )
