@@ -183,6 +183,10 @@ def test_show_and_export_name_their_units(store, tmp_path, capsys):
     ok = df[df["status"] == "ok"]
     assert (ok["tpot_tail_label"] == "max of n=10").all() and (ok["ttft_n"] == 2).all()
     assert (ok["decode_tokens_per_s"] > 0).all() and ok["bound_tokens_per_s"].isna().all()  # a CPU: no bound
+    samples = tmp_path / "samples.csv"
+    assert main(["export", store, "-o", str(samples), "--samples"]) == 0
+    long = pd.read_csv(samples)
+    assert len(long) == 4 * 10 and long["config_key"].str.contains('"output_len":6').all()  # 4 ok rows
     capsys.readouterr()
     assert main(["show", store, "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
