@@ -193,6 +193,22 @@ def test_show_and_export_name_their_units(store, tmp_path, capsys):
     assert {r["workload"] for r in rows} == {"decode"} and len(rows) == 8
 
 
+def test_report_section_reads_the_decode_rows(store):
+    """The report's decode section (its table, no page build): every row's cells render."""
+    from deepgap.analysis import decode_section
+    from deepgap.render.sections import ReportContext
+
+    ctx = ReportContext(store, None, False, [], pd.DataFrame(), pd.DataFrame())
+    tab = decode_section.build(ctx).tables["decode"]
+    assert len(tab) == 8
+    title, cols = decode_section.TABLE_SPECS["decode"]
+    cells = [[c(r) if callable(c) else r[c] for _, c in cols] for r in tab.to_dict("records")]
+    heads = [h for h, _ in cols]
+    ok = [dict(zip(heads, row, strict=True)) for row in cells if row[heads.index("status")] == "ok"]
+    assert "TPOT ms/token" in heads[9] and all("max of n=10" in r["TPOT tail ms"] for r in ok)
+    assert all(r["share of the bound"] == "–" for r in ok)  # a CPU: no bandwidth bound
+
+
 def test_view_bound_from_the_datasheet_bandwidth():
     from deepgap.analysis.decode import decode_table, tail_label
 
