@@ -28,7 +28,8 @@ def print_decode(store, console, ids: list[str] | None) -> int:
 
     from deepgap.analysis.decode import decode_table
 
-    tab = decode_table(store.decode_frame(ids))
+    frame = store.decode_frame(ids)
+    tab = decode_table(frame)
     if tab.empty:
         return 0
     t = Table(
@@ -85,18 +86,18 @@ def print_decode(store, console, ids: list[str] | None) -> int:
         "pipelined decode windows' energy per decode token; bound = memory-bound decode tokens/s (bytes per "
         f"token over {', '.join(sources) if sources else 'a datasheet bandwidth (none for these devices)'})"
     )
-    _print_across_sweeps(store, ids, console)
+    _print_across_sweeps(store, frame, console)
     return len(tab)
 
 
-def _print_across_sweeps(store, ids: list[str] | None, console) -> None:
+def _print_across_sweeps(store, frame, console) -> None:
     """Decode configurations measured in several worker processes: their interval across processes."""
     from rich.table import Table
 
     from deepgap.analysis.decode import across_sweeps
     from deepgap.render.formatting import fmt_ci, spread_text
 
-    agg = across_sweeps(store.decode_frame(ids), samples=store.samples)
+    agg = across_sweeps(frame, samples=store.samples)
     if agg.empty:
         return
     t = Table(

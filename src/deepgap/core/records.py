@@ -140,6 +140,8 @@ class ConfigSpec:
     @staticmethod
     def decode_lens_of(key: str) -> tuple[int, int] | None:
         """(input length, output length) of a stored decode key; None for a forward configuration."""
+        if not isinstance(key, str) or '"output_len"' not in key:  # every forward key: no JSON parse
+            return None
         a, b = _key_field(key, "input_len"), _key_field(key, "output_len")
         ok = all(isinstance(v, int) and not isinstance(v, bool) for v in (a, b))
         return (a, b) if ok else None
