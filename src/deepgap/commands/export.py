@@ -52,10 +52,15 @@ def export_frame(store_path: str, run_ids: list[str] | None = None, samples: boo
         store.check_runs(run_ids)
         df = store.results_frame(run_ids)
         if not samples:
+            from deepgap.commands.decode_view import export_decode
+
             df["extra"] = [json.dumps(e.to_json(), sort_keys=True) for e in df["extra"]]
-            return with_tail(without_default_inputs(df))  # input_mode: where a row has a resident input
+            # input_mode: where a row has a resident input; decode rows after, in their own columns
+            return export_decode(store, run_ids, with_tail(without_default_inputs(df)))
         rows = []
-        for rid, key in zip(df["result_id"], df["config_key"], strict=True):
+        dec = store.decode_frame(run_ids)  # a decode row's samples: each decode step's seconds (TPOT)
+        ids = [*df["result_id"], *dec["result_id"]]
+        for rid, key in zip(ids, [*df["config_key"], *dec["config_key"]], strict=True):
             for rep, arr in enumerate(store.samples(int(rid))):
                 rows += [(int(rid), key, rep, i, float(v)) for i, v in enumerate(arr)]
         return pd.DataFrame(rows, columns=["result_id", "config_key", "repeat", "iteration", "latency_s"])

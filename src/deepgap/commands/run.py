@@ -12,7 +12,7 @@ from deepgap.commands.session_flags import SessionDefaults, add_session_argument
 from deepgap.core.precision import PRECISIONS, quantized_names
 from deepgap.core.records import INPUT_MODES
 from deepgap.drive.config import SweepSpec, parse_int_list, parse_number, parse_percent, parse_str_list
-from deepgap.drive.presets import default_spec, load_toml, preset
+from deepgap.drive.presets import decode_defaults, default_spec, load_toml, preset
 from deepgap.drive.progress import Progress
 
 NAME = "run"
@@ -38,6 +38,9 @@ _FLAGS = {
     "resolution": ("resolution", _number(int, "resolution")),
     "seq_lens": ("seq_lens", lambda t: parse_int_list(t, "seq-lens")),
     "inputs": ("inputs", lambda t: parse_str_list(t, "--inputs")),
+    "workload": ("workload", str),
+    "input_lens": ("input_lens", lambda t: parse_int_list(t, "input-lens")),
+    "output_lens": ("output_lens", lambda t: parse_int_list(t, "output-lens")),
     "warmup": ("warmup", _number(int, "warmup")),
     "iterations": ("iterations", _number(int, "iterations")),
     "repeats": ("repeats", _number(int, "repeats")),
@@ -81,6 +84,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
         help=f"input modes, each its own rows: {','.join(INPUT_MODES)} (int8 images resident in GPU "
         "memory, MLPerf-like; quant engine) (default: default)",
     )
+    p.add_argument(
+        "--workload",
+        help="forward (a timed forward pass; default) | decode (a Llama decoder's greedy generation: TTFT, "
+        "TPOT, tokens/s, J/token; docs/llm.md)",
+    )
+    p.add_argument("--input-lens", help="decode: prompt tokens per sequence, e.g. 128,1024 (default 128)")
+    p.add_argument("--output-lens", help="decode: generated tokens per sequence, e.g. 128 (default 128)")
     p.add_argument("--warmup", help="untimed iterations before timing (paper: 20)")
     p.add_argument("--iterations", help="timed iterations per repeat (paper: 100)")
     p.add_argument("--repeats", help="repeats per configuration (paper: 3)")
@@ -165,6 +175,10 @@ def build_spec(args: argparse.Namespace) -> SweepSpec:
         device = str(changes.get("device", "auto"))
         has_gpu = device.startswith("cuda") or (device == "auto" and api.gpu_present())
         base = default_spec(has_gpu, os.cpu_count() or 1)
+        if changes.get("workload") == "decode":  # the forward grid's engines and axes do not apply
+            base = decode_defaults(base, has_gpu)
+    if changes.get("workload", base.workload) == "decode":
+        changes.setdefault("cpu_baseline", False)  # decode has no host-CPU part yet (issue 51, item 5)
     spec = base.overlay(**changes)  # an axis given as a flag replaces the preset's per-engine one too
     if args.seq_lens is not None:
         from deepgap.measure.models.inputs import check_seq_lens
@@ -219,6 +233,10 @@ def _as_json(r) -> dict:
     from deepgap.core.stats import P99_MIN_N
 
     d = {"config": dataclasses.asdict(r.spec), "status": r.status.value, "reason": r.reason}
+    if r.spec.is_decode:  # a decode row's figures under their own names (TTFT, TPOT, tokens/s, J/token)
+        if r.details.decode is not None:
+            d["decode"] = r.details.decode.to_json()
+        return d
     if r.latency:
         d.update(
             median_s=r.latency.median_s,

@@ -92,7 +92,14 @@ def _show(args: argparse.Namespace, store: Store) -> int:
     from deepgap.render.formatting import without_default_inputs
 
     if args.json:  # input_mode: where a row has a resident input (empty for the default rows beside it)
-        print(without_default_inputs(df.drop(columns=["extra"])).to_json(orient="records", indent=1))
+        from deepgap.commands.decode_view import export_decode
+
+        out = export_decode(store, ids, without_default_inputs(df.drop(columns=["extra"])))
+        print(out.to_json(orient="records", indent=1))
+        return 0
+    from deepgap.commands.decode_view import print_decode
+
+    if df.empty and print_decode(store, console, ids):  # a decode run: its own table only
         return 0
     from deepgap.render.units import IMAGE, of_frame
 
@@ -137,6 +144,7 @@ def _show(args: argparse.Namespace, store: Store) -> int:
         )
     _print_resident(df, console)
     _print_sweeps(store, df, console)
+    print_decode(store, console, ids)
     from deepgap.serving.show.console import print_serving  # serve runs: load levels, capacity, interference
 
     print_serving(store, console, ids)

@@ -32,7 +32,10 @@ class Status(str, enum.Enum):
 # ConfigSpec fields kept in the configuration key only, not in a results column of their own: the
 # results table is what every committed store holds (no migration), and ``seq_len`` is NULL for all of
 # those; `deepgap.store.Store.results_frame` reads it back from the key.
-KEY_ONLY_FIELDS = ("seq_len", "input_mode")
+# ``input_len``/``output_len``: a decoder's decode workload (issue 51; `SweepSpec.workload` "decode"), set
+# only on decode configurations, so every forward key is unchanged; `Store.results_frame` leaves decode
+# rows out (their latency is a decode step's, not a forward pass's) and `Store.decode_frame` reads them.
+KEY_ONLY_FIELDS = ("seq_len", "input_mode", "input_len", "output_len")
 
 # How the timed input reaches the engine (`ConfigSpec.input_mode`; the sweep's ``inputs`` axis, ``--inputs``).
 # "default": a float batch in the engine's input dtype, on the device (None in a ConfigSpec, so every key
@@ -83,6 +86,15 @@ class ConfigSpec:
     # How the timed input is given (`INPUT_MODES`); None = the default, a float batch in the engine's
     # ``input_dtype``. A key-only field like ``seq_len``.
     input_mode: str | None = None
+    # A decode configuration (a Llama decoder's greedy generation): prompt tokens per sequence and output
+    # tokens per sequence; None for a forward-pass configuration. ``resolution`` holds ``input_len``.
+    input_len: int | None = None
+    output_len: int | None = None
+
+    @property
+    def is_decode(self) -> bool:
+        """Whether this configuration measures decode (TTFT, TPOT) rather than a forward pass."""
+        return self.output_len is not None
 
     @property
     def key(self) -> str:
@@ -110,7 +122,8 @@ class ConfigSpec:
         mf = "" if self.memory_format == "nchw" else f" {self.memory_format}"
         seq = f" seq{self.seq_len}" if self.seq_len else ""
         inp = f" {self.input_mode}" if self.input_mode else ""
-        return f"{self.model} {self.engine}{mf} {self.precision} bs{self.batch_size}{seq}{inp}{t}"
+        dec = f" decode {self.input_len}/{self.output_len}" if self.is_decode else ""
+        return f"{self.model} {self.engine}{mf} {self.precision} bs{self.batch_size}{seq}{inp}{dec}{t}"
 
     @staticmethod
     def seq_len_of(key: str) -> int | None:
@@ -123,6 +136,15 @@ class ConfigSpec:
         """The input mode a stored key names (None: the default input, or a key not in JSON)."""
         v = _key_field(key, "input_mode")
         return v if isinstance(v, str) and v else None
+
+    @staticmethod
+    def decode_lens_of(key: str) -> tuple[int, int] | None:
+        """(input length, output length) of a stored decode key; None for a forward configuration."""
+        if not isinstance(key, str) or '"output_len"' not in key:  # every forward key: no JSON parse
+            return None
+        a, b = _key_field(key, "input_len"), _key_field(key, "output_len")
+        ok = all(isinstance(v, int) and not isinstance(v, bool) for v in (a, b))
+        return (a, b) if ok else None
 
     @classmethod
     def from_key(cls, key: str) -> ConfigSpec:

@@ -15,6 +15,7 @@ round trip loses nothing. Key inventory (producer → readers; "record" = kept f
 * ``prepare_peak_mem_bytes`` (`MemoryPeaks`), ``device_mem_used`` (`DeviceMemUsed`) (worker, CUDA) → record.
 * ``min_accuracy``, ``accuracy`` (`Accuracy`) (accuracy.evaluate) → analysis.accuracy, commands.show.
 * ``thermal`` (telemetry.session's warm-up result, never a stored result) → drive.prelude.
+* ``decode`` (`Decode`; measure.decode_config) → store.decode_frame, analysis.decode, commands.show/export.
 * ``lane``, ``node_id``, ``node_env`` (fleet: the lane and its environment fingerprint, a dict like a
   run's ``env``; ``node_env`` also drive.sweep.host_cpu_results: the host CPU's, in a GPU run), ``attempts``, ``lost``
   (fleet.ray_backend) → store.results_frame, fleet.
@@ -241,6 +242,44 @@ class Accuracy(JsonRecord):
 
 
 @dataclass
+class Decode(JsonRecord):
+    """A decode configuration's figures (`deepgap.measure.decode_config`; docs/llm.md gives each one).
+
+    Times in seconds, rates in tokens/s, memory in bytes; ``tpot_tail_kind`` says whether the tail is a
+    p99 (n ≥ 368) or the maximum of n. The analytic roofline (``bytes_per_token``, ``flops_per_token``)
+    is `deepgap.measure.llm_cost.decode_cost` at ``cost_context``, the generation's mean context.
+    """
+
+    input_len: int | None = None
+    output_len: int | None = None
+    step: str | None = None  # the `llm_steps` kind the engine ran ("eager", "compile", "cuda-graph")
+    compile_mode: str | None = None
+    runs: int | None = None  # timed generations
+    warmup_runs: int | None = None
+    ttft_median_s: float | None = None
+    ttft_n: int | None = None
+    tpot_median_s: float | None = None
+    tpot_n: int | None = None
+    tpot_tail_s: float | None = None
+    tpot_tail_kind: str | None = None  # "p99" | "max"
+    e2e_median_s: float | None = None
+    decode_tok_s: float | None = None
+    pipelined_decode_tok_s: float | None = None
+    output_tok_s: float | None = None
+    total_tok_s: float | None = None
+    kv_cache_bytes: int | None = None
+    weight_bytes: int | None = None
+    bytes_per_token: float | None = None
+    flops_per_token: float | None = None
+    cost_context: float | None = None
+    joules_per_token: float | None = None  # energy of the pipelined decode windows / their tokens
+    energy_window_s: float | None = None
+    tokens_checked: int | None = None  # greedy tokens compared with the fp32 reference's (rows × first N)
+    token_agreement: float | None = None  # share of them equal
+    first_mismatch: int | None = None  # the first output position where a row differs (None: none)
+
+
+@dataclass
 class ResultDetails(JsonRecord):
     """Everything a `records.Result` carries beyond its statistics; the field order is the write order."""
 
@@ -252,6 +291,7 @@ class ResultDetails(JsonRecord):
         "prepare_peak_mem_bytes": MemoryPeaks,
         "device_mem_used": DeviceMemUsed,
         "accuracy": Accuracy,
+        "decode": Decode,
     }
 
     traceback: str | None = None  # a failed configuration's traceback
@@ -274,6 +314,7 @@ class ResultDetails(JsonRecord):
     node_env: dict[str, Any] | None = None  # fleet: the lane's environment fingerprint (as a run's env)
     attempts: int | None = None  # fleet (Ray): submissions of the task
     lost: list[str] | None = None  # fleet (Ray): why earlier submissions were lost
+    decode: Decode | None = None  # a decode configuration's figures (`Decode`)
 
     def _written(self, name: str) -> bool:
         if name == "ci_halfwidth_rel" and self.keys_read is None:

@@ -60,6 +60,11 @@ class SweepSpec:
     device: str = "auto"
     resolution: int | None = None  # None = each model's default
     seq_lens: tuple[int, ...] = ()  # text models' sequence lengths to sweep; empty = each one's default (128)
+    # "forward" (a timed forward pass, every model) or "decode" (a decoder's greedy generation: TTFT, TPOT,
+    # tokens/s; `deepgap.measure.llm_workload`), over input × output lengths (empty: 128 each)
+    workload: str = "forward"
+    input_lens: tuple[int, ...] = ()
+    output_lens: tuple[int, ...] = ()
     # how the timed input is given (`deepgap.core.records.INPUT_MODES`): "default" (a float batch on the
     # device) and/or "int8-resident" (int8 images already in GPU memory, MLPerf-like), each its own rows
     inputs: tuple[str, ...] = ("default",)
@@ -149,6 +154,7 @@ def _positive_ints(name: str, values: tuple[Any, ...], allow_empty: bool = False
 def validate(spec: SweepSpec) -> SweepSpec:
     """Check every field; return ``spec`` unchanged or raise a `UsageError`."""
     from deepgap.measure.engines.catalog import engine_info
+    from deepgap.measure.llm_workload import check_workload
     from deepgap.measure.models import resolve_model
     from deepgap.measure.models.inputs import check_seq_lens
 
@@ -188,6 +194,8 @@ def validate(spec: SweepSpec) -> SweepSpec:
         raise UsageError("no memory formats given", "pass --memory-formats nchw")
     _validate_inputs(spec)
     _validate_engine_axes(spec)
+    check_workload(spec)  # before the engine pairs: decode names its own engines and precisions
+    check_pairs(spec)
     if not _DEVICE_RE.match(spec.device):
         raise UsageError(f"unknown device {spec.device!r}", "use auto, cpu, cuda or cuda:N")
     if spec.threads and spec.device.startswith("cuda"):
@@ -287,7 +295,6 @@ def _validate_engine_axes(spec: SweepSpec) -> None:
                     f"engine_axes.{engine}.{axis} = {list(values)!r} is not valid",
                     f"choose from {', '.join(known)}",
                 )
-    check_pairs(spec)
 
 
 def parse_percent(text: str) -> float | None:

@@ -26,6 +26,7 @@ import random
 from deepgap.core.records import ConfigSpec, spec_input_mode
 from deepgap.drive.config import SweepSpec
 from deepgap.drive.presets import CPU_BASELINE_INT8_ENGINE, CPU_BASELINE_SCALING_MODEL, cpu_baseline_spec
+from deepgap.measure.llm_workload import lens_of
 from deepgap.measure.models import resolve_model
 from deepgap.measure.pairing import axes, check_pairs
 
@@ -40,7 +41,7 @@ def _ordered_union(lists) -> tuple:
 def expand(spec: SweepSpec, device: str) -> list[ConfigSpec]:
     """All configurations of ``spec`` on ``device`` (``auto`` resolved), then its host CPU's (`host_cpu`)."""
     out = _expand_device(spec, device)
-    if spec.cpu_baseline and device != "cpu":
+    if spec.cpu_baseline and device != "cpu" and spec.workload != "decode":
         out += [c for c in host_cpu(spec) if c not in out]
     return out
 
@@ -105,8 +106,7 @@ def _expand_device(spec: SweepSpec, device: str) -> list[ConfigSpec]:
             entry = resolve_model(model)
             if entry.is_text and mf != per[engine]["memory_formats"][0]:
                 continue  # a token batch has no memory format: one group per engine, stored as "nchw"
-            sizes = _sizes(spec, entry)
-            for size in sizes:
+            for size, seq, lens in _points(spec, entry):
                 for bs in sorted(set(per[engine]["batch_sizes"])):
                     out.append(
                         ConfigSpec(
@@ -120,11 +120,24 @@ def _expand_device(spec: SweepSpec, device: str) -> list[ConfigSpec]:
                             resolution=size,
                             sweep=sweep,
                             include_transfer=spec.include_transfer,
-                            seq_len=size if entry.is_text else None,
+                            seq_len=seq,
                             input_mode=spec_input_mode(inp),
+                            input_len=lens[0] if lens else None,
+                            output_len=lens[1] if lens else None,
                         )
                     )
     return out
+
+
+def _points(spec: SweepSpec, entry) -> list[tuple[int, int | None, tuple[int, int] | None]]:
+    """(input size, sequence length, decode lengths) of one model's configurations, batch aside.
+
+    Decode (``spec.workload``): one point per (input, output) length pair, its input length as the
+    size and no ``seq_len`` (a decode row is no forward pass over ``seq_len`` tokens); else `_sizes`.
+    """
+    if spec.workload == "decode":
+        return [(i, None, (i, o)) for i, o in lens_of(spec.input_lens, spec.output_lens)]
+    return [(size, size if entry.is_text else None, None) for size in _sizes(spec, entry)]
 
 
 def _sizes(spec: SweepSpec, entry) -> tuple[int, ...]:

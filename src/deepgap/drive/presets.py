@@ -138,6 +138,23 @@ def default_spec(has_gpu: bool, cpu_count: int) -> SweepSpec:
     return preset("cpu").replace(device="cpu", threads=thread_ladder(cpu_count))
 
 
+def decode_defaults(base: SweepSpec, has_gpu: bool) -> SweepSpec:
+    """The device's default grid made a decode sweep: eager, bf16 on a GPU (fp32 on a CPU), batches 1, 8, 3 repeats.
+
+    Torch's default threads; the models stay the user's to name (a decoder, `llm_workload`).
+    """
+    return base.replace(
+        engines=("eager",),
+        precisions=("bf16",) if has_gpu else ("fp32",),
+        batch_sizes=(1, 8),
+        memory_formats=("nchw",),
+        threads=(),
+        engine_axes={},
+        inputs=("default",),
+        repeats=3,  # 3 × 127 TPOT samples at 128 out: 381 ≥ 368, a p99 (analysis.tails)
+    )
+
+
 # The host-CPU part of a GPU run (`cpu_baseline`): the paper's small batches, fp32 eager with all cores, int8
 # through ONNX Runtime, and thread scaling of one model at batch 1. Budgeted at ~1.5 min on a 16-core host
 # (most of it ONNX export and quantization, cached after the first run), so each configuration gets fewer

@@ -23,6 +23,13 @@ def result_line(ev: Event) -> str:
     """One line for a finished configuration."""
     r = ev.result
     assert r is not None
+    if r.status == Status.OK and r.latency and getattr(ev.spec, "is_decode", False):
+        ttft = r.details.decode.ttft_median_s if r.details.decode else None
+        ttft_text = f", TTFT {ttft * 1e3:.3f} ms" if ttft is not None else ""
+        return (  # a decode row: its latency is a decode step's (TPOT), its rate decode tokens/s
+            f"{ev.spec.label()}: {r.throughput_ips:,.1f} decode tokens/s, TPOT median "
+            f"{r.latency.median_s * 1e3:.3f} ms/token, {tail_text(r.latency)}{ttft_text}"
+        )
     if r.status == Status.OK and r.latency:
         ci = "" if r.ci_met is None else (" ci✓" if r.ci_met else " ci✗")
         seq = getattr(ev.spec, "seq_len", None)

@@ -121,6 +121,10 @@ class _Prepared:
 def _measure(state: WorkerState, req: MeasureRequest) -> Result:
     """Prepare, check the first output against fp32, time under telemetry, then record what was found."""
     spec = req.spec
+    if spec.is_decode:  # a decoder's generation, not a forward pass (`decode_config`)
+        from deepgap.measure.decode_config import measure_decode_config
+
+        return measure_decode_config(state, req)
     engine = get_engine(spec.engine, req.options)
     why_not = engine.available() or engine.supports(spec, state.caps)
     if why_not:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from deepgap.analysis import cards_section, platforms_section, quant_layers_section
+from deepgap.analysis import cards_section, decode_section, platforms_section, quant_layers_section
 from deepgap.render import sections as render_sections
 from deepgap.render.sections import Section, TableSpec
 from deepgap.report import core
@@ -24,6 +24,7 @@ MODULES: tuple[ModuleType, ...] = (
     platforms_section,  # two or more GPU platforms side by side
     quant_layers_section,  # the quant engine's layers on their roofline
     cards_section,  # the same configuration on each card of a GPU type
+    decode_section,  # decode of LLMs: TTFT, TPOT, tokens/s, J/token (docs/llm.md)
 )
 
 

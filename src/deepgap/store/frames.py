@@ -75,7 +75,31 @@ class ResultReads:
         return pd.DataFrame.from_records(recs)
 
     def results_frame(self, run_ids: list[str] | None = None) -> pd.DataFrame:
-        """Every result as a DataFrame, joined with its run's host, device name and versions."""
+        """Every forward-pass result as a DataFrame, joined with its run's host, device name and versions.
+
+        Decode results (a key with ``output_len``: issue 51's ``--workload decode``) are left out: their
+        latency is a decode step's and their rate tokens/s, which no view of forward passes may pool
+        with images/s or sequences/s; `decode_frame` reads them.
+        """
+        df = self._results(run_ids)
+        forward = np.array([ConfigSpec.decode_lens_of(k) is None for k in df["config_key"]], dtype=bool)
+        return df.loc[forward].reset_index(drop=True)
+
+    def decode_frame(self, run_ids: list[str] | None = None) -> pd.DataFrame:
+        """The decode results (`results_frame`'s other part), with their ``input_len`` and ``output_len``.
+
+        The figures themselves are each row's ``extra.decode`` (`deepgap.core.result_details.Decode`);
+        `deepgap.analysis.decode` turns them into the views' columns.
+        """
+        df = self._results(run_ids)
+        lens = [ConfigSpec.decode_lens_of(k) for k in df["config_key"]]
+        df = df.loc[np.array([x is not None for x in lens], dtype=bool)].reset_index(drop=True)
+        df["input_len"] = [x[0] for x in lens if x is not None]
+        df["output_len"] = [x[1] for x in lens if x is not None]
+        return df
+
+    def _results(self, run_ids: list[str] | None) -> pd.DataFrame:
+        """Every result, forward and decode, as a DataFrame (see `results_frame`)."""
         import pandas as pd
 
         q = "SELECT * FROM results"

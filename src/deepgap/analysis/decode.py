@@ -1,0 +1,166 @@
+"""Decode results as the views show them: units in every column name, the tail named, the roofline bound.
+
+Why a frame of its own: a decode row's figures (`deepgap.core.result_details.Decode`, from
+`deepgap.store.Store.decode_frame`) are TTFT, TPOT and tokens/s, not a forward pass's latency and
+images/s; `show` and `export` print these columns, never the forward columns, for them.
+
+**The roofline bound is computed here, at view time**, from what the worker stored: the analytic bytes
+per decode token (`deepgap.measure.llm_cost.decode_cost` of the shape, batch, mean context and the
+itemsizes the worker actually built) over the device's memory bandwidth from the spec sheet
+(``data/gpu_specs.csv``, by the row's device name). Why not stored: the bytes depend on what was
+built (the worker knows it; fp8 weights later change them), but the bandwidth to hold them against is
+a choice of the view (the sheet's today, a measured ``deepgap peaks`` bandwidth later) and a corrected
+sheet must not need a re-measurement. A CPU row, or a GPU the sheet lacks, has no bound (blank).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from deepgap.core.result_details import Decode, ResultDetails
+from deepgap.core.stats import P99_MIN_N
+from deepgap.roofline.specs import BANDWIDTH_COLUMN, spec_for
+
+# the configuration's columns, then the figures (units in the names: ms, tokens/s, J/token, bytes)
+CONFIG_COLUMNS = (
+    "run_id",
+    "result_id",
+    "model",
+    "engine",
+    "precision",
+    "device",
+    "device_name",
+    "batch_size",
+    "input_len",
+    "output_len",
+    "threads",
+    "sweep",
+    "status",
+    "reason",
+)
+
+
+def _ms(v: Any) -> float:
+    return v * 1e3 if isinstance(v, (int, float)) and math.isfinite(v) else math.nan
+
+
+def _num(v: Any) -> float:
+    return (
+        float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else math.nan
+    )
+
+
+def tail_label(d: Decode) -> str:
+    """'p99 of n=381' or 'max of n=21' (a p99 only where n ≥ 368: `deepgap.analysis.tails`)."""
+    if not d.tpot_n:
+        return ""
+    kind = "p99" if d.tpot_tail_kind == "p99" and d.tpot_n >= P99_MIN_N else "max"
+    return f"{kind} of n={d.tpot_n}"
+
+
+def bound(row: dict[str, Any], d: Decode) -> tuple[float, str]:
+    """(memory-bound decode tokens/s, what bandwidth it rests on), or (nan, "") without one."""
+    spec = (
+        spec_for(str(row.get("device_name") or "")) if str(row.get("device", "")).startswith("cuda") else None
+    )
+    bw = _num((spec or {}).get(BANDWIDTH_COLUMN))
+    bpt = _num(d.bytes_per_token)
+    if not (bw > 0 and bpt > 0):
+        return math.nan, ""
+    return bw * 1e9 / bpt, f"{spec['gpu']} datasheet {bw:,.0f} GB/s"
+
+
+def figures(row: dict[str, Any]) -> dict[str, Any]:
+    """One decode row's figures as the views name them (blank where the row is not ok)."""
+    ex = ResultDetails.of(row.get("extra"))
+    d = ex.decode or Decode()
+    ok = row.get("status") == "ok"
+    c = ex.correctness
+    b, source = bound(row, d) if ok else (math.nan, "")
+    rate = _num(row.get("throughput_ips")) if ok else math.nan
+    out = {
+        "ttft_median_ms": _ms(d.ttft_median_s),
+        "ttft_n": d.ttft_n,
+        "tpot_median_ms": _ms(d.tpot_median_s),
+        "tpot_median_ci_low_ms": _ms(row.get("latency_median_ci_low_s")),
+        "tpot_median_ci_high_ms": _ms(row.get("latency_median_ci_high_s")),
+        "tpot_n": d.tpot_n,
+        "tpot_tail_ms": _ms(d.tpot_tail_s),
+        "tpot_tail_label": tail_label(d),
+        "decode_tokens_per_s": rate,  # batch / median TPOT
+        "decode_tokens_per_s_ci_low": _num(row.get("throughput_ci_low_ips")) if ok else math.nan,
+        "decode_tokens_per_s_ci_high": _num(row.get("throughput_ci_high_ips")) if ok else math.nan,
+        "pipelined_decode_tokens_per_s": _num(d.pipelined_decode_tok_s),
+        "output_tokens_per_s": _num(d.output_tok_s),
+        "total_tokens_per_s": _num(d.total_tok_s),
+        "joules_per_token": _num(d.joules_per_token),
+        "energy_window_s": _num(d.energy_window_s),
+        "kv_cache_bytes": d.kv_cache_bytes,
+        "weight_bytes": d.weight_bytes,
+        "bytes_per_token": _num(d.bytes_per_token),
+        "flops_per_token": _num(d.flops_per_token),
+        "bound_tokens_per_s": b,
+        "bound_source": source,
+        "fraction_of_bound": rate / b if b > 0 else math.nan,
+        "tokens_checked": d.tokens_checked,
+        "token_agreement_vs_fp32": _num(d.token_agreement),
+        "first_mismatch": d.first_mismatch,
+        "logits_rel_l2_vs_fp32": _num(c.rel_l2) if c else math.nan,
+        "logits_cosine_vs_fp32": _num(c.cosine) if c else math.nan,
+        "logits_flagged": bool(c.flagged) if c and c.flagged is not None else None,
+        "decode_step": d.step or "",
+    }
+    return out if ok else {k: (v if k in ("decode_step",) else None) for k, v in out.items()}
+
+
+def decode_table(df: pd.DataFrame) -> pd.DataFrame:
+    """`Store.decode_frame`'s rows as the views' frame: configuration columns, then `figures`."""
+    if df.empty:
+        return pd.DataFrame(columns=[*CONFIG_COLUMNS, *figures({"status": "ok"})])
+    recs = []
+    for row in df.to_dict("records"):
+        base = {k: row.get(k) for k in CONFIG_COLUMNS}
+        recs.append({**base, **figures(row), "config_key": row.get("config_key")})
+    tab = pd.DataFrame.from_records(recs)
+    for c in COUNTS:  # counts stay integers beside a skipped row's blanks (not 3.0)
+        tab[c] = pd.to_numeric(tab[c], errors="coerce").round().astype("Int64")
+    return tab
+
+
+COUNTS = (
+    "batch_size",
+    "input_len",
+    "output_len",
+    "ttft_n",
+    "tpot_n",
+    "kv_cache_bytes",
+    "weight_bytes",
+    "tokens_checked",
+    "first_mismatch",
+)
+
+
+def across_sweeps(df: pd.DataFrame, samples=None) -> pd.DataFrame:
+    """One row per decode configuration measured in two or more worker processes (``--sweeps``).
+
+    `deepgap.analysis.aggregate` per (input, output) length pair (its configuration columns hold the
+    input length as ``resolution`` but not the output length, so each pair is aggregated apart): decode
+    tokens/s as ``throughput_ips`` with the two-level CI (processes, then samples), the median TPOT as
+    ``latency_median_s`` and the pooled tail (``latency_tail_name``: a p99 only where the pooled n
+    supports one).
+    """
+    from deepgap.analysis import aggregate, prepare
+
+    parts = []
+    if not df.empty:
+        for (i, o), sub in df.groupby(["input_len", "output_len"], sort=True):
+            agg = aggregate(prepare(sub.reset_index(drop=True)), samples=samples)
+            if len(agg):
+                parts.append(agg.assign(input_len=int(i), output_len=int(o)))
+    if not parts:
+        return pd.DataFrame()
+    agg = pd.concat(parts, ignore_index=True)
+    return agg[agg["n_measurements"] >= 2].reset_index(drop=True)

@@ -1,0 +1,144 @@
+"""Decode results in ``show`` (a table of its own) and ``export`` (columns of their own): shared by both.
+
+Why apart from the forward table: a decode row's numbers are TTFT (ms), TPOT (ms per token), tokens/s
+and J/token (`deepgap.analysis.decode`), which no forward column may hold under its images/s heading.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def _f(v: Any, fmt: str) -> str:
+    return "" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, fmt)
+
+
+def _n(v: Any) -> str:
+    return "" if v is None or v != v else str(int(v))
+
+
+def _mib(v: Any) -> str:
+    return "" if v is None or v != v else f"{v / 2**20:,.1f}"
+
+
+def print_decode(store, console, ids: list[str] | None) -> int:
+    """Print the decode rows of runs ``ids`` (all runs: None); how many there were."""
+    from rich.table import Table
+
+    from deepgap.analysis.decode import decode_table
+
+    frame = store.decode_frame(ids)
+    tab = decode_table(frame)
+    if tab.empty:
+        return 0
+    t = Table(
+        "model",
+        "engine",
+        "prec",
+        "bs",
+        "in/out",
+        "status",
+        "TTFT ms (median, n)",
+        "TPOT ms/token (median, 95% CI)",
+        "TPOT tail ms",
+        "decode tokens/s",
+        "output tokens/s",
+        "J/token",
+        "KV · weights MiB",
+        "bound tokens/s (share)",
+        "vs fp32: tokens agree · logits relL2",
+        title=f"decode: {len(tab)} configurations (a token is one per sequence per step)",
+    )
+    for r in tab.to_dict("records"):
+        ok = r["status"] == "ok"
+        t.add_row(
+            str(r["model"]),
+            f"{r['engine']} ({r['decode_step']} step)"
+            if r["decode_step"] and r["decode_step"] != r["engine"]
+            else str(r["engine"]),
+            str(r["precision"]),
+            str(r["batch_size"]),
+            f"{r['input_len']}/{r['output_len']}",
+            str(r["status"]),
+            f"{_f(r['ttft_median_ms'], '.3f')} (n={_n(r['ttft_n'])})" if ok else str(r["reason"])[:60],
+            f"{_f(r['tpot_median_ms'], '.3f')} ({_f(r['tpot_median_ci_low_ms'], '.3f')}–"
+            f"{_f(r['tpot_median_ci_high_ms'], '.3f')})"
+            if ok
+            else "",
+            f"{_f(r['tpot_tail_ms'], '.3f')} ({r['tpot_tail_label']})" if ok else "",
+            _f(r["decode_tokens_per_s"], ",.1f"),
+            _f(r["output_tokens_per_s"], ",.1f"),
+            _f(r["joules_per_token"], ".4f") or ("no energy" if ok else ""),
+            f"{_mib(r['kv_cache_bytes'])} · {_mib(r['weight_bytes'])}" if ok else "",
+            f"{_f(r['bound_tokens_per_s'], ',.0f')} ({_f(r['fraction_of_bound'], '.0%')})"
+            if ok and r["bound_source"]
+            else "",
+            f"{_f(r['token_agreement_vs_fp32'], '.0%')} of {_n(r['tokens_checked'])} · "
+            f"{_f(r['logits_rel_l2_vs_fp32'], '.2e')}{' WRONG' if r['logits_flagged'] else ''}"
+            if ok
+            else "",
+        )
+    console.print(t)
+    sources = sorted({s for s in tab["bound_source"] if isinstance(s, str) and s})
+    console.print(
+        "decode tokens/s = batch / median TPOT; output tokens/s counts the prefill's time too; J/token is the "
+        "pipelined decode windows' energy per decode token; bound = memory-bound decode tokens/s (bytes per "
+        f"token over {', '.join(sources) if sources else 'a datasheet bandwidth (none for these devices)'})"
+    )
+    _print_across_sweeps(store, frame, console)
+    return len(tab)
+
+
+def _print_across_sweeps(store, frame, console) -> None:
+    """Decode configurations measured in several worker processes: their interval across processes."""
+    from rich.table import Table
+
+    from deepgap.analysis.decode import across_sweeps
+    from deepgap.render.formatting import fmt_ci, spread_text
+
+    agg = across_sweeps(frame, samples=store.samples)
+    if agg.empty:
+        return
+    t = Table(
+        "configuration",
+        "decode tokens/s",
+        "95% CI (processes, then samples)",
+        "between sweeps",
+        "TPOT ms/token (median)",
+        "TPOT tail ms",
+        title="decode measured in several sweeps (worker processes)",
+    )
+    for r in agg.to_dict("records"):
+        t.add_row(
+            f"{r['model']} {r['engine']} {r['precision']} bs{r['batch_size']} "
+            f"{r['input_len']}/{r['output_len']} ×{r['n_measurements']}",
+            _f(r["throughput_ips"], ",.1f"),
+            fmt_ci(r["throughput_ci_low_ips"], r["throughput_ci_high_ips"]),
+            spread_text(r),
+            _f(_ms(r["latency_median_s"]), ".3f"),
+            f"{_f(_ms(r['latency_tail_s']), '.3f')} ({r['latency_tail_name']})",
+        )
+    console.print(t)
+
+
+def _ms(v: Any) -> float:
+    return v * 1e3 if isinstance(v, (int, float)) and math.isfinite(v) else math.nan
+
+
+def export_decode(store, run_ids: list[str] | None, forward):
+    """``forward`` (export's frame) with the decode rows after it, each kind in its own named columns.
+
+    Unchanged when the runs hold no decode rows; else every row says its ``workload``.
+    """
+    import pandas as pd
+
+    from deepgap.analysis.decode import decode_table
+
+    tab = decode_table(store.decode_frame(run_ids))
+    if tab.empty:
+        return forward
+    tab.insert(0, "workload", "decode")
+    if forward.empty:
+        return tab
+    return pd.concat([forward.assign(workload="forward"), tab], ignore_index=True)

@@ -1,0 +1,161 @@
+"""The ``decode`` workload of a sweep, as the parent knows it: which models, engines and precisions run it.
+
+Why torch-free and apart from `llm_timing`: the parent validates a sweep (``--workload decode``) and
+plans its configurations without importing torch; the worker measures them
+(`deepgap.measure.decode_config`). A decode configuration is a greedy generation of ``output_len``
+tokens after a prompt of ``input_len`` tokens, at a batch of sequences (`deepgap.core.records.ConfigSpec`'s
+``input_len``/``output_len``).
+
+**Engines.** A sweep's engine names map onto the decode steps of `deepgap.measure.llm_steps`; an engine
+without a line here has no decode path (ONNX Runtime, TensorRT and the quant engine take a forward pass
+of a fixed graph, not a cache that grows).
+
+**Precisions.** The floating-point ones, the model cast to the precision's dtype. fp8/int8 weights come
+from the quantized Linear path of `deepgap.measure.quant`: it plugs into the worker's
+`deepgap.measure.decode_config.LINEAR_SWAPS` (precision → a function that replaces the decoder's
+``nn.Linear`` layers), and its precision joins `DECODE_PRECISIONS` here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from deepgap.core.errors import UsageError
+from deepgap.core.precision import PRECISIONS
+from deepgap.measure.models.llama_config import SHAPES, LlamaShape, check_run
+
+WORKLOADS = ("forward", "decode")
+DEFAULT_INPUT_LEN = 128
+DEFAULT_OUTPUT_LEN = 128
+DECODE_PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+# greedy tokens compared with the fp32 reference's (and logits compared), over at most this many
+# first output tokens of at most `CHECK_ROWS` sequences: enough to catch a wrong step, cheap beside the run
+CHECK_TOKENS = 16
+CHECK_ROWS = 4
+
+
+@dataclass(frozen=True)
+class DecodeStep:
+    """How an engine name runs decode: a `llm_steps.STEPS` kind, its compile mode, whether it needs CUDA."""
+
+    step: str
+    compile_mode: str | None = None
+    cuda_only: bool = False
+
+
+DECODE_ENGINES: dict[str, DecodeStep] = {
+    "eager": DecodeStep("eager"),
+    "compile": DecodeStep("compile", "default"),
+    "compile-max-autotune": DecodeStep("compile", "max-autotune-no-cudagraphs"),
+    "cudagraph": DecodeStep("cuda-graph", None, cuda_only=True),
+    # reduce-overhead is torch.compile with CUDA graphs: here the compiled step captured as one graph
+    "compile-reduce-overhead": DecodeStep("cuda-graph", "default", cuda_only=True),
+}
+
+
+def decoder_shape(model: str) -> LlamaShape | None:
+    """The shape of a decoder model a sweep names (a registered Llama shape), else None."""
+    return SHAPES.get(model)
+
+
+def check_decode(
+    models: tuple[str, ...],
+    engines: tuple[str, ...],
+    precisions: tuple[str, ...],
+    batch_sizes: tuple[int, ...],
+    input_lens: tuple[int, ...],
+    output_lens: tuple[int, ...],
+) -> None:
+    """One `UsageError` line for a decode sweep that cannot run (no decoder, no decode path, out of range).
+
+    A model that is no decoder, an engine or precision without a decode path, a length past a model's
+    context, fewer than 2 output tokens, a batch or KV cache out of range.
+    """
+    for m in models:
+        if decoder_shape(m) is None:
+            raise UsageError(
+                f"--workload decode needs a decoder model, and {m!r} is not one",
+                f"use one of: {', '.join(SHAPES)} (or drop --workload decode)",
+            )
+    for e in engines:
+        if e not in DECODE_ENGINES:
+            raise UsageError(
+                f"engine {e!r} has no decode step", f"use --engines from: {', '.join(DECODE_ENGINES)}"
+            )
+    for p in precisions:
+        if p not in DECODE_PRECISIONS:
+            raise UsageError(
+                f"decode runs {', '.join(DECODE_PRECISIONS)}; {p!r} weights are not built for decode yet",
+                f"pass --precisions from: {', '.join(DECODE_PRECISIONS)}",
+            )
+    for name, lens in (("input-lens", input_lens), ("output-lens", output_lens)):
+        bad = [v for v in lens if isinstance(v, bool) or not isinstance(v, int) or v < 1]
+        if bad:
+            raise UsageError(f"--{name} has {bad[0]!r}", f"pass positive integers, e.g. --{name} 128")
+    if any(o < 2 for o in output_lens):
+        raise UsageError(
+            "--output-lens 1 times no decode step (the first token comes from the prefill)",
+            "pass output lengths of at least 2, e.g. --output-lens 128",
+        )
+    itemsize = max(PRECISIONS[p].itemsize for p in precisions)
+    for m in models:
+        shape = SHAPES[m]
+        for i in input_lens or (DEFAULT_INPUT_LEN,):
+            for o in output_lens or (DEFAULT_OUTPUT_LEN,):
+                if i + o > shape.max_positions:
+                    raise UsageError(
+                        f"input {i} + output {o} tokens is past {m}'s context of {shape.max_positions}",
+                        f"keep --input-lens + --output-lens within {shape.max_positions}",
+                    )
+                for b in batch_sizes:
+                    check_run(shape, b, i + o, itemsize)
+
+
+def lens_of(input_lens: tuple[int, ...], output_lens: tuple[int, ...]) -> list[tuple[int, int]]:
+    """The (input, output) length pairs a decode sweep measures: every input length × every output length."""
+    ins = tuple(dict.fromkeys(input_lens)) or (DEFAULT_INPUT_LEN,)
+    outs = tuple(dict.fromkeys(output_lens)) or (DEFAULT_OUTPUT_LEN,)
+    return [(i, o) for i in ins for o in outs]
+
+
+def check_workload(spec: Any) -> None:
+    """A sweep's workload (a `deepgap.drive.config.SweepSpec`, read by its fields): known and consistent.
+
+    Decode's axes only with decode; decode only where it can run (`check_decode`), and without the
+    forward-only settings (sequence lengths, input modes, transfer, a dataset, weights, the host CPU).
+    """
+    if spec.workload not in WORKLOADS:
+        raise UsageError(f"unknown workload {spec.workload!r}", f"choose from {', '.join(WORKLOADS)}")
+    if spec.workload != "decode":
+        if spec.input_lens or spec.output_lens:
+            raise UsageError(
+                "--input-lens and --output-lens are decode axes", "add --workload decode, or drop them"
+            )
+        return
+    clash = [
+        f
+        for f, on in (
+            ("--seq-lens", bool(spec.seq_lens)),
+            ("--inputs", tuple(spec.inputs) != ("default",)),
+            ("--include-transfer", spec.include_transfer),
+            ("the host-CPU part (cpu_baseline)", spec.cpu_baseline),
+            ("--dataset", bool(spec.dataset)),
+            ("--weights", bool(spec.weights)),
+        )
+        if on
+    ]
+    if clash:
+        raise UsageError(
+            f"{clash[0]} does not apply to --workload decode",
+            "drop it (decode's lengths are --input-lens and --output-lens)",
+        )
+    batches = {b for ax in spec.engine_axes.values() for b in ax.get("batch_sizes", ())}
+    check_decode(
+        spec.models,
+        spec.engines,
+        spec.precisions,
+        tuple(sorted(batches | set(spec.batch_sizes))),
+        spec.input_lens,
+        spec.output_lens,
+    )
