@@ -28,12 +28,13 @@ def _fp8_ok() -> bool:
     [*DEFAULT_HOW.values(), LinearQuant("fp8", "row"), LinearQuant("int8", "row")],
     ids=lambda h: f"{h.precision}-{h.act_scale}-{h.weight_scale}",
 )
-def test_kernels_match_the_reference_at_bert_shapes(how):
+@pytest.mark.parametrize("rows", [256, 1])  # 1: a batch-1 pooler (torch._int_mm on CUDA needs > 16 rows)
+def test_kernels_match_the_reference_at_bert_shapes(how, rows):
     if how.precision == "fp8" and not _fp8_ok():
         pytest.skip("fp8 needs compute capability ≥ 8.9")
     torch.manual_seed(0)
     lin = nn.Linear(768, 3072).cuda()
-    x = torch.randn(256, 768, device="cuda")
+    x = torch.randn(rows, 768, device="cuda")
     q = QuantLinear(lin, LinearQuant(how.precision, how.act_scale, 5.0, how.weight_scale, how.fast_accum))
     with torch.inference_mode():
         got, want = q(x.bfloat16()).float(), q.reference(x.bfloat16()).float()

@@ -35,6 +35,7 @@ QMAX = {"fp8": 448.0, "int8": 127.0}
 ACT_SCALES = ("row", "static")
 WEIGHT_SCALES = ("channel", "tensor")
 ALIGN = 16  # _scaled_mm and _int_mm need K and N in multiples of 16 (cuBLASLt's fp8 alignment)
+INT_MM_MIN_ROWS = 17  # torch._int_mm on CUDA needs more than 16 rows: fewer are padded with zero rows
 TINY = 1e-12  # an all-zero row gets this amax: its scale stays finite and its codes stay 0
 
 
@@ -123,14 +124,19 @@ class QuantLinear(nn.Module):
     def _product(self, codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         if self.how.precision == "fp8":
             sa, sb = scale, self.w_scale
-            if sa.dim() or sb.dim():  # row-wise: both scales as vectors
-                sa = sa.expand(codes.shape[0], 1).contiguous() if not sa.dim() else sa
-                sb = sb.expand(1, self.out_features).contiguous() if not sb.dim() else sb
+            if (
+                sa.dim() or sb.dim()
+            ):  # row-wise: both scales as vectors (repeat: real strides, even for 1 row)
+                sa = sa.view(1, 1).repeat(codes.shape[0], 1) if not sa.dim() else sa
+                sb = sb.view(1, 1).repeat(1, self.out_features) if not sb.dim() else sb
             return torch._scaled_mm(
                 codes, self.weight_t, scale_a=sa, scale_b=sb, bias=self.bias,
                 out_dtype=self.out_dtype, use_fast_accum=self.how.fast_accum,
             )  # fmt: skip
-        acc = torch._int_mm(codes, self.weight_t)  # int32 (M, N)
+        m = codes.shape[0]
+        if m < INT_MM_MIN_ROWS:  # a batch-1 pooler: zero rows in, their products dropped after
+            codes = torch.nn.functional.pad(codes, (0, 0, 0, INT_MM_MIN_ROWS - m))
+        acc = torch._int_mm(codes, self.weight_t)[:m]  # int32 (M, N)
         return (acc.float() * scale * self.w_scale + self.bias.float()).to(self.out_dtype)
 
     def _dequantized(self, codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
