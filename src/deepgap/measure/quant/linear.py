@@ -124,9 +124,8 @@ class QuantLinear(nn.Module):
     def _product(self, codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         if self.how.precision == "fp8":
             sa, sb = scale, self.w_scale
-            if (
-                sa.dim() or sb.dim()
-            ):  # row-wise: both scales as vectors (repeat: real strides, even for 1 row)
+            # row-wise: both scales as vectors (repeat gives real strides, even for one row)
+            if sa.dim() or sb.dim():
                 sa = sa.view(1, 1).repeat(codes.shape[0], 1) if not sa.dim() else sa
                 sb = sb.view(1, 1).repeat(1, self.out_features) if not sb.dim() else sb
             return torch._scaled_mm(
