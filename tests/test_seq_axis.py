@@ -235,11 +235,12 @@ def test_transformers_preset_says_what_it_adds():
         "eager": {(p, b) for p in ("fp32", "fp16") for b in (1, 64, 256)},
         "cudagraph": {("fp16", 1)},
         "compile-freeze": {("fp16", 64), ("fp16", 256)},
+        "quant": {("fp8", 1), ("fp8", 256)},
     }
     text = PRESETS["transformers"][0]
-    words = ("bert-base", "bert-large", "128", "384", "vit_b_16", "compile-freeze", "cudagraph")
+    words = ("bert-base", "bert-large", "128", "384", "vit_b_16", "compile-freeze", "cudagraph", "quant fp8")
     assert all(w in text for w in words)
-    assert len(plan) == 5 * (6 + 1 + 2)
+    assert len(plan) == 5 * (6 + 1 + 2 + 2)
 
 
 def test_serve_says_it_does_not_serve_text_models_yet(tmp_path):
