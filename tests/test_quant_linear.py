@@ -188,3 +188,20 @@ def test_reference_switch_covers_every_swapped_layer():
     assert not any(m.fast for m in net)
     use_reference(net, on=False)
     assert all(m.fast for m in net)
+
+
+@pytest.mark.parametrize("precision", ["fp8", "int8"])
+def test_decoder_with_8bit_linears_decodes_the_fp32_tokens(precision):
+    """The quant engine's decode swap (issue 51): every Linear of llama-tiny in 8 bits, per-token scales."""
+    from deepgap.measure.decode_config import LINEAR_SWAPS
+    from deepgap.measure.llm_timing import prompts
+    from deepgap.measure.models.llama_net import build_llama
+
+    ref = build_llama("llama-tiny", seed=0, device="cpu")
+    q = LINEAR_SWAPS[precision](build_llama("llama-tiny", seed=0, device="cpu"))
+    assert sum(isinstance(m, QuantLinear) for m in q.modules()) == len(linear_names(ref))
+    ids = prompts(ref.shape.vocab, 2, 8, 0)
+    with torch.inference_mode():
+        want, got = ref(ids), q(ids)
+    assert _rel(got, want) < 0.25
+    assert float((got.argmax(-1) == want.argmax(-1)).float().mean()) >= 0.75

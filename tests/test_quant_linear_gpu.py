@@ -57,3 +57,29 @@ def test_tinybert_compiled_and_captured(precision):
     assert info["compile_s"] > 0 and info["linears"] == 9 and in_dtype == torch.int64
     assert torch.equal(out, again)  # the graph replays the same work
     assert float((out - ref).norm() / ref.norm()) < 0.1
+
+
+@pytest.mark.parametrize("precision", ["fp8", "int8"])
+def test_llama_tiny_decodes_with_8bit_linears(precision):
+    """`--workload decode --engines quant` (issue 51): the CUDA-graph step over 8-bit Linears, checked."""
+    if precision == "fp8" and not _fp8_ok():
+        pytest.skip("fp8 needs compute capability ≥ 8.9")
+    from deepgap.core.records import ConfigSpec
+    from deepgap.drive.config import SweepSpec, validate
+    from deepgap.drive.inprocess import InProcessWorker
+    from deepgap.drive.runner import protocol_for
+    from deepgap.measure.protocol import MeasureRequest
+
+    sweep = dict(models=("llama-tiny",), engines=("quant",), precisions=(precision,), batch_sizes=(4,))
+    spec = validate(SweepSpec(**sweep, device="cuda", workload="decode", cpu_baseline=False))
+    c = ConfigSpec("llama-tiny", "quant", precision, 4, "cuda", resolution=16, input_len=16, output_len=32)
+    w = InProcessWorker("cuda")
+    w.start()
+    try:
+        res = w.call("measure", MeasureRequest(spec=c, protocol=protocol_for(spec)), 300)
+    finally:
+        w.stop()
+    assert res.status.value == "ok", res.reason
+    d = res.details.decode
+    assert d.step == "cuda-graph" and not res.details.correctness.flagged
+    assert d.token_agreement >= 0.5, d

@@ -19,8 +19,10 @@ What is stored (`core.result_details.Decode`, and the results row's own columns)
   (`deepgap.measure.correctness.compare`, the precision's bounds).
 
 `LINEAR_SWAPS` is the hook for quantized weights: precision → a function that replaces the fp32
-decoder's ``nn.Linear`` layers on its device and returns it (`deepgap.measure.quant` registers fp8/int8
-there; the parent's `llm_workload.DECODE_PRECISIONS` lists what the sweep may ask).
+decoder's ``nn.Linear`` layers on its device and returns it: fp8 and int8 through the quant engine's
+Linear path (`deepgap.measure.quant.linear`), activations scaled per token (a decode step's rows are its
+batch's tokens: the row amax is cheap there and needs no calibration), weights per output channel, the
+rest of the decoder in bf16.
 """
 
 from __future__ import annotations
@@ -42,15 +44,29 @@ from deepgap.measure.device import CudaEventClock, set_tf32, torch_dtype
 from deepgap.measure.llm_cost import decode_cost
 from deepgap.measure.llm_steps import make_step
 from deepgap.measure.llm_timing import DecodeResult, measure_decode, prompts
-from deepgap.measure.llm_workload import CHECK_ROWS, CHECK_TOKENS, DECODE_ENGINES, DECODE_PRECISIONS
+from deepgap.measure.llm_workload import CHECK_ROWS, CHECK_TOKENS, DECODE_ENGINES, QUANT_PRECISIONS
 from deepgap.measure.models.llama_net import build_llama
 from deepgap.measure.protocol import MeasureRequest
 from deepgap.measure.telemetry.session import MeasureTelemetry
 from deepgap.measure.timing import HostClock
 from deepgap.measure.worker import WorkerState, nvml_used_bytes, true_peak
 
+
+def _quantized(precision: str) -> Callable[[torch.nn.Module], torch.nn.Module]:
+    def swap(model: torch.nn.Module) -> torch.nn.Module:
+        from deepgap.measure.quant.linear import LinearQuant
+        from deepgap.measure.quant.transformer import quantize_linears
+
+        quantize_linears(model, LinearQuant(precision, "row"), out_dtype=torch.bfloat16)
+        return model
+
+    return swap
+
+
 # precision → fn(fp32 decoder on its device) -> the decoder with its Linear layers replaced (module doc)
-LINEAR_SWAPS: dict[str, Callable[[torch.nn.Module], torch.nn.Module]] = {}
+LINEAR_SWAPS: dict[str, Callable[[torch.nn.Module], torch.nn.Module]] = {
+    p: _quantized(p) for p in QUANT_PRECISIONS
+}
 
 
 def measure_decode_config(state: WorkerState, req: MeasureRequest) -> Result:
@@ -61,8 +77,8 @@ def measure_decode_config(state: WorkerState, req: MeasureRequest) -> Result:
         return Result(spec=spec, status=Status.SKIPPED, reason=f"engine {spec.engine!r} has no decode step")
     if plan.cuda_only and state.caps.kind != "cuda":
         return Result(spec=spec, status=Status.SKIPPED, reason=f"{spec.engine} decode needs a CUDA device")
-    if spec.precision not in DECODE_PRECISIONS and spec.precision not in LINEAR_SWAPS:
-        why = f"{spec.precision} weights are not built for decode"
+    if spec.precision not in plan.precisions:
+        why = f"{spec.engine} decodes in {', '.join(plan.precisions)}, not {spec.precision}"
         return Result(spec=spec, status=Status.SKIPPED, reason=why)
     torch.set_num_threads(spec.threads or state.default_threads)
     set_tf32("fp32")  # the reference in true fp32; the measured model's own flags are set below

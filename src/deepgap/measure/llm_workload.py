@@ -7,13 +7,13 @@ tokens after a prompt of ``input_len`` tokens, at a batch of sequences (`deepgap
 ``input_len``/``output_len``).
 
 **Engines.** A sweep's engine names map onto the decode steps of `deepgap.measure.llm_steps`; an engine
-without a line here has no decode path (ONNX Runtime, TensorRT and the quant engine take a forward pass
-of a fixed graph, not a cache that grows).
+without a line here has no decode path (ONNX Runtime and TensorRT take a forward pass of a fixed graph,
+not a cache that grows). The ``quant`` engine decodes with every Linear in fp8 or int8 (the quant
+engine's Linear path, `deepgap.measure.quant.linear`, activations scaled per token) as a CUDA graph.
 
-**Precisions.** The floating-point ones, the model cast to the precision's dtype. fp8/int8 weights come
-from the quantized Linear path of `deepgap.measure.quant`: it plugs into the worker's
-`deepgap.measure.decode_config.LINEAR_SWAPS` (precision → a function that replaces the decoder's
-``nn.Linear`` layers), and its precision joins `DECODE_PRECISIONS` here.
+**Precisions.** The floating-point ones, the model cast to the precision's dtype; and ``fp8``/``int8``
+for the ``quant`` engine only (`QUANT_PRECISIONS`): the worker's
+`deepgap.measure.decode_config.LINEAR_SWAPS` replaces the decoder's ``nn.Linear`` layers.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ WORKLOADS = ("forward", "decode")
 DEFAULT_INPUT_LEN = 128
 DEFAULT_OUTPUT_LEN = 128
 DECODE_PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+QUANT_PRECISIONS = ("fp8", "int8")  # the quant engine's decode: 8-bit Linears (module doc)
 # greedy tokens compared with the fp32 reference's (and logits compared), over at most this many
 # first output tokens of at most `CHECK_ROWS` sequences: enough to catch a wrong step, cheap beside the run
 CHECK_TOKENS = 16
@@ -42,6 +43,7 @@ class DecodeStep:
     step: str
     compile_mode: str | None = None
     cuda_only: bool = False
+    precisions: tuple[str, ...] = DECODE_PRECISIONS  # the precisions it decodes in
 
 
 DECODE_ENGINES: dict[str, DecodeStep] = {
@@ -51,6 +53,7 @@ DECODE_ENGINES: dict[str, DecodeStep] = {
     "cudagraph": DecodeStep("cuda-graph", None, cuda_only=True),
     # reduce-overhead is torch.compile with CUDA graphs: here the compiled step captured as one graph
     "compile-reduce-overhead": DecodeStep("cuda-graph", "default", cuda_only=True),
+    "quant": DecodeStep("cuda-graph", None, cuda_only=True, precisions=QUANT_PRECISIONS),
 }
 
 
@@ -83,11 +86,13 @@ def check_decode(
             raise UsageError(
                 f"engine {e!r} has no decode step", f"use --engines from: {', '.join(DECODE_ENGINES)}"
             )
+    runs = tuple(dict.fromkeys(p for e in engines for p in DECODE_ENGINES[e].precisions))
     for p in precisions:
-        if p not in DECODE_PRECISIONS:
+        if p not in runs:
             raise UsageError(
-                f"decode runs {', '.join(DECODE_PRECISIONS)}; {p!r} weights are not built for decode yet",
-                f"pass --precisions from: {', '.join(DECODE_PRECISIONS)}",
+                f"decode with {', '.join(engines)} runs {', '.join(runs)}; {p!r} is not among them",
+                f"pass --precisions from: {', '.join(runs)}"
+                + (" (fp8/int8 weights: --engines quant)" if p in QUANT_PRECISIONS else ""),
             )
     for name, lens in (("input-lens", input_lens), ("output-lens", output_lens)):
         bad = [v for v in lens if isinstance(v, bool) or not isinstance(v, int) or v < 1]
@@ -98,7 +103,8 @@ def check_decode(
             "--output-lens 1 times no decode step (the first token comes from the prefill)",
             "pass output lengths of at least 2, e.g. --output-lens 128",
         )
-    itemsize = max(PRECISIONS[p].itemsize for p in precisions)
+    # the KV cache's element: the precision's own, bf16 beside 8-bit Linears
+    itemsize = max(2 if p in QUANT_PRECISIONS else PRECISIONS[p].itemsize for p in precisions)
     for m in models:
         shape = SHAPES[m]
         for i in input_lens or (DEFAULT_INPUT_LEN,):
