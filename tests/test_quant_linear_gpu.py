@@ -83,3 +83,21 @@ def test_llama_tiny_decodes_with_8bit_linears(precision):
     d = res.details.decode
     assert d.step == "cuda-graph" and not res.details.correctness.flagged
     assert d.token_agreement >= 0.5, d
+
+
+@pytest.mark.parametrize("gelu,out_scale", [(True, 0.05), (False, None)])
+def test_fused_fp8_linear_kernel_rounds_as_the_reference(gelu, out_scale):
+    if not _fp8_ok():
+        pytest.skip("fp8 needs compute capability ≥ 8.9")
+    from deepgap.measure.quant.linear_kernels import fp8_linear, reference
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    a = (torch.randn(1000, 768, device="cuda", generator=g) * 40).clamp(-448, 448).to(torch.float8_e4m3fn)
+    w = (torch.randn(3072, 768, device="cuda", generator=g) * 40).clamp(-448, 448).to(torch.float8_e4m3fn)
+    bias = torch.randn(3072, device="cuda", generator=g)
+    got = fp8_linear(a, w, 1 / 44_000, bias, gelu, out_scale).float()
+    want = reference(a, w, 1 / 44_000, bias, gelu, out_scale).float()
+    # fp32 sums in another order: an output one rounding step off where it sat on a tie, no more
+    step = 2.0**-3 if out_scale else 2.0**-7
+    assert bool(((got - want).abs() <= want.abs() * step + 1e-6).all())
+    assert float((got == want).float().mean()) > 0.95

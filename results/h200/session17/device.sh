@@ -7,6 +7,8 @@
 #            bert-base 128 × 256, bert-large 384 × 64 and vit_b_16 × 256
 #   transformers  deepgap run: bert-base 128 (batch 1, 256), vit_b_16 (256), bert-large 384 (64), eager and
 #            compile-freeze fp16 beside quant fp8/int8; the bare loop; the Linear path's GPU tests
+#   fused    benchmarks/fp8_gemm_gelu.py: one Triton kernel for an MLP's first fp8 GEMM + bias + GELU + the next
+#            layer's fp8 quantization, against cuBLASLt + Inductor's GELU kernel, six tiles, three shapes
 set -uo pipefail
 source benchmarks/device_lib.sh
 S=${DEVICE_WORK:-/tmp/deepgap-device}; mkdir -p "$S"
@@ -48,5 +50,9 @@ transformers)
     tail -n 3 "$OUT/linear-gpu-tests.txt"
     (cd "$OUT" && tar czf texts.tgz --remove-files run-*.txt transformers-show.txt bare-bert.txt linear-gpu-tests.txt \
         2>/dev/null) ;;
+fused)
+    # the fused fp8 GEMM + bias + GELU + quantization kernel against cuBLASLt + Inductor, per BERT/ViT MLP shape
+    step "fused fp8 GEMM" "${FUSED_LIMIT:-90}" python benchmarks/fp8_gemm_gelu.py --out "$OUT" > "$OUT/fused.txt" 2>&1
+    tail -n 4 "$OUT/fused.txt" ;;
 *) echo "unknown recipe $what"; exit 2 ;;
 esac; done

@@ -1,0 +1,158 @@
+"""An fp8 Linear whose epilogue applies the bias, GELU and the next layer's fp8 quantization (Triton).
+
+Why: in bert-base fp8 at batch 256 (one H200, results/h200/session17) the first MLP GEMM writes its
+output in bf16 and a second kernel reads it back for GELU and the fp8 quantization of the next GEMM's
+input: 2.5 ms of 9.7 ms per batch, more than the GEMM itself. cuBLASLt has a GELU epilogue, but
+``torch._scaled_mm`` does not expose it. Here one kernel computes ``q(gelu(s·(A·Wᵀ) + b) / s_out)``
+and writes the fp8 codes the next GEMM reads. It is measured against cuBLASLt + Inductor's kernel by
+``benchmarks/fp8_gemm_gelu.py`` before any engine uses it.
+
+``A`` is (M, K) e4m3 codes, ``W`` (N, K) e4m3 codes (a Linear's weight layout), ``s`` the product of
+both per-tensor scales, ``b`` the bias (fp32). ``GELU`` is the exact (erf) form, as BERT and ViT use.
+On CPU tensors the kernel runs in Triton's interpreter (`deepgap.measure.quant.launch`), as the tests do.
+"""
+
+# ruff: noqa: N803, SIM108
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from deepgap.measure.quant.launch import check, launcher
+
+FP8_MAX = 448.0
+
+
+@dataclass(frozen=True)
+class GemmTile:
+    """A tile configuration: block sizes, row-tile group, warps and pipeline stages."""
+
+    bm: int = 128
+    bn: int = 128
+    bk: int = 128
+    group_m: int = 8
+    num_warps: int = 8
+    num_stages: int = 4
+
+
+@triton.jit
+def _gelu(y):
+    return 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
+
+
+@triton.jit
+def fp8_linear_kernel(
+    a_ptr,
+    w_ptr,
+    bias_ptr,
+    out_ptr,
+    scale,
+    out_inv_scale,
+    M,
+    N,
+    K,
+    GELU: tl.constexpr,
+    OUT_FP8: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
+    """out[M, N] = epilogue(scale · Σ_k A[m, k]·W[n, k] + bias[n]); K a multiple of BK, N of BN."""
+    pid = tl.program_id(0)
+    num_m = tl.cdiv(M, BM)
+    num_n = N // BN
+    group = GROUP_M * num_n
+    first_m = (pid // group) * GROUP_M
+    size_m = tl.minimum(num_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % group) % size_m
+    pid_n = (pid % group) // size_m
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = pid_n * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    m_ok = rm < M
+    a_ptrs = a_ptr + rm[:, None] * K + rk[None, :]
+    w_ptrs = w_ptr + rn[None, :] * K + rk[:, None]  # Wᵀ's (k, n) tile from W's rows
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        a = tl.load(a_ptrs + k, mask=m_ok[:, None], other=0.0)
+        acc = tl.dot(a, tl.load(w_ptrs + k), acc)
+    y = acc * scale + tl.load(bias_ptr + rn)[None, :]
+    if GELU:
+        y = _gelu(y)
+    offs = rm[:, None] * N + rn[None, :]
+    if OUT_FP8:
+        out = tl.minimum(tl.maximum(y * out_inv_scale, -448.0), 448.0).to(tl.float8e4nv)
+    else:
+        out = y.to(tl.bfloat16)
+    tl.store(out_ptr + offs, out, mask=m_ok[:, None])
+
+
+def fp8_linear(
+    a: torch.Tensor,
+    w: torch.Tensor,
+    scale: float,
+    bias: torch.Tensor,
+    gelu: bool = False,
+    out_scale: float | None = None,
+    tile: GemmTile | None = None,
+) -> torch.Tensor:
+    """``A·Wᵀ·scale + bias``, then GELU if asked; fp8 codes at ``out_scale`` if given, else bf16.
+
+    Args:
+        a: (M, K) float8_e4m3fn activations' codes, contiguous.
+        w: (N, K) float8_e4m3fn weight codes, contiguous.
+        scale: the activations' scale times the weights' (one number each).
+        bias: (N,) float32.
+        gelu: apply the exact GELU after the bias.
+        out_scale: quantize the result to e4m3 codes at this scale (the next Linear's input scale).
+        tile: block sizes; the default suits large M on Hopper.
+    """
+    t = tile or GemmTile()
+    m, k = a.shape
+    n = w.shape[0]
+    check(
+        a.dtype == w.dtype == torch.float8_e4m3fn, f"A and W must be float8_e4m3fn, not {a.dtype}/{w.dtype}"
+    )
+    check(a.is_contiguous() and w.is_contiguous() and w.shape[1] == k, "A (M, K) and W (N, K), contiguous")
+    check(k % t.bk == 0 and n % t.bn == 0, f"K={k} must divide by BK={t.bk} and N={n} by BN={t.bn}")
+    check(bias.shape == (n,) and bias.dtype == torch.float32, "bias: float32 of shape (N,)")
+    out_fp8 = out_scale is not None
+    out = torch.empty((m, n), dtype=torch.float8_e4m3fn if out_fp8 else torch.bfloat16, device=a.device)
+    grid = (triton.cdiv(m, t.bm) * (n // t.bn),)
+    launcher(fp8_linear_kernel, a.device)[grid](
+        a,
+        w,
+        bias,
+        out,
+        float(scale),
+        1.0 / out_scale if out_fp8 else 1.0,
+        m,
+        n,
+        k,
+        GELU=gelu,
+        OUT_FP8=out_fp8,
+        BM=t.bm,
+        BN=t.bn,
+        BK=t.bk,
+        GROUP_M=t.group_m,
+        num_warps=t.num_warps,
+        num_stages=t.num_stages,
+    )
+    return out
+
+
+def reference(
+    a: torch.Tensor, w: torch.Tensor, scale: float, bias: torch.Tensor, gelu: bool, out_scale: float | None
+) -> torch.Tensor:
+    """The same arithmetic in fp32 torch: what the kernel is held to."""
+    y = (a.float() @ w.float().t()) * scale + bias
+    if gelu:
+        y = torch.nn.functional.gelu(y)
+    if out_scale is None:
+        return y.to(torch.bfloat16)
+    return (y * (1.0 / out_scale)).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
