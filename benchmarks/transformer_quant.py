@@ -48,6 +48,13 @@ VARIANTS = {
     "int8-row": (Q("int8", "row"), True, "default", False),
     "int8-static": (Q("int8", "static"), True, "default", False),
     "fp8-row-freeze": (Q("fp8", "row"), True, "default", True),
+    # the MLP's first Linear + GELU + next quantization as one Triton kernel (quant/fused_mlp.py)
+    "fp8-tensor-fast-fused": (
+        Q("fp8", "static", weight_scale="tensor", fast_accum=True),
+        True,
+        "default",
+        False,
+    ),
     "fp8-tensor-fast-autotune": (
         Q("fp8", "static", weight_scale="tensor", fast_accum=True),
         True,
@@ -83,6 +90,10 @@ def build_variant(name: str, fp32: torch.nn.Module, model: str, x: torch.Tensor)
             calib = [make_input(model, 16, x.shape[-1], seed=s).cuda() for s in (101, 102)]
             amax = calibrate_linears(net, calib)
         info["quantized_linears"] = len(quantize_linears(net, prec, amax))
+        if name.endswith("-fused"):
+            from deepgap.measure.quant.fused_mlp import fuse_mlp
+
+            info["fused_mlp"] = fuse_mlp(net)
         dtype = torch.bfloat16
     xin = x.cuda() if not x.is_floating_point() else x.cuda().to(dtype)
     if mode is None:

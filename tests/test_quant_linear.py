@@ -229,5 +229,48 @@ def test_fused_fp8_linear_kernel_in_the_interpreter(gelu, out_scale):
     carry = (got * 2 == want) & (torch.log2(want.abs()).frac() == 0)
     assert bool((near | carry).all()) and float((got == want).float().mean()) > 0.4
     assert got.dtype == torch.float32 and tuple(got.shape) == (40, 32)
+    assert GemmTile().fit(768, 3072) == GemmTile() and GemmTile().fit(32, 48) == GemmTile(128, 16, 32)
     with pytest.raises(ValueError, match="BK"):
         fp8_linear(a[:, :48].contiguous(), w[:, :48].contiguous(), 1.0, bias, tile=GemmTile(32, 32, 32))
+
+
+def _fp8_static(model: nn.Module, batches: list[torch.Tensor]) -> nn.Module:
+    from deepgap.measure.quant.transformer_engine import DEFAULT_HOW
+
+    quantize_linears(model, DEFAULT_HOW["fp8"], calibrate_linears(model, batches))
+    return model
+
+
+def test_fused_mlp_rewrites_bert_and_vit_chains_only():
+    """BERT's marked chain and ViT's Sequential block are fused; int8 or per-row Linears are left alone."""
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    from deepgap.measure.quant.fused_mlp import FusedLinearGelu, fuse_mlp
+    from deepgap.measure.quant.linear_kernels import GemmTile
+
+    tile = GemmTile(32, 32, 32, 2, 4, 2)
+    bert = _fp8_static(build_model("tinybert", 16), [torch.randint(0, 1000, (4, 16))])
+    assert fuse_mlp(bert, tile) == 2 and isinstance(bert.layers[0].ff1, FusedLinearGelu)
+    assert isinstance(bert.layers[0].act, nn.Identity) and bert.layers[0].ff2.takes_codes
+    vit = VisionTransformer(32, 16, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64, num_classes=10)
+    unfuse_attention(vit.eval())
+    _fp8_static(vit, [torch.randn(2, 3, 32, 32)])
+    assert fuse_mlp(vit, tile) == 2 and isinstance(vit.encoder.layers[0].mlp[0], FusedLinearGelu)
+    other = build_model("tinybert", 16)
+    quantize_linears(other, LinearQuant("int8", "row"))
+    assert fuse_mlp(other, tile) == 0
+
+
+def test_fused_mlp_computes_what_the_unfused_path_does():
+    from deepgap.measure.quant.fused_mlp import fuse_mlp
+    from deepgap.measure.quant.linear_kernels import GemmTile
+
+    model = build_model("tinybert", 16)
+    ids = torch.randint(0, 1000, (4, 16), generator=torch.Generator().manual_seed(6))
+    q = _fp8_static(copy.deepcopy(model), [torch.randint(0, 1000, (8, 16))])
+    fused = copy.deepcopy(q)
+    fuse_mlp(fused, GemmTile(32, 32, 32, 2, 4, 2))
+    with torch.inference_mode():
+        want, got = q(ids).float(), fused(ids).float()
+    # GELU of the fp32 accumulator instead of its bf16 rounding: the codes differ by a step here and there
+    assert _rel(got, want) < 0.05

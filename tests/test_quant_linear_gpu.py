@@ -101,3 +101,17 @@ def test_fused_fp8_linear_kernel_rounds_as_the_reference(gelu, out_scale):
     step = 2.0**-3 if out_scale else 2.0**-7
     assert bool(((got - want).abs() <= want.abs() * step + 1e-6).all())
     assert float((got == want).float().mean()) > 0.95
+
+
+def test_fused_mlp_compiles_and_captures():
+    """The fused MLP kernel as a custom op inside torch.compile and one CUDA graph (bert-base's shapes)."""
+    if not _fp8_ok():
+        pytest.skip("fp8 needs compute capability ≥ 8.9")
+    model = build_model("tinybert", 32)
+    ids = torch.randint(0, 1000, (64, 32), generator=torch.Generator().manual_seed(2))
+    plain, _, _ = prepare_transformer(copy.deepcopy(model), "fp8", ids, "cuda:0", 1000)
+    fused, _, info = prepare_transformer(copy.deepcopy(model), "fp8", ids, "cuda:0", 1000, fused_mlp=True)
+    with torch.inference_mode():
+        want, got = plain(ids.cuda()).float(), fused(ids.cuda()).float()
+    assert info["fused_mlp"] == 2
+    assert float((got - want).norm() / want.norm()) < 0.05

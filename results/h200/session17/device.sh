@@ -9,6 +9,7 @@
 #            compile-freeze fp16 beside quant fp8/int8; the bare loop; the Linear path's GPU tests
 #   fused    benchmarks/fp8_gemm_gelu.py: one Triton kernel for an MLP's first fp8 GEMM + bias + GELU + the next
 #            layer's fp8 quantization, against cuBLASLt + Inductor's GELU kernel, six tiles, three shapes
+#   fused-bert  bert-base 128 × 256 fp8 with and without the fused MLP kernel (bare loop)
 set -uo pipefail
 source benchmarks/device_lib.sh
 S=${DEVICE_WORK:-/tmp/deepgap-device}; mkdir -p "$S"
@@ -54,5 +55,10 @@ fused)
     # the fused fp8 GEMM + bias + GELU + quantization kernel against cuBLASLt + Inductor, per BERT/ViT MLP shape
     step "fused fp8 GEMM" "${FUSED_LIMIT:-90}" python benchmarks/fp8_gemm_gelu.py --out "$OUT" > "$OUT/fused.txt" 2>&1
     tail -n 4 "$OUT/fused.txt" ;;
+fused-bert)
+    # the fused MLP kernel inside the whole network (compiled, one CUDA graph) against the engine's default
+    step "bert-base fused" "${FUSED_BERT_LIMIT:-60}" python benchmarks/transformer_quant.py --model bert-base --seq 128 \
+        --batch 256 --out "$OUT" --variants fp8-tensor-fast,fp8-tensor-fast-fused > "$OUT/fused-bert.txt" 2>&1
+    tail -n 2 "$OUT/fused-bert.txt" ;;
 *) echo "unknown recipe $what"; exit 2 ;;
 esac; done

@@ -17,12 +17,17 @@ def build_bert(cfg):
     """
 
     class Layer(nn.Module):
+        # the MLP's chain, in order: an engine may fuse the activation into the first Linear
+        # (`deepgap.measure.quant.fused_mlp`); nothing but these three runs between ff1's input and ff2's output
+        mlp_chain = ("ff1", "act", "ff2")
+
         def __init__(self) -> None:
             super().__init__()
             self.qkv = nn.Linear(cfg.hidden, 3 * cfg.hidden)  # BertModel's query, key, value, fused
             self.out = nn.Linear(cfg.hidden, cfg.hidden)
             self.ln1 = nn.LayerNorm(cfg.hidden, eps=cfg.layer_norm_eps)
             self.ff1 = nn.Linear(cfg.hidden, cfg.ff)
+            self.act = nn.GELU()  # exact (erf), as BertModel's "gelu"; a module, so an engine can fuse it
             self.ff2 = nn.Linear(cfg.ff, cfg.hidden)
             self.ln2 = nn.LayerNorm(cfg.hidden, eps=cfg.layer_norm_eps)
 
@@ -31,7 +36,7 @@ def build_bert(cfg):
             q, k, v = self.qkv(x).view(b, s, 3, cfg.heads, cfg.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
             a = F.scaled_dot_product_attention(q, k, v)  # (b, heads, s, head_dim); no mask: no padding
             x = self.ln1(x + self.out(a.transpose(1, 2).reshape(b, s, h)))
-            return self.ln2(x + self.ff2(F.gelu(self.ff1(x))))
+            return self.ln2(x + self.ff2(self.act(self.ff1(x))))
 
     class Bert(nn.Module):
         def __init__(self) -> None:

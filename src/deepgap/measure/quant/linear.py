@@ -105,11 +105,15 @@ class QuantLinear(nn.Module):
         scale = torch.tensor(amax / QMAX[how.precision], dtype=torch.float32, device=w.device)
         self.register_buffer("act_scale", scale)
         self.fast = True  # the tensor-core kernel; False: `reference` (set by `use_reference`)
+        # the input is already this layer's fp8 codes at its static scale (`deepgap.measure.quant.fused_mlp`)
+        self.takes_codes = False
 
     def extra_repr(self) -> str:  # noqa: D102
         return f"{self.in_features}→{self.out_features}, {self.how.precision}, activations per {self.how.act_scale}"
 
     def _quantize_input(self, x2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.takes_codes:
+            return x2, self.act_scale
         row = self.how.act_scale == "row"
         scale = row_scales(x2, self.how.precision) if row else self.act_scale  # (M, 1) or a scalar
         return quantize_codes(x2, scale, self.how.precision), scale

@@ -38,6 +38,15 @@ class GemmTile:
     num_warps: int = 8
     num_stages: int = 4
 
+    def fit(self, k: int, n: int) -> GemmTile:
+        """This tile with BK and BN halved until they divide ``k`` and ``n`` (multiples of 16)."""
+        bk, bn = self.bk, self.bn
+        while k % bk and bk > 16:
+            bk //= 2
+        while n % bn and bn > 16:
+            bn //= 2
+        return GemmTile(self.bm, bn, bk, self.group_m, self.num_warps, self.num_stages)
+
 
 @triton.jit
 def _gelu(y):

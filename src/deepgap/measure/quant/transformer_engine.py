@@ -54,10 +54,13 @@ def prepare_transformer(
     device: str,
     vocab: int = 0,
     fast: bool = True,
+    fused_mlp: bool = False,
 ) -> tuple[Any, torch.dtype, dict[str, Any]]:
     """(run, input dtype, info) of ``model`` with 8-bit Linears; ``fast=False``: the fp32 reference, no compile.
 
     ``run(x)`` takes the batch on ``device``: token ids (int64) as they are, images in bf16.
+    ``fused_mlp``: each MLP's first fp8 Linear, GELU and the next quantization as one Triton kernel
+    (`deepgap.measure.quant.fused_mlp`); off until measured faster than cuBLASLt + Inductor.
     """
     how = DEFAULT_HOW[precision]
     net = model.to(device).eval()
@@ -70,6 +73,10 @@ def prepare_transformer(
     kept = [n for n, m in net.named_modules() if isinstance(m, torch.nn.Linear)]
     info.update(quant={k: v for k, v in asdict(how).items() if k != "act_amax"}, linears=len(swapped),
                 linears_kept_bf16=kept, dtype="bfloat16")  # fmt: skip
+    if fused_mlp:
+        from deepgap.measure.quant.fused_mlp import fuse_mlp
+
+        info["fused_mlp"] = fuse_mlp(net)
     in_dtype = OUT_DTYPE if example.is_floating_point() else example.dtype
     x = example.to(device=device, dtype=in_dtype)
     if not fast:
