@@ -65,6 +65,14 @@ def _min_accuracy(text: str) -> float:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
+    _grid_arguments(p)
+    _protocol_arguments(p)
+    _output_and_fleet_arguments(p)
+    add_session_arguments(p, SessionDefaults.of(SweepSpec, "the preset's; on for the default GPU grid"))
+
+
+def _grid_arguments(p: argparse.ArgumentParser) -> None:
+    """What is measured: the grid's axes, its presets and file, the workload and its lengths."""
     p.add_argument(
         "--preset",
         help="paper | gpu | transformers | cpu | quick (default: gpu grid with a GPU, else cpu grid)",
@@ -91,6 +99,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     )
     p.add_argument("--input-lens", help="decode: prompt tokens per sequence, e.g. 128,1024 (default 128)")
     p.add_argument("--output-lens", help="decode: generated tokens per sequence, e.g. 128 (default 128)")
+
+
+def _protocol_arguments(p: argparse.ArgumentParser) -> None:
+    """How each configuration is timed and checked: counts, adaptive stopping, weights, accuracy."""
     p.add_argument("--warmup", help="untimed iterations before timing (paper: 20)")
     p.add_argument("--iterations", help="timed iterations per repeat (paper: 100)")
     p.add_argument("--repeats", help="repeats per configuration (paper: 3)")
@@ -122,6 +134,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument(
         "--include-transfer", action="store_true", help="time the host→device copy of pinned inputs"
     )
+
+
+def _output_and_fleet_arguments(p: argparse.ArgumentParser) -> None:
+    """Where the run goes and what it writes: host CPU, energy window, resume, report, JSON, fleets."""
     p.add_argument(
         "--no-cpu-baseline",
         action="store_true",
@@ -153,7 +169,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
         metavar="KEY=VALUE",
         help="with --ray: only matching nodes, e.g. gpu=L4 (repeatable)",
     )
-    add_session_arguments(p, SessionDefaults.of(SweepSpec, "the preset's; on for the default GPU grid"))
 
 
 def build_spec(args: argparse.Namespace) -> SweepSpec:
