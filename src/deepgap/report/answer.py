@@ -125,13 +125,17 @@ def _lead(best: dict[str, Any], runner: dict[str, Any] | None, objective: str) -
     return f"{100 * ahead:+.1f}% vs {_short(runner)}" + (" (CIs overlap: a tie)" if tie else "")
 
 
-def _row_of(sub: pd.DataFrame, choice: dict[str, Any] | None) -> dict[str, Any] | None:
-    if choice is None:
-        return None
+def _by_label(sub: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """``sub``'s rows by their configuration label (the first row of a label), read once per model."""
+    out: dict[str, dict[str, Any]] = {}
     for r in sub.to_dict("records"):
-        if config_label(r) == choice["configuration"]:
-            return r
-    return None
+        out.setdefault(config_label(r), r)
+    return out
+
+
+def _row_of(rows: dict[str, dict[str, Any]], choice: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The row a recommendation chose (``choice``: `recommend`'s choice or runner-up), from `_by_label`."""
+    return rows.get(choice["configuration"]) if choice is not None else None
 
 
 def _ratio_text(what: str, r: Ratio) -> str:
@@ -210,10 +214,11 @@ def answers(agg: pd.DataFrame, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataF
         recs = {obj: {(r.model, r.resolution): r for r in recommend(sub, obj)} for obj in OBJECTIVES}
         for (model, res), _ in sub.groupby(["model", "resolution"], sort=True):
             msub = sub[(sub["model"] == model) & (sub["resolution"] == res)]
+            labelled = _by_label(msub)
             leads, missing = [], []
             for obj in OBJECTIVES:
                 rec = recs[obj].get((model, res))
-                best = _row_of(msub, rec.choice if rec else None)
+                best = _row_of(labelled, rec.choice if rec else None)
                 base = {"platform": platform, "model": model, "resolution": int(res), "goal": GOALS[obj]}
                 base["axis"] = _axis(msub, res)  # "seq 128" for a text model, never "128px"
                 if best is None:
@@ -234,7 +239,7 @@ def answers(agg: pd.DataFrame, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataF
                     missing.append(f"{GOALS[obj]}: {why}")
                     continue
                 value, ci, also = _numbers(best, obj)
-                runner = _row_of(msub, rec.runner_up)
+                runner = _row_of(labelled, rec.runner_up)
                 leads.append(f"{GOALS[obj]}: {_lead(best, runner, obj)}")
                 rows.append(
                     {

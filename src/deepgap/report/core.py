@@ -142,7 +142,10 @@ def _interactive(
     sp32: pd.DataFrame,
     spc: pd.DataFrame | None = None,
 ) -> None:
-    """Attach plotly versions to the per-batch figures, Fig. 7 and the speedup over the CPU."""
+    """Attach plotly versions to the per-batch figures, Fig. 7 and the speedup over the CPU.
+
+    An interactive page then draws no PNG of these figures (`deepgap.report.page`); ``--static`` does.
+    """
     u = of_frame(agg)
     ci = ("throughput_ci_low_ips", "throughput_ci_high_ips", u.header("throughput img/s"))
     lat_ci = ("latency_median_ci_low_s", "latency_median_ci_high_s", "median latency ms")
@@ -173,8 +176,8 @@ def _interactive(
         "fig_joules_per_image": lambda: fi.lines(agg, "joules_per_image", u.header("mJ per image"), 1e3),
     }
     for f in figs:
-        if f.name in specs and f.png:
-            f.plotly = specs[f.name]()
+        if f.name in specs:
+            f.attach_plotly(specs[f.name])
 
 
 def _latency_bars(agg: pd.DataFrame) -> pd.DataFrame:

@@ -19,6 +19,7 @@ from deepgap.render.draw import (
     flag_marks,
     make_figure,
     panel_legend,
+    pending_figure,
     plain_ticks,
     pyplot,
     subplots_grid,
@@ -38,6 +39,19 @@ def pareto(par: pd.DataFrame) -> Figure:
             "",
             unavailable="unavailable: no successful measurement",
         )
+    return pending_figure(
+        "fig10_pareto",
+        "Latency–throughput Pareto frontier (fig. 10)",
+        "Each point is a batch size (labelled); colour = precision, marker = engine (key above), hollow = "
+        "channels-last. Upper-left "
+        "is better; the black line joins the unflagged configurations that no other configuration beats on "
+        "both latency and throughput.",
+        lambda: _draw_pareto(par),
+    )
+
+
+def _draw_pareto(par: pd.DataFrame):
+    """Fig. 10's matplotlib figure (drawn only where a page needs the PNG)."""
     keys = list(par.groupby(["platform", "model"], sort=True).groups)
     fig, axes = subplots_grid(len(keys), w=4.2, h=3.1, ncols=3)
     threads = thread_list(par)
@@ -87,15 +101,7 @@ def pareto(par: pd.DataFrame) -> Figure:
         plain_ticks(ax)
         label_panel(ax, f"{platform} — {model}", "median latency per batch (ms)", of_frame(sub).rate)
         panel_legend(ax)
-    return make_figure(
-        "fig10_pareto",
-        "Latency–throughput Pareto frontier (fig. 10)",
-        "Each point is a batch size (labelled); colour = precision, marker = engine (key above), hollow = "
-        "channels-last. Upper-left "
-        "is better; the black line joins the unflagged configurations that no other configuration beats on "
-        "both latency and throughput.",
-        fig,
-    )
+    return fig
 
 
 def _mode(r) -> str:
@@ -119,6 +125,14 @@ def bars(
     """Grouped bars: one panel per ``panel`` value and engine family (≤ 8 bars a group), groups by model."""
     if frame.empty:
         return Figure(name, title, caption, unavailable=why or "unavailable: no successful measurement")
+    caption += " ✕ = flagged, ○ = CI target missed."
+    return pending_figure(name, title, caption, lambda: _draw_bars(frame, value, ylabel, panel, fmt, err))
+
+
+def _draw_bars(
+    frame: pd.DataFrame, value: str, ylabel: str, panel: str, fmt: str, err: tuple[str, str] | None
+):
+    """`bars`' matplotlib figure (drawn only where a page needs the PNG)."""
     panels = facets(frame, keys=(panel,))
     all_threads = thread_list(frame)
     fig, axes = subplots_grid(len(panels), w=4.4, h=3.0, ncols=3)
@@ -165,7 +179,7 @@ def bars(
         ax.set_xticks(range(len(models)), models, fontsize=6)
         label_panel(ax, ptitle, None, ylabel, grid="y")
         panel_legend(ax)
-    return make_figure(name, title, caption + " ✕ = flagged, ○ = CI target missed.", fig)
+    return fig
 
 
 def thread_scaling(ts: pd.DataFrame) -> Figure:

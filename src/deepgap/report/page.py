@@ -1,4 +1,7 @@
-"""``deepgap report``: a store → one self-contained HTML file, plus every figure as PNG and table as CSV.
+"""``deepgap report``: a store → one self-contained HTML file, plus its figures' PNGs and its tables as CSV.
+
+The PNGs are those the page shows as images: every figure's with ``--static``; on the default
+(interactive) page only those of figures without a plotly version (`draw_pngs`).
 
 Rendering only: the tables and figures come from the sections registered in `deepgap.render.sections`
 (the core one in `deepgap.report.core`, then serving, roofline, platforms); this module formats, embeds
@@ -172,6 +175,7 @@ def render_html(rep: Report, files_dir: str) -> str:
         lstrip_blocks=True,
     )
     env.filters.update(ips=fmt_ips, ms=fmt_ms, gib=fmt_gib, lst=fmt_list)
+    images = {f.name for f in draw_pngs(rep)}
     figs = [
         {
             "name": f.name,
@@ -181,9 +185,7 @@ def render_html(rep: Report, files_dir: str) -> str:
             "appendix": f.appendix,
             "plotly": _script_json(f.plotly) if rep.interactive and f.plotly else None,
             "png": bool(f.png),
-            "src": "data:image/png;base64," + base64.b64encode(f.png).decode()
-            if f.png and not (rep.interactive and f.plotly)
-            else None,
+            "src": "data:image/png;base64," + base64.b64encode(f.png).decode() if f.name in images else None,
         }
         for f in rep.figures
     ]
@@ -222,6 +224,16 @@ def render_html(rep: Report, files_dir: str) -> str:
         plotly_b64=fi.bundle_b64() if interactive else "",
         filters=rep.filters if interactive else {},
     )
+
+
+def draw_pngs(rep: Report) -> list[figures.Figure]:
+    """Draw the PNGs of the figures the page shows as images: all with ``--static``, else those without plotly.
+
+    Why not all: matplotlib was about 60% of a report build, and an interactive page shows the plotly
+    version; its ``<noscript>`` line says that ``deepgap report --static`` gives the images.
+    """
+    shown = [f.draw_png() for f in rep.figures if not (rep.interactive and f.plotly)]
+    return [f for f in shown if f.png]
 
 
 def _ratio_pairs(ratios: pd.DataFrame) -> list[tuple[str, str]]:
@@ -338,7 +350,8 @@ def write_report(
     """Write the HTML report, its PNGs and CSVs; returns the written paths (HTML first).
 
     ``static``: PNG figures only, no script, and the page says so. The default page is interactive and
-    needs plotly (a `UsageError` at once when it is missing); the same PNGs are written beside it.
+    needs plotly (a `UsageError` at once when it is missing); a figure it draws with plotly has no PNG
+    (neither on the page nor beside it), the others' PNGs are embedded and written beside it.
     """
     path = check_output(html_path, interactive=not static)
     return save(build(store_path, run_ids, interactive=not static), path)
@@ -355,7 +368,7 @@ def save(rep: Report, html_path: str) -> list[str]:
         os.mkdir(os.path.join(tmp, files))
         claim_folder(os.path.join(tmp, files))
         written = [path]
-        for f in rep.figures:
+        for f in draw_pngs(rep):
             if f.png:
                 with open(os.path.join(tmp, files, f.name + ".png"), "wb") as fh:
                     fh.write(f.png)
