@@ -27,7 +27,7 @@ from deepgap.render.draw import (
 from deepgap.render.style import MAX_SERIES, facets, label_panel, marker, series_of, thread_list
 from deepgap.render.style import color as style_color
 from deepgap.render.style import series_label as style_label
-from deepgap.render.units import of_frame
+from deepgap.render.units import of_frame, seq_len_of
 
 
 def pareto(par: pd.DataFrame) -> Figure:
@@ -52,11 +52,13 @@ def pareto(par: pd.DataFrame) -> Figure:
 
 def _draw_pareto(par: pd.DataFrame):
     """Fig. 10's matplotlib figure (drawn only where a page needs the PNG)."""
-    keys = list(par.groupby(["platform", "model"], sort=True).groups)
+    seqs = par["seq_len"] if "seq_len" in par else [0] * len(par)
+    par = par.assign(_seq=[seq_len_of(v) for v in seqs])  # a text model: a panel per sequence length
+    keys = list(par.groupby(["platform", "model", "_seq"], sort=True).groups)
     fig, axes = subplots_grid(len(keys), w=4.2, h=3.1, ncols=3)
     threads = thread_list(par)
-    for ax, (platform, model) in zip(axes, keys, strict=False):
-        sub = par[(par["platform"] == platform) & (par["model"] == model)].assign(
+    for ax, (platform, model, seq) in zip(axes, keys, strict=False):
+        sub = par[(par["platform"] == platform) & (par["model"] == model) & (par["_seq"] == seq)].assign(
             _ms=lambda d: d["latency_median_s"] * 1e3
         )
         named: set[str] = set()  # one legend entry per precision (colour); markers name the engine
@@ -99,7 +101,8 @@ def _draw_pareto(par: pd.DataFrame):
         flag_marks(ax, sub, "_ms", "throughput_ips")
         ax.set_xscale("log")
         plain_ticks(ax)
-        label_panel(ax, f"{platform} — {model}", "median latency per batch (ms)", of_frame(sub).rate)
+        title = f"{platform} — {model}" + (f" seq {seq}" if seq else "")
+        label_panel(ax, title, "median latency per batch (ms)", of_frame(sub).rate)
         panel_legend(ax)
     return fig
 

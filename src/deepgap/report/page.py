@@ -43,6 +43,7 @@ from deepgap.render.formatting import (
 from deepgap.render.machines import MACHINE_HEADERS, machines
 from deepgap.render.sections import ReportContext, TableSpec
 from deepgap.render.style import platform_names
+from deepgap.render.units import of_frame
 from deepgap.report import answer as report_answer
 from deepgap.report import answer_ratios
 from deepgap.report import interactive as fi
@@ -192,6 +193,7 @@ def render_html(rep: Report, files_dir: str) -> str:
     interactive = any(f["plotly"] for f in figs)
     agg = rep.tables.get("configurations")
     platforms = list(platform_names(agg).values()) if agg is not None and len(agg) else []
+    units = of_frame(agg)  # a text model's answer: output agreement, energy per sequence
     specs = rep.table_specs or TABLE_SPECS  # a Report built by hand: the core tables
     shown = [html_table(n, rep.tables[n], specs[n]) for n in specs if n in rep.tables and len(rep.tables[n])]
     empty = [specs[n][0] for n in specs if n in rep.tables and not len(rep.tables[n])]
@@ -203,8 +205,9 @@ def render_html(rep: Report, files_dir: str) -> str:
         tables=shown,
         empty_tables=empty,
         files_dir=files_dir,
-        answer_rows=answer_rows(rep.answer_table, rep.ratios),
-        accuracy_header=report_answer.ANSWER_ACCURACY_HEADER,
+        answer_rows=answer_rows(rep.answer_table, rep.ratios, units.item),
+        accuracy_header=units.header(report_answer.ANSWER_ACCURACY_HEADER),
+        agreement=units.header("top-1 agreement"),
         has_ratios=bool(len(rep.ratios)),
         ratio_names=", ".join(sorted({f"{a} / {b}" for a, b in _ratio_pairs(rep.ratios)})),
         first_platform=platforms[0] if len(platforms) > 1 else "",
@@ -243,11 +246,12 @@ def _ratio_pairs(ratios: pd.DataFrame) -> list[tuple[str, str]]:
     return [(short[a], short[b]) for a, b in zip(ratios["platform_a"], ratios["platform_b"], strict=True)]
 
 
-def answer_rows(answer: pd.DataFrame, ratios: pd.DataFrame) -> list[dict[str, Any]]:
+def answer_rows(answer: pd.DataFrame, ratios: pd.DataFrame, item: str = "image") -> list[dict[str, Any]]:
     """The answer table's rows; with two GPUs, model by model, each model's ratio row first.
 
     Why first: a two-GPU store is asked how the GPUs compare, so the ratio leads its model's rows and
     the whole answer stays on the first screen (`answer_ratios.cross_gpu_ratios` computes it).
+    ``item``: what the rows measure per joule ("image", or "sequence" for text models: `render.units`).
     """
     if ratios.empty or answer.empty:
         return _with_spans(answer)
@@ -264,7 +268,10 @@ def answer_rows(answer: pd.DataFrame, ratios: pd.DataFrame) -> list[dict[str, An
                     "model": model,
                     "resolution": int(res),
                     "label": " / ".join(pair),
-                    "parts": [{**it, "goal": RATIO_GOALS.get(it["goal"], it["goal"])} for it in items],
+                    "parts": [
+                        {**it, "goal": RATIO_GOALS.get(it["goal"], it["goal"]).replace("image", item)}
+                        for it in items
+                    ],
                 }
             )
         rows = answer[(answer["model"] == model) & (answer["resolution"] == res)]
