@@ -201,7 +201,7 @@ def test_tokens_per_s_and_joules_per_token_from_the_same_window():
 
     ans = answers(agg, df)[0].set_index(["model", "resolution", "goal"])
     assert ans.loc[("tinybert", 16, "throughput"), "value"] == "6,400.0 tokens/s"
-    assert "400.0 samples/s at seq 16" in ans.loc[("tinybert", 16, "throughput"), "also"]
+    assert "400.0 seq/s at seq 16" in ans.loc[("tinybert", 16, "throughput"), "also"]
     assert ans.loc[("tinybert", 16, "per joule"), "value"] == f"{0.02 / 16 * 1e3:.3g} mJ/token"
     assert ans.loc[("tinycnn", 32, "throughput"), "value"].endswith("img/s")  # image models unchanged
 

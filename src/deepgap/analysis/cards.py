@@ -63,7 +63,8 @@ def card_ids(frame: pd.DataFrame) -> pd.Series:
     """Each row's card, "" where unknown (a CPU, an old store, NVML unavailable)."""
     if "card" not in frame:
         return pd.Series([""] * len(frame), index=frame.index, dtype=object)
-    return frame["card"].map(lambda c: "" if not isinstance(c, str) or c.startswith("unavailable") else c)
+    known = ["" if not isinstance(c, str) or c.startswith("unavailable") else c for c in frame["card"]]
+    return pd.Series(known, index=frame.index, dtype=object)  # not Series.map: 3 calls per configuration
 
 
 def per_card(used: pd.DataFrame) -> dict[str, float]:

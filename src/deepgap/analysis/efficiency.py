@@ -17,10 +17,10 @@ from deepgap.analysis.frame import CONFIG_VIEW_COLS
 def pareto(agg: pd.DataFrame) -> pd.DataFrame:
     """Every configuration, with ``on_frontier`` where no configuration beats it on latency and throughput.
 
-    On the frontier: no unflagged configuration of the same platform, model and input mode has both
-    lower-or-equal median latency and higher-or-equal throughput (one strictly). Flagged configurations
-    never are. A resident input (int8 images already in GPU memory) has a frontier of its own: it never
-    pushes a default-input configuration off the default frontier.
+    On the frontier: no unflagged configuration of the same platform, model, sequence length (text
+    models) and input mode has both lower-or-equal median latency and higher-or-equal throughput (one
+    strictly). Flagged configurations never are. A resident input (int8 images already in GPU memory)
+    has a frontier of its own: it never pushes a default-input configuration off the default frontier.
     """
     if agg.empty:
         return pd.DataFrame(
@@ -28,9 +28,8 @@ def pareto(agg: pd.DataFrame) -> pd.DataFrame:
         )
     out = agg.copy()
     out["on_frontier"] = False
-    for _, grp in out.groupby(
-        ["platform", "model", *(["input_mode"] if "input_mode" in out else [])], sort=False
-    ):
+    # a text model's sequence lengths are separate workloads: a frontier each (seq_len 0 for images)
+    for _, grp in out.groupby(["platform", "model", *_have(out, "seq_len", "input_mode")], sort=False):
         pts = grp[~grp["flagged"] & grp["latency_median_s"].notna() & grp["throughput_ips"].notna()]
         lat = pts["latency_median_s"].to_numpy()
         tp = pts["throughput_ips"].to_numpy()
@@ -38,6 +37,15 @@ def pareto(agg: pd.DataFrame) -> pd.DataFrame:
             dominated = np.any((lat <= lat[i]) & (tp >= tp[i]) & ((lat < lat[i]) | (tp > tp[i])))
             out.loc[ix, "on_frontier"] = not dominated
     return out.sort_values(["platform", "model", "latency_median_s"]).reset_index(drop=True)
+
+
+def _have(agg: pd.DataFrame, *cols: str) -> list[str]:
+    """Those of ``cols`` (a text model's ``seq_len``, ``joules_per_token``, ``input_mode``) that ``agg`` has.
+
+    Why carried: a table's units follow its rows' sequence lengths (`deepgap.render.units.of_frame`), and
+    a text model's rows at two lengths are two configurations.
+    """
+    return [c for c in cols if c in agg]
 
 
 def energy(agg: pd.DataFrame) -> pd.DataFrame:
@@ -49,9 +57,11 @@ def energy(agg: pd.DataFrame) -> pd.DataFrame:
     keep = [
         *CONFIG_VIEW_COLS,
         *(["input_mode"] if "input_mode" in agg else []),
+        *_have(agg, "seq_len"),  # a text model's rows: per sequence length (render.units)
         "batch_size",
         "throughput_ips",
         *[c for c in cols if c in agg],
+        *_have(agg, "joules_per_token"),
         "flagged",
         "flags",
         "warnings",
@@ -78,6 +88,7 @@ def thread_scaling(agg: pd.DataFrame) -> pd.DataFrame:
             out.append(
                 {
                     **{k: r[k] for k in keys},
+                    **{k: r[k] for k in _have(agg, "seq_len")},
                     "threads": r["threads"],
                     "throughput_ips": r["throughput_ips"],
                     "min_threads": int(base["threads"]),

@@ -86,6 +86,21 @@ MEMORY_LABELS = {
 # Accuracy against the fp32 eager reference (deepgap.measure.correctness, stored in extra["correctness"]): the
 # evidence a quantized row carries wherever it is shown. Aggregated as the worst over measurements.
 ACCURACY_WORST = {"rel_l2": "max", "cosine": "min", "top1_agreement": "min"}
+# every column `aggregate` takes a median, maximum or minimum of (`_Numbers`)
+NUMBER_COLS = [
+    "throughput_ips",
+    "throughput_pipelined_ips",
+    "latency_median_s",
+    "latency_p99_ci_high_s",
+    *MEMORY_COLS,
+    *TELEMETRY_MAX,
+    *TELEMETRY_MEDIAN,
+    *accuracy.COLUMNS,
+    *ACCURACY_WORST,
+    "top1_n",
+    "flops_per_image",
+    "params",
+]
 
 
 def prepare(results: pd.DataFrame) -> pd.DataFrame:
@@ -146,19 +161,33 @@ def prepare(results: pd.DataFrame) -> pd.DataFrame:
     return tokens.add_per_token(df)  # tokens/s and J/token of text models (analysis.tokens)
 
 
-def _median(values: pd.Series) -> float:
-    v = pd.to_numeric(values, errors="coerce").dropna()
-    return float(v.median()) if len(v) else float("nan")
+class _Numbers:
+    """The numeric columns of the OK rows as one float array, read once for every configuration.
 
+    Why: `aggregate` takes a median, maximum or minimum of about 15 columns per configuration; doing it
+    with pandas (a column lookup, ``to_numeric`` and ``dropna`` each time) was most of its time. The
+    numbers are the same: NaN and non-numbers are left out, as ``pd.to_numeric(errors="coerce")`` did.
+    """
 
-def _max(values: pd.Series) -> float:
-    v = pd.to_numeric(values, errors="coerce").dropna()
-    return float(v.max()) if len(v) else float("nan")
+    def __init__(self, ok: pd.DataFrame, cols: list[str]) -> None:
+        self.col = {c: j for j, c in enumerate(c for c in dict.fromkeys(cols) if c in ok)}
+        self.values = np.column_stack(
+            [pd.to_numeric(ok[c], errors="coerce").to_numpy(dtype=float) for c in self.col]
+            or [np.empty(len(ok))]
+        )
+        self.index = ok.index
 
+    def rows(self, frame: pd.DataFrame) -> np.ndarray:
+        """The positions of ``frame``'s rows (a group of the OK rows), for `of`."""
+        return self.index.get_indexer(frame.index)
 
-def _min(values: pd.Series) -> float:
-    v = pd.to_numeric(values, errors="coerce").dropna()
-    return float(v.min()) if len(v) else float("nan")
+    def of(self, rows: np.ndarray, how: str, c: str) -> float:
+        """``how`` ("median", "max" or "min") of column ``c`` over ``rows``; NaN when it has no number."""
+        if c not in self.col:
+            return float("nan")
+        v = self.values[rows, self.col[c]]
+        v = v[~np.isnan(v)]
+        return float(getattr(np, how)(v)) if len(v) else float("nan")
 
 
 def accuracy_label(row: dict[str, Any] | pd.Series) -> str:
@@ -215,13 +244,17 @@ def aggregate(df: pd.DataFrame, samples: sweeps.SamplesFn | None = None) -> pd.D
         ``ci_method``. Empty (with those columns) when no row is OK.
     """
     ok = df[df["status"] == "ok"] if "status" in df and not df.empty else df.iloc[0:0]
+    if not ok.index.is_unique:  # `_Numbers` finds a group's rows by their index
+        ok = ok.reset_index(drop=True)
     samples = tails.memo(samples) if samples is not None else None  # the CI and the percentiles read them
+    num = _Numbers(ok, NUMBER_COLS)
     rows = []
     for key, grp in ok.groupby(GROUP_COLS, sort=True, dropna=False) if len(ok) else []:
         clean = grp[~grp["flagged"]]
         used = clean if len(clean) else grp
+        at = num.rows(used)
         row: dict[str, Any] = dict(zip(GROUP_COLS, key, strict=True))
-        row["throughput_ips"] = _median(used["throughput_ips"])
+        row["throughput_ips"] = num.of(at, "median", "throughput_ips")
         hier = (
             cards.throughput_ci(used, samples) or sweeps.throughput_ci(used, samples)
             if samples is not None and len(used) >= 2
@@ -232,15 +265,15 @@ def aggregate(df: pd.DataFrame, samples: sweeps.SamplesFn | None = None) -> pd.D
         ci = hier or _throughput_ci(used)
         row["throughput_ci_low_ips"], row["throughput_ci_high_ips"], row["ci_method"] = ci
         row["between_sweep_cv"], row["sweep_throughputs"], disagree = sweeps.spread(used)
-        row["throughput_pipelined_ips"] = _median(used["throughput_pipelined_ips"])
-        row["latency_median_s"] = _median(used["latency_median_s"])
+        row["throughput_pipelined_ips"] = num.of(at, "median", "throughput_pipelined_ips")
+        row["latency_median_s"] = num.of(at, "median", "latency_median_s")
         bs = float(row["batch_size"])
         # Latency CI follows the throughput CI through latency = batch / throughput (monotone).
         lo, hi = row["throughput_ci_low_ips"], row["throughput_ci_high_ips"]
         row["latency_median_ci_low_s"] = bs / hi if hi and hi == hi else float("nan")
         row["latency_median_ci_high_s"] = bs / lo if lo and lo == lo else float("nan")
         for c in ["latency_p99_ci_high_s", *MEMORY_COLS, *TELEMETRY_MAX]:
-            row[c] = _max(used[c]) if c in used else float("nan")
+            row[c] = num.of(at, "max", c)
         tail = tails.set_percentiles(row, used, samples)
         row["latency_tail_s"], row["latency_tail_kind"] = tail.seconds, tail.kind
         row["latency_tail_n"] = tail.n
@@ -249,17 +282,17 @@ def aggregate(df: pd.DataFrame, samples: sweeps.SamplesFn | None = None) -> pd.D
         if tail.kind != "p99":  # its bootstrap upper end is the sample maximum: no interval to show
             row["latency_p99_ci_high_s"] = float("nan")
         for c in [*TELEMETRY_MEDIAN, *(a for a in accuracy.COLUMNS if a in used)]:
-            row[c] = _median(used[c])
+            row[c] = num.of(at, "median", c)
         if row["joules_per_image"] > 0:  # one window: images/s/W × J/image = 1 (see `telemetry_of`)
             row["ips_per_watt"] = 1.0 / row["joules_per_image"]
         for c, how in ACCURACY_WORST.items():
-            row[c] = (_max if how == "max" else _min)(used[c]) if c in used else float("nan")
+            row[c] = num.of(at, how, c)
         # the same seeded check inputs in every sweep: n is one measurement's, not their sum
-        row["top1_n"] = _min(used["top1_n"]) if "top1_n" in used else float("nan")
+        row["top1_n"] = num.of(at, "min", "top1_n")
         row["check_weights"] = ",".join(sorted({str(w) for w in used.get("check_weights", []) if w}))
         row.update(tokens.per_token(row))  # from the aggregated samples/s and J/sample
-        row["flops_per_image"] = _median(used["flops_per_image"])
-        row["params"] = _median(used["params"])
+        row["flops_per_image"] = num.of(at, "median", "flops_per_image")
+        row["params"] = num.of(at, "median", "params")
         row["n_measurements"] = len(used)
         row["n_runs"] = int(used["run_id"].nunique()) if "run_id" in used else 1
         row["n_excluded"] = len(grp) - len(used)

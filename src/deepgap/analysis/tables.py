@@ -209,6 +209,14 @@ def _own_rows(agg: pd.DataFrame) -> list[str]:
     return [k for k in ("seq_len", "input_mode") if k in agg]
 
 
+def _seq_of(agg: pd.DataFrame, r: dict[str, Any]) -> dict[str, Any]:
+    """A row's ``seq_len`` where the frame has the column: a text model's table speaks in sequences.
+
+    Its units follow it (`deepgap.render.units.of_frame`); 0 for an image model, as in the aggregate.
+    """
+    return {"seq_len": r.get("seq_len", 0)} if "seq_len" in agg else {}
+
+
 def _modes(agg: pd.DataFrame) -> list[str]:
     """``["input_mode"]`` where the frame has the column (a hand-built frame may not)."""
     return ["input_mode"] if "input_mode" in agg else []
@@ -287,6 +295,7 @@ def speedup_vs_fp32(agg: pd.DataFrame) -> pd.DataFrame:
             {
                 **{c: r[c] for c in [*CONFIG_VIEW_COLS, "include_transfer", "batch_size"]},
                 "input_mode": r.get("input_mode", ""),
+                **_seq_of(agg, r),
                 "throughput_ips": r["throughput_ips"],
                 "baseline_engine": b["engine"],
                 "baseline_memory_format": b["memory_format"],
@@ -318,7 +327,7 @@ def speedup_vs_cpu(agg: pd.DataFrame) -> pd.DataFrame:
     cpu = clean_cpu(agg)
     if agg.empty or cpu.empty:
         return pd.DataFrame(columns=["platform", "model", "precision", "speedup_vs_cpu"])
-    peaks = best_rows(agg[agg["device"] != "cpu"], ["platform", "model", "precision", *_modes(agg)])
+    peaks = best_rows(agg[agg["device"] != "cpu"], ["platform", "model", "precision", *_own_rows(agg)])
     out = []
     for r in peaks.to_dict("records"):
         v = _vs_cpu(r, cpu)
@@ -334,6 +343,7 @@ def speedup_vs_cpu(agg: pd.DataFrame) -> pd.DataFrame:
                 "threads": r["threads"],
                 "batch_size": r["batch_size"],
                 "input_mode": r.get("input_mode", ""),
+                **_seq_of(agg, r),
                 "configuration": config_label(r),
                 "throughput_ips": r["throughput_ips"],
                 **{

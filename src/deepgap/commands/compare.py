@@ -312,7 +312,11 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     if _emit(args, {"best_batch": best, "matched": matched}, head):
         for n in notes:
             print(f"warning: {n}")
-        print_pairs(sides[0].label, sides[1].label, matched, best)
+        from deepgap.render.units import of_seq_lens
+
+        seqs = [v for agg in (agg_a, agg_b) if "seq_len" in agg for v in agg["seq_len"]]
+        # a text model's rows: seq/s and their sequence length (render.units)
+        print_pairs(sides[0].label, sides[1].label, matched, best, of_seq_lens(seqs))
         for line in anchors:
             print(line)
     return 0 if len(best) or len(matched) else 1

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 
@@ -42,7 +44,12 @@ OVERLAYS = frozenset(
 
 @dataclass
 class Figure:
-    """One figure of the report: PNG bytes, or why it could not be drawn."""
+    """One figure of the report: PNG bytes (drawn now, or pending until a page needs them), or why it cannot be.
+
+    ``pending``: the function that draws its matplotlib figure, called by `draw_png` only when a page shows
+    or writes the PNG. Why: an interactive page shows a figure's plotly version where it has one, and
+    drawing the matplotlib PNG of every figure as well was about 60% of a report build (issue 49).
+    """
 
     name: str  # file stem, e.g. "fig06_throughput_vs_batch"
     title: str
@@ -52,6 +59,34 @@ class Figure:
     panels: dict[str, list[str]] = field(default_factory=dict)  # panel title → its series (legend entries)
     plotly: dict | None = None  # the interactive version (plotly figure JSON), when one is drawn
     appendix: bool = False  # shown in the appendix, not among the figures
+    pending: Callable[[], Any] | None = field(default=None, repr=False, compare=False)
+
+    def draw_png(self) -> Figure:
+        """Draw the pending matplotlib figure into ``png`` and ``panels`` (once); returns the figure.
+
+        A drawing that raises makes the figure unavailable, saying why (`drawn_figure`'s rule).
+        """
+        draw, self.pending = self.pending, None
+        if draw is not None and self.unavailable is None:
+            try:
+                fig = draw()
+                self.panels, self.png = panels_of(fig), png_bytes(fig)
+            except Exception as exc:  # noqa: BLE001 — one figure that cannot be drawn says why
+                self.unavailable = f"unavailable: {type(exc).__name__}: {exc}"[:300]
+        return self
+
+    def attach_plotly(self, spec: Callable[[], dict | None]) -> None:
+        """Give an available figure its plotly version ``spec()``: an interactive page then draws no PNG of it.
+
+        A spec that raises leaves the figure to its PNG, and the caption names the failure (the page
+        goes on, as for a PNG that cannot be drawn).
+        """
+        if self.unavailable is not None:
+            return
+        try:
+            self.plotly = spec()
+        except Exception as exc:  # noqa: BLE001
+            self.caption += f" (interactive version unavailable: {type(exc).__name__}: {exc})"[:300]
 
 
 def _reference(label: str) -> bool:
@@ -88,12 +123,14 @@ def make_figure(name: str, title: str, caption: str, fig, dpi: int = 90, **kw) -
     return Figure(name, title, caption, png=png_bytes(fig, dpi), panels=panels, **kw)
 
 
+def pending_figure(name: str, title: str, caption: str, draw: Callable[[], Any], **kw) -> Figure:
+    """A `Figure` whose matplotlib figure ``draw()`` is drawn only when its PNG is needed (`Figure.draw_png`)."""
+    return Figure(name, title, caption, pending=draw, **kw)
+
+
 def drawn_figure(name: str, title: str, caption: str, draw) -> Figure:
     """`make_figure` of ``draw()``, or a `Figure` that says why it could not be drawn (the report goes on)."""
-    try:
-        return make_figure(name, title, caption, draw())
-    except Exception as exc:  # noqa: BLE001 — one figure that cannot be drawn says why
-        return Figure(name, title, caption, unavailable=f"unavailable: {type(exc).__name__}: {exc}"[:300])
+    return pending_figure(name, title, caption, draw).draw_png()
 
 
 def pyplot():

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from deepgap.core.precision import colour, column
+from deepgap.render.units import seq_len_of
 
 MAX_SERIES = 8  # series per panel: more and the legend outgrows the plot
 PREC_COLORS = column("colour")  # precision → colour: a live view of the precision table
@@ -200,7 +201,7 @@ def _kind(device) -> str:
 
 
 def overlay_facets(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    """Panels where the axes agree: one per model and device kind, every platform and engine overlaid.
+    """Panels where the axes agree: one per model, text sequence length and device kind, all else overlaid.
 
     Why: a panel per platform, model and engine family left most panels with one point and never set
     two GPUs or two engines side by side. A panel holding more than `MAX_SERIES` series is cut by
@@ -215,11 +216,14 @@ def overlay_facets(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
         if "device" in frame
         else frame.assign(_kind="GPU")
     )
+    # a text model's sequence lengths are panels of their own: a line through seq 128 and 384 is no series
+    seqs = frame["seq_len"] if "seq_len" in frame else [0] * len(frame)
+    data = data.assign(_seq=[seq_len_of(v) for v in seqs])
     out: list[tuple[str, pd.DataFrame]] = []
     kinds = data["_kind"].nunique()
-    for (model, kind), sub in data.groupby(["model", "_kind"], sort=True):
-        head = f"{model}" + (f" — {kind}" if kinds > 1 else "")
-        sub = sub.drop(columns="_kind")
+    for (model, seq, kind), sub in data.groupby(["model", "_seq", "_kind"], sort=True):
+        head = f"{model}" + (f" seq {seq}" if seq else "") + (f" — {kind}" if kinds > 1 else "")
+        sub = sub.drop(columns=["_kind", "_seq"])
         if n_overlay_series(sub) <= MAX_SERIES:
             out.append((head, sub))
             continue

@@ -10,6 +10,7 @@ layout) and its size is its sequence length; its agreement with fp32 is the outp
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -42,7 +43,9 @@ class Units:
             return text
         out = text.replace("images/s", self.rate).replace("img/s", self.short)
         out = out.replace(" per image", f" per {self.item}").replace("/image", f"/{self.item}")
-        out = out.replace("top-1", self.agreement)
+        article = "an" if self.agreement[0] in "aeiou" else "a"  # "an output agreement"
+        out = re.sub(r"\ba top-1 agreement", f"{article} {self.agreement}", out)
+        out = out.replace("top-1 agreement", self.agreement).replace("top-1", self.agreement)
         return self.size if out == "px" else out
 
 

@@ -27,6 +27,7 @@ from deepgap.analysis.recommend import OBJECTIVES, recommend
 from deepgap.core.records import INPUT_MODE_LABELS
 from deepgap.core.stats import finite_or_none as _f
 from deepgap.render.formatting import fmt_ci, fmt_ips, fmt_list, fmt_ms, fmt_num, fmt_x
+from deepgap.render.units import is_text_row
 from deepgap.report.answer_accuracy import (  # noqa: F401 (ANSWER_ACCURACY_HEADER, accuracy_text: API)
     ANSWER_ACCURACY_HEADER,
     accuracy,
@@ -84,7 +85,7 @@ def _text_numbers(row: dict[str, Any], objective: str, seq: int) -> tuple[str, s
     """`_numbers` of a text model: tokens/s and mJ/token first, samples/s beside them."""
     ips, med = row.get("throughput_ips"), row.get("latency_median_s")
     tail = tails.from_row(row)  # a P99 only where n supports one, as for an image model
-    samples = f"{fmt_ips(ips)} samples/s at seq {seq}"
+    samples = f"{fmt_ips(ips)} seq/s at seq {seq}"
     if objective == "throughput":
         ci = fmt_ci(row.get("tokens_ci_low_per_s"), row.get("tokens_ci_high_per_s"))
         return f"{fmt_ips(row.get('tokens_per_s'))} tokens/s", ci, f"{samples} · median {fmt_ms(med)} ms"
@@ -99,7 +100,7 @@ def _text_numbers(row: dict[str, Any], objective: str, seq: int) -> tuple[str, s
     return (
         f"{fmt_num(jt * 1e3 if jt is not None else None)} mJ/token",
         "–",
-        f"{fmt_num(j * 1e3 if j is not None else None)} mJ/sample · {fmt_num(row.get('mean_power_w'))} W"
+        f"{fmt_num(j * 1e3 if j is not None else None)} mJ/sequence · {fmt_num(row.get('mean_power_w'))} W"
         f" · {samples}",
     )
 
@@ -125,13 +126,17 @@ def _lead(best: dict[str, Any], runner: dict[str, Any] | None, objective: str) -
     return f"{100 * ahead:+.1f}% vs {_short(runner)}" + (" (CIs overlap: a tie)" if tie else "")
 
 
-def _row_of(sub: pd.DataFrame, choice: dict[str, Any] | None) -> dict[str, Any] | None:
-    if choice is None:
-        return None
+def _by_label(sub: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """``sub``'s rows by their configuration label (the first row of a label), read once per model."""
+    out: dict[str, dict[str, Any]] = {}
     for r in sub.to_dict("records"):
-        if config_label(r) == choice["configuration"]:
-            return r
-    return None
+        out.setdefault(config_label(r), r)
+    return out
+
+
+def _row_of(rows: dict[str, dict[str, Any]], choice: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The row a recommendation chose (``choice``: `recommend`'s choice or runner-up), from `_by_label`."""
+    return rows.get(choice["configuration"]) if choice is not None else None
 
 
 def _ratio_text(what: str, r: Ratio) -> str:
@@ -161,6 +166,7 @@ def host_cpu_row(line: HostCpuLine) -> dict[str, Any]:
     every ratio with its interval, both configurations and the full reason for a missing one.
     """
     tp = line.throughput
+    per = "J/seq" if tp.gpu and is_text_row(tp.gpu) else "J/img"  # a text model's energy is per sequence
     return {
         "platform": line.platform,
         "model": line.model,
@@ -169,7 +175,7 @@ def host_cpu_row(line: HostCpuLine) -> dict[str, Any]:
         "configuration": _short(tp.gpu) if tp.gpu else "",
         "value": fmt_x(tp.value) if tp.ok else "–",  # a ratio: no unit
         "ci": fmt_ci(tp.ci_low, tp.ci_high, fmt_x) if tp.ok else "–",
-        "also": " · ".join([_compact("bs1 latency", line.latency_bs1), _compact("J/img", line.joules)]),
+        "also": " · ".join([_compact("bs1 latency", line.latency_bs1), _compact(per, line.joules)]),
         "accuracy": "",
         "flags": "",
         "n": f"{tp.pairing}: vs {_short(tp.cpu)} on {line.cpu_platform}"
@@ -180,7 +186,7 @@ def host_cpu_row(line: HostCpuLine) -> dict[str, Any]:
             [
                 _ratio_text("throughput", tp),
                 _ratio_text("bs1 latency", line.latency_bs1),
-                _ratio_text("J/image", line.joules),
+                _ratio_text("J/sequence" if per == "J/seq" else "J/image", line.joules),
             ]
         ),
     }
@@ -210,10 +216,11 @@ def answers(agg: pd.DataFrame, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataF
         recs = {obj: {(r.model, r.resolution): r for r in recommend(sub, obj)} for obj in OBJECTIVES}
         for (model, res), _ in sub.groupby(["model", "resolution"], sort=True):
             msub = sub[(sub["model"] == model) & (sub["resolution"] == res)]
+            labelled = _by_label(msub)
             leads, missing = [], []
             for obj in OBJECTIVES:
                 rec = recs[obj].get((model, res))
-                best = _row_of(msub, rec.choice if rec else None)
+                best = _row_of(labelled, rec.choice if rec else None)
                 base = {"platform": platform, "model": model, "resolution": int(res), "goal": GOALS[obj]}
                 base["axis"] = _axis(msub, res)  # "seq 128" for a text model, never "128px"
                 if best is None:
@@ -234,7 +241,7 @@ def answers(agg: pd.DataFrame, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataF
                     missing.append(f"{GOALS[obj]}: {why}")
                     continue
                 value, ci, also = _numbers(best, obj)
-                runner = _row_of(msub, rec.runner_up)
+                runner = _row_of(labelled, rec.runner_up)
                 leads.append(f"{GOALS[obj]}: {_lead(best, runner, obj)}")
                 rows.append(
                     {
@@ -243,7 +250,7 @@ def answers(agg: pd.DataFrame, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataF
                         "value": value,
                         "ci": ci,
                         "also": also,
-                        "accuracy": accuracy_text(accuracy(best, acc)),
+                        "accuracy": accuracy_text(accuracy(best, acc), is_text_row(best)),
                         "flags": fmt_list(best.get("warnings")),
                         "n": f"{int(best.get('n_measurements') or 0)} meas.,"
                         f" {int(best.get('n_runs') or 0)} run(s)",
@@ -280,7 +287,7 @@ def _resident_rows(
                 "value": value,
                 "ci": ci,
                 "also": " · ".join([f"not the answer: {mlperf.RESIDENT_NOTE}", also, *anchors]),
-                "accuracy": accuracy_text(accuracy(r, acc)),
+                "accuracy": accuracy_text(accuracy(r, acc), is_text_row(r)),
                 "flags": fmt_list(r.get("warnings")),
                 "n": f"{int(r.get('n_measurements') or 0)} meas., {int(r.get('n_runs') or 0)} run(s)",
                 "answered": True,

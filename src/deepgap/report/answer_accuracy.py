@@ -47,11 +47,12 @@ def accuracy(row: dict[str, Any], acc: dict[int, Correctness]) -> dict[str, floa
     }
 
 
-def accuracy_text(a: dict[str, Any]) -> str:
+def accuracy_text(a: dict[str, Any], text: bool = False) -> str:
     """The accuracy evidence in one cell, the agreement with its n and interval (`analysis.accuracy`).
 
     E.g. ``relL2 1.7e-06 (≤1e-03) · cos 1.0000 · top-1 agreement 0/8 [0%, 37%], synthetic inputs,
-    random weights`` (or ``not checked``).
+    random weights`` (or ``not checked``). ``text``: a text model's row, whose agreement is its output's
+    (``output agree``), not an image classifier's top-1.
     """
     from deepgap.analysis.accuracy import agreement
 
@@ -65,7 +66,9 @@ def accuracy_text(a: dict[str, Any]) -> str:
     ag = agreement(a.get("top1"), a.get("n"), a.get("weights"))
     if ag is not None:  # what the inputs and weights were is said once, in the column's header
         parts.append(
-            ag.label().split(" on synthetic")[0].replace("top-1 agreement", "top-1 agree")
+            ag.label()
+            .split(" on synthetic")[0]
+            .replace("top-1 agreement", "output agree" if text else "top-1 agree")
             + ANSWER_WEIGHTS_MARK.get(ag.weights, "†")
         )
     return " · ".join(parts) or "not checked"

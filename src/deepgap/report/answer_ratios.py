@@ -14,7 +14,7 @@ import pandas as pd
 from deepgap.analysis.recommend import OBJECTIVES, recommend
 from deepgap.core.stats import finite_or_none as _f
 from deepgap.render.formatting import fmt_x
-from deepgap.report.answer import GOALS, _row_of, _short
+from deepgap.report.answer import GOALS, _by_label, _row_of, _short
 
 
 def _gpu_order(agg: pd.DataFrame) -> list[str]:
@@ -61,12 +61,16 @@ def cross_gpu_ratios(agg: pd.DataFrame, samples_fn) -> pd.DataFrame:
     for pb in gpus[1:]:
         pa = gpus[0]
         sa, sb = agg[agg["platform"] == pa], agg[agg["platform"] == pb]
+        rows_a: dict[tuple, dict] = {}  # (model, resolution) → its rows by label, read once
+        rows_b: dict[tuple, dict] = {}
         for obj in OBJECTIVES:
             ra_all = {(r.model, r.resolution): r for r in recommend(sa, obj)}
             rb_all = {(r.model, r.resolution): r for r in recommend(sb, obj)}
             for key in sorted(set(ra_all) & set(rb_all)):
-                a = _row_of(sa[(sa["model"] == key[0]) & (sa["resolution"] == key[1])], ra_all[key].choice)
-                b = _row_of(sb[(sb["model"] == key[0]) & (sb["resolution"] == key[1])], rb_all[key].choice)
+                for s, labelled in ((sa, rows_a), (sb, rows_b)):
+                    if key not in labelled:
+                        labelled[key] = _by_label(s[(s["model"] == key[0]) & (s["resolution"] == key[1])])
+                a, b = _row_of(rows_a[key], ra_all[key].choice), _row_of(rows_b[key], rb_all[key].choice)
                 if a is None or b is None:
                     continue
                 point = lo = hi = None

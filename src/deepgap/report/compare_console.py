@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from deepgap.core.precision import is_quantized
+from deepgap.render.units import IMAGE, Units
 
 
 def _flags(r: dict[str, Any]) -> str:
@@ -69,8 +70,12 @@ def _pair_table(title: str, frame, middle: list[tuple[str, Callable[[dict], str]
     return t
 
 
-def print_pairs(label_a: str, label_b: str, matched, best) -> None:
-    """Best-batch and matched tables: both configurations, the ratio, its CI, the roofline's prediction."""
+def print_pairs(label_a: str, label_b: str, matched, best, units: Units = IMAGE) -> None:
+    """Best-batch and matched tables: both configurations, the ratio, its CI, the roofline's prediction.
+
+    ``units``: the compared rows' (`deepgap.render.units.of_frame` of both sides): a text model's
+    throughput is seq/s, its size a sequence length and it has no memory format.
+    """
     from rich.console import Console
 
     from deepgap.render.formatting import fmt_ci, fmt_ips, fmt_x
@@ -87,9 +92,9 @@ def print_pairs(label_a: str, label_b: str, matched, best) -> None:
                 best,
                 [
                     ("A configuration", lambda r: _conf(r, "_a")),
-                    ("A img/s", lambda r: fmt_ips(r["throughput_ips_a"])),
+                    (f"A {units.short}", lambda r: fmt_ips(r["throughput_ips_a"])),
                     ("B configuration", lambda r: _conf(r, "_b")),
-                    ("B img/s", lambda r: fmt_ips(r["throughput_ips_b"])),
+                    (f"B {units.short}", lambda r: fmt_ips(r["throughput_ips_b"])),
                 ],
             )
         )
@@ -109,20 +114,33 @@ def print_pairs(label_a: str, label_b: str, matched, best) -> None:
     if len(matched):
         console.print(
             _pair_table(
-                "matched configurations (same batch, threads, format)",
+                "matched configurations (same batch, threads, "
+                + ("format)" if units.kind == "image" else f"{units.size}, format)"),
                 matched,
                 [
                     ("bs", lambda r: str(r["batch_size"])),
-                    ("fmt", lambda r: r["memory_format"]),
+                    *_size_columns(units),
                     ("thr", lambda r: str(r["threads"] or "default")),
-                    ("A img/s", lambda r: fmt_ips(r["throughput_ips_a"])),
-                    ("B img/s", lambda r: fmt_ips(r["throughput_ips_b"])),
+                    (f"A {units.short}", lambda r: fmt_ips(r["throughput_ips_a"])),
+                    (f"B {units.short}", lambda r: fmt_ips(r["throughput_ips_b"])),
                 ],
             )
         )
     _print_sources(console, [best, matched])
     if not len(best) and not len(matched):
         console.print("no model, engine and precision in common between A and B: nothing to compare")
+
+
+def _size_columns(units: Units) -> list[tuple[str, Callable[[dict], str]]]:
+    """The matched table's format column; a view with text rows: their sequence length, and no "nchw".
+
+    Why: two lengths of one text model at one batch are two rows; without the length they read as one
+    configuration printed twice.
+    """
+    if units.kind == "image":
+        return [("fmt", lambda r: r["memory_format"])]
+    cols = [(units.size, lambda r: str(r["resolution"]))]
+    return cols + ([("fmt", lambda r: r["memory_format"])] if units.kind == "mixed" else [])
 
 
 def print_paper(label: str, table, paper) -> None:
@@ -141,8 +159,8 @@ def print_paper(label: str, table, paper) -> None:
             f"; {', '.join(sorted(paper['precision'].unique()))}): its rows are"
         )
         t = Table(*paper.columns)
-        for r in paper.astype(str).to_dict("records"):
-            t.add_row(*r.values())
+        for r in paper.to_dict("records"):  # a missing cell is a dash (astype(str) can keep NaN a float)
+            t.add_row(*("–" if v is None or v != v else str(v) for v in r.values()))
         console.print(t)
         return
     from deepgap.analysis.compare import precision_mappings

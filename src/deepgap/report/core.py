@@ -17,7 +17,7 @@ from deepgap.render.formatting import TABLE_SPECS
 from deepgap.render.machines import machine_key, machine_label
 from deepgap.render.sections import Parts, ReportContext, Section, register
 from deepgap.render.style import overlay_label
-from deepgap.render.units import of_frame
+from deepgap.render.units import of_frame, seq_len_of
 from deepgap.report import figures_batch, figures_summary, interactive_bars, interactive_pareto
 from deepgap.report import interactive as fi
 
@@ -65,7 +65,7 @@ def build(ctx: ReportContext) -> Parts:
             scale=1e3,
         ),
         figures_summary.bars(
-            spc,
+            _cpu_bars(spc),
             "fig_speedup_vs_cpu",
             "Speedup over the CPU baseline",
             "Peak throughput of each platform and precision over its host CPU's best of the same model and "
@@ -155,7 +155,10 @@ def _interactive(
     sp32: pd.DataFrame,
     spc: pd.DataFrame | None = None,
 ) -> None:
-    """Attach plotly versions to the per-batch figures, Fig. 7 and the speedup over the CPU."""
+    """Attach plotly versions to the per-batch figures, Fig. 7 and the speedup over the CPU.
+
+    An interactive page then draws no PNG of these figures (`deepgap.report.page`); ``--static`` does.
+    """
     u = of_frame(agg)
     ci = ("throughput_ci_low_ips", "throughput_ci_high_ips", u.header("throughput img/s"))
     lat_ci = ("latency_median_ci_low_s", "latency_median_ci_high_s", "median latency ms")
@@ -175,7 +178,7 @@ def _interactive(
             _latency_bars(agg), "latency_ms", "median latency (ms)", err=("ci_low_ms", "ci_high_ms")
         ),
         "fig_speedup_vs_cpu": lambda: interactive_bars.bars(
-            spc if spc is not None else agg.iloc[0:0],
+            _cpu_bars(spc) if spc is not None else agg.iloc[0:0],
             "speedup_vs_cpu",
             "× CPU",
             err=("speedup_vs_cpu_ci_low", "speedup_vs_cpu_ci_high"),
@@ -186,8 +189,8 @@ def _interactive(
         "fig_joules_per_image": lambda: fi.lines(agg, "joules_per_image", u.header("mJ per image"), 1e3),
     }
     for f in figs:
-        if f.name in specs and f.png:
-            f.plotly = specs[f.name]()
+        if f.name in specs:
+            f.attach_plotly(specs[f.name])
 
 
 def _latency_bars(agg: pd.DataFrame) -> pd.DataFrame:
@@ -202,8 +205,24 @@ def _latency_bars(agg: pd.DataFrame) -> pd.DataFrame:
         ci_low_ms=first["latency_median_ci_low_s"] * 1e3,
         ci_high_ms=first["latency_median_ci_high_s"] * 1e3,
         model_name=first["model"],  # the page's model filter reads the model, not its label
-        model=[f"{m} bs{b}" for m, b in zip(first["model"], first["batch_size"], strict=False)],
+        model=[f"{m} bs{b}" for m, b in zip(_model_seq(first), first["batch_size"], strict=False)],
     )
+
+
+def _model_seq(frame: pd.DataFrame) -> list[str]:
+    """Each row's model, with its sequence length for a text model (``bert-base seq 128``): a bar's label.
+
+    Why: a text model measured at two lengths has two bars per series; by model alone they fell on one
+    label, one over the other.
+    """
+    seqs = frame["seq_len"] if "seq_len" in frame else [0] * len(frame)
+    pairs = zip(frame["model"], seqs, strict=True)
+    return [f"{m} seq {seq_len_of(s)}" if seq_len_of(s) else str(m) for m, s in pairs]
+
+
+def _cpu_bars(spc: pd.DataFrame) -> pd.DataFrame:
+    """The speedup-over-CPU bars: `speedup_vs_cpu`'s rows labelled by model and sequence length."""
+    return spc.assign(model_name=spc["model"], model=_model_seq(spc)) if len(spc) else spc
 
 
 SECTION = register(Section("core", 0, build, dict(TABLE_SPECS)))

@@ -17,8 +17,8 @@ from deepgap.analysis import tails
 from deepgap.render.draw import (
     Figure,
     flag_marks,
-    make_figure,
     panel_legend,
+    pending_figure,
     plain_ticks,
     series_style,
     shared_legend,
@@ -56,6 +56,11 @@ def _per_panel(
     data = agg if need is None or agg.empty else agg[agg[need].notna()] if need in agg else agg.iloc[0:0]
     if data.empty:
         return Figure(name, title, caption, unavailable=why or "unavailable: no successful measurement")
+    return pending_figure(name, title, caption, lambda: _draw_panels(data, xlabel, ylabel, draw, logx, logy))
+
+
+def _draw_panels(data: pd.DataFrame, xlabel: str, ylabel: str, draw, logx: bool, logy: bool):
+    """`_per_panel`'s matplotlib figure (drawn only where a page needs the PNG)."""
     panels = overlay_facets(data)
     fig, axes = subplots_grid(len(panels), w=4.4, h=3.0, ncols=3)
     threads = thread_list(data)
@@ -80,7 +85,7 @@ def _per_panel(
     if not shared_legend(fig, used):
         for ax in used:
             panel_legend(ax)
-    return make_figure(name, title, caption, fig)
+    return fig
 
 
 def throughput_vs_batch(agg: pd.DataFrame) -> Figure:

@@ -19,6 +19,7 @@ from deepgap.render.draw import (
     flag_marks,
     make_figure,
     panel_legend,
+    pending_figure,
     plain_ticks,
     pyplot,
     subplots_grid,
@@ -26,7 +27,7 @@ from deepgap.render.draw import (
 from deepgap.render.style import MAX_SERIES, facets, label_panel, marker, series_of, thread_list
 from deepgap.render.style import color as style_color
 from deepgap.render.style import series_label as style_label
-from deepgap.render.units import of_frame
+from deepgap.render.units import of_frame, seq_len_of
 
 
 def pareto(par: pd.DataFrame) -> Figure:
@@ -38,11 +39,26 @@ def pareto(par: pd.DataFrame) -> Figure:
             "",
             unavailable="unavailable: no successful measurement",
         )
-    keys = list(par.groupby(["platform", "model"], sort=True).groups)
+    return pending_figure(
+        "fig10_pareto",
+        "Latency–throughput Pareto frontier (fig. 10)",
+        "Each point is a batch size (labelled); colour = precision, marker = engine (key above), hollow = "
+        "channels-last. Upper-left "
+        "is better; the black line joins the unflagged configurations that no other configuration beats on "
+        "both latency and throughput.",
+        lambda: _draw_pareto(par),
+    )
+
+
+def _draw_pareto(par: pd.DataFrame):
+    """Fig. 10's matplotlib figure (drawn only where a page needs the PNG)."""
+    seqs = par["seq_len"] if "seq_len" in par else [0] * len(par)
+    par = par.assign(_seq=[seq_len_of(v) for v in seqs])  # a text model: a panel per sequence length
+    keys = list(par.groupby(["platform", "model", "_seq"], sort=True).groups)
     fig, axes = subplots_grid(len(keys), w=4.2, h=3.1, ncols=3)
     threads = thread_list(par)
-    for ax, (platform, model) in zip(axes, keys, strict=False):
-        sub = par[(par["platform"] == platform) & (par["model"] == model)].assign(
+    for ax, (platform, model, seq) in zip(axes, keys, strict=False):
+        sub = par[(par["platform"] == platform) & (par["model"] == model) & (par["_seq"] == seq)].assign(
             _ms=lambda d: d["latency_median_s"] * 1e3
         )
         named: set[str] = set()  # one legend entry per precision (colour); markers name the engine
@@ -85,17 +101,10 @@ def pareto(par: pd.DataFrame) -> Figure:
         flag_marks(ax, sub, "_ms", "throughput_ips")
         ax.set_xscale("log")
         plain_ticks(ax)
-        label_panel(ax, f"{platform} — {model}", "median latency per batch (ms)", of_frame(sub).rate)
+        title = f"{platform} — {model}" + (f" seq {seq}" if seq else "")
+        label_panel(ax, title, "median latency per batch (ms)", of_frame(sub).rate)
         panel_legend(ax)
-    return make_figure(
-        "fig10_pareto",
-        "Latency–throughput Pareto frontier (fig. 10)",
-        "Each point is a batch size (labelled); colour = precision, marker = engine (key above), hollow = "
-        "channels-last. Upper-left "
-        "is better; the black line joins the unflagged configurations that no other configuration beats on "
-        "both latency and throughput.",
-        fig,
-    )
+    return fig
 
 
 def _mode(r) -> str:
@@ -119,6 +128,14 @@ def bars(
     """Grouped bars: one panel per ``panel`` value and engine family (≤ 8 bars a group), groups by model."""
     if frame.empty:
         return Figure(name, title, caption, unavailable=why or "unavailable: no successful measurement")
+    caption += " ✕ = flagged, ○ = CI target missed."
+    return pending_figure(name, title, caption, lambda: _draw_bars(frame, value, ylabel, panel, fmt, err))
+
+
+def _draw_bars(
+    frame: pd.DataFrame, value: str, ylabel: str, panel: str, fmt: str, err: tuple[str, str] | None
+):
+    """`bars`' matplotlib figure (drawn only where a page needs the PNG)."""
     panels = facets(frame, keys=(panel,))
     all_threads = thread_list(frame)
     fig, axes = subplots_grid(len(panels), w=4.4, h=3.0, ncols=3)
@@ -165,7 +182,7 @@ def bars(
         ax.set_xticks(range(len(models)), models, fontsize=6)
         label_panel(ax, ptitle, None, ylabel, grid="y")
         panel_legend(ax)
-    return make_figure(name, title, caption + " ✕ = flagged, ○ = CI target missed.", fig)
+    return fig
 
 
 def thread_scaling(ts: pd.DataFrame) -> Figure:

@@ -1,4 +1,7 @@
-"""``deepgap report``: a store → one self-contained HTML file, plus every figure as PNG and table as CSV.
+"""``deepgap report``: a store → one self-contained HTML file, plus its figures' PNGs and its tables as CSV.
+
+The PNGs are those the page shows as images: every figure's with ``--static``; on the default
+(interactive) page only those of figures without a plotly version (`draw_pngs`).
 
 Rendering only: the tables and figures come from the sections registered in `deepgap.render.sections`
 (the core one in `deepgap.report.core`, then serving, roofline, platforms); this module formats, embeds
@@ -40,6 +43,7 @@ from deepgap.render.formatting import (
 from deepgap.render.machines import MACHINE_HEADERS, machines
 from deepgap.render.sections import ReportContext, TableSpec
 from deepgap.render.style import platform_names
+from deepgap.render.units import of_frame
 from deepgap.report import answer as report_answer
 from deepgap.report import answer_ratios
 from deepgap.report import interactive as fi
@@ -172,6 +176,7 @@ def render_html(rep: Report, files_dir: str) -> str:
         lstrip_blocks=True,
     )
     env.filters.update(ips=fmt_ips, ms=fmt_ms, gib=fmt_gib, lst=fmt_list)
+    images = {f.name for f in draw_pngs(rep)}
     figs = [
         {
             "name": f.name,
@@ -181,15 +186,14 @@ def render_html(rep: Report, files_dir: str) -> str:
             "appendix": f.appendix,
             "plotly": _script_json(f.plotly) if rep.interactive and f.plotly else None,
             "png": bool(f.png),
-            "src": "data:image/png;base64," + base64.b64encode(f.png).decode()
-            if f.png and not (rep.interactive and f.plotly)
-            else None,
+            "src": "data:image/png;base64," + base64.b64encode(f.png).decode() if f.name in images else None,
         }
         for f in rep.figures
     ]
     interactive = any(f["plotly"] for f in figs)
     agg = rep.tables.get("configurations")
     platforms = list(platform_names(agg).values()) if agg is not None and len(agg) else []
+    units = of_frame(agg)  # a text model's answer: output agreement, energy per sequence
     specs = rep.table_specs or TABLE_SPECS  # a Report built by hand: the core tables
     shown = [html_table(n, rep.tables[n], specs[n]) for n in specs if n in rep.tables and len(rep.tables[n])]
     empty = [specs[n][0] for n in specs if n in rep.tables and not len(rep.tables[n])]
@@ -201,8 +205,9 @@ def render_html(rep: Report, files_dir: str) -> str:
         tables=shown,
         empty_tables=empty,
         files_dir=files_dir,
-        answer_rows=answer_rows(rep.answer_table, rep.ratios),
-        accuracy_header=report_answer.ANSWER_ACCURACY_HEADER,
+        answer_rows=answer_rows(rep.answer_table, rep.ratios, units.item),
+        accuracy_header=units.header(report_answer.ANSWER_ACCURACY_HEADER),
+        agreement=units.header("top-1 agreement"),
         has_ratios=bool(len(rep.ratios)),
         ratio_names=", ".join(sorted({f"{a} / {b}" for a, b in _ratio_pairs(rep.ratios)})),
         first_platform=platforms[0] if len(platforms) > 1 else "",
@@ -224,6 +229,16 @@ def render_html(rep: Report, files_dir: str) -> str:
     )
 
 
+def draw_pngs(rep: Report) -> list[figures.Figure]:
+    """Draw the PNGs of the figures the page shows as images: all with ``--static``, else those without plotly.
+
+    Why not all: matplotlib was about 60% of a report build, and an interactive page shows the plotly
+    version; its ``<noscript>`` line says that ``deepgap report --static`` gives the images.
+    """
+    shown = [f.draw_png() for f in rep.figures if not (rep.interactive and f.plotly)]
+    return [f for f in shown if f.png]
+
+
 def _ratio_pairs(ratios: pd.DataFrame) -> list[tuple[str, str]]:
     if ratios.empty:
         return []
@@ -231,11 +246,12 @@ def _ratio_pairs(ratios: pd.DataFrame) -> list[tuple[str, str]]:
     return [(short[a], short[b]) for a, b in zip(ratios["platform_a"], ratios["platform_b"], strict=True)]
 
 
-def answer_rows(answer: pd.DataFrame, ratios: pd.DataFrame) -> list[dict[str, Any]]:
+def answer_rows(answer: pd.DataFrame, ratios: pd.DataFrame, item: str = "image") -> list[dict[str, Any]]:
     """The answer table's rows; with two GPUs, model by model, each model's ratio row first.
 
     Why first: a two-GPU store is asked how the GPUs compare, so the ratio leads its model's rows and
     the whole answer stays on the first screen (`answer_ratios.cross_gpu_ratios` computes it).
+    ``item``: what the rows measure per joule ("image", or "sequence" for text models: `render.units`).
     """
     if ratios.empty or answer.empty:
         return _with_spans(answer)
@@ -252,7 +268,10 @@ def answer_rows(answer: pd.DataFrame, ratios: pd.DataFrame) -> list[dict[str, An
                     "model": model,
                     "resolution": int(res),
                     "label": " / ".join(pair),
-                    "parts": [{**it, "goal": RATIO_GOALS.get(it["goal"], it["goal"])} for it in items],
+                    "parts": [
+                        {**it, "goal": RATIO_GOALS.get(it["goal"], it["goal"]).replace("image", item)}
+                        for it in items
+                    ],
                 }
             )
         rows = answer[(answer["model"] == model) & (answer["resolution"] == res)]
@@ -338,7 +357,8 @@ def write_report(
     """Write the HTML report, its PNGs and CSVs; returns the written paths (HTML first).
 
     ``static``: PNG figures only, no script, and the page says so. The default page is interactive and
-    needs plotly (a `UsageError` at once when it is missing); the same PNGs are written beside it.
+    needs plotly (a `UsageError` at once when it is missing); a figure it draws with plotly has no PNG
+    (neither on the page nor beside it), the others' PNGs are embedded and written beside it.
     """
     path = check_output(html_path, interactive=not static)
     return save(build(store_path, run_ids, interactive=not static), path)
@@ -355,7 +375,7 @@ def save(rep: Report, html_path: str) -> list[str]:
         os.mkdir(os.path.join(tmp, files))
         claim_folder(os.path.join(tmp, files))
         written = [path]
-        for f in rep.figures:
+        for f in draw_pngs(rep):
             if f.png:
                 with open(os.path.join(tmp, files, f.name + ".png"), "wb") as fh:
                     fh.write(f.png)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from deepgap.render.draw import Figure, drawn_figure
+from deepgap.render.draw import Figure, drawn_figure, pending_figure
 from deepgap.render.formatting import fmt_ms, fmt_num
 from deepgap.render.sections import Parts, ReportContext, Section, register
 
@@ -92,7 +92,7 @@ def section(
     placed = _with_roofline_columns(ok, peaks)
     train = profiles[profiles["mode"] == "train"] if len(profiles) else profiles
     figs = [
-        drawn_figure(
+        pending_figure(
             "fig_roofline_inference",
             "Inference roofline",
             "Every measured configuration at its arithmetic intensity and achieved TFLOP/s, under the device's "
@@ -102,22 +102,22 @@ def section(
     ]
     from deepgap.roofline import interactive as ri
 
-    if interactive and figs[0].png:  # every point hoverable (the PNG stays in the report's files)
-        figs[0].plotly = ri.roofline_spec(placed, peaks, profiles_df=infer)
+    if interactive:  # every point hoverable (an interactive page then draws no PNG of it)
+        figs[0].attach_plotly(lambda: ri.roofline_spec(placed, peaks, profiles_df=infer))
     if len(train):
         figs.append(
-            drawn_figure(
+            pending_figure(
                 "fig_roofline_train",
                 "Training-step roofline",
                 "Forward + backward + optimizer step (deepgap profile --mode train).",
                 lambda: rf.roofline_figure(None, peaks, profiles_df=train, title="Training-step roofline"),
             )
         )
-        if interactive and figs[-1].png:
-            figs[-1].plotly = ri.roofline_spec(None, peaks, profiles_df=train)
+        if interactive:
+            figs[-1].attach_plotly(lambda: ri.roofline_spec(None, peaks, profiles_df=train))
     if kernels is not None and len(kernels):
         figs.append(
-            drawn_figure(
+            pending_figure(
                 "fig_roofline_clusters",
                 "Kernel-cluster roofline",
                 "Per profile, the kernels grouped into clusters (convolution, GEMM, elementwise, "
@@ -126,8 +126,10 @@ def section(
                 lambda: rf.cluster_roofline_figure(kernels, peaks, profiles_df=profiles, source="torch"),
             )
         )
-        if interactive and figs[-1].png:
-            figs[-1].plotly = ri.cluster_roofline_spec(kernels, peaks, profiles_df=profiles, source="torch")
+        if interactive:
+            figs[-1].attach_plotly(
+                lambda: ri.cluster_roofline_spec(kernels, peaks, profiles_df=profiles, source="torch")
+            )
     figs.append(
         drawn_figure(
             "fig_roofline_paper",
