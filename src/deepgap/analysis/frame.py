@@ -254,85 +254,65 @@ def aggregate(df: pd.DataFrame, samples: sweeps.SamplesFn | None = None) -> pd.D
         used = clean if len(clean) else grp
         at = num.rows(used)
         row: dict[str, Any] = dict(zip(GROUP_COLS, key, strict=True))
-        row["throughput_ips"] = num.of(at, "median", "throughput_ips")
-        hier = (
-            cards.throughput_ci(used, samples) or sweeps.throughput_ci(used, samples)
-            if samples is not None and len(used) >= 2
-            else None
-        )  # cards, processes, samples (issue 34)
-        row["n_cards"] = len(cards.per_card(used))
-        row["card_result_ids"] = cards.result_ids_by_card(used)  # for compare's three-level bootstrap
-        ci = hier or _throughput_ci(used)
-        row["throughput_ci_low_ips"], row["throughput_ci_high_ips"], row["ci_method"] = ci
-        row["between_sweep_cv"], row["sweep_throughputs"], disagree = sweeps.spread(used)
-        row["throughput_pipelined_ips"] = num.of(at, "median", "throughput_pipelined_ips")
-        row["latency_median_s"] = num.of(at, "median", "latency_median_s")
-        bs = float(row["batch_size"])
-        # Latency CI follows the throughput CI through latency = batch / throughput (monotone).
-        lo, hi = row["throughput_ci_low_ips"], row["throughput_ci_high_ips"]
-        row["latency_median_ci_low_s"] = bs / hi if hi and hi == hi else float("nan")
-        row["latency_median_ci_high_s"] = bs / lo if lo and lo == lo else float("nan")
-        for c in ["latency_p99_ci_high_s", *MEMORY_COLS, *TELEMETRY_MAX]:
-            row[c] = num.of(at, "max", c)
-        tail = tails.set_percentiles(row, used, samples)
-        row["latency_tail_s"], row["latency_tail_kind"] = tail.seconds, tail.kind
-        row["latency_tail_n"] = tail.n
-        row["latency_tail_label"] = tail.label()
-        row["latency_tail_name"] = tail.name()
-        if tail.kind != "p99":  # its bootstrap upper end is the sample maximum: no interval to show
-            row["latency_p99_ci_high_s"] = float("nan")
-        for c in [*TELEMETRY_MEDIAN, *(a for a in accuracy.COLUMNS if a in used)]:
-            row[c] = num.of(at, "median", c)
-        if row["joules_per_image"] > 0:  # one window: images/s/W × J/image = 1 (see `telemetry_of`)
-            row["ips_per_watt"] = 1.0 / row["joules_per_image"]
-        for c, how in ACCURACY_WORST.items():
-            row[c] = num.of(at, how, c)
-        # the same seeded check inputs in every sweep: n is one measurement's, not their sum
-        row["top1_n"] = num.of(at, "min", "top1_n")
-        row["check_weights"] = ",".join(sorted({str(w) for w in used.get("check_weights", []) if w}))
-        row.update(tokens.per_token(row))  # from the aggregated samples/s and J/sample
-        row["flops_per_image"] = num.of(at, "median", "flops_per_image")
-        row["params"] = num.of(at, "median", "params")
-        row["n_measurements"] = len(used)
-        row["n_runs"] = int(used["run_id"].nunique()) if "run_id" in used else 1
-        row["n_excluded"] = len(grp) - len(used)
-        row["flags"] = sorted({f for fl in used["flags"] for f in fl})
-        row["excluded_flags"] = sorted({f for fl in grp["flags"] for f in fl} - set(row["flags"]))
-        row["flagged"] = bool(used["flagged"].any())
-        warn = {w for ws in used["warnings"] for w in ws}
-        notes = {n for ns in used.get("notes", []) for n in ns}
-        if len(used) >= 2:  # several sweeps: a drift is judged against their interval (analysis.signals)
-            half = signals.ci_halfwidth_rel(
-                row["throughput_ips"], row["throughput_ci_low_ips"], row["throughput_ci_high_ips"]
-            )
-            warn, notes = signals.judge_temperature(warn, notes, used.get("extra", []), half)
-        if disagree:  # named as such; a warning only if the interval leaves a sweep out (analysis.signals)
-            covered = signals.covers(
-                row["throughput_ci_low_ips"], row["throughput_ci_high_ips"], row["sweep_throughputs"]
-            )
-            (notes if covered else warn).add(signals.sweeps_disagree(row["sweep_throughputs"], covered))
-        row["warnings"] = sorted(warn)
-        row["notes"] = sorted(notes)
-        row["result_ids"] = [int(r) for r in used["result_id"]] if "result_id" in used else []
-        row["run_ids"] = sorted({str(r) for r in used["run_id"]}) if "run_id" in used else []
+        disagree = _throughput_and_latency(row, used, at, num, samples)
+        _tail_energy_accuracy(row, used, at, num, samples)
+        signals.judge_row(row, grp, used, disagree)
         rows.append(row)
     if not rows:
-        return pd.DataFrame(
-            columns=[
-                *GROUP_COLS,
-                "throughput_ips",
-                "flags",
-                "flagged",
-                "warnings",
-                "notes",
-                "result_ids",
-                "run_ids",
-                "n_measurements",
-                "latency_median_s",
-                "latency_p99_s",
-            ]
-        )
+        return pd.DataFrame(columns=EMPTY_COLUMNS)
     return cards.widen(pd.DataFrame(rows), cards.platform_spread(ok))  # one-card intervals: the card spread
+
+
+EMPTY_COLUMNS = [*GROUP_COLS, "throughput_ips", "flags", "flagged", "warnings", "notes", "result_ids"]
+EMPTY_COLUMNS += ["run_ids", "n_measurements", "latency_median_s", "latency_p99_s"]
+
+
+def _throughput_and_latency(row: dict, used: pd.DataFrame, at: Any, num: _Numbers, samples: Any) -> bool:
+    """Throughput and its CI (cards, processes, samples: issue 34), the median latency's; sweeps disagree?"""
+    row["throughput_ips"] = num.of(at, "median", "throughput_ips")
+    hier = (
+        cards.throughput_ci(used, samples) or sweeps.throughput_ci(used, samples)
+        if samples is not None and len(used) >= 2
+        else None
+    )
+    row["n_cards"] = len(cards.per_card(used))
+    row["card_result_ids"] = cards.result_ids_by_card(used)  # for compare's three-level bootstrap
+    ci = hier or _throughput_ci(used)
+    row["throughput_ci_low_ips"], row["throughput_ci_high_ips"], row["ci_method"] = ci
+    row["between_sweep_cv"], row["sweep_throughputs"], disagree = sweeps.spread(used)
+    row["throughput_pipelined_ips"] = num.of(at, "median", "throughput_pipelined_ips")
+    row["latency_median_s"] = num.of(at, "median", "latency_median_s")
+    bs = float(row["batch_size"])
+    # Latency CI follows the throughput CI through latency = batch / throughput (monotone).
+    lo, hi = row["throughput_ci_low_ips"], row["throughput_ci_high_ips"]
+    row["latency_median_ci_low_s"] = bs / hi if hi and hi == hi else float("nan")
+    row["latency_median_ci_high_s"] = bs / lo if lo and lo == lo else float("nan")
+    return disagree
+
+
+def _tail_energy_accuracy(row: dict, used: pd.DataFrame, at: Any, num: _Numbers, samples: Any) -> None:
+    """The latency tail (a p99 only where n supports one), memory, telemetry, energy, accuracy, costs."""
+    for c in ["latency_p99_ci_high_s", *MEMORY_COLS, *TELEMETRY_MAX]:
+        row[c] = num.of(at, "max", c)
+    tail = tails.set_percentiles(row, used, samples)
+    row["latency_tail_s"], row["latency_tail_kind"] = tail.seconds, tail.kind
+    row["latency_tail_n"] = tail.n
+    row["latency_tail_label"] = tail.label()
+    row["latency_tail_name"] = tail.name()
+    if tail.kind != "p99":  # its bootstrap upper end is the sample maximum: no interval to show
+        row["latency_p99_ci_high_s"] = float("nan")
+    for c in [*TELEMETRY_MEDIAN, *(a for a in accuracy.COLUMNS if a in used)]:
+        row[c] = num.of(at, "median", c)
+    if row["joules_per_image"] > 0:  # one window: images/s/W × J/image = 1 (see `telemetry_of`)
+        row["ips_per_watt"] = 1.0 / row["joules_per_image"]
+    for c, how in ACCURACY_WORST.items():
+        row[c] = num.of(at, how, c)
+    # the same seeded check inputs in every sweep: n is one measurement's, not their sum
+    row["top1_n"] = num.of(at, "min", "top1_n")
+    row["check_weights"] = ",".join(sorted({str(w) for w in used.get("check_weights", []) if w}))
+    row.update(tokens.per_token(row))  # from the aggregated samples/s and J/sample
+    row["flops_per_image"] = num.of(at, "median", "flops_per_image")
+    row["params"] = num.of(at, "median", "params")
 
 
 def failures(df: pd.DataFrame) -> pd.DataFrame:

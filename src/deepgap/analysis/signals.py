@@ -147,3 +147,33 @@ def covers(lo: Any, hi: Any, values: list[float]) -> bool:
     """Whether the interval [lo, hi] holds every value (False where it is missing)."""
     a, b = _num(lo), _num(hi)
     return a is not None and b is not None and bool(values) and all(a <= v <= b for v in values)
+
+
+def judge_row(row: dict[str, Any], grp: Any, used: Any, disagree: bool) -> None:
+    """An aggregated row's counts, flags, warnings and notes (judged against its interval), and ids.
+
+    ``grp`` is the configuration's rows, ``used`` those not flagged (all when every one is); both frames.
+    `deepgap.analysis.frame.aggregate` calls it once the row's throughput and its interval are set.
+    """
+    row["n_measurements"] = len(used)
+    row["n_runs"] = int(used["run_id"].nunique()) if "run_id" in used else 1
+    row["n_excluded"] = len(grp) - len(used)
+    row["flags"] = sorted({f for fl in used["flags"] for f in fl})
+    row["excluded_flags"] = sorted({f for fl in grp["flags"] for f in fl} - set(row["flags"]))
+    row["flagged"] = bool(used["flagged"].any())
+    warn = {w for ws in used["warnings"] for w in ws}
+    notes = {n for ns in used.get("notes", []) for n in ns}
+    if len(used) >= 2:  # several sweeps: a drift is judged against their interval (analysis.signals)
+        half = ci_halfwidth_rel(
+            row["throughput_ips"], row["throughput_ci_low_ips"], row["throughput_ci_high_ips"]
+        )
+        warn, notes = judge_temperature(warn, notes, used.get("extra", []), half)
+    if disagree:  # named as such; a warning only if the interval leaves a sweep out (analysis.signals)
+        covered = covers(
+            row["throughput_ci_low_ips"], row["throughput_ci_high_ips"], row["sweep_throughputs"]
+        )
+        (notes if covered else warn).add(sweeps_disagree(row["sweep_throughputs"], covered))
+    row["warnings"] = sorted(warn)
+    row["notes"] = sorted(notes)
+    row["result_ids"] = [int(r) for r in used["result_id"]] if "result_id" in used else []
+    row["run_ids"] = sorted({str(r) for r in used["run_id"]}) if "run_id" in used else []
