@@ -73,7 +73,6 @@ def section(
     ``store_path``: a path, or the report build's open `Store` (`deepgap.store.reading`). ``interactive``:
     the model-level and cluster rooflines also get their plotly versions (`deepgap.roofline.interactive`).
     """
-    from deepgap.roofline import figures as rf
     from deepgap.roofline import figures_paper as rfp
     from deepgap.roofline import storage
     from deepgap.store import reading
@@ -88,48 +87,7 @@ def section(
     ok = results[results["status"] == "ok"] if len(results) else results
     if not len(ok) and not len(profiles):
         return {}, []
-    infer = profiles[profiles["mode"] == "infer"] if len(profiles) else profiles
-    placed = _with_roofline_columns(ok, peaks)
-    train = profiles[profiles["mode"] == "train"] if len(profiles) else profiles
-    figs = [
-        pending_figure(
-            "fig_roofline_inference",
-            "Inference roofline",
-            "Every measured configuration at its arithmetic intensity and achieved TFLOP/s, under the device's "
-            "spec-sheet ceilings and, where `deepgap peaks` ran, its measured ones.",
-            lambda: rf.roofline_figure(placed, peaks, profiles_df=infer, title="Inference roofline"),
-        ),
-    ]
-    from deepgap.roofline import interactive as ri
-
-    if interactive:  # every point hoverable (an interactive page then draws no PNG of it)
-        figs[0].attach_plotly(lambda: ri.roofline_spec(placed, peaks, profiles_df=infer))
-    if len(train):
-        figs.append(
-            pending_figure(
-                "fig_roofline_train",
-                "Training-step roofline",
-                "Forward + backward + optimizer step (deepgap profile --mode train).",
-                lambda: rf.roofline_figure(None, peaks, profiles_df=train, title="Training-step roofline"),
-            )
-        )
-        if interactive:
-            figs[-1].attach_plotly(lambda: ri.roofline_spec(None, peaks, profiles_df=train))
-    if kernels is not None and len(kernels):
-        figs.append(
-            pending_figure(
-                "fig_roofline_clusters",
-                "Kernel-cluster roofline",
-                "Per profile, the kernels grouped into clusters (convolution, GEMM, elementwise, "
-                "normalization, pooling, copy) at their attributed FLOPs and bytes; marker area: the "
-                "cluster's share of the step's time.",
-                lambda: rf.cluster_roofline_figure(kernels, peaks, profiles_df=profiles, source="torch"),
-            )
-        )
-        if interactive:
-            figs[-1].attach_plotly(
-                lambda: ri.cluster_roofline_spec(kernels, peaks, profiles_df=profiles, source="torch")
-            )
+    figs = _measured_figures(_with_roofline_columns(ok, peaks), peaks, profiles, kernels, interactive)
     figs.append(
         drawn_figure(
             "fig_roofline_paper",
@@ -175,3 +133,50 @@ def build(ctx: ReportContext) -> Parts:
 
 
 SECTION = register(Section("roofline", 20, build, TABLE_SPECS))
+
+
+def _measured_figures(placed, peaks, profiles, kernels, interactive: bool) -> list[Figure]:
+    """The inference roofline, and the training-step and kernel-cluster ones where profiles hold them."""
+    from deepgap.roofline import figures as rf
+    from deepgap.roofline import interactive as ri
+
+    infer = profiles[profiles["mode"] == "infer"] if len(profiles) else profiles
+    train = profiles[profiles["mode"] == "train"] if len(profiles) else profiles
+    figs = [
+        pending_figure(
+            "fig_roofline_inference",
+            "Inference roofline",
+            "Every measured configuration at its arithmetic intensity and achieved TFLOP/s, under the device's "
+            "spec-sheet ceilings and, where `deepgap peaks` ran, its measured ones.",
+            lambda: rf.roofline_figure(placed, peaks, profiles_df=infer, title="Inference roofline"),
+        ),
+    ]
+    if interactive:  # every point hoverable (an interactive page then draws no PNG of it)
+        figs[0].attach_plotly(lambda: ri.roofline_spec(placed, peaks, profiles_df=infer))
+    if len(train):
+        figs.append(
+            pending_figure(
+                "fig_roofline_train",
+                "Training-step roofline",
+                "Forward + backward + optimizer step (deepgap profile --mode train).",
+                lambda: rf.roofline_figure(None, peaks, profiles_df=train, title="Training-step roofline"),
+            )
+        )
+        if interactive:
+            figs[-1].attach_plotly(lambda: ri.roofline_spec(None, peaks, profiles_df=train))
+    if kernels is not None and len(kernels):
+        figs.append(
+            pending_figure(
+                "fig_roofline_clusters",
+                "Kernel-cluster roofline",
+                "Per profile, the kernels grouped into clusters (convolution, GEMM, elementwise, "
+                "normalization, pooling, copy) at their attributed FLOPs and bytes; marker area: the "
+                "cluster's share of the step's time.",
+                lambda: rf.cluster_roofline_figure(kernels, peaks, profiles_df=profiles, source="torch"),
+            )
+        )
+        if interactive:
+            figs[-1].attach_plotly(
+                lambda: ri.cluster_roofline_spec(kernels, peaks, profiles_df=profiles, source="torch")
+            )
+    return figs
