@@ -17,6 +17,18 @@ from pathlib import Path
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 
+# One OpenMP thread per process, and waiting threads that sleep, unless the environment says otherwise.
+# Why: a full run puts four xdist workers (and the worker processes they start) on two cores, and torch's
+# OpenMP threads spin-wait for their team between parallel regions, burning the cores that the other
+# processes wait for. Two copies of test_quant_engine + test_quant_tunecache side by side took 109 and 136
+# CPU-s (70 and 119 s of wall time) with torch's default two spinning threads, 45 CPU-s (25-39 s) with one
+# thread, 47 (41 s) with two passive ones. Set here, before anything imports torch, both reach every
+# process the suite starts (xdist workers, fork servers, workers, CLI subprocesses). A measurement still
+# runs at the thread count its spec names (`torch.set_num_threads`), ONNX Runtime follows torch's count
+# (`measure/engines/ort.py`), and Inductor's C++ kernels are compiled for it.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import pytest  # noqa: E402
 
 from deepgap.drive.config import SweepSpec  # noqa: E402

@@ -212,8 +212,11 @@ def test_plan_carries_top1_and_skips_accuracy_loss(measured, capsys):
         assert precision != "int8"
 
 
-def test_serve_scores_the_served_engine(labelled, tmp_path, capsys):
+def test_serve_scores_the_served_engine(labelled, tmp_path, capsys, monkeypatch):
+    """What serve scores is the point, not its worker's isolation (tests/test_serving_*.py keep real
+    processes): the serving worker runs in this process, saving a worker start."""
     import torch
+    from conftest import inprocess_serving
 
     from deepgap.cli import main
     from deepgap.measure.accuracy.dataset import load, split
@@ -252,7 +255,12 @@ def test_serve_scores_the_served_engine(labelled, tmp_path, capsys):
         store,
         "--quiet",
     ]
-    assert main(argv) == 0, capsys.readouterr().err
+    inprocess_serving(monkeypatch)
+    threads = torch.get_num_threads()  # the serve's --threads 1 is set in this process
+    try:
+        assert main(argv) == 0, capsys.readouterr().err
+    finally:
+        torch.set_num_threads(threads)
     s = Store(store, readonly=True)
     try:
         spec, lv = s.runs()[-1]["spec"], levels_frame(s)

@@ -11,6 +11,9 @@ from deepgap.core.records import ConfigSpec
 from deepgap.measure import correctness
 from deepgap.measure.engines import get_engine
 from deepgap.measure.models.build import weights_fingerprint
+from deepgap.measure.quant.calibrate import calibration_images, collect_amax
+from deepgap.measure.quant.fold import resnet_graph
+from deepgap.measure.quant.network import build
 from deepgap.measure.quant.prepare import QuantOptions, prepare_quant, variant
 
 H100 = DeviceCaps("cuda:0", "cuda", "NVIDIA H100 80GB HBM3", (9, 0), 80 << 30)
@@ -55,6 +58,31 @@ def test_supports_reasons(spec, caps, expect):
 def resnet18():
     torch.manual_seed(0)
     return models.resnet18().eval()
+
+
+@pytest.fixture(scope="module")
+def calibrated(resnet18):
+    """``(name, resolution, images) -> (model, graph, ranges)``: each calibrated graph made once per module.
+
+    Why: int8 and fp8 (and the two stem tests) quantize the same folded graph with the same ranges, and
+    `build` leaves both as they are; a ResNet-50 built, folded and calibrated costs ~2 CPU-s. ``resnet18``
+    is the module's own; another name is built with seed 0.
+    """
+    made = {}
+
+    def get(name: str, res_px: int, n_images: int):
+        if (name, res_px, n_images) not in made:
+            if name == "resnet18-module":
+                model = resnet18
+            else:
+                torch.manual_seed(0)
+                model = models.get_model(name, weights=None).eval()
+            graph = resnet_graph(model)
+            amax = collect_amax(graph, calibration_images(n_images, res_px, 0), method="max")
+            made[name, res_px, n_images] = (model, graph, amax)
+        return made[name, res_px, n_images]
+
+    return get
 
 
 def _emulate_cpu_scaled_mm(monkeypatch):
@@ -116,16 +144,9 @@ def test_prepare_on_cpu_torch_path(resnet18, precision, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("name,res_px", [("resnet18", 64), ("resnet50", 32)])
 @pytest.mark.parametrize("precision", ["int8", "fp8"])
-def test_quantized_network_is_within_the_correctness_bounds(name, res_px, precision):
+def test_quantized_network_is_within_the_correctness_bounds(name, res_px, precision, calibrated):
     """Exact emulation of the quantized network vs the fp32 model, with deepgap's bounds."""
-    from deepgap.measure.quant.calibrate import calibration_images, collect_amax
-    from deepgap.measure.quant.fold import resnet_graph
-    from deepgap.measure.quant.network import build
-
-    torch.manual_seed(0)
-    model = models.get_model(name, weights=None).eval()
-    graph = resnet_graph(model)
-    amax = collect_amax(graph, calibration_images(8, res_px, 0), method="max")
+    model, graph, amax = calibrated(name, res_px, 8)
     net = build(graph, precision, amax, {}, res_px)
     x = torch.randn(4, 3, res_px, res_px, generator=torch.Generator().manual_seed(1))
     with torch.inference_mode():
@@ -134,14 +155,10 @@ def test_quantized_network_is_within_the_correctness_bounds(name, res_px, precis
     assert agree.rel_l2 < (0.06 if precision == "int8" else 0.15)
 
 
-def test_stem_padded_to_four_channels_gives_the_same_output(resnet18):
+def test_stem_padded_to_four_channels_gives_the_same_output(calibrated):
     """The stem's zero fourth channel (chosen on the GPU when faster) changes no number."""
-    from deepgap.measure.quant.calibrate import calibration_images, collect_amax
-    from deepgap.measure.quant.fold import resnet_graph
-    from deepgap.measure.quant.network import build
-
-    graph = resnet_graph(resnet18)
-    net = build(graph, "int8", collect_amax(graph, calibration_images(2, 32, 0), method="max"), {}, 32)
+    _, graph, amax = calibrated("resnet18-module", 32, 2)
+    net = build(graph, "int8", amax, {}, 32)
     x = torch.randn(2, 3, 32, 32).half().contiguous(memory_format=torch.channels_last)
     plain = net.run_stem(x, "torch")
     net.stem.set_padding(4)
@@ -151,17 +168,14 @@ def test_stem_padded_to_four_channels_gives_the_same_output(resnet18):
     assert net.stem.w_pad is None and torch.equal(net.run_stem(x, "torch"), plain)
 
 
-def test_fused_stem_inside_the_network_agrees_with_the_cudnn_path(resnet18):
+def test_fused_stem_inside_the_network_agrees_with_the_cudnn_path(calibrated):
     """The network's stem through the fused Triton kernel (interpreted here) agrees with its torch path."""
     pytest.importorskip("triton")
-    from deepgap.measure.quant.calibrate import calibration_images, collect_amax
-    from deepgap.measure.quant.fold import resnet_graph
-    from deepgap.measure.quant.network import build
     from deepgap.measure.quant.stem_choice import STEM_AGREE_FRAC
     from deepgap.measure.quant.tuning import _agree
 
-    graph = resnet_graph(resnet18)
-    net = build(graph, "int8", collect_amax(graph, calibration_images(2, 32, 0), method="max"), {}, 32)
+    _, graph, amax = calibrated("resnet18-module", 32, 2)
+    net = build(graph, "int8", amax, {}, 32)
     x = torch.randn(2, 3, 32, 32).half().contiguous(memory_format=torch.channels_last)
     plain = net.run_stem(x, "torch")
     net.stem.configure("fused")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -56,9 +57,33 @@ def _opts(**kw):
     return QuantOptions(calib_images=2, calib_method="max", timing_reps=1, force_backend="torch", **kw)
 
 
-def test_a_second_preparation_reuses_every_choice_and_still_times_the_kernel(resnet18, tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def tuned_once(resnet18, tmp_path_factory):
+    """A first preparation (batch 1, from an empty cache) and the cache folder it left, made once.
+
+    Why shared: each preparation tunes ResNet-18's 19 layers (~2.7 CPU-s); the three tests below each began
+    with this same one. A test copies the folder (`_cache_from`) before it writes, so each starts from the
+    cache exactly as this preparation left it.
+    """
+    folder = tmp_path_factory.mktemp("tuned-once")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DEEPGAP_CACHE", str(folder))
+        first = prepare_quant(resnet18, "int8", 1, 32, "resnet18", device="cpu", opts=_opts())
+    return first, folder
+
+
+def _cache_from(tuned_once, tmp_path, monkeypatch):
+    """This test's own copy of `tuned_once`'s cache folder, set as ``DEEPGAP_CACHE``; the first preparation."""
+    first, folder = tuned_once
+    shutil.copytree(folder, tmp_path, dirs_exist_ok=True)
     monkeypatch.setenv("DEEPGAP_CACHE", str(tmp_path))
-    first = prepare_quant(resnet18, "int8", 1, 32, "resnet18", device="cpu", opts=_opts())
+    return first
+
+
+def test_a_second_preparation_reuses_every_choice_and_still_times_the_kernel(
+    resnet18, tuned_once, tmp_path, monkeypatch
+):
+    first = _cache_from(tuned_once, tmp_path, monkeypatch)
     tuned = first.info["tune_cache"]
     # ResNet-18 repeats layer shapes (layer1's four 3×3s): a repeat is a hit within the same preparation
     assert tuned["hits"] + tuned["misses"] == 19 and 0 < tuned["hits"] < tuned["misses"]
@@ -76,9 +101,10 @@ def test_a_second_preparation_reuses_every_choice_and_still_times_the_kernel(res
     assert "tune_cache" not in no_cache.info and not any(t["from_cache"] for t in no_cache.info["layers"])
 
 
-def test_a_cached_tile_that_is_no_longer_a_candidate_is_tuned_again(resnet18, tmp_path, monkeypatch):
-    monkeypatch.setenv("DEEPGAP_CACHE", str(tmp_path))
-    first = prepare_quant(resnet18, "int8", 1, 32, "resnet18", device="cpu", opts=_opts())
+def test_a_cached_tile_that_is_no_longer_a_candidate_is_tuned_again(
+    resnet18, tuned_once, tmp_path, monkeypatch
+):
+    first = _cache_from(tuned_once, tmp_path, monkeypatch)
     path = tmp_path / "quant" / first.info["tune_cache"]["file"]
     doc = json.loads(path.read_text())
     for entry in doc["layers"].values():  # a Triton tile, while only the torch path is a candidate
@@ -89,9 +115,10 @@ def test_a_cached_tile_that_is_no_longer_a_candidate_is_tuned_again(resnet18, tm
     assert all(t["kernel"] in ("torch", "cudnn") for t in again.info["layers"])
 
 
-def test_precompiling_is_skipped_with_its_reason_where_nothing_is_compiled(resnet18, tmp_path, monkeypatch):
-    monkeypatch.setenv("DEEPGAP_CACHE", str(tmp_path))
-    on = prepare_quant(resnet18, "int8", 1, 32, "resnet18", device="cpu", opts=_opts())
+def test_precompiling_is_skipped_with_its_reason_where_nothing_is_compiled(
+    resnet18, tuned_once, tmp_path, monkeypatch
+):
+    on = _cache_from(tuned_once, tmp_path, monkeypatch)  # precompiling was on (the default) there
     assert on.info["precompile"] == {"kernels": 0, "skipped": "no Triton kernels to compile"}
     off = prepare_quant(resnet18, "int8", 1, 32, "resnet18", device="cpu", opts=_opts(precompile_workers=0))
     assert "precompile" not in off.info
