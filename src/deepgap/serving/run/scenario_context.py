@@ -47,6 +47,11 @@ def engine_ips(c: ScenarioContext) -> tuple[float, int] | None:
     return max(rates) if rates else None
 
 
+def rate_unit(c: ScenarioContext) -> str:
+    """What one request is per second: a text model's is a sequence, an image model's an image."""
+    return "seq/s" if c.req.seq_lens else "img/s"
+
+
 def host_line(log_summary: LevelSummary) -> str:
     """Where a batch's time goes: host issue time beside the device's copy-in, compute and copy-out."""
     s = log_summary
