@@ -48,8 +48,11 @@ def engine_ips(c: ScenarioContext) -> tuple[float, int] | None:
 
 
 def rate_unit(c: ScenarioContext) -> str:
-    """What one request is per second: a text model's is a sequence, an image model's an image."""
-    return "seq/s" if c.req.seq_lens else "img/s"
+    """What one request is per second: an image, or a text model's sequence.
+
+    A text model's engine-alone rate is measured at its longest calibrated length, which the unit names.
+    """
+    return f"seq/s at length {c.req.resolution}" if c.req.seq_lens else "img/s"
 
 
 def host_line(log_summary: LevelSummary) -> str:

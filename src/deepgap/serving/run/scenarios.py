@@ -145,6 +145,8 @@ def _single_stream(c: ScenarioContext) -> None:
             "latency_mean_s": float(samples.mean()),
             "latency_p90_s": float(np.percentile(samples, 90)),
             "latency_p99_s": float(np.percentile(samples, 99)),
+            "useful_tokens_per_s": None,  # not predicted: a copy of the measured level's would read as one
+            "padded_tokens_per_s": None,
         }
     )
     c.rec.levels.append(

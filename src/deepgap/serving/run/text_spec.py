@@ -126,8 +126,8 @@ def text_lines(rec: ServeRecord, summary: dict[str, Any], lines: list[str]) -> N
     lines.append(
         f"text ({d.seq_len_dist}, padding {d.padding}): {v.get('achieved_qps') or 0:,.1f} seq/s, "
         f"{d.useful_tokens_per_s:,.0f} useful tokens/s, {d.padded_tokens_per_s or 0:,.0f} padded tokens/s "
-        f"({(d.padding_fraction or 0) * 100:.1f}% padding) at the {v.get('purpose')} level of "
-        f"{v.get('target_qps') or 0:,.1f} seq/s offered"
+        f"({(d.padding_fraction or 0) * 100:.1f}% padding) at the {v.get('purpose')} level"
+        + (f" of {v['target_qps']:,.1f} seq/s offered" if v.get("target_qps") else "")
         + (
             f"; simulator {d.predicted_useful_tokens_per_s:,.0f} useful tokens/s"
             if d.predicted_useful_tokens_per_s

@@ -73,6 +73,8 @@ class TokenExecutor:
         self.lengths = np.asarray(lengths, dtype=np.int64)
         self.dev_lengths = torch.as_tensor(self.lengths).to(self.device)
         self.useful_tokens = self.padded_tokens = 0
+        if self.cuda:  # the streams read the lengths: they start after the default stream's copy
+            torch.cuda.synchronize(self.device)
 
     def bucket(self, n: int) -> int:
         """The calibrated batch size a batch of ``n`` runs at."""
