@@ -226,3 +226,35 @@ def test_serve_tinybert_finds_capacity_with_buckets_and_stores_tokens(tmp_path, 
     assert (
         shown.returncode == 0 and "useful tokens/s" in shown.stdout and "serving text models" in shown.stdout
     )
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run through the device machine)")
+def test_token_executor_on_cuda_streams_matches_each_request_alone():
+    """Two batches in flight on CUDA streams, padded to their buckets and masked: each request's output is its
+    output alone, unpadded, in fp32 on the CPU (a missing stream wait or a wrong mask shows up here)."""
+    from deepgap.measure.models.build import build_model
+
+    cpu = build_model("tinybert", 64, None, 0).eval()
+    ex = TokenExecutor(
+        build_model("tinybert", 64, None, 0).cuda().eval(),
+        "cuda",
+        [4, 8],
+        512,
+        1000,
+        Padding((16, 32, 64)),
+        True,
+        pool_size=16,
+    )
+    lengths = np.asarray([5, 30, 64, 12, 16, 2, 40, 33])
+    ex.set_level(lengths)
+    with torch.inference_mode():
+        tickets = [ex.submit(0, 4), ex.submit(4, 4)]
+        got = []
+        for t in tickets:
+            ex.wait(t)
+            got.append(ex.host_out[t.slot][t.bucket][:4].float().clone())
+        alone = torch.cat([cpu(ex.ring[k : k + 1, : lengths[k]].cpu()) for k in range(8)])
+    ex.close()
+    torch.testing.assert_close(torch.cat(got), alone, rtol=1e-3, atol=1e-4)
+    assert ex.useful_tokens == int(lengths.sum()) and ex.padded_tokens == 4 * 64 + 4 * 64
