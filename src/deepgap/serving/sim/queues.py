@@ -68,29 +68,9 @@ def serve_queues(
         now = clock.now()
         next_s = math.inf
         if len(inflight) < pipe.depth:
-            best: tuple[float, int, int] | None = None  # (oldest arrival, queue, count)
-            for q, e in enumerate(ends):
-                h = heads[q]
-                if h >= e:
-                    continue
-                tail = bisect_right(at, now, h, e)
-                if drop_after is not None and h < tail:
-                    cut = min(tail, bisect_left(at, now - drop_after, h, e))
-                    dropped += cut - h
-                    heads[q] = h = cut
-                if h >= e:
-                    continue
-                if tail == h:
-                    next_s = min(next_s, at[h])
-                    continue
-                d = decide(policy, now, tail - h, at[h], tail < e)
-                if d.count:
-                    if best is None or at[h] < best[0]:
-                        best = (at[h], q, d.count)
-                else:
-                    next_s = min(next_s, d.wait_until_s, at[tail] if tail < e else math.inf)
-            if best is not None:
-                _, q, count = best
+            q, count, next_s, shed = _choose(at, heads, ends, now, policy, drop_after)
+            dropped += shed
+            if count:
                 inflight.append((pipe.submit(heads[q], count), heads[q], count, now))
                 heads[q] += count
                 continue
@@ -109,3 +89,41 @@ def serve_queues(
     left = any(h < e for h, e in zip(heads, ends, strict=True))
     log.stop_kind, log.stopped = stopped if left else ("", "")
     return log
+
+
+def _choose(
+    at: list[float],
+    heads: list[int],
+    ends: list[int],
+    now: float,
+    policy: BatchPolicy,
+    drop_after: float | None,
+) -> tuple[int, int, float, int]:
+    """(queue, count, next event, dropped): the batch to dispatch now (count 0: none) and when to look again.
+
+    Each queue's requests waiting past ``drop_after`` are shed first (``heads`` moves past them); of the
+    queues the policy lets dispatch, the one whose oldest request arrived first goes.
+    """
+    best: tuple[float, int, int] | None = None  # (oldest arrival, queue, count)
+    next_s, dropped = math.inf, 0
+    for q, e in enumerate(ends):
+        h = heads[q]
+        if h >= e:
+            continue
+        tail = bisect_right(at, now, h, e)
+        if drop_after is not None and h < tail:
+            cut = min(tail, bisect_left(at, now - drop_after, h, e))
+            dropped += cut - h
+            heads[q] = h = cut
+        if h >= e:
+            continue
+        if tail == h:
+            next_s = min(next_s, at[h])
+            continue
+        d = decide(policy, now, tail - h, at[h], tail < e)
+        if d.count:
+            if best is None or at[h] < best[0]:
+                best = (at[h], q, d.count)
+        else:
+            next_s = min(next_s, d.wait_until_s, at[tail] if tail < e else math.inf)
+    return (best[1], best[2], next_s, dropped) if best is not None else (0, 0, next_s, dropped)
