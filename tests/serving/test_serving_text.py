@@ -226,6 +226,10 @@ def test_serve_tinybert_finds_capacity_with_buckets_and_stores_tokens(tmp_path, 
     assert (
         shown.returncode == 0 and "useful tokens/s" in shown.stdout and "serving text models" in shown.stdout
     )
+    from deepgap.serving.show.report_section import section
+
+    found, _ = section(store)
+    assert len(found["serving_text"]) == len(t) and "serving_text" in found
 
 
 @pytest.mark.gpu

@@ -240,7 +240,7 @@ def level_row(
         )
     if summary is not None:
         d.n_dropped, d.host_mean_s = summary.n_dropped, summary.host_mean_s
-    if req.seq_lens:  # a text model's level: its lengths, padding and tokens
+    if getattr(req, "seq_lens", ()):  # a text model's level: its lengths, padding and tokens
         d.seq_len_dist, d.padding = req.seq_len_dist, Padding(req.padding_edges).label()
         if summary is not None and summary.padded_tokens_per_s:
             d.useful_tokens_per_s, d.padded_tokens_per_s = (

@@ -52,7 +52,7 @@ def rate_unit(c: ScenarioContext) -> str:
 
     A text model's engine-alone rate is measured at its longest calibrated length, which the unit names.
     """
-    return f"seq/s at length {c.req.resolution}" if c.req.seq_lens else "img/s"
+    return f"seq/s at length {c.req.resolution}" if getattr(c.req, "seq_lens", ()) else "img/s"
 
 
 def host_line(log_summary: LevelSummary) -> str:
