@@ -14,7 +14,6 @@ fixed length runs unmasked (nothing is ever padded). Useful and padded tokens ar
 
 from __future__ import annotations
 
-import bisect
 import time
 from typing import Any
 
@@ -23,12 +22,16 @@ import torch
 
 from deepgap.serving.sim.seqlen import Padding
 from deepgap.serving.worker.ring import spans
-from deepgap.serving.worker.server import Ticket
+from deepgap.serving.worker.server import PipelinedExecutor, Ticket
 from deepgap.serving.worker.streams import CudaStreams, InlineStreams
 
 
-class TokenExecutor:
-    """Runs batches of ring requests through ``run(ids, mask)``; the executor protocol of `server`."""
+class TokenExecutor(PipelinedExecutor):
+    """Runs batches of ring requests through ``run(ids, mask)``.
+
+    The image executor's protocol and its waits (`done`, `wait`, a synchronous call, `output`, `sync`,
+    `close`, `bucket`) are inherited; the ring, the padding and the engine call are a text model's.
+    """
 
     def __init__(
         self,
@@ -75,10 +78,6 @@ class TokenExecutor:
         self.useful_tokens = self.padded_tokens = 0
         if self.cuda:  # the streams read the lengths: they start after the default stream's copy
             torch.cuda.synchronize(self.device)
-
-    def bucket(self, n: int) -> int:
-        """The calibrated batch size a batch of ``n`` runs at."""
-        return self.buckets[bisect.bisect_left(self.buckets, n)]
 
     def _lengths(self, first: int, count: int) -> tuple[np.ndarray, Any]:
         """(host, device) lengths of requests ``first … first+count-1``."""
@@ -143,25 +142,6 @@ class TokenExecutor:
         lens[:count] = padded if dev_lens is None else dev_lens
         return self.run(ids, self.positions[:padded][None, :] < lens[:, None])
 
-    def done(self, t: Ticket) -> bool:
-        """Whether the batch's results are on the host."""
-        return self.st.done(t.events[-1])
-
-    def wait(self, t: Ticket) -> tuple[float, float, float, float]:
-        """Block until the batch is done; its (h2d, compute, d2h, host) seconds."""
-        e0, e1, e2, e3, e4 = t.events
-        self.st.synchronize(e4)
-        el = self.st.elapsed_s
-        return el(e0, e1), el(e2, e3), el(e3, e4), t.host_s
-
-    def __call__(self, first: int, count: int) -> tuple[float, float, float, float]:
-        """Serve one batch synchronously."""
-        return self.wait(self.submit(first, count))
-
-    def output(self, count: int) -> Any:
-        """Pooled outputs of the last finished batch (host memory)."""
-        return self.last_out[:count]
-
     def engine_interval_s(self, b: int, iterations: int) -> float:
         """Seconds per batch of the model alone at the calibrated length, inputs on the device."""
         padded = self.fixed or self.max_len
@@ -172,12 +152,3 @@ class TokenExecutor:
         e1 = st.record(ks)
         st.synchronize(e1)
         return st.elapsed_s(e0, e1) / iterations
-
-    def sync(self) -> None:
-        """Wait for the device."""
-        if self.cuda:
-            self.torch.cuda.synchronize(self.device)
-
-    def close(self) -> None:
-        """Stop the stream threads, if any."""
-        self.st.close()
