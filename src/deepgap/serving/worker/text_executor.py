@@ -91,43 +91,19 @@ class TokenExecutor(PipelinedExecutor):
         return self.lengths[idx], self.dev_lengths[torch.as_tensor(idx, device=self.device)]
 
     def submit(self, first: int, count: int) -> Ticket:
-        """Issue requests ``first … first+count-1`` without waiting for them."""
+        """Issue requests ``first … first+count-1`` without waiting for them (`PipelinedExecutor.issue`)."""
         t0 = time.perf_counter()
-        st, cs, ks = self.st, self.copy_stream, self.compute_stream
-        slot = self.k % self.depth
-        self.k += 1
         b = self.bucket(count)
         lens, dev_lens = self._lengths(first, count)
         padded = self.pad.pad_to(int(lens.max())) if self.fixed is None else self.fixed
         self.useful_tokens += int(lens.sum())
         self.padded_tokens += count * padded
-        buf, outs = self.slots[slot], self.host_out[slot]
-        if self.consumed[slot] is not None:
-            st.wait(cs, self.consumed[slot])
-        e0 = st.record(cs)
-        st.enqueue(cs, lambda: self._copy_in(buf, first, count))
-        e1 = st.record(cs)
-        st.wait(ks, e1)
-        e2 = st.record(ks)
-        held: list[Any] = []
-
-        def compute() -> None:
-            held.append(self._forward(buf, count, b, padded, dev_lens))
-
-        def copy_out() -> None:
-            y = held.pop()
-            out = outs.get(b)
-            if out is None:
-                out = outs[b] = self.torch.empty(y.shape, dtype=y.dtype, pin_memory=self.cuda)
-            out.copy_(y, non_blocking=self.cuda)
-            self.last_out = out
-
-        st.enqueue(ks, compute)
-        e3 = st.record(ks)
-        self.consumed[slot] = e3
-        st.enqueue(ks, copy_out)
-        e4 = st.record(ks)
-        return Ticket((e0, e1, e2, e3, e4), time.perf_counter() - t0, b, slot)
+        return self.issue(
+            t0,
+            b,
+            lambda slot: self._copy_in(self.slots[slot], first, count),
+            lambda slot: self._forward(self.slots[slot], count, b, padded, dev_lens),
+        )
 
     def _copy_in(self, buf: Any, first: int, count: int) -> None:
         for r, d, n in spans(first, count, self.size):
