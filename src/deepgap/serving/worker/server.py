@@ -116,9 +116,10 @@ class PipelinedExecutor:
         """One batch through the streams: copy-in, then compute and copy-out.
 
         ``copy_in(slot)`` runs on the copy stream, ``compute(slot)`` (returning the output) and the copy of
-        that output to pinned host memory on the compute stream. The slot's buffer is reused only after its previous batch's compute (the ``consumed`` event);
-        the events around each step time it. Shared by the text model's executor
-        (`deepgap.serving.worker.text_executor`), whose inputs and engine call differ.
+        that output to pinned host memory on the compute stream. The slot's buffer is reused only after
+        its previous batch's compute (the ``consumed`` event); the events around each step time it.
+        Shared by the text model's executor (`deepgap.serving.worker.text_executor`), whose inputs and
+        engine call differ.
         """
         st, cs, ks = self.st, self.copy_stream, self.compute_stream
         slot = self.k % self.depth
