@@ -29,7 +29,7 @@ from deepgap.serving.sim.clock import VirtualClock
 from deepgap.serving.sim.log import RequestLog
 from deepgap.serving.sim.queues import serve_queues
 from deepgap.serving.sim.seqlen import Padding, SeqLenDist, queue_order, token_counts
-from deepgap.serving.sim.simulator import ServiceModel
+from deepgap.serving.sim.simulator import ServiceModel, VirtualPipeline
 
 MIXTURE_BATCHES = 256
 
@@ -122,24 +122,24 @@ class TextService:
         return log
 
 
-class VirtualTextPipeline:
-    """`deepgap.serving.sim.simulator.VirtualPipeline`'s two stages, a batch charged at its padded length."""
+class VirtualTextPipeline(VirtualPipeline):
+    """`VirtualPipeline`'s two stages, a batch charged at its padded length (its waits are inherited)."""
 
     def __init__(self, service: TextService, clock: VirtualClock, draws: np.ndarray | None, lengths) -> None:
-        self.service, self.clock, self.lengths = service, clock, lengths
+        self.text, self.clock, self.lengths = service, clock, lengths
         self.depth = service.depth
         self.k = 0
         self.last_done = -math.inf
         self._u = None if draws is None else np.asarray(draws, dtype=np.float64).tolist()
-        self._at: dict[tuple[int, int], tuple[float, float, np.ndarray | None]] = {}
+        self._at_len: dict[tuple[int, int], tuple[float, float, np.ndarray | None]] = {}
         self.shapes: list[tuple[int, int, int]] = []  # (first, count, padded length) per batch
 
     def submit(self, first: int, count: int) -> tuple[float, float, float]:
         """Schedule a batch: (done time, first-stage seconds, last-stage seconds)."""
-        padded = self.service.pad.pad_to(int(self.lengths[first : first + count].max()))
+        padded = self.text.pad.pad_to(int(self.lengths[first : first + count].max()))
         self.shapes.append((first, count, padded))
         key = (count, padded)
-        med, interval, ratios = self._at.get(key) or self._at.setdefault(key, self.service.time_at(*key))
+        med, interval, ratios = self._at_len.get(key) or self._at_len.setdefault(key, self.text.time_at(*key))
         u = None if self._u is None else self._u[self.k % len(self._u)]
         self.k += 1
         total = med if u is None or ratios is None else med * float(ratios[int(u * len(ratios))])
@@ -149,13 +149,3 @@ class VirtualTextPipeline:
         if self.depth == 1:
             self.clock.sleep_until(done)
         return done, total - last, last
-
-    def done(self, ticket: tuple[float, float, float]) -> bool:  # noqa: D102
-        return ticket[0] <= self.clock.now()
-
-    def wait_until(self, ticket: tuple[float, float, float], clock: VirtualClock, t_s: float) -> None:  # noqa: D102
-        clock.sleep_until(min(ticket[0], t_s))
-
-    def wait(self, ticket: tuple[float, float, float]) -> tuple[float, float, float, float]:  # noqa: D102
-        self.clock.sleep_until(ticket[0])
-        return 0.0, ticket[2] if self.depth > 1 else ticket[1] + ticket[2], 0.0, 0.0
