@@ -243,10 +243,13 @@ def test_transformers_preset_says_what_it_adds():
     assert len(plan) == 5 * (6 + 1 + 2 + 2)
 
 
-def test_serve_says_it_does_not_serve_text_models_yet(tmp_path):
+def test_serve_checks_a_text_models_lengths_before_anything_runs(tmp_path):
+    """Text serving itself: tests/serving/test_serving_text.py; here, a length past tinybert's positions."""
     store = tmp_path / "s.sqlite"
-    r = deepgap_cli("serve", "--model", "tinybert", "--device", "cpu", "--store", str(store))
-    assert r.returncode == 2 and "does not serve text models yet" in r.stderr, r.stderr
+    args = ("--model", "tinybert", "--device", "cpu", "--qps", "10", "--seq-len-dist", "uniform:16:1024")
+    r = deepgap_cli("serve", *args, "--store", str(store))
+    assert r.returncode == 2 and "outside the model's 1..512 positions" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
     assert not store.exists()
     listed = deepgap_cli("list", "models")
     assert listed.returncode == 0 and "seq 128" in listed.stdout and "bert-large" in listed.stdout

@@ -23,6 +23,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("--memory-format", default="nchw", help="nchw | channels_last")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--resolution", help="input height = width (default: the model's)")
+    p.add_argument(
+        "--seq-len-dist",
+        help="text models: request lengths, fixed:128, uniform:16:128 or 32:3,64,128:1 (length[:weight],…); "
+        "default: fixed at the model's default length",
+    )
+    p.add_argument(
+        "--padding",
+        default="longest",
+        help="text models: pad a batch to its longest request (longest, default) or group requests into "
+        "length buckets, one batch per bucket (buckets:32,64,128)",
+    )
     p.add_argument("--scenario", default="server", help="single-stream | server | offline (default server)")
     p.add_argument("--qps", help="server: Poisson arrival rate, queries/s (or a trace's target mean rate)")
     p.add_argument(
@@ -108,6 +119,8 @@ def build_spec(args: argparse.Namespace):
         memory_format=args.memory_format,
         device=args.device,
         scenario=args.scenario,
+        seq_len_dist=args.seq_len_dist,
+        padding=args.padding,
         find_capacity=args.find_capacity,
         trace=args.trace,
         loadgen=args.loadgen,

@@ -31,10 +31,11 @@ def build_bert(cfg):
             self.ff2 = nn.Linear(cfg.ff, cfg.hidden)
             self.ln2 = nn.LayerNorm(cfg.hidden, eps=cfg.layer_norm_eps)
 
-        def forward(self, x):
+        def forward(self, x, mask=None):
             b, s, h = x.shape
             q, k, v = self.qkv(x).view(b, s, 3, cfg.heads, cfg.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
-            a = F.scaled_dot_product_attention(q, k, v)  # (b, heads, s, head_dim); no mask: no padding
+            # (b, heads, s, head_dim); ``mask`` (b, 1, 1, s) bool, True = a token: padded keys are ignored
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
             x = self.ln1(x + self.out(a.transpose(1, 2).reshape(b, s, h)))
             return self.ln2(x + self.ff2(self.act(self.ff1(x))))
 
@@ -58,12 +59,19 @@ def build_bert(cfg):
                 if isinstance(m, nn.Linear):
                     nn.init.zeros_(m.bias)
 
-        def forward(self, ids):
+        def forward(self, ids, mask=None):
+            """Pooled output of ``ids`` (b, s); ``mask`` (b, s) bool marks tokens apart from padding.
+
+            Without a mask (every measured sweep) every position is a token and attention runs unmasked;
+            a served batch padded to its longest or its bucket passes one, so padded keys change no
+            token's output (BertModel's key padding mask). Row 0 (the pooled token) is always a token.
+            """
             x = self.word(ids) + self.position(self.positions[: ids.shape[1]]) + self.token_type.weight[0]
-            # (one segment: token type 0; no padding: every position is a token)
+            # (one segment: token type 0)
             x = self.ln(x)
+            keys = None if mask is None else mask[:, None, None, :]
             for layer in self.layers:
-                x = layer(x)
+                x = layer(x, keys)
             return torch.tanh(self.pooler(x[:, 0]))
 
     return Bert()

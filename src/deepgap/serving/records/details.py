@@ -8,14 +8,17 @@ always held, and `from_json` keeps unknown keys (an older or newer deepgap) so t
 nothing. Key inventory (producer → readers; "record" = kept for the record only):
 
 * `CurveDetails` (``serve_curves``; serving.run.rows.curve_rows): ``includes`` (what a calibrated sample
-  spans), ``host_s``, ``interval_s``, ``engine_s`` (the worker's mean parts of one batch) → record.
+  spans), ``host_s``, ``interval_s``, ``engine_s`` (the worker's mean parts of one batch), ``seq_len``
+  (a text model's padded length; ``resolution`` holds it too) → record.
 * `LevelDetails` (``serve_runs``; serving.run.rows.level_row, serving.run.scenarios, serving.run.loadgen_run):
   ``threads`` (a tenant's CPU threads) → tests; ``loadgen_summary``, ``loadgen`` (LoadGen's summary
   text and its parsed key/values) → record, the report's LoadGen table; ``loadgen_run`` (`LoadgenRun`:
   settings, early stopping, the per-sample comparison with LoadGen's trace) → the report's LoadGen
   table; ``n_dropped``, ``host_mean_s``, ``predicted_verdict`` →
   record; ``correctness``, ``notes``, ``engine_info``, ``device_mem_used_bytes_at_setup``, ``accuracy``
-  (the worker's set-up, copied onto each level of a one-model run) → record, tests.
+  (the worker's set-up, copied onto each level of a one-model run) → record, tests; ``seq_len_dist``,
+  ``padding``, ``useful_tokens_per_s``, ``padded_tokens_per_s``, ``padding_fraction``,
+  ``predicted_useful_tokens_per_s`` (a text model's level) → the console, ``show``.
 * `CapacityDetails` (``capacity``; serving.run.scenarios): ``probes`` (`CapacityProbe`, every rate the
   search tried), ``verified`` (a simulated policy that was also measured) → record, tests.
 """
@@ -38,6 +41,10 @@ class CurveDetails(JsonRecord):
     host_s: float | None = None  # mean host-side seconds of a batch (pipelined engines)
     interval_s: float | None = None  # mean seconds between batch completions at the serving depth
     engine_s: float | None = None  # mean seconds inside the engine
+    seq_len: int | None = None  # a text model: the padded length every request of the batch had
+    # a text model: every calibrated padded length's samples and interval at this batch size (the key
+    # of ``serve_curves`` is one row per batch size; the row's own columns are the longest length's)
+    seq_len_curves: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, x: CurveDetails | dict[str, Any] | None) -> CurveDetails:
@@ -86,6 +93,14 @@ class LevelDetails(JsonRecord):
     engine_info: EngineInfo | None = None
     device_mem_used_bytes_at_setup: int | None = None
     accuracy: Accuracy | None = None  # accuracy mode only
+    # A text model's level (`deepgap.serving.sim.seqlen`): the lengths' distribution, the padding, and
+    # tokens per second: the requests' own (useful) and what the engine ran (padded, padding included)
+    seq_len_dist: str | None = None
+    padding: str | None = None
+    useful_tokens_per_s: float | None = None
+    padded_tokens_per_s: float | None = None
+    padding_fraction: float | None = None  # padded-in tokens / tokens run: 1 − useful / padded
+    predicted_useful_tokens_per_s: float | None = None
 
     @classmethod
     def of(cls, x: LevelDetails | dict[str, Any] | None) -> LevelDetails:

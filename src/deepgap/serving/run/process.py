@@ -9,6 +9,7 @@ cache and failure mapping.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,10 +24,12 @@ from deepgap.drive.launcher import PreludeMeasure
 from deepgap.drive.runner import SweepRunner
 from deepgap.measure.protocol import WORKER_MAIN, StatusError, register_worker_module
 from deepgap.serving.sim.batcher import BatchPolicy, StopRule
+from deepgap.serving.sim.seqlen import SeqLenDist
 
 DYNAMIC_ENGINES = ("eager",)  # engines whose one prepared instance takes any batch size
 CORRECTNESS_ROWS = 4  # ring images checked against the fp32 model on the CPU
 ENV_TIMEOUT_S = 120.0  # the worker's fingerprint, asked before the build
+CLOSED_LENGTHS = 65_536  # a closed (single-stream) text level's drawn lengths, reused past the end
 
 register_worker_module("deepgap.serving.worker.handlers", "serve.")  # serve.setup, serve.level, serve.loadgen
 
@@ -55,12 +58,22 @@ class SetupRequest:
     curve_min_time_s: float = 0.0
     cudnn_benchmark: bool = True
     options: dict[str, Any] = field(default_factory=dict)  # engine options; "dataset": accuracy mode
+    # A text model (`deepgap.serving.worker.text_setup`): the padded lengths calibrated (empty: an image
+    # model; ``resolution`` is then the longest), the buckets (empty: pad to the batch's longest), and
+    # whether batches carry a key padding mask (the distribution has more than one length).
+    seq_lens: tuple[int, ...] = ()
+    padding_edges: tuple[int, ...] = ()
+    masked: bool = False
+    seq_len_dist: str = ""  # the lengths' distribution as the flag spells it (the levels' record)
 
     def config(self, batch_size: int, include_transfer: bool = False) -> ConfigSpec:
         """The configuration served at ``batch_size`` (the prelude's warm-up, the worker's builds)."""
         fields = ("model", "engine", "precision", "device", "memory_format", "threads", "resolution")
         return ConfigSpec(
-            batch_size=batch_size, include_transfer=include_transfer, **{f: getattr(self, f) for f in fields}
+            batch_size=batch_size,
+            include_transfer=include_transfer,
+            seq_len=self.resolution if self.seq_lens else None,  # a text model: its longest padded length
+            **{f: getattr(self, f) for f in fields},
         )
 
 
@@ -81,6 +94,10 @@ class SetupReply:
     accuracy: dict[str, Any] | None = (
         None  # top-1/top-5 on the dataset at the first batch size (accuracy mode)
     )
+    # A text model: per calibrated padded length, its curve's samples and parts (``curve_samples_s`` and
+    # ``curve_parts_s`` are then the longest length's)
+    curves_by_len: dict[int, dict[int, list[float]]] = field(default_factory=dict)
+    parts_by_len: dict[int, dict[int, dict[str, float]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -94,6 +111,7 @@ class LevelRequest:
     closed: bool = False
     min_queries: int = 0
     min_duration_s: float = 0.0
+    lengths: np.ndarray | None = None  # a text model: each request's length, in arrival order
 
 
 class SetupFailed(StatusError):
@@ -122,6 +140,9 @@ class ServingWorker:
         self.caps: Any = None
         self.env: dict[str, Any] | None = None  # its fingerprint, once `environment` asked
         self.failure: SetupFailed | WorkerLost | None = None  # why `start` or `environment` failed
+        # A text model: each level's lengths, `SeqLenDist.draw(n, seed)`, as the simulator draws them
+        self.seq_dist: SeqLenDist | None = None
+        self.seed = 0
 
     # The launcher (deepgap.drive.launcher.Launcher)
 
@@ -203,7 +224,10 @@ class ServingWorker:
         return reply
 
     def send_level(self, req: LevelRequest) -> None:
-        """Send a level without waiting (tenants start together)."""
+        """Send a level without waiting (tenants start together); a text level with its lengths."""
+        if self.seq_dist is not None and req.lengths is None:
+            n = len(req.arrivals_s) if req.arrivals_s is not None else CLOSED_LENGTHS
+            req = dataclasses.replace(req, lengths=self.seq_dist.draw(n, self.seed))
         self.handle.send("serve.level", req)
 
     def receive_log(self, timeout_s: float):

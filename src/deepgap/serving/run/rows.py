@@ -21,9 +21,12 @@ from deepgap.serving.records.details import CurveDetails, LevelDetails
 from deepgap.serving.records.storage import LevelRow
 from deepgap.serving.run.process import SetupReply, SetupRequest
 from deepgap.serving.run.spec import ServeSpec
+from deepgap.serving.run.text_spec import TextLoad, length_curves, text_load, text_service
 from deepgap.serving.sim.batcher import BatchPolicy
 from deepgap.serving.sim.log import LevelSummary, RequestLog
+from deepgap.serving.sim.seqlen import Padding
 from deepgap.serving.sim.simulator import ServiceModel
+from deepgap.serving.sim.text_service import TextService
 
 Say = Callable[[str], None]
 
@@ -88,12 +91,14 @@ def setup_request(spec: ServeSpec, model: str, device: str) -> SetupRequest:
     from deepgap.measure.models import resolve_model
 
     cuda = device.startswith("cuda")
+    load = text_load(spec.seq_len_dist, spec.padding, model)
+    text = load.setup_fields() if load is not None else {}  # a text model: its lengths, padding, mask
     return SetupRequest(
         model=model,
         engine=spec.engine,
         precision=spec.precision,
         memory_format=spec.memory_format,
-        resolution=spec.resolution or resolve_model(model).default_resolution,
+        resolution=text.pop("resolution", None) or spec.resolution or resolve_model(model).default_resolution,
         device=device,
         buckets=spec.buckets(device),
         threads=spec.threads,
@@ -102,17 +107,27 @@ def setup_request(spec: ServeSpec, model: str, device: str) -> SetupRequest:
         curve_iterations=spec.curve_iterations or (100 if cuda else 30),
         curve_warmup=10 if cuda else 3,
         options=serve_options(spec),
+        **text,
     )
 
 
-def service_of(reply: SetupReply, label: str) -> ServiceModel:
-    """The simulator's service model from a worker's calibration (padding to the prepared sizes)."""
+def service_of(
+    reply: SetupReply, label: str, text: TextLoad | None = None, seed: int = 0
+) -> ServiceModel | TextService:
+    """The simulator's service model from a worker's calibration (padding to the prepared sizes).
+
+    A text model's (``text``) is a `TextService`: a curve per calibrated padded length, the levels'
+    lengths drawn with ``seed`` as the worker's are.
+    """
     bs = sorted(reply.curve_samples_s)
     parts = reply.curve_parts_s
     depth = int(reply.engine_info.get("serving_depth", 1))
+    has_intervals = depth > 1 and all("interval_s" in parts.get(b, {}) for b in bs)
+    if text is not None:
+        return text_service(reply, text, seed, label, depth, has_intervals)
     intervals = (
         tuple(float(parts[b]["interval_s"]) for b in bs)  # serial (depth 1): the latency is all
-        if depth > 1 and all("interval_s" in parts.get(b, {}) for b in bs)
+        if has_intervals
         else None
     )
     return ServiceModel(
@@ -152,6 +167,8 @@ def curve_rows(reply: SetupReply, req: SetupRequest, tenant: str = "") -> list[d
                     for k, v in reply.curve_parts_s.get(b, {}).items()
                     if k in ("host_s", "interval_s", "engine_s")
                 },
+                seq_len=req.resolution if req.seq_lens else None,
+                seq_len_curves=length_curves(reply, b),
             ),
         }
         for b in sorted(reply.curve_samples_s)
@@ -223,6 +240,16 @@ def level_row(
         )
     if summary is not None:
         d.n_dropped, d.host_mean_s = summary.n_dropped, summary.host_mean_s
+    if getattr(req, "seq_lens", ()):  # a text model's level: its lengths, padding and tokens
+        d.seq_len_dist, d.padding = req.seq_len_dist, Padding(req.padding_edges).label()
+        if summary is not None and summary.padded_tokens_per_s:
+            d.useful_tokens_per_s, d.padded_tokens_per_s = (
+                summary.useful_tokens_per_s,
+                summary.padded_tokens_per_s,
+            )
+            d.padding_fraction = 1.0 - (summary.useful_tokens_per_s or 0.0) / summary.padded_tokens_per_s
+        if predicted is not None:
+            d.predicted_useful_tokens_per_s = predicted.useful_tokens_per_s
     if predicted is not None:
         v.update(
             predicted_qps=predicted.achieved_qps,

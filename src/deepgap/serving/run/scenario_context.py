@@ -47,6 +47,14 @@ def engine_ips(c: ScenarioContext) -> tuple[float, int] | None:
     return max(rates) if rates else None
 
 
+def rate_unit(c: ScenarioContext) -> str:
+    """What one request is per second: an image, or a text model's sequence.
+
+    A text model's engine-alone rate is measured at its longest calibrated length, which the unit names.
+    """
+    return f"seq/s at length {c.req.resolution}" if getattr(c.req, "seq_lens", ()) else "img/s"
+
+
 def host_line(log_summary: LevelSummary) -> str:
     """Where a batch's time goes: host issue time beside the device's copy-in, compute and copy-out."""
     s = log_summary

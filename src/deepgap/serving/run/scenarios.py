@@ -29,9 +29,16 @@ from deepgap.serving.run.rows import (
     run_spec,
     service_of,
 )
-from deepgap.serving.run.scenario_context import ScenarioContext, engine_ips, host_line, level_timeout
+from deepgap.serving.run.scenario_context import (
+    ScenarioContext,
+    engine_ips,
+    host_line,
+    level_timeout,
+    rate_unit,
+)
 from deepgap.serving.run.server_scenario import run_server
 from deepgap.serving.run.spec import ServeSpec
+from deepgap.serving.run.text_spec import text_lines, text_load
 from deepgap.serving.sim.batcher import BatchPolicy
 from deepgap.serving.sim.log import LevelSummary, summarize
 from deepgap.serving.sim.simulator import simulate
@@ -84,7 +91,14 @@ def _run_single(
             out.lines.append(f"{status}: {out.reason}")
             return rec, out
         rec.curves = curve_rows(reply, req)
-        service = service_of(reply, f"calibration of {spec.model}")
+        load = text_load(spec.seq_len_dist, spec.padding, spec.model)
+        service = service_of(reply, f"calibration of {spec.model}", load, spec.seed)
+        if load is not None:  # each level's lengths, drawn in the worker's parent as the simulator draws them
+            worker.seq_dist, worker.seed = load.dist, spec.seed
+            say(
+                f"serve: text requests of lengths {load.dist.label()} (mean {load.dist.mean():.1f}), "
+                f"padding {load.pad.label()}, calibrated at padded lengths {', '.join(map(str, req.seq_lens))}"
+            )
         for note in reply.notes:
             say(f"serve: note: {note}")
         if reply.correctness.get("flagged"):
@@ -93,6 +107,8 @@ def _run_single(
             )
         ctx = ScenarioContext(spec, req, worker, service, rec, out, say, trace, reply.curve_parts_s)
         {"single-stream": _single_stream, "offline": _offline, "server": run_server}[spec.scenario](ctx)
+        if load is not None:
+            text_lines(rec, out.summary, out.lines)
         if spec.loadgen:
             from deepgap.serving.run.loadgen_run import run_loadgen
 
@@ -129,6 +145,8 @@ def _single_stream(c: ScenarioContext) -> None:
             "latency_mean_s": float(samples.mean()),
             "latency_p90_s": float(np.percentile(samples, 90)),
             "latency_p99_s": float(np.percentile(samples, 99)),
+            "useful_tokens_per_s": None,  # not predicted: a copy of the measured level's would read as one
+            "padded_tokens_per_s": None,
         }
     )
     c.rec.levels.append(
@@ -194,7 +212,7 @@ def _offline(c: ScenarioContext) -> None:
         f"offline: {best[0]:,.1f} samples/s at batch {best[1]} (calibration predicted "
         f"{best[2]:,.1f}); tried batches {', '.join(map(str, cands))}"
         + (
-            f"; the engine alone on device-resident inputs: {engine[0]:,.1f} img/s at batch "
+            f"; the engine alone on device-resident inputs: {engine[0]:,.1f} {rate_unit(c)} at batch "
             f"{engine[1]} (offline / engine {best[0] / engine[0]:.3f})"
             if engine
             else ""

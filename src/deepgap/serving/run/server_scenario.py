@@ -24,7 +24,13 @@ from deepgap.serving.capacity.search import (
 from deepgap.serving.records.details import CapacityDetails, CapacityProbe
 from deepgap.serving.run.process import LevelRequest
 from deepgap.serving.run.rows import config_columns, level_row
-from deepgap.serving.run.scenario_context import ScenarioContext, engine_ips, host_line, level_timeout
+from deepgap.serving.run.scenario_context import (
+    ScenarioContext,
+    engine_ips,
+    host_line,
+    level_timeout,
+    rate_unit,
+)
 from deepgap.serving.run.spec import DEFAULT_POLICY
 from deepgap.serving.sim import arrivals as arr
 from deepgap.serving.sim.batcher import BatchPolicy, StopRule
@@ -276,7 +282,7 @@ def _report_capacity(
         c.out.lines.append(f"server capacity: {host_line(at.summary)}")
     if engine:
         c.out.lines.append(
-            f"server capacity / the engine alone ({engine[0]:,.1f} img/s at batch "
+            f"server capacity / the engine alone ({engine[0]:,.1f} {rate_unit(c)} at batch "
             f"{engine[1]}, "
             f"device-resident inputs): {best.capacity_qps / engine[0]:.3f}"
         )

@@ -37,6 +37,10 @@ class ServeSpec:
     memory_format: str = "nchw"
     device: str = "auto"
     resolution: int | None = None
+    # A text model's requests (`deepgap.serving.sim.seqlen`): their lengths (None: fixed at the model's
+    # default) and how a batch is padded (``longest`` or ``buckets:32,64,128``)
+    seq_len_dist: str | None = None
+    padding: str = "longest"
     scenario: str = "server"
     qps: float | None = None
     find_capacity: bool = False
@@ -183,12 +187,11 @@ def _check_names(spec: ServeSpec) -> None:
     if spec.scenario not in SCENARIOS:
         raise UsageError(f"unknown scenario {spec.scenario!r}", f"choose one of: {', '.join(SCENARIOS)}")
     _check_ranges(spec)
-    for name, _ in spec.tenants or ((spec.model, None),):
-        if resolve_model(name).is_text:  # its request ring, padding buckets and loadgen samples are images
-            raise UsageError(
-                f"deepgap serve does not serve text models yet ({name})",
-                "measure it with `deepgap run --models " + name + " --seq-lens 128`",
-            )
+    if any(resolve_model(name).is_text for name, _ in spec.tenants or ((spec.model, None),)):
+        check_text(spec)
+    elif spec.seq_len_dist is not None or spec.padding != "longest":
+        flag = "--seq-len-dist" if spec.seq_len_dist is not None else "--padding"
+        raise UsageError(f"{flag} applies to text models, and {spec.model} is not one", f"drop {flag}")
     engine_info(spec.engine)
     if spec.precision not in PRECISIONS:
         raise UsageError(f"unknown precision {spec.precision!r}", f"choose from {', '.join(PRECISIONS)}")
@@ -198,6 +201,42 @@ def _check_names(spec: ServeSpec) -> None:
         )
     if not _DEVICE_RE.match(spec.device):
         raise UsageError(f"unknown device {spec.device!r}", "use auto, cpu, cuda or cuda:N")
+
+
+def check_text(spec: ServeSpec) -> None:
+    """What text serving takes; one line and exit 2 otherwise.
+
+    Not yet: several tenants, MLCommons LoadGen (its samples are the image ring's), accuracy mode, an
+    engine other than eager (one prepared instance must take every padded shape), decoders.
+    """
+    from deepgap.measure.models.bert import CONFIGS
+    from deepgap.serving.run.text_spec import TEXT_ENGINES, text_load
+
+    if spec.tenants:
+        raise UsageError(
+            "--tenants does not serve text models yet", "serve the text model alone (--model NAME)"
+        )
+    if spec.model not in CONFIGS:
+        raise UsageError(
+            f"deepgap serve serves encoder text models (BERT), and {spec.model} is a decoder",
+            f"measure it with `deepgap run --models {spec.model} --workload decode`",
+        )
+    if spec.engine not in TEXT_ENGINES:
+        raise UsageError(
+            f"deepgap serve runs text models with the eager engine only, not {spec.engine}",
+            "pass --engine eager (fp16/bf16 with --precision)",
+        )
+    for flag, bad in (
+        ("--loadgen", spec.loadgen),
+        ("--dataset", spec.dataset),
+        ("--resolution", spec.resolution is not None),
+        ("--memory-format", spec.memory_format != "nchw"),
+    ):
+        if bad:
+            raise UsageError(
+                f"{flag} does not apply to text models in deepgap serve yet", f"drop {flag} for {spec.model}"
+            )
+    text_load(spec.seq_len_dist, spec.padding, spec.model)
 
 
 def _check_numbers(spec: ServeSpec) -> None:

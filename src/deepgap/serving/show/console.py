@@ -28,6 +28,11 @@ def print_serving(store, console, run_ids: list[str] | None) -> None:
             "serving: {n} load levels (sim = the simulator on the same arrivals)",
             LEVELS,
         ),
+        (
+            tables.text_levels(store, run_ids),
+            "serving text models: {n} levels (a request is a sequence; tokens counted apart from padding)",
+            TEXT,
+        ),
         (tables.capacity(store, run_ids), "serving capacity (measured beside simulated)", CAPACITY),
         (
             tables.interference(store, run_ids),
@@ -84,6 +89,26 @@ LEVELS: list[Column] = [
     ("queue ms", lambda r: _ms(r["queue_mean_s"])),
     ("copies ms", lambda r: _ms((r["h2d_mean_s"] or 0) + (r["d2h_mean_s"] or 0) if _ok(r) else None)),
     ("compute ms", lambda r: _ms(r["compute_mean_s"])),
+    ("SLO", _slo),
+]
+TEXT: list[Column] = [
+    ("run", lambda r: r["run_id"][-6:]),
+    ("model", lambda r: r["model"]),
+    ("kind", _kind),
+    ("lengths", lambda r: r["seq_len_dist"] or ""),
+    ("padding", lambda r: r["padding"] or ""),
+    ("offered seq/s", lambda r: _num(r["target_qps"])),
+    ("served seq/s", lambda r: _num(r["achieved_qps"])),
+    ("useful tokens/s", lambda r: _num(r["useful_tokens_per_s"], ",.0f")),
+    ("padded tokens/s", lambda r: _num(r["padded_tokens_per_s"], ",.0f")),
+    (
+        "padding %",
+        lambda r: _num(
+            100 * r["padding_fraction"] if r["padding_fraction"] == r["padding_fraction"] else None
+        ),
+    ),
+    ("sim useful tokens/s", lambda r: _num(r["predicted_useful_tokens_per_s"], ",.0f")),
+    ("p99 ms", lambda r: _ms(r["latency_p99_s"])),
     ("SLO", _slo),
 ]
 CAPACITY: list[Column] = [

@@ -118,6 +118,28 @@ TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
             ("run", "run_id"),
         ],
     ),
+    "serving_text": (
+        "Serving text models — a request is a sequence; useful tokens (the requests' own) apart from "
+        "padded tokens (what the engine ran)",
+        [
+            ("platform", "platform"),
+            ("model", "model"),
+            ("precision", "precision"),
+            ("purpose", "purpose"),
+            ("lengths", "seq_len_dist"),
+            ("padding", "padding"),
+            ("max batch / delay", "policy"),
+            ("offered seq/s", lambda r: fmt_ips(r["target_qps"])),
+            ("served seq/s", lambda r: fmt_ips(r["achieved_qps"])),
+            ("useful tokens/s", lambda r: fmt_ips(r["useful_tokens_per_s"])),
+            ("padded tokens/s", lambda r: fmt_ips(r["padded_tokens_per_s"])),
+            ("padding %", lambda r: fmt_num(100 * r["padding_fraction"])),
+            ("simulated useful tokens/s", lambda r: fmt_ips(r["predicted_useful_tokens_per_s"])),
+            ("p99 ms", lambda r: fmt_ms(r["latency_p99_s"])),
+            ("verdict", "verdict"),
+            ("run", "run_id"),
+        ],
+    ),
     "serving_interference": (
         "Tenants on one device: p99 and served rate alone and together (same arrivals in every phase)",
         [
@@ -163,6 +185,11 @@ def section(
         "serving_capacity": cap,
         "serving_loadgen": lgc,
         "serving_levels": lv.drop(columns=["extra"], errors="ignore"),
+        "serving_text": (
+            lv[lv["useful_tokens_per_s"].notna()].drop(columns=["extra"])
+            if "useful_tokens_per_s" in lv
+            else lv
+        ),
         "serving_interference": inter,
     }
     return {k: v for k, v in out.items() if len(v)}, [f for f in figs if f is not None]

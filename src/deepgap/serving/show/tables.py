@@ -39,7 +39,29 @@ def levels(store: Store, run_ids: list[str] | None = None) -> pd.DataFrame:
     with np.errstate(divide="ignore", invalid="ignore"):
         df["p99_measured_over_predicted"] = df["latency_p99_s"] / df["predicted_p99_s"]
         df["qps_measured_over_predicted"] = df["achieved_qps"] / df["predicted_qps"]
+    for col in TEXT_COLUMNS:  # a text model's level (`LevelDetails`); NaN for images
+        df[col] = [getattr(d, col, None) if d is not None else None for d in df["extra"]]
+        if col not in ("seq_len_dist", "padding"):
+            df[col] = pd.to_numeric(df[col], errors="coerce")
     return df
+
+
+TEXT_COLUMNS = (
+    "seq_len_dist",
+    "padding",
+    "useful_tokens_per_s",
+    "padded_tokens_per_s",
+    "padding_fraction",
+    "predicted_useful_tokens_per_s",
+)
+
+
+def text_levels(store: Store, run_ids: list[str] | None = None) -> pd.DataFrame:
+    """The levels of text models: seq/s beside useful and padded tokens/s (empty when there are none)."""
+    df = levels(store, run_ids)
+    if df.empty:
+        return df
+    return df[df["useful_tokens_per_s"].notna()]
 
 
 def capacity(store: Store, run_ids: list[str] | None = None, top_simulated: int = 3) -> pd.DataFrame:

@@ -33,6 +33,8 @@ class RequestLog:
     stop_kind: str = ""  # "violations" (it could no longer pass) | "time" (it fell behind) | ""
     host_s: np.ndarray | None = None  # per request: host time issuing its batch (None: not measured)
     n_dropped: int = 0  # requests shed by a bounded queue (never served)
+    useful_tokens: int = 0  # a text level: the served requests' own tokens (0: not a text level)
+    padded_tokens: int = 0  # a text level: tokens the engine ran, padding included
 
     @classmethod
     def from_batches(cls, arrival_s, batches: list[tuple], n_planned: int) -> RequestLog:
@@ -128,6 +130,8 @@ class LevelSummary:
     verdict: str = "none"  # pass | fail | inconclusive | none (no SLO)
     stopped: str = ""
     extra: dict = field(default_factory=dict)
+    useful_tokens_per_s: float | None = None  # a text level: its requests' own tokens per second
+    padded_tokens_per_s: float | None = None  # a text level: tokens the engine ran per second, padding in
 
 
 def summarize(
@@ -182,4 +186,6 @@ def summarize(
         stopped=log.stopped,
         n_dropped=log.n_dropped,
         host_mean_s=float(np.mean(log.host_s)) if log.host_s is not None else 0.0,
+        useful_tokens_per_s=log.useful_tokens / span if log.padded_tokens and span > 0 else None,
+        padded_tokens_per_s=log.padded_tokens / span if log.padded_tokens and span > 0 else None,
     )

@@ -153,6 +153,9 @@ def simulate(
         raise ValueError(
             f"max_batch {policy.max_batch} exceeds the service curve's largest batch {service.max_batch}"
         )
+    own = getattr(service, "simulate", None)  # a text model's service (`sim.text_service.TextService`)
+    if own is not None:
+        return own(arrivals_s, policy, seed, stop)
     clock = VirtualClock()
     rng = np.random.default_rng(seed) if seed is not None else None
     draws = rng.random(len(arrivals_s)) if rng is not None else None

@@ -139,6 +139,12 @@ def _agreement(state: Any, req: SetupRequest, executor: PipelinedExecutor, ring:
 @handles("serve.setup")
 def handle_setup(state: Any, req: SetupRequest) -> SetupReply:
     """Worker handler ``serve.setup``: build and calibrate; the executor is kept for the levels."""
+    if req.seq_lens:  # a text model (`deepgap.serving.worker.text_setup`)
+        from deepgap.serving.worker.text_setup import text_setup
+
+        executor, reply = text_setup(state, req)
+        state.held["executor"] = executor
+        return reply
     executor, reply = _setup(state, req)
     state.held["executor"] = executor
     return reply
@@ -148,6 +154,10 @@ def handle_setup(state: Any, req: SetupRequest) -> SetupReply:
 def handle_level(state: Any, req: LevelRequest) -> Any:
     """Worker handler ``serve.level``: one load level (or a closed single-stream run); its RequestLog."""
     executor = state.held["executor"]
+    if req.lengths is not None:
+        from deepgap.serving.worker.text_setup import run_text_level
+
+        return run_text_level(executor, req)
     if req.closed:
         return run_closed(executor, req.min_queries, req.min_duration_s, start_at=req.start_at)
     return run_level(executor, req.arrivals_s, req.policy, req.stop, req.start_at)

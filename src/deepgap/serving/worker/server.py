@@ -96,23 +96,43 @@ class PipelinedExecutor:
     def submit(self, first: int, count: int) -> Ticket:
         """Issue requests ``first … first+count-1`` without waiting for them."""
         t0 = time.perf_counter()
+        b = self.bucket(count)
+        x = self.dev_in[b]
+
+        def compute(slot: int) -> Any:
+            self.norm(self.u8[slot][:count], x)
+            return self.runs[b](x)
+
+        return self.issue(
+            t0,
+            b,
+            lambda slot: self.ring.copy_batch(self.u8[slot], first, count, non_blocking=self.cuda),
+            compute,
+        )
+
+    def issue(
+        self, t0: float, b: int, copy_in: Callable[[int], Any], compute: Callable[[int], Any]
+    ) -> Ticket:
+        """One batch through the streams: copy-in, then compute and copy-out.
+
+        ``copy_in(slot)`` runs on the copy stream, ``compute(slot)`` (returning the output) and the copy of
+        that output to pinned host memory on the compute stream. The slot's buffer is reused only after
+        its previous batch's compute (the ``consumed`` event); the events around each step time it.
+        Shared by the text model's executor (`deepgap.serving.worker.text_executor`), whose inputs and
+        engine call differ.
+        """
         st, cs, ks = self.st, self.copy_stream, self.compute_stream
         slot = self.k % self.depth
         self.k += 1
-        b = self.bucket(count)
-        u8, x, outs = self.u8[slot], self.dev_in[b], self.host_out[slot]
+        outs = self.host_out[slot]
         if self.consumed[slot] is not None:  # the slot's previous batch must have left its buffer
             st.wait(cs, self.consumed[slot])
         e0 = st.record(cs)
-        st.enqueue(cs, lambda: self.ring.copy_batch(u8, first, count, non_blocking=self.cuda))
+        st.enqueue(cs, lambda: copy_in(slot))
         e1 = st.record(cs)
         st.wait(ks, e1)
         e2 = st.record(ks)
         held: list[Any] = []
-
-        def compute() -> None:
-            self.norm(u8[:count], x)
-            held.append(self.runs[b](x))
 
         def copy_out() -> None:
             y = held.pop()
@@ -122,7 +142,7 @@ class PipelinedExecutor:
             out.copy_(y, non_blocking=self.cuda)
             self.last_out = out
 
-        st.enqueue(ks, compute)
+        st.enqueue(ks, lambda: held.append(compute(slot)))
         e3 = st.record(ks)
         self.consumed[slot] = e3
         st.enqueue(ks, copy_out)

@@ -1,0 +1,217 @@
+"""A text model's requests: their sequence lengths (a stated distribution) and how a batch is padded.
+
+Why here, below the drivers and the worker: the real server and the simulator must draw the *same*
+lengths for the same arrivals (`SeqLenDist.draw` is seeded) and pad a batch the same way
+(`Padding.pad_to`), so that a measured level and its prediction differ only in what the simulator
+leaves out. Two paddings, as text servers do: ``longest`` (a batch is formed as for images and padded
+to its longest sequence) and ``buckets:32,64,128`` (a request joins the queue of the smallest bucket
+that holds it, a batch is formed per queue and padded to its bucket). With buckets the requests are
+served in *queue order* (`queue_order`): each queue's requests are contiguous, so the batcher's
+contiguous-range bookkeeping (`deepgap.serving.sim.batcher`) holds per queue.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+import numpy as np
+
+from deepgap.core.errors import UsageError
+
+DIST_EXAMPLE = "fixed:128, uniform:16:128 or 32,64:3,128 (lengths, each with an optional :weight)"
+
+
+@dataclass(frozen=True)
+class SeqLenDist:
+    """Sequence lengths of requests.
+
+    ``fixed`` (one length), ``uniform`` (every length in [lo, hi]) or ``choice`` (listed lengths, weighted).
+    """
+
+    kind: str
+    lengths: tuple[int, ...]  # fixed: (L,); uniform: (lo, hi); choice: the lengths
+    weights: tuple[float, ...] = ()  # choice only: relative weights (normalised in `probabilities`)
+
+    @property
+    def min_len(self) -> int:  # noqa: D102
+        return min(self.lengths)
+
+    @property
+    def max_len(self) -> int:  # noqa: D102
+        return max(self.lengths)
+
+    def probabilities(self) -> np.ndarray:
+        """Weights of `lengths` (choice), summing to 1."""
+        w = np.asarray(self.weights or [1.0] * len(self.lengths), dtype=np.float64)
+        return w / w.sum()
+
+    def mean(self) -> float:
+        """Expected length of a request."""
+        if self.kind == "uniform":
+            return (self.lengths[0] + self.lengths[1]) / 2
+        return float(np.dot(self.lengths, self.probabilities()))
+
+    def draw(self, n: int, seed: int) -> np.ndarray:
+        """``n`` lengths (int64), seeded: the same ``(n, seed)`` gives the same lengths everywhere."""
+        rng = np.random.default_rng([seed, 0x5E9])
+        if self.kind == "fixed":
+            return np.full(n, self.lengths[0], dtype=np.int64)
+        if self.kind == "uniform":
+            return rng.integers(self.lengths[0], self.lengths[1] + 1, size=n, dtype=np.int64)
+        return rng.choice(np.asarray(self.lengths, dtype=np.int64), size=n, p=self.probabilities())
+
+    def label(self) -> str:
+        """The spec as the flag spells it."""
+        if self.kind == "fixed":
+            return f"fixed:{self.lengths[0]}"
+        if self.kind == "uniform":
+            return f"uniform:{self.lengths[0]}:{self.lengths[1]}"
+        return ",".join(f"{v}:{w:g}" for v, w in zip(self.lengths, self.weights, strict=True))
+
+
+def _int(text: str, spec: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise UsageError(
+            f"--seq-len-dist {spec!r}: {text!r} is not a length", f"pass {DIST_EXAMPLE}"
+        ) from None
+
+
+def parse_seq_len_dist(text: str | None, default_len: int, max_len: int) -> SeqLenDist:
+    """``--seq-len-dist`` (None: fixed at the model's default length), each length in [1, ``max_len``]."""
+    if text is None:
+        dist = SeqLenDist("fixed", (default_len,))
+    else:
+        t = text.strip()
+        if t.startswith("fixed:"):
+            dist = SeqLenDist("fixed", (_int(t[6:], text),))
+        elif t.startswith("uniform:"):
+            parts = t[8:].split(":")
+            if len(parts) != 2:
+                raise UsageError(
+                    f"--seq-len-dist {text!r} is malformed", "pass uniform:LO:HI, e.g. uniform:16:128"
+                )
+            lo, hi = (_int(p, text) for p in parts)
+            if lo > hi:
+                raise UsageError(f"--seq-len-dist {text!r}: {lo} > {hi}", "pass uniform:LO:HI with LO ≤ HI")
+            dist = SeqLenDist("uniform", (lo, hi))
+        else:
+            dist = _parse_choice(t, text)
+    bad = [v for v in dist.lengths if not 1 <= v <= max_len]
+    if bad:
+        raise UsageError(
+            f"--seq-len-dist {text!r}: length {bad[0]} is outside the model's 1..{max_len} positions",
+            f"keep every length within 1..{max_len}",
+        )
+    return dist
+
+
+def _parse_choice(t: str, text: str) -> SeqLenDist:
+    lengths: list[int] = []
+    weights: list[float] = []
+    for item in t.split(","):
+        v, _, w = item.strip().partition(":")
+        lengths.append(_int(v, text))
+        try:
+            weight = float(w) if w else 1.0
+        except ValueError:
+            raise UsageError(
+                f"--seq-len-dist {text!r}: weight {w!r} is not a number", f"pass {DIST_EXAMPLE}"
+            ) from None
+        if not (weight > 0 and np.isfinite(weight)):
+            raise UsageError(
+                f"--seq-len-dist {text!r}: weight {w!r} must be positive", f"pass {DIST_EXAMPLE}"
+            )
+        weights.append(weight)
+    if len(set(lengths)) != len(lengths):
+        raise UsageError(f"--seq-len-dist {text!r} names a length twice", "name each length once")
+    return SeqLenDist("choice", tuple(lengths), tuple(weights))
+
+
+@dataclass(frozen=True)
+class Padding:
+    """How a batch is padded: to its longest sequence (``edges`` empty) or to its length bucket."""
+
+    edges: tuple[int, ...] = ()  # sorted bucket lengths; empty: pad to the batch's longest
+
+    @property
+    def mode(self) -> str:  # noqa: D102
+        return "buckets" if self.edges else "longest"
+
+    def label(self) -> str:
+        """The spec as the flag spells it."""
+        return "buckets:" + ",".join(map(str, self.edges)) if self.edges else "longest"
+
+    def pad_to(self, longest: int) -> int:
+        """The padded length of a batch whose longest sequence is ``longest``."""
+        if not self.edges:
+            return longest
+        return self.edges[bisect.bisect_left(self.edges, longest)]
+
+    def bucket_index(self, lengths: np.ndarray) -> np.ndarray:
+        """Each length's bucket (0 for every length without buckets)."""
+        if not self.edges:
+            return np.zeros(len(lengths), dtype=np.int64)
+        return np.searchsorted(np.asarray(self.edges), lengths, side="left")
+
+
+def parse_padding(text: str, dist: SeqLenDist) -> Padding:
+    """``--padding longest`` or ``buckets:E1,E2,…`` (every request length must fit the largest bucket)."""
+    t = (text or "longest").strip()
+    if t == "longest":
+        return Padding()
+    if not t.startswith("buckets:"):
+        raise UsageError(f"unknown --padding {text!r}", "pass longest or buckets:32,64,128")
+    try:
+        edges = sorted({int(e) for e in t[8:].split(",") if e.strip()})
+    except ValueError:
+        raise UsageError(
+            f"--padding {text!r}: bucket lengths must be integers", "pass e.g. buckets:32,64,128"
+        ) from None
+    if not edges or edges[0] < 1:
+        raise UsageError(f"--padding {text!r} names no positive bucket", "pass e.g. buckets:32,64,128")
+    if edges[-1] < dist.max_len:
+        raise UsageError(
+            f"--padding {text!r}: requests up to {dist.max_len} tokens fit no bucket",
+            f"add a bucket of at least {dist.max_len}",
+        )
+    return Padding(tuple(edges))
+
+
+def queue_order(lengths: np.ndarray, padding: Padding) -> tuple[np.ndarray, tuple[int, ...]]:
+    """(order, segment starts): requests in queue order and where each queue starts.
+
+    Each bucket's requests by arrival; one queue (the arrival order) without buckets.
+    """
+    if not padding.edges:
+        return np.arange(len(lengths)), (0,)
+    b = padding.bucket_index(lengths)
+    order = np.argsort(b, kind="stable")
+    counts = np.bincount(b, minlength=len(padding.edges))
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    return order, tuple(int(s) for s, c in zip(starts, counts, strict=True) if c > 0)
+
+
+def calibration_lengths(dist: SeqLenDist, padding: Padding, points: int = 4) -> tuple[int, ...]:
+    """The padded lengths the worker calibrates.
+
+    The buckets that requests use, or (padding to the longest) ``points`` lengths spanning the
+    distribution, between which batch times are interpolated.
+    """
+    if padding.edges:
+        used = {
+            padding.pad_to(v)
+            for v in (dist.lengths if dist.kind != "uniform" else range(dist.min_len, dist.max_len + 1))
+        }
+        return tuple(sorted(used))
+    if dist.kind != "uniform":
+        return tuple(sorted(set(dist.lengths)))
+    return tuple(sorted({int(round(x)) for x in np.linspace(dist.min_len, dist.max_len, points)}))
+
+
+def token_counts(lengths: np.ndarray, shapes: list[tuple[int, int, int]]) -> tuple[int, int]:
+    """(useful, padded) tokens of served batches ``(first, count, padded length)`` over ``lengths``."""
+    useful = sum(int(lengths[f : f + c].sum()) for f, c, _ in shapes)
+    return useful, sum(c * p for _, c, p in shapes)
