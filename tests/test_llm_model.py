@@ -141,3 +141,21 @@ def test_named_shapes_carry_the_published_config_values():
             1e-5,
         )
         assert s.rope_scaling.factor == {"llama-3.2-1b": 32.0, "llama-3.1-8b": 8.0}[name]
+
+
+def test_one_token_attention_takes_a_gpu_kernels_output_layout(monkeypatch):
+    """A GPU SDPA kernel returns (b, heads, s, d) laid out as (b, s, heads, d); folding the grouped query
+    heads back must not assume a contiguous output (every GPU decode step failed on a `view` here)."""
+    from torch.nn import functional as F  # noqa: N812
+
+    from deepgap.measure.models import llama_net
+
+    real = F.scaled_dot_product_attention
+
+    def gpu_like(*a, **k):
+        return real(*a, **k).transpose(1, 2).contiguous().transpose(1, 2)  # same values, GPU strides
+
+    q, kv = torch.randn(2, 8, 1, 4), torch.randn(2, 2, 5, 4)
+    want = llama_net._one_token(q, kv, kv, None)
+    monkeypatch.setattr(llama_net.F, "scaled_dot_product_attention", gpu_like)
+    torch.testing.assert_close(llama_net._one_token(q, kv, kv, None), want)

@@ -258,8 +258,10 @@ def _one_token(q, keys, values, mask):
     """
     b, nq, _, d = q.shape
     nkv = keys.shape[1]
-    a = F.scaled_dot_product_attention(q.view(b, nkv, nq // nkv, d), keys, values, attn_mask=mask)
-    return a.view(b, nq, 1, d)
+    a = F.scaled_dot_product_attention(q.reshape(b, nkv, nq // nkv, d), keys, values, attn_mask=mask)
+    # reshape, not view: a GPU kernel's output is laid out (b, group, kv_heads, d) in memory, so its two
+    # head dimensions are not adjacent (a CPU's is contiguous; every GPU decode failed on a view here)
+    return a.reshape(b, nq, 1, d)
 
 
 def build_llama(
