@@ -319,5 +319,10 @@ def test_pdl_graph_gives_the_plain_graphs_logits_at_batch_1(tmp_path, monkeypatc
     print(f"\npdl at batch 1: {pdl}")
     assert pdl["chosen"] and "error" not in pdl and set(pdl["seconds"]) == {"on", "off"}
     assert "pdl" not in off.info  # off: one capture, nothing timed (test_graph_runner checks the info)
+    # the same network captured without PDL: two preparations may tune different layer choices and stems
+    # (on the H200 they did, and the logits of two builds differed by ~2%), so the bit-for-bit check is on one
+    from deepgap.measure.quant.prepare import _make_runner
+
+    plain_run, _ = _make_runner(on.net, 1, 224, "cuda", True, pdl="off")
     with torch.inference_mode():
-        assert torch.equal(on.run(x).clone(), off.run(x))
+        assert torch.equal(on.run(x).clone(), plain_run(x))
