@@ -175,6 +175,28 @@ def curve_rows(reply: SetupReply, req: SetupRequest, tenant: str = "") -> list[d
     ]
 
 
+# the ``serve_runs`` columns a measured (or simulated) level's summary fills
+SUMMARY_COLUMNS = (
+    *("n", "n_planned", "duration_s", "achieved_qps", "latency_mean_s", "latency_p50_s", "latency_p90_s"),
+    *("latency_p95_s", "latency_p99_s", "latency_max_s", "queue_mean_s", "queue_p99_s", "h2d_mean_s"),
+    *("compute_mean_s", "d2h_mean_s", "other_mean_s", "mean_batch", "slo_s", "n_over_slo", "verdict"),
+    "stopped",
+)
+
+
+def _text_details(d: LevelDetails, req: SetupRequest, summary, predicted) -> None:
+    """A text model's level: its length distribution, padding, useful and padded tokens/s."""
+    d.seq_len_dist, d.padding = req.seq_len_dist, Padding(req.padding_edges).label()
+    if summary is not None and summary.padded_tokens_per_s:
+        d.useful_tokens_per_s, d.padded_tokens_per_s = (
+            summary.useful_tokens_per_s,
+            summary.padded_tokens_per_s,
+        )
+        d.padding_fraction = 1.0 - (summary.useful_tokens_per_s or 0.0) / summary.padded_tokens_per_s
+    if predicted is not None:
+        d.predicted_useful_tokens_per_s = predicted.useful_tokens_per_s
+
+
 def level_row(
     req: SetupRequest,
     scenario: str,
@@ -210,46 +232,10 @@ def level_row(
     d = details or LevelDetails()
     d.threads = req.threads or None
     if summary is not None:
-        v.update(
-            {
-                k: getattr(summary, k)
-                for k in (
-                    "n",
-                    "n_planned",
-                    "duration_s",
-                    "achieved_qps",
-                    "latency_mean_s",
-                    "latency_p50_s",
-                    "latency_p90_s",
-                    "latency_p95_s",
-                    "latency_p99_s",
-                    "latency_max_s",
-                    "queue_mean_s",
-                    "queue_p99_s",
-                    "h2d_mean_s",
-                    "compute_mean_s",
-                    "d2h_mean_s",
-                    "other_mean_s",
-                    "mean_batch",
-                    "slo_s",
-                    "n_over_slo",
-                    "verdict",
-                    "stopped",
-                )
-            }
-        )
-    if summary is not None:
+        v.update({k: getattr(summary, k) for k in SUMMARY_COLUMNS})
         d.n_dropped, d.host_mean_s = summary.n_dropped, summary.host_mean_s
-    if getattr(req, "seq_lens", ()):  # a text model's level: its lengths, padding and tokens
-        d.seq_len_dist, d.padding = req.seq_len_dist, Padding(req.padding_edges).label()
-        if summary is not None and summary.padded_tokens_per_s:
-            d.useful_tokens_per_s, d.padded_tokens_per_s = (
-                summary.useful_tokens_per_s,
-                summary.padded_tokens_per_s,
-            )
-            d.padding_fraction = 1.0 - (summary.useful_tokens_per_s or 0.0) / summary.padded_tokens_per_s
-        if predicted is not None:
-            d.predicted_useful_tokens_per_s = predicted.useful_tokens_per_s
+    if getattr(req, "seq_lens", ()):
+        _text_details(d, req, summary, predicted)
     if predicted is not None:
         v.update(
             predicted_qps=predicted.achieved_qps,
