@@ -6,7 +6,7 @@
 #                        cudagraph fp16 at batch 1 (--preset transformers)                        ~6 min
 #   bert-base-compile  — bert-base, compile-freeze fp16 at batch 64 and 256, sequence 128 and 384  ~5 min
 #   bert-large-compile — the same for bert-large                                                   ~7 min
-#   vit                — vit_b_16 through the same engines (the preset's batches)                  ~6 min
+#   vit                — vit_b_16 through the preset's engines (quant fp8 too)                ~6 min
 #   gputests           — tests/test_bert_gpu.py (SDPA's fused kernels in fp16/bf16, CUDA graphs, compile)
 # Stores are gzipped into $OUT (pack); merge them with `deepgap merge *.sqlite -o transformers.sqlite` and
 # commit under results/h100/ with this script's output. Then read tokens/s with `deepgap show` / `deepgap report`.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 from pathlib import Path
 
@@ -139,4 +140,8 @@ def test_report_renders_untrusted_strings_as_text(tmp_path, capsys):
     for v in (*evil.values(), "<b>GPU</b>"):
         assert v not in page
     assert "&lt;script&gt;alert(" in page  # shown, as text
-    assert "onerror=alert" not in page.replace("&lt;img src=x onerror=alert", "")
+    # as text: HTML-escaped in tables, JSON-escaped in the plot specs (which hold no raw "<" at all)
+    shown = page.replace("&lt;img src=x onerror=alert", "").replace("\\u003cimg src=x onerror=alert", "")
+    assert "onerror=alert" not in shown
+    specs = re.findall(r'class="plot-spec"[^>]*>(.*?)</script>', page, flags=re.S)
+    assert specs and not any("<" in spec for spec in specs)

@@ -50,7 +50,8 @@ def test_the_h100_steps_plan_the_headline_configurations():
     for step, model in (("bert-base-compile", "bert-base"), ("bert-large-compile", "bert-large")):
         assert got[step] == {(model, "compile-freeze", "fp16", b, s) for s in (128, 384) for b in (64, 256)}
     assert {(m, e, s) for m, e, _, _, s in got["vit"]} == {
-        ("vit_b_16", e, None) for e in ("eager", "cudagraph", "compile-freeze")
+        ("vit_b_16", e, None)
+        for e in ("eager", "cudagraph", "compile-freeze", "quant")  # the preset's engines
     }
     assert all(c.device == "cuda" for plan in plans.values() for c in plan)
 

@@ -159,10 +159,11 @@ def _build(store_path: str, run_ids: list[str] | None, interactive: bool, store:
 
 
 def _script_json(obj: Any) -> str:
-    """JSON safe inside a ``<script>`` element (no ``</`` can end it early)."""
+    """JSON for a ``<script>`` element: ``<``, ``>``, ``&`` as JSON escapes (Django's json_script), no markup."""
     import json
 
-    return json.dumps(obj, separators=(",", ":"), default=str).replace("</", "<\\/")
+    text = json.dumps(obj, separators=(",", ":"), default=str)
+    return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
 
 
 def render_html(rep: Report, files_dir: str) -> str:

@@ -76,7 +76,10 @@ CATALOG: tuple[EngineInfo, ...] = (
         "quant",
         "quant",
         ("int8", "fp8"),
-        "INT8/FP8 post-training quantization: ResNets (Triton implicit-GEMM), BERT/ViT Linears; one CUDA graph",
+        (
+            "INT8/FP8 post-training quantization: ResNets (Triton implicit-GEMM, fused epilogues), "
+            "BERT/ViT Linears (torch._scaled_mm/_int_mm, compiled); one CUDA graph"
+        ),
         ("default", "int8-resident"),
     ),
     EngineInfo(
