@@ -374,7 +374,10 @@ class RowDecoder:
                 f"{self.path} has rows that cannot be decoded ({table} {what}: {why})",
                 "pass --skip-damaged to leave them out; " + check_hint(self.path),
             )
-        self.skipped[table] = self.skipped.get(table, 0) + 1
+        # distinct rows: a table read twice (results as forward and as decode rows) counts each row once
+        rows = self.__dict__.setdefault("_skipped_rows", {}).setdefault(table, set())
+        rows.add(what)
+        self.skipped[table] = len(rows)
         seen = SKIPPED.setdefault(self.path, {})
         seen[table] = max(seen.get(table, 0), self.skipped[table])
 
