@@ -4,8 +4,12 @@
 # tool's working-tree sync deletes untracked files there between calls.
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 if ls .whl/*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-        && export PYTHONPATH=$PYTHONPATH:/tmp/site
+    # one wheel at a time: a compiled wheel for another Python (cp311 on a 3.12 device) is refused alone
+    for w in .whl/*.whl; do
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$w" \
+            2>/dev/null || echo "device_lib: $(basename "$w") does not install on this Python; skipped"
+    done
+    export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
 step() { local n=$1 l=$2; shift 2; echo "######## $n ($(date +%T), limit ${l}s)"; local t0=$SECONDS
          timeout "$l" "$@"; echo "######## $n: rc=$? in $((SECONDS - t0))s"; }
