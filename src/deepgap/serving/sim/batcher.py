@@ -127,6 +127,22 @@ def wait_until(pipe, ticket, clock: Clock, t_s: float) -> None:
         time.sleep(0)  # yield the GIL to the threads that feed the device
 
 
+def idle_step(pipe, inflight: list, clock: Clock, next_s: float, retire) -> bool:
+    """Nothing to submit now: sleep to ``next_s``, retire the oldest batch, or wait for either; True: done.
+
+    One step of every serving loop (`serve_loop`, `deepgap.serving.sim.queues.serve_queues`).
+    """
+    if not inflight:
+        if next_s == math.inf:
+            return True
+        clock.sleep_until(next_s)
+    elif next_s == math.inf:
+        retire()
+    else:
+        wait_until(pipe, inflight[0][0], clock, next_s)
+    return False
+
+
 def serve_loop(
     arrivals_s: Sequence[float],
     policy: BatchPolicy,
@@ -188,14 +204,8 @@ def serve_loop(
                     head += d.count
                     continue
                 next_s = min(d.wait_until_s, at[tail]) if tail < n else d.wait_until_s
-        if not inflight:
-            if next_s == math.inf:
-                break
-            clock.sleep_until(next_s)
-        elif next_s == math.inf:
-            retire()
-        else:
-            wait_until(pipe, inflight[0][0], clock, next_s)
+        if idle_step(pipe, inflight, clock, next_s, retire):
+            break
     while inflight:  # a stop leaves batches on the device: finish them, they were served
         retire()
     log = RequestLog.from_batches(arr, batches, n)

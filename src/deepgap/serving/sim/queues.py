@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from deepgap.serving.sim.batcher import BatchPolicy, StopRule, decide, serve_loop, wait_until
+from deepgap.serving.sim.batcher import BatchPolicy, StopRule, decide, idle_step, serve_loop
 from deepgap.serving.sim.clock import Clock
 from deepgap.serving.sim.log import RequestLog
 
@@ -74,14 +74,8 @@ def serve_queues(
                 inflight.append((pipe.submit(heads[q], count), heads[q], count, now))
                 heads[q] += count
                 continue
-        if not inflight:
-            if next_s == math.inf:
-                break
-            clock.sleep_until(next_s)
-        elif next_s == math.inf:
-            retire()
-        else:
-            wait_until(pipe, inflight[0][0], clock, next_s)
+        if idle_step(pipe, inflight, clock, next_s, retire):
+            break
     while inflight:
         retire()
     log = RequestLog.from_batches(arr, batches, n)

@@ -18,7 +18,7 @@ from deepgap.core import envinfo
 from deepgap.core.records import Status
 from deepgap.measure import correctness
 from deepgap.measure.engines import get_engine
-from deepgap.measure.worker import handles, inputs_for, is_oom, nvml_used_bytes
+from deepgap.measure.worker import handles, inputs_for, is_oom
 from deepgap.serving.run.process import (
     CORRECTNESS_ROWS,
     DYNAMIC_ENGINES,
@@ -28,7 +28,13 @@ from deepgap.serving.run.process import (
     SetupRequest,
 )
 from deepgap.serving.worker.ring import InputRing
-from deepgap.serving.worker.server import PipelinedExecutor, measure_curve, run_closed, run_level
+from deepgap.serving.worker.server import (
+    PipelinedExecutor,
+    measure_curve,
+    record_device_memory,
+    run_closed,
+    run_level,
+)
 
 
 def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
@@ -79,10 +85,7 @@ def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
         accuracy=accuracy,
     )
     if executor.cuda:
-        reply.peak_mem_reserved_bytes = int(torch.cuda.max_memory_reserved(req.device))
-        used = nvml_used_bytes(req.device)
-        if used is not None:
-            reply.env = {**reply.env, "device_mem_used_bytes_at_setup": used}
+        record_device_memory(reply, req.device)
     return executor, reply
 
 

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from deepgap.measure.worker import nvml_used_bytes
 from deepgap.serving.sim.batcher import BatchPolicy, StopRule, serve_loop
 from deepgap.serving.sim.clock import RealClock
 from deepgap.serving.sim.log import RequestLog
@@ -187,6 +188,14 @@ class PipelinedExecutor:
     def close(self) -> None:
         """Stop the stream threads, if any."""
         self.st.close()
+
+
+def record_device_memory(reply: Any, device: str) -> None:
+    """A CUDA setup's reply carries its peak reserved memory and NVML's used bytes (image and text setups)."""
+    reply.peak_mem_reserved_bytes = int(torch.cuda.max_memory_reserved(device))
+    used = nvml_used_bytes(device)
+    if used is not None:
+        reply.env = {**reply.env, "device_mem_used_bytes_at_setup": used}
 
 
 @contextmanager

@@ -20,13 +20,13 @@ from deepgap.core.records import Status
 from deepgap.measure import correctness
 from deepgap.measure.engines import get_engine
 from deepgap.measure.models import resolve_model
-from deepgap.measure.worker import inputs_for, is_oom, nvml_used_bytes
+from deepgap.measure.worker import inputs_for, is_oom
 from deepgap.serving.run.process import CORRECTNESS_ROWS, LevelRequest, SetupFailed, SetupReply, SetupRequest
 from deepgap.serving.sim.clock import RealClock
 from deepgap.serving.sim.log import RequestLog
 from deepgap.serving.sim.queues import serve_queues
 from deepgap.serving.sim.seqlen import Padding, queue_order
-from deepgap.serving.worker.server import measure_curve, quiet_gc, run_closed
+from deepgap.serving.worker.server import measure_curve, quiet_gc, record_device_memory, run_closed
 from deepgap.serving.worker.text_executor import TokenExecutor
 
 
@@ -90,10 +90,7 @@ def text_setup(state: Any, req: SetupRequest) -> tuple[TokenExecutor, SetupReply
         parts_by_len=parts_by_len,
     )
     if executor.cuda:
-        reply.peak_mem_reserved_bytes = int(torch.cuda.max_memory_reserved(req.device))
-        used = nvml_used_bytes(req.device)
-        if used is not None:
-            reply.env = {**reply.env, "device_mem_used_bytes_at_setup": used}
+        record_device_memory(reply, req.device)
     return executor, reply
 
 
