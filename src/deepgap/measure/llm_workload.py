@@ -9,7 +9,8 @@ tokens after a prompt of ``input_len`` tokens, at a batch of sequences (`deepgap
 **Engines.** A sweep's engine names map onto the decode steps of `deepgap.measure.llm_steps`; an engine
 without a line here has no decode path (ONNX Runtime and TensorRT take a forward pass of a fixed graph,
 not a cache that grows). The ``quant`` engine decodes with every Linear in fp8 or int8 (the quant
-engine's Linear path, `deepgap.measure.quant.linear`, activations scaled per token) as a CUDA graph.
+engine's Linear path, `deepgap.measure.quant.linear`: weight-only at a small batch, activations scaled per
+token above it), compiled and captured as one CUDA graph.
 
 **Precisions.** The floating-point ones, the model cast to the precision's dtype; and ``fp8``/``int8``
 for the ``quant`` engine only (`QUANT_PRECISIONS`): the worker's
@@ -53,7 +54,8 @@ DECODE_ENGINES: dict[str, DecodeStep] = {
     "cudagraph": DecodeStep("cuda-graph", None, cuda_only=True),
     # reduce-overhead is torch.compile with CUDA graphs: here the compiled step captured as one graph
     "compile-reduce-overhead": DecodeStep("cuda-graph", "default", cuda_only=True),
-    "quant": DecodeStep("cuda-graph", None, cuda_only=True, precisions=QUANT_PRECISIONS),
+    # compiled, so the norms, RoPE and the activations' quantization fuse around the 8-bit GEMMs, then one graph
+    "quant": DecodeStep("cuda-graph", "default", cuda_only=True, precisions=QUANT_PRECISIONS),
 }
 
 

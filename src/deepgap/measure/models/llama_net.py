@@ -287,5 +287,10 @@ def build_llama(
 
 
 def weight_bytes(model: torch.nn.Module) -> int:
-    """Bytes of the model's parameters as stored (a tied head counted once)."""
-    return sum(p.numel() * p.element_size() for p in model.parameters())
+    """Bytes of the model's weights as stored: parameters (a tied head once) and buffers.
+
+    Buffers count because an 8-bit Linear (`deepgap.measure.quant.linear.QuantLinear`) keeps its codes and
+    scales as buffers, not parameters; the KV cache and the RoPE angles are neither.
+    """
+    tensors = [*model.parameters(), *model.buffers()]
+    return sum(t.numel() * t.element_size() for t in tensors)
