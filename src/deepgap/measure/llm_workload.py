@@ -129,7 +129,7 @@ def check_workload(spec: Any) -> None:
     """A sweep's workload (a `deepgap.drive.config.SweepSpec`, read by its fields): known and consistent.
 
     Decode's axes only with decode; decode only where it can run (`check_decode`), and without the
-    forward-only settings (sequence lengths, input modes, transfer, a dataset, weights, the host CPU).
+    forward-only settings (sequence lengths, input modes, transfer, a dataset, weights).
     """
     if spec.workload not in WORKLOADS:
         raise UsageError(f"unknown workload {spec.workload!r}", f"choose from {', '.join(WORKLOADS)}")
@@ -145,7 +145,6 @@ def check_workload(spec: Any) -> None:
             ("--seq-lens", bool(spec.seq_lens)),
             ("--inputs", tuple(spec.inputs) != ("default",)),
             ("--include-transfer", spec.include_transfer),
-            ("the host-CPU part (cpu_baseline)", spec.cpu_baseline),
             ("--dataset", bool(spec.dataset)),
             ("--weights", bool(spec.weights)),
         )
