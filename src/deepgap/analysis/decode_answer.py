@@ -1,5 +1,6 @@
-"""The answer for decoders: per device and model, the fastest, the lowest-TPOT and the most tokens-per-joule
-configuration, and the GPU against its host CPU, from `deepgap.analysis.decode.decode_table`'s rows.
+"""The answer for decoders: fastest, lowest TPOT, most tokens per joule; and the GPU against its host CPU.
+
+Per device and model, from `deepgap.analysis.decode.decode_table`'s rows.
 
 Why apart from `deepgap.analysis.recommend`: a decode row's goals are output tokens/s, the time per output
 token and tokens per joule, not images/s, batch latency and J/image, and its rows are not in the forward

@@ -1,5 +1,6 @@
-"""``deepgap plan --target-tok-s``: devices of each measured kind that give a decoder's target tokens/s at a
-TPOT and TTFT SLO, from the stored decode curves (`deepgap.analysis.decode.decode_table`'s rows).
+"""``deepgap plan --target-tok-s``: the devices that give a decoder's target tokens/s at a TPOT and TTFT SLO.
+
+Per device kind, from the stored decode curves (`deepgap.analysis.decode.decode_table`'s rows).
 
 Why from the stored rows and not the serving simulator: a decode row is one batch generated start to end
 (static batching), so its output tokens/s (batch × output tokens ÷ end-to-end time, the prefill included)
@@ -54,11 +55,11 @@ def misses(r: dict[str, Any], tpot_slo_s: float, ttft_slo_s: float) -> list[str]
     """How a row breaks the SLO, each with both numbers (empty: it meets it)."""
     out = []
     tail, ttft = _f(r.get("tpot_tail_ms")), _f(r.get("ttft_median_ms"))
-    if not tail == tail:
+    if tail != tail:
         out.append("no TPOT tail stored")
     elif tail > tpot_slo_s * 1e3:
         out.append(f"TPOT {tail:.3g} ms ({r.get('tpot_tail_label')}) > SLO {tpot_slo_s * 1e3:g} ms")
-    if not ttft == ttft:
+    if ttft != ttft:
         out.append("no TTFT stored")
     elif ttft > ttft_slo_s * 1e3:
         out.append(f"TTFT {ttft:.4g} ms (median) > SLO {ttft_slo_s * 1e3:g} ms")

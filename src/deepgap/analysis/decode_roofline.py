@@ -53,7 +53,7 @@ class DecodeRoof:
     def limiter(self) -> str:
         """``memory`` or ``compute``: which bound is the lower (blank without both)."""
         m, c = self.memory_bound_tok_s, self.compute_bound_tok_s
-        if not m == m:
+        if m != m:
             return ""
         return "compute" if c == c and c < m else "memory"
 
@@ -145,9 +145,9 @@ def distance_text(r: dict[str, Any]) -> str:
     """
     rate, b = _num(r.get("decode_tokens_per_s")), _num(r.get("bound_tokens_per_s"))
     head = f"batch {r.get('batch_size')}: decode {rate:,.1f} tokens/s"
-    if not rate == rate:
+    if rate != rate:
         return f"batch {r.get('batch_size')}: no decode rate ({r.get('status')})"
-    if not b == b:
+    if b != b:
         return f"{head}; no memory bound (no bandwidth known for {r.get('device_name') or 'this device'})"
     gb = _num(r.get("bytes_per_token")) / 1e9
     text = (

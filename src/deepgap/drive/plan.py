@@ -24,8 +24,8 @@ import os
 import random
 
 from deepgap.core.records import ConfigSpec, spec_input_mode
-from deepgap.drive.config import SweepSpec
 from deepgap.drive import presets
+from deepgap.drive.config import SweepSpec
 from deepgap.drive.presets import CPU_BASELINE_INT8_ENGINE, CPU_BASELINE_SCALING_MODEL, cpu_baseline_spec
 from deepgap.measure.llm_workload import DEFAULT_INPUT_LEN, decoder_shape, lens_of
 from deepgap.measure.models import resolve_model
