@@ -23,7 +23,7 @@ from typing import Any
 
 from deepgap.core.errors import UsageError
 from deepgap.core.precision import PRECISIONS
-from deepgap.measure.models.llama_config import SHAPES, LlamaShape, check_run
+from deepgap.measure.models.llama_config import SHAPES, LlamaShape, check_run, is_config_path, shape_of
 
 WORKLOADS = ("forward", "decode")
 DEFAULT_INPUT_LEN = 128
@@ -58,8 +58,19 @@ DECODE_ENGINES: dict[str, DecodeStep] = {
 
 
 def decoder_shape(model: str) -> LlamaShape | None:
-    """The shape of a decoder model a sweep names (a registered Llama shape), else None."""
-    return SHAPES.get(model)
+    """The shape of a decoder model a sweep names (a registered Llama shape or a local config), else None.
+
+    A local HF ``config.json`` (or the folder holding it, `is_local_config`) is read here, so a missing or
+    malformed one is one `UsageError` line before anything runs (`llama_config.shape_of`).
+    """
+    if model in SHAPES:
+        return SHAPES[model]
+    return shape_of(model) if is_local_config(model) else None
+
+
+def is_local_config(model: str) -> bool:
+    """Whether a model name is a path to a local HF config (a ``.json`` file, a path, an existing folder)."""
+    return is_config_path(model)
 
 
 def check_decode(
@@ -106,7 +117,8 @@ def check_decode(
     # the KV cache's element: the precision's own, bf16 beside 8-bit Linears
     itemsize = max(2 if p in QUANT_PRECISIONS else PRECISIONS[p].itemsize for p in precisions)
     for m in models:
-        shape = SHAPES[m]
+        shape = decoder_shape(m)
+        assert shape is not None  # checked above
         for i in input_lens or (DEFAULT_INPUT_LEN,):
             for o in output_lens or (DEFAULT_OUTPUT_LEN,):
                 if i + o > shape.max_positions:
