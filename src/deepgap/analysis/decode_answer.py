@@ -56,7 +56,7 @@ def value_text(r: dict[str, Any], goal: str) -> str:
     if goal == "tpot":
         return f"TPOT {_f(r.get('tpot_median_ms')):.3f} ms"
     j = _f(r.get("joules_per_token"))
-    return f"{1 / j:,.1f} tokens/J ({j * 1e3:.3g} mJ/token)" if j > 0 else "no energy"
+    return f"{1 / j:,.3g} tokens/J ({j:.3g} J/token)" if j > 0 else "no energy"
 
 
 def also_text(r: dict[str, Any]) -> str:
