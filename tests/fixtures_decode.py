@@ -35,7 +35,9 @@ def output_tok_s(bs: int, tpot_ms: float, out: int) -> float:
 
 def _result(model, engine, prec, bs, tpot_ms, j, device, i, o, flagged) -> Result:
     threads = 16 if device == "cpu" else None
-    spec = ConfigSpec(model, engine, prec, bs, device, threads=threads, resolution=i, input_len=i, output_len=o)
+    spec = ConfigSpec(
+        model, engine, prec, bs, device, threads=threads, resolution=i, input_len=i, output_len=o
+    )
     n = 3 * (o - 1)
     lat = summarize([tpot_ms / 1e3] * n)
     tput, lo, hi = throughput_from_latency(bs, lat)
@@ -54,7 +56,9 @@ def _result(model, engine, prec, bs, tpot_ms, j, device, i, o, flagged) -> Resul
         joules_per_token=j,
         cost_context=i + (o - 2) / 2,
     )
-    details = ResultDetails(correctness=Correctness(rel_l2=0.2 if flagged else 1e-3, flagged=flagged), decode=d)
+    details = ResultDetails(
+        correctness=Correctness(rel_l2=0.2 if flagged else 1e-3, flagged=flagged), decode=d
+    )
     if device == "cpu":
         details.node_env = {"device_name": CPU, "device": "cpu", "host": "fixture-host"}
     return Result(

@@ -31,7 +31,9 @@ def test_weights_at_their_precision_and_the_kv_at_the_mean_context():
     attention = 4 * L * 32 * 128 * (ctx + 1)
     assert fp8.flops_per_token == pytest.approx(2 * GEMM + attention)
     # issue 51's anchor: ≈ 640 tokens/s for the 8B model in fp8 at 4.8 TB/s
-    assert 4800e9 / fp8.bytes_per_token == pytest.approx(4800e9 / (GEMM + 2 * REST + (ctx + 1) * KV_PER_TOKEN_BF16))
+    assert 4800e9 / fp8.bytes_per_token == pytest.approx(
+        4800e9 / (GEMM + 2 * REST + (ctx + 1) * KV_PER_TOKEN_BF16)
+    )
     assert 600 < 4800e9 / fp8.bytes_per_token < 660
 
 
@@ -216,7 +218,12 @@ def test_a_gpu_decode_sweep_plans_its_host_cpu():
         ("llama-3.2-1b", "fp32", b, 64, 16, 16) for b in CPU_DECODE_BATCHES
     ]
     cpu = cpu_baseline_spec(spec, 16)
-    assert (cpu.engines, cpu.precisions, cpu.device, cpu.cpu_baseline) == (("eager",), ("fp32",), "cpu", False)
+    assert (cpu.engines, cpu.precisions, cpu.device, cpu.cpu_baseline) == (
+        ("eager",),
+        ("fp32",),
+        "cpu",
+        False,
+    )
     p = argparse.ArgumentParser()
     add_arguments(p)
     argv = ["--workload", "decode", "--models", "llama-tiny", "--device", "cuda"]
