@@ -128,8 +128,12 @@ ANSWER_GOALS = {"throughput": "decode throughput", "tpot": "decode TPOT", "joule
 
 
 def answer_rows(tab: pd.DataFrame) -> pd.DataFrame:
-    """The report answer's decode rows (its columns: platform, model, goal, configuration, value …)."""
+    """The report answer's decode rows (its columns: platform, model, goal, configuration, value …).
+
+    A GPU's "decode × host CPU" row follows its model's first answer, under the same heading.
+    """
     rows = []
+    cpu = {(ln.platform, ln.model): ln for ln in da.cpu_lines(tab)}
     for a in da.decode_answers(tab):
         base = {"platform": a.platform, "model": a.model, "resolution": a.input_len}
         base["axis"] = f"decode {a.input_len}/{a.output_len}"
@@ -154,13 +158,12 @@ def answer_rows(tab: pd.DataFrame) -> pd.DataFrame:
                     "answered": r is not None,
                 }
             )
-    for ln in da.cpu_lines(tab):
+        ln = cpu.pop((a.platform, a.model), None)
+        if ln is None:
+            continue
         rows.append(
             {
-                "platform": ln.platform,
-                "model": ln.model,
-                "resolution": 0,
-                "axis": "decode",
+                **base,
                 "goal": "decode × host CPU",
                 "configuration": "",
                 "value": "",

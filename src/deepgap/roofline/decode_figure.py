@@ -72,6 +72,8 @@ def decode_roofline_figure(tab: pd.DataFrame) -> Figure:
         )
         share = r.get("fraction_of_bound")
         note = f" {share:.2f}× mem. bound" if share == share and share is not None else ""
+        if str(r.get("device")) == "cpu":  # no sheet ceiling: say which CPU it is
+            note += f" ({r['device_name']})"
         ax.annotate(
             f"{r['engine']} {r['precision']} bs{int(r['batch_size'])}{note}",
             (r["intensity_flop_per_byte"], r["achieved_tflops"]),
