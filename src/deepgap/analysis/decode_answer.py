@@ -26,7 +26,8 @@ GOALS = {
 }
 
 
-def _f(v: Any) -> float:
+def num(v: Any) -> float:
+    """A finite float, else NaN (a blank or non-numeric cell)."""
     try:
         f = float(v)
     except (TypeError, ValueError):
@@ -52,26 +53,26 @@ def platform(r: dict[str, Any]) -> str:
 def value_text(r: dict[str, Any], goal: str) -> str:
     """The headline number of one row for one goal, unit named."""
     if goal == "throughput":
-        return f"{_f(r.get('output_tokens_per_s')):,.1f} output tokens/s"
+        return f"{num(r.get('output_tokens_per_s')):,.1f} output tokens/s"
     if goal == "tpot":
-        return f"TPOT {_f(r.get('tpot_median_ms')):.3f} ms"
-    j = _f(r.get("joules_per_token"))
+        return f"TPOT {num(r.get('tpot_median_ms')):.3f} ms"
+    j = num(r.get("joules_per_token"))
     return f"{1 / j:,.3g} tokens/J ({j:.3g} J/token)" if j > 0 else "no energy"
 
 
 def also_text(r: dict[str, Any]) -> str:
     """The row's other figures: decode tokens/s with its CI, TPOT and its tail, TTFT, its roofline share."""
-    lo, hi = _f(r.get("decode_tokens_per_s_ci_low")), _f(r.get("decode_tokens_per_s_ci_high"))
+    lo, hi = num(r.get("decode_tokens_per_s_ci_low")), num(r.get("decode_tokens_per_s_ci_high"))
     ci = f" [{lo:,.1f}, {hi:,.1f}]" if lo == lo and hi == hi else ""
     parts = [
-        f"decode {_f(r.get('decode_tokens_per_s')):,.1f} tokens/s{ci}",
-        f"TPOT {_f(r.get('tpot_median_ms')):.3f} ms median, {_f(r.get('tpot_tail_ms')):.3f} ms "
+        f"decode {num(r.get('decode_tokens_per_s')):,.1f} tokens/s{ci}",
+        f"TPOT {num(r.get('tpot_median_ms')):.3f} ms median, {num(r.get('tpot_tail_ms')):.3f} ms "
         f"{r.get('tpot_tail_label') or 'tail'}",
-        f"TTFT {_f(r.get('ttft_median_ms')):.2f} ms median of n={r.get('ttft_n')}",
+        f"TTFT {num(r.get('ttft_median_ms')):.2f} ms median of n={r.get('ttft_n')}",
     ]
-    share = _f(r.get("fraction_of_bound"))
+    share = num(r.get("fraction_of_bound"))
     if share == share:
-        parts.append(f"{share:.2f}× the memory bound of {_f(r.get('bound_tokens_per_s')):,.0f} tokens/s")
+        parts.append(f"{share:.2f}× the memory bound of {num(r.get('bound_tokens_per_s')):,.0f} tokens/s")
     return " · ".join(parts)
 
 
@@ -101,7 +102,7 @@ def candidates(tab: pd.DataFrame) -> tuple[pd.DataFrame, dict[tuple, dict[str, i
             why = str(r.get("status"))
         elif r.get("logits_flagged") is True:
             why = "flagged: logits beyond the precision's bounds vs fp32"
-        elif not _f(r.get("output_tokens_per_s")) > 0:
+        elif not num(r.get("output_tokens_per_s")) > 0:
             why = "no output tokens/s"
         if why:
             excluded.setdefault(key, {})
@@ -140,10 +141,11 @@ def decode_answers(tab: pd.DataFrame) -> list[DecodeAnswer]:
             ans.choice[goal] = ranked[0]
             ans.runner_up[goal] = ranked[1] if len(ranked) > 1 else None
         out.append(ans)
-    best = {a.platform: _f((a.choice.get("throughput") or {}).get("output_tokens_per_s")) for a in out}
-    return sorted(
-        out, key=lambda a: (-(best[a.platform] if best[a.platform] == best[a.platform] else 0), a.model)
-    )
+    best: dict[str, float] = {}  # each device's highest output tokens/s: the fastest device first
+    for a in out:
+        v = num((a.choice.get("throughput") or {}).get("output_tokens_per_s"))
+        best[a.platform] = max(best.get(a.platform, 0.0), v if v == v else 0.0)
+    return sorted(out, key=lambda a: (-best[a.platform], a.platform, a.model, a.input_len, a.output_len))
 
 
 @dataclass(frozen=True)
@@ -164,13 +166,25 @@ def _best(rows: pd.DataFrame, col: str, lowest: bool) -> dict[str, Any] | None:
 def _ratio(what: str, g: dict | None, c: dict | None, col: str, unit: str, lower: bool) -> str:
     if g is None or c is None:
         return f"{what}: unavailable ({'the GPU' if g is None else 'the CPU'} has no such row)"
-    gv, cv = _f(g[col]), _f(c[col])
+    gv, cv = num(g[col]), num(c[col])
     x = cv / gv if lower else gv / cv
     word = "lower" if lower else "higher"
     return (
         f"{what}: GPU {gv:,.4g} {unit} ({short(g)}) vs CPU {cv:,.4g} {unit} ({short(c)}) = "
         f"{x:,.3g}× {word} on the GPU"
     )
+
+
+# (what, column, unit, lower is better, batch or None for any): the GPU × CPU comparisons, best against best
+COMPARED = (
+    ("output tokens/s", "output_tokens_per_s", "tokens/s", False, None),
+    ("batch-1 TPOT", "tpot_median_ms", "ms", True, 1),
+    ("energy per token", "joules_per_token", "J/token", True, None),
+)
+
+
+def _at(rows: pd.DataFrame, batch: int | None) -> pd.DataFrame:
+    return rows if batch is None else rows[rows["batch_size"] == batch]
 
 
 def cpu_lines(tab: pd.DataFrame) -> list[CpuLine]:
@@ -192,31 +206,9 @@ def cpu_lines(tab: pd.DataFrame) -> list[CpuLine]:
         if c.empty:
             texts = (f"no host-CPU row of {model} (the host part decodes decoders of at most 2B parameters)",)
         else:
-            texts = (
-                _ratio(
-                    "output tokens/s",
-                    _best(g, "output_tokens_per_s", False),
-                    _best(c, "output_tokens_per_s", False),
-                    "output_tokens_per_s",
-                    "tokens/s",
-                    False,
-                ),
-                _ratio(
-                    "batch-1 TPOT",
-                    _best(g[g["batch_size"] == 1], "tpot_median_ms", True),
-                    _best(c[c["batch_size"] == 1], "tpot_median_ms", True),
-                    "tpot_median_ms",
-                    "ms",
-                    True,
-                ),
-                _ratio(
-                    "energy per token",
-                    _best(g, "joules_per_token", True),
-                    _best(c, "joules_per_token", True),
-                    "joules_per_token",
-                    "J/token",
-                    True,
-                ),
+            texts = tuple(
+                _ratio(what, _best(_at(g, bs), col, lower), _best(_at(c, bs), col, lower), col, unit, lower)
+                for what, col, unit, lower, bs in COMPARED
             )
         out.append(CpuLine(str(plat), str(model), name, texts))
     return out

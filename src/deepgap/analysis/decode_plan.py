@@ -20,19 +20,11 @@ from typing import Any
 
 import pandas as pd
 
-from deepgap.analysis.decode_answer import candidates, short
+from deepgap.analysis.decode_answer import candidates, num, short
 from deepgap.core.errors import UsageError
 
 MLPERF_TPOT_S = 0.1  # MLPerf's Llama-3.1-8B server limits (issue 51): TPOT ≤ 100 ms, TTFT ≤ 2 s
 MLPERF_TTFT_S = 2.0
-
-
-def _f(v: Any) -> float:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return math.nan
-    return f if math.isfinite(f) else math.nan
 
 
 @dataclass
@@ -54,7 +46,7 @@ class DecodePlanRow:
 def misses(r: dict[str, Any], tpot_slo_s: float, ttft_slo_s: float) -> list[str]:
     """How a row breaks the SLO, each with both numbers (empty: it meets it)."""
     out = []
-    tail, ttft = _f(r.get("tpot_tail_ms")), _f(r.get("ttft_median_ms"))
+    tail, ttft = num(r.get("tpot_tail_ms")), num(r.get("ttft_median_ms"))
     if tail != tail:
         out.append("no TPOT tail stored")
     elif tail > tpot_slo_s * 1e3:
@@ -90,7 +82,7 @@ def plan_decode(
         meets = [r for r in ranked if not misses(r, tpot_slo_s, ttft_slo_s)]
         row = DecodePlanRow(str(plat))
         row.alternatives = [
-            f"{short(r)}: {_f(r['output_tokens_per_s']):,.1f} tokens/s; "
+            f"{short(r)}: {num(r['output_tokens_per_s']):,.1f} tokens/s; "
             + ("; ".join(misses(r, tpot_slo_s, ttft_slo_s)) or "meets the SLO")
             for r in ranked
         ]
@@ -101,14 +93,14 @@ def plan_decode(
             out.append(row)
             continue
         best = meets[0]
-        rate = _f(best["output_tokens_per_s"])
-        j, dec = _f(best.get("joules_per_token")), _f(best.get("decode_tokens_per_s"))
+        rate = num(best["output_tokens_per_s"])
+        j, dec = num(best.get("joules_per_token")), num(best.get("decode_tokens_per_s"))
         row.configuration = short(best)
         row.tokens_per_s_per_device = rate
         row.devices = math.ceil(target_tok_s / rate)
         row.watts_per_device = j * dec if j == j and dec == dec else None
-        row.tpot_tail_ms, row.tpot_tail_label = _f(best["tpot_tail_ms"]), str(best.get("tpot_tail_label"))
-        row.ttft_median_ms = _f(best["ttft_median_ms"])
+        row.tpot_tail_ms, row.tpot_tail_label = num(best["tpot_tail_ms"]), str(best.get("tpot_tail_label"))
+        row.ttft_median_ms = num(best["ttft_median_ms"])
         row.why = (
             f"⌈{target_tok_s:,.0f} ÷ {rate:,.1f} output tokens/s per device⌉ = {row.devices}; the fastest of "
             f"{len(meets)} configuration(s) within TPOT ≤ {tpot_slo_s * 1e3:g} ms and TTFT ≤ "

@@ -142,7 +142,8 @@ def default_spec(has_gpu: bool, cpu_count: int) -> SweepSpec:
 def decode_defaults(base: SweepSpec, has_gpu: bool) -> SweepSpec:
     """The device's default grid made a decode sweep: eager, bf16 on a GPU (fp32 on a CPU), batches 1, 8, 3 repeats.
 
-    Torch's default threads; the models stay the user's to name (a decoder, `llm_workload`).
+    Torch's default threads; the models stay the user's to name (a decoder, `llm_workload`). On a GPU the
+    grid's ``cpu_baseline`` stays on: the host CPU's decode after it (`cpu_baseline_spec`, `plan.host_cpu`).
     """
     return base.replace(
         engines=("eager",),
