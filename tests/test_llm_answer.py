@@ -229,3 +229,29 @@ def test_a_gpu_decode_sweep_plans_its_host_cpu():
     argv = ["--workload", "decode", "--models", "llama-tiny", "--device", "cuda"]
     assert build_spec(p.parse_args(argv)).cpu_baseline
     assert not build_spec(p.parse_args([*argv, "--no-cpu-baseline"])).cpu_baseline
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")
+def test_gpu_decode_run_measures_its_host_cpu(tmp_path, capsys):
+    """A real GPU decode run of llama-3.2-1b: its host CPU's decode after it, the views set them side by side."""
+    store = str(tmp_path / "s.sqlite")
+    argv = [
+        *(
+            "run",
+            "--workload",
+            "decode",
+            "--models",
+            "llama-3.2-1b",
+            "--device",
+            "cuda",
+            "--batch-sizes",
+            "1,8",
+        ),
+        *("--input-lens", "64", "--output-lens", "32", "--repeats", "2", "--sweeps", "1"),
+        *("--no-thermal-warmup", "--idle-time", "0", "--store", store, "--quiet"),
+    ]
+    assert main(argv) == 0
+    assert main(["show", store]) == 0
+    out = capsys.readouterr().out
+    assert "× the memory bound of" in out and "GPU vs host CPU" in out and "batch-1 TPOT: GPU" in out
