@@ -38,6 +38,12 @@ def _result(model, engine, prec, bs, tpot_ms, j, device, i, o, flagged) -> Resul
     spec = ConfigSpec(
         model, engine, prec, bs, device, threads=threads, resolution=i, input_len=i, output_len=o
     )
+    return decode_result(spec, tpot_ms, j, flagged)
+
+
+def decode_result(spec: ConfigSpec, tpot_ms: float, j: float | None = None, flagged: bool = False) -> Result:
+    """A decode configuration measured at a constant ``tpot_ms`` (3 generations, TTFT `TTFT_MS`)."""
+    bs, device, i, o = spec.batch_size, spec.device, spec.input_len, spec.output_len
     n = 3 * (o - 1)
     lat = summarize([tpot_ms / 1e3] * n)
     tput, lo, hi = throughput_from_latency(bs, lat)

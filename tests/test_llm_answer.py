@@ -255,3 +255,65 @@ def test_gpu_decode_run_measures_its_host_cpu(tmp_path, capsys):
     assert main(["show", store]) == 0
     out = capsys.readouterr().out
     assert "× the memory bound of" in out and "GPU vs host CPU" in out and "batch-1 TPOT: GPU" in out
+
+
+def test_a_gpu_decode_run_ends_with_its_host_cpu_decode(monkeypatch, tmp_path, capsys):
+    """End to end without CUDA: a fake GPU runner's decode rows, then llama-tiny decoded on the CPU in process."""
+    from fixtures_decode import decode_result
+
+    from deepgap import api
+    from deepgap.drive import sweep
+    from deepgap.drive.config import SweepSpec
+    from deepgap.drive.inprocess import InProcessWorker
+    from deepgap.drive.launcher import Finished
+    from deepgap.drive.runner import SweepRunner
+
+    class FakeGpu(SweepRunner):
+        def start(self):
+            pass
+
+        def environment(self):
+            return {"device_name": GPU, "device": "cuda", "host": "h"}
+
+        def results(self, configs):
+            for c in configs:
+                yield Finished("", decode_result(c, 0.5))
+
+        def close(self):
+            pass
+
+    def runner(spec, device):
+        return (
+            FakeGpu(spec, device)
+            if device != "cpu"
+            else SweepRunner(spec, device, worker=InProcessWorker("cpu"))
+        )
+
+    monkeypatch.setattr(sweep, "SweepRunner", runner)
+    monkeypatch.setattr(sweep, "resolve_device", lambda d: "cuda")
+    for name, value in (("BATCHES", (1,)), ("OUTPUT", 4), ("MAX_INPUT", 8)):
+        monkeypatch.setattr(f"deepgap.drive.presets.CPU_DECODE_{name}", value)
+    spec = SweepSpec(
+        models=("llama-tiny",),
+        precisions=("bf16",),
+        device="cuda",
+        batch_sizes=(1,),
+        workload="decode",
+        input_lens=(12,),
+        output_lens=(6,),
+        telemetry=False,
+        cpu_baseline=True,
+        cpu_cores=1,
+    )
+    store = str(tmp_path / "s.sqlite")
+    api.run(spec, store=store, on_event=lambda e: None)
+    from deepgap.analysis.decode_section import read_table
+
+    tab = read_table(store, None)
+    assert list(zip(tab["device"], tab["status"], tab["input_len"], tab["output_len"], strict=True)) == [
+        ("cuda", "ok", 12, 6),
+        ("cpu", "ok", 8, 4),
+    ]
+    assert tab["device_name"].iloc[1] not in ("", GPU)  # the host CPU, by its own name
+    assert main(["show", store]) == 0
+    assert "batch-1 TPOT: GPU 0.5 ms (eager bf16 bs1 12/6) vs CPU" in capsys.readouterr().out
