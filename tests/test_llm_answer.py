@@ -88,11 +88,15 @@ def test_a_measured_bandwidth_wins_over_the_sheet(store):
     )
     s = Store(store, readonly=True)
     try:
-        tab = decode_table(s.decode_frame(), peaks)
+        frame = s.decode_frame()
     finally:
         s.close()
+    tab = decode_table(frame, peaks)
     r = _row(tab, "llama-3.1-8b", "bf16", 1)
     assert r["bound_tokens_per_s"] == pytest.approx(4000e9 / r["bytes_per_token"])
+    other = decode_table(frame, peaks.assign(device_name="NVIDIA H100 (fixture)"))  # another GPU's: the sheet
+    assert "datasheet 4,800 GB/s" in _row(other, "llama-3.1-8b", "bf16", 1)["bound_source"]
+    assert math.isnan(_row(tab, "llama-3.2-1b", "fp32", 1)["bound_tokens_per_s"])  # never on the CPU
     assert "measured (deepgap peaks) 4,000 GB/s" in r["bound_source"]
     assert r["compute_bound_tokens_per_s"] == pytest.approx(700e12 / r["flops_per_token"])
 

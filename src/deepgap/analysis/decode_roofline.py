@@ -92,11 +92,13 @@ def _num(v: Any) -> float:
 def ceilings(row: dict[str, Any], peaks: Any = None) -> tuple[float, str, float, str]:
     """(bandwidth GB/s, its source, peak TFLOP/s of the row's precision, its source); NaN where unknown.
 
-    ``peaks``: `deepgap.roofline.storage.peaks_frame` rows; a measured ceiling of the row's device wins.
+    ``peaks``: `deepgap.roofline.storage.peaks_frame` rows; a measured ceiling of the row's own GPU (by
+    its name) wins; another device's never stands for it.
     """
     name = str(row.get("device_name") or "")
-    measured = measured_peaks(peaks, name) if peaks is not None and len(peaks) else {}
     gpu = str(row.get("device", "")).startswith("cuda")
+    mine = peaks[peaks["device_name"] == name] if gpu and peaks is not None and len(peaks) else None
+    measured = measured_peaks(mine, name) if mine is not None and len(mine) else {}  # this GPU's own only
     spec = spec_for(name) if gpu else None
     prec = str(row.get("precision"))
     bw, bw_src = NAN, ""
