@@ -183,7 +183,8 @@ def read_table(source, run_ids: list[str] | None) -> pd.DataFrame:
     from deepgap.roofline.storage import peaks_frame
 
     with reading(source) as st:
-        return decode_table(st.decode_frame(run_ids), peaks_frame(st, None))
+        frame = st.decode_frame(run_ids)
+        return decode_table(frame, peaks_frame(st, None) if len(frame) else None)
 
 
 def build(ctx: ReportContext) -> Parts:

@@ -33,9 +33,9 @@ def print_decode(store, console, ids: list[str] | None) -> int:
     from deepgap.roofline.storage import peaks_frame
 
     frame = store.decode_frame(ids)
-    tab = decode_table(frame, peaks_frame(store))  # a `deepgap peaks` run's bandwidth where stored
-    if tab.empty:
+    if frame.empty:
         return 0
+    tab = decode_table(frame, peaks_frame(store))  # a `deepgap peaks` run's bandwidth where stored
     t = Table(
         "model",
         "engine",
@@ -182,9 +182,10 @@ def export_decode(store, run_ids: list[str] | None, forward):
     from deepgap.analysis.decode import decode_table
     from deepgap.roofline.storage import peaks_frame
 
-    tab = decode_table(store.decode_frame(run_ids), peaks_frame(store))
-    if tab.empty:
+    frame = store.decode_frame(run_ids)
+    if frame.empty:
         return forward
+    tab = decode_table(frame, peaks_frame(store))
     tab.insert(0, "workload", "decode")
     if forward.empty:
         return tab
