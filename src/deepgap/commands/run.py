@@ -192,8 +192,6 @@ def build_spec(args: argparse.Namespace) -> SweepSpec:
         base = default_spec(has_gpu, os.cpu_count() or 1)
         if changes.get("workload") == "decode":  # the forward grid's engines and axes do not apply
             base = decode_defaults(base, has_gpu)
-    if changes.get("workload", base.workload) == "decode":
-        changes.setdefault("cpu_baseline", False)  # decode has no host-CPU part yet (issue 51, item 5)
     spec = base.overlay(**changes)  # an axis given as a flag replaces the preset's per-engine one too
     if args.seq_lens is not None:
         from deepgap.measure.models.inputs import check_seq_lens

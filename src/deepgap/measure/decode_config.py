@@ -202,7 +202,10 @@ def _result(spec: ConfigSpec, req: MeasureRequest, model, r: DecodeResult, check
     # bf16 norms are under 0.1% of the bytes); else the model's dtype
     itemsize = 1 if spec.precision in LINEAR_SWAPS else model.embed_tokens.weight.element_size()
     context = spec.input_len + (spec.output_len - 2) / 2  # the mean context of the decode steps
-    cost = decode_cost(model.shape, spec.batch_size, context, itemsize, model.cache.k[0].element_size())
+    linear = 1 if spec.precision in QUANT_PRECISIONS else itemsize  # 8-bit Linears: 1 byte per weight
+    cost = decode_cost(
+        model.shape, spec.batch_size, context, itemsize, model.cache.k[0].element_size(), linear
+    )
     k, n = _rows(spec)
     got = np.array([row[:n] for row in r.tokens[:k]])
     want = ref_tokens.numpy()

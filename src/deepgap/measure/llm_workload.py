@@ -24,7 +24,7 @@ from typing import Any
 
 from deepgap.core.errors import UsageError
 from deepgap.core.precision import PRECISIONS
-from deepgap.measure.models.llama_config import SHAPES, LlamaShape, check_run
+from deepgap.measure.models.llama_config import SHAPES, LlamaShape, check_run, is_config_path, shape_of
 
 WORKLOADS = ("forward", "decode")
 DEFAULT_INPUT_LEN = 128
@@ -60,8 +60,19 @@ DECODE_ENGINES: dict[str, DecodeStep] = {
 
 
 def decoder_shape(model: str) -> LlamaShape | None:
-    """The shape of a decoder model a sweep names (a registered Llama shape), else None."""
-    return SHAPES.get(model)
+    """The shape of a decoder model a sweep names (a registered Llama shape or a local config), else None.
+
+    A local HF ``config.json`` (or the folder holding it, `is_local_config`) is read here, so a missing or
+    malformed one is one `UsageError` line before anything runs (`llama_config.shape_of`).
+    """
+    if model in SHAPES:
+        return SHAPES[model]
+    return shape_of(model) if is_local_config(model) else None
+
+
+def is_local_config(model: str) -> bool:
+    """Whether a model name is a path to a local HF config (a ``.json`` file, a path, an existing folder)."""
+    return is_config_path(model)
 
 
 def check_decode(
@@ -108,7 +119,8 @@ def check_decode(
     # the KV cache's element: the precision's own, bf16 beside 8-bit Linears
     itemsize = max(2 if p in QUANT_PRECISIONS else PRECISIONS[p].itemsize for p in precisions)
     for m in models:
-        shape = SHAPES[m]
+        shape = decoder_shape(m)
+        assert shape is not None  # checked above
         for i in input_lens or (DEFAULT_INPUT_LEN,):
             for o in output_lens or (DEFAULT_OUTPUT_LEN,):
                 if i + o > shape.max_positions:
@@ -131,7 +143,7 @@ def check_workload(spec: Any) -> None:
     """A sweep's workload (a `deepgap.drive.config.SweepSpec`, read by its fields): known and consistent.
 
     Decode's axes only with decode; decode only where it can run (`check_decode`), and without the
-    forward-only settings (sequence lengths, input modes, transfer, a dataset, weights, the host CPU).
+    forward-only settings (sequence lengths, input modes, transfer, a dataset, weights).
     """
     if spec.workload not in WORKLOADS:
         raise UsageError(f"unknown workload {spec.workload!r}", f"choose from {', '.join(WORKLOADS)}")
@@ -147,7 +159,6 @@ def check_workload(spec: Any) -> None:
             ("--seq-lens", bool(spec.seq_lens)),
             ("--inputs", tuple(spec.inputs) != ("default",)),
             ("--include-transfer", spec.include_transfer),
-            ("the host-CPU part (cpu_baseline)", spec.cpu_baseline),
             ("--dataset", bool(spec.dataset)),
             ("--weights", bool(spec.weights)),
         )

@@ -21,6 +21,7 @@ import pandas as pd
 
 from deepgap.analysis import mlperf, tails
 from deepgap.analysis.coverage import grid_gaps
+from deepgap.analysis.decode_section import answer_rows as decode_answer_rows
 from deepgap.analysis.frame import config_label
 from deepgap.analysis.host_cpu import HostCpuLine, Ratio, host_cpu_lines
 from deepgap.analysis.recommend import OBJECTIVES, recommend
@@ -197,13 +198,18 @@ def spread_columns(agg: pd.DataFrame) -> list[str]:
     return [c for c in agg.columns if "spread" in c or c.startswith("cv_") or c.endswith("_cv")]
 
 
-def answers(agg: pd.DataFrame, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+def answers(
+    agg: pd.DataFrame, df: pd.DataFrame, decode: pd.DataFrame | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The answer table (per platform, model, objective) and the how-sure table (per platform, model).
 
-    Recommendations come from `recommend` on each platform's configurations.
+    Recommendations come from `recommend` on each platform's configurations; ``decode`` (the decode
+    section's `deepgap.analysis.decode.decode_table`) adds the decoders' rows after them
+    (`deepgap.analysis.decode_section.answer_rows`).
     """
+    dec = decode_answer_rows(decode) if decode is not None and len(decode) else pd.DataFrame()
     if agg.empty:
-        return pd.DataFrame(), pd.DataFrame()
+        return dec, pd.DataFrame()
     acc = accuracy_by_result(df)
     spread = spread_columns(agg)
     rows, sure = [], []
@@ -263,7 +269,8 @@ def answers(agg: pd.DataFrame, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataF
                 rows.append({**host_cpu_row(line), "axis": _axis(msub, res)})
             rows += _resident_rows(platform, model, res, msub, acc)  # beside the answer, never as it
             sure.append(_how_sure(platform, model, res, msub, fail, spread, leads, missing))
-    return pd.DataFrame(rows), pd.DataFrame(sure)
+    forward = pd.DataFrame(rows)
+    return (pd.concat([forward, dec], ignore_index=True) if len(dec) else forward), pd.DataFrame(sure)
 
 
 def _resident_rows(
