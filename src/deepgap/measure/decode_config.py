@@ -198,9 +198,7 @@ def _result(spec: ConfigSpec, req: MeasureRequest, model, r: DecodeResult, check
     s = r.summary()
     lat = stats.summarize(r.tpot_samples())
     tput, tlo, thi = stats.throughput_from_latency(spec.batch_size, lat)
-    # bytes per weight element as the GEMMs read them: an 8-bit Linear's codes are 1 byte (its scales and the
-    # bf16 norms are under 0.1% of the bytes); else the model's dtype
-    itemsize = 1 if spec.precision in LINEAR_SWAPS else model.embed_tokens.weight.element_size()
+    itemsize = model.embed_tokens.weight.element_size()
     context = spec.input_len + (spec.output_len - 2) / 2  # the mean context of the decode steps
     linear = 1 if spec.precision in QUANT_PRECISIONS else itemsize  # 8-bit Linears: 1 byte per weight
     cost = decode_cost(
