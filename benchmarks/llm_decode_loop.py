@@ -4,10 +4,11 @@ It shares only the decoder's modules (`deepgap.measure.models.llama_net`) and, f
 swap (`deepgap.measure.quant.transformer.quantize_linears`); the timing is its own. Per batch: seeded
 prompts of ``--input-len`` tokens are prefilled; the decode step (positions as a device tensor, the
 whole cache masked) is compiled and captured as one CUDA graph; then ``--steps`` greedy steps are replayed
-back to back (each step's argmax is the next step's input, on the device) between two CUDA events, five
-times. decode tokens/s = batch × steps / median window, which is what deepgap's pipelined decode figure
-measures. ``--profile`` adds the top kernels of ten replayed steps (torch.profiler), where a step's time
-goes. One JSON line per batch goes to ``--out``/llm_decode_loop.jsonl.
+back to back (each step's argmax is the next step's input, on the device) between two CUDA events, after
+a timed prefill, five times. decode tokens/s = batch × steps / median window, which is what deepgap's
+pipelined decode figure measures; output tokens/s = batch × (steps + 1) / (median prefill + median window),
+as deepgap's output figure counts a generation. ``--profile`` adds the top kernels of ten replayed steps
+(torch.profiler), where a step's time goes. One JSON line per batch goes to ``--out``/llm_decode_loop.jsonl.
 
     python benchmarks/llm_decode_loop.py --model llama-3.1-8b --precision fp8 --batches 1 --profile --out OUT
 """
@@ -39,7 +40,7 @@ def build(model: str, precision: str):
 def measure(m, batch: int, input_len: int, steps: int, profile: bool) -> dict:  # noqa: D103
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, m.shape.vocab, (batch, input_len), generator=g).cuda()
-    m.setup_cache(batch, input_len + steps + 8)
+    m.setup_cache(batch, input_len + steps + 1)  # as deepgap sizes it: the step attends over the whole cache
     step = torch.compile(m.decode_step, dynamic=False)
     pos = torch.full((1,), input_len, dtype=torch.int64, device="cuda")
     with torch.inference_mode():
@@ -59,18 +60,23 @@ def measure(m, batch: int, input_len: int, steps: int, profile: bool) -> dict:  
             graph.replay()
             tok.copy_(nxt)
 
-        windows = []
+        windows, prefills = [], []
         for _ in range(5):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a, b, c = (torch.cuda.Event(enable_timing=True) for _ in range(3))
             a.record()
+            tok.copy_(m.prefill(ids).argmax(-1, keepdim=True))
+            b.record()
             for i in range(steps):
                 one(i)
-            b.record()
-            b.synchronize()
-            windows.append(a.elapsed_time(b) / 1e3)
+            c.record()
+            c.synchronize()
+            prefills.append(a.elapsed_time(b) / 1e3)
+            windows.append(b.elapsed_time(c) / 1e3)
         row = {"batch": batch, "steps": steps, "windows_s": [round(w, 6) for w in windows]}
-        w = statistics.median(windows)
+        w, p = statistics.median(windows), statistics.median(prefills)
         row |= {"tpot_ms": round(w / steps * 1e3, 4), "decode_tok_s": round(batch * steps / w, 1)}
+        # a generation's output tokens (the prefill's one and a step's each) over its prefill and decode time
+        row |= {"ttft_ms": round(p * 1e3, 3), "output_tok_s": round(batch * (steps + 1) / (p + w), 1)}
         if profile:
             from torch.profiler import ProfilerActivity
             from torch.profiler import profile as prof
