@@ -13,8 +13,10 @@ head_dim]`` K and V per layer in the model's dtype and device, so no step alloca
 step's shapes never change. ``prefill(ids)`` fills positions ``0..S-1`` and returns the next-token
 logits; ``decode_step(ids, position)`` writes one position and returns the next logits. A Python int
 ``position`` attends over the cache's first ``position + 1`` entries (eager: reads only what is
-there); a tensor ``position`` attends over the whole cache with a mask (static shapes, so
-torch.compile and a CUDA graph can capture the step once and replay it at every position).
+there); a tensor ``position`` keeps every shape static, so torch.compile and a CUDA graph can capture the
+step once and replay it at every position: on a GPU in half precision its attention is
+`deepgap.measure.llm_attention` (one kernel that reads the cache up to the position it loads from the
+device), elsewhere SDPA over the whole cache with a mask.
 
 This module imports torch at the top; `deepgap.measure.models.llama` (the registry rows) imports it only to
 build. `build_llama` builds a named shape, a `LlamaShape` or a local HF folder.
@@ -29,6 +31,7 @@ from torch import nn
 from torch.nn import functional as F  # noqa: N812 - torch's own spelling
 
 from deepgap.core.errors import UsageError
+from deepgap.measure import llm_attention
 from deepgap.measure.models.llama_config import SHAPES, LlamaShape, check_run, inv_frequencies, shape_of
 
 
@@ -244,6 +247,8 @@ class _LayerCache:
         # a tensor position: static shapes, the whole cache with the positions after `pos` masked
         self.k.index_copy_(2, pos, k)
         self.v.index_copy_(2, pos, v)
+        if s == 1 and llm_attention.enabled(q):  # a GPU's step: only the written positions read (its doc)
+            return llm_attention.decode_attention(q, self.k, self.v, pos)
         return _one_token(q, self.k, self.v, (self.cache.positions <= pos)[None, :])
 
 
