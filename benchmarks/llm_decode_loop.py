@@ -1,7 +1,8 @@
 """A bare decode loop, apart from deepgap's sweep: the check on its decode tokens/s (issue 51).
 
 It shares only the decoder's modules (`deepgap.measure.models.llama_net`) and, for fp8/int8, the Linear
-swap (`deepgap.measure.quant.transformer.quantize_linears`); the timing is its own. Per batch: seeded
+swap (`deepgap.measure.quant.transformer.quantize_linears`) and the static step's attention kernel
+(`deepgap.measure.llm_attention`, unless DEEPGAP_DECODE_ATTENTION=sdpa); the timing is its own. Per batch: seeded
 prompts of ``--input-len`` tokens are prefilled; the decode step (positions as a device tensor, the
 whole cache masked) is compiled and captured as one CUDA graph; then ``--steps`` greedy steps are replayed
 back to back (each step's argmax is the next step's input, on the device) between two CUDA events, after
@@ -41,6 +42,11 @@ def measure(m, batch: int, input_len: int, steps: int, profile: bool) -> dict:  
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, m.shape.vocab, (batch, input_len), generator=g).cuda()
     m.setup_cache(batch, input_len + steps + 1)  # as deepgap sizes it: the step attends over the whole cache
+    from deepgap.measure import llm_attention
+
+    m.static_attention = (
+        llm_attention.decode_attention if llm_attention.enabled(m.embed_tokens.weight) else None
+    )
     step = torch.compile(m.decode_step, dynamic=False)
     pos = torch.full((1,), input_len, dtype=torch.int64, device="cuda")
     with torch.inference_mode():

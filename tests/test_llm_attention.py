@@ -52,3 +52,23 @@ def test_kernel_on_the_gpu_at_llama_8b_heads(batch, pos):
     q, k, v = _qkv(batch, 32, 8, 128, 256, "cuda")
     got = decode_attention(q, k, v, torch.tensor([pos], device="cuda"))
     torch.testing.assert_close(got.float(), reference(q, k, v, pos).float(), rtol=2e-2, atol=2e-2)
+
+
+def test_the_static_step_with_the_kernel_decodes_as_with_sdpa():
+    """llama-tiny in bf16, the static step's attention plugged as the worker plugs it: the same logits as SDPA's."""
+    from deepgap.measure.llm_steps import make_step
+    from deepgap.measure.llm_timing import prompts
+    from deepgap.measure.models.llama_net import build_llama
+
+    model = build_llama("llama-tiny", seed=0, device="cpu").to(torch.bfloat16)
+    step = make_step(model, "static")
+    assert model.static_attention is None  # a CPU model: SDPA, unless plugged
+    ids = prompts(model.shape.vocab, 2, 6, 0)
+    outs = []
+    for plug in (None, decode_attention):
+        model.static_attention = plug
+        model.setup_cache(2, 10)
+        with torch.inference_mode():
+            tok = model.prefill(ids).argmax(-1, keepdim=True)
+            outs.append(torch.stack([step(tok, 6 + i).float() for i in range(3)]))
+    torch.testing.assert_close(outs[1], outs[0], rtol=3e-2, atol=3e-2)

@@ -34,7 +34,7 @@ ROWS = 16  # query rows per tile (a group's rows, padded: the tensor cores' smal
 
 
 def enabled(q: torch.Tensor) -> bool:
-    """Whether the static step uses this kernel: a CUDA half-precision query, unless the environment says sdpa."""
+    """Whether the static step uses this kernel: CUDA half-precision tensors, unless the environment says sdpa."""
     if os.environ.get("DEEPGAP_DECODE_ATTENTION", "triton") == "sdpa":
         return False
     return q.is_cuda and q.dtype in (torch.bfloat16, torch.float16)
