@@ -29,7 +29,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from deepgap.core.records import Status
+from deepgap.measure.engines import get_engine
 from deepgap.measure.worker import nvml_used_bytes
+from deepgap.serving.run.process import SetupFailed
 from deepgap.serving.sim.batcher import BatchPolicy, StopRule, serve_loop
 from deepgap.serving.sim.clock import RealClock
 from deepgap.serving.sim.log import RequestLog
@@ -196,6 +199,20 @@ def record_device_memory(reply: Any, device: str) -> None:
     used = nvml_used_bytes(device)
     if used is not None:
         reply.env = {**reply.env, "device_mem_used_bytes_at_setup": used}
+
+
+def engine_for(state: Any, req: Any) -> tuple[Any, Any]:
+    """(engine, first bucket's configuration) of a setup request (image and text setups), threads set.
+
+    An engine that cannot run the configuration here is a SKIPPED setup, not an error.
+    """
+    spec1 = req.config(req.buckets[0], include_transfer=True)
+    engine = get_engine(req.engine, req.options)
+    why_not = engine.available() or engine.supports(spec1, state.caps)
+    if why_not:
+        raise SetupFailed(Status.SKIPPED, why_not)
+    torch.set_num_threads(req.threads or state.default_threads)
+    return engine, spec1
 
 
 @contextmanager

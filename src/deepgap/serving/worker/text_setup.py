@@ -16,17 +16,21 @@ import numpy as np
 import torch
 
 from deepgap.core import envinfo
-from deepgap.core.records import Status
 from deepgap.measure import correctness
-from deepgap.measure.engines import get_engine
 from deepgap.measure.models import resolve_model
 from deepgap.measure.worker import inputs_for, is_oom
-from deepgap.serving.run.process import CORRECTNESS_ROWS, LevelRequest, SetupFailed, SetupReply, SetupRequest
+from deepgap.serving.run.process import CORRECTNESS_ROWS, LevelRequest, SetupReply, SetupRequest
 from deepgap.serving.sim.clock import RealClock
 from deepgap.serving.sim.log import RequestLog
 from deepgap.serving.sim.queues import serve_queues
 from deepgap.serving.sim.seqlen import Padding, queue_order
-from deepgap.serving.worker.server import measure_curve, quiet_gc, record_device_memory, run_closed
+from deepgap.serving.worker.server import (
+    engine_for,
+    measure_curve,
+    quiet_gc,
+    record_device_memory,
+    run_closed,
+)
 from deepgap.serving.worker.text_executor import TokenExecutor
 
 
@@ -34,12 +38,7 @@ def text_setup(state: Any, req: SetupRequest) -> tuple[TokenExecutor, SetupReply
     """Build ``req.model`` with its engine, check a padded batch, calibrate every length's curve."""
     t0 = time.perf_counter()
     longest = max(req.seq_lens)
-    spec1 = req.config(req.buckets[0], include_transfer=True)
-    engine = get_engine(req.engine, req.options)
-    why_not = engine.available() or engine.supports(spec1, state.caps)
-    if why_not:
-        raise SetupFailed(Status.SKIPPED, why_not)
-    torch.set_num_threads(req.threads or state.default_threads)
+    engine, spec1 = engine_for(state, req)
     ref_x, _ = state.reference(req.model, longest, req.weights, req.seed)
     x_host, _ = inputs_for(req.config(req.buckets[-1], include_transfer=True), ref_x, torch.float32)
     prepared = engine.prepare(state.model(req.model, longest, req.weights, req.seed), spec1, x_host)
