@@ -14,7 +14,6 @@ from typing import Any
 
 import torch
 
-from deepgap.core import envinfo
 from deepgap.measure import correctness
 from deepgap.measure.worker import handles, inputs_for, is_oom
 from deepgap.serving.run.process import (
@@ -29,9 +28,9 @@ from deepgap.serving.worker.server import (
     PipelinedExecutor,
     engine_for,
     measure_curve,
-    record_device_memory,
     run_closed,
     run_level,
+    setup_reply,
 )
 
 
@@ -61,9 +60,11 @@ def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
     if note:
         notes.append(note)
     executor.buckets = sorted(samples)
-    reply = SetupReply(
-        caps=state.caps,
-        env=envinfo.collect(req.device),
+    reply = setup_reply(
+        state,
+        req,
+        executor,
+        t0,
         buckets=tuple(sorted(samples)),
         curve_samples_s=samples,
         curve_parts_s=parts,
@@ -73,12 +74,9 @@ def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
             "serving_depth": executor.depth,
             "input": "uint8 NHWC ring, normalised on the device",
         },
-        setup_s=time.perf_counter() - t0,
         notes=notes,
         accuracy=accuracy,
     )
-    if executor.cuda:
-        record_device_memory(reply, req.device)
     return executor, reply
 
 

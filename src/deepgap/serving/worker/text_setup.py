@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from deepgap.core import envinfo
 from deepgap.measure import correctness
 from deepgap.measure.models import resolve_model
 from deepgap.measure.worker import inputs_for, is_oom
@@ -28,8 +27,8 @@ from deepgap.serving.worker.server import (
     engine_for,
     measure_curve,
     quiet_gc,
-    record_device_memory,
     run_closed,
+    setup_reply,
 )
 from deepgap.serving.worker.text_executor import TokenExecutor
 
@@ -70,9 +69,11 @@ def text_setup(state: Any, req: SetupRequest) -> tuple[TokenExecutor, SetupReply
     sizes = executor.buckets
     by_len = {v: {b: s[b] for b in sizes} for v, s in by_len.items()}
     parts_by_len = {v: {b: p[b] for b in sizes} for v, p in parts_by_len.items()}
-    reply = SetupReply(
-        caps=state.caps,
-        env=envinfo.collect(req.device),
+    reply = setup_reply(
+        state,
+        req,
+        executor,
+        t0,
         buckets=tuple(sizes),
         curve_samples_s=by_len[longest],
         curve_parts_s=parts_by_len[longest],
@@ -83,13 +84,10 @@ def text_setup(state: Any, req: SetupRequest) -> tuple[TokenExecutor, SetupReply
             "input": "int64 token-id ring, padded on the device"
             + (" with a key padding mask" if req.masked else " (one length: no padding)"),
         },
-        setup_s=time.perf_counter() - t0,
         notes=notes,
         curves_by_len=by_len,
         parts_by_len=parts_by_len,
     )
-    if executor.cuda:
-        record_device_memory(reply, req.device)
     return executor, reply
 
 
