@@ -32,7 +32,7 @@ import triton
 import triton.language as tl
 
 from deepgap.measure.quant.kernels import MAGIC, OUT_KIND, _finish, pdl_enter, window_origin
-from deepgap.measure.quant.launch import INT32_LIMIT, check, check_vec, launcher
+from deepgap.measure.quant.launch import INT32_LIMIT, check, check_vec, launcher, out_size
 from deepgap.measure.quant.stem_kernels import pool8
 
 PIXEL = 4  # bytes per resident pixel: three channels and a zero
@@ -203,8 +203,7 @@ def stem(
     check(n == triton.next_power_of_2(n), f"C_out must be a power of two; got {n}")
     check_vec("alpha", alpha, n, x.device)
     check_vec("beta", beta, n, x.device)
-    oh = (h + 2 * padding - ksize) // stride + 1
-    ow = (wd + 2 * padding - ksize) // stride + 1
+    oh, ow = out_size(h, ksize, stride, padding), out_size(wd, ksize, stride, padding)
     m = nb * oh * ow
     check(
         max(x.numel(), m * n) <= INT32_LIMIT, "more than 2^31 elements (32-bit indexing); use a smaller batch"

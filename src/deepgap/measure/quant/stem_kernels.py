@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from deepgap.measure.quant.kernels import OUT_KIND, _finish, check_out_res, pdl_enter, window_origin
-from deepgap.measure.quant.launch import INT32_LIMIT, check, check_vec, launcher
+from deepgap.measure.quant.launch import INT32_LIMIT, check, check_vec, launcher, out_size
 
 BLOCK_K = 32
 
@@ -149,8 +149,7 @@ def stem(
     check(n == triton.next_power_of_2(n), f"C_out must be a power of two; got {n}")
     check_vec("alpha", alpha, n, x.device)
     check_vec("beta", beta, n, x.device)
-    oh = (h + 2 * padding - ksize) // stride + 1
-    ow = (wd + 2 * padding - ksize) // stride + 1
+    oh, ow = out_size(h, ksize, stride, padding), out_size(wd, ksize, stride, padding)
     m = nb * oh * ow
     check(
         max(x.numel(), m * n) <= INT32_LIMIT, "more than 2^31 elements (32-bit indexing); use a smaller batch"
@@ -187,8 +186,7 @@ def pool8(conv: torch.Tensor, nb: int, oh: int, ow: int, pool=(3, 2, 1)) -> torc
     """`maxpool8_kernel` over an 8-bit stem output [nb·oh·ow, C] (values ≥ 0) → [nb·ph·pw, C], same format."""
     n = conv.shape[1]
     k, s, p = pool
-    ph = (oh + 2 * p - k) // s + 1
-    pw = (ow + 2 * p - k) // s + 1
+    ph, pw = out_size(oh, k, s, p), out_size(ow, k, s, p)
     out = torch.empty((nb * ph * pw, n), dtype=conv.dtype, device=conv.device)
     block_p = 32
     launcher(maxpool8_kernel, conv.device)[(triton.cdiv(nb * ph * pw, block_p),)](
@@ -272,8 +270,7 @@ def maxpool(x, nhw, alpha, beta, out_fmt, relu, ksize=3, stride=2, padding=1, bl
     )
     check_vec("alpha", alpha, c, x.device)
     check_vec("beta", beta, c, x.device)
-    oh = (h + 2 * padding - ksize) // stride + 1
-    ow = (wd + 2 * padding - ksize) // stride + 1
+    oh, ow = out_size(h, ksize, stride, padding), out_size(wd, ksize, stride, padding)
     p = nb * oh * ow
     out = torch.empty((p, c), dtype=DTYPES[out_fmt], device=x.device)
     check_out_res(out, None, p, c, x.device, out_fmt)
