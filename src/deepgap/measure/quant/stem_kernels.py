@@ -146,14 +146,7 @@ def stem(
         w_gemm.dtype == torch.float16 and kp % BLOCK_K == 0 and kp >= ksize * ksize * c,
         f"w_gemm must be fp16 [C_out, KP ≥ {ksize * ksize * c}, a multiple of {BLOCK_K}]",
     )
-    check(n == triton.next_power_of_2(n), f"C_out must be a power of two; got {n}")
-    check_vec("alpha", alpha, n, x.device)
-    check_vec("beta", beta, n, x.device)
-    oh, ow = out_size(h, ksize, stride, padding), out_size(wd, ksize, stride, padding)
-    m = nb * oh * ow
-    check(
-        max(x.numel(), m * n) <= INT32_LIMIT, "more than 2^31 elements (32-bit indexing); use a smaller batch"
-    )
+    oh, ow, m = stem_output(x, n, (nb, h, wd), ksize, stride, padding, alpha, beta)
     conv = torch.empty((m, n), dtype=DTYPES[out_fmt], device=x.device)
     launcher(stem_conv_kernel, x.device)[(triton.cdiv(m, block_m),)](
         x,
@@ -180,6 +173,23 @@ def stem(
         enable_fp_fusion=False,
     )
     return pool8(conv, nb, oh, ow, pool)
+
+
+def stem_output(x, n, nhw, ksize, stride, padding, alpha, beta) -> tuple[int, int, int]:
+    """(oh, ow, nb·oh·ow) of a stem's convolution into ``n`` channels (a power of two), its epilogue checked.
+
+    Both stems (this fp16 one and `deepgap.measure.quant.stem_int8`'s) write [nb·oh·ow, n] in 32-bit indexing.
+    """
+    nb, h, wd = nhw
+    check(n == triton.next_power_of_2(n), f"C_out must be a power of two; got {n}")
+    check_vec("alpha", alpha, n, x.device)
+    check_vec("beta", beta, n, x.device)
+    oh, ow = out_size(h, ksize, stride, padding), out_size(wd, ksize, stride, padding)
+    m = nb * oh * ow
+    check(
+        max(x.numel(), m * n) <= INT32_LIMIT, "more than 2^31 elements (32-bit indexing); use a smaller batch"
+    )
+    return oh, ow, m
 
 
 def pool8(conv: torch.Tensor, nb: int, oh: int, ow: int, pool=(3, 2, 1)) -> torch.Tensor:
