@@ -22,8 +22,14 @@ def _grid(**kw: Any) -> SweepSpec:
     return SweepSpec(**kw)
 
 
-# the GPU grids' protocol: short adaptive repeats (each preset adds its thermal warm-up's bound)
+# what the GPU grids share: their engines, a thermal warm-up, and short adaptive repeats (the protocol)
 _GPU_PROTOCOL: dict[str, Any] = dict(warmup=10, iterations=10, repeats=2, target_ci=0.01, max_time_s=2.0)
+_GPU_GRID: dict[str, Any] = dict(
+    engines=("eager", "cudagraph", "compile-freeze", "quant"),
+    thermal_warmup=True,
+    thermal_timeout_s=120.0,
+    **_GPU_PROTOCOL,
+)
 
 PRESETS: dict[str, tuple[str, SweepSpec]] = {
     "paper": (
@@ -40,7 +46,6 @@ PRESETS: dict[str, tuple[str, SweepSpec]] = {
         "ORT int8, thread scaling; --no-cpu-baseline skips it); budgeted for ~10 min on one H100",
         _grid(
             models=("resnet18", "resnet50", "resnet101"),
-            engines=("eager", "cudagraph", "compile-freeze", "quant"),
             precisions=(
                 "fp32",
                 "fp16",
@@ -62,10 +67,8 @@ PRESETS: dict[str, tuple[str, SweepSpec]] = {
                 "quant": {"batch_sizes": (1, 256), "memory_formats": ("channels_last",)},
             },
             sweeps=2,
-            thermal_warmup=True,
-            thermal_timeout_s=120.0,
             cpu_baseline=True,
-            **_GPU_PROTOCOL,
+            **_GPU_GRID,
         ),
     ),
     "transformers": (
@@ -75,7 +78,6 @@ PRESETS: dict[str, tuple[str, SweepSpec]] = {
         "timed as a whole (its parts: results/h200/session17); docs/transformers.md",
         _grid(
             models=("bert-base", "bert-large", "vit_b_16"),
-            engines=("eager", "cudagraph", "compile-freeze", "quant"),
             precisions=("fp32", "fp16"),
             batch_sizes=(1, 64, 256),
             seq_lens=(128, 384),
@@ -85,9 +87,7 @@ PRESETS: dict[str, tuple[str, SweepSpec]] = {
                 "quant": {"precisions": ("fp8",), "batch_sizes": (1, 256)},
             },
             sweeps=1,
-            thermal_warmup=True,
-            thermal_timeout_s=120.0,
-            **_GPU_PROTOCOL,
+            **_GPU_GRID,
         ),
     ),
     "cpu": (

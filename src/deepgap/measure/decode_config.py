@@ -50,7 +50,7 @@ from deepgap.measure.llm_workload import CHECK_ROWS, CHECK_TOKENS, DECODE_ENGINE
 from deepgap.measure.models.llama_net import build_llama
 from deepgap.measure.protocol import MeasureRequest
 from deepgap.measure.telemetry.session import MeasureTelemetry
-from deepgap.measure.timing import HostClock
+from deepgap.measure.timing import HostClock, ok_result
 from deepgap.measure.worker import WorkerState, nvml_used_bytes, true_peak
 
 
@@ -196,8 +196,6 @@ def _check(model, spec: ConfigSpec, seed: int, ref_logits) -> correctness.Agreem
 def _result(spec: ConfigSpec, req: MeasureRequest, model, r: DecodeResult, check, ref_tokens) -> Result:
     """The stored row: TPOT as its latency, decode tokens/s as its throughput, the `Decode` figures."""
     s = r.summary()
-    lat = stats.summarize(r.tpot_samples())
-    tput, tlo, thi = stats.throughput_from_latency(spec.batch_size, lat)
     itemsize = model.embed_tokens.weight.element_size()
     context = spec.input_len + (spec.output_len - 2) / 2  # the mean context of the decode steps
     linear = 1 if spec.precision in QUANT_PRECISIONS else itemsize  # 8-bit Linears: 1 byte per weight
@@ -223,13 +221,9 @@ def _result(spec: ConfigSpec, req: MeasureRequest, model, r: DecodeResult, check
         first_mismatch=int(bad_cols[0]) if len(bad_cols) else None,
     )
     weights = model.shape.params()  # an 8-bit Linear keeps its weights as buffers: count them from the shape
-    result = Result(
-        spec=spec,
-        status=Status.OK,
-        latency=lat,
-        throughput_ips=tput,
-        throughput_ci_low_ips=tlo,
-        throughput_ci_high_ips=thi,
+    result = ok_result(
+        spec,
+        r.tpot_samples(),
         throughput_pipelined_ips=s["pipelined_decode_tok_s"],
         n_repeats=len(r.runs),
         warmup=decode.warmup_runs,

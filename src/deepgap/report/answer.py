@@ -59,44 +59,31 @@ def _numbers(row: dict[str, Any], objective: str) -> tuple[str, str, str]:
     """(headline number, its 95% CI, the other numbers) of one configuration for one objective."""
     ips, med = row.get("throughput_ips"), row.get("latency_median_s")
     tail = tails.from_row(row)  # a P99 only where n supports one, else "tail (max of n calls)"
-    p99, p99_name = tail.seconds, tail.short()
-    seq = int(_f(row.get("seq_len")) or 0)
-    if seq:  # a text model: tokens are the unit people read (analysis.tokens)
-        return _text_numbers(row, objective, seq)
-    if objective == "throughput":
-        ci = fmt_ci(row.get("throughput_ci_low_ips"), row.get("throughput_ci_high_ips"))
-        return f"{fmt_ips(ips)} img/s", ci, f"median {fmt_ms(med)} ms · {p99_name} {fmt_ms(p99)} ms"
+    tail_ms = f"{tail.short()} {fmt_ms(tail.seconds)} ms"
+    seq = int(_f(row.get("seq_len")) or 0)  # a text model: samples are sequences of this length
+    rate = f"{fmt_ips(ips)} seq/s at seq {seq}" if seq else f"{fmt_ips(ips)} img/s"
     if objective == "latency":
         ci = fmt_ci(row.get("latency_median_ci_low_s"), row.get("latency_median_ci_high_s"), fmt_ms)
-        return (
-            f"{fmt_ms(med)} ms",
-            ci + (" ms" if ci != "–" else ""),
-            f"{p99_name} {fmt_ms(p99)} ms · {fmt_ips(ips)} img/s",
-        )
+        return f"{fmt_ms(med)} ms", ci + (" ms" if ci != "–" else ""), f"{tail_ms} · {rate}"
+    if seq:  # tokens are the unit people read (analysis.tokens)
+        return _text_numbers(row, objective, rate)
+    if objective == "throughput":
+        ci = fmt_ci(row.get("throughput_ci_low_ips"), row.get("throughput_ci_high_ips"))
+        return rate, ci, f"median {fmt_ms(med)} ms · {tail_ms}"
     j = _f(row.get("joules_per_image"))
     return (
         f"{fmt_num(j * 1e3 if j is not None else None)} mJ/img",
         "–",
-        f"{fmt_num(row.get('ips_per_watt'))} img/s/W · {fmt_num(row.get('mean_power_w'))} W"
-        f" · {fmt_ips(ips)} img/s",
+        f"{fmt_num(row.get('ips_per_watt'))} img/s/W · {fmt_num(row.get('mean_power_w'))} W · {rate}",
     )
 
 
-def _text_numbers(row: dict[str, Any], objective: str, seq: int) -> tuple[str, str, str]:
-    """`_numbers` of a text model: tokens/s and mJ/token first, samples/s beside them."""
-    ips, med = row.get("throughput_ips"), row.get("latency_median_s")
-    tail = tails.from_row(row)  # a P99 only where n supports one, as for an image model
-    samples = f"{fmt_ips(ips)} seq/s at seq {seq}"
+def _text_numbers(row: dict[str, Any], objective: str, samples: str) -> tuple[str, str, str]:
+    """`_numbers` of a text model's throughput and energy: tokens/s and mJ/token first, ``samples``/s beside."""
     if objective == "throughput":
         ci = fmt_ci(row.get("tokens_ci_low_per_s"), row.get("tokens_ci_high_per_s"))
-        return f"{fmt_ips(row.get('tokens_per_s'))} tokens/s", ci, f"{samples} · median {fmt_ms(med)} ms"
-    if objective == "latency":
-        ci = fmt_ci(row.get("latency_median_ci_low_s"), row.get("latency_median_ci_high_s"), fmt_ms)
-        return (
-            f"{fmt_ms(med)} ms",
-            ci + (" ms" if ci != "–" else ""),
-            f"{tail.short()} {fmt_ms(tail.seconds)} ms · {samples}",
-        )
+        med = fmt_ms(row.get("latency_median_s"))
+        return f"{fmt_ips(row.get('tokens_per_s'))} tokens/s", ci, f"{samples} · median {med} ms"
     j, jt = _f(row.get("joules_per_image")), _f(row.get("joules_per_token"))
     return (
         f"{fmt_num(jt * 1e3 if jt is not None else None)} mJ/token",
