@@ -42,6 +42,8 @@ class GemvTile:
     split_k: int = 1
     num_warps: int = 4
     num_stages: int = 4
+    # one row: issue the next K step's weight load before this step's arithmetic (two steps' bytes in flight)
+    prefetch: int = 0
 
     def fit(self, k: int, n: int) -> GemvTile:
         """This tile with BK halved until ``k`` divides into ``split_k`` × BK steps, BN until it divides n."""
@@ -52,18 +54,16 @@ class GemvTile:
             bk //= 2
         while n % bn and bn > 1:
             bn //= 2
-        return GemvTile(bn, bk, split, self.num_warps, self.num_stages)
+        return GemvTile(bn, bk, split, self.num_warps, self.num_stages, self.prefetch)
 
 
 # One row (batch-1 decode): each program keeps a BN × BK block of fp32 partial products and reduces it once
 # at the end, on the CUDA cores (one row has no use for a tensor core). The candidates `tuned` times.
 ROW_TILES = tuple(
-    GemvTile(bn, bk, 1, w, st)
-    for bn, bk, w, st in [
-        (4, 1024, 4, 3), (8, 1024, 4, 3), (8, 512, 4, 4), (16, 512, 4, 3),
-        (4, 2048, 8, 2), (8, 2048, 8, 3), (16, 1024, 8, 3), (2, 2048, 4, 3),
-    ]
-)  # fmt: skip
+    GemvTile(bn, bk, 1, 4, st, prefetch)
+    for prefetch in (0, 1)
+    for bn, bk, st in [(4, 1024, 3), (8, 512, 4), (2, 2048, 3), (16, 512, 3)]
+)  # the four that led some Llama-8B shape on one H200 (session 18), each with and without the prefetch
 # 2-16 rows: the tensor cores, rows padded to 16 (session 18's first sweep: BN 32, BK 512 led at most shapes)
 DOT_TILES = tuple(
     GemvTile(bn, bk, split, w, st)
@@ -128,15 +128,25 @@ def _graph_ms(launch, calls: int = 20) -> float:
 @triton.jit
 def fp8_gemv_row_kernel(
     x_ptr, w_ptr, scale_ptr, bias_ptr, out_ptr, N, K, HAS_BIAS: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):  # fmt: skip
     """``out[band] = x · (codes[band] · scale[band])ᵀ (+ bias)`` for one row: partial products, one reduction."""
     rn = tl.program_id(0) * BN + tl.arange(0, BN)
     rk = tl.arange(0, BK)
+    w_ptrs = w_ptr + rn[:, None] * K + rk[None, :]
     acc = tl.zeros((BN, BK), dtype=tl.float32)
-    for k in range(0, K, BK):
-        x = tl.load(x_ptr + k + rk).to(tl.float32)
-        w = tl.load(w_ptr + rn[:, None] * K + (k + rk)[None, :]).to(tl.float32)
-        acc += w * x[None, :]
+    if PREFETCH:
+        w_next = tl.load(w_ptrs)
+        for k in range(0, K, BK):
+            w = w_next
+            w_next = tl.load(w_ptrs + (k + BK), mask=(k + BK + rk)[None, :] < K, other=0.0)
+            x = tl.load(x_ptr + k + rk).to(tl.float32)
+            acc += w.to(tl.float32) * x[None, :]
+    else:
+        for k in range(0, K, BK):
+            x = tl.load(x_ptr + k + rk).to(tl.float32)
+            w = tl.load(w_ptrs + k).to(tl.float32)
+            acc += w * x[None, :]
     y = tl.sum(acc, axis=1) * tl.load(scale_ptr + rn)
     if HAS_BIAS:
         y += tl.load(bias_ptr + rn)
@@ -209,7 +219,8 @@ def fp8_gemv(
         out = torch.empty((1, n), dtype=torch.bfloat16, device=x.device)
         launcher(fp8_gemv_row_kernel, x.device)[(n // t.bn,)](
             x, codes, scale, bias if bias is not None else scale, out, n, k,
-            HAS_BIAS=bias is not None, BN=t.bn, BK=t.bk, num_warps=t.num_warps, num_stages=t.num_stages,
+            HAS_BIAS=bias is not None, BN=t.bn, BK=t.bk, PREFETCH=t.prefetch, num_warps=t.num_warps,
+            num_stages=t.num_stages,
         )  # fmt: skip
         return out
     t = dataclasses.replace(t, bn=max(t.bn, 16)).fit(k, n)  # tl.dot takes at least 16 columns
