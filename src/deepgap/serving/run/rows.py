@@ -89,10 +89,14 @@ def serve_sweep(spec: ServeSpec, device: str, models: list[str]) -> SweepSpec:
 def setup_request(spec: ServeSpec, model: str, device: str) -> SetupRequest:
     """The worker's build and calibration request for ``model``."""
     from deepgap.measure.models import resolve_model
+    from deepgap.serving.run.llm_spec import is_decoder, llm_setup_fields
 
     cuda = device.startswith("cuda")
-    load = text_load(spec.seq_len_dist, spec.padding, model)
-    text = load.setup_fields() if load is not None else {}  # a text model: its lengths, padding, mask
+    if is_decoder(model):  # a decoder: its prompt lengths to calibrate, its cache's length
+        text = llm_setup_fields(spec)
+    else:
+        load = text_load(spec.seq_len_dist, spec.padding, model)
+        text = load.setup_fields() if load is not None else {}  # a text model: its lengths, padding, mask
     return SetupRequest(
         model=model,
         engine=spec.engine,
@@ -234,7 +238,7 @@ def level_row(
     if summary is not None:
         v.update({k: getattr(summary, k) for k in SUMMARY_COLUMNS})
         d.n_dropped, d.host_mean_s = summary.n_dropped, summary.host_mean_s
-    if getattr(req, "seq_lens", ()):
+    if getattr(req, "seq_lens", ()) and not getattr(req, "cache_len", 0):  # a decoder's: its `LlmLevel`
         _text_details(d, req, summary, predicted)
     if predicted is not None:
         v.update(

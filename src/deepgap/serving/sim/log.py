@@ -11,6 +11,7 @@ executor pipelines). Dropped requests (a bounded queue under overload) are count
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -132,6 +133,7 @@ class LevelSummary:
     extra: dict = field(default_factory=dict)
     useful_tokens_per_s: float | None = None  # a text level: its requests' own tokens per second
     padded_tokens_per_s: float | None = None  # a text level: tokens the engine ran per second, padding in
+    tokens: Any = None  # a decoder's level: its `deepgap.serving.sim.token_stats.TokenStats`
 
 
 def summarize(
