@@ -19,6 +19,21 @@ def tiny():
     return build_llama("llama-tiny", seed=0)
 
 
+class Ticking:
+    """The executor, each call 1 ms on a virtual clock (admissions interleave alike on any machine)."""
+
+    def __init__(self, ex, clock):
+        self.ex, self.clock = ex, clock
+
+    def prefill(self, first, count, slots):
+        self.ex.prefill(first, count, slots)
+        self.clock.advance(1e-3)
+
+    def decode(self, active):
+        self.ex.decode(active)
+        self.clock.advance(1e-3)
+
+
 def _prompts(lens, seed=1):
     g = torch.Generator().manual_seed(seed)
     return [torch.randint(0, 256, (1, n), generator=g) for n in lens]
@@ -86,18 +101,8 @@ def test_slot_executor_serves_the_loop_and_records_each_requests_tokens(tiny):
     ins, outs = np.array([12, 4, 9, 7]), np.array([5, 8, 2, 6])
     ex.set_level(2, ins, record=True)
     clock = VirtualClock()
-
-    class Ticking:
-        def prefill(self, first, count, slots):
-            ex.prefill(first, count, slots)
-            clock.advance(1e-3)
-
-        def decode(self, active):
-            ex.decode(active)
-            clock.advance(1e-3)
-
     with torch.inference_mode():
-        log = serve_continuous(np.array([0.0, 0.0, 1.5e-3, 2e-3]), ins, outs, 2, clock, Ticking())
+        log = serve_continuous(np.array([0.0, 0.0, 1.5e-3, 2e-3]), ins, outs, 2, clock, Ticking(ex, clock))
     assert log.n == 4 and log.output_len.tolist() == outs.tolist()
     want = [generate(tiny, ex.prompt(r, int(ins[r]))[None, :], int(outs[r]))[0].tolist() for r in range(4)]
     assert [ex.record[r] for r in range(4)] == want
@@ -118,17 +123,7 @@ def test_cuda_graph_slot_step_gives_the_eager_tokens():
         ex = SlotExecutor(model, "cuda", 4, 64, 32, seed=3, graph=graph)
         ex.set_level(3, ins, record=True)
         clock = VirtualClock()
-
-        class Ticking:
-            def prefill(self, first, count, slots, ex=ex):
-                ex.prefill(first, count, slots)
-                clock.advance(1e-3)
-
-            def decode(self, active, ex=ex):
-                ex.decode(active)
-                clock.advance(1e-3)
-
         with torch.inference_mode():
-            serve_continuous(np.arange(5) * 2e-3, ins, outs, 3, clock, Ticking())
+            serve_continuous(np.arange(5) * 2e-3, ins, outs, 3, clock, Ticking(ex, clock))
         tokens.append([ex.record[r] for r in range(5)])
     assert tokens[0] == tokens[1]

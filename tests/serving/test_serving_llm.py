@@ -85,7 +85,11 @@ def test_tails_are_p99_only_from_368_requests_and_both_bounds_judge_the_level():
     assert ok.verdict == "pass" and t.ttft_tail_kind == "p99" and t.ttft_n == 500 and t.tpot_n == 500
     assert t.output_tokens_per_s == pytest.approx(4 * ok.achieved_qps)
     tight = summarize_tokens(simulate_llm(schedule(50.0, 500, 0), load, 4, sv, 0), 50.0, 1.0, 1e-3)
-    assert tight.verdict == "fail" and tight.tokens.ttft_verdict == "pass" and tight.tokens.tpot_verdict == "fail"
+    assert (
+        tight.verdict == "fail"
+        and tight.tokens.ttft_verdict == "pass"
+        and tight.tokens.tpot_verdict == "fail"
+    )
 
 
 def test_overload_drops_waiting_requests_and_stops_once_it_cannot_pass():
@@ -113,7 +117,9 @@ def test_simulator_predicts_a_scripted_run_of_the_real_executor_exactly():
         clock = VirtualClock()
         ex.set_level(slots, ins)
         with torch.inference_mode():
-            return serve_continuous(schedule(rate, n, 0), ins, outs, slots, clock, Scripted(clock, slots, ins, ex))
+            return serve_continuous(
+                schedule(rate, n, 0), ins, outs, slots, clock, Scripted(clock, slots, ins, ex)
+            )
 
     got = real(400.0, 2, 60)
     want = simulate_llm(schedule(400.0, 60, 0), load, 2, sv, 0, draw_seed=None)
@@ -183,7 +189,9 @@ def test_serve_llama_tiny_finds_capacity_and_stores_tokens_and_tails(tmp_path, m
     p = deepgap_cli("serve", *args, "--no-telemetry", "--store", store, "--json")
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout.strip().splitlines()[-1])
-    assert out["capacity_qps"] > 0 and out["capacity_predicted_qps"] > 0 and out["capacity_slots"] in (1, 2, 4)
+    assert (
+        out["capacity_qps"] > 0 and out["capacity_predicted_qps"] > 0 and out["capacity_slots"] in (1, 2, 4)
+    )
     assert out["capacity_output_tokens_per_s"] > 0 and out["capacity_ttft_tail_kind"] == "max"  # n < 368
     assert (out["slo_ttft_s"], out["slo_tpot_s"]) == (5.0, 1.0)
     from deepgap.serving.show.llm_tables import llm_levels
