@@ -211,3 +211,34 @@ def test_serve_llama_tiny_finds_capacity_and_stores_tokens_and_tails(tmp_path, m
 
     found, _ = section(store)
     assert len(found["serving_llm"]) == len(lv)
+
+
+def test_simulators_jump_over_uneventful_steps_gives_the_one_at_a_time_times():
+    """`VirtualSlots.decode_steps` (many steps per loop iteration) against one step per iteration, exactly."""
+    from deepgap.serving.sim.llm_service import VirtualSlots
+
+    load = _load("uniform:4:16", "uniform:2:30")
+    jitter = LlmService(_service().prefill, {s: np.linspace(0.9, 1.2, 7) * t for s, t in STEP_S.items()}, 46)
+    ins, outs = load.draw(300, 0)
+    draws = np.random.default_rng(0).random(512)
+
+    class OneAtATime:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def prefill(self, *args):
+            self.inner.prefill(*args)
+
+        def decode(self, active):
+            self.inner.decode_steps(1, np.inf)
+
+    for slots in (1, 4):
+        logs = []
+        for wrap in (lambda x: x, OneAtATime):
+            clock = VirtualClock()
+            ex = wrap(VirtualSlots(jitter, clock, slots, ins, draws))
+            logs.append(serve_continuous(schedule(300.0, 300, 0), ins, outs, slots, clock, ex))
+        assert logs[0].steps == logs[1].steps
+        assert np.array_equal(logs[0].done_s, logs[1].done_s) and np.array_equal(
+            logs[0].first_s, logs[1].first_s
+        )

@@ -93,6 +93,14 @@ class LlmService:
         r = self._ratios[slots]
         return med * float(r[int(u * len(r))])
 
+    def decode_times(self, slots: int, k: int, u: np.ndarray | None) -> np.ndarray:
+        """Seconds of ``k`` decode steps over ``slots``: the median, or the samples ``u`` ∈ [0, 1) pick."""
+        med = self._dec[slots]
+        if u is None:
+            return np.full(k, med)
+        r = self._ratios[slots]
+        return med * r[(u * len(r)).astype(np.int64)]
+
     def saturation_qps(self, slots: int, load: LlmLoad) -> float:
         """Requests/s with every slot always busy: per request, its share of the steps and of a full prefill."""
         per = (load.outputs.mean() - 1) * self.decode_s(slots) / slots
@@ -105,16 +113,27 @@ class VirtualSlots:
 
     def __init__(self, service: LlmService, clock: VirtualClock, slots: int, inputs, draws) -> None:
         self.sv, self.clock, self.slots, self.inputs = service, clock, slots, inputs
-        self._u = None if draws is None else np.asarray(draws, dtype=np.float64).tolist()
+        self._u = None if draws is None else np.asarray(draws, dtype=np.float64)
         self.k = 0
 
     def prefill(self, first: int, count: int, slots) -> None:  # noqa: D102
         self.clock.advance(self.sv.prefill_s(count, int(self.inputs[first : first + count].max())))
 
     def decode(self, active) -> None:  # noqa: D102
-        u = None if self._u is None else self._u[self.k % len(self._u)]
-        self.k += 1
-        self.clock.advance(self.sv.decode_s(self.slots, u))
+        self.decode_steps(1, np.inf)
+
+    def decode_steps(self, k: int, until_s: float) -> int:
+        """Up to ``k`` steps, stopping after the first that ends at or past ``until_s``; how many ran.
+
+        The clock's sums are the one-at-a-time ones (a sequential cumulative sum from now).
+        """
+        u = None if self._u is None else self._u[(self.k + np.arange(k)) % len(self._u)]
+        ts = self.sv.decode_times(self.slots, k, u)
+        ends = np.cumsum(np.concatenate(([self.clock.now()], ts)))[1:]
+        ran = min(k, int(np.searchsorted(ends, until_s, "left")) + 1)
+        self.k += ran
+        self.clock.sleep_until(float(ends[ran - 1]))
+        return ran
 
 
 def simulate_llm(
