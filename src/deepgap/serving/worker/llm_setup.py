@@ -6,7 +6,7 @@ precision (`deepgap.measure.decode_config`'s way); its cache holds the largest c
 - **Check**: a few requests of different prompt and output lengths, arriving while others decode, go
   through the server's own loop (`serve_continuous`, on a virtual clock so admissions interleave the
   same way on any machine); each request's greedy tokens are compared with the fp32 decoder's for that
-  request alone (`llm_timing.generate`, on the CPU). A wrong per-row position, mask or cache write shows
+  request alone (`llm_timing.generate`, the same seeded weights in fp32 on the same device). A wrong per-row position, mask or cache write shows
   up as a token that differs; in fp32 that is flagged, in lower precisions a near-tie may part (recorded).
 - **Calibration**: the decode step at every slot count (`curve_iterations` steps each, synchronised;
   the step is static, so its time does not depend on which slots hold a sequence), and the prefill of
@@ -87,16 +87,22 @@ def _check(req: SetupRequest, ex: SlotExecutor) -> dict[str, Any]:
     with torch.inference_mode():
         serve_continuous(np.arange(k) * 2.5e-3, ins, outs, slots, clock, timed)
     got = ex.record or {}
-    ref = build_llama(req.model, seed=req.seed)  # fp32 on the CPU
+    # the same seeded weights in fp32 on the same device (TF32 off), freed after: the decode sweep's reference
+    set_tf32("fp32")
+    ref = build_llama(req.model, seed=req.seed, device=req.device)
     same = total = 0
     first_bad = None
     with torch.inference_mode():
         for r in range(k):
-            want = generate(ref, ex.prompt(r, int(ins[r])).cpu()[None, :], int(outs[r]))[0].tolist()
+            want = generate(ref, ex.prompt(r, int(ins[r]))[None, :], int(outs[r]))[0].tolist()
             hits = [a == b for a, b in zip(got.get(r, []), want, strict=False)]
             same, total = same + sum(hits), total + len(want)
             if first_bad is None and (len(hits) < len(want) or not all(hits)):
                 first_bad = r
+    del ref
+    set_tf32(req.precision)
+    if ex.cuda:
+        torch.cuda.empty_cache()
     ex.set_level(slots, ins)
     agreement = same / total if total else 0.0
     return {
@@ -104,7 +110,7 @@ def _check(req: SetupRequest, ex: SlotExecutor) -> dict[str, Any]:
         "n_images": total,
         "flagged": req.precision in ("fp32", "tf32") and agreement < 1.0,
         "weights": "random",
-        "reference": "fp32 decoder, each request alone (greedy tokens)",
+        "reference": "fp32 decoder on the device, each request alone (greedy tokens)",
         "first_mismatch_request": first_bad,
     }
 
