@@ -6,8 +6,9 @@ precision (`deepgap.measure.decode_config`'s way); its cache holds the largest c
 - **Check**: a few requests of different prompt and output lengths, arriving while others decode, go
   through the server's own loop (`serve_continuous`, on a virtual clock so admissions interleave the
   same way on any machine); each request's greedy tokens are compared with the fp32 decoder's for that
-  request alone (`llm_timing.generate`, the same seeded weights in fp32 on the same device). A wrong per-row position, mask or cache write shows
-  up as a token that differs; in fp32 that is flagged, in lower precisions a near-tie may part (recorded).
+  request alone (`llm_timing.generate`, the same seeded weights in fp32 on the same device). A wrong
+  per-row position, mask or cache write shows up as a token that differs; in fp32 that is flagged, in
+  lower precisions a near-tie may part (recorded).
 - **Calibration**: the decode step at every slot count (`curve_iterations` steps each, synchronised;
   the step is static, so its time does not depend on which slots hold a sequence), and the prefill of
   every calibrated batch at every calibrated prompt length. They are the simulator's curves
