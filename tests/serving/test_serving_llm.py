@@ -211,6 +211,13 @@ def test_serve_llama_tiny_finds_capacity_and_stores_tokens_and_tails(tmp_path, m
 
     found, _ = section(store)
     assert len(found["serving_llm"]) == len(lv)
+    csv = tmp_path / "llm.csv"
+    assert deepgap_cli("export", store, "-o", str(csv)).returncode == 0
+    import pandas as pd
+
+    ex = pd.read_csv(csv)
+    assert set(ex["workload"]) == {"serve-decoder"} and len(ex) == len(lv)
+    assert (ex["output_tokens_per_s"] > 0).all() and set(ex["ttft_tail_kind"]) == {"max"}
 
 
 def test_simulators_jump_over_uneventful_steps_gives_the_one_at_a_time_times():

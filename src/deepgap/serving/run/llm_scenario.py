@@ -10,7 +10,6 @@ Every measured level is stored beside the simulator's prediction for the same ar
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -256,8 +255,3 @@ def search(
         floor_qps=max(start / 1000.0, load.slowest_rate_qps()) if real else None,
         source="measured" if real else "simulated",
     )
-
-
-def finite(x: float | None) -> bool:
-    """Whether ``x`` is a finite number."""
-    return x is not None and math.isfinite(x)

@@ -88,3 +88,47 @@ TITLE = (
     "Serving decoders — continuous batching; a query is a request of its own prompt and output lengths; "
     "a tail is a p99 only where n ≥ 368, else the max of n"
 )
+
+
+# `deepgap export`'s columns of a served decoder's level, named with their units
+EXPORT = {
+    "run_id": "run_id",
+    "model": "model",
+    "engine": "engine",
+    "precision": "precision",
+    "device": "device",
+    "purpose": "serve_purpose",
+    "slots": "slots",
+    "input_len_dist": "input_len_dist",
+    "output_len_dist": "output_len_dist",
+    "cache_len": "cache_len",
+    "target_qps": "offered_queries_per_s",
+    "achieved_qps": "served_queries_per_s",
+    "output_tokens_per_s": "output_tokens_per_s",
+    "input_tokens_per_s": "input_tokens_per_s",
+    "ttft_p50_s": "ttft_median_s",
+    "ttft_tail_s": "ttft_tail_s",
+    "ttft_tail_kind": "ttft_tail_kind",
+    "ttft_n": "ttft_n",
+    "tpot_p50_s": "tpot_median_s",
+    "tpot_tail_s": "tpot_tail_s",
+    "tpot_tail_kind": "tpot_tail_kind",
+    "tpot_n": "tpot_n",
+    "slo_ttft_s": "slo_ttft_s",
+    "slo_tpot_s": "slo_tpot_s",
+    "verdict": "serve_verdict",
+    "ttft_verdict": "ttft_verdict",
+    "tpot_verdict": "tpot_verdict",
+    "mean_active": "mean_running_sequences",
+    "predicted_output_tokens_per_s": "predicted_output_tokens_per_s",
+    "predicted_ttft_tail_s": "predicted_ttft_tail_s",
+    "predicted_tpot_tail_s": "predicted_tpot_tail_s",
+}
+
+
+def llm_export(store: Store, run_ids: list[str] | None = None) -> pd.DataFrame:
+    """The served decoder levels as `deepgap export` writes them: `EXPORT`'s columns (empty if none)."""
+    df = llm_levels(store, run_ids)
+    if df.empty:
+        return df
+    return df[list(EXPORT)].rename(columns=EXPORT)
