@@ -46,10 +46,20 @@ class SlotSteps:
             g = self.graphs[s] = self._capture(s)
         g.replay()
 
+    def prepare(self, s: int) -> None:
+        """Capture the step over ``s`` slots now (the set-up does, for every slot count, before serving)."""
+        if self.graph and s not in self.graphs:
+            self.graphs[s] = self._capture(s)
+
     def _capture(self, s: int) -> Any:
-        """Warm up on a side stream with nothing active (positions stay), then capture the step."""
+        """Warm up on a side stream, capture the step, then put back the tokens and positions as they were.
+
+        Why put them back: the warm-up steps run for real (capture only records), so they overwrite every
+        row's token and, for running rows, advance positions; restored, the first replay is the step the
+        caller asked for (it rewrites the K and V at each row's position, which the warm-up also wrote).
+        """
         ex = self.ex
-        ex.act.zero_()
+        saved = (ex.tok.clone(), ex.pos.clone(), ex.act.clone())
         side = torch.cuda.Stream(ex.device)
         side.wait_stream(torch.cuda.current_stream(ex.device))
         with torch.cuda.stream(side):
@@ -59,6 +69,8 @@ class SlotSteps:
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g, pool=self.pool):
             self._step(s)
+        for buf, old in zip((ex.tok, ex.pos, ex.act), saved, strict=True):
+            buf.copy_(old)
         return g
 
 

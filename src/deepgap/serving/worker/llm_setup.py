@@ -50,6 +50,9 @@ def llm_setup(state: Any, req: SetupRequest) -> tuple[SlotExecutor, SetupReply]:
     model = build_llama(req.model, seed=req.seed, device=req.device).to(torch_dtype(req.precision))
     lens = req.seq_lens  # the calibrated prompt lengths
     ex = SlotExecutor(model, req.device, max(req.buckets), req.cache_len, max(lens), req.seed, graph)
+    with torch.inference_mode():
+        for s in req.buckets:  # a CUDA graph per slot count, captured before anything is served
+            ex.steps.prepare(s)
     check = _check(req, ex)
     decode, parts = _decode_curve(ex, req)
     prefill = {v: _prefill_curve(ex, req, v) for v in lens}
