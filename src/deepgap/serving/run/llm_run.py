@@ -14,16 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from deepgap.core.records import Status
 from deepgap.core.result_details import Correctness, EngineInfo
-from deepgap.drive.handle import WorkerLost
 from deepgap.serving.records.details import CurveDetails
 from deepgap.serving.records.storage import ServeRecord
 from deepgap.serving.run.llm_capacity import find_llm_capacity
 from deepgap.serving.run.llm_scenario import LlmContext, fixed_level
 from deepgap.serving.run.llm_spec import llm_load, slo_bounds
-from deepgap.serving.run.process import ServingWorker, SetupFailed, SetupReply, SetupRequest
-from deepgap.serving.run.rows import Say, ServeOutcome, config_columns, level_row, run_spec
+from deepgap.serving.run.process import ServingWorker, SetupReply, SetupRequest
+from deepgap.serving.run.rows import Say, ServeOutcome, config_columns, run_spec, setup_reply
 from deepgap.serving.sim.llm_service import LlmService
 
 
@@ -51,26 +49,18 @@ def run_llm(
     rec = ServeRecord(spec=run_spec(spec, device, [spec.model]), command=command, env={"device": device})
     out = ServeOutcome(None, os.path.abspath(store_path))
     try:
-        try:
-            if worker.failure is not None:
-                raise worker.failure
-            rec.env = worker.env or rec.env
-            say(
-                f"serve: building {spec.model} ({spec.engine}, {spec.precision}) on {device}: {req.seq_len_dist}, "
-                f"cache of {req.cache_len} positions, calibrating slots {', '.join(map(str, req.buckets))} and "
-                f"the prefill at prompt lengths {', '.join(map(str, req.seq_lens))}"
-            )
-            reply = worker.setup(req, spec.timeout_s)
-        except (SetupFailed, WorkerLost) as exc:
-            status = exc.status.value if isinstance(exc.status, Status) else str(exc.status)
-            reason = exc.reason.splitlines()[0]
-            rec.levels.append(
-                level_row(
-                    req, "server", "setup", None, spec.qps, "", spec.seed, None, status=status, reason=reason
-                )
-            )
-            out.status, out.reason = status, reason
-            out.lines.append(f"{status}: {reason}")
+        reply = setup_reply(
+            spec,
+            req,
+            worker,
+            rec,
+            out,
+            say,
+            f"serve: building {spec.model} ({spec.engine}, {spec.precision}) on {device}: {req.seq_len_dist}, "
+            f"cache of {req.cache_len} positions, calibrating slots {', '.join(map(str, req.buckets))} and "
+            f"the prefill at prompt lengths {', '.join(map(str, req.seq_lens))}",
+        )
+        if reply is None:
             return rec, out
         rec.curves = llm_curve_rows(reply, req)
         ttft, tpot = slo_bounds(spec)

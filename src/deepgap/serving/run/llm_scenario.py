@@ -19,7 +19,7 @@ from deepgap.serving.capacity.search import CapacityResult, LoadSettings, Probe,
 from deepgap.serving.records.details import CapacityDetails, CapacityProbe, LevelDetails, LlmLevel
 from deepgap.serving.records.storage import ServeRecord
 from deepgap.serving.run.process import LevelRequest, ServingWorker, SetupRequest
-from deepgap.serving.run.rows import Say, ServeOutcome, config_columns, level_row
+from deepgap.serving.run.rows import Say, ServeOutcome, capacity_columns, level_row
 from deepgap.serving.sim import arrivals as arr
 from deepgap.serving.sim.batcher import BatchPolicy
 from deepgap.serving.sim.capacity_stats import allowed_over
@@ -178,20 +178,7 @@ def capacity_row(c: LlmContext, r: CapacityResult, predicted: float | None) -> d
     at = r.at_capacity
     t = at.summary.tokens if at is not None else None
     return {
-        "tenant": "",
-        "source": r.source,
-        **config_columns(c.req),
-        "device_name": c.rec.env.get("device_name", ""),
-        "slo_s": c.ttft,
-        "percentile": 0.99,
-        "confidence": c.spec.confidence,
-        "max_batch": r.policy.max_batch,
-        "max_delay_s": 0.0,
-        "capacity_qps": r.capacity_qps,
-        "upper_qps": r.upper_qps,
-        "predicted_qps": predicted,
-        "n_probes": len(r.probes),
-        "note": r.note,
+        **capacity_columns(c.req, c.rec, r, c.ttft, c.spec.confidence, predicted),
         "details": CapacityDetails(
             probes=[
                 CapacityProbe(
