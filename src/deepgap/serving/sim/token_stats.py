@@ -16,9 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from deepgap.core.stats import P99_MIN_N
-from deepgap.serving.sim.capacity_stats import verdict
 from deepgap.serving.sim.continuous import TokenLog
-from deepgap.serving.sim.log import LevelSummary
+from deepgap.serving.sim.log import LevelSummary, judged, latency_fields
 
 
 @dataclass
@@ -55,17 +54,6 @@ def tail(x: np.ndarray) -> tuple[float | None, str, int]:
     return float(x.max()), "max", len(x)
 
 
-def _verdict(log: TokenLog, over: int, percentile: float, confidence: float) -> str:
-    """One bound's verdict, as `deepgap.serving.sim.log.summarize` judges a stopped run."""
-    if log.stop_kind == "time":  # the unserved requests count over the bound
-        return verdict(log.n_planned, over + log.n_planned - log.n, percentile, confidence)
-    served = verdict(log.n + log.n_dropped, over + log.n_dropped, percentile, confidence)
-    if log.stop_kind == "violations":
-        planned = verdict(log.n_planned, over + log.n_dropped, percentile, confidence)
-        return "fail" if "fail" in (served, planned) else planned
-    return served
-
-
 def summarize_tokens(
     log: TokenLog,
     offered_qps: float | None,
@@ -93,7 +81,7 @@ def summarize_tokens(
         if slo is None:
             continue
         over = int((x > slo).sum())
-        v = _verdict(log, over, percentile, confidence)
+        v = judged(log, over, percentile, confidence)
         setattr(ts, f"n_over_{name}", over)
         setattr(ts, f"{name}_verdict", v)
         verdicts.append(v)
@@ -113,22 +101,8 @@ def summarize_tokens(
         if slo_tpot_s is not None:
             bad |= (log.tpot_s > slo_tpot_s) & (log.output_len > 1)
         over_any = int(bad.sum())
-    p50, p90, p95, p99 = np.percentile(lat, [50, 90, 95, 99])
-    queue = log.admit_s - log.arrival_s
     return LevelSummary(
-        n=log.n,
-        n_planned=log.n_planned,
-        offered_qps=offered_qps,
-        achieved_qps=log.n / span if span > 0 else float("nan"),
-        duration_s=span,
-        latency_mean_s=float(lat.mean()),
-        latency_p50_s=float(p50),
-        latency_p90_s=float(p90),
-        latency_p95_s=float(p95),
-        latency_p99_s=float(p99),
-        latency_max_s=float(lat.max()),
-        queue_mean_s=float(queue.mean()),
-        queue_p99_s=float(np.percentile(queue, 99)),
+        **latency_fields(log, offered_qps, span, lat, log.admit_s - log.arrival_s),
         h2d_mean_s=0.0,
         compute_mean_s=float((log.first_s - log.admit_s).mean()),
         d2h_mean_s=0.0,
