@@ -44,6 +44,10 @@ TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
             ("max batch / delay", "policy"),
             ("source", "source"),
             ("capacity q/s", lambda r: fmt_ips(r["capacity_qps"])),
+            (
+                "output tokens/s (decoders)",
+                lambda r: fmt_ips((r.get("extra") or {}).get("output_tokens_per_s")),
+            ),
             ("simulated q/s", lambda r: fmt_ips(r["predicted_qps"])),
             ("measured / simulated", lambda r: fmt_x(r["measured_over_predicted"])),
             ("lowest failing q/s", lambda r: fmt_ips(r["upper_qps"])),
