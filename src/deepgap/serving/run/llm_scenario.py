@@ -53,9 +53,7 @@ class LlmContext:
     def settings(self) -> LoadSettings:
         """Requests per level and the verdict's statistics (the TTFT bound as the search's SLO)."""
         minq, mind = self.spec.minimums()
-        if (
-            self.spec.min_duration_s is None
-        ):  # a run of T s passes rates up to TTFT/T above the sustainable one
+        if self.spec.min_duration_s is None:  # `RUN_OVER_TTFT`: short runs pass overloaded rates
             mind = max(mind, RUN_OVER_TTFT * self.ttft)
         return LoadSettings(
             slo_s=self.ttft,
