@@ -207,6 +207,10 @@ class Llama(nn.Module):
         that hold no sequence run too (their output is ignored; their position stays in range), so the
         step's shapes never change and a CUDA graph can capture it once. Returns ``(B, vocab)`` logits.
         """
+        if self.cache is None or ids.shape[0] > self.cache.batch:
+            raise UsageError(
+                f"{ids.shape[0]} slots do not fit the KV cache", "call setup_cache with at least that batch"
+            )
         x = self.embed_tokens(ids)
         cos, sin = self.angles(positions, x.dtype)
         cos, sin = cos[:, None, None, :], sin[:, None, None, :]  # per row: (B, 1, 1, head_dim)
