@@ -94,15 +94,14 @@ def test_a_sweep_goes_through_drive(kinds, monkeypatch, tmp_path):
 def test_a_fleet_goes_through_drive(kinds, tmp_path):
     from deepgap.fleet.common import FleetEvent
     from deepgap.fleet.devices import fake_lanes
-    from deepgap.fleet.session import run_fleet
+    from deepgap.fleet.session import Fleet, run_fleet
 
     events = []
     res = run_fleet(
         SweepSpec(**GRID),
         str(tmp_path / "s.sqlite"),
-        devices=fake_lanes(2),
+        Fleet(devices=fake_lanes(2), backend_options={"runner_factory": FakeRunner}),
         on_event=events.append,
-        backend_options={"runner_factory": FakeRunner},
     )
     runs, df = _runs(res.store_path)
     assert kinds == ["fleet"] and runs[0]["kind"] == "fleet" and runs[0]["status"] == "finished"

@@ -12,7 +12,7 @@ from deepgap.core.errors import UsageError
 from deepgap.core.events import Event
 from deepgap.core.records import ConfigSpec, Result, Status
 from deepgap.fleet.progress import FleetProgress, duration_text, sweep_eta_s
-from deepgap.fleet.session import run_fleet
+from deepgap.fleet.session import Fleet, run_fleet
 from deepgap.store import Store
 
 GRID = dict(
@@ -42,7 +42,9 @@ def test_every_card_measures_each_configuration_on_every_card(tmp_path):
     store = str(tmp_path / "s.sqlite")
     ledger = Ledger()
     res = run_fleet(
-        GRID, store, devices=lanes(3), every_card=True, backend_options={"runner_factory": carded(ledger)}
+        GRID,
+        store,
+        Fleet(devices=lanes(3), every_card=True, backend_options={"runner_factory": carded(ledger)}),
     )
     df = res.to_pandas()
     assert len(df) == 2 * 2 * 3 and df["config_key"].is_unique  # 2 batches × 2 sweeps × 3 cards
@@ -63,18 +65,26 @@ def test_every_card_leaves_a_dead_cards_work_for_resume(tmp_path):
         run_fleet(
             GRID,
             store,
-            devices=lanes(2),
-            every_card=True,
-            backend_options={"runner_factory": carded(ledger, dead={"cuda:1"}, dead_after=1)},
+            Fleet(
+                devices=lanes(2),
+                every_card=True,
+                backend_options={"runner_factory": carded(ledger, dead={"cuda:1"}, dead_after=1)},
+            ),
         )
     assert sum(1 for d, _ in ledger.measured if d == "cuda:1") == 1  # never moved to cuda:0
     assert sum(1 for d, _ in ledger.measured if d == "cuda:0") == 4
     with pytest.raises(UsageError, match="same --devices"):  # each card has its own sweeps: not another set
         run_fleet(
-            None, store, resume=True, devices=lanes(3), backend_options={"runner_factory": carded(Ledger())}
+            None,
+            store,
+            Fleet(devices=lanes(3), backend_options={"runner_factory": carded(Ledger())}),
+            resume=True,
         )
     res = run_fleet(
-        None, store, resume=True, devices=lanes(2), backend_options={"runner_factory": carded(Ledger())}
+        None,
+        store,
+        Fleet(devices=lanes(2), backend_options={"runner_factory": carded(Ledger())}),
+        resume=True,
     )
     df = Store(store, readonly=True).results_frame()
     assert len(res.results) == 3 and len(df) == 8 and df["config_key"].is_unique  # the stored every_card kept
@@ -85,7 +95,7 @@ def test_every_card_flag_needs_devices(tmp_path):
     r = deepgap_cli("run", "--models", "resnet18", "--every-card", "--store", store)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--every-card" in r.stderr
     with pytest.raises(UsageError, match="--devices, not --ray"):
-        run_fleet(GRID, store, ray="auto", every_card=True)
+        run_fleet(GRID, store, Fleet(ray="auto", every_card=True))
     assert not os.path.exists(store)
 
 

@@ -17,7 +17,7 @@ TWO_NODES = [{"NodeID": "a" * 12, "Resources": {"CPU": 2.0}}, {"NodeID": "b" * 1
 @pytest.mark.slow
 def test_a_ray_sweep_stores_one_prelude_per_device_and_tasks_apply_it(tmp_path, tiny_spec, monkeypatch):
     from deepgap.drive.prelude import run_summaries
-    from deepgap.fleet.session import run_fleet
+    from deepgap.fleet.session import Fleet, run_fleet
 
     ray = install(monkeypatch, TWO_NODES)
     store = str(tmp_path / "s.sqlite")
@@ -31,7 +31,7 @@ def test_a_ray_sweep_stores_one_prelude_per_device_and_tasks_apply_it(tmp_path, 
         thermal_timeout_s=5.0,
     )
     logged: list[str] = []
-    res = run_fleet(spec, store, ray="local", log=logged.append)
+    res = run_fleet(spec, store, Fleet(ray="local"), log=logged.append)
     s = Store(store, readonly=True)
     try:
         run = s.run(res.run_id)
@@ -91,11 +91,11 @@ def test_a_lost_actor_is_a_stored_status_not_a_failed_run(monkeypatch, tiny_spec
 
 @pytest.mark.slow
 def test_a_ray_sweep_whose_prelude_measures_nothing_starts_no_actor(tmp_path, tiny_spec, monkeypatch):
-    from deepgap.fleet.session import run_fleet
+    from deepgap.fleet.session import Fleet, run_fleet
 
     ray = install(monkeypatch, TWO_NODES)
     res = run_fleet(
-        tiny_spec.replace(idle_s=0.0, thermal_warmup=False), str(tmp_path / "s.sqlite"), ray="local"
+        tiny_spec.replace(idle_s=0.0, thermal_warmup=False), str(tmp_path / "s.sqlite"), Fleet(ray="local")
     )
     assert ray.actors == [] and len(res.results) == 2
     # the local cluster's workers measure at normal priority (Ray's default nice 15 starves them on a busy host)

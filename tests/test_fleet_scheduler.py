@@ -13,7 +13,7 @@ from deepgap.core.errors import UsageError
 from deepgap.core.records import Result, Status
 from deepgap.drive.runner import SweepRunner
 from deepgap.fleet.devices import Lane, fake_lanes, logical_device, parse_devices
-from deepgap.fleet.session import run_fleet
+from deepgap.fleet.session import Fleet, run_fleet
 from deepgap.store import Store
 
 
@@ -122,9 +122,8 @@ def test_ladders_spread_over_devices_one_configuration_per_device(tmp_path):
     res = run_fleet(
         GRID,
         store,
-        devices=lanes(3),
+        Fleet(devices=lanes(3), backend_options={"runner_factory": fake_factory(ledger, oom_at=4)}),
         on_event=events.append,
-        backend_options={"runner_factory": fake_factory(ledger, oom_at=4)},
     )
     df = res.to_pandas()
     assert len(df) == 32 and df["config_key"].is_unique  # 2 models × 2 precisions × 4 batches × 2 sweeps
@@ -155,8 +154,10 @@ def test_a_dead_device_hands_its_work_to_the_others(tmp_path):
     res = run_fleet(
         GRID,
         str(tmp_path / "s.sqlite"),
-        devices=lanes(3),
-        backend_options={"runner_factory": fake_factory(ledger, dead={"cuda:1"}, dead_after=2)},
+        Fleet(
+            devices=lanes(3),
+            backend_options={"runner_factory": fake_factory(ledger, dead={"cuda:1"}, dead_after=2)},
+        ),
     )
     df = res.to_pandas()
     assert len(df) == 32 and df["config_key"].is_unique and (df["status"] == "ok").all()
@@ -170,14 +171,21 @@ def test_all_devices_dead_interrupts_and_resume_finishes(tmp_path):
         run_fleet(
             GRID,
             store,
-            devices=lanes(2),
-            backend_options={"runner_factory": fake_factory(ledger, dead={"cuda:0", "cuda:1"}, dead_after=3)},
+            Fleet(
+                devices=lanes(2),
+                backend_options={
+                    "runner_factory": fake_factory(ledger, dead={"cuda:0", "cuda:1"}, dead_after=3)
+                },
+            ),
         )
     s = Store(store, readonly=True)
     assert s.runs()[0]["status"] == "interrupted" and len(s.results_frame()) == 6
     s.close()
     res = run_fleet(
-        None, store, resume=True, devices=lanes(2), backend_options={"runner_factory": fake_factory(Ledger())}
+        None,
+        store,
+        Fleet(devices=lanes(2), backend_options={"runner_factory": fake_factory(Ledger())}),
+        resume=True,
     )
     df = res.to_pandas()
     assert len(df) == 32 and df["config_key"].is_unique and len(res.results) == 26
@@ -209,8 +217,10 @@ def test_real_workers_on_fake_cpu_devices_then_resume_from_stored_settings(tmp_p
         run_fleet(
             spec,
             store,
-            devices=["fake-cpu:0", "fake-cpu:1"],
-            backend_options={"runner_factory": fake_factory(Ledger(), dead={"cpu"}, dead_after=1)},
+            Fleet(
+                devices=["fake-cpu:0", "fake-cpu:1"],
+                backend_options={"runner_factory": fake_factory(Ledger(), dead={"cpu"}, dead_after=1)},
+            ),
         )
     assert len(Store(store, readonly=True).results_frame()) == 2
     res = deepgap.run(store=store, resume=True)  # no --devices: the run's stored fleet settings

@@ -26,7 +26,7 @@ def _count_elsewhere(store: str) -> int:
 
 @pytest.mark.slow
 def test_another_process_sees_every_result_of_a_fleet_run_as_it_is_stored(tmp_path, tiny_spec):
-    from deepgap.fleet.session import run_fleet
+    from deepgap.fleet.session import Fleet, run_fleet
 
     store = str(tmp_path / "s.sqlite")
     seen: list[tuple[int, int]] = []
@@ -40,7 +40,7 @@ def test_another_process_sees_every_result_of_a_fleet_run_as_it_is_stored(tmp_pa
     run_fleet(
         tiny_spec.replace(thermal_warmup=True, thermal_timeout_s=2.0, thermal_window_s=0.3),
         store,
-        devices=["fake-cpu:0"],
+        Fleet(devices=["fake-cpu:0"]),
         on_event=on_event,
     )
     assert seen == [(1, 1), (2, 2)]

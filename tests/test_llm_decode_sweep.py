@@ -63,12 +63,12 @@ def test_toml_and_flag_defaults(tmp_path):
     p = argparse.ArgumentParser()
     add_arguments(p)
     spec = build_spec(p.parse_args(["--workload", "decode", "--models", "llama-tiny", "--device", "cuda"]))
-    # the forward grid's engines do not decode: eager, bf16, batches 1 and 8, no host-CPU part yet
+    # the forward grid's engines do not decode: eager, bf16, batches 1 and 8; the host CPU's decode after it
     assert (spec.engines, spec.precisions, spec.batch_sizes, spec.cpu_baseline) == (
         ("eager",),
         ("bf16",),
         (1, 8),
-        False,
+        True,
     )
     validate(spec)
 

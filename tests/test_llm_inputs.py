@@ -171,3 +171,60 @@ def test_weights_of_another_shape_name_the_tensor(tmp_path):
         build_llama(_config(tmp_path, intermediate_size=96), weights=True)
     _one_line(e, "gate_up_proj", "(256, 64)", "(192, 64)")
     assert build_llama(_config(tmp_path), weights=True).state_dict().keys() == tiny.state_dict().keys()
+
+
+def _bad_config(tmp_path, case: str) -> str:
+    """A model path for ``deepgap run --models`` that is wrong in the way ``case`` names."""
+    cfg = tmp_path / "cfg"
+    cfg.mkdir()
+    if case == "missing":
+        return str(cfg / "config.json")
+    if case == "folder without config.json":
+        return str(cfg)
+    if case == "malformed":
+        (cfg / "config.json").write_text('{"hidden_size": 64,')
+        return str(cfg / "config.json")
+    if case == "key missing":
+        return _config(cfg, vocab_size=None)
+    if case == "system path":
+        return "/proc/self/status"
+    return _config(cfg)  # a good one (lengths or batch are the bad input)
+
+
+@pytest.mark.parametrize(
+    ("case", "extra", "says"),
+    [
+        ("missing", [], "does not exist"),
+        ("folder without config.json", [], "does not exist"),
+        ("malformed", [], "is not valid JSON"),
+        ("key missing", [], "vocab_size is missing"),
+        ("system path", [], "is a system path"),
+        ("good", ["--input-lens", "500", "--output-lens", "20"], "context of 512"),
+        ("good", ["--batch-sizes", "1000000"], "out of range"),
+    ],
+)
+def test_a_local_config_in_a_decode_sweep(tmp_path, capsys, case, extra, says):
+    """``run --workload decode --models PATH``: one line naming problem and fix, exit 2, no store."""
+    from deepgap.cli import main
+
+    model = _bad_config(tmp_path, case)
+    out = tmp_path / "out"
+    out.mkdir()
+    argv = ["run", "--workload", "decode", "--models", model, "--device", "cpu", "--quiet", *extra]
+    assert main([*argv, "--store", str(out / "s.sqlite")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and "; " in err and len(err.splitlines()) == 1, err
+    assert list(out.iterdir()) == []
+
+
+def test_a_good_local_config_plans_like_a_named_shape(tmp_path):
+    from deepgap.drive.config import SweepSpec, validate
+    from deepgap.drive.plan import expand
+    from deepgap.measure.models import resolve_model
+
+    path = _config(tmp_path)
+    spec = SweepSpec(models=(path,), precisions=("fp32",), device="cpu", workload="decode", batch_sizes=(2,))
+    (c,) = expand(validate(spec.replace(input_lens=(8,), output_lens=(4,))), "cpu")
+    assert (c.model, c.input_len, c.output_len, c.batch_size) == (path, 8, 4, 2)
+    entry = resolve_model(path)
+    assert entry.is_text and entry.max_seq_len == SHAPES["llama-tiny"].max_positions

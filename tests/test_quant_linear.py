@@ -190,9 +190,60 @@ def test_reference_switch_covers_every_swapped_layer():
     assert all(m.fast for m in net)
 
 
+@pytest.mark.parametrize("codes", [torch.float8_e4m3fn, torch.int8])
+@pytest.mark.parametrize(
+    "rows,tile",
+    [(1, None), (1, (8, 64, 1, 4, 3)), (1, (16, 64, 2, 4, 3)), (5, (32, 64, 2, 4, 3)), (16, None)],
+)
+def test_weight_only_gemv_in_the_interpreter(codes, rows, tile):
+    """`gemv.fp8_gemv` (decode at a small batch, issue 51): bf16 rows times 8-bit weights, both kernels.
+
+    One row with one K split runs the CUDA-core kernel (several K steps at tile 8 × 64); a split one row,
+    and more rows, the tensor-core one (split K through fp32 atomics, or not).
+
+    Each output is the fp32 product rounded once to bf16, so it is held to the reference within one
+    bf16 step of its size.
+    """
+    from deepgap.measure.quant.gemv import GemvTile, fp8_gemv, reference
+
+    g = torch.Generator().manual_seed(3)
+    k, n = 256, 96
+    x = torch.randn(rows, k, generator=g).bfloat16()
+    w = (torch.randn(n, k, generator=g) * 40).clamp(-120, 120)
+    w = w.to(codes) if codes != torch.int8 else w.round().to(codes)
+    scale, bias = torch.rand(n, generator=g) + 0.5, torch.randn(n, generator=g)
+    got = fp8_gemv(x, w, scale, bias, GemvTile(*tile) if tile else None)
+    want = reference(x, w, scale, bias)
+    assert got.dtype == torch.bfloat16 and got.shape == (rows, n)
+    ulp = want.float().abs().clamp(min=1e-3) * 2**-7
+    assert bool(((got.float() - want.float()).abs() <= ulp).all())
+    with pytest.raises(ValueError, match="at most 16"):
+        fp8_gemv(torch.zeros(17, k).bfloat16(), w, scale)
+
+
 @pytest.mark.parametrize("precision", ["fp8", "int8"])
-def test_decoder_with_8bit_linears_decodes_the_fp32_tokens(precision):
-    """The quant engine's decode swap (issue 51): every Linear of llama-tiny in 8 bits, per-token scales."""
+def test_weight_only_rows_keep_bf16_activations(linear, precision):
+    """Up to ``weight_only_rows`` rows meet the 8-bit weights in bf16 (no activation codes); more are coded."""
+    q = QuantLinear(linear, LinearQuant(precision, "row", weight_only_rows=4))
+    x = torch.randn(4, 64, generator=torch.Generator().manual_seed(4))
+    w = q.weight_t.float() * q.w_scale
+    want = (x.bfloat16().float() @ w + linear.bias.detach()).bfloat16()
+    torch.testing.assert_close(q(x).float(), want.float(), rtol=2**-7, atol=1e-3)
+    torch.testing.assert_close(q.reference(x).float(), want.float(), rtol=2**-7, atol=1e-3)
+    x5 = torch.randn(5, 64, generator=torch.Generator().manual_seed(5))
+    assert not q.weight_only(x5) and q.weight_only(x)
+    torch.testing.assert_close(q(x5).float(), q.reference(x5).float(), rtol=0, atol=1e-2)
+    with pytest.raises(ValueError, match="weight_only_rows"):
+        LinearQuant(precision, weight_only_rows=17)
+
+
+@pytest.mark.parametrize("precision", ["fp8", "int8"])
+@pytest.mark.parametrize("batch", [2, 3], ids=["16-rows-weight-only", "24-rows-per-token"])
+def test_decoder_with_8bit_linears_decodes_the_fp32_tokens(precision, batch):
+    """The quant engine's decode swap (issue 51): every Linear of llama-tiny in 8 bits.
+
+    8 tokens of 2 prompts are 16 rows: the weight-only GEMV; of 3 prompts, 24 rows: per-token codes.
+    """
     from deepgap.measure.decode_config import LINEAR_SWAPS
     from deepgap.measure.llm_timing import prompts
     from deepgap.measure.models.llama_net import build_llama
@@ -200,11 +251,16 @@ def test_decoder_with_8bit_linears_decodes_the_fp32_tokens(precision):
     ref = build_llama("llama-tiny", seed=0, device="cpu")
     q = LINEAR_SWAPS[precision](build_llama("llama-tiny", seed=0, device="cpu"))
     assert sum(isinstance(m, QuantLinear) for m in q.modules()) == len(linear_names(ref))
-    ids = prompts(ref.shape.vocab, 2, 8, 0)
+    ids = prompts(ref.shape.vocab, batch, 8, 0)
     with torch.inference_mode():
-        want, got = ref(ids), q(ids)
+        want, got = ref(ids, all_logits=True), q(ids, all_logits=True)
     assert _rel(got, want) < 0.25
     assert float((got.argmax(-1) == want.argmax(-1)).float().mean()) >= 0.75
+    from deepgap.measure.llm_cost import gemm_weights
+    from deepgap.measure.models.llama_net import weight_bytes
+
+    # the 8-bit codes are buffers: counted, at one byte each (the bf16 rest and the scales on top)
+    assert gemm_weights(ref.shape) < weight_bytes(q) < 2 * ref.shape.params()
 
 
 @pytest.mark.parametrize("gelu,out_scale", [(True, 0.05), (False, None), (True, None)])

@@ -105,3 +105,23 @@ def test_fused_fp8_linear_kernel_rounds_as_the_reference(gelu, out_scale):
     same = float((got == want).float().mean())
     assert worst <= (0.13 if out_scale else 0.01)
     assert same > (0.95 if out_scale else 0.6)
+
+
+@pytest.mark.parametrize("rows", [1, 8, 16])
+@pytest.mark.parametrize("codes", ["fp8", "int8"])
+def test_weight_only_gemv_tuned_on_the_gpu(rows, codes):
+    """The decode GEMV (issue 51) at a Llama-8B shape with its timed tile: every output within one bf16 step."""
+    from deepgap.measure.quant.gemv import _TUNED, fp8_gemv, reference
+
+    dtype = torch.float8_e4m3fn if codes == "fp8" else torch.int8
+    if codes == "fp8" and not _fp8_ok():
+        pytest.skip("fp8 needs compute capability ≥ 8.9")
+    g = torch.Generator(device="cuda").manual_seed(0)
+    k, n = 4096, 6144
+    x = torch.randn(rows, k, device="cuda", generator=g).bfloat16()
+    w = (torch.randn(n, k, device="cuda", generator=g) * 40).clamp(-120, 120).round().to(dtype)
+    scale = torch.rand(n, device="cuda", generator=g) / 100 + 1e-3
+    got, want = fp8_gemv(x, w, scale), reference(x, w, scale)
+    assert (rows, k, n, "cuda:0") in _TUNED  # the tile was timed, not the first candidate taken
+    ulp = want.float().abs().clamp(min=1e-2) * 2**-7
+    assert bool(((got.float() - want.float()).abs() <= ulp).all())

@@ -142,17 +142,18 @@ def test_figures_and_tables_render_from_the_store(store_path, tmp_path):
         profiles, kernels = storage.profiles_frame(s), storage.kernels_frame(s)
     finally:
         s.close()
-    fig = figures.roofline_figure(results, peaks, None, profiles_df=profiles)
+    fig = figures.roofline_figure(figures.Frames(results, peaks, profiles))
     ax = fig.axes[0]
     assert ax.get_xscale() == "log" and len(ax.collections) >= 3  # 1 result + 2 profiles (+ legend proxies)
     assert any(line.get_label().startswith("measured fp32") for line in ax.get_lines())
-    fig = figures.cluster_roofline_figure(kernels, peaks, profiles_df=profiles, source="torch")
+    clusters = figures.Frames(peaks=peaks, profiles=profiles, kernels=kernels)
+    fig = figures.cluster_roofline_figure(clusters, source="torch")
     assert len([a for a in fig.axes if a.axison]) == 2
-    fig = figures.cluster_roofline_figure(kernels, peaks, profiles_df=profiles, source="ncu")
+    fig = figures.cluster_roofline_figure(clusters, source="ncu")
     assert "unavailable" in fig.axes[0].texts[0].get_text()
     # its interactive version places the same clusters, a panel per profile, each hoverable
-    spec = interactive.cluster_roofline_spec(kernels, peaks, profiles_df=profiles, source="torch")
-    panels = figures.cluster_panels(kernels, peaks, None, profiles, "torch")
+    spec = interactive.cluster_roofline_spec(clusters, source="torch")
+    panels = figures.cluster_panels(clusters, "torch")
     assert [p["title"].split("<br>")[0] for p in spec["panels"]] == [p.title for p in panels]
     for i, p in enumerate(panels):
         dots = [t for t in spec["data"] if t["mode"] == "markers" and t["xaxis"] == spec["panels"][i]["x"]]
@@ -160,7 +161,7 @@ def test_figures_and_tables_render_from_the_store(store_path, tmp_path):
         assert all(
             len(t["customdata"][0]) == 3 and "% of the step's time" in t["customdata"][0][1] for t in dots
         )
-    assert interactive.cluster_roofline_spec(kernels, peaks, profiles_df=profiles, source="ncu") is None
+    assert interactive.cluster_roofline_spec(clusters, source="ncu") is None
     tvm = figures_paper.theoretical_vs_measured(profiles, results, peaks)
     assert set(tvm["mode"]) == {"infer", "train"} and (tvm["ceiling"] == "measured").all()
     assert (tvm["theoretical_s"] >= tvm["theoretical_compute_s"]).all()
@@ -191,7 +192,7 @@ def test_spec_ceilings_drawn_for_a_known_gpu():
             }
         ]
     )
-    fig = figures.roofline_figure(None, None, None, profiles_df=rows)
+    fig = figures.roofline_figure(figures.Frames(profiles=rows))
     labels = [line.get_label() for line in fig.axes[0].get_lines()]
     assert labels == ["NVIDIA H100 SXM spec fp16: 989 TFLOP/s, 3,350 GB/s"]
     tvm = figures_paper.theoretical_vs_measured(rows)

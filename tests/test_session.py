@@ -11,7 +11,7 @@ from deepgap.store import Store
 def test_a_fleet_run_gets_each_lanes_idle_baseline_and_thermal_warmup(tmp_path, tiny_spec):
     """Two real workers on fake-CPU lanes: each measures its own prelude, and results carry its facts."""
     from deepgap.drive.prelude import run_summaries
-    from deepgap.fleet.session import run_fleet
+    from deepgap.fleet.session import Fleet, run_fleet
 
     store = str(tmp_path / "s.sqlite")
     spec = tiny_spec.replace(
@@ -24,7 +24,7 @@ def test_a_fleet_run_gets_each_lanes_idle_baseline_and_thermal_warmup(tmp_path, 
         thermal_timeout_s=5.0,
     )
     logged: list[str] = []
-    res = run_fleet(spec, store, devices=["fake-cpu:0", "fake-cpu:1"], log=logged.append)
+    res = run_fleet(spec, store, Fleet(devices=["fake-cpu:0", "fake-cpu:1"]), log=logged.append)
     s = Store(store, readonly=True)
     try:
         summ = run_summaries(s, res.run_id)

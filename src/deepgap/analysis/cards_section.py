@@ -18,13 +18,8 @@ import pandas as pd
 
 from deepgap.analysis.cards import KEYS, per_card, platform_spread
 from deepgap.analysis.frame import config_label
-from deepgap.render.formatting import fmt_ips, num_cell
+from deepgap.render.formatting import fmt_ips, pct_cell
 from deepgap.render.sections import Parts, ReportContext, Section, register
-
-
-def _pct(col: str):
-    return num_cell(col, ".1f", 100, "%")
-
 
 TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
     "card_spread": (
@@ -36,15 +31,15 @@ TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
             ("per card images/s", "per_card"),
             ("slowest", lambda r: fmt_ips(r.get("slowest_ips"))),
             ("fastest", lambda r: fmt_ips(r.get("fastest_ips"))),
-            ("fastest / slowest − 1", _pct("spread")),
-            ("CV between cards", _pct("cv")),
+            ("fastest / slowest − 1", pct_cell("spread", ".1f")),
+            ("CV between cards", pct_cell("cv", ".1f")),
         ],
     ),
     "card_spread_platforms": (
         "Card-to-card spread per GPU type: what compare, plan and one-card intervals are widened by",
         [
             ("platform", "platform"),
-            ("spread (1 SD)", _pct("rel_sd")),
+            ("spread (1 SD)", pct_cell("rel_sd", ".1f")),
             ("configurations", "n_configurations"),
             ("cards", "n_cards"),
         ],

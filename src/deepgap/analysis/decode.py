@@ -4,13 +4,11 @@ Why a frame of its own: a decode row's figures (`deepgap.core.result_details.Dec
 `deepgap.store.Store.decode_frame`) are TTFT, TPOT and tokens/s, not a forward pass's latency and
 images/s; `show` and `export` print these columns, never the forward columns, for them.
 
-**The roofline bound is computed here, at view time**, from what the worker stored: the analytic bytes
-per decode token (`deepgap.measure.llm_cost.decode_cost` of the shape, batch, mean context and the
-itemsizes the worker actually built) over the device's memory bandwidth from the spec sheet
-(``data/gpu_specs.csv``, by the row's device name). Why not stored: the bytes depend on what was
-built (the worker knows it; fp8 weights later change them), but the bandwidth to hold them against is
-a choice of the view (the sheet's today, a measured ``deepgap peaks`` bandwidth later) and a corrected
-sheet must not need a re-measurement. A CPU row, or a GPU the sheet lacks, has no bound (blank).
+**The roofline bound is computed here, at view time** (`deepgap.analysis.decode_roofline`): bytes and
+FLOPs per decode token from the shape, batch, mean context and the precision's bytes per element, over the
+device's memory bandwidth and compute peak (measured by ``deepgap peaks`` where the store holds them, else
+``data/gpu_specs.csv``'s). Why not stored: a corrected sheet or a later ``peaks`` run must not need a
+re-measurement. A CPU row, or a GPU the sheet lacks, has no bound (blank).
 """
 
 from __future__ import annotations
@@ -20,9 +18,9 @@ from typing import Any
 
 import pandas as pd
 
+from deepgap.analysis.decode_roofline import roof
 from deepgap.core.result_details import Decode, ResultDetails
 from deepgap.core.stats import P99_MIN_N
-from deepgap.roofline.specs import BANDWIDTH_COLUMN, spec_for
 
 # the configuration's columns, then the figures (units in the names: ms, tokens/s, J/token, bytes)
 CONFIG_COLUMNS = (
@@ -61,25 +59,17 @@ def tail_label(d: Decode) -> str:
     return f"{kind} of n={d.tpot_n}"
 
 
-def bound(row: dict[str, Any], d: Decode) -> tuple[float, str]:
-    """(memory-bound decode tokens/s, what bandwidth it rests on), or (nan, "") without one."""
-    spec = (
-        spec_for(str(row.get("device_name") or "")) if str(row.get("device", "")).startswith("cuda") else None
-    )
-    bw = _num((spec or {}).get(BANDWIDTH_COLUMN))
-    bpt = _num(d.bytes_per_token)
-    if not (bw > 0 and bpt > 0):
-        return math.nan, ""
-    return bw * 1e9 / bpt, f"{spec['gpu']} datasheet {bw:,.0f} GB/s"
+def figures(row: dict[str, Any], peaks: Any = None) -> dict[str, Any]:
+    """One decode row's figures as the views name them (blank where the row is not ok).
 
-
-def figures(row: dict[str, Any]) -> dict[str, Any]:
-    """One decode row's figures as the views name them (blank where the row is not ok)."""
+    ``peaks``: measured ceilings (`deepgap.roofline.storage.peaks_frame`), preferred to the spec sheet's.
+    """
     ex = ResultDetails.of(row.get("extra"))
     d = ex.decode or Decode()
     ok = row.get("status") == "ok"
     c = ex.correctness
-    b, source = bound(row, d) if ok else (math.nan, "")
+    rf = roof(row, d, peaks)
+    b = rf.memory_bound_tok_s
     rate = _num(row.get("throughput_ips")) if ok else math.nan
     out = {
         "ttft_median_ms": _ms(d.ttft_median_s),
@@ -100,11 +90,20 @@ def figures(row: dict[str, Any]) -> dict[str, Any]:
         "energy_window_s": _num(d.energy_window_s),
         "kv_cache_bytes": d.kv_cache_bytes,
         "weight_bytes": d.weight_bytes,
-        "bytes_per_token": _num(d.bytes_per_token),
-        "flops_per_token": _num(d.flops_per_token),
-        "bound_tokens_per_s": b,
-        "bound_source": source,
+        "bytes_per_token": rf.bytes_per_token,  # weights as stored + the KV cache at the mean context
+        "flops_per_token": rf.flops_per_token,
+        "weight_bytes_per_step": rf.weight_bytes_per_step,
+        "kv_bytes_per_step": rf.kv_bytes_per_step,
+        "intensity_flop_per_byte": rf.intensity,
+        "achieved_tflops": rate * rf.flops_per_token / 1e12,
+        "bandwidth_gb_s": rf.bandwidth_gb_s,
+        "peak_tflops": rf.peak_tflops,
+        "bound_tokens_per_s": b,  # memory-bound decode tokens/s: bandwidth / bytes per token
+        "bound_source": rf.bandwidth_source,
         "fraction_of_bound": rate / b if b > 0 else math.nan,
+        "compute_bound_tokens_per_s": rf.compute_bound_tok_s,
+        "compute_bound_source": rf.peak_source,
+        "bound_limiter": rf.limiter,
         "tokens_checked": d.tokens_checked,
         "token_agreement_vs_fp32": _num(d.token_agreement),
         "first_mismatch": d.first_mismatch,
@@ -116,14 +115,17 @@ def figures(row: dict[str, Any]) -> dict[str, Any]:
     return out if ok else {k: (v if k in ("decode_step",) else None) for k, v in out.items()}
 
 
-def decode_table(df: pd.DataFrame) -> pd.DataFrame:
-    """`Store.decode_frame`'s rows as the views' frame: configuration columns, then `figures`."""
+def decode_table(df: pd.DataFrame, peaks: Any = None) -> pd.DataFrame:
+    """`Store.decode_frame`'s rows as the views' frame: configuration columns, then `figures`.
+
+    ``peaks``: the store's measured ceilings (`deepgap.roofline.storage.peaks_frame`), or None.
+    """
     if df.empty:
-        return pd.DataFrame(columns=[*CONFIG_COLUMNS, *figures({"status": "ok"})])
+        return pd.DataFrame(columns=[*CONFIG_COLUMNS, *figures({"status": "ok"}), "config_key"])
     recs = []
     for row in df.to_dict("records"):
         base = {k: row.get(k) for k in CONFIG_COLUMNS}
-        recs.append({**base, **figures(row), "config_key": row.get("config_key")})
+        recs.append({**base, **figures(row, peaks), "config_key": row.get("config_key")})
     tab = pd.DataFrame.from_records(recs)
     for c in COUNTS:  # counts stay integers beside a skipped row's blanks (not 3.0)
         tab[c] = pd.to_numeric(tab[c], errors="coerce").round().astype("Int64")

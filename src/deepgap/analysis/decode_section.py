@@ -1,16 +1,24 @@
-"""The report's decode section: each decode configuration's TTFT, TPOT, tokens/s, J/token and roofline share.
+"""The report's decode section: each decode configuration's TTFT, TPOT, tokens/s, J/token and its roofline.
 
 Registered in `deepgap.render.sections` like the card-to-card section. It reads the decode rows itself
-(`deepgap.store.Store.decode_frame`: the report's ``results`` are forward rows only) and shows
-`deepgap.analysis.decode.decode_table`'s columns, units in every header. A store without decode rows
-gives nothing. The answer and the decode roofline figure are not built yet (docs/llm.md).
+(`deepgap.store.Store.decode_frame`: the report's ``results`` are forward rows only) and the store's measured
+ceilings (`deepgap.roofline.storage.peaks_frame`), and shows `deepgap.analysis.decode.decode_table`'s
+columns, units in every header: the decode table, the decode roofline (table and figure,
+`deepgap.roofline.decode_figure`) and the GPU against its host CPU (`deepgap.analysis.decode_answer`). The
+answer's decode rows are `answer_rows` (the report's answer table, `deepgap.report.page`). A store without
+decode rows gives nothing.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import pandas as pd
+
+from deepgap.analysis import decode_answer as da
 from deepgap.analysis.decode import decode_table
+from deepgap.analysis.decode_roofline import distance_text
+from deepgap.render.draw import pending_figure
 from deepgap.render.formatting import num_cell
 from deepgap.render.sections import Parts, ReportContext, Section, register
 from deepgap.store import reading
@@ -67,16 +75,128 @@ TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
             ("vs fp32: greedy tokens equal; logits", _agree),
         ],
     ),
+    "decode_roofline": (
+        "Decode roofline: bytes and FLOPs per decode token (weights at their precision + the KV cache at the "
+        "run's mean context) against the device's bandwidth and compute peak (measured by deepgap peaks where "
+        "stored, else the datasheet's); how far decode is from its memory bound",
+        [
+            ("device", "device_name"),
+            ("model", "model"),
+            ("engine", "engine"),
+            ("precision", "precision"),
+            ("input / output tokens", lambda r: f"{r.get('input_len')} / {r.get('output_len')}"),
+            ("weights MB per step", num_cell("weight_bytes_per_step", ",.1f", 1e-6)),
+            ("KV MB per step", num_cell("kv_bytes_per_step", ",.2f", 1e-6)),
+            ("GFLOP per token", num_cell("flops_per_token", ",.3f", 1e-9)),
+            ("FLOP/byte", num_cell("intensity_flop_per_byte", ",.2f")),
+            ("decode vs its memory bound", distance_text),
+            ("limiter", "bound_limiter"),
+        ],
+    ),
+    "decode_vs_host_cpu": (
+        "Decode: each GPU's best against its host CPU's (fp32 eager decode of the decoders up to 2B "
+        "parameters; GPU and CPU configurations named on each side)",
+        [("device", "platform"), ("model", "model"), ("host CPU", "cpu_platform"), ("GPU vs CPU", "text")],
+    ),
 }
+
+
+def _roofline_figure(tab: pd.DataFrame):
+    from deepgap.roofline.decode_figure import decode_roofline_figure
+
+    return pending_figure(
+        "fig_decode_roofline",
+        "Decode roofline",
+        "Each decode configuration at its FLOPs per byte and achieved TFLOP/s (decode tokens/s × FLOPs per "
+        "token) under its device's ceilings (datasheet dashed, deepgap peaks solid); labels give the batch "
+        "and the share of the memory bound (decode tokens/s ÷ bandwidth-bound tokens/s).",
+        lambda: decode_roofline_figure(tab),
+    )
+
+
+def cpu_table(tab: pd.DataFrame) -> pd.DataFrame:
+    """`decode_answer.cpu_lines` as a table: one row per GPU, model and comparison."""
+    rows = [
+        {"platform": ln.platform, "model": ln.model, "cpu_platform": ln.cpu_platform, "text": t}
+        for ln in da.cpu_lines(tab)
+        for t in ln.texts
+    ]
+    return pd.DataFrame(rows)
+
+
+ANSWER_GOALS = {"throughput": "decode throughput", "tpot": "decode TPOT", "joules": "decode per joule"}
+
+
+def answer_rows(tab: pd.DataFrame) -> pd.DataFrame:
+    """The report answer's decode rows (its columns: platform, model, goal, configuration, value …).
+
+    A GPU's "decode × host CPU" row follows its model's first answer, under the same heading.
+    """
+    rows = []
+    cpu = {(ln.platform, ln.model): ln for ln in da.cpu_lines(tab)}
+    for a in da.decode_answers(tab):
+        base = {"platform": a.platform, "model": a.model, "resolution": a.input_len}
+        base["axis"] = f"decode {a.input_len}/{a.output_len}"
+        for goal, r in a.choice.items():
+            excl = ", ".join(f"{n} {why}" for why, n in a.excluded.items())
+            extra = {"configuration": "", "value": "–", "also": a.missing.get(goal, "")}
+            if r is not None:
+                extra = {
+                    "configuration": da.short(r),
+                    "value": da.value_text(r, goal),
+                    "also": da.also_text(r),
+                }
+            rows.append(
+                {
+                    **base,
+                    **extra,
+                    "goal": ANSWER_GOALS[goal],
+                    "ci": "–",
+                    "accuracy": _agree(r) if r is not None else "",
+                    "flags": f"excluded: {excl}" if excl else "",
+                    "n": f"{a.considered} candidate(s)",
+                    "answered": r is not None,
+                }
+            )
+        ln = cpu.pop((a.platform, a.model), None)
+        if ln is None:
+            continue
+        rows.append(
+            {
+                **base,
+                "goal": "decode × host CPU",
+                "configuration": "",
+                "value": "",
+                "ci": "–",
+                "also": " · ".join(ln.texts),
+                "accuracy": "",
+                "flags": "",
+                "n": f"vs {ln.cpu_platform}",
+                "answered": True,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def read_table(source, run_ids: list[str] | None) -> pd.DataFrame:
+    """The decode table of a store (a path or an open `Store`), held against its measured ceilings."""
+    from deepgap.roofline.storage import peaks_frame
+
+    with reading(source) as st:
+        frame = st.decode_frame(run_ids)
+        return decode_table(frame, peaks_frame(st, None) if len(frame) else None)
 
 
 def build(ctx: ReportContext) -> Parts:
     """The section's part of one report build (nothing without a decode row)."""
-    with reading(ctx.source) as st:
-        tab = decode_table(st.decode_frame(ctx.run_ids))
+    tab = read_table(ctx.source, ctx.run_ids)
     if tab.empty:
         return Parts()
-    return Parts({"decode": tab})
+    tables = {"decode": tab, "decode_roofline": tab[tab["status"] == "ok"]}
+    cpu = cpu_table(tab)
+    if len(cpu):
+        tables["decode_vs_host_cpu"] = cpu
+    return Parts(tables, [_roofline_figure(tab)])
 
 
 SECTION = register(Section("decode", 26, build, TABLE_SPECS))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from deepgap.analysis.quant_layers import CONFIG_KEYS, load
-from deepgap.render.formatting import num_cell
+from deepgap.render.formatting import num_cell, pct_cell
 from deepgap.render.sections import Parts, ReportContext, Section, register
 
 if TYPE_CHECKING:
@@ -24,10 +24,6 @@ MAX_PANELS = 6
 
 
 _n = num_cell
-
-
-def _pct(col: str):
-    return num_cell(col, ".0f", 100, "%")
 
 
 TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
@@ -43,7 +39,7 @@ TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
             ("their floor ms", _n("floor_ms", ".4g")),
             ("outside rows ms", _n("outside_layers_ms", ".3g")),
             ("TOPS", _n("tops", ".0f")),
-            ("memory-bound time", _pct("memory_bound_share")),
+            ("memory-bound time", pct_cell("memory_bound_share")),
             ("next bottleneck", "next_bottleneck"),
             ("its headroom ms", _n("its_headroom_ms", ".3g")),
         ],
@@ -59,11 +55,11 @@ TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
             ("GEMM M×N×K", "gemm"),
             ("tile", "tile"),
             ("µs", _n("time_s", ".4g", 1e6)),
-            ("share", _pct("share")),
+            ("share", pct_cell("share")),
             ("TOPS", _n("tops", ".0f")),
             ("ops/byte", _n("intensity", ".0f")),
             ("roof TOPS", _n("attainable_tops", ".0f")),
-            ("% of roof", _pct("roof_fraction")),
+            ("% of roof", pct_cell("roof_fraction")),
             ("headroom µs", _n("headroom_s", ".3g", 1e6)),
             ("bound", "bound"),
             ("ceiling", "ceiling"),

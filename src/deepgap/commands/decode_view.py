@@ -2,6 +2,9 @@
 
 Why apart from the forward table: a decode row's numbers are TTFT (ms), TPOT (ms per token), tokens/s
 and J/token (`deepgap.analysis.decode`), which no forward column may hold under its images/s heading.
+After the table, ``show`` prints how far each configuration is from its memory bound
+(`deepgap.analysis.decode_roofline`), the answer for decoders and the GPU against its host CPU
+(`answer_lines`, which ``recommend`` prints too).
 """
 
 from __future__ import annotations
@@ -27,11 +30,12 @@ def print_decode(store, console, ids: list[str] | None) -> int:
     from rich.table import Table
 
     from deepgap.analysis.decode import decode_table
+    from deepgap.roofline.storage import peaks_frame
 
     frame = store.decode_frame(ids)
-    tab = decode_table(frame)
-    if tab.empty:
+    if frame.empty:
         return 0
+    tab = decode_table(frame, peaks_frame(store))  # a `deepgap peaks` run's bandwidth where stored
     t = Table(
         "model",
         "engine",
@@ -86,8 +90,50 @@ def print_decode(store, console, ids: list[str] | None) -> int:
         "pipelined decode windows' energy per decode token; bound = memory-bound decode tokens/s (bytes per "
         f"token over {', '.join(sources) if sources else 'a datasheet bandwidth (none for these devices)'})"
     )
+    for line in roofline_lines(tab) + answer_lines(tab):
+        console.print(line, markup=False, highlight=False)
     _print_across_sweeps(store, frame, console)
     return len(tab)
+
+
+def roofline_lines(tab) -> list[str]:
+    """How far each successful decode configuration is from its memory bound, both sides named."""
+    from deepgap.analysis.decode_roofline import distance_text
+
+    ok = tab[tab["status"] == "ok"]
+    if ok.empty:
+        return []
+    out = ["decode roofline (decode tokens/s ÷ memory-bound tokens/s = bandwidth ÷ bytes per token):"]
+    for r in ok.to_dict("records"):
+        where = f"{r['device_name']} {r['model']} {r['engine']} {r['precision']} {r['input_len']}/{r['output_len']}"
+        out.append(f"  {where}: {distance_text(r)}")
+    return out
+
+
+def answer_lines(tab) -> list[str]:
+    """The answer for decoders (fastest, lowest TPOT, most tokens/J per device and model), then GPU × CPU."""
+    from deepgap.analysis import decode_answer as da
+
+    answers = da.decode_answers(tab)
+    if not answers:
+        return []
+    out = ["answer for decoders (per device, model and input/output tokens; flagged rows never chosen):"]
+    for a in answers:
+        out.append(f"  {a.platform} · {a.model} · {a.input_len}/{a.output_len} tokens:")
+        for goal, r in a.choice.items():
+            name = da.GOALS[goal][2]
+            if r is None:
+                out.append(f"    {name}: none ({a.missing.get(goal)})")
+                continue
+            out.append(f"    {name}: {da.short(r)}: {da.value_text(r, goal)} ({da.also_text(r)})")
+        if a.excluded:
+            out.append("    excluded: " + ", ".join(f"{n} {why}" for why, n in a.excluded.items()))
+    lines = da.cpu_lines(tab)
+    if lines:
+        out.append("decode, GPU vs host CPU (each side's configuration named):")
+        for ln in lines:
+            out += [f"  {ln.platform} vs {ln.cpu_platform} · {ln.model}: {t}" for t in ln.texts]
+    return out
 
 
 def _print_across_sweeps(store, frame, console) -> None:
@@ -135,9 +181,11 @@ def export_decode(store, run_ids: list[str] | None, forward):
     import pandas as pd
 
     from deepgap.analysis.decode import decode_table
+    from deepgap.roofline.storage import peaks_frame
     from deepgap.serving.show.llm_tables import llm_export
 
-    tab = decode_table(store.decode_frame(run_ids))
+    frame = store.decode_frame(run_ids)  # peaks are read only where there are decode rows
+    tab = decode_table(frame, peaks_frame(store)) if not frame.empty else pd.DataFrame()
     served = llm_export(store, run_ids)  # served decoders' levels: queries/s, tokens/s, TTFT, TPOT
     if tab.empty and served.empty:
         return forward

@@ -1,4 +1,9 @@
-"""``deepgap plan``: how many devices of each measured kind carry a load within a p99 SLO, and their power."""
+"""``deepgap plan``: how many devices of each measured kind carry a load within a p99 SLO, and their power.
+
+With ``--target-tok-s`` it plans a decoder instead: the devices of each kind that give the target output
+tokens/s with every sequence's TPOT and TTFT within ``--tpot-slo`` and ``--ttft-slo`` (MLPerf's 100 ms and
+2 s by default), from the stored decode rows (`deepgap.analysis.decode_plan`).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,10 @@ from dataclasses import asdict
 from deepgap.core.errors import UsageError
 
 NAME = "plan"
-HELP = "devices (and watts) per measured device kind to serve QPS within a p99 SLO, from one or more stores"
+HELP = (
+    "devices (and watts) per measured device kind to serve QPS within a p99 SLO, or a decoder's tokens/s "
+    "within a TPOT/TTFT SLO (--target-tok-s), from one or more stores"
+)
 ORDER = 7
 
 
@@ -17,9 +25,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     from deepgap.commands.capacity import add_simulation_arguments
 
     p.add_argument("stores", nargs="+", help="store files (e.g. one per machine: T4, L4, H100 …)")
-    p.add_argument("--qps", required=True, help="total load to carry, queries/s")
-    p.add_argument("--slo-p99", required=True, help="p99 latency bound, e.g. 15ms")
+    p.add_argument("--qps", help="total load to carry, queries/s (an image or text model; required)")
+    p.add_argument("--slo-p99", help="p99 latency bound, e.g. 15ms (with --qps; required)")
     p.add_argument("--model", required=True, help="the model to serve")
+    p.add_argument(
+        "--target-tok-s",
+        metavar="RATE",
+        help="a decoder: total output tokens/s to give, e.g. 8000 (from the stores' decode rows; "
+        "instead of --qps and --slo-p99)",
+    )
+    p.add_argument("--tpot-slo", metavar="DURATION", help="with --target-tok-s: TPOT bound (default 100ms)")
+    p.add_argument("--ttft-slo", metavar="DURATION", help="with --target-tok-s: TTFT bound (default 2s)")
     p.add_argument("--objective", default="devices", help="devices (fewest devices) | watts (least power)")
     p.add_argument("--engine", help="only this engine")
     p.add_argument("--precision", help="only this precision")
@@ -34,6 +50,14 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     from deepgap.serving.capacity.planner import plan, predict, store_card_spreads, widen_by_cards
     from deepgap.serving.sim.arrivals import parse_rate_qps
 
+    if args.target_tok_s is not None:
+        return _plan_decode(args)
+    for flag, value in (("--qps", args.qps), ("--slo-p99", args.slo_p99)):
+        if value is None:
+            raise UsageError(
+                f"plan needs {flag}",
+                "pass --qps and --slo-p99 (or --target-tok-s for a decoder's decode rows)",
+            )
     qps = parse_rate_qps(args.qps)
     if args.objective not in ("devices", "watts"):
         raise UsageError(f"unknown --objective {args.objective!r}", "use devices or watts")
@@ -105,4 +129,55 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
                 f"  also considered: {a['configuration']} ({a['policy']}): "
                 f"{a['capacity_qps']:,.1f} q/s, {dev}: {a['why']}"
             )
+    return 0
+
+
+def _plan_decode(args: argparse.Namespace) -> int:
+    """``--target-tok-s``: a decoder's devices per kind from the stores' decode rows (`analysis.decode_plan`)."""
+    import pandas as pd
+
+    from deepgap.analysis.decode_plan import MLPERF_TPOT_S, MLPERF_TTFT_S, plan_decode
+    from deepgap.analysis.decode_section import read_table
+    from deepgap.analysis.recommend import parse_duration_s
+    from deepgap.drive.config import parse_number
+    from deepgap.store import Store
+
+    if args.qps is not None or args.slo_p99 is not None:
+        raise UsageError(
+            "--target-tok-s plans a decoder's tokens/s; --qps and --slo-p99 plan queries/s",
+            "pass one of them: --target-tok-s with --tpot-slo/--ttft-slo, or --qps with --slo-p99",
+        )
+    target = parse_number(args.target_tok_s, float, "target-tok-s")
+    tpot = parse_duration_s(args.tpot_slo, "--tpot-slo") if args.tpot_slo else MLPERF_TPOT_S
+    ttft = parse_duration_s(args.ttft_slo, "--ttft-slo") if args.ttft_slo else MLPERF_TTFT_S
+    tabs = []
+    for path in args.stores:
+        store = Store(path, readonly=True)
+        try:
+            tabs.append(read_table(store, None))
+        finally:
+            store.close()
+    rows = plan_decode(pd.concat(tabs, ignore_index=True), args.model, target, tpot, ttft)
+    if args.json:
+        print(json.dumps([asdict(r) for r in rows], indent=1))
+        return 0
+    print(
+        f"{args.model}: {target:,.0f} output tokens/s with TPOT ≤ {tpot * 1e3:g} ms and TTFT ≤ {ttft * 1e3:g} ms "
+        "(per device: a stored batch generated start to end, its prefill included; TPOT: its tail, TTFT: its "
+        "median)"
+    )
+    for i, r in enumerate(rows, 1):
+        if r.devices is None:
+            print(f"{i}. {r.platform}: {r.why}")
+        else:
+            watts = (
+                f", {r.watts_per_device:,.0f} W per device" if r.watts_per_device else ", power unavailable"
+            )
+            print(
+                f"{i}. {r.platform}: {r.devices} device(s) of {r.configuration} at "
+                f"{r.tokens_per_s_per_device:,.1f} output tokens/s each{watts}; TPOT {r.tpot_tail_ms:.3g} ms "
+                f"({r.tpot_tail_label}), TTFT {r.ttft_median_ms:.4g} ms (median): {r.why}"
+            )
+        for alt in r.alternatives:
+            print(f"   considered: {alt}")
     return 0

@@ -1,7 +1,9 @@
 """``deepgap recommend``: the best configuration per model under a P99 SLO and a memory cap.
 
 Exit status: 0 when every model has a recommendation, 1 when some model has none (the output then
-says "none meets the constraint" and names the closest miss), 2 for bad input.
+says "none meets the constraint" and names the closest miss), 2 for bad input. A store with decode rows
+also gets the answer for decoders (`deepgap.commands.decode_view.answer_lines`: per device and model the
+highest output tokens/s, the lowest TPOT, the most tokens per joule, and the GPU against its host CPU).
 """
 
 from __future__ import annotations
@@ -105,13 +107,35 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
             if rid not in known:
                 raise UsageError(f"no run {rid!r} in {args.store}", "list runs with `deepgap show --runs`")
         agg = aggregate(reflag(prepare(store.results_frame(args.run)), min_acc), samples=store.samples)
+        from deepgap.analysis.decode_section import read_table
+
+        dec = _select_decode(read_table(store, args.run), args)
     finally:
         store.close()
     agg = _select(agg, args)
     recs = recommend(agg, objective, slo, mem)
+    from deepgap.analysis.decode_answer import decode_answers
+
+    answers = decode_answers(dec)
+    ok = (
+        bool(recs or answers)
+        and all(r.choice for r in recs)
+        and all(a.choice.get("throughput") for a in answers)
+    )
     if args.json:
-        print(json.dumps(_finite([asdict(r) for r in recs]), indent=1, default=str))
-        return 0 if recs and all(r.choice for r in recs) else 1
+        out = [asdict(r) for r in recs] + [_decode_json(a) for a in answers]
+        print(json.dumps(_finite(out), indent=1, default=str))
+        return 0 if ok else 1
+    if answers and (slo or mem):
+        print(
+            "note: --slo-p99 and --max-memory apply to forward rows; a decoder's TPOT and TTFT SLO is "
+            "deepgap plan --target-tok-s N --tpot-slo 100ms --ttft-slo 2s"
+        )
+    if not recs and answers:  # a decode store: the decoders' answer only
+        from deepgap.commands.decode_view import answer_lines
+
+        print("\n".join(answer_lines(dec)))
+        return 0 if ok else 1
     cons = [
         f"tail ≤ {slo * 1e3:g} ms (a p99 where ≥ {P99_MIN_N} samples support it, else the max of n)"
         if slo
@@ -134,7 +158,46 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
         size = f"seq {r.resolution}" if is_text(r.model) else f"{r.resolution}px"  # a text model's length
         print(f"\n{r.model} ({size}): ", end="")
         _print_one(r)
-    return 0 if all(r.choice for r in recs) else 1
+    if answers:
+        from deepgap.commands.decode_view import answer_lines
+
+        print("\n" + "\n".join(answer_lines(dec)))
+    return 0 if ok else 1
+
+
+def _select_decode(tab, args: argparse.Namespace):
+    """The decode rows of the models, precisions and engines asked for (the forward rows' filters)."""
+    for col, text in (("model", args.model), ("precision", args.precision), ("engine", args.engine)):
+        if text and len(tab):
+            tab = tab[tab[col].isin([t.strip() for t in text.split(",") if t.strip()])]
+    return tab
+
+
+def _decode_json(a) -> dict:
+    """One decode answer as JSON: each goal's configuration and figures, or why there is none."""
+    from deepgap.analysis.decode_answer import GOALS, short
+
+    keep = (
+        "output_tokens_per_s",
+        "decode_tokens_per_s",
+        "tpot_median_ms",
+        "tpot_tail_ms",
+        "joules_per_token",
+    )
+    return {
+        "workload": "decode",
+        "platform": a.platform,
+        "model": a.model,
+        "input_len": a.input_len,
+        "output_len": a.output_len,
+        "choice": {
+            g: ({"configuration": short(r), **{k: r.get(k) for k in keep}} if r is not None else None)
+            for g, r in a.choice.items()
+        },
+        "objectives": {g: GOALS[g][2] for g in a.choice},
+        "missing": a.missing,
+        "excluded": a.excluded,
+    }
 
 
 def _select(agg, args: argparse.Namespace):

@@ -26,36 +26,105 @@ def _number(kind: type, flag: str):
     return lambda text: parse_number(text, kind, flag)
 
 
-# flag → (SweepSpec field, parser)
-_FLAGS = {
-    "models": ("models", parse_str_list),
-    "engines": ("engines", parse_str_list),
-    "precisions": ("precisions", parse_str_list),
-    "batch_sizes": ("batch_sizes", lambda t: parse_int_list(t, "batch-sizes")),
-    "memory_formats": ("memory_formats", parse_str_list),
-    "threads": ("threads", lambda t: parse_int_list(t, "threads")),
-    "device": ("device", str),
-    "resolution": ("resolution", _number(int, "resolution")),
-    "seq_lens": ("seq_lens", lambda t: parse_int_list(t, "seq-lens")),
-    "inputs": ("inputs", lambda t: parse_str_list(t, "--inputs")),
-    "workload": ("workload", str),
-    "input_lens": ("input_lens", lambda t: parse_int_list(t, "input-lens")),
-    "output_lens": ("output_lens", lambda t: parse_int_list(t, "output-lens")),
-    "warmup": ("warmup", _number(int, "warmup")),
-    "iterations": ("iterations", _number(int, "iterations")),
-    "repeats": ("repeats", _number(int, "repeats")),
-    "sweeps": ("sweeps", _number(int, "sweeps")),
-    "target_ci": ("target_ci", parse_percent),
-    "max_time": ("max_time_s", _number(float, "max-time")),
-    "min_time": ("min_time_s", _number(float, "min-time")),
-    "timeout": ("timeout_s", _number(float, "timeout")),
-    "weights": ("weights", str),
-    "seed": ("seed", _number(int, "seed")),
-    "energy_window": ("energy_window_s", _number(float, "energy-window")),
-    "dataset": ("dataset", str),
-    "accuracy_samples": ("accuracy_samples", _number(int, "accuracy-samples")),
-    "min_accuracy": ("min_accuracy", lambda t: _min_accuracy(t)),
+def _ints(flag: str):
+    return lambda text: parse_int_list(text, flag)
+
+
+_QUANTIZED = "/".join(quantized_names())
+# --flag-name (as flag_name) → (the SweepSpec field it sets, its parser, its help[, metavar]), in the
+# order `--help` lists them: what is measured, how each configuration is timed, what the run writes
+_GRID_FLAGS = {
+    "models": ("models", parse_str_list, "comma-separated, e.g. resnet18,resnet50 (deepgap list models)"),
+    "engines": ("engines", parse_str_list, "comma-separated, e.g. eager (deepgap list engines)"),
+    "precisions": ("precisions", parse_str_list, f"comma-separated: {','.join(PRECISIONS)}"),
+    "batch_sizes": ("batch_sizes", _ints("batch-sizes"), "comma-separated positive integers, e.g. 1,8,32"),
+    "memory_formats": ("memory_formats", parse_str_list, "nchw,channels_last"),
+    "threads": ("threads", _ints("threads"), "CPU thread counts to sweep, e.g. 1,2,4"),
+    "device": ("device", str, "auto | cpu | cuda | cuda:N"),
+    "resolution": (
+        "resolution",
+        _number(int, "resolution"),
+        "input height = width (default: the model's, 224)",
+    ),
+    "seq_lens": (
+        "seq_lens",
+        _ints("seq-lens"),
+        "text models' sequence lengths to sweep, e.g. 128,384 (default 128)",
+    ),
+    "inputs": (
+        "inputs",
+        lambda t: parse_str_list(t, "--inputs"),
+        f"input modes, each its own rows: {','.join(INPUT_MODES)} (int8 images resident in GPU "
+        "memory, MLPerf-like; quant engine) (default: default)",
+    ),
+    "workload": (
+        "workload",
+        str,
+        "forward (a timed forward pass; default) | decode (a Llama decoder's greedy generation: TTFT, "
+        "TPOT, tokens/s, J/token; docs/llm.md)",
+    ),
+    "input_lens": (
+        "input_lens",
+        _ints("input-lens"),
+        "decode: prompt tokens per sequence, e.g. 128,1024 (default 128)",
+    ),
+    "output_lens": (
+        "output_lens",
+        _ints("output-lens"),
+        "decode: generated tokens per sequence, e.g. 128 (default 128)",
+    ),
 }
+_PROTOCOL_FLAGS = {
+    "warmup": ("warmup", _number(int, "warmup"), "untimed iterations before timing (paper: 20)"),
+    "iterations": ("iterations", _number(int, "iterations"), "timed iterations per repeat (paper: 100)"),
+    "repeats": ("repeats", _number(int, "repeats"), "repeats per configuration (paper: 3)"),
+    "sweeps": ("sweeps", _number(int, "sweeps"), "passes over the whole batch sweep (paper: 10)"),
+    "target_ci": (
+        "target_ci",
+        parse_percent,
+        "adaptive: repeat until the median's 95%% CI is within this, e.g. 1%%; off = fixed count",
+    ),
+    "max_time": ("max_time_s", _number(float, "max-time"), "adaptive: seconds per configuration at most"),
+    "min_time": (
+        "min_time_s",
+        _number(float, "min-time"),
+        "minimum seconds of each pipelined window (energy needs ≥ 1 s)",
+    ),
+    "timeout": (
+        "timeout_s",
+        _number(float, "timeout"),
+        "seconds before a hung configuration is killed (default 900)",
+    ),
+    "weights": ("weights", str, "local state-dict file instead of random weights (one model)"),
+    "seed": ("seed", _number(int, "seed"), "seed of weights and inputs (default 0)"),
+    "dataset": (
+        "dataset",
+        str,
+        "labelled images (ImageFolder tree or CSV of path,label): top-1/top-5 per configuration, "
+        f"{_QUANTIZED} calibrated on a disjoint split",
+        "PATH",
+    ),
+    "accuracy_samples": (
+        "accuracy_samples",
+        _number(int, "accuracy-samples"),
+        "score N evaluation images of --dataset (default: all)",
+        "N",
+    ),
+    "min_accuracy": (
+        "min_accuracy",
+        lambda t: _min_accuracy(t),
+        f"top-1 relative to fp32 at least this, e.g. 99%% (default: 99%% for {_QUANTIZED}, MLPerf's rule)",
+        "PCT",
+    ),
+}
+_OUTPUT_FLAGS = {
+    "energy_window": (
+        "energy_window_s",
+        _number(float, "energy-window"),
+        "seconds each pipelined window lasts at least, with an energy counter (default 1)",
+    ),
+}
+_FLAGS = {**_GRID_FLAGS, **_PROTOCOL_FLAGS, **_OUTPUT_FLAGS}
 
 
 def _min_accuracy(text: str) -> float:
@@ -71,6 +140,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     add_session_arguments(p, SessionDefaults.of(SweepSpec, "the preset's; on for the default GPU grid"))
 
 
+def _add_flags(p: argparse.ArgumentParser, flags: dict[str, tuple]) -> None:
+    for name, (_field, _parse, text, *metavar) in flags.items():
+        p.add_argument("--" + name.replace("_", "-"), metavar=(metavar or [None])[0], help=text)
+
+
 def _grid_arguments(p: argparse.ArgumentParser) -> None:
     """What is measured: the grid's axes, its presets and file, the workload and its lengths."""
     p.add_argument(
@@ -78,59 +152,12 @@ def _grid_arguments(p: argparse.ArgumentParser) -> None:
         help="paper | gpu | transformers | cpu | quick (default: gpu grid with a GPU, else cpu grid)",
     )
     p.add_argument("--config", metavar="TOML", help="sweep file; flags override it")
-    p.add_argument("--models", help="comma-separated, e.g. resnet18,resnet50 (deepgap list models)")
-    p.add_argument("--engines", help="comma-separated, e.g. eager (deepgap list engines)")
-    p.add_argument("--precisions", help=f"comma-separated: {','.join(PRECISIONS)}")
-    p.add_argument("--batch-sizes", help="comma-separated positive integers, e.g. 1,8,32")
-    p.add_argument("--memory-formats", help="nchw,channels_last")
-    p.add_argument("--threads", help="CPU thread counts to sweep, e.g. 1,2,4")
-    p.add_argument("--device", help="auto | cpu | cuda | cuda:N")
-    p.add_argument("--resolution", help="input height = width (default: the model's, 224)")
-    p.add_argument("--seq-lens", help="text models' sequence lengths to sweep, e.g. 128,384 (default 128)")
-    p.add_argument(
-        "--inputs",
-        help=f"input modes, each its own rows: {','.join(INPUT_MODES)} (int8 images resident in GPU "
-        "memory, MLPerf-like; quant engine) (default: default)",
-    )
-    p.add_argument(
-        "--workload",
-        help="forward (a timed forward pass; default) | decode (a Llama decoder's greedy generation: TTFT, "
-        "TPOT, tokens/s, J/token; docs/llm.md)",
-    )
-    p.add_argument("--input-lens", help="decode: prompt tokens per sequence, e.g. 128,1024 (default 128)")
-    p.add_argument("--output-lens", help="decode: generated tokens per sequence, e.g. 128 (default 128)")
+    _add_flags(p, _GRID_FLAGS)
 
 
 def _protocol_arguments(p: argparse.ArgumentParser) -> None:
     """How each configuration is timed and checked: counts, adaptive stopping, weights, accuracy."""
-    p.add_argument("--warmup", help="untimed iterations before timing (paper: 20)")
-    p.add_argument("--iterations", help="timed iterations per repeat (paper: 100)")
-    p.add_argument("--repeats", help="repeats per configuration (paper: 3)")
-    p.add_argument("--sweeps", help="passes over the whole batch sweep (paper: 10)")
-    p.add_argument(
-        "--target-ci",
-        help="adaptive: repeat until the median's 95%% CI is within this, e.g. 1%%; off = fixed count",
-    )
-    p.add_argument("--max-time", help="adaptive: seconds per configuration at most")
-    p.add_argument("--min-time", help="minimum seconds of each pipelined window (energy needs ≥ 1 s)")
-    p.add_argument("--timeout", help="seconds before a hung configuration is killed (default 900)")
-    p.add_argument("--weights", help="local state-dict file instead of random weights (one model)")
-    p.add_argument("--seed", help="seed of weights and inputs (default 0)")
-    p.add_argument(
-        "--dataset",
-        metavar="PATH",
-        help="labelled images (ImageFolder tree or CSV of path,label): top-1/top-5 per configuration, "
-        f"{'/'.join(quantized_names())} calibrated on a disjoint split",
-    )
-    p.add_argument(
-        "--accuracy-samples", metavar="N", help="score N evaluation images of --dataset (default: all)"
-    )
-    p.add_argument(
-        "--min-accuracy",
-        metavar="PCT",
-        help=f"top-1 relative to fp32 at least this, e.g. 99%% (default: 99%% for "
-        f"{'/'.join(quantized_names())}, MLPerf's rule)",
-    )
+    _add_flags(p, _PROTOCOL_FLAGS)
     p.add_argument(
         "--include-transfer", action="store_true", help="time the host→device copy of pinned inputs"
     )
@@ -143,10 +170,7 @@ def _output_and_fleet_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="on a GPU, skip the host-CPU part (~1 min after the GPU's; docs/cpu-baseline.md)",
     )
-    p.add_argument(
-        "--energy-window",
-        help="seconds each pipelined window lasts at least, with an energy counter (default 1)",
-    )
+    _add_flags(p, _OUTPUT_FLAGS)
     p.add_argument(
         "--resume", nargs="?", const=True, metavar="RUN_ID", help="continue the last unfinished run"
     )
@@ -178,7 +202,7 @@ def build_spec(args: argparse.Namespace) -> SweepSpec:
         base = load_toml(args.config, base)
     changes = {
         field: parse(getattr(args, flag))
-        for flag, (field, parse) in _FLAGS.items()
+        for flag, (field, parse, *_help) in _FLAGS.items()
         if getattr(args, flag) is not None
     }
     changes.update(read_session_arguments(args).prelude.changes())  # the run session's flags
@@ -192,8 +216,6 @@ def build_spec(args: argparse.Namespace) -> SweepSpec:
         base = default_spec(has_gpu, os.cpu_count() or 1)
         if changes.get("workload") == "decode":  # the forward grid's engines and axes do not apply
             base = decode_defaults(base, has_gpu)
-    if changes.get("workload", base.workload) == "decode":
-        changes.setdefault("cpu_baseline", False)  # decode has no host-CPU part yet (issue 51, item 5)
     spec = base.overlay(**changes)  # an axis given as a flag replaces the preset's per-engine one too
     if args.seq_lens is not None:
         from deepgap.measure.models.inputs import check_seq_lens

@@ -24,9 +24,10 @@ import os
 import random
 
 from deepgap.core.records import ConfigSpec, spec_input_mode
+from deepgap.drive import presets
 from deepgap.drive.config import SweepSpec
 from deepgap.drive.presets import CPU_BASELINE_INT8_ENGINE, CPU_BASELINE_SCALING_MODEL, cpu_baseline_spec
-from deepgap.measure.llm_workload import lens_of
+from deepgap.measure.llm_workload import DEFAULT_INPUT_LEN, decoder_shape, lens_of
 from deepgap.measure.models import resolve_model
 from deepgap.measure.pairing import axes, check_pairs
 
@@ -41,8 +42,39 @@ def _ordered_union(lists) -> tuple:
 def expand(spec: SweepSpec, device: str) -> list[ConfigSpec]:
     """All configurations of ``spec`` on ``device`` (``auto`` resolved), then its host CPU's (`host_cpu`)."""
     out = _expand_device(spec, device)
-    if spec.cpu_baseline and device != "cpu" and spec.workload != "decode":
+    if spec.cpu_baseline and device != "cpu":
         out += [c for c in host_cpu(spec) if c not in out]
+    return out
+
+
+def host_cpu_decode(spec: SweepSpec) -> list[ConfigSpec]:
+    """The host-CPU part of a GPU decode sweep: fp32 eager decode of its small decoders (`presets`' bounds).
+
+    Decoders above `presets.CPU_DECODE_MAX_PARAMS` are left out (the views say so); the prompt is the
+    sweep's shortest, at most `presets.CPU_DECODE_MAX_INPUT` tokens, the output `presets.CPU_DECODE_OUTPUT`.
+    """
+    cores = int(cpu_baseline_spec(spec, os.cpu_count() or 1).cpu_cores or 1)
+    i = min(min(spec.input_lens or (DEFAULT_INPUT_LEN,)), presets.CPU_DECODE_MAX_INPUT)
+    o = presets.CPU_DECODE_OUTPUT
+    out = []
+    for model in spec.models:
+        shape = decoder_shape(model)
+        if shape is None or shape.params() > presets.CPU_DECODE_MAX_PARAMS or i + o > shape.max_positions:
+            continue
+        for bs in presets.CPU_DECODE_BATCHES:
+            out.append(
+                ConfigSpec(
+                    model=model,
+                    engine="eager",
+                    precision="fp32",
+                    batch_size=bs,
+                    device="cpu",
+                    threads=cores,
+                    resolution=i,
+                    input_len=i,
+                    output_len=o,
+                )
+            )
     return out
 
 
@@ -52,8 +84,11 @@ def host_cpu(spec: SweepSpec) -> list[ConfigSpec]:
     fp32 eager with all cores at the small batches, thread scaling of one model at batch 1 (ResNet-50 where
     the sweep has it), then int8 through ONNX Runtime (last: its export and quantization cost the most; where
     onnxruntime is not installed those rows are stored skipped, with that reason). Thread counts are
-    explicit (``spec.cpu_cores``, stored with the run), so ``--resume`` plans exactly the same keys.
+    explicit (``spec.cpu_cores``, stored with the run), so ``--resume`` plans exactly the same keys. A decode
+    sweep's host part is `host_cpu_decode`'s.
     """
+    if spec.workload == "decode":
+        return host_cpu_decode(spec)
     cpu = cpu_baseline_spec(spec, os.cpu_count() or 1)
     cores = int(cpu.cpu_cores or 1)
     out: list[ConfigSpec] = []

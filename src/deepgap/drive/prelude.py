@@ -66,6 +66,11 @@ class PreludeSettings:
                 check_range(name, given[name], low, high, flag, example, low_open=low_open)
 
 
+def prelude_fields(spec: Any) -> dict[str, Any]:
+    """The prelude's settings a spec holds, by field name (a `SweepSpec` and a `ServeSpec` name them alike)."""
+    return {f.name: getattr(spec, f.name) for f in fields(PreludeSettings)}
+
+
 class TelemetrySink(Protocol):
     """Where run-level rows go: the `deepgap.store.Store` itself, or `HeldRows` until its thread writes."""
 

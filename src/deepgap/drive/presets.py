@@ -22,8 +22,14 @@ def _grid(**kw: Any) -> SweepSpec:
     return SweepSpec(**kw)
 
 
-# the GPU grids' protocol: short adaptive repeats (each preset adds its thermal warm-up's bound)
+# what the GPU grids share: their engines, a thermal warm-up, and short adaptive repeats (the protocol)
 _GPU_PROTOCOL: dict[str, Any] = dict(warmup=10, iterations=10, repeats=2, target_ci=0.01, max_time_s=2.0)
+_GPU_GRID: dict[str, Any] = dict(
+    engines=("eager", "cudagraph", "compile-freeze", "quant"),
+    thermal_warmup=True,
+    thermal_timeout_s=120.0,
+    **_GPU_PROTOCOL,
+)
 
 PRESETS: dict[str, tuple[str, SweepSpec]] = {
     "paper": (
@@ -40,7 +46,6 @@ PRESETS: dict[str, tuple[str, SweepSpec]] = {
         "ORT int8, thread scaling; --no-cpu-baseline skips it); budgeted for ~10 min on one H100",
         _grid(
             models=("resnet18", "resnet50", "resnet101"),
-            engines=("eager", "cudagraph", "compile-freeze", "quant"),
             precisions=(
                 "fp32",
                 "fp16",
@@ -62,10 +67,8 @@ PRESETS: dict[str, tuple[str, SweepSpec]] = {
                 "quant": {"batch_sizes": (1, 256), "memory_formats": ("channels_last",)},
             },
             sweeps=2,
-            thermal_warmup=True,
-            thermal_timeout_s=120.0,
             cpu_baseline=True,
-            **_GPU_PROTOCOL,
+            **_GPU_GRID,
         ),
     ),
     "transformers": (
@@ -75,7 +78,6 @@ PRESETS: dict[str, tuple[str, SweepSpec]] = {
         "timed as a whole (its parts: results/h200/session17); docs/transformers.md",
         _grid(
             models=("bert-base", "bert-large", "vit_b_16"),
-            engines=("eager", "cudagraph", "compile-freeze", "quant"),
             precisions=("fp32", "fp16"),
             batch_sizes=(1, 64, 256),
             seq_lens=(128, 384),
@@ -85,9 +87,7 @@ PRESETS: dict[str, tuple[str, SweepSpec]] = {
                 "quant": {"precisions": ("fp8",), "batch_sizes": (1, 256)},
             },
             sweeps=1,
-            thermal_warmup=True,
-            thermal_timeout_s=120.0,
-            **_GPU_PROTOCOL,
+            **_GPU_GRID,
         ),
     ),
     "cpu": (
@@ -142,7 +142,8 @@ def default_spec(has_gpu: bool, cpu_count: int) -> SweepSpec:
 def decode_defaults(base: SweepSpec, has_gpu: bool) -> SweepSpec:
     """The device's default grid made a decode sweep: eager, bf16 on a GPU (fp32 on a CPU), batches 1, 8, 3 repeats.
 
-    Torch's default threads; the models stay the user's to name (a decoder, `llm_workload`).
+    Torch's default threads; the models stay the user's to name (a decoder, `llm_workload`). On a GPU the
+    grid's ``cpu_baseline`` stays on: the host CPU's decode after it (`cpu_baseline_spec`, `plan.host_cpu`).
     """
     return base.replace(
         engines=("eager",),
@@ -166,12 +167,40 @@ CPU_BASELINE_INT8_ENGINE = "onnxruntime"
 CPU_BASELINE_SCALING_MODEL = "resnet50"
 
 
+# The host-CPU part of a GPU decode sweep (issue 51, item 5): the sweep's decoders of at most 2B parameters
+# (the 1B shape; an 8B model in fp32 reads 32 GB per token, minutes per configuration on a CPU), fp32 eager
+# with all cores at batch 1 and 4, the sweep's shortest prompt (at most 64 tokens: the prefill is a CPU's
+# costly part) and 16 output tokens (15 decode steps: TPOT at these lengths is the weights' read), 1 warm-up
+# and 2 timed generations. About 1 min for the 1B shape on a 16-core host (docs/cpu-baseline.md).
+CPU_DECODE_BATCHES = (1, 4)
+CPU_DECODE_MAX_PARAMS = 2_000_000_000
+CPU_DECODE_MAX_INPUT = 64
+CPU_DECODE_OUTPUT = 16
+
+
 def cpu_baseline_spec(spec: SweepSpec, cpu_count: int) -> SweepSpec:
     """The sweep the host-CPU part of ``spec`` is measured with (its models, seed, weights and telemetry).
 
-    ``cpu_count``: the host's cores when ``spec.cpu_cores`` is unset (a spec not yet started).
+    ``cpu_count``: the host's cores when ``spec.cpu_cores`` is unset (a spec not yet started). A decode
+    sweep's host part is fp32 eager decode (`CPU_DECODE_BATCHES`), not the image grid's.
     """
     cores = spec.cpu_cores or cpu_count
+    if spec.workload == "decode":
+        return spec.replace(
+            device="cpu",
+            engines=("eager",),
+            precisions=("fp32",),
+            batch_sizes=CPU_DECODE_BATCHES,
+            threads=(cores,),
+            engine_axes={},
+            warmup=1,
+            repeats=2,
+            sweeps=1,
+            idle_s=0.0,
+            thermal_warmup=False,
+            cpu_baseline=False,
+            cpu_cores=cores,
+        )
     return spec.replace(
         device="cpu",
         engines=("eager", CPU_BASELINE_INT8_ENGINE),

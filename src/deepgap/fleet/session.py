@@ -20,6 +20,7 @@ result, with that node's fingerprint. Every result also carries its own node's f
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from deepgap.core.errors import UsageError
@@ -89,18 +90,30 @@ def fleet_events(on_event: Callable[[Event], None]) -> EventSink:
     return sink
 
 
-def fleet_launch(
-    devices: str | list[str] | None = None,
-    ray: str | None = None,
-    where: dict[str, str] | list[str] | None = None,
-    options: dict[str, Any] | None = None,
-) -> Launch:
+@dataclass(frozen=True)
+class Fleet:
+    """Where a fleet sweep runs: this host's GPUs (``devices``) or a Ray cluster (``ray``, ``where``).
+
+    All unset: a resumed run's stored settings. The launcher choice of the sweep's one plan (`fleet_launch`).
+    """
+
+    devices: str | list[str] | None = (
+        None  # "all", "cuda:0,cuda:1" or a list of names (`deepgap.fleet.devices`)
+    )
+    ray: str | None = None  # auto, local or a cluster address
+    where: dict[str, str] | list[str] | None = None  # {"gpu": "L4"} or ["gpu=L4"]: only nodes that match
+    every_card: bool = False  # every configuration on every device: the card-to-card spread (`scheduler`)
+    backend_options: dict[str, Any] = field(default_factory=dict)  # tests: runner_factory, retries …
+
+
+def fleet_launch(fleet: Fleet) -> Launch:
     """The fleet as the sweep's launcher (`deepgap.drive.sweep.Launch`): the backend and the plan on it."""
 
     def plan(sweep: SweepSpec, resumed: Resumed | None, done: set[str]) -> Plan[Any]:
-        fleet = resumed.row.get("env", {}).get("fleet") if resumed is not None else None
-        stored = fleet if isinstance(fleet, dict) else None
-        backend = make_backend(sweep, devices, ray, where, stored, **(options or {}))
+        saved = resumed.row.get("env", {}).get("fleet") if resumed is not None else None
+        stored = saved if isinstance(saved, dict) else None
+        options = {**fleet.backend_options, **({"every_card": True} if fleet.every_card else {})}
+        backend = make_backend(sweep, fleet.devices, fleet.ray, fleet.where, stored, **options)
         try:
             logical = backend.prepare(sweep, resumed is not None)
             if resumed is None:
@@ -129,35 +142,25 @@ def fleet_launch(
 def run_fleet(
     spec: SweepSpec | dict[str, Any] | str | None,
     store: str,
+    fleet: Fleet,
     resume: str | bool | None = None,
     on_event: Callable[[Event], None] = lambda e: None,
     command: str | None = None,
-    devices: str | list[str] | None = None,
-    ray: str | None = None,
-    where: dict[str, str] | list[str] | None = None,
-    backend_options: dict[str, Any] | None = None,
     log: Callable[[str], None] = lambda m: None,
-    every_card: bool = False,
 ) -> Results:
-    """Measure a sweep over several devices (``devices``) or a Ray cluster (``ray``) into ``store``.
+    """Measure a sweep over several devices or a Ray cluster (``fleet``) into ``store``.
 
     Args:
         spec: as for `deepgap.api.run`.
         store: the SQLite store; only this process writes it.
-        resume: True or a run id: continue that run, with its stored fleet settings unless
-            ``devices``/``ray``/``where`` are given again.
+        fleet: where it runs; a resumed run keeps its stored fleet settings unless ``devices``/``ray``/
+            ``where`` are given again, and its stored ``every_card``.
+        resume: True or a run id: continue that run.
         on_event: receives `FleetEvent` (an `Event` with ``lane``) before and after configurations.
         command: the command line, for the run's record.
-        devices: ``"all"``, ``"cuda:0,cuda:1"`` or a list of names (`deepgap.fleet.devices`).
-        ray: ``auto``, ``local`` or a cluster address.
-        where: ``{"gpu": "L4"}`` or ``["gpu=L4"]``: only nodes that match.
-        backend_options: extra keyword arguments for the backend (tests: ``runner_factory``,
-            ``retries``, ``infeasible_grace_s``).
         log: one-line messages about the run-level telemetry (idle baseline, thermal warm-up).
-        every_card: measure every configuration on every device of ``devices`` (the card-to-card
-            spread, `deepgap.fleet.scheduler`); a resumed run keeps its stored setting.
     """
-    options = {**(backend_options or {}), **({"every_card": True} if every_card else {})}
-    launch = fleet_launch(devices, ray, where, options)
     command = command or python_command()
-    return run_sweep(spec, store, resume, on_event, command, log, launch, FLEET, fleet_events(on_event))
+    return run_sweep(
+        spec, store, resume, on_event, command, log, fleet_launch(fleet), FLEET, fleet_events(on_event)
+    )

@@ -38,7 +38,7 @@ from deepgap.measure.engines import get_engine
 from deepgap.measure.protocol import MeasureRequest, StatusError
 from deepgap.measure.resident import resident_input
 from deepgap.measure.telemetry.session import MeasureTelemetry
-from deepgap.measure.timing import HostClock, run_protocol
+from deepgap.measure.timing import HostClock, ok_result, run_protocol
 from deepgap.measure.worker import WorkerState, failure, handles, inputs_for, nvml_used_bytes, true_peak
 
 
@@ -219,15 +219,9 @@ def _timed_result(req: MeasureRequest, facts: tuple, timings: Any, p: _Prepared,
     """The stored row of a timed configuration: latency and throughput with their spread, and details."""
     spec = req.spec
     flops, params, sha = facts
-    lat = stats.summarize(timings.pooled)
-    tput, tlo, thi = stats.throughput_from_latency(spec.batch_size, lat)
-    result = Result(
-        spec=spec,
-        status=Status.OK,
-        latency=lat,
-        throughput_ips=tput,
-        throughput_ci_low_ips=tlo,
-        throughput_ci_high_ips=thi,
+    result = ok_result(
+        spec,
+        timings.pooled,
         throughput_pipelined_ips=timings.window_throughput(spec.batch_size),
         n_repeats=len(timings.samples_s),
         warmup=req.protocol.warmup,

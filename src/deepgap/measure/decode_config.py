@@ -20,9 +20,11 @@ What is stored (`core.result_details.Decode`, and the results row's own columns)
 
 `LINEAR_SWAPS` is the hook for quantized weights: precision → a function that replaces the fp32
 decoder's ``nn.Linear`` layers on its device and returns it: fp8 and int8 through the quant engine's
-Linear path (`deepgap.measure.quant.linear`), activations scaled per token (a decode step's rows are its
-batch's tokens: the row amax is cheap there and needs no calibration), weights per output channel, the
-rest of the decoder in bf16.
+Linear path (`deepgap.measure.quant.linear`), weights per output channel, the rest of the decoder in bf16.
+A step of at most `WEIGHT_ONLY_ROWS` sequences keeps its activations in bf16 and reads the 8-bit weights
+through the weight-only GEMV (`deepgap.measure.quant.gemv`: at a small batch the step is bound by the
+weights' bytes); a larger batch and the prefill quantize activations per token (a row is a token: its
+amax is cheap and needs no calibration) for the tensor cores' 8-bit GEMM.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from deepgap.measure.llm_workload import CHECK_ROWS, CHECK_TOKENS, DECODE_ENGINE
 from deepgap.measure.models.llama_net import build_llama
 from deepgap.measure.protocol import MeasureRequest
 from deepgap.measure.telemetry.session import MeasureTelemetry
-from deepgap.measure.timing import HostClock
+from deepgap.measure.timing import HostClock, ok_result
 from deepgap.measure.worker import WorkerState, nvml_used_bytes, true_peak
 
 
@@ -57,11 +59,16 @@ def _quantized(precision: str) -> Callable[[torch.nn.Module], torch.nn.Module]:
         from deepgap.measure.quant.linear import LinearQuant
         from deepgap.measure.quant.transformer import quantize_linears
 
-        quantize_linears(model, LinearQuant(precision, "row"), out_dtype=torch.bfloat16)
+        how = LinearQuant(precision, "row", weight_only_rows=WEIGHT_ONLY_ROWS)
+        quantize_linears(model, how, out_dtype=torch.bfloat16)
         return model
 
     return swap
 
+
+# a decode step of at most this many sequences reads its 8-bit weights through the weight-only GEMV (bf16
+# activations, `deepgap.measure.quant.gemv`): bound by the weights' bytes, it needs no activation codes
+WEIGHT_ONLY_ROWS = 16
 
 # precision → fn(fp32 decoder on its device) -> the decoder with its Linear layers replaced (module doc)
 LINEAR_SWAPS: dict[str, Callable[[torch.nn.Module], torch.nn.Module]] = {
@@ -189,11 +196,12 @@ def _check(model, spec: ConfigSpec, seed: int, ref_logits) -> correctness.Agreem
 def _result(spec: ConfigSpec, req: MeasureRequest, model, r: DecodeResult, check, ref_tokens) -> Result:
     """The stored row: TPOT as its latency, decode tokens/s as its throughput, the `Decode` figures."""
     s = r.summary()
-    lat = stats.summarize(r.tpot_samples())
-    tput, tlo, thi = stats.throughput_from_latency(spec.batch_size, lat)
     itemsize = model.embed_tokens.weight.element_size()
     context = spec.input_len + (spec.output_len - 2) / 2  # the mean context of the decode steps
-    cost = decode_cost(model.shape, spec.batch_size, context, itemsize, model.cache.k[0].element_size())
+    linear = 1 if spec.precision in QUANT_PRECISIONS else itemsize  # 8-bit Linears: 1 byte per weight
+    cost = decode_cost(
+        model.shape, spec.batch_size, context, itemsize, model.cache.k[0].element_size(), linear
+    )
     k, n = _rows(spec)
     got = np.array([row[:n] for row in r.tokens[:k]])
     want = ref_tokens.numpy()
@@ -212,14 +220,10 @@ def _result(spec: ConfigSpec, req: MeasureRequest, model, r: DecodeResult, check
         token_agreement=float(same.mean()),
         first_mismatch=int(bad_cols[0]) if len(bad_cols) else None,
     )
-    weights = sum(p.numel() for p in model.parameters())
-    result = Result(
-        spec=spec,
-        status=Status.OK,
-        latency=lat,
-        throughput_ips=tput,
-        throughput_ci_low_ips=tlo,
-        throughput_ci_high_ips=thi,
+    weights = model.shape.params()  # an 8-bit Linear keeps its weights as buffers: count them from the shape
+    result = ok_result(
+        spec,
+        r.tpot_samples(),
         throughput_pipelined_ips=s["pipelined_decode_tok_s"],
         n_repeats=len(r.runs),
         warmup=decode.warmup_runs,

@@ -11,7 +11,8 @@ What is counted, per decode step at batch ``B`` with ``context`` tokens already 
 
 - **weights read**: every layer matrix and norm, the final norm and the head (``vocab × hidden``);
   the embedding table only for its ``B`` rows, unless it is the tied head (then it is the head);
-  all at ``weight_itemsize`` bytes (fp8 checkpoints that keep the head in bf16 read a little more);
+  the GEMM weights (projections, MLP, head) at ``linear_itemsize`` bytes (1 for fp8/int8 Linears),
+  the rest (norms, embedding rows) at ``weight_itemsize`` (bf16 beside 8-bit Linears);
 - **KV read and written**: ``B × (context + 1)`` tokens' K and V in every layer (the cache read, the
   new token written) at ``kv_itemsize`` bytes;
 - **FLOPs**: 2 per multiply-accumulate: ``2·B`` per GEMM weight (projections, MLP, head) and
@@ -83,15 +84,22 @@ def weights_read(shape: LlamaShape, batch: int) -> int:
 
 
 def decode_cost(
-    shape: LlamaShape, batch: int, context: int, weight_itemsize: float = 2, kv_itemsize: float | None = None
+    shape: LlamaShape,
+    batch: int,
+    context: float,
+    weight_itemsize: float = 2,
+    kv_itemsize: float | None = None,
+    linear_itemsize: float | None = None,
 ) -> StepCost:
     """One decode step at ``batch`` with ``context`` tokens in the cache (the module docstring's rules)."""
     kv_itemsize = weight_itemsize if kv_itemsize is None else kv_itemsize
+    linear_itemsize = weight_itemsize if linear_itemsize is None else linear_itemsize
     attended = context + 1
     attention = 4 * batch * shape.layers * shape.heads * shape.head_dim * attended
+    gemm = gemm_weights(shape)
     return StepCost(
         tokens=batch,
-        weight_bytes=weights_read(shape, batch) * weight_itemsize,
+        weight_bytes=gemm * linear_itemsize + (weights_read(shape, batch) - gemm) * weight_itemsize,
         kv_bytes=batch * attended * shape.kv_bytes_per_token(kv_itemsize),
         flops=2 * batch * gemm_weights(shape) + attention,
     )

@@ -6,7 +6,9 @@ Each returns a ``step(ids, position: int) -> logits`` for `deepgap.measure.llm_t
   positions written so far.
 - **static**: the position as a device tensor, attention over the whole cache with a mask. Every step
   has the same shapes and no host value, which is what compiling and graph capture need; it reads the
-  whole cache each step (``max_len`` rather than ``position + 1`` keys), so it is slower eager.
+  whole cache each step (``max_len`` rather than ``position + 1`` keys), so it is slower eager; on a GPU
+  in half precision its attention is `deepgap.measure.llm_attention`'s kernel, which reads only the
+  positions written (set here as the model's ``static_attention``).
 - **compile**: ``torch.compile`` of the static step (``mode`` as given; "max-autotune-no-cudagraphs"
   or "default" leave graphs to the next one).
 - **cuda-graph**: the static step (optionally compiled) captured once into a ``torch.cuda.CUDAGraph``
@@ -31,6 +33,12 @@ def make_step(model, kind: str, compile_mode: str = "max-autotune-no-cudagraphs"
         raise UsageError(f"unknown decode step {kind!r}", f"choose one of: {', '.join(STEPS)}")
     if kind == "eager":
         return model.decode_step
+    from deepgap.measure import llm_attention
+
+    # the static step's attention: the kernel that reads only the written positions, where it runs
+    model.static_attention = (
+        llm_attention.decode_attention if llm_attention.enabled(model.embed_tokens.weight) else None
+    )
     if kind == "static":
         return _StaticStep(model, model.decode_step)
     if kind == "compile":

@@ -9,7 +9,8 @@ tokens after a prompt of ``input_len`` tokens, at a batch of sequences (`deepgap
 **Engines.** A sweep's engine names map onto the decode steps of `deepgap.measure.llm_steps`; an engine
 without a line here has no decode path (ONNX Runtime and TensorRT take a forward pass of a fixed graph,
 not a cache that grows). The ``quant`` engine decodes with every Linear in fp8 or int8 (the quant
-engine's Linear path, `deepgap.measure.quant.linear`, activations scaled per token) as a CUDA graph.
+engine's Linear path, `deepgap.measure.quant.linear`: weight-only at a small batch, activations scaled per
+token above it), compiled and captured as one CUDA graph.
 
 **Precisions.** The floating-point ones, the model cast to the precision's dtype; and ``fp8``/``int8``
 for the ``quant`` engine only (`QUANT_PRECISIONS`): the worker's
@@ -23,7 +24,7 @@ from typing import Any
 
 from deepgap.core.errors import UsageError
 from deepgap.core.precision import PRECISIONS
-from deepgap.measure.models.llama_config import SHAPES, LlamaShape, check_run
+from deepgap.measure.models.llama_config import SHAPES, LlamaShape, check_run, is_config_path, shape_of
 
 WORKLOADS = ("forward", "decode")
 DEFAULT_INPUT_LEN = 128
@@ -53,13 +54,25 @@ DECODE_ENGINES: dict[str, DecodeStep] = {
     "cudagraph": DecodeStep("cuda-graph", None, cuda_only=True),
     # reduce-overhead is torch.compile with CUDA graphs: here the compiled step captured as one graph
     "compile-reduce-overhead": DecodeStep("cuda-graph", "default", cuda_only=True),
-    "quant": DecodeStep("cuda-graph", None, cuda_only=True, precisions=QUANT_PRECISIONS),
+    # compiled, so the norms, RoPE and the activations' quantization fuse around the 8-bit GEMMs, then one graph
+    "quant": DecodeStep("cuda-graph", "default", cuda_only=True, precisions=QUANT_PRECISIONS),
 }
 
 
 def decoder_shape(model: str) -> LlamaShape | None:
-    """The shape of a decoder model a sweep names (a registered Llama shape), else None."""
-    return SHAPES.get(model)
+    """The shape of a decoder model a sweep names (a registered Llama shape or a local config), else None.
+
+    A local HF ``config.json`` (or the folder holding it, `is_local_config`) is read here, so a missing or
+    malformed one is one `UsageError` line before anything runs (`llama_config.shape_of`).
+    """
+    if model in SHAPES:
+        return SHAPES[model]
+    return shape_of(model) if is_local_config(model) else None
+
+
+def is_local_config(model: str) -> bool:
+    """Whether a model name is a path to a local HF config (a ``.json`` file, a path, an existing folder)."""
+    return is_config_path(model)
 
 
 def check_decode(
@@ -106,7 +119,8 @@ def check_decode(
     # the KV cache's element: the precision's own, bf16 beside 8-bit Linears
     itemsize = max(2 if p in QUANT_PRECISIONS else PRECISIONS[p].itemsize for p in precisions)
     for m in models:
-        shape = SHAPES[m]
+        shape = decoder_shape(m)
+        assert shape is not None  # checked above
         for i in input_lens or (DEFAULT_INPUT_LEN,):
             for o in output_lens or (DEFAULT_OUTPUT_LEN,):
                 if i + o > shape.max_positions:
@@ -129,7 +143,7 @@ def check_workload(spec: Any) -> None:
     """A sweep's workload (a `deepgap.drive.config.SweepSpec`, read by its fields): known and consistent.
 
     Decode's axes only with decode; decode only where it can run (`check_decode`), and without the
-    forward-only settings (sequence lengths, input modes, transfer, a dataset, weights, the host CPU).
+    forward-only settings (sequence lengths, input modes, transfer, a dataset, weights).
     """
     if spec.workload not in WORKLOADS:
         raise UsageError(f"unknown workload {spec.workload!r}", f"choose from {', '.join(WORKLOADS)}")
@@ -145,7 +159,6 @@ def check_workload(spec: Any) -> None:
             ("--seq-lens", bool(spec.seq_lens)),
             ("--inputs", tuple(spec.inputs) != ("default",)),
             ("--include-transfer", spec.include_transfer),
-            ("the host-CPU part (cpu_baseline)", spec.cpu_baseline),
             ("--dataset", bool(spec.dataset)),
             ("--weights", bool(spec.weights)),
         )

@@ -13,10 +13,12 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
+from deepgap.core import stats
+from deepgap.core.records import ConfigSpec, Result, Status
 from deepgap.core.stats import median_ci_halfwidth_rel
 
 Step = Callable[[], object]
@@ -127,3 +129,21 @@ def run_protocol(
         out.ci_met = out.ci_halfwidth_rel <= protocol.target_ci
     out.elapsed_s = now() - t_start
     return out
+
+
+def ok_result(spec: ConfigSpec, latency_samples_s: Any, **fields: Any) -> Result:
+    """An OK row: the latency of ``latency_samples_s`` and the throughput (with its CI) it gives at the batch.
+
+    Image and decode configurations alike (`configuration`, `decode_config`); ``fields`` are the rest.
+    """
+    lat = stats.summarize(latency_samples_s)
+    tput, tlo, thi = stats.throughput_from_latency(spec.batch_size, lat)
+    return Result(
+        spec=spec,
+        status=Status.OK,
+        latency=lat,
+        throughput_ips=tput,
+        throughput_ci_low_ips=tlo,
+        throughput_ci_high_ips=thi,
+        **fields,
+    )

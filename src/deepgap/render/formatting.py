@@ -78,6 +78,11 @@ def num_cell(col: str, spec: str = ".3g", scale: float = 1.0, suffix: str = "") 
     return lambda r: fmt_num(None if r.get(col) is None else r.get(col) * scale, spec) + suffix
 
 
+def pct_cell(col: str, spec: str = ".0f") -> Callable[[Any], str]:
+    """A table column: the row's share ``col`` (0–1) as a percentage."""
+    return num_cell(col, spec, 100, "%")
+
+
 def fmt_ci(lo: Any, hi: Any, f=fmt_ips) -> str:
     """A 95% CI as ``[lo, hi]``."""
     return f"[{f(lo)}, {f(hi)}]" if _ok(lo) and _ok(hi) else "–"

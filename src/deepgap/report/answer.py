@@ -21,6 +21,7 @@ import pandas as pd
 
 from deepgap.analysis import mlperf, tails
 from deepgap.analysis.coverage import grid_gaps
+from deepgap.analysis.decode_section import answer_rows as decode_answer_rows
 from deepgap.analysis.frame import config_label
 from deepgap.analysis.host_cpu import HostCpuLine, Ratio, host_cpu_lines
 from deepgap.analysis.recommend import OBJECTIVES, recommend
@@ -58,44 +59,31 @@ def _numbers(row: dict[str, Any], objective: str) -> tuple[str, str, str]:
     """(headline number, its 95% CI, the other numbers) of one configuration for one objective."""
     ips, med = row.get("throughput_ips"), row.get("latency_median_s")
     tail = tails.from_row(row)  # a P99 only where n supports one, else "tail (max of n calls)"
-    p99, p99_name = tail.seconds, tail.short()
-    seq = int(_f(row.get("seq_len")) or 0)
-    if seq:  # a text model: tokens are the unit people read (analysis.tokens)
-        return _text_numbers(row, objective, seq)
-    if objective == "throughput":
-        ci = fmt_ci(row.get("throughput_ci_low_ips"), row.get("throughput_ci_high_ips"))
-        return f"{fmt_ips(ips)} img/s", ci, f"median {fmt_ms(med)} ms · {p99_name} {fmt_ms(p99)} ms"
+    tail_ms = f"{tail.short()} {fmt_ms(tail.seconds)} ms"
+    seq = int(_f(row.get("seq_len")) or 0)  # a text model: samples are sequences of this length
+    rate = f"{fmt_ips(ips)} seq/s at seq {seq}" if seq else f"{fmt_ips(ips)} img/s"
     if objective == "latency":
         ci = fmt_ci(row.get("latency_median_ci_low_s"), row.get("latency_median_ci_high_s"), fmt_ms)
-        return (
-            f"{fmt_ms(med)} ms",
-            ci + (" ms" if ci != "–" else ""),
-            f"{p99_name} {fmt_ms(p99)} ms · {fmt_ips(ips)} img/s",
-        )
+        return f"{fmt_ms(med)} ms", ci + (" ms" if ci != "–" else ""), f"{tail_ms} · {rate}"
+    if seq:  # tokens are the unit people read (analysis.tokens)
+        return _text_numbers(row, objective, rate)
+    if objective == "throughput":
+        ci = fmt_ci(row.get("throughput_ci_low_ips"), row.get("throughput_ci_high_ips"))
+        return rate, ci, f"median {fmt_ms(med)} ms · {tail_ms}"
     j = _f(row.get("joules_per_image"))
     return (
         f"{fmt_num(j * 1e3 if j is not None else None)} mJ/img",
         "–",
-        f"{fmt_num(row.get('ips_per_watt'))} img/s/W · {fmt_num(row.get('mean_power_w'))} W"
-        f" · {fmt_ips(ips)} img/s",
+        f"{fmt_num(row.get('ips_per_watt'))} img/s/W · {fmt_num(row.get('mean_power_w'))} W · {rate}",
     )
 
 
-def _text_numbers(row: dict[str, Any], objective: str, seq: int) -> tuple[str, str, str]:
-    """`_numbers` of a text model: tokens/s and mJ/token first, samples/s beside them."""
-    ips, med = row.get("throughput_ips"), row.get("latency_median_s")
-    tail = tails.from_row(row)  # a P99 only where n supports one, as for an image model
-    samples = f"{fmt_ips(ips)} seq/s at seq {seq}"
+def _text_numbers(row: dict[str, Any], objective: str, samples: str) -> tuple[str, str, str]:
+    """`_numbers` of a text model's throughput and energy: tokens/s and mJ/token first, ``samples``/s beside."""
     if objective == "throughput":
         ci = fmt_ci(row.get("tokens_ci_low_per_s"), row.get("tokens_ci_high_per_s"))
-        return f"{fmt_ips(row.get('tokens_per_s'))} tokens/s", ci, f"{samples} · median {fmt_ms(med)} ms"
-    if objective == "latency":
-        ci = fmt_ci(row.get("latency_median_ci_low_s"), row.get("latency_median_ci_high_s"), fmt_ms)
-        return (
-            f"{fmt_ms(med)} ms",
-            ci + (" ms" if ci != "–" else ""),
-            f"{tail.short()} {fmt_ms(tail.seconds)} ms · {samples}",
-        )
+        med = fmt_ms(row.get("latency_median_s"))
+        return f"{fmt_ips(row.get('tokens_per_s'))} tokens/s", ci, f"{samples} · median {med} ms"
     j, jt = _f(row.get("joules_per_image")), _f(row.get("joules_per_token"))
     return (
         f"{fmt_num(jt * 1e3 if jt is not None else None)} mJ/token",
@@ -197,13 +185,18 @@ def spread_columns(agg: pd.DataFrame) -> list[str]:
     return [c for c in agg.columns if "spread" in c or c.startswith("cv_") or c.endswith("_cv")]
 
 
-def answers(agg: pd.DataFrame, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+def answers(
+    agg: pd.DataFrame, df: pd.DataFrame, decode: pd.DataFrame | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The answer table (per platform, model, objective) and the how-sure table (per platform, model).
 
-    Recommendations come from `recommend` on each platform's configurations.
+    Recommendations come from `recommend` on each platform's configurations; ``decode`` (the decode
+    section's `deepgap.analysis.decode.decode_table`) adds the decoders' rows after them
+    (`deepgap.analysis.decode_section.answer_rows`).
     """
+    dec = decode_answer_rows(decode) if decode is not None and len(decode) else pd.DataFrame()
     if agg.empty:
-        return pd.DataFrame(), pd.DataFrame()
+        return dec, pd.DataFrame()
     acc = accuracy_by_result(df)
     spread = spread_columns(agg)
     rows, sure = [], []
@@ -263,7 +256,8 @@ def answers(agg: pd.DataFrame, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataF
                 rows.append({**host_cpu_row(line), "axis": _axis(msub, res)})
             rows += _resident_rows(platform, model, res, msub, acc)  # beside the answer, never as it
             sure.append(_how_sure(platform, model, res, msub, fail, spread, leads, missing))
-    return pd.DataFrame(rows), pd.DataFrame(sure)
+    forward = pd.DataFrame(rows)
+    return (pd.concat([forward, dec], ignore_index=True) if len(dec) else forward), pd.DataFrame(sure)
 
 
 def _resident_rows(

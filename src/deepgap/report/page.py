@@ -138,7 +138,7 @@ def _build(store_path: str, run_ids: list[str] | None, interactive: bool, store:
         rep.figures += parts.figures
         rep.table_specs.update(section.table_specs)
         rep.table_specs.update(parts.table_specs)
-    rep.answer_table, rep.how_sure = report_answer.answers(agg, df)
+    rep.answer_table, rep.how_sure = report_answer.answers(agg, df, rep.tables.get("decode"))
     rep.ratios = answer_ratios.cross_gpu_ratios(agg, pooled_samples_fn(store))
     if rep.interactive and not agg.empty:
         rep.filters = {

@@ -36,6 +36,21 @@ CLUSTER_COLORS = {
 MARKERS = "osD^vP*Xh<>p"
 
 
+@dataclass(frozen=True)
+class Frames:
+    """The stored frames a roofline figure reads, passed as one: what every function here takes.
+
+    ``results``: `Store.results_frame` rows; ``peaks``, ``profiles``, ``kernels``: `deepgap.roofline.storage`'s
+    frames; ``spec_row``: a `specs.spec_for` row (None: looked up from the frames' device name).
+    """
+
+    results: pd.DataFrame | None = None
+    peaks: pd.DataFrame | None = None
+    profiles: pd.DataFrame | None = None
+    kernels: pd.DataFrame | None = None
+    spec_row: dict[str, Any] | None = None
+
+
 def _figure(w: float = 7.5, h: float = 5.0, ncols: int = 1, nrows: int = 1):
     from matplotlib.figure import Figure
 
@@ -83,21 +98,15 @@ def _axes_labels(ax, title: str, xlabel: str) -> None:
     ax.grid(True, which="both", alpha=0.25)
 
 
-def roofline_points(
-    results_df: pd.DataFrame | None,
-    peaks_df: pd.DataFrame | None = None,
-    spec_row: dict[str, Any] | None = None,
-    profiles_df: pd.DataFrame | None = None,
-    bytes_model: str = "traffic",
-) -> list[tuple]:
+def roofline_points(f: Frames, bytes_model: str = "traffic") -> list[tuple]:
     """(model, precision, label, intensity, achieved TFLOP/s, kind) of every placeable configuration."""
     import numpy as np
 
     pts = []  # (model, precision, label, ai, tflops, marker-kind)
-    if results_df is not None and len(results_df):
-        ok = results_df[results_df["status"] == "ok"]
+    if f.results is not None and len(f.results):
+        ok = f.results[f.results["status"] == "ok"]
         if len(ok) and "intensity_flop_per_byte" not in ok:
-            ok = rm.add_roofline_columns(ok, peaks_df, spec_row, bytes_model)
+            ok = rm.add_roofline_columns(ok, f.peaks, f.spec_row, bytes_model)
         for _, r in ok.iterrows():
             pts.append(
                 (
@@ -109,8 +118,8 @@ def roofline_points(
                     "infer",
                 )
             )
-    if profiles_df is not None and len(profiles_df):
-        for _, r in profiles_df[profiles_df["status"] == "ok"].iterrows():
+    if f.profiles is not None and len(f.profiles):
+        for _, r in f.profiles[f.profiles["status"] == "ok"].iterrows():
             b = r["min_bytes_per_step"] if bytes_model == "min" else r["bytes_per_step"]
             pts.append(
                 (
@@ -125,51 +134,35 @@ def roofline_points(
     return [p for p in pts if p[3] == p[3] and p[4] == p[4] and p[3] > 0 and p[4] > 0]
 
 
-def roofline_ceilings(
-    pts: list[tuple],
-    results_df: pd.DataFrame | None,
-    peaks_df: pd.DataFrame | None = None,
-    spec_row: dict[str, Any] | None = None,
-    profiles_df: pd.DataFrame | None = None,
-) -> tuple[str | None, list[rm.Ceiling]]:
+def roofline_ceilings(pts: list[tuple], f: Frames) -> tuple[str | None, list[rm.Ceiling]]:
     """(device name, the ceilings of the points' precisions): the spec sheet's and, where measured, ours."""
-    frame = results_df if results_df is not None and len(results_df) else profiles_df
-    spec_row = _spec_for_frame(frame, spec_row)
+    frame = f.results if f.results is not None and len(f.results) else f.profiles
+    spec_row = _spec_for_frame(frame, f.spec_row)
     dev = (
         str(frame["device_name"].iloc[0])
         if frame is not None and "device_name" in frame and len(frame)
         else None
     )
     precs = sorted({p[1] for p in pts}, key=lambda x: rm.PRECISIONS.index(x) if x in rm.PRECISIONS else 99)
-    return dev, [c for p in precs for c in rm.ceilings(p, peaks_df, spec_row, dev)]
+    return dev, [c for p in precs for c in rm.ceilings(p, f.peaks, spec_row, dev)]
 
 
-def roofline_figure(
-    results_df: pd.DataFrame | None,
-    peaks_df: pd.DataFrame | None = None,
-    spec_row: dict[str, Any] | None = None,
-    *,
-    profiles_df: pd.DataFrame | None = None,
-    bytes_model: str = "traffic",
-    title: str | None = None,
-) -> Figure:
+def roofline_figure(f: Frames, *, bytes_model: str = "traffic", title: str | None = None) -> Figure:
     """Model-level roofline: every measured configuration at (intensity, achieved TFLOP/s) under its ceilings.
 
     Args:
-        results_df: ``Store.results_frame`` rows (inference); failed rows are ignored. Roofline columns are
-            added with `deepgap.roofline.model.add_roofline_columns` when missing.
-        peaks_df: `storage.peaks_frame` (measured ceilings), or None.
-        spec_row: a `specs.spec_for` row; None looks it up from the first row's ``device_name``.
-        profiles_df: `storage.profiles_frame` rows, drawn as triangles (training steps and profiled passes).
+        f: the frames: ``results`` (inference; failed rows are ignored, roofline columns are added with
+            `deepgap.roofline.model.add_roofline_columns` when missing), ``peaks`` (measured ceilings),
+            ``profiles`` (drawn as triangles: training steps and profiled passes).
         bytes_model: ``traffic`` (eager estimate) or ``min`` (lower bound) for the intensity axis.
         title: figure title.
     """
     fig, (ax,) = _figure()
-    pts = roofline_points(results_df, peaks_df, spec_row, profiles_df, bytes_model)
+    pts = roofline_points(f, bytes_model)
     if not pts:
         _unavailable(ax, "no successful configuration with FLOPs and bytes to place on a roofline")
         return fig
-    dev, ceilings = roofline_ceilings(pts, results_df, peaks_df, spec_row, profiles_df)
+    dev, ceilings = roofline_ceilings(pts, f)
     ais = [p[3] for p in pts] + [c.ridge_flop_per_byte for c in ceilings]
     _draw_ceilings(ax, ceilings, min(ais) / 3, max(ais) * 3)
     models = sorted({p[0] for p in pts})
@@ -239,20 +232,13 @@ class ClusterPanel:
     ceilings: list[rm.Ceiling]
 
 
-def cluster_panels(
-    kernels_df: pd.DataFrame | None,
-    peaks_df: pd.DataFrame | None = None,
-    spec_row: dict[str, Any] | None = None,
-    profiles_df: pd.DataFrame | None = None,
-    source: str = "torch",
-    max_panels: int = 6,
-) -> list[ClusterPanel]:
+def cluster_panels(f: Frames, source: str = "torch", max_panels: int = 6) -> list[ClusterPanel]:
     """The panels of `cluster_roofline_figure` (its arguments), at most ``max_panels``, one per profile."""
     from deepgap.roofline.trace import cluster_table
 
-    df = kernels_df[kernels_df["source"] == source] if kernels_df is not None and len(kernels_df) else None
+    df = f.kernels[f.kernels["source"] == source] if f.kernels is not None and len(f.kernels) else None
     pids = list(dict.fromkeys(df["profile_id"]))[:max_panels] if df is not None else []
-    prof = profiles_df.set_index("profile_id") if profiles_df is not None and len(profiles_df) else None
+    prof = f.profiles.set_index("profile_id") if f.profiles is not None and len(f.profiles) else None
     out = []
     for pid in pids:
         ct = cluster_table(df[df["profile_id"] == pid])
@@ -260,8 +246,8 @@ def cluster_panels(
         prec = row["precision"] if row is not None else "fp32"
         dev = row["device_name"] if row is not None and "device_name" in row else None
         srow = (
-            spec_row
-            if spec_row is not None
+            f.spec_row
+            if f.spec_row is not None
             else _spec_for_frame(prof.loc[[pid]].reset_index() if row is not None else None, None)
         )
         on = ct[(ct["intensity_flop_per_byte"] > 0) & (ct["achieved_tflops"] > 0)]
@@ -269,33 +255,23 @@ def cluster_panels(
         model = str(row["model"]) if row is not None else ""
         out.append(
             ClusterPanel(
-                title, model, str(prec), on, ct.drop(on.index), rm.ceilings(prec, peaks_df, srow, dev)
+                title, model, str(prec), on, ct.drop(on.index), rm.ceilings(prec, f.peaks, srow, dev)
             )
         )
     return out
 
 
-def cluster_roofline_figure(
-    kernels_df: pd.DataFrame | None,
-    peaks_df: pd.DataFrame | None = None,
-    spec_row: dict[str, Any] | None = None,
-    *,
-    profiles_df: pd.DataFrame | None = None,
-    source: str = "torch",
-    max_panels: int = 6,
-) -> Figure:
+def cluster_roofline_figure(f: Frames, *, source: str = "torch", max_panels: int = 6) -> Figure:
     """Kernel-cluster rooflines (the paper's Figs. 2–4): a panel per profile, point size ∝ share of GPU time.
 
     Args:
-        kernels_df: `storage.kernels_frame` rows (per kernel name, per step).
-        peaks_df: measured ceilings, or None.
-        spec_row: spec-sheet row, or None (looked up from ``profiles_df``'s device name).
-        profiles_df: `storage.profiles_frame`, for panel titles, precisions and device names.
+        f: the frames: ``kernels`` (per kernel name, per step), ``peaks`` (measured ceilings),
+            ``profiles`` (panel titles, precisions and device names).
         source: ``torch`` (FLOPs attributed from the op counter; elementwise estimate included) or ``ncu``
             (CUDA-core FLOPs and DRAM bytes from Nsight Compute counters).
         max_panels: at most this many profiles.
     """
-    panels = cluster_panels(kernels_df, peaks_df, spec_row, profiles_df, source, max_panels)
+    panels = cluster_panels(f, source, max_panels)
     if not panels:
         fig, (ax,) = _figure()
         _unavailable(

@@ -14,26 +14,19 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from deepgap.render.plotly_spec import axis_refs, axis_style, log_ticks, rounded, spec
-from deepgap.roofline.figures import PREC_COLORS, roofline_ceilings, roofline_points
+from deepgap.roofline.figures import PREC_COLORS, Frames, roofline_ceilings, roofline_points
 
 PLOTLY_MARKERS = ("circle", "square", "diamond", "triangle-up", "triangle-down", "cross", "star", "x")
 
 
-def roofline_spec(
-    results_df: pd.DataFrame | None,
-    peaks_df: pd.DataFrame | None = None,
-    *,
-    profiles_df: pd.DataFrame | None = None,
-    bytes_model: str = "traffic",
-) -> dict[str, Any] | None:
+def roofline_spec(f: Frames, *, bytes_model: str = "traffic") -> dict[str, Any] | None:
     """The plotly spec of `figures.roofline_figure`'s points and ceilings, or None with nothing to place."""
-    pts = roofline_points(results_df, peaks_df, None, profiles_df, bytes_model)
+    pts = roofline_points(f, bytes_model)
     if not pts:
         return None
-    dev, ceilings = roofline_ceilings(pts, results_df, peaks_df, None, profiles_df)
+    dev, ceilings = roofline_ceilings(pts, f)
     ais = [p[3] for p in pts] + [c.ridge_flop_per_byte for c in ceilings]
     xs = np.logspace(np.log10(min(ais) / 3), np.log10(max(ais) * 3), 60)
     xr, yr, xk, yk = axis_refs(0)
@@ -122,13 +115,7 @@ def _ceiling_traces(ceilings: list, xs: Any, xr: str, yr: str, shown: set[str]) 
     return out
 
 
-def cluster_roofline_spec(
-    kernels_df: pd.DataFrame | None,
-    peaks_df: pd.DataFrame | None = None,
-    *,
-    profiles_df: pd.DataFrame | None = None,
-    source: str = "torch",
-) -> dict[str, Any] | None:
+def cluster_roofline_spec(f: Frames, *, source: str = "torch") -> dict[str, Any] | None:
     """The plotly spec of `figures.cluster_roofline_figure`: a panel per profile, hover a cluster for its numbers.
 
     Why: the PNG's 6-point legends and labels were unreadable at the page's width; here each cluster names
@@ -138,7 +125,7 @@ def cluster_roofline_spec(
     """
     from deepgap.roofline.figures import cluster_panels, not_plotted
 
-    panels = [p for p in cluster_panels(kernels_df, peaks_df, None, profiles_df, source) if len(p.on)]
+    panels = [p for p in cluster_panels(f, source) if len(p.on)]
     if not panels:
         return None
     traces: list[dict[str, Any]] = []

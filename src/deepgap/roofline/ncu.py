@@ -221,19 +221,10 @@ def kernel_metrics_table(df: pd.DataFrame, steps: int = 1) -> pd.DataFrame:
     import pandas as pd
 
     from deepgap.roofline.cluster import classify, short_name
+    from deepgap.roofline.trace import KERNEL_COLUMNS
 
-    if df is None or len(df) == 0:
-        return pd.DataFrame(
-            columns=[
-                "name",
-                "short_name",
-                "cluster",
-                "launches_per_step",
-                "time_per_step_s",
-                "flops_per_step",
-                "bytes_per_step",
-            ]
-        )
+    if df is None or len(df) == 0:  # the trace's per-kernel columns, less what ncu does not split out
+        return pd.DataFrame(columns=[c for c in KERNEL_COLUMNS if c not in ("ew_flops_per_step", "ops")])
     op = "smsp__sass_thread_inst_executed_op_{}_pred_on.sum"
     work = pd.DataFrame(
         {

@@ -10,7 +10,7 @@ import os
 import sys
 
 from deepgap.roofline import model as rm
-from deepgap.roofline.figures import cluster_roofline_figure, roofline_figure
+from deepgap.roofline.figures import Frames, cluster_roofline_figure, roofline_figure
 from deepgap.roofline.figures_paper import (
     paper_reference_table,
     paper_roofline_figure,
@@ -45,20 +45,19 @@ def render_all(store_path: str, out_dir: str) -> list[str]:
         df.to_csv(p, index=False)
         paths.append(p)
 
+    clusters = Frames(peaks=peaks, profiles=profiles, kernels=kernels)
     infer_profiles = profiles[profiles["mode"] == "infer"] if len(profiles) else profiles
     train_profiles = profiles[profiles["mode"] == "train"] if len(profiles) else profiles
     save_fig(
-        roofline_figure(results, peaks, profiles_df=infer_profiles, title="Inference roofline"),
+        roofline_figure(Frames(results, peaks, infer_profiles), title="Inference roofline"),
         "roofline_inference.png",
     )
     save_fig(
-        roofline_figure(None, peaks, profiles_df=train_profiles, title="Training-step roofline"),
+        roofline_figure(Frames(None, peaks, train_profiles), title="Training-step roofline"),
         "roofline_train.png",
     )
-    save_fig(
-        cluster_roofline_figure(kernels, peaks, profiles_df=profiles, source="torch"), "clusters_torch.png"
-    )
-    save_fig(cluster_roofline_figure(kernels, peaks, profiles_df=profiles, source="ncu"), "clusters_ncu.png")
+    save_fig(cluster_roofline_figure(clusters, source="torch"), "clusters_torch.png")
+    save_fig(cluster_roofline_figure(clusters, source="ncu"), "clusters_ncu.png")
     save_fig(paper_roofline_figure(), "paper_roofline.png")
     save_csv(theoretical_vs_measured(profiles, results, peaks), "theoretical_vs_measured.csv")
     save_csv(peaks.drop(columns=["details"], errors="ignore"), "peaks.csv")

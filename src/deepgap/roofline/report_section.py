@@ -142,28 +142,30 @@ def _measured_figures(placed, peaks, profiles, kernels, interactive: bool) -> li
 
     infer = profiles[profiles["mode"] == "infer"] if len(profiles) else profiles
     train = profiles[profiles["mode"] == "train"] if len(profiles) else profiles
+    inference, training = rf.Frames(placed, peaks, infer), rf.Frames(None, peaks, train)
+    clusters = rf.Frames(peaks=peaks, profiles=profiles, kernels=kernels)
     figs = [
         pending_figure(
             "fig_roofline_inference",
             "Inference roofline",
             "Every measured configuration at its arithmetic intensity and achieved TFLOP/s, under the device's "
             "spec-sheet ceilings and, where `deepgap peaks` ran, its measured ones.",
-            lambda: rf.roofline_figure(placed, peaks, profiles_df=infer, title="Inference roofline"),
+            lambda: rf.roofline_figure(inference, title="Inference roofline"),
         ),
     ]
     if interactive:  # every point hoverable (an interactive page then draws no PNG of it)
-        figs[0].attach_plotly(lambda: ri.roofline_spec(placed, peaks, profiles_df=infer))
+        figs[0].attach_plotly(lambda: ri.roofline_spec(inference))
     if len(train):
         figs.append(
             pending_figure(
                 "fig_roofline_train",
                 "Training-step roofline",
                 "Forward + backward + optimizer step (deepgap profile --mode train).",
-                lambda: rf.roofline_figure(None, peaks, profiles_df=train, title="Training-step roofline"),
+                lambda: rf.roofline_figure(training, title="Training-step roofline"),
             )
         )
         if interactive:
-            figs[-1].attach_plotly(lambda: ri.roofline_spec(None, peaks, profiles_df=train))
+            figs[-1].attach_plotly(lambda: ri.roofline_spec(training))
     if kernels is not None and len(kernels):
         figs.append(
             pending_figure(
@@ -172,11 +174,9 @@ def _measured_figures(placed, peaks, profiles, kernels, interactive: bool) -> li
                 "Per profile, the kernels grouped into clusters (convolution, GEMM, elementwise, "
                 "normalization, pooling, copy) at their attributed FLOPs and bytes; marker area: the "
                 "cluster's share of the step's time.",
-                lambda: rf.cluster_roofline_figure(kernels, peaks, profiles_df=profiles, source="torch"),
+                lambda: rf.cluster_roofline_figure(clusters, source="torch"),
             )
         )
         if interactive:
-            figs[-1].attach_plotly(
-                lambda: ri.cluster_roofline_spec(kernels, peaks, profiles_df=profiles, source="torch")
-            )
+            figs[-1].attach_plotly(lambda: ri.cluster_roofline_spec(clusters, source="torch"))
     return figs

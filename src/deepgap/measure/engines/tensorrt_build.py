@@ -71,6 +71,19 @@ def workspace_bytes(options: dict[str, Any] | None = None) -> int:
     return int(gib * (1 << 30))
 
 
+def _artifact_parts(
+    artifact: str, model: str, resolution: int, weights_sha: str, trt_version: str
+) -> dict[str, Any]:
+    """What every TensorRT artifact depends on: the model, its input size and weights, TensorRT's version."""
+    return {
+        "artifact": artifact,
+        "model": model,
+        "resolution": resolution,
+        "weights": weights_sha,
+        "tensorrt": trt_version,
+    }
+
+
 def engine_parts(
     model: str,
     resolution: int,
@@ -85,15 +98,11 @@ def engine_parts(
 ) -> dict[str, Any]:
     """The engine cache's key: everything that changes the serialized engine."""
     return {
-        "artifact": "tensorrt-engine",
-        "model": model,
-        "resolution": resolution,
-        "weights": weights_sha,
+        **_artifact_parts("tensorrt-engine", model, resolution, weights_sha, trt_version),
         "precision": precision,
         "profile": list(profile),
         "gpu": gpu_name,
         "compute_capability": f"{compute_capability[0]}.{compute_capability[1]}",
-        "tensorrt": trt_version,
         "calibration": calibration if precision == "int8" else None,
         "workspace_bytes": workspace,
     }
@@ -103,16 +112,8 @@ def calibration_cache_parts(
     model: str, resolution: int, weights_sha: str, calibration: str, trt_version: str, batch: int
 ) -> dict[str, Any]:
     """The calibration table's key (a table is portable across GPUs, not across TensorRT versions)."""
-    return {
-        "artifact": "tensorrt-calibration",
-        "model": model,
-        "resolution": resolution,
-        "weights": weights_sha,
-        "calibration": calibration,
-        "tensorrt": trt_version,
-        "algorithm": "entropy2",
-        "batch": batch,
-    }
+    parts = _artifact_parts("tensorrt-calibration", model, resolution, weights_sha, trt_version)
+    return {**parts, "calibration": calibration, "algorithm": "entropy2", "batch": batch}
 
 
 def calibration_batches(calib, batch: int) -> list[Any]:

@@ -129,41 +129,35 @@ def _compile_counters(counters) -> dict[str, Any]:
     }
 
 
-@ENGINES.register("compile")
-class CompileDefault(CompileEngine):
-    """torch.compile, default mode."""
-
-    name = "compile"
-    description = "torch.compile (Inductor), default mode; compile time stored as engine_info.compile_s"
-
-
-@ENGINES.register("compile-max-autotune")
-class CompileMaxAutotune(CompileEngine):
-    """torch.compile, max-autotune-no-cudagraphs."""
-
-    name = "compile-max-autotune"
-    description = (
-        "torch.compile mode=max-autotune-no-cudagraphs (autotuned GEMM/conv templates; minutes to compile)"
-    )
-    mode = "max-autotune-no-cudagraphs"
-
-
-@ENGINES.register("compile-reduce-overhead")
-class CompileReduceOverhead(CompileEngine):
-    """torch.compile, reduce-overhead (CUDA graphs)."""
-
-    name = "compile-reduce-overhead"
-    description = "torch.compile mode=reduce-overhead (CUDA graphs on a GPU)"
-    mode = "reduce-overhead"
-
-
-@ENGINES.register("compile-freeze")
-class CompileFreeze(CompileEngine):
-    """torch.compile, reduce-overhead with Inductor freezing."""
-
-    name = "compile-freeze"
-    description = (
-        "torch.compile mode=reduce-overhead + Inductor freezing (weights as constants, conv-BN folded)"
-    )
-    mode = "reduce-overhead"
-    freezing = True
+# registered name → (mode, freezing, description): one engine per mode, alike but for these (module docstring)
+_MODES = {
+    "compile": (
+        None,
+        False,
+        "torch.compile (Inductor), default mode; compile time stored as engine_info.compile_s",
+    ),
+    "compile-max-autotune": (
+        "max-autotune-no-cudagraphs",
+        False,
+        "torch.compile mode=max-autotune-no-cudagraphs (autotuned GEMM/conv templates; minutes to compile)",
+    ),
+    "compile-reduce-overhead": (
+        "reduce-overhead",
+        False,
+        "torch.compile mode=reduce-overhead (CUDA graphs on a GPU)",
+    ),
+    "compile-freeze": (
+        "reduce-overhead",
+        True,
+        "torch.compile mode=reduce-overhead + Inductor freezing (weights as constants, conv-BN folded)",
+    ),
+}
+for _name, (_mode, _freezing, _description) in _MODES.items():
+    _fields = {
+        "name": _name,
+        "mode": _mode,
+        "freezing": _freezing,
+        "description": _description,
+        "__module__": __name__,
+    }
+    ENGINES.add(_name, type(f"CompileEngine[{_name}]", (CompileEngine,), _fields))

@@ -133,15 +133,23 @@ SHAPES: dict[str, LlamaShape] = {
 }
 
 
+def is_config_path(source: str) -> bool:
+    """Whether ``source`` names a local HF config rather than a shape: a path, a ``.json`` file, a folder."""
+    return source not in SHAPES and (os.sep in source or source.endswith(".json") or os.path.isdir(source))
+
+
 def shape_of(source: str) -> LlamaShape:
     """A named shape, or the shape in a local HF ``config.json`` (a file or the folder holding it)."""
     if source in SHAPES:
         return SHAPES[source]
-    if not (os.sep in source or source.endswith(".json") or os.path.isdir(source)):
+    if not is_config_path(source):
         raise UsageError(
             f"unknown Llama shape {source!r}",
             f"choose one of: {', '.join(SHAPES)}, or pass a path to a local config.json",
         )
+    from deepgap.store.paths import check_input_path  # never a FIFO, device or /proc file
+
+    check_input_path(source, "config file", "pass a local HF config.json or the folder holding it")
     path = os.path.join(source, "config.json") if os.path.isdir(source) else source
     if not os.path.isfile(path):
         raise UsageError(f"config file {path!r} does not exist", "pass a local HF config.json or its folder")

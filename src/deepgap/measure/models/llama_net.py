@@ -13,8 +13,10 @@ head_dim]`` K and V per layer in the model's dtype and device, so no step alloca
 step's shapes never change. ``prefill(ids)`` fills positions ``0..S-1`` and returns the next-token
 logits; ``decode_step(ids, position)`` writes one position and returns the next logits. A Python int
 ``position`` attends over the cache's first ``position + 1`` entries (eager: reads only what is
-there); a tensor ``position`` attends over the whole cache with a mask (static shapes, so
-torch.compile and a CUDA graph can capture the step once and replay it at every position).
+there); a tensor ``position`` keeps every shape static, so torch.compile and a CUDA graph can capture the
+step once and replay it at every position: its attention is SDPA over the whole cache with a mask, or
+the kernel the worker plugs into ``static_attention`` (`deepgap.measure.llm_steps` does, on a GPU in half
+precision: `deepgap.measure.llm_attention` reads the cache only up to the position on the device).
 
 This module imports torch at the top; `deepgap.measure.models.llama` (the registry rows) imports it only to
 build. `build_llama` builds a named shape, a `LlamaShape` or a local HF folder.
@@ -102,6 +104,9 @@ class Llama(nn.Module):
         self.norm = RMSNorm(shape.hidden, shape.rms_eps)
         self.lm_head = nn.Linear(shape.hidden, shape.vocab, bias=False)
         self.cache: StaticKVCache | None = None
+        # the static step's attention ``fn(q, k, v, pos)`` where the worker plugs one in
+        # (`deepgap.measure.llm_steps`: `deepgap.measure.llm_attention` on a GPU); None: SDPA over the masked cache
+        self.static_attention = None
         # fp32 angles kept off the module's buffers: `.half()` must not round them (HF keeps them fp32 too)
         self.inv_freq = torch.tensor(inv_frequencies(shape), dtype=torch.float32)
         if self.embed_tokens.weight.device.type != "meta":
@@ -139,7 +144,9 @@ class Llama(nn.Module):
         x = self.embed_tokens(ids)
         cos, sin = self.angles(positions, x.dtype)
         for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, None if pos is None else _LayerCache(self.cache, i), pos)
+            x = layer(
+                x, cos, sin, None if pos is None else _LayerCache(self.cache, i, self.static_attention), pos
+            )
         return self.norm(x)
 
     def forward(self, ids, all_logits: bool = False):
@@ -277,8 +284,8 @@ class SlotPositions:
 class _LayerCache:
     """One layer's view of the cache: writes this step's K and V, attends over what is written."""
 
-    def __init__(self, cache: StaticKVCache, i: int) -> None:
-        self.k, self.v, self.cache = cache.k[i], cache.v[i], cache
+    def __init__(self, cache: StaticKVCache, i: int, attention=None) -> None:
+        self.k, self.v, self.cache, self.attention = cache.k[i], cache.v[i], cache, attention
 
     def attend(self, q, k, v, pos):
         """Write ``k``, ``v`` from ``pos`` on; attend ``q`` causally over everything written so far."""
@@ -297,6 +304,8 @@ class _LayerCache:
         # a tensor position: static shapes, the whole cache with the positions after `pos` masked
         self.k.index_copy_(2, pos, k)
         self.v.index_copy_(2, pos, v)
+        if s == 1 and self.attention is not None:  # the worker's kernel (`Llama.static_attention`)
+            return self.attention(q, self.k, self.v, pos)
         return _one_token(q, self.k, self.v, (self.cache.positions <= pos)[None, :])
 
     def _attend_slots(self, q, k, v, pos):
@@ -356,5 +365,10 @@ def build_llama(
 
 
 def weight_bytes(model: torch.nn.Module) -> int:
-    """Bytes of the model's parameters as stored (a tied head counted once)."""
-    return sum(p.numel() * p.element_size() for p in model.parameters())
+    """Bytes of the model's weights as stored: parameters (a tied head once) and buffers.
+
+    Buffers count because an 8-bit Linear (`deepgap.measure.quant.linear.QuantLinear`) keeps its codes and
+    scales as buffers, not parameters; the KV cache and the RoPE angles are neither.
+    """
+    tensors = [*model.parameters(), *model.buffers()]
+    return sum(t.numel() * t.element_size() for t in tensors)

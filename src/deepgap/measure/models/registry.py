@@ -81,4 +81,24 @@ def resolve_model(name: str) -> ModelEntry:
             return timm.create_model(timm_name, pretrained=False)
 
         return ModelEntry(build=build, family="timm", description=f"timm {timm_name}")
+    if name not in MODELS:
+        from deepgap.measure.models.llama_config import is_config_path, shape_of
+
+        if is_config_path(name):  # a local HF Llama config.json: its decoder, random weights (issue 51)
+            shape = shape_of(name)
+            return ModelEntry(
+                build=lambda resolution: _build_llama(name),
+                family="llm",
+                default_resolution=min(128, shape.max_positions),
+                description=shape.describe(),
+                num_classes=shape.vocab,
+                vocab_size=shape.vocab,
+                max_seq_len=shape.max_positions,
+            )
     return MODELS.get(name)
+
+
+def _build_llama(source: str) -> Any:
+    from deepgap.measure.models.llama_net import build_llama
+
+    return build_llama(source)

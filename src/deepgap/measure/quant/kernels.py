@@ -33,7 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
-from deepgap.measure.quant.launch import INT32_LIMIT, check, check_vec, launcher
+from deepgap.measure.quant.launch import INT32_LIMIT, check, check_vec, launcher, out_size
 
 OUT_KIND = {"int8": 0, "fp8": 1, "fp16": 2}
 MAGIC = tl.constexpr(
@@ -285,8 +285,7 @@ def conv_gemm(
 
     nb, h, wd = nhw
     c, n = _check_conv_inputs(x, nhw, w, ksize, out_fmt, cfg)
-    oh = (h + 2 * padding - ksize) // stride + 1
-    ow = (wd + 2 * padding - ksize) // stride + 1
+    oh, ow = out_size(h, ksize, stride, padding), out_size(wd, ksize, stride, padding)
     m = nb * oh * ow
     check(m > 0, f"empty output for input {nb}×{h}×{wd}, k={ksize}, stride={stride}, padding={padding}")
     check_vec("alpha", alpha, n, x.device)

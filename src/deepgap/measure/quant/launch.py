@@ -150,6 +150,11 @@ def launcher(kernel, device: torch.device):
     return _WithOptions(kernel, extra) if extra else kernel
 
 
+def out_size(n: int, k: int, s: int, p: int) -> int:
+    """A convolution's or pooling window's output size along one axis: ``n`` in, kernel ``k``, stride, padding."""
+    return (n + 2 * p - k) // s + 1
+
+
 def check(cond: bool, msg: str) -> None:
     """A launch argument's check: ``ValueError(msg)`` unless ``cond``."""
     if not cond:

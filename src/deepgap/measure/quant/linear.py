@@ -48,6 +48,9 @@ class LinearQuant:
     act_amax: float | None = None  # the calibrated input range; a static QuantLinear needs it
     weight_scale: str = "channel"  # channel | tensor
     fast_accum: bool = False  # fp8 only: accumulate without fp32 promotion
+    # inputs of at most this many rows stay bf16 and meet the 8-bit weights in `gemv.fp8_gemv` (weight-only:
+    # a decode step at a small batch is bound by reading the weights, not by the arithmetic); 0: never
+    weight_only_rows: int = 0
 
     def __post_init__(self) -> None:
         if self.precision not in QMAX:
@@ -56,6 +59,8 @@ class LinearQuant:
             raise ValueError(f"act_scale must be one of {ACT_SCALES}; got {self.act_scale!r}")
         if self.weight_scale not in WEIGHT_SCALES:
             raise ValueError(f"weight_scale must be one of {WEIGHT_SCALES}; got {self.weight_scale!r}")
+        if not 0 <= self.weight_only_rows <= 16:
+            raise ValueError(f"weight_only_rows must be 0 to 16; got {self.weight_only_rows}")
 
 
 def quantizable(linear: nn.Linear) -> bool:
@@ -99,7 +104,10 @@ class QuantLinear(nn.Module):
         # stored as (K, N) column-major, the layout both kernels want for their second operand
         self.register_buffer("weight_t", codes.t())
         self.register_buffer("w_scale", w_scale.t().contiguous())  # (1, N) or a scalar
+        # the same scales as one per output channel (N,), as the weight-only GEMV takes them
+        self.register_buffer("w_scale_n", w_scale.reshape(-1).expand(self.out_features).contiguous())
         bias = linear.bias.detach() if linear.bias is not None else torch.zeros(self.out_features)
+        self.has_bias = linear.bias is not None
         self.register_buffer("bias", bias.to(device=w.device, dtype=out_dtype))
         amax = how.act_amax if how.act_scale == "static" else 1.0
         scale = torch.tensor(amax / QMAX[how.precision], dtype=torch.float32, device=w.device)
@@ -118,9 +126,16 @@ class QuantLinear(nn.Module):
         scale = row_scales(x2, self.how.precision) if row else self.act_scale  # (M, 1) or a scalar
         return quantize_codes(x2, scale, self.how.precision), scale
 
+    def weight_only(self, x2: torch.Tensor) -> bool:
+        """Whether these rows take the weight-only path (`LinearQuant.weight_only_rows`)."""
+        return x2.shape[0] <= self.how.weight_only_rows and not self.takes_codes
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
+        if self.weight_only(x2):
+            y = self._weight_only(x2) if self.fast else self._dequantized(x2.to(torch.bfloat16), 1.0)
+            return y.reshape(*lead, self.out_features)
         codes, scale = self._quantize_input(x2)
         y = self._product(codes, scale) if self.fast else self._dequantized(codes, scale)
         return y.reshape(*lead, self.out_features)
@@ -142,7 +157,13 @@ class QuantLinear(nn.Module):
         acc = torch._int_mm(codes, self.weight_t)[:m]  # int32 (M, N)
         return (acc.float() * scale * self.w_scale + self.bias.float()).to(self.out_dtype)
 
-    def _dequantized(self, codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    def _weight_only(self, x2: torch.Tensor) -> torch.Tensor:
+        from deepgap.measure.quant.gemv import fp8_gemv_op
+
+        y = fp8_gemv_op(x2.to(torch.bfloat16).contiguous(), self.weight_t.t(), self.w_scale_n, [])
+        return (y + self.bias).to(self.out_dtype) if self.has_bias else y.to(self.out_dtype)
+
+    def _dequantized(self, codes: torch.Tensor, scale: torch.Tensor | float) -> torch.Tensor:
         w = self.weight_t.float() * self.w_scale  # (K, N)
         return (codes.float() * scale @ w + self.bias.float()).to(self.out_dtype)
 
@@ -150,6 +171,8 @@ class QuantLinear(nn.Module):
         """The same quantization and arithmetic in fp32 on any device: what the kernels are held to."""
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
+        if self.weight_only(x2):  # bf16 activations as they are, the dequantized weight
+            return self._dequantized(x2.to(torch.bfloat16), 1.0).reshape(*lead, self.out_features)
         codes, scale = self._quantize_input(x2)
         return self._dequantized(codes, scale).reshape(*lead, self.out_features)
 

@@ -32,8 +32,8 @@ import triton
 import triton.language as tl
 
 from deepgap.measure.quant.kernels import MAGIC, OUT_KIND, _finish, pdl_enter, window_origin
-from deepgap.measure.quant.launch import INT32_LIMIT, check, check_vec, launcher
-from deepgap.measure.quant.stem_kernels import pool8
+from deepgap.measure.quant.launch import INT32_LIMIT, check, launcher
+from deepgap.measure.quant.stem_kernels import pool8, stem_output
 
 PIXEL = 4  # bytes per resident pixel: three channels and a zero
 ROW = 32  # K per kernel row: 8 taps of 4 bytes (a 7-tap row and 4 zero bytes), one int8 wgmma K step
@@ -200,15 +200,7 @@ def stem(
     nb, _, h, wd = x.shape
     n, kp = w_i8.shape
     check(w_i8.dtype == torch.int8 and kp == ksize * ROW, f"w_i8 must be int8 [C_out, {ksize * ROW}]")
-    check(n == triton.next_power_of_2(n), f"C_out must be a power of two; got {n}")
-    check_vec("alpha", alpha, n, x.device)
-    check_vec("beta", beta, n, x.device)
-    oh = (h + 2 * padding - ksize) // stride + 1
-    ow = (wd + 2 * padding - ksize) // stride + 1
-    m = nb * oh * ow
-    check(
-        max(x.numel(), m * n) <= INT32_LIMIT, "more than 2^31 elements (32-bit indexing); use a smaller batch"
-    )
+    oh, ow, m = stem_output(x, n, (nb, h, wd), ksize, stride, padding, alpha, beta)
     if backend != "triton":
         return reference(x, w_i8, ksize, stride, padding, alpha, beta, out_fmt, pool)
     xm = x.permute(0, 2, 3, 1).contiguous()  # a no-op for channels_last pixels

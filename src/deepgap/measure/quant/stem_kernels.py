@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from deepgap.measure.quant.kernels import OUT_KIND, _finish, check_out_res, pdl_enter, window_origin
-from deepgap.measure.quant.launch import INT32_LIMIT, check, check_vec, launcher
+from deepgap.measure.quant.launch import INT32_LIMIT, check, check_vec, launcher, out_size
 
 BLOCK_K = 32
 
@@ -146,15 +146,7 @@ def stem(
         w_gemm.dtype == torch.float16 and kp % BLOCK_K == 0 and kp >= ksize * ksize * c,
         f"w_gemm must be fp16 [C_out, KP ≥ {ksize * ksize * c}, a multiple of {BLOCK_K}]",
     )
-    check(n == triton.next_power_of_2(n), f"C_out must be a power of two; got {n}")
-    check_vec("alpha", alpha, n, x.device)
-    check_vec("beta", beta, n, x.device)
-    oh = (h + 2 * padding - ksize) // stride + 1
-    ow = (wd + 2 * padding - ksize) // stride + 1
-    m = nb * oh * ow
-    check(
-        max(x.numel(), m * n) <= INT32_LIMIT, "more than 2^31 elements (32-bit indexing); use a smaller batch"
-    )
+    oh, ow, m = stem_output(x, n, (nb, h, wd), ksize, stride, padding, alpha, beta)
     conv = torch.empty((m, n), dtype=DTYPES[out_fmt], device=x.device)
     launcher(stem_conv_kernel, x.device)[(triton.cdiv(m, block_m),)](
         x,
@@ -183,12 +175,28 @@ def stem(
     return pool8(conv, nb, oh, ow, pool)
 
 
+def stem_output(x, n, nhw, ksize, stride, padding, alpha, beta) -> tuple[int, int, int]:
+    """(oh, ow, nb·oh·ow) of a stem's convolution into ``n`` channels (a power of two), its epilogue checked.
+
+    Both stems (this fp16 one and `deepgap.measure.quant.stem_int8`'s) write [nb·oh·ow, n] in 32-bit indexing.
+    """
+    nb, h, wd = nhw
+    check(n == triton.next_power_of_2(n), f"C_out must be a power of two; got {n}")
+    check_vec("alpha", alpha, n, x.device)
+    check_vec("beta", beta, n, x.device)
+    oh, ow = out_size(h, ksize, stride, padding), out_size(wd, ksize, stride, padding)
+    m = nb * oh * ow
+    check(
+        max(x.numel(), m * n) <= INT32_LIMIT, "more than 2^31 elements (32-bit indexing); use a smaller batch"
+    )
+    return oh, ow, m
+
+
 def pool8(conv: torch.Tensor, nb: int, oh: int, ow: int, pool=(3, 2, 1)) -> torch.Tensor:
     """`maxpool8_kernel` over an 8-bit stem output [nb·oh·ow, C] (values ≥ 0) → [nb·ph·pw, C], same format."""
     n = conv.shape[1]
     k, s, p = pool
-    ph = (oh + 2 * p - k) // s + 1
-    pw = (ow + 2 * p - k) // s + 1
+    ph, pw = out_size(oh, k, s, p), out_size(ow, k, s, p)
     out = torch.empty((nb * ph * pw, n), dtype=conv.dtype, device=conv.device)
     block_p = 32
     launcher(maxpool8_kernel, conv.device)[(triton.cdiv(nb * ph * pw, block_p),)](
@@ -272,8 +280,7 @@ def maxpool(x, nhw, alpha, beta, out_fmt, relu, ksize=3, stride=2, padding=1, bl
     )
     check_vec("alpha", alpha, c, x.device)
     check_vec("beta", beta, c, x.device)
-    oh = (h + 2 * padding - ksize) // stride + 1
-    ow = (wd + 2 * padding - ksize) // stride + 1
+    oh, ow = out_size(h, ksize, stride, padding), out_size(wd, ksize, stride, padding)
     p = nb * oh * ow
     out = torch.empty((p, c), dtype=DTYPES[out_fmt], device=x.device)
     check_out_res(out, None, p, c, x.device, out_fmt)

@@ -18,6 +18,7 @@ import numpy as np
 from deepgap.core.records import Status
 from deepgap.drive.config import SweepSpec
 from deepgap.drive.handle import WorkerLost
+from deepgap.drive.prelude import prelude_fields
 from deepgap.measure.accuracy.dataset import serve_options
 from deepgap.serving.records.details import CurveDetails, LevelDetails
 from deepgap.serving.records.storage import LevelRow
@@ -77,13 +78,7 @@ def serve_sweep(spec: ServeSpec, device: str, models: list[str]) -> SweepSpec:
         seed=spec.seed,
         include_transfer=True,
         weights=spec.weights,
-        telemetry=spec.telemetry,
-        idle_s=spec.idle_s,
-        thermal_warmup=spec.thermal_warmup,
-        thermal_window_s=spec.thermal_window_s,
-        thermal_slope_c_per_min=spec.thermal_slope_c_per_min,
-        thermal_timeout_s=spec.thermal_timeout_s,
-        sample_hz=spec.sample_hz,
+        **prelude_fields(spec),  # the idle baseline's and warm-up's settings
         options=backend,
     )
 

@@ -127,20 +127,63 @@ def wait_until(pipe, ticket, clock: Clock, t_s: float) -> None:
         time.sleep(0)  # yield the GIL to the threads that feed the device
 
 
-def idle_step(pipe, inflight: list, clock: Clock, next_s: float, retire) -> bool:
-    """Nothing to submit now: sleep to ``next_s``, retire the oldest batch, or wait for either; True: done.
+class Flight:
+    """The batches on the device and those done, the requests over the SLO and the stop rule's verdict.
 
-    One step of every serving loop (`serve_loop`, `deepgap.serving.sim.queues.serve_queues`).
+    What every serving loop (`serve_loop`, `deepgap.serving.sim.queues.serve_queues`) keeps the same way;
+    the loops differ only in how they pick the next batch. A batch is a contiguous, arrival-sorted range
+    of request indices, so its late requests are a prefix found by one binary search.
     """
-    if not inflight:
-        if next_s == math.inf:
-            return True
-        clock.sleep_until(next_s)
-    elif next_s == math.inf:
-        retire()
-    else:
-        wait_until(pipe, inflight[0][0], clock, next_s)
-    return False
+
+    def __init__(self, pipe, clock: Clock, at: list[float], stop: StopRule | None) -> None:
+        self.pipe, self.clock, self.at, self.stop = pipe, clock, at, stop
+        self.slo = stop.slo_s if stop is not None else None
+        self.batches: list[tuple[int, float, float, float, float, float, float, int]] = []
+        self.inflight: deque = deque()  # (ticket, first, count, dispatch)
+        self.violations = self.dropped = 0
+        self.stopped = ("", "")
+
+    def submit(self, first: int, count: int, now: float) -> None:
+        """Send requests ``first`` … ``first + count - 1`` to the executor, dispatched at ``now``."""
+        self.inflight.append((self.pipe.submit(first, count), first, count, now))
+
+    def retire(self) -> None:
+        """Wait for the oldest batch in flight and log it."""
+        ticket, first, count, dispatch = self.inflight.popleft()
+        h2d, compute, d2h, host = self.pipe.wait(ticket)
+        done = self.clock.now()
+        self.batches.append((count, dispatch, done, h2d, compute, d2h, host, first))
+        if self.slo is not None:
+            self.violations += bisect_left(self.at, done - self.slo, first, first + count) - first
+        if self.stop is not None and not self.stopped[0]:
+            self.stopped = self.stop.check(self.violations + self.dropped, done)
+
+    def retire_done(self) -> bool:
+        """Retire the batches already done, oldest first; True: the stop rule says stop."""
+        while self.inflight and self.pipe.done(self.inflight[0][0]):
+            self.retire()
+        return bool(self.stopped[0])
+
+    def idle(self, next_s: float) -> bool:
+        """Nothing to submit now: sleep to ``next_s``, retire the oldest batch, or wait for either; True: done."""
+        if not self.inflight:
+            if next_s == math.inf:
+                return True
+            self.clock.sleep_until(next_s)
+        elif next_s == math.inf:
+            self.retire()
+        else:
+            wait_until(self.pipe, self.inflight[0][0], self.clock, next_s)
+        return False
+
+    def log(self, arr: np.ndarray, left: bool) -> RequestLog:
+        """Finish what a stop left on the device (it was served) and log every request; ``left``: some never went."""
+        while self.inflight:
+            self.retire()
+        log = RequestLog.from_batches(arr, self.batches, len(arr))
+        log.n_dropped = self.dropped
+        log.stop_kind, log.stopped = self.stopped if left else ("", "")
+        return log
 
 
 def serve_loop(
@@ -156,40 +199,22 @@ def serve_loop(
     at = arr.tolist()  # bisect on a list, not a numpy call per scalar: the simulator's hot loop
     pipe = execute if hasattr(execute, "submit") else _Sync(execute)
     depth = pipe.depth
-    batches: list[tuple[int, float, float, float, float, float, float, int]] = []
-    inflight: deque = deque()  # (ticket, first, count, dispatch)
+    flight = Flight(pipe, clock, at, stop)
     head = 0
-    violations = dropped = 0
-    slo = stop.slo_s if stop is not None and stop.slo_s is not None else None
     drop_after = stop.drop_after_s if stop is not None else None
-    stopped = ("", "")
     max_batch = policy.max_batch
-
-    def retire() -> None:
-        nonlocal violations, stopped
-        ticket, first, count, dispatch = inflight.popleft()
-        h2d, compute, d2h, host = pipe.wait(ticket)
-        done = clock.now()
-        batches.append((count, dispatch, done, h2d, compute, d2h, host, first))
-        if slo is not None:  # arrivals are sorted: the late ones are a prefix of the batch
-            violations += bisect_left(at, done - slo, first, first + count) - first
-        if stop is not None and not stopped[0]:
-            stopped = stop.check(violations + dropped, done)
-
-    while head < n or inflight:
-        while inflight and pipe.done(inflight[0][0]):
-            retire()
-        if stopped[0]:
+    while head < n or flight.inflight:
+        if flight.retire_done():
             break
         now = clock.now()
         tail = bisect_right(at, now, head)  # = max(head, searchsorted(arr, now, "right")): arr is sorted
         if drop_after is not None and head < tail:
             cut = min(tail, bisect_left(at, now - drop_after))
             if cut > head:
-                dropped += cut - head
+                flight.dropped += cut - head
                 head = cut
         next_s = math.inf
-        if head < n and len(inflight) < depth:
+        if head < n and len(flight.inflight) < depth:
             queued = tail - head
             if queued == 0:
                 next_s = at[tail]
@@ -200,15 +225,10 @@ def serve_loop(
                     else decide(policy, now, queued, at[head], tail < n)
                 )
                 if d.count:
-                    inflight.append((pipe.submit(head, d.count), head, d.count, now))
+                    flight.submit(head, d.count, now)
                     head += d.count
                     continue
                 next_s = min(d.wait_until_s, at[tail]) if tail < n else d.wait_until_s
-        if idle_step(pipe, inflight, clock, next_s, retire):
+        if flight.idle(next_s):
             break
-    while inflight:  # a stop leaves batches on the device: finish them, they were served
-        retire()
-    log = RequestLog.from_batches(arr, batches, n)
-    log.n_dropped = dropped
-    log.stop_kind, log.stopped = stopped if head < n else ("", "")
-    return log
+    return flight.log(arr, head < n)

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
-from collections import deque
 from collections.abc import Sequence
 
 import numpy as np
 
-from deepgap.serving.sim.batcher import BatchPolicy, StopRule, decide, idle_step, serve_loop
+from deepgap.serving.sim.batcher import BatchPolicy, Flight, StopRule, decide, serve_loop
 from deepgap.serving.sim.clock import Clock
 from deepgap.serving.sim.log import RequestLog
 
@@ -42,47 +41,24 @@ def serve_queues(
     at = arr.tolist()
     ends = [*starts[1:], n]
     heads = list(starts)
-    batches: list[tuple[int, float, float, float, float, float, float, int]] = []
-    inflight: deque = deque()
-    violations = dropped = 0
-    slo = stop.slo_s if stop is not None and stop.slo_s is not None else None
+    flight = Flight(pipe, clock, at, stop)
     drop_after = stop.drop_after_s if stop is not None else None
-    stopped = ("", "")
 
-    def retire() -> None:
-        nonlocal violations, stopped
-        ticket, first, count, dispatch = inflight.popleft()
-        h2d, compute, d2h, host = pipe.wait(ticket)
-        done = clock.now()
-        batches.append((count, dispatch, done, h2d, compute, d2h, host, first))
-        if slo is not None:  # each queue is arrival-sorted: a batch's late requests are its prefix
-            violations += bisect_left(at, done - slo, first, first + count) - first
-        if stop is not None and not stopped[0]:
-            stopped = stop.check(violations + dropped, done)
-
-    while any(h < e for h, e in zip(heads, ends, strict=True)) or inflight:
-        while inflight and pipe.done(inflight[0][0]):
-            retire()
-        if stopped[0]:
+    while any(h < e for h, e in zip(heads, ends, strict=True)) or flight.inflight:
+        if flight.retire_done():
             break
         now = clock.now()
         next_s = math.inf
-        if len(inflight) < pipe.depth:
+        if len(flight.inflight) < pipe.depth:
             q, count, next_s, shed = _choose(at, heads, ends, now, policy, drop_after)
-            dropped += shed
+            flight.dropped += shed
             if count:
-                inflight.append((pipe.submit(heads[q], count), heads[q], count, now))
+                flight.submit(heads[q], count, now)
                 heads[q] += count
                 continue
-        if idle_step(pipe, inflight, clock, next_s, retire):
+        if flight.idle(next_s):
             break
-    while inflight:
-        retire()
-    log = RequestLog.from_batches(arr, batches, n)
-    log.n_dropped = dropped
-    left = any(h < e for h, e in zip(heads, ends, strict=True))
-    log.stop_kind, log.stopped = stopped if left else ("", "")
-    return log
+    return flight.log(arr, any(h < e for h, e in zip(heads, ends, strict=True)))
 
 
 def _choose(

@@ -14,37 +14,29 @@ from typing import Any
 
 import torch
 
-from deepgap.core import envinfo
-from deepgap.core.records import Status
 from deepgap.measure import correctness
-from deepgap.measure.engines import get_engine
 from deepgap.measure.worker import handles, inputs_for, is_oom
 from deepgap.serving.run.process import (
     CORRECTNESS_ROWS,
     DYNAMIC_ENGINES,
     LevelRequest,
-    SetupFailed,
     SetupReply,
     SetupRequest,
 )
 from deepgap.serving.worker.ring import InputRing
 from deepgap.serving.worker.server import (
     PipelinedExecutor,
+    engine_for,
     measure_curve,
-    record_device_memory,
     run_closed,
     run_level,
+    setup_reply,
 )
 
 
 def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
     t0 = time.perf_counter()
-    spec1 = req.config(req.buckets[0], include_transfer=True)
-    engine = get_engine(req.engine, req.options)
-    why_not = engine.available() or engine.supports(spec1, state.caps)
-    if why_not:
-        raise SetupFailed(Status.SKIPPED, why_not)
-    torch.set_num_threads(req.threads or state.default_threads)
+    engine, spec1 = engine_for(state, req)
     torch.backends.cudnn.benchmark = req.cudnn_benchmark
     notes: list[str] = []
     runs, info, dtype, first = _prepare(state, req, engine, notes)
@@ -68,9 +60,11 @@ def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
     if note:
         notes.append(note)
     executor.buckets = sorted(samples)
-    reply = SetupReply(
-        caps=state.caps,
-        env=envinfo.collect(req.device),
+    reply = setup_reply(
+        state,
+        req,
+        executor,
+        t0,
         buckets=tuple(sorted(samples)),
         curve_samples_s=samples,
         curve_parts_s=parts,
@@ -80,12 +74,9 @@ def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
             "serving_depth": executor.depth,
             "input": "uint8 NHWC ring, normalised on the device",
         },
-        setup_s=time.perf_counter() - t0,
         notes=notes,
         accuracy=accuracy,
     )
-    if executor.cuda:
-        record_device_memory(reply, req.device)
     return executor, reply
 
 

@@ -15,18 +15,21 @@ from typing import Any
 import numpy as np
 import torch
 
-from deepgap.core import envinfo
-from deepgap.core.records import Status
 from deepgap.measure import correctness
-from deepgap.measure.engines import get_engine
 from deepgap.measure.models import resolve_model
 from deepgap.measure.worker import inputs_for, is_oom
-from deepgap.serving.run.process import CORRECTNESS_ROWS, LevelRequest, SetupFailed, SetupReply, SetupRequest
+from deepgap.serving.run.process import CORRECTNESS_ROWS, LevelRequest, SetupReply, SetupRequest
 from deepgap.serving.sim.clock import RealClock
 from deepgap.serving.sim.log import RequestLog
 from deepgap.serving.sim.queues import serve_queues
 from deepgap.serving.sim.seqlen import Padding, queue_order
-from deepgap.serving.worker.server import measure_curve, quiet_gc, record_device_memory, run_closed
+from deepgap.serving.worker.server import (
+    engine_for,
+    measure_curve,
+    quiet_gc,
+    run_closed,
+    setup_reply,
+)
 from deepgap.serving.worker.text_executor import TokenExecutor
 
 
@@ -34,12 +37,7 @@ def text_setup(state: Any, req: SetupRequest) -> tuple[TokenExecutor, SetupReply
     """Build ``req.model`` with its engine, check a padded batch, calibrate every length's curve."""
     t0 = time.perf_counter()
     longest = max(req.seq_lens)
-    spec1 = req.config(req.buckets[0], include_transfer=True)
-    engine = get_engine(req.engine, req.options)
-    why_not = engine.available() or engine.supports(spec1, state.caps)
-    if why_not:
-        raise SetupFailed(Status.SKIPPED, why_not)
-    torch.set_num_threads(req.threads or state.default_threads)
+    engine, spec1 = engine_for(state, req)
     ref_x, _ = state.reference(req.model, longest, req.weights, req.seed)
     x_host, _ = inputs_for(req.config(req.buckets[-1], include_transfer=True), ref_x, torch.float32)
     prepared = engine.prepare(state.model(req.model, longest, req.weights, req.seed), spec1, x_host)
@@ -71,9 +69,11 @@ def text_setup(state: Any, req: SetupRequest) -> tuple[TokenExecutor, SetupReply
     sizes = executor.buckets
     by_len = {v: {b: s[b] for b in sizes} for v, s in by_len.items()}
     parts_by_len = {v: {b: p[b] for b in sizes} for v, p in parts_by_len.items()}
-    reply = SetupReply(
-        caps=state.caps,
-        env=envinfo.collect(req.device),
+    reply = setup_reply(
+        state,
+        req,
+        executor,
+        t0,
         buckets=tuple(sizes),
         curve_samples_s=by_len[longest],
         curve_parts_s=parts_by_len[longest],
@@ -84,13 +84,10 @@ def text_setup(state: Any, req: SetupRequest) -> tuple[TokenExecutor, SetupReply
             "input": "int64 token-id ring, padded on the device"
             + (" with a key padding mask" if req.masked else " (one length: no padding)"),
         },
-        setup_s=time.perf_counter() - t0,
         notes=notes,
         curves_by_len=by_len,
         parts_by_len=parts_by_len,
     )
-    if executor.cuda:
-        record_device_memory(reply, req.device)
     return executor, reply
 
 

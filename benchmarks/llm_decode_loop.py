@@ -1,0 +1,123 @@
+"""A bare decode loop, apart from deepgap's sweep: the check on its decode tokens/s (issue 51).
+
+It shares only the decoder's modules (`deepgap.measure.models.llama_net`) and, for fp8/int8, the Linear
+swap (`deepgap.measure.quant.transformer.quantize_linears`) and the static step's attention kernel
+(`deepgap.measure.llm_attention`, unless DEEPGAP_DECODE_ATTENTION=sdpa); the timing is its own. Per batch: seeded
+prompts of ``--input-len`` tokens are prefilled; the decode step (positions as a device tensor, the
+whole cache masked) is compiled and captured as one CUDA graph; then ``--steps`` greedy steps are replayed
+back to back (each step's argmax is the next step's input, on the device) between two CUDA events, after
+a timed prefill, five times. decode tokens/s = batch × steps / median window, which is what deepgap's
+pipelined decode figure measures; output tokens/s = batch × (steps + 1) / (median prefill + median window),
+as deepgap's output figure counts a generation. ``--profile`` adds the top kernels of ten replayed steps
+(torch.profiler), where a step's time goes. One JSON line per batch goes to ``--out``/llm_decode_loop.jsonl.
+
+    python benchmarks/llm_decode_loop.py --model llama-3.1-8b --precision fp8 --batches 1 --profile --out OUT
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+import torch
+
+
+def build(model: str, precision: str):
+    """The decoder on the GPU: bf16, or fp8/int8 Linears (weight-only GEMV at ≤ 16 rows) with a bf16 rest."""
+    from deepgap.measure.models.llama_net import build_llama
+
+    m = build_llama(model, seed=0, device="cuda")
+    if precision == "bf16":
+        return m.to(torch.bfloat16)
+    from deepgap.measure.quant.linear import LinearQuant
+    from deepgap.measure.quant.transformer import quantize_linears
+
+    quantize_linears(m, LinearQuant(precision, "row", weight_only_rows=16), out_dtype=torch.bfloat16)
+    return m
+
+
+def measure(m, batch: int, input_len: int, steps: int, profile: bool) -> dict:  # noqa: D103
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, m.shape.vocab, (batch, input_len), generator=g).cuda()
+    m.setup_cache(batch, input_len + steps + 1)  # as deepgap sizes it: the step attends over the whole cache
+    from deepgap.measure import llm_attention
+
+    m.static_attention = (
+        llm_attention.decode_attention if llm_attention.enabled(m.embed_tokens.weight) else None
+    )
+    step = torch.compile(m.decode_step, dynamic=False)
+    pos = torch.full((1,), input_len, dtype=torch.int64, device="cuda")
+    with torch.inference_mode():
+        tok = m.prefill(ids).argmax(-1, keepdim=True)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                step(tok, pos)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            nxt = step(tok, pos).argmax(-1, keepdim=True)
+
+        def one(i: int) -> None:
+            pos.fill_(input_len + i)
+            graph.replay()
+            tok.copy_(nxt)
+
+        windows, prefills = [], []
+        for _ in range(5):
+            a, b, c = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+            a.record()
+            tok.copy_(m.prefill(ids).argmax(-1, keepdim=True))
+            b.record()
+            for i in range(steps):
+                one(i)
+            c.record()
+            c.synchronize()
+            prefills.append(a.elapsed_time(b) / 1e3)
+            windows.append(b.elapsed_time(c) / 1e3)
+        row = {"batch": batch, "steps": steps, "windows_s": [round(w, 6) for w in windows]}
+        w, p = statistics.median(windows), statistics.median(prefills)
+        row |= {"tpot_ms": round(w / steps * 1e3, 4), "decode_tok_s": round(batch * steps / w, 1)}
+        # a generation's output tokens (the prefill's one and a step's each) over its prefill and decode time
+        row |= {"ttft_ms": round(p * 1e3, 3), "output_tok_s": round(batch * (steps + 1) / (p + w), 1)}
+        if profile:
+            from torch.profiler import ProfilerActivity
+            from torch.profiler import profile as prof
+
+            with prof(activities=[ProfilerActivity.CUDA]) as p:
+                for i in range(10):
+                    one(i)
+                torch.cuda.synchronize()
+            row["top_kernels"] = p.key_averages().table(
+                sort_by="cuda_time_total", row_limit=18, max_name_column_width=70
+            )
+    return row
+
+
+def main() -> None:  # noqa: D103
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="llama-3.1-8b")
+    ap.add_argument("--precision", default="fp8", choices=["bf16", "fp8", "int8"])
+    ap.add_argument("--batches", default="1")
+    ap.add_argument("--input-len", type=int, default=128)
+    ap.add_argument("--steps", type=int, default=127)
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    m = build(args.model, args.precision)
+    for b in (int(x) for x in args.batches.split(",")):
+        row = {"model": args.model, "precision": args.precision, "input_len": args.input_len}
+        row |= measure(m, b, args.input_len, args.steps, args.profile and b == 1)
+        table = row.pop("top_kernels", None)
+        print(json.dumps(row), flush=True)
+        if table:
+            print(table, flush=True)
+        with (Path(args.out) / "llm_decode_loop.jsonl").open("a") as f:
+            f.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,246 @@
+"""fp8 (or int8) weights times bf16 activations for a few rows: the decode step's Linear at a small batch.
+
+Why a kernel of its own: a decoder's step at batch 1–16 reads every weight once per token and does
+almost no arithmetic, so its speed is HBM bandwidth over weight bytes. fp8 weights halve the bytes of
+bf16, but ``torch._scaled_mm`` wants fp8 activations too (a per-token quantization kernel per Linear)
+and cuBLASLt's fp8 kernels are built for large M. Here the activations stay bf16 (weight-only
+quantization: nothing is lost on the activations' side), each program reads a ``BN × K`` band of the
+weight's fp8 codes once, converts them in registers and multiplies them on the tensor cores with the
+``M ≤ 16`` rows (padded to 16 by masking), then applies the per-channel scale (and bias) in fp32.
+
+``SPLIT_K > 1`` splits K over that many programs per band, which add their partial sums into an fp32
+buffer (atomics): a Linear with few output channels and a long K (Llama's ``down_proj``, N 4096,
+K 14336) otherwise has too few programs to keep every SM's loads in flight.
+
+`reference` is the same arithmetic in fp32 torch. On CPU tensors the kernel runs in Triton's interpreter
+(`deepgap.measure.quant.launch`), as the tests do.
+"""
+
+# ruff: noqa: N803
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from deepgap.measure.quant.launch import check, launcher
+
+CODES = (torch.float8_e4m3fn, torch.int8)  # both convert to bf16 exactly (3 mantissa bits; |v| ≤ 127)
+MAX_ROWS = 16  # the rows one tensor-core tile holds: more rows belong to a GEMM (`QuantLinear`)
+
+
+@dataclass(frozen=True)
+class GemvTile:
+    """A launch configuration: output channels per program, K per step, K splits, warps, stages."""
+
+    bn: int = 32
+    bk: int = 512
+    split_k: int = 1
+    num_warps: int = 4
+    num_stages: int = 4
+
+    def fit(self, k: int, n: int) -> GemvTile:
+        """This tile with BK halved until ``k`` divides into ``split_k`` × BK steps, BN until it divides n."""
+        bk, bn, split = self.bk, self.bn, self.split_k
+        while split > 1 and k % (split * 16):
+            split //= 2
+        while (k // split) % bk and bk > 16:
+            bk //= 2
+        while n % bn and bn > 1:
+            bn //= 2
+        return GemvTile(bn, bk, split, self.num_warps, self.num_stages)
+
+
+# One row (batch-1 decode): each program keeps a BN × BK block of fp32 partial products and reduces it once
+# at the end, on the CUDA cores (one row has no use for a tensor core). The candidates `tuned` times.
+ROW_TILES = tuple(
+    GemvTile(bn, bk, 1, w, st)
+    for bn, bk, w, st in [
+        (4, 1024, 4, 3), (8, 1024, 4, 3), (8, 512, 4, 4), (16, 512, 4, 3),
+        (4, 2048, 8, 2), (8, 2048, 8, 3), (16, 1024, 8, 3), (2, 2048, 4, 3),
+    ]
+)  # fmt: skip
+# 2-16 rows: the tensor cores, rows padded to 16 (session 18's first sweep: BN 32, BK 512 led at most shapes)
+DOT_TILES = tuple(
+    GemvTile(bn, bk, split, w, st)
+    for bn, bk, split, w, st in [
+        (32, 512, 1, 4, 4), (32, 256, 2, 4, 4), (64, 256, 1, 4, 4), (16, 512, 1, 4, 4), (64, 512, 1, 8, 3),
+    ]
+)  # fmt: skip
+_TUNED: dict[tuple, GemvTile] = {}
+
+
+def tuned(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor) -> GemvTile:
+    """The fastest candidate tile for this call's (rows, K, N) on its GPU, timed once per process.
+
+    Why time rather than rule: the best block shape moves with N, K and the GPU (session 18's sweep on
+    one H200 had 2x between candidates of one shape). On a CPU, or while a CUDA graph is being captured
+    (no synchronising there), the first candidate is taken untimed; the decode loop's warm-up runs
+    before its capture, so a captured step finds its tiles timed.
+    """
+    m, k = x.shape
+    n = codes.shape[0]
+    cands = ROW_TILES if m == 1 else DOT_TILES
+    key = (m, k, n, str(x.device))
+    if key in _TUNED:
+        return _TUNED[key]
+    if x.device.type != "cuda" or torch.cuda.is_current_stream_capturing():
+        return cands[0].fit(k, n)
+    times = {
+        t: _graph_ms(lambda t=t: fp8_gemv(x, codes, scale, None, t))
+        for t in dict.fromkeys(c.fit(k, n) for c in cands)
+    }
+    _TUNED[key] = min(times, key=times.get)
+    return _TUNED[key]
+
+
+def _graph_ms(launch, calls: int = 20) -> float:
+    """Milliseconds of ``calls`` launches captured in one CUDA graph, best of three replays.
+
+    Why a graph: a launch from Python costs more host time than these kernels take on the device, so
+    launches timed back to back measure the host; in a graph they run as the decode step's graph runs them.
+    """
+    launch()  # compile
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        launch()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            launch()
+    best = float("inf")
+    for _ in range(3):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        best = min(best, a.elapsed_time(b))
+    return best
+
+
+@triton.jit
+def fp8_gemv_row_kernel(
+    x_ptr, w_ptr, scale_ptr, bias_ptr, out_ptr, N, K, HAS_BIAS: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+):  # fmt: skip
+    """``out[band] = x · (codes[band] · scale[band])ᵀ (+ bias)`` for one row: partial products, one reduction."""
+    rn = tl.program_id(0) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BN, BK), dtype=tl.float32)
+    for k in range(0, K, BK):
+        x = tl.load(x_ptr + k + rk).to(tl.float32)
+        w = tl.load(w_ptr + rn[:, None] * K + (k + rk)[None, :]).to(tl.float32)
+        acc += w * x[None, :]
+    y = tl.sum(acc, axis=1) * tl.load(scale_ptr + rn)
+    if HAS_BIAS:
+        y += tl.load(bias_ptr + rn)
+    tl.store(out_ptr + rn, y.to(tl.bfloat16))
+
+
+@triton.jit
+def fp8_gemv_kernel(
+    x_ptr, w_ptr, scale_ptr, bias_ptr, out_ptr, M, N, K, HAS_BIAS: tl.constexpr,
+    BN: tl.constexpr, BK: tl.constexpr, SPLIT_K: tl.constexpr, DOT_F32: tl.constexpr,
+):  # fmt: skip
+    """``out[:M, band] (+)= x[:M] · (codes[band] · scale[band])ᵀ (+ bias)`` over this program's K slice."""
+    band = tl.program_id(0)
+    part = tl.program_id(1)
+    rn = band * BN + tl.arange(0, BN)
+    rm = tl.arange(0, 16)
+    rk = tl.arange(0, BK)
+    m_ok = rm < M
+    span = K // SPLIT_K
+    k0 = part * span
+    acc = tl.zeros((16, BN), dtype=tl.float32)
+    for k in range(k0, k0 + span, BK):
+        x = tl.load(x_ptr + rm[:, None] * K + (k + rk)[None, :], mask=m_ok[:, None], other=0.0)
+        w = tl.load(w_ptr + rn[:, None] * K + (k + rk)[None, :])
+        if DOT_F32:  # the interpreter (its bf16 dot is wrong): the same numbers, e4m3 → bf16 is exact
+            acc = tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)), acc, input_precision="ieee")
+        else:
+            acc = tl.dot(x, tl.trans(w.to(tl.bfloat16)), acc)
+    y = acc * tl.load(scale_ptr + rn)[None, :]
+    if HAS_BIAS:  # noqa: SIM102 - a constexpr and a program id do not combine with `and` in Triton
+        if part == 0:
+            y += tl.load(bias_ptr + rn)[None, :]
+    offs = rm[:, None] * N + rn[None, :]
+    if SPLIT_K == 1:
+        tl.store(out_ptr + offs, y.to(tl.bfloat16), mask=m_ok[:, None])
+    else:
+        tl.atomic_add(out_ptr + offs, y, mask=m_ok[:, None], sem="relaxed")
+
+
+def fp8_gemv(
+    x: torch.Tensor,
+    codes: torch.Tensor,
+    scale: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    tile: GemvTile | None = None,
+) -> torch.Tensor:
+    """``x · (codes · scale)ᵀ + bias`` in bf16 for at most `MAX_ROWS` rows.
+
+    Args:
+        x: (M, K) bf16 activations, contiguous, M ≤ 16.
+        codes: (N, K) float8_e4m3fn or int8 weight codes, contiguous (a Linear's weight layout).
+        scale: (N,) float32 per-output-channel scales.
+        bias: (N,) float32, or None.
+        tile: the launch configuration (`tuned` by default), fitted to K and N; one row with ``split_k`` 1
+            runs the CUDA-core kernel, anything else the tensor-core one.
+    """
+    m, k = x.shape
+    n = codes.shape[0]
+    check(m <= MAX_ROWS, f"{m} rows: the GEMV takes at most {MAX_ROWS} (use the GEMM above that)")
+    check(x.dtype == torch.bfloat16 and x.is_contiguous(), f"x must be contiguous bf16, not {x.dtype}")
+    check(
+        codes.dtype in CODES and codes.is_contiguous(),
+        f"codes: contiguous (N, K) e4m3 or int8, not {codes.dtype}",
+    )
+    check(codes.shape[1] == k and k % 16 == 0 and n % 16 == 0, f"codes {tuple(codes.shape)} for K={k}")
+    check(scale.shape == (n,) and scale.dtype == torch.float32, "scale: float32 of shape (N,)")
+    check(bias is None or (bias.shape == (n,) and bias.dtype == torch.float32), "bias: float32 (N,)")
+    t = (tile or tuned(x, codes, scale)).fit(k, n)
+    if m == 1 and t.split_k == 1:  # one row: the CUDA-core kernel
+        out = torch.empty((1, n), dtype=torch.bfloat16, device=x.device)
+        launcher(fp8_gemv_row_kernel, x.device)[(n // t.bn,)](
+            x, codes, scale, bias if bias is not None else scale, out, n, k,
+            HAS_BIAS=bias is not None, BN=t.bn, BK=t.bk, num_warps=t.num_warps, num_stages=t.num_stages,
+        )  # fmt: skip
+        return out
+    t = dataclasses.replace(t, bn=max(t.bn, 16)).fit(k, n)  # tl.dot takes at least 16 columns
+    split = t.split_k > 1
+    out = (torch.zeros if split else torch.empty)(
+        (m, n), dtype=torch.float32 if split else torch.bfloat16, device=x.device
+    )
+    launcher(fp8_gemv_kernel, x.device)[(n // t.bn, t.split_k)](
+        x, codes, scale, bias if bias is not None else scale, out, m, n, k,
+        HAS_BIAS=bias is not None, BN=t.bn, BK=t.bk, SPLIT_K=t.split_k, DOT_F32=x.device.type == "cpu",
+        num_warps=t.num_warps, num_stages=t.num_stages,
+    )  # fmt: skip
+    return out.to(torch.bfloat16) if split else out
+
+
+def reference(
+    x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The same arithmetic in fp32 torch: what the kernel is held to."""
+    y = x.float() @ (codes.float() * scale[:, None]).t()
+    if bias is not None:
+        y = y + bias
+    return y.to(torch.bfloat16)
+
+
+@torch.library.custom_op("deepgap::fp8_gemv", mutates_args=())
+def fp8_gemv_op(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, tile: list[int]) -> torch.Tensor:
+    """`fp8_gemv` (no bias) as a custom op: torch.compile keeps it one call, a CUDA graph captures it."""
+    return fp8_gemv(x, codes, scale, None, GemvTile(*tile) if tile else None)
+
+
+@fp8_gemv_op.register_fake
+def _(x, codes, scale, tile):
+    return x.new_empty((x.shape[0], codes.shape[0]), dtype=torch.bfloat16)

@@ -1,0 +1,74 @@
+"""The static decode step's attention kernel (`deepgap.measure.llm_attention`, issue 51).
+
+On the CPU the kernel runs in Triton's interpreter; the GPU test holds the compiled kernel to the same
+reference at Llama-3.1-8B's head shape.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from deepgap.measure.llm_attention import decode_attention, enabled, reference
+
+
+def _qkv(b, nq, nkv, d, length, device="cpu", seed=0):
+    g = torch.Generator(device=device).manual_seed(seed)
+    q = torch.randn(b, nq, 1, d, generator=g, device=device).bfloat16()
+    k = torch.randn(b, nkv, length, d, generator=g, device=device).bfloat16()
+    v = torch.randn(b, nkv, length, d, generator=g, device=device).bfloat16()
+    return q, k, v
+
+
+@pytest.mark.parametrize(
+    "b,nq,nkv,d,length,pos",
+    [(2, 8, 2, 32, 100, 0), (2, 8, 2, 32, 100, 70), (1, 4, 4, 16, 64, 63), (3, 12, 4, 64, 130, 129)],
+    ids=["first-position", "mid-block", "one-block-full", "three-blocks-gqa3"],
+)
+def test_kernel_is_softmax_attention_over_the_written_positions(b, nq, nkv, d, length, pos):
+    """Every group's query rows over K and V up to ``pos`` only: positions after it hold NaN and are not read."""
+    q, k, v = _qkv(b, nq, nkv, d, length)
+    want = reference(q, k, v, pos)
+    k[:, :, pos + 1 :] = float("nan")
+    v[:, :, pos + 1 :] = float("nan")
+    got = decode_attention(q, k, v, torch.tensor([pos]))
+    assert got.shape == q.shape and got.dtype == q.dtype
+    torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_only_a_gpus_half_precision_step_takes_it(monkeypatch):
+    q = torch.zeros(1, 4, 1, 16)
+    assert not enabled(q) and not enabled(q.bfloat16())  # a CPU tensor: SDPA
+    if torch.cuda.is_available():
+        assert enabled(q.cuda().bfloat16()) and not enabled(q.cuda())
+        monkeypatch.setenv("DEEPGAP_DECODE_ATTENTION", "sdpa")
+        assert not enabled(q.cuda().bfloat16())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("batch,pos", [(1, 0), (1, 200), (64, 255)])
+def test_kernel_on_the_gpu_at_llama_8b_heads(batch, pos):
+    q, k, v = _qkv(batch, 32, 8, 128, 256, "cuda")
+    got = decode_attention(q, k, v, torch.tensor([pos], device="cuda"))
+    torch.testing.assert_close(got.float(), reference(q, k, v, pos).float(), rtol=2e-2, atol=2e-2)
+
+
+def test_the_static_step_with_the_kernel_decodes_as_with_sdpa():
+    """llama-tiny in bf16, the static step's attention plugged as the worker plugs it: the same logits as SDPA's."""
+    from deepgap.measure.llm_steps import make_step
+    from deepgap.measure.llm_timing import prompts
+    from deepgap.measure.models.llama_net import build_llama
+
+    model = build_llama("llama-tiny", seed=0, device="cpu").to(torch.bfloat16)
+    step = make_step(model, "static")
+    assert model.static_attention is None  # a CPU model: SDPA, unless plugged
+    ids = prompts(model.shape.vocab, 2, 6, 0)
+    outs = []
+    for plug in (None, decode_attention):
+        model.static_attention = plug
+        model.setup_cache(2, 10)
+        with torch.inference_mode():
+            tok = model.prefill(ids).argmax(-1, keepdim=True)
+            outs.append(torch.stack([step(tok, 6 + i).float() for i in range(3)]))
+    torch.testing.assert_close(outs[1], outs[0], rtol=3e-2, atol=3e-2)
