@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from deepgap.core import envinfo
 from deepgap.core.records import Status
 from deepgap.measure.device import set_tf32, torch_dtype
 from deepgap.measure.llm_timing import generate
@@ -33,7 +32,7 @@ from deepgap.serving.run.process import LevelRequest, SetupFailed, SetupReply, S
 from deepgap.serving.sim.clock import RealClock, VirtualClock
 from deepgap.serving.sim.continuous import SlotStop, TokenLog, serve_continuous
 from deepgap.serving.worker.llm_executor import SlotExecutor
-from deepgap.serving.worker.server import quiet_gc, record_device_memory
+from deepgap.serving.worker.server import quiet_gc, setup_reply
 
 CHECK_REQUESTS = 5
 CHECK_OUTPUT = 8  # the check's longest output (tokens)
@@ -56,9 +55,11 @@ def llm_setup(state: Any, req: SetupRequest) -> tuple[SlotExecutor, SetupReply]:
     check = _check(req, ex)
     decode, parts = _decode_curve(ex, req)
     prefill = {v: _prefill_curve(ex, req, v) for v in lens}
-    reply = SetupReply(
-        caps=state.caps,
-        env=envinfo.collect(req.device),
+    reply = setup_reply(
+        state,
+        req,
+        ex,
+        t0,
         buckets=tuple(sorted(decode)),
         curve_samples_s=decode,
         curve_parts_s=parts,
@@ -69,11 +70,8 @@ def llm_setup(state: Any, req: SetupRequest) -> tuple[SlotExecutor, SetupReply]:
             "serving_depth": 1,
             "input": "prompt ids in a device ring; continuous batching over a static KV cache",
         },
-        setup_s=time.perf_counter() - t0,
         curves_by_len=prefill,
     )
-    if ex.cuda:
-        record_device_memory(reply, req.device)
     return ex, reply
 
 
