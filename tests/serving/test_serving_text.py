@@ -180,7 +180,7 @@ def test_token_executor_pads_each_batch_and_pipelines_on_two_streams():
     [
         ({"tenants": (("tinybert", None), ("tinycnn", None))}, "--tenants does not serve text"),
         ({"engine": "cudagraph"}, "eager engine only"),
-        ({"model": "llama-tiny"}, "is a decoder"),
+        ({"model": "llama-tiny", "padding": "buckets:32"}, "--padding does not apply to serving a decoder"),
         ({"seq_len_dist": "uniform:16:1024"}, "outside the model's 1..512"),
         ({"padding": "buckets:32"}, "fit no bucket"),
         ({"model": "tinycnn", "seq_len_dist": "fixed:16"}, "applies to text models"),

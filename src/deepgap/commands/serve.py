@@ -34,6 +34,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
         help="text models: pad a batch to its longest request (longest, default) or group requests into "
         "length buckets, one batch per bucket (buckets:32,64,128)",
     )
+    p.add_argument(
+        "--input-len-dist",
+        help="decoders (llama-*): prompt lengths, as --seq-len-dist: fixed:128, uniform:64:256, 32:3,128 "
+        "(default fixed:128)",
+    )
+    p.add_argument(
+        "--output-len-dist",
+        help="decoders: output tokens per request, as --input-len-dist (default fixed:128)",
+    )
+    p.add_argument("--slo-ttft", help="decoders: p99 bound of the time to first token (default 2s, MLPerf's)")
+    p.add_argument(
+        "--slo-tpot", help="decoders: p99 bound of the time per later output token (default 100ms, MLPerf's)"
+    )
     p.add_argument("--scenario", default="server", help="single-stream | server | offline (default server)")
     p.add_argument("--qps", help="server: Poisson arrival rate, queries/s (or a trace's target mean rate)")
     p.add_argument(
@@ -43,7 +56,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     )
     p.add_argument("--slo-p99", help="p99 latency bound, e.g. 15ms")
     p.add_argument(
-        "--max-batch", help="dynamic batcher: largest batch (default 8; searched with --find-capacity)"
+        "--max-batch",
+        help="dynamic batcher: largest batch (default 8; searched with --find-capacity); a decoder: its slots",
     )
     p.add_argument("--max-delay", help="dynamic batcher: longest wait of the oldest request, e.g. 2ms")
     p.add_argument("--trace", help="server: file of arrival timestamps (s), one per line or a CSV column t_s")
@@ -131,6 +145,10 @@ def build_spec(args: argparse.Namespace):
         seed=_int(args.seed, "seed"),
         qps=parse_rate_qps(args.qps) if args.qps is not None else None,
         slo_s=parse_duration_s(args.slo_p99, "slo-p99") if args.slo_p99 is not None else None,
+        input_len_dist=args.input_len_dist,
+        output_len_dist=args.output_len_dist,
+        slo_ttft_s=parse_duration_s(args.slo_ttft, "slo-ttft") if args.slo_ttft is not None else None,
+        slo_tpot_s=parse_duration_s(args.slo_tpot, "slo-tpot") if args.slo_tpot is not None else None,
         max_batch=_int(args.max_batch, "max-batch"),
         max_delay_s=(
             0.0

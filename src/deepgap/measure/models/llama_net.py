@@ -189,6 +189,43 @@ class Llama(nn.Module):
             positions = position
         return self.lm_head(self.hidden_states(ids, positions, position)[:, -1])
 
+    def prefill_slots(self, ids, slots, lengths):
+        """Prompts ``(k, P)``, right-padded, into cache rows ``slots`` (a long tensor ``(k,)``), positions 0..P-1.
+
+        Continuous batching's admission (`deepgap.serving.worker.llm_executor`): newcomers of different
+        lengths are prefilled together while other rows of the cache hold running sequences. Right padding
+        needs no mask: causal attention keeps a row's real tokens from seeing its padding, and the padding's
+        keys written past a row's length sit beyond its position, masked by `decode_slots` until its own
+        tokens overwrite them. Returns the next-token logits at each row's last real token, ``(k, vocab)``.
+        """
+        self._check_ids(ids, ids.shape[-1])
+        if self.cache is None or ids.shape[1] > self.cache.max_len:
+            raise UsageError(
+                "the prompts do not fit the KV cache", "set up the cache with max_len ≥ the prompt"
+            )
+        x = self.hidden_states(ids, torch.arange(ids.shape[1], device=ids.device), SlotPrefill(slots))
+        return self.lm_head(x[torch.arange(ids.shape[0], device=ids.device), lengths - 1])
+
+    def decode_slots(self, ids, positions):
+        """One token per cache row ``(B, 1)``, each at its own position ``(B,)`` (a long tensor on the device).
+
+        The static-shape step of continuous batching: ``B`` is the number of slots (the cache's first ``B``
+        rows), every row writes its K and V at its own position and attends over its keys up to it. Rows
+        that hold no sequence run too (their output is ignored; their position stays in range), so the
+        step's shapes never change and a CUDA graph can capture it once. Returns ``(B, vocab)`` logits.
+        """
+        if self.cache is None or ids.shape[0] > self.cache.batch:
+            raise UsageError(
+                f"{ids.shape[0]} slots do not fit the KV cache", "call setup_cache with at least that batch"
+            )
+        x = self.embed_tokens(ids)
+        cos, sin = self.angles(positions, x.dtype)
+        cos, sin = cos[:, None, None, :], sin[:, None, None, :]  # per row: (B, 1, 1, head_dim)
+        rows = SlotPositions(positions)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, _LayerCache(self.cache, i), rows)
+        return self.lm_head(self.norm(x)[:, -1])
+
     def _need_cache(self, ids, end: int) -> None:
         if self.cache is None:
             raise UsageError("the KV cache is not set up", "call setup_cache(batch, max_len) first")
@@ -230,6 +267,20 @@ class StaticKVCache:
         return sum(t.numel() * t.element_size() for t in self.k + self.v)
 
 
+class SlotPrefill:
+    """`Llama.prefill_slots`'s ``pos``: the cache rows that newcomers' prompts go to (from position 0)."""
+
+    def __init__(self, slots) -> None:
+        self.slots = slots
+
+
+class SlotPositions:
+    """`Llama.decode_slots`'s ``pos``: one position per cache row, ``(B,)``, and its write index and mask."""
+
+    def __init__(self, positions) -> None:
+        self.positions = positions
+
+
 class _LayerCache:
     """One layer's view of the cache: writes this step's K and V, attends over what is written."""
 
@@ -238,6 +289,8 @@ class _LayerCache:
 
     def attend(self, q, k, v, pos):
         """Write ``k``, ``v`` from ``pos`` on; attend ``q`` causally over everything written so far."""
+        if isinstance(pos, (SlotPrefill, SlotPositions)):
+            return self._attend_slots(q, k, v, pos)
         s = q.shape[2]
         if isinstance(pos, int):
             self.k[:, :, pos : pos + s] = k
@@ -254,6 +307,22 @@ class _LayerCache:
         if s == 1 and self.attention is not None:  # the worker's kernel (`Llama.static_attention`)
             return self.attention(q, self.k, self.v, pos)
         return _one_token(q, self.k, self.v, (self.cache.positions <= pos)[None, :])
+
+    def _attend_slots(self, q, k, v, pos):
+        """Continuous batching: a prefill into some rows, or one token per row at its own position."""
+        if isinstance(pos, SlotPrefill):  # the prompts alone, causal; their K and V into their rows
+            s = q.shape[2]
+            self.k[pos.slots, :, :s] = k
+            self.v[pos.slots, :, :s] = v
+            return F.scaled_dot_product_attention(q, k, v, is_causal=s > 1, enable_gqa=self.cache.gqa)
+        b = q.shape[0]
+        p = pos.positions
+        index = p.view(b, 1, 1, 1).expand(b, k.shape[1], 1, k.shape[3])
+        keys, values = self.k[:b], self.v[:b]  # the first b rows: the slots (a view, static shape)
+        keys.scatter_(2, index, k)
+        values.scatter_(2, index, v)
+        mask = (self.cache.positions[None, :] <= p[:, None])[:, None, None, :]  # (b, 1, 1, max_len)
+        return _one_token(q, keys, values, mask)
 
 
 def _one_token(q, keys, values, mask):

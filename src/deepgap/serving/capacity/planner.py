@@ -153,6 +153,8 @@ def curves_from_store(store, run_ids: list[str] | None = None, padding: str = "b
     cf = curves_frame(store, run_ids)
     if len(cf):
         for (run_id, _tenant), g in cf.groupby(["run_id", "tenant"], sort=True):
+            if any(getattr(e, "workload", None) == "decode" for e in g["extra"]):
+                continue  # a decoder's decode steps, not a batch curve of requests (`serving.run.llm_run`)
             first = g.iloc[0]
             bs = [int(b) for b in g["batch_size"]]
             sv = ServiceModel(

@@ -45,6 +45,9 @@ class CurveDetails(JsonRecord):
     # a text model: every calibrated padded length's samples and interval at this batch size (the key
     # of ``serve_curves`` is one row per batch size; the row's own columns are the longest length's)
     seq_len_curves: dict[str, Any] | None = None
+    workload: str | None = (
+        None  # "decode": a decoder's decode step per slot count (prefill in seq_len_curves)
+    )
 
     @classmethod
     def of(cls, x: CurveDetails | dict[str, Any] | None) -> CurveDetails:
@@ -71,6 +74,41 @@ class LoadgenRun(JsonRecord):
 
 
 @dataclass
+class LlmLevel(JsonRecord):
+    """A served decoder's level (`deepgap.serving.sim.token_stats.TokenStats`) and its simulation.
+
+    TTFT and TPOT each with a median and a tail: ``*_tail_kind`` "p99" only where n ≥ 368, else "max" (of
+    the n requests); tokens/s over the level's span; the counts over each bound and their verdicts.
+    """
+
+    input_len_dist: str | None = None
+    output_len_dist: str | None = None
+    cache_len: int | None = None  # positions per slot: the longest prompt plus the longest output
+    ttft_p50_s: float | None = None
+    ttft_tail_s: float | None = None
+    ttft_tail_kind: str | None = None
+    ttft_n: int | None = None
+    tpot_p50_s: float | None = None
+    tpot_tail_s: float | None = None
+    tpot_tail_kind: str | None = None
+    tpot_n: int | None = None
+    output_tokens_per_s: float | None = None
+    input_tokens_per_s: float | None = None
+    slo_ttft_s: float | None = None
+    slo_tpot_s: float | None = None
+    n_over_ttft: int | None = None
+    n_over_tpot: int | None = None
+    ttft_verdict: str | None = None
+    tpot_verdict: str | None = None
+    slots: int | None = None
+    decode_steps: int | None = None
+    mean_active: float | None = None
+    predicted_output_tokens_per_s: float | None = None
+    predicted_ttft_tail_s: float | None = None
+    predicted_tpot_tail_s: float | None = None
+
+
+@dataclass
 class LevelDetails(JsonRecord):
     """One load level beyond its columns; the field order is the write order."""
 
@@ -79,6 +117,7 @@ class LevelDetails(JsonRecord):
         "engine_info": EngineInfo,
         "accuracy": Accuracy,
         "loadgen_run": LoadgenRun,
+        "llm": LlmLevel,
     }
 
     threads: int | None = None  # a tenant's CPU threads (only when set)
@@ -101,6 +140,7 @@ class LevelDetails(JsonRecord):
     padded_tokens_per_s: float | None = None
     padding_fraction: float | None = None  # padded-in tokens / tokens run: 1 − useful / padded
     predicted_useful_tokens_per_s: float | None = None
+    llm: LlmLevel | None = None  # a decoder's level: TTFT, TPOT, tokens/s (`LlmLevel`)
 
     @classmethod
     def of(cls, x: LevelDetails | dict[str, Any] | None) -> LevelDetails:
@@ -129,6 +169,14 @@ class CapacityDetails(JsonRecord):
 
     probes: list[CapacityProbe] | None = None
     verified: bool | None = None  # simulated only: whether the same policy was also measured
+    # a decoder's capacity (``slo_s`` is its TTFT bound, ``max_batch`` its slots): the TPOT bound, and
+    # at the capacity rate the output tokens/s and both tails (kind "p99" or "max" of n)
+    slo_tpot_s: float | None = None
+    output_tokens_per_s: float | None = None
+    ttft_tail_s: float | None = None
+    ttft_tail_kind: str | None = None
+    tpot_tail_s: float | None = None
+    tpot_tail_kind: str | None = None
 
     @classmethod
     def of(cls, x: CapacityDetails | dict[str, Any] | None) -> CapacityDetails:

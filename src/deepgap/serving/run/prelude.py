@@ -14,6 +14,7 @@ service curve the simulator is fed and the levels are then both measured on the 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from deepgap.core.records import ConfigSpec
@@ -23,5 +24,11 @@ if TYPE_CHECKING:
 
 
 def warmup_configs(req: SetupRequest) -> list[ConfigSpec]:
-    """The configurations the prelude may warm up with: the first model's build, one per prepared batch."""
+    """The configurations the prelude may warm up with: the first model's build, one per prepared batch.
+
+    A decoder's (``cache_len``) warms up with the eager forward over its longest prompt (a prefill), the
+    load every engine's serving runs first; the sweep's engines need not time a decoder's forward.
+    """
+    if req.cache_len:
+        return [dataclasses.replace(req.config(b), engine="eager") for b in req.buckets]
     return [req.config(b) for b in req.buckets]

@@ -24,6 +24,7 @@ from deepgap.drive.launcher import PreludeMeasure
 from deepgap.drive.runner import SweepRunner
 from deepgap.measure.protocol import WORKER_MAIN, StatusError, register_worker_module
 from deepgap.serving.sim.batcher import BatchPolicy, StopRule
+from deepgap.serving.sim.continuous import SlotStop
 from deepgap.serving.sim.seqlen import SeqLenDist
 
 DYNAMIC_ENGINES = ("eager",)  # engines whose one prepared instance takes any batch size
@@ -65,6 +66,9 @@ class SetupRequest:
     padding_edges: tuple[int, ...] = ()
     masked: bool = False
     seq_len_dist: str = ""  # the lengths' distribution as the flag spells it (the levels' record)
+    # A decoder (`deepgap.serving.worker.llm_setup`): its cache's positions per slot (0: not a decoder);
+    # ``seq_lens`` then holds the prompt lengths whose prefill is calibrated, ``buckets`` the slot counts
+    cache_len: int = 0
 
     def config(self, batch_size: int, include_transfer: bool = False) -> ConfigSpec:
         """The configuration served at ``batch_size`` (the prelude's warm-up, the worker's builds)."""
@@ -106,12 +110,15 @@ class LevelRequest:
 
     arrivals_s: np.ndarray | None
     policy: BatchPolicy
-    stop: StopRule | None = None
+    stop: StopRule | SlotStop | None = None
     start_at: float | None = None  # perf_counter instant shared by tenants
     closed: bool = False
     min_queries: int = 0
     min_duration_s: float = 0.0
     lengths: np.ndarray | None = None  # a text model: each request's length, in arrival order
+    out_lengths: np.ndarray | None = (
+        None  # a decoder: each request's output tokens (``lengths``: its prompt's)
+    )
 
 
 class SetupFailed(StatusError):

@@ -15,12 +15,14 @@ from typing import Any
 
 import numpy as np
 
+from deepgap.core.records import Status
 from deepgap.drive.config import SweepSpec
+from deepgap.drive.handle import WorkerLost
 from deepgap.drive.prelude import prelude_fields
 from deepgap.measure.accuracy.dataset import serve_options
 from deepgap.serving.records.details import CurveDetails, LevelDetails
 from deepgap.serving.records.storage import LevelRow
-from deepgap.serving.run.process import SetupReply, SetupRequest
+from deepgap.serving.run.process import ServingWorker, SetupFailed, SetupReply, SetupRequest
 from deepgap.serving.run.spec import ServeSpec
 from deepgap.serving.run.text_spec import TextLoad, length_curves, text_load, text_service
 from deepgap.serving.sim.batcher import BatchPolicy
@@ -84,10 +86,14 @@ def serve_sweep(spec: ServeSpec, device: str, models: list[str]) -> SweepSpec:
 def setup_request(spec: ServeSpec, model: str, device: str) -> SetupRequest:
     """The worker's build and calibration request for ``model``."""
     from deepgap.measure.models import resolve_model
+    from deepgap.serving.run.llm_spec import is_decoder, llm_setup_fields
 
     cuda = device.startswith("cuda")
-    load = text_load(spec.seq_len_dist, spec.padding, model)
-    text = load.setup_fields() if load is not None else {}  # a text model: its lengths, padding, mask
+    if is_decoder(model):  # a decoder: its prompt lengths to calibrate, its cache's length
+        text = llm_setup_fields(spec)
+    else:
+        load = text_load(spec.seq_len_dist, spec.padding, model)
+        text = load.setup_fields() if load is not None else {}  # a text model: its lengths, padding, mask
     return SetupRequest(
         model=model,
         engine=spec.engine,
@@ -229,7 +235,7 @@ def level_row(
     if summary is not None:
         v.update({k: getattr(summary, k) for k in SUMMARY_COLUMNS})
         d.n_dropped, d.host_mean_s = summary.n_dropped, summary.host_mean_s
-    if getattr(req, "seq_lens", ()):
+    if getattr(req, "seq_lens", ()) and not getattr(req, "cache_len", 0):  # a decoder's: its `LlmLevel`
         _text_details(d, req, summary, predicted)
     if predicted is not None:
         v.update(
@@ -240,3 +246,58 @@ def level_row(
         )
         d.predicted_verdict = predicted.verdict
     return LevelRow(v, log, d)
+
+
+def setup_reply(
+    spec: ServeSpec,
+    req: SetupRequest,
+    worker: ServingWorker,
+    rec: Any,
+    out: ServeOutcome,
+    say: Say,
+    building: str,
+) -> SetupReply | None:
+    """The worker's build and calibration; None once a failed set-up is recorded as the run's one level.
+
+    A worker that could not start or answer (`ServingWorker.failure`) is a failed set-up too. ``building``
+    is the progress line said first. Shared by one model's run (`scenarios`) and a decoder's (`llm_run`).
+    """
+    try:
+        if worker.failure is not None:
+            raise worker.failure
+        rec.env = worker.env or rec.env
+        say(building)
+        return worker.setup(req, spec.timeout_s)
+    except (SetupFailed, WorkerLost) as exc:
+        status = exc.status.value if isinstance(exc.status, Status) else str(exc.status)
+        reason = exc.reason.splitlines()[0]
+        rec.levels.append(
+            level_row(
+                req, spec.scenario, "setup", None, spec.qps, "", spec.seed, None, status=status, reason=reason
+            )
+        )
+        out.status, out.reason = status, reason
+        out.lines.append(f"{status}: {reason}")
+        return None
+
+
+def capacity_columns(
+    req: SetupRequest, rec: Any, r: Any, slo_s: float, confidence: float, predicted: float | None
+) -> dict[str, Any]:
+    """A ``capacity`` row's columns for the search result ``r`` (its caller adds ``details``)."""
+    return {
+        "tenant": "",
+        "source": r.source,
+        **config_columns(req),
+        "device_name": rec.env.get("device_name", ""),
+        "slo_s": slo_s,
+        "percentile": 0.99,
+        "confidence": confidence,
+        "max_batch": r.policy.max_batch,
+        "max_delay_s": r.policy.max_delay_s,
+        "capacity_qps": r.capacity_qps,
+        "upper_qps": r.upper_qps,
+        "predicted_qps": predicted,
+        "n_probes": len(r.probes),
+        "note": r.note,
+    }

@@ -16,11 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from deepgap.core.records import Status
 from deepgap.core.result_details import Accuracy, Correctness, EngineInfo
-from deepgap.drive.handle import WorkerLost
 from deepgap.serving.records.storage import ServeRecord
-from deepgap.serving.run.process import LevelRequest, ServingWorker, SetupFailed, SetupRequest
+from deepgap.serving.run.process import LevelRequest, ServingWorker, SetupRequest
 from deepgap.serving.run.rows import (
     Say,
     ServeOutcome,
@@ -28,6 +26,7 @@ from deepgap.serving.run.rows import (
     level_row,
     run_spec,
     service_of,
+    setup_reply,
 )
 from deepgap.serving.run.scenario_context import (
     ScenarioContext,
@@ -62,33 +61,17 @@ def _run_single(
     rec = ServeRecord(spec=run_spec(spec, device, [spec.model]), command=command, env={"device": device})
     out = ServeOutcome(None, os.path.abspath(store_path))
     try:
-        try:
-            if worker.failure is not None:
-                raise worker.failure
-            rec.env = worker.env or rec.env
-            say(
-                f"serve: building {spec.model} ({spec.engine}, {spec.precision}, {spec.memory_format}) on "
-                f"{device} and calibrating batches {', '.join(map(str, req.buckets))}"
-            )
-            reply = worker.setup(req, spec.timeout_s)
-        except (SetupFailed, WorkerLost) as exc:
-            status = exc.status.value if isinstance(exc.status, Status) else str(exc.status)
-            rec.levels.append(
-                level_row(
-                    req,
-                    spec.scenario,
-                    "setup",
-                    None,
-                    spec.qps,
-                    "",
-                    spec.seed,
-                    None,
-                    status=status,
-                    reason=exc.reason.splitlines()[0],
-                )
-            )
-            out.status, out.reason = status, exc.reason.splitlines()[0]
-            out.lines.append(f"{status}: {out.reason}")
+        reply = setup_reply(
+            spec,
+            req,
+            worker,
+            rec,
+            out,
+            say,
+            f"serve: building {spec.model} ({spec.engine}, {spec.precision}, {spec.memory_format}) on "
+            f"{device} and calibrating batches {', '.join(map(str, req.buckets))}",
+        )
+        if reply is None:
             return rec, out
         rec.curves = curve_rows(reply, req)
         load = text_load(spec.seq_len_dist, spec.padding, spec.model)

@@ -61,6 +61,10 @@ def plan(spec: ServeSpec, store_path: str, say: Say, command: str, resumed: Resu
             from deepgap.serving.run.tenants import run_tenants
 
             rec, out = run_tenants(spec, device, store_path, say, w, command)
+        elif first.cache_len:  # a decoder: continuous batching (`deepgap.serving.run.llm_run`)
+            from deepgap.serving.run.llm_run import run_llm
+
+            rec, out = run_llm(spec, device, trace, store_path, say, w, first, command)
         else:
             from deepgap.serving.run.scenarios import _run_single
 

@@ -23,7 +23,7 @@ from deepgap.serving.capacity.search import (
 )
 from deepgap.serving.records.details import CapacityDetails, CapacityProbe
 from deepgap.serving.run.process import LevelRequest
-from deepgap.serving.run.rows import config_columns, level_row
+from deepgap.serving.run.rows import capacity_columns, level_row
 from deepgap.serving.run.scenario_context import (
     ScenarioContext,
     engine_ips,
@@ -149,20 +149,7 @@ def run_server(c: ScenarioContext) -> None:
 
 def _capacity_row(c: ScenarioContext, r: CapacityResult, predicted: float | None) -> dict[str, Any]:
     return {
-        "tenant": "",
-        "source": r.source,
-        **config_columns(c.req),
-        "device_name": c.rec.env.get("device_name", ""),
-        "slo_s": r.slo_s,
-        "percentile": 0.99,
-        "confidence": c.spec.confidence,
-        "max_batch": r.policy.max_batch,
-        "max_delay_s": r.policy.max_delay_s,
-        "capacity_qps": r.capacity_qps,
-        "upper_qps": r.upper_qps,
-        "predicted_qps": predicted,
-        "n_probes": len(r.probes),
-        "note": r.note,
+        **capacity_columns(c.req, c.rec, r, r.slo_s, c.spec.confidence, predicted),
         "details": CapacityDetails(
             probes=[
                 CapacityProbe(

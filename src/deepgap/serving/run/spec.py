@@ -41,6 +41,12 @@ class ServeSpec:
     # default) and how a batch is padded (``longest`` or ``buckets:32,64,128``)
     seq_len_dist: str | None = None
     padding: str = "longest"
+    # A decoder's requests and bounds (`deepgap.serving.run.llm_spec`): prompt and output lengths (None:
+    # fixed at 128), TTFT and TPOT bounds (None: MLPerf's 2 s and 100 ms)
+    input_len_dist: str | None = None
+    output_len_dist: str | None = None
+    slo_ttft_s: float | None = None
+    slo_tpot_s: float | None = None
     scenario: str = "server"
     qps: float | None = None
     find_capacity: bool = False
@@ -140,6 +146,8 @@ _INT_LIMITS = (
 _FLOAT_LIMITS = (
     ("qps", "qps", 0.01, 1e6, "200"),
     ("slo_s", "slo-p99", 1e-6, 3600.0, "15ms"),
+    ("slo_ttft_s", "slo-ttft", 1e-6, 3600.0, "2s"),
+    ("slo_tpot_s", "slo-tpot", 1e-6, 3600.0, "100ms"),
     ("min_duration_s", "min-duration", 1e-3, 86_400.0, "5s"),
     ("max_delay_s", "max-delay", 0.0, 60.0, "2ms"),
     ("timeout_s", "timeout", 1e-3, 7 * 86_400.0, "900"),
@@ -187,11 +195,18 @@ def _check_names(spec: ServeSpec) -> None:
     if spec.scenario not in SCENARIOS:
         raise UsageError(f"unknown scenario {spec.scenario!r}", f"choose one of: {', '.join(SCENARIOS)}")
     _check_ranges(spec)
-    if any(resolve_model(name).is_text for name, _ in spec.tenants or ((spec.model, None),)):
-        check_text(spec)
-    elif spec.seq_len_dist is not None or spec.padding != "longest":
-        flag = "--seq-len-dist" if spec.seq_len_dist is not None else "--padding"
-        raise UsageError(f"{flag} applies to text models, and {spec.model} is not one", f"drop {flag}")
+    from deepgap.serving.run.llm_spec import check_decoder, is_decoder, refuse_decoder_flags
+
+    served = [name for name, _ in spec.tenants or ((spec.model, None),)]
+    if any(is_decoder(name) for name in served):
+        check_decoder(spec)  # its lengths, bounds, engine and what it does not do yet
+    else:
+        refuse_decoder_flags(spec)
+        if any(resolve_model(name).is_text for name in served):
+            check_text(spec)
+        elif spec.seq_len_dist is not None or spec.padding != "longest":
+            flag = "--seq-len-dist" if spec.seq_len_dist is not None else "--padding"
+            raise UsageError(f"{flag} applies to text models, and {spec.model} is not one", f"drop {flag}")
     engine_info(spec.engine)
     if spec.precision not in PRECISIONS:
         raise UsageError(f"unknown precision {spec.precision!r}", f"choose from {', '.join(PRECISIONS)}")
@@ -310,7 +325,7 @@ def _check_combinations(spec: ServeSpec) -> None:
         from deepgap.serving.sim.arrivals import n_queries
 
         n_queries(spec.qps, *spec.minimums())
-    if spec.find_capacity and spec.slo_s is None:
+    if spec.find_capacity and spec.slo_s is None and not _decoder(spec):
         raise UsageError("--find-capacity needs a latency bound", "add --slo-p99 15ms")
     if spec.find_capacity and spec.tenants:
         raise UsageError("--find-capacity with --tenants is not supported", "search each model alone")
@@ -347,3 +362,10 @@ def _check_combinations(spec: ServeSpec) -> None:
         raise UsageError("--weights applies to one model, but --tenants names several", "drop --weights")
     if spec.dataset and spec.tenants:
         raise UsageError("--dataset applies to one model, but --tenants names several", "drop --dataset")
+
+
+def _decoder(spec: ServeSpec) -> bool:
+    """Whether ``spec`` serves a decoder (bounded by --slo-ttft and --slo-tpot, not --slo-p99)."""
+    from deepgap.serving.run.llm_spec import is_decoder
+
+    return is_decoder(spec.model)

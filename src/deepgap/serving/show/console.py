@@ -6,6 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 from deepgap.serving.show import tables
+from deepgap.serving.show.llm_tables import COLUMNS as LLM
+from deepgap.serving.show.llm_tables import llm_levels, without_llm
 
 Column = tuple[str, Callable[[dict[str, Any]], str]]  # header, the cell of one row
 
@@ -24,7 +26,7 @@ def print_serving(store, console, run_ids: list[str] | None) -> None:
         return
     for frame, title, columns in (
         (
-            tables.levels(store, run_ids),
+            without_llm(tables.levels(store, run_ids)),
             "serving: {n} load levels (sim = the simulator on the same arrivals)",
             LEVELS,
         ),
@@ -32,6 +34,11 @@ def print_serving(store, console, run_ids: list[str] | None) -> None:
             tables.text_levels(store, run_ids),
             "serving text models: {n} levels (a request is a sequence; tokens counted apart from padding)",
             TEXT,
+        ),
+        (
+            llm_levels(store, run_ids),
+            "serving decoders: {n} levels (a tail is a p99 only where n ≥ 368)",
+            LLM,
         ),
         (tables.capacity(store, run_ids), "serving capacity (measured beside simulated)", CAPACITY),
         (
@@ -121,6 +128,7 @@ CAPACITY: list[Column] = [
     ("batch/delay", lambda r: r["policy"]),
     ("source", lambda r: r["source"]),
     ("capacity q/s", lambda r: _num(r["capacity_qps"])),
+    ("output tokens/s", lambda r: _num(getattr(r["extra"], "output_tokens_per_s", None))),  # a decoder's
     ("simulated q/s", lambda r: _num(r["predicted_qps"])),
     ("measured/sim", lambda r: _num(r["measured_over_predicted"], ".3f")),
     ("runs", lambda r: str(int(r["n_probes"] or 0))),

@@ -21,6 +21,7 @@ from deepgap.render.sections import Parts, ReportContext, Section, register
 from deepgap.serving.loadgen.capacities import loadgen_capacities
 from deepgap.serving.records.storage import requests
 from deepgap.serving.show import tables
+from deepgap.serving.show.llm_tables import COLUMNS, TITLE, llm_levels, without_llm
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -43,6 +44,10 @@ TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
             ("max batch / delay", "policy"),
             ("source", "source"),
             ("capacity q/s", lambda r: fmt_ips(r["capacity_qps"])),
+            (
+                "output tokens/s (decoders)",
+                lambda r: fmt_ips((r.get("extra") or {}).get("output_tokens_per_s")),
+            ),
             ("simulated q/s", lambda r: fmt_ips(r["predicted_qps"])),
             ("measured / simulated", lambda r: fmt_x(r["measured_over_predicted"])),
             ("lowest failing q/s", lambda r: fmt_ips(r["upper_qps"])),
@@ -140,6 +145,7 @@ TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
             ("run", "run_id"),
         ],
     ),
+    "serving_llm": (TITLE, COLUMNS),
     "serving_interference": (
         "Tenants on one device: p99 and served rate alone and together (same arrivals in every phase)",
         [
@@ -169,7 +175,8 @@ def section(
     with reading(store_path) as st:
         if not tables.any_serving(st):
             return {}, []
-        lv = tables.levels(st, run_ids)
+        every = tables.levels(st, run_ids)
+        lv = without_llm(every)  # a decoder's levels: their own table (TTFT, TPOT), not the batch figures
         cap = tables.capacity(st, run_ids)
         inter = tables.interference(st, run_ids)
         lgc = loadgen_capacities(lv, cap)
@@ -190,6 +197,7 @@ def section(
             if "useful_tokens_per_s" in lv
             else lv
         ),
+        "serving_llm": llm_levels(st, frame=every),
         "serving_interference": inter,
     }
     return {k: v for k, v in out.items() if len(v)}, [f for f in figs if f is not None]

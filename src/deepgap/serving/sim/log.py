@@ -11,6 +11,7 @@ executor pipelines). Dropped requests (a bounded queue under overload) are count
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -132,6 +133,7 @@ class LevelSummary:
     extra: dict = field(default_factory=dict)
     useful_tokens_per_s: float | None = None  # a text level: its requests' own tokens per second
     padded_tokens_per_s: float | None = None  # a text level: tokens the engine ran per second, padding in
+    tokens: Any = None  # a decoder's level: its `deepgap.serving.sim.token_stats.TokenStats`
 
 
 def summarize(
@@ -145,36 +147,11 @@ def summarize(
     lat = log.latency_s
     if lat.size == 0:
         raise ValueError("no request was served")
-    p50, p90, p95, p99 = np.percentile(lat, [50, 90, 95, 99])
     span = float(log.done_s.max() - log.arrival_s.min())
     n_over = int((lat > slo_s).sum()) if slo_s is not None else None
-    if slo_s is None:
-        v = "none"
-    elif log.stop_kind == "time":
-        # Fell behind: the unserved requests were already later than any SLO a run is meant for.
-        v = verdict(log.n_planned, n_over + (log.n_planned - log.n), percentile, confidence)
-    elif log.stop_kind == "violations":  # it cannot pass any more: a fail where what it served says so
-        # (26 of 578 requests over a p99 SLO is 4.5%: conclusively above 1%, a fail, not "inconclusive"
-        # against the 2,000 it had planned); else judged against the planned count, as before
-        served = verdict(log.n + log.n_dropped, n_over + log.n_dropped, percentile, confidence)
-        planned = verdict(log.n_planned, n_over + log.n_dropped, percentile, confidence)
-        v = "fail" if "fail" in (served, planned) else planned
-    else:  # a dropped request counts as one over the SLO
-        v = verdict(log.n + log.n_dropped, n_over + log.n_dropped, percentile, confidence)
+    v = "none" if n_over is None else judged(log, n_over, percentile, confidence)
     return LevelSummary(
-        n=log.n,
-        n_planned=log.n_planned,
-        offered_qps=offered_qps,
-        achieved_qps=log.n / span if span > 0 else float("nan"),
-        duration_s=span,
-        latency_mean_s=float(lat.mean()),
-        latency_p50_s=float(p50),
-        latency_p90_s=float(p90),
-        latency_p95_s=float(p95),
-        latency_p99_s=float(p99),
-        latency_max_s=float(lat.max()),
-        queue_mean_s=float(log.queue_s.mean()),
-        queue_p99_s=float(np.percentile(log.queue_s, 99)),
+        **latency_fields(log, offered_qps, span, lat, log.queue_s),
         h2d_mean_s=float(log.h2d_s.mean()),
         compute_mean_s=float(log.compute_s.mean()),
         d2h_mean_s=float(log.d2h_s.mean()),
@@ -189,3 +166,41 @@ def summarize(
         useful_tokens_per_s=log.useful_tokens / span if log.padded_tokens and span > 0 else None,
         padded_tokens_per_s=log.padded_tokens / span if log.padded_tokens and span > 0 else None,
     )
+
+
+def judged(log, n_over: int, percentile: float, confidence: float) -> str:
+    """The verdict on ``n_over`` requests over a bound, as the run's stop (``log.stop_kind``) requires.
+
+    ``log``: any log with ``n``, ``n_planned``, ``n_dropped`` and ``stop_kind`` (images', a decoder's).
+    """
+    if log.stop_kind == "time":
+        # Fell behind: the unserved requests were already later than any SLO a run is meant for.
+        return verdict(log.n_planned, n_over + (log.n_planned - log.n), percentile, confidence)
+    if log.stop_kind == "violations":  # it cannot pass any more: a fail where what it served says so
+        # (26 of 578 requests over a p99 SLO is 4.5%: conclusively above 1%, a fail, not "inconclusive"
+        # against the 2,000 it had planned); else judged against the planned count, as before
+        served = verdict(log.n + log.n_dropped, n_over + log.n_dropped, percentile, confidence)
+        planned = verdict(log.n_planned, n_over + log.n_dropped, percentile, confidence)
+        return "fail" if "fail" in (served, planned) else planned
+    # a dropped request counts as one over the SLO
+    return verdict(log.n + log.n_dropped, n_over + log.n_dropped, percentile, confidence)
+
+
+def latency_fields(log, offered_qps: float | None, span: float, lat: np.ndarray, queue: np.ndarray) -> dict:
+    """`LevelSummary`'s counts, rates and latency and queue statistics (``lat``: each request's latency)."""
+    p50, p90, p95, p99 = np.percentile(lat, [50, 90, 95, 99])
+    return {
+        "n": log.n,
+        "n_planned": log.n_planned,
+        "offered_qps": offered_qps,
+        "achieved_qps": log.n / span if span > 0 else float("nan"),
+        "duration_s": span,
+        "latency_mean_s": float(lat.mean()),
+        "latency_p50_s": float(p50),
+        "latency_p90_s": float(p90),
+        "latency_p95_s": float(p95),
+        "latency_p99_s": float(p99),
+        "latency_max_s": float(lat.max()),
+        "queue_mean_s": float(queue.mean()),
+        "queue_p99_s": float(np.percentile(queue, 99)),
+    }

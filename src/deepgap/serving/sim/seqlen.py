@@ -70,63 +70,62 @@ class SeqLenDist:
         return ",".join(f"{v}:{w:g}" for v, w in zip(self.lengths, self.weights, strict=True))
 
 
-def _int(text: str, spec: str) -> int:
+def _int(text: str, spec: str, flag: str = "--seq-len-dist") -> int:
     try:
         return int(text)
     except ValueError:
-        raise UsageError(
-            f"--seq-len-dist {spec!r}: {text!r} is not a length", f"pass {DIST_EXAMPLE}"
-        ) from None
+        raise UsageError(f"{flag} {spec!r}: {text!r} is not a length", f"pass {DIST_EXAMPLE}") from None
 
 
-def parse_seq_len_dist(text: str | None, default_len: int, max_len: int) -> SeqLenDist:
-    """``--seq-len-dist`` (None: fixed at the model's default length), each length in [1, ``max_len``]."""
+def parse_seq_len_dist(
+    text: str | None, default_len: int, max_len: int, flag: str = "--seq-len-dist"
+) -> SeqLenDist:
+    """``--seq-len-dist`` (None: fixed at the model's default length), each length in [1, ``max_len``].
+
+    ``flag``: the option the spec came from, named in an error (a decoder's ``--input-len-dist`` …).
+    """
     if text is None:
         dist = SeqLenDist("fixed", (default_len,))
     else:
         t = text.strip()
         if t.startswith("fixed:"):
-            dist = SeqLenDist("fixed", (_int(t[6:], text),))
+            dist = SeqLenDist("fixed", (_int(t[6:], text, flag),))
         elif t.startswith("uniform:"):
             parts = t[8:].split(":")
             if len(parts) != 2:
-                raise UsageError(
-                    f"--seq-len-dist {text!r} is malformed", "pass uniform:LO:HI, e.g. uniform:16:128"
-                )
-            lo, hi = (_int(p, text) for p in parts)
+                raise UsageError(f"{flag} {text!r} is malformed", "pass uniform:LO:HI, e.g. uniform:16:128")
+            lo, hi = (_int(p, text, flag) for p in parts)
             if lo > hi:
-                raise UsageError(f"--seq-len-dist {text!r}: {lo} > {hi}", "pass uniform:LO:HI with LO ≤ HI")
+                raise UsageError(f"{flag} {text!r}: {lo} > {hi}", "pass uniform:LO:HI with LO ≤ HI")
             dist = SeqLenDist("uniform", (lo, hi))
         else:
-            dist = _parse_choice(t, text)
+            dist = _parse_choice(t, text, flag)
     bad = [v for v in dist.lengths if not 1 <= v <= max_len]
     if bad:
         raise UsageError(
-            f"--seq-len-dist {text!r}: length {bad[0]} is outside the model's 1..{max_len} positions",
+            f"{flag} {text!r}: length {bad[0]} is outside the model's 1..{max_len} positions",
             f"keep every length within 1..{max_len}",
         )
     return dist
 
 
-def _parse_choice(t: str, text: str) -> SeqLenDist:
+def _parse_choice(t: str, text: str, flag: str = "--seq-len-dist") -> SeqLenDist:
     lengths: list[int] = []
     weights: list[float] = []
     for item in t.split(","):
         v, _, w = item.strip().partition(":")
-        lengths.append(_int(v, text))
+        lengths.append(_int(v, text, flag))
         try:
             weight = float(w) if w else 1.0
         except ValueError:
             raise UsageError(
-                f"--seq-len-dist {text!r}: weight {w!r} is not a number", f"pass {DIST_EXAMPLE}"
+                f"{flag} {text!r}: weight {w!r} is not a number", f"pass {DIST_EXAMPLE}"
             ) from None
         if not (weight > 0 and np.isfinite(weight)):
-            raise UsageError(
-                f"--seq-len-dist {text!r}: weight {w!r} must be positive", f"pass {DIST_EXAMPLE}"
-            )
+            raise UsageError(f"{flag} {text!r}: weight {w!r} must be positive", f"pass {DIST_EXAMPLE}")
         weights.append(weight)
     if len(set(lengths)) != len(lengths):
-        raise UsageError(f"--seq-len-dist {text!r} names a length twice", "name each length once")
+        raise UsageError(f"{flag} {text!r} names a length twice", "name each length once")
     return SeqLenDist("choice", tuple(lengths), tuple(weights))
 
 

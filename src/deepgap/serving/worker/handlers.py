@@ -133,6 +133,12 @@ def _agreement(state: Any, req: SetupRequest, executor: PipelinedExecutor, ring:
 @handles("serve.setup")
 def handle_setup(state: Any, req: SetupRequest) -> SetupReply:
     """Worker handler ``serve.setup``: build and calibrate; the executor is kept for the levels."""
+    if req.cache_len:  # a decoder (`deepgap.serving.worker.llm_setup`)
+        from deepgap.serving.worker.llm_setup import llm_setup
+
+        executor, reply = llm_setup(state, req)
+        state.held["executor"] = executor
+        return reply
     if req.seq_lens:  # a text model (`deepgap.serving.worker.text_setup`)
         from deepgap.serving.worker.text_setup import text_setup
 
@@ -148,6 +154,10 @@ def handle_setup(state: Any, req: SetupRequest) -> SetupReply:
 def handle_level(state: Any, req: LevelRequest) -> Any:
     """Worker handler ``serve.level``: one load level (or a closed single-stream run); its RequestLog."""
     executor = state.held["executor"]
+    if req.out_lengths is not None:  # a decoder's level: continuous batching
+        from deepgap.serving.worker.llm_setup import run_llm_level
+
+        return run_llm_level(executor, req)
     if req.lengths is not None:
         from deepgap.serving.worker.text_setup import run_text_level
 

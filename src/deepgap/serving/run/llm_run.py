@@ -1,0 +1,119 @@
+"""``deepgap serve`` for a decoder, end to end: the worker's set-up, the level or the capacity, the rows.
+
+`deepgap.serving.run.serve_run` runs it (for a decoder, instead of `scenarios._run_single`) through the
+one driver and stores what it returns in one transaction. The levels and the search are
+`deepgap.serving.run.llm_scenario` and `deepgap.serving.run.llm_capacity`; here is what ties them:
+the set-up (a failed one is the run's one level, as for images), the calibrated curves as
+``serve_curves`` rows and the simulator's service, and the set-up's facts on every level.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from deepgap.core.result_details import Correctness, EngineInfo
+from deepgap.serving.records.details import CurveDetails
+from deepgap.serving.records.storage import ServeRecord
+from deepgap.serving.run.llm_capacity import find_llm_capacity
+from deepgap.serving.run.llm_scenario import LlmContext, fixed_level
+from deepgap.serving.run.llm_spec import llm_load, slo_bounds
+from deepgap.serving.run.process import ServingWorker, SetupReply, SetupRequest
+from deepgap.serving.run.rows import Say, ServeOutcome, config_columns, run_spec, setup_reply
+from deepgap.serving.sim.llm_service import LlmService
+
+
+def service_from(reply: Any, req: SetupRequest, label: str) -> LlmService:
+    """The simulator's curves from a worker's calibration: prefill per prompt length, decode per slots."""
+    return LlmService(
+        {v: {b: np.asarray(x) for b, x in s.items()} for v, s in reply.curves_by_len.items()},
+        {b: np.asarray(x) for b, x in reply.curve_samples_s.items()},
+        req.cache_len,
+        source=label,
+    )
+
+
+def run_llm(
+    spec: Any,
+    device: str,
+    trace,
+    store_path: str,
+    say: Say,
+    worker: ServingWorker,
+    req: SetupRequest,
+    command: str,
+) -> tuple[ServeRecord, ServeOutcome]:
+    """Build, check, calibrate and serve ``spec``'s decoder in ``worker`` (launched, past its prelude)."""
+    rec = ServeRecord(spec=run_spec(spec, device, [spec.model]), command=command, env={"device": device})
+    out = ServeOutcome(None, os.path.abspath(store_path))
+    try:
+        reply = setup_reply(
+            spec,
+            req,
+            worker,
+            rec,
+            out,
+            say,
+            f"serve: building {spec.model} ({spec.engine}, {spec.precision}) on {device}: {req.seq_len_dist}, "
+            f"cache of {req.cache_len} positions, calibrating slots {', '.join(map(str, req.buckets))} and "
+            f"the prefill at prompt lengths {', '.join(map(str, req.seq_lens))}",
+        )
+        if reply is None:
+            return rec, out
+        rec.curves = llm_curve_rows(reply, req)
+        ttft, tpot = slo_bounds(spec)
+        c = LlmContext(
+            spec,
+            req,
+            worker,
+            llm_load(spec),
+            service_from(reply, req, f"calibration of {spec.model}"),
+            rec,
+            out,
+            say,
+            trace,
+            ttft,
+            tpot,
+        )
+        if reply.correctness.get("flagged"):
+            say(
+                "serve: WARNING: continuous batching's tokens differ from each request alone in fp32 "
+                f"({reply.correctness.get('top1_agreement'):.3f} of {reply.correctness.get('n_images')} agree)"
+            )
+        if spec.find_capacity:
+            find_llm_capacity(c)
+        else:
+            fixed_level(c)
+        for lv in rec.levels:
+            lv.details.correctness = Correctness.from_json(reply.correctness)
+            lv.details.engine_info = EngineInfo.from_json(reply.engine_info)
+            lv.details.device_mem_used_bytes_at_setup = reply.env.get("device_mem_used_bytes_at_setup")
+    finally:
+        worker.stop()
+    return rec, out
+
+
+def llm_curve_rows(reply: SetupReply, req: SetupRequest) -> list[dict[str, Any]]:
+    """``serve_curves`` rows: per slot count its decode steps' seconds; the prefill at that batch in details."""
+    return [
+        {
+            "tenant": "",
+            **config_columns(req),
+            "batch_size": s,
+            "samples_s": reply.curve_samples_s[s],
+            "compute_s": reply.curve_parts_s.get(s, {}).get("compute_s"),
+            "details": CurveDetails(
+                includes=f"one static decode step over {s} slots, a cache of {req.cache_len} positions each",
+                interval_s=reply.curve_parts_s.get(s, {}).get("interval_s"),
+                workload="decode",
+                seq_len_curves={
+                    str(v): {"prefill_samples_s": list(map(float, by_b[s]))}
+                    for v, by_b in sorted(reply.curves_by_len.items())
+                    if s in by_b
+                },
+            ),
+        }
+        for s in sorted(reply.curve_samples_s)
+    ]

@@ -1,0 +1,135 @@
+"""``deepgap serve`` for a decoder (llama-*): its flags checked, its requests, bounds and build request.
+
+Why its own module, as `deepgap.serving.run.text_spec`: a decoder's request has a prompt length and an
+output length (``--input-len-dist``, ``--output-len-dist``, the ``--seq-len-dist`` syntax), its latency is
+two figures with two bounds (``--slo-ttft``, ``--slo-tpot``; MLPerf's 2 s and 100 ms by default), and its
+server batches continuously (`deepgap.serving.sim.continuous`) with ``--max-batch`` slots. What it does
+not do yet is refused here with one line (exit 2).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from deepgap.core.errors import UsageError
+from deepgap.serving.sim.llm_service import LlmLoad
+from deepgap.serving.sim.seqlen import parse_seq_len_dist
+
+LLM_ENGINES = ("eager", "cudagraph")
+LLM_PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+SLO_TTFT_S, SLO_TPOT_S = 2.0, 0.1  # MLPerf's Llama-3.1-8B Server limits
+DEFAULT_LEN = 128  # prompt and output tokens when no distribution is given
+DECODER_FLAGS = (
+    ("input_len_dist", "--input-len-dist"),
+    ("output_len_dist", "--output-len-dist"),
+    ("slo_ttft_s", "--slo-ttft"),
+    ("slo_tpot_s", "--slo-tpot"),
+)
+
+
+def is_decoder(model: str) -> bool:
+    """Whether ``model`` is a registered decoder shape (served with continuous batching)."""
+    from deepgap.measure.models.llama_config import SHAPES
+
+    return model in SHAPES
+
+
+def llm_load(spec: Any) -> LlmLoad:
+    """The requests' prompt and output lengths (a `UsageError` for a bad spec or one past the context)."""
+    from deepgap.measure.models.llama_config import SHAPES
+
+    shape = SHAPES[spec.model]
+    top = shape.max_positions
+    ins = parse_seq_len_dist(spec.input_len_dist, min(DEFAULT_LEN, top // 2), top, "--input-len-dist")
+    outs = parse_seq_len_dist(spec.output_len_dist, min(DEFAULT_LEN, top // 2), top, "--output-len-dist")
+    if outs.min_len < 2:
+        raise UsageError(
+            f"--output-len-dist {outs.label()} has outputs under 2 tokens (no decode step to time)",
+            "pass output lengths of at least 2",
+        )
+    load = LlmLoad(ins, outs)
+    if load.cache_len > top:
+        raise UsageError(
+            f"prompts up to {ins.max_len} plus outputs up to {outs.max_len} tokens is {load.cache_len}, past "
+            f"{spec.model}'s context of {top}",
+            "shorten --input-len-dist or --output-len-dist",
+        )
+    return load
+
+
+def slo_bounds(spec: Any) -> tuple[float, float]:
+    """(TTFT, TPOT) bounds in seconds: the flags, else MLPerf's."""
+    return (
+        spec.slo_ttft_s if spec.slo_ttft_s is not None else SLO_TTFT_S,
+        spec.slo_tpot_s if spec.slo_tpot_s is not None else SLO_TPOT_S,
+    )
+
+
+def check_decoder(spec: Any) -> None:
+    """What serving a decoder takes; one line and exit 2 otherwise."""
+    from deepgap.core.precision import PRECISIONS
+    from deepgap.measure.models.llama_config import SHAPES, check_run
+
+    if spec.tenants:
+        raise UsageError("--tenants does not serve decoders yet", "serve the decoder alone (--model NAME)")
+    if spec.scenario != "server":
+        raise UsageError(
+            f"a decoder is served in the server scenario only, not {spec.scenario}",
+            "pass --scenario server (continuous batching under Poisson arrivals)",
+        )
+    if spec.engine not in LLM_ENGINES:
+        raise UsageError(
+            f"deepgap serve decodes with {' or '.join(LLM_ENGINES)}, not {spec.engine}",
+            "pass --engine eager or --engine cudagraph",
+        )
+    if spec.precision not in LLM_PRECISIONS:
+        raise UsageError(
+            f"deepgap serve decodes in {', '.join(LLM_PRECISIONS)}, not {spec.precision}",
+            "pass --precision bf16 (fp8 decode: deepgap run --workload decode --engines quant)",
+        )
+    for flag, bad in (
+        ("--loadgen", spec.loadgen),
+        ("--dataset", spec.dataset),
+        ("--weights", spec.weights),
+        ("--resolution", spec.resolution is not None),
+        ("--memory-format", spec.memory_format != "nchw"),
+        ("--seq-len-dist", spec.seq_len_dist is not None),
+        ("--padding", spec.padding != "longest"),
+        ("--slo-p99", spec.slo_s is not None),
+        ("--max-delay", spec.max_delay_s is not None),
+    ):
+        if bad:
+            fix = (
+                "bound a decoder with --slo-ttft and --slo-tpot"
+                if flag == "--slo-p99"
+                else "use --input-len-dist and --output-len-dist"
+                if flag in ("--seq-len-dist", "--padding")
+                else f"drop {flag} for {spec.model}"
+            )
+            raise UsageError(f"{flag} does not apply to serving a decoder ({spec.model})", fix)
+    load = llm_load(spec)
+    top = max(spec.buckets("cpu" if spec.device == "cpu" else "cuda"))
+    check_run(SHAPES[spec.model], top, load.cache_len, PRECISIONS[spec.precision].itemsize)
+
+
+def refuse_decoder_flags(spec: Any) -> None:
+    """A decoder's flags given for a model that is no decoder: one line and exit 2."""
+    for name, flag in DECODER_FLAGS:
+        if getattr(spec, name) is not None:
+            raise UsageError(
+                f"{flag} applies to decoders (llama-*), and {spec.model} is not one", f"drop {flag}"
+            )
+
+
+def llm_setup_fields(spec: Any) -> dict[str, Any]:
+    """`SetupRequest`'s decoder fields: the prompt lengths whose prefill is calibrated, the cache's length."""
+    from deepgap.serving.sim.seqlen import Padding, calibration_lengths
+
+    load = llm_load(spec)
+    lens = calibration_lengths(load.inputs, Padding())
+    return {
+        "seq_lens": lens,
+        "resolution": max(lens),
+        "cache_len": load.cache_len,
+        "seq_len_dist": load.label(),
+    }

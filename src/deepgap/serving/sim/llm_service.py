@@ -1,0 +1,158 @@
+"""The simulator of a served decoder: measured prefill and decode-step curves on a virtual clock.
+
+The worker calibrates two curves (`deepgap.serving.worker.llm_setup`): the **prefill** of ``b`` prompts
+padded to ``P`` tokens (per calibrated batch size and prompt length), and the **decode step** over
+``S`` slots (per calibrated slot count). The decode step is the static one (`Llama.decode_slots`): it
+runs every slot and reads the whole cache, so its time depends on the slots and the cache's length
+(fixed for a run: the longest input plus the longest output), not on how many sequences are running or
+how long their contexts are. `LlmService` charges a prefill the median at its batch and padded length
+(linear between calibrated points, proportional past the largest) and a decode step a draw from its
+slot count's measured steps, and `simulate_llm` runs the server's own loop
+(`deepgap.serving.sim.continuous.serve_continuous`) on a `VirtualClock` with the same requests
+(`LlmLoad.draw`: the real level's lengths, seeded alike).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from deepgap.serving.sim.clock import VirtualClock
+from deepgap.serving.sim.continuous import SlotStop, TokenLog, serve_continuous
+from deepgap.serving.sim.seqlen import SeqLenDist
+
+
+@dataclass(frozen=True)
+class LlmLoad:
+    """A decoder's requests: input (prompt) and output lengths, each from a stated distribution."""
+
+    inputs: SeqLenDist
+    outputs: SeqLenDist
+
+    @property
+    def cache_len(self) -> int:
+        """Positions a slot's cache needs: the longest prompt and the longest output."""
+        return self.inputs.max_len + self.outputs.max_len
+
+    def draw(self, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """(input, output) lengths of ``n`` requests: the same ``(n, seed)`` gives the same everywhere."""
+        return self.inputs.draw(n, seed), self.outputs.draw(n, seed + 1)
+
+    def label(self) -> str:
+        """``in uniform:64:256, out fixed:128``."""
+        return f"in {self.inputs.label()}, out {self.outputs.label()}"
+
+
+@dataclass
+class LlmService:
+    """Prefill seconds per (batch, prompt length) and decode-step seconds per slot count, measured."""
+
+    prefill: dict[int, dict[int, np.ndarray]]  # prompt length → batch → seconds of each calibration prefill
+    decode: dict[int, np.ndarray]  # slots → seconds of each calibration decode step
+    cache_len: int
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.prefill or not self.decode:
+            raise ValueError("a decoder's service needs prefill and decode-step curves")
+        self.lengths = tuple(sorted(self.prefill))
+        self.batches = tuple(sorted(next(iter(self.prefill.values()))))
+        self._pre = np.asarray(
+            [[float(np.median(self.prefill[v][b])) for b in self.batches] for v in self.lengths]
+        )
+        self._dec = {s: float(np.median(x)) for s, x in self.decode.items()}
+        self._ratios = {s: np.asarray(x, dtype=np.float64) / self._dec[s] for s, x in self.decode.items()}
+        if (self._pre <= 0).any() or any(m <= 0 for m in self._dec.values()):
+            raise ValueError("service times must be positive")
+
+    @property
+    def batch_sizes(self) -> tuple[int, ...]:
+        """The calibrated slot counts (the policies a capacity search tries)."""
+        return tuple(sorted(self.decode))
+
+    @property
+    def max_batch(self) -> int:  # noqa: D102
+        return self.batch_sizes[-1]
+
+    def prefill_s(self, k: int, length: int) -> float:
+        """Median seconds to prefill ``k`` prompts padded to ``length`` (interpolated; linear past the grid)."""
+        ls, bs = self.lengths, self.batches
+        at_len = [float(np.interp(length, ls, self._pre[:, j])) for j in range(len(bs))]
+        if length > ls[-1]:
+            at_len = [t * length / ls[-1] for t in at_len]
+        if k > bs[-1]:
+            return at_len[-1] * k / bs[-1]
+        return float(np.interp(k, bs, at_len))
+
+    def decode_s(self, slots: int, u: float | None = None) -> float:
+        """Seconds of one decode step over ``slots`` (a calibrated count); ``u`` ∈ [0, 1) picks a sample."""
+        med = self._dec[slots]
+        if u is None:
+            return med
+        r = self._ratios[slots]
+        return med * float(r[int(u * len(r))])
+
+    def decode_times(self, slots: int, k: int, u: np.ndarray | None) -> np.ndarray:
+        """Seconds of ``k`` decode steps over ``slots``: the median, or the samples ``u`` ∈ [0, 1) pick."""
+        med = self._dec[slots]
+        if u is None:
+            return np.full(k, med)
+        r = self._ratios[slots]
+        return med * r[(u * len(r)).astype(np.int64)]
+
+    def saturation_qps(self, slots: int, load: LlmLoad) -> float:
+        """Requests/s with every slot always busy: per request, its share of the steps and of a full prefill."""
+        per = (load.outputs.mean() - 1) * self.decode_s(slots) / slots
+        per += self.prefill_s(slots, int(round(load.inputs.mean()))) / slots
+        return 1.0 / per
+
+
+class VirtualSlots:
+    """The server's executor on a virtual clock: a prefill or a decode step advances it by its time."""
+
+    def __init__(self, service: LlmService, clock: VirtualClock, slots: int, inputs, draws) -> None:
+        self.sv, self.clock, self.slots, self.inputs = service, clock, slots, inputs
+        self._u = None if draws is None else np.asarray(draws, dtype=np.float64)
+        self.k = 0
+
+    def prefill(self, first: int, count: int, slots) -> None:  # noqa: D102
+        self.clock.advance(self.sv.prefill_s(count, int(self.inputs[first : first + count].max())))
+
+    def decode(self, active) -> None:  # noqa: D102
+        self.decode_steps(1, np.inf)
+
+    def decode_steps(self, k: int, until_s: float) -> int:
+        """Up to ``k`` steps, stopping after the first that ends at or past ``until_s``; how many ran.
+
+        The clock's sums are the one-at-a-time ones (a sequential cumulative sum from now).
+        """
+        u = None if self._u is None else self._u[(self.k + np.arange(k)) % len(self._u)]
+        ts = self.sv.decode_times(self.slots, k, u)
+        ends = np.cumsum(np.concatenate(([self.clock.now()], ts)))[1:]
+        ran = min(k, int(np.searchsorted(ends, until_s, "left")) + 1)
+        self.k += ran
+        self.clock.sleep_until(float(ends[ran - 1]))
+        return ran
+
+
+def simulate_llm(
+    arrivals_s,
+    load: LlmLoad,
+    slots: int,
+    service: LlmService,
+    seed: int,
+    stop: SlotStop | None = None,
+    draw_seed: int | None = 0,
+) -> TokenLog:
+    """The level on a virtual clock: its requests' lengths drawn with ``seed`` as the real level's are.
+
+    ``draw_seed``: the decode steps' times are drawn from the measured ones (None: their median).
+    """
+    arr = np.asarray(arrivals_s, dtype=np.float64)
+    ins, outs = load.draw(len(arr), seed)
+    clock = VirtualClock()
+    draws = np.random.default_rng(draw_seed).random(4096) if draw_seed is not None else None
+    return serve_continuous(
+        arr, ins, outs, slots, clock, VirtualSlots(service, clock, slots, ins, draws), stop
+    )

@@ -1,0 +1,147 @@
+"""The real server of a decoder: continuous batching over the static KV cache, one slot per sequence.
+
+Runs in the worker process only. The cache holds ``max_slots`` rows of ``cache_len`` positions
+(`Llama.setup_cache`); a level serves with ``slots`` of them (a policy: the first ``slots`` rows). Request
+``r``'s prompt is the first ``input_len[r]`` ids of row ``r % pool`` of a seeded device-resident ring.
+
+- ``prefill(first, count, slots)``: the newcomers' prompts, right-padded to the longest of them, go into
+  their slots' rows in one call (`Llama.prefill_slots`); each slot's next token and position are set.
+- ``decode(active)``: one static step over the ``slots`` rows (`Llama.decode_slots`, a position per row):
+  every row's next token is its argmax and the running rows' positions advance by one (``active``, a
+  device copy of the loop's mask). The step, its argmax and the position update are one function, so
+  on a GPU (``cudagraph``) it is captured once per slot count and replayed (`SlotSteps`).
+
+Each call returns once the device is done (synchronised), so the loop's clock reads when the tokens
+exist. ``record``: keep every request's tokens (the set-up's check against each request alone).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+
+class SlotSteps:
+    """The decode step over the first ``s`` slots: eager, or captured as a CUDA graph per slot count."""
+
+    def __init__(self, ex: SlotExecutor, graph: bool) -> None:
+        self.ex, self.graph, self.graphs = ex, graph, {}
+        self.pool = torch.cuda.graph_pool_handle() if graph else None
+
+    def _step(self, s: int) -> None:
+        ex = self.ex
+        logits = ex.model.decode_slots(ex.tok[:s], ex.pos[:s])
+        ex.tok[:s, 0] = logits.argmax(-1)
+        ex.pos[:s] += ex.act[:s]
+
+    def __call__(self, s: int) -> None:
+        """One step over ``s`` slots (a graph's replay once captured for ``s``)."""
+        if not self.graph:
+            self._step(s)
+            return
+        g = self.graphs.get(s)
+        if g is None:
+            g = self.graphs[s] = self._capture(s)
+        g.replay()
+
+    def prepare(self, s: int) -> None:
+        """Capture the step over ``s`` slots now (the set-up does, for every slot count, before serving)."""
+        if self.graph and s not in self.graphs:
+            self.graphs[s] = self._capture(s)
+
+    def _capture(self, s: int) -> Any:
+        """Warm up on a side stream, capture the step, then put back the tokens and positions as they were.
+
+        Why put them back: the warm-up steps run for real (capture only records), so they overwrite every
+        row's token and, for running rows, advance positions; restored, the first replay is the step the
+        caller asked for (it rewrites the K and V at each row's position, which the warm-up also wrote).
+        """
+        ex = self.ex
+        saved = (ex.tok.clone(), ex.pos.clone(), ex.act.clone())
+        side = torch.cuda.Stream(ex.device)
+        side.wait_stream(torch.cuda.current_stream(ex.device))
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                self._step(s)
+        torch.cuda.current_stream(ex.device).wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, pool=self.pool):
+            self._step(s)
+        for buf, old in zip((ex.tok, ex.pos, ex.act), saved, strict=True):
+            buf.copy_(old)
+        return g
+
+
+class SlotExecutor:
+    """Prefill newcomers into free slots and step every slot (module docstring); the loop's executor."""
+
+    def __init__(
+        self,
+        model: Any,
+        device: str,
+        max_slots: int,
+        cache_len: int,
+        max_input: int,
+        seed: int = 0,
+        graph: bool = False,
+        pool: int = 256,
+    ) -> None:
+        self.model, self.device, self.cuda = model, device, device.startswith("cuda")
+        model.setup_cache(max_slots, cache_len)
+        g = torch.Generator().manual_seed(seed + 11)
+        self.pool = pool
+        self.ring = torch.randint(0, model.shape.vocab, (pool, max_input), generator=g).to(device)
+        self.tok = torch.zeros((max_slots, 1), dtype=torch.int64, device=device)
+        self.pos = torch.zeros(max_slots, dtype=torch.int64, device=device)
+        self.act = torch.zeros(max_slots, dtype=torch.int64, device=device)
+        self.steps = SlotSteps(self, graph)
+        self.slots = max_slots
+        self.inputs = np.ones(1, dtype=np.int64)
+        self.record: dict[int, list[int]] | None = None
+        self.slot_req = np.full(max_slots, -1, dtype=np.int64)
+
+    def set_level(self, slots: int, inputs: np.ndarray, record: bool = False) -> None:
+        """A level's slot count and its requests' prompt lengths (arrival order)."""
+        self.slots, self.inputs = slots, np.asarray(inputs, dtype=np.int64)
+        self.record = {} if record else None
+        self.slot_req[:] = -1
+
+    def prompt(self, r: int, length: int) -> Any:
+        """Request ``r``'s prompt ids (on the device)."""
+        return self.ring[r % self.pool, :length]
+
+    def prefill(self, first: int, count: int, slots: list[int]) -> None:
+        """Newcomers ``first … first+count-1`` into ``slots``: one right-padded prefill."""
+        lens = self.inputs[first : first + count]
+        rows = torch.as_tensor([r % self.pool for r in range(first, first + count)], device=self.device)
+        ids = self.ring[rows, : int(lens.max())]
+        where = torch.as_tensor(slots, device=self.device)
+        dev_lens = torch.as_tensor(lens, device=self.device)
+        with torch.inference_mode():
+            logits = self.model.prefill_slots(ids, where, dev_lens)
+            self.tok[where, 0] = logits.argmax(-1)
+            self.pos[where] = dev_lens
+        self.slot_req[slots] = np.arange(first, first + count)
+        if self.record is not None:
+            for s in slots:
+                self.record[int(self.slot_req[s])] = [int(self.tok[s, 0])]
+        self.sync()
+
+    def decode(self, active: np.ndarray) -> None:
+        """One step over the level's slots: a token for each, positions of the running ones advanced."""
+        s = self.slots
+        self.act[:s].copy_(torch.as_tensor(active, dtype=torch.int64), non_blocking=False)
+        with torch.inference_mode():
+            self.steps(s)
+        if self.record is not None:
+            toks = self.tok[:s, 0].tolist()
+            for slot in np.nonzero(active)[0].tolist():
+                self.record[int(self.slot_req[slot])].append(toks[slot])
+        self.sync()
+
+    def sync(self) -> None:
+        """Wait for the device (a CPU has nothing to wait for)."""
+        if self.cuda:
+            torch.cuda.synchronize(self.device)

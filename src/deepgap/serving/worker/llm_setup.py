@@ -1,0 +1,185 @@
+"""``serve.setup`` and ``serve.level`` for a decoder: build, check continuous batching, calibrate, serve.
+
+Runs in the worker process only. The decoder is built with seeded weights on the device in the
+precision (`deepgap.measure.decode_config`'s way); its cache holds the largest calibrated slot count.
+
+- **Check**: a few requests of different prompt and output lengths, arriving while others decode, go
+  through the server's own loop (`serve_continuous`, on a virtual clock so admissions interleave the
+  same way on any machine); each request's greedy tokens are compared with the fp32 decoder's for that
+  request alone (`llm_timing.generate`, the same seeded weights in fp32 on the same device). A wrong
+  per-row position, mask or cache write shows up as a token that differs; in fp32 that is flagged, in
+  lower precisions a near-tie may part (recorded).
+- **Calibration**: the decode step at every slot count (`curve_iterations` steps each, synchronised;
+  the step is static, so its time does not depend on which slots hold a sequence), and the prefill of
+  every calibrated batch at every calibrated prompt length. They are the simulator's curves
+  (`deepgap.serving.sim.llm_service.LlmService`): ``curve_samples_s`` per slot count, ``curves_by_len``
+  prompt length → batch → prefill seconds.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from deepgap.core.records import Status
+from deepgap.measure.device import set_tf32, torch_dtype
+from deepgap.measure.llm_timing import generate
+from deepgap.measure.models.llama_net import build_llama
+from deepgap.serving.run.process import LevelRequest, SetupFailed, SetupReply, SetupRequest
+from deepgap.serving.sim.clock import RealClock, VirtualClock
+from deepgap.serving.sim.continuous import SlotStop, TokenLog, serve_continuous
+from deepgap.serving.worker.llm_executor import SlotExecutor
+from deepgap.serving.worker.server import quiet_gc, setup_reply
+
+CHECK_REQUESTS = 5
+CHECK_OUTPUT = 8  # the check's longest output (tokens)
+
+
+def llm_setup(state: Any, req: SetupRequest) -> tuple[SlotExecutor, SetupReply]:
+    """Build ``req.model``, check continuous batching against each request alone, calibrate both curves."""
+    t0 = time.perf_counter()
+    graph = req.engine == "cudagraph"
+    if graph and not req.device.startswith("cuda"):
+        raise SetupFailed(Status.SKIPPED, "the cudagraph decode step needs a CUDA device")
+    torch.set_num_threads(req.threads or state.default_threads)
+    set_tf32(req.precision)
+    model = build_llama(req.model, seed=req.seed, device=req.device).to(torch_dtype(req.precision))
+    lens = req.seq_lens  # the calibrated prompt lengths
+    ex = SlotExecutor(model, req.device, max(req.buckets), req.cache_len, max(lens), req.seed, graph)
+    with torch.inference_mode():
+        for s in req.buckets:  # a CUDA graph per slot count, captured before anything is served
+            ex.steps.prepare(s)
+    check = _check(req, ex)
+    decode, parts = _decode_curve(ex, req)
+    prefill = {v: _prefill_curve(ex, req, v) for v in lens}
+    reply = setup_reply(
+        state,
+        req,
+        ex,
+        t0,
+        buckets=tuple(sorted(decode)),
+        curve_samples_s=decode,
+        curve_parts_s=parts,
+        correctness=check,
+        engine_info={
+            "decode_step": "cuda-graph per slot count" if graph else "eager static step",
+            "cache_len": req.cache_len,
+            "serving_depth": 1,
+            "input": "prompt ids in a device ring; continuous batching over a static KV cache",
+        },
+        curves_by_len=prefill,
+    )
+    return ex, reply
+
+
+def _check(req: SetupRequest, ex: SlotExecutor) -> dict[str, Any]:
+    """Greedy tokens of a continuous batch against each request alone in fp32 (module docstring)."""
+    k = CHECK_REQUESTS
+    longest = max(req.seq_lens)
+    ins = np.asarray([max(1, longest * (k - i) // k) for i in range(k)], dtype=np.int64)
+    outs = np.asarray([2 + (CHECK_OUTPUT - 2) * i // (k - 1) for i in range(k)], dtype=np.int64)
+    outs = np.minimum(outs, req.cache_len - ins)
+    slots = min(2, max(req.buckets))
+    clock = VirtualClock()
+    ex.set_level(slots, ins, record=True)
+    timed = _Ticking(ex, clock)
+    with torch.inference_mode():
+        serve_continuous(np.arange(k) * 2.5e-3, ins, outs, slots, clock, timed)
+    got = ex.record or {}
+    # the same seeded weights in fp32 on the same device (TF32 off), freed after: the decode sweep's reference
+    set_tf32("fp32")
+    ref = build_llama(req.model, seed=req.seed, device=req.device)
+    same = total = 0
+    first_bad = None
+    with torch.inference_mode():
+        for r in range(k):
+            want = generate(ref, ex.prompt(r, int(ins[r]))[None, :], int(outs[r]))[0].tolist()
+            hits = [a == b for a, b in zip(got.get(r, []), want, strict=False)]
+            same, total = same + sum(hits), total + len(want)
+            if first_bad is None and (len(hits) < len(want) or not all(hits)):
+                first_bad = r
+    del ref
+    set_tf32(req.precision)
+    if ex.cuda:
+        torch.cuda.empty_cache()
+    ex.set_level(slots, ins)
+    agreement = same / total if total else 0.0
+    return {
+        "top1_agreement": agreement,
+        "n_images": total,
+        "flagged": req.precision in ("fp32", "tf32") and agreement < 1.0,
+        "weights": "random",
+        "reference": "fp32 decoder on the device, each request alone (greedy tokens)",
+        "first_mismatch_request": first_bad,
+    }
+
+
+class _Ticking:
+    """The executor with a virtual clock that ticks 1 ms per call (the check's interleaving)."""
+
+    def __init__(self, ex: SlotExecutor, clock: VirtualClock) -> None:
+        self.ex, self.clock = ex, clock
+
+    def prefill(self, first: int, count: int, slots: list[int]) -> None:  # noqa: D102
+        self.ex.prefill(first, count, slots)
+        self.clock.advance(1e-3)
+
+    def decode(self, active: np.ndarray) -> None:  # noqa: D102
+        self.ex.decode(active)
+        self.clock.advance(1e-3)
+
+
+def _decode_curve(ex: SlotExecutor, req: SetupRequest):
+    """Seconds of each decode step, per slot count (all slots running at a mid-cache position)."""
+    samples: dict[int, list[float]] = {}
+    parts: dict[int, dict[str, float]] = {}
+    with torch.inference_mode(), quiet_gc():
+        for s in req.buckets:
+            ex.set_level(s, np.ones(1, dtype=np.int64))
+            ex.pos[:s] = req.cache_len // 2
+            active = np.zeros(s, dtype=bool)  # positions stay: every step reads the same whole cache
+            for _ in range(req.curve_warmup):
+                ex.decode(active)
+            lat = []
+            for _ in range(req.curve_iterations):
+                t0 = time.perf_counter()
+                ex.decode(active)
+                lat.append(time.perf_counter() - t0)
+            samples[s] = lat
+            parts[s] = {"compute_s": float(np.mean(lat)), "interval_s": float(np.median(lat))}
+    ex.pos.zero_()
+    return samples, parts
+
+
+def _prefill_curve(ex: SlotExecutor, req: SetupRequest, length: int) -> dict[int, list[float]]:
+    """Seconds of a prefill of ``b`` prompts of ``length`` tokens, per calibrated batch."""
+    out: dict[int, list[float]] = {}
+    n = max(3, req.curve_iterations // 4)
+    with torch.inference_mode(), quiet_gc():
+        for b in req.buckets:
+            ex.set_level(b, np.full(b, length, dtype=np.int64))
+            slots = list(range(b))
+            for _ in range(min(req.curve_warmup, 2)):
+                ex.prefill(0, b, slots)
+            lat = []
+            for _ in range(n):
+                t0 = time.perf_counter()
+                ex.prefill(0, b, slots)
+                lat.append(time.perf_counter() - t0)
+            out[b] = lat
+    return out
+
+
+def run_llm_level(ex: SlotExecutor, req: LevelRequest) -> TokenLog:
+    """One level on the wall clock: the requests' lengths, the policy's slots, the bounds' stop rule."""
+    assert req.lengths is not None and req.out_lengths is not None
+    slots = req.policy.max_batch
+    ex.set_level(slots, req.lengths)
+    stop = req.stop if isinstance(req.stop, SlotStop) else None
+    with torch.inference_mode(), quiet_gc():
+        clock = RealClock(time.perf_counter() + 0.005 if req.start_at is None else req.start_at)
+        clock.sleep_until(0.0)
+        return serve_continuous(req.arrivals_s, req.lengths, req.out_lengths, slots, clock, ex, stop)

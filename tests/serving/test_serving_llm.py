@@ -1,0 +1,251 @@
+"""``deepgap serve`` for decoders (issue 51 item 4): continuous batching, TTFT/TPOT, capacity, the simulator.
+
+Cheap on purpose: the loop runs on virtual clocks; the "real" run beside the simulator is the worker's executor
+with the tiny model on a scripted clock (its prefill and decode steps charged known times), so prediction and
+run are compared exactly and no wall-clock time is asserted; one serve runs end to end in this process
+(`conftest.inprocess_serving`) with a few hundred short requests.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from clirun import deepgap_cli
+from conftest import inprocess_serving
+
+from deepgap.core.errors import UsageError
+from deepgap.serving.capacity.search import LoadSettings, Probe, find_capacity, schedule
+from deepgap.serving.run.spec import ServeSpec, validate
+from deepgap.serving.sim.batcher import BatchPolicy
+from deepgap.serving.sim.clock import VirtualClock
+from deepgap.serving.sim.continuous import SlotStop, serve_continuous
+from deepgap.serving.sim.llm_service import LlmLoad, LlmService, simulate_llm
+from deepgap.serving.sim.seqlen import parse_seq_len_dist
+from deepgap.serving.sim.token_stats import summarize_tokens, tail
+
+PREFILL_PER_TOKEN, STEP_S = 2e-5, {1: 1e-3, 2: 1.2e-3, 4: 1.5e-3}
+
+
+def _load(ins="uniform:4:16", outs="fixed:4"):
+    return LlmLoad(parse_seq_len_dist(ins, 8, 512), parse_seq_len_dist(outs, 8, 512))
+
+
+def _service():
+    """Curves of a server whose prefill costs 20 µs per padded token and whose step costs ``STEP_S``."""
+    prefill = {v: {b: np.full(3, PREFILL_PER_TOKEN * b * v) for b in (1, 2, 4)} for v in (4, 8, 12, 16)}
+    return LlmService(prefill, {s: np.full(5, t) for s, t in STEP_S.items()}, 20)
+
+
+class Scripted:
+    """An executor on a virtual clock charging the scripted times; ``inner`` (the worker's) really runs."""
+
+    def __init__(self, clock, slots, inputs, inner=None):
+        self.clock, self.slots, self.inputs, self.inner = clock, slots, inputs, inner
+        self.batches: list[int] = []
+
+    def prefill(self, first, count, slots):
+        if self.inner is not None:
+            self.inner.prefill(first, count, slots)
+        self.batches.append(count)
+        self.clock.advance(PREFILL_PER_TOKEN * count * int(self.inputs[first : first + count].max()))
+
+    def decode(self, active):
+        assert active.sum() <= self.slots
+        if self.inner is not None:
+            self.inner.decode(active)
+        self.clock.advance(STEP_S[self.slots])
+
+
+def test_continuous_loop_admits_at_every_step_and_times_each_token():
+    load = _load()
+    arrivals = np.array([0.0, 0.0, 0.0005, 0.0021, 0.0022, 0.01])
+    ins, outs = load.draw(6, 0)
+    clock = VirtualClock()
+    ex = Scripted(clock, 2, ins)
+    log = serve_continuous(arrivals, ins, outs, 2, clock, ex)
+    assert log.n == 6 and max(ex.batches) <= 2 and log.steps > 0
+    assert np.all(log.first_s >= log.admit_s) and np.all(log.admit_s >= log.arrival_s)
+    # a later token takes one step, plus any newcomer's prefill run between two steps (no chunking): alone,
+    # the last request's TPOT is the step's time exactly
+    assert (log.tpot_s >= STEP_S[2] - 1e-12).all() and log.tpot_s.max() > STEP_S[2]
+    assert log.tpot_s[-1] == pytest.approx(STEP_S[2])
+    np.testing.assert_allclose(log.ttft_s, log.admit_s - log.arrival_s + (log.first_s - log.admit_s))
+    c = log.columns()
+    np.testing.assert_allclose(c["queue_s"] + c["compute_s"], log.ttft_s)  # stored: TTFT = queue + prefill
+    assert 1 < log.mean_active <= 2
+
+
+def test_tails_are_p99_only_from_368_requests_and_both_bounds_judge_the_level():
+    assert tail(np.arange(367.0))[1:] == ("max", 367) and tail(np.arange(368.0))[1:] == ("p99", 368)
+    load, sv = _load(), _service()
+    ok = summarize_tokens(simulate_llm(schedule(50.0, 500, 0), load, 4, sv, 0), 50.0, 1.0, 0.01)
+    t = ok.tokens
+    assert ok.verdict == "pass" and t.ttft_tail_kind == "p99" and t.ttft_n == 500 and t.tpot_n == 500
+    assert t.output_tokens_per_s == pytest.approx(4 * ok.achieved_qps)
+    tight = summarize_tokens(simulate_llm(schedule(50.0, 500, 0), load, 4, sv, 0), 50.0, 1.0, 1e-3)
+    assert (
+        tight.verdict == "fail"
+        and tight.tokens.ttft_verdict == "pass"
+        and tight.tokens.tpot_verdict == "fail"
+    )
+
+
+def test_overload_drops_waiting_requests_and_stops_once_it_cannot_pass():
+    load, sv = _load("fixed:16", "fixed:40"), _service()
+    n, rate = 600, 2000.0
+    stop = SlotStop(0.05, 0.1, 5, None, 0.1)
+    log = simulate_llm(schedule(rate, n, 0), load, 1, sv, 0, stop)
+    s = summarize_tokens(log, rate, 0.05, 0.1)
+    assert log.stop_kind == "violations" and log.n < n and s.verdict == "fail"
+
+
+def test_simulator_predicts_a_scripted_run_of_the_real_executor_exactly():
+    """The worker's executor (tiny model, its tokens computed) on a scripted clock vs the simulator on its curves."""
+    import torch
+
+    from deepgap.measure.models.llama_net import build_llama
+    from deepgap.serving.worker.llm_executor import SlotExecutor
+
+    load, sv = _load(), _service()
+    model = build_llama("llama-tiny", seed=0)
+    ex = SlotExecutor(model, "cpu", 4, load.cache_len, 16, seed=0)
+
+    def real(rate: float, slots: int, n: int):
+        ins, outs = load.draw(n, 0)
+        clock = VirtualClock()
+        ex.set_level(slots, ins)
+        with torch.inference_mode():
+            return serve_continuous(
+                schedule(rate, n, 0), ins, outs, slots, clock, Scripted(clock, slots, ins, ex)
+            )
+
+    got = real(400.0, 2, 60)
+    want = simulate_llm(schedule(400.0, 60, 0), load, 2, sv, 0, draw_seed=None)
+    for name in ("arrival_s", "admit_s", "first_s", "done_s", "prefill_batch"):
+        np.testing.assert_allclose(getattr(got, name), getattr(want, name), err_msg=name)
+    # the capacity search over the scripted real runs ends where the simulator's does
+    settings = LoadSettings(slo_s=0.01, confidence=0.3, min_queries=40, min_duration_s=0.01, max_queries=80)
+
+    def probe(run):
+        def at(rate):
+            n = settings.n_for(rate)
+            s = summarize_tokens(run(rate, n), rate, 0.01, 2e-3, 0.99, 0.3)
+            return Probe(rate, s, s.verdict == "pass")
+
+        return at
+
+    def simulated(rate, n):
+        return simulate_llm(schedule(rate, n, 0), load, 2, sv, 0, draw_seed=None)
+
+    caps = [
+        find_capacity(probe(fn), BatchPolicy(2, 0.0), 0.01, 500.0, 5000.0, rel_tol=0.1).capacity_qps
+        for fn in (lambda rate, n: real(rate, 2, n), simulated)
+    ]
+    assert caps[0] == caps[1] > 0
+
+
+@pytest.mark.parametrize(
+    "changes, needle",
+    [
+        ({"input_len_dist": "fixed:400", "output_len_dist": "fixed:200"}, "past llama-tiny's context of 512"),
+        ({"output_len_dist": "fixed:1"}, "under 2 tokens"),
+        ({"input_len_dist": "uniform:64:8"}, "64 > 8"),
+        ({"max_batch": 100_000, "batch_sizes": (1, 100_000)}, "batch 100000 is out of range"),
+        ({"model": "llama-3.1-8b", "batch_sizes": (60_000,), "input_len_dist": "fixed:60000"}, "TiB"),
+        ({"model": "tinybert", "input_len_dist": "fixed:16"}, "--input-len-dist applies to decoders"),
+        ({"model": "tinycnn", "slo_tpot_s": 0.1}, "--slo-tpot applies to decoders"),
+        ({"loadgen": True}, "--loadgen does not apply to serving a decoder"),
+        ({"tenants": (("llama-tiny", None), ("tinycnn", None))}, "--tenants does not serve decoders"),
+        ({"slo_s": 0.015}, "bound a decoder with --slo-ttft"),
+        ({"engine": "tensorrt"}, "decodes with eager or cudagraph"),
+        ({"scenario": "offline", "qps": None}, "server scenario only"),
+    ],
+)
+def test_decoder_serve_refuses_bad_input_in_one_line(changes, needle):
+    spec = ServeSpec(model="llama-tiny", device="cpu", qps=5.0).replace(**changes)
+    with pytest.raises(UsageError, match=needle):
+        validate(spec)
+
+
+def test_bad_decoder_flags_exit_2_and_write_nothing(tmp_path):
+    store = tmp_path / "never.sqlite"
+    p = deepgap_cli(
+        "serve", "--model", "llama-tiny", "--device", "cpu", "--qps", "5", "--output-len-dist", "fixed:500",
+        "--store", str(store),
+    )  # fmt: skip
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "context of 512" in p.stderr
+    assert not store.exists() and not list(tmp_path.iterdir())
+
+
+def test_serve_llama_tiny_finds_capacity_and_stores_tokens_and_tails(tmp_path, monkeypatch):
+    inprocess_serving(monkeypatch)
+    store = str(tmp_path / "llm.sqlite")
+    args = ["--model", "llama-tiny", "--device", "cpu", "--threads", "1", "--batch-sizes", "1,2,4"]
+    args += ["--curve-iterations", "4", "--input-len-dist", "uniform:4:16", "--output-len-dist", "fixed:4"]
+    args += ["--find-capacity", "--confidence", "0.3", "--min-queries", "40", "--min-duration", "0.05s"]
+    args += ["--max-queries", "100", "--verify-policies", "1", "--slo-ttft", "5s", "--slo-tpot", "1s"]
+    p = deepgap_cli("serve", *args, "--no-telemetry", "--store", store, "--json")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert (
+        out["capacity_qps"] > 0 and out["capacity_predicted_qps"] > 0 and out["capacity_slots"] in (1, 2, 4)
+    )
+    assert out["capacity_output_tokens_per_s"] > 0 and out["capacity_ttft_tail_kind"] == "max"  # n < 368
+    assert (out["slo_ttft_s"], out["slo_tpot_s"]) == (5.0, 1.0)
+    from deepgap.serving.show.llm_tables import llm_levels
+    from deepgap.store import Store
+
+    s = Store(store, readonly=True)
+    try:
+        lv = llm_levels(s)
+    finally:
+        s.close()
+    assert len(lv) and (lv["output_tokens_per_s"] > 0).all() and set(lv["ttft_tail_kind"]) == {"max"}
+    assert (lv["predicted_output_tokens_per_s"] > 0).all() and set(lv["output_len_dist"]) == {"fixed:4"}
+    assert all(lv["ttft_n"] == lv["n"])
+    shown = deepgap_cli("show", store)
+    assert shown.returncode == 0 and "decoders" in shown.stdout and "max of" in shown.stdout
+    from deepgap.serving.show.report_section import section
+
+    found, _ = section(store)
+    assert len(found["serving_llm"]) == len(lv)
+    csv = tmp_path / "llm.csv"
+    assert deepgap_cli("export", store, "-o", str(csv)).returncode == 0
+    import pandas as pd
+
+    ex = pd.read_csv(csv)
+    assert set(ex["workload"]) == {"serve-decoder"} and len(ex) == len(lv)
+    assert (ex["output_tokens_per_s"] > 0).all() and set(ex["ttft_tail_kind"]) == {"max"}
+
+
+def test_simulators_jump_over_uneventful_steps_gives_the_one_at_a_time_times():
+    """`VirtualSlots.decode_steps` (many steps per loop iteration) against one step per iteration, exactly."""
+    from deepgap.serving.sim.llm_service import VirtualSlots
+
+    load = _load("uniform:4:16", "uniform:2:30")
+    jitter = LlmService(_service().prefill, {s: np.linspace(0.9, 1.2, 7) * t for s, t in STEP_S.items()}, 46)
+    ins, outs = load.draw(300, 0)
+    draws = np.random.default_rng(0).random(512)
+
+    class OneAtATime:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def prefill(self, *args):
+            self.inner.prefill(*args)
+
+        def decode(self, active):
+            self.inner.decode_steps(1, np.inf)
+
+    for slots in (1, 4):
+        logs = []
+        for wrap in (lambda x: x, OneAtATime):
+            clock = VirtualClock()
+            ex = wrap(VirtualSlots(jitter, clock, slots, ins, draws))
+            logs.append(serve_continuous(schedule(300.0, 300, 0), ins, outs, slots, clock, ex))
+        assert logs[0].steps == logs[1].steps
+        assert np.array_equal(logs[0].done_s, logs[1].done_s) and np.array_equal(
+            logs[0].first_s, logs[1].first_s
+        )

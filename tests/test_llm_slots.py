@@ -1,0 +1,129 @@
+"""Continuous batching's model path (issue 51 item 4): per-slot positions in the static KV cache.
+
+`Llama.prefill_slots` puts right-padded prompts into chosen cache rows, `Llama.decode_slots` steps every row at
+its own position. Sequences admitted at different steps, with different prompt and output lengths, sharing the
+cache with rows that hold nothing, must give each sequence the greedy tokens it gets alone (the eager path,
+itself checked against transformers in tests/test_llm_model.py). The tiny shape on the CPU: milliseconds.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from deepgap.measure.llm_timing import generate
+from deepgap.measure.models.llama_net import build_llama
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return build_llama("llama-tiny", seed=0)
+
+
+class Ticking:
+    """The executor, each call 1 ms on a virtual clock (admissions interleave alike on any machine)."""
+
+    def __init__(self, ex, clock):
+        self.ex, self.clock = ex, clock
+
+    def prefill(self, first, count, slots):
+        self.ex.prefill(first, count, slots)
+        self.clock.advance(1e-3)
+
+    def decode(self, active):
+        self.ex.decode(active)
+        self.clock.advance(1e-3)
+
+
+def _prompts(lens, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, 256, (1, n), generator=g) for n in lens]
+
+
+def test_slots_admitted_mid_decode_give_each_sequence_its_tokens_alone(tiny):
+    lens, outs = [5, 9, 3, 12], [6, 4, 7, 3]
+    prompts = _prompts(lens)
+    alone = [generate(tiny, p, o)[0].tolist() for p, o in zip(prompts, outs, strict=True)]
+    slots = 4
+    tiny.setup_cache(slots, 20)
+    tok = torch.zeros(slots, 1, dtype=torch.int64)
+    pos = torch.zeros(slots, dtype=torch.int64)
+    got: dict[int, list[int]] = {}
+    where: dict[int, int] = {}  # request → slot
+
+    def admit(reqs, rows):
+        p = max(lens[r] for r in reqs)
+        ids = torch.zeros(len(reqs), p, dtype=torch.int64)  # right padding: zeros past each prompt
+        for i, r in enumerate(reqs):
+            ids[i, : lens[r]] = prompts[r][0]
+        n = torch.tensor([lens[r] for r in reqs])
+        first = tiny.prefill_slots(ids, torch.tensor(rows), n).argmax(-1)
+        for i, (r, s) in enumerate(zip(reqs, rows, strict=True)):
+            tok[s, 0], pos[s], got[r], where[r] = first[i], lens[r], [int(first[i])], s
+
+    with torch.inference_mode():
+        admit([0, 1], [2, 0])  # two prompts of different lengths, prefilled together into rows 2 and 0
+        for step in range(10):
+            if step == 2:
+                admit([2], [3])  # a newcomer joins while the others decode; row 1 stays empty
+            if step == 4:  # request 1 (4 tokens) is done: its row 0 takes request 3
+                admit([3], [where[1]])
+            nxt = tiny.decode_slots(tok, pos).argmax(-1)
+            for r, s in where.items():
+                if len(got[r]) < outs[r] and (r != 1 or step < 4):
+                    got[r].append(int(nxt[s]))
+                    tok[s, 0] = nxt[s]
+                    pos[s] += 1
+    assert [got[r] for r in range(4)] == alone
+
+
+def test_static_slot_step_matches_the_shared_position_step_for_one_batch(tiny):
+    """With every row at the same position, the per-row step is the existing static step, exactly."""
+    ids = _prompts([6])[0].repeat(3, 1)
+    tiny.setup_cache(3, 12)
+    with torch.inference_mode():
+        tok = tiny.prefill(ids).argmax(-1, keepdim=True)
+        shared = tiny.decode_step(tok, torch.tensor([6]))
+    tiny.setup_cache(3, 12)
+    with torch.inference_mode():
+        tok2 = tiny.prefill_slots(ids, torch.arange(3), torch.tensor([6, 6, 6])).argmax(-1, keepdim=True)
+        rows = tiny.decode_slots(tok2, torch.full((3,), 6))
+    assert torch.equal(tok, tok2)
+    torch.testing.assert_close(rows, shared, rtol=1e-5, atol=1e-5)
+
+
+def test_slot_executor_serves_the_loop_and_records_each_requests_tokens(tiny):
+    """The worker's executor through the server's own loop on a virtual clock, tokens against each alone."""
+    from deepgap.serving.sim.clock import VirtualClock
+    from deepgap.serving.sim.continuous import serve_continuous
+    from deepgap.serving.worker.llm_executor import SlotExecutor
+
+    ex = SlotExecutor(tiny, "cpu", 2, 24, 12, seed=3)
+    ins, outs = np.array([12, 4, 9, 7]), np.array([5, 8, 2, 6])
+    ex.set_level(2, ins, record=True)
+    clock = VirtualClock()
+    with torch.inference_mode():
+        log = serve_continuous(np.array([0.0, 0.0, 1.5e-3, 2e-3]), ins, outs, 2, clock, Ticking(ex, clock))
+    assert log.n == 4 and log.output_len.tolist() == outs.tolist()
+    want = [generate(tiny, ex.prompt(r, int(ins[r]))[None, :], int(outs[r]))[0].tolist() for r in range(4)]
+    assert [ex.record[r] for r in range(4)] == want
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run through the device machine)")
+def test_cuda_graph_slot_step_gives_the_eager_tokens():
+    """The decode step captured once per slot count and replayed: the eager executor's tokens, request by request."""
+    from deepgap.serving.sim.clock import VirtualClock
+    from deepgap.serving.sim.continuous import serve_continuous
+    from deepgap.serving.worker.llm_executor import SlotExecutor
+
+    ins, outs = np.array([30, 7, 19, 25, 3]), np.array([9, 16, 5, 12, 20])
+    tokens = []
+    for graph in (False, True):
+        model = build_llama("llama-tiny", seed=0, device="cuda")
+        ex = SlotExecutor(model, "cuda", 4, 64, 32, seed=3, graph=graph)
+        ex.set_level(3, ins, record=True)
+        clock = VirtualClock()
+        with torch.inference_mode():
+            serve_continuous(np.arange(5) * 2e-3, ins, outs, 3, clock, Ticking(ex, clock))
+        tokens.append([ex.record[r] for r in range(5)])
+    assert tokens[0] == tokens[1]
