@@ -8,6 +8,10 @@
 #            kernels), fp8 at LOOP_BATCHES (64,256)
 #   sweep8b  deepgap run --workload decode, llama-3.1-8b 128 in / 128 out: quant fp8 at SWEEP_FP8 (1,16,256,512)
 #            and compile-reduce-overhead bf16 at SWEEP_BF16 (1,256), one store
+#   gtests   the GPU tests of this session's decode work: the attention kernel, the GEMV, the decode sweep's
+#            steps, the served decoder's slot step, the decode answer's host-CPU run
+#   serve8b  deepgap serve llama-3.1-8b bf16 cudagraph, Poisson arrivals, prompts uniform 64-256, 128 out,
+#            slots SLOTS (64,128,256), capacity at TTFT p99 <= 2 s and TPOT p99 <= 100 ms
 #   dtests   the decode GPU tests (tests/test_llm_decode_sweep.py, the 8-bit decode test)
 #   decode1b benchmarks/llm_decode.sh decode1b (llama-3.2-1b bf16 eager and cudagraph, batch 1-128)
 set -uo pipefail
@@ -22,7 +26,7 @@ linear)
 loop)
     [ -n "${SKIP_BF16:-}" ] || step "loop bf16" 150 python benchmarks/llm_decode_loop.py --precision bf16 --batches 1 \
         --profile --out "$OUT" >> "$OUT/loop.txt" 2>&1
-    step "loop fp8" 200 python benchmarks/llm_decode_loop.py --precision fp8 --batches 1,${LOOP_BATCHES:-64,256} \
+    step "loop fp8" "${LOOP_LIMIT:-200}" python benchmarks/llm_decode_loop.py --precision fp8 --batches 1,${LOOP_BATCHES:-64,256} \
         --profile --out "$OUT" >> "$OUT/loop.txt" 2>&1
     grep -v "^-\|^ *$" "$OUT/loop.txt" | cut -c1-160 | tail -n 60 ;;
 decode8b)
@@ -35,12 +39,25 @@ decode8b)
     tail -n 40 "$OUT/decode8b.txt"; pack "$T" ;;
 sweep8b)
     T="$S/sweep8b.sqlite"
-    step "8b fp8 sweep" 330 python -m deepgap run "${D8[@]}" --engines quant --precisions fp8 \
+    step "8b fp8 sweep" "${FP8_LIMIT:-330}" python -m deepgap run "${D8[@]}" --engines quant --precisions fp8 \
         --batch-sizes ${SWEEP_FP8:-1,16,256,512} --store "$T" > "$OUT/sweep8b.txt" 2>&1
-    step "8b bf16 sweep" 200 python -m deepgap run "${D8[@]}" --engines compile-reduce-overhead --precisions bf16 \
+    step "8b bf16 sweep" "${BF16_LIMIT:-200}" python -m deepgap run "${D8[@]}" --engines compile-reduce-overhead --precisions bf16 \
         --batch-sizes ${SWEEP_BF16:-1,256} --store "$T" >> "$OUT/sweep8b.txt" 2>&1
     python -m deepgap show "$T" >> "$OUT/sweep8b.txt" 2>&1
     grep -v "^┃\|^┏\|^┡\|^└" "$OUT/sweep8b.txt" | tail -n 30; pack "$T" ;;
+gtests)
+    step "GPU tests" "${GTESTS_LIMIT:-80}" python -m pytest -q -m gpu tests/test_llm_attention.py tests/test_llm_slots.py \
+        tests/test_llm_decode_sweep.py tests/test_llm_answer.py tests/test_quant_linear_gpu.py -k "not tinybert and not fused" \
+        -p no:cacheprovider > "$OUT/gtests.txt" 2>&1
+    tail -n 6 "$OUT/gtests.txt" ;;
+serve8b)
+    T="$S/serve8b.sqlite"
+    step "serve 8b" "${SERVE_LIMIT:-170}" python -m deepgap serve --model llama-3.1-8b --engine cudagraph --precision bf16 \
+        --device cuda --input-len-dist uniform:64:256 --output-len-dist fixed:128 --batch-sizes ${SLOTS:-64,128,256} \
+        --find-capacity --verify-policies 1 --curve-iterations 20 --min-duration 10s --no-thermal-warmup \
+        --store "$T" > "$OUT/serve8b.txt" 2>&1
+    python -m deepgap show "$T" >> "$OUT/serve8b.txt" 2>&1
+    grep -v "^┃\|^┏\|^┡\|^└\|^│ *│" "$OUT/serve8b.txt" | tail -n 40; pack "$T" ;;
 dtests)
     step "decode GPU tests" 200 python -m pytest -q -m gpu tests/test_llm_decode_sweep.py tests/test_quant_linear_gpu.py \
         -k "decode or llama or gpu_steps or gemv" -p no:cacheprovider > "$OUT/dtests.txt" 2>&1
