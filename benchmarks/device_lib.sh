@@ -1,5 +1,6 @@
 # Shared by the benchmarks/device.sh recipes and the dated results/<machine>/session*/device.sh scripts (source it): the LoadGen wheel from .whl/ if carried,
-# `step NAME LIMIT_S CMD...` (a timed, labelled, time-limited step) and `pack STORE` (checkpoint the WAL,
+# `step NAME LIMIT_S CMD...` (a timed, labelled, time-limited step: SIGTERM at the limit, SIGKILL 10 s later, so
+# a step that ignores SIGTERM cannot hold the rest of the call, as a hung GPU test did in session 18) and `pack STORE` (checkpoint the WAL,
 # gzip the store into $OUT). Stores live outside the repository folder on the device, because the device
 # tool's working-tree sync deletes untracked files there between calls.
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
@@ -12,7 +13,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
 step() { local n=$1 l=$2; shift 2; echo "######## $n ($(date +%T), limit ${l}s)"; local t0=$SECONDS
-         timeout "$l" "$@"; echo "######## $n: rc=$? in $((SECONDS - t0))s"; }
+         timeout -k 10 "$l" "$@"; echo "######## $n: rc=$? in $((SECONDS - t0))s"; }
 # pack STORE: the store gzipped into $OUT (to read here, never to commit), and its CSV export beside it, the
 # form results are committed in (docs/results.md).
 pack() { python3 -c "import sqlite3,sys; sqlite3.connect(sys.argv[1]).execute('PRAGMA wal_checkpoint(TRUNCATE)')" "$1" \

@@ -90,10 +90,15 @@ def tuned(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor) -> GemvTile
         return _TUNED[key]
     if x.device.type != "cuda" or torch.cuda.is_current_stream_capturing():
         return cands[0].fit(k, n)
-    times = {
-        t: _graph_ms(lambda t=t: fp8_gemv(x, codes, scale, None, t))
-        for t in dict.fromkeys(c.fit(k, n) for c in cands)
-    }
+    times, failed = {}, []
+    for t in dict.fromkeys(c.fit(k, n) for c in cands):
+        try:  # compiles before any capture: a candidate this GPU or Triton cannot build is passed over
+            fp8_gemv(x, codes, scale, None, t)
+        except Exception as e:  # noqa: BLE001 - any build failure of one candidate
+            failed.append(f"{t}: {type(e).__name__}")
+            continue
+        times[t] = _graph_ms(lambda t=t: fp8_gemv(x, codes, scale, None, t))
+    check(bool(times), f"no GEMV tile builds for K={k}, N={n}: {'; '.join(failed)}")
     _TUNED[key] = min(times, key=times.get)
     return _TUNED[key]
 
@@ -104,7 +109,6 @@ def _graph_ms(launch, calls: int = 20) -> float:
     Why a graph: a launch from Python costs more host time than these kernels take on the device, so
     launches timed back to back measure the host; in a graph they run as the decode step's graph runs them.
     """
-    launch()  # compile
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
