@@ -196,23 +196,66 @@ def pytest_sessionstart(session):
             return
 
 
-# The files that take longest on the 2-core CI host (wall time, mostly waiting on Ray nodes and worker
-# processes), handed out first so that no worker starts one of them near the end.
-LONGEST_FIRST = ("test_fleet_ray.py", "test_serving_cli.py", "test_resume.py", "test_runner.py")
+# The files that take longest in a full run on the 2-core CI host, longest first: the Ray cluster, real worker
+# processes and serving (mostly waiting), then the heaviest CPU work (Chromium and report builds, Inductor,
+# the harness script's arms). Measured 2026-12-03 per file, alone, as CPU-s of its whole process tree:
+# fleet_ray 48, report_layout 48, engines 33, harness_overhead 31 (86 s of wall), report_travels 31,
+# roofline_cli 29, two_gpus 27, signals 25, serving_cli 25, runner 22, resume 22, session 21,
+# behaviour_unchanged 21, report 20, quant_kernels 18, serving_loadgen 18, accuracy_mode 18,
+# fleet_ray_prelude 17, flop_counter 16; the other files 14 CPU-s or less.
+LONGEST_FIRST = (
+    "test_fleet_ray.py",
+    "test_serving_cli.py",
+    "test_report_layout.py",
+    "test_harness_overhead.py",
+    "test_engines.py",
+    "test_report_travels.py",
+    "test_roofline_cli.py",
+    "test_two_gpus.py",
+    "test_signals.py",
+    "test_resume.py",
+    "test_runner.py",
+    "test_session.py",
+    "test_behaviour_unchanged.py",
+    "test_report.py",
+    "test_quant_kernels.py",
+    "test_serving_loadgen.py",
+    "test_accuracy_mode.py",
+    "test_fleet_ray_prelude.py",
+    "test_flop_counter.py",
+)
+
+
+LONGEST_FIRST_ENV = "DEEPGAP_TEST_LONGEST_FIRST"
+
+
+def pytest_configure(config):
+    """The xdist controller of a ``--dist loadfile`` run tells its workers to order the files (`LONGEST_FIRST`).
+
+    Why through the environment: a worker cannot see the run's ``--dist``; xdist sets the worker's own
+    ``config.option.dist`` to ``"no"`` before it collects, so the order below, keyed on that option until
+    2026-12-03, never took effect. The workers inherit the controller's environment when they start (after
+    this hook).
+    """
+    if not hasattr(config, "workerinput") and getattr(config.option, "dist", "no") == "loadfile":
+        os.environ[LONGEST_FIRST_ENV] = "1"
 
 
 def pytest_collection_modifyitems(config, items):
-    """Skip @pytest.mark.gpu tests unless CUDA is usable; under xdist, hand out slow files first.
+    """Skip @pytest.mark.gpu tests unless CUDA is usable; under xdist, hand out the longest files first.
 
-    Why the order: a worker takes the next whole file when it is nearly done with one, so a slow file
-    (real worker processes, the Ray cluster, serving) handed out last would leave the other worker idle
-    at the end. Files keep their own test order (module fixtures and the Ray tests depend on it).
+    Why the order: a worker takes the next whole file when it is nearly done with one, so a long file
+    handed out last leaves the other workers idle at the end: longest first (`LONGEST_FIRST`), then the
+    other files marked slow, then the rest in collection order. Before, only slow-marked files went first,
+    and the report builds (test_report_layout, test_report_travels, test_roofline_cli, test_two_gpus: 27-48
+    CPU-s each, late in the alphabet) were handed out among the last. Files keep their own test order
+    (module fixtures and the Ray tests depend on it).
     """
-    if hasattr(config, "workerinput") and config.option.dist == "loadfile":
+    if hasattr(config, "workerinput") and os.environ.get(LONGEST_FIRST_ENV) == "1":
         slow = {item.path for item in items if item.get_closest_marker("slow")}
         first = {name: i for i, name in enumerate(LONGEST_FIRST)}
-        # stable: files stay whole and in order; the longest-running files go out before the other slow ones
-        items.sort(key=lambda item: (item.path not in slow, first.get(item.path.name, len(first))))
+        # stable: files stay whole and in order
+        items.sort(key=lambda item: (first.get(item.path.name, len(first)), item.path not in slow))
     try:
         import torch
 
