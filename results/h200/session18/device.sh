@@ -46,7 +46,7 @@ sweep8b)
     python -m deepgap show "$T" >> "$OUT/sweep8b.txt" 2>&1
     grep -v "^┃\|^┏\|^┡\|^└" "$OUT/sweep8b.txt" | tail -n 30; pack "$T" ;;
 gtests)
-    step "GPU tests" "${GTESTS_LIMIT:-80}" python -m pytest -q -m gpu tests/test_llm_attention.py tests/test_llm_slots.py \
+    step "GPU tests" "${GTESTS_LIMIT:-300}" python -m pytest -q -m gpu tests/test_llm_attention.py tests/test_llm_slots.py \
         tests/test_llm_decode_sweep.py tests/test_llm_answer.py tests/test_quant_linear_gpu.py -k "not tinybert and not fused" \
         -p no:cacheprovider > "$OUT/gtests.txt" 2>&1
     tail -n 6 "$OUT/gtests.txt" ;;
