@@ -88,6 +88,20 @@ def test_export_redact(tmp_path, capsys):
     assert SECRETS["host"].encode() in out.read_bytes()  # --no-redact: nothing is hidden
 
 
+def test_a_commands_redact_ends_with_it(tmp_path, capsys):
+    """``export --redact`` run in process leaves later readers in that process reading plainly.
+
+    The reading options are process-wide (`store.guard.READ`); a command that set them had left them set,
+    so a test after it in the same xdist worker read a redacted GPU card (session 18, six workers).
+    """
+    from deepgap.store import Store, guard
+
+    s = _private_store(str(tmp_path / "s.sqlite"))
+    assert main(["export", s, "--redact", "-o", str(tmp_path / "x.csv")]) == 0
+    assert guard.READ == {"skip_damaged": False, "redact": False}
+    assert SECRETS["host"] in {r["host"] for r in Store(s, readonly=True).runs()}
+
+
 def test_report_redact(tmp_path, capsys):
     s = _private_store(str(tmp_path / "s.sqlite"))
     html = tmp_path / "r" / "r.html"

@@ -215,3 +215,5 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     except KeyboardInterrupt as exc:
         print(f"deepgap: {_stopped(exc)}", file=sys.stderr)
         return getattr(exc, "exit_code", 130)
+    finally:  # a command's --redact/--skip-damaged end with it: a later reader in this process reads plainly
+        storeguard.reset()
