@@ -42,10 +42,12 @@ def tiny():
 
 def test_figures_on_a_scripted_clock(tiny):
     # two runs of batch 3, 5 prompt tokens, 4 output tokens: a prefill and 3 decode steps each
-    script = [0.5, 0.1, 0.2, 0.3] + [0.7, 0.1, 0.1, 0.4]
+    # (the fifth iteration of a run is the pipelined window's prefill: synchronized through the clock, unused)
+    script = [0.5, 0.1, 0.2, 0.3, 9.0] + [0.7, 0.1, 0.1, 0.4, 9.0]
     clock = ScriptedClock(script, window_s=0.15)
     r = measure_decode(tiny, 3, 5, 4, clock, repeats=2, warmup=1)
-    assert clock.calls == (["iteration"] * 4 + [("window", 3)]) * 2  # warm-up untimed
+    # warm-up untimed; the window follows a synchronized prefill, so its energy holds no prefill
+    assert clock.calls == (["iteration"] * 5 + [("window", 3)]) * 2
     s = r.summary()
     assert (s["ttft_median_s"], s["ttft_n"]) == (0.6, 2)
     assert s["tpot_n"] == 6 and s["tpot_median_s"] == pytest.approx(0.15)
