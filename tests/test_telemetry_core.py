@@ -3,8 +3,8 @@
 import pytest
 
 from deepgap.measure.telemetry.aggregate import summarize
-from deepgap.measure.telemetry.base import TelemetrySample, counter_delta, decode_reasons
-from deepgap.measure.telemetry.flags import contamination_flags
+from deepgap.measure.telemetry.base import TelemetrySample, TelemetryWindow, counter_delta, decode_reasons
+from deepgap.measure.telemetry.flags import contamination_flags, energy_timing_flag
 from deepgap.measure.telemetry.sampler import EnergyMark
 from deepgap.measure.telemetry.settings import TelemetrySettings
 from deepgap.measure.telemetry.thermal import run_thermal, steady_state
@@ -235,3 +235,12 @@ def test_run_thermal_until_steady_and_timeout():
         lambda: None, run, lambda: [S(0.0, power_w=1.0)], window_s=5.0, slope_c_per_min=1.0, timeout_s=3.0
     )
     assert out["status"].startswith("unavailable: no temperature")
+
+
+def test_energy_windows_longer_than_their_timed_work_are_flagged():
+    """1,000 items at 1,000/s are 1 s of timed work: a 1.1-s energy window is sync overhead, 2 s is untimed work."""
+    w = TelemetryWindow("fake", energy_j=700.0, joules_per_image=0.7, energy_window_s=1.1)
+    assert energy_timing_flag(w, 1000.0) is None
+    w.energy_window_s = 2.0  # a decode window that also held its prefill (session 18)
+    assert energy_timing_flag(w, 1000.0) == "energy-untimed-work"
+    assert energy_timing_flag(w, None) is None  # no pipelined rate: nothing to compare with

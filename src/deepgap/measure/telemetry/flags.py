@@ -15,12 +15,27 @@ configuration. Every flag is computed from the samples inside the configuration'
   percentile: clocks that were still ramping).
 - ``temp-rising``: the temperature climbed faster than ``temp_rising_c_per_min`` and by at least
   ``temp_rising_min_c`` over the windows (not yet at thermal steady state).
+- ``energy-untimed-work``: the energy windows lasted more than `ENERGY_TIMING_SLACK` × the time the
+  timer gave their work (items ÷ pipelined rate), so their energy holds work the timer did not count
+  (session 18's decode windows held the prefill launched just before them): joules per item overstated.
 """
 
 from __future__ import annotations
 
 from deepgap.measure.telemetry.base import BENIGN_REASONS, POWER_REASONS, THERMAL_REASONS, TelemetryWindow
 from deepgap.measure.telemetry.settings import TelemetrySettings
+
+# host seconds of the energy windows over the timer's seconds for the same work: synchronisation and the
+# counter's reads cost a few per cent; a quarter more is work outside the timed region
+ENERGY_TIMING_SLACK = 1.25
+
+
+def energy_timing_flag(w: TelemetryWindow, pipelined_ips: float | None) -> str | None:
+    """``energy-untimed-work`` where the energy windows outlast their timed work (module doc), else None."""
+    if not (pipelined_ips and w.energy_window_s and w.energy_j and w.joules_per_image):
+        return None
+    timed_s = w.energy_j / w.joules_per_image / pipelined_ips  # items ÷ items per second
+    return "energy-untimed-work" if w.energy_window_s > ENERGY_TIMING_SLACK * timed_s else None
 
 
 def contamination_flags(w: TelemetryWindow, s: TelemetrySettings | None = None) -> list[str]:

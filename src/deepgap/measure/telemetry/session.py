@@ -22,7 +22,7 @@ from deepgap.core.records import ConfigSpec, Result, Status
 from deepgap.core.result_details import TelemetryDetails
 from deepgap.measure.telemetry.aggregate import in_marks, summarize
 from deepgap.measure.telemetry.base import Backend, TelemetryUnavailable
-from deepgap.measure.telemetry.flags import contamination_flags
+from deepgap.measure.telemetry.flags import contamination_flags, energy_timing_flag
 from deepgap.measure.telemetry.sampler import MarkingClock, Sampler
 from deepgap.measure.telemetry.settings import TelemetrySettings
 from deepgap.measure.telemetry.thermal import run_thermal
@@ -182,6 +182,8 @@ class MeasureTelemetry:
         )
         result.details.telemetry = TelemetryDetails.from_json(d)
         flags = contamination_flags(w, self.settings)
+        untimed = energy_timing_flag(w, result.throughput_pipelined_ips)
+        flags += [untimed] if untimed else []
         if flags:
             result.details.flags = list(result.details.flags or []) + flags
         result.telemetry = [
