@@ -21,7 +21,8 @@ TELEMETRY_MAX = ["max_temp_c"]
 # thermal steady state, not that the measurement was slowed — a slowdown inside the windows raises
 # ``clocks-low`` or a throttle flag. (Many rows of an ordinary sweep are still warming at steady clocks;
 # disqualifying them would leave Table I and `recommend` answering from whatever happened to be warm.)
-WARNING_FLAGS = frozenset({"temp-rising"})
+# ``energy-untimed-work`` says the joules per item are overstated, not that the timing is wrong: a warning.
+WARNING_FLAGS = frozenset({"temp-rising", "energy-untimed-work"})
 
 # The GPU holding its own configured power limit (NVML ``sw_power_cap`` and no external brake) is its
 # steady behaviour under that load, not contamination: the fastest engines at large batches reach it, and
