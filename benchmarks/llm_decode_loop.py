@@ -44,9 +44,7 @@ def measure(m, batch: int, input_len: int, steps: int, profile: bool) -> dict:  
     m.setup_cache(batch, input_len + steps + 1)  # as deepgap sizes it: the step attends over the whole cache
     from deepgap.measure import llm_attention
 
-    m.static_attention = (
-        llm_attention.decode_attention if llm_attention.enabled(m.embed_tokens.weight) else None
-    )
+    llm_attention.plug(m)
     step = torch.compile(m.decode_step, dynamic=False)
     pos = torch.full((1,), input_len, dtype=torch.int64, device="cuda")
     with torch.inference_mode():

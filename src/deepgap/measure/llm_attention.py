@@ -40,6 +40,11 @@ def enabled(q: torch.Tensor) -> bool:
     return q.is_cuda and q.dtype in (torch.bfloat16, torch.float16)
 
 
+def plug(model) -> None:
+    """Set ``model.static_attention``: this kernel where it runs (`enabled`), else None (SDPA)."""
+    model.static_attention = decode_attention if enabled(model.embed_tokens.weight) else None
+
+
 @triton.jit
 def decode_attention_kernel(
     q_ptr, k_ptr, v_ptr, out_ptr, pos_ptr, L, scale,

@@ -35,10 +35,7 @@ def make_step(model, kind: str, compile_mode: str = "max-autotune-no-cudagraphs"
         return model.decode_step
     from deepgap.measure import llm_attention
 
-    # the static step's attention: the kernel that reads only the written positions, where it runs
-    model.static_attention = (
-        llm_attention.decode_attention if llm_attention.enabled(model.embed_tokens.weight) else None
-    )
+    llm_attention.plug(model)  # the static step's attention: the kernel that reads only the written positions
     if kind == "static":
         return _StaticStep(model, model.decode_step)
     if kind == "compile":

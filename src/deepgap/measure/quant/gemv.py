@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from deepgap.measure.quant.launch import check, launcher
+from deepgap.measure.quant.launch import check, halved_to_divide, launcher
 
 CODES = (torch.float8_e4m3fn, torch.int8)  # both convert to bf16 exactly (3 mantissa bits; |v| ≤ 127)
 MAX_ROWS = 16  # the rows one tensor-core tile holds: more rows belong to a GEMM (`QuantLinear`)
@@ -47,13 +47,10 @@ class GemvTile:
 
     def fit(self, k: int, n: int) -> GemvTile:
         """This tile with BK halved until ``k`` divides into ``split_k`` × BK steps, BN until it divides n."""
-        bk, bn, split = self.bk, self.bn, self.split_k
+        split = self.split_k
         while split > 1 and k % (split * 16):
             split //= 2
-        while (k // split) % bk and bk > 16:
-            bk //= 2
-        while n % bn and bn > 1:
-            bn //= 2
+        bk, bn = halved_to_divide(self.bk, k // split, 16), halved_to_divide(self.bn, n, 1)
         return GemvTile(bn, bk, split, self.num_warps, self.num_stages, self.prefetch)
 
 

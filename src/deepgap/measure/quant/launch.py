@@ -155,6 +155,13 @@ def out_size(n: int, k: int, s: int, p: int) -> int:
     return (n + 2 * p - k) // s + 1
 
 
+def halved_to_divide(block: int, total: int, floor: int) -> int:
+    """``block`` halved until it divides ``total`` or reaches ``floor`` (a tile fitted to a shape)."""
+    while total % block and block > floor:
+        block //= 2
+    return block
+
+
 def check(cond: bool, msg: str) -> None:
     """A launch argument's check: ``ValueError(msg)`` unless ``cond``."""
     if not cond:

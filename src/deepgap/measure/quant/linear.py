@@ -104,8 +104,6 @@ class QuantLinear(nn.Module):
         # stored as (K, N) column-major, the layout both kernels want for their second operand
         self.register_buffer("weight_t", codes.t())
         self.register_buffer("w_scale", w_scale.t().contiguous())  # (1, N) or a scalar
-        # the same scales as one per output channel (N,), as the weight-only GEMV takes them
-        self.register_buffer("w_scale_n", w_scale.reshape(-1).expand(self.out_features).contiguous())
         bias = linear.bias.detach() if linear.bias is not None else torch.zeros(self.out_features)
         self.has_bias = linear.bias is not None
         self.register_buffer("bias", bias.to(device=w.device, dtype=out_dtype))
@@ -160,7 +158,9 @@ class QuantLinear(nn.Module):
     def _weight_only(self, x2: torch.Tensor) -> torch.Tensor:
         from deepgap.measure.quant.gemv import fp8_gemv_op
 
-        y = fp8_gemv_op(x2.to(torch.bfloat16).contiguous(), self.weight_t.t(), self.w_scale_n, [])
+        # one scale per output channel (N,), as the GEMV takes them: a view of per-channel scales, a copy of one
+        scale = self.w_scale.reshape(-1).expand(self.out_features).contiguous()
+        y = fp8_gemv_op(x2.to(torch.bfloat16).contiguous(), self.weight_t.t(), scale, [])
         return (y + self.bias).to(self.out_dtype) if self.has_bias else y.to(self.out_dtype)
 
     def _dequantized(self, codes: torch.Tensor, scale: torch.Tensor | float) -> torch.Tensor:

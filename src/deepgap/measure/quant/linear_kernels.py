@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from deepgap.measure.quant.launch import check, launcher
+from deepgap.measure.quant.launch import check, halved_to_divide, launcher
 
 FP8_MAX = 448.0
 
@@ -41,11 +41,7 @@ class GemmTile:
 
     def fit(self, k: int, n: int) -> GemmTile:
         """This tile with BK and BN halved until they divide ``k`` and ``n`` (multiples of 16)."""
-        bk, bn = self.bk, self.bn
-        while k % bk and bk > 16:
-            bk //= 2
-        while n % bn and bn > 16:
-            bn //= 2
+        bk, bn = halved_to_divide(self.bk, k, 16), halved_to_divide(self.bn, n, 16)
         return GemmTile(self.bm, bn, bk, self.group_m, self.num_warps, self.num_stages)
 
 
