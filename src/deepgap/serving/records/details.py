@@ -78,7 +78,9 @@ class LlmLevel(JsonRecord):
     """A served decoder's level (`deepgap.serving.sim.token_stats.TokenStats`) and its simulation.
 
     TTFT and TPOT each with a median and a tail: ``*_tail_kind`` "p99" only where n ≥ 368, else "max" (of
-    the n requests); tokens/s over the level's span; the counts over each bound and their verdicts.
+    the n requests; "≥ …" where a stop left requests queued, their waits lower bounds); tokens/s: every output
+    token produced (partial outputs a stop left included) over the window first arrival → last token; the
+    counts over each bound and their verdicts.
     """
 
     input_len_dist: str | None = None
@@ -103,6 +105,10 @@ class LlmLevel(JsonRecord):
     slots: int | None = None
     decode_steps: int | None = None
     mean_active: float | None = None
+    output_tokens: int | None = None  # produced in the window, partial outputs included
+    window_s: float | None = None  # first arrival → last token
+    n_unfinished: int | None = None  # admitted, still decoding when a stop ended the level
+    n_queued: int | None = None  # still waiting for a slot then
     predicted_output_tokens_per_s: float | None = None
     predicted_ttft_tail_s: float | None = None
     predicted_tpot_tail_s: float | None = None

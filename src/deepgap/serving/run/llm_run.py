@@ -95,6 +95,14 @@ def run_llm(
     return rec, out
 
 
+def _prefills(by_b: dict[int, list[float]], s: int, first: bool) -> dict[str, list[float]]:
+    """The prefill at batch ``s``; the smallest slot count's row also holds one prompt's (calibrated apart)."""
+    out = {"prefill_samples_s": list(map(float, by_b[s]))}
+    if first and s != 1 and 1 in by_b:
+        out["prefill_batch1_samples_s"] = list(map(float, by_b[1]))
+    return out
+
+
 def llm_curve_rows(reply: SetupReply, req: SetupRequest) -> list[dict[str, Any]]:
     """``serve_curves`` rows: per slot count its decode steps' seconds; the prefill at that batch in details."""
     return [
@@ -109,7 +117,7 @@ def llm_curve_rows(reply: SetupReply, req: SetupRequest) -> list[dict[str, Any]]
                 interval_s=reply.curve_parts_s.get(s, {}).get("interval_s"),
                 workload="decode",
                 seq_len_curves={
-                    str(v): {"prefill_samples_s": list(map(float, by_b[s]))}
+                    str(v): _prefills(by_b, s, first=s == min(reply.curve_samples_s))
                     for v, by_b in sorted(reply.curves_by_len.items())
                     if s in by_b
                 },

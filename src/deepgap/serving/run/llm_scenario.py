@@ -31,6 +31,7 @@ from deepgap.serving.sim.token_stats import summarize_tokens
 # A capacity probe lasts at least this many TTFT bounds: an overloaded server's queue grows by about
 # (λ/μ − 1)·T in a run of T s, so a rate up to TTFT/T above the sustainable one can still pass (10 %)
 RUN_OVER_TTFT = 10.0
+REAL_CEILING = 1.1  # the real search's ceiling over the calibrated curves' saturation (`search`)
 DROP_AFTER_TTFTS = 2.0  # the bounded queue: a request still waiting after twice the TTFT bound is dropped
 
 
@@ -131,10 +132,12 @@ def tails_line(s: LevelSummary) -> str:
             return f"{name}: none (outputs of one token)"
         return f"{name} p50 {p50 * 1e3:.2f} ms, {kind} {tail * 1e3:.2f} ms (n={n})"
 
+    stop = f"; stopped early with {t.n_unfinished} running, {t.n_queued} queued" if s.stopped else ""
     return (
         one("TTFT", t.ttft_p50_s, t.ttft_tail_s, t.ttft_tail_kind, t.ttft_n)
         + "; "
         + one("TPOT", t.tpot_p50_s, t.tpot_tail_s, t.tpot_tail_kind, t.tpot_n)
+        + stop
     )
 
 
@@ -227,8 +230,12 @@ def real_probe(c: LlmContext, slots: int, load: LoadSettings):
 def search(
     c: LlmContext, slots: int, load: LoadSettings, real: bool, start: float, tol: float
 ) -> CapacityResult:
-    """The highest passing rate for ``slots``, simulated or measured."""
-    ceiling = c.service.saturation_qps(slots, c.load) * 1.3
+    """The highest passing rate for ``slots``, simulated or measured.
+
+    The ceiling: `LlmService.saturation_qps` is an upper bound on the curves, so the simulator never passes
+    above it; the real server gets `REAL_CEILING` over it (its steps may run a little faster than calibrated).
+    """
+    ceiling = c.service.saturation_qps(slots, c.load) * (REAL_CEILING if real else 1.0)
     return find_capacity(
         (real_probe if real else sim_probe)(c, slots, load),
         BatchPolicy(slots, 0.0),

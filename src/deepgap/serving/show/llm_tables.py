@@ -59,6 +59,13 @@ def _num(v: Any) -> str:
     return "" if v is None or v != v else f"{float(v):,.1f}"
 
 
+def _tokens(r: dict[str, Any]) -> str:
+    """Output tokens/s; a level a stop cut short says so (the rate of an overloaded server, not a capacity)."""
+    left = [f"{int(v)} {what}" for v, what in ((r.get("n_unfinished"), "running"), (r.get("n_queued"), "queued"))
+            if v is not None and v == v and v > 0]  # fmt: skip
+    return _num(r["output_tokens_per_s"]) + (f" (stopped: {', '.join(left)})" if left else "")
+
+
 def _verdict(r: dict[str, Any]) -> str:
     if r["status"] != "ok":
         return (r.get("reason") or "")[:60]
@@ -75,7 +82,7 @@ COLUMNS: list[tuple[str, Any]] = [
     ("lengths", lambda r: f"in {r['input_len_dist']}, out {r['output_len_dist']}"),
     ("offered q/s", lambda r: _num(r["target_qps"])),
     ("served q/s", lambda r: _num(r["achieved_qps"])),
-    ("output tokens/s", lambda r: _num(r["output_tokens_per_s"])),
+    ("output tokens/s", _tokens),
     ("sim output tokens/s", lambda r: _num(r["predicted_output_tokens_per_s"])),
     ("TTFT p50 ms", lambda r: _ms(r["ttft_p50_s"])),
     ("TTFT tail ms", lambda r: tail_cell(r, "ttft")),
@@ -106,6 +113,10 @@ EXPORT = {
     "achieved_qps": "served_queries_per_s",
     "output_tokens_per_s": "output_tokens_per_s",
     "input_tokens_per_s": "input_tokens_per_s",
+    "output_tokens": "output_tokens",
+    "window_s": "tokens_window_s",
+    "n_unfinished": "unfinished_at_stop",
+    "n_queued": "queued_at_stop",
     "ttft_p50_s": "ttft_median_s",
     "ttft_tail_s": "ttft_tail_s",
     "ttft_tail_kind": "ttft_tail_kind",

@@ -19,14 +19,24 @@ the executor's ``prefill(first, count, slots)`` and ``decode(active)`` return wh
 
 Overload is bounded as for images: a request that waited longer than ``drop_after_s`` for a slot is
 dropped (counted over both bounds) instead of admitted late; a run stops early once either bound has
-more requests over it than a pass allows, or once it falls far behind (``max_time_s``).
+more requests over it than a pass allows, or once it falls far behind (``max_time_s``). A request is
+over the TTFT bound as soon as that is certain: at its admission (its prefill ends past the bound), or
+while it still waits in the queue longer than the bound.
+
+What a stopped run leaves behind is logged, not lost. A request's row (`TokenLog`'s arrays) needs its
+last token, so the arrays hold the finished requests; beside them the log keeps the TTFTs of the
+requests admitted but still decoding (``unfinished_ttft_s``) and the count of those still waiting past
+the TTFT bound (``n_queued_late``), so a verdict counts every violation the loop counted (an overloaded
+level once passed on the 83 requests that had finished before it stopped: the late ones had vanished);
+and the tokens actually produced (``output_tokens``, partial outputs included) over the level's window
+(first arrival → last token, ``start_s`` → ``end_s``).
 """
 
 from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -62,6 +72,15 @@ class TokenLog:
     mean_active: float = 0.0  # sequences per decode step, on average (of ``slots``)
     stopped: str = ""
     stop_kind: str = ""  # "violations" | "time" | ""
+    # what a stopped run left unfinished (module docstring); all empty or 0 for a run served to its end
+    unfinished_ttft_s: np.ndarray = field(default_factory=lambda: np.zeros(0))  # admitted, still decoding
+    n_queued: int = 0  # arrived, still waiting for a slot when the run ended
+    queued_wait_s: np.ndarray = field(default_factory=lambda: np.zeros(0))  # their waits: TTFTs at least
+    n_queued_late: int = 0  # of those, waiting longer than the TTFT bound already (over it, whatever follows)
+    output_tokens: int = 0  # every output token produced, partial outputs of unfinished requests included
+    input_tokens: int = 0  # every prompt token prefilled
+    start_s: float = 0.0  # the level's first arrival
+    end_s: float = 0.0  # its last token
 
     @property
     def n(self) -> int:
@@ -106,9 +125,10 @@ class TokenLog:
 class _Run:
     """The loop's state: per request its times, per slot its request and tokens left."""
 
-    def __init__(self, arrivals, out_lens, slots: int, stop: SlotStop | None) -> None:
+    def __init__(self, arrivals, in_lens, out_lens, slots: int, stop: SlotStop | None) -> None:
         n = len(arrivals)
         self.at = np.asarray(arrivals, dtype=np.float64).tolist()
+        self.ins = np.asarray(in_lens, dtype=np.int64)
         self.out = np.asarray(out_lens, dtype=np.int64)
         self.admit, self.first, self.done = (np.full(n, np.nan) for _ in range(3))
         self.batch = np.zeros(n, dtype=np.int64)
@@ -118,6 +138,8 @@ class _Run:
         self.stop = stop or SlotStop()
         self.over = [0, 0]  # requests over the TTFT bound, over the TPOT bound
         self.dropped = self.steps = self.active_sum = 0
+        self.tokens_out = self.tokens_in = 0
+        self.last_s = self.at[0] if n else 0.0  # the time of the last token produced
         self.stopped = ("", "")
 
     def retire(self, slot: int, t: float) -> None:
@@ -129,9 +151,18 @@ class _Run:
         if s.slo_tpot_s is not None and self.out[r] > 1:
             self.over[1] += (t - self.first[r]) / (self.out[r] - 1) > s.slo_tpot_s
 
-    def check(self, now: float) -> None:
+    def queued_late(self, now: float, head: int) -> int:
+        """Requests still waiting at ``now`` that arrived more than the TTFT bound ago: over it already."""
+        if self.stop.slo_ttft_s is None or head >= len(self.at):
+            return 0
+        return max(0, bisect_left(self.at, now - self.stop.slo_ttft_s, head) - head)
+
+    def check(self, now: float, head: int) -> None:
         s = self.stop
-        if s.max_violations is not None and max(self.over) + self.dropped > s.max_violations:
+        if s.max_violations is None and s.max_time_s is None:
+            return
+        over = max(self.over[0] + self.queued_late(now, head), self.over[1])
+        if s.max_violations is not None and over + self.dropped > s.max_violations:
             self.stopped = ("violations", "stopped early: more requests over a bound than a pass allows")
         elif s.max_time_s is not None and now > s.max_time_s:
             self.stopped = (
@@ -152,7 +183,7 @@ def serve_continuous(
 ) -> TokenLog:
     """Serve requests arriving at ``arrivals_s`` (sorted) with continuous batching; log each one."""
     n = len(arrivals_s)
-    st = _Run(arrivals_s, output_lens, slots, stop)
+    st = _Run(arrivals_s, input_lens, output_lens, slots, stop)
     at, head, cap = st.at, 0, max_prefill or slots
     while (head < n or len(st.free) < slots) and not st.stopped[0]:
         now = clock.now()
@@ -169,24 +200,39 @@ def serve_continuous(
             _decode(st, executor, clock, at[head] if head < n and st.free else math.inf)
         elif head < n and k == 0:
             clock.sleep_until(at[head])
-        st.check(clock.now())
+        st.check(clock.now(), head)
+    return _log(st, slots, head, clock.now())
+
+
+def _log(st: _Run, slots: int, head: int, now: float) -> TokenLog:
+    """The finished requests' rows, and what a stop left: the running requests' TTFTs, the queue."""
     served = ~np.isnan(st.done)
-    arr = np.asarray(arrivals_s, dtype=np.float64)
+    arr = np.asarray(st.at, dtype=np.float64)
+    running = st.slot_req[st.slot_req >= 0]
+    waiting = np.arange(head, bisect_right(st.at, now, head) if head < len(arr) else head)
     return TokenLog(
         arr[served],
         st.admit[served],
         st.first[served],
         st.done[served],
-        np.asarray(input_lens, dtype=np.int64)[served],
+        st.ins[served],
         st.out[served],
         st.batch[served],
         slots,
-        n_planned=n,
+        n_planned=len(arr),
         n_dropped=st.dropped,
         steps=st.steps,
         mean_active=st.active_sum / st.steps if st.steps else 0.0,
         stopped=st.stopped[1],
         stop_kind=st.stopped[0],
+        unfinished_ttft_s=st.first[running] - arr[running],
+        n_queued=len(waiting),
+        queued_wait_s=now - arr[waiting],
+        n_queued_late=st.queued_late(now, head),
+        output_tokens=st.tokens_out,
+        input_tokens=st.tokens_in,
+        start_s=float(arr[0]) if len(arr) else 0.0,
+        end_s=float(st.last_s),
     )
 
 
@@ -196,6 +242,9 @@ def _admit(st: _Run, executor, clock: Clock, head: int, k: int, now: float) -> N
     executor.prefill(head, k, slots)
     t = clock.now()
     st.admit[head : head + k], st.first[head : head + k], st.batch[head : head + k] = now, t, k
+    st.tokens_out += k  # each newcomer's first token
+    st.tokens_in += int(st.ins[head : head + k].sum())
+    st.last_s = t
     if st.stop.slo_ttft_s is not None:
         st.over[0] += sum(t - st.at[r] > st.stop.slo_ttft_s for r in range(head, head + k))
     for r, s in zip(range(head, head + k), slots, strict=True):
@@ -222,6 +271,8 @@ def _decode(st: _Run, executor, clock: Clock, next_arrival_s: float) -> None:
     t = clock.now()
     st.steps += k
     st.active_sum += k * int(active.sum())
+    st.tokens_out += k * int(active.sum())
+    st.last_s = t
     st.left[active] -= k
     for s in np.nonzero(active & (st.left <= 0))[0].tolist():
         st.retire(s, t)

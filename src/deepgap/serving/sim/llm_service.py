@@ -102,10 +102,18 @@ class LlmService:
         return med * r[(u * len(r)).astype(np.int64)]
 
     def saturation_qps(self, slots: int, load: LlmLoad) -> float:
-        """Requests/s with every slot always busy: per request, its share of the steps and of a full prefill."""
-        per = (load.outputs.mean() - 1) * self.decode_s(slots) / slots
-        per += self.prefill_s(slots, int(round(load.inputs.mean()))) / slots
-        return 1.0 / per
+        """Requests/s no server of ``slots`` can pass on these curves: an upper bound, the search's ceiling.
+
+        A second of serving is decode steps and prefills. A request needs ``output − 1`` tokens from steps of
+        at most ``slots`` rows, and its prompt prefilled; at best every step is full and every prompt is
+        prefilled at the cheapest per-prompt batch (unpadded, at the mean length), so
+        ``slots / ((output − 1) · step + slots · prefill_per_prompt)``. Poisson arrivals admit prompts a few
+        at a time, padded to the longest, each prefill stalling every slot: the sustainable rate is lower.
+        """
+        mean_in = int(round(load.inputs.mean()))
+        batches = [b for b in self.batches if b <= slots] or [slots]
+        per_prompt = min(self.prefill_s(b, mean_in) / b for b in batches)
+        return slots / ((load.outputs.mean() - 1) * self.decode_s(slots) + slots * per_prompt)
 
 
 class VirtualSlots:

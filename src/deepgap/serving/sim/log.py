@@ -168,22 +168,25 @@ def summarize(
     )
 
 
-def judged(log, n_over: int, percentile: float, confidence: float) -> str:
-    """The verdict on ``n_over`` requests over a bound, as the run's stop (``log.stop_kind``) requires.
+def judged(log, n_over: int, percentile: float, confidence: float, n: int | None = None) -> str:
+    """The verdict on ``n_over`` of ``n`` requests (default ``log.n``) over a bound, as the run's stop requires.
 
     ``log``: any log with ``n``, ``n_planned``, ``n_dropped`` and ``stop_kind`` (images', a decoder's).
+    ``n``: the requests judged, where more than the logged ones are known (a decoder's TTFT: the requests a
+    stop left decoding or queued past the bound); an image's log holds every request its loop counted.
     """
+    n = log.n if n is None else n
     if log.stop_kind == "time":
         # Fell behind: the unserved requests were already later than any SLO a run is meant for.
-        return verdict(log.n_planned, n_over + (log.n_planned - log.n), percentile, confidence)
+        return verdict(log.n_planned, n_over + (log.n_planned - n), percentile, confidence)
     if log.stop_kind == "violations":  # it cannot pass any more: a fail where what it served says so
         # (26 of 578 requests over a p99 SLO is 4.5%: conclusively above 1%, a fail, not "inconclusive"
         # against the 2,000 it had planned); else judged against the planned count, as before
-        served = verdict(log.n + log.n_dropped, n_over + log.n_dropped, percentile, confidence)
+        served = verdict(n + log.n_dropped, n_over + log.n_dropped, percentile, confidence)
         planned = verdict(log.n_planned, n_over + log.n_dropped, percentile, confidence)
         return "fail" if "fail" in (served, planned) else planned
     # a dropped request counts as one over the SLO
-    return verdict(log.n + log.n_dropped, n_over + log.n_dropped, percentile, confidence)
+    return verdict(n + log.n_dropped, n_over + log.n_dropped, percentile, confidence)
 
 
 def latency_fields(log, offered_qps: float | None, span: float, lat: np.ndarray, queue: np.ndarray) -> dict:

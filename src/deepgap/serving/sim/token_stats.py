@@ -22,27 +22,37 @@ from deepgap.serving.sim.log import LevelSummary, judged, latency_fields
 
 @dataclass
 class TokenStats:
-    """TTFT and TPOT (median, tail with its kind and n), tokens/s, the counts over each bound."""
+    """TTFT and TPOT (median, tail with its kind and n), tokens/s, the counts over each bound.
+
+    ``output_tokens_per_s``: every output token the level produced (partial outputs of the requests a stop
+    left running included, ``output_tokens``) over its window, first arrival → last token (``window_s``).
+    A level that stopped early (``n_unfinished`` requests still decoding, ``n_queued`` waiting) was
+    overloaded: its rate is what the server produced while the queue grew, not a rate it sustains.
+    """
 
     ttft_p50_s: float | None = None
     ttft_tail_s: float | None = None
-    ttft_tail_kind: str = ""  # "p99" | "max"
-    ttft_n: int = 0
+    ttft_tail_kind: str = ""  # "p99" | "max"; "≥ p99" | "≥ max" where queued waits are in (lower bounds)
+    ttft_n: int = 0  # requests with a first token (finished or left decoding by a stop), and those queued
     tpot_p50_s: float | None = None
     tpot_tail_s: float | None = None
     tpot_tail_kind: str = ""
-    tpot_n: int = 0  # requests with at least two output tokens
+    tpot_n: int = 0  # finished requests with at least two output tokens
     output_tokens_per_s: float | None = None
     input_tokens_per_s: float | None = None
     slo_ttft_s: float | None = None
     slo_tpot_s: float | None = None
-    n_over_ttft: int | None = None
+    n_over_ttft: int | None = None  # finished, decoding and still queued requests certainly over the bound
     n_over_tpot: int | None = None
     ttft_verdict: str = "none"
     tpot_verdict: str = "none"
     slots: int = 0
     decode_steps: int = 0
     mean_active: float = 0.0  # sequences per decode step
+    output_tokens: int = 0
+    window_s: float | None = None
+    n_unfinished: int = 0
+    n_queued: int = 0
 
 
 def tail(x: np.ndarray) -> tuple[float | None, str, int]:
@@ -54,6 +64,15 @@ def tail(x: np.ndarray) -> tuple[float | None, str, int]:
     return float(x.max()), "max", len(x)
 
 
+def combine(verdicts: list[str]) -> str:
+    """Both bounds' verdicts as one: a fail where either fails, a pass where all pass, else inconclusive."""
+    if not verdicts:
+        return "none"
+    if "fail" in verdicts:
+        return "fail"
+    return "pass" if all(v == "pass" for v in verdicts) else "inconclusive"
+
+
 def summarize_tokens(
     log: TokenLog,
     offered_qps: float | None,
@@ -62,56 +81,74 @@ def summarize_tokens(
     percentile: float = 0.99,
     confidence: float = 0.99,
 ) -> LevelSummary:
-    """The level's `LevelSummary` (latency = arrival → last token) with its `TokenStats` in ``tokens``."""
-    if log.n == 0:
+    """The level's `LevelSummary` (latency = arrival → last token) with its `TokenStats` in ``tokens``.
+
+    The TTFT bound is judged on every request with a first token and on those still queued past it
+    (`TokenLog`'s module: a stopped run's violations are all counted); TPOT on the finished requests. The
+    TTFT median and tail take the queued requests' waits too (lower bounds: the tail's kind says "≥").
+    """
+    if log.n == 0 and not (len(log.unfinished_ttft_s) or log.n_queued):
         raise ValueError("no request was served")
-    ttft, lat = log.ttft_s, log.latency_s
+    ttft = np.concatenate([log.ttft_s, log.unfinished_ttft_s])
     tpot = log.tpot_s[log.output_len > 1]
-    span = float(log.done_s.max() - log.arrival_s.min())
+    window = float(log.end_s - log.start_s)
     ts = TokenStats(slots=log.slots, decode_steps=log.steps, mean_active=log.mean_active)
-    ts.ttft_p50_s, (ts.ttft_tail_s, ts.ttft_tail_kind, ts.ttft_n) = float(np.median(ttft)), tail(ttft)
+    # the tail of every request that reached the server: the queued ones' waits are their TTFTs at least
+    reached = np.concatenate([ttft, log.queued_wait_s])
+    ts.ttft_p50_s, (ts.ttft_tail_s, ts.ttft_tail_kind, ts.ttft_n) = float(np.median(reached)), tail(reached)
+    if log.n_queued:
+        ts.ttft_tail_kind = f"≥ {ts.ttft_tail_kind}"
     if len(tpot):
         ts.tpot_p50_s, (ts.tpot_tail_s, ts.tpot_tail_kind, ts.tpot_n) = float(np.median(tpot)), tail(tpot)
-    if span > 0:
-        ts.output_tokens_per_s = float(log.output_len.sum()) / span
-        ts.input_tokens_per_s = float(log.input_len.sum()) / span
+    ts.output_tokens, ts.n_unfinished, ts.n_queued = (
+        log.output_tokens,
+        len(log.unfinished_ttft_s),
+        log.n_queued,
+    )
+    if window > 0:
+        ts.window_s = window
+        ts.output_tokens_per_s = log.output_tokens / window
+        ts.input_tokens_per_s = log.input_tokens / window
     ts.slo_ttft_s, ts.slo_tpot_s = slo_ttft_s, slo_tpot_s
     verdicts = []
-    for slo, x, name in ((slo_ttft_s, ttft, "ttft"), (slo_tpot_s, tpot, "tpot")):
-        if slo is None:
-            continue
-        over = int((x > slo).sum())
-        v = judged(log, over, percentile, confidence)
-        setattr(ts, f"n_over_{name}", over)
-        setattr(ts, f"{name}_verdict", v)
-        verdicts.append(v)
-    combined = (
-        "none"
-        if not verdicts
-        else "fail"
-        if "fail" in verdicts
-        else "pass"
-        if all(v == "pass" for v in verdicts)
-        else "inconclusive"
-    )
-    over_any = None
-    if verdicts:
-        bad = np.zeros(log.n, dtype=bool)
-        bad |= (ttft > slo_ttft_s) if slo_ttft_s is not None else False
-        if slo_tpot_s is not None:
-            bad |= (log.tpot_s > slo_tpot_s) & (log.output_len > 1)
-        over_any = int(bad.sum())
+    if slo_ttft_s is not None:  # the requests still queued past the bound are over it, whatever follows
+        ts.n_over_ttft = int((ttft > slo_ttft_s).sum()) + log.n_queued_late
+        ts.ttft_verdict = judged(log, ts.n_over_ttft, percentile, confidence, len(ttft) + log.n_queued_late)
+        verdicts.append(ts.ttft_verdict)
+    if slo_tpot_s is not None:
+        ts.n_over_tpot = int((tpot > slo_tpot_s).sum())
+        ts.tpot_verdict = judged(log, ts.n_over_tpot, percentile, confidence)
+        verdicts.append(ts.tpot_verdict)
     return LevelSummary(
-        **latency_fields(log, offered_qps, span, lat, log.admit_s - log.arrival_s),
+        **latency_fields(
+            log, offered_qps, window, _or_nan(log.latency_s), _or_nan(log.admit_s - log.arrival_s)
+        ),
         h2d_mean_s=0.0,
-        compute_mean_s=float((log.first_s - log.admit_s).mean()),
+        compute_mean_s=float(_or_nan(log.first_s - log.admit_s).mean()),
         d2h_mean_s=0.0,
         other_mean_s=0.0,
         mean_batch=log.mean_active,
         slo_s=slo_ttft_s,
         n_dropped=log.n_dropped,
-        n_over_slo=over_any,
-        verdict=combined,
+        n_over_slo=_over_any(log, slo_ttft_s, slo_tpot_s) if verdicts else None,
+        verdict=combine(verdicts),
         stopped=log.stopped,
         tokens=ts,
     )
+
+
+def _or_nan(x: np.ndarray) -> np.ndarray:
+    """``x``, or one NaN where a stop left no request finished (its latency statistics are unknown, not 0)."""
+    return x if len(x) else np.full(1, np.nan)
+
+
+def _over_any(log: TokenLog, slo_ttft_s: float | None, slo_tpot_s: float | None) -> int:
+    """Requests over either bound: finished ones over TTFT or TPOT, running or queued ones over TTFT."""
+    bad = np.zeros(log.n, dtype=bool)
+    extra = 0
+    if slo_ttft_s is not None:
+        bad |= log.ttft_s > slo_ttft_s
+        extra = int((log.unfinished_ttft_s > slo_ttft_s).sum()) + log.n_queued_late
+    if slo_tpot_s is not None:
+        bad |= (log.tpot_s > slo_tpot_s) & (log.output_len > 1)
+    return int(bad.sum()) + extra

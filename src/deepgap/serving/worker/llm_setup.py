@@ -155,11 +155,15 @@ def _decode_curve(ex: SlotExecutor, req: SetupRequest):
 
 
 def _prefill_curve(ex: SlotExecutor, req: SetupRequest, length: int) -> dict[int, list[float]]:
-    """Seconds of a prefill of ``b`` prompts of ``length`` tokens, per calibrated batch."""
+    """Seconds of a prefill of ``b`` prompts of ``length`` tokens, per slot count and for one prompt.
+
+    Why one prompt too: under Poisson arrivals most prefills admit a few prompts, and the simulator charges
+    a batch below the smallest calibrated one that one's time (a 64-prompt prefill for one newcomer).
+    """
     out: dict[int, list[float]] = {}
     n = max(3, req.curve_iterations // 4)
     with torch.inference_mode(), quiet_gc():
-        for b in req.buckets:
+        for b in sorted({1, *req.buckets}):
             ex.set_level(b, np.full(b, length, dtype=np.int64))
             slots = list(range(b))
             for _ in range(min(req.curve_warmup, 2)):
