@@ -15,8 +15,16 @@ from deepgap.core.errors import UsageError
 from deepgap.serving.sim.llm_service import LlmLoad
 from deepgap.serving.sim.seqlen import parse_seq_len_dist
 
-LLM_ENGINES = ("eager", "cudagraph")
-LLM_PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+FLOAT_PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+# engine → the precisions it serves a decoder in: the sweep's decode steps (`deepgap.measure.llm_workload`'s
+# DECODE_ENGINES), each slot count's step captured as a CUDA graph on a GPU; compile-reduce-overhead compiles
+# it first (half precision, as the sweep runs it), quant swaps every Linear for an 8-bit one and compiles
+LLM_ENGINES: dict[str, tuple[str, ...]] = {
+    "eager": FLOAT_PRECISIONS,
+    "cudagraph": FLOAT_PRECISIONS,
+    "compile-reduce-overhead": ("fp16", "bf16"),
+    "quant": ("fp8", "int8"),
+}
 SLO_TTFT_S, SLO_TPOT_S = 2.0, 0.1  # MLPerf's Llama-3.1-8B Server limits
 DEFAULT_LEN = 128  # prompt and output tokens when no distribution is given
 DECODER_FLAGS = (
@@ -77,16 +85,7 @@ def check_decoder(spec: Any) -> None:
             f"a decoder is served in the server scenario only, not {spec.scenario}",
             "pass --scenario server (continuous batching under Poisson arrivals)",
         )
-    if spec.engine not in LLM_ENGINES:
-        raise UsageError(
-            f"deepgap serve decodes with {' or '.join(LLM_ENGINES)}, not {spec.engine}",
-            "pass --engine eager or --engine cudagraph",
-        )
-    if spec.precision not in LLM_PRECISIONS:
-        raise UsageError(
-            f"deepgap serve decodes in {', '.join(LLM_PRECISIONS)}, not {spec.precision}",
-            "pass --precision bf16 (fp8 decode: deepgap run --workload decode --engines quant)",
-        )
+    _check_engine(spec.engine, spec.precision)
     for flag, bad in (
         ("--loadgen", spec.loadgen),
         ("--dataset", spec.dataset),
@@ -109,7 +108,28 @@ def check_decoder(spec: Any) -> None:
             raise UsageError(f"{flag} does not apply to serving a decoder ({spec.model})", fix)
     load = llm_load(spec)
     top = max(spec.buckets("cpu" if spec.device == "cpu" else "cuda"))
-    check_run(SHAPES[spec.model], top, load.cache_len, PRECISIONS[spec.precision].itemsize)
+    # the KV cache's element: the precision's own, bf16 beside 8-bit Linears
+    itemsize = 2 if spec.engine == "quant" else PRECISIONS[spec.precision].itemsize
+    check_run(SHAPES[spec.model], top, load.cache_len, itemsize)
+
+
+def _check_engine(engine: str, precision: str) -> None:
+    """An engine that serves decoders, in a precision it serves them in (`LLM_ENGINES`); else one line."""
+    if engine not in LLM_ENGINES:
+        raise UsageError(
+            f"deepgap serve decodes with {', '.join(LLM_ENGINES)}, not {engine}",
+            "pass --engine cudagraph (compile-reduce-overhead: compiled; quant: 8-bit weights)",
+        )
+    runs = LLM_ENGINES[engine]
+    if precision not in runs:
+        quant = precision in LLM_ENGINES["quant"]
+        raise UsageError(
+            f"--engine {engine} serves a decoder in {', '.join(runs)}, not {precision}",
+            "pass --engine quant for fp8 or int8 weights"
+            if quant
+            else f"pass --precision {' or '.join(runs)}"
+            + ("" if engine != "quant" else " (a float precision: --engine cudagraph)"),
+        )
 
 
 def refuse_decoder_flags(spec: Any) -> None:

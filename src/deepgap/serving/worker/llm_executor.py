@@ -9,7 +9,9 @@ Runs in the worker process only. The cache holds ``max_slots`` rows of ``cache_l
 - ``decode(active)``: one static step over the ``slots`` rows (`Llama.decode_slots`, a position per row):
   every row's next token is its argmax and the running rows' positions advance by one (``active``, a
   device copy of the loop's mask). The step, its argmax and the position update are one function, so
-  on a GPU (``cudagraph``) it is captured once per slot count and replayed (`SlotSteps`).
+  on a GPU (``cudagraph``) it is captured once per slot count and replayed (`SlotSteps`); with a compile
+  mode (``compile-reduce-overhead``, ``quant``: `deepgap.serving.worker.llm_engines`) ``decode_slots`` is
+  compiled first (static shapes: one compile per slot count), as the sweep's step is.
 
 Each call returns once the device is done (synchronised), so the loop's clock reads when the tokens
 exist. ``record``: keep every request's tokens (the set-up's check against each request alone).
@@ -26,13 +28,15 @@ import torch
 class SlotSteps:
     """The decode step over the first ``s`` slots: eager, or captured as a CUDA graph per slot count."""
 
-    def __init__(self, ex: SlotExecutor, graph: bool) -> None:
+    def __init__(self, ex: SlotExecutor, graph: bool, compile_mode: str | None = None) -> None:
         self.ex, self.graph, self.graphs = ex, graph, {}
         self.pool = torch.cuda.graph_pool_handle() if graph else None
+        fn = ex.model.decode_slots
+        self.decode = torch.compile(fn, mode=compile_mode, dynamic=False) if compile_mode else fn
 
     def _step(self, s: int) -> None:
         ex = self.ex
-        logits = ex.model.decode_slots(ex.tok[:s], ex.pos[:s])
+        logits = self.decode(ex.tok[:s], ex.pos[:s])
         ex.tok[:s, 0] = logits.argmax(-1)
         ex.pos[:s] += ex.act[:s]
 
@@ -87,6 +91,7 @@ class SlotExecutor:
         seed: int = 0,
         graph: bool = False,
         pool: int = 256,
+        compile_mode: str | None = None,
     ) -> None:
         self.model, self.device, self.cuda = model, device, device.startswith("cuda")
         model.setup_cache(max_slots, cache_len)
@@ -96,7 +101,7 @@ class SlotExecutor:
         self.tok = torch.zeros((max_slots, 1), dtype=torch.int64, device=device)
         self.pos = torch.zeros(max_slots, dtype=torch.int64, device=device)
         self.act = torch.zeros(max_slots, dtype=torch.int64, device=device)
-        self.steps = SlotSteps(self, graph)
+        self.steps = SlotSteps(self, graph, compile_mode)
         self.slots = max_slots
         self.inputs = np.ones(1, dtype=np.int64)
         self.record: dict[int, list[int]] | None = None

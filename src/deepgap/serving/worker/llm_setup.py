@@ -24,13 +24,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from deepgap.core.records import Status
-from deepgap.measure.device import set_tf32, torch_dtype
+from deepgap.measure.device import set_tf32
 from deepgap.measure.llm_timing import generate
 from deepgap.measure.models.llama_net import build_llama
-from deepgap.serving.run.process import LevelRequest, SetupFailed, SetupReply, SetupRequest
+from deepgap.serving.run.process import LevelRequest, SetupReply, SetupRequest
 from deepgap.serving.sim.clock import RealClock, VirtualClock
 from deepgap.serving.sim.continuous import SlotStop, TokenLog, serve_continuous
+from deepgap.serving.worker.llm_engines import allow_compiles, served_model, served_step
 from deepgap.serving.worker.llm_executor import SlotExecutor
 from deepgap.serving.worker.server import quiet_gc, setup_reply
 
@@ -41,14 +41,17 @@ CHECK_OUTPUT = 8  # the check's longest output (tokens)
 def llm_setup(state: Any, req: SetupRequest) -> tuple[SlotExecutor, SetupReply]:
     """Build ``req.model``, check continuous batching against each request alone, calibrate both curves."""
     t0 = time.perf_counter()
-    graph = req.engine == "cudagraph"
-    if graph and not req.device.startswith("cuda"):
-        raise SetupFailed(Status.SKIPPED, "the cudagraph decode step needs a CUDA device")
+    plan = served_step(req.engine, req.device.startswith("cuda"))
     torch.set_num_threads(req.threads or state.default_threads)
     set_tf32(req.precision)
-    model = build_llama(req.model, seed=req.seed, device=req.device).to(torch_dtype(req.precision))
+    model = served_model(req.model, req.precision, req.seed, req.device)
     lens = req.seq_lens  # the calibrated prompt lengths
-    ex = SlotExecutor(model, req.device, max(req.buckets), req.cache_len, max(lens), req.seed, graph)
+    if plan.compile_mode:
+        allow_compiles(len(req.buckets))
+    ex = SlotExecutor(
+        model, req.device, max(req.buckets), req.cache_len, max(lens), req.seed, plan.graph,
+        compile_mode=plan.compile_mode,
+    )  # fmt: skip
     with torch.inference_mode():
         for s in req.buckets:  # a CUDA graph per slot count, captured before anything is served
             ex.steps.prepare(s)
@@ -65,7 +68,11 @@ def llm_setup(state: Any, req: SetupRequest) -> tuple[SlotExecutor, SetupReply]:
         curve_parts_s=parts,
         correctness=check,
         engine_info={
-            "decode_step": "cuda-graph per slot count" if graph else "eager static step",
+            "decode_step": plan.label,
+            "prefill": "eager",
+            "linears": f"{req.precision} per output channel (the sweep's LINEAR_SWAPS)"
+            if req.engine == "quant"
+            else None,
             "cache_len": req.cache_len,
             "serving_depth": 1,
             "input": "prompt ids in a device ring; continuous batching over a static KV cache",

@@ -1,0 +1,75 @@
+"""A served decoder's engine: the model it builds and the decode step it runs, as the sweep decodes.
+
+Runs in the worker process only. The engines are the sweep's (`deepgap.measure.llm_workload.DECODE_ENGINES`,
+what `deepgap.serving.run.llm_spec.LLM_ENGINES` accepts), applied to the server's slot step
+(`deepgap.serving.worker.llm_executor.SlotSteps`: ``Llama.decode_slots``, a position per row):
+
+- ``eager``: the step as it is; ``cudagraph``: captured as one CUDA graph per slot count;
+- ``compile-reduce-overhead``: ``torch.compile`` of ``decode_slots`` (``dynamic=False``: one compile per slot
+  count), then captured per slot count (reduce-overhead is compile + CUDA graphs);
+- ``quant``: every Linear swapped for an 8-bit one by the sweep's own function
+  (`deepgap.measure.decode_config.LINEAR_SWAPS`: fp8 or int8 weights per output channel, the rest bf16),
+  compiled and captured as above. On a CPU the 8-bit Linears compute through their reference arithmetic
+  (`deepgap.measure.quant.linear.use_reference`: the tensor-core products are CUDA's) and the step stays
+  eager, so the path runs, slowly, where there is no GPU.
+
+The prefill stays eager (its shapes change with every admission).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from deepgap.core.records import Status
+from deepgap.measure.device import torch_dtype
+from deepgap.measure.llm_workload import DECODE_ENGINES
+from deepgap.measure.models.llama_net import build_llama
+from deepgap.serving.run.process import SetupFailed
+
+
+@dataclass(frozen=True)
+class ServedStep:
+    """How the slot step runs: captured as a CUDA graph, compiled first (the mode), and in words."""
+
+    graph: bool
+    compile_mode: str | None
+    label: str
+
+
+def served_step(engine: str, cuda: bool) -> ServedStep:
+    """The slot step of ``engine`` on this device; a skipped set-up where it needs a GPU and has none."""
+    plan = DECODE_ENGINES[engine]
+    if not cuda and plan.cuda_only:
+        if engine == "quant":
+            return ServedStep(False, None, "eager static step, 8-bit Linears in reference arithmetic (CPU)")
+        raise SetupFailed(Status.SKIPPED, f"the {engine} decode step needs a CUDA device")
+    graph = plan.step == "cuda-graph"
+    if not graph:
+        return ServedStep(False, None, "eager static step")
+    compiled = f"torch.compile ({plan.compile_mode}) + " if plan.compile_mode else ""
+    return ServedStep(True, plan.compile_mode, f"{compiled}cuda-graph per slot count")
+
+
+def served_model(model: str, precision: str, seed: int, device: str) -> torch.nn.Module:
+    """The decoder with seeded weights on ``device``: cast to ``precision``, or its Linears in 8 bits."""
+    from deepgap.measure.decode_config import LINEAR_SWAPS
+
+    m = build_llama(model, seed=seed, device=device)
+    if precision not in LINEAR_SWAPS:
+        return m.to(torch_dtype(precision))
+    m = LINEAR_SWAPS[precision](m)
+    if not device.startswith("cuda"):
+        from deepgap.measure.quant.linear import use_reference
+
+        use_reference(m)
+    return m
+
+
+def allow_compiles(slot_counts: int) -> None:
+    """Room in dynamo's cache for one compile of the step per slot count (and the check's), not its default 8."""
+    import torch._dynamo
+
+    cfg = torch._dynamo.config
+    cfg.cache_size_limit = max(cfg.cache_size_limit, slot_counts + 4)
