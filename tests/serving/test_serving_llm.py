@@ -159,7 +159,10 @@ def test_simulator_predicts_a_scripted_run_of_the_real_executor_exactly():
         ({"loadgen": True}, "--loadgen does not apply to serving a decoder"),
         ({"tenants": (("llama-tiny", None), ("tinycnn", None))}, "--tenants does not serve decoders"),
         ({"slo_s": 0.015}, "bound a decoder with --slo-ttft"),
-        ({"engine": "tensorrt"}, "decodes with eager, cudagraph, compile-reduce-overhead, quant, not tensorrt"),
+        (
+            {"engine": "tensorrt"},
+            "decodes with eager, cudagraph, compile-reduce-overhead, quant, not tensorrt",
+        ),
         ({"scenario": "offline", "qps": None}, "server scenario only"),
     ],
 )
