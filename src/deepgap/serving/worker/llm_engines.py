@@ -72,4 +72,7 @@ def allow_compiles(slot_counts: int) -> None:
     import torch._dynamo
 
     cfg = torch._dynamo.config
-    cfg.cache_size_limit = max(cfg.cache_size_limit, slot_counts + 4)
+    name = (
+        "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
+    )  # renamed in torch 2.7
+    setattr(cfg, name, max(getattr(cfg, name), slot_counts + 4))
