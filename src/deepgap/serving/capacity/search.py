@@ -188,10 +188,9 @@ def no_pass_note(probes: Sequence[Probe]) -> str:
             "requests to tell a p99 within the SLO from one above it"
         )
     why = f", stopped: {s.stopped}" if s.stopped else ""
-    return (
-        f"the SLO is not met even at {p.rate_qps:.3g} queries/s "
-        f"({counts}: p99 {s.latency_p99_s * 1e3:.3g} ms{why})"
-    )
+    # a decoder's level a stop ended before any request finished has no latency: its TTFT tail says it
+    tail = f"p99 {s.latency_p99_s * 1e3:.3g} ms" if math.isfinite(s.latency_p99_s) else "none finished"
+    return f"the SLO is not met even at {p.rate_qps:.3g} queries/s ({counts}: {tail}{why})"
 
 
 def sim_probe(
