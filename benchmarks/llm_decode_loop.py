@@ -1,8 +1,9 @@
 """A bare decode loop, apart from deepgap's sweep: the check on its decode tokens/s (issue 51).
 
 It shares only the decoder's modules (`deepgap.measure.models.llama_net`) and, for fp8/int8, the Linear
-swap (`deepgap.measure.quant.transformer.quantize_linears`) and the static step's attention kernel
-(`deepgap.measure.llm_attention`, unless DEEPGAP_DECODE_ATTENTION=sdpa); the timing is its own. Per batch: seeded
+swap (`deepgap.measure.quant.transformer.quantize_linears`, then `deepgap.measure.llm_fused`'s batch-1 layer
+unless DEEPGAP_DECODE_FUSED=0) and the static step's attention kernel (`deepgap.measure.llm_attention`,
+unless DEEPGAP_DECODE_ATTENTION=sdpa); the timing is its own. Per batch: seeded
 prompts of ``--input-len`` tokens are prefilled; the decode step (positions as a device tensor, the
 whole cache masked) is compiled and captured as one CUDA graph; then ``--steps`` greedy steps are replayed
 back to back (each step's argmax is the next step's input, on the device) between two CUDA events, after
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 from pathlib import Path
 
@@ -35,6 +37,10 @@ def build(model: str, precision: str):
     from deepgap.measure.quant.transformer import quantize_linears
 
     quantize_linears(m, LinearQuant(precision, "row", weight_only_rows=16), out_dtype=torch.bfloat16)
+    if os.environ.get("DEEPGAP_DECODE_FUSED", "1") != "0":  # as deepgap's quant decode does at batch 1
+        from deepgap.measure import llm_fused
+
+        llm_fused.fuse(m)
     return m
 
 
@@ -108,6 +114,8 @@ def main() -> None:  # noqa: D103
     m = build(args.model, args.precision)
     for b in (int(x) for x in args.batches.split(",")):
         row = {"model": args.model, "precision": args.precision, "input_len": args.input_len}
+        # the two switches an ablation turns (module docstring), as this process ran
+        row |= {k: os.environ.get(f"DEEPGAP_DECODE_{k.upper()}", "") for k in ("fused", "attention")}
         row |= measure(m, b, args.input_len, args.steps, args.profile and b == 1)
         table = row.pop("top_kernels", None)
         print(json.dumps(row), flush=True)

@@ -24,7 +24,8 @@ Linear path (`deepgap.measure.quant.linear`), weights per output channel, the re
 A step of at most `WEIGHT_ONLY_ROWS` sequences keeps its activations in bf16 and reads the 8-bit weights
 through the weight-only GEMV (`deepgap.measure.quant.gemv`: at a small batch the step is bound by the
 weights' bytes); a larger batch and the prefill quantize activations per token (a row is a token: its
-amax is cheap and needs no calibration) for the tensor cores' 8-bit GEMM.
+amax is cheap and needs no calibration) for the tensor cores' 8-bit GEMM. A batch-1 step runs
+`deepgap.measure.llm_fused`'s layer: the norms, SwiGLU and the residual adds inside its four GEMVs.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import torch
 from deepgap.core import guards, stats
 from deepgap.core.records import ConfigSpec, Result, Status
 from deepgap.core.result_details import Correctness, Decode, DeviceMemUsed, ResultDetails
-from deepgap.measure import correctness
+from deepgap.measure import correctness, llm_fused
 from deepgap.measure.device import CudaEventClock, set_tf32, torch_dtype
 from deepgap.measure.llm_cost import decode_cost
 from deepgap.measure.llm_steps import make_step
@@ -61,6 +62,8 @@ def _quantized(precision: str) -> Callable[[torch.nn.Module], torch.nn.Module]:
 
         how = LinearQuant(precision, "row", weight_only_rows=WEIGHT_ONLY_ROWS)
         quantize_linears(model, how, out_dtype=torch.bfloat16)
+        if FUSE_ONE_ROW:
+            llm_fused.fuse(model)  # one-row steps: norms, SwiGLU and residuals inside the GEMVs
         return model
 
     return swap
@@ -69,6 +72,8 @@ def _quantized(precision: str) -> Callable[[torch.nn.Module], torch.nn.Module]:
 # a decode step of at most this many sequences reads its 8-bit weights through the weight-only GEMV (bf16
 # activations, `deepgap.measure.quant.gemv`): bound by the weights' bytes, it needs no activation codes
 WEIGHT_ONLY_ROWS = 16
+# batch-1 steps of the quant decoder run `deepgap.measure.llm_fused`'s layer; DEEPGAP_DECODE_FUSED=0 turns it off
+FUSE_ONE_ROW = os.environ.get("DEEPGAP_DECODE_FUSED", "1") != "0"
 
 # precision → fn(fp32 decoder on its device) -> the decoder with its Linear layers replaced (module doc)
 LINEAR_SWAPS: dict[str, Callable[[torch.nn.Module], torch.nn.Module]] = {

@@ -66,14 +66,22 @@ class Attention(nn.Module):
 
     def forward(self, x, cos, sin, cache, pos):  # noqa: D102
         b, s, _ = x.shape
-        qkv = self.qkv_proj(x).view(b, s, self.nq + 2 * self.nkv, self.d).transpose(1, 2)
+        return self.o_proj(self.mix(self.qkv_proj(x), b, s, cos, sin, cache, pos))
+
+    def mix(self, qkv, b: int, s: int, cos, sin, cache, pos):
+        """The projected ``qkv`` through RoPE and attention: ``(b, s, heads · head_dim)``, before ``o_proj``.
+
+        Apart from `forward` so that a fused decode layer (`deepgap.measure.llm_fused`) that projects
+        with its own kernels runs the same attention.
+        """
+        qkv = qkv.view(b, s, self.nq + 2 * self.nkv, self.d).transpose(1, 2)
         q, k, v = qkv.split((self.nq, self.nkv, self.nkv), dim=1)
         q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         if cache is None:  # stateless forward: causal attention over the input alone
             a = F.scaled_dot_product_attention(q, k, v, is_causal=s > 1, enable_gqa=self.nq != self.nkv)
         else:
             a = cache.attend(q, k, v, pos)
-        return self.o_proj(a.transpose(1, 2).reshape(b, s, self.nq * self.d))
+        return a.transpose(1, 2).reshape(b, s, self.nq * self.d)
 
 
 class Layer(nn.Module):

@@ -82,20 +82,29 @@ def tuned(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor) -> GemvTile
     m, k = x.shape
     n = codes.shape[0]
     cands = ROW_TILES if m == 1 else DOT_TILES
-    key = (m, k, n, str(x.device))
+    return fastest(
+        (m, k, n, str(x.device)),
+        x.device,
+        [c.fit(k, n) for c in cands],
+        lambda t: fp8_gemv(x, codes, scale, None, t),
+    )
+
+
+def fastest(key: tuple, device: torch.device, cands: list[GemvTile], call) -> GemvTile:
+    """The candidate whose ``call(tile)`` is fastest in a CUDA graph, once per ``key`` and process (`tuned`)."""
     if key in _TUNED:
         return _TUNED[key]
-    if x.device.type != "cuda" or torch.cuda.is_current_stream_capturing():
-        return cands[0].fit(k, n)
+    if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
+        return cands[0]
     times, failed = {}, []
-    for t in dict.fromkeys(c.fit(k, n) for c in cands):
+    for t in dict.fromkeys(cands):
         try:  # compiles before any capture: a candidate this GPU or Triton cannot build is passed over
-            fp8_gemv(x, codes, scale, None, t)
+            call(t)
         except Exception as e:  # noqa: BLE001 - any build failure of one candidate
             failed.append(f"{t}: {type(e).__name__}")
             continue
-        times[t] = _graph_ms(lambda t=t: fp8_gemv(x, codes, scale, None, t))
-    check(bool(times), f"no GEMV tile builds for K={k}, N={n}: {'; '.join(failed)}")
+        times[t] = _graph_ms(lambda t=t: call(t))
+    check(bool(times), f"no GEMV tile builds for {key}: {'; '.join(failed)}")
     _TUNED[key] = min(times, key=times.get)
     return _TUNED[key]
 

@@ -158,10 +158,12 @@ class QuantLinear(nn.Module):
     def _weight_only(self, x2: torch.Tensor) -> torch.Tensor:
         from deepgap.measure.quant.gemv import fp8_gemv_op
 
-        # one scale per output channel (N,), as the GEMV takes them: a view of per-channel scales, a copy of one
-        scale = self.w_scale.reshape(-1).expand(self.out_features).contiguous()
-        y = fp8_gemv_op(x2.to(torch.bfloat16).contiguous(), self.weight_t.t(), scale, [])
+        y = fp8_gemv_op(x2.to(torch.bfloat16).contiguous(), self.weight_t.t(), self.channel_scales(), [])
         return (y + self.bias).to(self.out_dtype) if self.has_bias else y.to(self.out_dtype)
+
+    def channel_scales(self) -> torch.Tensor:
+        """One fp32 scale per output channel ``(N,)``, as the GEMVs take them (a view, or a copy of one scalar)."""
+        return self.w_scale.reshape(-1).expand(self.out_features).contiguous()
 
     def _dequantized(self, codes: torch.Tensor, scale: torch.Tensor | float) -> torch.Tensor:
         w = self.weight_t.float() * self.w_scale  # (K, N)

@@ -1,0 +1,138 @@
+"""The quant decoder's batch-1 layer (`deepgap.measure.llm_fused`) and its fused GEMV (`quant.gemv_fused`).
+
+On the CPU the kernel runs in Triton's interpreter; the GPU test decodes llama-tiny at batch 1 through the
+compiled, graphed step and holds it to the plain layers' logits.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from deepgap.measure.quant.gemv_fused import Fusion, fused_gemv, reference
+
+
+def _operands(k: int, n: int, seed: int = 3, int8: bool = False):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(1, k, generator=g).bfloat16()
+    w = (torch.randn(n, k, generator=g) * 40).clamp(-120, 120)
+    codes = w.round().to(torch.int8) if int8 else w.to(torch.float8_e4m3fn)
+    scale = (torch.rand(n, generator=g) + 0.5) / 200
+    return g, x, codes, scale
+
+
+@pytest.mark.parametrize(
+    "norm,swiglu,residual",
+    [(False, False, False), (True, False, False), (True, True, False), (False, False, True)],
+    ids=["plain", "norm", "norm-swiglu", "residual"],
+)
+def test_fused_gemv_is_its_reference(norm, swiglu, residual):
+    """Each variant the layer uses, several K steps (tile 16 × 64), against the same arithmetic in fp32.
+
+    fp8 codes, int8 for the residual variant. The kernel rounds once, at the store, so each output is
+    within one bf16 step of its reference.
+    """
+    from deepgap.measure.quant.gemv import GemvTile
+
+    k, n = 192, 96
+    g, x, codes, scale = _operands(k, n, int8=residual)
+    no = n // 2 if swiglu else n
+    fusion = Fusion(
+        gamma=(torch.rand(k, generator=g) + 0.5).bfloat16() if norm else None,
+        eps=1e-5,
+        swiglu=swiglu,
+        residual=torch.randn(1, no, generator=g).bfloat16() if residual else None,
+    )
+    got = fused_gemv(x, codes, scale, fusion, GemvTile(16, 64, 1, 4, 3))
+    want = reference(x, codes, scale, fusion)
+    assert got.shape == (1, no) and got.dtype == torch.bfloat16
+    ulp = want.float().abs().clamp(min=1e-2) * 2**-7
+    assert bool(((got.float() - want.float()).abs() <= ulp).all())
+
+
+def test_fused_gemv_norm_is_rmsnorm_then_product():
+    """The folded norm is the model's RMSNorm followed by the plain product (up to bf16 rounding)."""
+    from deepgap.measure.models.llama_net import RMSNorm
+
+    k, n = 128, 64
+    g, x, codes, scale = _operands(k, n, seed=5)
+    norm = RMSNorm(k, 1e-5)
+    with torch.no_grad():
+        norm.weight.copy_(torch.rand(k, generator=g) + 0.5)
+    norm = norm.bfloat16()
+    got = fused_gemv(x, codes, scale, Fusion(gamma=norm.weight.detach(), eps=1e-5)).float()
+    with torch.no_grad():
+        want = reference(norm(x), codes, scale, Fusion()).float()
+    assert float((got - want).norm() / want.norm()) < 2e-2
+
+
+def test_fused_gemv_refuses_bad_operands():
+    _, x, codes, scale = _operands(64, 32)
+    with pytest.raises(ValueError, match="one contiguous bf16 row"):
+        fused_gemv(torch.cat([x, x]), codes, scale, Fusion())
+    with pytest.raises(ValueError, match="gamma"):
+        fused_gemv(x, codes, scale, Fusion(gamma=torch.ones(32).bfloat16()))
+
+
+def test_fused_layers_decode_as_the_plain_ones(precision="fp8"):
+    """llama-tiny with 8-bit Linears: its layers wrapped, a one-row step through the fused GEMVs.
+
+    The same weights unfused give the reference: the prefill (many rows) is the plain path in both, so
+    the caches agree; the batch-1 decode steps then differ only by bf16 roundings.
+    """
+    from deepgap.measure import llm_fused
+    from deepgap.measure.decode_config import LINEAR_SWAPS
+    from deepgap.measure.llm_timing import prompts
+    from deepgap.measure.models.llama_net import build_llama
+
+    fused = LINEAR_SWAPS[precision](build_llama("llama-tiny", seed=0, device="cpu"))
+    assert all(isinstance(m, llm_fused.FusedLayer) for m in fused.layers)
+    plain = LINEAR_SWAPS[precision](build_llama("llama-tiny", seed=0, device="cpu"))
+    for m in plain.layers:  # the same seeded weights and codes, the plain path
+        m.forward = m.layer.forward
+    ids = prompts(fused.shape.vocab, 1, 6, 0)
+    rel = []
+    with torch.inference_mode():
+        for m in (fused, plain):
+            m.setup_cache(1, 12)
+        a, b = fused.prefill(ids), plain.prefill(ids)
+        assert torch.equal(a, b)  # rows > 1: the wrapped layer itself
+        tok = a.argmax(-1, keepdim=True)
+        for p in range(6, 8):
+            a, b = fused.decode_step(tok, p), plain.decode_step(tok, p)
+            rel.append(float((a.float() - b.float()).norm() / b.float().norm()))
+            tok = b.argmax(-1, keepdim=True)
+    assert 0 < max(rel) < 0.03, rel  # 0 would mean the fused path never ran
+
+
+def test_fuse_leaves_other_models_alone():
+    """Only layers whose four projections are weight-only 8-bit Linears are wrapped (bf16 ones are not)."""
+    from deepgap.measure import llm_fused
+    from deepgap.measure.models.llama_net import build_llama
+
+    m = build_llama("llama-tiny", seed=0, device="cpu")
+    assert llm_fused.fuse(m) == 0 and llm_fused.fuse(torch.nn.Linear(4, 4)) == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["fp8", "int8"])
+def test_fused_decode_compiled_and_graphed(precision):
+    """The batch-1 quant decode step as the sweep runs it (compiled, one CUDA graph) against the plain layers."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from deepgap.measure.decode_config import LINEAR_SWAPS
+    from deepgap.measure.llm_steps import make_step
+    from deepgap.measure.llm_timing import prompts
+    from deepgap.measure.models.llama_net import build_llama
+
+    fused = LINEAR_SWAPS[precision](build_llama("llama-tiny", seed=0, device="cuda"))
+    ids = prompts(fused.shape.vocab, 1, 16, 0).cuda()
+    with torch.inference_mode():
+        fused.setup_cache(1, 40)
+        tok = fused.prefill(ids).argmax(-1, keepdim=True)
+        step = make_step(fused, "cuda-graph", "default", compiled=True)
+        got = step(tok, 16).float().clone()
+        for m in fused.layers:  # the same weights and cache position, the plain path (eager)
+            m.forward = m.layer.forward
+        want = fused.decode_step(tok, 16).float()
+    assert float((got - want).norm() / want.norm()) < 0.03
