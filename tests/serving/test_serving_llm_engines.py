@@ -152,12 +152,16 @@ def test_the_sweeps_swap_serves_each_request_the_tokens_it_gets_alone_on_the_cpu
 
 @pytest.mark.gpu
 @GPU
-@pytest.mark.parametrize("engine, precision", [("compile-reduce-overhead", "bf16"), ("quant", "fp8")])
-def test_compiled_and_graphed_slot_steps_serve_each_request_its_tokens(engine, precision):
+@pytest.mark.parametrize(
+    "engine, precision, slots",
+    [("compile-reduce-overhead", "bf16", 3), ("quant", "fp8", 3), ("quant", "int8", 3), ("quant", "fp8", 1)],
+)
+def test_compiled_and_graphed_slot_steps_serve_each_request_its_tokens(engine, precision, slots):
     """The compiled + captured step against the same model's eager step, request by request, on a GPU.
 
     bf16 (and fp8's bf16 activations) may part at a near-tie between the compiled and eager arithmetic: the
-    tokens must agree on nearly all positions and the first token (the prefill, eager in both) on all.
+    tokens must agree on nearly all positions and the first token (the prefill, eager in both) on all. One
+    slot: the quant decoder's one-row steps run `deepgap.measure.llm_fused`'s layer at per-row positions.
     """
     from deepgap.serving.worker.llm_engines import allow_compiles, served_model, served_step
     from deepgap.serving.worker.llm_executor import SlotExecutor
@@ -167,7 +171,7 @@ def test_compiled_and_graphed_slot_steps_serve_each_request_its_tokens(engine, p
     for plan in (served_step("eager", True), served_step(engine, True)):
         model = served_model("llama-tiny", precision, 0, "cuda")
         ex = SlotExecutor(model, "cuda", 4, 64, 32, seed=3, graph=plan.graph, compile_mode=plan.compile_mode)
-        tokens.append(_served_tokens(ex, INS, OUTS))
+        tokens.append(_served_tokens(ex, INS, OUTS, slots))
     eager, fast = tokens
     assert [t[0] for t in eager] == [t[0] for t in fast]
     same = sum(a == b for x, y in zip(eager, fast, strict=True) for a, b in zip(x, y, strict=True))
