@@ -19,7 +19,8 @@ from pathlib import Path
 
 import torch
 
-from deepgap.measure.quant.linear_kernels import GemmTile, fp8_linear, reference
+from deepgap.measure.quant.linear_kernels import fp8_linear, reference
+from deepgap.measure.quant.tiles import TileConfig
 
 SHAPES = {  # name: (M, K, N, GELU + fp8 out)
     "bert-base ff1 (256 × 128 tokens)": (32768, 768, 3072, True),
@@ -27,12 +28,12 @@ SHAPES = {  # name: (M, K, N, GELU + fp8 out)
     "vit_b_16 fc1 (256 × 197 tokens)": (50432, 768, 3072, True),
 }
 TILES = [
-    GemmTile(128, 128, 128, 8, 8, 4),
-    GemmTile(128, 256, 64, 8, 8, 3),
-    GemmTile(128, 256, 128, 8, 8, 3),
-    GemmTile(256, 128, 64, 8, 8, 3),
-    GemmTile(128, 128, 64, 8, 4, 4),
-    GemmTile(64, 256, 128, 8, 4, 3),
+    TileConfig(128, 128, 128, 8, 8, 4),
+    TileConfig(128, 256, 64, 8, 8, 3),
+    TileConfig(128, 256, 128, 8, 8, 3),
+    TileConfig(256, 128, 64, 8, 8, 3),
+    TileConfig(128, 128, 64, 8, 4, 4),
+    TileConfig(64, 256, 128, 8, 4, 3),
 ]
 
 

@@ -273,22 +273,24 @@ def test_fused_fp8_linear_kernel_in_the_interpreter(gelu, out_scale):
     reference's or one step toward zero, or the interpreter's known e4m3 carry signature.
     """
     pytest.importorskip("triton")
-    from deepgap.measure.quant.linear_kernels import GemmTile, fp8_linear, reference
+    from deepgap.measure.quant.linear_kernels import FP8_LINEAR_TILE, fp8_linear, reference
+    from deepgap.measure.quant.tiles import TileConfig
 
     g = torch.Generator().manual_seed(7)
     a = (torch.randn(40, 64, generator=g) * 20).to(torch.float8_e4m3fn)
     w = (torch.randn(32, 64, generator=g) * 20).to(torch.float8_e4m3fn)
     bias = torch.randn(32, generator=g)
-    got = fp8_linear(a, w, 1e-3, bias, gelu, out_scale, GemmTile(32, 32, 32, 2, 4, 2)).float()
+    got = fp8_linear(a, w, 1e-3, bias, gelu, out_scale, TileConfig(32, 32, 32, 2, 4, 2)).float()
     want = reference(a, w, 1e-3, bias, gelu, out_scale).float()
     step = 2.0**-3 if out_scale else 2.0**-7  # e4m3 and bf16 mantissas
     near = (got - want).abs() <= want.abs() * step + 1e-4 * want.abs().max()  # GELU's far tail: erf's ulps
     carry = (got * 2 == want) & (torch.log2(want.abs()).frac() == 0)
     assert bool((near | carry).all()) and float((got == want).float().mean()) > 0.4
     assert got.dtype == torch.float32 and tuple(got.shape) == (40, 32)
-    assert GemmTile().fit(768, 3072) == GemmTile() and GemmTile().fit(32, 48) == GemmTile(128, 16, 32)
+    big = FP8_LINEAR_TILE
+    assert big.fit(768, 3072) == big and big.fit(32, 48) == TileConfig(128, 16, 32, 8, 8, 3)
     with pytest.raises(ValueError, match="BK"):
-        fp8_linear(a[:, :48].contiguous(), w[:, :48].contiguous(), 1.0, bias, tile=GemmTile(32, 32, 32))
+        fp8_linear(a[:, :48].contiguous(), w[:, :48].contiguous(), 1.0, bias, tile=TileConfig(32, 32, 32))
 
 
 def _fp8_static(model: nn.Module, batches: list[torch.Tensor]) -> nn.Module:
@@ -303,9 +305,9 @@ def test_fused_mlp_rewrites_bert_and_vit_chains_only():
     from torchvision.models.vision_transformer import VisionTransformer
 
     from deepgap.measure.quant.fused_mlp import FusedLinearGelu, fuse_mlp
-    from deepgap.measure.quant.linear_kernels import GemmTile
+    from deepgap.measure.quant.tiles import TileConfig
 
-    tile = GemmTile(32, 32, 32, 2, 4, 2)
+    tile = TileConfig(32, 32, 32, 2, 4, 2)
     bert = _fp8_static(build_model("tinybert", 16), [torch.randint(0, 1000, (4, 16))])
     assert fuse_mlp(bert, tile) == 2 and isinstance(bert.layers[0].ff1, FusedLinearGelu)
     assert isinstance(bert.layers[0].act, nn.Identity) and bert.layers[0].ff2.takes_codes
@@ -320,13 +322,13 @@ def test_fused_mlp_rewrites_bert_and_vit_chains_only():
 
 def test_fused_mlp_computes_what_the_unfused_path_does():
     from deepgap.measure.quant.fused_mlp import fuse_mlp
-    from deepgap.measure.quant.linear_kernels import GemmTile
+    from deepgap.measure.quant.tiles import TileConfig
 
     model = build_model("tinybert", 16)
     ids = torch.randint(0, 1000, (4, 16), generator=torch.Generator().manual_seed(6))
     q = _fp8_static(copy.deepcopy(model), [torch.randint(0, 1000, (8, 16))])
     fused = copy.deepcopy(q)
-    fuse_mlp(fused, GemmTile(32, 32, 32, 2, 4, 2))
+    fuse_mlp(fused, TileConfig(32, 32, 32, 2, 4, 2))
     with torch.inference_mode():
         want, got = q(ids).float(), fused(ids).float()
     # GELU of the fp32 accumulator instead of its bf16 rounding: the codes differ by a step here and there

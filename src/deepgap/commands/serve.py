@@ -5,9 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from deepgap.commands.session_flags import SessionDefaults, add_session_arguments, read_session_arguments
-from deepgap.drive.config import parse_number
+from deepgap.drive.config import parse_int_list, parse_number
+from deepgap.serving.run.spec import ServeSpec, parse_tenants
+from deepgap.serving.sim.arrivals import parse_duration_s, parse_rate_qps
 
 NAME = "serve"
 HELP = "serve a model under load: single-stream / offline / server (dynamic batching, capacity at an SLO, tenants)"
@@ -16,167 +21,179 @@ ORDER = 5
 READS, WRITES = ("trace", "dataset", "weights"), ("store",)
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
-    p.add_argument("--model", default="resnet50", help="model to serve (deepgap list models)")
-    p.add_argument("--engine", default="eager", help="engine (deepgap list engines)")
-    p.add_argument("--precision", default="fp32", help="fp32 | tf32 | fp16 | bf16 | int8 | fp8")
-    p.add_argument("--memory-format", default="nchw", help="nchw | channels_last")
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
-    p.add_argument("--resolution", help="input height = width (default: the model's)")
-    p.add_argument(
-        "--seq-len-dist",
-        help="text models: request lengths, fixed:128, uniform:16:128 or 32:3,64,128:1 (length[:weight],…); "
-        "default: fixed at the model's default length",
-    )
-    p.add_argument(
-        "--padding",
-        default="longest",
-        help="text models: pad a batch to its longest request (longest, default) or group requests into "
-        "length buckets, one batch per bucket (buckets:32,64,128)",
-    )
-    p.add_argument(
-        "--input-len-dist",
-        help="decoders (llama-*): prompt lengths, as --seq-len-dist: fixed:128, uniform:64:256, 32:3,128 "
-        "(default fixed:128)",
-    )
-    p.add_argument(
-        "--output-len-dist",
-        help="decoders: output tokens per request, as --input-len-dist (default fixed:128)",
-    )
-    p.add_argument("--slo-ttft", help="decoders: p99 bound of the time to first token (default 2s, MLPerf's)")
-    p.add_argument(
-        "--slo-tpot", help="decoders: p99 bound of the time per later output token (default 100ms, MLPerf's)"
-    )
-    p.add_argument("--scenario", default="server", help="single-stream | server | offline (default server)")
-    p.add_argument("--qps", help="server: Poisson arrival rate, queries/s (or a trace's target mean rate)")
-    p.add_argument(
-        "--find-capacity",
-        action="store_true",
-        help="server: search the highest rate whose p99 stays within --slo-p99, and the batching policy",
-    )
-    p.add_argument("--slo-p99", help="p99 latency bound, e.g. 15ms")
-    p.add_argument(
-        "--max-batch",
-        help="dynamic batcher: largest batch (default 8; searched with --find-capacity); a decoder: its slots",
-    )
-    p.add_argument("--max-delay", help="dynamic batcher: longest wait of the oldest request, e.g. 2ms")
-    p.add_argument("--trace", help="server: file of arrival timestamps (s), one per line or a CSV column t_s")
-    p.add_argument("--seed", default="0", help="seed of arrivals and inputs (default 0)")
-    p.add_argument(
-        "--min-queries",
-        help="minimum queries per run (defaults: single-stream 1024, server 1000, offline 4096)",
-    )
-    p.add_argument("--min-duration", help="minimum duration per run, e.g. 5s (defaults: 5 s / 2 s / 1 s)")
-    p.add_argument("--max-queries", help="cap on queries per run (default 200000)")
-    p.add_argument(
-        "--confidence", help="confidence of the p99 verdict (default 0.99, as MLPerf's early stopping)"
-    )
-    p.add_argument(
-        "--batch-sizes", help="batch sizes to prepare and calibrate (default GPU 1..128, CPU 1..8)"
-    )
-    p.add_argument("--tenants", help="several models at once, one process each: resnet50,resnet18[:QPS],…")
-    p.add_argument(
-        "--load", help="tenants without a rate run at this fraction of their own capacity (default 0.5)"
-    )
-    p.add_argument(
-        "--verify-policies", help="--find-capacity: best simulated policies measured for real (default 2)"
-    )
-    p.add_argument(
-        "--loadgen",
-        action="store_true",
-        help="also drive the same server with MLCommons LoadGen (pip install 'deepgap[serving]')",
-    )
-    p.add_argument(
-        "--loadgen-duration",
-        help="LoadGen's min duration per run, e.g. 600s (MLPerf's full run; default: the scenario's)",
-    )
-    p.add_argument("--threads", help="CPU intra-op threads of the worker")
-    p.add_argument(
-        "--curve-iterations",
-        help="timed iterations per batch size when calibrating (default GPU 100, CPU 30)",
-    )
-    p.add_argument("--timeout", help="seconds before a hung worker is killed (default 900)")
-    p.add_argument("--weights", help="local state-dict file instead of random weights")
-    p.add_argument(
-        "--dataset",
-        metavar="PATH",
-        help="labelled images (ImageFolder or CSV of path,label): top-1/top-5 of the served engine; "
-        "int8/fp8 calibrated on a disjoint split",
-    )
-    p.add_argument(
-        "--accuracy-samples", metavar="N", help="score N evaluation images of --dataset (default: all)"
-    )
-    p.add_argument("--json", action="store_true", help="the headline numbers as one JSON object on stdout")
-    from deepgap.serving.run.spec import ServeSpec
+def _int(flag: str) -> Callable[[str], int]:
+    return lambda text: parse_number(text, int, flag, "8")
 
+
+def _float(flag: str) -> Callable[[str], float]:
+    return lambda text: parse_number(text, float, flag, "0.5")
+
+
+def _duration(flag: str, empty_unset: bool = False) -> Callable[[str], float | None]:
+    """``empty_unset``: an empty value means the default (None), as a flag left out."""
+    return lambda text: None if empty_unset and not text else parse_duration_s(text, flag)
+
+
+def _delay(text: str) -> float:
+    """The batcher's longest wait: 0 (no waiting) is allowed here, unlike any other duration."""
+    return 0.0 if text.strip() in ("0", "0ms", "0s") else parse_duration_s(text, "max-delay")
+
+
+@dataclass(frozen=True)
+class _Flag:
+    """One flag: the `ServeSpec` field it sets (None: not the spec's), how its text is read, its help."""
+
+    field: str | None
+    help: str
+    parse: Callable[[str], Any] | None = None  # None: the text (or the switch) as given
+    default: str | None = None
+    switch: bool = False  # a store_true flag
+    metavar: str | None = None
+
+
+# --flag-name (as flag_name) → its `_Flag`, in the order `--help` lists them: what is served, a text
+# model's and a decoder's requests, the scenario and its load, the batcher, run lengths, tenants, LoadGen,
+# the worker, accuracy. One table declares each flag and reads it, so the two cannot drift apart.
+_FLAGS = {
+    "model": _Flag("model", "model to serve (deepgap list models)", default="resnet50"),
+    "engine": _Flag("engine", "engine (deepgap list engines)", default="eager"),
+    "precision": _Flag("precision", "fp32 | tf32 | fp16 | bf16 | int8 | fp8", default="fp32"),
+    "memory_format": _Flag("memory_format", "nchw | channels_last", default="nchw"),
+    "device": _Flag("device", "auto | cpu | cuda | cuda:N", default="auto"),
+    "resolution": _Flag("resolution", "input height = width (default: the model's)", _int("resolution")),
+    "seq_len_dist": _Flag(
+        "seq_len_dist",
+        "text models: request lengths, fixed:128, uniform:16:128 or 32:3,64,128:1 (length[:weight],…); "
+        "default: fixed at the model's default length",
+    ),
+    "padding": _Flag(
+        "padding",
+        "text models: pad a batch to its longest request (longest, default) or group requests into "
+        "length buckets, one batch per bucket (buckets:32,64,128)",
+        default="longest",
+    ),
+    "input_len_dist": _Flag(
+        "input_len_dist",
+        "decoders (llama-*): prompt lengths, as --seq-len-dist: fixed:128, uniform:64:256, 32:3,128 "
+        "(default fixed:128)",
+    ),
+    "output_len_dist": _Flag(
+        "output_len_dist", "decoders: output tokens per request, as --input-len-dist (default fixed:128)"
+    ),
+    "slo_ttft": _Flag(
+        "slo_ttft_s",
+        "decoders: p99 bound of the time to first token (default 2s, MLPerf's)",
+        _duration("slo-ttft"),
+    ),
+    "slo_tpot": _Flag(
+        "slo_tpot_s",
+        "decoders: p99 bound of the time per later output token (default 100ms, MLPerf's)",
+        _duration("slo-tpot"),
+    ),
+    "scenario": _Flag("scenario", "single-stream | server | offline (default server)", default="server"),
+    "qps": _Flag(
+        "qps", "server: Poisson arrival rate, queries/s (or a trace's target mean rate)", parse_rate_qps
+    ),
+    "find_capacity": _Flag(
+        "find_capacity",
+        "server: search the highest rate whose p99 stays within --slo-p99, and the batching policy",
+        switch=True,
+    ),
+    "slo_p99": _Flag("slo_s", "p99 latency bound, e.g. 15ms", _duration("slo-p99")),
+    "max_batch": _Flag(
+        "max_batch",
+        "dynamic batcher: largest batch (default 8; searched with --find-capacity); a decoder: its slots",
+        _int("max-batch"),
+    ),
+    "max_delay": _Flag(
+        "max_delay_s", "dynamic batcher: longest wait of the oldest request, e.g. 2ms", _delay
+    ),
+    "trace": _Flag("trace", "server: file of arrival timestamps (s), one per line or a CSV column t_s"),
+    "seed": _Flag("seed", "seed of arrivals and inputs (default 0)", _int("seed"), default="0"),
+    "min_queries": _Flag(
+        "min_queries",
+        "minimum queries per run (defaults: single-stream 1024, server 1000, offline 4096)",
+        _int("min-queries"),
+    ),
+    "min_duration": _Flag(
+        "min_duration_s",
+        "minimum duration per run, e.g. 5s (defaults: 5 s / 2 s / 1 s)",
+        _duration("min-duration", empty_unset=True),
+    ),
+    "max_queries": _Flag("max_queries", "cap on queries per run (default 200000)", _int("max-queries")),
+    "confidence": _Flag(
+        "confidence",
+        "confidence of the p99 verdict (default 0.99, as MLPerf's early stopping)",
+        _float("confidence"),
+    ),
+    "batch_sizes": _Flag(
+        "batch_sizes",
+        "batch sizes to prepare and calibrate (default GPU 1..128, CPU 1..8)",
+        lambda text: parse_int_list(text, "batch-sizes") if text else None,
+    ),
+    "tenants": _Flag(
+        "tenants",
+        "several models at once, one process each: resnet50,resnet18[:QPS],…",
+        lambda text: parse_tenants(text) if text else (),
+    ),
+    "load": _Flag(
+        "load",
+        "tenants without a rate run at this fraction of their own capacity (default 0.5)",
+        _float("load"),
+    ),
+    "verify_policies": _Flag(
+        "verify_policies",
+        "--find-capacity: best simulated policies measured for real (default 2)",
+        _int("verify-policies"),
+    ),
+    "loadgen": _Flag(
+        "loadgen",
+        "also drive the same server with MLCommons LoadGen (pip install 'deepgap[serving]')",
+        switch=True,
+    ),
+    "loadgen_duration": _Flag(
+        "loadgen_duration_s",
+        "LoadGen's min duration per run, e.g. 600s (MLPerf's full run; default: the scenario's)",
+        _duration("loadgen-duration", empty_unset=True),
+    ),
+    "threads": _Flag("threads", "CPU intra-op threads of the worker", _int("threads")),
+    "curve_iterations": _Flag(
+        "curve_iterations",
+        "timed iterations per batch size when calibrating (default GPU 100, CPU 30)",
+        _int("curve-iterations"),
+    ),
+    "timeout": _Flag("timeout_s", "seconds before a hung worker is killed (default 900)", _float("timeout")),
+    "weights": _Flag("weights", "local state-dict file instead of random weights"),
+    "dataset": _Flag(
+        "dataset",
+        "labelled images (ImageFolder or CSV of path,label): top-1/top-5 of the served engine; "
+        "int8/fp8 calibrated on a disjoint split",
+        metavar="PATH",
+    ),
+    "accuracy_samples": _Flag(
+        "accuracy_samples",
+        "score N evaluation images of --dataset (default: all)",
+        _int("accuracy-samples"),
+        metavar="N",
+    ),
+    "json": _Flag(None, "the headline numbers as one JSON object on stdout", switch=True),
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
+    for name, flag in _FLAGS.items():
+        how = {"action": "store_true"} if flag.switch else {"default": flag.default, "metavar": flag.metavar}
+        p.add_argument("--" + name.replace("_", "-"), help=flag.help, **how)
     add_session_arguments(p, SessionDefaults.of(ServeSpec, "on a GPU"))
 
 
-def _int(text: str | None, flag: str) -> int | None:
-    return None if text is None else parse_number(text, int, flag, "8")
-
-
-def _float(text: str | None, flag: str) -> float | None:
-    return None if text is None else parse_number(text, float, flag, "0.5")
-
-
-def build_spec(args: argparse.Namespace):
-    """A `ServeSpec` from the flags (parsing errors are `UsageError`s)."""
-    from deepgap.drive.config import parse_int_list
-    from deepgap.serving.run.spec import ServeSpec, parse_tenants
-    from deepgap.serving.sim.arrivals import parse_duration_s, parse_rate_qps
-
-    kw = dict(
-        model=args.model,
-        engine=args.engine,
-        precision=args.precision,
-        memory_format=args.memory_format,
-        device=args.device,
-        scenario=args.scenario,
-        seq_len_dist=args.seq_len_dist,
-        padding=args.padding,
-        find_capacity=args.find_capacity,
-        trace=args.trace,
-        loadgen=args.loadgen,
-        weights=args.weights,
-        dataset=args.dataset,
-        accuracy_samples=_int(args.accuracy_samples, "accuracy-samples"),
-        resolution=_int(args.resolution, "resolution"),
-        seed=_int(args.seed, "seed"),
-        qps=parse_rate_qps(args.qps) if args.qps is not None else None,
-        slo_s=parse_duration_s(args.slo_p99, "slo-p99") if args.slo_p99 is not None else None,
-        input_len_dist=args.input_len_dist,
-        output_len_dist=args.output_len_dist,
-        slo_ttft_s=parse_duration_s(args.slo_ttft, "slo-ttft") if args.slo_ttft is not None else None,
-        slo_tpot_s=parse_duration_s(args.slo_tpot, "slo-tpot") if args.slo_tpot is not None else None,
-        max_batch=_int(args.max_batch, "max-batch"),
-        max_delay_s=(
-            0.0
-            if args.max_delay is not None and args.max_delay.strip() in ("0", "0ms", "0s")
-            else parse_duration_s(args.max_delay, "max-delay")
-            if args.max_delay is not None
-            else None
-        ),
-        min_queries=_int(args.min_queries, "min-queries"),
-        min_duration_s=parse_duration_s(args.min_duration, "min-duration") if args.min_duration else None,
-        loadgen_duration_s=(
-            parse_duration_s(args.loadgen_duration, "loadgen-duration") if args.loadgen_duration else None
-        ),
-        threads=_int(args.threads, "threads"),
-        curve_iterations=_int(args.curve_iterations, "curve-iterations"),
-        batch_sizes=parse_int_list(args.batch_sizes, "batch-sizes") if args.batch_sizes else None,
-        tenants=parse_tenants(args.tenants) if args.tenants else (),
-    )
-    for flag, field, conv in (
-        ("max-queries", "max_queries", _int),
-        ("confidence", "confidence", _float),
-        ("load", "load", _float),
-        ("verify-policies", "verify_policies", _int),
-        ("timeout", "timeout_s", _float),
-    ):
-        v = conv(getattr(args, field if field != "timeout_s" else "timeout"), flag)
-        if v is not None:
-            kw[field] = v
+def build_spec(args: argparse.Namespace) -> ServeSpec:
+    """A `ServeSpec` from the flags (parsing errors are `UsageError`s); a flag left out: the spec's default."""
+    kw: dict[str, Any] = {}
+    for name, flag in _FLAGS.items():
+        value = getattr(args, name)
+        if flag.field is not None and value is not None:
+            kw[flag.field] = flag.parse(value) if flag.parse else value
     prelude = read_session_arguments(args).prelude  # the run session's flags, as deepgap run's
     kw.update(prelude.changes())
     # a GPU serves at steady temperature only after a warm-up: on by default there (`_on_gpu`)

@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
+
+R = TypeVar("R", bound="JsonRecord")
 
 
 @dataclass
@@ -93,6 +95,11 @@ class JsonRecord:
         if key in self.declared() and getattr(self, key) is not None:
             return getattr(self, key)
         return self.other.get(key, default)
+
+    @classmethod
+    def of(cls: type[R], x: R | dict[str, Any] | None) -> R:
+        """``x`` as a record: a parsed JSON object is read, None (an empty column) is read as ``{}``."""
+        return x if isinstance(x, cls) else cls.from_json(x if isinstance(x, dict) else {})
 
 
 def _dump(v: Any) -> Any:

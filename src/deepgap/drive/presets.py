@@ -185,9 +185,12 @@ def cpu_baseline_spec(spec: SweepSpec, cpu_count: int) -> SweepSpec:
     sweep's host part is fp32 eager decode (`CPU_DECODE_BATCHES`), not the image grid's.
     """
     cores = spec.cpu_cores or cpu_count
+    # what every host-CPU part is, whatever its workload: the host's cores, no idle baseline or thermal
+    # warm-up (a CPU has neither), and no host-CPU part of its own
+    host = dict(device="cpu", idle_s=0.0, thermal_warmup=False, cpu_baseline=False, cpu_cores=cores)
     if spec.workload == "decode":
         return spec.replace(
-            device="cpu",
+            **host,
             engines=("eager",),
             precisions=("fp32",),
             batch_sizes=CPU_DECODE_BATCHES,
@@ -196,13 +199,9 @@ def cpu_baseline_spec(spec: SweepSpec, cpu_count: int) -> SweepSpec:
             warmup=1,
             repeats=2,
             sweeps=1,
-            idle_s=0.0,
-            thermal_warmup=False,
-            cpu_baseline=False,
-            cpu_cores=cores,
         )
     return spec.replace(
-        device="cpu",
+        **host,
         engines=("eager", CPU_BASELINE_INT8_ENGINE),
         precisions=("fp32", "int8"),
         batch_sizes=CPU_BASELINE_BATCHES,
@@ -216,11 +215,7 @@ def cpu_baseline_spec(spec: SweepSpec, cpu_count: int) -> SweepSpec:
         target_ci=0.05,
         max_time_s=1.5,
         energy_window_s=0.5,
-        idle_s=0.0,
-        thermal_warmup=False,
         include_transfer=False,
-        cpu_baseline=False,
-        cpu_cores=cores,
     )
 
 

@@ -136,25 +136,19 @@ class _Slot:
     lane: str = ""
 
 
+@dataclasses.dataclass(eq=False)
 class RayPrelude:
     """The prelude actors of one Ray sweep: started with the backend, stopped after the prelude."""
 
-    def __init__(
-        self,
-        ray: Any,
-        sweep: SweepSpec,
-        nodes: list[dict[str, Any]],
-        resources: dict[str, float],
-        start_s: float = START_S,
-    ) -> None:
-        self.ray = ray
-        self.sweep = sweep
-        self.nodes = nodes
-        self.resources = resources
-        self.start_s = start_s
-        self.slots: list[_Slot] = []
-        self.left_out = 0  # devices whose actor did not start in time
-        self.contexts: dict[str, dict[str, Any]] = {}  # device_key → idle power, steady clock
+    ray: Any
+    sweep: SweepSpec
+    nodes: list[dict[str, Any]]
+    resources: dict[str, float]
+    start_s: float = START_S
+    slots: list[_Slot] = dataclasses.field(default_factory=list, init=False)
+    left_out: int = dataclasses.field(default=0, init=False)  # devices whose actor did not start in time
+    # device_key → idle power, steady clock
+    contexts: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict, init=False)
 
     def start(self) -> None:
         """Place one actor per device of the matching nodes and start each one's worker."""

@@ -23,16 +23,22 @@ class UnsupportedModelError(ValueError):
 
 
 @dataclass(eq=False)
-class ConvNode:
+class Node:
+    """One step of a `Graph`: its name, the tensor it reads and the tensor it writes (what every kind has)."""
+
+    name: str
+    inp: str
+    out: str
+
+
+@dataclass(eq=False)
+class ConvNode(Node):
     """``out = act(conv(inp, weight) + bias [+ residual])`` with BatchNorm folded into weight/bias.
 
     ``weight`` is fp32 [Cout, Cin, k, k]; ``bias`` fp32 [Cout]. ``residual`` names a tensor added
     before the ReLU (the ResNet skip connection).
     """
 
-    name: str
-    inp: str
-    out: str
     weight: torch.Tensor
     bias: torch.Tensor
     stride: int
@@ -62,35 +68,26 @@ class ConvNode:
 
 
 @dataclass(eq=False)
-class PoolNode:
+class PoolNode(Node):
     """3×3 stride-2 max pooling with padding 1 (the ResNet stem)."""
 
-    name: str
-    inp: str
-    out: str
     kernel_size: int = 3
     stride: int = 2
     padding: int = 1
 
 
 @dataclass(eq=False)
-class HeadNode:
+class HeadNode(Node):
     """Global average pooling then the fully connected classifier."""
 
-    name: str
-    inp: str
-    out: str
     weight: torch.Tensor  # fp32 [classes, features]
     bias: torch.Tensor  # fp32 [classes]
 
 
 @dataclass(eq=False)
-class ConvertNode:
+class ConvertNode(Node):
     """Store tensor ``inp`` again in format ``fmt`` (inserted when a tensor's readers want two formats)."""
 
-    name: str
-    inp: str
-    out: str
     fmt: str
 
 

@@ -19,7 +19,8 @@ import torch
 from torch import nn
 
 from deepgap.measure.quant.linear import QuantLinear, quantize_codes
-from deepgap.measure.quant.linear_kernels import GemmTile, fp8_linear
+from deepgap.measure.quant.linear_kernels import FP8_LINEAR_TILE, fp8_linear
+from deepgap.measure.quant.tiles import TileConfig
 
 
 @torch.library.custom_op("deepgap::fp8_linear", mutates_args=())
@@ -32,8 +33,8 @@ def fp8_linear_op(
     out_scale: float,
     tile: list[int],
 ) -> torch.Tensor:
-    """`fp8_linear` as a custom op (``out_scale`` ≤ 0: bf16 out); ``tile`` is a `GemmTile`'s six numbers."""
-    return fp8_linear(a, w, scale, bias, gelu, out_scale if out_scale > 0 else None, GemmTile(*tile))
+    """`fp8_linear` as a custom op (``out_scale`` ≤ 0: bf16 out); ``tile`` is a `TileConfig`'s six numbers."""
+    return fp8_linear(a, w, scale, bias, gelu, out_scale if out_scale > 0 else None, TileConfig(*tile))
 
 
 @fp8_linear_op.register_fake
@@ -58,7 +59,7 @@ def _fusable(first, act, second) -> bool:
 class FusedLinearGelu(nn.Module):
     """``q(gelu(first(x)))`` at ``second``'s input scale: fp8 codes for ``second`` to take as they are."""
 
-    def __init__(self, first: QuantLinear, second: QuantLinear, tile: GemmTile) -> None:
+    def __init__(self, first: QuantLinear, second: QuantLinear, tile: TileConfig) -> None:
         super().__init__()
         self.in_features, self.out_features = first.in_features, first.out_features
         self.register_buffer("act_scale", first.act_scale)
@@ -91,14 +92,14 @@ def _chains(model: nn.Module):
                         yield parent, name, kids[i + 1][0], rest[0][0]
 
 
-def fuse_mlp(model: nn.Module, tile: GemmTile | None = None) -> int:
+def fuse_mlp(model: nn.Module, tile: TileConfig | None = None) -> int:
     """Rewrite every fusable MLP chain of a quantized ``model`` (module doc); returns how many."""
     done = 0
     for parent, first, act, second in list(_chains(model)):
         f, a, s = (getattr(parent, n) for n in (first, act, second))
         if not _fusable(f, a, s):
             continue
-        setattr(parent, first, FusedLinearGelu(f, s, tile or GemmTile()))
+        setattr(parent, first, FusedLinearGelu(f, s, tile or FP8_LINEAR_TILE))
         setattr(parent, act, nn.Identity())
         s.takes_codes = True
         done += 1

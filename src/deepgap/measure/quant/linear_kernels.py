@@ -16,33 +16,16 @@ On CPU tensors the kernel runs in Triton's interpreter (`deepgap.measure.quant.l
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import triton
 import triton.language as tl
 
-from deepgap.measure.quant.launch import check, halved_to_divide, launcher
+from deepgap.measure.quant.launch import check, launcher
+from deepgap.measure.quant.tiles import TileConfig
 
 FP8_MAX = 448.0
-
-
-@dataclass(frozen=True)
-class GemmTile:
-    """A tile configuration: block sizes, row-tile group, warps and pipeline stages."""
-
-    # the fastest of six on one H200 for bert-base's and ViT's first MLP GEMM (benchmarks/fp8_gemm_gelu.py)
-    bm: int = 128
-    bn: int = 256
-    bk: int = 128
-    group_m: int = 8
-    num_warps: int = 8
-    num_stages: int = 3
-
-    def fit(self, k: int, n: int) -> GemmTile:
-        """This tile with BK and BN halved until they divide ``k`` and ``n`` (multiples of 16)."""
-        bk, bn = halved_to_divide(self.bk, k, 16), halved_to_divide(self.bn, n, 16)
-        return GemmTile(self.bm, bn, bk, self.group_m, self.num_warps, self.num_stages)
+# the fastest of six on one H200 for bert-base's and ViT's first MLP GEMM (benchmarks/fp8_gemm_gelu.py)
+FP8_LINEAR_TILE = TileConfig(bm=128, bn=256, bk=128, group_m=8, num_warps=8, num_stages=3)
 
 
 @triton.jit
@@ -105,7 +88,7 @@ def fp8_linear(
     bias: torch.Tensor,
     gelu: bool = False,
     out_scale: float | None = None,
-    tile: GemmTile | None = None,
+    tile: TileConfig | None = None,
 ) -> torch.Tensor:
     """``A·Wᵀ·scale + bias``, then GELU if asked; fp8 codes at ``out_scale`` if given, else bf16.
 
@@ -118,7 +101,7 @@ def fp8_linear(
         out_scale: quantize the result to e4m3 codes at this scale (the next Linear's input scale).
         tile: block sizes; the default suits large M on Hopper.
     """
-    t = tile or GemmTile()
+    t = tile or FP8_LINEAR_TILE
     m, k = a.shape
     n = w.shape[0]
     check(

@@ -14,6 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from deepgap.measure.quant.fold import ConvertNode, ConvNode, Graph, HeadNode, PoolNode
+from deepgap.measure.quant.launch import halved_to_divide
 
 SMEM_BUDGET_BYTES = 200 * 1024  # of the H100's 227 KB per block, leaving room for the epilogue
 SMS_H100 = 132
@@ -21,7 +22,11 @@ SMS_H100 = 132
 
 @dataclass(frozen=True)
 class TileConfig:
-    """One `conv_gemm_kernel` configuration (tile sizes in elements)."""
+    """One tile of the grouped GEMM kernels (`conv_gemm_kernel`, `linear_kernels.fp8_linear_kernel`).
+
+    Block sizes in elements, the row-tile group, warps and pipeline stages: the six numbers both kernels
+    take; ``early_res`` is the convolution's alone (the Linear has no residual).
+    """
 
     bm: int
     bn: int
@@ -36,6 +41,12 @@ class TileConfig:
         """Short text form, e.g. '128x256x128 w8 s3' ('… er' with the early residual load)."""
         return f"{self.bm}x{self.bn}x{self.bk} w{self.num_warps} s{self.num_stages}" + (
             " er" if self.early_res else ""
+        )
+
+    def fit(self, k: int, n: int) -> TileConfig:
+        """This tile with BK and BN halved until they divide ``k`` and ``n`` (multiples of 16)."""
+        return dataclasses.replace(
+            self, bk=halved_to_divide(self.bk, k, 16), bn=halved_to_divide(self.bn, n, 16)
         )
 
     def smem_bytes(self, elem_bytes: int = 1) -> int:

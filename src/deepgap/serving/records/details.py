@@ -49,11 +49,6 @@ class CurveDetails(JsonRecord):
         None  # "decode": a decoder's decode step per slot count (prefill in seq_len_curves)
     )
 
-    @classmethod
-    def of(cls, x: CurveDetails | dict[str, Any] | None) -> CurveDetails:
-        """``x`` as details: a parsed JSON object is read, None (an empty column) is read as ``{}``."""
-        return x if isinstance(x, cls) else cls.from_json(x if isinstance(x, dict) else {})
-
 
 @dataclass
 class LoadgenRun(JsonRecord):
@@ -148,11 +143,6 @@ class LevelDetails(JsonRecord):
     predicted_useful_tokens_per_s: float | None = None
     llm: LlmLevel | None = None  # a decoder's level: TTFT, TPOT, tokens/s (`LlmLevel`)
 
-    @classmethod
-    def of(cls, x: LevelDetails | dict[str, Any] | None) -> LevelDetails:
-        """``x`` as details: a parsed JSON object is read, None (an empty column) is read as ``{}``."""
-        return x if isinstance(x, cls) else cls.from_json(x if isinstance(x, dict) else {})
-
 
 @dataclass
 class CapacityProbe(JsonRecord):
@@ -183,8 +173,3 @@ class CapacityDetails(JsonRecord):
     ttft_tail_kind: str | None = None
     tpot_tail_s: float | None = None
     tpot_tail_kind: str | None = None
-
-    @classmethod
-    def of(cls, x: CapacityDetails | dict[str, Any] | None) -> CapacityDetails:
-        """``x`` as details: a parsed JSON object is read, None (an empty column) is read as ``{}``."""
-        return x if isinstance(x, cls) else cls.from_json(x if isinstance(x, dict) else {})
