@@ -5,8 +5,9 @@
 #   ablate    the bare loop at fp8 batch 1 without the fused layer (DEEPGAP_DECODE_FUSED=0), then with SDPA's
 #             attention instead of deepgap's kernel (DEEPGAP_DECODE_ATTENTION=sdpa)
 #   sweep8b   deepgap run --workload decode, llama-3.1-8b 128 in / 128 out, quant fp8 at SWEEP_FP8 (1,512)
+#   stests    the GPU tests of this session's changes: served engines and slots, the quant Linear and engine, the fused layer
 #   serve8b   deepgap serve llama-3.1-8b at MLPerf's limits (TTFT p99 <= 2 s, TPOT p99 <= 100 ms), ENGINE
-#             (quant) PRECISION (fp8), slots SLOTS (64,128,256,512), prompts uniform 64-256, 128 out
+#             (quant) PRECISION (fp8), slots SLOTS (256,512), prompts uniform 64-256, 128 out, probes of 20 s
 set -uo pipefail
 source benchmarks/device_lib.sh
 S=${DEVICE_WORK:-/tmp/deepgap-device}; mkdir -p "$S"
@@ -33,9 +34,14 @@ serve8b)
     T="$S/serve8b.sqlite"
     step "serve 8b" "${SERVE_LIMIT:-240}" python -m deepgap serve --model llama-3.1-8b --engine "${ENGINE:-quant}" \
         --precision "${PRECISION:-fp8}" --device cuda --input-len-dist uniform:64:256 --output-len-dist fixed:128 \
-        --batch-sizes ${SLOTS:-64,128,256,512} --find-capacity --verify-policies 1 --curve-iterations 20 \
-        --min-duration 10s --no-thermal-warmup --store "$T" > "$OUT/serve8b.txt" 2>&1
+        --batch-sizes ${SLOTS:-256,512} --find-capacity --verify-policies 1 --curve-iterations 20 \
+        --no-thermal-warmup --store "$T" > "$OUT/serve8b.txt" 2>&1
     python -m deepgap show "$T" >> "$OUT/serve8b.txt" 2>&1
     grep -v "^┃\|^┏\|^┡\|^└\|^│ *│" "$OUT/serve8b.txt" | tail -n 40; pack "$T" ;;
+stests)
+    step "serving GPU tests" "${STESTS_LIMIT:-130}" python -m pytest -q -m gpu -n 4 tests/serving/test_serving_llm_engines.py \
+        tests/test_llm_slots.py tests/test_quant_linear_gpu.py tests/test_quant_gpu.py tests/test_llm_fused.py \
+        -p no:cacheprovider > "$OUT/stests.txt" 2>&1
+    tail -n 12 "$OUT/stests.txt" ;;
 *) echo "unknown recipe $what"; exit 2 ;;
 esac; done
