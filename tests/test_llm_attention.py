@@ -72,3 +72,34 @@ def test_the_static_step_with_the_kernel_decodes_as_with_sdpa():
             tok = model.prefill(ids).argmax(-1, keepdim=True)
             outs.append(torch.stack([step(tok, 6 + i).float() for i in range(3)]))
     torch.testing.assert_close(outs[1], outs[0], rtol=3e-2, atol=3e-2)
+
+
+def test_kernel_takes_each_sequences_own_position():
+    """Continuous batching's slot step: one position per sequence, each row read up to its own."""
+    q, k, v = _qkv(3, 8, 2, 32, 100)
+    pos = torch.tensor([0, 70, 99])
+    got = decode_attention(q, k, v, pos)
+    for r, p in enumerate(pos.tolist()):
+        want = reference(q[r : r + 1], k[r : r + 1], v[r : r + 1], p)
+        torch.testing.assert_close(got[r : r + 1].float(), want.float(), rtol=2e-2, atol=2e-2)
+    with pytest.raises(ValueError, match="one per sequence"):
+        decode_attention(q, k, v, torch.tensor([1, 2]))
+
+
+def test_the_slot_step_with_the_kernel_decodes_as_with_sdpa():
+    """llama-tiny in bf16: `decode_slots` at per-row positions, the kernel plugged, gives SDPA's logits."""
+    from deepgap.measure.llm_timing import prompts
+    from deepgap.measure.models.llama_net import build_llama
+
+    model = build_llama("llama-tiny", seed=0, device="cpu").to(torch.bfloat16)
+    lens = torch.tensor([3, 6, 5])
+    ids = prompts(model.shape.vocab, 3, 6, 0)
+    outs = []
+    for plug in (None, decode_attention):
+        model.static_attention = plug
+        model.setup_cache(3, 12)
+        with torch.inference_mode():
+            first = model.prefill_slots(ids, torch.arange(3), lens).argmax(-1, keepdim=True)
+            outs.append(model.decode_slots(first, lens.clone()).float())
+    torch.testing.assert_close(outs[1], outs[0], rtol=3e-2, atol=3e-2)
+    assert not torch.equal(outs[1], outs[0])  # the kernel ran (its fp32 products round apart from SDPA's)

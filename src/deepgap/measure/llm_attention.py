@@ -47,10 +47,13 @@ def plug(model) -> None:
 
 @triton.jit
 def decode_attention_kernel(
-    q_ptr, k_ptr, v_ptr, out_ptr, pos_ptr, L, scale,
+    q_ptr, k_ptr, v_ptr, out_ptr, pos_ptr, L, scale, NKV, POS_STRIDE,
     G: tl.constexpr, D: tl.constexpr, BL: tl.constexpr, DOT_F32: tl.constexpr,
 ):  # fmt: skip
-    """``out[bh] = softmax(q[bh] · K[bh, :pos+1]ᵀ · scale) · V[bh, :pos+1]`` for one (sequence, KV head)."""
+    """``out[bh] = softmax(q[bh] · K[bh, :pos+1]ᵀ · scale) · V[bh, :pos+1]`` for one (sequence, KV head).
+
+    ``pos`` is one position for every sequence (``POS_STRIDE`` 0) or the sequence's own (1: continuous batching).
+    """
     bh = tl.program_id(0)
     rg = tl.arange(0, 16)
     rd = tl.arange(0, D)
@@ -59,7 +62,7 @@ def decode_attention_kernel(
     q = tl.load(q_ptr + bh * G * D + rg[:, None] * D + rd[None, :], mask=g_ok[:, None], other=0.0)
     if DOT_F32:  # the interpreter (its bf16 dot is wrong): the same products in fp32
         q = q.to(tl.float32)
-    pos = tl.load(pos_ptr)
+    pos = tl.load(pos_ptr + (bh // NKV) * POS_STRIDE)
     m_i = tl.full((16,), float("-inf"), dtype=tl.float32)
     l_i = tl.zeros((16,), dtype=tl.float32)
     acc = tl.zeros((16, D), dtype=tl.float32)
@@ -96,11 +99,12 @@ def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor
         s == 1 and nq % nkv == 0 and nq // nkv <= ROWS, f"one token, at most {ROWS} query heads per KV head"
     )
     check(k.shape == v.shape and k.is_contiguous() and v.is_contiguous(), "K and V: the contiguous cache")
-    check(d in (16, 32, 64, 128, 256) and pos.numel() == 1, f"head_dim {d} (a power of two from 16 to 256)")
+    check(d in (16, 32, 64, 128, 256), f"head_dim {d} (a power of two from 16 to 256)")
+    check(pos.numel() in (1, b) and pos.is_contiguous(), f"pos: one position, or one per sequence ({b})")
     q = q.reshape(b, nkv, nq // nkv, d).contiguous()
     out = torch.empty_like(q)
     launcher(decode_attention_kernel, q.device)[(b * nkv,)](
-        q, k, v, out, pos, length, 1.0 / math.sqrt(d),
+        q, k, v, out, pos, length, 1.0 / math.sqrt(d), nkv, int(pos.numel() > 1),
         G=nq // nkv, D=d, BL=BLOCK, DOT_F32=q.device.type == "cpu", num_warps=4, num_stages=2,
     )  # fmt: skip
     return out.reshape(b, nq, 1, d)
@@ -108,7 +112,7 @@ def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor
 
 @torch.library.custom_op("deepgap::decode_attention", mutates_args=())
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-    """One token's attention: q ``(b, heads, 1, d)``, the cache's K and V ``(b, kv_heads, max_len, d)``, pos (1,)."""
+    """One token's attention: q ``(b, heads, 1, d)``, K and V ``(b, kv_heads, max_len, d)``, pos (1,) or (b,)."""
     return _launch(q, k, v, pos)
 
 

@@ -231,7 +231,7 @@ class Llama(nn.Module):
         cos, sin = cos[:, None, None, :], sin[:, None, None, :]  # per row: (B, 1, 1, head_dim)
         rows = SlotPositions(positions)
         for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, _LayerCache(self.cache, i), rows)
+            x = layer(x, cos, sin, _LayerCache(self.cache, i, self.static_attention), rows)
         return self.lm_head(self.norm(x)[:, -1])
 
     def _need_cache(self, ids, end: int) -> None:
@@ -329,6 +329,8 @@ class _LayerCache:
         keys, values = self.k[:b], self.v[:b]  # the first b rows: the slots (a view, static shape)
         keys.scatter_(2, index, k)
         values.scatter_(2, index, v)
+        if self.attention is not None:  # the worker's kernel, each row up to its own position
+            return self.attention(q, keys, values, p)
         mask = (self.cache.positions[None, :] <= p[:, None])[:, None, None, :]  # (b, 1, 1, max_len)
         return _one_token(q, keys, values, mask)
 

@@ -54,12 +54,16 @@ def served_step(engine: str, cuda: bool) -> ServedStep:
 
 def served_model(model: str, precision: str, seed: int, device: str) -> torch.nn.Module:
     """The decoder with seeded weights on ``device``: cast to ``precision``, or its Linears in 8 bits."""
+    from deepgap.measure import llm_attention
     from deepgap.measure.decode_config import LINEAR_SWAPS
 
     m = build_llama(model, seed=seed, device=device)
     if precision not in LINEAR_SWAPS:
-        return m.to(torch_dtype(precision))
+        m = m.to(torch_dtype(precision))
+        llm_attention.plug(m)  # the slot step's attention: each row read up to its own position, on a GPU
+        return m
     m = LINEAR_SWAPS[precision](m)
+    llm_attention.plug(m)
     if not device.startswith("cuda"):
         from deepgap.measure.quant.linear import use_reference
 
