@@ -12,26 +12,12 @@ import torch
 
 from deepgap.measure.llm_timing import generate
 from deepgap.measure.models.llama_net import build_llama
+from deepgap.serving.worker.llm_setup import Ticking  # the set-up check's executor on a 1-ms clock
 
 
 @pytest.fixture(scope="module")
 def tiny():
     return build_llama("llama-tiny", seed=0)
-
-
-class Ticking:
-    """The executor, each call 1 ms on a virtual clock (admissions interleave alike on any machine)."""
-
-    def __init__(self, ex, clock):
-        self.ex, self.clock = ex, clock
-
-    def prefill(self, first, count, slots):
-        self.ex.prefill(first, count, slots)
-        self.clock.advance(1e-3)
-
-    def decode(self, active):
-        self.ex.decode(active)
-        self.clock.advance(1e-3)
 
 
 def _prompts(lens, seed=1):

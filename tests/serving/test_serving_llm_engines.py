@@ -17,6 +17,7 @@ from conftest import inprocess_serving
 
 from deepgap.core.errors import UsageError
 from deepgap.serving.run.spec import ServeSpec, validate
+from deepgap.serving.worker.llm_setup import Ticking  # the set-up check's executor on a 1-ms clock
 
 GPU = pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA GPU (run through the device machine)"
@@ -96,21 +97,6 @@ def test_quant_fp8_serves_llama_tiny_on_the_cpu_through_the_swapped_linears(tmp_
     c = d.correctness
     # fp8 (e4m3) codes part from fp32's greedy tokens on a random tiny model (0.46 here): recorded, not flagged
     assert c.flagged is False and 0 < c.top1_agreement <= 1 and c.n_images > 0
-
-
-class Ticking:
-    """The executor, each call 1 ms on a virtual clock (admissions interleave alike on any machine)."""
-
-    def __init__(self, ex, clock):
-        self.ex, self.clock = ex, clock
-
-    def prefill(self, first, count, slots):
-        self.ex.prefill(first, count, slots)
-        self.clock.advance(1e-3)
-
-    def decode(self, active):
-        self.ex.decode(active)
-        self.clock.advance(1e-3)
 
 
 def _served_tokens(ex, ins, outs, slots=3):

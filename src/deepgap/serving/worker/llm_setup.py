@@ -92,7 +92,7 @@ def _check(req: SetupRequest, ex: SlotExecutor) -> dict[str, Any]:
     slots = min(2, max(req.buckets))
     clock = VirtualClock()
     ex.set_level(slots, ins, record=True)
-    timed = _Ticking(ex, clock)
+    timed = Ticking(ex, clock)
     with torch.inference_mode():
         serve_continuous(np.arange(k) * 2.5e-3, ins, outs, slots, clock, timed)
     got = ex.record or {}
@@ -124,7 +124,7 @@ def _check(req: SetupRequest, ex: SlotExecutor) -> dict[str, Any]:
     }
 
 
-class _Ticking:
+class Ticking:
     """The executor with a virtual clock that ticks 1 ms per call (the check's interleaving)."""
 
     def __init__(self, ex: SlotExecutor, clock: VirtualClock) -> None:
