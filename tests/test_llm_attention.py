@@ -64,13 +64,12 @@ def test_the_static_step_with_the_kernel_decodes_as_with_sdpa():
     step = make_step(model, "static")
     assert model.static_attention is None  # a CPU model: SDPA, unless plugged
     ids = prompts(model.shape.vocab, 2, 6, 0)
-    outs = []
-    for plug in (None, decode_attention):
-        model.static_attention = plug
-        model.setup_cache(2, 10)
-        with torch.inference_mode():
-            tok = model.prefill(ids).argmax(-1, keepdim=True)
-            outs.append(torch.stack([step(tok, 6 + i).float() for i in range(3)]))
+
+    def run():
+        tok = model.prefill(ids).argmax(-1, keepdim=True)
+        return torch.stack([step(tok, 6 + i).float() for i in range(3)])
+
+    outs = _sdpa_then_kernel(model, 2, 10, run)
     torch.testing.assert_close(outs[1], outs[0], rtol=3e-2, atol=3e-2)
 
 
@@ -94,12 +93,22 @@ def test_the_slot_step_with_the_kernel_decodes_as_with_sdpa():
     model = build_llama("llama-tiny", seed=0, device="cpu").to(torch.bfloat16)
     lens = torch.tensor([3, 6, 5])
     ids = prompts(model.shape.vocab, 3, 6, 0)
+
+    def run():
+        first = model.prefill_slots(ids, torch.arange(3), lens).argmax(-1, keepdim=True)
+        return model.decode_slots(first, lens.clone()).float()
+
+    outs = _sdpa_then_kernel(model, 3, 12, run)
+    torch.testing.assert_close(outs[1], outs[0], rtol=3e-2, atol=3e-2)
+    assert not torch.equal(outs[1], outs[0])  # the kernel ran (its fp32 products round apart from SDPA's)
+
+
+def _sdpa_then_kernel(model, batch: int, max_len: int, run) -> list:
+    """``run()``'s logits with SDPA's attention, then with the kernel plugged, each on a fresh cache."""
     outs = []
     for plug in (None, decode_attention):
         model.static_attention = plug
-        model.setup_cache(3, 12)
+        model.setup_cache(batch, max_len)
         with torch.inference_mode():
-            first = model.prefill_slots(ids, torch.arange(3), lens).argmax(-1, keepdim=True)
-            outs.append(model.decode_slots(first, lens.clone()).float())
-    torch.testing.assert_close(outs[1], outs[0], rtol=3e-2, atol=3e-2)
-    assert not torch.equal(outs[1], outs[0])  # the kernel ran (its fp32 products round apart from SDPA's)
+            outs.append(run())
+    return outs
