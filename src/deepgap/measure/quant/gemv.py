@@ -21,6 +21,7 @@ K 14336) otherwise has too few programs to keep every SM's loads in flight.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -85,17 +86,20 @@ def tuned(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor) -> GemvTile
     return fastest(
         (m, k, n, str(x.device)),
         x.device,
-        [c.fit(k, n) for c in cands],
+        (c.fit(k, n) for c in cands),
         lambda t: fp8_gemv(x, codes, scale, None, t),
     )
 
 
-def fastest(key: tuple, device: torch.device, cands: list[GemvTile], call) -> GemvTile:
-    """The candidate whose ``call(tile)`` is fastest in a CUDA graph, once per ``key`` and process (`tuned`)."""
+def fastest(key: tuple, device: torch.device, cands: Iterable[GemvTile], call) -> GemvTile:
+    """The candidate whose ``call(tile)`` is fastest in a CUDA graph, once per ``key`` and process (`tuned`).
+
+    ``cands`` may be a generator: a call whose key is timed already (every eager decode step's) fits none.
+    """
     if key in _TUNED:
         return _TUNED[key]
     if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
-        return cands[0]
+        return next(iter(cands))
     times, failed = {}, []
     for t in dict.fromkeys(cands):
         try:  # compiles before any capture: a candidate this GPU or Triton cannot build is passed over

@@ -126,7 +126,7 @@ def _tuned(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, fusion: Fu
     return gemv.fastest(
         ("fused", fusion.key(), k, n, str(x.device)),
         x.device,
-        [c.fit(k, no) for c in FUSED_TILES],
+        (c.fit(k, no) for c in FUSED_TILES),
         lambda t: fused_gemv(x, codes, scale, fusion, t),
     )
 
