@@ -77,19 +77,30 @@ def test_static_slot_step_matches_the_shared_position_step_for_one_batch(tiny):
     torch.testing.assert_close(rows, shared, rtol=1e-5, atol=1e-5)
 
 
-def test_slot_executor_serves_the_loop_and_records_each_requests_tokens(tiny):
-    """The worker's executor through the server's own loop on a virtual clock, tokens against each alone."""
+@pytest.mark.parametrize("prefill", ["unpadded", "bucketed", "bucketed-one"])
+def test_slot_executor_serves_the_loop_and_records_each_requests_tokens(tiny, prefill):
+    """The worker's executor through the server's own loop on a virtual clock, tokens against each alone.
+
+    ``bucketed``: admissions padded to a bucket (prompts to the cache's 24 positions, a lone newcomer's
+    count to two: the padding row goes to the sink row), eager here, as a GPU replays them;
+    ``bucketed-one``: a bucket of one newcomer only, so the two admitted together take the unpadded
+    prefill beside the bucketed ones.
+    """
     from deepgap.serving.sim.clock import VirtualClock
     from deepgap.serving.sim.continuous import serve_continuous
     from deepgap.serving.worker.llm_executor import SlotExecutor
 
-    ex = SlotExecutor(tiny, "cpu", 2, 24, 12, seed=3)
+    ex = SlotExecutor(tiny, "cpu", 2, 24, 12, seed=3, bucketed=prefill != "unpadded")
+    if ex.prefills is not None:
+        ex.prefills.counts = (1,) if prefill == "bucketed-one" else (2,)
     ins, outs = np.array([12, 4, 9, 7]), np.array([5, 8, 2, 6])
     ex.set_level(2, ins, record=True)
     clock = VirtualClock()
     with torch.inference_mode():
         log = serve_continuous(np.array([0.0, 0.0, 1.5e-3, 2e-3]), ins, outs, 2, clock, Ticking(ex, clock))
     assert log.n == 4 and log.output_len.tolist() == outs.tolist()
+    if prefill != "unpadded":  # the buckets it went through: (newcomers, padded length)
+        assert sorted(ex.prefills.inputs) == ([(2, 24)] if prefill == "bucketed" else [(1, 24)])
     want = [generate(tiny, ex.prompt(r, int(ins[r]))[None, :], int(outs[r]))[0].tolist() for r in range(4)]
     assert [ex.record[r] for r in range(4)] == want
 

@@ -5,7 +5,9 @@ Runs in the worker process only. The cache holds ``max_slots`` rows of ``cache_l
 ``r``'s prompt is the first ``input_len[r]`` ids of row ``r % pool`` of a seeded device-resident ring.
 
 - ``prefill(first, count, slots)``: the newcomers' prompts, right-padded to the longest of them, go into
-  their slots' rows in one call (`Llama.prefill_slots`); each slot's next token and position are set.
+  their slots' rows in one call (`Llama.prefill_slots`); each slot's next token and position are set. With
+  ``bucketed`` (on by default with ``graph``) the call is padded to a bucket and replayed as a CUDA graph
+  (`deepgap.serving.worker.llm_prefill`); the cache then has one more row, the padding's sink.
 - ``decode(active)``: one static step over the ``slots`` rows (`Llama.decode_slots`, a position per row):
   every row's next token is its argmax and the running rows' positions advance by one (``active``, a
   device copy of the loop's mask). The step, its argmax and the position update are one function, so
@@ -23,6 +25,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from deepgap.serving.worker.llm_prefill import LENGTH_QUANTUM, BucketedPrefill
 
 
 class SlotSteps:
@@ -92,17 +96,23 @@ class SlotExecutor:
         graph: bool = False,
         pool: int = 256,
         compile_mode: str | None = None,
+        bucketed: bool | None = None,
     ) -> None:
         self.model, self.device, self.cuda = model, device, device.startswith("cuda")
-        model.setup_cache(max_slots, cache_len)
+        bucketed = graph if bucketed is None else bucketed
+        rows = max_slots + 1 if bucketed else max_slots  # the bucketed prefill's sink row: past every slot
+        model.setup_cache(rows, cache_len)
+        self.sink = max_slots
         g = torch.Generator().manual_seed(seed + 11)
         self.pool = pool
-        self.ring = torch.randint(0, model.shape.vocab, (pool, max_input), generator=g).to(device)
-        self.tok = torch.zeros((max_slots, 1), dtype=torch.int64, device=device)
-        self.pos = torch.zeros(max_slots, dtype=torch.int64, device=device)
-        self.act = torch.zeros(max_slots, dtype=torch.int64, device=device)
+        width = max(max_input, min(-(-max_input // LENGTH_QUANTUM) * LENGTH_QUANTUM, cache_len))
+        self.ring = torch.randint(0, model.shape.vocab, (pool, width), generator=g).to(device)
+        self.tok = torch.zeros((rows, 1), dtype=torch.int64, device=device)
+        self.pos = torch.zeros(rows, dtype=torch.int64, device=device)
+        self.act = torch.zeros(rows, dtype=torch.int64, device=device)
         self.steps = SlotSteps(self, graph, compile_mode)
         self.slots = max_slots
+        self.prefills = BucketedPrefill(self, cache_len, graph) if bucketed else None
         self.inputs = np.ones(1, dtype=np.int64)
         self.record: dict[int, list[int]] | None = None
         self.slot_req = np.full(max_slots, -1, dtype=np.int64)
@@ -118,21 +128,26 @@ class SlotExecutor:
         return self.ring[r % self.pool, :length]
 
     def prefill(self, first: int, count: int, slots: list[int]) -> None:
-        """Newcomers ``first … first+count-1`` into ``slots``: one right-padded prefill."""
+        """Newcomers ``first … first+count-1`` into ``slots``: one right-padded prefill (bucketed where set)."""
         lens = self.inputs[first : first + count]
-        rows = torch.as_tensor([r % self.pool for r in range(first, first + count)], device=self.device)
-        ids = self.ring[rows, : int(lens.max())]
-        where = torch.as_tensor(slots, device=self.device)
-        dev_lens = torch.as_tensor(lens, device=self.device)
+        ring_rows = [r % self.pool for r in range(first, first + count)]
         with torch.inference_mode():
-            logits = self.model.prefill_slots(ids, where, dev_lens)
-            self.tok[where, 0] = logits.argmax(-1)
-            self.pos[where] = dev_lens
+            if self.prefills is None or not self.prefills(ring_rows, lens.tolist(), list(slots)):
+                self._eager_prefill(ring_rows, lens, slots)
         self.slot_req[slots] = np.arange(first, first + count)
         if self.record is not None:
             for s in slots:
                 self.record[int(self.slot_req[s])] = [int(self.tok[s, 0])]
         self.sync()
+
+    def _eager_prefill(self, ring_rows: list[int], lens: np.ndarray, slots: list[int]) -> None:
+        rows = torch.as_tensor(ring_rows, device=self.device)
+        ids = self.ring[rows, : int(lens.max())]
+        where = torch.as_tensor(slots, device=self.device)
+        dev_lens = torch.as_tensor(lens, device=self.device)
+        logits = self.model.prefill_slots(ids, where, dev_lens)
+        self.tok[where, 0] = logits.argmax(-1)
+        self.pos[where] = dev_lens
 
     def decode(self, active: np.ndarray) -> None:
         """One step over the level's slots: a token for each, positions of the running ones advanced."""

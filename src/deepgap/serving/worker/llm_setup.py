@@ -11,9 +11,9 @@ precision (`deepgap.measure.decode_config`'s way); its cache holds the largest c
   lower precisions a near-tie may part (recorded).
 - **Calibration**: the decode step at every slot count (`curve_iterations` steps each, synchronised;
   the step is static, so its time does not depend on which slots hold a sequence), and the prefill of
-  every calibrated batch at every calibrated prompt length. They are the simulator's curves
-  (`deepgap.serving.sim.llm_service.LlmService`): ``curve_samples_s`` per slot count, ``curves_by_len``
-  prompt length → batch → prefill seconds.
+  every calibrated batch and every admission bucket's count at every calibrated prompt length. They are
+  the simulator's curves (`deepgap.serving.sim.llm_service.LlmService`): ``curve_samples_s`` per slot
+  count, ``curves_by_len`` prompt length → batch → prefill seconds.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from deepgap.serving.sim.clock import RealClock, VirtualClock
 from deepgap.serving.sim.continuous import SlotStop, TokenLog, serve_continuous
 from deepgap.serving.worker.llm_engines import allow_compiles, served_model, served_step
 from deepgap.serving.worker.llm_executor import SlotExecutor
+from deepgap.serving.worker.llm_prefill import LENGTH_QUANTUM
 from deepgap.serving.worker.server import quiet_gc, setup_reply
 
 CHECK_REQUESTS = 5
@@ -55,6 +56,8 @@ def llm_setup(state: Any, req: SetupRequest) -> tuple[SlotExecutor, SetupReply]:
     with torch.inference_mode():
         for s in req.buckets:  # a CUDA graph per slot count, captured before anything is served
             ex.steps.prepare(s)
+        if ex.prefills is not None:  # and one per admission bucket
+            ex.prefills.prepare(max(lens))
     check = _check(req, ex)
     decode, parts = _decode_curve(ex, req)
     prefill = {v: _prefill_curve(ex, req, v) for v in lens}
@@ -69,7 +72,7 @@ def llm_setup(state: Any, req: SetupRequest) -> tuple[SlotExecutor, SetupReply]:
         correctness=check,
         engine_info={
             "decode_step": plan.label,
-            "prefill": "eager",
+            "prefill": _prefill_label(ex),
             "linears": f"{req.precision} per output channel (the sweep's LINEAR_SWAPS)"
             if req.engine == "quant"
             else None,
@@ -139,6 +142,17 @@ class Ticking:
         self.clock.advance(1e-3)
 
 
+def _prefill_label(ex: SlotExecutor) -> str:
+    """How admissions are prefilled, in words (`deepgap.serving.worker.llm_prefill`)."""
+    if ex.prefills is None:
+        return "eager"
+    how = "cuda-graph" if ex.prefills.graph else "eager"
+    return (
+        f"{how} per bucket (newcomers {'/'.join(map(str, ex.prefills.counts))}, prompts padded to a multiple "
+        f"of {LENGTH_QUANTUM}; more newcomers: eager)"
+    )
+
+
 def _decode_curve(ex: SlotExecutor, req: SetupRequest):
     """Seconds of each decode step, per slot count (all slots running at a mid-cache position)."""
     samples: dict[int, list[float]] = {}
@@ -170,7 +184,7 @@ def _prefill_curve(ex: SlotExecutor, req: SetupRequest, length: int) -> dict[int
     out: dict[int, list[float]] = {}
     n = max(3, req.curve_iterations // 4)
     with torch.inference_mode(), quiet_gc():
-        for b in sorted({1, *req.buckets}):
+        for b in sorted({1, *req.buckets, *(ex.prefills.counts if ex.prefills else ())}):
             ex.set_level(b, np.full(b, length, dtype=np.int64))
             slots = list(range(b))
             for _ in range(min(req.curve_warmup, 2)):
