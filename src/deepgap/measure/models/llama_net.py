@@ -325,10 +325,14 @@ class _LayerCache:
             return F.scaled_dot_product_attention(q, k, v, is_causal=s > 1, enable_gqa=self.cache.gqa)
         b = q.shape[0]
         p = pos.positions
-        index = p.view(b, 1, 1, 1).expand(b, k.shape[1], 1, k.shape[3])
+        # Each row's K and V at its own position, written as an index_put on the whole cache tensor: a
+        # scatter_ into the view ``self.k[:b]`` compiled (torch.compile functionalizes a mutated view of an
+        # input) into a copy of the layer's whole cache per step, 35.7 ms per 8B step at 512 slots on an
+        # H200 against 12.3 ms for the sweep's step; index_put stays in place.
+        rows = torch.arange(b, device=p.device)
+        self.k[rows, :, p] = k[:, :, 0]
+        self.v[rows, :, p] = v[:, :, 0]
         keys, values = self.k[:b], self.v[:b]  # the first b rows: the slots (a view, static shape)
-        keys.scatter_(2, index, k)
-        values.scatter_(2, index, v)
         if self.attention is not None:  # the worker's kernel, each row up to its own position
             return self.attention(q, keys, values, p)
         mask = (self.cache.positions[None, :] <= p[:, None])[:, None, None, :]  # (b, 1, 1, max_len)

@@ -95,11 +95,17 @@ def run_llm(
     return rec, out
 
 
-def _prefills(by_b: dict[int, list[float]], s: int, first: bool) -> dict[str, list[float]]:
-    """The prefill at batch ``s``; the smallest slot count's row also holds one prompt's (calibrated apart)."""
-    out = {"prefill_samples_s": list(map(float, by_b[s]))}
-    if first and s != 1 and 1 in by_b:
-        out["prefill_batch1_samples_s"] = list(map(float, by_b[1]))
+def _prefills(by_b: dict[int, list[float]], s: int, first: bool, slots: Any) -> dict[str, Any]:
+    """The prefill at batch ``s`` where calibrated; the smallest slot count's row also holds the other counts'.
+
+    Those are one prompt's and, where admissions are bucketed, each bucket's newcomer count
+    (`deepgap.serving.worker.llm_prefill`): the simulator charges them, so the store keeps them.
+    """
+    out: dict[str, Any] = {"prefill_samples_s": list(map(float, by_b[s]))} if s in by_b else {}
+    if first:
+        others = {str(b): list(map(float, x)) for b, x in sorted(by_b.items()) if b not in slots}
+        if others:
+            out["prefill_by_count_samples_s"] = others
     return out
 
 
@@ -117,9 +123,9 @@ def llm_curve_rows(reply: SetupReply, req: SetupRequest) -> list[dict[str, Any]]
                 interval_s=reply.curve_parts_s.get(s, {}).get("interval_s"),
                 workload="decode",
                 seq_len_curves={
-                    str(v): _prefills(by_b, s, first=s == min(reply.curve_samples_s))
+                    str(v): got
                     for v, by_b in sorted(reply.curves_by_len.items())
-                    if s in by_b
+                    if (got := _prefills(by_b, s, s == min(reply.curve_samples_s), reply.curve_samples_s))
                 },
             ),
         }

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from deepgap.serving.worker.llm_prefill import LENGTH_QUANTUM, BucketedPrefill
+from deepgap.serving.worker.llm_prefill import LENGTH_QUANTUM, BucketedPrefill, capture_graph
 
 
 class SlotSteps:
@@ -68,15 +68,7 @@ class SlotSteps:
         """
         ex = self.ex
         saved = (ex.tok.clone(), ex.pos.clone(), ex.act.clone())
-        side = torch.cuda.Stream(ex.device)
-        side.wait_stream(torch.cuda.current_stream(ex.device))
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                self._step(s)
-        torch.cuda.current_stream(ex.device).wait_stream(side)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, pool=self.pool):
-            self._step(s)
+        g = capture_graph(lambda: self._step(s), ex.device, self.pool, warmups=3)
         for buf, old in zip((ex.tok, ex.pos, ex.act), saved, strict=True):
             buf.copy_(old)
         return g

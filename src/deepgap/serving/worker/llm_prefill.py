@@ -119,13 +119,18 @@ class BucketedPrefill:
         buf[0].zero_()
         buf[1].fill_(ex.sink)
         buf[2].fill_(1)
-        side = torch.cuda.Stream(ex.device)
-        side.wait_stream(torch.cuda.current_stream(ex.device))
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                self._body(key)
-        torch.cuda.current_stream(ex.device).wait_stream(side)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, pool=self.pool):
-            self._body(key)
-        return g
+        return capture_graph(lambda: self._body(key), ex.device, self.pool, warmups=2)
+
+
+def capture_graph(body: Any, device: str, pool: Any, warmups: int) -> Any:
+    """``body`` run ``warmups`` times on a side stream (lazy inits, autotuning), then captured into ``pool``."""
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(warmups):
+            body()
+    torch.cuda.current_stream(device).wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, pool=pool):
+        body()
+    return g
