@@ -315,6 +315,25 @@ def one_model_run(
     return rec, out
 
 
+def simulated_rows(
+    ranked: list[Any], measured: list[Any], row: Callable[[Any, float | None], dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The simulator's search results as ``capacity`` rows (``row(result, predicted)``), each marked.
+
+    A policy also searched for real is ``verified``; any other is labelled as never run. Shared by the
+    image or text server's search (`server_scenario`) and a decoder's (`llm_capacity`).
+    """
+    verified = {m.policy for m in measured}
+    rows = []
+    for r in ranked:
+        x = row(r, r.capacity_qps)
+        x["details"].verified = r.policy in verified
+        if r.policy not in verified:
+            x["note"] = "; ".join(n for n in ("unverified (simulated only)", x["note"]) if n)
+        rows.append(x)
+    return rows
+
+
 def capacity_columns(
     req: SetupRequest, rec: Any, r: Any, slo_s: float, confidence: float, predicted: float | None
 ) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from deepgap.serving.capacity.search import (
 )
 from deepgap.serving.records.details import CapacityDetails, CapacityProbe
 from deepgap.serving.run.process import LevelRequest
-from deepgap.serving.run.rows import capacity_columns, level_row
+from deepgap.serving.run.rows import capacity_columns, level_row, simulated_rows
 from deepgap.serving.run.scenario_context import (
     ScenarioContext,
     engine_ips,
@@ -183,12 +183,7 @@ def _find_capacity(c: ScenarioContext, load: LoadSettings) -> None:
     ranked = search_policies(sv, load, cands, c.trace, rel_tol=spec.rel_tol)
     measured = _verify(c, load, ranked)
     verified = {m.policy for m in measured}
-    for r in ranked:  # the simulator's search: a policy never run for real is labelled as such
-        row = _capacity_row(c, r, r.capacity_qps)
-        row["details"].verified = r.policy in verified
-        if r.policy not in verified:
-            row["note"] = "; ".join(x for x in ("unverified (simulated only)", row["note"]) if x)
-        c.rec.capacities.append(row)
+    c.rec.capacities.extend(simulated_rows(ranked, measured, lambda r, p: _capacity_row(c, r, p)))
     _report_capacity(c, load, ranked, measured, verified)
 
 
