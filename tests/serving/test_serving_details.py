@@ -245,3 +245,21 @@ def test_report_table_keeps_the_stored_json(tmp_path):
         store.close()
     assert len(cap) and all(isinstance(e, dict) for e in cap["extra"])
     assert all(e == stored[int(i)] for i, e in zip(cap["capacity_id"], cap["extra"], strict=True))
+
+
+def test_simulated_rows_mark_the_measured_policies_verified_and_label_the_rest():
+    """`simulated_rows`, the one marking of both searches' simulated rows (images' and decoders')."""
+    from types import SimpleNamespace
+
+    from deepgap.serving.run.rows import simulated_rows
+
+    ranked = [SimpleNamespace(policy=p, capacity_qps=q) for p, q in (("a", 9.0), ("b", 7.0))]
+    rows = simulated_rows(
+        ranked,
+        [SimpleNamespace(policy="a")],
+        lambda r, p: {"note": "" if r.policy == "a" else "slow", "qps": p, "details": CapacityDetails()},
+    )
+    assert [(r["qps"], r["details"].verified, r["note"]) for r in rows] == [
+        (9.0, True, ""),
+        (7.0, False, "unverified (simulated only); slow"),
+    ]

@@ -19,7 +19,7 @@ from deepgap.serving.capacity.search import (
     search_policies,
     sim_probe,
 )
-from deepgap.serving.sim.arrivals import poisson
+from deepgap.serving.sim.arrivals import fixed_load, poisson
 from deepgap.serving.sim.batcher import BatchPolicy, StopRule, decide, serve_loop
 from deepgap.serving.sim.capacity_stats import allowed_over, min_queries, verdict
 from deepgap.serving.sim.clock import VirtualClock
@@ -243,3 +243,13 @@ def test_a_real_search_steps_no_lower_than_a_run_of_max_run_s():
         floor_qps=load.slowest_rate_qps(),
     )
     assert res.capacity_qps == 0 and min(seen) >= load.slowest_rate_qps() and "not met" in res.note
+
+
+def test_fixed_load_takes_qps_else_replays_the_trace_whole_at_its_own_rate():
+    """`fixed_load`, both servers' fixed level: the minimums may lengthen a trace, never cut it."""
+    trace = np.arange(50) * 0.1  # 10 queries/s over 4.9 s
+    assert fixed_load(200.0, None, 100, 1.0) == (200.0, 200)
+    assert fixed_load(200.0, trace, 10, 0.01) == (200.0, 10)  # --qps rescales: the minimums decide
+    rate, n = fixed_load(None, trace, 10, 0.01)
+    assert rate == pytest.approx(10.0) and n == 50
+    assert fixed_load(None, trace, 80, 0.01)[1] == 80

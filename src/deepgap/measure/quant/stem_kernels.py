@@ -81,6 +81,23 @@ def stem_conv_kernel(
     tl.store(out_ptr + rm[:, None] * N + rn[None, :], out, mask=m_ok[:, None])
 
 
+@triton.jit
+def window_max(x_ptr, best, nb, ih0, iw0, p_ok, rc, c_ok, H, W, C, K: tl.constexpr, FILL: tl.constexpr):
+    """``best`` [pixels, channels] raised to the max of NHWC ``x`` over each pixel's K×K window (both pools).
+
+    ``nb``, ``ih0``, ``iw0`` are `window_origin`'s; a tap outside the image or a masked lane reads ``FILL``.
+    """
+    for kh in tl.static_range(K):
+        for kw in tl.static_range(K):
+            ih = ih0 + kh
+            iw = iw0 + kw
+            ok = p_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+            row = ((nb * H + ih) * W + iw) * C
+            v = tl.load(x_ptr + row[:, None] + rc[None, :], mask=ok[:, None] & c_ok[None, :], other=FILL)
+            best = tl.maximum(best, v.to(tl.float32))
+    return best
+
+
 @triton.jit(do_not_specialize=["P", "H", "W", "OH", "OW"])
 def maxpool8_kernel(
     x_ptr,
@@ -104,14 +121,7 @@ def maxpool8_kernel(
     p_ok = rp < P
     nb, ih0, iw0 = window_origin(rp, OH, OW, STRIDE, PAD)
     best = tl.zeros((BP, C), dtype=tl.float32)
-    for kh in tl.static_range(K):
-        for kw in tl.static_range(K):
-            ih = ih0 + kh
-            iw = iw0 + kw
-            ok = p_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
-            row = ((nb * H + ih) * W + iw) * C
-            v = tl.load(x_ptr + row[:, None] + rc[None, :], mask=ok[:, None], other=0.0)
-            best = tl.maximum(best, v.to(tl.float32))
+    best = window_max(x_ptr, best, nb, ih0, iw0, p_ok, rc, rc < C, H, W, C, K, 0.0)
     tl.store(out_ptr + rp[:, None] * C + rc[None, :], best.to(out_ptr.dtype.element_ty), mask=p_ok[:, None])
 
 
@@ -246,16 +256,7 @@ def maxpool_kernel(
     c_ok = rc < C
     nb, ih0, iw0 = window_origin(rp, OH, OW, STRIDE, PAD)
     best = tl.full((BP, BC), float("-inf"), dtype=tl.float32)
-    for kh in tl.static_range(K):
-        for kw in tl.static_range(K):
-            ih = ih0 + kh
-            iw = iw0 + kw
-            ok = p_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
-            row = ((nb * H + ih) * W + iw) * C
-            v = tl.load(
-                x_ptr + row[:, None] + rc[None, :], mask=ok[:, None] & c_ok[None, :], other=float("-inf")
-            )
-            best = tl.maximum(best, v.to(tl.float32))
+    best = window_max(x_ptr, best, nb, ih0, iw0, p_ok, rc, c_ok, H, W, C, K, float("-inf"))
     alpha = tl.load(alpha_ptr + rc, mask=c_ok, other=1.0)  # 1, not 0: masked lanes hold -inf (no NaN)
     beta = tl.load(beta_ptr + rc, mask=c_ok, other=0.0)
     y = best * alpha[None, :]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from deepgap.serving.capacity.search import CapacityResult, LoadSettings
 from deepgap.serving.run.llm_scenario import LlmContext, capacity_row, search, tails_line
+from deepgap.serving.run.rows import simulated_rows
 
 REFINED = 3
 
@@ -48,13 +49,7 @@ def find_llm_capacity(c: LlmContext) -> None:
         measured.append(m)
         c.rec.capacities.append(capacity_row(c, m, r.capacity_qps))
         c.say(f"serve: {s} slots: measured {m.capacity_qps:,.2f} queries/s, simulated {r.capacity_qps:,.2f}")
-    verified = {m.policy for m in measured}
-    for r in ranked:
-        row = capacity_row(c, r, r.capacity_qps)
-        row["details"].verified = r.policy in verified
-        if r.policy not in verified:
-            row["note"] = "; ".join(x for x in ("unverified (simulated only)", row["note"]) if x)
-        c.rec.capacities.append(row)
+    c.rec.capacities.extend(simulated_rows(ranked, measured, lambda r, p: capacity_row(c, r, p)))
     _report(c, ranked, measured, load.min_duration_s)
 
 

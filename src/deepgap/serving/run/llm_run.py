@@ -9,19 +9,17 @@ the set-up (a failed one is the run's one level, as for images), the calibrated 
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 
-from deepgap.core.result_details import Correctness, EngineInfo
 from deepgap.serving.records.details import CurveDetails
 from deepgap.serving.records.storage import ServeRecord
 from deepgap.serving.run.llm_capacity import find_llm_capacity
 from deepgap.serving.run.llm_scenario import LlmContext, fixed_level
 from deepgap.serving.run.llm_spec import llm_load, slo_bounds
 from deepgap.serving.run.process import ServingWorker, SetupReply, SetupRequest
-from deepgap.serving.run.rows import Say, ServeOutcome, config_columns, run_spec, setup_reply
+from deepgap.serving.run.rows import Say, ServeOutcome, config_columns, one_model_run
 from deepgap.serving.sim.llm_service import LlmService
 
 
@@ -46,22 +44,8 @@ def run_llm(
     command: str,
 ) -> tuple[ServeRecord, ServeOutcome]:
     """Build, check, calibrate and serve ``spec``'s decoder in ``worker`` (launched, past its prelude)."""
-    rec = ServeRecord(spec=run_spec(spec, device, [spec.model]), command=command, env={"device": device})
-    out = ServeOutcome(None, os.path.abspath(store_path))
-    try:
-        reply = setup_reply(
-            spec,
-            req,
-            worker,
-            rec,
-            out,
-            say,
-            f"serve: building {spec.model} ({spec.engine}, {spec.precision}) on {device}: {req.seq_len_dist}, "
-            f"cache of {req.cache_len} positions, calibrating slots {', '.join(map(str, req.buckets))} and "
-            f"the prefill at prompt lengths {', '.join(map(str, req.seq_lens))}",
-        )
-        if reply is None:
-            return rec, out
+
+    def serve(reply: SetupReply, rec: ServeRecord, out: ServeOutcome) -> None:
         rec.curves = llm_curve_rows(reply, req)
         ttft, tpot = slo_bounds(spec)
         c = LlmContext(
@@ -86,13 +70,13 @@ def run_llm(
             find_llm_capacity(c)
         else:
             fixed_level(c)
-        for lv in rec.levels:
-            lv.details.correctness = Correctness.from_json(reply.correctness)
-            lv.details.engine_info = EngineInfo.from_json(reply.engine_info)
-            lv.details.device_mem_used_bytes_at_setup = reply.env.get("device_mem_used_bytes_at_setup")
-    finally:
-        worker.stop()
-    return rec, out
+
+    building = (
+        f"serve: building {spec.model} ({spec.engine}, {spec.precision}) on {device}: {req.seq_len_dist}, "
+        f"cache of {req.cache_len} positions, calibrating slots {', '.join(map(str, req.buckets))} and "
+        f"the prefill at prompt lengths {', '.join(map(str, req.seq_lens))}"
+    )
+    return one_model_run(spec, device, store_path, say, worker, req, command, building, serve)
 
 
 def _prefills(by_b: dict[int, list[float]], s: int, first: bool, slots: Any) -> dict[str, Any]:

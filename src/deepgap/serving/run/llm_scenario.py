@@ -145,10 +145,7 @@ def fixed_level(c: LlmContext) -> None:
     """One level at ``--qps`` (or the trace's rate) with ``--max-batch`` slots (default: the most calibrated)."""
     spec = c.spec
     minq, mind = spec.minimums()
-    rate = spec.qps or arr.trace_rate_qps(c.trace)
-    n = arr.n_queries(rate, minq, mind)
-    if c.trace is not None and not spec.qps:
-        n = max(n, len(c.trace))
+    rate, n = arr.fixed_load(spec.qps, c.trace, minq, mind)
     slots = spec.max_batch or c.service.max_batch
     c.say(f"serve: server, {slots} slots at {rate:,.2f} queries/s ({n} requests, {c.load.label()})")
     s, pred = level(c, "fixed", slots, rate, n, early=False)

@@ -8,6 +8,7 @@ Its own module so that the drivers share it without importing each other.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,12 +17,13 @@ from typing import Any
 import numpy as np
 
 from deepgap.core.records import Status
+from deepgap.core.result_details import Correctness, EngineInfo
 from deepgap.drive.config import SweepSpec
 from deepgap.drive.handle import WorkerLost
 from deepgap.drive.prelude import prelude_fields
 from deepgap.measure.accuracy.dataset import serve_options
 from deepgap.serving.records.details import CurveDetails, LevelDetails
-from deepgap.serving.records.storage import LevelRow
+from deepgap.serving.records.storage import LevelRow, ServeRecord
 from deepgap.serving.run.process import ServingWorker, SetupFailed, SetupReply, SetupRequest
 from deepgap.serving.run.spec import ServeSpec
 from deepgap.serving.run.text_spec import TextLoad, length_curves, text_load, text_service
@@ -260,7 +262,7 @@ def setup_reply(
     """The worker's build and calibration; None once a failed set-up is recorded as the run's one level.
 
     A worker that could not start or answer (`ServingWorker.failure`) is a failed set-up too. ``building``
-    is the progress line said first. Shared by one model's run (`scenarios`) and a decoder's (`llm_run`).
+    is the progress line said first.
     """
     try:
         if worker.failure is not None:
@@ -279,6 +281,57 @@ def setup_reply(
         out.status, out.reason = status, reason
         out.lines.append(f"{status}: {reason}")
         return None
+
+
+def one_model_run(
+    spec: ServeSpec,
+    device: str,
+    store_path: str,
+    say: Say,
+    worker: ServingWorker,
+    req: SetupRequest,
+    command: str,
+    building: str,
+    serve: Callable[[SetupReply, ServeRecord, ServeOutcome], None],
+) -> tuple[ServeRecord, ServeOutcome]:
+    """One model's serve run: its record, the worker's set-up, ``serve``'s levels, the set-up's facts on each.
+
+    A failed set-up (`setup_reply`) is the run's one level and ``serve`` never runs; the worker is stopped
+    whatever happens. Shared by an image or text model's run (`scenarios`) and a decoder's (`llm_run`).
+    """
+    rec = ServeRecord(spec=run_spec(spec, device, [spec.model]), command=command, env={"device": device})
+    out = ServeOutcome(None, os.path.abspath(store_path))
+    try:
+        reply = setup_reply(spec, req, worker, rec, out, say, building)
+        if reply is not None:
+            serve(reply, rec, out)
+            for lv in rec.levels:
+                d = lv.details
+                d.correctness = Correctness.from_json(reply.correctness)
+                d.engine_info = EngineInfo.from_json(reply.engine_info)
+                d.device_mem_used_bytes_at_setup = reply.env.get("device_mem_used_bytes_at_setup")
+    finally:
+        worker.stop()
+    return rec, out
+
+
+def simulated_rows(
+    ranked: list[Any], measured: list[Any], row: Callable[[Any, float | None], dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The simulator's search results as ``capacity`` rows (``row(result, predicted)``), each marked.
+
+    A policy also searched for real is ``verified``; any other is labelled as never run. Shared by the
+    image or text server's search (`server_scenario`) and a decoder's (`llm_capacity`).
+    """
+    verified = {m.policy for m in measured}
+    rows = []
+    for r in ranked:
+        x = row(r, r.capacity_qps)
+        x["details"].verified = r.policy in verified
+        if r.policy not in verified:
+            x["note"] = "; ".join(n for n in ("unverified (simulated only)", x["note"]) if n)
+        rows.append(x)
+    return rows
 
 
 def capacity_columns(

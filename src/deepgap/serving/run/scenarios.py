@@ -11,22 +11,19 @@ between batches, jitter beyond the calibration's, contention) rather than differ
 from __future__ import annotations
 
 import math
-import os
-from typing import Any
 
 import numpy as np
 
-from deepgap.core.result_details import Accuracy, Correctness, EngineInfo
+from deepgap.core.result_details import Accuracy
 from deepgap.serving.records.storage import ServeRecord
-from deepgap.serving.run.process import LevelRequest, ServingWorker, SetupRequest
+from deepgap.serving.run.process import LevelRequest, ServingWorker, SetupReply, SetupRequest
 from deepgap.serving.run.rows import (
     Say,
     ServeOutcome,
     curve_rows,
     level_row,
-    run_spec,
+    one_model_run,
     service_of,
-    setup_reply,
 )
 from deepgap.serving.run.scenario_context import (
     ScenarioContext,
@@ -58,21 +55,8 @@ def _run_single(
     A worker that could not start or answer (`ServingWorker.failure`) makes the run's one level a failed
     set-up, as a failed build does.
     """
-    rec = ServeRecord(spec=run_spec(spec, device, [spec.model]), command=command, env={"device": device})
-    out = ServeOutcome(None, os.path.abspath(store_path))
-    try:
-        reply = setup_reply(
-            spec,
-            req,
-            worker,
-            rec,
-            out,
-            say,
-            f"serve: building {spec.model} ({spec.engine}, {spec.precision}, {spec.memory_format}) on "
-            f"{device} and calibrating batches {', '.join(map(str, req.buckets))}",
-        )
-        if reply is None:
-            return rec, out
+
+    def serve(reply: SetupReply, rec: ServeRecord, out: ServeOutcome) -> None:
         rec.curves = curve_rows(reply, req)
         load = text_load(spec.seq_len_dist, spec.padding, spec.model)
         service = service_of(reply, f"calibration of {spec.model}", load, spec.seed)
@@ -96,20 +80,15 @@ def _run_single(
             from deepgap.serving.run.loadgen_run import run_loadgen
 
             run_loadgen(ctx)
-        for lv in rec.levels:  # the worker's set-up, on every level of the run
-            d = lv.details
-            d.correctness, d.notes = Correctness.from_json(reply.correctness), reply.notes
-            d.engine_info = EngineInfo.from_json(reply.engine_info)
-            d.device_mem_used_bytes_at_setup = setup_memory(reply)
-            d.accuracy = Accuracy.from_json(reply.accuracy) if reply.accuracy else None
-    finally:
-        worker.stop()
-    return rec, out
+        for lv in rec.levels:  # this set-up's own facts (`one_model_run` adds the rest on every level)
+            lv.details.notes = reply.notes
+            lv.details.accuracy = Accuracy.from_json(reply.accuracy) if reply.accuracy else None
 
-
-def setup_memory(reply: Any) -> int | None:
-    """The device memory in use after the build, for each level (the run row is opened before it)."""
-    return reply.env.get("device_mem_used_bytes_at_setup")
+    building = (
+        f"serve: building {spec.model} ({spec.engine}, {spec.precision}, {spec.memory_format}) on "
+        f"{device} and calibrating batches {', '.join(map(str, req.buckets))}"
+    )
+    return one_model_run(spec, device, store_path, say, worker, req, command, building, serve)
 
 
 def _single_stream(c: ScenarioContext) -> None:

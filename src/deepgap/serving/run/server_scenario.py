@@ -23,7 +23,7 @@ from deepgap.serving.capacity.search import (
 )
 from deepgap.serving.records.details import CapacityDetails, CapacityProbe
 from deepgap.serving.run.process import LevelRequest
-from deepgap.serving.run.rows import capacity_columns, level_row
+from deepgap.serving.run.rows import capacity_columns, level_row, simulated_rows
 from deepgap.serving.run.scenario_context import (
     ScenarioContext,
     engine_ips,
@@ -105,10 +105,7 @@ def run_server(c: ScenarioContext) -> None:
             min(spec.max_batch or DEFAULT_POLICY[0], sv.max_batch),
             spec.max_delay_s if spec.max_delay_s is not None else DEFAULT_POLICY[1],
         )
-        rate = spec.qps or arr.trace_rate_qps(c.trace)
-        n = arr.n_queries(rate, minq, mind)
-        if c.trace is not None and not spec.qps:  # a trace replays whole (the minimums may lengthen it)
-            n = max(n, len(c.trace))
+        rate, n = arr.fixed_load(spec.qps, c.trace, minq, mind)
         times = schedule(rate, n, spec.seed, c.trace)
         stop = StopRule(
             max_time_s=3.0 * n / rate + 5.0, drop_after_s=DROP_AFTER_SLOS * spec.slo_s if spec.slo_s else None
@@ -183,12 +180,7 @@ def _find_capacity(c: ScenarioContext, load: LoadSettings) -> None:
     ranked = search_policies(sv, load, cands, c.trace, rel_tol=spec.rel_tol)
     measured = _verify(c, load, ranked)
     verified = {m.policy for m in measured}
-    for r in ranked:  # the simulator's search: a policy never run for real is labelled as such
-        row = _capacity_row(c, r, r.capacity_qps)
-        row["details"].verified = r.policy in verified
-        if r.policy not in verified:
-            row["note"] = "; ".join(x for x in ("unverified (simulated only)", row["note"]) if x)
-        c.rec.capacities.append(row)
+    c.rec.capacities.extend(simulated_rows(ranked, measured, lambda r, p: _capacity_row(c, r, p)))
     _report_capacity(c, load, ranked, measured, verified)
 
 

@@ -87,6 +87,21 @@ def n_queries(rate_qps: float, min_queries: int, min_duration_s: float, bounded:
     return n
 
 
+def fixed_load(
+    qps: float | None, trace: np.ndarray | None, min_queries: int, min_duration_s: float
+) -> tuple[float, int]:
+    """A fixed level's rate and query count: ``qps``, else the trace's own rate, the trace then replayed whole.
+
+    The minimums may lengthen a trace, never cut it. Shared by the image and text server
+    (`deepgap.serving.run.server_scenario`) and a decoder's (`deepgap.serving.run.llm_scenario`).
+    """
+    rate = qps or trace_rate_qps(trace)
+    n = n_queries(rate, min_queries, min_duration_s)
+    if trace is not None and not qps:
+        n = max(n, len(trace))
+    return rate, n
+
+
 def load_trace(path: str) -> np.ndarray:
     """Read and validate a trace file of arrival timestamps; a UsageError names the first bad line."""
     from deepgap.store.paths import check_input_path

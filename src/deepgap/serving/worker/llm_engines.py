@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch._dynamo  # in every worker anyway (the fork server preloads it, `deepgap.drive.handle`)
 
 from deepgap.core.records import Status
 from deepgap.measure.device import torch_dtype
@@ -73,8 +74,6 @@ def served_model(model: str, precision: str, seed: int, device: str) -> torch.nn
 
 def allow_compiles(slot_counts: int) -> None:
     """Room in dynamo's cache for one compile of the step per slot count (and the check's), not its default 8."""
-    import torch._dynamo
-
     cfg = torch._dynamo.config
     name = (
         "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
