@@ -29,11 +29,12 @@ gputests)
     # fell to 19.6k of 20k queries/s (INVALID). They run after the others, alone on the GPU and the host.
     ALONE=tests/serving/test_loadgen_confirm.py
     N=(); python -c "import xdist" 2>/dev/null && N=(-n 4)
-    step "GPU tests" "${TEST_LIMIT:-300}" python -m pytest -q -m gpu "${N[@]}" tests --ignore="$ALONE" \
+    # -v: a line per test as it ends, so a run stopped at its limit still says which failed (session 20's did not)
+    step "GPU tests" "${TEST_LIMIT:-300}" python -m pytest -v --durations=15 -m gpu "${N[@]}" tests --ignore="$ALONE" \
         -p no:cacheprovider > "$OUT/gputests.txt" 2>&1
     step "GPU tests, alone" "${TEST_LIMIT:-300}" python -m pytest -q -m gpu "$ALONE" -p no:cacheprovider \
         > "$OUT/gputests-alone.txt" 2>&1
-    tail -n 8 "$OUT/gputests.txt" "$OUT/gputests-alone.txt" ;;
+    grep -E "FAILED|ERROR" "$OUT/gputests.txt" | cut -c1-200; tail -n 4 "$OUT/gputests.txt" "$OUT/gputests-alone.txt" ;;
 prelude)
     step "prelude check" 240 bash benchmarks/prelude_check.sh "$S/prelude" > "$OUT/prelude_check.txt" 2>&1
     tail -40 "$OUT/prelude_check.txt"; pack "$S/prelude/serve.sqlite"; pack "$S/prelude/fleet.sqlite" ;;

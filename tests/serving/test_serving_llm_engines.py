@@ -148,21 +148,20 @@ def test_compiled_and_graphed_slot_steps_serve_each_request_its_tokens(engine, p
     bf16 (and fp8's bf16 activations) may part at a near-tie between the compiled and eager arithmetic: the
     tokens must agree on nearly all positions and the first token (the prefill, eager in both) on all. One
     slot: the quant decoder's one-row steps run `deepgap.measure.llm_fused`'s layer at per-row positions.
-    Both prefill through the same padded buckets (the eager one without graphs): padding to 64 positions
-    changes bf16 GEMM and attention shapes, so an unpadded reference parted from the graphed server at
-    near-ties of the random tiny decoder (49 and 43 of 62 tokens, bf16 and int8, 2026-12-03); in fp32 the
-    graphed buckets give the unpadded tokens exactly (tests/test_llm_slots.py).
+    The reference captures the eager step as a graph (``cudagraph``'s plan): both then prefill through the
+    same captured buckets, and only the step's compile differs. An eager, unpadded prefill parted from the
+    graphed server at near-ties of the random tiny decoder (49 and 43 of 62 tokens, bf16 and int8, on an
+    H200, 2026-12-03): padding to 64 positions and capture change which bf16 kernels run. In fp32 the
+    graphed buckets give the eager unpadded tokens exactly (tests/test_llm_slots.py).
     """
     from deepgap.serving.worker.llm_engines import allow_compiles, served_model, served_step
     from deepgap.serving.worker.llm_executor import SlotExecutor
 
     allow_compiles(4)
     tokens = []
-    for plan in (served_step("eager", True), served_step(engine, True)):
+    for plan in (served_step("cudagraph", True), served_step(engine, True)):
         model = served_model("llama-tiny", precision, 0, "cuda")
-        ex = SlotExecutor(
-            model, "cuda", 4, 64, 32, seed=3, graph=plan.graph, compile_mode=plan.compile_mode, bucketed=True
-        )
+        ex = SlotExecutor(model, "cuda", 4, 64, 32, seed=3, graph=plan.graph, compile_mode=plan.compile_mode)
         tokens.append(_served_tokens(ex, INS, OUTS, slots))
     eager, fast = tokens
     assert [t[0] for t in eager] == [t[0] for t in fast]
