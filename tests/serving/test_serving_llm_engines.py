@@ -134,6 +134,7 @@ def test_the_sweeps_swap_serves_each_request_the_tokens_it_gets_alone_on_the_cpu
     with torch.inference_mode():
         alone = [generate(m, ex.prompt(r, int(INS[r]))[None, :], int(OUTS[r]))[0].tolist() for r in range(5)]
     assert got == alone
+    assert _below_best(m, ex, INS, got).max() <= NEAR_TIE  # the GPU test's check, on the CPU's tokens
 
 
 @pytest.mark.gpu
@@ -143,27 +144,42 @@ def test_the_sweeps_swap_serves_each_request_the_tokens_it_gets_alone_on_the_cpu
     [("compile-reduce-overhead", "bf16", 3), ("quant", "fp8", 3), ("quant", "int8", 3), ("quant", "fp8", 1)],
 )
 def test_compiled_and_graphed_slot_steps_serve_each_request_its_tokens(engine, precision, slots):
-    """The compiled + captured step against the same model's eager step, request by request, on a GPU.
+    """Every token the compiled + captured server gives is the eager model's choice, up to a near-tie, on a GPU.
 
-    bf16 (and fp8's bf16 activations) may part at a near-tie between the compiled and eager arithmetic: the
-    tokens must agree on nearly all positions and the first token (the prefill, eager in both) on all. One
-    slot: the quant decoder's one-row steps run `deepgap.measure.llm_fused`'s layer at per-row positions.
-    The reference captures the eager step as a graph (``cudagraph``'s plan): both then prefill through the
-    same captured buckets, and only the step's compile differs. An eager, unpadded prefill parted from the
-    graphed server at near-ties of the random tiny decoder (49 and 43 of 62 tokens, bf16 and int8, on an
-    H200, 2026-12-03): padding to 64 positions and capture change which bf16 kernels run. In fp32 the
-    graphed buckets give the eager unpadded tokens exactly (tests/test_llm_slots.py).
+    Teacher-forced: the same model's eager forward over each request's prompt and served tokens gives the
+    logits at every step, and each served token must score within ``NEAR_TIE`` standard deviations of the
+    step's best (vLLM's tests accept a token in the other's top log-probabilities the same way). A greedy
+    comparison of two servers had counted the tokens after a first near-tie as wrong: the compiled and the
+    captured eager step of the random tiny decoder parted at one near-tie and then agreed on 49 and 43 of
+    62 tokens (bf16, int8; H200, 2026-12-03), while a wrong position, mask or cache write gives tokens a
+    median 2.9 deviations below the best (tokens drawn at random: 92% beyond 0.5). One slot: the quant
+    decoder's one-row steps run `deepgap.measure.llm_fused`'s layer at per-row positions.
     """
     from deepgap.serving.worker.llm_engines import allow_compiles, served_model, served_step
     from deepgap.serving.worker.llm_executor import SlotExecutor
 
     allow_compiles(4)
-    tokens = []
-    for plan in (served_step("cudagraph", True), served_step(engine, True)):
-        model = served_model("llama-tiny", precision, 0, "cuda")
-        ex = SlotExecutor(model, "cuda", 4, 64, 32, seed=3, graph=plan.graph, compile_mode=plan.compile_mode)
-        tokens.append(_served_tokens(ex, INS, OUTS, slots))
-    eager, fast = tokens
-    assert [t[0] for t in eager] == [t[0] for t in fast]
-    same = sum(a == b for x, y in zip(eager, fast, strict=True) for a, b in zip(x, y, strict=True))
-    assert same >= 0.9 * int(OUTS.sum())
+    plan = served_step(engine, True)
+    model = served_model("llama-tiny", precision, 0, "cuda")
+    ex = SlotExecutor(model, "cuda", 4, 64, 32, seed=3, graph=plan.graph, compile_mode=plan.compile_mode)
+    got = _served_tokens(ex, INS, OUTS, slots)
+    assert [len(t) for t in got] == OUTS.tolist()
+    worst = _below_best(model, ex, INS, got)
+    assert worst.max() <= NEAR_TIE, (worst.max(), int((worst > NEAR_TIE).sum()))
+
+
+NEAR_TIE = 0.25  # standard deviations of a step's logits; on the CPU the served fp8 tokens came within 0.09
+
+
+def _below_best(model, ex, ins, got) -> np.ndarray:
+    """Per served token: how far its logit sits below the step's best, in the step's standard deviations."""
+    out: list[float] = []
+    with torch.inference_mode():
+        for r, toks in enumerate(got):
+            n = int(ins[r])
+            prompt = ex.prompt(r, n)
+            ids = torch.cat([prompt, torch.as_tensor(toks[:-1], device=prompt.device)])[None]
+            logits = model(ids, all_logits=True)[0, n - 1 :].float()  # the step before each served token
+            mine = logits[torch.arange(len(toks)), torch.as_tensor(toks, device=logits.device)]
+            out += ((logits.max(-1).values - mine) / logits.std(-1)).tolist()
+    return np.asarray(out)
