@@ -77,6 +77,17 @@ def test_static_slot_step_matches_the_shared_position_step_for_one_batch(tiny):
     torch.testing.assert_close(rows, shared, rtol=1e-5, atol=1e-5)
 
 
+def test_admission_buckets_pad_at_most_a_third_of_their_rows():
+    from deepgap.serving.worker.llm_prefill import GRAPH_PROMPTS, count_buckets
+
+    assert count_buckets(64) == (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+    assert count_buckets(5) == (1, 2, 3, 4, 6) and count_buckets(1) == (1,)
+    assert count_buckets(512)[-1] == GRAPH_PROMPTS  # more newcomers than that: the eager prefill
+    for n in range(1, GRAPH_PROMPTS + 1):
+        k = next(c for c in count_buckets(GRAPH_PROMPTS) if c >= n)
+        assert k - n <= k / 3
+
+
 @pytest.mark.parametrize("prefill", ["unpadded", "bucketed", "bucketed-one"])
 def test_slot_executor_serves_the_loop_and_records_each_requests_tokens(tiny, prefill):
     """The worker's executor through the server's own loop on a virtual clock, tokens against each alone.

@@ -5,11 +5,12 @@ prompts, and an eager prefill of an 8B decoder pays for about a thousand kernel 
 whatever its size: 52–69 ms for one 64-token prompt on an H200 (session 19), against about 2 ms of weight
 reads. Every running slot waits through it, so its TPOT grows by that much per admission.
 
-A bucket is (newcomers, prompt length): the count rounded up to a power of two up to ``GRAPH_PROMPTS``,
-the longest prompt rounded up to a multiple of ``LENGTH_QUANTUM`` (capped by the cache and the prompt
-ring). Each bucket's prefill is captured once, before serving, with the longest buckets first so that the
-shared memory pool is sized by them. A replay reads three device vectors that one host copy fills: the
-ring rows of the prompts, their cache rows and their lengths.
+A bucket is (newcomers, prompt length): the count rounded up to a power of two or the count half-way to
+the next (`count_buckets`) up to ``GRAPH_PROMPTS``, the longest prompt rounded up to a multiple of
+``LENGTH_QUANTUM`` (capped by the cache and the prompt ring). Each bucket's prefill is captured once,
+before serving, with the longest buckets first so that the shared memory pool is sized by them. A replay
+reads three device vectors that one host copy fills: the ring rows of the prompts, their cache rows and
+their lengths.
 
 - Padding rows (the count rounded up) write into a **sink row**: one cache row past every level's slots
   (the executor allocates ``max_slots + 1`` rows), which no decode step reads. Their prompt is ring row 0
@@ -35,9 +36,16 @@ LENGTH_QUANTUM = 64  # prompt lengths are padded up to a multiple of this
 
 
 def count_buckets(max_count: int) -> tuple[int, ...]:
-    """The newcomer counts with a bucket: powers of two up to ``min(max_count, GRAPH_PROMPTS)`` (rounded up)."""
+    """The newcomer counts with a bucket, up to ``min(max_count, GRAPH_PROMPTS)`` rounded up to one of them.
+
+    Powers of two and the counts half-way (1, 2, 3, 4, 6, 8, 12, …): a bucket pads at most a third of its
+    rows. With powers of two alone an admission of 5 ran as 8; at 8B an admission of a few prompts costs
+    about 6 ms per 192-token prompt, compute-bound, so padding rows cost as much as real ones (session 20:
+    the served step took 11 ms and the prefill after it most of a 53-ms TPOT).
+    """
     top = min(max(1, max_count), GRAPH_PROMPTS)
-    return tuple(1 << i for i in range(math.ceil(math.log2(top)) + 1))
+    counts = sorted({c for i in range(math.ceil(math.log2(top)) + 1) for c in (1 << i, 3 << i >> 1)} - {0})
+    return tuple(c for c in counts if c < top) + (next(c for c in counts if c >= top),)
 
 
 class BucketedPrefill:
