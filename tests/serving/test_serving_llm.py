@@ -58,6 +58,18 @@ class Scripted:
         self.clock.advance(STEP_S[self.slots])
 
 
+def test_a_bucketed_server_is_charged_its_bucket_not_the_newcomers_count():
+    """Five newcomers of up to 6 tokens run as the bucket of 6 prompts of 8 positions on a bucketed server."""
+    counts = (1, 2, 3, 4, 6, 8)
+    prefill = {v: {b: np.full(3, PREFILL_PER_TOKEN * b * v) for b in counts} for v in (4, 8, 12, 16)}
+    step = {s: np.full(5, t) for s, t in STEP_S.items()}
+    bucketed = LlmService(prefill, step, 20, counts=counts, quantum=4)
+    assert bucketed.prefill_s(5, 6) == pytest.approx(PREFILL_PER_TOKEN * 6 * 8)
+    assert LlmService(prefill, step, 20).prefill_s(5, 6) == pytest.approx(PREFILL_PER_TOKEN * 5 * 6)
+    # past the largest bucket the server prefills eagerly, unpadded: in proportion to the largest
+    assert bucketed.prefill_s(10, 6) == pytest.approx(PREFILL_PER_TOKEN * 10 * 6)
+
+
 def test_continuous_loop_admits_at_every_step_and_times_each_token():
     load = _load()
     arrivals = np.array([0.0, 0.0, 0.0005, 0.0021, 0.0022, 0.01])

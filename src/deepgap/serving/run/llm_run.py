@@ -30,6 +30,8 @@ def service_from(reply: Any, req: SetupRequest, label: str) -> LlmService:
         {b: np.asarray(x) for b, x in reply.curve_samples_s.items()},
         req.cache_len,
         source=label,
+        counts=tuple(reply.engine_info.get("prefill_counts") or ()),
+        quantum=int(reply.engine_info.get("prefill_quantum") or 0),
     )
 
 

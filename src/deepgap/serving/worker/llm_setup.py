@@ -77,6 +77,9 @@ def llm_setup(state: Any, req: SetupRequest) -> tuple[SlotExecutor, SetupReply]:
             if req.engine == "quant"
             else None,
             "cache_len": req.cache_len,
+            # what the simulator charges an admission at (`LlmService.prefill_s`): its bucket
+            "prefill_counts": list(ex.prefills.counts) if ex.prefills else None,
+            "prefill_quantum": LENGTH_QUANTUM if ex.prefills else None,
             "serving_depth": 1,
             "input": "prompt ids in a device ring; continuous batching over a static KV cache",
         },
