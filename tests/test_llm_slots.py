@@ -88,32 +88,46 @@ def test_admission_buckets_pad_at_most_a_third_of_their_rows():
         assert k - n <= k / 3
 
 
-@pytest.mark.parametrize("prefill", ["unpadded", "bucketed", "bucketed-one"])
+# per mode: the executor's prefill, the buckets set on it, and the buckets the admissions must go through
+PREFILLS = {
+    "unpadded": ("unpadded", None, None),
+    "bucketed": ("padded", (4,), [(4, 24)]),  # every count padded to 4, prompts to the cache's 24 positions
+    "bucketed-one": ("padded", (1,), [(1, 24)]),  # three newcomers at once: the unpadded prefill beside
+    "packed": ("packed", (16, 24, 32), [16, 32]),  # 12+4+9 = 25 tokens as 32 rows, a lone 7 or 5 as 16
+    "packed-split": ("packed", (8, 12, 16), [8, 12, 16]),  # 12+4 = 16 rows, then 9 as 12, 7 and 5 as 8
+}
+
+
+@pytest.mark.parametrize("prefill", list(PREFILLS))
 def test_slot_executor_serves_the_loop_and_records_each_requests_tokens(tiny, prefill):
     """The worker's executor through the server's own loop on a virtual clock, tokens against each alone.
 
-    ``bucketed``: admissions padded to a bucket (prompts to the cache's 24 positions, a lone newcomer's
-    count to two: the padding row goes to the sink row), eager here, as a GPU replays them;
-    ``bucketed-one``: a bucket of one newcomer only, so the two admitted together take the unpadded
-    prefill beside the bucketed ones.
+    Three prompts of different lengths arrive together, two more while they decode. ``bucketed``: admissions
+    padded to a bucket of newcomers (padding rows go to the sink row), eager here, as a GPU replays them;
+    ``packed``: the prompts concatenated into one sequence of token rows, padded to a bucket of rows (here
+    too: 25 tokens in 32 rows); ``packed-split``: an admission over the largest bucket (16 rows) runs as
+    several packed prefills.
     """
     from deepgap.serving.sim.clock import VirtualClock
     from deepgap.serving.sim.continuous import serve_continuous
     from deepgap.serving.worker.llm_executor import SlotExecutor
 
-    ex = SlotExecutor(tiny, "cpu", 2, 24, 12, seed=3, bucketed=prefill != "unpadded")
-    if ex.prefills is not None:
-        ex.prefills.counts = (1,) if prefill == "bucketed-one" else (2,)
-    ins, outs = np.array([12, 4, 9, 7]), np.array([5, 8, 2, 6])
-    ex.set_level(2, ins, record=True)
+    mode, buckets, went = PREFILLS[prefill]
+    ex = SlotExecutor(tiny, "cpu", 3, 24, 12, seed=3, prefill=mode)
+    if mode == "padded":
+        ex.prefills.counts = buckets
+    elif mode == "packed":
+        ex.prefills.tokens = buckets
+    ins, outs = np.array([12, 4, 9, 7, 5]), np.array([5, 8, 2, 6, 3])
+    ex.set_level(3, ins, record=True)
     clock = VirtualClock()
     with torch.inference_mode():
-        log = serve_continuous(np.array([0.0, 0.0, 1.5e-3, 2e-3]), ins, outs, 2, clock, Ticking(ex, clock))
-    assert log.n == 4 and log.output_len.tolist() == outs.tolist()
-    if prefill != "unpadded":  # the buckets it went through: (newcomers, padded length)
-        assert sorted(ex.prefills.inputs) == ([(2, 24)] if prefill == "bucketed" else [(1, 24)])
-    want = [generate(tiny, ex.prompt(r, int(ins[r]))[None, :], int(outs[r]))[0].tolist() for r in range(4)]
-    assert [ex.record[r] for r in range(4)] == want
+        log = serve_continuous(np.array([0.0, 0.0, 0.0, 1.5e-3, 2e-3]), ins, outs, 3, clock, Ticking(ex, clock))
+    assert log.n == 5 and log.output_len.tolist() == outs.tolist()
+    if went is not None:  # the buckets it went through: (newcomers, padded length), or packed rows
+        assert sorted(ex.prefills.inputs) == went
+    want = [generate(tiny, ex.prompt(r, int(ins[r]))[None, :], int(outs[r]))[0].tolist() for r in range(5)]
+    assert [ex.record[r] for r in range(5)] == want
 
 
 @pytest.mark.gpu

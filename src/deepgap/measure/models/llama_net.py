@@ -32,6 +32,7 @@ from torch.nn import functional as F  # noqa: N812 - torch's own spelling
 
 from deepgap.core.errors import UsageError
 from deepgap.measure.models.llama_config import SHAPES, LlamaShape, check_run, inv_frequencies, shape_of
+from deepgap.measure.models.llama_packed import PackedTokens, packed_logits
 
 
 class RMSNorm(nn.Module):
@@ -214,6 +215,15 @@ class Llama(nn.Module):
         x = self.hidden_states(ids, torch.arange(ids.shape[1], device=ids.device), SlotPrefill(slots))
         return self.lm_head(x[torch.arange(ids.shape[0], device=ids.device), lengths - 1])
 
+    def prefill_packed(self, ids, positions, slots, last):
+        """Packed prompts (`deepgap.measure.models.llama_packed`): the logits ``(G,)`` at their rows ``last``.
+
+        ``ids``, ``positions``, ``slots`` ``(T,)``: each row's token, position in its prompt and cache row.
+        """
+        if self.cache is None:
+            raise UsageError("the KV cache is not set up", "call setup_cache(batch, max_len) first")
+        return packed_logits(self, ids, positions, slots, last)
+
     def decode_slots(self, ids, positions):
         """One token per cache row ``(B, 1)``, each at its own position ``(B,)`` (a long tensor on the device).
 
@@ -299,6 +309,8 @@ class _LayerCache:
         """Write ``k``, ``v`` from ``pos`` on; attend ``q`` causally over everything written so far."""
         if isinstance(pos, (SlotPrefill, SlotPositions)):
             return self._attend_slots(q, k, v, pos)
+        if isinstance(pos, PackedTokens):
+            return pos.attend(self, q, k, v)
         s = q.shape[2]
         if isinstance(pos, int):
             self.k[:, :, pos : pos + s] = k

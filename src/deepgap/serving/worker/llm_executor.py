@@ -4,10 +4,13 @@ Runs in the worker process only. The cache holds ``max_slots`` rows of ``cache_l
 (`Llama.setup_cache`); a level serves with ``slots`` of them (a policy: the first ``slots`` rows). Request
 ``r``'s prompt is the first ``input_len[r]`` ids of row ``r % pool`` of a seeded device-resident ring.
 
-- ``prefill(first, count, slots)``: the newcomers' prompts, right-padded to the longest of them, go into
-  their slots' rows in one call (`Llama.prefill_slots`); each slot's next token and position are set. With
-  ``bucketed`` (on by default with ``graph``) the call is padded to a bucket and replayed as a CUDA graph
-  (`deepgap.serving.worker.llm_prefill`); the cache then has one more row, the padding's sink.
+- ``prefill(first, count, slots)``: the newcomers' prompts go into their slots' rows; each slot's next token
+  and position are set. ``prefill`` says how (`deepgap.serving.worker.llm_prefill`): ``packed`` (the
+  prompts concatenated into a bucket of token rows, `Llama.prefill_packed`), ``padded`` (right-padded to
+  the longest and the count, to a bucket, `Llama.prefill_slots`), both replayed as CUDA graphs with
+  ``graph``, or ``unpadded`` (one eager `Llama.prefill_slots`). Default: ``PREFILL_MODE``
+  (``DEEPGAP_SERVE_PREFILL``, read once; packed unless it says padded), where ``padded`` without a graph
+  runs unpadded. A packed or padded cache has one more row, the padding's sink.
 - ``decode(active)``: one static step over the ``slots`` rows (`Llama.decode_slots`, a position per row):
   every row's next token is its argmax and the running rows' positions advance by one (``active``, a
   device copy of the loop's mask). The step, its argmax and the position update are one function, so
@@ -21,12 +24,18 @@ exist. ``record``: keep every request's tokens (the set-up's check against each 
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
 import torch
 
-from deepgap.serving.worker.llm_prefill import LENGTH_QUANTUM, BucketedPrefill, capture_graph
+from deepgap.core.errors import UsageError
+from deepgap.serving.worker.llm_prefill import LENGTH_QUANTUM, BucketedPrefill, PackedPrefill, capture_graph
+
+PREFILL_MODES = ("packed", "padded")
+# the admissions' prefill, read once per worker: the next GPU session times both (docs/serving.md)
+PREFILL_MODE = os.environ.get("DEEPGAP_SERVE_PREFILL", "packed")
 
 
 class SlotSteps:
@@ -88,11 +97,19 @@ class SlotExecutor:
         graph: bool = False,
         pool: int = 256,
         compile_mode: str | None = None,
-        bucketed: bool | None = None,
+        prefill: str | None = None,
     ) -> None:
         self.model, self.device, self.cuda = model, device, device.startswith("cuda")
-        bucketed = graph if bucketed is None else bucketed
-        rows = max_slots + 1 if bucketed else max_slots  # the bucketed prefill's sink row: past every slot
+        if prefill is None:  # the worker's mode; padded without a graph runs unpadded, as before packing
+            prefill = "unpadded" if PREFILL_MODE == "padded" and not graph else PREFILL_MODE
+        if prefill not in (*PREFILL_MODES, "unpadded"):
+            raise UsageError(
+                f"DEEPGAP_SERVE_PREFILL={prefill}", "set it to packed or padded (or leave it unset)"
+            )
+        self.mode = prefill
+        rows = (
+            max_slots + 1 if prefill != "unpadded" else max_slots
+        )  # the padding's sink row: past every slot
         model.setup_cache(rows, cache_len)
         self.sink = max_slots
         g = torch.Generator().manual_seed(seed + 11)
@@ -104,7 +121,11 @@ class SlotExecutor:
         self.act = torch.zeros(rows, dtype=torch.int64, device=device)
         self.steps = SlotSteps(self, graph, compile_mode)
         self.slots = max_slots
-        self.prefills = BucketedPrefill(self, cache_len, graph) if bucketed else None
+        self.prefills: BucketedPrefill | PackedPrefill | None = None
+        if prefill == "packed":
+            self.prefills = PackedPrefill(self, graph, max_input)
+        elif prefill == "padded":
+            self.prefills = BucketedPrefill(self, cache_len, graph)
         self.inputs = np.ones(1, dtype=np.int64)
         self.record: dict[int, list[int]] | None = None
         self.slot_req = np.full(max_slots, -1, dtype=np.int64)

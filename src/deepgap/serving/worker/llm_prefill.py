@@ -29,7 +29,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import torch
+
+from deepgap.serving.sim.packing import PACKED_TOKENS, groups, token_bucket, token_buckets
 
 GRAPH_PROMPTS = 64  # the most newcomers one captured prefill takes
 LENGTH_QUANTUM = 64  # prompt lengths are padded up to a multiple of this
@@ -142,3 +145,89 @@ def capture_graph(body: Any, device: str, pool: Any, warmups: int) -> Any:
     with torch.cuda.graph(g, pool=pool):
         body()
     return g
+
+
+class PackedPrefill:
+    """Prefill newcomers packed into buckets of ``T`` token rows: replayed as graphs, or eager (module docstring).
+
+    ``prompts``: the logits one prefill gathers (``GRAPH_PROMPTS``, or fewer where the cache has fewer
+    slots); ``tokens``: the buckets of ``T`` (`deepgap.serving.sim.packing`), the largest at least the
+    longest prompt. A bucket's inputs are one device vector that one host copy fills, in six parts: per
+    token row its id's index in the flattened ring, its position, its cache row; per gathered prompt its
+    last row, its cache row and its length. Padding rows and unused gathers aim at the sink.
+    """
+
+    def __init__(self, ex: Any, graph: bool, max_input: int) -> None:
+        self.ex, self.graph = ex, graph
+        self.prompts = min(GRAPH_PROMPTS, ex.slots)
+        self.tokens = token_buckets(max(max_input, min(PACKED_TOKENS, self.prompts * max_input)))
+        self.graphs: dict[int, Any] = {}
+        self.inputs: dict[int, torch.Tensor] = {}
+        self.pool = torch.cuda.graph_pool_handle() if graph else None
+
+    def __call__(self, rows: list[int], lens: list[int], slots: list[int]) -> bool:
+        """Prefill ring ``rows`` of ``lens`` into cache ``slots``, as one packed prefill per group."""
+        for a, b in groups(lens, self.tokens[-1], self.prompts):
+            self.run(token_bucket(sum(lens[a:b]), self.tokens), rows[a:b], lens[a:b], slots[a:b])
+        return True
+
+    def run(self, t: int, rows: list[int], lens: list[int], slots: list[int]) -> None:
+        """One packed prefill of bucket ``t`` (the prompts' total at most ``t``, their count ``prompts``)."""
+        buf = self._inputs(t)
+        buf.copy_(torch.from_numpy(self._host(t, rows, lens, slots)), non_blocking=False)
+        g = self.graphs.get(t)
+        if g is not None:
+            g.replay()
+        elif self.graph:
+            self.graphs[t] = self._capture(t)
+            buf.copy_(torch.from_numpy(self._host(t, rows, lens, slots)))  # the capture ran the sink's
+            self.graphs[t].replay()
+        else:
+            self._body(t)
+
+    def prepare(self) -> None:
+        """Capture every bucket, the largest first (it sizes the shared pool)."""
+        for t in sorted(self.tokens, reverse=True) if self.graph else ():
+            if t not in self.graphs:
+                self.graphs[t] = self._capture(t)
+
+    def _host(self, t: int, rows: list[int], lens: list[int], slots: list[int]) -> np.ndarray:
+        """The bucket's inputs on the host: padding rows and unused gathers at the sink (class docstring)."""
+        k, g, n, sink = len(lens), self.prompts, sum(lens), self.ex.sink
+        assert n <= t and k <= g, (n, t, k, g)
+        a = np.zeros(3 * t + 3 * g, dtype=np.int64)
+        ln = np.asarray(lens, dtype=np.int64)
+        starts = np.cumsum(ln) - ln
+        pos = np.arange(n) - np.repeat(starts, ln)
+        a[:n] = np.repeat(np.asarray(rows, dtype=np.int64), ln) * self.ex.ring.shape[1] + pos
+        a[t : t + n] = pos
+        a[2 * t : 3 * t] = sink
+        a[2 * t : 2 * t + n] = np.repeat(np.asarray(slots, dtype=np.int64), ln)
+        a[3 * t + g : 3 * t + 2 * g] = sink
+        a[3 * t + g : 3 * t + g + k] = slots
+        a[3 * t : 3 * t + k] = starts + ln - 1
+        a[3 * t + 2 * g :] = 1
+        a[3 * t + 2 * g : 3 * t + 2 * g + k] = ln
+        return a
+
+    def _inputs(self, t: int) -> torch.Tensor:
+        buf = self.inputs.get(t)
+        if buf is None:
+            buf = self.inputs[t] = torch.zeros(
+                3 * t + 3 * self.prompts, dtype=torch.int64, device=self.ex.device
+            )
+        return buf
+
+    def _body(self, t: int) -> None:
+        """The packed prefill itself: the next token and position of every gathered prompt (sink's included)."""
+        ex, buf, g = self.ex, self.inputs[t], self.prompts
+        ids = ex.ring.view(-1)[buf[:t]]
+        last, dest, lens = buf[3 * t : 3 * t + g], buf[3 * t + g : 3 * t + 2 * g], buf[3 * t + 2 * g :]
+        logits = ex.model.prefill_packed(ids, buf[t : 2 * t], buf[2 * t : 3 * t], last)
+        ex.tok[dest, 0] = logits.argmax(-1)
+        ex.pos[dest] = lens
+
+    def _capture(self, t: int) -> Any:
+        """Warm up on a side stream and capture, every row and gather aimed at the sink (no slot changes)."""
+        self._inputs(t).copy_(torch.from_numpy(self._host(t, [], [], [])))
+        return capture_graph(lambda: self._body(t), self.ex.device, self.pool, warmups=2)
