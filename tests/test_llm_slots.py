@@ -122,7 +122,9 @@ def test_slot_executor_serves_the_loop_and_records_each_requests_tokens(tiny, pr
     ex.set_level(3, ins, record=True)
     clock = VirtualClock()
     with torch.inference_mode():
-        log = serve_continuous(np.array([0.0, 0.0, 0.0, 1.5e-3, 2e-3]), ins, outs, 3, clock, Ticking(ex, clock))
+        log = serve_continuous(
+            np.array([0.0, 0.0, 0.0, 1.5e-3, 2e-3]), ins, outs, 3, clock, Ticking(ex, clock)
+        )
     assert log.n == 5 and log.output_len.tolist() == outs.tolist()
     if went is not None:  # the buckets it went through: (newcomers, padded length), or packed rows
         assert sorted(ex.prefills.inputs) == went

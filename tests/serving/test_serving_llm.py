@@ -70,6 +70,27 @@ def test_a_bucketed_server_is_charged_its_bucket_not_the_newcomers_count():
     assert bucketed.prefill_s(10, 6) == pytest.approx(PREFILL_PER_TOKEN * 10 * 6)
 
 
+def test_a_packed_server_is_charged_the_bucket_of_its_admissions_total_tokens():
+    """Packed, an admission costs its bucket of token rows (the prompts' sum), not count × longest; one over the
+    largest bucket, or over the prompts one prefill takes, is charged each packed prefill it splits into."""
+    tokens = (8, 12, 16, 24, 32)
+    prefill = {t: {1: np.full(3, PREFILL_PER_TOKEN * t)} for t in tokens}
+    packed = LlmService(prefill, {s: np.full(5, t) for s, t in STEP_S.items()}, 20, tokens=tokens, prompts=3)
+    assert packed.admission_s([6, 5, 6]) == pytest.approx(PREFILL_PER_TOKEN * 24)  # 17 rows in 24, not 3 × 6
+    assert packed.admission_s([9]) == pytest.approx(PREFILL_PER_TOKEN * 12)
+    # 20 + 15 tokens: over 32 rows, so two prefills (24 and 16 rows); 4 prompts of 1: over 3 prompts
+    assert packed.admission_s([20, 15]) == pytest.approx(PREFILL_PER_TOKEN * (24 + 16))
+    assert packed.admission_s([1, 1, 1, 1]) == pytest.approx(PREFILL_PER_TOKEN * (8 + 8))
+    # the padded server's charge for the first: 4 prompts padded to the longest
+    assert _service().admission_s([6, 5, 2, 4]) == pytest.approx(PREFILL_PER_TOKEN * 4 * 6)
+    # and the simulator's executor charges it so
+    clock = VirtualClock()
+    from deepgap.serving.sim.llm_service import VirtualSlots
+
+    VirtualSlots(packed, clock, 4, np.array([6, 5, 2, 4]), None).prefill(0, 4, [0, 1, 2, 3])
+    assert clock.now() == pytest.approx(PREFILL_PER_TOKEN * (16 + 8))  # 3 prompts (13 rows → 16), then 4 → 8
+
+
 def test_continuous_loop_admits_at_every_step_and_times_each_token():
     load = _load()
     arrivals = np.array([0.0, 0.0, 0.0005, 0.0021, 0.0022, 0.01])

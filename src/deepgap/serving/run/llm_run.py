@@ -32,6 +32,8 @@ def service_from(reply: Any, req: SetupRequest, label: str) -> LlmService:
         source=label,
         counts=tuple(reply.engine_info.get("prefill_counts") or ()),
         quantum=int(reply.engine_info.get("prefill_quantum") or 0),
+        tokens=tuple(reply.engine_info.get("prefill_tokens") or ()),
+        prompts=int(reply.engine_info.get("prefill_prompts") or 0),
     )
 
 

@@ -6,7 +6,8 @@ padded to ``P`` tokens (per calibrated batch size and prompt length), and the **
 runs every slot and reads the whole cache, so its time depends on the slots and the cache's length
 (fixed for a run: the longest input plus the longest output), not on how many sequences are running or
 how long their contexts are. `LlmService` charges a prefill the median at its batch and padded length
-(linear between calibrated points, proportional past the largest) and a decode step a draw from its
+(linear between calibrated points, proportional past the largest; a packed server's, calibrated as one
+prompt per bucket of token rows, at the bucket of its total tokens) and a decode step a draw from its
 slot count's measured steps, and `simulate_llm` runs the server's own loop
 (`deepgap.serving.sim.continuous.serve_continuous`) on a `VirtualClock` with the same requests
 (`LlmLoad.draw`: the real level's lengths, seeded alike).
@@ -20,6 +21,7 @@ import numpy as np
 
 from deepgap.serving.sim.clock import VirtualClock
 from deepgap.serving.sim.continuous import SlotStop, TokenLog, serve_continuous
+from deepgap.serving.sim.packing import groups, token_bucket
 from deepgap.serving.sim.seqlen import SeqLenDist
 
 
@@ -54,6 +56,10 @@ class LlmService:
     source: str = ""
     counts: tuple[int, ...] = ()  # a bucketed server's newcomer counts (`serving.worker.llm_prefill`)
     quantum: int = 0  # and the multiple its prompts are padded to; 0: padded to the longest only
+    # a packed server's buckets of token rows (`serving.sim.packing`), calibrated as one prompt of each
+    # bucket's rows (``prefill[T][1]``), and the most prompts one packed prefill takes; () and 0: not packed
+    tokens: tuple[int, ...] = ()
+    prompts: int = 0
 
     def __post_init__(self) -> None:
         if not self.prefill or not self.decode:
@@ -97,6 +103,19 @@ class LlmService:
             return at_len[-1] * k / bs[-1]
         return float(np.interp(k, bs, at_len))
 
+    def admission_s(self, lens) -> float:
+        """Median seconds of the prefill of one admission, prompts of ``lens`` tokens (arrival order).
+
+        A packed server (``tokens``) runs it as one packed prefill per group (`serving.sim.packing.groups`),
+        each at the bucket of its total tokens: charged that bucket's calibrated time, not the count times
+        the longest. Any other server: ``prefill_s(count, longest)``.
+        """
+        lens = [int(v) for v in lens]
+        if not self.tokens:
+            return self.prefill_s(len(lens), max(lens))
+        runs = groups(lens, self.tokens[-1], self.prompts)
+        return sum(self.prefill_s(1, token_bucket(sum(lens[a:b]), self.tokens)) for a, b in runs)
+
     def decode_s(self, slots: int, u: float | None = None) -> float:
         """Seconds of one decode step over ``slots`` (a calibrated count); ``u`` ∈ [0, 1) picks a sample."""
         med = self._dec[slots]
@@ -125,6 +144,8 @@ class LlmService:
         mean_in = int(round(load.inputs.mean()))
         batches = [b for b in self.batches if b <= slots] or [slots]
         per_prompt = min(self.prefill_s(b, mean_in) / b for b in batches)
+        if self.tokens:  # packed: the cheapest bucket per token row, at the mean prompt's rows
+            per_prompt = mean_in * min(self.prefill_s(1, t) / t for t in self.tokens)
         return slots / ((load.outputs.mean() - 1) * self.decode_s(slots) + slots * per_prompt)
 
 
@@ -137,7 +158,7 @@ class VirtualSlots:
         self.k = 0
 
     def prefill(self, first: int, count: int, slots) -> None:  # noqa: D102
-        self.clock.advance(self.sv.prefill_s(count, int(self.inputs[first : first + count].max())))
+        self.clock.advance(self.sv.admission_s(self.inputs[first : first + count]))
 
     def decode(self, active) -> None:  # noqa: D102
         self.decode_steps(1, np.inf)

@@ -32,7 +32,7 @@ from deepgap.serving.sim.clock import RealClock, VirtualClock
 from deepgap.serving.sim.continuous import SlotStop, TokenLog, serve_continuous
 from deepgap.serving.worker.llm_engines import allow_compiles, served_model, served_step
 from deepgap.serving.worker.llm_executor import SlotExecutor
-from deepgap.serving.worker.llm_prefill import LENGTH_QUANTUM
+from deepgap.serving.worker.llm_prefill import LENGTH_QUANTUM, BucketedPrefill, PackedPrefill
 from deepgap.serving.worker.server import quiet_gc, setup_reply
 
 CHECK_REQUESTS = 5
@@ -56,11 +56,15 @@ def llm_setup(state: Any, req: SetupRequest) -> tuple[SlotExecutor, SetupReply]:
     with torch.inference_mode():
         for s in req.buckets:  # a CUDA graph per slot count, captured before anything is served
             ex.steps.prepare(s)
-        if ex.prefills is not None:  # and one per admission bucket
+        if isinstance(ex.prefills, PackedPrefill):  # and one per admission bucket
+            ex.prefills.prepare()
+        elif ex.prefills is not None:
             ex.prefills.prepare(max(lens))
     check = _check(req, ex)
     decode, parts = _decode_curve(ex, req)
-    prefill = {v: _prefill_curve(ex, req, v) for v in lens}
+    packed = ex.prefills if isinstance(ex.prefills, PackedPrefill) else None
+    prefill = _packed_curve(ex, req, packed) if packed else {v: _prefill_curve(ex, req, v) for v in lens}
+    padded = ex.prefills if isinstance(ex.prefills, BucketedPrefill) else None
     reply = setup_reply(
         state,
         req,
@@ -78,8 +82,11 @@ def llm_setup(state: Any, req: SetupRequest) -> tuple[SlotExecutor, SetupReply]:
             else None,
             "cache_len": req.cache_len,
             # what the simulator charges an admission at (`LlmService.prefill_s`): its bucket
-            "prefill_counts": list(ex.prefills.counts) if ex.prefills else None,
-            "prefill_quantum": LENGTH_QUANTUM if ex.prefills else None,
+            "prefill_counts": list(padded.counts) if padded else None,
+            "prefill_quantum": LENGTH_QUANTUM if padded else None,
+            # packed: its buckets of token rows, each calibrated as count 1 at length T (`curves_by_len`)
+            "prefill_tokens": list(packed.tokens) if packed else None,
+            "prefill_prompts": packed.prompts if packed else None,
             "serving_depth": 1,
             "input": "prompt ids in a device ring; continuous batching over a static KV cache",
         },
@@ -148,11 +155,18 @@ class Ticking:
 def _prefill_label(ex: SlotExecutor) -> str:
     """How admissions are prefilled, in words (`deepgap.serving.worker.llm_prefill`)."""
     if ex.prefills is None:
-        return "eager"
+        return "eager, unpadded (DEEPGAP_SERVE_PREFILL=padded)"
     how = "cuda-graph" if ex.prefills.graph else "eager"
+    if isinstance(ex.prefills, PackedPrefill):
+        return (
+            f"packed (DEEPGAP_SERVE_PREFILL=packed): {how} per bucket of token rows "
+            f"({'/'.join(map(str, ex.prefills.tokens))}; at most {ex.prefills.prompts} prompts a prefill, "
+            "larger admissions split)"
+        )
     return (
-        f"{how} per bucket (newcomers {'/'.join(map(str, ex.prefills.counts))}, prompts padded to a multiple "
-        f"of {LENGTH_QUANTUM}; more newcomers: eager)"
+        f"padded (DEEPGAP_SERVE_PREFILL=padded): {how} per bucket (newcomers "
+        f"{'/'.join(map(str, ex.prefills.counts))}, prompts padded to a multiple of {LENGTH_QUANTUM}; "
+        "more newcomers: eager)"
     )
 
 
@@ -203,6 +217,37 @@ def _prefill_curve(ex: SlotExecutor, req: SetupRequest, length: int) -> dict[int
                 ex.prefill(0, b, slots)
                 lat.append(time.perf_counter() - t0)
             out[b] = lat
+    return out
+
+
+def _packed_curve(
+    ex: SlotExecutor, req: SetupRequest, packed: PackedPrefill
+) -> dict[int, dict[int, list[float]]]:
+    """Seconds of each packed bucket's prefill, as ``{T: {1: samples}}``: the simulator reads ``prefill_s(1, T)``.
+
+    Why count 1 at length ``T``: a packed prefill's work is its ``T`` token rows whatever prompts fill them
+    (a replayed graph of fixed shape), so one curve over ``T`` is what `LlmService.admission_s` charges. Each
+    bucket is timed full of prompts as long as the longest calibrated one (fewer rows where the slots or
+    the gathered prompts run out; the graph's time is the same).
+    """
+    out: dict[int, dict[int, list[float]]] = {}
+    n = max(3, req.curve_iterations // 4)
+    longest = max(req.seq_lens)
+    with torch.inference_mode(), quiet_gc():
+        for t in packed.tokens:
+            k = min(-(-t // longest), packed.prompts)
+            lens = [min(longest, t // k)] * k
+            ex.set_level(k, np.asarray(lens, dtype=np.int64))
+            args = (t, list(range(k)), lens, list(range(k)))
+            for _ in range(min(req.curve_warmup, 2)):
+                packed.run(*args)
+            lat = []
+            for _ in range(n):
+                t0 = time.perf_counter()
+                packed.run(*args)
+                ex.sync()
+                lat.append(time.perf_counter() - t0)
+            out[t] = {1: lat}
     return out
 
 
