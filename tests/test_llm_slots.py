@@ -135,7 +135,11 @@ def test_slot_executor_serves_the_loop_and_records_each_requests_tokens(tiny, pr
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run through the device machine)")
 def test_cuda_graph_slot_step_gives_the_eager_tokens():
-    """The decode step captured once per slot count and replayed: the eager executor's tokens, request by request."""
+    """The decode step captured once per slot count and replayed: the eager executor's tokens, request by request.
+
+    The admissions run in the worker's mode (``DEEPGAP_SERVE_PREFILL``; packed by default): packed buckets
+    replayed as graphs against the same buckets run eagerly.
+    """
     from deepgap.serving.sim.clock import VirtualClock
     from deepgap.serving.sim.continuous import serve_continuous
     from deepgap.serving.worker.llm_executor import SlotExecutor

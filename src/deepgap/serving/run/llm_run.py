@@ -87,7 +87,8 @@ def _prefills(by_b: dict[int, list[float]], s: int, first: bool, slots: Any) -> 
     """The prefill at batch ``s`` where calibrated; the smallest slot count's row also holds the other counts'.
 
     Those are one prompt's and, where admissions are bucketed, each bucket's newcomer count
-    (`deepgap.serving.worker.llm_prefill`): the simulator charges them, so the store keeps them.
+    (`deepgap.serving.worker.llm_prefill`): the simulator charges them, so the store keeps them. A packed
+    server's are batch 1 at each bucket of token rows (``by_b`` of length ``T``).
     """
     out: dict[str, Any] = {"prefill_samples_s": list(map(float, by_b[s]))} if s in by_b else {}
     if first:

@@ -1,27 +1,35 @@
-"""A served decoder's admissions: the newcomers' prefill, padded to a bucket and replayed as a CUDA graph.
+"""A served decoder's admissions: the newcomers' prefill, packed or padded to a bucket, replayed as a CUDA graph.
 
-Runs in the worker process only. Why: under Poisson arrivals most admissions bring one to a few short
+Runs in the worker process only. Why graphs: under Poisson arrivals most admissions bring one to a few short
 prompts, and an eager prefill of an 8B decoder pays for about a thousand kernel launches from Python
 whatever its size: 52–69 ms for one 64-token prompt on an H200 (session 19), against about 2 ms of weight
 reads. Every running slot waits through it, so its TPOT grows by that much per admission.
 
-A bucket is (newcomers, prompt length): the count rounded up to a power of two or the count half-way to
-the next (`count_buckets`) up to ``GRAPH_PROMPTS``, the longest prompt rounded up to a multiple of
-``LENGTH_QUANTUM`` (capped by the cache and the prompt ring). Each bucket's prefill is captured once,
-before serving, with the longest buckets first so that the shared memory pool is sized by them. A replay
-reads three device vectors that one host copy fills: the ring rows of the prompts, their cache rows and
-their lengths.
+Two modes (the executor's ``prefill``; the worker's ``DEEPGAP_SERVE_PREFILL``, packed by default):
 
-- Padding rows (the count rounded up) write into a **sink row**: one cache row past every level's slots
-  (the executor allocates ``max_slots + 1`` rows), which no decode step reads. Their prompt is ring row 0
-  with length 1.
-- Padding positions (a prompt shorter than the bucket) hold the ring's next ids: causal attention keeps a
-  row's real tokens from seeing them, and the keys they write sit past the row's position, masked by the
-  decode step until the row's own tokens overwrite them (as in `Llama.prefill_slots`' right padding).
+- **Packed** (`PackedPrefill`, vLLM's layout): the prompts concatenated into one sequence of ``T`` token
+  rows (`Llama.prefill_packed`), ``T`` the total rounded up to a bucket of rows
+  (`deepgap.serving.sim.packing`, which the simulator shares), at most ``PACKED_TOKENS``; an admission of
+  more tokens or more than ``prompts`` newcomers runs as several packed prefills. Why: the 8B prefill is
+  compute-bound (about 30 µs per token row), so a padded row costs what a real one does, and a padded
+  bucket (6 prompts × 256 positions: 1,536 rows) held about 800 real ones (session 20). Only ``T``
+  changes a graph's shape: the head runs over a fixed gather of ``prompts`` last rows. Padding rows write
+  K and V into the sink row at position 0 and attend to each other only. On a CPU it runs eagerly,
+  padded to its bucket all the same (what the simulator charges).
+- **Padded** (`BucketedPrefill`): a bucket is (newcomers, prompt length): the count rounded up to a power
+  of two or the count half-way to the next (`count_buckets`) up to ``GRAPH_PROMPTS``, the longest prompt
+  rounded up to a multiple of ``LENGTH_QUANTUM`` (capped by the cache and the prompt ring). Padding rows
+  (the count rounded up) write into the sink row with ring row 0 of length 1; padding positions (a prompt
+  shorter than the bucket) hold the ring's next ids: causal attention keeps a row's real tokens from seeing
+  them, and the keys they write sit past the row's position, masked by the decode step until the row's own
+  tokens overwrite them (as in `Llama.prefill_slots`' right padding). Larger admissions (more than
+  ``GRAPH_PROMPTS`` newcomers) and any device without graphs run the eager prefill, unpadded; ``padded``
+  without ``graph`` runs the padded prefill eagerly: the CPU tests check that padding changes no token.
 
-Larger admissions (more than ``GRAPH_PROMPTS`` newcomers, rare once steps are fast) and any device without
-graphs run the eager prefill, unpadded. ``bucketed`` without ``graph`` runs the padded prefill eagerly: the
-CPU tests check that padding changes no token.
+Each bucket's prefill is captured once, before serving, with the largest buckets first so that the shared
+memory pool is sized by them. A replay reads device vectors that one host copy fills. The **sink row** is
+one cache row past every level's slots (the executor allocates ``max_slots + 1`` rows), which no decode
+step reads.
 """
 
 from __future__ import annotations

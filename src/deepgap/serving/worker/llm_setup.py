@@ -10,10 +10,11 @@ precision (`deepgap.measure.decode_config`'s way); its cache holds the largest c
   per-row position, mask or cache write shows up as a token that differs; in fp32 that is flagged, in
   lower precisions a near-tie may part (recorded).
 - **Calibration**: the decode step at every slot count (`curve_iterations` steps each, synchronised;
-  the step is static, so its time does not depend on which slots hold a sequence), and the prefill of
+  the step is static, so its time does not depend on which slots hold a sequence), and the prefill as the
+  server runs it: packed, every bucket of ``T`` token rows (stored as batch 1 at length ``T``); padded,
   every calibrated batch and every admission bucket's count at every calibrated prompt length. They are
   the simulator's curves (`deepgap.serving.sim.llm_service.LlmService`): ``curve_samples_s`` per slot
-  count, ``curves_by_len`` prompt length → batch → prefill seconds.
+  count, ``curves_by_len`` prompt length (packed: rows) → batch → prefill seconds.
 """
 
 from __future__ import annotations
