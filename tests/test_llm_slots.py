@@ -134,11 +134,12 @@ def test_slot_executor_serves_the_loop_and_records_each_requests_tokens(tiny, pr
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run through the device machine)")
-def test_cuda_graph_slot_step_gives_the_eager_tokens():
+@pytest.mark.parametrize("prefill", ["packed", "padded"])
+def test_cuda_graph_slot_step_gives_the_eager_tokens(prefill):
     """The decode step captured once per slot count and replayed: the eager executor's tokens, request by request.
 
-    The admissions run in the worker's mode (``DEEPGAP_SERVE_PREFILL``; packed by default): packed buckets
-    replayed as graphs against the same buckets run eagerly.
+    Admissions in both modes (``DEEPGAP_SERVE_PREFILL``): their buckets replayed as graphs against the same
+    buckets run eagerly.
     """
     from deepgap.serving.sim.clock import VirtualClock
     from deepgap.serving.sim.continuous import serve_continuous
@@ -148,7 +149,7 @@ def test_cuda_graph_slot_step_gives_the_eager_tokens():
     tokens = []
     for graph in (False, True):
         model = build_llama("llama-tiny", seed=0, device="cuda")
-        ex = SlotExecutor(model, "cuda", 4, 64, 32, seed=3, graph=graph)
+        ex = SlotExecutor(model, "cuda", 4, 64, 32, seed=3, graph=graph, prefill=prefill)
         ex.set_level(3, ins, record=True)
         clock = VirtualClock()
         with torch.inference_mode():

@@ -24,11 +24,9 @@ TOKEN_QUANTUM = 64  # the smallest bucket
 
 def token_buckets(cap: int, low: int = TOKEN_QUANTUM) -> tuple[int, ...]:
     """The totals with a bucket: ``low · 2^i`` and ``1.5 · low · 2^i``, up to the first at or past ``cap``."""
-    out: list[int] = []
-    v = low
-    while not out or out[-1] < cap:
-        out += [b for b in (v, v * 3 // 2) if not out or out[-1] < cap]
-        v *= 2
+    out = [low]
+    while out[-1] < cap:
+        out.append(out[-1] * 3 // 2 if len(out) % 2 else out[-2] * 2)
     return tuple(out)
 
 
