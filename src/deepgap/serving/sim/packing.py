@@ -27,9 +27,9 @@ def token_buckets(cap: int, low: int = TOKEN_QUANTUM) -> tuple[int, ...]:
 
     Steps of a quarter of the octave's start, at least 32 rows: 64, 96, 128, 160, 192, 224, 256, 320, …,
     4096 (23 buckets). Past 64 rows a bucket pads at most a third of its rows, past 128 a fifth. Why not
-    powers of two and half-way (13 buckets to 4096): under Poisson arrivals of prompts uniform on 64–256 tokens those
-    held 83% real rows, these 91% (a simulated mix of 2 to 8 newcomers an admission), and every padded row
-    costs what a real one does; a bucket more is one more graph captured and calibrated before serving.
+    powers of two and half-way (13 buckets to 4096): under Poisson arrivals of prompts uniform on 64–256
+    tokens those held 83% real rows, these 91% (a simulated mix of 2 to 8 newcomers an admission), and every
+    padded row costs what a real one does; a bucket more is one more graph captured and calibrated.
     """
     out = [low]
     while out[-1] < cap:
