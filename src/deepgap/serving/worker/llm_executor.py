@@ -107,9 +107,8 @@ class SlotExecutor:
                 f"DEEPGAP_SERVE_PREFILL={prefill}", "set it to packed or padded (or leave it unset)"
             )
         self.mode = prefill
-        rows = (
-            max_slots + 1 if prefill != "unpadded" else max_slots
-        )  # the padding's sink row: past every slot
+        # a packed or padded prefill's sink row: past every slot
+        rows = max_slots + 1 if prefill != "unpadded" else max_slots
         model.setup_cache(rows, cache_len)
         self.sink = max_slots
         g = torch.Generator().manual_seed(seed + 11)
