@@ -189,8 +189,9 @@ def test_static_option_has_no_script(tmp_path, multi):
 
 
 # --- in headless Chromium ----------------------------------------------------------------------------
-def _chromium_dom(html: Path, script: str, width: int = 1280, height: int = 900) -> str:
-    """The page's DOM after ``script`` ran in headless Chromium at ``width``×``height`` (network blocked)."""
+def _chromium_dom(html: Path, script: str, png: Path, width: int = 1280, height: int = 900) -> str:
+    """The page's DOM after ``script`` ran in headless Chromium at ``width``×``height`` (network blocked),
+    and a screenshot of its first screen into ``png`` taken by the same launch (after the script ran)."""
     import subprocess
     import tempfile
 
@@ -218,10 +219,13 @@ def _chromium_dom(html: Path, script: str, width: int = 1280, height: int = 900)
             "--host-resolver-rules=MAP * ~NOTFOUND",
             "--virtual-time-budget=20000",
             f"--window-size={width},{height}",
+            f"--screenshot={png}",
             "--dump-dom",
             page.as_uri(),
         ]
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
+        dom = subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
+        assert png.exists(), "chromium wrote no screenshot"
+        return dom
 
 
 MEASURE = (  # the answer table's box and the page's width, at 1280×900
@@ -247,21 +251,21 @@ FILTERS = (  # choose a model, then a batch, in the filter menus: traces and tab
     "var p=document.createElement('pre');p.id='res';p.textContent=out;document.body.appendChild(p);"
     "var q=document.createElement('pre');q.id='titles';q.textContent=JSON.stringify(titles);"
     "document.body.appendChild(q);"
+    "pick('batch','');pick('model','');"  # back to "all": the same launch's screenshot shows the whole page
 )
 
 
 @pytest.fixture(scope="module")
 def chromium(multi, tmp_path_factory):
-    """One DOM dump (measured, counted, then filtered: the filters run last) and one first-screen shot.
+    """One Chromium launch: the DOM (measured, counted, then filtered and unfiltered: the filters run last)
+    and the first screen's shot (`screenshot` itself is shot at a figure's anchor below).
 
-    Why shared: each Chromium launch costs seconds of CPU on the 2-core CI machine; the four tests below
-    made six (two screenshots of the same first screen, three dumps of the same page).
+    Why shared: each Chromium launch costs ~6 CPU-s on the 2-core CI machine (its browser, renderer and
+    plotly drawing every plot); the four tests below made six (two screenshots of the same first screen,
+    three dumps of the same page), then two (the DOM, the first screen) until 2026-12-03.
     """
-    d = tmp_path_factory.mktemp("chromium")
-    return {
-        "dom": _chromium_dom(multi["html"], MEASURE + COUNT + FILTERS),
-        "top": screenshot(str(multi["html"]), str(d / "top.png"), 1280, 900),
-    }
+    top = tmp_path_factory.mktemp("chromium") / "top.png"
+    return {"dom": _chromium_dom(multi["html"], MEASURE + COUNT + FILTERS, top), "top": str(top)}
 
 
 @needs_chromium
