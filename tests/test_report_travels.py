@@ -26,6 +26,7 @@ from deepgap.render import sections
 from deepgap.render.style import MAX_SERIES
 from deepgap.report import interactive as fi
 from deepgap.report.page import build, find_chromium, save
+from deepgap.roofline import predict
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "two_gpus_small.sqlite.gz"
 MAX_BYTES = 3 * 1024 * 1024
@@ -47,10 +48,18 @@ def page(tmp_path_factory):
         )
         # fewer bootstrap resamples in the A/B tables: their CIs' width is not under test here
         mp.setattr(platforms, "side_by_side", functools.partial(platforms.side_by_side, n_resamples=200))
+        # the per-op roofline's counts, made up: counting ResNet-18's and -50's ops on the meta device took
+        # ~4 CPU-s (tests/test_roofline_flops.py checks the counter, tests/test_two_gpus.py the prediction)
+        mp.setattr(predict, "eager_op_costs", _fake_op_costs)
         rep = build(str(store))
     html = d / "report.html"
     save(rep, str(html))
     return {"rep": rep, "html": html, "text": html.read_text(encoding="utf-8"), "dir": d}
+
+
+def _fake_op_costs(model: str, resolution: int):
+    """Two ops per image (1 GFLOP over 1e6 elements, then 1e7 elements and no FLOPs), as `predict.eager_op_costs`."""
+    return [1e9, 0.0], [2e9, 0.0], [1e6, 1e7], [2e6, 2e7]
 
 
 class _Links(HTMLParser):
