@@ -56,11 +56,7 @@ def cluster():
     # Ray starts its workers at nice 15 (`worker_niceness`), and the deepgap worker that a task spawns
     # inherits it: beside two busy loops such a worker got a few percent of a core and the sweep stalled for
     # minutes. Here the workers run at the test's own priority, so a loaded host slows them, never starves them.
-    # No log monitor on any node (the workers' output is not forwarded to this driver) and no autoscaler
-    # monitor (a fixed cluster; a lost node is the GCS's finding): ~1.5 CPU-s of Python processes less.
-    quiet = {"include_log_monitor": False}
-    head = {"num_cpus": 0, "include_dashboard": False, "no_monitor": True, **quiet}
-    head["_system_config"] = {"worker_niceness": 0}
+    head = {"num_cpus": 0, "include_dashboard": False, "_system_config": {"worker_niceness": 0}}
     # Every Ray job starts fresh Ray workers, and each starts a fork server (four here): a tinycnn worker
     # never imports torchvision (a third of the server's start). The nodes' processes, Ray's workers among
     # them, inherit the environment of the moment.
@@ -68,8 +64,8 @@ def cluster():
         mp.setenv("DEEPGAP_WORKER_PRELOAD", "torch,torch._dynamo,scipy.stats")
         c = Cluster(initialize_head=True, head_node_args=head)
         nodes = {
-            "l4": c.add_node(num_cpus=1, resources={"accelerator_type:L4": 1}, **quiet),
-            "plain": c.add_node(num_cpus=1, **quiet),
+            "l4": c.add_node(num_cpus=1, resources={"accelerator_type:L4": 1}),
+            "plain": c.add_node(num_cpus=1),
         }
     c.wait_for_nodes()
     c.nodes_by_name = nodes
