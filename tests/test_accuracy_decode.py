@@ -11,7 +11,20 @@ import multiprocessing
 import numpy as np
 import torch
 
-from deepgap.measure.accuracy.evaluate import decode, workers
+
+def decode(*args, **kwargs):
+    """`deepgap.measure.accuracy.evaluate.decode`, imported on use: the module imports torchvision's
+    transforms (~3 CPU-s), which every xdist worker paid at collection although one runs this file."""
+    from deepgap.measure.accuracy.evaluate import decode
+
+    return decode(*args, **kwargs)
+
+
+def workers(*args, **kwargs):
+    """`deepgap.measure.accuracy.evaluate.workers`, imported on use (see `decode`)."""
+    from deepgap.measure.accuracy.evaluate import workers
+
+    return workers(*args, **kwargs)
 
 
 def _images(root, n=6):

@@ -91,18 +91,17 @@ def test_fused_layers_decode_as_the_plain_ones(precision="fp8"):
     for m in plain.layers:  # the same seeded weights and codes, the plain path
         m.forward = m.layer.forward
     ids = prompts(fused.shape.vocab, 1, 6, 0)
-    rel = []
     with torch.inference_mode():
         for m in (fused, plain):
             m.setup_cache(1, 12)
         a, b = fused.prefill(ids), plain.prefill(ids)
         assert torch.equal(a, b)  # rows > 1: the wrapped layer itself
+        # one decode step (its k/v go to the cache and are read back in the same step): a second one, in
+        # Triton's interpreter, cost ~2 CPU-s more and checked the same layers again
         tok = a.argmax(-1, keepdim=True)
-        for p in range(6, 8):
-            a, b = fused.decode_step(tok, p), plain.decode_step(tok, p)
-            rel.append(float((a.float() - b.float()).norm() / b.float().norm()))
-            tok = b.argmax(-1, keepdim=True)
-    assert 0 < max(rel) < 0.03, rel  # 0 would mean the fused path never ran
+        a, b = fused.decode_step(tok, 6), plain.decode_step(tok, 6)
+    rel = float((a.float() - b.float()).norm() / b.float().norm())
+    assert 0 < rel < 0.03, rel  # 0 would mean the fused path never ran
 
 
 def test_fuse_leaves_other_models_alone():

@@ -6,6 +6,7 @@ logits check covers every part of the architecture. Parameter counts of the name
 on the meta device (nothing allocated) against the published totals and a formula written out here.
 """
 
+import importlib.util
 import json
 import math
 
@@ -17,13 +18,23 @@ from deepgap.measure.models.llama_config import SHAPES, inv_frequencies, shape_o
 from deepgap.measure.models.llama_net import build_llama
 from deepgap.measure.models.llama_weights import to_hf
 
-transformers = pytest.importorskip("transformers")
+# Checked, not imported: importing transformers costs ~1.7 CPU-s, which every xdist worker paid at collection
+# although one of them runs this file. The tests that compare with it import it (`_hf`).
+if importlib.util.find_spec("transformers") is None:
+    pytest.skip("could not import 'transformers': No module named 'transformers'", allow_module_level=True)
 TINY = SHAPES["llama-tiny"]
+
+
+def _hf():
+    import transformers
+
+    return transformers
 
 
 def _hf_twin(model):
     """HF's LlamaForCausalLM from the same shape, holding ``model``'s weights."""
     shape = model.shape
+    transformers = _hf()
     ref = transformers.LlamaForCausalLM(transformers.LlamaConfig(**shape.hf_dict())).eval()
     missing, unexpected = ref.load_state_dict(to_hf(model.state_dict(), shape), strict=False)
     assert not unexpected and set(missing) <= {"lm_head.weight"}  # a tied head is the embedding
@@ -89,6 +100,8 @@ def test_tied_shape_and_config_json_round_trip(tmp_path):
 def test_rope_scaling_frequencies_are_hfs_in_all_three_regimes():
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
+    transformers = _hf()
+
     cfg = transformers.LlamaConfig(**TINY.hf_dict())
     want, _ = ROPE_INIT_FUNCTIONS["llama3"](cfg, "cpu")
     ours = torch.tensor(inv_frequencies(TINY), dtype=torch.float64)
@@ -120,6 +133,7 @@ def test_named_shapes_count_their_published_parameters_on_meta(name, published):
     assert n == SHAPES[name].params() == HAND[name]
     assert math.isclose(n, published, rel_tol=5e-3)
     assert n == {"llama-3.2-1b": 1_235_814_400, "llama-3.1-8b": 8_030_261_248}[name]
+    transformers = _hf()
     with torch.device("meta"):
         ref = transformers.LlamaForCausalLM(transformers.LlamaConfig(**SHAPES[name].hf_dict()))
     assert sum(p.numel() for p in ref.parameters()) == n

@@ -6,7 +6,6 @@ one engine family with more series than a panel may hold. The same page opens in
 were test_report_screenshot.py's, which built the same report again: 30-90 s on the 2-core CI machine).
 """
 
-import dataclasses
 import json
 import re
 from pathlib import Path
@@ -96,10 +95,11 @@ def test_environment_is_one_row_per_machine(multi):
 def test_no_panel_has_more_than_eight_series(multi):
     rep = multi["rep"]
     split = False
-    # Fig. 7's PNG too, which only --static draws (issue 49): its bars cut a family as the plotly panels do
-    bars = dataclasses.replace(next(f for f in rep.figures if f.name == "fig07_median_latency")).draw_png()
+    # Fig. 7's PNG too, which only --static draws (issue 49): its bars cut a family as the plotly panels do.
+    # Drawn in place: the page was saved already, and test_static_option_has_no_script's page then reuses it
+    bars = next(f for f in rep.figures if f.name == "fig07_median_latency").draw_png()
     assert bars.png and bars.panels
-    for f in [*rep.figures, bars]:
+    for f in rep.figures:
         for title, series in f.panels.items():
             assert len(series) <= MAX_SERIES, (f.name, title, series)
             split |= title.endswith("(1/2)")
@@ -189,8 +189,9 @@ def test_static_option_has_no_script(tmp_path, multi):
 
 
 # --- in headless Chromium ----------------------------------------------------------------------------
-def _chromium_dom(html: Path, script: str, width: int = 1280, height: int = 900) -> str:
-    """The page's DOM after ``script`` ran in headless Chromium at ``width``×``height`` (network blocked)."""
+def _chromium_dom(html: Path, script: str, png: Path, width: int = 1280, height: int = 900) -> str:
+    """The page's DOM after ``script`` ran in headless Chromium at ``width``×``height`` (network blocked),
+    and a screenshot of its first screen into ``png`` taken by the same launch (after the script ran)."""
     import subprocess
     import tempfile
 
@@ -218,10 +219,13 @@ def _chromium_dom(html: Path, script: str, width: int = 1280, height: int = 900)
             "--host-resolver-rules=MAP * ~NOTFOUND",
             "--virtual-time-budget=20000",
             f"--window-size={width},{height}",
+            f"--screenshot={png}",
             "--dump-dom",
             page.as_uri(),
         ]
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
+        dom = subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
+        assert png.exists(), "chromium wrote no screenshot"
+        return dom
 
 
 MEASURE = (  # the answer table's box and the page's width, at 1280×900
@@ -252,16 +256,17 @@ FILTERS = (  # choose a model, then a batch, in the filter menus: traces and tab
 
 @pytest.fixture(scope="module")
 def chromium(multi, tmp_path_factory):
-    """One DOM dump (measured, counted, then filtered: the filters run last) and one first-screen shot.
+    """One Chromium launch: the DOM (measured, counted, then filtered: the filters run last) and the first
+    screen's shot, of the page as the filters left it (one model, one batch: the header, the answer table's
+    head and the plots stay). `screenshot` itself is shot at a figure's anchor below. Setting the filters
+    back to "all" redrew every plot once per menu (~2 CPU-s).
 
-    Why shared: each Chromium launch costs seconds of CPU on the 2-core CI machine; the four tests below
-    made six (two screenshots of the same first screen, three dumps of the same page).
+    Why shared: each Chromium launch costs ~6 CPU-s on the 2-core CI machine (its browser, renderer and
+    plotly drawing every plot); the four tests below made six (two screenshots of the same first screen,
+    three dumps of the same page), then two (the DOM, the first screen) until 2026-12-03.
     """
-    d = tmp_path_factory.mktemp("chromium")
-    return {
-        "dom": _chromium_dom(multi["html"], MEASURE + COUNT + FILTERS),
-        "top": screenshot(str(multi["html"]), str(d / "top.png"), 1280, 900),
-    }
+    top = tmp_path_factory.mktemp("chromium") / "top.png"
+    return {"dom": _chromium_dom(multi["html"], MEASURE + COUNT + FILTERS, top), "top": str(top)}
 
 
 @needs_chromium

@@ -26,6 +26,7 @@ from deepgap.render import sections
 from deepgap.render.style import MAX_SERIES
 from deepgap.report import interactive as fi
 from deepgap.report.page import build, find_chromium, save
+from deepgap.roofline import predict
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "two_gpus_small.sqlite.gz"
 MAX_BYTES = 3 * 1024 * 1024
@@ -47,10 +48,18 @@ def page(tmp_path_factory):
         )
         # fewer bootstrap resamples in the A/B tables: their CIs' width is not under test here
         mp.setattr(platforms, "side_by_side", functools.partial(platforms.side_by_side, n_resamples=200))
+        # the per-op roofline's counts, made up: counting ResNet-18's and -50's ops on the meta device took
+        # ~4 CPU-s (tests/test_roofline_flops.py checks the counter, tests/test_two_gpus.py the prediction)
+        mp.setattr(predict, "eager_op_costs", _fake_op_costs)
         rep = build(str(store))
     html = d / "report.html"
     save(rep, str(html))
     return {"rep": rep, "html": html, "text": html.read_text(encoding="utf-8"), "dir": d}
+
+
+def _fake_op_costs(model: str, resolution: int):
+    """Two ops per image (1 GFLOP over 1e6 elements, then 1e7 elements and no FLOPs), as `predict.eager_op_costs`."""
+    return [1e9, 0.0], [2e9, 0.0], [1e6, 1e7], [2e6, 2e7]
 
 
 class _Links(HTMLParser):
@@ -178,13 +187,17 @@ def test_missing_plotly_fails_at_start(tmp_path, monkeypatch):
 
 
 HEADLESS_MIN_WIDTH = 500  # headless Chromium's narrowest window: a phone's 390 px is an iframe inside it
+WIDTHS = (1280, 390)  # a laptop's screen and a phone's
+VIEWPORT_H = 757  # the page's height in a 900-px-high headless window (Chromium keeps the rest)
 
 
-def _measure(html: Path, width: int, height: int = 900) -> dict:
+def _measure(html: Path, widths: tuple[int, ...] = WIDTHS) -> dict[int, dict]:
     """Boxes of the answer table, its ratio rows and numbers, the plots' legends and toolbars (headless Chromium).
 
-    Below `HEADLESS_MIN_WIDTH` the page is measured inside an iframe of ``width`` px (it posts its boxes
-    to the frame around it): the window alone would be 500 px wide, whatever was asked.
+    One launch for every width (each launch costs ~6 CPU-s: the browser, and plotly drawing every plot):
+    the page is measured inside an iframe of ``width`` × `VIEWPORT_H` px per width, side by side in one
+    window, and posts its boxes to the frame around it (a window alone is at least `HEADLESS_MIN_WIDTH` px
+    wide, whatever was asked; until 2026-12-03 the 1280-px page had a window of its own).
     """
     js = (
         "function box(e){var b=e.getBoundingClientRect();return [b.left,b.right,b.top,b.bottom];}"
@@ -202,26 +215,29 @@ def _measure(html: Path, width: int, height: int = 900) -> dict:
         "ab:['platforms_best_batch','platforms_matched'].map(function(id){var b=document.getElementById(id)"
         ".nextElementSibling;return [b.scrollWidth,b.clientWidth];}),"
         "drawn:document.querySelectorAll('div.plot .main-svg').length});"
-        "if(window.parent!==window)window.parent.postMessage(s,'*');"
-        "var p=document.createElement('pre');p.id='measured';p.textContent=s;document.body.appendChild(p);}"
+        "window.parent.postMessage(s,'*');}"
         "(function w(n){if(document.documentElement.getAttribute('data-plots')||n>200)go();"
         "else setTimeout(function(){w(n+1);},50);})(0);"
+    )
+    frames = "".join(
+        f'<iframe id="w{w}" src="page.html" style="border:0;width:{w}px;height:{VIEWPORT_H}px;'
+        'vertical-align:top"></iframe>'
+        for w in widths
     )
     with tempfile.TemporaryDirectory() as d:
         copy = Path(d) / "page.html"  # the page alone, copied away from its _files folder
         text = html.read_text(encoding="utf-8")
         head, _, tail = text.rpartition("</body>")
         copy.write_text(head + f"<script>{js}</script></body>" + tail, encoding="utf-8")
-        target = copy
-        if width < HEADLESS_MIN_WIDTH:
-            target = Path(d) / "phone.html"
-            target.write_text(
-                f'<html><body style="margin:0"><iframe src="page.html" style="border:0;width:{width}px;'
-                f'height:{height - 143}px"></iframe><script>window.addEventListener("message",function(e){{'
-                'var p=document.createElement("pre");p.id="measured";p.textContent=e.data;'
-                "document.body.appendChild(p);});</script></body></html>",
-                encoding="utf-8",
-            )
+        frame = Path(d) / "frames.html"
+        frame.write_text(
+            f'<html><body style="margin:0;white-space:nowrap">{frames}<script>'
+            'window.addEventListener("message",function(e){var f=[].filter.call('
+            'document.querySelectorAll("iframe"),function(f){return f.contentWindow===e.source;})[0];'
+            'var p=document.createElement("pre");p.id="measured-"+f.id;p.textContent=e.data;'
+            "document.body.appendChild(p);});</script></body></html>",
+            encoding="utf-8",
+        )
         cmd = [
             find_chromium(),
             "--headless",
@@ -232,12 +248,19 @@ def _measure(html: Path, width: int, height: int = 900) -> dict:
             f"--user-data-dir={d}/profile",
             "--host-resolver-rules=MAP * ~NOTFOUND",
             "--virtual-time-budget=20000",
-            f"--window-size={max(width, HEADLESS_MIN_WIDTH)},{height}",
+            f"--window-size={max(sum(widths), HEADLESS_MIN_WIDTH)},900",
             "--dump-dom",
-            target.as_uri(),
+            frame.as_uri(),
         ]
         dom = subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
-    return json.loads(re.search(r'<pre id="measured">(.*?)</pre>', dom).group(1))
+    found = dict(re.findall(r'<pre id="measured-w(\d+)">(.*?)</pre>', dom))
+    return {w: json.loads(found[str(w)]) for w in widths if str(w) in found}
+
+
+@pytest.fixture(scope="module")
+def measured(page) -> dict[int, dict]:
+    """`_measure` of the page at every width of `WIDTHS`, once for the module."""
+    return _measure(page["html"])
 
 
 def _overlap(a, b) -> bool:
@@ -245,9 +268,9 @@ def _overlap(a, b) -> bool:
 
 
 @chromium
-@pytest.mark.parametrize("width", [1280, 390])
-def test_answer_with_ratio_on_first_screen(page, width):
-    m = _measure(page["html"], width)
+@pytest.mark.parametrize("width", WIDTHS)
+def test_answer_with_ratio_on_first_screen(measured, width):
+    m = measured[width]
     assert m["plots"] == "drawn" and m["drawn"] >= 5  # plotly.js inflated and drew every figure, offline
     assert len(m["ratios"]) == 2 and all(top > 0 and bottom <= m["vh"] for top, bottom in m["ratios"]), m
     if width == 1280:  # the whole answer, H100 rows included, without scrolling; the A/B tables fit

@@ -284,6 +284,8 @@ def test_plan_across_both_platforms(merged, capsys):
                 "0.5s",
                 "--platforms",
                 "H100",
+                "--precision",  # one curve: the filter and the table are the point (~1.8 CPU-s less)
+                "fp32",
             ]
         )
         == 0
@@ -337,7 +339,9 @@ def test_the_report_of_a_merged_store_shows_the_platforms_side_by_side(merged, f
     from deepgap.cli import main
 
     out = tmp_path / "r.html"
-    assert main(["report", merged["all"], "-o", str(out), "--static"]) == 0
+    # the interactive page (the default): --static drew every figure's PNG too, 3 CPU-s more; static pages
+    # are tests/test_report_layout.py's and test_report_travels.py's
+    assert main(["report", merged["all"], "-o", str(out)]) == 0
     html = out.read_text()
     for anchor in (
         "platforms_ceilings",
