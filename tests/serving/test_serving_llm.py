@@ -71,13 +71,17 @@ def test_a_bucketed_server_is_charged_its_bucket_not_the_newcomers_count():
 
 
 def test_packed_buckets_pad_at_most_a_fifth_past_128_rows_and_split_in_arrival_order():
-    from deepgap.serving.sim.packing import PACKED_TOKENS, groups, token_bucket, token_buckets
+    from deepgap.serving.sim.packing import PACKED_TOKENS, groups, smallest_bucket, token_buckets
 
     top = token_buckets(PACKED_TOKENS)
     assert top[:9] == (64, 96, 128, 160, 192, 224, 256, 320, 384) and top[-1] == PACKED_TOKENS
     assert token_buckets(24) == (64,) and token_buckets(100)[-1] == 128
-    assert all(token_bucket(n, top) - n <= token_bucket(n, top) / 3 for n in range(64, PACKED_TOKENS + 1))
-    assert all(token_bucket(n, top) - n <= token_bucket(n, top) / 5 for n in range(129, PACKED_TOKENS + 1))
+    assert all(
+        smallest_bucket(n, top) - n <= smallest_bucket(n, top) / 3 for n in range(64, PACKED_TOKENS + 1)
+    )
+    assert all(
+        smallest_bucket(n, top) - n <= smallest_bucket(n, top) / 5 for n in range(129, PACKED_TOKENS + 1)
+    )
     assert groups([5, 6, 7, 1, 1], 12, 8) == [(0, 2), (2, 5)] and groups([1] * 5, 99, 2) == [
         (0, 2),
         (2, 4),

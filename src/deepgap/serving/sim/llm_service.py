@@ -21,7 +21,7 @@ import numpy as np
 
 from deepgap.serving.sim.clock import VirtualClock
 from deepgap.serving.sim.continuous import SlotStop, TokenLog, serve_continuous
-from deepgap.serving.sim.packing import groups, token_bucket
+from deepgap.serving.sim.packing import groups, padded_length, smallest_bucket
 from deepgap.serving.sim.seqlen import SeqLenDist
 
 
@@ -92,9 +92,9 @@ class LlmService:
         predicted 107.5 queries/s where 82.7 passed).
         """
         if self.counts and k <= self.counts[-1]:  # more newcomers run eager, unpadded
-            k = next(c for c in self.counts if c >= k)
+            k = smallest_bucket(k, self.counts)
             if self.quantum:
-                length = max(length, min(-(-length // self.quantum) * self.quantum, self.cache_len))
+                length = padded_length(length, self.quantum, self.cache_len)
         ls, bs = self.lengths, self.batches
         at_len = [float(np.interp(length, ls, self._pre[:, j])) for j in range(len(bs))]
         if length > ls[-1]:
@@ -114,7 +114,7 @@ class LlmService:
         if not self.tokens:
             return self.prefill_s(len(lens), max(lens))
         runs = groups(lens, self.tokens[-1], self.prompts)
-        return sum(self.prefill_s(1, token_bucket(sum(lens[a:b]), self.tokens)) for a, b in runs)
+        return sum(self.prefill_s(1, smallest_bucket(sum(lens[a:b]), self.tokens)) for a, b in runs)
 
     def decode_s(self, slots: int, u: float | None = None) -> float:
         """Seconds of one decode step over ``slots`` (a calibrated count); ``u`` ∈ [0, 1) picks a sample."""

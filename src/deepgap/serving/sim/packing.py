@@ -1,4 +1,4 @@
-"""A packed admission's shape: its token buckets and how an admission splits into packed prefills.
+"""An admission's shape: its token buckets and how an admission splits into packed prefills; padded lengths.
 
 Shared by the worker (`deepgap.serving.worker.llm_prefill`'s `PackedPrefill`, which runs it) and the
 simulator (`deepgap.serving.sim.llm_service.LlmService`, which charges it), so both split an admission the
@@ -37,9 +37,22 @@ def token_buckets(cap: int, low: int = TOKEN_QUANTUM) -> tuple[int, ...]:
     return tuple(out)
 
 
-def token_bucket(total: int, buckets: tuple[int, ...]) -> int:
-    """The bucket that runs ``total`` token rows (at most the largest: `groups` keeps totals under it)."""
-    return next(b for b in buckets if b >= total)
+def smallest_bucket(n: int, buckets: tuple[int, ...]) -> int:
+    """The smallest of ``buckets`` (ascending) that holds ``n``: token rows, or newcomers in a padded bucket.
+
+    ``n`` is at most the largest (`groups` keeps packed totals under it; a padded server runs larger
+    admissions eagerly).
+    """
+    return next(b for b in buckets if b >= n)
+
+
+def padded_length(length: int, quantum: int, cap: int) -> int:
+    """``length`` rounded up to a multiple of ``quantum``, but not past ``cap`` (the cache), nor below itself.
+
+    A padded admission's prompt length (`deepgap.serving.worker.llm_prefill.BucketedPrefill`), the prompt
+    ring's width, and what the simulator charges a padded admission at (`LlmService.prefill_s`).
+    """
+    return max(length, min(-(-length // quantum) * quantum, cap))
 
 
 def groups(lens: list[int], cap: int, prompts: int) -> list[tuple[int, int]]:

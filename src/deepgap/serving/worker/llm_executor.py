@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from deepgap.core.errors import UsageError
+from deepgap.serving.sim.packing import padded_length
 from deepgap.serving.worker.llm_prefill import LENGTH_QUANTUM, BucketedPrefill, PackedPrefill, capture_graph
 
 PREFILL_MODES = ("packed", "padded")
@@ -113,7 +114,7 @@ class SlotExecutor:
         self.sink = max_slots
         g = torch.Generator().manual_seed(seed + 11)
         self.pool = pool
-        width = max(max_input, min(-(-max_input // LENGTH_QUANTUM) * LENGTH_QUANTUM, cache_len))
+        width = padded_length(max_input, LENGTH_QUANTUM, cache_len)  # the longest padded prompt's
         self.ring = torch.randint(0, model.shape.vocab, (pool, width), generator=g).to(device)
         self.tok = torch.zeros((rows, 1), dtype=torch.int64, device=device)
         self.pos = torch.zeros(rows, dtype=torch.int64, device=device)

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from deepgap.serving.sim.packing import PACKED_TOKENS, groups, token_bucket, token_buckets
+from deepgap.serving.sim.packing import PACKED_TOKENS, groups, padded_length, smallest_bucket, token_buckets
 
 GRAPH_PROMPTS = 64  # the most newcomers one captured prefill takes
 LENGTH_QUANTUM = 64  # prompt lengths are padded up to a multiple of this
@@ -76,14 +76,13 @@ class BucketedPrefill:
 
     def length_bucket(self, longest: int) -> int:
         """``longest`` rounded up to the quantum, within the cache and the ring."""
-        return max(longest, min(-(-longest // LENGTH_QUANTUM) * LENGTH_QUANTUM, self.max_len))
+        return padded_length(longest, LENGTH_QUANTUM, self.max_len)
 
     def bucket(self, count: int, longest: int) -> tuple[int, int] | None:
         """The bucket of an admission, or None where it is too large for one (eager, unpadded)."""
         if count > self.counts[-1]:
             return None
-        k = next(c for c in self.counts if c >= count)
-        return k, self.length_bucket(longest)
+        return smallest_bucket(count, self.counts), self.length_bucket(longest)
 
     def __call__(self, rows: list[int], lens: list[int], slots: list[int]) -> bool:
         """Prefill ring ``rows`` of ``lens`` into cache ``slots``; False where no bucket takes it."""
@@ -176,7 +175,7 @@ class PackedPrefill:
     def __call__(self, rows: list[int], lens: list[int], slots: list[int]) -> bool:
         """Prefill ring ``rows`` of ``lens`` into cache ``slots``, as one packed prefill per group."""
         for a, b in groups(lens, self.tokens[-1], self.prompts):
-            self.run(token_bucket(sum(lens[a:b]), self.tokens), rows[a:b], lens[a:b], slots[a:b])
+            self.run(smallest_bucket(sum(lens[a:b]), self.tokens), rows[a:b], lens[a:b], slots[a:b])
         return True
 
     def run(self, t: int, rows: list[int], lens: list[int], slots: list[int]) -> None:
