@@ -59,14 +59,70 @@ def count_buckets(max_count: int) -> tuple[int, ...]:
     return tuple(c for c in counts if c < top) + (next(c for c in counts if c >= top),)
 
 
-class BucketedPrefill:
-    """Prefill of ``count`` newcomers through a padded bucket: replayed as a graph, or eager (module docstring)."""
+class _Replayed:
+    """Buckets that each run one body over device inputs filled by one host copy, captured and replayed.
+
+    Eager without ``graph``; else each bucket is captured on first use (or by ``prepare``, before serving)
+    and replayed after.
+
+    A subclass gives ``_host(key, rows, lens, slots)``, the bucket's inputs as a CPU tensor with padding
+    aimed at the sink (with no prompts, all of it: what a capture's warm-up runs on, changing no slot), and
+    ``_body(key)``, the prefill over ``self.inputs[key]``.
+    """
+
+    def __init__(self, ex: Any, graph: bool) -> None:
+        self.ex, self.graph = ex, graph
+        self.graphs: dict[Any, Any] = {}
+        self.inputs: dict[Any, torch.Tensor] = {}
+        self.pool = torch.cuda.graph_pool_handle() if graph else None
+
+    def _launch(self, key: Any, rows: list[int], lens: list[int], slots: list[int]) -> None:
+        host = self._host(key, rows, lens, slots)
+        buf = self._inputs(key, host)
+        buf.copy_(host)
+        g = self.graphs.get(key)
+        if g is None and self.graph:
+            g = self.graphs[key] = self._capture(key)
+            buf.copy_(host)  # the capture's warm-up ran on the sink's inputs
+        if g is None:
+            self._body(key)
+        else:
+            g.replay()
+
+    def _prepare(self, keys: list[Any]) -> None:
+        """Capture ``keys`` in order (the largest first: it sizes the shared pool)."""
+        for key in keys if self.graph else ():
+            if key not in self.graphs:
+                self.graphs[key] = self._capture(key)
+
+    def _inputs(self, key: Any, host: torch.Tensor) -> torch.Tensor:
+        buf = self.inputs.get(key)
+        if buf is None:
+            buf = self.inputs[key] = torch.empty_like(host, device=self.ex.device)
+        return buf
+
+    def _capture(self, key: Any) -> Any:
+        """Warm up on a side stream and capture, every row aimed at the sink (no slot's state changes)."""
+        host = self._host(key, [], [], [])
+        self._inputs(key, host).copy_(host)
+        return capture_graph(lambda: self._body(key), self.ex.device, self.pool, warmups=2)
+
+    def _host(self, key: Any, rows: list[int], lens: list[int], slots: list[int]) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _body(self, key: Any) -> None:
+        raise NotImplementedError
+
+
+class BucketedPrefill(_Replayed):
+    """Prefill of ``count`` newcomers through a padded bucket: replayed as a graph, or eager (module docstring).
+
+    A bucket's inputs (``inputs[(k, p)]``, ``(3, k)``): the prompts' ring rows, their cache rows, their lengths.
+    """
 
     def __init__(self, ex: Any, max_len: int, graph: bool) -> None:
-        self.ex, self.graph, self.max_len = ex, graph, max_len
-        self.graphs: dict[tuple[int, int], Any] = {}
-        self.inputs: dict[tuple[int, int], torch.Tensor] = {}  # per bucket: (3, k) rows, cache rows, lengths
-        self.pool = torch.cuda.graph_pool_handle() if graph else None
+        super().__init__(ex, graph)
+        self.max_len = max_len
         self.counts = count_buckets(ex.slots)
 
     def lengths(self, longest: int) -> tuple[int, ...]:
@@ -89,38 +145,20 @@ class BucketedPrefill:
         key = self.bucket(len(rows), max(lens))
         if key is None:
             return False
-        k = key[0]
-        pad = k - len(rows)
-        host = torch.tensor(
-            [rows + [0] * pad, slots + [self.ex.sink] * pad, lens + [1] * pad], dtype=torch.int64
-        )
-        buf = self._inputs(key)
-        buf.copy_(host, non_blocking=False)
-        g = self.graphs.get(key)
-        if g is not None:
-            g.replay()
-        elif self.graph:
-            self.graphs[key] = self._capture(key)
-            buf.copy_(host)  # the capture's warm-up ran on the sink's inputs
-            self.graphs[key].replay()
-        else:
-            self._body(key)
+        self._launch(key, rows, lens, slots)
         return True
 
     def prepare(self, longest: int) -> None:
         """Capture every bucket up to ``longest`` tokens, the largest first (they size the shared pool)."""
-        if not self.graph:
-            return
-        for p in sorted(self.lengths(longest), reverse=True):
-            for k in sorted(self.counts, reverse=True):
-                if (k, p) not in self.graphs:
-                    self.graphs[(k, p)] = self._capture((k, p))
+        lengths, counts = sorted(self.lengths(longest), reverse=True), sorted(self.counts, reverse=True)
+        self._prepare([(k, p) for p in lengths for k in counts])
 
-    def _inputs(self, key: tuple[int, int]) -> torch.Tensor:
-        buf = self.inputs.get(key)
-        if buf is None:
-            buf = self.inputs[key] = torch.zeros((3, key[0]), dtype=torch.int64, device=self.ex.device)
-        return buf
+    def _host(self, key: tuple[int, int], rows: list[int], lens: list[int], slots: list[int]) -> torch.Tensor:
+        """Padding rows: ring row 0, length 1, into the sink."""
+        pad = key[0] - len(rows)
+        return torch.tensor(
+            [rows + [0] * pad, slots + [self.ex.sink] * pad, lens + [1] * pad], dtype=torch.int64
+        )
 
     def _body(self, key: tuple[int, int]) -> None:
         """The padded prefill itself: the next token and position of every row (the sink's included)."""
@@ -129,15 +167,6 @@ class BucketedPrefill:
         logits = ex.model.prefill_slots(ex.ring[rows, : key[1]], where, lens)
         ex.tok[where, 0] = logits.argmax(-1)
         ex.pos[where] = lens
-
-    def _capture(self, key: tuple[int, int]) -> Any:
-        """Warm up on a side stream and capture, every row aimed at the sink (no slot's state changes)."""
-        ex = self.ex
-        buf = self._inputs(key)
-        buf[0].zero_()
-        buf[1].fill_(ex.sink)
-        buf[2].fill_(1)
-        return capture_graph(lambda: self._body(key), ex.device, self.pool, warmups=2)
 
 
 def capture_graph(body: Any, device: str, pool: Any, warmups: int) -> Any:
@@ -154,7 +183,7 @@ def capture_graph(body: Any, device: str, pool: Any, warmups: int) -> Any:
     return g
 
 
-class PackedPrefill:
+class PackedPrefill(_Replayed):
     """Prefill newcomers packed into buckets of ``T`` token rows: replayed as graphs, or eager (module docstring).
 
     ``prompts``: the logits one prefill gathers (``GRAPH_PROMPTS``, or fewer where the cache has fewer
@@ -165,12 +194,9 @@ class PackedPrefill:
     """
 
     def __init__(self, ex: Any, graph: bool, max_input: int) -> None:
-        self.ex, self.graph = ex, graph
+        super().__init__(ex, graph)
         self.prompts = min(GRAPH_PROMPTS, ex.slots)
         self.tokens = token_buckets(max(max_input, min(PACKED_TOKENS, self.prompts * max_input)))
-        self.graphs: dict[int, Any] = {}
-        self.inputs: dict[int, torch.Tensor] = {}
-        self.pool = torch.cuda.graph_pool_handle() if graph else None
 
     def __call__(self, rows: list[int], lens: list[int], slots: list[int]) -> bool:
         """Prefill ring ``rows`` of ``lens`` into cache ``slots``, as one packed prefill per group."""
@@ -180,25 +206,13 @@ class PackedPrefill:
 
     def run(self, t: int, rows: list[int], lens: list[int], slots: list[int]) -> None:
         """One packed prefill of bucket ``t`` (the prompts' total at most ``t``, their count ``prompts``)."""
-        buf = self._inputs(t)
-        buf.copy_(torch.from_numpy(self._host(t, rows, lens, slots)), non_blocking=False)
-        g = self.graphs.get(t)
-        if g is not None:
-            g.replay()
-        elif self.graph:
-            self.graphs[t] = self._capture(t)
-            buf.copy_(torch.from_numpy(self._host(t, rows, lens, slots)))  # the capture ran the sink's
-            self.graphs[t].replay()
-        else:
-            self._body(t)
+        self._launch(t, rows, lens, slots)
 
     def prepare(self) -> None:
         """Capture every bucket, the largest first (it sizes the shared pool)."""
-        for t in sorted(self.tokens, reverse=True) if self.graph else ():
-            if t not in self.graphs:
-                self.graphs[t] = self._capture(t)
+        self._prepare(sorted(self.tokens, reverse=True))
 
-    def _host(self, t: int, rows: list[int], lens: list[int], slots: list[int]) -> np.ndarray:
+    def _host(self, t: int, rows: list[int], lens: list[int], slots: list[int]) -> torch.Tensor:
         """The bucket's inputs on the host: padding rows and unused gathers at the sink (class docstring)."""
         k, g, n, sink = len(lens), self.prompts, sum(lens), self.ex.sink
         assert n <= t and k <= g, (n, t, k, g)
@@ -215,15 +229,7 @@ class PackedPrefill:
         a[3 * t : 3 * t + k] = starts + ln - 1
         a[3 * t + 2 * g :] = 1
         a[3 * t + 2 * g : 3 * t + 2 * g + k] = ln
-        return a
-
-    def _inputs(self, t: int) -> torch.Tensor:
-        buf = self.inputs.get(t)
-        if buf is None:
-            buf = self.inputs[t] = torch.zeros(
-                3 * t + 3 * self.prompts, dtype=torch.int64, device=self.ex.device
-            )
-        return buf
+        return torch.from_numpy(a)
 
     def _body(self, t: int) -> None:
         """The packed prefill itself: the next token and position of every gathered prompt (sink's included)."""
@@ -233,8 +239,3 @@ class PackedPrefill:
         logits = ex.model.prefill_packed(ids, buf[t : 2 * t], buf[2 * t : 3 * t], last)
         ex.tok[dest, 0] = logits.argmax(-1)
         ex.pos[dest] = lens
-
-    def _capture(self, t: int) -> Any:
-        """Warm up on a side stream and capture, every row and gather aimed at the sink (no slot changes)."""
-        self._inputs(t).copy_(torch.from_numpy(self._host(t, [], [], [])))
-        return capture_graph(lambda: self._body(t), self.ex.device, self.pool, warmups=2)
