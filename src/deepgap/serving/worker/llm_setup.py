@@ -180,13 +180,7 @@ def _decode_curve(ex: SlotExecutor, req: SetupRequest):
             ex.set_level(s, np.ones(1, dtype=np.int64))
             ex.pos[:s] = req.cache_len // 2
             active = np.zeros(s, dtype=bool)  # positions stay: every step reads the same whole cache
-            for _ in range(req.curve_warmup):
-                ex.decode(active)
-            lat = []
-            for _ in range(req.curve_iterations):
-                t0 = time.perf_counter()
-                ex.decode(active)
-                lat.append(time.perf_counter() - t0)
+            lat = _timed(lambda active=active: ex.decode(active), req.curve_warmup, req.curve_iterations)
             samples[s] = lat
             parts[s] = {"compute_s": float(np.mean(lat)), "interval_s": float(np.median(lat))}
     ex.pos.zero_()
@@ -210,14 +204,7 @@ def _prefill_curve(ex: SlotExecutor, req: SetupRequest, length: int) -> dict[int
         for b in sorted({1, *counts}):
             ex.set_level(b, np.full(b, length, dtype=np.int64))
             slots = list(range(b))
-            for _ in range(min(req.curve_warmup, 2)):
-                ex.prefill(0, b, slots)
-            lat = []
-            for _ in range(n):
-                t0 = time.perf_counter()
-                ex.prefill(0, b, slots)
-                lat.append(time.perf_counter() - t0)
-            out[b] = lat
+            out[b] = _timed(lambda b=b, slots=slots: ex.prefill(0, b, slots), min(req.curve_warmup, 2), n)
     return out
 
 
@@ -240,16 +227,22 @@ def _packed_curve(
             lens = [min(longest, t // k)] * k
             ex.set_level(k, np.asarray(lens, dtype=np.int64))
             args = (t, list(range(k)), lens, list(range(k)))
-            for _ in range(min(req.curve_warmup, 2)):
-                packed.run(*args)
-            lat = []
-            for _ in range(n):
-                t0 = time.perf_counter()
-                packed.run(*args)
-                ex.sync()
-                lat.append(time.perf_counter() - t0)
-            out[t] = {1: lat}
+            out[t] = {
+                1: _timed(lambda args=args: (packed.run(*args), ex.sync()), min(req.curve_warmup, 2), n)
+            }
     return out
+
+
+def _timed(call, warmups: int, n: int) -> list[float]:
+    """Seconds of each of ``n`` calls of ``call`` (which returns once the device is done), after ``warmups``."""
+    for _ in range(warmups):
+        call()
+    lat = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        call()
+        lat.append(time.perf_counter() - t0)
+    return lat
 
 
 def run_llm_level(ex: SlotExecutor, req: LevelRequest) -> TokenLog:
