@@ -18,6 +18,7 @@ as deepgap's output figure counts a generation. ``--profile`` adds the top kerne
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -53,16 +54,22 @@ def measure(m, batch: int, input_len: int, steps: int, profile: bool) -> dict:  
     llm_attention.plug(m)
     step = torch.compile(m.decode_step, dynamic=False)
     pos = torch.full((1,), input_len, dtype=torch.int64, device="cuda")
+    from deepgap.measure.quant import launch
+
+    # DEEPGAP_DECODE_PDL=on: the Triton kernels with programmatic dependent launch (deepgap times auto)
+    def pdl():
+        return launch.pdl() if os.environ.get("DEEPGAP_DECODE_PDL") == "on" else contextlib.nullcontext()
+
     with torch.inference_mode():
         tok = m.prefill(ids).argmax(-1, keepdim=True)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
+        with torch.cuda.stream(side), pdl():
             for _ in range(3):
                 step(tok, pos)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        with pdl(), torch.cuda.graph(graph):
             nxt = step(tok, pos).argmax(-1, keepdim=True)
 
         def one(i: int) -> None:
@@ -109,20 +116,27 @@ def main() -> None:  # noqa: D103
     ap.add_argument("--input-len", type=int, default=128)
     ap.add_argument("--steps", type=int, default=127)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument(
+        "--pdl", default=None, help="launch modes to time in turn, e.g. off,on (DEEPGAP_DECODE_PDL)"
+    )
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     m = build(args.model, args.precision)
-    for b in (int(x) for x in args.batches.split(",")):
-        row = {"model": args.model, "precision": args.precision, "input_len": args.input_len}
-        # the two switches an ablation turns (module docstring), as this process ran
-        row |= {k: os.environ.get(f"DEEPGAP_DECODE_{k.upper()}", "") for k in ("fused", "attention")}
-        row |= measure(m, b, args.input_len, args.steps, args.profile and b == 1)
-        table = row.pop("top_kernels", None)
-        print(json.dumps(row), flush=True)
-        if table:
-            print(table, flush=True)
-        with (Path(args.out) / "llm_decode_loop.jsonl").open("a") as f:
-            f.write(json.dumps(row) + "\n")
+    for mode in args.pdl.split(",") if args.pdl else [os.environ.get("DEEPGAP_DECODE_PDL", "")]:
+        os.environ["DEEPGAP_DECODE_PDL"] = mode
+        for b in (int(x) for x in args.batches.split(",")):
+            row = {"model": args.model, "precision": args.precision, "input_len": args.input_len}
+            # the switches an ablation turns (module docstring), as this process ran
+            row |= {
+                k: os.environ.get(f"DEEPGAP_DECODE_{k.upper()}", "") for k in ("fused", "attention", "pdl")
+            }
+            row |= measure(m, b, args.input_len, args.steps, args.profile and b == 1)
+            table = row.pop("top_kernels", None)
+            print(json.dumps(row), flush=True)
+            if table:
+                print(table, flush=True)
+            with (Path(args.out) / "llm_decode_loop.jsonl").open("a") as f:
+                f.write(json.dumps(row) + "\n")
 
 
 if __name__ == "__main__":

@@ -135,3 +135,49 @@ def test_fused_decode_compiled_and_graphed(precision):
             m.forward = m.layer.forward
         want = fused.decode_step(tok, 16).float()
     assert float((got - want).norm() / want.norm()) < 0.03
+
+
+def test_decode_pdl_mode_is_read_from_the_environment(monkeypatch):
+    """DEEPGAP_DECODE_PDL=off captures the plain graph only; a value outside auto/on/off is a usage error."""
+    from deepgap.core.errors import UsageError
+    from deepgap.measure.llm_steps import pdl_modes
+
+    monkeypatch.setenv("DEEPGAP_DECODE_PDL", "off")
+    assert pdl_modes(torch.device("cpu")) == (False,)
+    monkeypatch.setenv("DEEPGAP_DECODE_PDL", "yes")
+    with pytest.raises(UsageError, match="DEEPGAP_DECODE_PDL"):
+        pdl_modes(torch.device("cpu"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch", [1, 4])
+def test_pdl_graph_gives_the_plain_graphs_logits(monkeypatch, batch):
+    """The fp8 decode graph with programmatic dependent launch: the same logits, bit for bit, step after step.
+
+    At batch 1 the fused GEMVs read their first weights before the wait; at 4 the tensor-core GEMV waits
+    first. A kernel that read an activation before its wait would differ here (or at random steps).
+    """
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("needs a Hopper GPU (programmatic dependent launch)")
+    from deepgap.measure.decode_config import LINEAR_SWAPS
+    from deepgap.measure.llm_steps import make_step
+    from deepgap.measure.llm_timing import prompts
+    from deepgap.measure.models.llama_net import build_llama
+
+    model = LINEAR_SWAPS["fp8"](build_llama("llama-tiny", seed=0, device="cuda"))
+    ids = prompts(model.shape.vocab, batch, 16, 0).cuda()
+    logits = {}
+    for mode in ("off", "on", "auto"):
+        monkeypatch.setenv("DEEPGAP_DECODE_PDL", mode)
+        with torch.inference_mode():
+            model.setup_cache(batch, 40)
+            tok = model.prefill(ids).argmax(-1, keepdim=True)
+            step = make_step(model, "cuda-graph", "default", compiled=True)
+            out = []
+            for i in range(4):
+                out.append(step(tok, 16 + i).float().clone())
+                tok = out[-1][:, -1].argmax(-1, keepdim=True)
+            logits[mode] = torch.stack(out)
+        kept = step.pdl.split(":")[0]  # auto says which it kept, and the two timings
+        assert kept == mode if mode != "auto" else kept in ("on", "off") and "timed" in step.pdl
+    assert torch.equal(logits["on"], logits["off"]) and torch.equal(logits["auto"], logits["off"])

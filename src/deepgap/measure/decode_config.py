@@ -123,6 +123,7 @@ def measure_decode_config(state: WorkerState, req: MeasureRequest) -> Result:
         )
     result = _result(spec, req, model, r, check, ref_tokens)
     result.details.decode.step, result.details.decode.compile_mode = plan.step, plan.compile_mode
+    result.details.decode.pdl = getattr(step, "pdl", None)
     if tel is not None:
         tel.finish(result)
         t = result.details.telemetry

@@ -27,6 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
+from deepgap.measure.quant.kernels import pdl_enter
 from deepgap.measure.quant.launch import check, launcher
 
 BLOCK = 64  # cache positions per step of the walk
@@ -48,12 +49,13 @@ def plug(model) -> None:
 @triton.jit
 def decode_attention_kernel(
     q_ptr, k_ptr, v_ptr, out_ptr, pos_ptr, L, scale, NKV, POS_STRIDE,
-    G: tl.constexpr, D: tl.constexpr, BL: tl.constexpr, DOT_F32: tl.constexpr,
+    G: tl.constexpr, D: tl.constexpr, BL: tl.constexpr, DOT_F32: tl.constexpr, PDL: tl.constexpr = False,
 ):  # fmt: skip
     """``out[bh] = softmax(q[bh] · K[bh, :pos+1]ᵀ · scale) · V[bh, :pos+1]`` for one (sequence, KV head).
 
     ``pos`` is one position for every sequence (``POS_STRIDE`` 0) or the sequence's own (1: continuous batching).
     """
+    pdl_enter(PDL)  # launched inside `launch.pdl`: q, K and V are the previous kernels' writes
     bh = tl.program_id(0)
     rg = tl.arange(0, 16)
     rd = tl.arange(0, D)

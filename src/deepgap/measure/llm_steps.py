@@ -20,11 +20,17 @@ the compiled and graph steps are GPU work for ``benchmarks/llm_decode.py``).
 
 from __future__ import annotations
 
+import contextlib
+import os
+
 import torch
 
 from deepgap.core.errors import UsageError
 
 STEPS = ("eager", "static", "compile", "cuda-graph")
+# DEEPGAP_DECODE_PDL: whether the graph's Triton kernels use programmatic dependent launch ("auto": timed)
+PDL_MODES = ("auto", "on", "off")
+PDL_MIN_GAIN = 0.01  # as the CNN engine's choice (`deepgap.measure.quant.pdl_choice`)
 
 
 def make_step(model, kind: str, compile_mode: str = "max-autotune-no-cudagraphs", compiled: bool = False):
@@ -69,24 +75,34 @@ class _GraphStep:
                 "the cuda-graph decode step needs the model on a CUDA device", "use --step eager"
             )
         self.model, self.graph, self.cache = model, None, None
+        self.pdl: str | None = None  # the kept graph's launch and why (`_kept`), once captured
         fn = model.decode_step
         self.fn = torch.compile(fn, mode=compile_mode, dynamic=False) if compile_mode else fn
 
     def _capture(self, ids, position: int) -> None:
+        from deepgap.measure.quant import launch
+
         dev = ids.device
         self.ids = ids.clone()
         self.pos = torch.full((1,), position, dtype=torch.int64, device=dev)
+        modes = pdl_modes(dev)
         side = torch.cuda.Stream(dev)
         side.wait_stream(torch.cuda.current_stream(dev))
         with torch.cuda.stream(side):
             # warm-up (and compile) outside the capture, at the step's own position and input: it writes
-            # the K and V that the real step writes, so the prompt's cache is left as it was
-            for _ in range(3):
-                self.fn(self.ids, self.pos)
+            # the K and V that the real step writes, so the prompt's cache is left as it was; each launch
+            # mode once more, so that its kernels are built before capture
+            for i in range(3 + len(modes)):
+                with launch.pdl() if modes[i % len(modes)] else contextlib.nullcontext():
+                    self.fn(self.ids, self.pos)
         torch.cuda.current_stream(dev).wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.logits = self.fn(self.ids, self.pos)
+        graphs = {}
+        for on in modes:
+            g = torch.cuda.CUDAGraph()
+            pool = next(iter(graphs.values()))[0].pool() if graphs else None
+            with launch.pdl() if on else contextlib.nullcontext(), torch.cuda.graph(g, pool=pool):
+                graphs[on] = (g, self.fn(self.ids, self.pos))
+        (self.graph, self.logits), self.pdl = _kept(graphs, dev)
         self.cache = self.model.cache
 
     def __call__(self, ids, position: int):
@@ -96,3 +112,48 @@ class _GraphStep:
         self.pos.fill_(position)
         self.graph.replay()
         return self.logits
+
+
+def pdl_modes(dev: torch.device) -> tuple[bool, ...]:
+    """The launch modes to capture: plain, PDL, or both to time (``DEEPGAP_DECODE_PDL``; PDL needs Hopper)."""
+    mode = os.environ.get("DEEPGAP_DECODE_PDL", "auto")
+    if mode not in PDL_MODES:
+        raise UsageError(f"DEEPGAP_DECODE_PDL={mode!r}", f"set it to one of {', '.join(PDL_MODES)}")
+    if mode == "off" or torch.cuda.get_device_capability(dev) < (9, 0):
+        return (False,)
+    return (True,) if mode == "on" else (False, True)
+
+
+def _kept(graphs: dict, dev: torch.device) -> tuple[tuple, str]:
+    """The graph kept and why: PDL where it was asked for, or where it is faster and gives the same logits.
+
+    Why timed, not assumed: PDL lets each GEMV read its first weights while the previous kernel drains,
+    but a waiting kernel's blocks hold SM slots during its predecessor's last wave (`pdl_choice`).
+    """
+    if len(graphs) == 1:
+        on = next(iter(graphs))
+        return graphs[on], "on" if on else "off"
+    outs, ms = {}, {}
+    for on, (g, out) in graphs.items():
+        g.replay()  # the same step at the same position and input: the logits of one replay are every replay's
+        outs[on] = out.clone()
+        ms[on] = _replay_ms(g, dev)
+    if not torch.equal(outs[True], outs[False]):
+        return graphs[False], "off: the PDL graph's logits differ from the plain graph's"
+    keep = ms[True] < ms[False] * (1 - PDL_MIN_GAIN)
+    verdict = f"{'on' if keep else 'off'}: timed {ms[True]:.4f} ms with PDL, {ms[False]:.4f} without"
+    return graphs[keep], verdict
+
+
+def _replay_ms(g, dev: torch.device, reps: int = 20) -> float:
+    """Milliseconds per replay of ``g``, median of three windows of ``reps``."""
+    times = []
+    for _ in range(3):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(reps):
+            g.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / reps)
+    return sorted(times)[1]

@@ -142,22 +142,35 @@ def _graph_ms(launch, calls: int = 20) -> float:
 @triton.jit
 def fp8_gemv_row_kernel(
     x_ptr, w_ptr, scale_ptr, bias_ptr, out_ptr, N, K, HAS_BIAS: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-    PREFETCH: tl.constexpr,
+    PREFETCH: tl.constexpr, PDL: tl.constexpr = False,
 ):  # fmt: skip
-    """``out[band] = x · (codes[band] · scale[band])ᵀ (+ bias)`` for one row: partial products, one reduction."""
+    """``out[band] = x · (codes[band] · scale[band])ᵀ (+ bias)`` for one row: partial products, one reduction.
+
+    With ``PDL`` (programmatic dependent launch, `launch.pdl`) the first K step's weights are loaded before
+    the wait for the previous kernel: they do not depend on it, so their read overlaps its tail.
+    """
     rn = tl.program_id(0) * BN + tl.arange(0, BN)
     rk = tl.arange(0, BK)
     w_ptrs = w_ptr + rn[:, None] * K + rk[None, :]
     acc = tl.zeros((BN, BK), dtype=tl.float32)
     if PREFETCH:
+        if PDL:
+            tl.extra.cuda.gdc_launch_dependents()
         w_next = tl.load(w_ptrs)
+        if PDL:
+            tl.extra.cuda.gdc_wait()
         for k in range(0, K, BK):
             w = w_next
             w_next = tl.load(w_ptrs + (k + BK), mask=(k + BK + rk)[None, :] < K, other=0.0)
             x = tl.load(x_ptr + k + rk).to(tl.float32)
             acc += w.to(tl.float32) * x[None, :]
     else:
-        for k in range(0, K, BK):
+        if PDL:
+            tl.extra.cuda.gdc_launch_dependents()
+            w = tl.load(w_ptrs).to(tl.float32)
+            tl.extra.cuda.gdc_wait()
+            acc += w * tl.load(x_ptr + rk).to(tl.float32)[None, :]
+        for k in range(PDL * BK, K, BK):
             x = tl.load(x_ptr + k + rk).to(tl.float32)
             w = tl.load(w_ptrs + k).to(tl.float32)
             acc += w * x[None, :]
@@ -170,9 +183,12 @@ def fp8_gemv_row_kernel(
 @triton.jit
 def fp8_gemv_kernel(
     x_ptr, w_ptr, scale_ptr, bias_ptr, out_ptr, M, N, K, HAS_BIAS: tl.constexpr,
-    BN: tl.constexpr, BK: tl.constexpr, SPLIT_K: tl.constexpr, DOT_F32: tl.constexpr,
+    BN: tl.constexpr, BK: tl.constexpr, SPLIT_K: tl.constexpr, DOT_F32: tl.constexpr, PDL: tl.constexpr = False,
 ):  # fmt: skip
     """``out[:M, band] (+)= x[:M] · (codes[band] · scale[band])ᵀ (+ bias)`` over this program's K slice."""
+    if PDL:  # launched inside `launch.pdl`: wait for the previous kernel before reading x
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
     band = tl.program_id(0)
     part = tl.program_id(1)
     rn = band * BN + tl.arange(0, BN)

@@ -36,25 +36,56 @@ FUSED_TILES = tuple(t for t in gemv.ROW_TILES if not t.prefetch)
 
 
 @triton.jit
+def _fused_step(
+    acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, k, rk, NORM: tl.constexpr, SWIGLU: tl.constexpr
+):
+    """One K step of `fused_row_kernel` on weights already loaded (fp32): x's slice, its squares, the products."""
+    x = tl.load(x_ptr + k + rk).to(tl.float32)
+    if NORM:
+        squares += x * x
+        x = x * tl.load(gamma_ptr + k + rk).to(tl.float32)
+    acc += w * x[None, :]
+    if SWIGLU:  # the up projection's row of the same channel, N/2 rows further
+        acc_up += w_up * x[None, :]
+    return acc, acc_up, squares
+
+
+@triton.jit
 def fused_row_kernel(
     x_ptr, w_ptr, scale_ptr, gamma_ptr, res_ptr, out_ptr, NO, K, eps,
     NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
-    """``out[band]`` of one row: an optional RMSNorm of x, the product, then SwiGLU or a residual add."""
+    """``out[band]`` of one row: an optional RMSNorm of x, the product, then SwiGLU or a residual add.
+
+    With ``PDL`` the first K step's weights are read before the wait for the previous kernel, as in
+    `gemv.fp8_gemv_row_kernel`.
+    """
     rn = tl.program_id(0) * BN + tl.arange(0, BN)
     rk = tl.arange(0, BK)
     w_ptrs = w_ptr + rn[:, None] * K + rk[None, :]
     acc = tl.zeros((BN, BK), dtype=tl.float32)
     acc_up = tl.zeros((BN, BK), dtype=tl.float32)
     squares = tl.zeros((BK,), dtype=tl.float32)
-    for k in range(0, K, BK):
-        x = tl.load(x_ptr + k + rk).to(tl.float32)
-        if NORM:
-            squares += x * x
-            x = x * tl.load(gamma_ptr + k + rk).to(tl.float32)
-        acc += tl.load(w_ptrs + k).to(tl.float32) * x[None, :]
-        if SWIGLU:  # the up projection's row of the same channel, N/2 rows further
-            acc_up += tl.load(w_ptrs + NO * K + k).to(tl.float32) * x[None, :]
+    # the weights do not depend on the previous kernel: with PDL the first step's are in flight before the wait
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        w = tl.load(w_ptrs).to(tl.float32)
+        w_up = w
+        if SWIGLU:
+            w_up = tl.load(w_ptrs + NO * K).to(tl.float32)
+        tl.extra.cuda.gdc_wait()
+        acc, acc_up, squares = _fused_step(
+            acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, 0, rk, NORM, SWIGLU
+        )
+    for k in range(PDL * BK, K, BK):
+        w = tl.load(w_ptrs + k).to(tl.float32)
+        w_up = w
+        if SWIGLU:
+            w_up = tl.load(w_ptrs + NO * K + k).to(tl.float32)
+        acc, acc_up, squares = _fused_step(
+            acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, k, rk, NORM, SWIGLU
+        )
     y = tl.sum(acc, axis=1) * tl.load(scale_ptr + rn)
     root = 1.0
     if NORM:
