@@ -225,6 +225,13 @@ def test_decoder_serve_refuses_bad_input_in_one_line(changes, needle):
         validate(spec)
 
 
+def test_a_bad_prefill_mode_is_refused_before_any_worker(monkeypatch):
+    """DEEPGAP_SERVE_PREFILL outside packed/padded: one line at validation, not a worker's set-up error."""
+    monkeypatch.setenv("DEEPGAP_SERVE_PREFILL", "chunked")
+    with pytest.raises(UsageError, match="DEEPGAP_SERVE_PREFILL=chunked.*packed or padded"):
+        validate(ServeSpec(model="llama-tiny", device="cpu", qps=5.0))
+
+
 def test_bad_decoder_flags_exit_2_and_write_nothing(tmp_path):
     store = tmp_path / "never.sqlite"
     p = deepgap_cli(

@@ -21,6 +21,7 @@ from deepgap.serving.run.llm_spec import llm_load, slo_bounds
 from deepgap.serving.run.process import ServingWorker, SetupReply, SetupRequest
 from deepgap.serving.run.rows import Say, ServeOutcome, config_columns, one_model_run
 from deepgap.serving.sim.llm_service import LlmService
+from deepgap.serving.sim.packing import prefill_mode
 
 
 def service_from(reply: Any, req: SetupRequest, label: str) -> LlmService:
@@ -75,10 +76,14 @@ def run_llm(
         else:
             fixed_level(c)
 
+    prefill = (  # a packed server calibrates buckets of token rows, whatever the prompts' lengths
+        "the packed prefill per bucket of token rows"
+        if prefill_mode() == "packed"
+        else f"the padded prefill at prompt lengths {', '.join(map(str, req.seq_lens))}"
+    )
     building = (
         f"serve: building {spec.model} ({spec.engine}, {spec.precision}) on {device}: {req.seq_len_dist}, "
-        f"cache of {req.cache_len} positions, calibrating slots {', '.join(map(str, req.buckets))} and "
-        f"the prefill at prompt lengths {', '.join(map(str, req.seq_lens))}"
+        f"cache of {req.cache_len} positions, calibrating slots {', '.join(map(str, req.buckets))} and {prefill}"
     )
     return one_model_run(spec, device, store_path, say, worker, req, command, building, serve)
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from deepgap.core.errors import UsageError
 from deepgap.serving.sim.llm_service import LlmLoad
+from deepgap.serving.sim.packing import prefill_mode
 from deepgap.serving.sim.seqlen import parse_seq_len_dist
 
 FLOAT_PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
@@ -86,6 +87,7 @@ def check_decoder(spec: Any) -> None:
             "pass --scenario server (continuous batching under Poisson arrivals)",
         )
     _check_engine(spec.engine, spec.precision)
+    prefill_mode()  # DEEPGAP_SERVE_PREFILL: a bad value stops here, before any worker starts
     for flag, bad in (
         ("--loadgen", spec.loadgen),
         ("--dataset", spec.dataset),

@@ -12,6 +12,24 @@ for, runs as several packed prefills, in arrival order.
 
 from __future__ import annotations
 
+import os
+
+from deepgap.core.errors import UsageError
+
+PREFILL_MODES = ("packed", "padded")  # DEEPGAP_SERVE_PREFILL: how a served decoder runs its admissions
+
+
+def prefill_mode() -> str:
+    """The admissions' prefill the environment asks for (``DEEPGAP_SERVE_PREFILL``; packed when unset).
+
+    Read by the parent before it starts a worker (a bad value is a usage error there, before anything is
+    built) and by the worker, which inherits the environment.
+    """
+    mode = os.environ.get("DEEPGAP_SERVE_PREFILL", "packed")
+    if mode not in PREFILL_MODES:
+        raise UsageError(f"DEEPGAP_SERVE_PREFILL={mode}", "set it to packed or padded (or leave it unset)")
+    return mode
+
 # The most token rows one packed prefill takes. Why 4096 and not every slot's longest prompt (64 × 256 =
 # 16,384 rows at 8B): the packed attention is one masked T × T product, dense, so its cost grows with T²
 # while the Linears' grows with T. At 8B on an H200 (32 layers, 32 heads of 128) the attention is about

@@ -8,8 +8,8 @@ Runs in the worker process only. The cache holds ``max_slots`` rows of ``cache_l
   and position are set. ``prefill`` says how (`deepgap.serving.worker.llm_prefill`): ``packed`` (the
   prompts concatenated into a bucket of token rows, `Llama.prefill_packed`), ``padded`` (right-padded to
   the longest and the count, to a bucket, `Llama.prefill_slots`), both replayed as CUDA graphs with
-  ``graph``, or ``unpadded`` (one eager `Llama.prefill_slots`). Default: ``PREFILL_MODE``
-  (``DEEPGAP_SERVE_PREFILL``, read once; packed unless it says padded), where ``padded`` without a graph
+  ``graph``, or ``unpadded`` (one eager `Llama.prefill_slots`). Default: `packing.prefill_mode`
+  (``DEEPGAP_SERVE_PREFILL``; packed unless it says padded), where ``padded`` without a graph
   runs unpadded. A packed or padded cache has one more row, the padding's sink.
 - ``decode(active)``: one static step over the ``slots`` rows (`Llama.decode_slots`, a position per row):
   every row's next token is its argmax and the running rows' positions advance by one (``active``, a
@@ -24,19 +24,14 @@ exist. ``record``: keep every request's tokens (the set-up's check against each 
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 import torch
 
 from deepgap.core.errors import UsageError
-from deepgap.serving.sim.packing import padded_length
+from deepgap.serving.sim.packing import PREFILL_MODES, padded_length, prefill_mode
 from deepgap.serving.worker.llm_prefill import LENGTH_QUANTUM, BucketedPrefill, PackedPrefill, capture_graph
-
-PREFILL_MODES = ("packed", "padded")
-# the admissions' prefill, read once per worker: the next GPU session times both (docs/serving.md)
-PREFILL_MODE = os.environ.get("DEEPGAP_SERVE_PREFILL", "packed")
 
 
 class SlotSteps:
@@ -102,7 +97,8 @@ class SlotExecutor:
     ) -> None:
         self.model, self.device, self.cuda = model, device, device.startswith("cuda")
         if prefill is None:  # the worker's mode; padded without a graph runs unpadded, as before packing
-            prefill = "unpadded" if PREFILL_MODE == "padded" and not graph else PREFILL_MODE
+            mode = prefill_mode()
+            prefill = "unpadded" if mode == "padded" and not graph else mode
         if prefill not in (*PREFILL_MODES, "unpadded"):
             raise UsageError(
                 f"DEEPGAP_SERVE_PREFILL={prefill}", "set it to packed or padded (or leave it unset)"
