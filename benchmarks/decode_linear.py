@@ -80,6 +80,7 @@ def main() -> None:  # noqa: D103
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--rows", default=",".join(map(str, ROWS)), help="rows M to time, e.g. 1")
     args = ap.parse_args()
     out = Path(args.out) / "decode_linear.jsonl"
     dev = torch.device("cuda")
@@ -100,7 +101,7 @@ def main() -> None:  # noqa: D103
         ]
         w16 = [w.bfloat16() for w in w32]
         del w32
-        for m in ROWS:
+        for m in (int(r) for r in args.rows.split(",")):
             x = torch.randn(m, k, device=dev).bfloat16()
             want = reference(x, codes[0], scale[0])
             rows = []

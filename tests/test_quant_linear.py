@@ -193,13 +193,20 @@ def test_reference_switch_covers_every_swapped_layer():
 @pytest.mark.parametrize("codes", [torch.float8_e4m3fn, torch.int8])
 @pytest.mark.parametrize(
     "rows,tile",
-    [(1, None), (1, (8, 64, 1, 4, 3)), (1, (16, 64, 2, 4, 3)), (5, (32, 64, 2, 4, 3)), (16, None)],
+    [
+        (1, None),
+        (1, (8, 64, 1, 4, 3)),
+        (1, (8, 64, 1, 4, 1, 1, 1)),
+        (1, (16, 64, 2, 4, 3)),
+        (5, (32, 64, 2, 4, 3)),
+        (16, None),
+    ],
 )
 def test_weight_only_gemv_in_the_interpreter(codes, rows, tile):
     """`gemv.fp8_gemv` (decode at a small batch, issue 51): bf16 rows times 8-bit weights, both kernels.
 
-    One row with one K split runs the CUDA-core kernel (several K steps at tile 8 × 64, with and without
-    the next step's weights loaded ahead); a split one row,
+    One row with one K split runs the CUDA-core kernel (several K steps at tile 8 × 64: a block of partial
+    sums reduced at the end, or each step reduced with the next step's weights loaded ahead); a split one row,
     and more rows, the tensor-core one (split K through fp32 atomics, or not).
 
     Each output is the fp32 product rounded once to bf16, so it is held to the reference within one

@@ -45,6 +45,8 @@ class GemvTile:
     num_stages: int = 4
     # one row: issue the next K step's weight load before this step's arithmetic (two steps' bytes in flight)
     prefetch: int = 0
+    # one row: reduce each step's BN × BK products to BN sums at once, not once at the end (`ROW_TILES`)
+    reduce_each: int = 0
 
     def fit(self, k: int, n: int) -> GemvTile:
         """This tile with BK halved until ``k`` divides into ``split_k`` × BK steps, BN until it divides n."""
@@ -52,16 +54,21 @@ class GemvTile:
         while split > 1 and k % (split * 16):
             split //= 2
         bk, bn = halved_to_divide(self.bk, k // split, 16), halved_to_divide(self.bn, n, 1)
-        return GemvTile(bn, bk, split, self.num_warps, self.num_stages, self.prefetch)
+        return dataclasses.replace(self, bn=bn, bk=bk, split_k=split)
 
 
-# One row (batch-1 decode): each program keeps a BN × BK block of fp32 partial products and reduces it once
-# at the end, on the CUDA cores (one row has no use for a tensor core). The candidates `tuned` times.
+# One row (batch-1 decode), on the CUDA cores (one row has no use for a tensor core). The candidates `tuned`
+# times. Each program keeps a BN × BK block of fp32 partial products and reduces it once at the end: the
+# four that led some Llama-8B shape on one H200 (session 18), each with and without the prefetch. Or
+# (``reduce_each``) it reduces every step to BN sums: a block's accumulators no longer hold registers, so a
+# step can be 8-16 KB of weights (a whole 4096-wide row band at once), more bytes in flight per program.
 ROW_TILES = tuple(
     GemvTile(bn, bk, 1, 4, st, prefetch)
     for prefetch in (0, 1)
     for bn, bk, st in [(4, 1024, 3), (8, 512, 4), (2, 2048, 3), (16, 512, 3)]
-)  # the four that led some Llama-8B shape on one H200 (session 18), each with and without the prefetch
+) + tuple(
+    GemvTile(bn, bk, 1, w, 1, 0, 1) for bn, bk, w in [(4, 4096, 4), (4, 4096, 8), (8, 2048, 8), (2, 4096, 4)]
+)
 # 2-16 rows: the tensor cores, rows padded to 16 (session 18's first sweep: BN 32, BK 512 led at most shapes)
 DOT_TILES = tuple(
     GemvTile(bn, bk, split, w, st)
@@ -140,11 +147,28 @@ def _graph_ms(launch, calls: int = 20) -> float:
 
 
 @triton.jit
+def mac(acc, w, x, REDUCE: tl.constexpr):
+    """``acc + w · x`` per row: kept BN × BK (one reduction at the end, `total`) or reduced to BN now."""
+    prod = w.to(tl.float32) * x[None, :]
+    if REDUCE:
+        prod = tl.sum(prod, axis=1)
+    return acc + prod
+
+
+@triton.jit
+def total(acc, REDUCE: tl.constexpr):
+    """The BN sums of `mac`'s accumulator."""
+    if not REDUCE:
+        acc = tl.sum(acc, axis=1)
+    return acc
+
+
+@triton.jit
 def fp8_gemv_row_kernel(
     x_ptr, w_ptr, scale_ptr, bias_ptr, out_ptr, N, K, HAS_BIAS: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-    PREFETCH: tl.constexpr, PDL: tl.constexpr = False,
+    PREFETCH: tl.constexpr, REDUCE: tl.constexpr = False, PDL: tl.constexpr = False,
 ):  # fmt: skip
-    """``out[band] = x · (codes[band] · scale[band])ᵀ (+ bias)`` for one row: partial products, one reduction.
+    """``out[band] = x · (codes[band] · scale[band])ᵀ (+ bias)`` for one row (`mac`: ``REDUCE`` each step or not).
 
     With ``PDL`` (programmatic dependent launch, `launch.pdl`) the first K step's weights are loaded before
     the wait for the previous kernel: they do not depend on it, so their read overlaps its tail.
@@ -152,7 +176,7 @@ def fp8_gemv_row_kernel(
     rn = tl.program_id(0) * BN + tl.arange(0, BN)
     rk = tl.arange(0, BK)
     w_ptrs = w_ptr + rn[:, None] * K + rk[None, :]
-    acc = tl.zeros((BN, BK), dtype=tl.float32)
+    acc = tl.zeros((BN,), dtype=tl.float32) if REDUCE else tl.zeros((BN, BK), dtype=tl.float32)
     if PREFETCH:
         if PDL:
             tl.extra.cuda.gdc_launch_dependents()
@@ -162,19 +186,16 @@ def fp8_gemv_row_kernel(
         for k in range(0, K, BK):
             w = w_next
             w_next = tl.load(w_ptrs + (k + BK), mask=(k + BK + rk)[None, :] < K, other=0.0)
-            x = tl.load(x_ptr + k + rk).to(tl.float32)
-            acc += w.to(tl.float32) * x[None, :]
+            acc = mac(acc, w, tl.load(x_ptr + k + rk).to(tl.float32), REDUCE)
     else:
         if PDL:
             tl.extra.cuda.gdc_launch_dependents()
-            w = tl.load(w_ptrs).to(tl.float32)
+            w = tl.load(w_ptrs)
             tl.extra.cuda.gdc_wait()
-            acc += w * tl.load(x_ptr + rk).to(tl.float32)[None, :]
+            acc = mac(acc, w, tl.load(x_ptr + rk).to(tl.float32), REDUCE)
         for k in range(PDL * BK, K, BK):
-            x = tl.load(x_ptr + k + rk).to(tl.float32)
-            w = tl.load(w_ptrs + k).to(tl.float32)
-            acc += w * x[None, :]
-    y = tl.sum(acc, axis=1) * tl.load(scale_ptr + rn)
+            acc = mac(acc, tl.load(w_ptrs + k), tl.load(x_ptr + k + rk).to(tl.float32), REDUCE)
+    y = total(acc, REDUCE) * tl.load(scale_ptr + rn)
     if HAS_BIAS:
         y += tl.load(bias_ptr + rn)
     tl.store(out_ptr + rn, y.to(tl.bfloat16))
@@ -249,7 +270,8 @@ def fp8_gemv(
         out = torch.empty((1, n), dtype=torch.bfloat16, device=x.device)
         launcher(fp8_gemv_row_kernel, x.device)[(n // t.bn,)](
             x, codes, scale, bias if bias is not None else scale, out, n, k,
-            HAS_BIAS=bias is not None, BN=t.bn, BK=t.bk, PREFETCH=t.prefetch, num_warps=t.num_warps,
+            HAS_BIAS=bias is not None, BN=t.bn, BK=t.bk, PREFETCH=t.prefetch, REDUCE=t.reduce_each,
+            num_warps=t.num_warps,
             num_stages=t.num_stages,
         )  # fmt: skip
         return out

@@ -37,16 +37,17 @@ FUSED_TILES = tuple(t for t in gemv.ROW_TILES if not t.prefetch)
 
 @triton.jit
 def _fused_step(
-    acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, k, rk, NORM: tl.constexpr, SWIGLU: tl.constexpr
-):
-    """One K step of `fused_row_kernel` on weights already loaded (fp32): x's slice, its squares, the products."""
+    acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, k, rk,
+    NORM: tl.constexpr, SWIGLU: tl.constexpr, REDUCE: tl.constexpr,
+):  # fmt: skip
+    """One K step of `fused_row_kernel` on weights already loaded: x's slice, its squares, the products."""
     x = tl.load(x_ptr + k + rk).to(tl.float32)
     if NORM:
         squares += x * x
         x = x * tl.load(gamma_ptr + k + rk).to(tl.float32)
-    acc += w * x[None, :]
+    acc = gemv.mac(acc, w, x, REDUCE)
     if SWIGLU:  # the up projection's row of the same channel, N/2 rows further
-        acc_up += w_up * x[None, :]
+        acc_up = gemv.mac(acc_up, w_up, x, REDUCE)
     return acc, acc_up, squares
 
 
@@ -54,7 +55,7 @@ def _fused_step(
 def fused_row_kernel(
     x_ptr, w_ptr, scale_ptr, gamma_ptr, res_ptr, out_ptr, NO, K, eps,
     NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-    PDL: tl.constexpr = False,
+    REDUCE: tl.constexpr = False, PDL: tl.constexpr = False,
 ):  # fmt: skip
     """``out[band]`` of one row: an optional RMSNorm of x, the product, then SwiGLU or a residual add.
 
@@ -64,35 +65,36 @@ def fused_row_kernel(
     rn = tl.program_id(0) * BN + tl.arange(0, BN)
     rk = tl.arange(0, BK)
     w_ptrs = w_ptr + rn[:, None] * K + rk[None, :]
-    acc = tl.zeros((BN, BK), dtype=tl.float32)
-    acc_up = tl.zeros((BN, BK), dtype=tl.float32)
+    # `gemv.mac`: BN sums, or a BN × BK block reduced at the end
+    acc = tl.zeros((BN,), dtype=tl.float32) if REDUCE else tl.zeros((BN, BK), dtype=tl.float32)
+    acc_up = acc
     squares = tl.zeros((BK,), dtype=tl.float32)
     # the weights do not depend on the previous kernel: with PDL the first step's are in flight before the wait
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
-        w = tl.load(w_ptrs).to(tl.float32)
+        w = tl.load(w_ptrs)
         w_up = w
         if SWIGLU:
-            w_up = tl.load(w_ptrs + NO * K).to(tl.float32)
+            w_up = tl.load(w_ptrs + NO * K)
         tl.extra.cuda.gdc_wait()
         acc, acc_up, squares = _fused_step(
-            acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, 0, rk, NORM, SWIGLU
+            acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, 0, rk, NORM, SWIGLU, REDUCE
         )
     for k in range(PDL * BK, K, BK):
-        w = tl.load(w_ptrs + k).to(tl.float32)
+        w = tl.load(w_ptrs + k)
         w_up = w
         if SWIGLU:
-            w_up = tl.load(w_ptrs + NO * K + k).to(tl.float32)
+            w_up = tl.load(w_ptrs + NO * K + k)
         acc, acc_up, squares = _fused_step(
-            acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, k, rk, NORM, SWIGLU
+            acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, k, rk, NORM, SWIGLU, REDUCE
         )
-    y = tl.sum(acc, axis=1) * tl.load(scale_ptr + rn)
+    y = gemv.total(acc, REDUCE) * tl.load(scale_ptr + rn)
     root = 1.0
     if NORM:
         root = tl.rsqrt(tl.sum(squares, axis=0) / K + eps)
         y = y * root
     if SWIGLU:
-        up = tl.sum(acc_up, axis=1) * tl.load(scale_ptr + NO + rn) * root
+        up = gemv.total(acc_up, REDUCE) * tl.load(scale_ptr + NO + rn) * root
         y = y * tl.sigmoid(y) * up
     if RESIDUAL:
         y += tl.load(res_ptr + rn).to(tl.float32)
@@ -145,7 +147,7 @@ def fused_gemv(
         fusion.residual if fusion.residual is not None else x,
         out, no, k, fusion.eps,
         NORM=fusion.gamma is not None, SWIGLU=fusion.swiglu, RESIDUAL=fusion.residual is not None,
-        BN=t.bn, BK=t.bk, num_warps=t.num_warps, num_stages=t.num_stages,
+        BN=t.bn, BK=t.bk, REDUCE=t.reduce_each, num_warps=t.num_warps, num_stages=t.num_stages,
     )  # fmt: skip
     return out
 
