@@ -22,7 +22,7 @@ from deepgap.drive.config import SweepSpec
 from deepgap.drive.handle import WorkerLost
 from deepgap.drive.prelude import prelude_fields
 from deepgap.measure.accuracy.dataset import serve_options
-from deepgap.serving.records.details import CurveDetails, LevelDetails
+from deepgap.serving.records.details import CapacityDetails, CapacityProbe, CurveDetails, LevelDetails
 from deepgap.serving.records.storage import LevelRow, ServeRecord
 from deepgap.serving.run.process import ServingWorker, SetupFailed, SetupReply, SetupRequest
 from deepgap.serving.run.spec import ServeSpec
@@ -334,10 +334,31 @@ def simulated_rows(
     return rows
 
 
-def capacity_columns(
-    req: SetupRequest, rec: Any, r: Any, slo_s: float, confidence: float, predicted: float | None
+def capacity_row(
+    req: SetupRequest,
+    rec: Any,
+    r: Any,
+    slo_s: float,
+    confidence: float,
+    predicted: float | None,
+    probe_tail_s: Callable[[LevelSummary], float | None],
+    **details: Any,
 ) -> dict[str, Any]:
-    """A ``capacity`` row's columns for the search result ``r`` (its caller adds ``details``)."""
+    """A ``capacity`` row for the search result ``r``: its columns, every probe, the caller's ``details``.
+
+    A probe's ``p99_s`` is ``probe_tail_s`` of its level: the latency p99 of an image or text server, the
+    TTFT tail of a decoder's (the bound its search is on). Shared by `server_scenario` and `llm_scenario`.
+    """
+    probes = [
+        CapacityProbe(
+            rate_qps=p.rate_qps,
+            verdict=p.summary.verdict,
+            n=p.summary.n,
+            p99_s=probe_tail_s(p.summary),
+            n_over_slo=p.summary.n_over_slo,
+        )
+        for p in r.probes
+    ]
     return {
         "tenant": "",
         "source": r.source,
@@ -353,4 +374,5 @@ def capacity_columns(
         "predicted_qps": predicted,
         "n_probes": len(r.probes),
         "note": r.note,
+        "details": CapacityDetails(probes=probes, **details),
     }
