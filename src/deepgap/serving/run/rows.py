@@ -283,6 +283,14 @@ def setup_reply(
         return None
 
 
+@dataclass(frozen=True)
+class ModelServing:
+    """What one kind of model brings to its serve run (`one_model_run`): the line said first, and its levels."""
+
+    building: str
+    serve: Callable[[SetupReply, ServeRecord, ServeOutcome], None]
+
+
 def one_model_run(
     spec: ServeSpec,
     device: str,
@@ -291,20 +299,20 @@ def one_model_run(
     worker: ServingWorker,
     req: SetupRequest,
     command: str,
-    building: str,
-    serve: Callable[[SetupReply, ServeRecord, ServeOutcome], None],
+    serving: ModelServing,
 ) -> tuple[ServeRecord, ServeOutcome]:
-    """One model's serve run: its record, the worker's set-up, ``serve``'s levels, the set-up's facts on each.
+    """One model's serve run: its record, the worker's set-up, the levels ``serving`` serves, the set-up's facts.
 
-    A failed set-up (`setup_reply`) is the run's one level and ``serve`` never runs; the worker is stopped
-    whatever happens. Shared by an image or text model's run (`scenarios`) and a decoder's (`llm_run`).
+    A failed set-up (`setup_reply`) is the run's one level and nothing is served; the worker is stopped
+    whatever happens. An image or text model's ``serving`` is `scenarios.model_serving`, a decoder's
+    `llm_run.llm_serving`.
     """
     rec = ServeRecord(spec=run_spec(spec, device, [spec.model]), command=command, env={"device": device})
     out = ServeOutcome(None, os.path.abspath(store_path))
     try:
-        reply = setup_reply(spec, req, worker, rec, out, say, building)
+        reply = setup_reply(spec, req, worker, rec, out, say, serving.building)
         if reply is not None:
-            serve(reply, rec, out)
+            serving.serve(reply, rec, out)
             for lv in rec.levels:
                 d = lv.details
                 d.correctness = Correctness.from_json(reply.correctness)
