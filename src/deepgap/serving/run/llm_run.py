@@ -1,8 +1,8 @@
 """``deepgap serve`` for a decoder, end to end: the worker's set-up, the level or the capacity, the rows.
 
 `deepgap.serving.run.serve_run` runs it (for a decoder, instead of `scenarios.model_serving`) through the
-one driver (`rows.one_model_run`) and stores what it returns in one transaction. The levels and the search are
-`deepgap.serving.run.llm_scenario` and `deepgap.serving.run.llm_capacity`; here is what ties them:
+one driver (`rows.one_model_run`) and stores what it returns in one transaction. The levels and the
+search are `deepgap.serving.run.llm_scenario` and `deepgap.serving.run.llm_capacity`; here is what ties them:
 the set-up (a failed one is the run's one level, as for images), the calibrated curves as
 ``serve_curves`` rows and the simulator's service, and the set-up's facts on every level.
 """
