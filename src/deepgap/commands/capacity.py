@@ -6,6 +6,7 @@ import argparse
 import json
 
 from deepgap.api import DEFAULT_STORE
+from deepgap.commands.filter_flags import add_filter_flags
 from deepgap.core.errors import UsageError
 
 NAME = "capacity"
@@ -17,9 +18,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("store", nargs="?", default=DEFAULT_STORE, help=f"store file (default {DEFAULT_STORE})")
     p.add_argument("--slo-p99", required=True, help="p99 latency bound, e.g. 15ms")
     p.add_argument("--run", action="append", help="only these run ids (repeatable)")
-    p.add_argument("--model", help="only this model")
-    p.add_argument("--engine", help="only this engine")
-    p.add_argument("--precision", help="only this precision")
+    add_filter_flags(p, "model", "engine", "precision")
     add_simulation_arguments(p)
 
 

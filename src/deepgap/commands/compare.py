@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from deepgap.api import DEFAULT_STORE
+from deepgap.commands.filter_flags import add_filter_flags
 from deepgap.core.errors import UsageError
 from deepgap.report.compare_console import print_pairs, print_paper, resident_lines
 
@@ -42,8 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
         help='two device names (or unique parts), e.g. "NVIDIA H200,NVIDIA H100 80GB HBM3": A and B are '
         "those platforms' rows of one store (or of the two sides)",
     )
-    p.add_argument("--model", help="only these models (comma-separated)")
-    p.add_argument("--precision", help="only these precisions (comma-separated)")
+    add_filter_flags(p, "model", "precision", several=True)
     p.add_argument("--best-only", action="store_true", help="only the best-batch comparison")
     p.add_argument("-o", "--output", metavar="CSV", help="also write the comparison as CSV")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")

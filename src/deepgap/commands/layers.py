@@ -13,6 +13,7 @@ import json
 import math
 
 from deepgap.api import DEFAULT_STORE
+from deepgap.commands.filter_flags import add_filter_flags
 from deepgap.core.errors import UsageError
 from deepgap.store.guard import add_read_flags, use_read_flags
 
@@ -25,7 +26,7 @@ SORTS = ("headroom", "time", "order")
 def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("store", nargs="?", default=DEFAULT_STORE, help=f"store file (default {DEFAULT_STORE})")
     p.add_argument("--peaks", metavar="STORE", help="take measured ceilings from this store (deepgap peaks)")
-    p.add_argument("--model", help="only this model")
+    add_filter_flags(p, "model")
     p.add_argument("--precision", help="only this precision (int8 or fp8)")
     p.add_argument("--batch-size", type=int, help="only this batch size")
     p.add_argument(

@@ -11,6 +11,7 @@ import argparse
 import json
 from dataclasses import asdict
 
+from deepgap.commands.filter_flags import add_filter_flags
 from deepgap.core.errors import UsageError
 
 NAME = "plan"
@@ -37,8 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument("--tpot-slo", metavar="DURATION", help="with --target-tok-s: TPOT bound (default 100ms)")
     p.add_argument("--ttft-slo", metavar="DURATION", help="with --target-tok-s: TTFT bound (default 2s)")
     p.add_argument("--objective", default="devices", help="devices (fewest devices) | watts (least power)")
-    p.add_argument("--engine", help="only this engine")
-    p.add_argument("--precision", help="only this precision")
+    add_filter_flags(p, "engine", "precision")
     p.add_argument(
         "--platforms", help="only these device kinds (comma-separated names or unique parts, e.g. H200,H100)"
     )

@@ -14,6 +14,7 @@ import math
 from dataclasses import asdict
 
 from deepgap.api import DEFAULT_STORE
+from deepgap.commands.filter_flags import add_filter_flags
 from deepgap.core.precision import is_quantized, quantized_names
 
 NAME = "recommend"
@@ -32,9 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
         "--max-memory", metavar="SIZE", help="memory at most this, e.g. 8GiB (device-wide where stored)"
     )
     p.add_argument("--objective", default="throughput", help="throughput (default) | latency | joules")
-    p.add_argument("--model", help="only these models (comma-separated)")
-    p.add_argument("--precision", help="only these precisions (comma-separated)")
-    p.add_argument("--engine", help="only these engines (comma-separated)")
+    add_filter_flags(p, "model", "precision", "engine", several=True)
     p.add_argument("--run", action="append", help="run id (repeatable; default: every run in the store)")
     p.add_argument(
         "--min-accuracy",

@@ -273,7 +273,7 @@ def conv_gemm(
         beta: float32 [C_out], added after.
         out_fmt: 'int8', 'fp8' or 'fp16'.
         relu: apply ReLU.
-        cfg: a `plan.TileConfig` (BM, BN, BK, GROUP_M, num_warps, num_stages).
+        cfg: a `tiles.TileConfig` (its `launch`: BM, BN, BK, GROUP_M, num_warps, num_stages).
         res: optional residual [M, C_out] (int8/fp8/fp16).
         gamma: multiplies the residual.
         out: optional preallocated output [M, C_out].
@@ -317,13 +317,8 @@ def conv_gemm(
         HAS_RES=res is not None,
         OUT_KIND=OUT_KIND[out_fmt],
         ACC_INT=x.dtype == torch.int8,
-        BM=cfg.bm,
-        BN=cfg.bn,
-        BK=cfg.bk,
-        GROUP_M=cfg.group_m,
         EARLY_RES=bool(getattr(cfg, "early_res", False)) and res is not None,
-        num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages,
+        **cfg.launch(),
         enable_fp_fusion=False,
     )
     return out

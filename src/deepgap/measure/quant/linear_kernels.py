@@ -125,12 +125,7 @@ def fp8_linear(
         k,
         GELU=gelu,
         OUT_FP8=out_fp8,
-        BM=t.bm,
-        BN=t.bn,
-        BK=t.bk,
-        GROUP_M=t.group_m,
-        num_warps=t.num_warps,
-        num_stages=t.num_stages,
+        **t.launch(),
     )
     return out
 

@@ -1,7 +1,9 @@
 """The ResNet stem on int8 pixels: 4-byte NHWC pixels, an int8 GEMM reading a kernel row per K step.
 
 Images are quantized once into 4-byte pixels; the 7×7/2 convolution is an int8 tensor-core GEMM whose K
-step is one kernel row, then the 8-bit max-pool runs as for the fused stem.
+step is one kernel row, then the 8-bit max-pool runs as for the fused stem. The GEMM is the fused stem's
+kernel (`stem_kernels.stem_conv_kernel`, its prologue and epilogue) with ``INT8_PIXELS``: its K loop is
+`stem_kernels.pixel_rows_dot`.
 
 Why: the per-layer table (`deepgap layers`) names the stem as the quant engine's largest single item
 at batch 256 (0.65 ms of ResNet-50's 5.1 ms on an H200), and says its pace is set by the gather of K,
@@ -31,9 +33,9 @@ import torch.nn.functional as F  # noqa: N812
 import triton
 import triton.language as tl
 
-from deepgap.measure.quant.kernels import MAGIC, OUT_KIND, _finish, pdl_enter, window_origin
+from deepgap.measure.quant.kernels import MAGIC, OUT_KIND, pdl_enter
 from deepgap.measure.quant.launch import INT32_LIMIT, check, launcher
-from deepgap.measure.quant.stem_kernels import pool8, stem_output
+from deepgap.measure.quant.stem_kernels import pool8, stem_conv_kernel, stem_output
 
 PIXEL = 4  # bytes per resident pixel: three channels and a zero
 ROW = 32  # K per kernel row: 8 taps of 4 bytes (a 7-tap row and 4 zero bytes), one int8 wgmma K step
@@ -67,50 +69,6 @@ def quantize_image_kernel(
     q = tl.minimum(tl.maximum(y, -127.0), 127.0) + MAGIC
     out = q.to(tl.int32, bitcast=True).to(tl.int8)  # low byte = the value rounded half to even
     tl.store(out_ptr + rp[:, None] * 4 + rc[None, :], out, mask=p_ok[:, None])
-
-
-@triton.jit(do_not_specialize=["M", "H", "W", "OH", "OW"])
-def stem_i8_kernel(
-    x_ptr,
-    w_ptr,
-    out_ptr,
-    alpha_ptr,
-    beta_ptr,
-    M,
-    H,
-    W,
-    OH,
-    OW,
-    N: tl.constexpr,
-    KH: tl.constexpr,
-    KW: tl.constexpr,
-    STRIDE: tl.constexpr,
-    PAD: tl.constexpr,
-    OUT_KIND: tl.constexpr,
-    BM: tl.constexpr,
-    PDL: tl.constexpr = False,
-):
-    """out[m, n] = epilogue(Σ_kh Σ_j A[m, kh, j]·W[n, kh·32 + j]) with ReLU; a K step is one kernel row."""
-    pdl_enter(PDL)
-    rm = tl.program_id(0) * BM + tl.arange(0, BM)
-    rn = tl.arange(0, N)
-    rj = tl.arange(0, 32)  # byte j of a kernel row: tap j // 4, channel j % 4
-    m_ok = rm < M
-    nb, ih0, iw0 = window_origin(rm, OH, OW, STRIDE, PAD)
-    iw = iw0[:, None] + (rj // 4)[None, :]
-    col_ok = m_ok[:, None] & ((rj // 4) < KW)[None, :] & (iw >= 0) & (iw < W)
-    acc = tl.zeros((BM, N), dtype=tl.int32)
-    for kh in range(KH):
-        ih = ih0 + kh
-        ok = col_ok & ((ih >= 0) & (ih < H))[:, None]
-        a = tl.load(x_ptr + (((nb * H + ih) * W + iw0) * 4)[:, None] + rj[None, :], mask=ok, other=0)
-        b = tl.load(w_ptr + rn[None, :] * (KH * 32) + kh * 32 + rj[:, None])
-        acc = tl.dot(a, b, acc, out_dtype=tl.int32)
-    alpha = tl.load(alpha_ptr + rn)
-    beta = tl.load(beta_ptr + rn)
-    y = acc.to(tl.float32) * alpha[None, :]
-    out = _finish(y, beta[None, :], y, 0.0, True, False, OUT_KIND)
-    tl.store(out_ptr + rm[:, None] * N + rn[None, :], out, mask=m_ok[:, None])
 
 
 def quantize_image(x: torch.Tensor, in_scale: float, backend: str = "triton") -> torch.Tensor:
@@ -205,9 +163,10 @@ def stem(
         return reference(x, w_i8, ksize, stride, padding, alpha, beta, out_fmt, pool)
     xm = x.permute(0, 2, 3, 1).contiguous()  # a no-op for channels_last pixels
     conv = torch.empty((m, n), dtype=DTYPES[out_fmt], device=x.device)
-    launcher(stem_i8_kernel, x.device)[(triton.cdiv(m, block_m),)](
-        xm, w_i8, conv, alpha, beta, m, h, wd, oh, ow, N=n, KH=ksize, KW=ksize, STRIDE=stride, PAD=padding,
-        OUT_KIND=OUT_KIND[out_fmt], BM=block_m, num_warps=num_warps, enable_fp_fusion=False,
+    launcher(stem_conv_kernel, x.device)[(triton.cdiv(m, block_m),)](
+        xm, w_i8, conv, alpha, beta, m, h, wd, oh, ow, C=PIXEL, N=n, KH=ksize, KW=ksize, KP=kp, STRIDE=stride,
+        PAD=padding, OUT_KIND=OUT_KIND[out_fmt], BM=block_m, BK=ROW, INT8_PIXELS=True, num_warps=num_warps,
+        enable_fp_fusion=False,
     )  # fmt: skip
     return pool8(conv, nb, oh, ow, pool)
 

@@ -31,6 +31,46 @@ from deepgap.measure.quant.launch import INT32_LIMIT, check, check_vec, launcher
 BLOCK_K = 32
 
 
+@triton.jit
+def gather_dot(x_ptr, w_ptr, nb, ih0, iw0, m_ok, rn, H, W, C, N, KH, KW, KP, BM, BK):
+    """Σ_k A[m, k]·W[n, k] in fp32: A gathered element by element from the fp16 NHWC image, K in (kh, kw, c)."""
+    acc = tl.zeros((BM, N), dtype=tl.float32)
+    for k0 in range(0, KP, BK):
+        rk = k0 + tl.arange(0, BK)
+        tap = rk // C
+        c = rk - tap * C
+        kh = tap // KW
+        kw = tap - kh * KW
+        ih = ih0[:, None] + kh[None, :]
+        iw = iw0[:, None] + kw[None, :]
+        ok = m_ok[:, None] & (rk < KH * KW * C)[None, :] & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+        a = tl.load(x_ptr + ((nb[:, None] * H + ih) * W + iw) * C + c[None, :], mask=ok, other=0.0)
+        b = tl.load(w_ptr + rn[None, :] * KP + rk[:, None])
+        acc = tl.dot(a, b, acc)
+    return acc
+
+
+@triton.jit
+def pixel_rows_dot(x_ptr, w_ptr, nb, ih0, iw0, m_ok, rn, H, W, C, N, KH, KW, KP, BM, BK):
+    """Σ_kh Σ_j A[m, kh, j]·W[n, kh·BK + j], exact in int32, as fp32: a K step is one kernel row of pixels.
+
+    `deepgap.measure.quant.stem_int8`'s layout: ``C``-byte pixels, byte j of a row is tap j // C, channel
+    j % C; a row's ``BK`` bytes are contiguous in the int8 image, so the gather is a base plus the byte
+    index. The sums (|Σ| ≤ 127²·KH·BK < 2^24) are exact in fp32 too.
+    """
+    rj = tl.arange(0, BK)
+    iw = iw0[:, None] + (rj // C)[None, :]
+    col_ok = m_ok[:, None] & ((rj // C) < KW)[None, :] & (iw >= 0) & (iw < W)
+    acc = tl.zeros((BM, N), dtype=tl.int32)
+    for kh in range(KH):
+        ih = ih0 + kh
+        ok = col_ok & ((ih >= 0) & (ih < H))[:, None]
+        a = tl.load(x_ptr + (((nb * H + ih) * W + iw0) * C)[:, None] + rj[None, :], mask=ok, other=0)
+        b = tl.load(w_ptr + rn[None, :] * KP + kh * BK + rj[:, None])
+        acc = tl.dot(a, b, acc, out_dtype=tl.int32)
+    return acc.to(tl.float32)
+
+
 @triton.jit(do_not_specialize=["M", "H", "W", "OH", "OW"])
 def stem_conv_kernel(
     x_ptr,
@@ -53,27 +93,23 @@ def stem_conv_kernel(
     OUT_KIND: tl.constexpr,
     BM: tl.constexpr,
     BK: tl.constexpr,
+    INT8_PIXELS: tl.constexpr = False,
     PDL: tl.constexpr = False,
 ):
-    """out[m, n] = epilogue(Σ_k A[m, k]·W[n, k]) with ReLU; A gathered per element from NHWC ``x``."""
+    """out[m, n] = epilogue(Σ_k A[m, k]·W[n, k]) with ReLU; A gathered from NHWC ``x``, W [N, KP].
+
+    Both stems: fp16 ``x`` with ``C`` channels (`gather_dot`), or, with ``INT8_PIXELS``, `stem_int8`'s
+    int8 image of ``C``-byte pixels (`pixel_rows_dot`); one prologue, one epilogue.
+    """
     pdl_enter(PDL)
     rm = tl.program_id(0) * BM + tl.arange(0, BM)
     rn = tl.arange(0, N)
     m_ok = rm < M
     nb, ih0, iw0 = window_origin(rm, OH, OW, STRIDE, PAD)
-    acc = tl.zeros((BM, N), dtype=tl.float32)
-    for k0 in range(0, KP, BK):
-        rk = k0 + tl.arange(0, BK)
-        tap = rk // C
-        c = rk - tap * C
-        kh = tap // KW
-        kw = tap - kh * KW
-        ih = ih0[:, None] + kh[None, :]
-        iw = iw0[:, None] + kw[None, :]
-        ok = m_ok[:, None] & (rk < KH * KW * C)[None, :] & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
-        a = tl.load(x_ptr + ((nb[:, None] * H + ih) * W + iw) * C + c[None, :], mask=ok, other=0.0)
-        b = tl.load(w_ptr + rn[None, :] * KP + rk[:, None])
-        acc = tl.dot(a, b, acc)
+    if INT8_PIXELS:
+        acc = pixel_rows_dot(x_ptr, w_ptr, nb, ih0, iw0, m_ok, rn, H, W, C, N, KH, KW, KP, BM, BK)
+    else:
+        acc = gather_dot(x_ptr, w_ptr, nb, ih0, iw0, m_ok, rn, H, W, C, N, KH, KW, KP, BM, BK)
     alpha = tl.load(alpha_ptr + rn)
     beta = tl.load(beta_ptr + rn)
     y = acc * alpha[None, :]

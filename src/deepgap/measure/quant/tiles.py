@@ -43,6 +43,11 @@ class TileConfig:
             " er" if self.early_res else ""
         )
 
+    def launch(self) -> dict[str, int]:
+        """The six numbers as both kernels' launches take them: constexpr BM, BN, BK, GROUP_M; warps, stages."""
+        blocks = {f.upper(): getattr(self, f) for f in ("bm", "bn", "bk", "group_m")}
+        return {**blocks, "num_warps": self.num_warps, "num_stages": self.num_stages}
+
     def fit(self, k: int, n: int) -> TileConfig:
         """This tile with BK and BN halved until they divide ``k`` and ``n`` (multiples of 16)."""
         return dataclasses.replace(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import statistics
-import time
 from typing import Any
 
 import torch
@@ -19,6 +18,7 @@ from deepgap.measure.quant import layers
 from deepgap.measure.quant import tunecache as tune_cache
 from deepgap.measure.quant.network import QuantNet, fp16_conv
 from deepgap.measure.quant.tiles import LayerTiming, candidate_configs
+from deepgap.measure.timing import HostClock
 
 CHECK_BATCH = 2  # images in each kernel's self-check against the exact reference
 
@@ -31,12 +31,8 @@ def time_s(fn, reps: int = 10, device: str = "cuda", use_graph: bool = True) -> 
     """
     if not str(device).startswith("cuda"):
         fn()
-        times = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        return statistics.median(times)
+        clock = HostClock()
+        return statistics.median([clock.time_iteration(fn) for _ in range(reps)])
     for _ in range(2):
         fn()
     torch.cuda.synchronize()

@@ -10,8 +10,9 @@ labelled ``unverified (simulated only)``.
 from __future__ import annotations
 
 from deepgap.serving.capacity.search import CapacityResult, LoadSettings
-from deepgap.serving.run.llm_scenario import LlmContext, capacity_row, search, tails_line
+from deepgap.serving.run.llm_scenario import LlmContext, llm_capacity_row, search, tails_line
 from deepgap.serving.run.rows import simulated_rows
+from deepgap.serving.sim.token_stats import tail_fields
 
 REFINED = 3
 
@@ -47,9 +48,9 @@ def find_llm_capacity(c: LlmContext) -> None:
         start = r.capacity_qps if r.capacity_qps > 0 else 0.5 * sv.saturation_qps(s, c.load)
         m = search(c, s, load, True, start, tol)
         measured.append(m)
-        c.rec.capacities.append(capacity_row(c, m, r.capacity_qps))
+        c.rec.capacities.append(llm_capacity_row(c, m, r.capacity_qps))
         c.say(f"serve: {s} slots: measured {m.capacity_qps:,.2f} queries/s, simulated {r.capacity_qps:,.2f}")
-    c.rec.capacities.extend(simulated_rows(ranked, measured, lambda r, p: capacity_row(c, r, p)))
+    c.rec.capacities.extend(simulated_rows(ranked, measured, lambda r, p: llm_capacity_row(c, r, p)))
     _report(c, ranked, measured, load.min_duration_s)
 
 
@@ -69,10 +70,7 @@ def _report(
         capacity_slots=best.policy.max_batch,
         capacity_max_batch=best.policy.max_batch,
         capacity_output_tokens_per_s=t.output_tokens_per_s if t else None,
-        capacity_ttft_tail_s=t.ttft_tail_s if t else None,
-        capacity_ttft_tail_kind=t.ttft_tail_kind if t else None,
-        capacity_tpot_tail_s=t.tpot_tail_s if t else None,
-        capacity_tpot_tail_kind=t.tpot_tail_kind if t else None,
+        **tail_fields(t, "capacity_"),
         slo_ttft_s=c.ttft,
         slo_tpot_s=c.tpot,
         capacity_sim_best_qps=ranked[0].capacity_qps,

@@ -1,8 +1,8 @@
 """``deepgap serve`` for a decoder, end to end: the worker's set-up, the level or the capacity, the rows.
 
-`deepgap.serving.run.serve_run` runs it (for a decoder, instead of `scenarios._run_single`) through the
-one driver and stores what it returns in one transaction. The levels and the search are
-`deepgap.serving.run.llm_scenario` and `deepgap.serving.run.llm_capacity`; here is what ties them:
+`deepgap.serving.run.serve_run` runs it (for a decoder, instead of `scenarios.model_serving`) through the
+one driver (`rows.one_model_run`) and stores what it returns in one transaction. The levels and the
+search are `deepgap.serving.run.llm_scenario` and `deepgap.serving.run.llm_capacity`; here is what ties them:
 the set-up (a failed one is the run's one level, as for images), the calibrated curves as
 ``serve_curves`` rows and the simulator's service, and the set-up's facts on every level.
 """
@@ -19,7 +19,7 @@ from deepgap.serving.run.llm_capacity import find_llm_capacity
 from deepgap.serving.run.llm_scenario import LlmContext, fixed_level
 from deepgap.serving.run.llm_spec import llm_load, slo_bounds
 from deepgap.serving.run.process import ServingWorker, SetupReply, SetupRequest
-from deepgap.serving.run.rows import Say, ServeOutcome, config_columns, one_model_run
+from deepgap.serving.run.rows import ModelServing, Say, ServeOutcome, config_columns
 from deepgap.serving.sim.llm_service import LlmService
 from deepgap.serving.sim.packing import prefill_mode
 
@@ -38,17 +38,10 @@ def service_from(reply: Any, req: SetupRequest, label: str) -> LlmService:
     )
 
 
-def run_llm(
-    spec: Any,
-    device: str,
-    trace,
-    store_path: str,
-    say: Say,
-    worker: ServingWorker,
-    req: SetupRequest,
-    command: str,
-) -> tuple[ServeRecord, ServeOutcome]:
-    """Build, check, calibrate and serve ``spec``'s decoder in ``worker`` (launched, past its prelude)."""
+def llm_serving(
+    spec: Any, device: str, trace, say: Say, worker: ServingWorker, req: SetupRequest
+) -> ModelServing:
+    """How ``spec``'s decoder is served in ``worker`` once built, checked and calibrated: a level or the capacity."""
 
     def serve(reply: SetupReply, rec: ServeRecord, out: ServeOutcome) -> None:
         rec.curves = llm_curve_rows(reply, req)
@@ -85,7 +78,7 @@ def run_llm(
         f"serve: building {spec.model} ({spec.engine}, {spec.precision}) on {device}: {req.seq_len_dist}, "
         f"cache of {req.cache_len} positions, calibrating slots {', '.join(map(str, req.buckets))} and {prefill}"
     )
-    return one_model_run(spec, device, store_path, say, worker, req, command, building, serve)
+    return ModelServing(building, serve)
 
 
 def _prefills(by_b: dict[int, list[float]], s: int, first: bool, slots: Any) -> dict[str, Any]:

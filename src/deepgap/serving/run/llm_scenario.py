@@ -16,17 +16,17 @@ from typing import Any
 import numpy as np
 
 from deepgap.serving.capacity.search import CapacityResult, LoadSettings, Probe, find_capacity, schedule
-from deepgap.serving.records.details import CapacityDetails, CapacityProbe, LevelDetails, LlmLevel
+from deepgap.serving.records.details import LevelDetails, LlmLevel
 from deepgap.serving.records.storage import ServeRecord
 from deepgap.serving.run.process import LevelRequest, ServingWorker, SetupRequest
-from deepgap.serving.run.rows import Say, ServeOutcome, capacity_columns, level_row
+from deepgap.serving.run.rows import Say, ServeOutcome, capacity_row, level_row
 from deepgap.serving.sim import arrivals as arr
 from deepgap.serving.sim.batcher import BatchPolicy
 from deepgap.serving.sim.capacity_stats import allowed_over
 from deepgap.serving.sim.continuous import SlotStop, drop_after
 from deepgap.serving.sim.llm_service import LlmLoad, LlmService, simulate_llm
 from deepgap.serving.sim.log import LevelSummary
-from deepgap.serving.sim.token_stats import summarize_tokens
+from deepgap.serving.sim.token_stats import summarize_tokens, tail_fields
 
 # A capacity probe lasts at least this many TTFT bounds: an overloaded server's queue grows by about
 # (λ/μ − 1)·T in a run of T s, so a rate up to TTFT/T above the sustainable one can still pass (10 %)
@@ -155,10 +155,7 @@ def fixed_level(c: LlmContext) -> None:
         server_achieved_qps=s.achieved_qps,
         server_output_tokens_per_s=t.output_tokens_per_s,
         server_predicted_output_tokens_per_s=p.output_tokens_per_s,
-        server_ttft_tail_s=t.ttft_tail_s,
-        server_ttft_tail_kind=t.ttft_tail_kind,
-        server_tpot_tail_s=t.tpot_tail_s,
-        server_tpot_tail_kind=t.tpot_tail_kind,
+        **tail_fields(t, "server_"),
         server_verdict=s.verdict,
         server_dropped=s.n_dropped,
         server_slots=slots,
@@ -171,31 +168,22 @@ def fixed_level(c: LlmContext) -> None:
     )
 
 
-def capacity_row(c: LlmContext, r: CapacityResult, predicted: float | None) -> dict[str, Any]:
+def llm_capacity_row(c: LlmContext, r: CapacityResult, predicted: float | None) -> dict[str, Any]:
     """A ``capacity`` row of a decoder: ``slo_s`` its TTFT bound, ``max_batch`` its slots, tokens in details."""
     at = r.at_capacity
     t = at.summary.tokens if at is not None else None
-    return {
-        **capacity_columns(c.req, c.rec, r, c.ttft, c.spec.confidence, predicted),
-        "details": CapacityDetails(
-            probes=[
-                CapacityProbe(
-                    rate_qps=p.rate_qps,
-                    verdict=p.summary.verdict,
-                    n=p.summary.n,
-                    p99_s=p.summary.tokens.ttft_tail_s if p.summary.tokens else None,
-                    n_over_slo=p.summary.n_over_slo,
-                )
-                for p in r.probes
-            ],
-            slo_tpot_s=c.tpot,
-            output_tokens_per_s=t.output_tokens_per_s if t else None,
-            ttft_tail_s=t.ttft_tail_s if t else None,
-            ttft_tail_kind=t.ttft_tail_kind if t else None,
-            tpot_tail_s=t.tpot_tail_s if t else None,
-            tpot_tail_kind=t.tpot_tail_kind if t else None,
-        ),
-    }
+    return capacity_row(
+        c.req,
+        c.rec,
+        r,
+        c.ttft,
+        c.spec.confidence,
+        predicted,
+        lambda s: s.tokens.ttft_tail_s if s.tokens else None,
+        slo_tpot_s=c.tpot,
+        output_tokens_per_s=t.output_tokens_per_s if t else None,
+        **tail_fields(t),
+    )
 
 
 def sim_probe(c: LlmContext, slots: int, load: LoadSettings):

@@ -22,7 +22,7 @@ from deepgap.drive.config import SweepSpec
 from deepgap.drive.handle import WorkerLost
 from deepgap.drive.prelude import prelude_fields
 from deepgap.measure.accuracy.dataset import serve_options
-from deepgap.serving.records.details import CurveDetails, LevelDetails
+from deepgap.serving.records.details import CapacityDetails, CapacityProbe, CurveDetails, LevelDetails
 from deepgap.serving.records.storage import LevelRow, ServeRecord
 from deepgap.serving.run.process import ServingWorker, SetupFailed, SetupReply, SetupRequest
 from deepgap.serving.run.spec import ServeSpec
@@ -283,6 +283,14 @@ def setup_reply(
         return None
 
 
+@dataclass(frozen=True)
+class ModelServing:
+    """What one kind of model brings to its serve run (`one_model_run`): the line said first, and its levels."""
+
+    building: str
+    serve: Callable[[SetupReply, ServeRecord, ServeOutcome], None]
+
+
 def one_model_run(
     spec: ServeSpec,
     device: str,
@@ -291,20 +299,20 @@ def one_model_run(
     worker: ServingWorker,
     req: SetupRequest,
     command: str,
-    building: str,
-    serve: Callable[[SetupReply, ServeRecord, ServeOutcome], None],
+    serving: ModelServing,
 ) -> tuple[ServeRecord, ServeOutcome]:
-    """One model's serve run: its record, the worker's set-up, ``serve``'s levels, the set-up's facts on each.
+    """One model's serve run: its record, the worker's set-up, the levels ``serving`` serves, the set-up's facts.
 
-    A failed set-up (`setup_reply`) is the run's one level and ``serve`` never runs; the worker is stopped
-    whatever happens. Shared by an image or text model's run (`scenarios`) and a decoder's (`llm_run`).
+    A failed set-up (`setup_reply`) is the run's one level and nothing is served; the worker is stopped
+    whatever happens. An image or text model's ``serving`` is `scenarios.model_serving`, a decoder's
+    `llm_run.llm_serving`.
     """
     rec = ServeRecord(spec=run_spec(spec, device, [spec.model]), command=command, env={"device": device})
     out = ServeOutcome(None, os.path.abspath(store_path))
     try:
-        reply = setup_reply(spec, req, worker, rec, out, say, building)
+        reply = setup_reply(spec, req, worker, rec, out, say, serving.building)
         if reply is not None:
-            serve(reply, rec, out)
+            serving.serve(reply, rec, out)
             for lv in rec.levels:
                 d = lv.details
                 d.correctness = Correctness.from_json(reply.correctness)
@@ -334,10 +342,31 @@ def simulated_rows(
     return rows
 
 
-def capacity_columns(
-    req: SetupRequest, rec: Any, r: Any, slo_s: float, confidence: float, predicted: float | None
+def capacity_row(
+    req: SetupRequest,
+    rec: Any,
+    r: Any,
+    slo_s: float,
+    confidence: float,
+    predicted: float | None,
+    probe_tail_s: Callable[[LevelSummary], float | None],
+    **details: Any,
 ) -> dict[str, Any]:
-    """A ``capacity`` row's columns for the search result ``r`` (its caller adds ``details``)."""
+    """A ``capacity`` row for the search result ``r``: its columns, every probe, the caller's ``details``.
+
+    A probe's ``p99_s`` is ``probe_tail_s`` of its level: the latency p99 of an image or text server, the
+    TTFT tail of a decoder's (the bound its search is on). Shared by `server_scenario` and `llm_scenario`.
+    """
+    probes = [
+        CapacityProbe(
+            rate_qps=p.rate_qps,
+            verdict=p.summary.verdict,
+            n=p.summary.n,
+            p99_s=probe_tail_s(p.summary),
+            n_over_slo=p.summary.n_over_slo,
+        )
+        for p in r.probes
+    ]
     return {
         "tenant": "",
         "source": r.source,
@@ -353,4 +382,5 @@ def capacity_columns(
         "predicted_qps": predicted,
         "n_probes": len(r.probes),
         "note": r.note,
+        "details": CapacityDetails(probes=probes, **details),
     }

@@ -1,6 +1,7 @@
 """``deepgap serve`` for one model: calibrate, run the scenario for real, predict it.
 
-`deepgap.serving.run.serve_run` runs it (`_run_single`) through the one driver and stores it.
+`deepgap.serving.run.serve_run` runs it (`model_serving`, through `rows.one_model_run`) in the one driver
+and stores it.
 
 Every measured level is paired with the simulator's prediction for the *same* arrivals, fed the
 service curve the worker calibrated moments before (same process, same engine instances, same
@@ -18,11 +19,11 @@ from deepgap.core.result_details import Accuracy
 from deepgap.serving.records.storage import ServeRecord
 from deepgap.serving.run.process import LevelRequest, ServingWorker, SetupReply, SetupRequest
 from deepgap.serving.run.rows import (
+    ModelServing,
     Say,
     ServeOutcome,
     curve_rows,
     level_row,
-    one_model_run,
     service_of,
 )
 from deepgap.serving.run.scenario_context import (
@@ -40,20 +41,13 @@ from deepgap.serving.sim.log import LevelSummary, summarize
 from deepgap.serving.sim.simulator import simulate
 
 
-def _run_single(
-    spec: ServeSpec,
-    device: str,
-    trace: np.ndarray | None,
-    store_path: str,
-    say: Say,
-    worker: ServingWorker,
-    req: SetupRequest,
-    command: str,
-) -> tuple[ServeRecord, ServeOutcome]:
-    """Build, calibrate and run ``spec``'s scenario in ``worker``, launched and past its prelude.
+def model_serving(
+    spec: ServeSpec, device: str, trace: np.ndarray | None, say: Say, worker: ServingWorker, req: SetupRequest
+) -> ModelServing:
+    """How ``spec``'s scenario is run in ``worker`` once the model is built and calibrated there.
 
     A worker that could not start or answer (`ServingWorker.failure`) makes the run's one level a failed
-    set-up, as a failed build does.
+    set-up, as a failed build does (`rows.one_model_run`).
     """
 
     def serve(reply: SetupReply, rec: ServeRecord, out: ServeOutcome) -> None:
@@ -88,7 +82,7 @@ def _run_single(
         f"serve: building {spec.model} ({spec.engine}, {spec.precision}, {spec.memory_format}) on "
         f"{device} and calibrating batches {', '.join(map(str, req.buckets))}"
     )
-    return one_model_run(spec, device, store_path, say, worker, req, command, building, serve)
+    return ModelServing(building, serve)
 
 
 def _single_stream(c: ScenarioContext) -> None:

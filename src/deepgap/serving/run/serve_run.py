@@ -24,7 +24,15 @@ from deepgap.drive.session import SERVE, RunSession, resolve_device
 from deepgap.serving.records.storage import ServeRecord
 from deepgap.serving.run.prelude import warmup_configs
 from deepgap.serving.run.process import ServingWorker
-from deepgap.serving.run.rows import Say, ServeOutcome, run_spec, serve_sweep, setup_request, stderr_say
+from deepgap.serving.run.rows import (
+    Say,
+    ServeOutcome,
+    one_model_run,
+    run_spec,
+    serve_sweep,
+    setup_request,
+    stderr_say,
+)
 from deepgap.serving.run.spec import ServeSpec
 
 
@@ -61,14 +69,13 @@ def plan(spec: ServeSpec, store_path: str, say: Say, command: str, resumed: Resu
             from deepgap.serving.run.tenants import run_tenants
 
             rec, out = run_tenants(spec, device, store_path, say, w, command)
-        elif first.cache_len:  # a decoder: continuous batching (`deepgap.serving.run.llm_run`)
-            from deepgap.serving.run.llm_run import run_llm
-
-            rec, out = run_llm(spec, device, trace, store_path, say, w, first, command)
         else:
-            from deepgap.serving.run.scenarios import _run_single
-
-            rec, out = _run_single(spec, device, trace, store_path, say, w, first, command)
+            if first.cache_len:  # a decoder: continuous batching (`deepgap.serving.run.llm_run`)
+                from deepgap.serving.run.llm_run import llm_serving as serving
+            else:
+                from deepgap.serving.run.scenarios import model_serving as serving
+            one = serving(spec, device, trace, say, w, first)
+            rec, out = one_model_run(spec, device, store_path, say, w, first, command, one)
         rec.command = command
         yield Finished("", Served(rec, out))
 

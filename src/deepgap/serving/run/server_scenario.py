@@ -21,9 +21,8 @@ from deepgap.serving.capacity.search import (
     schedule,
     search_policies,
 )
-from deepgap.serving.records.details import CapacityDetails, CapacityProbe
 from deepgap.serving.run.process import LevelRequest
-from deepgap.serving.run.rows import capacity_columns, level_row, simulated_rows
+from deepgap.serving.run.rows import capacity_row, level_row, simulated_rows
 from deepgap.serving.run.scenario_context import (
     ScenarioContext,
     engine_ips,
@@ -145,21 +144,7 @@ def run_server(c: ScenarioContext) -> None:
 
 
 def _capacity_row(c: ScenarioContext, r: CapacityResult, predicted: float | None) -> dict[str, Any]:
-    return {
-        **capacity_columns(c.req, c.rec, r, r.slo_s, c.spec.confidence, predicted),
-        "details": CapacityDetails(
-            probes=[
-                CapacityProbe(
-                    rate_qps=p.rate_qps,
-                    verdict=p.summary.verdict,
-                    n=p.summary.n,
-                    p99_s=p.summary.latency_p99_s,
-                    n_over_slo=p.summary.n_over_slo,
-                )
-                for p in r.probes
-            ]
-        ),
-    }
+    return capacity_row(c.req, c.rec, r, r.slo_s, c.spec.confidence, predicted, lambda s: s.latency_p99_s)
 
 
 def _find_capacity(c: ScenarioContext, load: LoadSettings) -> None:

@@ -12,6 +12,7 @@ else the maximum of the n requests, labelled ``max``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -53,6 +54,18 @@ class TokenStats:
     window_s: float | None = None
     n_unfinished: int = 0
     n_queued: int = 0
+
+
+TAIL_FIELDS = ("ttft_tail_s", "ttft_tail_kind", "tpot_tail_s", "tpot_tail_kind")
+
+
+def tail_fields(t: TokenStats | None, prefix: str = "") -> dict[str, Any]:
+    """Both tails, each with its kind, as ``prefix``-named fields (None each without ``t``).
+
+    What a decoder's fixed level and its capacity state of their tails, in the run's summary and in a
+    capacity row's details: a tail is never written without the kind ("p99" or "max" of n) that names it.
+    """
+    return {prefix + k: getattr(t, k) if t else None for k in TAIL_FIELDS}
 
 
 def tail(x: np.ndarray) -> tuple[float | None, str, int]:

@@ -134,18 +134,12 @@ def _agreement(state: Any, req: SetupRequest, executor: PipelinedExecutor, ring:
 def handle_setup(state: Any, req: SetupRequest) -> SetupReply:
     """Worker handler ``serve.setup``: build and calibrate; the executor is kept for the levels."""
     if req.cache_len:  # a decoder (`deepgap.serving.worker.llm_setup`)
-        from deepgap.serving.worker.llm_setup import llm_setup
-
-        executor, reply = llm_setup(state, req)
-        state.held["executor"] = executor
-        return reply
-    if req.seq_lens:  # a text model (`deepgap.serving.worker.text_setup`)
-        from deepgap.serving.worker.text_setup import text_setup
-
-        executor, reply = text_setup(state, req)
-        state.held["executor"] = executor
-        return reply
-    executor, reply = _setup(state, req)
+        from deepgap.serving.worker.llm_setup import llm_setup as setup
+    elif req.seq_lens:  # a text model (`deepgap.serving.worker.text_setup`)
+        from deepgap.serving.worker.text_setup import text_setup as setup
+    else:
+        setup = _setup
+    executor, reply = setup(state, req)
     state.held["executor"] = executor
     return reply
 

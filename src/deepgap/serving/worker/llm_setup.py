@@ -28,6 +28,7 @@ import torch
 from deepgap.measure.device import set_tf32
 from deepgap.measure.llm_timing import generate
 from deepgap.measure.models.llama_net import build_llama
+from deepgap.measure.timing import HostClock
 from deepgap.serving.run.process import LevelRequest, SetupReply, SetupRequest
 from deepgap.serving.sim.clock import RealClock, VirtualClock
 from deepgap.serving.sim.continuous import SlotStop, TokenLog, serve_continuous
@@ -237,12 +238,8 @@ def _timed(call, warmups: int, n: int) -> list[float]:
     """Seconds of each of ``n`` calls of ``call`` (which returns once the device is done), after ``warmups``."""
     for _ in range(warmups):
         call()
-    lat = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        call()
-        lat.append(time.perf_counter() - t0)
-    return lat
+    clock = HostClock()
+    return [clock.time_iteration(call) for _ in range(n)]
 
 
 def run_llm_level(ex: SlotExecutor, req: LevelRequest) -> TokenLog:
