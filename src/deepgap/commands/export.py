@@ -13,7 +13,7 @@ import tempfile
 
 from deepgap.api import DEFAULT_STORE
 from deepgap.core.errors import UsageError
-from deepgap.store.guard import add_read_flags, use_read_flags
+from deepgap.store.guard import add_shared_output_flags, use_shared_output_flags
 from deepgap.store.paths import STDOUT, check_output_path
 
 NAME = "export"
@@ -32,11 +32,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     p.add_argument(
         "--samples", action="store_true", help="per-iteration latencies (long format) instead of results"
     )
-    add_read_flags(p)  # --redact: the default now, kept so that older command lines still work
-    p.add_argument(
-        "--no-redact",
-        action="store_true",
-        help="keep host names, GPU serials/UUIDs, home and cache paths (redacted by default)",
+    add_shared_output_flags(
+        p, "keep host names, GPU serials/UUIDs, home and cache paths (redacted by default)"
     )
 
 
@@ -157,12 +154,7 @@ def write_frame(df, path: str, fmt: str) -> None:
 
 
 def main(args: argparse.Namespace) -> int:  # noqa: D103
-    if getattr(args, "redact", False) and args.no_redact:
-        raise UsageError(
-            "--redact and --no-redact contradict each other", "pass one of them (redacting is the default)"
-        )
-    args.redact = not args.no_redact  # an export is made to be shared (docs/input-and-redaction.md)
-    use_read_flags(args)
+    use_shared_output_flags(args)  # an export is made to be shared: redacted unless --no-redact
     check_folder(args.output)
     df = export_frame(args.store, args.run, args.samples)
     write_frame(df, args.output, args.format)

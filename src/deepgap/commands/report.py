@@ -11,7 +11,7 @@ import argparse
 
 from deepgap.api import DEFAULT_STORE
 from deepgap.core.errors import UsageError
-from deepgap.store.guard import add_read_flags, use_read_flags
+from deepgap.store.guard import add_shared_output_flags, use_shared_output_flags
 
 NAME = "report"
 HELP = "write a self-contained HTML report (tables, figures, flags) of a store"
@@ -37,11 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
         help="PNG figures only, no script; the page says it is static (the default page embeds plotly.js "
         "once, gzipped, about 2 MB, for hover, legend toggles and filters, and needs plotly installed)",
     )
-    add_read_flags(p)  # --redact: the default now, kept so that older command lines still work
-    p.add_argument(
-        "--no-redact",
-        action="store_true",
-        help="show host names, GPU serials and UUIDs and the store's full path (redacted by default)",
+    add_shared_output_flags(
+        p, "show host names, GPU serials and UUIDs and the store's full path (redacted by default)"
     )
 
 
@@ -89,11 +86,7 @@ def _size(text: str) -> tuple[int, int]:
 def main(args: argparse.Namespace) -> int:  # noqa: D103
     from deepgap.report.page import check_output, find_chromium, screenshot
 
-    if args.redact and args.no_redact:
-        raise UsageError(
-            "--redact and --no-redact contradict each other", "pass one of them (redacting is the default)"
-        )
-    use_read_flags(args)
+    redact = use_shared_output_flags(args)
     size = _size(args.size)
     check_output(args.output, interactive=not args.static)  # plotly missing: exit 2 now, not a static page
     if args.screenshot:
@@ -102,9 +95,7 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
             raise UsageError(
                 "--screenshot needs Chromium, which is not installed", "apt-get install chromium"
             )
-    paths = write_report(
-        args.store, args.output, run_ids=args.run, static=args.static, redact=not args.no_redact
-    )
+    paths = write_report(args.store, args.output, run_ids=args.run, static=args.static, redact=redact)
     print(f"wrote {paths[0]} and {len(paths) - 1} PNG/CSV files beside it")
     if args.screenshot:
         print(f"screenshot {screenshot(paths[0], args.screenshot, *size)}")
