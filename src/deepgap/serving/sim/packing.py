@@ -30,6 +30,7 @@ def prefill_mode() -> str:
         raise UsageError(f"DEEPGAP_SERVE_PREFILL={mode}", "set it to packed or padded (or leave it unset)")
     return mode
 
+
 # The most token rows one packed prefill takes. Why 4096 and not every slot's longest prompt (64 × 256 =
 # 16,384 rows at 8B): the packed attention is one masked T × T product, dense, so its cost grows with T²
 # while the Linears' grows with T. At 8B on an H200 (32 layers, 32 heads of 128) the attention is about
