@@ -62,7 +62,7 @@ def _layer(qfmt: str, cin: int, cout: int, has_res: bool):
 
 
 def sweep_tiles(n: int, c: int, has_res: bool) -> list:
-    """A wider grid of persistent tiles (``--sweep``): block shapes, stages, TMA epilogue or not.
+    """A wider grid of persistent tiles (``--sweep``): block shapes, stages, TMA epilogue or not, programs per SM.
 
     Warps follow the accumulator (8 from 128×128 up, as in `tiles.candidate_configs`); a residual layer
     keeps ≤ 64 accumulators per thread, beyond which its epilogue spilled on sm_90.
@@ -70,9 +70,13 @@ def sweep_tiles(n: int, c: int, has_res: bool) -> list:
     from deepgap.measure.quant.tiles import TileConfig
 
     out = []
-    for bm, bn, stages, epi in itertools.product((64, 128), (64, 128, 256), (2, 3, 4), (False, True)):
+    for bm, bn, stages, epi, per_sm in itertools.product(
+        (64, 128), (64, 128, 256), (2, 3, 4), (False, True), (1, 2)
+    ):
         warps = 8 if bm * bn >= 128 * 128 else 4
-        cfg = TileConfig(bm, bn, min(c, 128), 8, warps, stages, persistent=True, tma_epilogue=epi)
+        if per_sm > 1 and warps > 4:  # two 8-warp programs of this size leave no registers to share
+            continue
+        cfg = TileConfig(bm, bn, min(c, 128), 8, warps, stages, persistent=per_sm, tma_epilogue=epi)
         if cfg.fits(n, c) and not (has_res and bm * bn // (32 * warps) > 64):
             out.append(cfg)
     return out
@@ -156,7 +160,7 @@ def measure(name, h, cin, cout, has_res, qfmt, batch, reps, sweep, device="cuda"
             extra = {
                 "speedup": round(times[best] / sec, 3),
                 "agrees": agree,
-                "programs": persistent.programs(x.device),
+                "programs": persistent.programs(x.device) * cfg.persistent,
             }
             rows.append(_row(name, qfmt, m, cout, cin, has_res, "persistent", cfg, sec, nbytes, **extra))
         except Exception as exc:  # noqa: BLE001 - a tile that fails is reported, the others go on

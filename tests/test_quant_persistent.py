@@ -20,7 +20,7 @@ from deepgap.measure.quant import kernels, layers, persistent, tunecache, tuning
 from deepgap.measure.quant.fold import ConvNode  # noqa: E402
 from deepgap.measure.quant.tiles import TileConfig, gemm_mode, persistent_configs  # noqa: E402
 
-CFG = TileConfig(32, 32, 32, group_m=2, num_warps=4, num_stages=2, persistent=True)
+CFG = TileConfig(32, 32, 32, group_m=2, num_warps=4, num_stages=2, persistent=1)
 
 
 def _same(out: torch.Tensor, ref: torch.Tensor, fmt: str) -> None:
@@ -89,7 +89,7 @@ def test_the_tile_walk_writes_every_tile_once_whatever_the_grid(programs, epi):
 def test_it_equals_conv_gemm_kernel_bit_for_bit_int8():
     lay, x, res, _ = _case("int8", 64, 64, "int8", "int8", rows=77, seed=3)
     grouped = kernels.conv_gemm(
-        x, (1, 77, 1), lay.w_q, 1, 1, 0, lay.alpha, lay.beta, "int8", True, dataclasses.replace(CFG, persistent=False),
+        x, (1, 77, 1), lay.w_q, 1, 1, 0, lay.alpha, lay.beta, "int8", True, dataclasses.replace(CFG, persistent=0),
         res, lay.gamma,
     )  # fmt: skip
     assert torch.equal(_run(lay, x, res, "int8", CFG), grouped)
@@ -123,6 +123,7 @@ def test_the_tiles_are_offered_only_where_the_environment_asks(monkeypatch):
     tiles = persistent_configs(_conv(), 802816, (9, 0))
     assert tiles and all(t.persistent and t.fits(256, 64) and t.bk == 64 for t in tiles)
     assert any(t.tma_epilogue for t in tiles) and tiles[0].label == "128x128x64 w8 s3 persistent"
+    assert tiles[1].label == "128x64x64 w4 s4 persistentx2"  # two programs per SM
     assert persistent_configs(_conv(), 3136, None)[0].bm == 64  # batch 1's few tiles: 64-row tiles lead
     assert persistent_configs(_conv(k=3), 802816, (9, 0)) == []  # 1×1 stride 1 only
     assert persistent_configs(_conv(stride=2), 802816, (9, 0)) == []
@@ -182,7 +183,7 @@ def test_it_compiles_to_tma_copies_and_8bit_wgmma_for_hopper(qfmt, mma):
     """Ahead-of-time compile for sm_90 (no GPU needed): TMA loads and stores, 8-bit wgmma, no spills assumed."""
     from triton.backends.compiler import GPUTarget
 
-    cfg = TileConfig(128, 128, 64, 8, 8, 3, persistent=True, tma_epilogue=True)
+    cfg = TileConfig(128, 128, 64, 8, 8, 3, persistent=1, tma_epilogue=True)
     ptr = {"int8": "*i8", "fp8": "*fp8e4nv"}[qfmt]
     names = persistent.gemm_1x1_kernel.arg_names
     sig = {a: ptr for a in ("x_ptr", "w_ptr", "out_ptr", "res_ptr")}

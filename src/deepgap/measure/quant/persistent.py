@@ -3,11 +3,11 @@
 Why: a 1×1 convolution on NHWC activations is a plain GEMM (M = batch·H·W, K = C_in, N = C_out), and in
 ResNet-50's layer1/layer2 it is memory-bound with K = 64–512: a `kernels.conv_gemm_kernel` tile's life
 is load → one or a few MMAs → epilogue, and each of its ~6,000 programs (batch 256) starts cold. Here a
-grid of one program per SM walks the tiles (`tl.range(..., flatten=True)` makes the tile walk and the K
-loop one software-pipelined loop, so the next tile's loads are in flight during this tile's epilogue),
-and A and the weights arrive through TMA tensor descriptors (`tl.make_tensor_descriptor`: one bulk copy
-per block instead of per-thread address arithmetic, out-of-bounds rows zero-filled). Triton's tutorial
-09-persistent-matmul.py is the pattern. The epilogue is the engine's own (`kernels._finish`: α·acc + β,
+grid of one program per SM (or ``TileConfig.persistent`` per SM) walks the tiles: `tl.range(...,
+flatten=True)` makes the tile walk and the K loop one software-pipelined loop, so the next tile's loads
+are in flight during this tile's epilogue. A and the weights arrive through TMA tensor descriptors
+(`tl.make_tensor_descriptor`: one bulk copy per block instead of per-thread address arithmetic,
+out-of-bounds rows zero-filled). Triton's tutorial 09-persistent-matmul.py is the pattern. The epilogue is the engine's own (`kernels._finish`: α·acc + β,
 + γ·residual, ReLU, requantization to int8/fp8 or fp16), so the output equals `conv_gemm_kernel`'s;
 ``TMA_EPILOGUE`` also moves the residual and the output through descriptors.
 
@@ -133,7 +133,7 @@ def _scratch(size: int, alignment: int, stream):
 
 
 def programs(device: torch.device) -> int:
-    """The persistent grid's size: the GPU's SM count, or `CPU_PROGRAMS` in the interpreter."""
+    """Programs at one per SM: the GPU's SM count, or `CPU_PROGRAMS` in the interpreter."""
     if device.type != "cuda":
         return CPU_PROGRAMS
     return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
@@ -158,9 +158,10 @@ def conv_gemm(
 ):
     """Launch `gemm_1x1_kernel`: `kernels.conv_gemm`'s arguments and result, for 1×1 stride-1 layers only.
 
-    ``num_programs`` overrides the grid's size (default `programs`: one per SM); the grid never exceeds
-    the number of tiles. A ``ValueError`` names what this kernel cannot take (a larger kernel, a stride,
-    an operand that is not 16-byte aligned for TMA), as `kernels.conv_gemm` does for its own limits.
+    ``num_programs`` overrides the grid's size (default `programs` × ``cfg.persistent``: that many per
+    SM); the grid never exceeds the number of tiles. A ``ValueError`` names what this kernel cannot take
+    (a larger kernel, a stride, an operand that is not 16-byte aligned for TMA), as `kernels.conv_gemm`
+    does for its own limits.
     """
     from deepgap.measure.quant.layers import DTYPES
 
@@ -184,7 +185,7 @@ def conv_gemm(
                 "bytes (a TMA descriptor's base and pitch); use a fresh contiguous tensor",
             )
     tiles = triton.cdiv(m, cfg.bm) * (n // cfg.bn)
-    nsm = num_programs or programs(x.device)
+    nsm = num_programs or programs(x.device) * max(1, int(cfg.persistent))
     if x.device.type == "cuda":
         triton.set_allocator(_scratch)
     launcher(gemm_1x1_kernel, x.device)[(min(nsm, tiles),)](

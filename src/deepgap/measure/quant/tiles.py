@@ -39,15 +39,17 @@ class TileConfig:
     num_warps: int = 4
     num_stages: int = 3
     early_res: bool = False  # load the residual tile before the K loop (kernels.conv_gemm_kernel)
-    persistent: bool = False  # the persistent TMA kernel (quant.persistent), 1×1 stride-1 layers only
+    # programs per SM of the persistent TMA kernel (quant.persistent; 1×1 stride-1 layers); 0: the grouped one
+    persistent: int = 0
     tma_epilogue: bool = False  # persistent only: the residual and the output through TMA descriptors too
 
     @property
     def label(self) -> str:
-        """Short text form, e.g. '128x256x128 w8 s3' ('… er' early residual, '… persistent [tma-epi]')."""
+        """Short text form, e.g. '128x256x128 w8 s3' ('… er' early residual, '… persistent[x2] [tma-epi]')."""
         extra = " er" if self.early_res else ""
         if self.persistent:
-            extra += " persistent" + (" tma-epi" if self.tma_epilogue else "")
+            extra += " persistent" + (f"x{self.persistent}" if self.persistent > 1 else "")
+            extra += " tma-epi" if self.tma_epilogue else ""
         return f"{self.bm}x{self.bn}x{self.bk} w{self.num_warps} s{self.num_stages}{extra}"
 
     def launch(self) -> dict[str, int]:
@@ -143,9 +145,10 @@ def persistent_configs(node: ConvNode, m: int, capability: tuple[int, int] | Non
 
     None unless `gemm_mode` is 'persistent', and none below Hopper (TMA needs compute capability 9.0;
     ``capability`` None is the CPU's interpreter, which runs them). BK takes the whole K up to 128; a
-    residual layer keeps ≤ 64 accumulators per thread as `candidate_configs` does; the first tile comes
-    again with its residual and output through TMA; a 64-row tile leads where 128-row tiles would fill
-    fewer than two waves of SMs (small batches).
+    residual layer keeps ≤ 64 accumulators per thread as `candidate_configs` does; the 4-warp 128×64 tile
+    runs two programs per SM (one would leave an SM half idle while it waits on memory); the first tile
+    comes again with its residual and output through TMA; a 64-row tile leads where 128-row tiles would
+    fill fewer than two waves of SMs (small batches).
     """
     if gemm_mode() != "persistent" or (capability is not None and capability < (9, 0)):
         return []
@@ -154,11 +157,11 @@ def persistent_configs(node: ConvNode, m: int, capability: tuple[int, int] | Non
     n, c = node.cout, node.cin
     bk = 128 if c % 128 == 0 else 64 if c % 64 == 0 else 32 if c % 32 == 0 else 16
     wide = 128 if n % 128 == 0 else 64 if n % 64 == 0 else 32 if n % 32 == 0 else 16
-    first = TileConfig(128, wide, bk, 8, 8 if wide >= 128 else 4, 3, persistent=True)
-    out = [first, TileConfig(128, min(wide, 64), bk, 8, 4, 4, persistent=True)]
+    first = TileConfig(128, wide, bk, 8, 8 if wide >= 128 else 4, 3, persistent=1)
+    out = [first, TileConfig(128, min(wide, 64), bk, 8, 4, 4, persistent=2)]
     out.append(dataclasses.replace(first, tma_epilogue=True))
     if -(-m // 128) * (n // wide) < 2 * SMS_H100:
-        out.insert(0, TileConfig(64, wide, bk, 8, 4, 3, persistent=True))
+        out.insert(0, TileConfig(64, wide, bk, 8, 4, 3, persistent=1))
     seen: list[TileConfig] = []
     for cfg in out:
         if cfg.fits(n, c) and cfg not in seen:
