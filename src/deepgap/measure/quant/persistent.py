@@ -7,9 +7,10 @@ grid of one program per SM (or ``TileConfig.persistent`` per SM) walks the tiles
 flatten=True)` makes the tile walk and the K loop one software-pipelined loop, so the next tile's loads
 are in flight during this tile's epilogue. A and the weights arrive through TMA tensor descriptors
 (`tl.make_tensor_descriptor`: one bulk copy per block instead of per-thread address arithmetic,
-out-of-bounds rows zero-filled). Triton's tutorial 09-persistent-matmul.py is the pattern. The epilogue is the engine's own (`kernels._finish`: α·acc + β,
-+ γ·residual, ReLU, requantization to int8/fp8 or fp16), so the output equals `conv_gemm_kernel`'s;
-``TMA_EPILOGUE`` also moves the residual and the output through descriptors.
+out-of-bounds rows zero-filled). Triton's tutorial 09-persistent-matmul.py is the pattern. The epilogue
+is the engine's own (`kernels._finish`: α·acc + β, + γ·residual, ReLU, requantization to int8/fp8 or
+fp16), so the output equals `conv_gemm_kernel`'s; ``TMA_EPILOGUE`` also moves the residual and the
+output through descriptors.
 
 It is a tile candidate (`tiles.persistent_configs`, ``TileConfig.persistent``) that the tuner times beside
 the others only where ``DEEPGAP_QUANT_GEMM=persistent`` (`tiles.gemm_mode`); unset, nothing changes.
