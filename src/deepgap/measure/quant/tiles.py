@@ -73,8 +73,13 @@ class TileConfig:
         return self.num_stages * (self.bm + self.bn) * self.bk * elem_bytes + epi
 
     def fits(self, n: int, c: int) -> bool:
-        """Whether the tile divides C_out and C_in as the kernel requires, within the smem budget."""
-        return n % self.bn == 0 and c % self.bk == 0 and self.smem_bytes() <= SMEM_BUDGET_BYTES
+        """Whether the tile divides C_out and C_in as the kernel requires, within the smem budget.
+
+        A persistent tile's programs per SM share the budget: one that did not fit would wait for the
+        other to walk all its tiles before it started.
+        """
+        smem = self.smem_bytes() * max(1, self.persistent)
+        return n % self.bn == 0 and c % self.bk == 0 and smem <= SMEM_BUDGET_BYTES
 
 
 def candidate_configs(
@@ -145,7 +150,7 @@ def persistent_configs(node: ConvNode, m: int, capability: tuple[int, int] | Non
 
     None unless `gemm_mode` is 'persistent', and none below Hopper (TMA needs compute capability 9.0;
     ``capability`` None is the CPU's interpreter, which runs them). BK takes the whole K up to 128; a
-    residual layer keeps ≤ 64 accumulators per thread as `candidate_configs` does; the 4-warp 128×64 tile
+    residual layer keeps ≤ 64 accumulators per thread as `candidate_configs` does; a 4-warp 128-row tile
     runs two programs per SM (one would leave an SM half idle while it waits on memory); the first tile
     comes again with its residual and output through TMA; a 64-row tile leads where 128-row tiles would
     fill fewer than two waves of SMs (small batches).
@@ -157,7 +162,8 @@ def persistent_configs(node: ConvNode, m: int, capability: tuple[int, int] | Non
     n, c = node.cout, node.cin
     bk = 128 if c % 128 == 0 else 64 if c % 64 == 0 else 32 if c % 32 == 0 else 16
     wide = 128 if n % 128 == 0 else 64 if n % 64 == 0 else 32 if n % 32 == 0 else 16
-    first = TileConfig(128, wide, bk, 8, 8 if wide >= 128 else 4, 3, persistent=1)
+    warps = 8 if wide >= 128 else 4
+    first = TileConfig(128, wide, bk, 8, warps, 3, persistent=1 if warps == 8 else 2)
     out = [first, TileConfig(128, min(wide, 64), bk, 8, 4, 4, persistent=2)]
     out.append(dataclasses.replace(first, tma_epilogue=True))
     if -(-m // 128) * (n // wide) < 2 * SMS_H100:
