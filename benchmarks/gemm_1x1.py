@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import itertools
 import json
 import os
@@ -62,10 +63,11 @@ def _layer(qfmt: str, cin: int, cout: int, has_res: bool):
 
 
 def sweep_tiles(n: int, c: int, has_res: bool) -> list:
-    """A wider grid of persistent tiles (``--sweep``): block shapes, stages, TMA epilogue or not, programs per SM.
+    """A wider grid of persistent tiles (``--sweep``): block shapes, stages, TMA epilogue, programs per SM.
 
     Warps follow the accumulator (8 from 128×128 up, as in `tiles.candidate_configs`); a residual layer
-    keeps ≤ 64 accumulators per thread, beyond which its epilogue spilled on sm_90.
+    keeps ≤ 64 accumulators per thread, beyond which its epilogue spilled on sm_90; one of a single K step
+    also comes with its residual prefetched a tile ahead.
     """
     from deepgap.measure.quant.tiles import TileConfig
 
@@ -79,6 +81,8 @@ def sweep_tiles(n: int, c: int, has_res: bool) -> list:
         cfg = TileConfig(bm, bn, min(c, 128), 8, warps, stages, persistent=per_sm, tma_epilogue=epi)
         if cfg.fits(n, c) and not (has_res and bm * bn // (32 * warps) > 64):
             out.append(cfg)
+            if has_res and c <= 128 and not epi:  # the residual prefetched a tile ahead
+                out.append(dataclasses.replace(cfg, early_res=True))
     return out
 
 

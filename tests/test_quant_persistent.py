@@ -57,32 +57,41 @@ def _run(lay, x, res, out_fmt, cfg, out=None, num_programs=None):
     )  # fmt: skip
 
 
-CASES = [  # cin, cout, residual format, output format, TMA epilogue
-    (64, 64, None, "q", False),
-    (32, 64, "q", "q", False),
-    (64, 32, "q", "q", True),
-    (32, 32, "fp16", "fp16", True),
-    (64, 32, "q", "fp16", False),
+CASES = [  # cin, cout, residual format, output format, TMA epilogue, residual prefetched a tile ahead
+    (64, 64, None, "q", False, False),
+    (32, 64, "q", "q", False, False),
+    (64, 32, "q", "q", True, False),
+    (32, 32, "fp16", "fp16", True, True),
+    (64, 32, "q", "fp16", False, True),
+    (32, 64, "q", "q", False, True),
 ]
 
 
 @pytest.mark.parametrize("qfmt", ["int8", "fp8"])
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"c{c[0]}n{c[1]}res{c[2]}out{c[3]}{'-tmaepi' * c[4]}")
+@pytest.mark.parametrize(
+    "case", CASES, ids=lambda c: f"c{c[0]}n{c[1]}r{c[2]}o{c[3]}{'-te' * c[4]}{'-er' * c[5]}"
+)
 def test_persistent_kernel_matches_the_exact_reference(qfmt, case):
-    cin, cout, res_fmt, out_fmt, epi = case
+    cin, cout, res_fmt, out_fmt, epi, early = case
     res_fmt = qfmt if res_fmt == "q" else res_fmt
     out_fmt = qfmt if out_fmt == "q" else out_fmt
     lay, x, res, ref = _case(qfmt, cin, cout, res_fmt, out_fmt, rows=126)  # M not a multiple of BM
-    _same(_run(lay, x, res, out_fmt, dataclasses.replace(CFG, tma_epilogue=epi)), ref, out_fmt)
+    cfg = dataclasses.replace(CFG, tma_epilogue=epi, early_res=early)
+    _same(_run(lay, x, res, out_fmt, cfg), ref, out_fmt)
 
 
 @pytest.mark.parametrize("programs", [1, 2, 5, 64])
-@pytest.mark.parametrize("epi", [False, True], ids=["", "tma-epi"])
-def test_the_tile_walk_writes_every_tile_once_whatever_the_grid(programs, epi):
-    """16 tiles (4 row × 4 column tiles, the last row tile partial) over 1, 2, 5 or 64 (> tiles) programs."""
+@pytest.mark.parametrize("epi,early", [(False, False), (True, False), (False, True)], ids=["", "te", "er"])
+def test_the_tile_walk_writes_every_tile_once_whatever_the_grid(programs, epi, early):
+    """16 tiles (4 row × 4 column tiles, the last row tile partial) over 1, 2, 5 or 64 (> tiles) programs.
+
+    With ``early_res`` each program carries its next tile's residual through the walk: a wrong hand-on
+    would put another tile's residual into this one's sum.
+    """
     lay, x, res, ref = _case("int8", 32, 128, "int8", "int8", rows=100, seed=programs)
     out = torch.full_like(ref, -128)  # no kernel writes −128 (outputs clamp to ±127)
-    _run(lay, x, res, "int8", dataclasses.replace(CFG, tma_epilogue=epi), out=out, num_programs=programs)
+    cfg = dataclasses.replace(CFG, tma_epilogue=epi, early_res=early)
+    _run(lay, x, res, "int8", cfg, out=out, num_programs=programs)
     assert torch.equal(out, ref)
 
 
@@ -108,10 +117,8 @@ def test_what_the_kernel_cannot_take_is_a_clear_error():
         _run(lay, odd, None, "int8", CFG)
 
 
-def _conv(k=1, stride=1, cin=64, cout=256):
-    return ConvNode(
-        "c", "a", "b", torch.zeros(cout, cin, k, k), torch.zeros(cout), stride, k // 2, True, None
-    )
+def _conv(k=1, stride=1, cin=64, cout=256, res=None):
+    return ConvNode("c", "a", "b", torch.zeros(cout, cin, k, k), torch.zeros(cout), stride, k // 2, True, res)
 
 
 def test_the_tiles_are_offered_only_where_the_environment_asks(monkeypatch):
@@ -124,6 +131,10 @@ def test_the_tiles_are_offered_only_where_the_environment_asks(monkeypatch):
     assert tiles and all(t.persistent and t.fits(256, 64) and t.bk == 64 for t in tiles)
     assert any(t.tma_epilogue for t in tiles) and tiles[0].label == "128x128x64 w8 s3 persistent"
     assert tiles[1].label == "128x64x64 w4 s4 persistentx2"  # two programs per SM
+    with_res = persistent_configs(_conv(res="r"), 802816, (9, 0))
+    assert [t for t in with_res if not t.early_res] == tiles  # and each again with the residual a tile ahead
+    expect = [t.label.replace(" persistent", " er persistent") for t in tiles[:2]]
+    assert [t.label for t in with_res if t.early_res] == expect
     assert persistent_configs(_conv(), 3136, None)[0].bm == 64  # batch 1's few tiles: 64-row tiles lead
     assert persistent_configs(_conv(k=3), 802816, (9, 0)) == []  # 1×1 stride 1 only
     assert persistent_configs(_conv(stride=2), 802816, (9, 0)) == []
@@ -178,8 +189,8 @@ def test_the_tuner_self_checks_and_times_the_persistent_tiles_through_the_networ
     assert torch.equal(got, layers.conv_reference(r50_net.convs["layer1.0.conv3"], x, (1, 8, 8), res))
 
 
-@pytest.mark.parametrize("qfmt,mma", [("int8", "s32.s8.s8"), ("fp8", "f32.e4m3.e4m3")])
-def test_it_compiles_to_tma_copies_and_8bit_wgmma_for_hopper(qfmt, mma):
+@pytest.mark.parametrize("qfmt,mma,early", [("int8", "s32.s8.s8", True), ("fp8", "f32.e4m3.e4m3", False)])
+def test_it_compiles_to_tma_copies_and_8bit_wgmma_for_hopper(qfmt, mma, early):
     """Ahead-of-time compile for sm_90 (no GPU needed): TMA loads and stores, 8-bit wgmma, no spills assumed."""
     from triton.backends.compiler import GPUTarget
 
@@ -190,7 +201,7 @@ def test_it_compiles_to_tma_copies_and_8bit_wgmma_for_hopper(qfmt, mma):
     sig.update(alpha_ptr="*fp32", beta_ptr="*fp32", gamma="fp32", M="i32", N="i32")
     const = dict(
         K=64, RELU=True, HAS_RES=True, OUT_KIND=kernels.OUT_KIND[qfmt], ACC_INT=qfmt == "int8", BM=cfg.bm,
-        BN=cfg.bn, BK=cfg.bk, GROUP_M=cfg.group_m, NUM_SMS=132, TMA_EPILOGUE=True, PDL=False,
+        BN=cfg.bn, BK=cfg.bk, GROUP_M=cfg.group_m, NUM_SMS=132, TMA_EPILOGUE=True, EARLY_RES=early, PDL=False,
     )  # fmt: skip
     sig.update({k: "constexpr" for k in const})
     aligned = ("x_ptr", "w_ptr", "out_ptr", "res_ptr", "alpha_ptr", "beta_ptr", "N")  # what the JIT infers
@@ -208,7 +219,7 @@ def test_it_compiles_to_tma_copies_and_8bit_wgmma_for_hopper(qfmt, mma):
         pytest.skip(f"no CUDA toolchain in this Triton install: {exc}")
     ptx = compiled.asm["ptx"]
     assert "wgmma.mma_async.sync.aligned" in ptx and mma in ptx
-    assert "cp.async.bulk.tensor.2d.shared::c" in ptx  # TMA loads of A, W and the residual (cta or cluster)
+    assert "cp.async.bulk.tensor.2d.shared::c" in ptx  # TMA loads of A and W (and the residual unless early)
     assert "cp.async.bulk.tensor.2d.global.shared" in ptx  # the output's TMA store
     assert "tensormap" in ptx  # descriptors made on the device (tl.make_tensor_descriptor)
     assert compiled.metadata.shared <= 227 * 1024

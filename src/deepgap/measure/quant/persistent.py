@@ -72,6 +72,7 @@ def gemm_1x1_kernel(
     GROUP_M: tl.constexpr,
     NUM_SMS: tl.constexpr,
     TMA_EPILOGUE: tl.constexpr,
+    EARLY_RES: tl.constexpr = False,
     PDL: tl.constexpr = False,
 ):
     """out[M, N] = epilogue(x[M, K] · w[N, K]ᵀ), one program per SM walking tiles NUM_SMS apart.
@@ -79,20 +80,28 @@ def gemm_1x1_kernel(
     ``K`` is a compile-time constant (a handful of values per network), so the K loop's trip count is
     known and a one-step loop (K = BK) is no loop at all. The epilogue's tile index is a second counter
     (``tile_c``), as in Triton's persistent tutorial, so the pipeliner can run the next tile's loads
-    ahead of this tile's epilogue.
+    ahead of this tile's epilogue. The pipeliner does not carry the residual ahead (compiled for sm_90,
+    its load, by pointers or by TMA, is waited for where it is issued), so ``EARLY_RES`` loads the
+    program's next tile's residual into registers before this tile's MMA and hands it on through the
+    loop: its latency hides behind a whole tile instead of stalling each epilogue.
     """
     pdl_enter(PDL)
     a_desc = tl.make_tensor_descriptor(x_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
     w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[K, 1], block_shape=[BN, BK])
     if TMA_EPILOGUE:
         o_desc = tl.make_tensor_descriptor(out_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
-        if HAS_RES:
+        if HAS_RES and not EARLY_RES:
             r_desc = tl.make_tensor_descriptor(res_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
     start = tl.program_id(0)
     tiles = ((M + BM - 1) // BM) * (N // BN)
     tile_c = start - NUM_SMS
+    if HAS_RES and EARLY_RES:
+        r_next = _residual_tile(res_ptr, start, M, N, BM, BN, GROUP_M)
     for tile in tl.range(start, tiles, NUM_SMS, flatten=True):
         pid_m, pid_n = _grouped_tile(tile, M, N, BM, BN, GROUP_M)
+        if HAS_RES and EARLY_RES:  # this tile's residual came one tile ago; ask for the next one's now
+            r_early = r_next
+            r_next = _residual_tile(res_ptr, tl.minimum(tile + NUM_SMS, tiles - 1), M, N, BM, BN, GROUP_M)
         if ACC_INT:
             acc = tl.zeros((BM, BN), dtype=tl.int32)
         else:
@@ -109,7 +118,9 @@ def gemm_1x1_kernel(
         y = acc.to(tl.float32) * tl.load(alpha_ptr + rn)[None, :]
         r = y
         if HAS_RES:
-            if TMA_EPILOGUE:
+            if EARLY_RES:
+                r = _widen(r_early)
+            elif TMA_EPILOGUE:
                 r = _widen(r_desc.load([pid_m * BM, pid_n * BN]))
             else:
                 r = _load_f32(res_ptr + offs, (rm < M)[:, None])
@@ -118,6 +129,15 @@ def gemm_1x1_kernel(
             o_desc.store([pid_m * BM, pid_n * BN], out)  # rows past M are clipped by the copy engine
         else:
             tl.store(out_ptr + offs, out, mask=(rm < M)[:, None])
+
+
+@triton.jit
+def _residual_tile(res_ptr, tile, M, N, BM: tl.constexpr, BN: tl.constexpr, GROUP_M: tl.constexpr):
+    """Tile ``tile``'s residual as stored (8 or 16 bits), by plain loads: rows past M read as zeros."""
+    pid_m, pid_n = _grouped_tile(tile, M, N, BM, BN, GROUP_M)
+    rm = pid_m * BM + tl.arange(0, BM)
+    offs = rm[:, None] * N + (pid_n * BN + tl.arange(0, BN))[None, :]
+    return tl.load(res_ptr + offs, mask=(rm < M)[:, None], other=0.0)
 
 
 @functools.cache
@@ -206,6 +226,7 @@ def conv_gemm(
         ACC_INT=x.dtype == torch.int8,
         NUM_SMS=nsm,
         TMA_EPILOGUE=bool(cfg.tma_epilogue),
+        EARLY_RES=bool(cfg.early_res) and res is not None,
         **cfg.launch(),
         enable_fp_fusion=False,
     )

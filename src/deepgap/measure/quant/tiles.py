@@ -38,7 +38,7 @@ class TileConfig:
     group_m: int = 8
     num_warps: int = 4
     num_stages: int = 3
-    early_res: bool = False  # load the residual tile before the K loop (kernels.conv_gemm_kernel)
+    early_res: bool = False  # the residual loaded before the K loop (persistent: a tile ahead)
     # programs per SM of the persistent TMA kernel (quant.persistent; 1×1 stride-1 layers); 0: the grouped one
     persistent: int = 0
     tma_epilogue: bool = False  # persistent only: the residual and the output through TMA descriptors too
@@ -151,7 +151,9 @@ def persistent_configs(node: ConvNode, m: int, capability: tuple[int, int] | Non
     None unless `gemm_mode` is 'persistent', and none below Hopper (TMA needs compute capability 9.0;
     ``capability`` None is the CPU's interpreter, which runs them). BK takes the whole K up to 128; a
     residual layer keeps ≤ 64 accumulators per thread as `candidate_configs` does; a 4-warp 128-row tile
-    runs two programs per SM (one would leave an SM half idle while it waits on memory); the first tile
+    runs two programs per SM (one would leave an SM half idle while it waits on memory); a residual
+    layer of one K step (the memory-bound ones) gets them again with the residual prefetched a tile
+    ahead (``early_res``; at K = 512 such a tile spilled on sm_90, Triton 3.6); the first tile
     comes again with its residual and output through TMA; a 64-row tile leads where 128-row tiles would
     fill fewer than two waves of SMs (small batches).
     """
@@ -165,6 +167,8 @@ def persistent_configs(node: ConvNode, m: int, capability: tuple[int, int] | Non
     warps = 8 if wide >= 128 else 4
     first = TileConfig(128, wide, bk, 8, warps, 3, persistent=1 if warps == 8 else 2)
     out = [first, TileConfig(128, min(wide, 64), bk, 8, 4, 4, persistent=2)]
+    if node.residual is not None and c == bk:  # the residual a tile ahead; with more K steps it spilled
+        out += [dataclasses.replace(cfg, early_res=True) for cfg in out]
     out.append(dataclasses.replace(first, tma_epilogue=True))
     if -(-m // 128) * (n // wide) < 2 * SMS_H100:
         out.insert(0, TileConfig(64, wide, bk, 8, 4, 3, persistent=1))
