@@ -29,7 +29,9 @@ class TileConfig:
     """One tile of the grouped GEMM kernels (`conv_gemm_kernel`, `linear_kernels.fp8_linear_kernel`).
 
     Block sizes in elements, the row-tile group, warps and pipeline stages: the six numbers both kernels
-    take; ``early_res`` is the convolution's alone (the Linear has no residual).
+    take; ``early_res`` is the convolution's alone (the Linear has no residual). A nonzero ``persistent``
+    makes it a tile of the persistent TMA kernel for 1×1 layers instead (`quant.persistent`, offered only
+    under ``DEEPGAP_QUANT_GEMM=persistent``), which also reads ``tma_epilogue``.
     """
 
     bm: int
