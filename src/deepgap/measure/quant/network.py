@@ -148,7 +148,10 @@ class QuantNet:
             from deepgap.measure.quant import kernels
 
             cfg = self.configs.get(name) or self.default_config(name, batch)
-            return kernels.conv_gemm(
+            conv_gemm = kernels.conv_gemm
+            if cfg.persistent:  # a tile of the persistent TMA kernel (DEEPGAP_QUANT_GEMM=persistent)
+                from deepgap.measure.quant.persistent import conv_gemm
+            return conv_gemm(
                 x,
                 nhw,
                 layer.w_q,

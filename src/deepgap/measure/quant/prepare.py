@@ -26,7 +26,7 @@ from deepgap.measure.quant.fold import conv_macs, resnet_graph
 from deepgap.measure.quant.network import QuantNet, build
 from deepgap.measure.quant.precompile import precompile
 from deepgap.measure.quant.stem_choice import check_stem, choose_stem
-from deepgap.measure.quant.tiles import choose_modes
+from deepgap.measure.quant.tiles import choose_modes, gemm_mode
 from deepgap.measure.quant.tuning import (  # noqa: F401 (time_s: API)
     CHECK_BATCH,
     _agree,
@@ -136,6 +136,7 @@ def prepare_quant(
     from deepgap.measure.quant.fold import Graph
 
     opts = opts or QuantOptions()
+    gemm = gemm_mode()  # a bad DEEPGAP_QUANT_GEMM stops here, before calibrating
     log = opts.log or (lambda s: None)
     if precision not in layers.QMAX:
         raise ValueError(f"precision must be one of {layers.QFORMATS}; got {precision!r}")
@@ -146,6 +147,8 @@ def prepare_quant(
         weights_sha = weights_fingerprint(model) if not isinstance(model, Graph) else "graph"
     amax, calibration = _calibrate(graph, model_name, resolution, weights_sha, opts, device)
     info: dict[str, Any] = {"precision": precision, "batch_size": batch, "calibration": calibration}
+    if gemm == "persistent":  # DEEPGAP_QUANT_GEMM: the persistent TMA kernel's tiles were timed too
+        info["gemm"] = gemm
     triton_err = _triton_ok()
     if triton_err:
         info["triton_unavailable"] = triton_err

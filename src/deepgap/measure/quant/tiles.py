@@ -11,13 +11,17 @@ Everything here is pure (no GPU): the timing itself lives in ``engine.py``.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 
+from deepgap.core.errors import UsageError
 from deepgap.measure.quant.fold import ConvertNode, ConvNode, Graph, HeadNode, PoolNode
 from deepgap.measure.quant.launch import halved_to_divide
 
 SMEM_BUDGET_BYTES = 200 * 1024  # of the H100's 227 KB per block, leaving room for the epilogue
 SMS_H100 = 132
+GEMM_ENV = "DEEPGAP_QUANT_GEMM"
+GEMM_MODES = ("default", "persistent")
 
 
 @dataclass(frozen=True)
@@ -25,7 +29,9 @@ class TileConfig:
     """One tile of the grouped GEMM kernels (`conv_gemm_kernel`, `linear_kernels.fp8_linear_kernel`).
 
     Block sizes in elements, the row-tile group, warps and pipeline stages: the six numbers both kernels
-    take; ``early_res`` is the convolution's alone (the Linear has no residual).
+    take; ``early_res`` is the convolution's alone (the Linear has no residual). A nonzero ``persistent``
+    makes it a tile of the persistent TMA kernel for 1×1 layers instead (`quant.persistent`, offered only
+    under ``DEEPGAP_QUANT_GEMM=persistent``), which also reads ``tma_epilogue``.
     """
 
     bm: int
@@ -34,14 +40,19 @@ class TileConfig:
     group_m: int = 8
     num_warps: int = 4
     num_stages: int = 3
-    early_res: bool = False  # load the residual tile before the K loop (kernels.conv_gemm_kernel)
+    early_res: bool = False  # the residual loaded before the K loop (persistent: a tile ahead)
+    # programs per SM of the persistent TMA kernel (quant.persistent; 1×1 stride-1 layers); 0: the grouped one
+    persistent: int = 0
+    tma_epilogue: bool = False  # persistent only: the residual and the output through TMA descriptors too
 
     @property
     def label(self) -> str:
-        """Short text form, e.g. '128x256x128 w8 s3' ('… er' with the early residual load)."""
-        return f"{self.bm}x{self.bn}x{self.bk} w{self.num_warps} s{self.num_stages}" + (
-            " er" if self.early_res else ""
-        )
+        """Short text form, e.g. '128x256x128 w8 s3' ('… er' early residual, '… persistent[x2] [tma-epi]')."""
+        extra = " er" if self.early_res else ""
+        if self.persistent:
+            extra += " persistent" + (f"x{self.persistent}" if self.persistent > 1 else "")
+            extra += " tma-epi" if self.tma_epilogue else ""
+        return f"{self.bm}x{self.bn}x{self.bk} w{self.num_warps} s{self.num_stages}{extra}"
 
     def launch(self) -> dict[str, int]:
         """The six numbers as both kernels' launches take them: constexpr BM, BN, BK, GROUP_M; warps, stages."""
@@ -55,12 +66,22 @@ class TileConfig:
         )
 
     def smem_bytes(self, elem_bytes: int = 1) -> int:
-        """Shared memory of the software pipeline: stages × (A tile + B tile)."""
-        return self.num_stages * (self.bm + self.bn) * self.bk * elem_bytes
+        """Shared memory of the software pipeline: stages × (A tile + B tile) (+ the TMA epilogue's tiles).
+
+        A TMA epilogue stages the output and the residual tile in shared memory, counted at 2 bytes each
+        (fp16, the widest either is in a network).
+        """
+        epi = 2 * self.bm * self.bn * 2 if self.tma_epilogue else 0
+        return self.num_stages * (self.bm + self.bn) * self.bk * elem_bytes + epi
 
     def fits(self, n: int, c: int) -> bool:
-        """Whether the tile divides C_out and C_in as the kernel requires, within the smem budget."""
-        return n % self.bn == 0 and c % self.bk == 0 and self.smem_bytes() <= SMEM_BUDGET_BYTES
+        """Whether the tile divides C_out and C_in as the kernel requires, within the smem budget.
+
+        A persistent tile's programs per SM share the budget: one that did not fit would wait for the
+        other to walk all its tiles before it started.
+        """
+        smem = self.smem_bytes() * max(1, self.persistent)
+        return n % self.bn == 0 and c % self.bk == 0 and smem <= SMEM_BUDGET_BYTES
 
 
 def candidate_configs(
@@ -111,6 +132,52 @@ def candidate_configs(
                 seen.append(cfg)
     if has_res:  # each candidate also with the residual loaded before the K loop: timed, not assumed
         seen += [dataclasses.replace(cfg, early_res=True) for cfg in seen]
+    return seen
+
+
+def gemm_mode() -> str:
+    """``DEEPGAP_QUANT_GEMM``: 'default' (unset: today's kernels only) or 'persistent' (also time `persistent`).
+
+    Why an environment switch, off by default: the persistent kernel has not been timed on a GPU yet, and
+    nothing measured so far may change until it has; the switch lets a device session time it per layer.
+    """
+    mode = os.environ.get(GEMM_ENV, "") or "default"
+    if mode not in GEMM_MODES:
+        raise UsageError(f"{GEMM_ENV}={mode!r}", f"set it to one of {', '.join(GEMM_MODES)} or unset it")
+    return mode
+
+
+def persistent_configs(node: ConvNode, m: int, capability: tuple[int, int] | None) -> list[TileConfig]:
+    """Tiles of the persistent TMA kernel worth timing for a 1×1 stride-1 layer of ``m`` rows, else none.
+
+    None unless `gemm_mode` is 'persistent', and none below Hopper (TMA needs compute capability 9.0;
+    ``capability`` None is the CPU's interpreter, which runs them). BK takes the whole K up to 128; a
+    residual layer keeps ≤ 64 accumulators per thread as `candidate_configs` does; a 4-warp 128-row tile
+    runs two programs per SM (one would leave an SM half idle while it waits on memory); a residual
+    layer of one K step (the memory-bound ones) gets them again with the residual prefetched a tile
+    ahead (``early_res``; at K = 512 such a tile spilled on sm_90, Triton 3.6); the first tile
+    comes again with its residual and output through TMA; a 64-row tile leads where 128-row tiles would
+    fill fewer than two waves of SMs (small batches).
+    """
+    if gemm_mode() != "persistent" or (capability is not None and capability < (9, 0)):
+        return []
+    if (node.kernel_size, node.stride, node.padding) != (1, 1, 0):
+        return []
+    n, c = node.cout, node.cin
+    bk = 128 if c % 128 == 0 else 64 if c % 64 == 0 else 32 if c % 32 == 0 else 16
+    wide = 128 if n % 128 == 0 else 64 if n % 64 == 0 else 32 if n % 32 == 0 else 16
+    warps = 8 if wide >= 128 else 4
+    first = TileConfig(128, wide, bk, 8, warps, 3, persistent=1 if warps == 8 else 2)
+    out = [first, TileConfig(128, min(wide, 64), bk, 8, 4, 4, persistent=2)]
+    if node.residual is not None and c == bk:  # the residual a tile ahead; with more K steps it spilled
+        out += [dataclasses.replace(cfg, early_res=True) for cfg in out]
+    out.append(dataclasses.replace(first, tma_epilogue=True))
+    if -(-m // 128) * (n // wide) < 2 * SMS_H100:
+        out.insert(0, TileConfig(64, wide, bk, 8, 4, 3, persistent=1))
+    seen: list[TileConfig] = []
+    for cfg in out:
+        if cfg.fits(n, c) and cfg not in seen:
+            seen.append(cfg)
     return seen
 
 

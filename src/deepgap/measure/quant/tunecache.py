@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from deepgap.measure.quant.calibrate import cache_dir
-from deepgap.measure.quant.tiles import TileConfig
+from deepgap.measure.quant.tiles import TileConfig, gemm_mode
 
 FORMAT_VERSION = 1
 
@@ -114,7 +114,23 @@ def device_key(device: str) -> dict[str, str]:
         "triton": triton_version,
         "cuda": str(torch.version.cuda),
         "sources": _source_digest(),
+        **_gemm_key(),
     }
+
+
+def _gemm_key() -> dict[str, str]:
+    """With ``DEEPGAP_QUANT_GEMM=persistent``, a key of its own (and the persistent kernel's source in it).
+
+    Unset, the key is what it always was, so the default engine keeps its cache; set, a layer tuned without
+    the persistent candidates is not a hit that would keep them from being timed.
+    """
+    if gemm_mode() != "persistent":
+        return {}
+    try:
+        digest = hashlib.sha256((Path(__file__).parent / "persistent.py").read_bytes()).hexdigest()[:16]
+    except OSError:
+        digest = "-"
+    return {"gemm": f"persistent:{digest}"}
 
 
 class TuneCache:

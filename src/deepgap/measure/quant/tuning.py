@@ -17,7 +17,7 @@ import torch
 from deepgap.measure.quant import layers
 from deepgap.measure.quant import tunecache as tune_cache
 from deepgap.measure.quant.network import QuantNet, fp16_conv
-from deepgap.measure.quant.tiles import LayerTiming, candidate_configs
+from deepgap.measure.quant.tiles import LayerTiming, candidate_configs, persistent_configs
 from deepgap.measure.timing import HostClock
 
 CHECK_BATCH = 2  # images in each kernel's self-check against the exact reference
@@ -297,6 +297,10 @@ def candidates(net: QuantNet, name: str, batch: int, opts, backend_ok: bool) -> 
     if backend_ok and opts.force_backend != "torch":
         cfgs = candidate_configs(batch * oh * ow, n.cout, n.cin, net.qfmt, n.residual is not None)
         cands += [("triton", c) for c in (cfgs if opts.autotune else cfgs[:1])]
+        if opts.autotune:  # the persistent TMA kernel's tiles: none unless DEEPGAP_QUANT_GEMM=persistent
+            dev = net.convs[name].w_q.device
+            cc = torch.cuda.get_device_capability(dev) if dev.type == "cuda" else None
+            cands += [("triton", c) for c in persistent_configs(n, batch * oh * ow, cc)]
     if opts.force_backend != "triton":
         cands.append(("torch", None))
     return cands

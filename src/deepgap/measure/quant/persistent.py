@@ -1,0 +1,233 @@
+"""A persistent, TMA-fed GEMM for the quant engine's 1×1 stride-1 convolutions (Hopper), off by default.
+
+Why: a 1×1 convolution on NHWC activations is a plain GEMM (M = batch·H·W, K = C_in, N = C_out), and in
+ResNet-50's layer1/layer2 it is memory-bound with K = 64–512: a `kernels.conv_gemm_kernel` tile's life
+is load → one or a few MMAs → epilogue, and each of its ~6,000 programs (batch 256) starts cold. Here a
+grid of one program per SM (or ``TileConfig.persistent`` per SM) walks the tiles: `tl.range(...,
+flatten=True)` makes the tile walk and the K loop one software-pipelined loop, so the next tile's loads
+are in flight during this tile's epilogue. A and the weights arrive through TMA tensor descriptors
+(`tl.make_tensor_descriptor`: one bulk copy per block instead of per-thread address arithmetic,
+out-of-bounds rows zero-filled). Triton's tutorial 09-persistent-matmul.py is the pattern. The epilogue
+is the engine's own (`kernels._finish`: α·acc + β, + γ·residual, ReLU, requantization to int8/fp8 or
+fp16), so the output equals `conv_gemm_kernel`'s; ``TMA_EPILOGUE`` also moves the residual and the
+output through descriptors.
+
+It is a tile candidate (`tiles.persistent_configs`, ``TileConfig.persistent``) that the tuner times beside
+the others only where ``DEEPGAP_QUANT_GEMM=persistent`` (`tiles.gemm_mode`); unset, nothing changes.
+Unmeasured on a GPU so far (docs/quant.md; `benchmarks/gemm_1x1.py` and tests/test_quant_persistent_gpu.py
+are what measures it).
+
+On the CPU it runs in the Triton interpreter (`launch.interpreted`), which executes the device-side
+tensor descriptors itself (Triton 3.8), so the tests check this very kernel, TMA loads and the tile walk
+included, against the exact reference; no pointer-load substitute is needed.
+"""
+
+# Triton convention: compile-time (constexpr) parameters in capitals; constexpr branches stay if/else.
+# ruff: noqa: N803, SIM108
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from deepgap.measure.quant.kernels import (
+    OUT_KIND,
+    _check_conv_inputs,
+    _finish,
+    _grouped_tile,
+    _load_f32,
+    _mma,
+    _widen,
+    check_out_res,
+    pdl_enter,
+)
+from deepgap.measure.quant.launch import check, check_vec, launcher
+
+CPU_PROGRAMS = 3  # the interpreter's "SM count": few programs, so each walks several tiles
+TMA_ALIGN = 16  # bytes: a TMA descriptor's base address and row pitch
+
+
+@triton.jit(do_not_specialize=["M"])
+def gemm_1x1_kernel(
+    x_ptr,
+    w_ptr,
+    out_ptr,
+    alpha_ptr,
+    beta_ptr,
+    res_ptr,
+    gamma,
+    M,
+    N,
+    K: tl.constexpr,
+    RELU: tl.constexpr,
+    HAS_RES: tl.constexpr,
+    OUT_KIND: tl.constexpr,
+    ACC_INT: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    NUM_SMS: tl.constexpr,
+    TMA_EPILOGUE: tl.constexpr,
+    EARLY_RES: tl.constexpr = False,
+    PDL: tl.constexpr = False,
+):
+    """out[M, N] = epilogue(x[M, K] · w[N, K]ᵀ), one program per SM walking tiles NUM_SMS apart.
+
+    ``K`` is a compile-time constant (a handful of values per network), so the K loop's trip count is
+    known and a one-step loop (K = BK) is no loop at all. The epilogue's tile index is a second counter
+    (``tile_c``), as in Triton's persistent tutorial, so the pipeliner can run the next tile's loads
+    ahead of this tile's epilogue. The pipeliner does not carry the residual ahead (compiled for sm_90,
+    its load, by pointers or by TMA, is waited for where it is issued), so ``EARLY_RES`` loads the
+    program's next tile's residual into registers before this tile's MMA and hands it on through the
+    loop: its latency hides behind a whole tile instead of stalling each epilogue.
+    """
+    pdl_enter(PDL)
+    a_desc = tl.make_tensor_descriptor(x_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
+    w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[K, 1], block_shape=[BN, BK])
+    if TMA_EPILOGUE:
+        o_desc = tl.make_tensor_descriptor(out_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+        if HAS_RES and not EARLY_RES:
+            r_desc = tl.make_tensor_descriptor(res_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+    start = tl.program_id(0)
+    tiles = ((M + BM - 1) // BM) * (N // BN)
+    tile_c = start - NUM_SMS
+    if HAS_RES and EARLY_RES:
+        r_next = _residual_tile(res_ptr, start, M, N, BM, BN, GROUP_M)
+    for tile in tl.range(start, tiles, NUM_SMS, flatten=True):
+        pid_m, pid_n = _grouped_tile(tile, M, N, BM, BN, GROUP_M)
+        if HAS_RES and EARLY_RES:  # this tile's residual came one tile ago; ask for the next one's now
+            r_early = r_next
+            r_next = _residual_tile(res_ptr, tl.minimum(tile + NUM_SMS, tiles - 1), M, N, BM, BN, GROUP_M)
+        if ACC_INT:
+            acc = tl.zeros((BM, BN), dtype=tl.int32)
+        else:
+            acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k in range(0, K, BK):
+            a = a_desc.load([pid_m * BM, k])
+            b = w_desc.load([pid_n * BN, k])
+            acc = _mma(a, b.T, acc, ACC_INT)
+        tile_c += NUM_SMS
+        pid_m, pid_n = _grouped_tile(tile_c, M, N, BM, BN, GROUP_M)
+        rm = pid_m * BM + tl.arange(0, BM)
+        rn = pid_n * BN + tl.arange(0, BN)
+        offs = rm[:, None] * N + rn[None, :]
+        y = acc.to(tl.float32) * tl.load(alpha_ptr + rn)[None, :]
+        r = y
+        if HAS_RES:
+            if EARLY_RES:
+                r = _widen(r_early)
+            elif TMA_EPILOGUE:
+                r = _widen(r_desc.load([pid_m * BM, pid_n * BN]))
+            else:
+                r = _load_f32(res_ptr + offs, (rm < M)[:, None])
+        out = _finish(y, tl.load(beta_ptr + rn)[None, :], r, gamma, RELU, HAS_RES, OUT_KIND)
+        if TMA_EPILOGUE:
+            o_desc.store([pid_m * BM, pid_n * BN], out)  # rows past M are clipped by the copy engine
+        else:
+            tl.store(out_ptr + offs, out, mask=(rm < M)[:, None])
+
+
+@triton.jit
+def _residual_tile(res_ptr, tile, M, N, BM: tl.constexpr, BN: tl.constexpr, GROUP_M: tl.constexpr):
+    """Tile ``tile``'s residual as stored (8 or 16 bits), by plain loads: rows past M read as zeros."""
+    pid_m, pid_n = _grouped_tile(tile, M, N, BM, BN, GROUP_M)
+    rm = pid_m * BM + tl.arange(0, BM)
+    offs = rm[:, None] * N + (pid_n * BN + tl.arange(0, BN))[None, :]
+    return tl.load(res_ptr + offs, mask=(rm < M)[:, None], other=0.0)
+
+
+@functools.cache
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def _scratch(size: int, alignment: int, stream):
+    """Triton's allocator for the descriptors each program writes to global memory before its first copy.
+
+    Called at launch; inside CUDA-graph capture the buffer comes from the graph's pool and stays its own.
+    """
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def programs(device: torch.device) -> int:
+    """Programs at one per SM: the GPU's SM count, or `CPU_PROGRAMS` in the interpreter."""
+    if device.type != "cuda":
+        return CPU_PROGRAMS
+    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def conv_gemm(
+    x,
+    nhw,
+    w,
+    ksize,
+    stride,
+    padding,
+    alpha,
+    beta,
+    out_fmt,
+    relu,
+    cfg,
+    res=None,
+    gamma=0.0,
+    out=None,
+    num_programs: int | None = None,
+):
+    """Launch `gemm_1x1_kernel`: `kernels.conv_gemm`'s arguments and result, for 1×1 stride-1 layers only.
+
+    ``num_programs`` overrides the grid's size (default `programs` × ``cfg.persistent``: that many per
+    SM); the grid never exceeds the number of tiles. A ``ValueError`` names what this kernel cannot take
+    (a larger kernel, a stride, an operand that is not 16-byte aligned for TMA), as `kernels.conv_gemm`
+    does for its own limits.
+    """
+    from deepgap.measure.quant.layers import DTYPES
+
+    check(
+        (ksize, stride, padding) == (1, 1, 0),
+        f"the persistent kernel runs 1×1 stride-1 unpadded convolutions; got k={ksize}, stride={stride}, "
+        f"padding={padding}",
+    )
+    c, n = _check_conv_inputs(x, nhw, w, ksize, out_fmt, cfg)
+    m = x.shape[0]
+    check_vec("alpha", alpha, n, x.device)
+    check_vec("beta", beta, n, x.device)
+    if out is None:
+        out = torch.empty((m, n), dtype=DTYPES[out_fmt], device=x.device)
+    check_out_res(out, res, m, n, x.device, out_fmt)
+    for name, t in (("x", x), ("w", w), ("out", out), ("residual", res)):
+        if t is not None:
+            check(
+                t.data_ptr() % TMA_ALIGN == 0 and t.shape[1] * t.element_size() % TMA_ALIGN == 0,
+                f"{name} must start on a {TMA_ALIGN}-byte boundary with rows a multiple of {TMA_ALIGN} "
+                "bytes (a TMA descriptor's base and pitch); use a fresh contiguous tensor",
+            )
+    tiles = triton.cdiv(m, cfg.bm) * (n // cfg.bn)
+    nsm = num_programs or programs(x.device) * max(1, int(cfg.persistent))
+    if x.device.type == "cuda":
+        triton.set_allocator(_scratch)
+    launcher(gemm_1x1_kernel, x.device)[(min(nsm, tiles),)](
+        x,
+        w,
+        out,
+        alpha,
+        beta,
+        res if res is not None else out,
+        float(gamma),
+        m,
+        n,
+        K=c,
+        RELU=bool(relu),
+        HAS_RES=res is not None,
+        OUT_KIND=OUT_KIND[out_fmt],
+        ACC_INT=x.dtype == torch.int8,
+        NUM_SMS=nsm,
+        TMA_EPILOGUE=bool(cfg.tma_epilogue),
+        EARLY_RES=bool(cfg.early_res) and res is not None,
+        **cfg.launch(),
+        enable_fp_fusion=False,
+    )
+    return out
