@@ -182,3 +182,19 @@ def test_pdl_graph_gives_the_plain_graphs_logits(monkeypatch, batch):
         kept = step.pdl.split(":")[0]  # auto says which it kept, and the two timings
         assert kept == mode if mode != "auto" else kept in ("on", "off") and "timed" in step.pdl
     assert torch.equal(logits["on"], logits["off"]) and torch.equal(logits["auto"], logits["off"])
+
+
+def test_show_names_a_pdl_graph_and_export_says_why():
+    """`show` marks a decode row whose graph kept PDL; a kept-plain or unstated row says nothing of it."""
+    from deepgap.commands.decode_view import _engine
+
+    row = {"engine": "quant", "decode_step": "cuda-graph"}
+    assert (
+        _engine(row | {"decode_pdl": "on: timed 2.67 ms with PDL, 2.82 without"})
+        == "quant (cuda-graph step, PDL)"
+    )
+    assert (
+        _engine(row | {"decode_pdl": "off: timed 11.57 ms with PDL, 11.21 without"})
+        == "quant (cuda-graph step)"
+    )
+    assert _engine({"engine": "eager", "decode_step": "eager", "decode_pdl": ""}) == "eager"

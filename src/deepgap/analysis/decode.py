@@ -111,8 +111,9 @@ def figures(row: dict[str, Any], peaks: Any = None) -> dict[str, Any]:
         "logits_cosine_vs_fp32": _num(c.cosine) if c else math.nan,
         "logits_flagged": bool(c.flagged) if c and c.flagged is not None else None,
         "decode_step": d.step or "",
+        "decode_pdl": d.pdl or "",  # the graph's launch and why ("on: timed …"; `llm_steps._kept`)
     }
-    return out if ok else {k: (v if k in ("decode_step",) else None) for k, v in out.items()}
+    return out if ok else {k: (v if k in ("decode_step", "decode_pdl") else None) for k, v in out.items()}
 
 
 def decode_table(df: pd.DataFrame, peaks: Any = None) -> pd.DataFrame:

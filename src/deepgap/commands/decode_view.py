@@ -58,9 +58,7 @@ def print_decode(store, console, ids: list[str] | None) -> int:
         ok = r["status"] == "ok"
         t.add_row(
             str(r["model"]),
-            f"{r['engine']} ({r['decode_step']} step)"
-            if r["decode_step"] and r["decode_step"] != r["engine"]
-            else str(r["engine"]),
+            _engine(r),
             str(r["precision"]),
             str(r["batch_size"]),
             f"{r['input_len']}/{r['output_len']}",
@@ -197,3 +195,11 @@ def export_decode(store, run_ids: list[str] | None, forward):
         served.insert(0, "workload", "serve-decoder")
         parts.append(served)
     return parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
+
+
+def _engine(r: dict) -> str:
+    """The engine, with the decode step it ran and whether its graph used programmatic dependent launch."""
+    how = [f"{r['decode_step']} step"] if r["decode_step"] and r["decode_step"] != r["engine"] else []
+    if str(r.get("decode_pdl") or "").startswith("on"):
+        how.append("PDL")
+    return f"{r['engine']} ({', '.join(how)})" if how else str(r["engine"])
