@@ -164,22 +164,32 @@ def pytest_cmdline_main(config):
 
 
 def pytest_sessionstart(session):
-    """Under xdist, the controller rewrites the test files' asserts once, before the workers start.
+    """Under xdist, the controller prepares the caches that every worker reads, before the workers start.
 
-    Why: pytest caches each test module's assert-rewritten code in ``__pycache__``, but on a clean clone
-    there is none yet, and every xdist worker imports every test file at collection at the same time: each
-    rewrote all of them (~5 CPU-s a worker). Done here once, the workers read the cached copies. Uses
-    pytest's own rewriting functions (private API): if they change, this does nothing and the workers
-    rewrite as before.
+    Why: the workers start at the same moment and each imports every test file and what it imports at
+    collection; on a clean clone nothing is cached yet, so each did the same compiling at once
+    (`_rewrite_test_files`, `_compile_what_collection_imports`).
     """
     config = session.config
     if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
         return
+    if sys.dont_write_bytecode:
+        return
+    _rewrite_test_files(config)
+    _compile_what_collection_imports(config)
+
+
+def _rewrite_test_files(config) -> None:
+    """The test files' assert-rewritten code, written once to ``__pycache__`` (~5 CPU-s a worker before).
+
+    Uses pytest's own rewriting functions (private API): if they change, this does nothing and the workers
+    rewrite as before.
+    """
     try:
         from _pytest.assertion.rewrite import PYC_TAIL, _read_pyc, _rewrite_test, _write_pyc, assertstate_key
     except ImportError:  # pragma: no cover - another pytest
         return
-    if sys.dont_write_bytecode or config.getoption("assertmode") != "rewrite":
+    if config.getoption("assertmode") != "rewrite":
         return
     state = config.stash[assertstate_key]
     here = Path(__file__).parent
@@ -194,6 +204,53 @@ def pytest_sessionstart(session):
                 _write_pyc(state, co, source_hash, pyc)
         except Exception:  # noqa: BLE001 - a cache warm-up; the workers rewrite whatever is missing
             return
+
+
+# What every xdist worker imports at collection, in two halves of similar cost on a fresh venv (CPU-s: torch
+# 7.5, then Dynamo and torchvision 13; scipy.stats 4.3, pandas 2.8, deepgap's own sources 1, pytest and its
+# plugins, whose bytecode the controller did not write: CI sets PYTHONDONTWRITEBYTECODE, read before
+# this file clears it): compiled by two processes side by side, one per core, before the workers start
+# (`_compile_what_collection_imports`). Whole packages where collection imports most of their modules.
+COLLECTION_IMPORTS = (
+    "import torch._dynamo, torchvision, torchvision.transforms",
+    "import scipy.stats, pandas, pyarrow; import compileall, importlib.util, sys\n"
+    "for name in ('_pytest', 'pluggy', 'execnet', 'xdist', 'anyio', 'hypothesis', 'rich'):\n"
+    "    spec = importlib.util.find_spec(name)\n"
+    "    if spec and spec.submodule_search_locations:\n"
+    "        compileall.compile_dir(spec.submodule_search_locations[0], quiet=1)\n"
+    "compileall.compile_dir(sys.argv[1], quiet=1)",
+)
+
+
+def _compile_what_collection_imports(config) -> None:
+    """On a fresh venv, write the bytecode of what collection imports once, before the workers start.
+
+    Why: uv installs no ``.pyc`` and a clean clone has none of deepgap's, so each of the four workers
+    compiled torch's, scipy's, pandas' and deepgap's sources while collecting, all four at once (a
+    collection-only ``-n 4`` run on a fresh venv: 102-124 CPU-s, against 46 on a warm one). Two processes
+    (`COLLECTION_IMPORTS`) compile them first; the workers, and the fork servers after them, read the
+    cache (that run: 124 -> 80 CPU-s, 78 -> 64 s). One ``pytest --co`` in their place saved less (87
+    CPU-s) and kept one core idle for 40 s, longer than the workers' whole collection before.
+    Skipped when torch's cache exists: any earlier run wrote it.
+    """
+    import importlib.util
+    import subprocess
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.origin or os.path.exists(importlib.util.cache_from_source(spec.origin)):
+        return
+    src = str(Path(__file__).resolve().parent.parent / "src" / "deepgap")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, src], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        for code in COLLECTION_IMPORTS
+    ]
+    for p in procs:  # a failed import fails again, and is reported, in the workers' own collection
+        try:
+            p.wait(600)
+        except subprocess.TimeoutExpired:
+            p.kill()
 
 
 # The files that take longest in a full run on the 2-core CI host, longest first: the Ray cluster, real worker
