@@ -18,7 +18,7 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 
 # One OpenMP thread per process, and waiting threads that sleep, unless the environment says otherwise.
-# Why: a full run puts four xdist workers (and the worker processes they start) on two cores, and torch's
+# Why: a full run puts three xdist workers (and the worker processes they start) on two cores, and torch's
 # OpenMP threads spin-wait for their team between parallel regions, burning the cores that the other
 # processes wait for. Two copies of test_quant_engine + test_quant_tunecache side by side took 109 and 136
 # CPU-s (70 and 119 s of wall time) with torch's default two spinning threads, 45 CPU-s (25-39 s) with one
@@ -136,16 +136,19 @@ def _freeze_before_each_request() -> None:
 
 _freeze_before_each_request()
 
-FULL_RUN_WORKERS = 4
+FULL_RUN_WORKERS = 3
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config):
-    """A full run (``python -m pytest -q``: no paths, no ``-n``) uses four xdist workers, one file each.
+    """A full run (``python -m pytest -q``: no paths, no ``-n``) uses three xdist workers, one file each.
 
-    Why: much of the suite's time is spent waiting on real worker processes, sockets and timeouts (with two
-    workers the 2-core CI machine's cores were busy about 40% of the time, with three about 60%); on
-    clean clones of the same tree on idle cores, four took pytest 458 s against 481 s for three;
+    Why three on two cores: a test that waits on a real process, a socket or a timeout leaves a core to the
+    others, but each worker also costs its own collection (~13 CPU-s: torch, Dynamo, scipy, pandas), fork
+    server (~7 CPU-s) and first imports. In session 15 (more waiting tests) four took pytest 458 s against
+    481 s for three; since then the waits went in-process, and the suite is CPU-bound: clean clones of one
+    tree (2026-12-03), four workers 711 CPU-s of process tree and 421 s, three 589 CPU-s and 317 s (the
+    host's other load was higher during the first; collection alone costs ~13 CPU-s a worker at any load).
     ``--dist loadfile`` keeps each file (and its module fixtures, the Ray cluster, the served store) in one
     worker. ``pytest tests/test_x.py``, ``-n 0``, ``--pdb``, ``--co`` or
     ``DEEPGAP_TEST_SERIAL=1`` stay serial; without pytest-xdist installed this does nothing. Runs before
@@ -225,8 +228,8 @@ COLLECTION_IMPORTS = (
 def _compile_what_collection_imports(config) -> None:
     """On a fresh venv, write the bytecode of what collection imports once, before the workers start.
 
-    Why: uv installs no ``.pyc`` and a clean clone has none of deepgap's, so each of the four workers
-    compiled torch's, scipy's, pandas' and deepgap's sources while collecting, all four at once (a
+    Why: uv installs no ``.pyc`` and a clean clone has none of deepgap's, so each xdist worker compiled
+    torch's, scipy's, pandas' and deepgap's sources while collecting, all of them at once (a
     collection-only ``-n 4`` run on a fresh venv: 102-124 CPU-s, against 46 on a warm one). Two processes
     (`COLLECTION_IMPORTS`) compile them first; the workers, and the fork servers after them, read the
     cache (that run: 124 -> 80 CPU-s, 78 -> 64 s). One ``pytest --co`` in their place saved less (87
