@@ -18,7 +18,7 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 
 # One OpenMP thread per process, and waiting threads that sleep, unless the environment says otherwise.
-# Why: a full run puts four xdist workers (and the worker processes they start) on two cores, and torch's
+# Why: a full run puts three xdist workers (and the worker processes they start) on two cores, and torch's
 # OpenMP threads spin-wait for their team between parallel regions, burning the cores that the other
 # processes wait for. Two copies of test_quant_engine + test_quant_tunecache side by side took 109 and 136
 # CPU-s (70 and 119 s of wall time) with torch's default two spinning threads, 45 CPU-s (25-39 s) with one
@@ -136,16 +136,19 @@ def _freeze_before_each_request() -> None:
 
 _freeze_before_each_request()
 
-FULL_RUN_WORKERS = 4
+FULL_RUN_WORKERS = 3
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config):
-    """A full run (``python -m pytest -q``: no paths, no ``-n``) uses four xdist workers, one file each.
+    """A full run (``python -m pytest -q``: no paths, no ``-n``) uses three xdist workers, one file each.
 
-    Why: much of the suite's time is spent waiting on real worker processes, sockets and timeouts (with two
-    workers the 2-core CI machine's cores were busy about 40% of the time, with three about 60%); on
-    clean clones of the same tree on idle cores, four took pytest 458 s against 481 s for three;
+    Why three on two cores: a test that waits on a real process, a socket or a timeout leaves a core to the
+    others, but each worker also costs its own collection (~13 CPU-s: torch, Dynamo, scipy, pandas), fork
+    server (~7 CPU-s) and first imports. In session 15 (more waiting tests) four took pytest 458 s against
+    481 s for three; since then the waits went in-process, and the suite is CPU-bound: clean clones of one
+    tree (2026-12-03), four workers 711 CPU-s of process tree and 421 s, three 589 CPU-s and 317 s (the
+    host's other load was higher during the first; collection alone costs ~13 CPU-s a worker at any load).
     ``--dist loadfile`` keeps each file (and its module fixtures, the Ray cluster, the served store) in one
     worker. ``pytest tests/test_x.py``, ``-n 0``, ``--pdb``, ``--co`` or
     ``DEEPGAP_TEST_SERIAL=1`` stay serial; without pytest-xdist installed this does nothing. Runs before
@@ -164,22 +167,32 @@ def pytest_cmdline_main(config):
 
 
 def pytest_sessionstart(session):
-    """Under xdist, the controller rewrites the test files' asserts once, before the workers start.
+    """Under xdist, the controller prepares the caches that every worker reads, before the workers start.
 
-    Why: pytest caches each test module's assert-rewritten code in ``__pycache__``, but on a clean clone
-    there is none yet, and every xdist worker imports every test file at collection at the same time: each
-    rewrote all of them (~5 CPU-s a worker). Done here once, the workers read the cached copies. Uses
-    pytest's own rewriting functions (private API): if they change, this does nothing and the workers
-    rewrite as before.
+    Why: the workers start at the same moment and each imports every test file and what it imports at
+    collection; on a clean clone nothing is cached yet, so each did the same compiling at once
+    (`_rewrite_test_files`, `_compile_what_collection_imports`).
     """
     config = session.config
     if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
         return
+    if sys.dont_write_bytecode:
+        return
+    _rewrite_test_files(config)
+    _compile_what_collection_imports(config)
+
+
+def _rewrite_test_files(config) -> None:
+    """The test files' assert-rewritten code, written once to ``__pycache__`` (~5 CPU-s a worker before).
+
+    Uses pytest's own rewriting functions (private API): if they change, this does nothing and the workers
+    rewrite as before.
+    """
     try:
         from _pytest.assertion.rewrite import PYC_TAIL, _read_pyc, _rewrite_test, _write_pyc, assertstate_key
     except ImportError:  # pragma: no cover - another pytest
         return
-    if sys.dont_write_bytecode or config.getoption("assertmode") != "rewrite":
+    if config.getoption("assertmode") != "rewrite":
         return
     state = config.stash[assertstate_key]
     here = Path(__file__).parent
@@ -196,14 +209,65 @@ def pytest_sessionstart(session):
             return
 
 
+# What every xdist worker imports at collection, in two halves of similar cost on a fresh venv (CPU-s: torch
+# 7.5, then Dynamo and torchvision 13; scipy.stats 4.3, pandas 2.8, deepgap's own sources 1, pytest and its
+# plugins, whose bytecode the controller did not write: CI sets PYTHONDONTWRITEBYTECODE, read before
+# this file clears it): compiled by two processes side by side, one per core, before the workers start
+# (`_compile_what_collection_imports`). Whole packages where collection imports most of their modules.
+COLLECTION_IMPORTS = (
+    "import torch._dynamo, torchvision, torchvision.transforms",
+    "import scipy.stats, pandas, pyarrow; import compileall, importlib.util, sys\n"
+    "for name in ('_pytest', 'pluggy', 'execnet', 'xdist', 'anyio', 'hypothesis', 'rich'):\n"
+    "    spec = importlib.util.find_spec(name)\n"
+    "    if spec and spec.submodule_search_locations:\n"
+    "        compileall.compile_dir(spec.submodule_search_locations[0], quiet=1)\n"
+    "compileall.compile_dir(sys.argv[1], quiet=1)",
+)
+
+
+def _compile_what_collection_imports(config) -> None:
+    """On a fresh venv, write the bytecode of what collection imports once, before the workers start.
+
+    Why: uv installs no ``.pyc`` and a clean clone has none of deepgap's, so each xdist worker compiled
+    torch's, scipy's, pandas' and deepgap's sources while collecting, all of them at once (a
+    collection-only ``-n 4`` run on a fresh venv: 102-124 CPU-s, against 46 on a warm one). Two processes
+    (`COLLECTION_IMPORTS`) compile them first; the workers, and the fork servers after them, read the
+    cache (that run: 124 -> 80 CPU-s, 78 -> 64 s). One ``pytest --co`` in their place saved less (87
+    CPU-s) and kept one core idle for 40 s, longer than the workers' whole collection before.
+    Skipped when torch's cache exists: any earlier run wrote it.
+    """
+    import importlib.util
+    import subprocess
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.origin or os.path.exists(importlib.util.cache_from_source(spec.origin)):
+        return
+    src = str(Path(__file__).resolve().parent.parent / "src" / "deepgap")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, src], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        for code in COLLECTION_IMPORTS
+    ]
+    for p in procs:  # a failed import fails again, and is reported, in the workers' own collection
+        try:
+            p.wait(600)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
 # The files that take longest in a full run on the 2-core CI host, longest first: the Ray cluster, real worker
 # processes and serving (mostly waiting), then the heaviest CPU work (Chromium and report builds, Inductor,
 # the harness script's arms). Measured 2026-12-03 per file, alone, as CPU-s of its whole process tree:
 # fleet_ray 48, report_layout 48, engines 33, harness_overhead 31 (86 s of wall), report_travels 31,
 # roofline_cli 29, two_gpus 27, signals 25, serving_cli 25, runner 22, resume 22, session 21,
 # behaviour_unchanged 21, report 20, quant_kernels 18, serving_loadgen 18, accuracy_mode 18,
-# fleet_ray_prelude 17, flop_counter 16; the other files 14 CPU-s or less.
+# fleet_ray_prelude 17, flop_counter 16; the other files 14 CPU-s or less. test_runner leads: it is the
+# first file of its xdist worker, whose fork server is then the one its CUDA check starts (it stops a server
+# that an earlier file started: `-n 0` test_session then test_runner 25.9/25.9 CPU-s, the other way round
+# 19.7/21.3).
 LONGEST_FIRST = (
+    "test_runner.py",
     "test_fleet_ray.py",
     "test_serving_cli.py",
     "test_report_layout.py",
@@ -214,7 +278,6 @@ LONGEST_FIRST = (
     "test_two_gpus.py",
     "test_signals.py",
     "test_resume.py",
-    "test_runner.py",
     "test_session.py",
     "test_behaviour_unchanged.py",
     "test_report.py",
