@@ -86,8 +86,9 @@ def test_rope_mode_is_read_from_the_environment(monkeypatch):
 
 
 def test_rope_fused_decode_steps_give_the_plain_layers_logits(monkeypatch):
-    """llama-tiny in fp8, ``DEEPGAP_DECODE_ROPE=fused``: static steps at positions 6 and 7 (the second reads the
-    first's k and v from the cache the kernel wrote) against the same weights through the plain layers.
+    """llama-tiny in fp8, ``DEEPGAP_DECODE_ROPE=fused``: an eager step at position 6 (an int), a static one at 7
+    (a device tensor) that reads the first's k and v from the cache the kernel wrote, against the same weights
+    through the plain layers.
     """
     from deepgap.measure import llm_fused
     from deepgap.measure.decode_config import LINEAR_SWAPS
@@ -110,9 +111,8 @@ def test_rope_fused_decode_steps_give_the_plain_layers_logits(monkeypatch):
             m.setup_cache(1, 12)
         tok = plain.prefill(ids).argmax(-1, keepdim=True)
         fused.prefill(ids)
-        steps = [make_step(m, "static") for m in (fused, plain)]
-        for position in (6, 7):
-            a, b = (s(tok, position).float() for s in steps)
+        for kind, position in (("eager", 6), ("static", 7)):
+            a, b = (make_step(m, kind)(tok, position).float() for m in (fused, plain))
             rel = float((a - b).norm() / b.norm())
             assert rel < 0.03, (position, rel)
             tok = b.argmax(-1, keepdim=True)  # the same next token for both

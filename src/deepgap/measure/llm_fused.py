@@ -75,15 +75,17 @@ def _projections(layer: nn.Module) -> tuple[QuantLinear, ...]:
 
 
 def _rope_attention(attn: nn.Module, h, norm: nn.Module, cos, sin, cache, pos):
-    """q from the qkv GEMV with RoPE folded in (k and v into the cache there), then attention over the cache.
+    """The attention row of a step whose qkv GEMV does RoPE and writes k and v into the cache (then attends).
 
     A one-sequence step at one position (an int, eager, or a device tensor); the row ``(1, heads · head_dim)``.
     """
-    where = pos if isinstance(pos, torch.Tensor) else torch.full((1,), pos, dtype=torch.int64, device=h.device)
+    at = pos  # eager's int as the device tensor the kernel reads
+    if not isinstance(pos, torch.Tensor):
+        at = torch.full((1,), pos, dtype=torch.int64, device=h.device)
     p = attn.qkv_proj
     q = rope_gemv_op(
-        h, p.weight_t.t(), p.channel_scales(), norm.weight, norm.eps, cos, sin, where, cache.k, cache.v, attn.nq
-    )
+        h, p.weight_t.t(), p.channel_scales(), norm.weight, norm.eps, cos, sin, at, cache.k, cache.v, attn.nq
+    )  # fmt: skip
     return cache.attend_written(q.view(1, attn.nq, 1, attn.d), pos).reshape(1, -1).contiguous()
 
 

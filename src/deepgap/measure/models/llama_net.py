@@ -306,7 +306,8 @@ class _LayerCache:
         self.v[:, :, pos : pos + s] = v
         if s == 1:
             return self.attend_written(q, pos)
-        keys, values = self.k[:, :, : pos + s], self.v[:, :, : pos + s]  # prefill (pos 0): causal over the prompt
+        # prefill (pos 0): causal over the prompt
+        keys, values = self.k[:, :, : pos + s], self.v[:, :, : pos + s]
         return F.scaled_dot_product_attention(q, keys, values, is_causal=True, enable_gqa=self.cache.gqa)
 
     def attend_written(self, q, pos):

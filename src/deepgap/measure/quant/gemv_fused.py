@@ -11,6 +11,10 @@ bytes. Each folds into the GEMV that reads or writes the same row:
 - **SwiGLU** (``swiglu``): the fused ``gate_up`` weight holds the gate's ``N/2`` rows, then the up's; a program
   takes output channel ``n``'s two rows (``n`` and ``n + N/2``) and writes ``silu(gate) · up``, ``N/2`` wide.
 - **Residual** (``residual``): ``out = residual + x · Wᵀ`` (the o and down projections' add).
+- **RoPE** (``rope``, `RopeWrite`, the qkv projection at batch 1): a program takes a head's channels in pairs
+  (rows ``c`` and ``c + head_dim/2``, as SwiGLU pairs its rows), rotates q and k heads (HF's half split) and
+  writes q to its output, k and v into the static K/V cache at the step's device position: RoPE's and the
+  cache write's kernels go (`deepgap.measure.llm_fused`, ``DEEPGAP_DECODE_ROPE=fused``).
 
 Arithmetic is fp32 from the loads to the store (HF rounds the normalized row and each projection to bf16 in
 between; the differences are bf16 roundings, `reference` is held to the same fp32 order). The tile is timed
@@ -225,10 +229,8 @@ def _check_rope(r: RopeWrite, n: int) -> None:
     """RoPE's operands: a cache of one sequence, heads that fill N, the angles and position of one step."""
     check(r.k.dim() == 4 and r.k.shape[0] == 1, "the K/V cache: (1, kv_heads, max_len, head_dim)")
     _, nkv, _, d = r.k.shape
-    check(
-        r.v.shape == r.k.shape and r.k.is_contiguous() and r.v.is_contiguous() and r.k.dtype == torch.bfloat16,
-        "K and V: the contiguous bf16 cache",
-    )
+    same = r.v.shape == r.k.shape and r.k.dtype == r.v.dtype == torch.bfloat16
+    check(same and r.k.is_contiguous() and r.v.is_contiguous(), "K and V: the contiguous bf16 cache")
     check(n == (r.heads + 2 * nkv) * d and d % 2 == 0, f"N={n}: (heads + 2 · kv_heads) · head_dim")
     check(r.cos.numel() == d == r.sin.numel(), f"cos, sin: {d} values, the step's angles")
     check(r.cos.is_contiguous() and r.sin.is_contiguous(), "cos, sin: contiguous")
