@@ -2,8 +2,9 @@
 
 It shares only the decoder's modules (`deepgap.measure.models.llama_net`) and, for fp8/int8, the Linear
 swap (`deepgap.measure.quant.transformer.quantize_linears`, then `deepgap.measure.llm_fused`'s batch-1 layer
-unless DEEPGAP_DECODE_FUSED=0) and the static step's attention kernel (`deepgap.measure.llm_attention`,
-unless DEEPGAP_DECODE_ATTENTION=sdpa); the timing is its own. Per batch: seeded
+unless DEEPGAP_DECODE_FUSED=0; with DEEPGAP_DECODE_ROPE=fused its qkv GEMV does RoPE and the K/V cache write too)
+and the static step's attention kernel (`deepgap.measure.llm_attention`, unless DEEPGAP_DECODE_ATTENTION=sdpa);
+the timing is its own. Per batch: seeded
 prompts of ``--input-len`` tokens are prefilled; the decode step (positions as a device tensor, the
 whole cache masked) is compiled and captured as one CUDA graph; then ``--steps`` greedy steps are replayed
 back to back (each step's argmax is the next step's input, on the device) between two CUDA events, after
@@ -128,7 +129,8 @@ def main() -> None:  # noqa: D103
             row = {"model": args.model, "precision": args.precision, "input_len": args.input_len}
             # the switches an ablation turns (module docstring), as this process ran
             row |= {
-                k: os.environ.get(f"DEEPGAP_DECODE_{k.upper()}", "") for k in ("fused", "attention", "pdl")
+                k: os.environ.get(f"DEEPGAP_DECODE_{k.upper()}", "")
+                for k in ("fused", "rope", "attention", "pdl")
             }
             row |= measure(m, b, args.input_len, args.steps, args.profile and b == 1)
             table = row.pop("top_kernels", None)

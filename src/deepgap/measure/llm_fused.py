@@ -13,22 +13,43 @@ GEMVs of each layer ran the two RMSNorms, the two residual adds and SiLU × up a
 and every other call (the prefill, batches over one row, a CPU reference run) through the plain layer it
 wraps, so both read the same weights. `fuse` wraps a decoder's layers where every projection is a
 weight-only `QuantLinear` without bias; elsewhere it changes nothing.
+
+``DEEPGAP_DECODE_ROPE=fused`` (read when `fuse` wraps; ``mix``, today's path, by default) folds RoPE and the
+K/V cache write into the qkv GEMV as well (`gemv_fused.RopeWrite`): it returns the rotated q and writes the
+rotated k and the plain v into the static cache at the step's device position, and the attention reads the
+cache as written (`attend_written`), without `Attention.mix`'s three small kernels a layer (session 21:
+~0.12 of 2.675 ms per 8B token). Not yet timed on a GPU.
 """
 
 from __future__ import annotations
 
+import os
+
+import torch
 from torch import nn
 
-from deepgap.measure.quant.gemv_fused import fused_gemv_op
+from deepgap.core.errors import UsageError
+from deepgap.measure.quant.gemv_fused import fused_gemv_op, rope_gemv_op
 from deepgap.measure.quant.linear import QuantLinear
+
+ROPE_MODES = ("mix", "fused")  # DEEPGAP_DECODE_ROPE: RoPE and the cache write in `Attention.mix`, or the GEMV
+
+
+def rope_mode() -> str:
+    """``DEEPGAP_DECODE_ROPE`` (`ROPE_MODES`, ``mix`` when unset); another value is a usage error."""
+    mode = os.environ.get("DEEPGAP_DECODE_ROPE", "") or "mix"
+    if mode not in ROPE_MODES:
+        raise UsageError(f"DEEPGAP_DECODE_ROPE={mode!r}", f"set it to one of {', '.join(ROPE_MODES)}")
+    return mode
 
 
 class FusedLayer(nn.Module):
-    """A Llama `Layer` whose one-row calls take the fused path (module docstring)."""
+    """A Llama `Layer` whose one-row calls take the fused path (module docstring); ``rope``: RoPE folded too."""
 
-    def __init__(self, layer: nn.Module) -> None:
+    def __init__(self, layer: nn.Module, rope: bool = False) -> None:
         super().__init__()
         self.layer = layer
+        self.rope = rope
 
     def forward(self, x, cos, sin, cache, pos):  # noqa: D102
         lay = self.layer
@@ -38,8 +59,11 @@ class FusedLayer(nn.Module):
         attn = lay.self_attn
         n1, n2 = lay.input_layernorm, lay.post_attention_layernorm
         h = x.reshape(1, width).contiguous()
-        qkv = _gemv(attn.qkv_proj, h, gamma=n1.weight, eps=n1.eps)
-        a = attn.mix(qkv, 1, 1, cos, sin, cache, pos).reshape(1, -1).contiguous()
+        if self.rope and cache is not None and isinstance(pos, (int, torch.Tensor)):
+            a = _rope_attention(attn, h, n1, cos, sin, cache, pos)
+        else:
+            qkv = _gemv(attn.qkv_proj, h, gamma=n1.weight, eps=n1.eps)
+            a = attn.mix(qkv, 1, 1, cos, sin, cache, pos).reshape(1, -1).contiguous()
         x1 = _gemv(attn.o_proj, a, residual=h)
         mid = _gemv(lay.gate_up_proj, x1, gamma=n2.weight, eps=n2.eps, swiglu=True)
         return _gemv(lay.down_proj, mid, residual=x1).reshape(b, s, width)
@@ -48,6 +72,21 @@ class FusedLayer(nn.Module):
 def _projections(layer: nn.Module) -> tuple[QuantLinear, ...]:
     a = layer.self_attn
     return (a.qkv_proj, a.o_proj, layer.gate_up_proj, layer.down_proj)
+
+
+def _rope_attention(attn: nn.Module, h, norm: nn.Module, cos, sin, cache, pos):
+    """The attention row of a step whose qkv GEMV does RoPE and writes k and v into the cache (then attends).
+
+    A one-sequence step at one position (an int, eager, or a device tensor); the row ``(1, heads · head_dim)``.
+    """
+    at = pos  # eager's int as the device tensor the kernel reads
+    if not isinstance(pos, torch.Tensor):
+        at = torch.full((1,), pos, dtype=torch.int64, device=h.device)
+    p = attn.qkv_proj
+    q = rope_gemv_op(
+        h, p.weight_t.t(), p.channel_scales(), norm.weight, norm.eps, cos, sin, at, cache.k, cache.v, attn.nq
+    )  # fmt: skip
+    return cache.attend_written(q.view(1, attn.nq, 1, attn.d), pos).reshape(1, -1).contiguous()
 
 
 def _gemv(p: QuantLinear, x, gamma=None, eps: float = 0.0, residual=None, swiglu: bool = False):
@@ -70,9 +109,9 @@ def fuse(model: nn.Module) -> int:
     layers = getattr(model, "layers", None)
     if not isinstance(layers, nn.ModuleList):
         return 0
-    done = 0
+    done, rope = 0, rope_mode() == "fused"
     for i, layer in enumerate(layers):
         if fusable(layer):
-            layers[i] = FusedLayer(layer)
+            layers[i] = FusedLayer(layer, rope)
             done += 1
     return done

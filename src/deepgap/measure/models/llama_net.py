@@ -32,7 +32,7 @@ from torch.nn import functional as F  # noqa: N812 - torch's own spelling
 
 from deepgap.core.errors import UsageError
 from deepgap.measure.models.llama_config import SHAPES, LlamaShape, check_run, inv_frequencies, shape_of
-from deepgap.measure.models.llama_packed import PackedTokens, packed_logits
+from deepgap.measure.models.llama_packed import PackedTokens, SlotPositions, SlotPrefill, packed_logits
 
 
 class RMSNorm(nn.Module):
@@ -285,20 +285,6 @@ class StaticKVCache:
         return sum(t.numel() * t.element_size() for t in self.k + self.v)
 
 
-class SlotPrefill:
-    """`Llama.prefill_slots`'s ``pos``: the cache rows that newcomers' prompts go to (from position 0)."""
-
-    def __init__(self, slots) -> None:
-        self.slots = slots
-
-
-class SlotPositions:
-    """`Llama.decode_slots`'s ``pos``: one position per cache row, ``(B,)``, and its write index and mask."""
-
-    def __init__(self, positions) -> None:
-        self.positions = positions
-
-
 class _LayerCache:
     """One layer's view of the cache: writes this step's K and V, attends over what is written."""
 
@@ -312,21 +298,28 @@ class _LayerCache:
         if isinstance(pos, PackedTokens):
             return pos.attend(self, q, k, v)
         s = q.shape[2]
-        if isinstance(pos, int):
-            self.k[:, :, pos : pos + s] = k
-            self.v[:, :, pos : pos + s] = v
-            keys, values = self.k[:, :, : pos + s], self.v[:, :, : pos + s]
-            if s > 1:  # prefill (pos 0): causal over the prompt
-                return F.scaled_dot_product_attention(
-                    q, keys, values, is_causal=True, enable_gqa=self.cache.gqa
-                )
-            return _one_token(q, keys, values, None)  # one decode token sees every key before it
-        # a tensor position: static shapes, the whole cache with the positions after `pos` masked
-        self.k.index_copy_(2, pos, k)
-        self.v.index_copy_(2, pos, v)
-        if s == 1 and self.attention is not None:  # the worker's kernel (`Llama.static_attention`)
+        if not isinstance(pos, int):  # a tensor position: static shapes, one token
+            self.k.index_copy_(2, pos, k)
+            self.v.index_copy_(2, pos, v)
+            return self.attend_written(q, pos)
+        self.k[:, :, pos : pos + s] = k
+        self.v[:, :, pos : pos + s] = v
+        if s == 1:
+            return self.attend_written(q, pos)
+        # prefill (pos 0): causal over the prompt
+        keys, values = self.k[:, :, : pos + s], self.v[:, :, : pos + s]
+        return F.scaled_dot_product_attention(q, keys, values, is_causal=True, enable_gqa=self.cache.gqa)
+
+    def attend_written(self, q, pos):
+        """One decode token ``q`` over the cache as written up to ``pos`` (its own K and V there already).
+
+        Apart from `attend` for a step that writes them itself (`deepgap.measure.llm_fused`'s RoPE GEMV).
+        """
+        if isinstance(pos, int):  # eager: read only the keys written
+            return _one_token(q, self.k[:, :, : pos + 1], self.v[:, :, : pos + 1], None)
+        if self.attention is not None:  # the worker's kernel (`Llama.static_attention`)
             return self.attention(q, self.k, self.v, pos)
-        return _one_token(q, self.k, self.v, (self.cache.positions <= pos)[None, :])
+        return _one_token(q, self.k, self.v, (self.cache.positions <= pos)[None, :])  # later ones masked
 
     def _attend_slots(self, q, k, v, pos):
         """Continuous batching: a prefill into some rows, or one token per row at its own position."""

@@ -10,11 +10,27 @@ its K and V go to. The slot is also the row's **segment**: an admission puts eac
 so two rows attend to each other only where they share a slot, causally by position. Padding rows aim at
 the executor's sink row at position 0: they attend to each other (each at least to itself, so no row of
 the mask is empty and no output is NaN) and no real row sees them.
+
+The continuous batch's two other kinds of ``pos`` (`SlotPrefill`, `SlotPositions`) are defined here too.
 """
 
 from __future__ import annotations
 
 from torch.nn import functional as F  # noqa: N812 - torch's own spelling
+
+
+class SlotPrefill:
+    """`Llama.prefill_slots`'s ``pos``: the cache rows that newcomers' prompts go to (from position 0)."""
+
+    def __init__(self, slots) -> None:
+        self.slots = slots
+
+
+class SlotPositions:
+    """`Llama.decode_slots`'s ``pos``: one position per cache row, ``(B,)``, and its write index and mask."""
+
+    def __init__(self, positions) -> None:
+        self.positions = positions
 
 
 class PackedTokens:

@@ -11,6 +11,10 @@ bytes. Each folds into the GEMV that reads or writes the same row:
 - **SwiGLU** (``swiglu``): the fused ``gate_up`` weight holds the gate's ``N/2`` rows, then the up's; a program
   takes output channel ``n``'s two rows (``n`` and ``n + N/2``) and writes ``silu(gate) · up``, ``N/2`` wide.
 - **Residual** (``residual``): ``out = residual + x · Wᵀ`` (the o and down projections' add).
+- **RoPE** (``rope``, `RopeWrite`, the qkv projection at batch 1): a program takes a head's channels in pairs
+  (rows ``c`` and ``c + head_dim/2``, as SwiGLU pairs its rows), rotates q and k heads (HF's half split) and
+  writes q to its output, k and v into the static K/V cache at the step's device position: RoPE's and the
+  cache write's kernels go (`deepgap.measure.llm_fused`, ``DEEPGAP_DECODE_ROPE=fused``).
 
 Arithmetic is fp32 from the loads to the store (HF rounds the normalized row and each projection to bf16 in
 between; the differences are bf16 roundings, `reference` is held to the same fp32 order). The tile is timed
@@ -38,7 +42,7 @@ FUSED_TILES = tuple(t for t in gemv.ROW_TILES if not t.prefetch)
 @triton.jit
 def _fused_step(
     acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, k, rk,
-    NORM: tl.constexpr, SWIGLU: tl.constexpr, REDUCE: tl.constexpr,
+    NORM: tl.constexpr, PAIRED: tl.constexpr, REDUCE: tl.constexpr,
 ):  # fmt: skip
     """One K step of `fused_row_kernel` on weights already loaded: x's slice, its squares, the products."""
     x = tl.load(x_ptr + k + rk).to(tl.float32)
@@ -46,9 +50,39 @@ def _fused_step(
         squares += x * x
         x = x * tl.load(gamma_ptr + k + rk).to(tl.float32)
     acc = gemv.mac(acc, w, x, REDUCE)
-    if SWIGLU:  # the up projection's row of the same channel, N/2 rows further
+    if PAIRED:  # the second row of the pair (SwiGLU's up row, RoPE's other half of the head)
         acc_up = gemv.mac(acc_up, w_up, x, REDUCE)
     return acc, acc_up, squares
+
+
+@triton.jit
+def _rope_store(y, y2, rn, out_ptr, cos_ptr, sin_ptr, pos_ptr, k_ptr, v_ptr, L, NQ, NKV, D: tl.constexpr):
+    """RoPE's epilogue: rotate a q or k head's channel pair (c, c + D/2); q to ``out``, k and v into the cache.
+
+    HF's half-split rotation ``x·cos + rotate_half(x)·sin`` on the pair: ``(y·cos − y₂·sin, y₂·cos + y·sin)``
+    with the step's angles (``cos_ptr``, ``sin_ptr``: D each). The cache is ``(1, NKV, L, D)``; the row
+    written is at the position read from the device (``pos_ptr``), after the wait for the previous kernel.
+    """
+    half: tl.constexpr = D // 2
+    head = rn // half
+    c = rn % half
+    cos, cos2 = tl.load(cos_ptr + c).to(tl.float32), tl.load(cos_ptr + half + c).to(tl.float32)
+    sin, sin2 = tl.load(sin_ptr + c).to(tl.float32), tl.load(sin_ptr + half + c).to(tl.float32)
+    rotated = head < NQ + NKV  # q and k heads; v's are written as they are
+    r = tl.where(rotated, y * cos - y2 * sin, y).to(tl.bfloat16)
+    r2 = tl.where(rotated, y2 * cos2 + y * sin2, y2).to(tl.bfloat16)
+    is_q = head < NQ
+    tl.store(out_ptr + head * D + c, r, mask=is_q)
+    tl.store(out_ptr + head * D + half + c, r2, mask=is_q)
+    pos = tl.load(pos_ptr)
+    is_k = rotated & (head >= NQ)
+    kv_head = tl.where(is_k, head - NQ, head - NQ - NKV)
+    row = (kv_head.to(tl.int64) * L + pos) * D + c
+    is_v = head >= NQ + NKV
+    tl.store(k_ptr + row, r, mask=is_k)
+    tl.store(k_ptr + row + half, r2, mask=is_k)
+    tl.store(v_ptr + row, r, mask=is_v)
+    tl.store(v_ptr + row + half, r2, mask=is_v)
 
 
 @triton.jit
@@ -56,15 +90,25 @@ def fused_row_kernel(
     x_ptr, w_ptr, scale_ptr, gamma_ptr, res_ptr, out_ptr, NO, K, eps,
     NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
     REDUCE: tl.constexpr = False, PDL: tl.constexpr = False,
+    cos_ptr=None, sin_ptr=None, pos_ptr=None, k_ptr=None, v_ptr=None, L=1, NQ=0, NKV=0, ROPE: tl.constexpr = False,
+    D: tl.constexpr = 2,
 ):  # fmt: skip
-    """``out[band]`` of one row: an optional RMSNorm of x, the product, then SwiGLU or a residual add.
+    """``out[band]`` of one row: an optional RMSNorm of x, the product, then SwiGLU, a residual add or RoPE.
 
+    Output channel ``n`` of a pair is weight rows ``n`` and ``n + NO`` with SwiGLU; with ``ROPE`` pair ``n`` of
+    head ``h = n // (D/2)`` is rows ``h·D + c`` and ``h·D + c + D/2`` (``c = n mod D/2``), `_rope_store`.
     With ``PDL`` the first K step's weights are read before the wait for the previous kernel, as in
     `gemv.fp8_gemv_row_kernel`.
     """
     rn = tl.program_id(0) * BN + tl.arange(0, BN)
+    rows = rn
+    second = NO  # the pair's second row, this many rows further
+    if ROPE:
+        rows = (rn // (D // 2)) * D + rn % (D // 2)
+        second = D // 2
+    apart = second * K
     rk = tl.arange(0, BK)
-    w_ptrs = w_ptr + rn[:, None] * K + rk[None, :]
+    w_ptrs = w_ptr + rows[:, None] * K + rk[None, :]
     # `gemv.mac`: BN sums, or a BN × BK block reduced at the end
     acc = tl.zeros((BN,), dtype=tl.float32) if REDUCE else tl.zeros((BN, BK), dtype=tl.float32)
     acc_up = acc
@@ -74,45 +118,66 @@ def fused_row_kernel(
         tl.extra.cuda.gdc_launch_dependents()
         w = tl.load(w_ptrs)
         w_up = w
-        if SWIGLU:
-            w_up = tl.load(w_ptrs + NO * K)
+        if SWIGLU or ROPE:
+            w_up = tl.load(w_ptrs + apart)
         tl.extra.cuda.gdc_wait()
         acc, acc_up, squares = _fused_step(
-            acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, 0, rk, NORM, SWIGLU, REDUCE
+            acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, 0, rk, NORM, SWIGLU or ROPE, REDUCE
         )
     for k in range(PDL * BK, K, BK):
         w = tl.load(w_ptrs + k)
         w_up = w
-        if SWIGLU:
-            w_up = tl.load(w_ptrs + NO * K + k)
+        if SWIGLU or ROPE:
+            w_up = tl.load(w_ptrs + apart + k)
         acc, acc_up, squares = _fused_step(
-            acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, k, rk, NORM, SWIGLU, REDUCE
+            acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, k, rk, NORM, SWIGLU or ROPE, REDUCE
         )
-    y = gemv.total(acc, REDUCE) * tl.load(scale_ptr + rn)
+    y = gemv.total(acc, REDUCE) * tl.load(scale_ptr + rows)
     root = 1.0
     if NORM:
         root = tl.rsqrt(tl.sum(squares, axis=0) / K + eps)
         y = y * root
+    if SWIGLU or ROPE:
+        up = gemv.total(acc_up, REDUCE) * tl.load(scale_ptr + rows + second) * root
     if SWIGLU:
-        up = gemv.total(acc_up, REDUCE) * tl.load(scale_ptr + NO + rn) * root
         y = y * tl.sigmoid(y) * up
     if RESIDUAL:
         y += tl.load(res_ptr + rn).to(tl.float32)
-    tl.store(out_ptr + rn, y.to(tl.bfloat16))
+    if ROPE:
+        _rope_store(y, up, rn, out_ptr, cos_ptr, sin_ptr, pos_ptr, k_ptr, v_ptr, L, NQ, NKV, D)
+    else:
+        tl.store(out_ptr + rn, y.to(tl.bfloat16))
+
+
+@dataclasses.dataclass(frozen=True)
+class RopeWrite:
+    """RoPE's epilogue (`_rope_store`): the step's angles and device position, the layer's K/V cache.
+
+    ``cos``, ``sin``: ``head_dim`` values each at the step's position; ``pos``: ``(1,)`` int64 on the device;
+    ``k``, ``v``: the contiguous cache ``(1, kv_heads, max_len, head_dim)``; ``heads``: the query heads.
+    """
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+    pos: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    heads: int
 
 
 @dataclasses.dataclass(frozen=True)
 class Fusion:
-    """What one fused call folds in: a norm's scale and eps, SwiGLU, a residual row (module docstring)."""
+    """What one fused call folds in: a norm's scale and eps, SwiGLU, a residual row, RoPE (module docstring)."""
 
     gamma: torch.Tensor | None = None
     eps: float = 0.0
     swiglu: bool = False
     residual: torch.Tensor | None = None
+    rope: RopeWrite | None = None
 
     def key(self) -> tuple:
         """The variant, for the tile's timing (the kernel's constexprs)."""
-        return (self.gamma is not None, self.swiglu, self.residual is not None)
+        return (self.gamma is not None, self.swiglu, self.residual is not None, self.rope is not None)
 
 
 def fused_gemv(
@@ -124,12 +189,13 @@ def fused_gemv(
 ) -> torch.Tensor:
     """One row ``x (1, K)`` bf16 through 8-bit ``codes (N, K)`` with per-channel ``scale (N,)``, as ``fusion`` says.
 
-    Returns ``(1, N)`` bf16, or ``(1, N/2)`` with SwiGLU. ``gamma``: the norm's (K,) scale; ``residual``:
-    ``(1, N)`` bf16, added after the product.
+    Returns ``(1, N)`` bf16, or ``(1, N/2)`` with SwiGLU; with RoPE the rotated q ``(1, heads · head_dim)``,
+    k and v written into the cache. ``gamma``: the norm's (K,) scale; ``residual``: ``(1, N)`` bf16, added
+    after the product.
     """
     m, k = x.shape
     n = codes.shape[0]
-    no = n // 2 if fusion.swiglu else n
+    no = n // 2 if fusion.swiglu or fusion.rope else n
     check(m == 1 and x.dtype == torch.bfloat16 and x.is_contiguous(), "x: one contiguous bf16 row")
     check(
         codes.dtype in gemv.CODES and codes.is_contiguous() and codes.shape[1] == k and k % 16 == 0,
@@ -139,17 +205,36 @@ def fused_gemv(
     check(no % 16 == 0, f"N={n}: the output width must be a multiple of 16 (of 32 with SwiGLU)")
     check(fusion.gamma is None or fusion.gamma.shape == (k,), f"gamma: the norm's scale of shape ({k},)")
     check(fusion.residual is None or fusion.residual.numel() == no, f"residual: one row of {no}")
+    r = fusion.rope
+    if r is not None:
+        _check_rope(r, n)
     t = (tile or _tuned(x, codes, scale, fusion)).fit(k, no)
-    out = torch.empty((1, no), dtype=torch.bfloat16, device=x.device)
+    out = torch.empty((1, r.heads * r.k.shape[3] if r else no), dtype=torch.bfloat16, device=x.device)
+    rope = {}
+    if r is not None:
+        rope = dict(cos_ptr=r.cos, sin_ptr=r.sin, pos_ptr=r.pos, k_ptr=r.k, v_ptr=r.v, L=r.k.shape[2])
+        rope |= dict(NQ=r.heads, NKV=r.k.shape[1], ROPE=True, D=r.k.shape[3])
     launcher(fused_row_kernel, x.device)[(no // t.bn,)](
         x, codes, scale,
         fusion.gamma if fusion.gamma is not None else scale,
         fusion.residual if fusion.residual is not None else x,
         out, no, k, fusion.eps,
         NORM=fusion.gamma is not None, SWIGLU=fusion.swiglu, RESIDUAL=fusion.residual is not None,
-        BN=t.bn, BK=t.bk, REDUCE=t.reduce_each, num_warps=t.num_warps, num_stages=t.num_stages,
+        BN=t.bn, BK=t.bk, REDUCE=t.reduce_each, num_warps=t.num_warps, num_stages=t.num_stages, **rope,
     )  # fmt: skip
     return out
+
+
+def _check_rope(r: RopeWrite, n: int) -> None:
+    """RoPE's operands: a cache of one sequence, heads that fill N, the angles and position of one step."""
+    check(r.k.dim() == 4 and r.k.shape[0] == 1, "the K/V cache: (1, kv_heads, max_len, head_dim)")
+    _, nkv, _, d = r.k.shape
+    same = r.v.shape == r.k.shape and r.k.dtype == r.v.dtype == torch.bfloat16
+    check(same and r.k.is_contiguous() and r.v.is_contiguous(), "K and V: the contiguous bf16 cache")
+    check(n == (r.heads + 2 * nkv) * d and d % 2 == 0, f"N={n}: (heads + 2 · kv_heads) · head_dim")
+    check(r.cos.numel() == d == r.sin.numel(), f"cos, sin: {d} values, the step's angles")
+    check(r.cos.is_contiguous() and r.sin.is_contiguous(), "cos, sin: contiguous")
+    check(r.pos.numel() == 1 and r.pos.dtype == torch.int64, "pos: one int64 position on the device")
 
 
 def _tuned(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, fusion: Fusion) -> gemv.GemvTile:
@@ -175,9 +260,26 @@ def reference(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, fusion:
     if fusion.swiglu:
         gate, up = y.chunk(2, dim=-1)
         y = torch.nn.functional.silu(gate) * up
+    if fusion.rope is not None:
+        return _rope_reference(y, fusion.rope)
     if fusion.residual is not None:
         y = y + fusion.residual.float().reshape(y.shape)
     return y.to(torch.bfloat16)
+
+
+def _rope_reference(y: torch.Tensor, r: RopeWrite) -> torch.Tensor:
+    """`reference`'s RoPE in fp32: q and k heads rotated (HF's half split), k and v into the cache at ``pos``."""
+    nkv, d = r.k.shape[1], r.k.shape[3]
+    heads = y.reshape(-1, d)
+    half = d // 2
+    rotated = heads * r.cos.float().reshape(d) + torch.cat((-heads[:, half:], heads[:, :half]), -1) * (
+        r.sin.float().reshape(d)
+    )
+    heads = torch.cat((rotated[: r.heads + nkv], heads[r.heads + nkv :])).to(torch.bfloat16)
+    p = int(r.pos)
+    r.k[0, :, p] = heads[r.heads : r.heads + nkv]
+    r.v[0, :, p] = heads[r.heads + nkv :]
+    return heads[: r.heads].reshape(1, -1)
 
 
 @torch.library.custom_op("deepgap::fused_gemv", mutates_args=())
@@ -197,3 +299,26 @@ def fused_gemv_op(
 @fused_gemv_op.register_fake
 def _(x, codes, scale, gamma, residual, eps, swiglu):
     return x.new_empty((1, codes.shape[0] // (2 if swiglu else 1)), dtype=torch.bfloat16)
+
+
+@torch.library.custom_op("deepgap::rope_gemv", mutates_args=("k", "v"))
+def rope_gemv_op(
+    x: torch.Tensor,
+    codes: torch.Tensor,
+    scale: torch.Tensor,
+    gamma: torch.Tensor,
+    eps: float,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    pos: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    heads: int,
+) -> torch.Tensor:
+    """The qkv GEMV with the norm and RoPE folded in (`RopeWrite`): q returned, k and v written into the cache."""
+    return fused_gemv(x, codes, scale, Fusion(gamma, eps, rope=RopeWrite(cos, sin, pos, k, v, heads)))
+
+
+@rope_gemv_op.register_fake
+def _(x, codes, scale, gamma, eps, cos, sin, pos, k, v, heads):
+    return x.new_empty((1, heads * k.shape[3]), dtype=torch.bfloat16)
