@@ -177,7 +177,7 @@ def test_pdl_graph_gives_the_plain_graphs_logits(monkeypatch, batch):
             out = []
             for i in range(4):
                 out.append(step(tok, 16 + i).float().clone())
-                tok = out[-1][:, -1].argmax(-1, keepdim=True)
+                tok = out[-1].argmax(-1, keepdim=True)  # logits (batch, vocab): each row's greedy token
             logits[mode] = torch.stack(out)
         kept = step.pdl.split(":")[0]  # auto says which it kept, and the two timings
         assert kept == mode if mode != "auto" else kept in ("on", "off") and "timed" in step.pdl
