@@ -145,7 +145,7 @@ def decode_attention_kernel(
     acc = tl.zeros((16, D), dtype=tl.float32)
     base = bh.to(tl.int64) * L * D
     lo = c * CHUNK
-    hi = tl.minimum(lo + CHUNK, pos + 1)
+    hi = tl.minimum(tl.minimum(lo + CHUNK, L), pos + 1)  # never past the cache, whatever pos says
     for start in range(lo, hi, BL):
         cols = start + rl
         c_ok = cols < hi
