@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from deepgap.core.errors import UsageError
+from deepgap.measure import llm_attention
 from deepgap.measure.llm_attention import attend, chunked, decode_attention, enabled, plan, reference
 
 
@@ -40,9 +41,11 @@ def test_kernel_is_softmax_attention_over_the_written_positions(b, nq, nkv, d, l
 
 
 @pytest.mark.parametrize("chunks", [1, 2, 4])
-def test_split_kernel_is_the_reference_at_every_cut(chunks):
+def test_split_kernel_is_the_reference_at_every_cut(chunks, monkeypatch):
     """Split KV over 128 positions in 1, 2 or 4 chunks (partials, then the combine): a position inside the
-    first chunk, both sides of a chunk boundary and the last; NaN past pos is never read."""
+    first chunk, both sides of a chunk boundary and the last; NaN past pos, in the cache and in the chunks'
+    scratch, is never read."""
+    monkeypatch.setattr(llm_attention, "workspace", lambda n, device: torch.full((n,), float("nan")))
     q, k, v = _qkv(2, 8, 2, 16, 128)
     split = chunked(128, chunks)
     assert split.chunks == chunks and split.combine

@@ -201,6 +201,11 @@ def combine_kernel(
     tl.store(out_ptr + r * D + rd, out.to(out_ptr.dtype.element_ty))
 
 
+def workspace(n: int, device: torch.device) -> torch.Tensor:
+    """The split's fp32 scratch, allocated by the op (in a CUDA graph's pool when captured), never zeroed."""
+    return torch.empty(n, dtype=torch.float32, device=device)
+
+
 def attend(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, split: Split
 ) -> torch.Tensor:
@@ -223,8 +228,8 @@ def attend(
             G=g, D=d, BL=BLOCK, DOT_F32=cpu, num_warps=4, num_stages=2,
         )  # fmt: skip
         return out.reshape(b, nq, 1, d)
-    rows = b * nq * split.chunks  # the scratch: allocated here, so a CUDA graph keeps it in its pool
-    scratch = torch.empty(rows * (d + 2), dtype=torch.float32, device=q.device)
+    rows = b * nq * split.chunks
+    scratch = workspace(rows * (d + 2), q.device)
     part, m, l = scratch[: rows * d], scratch[rows * d : rows * (d + 1)], scratch[rows * (d + 1) :]  # noqa: E741
     launcher(decode_attention_kernel, q.device)[(b * nkv, split.chunks)](
         q, k, v, part, m, l, pos, length, 1.0 / math.sqrt(d), nkv, stride, split.chunk, split.chunks,
