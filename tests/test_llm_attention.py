@@ -13,7 +13,15 @@ import torch
 
 from deepgap.core.errors import UsageError
 from deepgap.measure import llm_attention
-from deepgap.measure.llm_attention import attend, chunked, decode_attention, enabled, plan, reference
+from deepgap.measure.llm_attention import (
+    attend,
+    chunked,
+    decode_attention,
+    describe,
+    enabled,
+    plan,
+    reference,
+)
 
 
 def _qkv(b, nq, nkv, d, length, device="cpu", seed=0):
@@ -83,6 +91,29 @@ def test_split_is_chosen_from_shapes_and_the_switch(monkeypatch):
     monkeypatch.setenv("DEEPGAP_DECODE_SPLIT_KV", "yes")
     with pytest.raises(UsageError, match="DEEPGAP_DECODE_SPLIT_KV='yes'; set it to one of auto, on, off"):
         decode_attention(*_qkv(1, 4, 4, 16, 64), torch.tensor([0]))
+
+
+def test_a_decode_row_says_which_attention_its_step_ran(monkeypatch):
+    """`describe` (the row's ``decode.attention``) is the plan the op makes, and `show` names a split."""
+    from types import SimpleNamespace
+
+    from deepgap.commands.decode_view import _engine
+
+    model = SimpleNamespace(
+        static_attention=decode_attention,
+        shape=SimpleNamespace(kv_heads=8),
+        embed_tokens=SimpleNamespace(weight=torch.zeros(1)),
+    )
+    assert describe(model, 1, 256) == "one pass (off)"
+    monkeypatch.setenv("DEEPGAP_DECODE_SPLIT_KV", "auto")
+    assert describe(model, 1, 256) == "split 8×32 (auto)" and describe(model, 16, 256) == "one pass (auto)"
+    model.static_attention = None
+    assert describe(model, 1, 256) == "sdpa"
+    row = {"engine": "quant", "decode_step": "cuda-graph", "decode_pdl": "on: forced"}
+    assert (
+        _engine(row | {"decode_attention": "split 8×32 (auto)"}) == "quant (cuda-graph step, PDL, split KV)"
+    )
+    assert _engine(row | {"decode_attention": "one pass (auto)"}) == "quant (cuda-graph step, PDL)"
 
 
 def test_only_a_gpus_half_precision_step_takes_it(monkeypatch):

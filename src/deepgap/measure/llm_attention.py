@@ -109,6 +109,19 @@ def plan(b: int, nkv: int, length: int, sms: int, mode: str) -> Split:
     return chunked(length, chunks)
 
 
+def describe(model, batch: int, length: int) -> str:
+    """What a static step of ``batch`` over a cache of ``length`` attends with, as its row says.
+
+    "sdpa", "one pass (mode)" or "split C×P (mode)": C chunks of P positions (`plan` at the model's shape and
+    device, the mode ``DEEPGAP_DECODE_SPLIT_KV``).
+    """
+    if model.static_attention is None:
+        return "sdpa"
+    mode = split_mode()
+    s = plan(batch, model.shape.kv_heads, length, device_sms(model.embed_tokens.weight.device), mode)
+    return f"split {s.chunks}×{s.chunk} ({mode})" if s.combine else f"one pass ({mode})"
+
+
 @functools.cache
 def device_sms(device: torch.device) -> int:
     """The SMs a plan fills: the GPU's, or on the CPU an H200's (`CPU_SMS`)."""
