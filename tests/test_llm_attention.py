@@ -155,10 +155,14 @@ def test_split_on_the_gpu_is_the_one_pass_and_sdpa_at_every_position(batch):
         )
         torch.testing.assert_close(got.float(), base.float(), rtol=1e-2, atol=1e-2, msg=f"pos {p}")
         torch.testing.assert_close(got.float(), sdpa.float(), rtol=2e-2, atol=2e-2, msg=f"pos {p}")
-    pdl = launch.pdl() if torch.cuda.get_device_capability() >= (9, 0) else contextlib.nullcontext()
-    attend(q, k, v, pos, split)  # compiled before the capture
+
+    def pdl():
+        return launch.pdl() if torch.cuda.get_device_capability() >= (9, 0) else contextlib.nullcontext()
+
+    with pdl():
+        attend(q, k, v, pos, split)  # compiled (its PDL specialization) before the capture
     graph = torch.cuda.CUDAGraph()
-    with pdl, torch.cuda.graph(graph):
+    with pdl(), torch.cuda.graph(graph):
         out = attend(q, k, v, pos, split)
     for p in (0, split.chunk - 1, split.chunk, 200, 299):  # a chunk boundary among them
         pos.fill_(p)
