@@ -3,23 +3,25 @@
 It shares only the decoder's modules (`deepgap.measure.models.llama_net`) and, for fp8/int8, the Linear
 swap (`deepgap.measure.quant.transformer.quantize_linears`, then `deepgap.measure.llm_fused`'s batch-1 layer
 unless DEEPGAP_DECODE_FUSED=0; with DEEPGAP_DECODE_ROPE=fused its qkv GEMV does RoPE and the K/V cache write too)
-and the static step's attention kernel (`deepgap.measure.llm_attention`, unless DEEPGAP_DECODE_ATTENTION=sdpa);
-the timing is its own. Per batch: seeded
-prompts of ``--input-len`` tokens are prefilled; the decode step (positions as a device tensor, the
-whole cache masked) is compiled and captured as one CUDA graph; then ``--steps`` greedy steps are replayed
-back to back (each step's argmax is the next step's input, on the device) between two CUDA events, after
-a timed prefill, five times. decode tokens/s = batch × steps / median window, which is what deepgap's
+and the static step's attention kernel (`deepgap.measure.llm_attention`, unless DEEPGAP_DECODE_ATTENTION=sdpa;
+split over the cache as DEEPGAP_DECODE_SPLIT_KV says, ``--split-kv`` times several); the timing is its own.
+Per batch: seeded prompts of ``--input-len`` tokens are prefilled; the decode step (positions as a device
+tensor, the whole cache masked) is compiled and captured as one CUDA graph; then ``--steps`` greedy steps are
+replayed back to back (each step's argmax is the next step's input, on the device) between two CUDA events,
+after a timed prefill, five times. decode tokens/s = batch × steps / median window, which is what deepgap's
 pipelined decode figure measures; output tokens/s = batch × (steps + 1) / (median prefill + median window),
 as deepgap's output figure counts a generation. ``--profile`` adds the top kernels of ten replayed steps
 (torch.profiler), where a step's time goes. One JSON line per batch goes to ``--out``/llm_decode_loop.jsonl.
 
     python benchmarks/llm_decode_loop.py --model llama-3.1-8b --precision fp8 --batches 1 --profile --out OUT
+    python benchmarks/llm_decode_loop.py --batches 1,4 --pdl on --split-kv off,auto --out OUT  # the split KV
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import statistics
@@ -120,17 +122,24 @@ def main() -> None:  # noqa: D103
     ap.add_argument(
         "--pdl", default=None, help="launch modes to time in turn, e.g. off,on (DEEPGAP_DECODE_PDL)"
     )
+    ap.add_argument(
+        "--split-kv",
+        default=None,
+        help="attention splits to time in turn, e.g. off,auto (DEEPGAP_DECODE_SPLIT_KV)",
+    )
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     m = build(args.model, args.precision)
-    for mode in args.pdl.split(",") if args.pdl else [os.environ.get("DEEPGAP_DECODE_PDL", "")]:
-        os.environ["DEEPGAP_DECODE_PDL"] = mode
+    pdls = args.pdl.split(",") if args.pdl else [os.environ.get("DEEPGAP_DECODE_PDL", "")]
+    splits = args.split_kv.split(",") if args.split_kv else [os.environ.get("DEEPGAP_DECODE_SPLIT_KV", "off")]
+    for mode, split in itertools.product(pdls, splits):
+        os.environ["DEEPGAP_DECODE_PDL"], os.environ["DEEPGAP_DECODE_SPLIT_KV"] = mode, split
         for b in (int(x) for x in args.batches.split(",")):
             row = {"model": args.model, "precision": args.precision, "input_len": args.input_len}
             # the switches an ablation turns (module docstring), as this process ran
             row |= {
                 k: os.environ.get(f"DEEPGAP_DECODE_{k.upper()}", "")
-                for k in ("fused", "rope", "attention", "pdl")
+                for k in ("fused", "rope", "attention", "pdl", "split_kv")
             }
             row |= measure(m, b, args.input_len, args.steps, args.profile and b == 1)
             table = row.pop("top_kernels", None)

@@ -6,10 +6,22 @@ reference at Llama-3.1-8B's head shape.
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
-from deepgap.measure.llm_attention import decode_attention, enabled, reference
+from deepgap.core.errors import UsageError
+from deepgap.measure import llm_attention
+from deepgap.measure.llm_attention import (
+    attend,
+    chunked,
+    decode_attention,
+    describe,
+    enabled,
+    plan,
+    reference,
+)
 
 
 def _qkv(b, nq, nkv, d, length, device="cpu", seed=0):
@@ -36,6 +48,74 @@ def test_kernel_is_softmax_attention_over_the_written_positions(b, nq, nkv, d, l
     torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
 
 
+@pytest.mark.parametrize("chunks", [1, 2, 4])
+def test_split_kernel_is_the_reference_at_every_cut(chunks, monkeypatch):
+    """Split KV over 128 positions in 1, 2 or 4 chunks (partials, then the combine): a position inside the
+    first chunk, both sides of a chunk boundary and the last; NaN past pos, in the cache and in the chunks'
+    scratch, is never read."""
+    monkeypatch.setattr(llm_attention, "workspace", lambda n, device: torch.full((n,), float("nan")))
+    q, k, v = _qkv(2, 8, 2, 16, 128)
+    split = chunked(128, chunks)
+    assert split.chunks == chunks and split.combine
+    for pos in sorted({5, split.chunk - 1, min(split.chunk, 126), 127}):
+        want = reference(q, k, v, pos)
+        kn, vn = k.clone(), v.clone()
+        kn[:, :, pos + 1 :] = float("nan")
+        vn[:, :, pos + 1 :] = float("nan")
+        got = attend(q, kn, vn, torch.tensor([pos]), split)
+        torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2, msg=f"pos {pos}")
+
+
+def test_split_kernel_takes_each_sequences_own_position(monkeypatch):
+    """Through the op with DEEPGAP_DECODE_SPLIT_KV=on: 100 positions in two chunks of 64 (the last part full),
+    each row read up to its own position: in the first chunk, at the boundary, at the last position."""
+    monkeypatch.setenv("DEEPGAP_DECODE_SPLIT_KV", "on")
+    q, k, v = _qkv(3, 8, 2, 32, 100)
+    assert plan(3, 2, 100, 132, "on") == chunked(100, 2)  # four would hold under 32 positions each
+    pos = torch.tensor([3, 64, 99])
+    got = decode_attention(q, k, v, pos)
+    for r, p in enumerate(pos.tolist()):
+        want = reference(q[r : r + 1], k[r : r + 1], v[r : r + 1], p)
+        torch.testing.assert_close(got[r : r + 1].float(), want.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_split_is_chosen_from_shapes_and_the_switch(monkeypatch):
+    """auto splits only where b × kv_heads fills under half the SMs, into one wave at most; off never."""
+    assert plan(1, 8, 256, 132, "auto") == chunked(256, 8)  # Llama-3.1-8B, batch 1: 64 programs
+    assert plan(4, 8, 256, 132, "auto") == chunked(256, 4)
+    assert not plan(16, 8, 256, 132, "auto").combine  # 128 programs already
+    assert plan(16, 8, 256, 132, "on") == chunked(256, 2)
+    assert not plan(1, 8, 256, 132, "off").combine
+    assert not plan(1, 8, 40, 132, "on").combine  # two chunks would hold under 32 positions each
+    assert chunked(300, 8) == chunked(300, 7)  # chunks of 48: seven cover 300
+    monkeypatch.setenv("DEEPGAP_DECODE_SPLIT_KV", "yes")
+    with pytest.raises(UsageError, match="DEEPGAP_DECODE_SPLIT_KV='yes'; set it to one of auto, on, off"):
+        decode_attention(*_qkv(1, 4, 4, 16, 64), torch.tensor([0]))
+
+
+def test_a_decode_row_says_which_attention_its_step_ran(monkeypatch):
+    """`describe` (the row's ``decode.attention``) is the plan the op makes, and `show` names a split."""
+    from types import SimpleNamespace
+
+    from deepgap.commands.decode_view import _engine
+
+    model = SimpleNamespace(
+        static_attention=decode_attention,
+        shape=SimpleNamespace(kv_heads=8),
+        embed_tokens=SimpleNamespace(weight=torch.zeros(1)),
+    )
+    assert describe(model, 1, 256) == "one pass (off)"
+    monkeypatch.setenv("DEEPGAP_DECODE_SPLIT_KV", "auto")
+    assert describe(model, 1, 256) == "split 8×32 (auto)" and describe(model, 16, 256) == "one pass (auto)"
+    model.static_attention = None
+    assert describe(model, 1, 256) == "sdpa"
+    row = {"engine": "quant", "decode_step": "cuda-graph", "decode_pdl": "on: forced"}
+    assert (
+        _engine(row | {"decode_attention": "split 8×32 (auto)"}) == "quant (cuda-graph step, PDL, split KV)"
+    )
+    assert _engine(row | {"decode_attention": "one pass (auto)"}) == "quant (cuda-graph step, PDL)"
+
+
 def test_only_a_gpus_half_precision_step_takes_it(monkeypatch):
     q = torch.zeros(1, 4, 1, 16)
     assert not enabled(q) and not enabled(q.bfloat16())  # a CPU tensor: SDPA
@@ -52,6 +132,43 @@ def test_kernel_on_the_gpu_at_llama_8b_heads(batch, pos):
     q, k, v = _qkv(batch, 32, 8, 128, 256, "cuda")
     got = decode_attention(q, k, v, torch.tensor([pos], device="cuda"))
     torch.testing.assert_close(got.float(), reference(q, k, v, pos).float(), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("batch", [1, 4])
+def test_split_on_the_gpu_is_the_one_pass_and_sdpa_at_every_position(batch):
+    """Llama-3.1-8B's heads over a 300-position cache: split (as ``on`` plans it), one pass and SDPA agree at
+    each position; the split captured once in a CUDA graph (with PDL on Hopper) replays right at others."""
+    from deepgap.measure.llm_attention import device_sms
+    from deepgap.measure.quant import launch
+
+    q, k, v = _qkv(batch, 32, 8, 128, 300, "cuda")
+    split, one = plan(batch, 8, 300, device_sms(q.device), "on"), plan(batch, 8, 300, 1, "off")
+    assert split.chunks > 1
+    pos = torch.zeros(1, dtype=torch.int64, device="cuda")
+    for p in range(300):
+        pos.fill_(p)
+        got, base = attend(q, k, v, pos, split), attend(q, k, v, pos, one)
+        sdpa = torch.nn.functional.scaled_dot_product_attention(
+            q, k[:, :, : p + 1], v[:, :, : p + 1], enable_gqa=True
+        )
+        torch.testing.assert_close(got.float(), base.float(), rtol=1e-2, atol=1e-2, msg=f"pos {p}")
+        torch.testing.assert_close(got.float(), sdpa.float(), rtol=2e-2, atol=2e-2, msg=f"pos {p}")
+
+    def pdl():
+        return launch.pdl() if torch.cuda.get_device_capability() >= (9, 0) else contextlib.nullcontext()
+
+    with pdl():
+        attend(q, k, v, pos, split)  # compiled (its PDL specialization) before the capture
+    graph = torch.cuda.CUDAGraph()
+    with pdl(), torch.cuda.graph(graph):
+        out = attend(q, k, v, pos, split)
+    for p in (0, split.chunk - 1, split.chunk, 200, 299):  # a chunk boundary among them
+        pos.fill_(p)
+        graph.replay()
+        want = reference(q, k, v, p)
+        torch.testing.assert_close(out.float(), want.float(), rtol=2e-2, atol=2e-2, msg=f"graph, pos {p}")
 
 
 def test_the_static_step_with_the_kernel_decodes_as_with_sdpa():

@@ -112,8 +112,11 @@ def figures(row: dict[str, Any], peaks: Any = None) -> dict[str, Any]:
         "logits_flagged": bool(c.flagged) if c and c.flagged is not None else None,
         "decode_step": d.step or "",
         "decode_pdl": d.pdl or "",  # the graph's launch and why ("on: timed …"; `llm_steps._kept`)
+        "decode_attention": d.attention
+        or "",  # the static step's ("split 8×32 (auto)"; `llm_attention.describe`)
     }
-    return out if ok else {k: (v if k in ("decode_step", "decode_pdl") else None) for k, v in out.items()}
+    kept = ("decode_step", "decode_pdl", "decode_attention")
+    return out if ok else {k: (v if k in kept else None) for k, v in out.items()}
 
 
 def decode_table(df: pd.DataFrame, peaks: Any = None) -> pd.DataFrame:

@@ -198,8 +198,14 @@ def export_decode(store, run_ids: list[str] | None, forward):
 
 
 def _engine(r: dict) -> str:
-    """The engine, with the decode step it ran and whether its graph used programmatic dependent launch."""
+    """The engine, with the decode step it ran and the ways its step was launched: PDL, split KV.
+
+    PDL: its graph used programmatic dependent launch; split KV: its attention was split over the cache
+    (`deepgap.measure.llm_attention`).
+    """
     how = [f"{r['decode_step']} step"] if r["decode_step"] and r["decode_step"] != r["engine"] else []
     if str(r.get("decode_pdl") or "").startswith("on"):
         how.append("PDL")
+    if str(r.get("decode_attention") or "").startswith("split"):
+        how.append("split KV")
     return f"{r['engine']} ({', '.join(how)})" if how else str(r["engine"])

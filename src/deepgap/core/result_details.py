@@ -262,6 +262,9 @@ class Decode(JsonRecord):
     step: str | None = None  # the `llm_steps` kind the engine ran ("eager", "compile", "cuda-graph")
     compile_mode: str | None = None
     pdl: str | None = None  # the graph's launch: "on"/"off" and why (`llm_steps._kept`; DEEPGAP_DECODE_PDL)
+    attention: str | None = (
+        None  # the static step's: "sdpa", "one pass", "split …" (`llm_attention.describe`)
+    )
     runs: int | None = None  # timed generations
     warmup_runs: int | None = None
     ttft_median_s: float | None = None

@@ -42,7 +42,7 @@ import torch
 from deepgap.core import guards, stats
 from deepgap.core.records import ConfigSpec, Result, Status
 from deepgap.core.result_details import Correctness, Decode, DeviceMemUsed, ResultDetails
-from deepgap.measure import correctness, llm_fused
+from deepgap.measure import correctness, llm_attention, llm_fused
 from deepgap.measure.device import CudaEventClock, set_tf32, torch_dtype
 from deepgap.measure.llm_cost import decode_cost
 from deepgap.measure.llm_steps import make_step
@@ -124,6 +124,10 @@ def measure_decode_config(state: WorkerState, req: MeasureRequest) -> Result:
     result = _result(spec, req, model, r, check, ref_tokens)
     result.details.decode.step, result.details.decode.compile_mode = plan.step, plan.compile_mode
     result.details.decode.pdl = getattr(step, "pdl", None)
+    if plan.step != "eager":  # the eager step attends by SDPA over the positions written, always
+        result.details.decode.attention = llm_attention.describe(
+            model, spec.batch_size, spec.input_len + spec.output_len
+        )
     if tel is not None:
         tel.finish(result)
         t = result.details.telemetry

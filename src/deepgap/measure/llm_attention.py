@@ -14,24 +14,37 @@ written.
 and a CUDA graph captures it. On CPU tensors it runs in Triton's interpreter
 (`deepgap.measure.quant.launch`), as the tests do; `reference` is the same arithmetic in torch.
 ``DEEPGAP_DECODE_ATTENTION=sdpa`` in the environment sends the static step back to SDPA (for comparison).
+
+Split KV (flash decoding, ``DEEPGAP_DECODE_SPLIT_KV=auto|on|off``, off until a GPU session times it): at
+batch 1 of Llama-3.1-8B the one pass is 8 programs on 132 SMs. Split, program (sequence, KV head, chunk)
+walks one chunk of the cache and writes its softmax's partials (max, sum, unnormalised output) to an fp32
+scratch; `combine_kernel` merges them per query row. The chunks are fixed over the cache's length (`plan`,
+from shapes only), so a CUDA graph captured once replays at every device-side position: chunks past it
+write nothing and are not read.
 """
 
 # ruff: noqa: N803
 
 from __future__ import annotations
 
+import functools
 import math
 import os
+from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
+from deepgap.core.errors import UsageError
 from deepgap.measure.quant.kernels import pdl_enter
 from deepgap.measure.quant.launch import check, launcher
 
 BLOCK = 64  # cache positions per step of the walk
 ROWS = 16  # query rows per tile (a group's rows, padded: the tensor cores' smallest M)
+SPLIT_MODES = ("auto", "on", "off")  # DEEPGAP_DECODE_SPLIT_KV
+MIN_CHUNK = 32  # the fewest cache positions a split program walks
+CPU_SMS = 132  # on the CPU (the interpreter) the split is planned as for an H200's SMs
 
 
 def enabled(q: torch.Tensor) -> bool:
@@ -46,17 +59,92 @@ def plug(model) -> None:
     model.static_attention = decode_attention if enabled(model.embed_tokens.weight) else None
 
 
+@dataclass(frozen=True)
+class Split:
+    """How the cache is cut: ``chunks`` programs per (sequence, KV head), each over ``chunk`` positions.
+
+    Without ``combine``, the one-pass kernel (one chunk, normalised in place); with it, the chunks' partials
+    are merged by `combine_kernel`. The cut is over the cache's length, never over ``pos`` (which lives on
+    the device, so that a CUDA graph replays at every position): chunks past ``pos`` exit without a write.
+    """
+
+    chunks: int
+    chunk: int  # positions per chunk: a multiple of block
+    block: int  # positions per step of a program's walk
+    combine: bool = True  # partials to scratch, then the combine kernel (False: one pass)
+
+
+def chunked(length: int, chunks: int) -> Split:
+    """``length`` positions in at most ``chunks`` chunks of a multiple of 16 (the dot's smallest N).
+
+    A chunk is walked in the largest block of 64, 32 or 16 positions that divides it.
+    """
+    chunk = -(-length // (16 * chunks)) * 16  # ⌈length / chunks⌉ rounded up to 16
+    block = next(n for n in (BLOCK, 32, 16) if chunk % n == 0)
+    return Split(-(-length // chunk), chunk, block)
+
+
+def split_mode() -> str:
+    """``DEEPGAP_DECODE_SPLIT_KV`` (off by default: the split is not yet timed on a GPU)."""
+    mode = os.environ.get("DEEPGAP_DECODE_SPLIT_KV", "off")
+    if mode not in SPLIT_MODES:
+        raise UsageError(f"DEEPGAP_DECODE_SPLIT_KV={mode!r}", f"set it to one of {', '.join(SPLIT_MODES)}")
+    return mode
+
+
+def plan(b: int, nkv: int, length: int, sms: int, mode: str) -> Split:
+    """One pass, or the cache split so that b × kv_heads × chunks fills at most one wave of ``sms`` SMs.
+
+    Why: one program per (sequence, KV head) is 8 programs at batch 1 of Llama-3.1-8B, on 132 SMs; each
+    walks its whole cache alone, bound by latency. Split, each walks a chunk, and a combine kernel merges
+    the chunks' softmaxes. ``auto`` splits only where the one pass would fill less than half the SMs;
+    ``on`` wherever a chunk keeps ``MIN_CHUNK`` positions. Shapes only: the same choice at every position.
+    """
+    programs = b * nkv
+    if mode == "off" or (mode == "auto" and 2 * programs > sms) or length < 2 * MIN_CHUNK:
+        return Split(1, length, BLOCK, combine=False)
+    chunks = 2
+    while programs * chunks * 2 <= sms and length // (chunks * 2) >= MIN_CHUNK:
+        chunks *= 2
+    return chunked(length, chunks)
+
+
+def describe(model, batch: int, length: int) -> str:
+    """What a static step of ``batch`` over a cache of ``length`` attends with, as its row says.
+
+    "sdpa", "one pass (mode)" or "split C×P (mode)": C chunks of P positions (`plan` at the model's shape and
+    device, the mode ``DEEPGAP_DECODE_SPLIT_KV``).
+    """
+    if model.static_attention is None:
+        return "sdpa"
+    mode = split_mode()
+    s = plan(batch, model.shape.kv_heads, length, device_sms(model.embed_tokens.weight.device), mode)
+    return f"split {s.chunks}×{s.chunk} ({mode})" if s.combine else f"one pass ({mode})"
+
+
+@functools.cache
+def device_sms(device: torch.device) -> int:
+    """The SMs a plan fills: the GPU's, or on the CPU an H200's (`CPU_SMS`)."""
+    if device.type != "cuda":
+        return CPU_SMS
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 @triton.jit
 def decode_attention_kernel(
-    q_ptr, k_ptr, v_ptr, out_ptr, pos_ptr, L, scale, NKV, POS_STRIDE,
-    G: tl.constexpr, D: tl.constexpr, BL: tl.constexpr, DOT_F32: tl.constexpr, PDL: tl.constexpr = False,
+    q_ptr, k_ptr, v_ptr, out_ptr, m_ptr, l_ptr, pos_ptr, L, scale, NKV, POS_STRIDE, CHUNK, NCH,
+    G: tl.constexpr, D: tl.constexpr, BL: tl.constexpr, DOT_F32: tl.constexpr, SPLIT: tl.constexpr = False,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
     """``out[bh] = softmax(q[bh] · K[bh, :pos+1]ᵀ · scale) · V[bh, :pos+1]`` for one (sequence, KV head).
 
     ``pos`` is one position for every sequence (``POS_STRIDE`` 0) or the sequence's own (1: continuous batching).
+    With ``SPLIT``, program (bh, c) walks positions ``c·CHUNK ..`` of the ``NCH`` chunks and writes its
+    rows' running max, sum and unnormalised output (fp32) for `combine_kernel`; a chunk past pos writes nothing.
     """
     pdl_enter(PDL)  # launched inside `launch.pdl`: q, K and V are the previous kernels' writes
     bh = tl.program_id(0)
+    c = tl.program_id(1)
     rg = tl.arange(0, 16)
     rd = tl.arange(0, D)
     rl = tl.arange(0, BL)
@@ -69,9 +157,11 @@ def decode_attention_kernel(
     l_i = tl.zeros((16,), dtype=tl.float32)
     acc = tl.zeros((16, D), dtype=tl.float32)
     base = bh.to(tl.int64) * L * D
-    for start in range(0, pos + 1, BL):
+    lo = c * CHUNK
+    hi = tl.minimum(tl.minimum(lo + CHUNK, L), pos + 1)  # never past the cache, whatever pos says
+    for start in range(lo, hi, BL):
         cols = start + rl
-        c_ok = cols <= pos
+        c_ok = cols < hi
         offs = base + cols[:, None] * D + rd[None, :]
         k = tl.load(k_ptr + offs, mask=c_ok[:, None], other=0.0)
         v = tl.load(v_ptr + offs, mask=c_ok[:, None], other=0.0)
@@ -86,15 +176,53 @@ def decode_attention_kernel(
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
-    out = acc / l_i[:, None]
-    tl.store(
-        out_ptr + bh * G * D + rg[:, None] * D + rd[None, :],
-        out.to(out_ptr.dtype.element_ty),
-        mask=g_ok[:, None],
-    )
+    if SPLIT:
+        row = (bh * G + rg) * NCH + c  # (sequence, query head, chunk)
+        ok = g_ok & (lo <= pos)
+        tl.store(m_ptr + row, m_i, mask=ok)
+        tl.store(l_ptr + row, l_i, mask=ok)
+        tl.store(out_ptr + row[:, None] * D + rd[None, :], acc, mask=ok[:, None])
+    else:
+        out = acc / l_i[:, None]
+        tl.store(
+            out_ptr + bh * G * D + rg[:, None] * D + rd[None, :],
+            out.to(out_ptr.dtype.element_ty),
+            mask=g_ok[:, None],
+        )
 
 
-def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+@triton.jit
+def combine_kernel(
+    part_ptr, m_ptr, l_ptr, out_ptr, pos_ptr, NQ, POS_STRIDE, CHUNK, NCH,
+    D: tl.constexpr, SP: tl.constexpr, PDL: tl.constexpr = False,
+):  # fmt: skip
+    """One query row's output from its chunks: ``Σ e^(m_c − M) o_c / Σ e^(m_c − M) l_c``, M the chunks' max.
+
+    Only the chunks that hold a position ≤ pos are read (the others were not written).
+    """
+    pdl_enter(PDL)  # after the wait, every chunk's partials are written
+    r = tl.program_id(0)  # (sequence, query head)
+    rc = tl.arange(0, SP)
+    rd = tl.arange(0, D)
+    pos = tl.load(pos_ptr + (r // NQ) * POS_STRIDE)
+    ok = (rc < NCH) & (rc * CHUNK <= pos)
+    m = tl.load(m_ptr + r * NCH + rc, mask=ok, other=float("-inf"))
+    l = tl.load(l_ptr + r * NCH + rc, mask=ok, other=0.0)  # noqa: E741
+    o = tl.load(part_ptr + (r * NCH + rc)[:, None] * D + rd[None, :], mask=ok[:, None], other=0.0)
+    w = tl.exp(m - tl.max(m, 0))  # chunk 0 always holds position 0: the max is finite
+    out = tl.sum(w[:, None] * o, 0) / tl.sum(w * l, 0)
+    tl.store(out_ptr + r * D + rd, out.to(out_ptr.dtype.element_ty))
+
+
+def workspace(n: int, device: torch.device) -> torch.Tensor:
+    """The split's fp32 scratch, allocated by the op (in a CUDA graph's pool when captured), never zeroed."""
+    return torch.empty(n, dtype=torch.float32, device=device)
+
+
+def attend(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, split: Split
+) -> torch.Tensor:
+    """The kernel's attention with the cache cut as ``split`` says (`plan`; the tests name it)."""
     b, nq, s, d = q.shape
     _, nkv, length, _ = k.shape
     check(
@@ -103,13 +231,34 @@ def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor
     check(k.shape == v.shape and k.is_contiguous() and v.is_contiguous(), "K and V: the contiguous cache")
     check(d in (16, 32, 64, 128, 256), f"head_dim {d} (a power of two from 16 to 256)")
     check(pos.numel() in (1, b) and pos.is_contiguous(), f"pos: one position, or one per sequence ({b})")
+    check(split.chunks * split.chunk >= length, f"chunks of {split.chunk} cover {length} positions")
     q = q.reshape(b, nkv, nq // nkv, d).contiguous()
     out = torch.empty_like(q)
-    launcher(decode_attention_kernel, q.device)[(b * nkv,)](
-        q, k, v, out, pos, length, 1.0 / math.sqrt(d), nkv, int(pos.numel() > 1),
-        G=nq // nkv, D=d, BL=BLOCK, DOT_F32=q.device.type == "cpu", num_warps=4, num_stages=2,
+    g, stride, cpu = nq // nkv, int(pos.numel() > 1), q.device.type == "cpu"
+    if not split.combine:
+        launcher(decode_attention_kernel, q.device)[(b * nkv, 1)](
+            q, k, v, out, q, q, pos, length, 1.0 / math.sqrt(d), nkv, stride, length, 1,
+            G=g, D=d, BL=BLOCK, DOT_F32=cpu, num_warps=4, num_stages=2,
+        )  # fmt: skip
+        return out.reshape(b, nq, 1, d)
+    rows = b * nq * split.chunks
+    scratch = workspace(rows * (d + 2), q.device)
+    part, m, l = scratch[: rows * d], scratch[rows * d : rows * (d + 1)], scratch[rows * (d + 1) :]  # noqa: E741
+    launcher(decode_attention_kernel, q.device)[(b * nkv, split.chunks)](
+        q, k, v, part, m, l, pos, length, 1.0 / math.sqrt(d), nkv, stride, split.chunk, split.chunks,
+        G=g, D=d, BL=split.block, DOT_F32=cpu, SPLIT=True, num_warps=4, num_stages=2,
+    )  # fmt: skip
+    launcher(combine_kernel, q.device)[(b * nq,)](
+        part, m, l, out, pos, nq, stride, split.chunk, split.chunks,
+        D=d, SP=max(2, triton.next_power_of_2(split.chunks)), num_warps=4,
     )  # fmt: skip
     return out.reshape(b, nq, 1, d)
+
+
+def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """One pass, or split over the cache (`plan`, from the shapes and ``DEEPGAP_DECODE_SPLIT_KV``)."""
+    split = plan(q.shape[0], k.shape[1], k.shape[2], device_sms(q.device), split_mode())
+    return attend(q, k, v, pos, split)
 
 
 @torch.library.custom_op("deepgap::decode_attention", mutates_args=())
