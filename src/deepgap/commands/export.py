@@ -12,8 +12,8 @@ import sys
 import tempfile
 
 from deepgap.api import DEFAULT_STORE
+from deepgap.commands.share_flags import add_shared_output_flags, use_shared_output_flags
 from deepgap.core.errors import UsageError
-from deepgap.store.guard import add_shared_output_flags, use_shared_output_flags
 from deepgap.store.paths import STDOUT, check_output_path
 
 NAME = "export"

@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 
 from deepgap.api import DEFAULT_STORE
+from deepgap.commands.share_flags import add_shared_output_flags, use_shared_output_flags
 from deepgap.core.errors import UsageError
-from deepgap.store.guard import add_shared_output_flags, use_shared_output_flags
 
 NAME = "report"
 HELP = "write a self-contained HTML report (tables, figures, flags) of a store"

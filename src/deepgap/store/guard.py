@@ -25,7 +25,7 @@ import sqlite3
 from typing import Any
 from urllib.request import pathname2url
 
-from deepgap.core.errors import StoreDamagedError, StoreError, StoreFullError, UsageError
+from deepgap.core.errors import StoreDamagedError, StoreError, StoreFullError
 from deepgap.store import held, logcopy, writelock
 from deepgap.store.space import disk_full, full_error
 
@@ -59,27 +59,6 @@ def add_read_flags(p, redact: bool = True) -> None:
             action="store_true",
             help="replace host names and GPU serials/UUIDs with stable hashes (for sharing)",
         )
-
-
-def add_shared_output_flags(p, no_redact_help: str) -> None:
-    """`add_read_flags` and ``--no-redact`` for a command whose output is made to be shared (report, export).
-
-    Redacting is their default; ``--redact`` stays so that older command lines still work
-    (docs/input-and-redaction.md). `use_shared_output_flags` reads them.
-    """
-    add_read_flags(p)
-    p.add_argument("--no-redact", action="store_true", help=no_redact_help)
-
-
-def use_shared_output_flags(args) -> bool:
-    """Whether the output is redacted (unless ``--no-redact``); both flags at once is a usage error."""
-    if getattr(args, "redact", False) and args.no_redact:
-        raise UsageError(
-            "--redact and --no-redact contradict each other", "pass one of them (redacting is the default)"
-        )
-    args.redact = not args.no_redact
-    use_read_flags(args)
-    return args.redact
 
 
 def use_read_flags(args) -> None:
