@@ -130,9 +130,11 @@ def _kept(graphs: dict, dev: torch.device) -> tuple[tuple, str]:
     Why timed, not assumed: PDL lets each GEMV read its first weights while the previous kernel drains,
     but a waiting kernel's blocks hold SM slots during its predecessor's last wave (`pdl_choice`).
     """
-    if len(graphs) == 1:
+    if len(graphs) == 1:  # forced, or a GPU without PDL (`pdl_modes`)
         on = next(iter(graphs))
-        return graphs[on], "on" if on else "off"
+        asked = os.environ.get("DEEPGAP_DECODE_PDL", "auto")
+        why = f"DEEPGAP_DECODE_PDL={asked}" if asked != "auto" else "needs compute capability 9.0 (Hopper)"
+        return graphs[on], f"{'on' if on else 'off'}: {why}"
     outs, ms = {}, {}
     for on, (g, out) in graphs.items():
         g.replay()  # the same step at the same position and input: the logits of one replay are every replay's
