@@ -195,7 +195,7 @@ def fused_gemv(
     """
     m, k = x.shape
     n = codes.shape[0]
-    no = n // 2 if fusion.swiglu or fusion.rope else n
+    no = _programs_width(n, fusion)
     check(m == 1 and x.dtype == torch.bfloat16 and x.is_contiguous(), "x: one contiguous bf16 row")
     check(
         codes.dtype in gemv.CODES and codes.is_contiguous() and codes.shape[1] == k and k % 16 == 0,
@@ -237,10 +237,15 @@ def _check_rope(r: RopeWrite, n: int) -> None:
     check(r.pos.numel() == 1 and r.pos.dtype == torch.int64, "pos: one int64 position on the device")
 
 
+def _programs_width(n: int, fusion: Fusion) -> int:
+    """The output channels the programs split: N, or N/2 where each takes a pair of rows (SwiGLU, RoPE)."""
+    return n // 2 if fusion.swiglu or fusion.rope is not None else n
+
+
 def _tuned(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, fusion: Fusion) -> gemv.GemvTile:
     """The fastest of `FUSED_TILES` for this variant and shape (`gemv.fastest`)."""
     k, n = x.shape[1], codes.shape[0]
-    no = n // 2 if fusion.swiglu else n
+    no = _programs_width(n, fusion)
     return gemv.fastest(
         ("fused", fusion.key(), k, n, str(x.device)),
         x.device,
