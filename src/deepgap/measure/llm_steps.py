@@ -30,7 +30,6 @@ from deepgap.core.errors import UsageError
 STEPS = ("eager", "static", "compile", "cuda-graph")
 # DEEPGAP_DECODE_PDL: whether the graph's Triton kernels use programmatic dependent launch ("auto": timed)
 PDL_MODES = ("auto", "on", "off")
-PDL_MIN_GAIN = 0.01  # as the CNN engine's choice (`deepgap.measure.quant.pdl_choice`)
 
 
 def make_step(model, kind: str, compile_mode: str = "max-autotune-no-cudagraphs", compiled: bool = False):
@@ -119,7 +118,9 @@ def pdl_modes(dev: torch.device) -> tuple[bool, ...]:
     mode = os.environ.get("DEEPGAP_DECODE_PDL", "auto")
     if mode not in PDL_MODES:
         raise UsageError(f"DEEPGAP_DECODE_PDL={mode!r}", f"set it to one of {', '.join(PDL_MODES)}")
-    if mode == "off" or torch.cuda.get_device_capability(dev) < (9, 0):
+    from deepgap.measure.quant.pdl_choice import MIN_CC
+
+    if mode == "off" or torch.cuda.get_device_capability(dev) < MIN_CC:
         return (False,)
     return (True,) if mode == "on" else (False, True)
 
@@ -135,27 +136,16 @@ def _kept(graphs: dict, dev: torch.device) -> tuple[tuple, str]:
         asked = os.environ.get("DEEPGAP_DECODE_PDL", "auto")
         why = f"DEEPGAP_DECODE_PDL={asked}" if asked != "auto" else "needs compute capability 9.0 (Hopper)"
         return graphs[on], f"{'on' if on else 'off'}: {why}"
+    from deepgap.measure.quant.pdl_choice import MIN_GAIN  # the CNN engine's PDL choice: one threshold
+    from deepgap.measure.quant.tuning import time_s
+
     outs, ms = {}, {}
     for on, (g, out) in graphs.items():
         g.replay()  # the same step at the same position and input: the logits of one replay are every replay's
         outs[on] = out.clone()
-        ms[on] = _replay_ms(g, dev)
+        ms[on] = time_s(g.replay, reps=20, device=str(dev), use_graph=False) * 1e3  # as `pdl_choice` times
     if not torch.equal(outs[True], outs[False]):
         return graphs[False], "off: the PDL graph's logits differ from the plain graph's"
-    keep = ms[True] < ms[False] * (1 - PDL_MIN_GAIN)
+    keep = ms[True] < ms[False] * (1 - MIN_GAIN)
     verdict = f"{'on' if keep else 'off'}: timed {ms[True]:.4f} ms with PDL, {ms[False]:.4f} without"
     return graphs[keep], verdict
-
-
-def _replay_ms(g, dev: torch.device, reps: int = 20) -> float:
-    """Milliseconds per replay of ``g``, median of three windows of ``reps``."""
-    times = []
-    for _ in range(3):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(reps):
-            g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / reps)
-    return sorted(times)[1]
