@@ -15,6 +15,8 @@ import torch
 
 triton = pytest.importorskip("triton")
 
+from sm90 import compile_sm90  # noqa: E402
+
 from deepgap.measure.quant import kernels, launch, layers, stem_kernels  # noqa: E402
 from deepgap.measure.quant.fold import ConvNode  # noqa: E402
 from deepgap.measure.quant.tiles import TileConfig  # noqa: E402
@@ -201,11 +203,8 @@ def test_whole_network_triton_matches_reference_int8():
 @pytest.mark.parametrize("qfmt,mma", [("int8", "s32.s8.s8"), ("fp8", "f32.e4m3.e4m3")])
 def test_conv_gemm_compiles_to_hopper_wgmma(qfmt, mma, early_res):
     """Ahead-of-time compile for sm_90 (no GPU needed): 8-bit wgmma, pipelined 16-byte async copies."""
-    from triton.backends.compiler import GPUTarget
-
     ptr = {"int8": "*i8", "fp8": "*fp8e4nv"}[qfmt]
     cfg = TileConfig(128, 128, 128, 8, 8, 4)
-    names = kernels.conv_gemm_kernel.arg_names
     sig = {
         "x_ptr": ptr,
         "w_ptr": ptr,
@@ -232,21 +231,20 @@ def test_conv_gemm_compiles_to_hopper_wgmma(qfmt, mma, early_res):
         EARLY_RES=early_res,
         PDL=False,
     )
-    sig.update({k: "constexpr" for k in const})
-    div16 = [["tt.divisibility", 16]]  # what the JIT infers for aligned pointers and N, C % 16 == 0
-    attrs = {
-        (names.index(a),): div16
-        for a in ("x_ptr", "w_ptr", "out_ptr", "alpha_ptr", "beta_ptr", "res_ptr", "N", "C")
-    }
-    src = triton.compiler.ASTSource(fn=kernels.conv_gemm_kernel, signature=sig, constexprs=const, attrs=attrs)
-    try:
-        compiled = triton.compile(
-            src,
-            target=GPUTarget("cuda", 90, 32),
-            options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages, "enable_fp_fusion": False},
-        )
-    except (RuntimeError, FileNotFoundError, OSError) as exc:  # pragma: no cover - toolchain missing
-        pytest.skip(f"no CUDA toolchain in this Triton install: {exc}")
+    aligned = (
+        "x_ptr",
+        "w_ptr",
+        "out_ptr",
+        "alpha_ptr",
+        "beta_ptr",
+        "res_ptr",
+        "N",
+        "C",
+    )  # what the JIT infers
+    compiled = compile_sm90(
+        kernels.conv_gemm_kernel, sig, const, aligned,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, enable_fp_fusion=False,
+    )  # fmt: skip
     ptx = compiled.asm["ptx"]
     assert "wgmma.mma_async.sync.aligned" in ptx and mma in ptx
     assert "griddepcontrol" not in ptx  # programmatic dependent launch only where asked (test_quant_pdl)

@@ -11,6 +11,8 @@ import torch
 
 triton = pytest.importorskip("triton")
 
+from sm90 import compile_sm90  # noqa: E402
+
 from deepgap.measure.quant import kernels, launch  # noqa: E402
 from deepgap.measure.quant.pdl_choice import choose_pdl  # noqa: E402
 
@@ -44,8 +46,6 @@ def test_inside_pdl_gpu_launches_carry_the_constexpr_and_the_launch_option():
 
 
 def _epilogue_ptx(pdl: bool) -> str:
-    from triton.backends.compiler import GPUTarget
-
     sig = {
         "x_ptr": "*fp16",
         "out_ptr": "*i8",
@@ -57,13 +57,7 @@ def _epilogue_ptx(pdl: bool) -> str:
         "N": "i32",
     }
     const = dict(RELU=True, HAS_RES=True, OUT_KIND=kernels.OUT_KIND["int8"], BM=64, BN=64, PDL=pdl)
-    sig.update({k: "constexpr" for k in const})
-    src = triton.compiler.ASTSource(fn=kernels.epilogue_kernel, signature=sig, constexprs=const)
-    try:
-        compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
-    except (RuntimeError, FileNotFoundError, OSError) as exc:  # pragma: no cover - toolchain missing
-        pytest.skip(f"no CUDA toolchain in this Triton install: {exc}")
-    return compiled.asm["ptx"]
+    return compile_sm90(kernels.epilogue_kernel, sig, const, num_warps=4).asm["ptx"]
 
 
 def test_a_pdl_kernel_waits_for_its_predecessor_before_touching_memory():

@@ -15,6 +15,8 @@ import torch
 
 triton = pytest.importorskip("triton")
 
+from sm90 import compile_sm90  # noqa: E402
+
 from deepgap.core.errors import UsageError  # noqa: E402
 from deepgap.measure.quant import kernels, layers, persistent, tunecache, tuning  # noqa: E402
 from deepgap.measure.quant.fold import ConvNode  # noqa: E402
@@ -192,31 +194,19 @@ def test_the_tuner_self_checks_and_times_the_persistent_tiles_through_the_networ
 @pytest.mark.parametrize("qfmt,mma,early", [("int8", "s32.s8.s8", True), ("fp8", "f32.e4m3.e4m3", False)])
 def test_it_compiles_to_tma_copies_and_8bit_wgmma_for_hopper(qfmt, mma, early):
     """Ahead-of-time compile for sm_90 (no GPU needed): TMA loads and stores, 8-bit wgmma, no spills assumed."""
-    from triton.backends.compiler import GPUTarget
-
     cfg = TileConfig(128, 128, 64, 8, 8, 3, persistent=1, tma_epilogue=True)
     ptr = {"int8": "*i8", "fp8": "*fp8e4nv"}[qfmt]
-    names = persistent.gemm_1x1_kernel.arg_names
     sig = {a: ptr for a in ("x_ptr", "w_ptr", "out_ptr", "res_ptr")}
     sig.update(alpha_ptr="*fp32", beta_ptr="*fp32", gamma="fp32", M="i32", N="i32")
     const = dict(
         K=64, RELU=True, HAS_RES=True, OUT_KIND=kernels.OUT_KIND[qfmt], ACC_INT=qfmt == "int8", BM=cfg.bm,
         BN=cfg.bn, BK=cfg.bk, GROUP_M=cfg.group_m, NUM_SMS=132, TMA_EPILOGUE=True, EARLY_RES=early, PDL=False,
     )  # fmt: skip
-    sig.update({k: "constexpr" for k in const})
     aligned = ("x_ptr", "w_ptr", "out_ptr", "res_ptr", "alpha_ptr", "beta_ptr", "N")  # what the JIT infers
-    attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in aligned}
-    src = triton.compiler.ASTSource(
-        fn=persistent.gemm_1x1_kernel, signature=sig, constexprs=const, attrs=attrs
-    )
-    try:
-        compiled = triton.compile(
-            src,
-            target=GPUTarget("cuda", 90, 32),
-            options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages, "enable_fp_fusion": False},
-        )
-    except (RuntimeError, FileNotFoundError, OSError) as exc:  # pragma: no cover - toolchain missing
-        pytest.skip(f"no CUDA toolchain in this Triton install: {exc}")
+    compiled = compile_sm90(
+        persistent.gemm_1x1_kernel, sig, const, aligned,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, enable_fp_fusion=False,
+    )  # fmt: skip
     ptx = compiled.asm["ptx"]
     assert "wgmma.mma_async.sync.aligned" in ptx and mma in ptx
     assert "cp.async.bulk.tensor.2d.shared::c" in ptx  # TMA loads of A and W (and the residual unless early)

@@ -1,0 +1,23 @@
+"""Ahead-of-time compiles for sm_90 (Hopper), with no GPU: what a test reads from the PTX a kernel becomes."""
+
+from __future__ import annotations
+
+import pytest
+import triton
+
+
+def compile_sm90(kernel, sig: dict, const: dict, aligned: tuple[str, ...] = (), **options):
+    """``kernel`` compiled for sm_90: ``sig`` its runtime arguments' types, ``const`` its constexprs.
+
+    ``aligned``: the arguments the JIT would find divisible by 16 (aligned pointers, N % 16 == 0). A Triton
+    install without a CUDA toolchain skips the test.
+    """
+    from triton.backends.compiler import GPUTarget
+
+    sig = {**sig, **{k: "constexpr" for k in const}}
+    attrs = {(kernel.arg_names.index(a),): [["tt.divisibility", 16]] for a in aligned}
+    src = triton.compiler.ASTSource(fn=kernel, signature=sig, constexprs=const, attrs=attrs)
+    try:
+        return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+    except (RuntimeError, FileNotFoundError, OSError) as exc:  # pragma: no cover - toolchain missing
+        pytest.skip(f"no CUDA toolchain in this Triton install: {exc}")
