@@ -36,7 +36,7 @@ import torch
 import triton
 import triton.language as tl
 
-from deepgap.core.errors import UsageError
+from deepgap.core.errors import env_choice
 from deepgap.measure.quant.kernels import pdl_enter
 from deepgap.measure.quant.launch import check, launcher
 
@@ -86,10 +86,7 @@ def chunked(length: int, chunks: int) -> Split:
 
 def split_mode() -> str:
     """``DEEPGAP_DECODE_SPLIT_KV`` (off by default: the split is not yet timed on a GPU)."""
-    mode = os.environ.get("DEEPGAP_DECODE_SPLIT_KV", "off")
-    if mode not in SPLIT_MODES:
-        raise UsageError(f"DEEPGAP_DECODE_SPLIT_KV={mode!r}", f"set it to one of {', '.join(SPLIT_MODES)}")
-    return mode
+    return env_choice("DEEPGAP_DECODE_SPLIT_KV", SPLIT_MODES, "off")
 
 
 def plan(b: int, nkv: int, length: int, sms: int, mode: str) -> Split:

@@ -23,12 +23,10 @@ cache as written (`attend_written`), without `Attention.mix`'s three small kerne
 
 from __future__ import annotations
 
-import os
-
 import torch
 from torch import nn
 
-from deepgap.core.errors import UsageError
+from deepgap.core.errors import env_choice
 from deepgap.measure.quant.gemv_fused import fused_gemv_op, rope_gemv_op
 from deepgap.measure.quant.linear import QuantLinear
 
@@ -37,10 +35,7 @@ ROPE_MODES = ("mix", "fused")  # DEEPGAP_DECODE_ROPE: RoPE and the cache write i
 
 def rope_mode() -> str:
     """``DEEPGAP_DECODE_ROPE`` (`ROPE_MODES`, ``mix`` when unset); another value is a usage error."""
-    mode = os.environ.get("DEEPGAP_DECODE_ROPE", "") or "mix"
-    if mode not in ROPE_MODES:
-        raise UsageError(f"DEEPGAP_DECODE_ROPE={mode!r}", f"set it to one of {', '.join(ROPE_MODES)}")
-    return mode
+    return env_choice("DEEPGAP_DECODE_ROPE", ROPE_MODES, "mix", empty_is_unset=True)
 
 
 class FusedLayer(nn.Module):

@@ -21,11 +21,10 @@ the compiled and graph steps are GPU work for ``benchmarks/llm_decode.py``).
 from __future__ import annotations
 
 import contextlib
-import os
 
 import torch
 
-from deepgap.core.errors import UsageError
+from deepgap.core.errors import UsageError, env_choice
 
 STEPS = ("eager", "static", "compile", "cuda-graph")
 # DEEPGAP_DECODE_PDL: whether the graph's Triton kernels use programmatic dependent launch ("auto": timed)
@@ -115,9 +114,7 @@ class _GraphStep:
 
 def pdl_modes(dev: torch.device) -> tuple[bool, ...]:
     """The launch modes to capture: plain, PDL, or both to time (``DEEPGAP_DECODE_PDL``; PDL needs Hopper)."""
-    mode = os.environ.get("DEEPGAP_DECODE_PDL", "auto")
-    if mode not in PDL_MODES:
-        raise UsageError(f"DEEPGAP_DECODE_PDL={mode!r}", f"set it to one of {', '.join(PDL_MODES)}")
+    mode = env_choice("DEEPGAP_DECODE_PDL", PDL_MODES, "auto")
     from deepgap.measure.quant.pdl_choice import MIN_CC
 
     if mode == "off" or torch.cuda.get_device_capability(dev) < MIN_CC:
@@ -133,7 +130,7 @@ def _kept(graphs: dict, dev: torch.device) -> tuple[tuple, str]:
     """
     if len(graphs) == 1:  # forced, or a GPU without PDL (`pdl_modes`)
         on = next(iter(graphs))
-        asked = os.environ.get("DEEPGAP_DECODE_PDL", "auto")
+        asked = env_choice("DEEPGAP_DECODE_PDL", PDL_MODES, "auto")
         why = f"DEEPGAP_DECODE_PDL={asked}" if asked != "auto" else "needs compute capability 9.0 (Hopper)"
         return graphs[on], f"{'on' if on else 'off'}: {why}"
     from deepgap.measure.quant.pdl_choice import MIN_GAIN  # the CNN engine's PDL choice: one threshold

@@ -11,10 +11,9 @@ Everything here is pure (no GPU): the timing itself lives in ``engine.py``.
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
 
-from deepgap.core.errors import UsageError
+from deepgap.core.errors import env_choice
 from deepgap.measure.quant.fold import ConvertNode, ConvNode, Graph, HeadNode, PoolNode
 from deepgap.measure.quant.launch import halved_to_divide
 
@@ -141,10 +140,8 @@ def gemm_mode() -> str:
     Why an environment switch, off by default: the persistent kernel has not been timed on a GPU yet, and
     nothing measured so far may change until it has; the switch lets a device session time it per layer.
     """
-    mode = os.environ.get(GEMM_ENV, "") or "default"
-    if mode not in GEMM_MODES:
-        raise UsageError(f"{GEMM_ENV}={mode!r}", f"set it to one of {', '.join(GEMM_MODES)} or unset it")
-    return mode
+    fix = f"set it to one of {', '.join(GEMM_MODES)} or unset it"
+    return env_choice(GEMM_ENV, GEMM_MODES, "default", empty_is_unset=True, fix=fix)
 
 
 def persistent_configs(node: ConvNode, m: int, capability: tuple[int, int] | None) -> list[TileConfig]:

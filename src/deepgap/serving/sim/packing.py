@@ -12,9 +12,7 @@ for, runs as several packed prefills, in arrival order.
 
 from __future__ import annotations
 
-import os
-
-from deepgap.core.errors import UsageError
+from deepgap.core.errors import env_choice
 
 PREFILL_MODES = ("packed", "padded")  # DEEPGAP_SERVE_PREFILL: how a served decoder runs its admissions
 
@@ -25,10 +23,8 @@ def prefill_mode() -> str:
     Read by the parent before it starts a worker (a bad value is a usage error there, before anything is
     built) and by the worker, which inherits the environment.
     """
-    mode = os.environ.get("DEEPGAP_SERVE_PREFILL", "packed")
-    if mode not in PREFILL_MODES:
-        raise UsageError(f"DEEPGAP_SERVE_PREFILL={mode}", "set it to packed or padded (or leave it unset)")
-    return mode
+    fix = "set it to packed or padded (or leave it unset)"
+    return env_choice("DEEPGAP_SERVE_PREFILL", PREFILL_MODES, "packed", fix=fix, quote=False)
 
 
 # The most token rows one packed prefill takes. Why 4096 and not every slot's longest prompt (64 × 256 =
