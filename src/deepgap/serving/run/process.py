@@ -92,7 +92,7 @@ class SetupReply:
     curve_parts_s: dict[int, dict[str, float]]
     correctness: dict[str, Any]
     engine_info: dict[str, Any]
-    setup_s: float
+    setup_s: float = 0.0  # the whole set-up's seconds (`handlers.handle_setup`)
     notes: list[str] = field(default_factory=list)
     peak_mem_reserved_bytes: int | None = None
     accuracy: dict[str, Any] | None = (

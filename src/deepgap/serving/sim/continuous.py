@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from deepgap.serving.sim.clock import Clock
+from deepgap.serving.sim.log import Served
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ class SlotStop:
 
 
 @dataclass
-class TokenLog:
+class TokenLog(Served):
     """Per served request (arrival order): arrival, admission, first and last token; the level's facts."""
 
     arrival_s: np.ndarray
@@ -83,11 +84,6 @@ class TokenLog:
     end_s: float = 0.0  # its last token
 
     @property
-    def n(self) -> int:
-        """Requests served."""
-        return len(self.arrival_s)
-
-    @property
     def ttft_s(self) -> np.ndarray:
         """Arrival → first token (queue wait and prefill)."""
         return self.first_s - self.arrival_s
@@ -96,11 +92,6 @@ class TokenLog:
     def tpot_s(self) -> np.ndarray:
         """Mean seconds between a request's later tokens: (last − first) / (output − 1)."""
         return (self.done_s - self.first_s) / np.maximum(self.output_len - 1, 1)
-
-    @property
-    def latency_s(self) -> np.ndarray:
-        """Arrival → last token."""
-        return self.done_s - self.arrival_s
 
     def columns(self) -> dict[str, np.ndarray]:
         """``serve_requests`` columns: dispatch = admission, compute = its prefill, done = last token.

@@ -18,8 +18,28 @@ import numpy as np
 from deepgap.serving.sim.capacity_stats import verdict
 
 
+class Served:
+    """A log of served requests: ``n`` and latency from its arrival and done columns, defined once.
+
+    Its logs: this module's `RequestLog` and a decoder's `continuous.TokenLog`.
+    """
+
+    arrival_s: np.ndarray
+    done_s: np.ndarray
+
+    @property
+    def n(self) -> int:
+        """Requests served."""
+        return len(self.arrival_s)
+
+    @property
+    def latency_s(self) -> np.ndarray:
+        """Arrival → done: the result on the host (a decoder's: its last token)."""
+        return self.done_s - self.arrival_s
+
+
 @dataclass
-class RequestLog:
+class RequestLog(Served):
     """Column arrays, one entry per request, in arrival order."""
 
     arrival_s: np.ndarray
@@ -66,16 +86,6 @@ class RequestLog:
             n_planned=n_planned,
             host_s=col[6] if width >= 7 else None,
         )
-
-    @property
-    def n(self) -> int:
-        """Requests served."""
-        return len(self.arrival_s)
-
-    @property
-    def latency_s(self) -> np.ndarray:
-        """Arrival → result on the host."""
-        return self.done_s - self.arrival_s
 
     @property
     def queue_s(self) -> np.ndarray:

@@ -35,7 +35,6 @@ from deepgap.serving.worker.server import (
 
 
 def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
-    t0 = time.perf_counter()
     engine, spec1 = engine_for(state, req)
     torch.backends.cudnn.benchmark = req.cudnn_benchmark
     notes: list[str] = []
@@ -64,11 +63,9 @@ def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
         state,
         req,
         executor,
-        t0,
-        buckets=tuple(sorted(samples)),
-        curve_samples_s=samples,
-        curve_parts_s=parts,
-        correctness=agreement,
+        samples,
+        parts,
+        agreement,
         engine_info={
             **info,
             "serving_depth": executor.depth,
@@ -139,7 +136,9 @@ def handle_setup(state: Any, req: SetupRequest) -> SetupReply:
         from deepgap.serving.worker.text_setup import text_setup as setup
     else:
         setup = _setup
+    t0 = time.perf_counter()
     executor, reply = setup(state, req)
+    reply.setup_s = time.perf_counter() - t0
     state.held["executor"] = executor
     return reply
 

@@ -43,7 +43,6 @@ CHECK_OUTPUT = 8  # the check's longest output (tokens)
 
 def llm_setup(state: Any, req: SetupRequest) -> tuple[SlotExecutor, SetupReply]:
     """Build ``req.model``, check continuous batching against each request alone, calibrate both curves."""
-    t0 = time.perf_counter()
     plan = served_step(req.engine, req.device.startswith("cuda"))
     torch.set_num_threads(req.threads or state.default_threads)
     set_tf32(req.precision)
@@ -71,11 +70,9 @@ def llm_setup(state: Any, req: SetupRequest) -> tuple[SlotExecutor, SetupReply]:
         state,
         req,
         ex,
-        t0,
-        buckets=tuple(sorted(decode)),
-        curve_samples_s=decode,
-        curve_parts_s=parts,
-        correctness=check,
+        decode,
+        parts,
+        check,
         engine_info={
             "decode_step": plan.label,
             "prefill": _prefill_label(ex),

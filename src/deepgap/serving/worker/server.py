@@ -194,13 +194,23 @@ class PipelinedExecutor:
         self.st.close()
 
 
-def setup_reply(state: Any, req: Any, executor: Any, t0: float, **fields: Any) -> SetupReply:
-    """A setup's reply (image and text setups): ``fields``, the device's caps and fingerprint, its seconds.
+def setup_reply(
+    state: Any, req: Any, executor: Any, curve: dict, parts: dict, check: dict, **fields: Any
+) -> SetupReply:
+    """A setup's reply: its service curve, its check against fp32, the device (`handle_setup` times it).
 
-    A CUDA setup's reply also carries its peak reserved memory and NVML's used bytes.
+    ``curve``: batch → timed samples (its batches are the reply's buckets); ``parts``: the curve's
+    parts; ``check``: the correctness record; ``fields``: the rest of `SetupReply`. A CUDA setup's
+    reply also carries its peak reserved memory and NVML's used bytes.
     """
     reply = SetupReply(
-        caps=state.caps, env=envinfo.collect(req.device), setup_s=time.perf_counter() - t0, **fields
+        caps=state.caps,
+        env=envinfo.collect(req.device),
+        buckets=tuple(sorted(curve)),
+        curve_samples_s=curve,
+        curve_parts_s=parts,
+        correctness=check,
+        **fields,
     )
     if executor.cuda:
         reply.peak_mem_reserved_bytes = int(torch.cuda.max_memory_reserved(req.device))

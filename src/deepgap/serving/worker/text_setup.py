@@ -35,7 +35,6 @@ from deepgap.serving.worker.text_executor import TokenExecutor
 
 def text_setup(state: Any, req: SetupRequest) -> tuple[TokenExecutor, SetupReply]:
     """Build ``req.model`` with its engine, check a padded batch, calibrate every length's curve."""
-    t0 = time.perf_counter()
     longest = max(req.seq_lens)
     engine, spec1 = engine_for(state, req)
     ref_x, _ = state.reference(req.model, longest, req.weights, req.seed)
@@ -73,11 +72,9 @@ def text_setup(state: Any, req: SetupRequest) -> tuple[TokenExecutor, SetupReply
         state,
         req,
         executor,
-        t0,
-        buckets=tuple(sizes),
-        curve_samples_s=by_len[longest],
-        curve_parts_s=parts_by_len[longest],
-        correctness=agreement,
+        by_len[longest],  # its batches: `sizes`, every length's
+        parts_by_len[longest],
+        agreement,
         engine_info={
             **dict(prepared.info),
             "serving_depth": executor.depth,
