@@ -233,6 +233,19 @@ def epilogue_kernel(
     tl.store(out_ptr + offs, out, mask=mask)
 
 
+def epilogue_operands(out, alpha, beta, res, gamma) -> tuple:
+    """The epilogue's run-time arguments, in every launch after its inputs: out, α, β, residual, γ.
+
+    Without a residual its pointer is ``out`` (never read: ``HAS_RES`` is off), and γ a float.
+    """
+    return out, alpha, beta, res if res is not None else out, float(gamma)
+
+
+def epilogue_flags(relu, res, out_fmt) -> dict:
+    """The epilogue's compile-time switches, in every launch: ReLU, a residual, the output format."""
+    return {"RELU": bool(relu), "HAS_RES": res is not None, "OUT_KIND": OUT_KIND[out_fmt]}
+
+
 def check_out_res(out, res, m, n, device, out_fmt):
     """A launch's output (and residual) tensors: shape, layout, dtype and device, and 32-bit indexing."""
     from deepgap.measure.quant.layers import DTYPES
@@ -297,11 +310,7 @@ def conv_gemm(
     launcher(conv_gemm_kernel, x.device)[grid](
         x,
         w,
-        out,
-        alpha,
-        beta,
-        res if res is not None else out,
-        float(gamma),
+        *epilogue_operands(out, alpha, beta, res, gamma),
         m,
         n,
         c,
@@ -313,9 +322,7 @@ def conv_gemm(
         KW=ksize,
         STRIDE=stride,
         PAD=padding,
-        RELU=bool(relu),
-        HAS_RES=res is not None,
-        OUT_KIND=OUT_KIND[out_fmt],
+        **epilogue_flags(relu, res, out_fmt),
         ACC_INT=x.dtype == torch.int8,
         EARLY_RES=bool(getattr(cfg, "early_res", False)) and res is not None,
         **cfg.launch(),
@@ -371,16 +378,10 @@ def epilogue(x, alpha, beta, out_fmt, relu, res=None, gamma=0.0, block_m=64, blo
     grid = (triton.cdiv(m, block_m), triton.cdiv(n, block_n))
     launcher(epilogue_kernel, x.device)[grid](
         x,
-        out,
-        alpha,
-        beta,
-        res if res is not None else out,
-        float(gamma),
+        *epilogue_operands(out, alpha, beta, res, gamma),
         m,
         n,
-        RELU=bool(relu),
-        HAS_RES=res is not None,
-        OUT_KIND=OUT_KIND[out_fmt],
+        **epilogue_flags(relu, res, out_fmt),
         BM=block_m,
         BN=block_n,
         num_warps=4,

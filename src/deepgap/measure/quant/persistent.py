@@ -34,7 +34,6 @@ import triton
 import triton.language as tl
 
 from deepgap.measure.quant.kernels import (
-    OUT_KIND,
     _check_conv_inputs,
     _finish,
     _grouped_tile,
@@ -42,6 +41,8 @@ from deepgap.measure.quant.kernels import (
     _mma,
     _widen,
     check_out_res,
+    epilogue_flags,
+    epilogue_operands,
     pdl_enter,
 )
 from deepgap.measure.quant.launch import check, check_vec, launcher
@@ -212,17 +213,11 @@ def conv_gemm(
     launcher(gemm_1x1_kernel, x.device)[(min(nsm, tiles),)](
         x,
         w,
-        out,
-        alpha,
-        beta,
-        res if res is not None else out,
-        float(gamma),
+        *epilogue_operands(out, alpha, beta, res, gamma),
         m,
         n,
         K=c,
-        RELU=bool(relu),
-        HAS_RES=res is not None,
-        OUT_KIND=OUT_KIND[out_fmt],
+        **epilogue_flags(relu, res, out_fmt),
         ACC_INT=x.dtype == torch.int8,
         NUM_SMS=nsm,
         TMA_EPILOGUE=bool(cfg.tma_epilogue),
