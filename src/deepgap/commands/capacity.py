@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from deepgap.api import DEFAULT_STORE
-from deepgap.commands.filter_flags import add_filter_flags
+from deepgap.commands.filter_flags import add_filter_flags, add_store_argument
 from deepgap.core.errors import UsageError
 
 NAME = "capacity"
@@ -15,7 +14,7 @@ ORDER = 6
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
-    p.add_argument("store", nargs="?", default=DEFAULT_STORE, help=f"store file (default {DEFAULT_STORE})")
+    add_store_argument(p)
     p.add_argument("--slo-p99", required=True, help="p99 latency bound, e.g. 15ms")
     p.add_argument("--run", action="append", help="only these run ids (repeatable)")
     add_filter_flags(p, "model", "engine", "precision")

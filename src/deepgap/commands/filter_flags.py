@@ -1,4 +1,4 @@
-"""``--model``, ``--engine``, ``--precision`` as the commands that read results declare them: one wording each.
+"""The store, ``--model``, ``--engine``, ``--precision`` as the commands that read results declare them.
 
 What a filter keeps stays each command's. Not a command (no ``NAME``): `deepgap.cli` skips it.
 """
@@ -6,6 +6,13 @@ What a filter keeps stays each command's. Not a command (no ``NAME``): `deepgap.
 from __future__ import annotations
 
 import argparse
+
+from deepgap.api import DEFAULT_STORE
+
+
+def add_store_argument(p: argparse.ArgumentParser) -> None:
+    """The store a command reads, as its optional first argument."""
+    p.add_argument("store", nargs="?", default=DEFAULT_STORE, help=f"store file (default {DEFAULT_STORE})")
 
 
 def add_filter_flags(p: argparse.ArgumentParser, *names: str, several: bool = False) -> None:

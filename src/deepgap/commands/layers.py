@@ -12,8 +12,7 @@ import argparse
 import json
 import math
 
-from deepgap.api import DEFAULT_STORE
-from deepgap.commands.filter_flags import add_filter_flags
+from deepgap.commands.filter_flags import add_filter_flags, add_store_argument
 from deepgap.core.errors import UsageError
 from deepgap.store.guard import add_read_flags, use_read_flags
 
@@ -24,7 +23,7 @@ SORTS = ("headroom", "time", "order")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
-    p.add_argument("store", nargs="?", default=DEFAULT_STORE, help=f"store file (default {DEFAULT_STORE})")
+    add_store_argument(p)
     p.add_argument("--peaks", metavar="STORE", help="take measured ceilings from this store (deepgap peaks)")
     add_filter_flags(p, "model")
     p.add_argument("--precision", help="only this precision (int8 or fp8)")

@@ -13,8 +13,7 @@ import json
 import math
 from dataclasses import asdict
 
-from deepgap.api import DEFAULT_STORE
-from deepgap.commands.filter_flags import add_filter_flags
+from deepgap.commands.filter_flags import add_filter_flags, add_store_argument
 from deepgap.core.precision import is_quantized, quantized_names
 
 NAME = "recommend"
@@ -23,7 +22,7 @@ ORDER = 6
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
-    p.add_argument("store", nargs="?", default=DEFAULT_STORE, help=f"store file (default {DEFAULT_STORE})")
+    add_store_argument(p)
     p.add_argument(
         "--slo-p99",
         metavar="DURATION",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from deepgap.api import DEFAULT_STORE
+from deepgap.commands.filter_flags import add_store_argument
 from deepgap.commands.share_flags import add_shared_output_flags, use_shared_output_flags
 from deepgap.core.errors import UsageError
 
@@ -21,7 +21,7 @@ READS, WRITES = ("store",), ("output", "screenshot")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
-    p.add_argument("store", nargs="?", default=DEFAULT_STORE, help=f"store file (default {DEFAULT_STORE})")
+    add_store_argument(p)
     p.add_argument(
         "-o",
         "--output",
