@@ -150,7 +150,8 @@ def test_producer_order_and_always_written_keys():
 
 
 def test_details_declare_every_producer_field():
-    """The producers' records and the typed details name the same keys (the details cannot import them)."""
+    """The producers' records and the typed details name the same keys (core cannot import measure:
+    telemetry's both derive from `TelemetryKeys`, the output check's are declared twice)."""
     from deepgap.measure.correctness import Agreement
     from deepgap.measure.telemetry.base import TelemetryWindow
 

@@ -30,9 +30,9 @@ def env_choice(
     """The value of the environment switch ``name``, one of ``choices``; ``default`` when it is unset.
 
     Why one reader: each switch (a path kept off by default until a GPU has timed it) is checked the same
-    way, by the parent before anything runs and by the worker, which inherits it. ``empty_is_unset``: an empty value means unset (else it
-    is a bad value like any other); ``fix`` replaces the hint "set it to one of …"; ``quote``: the bad
-    value shown as a Python string (``NAME='x'``), else bare (``NAME=x``).
+    way, by the parent before anything runs and by the worker, which inherits it. ``empty_is_unset``: an
+    empty value means unset (else it is a bad value like any other); ``fix`` replaces the hint "set it to
+    one of …"; ``quote``: the bad value shown as a Python string (``NAME='x'``), else bare (``NAME=x``).
     """
     value = os.environ.get(name)
     if value is None or (empty_is_unset and not value):

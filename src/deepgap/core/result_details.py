@@ -173,56 +173,67 @@ class EngineInfo(JsonRecord):
 
 
 @dataclass
-class TelemetryDetails(JsonRecord):
-    """``telemetry.base.TelemetryWindow`` as stored, plus the session's settings and memory reading.
+class TelemetryKeys:
+    """The keys of one configuration's telemetry, in their stored order, declared once.
 
-    When telemetry was off or unavailable only ``status`` and ``backend`` are written.
+    Every key is optional here, as a stored row may lack it; the worker's aggregate
+    (``measure.telemetry.base.TelemetryWindow``) narrows the ones it always fills, and `TelemetryDetails`
+    (what is stored) adds the session's settings and memory reading.
     """
 
     backend: str | None = None
-    status: str | None = None
-    n_samples: int | None = None
+    status: str | None = None  # ok | unavailable: <reason>
+    n_samples: int | None = None  # every sample of the configuration (warm-up, latency pass, windows)
     n_window_samples: int | None = None
     energy_windows: int | None = None
-    energy_window_s: float | None = None
-    energy_tail_s: float | None = None
-    energy_tail_j: float | None = None
+    energy_window_s: float | None = None  # seconds of work inside the windows (tails excluded)
+    energy_tail_s: float | None = None  # idle seconds waited after windows for the counter to tick
+    energy_tail_j: float | None = None  # tail energy at the idle power, subtracted from energy_j
     energy_j: float | None = None
     energy_source: str | None = None
-    energy_counter_notes: list[str] | None = None
-    images: int | None = None
+    energy_counter_notes: list[str] | None = None  # wrap / reset / missing readings
+    images: int | None = None  # images processed inside the windows
     joules_per_image: float | None = None
-    mean_power_w: float | None = None
+    mean_power_w: float | None = None  # sampled driver power inside the windows
     max_power_w: float | None = None
     mean_power_instant_w: float | None = None
     max_power_instant_w: float | None = None
-    power_from_energy_w: float | None = None
-    mean_power_latency_w: float | None = None
-    ips_per_watt: float | None = None
-    ips_per_watt_energy: float | None = None
+    power_from_energy_w: float | None = None  # energy_j / energy_window_s
+    mean_power_latency_w: float | None = None  # sampled power during the synchronized latency pass
+    ips_per_watt: float | None = None  # the paper's formula: pipelined throughput / mean_power_w
+    ips_per_watt_energy: float | None = None  # images / energy_j
     idle_power_w: float | None = None
-    dynamic_energy_j: float | None = None
+    dynamic_energy_j: float | None = None  # energy_j minus idle_power_w × energy_window_s
     dynamic_joules_per_image: float | None = None
     max_temp_c: float | None = None
     max_mem_temp_c: float | None = None
     temp_start_c: float | None = None
     temp_end_c: float | None = None
     temp_slope_c_per_min: float | None = None
-    sm_clock_median_mhz: float | None = None
+    sm_clock_median_mhz: float | None = None  # busy samples only (gpu_idle reason excluded)
     sm_clock_min_mhz: float | None = None
     sm_clock_max_mhz: float | None = None
-    sm_clock_ref_mhz: float | None = None
+    sm_clock_ref_mhz: float | None = None  # the steady level the flag compares against
     sm_clock_low_fraction: float | None = None
     mem_clock_median_mhz: float | None = None
     util_mean_pct: float | None = None
     mem_used_max_bytes: int | None = None
-    throttle_reasons: list[str] | None = None
-    throttle_fraction: dict[str, float] | None = None
+    throttle_reasons: list[str] | None = None  # decoded names seen inside the windows
+    throttle_fraction: dict[str, float] | None = None  # name → share of window samples
     foreign_procs_max: int | None = None
     foreign_pids: list[int] | None = None
     unavailable: dict[str, str] | None = None
     settings: dict[str, Any] | None = None  # the device's read-only settings (power limit, clocks …)
     marks: list[dict[str, Any]] | None = None  # the raw energy-counter readings per window
+
+
+@dataclass
+class TelemetryDetails(TelemetryKeys, JsonRecord):
+    """``telemetry.base.TelemetryWindow`` as stored, plus the session's settings and memory reading.
+
+    When telemetry was off or unavailable only ``status`` and ``backend`` are written.
+    """
+
     sample_hz: float | None = None
     energy_window_min_s: float | None = None
     window_extended: bool | None = None

@@ -18,6 +18,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from deepgap.core.result_details import TelemetryKeys
+
 # NVML clock-event ("throttle") reason bits. The values are NVML's ABI (nvml.h), copied here so the
 # decoding works — and is tested — without the NVML library.
 REASON_BITS: dict[int, str] = {
@@ -108,7 +110,7 @@ class TelemetrySample:
 
 
 @dataclass
-class TelemetryWindow:
+class TelemetryWindow(TelemetryKeys):
     """Telemetry of one configuration, aggregated over its energy windows (``extra["telemetry"]``).
 
     Energy comes from the device's counter bracketing each window (``energy_source="counter"``),
@@ -117,50 +119,20 @@ class TelemetryWindow:
     measured; ``unavailable`` says why.
     """
 
-    backend: str
-    status: str = "ok"  # ok | unavailable: <reason>
-    n_samples: int = 0  # every sample of the configuration (warm-up, latency pass, windows)
+    backend: str = field()  # required (TelemetryKeys' default is None)
+    status: str = "ok"
+    n_samples: int = 0
     n_window_samples: int = 0
     energy_windows: int = 0
-    energy_window_s: float | None = None  # seconds of work inside the windows (tails excluded)
-    energy_tail_s: float | None = None  # idle seconds waited after windows for the counter to tick
-    energy_tail_j: float | None = None  # tail energy at the idle power, subtracted from energy_j
-    energy_j: float | None = None
     energy_source: str = ""
-    energy_counter_notes: list[str] = field(default_factory=list)  # wrap / reset / missing readings
-    images: int = 0  # images processed inside the windows
-    joules_per_image: float | None = None
-    mean_power_w: float | None = None  # sampled driver power inside the windows
-    max_power_w: float | None = None
-    mean_power_instant_w: float | None = None
-    max_power_instant_w: float | None = None
-    power_from_energy_w: float | None = None  # energy_j / energy_window_s
-    mean_power_latency_w: float | None = None  # sampled power during the synchronized latency pass
-    ips_per_watt: float | None = None  # the paper's formula: pipelined throughput / mean_power_w
-    ips_per_watt_energy: float | None = None  # images / energy_j
-    idle_power_w: float | None = None
-    dynamic_energy_j: float | None = None  # energy_j minus idle_power_w × energy_window_s
-    dynamic_joules_per_image: float | None = None
-    max_temp_c: float | None = None
-    max_mem_temp_c: float | None = None
-    temp_start_c: float | None = None
-    temp_end_c: float | None = None
-    temp_slope_c_per_min: float | None = None
-    sm_clock_median_mhz: float | None = None  # busy samples only (gpu_idle reason excluded)
-    sm_clock_min_mhz: float | None = None
-    sm_clock_max_mhz: float | None = None
-    sm_clock_ref_mhz: float | None = None  # the steady level the flag compares against
-    sm_clock_low_fraction: float | None = None
-    mem_clock_median_mhz: float | None = None
-    util_mean_pct: float | None = None
-    mem_used_max_bytes: int | None = None
-    throttle_reasons: list[str] = field(default_factory=list)  # decoded names seen inside the windows
-    throttle_fraction: dict[str, float] = field(default_factory=dict)  # name → share of window samples
-    foreign_procs_max: int | None = None
+    energy_counter_notes: list[str] = field(default_factory=list)
+    images: int = 0
+    throttle_reasons: list[str] = field(default_factory=list)
+    throttle_fraction: dict[str, float] = field(default_factory=dict)
     foreign_pids: list[int] = field(default_factory=list)
     unavailable: dict[str, str] = field(default_factory=dict)
-    settings: dict[str, Any] = field(default_factory=dict)  # read-only device settings
-    marks: list[dict[str, Any]] = field(default_factory=list)  # the raw counter readings per window
+    settings: dict[str, Any] = field(default_factory=dict)
+    marks: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict (what is stored in ``extra["telemetry"]``)."""
