@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Session 22's recipes on one H200 (run from the repository root by the device tool, $OUT set):
+#   levers   the bare decode loop (benchmarks/llm_decode_loop.py), 8B fp8, PDL on, batches 1 and 4: the qkv GEMV
+#            with and without RoPE + cache write folded in (DEEPGAP_DECODE_ROPE=fused), each with the one-pass and
+#            the split-KV attention (--split-kv off,auto), the top kernels at batch 1
+#   harness  the bare loop at batch 1, RoPE fused and the split KV, replaying its own graph and deepgap's graph step
+#            (`--harness own,deepgap`), PDL on and auto: where deepgap's figure and the loop's part (issue 51)
+#   sweep8b  deepgap run --workload decode, 8B quant fp8 at batches SWEEP_FP8 (1): as session 21's, with whatever
+#            DEEPGAP_DECODE_* switches the caller sets
+set -uo pipefail
+source benchmarks/device_lib.sh
+case ${1:-} in
+levers)
+    for rope in mix fused; do
+        step "loop fp8 rope $rope" "${LOOP_LIMIT:-150}" env DEEPGAP_DECODE_ROPE=$rope python benchmarks/llm_decode_loop.py \
+            --precision fp8 --batches "${LOOP_BATCHES:-1,4}" --pdl on --split-kv off,auto --profile --out "$OUT" \
+            > "$OUT/levers-$rope.txt" 2>&1
+        grep "^{" "$OUT/levers-$rope.txt" | cut -c1-400; grep -v "^{" "$OUT/levers-$rope.txt" | grep -i "error\|Trace" | head
+    done ;;
+harness)
+    step "loop fp8 own vs deepgap step" "${LOOP_LIMIT:-150}" env DEEPGAP_DECODE_ROPE=fused python benchmarks/llm_decode_loop.py \
+        --precision fp8 --batches 1 --pdl on,auto --split-kv auto --harness own,deepgap --profile --out "$OUT" \
+        > "$OUT/harness.txt" 2>&1
+    grep "^{" "$OUT/harness.txt" | cut -c1-400; grep -v "^{" "$OUT/harness.txt" | grep -i "error\|Trace" | head ;;
+sweep8b)
+    bash results/h200/session19/device.sh sweep8b ;;
+*) sed -n 2,9p "$0"; exit 2 ;;
+esac
