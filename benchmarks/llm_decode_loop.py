@@ -48,13 +48,8 @@ def build(model: str, precision: str):
     return m
 
 
-def measure(m, batch: int, input_len: int, steps: int, profile: bool) -> dict:  # noqa: D103
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, m.shape.vocab, (batch, input_len), generator=g).cuda()
-    m.setup_cache(batch, input_len + steps + 1)  # as deepgap sizes it: the step attends over the whole cache
-    from deepgap.measure import llm_attention
-
-    llm_attention.plug(m)
+def _own_step(m, tok, input_len: int):
+    """This loop's own graph: the compiled static step and its argmax captured once; ``one(i)`` replays it."""
     step = torch.compile(m.decode_step, dynamic=False)
     pos = torch.full((1,), input_len, dtype=torch.int64, device="cuda")
     from deepgap.measure.quant import launch
@@ -63,22 +58,51 @@ def measure(m, batch: int, input_len: int, steps: int, profile: bool) -> dict:  
     def pdl():
         return launch.pdl() if os.environ.get("DEEPGAP_DECODE_PDL") == "on" else contextlib.nullcontext()
 
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), pdl():
+        for _ in range(3):
+            step(tok, pos)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with pdl(), torch.cuda.graph(graph):
+        nxt = step(tok, pos).argmax(-1, keepdim=True)
+
+    def one(i: int) -> None:
+        pos.fill_(input_len + i)
+        graph.replay()
+        tok.copy_(nxt)
+
+    return one, "own graph"
+
+
+def _deepgap_step(m, tok, input_len: int):
+    """deepgap's own graph step (`llm_steps.make_step`, as the quant engine builds it), timed by this loop.
+
+    Why: where deepgap's figure and this loop's differ, this tells the step's construction (its warm-up,
+    its captures and PDL choice) from the harness's timing apart.
+    """
+    from deepgap.measure.llm_steps import make_step
+
+    step = make_step(m, "cuda-graph", "default", True)
+    step(tok, input_len)  # warm-up, both captures and the PDL choice
+
+    def one(i: int) -> None:
+        tok.copy_(step(tok, input_len + i).argmax(-1, keepdim=True))
+
+    return one, f"deepgap step, PDL {step.pdl}"
+
+
+def measure(m, batch: int, input_len: int, steps: int, profile: bool, harness: str = "own") -> dict:  # noqa: D103
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, m.shape.vocab, (batch, input_len), generator=g).cuda()
+    m.setup_cache(batch, input_len + steps + 1)  # as deepgap sizes it: the step attends over the whole cache
+    from deepgap.measure import llm_attention
+
+    llm_attention.plug(m)
     with torch.inference_mode():
         tok = m.prefill(ids).argmax(-1, keepdim=True)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side), pdl():
-            for _ in range(3):
-                step(tok, pos)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with pdl(), torch.cuda.graph(graph):
-            nxt = step(tok, pos).argmax(-1, keepdim=True)
-
-        def one(i: int) -> None:
-            pos.fill_(input_len + i)
-            graph.replay()
-            tok.copy_(nxt)
+        one, how = (_deepgap_step if harness == "deepgap" else _own_step)(m, tok, input_len)
 
         windows, prefills = [], []
         for _ in range(5):
@@ -92,7 +116,7 @@ def measure(m, batch: int, input_len: int, steps: int, profile: bool) -> dict:  
             c.synchronize()
             prefills.append(a.elapsed_time(b) / 1e3)
             windows.append(b.elapsed_time(c) / 1e3)
-        row = {"batch": batch, "steps": steps, "windows_s": [round(w, 6) for w in windows]}
+        row = {"batch": batch, "steps": steps, "harness": how, "windows_s": [round(w, 6) for w in windows]}
         w, p = statistics.median(windows), statistics.median(prefills)
         row |= {"tpot_ms": round(w / steps * 1e3, 4), "decode_tok_s": round(batch * steps / w, 1)}
         # a generation's output tokens (the prefill's one and a step's each) over its prefill and decode time
@@ -127,12 +151,17 @@ def main() -> None:  # noqa: D103
         default=None,
         help="attention splits to time in turn, e.g. off,auto (DEEPGAP_DECODE_SPLIT_KV)",
     )
+    ap.add_argument(
+        "--harness",
+        default="own",
+        help="whose graph step to replay, e.g. own,deepgap (deepgap: llm_steps.make_step, as the engine builds it)",
+    )
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     m = build(args.model, args.precision)
     pdls = args.pdl.split(",") if args.pdl else [os.environ.get("DEEPGAP_DECODE_PDL", "")]
     splits = args.split_kv.split(",") if args.split_kv else [os.environ.get("DEEPGAP_DECODE_SPLIT_KV", "off")]
-    for mode, split in itertools.product(pdls, splits):
+    for mode, split, harness in itertools.product(pdls, splits, args.harness.split(",")):
         os.environ["DEEPGAP_DECODE_PDL"], os.environ["DEEPGAP_DECODE_SPLIT_KV"] = mode, split
         for b in (int(x) for x in args.batches.split(",")):
             row = {"model": args.model, "precision": args.precision, "input_len": args.input_len}
@@ -141,7 +170,7 @@ def main() -> None:  # noqa: D103
                 k: os.environ.get(f"DEEPGAP_DECODE_{k.upper()}", "")
                 for k in ("fused", "rope", "attention", "pdl", "split_kv")
             }
-            row |= measure(m, b, args.input_len, args.steps, args.profile and b == 1)
+            row |= measure(m, b, args.input_len, args.steps, args.profile and b == 1, harness)
             table = row.pop("top_kernels", None)
             print(json.dumps(row), flush=True)
             if table:
