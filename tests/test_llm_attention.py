@@ -104,8 +104,9 @@ def test_a_decode_row_says_which_attention_its_step_ran(monkeypatch):
         shape=SimpleNamespace(kv_heads=8),
         embed_tokens=SimpleNamespace(weight=torch.zeros(1)),
     )
+    monkeypatch.setenv("DEEPGAP_DECODE_SPLIT_KV", "off")
     assert describe(model, 1, 256) == "one pass (off)"
-    monkeypatch.setenv("DEEPGAP_DECODE_SPLIT_KV", "auto")
+    monkeypatch.delenv("DEEPGAP_DECODE_SPLIT_KV")  # auto, the default since session 22's H200 timing
     assert describe(model, 1, 256) == "split 8×32 (auto)" and describe(model, 16, 256) == "one pass (auto)"
     model.static_attention = None
     assert describe(model, 1, 256) == "sdpa"

@@ -77,6 +77,8 @@ def test_rope_mode_is_read_from_the_environment(monkeypatch):
     from deepgap.measure.llm_fused import rope_mode
 
     monkeypatch.delenv("DEEPGAP_DECODE_ROPE", raising=False)
+    assert rope_mode() == "fused"  # the default since session 22's H200 timing
+    monkeypatch.setenv("DEEPGAP_DECODE_ROPE", "mix")
     assert rope_mode() == "mix"
     monkeypatch.setenv("DEEPGAP_DECODE_ROPE", "fused")
     assert rope_mode() == "fused"
