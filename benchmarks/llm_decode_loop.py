@@ -171,6 +171,10 @@ def main() -> None:  # noqa: D103
                 for k in ("fused", "rope", "attention", "pdl", "split_kv")
             }
             row |= measure(m, b, args.input_len, args.steps, args.profile and b == 1, harness)
+            if args.precision != "bf16":  # the tiles this process timed (deepgap's rows say theirs)
+                from deepgap.measure.quant import gemv
+
+                row["tiles"] = gemv.chosen()
             table = row.pop("top_kernels", None)
             print(json.dumps(row), flush=True)
             if table:

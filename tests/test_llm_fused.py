@@ -198,3 +198,20 @@ def test_show_names_a_pdl_graph_and_export_says_why():
         == "quant (cuda-graph step)"
     )
     assert _engine({"engine": "eager", "decode_step": "eager", "decode_pdl": ""}) == "eager"
+
+
+def test_a_decode_row_says_which_gemv_tiles_the_worker_chose(monkeypatch):
+    """`gemv.chosen` names each timed shape and its tile (plain and fused keys); export carries it as is."""
+    from deepgap.analysis.decode import figures
+    from deepgap.measure.quant import gemv
+
+    monkeypatch.setattr(gemv, "_TUNED", {})
+    assert gemv.chosen() == ""
+    gemv._TUNED[(1, 4096, 1024, "cuda:0")] = gemv.GemvTile(4, 4096, 1, 8, 1, 0, 1)
+    gemv._TUNED[("fused", (True, False, False, True), 4096, 6144, "cuda:0")] = gemv.GemvTile(
+        8, 512, 1, 4, 4, 1
+    )
+    assert gemv.chosen() == (
+        "1 row(s) 4096x1024: 4x4096 s1 w8 st1 reduce-each; fused norm+rope 4096x6144: 8x512 s1 w4 st4 prefetch"
+    )
+    assert "decode_tiles" in figures({"status": "skipped"})  # kept on every row, like decode_pdl

@@ -114,8 +114,9 @@ def figures(row: dict[str, Any], peaks: Any = None) -> dict[str, Any]:
         "decode_pdl": d.pdl or "",  # the graph's launch and why ("on: timed …"; `llm_steps._kept`)
         "decode_attention": d.attention
         or "",  # the static step's ("split 8×32 (auto)"; `llm_attention.describe`)
+        "decode_tiles": d.tiles or "",  # the worker's tuned GEMV tiles (`quant.gemv.chosen`)
     }
-    kept = ("decode_step", "decode_pdl", "decode_attention")
+    kept = ("decode_step", "decode_pdl", "decode_attention", "decode_tiles")
     return out if ok else {k: (v if k in kept else None) for k, v in out.items()}
 
 

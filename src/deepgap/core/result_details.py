@@ -276,6 +276,7 @@ class Decode(JsonRecord):
     attention: str | None = (
         None  # the static step's: "sdpa", "one pass", "split …" (`llm_attention.describe`)
     )
+    tiles: str | None = None  # the GEMV tiles the worker's tuner had chosen (`quant.gemv.chosen`), quant only
     runs: int | None = None  # timed generations
     warmup_runs: int | None = None
     ttft_median_s: float | None = None

@@ -50,6 +50,7 @@ from deepgap.measure.llm_timing import DecodeResult, measure_decode, prompts
 from deepgap.measure.llm_workload import CHECK_ROWS, CHECK_TOKENS, DECODE_ENGINES, QUANT_PRECISIONS
 from deepgap.measure.models.llama_net import build_llama
 from deepgap.measure.protocol import MeasureRequest
+from deepgap.measure.quant import gemv
 from deepgap.measure.telemetry.session import MeasureTelemetry
 from deepgap.measure.timing import HostClock, ok_result
 from deepgap.measure.worker import WorkerState, nvml_used_bytes, true_peak
@@ -124,6 +125,8 @@ def measure_decode_config(state: WorkerState, req: MeasureRequest) -> Result:
     result = _result(spec, req, model, r, check, ref_tokens)
     result.details.decode.step, result.details.decode.compile_mode = plan.step, plan.compile_mode
     result.details.decode.pdl = getattr(step, "pdl", None)
+    if spec.precision in LINEAR_SWAPS:
+        result.details.decode.tiles = gemv.chosen() or None
     if plan.step != "eager":  # the eager step attends by SDPA over the positions written, always
         result.details.decode.attention = llm_attention.describe(
             model, spec.batch_size, spec.input_len + spec.output_len

@@ -120,6 +120,31 @@ def fastest(key: tuple, device: torch.device, cands: Iterable[GemvTile], call) -
     return _TUNED[key]
 
 
+def chosen() -> str:
+    """The tiles this process's tuner chose, one ``shape: tile`` per timed key (a decode row's ``decode.tiles``).
+
+    Why recorded: each process times its tiles once (`fastest`), and a close choice can go either way; with
+    PDL a tile's program count decides how many slots its blocks hold while they wait (session 22: the same
+    step ran 392.6 tokens/s in the bare loop and 357 in `deepgap run`).
+    """
+
+    def shape(key: tuple) -> str:
+        if key[0] == "fused":  # ("fused", (gamma, swiglu, residual, rope), k, n, device)
+            parts = ("norm", "swiglu", "residual", "rope")
+            what = "+".join(p for p, on in zip(parts, key[1], strict=True) if on) or "plain"
+            return f"fused {what} {key[2]}x{key[3]}"
+        return f"{key[0]} row(s) {key[1]}x{key[2]}"
+
+    def tile(t: GemvTile) -> str:
+        return (
+            f"{t.bn}x{t.bk} s{t.split_k} w{t.num_warps} st{t.num_stages}"
+            + " prefetch" * t.prefetch
+            + (" reduce-each" * t.reduce_each)
+        )
+
+    return "; ".join(f"{shape(k)}: {tile(t)}" for k, t in _TUNED.items())
+
+
 def _graph_ms(launch, calls: int = 20) -> float:
     """Milliseconds of ``calls`` launches captured in one CUDA graph, best of three replays.
 
