@@ -32,6 +32,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from deepgap.serving.loadgen.trace import Agreement
 from deepgap.serving.sim.batcher import BatchPolicy
 from deepgap.serving.sim.log import LevelSummary, RequestLog
@@ -65,6 +67,8 @@ class LoadgenRequest:
     confidence: float = 0.99  # of the p99 verdict of deepgap's own summary of the run
     null: bool = False
     trace: bool = True  # LoadGen's per-sample trace, for runs of at most TRACE_CAP samples
+    # A text model: the QSL's samples, sample ``s`` ``sample_lengths[s]`` tokens long (None: images)
+    sample_lengths: np.ndarray | None = None
 
 
 def null_request(req: LoadgenRequest) -> LoadgenRequest:

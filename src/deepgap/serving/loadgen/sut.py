@@ -59,6 +59,7 @@ class BatchedSut:
         self.todo: queue.SimpleQueue = queue.SimpleQueue()
         self.errors: list[BaseException] = []
         self.failed = False  # a thread raised: every sample is completed unserved so that LoadGen returns
+        self.held: list[int] = []  # the samples of a batch being submitted (completed unserved if it raises)
 
     def _respond(self, ids: list[int]) -> None:
         """One ``QuerySamplesComplete`` for ``ids``, its responses built in a C loop."""
@@ -97,10 +98,33 @@ class BatchedSut:
         self.taken += k
         return ids, first_index
 
+    def _decide(self, now: float, queued: int) -> tuple[int, float]:
+        """(samples to dispatch now, else 0; when to look again): the event loop's `decide`."""
+        d = decide(self.policy, now, queued, self.chunks[0][0], more_coming=True)
+        return d.count, d.wait_until_s
+
+    def _dispatch(self, n: int) -> tuple[Any, list[int], Any]:
+        """Submit the oldest ``n`` samples: (ticket, response ids, where the batch starts in issue order).
+
+        The ring serves the batch from the first sample's slot on (one or two copies: the same bytes).
+        """
+        first = self.taken
+        ids, index = self._take(n)
+        self.held = ids  # completed unserved should submit raise
+        ticket = self.ex.submit(int(index), n)
+        self.held = []
+        return ticket, ids, first
+
+    def _set_want(self, n: int) -> None:
+        """Be woken once ``n`` samples are queued (a full batch, or the first one)."""
+        self.want = n
+
+    def _wanted(self) -> bool:
+        return self.issued - self.taken >= self.want
+
     def dispatch(self) -> None:
         """The dispatch thread: the event loop's rules on live arrivals, ``depth`` batches in flight."""
         ex, pol = self.ex, self.policy
-        held: list[int] = []
         torch = getattr(ex, "torch", None)
         ctx = torch.inference_mode() if torch is not None else contextlib.nullcontext()
         try:
@@ -122,30 +146,26 @@ class BatchedSut:
                     timeout: float | None = STOP_POLL_S
                     if queued:
                         now = time.perf_counter()
-                        d = decide(pol, now, queued, self.chunks[0][0], more_coming=True)
-                        if d.count:
-                            n = min(d.count, self.top)
-                            first = self.taken
-                            ids, index = self._take(n)
-                            held = ids  # completed unserved should submit raise
-                            ticket = ex.submit(int(index), n)
-                            held = []
+                        count, wait_until = self._decide(now, queued)
+                        if count:
+                            ticket, ids, first = self._dispatch(min(count, self.top))
                             flight.append(ticket)
                             self.todo.put((ticket, ids, first, now))
                             self.submitted += 1
                             continue
-                        self.want, timeout = pol.max_batch, min(d.wait_until_s - now, STOP_POLL_S)
+                        self._set_want(pol.max_batch)
+                        timeout = min(wait_until - now, STOP_POLL_S)
                     else:
                         if self.stop:
                             break
-                        self.want = 1
-                    if self.issued - self.taken >= self.want:
+                        self._set_want(1)
+                    if self._wanted():
                         continue  # arrived between the check and publishing ``want``
                     self.wake.wait(timeout)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             self.errors.append(exc)
             self.failed = True
-            self._respond(held)
+            self._respond(self.held)
             while not self.stop:  # LoadGen keeps issuing until its run is over: answer at once
                 self._drain()
                 self.wake.wait(STOP_POLL_S)
@@ -233,7 +253,18 @@ def drive(executor: Any, req: LoadgenRequest) -> LoadgenResult:
     import mlperf_loadgen as lg
 
     settings = loadgen_settings(lg, req)
-    sut_obj = NullSut(lg) if req.null else BatchedSut(lg, executor, req.policy)
+    text = req.sample_lengths is not None and not req.null  # a text model: samples with their lengths
+    if text:
+        from deepgap.serving.loadgen.text_sut import TextSut
+
+        executor.set_samples(req.sample_lengths)
+    sut_obj = (
+        NullSut(lg)
+        if req.null
+        else TextSut(lg, executor, req.policy, req.sample_lengths)
+        if text
+        else BatchedSut(lg, executor, req.policy)
+    )
     calls = [0]
 
     def issue(ids, indices) -> None:
@@ -241,7 +272,9 @@ def drive(executor: Any, req: LoadgenRequest) -> LoadgenResult:
         sut_obj.issue(ids, indices)
 
     n_pool = int(
-        executor.ring.size
+        len(req.sample_lengths)
+        if req.sample_lengths is not None
+        else executor.ring.size
         if executor is not None and hasattr(executor, "ring")
         else getattr(executor, "pool_size", 256)
     )
@@ -275,6 +308,8 @@ def drive(executor: Any, req: LoadgenRequest) -> LoadgenResult:
     if not req.null and sut_obj.errors:
         raise sut_obj.errors[0]
     log = sut_obj.log(origin)
+    if text:  # what the batches held: the samples' own tokens, and what the engine ran, padding included
+        log.useful_tokens, log.padded_tokens = executor.useful_tokens, executor.padded_tokens
     rate = req.qps if req.scenario == "server" else None
     level = summarize(log, rate, req.slo_s, 0.99, req.confidence) if log.n else None
     note = (
