@@ -22,7 +22,8 @@ serves nothing: LoadGen's and the Python binding's own latency floor at the same
 ``trace`` on, LoadGen's per-sample latencies are read back from its trace and matched with ours
 (`deepgap.serving.loadgen.trace`). LoadGen's sample indices pick ring slots, so a batch is served from
 the ring like any other (one or two copies from the first sample's slot: the bytes moved are the
-same). Without the package ``--loadgen`` is refused before anything runs (exit 2); LoadGen's own log
+same); a text model's samples have lengths and are batched per bucket (`deepgap.serving.loadgen.text_sut`).
+Without the package ``--loadgen`` is refused before anything runs (exit 2); LoadGen's own log
 files go to a temporary directory, never the working directory.
 """
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from deepgap.serving.loadgen.sut import BatchedSut
+from deepgap.serving.loadgen.batched import BatchedSut
 from deepgap.serving.sim.batcher import BatchPolicy, decide
 from deepgap.serving.sim.log import RequestLog
 
