@@ -2,7 +2,9 @@
 
 With ``--target-tok-s`` it plans a decoder instead: the devices of each kind that give the target output
 tokens/s with every sequence's TPOT and TTFT within ``--tpot-slo`` and ``--ttft-slo`` (MLPerf's 100 ms and
-2 s by default), from the stored decode rows (`deepgap.analysis.decode_plan`).
+2 s by default), from the stored decode rows (`deepgap.analysis.decode_plan`). A text encoder (bert-*) is
+planned in sequences/s and tokens/s at one sequence length (`deepgap.serving.capacity.text_plan`): its
+target is ``--qps`` (sequences/s) or ``--target-tok-s`` (tokens/s), its length ``--seq-len``.
 """
 
 from __future__ import annotations
