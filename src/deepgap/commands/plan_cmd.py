@@ -2,7 +2,9 @@
 
 With ``--target-tok-s`` it plans a decoder instead: the devices of each kind that give the target output
 tokens/s with every sequence's TPOT and TTFT within ``--tpot-slo`` and ``--ttft-slo`` (MLPerf's 100 ms and
-2 s by default), from the stored decode rows (`deepgap.analysis.decode_plan`).
+2 s by default), from the stored decode rows (`deepgap.analysis.decode_plan`). A text encoder (bert-*) is
+planned in sequences/s and tokens/s at one sequence length (`deepgap.serving.capacity.text_plan`): its
+target is ``--qps`` (sequences/s) or ``--target-tok-s`` (tokens/s), its length ``--seq-len``.
 """
 
 from __future__ import annotations
@@ -26,14 +28,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     from deepgap.commands.capacity import add_simulation_arguments
 
     p.add_argument("stores", nargs="+", help="store files (e.g. one per machine: T4, L4, H100 …)")
-    p.add_argument("--qps", help="total load to carry, queries/s (an image or text model; required)")
+    p.add_argument(
+        "--qps",
+        help="total load to carry, queries/s (a text encoder's: sequences/s; required, or --target-tok-s)",
+    )
     p.add_argument("--slo-p99", help="p99 latency bound, e.g. 15ms (with --qps; required)")
     p.add_argument("--model", required=True, help="the model to serve")
     p.add_argument(
         "--target-tok-s",
         metavar="RATE",
         help="a decoder: total output tokens/s to give, e.g. 8000 (from the stores' decode rows; "
-        "instead of --qps and --slo-p99)",
+        "instead of --qps and --slo-p99); a text encoder (bert-*): total tokens/s, with --slo-p99 "
+        "(instead of --qps)",
+    )
+    p.add_argument(
+        "--seq-len",
+        help="a text encoder: the sequence length to plan at (needed when the stores hold several)",
     )
     p.add_argument("--tpot-slo", metavar="DURATION", help="with --target-tok-s: TPOT bound (default 100ms)")
     p.add_argument("--ttft-slo", metavar="DURATION", help="with --target-tok-s: TTFT bound (default 2s)")
@@ -48,17 +58,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
 def main(args: argparse.Namespace) -> int:  # noqa: D103
     from deepgap.commands.capacity import load_settings, max_batch_of, select_curves
     from deepgap.serving.capacity.planner import plan, predict, store_card_spreads, widen_by_cards
+    from deepgap.serving.capacity.text_plan import UNIT, is_encoder, text_plan
     from deepgap.serving.sim.arrivals import parse_rate_qps
 
-    if args.target_tok_s is not None:
+    text = is_encoder(args.model)  # a text encoder: seq/s and tokens/s (`serving.capacity.text_plan`)
+    if args.target_tok_s is not None and not text:
         return _plan_decode(args)
-    for flag, value in (("--qps", args.qps), ("--slo-p99", args.slo_p99)):
+    if args.seq_len is not None and not text:
+        raise UsageError(f"--seq-len applies to text models, and {args.model} is not one", "drop --seq-len")
+    needed = (("--qps", args.qps),) if not text else ()  # a text encoder's target: `text_plan`
+    for flag, value in (*needed, ("--slo-p99", args.slo_p99)):
         if value is None:
             raise UsageError(
                 f"plan needs {flag}",
                 "pass --qps and --slo-p99 (or --target-tok-s for a decoder's decode rows)",
             )
-    qps = parse_rate_qps(args.qps)
+    qps = 0.0 if text else parse_rate_qps(args.qps)
     if args.objective not in ("devices", "watts"):
         raise UsageError(f"unknown --objective {args.objective!r}", "use devices or watts")
     load = load_settings(args)
@@ -70,10 +85,16 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
         names = sorted({str(c.key["platform"]) for c in curves})
         keep = {resolve_platform(q, names) for q in args.platforms.split(",") if q.strip()}
         curves = [c for c in curves if str(c.key["platform"]) in keep]
-    rows = plan([predict(c, load, mb) for c in curves], qps, args.objective)
+    tp = text_plan(curves, args.model, args.qps, args.target_tok_s, args.seq_len) if text else None
+    if tp is not None:
+        curves, qps = tp.curves, tp.seq_per_s
+    unit = UNIT if tp is not None else "q/s"
+    rows = plan([predict(c, load, mb) for c in curves], qps, args.objective, unit)
     widen_by_cards(rows, store_card_spreads(list(args.stores)), qps)  # two or more cards of a type: a range
     if args.json:
-        print(json.dumps([asdict(r) for r in rows], indent=1))
+        print(
+            json.dumps([{**asdict(r), **(tp.fields(r.capacity_qps) if tp else {})} for r in rows], indent=1)
+        )
         return 0
     from rich.console import Console
     from rich.table import Table
@@ -83,15 +104,18 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
         "device kind",
         "configuration",
         "policy",
-        "capacity q/s per device",
+        f"capacity {unit} per device",
+        *(("tokens/s per device",) if tp else ()),
         "devices",
         "W per device",
         "total kW",
         "× devices",
         "× watts",
-        "top-1 %",
+        *(() if tp else ("top-1 %",)),  # a dataset's top-1: none for a text model
         "note",
-        title=f"{args.model}: {qps:,.0f} queries/s at p99 ≤ {load.slo_s * 1e3:g} ms (objective: {args.objective})",
+        title=tp.title(args.model, load.slo_s, args.objective)
+        if tp
+        else f"{args.model}: {qps:,.0f} queries/s at p99 ≤ {load.slo_s * 1e3:g} ms (objective: {args.objective})",
     )
     for i, r in enumerate(rows, 1):
         t.add_row(
@@ -100,16 +124,19 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
             r.configuration,
             r.policy,
             f"{r.capacity_qps:,.1f}",
+            *((f"{r.capacity_qps * tp.seq_len:,.0f}",) if tp else ()),
             "–" if r.devices is None else str(r.devices),
             "–" if r.power_w_per_device is None else f"{r.power_w_per_device:.0f}",
             "–" if r.total_power_w is None else f"{r.total_power_w / 1e3:,.2f}",
             "–" if r.relative_devices is None else f"{r.relative_devices:.2f}",
             "–" if r.relative_power is None else f"{r.relative_power:.2f}",
-            "–" if r.top1 is None else f"{100 * r.top1:.2f}",
+            *(() if tp else ("–" if r.top1 is None else f"{100 * r.top1:.2f}",)),
             r.note,
         )
     console = Console(width=200)
     console.print(t)
+    if tp:
+        console.print(tp.note())
     if rows:  # which capacity the device counts rest on (LoadGen's, where measured, is in the report)
         console.print(
             f"capacity per device: {rows[0].capacity_used}; a serve run with --loadgen shows "
@@ -127,7 +154,7 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
             dev = "–" if a["devices"] is None else f"{a['devices']} devices"
             console.print(
                 f"  also considered: {a['configuration']} ({a['policy']}): "
-                f"{a['capacity_qps']:,.1f} q/s, {dev}: {a['why']}"
+                f"{a['capacity_qps']:,.1f} {unit}, {dev}: {a['why']}"
             )
     return 0
 

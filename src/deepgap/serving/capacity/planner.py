@@ -221,8 +221,11 @@ def predict(curve: Curve, load: LoadSettings, max_batch: int | None = None) -> P
     return Prediction(curve, ranked[0], ranked)
 
 
-def explain(p: Prediction) -> str:
-    """Why the capacity is what it is: share of saturation, the SLO's room for queueing, the samples."""
+def explain(p: Prediction, unit: str = "q/s") -> str:
+    """Why the capacity is what it is: share of saturation, the SLO's room for queueing, the samples.
+
+    ``unit``: what a request per second is called (a text model's: seq/s).
+    """
     sv, best = p.curve.service, p.best
     n = {b: len(sv.samples_s.get(b, ())) for b in sv.batch_sizes}
     lo, hi = (min(n.values()), max(n.values())) if n else (0, 0)
@@ -241,7 +244,7 @@ def explain(p: Prediction) -> str:
     room = best.slo_s - sv.median_at(b)
     return (
         f"{100 * best.capacity_qps / sat:.0f}% of the saturation throughput "
-        f"({sat:,.4g} q/s at batch ≤ {b}): "
+        f"({sat:,.4g} {unit} at batch ≤ {b}): "
         f"the median call ({sv.median_at(b) * 1e3:.3g} ms) leaves {room * 1e3:.3g} ms of the SLO for "
         f"queueing and batching; {batches}; {samples}"
     )
@@ -306,8 +309,13 @@ def widen_by_cards(rows: list[PlanRow], spreads: dict[str, Any], qps: float) -> 
     return rows
 
 
-def plan(predictions: list[Prediction], qps: float, objective: str = "devices") -> list[PlanRow]:
-    """Per platform, the configuration that best meets ``objective`` (devices or watts), best platform first."""
+def plan(
+    predictions: list[Prediction], qps: float, objective: str = "devices", unit: str = "q/s"
+) -> list[PlanRow]:
+    """Per platform, the configuration that best meets ``objective`` (devices or watts), best platform first.
+
+    ``unit``: what a request per second is called in each row's explanation (a text model's: seq/s).
+    """
     by_platform: dict[str, list[PlanRow]] = {}
     for p in predictions:
         cap = p.best.capacity_qps
@@ -331,7 +339,7 @@ def plan(predictions: list[Prediction], qps: float, objective: str = "devices") 
                 if x
             ),
             top1=p.curve.top1,
-            why=explain(p),
+            why=explain(p, unit),
         )
         by_platform.setdefault(row.platform, []).append(row)
 

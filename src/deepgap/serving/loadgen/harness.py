@@ -22,7 +22,8 @@ serves nothing: LoadGen's and the Python binding's own latency floor at the same
 ``trace`` on, LoadGen's per-sample latencies are read back from its trace and matched with ours
 (`deepgap.serving.loadgen.trace`). LoadGen's sample indices pick ring slots, so a batch is served from
 the ring like any other (one or two copies from the first sample's slot: the bytes moved are the
-same). Without the package ``--loadgen`` is refused before anything runs (exit 2); LoadGen's own log
+same); a text model's samples have lengths and are batched per bucket (`deepgap.serving.loadgen.text_sut`).
+Without the package ``--loadgen`` is refused before anything runs (exit 2); LoadGen's own log
 files go to a temporary directory, never the working directory.
 """
 
@@ -31,6 +32,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from deepgap.serving.loadgen.trace import Agreement
 from deepgap.serving.sim.batcher import BatchPolicy
@@ -65,6 +68,8 @@ class LoadgenRequest:
     confidence: float = 0.99  # of the p99 verdict of deepgap's own summary of the run
     null: bool = False
     trace: bool = True  # LoadGen's per-sample trace, for runs of at most TRACE_CAP samples
+    # A text model: the QSL's samples, sample ``s`` ``sample_lengths[s]`` tokens long (None: images)
+    sample_lengths: np.ndarray | None = None
 
 
 def null_request(req: LoadgenRequest) -> LoadgenRequest:

@@ -12,6 +12,7 @@ LoadGen's worker side (`deepgap.serving.loadgen`, below `run`) cannot import the
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from deepgap.serving.loadgen.harness import (
@@ -24,6 +25,7 @@ from deepgap.serving.loadgen.harness import (
 from deepgap.serving.records.details import LevelDetails, LoadgenRun
 from deepgap.serving.run.rows import level_row
 from deepgap.serving.run.spec import DEFAULT_POLICY
+from deepgap.serving.run.text_spec import text_tokens_line
 from deepgap.serving.sim.batcher import BatchPolicy
 from deepgap.serving.sim.capacity_stats import min_queries
 
@@ -146,6 +148,10 @@ def _one_run(
         seed=spec.seed,
         confidence=spec.confidence,
     )
+    dist = getattr(c.worker, "seq_dist", None)
+    if dist is not None:  # a text model: LoadGen's sample s is this long (a seeded draw from --seq-len-dist)
+        n = max(c.req.pool_size, max(c.req.buckets))
+        req = dataclasses.replace(req, sample_lengths=dist.draw(n, spec.seed))
     req = null_request(req) if null else req
     what = "null SUT (nothing served: the harness floor)" if null else SCENARIO_NAMES[spec.scenario]
     c.say(f"serve: MLCommons LoadGen, {what}" + (f" at {qps:,.1f}/s" if qps else ""))
@@ -200,6 +206,8 @@ def _one_run(
         )
         + (f"; early stopping: {res.early_stopping}" if res.early_stopping else "")
     )
+    if summ is not None and summ.padded_tokens_per_s:
+        c.out.lines.append(f"loadgen:   {text_tokens_line(summ)}")
     if a is not None:
         c.out.lines.append(f"loadgen:   {a.line()}")
     elif res.trace_note:

@@ -221,8 +221,8 @@ def _check_names(spec: ServeSpec) -> None:
 def check_text(spec: ServeSpec) -> None:
     """What text serving takes; one line and exit 2 otherwise.
 
-    Not yet: several tenants, MLCommons LoadGen (its samples are the image ring's), accuracy mode, an
-    engine other than eager (one prepared instance must take every padded shape), decoders.
+    Not yet: several tenants, accuracy mode, an engine other than eager (one prepared instance must take
+    every padded shape), decoders.
     """
     from deepgap.measure.models.bert import CONFIGS
     from deepgap.serving.run.text_spec import TEXT_ENGINES, text_load
@@ -242,7 +242,6 @@ def check_text(spec: ServeSpec) -> None:
             "pass --engine eager (fp16/bf16 with --precision)",
         )
     for flag, bad in (
-        ("--loadgen", spec.loadgen),
         ("--dataset", spec.dataset),
         ("--resolution", spec.resolution is not None),
         ("--memory-format", spec.memory_format != "nchw"),

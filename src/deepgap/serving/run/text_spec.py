@@ -134,3 +134,12 @@ def text_lines(rec: ServeRecord, summary: dict[str, Any], lines: list[str]) -> N
             else ""
         )
     )
+
+
+def text_tokens_line(summary: Any) -> str:
+    """A LoadGen run of a text model as deepgap counted it: seq/s, useful and padded tokens/s, the padding."""
+    useful, padded = summary.useful_tokens_per_s or 0.0, summary.padded_tokens_per_s
+    return (
+        f"text: {summary.achieved_qps or 0:,.1f} seq/s, {useful:,.0f} useful tokens/s, {padded:,.0f} padded "
+        f"tokens/s ({(1.0 - useful / padded) * 100:.1f}% padding)"
+    )

@@ -10,6 +10,10 @@ the batch's longest length or its bucket (`Padding.pad_to`). The model gets a ke
 for a request's own tokens; the batch-padding rows attend to their first token only) whenever the
 distribution has more than one length, so calibration and serving time the same masked attention; a
 fixed length runs unmasked (nothing is ever padded). Useful and padded tokens are counted per batch.
+
+Under MLCommons LoadGen (`set_samples`, `submit_samples`) a batch is LoadGen's samples, not a range of
+arrivals: sample ``s`` has the length its QSL gave it and lives in ring row ``s % size``; the batch's rows
+and lengths are gathered into a staging buffer and copied in with one copy each.
 """
 
 from __future__ import annotations
@@ -117,6 +121,53 @@ class TokenExecutor(PipelinedExecutor):
         lens = torch.ones(b, dtype=torch.int64, device=self.device)
         lens[:count] = padded if dev_lens is None else dev_lens
         return self.run(ids, self.positions[:padded][None, :] < lens[:, None])
+
+    def set_samples(self, lengths: np.ndarray) -> None:
+        """LoadGen's QSL: sample ``s`` is ``lengths[s]`` tokens long (its ids: ring row ``s % size``)."""
+        torch, top = self.torch, self.buckets[-1]
+        self.sample_lengths = np.asarray(lengths, dtype=np.int64)
+        self.fixed = None
+        self.useful_tokens = self.padded_tokens = 0
+        self.stage = [
+            torch.empty((top, self.max_len), dtype=torch.int64, pin_memory=self.cuda)
+            for _ in range(self.depth)
+        ]
+        self.stage_len = [
+            torch.empty(top, dtype=torch.int64, pin_memory=self.cuda) for _ in range(self.depth)
+        ]
+        self.dev_len = [torch.empty(top, dtype=torch.int64, device=self.device) for _ in range(self.depth)]
+        self.copied: list[Any] = [None] * self.depth  # per slot: the copy stream's event after its last copy
+
+    def submit_samples(self, indices: list[int]) -> Ticket:
+        """Issue LoadGen's samples ``indices`` as one batch, padded as a level's batch is (`submit`)."""
+        t0 = time.perf_counter()
+        idx = np.asarray(indices, dtype=np.int64)
+        count = len(idx)
+        b = self.bucket(count)
+        lens = self.sample_lengths[idx]
+        padded = self.pad.pad_to(int(lens.max()))
+        self.useful_tokens += int(lens.sum())
+        self.padded_tokens += count * padded
+        rows, lens_t = self.torch.from_numpy(idx % self.size), self.torch.from_numpy(lens)
+        slot = self.k % self.depth
+        prev = self.copied[slot]  # the staging buffer is rewritten only once its last copy has left it
+
+        def copy_in(s: int) -> None:
+            if prev is not None:
+                self.st.synchronize(prev)
+            self.torch.index_select(self.ring, 0, rows, out=self.stage[s][:count])
+            self.stage_len[s][:count].copy_(lens_t)
+            self.slots[s][:count].copy_(self.stage[s][:count], non_blocking=self.cuda)
+            self.dev_len[s][:count].copy_(self.stage_len[s][:count], non_blocking=self.cuda)
+
+        t = self.issue(
+            t0,
+            b,
+            copy_in,
+            lambda s: self._forward(self.slots[s], count, b, padded, self.dev_len[s][:count]),
+        )
+        self.copied[slot] = t.events[1]
+        return t
 
     def engine_interval_s(self, b: int, iterations: int) -> float:
         """Seconds per batch of the model alone at the calibrated length, inputs on the device."""
