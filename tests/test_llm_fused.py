@@ -208,10 +208,41 @@ def test_a_decode_row_says_which_gemv_tiles_the_worker_chose(monkeypatch):
     monkeypatch.setattr(gemv, "_TUNED", {})
     assert gemv.chosen() == ""
     gemv._TUNED[(1, 4096, 1024, "cuda:0")] = gemv.GemvTile(4, 4096, 1, 8, 1, 0, 1)
-    gemv._TUNED[("fused", (True, False, False, True), 4096, 6144, "cuda:0")] = gemv.GemvTile(
-        8, 512, 1, 4, 4, 1
-    )
+    rope = ("fused", (True, False, False, True), 4096, 6144, "cuda:0")
+    gemv._TUNED[rope] = gemv.GemvTile(8, 512, 1, 4, 4, 1)
     assert gemv.chosen() == (
         "1 row(s) 4096x1024: 4x4096 s1 w8 st1 reduce-each; fused norm+rope 4096x6144: 8x512 s1 w4 st4 prefetch"
     )
     assert "decode_tiles" in figures({"status": "skipped"})  # kept on every row, like decode_pdl
+
+
+def test_gemv_tiles_are_timed_under_pdl_where_a_decode_graph_may_use_it(monkeypatch):
+    """`gemv.fastest` times its candidates under PDL where the decode graph may launch with it, else plainly.
+
+    The timer is a stand-in that favours one tile alone and another under PDL; the choice is made once per
+    key, whichever launch mode the first caller is in, so the PDL and plain graphs share it.
+    """
+    from types import SimpleNamespace
+
+    from deepgap.measure.quant import gemv, launch
+
+    alone, overlapped = gemv.GemvTile(4, 4096), gemv.GemvTile(8, 512)
+    timed = []
+
+    def fake_ms(call, calls: int = 20) -> float:
+        t = call.__defaults__[0]  # the candidate bound by `fastest`'s lambda
+        timed.append(launch.pdl_on())
+        return 1.0 if (t == overlapped) == launch.pdl_on() else 2.0
+
+    monkeypatch.setattr(gemv, "_graph_ms", fake_ms)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    cuda = SimpleNamespace(type="cuda")
+    for capable, best in ((True, overlapped), (False, alone)):
+        monkeypatch.setattr(gemv, "_TUNED", {})
+        monkeypatch.setattr(gemv, "timed_under_pdl", lambda device, c=capable: c)
+        timed.clear()
+        assert gemv.fastest(("k",), cuda, [alone, overlapped], lambda t: None) == best
+        assert timed == [capable, capable]
+        with launch.pdl():  # a PDL caller later: the one choice, not timed again
+            assert gemv.fastest(("k",), cuda, [alone, overlapped], lambda t: None) == best
+        assert len(timed) == 2 and not launch.pdl_on()

@@ -20,6 +20,7 @@ K 14336) otherwise has too few programs to keep every SM's loads in flight.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
+from deepgap.measure.quant import launch
 from deepgap.measure.quant.launch import check, halved_to_divide, launcher
 
 CODES = (torch.float8_e4m3fn, torch.int8)  # both convert to bf16 exactly (3 mantissa bits; |v| ≤ 127)
@@ -102,30 +104,45 @@ def fastest(key: tuple, device: torch.device, cands: Iterable[GemvTile], call) -
     """The candidate whose ``call(tile)`` is fastest in a CUDA graph, once per ``key`` and process (`tuned`).
 
     ``cands`` may be a generator: a call whose key is timed already (every eager decode step's) fits none.
+    Where a decode graph may launch with programmatic dependent launch (`timed_under_pdl`), the candidates
+    are timed under it, whichever step first asks: with PDL each launch's first weight loads overlap its
+    predecessor's tail, and the tile that wins alone need not win there. One choice serves both graphs, so
+    the PDL graph's logits stay bit-equal to the plain graph's (`llm_steps._kept` checks them). Session 22
+    (one H200, Llama-3.1-8B fp8, batch 1): the same graph step ran 392.6 tokens/s in a process whose tiles
+    were first timed under PDL (the bare loop; its plain graph was faster too, 2.687 ms a step against
+    2.711) and 357 in `deepgap run`, whose tiles were timed without it (its correctness check's eager steps
+    came first): the likeliest of the differences between the two, not yet confirmed on a GPU.
     """
     if key in _TUNED:
         return _TUNED[key]
     if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
         return next(iter(cands))
     times, failed = {}, []
-    for t in dict.fromkeys(cands):
-        try:  # compiles before any capture: a candidate this GPU or Triton cannot build is passed over
-            call(t)
-        except Exception as e:  # noqa: BLE001 - any build failure of one candidate
-            failed.append(f"{t}: {type(e).__name__}")
-            continue
-        times[t] = _graph_ms(lambda t=t: call(t))
+    with launch.pdl() if timed_under_pdl(device) else contextlib.nullcontext():
+        for t in dict.fromkeys(cands):
+            try:  # compiles before any capture: a candidate this GPU or Triton cannot build is passed over
+                call(t)
+            except Exception as e:  # noqa: BLE001 - any build failure of one candidate
+                failed.append(f"{t}: {type(e).__name__}")
+                continue
+            times[t] = _graph_ms(lambda t=t: call(t))
     check(bool(times), f"no GEMV tile builds for {key}: {'; '.join(failed)}")
     _TUNED[key] = min(times, key=times.get)
     return _TUNED[key]
 
 
+def timed_under_pdl(device: torch.device) -> bool:
+    """Whether a decode graph on ``device`` may use PDL (`llm_steps.pdl_modes`: Hopper, not turned off)."""
+    from deepgap.measure.llm_steps import pdl_modes
+
+    return True in pdl_modes(device)
+
+
 def chosen() -> str:
     """The tiles this process's tuner chose, one ``shape: tile`` per timed key (a decode row's ``decode.tiles``).
 
-    Why recorded: each process times its tiles once (`fastest`), and a close choice can go either way; with
-    PDL a tile's program count decides how many slots its blocks hold while they wait (session 22: the same
-    step ran 392.6 tokens/s in the bare loop and 357 in `deepgap run`).
+    Why recorded: each process times its tiles once (`fastest`), and they decide the step's speed (session
+    22: the same step at 392.6 and 357 tokens/s in two processes).
     """
 
     def shape(key: tuple) -> str:

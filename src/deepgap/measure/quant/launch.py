@@ -122,6 +122,11 @@ def pdl() -> Iterator[None]:
         _PDL.reset(token)
 
 
+def pdl_on() -> bool:
+    """Whether launches here use programmatic dependent launch now (inside `pdl`)."""
+    return _PDL.get()
+
+
 @contextlib.contextmanager
 def compile_only() -> Iterator[None]:
     """Inside: GPU launches of this module's kernels compile (or submit a compile) and return unrun.
