@@ -7,7 +7,8 @@ and the static step's attention kernel (`deepgap.measure.llm_attention`, unless 
 split over the cache as DEEPGAP_DECODE_SPLIT_KV says, ``--split-kv`` times several); the timing is its own.
 Per batch: seeded prompts of ``--input-len`` tokens are prefilled; the decode step (positions as a device
 tensor, the whole cache masked) is compiled and captured as one CUDA graph; then ``--steps`` greedy steps are
-replayed back to back (each step's argmax is the next step's input, on the device) between two CUDA events,
+replayed back to back (each step's greedy token, `llm_timing.greedy` as deepgap picks it, is the next step's
+input, on the device) between two CUDA events,
 after a timed prefill, five times. decode tokens/s = batch × steps / median window, which is what deepgap's
 pipelined decode figure measures; output tokens/s = batch × (steps + 1) / (median prefill + median window),
 as deepgap's output figure counts a generation. ``--profile`` adds the top kernels of ten replayed steps
@@ -28,6 +29,8 @@ import statistics
 from pathlib import Path
 
 import torch
+
+from deepgap.measure.llm_timing import greedy
 
 
 def build(model: str, precision: str):
@@ -66,7 +69,7 @@ def _own_step(m, tok, input_len: int):
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with pdl(), torch.cuda.graph(graph):
-        nxt = step(tok, pos).argmax(-1, keepdim=True)
+        nxt = greedy(step(tok, pos))
 
     def one(i: int) -> None:
         pos.fill_(input_len + i)
@@ -88,7 +91,7 @@ def _deepgap_step(m, tok, input_len: int):
     step(tok, input_len)  # warm-up, both captures and the PDL choice
 
     def one(i: int) -> None:
-        tok.copy_(step(tok, input_len + i).argmax(-1, keepdim=True))
+        tok.copy_(greedy(step(tok, input_len + i)))
 
     return one, f"deepgap step, PDL {step.pdl}"
 
@@ -101,14 +104,14 @@ def measure(m, batch: int, input_len: int, steps: int, profile: bool, harness: s
 
     llm_attention.plug(m)
     with torch.inference_mode():
-        tok = m.prefill(ids).argmax(-1, keepdim=True)
+        tok = greedy(m.prefill(ids))
         one, how = (_deepgap_step if harness == "deepgap" else _own_step)(m, tok, input_len)
 
         windows, prefills = [], []
         for _ in range(5):
             a, b, c = (torch.cuda.Event(enable_timing=True) for _ in range(3))
             a.record()
-            tok.copy_(m.prefill(ids).argmax(-1, keepdim=True))
+            tok.copy_(greedy(m.prefill(ids)))
             b.record()
             for i in range(steps):
                 one(i)

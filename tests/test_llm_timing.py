@@ -141,3 +141,21 @@ def test_bf16_copy_keeps_fp32_angles_and_close_logits():
         want, got = ref(ids, all_logits=True), low(ids, all_logits=True).float()
     assert float((got - want).norm() / want.norm()) < 3e-2
     assert low.setup_cache(2, 20).k[0].dtype == torch.bfloat16
+
+
+def test_greedy_is_argmax_first_of_equal_maxima_with_nans():
+    """`chunked_argmax` (the batch-1 GPU path of `greedy`) equals ``argmax(-1)``: ties, a NaN, bf16, 1-8 rows."""
+    from deepgap.measure.llm_timing import GREEDY_CHUNKS, chunked_argmax, greedy
+
+    g = torch.Generator().manual_seed(0)
+    vocab = 128_256  # Llama-3's: 256 chunks of 501
+    for rows in (1, 3, 8):
+        x = torch.randn(rows, vocab, generator=g).to(torch.bfloat16)
+        x[0, 7] = x[0, 90_000] = x[0, 100_000] = 9.0  # equal maxima in two chunks and one: the first wins
+        if rows > 1:
+            x[1, 5_000] = float("nan")  # argmax takes a NaN as the largest
+        want = x.argmax(-1, keepdim=True)
+        for chunks in GREEDY_CHUNKS:
+            assert torch.equal(chunked_argmax(x, chunks), want), (rows, chunks)
+        assert torch.equal(greedy(x), want)  # on the CPU: the plain argmax
+    assert int(chunked_argmax(x, 256)[0]) == 7

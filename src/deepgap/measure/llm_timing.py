@@ -42,6 +42,34 @@ P99_MIN_N = int(math.ceil(math.log(0.025) / math.log(0.99)))
 
 StepFn = Callable[..., object]  # (ids (batch, 1), position: int) -> logits (batch, vocab)
 
+# `greedy` splits a row of logits into this many chunks where the vocabulary divides (the most that do)
+GREEDY_CHUNKS = (256, 128, 64, 32)
+GREEDY_MAX_ROWS = 8  # more rows fill the GPU with one reduction per row: a plain argmax
+
+
+def greedy(logits: torch.Tensor) -> torch.Tensor:
+    """Each row's greedy token ``(rows, 1)``: the first of its largest logits, exactly as ``argmax(-1)``.
+
+    Why not ``argmax`` alone: at batch 1 on a GPU it reduces Llama-3's 128,256 logits in one thread block,
+    37 µs a step on one H200 (session 22, 1.5% of an 8B fp8 step). A max over chunks of the row, then over
+    the chunks' maxima, is the same token: within a chunk and across chunks the first of equal maxima wins.
+    """
+    rows, vocab = logits.shape[0], logits.shape[-1]
+    flat = logits.reshape(rows, vocab)
+    chunks = next((c for c in GREEDY_CHUNKS if vocab % c == 0 and vocab // c >= c), 0)
+    if rows > GREEDY_MAX_ROWS or not chunks or flat.device.type != "cuda":
+        return flat.argmax(-1, keepdim=True)
+    return chunked_argmax(flat, chunks)
+
+
+def chunked_argmax(flat: torch.Tensor, chunks: int) -> torch.Tensor:
+    """``flat.argmax(-1, keepdim=True)`` of ``(rows, vocab)`` as a max within ``chunks`` chunks, then across."""
+    rows, vocab = flat.shape
+    width = vocab // chunks
+    best, where = flat.view(rows, chunks, width).max(-1)
+    chunk = best.argmax(-1, keepdim=True)
+    return chunk * width + where.gather(-1, chunk)
+
 
 @dataclass(frozen=True)
 class DecodeRun:
@@ -125,10 +153,10 @@ def generate(model, ids, output_len: int, step: StepFn | None = None):
     step = step or model.decode_step
     model.setup_cache(b, s + output_len)
     with torch.inference_mode():
-        tok = model.prefill(ids).argmax(-1, keepdim=True)
+        tok = greedy(model.prefill(ids))
         out = [tok]
         for i in range(output_len - 1):
-            tok = step(tok, s + i).argmax(-1, keepdim=True)
+            tok = greedy(step(tok, s + i))
             out.append(tok)
     return torch.cat(out, dim=1)
 
@@ -141,10 +169,10 @@ def _timed_run(
     state: dict = {}
 
     def prefill() -> None:
-        state["tok"] = model.prefill(ids).argmax(-1, keepdim=True)
+        state["tok"] = greedy(model.prefill(ids))
 
     def one_step() -> None:
-        state["tok"] = step(state["tok"], state["pos"]).argmax(-1, keepdim=True)
+        state["tok"] = greedy(step(state["tok"], state["pos"]))
         state["pos"] += 1
 
     prefill_s = clock.time_iteration(prefill)
