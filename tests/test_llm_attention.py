@@ -48,12 +48,14 @@ def test_kernel_is_softmax_attention_over_the_written_positions(b, nq, nkv, d, l
     torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
 
 
+@pytest.mark.parametrize("last", [False, True], ids=["combine-kernel", "last-block"])
 @pytest.mark.parametrize("chunks", [1, 2, 4])
-def test_split_kernel_is_the_reference_at_every_cut(chunks, monkeypatch):
-    """Split KV over 128 positions in 1, 2 or 4 chunks (partials, then the combine): a position inside the
-    first chunk, both sides of a chunk boundary and the last; NaN past pos, in the cache and in the chunks'
-    scratch, is never read."""
+def test_split_kernel_is_the_reference_at_every_cut(chunks, last, monkeypatch):
+    """Split KV over 128 positions in 1, 2 or 4 chunks (partials, then the combine kernel or the last program's
+    merge): a position inside the first chunk, both sides of a chunk boundary and the last; NaN past pos, in
+    the cache and in the chunks' scratch, is never read; the last-block counts are back at 0 after each call."""
     monkeypatch.setattr(llm_attention, "workspace", lambda n, device: torch.full((n,), float("nan")))
+    monkeypatch.setattr(llm_attention, "_COUNTERS", {})
     q, k, v = _qkv(2, 8, 2, 16, 128)
     split = chunked(128, chunks)
     assert split.chunks == chunks and split.combine
@@ -62,14 +64,19 @@ def test_split_kernel_is_the_reference_at_every_cut(chunks, monkeypatch):
         kn, vn = k.clone(), v.clone()
         kn[:, :, pos + 1 :] = float("nan")
         vn[:, :, pos + 1 :] = float("nan")
-        got = attend(q, kn, vn, torch.tensor([pos]), split)
+        got = attend(q, kn, vn, torch.tensor([pos]), split, last=last)
         torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2, msg=f"pos {pos}")
+        assert all(int(c.abs().sum()) == 0 for c in llm_attention._COUNTERS.values())
+    assert len(llm_attention._COUNTERS) == int(last)  # made once, reused at every position
 
 
-def test_split_kernel_takes_each_sequences_own_position(monkeypatch):
+@pytest.mark.parametrize("combine", ["kernel", "last-block"])
+def test_split_kernel_takes_each_sequences_own_position(combine, monkeypatch):
     """Through the op with DEEPGAP_DECODE_SPLIT_KV=on: 100 positions in two chunks of 64 (the last part full),
-    each row read up to its own position: in the first chunk, at the boundary, at the last position."""
+    each row read up to its own position: in the first chunk, at the boundary, at the last position; merged
+    by the combine kernel or by the last program (DEEPGAP_DECODE_COMBINE)."""
     monkeypatch.setenv("DEEPGAP_DECODE_SPLIT_KV", "on")
+    monkeypatch.setenv("DEEPGAP_DECODE_COMBINE", combine)
     q, k, v = _qkv(3, 8, 2, 32, 100)
     assert plan(3, 2, 100, 132, "on") == chunked(100, 2)  # four would hold under 32 positions each
     pos = torch.tensor([3, 64, 99])
@@ -108,6 +115,13 @@ def test_a_decode_row_says_which_attention_its_step_ran(monkeypatch):
     assert describe(model, 1, 256) == "one pass (off)"
     monkeypatch.delenv("DEEPGAP_DECODE_SPLIT_KV")  # auto, the default since session 22's H200 timing
     assert describe(model, 1, 256) == "split 8×32 (auto)" and describe(model, 16, 256) == "one pass (auto)"
+    monkeypatch.setenv("DEEPGAP_DECODE_COMBINE", "last-block")
+    assert describe(model, 1, 256) == "split 8×32 (auto, last-block merge)"
+    monkeypatch.setenv("DEEPGAP_DECODE_COMBINE", "both")
+    with pytest.raises(
+        UsageError, match="DEEPGAP_DECODE_COMBINE='both'; set it to one of kernel, last-block"
+    ):
+        describe(model, 1, 256)
     model.static_attention = None
     assert describe(model, 1, 256) == "sdpa"
     row = {"engine": "quant", "decode_step": "cuda-graph", "decode_pdl": "on: forced"}
@@ -137,10 +151,12 @@ def test_kernel_on_the_gpu_at_llama_8b_heads(batch, pos):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("last", [False, True], ids=["combine-kernel", "last-block"])
 @pytest.mark.parametrize("batch", [1, 4])
-def test_split_on_the_gpu_is_the_one_pass_and_sdpa_at_every_position(batch):
-    """Llama-3.1-8B's heads over a 300-position cache: split (as ``on`` plans it), one pass and SDPA agree at
-    each position; the split captured once in a CUDA graph (with PDL on Hopper) replays right at others."""
+def test_split_on_the_gpu_is_the_one_pass_and_sdpa_at_every_position(batch, last):
+    """Llama-3.1-8B's heads over a 300-position cache: split (as ``on`` plans it; merged by the combine kernel
+    or the last program), one pass and SDPA agree at each position; the split captured once in a CUDA graph
+    (with PDL on Hopper) replays right at others, and the last-block counts are back at 0 after."""
     from deepgap.measure.llm_attention import device_sms
     from deepgap.measure.quant import launch
 
@@ -150,7 +166,7 @@ def test_split_on_the_gpu_is_the_one_pass_and_sdpa_at_every_position(batch):
     pos = torch.zeros(1, dtype=torch.int64, device="cuda")
     for p in range(300):
         pos.fill_(p)
-        got, base = attend(q, k, v, pos, split), attend(q, k, v, pos, one)
+        got, base = attend(q, k, v, pos, split, last=last), attend(q, k, v, pos, one)
         sdpa = torch.nn.functional.scaled_dot_product_attention(
             q, k[:, :, : p + 1], v[:, :, : p + 1], enable_gqa=True
         )
@@ -161,15 +177,17 @@ def test_split_on_the_gpu_is_the_one_pass_and_sdpa_at_every_position(batch):
         return launch.pdl() if torch.cuda.get_device_capability() >= (9, 0) else contextlib.nullcontext()
 
     with pdl():
-        attend(q, k, v, pos, split)  # compiled (its PDL specialization) before the capture
+        attend(q, k, v, pos, split, last=last)  # compiled (its PDL specialization) before the capture
     graph = torch.cuda.CUDAGraph()
     with pdl(), torch.cuda.graph(graph):
-        out = attend(q, k, v, pos, split)
+        out = attend(q, k, v, pos, split, last=last)
     for p in (0, split.chunk - 1, split.chunk, 200, 299):  # a chunk boundary among them
         pos.fill_(p)
         graph.replay()
         want = reference(q, k, v, p)
         torch.testing.assert_close(out.float(), want.float(), rtol=2e-2, atol=2e-2, msg=f"graph, pos {p}")
+    torch.cuda.synchronize()
+    assert all(int(c.abs().sum()) == 0 for c in llm_attention._COUNTERS.values())
 
 
 def test_the_static_step_with_the_kernel_decodes_as_with_sdpa():

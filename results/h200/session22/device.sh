@@ -7,7 +7,8 @@
 #            (`--harness own,deepgap`), PDL on and auto: where deepgap's figure and the loop's part (issue 51)
 #   diag     (prepared for the next session) why `deepgap run` decodes at 357 tok/s where the loop runs its step at
 #            392.6: deepgap run at batch 1 with and without telemetry, then the loop with deepgap's step; each row
-#            says its GEMV tiles (decode_tiles / tiles) and its PDL choice
+#            says its GEMV tiles (decode_tiles / tiles) and its PDL choice; the loop also times the split's merge
+#            by its own kernel and by the attention's last program (DEEPGAP_DECODE_COMBINE=kernel,last-block)
 #   sweep8b  deepgap run --workload decode, 8B quant fp8 at batches SWEEP_FP8 (1): as session 21's, with whatever
 #            DEEPGAP_DECODE_* switches the caller sets
 set -uo pipefail
@@ -37,8 +38,8 @@ diag)
         python3 -c "import csv,sys; [print(sys.argv[2], r['decode_tokens_per_s'], r['pipelined_decode_tokens_per_s'], \
 r['decode_pdl'], r['decode_tiles'][:400]) for r in csv.DictReader(open(sys.argv[1]))]" "$OUT/diag-$tel.csv" $tel
     done
-    step "loop, deepgap's step" "${LOOP_LIMIT:-100}" python benchmarks/llm_decode_loop.py --precision fp8 --batches 1 \
-        --pdl auto --harness deepgap --out "$OUT" > "$OUT/diag-loop.txt" 2>&1
+    step "loop, deepgap's step" "${LOOP_LIMIT:-100}" python benchmarks/llm_decode_loop.py --precision fp8 --batches 1,4 \
+        --pdl auto --combine kernel,last-block --harness deepgap --out "$OUT" > "$OUT/diag-loop.txt" 2>&1
     grep "^{" "$OUT/diag-loop.txt" | cut -c1-900 ;;
 sweep8b)
     bash results/h200/session19/device.sh sweep8b ;;

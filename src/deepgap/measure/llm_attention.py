@@ -43,6 +43,7 @@ from deepgap.measure.quant.launch import check, launcher
 BLOCK = 64  # cache positions per step of the walk
 ROWS = 16  # query rows per tile (a group's rows, padded: the tensor cores' smallest M)
 SPLIT_MODES = ("auto", "on", "off")  # DEEPGAP_DECODE_SPLIT_KV
+COMBINE_MODES = ("kernel", "last-block")  # DEEPGAP_DECODE_COMBINE: how a split's chunks are merged
 MIN_CHUNK = 32  # the fewest cache positions a split program walks
 CPU_SMS = 132  # on the CPU (the interpreter) the split is planned as for an H200's SMs
 
@@ -89,6 +90,16 @@ def split_mode() -> str:
     return env_choice("DEEPGAP_DECODE_SPLIT_KV", SPLIT_MODES, "auto")
 
 
+def combine_mode() -> str:
+    """``DEEPGAP_DECODE_COMBINE``: the split's merge in `combine_kernel` (the default) or in its last program.
+
+    Why: the combine kernel is one more launch per layer (32 a step of the 8B shape, a few µs each in the
+    graph); ``last-block`` merges in the attention kernel's last program of each (sequence, KV head) instead.
+    Not yet timed on a GPU, so off by default.
+    """
+    return env_choice("DEEPGAP_DECODE_COMBINE", COMBINE_MODES, "kernel")
+
+
 def plan(b: int, nkv: int, length: int, sms: int, mode: str) -> Split:
     """One pass, or the cache split so that b × kv_heads × chunks fills at most one wave of ``sms`` SMs.
 
@@ -116,7 +127,10 @@ def describe(model, batch: int, length: int) -> str:
         return "sdpa"
     mode = split_mode()
     s = plan(batch, model.shape.kv_heads, length, device_sms(model.embed_tokens.weight.device), mode)
-    return f"split {s.chunks}×{s.chunk} ({mode})" if s.combine else f"one pass ({mode})"
+    if not s.combine:
+        return f"one pass ({mode})"
+    last = ", last-block merge" if combine_mode() == "last-block" else ""
+    return f"split {s.chunks}×{s.chunk} ({mode}{last})"
 
 
 @functools.cache
@@ -131,13 +145,16 @@ def device_sms(device: torch.device) -> int:
 def decode_attention_kernel(
     q_ptr, k_ptr, v_ptr, out_ptr, m_ptr, l_ptr, pos_ptr, L, scale, NKV, POS_STRIDE, CHUNK, NCH,
     G: tl.constexpr, D: tl.constexpr, BL: tl.constexpr, DOT_F32: tl.constexpr, SPLIT: tl.constexpr = False,
-    PDL: tl.constexpr = False,
+    PDL: tl.constexpr = False, cnt_ptr=None, fin_ptr=None, SP: tl.constexpr = 2, LAST: tl.constexpr = False,
 ):  # fmt: skip
     """``out[bh] = softmax(q[bh] · K[bh, :pos+1]ᵀ · scale) · V[bh, :pos+1]`` for one (sequence, KV head).
 
     ``pos`` is one position for every sequence (``POS_STRIDE`` 0) or the sequence's own (1: continuous batching).
     With ``SPLIT``, program (bh, c) walks positions ``c·CHUNK ..`` of the ``NCH`` chunks and writes its
     rows' running max, sum and unnormalised output (fp32) for `combine_kernel`; a chunk past pos writes nothing.
+    With ``LAST`` too, no combine kernel: each program counts itself done in ``cnt_ptr[bh]`` (acquire-release,
+    after a block barrier, so its partials are visible first), and the last of the NCH merges the group's
+    rows into ``fin_ptr`` (`merge_row`) and puts the count back to 0 for the next launch (`DEEPGAP_DECODE_COMBINE`).
     """
     pdl_enter(PDL)  # launched inside `launch.pdl`: q, K and V are the previous kernels' writes
     bh = tl.program_id(0)
@@ -179,6 +196,12 @@ def decode_attention_kernel(
         tl.store(m_ptr + row, m_i, mask=ok)
         tl.store(l_ptr + row, l_i, mask=ok)
         tl.store(out_ptr + row[:, None] * D + rd[None, :], acc, mask=ok[:, None])
+        if LAST:
+            tl.debug_barrier()  # every thread's partials issued before the count says so
+            if tl.atomic_add(cnt_ptr + bh, 1, sem="acq_rel", scope="gpu") == NCH - 1:
+                for g in tl.static_range(G):
+                    merge_row(out_ptr, m_ptr, l_ptr, fin_ptr, bh * G + g, pos, CHUNK, NCH, D, SP)
+                tl.atomic_xchg(cnt_ptr + bh, 0, sem="relaxed", scope="gpu")
     else:
         out = acc / l_i[:, None]
         tl.store(
@@ -199,13 +222,28 @@ def combine_kernel(
     """
     pdl_enter(PDL)  # after the wait, every chunk's partials are written
     r = tl.program_id(0)  # (sequence, query head)
+    merge_row(
+        part_ptr, m_ptr, l_ptr, out_ptr, r, tl.load(pos_ptr + (r // NQ) * POS_STRIDE), CHUNK, NCH, D, SP
+    )
+
+
+@triton.jit
+def merge_row(part_ptr, m_ptr, l_ptr, out_ptr, r, pos, CHUNK, NCH, D: tl.constexpr, SP: tl.constexpr):
+    """Query row ``r``'s output from the chunks that hold a position ≤ pos (the others were not written).
+
+    The partials are read past L1 (``.cg``): in the last-block merge other programs wrote them.
+    """
     rc = tl.arange(0, SP)
     rd = tl.arange(0, D)
-    pos = tl.load(pos_ptr + (r // NQ) * POS_STRIDE)
     ok = (rc < NCH) & (rc * CHUNK <= pos)
-    m = tl.load(m_ptr + r * NCH + rc, mask=ok, other=float("-inf"))
-    l = tl.load(l_ptr + r * NCH + rc, mask=ok, other=0.0)  # noqa: E741
-    o = tl.load(part_ptr + (r * NCH + rc)[:, None] * D + rd[None, :], mask=ok[:, None], other=0.0)
+    m = tl.load(m_ptr + r * NCH + rc, mask=ok, other=float("-inf"), cache_modifier=".cg")
+    l = tl.load(l_ptr + r * NCH + rc, mask=ok, other=0.0, cache_modifier=".cg")  # noqa: E741
+    o = tl.load(
+        part_ptr + (r * NCH + rc)[:, None] * D + rd[None, :],
+        mask=ok[:, None],
+        other=0.0,
+        cache_modifier=".cg",
+    )
     w = tl.exp(m - tl.max(m, 0))  # chunk 0 always holds position 0: the max is finite
     out = tl.sum(w[:, None] * o, 0) / tl.sum(w * l, 0)
     tl.store(out_ptr + r * D + rd, out.to(out_ptr.dtype.element_ty))
@@ -217,9 +255,13 @@ def workspace(n: int, device: torch.device) -> torch.Tensor:
 
 
 def attend(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, split: Split
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, split: Split, last: bool = False
 ) -> torch.Tensor:
-    """The kernel's attention with the cache cut as ``split`` says (`plan`; the tests name it)."""
+    """The kernel's attention with the cache cut as ``split`` says (`plan`; the tests name it).
+
+    ``last``: a split's chunks merged by the attention kernel's last program per (sequence, KV head)
+    (`combine_mode`), not by `combine_kernel`.
+    """
     b, nq, s, d = q.shape
     _, nkv, length, _ = k.shape
     check(
@@ -241,21 +283,40 @@ def attend(
     rows = b * nq * split.chunks
     scratch = workspace(rows * (d + 2), q.device)
     part, m, l = scratch[: rows * d], scratch[rows * d : rows * (d + 1)], scratch[rows * (d + 1) :]  # noqa: E741
+    sp = max(2, triton.next_power_of_2(split.chunks))
+    extra = dict(cnt_ptr=counters(b * nkv, q.device), fin_ptr=out, SP=sp, LAST=True) if last else {}
     launcher(decode_attention_kernel, q.device)[(b * nkv, split.chunks)](
         q, k, v, part, m, l, pos, length, 1.0 / math.sqrt(d), nkv, stride, split.chunk, split.chunks,
-        G=g, D=d, BL=split.block, DOT_F32=cpu, SPLIT=True, num_warps=4, num_stages=2,
+        G=g, D=d, BL=split.block, DOT_F32=cpu, SPLIT=True, num_warps=4, num_stages=2, **extra,
     )  # fmt: skip
-    launcher(combine_kernel, q.device)[(b * nq,)](
-        part, m, l, out, pos, nq, stride, split.chunk, split.chunks,
-        D=d, SP=max(2, triton.next_power_of_2(split.chunks)), num_warps=4,
-    )  # fmt: skip
+    if not last:
+        launcher(combine_kernel, q.device)[(b * nq,)](
+            part, m, l, out, pos, nq, stride, split.chunk, split.chunks, D=d, SP=sp, num_warps=4
+        )  # fmt: skip
     return out.reshape(b, nq, 1, d)
+
+
+_COUNTERS: dict[tuple[str, int], torch.Tensor] = {}
+
+
+def counters(n: int, device: torch.device) -> torch.Tensor:
+    """``n`` int32 counts for the last-block merge, zero at rest: made once per (device, n), reset by their users.
+
+    Why kept, not allocated per call: a fresh zeroed buffer in a CUDA graph is a memset node per layer, the
+    launch the merge saves. The last program of each (sequence, KV head) puts its count back to 0, so a
+    buffer is zero again after every launch; launches on one stream use it in turn (not two streams at once).
+    Made during warm-up, before any capture.
+    """
+    key = (str(device), n)
+    if key not in _COUNTERS:
+        _COUNTERS[key] = torch.zeros(n, dtype=torch.int32, device=device)
+    return _COUNTERS[key]
 
 
 def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
     """One pass, or split over the cache (`plan`, from the shapes and ``DEEPGAP_DECODE_SPLIT_KV``)."""
     split = plan(q.shape[0], k.shape[1], k.shape[2], device_sms(q.device), split_mode())
-    return attend(q, k, v, pos, split)
+    return attend(q, k, v, pos, split, last=combine_mode() == "last-block")
 
 
 @torch.library.custom_op("deepgap::decode_attention", mutates_args=())
