@@ -10,7 +10,9 @@ identity, and the second Linear takes those codes as they are.
 A chain is found where the model says where it is (a module's ``mlp_chain`` attribute names its three
 children, as BERT's layer does) or where an ``nn.Sequential`` holds Linear, GELU, any dropouts, Linear
 (torchvision's ViT MLP block); nothing else is rewritten. The kernel is a torch custom op, so
-torch.compile keeps it as one call and the CUDA graph captures it.
+torch.compile keeps it as one call and the CUDA graph captures it. Its tile chooses the GEMM core: the
+grouped kernel (`FP8_LINEAR_TILE`, the default) or the persistent TMA one (a ``persistent`` tile, e.g.
+`FP8_LINEAR_PERSISTENT_TILE`; Hopper), with the same epilogue.
 """
 
 from __future__ import annotations
@@ -33,8 +35,10 @@ def fp8_linear_op(
     out_scale: float,
     tile: list[int],
 ) -> torch.Tensor:
-    """`fp8_linear` as a custom op (``out_scale`` ≤ 0: bf16 out); ``tile`` is a `TileConfig`'s six numbers."""
-    return fp8_linear(a, w, scale, bias, gelu, out_scale if out_scale > 0 else None, TileConfig(*tile))
+    """`fp8_linear` as a custom op (``out_scale`` ≤ 0: bf16 out); ``tile`` is `TileConfig.fields`."""
+    return fp8_linear(
+        a, w, scale, bias, gelu, out_scale if out_scale > 0 else None, TileConfig.from_fields(tile)
+    )
 
 
 @fp8_linear_op.register_fake
@@ -67,8 +71,7 @@ class FusedLinearGelu(nn.Module):
         self.register_buffer("bias", first.bias.float())
         self.scale = float(first.act_scale * first.w_scale)
         self.out_scale = float(second.act_scale)
-        t = tile.fit(self.in_features, self.out_features)
-        self.tile = [t.bm, t.bn, t.bk, t.group_m, t.num_warps, t.num_stages]
+        self.tile = tile.fit(self.in_features, self.out_features).fields()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
         lead = x.shape[:-1]
@@ -93,7 +96,11 @@ def _chains(model: nn.Module):
 
 
 def fuse_mlp(model: nn.Module, tile: TileConfig | None = None) -> int:
-    """Rewrite every fusable MLP chain of a quantized ``model`` (module doc); returns how many."""
+    """Rewrite every fusable MLP chain of a quantized ``model`` (module doc); returns how many.
+
+    ``tile``: the kernel's tile, fitted to each Linear; a ``persistent`` one (`tiles.linear_persistent_configs`)
+    runs the persistent TMA kernel, any other the grouped one (default `FP8_LINEAR_TILE`).
+    """
     done = 0
     for parent, first, act, second in list(_chains(model)):
         f, a, s = (getattr(parent, n) for n in (first, act, second))

@@ -58,6 +58,16 @@ class TileConfig:
         blocks = {f.upper(): getattr(self, f) for f in ("bm", "bn", "bk", "group_m")}
         return {**blocks, "num_warps": self.num_warps, "num_stages": self.num_stages}
 
+    def fields(self) -> list[int]:
+        """Every field as an int, in order: a torch custom op's ``list[int]`` argument (`from_fields` reads it)."""
+        return [int(v) for v in dataclasses.astuple(self)]
+
+    @classmethod
+    def from_fields(cls, values) -> TileConfig:
+        """The tile `fields` wrote (a shorter list leaves the later fields at their defaults)."""
+        kinds = [isinstance(f.default, bool) for f in dataclasses.fields(cls)]
+        return cls(*(bool(v) if b else int(v) for v, b in zip(values, kinds, strict=False)))
+
     def fit(self, k: int, n: int) -> TileConfig:
         """This tile with BK and BN halved until they divide ``k`` and ``n`` (multiples of 16)."""
         return dataclasses.replace(
@@ -176,6 +186,40 @@ def persistent_configs(node: ConvNode, m: int, capability: tuple[int, int] | Non
         if cfg.fits(n, c) and cfg not in seen:
             seen.append(cfg)
     return seen
+
+
+SMEM_BYTES_H100 = 227 * 1024  # shared memory one block may take on sm_90
+
+
+def linear_persistent_configs(k: int, n: int, out_bytes: int = 2) -> list[TileConfig]:
+    """Tiles of the persistent fp8 Linear (`linear_kernels.fp8_linear_persistent_kernel`) worth timing.
+
+    For the large-M GEMMs of a transformer at batch 256 (M = 32,768 or 50,432 rows; K, N ≥ 768): the
+    grouped kernel's best tile (128×256×128, 8 warps, 3 stages) walked persistently, with and without its
+    output through TMA; 128×128 tiles with a fourth stage (one program per SM); ResNet's winning
+    128×64, 4 warps, 4 stages at two programs per SM (issue 47); a 256×128×64 tile. Each is fitted to
+    ``k`` and ``n`` (`TileConfig.fit`) and kept only if its stages, its output tile (``out_bytes`` per
+    element; TMA epilogue only) and its programs per SM fit an SM's shared memory.
+    """
+    wide, square = (
+        TileConfig(128, 256, 128, 8, 8, 3, persistent=1),
+        TileConfig(128, 128, 128, 8, 8, 4, persistent=1),
+    )
+    cands = [
+        wide,
+        dataclasses.replace(wide, tma_epilogue=True),
+        square,
+        dataclasses.replace(square, num_stages=3, tma_epilogue=True),
+        TileConfig(128, 64, 128, 8, 4, 4, persistent=2),
+        TileConfig(256, 128, 64, 8, 8, 3, persistent=1),
+    ]
+    out: list[TileConfig] = []
+    for cfg in (c.fit(k, n) for c in cands):
+        epi = cfg.bm * cfg.bn * out_bytes if cfg.tma_epilogue else 0
+        smem = (cfg.num_stages * (cfg.bm + cfg.bn) * cfg.bk + epi) * cfg.persistent
+        if smem <= SMEM_BYTES_H100 and cfg not in out:
+            out.append(cfg)
+    return out
 
 
 def assign_formats(graph: Graph, modes: dict[str, str], qfmt: str) -> tuple[Graph, dict[str, str]]:
