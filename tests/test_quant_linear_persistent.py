@@ -19,6 +19,7 @@ triton = pytest.importorskip("triton")
 from sm90 import compile_sm90  # noqa: E402
 
 from deepgap.measure.models.build import build_model  # noqa: E402
+from deepgap.measure.quant import gemv  # noqa: E402
 from deepgap.measure.quant.fused_mlp import fuse_mlp  # noqa: E402
 from deepgap.measure.quant.linear_kernels import (  # noqa: E402
     FP8_LINEAR_PERSISTENT_TILE,
@@ -53,16 +54,32 @@ def test_the_walk_writes_every_tile_as_the_grouped_kernel_does(programs, tma_epi
     assert got.dtype == want.dtype and torch.equal(got.float(), want.float())
 
 
-def test_fused_mlp_on_the_persistent_core_equals_the_grouped_one():
-    """tinybert's MLP chains fused with either core: the same codes reach ff2, the same output comes out."""
+@pytest.fixture(scope="module")
+def tinybert_fp8():
     model = build_model("tinybert", 16)
     quantize_linears(model, DEFAULT_HOW["fp8"], calibrate_linears(model, [torch.randint(0, 1000, (8, 16))]))
-    grouped, persistent = copy.deepcopy(model), copy.deepcopy(model)
+    return model
+
+
+def test_fused_mlp_on_the_persistent_core_equals_the_grouped_one(tinybert_fp8):
+    """tinybert's MLP chains fused with either core: the same codes reach ff2, the same output comes out."""
+    grouped, persistent = copy.deepcopy(tinybert_fp8), copy.deepcopy(tinybert_fp8)
     assert fuse_mlp(grouped, GROUPED) == fuse_mlp(persistent, PERSISTENT) == 2
     assert persistent.layers[0].ff1.tile == PERSISTENT.fit(32, 64).fields()
     ids = torch.randint(0, 1000, (4, 16), generator=torch.Generator().manual_seed(5))
     with torch.inference_mode():
         assert torch.equal(persistent(ids), grouped(ids))
+
+
+def test_a_tuned_chain_takes_the_grouped_tile_untimed_off_the_gpu(tinybert_fp8):
+    """``tile="tuned"``: the op times both cores' tiles on a GPU (the GPU tests); on the CPU it takes
+    `FP8_LINEAR_TILE` fitted, untimed, and says nothing was timed by leaving no entry in the tuner."""
+    tuned, default = copy.deepcopy(tinybert_fp8), copy.deepcopy(tinybert_fp8)
+    assert fuse_mlp(tuned, "tuned") == fuse_mlp(default) == 2 and tuned.layers[0].ff1.tile == []
+    ids = torch.randint(0, 1000, (2, 16), generator=torch.Generator().manual_seed(6))
+    with torch.inference_mode():
+        assert torch.equal(tuned(ids), default(ids))
+    assert not [k for k in gemv._TUNED if k[0] == "fp8_linear"]
 
 
 def test_the_tiles_offered_fit_bert_and_vit_and_travel_through_the_custom_op():

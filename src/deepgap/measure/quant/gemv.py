@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 import triton
@@ -76,7 +77,8 @@ DOT_TILES = tuple(
         (32, 512, 1, 4, 4), (32, 256, 2, 4, 4), (64, 256, 1, 4, 4), (16, 512, 1, 4, 4), (64, 512, 1, 8, 3),
     ]
 )  # fmt: skip
-_TUNED: dict[tuple, GemvTile] = {}
+_TUNED: dict[tuple, object] = {}  # key → the fastest tile (GEMV tiles, and `linear_kernels.tuned`'s)
+T = TypeVar("T")
 
 
 def tuned(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor) -> GemvTile:
@@ -98,10 +100,11 @@ def tuned(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor) -> GemvTile
     )
 
 
-def fastest(key: tuple, device: torch.device, cands: Iterable[GemvTile], call) -> GemvTile:
+def fastest(key: tuple, device: torch.device, cands: Iterable[T], call) -> T:
     """The candidate whose ``call(tile)`` is fastest in a CUDA graph, once per ``key`` and process (`tuned`).
 
     ``cands`` may be a generator: a call whose key is timed already (every eager decode step's) fits none.
+    Any hashable tile type: the fused Linear's tuner (`linear_kernels.tuned`) times its `TileConfig`s here.
     """
     if key in _TUNED:
         return _TUNED[key]

@@ -20,10 +20,11 @@ import torch
 import triton
 import triton.language as tl
 
+from deepgap.measure.quant.gemv import fastest
 from deepgap.measure.quant.kernels import _grouped_tile
 from deepgap.measure.quant.launch import check, launcher
 from deepgap.measure.quant.persistent import check_tma, persistent_grid, tile_count, tile_product
-from deepgap.measure.quant.tiles import TileConfig
+from deepgap.measure.quant.tiles import TileConfig, linear_persistent_configs
 
 FP8_MAX = 448.0
 # the fastest of six on one H200 for bert-base's and ViT's first MLP GEMM (benchmarks/fp8_gemm_gelu.py)
@@ -179,6 +180,25 @@ def fp8_linear(
     else:
         launcher(fp8_linear_kernel, a.device)[(triton.cdiv(m, t.bm) * (n // t.bn),)](*operands, k, **flags)
     return out
+
+
+def tuned(
+    a: torch.Tensor, w: torch.Tensor, scale: float, bias: torch.Tensor, gelu: bool, out_scale: float | None
+) -> TileConfig:
+    """The fastest tile for this call's (M, K, N, epilogue) on its GPU, timed once per process.
+
+    The candidates: the grouped kernel's `FP8_LINEAR_TILE` and, on Hopper (TMA), every tile of
+    `tiles.linear_persistent_configs`, each fitted to K and N, timed in a CUDA graph by the GEMV's tuner
+    (`gemv.fastest`). On a CPU, or under CUDA-graph capture, the grouped tile untimed; torch.compile's
+    first call (`transformer_engine`) runs before the capture, so a captured network finds its tiles timed.
+    """
+    m, k = a.shape
+    n = w.shape[0]
+    cands = [FP8_LINEAR_TILE.fit(k, n)]
+    if a.device.type == "cuda" and torch.cuda.get_device_capability(a.device) >= (9, 0):
+        cands += linear_persistent_configs(k, n, 1 if out_scale is not None else 2)
+    key = ("fp8_linear", m, k, n, gelu, out_scale is not None, str(a.device))
+    return fastest(key, a.device, cands, lambda t: fp8_linear(a, w, scale, bias, gelu, out_scale, t))
 
 
 def reference(
