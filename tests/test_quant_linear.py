@@ -273,9 +273,9 @@ def test_decoder_with_8bit_linears_decodes_the_fp32_tokens(precision, batch):
 
 @pytest.mark.parametrize("gelu,out_scale", [(True, 0.05), (False, None), (True, None)])
 @pytest.mark.parametrize(
-    "persistent,tma_epi", [(0, False), (1, False), (1, True)], ids=["grouped", "pers", "pers-te"]
+    "persistent,tma_epi,split", [(0, 0, 0), (1, 0, 0), (1, 1, 1)], ids=["grouped", "pers", "pers-te-split"]
 )
-def test_fused_fp8_linear_kernel_in_the_interpreter(gelu, out_scale, persistent, tma_epi):
+def test_fused_fp8_linear_kernel_in_the_interpreter(gelu, out_scale, persistent, tma_epi, split):
     """The fused GEMM + bias + GELU + fp8 kernels (the next fp8 lever) against their fp32 reference.
 
     Both GEMM cores: the grouped kernel and the persistent TMA one (``persistent``: 3 programs walk the
@@ -292,7 +292,7 @@ def test_fused_fp8_linear_kernel_in_the_interpreter(gelu, out_scale, persistent,
     a = (torch.randn(40, 64, generator=g) * 20).to(torch.float8_e4m3fn)
     w = (torch.randn(32, 64, generator=g) * 20).to(torch.float8_e4m3fn)
     bias = torch.randn(32, generator=g)
-    tile = TileConfig(32, 32, 32, 2, 4, 2, persistent=persistent, tma_epilogue=tma_epi)
+    tile = TileConfig(32, 32, 32, 2, 4, 2, persistent=persistent, tma_epilogue=tma_epi, split_epilogue=split)
     got = fp8_linear(a, w, 1e-3, bias, gelu, out_scale, tile).float()
     want = reference(a, w, 1e-3, bias, gelu, out_scale).float()
     step = 2.0**-3 if out_scale else 2.0**-7  # e4m3 and bf16 mantissas

@@ -29,8 +29,9 @@ from deepgap.measure.quant.tiles import TileConfig, linear_persistent_configs
 FP8_MAX = 448.0
 # the fastest of six on one H200 for bert-base's and ViT's first MLP GEMM (benchmarks/fp8_gemm_gelu.py)
 FP8_LINEAR_TILE = TileConfig(bm=128, bn=256, bk=128, group_m=8, num_warps=8, num_stages=3)
-# the same tile walked by the persistent TMA kernel: the first of `tiles.linear_persistent_configs`, untimed
-FP8_LINEAR_PERSISTENT_TILE = TileConfig(128, 256, 128, 8, 8, 3, persistent=1)
+# the same tile walked by the persistent TMA kernel, its epilogue in halves (no spills with GELU on sm_90):
+# the first of `tiles.linear_persistent_configs`, untimed
+FP8_LINEAR_PERSISTENT_TILE = TileConfig(128, 256, 128, 8, 8, 3, persistent=1, split_epilogue=True)
 
 
 @triton.jit
@@ -104,6 +105,7 @@ def fp8_linear_persistent_kernel(
     GROUP_M: tl.constexpr,
     NUM_SMS: tl.constexpr,
     TMA_EPILOGUE: tl.constexpr,
+    EPI_N: tl.constexpr,
 ):
     """`fp8_linear_kernel`'s result from a persistent grid fed by TMA (`quant.persistent`'s pattern).
 
@@ -111,13 +113,17 @@ def fp8_linear_persistent_kernel(
     blocks arrive through device-side tensor descriptors and the walk and the K loop are one flattened,
     software-pipelined loop, so the next tile's loads run during this tile's GELU and quantization, the
     part of the fused kernel that the grouped one could not hide. ``TMA_EPILOGUE`` stores the output
-    through a descriptor too. ``tl.range(warp_specialize=True)`` is no variant: Triton 3.8 compiles
-    the same sm_90 code with it as without it (by PTX; its tutorial says it works on Blackwell only).
+    through a descriptor too. ``EPI_N`` = BN/2 finishes the tile in two halves (Triton's tutorial's
+    epilogue subtiling, ``TileConfig.split_epilogue``): compiled for sm_90, the 128×256 tile's whole GELU
+    epilogue takes all 255 registers and spills. ``tl.range(warp_specialize=True)`` is no variant: Triton
+    3.8 compiles the same sm_90 code with it as without it (by PTX; its tutorial: Blackwell only).
     """
     a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
     w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[K, 1], block_shape=[BN, BK])
     if TMA_EPILOGUE:
-        o_desc = tl.make_tensor_descriptor(out_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+        dst = tl.make_tensor_descriptor(out_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, EPI_N])
+    else:
+        dst = out_ptr
     start = tl.program_id(0)
     tile_c = start - NUM_SMS  # the epilogue's own counter, as in Triton's persistent tutorial
     for tile in tl.range(start, tile_count(M, N, BM, BN), NUM_SMS, flatten=True):
@@ -125,13 +131,31 @@ def fp8_linear_persistent_kernel(
         acc = tile_product(a_desc, w_desc, pid_m, pid_n, K, BM, BN, BK, False)
         tile_c += NUM_SMS
         pid_m, pid_n = _grouped_tile(tile_c, M, N, BM, BN, GROUP_M)
-        rn = pid_n * BN + tl.arange(0, BN)
-        out = _epilogue(acc, scale, tl.load(bias_ptr + rn), out_inv_scale, GELU, OUT_FP8)
-        if TMA_EPILOGUE:
-            o_desc.store([pid_m * BM, pid_n * BN], out)  # rows past M are clipped by the copy engine
+        row0, col0 = pid_m * BM, pid_n * BN
+        if EPI_N < BN:
+            left, right = tl.split(tl.permute(tl.reshape(acc, (BM, 2, EPI_N)), (0, 2, 1)))
+            _finish_part(left, dst, row0, col0, bias_ptr, scale, out_inv_scale, M, N, BM, EPI_N, GELU, OUT_FP8,
+                         TMA_EPILOGUE)  # fmt: skip
+            _finish_part(right, dst, row0, col0 + EPI_N, bias_ptr, scale, out_inv_scale, M, N, BM, EPI_N, GELU,
+                         OUT_FP8, TMA_EPILOGUE)  # fmt: skip
         else:
-            rm = pid_m * BM + tl.arange(0, BM)
-            tl.store(out_ptr + rm[:, None] * N + rn[None, :], out, mask=(rm < M)[:, None])
+            _finish_part(acc, dst, row0, col0, bias_ptr, scale, out_inv_scale, M, N, BM, BN, GELU, OUT_FP8,
+                         TMA_EPILOGUE)  # fmt: skip
+
+
+@triton.jit
+def _finish_part(
+    acc, dst, row0, col0, bias_ptr, scale, out_inv_scale, M, N, BM: tl.constexpr, W: tl.constexpr,
+    GELU: tl.constexpr, OUT_FP8: tl.constexpr, TMA_EPILOGUE: tl.constexpr,
+):  # fmt: skip
+    """The epilogue of the [BM, W] block at (row0, col0), stored through ``dst`` (a descriptor, or out_ptr)."""
+    rn = col0 + tl.arange(0, W)
+    out = _epilogue(acc, scale, tl.load(bias_ptr + rn), out_inv_scale, GELU, OUT_FP8)
+    if TMA_EPILOGUE:
+        dst.store([row0, col0], out)  # rows past M are clipped by the copy engine
+    else:
+        rm = row0 + tl.arange(0, BM)
+        tl.store(dst + rm[:, None] * N + rn[None, :], out, mask=(rm < M)[:, None])
 
 
 def fp8_linear(
@@ -175,7 +199,8 @@ def fp8_linear(
         check_tma(a=a, w=w, out=out)
         nsm, grid = persistent_grid(a.device, m, n, t, num_programs)
         launcher(fp8_linear_persistent_kernel, a.device)[(grid,)](
-            *operands, K=k, NUM_SMS=nsm, TMA_EPILOGUE=bool(t.tma_epilogue), **flags
+            *operands, K=k, NUM_SMS=nsm, TMA_EPILOGUE=bool(t.tma_epilogue),
+            EPI_N=t.bn // 2 if t.split_epilogue and t.bn >= 32 else t.bn, **flags,  # halves ≥ 16 columns
         )  # fmt: skip
     else:
         launcher(fp8_linear_kernel, a.device)[(triton.cdiv(m, t.bm) * (n // t.bn),)](*operands, k, **flags)
