@@ -52,7 +52,7 @@ VARIANTS = {
     "int8-static": (Q("int8", "static"), True, "default", False),
     "fp8-row-freeze": (Q("fp8", "row"), True, "default", True),
     # the MLP's first Linear + GELU + next quantization as one Triton kernel (quant/fused_mlp.py), its GEMM
-    # core the grouped kernel (FP8_LINEAR_TILE), the persistent TMA one, or each shape's fastest (FUSED_TILES)
+    # core the grouped kernel (FP8_LINEAR_TILE), the persistent TMA one, or each shape's fastest of both
     **{
         f"fp8-tensor-fast-fused{core}": (
             Q("fp8", "static", weight_scale="tensor", fast_accum=True),
@@ -172,7 +172,11 @@ def main() -> None:  # noqa: D103
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", type=Path, default=Path("."))
     ap.add_argument("--profile", type=int, default=0, help="record this many top kernels per variant")
-    ap.add_argument("--fused-tile", default="", help="BM,BN,BK,GROUP_M,WARPS,STAGES[,0,PERSISTENT,TMA_EPI]")
+    ap.add_argument(
+        "--fused-tile",
+        default="",
+        help="TileConfig.fields: BM,BN,BK,GROUP_M,WARPS,STAGES[,0,PERSISTENT,TMA_EPI,SPLIT]",
+    )
     a = ap.parse_args()
     fused_tile = None
     if a.fused_tile:
@@ -200,11 +204,9 @@ def main() -> None:  # noqa: D103
             row.update(info, ms=round(med * 1e3, 3), spread=round((max(s) - min(s)) / med, 4),
                        per_s=round(a.batch / med, 1))  # fmt: skip
             if name.endswith("-tuned"):  # the tile each fused shape's first call timed fastest (M×K×N)
-                from deepgap.measure.quant.gemv import _TUNED
+                from deepgap.measure.quant.linear_kernels import tuned_tiles
 
-                row["tuned_tiles"] = {
-                    "x".join(map(str, k[1:4])): t.label for k, t in _TUNED.items() if k[0] == "fp8_linear"
-                }
+                row["tuned_tiles"] = {"x".join(map(str, k)): t.label for k, t in tuned_tiles().items()}
             if a.profile:
                 row["kernels"] = kernel_table(uncaptured, xin, a.profile)
         except Exception as exc:  # one variant's failure is its row, the others still run

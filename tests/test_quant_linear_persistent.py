@@ -19,12 +19,12 @@ triton = pytest.importorskip("triton")
 from sm90 import compile_sm90  # noqa: E402
 
 from deepgap.measure.models.build import build_model  # noqa: E402
-from deepgap.measure.quant import gemv  # noqa: E402
 from deepgap.measure.quant.fused_mlp import fuse_mlp  # noqa: E402
 from deepgap.measure.quant.linear_kernels import (  # noqa: E402
     FP8_LINEAR_PERSISTENT_TILE,
     fp8_linear,
     fp8_linear_persistent_kernel,
+    tuned_tiles,
 )
 from deepgap.measure.quant.tiles import TileConfig, linear_persistent_configs  # noqa: E402
 from deepgap.measure.quant.transformer import calibrate_linears, quantize_linears  # noqa: E402
@@ -83,13 +83,13 @@ def test_fused_mlp_on_the_persistent_core_equals_the_grouped_one(tinybert_fp8):
 
 def test_a_tuned_chain_takes_the_grouped_tile_untimed_off_the_gpu(tinybert_fp8):
     """``tile="tuned"``: the op times both cores' tiles on a GPU (the GPU tests); on the CPU it takes
-    `FP8_LINEAR_TILE` fitted, untimed, and says nothing was timed by leaving no entry in the tuner."""
+    `FP8_LINEAR_TILE` fitted, untimed: no tile is recorded as timed."""
     tuned, default = copy.deepcopy(tinybert_fp8), copy.deepcopy(tinybert_fp8)
     assert fuse_mlp(tuned, "tuned") == fuse_mlp(default) == 2 and tuned.layers[0].ff1.tile == []
     ids = torch.randint(0, 1000, (2, 16), generator=torch.Generator().manual_seed(6))
     with torch.inference_mode():
         assert torch.equal(tuned(ids), default(ids))
-    assert not [k for k in gemv._TUNED if k[0] == "fp8_linear"]
+    assert tuned_tiles() == {}
 
 
 def test_the_tiles_offered_fit_bert_and_vit_and_travel_through_the_custom_op():

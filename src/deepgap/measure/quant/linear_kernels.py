@@ -7,9 +7,15 @@ input: 2.5 ms of 9.7 ms per batch, more than the GEMM itself. cuBLASLt has a GEL
 and writes the fp8 codes the next GEMM reads. It is measured against cuBLASLt + Inductor's kernel by
 ``benchmarks/fp8_gemm_gelu.py`` before any engine uses it.
 
+Two GEMM cores under one epilogue (`_epilogue`): ``fp8_linear_kernel``, a grouped tile per program with
+pointer loads (measured on one H200 at about half cuBLASLt's rate), and ``fp8_linear_persistent_kernel``,
+the Hopper form of issue 47's 1×1-convolution kernel (`quant.persistent`: its tile walk and TMA K loop are
+shared helpers), chosen by a ``persistent`` `TileConfig`; `tuned` times both kinds of tile per shape.
+
 ``A`` is (M, K) e4m3 codes, ``W`` (N, K) e4m3 codes (a Linear's weight layout), ``s`` the product of
 both per-tensor scales, ``b`` the bias (fp32). ``GELU`` is the exact (erf) form, as BERT and ViT use.
-On CPU tensors the kernel runs in Triton's interpreter (`deepgap.measure.quant.launch`), as the tests do.
+On CPU tensors both kernels run in Triton's interpreter (`deepgap.measure.quant.launch`), device-side
+TMA descriptors included, as the tests do.
 """
 
 # ruff: noqa: N803, SIM108
@@ -88,25 +94,10 @@ def fp8_linear_kernel(
 
 @triton.jit(do_not_specialize=["M"])
 def fp8_linear_persistent_kernel(
-    a_ptr,
-    w_ptr,
-    bias_ptr,
-    out_ptr,
-    scale,
-    out_inv_scale,
-    M,
-    N,
-    K: tl.constexpr,
-    GELU: tl.constexpr,
-    OUT_FP8: tl.constexpr,
-    BM: tl.constexpr,
-    BN: tl.constexpr,
-    BK: tl.constexpr,
-    GROUP_M: tl.constexpr,
-    NUM_SMS: tl.constexpr,
-    TMA_EPILOGUE: tl.constexpr,
-    EPI_N: tl.constexpr,
-):
+    a_ptr, w_ptr, bias_ptr, out_ptr, scale, out_inv_scale, M, N, K: tl.constexpr, GELU: tl.constexpr,
+    OUT_FP8: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
+    NUM_SMS: tl.constexpr, TMA_EPILOGUE: tl.constexpr, EPI_N: tl.constexpr,
+):  # fmt: skip
     """`fp8_linear_kernel`'s result from a persistent grid fed by TMA (`quant.persistent`'s pattern).
 
     One program per SM (or ``TileConfig.persistent`` per SM) walks output tiles NUM_SMS apart; A's and W's
@@ -114,9 +105,10 @@ def fp8_linear_persistent_kernel(
     software-pipelined loop, so the next tile's loads run during this tile's GELU and quantization, the
     part of the fused kernel that the grouped one could not hide. ``TMA_EPILOGUE`` stores the output
     through a descriptor too. ``EPI_N`` = BN/2 finishes the tile in two halves (Triton's tutorial's
-    epilogue subtiling, ``TileConfig.split_epilogue``): compiled for sm_90, the 128×256 tile's whole GELU
-    epilogue takes all 255 registers and spills. ``tl.range(warp_specialize=True)`` is no variant: Triton
-    3.8 compiles the same sm_90 code with it as without it (by PTX; its tutorial: Blackwell only).
+    epilogue subtiling, ``TileConfig.split_epilogue``): compiled for sm_90 (Triton 3.6 and 3.8), the
+    128×256 tile's whole GELU epilogue takes all 255 registers and spills; in halves, about 200 and none.
+    ``tl.range(warp_specialize=True)`` is no variant: Triton 3.8 compiles the same sm_90 code with it as
+    without it (by PTX; its tutorial: Blackwell only).
     """
     a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
     w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[K, 1], block_shape=[BN, BK])
@@ -219,11 +211,21 @@ def tuned(
     """
     m, k = a.shape
     n = w.shape[0]
-    cands = [FP8_LINEAR_TILE.fit(k, n)]
-    if a.device.type == "cuda" and torch.cuda.get_device_capability(a.device) >= (9, 0):
-        cands += linear_persistent_configs(k, n, 1 if out_scale is not None else 2)
+
+    def cands():  # made only when this key is not timed yet (an eager call after the first costs nothing)
+        yield FP8_LINEAR_TILE.fit(k, n)
+        if a.device.type == "cuda" and torch.cuda.get_device_capability(a.device) >= (9, 0):
+            yield from linear_persistent_configs(k, n, 1 if out_scale is not None else 2)
+
     key = ("fp8_linear", m, k, n, gelu, out_scale is not None, str(a.device))
-    return fastest(key, a.device, cands, lambda t: fp8_linear(a, w, scale, bias, gelu, out_scale, t))
+    return fastest(key, a.device, cands(), lambda t: fp8_linear(a, w, scale, bias, gelu, out_scale, t))
+
+
+def tuned_tiles() -> dict[tuple[int, int, int], TileConfig]:
+    """The tiles `tuned` timed fastest in this process, by (M, K, N): what a benchmark row reports."""
+    from deepgap.measure.quant.gemv import _TUNED
+
+    return {k[1:4]: t for k, t in _TUNED.items() if k[0] == "fp8_linear"}
 
 
 def reference(

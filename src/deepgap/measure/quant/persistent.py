@@ -20,6 +20,10 @@ are what measures it).
 On the CPU it runs in the Triton interpreter (`launch.interpreted`), which executes the device-side
 tensor descriptors itself (Triton 3.8), so the tests check this very kernel, TMA loads and the tile walk
 included, against the exact reference; no pointer-load substitute is needed.
+
+The pieces any persistent TMA GEMM needs are helpers here, shared with the fused MLP's fp8 Linear
+(`linear_kernels.fp8_linear_persistent_kernel`): `tile_count` and `tile_product` (one tile's K loop through
+the descriptors) on the device, `check_tma` and `persistent_grid` on the host.
 """
 
 # Triton convention: compile-time (constexpr) parameters in capitals; constexpr branches stay if/else.
