@@ -89,7 +89,7 @@ def fp8_linear_kernel(
         a = tl.load(a_ptrs + k, mask=m_ok[:, None], other=0.0)
         acc = tl.dot(a, tl.load(w_ptrs + k), acc)
     out = _epilogue(acc, scale, tl.load(bias_ptr + rn), out_inv_scale, GELU, OUT_FP8)
-    tl.store(out_ptr + rm[:, None] * N + rn[None, :], out, mask=m_ok[:, None])
+    tl.store(out_ptr + (rm[:, None] * N + rn[None, :]), out, mask=m_ok[:, None])  # 32-bit offsets
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -147,7 +147,7 @@ def _finish_part(
         dst.store([row0, col0], out)  # rows past M are clipped by the copy engine
     else:
         rm = row0 + tl.arange(0, BM)
-        tl.store(dst + rm[:, None] * N + rn[None, :], out, mask=(rm < M)[:, None])
+        tl.store(dst + (rm[:, None] * N + rn[None, :]), out, mask=(rm < M)[:, None])
 
 
 def fp8_linear(
