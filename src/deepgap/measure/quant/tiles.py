@@ -199,9 +199,9 @@ def linear_persistent_configs(k: int, n: int, out_bytes: int = 2) -> list[TileCo
     For the large-M GEMMs of a transformer at batch 256 (M = 32,768 or 50,432 rows; K, N ≥ 768): the
     grouped kernel's best tile (128×256×128, 8 warps, 3 stages) walked persistently, its epilogue in two
     halves (whole, with GELU, it spills on sm_90: 255 registers; halved, about 200 and none) with and
-    without its output through TMA, and whole; 128×128 tiles (no spills either way) with a fourth stage or a TMA
-    epilogue; ResNet's winning 128×64, 4 warps, 4 stages at two programs per SM (issue 47); a 256×128×64
-    tile, halved. Each is fitted to ``k`` and ``n`` (`TileConfig.fit`; halves narrower than 32 columns
+    without its output through TMA, and whole; 128×128 tiles (no spills either way) with a fourth stage
+    or a TMA epilogue; ResNet's winning 128×64, 4 warps, 4 stages at two programs per SM (issue 47); a
+    256×128×64 tile, halved. Each is fitted to ``k`` and ``n`` (`TileConfig.fit`; halves narrower than 32 columns
     are not split) and kept only if its stages, its output tile (``out_bytes`` per element; TMA epilogue
     only) and its programs per SM fit an SM's shared memory.
     """
