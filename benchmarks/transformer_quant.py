@@ -9,7 +9,10 @@ row or static, fp8 or int8, the compiler's mode) and finds where a transformer's
 
 Each variant: build (seeded, as deepgap builds), convert, compile, capture one CUDA graph, then the median
 of ``--repeats`` windows of ``--iters`` replays timed by CUDA events; relL2 and cosine against fp32 eager.
-Writes ``transformer_quant.jsonl`` (one line per variant) under ``--out``.
+Writes ``transformer_quant.jsonl`` (one line per variant) under ``--out``. The ``-fused`` variants run the
+MLP's first Linear, GELU and the next quantization as one Triton kernel on the grouped GEMM core
+(``fp8-tensor-fast-fused``), the persistent TMA core (``-fused-persistent``) or each shape's fastest tile of
+both, timed at the first call (``-fused-tuned``); ``--fused-tile`` puts one tile under all of them.
 """
 
 from __future__ import annotations
@@ -48,13 +51,17 @@ VARIANTS = {
     "int8-row": (Q("int8", "row"), True, "default", False),
     "int8-static": (Q("int8", "static"), True, "default", False),
     "fp8-row-freeze": (Q("fp8", "row"), True, "default", True),
-    # the MLP's first Linear + GELU + next quantization as one Triton kernel (quant/fused_mlp.py)
-    "fp8-tensor-fast-fused": (
-        Q("fp8", "static", weight_scale="tensor", fast_accum=True),
-        True,
-        "default",
-        False,
-    ),
+    # the MLP's first Linear + GELU + next quantization as one Triton kernel (quant/fused_mlp.py), its GEMM
+    # core the grouped kernel (FP8_LINEAR_TILE), the persistent TMA one, or each shape's fastest of both
+    **{
+        f"fp8-tensor-fast-fused{core}": (
+            Q("fp8", "static", weight_scale="tensor", fast_accum=True),
+            True,
+            "default",
+            False,
+        )
+        for core in ("", "-persistent", "-tuned")
+    },
     "fp8-tensor-fast-autotune": (
         Q("fp8", "static", weight_scale="tensor", fast_accum=True),
         True,
@@ -74,8 +81,11 @@ def make_input(model: str, batch: int, seq: int, seed: int = 0) -> torch.Tensor:
     return torch.randn(batch, 3, seq, seq, generator=g)
 
 
-def build_variant(name: str, fp32: torch.nn.Module, model: str, x: torch.Tensor):
-    """(callable, input on the GPU, info) of one variant, compiled and captured where it says so."""
+def build_variant(name: str, fp32: torch.nn.Module, model: str, x: torch.Tensor, fused_tile=None):
+    """(callable, input on the GPU, info) of one variant, compiled and captured where it says so.
+
+    ``fused_tile`` (a `TileConfig`): the fused MLP kernel's tile in every ``-fused`` variant.
+    """
     prec, unfuse, mode, freezing = VARIANTS[name]
     net = copy.deepcopy(fp32).cuda()
     info: dict = {}
@@ -90,10 +100,16 @@ def build_variant(name: str, fp32: torch.nn.Module, model: str, x: torch.Tensor)
             calib = [make_input(model, 16, x.shape[-1], seed=s).cuda() for s in (101, 102)]
             amax = calibrate_linears(net, calib)
         info["quantized_linears"] = len(quantize_linears(net, prec, amax))
-        if name.endswith("-fused"):
+        if "-fused" in name:
             from deepgap.measure.quant.fused_mlp import fuse_mlp
+            from deepgap.measure.quant.linear_kernels import FP8_LINEAR_PERSISTENT_TILE
 
-            info["fused_mlp"] = fuse_mlp(net)
+            tile = {"fused": None, "persistent": FP8_LINEAR_PERSISTENT_TILE, "tuned": "tuned"}[
+                name.split("-")[-1]
+            ]
+            tile = fused_tile or tile
+            info["fused_mlp"] = fuse_mlp(net, tile)
+            info["fused_tile"] = getattr(tile, "label", tile or "grouped default")
         dtype = torch.bfloat16
     xin = x.cuda() if not x.is_floating_point() else x.cuda().to(dtype)
     if mode is None:
@@ -156,7 +172,18 @@ def main() -> None:  # noqa: D103
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", type=Path, default=Path("."))
     ap.add_argument("--profile", type=int, default=0, help="record this many top kernels per variant")
+    ap.add_argument(
+        "--fused-tile",
+        default="",
+        help="TileConfig.fields: BM,BN,BK,GROUP_M,WARPS,STAGES[,0,PERSISTENT,TMA_EPI,SPLIT]",
+    )
     a = ap.parse_args()
+    fused_tile = None
+    if a.fused_tile:
+        from deepgap.measure.quant.tiles import TileConfig
+
+        fused_tile = TileConfig.from_fields([int(v) for v in a.fused_tile.split(",")])
+    rows = []
     fp32 = build_model(a.model, a.seq)
     x = make_input(a.model, a.batch, a.seq)
     with torch.inference_mode():
@@ -167,7 +194,7 @@ def main() -> None:  # noqa: D103
         t0 = time.perf_counter()
         row = {"model": a.model, "seq": a.seq, "batch": a.batch, "variant": name}
         try:
-            fn, xin, info, uncaptured = build_variant(name, fp32, a.model, x)
+            fn, xin, info, uncaptured = build_variant(name, fp32, a.model, x, fused_tile)
             with torch.inference_mode():
                 y = fn(xin).float()
             row["rel_l2"] = float((y - ref).norm() / ref.norm())
@@ -176,6 +203,10 @@ def main() -> None:  # noqa: D103
             med = statistics.median(s)
             row.update(info, ms=round(med * 1e3, 3), spread=round((max(s) - min(s)) / med, 4),
                        per_s=round(a.batch / med, 1))  # fmt: skip
+            if name.endswith("-tuned"):  # the tile each fused shape's first call timed fastest (M×K×N)
+                from deepgap.measure.quant.linear_kernels import tuned_tiles
+
+                row["tuned_tiles"] = {"x".join(map(str, k)): t.label for k, t in tuned_tiles().items()}
             if a.profile:
                 row["kernels"] = kernel_table(uncaptured, xin, a.profile)
         except Exception as exc:  # one variant's failure is its row, the others still run
@@ -184,8 +215,24 @@ def main() -> None:  # noqa: D103
         print(json.dumps(row), flush=True)
         with open(a.out / "transformer_quant.jsonl", "a") as f:
             f.write(json.dumps(row) + "\n")
+        rows.append(row)
         torch._dynamo.reset()
         torch.cuda.empty_cache()
+    print("\n".join(summary(rows)))
+
+
+def summary(rows: list[dict]) -> list[str]:
+    """A line per variant: seq/s (img/s), ms per batch, relL2, and its ratio to fp16 compile-freeze's rate."""
+    base = next((r["per_s"] for r in rows if r["variant"] == "fp16-compile-freeze" and "per_s" in r), None)
+    lines = [f"{'variant':<34} {'per s':>9} {'ms':>8} {'relL2':>7} {'/ fp16-compile-freeze':>22}  fused tile"]
+    for r in rows:
+        if "per_s" not in r:
+            lines.append(f"{r['variant']:<34} {r.get('error', '')[:80]}")
+            continue
+        ratio = f"{r['per_s'] / base:.3f}x" if base else "-"
+        lines.append(f"{r['variant']:<34} {r['per_s']:>9,.0f} {r['ms']:>8.3f} {r['rel_l2']:>7.3f} {ratio:>22}  "
+                     f"{r.get('fused_tile', '')}")  # fmt: skip
+    return lines
 
 
 if __name__ == "__main__":

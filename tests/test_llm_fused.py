@@ -141,13 +141,13 @@ def test_fused_decode_compiled_and_graphed(precision):
 def test_decode_pdl_mode_is_read_from_the_environment(monkeypatch):
     """DEEPGAP_DECODE_PDL=off captures the plain graph only; a value outside auto/on/off is a usage error."""
     from deepgap.core.errors import UsageError
-    from deepgap.measure.llm_steps import pdl_modes
+    from deepgap.measure.quant.pdl_choice import decode_modes
 
     monkeypatch.setenv("DEEPGAP_DECODE_PDL", "off")
-    assert pdl_modes(torch.device("cpu")) == (False,)
+    assert decode_modes(torch.device("cpu")) == (False,)
     monkeypatch.setenv("DEEPGAP_DECODE_PDL", "yes")
     with pytest.raises(UsageError, match="DEEPGAP_DECODE_PDL"):
-        pdl_modes(torch.device("cpu"))
+        decode_modes(torch.device("cpu"))
 
 
 @pytest.mark.gpu
@@ -217,7 +217,7 @@ def test_a_decode_row_says_which_gemv_tiles_the_worker_chose(monkeypatch):
 
 
 def test_gemv_tiles_are_timed_under_pdl_where_a_decode_graph_may_use_it(monkeypatch):
-    """`gemv.fastest` times its candidates under PDL where the decode graph may launch with it, else plainly.
+    """`gemv.fastest` times a decode GEMV's candidates under PDL where the decode graph may use it, else plainly.
 
     The timer is a stand-in that favours one tile alone and another under PDL; the choice is made once per
     key, whichever launch mode the first caller is in, so the PDL and plain graphs share it.
@@ -237,12 +237,12 @@ def test_gemv_tiles_are_timed_under_pdl_where_a_decode_graph_may_use_it(monkeypa
     monkeypatch.setattr(gemv, "_graph_ms", fake_ms)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     cuda = SimpleNamespace(type="cuda")
-    for capable, best in ((True, overlapped), (False, alone)):
+    for capable, decode, best in ((True, True, overlapped), (False, True, alone), (True, False, alone)):
         monkeypatch.setattr(gemv, "_TUNED", {})
         monkeypatch.setattr(gemv, "timed_under_pdl", lambda device, c=capable: c)
         timed.clear()
-        assert gemv.fastest(("k",), cuda, [alone, overlapped], lambda t: None) == best
-        assert timed == [capable, capable]
+        assert gemv.fastest(("k",), cuda, [alone, overlapped], lambda t: None, decode=decode) == best
+        assert timed == [capable and decode] * 2  # not a decode GEMV (a fused Linear's tile): plainly
         with launch.pdl():  # a PDL caller later: the one choice, not timed again
-            assert gemv.fastest(("k",), cuda, [alone, overlapped], lambda t: None) == best
+            assert gemv.fastest(("k",), cuda, [alone, overlapped], lambda t: None, decode=decode) == best
         assert len(timed) == 2 and not launch.pdl_on()

@@ -272,12 +272,17 @@ def test_decoder_with_8bit_linears_decodes_the_fp32_tokens(precision, batch):
 
 
 @pytest.mark.parametrize("gelu,out_scale", [(True, 0.05), (False, None), (True, None)])
-def test_fused_fp8_linear_kernel_in_the_interpreter(gelu, out_scale):
-    """The fused GEMM + bias + GELU + fp8 kernel (the next fp8 lever) against its fp32 reference.
+@pytest.mark.parametrize(
+    "persistent,tma_epi,split", [(0, 0, 0), (1, 0, 0), (1, 1, 1)], ids=["grouped", "pers", "pers-te-split"]
+)
+def test_fused_fp8_linear_kernel_in_the_interpreter(gelu, out_scale, persistent, tma_epi, split):
+    """The fused GEMM + bias + GELU + fp8 kernels (the next fp8 lever) against their fp32 reference.
 
-    The interpreter truncates fp32 → bf16 and misrounds some fp32 → e4m3 (tests/test_quant_kernels.py's
-    docstring); the GPU rounds in hardware (tests/test_quant_linear_gpu.py). So each output is its
-    reference's or one step toward zero, or the interpreter's known e4m3 carry signature.
+    Both GEMM cores: the grouped kernel and the persistent TMA one (``persistent``: 3 programs walk the
+    4 output tiles, device-side descriptors run by the interpreter). The interpreter truncates fp32 →
+    bf16 and misrounds some fp32 → e4m3 (tests/test_quant_kernels.py's docstring); the GPU rounds in
+    hardware (tests/test_quant_linear_gpu.py). So each output is its reference's or one step toward
+    zero, or the interpreter's known e4m3 carry signature.
     """
     pytest.importorskip("triton")
     from deepgap.measure.quant.linear_kernels import FP8_LINEAR_TILE, fp8_linear, reference
@@ -287,7 +292,8 @@ def test_fused_fp8_linear_kernel_in_the_interpreter(gelu, out_scale):
     a = (torch.randn(40, 64, generator=g) * 20).to(torch.float8_e4m3fn)
     w = (torch.randn(32, 64, generator=g) * 20).to(torch.float8_e4m3fn)
     bias = torch.randn(32, generator=g)
-    got = fp8_linear(a, w, 1e-3, bias, gelu, out_scale, TileConfig(32, 32, 32, 2, 4, 2)).float()
+    tile = TileConfig(32, 32, 32, 2, 4, 2, persistent=persistent, tma_epilogue=tma_epi, split_epilogue=split)
+    got = fp8_linear(a, w, 1e-3, bias, gelu, out_scale, tile).float()
     want = reference(a, w, 1e-3, bias, gelu, out_scale).float()
     step = 2.0**-3 if out_scale else 2.0**-7  # e4m3 and bf16 mantissas
     near = (got - want).abs() <= want.abs() * step + 1e-4 * want.abs().max()  # GELU's far tail: erf's ulps

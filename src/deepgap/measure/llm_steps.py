@@ -25,10 +25,9 @@ import contextlib
 import torch
 
 from deepgap.core.errors import UsageError, env_choice
+from deepgap.measure.quant.pdl_choice import PDL_MODES, decode_modes
 
 STEPS = ("eager", "static", "compile", "cuda-graph")
-# DEEPGAP_DECODE_PDL: whether the graph's Triton kernels use programmatic dependent launch ("auto": timed)
-PDL_MODES = ("auto", "on", "off")
 
 
 def make_step(model, kind: str, compile_mode: str = "max-autotune-no-cudagraphs", compiled: bool = False):
@@ -83,7 +82,7 @@ class _GraphStep:
         dev = ids.device
         self.ids = ids.clone()
         self.pos = torch.full((1,), position, dtype=torch.int64, device=dev)
-        modes = pdl_modes(dev)
+        modes = decode_modes(dev)
         side = torch.cuda.Stream(dev)
         side.wait_stream(torch.cuda.current_stream(dev))
         with torch.cuda.stream(side):
@@ -112,23 +111,13 @@ class _GraphStep:
         return self.logits
 
 
-def pdl_modes(dev: torch.device) -> tuple[bool, ...]:
-    """The launch modes to capture: plain, PDL, or both to time (``DEEPGAP_DECODE_PDL``; PDL needs Hopper)."""
-    mode = env_choice("DEEPGAP_DECODE_PDL", PDL_MODES, "auto")
-    from deepgap.measure.quant.pdl_choice import MIN_CC
-
-    if mode == "off" or torch.cuda.get_device_capability(dev) < MIN_CC:
-        return (False,)
-    return (True,) if mode == "on" else (False, True)
-
-
 def _kept(graphs: dict, dev: torch.device) -> tuple[tuple, str]:
     """The graph kept and why: PDL where it was asked for, or where it is faster and gives the same logits.
 
     Why timed, not assumed: PDL lets each GEMV read its first weights while the previous kernel drains,
     but a waiting kernel's blocks hold SM slots during its predecessor's last wave (`pdl_choice`).
     """
-    if len(graphs) == 1:  # forced, or a GPU without PDL (`pdl_modes`)
+    if len(graphs) == 1:  # forced, or a GPU without PDL (`pdl_choice.decode_modes`)
         on = next(iter(graphs))
         asked = env_choice("DEEPGAP_DECODE_PDL", PDL_MODES, "auto")
         why = f"DEEPGAP_DECODE_PDL={asked}" if asked != "auto" else "needs compute capability 9.0 (Hopper)"

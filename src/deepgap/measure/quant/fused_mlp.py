@@ -10,16 +10,20 @@ identity, and the second Linear takes those codes as they are.
 A chain is found where the model says where it is (a module's ``mlp_chain`` attribute names its three
 children, as BERT's layer does) or where an ``nn.Sequential`` holds Linear, GELU, any dropouts, Linear
 (torchvision's ViT MLP block); nothing else is rewritten. The kernel is a torch custom op, so
-torch.compile keeps it as one call and the CUDA graph captures it.
+torch.compile keeps it as one call and the CUDA graph captures it. Its tile chooses the GEMM core: the
+grouped kernel (`FP8_LINEAR_TILE`, the default) or the persistent TMA one (a ``persistent`` tile, e.g.
+`FP8_LINEAR_PERSISTENT_TILE`; Hopper), with the same epilogue.
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 import torch
 from torch import nn
 
 from deepgap.measure.quant.linear import QuantLinear, quantize_codes
-from deepgap.measure.quant.linear_kernels import FP8_LINEAR_TILE, fp8_linear
+from deepgap.measure.quant.linear_kernels import FP8_LINEAR_TILE, fp8_linear, tuned
 from deepgap.measure.quant.tiles import TileConfig
 
 
@@ -33,8 +37,10 @@ def fp8_linear_op(
     out_scale: float,
     tile: list[int],
 ) -> torch.Tensor:
-    """`fp8_linear` as a custom op (``out_scale`` ≤ 0: bf16 out); ``tile`` is a `TileConfig`'s six numbers."""
-    return fp8_linear(a, w, scale, bias, gelu, out_scale if out_scale > 0 else None, TileConfig(*tile))
+    """`fp8_linear` as a custom op (``out_scale`` ≤ 0: bf16 out); ``tile`` is `TileConfig.fields`, [] tuned."""
+    out = out_scale if out_scale > 0 else None
+    t = TileConfig.from_fields(tile) if tile else tuned(a, w, scale, bias, gelu, out)
+    return fp8_linear(a, w, scale, bias, gelu, out, t)
 
 
 @fp8_linear_op.register_fake
@@ -59,7 +65,7 @@ def _fusable(first, act, second) -> bool:
 class FusedLinearGelu(nn.Module):
     """``q(gelu(first(x)))`` at ``second``'s input scale: fp8 codes for ``second`` to take as they are."""
 
-    def __init__(self, first: QuantLinear, second: QuantLinear, tile: TileConfig) -> None:
+    def __init__(self, first: QuantLinear, second: QuantLinear, tile: TileConfig | None) -> None:
         super().__init__()
         self.in_features, self.out_features = first.in_features, first.out_features
         self.register_buffer("act_scale", first.act_scale)
@@ -67,8 +73,7 @@ class FusedLinearGelu(nn.Module):
         self.register_buffer("bias", first.bias.float())
         self.scale = float(first.act_scale * first.w_scale)
         self.out_scale = float(second.act_scale)
-        t = tile.fit(self.in_features, self.out_features)
-        self.tile = [t.bm, t.bn, t.bk, t.group_m, t.num_warps, t.num_stages]
+        self.tile = tile.fit(self.in_features, self.out_features).fields() if tile else []  # []: tuned
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
         lead = x.shape[:-1]
@@ -92,14 +97,19 @@ def _chains(model: nn.Module):
                         yield parent, name, kids[i + 1][0], rest[0][0]
 
 
-def fuse_mlp(model: nn.Module, tile: TileConfig | None = None) -> int:
-    """Rewrite every fusable MLP chain of a quantized ``model`` (module doc); returns how many."""
+def fuse_mlp(model: nn.Module, tile: TileConfig | Literal["tuned"] | None = None) -> int:
+    """Rewrite every fusable MLP chain of a quantized ``model`` (module doc); returns how many.
+
+    ``tile``: the kernel's tile, fitted to each Linear; a ``persistent`` one (`tiles.linear_persistent_configs`)
+    runs the persistent TMA kernel, any other the grouped one (default `FP8_LINEAR_TILE`); "tuned": each
+    shape's fastest of both kernels' tiles, timed on its first call (`linear_kernels.tuned`).
+    """
     done = 0
     for parent, first, act, second in list(_chains(model)):
         f, a, s = (getattr(parent, n) for n in (first, act, second))
         if not _fusable(f, a, s):
             continue
-        setattr(parent, first, FusedLinearGelu(f, s, tile or FP8_LINEAR_TILE))
+        setattr(parent, first, FusedLinearGelu(f, s, None if tile == "tuned" else tile or FP8_LINEAR_TILE))
         setattr(parent, act, nn.Identity())
         s.takes_codes = True
         done += 1

@@ -24,6 +24,7 @@ import contextlib
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 import triton
@@ -78,7 +79,8 @@ DOT_TILES = tuple(
         (32, 512, 1, 4, 4), (32, 256, 2, 4, 4), (64, 256, 1, 4, 4), (16, 512, 1, 4, 4), (64, 512, 1, 8, 3),
     ]
 )  # fmt: skip
-_TUNED: dict[tuple, GemvTile] = {}
+_TUNED: dict[tuple, object] = {}  # key → the fastest tile (GEMV tiles, and `linear_kernels.tuned`'s)
+T = TypeVar("T")
 
 
 def tuned(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor) -> GemvTile:
@@ -97,28 +99,31 @@ def tuned(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor) -> GemvTile
         x.device,
         (c.fit(k, n) for c in cands),
         lambda t: fp8_gemv(x, codes, scale, None, t),
+        decode=True,
     )
 
 
-def fastest(key: tuple, device: torch.device, cands: Iterable[GemvTile], call) -> GemvTile:
+def fastest(key: tuple, device: torch.device, cands: Iterable[T], call, decode: bool = False) -> T:
     """The candidate whose ``call(tile)`` is fastest in a CUDA graph, once per ``key`` and process (`tuned`).
 
     ``cands`` may be a generator: a call whose key is timed already (every eager decode step's) fits none.
-    Where a decode graph may launch with programmatic dependent launch (`timed_under_pdl`), the candidates
-    are timed under it, whichever step first asks: with PDL each launch's first weight loads overlap its
-    predecessor's tail, and the tile that wins alone need not win there. One choice serves both graphs, so
-    the PDL graph's logits stay bit-equal to the plain graph's (`llm_steps._kept` checks them). Session 22
-    (one H200, Llama-3.1-8B fp8, batch 1): the same graph step ran 392.6 tokens/s in a process whose tiles
-    were first timed under PDL (the bare loop; its plain graph was faster too, 2.687 ms a step against
-    2.711) and 357 in `deepgap run`, whose tiles were timed without it (its correctness check's eager steps
-    came first): the likeliest of the differences between the two, not yet confirmed on a GPU.
+    Any hashable tile type: the fused Linear's tuner (`linear_kernels.tuned`) times its `TileConfig`s here.
+    ``decode``: a decode step's GEMV. Where a decode graph may launch with programmatic dependent launch
+    (`timed_under_pdl`), its candidates are timed under it, whichever step first asks: with PDL each
+    launch's first weight loads overlap its predecessor's tail, and the tile that wins alone need not win
+    there. One choice serves both graphs, so the PDL graph's logits stay bit-equal to the plain graph's
+    (`llm_steps._kept` checks them). Session 22 (one H200, Llama-3.1-8B fp8, batch 1): the same graph step
+    ran 392.6 tokens/s in a process whose tiles were first timed under PDL (the bare loop; its plain graph
+    was faster too, 2.687 ms a step against 2.711) and 357 in `deepgap run`, whose tiles were timed without
+    it (its correctness check's eager steps came first): the likeliest of the differences between the two,
+    not yet confirmed on a GPU.
     """
     if key in _TUNED:
         return _TUNED[key]
     if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
         return next(iter(cands))
     times, failed = {}, []
-    with launch.pdl() if timed_under_pdl(device) else contextlib.nullcontext():
+    with launch.pdl() if decode and timed_under_pdl(device) else contextlib.nullcontext():
         for t in dict.fromkeys(cands):
             try:  # compiles before any capture: a candidate this GPU or Triton cannot build is passed over
                 call(t)
@@ -132,10 +137,10 @@ def fastest(key: tuple, device: torch.device, cands: Iterable[GemvTile], call) -
 
 
 def timed_under_pdl(device: torch.device) -> bool:
-    """Whether a decode graph on ``device`` may use PDL (`llm_steps.pdl_modes`: Hopper, not turned off)."""
-    from deepgap.measure.llm_steps import pdl_modes
+    """Whether a decode graph on ``device`` may use PDL (`pdl_choice.decode_modes`: Hopper, not turned off)."""
+    from deepgap.measure.quant.pdl_choice import decode_modes
 
-    return True in pdl_modes(device)
+    return True in decode_modes(device)
 
 
 def chosen() -> str:

@@ -251,6 +251,7 @@ def _tuned(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, fusion: Fu
         x.device,
         (c.fit(k, no) for c in FUSED_TILES),
         lambda t: fused_gemv(x, codes, scale, fusion, t),
+        decode=True,
     )
 
 

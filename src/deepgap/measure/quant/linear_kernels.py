@@ -7,9 +7,15 @@ input: 2.5 ms of 9.7 ms per batch, more than the GEMM itself. cuBLASLt has a GEL
 and writes the fp8 codes the next GEMM reads. It is measured against cuBLASLt + Inductor's kernel by
 ``benchmarks/fp8_gemm_gelu.py`` before any engine uses it.
 
+Two GEMM cores under one epilogue (`_epilogue`): ``fp8_linear_kernel``, a grouped tile per program with
+pointer loads (measured on one H200 at about half cuBLASLt's rate), and ``fp8_linear_persistent_kernel``,
+the Hopper form of issue 47's 1×1-convolution kernel (`quant.persistent`: its tile walk and TMA K loop are
+shared helpers), chosen by a ``persistent`` `TileConfig`; `tuned` times both kinds of tile per shape.
+
 ``A`` is (M, K) e4m3 codes, ``W`` (N, K) e4m3 codes (a Linear's weight layout), ``s`` the product of
 both per-tensor scales, ``b`` the bias (fp32). ``GELU`` is the exact (erf) form, as BERT and ViT use.
-On CPU tensors the kernel runs in Triton's interpreter (`deepgap.measure.quant.launch`), as the tests do.
+On CPU tensors both kernels run in Triton's interpreter (`deepgap.measure.quant.launch`), device-side
+TMA descriptors included, as the tests do.
 """
 
 # ruff: noqa: N803, SIM108
@@ -20,17 +26,36 @@ import torch
 import triton
 import triton.language as tl
 
+from deepgap.measure.quant.gemv import fastest
+from deepgap.measure.quant.kernels import _grouped_tile
 from deepgap.measure.quant.launch import check, launcher
-from deepgap.measure.quant.tiles import TileConfig
+from deepgap.measure.quant.persistent import check_tma, persistent_grid, tile_count, tile_product
+from deepgap.measure.quant.tiles import TileConfig, linear_persistent_configs
 
 FP8_MAX = 448.0
 # the fastest of six on one H200 for bert-base's and ViT's first MLP GEMM (benchmarks/fp8_gemm_gelu.py)
 FP8_LINEAR_TILE = TileConfig(bm=128, bn=256, bk=128, group_m=8, num_warps=8, num_stages=3)
+# the same tile walked by the persistent TMA kernel, its epilogue in halves (no spills with GELU on sm_90):
+# the first of `tiles.linear_persistent_configs`, untimed
+FP8_LINEAR_PERSISTENT_TILE = TileConfig(128, 256, 128, 8, 8, 3, persistent=1, split_epilogue=True)
 
 
 @triton.jit
 def _gelu(y):
     return 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
+
+
+@triton.jit
+def _epilogue(acc, scale, bias, out_inv_scale, GELU: tl.constexpr, OUT_FP8: tl.constexpr):
+    """``scale·acc + bias``, GELU if asked, then e4m3 codes at ``1/out_inv_scale`` or bf16: every kernel's."""
+    y = acc * scale + bias[None, :]
+    if GELU:
+        y = _gelu(y)
+    if OUT_FP8:
+        out = tl.minimum(tl.maximum(y * out_inv_scale, -448.0), 448.0).to(tl.float8e4nv)
+    else:
+        out = y.to(tl.bfloat16)
+    return out
 
 
 @triton.jit
@@ -52,14 +77,7 @@ def fp8_linear_kernel(
     GROUP_M: tl.constexpr,
 ):
     """out[M, N] = epilogue(scale · Σ_k A[m, k]·W[n, k] + bias[n]); K a multiple of BK, N of BN."""
-    pid = tl.program_id(0)
-    num_m = tl.cdiv(M, BM)
-    num_n = N // BN
-    group = GROUP_M * num_n
-    first_m = (pid // group) * GROUP_M
-    size_m = tl.minimum(num_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % group) % size_m
-    pid_n = (pid % group) // size_m
+    pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BM, BN, GROUP_M)
     rm = pid_m * BM + tl.arange(0, BM)
     rn = pid_n * BN + tl.arange(0, BN)
     rk = tl.arange(0, BK)
@@ -70,15 +88,66 @@ def fp8_linear_kernel(
     for k in range(0, K, BK):
         a = tl.load(a_ptrs + k, mask=m_ok[:, None], other=0.0)
         acc = tl.dot(a, tl.load(w_ptrs + k), acc)
-    y = acc * scale + tl.load(bias_ptr + rn)[None, :]
-    if GELU:
-        y = _gelu(y)
-    offs = rm[:, None] * N + rn[None, :]
-    if OUT_FP8:
-        out = tl.minimum(tl.maximum(y * out_inv_scale, -448.0), 448.0).to(tl.float8e4nv)
+    out = _epilogue(acc, scale, tl.load(bias_ptr + rn), out_inv_scale, GELU, OUT_FP8)
+    tl.store(out_ptr + (rm[:, None] * N + rn[None, :]), out, mask=m_ok[:, None])  # 32-bit offsets
+
+
+@triton.jit(do_not_specialize=["M"])
+def fp8_linear_persistent_kernel(
+    a_ptr, w_ptr, bias_ptr, out_ptr, scale, out_inv_scale, M, N, K: tl.constexpr, GELU: tl.constexpr,
+    OUT_FP8: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
+    NUM_SMS: tl.constexpr, TMA_EPILOGUE: tl.constexpr, EPI_N: tl.constexpr,
+):  # fmt: skip
+    """`fp8_linear_kernel`'s result from a persistent grid fed by TMA (`quant.persistent`'s pattern).
+
+    One program per SM (or ``TileConfig.persistent`` per SM) walks output tiles NUM_SMS apart; A's and W's
+    blocks arrive through device-side tensor descriptors and the walk and the K loop are one flattened,
+    software-pipelined loop, so the next tile's loads run during this tile's GELU and quantization, the
+    part of the fused kernel that the grouped one could not hide. ``TMA_EPILOGUE`` stores the output
+    through a descriptor too. ``EPI_N`` = BN/2 finishes the tile in two halves (Triton's tutorial's
+    epilogue subtiling, ``TileConfig.split_epilogue``): compiled for sm_90 (Triton 3.6 and 3.8), the
+    128×256 tile's whole GELU epilogue takes all 255 registers and spills; in halves, about 200 and none.
+    ``tl.range(warp_specialize=True)`` is no variant: Triton 3.8 compiles the same sm_90 code with it as
+    without it (by PTX; its tutorial: Blackwell only).
+    """
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
+    w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[K, 1], block_shape=[BN, BK])
+    if TMA_EPILOGUE:
+        dst = tl.make_tensor_descriptor(out_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, EPI_N])
     else:
-        out = y.to(tl.bfloat16)
-    tl.store(out_ptr + offs, out, mask=m_ok[:, None])
+        dst = out_ptr
+    start = tl.program_id(0)
+    tile_c = start - NUM_SMS  # the epilogue's own counter, as in Triton's persistent tutorial
+    for tile in tl.range(start, tile_count(M, N, BM, BN), NUM_SMS, flatten=True):
+        pid_m, pid_n = _grouped_tile(tile, M, N, BM, BN, GROUP_M)
+        acc = tile_product(a_desc, w_desc, pid_m, pid_n, K, BM, BN, BK, False)
+        tile_c += NUM_SMS
+        pid_m, pid_n = _grouped_tile(tile_c, M, N, BM, BN, GROUP_M)
+        row0, col0 = pid_m * BM, pid_n * BN
+        if EPI_N < BN:
+            left, right = tl.split(tl.permute(tl.reshape(acc, (BM, 2, EPI_N)), (0, 2, 1)))
+            _finish_part(left, dst, row0, col0, bias_ptr, scale, out_inv_scale, M, N, BM, EPI_N, GELU, OUT_FP8,
+                         TMA_EPILOGUE)  # fmt: skip
+            _finish_part(right, dst, row0, col0 + EPI_N, bias_ptr, scale, out_inv_scale, M, N, BM, EPI_N, GELU,
+                         OUT_FP8, TMA_EPILOGUE)  # fmt: skip
+        else:
+            _finish_part(acc, dst, row0, col0, bias_ptr, scale, out_inv_scale, M, N, BM, BN, GELU, OUT_FP8,
+                         TMA_EPILOGUE)  # fmt: skip
+
+
+@triton.jit
+def _finish_part(
+    acc, dst, row0, col0, bias_ptr, scale, out_inv_scale, M, N, BM: tl.constexpr, W: tl.constexpr,
+    GELU: tl.constexpr, OUT_FP8: tl.constexpr, TMA_EPILOGUE: tl.constexpr,
+):  # fmt: skip
+    """The epilogue of the [BM, W] block at (row0, col0), stored through ``dst`` (a descriptor, or out_ptr)."""
+    rn = col0 + tl.arange(0, W)
+    out = _epilogue(acc, scale, tl.load(bias_ptr + rn), out_inv_scale, GELU, OUT_FP8)
+    if TMA_EPILOGUE:
+        dst.store([row0, col0], out)  # rows past M are clipped by the copy engine
+    else:
+        rm = row0 + tl.arange(0, BM)
+        tl.store(dst + (rm[:, None] * N + rn[None, :]), out, mask=(rm < M)[:, None])
 
 
 def fp8_linear(
@@ -89,6 +158,7 @@ def fp8_linear(
     gelu: bool = False,
     out_scale: float | None = None,
     tile: TileConfig | None = None,
+    num_programs: int | None = None,
 ) -> torch.Tensor:
     """``A·Wᵀ·scale + bias``, then GELU if asked; fp8 codes at ``out_scale`` if given, else bf16.
 
@@ -99,7 +169,10 @@ def fp8_linear(
         bias: (N,) float32.
         gelu: apply the exact GELU after the bias.
         out_scale: quantize the result to e4m3 codes at this scale (the next Linear's input scale).
-        tile: block sizes; the default suits large M on Hopper.
+        tile: block sizes; the default suits large M on Hopper. A ``persistent`` tile runs
+            `fp8_linear_persistent_kernel` (TMA, Hopper; the interpreter on the CPU), any other the grouped
+            `fp8_linear_kernel`.
+        num_programs: a persistent tile's grid stride (`persistent.persistent_grid`; tests).
     """
     t = tile or FP8_LINEAR_TILE
     m, k = a.shape
@@ -112,22 +185,47 @@ def fp8_linear(
     check(bias.shape == (n,) and bias.dtype == torch.float32, "bias: float32 of shape (N,)")
     out_fp8 = out_scale is not None
     out = torch.empty((m, n), dtype=torch.float8_e4m3fn if out_fp8 else torch.bfloat16, device=a.device)
-    grid = (triton.cdiv(m, t.bm) * (n // t.bn),)
-    launcher(fp8_linear_kernel, a.device)[grid](
-        a,
-        w,
-        bias,
-        out,
-        float(scale),
-        1.0 / out_scale if out_fp8 else 1.0,
-        m,
-        n,
-        k,
-        GELU=gelu,
-        OUT_FP8=out_fp8,
-        **t.launch(),
-    )
+    operands = (a, w, bias, out, float(scale), 1.0 / out_scale if out_fp8 else 1.0, m, n)
+    flags = {"GELU": gelu, "OUT_FP8": out_fp8, **t.launch()}
+    if t.persistent:
+        check_tma(a=a, w=w, out=out)
+        nsm, grid = persistent_grid(a.device, m, n, t, num_programs)
+        launcher(fp8_linear_persistent_kernel, a.device)[(grid,)](
+            *operands, K=k, NUM_SMS=nsm, TMA_EPILOGUE=bool(t.tma_epilogue),
+            EPI_N=t.bn // 2 if t.split_epilogue and t.bn >= 32 else t.bn, **flags,  # halves ≥ 16 columns
+        )  # fmt: skip
+    else:
+        launcher(fp8_linear_kernel, a.device)[(triton.cdiv(m, t.bm) * (n // t.bn),)](*operands, k, **flags)
     return out
+
+
+def tuned(
+    a: torch.Tensor, w: torch.Tensor, scale: float, bias: torch.Tensor, gelu: bool, out_scale: float | None
+) -> TileConfig:
+    """The fastest tile for this call's (M, K, N, epilogue) on its GPU, timed once per process.
+
+    The candidates: the grouped kernel's `FP8_LINEAR_TILE` and, on Hopper (TMA), every tile of
+    `tiles.linear_persistent_configs`, each fitted to K and N, timed in a CUDA graph by the GEMV's tuner
+    (`gemv.fastest`). On a CPU, or under CUDA-graph capture, the grouped tile untimed; torch.compile's
+    first call (`transformer_engine`) runs before the capture, so a captured network finds its tiles timed.
+    """
+    m, k = a.shape
+    n = w.shape[0]
+
+    def cands():  # made only when this key is not timed yet (an eager call after the first costs nothing)
+        yield FP8_LINEAR_TILE.fit(k, n)
+        if a.device.type == "cuda" and torch.cuda.get_device_capability(a.device) >= (9, 0):
+            yield from linear_persistent_configs(k, n, 1 if out_scale is not None else 2)
+
+    key = ("fp8_linear", m, k, n, gelu, out_scale is not None, str(a.device))
+    return fastest(key, a.device, cands(), lambda t: fp8_linear(a, w, scale, bias, gelu, out_scale, t))
+
+
+def tuned_tiles() -> dict[tuple[int, int, int], TileConfig]:
+    """The tiles `tuned` timed fastest in this process, by (M, K, N): what a benchmark row reports."""
+    from deepgap.measure.quant.gemv import _TUNED
+
+    return {k[1:4]: t for k, t in _TUNED.items() if k[0] == "fp8_linear"}
 
 
 def reference(

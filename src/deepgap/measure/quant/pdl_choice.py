@@ -14,11 +14,23 @@ from typing import Any
 
 import torch
 
+from deepgap.core.errors import env_choice
 from deepgap.measure.quant.tuning import time_s
 
 PDL_MODES = ("auto", "on", "off")
 MIN_GAIN = 0.01  # PDL is kept when it is at least this much faster (the timings' own noise is below it)
 MIN_CC = (9, 0)  # griddepcontrol: Hopper and later
+
+
+def decode_modes(dev: torch.device) -> tuple[bool, ...]:
+    """A decode graph's launch modes to capture: plain, PDL, or both to time (``DEEPGAP_DECODE_PDL``, Hopper).
+
+    Here, beside the CNN engine's choice, because the GEMV tuner asks it too (`gemv.timed_under_pdl`).
+    """
+    mode = env_choice("DEEPGAP_DECODE_PDL", PDL_MODES, "auto")
+    if mode == "off" or torch.cuda.get_device_capability(dev) < MIN_CC:
+        return (False,)
+    return (True,) if mode == "on" else (False, True)
 
 
 def choose_pdl(net: Any, runner: Any, static_x: torch.Tensor, device: str, mode: str = "auto"):

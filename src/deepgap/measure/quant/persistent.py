@@ -20,6 +20,10 @@ are what measures it).
 On the CPU it runs in the Triton interpreter (`launch.interpreted`), which executes the device-side
 tensor descriptors itself (Triton 3.8), so the tests check this very kernel, TMA loads and the tile walk
 included, against the exact reference; no pointer-load substitute is needed.
+
+The pieces any persistent TMA GEMM needs are helpers here, shared with the fused MLP's fp8 Linear
+(`linear_kernels.fp8_linear_persistent_kernel`): `tile_count` and `tile_product` (one tile's K loop through
+the descriptors) on the device, `check_tma` and `persistent_grid` on the host.
 """
 
 # Triton convention: compile-time (constexpr) parameters in capitals; constexpr branches stay if/else.
@@ -94,7 +98,7 @@ def gemm_1x1_kernel(
         if HAS_RES and not EARLY_RES:
             r_desc = tl.make_tensor_descriptor(res_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
     start = tl.program_id(0)
-    tiles = ((M + BM - 1) // BM) * (N // BN)
+    tiles = tile_count(M, N, BM, BN)
     tile_c = start - NUM_SMS
     if HAS_RES and EARLY_RES:
         r_next = _residual_tile(res_ptr, start, M, N, BM, BN, GROUP_M)
@@ -103,14 +107,7 @@ def gemm_1x1_kernel(
         if HAS_RES and EARLY_RES:  # this tile's residual came one tile ago; ask for the next one's now
             r_early = r_next
             r_next = _residual_tile(res_ptr, tl.minimum(tile + NUM_SMS, tiles - 1), M, N, BM, BN, GROUP_M)
-        if ACC_INT:
-            acc = tl.zeros((BM, BN), dtype=tl.int32)
-        else:
-            acc = tl.zeros((BM, BN), dtype=tl.float32)
-        for k in range(0, K, BK):
-            a = a_desc.load([pid_m * BM, k])
-            b = w_desc.load([pid_n * BN, k])
-            acc = _mma(a, b.T, acc, ACC_INT)
+        acc = tile_product(a_desc, w_desc, pid_m, pid_n, K, BM, BN, BK, ACC_INT)
         tile_c += NUM_SMS
         pid_m, pid_n = _grouped_tile(tile_c, M, N, BM, BN, GROUP_M)
         rm = pid_m * BM + tl.arange(0, BM)
@@ -130,6 +127,33 @@ def gemm_1x1_kernel(
             o_desc.store([pid_m * BM, pid_n * BN], out)  # rows past M are clipped by the copy engine
         else:
             tl.store(out_ptr + offs, out, mask=(rm < M)[:, None])
+
+
+@triton.jit
+def tile_count(M, N, BM: tl.constexpr, BN: tl.constexpr):
+    """Tiles of an [M, N] output (N a multiple of BN): what a persistent grid walks."""
+    return ((M + BM - 1) // BM) * (N // BN)
+
+
+@triton.jit
+def tile_product(
+    a_desc, w_desc, pid_m, pid_n, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+    ACC_INT: tl.constexpr,
+):  # fmt: skip
+    """One output tile's ``A[rows]·W[cols]ᵀ`` through TMA descriptors (A [M, K], W [N, K]), BK at a time.
+
+    Shared by every persistent kernel (`gemm_1x1_kernel`, `linear_kernels.fp8_linear_persistent_kernel`):
+    inlined into the caller's tile walk, where the pipeliner flattens it with the walk (``flatten=True``).
+    """
+    if ACC_INT:
+        acc = tl.zeros((BM, BN), dtype=tl.int32)
+    else:
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        a = a_desc.load([pid_m * BM, k])
+        b = w_desc.load([pid_n * BN, k])
+        acc = _mma(a, b.T, acc, ACC_INT)
+    return acc
 
 
 @triton.jit
@@ -159,6 +183,33 @@ def programs(device: torch.device) -> int:
     if device.type != "cuda":
         return CPU_PROGRAMS
     return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def check_tma(**operands) -> None:
+    """Each operand given (a 2-D tensor or None) can back a TMA descriptor: 16-byte base and row pitch."""
+    for name, t in operands.items():
+        if t is not None:
+            check(
+                t.data_ptr() % TMA_ALIGN == 0 and t.shape[1] * t.element_size() % TMA_ALIGN == 0,
+                f"{name} must start on a {TMA_ALIGN}-byte boundary with rows a multiple of {TMA_ALIGN} "
+                "bytes (a TMA descriptor's base and pitch); use a fresh contiguous tensor",
+            )
+
+
+def persistent_grid(
+    device: torch.device, m: int, n: int, cfg, num_programs: int | None = None
+) -> tuple[int, int]:
+    """(NUM_SMS, grid size) of a persistent launch over an [m, n] output in ``cfg``'s tiles.
+
+    ``num_programs`` overrides the walk's stride (default `programs` × ``cfg.persistent``: that many per
+    SM); the grid never exceeds the number of tiles. On a GPU it also installs the allocator the device-side
+    descriptors need.
+    """
+    tiles = triton.cdiv(m, cfg.bm) * (n // cfg.bn)
+    nsm = num_programs or programs(device) * max(1, int(cfg.persistent))
+    if device.type == "cuda":
+        triton.set_allocator(_scratch)
+    return nsm, min(nsm, tiles)
 
 
 def conv_gemm(
@@ -199,18 +250,9 @@ def conv_gemm(
     if out is None:
         out = torch.empty((m, n), dtype=DTYPES[out_fmt], device=x.device)
     check_out_res(out, res, m, n, x.device, out_fmt)
-    for name, t in (("x", x), ("w", w), ("out", out), ("residual", res)):
-        if t is not None:
-            check(
-                t.data_ptr() % TMA_ALIGN == 0 and t.shape[1] * t.element_size() % TMA_ALIGN == 0,
-                f"{name} must start on a {TMA_ALIGN}-byte boundary with rows a multiple of {TMA_ALIGN} "
-                "bytes (a TMA descriptor's base and pitch); use a fresh contiguous tensor",
-            )
-    tiles = triton.cdiv(m, cfg.bm) * (n // cfg.bn)
-    nsm = num_programs or programs(x.device) * max(1, int(cfg.persistent))
-    if x.device.type == "cuda":
-        triton.set_allocator(_scratch)
-    launcher(gemm_1x1_kernel, x.device)[(min(nsm, tiles),)](
+    check_tma(x=x, w=w, out=out, residual=res)
+    nsm, grid = persistent_grid(x.device, m, n, cfg, num_programs)
+    launcher(gemm_1x1_kernel, x.device)[(grid,)](
         x,
         w,
         *epilogue_operands(out, alpha, beta, res, gamma),

@@ -43,6 +43,7 @@ class TileConfig:
     # programs per SM of the persistent TMA kernel (quant.persistent; 1×1 stride-1 layers); 0: the grouped one
     persistent: int = 0
     tma_epilogue: bool = False  # persistent only: the residual and the output through TMA descriptors too
+    split_epilogue: bool = False  # persistent Linear only (linear_kernels): the epilogue in two column halves
 
     @property
     def label(self) -> str:
@@ -51,12 +52,23 @@ class TileConfig:
         if self.persistent:
             extra += " persistent" + (f"x{self.persistent}" if self.persistent > 1 else "")
             extra += " tma-epi" if self.tma_epilogue else ""
+            extra += " split-epi" if self.split_epilogue else ""
         return f"{self.bm}x{self.bn}x{self.bk} w{self.num_warps} s{self.num_stages}{extra}"
 
     def launch(self) -> dict[str, int]:
         """The six numbers as both kernels' launches take them: constexpr BM, BN, BK, GROUP_M; warps, stages."""
         blocks = {f.upper(): getattr(self, f) for f in ("bm", "bn", "bk", "group_m")}
         return {**blocks, "num_warps": self.num_warps, "num_stages": self.num_stages}
+
+    def fields(self) -> list[int]:
+        """Every field as an int, in order: a torch custom op's ``list[int]`` argument (`from_fields` reads it)."""
+        return [int(v) for v in dataclasses.astuple(self)]
+
+    @classmethod
+    def from_fields(cls, values) -> TileConfig:
+        """The tile `fields` wrote (a shorter list leaves the later fields at their defaults)."""
+        kinds = [isinstance(f.default, bool) for f in dataclasses.fields(cls)]
+        return cls(*(bool(v) if b else int(v) for v, b in zip(values, kinds, strict=False)))
 
     def fit(self, k: int, n: int) -> TileConfig:
         """This tile with BK and BN halved until they divide ``k`` and ``n`` (multiples of 16)."""
@@ -176,6 +188,43 @@ def persistent_configs(node: ConvNode, m: int, capability: tuple[int, int] | Non
         if cfg.fits(n, c) and cfg not in seen:
             seen.append(cfg)
     return seen
+
+
+SMEM_BYTES_H100 = 227 * 1024  # shared memory one block may take on sm_90
+
+
+def linear_persistent_configs(k: int, n: int, out_bytes: int = 2) -> list[TileConfig]:
+    """Tiles of the persistent fp8 Linear (`linear_kernels.fp8_linear_persistent_kernel`) worth timing.
+
+    For the large-M GEMMs of a transformer at batch 256 (M = 32,768 or 50,432 rows; K, N ≥ 768): the
+    grouped kernel's best tile (128×256×128, 8 warps, 3 stages) walked persistently, its epilogue in two
+    halves (whole, with GELU, it spills on sm_90: 255 registers; halved, about 200 and none) with and
+    without its output through TMA, and whole; 128×128 tiles (no spills either way) with a fourth stage
+    or a TMA epilogue; ResNet's winning 128×64, 4 warps, 4 stages at two programs per SM (issue 47); a
+    256×128×64 tile, halved. Each is fitted to ``k`` and ``n`` (`TileConfig.fit`; halves narrower than 32 columns
+    are not split) and kept only if its stages, its output tile (``out_bytes`` per element; TMA epilogue
+    only) and its programs per SM fit an SM's shared memory.
+    """
+    wide = TileConfig(128, 256, 128, 8, 8, 3, persistent=1, split_epilogue=True)
+    square = TileConfig(128, 128, 128, 8, 8, 4, persistent=1)
+    cands = [
+        wide,
+        dataclasses.replace(wide, tma_epilogue=True),
+        dataclasses.replace(wide, split_epilogue=False),
+        square,
+        dataclasses.replace(square, num_stages=3, tma_epilogue=True),
+        TileConfig(128, 64, 128, 8, 4, 4, persistent=2),
+        TileConfig(256, 128, 64, 8, 8, 3, persistent=1, split_epilogue=True),
+    ]
+    out: list[TileConfig] = []
+    for cfg in (c.fit(k, n) for c in cands):
+        if cfg.split_epilogue and cfg.bn < 64:
+            cfg = dataclasses.replace(cfg, split_epilogue=False)
+        epi = cfg.bm * cfg.bn * out_bytes // (2 if cfg.split_epilogue else 1) if cfg.tma_epilogue else 0
+        smem = (cfg.num_stages * (cfg.bm + cfg.bn) * cfg.bk + epi) * cfg.persistent
+        if smem <= SMEM_BYTES_H100 and cfg not in out:
+            out.append(cfg)
+    return out
 
 
 def assign_formats(graph: Graph, modes: dict[str, str], qfmt: str) -> tuple[Graph, dict[str, str]]:

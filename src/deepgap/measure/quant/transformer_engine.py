@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
@@ -28,6 +28,9 @@ from deepgap.measure.models.attention import unfuse_attention
 from deepgap.measure.quant.calibrate import DEFAULT_METHOD
 from deepgap.measure.quant.linear import LinearQuant, use_reference
 from deepgap.measure.quant.transformer import calibrate_linears, quantize_linears
+
+if TYPE_CHECKING:
+    from deepgap.measure.quant.tiles import TileConfig
 
 CALIB_BATCHES = 2
 CALIB_BATCH_SIZE = 16
@@ -55,12 +58,14 @@ def prepare_transformer(
     vocab: int = 0,
     fast: bool = True,
     fused_mlp: bool = False,
+    fused_tile: TileConfig | Literal["tuned"] | None = None,
 ) -> tuple[Any, torch.dtype, dict[str, Any]]:
     """(run, input dtype, info) of ``model`` with 8-bit Linears; ``fast=False``: the fp32 reference, no compile.
 
     ``run(x)`` takes the batch on ``device``: token ids (int64) as they are, images in bf16.
     ``fused_mlp``: each MLP's first fp8 Linear, GELU and the next quantization as one Triton kernel
-    (`deepgap.measure.quant.fused_mlp`); off until measured faster than cuBLASLt + Inductor.
+    (`deepgap.measure.quant.fused_mlp`); off until measured faster than cuBLASLt + Inductor. ``fused_tile``
+    its GEMM core's tile (`fused_mlp.fuse_mlp`: grouped by default, a persistent TMA tile, or "tuned").
     """
     how = DEFAULT_HOW[precision]
     net = model.to(device).eval()
@@ -76,7 +81,8 @@ def prepare_transformer(
     if fused_mlp:
         from deepgap.measure.quant.fused_mlp import fuse_mlp
 
-        info["fused_mlp"] = fuse_mlp(net)
+        info["fused_mlp"] = fuse_mlp(net, fused_tile)
+        info["fused_tile"] = getattr(fused_tile, "label", fused_tile or "default")
     in_dtype = OUT_DTYPE if example.is_floating_point() else example.dtype
     x = example.to(device=device, dtype=in_dtype)
     if not fast:
