@@ -69,7 +69,8 @@ def test_results_carry_aggregates_flags_and_samples(throttled):
         # the idle baseline: the counter's joules over 0.2 s of the wall clock, jittered by a loaded host
         assert t["idle_power_w"] == pytest.approx(100.0, rel=0.25) and t["dynamic_energy_j"] is not None
         assert t["sm_clock_ref_mhz"] == 1100.0  # the thermal warm-up's steady clock
-        assert e.flags == ["thermal-throttle", "power-throttle"]
+        # energy-untimed-work is a host-time ratio that a loaded CI host can trip (test_telemetry_sampler)
+        assert [f for f in e.flags if f != "energy-untimed-work"] == ["thermal-throttle", "power-throttle"]
     tel = s.telemetry_frame(df["run_id"][0])
     phases = set(tel["phase"])
     assert {"idle", "idle-summary", "thermal", "thermal-summary", "warmup", "measure"} <= phases
