@@ -201,15 +201,20 @@ def test_show_names_a_pdl_graph_and_export_says_why():
 
 
 def test_a_decode_row_says_which_gemv_tiles_the_worker_chose(monkeypatch):
-    """`gemv.chosen` names each timed shape and its tile (plain and fused keys); export carries it as is."""
+    """`gemv.chosen` names each timed GEMV shape and its tile (plain and fused keys, not the fused Linear's
+    tiles that share its table); export carries it as is."""
     from deepgap.analysis.decode import figures
     from deepgap.measure.quant import gemv
+    from deepgap.measure.quant.tiles import TileConfig
 
     monkeypatch.setattr(gemv, "_TUNED", {})
     assert gemv.chosen() == ""
     gemv._TUNED[(1, 4096, 1024, "cuda:0")] = gemv.GemvTile(4, 4096, 1, 8, 1, 0, 1)
     rope = ("fused", (True, False, False, True), 4096, 6144, "cuda:0")
     gemv._TUNED[rope] = gemv.GemvTile(8, 512, 1, 4, 4, 1)
+    gemv._TUNED[("fp8_linear", 256, 768, 3072, True, True, "cuda:0")] = TileConfig(
+        128, 128, 64
+    )  # not a GEMV's
     assert gemv.chosen() == (
         "1 row(s) 4096x1024: 4x4096 s1 w8 st1 reduce-each; fused norm+rope 4096x6144: 8x512 s1 w4 st4 prefetch"
     )

@@ -164,7 +164,8 @@ def chosen() -> str:
             + (" reduce-each" * t.reduce_each)
         )
 
-    return "; ".join(f"{shape(k)}: {tile(t)}" for k, t in _TUNED.items())
+    # the GEMV tiles only: the fused Linear's `TileConfig`s share the table (`linear_kernels.tuned_tiles`)
+    return "; ".join(f"{shape(k)}: {tile(t)}" for k, t in _TUNED.items() if isinstance(t, GemvTile))
 
 
 def _graph_ms(launch, calls: int = 20) -> float:
