@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Session 23's recipes on one H200 (run from the repository root by the device tool, $OUT set; .whl/ carried).
+# Calls 1-3 used recipes that already exist; this script holds call 4's, which was typed inline:
+#   call 1  TEST_LIMIT=270 bash benchmarks/device.sh gputests; DIAG_LIMIT=85 LOOP_LIMIT=85 bash results/h200/session22/device.sh diag
+#   call 2  bash benchmarks/fused_mlp.sh network kernels
+#   call 3  export DEEPGAP_QUANT_GEMM=persistent; DEFAULT_LIMIT=590 bash benchmarks/device.sh default
+#   call 4  bash results/h200/session23/device.sh transformers
+# transformers: the bare CUDA-graph loop (benchmarks/transformer_quant.py) for vit_b_16 at batch 256 (fp16 eager and
+#   compile-freeze, fp8 through cuBLASLt, fused on the grouped core, fused tuned per shape) and bert-large at
+#   sequence 384, batch 128 (compile-freeze fp16, fp8 cuBLASLt, fp8 fused tuned)
+set -uo pipefail
+source benchmarks/device_lib.sh
+case ${1:-} in
+transformers)
+    V=fp16-eager,fp16-compile-freeze,fp8-tensor-fast,fp8-tensor-fast-fused,fp8-tensor-fast-fused-tuned
+    step vit 200 python benchmarks/transformer_quant.py --model vit_b_16 --seq 224 --batch 256 --variants $V \
+        --out "$OUT" > "$OUT/vit.txt" 2>&1
+    grep -v '^{' "$OUT/vit.txt" | tail -8
+    step bertlarge 220 python benchmarks/transformer_quant.py --model bert-large --seq 384 --batch 128 \
+        --variants fp16-compile-freeze,fp8-tensor-fast,fp8-tensor-fast-fused-tuned --out "$OUT" > "$OUT/bertlarge.txt" 2>&1
+    grep -v '^{' "$OUT/bertlarge.txt" | tail -6 ;;
+*) sed -n 2,10p "$0"; exit 2 ;;
+esac
