@@ -5,7 +5,8 @@ swap (`deepgap.measure.quant.transformer.quantize_linears`, then `deepgap.measur
 unless DEEPGAP_DECODE_FUSED=0; with DEEPGAP_DECODE_ROPE=fused its qkv GEMV does RoPE and the K/V cache write too)
 and the static step's attention kernel (`deepgap.measure.llm_attention`, unless DEEPGAP_DECODE_ATTENTION=sdpa;
 split over the cache as DEEPGAP_DECODE_SPLIT_KV says, ``--split-kv`` times several, its chunks merged as
-DEEPGAP_DECODE_COMBINE says, ``--combine`` times several); the timing is its own.
+DEEPGAP_DECODE_COMBINE says, ``--combine`` times several; the fused GEMVs' L2 prefetch under PDL as
+DEEPGAP_DECODE_PREFETCH says, ``--prefetch`` times several); the timing is its own.
 Per batch: seeded prompts of ``--input-len`` tokens are prefilled; the decode step (positions as a device
 tensor, the whole cache masked) is compiled and captured as one CUDA graph; then ``--steps`` greedy steps are
 replayed back to back (each step's greedy token, `llm_timing.greedy` as deepgap picks it, is the next step's
@@ -161,6 +162,11 @@ def main() -> None:  # noqa: D103
         help="split-KV merges to time in turn, e.g. kernel,last-block (DEEPGAP_DECODE_COMBINE)",
     )
     ap.add_argument(
+        "--prefetch",
+        default=None,
+        help="the GEMVs' L2 prefetch under PDL to time in turn, e.g. off,l2 (DEEPGAP_DECODE_PREFETCH)",
+    )
+    ap.add_argument(
         "--harness",
         default="own",
         help="whose graph step to replay, e.g. own,deepgap (deepgap: llm_steps.make_step, as the engine builds it)",
@@ -173,15 +179,19 @@ def main() -> None:  # noqa: D103
     combines = (
         args.combine.split(",") if args.combine else [os.environ.get("DEEPGAP_DECODE_COMBINE", "kernel")]
     )
-    for mode, split, combine, harness in itertools.product(pdls, splits, combines, args.harness.split(",")):
+    prefetches = (
+        args.prefetch.split(",") if args.prefetch else [os.environ.get("DEEPGAP_DECODE_PREFETCH", "off")]
+    )
+    runs = itertools.product(pdls, splits, combines, prefetches, args.harness.split(","))
+    for mode, split, combine, prefetch, harness in runs:
         os.environ["DEEPGAP_DECODE_PDL"], os.environ["DEEPGAP_DECODE_SPLIT_KV"] = mode, split
-        os.environ["DEEPGAP_DECODE_COMBINE"] = combine
+        os.environ["DEEPGAP_DECODE_COMBINE"], os.environ["DEEPGAP_DECODE_PREFETCH"] = combine, prefetch
         for b in (int(x) for x in args.batches.split(",")):
             row = {"model": args.model, "precision": args.precision, "input_len": args.input_len}
             # the switches an ablation turns (module docstring), as this process ran
             row |= {
                 k: os.environ.get(f"DEEPGAP_DECODE_{k.upper()}", "")
-                for k in ("fused", "rope", "attention", "pdl", "split_kv", "combine")
+                for k in ("fused", "rope", "attention", "pdl", "split_kv", "combine", "prefetch")
             }
             row |= measure(m, b, args.input_len, args.steps, args.profile and b == 1, harness)
             if args.precision != "bf16":  # the tiles this process timed (deepgap's rows say theirs)

@@ -8,6 +8,9 @@
 # transformers: the bare CUDA-graph loop (benchmarks/transformer_quant.py) for vit_b_16 at batch 256 (fp16 eager and
 #   compile-freeze, fp8 through cuBLASLt, fused on the grouped core, fused tuned per shape) and bert-large at
 #   sequence 384, batch 128 (compile-freeze fp16, fp8 cuBLASLt, fp8 fused tuned)
+# prefetch: the fused GEMVs' L2 prefetch under PDL (DEEPGAP_DECODE_PREFETCH=l2, issue 51): its GPU test (the
+#   same logits), then the bare loop replaying deepgap's step at batches LOOP_BATCHES (1), PDL on, split KV,
+#   without and with it
 set -uo pipefail
 source benchmarks/device_lib.sh
 case ${1:-} in
@@ -19,5 +22,13 @@ transformers)
     step bertlarge 220 python benchmarks/transformer_quant.py --model bert-large --seq 384 --batch 128 \
         --variants fp16-compile-freeze,fp8-tensor-fast,fp8-tensor-fast-fused-tuned --out "$OUT" > "$OUT/bertlarge.txt" 2>&1
     grep -v '^{' "$OUT/bertlarge.txt" | tail -6 ;;
-*) sed -n 2,10p "$0"; exit 2 ;;
+prefetch)
+    step "L2 prefetch GPU test" 120 python -m pytest -q -m gpu tests/test_l2_prefetch.py -p no:cacheprovider \
+        > "$OUT/prefetch-test.txt" 2>&1
+    tail -n 3 "$OUT/prefetch-test.txt"
+    step "loop, deepgap's step, prefetch off and l2" "${LOOP_LIMIT:-150}" python benchmarks/llm_decode_loop.py \
+        --precision fp8 --batches "${LOOP_BATCHES:-1}" --pdl on --split-kv auto --prefetch off,l2 --harness deepgap \
+        --out "$OUT" > "$OUT/prefetch-loop.txt" 2>&1
+    grep "^{" "$OUT/prefetch-loop.txt" | cut -c1-700; grep -v "^{" "$OUT/prefetch-loop.txt" | grep -i "error\|Trace" | head ;;
+*) sed -n 2,14p "$0"; exit 2 ;;
 esac

@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from deepgap.measure.quant import launch
+from deepgap.measure.quant import l2_prefetch, launch
 from deepgap.measure.quant.launch import check, halved_to_divide, launcher
 
 CODES = (torch.float8_e4m3fn, torch.int8)  # both convert to bf16 exactly (3 mantissa bits; |v| ≤ 127)
@@ -165,7 +165,8 @@ def chosen() -> str:
         )
 
     # the GEMV tiles only: the fused Linear's `TileConfig`s share the table (`linear_kernels.tuned_tiles`)
-    return "; ".join(f"{shape(k)}: {tile(t)}" for k, t in _TUNED.items() if isinstance(t, GemvTile))
+    tiles = (f"{shape(k)}: {tile(t)}" for k, t in _TUNED.items() if isinstance(t, GemvTile))
+    return l2_prefetch.describe() + "; ".join(tiles)
 
 
 def _graph_ms(launch, calls: int = 20) -> float:

@@ -32,7 +32,7 @@ import torch
 import triton
 import triton.language as tl
 
-from deepgap.measure.quant import gemv
+from deepgap.measure.quant import gemv, l2_prefetch, launch
 from deepgap.measure.quant.launch import check, launcher
 
 # the plain row kernel's candidates without the prefetch (two weight bands in flight already for SwiGLU)
@@ -91,14 +91,15 @@ def fused_row_kernel(
     NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
     REDUCE: tl.constexpr = False, PDL: tl.constexpr = False,
     cos_ptr=None, sin_ptr=None, pos_ptr=None, k_ptr=None, v_ptr=None, L=1, NQ=0, NKV=0, ROPE: tl.constexpr = False,
-    D: tl.constexpr = 2,
+    D: tl.constexpr = 2, PF_PROGRAMS=0, PREFETCH: tl.constexpr = False,
 ):  # fmt: skip
     """``out[band]`` of one row: an optional RMSNorm of x, the product, then SwiGLU, a residual add or RoPE.
 
     Output channel ``n`` of a pair is weight rows ``n`` and ``n + NO`` with SwiGLU; with ``ROPE`` pair ``n`` of
     head ``h = n // (D/2)`` is rows ``h·D + c`` and ``h·D + c + D/2`` (``c = n mod D/2``), `_rope_store`.
     With ``PDL`` the first K step's weights are read before the wait for the previous kernel, as in
-    `gemv.fp8_gemv_row_kernel`.
+    `gemv.fp8_gemv_row_kernel`; with ``PREFETCH`` too, the first ``PF_PROGRAMS`` programs ask L2 for their
+    whole band(s) first (`l2_prefetch`).
     """
     rn = tl.program_id(0) * BN + tl.arange(0, BN)
     rows = rn
@@ -116,6 +117,12 @@ def fused_row_kernel(
     # the weights do not depend on the previous kernel: with PDL the first step's are in flight before the wait
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
+        if PREFETCH:  # noqa: SIM102 - a constexpr, then a runtime test
+            if tl.program_id(0) < PF_PROGRAMS:  # the band is BN whole rows of K codes (a pair: two bands)
+                first = rows_first(tl.program_id(0) * BN, D, ROPE)
+                l2_prefetch.prefetch(w_ptr + first * K, BN * K)
+                if SWIGLU or ROPE:
+                    l2_prefetch.prefetch(w_ptr + (first + second) * K, BN * K)
         w = tl.load(w_ptrs)
         w_up = w
         if SWIGLU or ROPE:
@@ -147,6 +154,14 @@ def fused_row_kernel(
         _rope_store(y, up, rn, out_ptr, cos_ptr, sin_ptr, pos_ptr, k_ptr, v_ptr, L, NQ, NKV, D)
     else:
         tl.store(out_ptr + rn, y.to(tl.bfloat16))
+
+
+@triton.jit
+def rows_first(r0, D: tl.constexpr, ROPE: tl.constexpr):
+    """The weight row of output channel ``r0`` (a band's first): itself, or with RoPE its head's row ``c``."""
+    if ROPE:
+        return (r0 // (D // 2)) * D + r0 % (D // 2)
+    return r0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,6 +229,10 @@ def fused_gemv(
     if r is not None:
         rope = dict(cos_ptr=r.cos, sin_ptr=r.sin, pos_ptr=r.pos, k_ptr=r.k, v_ptr=r.v, L=r.k.shape[2])
         rope |= dict(NQ=r.heads, NKV=r.k.shape[1], ROPE=True, D=r.k.shape[3])
+    paired = 2 if fusion.swiglu or r is not None else 1
+    pf = l2_prefetch.programs(x.device, launch.pdl_on(), paired * t.bn * k * codes.element_size(), no // t.bn)
+    if r is not None and (r.k.shape[3] // 2) % t.bn:  # a band must stay within one half of a head
+        pf = 0
     launcher(fused_row_kernel, x.device)[(no // t.bn,)](
         x, codes, scale,
         fusion.gamma if fusion.gamma is not None else scale,
@@ -221,6 +240,7 @@ def fused_gemv(
         out, no, k, fusion.eps,
         NORM=fusion.gamma is not None, SWIGLU=fusion.swiglu, RESIDUAL=fusion.residual is not None,
         BN=t.bn, BK=t.bk, REDUCE=t.reduce_each, num_warps=t.num_warps, num_stages=t.num_stages, **rope,
+        **(dict(PF_PROGRAMS=pf, PREFETCH=True) if pf else {}),
     )  # fmt: skip
     return out
 

@@ -1,0 +1,71 @@
+"""The decode GEMVs' weight bands prefetched into L2 while the kernel waits for its predecessor (Hopper).
+
+Why: at batch 1 a Llama-3.1-8B fp8 step reads 7.5 GB of weights in ~190 kernels. With programmatic dependent
+launch (PDL) each kernel starts while its predecessor runs and waits (``griddepcontrol.wait``) before it reads
+an activation; the weights do not depend on the predecessor, so `gemv_fused.fused_row_kernel` already loads
+its first K step before the wait. The rest of the band waits. Between the GEMVs HBM idles: during the
+attention and its merge (a few µs a layer, reading < 1 MB of K/V), and at each kernel's ramp up and down. On
+one H200 the GEMVs reached 0.90× of a plain read of the same matrices, whose small ones (17-25 MB) read at
+only 3.0-3.3 TB/s against 4.68 at 2 GB (results/h200/session21), and the step took 2.573 ms against the
+weights' 1.76 ms plain read (session 23).
+
+``DEEPGAP_DECODE_PREFETCH=l2`` (``off`` by default until measured): each program of a fused row GEMV that is
+among its kernel's first ``CAP_BYTES`` of weights issues one ``cp.async.bulk.prefetch.L2`` for its whole band
+(both bands of a SwiGLU or RoPE pair) before the wait. Programs resident while the predecessor runs (the o
+projection's 512 during the attention) pull their bands into L2 then; the loads after the wait hit L2. The
+cap keeps a kernel's early prefetches (gate_up's band is 117 MB) from evicting each other in the 50 MB L2.
+The prefetch is a hint: no value changes, so the logits are bit-equal with it and without (the GPU test).
+
+Only under PDL (the wait is what the prefetch overlaps) and on compute capability 9.0 or later (the bulk
+prefetch is sm_90's); the interpreter never sees it.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from deepgap.core.errors import env_choice
+
+MODES = ("off", "l2")  # DEEPGAP_DECODE_PREFETCH
+CAP_BYTES = 24 << 20  # a kernel's prefetched bytes at most: about half an H200's (or H100's) 50 MB L2
+
+
+def mode() -> str:
+    """``DEEPGAP_DECODE_PREFETCH`` (`MODES`, ``off`` when unset); another value is a usage error."""
+    return env_choice("DEEPGAP_DECODE_PREFETCH", MODES, "off", empty_is_unset=True)
+
+
+def programs(device: torch.device, pdl: bool, band_bytes: int, grid: int) -> int:
+    """How many leading programs of a ``grid`` prefetch their ``band_bytes``: 0 where it does not apply."""
+    if not pdl or device.type != "cuda" or mode() == "off":
+        return 0
+    if torch.cuda.get_device_capability(device) < (9, 0):
+        return 0
+    return min(grid, CAP_BYTES // max(1, band_bytes))
+
+
+def describe() -> str:
+    """The decode row's note of it (before its tiles, `gemv.chosen`): empty when off."""
+    return f"L2 prefetch of the first {CAP_BYTES >> 20} MB of each GEMV's weights under PDL; " * (
+        mode() == "l2"
+    )
+
+
+@triton.jit
+def prefetch(ptr, nbytes):
+    """One ``cp.async.bulk.prefetch.L2`` of ``nbytes`` (a multiple of 16) from ``ptr`` (16-byte aligned).
+
+    Issued by the program's first thread only (a predicate on ``%tid.x``): one request per band, not one per
+    thread. The asm returns a dummy so that Triton keeps it (``is_pure=False``).
+    """
+    tl.inline_asm_elementwise(
+        "{ .reg .pred p; .reg .u32 t; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0; "
+        "@p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
+        "=r,l,r",
+        [ptr, nbytes],
+        dtype=tl.int32,
+        is_pure=False,
+        pack=1,
+    )
