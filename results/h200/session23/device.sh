@@ -5,6 +5,7 @@
 #   call 2  bash benchmarks/fused_mlp.sh network kernels
 #   call 3  export DEEPGAP_QUANT_GEMM=persistent; DEFAULT_LIMIT=590 bash benchmarks/device.sh default
 #   call 4  bash results/h200/session23/device.sh transformers
+#   call 6  the loop half of `prefetch` (below) at batch 1 with a 110 s limit (call 5's start was refused)
 # transformers: the bare CUDA-graph loop (benchmarks/transformer_quant.py) for vit_b_16 at batch 256 (fp16 eager and
 #   compile-freeze, fp8 through cuBLASLt, fused on the grouped core, fused tuned per shape) and bert-large at
 #   sequence 384, batch 128 (compile-freeze fp16, fp8 cuBLASLt, fp8 fused tuned)
