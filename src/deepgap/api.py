@@ -69,8 +69,6 @@ def run(
     if devices or ray or where or (resume and stored_fleet(store, resume)):
         from deepgap.fleet.session import Fleet, run_fleet
 
-        if not resume:  # a fleet's lanes are GPUs: its host CPU is measured by a one-device run only
-            spec = as_spec(spec).replace(cpu_baseline=False)
         return run_fleet(spec, store, Fleet(devices, ray, where, every_card), resume, on_event, command, log)
     return run_sweep(spec, store, resume, on_event, command or python_command(), log)
 

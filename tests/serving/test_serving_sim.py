@@ -11,6 +11,7 @@ import math
 import numpy as np
 import pytest
 
+from deepgap.core.errors import UsageError
 from deepgap.serving.capacity.search import (
     LoadSettings,
     Probe,
@@ -19,7 +20,7 @@ from deepgap.serving.capacity.search import (
     search_policies,
     sim_probe,
 )
-from deepgap.serving.sim.arrivals import fixed_load, poisson
+from deepgap.serving.sim.arrivals import fixed_load, parse_rate_qps, poisson
 from deepgap.serving.sim.batcher import BatchPolicy, StopRule, decide, serve_loop
 from deepgap.serving.sim.capacity_stats import allowed_over, min_queries, verdict
 from deepgap.serving.sim.clock import VirtualClock
@@ -227,6 +228,13 @@ def test_seeded_poisson_is_reproducible_and_has_its_rate():
     a, b = poisson(500, 50_000, seed=4), poisson(500, 50_000, seed=4)
     assert np.array_equal(a, b) and not np.array_equal(a, poisson(500, 50_000, seed=5))
     assert abs((len(a) - 1) / a[-1] / 500 - 1) < 0.02 and np.all(np.diff(a) >= 0)
+
+
+@pytest.mark.parametrize("text", ["abc", "", "0", "-3", "nan", "inf"])
+def test_a_rate_that_is_no_positive_number_is_one_usage_error(text):
+    with pytest.raises(UsageError, match=f"--qps must be a positive rate, got {text!r}"):
+        parse_rate_qps(text)
+    assert parse_rate_qps(" 250 ") == 250.0
 
 
 def test_a_real_search_steps_no_lower_than_a_run_of_max_run_s():

@@ -48,7 +48,8 @@ def test_length_distributions_parse_draw_seeded_and_refuse_bad_specs():
         ("uniform:64:16", "64 > 16"),
         ("fixed:600", "outside the model's 1..512"),
         ("fixed:x", "not a length"),
-        ("32:0,64", "must be positive"),
+        ("32:0,64", "a weight must be a positive number, got '0'"),
+        ("32:x,64", "a weight must be a positive number, got 'x'"),
         ("32,32", "twice"),
     ):
         with pytest.raises(UsageError, match=needle):

@@ -12,9 +12,15 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 from deepgap.commands.filter_flags import add_filter_flags
 from deepgap.core.errors import UsageError
+
+if TYPE_CHECKING:
+    from deepgap.serving.capacity.planner import Curve, PlanRow
+    from deepgap.serving.capacity.search import LoadSettings
+    from deepgap.serving.capacity.text_plan import TextPlan
 
 NAME = "plan"
 HELP = (
@@ -59,11 +65,33 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     from deepgap.commands.capacity import load_settings, max_batch_of, select_curves
     from deepgap.serving.capacity.planner import plan, predict, store_card_spreads, widen_by_cards
     from deepgap.serving.capacity.text_plan import UNIT, is_encoder, text_plan
-    from deepgap.serving.sim.arrivals import parse_rate_qps
 
     text = is_encoder(args.model)  # a text encoder: seq/s and tokens/s (`serving.capacity.text_plan`)
     if args.target_tok_s is not None and not text:
         return _plan_decode(args)
+    qps = _checked_qps(args, text)
+    load = load_settings(args)
+    mb = max_batch_of(args)
+    curves = _of_platforms(select_curves(list(args.stores), args, args.padding), args.platforms)
+    tp = text_plan(curves, args.model, args.qps, args.target_tok_s, args.seq_len) if text else None
+    if tp is not None:
+        curves, qps = tp.curves, tp.seq_per_s
+    unit = UNIT if tp is not None else "q/s"
+    rows = plan([predict(c, load, mb) for c in curves], qps, args.objective, unit)
+    widen_by_cards(rows, store_card_spreads(list(args.stores)), qps)  # two or more cards of a type: a range
+    if args.json:
+        print(
+            json.dumps([{**asdict(r), **(tp.fields(r.capacity_qps) if tp else {})} for r in rows], indent=1)
+        )
+        return 0
+    _print_plan(args, rows, tp, load, qps, unit)
+    return 0
+
+
+def _checked_qps(args: argparse.Namespace, text: bool) -> float:
+    """The target queries/s (0 for a text encoder, whose target `text_plan` reads); a `UsageError` first."""
+    from deepgap.serving.sim.arrivals import parse_rate_qps
+
     if args.seq_len is not None and not text:
         raise UsageError(f"--seq-len applies to text models, and {args.model} is not one", "drop --seq-len")
     needed = (("--qps", args.qps),) if not text else ()  # a text encoder's target: `text_plan`
@@ -76,26 +104,29 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     qps = 0.0 if text else parse_rate_qps(args.qps)
     if args.objective not in ("devices", "watts"):
         raise UsageError(f"unknown --objective {args.objective!r}", "use devices or watts")
-    load = load_settings(args)
-    mb = max_batch_of(args)
-    curves = select_curves(list(args.stores), args, args.padding)
-    if args.platforms:
-        from deepgap.analysis.platforms import resolve_platform
+    return qps
 
-        names = sorted({str(c.key["platform"]) for c in curves})
-        keep = {resolve_platform(q, names) for q in args.platforms.split(",") if q.strip()}
-        curves = [c for c in curves if str(c.key["platform"]) in keep]
-    tp = text_plan(curves, args.model, args.qps, args.target_tok_s, args.seq_len) if text else None
-    if tp is not None:
-        curves, qps = tp.curves, tp.seq_per_s
-    unit = UNIT if tp is not None else "q/s"
-    rows = plan([predict(c, load, mb) for c in curves], qps, args.objective, unit)
-    widen_by_cards(rows, store_card_spreads(list(args.stores)), qps)  # two or more cards of a type: a range
-    if args.json:
-        print(
-            json.dumps([{**asdict(r), **(tp.fields(r.capacity_qps) if tp else {})} for r in rows], indent=1)
-        )
-        return 0
+
+def _of_platforms(curves: list[Curve], platforms: str | None) -> list[Curve]:
+    """The curves of the device kinds ``--platforms`` names (names or unique parts); all without it."""
+    if not platforms:
+        return curves
+    from deepgap.analysis.platforms import resolve_platform
+
+    names = sorted({str(c.key["platform"]) for c in curves})
+    keep = {resolve_platform(q, names) for q in platforms.split(",") if q.strip()}
+    return [c for c in curves if str(c.key["platform"]) in keep]
+
+
+def _print_plan(
+    args: argparse.Namespace,
+    rows: list[PlanRow],
+    tp: TextPlan | None,
+    load: LoadSettings,
+    qps: float,
+    unit: str,
+) -> None:
+    """The plan as a table, then what its capacities and tails rest on and each row's alternatives."""
     from rich.console import Console
     from rich.table import Table
 
@@ -156,7 +187,6 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
                 f"  also considered: {a['configuration']} ({a['policy']}): "
                 f"{a['capacity_qps']:,.1f} {unit}, {dev}: {a['why']}"
             )
-    return 0
 
 
 def _plan_decode(args: argparse.Namespace) -> int:

@@ -21,22 +21,22 @@ ORDER = 5
 READS, WRITES = ("trace", "dataset", "weights"), ("store",)
 
 
-def _int(flag: str) -> Callable[[str], int]:
-    return lambda text: parse_number(text, int, flag, "8")
+def _int(text: str, flag: str) -> int:
+    return parse_number(text, int, flag, "8")
 
 
-def _float(flag: str) -> Callable[[str], float]:
-    return lambda text: parse_number(text, float, flag, "0.5")
+def _float(text: str, flag: str) -> float:
+    return parse_number(text, float, flag, "0.5")
 
 
-def _duration(flag: str, empty_unset: bool = False) -> Callable[[str], float | None]:
-    """``empty_unset``: an empty value means the default (None), as a flag left out."""
-    return lambda text: None if empty_unset and not text else parse_duration_s(text, flag)
+def _duration_or_unset(text: str, flag: str) -> float | None:
+    """A duration; an empty value means the default (None), as a flag left out."""
+    return parse_duration_s(text, flag) if text else None
 
 
-def _delay(text: str) -> float:
+def _delay(text: str, flag: str) -> float:
     """The batcher's longest wait: 0 (no waiting) is allowed here, unlike any other duration."""
-    return 0.0 if text.strip() in ("0", "0ms", "0s") else parse_duration_s(text, "max-delay")
+    return 0.0 if text.strip() in ("0", "0ms", "0s") else parse_duration_s(text, flag)
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,8 @@ class _Flag:
 
     field: str | None
     help: str
-    parse: Callable[[str], Any] | None = None  # None: the text (or the switch) as given
+    # (text, the flag's name) → value, the name for its messages; None: the text (or the switch) as given
+    parse: Callable[[str, str], Any] | None = None
     default: str | None = None
     switch: bool = False  # a store_true flag
     metavar: str | None = None
@@ -60,7 +61,7 @@ _FLAGS = {
     "precision": _Flag("precision", "fp32 | tf32 | fp16 | bf16 | int8 | fp8", default="fp32"),
     "memory_format": _Flag("memory_format", "nchw | channels_last", default="nchw"),
     "device": _Flag("device", "auto | cpu | cuda | cuda:N", default="auto"),
-    "resolution": _Flag("resolution", "input height = width (default: the model's)", _int("resolution")),
+    "resolution": _Flag("resolution", "input height = width (default: the model's)", _int),
     "seq_len_dist": _Flag(
         "seq_len_dist",
         "text models: request lengths, fixed:128, uniform:16:128 or 32:3,64,128:1 (length[:weight],…); "
@@ -83,12 +84,12 @@ _FLAGS = {
     "slo_ttft": _Flag(
         "slo_ttft_s",
         "decoders: p99 bound of the time to first token (default 2s, MLPerf's)",
-        _duration("slo-ttft"),
+        parse_duration_s,
     ),
     "slo_tpot": _Flag(
         "slo_tpot_s",
         "decoders: p99 bound of the time per later output token (default 100ms, MLPerf's)",
-        _duration("slo-tpot"),
+        parse_duration_s,
     ),
     "scenario": _Flag("scenario", "single-stream | server | offline (default server)", default="server"),
     "qps": _Flag(
@@ -99,52 +100,52 @@ _FLAGS = {
         "server: search the highest rate whose p99 stays within --slo-p99, and the batching policy",
         switch=True,
     ),
-    "slo_p99": _Flag("slo_s", "p99 latency bound, e.g. 15ms", _duration("slo-p99")),
+    "slo_p99": _Flag("slo_s", "p99 latency bound, e.g. 15ms", parse_duration_s),
     "max_batch": _Flag(
         "max_batch",
         "dynamic batcher: largest batch (default 8; searched with --find-capacity); a decoder: its slots",
-        _int("max-batch"),
+        _int,
     ),
     "max_delay": _Flag(
         "max_delay_s", "dynamic batcher: longest wait of the oldest request, e.g. 2ms", _delay
     ),
     "trace": _Flag("trace", "server: file of arrival timestamps (s), one per line or a CSV column t_s"),
-    "seed": _Flag("seed", "seed of arrivals and inputs (default 0)", _int("seed"), default="0"),
+    "seed": _Flag("seed", "seed of arrivals and inputs (default 0)", _int, default="0"),
     "min_queries": _Flag(
         "min_queries",
         "minimum queries per run (defaults: single-stream 1024, server 1000, offline 4096)",
-        _int("min-queries"),
+        _int,
     ),
     "min_duration": _Flag(
         "min_duration_s",
         "minimum duration per run, e.g. 5s (defaults: 5 s / 2 s / 1 s)",
-        _duration("min-duration", empty_unset=True),
+        _duration_or_unset,
     ),
-    "max_queries": _Flag("max_queries", "cap on queries per run (default 200000)", _int("max-queries")),
+    "max_queries": _Flag("max_queries", "cap on queries per run (default 200000)", _int),
     "confidence": _Flag(
         "confidence",
         "confidence of the p99 verdict (default 0.99, as MLPerf's early stopping)",
-        _float("confidence"),
+        _float,
     ),
     "batch_sizes": _Flag(
         "batch_sizes",
         "batch sizes to prepare and calibrate (default GPU 1..128, CPU 1..8)",
-        lambda text: parse_int_list(text, "batch-sizes") if text else None,
+        lambda text, flag: parse_int_list(text, flag) if text else None,
     ),
     "tenants": _Flag(
         "tenants",
         "several models at once, one process each: resnet50,resnet18[:QPS],…",
-        lambda text: parse_tenants(text) if text else (),
+        lambda text, _: parse_tenants(text) if text else (),
     ),
     "load": _Flag(
         "load",
         "tenants without a rate run at this fraction of their own capacity (default 0.5)",
-        _float("load"),
+        _float,
     ),
     "verify_policies": _Flag(
         "verify_policies",
         "--find-capacity: best simulated policies measured for real (default 2)",
-        _int("verify-policies"),
+        _int,
     ),
     "loadgen": _Flag(
         "loadgen",
@@ -154,15 +155,15 @@ _FLAGS = {
     "loadgen_duration": _Flag(
         "loadgen_duration_s",
         "LoadGen's min duration per run, e.g. 600s (MLPerf's full run; default: the scenario's)",
-        _duration("loadgen-duration", empty_unset=True),
+        _duration_or_unset,
     ),
-    "threads": _Flag("threads", "CPU intra-op threads of the worker", _int("threads")),
+    "threads": _Flag("threads", "CPU intra-op threads of the worker", _int),
     "curve_iterations": _Flag(
         "curve_iterations",
         "timed iterations per batch size when calibrating (default GPU 100, CPU 30)",
-        _int("curve-iterations"),
+        _int,
     ),
-    "timeout": _Flag("timeout_s", "seconds before a hung worker is killed (default 900)", _float("timeout")),
+    "timeout": _Flag("timeout_s", "seconds before a hung worker is killed (default 900)", _float),
     "weights": _Flag("weights", "local state-dict file instead of random weights"),
     "dataset": _Flag(
         "dataset",
@@ -173,7 +174,7 @@ _FLAGS = {
     "accuracy_samples": _Flag(
         "accuracy_samples",
         "score N evaluation images of --dataset (default: all)",
-        _int("accuracy-samples"),
+        _int,
         metavar="N",
     ),
     "json": _Flag(None, "the headline numbers as one JSON object on stdout", switch=True),
@@ -193,7 +194,7 @@ def build_spec(args: argparse.Namespace) -> ServeSpec:
     for name, flag in _FLAGS.items():
         value = getattr(args, name)
         if flag.field is not None and value is not None:
-            kw[flag.field] = flag.parse(value) if flag.parse else value
+            kw[flag.field] = flag.parse(value, name.replace("_", "-")) if flag.parse else value
     prelude = read_session_arguments(args).prelude  # the run session's flags, as deepgap run's
     kw.update(prelude.changes())
     # a GPU serves at steady temperature only after a warm-up: on by default there (`_on_gpu`)

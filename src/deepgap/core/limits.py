@@ -58,6 +58,21 @@ def is_number(text: str) -> bool:
     return True
 
 
+def positive_number(text: Any, name: str, fix: str, what: str = "a positive number") -> float:
+    """``text`` as a positive, finite float, else a `UsageError` naming ``name`` (a flag, a list's item).
+
+    Why one reader: "abc", "0", "-1", "nan" and "inf" are one mistake to the user (a rate, a weight, a
+    tokens/s target that is no positive number), so they get one message, ``fix`` saying what to pass.
+    """
+    try:
+        value = float(str(text).strip())
+    except ValueError:
+        value = math.nan
+    if not (value > 0 and math.isfinite(value)):
+        raise UsageError(f"{name} must be {what}, got {text!r}", fix)
+    return value
+
+
 def check_range(
     name: str,
     v: Any,

@@ -30,7 +30,7 @@ from deepgap.drive.launcher import Started
 from deepgap.drive.loop import EventSink, Item, Plan, Resumed
 from deepgap.drive.plan import expand
 from deepgap.drive.runner import python_command
-from deepgap.drive.session import FLEET, Results
+from deepgap.drive.session import FLEET, Results, as_spec
 from deepgap.drive.sweep import Launch, run_sweep
 from deepgap.fleet.common import FleetEvent, run_env
 
@@ -151,7 +151,8 @@ def run_fleet(
     """Measure a sweep over several devices or a Ray cluster (``fleet``) into ``store``.
 
     Args:
-        spec: as for `deepgap.api.run`.
+        spec: as for `deepgap.api.run`; a new run leaves the host CPU out (``cpu_baseline``): a fleet's
+            lanes are GPUs, and the host CPU is measured by a one-device run only.
         store: the SQLite store; only this process writes it.
         fleet: where it runs; a resumed run keeps its stored fleet settings unless ``devices``/``ray``/
             ``where`` are given again, and its stored ``every_card``.
@@ -161,6 +162,8 @@ def run_fleet(
         log: one-line messages about the run-level telemetry (idle baseline, thermal warm-up).
     """
     command = command or python_command()
+    if not resume:  # a fleet's lanes are GPUs: its host CPU is measured by a one-device run only
+        spec = as_spec(spec).replace(cpu_baseline=False)
     return run_sweep(
         spec, store, resume, on_event, command, log, fleet_launch(fleet), FLEET, fleet_events(on_event)
     )

@@ -10,11 +10,11 @@ hold several). The target is sequences/s (``--qps``) or tokens/s (``--target-tok
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 from deepgap.core.errors import UsageError
+from deepgap.core.limits import positive_number
 from deepgap.serving.sim.arrivals import MAX_RATE_QPS, MIN_RATE_QPS, parse_rate_qps
 
 UNIT = "seq/s"  # what one request per second of a text model is called
@@ -98,14 +98,7 @@ def text_plan(
     if qps is not None:
         rate = parse_rate_qps(qps)
     else:
-        try:
-            tok = float(tokens)
-        except ValueError:
-            tok = math.nan
-        if not (tok > 0 and math.isfinite(tok)):
-            raise UsageError(
-                f"--target-tok-s must be a positive rate, got {tokens!r}", "pass e.g. --target-tok-s 1e6"
-            )
+        tok = positive_number(tokens, "--target-tok-s", "pass e.g. --target-tok-s 1e6", "a positive rate")
         rate = tok / length
         if not MIN_RATE_QPS <= rate <= MAX_RATE_QPS:
             raise UsageError(

@@ -80,6 +80,29 @@ def _run_test(lg: Any, sut: Any, qsl: Any, settings: Any, traced: bool) -> tuple
         return summary, (read_trace(trace_path) if traced and os.path.exists(trace_path) else None)
 
 
+def _pool_size(executor: Any, req: LoadgenRequest) -> int:
+    """The QSL's samples: a text model's sample lengths, else the executor's input ring (or its pool)."""
+    return int(
+        len(req.sample_lengths)
+        if req.sample_lengths is not None
+        else executor.ring.size
+        if executor is not None and hasattr(executor, "ring")
+        else getattr(executor, "pool_size", 256)
+    )
+
+
+def _trace_note(req: LoadgenRequest, traced: bool) -> str:
+    """Why a run has no per-sample comparison with LoadGen's trace ("" where it was traced)."""
+    if not req.trace:
+        return "tracing off"
+    if traced:
+        return ""
+    return (
+        f"no per-sample comparison: about {expected_samples(req):,.0f} samples, more "
+        f"than the {TRACE_CAP:,} LoadGen's trace is kept for"
+    )
+
+
 def drive(executor: Any, req: LoadgenRequest) -> LoadgenResult:
     """Run LoadGen against ``executor`` (inside the worker; ``req.null``: no executor is used)."""
     import mlperf_loadgen as lg
@@ -101,13 +124,7 @@ def drive(executor: Any, req: LoadgenRequest) -> LoadgenResult:
         calls[0] += 1
         sut_obj.issue(ids, indices)
 
-    n_pool = int(
-        len(req.sample_lengths)
-        if req.sample_lengths is not None
-        else executor.ring.size
-        if executor is not None and hasattr(executor, "ring")
-        else getattr(executor, "pool_size", 256)
-    )
+    n_pool = _pool_size(executor, req)
     sut = lg.ConstructFastSUT(issue, lambda: None)
     qsl = lg.ConstructQSL(n_pool, n_pool, lambda s: None, lambda s: None)
     threads = (
@@ -142,16 +159,6 @@ def drive(executor: Any, req: LoadgenRequest) -> LoadgenResult:
         log.useful_tokens, log.padded_tokens = executor.useful_tokens, executor.padded_tokens
     rate = req.qps if req.scenario == "server" else None
     level = summarize(log, rate, req.slo_s, 0.99, req.confidence) if log.n else None
-    note = (
-        "tracing off"
-        if not req.trace
-        else (
-            ""
-            if traced
-            else f"no per-sample comparison: about {expected_samples(req):,.0f} samples, more "
-            f"than the {TRACE_CAP:,} LoadGen's trace is kept for"
-        )
-    )
     matched = agreement(trace, log.latency_s) if trace is not None else None
     return LoadgenResult(
         summary,
@@ -160,7 +167,7 @@ def drive(executor: Any, req: LoadgenRequest) -> LoadgenResult:
         level,
         early_stopping(summary),
         matched,
-        note if trace is None else "",
+        _trace_note(req, bool(traced)) if trace is None else "",
         sut_obj.complete_calls,
         calls[0],
     )

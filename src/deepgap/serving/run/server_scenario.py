@@ -134,8 +134,7 @@ def run_server(c: ScenarioContext) -> None:
             c.out.lines.append(
                 f"server: OVERLOADED at {rate:,.1f} queries/s: {s.n_dropped} of {s.n_planned} requests "
                 f"dropped (waited over {DROP_AFTER_SLOS:g}× the {spec.slo_s * 1e3:g} ms SLO: the queue is "
-                f"bounded), "
-                f"{s.n_over_slo} served late"
+                f"bounded), {s.n_over_slo} served late"
                 if spec.slo_s
                 else f"server: OVERLOADED at {rate:,.1f} queries/s: {log.stopped}"
             )
@@ -246,7 +245,6 @@ def _report_capacity(
         c.out.lines.append(f"server capacity: {host_line(at.summary)}")
     if engine:
         c.out.lines.append(
-            f"server capacity / the engine alone ({engine[0]:,.1f} {rate_unit(c)} at batch "
-            f"{engine[1]}, "
+            f"server capacity / the engine alone ({engine[0]:,.1f} {rate_unit(c)} at batch {engine[1]}, "
             f"device-resident inputs): {best.capacity_qps / engine[0]:.3f}"
         )

@@ -17,7 +17,7 @@ import re
 import numpy as np
 
 from deepgap.core.errors import UsageError
-from deepgap.core.limits import is_number
+from deepgap.core.limits import is_number, positive_number
 
 # The arrival rates a run can play (q/s): a trace whose timestamps are 0 and 1e-300 asks for 10^300
 # queries a second and a rate of 1e-300 q/s for one query per 10^300 s; both hung before the first query.
@@ -41,14 +41,7 @@ def parse_duration_s(text: str, flag: str) -> float:
 
 def parse_rate_qps(text: str, flag: str = "qps") -> float:
     """A positive, finite arrival rate in queries per second, or a UsageError."""
-    try:
-        value = float(str(text).strip())
-    except ValueError:
-        raise UsageError(
-            f"--{flag} {text!r} is not a number", f"pass a positive rate, e.g. --{flag} 200"
-        ) from None
-    if not (value > 0 and math.isfinite(value)):
-        raise UsageError(f"--{flag} must be a positive rate, got {text!r}", f"pass e.g. --{flag} 200")
+    value = positive_number(text, f"--{flag}", f"pass e.g. --{flag} 200", "a positive rate")
     if not MIN_RATE_QPS <= value <= MAX_RATE_QPS:
         raise UsageError(
             f"--{flag} {text!r} is outside {MIN_RATE_QPS:g} to {MAX_RATE_QPS:g} queries/s",

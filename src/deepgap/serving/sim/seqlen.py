@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from deepgap.core.errors import UsageError
+from deepgap.core.limits import positive_number
 
 DIST_EXAMPLE = "fixed:128, uniform:16:128 or 32,64:3,128 (lengths, each with an optional :weight)"
 
@@ -115,15 +116,7 @@ def _parse_choice(t: str, text: str, flag: str = "--seq-len-dist") -> SeqLenDist
     for item in t.split(","):
         v, _, w = item.strip().partition(":")
         lengths.append(_int(v, text, flag))
-        try:
-            weight = float(w) if w else 1.0
-        except ValueError:
-            raise UsageError(
-                f"{flag} {text!r}: weight {w!r} is not a number", f"pass {DIST_EXAMPLE}"
-            ) from None
-        if not (weight > 0 and np.isfinite(weight)):
-            raise UsageError(f"{flag} {text!r}: weight {w!r} must be positive", f"pass {DIST_EXAMPLE}")
-        weights.append(weight)
+        weights.append(positive_number(w, f"{flag} {text!r}: a weight", f"pass {DIST_EXAMPLE}") if w else 1.0)
     if len(set(lengths)) != len(lengths):
         raise UsageError(f"{flag} {text!r} names a length twice", "name each length once")
     return SeqLenDist("choice", tuple(lengths), tuple(weights))
