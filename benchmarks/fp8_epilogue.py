@@ -23,11 +23,10 @@ difference per tile an SM walks.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import torch
-from fp8_gemm_gelu import agreement, time_us
+from fp8_gemm_gelu import agreement, emit, time_us
 
 from deepgap.measure.quant.linear_kernels import fp8_linear, reference
 from deepgap.measure.quant.persistent import programs
@@ -114,14 +113,7 @@ def main() -> None:  # noqa: D103
             fp8 = VARIANTS[name][2]
             tiles = linear_persistent_configs(k, n, 1 if fp8 else 2)
             rows += variant_rows(a, w, scale, bias, name, tiles[: args.tiles or None])
-        for r in rows:
-            r.update(shape=shape, m=m, k=k, n=n)
-            if "us" in r:
-                r["tflops"] = round(2 * m * k * n / r["us"] / 1e6, 1)
-            print(json.dumps(r), flush=True)
-            with open(args.out / "fp8_epilogue.jsonl", "a") as f:
-                f.write(json.dumps(r) + "\n")
-        everything += rows
+        everything += emit(rows, args.out / "fp8_epilogue.jsonl", shape=shape, m=m, k=k, n=n)
     print("\n".join(summary(everything)))
 
 

@@ -301,6 +301,8 @@ def fp8_linear_op(
     ``out_scale`` ≤ 0: bf16 out; ``tile`` is `TileConfig.fields`, [] for `tuned` (Triton tiles only).
     """
     out = out_scale if out_scale > 0 else None
+    if a.data_ptr() % 16:  # a view the compiler placed off a 16-byte boundary: a TMA descriptor needs one
+        a = a.clone()
     t = TileConfig.from_fields(tile) if tile else tuned(a, w, scale, bias, gelu, out, approximate)
     return fp8_linear(a, w, scale, bias, gelu, out, t, approximate=approximate)
 
