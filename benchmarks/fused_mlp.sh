@@ -11,16 +11,17 @@
 #              shape; a table of seq/s and the ratio to fp16 compile-freeze at the end (~2-3 min)
 #   epilogue — benchmarks/fp8_epilogue.py: the persistent fused kernel at bert-base's and ViT's ff1 with more of
 #              its epilogue each time (bias bf16; bias fp8; bias + erf GELU bf16; + erf GELU fp8, today's;
-#              + tanh GELU fp8), cuBLASLt beside; µs, TFLOP/s, µs beyond bias-only per tile (~40-60 s)
+#              + tanh GELU fp8; + erf-poly GELU fp8), cuBLASLt beside; µs, TFLOP/s, µs beyond bias-only per tile
+#              (~40-60 s)
 #   engine   — deepgap run, one sweep: bert-base seq 128 and vit_b_16 at batch 256, eager fp16, compile-freeze
 #              fp16 and quant fp8 (fused MLP + tuned Linears, the default since session 23); no thermal warm-up,
 #              no CPU baseline; store packed and exported to CSV, each quant row's kernels printed (~120-190 s)
-#   engine-network — the bare loop of the engine's choice: bert-base fp8 -fused-engine and -fused-engine-tanh,
-#              -fused-tuned-tanh, beside fp16 compile-freeze and fp8 cuBLASLt (~2-3 min)
+#   engine-network — the bare loop of the engine's choice: bert-base fp8 -fused-engine, -fused-engine-erfpoly,
+#              -fused-engine-tanh, beside fp16 compile-freeze and fp8 cuBLASLt (~2-3 min)
 set -uo pipefail
 source benchmarks/device_lib.sh  # PYTHONPATH, step(), pack()
 S=${DEVICE_WORK:-/tmp/deepgap-device}; mkdir -p "$S"
-[ $# -gt 0 ] || { sed -n 2,21p "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n 2,22p "$0"; exit 2; }
 [ "$*" = all ] && set -- kernels network
 for what in "$@"; do case $what in
 tests)
@@ -64,7 +65,7 @@ PY
     ;;
 engine-network)
     step "bert-base network, the engine's choice" 240 python benchmarks/transformer_quant.py --model bert-base --seq 128 \
-        --batch 256 --variants fp16-compile-freeze,fp8-tensor-fast,fp8-tensor-fast-fused-engine,fp8-tensor-fast-fused-engine-tanh,fp8-tensor-fast-fused-tuned-tanh \
+        --batch 256 --variants fp16-compile-freeze,fp8-tensor-fast,fp8-tensor-fast-fused-engine,fp8-tensor-fast-fused-engine-erfpoly,fp8-tensor-fast-fused-engine-tanh \
         --out "$OUT" > "$OUT/engine-network.txt" 2>&1
     grep -v '^{' "$OUT/engine-network.txt" | tail -n 8; grep -o '"tuned_tiles": {[^}]*}' "$OUT/engine-network.txt" ;;
 *) echo "unknown step $what"; exit 2 ;;

@@ -14,7 +14,8 @@ MLP's first Linear, GELU and the next quantization as one Triton kernel on the g
 (``fp8-tensor-fast-fused``), the persistent TMA core (``-fused-persistent``) or each shape's fastest tile of
 both (``-fused-tuned``); ``-fused-engine`` is what the quant engine runs by default (`linear_choice.apply`:
 the MLP tuned, every other fp8 Linear on cuBLASLt or a Triton tile, whichever is faster at its shape);
-a ``-tanh`` ending runs the fused GELU's tanh form. ``--fused-tile`` puts one tile under all of them.
+a ``-tanh`` ending runs the fused GELU's tanh form, ``-erfpoly`` the exact one with a branch-free erf.
+``--fused-tile`` puts one tile under all of them.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ VARIANTS = {
             "default",
             False,
         )
-        for core in ("", "-persistent", "-tuned", "-tuned-tanh", "-engine", "-engine-tanh")
+        for core in ("", "-persistent", "-tuned", "-tuned-tanh", "-engine", "-engine-tanh", "-engine-erfpoly")
     },
     "fp8-tensor-fast-autotune": (
         Q("fp8", "static", weight_scale="tensor", fast_accum=True),
@@ -128,15 +129,15 @@ def build_variant(name: str, fp32: torch.nn.Module, model: str, x: torch.Tensor,
 def fuse(net: torch.nn.Module, name: str, x: torch.Tensor, fused_tile=None) -> dict:
     """A ``-fused`` variant's rewrite of ``net``, its tiles chosen by an eager pass on ``x`` where tuned."""
     from deepgap.measure.quant.fused_mlp import fuse_mlp
-    from deepgap.measure.quant.linear_choice import apply, choose_kernels
+    from deepgap.measure.quant.linear_choice import APPROXIMATE, apply, choose_kernels
     from deepgap.measure.quant.linear_kernels import FP8_LINEAR_PERSISTENT_TILE
 
-    core = name.split("-fused")[-1].removesuffix("-tanh").lstrip("-")
-    gelu = "tanh" if name.endswith("-tanh") else "erf"
+    core = name.split("-fused")[-1].removesuffix("-tanh").removesuffix("-erfpoly").lstrip("-")
+    gelu = "tanh" if name.endswith("-tanh") else "erf-poly" if name.endswith("-erfpoly") else "erf"
     if core == "engine":
         return {**apply(net, x, "tuned", gelu, fused_tile), "fused_tile": "engine: linear_kernels"}
     tile = fused_tile or {"": None, "persistent": FP8_LINEAR_PERSISTENT_TILE, "tuned": "tuned"}[core]
-    info = {"fused_mlp": fuse_mlp(net, tile, "tanh" if gelu == "tanh" else "none")}
+    info = {"fused_mlp": fuse_mlp(net, tile, APPROXIMATE[gelu])}
     info["fused_tile"] = getattr(tile, "label", tile or "grouped default")
     if tile == "tuned":  # chosen in an eager pass before compiling, as the engine does
         info["linear_kernels"] = [asdict(k) for k in choose_kernels(net, x, others=False)]

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from deepgap.measure.quant.linear import QuantLinear, quantize_codes
-from deepgap.measure.quant.linear_kernels import APPROXIMATE, FP8_LINEAR_TILE, fp8_linear_op
+from deepgap.measure.quant.linear_kernels import FP8_LINEAR_TILE, fp8_linear_op
 from deepgap.measure.quant.tiles import TileConfig
 
 
@@ -38,7 +38,7 @@ def _fusable(first, act, second) -> bool:
             and h.weight_scale == "tensor"
         )
 
-    gelu = isinstance(act, nn.GELU) and act.approximate in APPROXIMATE
+    gelu = isinstance(act, nn.GELU) and act.approximate in ("none", "tanh")
     return static_fp8(first) and static_fp8(second) and gelu
 
 
@@ -94,8 +94,9 @@ def fuse_mlp(
     runs the persistent TMA kernel, any other the grouped one (default `FP8_LINEAR_TILE`); "tuned": each
     shape's fastest of both kernels' tiles, timed on its first call (`linear_kernels.tuned`) or, in the
     engine, in one eager pass before compiling (`linear_choice.choose_kernels`). ``approximate``: "tanh"
-    runs GELU's tanh form (a measured option; BERT and ViT specify the exact one); a model whose own GELU
-    is the tanh form keeps it whatever is asked.
+    runs GELU's tanh form (a measured option; BERT and ViT specify the exact one), "erf-poly" the exact
+    one with a branch-free erf (`linear_kernels.APPROXIMATE`); a model whose own GELU is the tanh form
+    keeps it whatever is asked.
     """
     done = 0
     for parent, first, act, second in list(_chains(model)):

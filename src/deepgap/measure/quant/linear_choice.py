@@ -18,7 +18,8 @@ at the Linear's own input (once per shape and process, `gemv.fastest`), and the 
 the module, so the compiled graph and its CUDA graph run it and ``engine_info.linear_kernels`` says which
 kernel and tile each Linear runs. ``DEEPGAP_QUANT_FUSED`` turns it down ("mlp": the fused MLP only;
 "off": cuBLASLt + Inductor everywhere, the engine before session 23); ``DEEPGAP_QUANT_GELU=tanh`` runs the
-fused GELU's tanh form (measured, never the default: BERT and ViT specify the exact GELU).
+fused GELU's tanh form (measured, never the default: BERT and ViT specify the exact GELU), ``erf-poly``
+the exact GELU with a branch-free erf (`linear_kernels`' module doc).
 """
 
 from __future__ import annotations
@@ -36,8 +37,13 @@ from deepgap.measure.quant.linear_kernels import CUBLASLT, kernel_label, tuned
 from deepgap.measure.quant.tiles import TileConfig
 
 FUSED_ENV, FUSED_MODES = "DEEPGAP_QUANT_FUSED", ("tuned", "mlp", "off")
-GELU_ENV, GELU_MODES = "DEEPGAP_QUANT_GELU", ("erf", "tanh")
-GELU_LABELS = {"erf": "exact (erf)", "tanh": "tanh approximation (tanh.approx.f32)"}
+GELU_ENV, GELU_MODES = "DEEPGAP_QUANT_GELU", ("erf", "tanh", "erf-poly")
+GELU_LABELS = {
+    "erf": "exact (erf)",
+    "tanh": "tanh approximation (tanh.approx.f32)",
+    "erf-poly": "exact, erf by Abramowitz & Stegun 7.1.26 (|error| <= 1.5e-7)",
+}
+APPROXIMATE = {"erf": "none", "tanh": "tanh", "erf-poly": "erf-poly"}  # a GELU mode → fp8_linear's name
 MIN_ROWS = 128  # a bias-only Linear with fewer rows (a pooler at a small batch) stays on cuBLASLt untimed
 
 
@@ -47,7 +53,11 @@ def fused_mode() -> str:
 
 
 def gelu_mode() -> str:
-    """``DEEPGAP_QUANT_GELU``: 'erf' (unset: the exact GELU BERT and ViT specify) or 'tanh' (its tanh form)."""
+    """``DEEPGAP_QUANT_GELU``: the fused epilogue's GELU, 'erf' (unset), 'tanh' or 'erf-poly'.
+
+    'erf': the exact GELU BERT and ViT specify; 'tanh': its tanh form; 'erf-poly': exact, its erf
+    branch-free (`linear_kernels.APPROXIMATE`).
+    """
     return env_choice(GELU_ENV, GELU_MODES, "erf", empty_is_unset=True)
 
 
@@ -80,7 +90,7 @@ def apply(net: nn.Module, x: torch.Tensor, mode: str, gelu: str, tile: TileConfi
     ``gelu``: one of `GELU_MODES`; ``tile``: one fixed tile for every fused chain (tests, benchmarks),
     else each shape's fastest. Returns the engine_info entries: the chains fused and `LinearKernel` rows.
     """
-    fused = fuse_mlp(net, tile or "tuned", "tanh" if gelu == "tanh" else "none")
+    fused = fuse_mlp(net, tile or "tuned", APPROXIMATE[gelu])
     kernels = choose_kernels(net, x, others=mode == "tuned")
     return {"fused_mlp": fused, "linear_kernels": [asdict(k) for k in kernels]}
 
@@ -122,7 +132,7 @@ def _pick_fused(m: FusedLinearGelu, args, name: str, picks: dict) -> None:
         codes = quantize_codes(x2, m.act_scale, "fp8")
         t = tuned(codes, m.weight, m.scale, m.bias, True, m.out_scale, m.approximate)
         m.tile = t.fields()
-    form = GELU_LABELS["tanh" if m.approximate == "tanh" else "erf"]
+    form = GELU_LABELS[next(k for k, v in APPROXIMATE.items() if v == m.approximate)]
     epilogue = f"bias, GELU {form}, fp8 codes for the next Linear"
     key = (f"{x2.shape[0]}x{m.in_features}x{m.out_features}", epilogue, _kind(t), kernel_label(t))
     picks.setdefault(key, []).append(name)

@@ -19,7 +19,10 @@ both per-tensor scales, ``b`` the bias (fp32, or bf16 as a `QuantLinear` keeps i
 PTX; neither Triton 3.6 nor 3.8 has a ``tl.math.tanh``, and libdevice's ``tanhf`` is a longer exact
 routine), in the interpreter, which runs no inline PTX, ``2/(1 + e^(-2u)) - 1``. It differs from the exact
 GELU by at most about 5e-4 (tests/test_quant_linear_epilogue.py), far below an e4m3 code's step (1/16 of
-the value); it is a measured option, never the default.
+the value); it is a measured option, never the default. ``approximate="erf-poly"`` keeps the exact GELU
+but computes its erf branch-free (Abramowitz & Stegun 7.1.26: ``|error| ≤ 1.5e-7``, one exp and one
+division per element; libdevice's ``erff`` branches on |x| and is about 39 PTX instructions an element in
+this epilogue against about 8 for the tanh form), also a measured option.
 On CPU tensors both kernels run in Triton's interpreter (`deepgap.measure.quant.launch`), device-side
 TMA descriptors included, as the tests do.
 """
@@ -44,16 +47,27 @@ FP8_LINEAR_TILE = TileConfig(bm=128, bn=256, bk=128, group_m=8, num_warps=8, num
 # the same tile walked by the persistent TMA kernel, its epilogue in halves (no spills with GELU on sm_90):
 # the first of `tiles.linear_persistent_configs`, untimed
 FP8_LINEAR_PERSISTENT_TILE = TileConfig(128, 256, 128, 8, 8, 3, persistent=1, split_epilogue=True)
-APPROXIMATE = ("none", "tanh")  # the GELU's form, as torch names it: "none" is the exact (erf) one
+# the GELU's form, as torch names it ("none" is the exact one, with libdevice's erf), and the exact one with
+# a branch-free erf
+APPROXIMATE = ("none", "tanh", "erf-poly")
 CUBLASLT = "cuBLASLt"  # `tuned`'s name for ``torch._scaled_mm`` (bias only, bf16 out) beside the tiles
-# the kernels' GELU constexpr: off, exact, tanh through tanh.approx.f32 (GPU), tanh through exp (interpreter)
-GELU_OFF, GELU_ERF, GELU_TANH_PTX, GELU_TANH_EXP = 0, 1, 2, 3
+# the kernels' GELU constexpr: off, exact, tanh through tanh.approx.f32 (GPU), tanh through exp (interpreter),
+# exact with Abramowitz & Stegun's erf
+GELU_OFF, GELU_ERF, GELU_TANH_PTX, GELU_TANH_EXP, GELU_ERF_POLY = 0, 1, 2, 3, 4
 
 
 @triton.jit
 def _gelu(y, GELU: tl.constexpr):
     if GELU == 1:
         out = 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
+    elif GELU == 4:  # y·Φ(y), Φ(-|y|) = erfc(|y|/√2)/2 by Abramowitz & Stegun 7.1.26, no branch
+        x = tl.abs(y) * 0.7071067811865476
+        t = 1.0 / (1.0 + 0.3275911 * x)
+        poly = t * (
+            0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
+        )
+        tail = 0.5 * poly * tl.exp(-x * x)  # Φ(-|y|), computed directly: no cancellation for y < 0
+        out = y * tl.where(y >= 0, 1.0 - tail, tail)
     else:
         u = 0.7978845608028654 * (y + 0.044715 * y * y * y)
         if GELU == 2:
@@ -229,8 +243,8 @@ def gelu_code(gelu: bool, approximate: str, device: torch.device) -> int:
     """The kernels' GELU constexpr for this call: `GELU_OFF`, `GELU_ERF`, or the tanh form for ``device``."""
     if not gelu:
         return GELU_OFF
-    if approximate == "none":
-        return GELU_ERF
+    if approximate != "tanh":
+        return GELU_ERF if approximate == "none" else GELU_ERF_POLY
     return GELU_TANH_PTX if device.type == "cuda" else GELU_TANH_EXP
 
 
@@ -325,7 +339,7 @@ def reference(
     """The same arithmetic in fp32 torch: what the kernel is held to."""
     y = (a.float() @ w.float().t()) * scale + bias.float()
     if gelu:
-        y = torch.nn.functional.gelu(y, approximate=approximate)
+        y = torch.nn.functional.gelu(y, approximate="tanh" if approximate == "tanh" else "none")
     if out_scale is None:
         return y.to(torch.bfloat16)
     return (y * (1.0 / out_scale)).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
