@@ -131,13 +131,15 @@ def test_the_engine_default_fuses_and_chooses_every_fp8_linear(monkeypatch, swit
     assert all(bool(k["tile"]) == (k["kernel"] != "cuBLASLt") for k in info["linear_kernels"])
 
 
-def test_the_tanh_gelu_on_the_gpu_is_torchs_tanh_form():
-    """``approximate="tanh"``: tanh.approx.f32 in the epilogue, held to torch's tanh GELU in fp32, bf16 out."""
+@pytest.mark.parametrize("approximate", ["tanh", "erf-poly"])
+def test_the_gelu_forms_on_the_gpu_are_their_torch_forms(approximate):
+    """"tanh": tanh.approx.f32 in the epilogue, held to torch's tanh GELU in fp32; "erf-poly": the branch-free
+    erf, held to torch's exact GELU; bf16 out, so each within a bf16 step and the sums' order."""
     from deepgap.measure.quant.linear_kernels import FP8_LINEAR_PERSISTENT_TILE, fp8_linear, reference
 
     a, w, bias, scale = _operands(4096, 768, 3072, seed=3)
-    want = reference(a, w, scale, bias, True, None, "tanh").float()
+    want = reference(a, w, scale, bias, True, None, approximate).float()
     for t in (FP8_LINEAR_PERSISTENT_TILE, None):
-        got = fp8_linear(a, w, scale, bias, True, None, t, approximate="tanh").float()
+        got = fp8_linear(a, w, scale, bias, True, None, t, approximate=approximate).float()
         # one bf16 step of the output's size, plus tanh.approx's 2^-11 relative error and the sums' order
         assert float(((got - want).abs() - want.abs() * 2**-7).max()) <= 2e-3 * float(want.abs().max())

@@ -262,9 +262,9 @@ def tuned(
 
     The candidates: ``cublaslt`` first where given (a call running this Linear through ``torch._scaled_mm``,
     named `CUBLASLT` when it wins: a bias-only Linear then never loses to cuBLASLt), the grouped kernel's
-    `FP8_LINEAR_TILE` and, on Hopper (TMA), every tile of `tiles.linear_persistent_configs`, each fitted to
-    K and N, timed in a CUDA graph by the GEMV's tuner (`gemv.fastest`). On a CPU, or under CUDA-graph
-    capture, the first candidate untimed; the engine picks every tile in one eager pass before it compiles
+    `FP8_LINEAR_TILE` and, on Hopper (TMA), every tile of `tiles.linear_persistent_configs` no taller than
+    M, each fitted to K and N, timed in a CUDA graph by the GEMV's tuner (`gemv.fastest`). On a CPU, or
+    under CUDA-graph capture, the first candidate untimed; the engine picks every tile in one eager pass before it compiles
     (`linear_choice.choose_kernels`), so a captured network finds its tiles chosen.
     """
     m, k = a.shape
@@ -275,7 +275,9 @@ def tuned(
             yield CUBLASLT
         yield FP8_LINEAR_TILE.fit(k, n)
         if a.device.type == "cuda" and torch.cuda.get_device_capability(a.device) >= (9, 0):
-            yield from linear_persistent_configs(k, n, 1 if out_scale is not None else 2)
+            # no tile taller than the input (a batch-1 ff1): its TMA box would outgrow the tensor it reads
+            tiles = linear_persistent_configs(k, n, 1 if out_scale is not None else 2)
+            yield from (t for t in tiles if t.bm <= m)
 
     def call(t):
         if t == CUBLASLT:
