@@ -264,8 +264,8 @@ def tuned(
     named `CUBLASLT` when it wins: a bias-only Linear then never loses to cuBLASLt), the grouped kernel's
     `FP8_LINEAR_TILE` and, on Hopper (TMA), every tile of `tiles.linear_persistent_configs` no taller than
     M, each fitted to K and N, timed in a CUDA graph by the GEMV's tuner (`gemv.fastest`). On a CPU, or
-    under CUDA-graph capture, the first candidate untimed; the engine picks every tile in one eager pass before it compiles
-    (`linear_choice.choose_kernels`), so a captured network finds its tiles chosen.
+    under CUDA-graph capture, the first candidate untimed; the engine picks every tile in one eager pass
+    before it compiles (`linear_choice.choose_kernels`), so a captured network finds its tiles chosen.
     """
     m, k = a.shape
     n = w.shape[0]
