@@ -133,8 +133,8 @@ def test_the_engine_default_fuses_and_chooses_every_fp8_linear(monkeypatch, swit
 
 @pytest.mark.parametrize("approximate", ["tanh", "erf-poly"])
 def test_the_gelu_forms_on_the_gpu_are_their_torch_forms(approximate):
-    """"tanh": tanh.approx.f32 in the epilogue, held to torch's tanh GELU in fp32; "erf-poly": the branch-free
-    erf, held to torch's exact GELU; bf16 out, so each within a bf16 step and the sums' order."""
+    """The GELU forms: "tanh" (tanh.approx.f32) held to torch's tanh GELU in fp32; "erf-poly" (the branch-free
+    erf) to torch's exact GELU; bf16 out, so each within a bf16 step and the sums' order."""
     from deepgap.measure.quant.linear_kernels import FP8_LINEAR_PERSISTENT_TILE, fp8_linear, reference
 
     a, w, bias, scale = _operands(4096, 768, 3072, seed=3)
