@@ -159,6 +159,9 @@ def test_the_switches(monkeypatch):
             read()
     monkeypatch.setenv(linear_choice.FUSED_ENV, "off")
     assert linear_choice.fused_mode() == "off"
+    assert linear_choice.modes() == ("off", "erf") and linear_choice.modes("mlp", "tanh") == ("mlp", "tanh")
+    with pytest.raises(ValueError, match="'on' is not one of tuned, mlp, off"):
+        linear_choice.modes("on")
 
 
 def test_the_cpu_path_is_the_fp32_reference_and_says_why_nothing_was_fused(monkeypatch):

@@ -10,10 +10,9 @@ identity, and the second Linear takes those codes as they are.
 A chain is found where the model says where it is (a module's ``mlp_chain`` attribute names its three
 children, as BERT's layer does) or where an ``nn.Sequential`` holds Linear, GELU, any dropouts, Linear
 (torchvision's ViT MLP block); nothing else is rewritten. The kernel is a torch custom op
-(`linear_kernels.fp8_linear_op`), so
-torch.compile keeps it as one call and the CUDA graph captures it. Its tile chooses the GEMM core: the
-grouped kernel (`FP8_LINEAR_TILE`, the default) or the persistent TMA one (a ``persistent`` tile, e.g.
-`FP8_LINEAR_PERSISTENT_TILE`; Hopper), with the same epilogue.
+(`linear_kernels.fp8_linear_op`), so torch.compile keeps it as one call and the CUDA graph captures it.
+Its tile chooses the GEMM core: the grouped kernel (`FP8_LINEAR_TILE`, the default) or the persistent TMA
+one (a ``persistent`` tile, e.g. `FP8_LINEAR_PERSISTENT_TILE`; Hopper), with the same epilogue.
 """
 
 from __future__ import annotations

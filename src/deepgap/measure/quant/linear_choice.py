@@ -61,6 +61,14 @@ def gelu_mode() -> str:
     return env_choice(GELU_ENV, GELU_MODES, "erf", empty_is_unset=True)
 
 
+def modes(fused: str | None = None, gelu: str | None = None) -> tuple[str, str]:
+    """(fused mode, GELU mode): each argument given, checked, else its switch's (`fused_mode`, `gelu_mode`)."""
+    for value, choices in ((fused, FUSED_MODES), (gelu, GELU_MODES)):
+        if value is not None and value not in choices:
+            raise ValueError(f"{value!r} is not one of {', '.join(choices)}")
+    return fused or fused_mode(), gelu or gelu_mode()
+
+
 @dataclass(frozen=True)
 class LinearKernel:
     """The kernel a group of same-shaped fp8 Linears runs: one row of ``engine_info.linear_kernels``."""

@@ -76,10 +76,7 @@ def prepare_transformer(
     one fixed tile for the fused chains (tests, benchmarks). ``gelu``: one of `linear_choice.GELU_MODES`
     (default ``DEEPGAP_QUANT_GELU``'s, "erf"). ``info["fused"]`` says what ran and why not.
     """
-    mode = (
-        linear_choice.fused_mode() if fused is None else fused
-    )  # bad switches stop here, before calibrating
-    form = linear_choice.gelu_mode() if gelu is None else gelu
+    mode, form = linear_choice.modes(fused, gelu)  # a bad switch stops the prepare here, before calibrating
     how = DEFAULT_HOW[precision]
     net = model.to(device).eval()
     info: dict[str, Any] = {"path": "transformer linears", "unfused_attention": unfuse_attention(net)}
@@ -94,11 +91,11 @@ def prepare_transformer(
     in_dtype = OUT_DTYPE if example.is_floating_point() else example.dtype
     x = example.to(device=device, dtype=in_dtype)
     if precision == "fp8":
-        why_not = "" if mode == "off" else linear_choice.unavailable(precision, device, fast)
-        info["fused"] = {"mode": mode if not why_not else "off", "switch": linear_choice.FUSED_ENV,
-                         "why_off": why_not or ("DEEPGAP_QUANT_FUSED=off" if mode == "off" else ""),
-                         "gelu": linear_choice.GELU_LABELS[form]}  # fmt: skip
-        if mode != "off" and not why_not:
+        why_not = "turned off" if mode == "off" else linear_choice.unavailable(precision, device, fast)
+        gelu_ran = linear_choice.GELU_LABELS[form] if not why_not else "the model's own (Inductor)"
+        info["fused"] = {"mode": "off" if why_not else mode, "switch": linear_choice.FUSED_ENV, "why_off": why_not,
+                         "gelu": gelu_ran}  # fmt: skip
+        if not why_not:
             t1 = time.perf_counter()
             info.update(linear_choice.apply(net, x, mode, form, fused_tile))
             info["fused"]["choose_s"] = round(time.perf_counter() - t1, 2)
