@@ -158,6 +158,7 @@ def test_the_switches(monkeypatch):
         with pytest.raises(UsageError, match=f"{name}='fast'"):
             read()
     monkeypatch.setenv(linear_choice.FUSED_ENV, "off")
+    monkeypatch.delenv(linear_choice.GELU_ENV)
     assert linear_choice.fused_mode() == "off"
     assert linear_choice.modes() == ("off", "erf") and linear_choice.modes("mlp", "tanh") == ("mlp", "tanh")
     with pytest.raises(ValueError, match="'on' is not one of tuned, mlp, off"):
