@@ -131,6 +131,7 @@ def test_engine_info_names_each_linears_kernel_and_tile(tinybert_fp8, mode, gelu
     ids = torch.randint(0, 1000, (8, 16), generator=torch.Generator().manual_seed(5))
     info = linear_choice.apply(net, ids, mode, gelu)
     assert info["fused_mlp"] == 2 and all(isinstance(m.act, nn.Identity) for m in net.layers)
+    assert info["linear_precompile"]["kernels"] == 0 and "no Hopper" in info["linear_precompile"]["skipped"]
     rows = {n: k for k in info["linear_kernels"] for n in k["names"]}
     fused = rows["layers.0.ff1"]
     assert fused == rows["layers.1.ff1"] and fused["shape"] == "128x32x64"

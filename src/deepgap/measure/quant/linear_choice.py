@@ -24,6 +24,7 @@ the exact GELU with a branch-free erf (`linear_kernels`' module doc).
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass
 from functools import partial
 
@@ -96,11 +97,13 @@ def apply(net: nn.Module, x: torch.Tensor, mode: str, gelu: str, tile: TileConfi
     """Fuse ``net``'s MLP chains and choose every fp8 Linear's kernel (``mode`` of `FUSED_MODES`, not 'off').
 
     ``gelu``: one of `GELU_MODES`; ``tile``: one fixed tile for every fused chain (tests, benchmarks),
-    else each shape's fastest. Returns the engine_info entries: the chains fused and `LinearKernel` rows.
+    else each shape's fastest. Returns the engine_info entries: the chains fused, `LinearKernel` rows and
+    what `precompile` compiled ahead of the timing.
     """
     fused = fuse_mlp(net, tile or "tuned", APPROXIMATE[gelu])
+    compiled = precompile(net, others=mode == "tuned")
     kernels = choose_kernels(net, x, others=mode == "tuned")
-    return {"fused_mlp": fused, "linear_kernels": [asdict(k) for k in kernels]}
+    return {"fused_mlp": fused, "linear_kernels": [asdict(k) for k in kernels], "linear_precompile": compiled}
 
 
 def choose_kernels(model: nn.Module, x: torch.Tensor, others: bool = True) -> list[LinearKernel]:
@@ -124,6 +127,54 @@ def choose_kernels(model: nn.Module, x: torch.Tensor, others: bool = True) -> li
         for h in hooks:
             h.remove()
     return [LinearKernel(*key, names=tuple(names)) for key, names in picks.items()]
+
+
+def precompile(model: nn.Module, others: bool = True, workers: int = 16) -> dict:
+    """Compile every Triton candidate `choose_kernels` will time, all at once on a thread pool (GPU only).
+
+    Why: from cold caches the choice is mostly compiling (about 8 tiles for each of a BERT's three
+    (K, epilogue) kinds, ptxas each), one after another as the tuner first launches them; submitted
+    together under Triton's `AsyncCompileMode` (as `quant.precompile` does for the CNN engine's tiles) they
+    overlap, and the tuner finds them compiled. Tiny operands give the same specializations (the kernels
+    do not specialize on M). Anything that fails here fails, or compiles, at its first launch as before.
+    """
+    jobs = {}  # (K, N, GELU form or None) → the Linear's device
+    for m in model.modules():
+        if isinstance(m, FusedLinearGelu) and not m.tile:
+            jobs[(m.in_features, m.out_features, m.approximate)] = m.weight.device
+        elif others and isinstance(m, QuantLinear) and m.tileable() and not m.tile:
+            jobs[(m.in_features, m.out_features, None)] = m.weight_t.device
+    devices = {d.type for d in jobs.values()}
+    if devices != {"cuda"} or torch.cuda.get_device_capability(next(iter(jobs.values()))) < (9, 0):
+        return {"kernels": 0, "skipped": "compiled at first launch (no Hopper GPU)"}
+    try:
+        from triton.runtime._async_compile import AsyncCompileMode
+    except ImportError:
+        return {"kernels": 0, "skipped": "this Triton has no AsyncCompileMode"}
+    from concurrent.futures import ThreadPoolExecutor
+
+    from deepgap.measure.quant import launch
+    from deepgap.measure.quant.linear_kernels import FP8_LINEAR_TILE, fp8_linear
+    from deepgap.measure.quant.tiles import linear_persistent_configs
+
+    t0, submitted = time.perf_counter(), 0
+    with (
+        ThreadPoolExecutor(workers) as pool,
+        AsyncCompileMode(pool, ignore_errors=True),
+        launch.compile_only(),
+    ):
+        for (k, n, form), dev in jobs.items():
+            a = torch.zeros((256, k), device=dev).to(torch.float8_e4m3fn)
+            w = torch.zeros((n, k), device=dev).to(torch.float8_e4m3fn)
+            bias = torch.zeros(n, device=dev, dtype=torch.float32 if form else torch.bfloat16)
+            out_scale = 1.0 if form else None
+            for t in (FP8_LINEAR_TILE.fit(k, n), *linear_persistent_configs(k, n, 1 if form else 2)):
+                try:
+                    fp8_linear(a, w, 1.0, bias, form is not None, out_scale, t, approximate=form or "none")
+                    submitted += 1
+                except Exception:  # noqa: BLE001 - the tuner meets it at the first launch and passes it over
+                    pass
+    return {"kernels": submitted, "workers": workers, "seconds": round(time.perf_counter() - t0, 2)}
 
 
 def _kind(t: TileConfig | str) -> str:
