@@ -9,6 +9,7 @@ engine's CPU path unchanged. tests/test_quant_linear_persistent_gpu.py runs the 
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -181,3 +182,17 @@ def test_the_cpu_path_is_the_fp32_reference_and_says_why_nothing_was_fused(monke
     with pytest.raises(UsageError, match="DEEPGAP_QUANT_FUSED"):
         prepare_transformer(model, "fp8", ids, "cpu", 1000, fast=False)
     assert not any(isinstance(m, QuantLinear) for m in model.modules())  # stopped before anything changed
+
+
+def test_the_chosen_kernels_trace_through_torch_compile(tinybert_fp8):
+    """What the engine compiles: fused chains (tanh form), a Linear on a Triton tile, the rest on cuBLASLt,
+    each a fixed choice; traced by dynamo and AOT autograd (the ops' fake kernels), the same output as eager."""
+    net = copy.deepcopy(tinybert_fp8)
+    ids = torch.randint(0, 1000, (8, 16), generator=torch.Generator().manual_seed(6))
+    linear_choice.apply(net, ids, "tuned", "tanh")
+    net.layers[0].out.use_tile(dataclasses.replace(SMALL, persistent=1).fields())
+    with torch.inference_mode():
+        want = net(ids)
+        torch._dynamo.reset()
+        got = torch.compile(net, backend="aot_eager", dynamic=False)(ids)
+    assert torch.equal(got, want)
