@@ -121,6 +121,19 @@ def summary(rows: list[dict]) -> list[str]:
     return lines
 
 
+def emit(rows: list[dict], path: Path, **shape) -> list[dict]:
+    """Each row with its shape's fields and TFLOP/s, printed and appended to ``path`` as a JSON line."""
+    m, k, n = shape["m"], shape["k"], shape["n"]
+    for r in rows:
+        r.update(shape)
+        if "us" in r:
+            r["tflops"] = round(2 * m * k * n / r["us"] / 1e6, 1)
+        print(json.dumps(r), flush=True)
+        with open(path, "a") as f:
+            f.write(json.dumps(r) + "\n")
+    return rows
+
+
 def main() -> None:  # noqa: D103
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("."))
@@ -150,14 +163,7 @@ def main() -> None:  # noqa: D103
         persistent = linear_persistent_configs(k, n, 1 if gelu else 2)
         rows += time_tiles(a, w, scale, bias, gelu, out_scale, want, "grouped", TILES)
         rows += time_tiles(a, w, scale, bias, gelu, out_scale, want, "persistent", persistent)
-        for r in rows:
-            r.update(shape=name, m=m, k=k, n=n, gelu=gelu)
-            if "us" in r:
-                r["tflops"] = round(2 * m * k * n / r["us"] / 1e6, 1)
-            print(json.dumps(r), flush=True)
-            with open(args.out / "fp8_gemm_gelu.jsonl", "a") as f:
-                f.write(json.dumps(r) + "\n")
-        everything += rows
+        everything += emit(rows, args.out / "fp8_gemm_gelu.jsonl", shape=name, m=m, k=k, n=n, gelu=gelu)
     print("\n".join(summary(everything)))
 
 

@@ -12,7 +12,10 @@ of ``--repeats`` windows of ``--iters`` replays timed by CUDA events; relL2 and 
 Writes ``transformer_quant.jsonl`` (one line per variant) under ``--out``. The ``-fused`` variants run the
 MLP's first Linear, GELU and the next quantization as one Triton kernel on the grouped GEMM core
 (``fp8-tensor-fast-fused``), the persistent TMA core (``-fused-persistent``) or each shape's fastest tile of
-both, timed at the first call (``-fused-tuned``); ``--fused-tile`` puts one tile under all of them.
+both (``-fused-tuned``); ``-fused-engine`` is what the quant engine runs by default (`linear_choice.apply`:
+the MLP tuned, every other fp8 Linear on cuBLASLt or a Triton tile, whichever is faster at its shape);
+a ``-tanh`` ending runs the fused GELU's tanh form, ``-erfpoly`` the exact one with a branch-free erf.
+``--fused-tile`` puts one tile under all of them.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import copy
 import json
 import statistics
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -60,7 +64,7 @@ VARIANTS = {
             "default",
             False,
         )
-        for core in ("", "-persistent", "-tuned")
+        for core in ("", "-persistent", "-tuned", "-tuned-tanh", "-engine", "-engine-tanh", "-engine-erfpoly")
     },
     "fp8-tensor-fast-autotune": (
         Q("fp8", "static", weight_scale="tensor", fast_accum=True),
@@ -100,18 +104,10 @@ def build_variant(name: str, fp32: torch.nn.Module, model: str, x: torch.Tensor,
             calib = [make_input(model, 16, x.shape[-1], seed=s).cuda() for s in (101, 102)]
             amax = calibrate_linears(net, calib)
         info["quantized_linears"] = len(quantize_linears(net, prec, amax))
-        if "-fused" in name:
-            from deepgap.measure.quant.fused_mlp import fuse_mlp
-            from deepgap.measure.quant.linear_kernels import FP8_LINEAR_PERSISTENT_TILE
-
-            tile = {"fused": None, "persistent": FP8_LINEAR_PERSISTENT_TILE, "tuned": "tuned"}[
-                name.split("-")[-1]
-            ]
-            tile = fused_tile or tile
-            info["fused_mlp"] = fuse_mlp(net, tile)
-            info["fused_tile"] = getattr(tile, "label", tile or "grouped default")
         dtype = torch.bfloat16
     xin = x.cuda() if not x.is_floating_point() else x.cuda().to(dtype)
+    if "-fused" in name:
+        info.update(fuse(net, name, xin, fused_tile))
     if mode is None:
         return net, xin, info, net
     import torch._inductor.config as inductor_config
@@ -128,6 +124,24 @@ def build_variant(name: str, fp32: torch.nn.Module, model: str, x: torch.Tensor,
     with inductor_config.patch(freezing=freezing):
         graph, out = graph_runner.capture(compiled, xin, "cuda")
     return graph_runner.GraphRunner(graph, xin, out, owns=compiled), xin, info, compiled
+
+
+def fuse(net: torch.nn.Module, name: str, x: torch.Tensor, fused_tile=None) -> dict:
+    """A ``-fused`` variant's rewrite of ``net``, its tiles chosen by an eager pass on ``x`` where tuned."""
+    from deepgap.measure.quant.fused_mlp import fuse_mlp
+    from deepgap.measure.quant.linear_choice import APPROXIMATE, apply, choose_kernels
+    from deepgap.measure.quant.linear_kernels import FP8_LINEAR_PERSISTENT_TILE
+
+    core = name.split("-fused")[-1].removesuffix("-tanh").removesuffix("-erfpoly").lstrip("-")
+    gelu = "tanh" if name.endswith("-tanh") else "erf-poly" if name.endswith("-erfpoly") else "erf"
+    if core == "engine":
+        return {**apply(net, x, "tuned", gelu, fused_tile), "fused_tile": "engine: linear_kernels"}
+    tile = fused_tile or {"": None, "persistent": FP8_LINEAR_PERSISTENT_TILE, "tuned": "tuned"}[core]
+    info = {"fused_mlp": fuse_mlp(net, tile, APPROXIMATE[gelu])}
+    info["fused_tile"] = getattr(tile, "label", tile or "grouped default")
+    if tile == "tuned":  # chosen in an eager pass before compiling, as the engine does
+        info["linear_kernels"] = [asdict(k) for k in choose_kernels(net, x, others=False)]
+    return info
 
 
 def kernel_table(fn, x, top: int) -> list[dict]:
@@ -203,10 +217,12 @@ def main() -> None:  # noqa: D103
             med = statistics.median(s)
             row.update(info, ms=round(med * 1e3, 3), spread=round((max(s) - min(s)) / med, 4),
                        per_s=round(a.batch / med, 1))  # fmt: skip
-            if name.endswith("-tuned"):  # the tile each fused shape's first call timed fastest (M×K×N)
-                from deepgap.measure.quant.linear_kernels import tuned_tiles
+            if "-tuned" in name or "-engine" in name:  # the tiles timed fastest (M×K×N)
+                from deepgap.measure.quant.linear_kernels import kernel_label, tuned_tiles
 
-                row["tuned_tiles"] = {"x".join(map(str, k)): t.label for k, t in tuned_tiles().items()}
+                row["tuned_tiles"] = {
+                    "x".join(map(str, k)): kernel_label(t) for k, t in tuned_tiles().items()
+                }
             if a.profile:
                 row["kernels"] = kernel_table(uncaptured, xin, a.profile)
         except Exception as exc:  # one variant's failure is its row, the others still run

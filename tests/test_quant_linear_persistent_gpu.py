@@ -84,13 +84,64 @@ def test_tinybert_fused_on_the_persistent_core_compiled_and_captured(tile):
     ids = torch.randint(0, 1000, (64, 32), generator=torch.Generator().manual_seed(1))
     with torch.inference_mode():
         ref = model(ids)
-    chosen = FP8_LINEAR_PERSISTENT_TILE if tile == "persistent" else "tuned"
-    run, _, info = prepare_transformer(copy.deepcopy(model), "fp8", ids, "cuda:0", 1000, fused_mlp=True,
+    chosen = FP8_LINEAR_PERSISTENT_TILE if tile == "persistent" else None
+    run, _, info = prepare_transformer(copy.deepcopy(model), "fp8", ids, "cuda:0", 1000, fused="mlp",
                                        fused_tile=chosen)  # fmt: skip
     with torch.inference_mode():
         out = run(ids.cuda()).float().cpu()
         again = run(ids.cuda()).float().cpu()
     assert info["fused_mlp"] == 2 and torch.equal(out, again)
     assert float((out - ref).norm() / ref.norm()) < 0.1
-    if tile == "tuned":  # the op timed its candidates before the capture: one entry, ff1's shape
+    fused = [k for k in info["linear_kernels"] if "GELU" in k["epilogue"]]
+    assert [n for k in fused for n in k["names"]] == ["layers.0.ff1", "layers.1.ff1"]
+    # "mlp": the other Linears are left on cuBLASLt, unlisted
+    assert all(k["kernel"].startswith("Triton") for k in info["linear_kernels"])
+    if tile == "tuned":  # timed in the eager pass before compiling: one entry, ff1's shape
         assert (64 * 32, 32, 64) in tuned_tiles()
+    else:
+        assert fused[0]["tile"] == FP8_LINEAR_PERSISTENT_TILE.fit(32, 64).label
+
+
+@pytest.mark.parametrize("switch", ["", "off", "mlp"])
+def test_the_engine_default_fuses_and_chooses_every_fp8_linear(monkeypatch, switch):
+    """Unset, ``DEEPGAP_QUANT_FUSED`` is "tuned": the MLP fused and every other fp8 Linear of ≥ 128 rows on
+    cuBLASLt or a Triton tile, each named in engine_info; "off" is the cuBLASLt + Inductor engine as before."""
+    from deepgap.measure.models.build import build_model
+    from deepgap.measure.quant.transformer_engine import prepare_transformer
+
+    monkeypatch.setenv("DEEPGAP_QUANT_FUSED", switch)
+    model = build_model("tinybert", 32)
+    ids = torch.randint(0, 1000, (64, 32), generator=torch.Generator().manual_seed(2))
+    with torch.inference_mode():
+        ref = model(ids)
+    run, _, info = prepare_transformer(copy.deepcopy(model), "fp8", ids, "cuda:0", 1000)
+    with torch.inference_mode():
+        out = run(ids.cuda()).float().cpu()
+    assert float((out - ref).norm() / ref.norm()) < 0.1
+    assert info["fused"]["mode"] == (switch or "tuned")
+    if switch == "off":
+        assert info["fused"]["why_off"] == "turned off" and "linear_kernels" not in info
+        assert "Triton" not in info["kernels"]
+        return
+    assert info["fused"]["gelu"] == "exact (erf)" and info["linear_precompile"]["kernels"] > 0
+    names = {n: k for k in info["linear_kernels"] for n in k["names"]}
+    want = {"layers.0.ff1", "layers.1.ff1"}
+    if not switch:  # qkv, out, ff2 of both layers and the pooler (64 rows: cuBLASLt untimed)
+        want |= {f"layers.{i}.{n}" for i in (0, 1) for n in ("qkv", "out", "ff2")} | {"pooler"}
+        assert names["pooler"]["kernel"] == "cuBLASLt"
+    assert set(names) == want
+    assert all(bool(k["tile"]) == (k["kernel"] != "cuBLASLt") for k in info["linear_kernels"])
+
+
+@pytest.mark.parametrize("approximate", ["tanh", "erf-poly"])
+def test_the_gelu_forms_on_the_gpu_are_their_torch_forms(approximate):
+    """The GELU forms: "tanh" (tanh.approx.f32) held to torch's tanh GELU in fp32; "erf-poly" (the branch-free
+    erf) to torch's exact GELU; bf16 out, so each within a bf16 step and the sums' order."""
+    from deepgap.measure.quant.linear_kernels import FP8_LINEAR_PERSISTENT_TILE, fp8_linear, reference
+
+    a, w, bias, scale = _operands(4096, 768, 3072, seed=3)
+    want = reference(a, w, scale, bias, True, None, approximate).float()
+    for t in (FP8_LINEAR_PERSISTENT_TILE, None):
+        got = fp8_linear(a, w, scale, bias, True, None, t, approximate=approximate).float()
+        # one bf16 step of the output's size, plus tanh.approx's 2^-11 relative error and the sums' order
+        assert float(((got - want).abs() - want.abs() * 2**-7).max()) <= 2e-3 * float(want.abs().max())

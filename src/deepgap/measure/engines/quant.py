@@ -3,8 +3,10 @@
 Post-training quantization of torchvision ResNets: BatchNorm folded, per-channel weight scales,
 static activation scales (calibrated, cached), NHWC int8/fp8 activations, convolutions as fused
 implicit-GEMM Triton kernels, a per-layer fallback to fp16 where that is faster, one CUDA graph.
-Transformers (BERT, ViT): every Linear in fp8/int8 through ``torch._scaled_mm``/``torch._int_mm``,
-attention in bf16 SDPA, compiled and captured (`deepgap.measure.quant.transformer_engine`).
+Transformers (BERT, ViT): every Linear in fp8/int8 through ``torch._scaled_mm``/``torch._int_mm``
+(in fp8 on Hopper the MLP fused in a Triton kernel and each Linear on its faster kernel:
+`deepgap.measure.quant.linear_choice`), attention in bf16 SDPA, compiled and captured
+(`deepgap.measure.quant.transformer_engine`).
 This module is only the engine plug-in (registration, support checks, `prepare`); the implementation
 lives in the package ``deepgap.measure.quant``. docs/quant.md and docs/transformers.md have the design
 and measurements.

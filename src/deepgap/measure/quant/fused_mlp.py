@@ -9,10 +9,10 @@ identity, and the second Linear takes those codes as they are.
 
 A chain is found where the model says where it is (a module's ``mlp_chain`` attribute names its three
 children, as BERT's layer does) or where an ``nn.Sequential`` holds Linear, GELU, any dropouts, Linear
-(torchvision's ViT MLP block); nothing else is rewritten. The kernel is a torch custom op, so
-torch.compile keeps it as one call and the CUDA graph captures it. Its tile chooses the GEMM core: the
-grouped kernel (`FP8_LINEAR_TILE`, the default) or the persistent TMA one (a ``persistent`` tile, e.g.
-`FP8_LINEAR_PERSISTENT_TILE`; Hopper), with the same epilogue.
+(torchvision's ViT MLP block); nothing else is rewritten. The kernel is a torch custom op
+(`linear_kernels.fp8_linear_op`), so torch.compile keeps it as one call and the CUDA graph captures it.
+Its tile chooses the GEMM core: the grouped kernel (`FP8_LINEAR_TILE`, the default) or the persistent TMA
+one (a ``persistent`` tile, e.g. `FP8_LINEAR_PERSISTENT_TILE`; Hopper), with the same epilogue.
 """
 
 from __future__ import annotations
@@ -23,30 +23,8 @@ import torch
 from torch import nn
 
 from deepgap.measure.quant.linear import QuantLinear, quantize_codes
-from deepgap.measure.quant.linear_kernels import FP8_LINEAR_TILE, fp8_linear, tuned
+from deepgap.measure.quant.linear_kernels import FP8_LINEAR_TILE, fp8_linear_op
 from deepgap.measure.quant.tiles import TileConfig
-
-
-@torch.library.custom_op("deepgap::fp8_linear", mutates_args=())
-def fp8_linear_op(
-    a: torch.Tensor,
-    w: torch.Tensor,
-    bias: torch.Tensor,
-    scale: float,
-    gelu: bool,
-    out_scale: float,
-    tile: list[int],
-) -> torch.Tensor:
-    """`fp8_linear` as a custom op (``out_scale`` ≤ 0: bf16 out); ``tile`` is `TileConfig.fields`, [] tuned."""
-    out = out_scale if out_scale > 0 else None
-    t = TileConfig.from_fields(tile) if tile else tuned(a, w, scale, bias, gelu, out)
-    return fp8_linear(a, w, scale, bias, gelu, out, t)
-
-
-@fp8_linear_op.register_fake
-def _(a, w, bias, scale, gelu, out_scale, tile):
-    dtype = torch.float8_e4m3fn if out_scale > 0 else torch.bfloat16
-    return a.new_empty((a.shape[0], w.shape[0]), dtype=dtype)
 
 
 def _fusable(first, act, second) -> bool:
@@ -59,14 +37,21 @@ def _fusable(first, act, second) -> bool:
             and h.weight_scale == "tensor"
         )
 
-    return static_fp8(first) and static_fp8(second) and isinstance(act, nn.GELU) and act.approximate == "none"
+    gelu = isinstance(act, nn.GELU) and act.approximate in ("none", "tanh")
+    return static_fp8(first) and static_fp8(second) and gelu
 
 
 class FusedLinearGelu(nn.Module):
-    """``q(gelu(first(x)))`` at ``second``'s input scale: fp8 codes for ``second`` to take as they are."""
+    """``q(gelu(first(x)))`` at ``second``'s input scale: fp8 codes for ``second`` to take as they are.
 
-    def __init__(self, first: QuantLinear, second: QuantLinear, tile: TileConfig | None) -> None:
+    ``approximate``: the GELU's form (`linear_kernels.APPROXIMATE`); "none" is the exact one.
+    """
+
+    def __init__(
+        self, first: QuantLinear, second: QuantLinear, tile: TileConfig | None, approximate: str = "none"
+    ) -> None:
         super().__init__()
+        self.approximate = approximate
         self.in_features, self.out_features = first.in_features, first.out_features
         self.register_buffer("act_scale", first.act_scale)
         self.register_buffer("weight", first.weight_t.t())  # (N, K) row-major: W's own layout
@@ -78,7 +63,9 @@ class FusedLinearGelu(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
         lead = x.shape[:-1]
         codes = quantize_codes(x.reshape(-1, self.in_features), self.act_scale, "fp8")
-        y = fp8_linear_op(codes, self.weight, self.bias, self.scale, True, self.out_scale, self.tile)
+        y = fp8_linear_op(
+            codes, self.weight, self.bias, self.scale, True, self.out_scale, self.tile, self.approximate
+        )
         return y.reshape(*lead, self.out_features)
 
 
@@ -97,19 +84,27 @@ def _chains(model: nn.Module):
                         yield parent, name, kids[i + 1][0], rest[0][0]
 
 
-def fuse_mlp(model: nn.Module, tile: TileConfig | Literal["tuned"] | None = None) -> int:
+def fuse_mlp(
+    model: nn.Module, tile: TileConfig | Literal["tuned"] | None = None, approximate: str = "none"
+) -> int:
     """Rewrite every fusable MLP chain of a quantized ``model`` (module doc); returns how many.
 
     ``tile``: the kernel's tile, fitted to each Linear; a ``persistent`` one (`tiles.linear_persistent_configs`)
     runs the persistent TMA kernel, any other the grouped one (default `FP8_LINEAR_TILE`); "tuned": each
-    shape's fastest of both kernels' tiles, timed on its first call (`linear_kernels.tuned`).
+    shape's fastest of both kernels' tiles, timed on its first call (`linear_kernels.tuned`) or, in the
+    engine, in one eager pass before compiling (`linear_choice.choose_kernels`). ``approximate``: "tanh"
+    runs GELU's tanh form (a measured option; BERT and ViT specify the exact one), "erf-poly" the exact
+    one with a branch-free erf (`linear_kernels.APPROXIMATE`); a model whose own GELU is the tanh form
+    keeps it whatever is asked.
     """
     done = 0
     for parent, first, act, second in list(_chains(model)):
         f, a, s = (getattr(parent, n) for n in (first, act, second))
         if not _fusable(f, a, s):
             continue
-        setattr(parent, first, FusedLinearGelu(f, s, None if tile == "tuned" else tile or FP8_LINEAR_TILE))
+        form = "tanh" if a.approximate == "tanh" else approximate
+        chosen = None if tile == "tuned" else tile or FP8_LINEAR_TILE
+        setattr(parent, first, FusedLinearGelu(f, s, chosen, form))
         setattr(parent, act, nn.Identity())
         s.takes_codes = True
         done += 1

@@ -18,7 +18,10 @@ tensor cores run twice the fp16 rate, and every weight is read in one byte inste
   cuBLASLt's tensor-wise kernel; any per-row or per-channel scale takes the row-wise one (``scale_a``
   of shape (M, 1), ``scale_b`` (1, N)). ``fast_accum`` lets the fp8 kernel accumulate in the tensor
   core's own precision instead of promoting to fp32 every few K steps (TensorRT's and cuBLAS's
-  fast mode). ``torch._int_mm`` runs int8 (int32 accumulator), scaled and biased afterwards.
+  fast mode). ``torch._int_mm`` runs int8 (int32 accumulator), scaled and biased afterwards. An fp8
+  Linear with both scales static and per tensor may instead run deepgap's Triton fp8 GEMM with the bias
+  in its epilogue (`QuantLinear.use_tile`), where the engine timed it faster than cuBLASLt at its shape
+  (`deepgap.measure.quant.linear_choice`).
 
 `QuantLinear.reference` is the exact arithmetic of both paths in fp32 (dequantize, matmul, bias); it
 runs where the tensor-core kernels cannot (a CPU) and is what the tests hold the kernels to.
@@ -113,6 +116,27 @@ class QuantLinear(nn.Module):
         self.fast = True  # the tensor-core kernel; False: `reference` (set by `use_reference`)
         # the input is already this layer's fp8 codes at its static scale (`deepgap.measure.quant.fused_mlp`)
         self.takes_codes = False
+        self.tile: list[int] = []  # []: cuBLASLt; a TileConfig's fields: the Triton GEMM (`use_tile`)
+        self.tile_scale = 1.0
+
+    def tileable(self) -> bool:
+        """Whether `use_tile` can take this Linear: fp8, static per-tensor scales, bf16 out."""
+        h = self.how
+        static = h.act_scale == "static" and h.weight_scale == "tensor"
+        return h.precision == "fp8" and static and self.out_dtype == torch.bfloat16
+
+    def use_tile(self, fields: list[int]) -> None:
+        """Run the product through `linear_kernels.fp8_linear` at this tile (`TileConfig.fields`); [] cuBLASLt.
+
+        Why: at some shapes (bert-base's and ViT's attention output, one H200, session 23) the persistent
+        Triton GEMM with the bias in its epilogue ran faster than cuBLASLt's tensor-wise kernel.
+        """
+        if fields and not self.tileable():
+            raise ValueError(
+                "only an fp8 Linear with static per-tensor scales and bf16 out runs a Triton tile"
+            )
+        self.tile = list(fields)
+        self.tile_scale = float(self.act_scale * self.w_scale)
 
     def extra_repr(self) -> str:  # noqa: D102
         return f"{self.in_features}→{self.out_features}, {self.how.precision}, activations per {self.how.act_scale}"
@@ -139,21 +163,30 @@ class QuantLinear(nn.Module):
         return y.reshape(*lead, self.out_features)
 
     def _product(self, codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        if self.tile:
+            from deepgap.measure.quant.linear_kernels import fp8_linear_op
+
+            w = self.weight_t.t()  # (N, K) row-major: the codes' own layout
+            return fp8_linear_op(codes, w, self.bias, self.tile_scale, False, 0.0, self.tile, "none")
         if self.how.precision == "fp8":
-            sa, sb = scale, self.w_scale
-            # row-wise: both scales as vectors (repeat gives real strides, even for one row)
-            if sa.dim() or sb.dim():
-                sa = sa.view(1, 1).repeat(codes.shape[0], 1) if not sa.dim() else sa
-                sb = sb.view(1, 1).repeat(1, self.out_features) if not sb.dim() else sb
-            return torch._scaled_mm(
-                codes, self.weight_t, scale_a=sa, scale_b=sb, bias=self.bias,
-                out_dtype=self.out_dtype, use_fast_accum=self.how.fast_accum,
-            )  # fmt: skip
+            return self.scaled_mm(codes, scale)
         m = codes.shape[0]
         if m < INT_MM_MIN_ROWS:  # a batch-1 pooler: zero rows in, their products dropped after
             codes = torch.nn.functional.pad(codes, (0, 0, 0, INT_MM_MIN_ROWS - m))
         acc = torch._int_mm(codes, self.weight_t)[:m]  # int32 (M, N)
         return (acc.float() * scale * self.w_scale + self.bias.float()).to(self.out_dtype)
+
+    def scaled_mm(self, codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        """The fp8 product through cuBLASLt (``torch._scaled_mm``, bias in its epilogue), whatever `tile` says."""
+        sa, sb = scale, self.w_scale
+        # row-wise: both scales as vectors (repeat gives real strides, even for one row)
+        if sa.dim() or sb.dim():
+            sa = sa.view(1, 1).repeat(codes.shape[0], 1) if not sa.dim() else sa
+            sb = sb.view(1, 1).repeat(1, self.out_features) if not sb.dim() else sb
+        return torch._scaled_mm(
+            codes, self.weight_t, scale_a=sa, scale_b=sb, bias=self.bias,
+            out_dtype=self.out_dtype, use_fast_accum=self.how.fast_accum,
+        )  # fmt: skip
 
     def _weight_only(self, x2: torch.Tensor) -> torch.Tensor:
         from deepgap.measure.quant.gemv import fp8_gemv_op

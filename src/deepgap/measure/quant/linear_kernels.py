@@ -13,7 +13,16 @@ the Hopper form of issue 47's 1×1-convolution kernel (`quant.persistent`: its t
 shared helpers), chosen by a ``persistent`` `TileConfig`; `tuned` times both kinds of tile per shape.
 
 ``A`` is (M, K) e4m3 codes, ``W`` (N, K) e4m3 codes (a Linear's weight layout), ``s`` the product of
-both per-tensor scales, ``b`` the bias (fp32). ``GELU`` is the exact (erf) form, as BERT and ViT use.
+both per-tensor scales, ``b`` the bias (fp32, or bf16 as a `QuantLinear` keeps it). The GELU is the exact
+(erf) form, as BERT and ViT specify, or on request (``approximate="tanh"``, torch's name) the tanh form
+``0.5·y·(1 + tanh(0.7978845608·(y + 0.044715·y³)))``: on a GPU its tanh is one ``tanh.approx.f32`` (inline
+PTX; neither Triton 3.6 nor 3.8 has a ``tl.math.tanh``, and libdevice's ``tanhf`` is a longer exact
+routine), in the interpreter, which runs no inline PTX, ``2/(1 + e^(-2u)) - 1``. It differs from the exact
+GELU by at most about 5e-4 (tests/test_quant_linear_epilogue.py), far below an e4m3 code's step (1/16 of
+the value); it is a measured option, never the default. ``approximate="erf-poly"`` keeps the exact GELU
+but computes its erf branch-free (Abramowitz & Stegun 7.1.26: ``|error| ≤ 1.5e-7``, one exp and one
+division per element; libdevice's ``erff`` branches on |x| and is about 39 PTX instructions an element in
+this epilogue against about 8 for the tanh form), also a measured option.
 On CPU tensors both kernels run in Triton's interpreter (`deepgap.measure.quant.launch`), device-side
 TMA descriptors included, as the tests do.
 """
@@ -38,19 +47,44 @@ FP8_LINEAR_TILE = TileConfig(bm=128, bn=256, bk=128, group_m=8, num_warps=8, num
 # the same tile walked by the persistent TMA kernel, its epilogue in halves (no spills with GELU on sm_90):
 # the first of `tiles.linear_persistent_configs`, untimed
 FP8_LINEAR_PERSISTENT_TILE = TileConfig(128, 256, 128, 8, 8, 3, persistent=1, split_epilogue=True)
+# the GELU's form, as torch names it ("none" is the exact one, with libdevice's erf), and the exact one with
+# a branch-free erf
+APPROXIMATE = ("none", "tanh", "erf-poly")
+CUBLASLT = "cuBLASLt"  # `tuned`'s name for ``torch._scaled_mm`` (bias only, bf16 out) beside the tiles
+# the kernels' GELU constexpr: off, exact, tanh through tanh.approx.f32 (GPU), tanh through exp (interpreter),
+# exact with Abramowitz & Stegun's erf
+GELU_OFF, GELU_ERF, GELU_TANH_PTX, GELU_TANH_EXP, GELU_ERF_POLY = 0, 1, 2, 3, 4
 
 
 @triton.jit
-def _gelu(y):
-    return 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
+def _gelu(y, GELU: tl.constexpr):
+    if GELU == 1:
+        out = 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
+    elif GELU == 4:  # y·Φ(y), Φ(-|y|) = erfc(|y|/√2)/2 by Abramowitz & Stegun 7.1.26, no branch
+        x = tl.abs(y) * 0.7071067811865476
+        t = 1.0 / (1.0 + 0.3275911 * x)
+        poly = t * (
+            0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
+        )
+        tail = 0.5 * poly * tl.exp(-x * x)  # Φ(-|y|), computed directly: no cancellation for y < 0
+        out = y * tl.where(y >= 0, 1.0 - tail, tail)
+    else:
+        u = 0.7978845608028654 * (y + 0.044715 * y * y * y)
+        if GELU == 2:
+            t = tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [u], dtype=tl.float32, is_pure=True,
+                                          pack=1)  # fmt: skip
+        else:
+            t = 2.0 / (1.0 + tl.exp(-2.0 * tl.maximum(u, -20.0))) - 1.0  # tanh(-20) is -1 in fp32: no inf
+        out = 0.5 * y * (1.0 + t)
+    return out
 
 
 @triton.jit
 def _epilogue(acc, scale, bias, out_inv_scale, GELU: tl.constexpr, OUT_FP8: tl.constexpr):
-    """``scale·acc + bias``, GELU if asked, then e4m3 codes at ``1/out_inv_scale`` or bf16: every kernel's."""
-    y = acc * scale + bias[None, :]
+    """``scale·acc + bias``, GELU if asked (`GELU_ERF` …), then e4m3 codes at ``1/out_inv_scale`` or bf16."""
+    y = acc * scale + bias[None, :].to(tl.float32)
     if GELU:
-        y = _gelu(y)
+        y = _gelu(y, GELU)
     if OUT_FP8:
         out = tl.minimum(tl.maximum(y * out_inv_scale, -448.0), 448.0).to(tl.float8e4nv)
     else:
@@ -159,6 +193,7 @@ def fp8_linear(
     out_scale: float | None = None,
     tile: TileConfig | None = None,
     num_programs: int | None = None,
+    approximate: str = "none",
 ) -> torch.Tensor:
     """``A·Wᵀ·scale + bias``, then GELU if asked; fp8 codes at ``out_scale`` if given, else bf16.
 
@@ -166,13 +201,14 @@ def fp8_linear(
         a: (M, K) float8_e4m3fn activations' codes, contiguous.
         w: (N, K) float8_e4m3fn weight codes, contiguous.
         scale: the activations' scale times the weights' (one number each).
-        bias: (N,) float32.
-        gelu: apply the exact GELU after the bias.
+        bias: (N,) float32 or bfloat16.
+        gelu: apply the GELU after the bias: the exact one, or its tanh form (``approximate="tanh"``).
         out_scale: quantize the result to e4m3 codes at this scale (the next Linear's input scale).
         tile: block sizes; the default suits large M on Hopper. A ``persistent`` tile runs
             `fp8_linear_persistent_kernel` (TMA, Hopper; the interpreter on the CPU), any other the grouped
             `fp8_linear_kernel`.
         num_programs: a persistent tile's grid stride (`persistent.persistent_grid`; tests).
+        approximate: the GELU's form, one of `APPROXIMATE` (module doc).
     """
     t = tile or FP8_LINEAR_TILE
     m, k = a.shape
@@ -182,11 +218,15 @@ def fp8_linear(
     )
     check(a.is_contiguous() and w.is_contiguous() and w.shape[1] == k, "A (M, K) and W (N, K), contiguous")
     check(k % t.bk == 0 and n % t.bn == 0, f"K={k} must divide by BK={t.bk} and N={n} by BN={t.bn}")
-    check(bias.shape == (n,) and bias.dtype == torch.float32, "bias: float32 of shape (N,)")
+    check(
+        bias.shape == (n,) and bias.dtype in (torch.float32, torch.bfloat16) and bias.is_contiguous(),
+        "bias: float32 or bfloat16 of shape (N,), contiguous",
+    )
+    check(approximate in APPROXIMATE, f"approximate must be one of {APPROXIMATE}; got {approximate!r}")
     out_fp8 = out_scale is not None
     out = torch.empty((m, n), dtype=torch.float8_e4m3fn if out_fp8 else torch.bfloat16, device=a.device)
     operands = (a, w, bias, out, float(scale), 1.0 / out_scale if out_fp8 else 1.0, m, n)
-    flags = {"GELU": gelu, "OUT_FP8": out_fp8, **t.launch()}
+    flags = {"GELU": gelu_code(gelu, approximate, a.device), "OUT_FP8": out_fp8, **t.launch()}
     if t.persistent:
         check_tma(a=a, w=w, out=out)
         nsm, grid = persistent_grid(a.device, m, n, t, num_programs)
@@ -199,42 +239,109 @@ def fp8_linear(
     return out
 
 
+def gelu_code(gelu: bool, approximate: str, device: torch.device) -> int:
+    """The kernels' GELU constexpr for this call: `GELU_OFF`, `GELU_ERF`, or the tanh form for ``device``."""
+    if not gelu:
+        return GELU_OFF
+    if approximate != "tanh":
+        return GELU_ERF if approximate == "none" else GELU_ERF_POLY
+    return GELU_TANH_PTX if device.type == "cuda" else GELU_TANH_EXP
+
+
 def tuned(
-    a: torch.Tensor, w: torch.Tensor, scale: float, bias: torch.Tensor, gelu: bool, out_scale: float | None
-) -> TileConfig:
+    a: torch.Tensor,
+    w: torch.Tensor,
+    scale: float,
+    bias: torch.Tensor,
+    gelu: bool,
+    out_scale: float | None,
+    approximate: str = "none",
+    cublaslt=None,
+) -> TileConfig | str:
     """The fastest tile for this call's (M, K, N, epilogue) on its GPU, timed once per process.
 
-    The candidates: the grouped kernel's `FP8_LINEAR_TILE` and, on Hopper (TMA), every tile of
-    `tiles.linear_persistent_configs`, each fitted to K and N, timed in a CUDA graph by the GEMV's tuner
-    (`gemv.fastest`). On a CPU, or under CUDA-graph capture, the grouped tile untimed; torch.compile's
-    first call (`transformer_engine`) runs before the capture, so a captured network finds its tiles timed.
+    The candidates: ``cublaslt`` first where given (a call running this Linear through ``torch._scaled_mm``,
+    named `CUBLASLT` when it wins: a bias-only Linear then never loses to cuBLASLt), the grouped kernel's
+    `FP8_LINEAR_TILE` and, on Hopper (TMA), every tile of `tiles.linear_persistent_configs` no taller than
+    M, each fitted to K and N, timed in a CUDA graph by the GEMV's tuner (`gemv.fastest`). On a CPU, or
+    under CUDA-graph capture, the first candidate untimed; the engine picks every tile in one eager pass
+    before it compiles (`linear_choice.choose_kernels`), so a captured network finds its tiles chosen.
     """
     m, k = a.shape
     n = w.shape[0]
 
     def cands():  # made only when this key is not timed yet (an eager call after the first costs nothing)
+        if cublaslt is not None:
+            yield CUBLASLT
         yield FP8_LINEAR_TILE.fit(k, n)
         if a.device.type == "cuda" and torch.cuda.get_device_capability(a.device) >= (9, 0):
-            yield from linear_persistent_configs(k, n, 1 if out_scale is not None else 2)
+            # no tile taller than the input (a batch-1 ff1): its TMA box would outgrow the tensor it reads
+            tiles = linear_persistent_configs(k, n, 1 if out_scale is not None else 2)
+            yield from (t for t in tiles if t.bm <= m)
 
-    key = ("fp8_linear", m, k, n, gelu, out_scale is not None, str(a.device))
-    return fastest(key, a.device, cands(), lambda t: fp8_linear(a, w, scale, bias, gelu, out_scale, t))
+    def call(t):
+        if t == CUBLASLT:
+            return cublaslt()
+        return fp8_linear(a, w, scale, bias, gelu, out_scale, t, approximate=approximate)
+
+    form = approximate if gelu else ""
+    key = ("fp8_linear", m, k, n, gelu, out_scale is not None, form, cublaslt is not None, str(a.device))
+    return fastest(key, a.device, cands(), call)
 
 
-def tuned_tiles() -> dict[tuple[int, int, int], TileConfig]:
+def tuned_tiles() -> dict[tuple[int, int, int], TileConfig | str]:
     """The tiles `tuned` timed fastest in this process, by (M, K, N): what a benchmark row reports."""
     from deepgap.measure.quant.gemv import _TUNED
 
     return {k[1:4]: t for k, t in _TUNED.items() if k[0] == "fp8_linear"}
 
 
+def kernel_label(t: TileConfig | str) -> str:
+    """A `tuned` choice as text: `CUBLASLT`, or the tile's label."""
+    return t if isinstance(t, str) else t.label
+
+
+@torch.library.custom_op("deepgap::fp8_linear", mutates_args=())
+def fp8_linear_op(
+    a: torch.Tensor,
+    w: torch.Tensor,
+    bias: torch.Tensor,
+    scale: float,
+    gelu: bool,
+    out_scale: float,
+    tile: list[int],
+    approximate: str,
+) -> torch.Tensor:
+    """`fp8_linear` as a torch custom op (one call to torch.compile, captured by a CUDA graph).
+
+    ``out_scale`` ≤ 0: bf16 out; ``tile`` is `TileConfig.fields`, [] for `tuned` (Triton tiles only).
+    """
+    out = out_scale if out_scale > 0 else None
+    if a.data_ptr() % 16:  # a view the compiler placed off a 16-byte boundary: a TMA descriptor needs one
+        a = a.clone()
+    t = TileConfig.from_fields(tile) if tile else tuned(a, w, scale, bias, gelu, out, approximate)
+    return fp8_linear(a, w, scale, bias, gelu, out, t, approximate=approximate)
+
+
+@fp8_linear_op.register_fake
+def _(a, w, bias, scale, gelu, out_scale, tile, approximate):
+    dtype = torch.float8_e4m3fn if out_scale > 0 else torch.bfloat16
+    return a.new_empty((a.shape[0], w.shape[0]), dtype=dtype)
+
+
 def reference(
-    a: torch.Tensor, w: torch.Tensor, scale: float, bias: torch.Tensor, gelu: bool, out_scale: float | None
+    a: torch.Tensor,
+    w: torch.Tensor,
+    scale: float,
+    bias: torch.Tensor,
+    gelu: bool,
+    out_scale: float | None,
+    approximate: str = "none",
 ) -> torch.Tensor:
     """The same arithmetic in fp32 torch: what the kernel is held to."""
-    y = (a.float() @ w.float().t()) * scale + bias
+    y = (a.float() @ w.float().t()) * scale + bias.float()
     if gelu:
-        y = torch.nn.functional.gelu(y)
+        y = torch.nn.functional.gelu(y, approximate="tanh" if approximate == "tanh" else "none")
     if out_scale is None:
         return y.to(torch.bfloat16)
     return (y * (1.0 / out_scale)).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)

@@ -5,6 +5,9 @@ Steps (all outside the timed window; their cost is ``Prepared.setup_s``):
   2. each Linear's input range over seeded calibration inputs (token ids, or N(0, 1) images), as the CNN
      engine calibrates (`deepgap.measure.quant.transformer.calibrate_linears`);
   3. every Linear the tensor cores take swapped for a `QuantLinear`, the rest of the network in bf16;
+     in fp8 on Hopper, each MLP's first Linear, GELU and the next quantization fused in one Triton kernel
+     and every fp8 Linear's kernel and tile chosen by timing in one eager pass
+     (`deepgap.measure.quant.linear_choice`; ``DEEPGAP_QUANT_FUSED`` turns it down);
   4. torch.compile (Inductor's default mode: each activation's quantization fused into the kernel that
      produced it), then the whole forward captured as one CUDA graph.
 
@@ -14,17 +17,20 @@ accumulation (cuBLASLt's tensor-wise kernel, 26.3k seq/s) beat per-row activatio
 weights (18.7k; the row amax is a reduction before every GEMM, and the row-wise kernel is slower) at
 the same relL2 against fp32 (0.079 vs 0.080). int8 keeps per-channel weights (``torch._int_mm``
 applies no scale itself, so a channel's scale costs nothing more); it measured 15.2k, slower than bf16.
+Session 23 (the same loop): the fused MLP on the persistent TMA core, tiles timed per shape, 28,320 seq/s
+against 26,046 for cuBLASLt + Inductor; ViT-B/16 batch 256 14,936 img/s against 13,780.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from deepgap.measure.models.attention import unfuse_attention
+from deepgap.measure.quant import linear_choice
 from deepgap.measure.quant.calibrate import DEFAULT_METHOD
 from deepgap.measure.quant.linear import LinearQuant, use_reference
 from deepgap.measure.quant.transformer import calibrate_linears, quantize_linears
@@ -57,16 +63,20 @@ def prepare_transformer(
     device: str,
     vocab: int = 0,
     fast: bool = True,
-    fused_mlp: bool = False,
-    fused_tile: TileConfig | Literal["tuned"] | None = None,
+    fused: str | None = None,
+    fused_tile: TileConfig | None = None,
+    gelu: str | None = None,
 ) -> tuple[Any, torch.dtype, dict[str, Any]]:
     """(run, input dtype, info) of ``model`` with 8-bit Linears; ``fast=False``: the fp32 reference, no compile.
 
     ``run(x)`` takes the batch on ``device``: token ids (int64) as they are, images in bf16.
-    ``fused_mlp``: each MLP's first fp8 Linear, GELU and the next quantization as one Triton kernel
-    (`deepgap.measure.quant.fused_mlp`); off until measured faster than cuBLASLt + Inductor. ``fused_tile``
-    its GEMM core's tile (`fused_mlp.fuse_mlp`: grouped by default, a persistent TMA tile, or "tuned").
+    ``fused``: one of `linear_choice.FUSED_MODES` (default ``DEEPGAP_QUANT_FUSED``'s, "tuned"): in fp8 on
+    Hopper each MLP's first Linear, GELU and the next quantization in one Triton kernel, and ("tuned")
+    every other fp8 Linear on cuBLASLt or a Triton tile, whichever its shape ran faster. ``fused_tile``:
+    one fixed tile for the fused chains (tests, benchmarks). ``gelu``: one of `linear_choice.GELU_MODES`
+    (default ``DEEPGAP_QUANT_GELU``'s, "erf"). ``info["fused"]`` says what ran and why not.
     """
+    mode, form = linear_choice.modes(fused, gelu)  # a bad switch stops the prepare here, before calibrating
     how = DEFAULT_HOW[precision]
     net = model.to(device).eval()
     info: dict[str, Any] = {"path": "transformer linears", "unfused_attention": unfuse_attention(net)}
@@ -78,13 +88,17 @@ def prepare_transformer(
     kept = [n for n, m in net.named_modules() if isinstance(m, torch.nn.Linear)]
     info.update(quant={k: v for k, v in asdict(how).items() if k != "act_amax"}, linears=len(swapped),
                 linears_kept_bf16=kept, dtype="bfloat16")  # fmt: skip
-    if fused_mlp:
-        from deepgap.measure.quant.fused_mlp import fuse_mlp
-
-        info["fused_mlp"] = fuse_mlp(net, fused_tile)
-        info["fused_tile"] = getattr(fused_tile, "label", fused_tile or "default")
     in_dtype = OUT_DTYPE if example.is_floating_point() else example.dtype
     x = example.to(device=device, dtype=in_dtype)
+    if precision == "fp8":
+        why_not = "turned off" if mode == "off" else linear_choice.unavailable(precision, device, fast)
+        gelu_ran = linear_choice.GELU_LABELS[form] if not why_not else "the model's own (Inductor)"
+        info["fused"] = {"mode": "off" if why_not else mode, "switch": linear_choice.FUSED_ENV, "why_off": why_not,
+                         "gelu": gelu_ran}  # fmt: skip
+        if not why_not:
+            t1 = time.perf_counter()
+            info.update(linear_choice.apply(net, x, mode, form, fused_tile))
+            info["fused"]["choose_s"] = round(time.perf_counter() - t1, 2)
     if not fast:
         use_reference(net)
         info["kernels"] = "fp32 reference (no tensor cores)"
@@ -104,6 +118,7 @@ def _compile_and_capture(net: torch.nn.Module, x: torch.Tensor, device: str, inf
     torch.cuda.synchronize(device)
     t1 = time.perf_counter()
     graph, out = graph_runner.capture(compiled, x, device)
+    triton = " + deepgap::fp8_linear (Triton)" if info.get("linear_kernels") else ""
     info.update(compile_s=round(t1 - t0, 2), capture_s=round(time.perf_counter() - t1, 2),
-                kernels="torch._scaled_mm / torch._int_mm + Inductor, one CUDA graph")  # fmt: skip
+                kernels=f"torch._scaled_mm / torch._int_mm{triton} + Inductor, one CUDA graph")  # fmt: skip
     return graph_runner.GraphRunner(graph, x, out, owns=compiled)

@@ -1,0 +1,222 @@
+"""Which kernel each fp8 Linear of a transformer runs in the quant engine, chosen by timing before compiling.
+
+Why: on one H200 (session 23, bert-base seq 128 batch 256, bare CUDA-graph loop) the MLP's first Linear,
+GELU and the next quantization fused in one Triton kernel on the persistent TMA core, its tile timed per
+shape, ran the network at 28,320 seq/s against 26,046 for cuBLASLt + Inductor; and per shape the same
+core with the bias-only epilogue beat cuBLASLt at the attention output (45.4 against 53.7 µs; ViT's 79.3
+against 102.5) but lost at QKV and the second MLP Linear. So, by default on Hopper (`fused_mode`
+"tuned"):
+
+- every fusable MLP chain is fused (`fused_mlp.fuse_mlp`), its tile the fastest of the Triton tiles at
+  its shape (`linear_kernels.tuned`);
+- every other fp8 Linear of at least `MIN_ROWS` rows times cuBLASLt's ``torch._scaled_mm`` beside the
+  Triton tiles with the bias-only epilogue and keeps the fastest, so it never runs slower than cuBLASLt
+  at its shape (`QuantLinear.use_tile`).
+
+`choose_kernels` makes those choices in one eager forward before torch.compile: each candidate is timed
+at the Linear's own input (once per shape and process, `gemv.fastest`), and the chosen tile is fixed in
+the module, so the compiled graph and its CUDA graph run it and ``engine_info.linear_kernels`` says which
+kernel and tile each Linear runs. ``DEEPGAP_QUANT_FUSED`` turns it down ("mlp": the fused MLP only;
+"off": cuBLASLt + Inductor everywhere, the engine before session 23); ``DEEPGAP_QUANT_GELU=tanh`` runs the
+fused GELU's tanh form (measured, never the default: BERT and ViT specify the exact GELU), ``erf-poly``
+the exact GELU with a branch-free erf (`linear_kernels`' module doc).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from functools import partial
+
+import torch
+from torch import nn
+
+from deepgap.core.errors import env_choice
+from deepgap.measure.quant.fused_mlp import FusedLinearGelu, fuse_mlp
+from deepgap.measure.quant.linear import QuantLinear, quantize_codes
+from deepgap.measure.quant.linear_kernels import CUBLASLT, kernel_label, tuned
+from deepgap.measure.quant.tiles import TileConfig
+
+FUSED_ENV, FUSED_MODES = "DEEPGAP_QUANT_FUSED", ("tuned", "mlp", "off")
+GELU_ENV, GELU_MODES = "DEEPGAP_QUANT_GELU", ("erf", "tanh", "erf-poly")
+GELU_LABELS = {
+    "erf": "exact (erf)",
+    "tanh": "tanh approximation (tanh.approx.f32)",
+    "erf-poly": "exact, erf by Abramowitz & Stegun 7.1.26 (|error| <= 1.5e-7)",
+}
+APPROXIMATE = {"erf": "none", "tanh": "tanh", "erf-poly": "erf-poly"}  # a GELU mode → fp8_linear's name
+MIN_ROWS = 128  # a bias-only Linear with fewer rows (a pooler at a small batch) stays on cuBLASLt untimed
+
+
+def fused_mode() -> str:
+    """``DEEPGAP_QUANT_FUSED``: 'tuned' (unset), 'mlp' or 'off' (module doc); a bad value stops the prepare."""
+    return env_choice(FUSED_ENV, FUSED_MODES, "tuned", empty_is_unset=True)
+
+
+def gelu_mode() -> str:
+    """``DEEPGAP_QUANT_GELU``: the fused epilogue's GELU, 'erf' (unset), 'tanh' or 'erf-poly'.
+
+    'erf': the exact GELU BERT and ViT specify; 'tanh': its tanh form; 'erf-poly': exact, its erf
+    branch-free (`linear_kernels.APPROXIMATE`).
+    """
+    return env_choice(GELU_ENV, GELU_MODES, "erf", empty_is_unset=True)
+
+
+def modes(fused: str | None = None, gelu: str | None = None) -> tuple[str, str]:
+    """(fused mode, GELU mode): each argument given, checked, else its switch's (`fused_mode`, `gelu_mode`)."""
+    for value, choices in ((fused, FUSED_MODES), (gelu, GELU_MODES)):
+        if value is not None and value not in choices:
+            raise ValueError(f"{value!r} is not one of {', '.join(choices)}")
+    return fused or fused_mode(), gelu or gelu_mode()
+
+
+@dataclass(frozen=True)
+class LinearKernel:
+    """The kernel a group of same-shaped fp8 Linears runs: one row of ``engine_info.linear_kernels``."""
+
+    shape: str  # "M×K×N" of the GEMM
+    epilogue: str  # what its epilogue does
+    kernel: str  # "cuBLASLt" (torch._scaled_mm), "Triton persistent TMA" or "Triton grouped"
+    tile: str  # the Triton tile's label, "" for cuBLASLt
+    names: tuple[str, ...]  # the Linears' qualified names
+
+
+def unavailable(precision: str, device: str, fast: bool) -> str:
+    """Why the fused and tuned kernels do not apply to this prepare ("" where they do)."""
+    if precision != "fp8":
+        return f"{precision}: the fused kernels are fp8 only"
+    if not fast:
+        return "the fp32 reference (no tensor cores)"
+    dev = torch.device(device)
+    if dev.type != "cuda" or torch.cuda.get_device_capability(dev) < (9, 0):
+        return "needs a Hopper GPU (TMA; the only kind these kernels were timed on)"
+    return ""
+
+
+def apply(net: nn.Module, x: torch.Tensor, mode: str, gelu: str, tile: TileConfig | None = None) -> dict:
+    """Fuse ``net``'s MLP chains and choose every fp8 Linear's kernel (``mode`` of `FUSED_MODES`, not 'off').
+
+    ``gelu``: one of `GELU_MODES`; ``tile``: one fixed tile for every fused chain (tests, benchmarks),
+    else each shape's fastest. Returns the engine_info entries: the chains fused, `LinearKernel` rows and
+    what `precompile` compiled ahead of the timing.
+    """
+    fused = fuse_mlp(net, tile or "tuned", APPROXIMATE[gelu])
+    compiled = precompile(net, others=mode == "tuned")
+    kernels = choose_kernels(net, x, others=mode == "tuned")
+    return {"fused_mlp": fused, "linear_kernels": [asdict(k) for k in kernels], "linear_precompile": compiled}
+
+
+def choose_kernels(model: nn.Module, x: torch.Tensor, others: bool = True) -> list[LinearKernel]:
+    """One eager forward of ``model`` on ``x`` that times and fixes each fp8 Linear's kernel (module doc).
+
+    A `FusedLinearGelu` without a fixed tile gets its shape's fastest Triton tile; with ``others``, each
+    other fp8 `QuantLinear` that `QuantLinear.tileable` and of at least `MIN_ROWS` rows gets cuBLASLt or a
+    Triton tile, whichever is fastest. Returns one `LinearKernel` per (shape, epilogue, kernel, tile).
+    """
+    picks: dict[tuple[str, str, str, str], list[str]] = {}
+    hooks = []
+    for name, m in model.named_modules():
+        if isinstance(m, FusedLinearGelu):
+            hooks.append(m.register_forward_pre_hook(partial(_pick_fused, name=name, picks=picks)))
+        elif others and isinstance(m, QuantLinear) and m.tileable() and not m.tile:
+            hooks.append(m.register_forward_pre_hook(partial(_pick_plain, name=name, picks=picks)))
+    try:
+        with torch.inference_mode():
+            model(x)
+    finally:
+        for h in hooks:
+            h.remove()
+    return [LinearKernel(*key, names=tuple(names)) for key, names in picks.items()]
+
+
+def precompile(model: nn.Module, others: bool = True, workers: int = 16) -> dict:
+    """Compile every Triton candidate `choose_kernels` will time, all at once on a thread pool (GPU only).
+
+    Why: from cold caches the choice is mostly compiling (about 8 tiles for each of a BERT's three
+    (K, epilogue) kinds, ptxas each), one after another as the tuner first launches them; submitted
+    together under Triton's `AsyncCompileMode` (as `quant.precompile` does for the CNN engine's tiles) they
+    overlap, and the tuner finds them compiled. Tiny operands give the same specializations (the kernels
+    do not specialize on M). Anything that fails here fails, or compiles, at its first launch as before.
+    """
+    jobs = {}  # (K, N, GELU form or None) → the Linear's device
+    for m in model.modules():
+        if isinstance(m, FusedLinearGelu) and not m.tile:
+            jobs[(m.in_features, m.out_features, m.approximate)] = m.weight.device
+        elif others and isinstance(m, QuantLinear) and m.tileable() and not m.tile:
+            jobs[(m.in_features, m.out_features, None)] = m.weight_t.device
+    devices = {d.type for d in jobs.values()}
+    if devices != {"cuda"} or torch.cuda.get_device_capability(next(iter(jobs.values()))) < (9, 0):
+        return {"kernels": 0, "skipped": "compiled at first launch (no Hopper GPU)"}
+    try:
+        from triton.runtime._async_compile import AsyncCompileMode
+    except ImportError:
+        return {"kernels": 0, "skipped": "this Triton has no AsyncCompileMode"}
+    from concurrent.futures import ThreadPoolExecutor
+
+    from deepgap.measure.quant import launch
+    from deepgap.measure.quant.linear_kernels import FP8_LINEAR_TILE, fp8_linear
+    from deepgap.measure.quant.tiles import linear_persistent_configs
+
+    t0, submitted = time.perf_counter(), 0
+    with (
+        ThreadPoolExecutor(workers) as pool,
+        AsyncCompileMode(pool, ignore_errors=True),
+        launch.compile_only(),
+    ):
+        for (k, n, form), dev in jobs.items():
+            a = torch.zeros((256, k), device=dev).to(torch.float8_e4m3fn)
+            w = torch.zeros((n, k), device=dev).to(torch.float8_e4m3fn)
+            bias = torch.zeros(n, device=dev, dtype=torch.float32 if form else torch.bfloat16)
+            out_scale = 1.0 if form else None
+            for t in (FP8_LINEAR_TILE.fit(k, n), *linear_persistent_configs(k, n, 1 if form else 2)):
+                try:
+                    fp8_linear(a, w, 1.0, bias, form is not None, out_scale, t, approximate=form or "none")
+                    submitted += 1
+                except Exception:  # noqa: BLE001 - the tuner meets it at the first launch and passes it over
+                    pass
+    return {"kernels": submitted, "workers": workers, "seconds": round(time.perf_counter() - t0, 2)}
+
+
+def _kind(t: TileConfig | str) -> str:
+    if t == CUBLASLT:
+        return CUBLASLT
+    return "Triton persistent TMA" if t.persistent else "Triton grouped"
+
+
+def _pick_fused(m: FusedLinearGelu, args, name: str, picks: dict) -> None:
+    x2 = args[0].reshape(-1, m.in_features)
+    if m.tile:
+        t = TileConfig.from_fields(m.tile)
+    else:
+        codes = quantize_codes(x2, m.act_scale, "fp8")
+        t = tuned(codes, m.weight, m.scale, m.bias, True, m.out_scale, m.approximate)
+        m.tile = t.fields()
+    form = GELU_LABELS[next(k for k, v in APPROXIMATE.items() if v == m.approximate)]
+    epilogue = f"bias, GELU {form}, fp8 codes for the next Linear"
+    key = (f"{x2.shape[0]}x{m.in_features}x{m.out_features}", epilogue, _kind(t), kernel_label(t))
+    picks.setdefault(key, []).append(name)
+
+
+def _pick_plain(m: QuantLinear, args, name: str, picks: dict) -> None:
+    x2 = args[0].reshape(-1, m.in_features)
+    t: TileConfig | str = CUBLASLT
+    if x2.shape[0] >= MIN_ROWS:
+        codes, scale = m._quantize_input(x2)
+        w = m.weight_t.t()
+        t = tuned(
+            codes,
+            w,
+            float(scale * m.w_scale),
+            m.bias,
+            False,
+            None,
+            cublaslt=lambda: m.scaled_mm(codes, scale),
+        )
+        m.use_tile([] if t == CUBLASLT else t.fields())
+    key = (
+        f"{x2.shape[0]}x{m.in_features}x{m.out_features}",
+        "bias, bf16",
+        _kind(t),
+        "" if t == CUBLASLT else t.label,
+    )
+    picks.setdefault(key, []).append(name)
