@@ -12,8 +12,9 @@ of ``--repeats`` windows of ``--iters`` replays timed by CUDA events; relL2 and 
 Writes ``transformer_quant.jsonl`` (one line per variant) under ``--out``. The ``-fused`` variants run the
 MLP's first Linear, GELU and the next quantization as one Triton kernel on the grouped GEMM core
 (``fp8-tensor-fast-fused``), the persistent TMA core (``-fused-persistent``) or each shape's fastest tile of
-both (``-fused-tuned``); ``-fused-engine`` is what the quant engine runs by default (`linear_choice.apply`:
-the MLP tuned, every other fp8 Linear on cuBLASLt or a Triton tile, whichever is faster at its shape);
+both (``-fused-tuned``); ``-fused-engine`` is what the quant engine runs with ``DEEPGAP_QUANT_FUSED=tuned``
+(`linear_choice.apply`: the MLP tuned, every other fp8 Linear on cuBLASLt or a Triton tile, whichever is
+faster at its shape);
 a ``-tanh`` ending runs the fused GELU's tanh form, ``-erfpoly`` the exact one with a branch-free erf.
 ``--fused-tile`` puts one tile under all of them.
 """

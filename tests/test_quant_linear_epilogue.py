@@ -150,7 +150,7 @@ def test_engine_info_names_each_linears_kernel_and_tile(tinybert_fp8, mode, gelu
 
 
 def test_the_switches(monkeypatch):
-    for name, read, default in ((linear_choice.FUSED_ENV, linear_choice.fused_mode, "tuned"),
+    for name, read, default in ((linear_choice.FUSED_ENV, linear_choice.fused_mode, "off"),
                                 (linear_choice.GELU_ENV, linear_choice.gelu_mode, "erf")):  # fmt: skip
         monkeypatch.delenv(name, raising=False)
         assert read() == default

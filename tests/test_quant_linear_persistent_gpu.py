@@ -102,11 +102,13 @@ def test_tinybert_fused_on_the_persistent_core_compiled_and_captured(tile):
         assert fused[0]["tile"] == FP8_LINEAR_PERSISTENT_TILE.fit(32, 64).label
 
 
-@pytest.mark.parametrize("switch", ["", "off", "mlp"])
-def test_the_engine_default_fuses_and_chooses_every_fp8_linear(monkeypatch, switch):
-    """Unset, ``DEEPGAP_QUANT_FUSED`` is "tuned": the MLP fused and every other fp8 Linear of ≥ 128 rows on
-    cuBLASLt or a Triton tile, each named in engine_info; "off" is the cuBLASLt + Inductor engine as before."""
+@pytest.mark.parametrize("switch", ["tuned", "off", "mlp", ""])
+def test_the_engine_fuses_and_chooses_every_fp8_linear(monkeypatch, switch):
+    """``DEEPGAP_QUANT_FUSED=tuned``: the MLP fused and every other fp8 Linear of ≥ 128 rows on cuBLASLt or
+    a Triton tile, each named in engine_info; "off" (and unset, `DEFAULT_FUSED`) is the cuBLASLt + Inductor
+    engine as before."""
     from deepgap.measure.models.build import build_model
+    from deepgap.measure.quant import linear_choice
     from deepgap.measure.quant.transformer_engine import prepare_transformer
 
     monkeypatch.setenv("DEEPGAP_QUANT_FUSED", switch)
@@ -118,15 +120,15 @@ def test_the_engine_default_fuses_and_chooses_every_fp8_linear(monkeypatch, swit
     with torch.inference_mode():
         out = run(ids.cuda()).float().cpu()
     assert float((out - ref).norm() / ref.norm()) < 0.1
-    assert info["fused"]["mode"] == (switch or "tuned")
-    if switch == "off":
-        assert info["fused"]["why_off"] == "turned off" and "linear_kernels" not in info
+    assert info["fused"]["mode"] == (switch or linear_choice.DEFAULT_FUSED)
+    if (switch or linear_choice.DEFAULT_FUSED) == "off":
+        assert info["fused"]["why_off"].startswith("turned off") and "linear_kernels" not in info
         assert "Triton" not in info["kernels"]
         return
     assert info["fused"]["gelu"] == "exact (erf)" and info["linear_precompile"]["kernels"] > 0
     names = {n: k for k in info["linear_kernels"] for n in k["names"]}
     want = {"layers.0.ff1", "layers.1.ff1"}
-    if not switch:  # qkv, out, ff2 of both layers and the pooler (64 rows: cuBLASLt untimed)
+    if switch == "tuned":  # qkv, out, ff2 of both layers and the pooler (64 rows: cuBLASLt untimed)
         want |= {f"layers.{i}.{n}" for i in (0, 1) for n in ("qkv", "out", "ff2")} | {"pooler"}
         assert names["pooler"]["kernel"] == "cuBLASLt"
     assert set(names) == want

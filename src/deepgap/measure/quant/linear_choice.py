@@ -4,8 +4,8 @@ Why: on one H200 (session 23, bert-base seq 128 batch 256, bare CUDA-graph loop)
 GELU and the next quantization fused in one Triton kernel on the persistent TMA core, its tile timed per
 shape, ran the network at 28,320 seq/s against 26,046 for cuBLASLt + Inductor; and per shape the same
 core with the bias-only epilogue beat cuBLASLt at the attention output (45.4 against 53.7 µs; ViT's 79.3
-against 102.5) but lost at QKV and the second MLP Linear. So, by default on Hopper (`fused_mode`
-"tuned"):
+against 102.5) but lost at QKV and the second MLP Linear. So, on Hopper with ``DEEPGAP_QUANT_FUSED=tuned``
+(`fused_mode`; not yet the default, `DEFAULT_FUSED`):
 
 - every fusable MLP chain is fused (`fused_mlp.fuse_mlp`), its tile the fastest of the Triton tiles at
   its shape (`linear_kernels.tuned`);
@@ -16,9 +16,10 @@ against 102.5) but lost at QKV and the second MLP Linear. So, by default on Hopp
 `choose_kernels` makes those choices in one eager forward before torch.compile: each candidate is timed
 at the Linear's own input (once per shape and process, `gemv.fastest`), and the chosen tile is fixed in
 the module, so the compiled graph and its CUDA graph run it and ``engine_info.linear_kernels`` says which
-kernel and tile each Linear runs. ``DEEPGAP_QUANT_FUSED`` turns it down ("mlp": the fused MLP only;
-"off": cuBLASLt + Inductor everywhere, the engine before session 23); ``DEEPGAP_QUANT_GELU=tanh`` runs the
-fused GELU's tanh form (measured, never the default: BERT and ViT specify the exact GELU), ``erf-poly``
+kernel and tile each Linear runs. ``DEEPGAP_QUANT_FUSED`` says how much ("mlp": the fused MLP only;
+"off", today's default: cuBLASLt + Inductor everywhere, the engine before session 23);
+``DEEPGAP_QUANT_GELU=tanh`` runs the fused GELU's tanh form (measured, never the default: BERT and ViT
+specify the exact GELU), ``erf-poly``
 the exact GELU with a branch-free erf (`linear_kernels`' module doc).
 """
 
@@ -45,12 +46,15 @@ GELU_LABELS = {
     "erf-poly": "exact, erf by Abramowitz & Stegun 7.1.26 (|error| <= 1.5e-7)",
 }
 APPROXIMATE = {"erf": "none", "tanh": "tanh", "erf-poly": "erf-poly"}  # a GELU mode → fp8_linear's name
+# "off" until the engine's choice has run on a GPU: built and CPU-tested in session 23 with no device time left
+# (its parts timed in the bare loop only); `benchmarks/fused_mlp.sh tests engine` then decides the default
+DEFAULT_FUSED = "off"
 MIN_ROWS = 128  # a bias-only Linear with fewer rows (a pooler at a small batch) stays on cuBLASLt untimed
 
 
 def fused_mode() -> str:
-    """``DEEPGAP_QUANT_FUSED``: 'tuned' (unset), 'mlp' or 'off' (module doc); a bad value stops the prepare."""
-    return env_choice(FUSED_ENV, FUSED_MODES, "tuned", empty_is_unset=True)
+    """``DEEPGAP_QUANT_FUSED``: 'tuned', 'mlp' or 'off' (unset: `DEFAULT_FUSED`); a bad value stops the prepare."""
+    return env_choice(FUSED_ENV, FUSED_MODES, DEFAULT_FUSED, empty_is_unset=True)
 
 
 def gelu_mode() -> str:

@@ -70,7 +70,7 @@ def prepare_transformer(
     """(run, input dtype, info) of ``model`` with 8-bit Linears; ``fast=False``: the fp32 reference, no compile.
 
     ``run(x)`` takes the batch on ``device``: token ids (int64) as they are, images in bf16.
-    ``fused``: one of `linear_choice.FUSED_MODES` (default ``DEEPGAP_QUANT_FUSED``'s, "tuned"): in fp8 on
+    ``fused``: one of `linear_choice.FUSED_MODES` (default ``DEEPGAP_QUANT_FUSED``'s, else "off"): in fp8 on
     Hopper each MLP's first Linear, GELU and the next quantization in one Triton kernel, and ("tuned")
     every other fp8 Linear on cuBLASLt or a Triton tile, whichever its shape ran faster. ``fused_tile``:
     one fixed tile for the fused chains (tests, benchmarks). ``gelu``: one of `linear_choice.GELU_MODES`
@@ -91,7 +91,8 @@ def prepare_transformer(
     in_dtype = OUT_DTYPE if example.is_floating_point() else example.dtype
     x = example.to(device=device, dtype=in_dtype)
     if precision == "fp8":
-        why_not = "turned off" if mode == "off" else linear_choice.unavailable(precision, device, fast)
+        off = f"turned off ({linear_choice.FUSED_ENV}=tuned turns it on)" * (mode == "off")
+        why_not = linear_choice.unavailable(precision, device, fast) or off
         gelu_ran = linear_choice.GELU_LABELS[form] if not why_not else "the model's own (Inductor)"
         info["fused"] = {"mode": "off" if why_not else mode, "switch": linear_choice.FUSED_ENV, "why_off": why_not,
                          "gelu": gelu_ran}  # fmt: skip
