@@ -159,7 +159,11 @@ def _calibration_threads_change_no_byte(fp32, calib, settings, q, cache):
     own = CalibraterBase.create_inference_session
     with calibration_threads(1):
         cal = create_calibrator(fp32, augmented_model_path=str(cache / "augmented.onnx"))
-        assert cal.infer_session.get_session_options().intra_op_num_threads == 1
+        so = cal.infer_session.get_session_options()
+        assert (
+            so.intra_op_num_threads == 1
+            and so.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+        )
     assert CalibraterBase.create_inference_session is own
     one, info = quantize(fp32, calib, settings, "tinycnn-32", {"cache_dir": str(cache / "one")}, threads=1)
     assert info["calibration_threads"] == 1 and one.read_bytes() == q.read_bytes()

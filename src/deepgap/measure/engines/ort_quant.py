@@ -92,10 +92,10 @@ def calibration_threads(threads: int | None) -> Iterator[None]:
     Why: `quantize_static` makes its calibration session with default options, and ORT's default is a thread
     per physical core, each pinned to its core. Three builds beside the prelude (`deepgap.drive.prepare`)
     then pin three threads to every core, each spinning while it waits, beside the warm-up's launching
-    thread; given a count, ORT pins nothing. The session keeps ORT's own options otherwise (no graph
-    optimization, its providers), and the thread count does not change the ranges it finds: MLAS splits a
-    convolution's rows and columns among threads, not its sums (the QDQ model's bytes are the same,
-    tests/test_engines_units.py).
+    thread; given a count, ORT pins nothing, and its idle threads sleep here instead of spinning on a core
+    another build needs. The session keeps ORT's own options otherwise (no graph optimization, its
+    providers), and neither changes the ranges it finds: MLAS splits a convolution's rows and columns
+    among threads, not its sums (the QDQ model's bytes are the same, tests/test_engines_units.py).
     """
     if not threads:
         yield
@@ -109,6 +109,7 @@ def calibration_threads(threads: int | None) -> Iterator[None]:
         own(self)  # ORT's session and options, made again with the thread count set
         so = self.infer_session.get_session_options()
         so.intra_op_num_threads = threads
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         providers = self.infer_session.get_providers()
         self.infer_session = onnxruntime.InferenceSession(
             self.augmented_model_path, sess_options=so, providers=providers
