@@ -148,7 +148,8 @@ def measure(name, h, cin, cout, has_res, qfmt, batch, reps, sweep, device="cuda"
         )
 
     grouped = candidate_configs(m, cout, cin, qfmt, has_res)
-    tiles = persistent_configs(lay.node, m, torch.cuda.get_device_capability() if device == "cuda" else None)
+    cc = torch.cuda.get_device_capability() if device == "cuda" else None
+    tiles = persistent_configs(lay.node, m, cc, qfmt)
     tiles += [t for t in sweep_tiles(cout, cin, has_res) if t not in tiles] if sweep else []
     compile_all([run(kernels, cfg) for cfg in grouped] + [run(persistent, cfg) for cfg in tiles])
     times = {cfg: time_s(run(kernels, cfg), reps, device) for cfg in grouped}
@@ -217,7 +218,7 @@ def main() -> int:  # noqa: D103
     if problem:
         print(f"gemm_1x1: {problem}", file=sys.stderr)
         return 2
-    os.environ["DEEPGAP_QUANT_GEMM"] = "persistent"  # tiles.persistent_configs offers the kernel's tiles
+    os.environ["DEEPGAP_QUANT_GEMM"] = "persistent"  # the default: tiles.persistent_configs offers its tiles
     env = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "batch": a.batch}
     import triton
 

@@ -86,7 +86,7 @@ def measure(model_name: str, precision: str, batch: int, resident: bool, pdl: st
         "flagged": agree.flagged,
         "cuda_graph": info.get("cuda_graph"),
         "pdl": info.get("pdl"),
-        "gemm": info.get("gemm", "default"),  # DEEPGAP_QUANT_GEMM; 'persistent': its tiles were timed too
+        "gemm": info.get("gemm", "off"),  # DEEPGAP_QUANT_GEMM: 'persistent' (the default) or 'off'
         "persistent_layers": [t["name"] for t in info["layers"] if "persistent" in (t["config"] or "")],
         "setup_s": round(setup, 1),
     }

@@ -123,6 +123,7 @@ def test_ort_int8_static_quantization_is_qdq_per_channel_accurate_and_cached(tmp
     other = calibration_data.calibration_set(32, {"calibration_images": 8})
     assert quantize(fp32, other, settings, "tinycnn-32")[0] != q  # another calibration set, another artifact
     assert len(list((cache / "ort-int8").glob("*.onnx"))) == 2
+    _calibration_threads_change_no_byte(fp32, calib, settings, q, cache)
     graph = onnx.load(str(q)).graph
     ops = [n.op_type for n in graph.node]
     assert ops.count("QuantizeLinear") >= 3 and ops.count("DequantizeLinear") >= 6  # QDQ around each conv
@@ -146,6 +147,26 @@ def test_ort_int8_static_quantization_is_qdq_per_channel_accurate_and_cached(tmp
     assert not agree.flagged and 0 < agree.rel_l2 < 0.2
     with pytest.raises(UsageError, match="ort_calibration_method"):
         quant_settings({"ort_calibration_method": "magic"})
+
+
+def _calibration_threads_change_no_byte(fp32, calib, settings, q, cache):
+    """A build beside the prelude calibrates on its share of the cores (`ort_quant.calibration_threads`):
+    the session has that many threads, ORT's own method is back afterwards, and the QDQ model is the same file."""
+    from onnxruntime.quantization.calibrate import CalibraterBase, create_calibrator
+
+    from deepgap.measure.engines.ort_quant import calibration_threads, quantize
+
+    own = CalibraterBase.create_inference_session
+    with calibration_threads(1):
+        cal = create_calibrator(fp32, augmented_model_path=str(cache / "augmented.onnx"))
+        so = cal.infer_session.get_session_options()
+        assert (
+            so.intra_op_num_threads == 1
+            and so.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+        )
+    assert CalibraterBase.create_inference_session is own
+    one, info = quantize(fp32, calib, settings, "tinycnn-32", {"cache_dir": str(cache / "one")}, threads=1)
+    assert info["calibration_threads"] == 1 and one.read_bytes() == q.read_bytes()
 
 
 # --- TensorRT plans (no TensorRT needed) --------------------------------------------------------------------

@@ -10,6 +10,7 @@ tinycnn is exported anyway (tests/test_engines.py::test_cpu_engines_run_tinycnn_
 
 from __future__ import annotations
 
+import re
 import threading
 
 import pytest
@@ -18,7 +19,7 @@ from deepgap.core.records import ConfigSpec
 from deepgap.drive import loop
 from deepgap.drive.config import SweepSpec
 from deepgap.drive.inprocess import InProcessWorker
-from deepgap.drive.prepare import artifact_configs, prepare_beside
+from deepgap.drive.prepare import artifact_configs, build_threads, prepare_beside
 from deepgap.drive.presets import cpu_baseline_spec
 from deepgap.drive.runner import SweepRunner
 
@@ -53,8 +54,8 @@ class _FakeRunner:
             self.gate.wait(5)
         if req.spec.model in self.fail:
             raise RuntimeError("export broke")
-        self.calls.append((kind, req.spec.model))
-        return {"onnx_cache": "miss"}
+        self.calls.append((kind, req.spec.model, req.spec.threads))
+        return {"onnx_cache": "miss", "export_s": 1.5, "quantize_s": 2.5}
 
     def close(self, wait=True):
         self.closed = True
@@ -71,8 +72,15 @@ def test_builds_spread_over_a_process_per_four_cores_and_finish_logs_failures():
     bg = prepare_beside(host, make, logs.append, cores=8)
     bg.finish()
     assert len(runners) == 2 and all(r.closed for r in runners)  # 8 cores: two build processes
-    assert sorted(calls) == [("prepare", "resnet101"), ("prepare", "resnet18")]
-    assert "2 artifact build(s)" in logs[-1] and "failed for resnet50: measured as before" in logs[-1]
+    assert sorted(calls) == [("prepare", "resnet101", 4), ("prepare", "resnet18", 4)]  # 4 threads each
+    assert "2 artifact build(s) (onnxruntime, 4 threads each)" in logs[-1]
+    assert re.search(r"resnet18 \d+\.\d s \(export 1\.5, quantize 2\.5\)", logs[-1])  # each build's seconds
+    assert "failed for resnet50: measured as before" in logs[-1]
+
+
+def test_the_builds_share_the_cores_and_never_oversubscribe_them():
+    assert [build_threads(16, n) for n in (1, 3, 4)] == [16, 5, 4]
+    assert build_threads(2, 3) == 1 and build_threads(0, 0) == 1
 
 
 def test_a_build_past_its_time_is_killed_and_measured_as_before():

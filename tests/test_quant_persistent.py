@@ -109,38 +109,38 @@ def _conv(k=1, stride=1, cin=64, cout=256, res=None):
     return ConvNode("c", "a", "b", torch.zeros(cout, cin, k, k), torch.zeros(cout), stride, k // 2, True, res)
 
 
-def test_the_tiles_are_offered_only_where_the_environment_asks(monkeypatch):
+def test_the_tiles_are_offered_by_default_and_off_turns_them_off(monkeypatch):
+    """Session 22's winners only: the 128×64 two-per-SM tile, and in fp8 without a residual the TMA-epilogue one."""
     monkeypatch.delenv("DEEPGAP_QUANT_GEMM", raising=False)
-    assert gemm_mode() == "default" and persistent_configs(_conv(), 802816, (9, 0)) == []
-    monkeypatch.setenv("DEEPGAP_QUANT_GEMM", "default")
-    assert persistent_configs(_conv(), 802816, None) == []
-    monkeypatch.setenv("DEEPGAP_QUANT_GEMM", "persistent")
-    tiles = persistent_configs(_conv(), 802816, (9, 0))
-    assert tiles and all(t.persistent and t.fits(256, 64) and t.bk == 64 for t in tiles)
-    assert any(t.tma_epilogue for t in tiles) and tiles[0].label == "128x128x64 w8 s3 persistent"
-    assert tiles[1].label == "128x64x64 w4 s4 persistentx2"  # two programs per SM
-    with_res = persistent_configs(_conv(res="r"), 802816, (9, 0))
-    assert [t for t in with_res if not t.early_res] == tiles  # and each again with the residual a tile ahead
-    expect = [t.label.replace(" persistent", " er persistent") for t in tiles[:2]]
-    assert [t.label for t in with_res if t.early_res] == expect
-    assert persistent_configs(_conv(), 3136, None)[0].bm == 64  # batch 1's few tiles: 64-row tiles lead
+    assert gemm_mode() == "persistent"
+    tiles = persistent_configs(_conv(), 802816, (9, 0))  # layer1.0.downsample's shape at batch 256
+    assert [t.label for t in tiles] == ["128x64x64 w4 s4 persistentx2"]
+    assert all(t.persistent and t.fits(256, 64) for t in tiles)
+    fp8 = persistent_configs(_conv(cin=256, cout=128), 802816, (9, 0), "fp8")  # layer2.0.conv1
+    assert [t.label for t in fp8] == ["128x64x128 w4 s4 persistentx2", "128x128x128 w8 s3 persistent tma-epi"]
+    assert len(persistent_configs(_conv(cin=256, cout=128, res="r"), 802816, (9, 0), "fp8")) == 1
+    narrow = persistent_configs(_conv(cin=64, cout=64), 802816, (9, 0), "fp8")  # N = 64: 3 stages won
+    assert [t.label for t in narrow] == ["128x64x64 w4 s3 persistentx2"]
+    assert persistent_configs(_conv(), 3136, (9, 0)) == []  # batch 1: 100 tiles for 264 programs
+    assert persistent_configs(_conv(), 3136, None, sms=3)  # the interpreter's 3 "SMs": 6 programs
     assert persistent_configs(_conv(k=3), 802816, (9, 0)) == []  # 1×1 stride 1 only
     assert persistent_configs(_conv(stride=2), 802816, (9, 0)) == []
     assert persistent_configs(_conv(), 802816, (8, 9)) == []  # no TMA before Hopper
-    monkeypatch.setenv("DEEPGAP_QUANT_GEMM", "persistant")
-    with pytest.raises(
-        UsageError, match="DEEPGAP_QUANT_GEMM='persistant'; set it to one of default, persistent"
-    ):
-        gemm_mode()
+    monkeypatch.setenv("DEEPGAP_QUANT_GEMM", "off")
+    assert gemm_mode() == "off" and persistent_configs(_conv(), 802816, None) == []
+    for old in ("persistant", "default"):  # 'default' meant off before session 23: refused, not reinterpreted
+        monkeypatch.setenv("DEEPGAP_QUANT_GEMM", old)
+        with pytest.raises(UsageError, match=f"DEEPGAP_QUANT_GEMM='{old}'; set it to one of persistent, off"):
+            gemm_mode()
 
 
-def test_the_tuning_cache_keeps_the_default_key_and_separates_the_persistent_one(monkeypatch):
+def test_the_tuning_cache_key_names_the_persistent_tiles_and_off_keeps_the_old_key(monkeypatch):
+    monkeypatch.setenv("DEEPGAP_QUANT_GEMM", "off")
+    off = tunecache.device_key("cpu")
+    assert "gemm" not in off
     monkeypatch.delenv("DEEPGAP_QUANT_GEMM", raising=False)
-    default = tunecache.device_key("cpu")
-    assert "gemm" not in default
-    monkeypatch.setenv("DEEPGAP_QUANT_GEMM", "persistent")
-    assert tunecache.device_key("cpu") == {**default, "gemm": tunecache.device_key("cpu")["gemm"]}
-    assert tunecache.device_key("cpu")["gemm"].startswith("persistent:")
+    on = tunecache.device_key("cpu")
+    assert on == {**off, "gemm": on["gemm"]} and on["gemm"].startswith("persistent:")
 
 
 @pytest.fixture(scope="module")
@@ -158,19 +158,22 @@ def r50_net():
 
 
 def test_the_tuner_self_checks_and_times_the_persistent_tiles_through_the_network(r50_net, monkeypatch):
-    """layer1.0.conv3 (1×1, 64 → 256, int8 residual): every candidate, persistent ones included, passes."""
+    """layer1.0.conv3 (1×1, 64 → 256, int8 residual) at batch 3 (M = 192: 8 tiles for the interpreter's 6
+    programs): every candidate, the persistent one included, passes its self-check; none at batch 2 (4 tiles)."""
     from deepgap.measure.quant.prepare import QuantOptions
 
     opts = QuantOptions(timing_reps=1, per_layer_choice=False, force_backend="triton")
     monkeypatch.delenv("DEEPGAP_QUANT_GEMM", raising=False)
-    assert not any(c.persistent for _, c in tuning.candidates(r50_net, "layer1.0.conv3", 1, opts, True))
-    monkeypatch.setenv("DEEPGAP_QUANT_GEMM", "persistent")
-    cands = tuning.candidates(r50_net, "layer1.0.conv3", 1, opts, True)
-    assert sum(c.persistent for _, c in cands) >= 3
-    assert not any(c.persistent for _, c in tuning.candidates(r50_net, "layer1.0.conv2", 1, opts, True))
-    t = tuning.time_layer(r50_net, "layer1.0.conv3", 1, opts, True)
+    assert not any(c.persistent for _, c in tuning.candidates(r50_net, "layer1.0.conv3", 2, opts, True))
+    cands = tuning.candidates(r50_net, "layer1.0.conv3", 3, opts, True)
+    assert [c.label for _, c in cands if c.persistent] == ["128x64x64 w4 s4 persistentx2"]
+    assert not any(c.persistent for _, c in tuning.candidates(r50_net, "layer1.0.conv2", 3, opts, True))
+    monkeypatch.setenv("DEEPGAP_QUANT_GEMM", "off")
+    assert not any(c.persistent for _, c in tuning.candidates(r50_net, "layer1.0.conv3", 3, opts, True))
+    monkeypatch.delenv("DEEPGAP_QUANT_GEMM")
+    t = tuning.time_layer(r50_net, "layer1.0.conv3", 3, opts, True)
     assert t.q_error is None and t.q_s is not None  # each candidate ran the exact self-check and passed
-    r50_net.configs["layer1.0.conv3"] = next(c for _, c in cands if c.persistent and c.tma_epilogue)
+    r50_net.configs["layer1.0.conv3"] = next(c for _, c in cands if c.persistent)
     x = tuning.rand_act(64, 64, "int8", "cpu")
     res = tuning.rand_act(64, 256, "int8", "cpu")
     got = r50_net.run_conv("layer1.0.conv3", x, 1, res)  # network.run_conv dispatches to quant.persistent

@@ -4,11 +4,14 @@
 
 Its tiles against `conv_gemm_kernel` at ResNet-50's 1×1 stride-1 shapes (int8 bit for bit, fp8 but for
 rare 1-ulp flips of a different fp32 accumulation order), with enough rows that each program walks many
-tiles; and the whole quant ResNet-50 prepared with ``DEEPGAP_QUANT_GEMM=persistent`` against fp32, at the
-engine's own thresholds (`measure.correctness`).
+tiles (those offered, and the TMA-epilogue and early-residual variants the kernel still takes); and the whole
+quant ResNet-50 prepared with the persistent tiles (the default) against fp32, at the engine's own thresholds
+(`measure.correctness`).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import torch
@@ -29,7 +32,7 @@ SHAPES = [  # name, H = W at 224², C_in, C_out, residual
 def _hopper(monkeypatch):
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("the persistent kernel's TMA descriptors need compute capability ≥ 9.0")
-    monkeypatch.setenv("DEEPGAP_QUANT_GEMM", "persistent")
+    monkeypatch.delenv("DEEPGAP_QUANT_GEMM", raising=False)  # the default offers the persistent tiles
 
 
 def _layer(qfmt, cin, cout, has_res, seed):
@@ -62,9 +65,12 @@ def test_persistent_tiles_equal_conv_gemm_kernel_at_resnet50_shapes(qfmt, shape)
     grouped = kernels.conv_gemm(
         *args, candidate_configs(256 * h * h, cout, cin, qfmt, has_res)[0], res, lay.gamma
     )
-    cc = torch.cuda.get_device_capability()
-    tiles = {t for rows in (256 * h * h, h * h) for t in persistent_configs(lay.node, rows, cc)}
-    assert tiles
+    offered = persistent_configs(lay.node, 256 * h * h, torch.cuda.get_device_capability(), qfmt)
+    assert offered
+    variants = [dataclasses.replace(t, tma_epilogue=True) for t in offered]
+    if has_res:  # one K step at both residual shapes: the residual a tile ahead does not spill
+        variants += [dataclasses.replace(t, early_res=True) for t in offered]
+    tiles = set(offered) | {t for t in variants if t.fits(cout, cin)}
     for cfg in sorted(tiles, key=lambda t: t.label):
         out = torch.empty_like(grouped)
         out.view(torch.uint8).fill_(0x80 if qfmt == "int8" else 0x7F)  # −128 / NaN: no kernel writes either
@@ -130,7 +136,8 @@ def _every_1x1_persistent(res) -> int:
 
     n = 0
     for name, (backend, _) in sorted(res.tuned.items()):
-        tiles = persistent_configs(res.net.convs[name].node, 1 << 20, torch.cuda.get_device_capability())
+        node = res.net.convs[name].node
+        tiles = persistent_configs(node, 1 << 20, torch.cuda.get_device_capability(), res.net.qfmt)
         if backend == "triton" and tiles:
             res.tuned[name] = ("triton", tiles[n % len(tiles)])
             n += 1

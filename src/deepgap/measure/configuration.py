@@ -83,7 +83,9 @@ def prepare_only(state: WorkerState, req: MeasureRequest) -> dict[str, Any]:
     about 50 s for the three ResNets on a 16-core host) can build it beside the run's prelude, which
     measures only the idle GPU and warms it (`deepgap.drive.prepare`); the configuration's own
     measurement then finds the artifact cached. The process runs niced, so the warm-up's launches keep
-    their core. Returns the engine's info (cache hit or miss, seconds), or ``{"skipped": why}``.
+    their core, on ``spec.threads`` threads (its share of the cores: `deepgap.drive.prepare.build_threads`),
+    and makes only the reference inputs, not their fp32 logits, which nothing here compares against.
+    Returns the engine's info (cache hit or miss, seconds), or ``{"skipped": why}``.
     """
     spec = req.spec
     if multiprocessing.parent_process() is not None:  # a worker process of its own (not a test's)
@@ -93,8 +95,9 @@ def prepare_only(state: WorkerState, req: MeasureRequest) -> dict[str, Any]:
     why_not = engine.available() or engine.supports(spec, state.caps)
     if why_not:
         return {"skipped": why_not}
+    torch.set_num_threads(spec.threads or state.default_threads)
     try:
-        ref_x, _ = state.reference(spec.model, spec.resolution, req.weights, req.seed)
+        ref_x = state.reference_inputs(spec.model, spec.resolution, req.seed)
         return dict(_prepare(state, req, engine, ref_x).prepared.info)
     finally:
         _release(state)

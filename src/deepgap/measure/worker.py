@@ -114,12 +114,16 @@ class WorkerState:
             self.flops[key] = (flops, sum(p.numel() for p in m.parameters()), weights_fingerprint(m))
         return self.flops[key]
 
+    @staticmethod
+    def reference_inputs(name: str, res: int, seed: int):
+        """`reference`'s inputs alone: CORRECTNESS_IMAGES seeded images (or a text model's token ids)."""
+        return example_batch(name, CORRECTNESS_IMAGES, res, torch.Generator().manual_seed(seed + 1))
+
     def reference(self, name: str, res: int, weights: str | None, seed: int):
         """Fixed inputs (CORRECTNESS_IMAGES rows, seeded) and the fp32 eager logits on the CPU."""
         key = (name, res, weights, seed)
         if key not in self.refs:
-            g = torch.Generator().manual_seed(seed + 1)
-            x = example_batch(name, CORRECTNESS_IMAGES, res, g)  # images, or a text model's token ids
+            x = self.reference_inputs(name, res, seed)
             m = self.model(name, res, weights, seed)
             with torch.inference_mode():  # one image at a time: small memory, any batch-size limit
                 self.refs = {key: (x, torch.cat([m(x[i : i + 1]).float() for i in range(x.shape[0])]))}

@@ -125,7 +125,8 @@ class OrtEngine(Engine):
 
         settings = quant_settings(self.options, for_tensorrt=self.provider == "TensorrtExecutionProvider")
         calib = calibration_data.calibration_set(spec.resolution, self.options)
-        qpath, qinfo = quantize(path, calib, settings, f"{spec.model}-{spec.resolution}", self.options)
+        label = f"{spec.model}-{spec.resolution}"
+        qpath, qinfo = quantize(path, calib, settings, label, self.options, torch.get_num_threads())
         info.update(qinfo)
         return qpath
 

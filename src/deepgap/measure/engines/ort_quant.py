@@ -10,8 +10,10 @@ model is cached, keyed by the fp32 model's bytes, the calibration set, method an
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +42,16 @@ def quant_settings(options: dict[str, Any] | None, for_tensorrt: bool = False) -
 
 
 def quantize(
-    fp32_path: Path, calib, settings: dict[str, Any], label: str, options: dict[str, Any] | None = None
+    fp32_path: Path,
+    calib,
+    settings: dict[str, Any],
+    label: str,
+    options: dict[str, Any] | None = None,
+    threads: int | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Quantize the ONNX model at ``fp32_path`` with ``calib`` (a `CalibrationSet`), through the cache.
+
+    ``threads``: the calibration session's intra-op threads (`calibration_threads`); None: ORT's default.
 
     Returns:
         The QDQ model's path and what to record (recipe, calibration source, cache hit|miss, seconds).
@@ -68,11 +77,49 @@ def quantize(
         pre = tmp.with_name(tmp.name + ".pre.onnx")
         try:
             info["preprocess"] = _preprocess(fp32_path, pre)
-            _quantize_static(pre if pre.exists() else fp32_path, tmp, calib, settings)
+            with calibration_threads(threads):
+                _quantize_static(pre if pre.exists() else fp32_path, tmp, calib, settings)
         finally:
             pre.unlink(missing_ok=True)
-    info.update(quant_cache="miss", quantize_s=time.perf_counter() - t0)
+    info.update(quant_cache="miss", quantize_s=time.perf_counter() - t0, calibration_threads=threads)
     return path, info
+
+
+@contextlib.contextmanager
+def calibration_threads(threads: int | None) -> Iterator[None]:
+    """ORT's calibration session with ``threads`` intra-op threads instead of ORT's default (None: unchanged).
+
+    Why: `quantize_static` makes its calibration session with default options, and ORT's default is a thread
+    per physical core, each pinned to its core. Three builds beside the prelude (`deepgap.drive.prepare`)
+    then pin three threads to every core, each spinning while it waits, beside the warm-up's launching
+    thread; given a count, ORT pins nothing, and its idle threads sleep here instead of spinning on a core
+    another build needs. The session keeps ORT's own options otherwise (no graph optimization, its
+    providers), and neither changes the ranges it finds: MLAS splits a convolution's rows and columns
+    among threads, not its sums (the QDQ model's bytes are the same, tests/test_engines_units.py).
+    """
+    if not threads:
+        yield
+        return
+    import onnxruntime
+    from onnxruntime.quantization.calibrate import CalibraterBase
+
+    own = CalibraterBase.create_inference_session
+
+    def create(self) -> None:
+        own(self)  # ORT's session and options, made again with the thread count set
+        so = self.infer_session.get_session_options()
+        so.intra_op_num_threads = threads
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        providers = self.infer_session.get_providers()
+        self.infer_session = onnxruntime.InferenceSession(
+            self.augmented_model_path, sess_options=so, providers=providers
+        )
+
+    CalibraterBase.create_inference_session = create
+    try:
+        yield
+    finally:
+        CalibraterBase.create_inference_session = own
 
 
 def _preprocess(src: Path, dst: Path) -> str:

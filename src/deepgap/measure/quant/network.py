@@ -149,7 +149,7 @@ class QuantNet:
 
             cfg = self.configs.get(name) or self.default_config(name, batch)
             conv_gemm = kernels.conv_gemm
-            if cfg.persistent:  # a tile of the persistent TMA kernel (DEEPGAP_QUANT_GEMM=persistent)
+            if cfg.persistent:  # a tile of the persistent TMA kernel (`tiles.persistent_configs`)
                 from deepgap.measure.quant.persistent import conv_gemm
             return conv_gemm(
                 x,

@@ -1,4 +1,4 @@
-"""A persistent, TMA-fed GEMM for the quant engine's 1×1 stride-1 convolutions (Hopper), off by default.
+"""A persistent, TMA-fed GEMM for the quant engine's 1×1 stride-1 convolutions (Hopper).
 
 Why: a 1×1 convolution on NHWC activations is a plain GEMM (M = batch·H·W, K = C_in, N = C_out), and in
 ResNet-50's layer1/layer2 it is memory-bound with K = 64–512: a `kernels.conv_gemm_kernel` tile's life
@@ -13,9 +13,9 @@ fp16), so the output equals `conv_gemm_kernel`'s; ``TMA_EPILOGUE`` also moves th
 output through descriptors.
 
 It is a tile candidate (`tiles.persistent_configs`, ``TileConfig.persistent``) that the tuner times beside
-the others only where ``DEEPGAP_QUANT_GEMM=persistent`` (`tiles.gemm_mode`); unset, nothing changes.
-Unmeasured on a GPU so far (docs/quant.md; `benchmarks/gemm_1x1.py` and tests/test_quant_persistent_gpu.py
-are what measures it).
+the others per layer, unless ``DEEPGAP_QUANT_GEMM=off`` (`tiles.gemm_mode`). On one H200 (session 22,
+docs/quant.md) it made ResNet-50 at batch 256 4.7% (fp8) and 6.7% (int8) faster; `benchmarks/gemm_1x1.py`
+and tests/test_quant_persistent_gpu.py are what measures it.
 
 On the CPU it runs in the Triton interpreter (`launch.interpreted`), which executes the device-side
 tensor descriptors itself (Triton 3.8), so the tests check this very kernel, TMA loads and the tile walk

@@ -147,8 +147,7 @@ def prepare_quant(
         weights_sha = weights_fingerprint(model) if not isinstance(model, Graph) else "graph"
     amax, calibration = _calibrate(graph, model_name, resolution, weights_sha, opts, device)
     info: dict[str, Any] = {"precision": precision, "batch_size": batch, "calibration": calibration}
-    if gemm == "persistent":  # DEEPGAP_QUANT_GEMM: the persistent TMA kernel's tiles were timed too
-        info["gemm"] = gemm
+    info["gemm"] = gemm  # DEEPGAP_QUANT_GEMM: 'persistent' (the persistent TMA tiles were offered) or 'off'
     triton_err = _triton_ok()
     if triton_err:
         info["triton_unavailable"] = triton_err

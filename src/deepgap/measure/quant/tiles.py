@@ -20,7 +20,7 @@ from deepgap.measure.quant.launch import halved_to_divide
 SMEM_BUDGET_BYTES = 200 * 1024  # of the H100's 227 KB per block, leaving room for the epilogue
 SMS_H100 = 132
 GEMM_ENV = "DEEPGAP_QUANT_GEMM"
-GEMM_MODES = ("default", "persistent")
+GEMM_MODES = ("persistent", "off")
 
 
 @dataclass(frozen=True)
@@ -29,8 +29,8 @@ class TileConfig:
 
     Block sizes in elements, the row-tile group, warps and pipeline stages: the six numbers both kernels
     take; ``early_res`` is the convolution's alone (the Linear has no residual). A nonzero ``persistent``
-    makes it a tile of the persistent TMA kernel for 1×1 layers instead (`quant.persistent`, offered only
-    under ``DEEPGAP_QUANT_GEMM=persistent``), which also reads ``tma_epilogue``.
+    makes it a tile of the persistent TMA kernel for 1×1 layers instead (`quant.persistent`, offered unless
+    ``DEEPGAP_QUANT_GEMM=off``), which also reads ``tma_epilogue``.
     """
 
     bm: int
@@ -147,47 +147,51 @@ def candidate_configs(
 
 
 def gemm_mode() -> str:
-    """``DEEPGAP_QUANT_GEMM``: 'default' (unset: today's kernels only) or 'persistent' (also time `persistent`).
+    """``DEEPGAP_QUANT_GEMM``: 'persistent' (unset: the persistent tiles are timed too) or 'off' (grouped only).
 
-    Why an environment switch, off by default: the persistent kernel has not been timed on a GPU yet, and
-    nothing measured so far may change until it has; the switch lets a device session time it per layer.
+    Why an environment switch: the persistent kernel became the default after one H200 timed it (session 22:
+    ResNet-50 at batch 256 +4.7% fp8, +6.7% int8, results/h200/session22); 'off' gives the engine as it was
+    before, to set the two side by side or to rule the kernel out.
     """
-    fix = f"set it to one of {', '.join(GEMM_MODES)} or unset it"
-    return env_choice(GEMM_ENV, GEMM_MODES, "default", empty_is_unset=True, fix=fix)
+    fix = f"set it to one of {', '.join(GEMM_MODES)} or unset it (persistent)"
+    return env_choice(GEMM_ENV, GEMM_MODES, "persistent", empty_is_unset=True, fix=fix)
 
 
-def persistent_configs(node: ConvNode, m: int, capability: tuple[int, int] | None) -> list[TileConfig]:
+def persistent_configs(
+    node: ConvNode, m: int, capability: tuple[int, int] | None, qfmt: str = "int8", sms: int = SMS_H100
+) -> list[TileConfig]:
     """Tiles of the persistent TMA kernel worth timing for a 1×1 stride-1 layer of ``m`` rows, else none.
 
-    None unless `gemm_mode` is 'persistent', and none below Hopper (TMA needs compute capability 9.0;
-    ``capability`` None is the CPU's interpreter, which runs them). BK takes the whole K up to 128; a
-    residual layer keeps ≤ 64 accumulators per thread as `candidate_configs` does; a 4-warp 128-row tile
-    runs two programs per SM (one would leave an SM half idle while it waits on memory); a residual
-    layer of one K step (the memory-bound ones) gets them again with the residual prefetched a tile
-    ahead (``early_res``; at K = 512 such a tile spilled on sm_90, Triton 3.6); the first tile
-    comes again with its residual and output through TMA; a 64-row tile leads where 128-row tiles would
-    fill fewer than two waves of SMs (small batches).
+    The tiles that won in session 22's per-shape timing on one H200 (results/h200/session22,
+    ``gemm_1x1-3.jsonl.gz``: ResNet-50's 13 1×1 shapes at batch 256, int8 and fp8, every tile below timed
+    against the tuned grouped tile), and only those:
+
+    - 128×64×BK, 4 warps, two programs per SM: the best persistent tile on 20 of the 26 (shape, precision)
+      pairs, and faster than the grouped tile on 14 of them (up to 1.55×); 3 stages at N = 64 (faster than
+      4 on all four such pairs, by 2–5%), 4 stages wider (the only 128×64 tile timed there);
+    - fp8 without a residual, N a multiple of 128: 128×128×BK, 8 warps, 3 stages, one program per SM, its
+      output through TMA: the best persistent tile on the other 6 (6 of those 7 fp8 shapes), faster than
+      the grouped tile on 3 (1.39×, 1.15×, 1.004×). In int8 it never was the best persistent tile.
+
+    Timed there and never the best persistent tile, so not offered: 128×128 without the TMA epilogue, the
+    residual prefetched a tile ahead (``early_res``), the 128×64 tile with a TMA epilogue. None where there
+    are fewer 128×64 tiles than the 2 × ``sms`` programs (no program would walk more than one: nothing to
+    gain, and no such shape was timed; every layer at batch 1 on an H200), none below Hopper (TMA needs
+    compute capability 9.0; ``capability`` None is the CPU's interpreter, which runs them), none unless
+    `gemm_mode` is 'persistent'. BK takes the whole K up to 128.
     """
     if gemm_mode() != "persistent" or (capability is not None and capability < (9, 0)):
         return []
     if (node.kernel_size, node.stride, node.padding) != (1, 1, 0):
         return []
     n, c = node.cout, node.cin
+    if n % 64 or -(-m // 128) * (n // 64) < 2 * sms:
+        return []
     bk = 128 if c % 128 == 0 else 64 if c % 64 == 0 else 32 if c % 32 == 0 else 16
-    wide = 128 if n % 128 == 0 else 64 if n % 64 == 0 else 32 if n % 32 == 0 else 16
-    warps = 8 if wide >= 128 else 4
-    first = TileConfig(128, wide, bk, 8, warps, 3, persistent=1 if warps == 8 else 2)
-    out = [first, TileConfig(128, min(wide, 64), bk, 8, 4, 4, persistent=2)]
-    if node.residual is not None and c == bk:  # the residual a tile ahead; with more K steps it spilled
-        out += [dataclasses.replace(cfg, early_res=True) for cfg in out]
-    out.append(dataclasses.replace(first, tma_epilogue=True))
-    if -(-m // 128) * (n // wide) < 2 * SMS_H100:
-        out.insert(0, TileConfig(64, wide, bk, 8, 4, 3, persistent=1))
-    seen: list[TileConfig] = []
-    for cfg in out:
-        if cfg.fits(n, c) and cfg not in seen:
-            seen.append(cfg)
-    return seen
+    out = [TileConfig(128, 64, bk, 8, 4, 3 if n == 64 else 4, persistent=2)]
+    if qfmt == "fp8" and node.residual is None and n % 128 == 0:
+        out.append(TileConfig(128, 128, bk, 8, 8, 3, persistent=1, tma_epilogue=True))
+    return [cfg for cfg in out if cfg.fits(n, c)]
 
 
 SMEM_BYTES_H100 = 227 * 1024  # shared memory one block may take on sm_90

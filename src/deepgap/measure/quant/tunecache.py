@@ -119,10 +119,10 @@ def device_key(device: str) -> dict[str, str]:
 
 
 def _gemm_key() -> dict[str, str]:
-    """With ``DEEPGAP_QUANT_GEMM=persistent``, a key of its own (and the persistent kernel's source in it).
+    """With the persistent tiles (the default), a key of its own with the persistent kernel's source in it.
 
-    Unset, the key is what it always was, so the default engine keeps its cache; set, a layer tuned without
-    the persistent candidates is not a hit that would keep them from being timed.
+    ``DEEPGAP_QUANT_GEMM=off`` keeps the key the engine had before they were offered, so a layer tuned
+    without them is never a hit where they should be timed, nor the other way round.
     """
     if gemm_mode() != "persistent":
         return {}

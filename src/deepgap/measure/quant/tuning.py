@@ -297,10 +297,13 @@ def candidates(net: QuantNet, name: str, batch: int, opts, backend_ok: bool) -> 
     if backend_ok and opts.force_backend != "torch":
         cfgs = candidate_configs(batch * oh * ow, n.cout, n.cin, net.qfmt, n.residual is not None)
         cands += [("triton", c) for c in (cfgs if opts.autotune else cfgs[:1])]
-        if opts.autotune:  # the persistent TMA kernel's tiles: none unless DEEPGAP_QUANT_GEMM=persistent
+        if opts.autotune:  # the persistent TMA kernel's tiles (none with DEEPGAP_QUANT_GEMM=off)
+            from deepgap.measure.quant.persistent import programs
+
             dev = net.convs[name].w_q.device
             cc = torch.cuda.get_device_capability(dev) if dev.type == "cuda" else None
-            cands += [("triton", c) for c in persistent_configs(n, batch * oh * ow, cc)]
+            tiles = persistent_configs(n, batch * oh * ow, cc, net.qfmt, programs(dev))
+            cands += [("triton", c) for c in tiles]
     if opts.force_backend != "triton":
         cands.append(("torch", None))
     return cands
