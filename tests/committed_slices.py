@@ -6,7 +6,7 @@ Why: the project rule is that tests own their fixture stores (``tests/fixtures/`
 A test that wants rows as a real run wrote them (a quant run's per-layer records, an old schema version,
 the exact ``extra_json`` text) reads one of these slices: a copy of a committed store with most rows
 deleted by plain sqlite3 (no deepgap code, so the slice holds the bytes the run wrote, in its schema
-version), VACUUMed and gzipped without a timestamp, under ``tests/fixtures/slices/``.
+version), VACUUMed and xz-compressed (``packed_stores``), under ``tests/fixtures/slices/``.
 
 :func:`unpacked` gives a test a writable copy of a slice. Regenerate the slices from the archive (``git
 show ARCHIVE_COMMIT:results/SOURCE``, in a clone with full history) with::
@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import gzip
 import json
-import shutil
 import sqlite3
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from packed_stores import pack, packed, unpack
 
 HERE = Path(__file__).resolve().parent
 SLICES_DIR = HERE / "fixtures" / "slices"
@@ -36,7 +37,7 @@ ARCHIVE_COMMIT = "433bfb50c7721e72be954b848d42b75739a74e09"
 
 @dataclass(frozen=True)
 class Slice:
-    """A cut of ``results/SOURCE`` (at ``ARCHIVE_COMMIT``) saved as ``fixtures/slices/NAME.sqlite.gz``.
+    """A cut of ``results/SOURCE`` (at ``ARCHIVE_COMMIT``) saved as ``fixtures/slices/NAME.sqlite.xz``.
 
     ``results``: an SQL condition on the ``results`` table (the rows kept, with their samples), or
     ``"shapes"``: one result per distinct shape of its ``extra_json`` (keys in order, value types, escapes).
@@ -122,15 +123,12 @@ BY_NAME = {s.name: s for s in SLICES}
 
 def path_of(name: str) -> Path:
     """The committed fixture file of slice ``name``."""
-    return SLICES_DIR / f"{name}.sqlite.gz"
+    return packed(SLICES_DIR / f"{name}.sqlite")
 
 
 def unpacked(name: str, folder: Path) -> Path:
     """A writable copy of slice ``name`` in ``folder`` (``NAME.sqlite``); the fixture file is only read."""
-    copy = Path(folder) / f"{name}.sqlite"
-    with gzip.open(path_of(name), "rb") as src, open(copy, "wb") as dst:
-        shutil.copyfileobj(src, dst)
-    return copy
+    return unpack(path_of(name), Path(folder) / f"{name}.sqlite")
 
 
 def details_shape(value):
@@ -154,7 +152,7 @@ def _one_per_shape(con: sqlite3.Connection) -> str:
 
 
 def make(s: Slice, folder: Path) -> Path:
-    """Cut ``s`` from a copy of its committed store (read only) and write its gzipped fixture file."""
+    """Cut ``s`` from a copy of its committed store (read only) and write its packed fixture file."""
     blob = subprocess.run(
         ["git", "show", f"{ARCHIVE_COMMIT}:results/{s.source}"],
         cwd=HERE.parent,
@@ -176,7 +174,7 @@ def make(s: Slice, folder: Path) -> Path:
     finally:
         con.close()
     out = path_of(s.name)
-    out.write_bytes(gzip.compress(work.read_bytes(), compresslevel=9, mtime=0))
+    out.write_bytes(pack(work.read_bytes()))
     return out
 
 

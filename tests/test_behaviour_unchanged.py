@@ -2,8 +2,8 @@
 
 Why: the modules of ``src/deepgap`` are being moved into packages (run/, report/, render/, core/,
 measure/), a refactor that must not change one character a user sees. This file pins what the reading
-commands print for stores the project once committed under ``results/`` (kept gzipped, under their old
-relative paths, in ``tests/fixtures/archive/``: reading them is this test's purpose) against golden outputs
+commands print for stores the project once committed under ``results/`` (kept xz-compressed, under their
+old relative paths, in ``tests/fixtures/archive/``: reading them is this test's purpose) against golden outputs
 captured from the code before the move, in ``tests/fixtures/golden/``.
 
 It imports only ``deepgap.cli`` (and ``deepgap``), the entry point that survives the move; every other
@@ -47,18 +47,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from packed_stores import packed, unpack
 
 from deepgap.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
-ARCHIVE = Path(__file__).resolve().parent / "fixtures" / "archive"  # each store as <rel>.gz
+ARCHIVE = Path(__file__).resolve().parent / "fixtures" / "archive"  # each store as <rel>.xz
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "golden"
 REGEN = os.environ.get("DEEPGAP_REGEN_GOLDEN") == "1"
 GZIP_OVER = 100_000  # bytes of text above which a golden file is stored gzipped
 REDACT_KEY = "deepgap-golden-test-key"  # fixed, so --redact's keyed tokens are the same every run
 
 # The archived stores read here (small ones: the file runs in well under 30 s on two cores), unpacked from
-# tests/fixtures/archive/<rel>.gz under the same relative paths (the outputs name them).
+# tests/fixtures/archive/<rel>.xz under the same relative paths (the outputs name them).
 STORES = (
     "h100/default.sqlite",  # one default sweep: 3 models x eager fp16/fp32 x 11 batches, energy
     "h200/default.sqlite",  # the H200's default sweep with quant, compile-freeze and cudagraph rows
@@ -161,14 +162,13 @@ CASES = [
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
     """A folder with the archived stores unpacked; the fixtures' bytes are checked unchanged after."""
-    originals = [ARCHIVE / f"{rel}.gz" for rel in STORES]
+    originals = [packed(ARCHIVE / rel) for rel in STORES]
     before = {p: p.read_bytes() for p in originals}
     folder = tmp_path_factory.mktemp("golden")
     for rel, src in zip(STORES, originals, strict=True):
         dst = folder / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
-        with gzip.open(src) as fin, open(dst, "wb") as fout:
-            shutil.copyfileobj(fin, fout)
+        unpack(src, dst)
     yield folder
     assert {p: p.read_bytes() for p in originals} == before, "an archived store under tests/fixtures/ changed"
 
@@ -267,13 +267,13 @@ def _write_golden(name: str, text: str) -> None:
     """Write ``NAME.txt`` (or ``NAME.txt.gz`` over GZIP_OVER bytes), removing the other spelling."""
     GOLDEN.mkdir(parents=True, exist_ok=True)
     data = text.encode()
-    plain, packed = GOLDEN / f"{name}.txt", GOLDEN / f"{name}.txt.gz"
+    plain, zipped = GOLDEN / f"{name}.txt", GOLDEN / f"{name}.txt.gz"
     if len(data) > GZIP_OVER:
-        packed.write_bytes(gzip.compress(data, compresslevel=9, mtime=0))
+        zipped.write_bytes(gzip.compress(data, compresslevel=9, mtime=0))
         plain.unlink(missing_ok=True)
     else:
         plain.write_bytes(data)
-        packed.unlink(missing_ok=True)
+        zipped.unlink(missing_ok=True)
 
 
 def _diff(expected: str, actual: str, name: str, limit: int = 120) -> str:

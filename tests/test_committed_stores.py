@@ -1,23 +1,23 @@
 """Stores the project once committed (schema version 1) still open, migrate, show, report and merge.
 
-They left ``results/`` with the raw-store archive (docs/results.md) and live on gzipped in
+They left ``results/`` with the raw-store archive (docs/results.md) and live on xz-compressed in
 ``tests/fixtures/archive/`` under their old relative paths. Three small ones, chosen to cover every
 table: ``h100/smoke.sqlite`` (sweeps, a profile and a serve run, with ``serve_runs.mean_batch`` stored
 as TEXT), ``h200/roofline.sqlite`` (peaks) and ``h100/energy_check.sqlite`` (a sweep with energy
 telemetry). Every check works on unpacked copies.
 """
 
-import gzip
 import shutil
 import sqlite3
 from pathlib import Path
 
 import pytest
+from packed_stores import packed, unpack
 
 from deepgap.cli import main
 from deepgap.store import SCHEMA_VERSION, Store
 
-ARCHIVE = Path(__file__).resolve().parent / "fixtures" / "archive"  # each store as <rel>.gz
+ARCHIVE = Path(__file__).resolve().parent / "fixtures" / "archive"  # each store as <rel>.xz
 STORES = {
     "smoke": "h100/smoke.sqlite",
     "roofline": "h200/roofline.sqlite",
@@ -39,9 +39,7 @@ def copies(tmp_path_factory):
     folder = tmp_path_factory.mktemp("committed")
     out = {}
     for key, rel in STORES.items():
-        out[key] = folder / f"{key}.sqlite"
-        with gzip.open(ARCHIVE / f"{rel}.gz") as fin, open(out[key], "wb") as fout:
-            shutil.copyfileobj(fin, fout)
+        out[key] = unpack(packed(ARCHIVE / rel), folder / f"{key}.sqlite")
     return out
 
 
@@ -92,9 +90,7 @@ def test_writing_migrates_in_place_and_keeps_every_row(copies, tmp_path):
 def test_show_merge_and_report(copies, tmp_path, capsys):
     """Three stores of every table plus ``h200/quant.sqlite``: a four-store merge whose default
     (interactive) report stays ≤ 3 MB (issue 49: plotly.js is embedded once, about 2 MB of it)."""
-    quant = tmp_path / "quant.sqlite"
-    with gzip.open(ARCHIVE / "h200/quant.sqlite.gz") as fin, open(quant, "wb") as fout:
-        shutil.copyfileobj(fin, fout)
+    quant = unpack(packed(ARCHIVE / "h200/quant.sqlite"), tmp_path / "quant.sqlite")
     inputs = {**copies, "quant": quant}
     for path in inputs.values():
         assert main(["show", str(path)]) == 0

@@ -1,6 +1,6 @@
 """The two-GPU report answers first and travels: ratio rows on the first screen, no dead link, ≤ 3 MB.
 
-Built once (module fixture; the core and two-GPU sections) from ``fixtures/two_gpus_small.sqlite.gz``:
+Built once (module fixture; the core and two-GPU sections) from ``fixtures/two_gpus_small.sqlite.xz``:
 a cut of the committed two-GPU store ``results/two-gpus/all.sqlite`` (H200 and H100; resnet18 and
 resnet50; eager fp16/fp32, cudagraph fp16, quant int8; every 10th telemetry sample; no roofline
 profiles), made with sqlite3 DELETEs on a copy.
@@ -10,16 +10,15 @@ Screenshots need Chromium (Debian: ``apt-get install chromium``); the page check
 from __future__ import annotations
 
 import functools
-import gzip
 import json
 import re
-import shutil
 import subprocess
 import tempfile
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from packed_stores import packed, unpack
 
 from deepgap.analysis import platforms
 from deepgap.render import sections
@@ -28,7 +27,7 @@ from deepgap.report import interactive as fi
 from deepgap.report.page import build, find_chromium, save
 from deepgap.roofline import predict
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "two_gpus_small.sqlite.gz"
+FIXTURE = packed(Path(__file__).resolve().parent / "fixtures" / "two_gpus_small.sqlite")
 MAX_BYTES = 3 * 1024 * 1024
 chromium = pytest.mark.skipif(find_chromium() is None, reason="needs Chromium (apt-get install chromium)")
 
@@ -36,9 +35,7 @@ chromium = pytest.mark.skipif(find_chromium() is None, reason="needs Chromium (a
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
     d = tmp_path_factory.mktemp("two_gpus")
-    store = d / "two.sqlite"
-    with gzip.open(FIXTURE, "rb") as src, open(store, "wb") as dst:
-        shutil.copyfileobj(src, dst)
+    store = unpack(FIXTURE, d / "two.sqlite")
     # the core and two-GPU sections only: the roofline's FLOP count builds torchvision models (slow), and
     # its page parts are held to the same no-dead-link rule by tests/test_report.py
     with pytest.MonkeyPatch.context() as mp:
