@@ -47,7 +47,8 @@ def test_results_hold_no_raw_store_and_one_example_report_page():
     stores = [
         p.relative_to(ROOT)
         for p in in_results
-        if p.name.endswith((".sqlite", ".sqlite.gz", ".sqlite.xz", ".db")) or p.read_bytes()[:16] == b"SQLite format 3\0"
+        if p.name.endswith((".sqlite", ".sqlite.gz", ".sqlite.xz", ".db"))
+        or p.read_bytes()[:16] == b"SQLite format 3\0"
     ]
     assert not stores, f"commit CSV exports plus a README instead (docs/results.md): {stores}"
     pages = [p for p in in_results if p.name.endswith((".html", ".html.gz", ".htm"))]
