@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from deepgap.core.errors import env_choice
+from deepgap.measure.models.build import hooks_installed
 from deepgap.measure.quant.fused_mlp import FusedLinearGelu, fuse_mlp
 from deepgap.measure.quant.linear import QuantLinear, quantize_codes
 from deepgap.measure.quant.linear_kernels import CUBLASLT, kernel_label, tuned
@@ -124,12 +125,8 @@ def choose_kernels(model: nn.Module, x: torch.Tensor, others: bool = True) -> li
             hooks.append(m.register_forward_pre_hook(partial(_pick_fused, name=name, picks=picks)))
         elif others and isinstance(m, QuantLinear) and m.tileable() and not m.tile:
             hooks.append(m.register_forward_pre_hook(partial(_pick_plain, name=name, picks=picks)))
-    try:
-        with torch.inference_mode():
-            model(x)
-    finally:
-        for h in hooks:
-            h.remove()
+    with hooks_installed(hooks), torch.inference_mode():
+        model(x)
     return [LinearKernel(*key, names=tuple(names)) for key, names in picks.items()]
 
 
