@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 from fp8_gemm_gelu import agreement, emit, time_us
 
-from deepgap.measure.quant.linear_kernels import fp8_linear, reference
+from deepgap.measure.quant.linear_kernels import Epilogue, fp8_linear, reference
 from deepgap.measure.quant.persistent import programs
 from deepgap.measure.quant.tiles import linear_persistent_configs
 
@@ -59,15 +59,15 @@ def cublaslt_us(a, w, scale, bias) -> float:
 def variant_rows(a, w, scale, bias, name: str, tiles) -> list[dict]:
     """One row per tile of one variant: µs, spread, agreement with its reference; a failing tile is a row."""
     gelu, approximate, fp8 = VARIANTS[name]
-    out_scale = OUT_SCALE if fp8 else None
-    want = reference(a, w, scale, bias, gelu, out_scale, approximate)
+    epi = Epilogue(scale, bias, gelu, OUT_SCALE if fp8 else None, approximate)
+    want = reference(a, w, epi)
     rows = []
     for t in tiles:
-        call = (a, w, scale, bias, gelu, out_scale, t)
+        call = (a, w, epi, t)
         walk = round(-(-a.shape[0] // t.bm) * (w.shape[0] // t.bn) / programs(a.device), 2)  # tiles per SM
         try:
-            got = fp8_linear(*call, approximate=approximate)
-            us, spread = time_us(lambda call=call: fp8_linear(*call, approximate=approximate))
+            got = fp8_linear(*call)
+            us, spread = time_us(lambda call=call: fp8_linear(*call))
             rows.append({"variant": name, "tile": t.label, "us": round(us, 1), "spread": round(spread, 3),
                          "tiles_per_sm": walk, **agreement(got, want)})  # fmt: skip
         except Exception as exc:  # a tile that does not build is a row, not a stop

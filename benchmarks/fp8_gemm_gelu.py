@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from deepgap.measure.quant.linear_kernels import fp8_linear, reference
+from deepgap.measure.quant.linear_kernels import Epilogue, fp8_linear, reference
 from deepgap.measure.quant.tiles import TileConfig, linear_persistent_configs
 
 SHAPES = {  # name: (M, K, N, GELU + fp8 out); batch 256: 256 × 128 tokens, 256 × 197 patches
@@ -81,12 +81,12 @@ def agreement(got: torch.Tensor, want: torch.Tensor) -> dict:
             "max_rel": round(float((g - w).abs().max() / w.abs().max().clamp(min=1e-12)), 5)}  # fmt: skip
 
 
-def time_tiles(a, w, scale, bias, gelu, out_scale, want, path: str, tiles) -> list[dict]:
+def time_tiles(a, w, epi: Epilogue, want, path: str, tiles) -> list[dict]:
     """A row per tile of one GEMM core: µs, spread, agreement with the reference; a tile that fails is a row."""
     rows = []
     for t in dict.fromkeys(t.fit(a.shape[1], w.shape[0]) for t in tiles):
         try:
-            call = (a, w, scale, bias, gelu, out_scale, t)
+            call = (a, w, epi, t)
             got = fp8_linear(*call)
             us, spread = time_us(lambda call=call: fp8_linear(*call))
             rows.append({"path": path, "tile": t.label, "us": round(us, 1), "spread": round(spread, 3),
@@ -149,7 +149,8 @@ def main() -> None:  # noqa: D103
         w = (torch.randn(n, k, device="cuda", generator=g) * 40).clamp(-448, 448).to(torch.float8_e4m3fn)
         bias = torch.randn(n, device="cuda", generator=g)
         scale, out_scale = 1.0 / (1600 * k**0.5), (0.05 if gelu else None)
-        want = reference(a, w, scale, bias, gelu, out_scale)
+        epi = Epilogue(scale, bias, gelu, out_scale)
+        want = reference(a, w, epi)
         fn = today(a, w, scale, bias, gelu, out_scale or 1.0)
         us, spread = time_us(fn)
         rows = [
@@ -161,8 +162,8 @@ def main() -> None:  # noqa: D103
             }
         ]
         persistent = linear_persistent_configs(k, n, 1 if gelu else 2)
-        rows += time_tiles(a, w, scale, bias, gelu, out_scale, want, "grouped", TILES)
-        rows += time_tiles(a, w, scale, bias, gelu, out_scale, want, "persistent", persistent)
+        rows += time_tiles(a, w, epi, want, "grouped", TILES)
+        rows += time_tiles(a, w, epi, want, "persistent", persistent)
         everything += emit(rows, args.out / "fp8_gemm_gelu.jsonl", shape=name, m=m, k=k, n=n, gelu=gelu)
     print("\n".join(summary(everything)))
 

@@ -66,7 +66,7 @@ def load(args):
 
 def one_batch(model, args, batch: int, clock) -> dict:
     """Measure one batch; add the roofline figures and the eager-token agreement."""
-    from deepgap.measure.llm_cost import decode_cost
+    from deepgap.measure.llm_cost import Itemsizes, decode_cost
     from deepgap.measure.llm_steps import make_step
     from deepgap.measure.llm_timing import generate, measure_decode, prompts
 
@@ -89,7 +89,9 @@ def one_batch(model, args, batch: int, clock) -> dict:
         **r.summary(),
     }
     itemsize = model.embed_tokens.weight.element_size()
-    cost = decode_cost(model.shape, batch, args.input_len + args.output_len // 2, itemsize)
+    cost = decode_cost(
+        model.shape, batch, args.input_len + args.output_len // 2, Itemsizes(itemsize, itemsize, itemsize)
+    )
     row.update(
         decode_bytes_per_token=cost.bytes_per_token,
         decode_flops_per_token=cost.flops_per_token,

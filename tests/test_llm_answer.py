@@ -11,7 +11,7 @@ import pytest
 from fixtures_decode import CPU, GPU, ROWS, output_tok_s, write_decode_store
 
 from deepgap.cli import main
-from deepgap.measure.llm_cost import decode_cost
+from deepgap.measure.llm_cost import Itemsizes, decode_cost
 from deepgap.measure.models.llama_config import SHAPES
 
 # Llama-3.1-8B by hand: GEMM weights (projections, MLP, head) and the rest a decode step reads at batch 1
@@ -23,10 +23,10 @@ KV_PER_TOKEN_BF16 = 2 * L * 8 * 128 * 2
 
 def test_weights_at_their_precision_and_the_kv_at_the_mean_context():
     ctx = 128 + (128 - 2) / 2
-    fp8 = decode_cost(SHAPES["llama-3.1-8b"], 1, ctx, 2, 2, 1)
+    fp8 = decode_cost(SHAPES["llama-3.1-8b"], 1, ctx, Itemsizes(linear=1, other=2, kv=2))
     assert fp8.weight_bytes == GEMM * 1 + REST * 2  # fp8 Linears 1 byte, the rest bf16
     assert fp8.kv_bytes == pytest.approx((ctx + 1) * KV_PER_TOKEN_BF16)
-    bf16 = decode_cost(SHAPES["llama-3.1-8b"], 1, ctx, 2)
+    bf16 = decode_cost(SHAPES["llama-3.1-8b"], 1, ctx)
     assert bf16.weight_bytes == (GEMM + REST) * 2
     attention = 4 * L * 32 * 128 * (ctx + 1)
     assert fp8.flops_per_token == pytest.approx(2 * GEMM + attention)
@@ -60,7 +60,7 @@ def test_distance_from_the_memory_bound_names_both_sides(tab):
     from deepgap.analysis.decode_roofline import distance_text
 
     r = _row(tab, "llama-3.1-8b", "fp8", 1)
-    cost = decode_cost(SHAPES["llama-3.1-8b"], 1, 128 + 63, 2, 2, 1)
+    cost = decode_cost(SHAPES["llama-3.1-8b"], 1, 128 + 63, Itemsizes(linear=1, other=2, kv=2))
     bound = 4800e9 / cost.bytes_per_token
     assert r["bound_tokens_per_s"] == pytest.approx(bound)
     assert r["decode_tokens_per_s"] == pytest.approx(1 / 2.1e-3)

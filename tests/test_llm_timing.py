@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from deepgap.measure.llm_cost import decode_cost, gemm_weights, prefill_cost
+from deepgap.measure.llm_cost import Itemsizes, decode_cost, gemm_weights, prefill_cost
 from deepgap.measure.llm_steps import make_step
 from deepgap.measure.llm_timing import P99_MIN_N, DecodeResult, DecodeRun, generate, measure_decode, prompts
 from deepgap.measure.models.llama_config import SHAPES
@@ -99,7 +99,7 @@ def test_static_decode_step_gives_the_eager_tokens(tiny):
 def test_decode_cost_of_the_8b_shape_in_fp8_at_batch_1_is_bandwidth_bound_near_640_tok_s():
     """Issue 51's anchor: ≈ 8 GB read per token, ≈ 600 tok/s on an H200's 4.8 TB/s."""
     shape = SHAPES["llama-3.1-8b"]
-    c = decode_cost(shape, batch=1, context=128, weight_itemsize=1, kv_itemsize=2)
+    c = decode_cost(shape, batch=1, context=128, sizes=Itemsizes(linear=1, other=1, kv=2))
     embedding = shape.vocab * shape.hidden
     assert c.weight_bytes == shape.params() - embedding + shape.hidden  # one embedding row read
     assert 7.4e9 < c.bytes_per_token < 7.6e9

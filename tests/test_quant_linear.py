@@ -285,7 +285,7 @@ def test_fused_fp8_linear_kernel_in_the_interpreter(gelu, out_scale, persistent,
     zero, or the interpreter's known e4m3 carry signature.
     """
     pytest.importorskip("triton")
-    from deepgap.measure.quant.linear_kernels import FP8_LINEAR_TILE, fp8_linear, reference
+    from deepgap.measure.quant.linear_kernels import FP8_LINEAR_TILE, Epilogue, fp8_linear, reference
     from deepgap.measure.quant.tiles import TileConfig
 
     g = torch.Generator().manual_seed(7)
@@ -293,8 +293,8 @@ def test_fused_fp8_linear_kernel_in_the_interpreter(gelu, out_scale, persistent,
     w = (torch.randn(32, 64, generator=g) * 20).to(torch.float8_e4m3fn)
     bias = torch.randn(32, generator=g)
     tile = TileConfig(32, 32, 32, 2, 4, 2, persistent=persistent, tma_epilogue=tma_epi, split_epilogue=split)
-    got = fp8_linear(a, w, 1e-3, bias, gelu, out_scale, tile).float()
-    want = reference(a, w, 1e-3, bias, gelu, out_scale).float()
+    epi = Epilogue(1e-3, bias, gelu, out_scale)
+    got, want = fp8_linear(a, w, epi, tile).float(), reference(a, w, epi).float()
     step = 2.0**-3 if out_scale else 2.0**-7  # e4m3 and bf16 mantissas
     near = (got - want).abs() <= want.abs() * step + 1e-4 * want.abs().max()  # GELU's far tail: erf's ulps
     carry = (got * 2 == want) & (torch.log2(want.abs()).frac() == 0)
@@ -303,7 +303,9 @@ def test_fused_fp8_linear_kernel_in_the_interpreter(gelu, out_scale, persistent,
     big = FP8_LINEAR_TILE
     assert big.fit(768, 3072) == big and big.fit(32, 48) == TileConfig(128, 16, 32, 8, 8, 3)
     with pytest.raises(ValueError, match="BK"):
-        fp8_linear(a[:, :48].contiguous(), w[:, :48].contiguous(), 1.0, bias, tile=TileConfig(32, 32, 32))
+        fp8_linear(
+            a[:, :48].contiguous(), w[:, :48].contiguous(), Epilogue(1.0, bias), TileConfig(32, 32, 32)
+        )
 
 
 def _fp8_static(model: nn.Module, batches: list[torch.Tensor]) -> nn.Module:

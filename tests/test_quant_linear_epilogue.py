@@ -28,6 +28,7 @@ from deepgap.measure.quant.linear_kernels import (  # noqa: E402
     FP8_LINEAR_PERSISTENT_TILE,
     GELU_ERF_POLY,
     GELU_TANH_PTX,
+    Epilogue,
     fp8_linear,
     fp8_linear_persistent_kernel,
     reference,
@@ -54,9 +55,9 @@ def test_tanh_gelu_in_the_interpreter_is_torchs_tanh_form(persistent, out_scale)
     w = (torch.randn(32, 64, generator=g) * 20).to(torch.float8_e4m3fn)
     bias = torch.randn(32, generator=g)
     tile = TileConfig(32, 32, 32, 2, 4, 2, persistent=persistent)
-    got = fp8_linear(a, w, 1e-3, bias, True, out_scale, tile, approximate="tanh").float()
-    want = reference(a, w, 1e-3, bias, True, out_scale, "tanh").float()
-    exact = reference(a, w, 1e-3, bias, True, out_scale).float()
+    tanh = Epilogue(1e-3, bias, True, out_scale, "tanh")
+    got, want = fp8_linear(a, w, tanh, tile).float(), reference(a, w, tanh).float()
+    exact = reference(a, w, Epilogue(1e-3, bias, True, out_scale)).float()
     # e4m3's and bf16's mantissas: the interpreter rounds its own way
     step = 2.0**-3 if out_scale else 2.0**-7
     carry = (got * 2 == want) & (torch.log2(want.abs()).frac() == 0)  # the interpreter's e4m3 carry
@@ -64,7 +65,7 @@ def test_tanh_gelu_in_the_interpreter_is_torchs_tanh_form(persistent, out_scale)
     assert float((got == want).float().mean()) > 0.4  # as in tests/test_quant_linear.py: bf16 truncated
     assert not torch.equal(want, exact)  # the forms differ: the option is not the exact GELU renamed
     with pytest.raises(ValueError, match="approximate"):
-        fp8_linear(a, w, 1e-3, bias, True, out_scale, tile, approximate="sigmoid")
+        fp8_linear(a, w, Epilogue(1e-3, bias, True, out_scale, "sigmoid"), tile)
 
 
 @pytest.mark.parametrize("out_scale", [None, 0.05], ids=["bf16", "fp8"])
@@ -76,8 +77,8 @@ def test_the_branch_free_erf_is_the_exact_gelu(out_scale):
     w = (torch.randn(32, 64, generator=g) * 20).to(torch.float8_e4m3fn)
     bias = torch.randn(32, generator=g)
     tile = TileConfig(32, 32, 32, 2, 4, 2, persistent=1)
-    got = fp8_linear(a, w, 1e-3, bias, True, out_scale, tile, approximate="erf-poly").float()
-    exact = fp8_linear(a, w, 1e-3, bias, True, out_scale, tile).float()
+    got = fp8_linear(a, w, Epilogue(1e-3, bias, True, out_scale, "erf-poly"), tile).float()
+    exact = fp8_linear(a, w, Epilogue(1e-3, bias, True, out_scale), tile).float()
     assert float((got == exact).float().mean()) > (0.99 if out_scale else 0.85)
     assert bool(((got - exact).abs() <= exact.abs() * 2**-7 + 1e-6).all())
 

@@ -89,14 +89,14 @@ def test_llama_tiny_decodes_with_8bit_linears(precision):
 def test_fused_fp8_linear_kernel_rounds_as_the_reference(gelu, out_scale):
     if not _fp8_ok():
         pytest.skip("fp8 needs compute capability ≥ 8.9")
-    from deepgap.measure.quant.linear_kernels import fp8_linear, reference
+    from deepgap.measure.quant.linear_kernels import Epilogue, fp8_linear, reference
 
     g = torch.Generator(device="cuda").manual_seed(0)
     a = (torch.randn(1000, 768, device="cuda", generator=g) * 40).clamp(-448, 448).to(torch.float8_e4m3fn)
     w = (torch.randn(3072, 768, device="cuda", generator=g) * 40).clamp(-448, 448).to(torch.float8_e4m3fn)
     bias = torch.randn(3072, device="cuda", generator=g)
-    got = fp8_linear(a, w, 1 / 44_000, bias, gelu, out_scale).float()
-    want = reference(a, w, 1 / 44_000, bias, gelu, out_scale).float()
+    epi = Epilogue(1 / 44_000, bias, gelu, out_scale)
+    got, want = fp8_linear(a, w, epi).float(), reference(a, w, epi).float()
     # Hopper's fp8 MMA accumulates with fewer bits than fp32 (as cuBLAS's fast accumulation, the engine's
     # default), so outputs sit a rounding step or two from the fp32 reference: on one H200, 98.9% of the
     # fp8 codes and 79% of the bf16 outputs equal it, within 5% and 0.5% of the output's range

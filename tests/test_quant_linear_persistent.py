@@ -22,6 +22,7 @@ from deepgap.measure.models.build import build_model  # noqa: E402
 from deepgap.measure.quant.fused_mlp import fuse_mlp  # noqa: E402
 from deepgap.measure.quant.linear_kernels import (  # noqa: E402
     FP8_LINEAR_PERSISTENT_TILE,
+    Epilogue,
     fp8_linear,
     fp8_linear_persistent_kernel,
     tuned_tiles,
@@ -58,9 +59,10 @@ def test_the_walk_writes_every_tile_as_the_grouped_kernel_does(programs, tma_epi
     ``split``: each tile's epilogue in two 16-column halves; a half stored in the other's place shows here.
     """
     a, w, bias = _operands(70, 64, 128, seed=programs)
-    want = fp8_linear(a, w, 1e-3, bias, gelu, out_scale, GROUPED)
+    epi = Epilogue(1e-3, bias, gelu, out_scale)
+    want = fp8_linear(a, w, epi, GROUPED)
     tile = dataclasses.replace(PERSISTENT, tma_epilogue=tma_epi, split_epilogue=split)
-    got = fp8_linear(a, w, 1e-3, bias, gelu, out_scale, tile, num_programs=programs)
+    got = fp8_linear(a, w, epi, tile, num_programs=programs)
     assert got.dtype == want.dtype and torch.equal(got.float(), want.float())
 
 
@@ -109,9 +111,9 @@ def test_what_it_cannot_take_is_a_clear_error():
     odd = torch.empty(16 * 64 + 8, dtype=torch.float8_e4m3fn)[8:].view(16, 64)  # 8 bytes in: no descriptor
     odd.copy_(a)
     with pytest.raises(ValueError, match="16-byte boundary"):
-        fp8_linear(odd, w, 1.0, bias, tile=PERSISTENT)
+        fp8_linear(odd, w, Epilogue(1.0, bias), PERSISTENT)
     with pytest.raises(ValueError, match="BK"):
-        fp8_linear(a[:, :48].contiguous(), w[:, :48].contiguous(), 1.0, bias, tile=PERSISTENT)
+        fp8_linear(a[:, :48].contiguous(), w[:, :48].contiguous(), Epilogue(1.0, bias), PERSISTENT)
 
 
 @pytest.mark.parametrize("out_fp8,tma_epi", [(True, True), (False, False)])

@@ -55,7 +55,7 @@ def test_every_persistent_tile_agrees_with_cublaslt(shape):
     """Both sum fp8 products with Hopper's reduced-precision accumulation in different orders, and cuBLASLt
     rounds its sum and bias to bf16 before the GELU: outputs sit a rounding step apart here and there,
     as the grouped kernel's do (tests/test_quant_linear_gpu.py)."""
-    from deepgap.measure.quant.linear_kernels import FP8_LINEAR_TILE, fp8_linear
+    from deepgap.measure.quant.linear_kernels import FP8_LINEAR_TILE, Epilogue, fp8_linear
     from deepgap.measure.quant.tiles import linear_persistent_configs
 
     _, m, k, n, gelu = shape
@@ -63,9 +63,10 @@ def test_every_persistent_tile_agrees_with_cublaslt(shape):
     out_scale = 0.05 if gelu else None
     want = _cublaslt(a, w, scale, bias, gelu, out_scale).float()
     top = float(want.abs().max())
-    grouped = fp8_linear(a, w, scale, bias, gelu, out_scale, FP8_LINEAR_TILE.fit(k, n)).float()
+    epi = Epilogue(scale, bias, gelu, out_scale)
+    grouped = fp8_linear(a, w, epi, FP8_LINEAR_TILE.fit(k, n)).float()
     for t in linear_persistent_configs(k, n, 1 if gelu else 2):
-        got = fp8_linear(a, w, scale, bias, gelu, out_scale, t).float()
+        got = fp8_linear(a, w, epi, t).float()
         torch.cuda.synchronize()
         worst = float((got - want).abs().max()) / top
         same = float((got == want).float().mean())
@@ -139,11 +140,17 @@ def test_the_engine_fuses_and_chooses_every_fp8_linear(monkeypatch, switch):
 def test_the_gelu_forms_on_the_gpu_are_their_torch_forms(approximate):
     """The GELU forms: "tanh" (tanh.approx.f32) held to torch's tanh GELU in fp32; "erf-poly" (the branch-free
     erf) to torch's exact GELU; bf16 out, so each within a bf16 step and the sums' order."""
-    from deepgap.measure.quant.linear_kernels import FP8_LINEAR_PERSISTENT_TILE, fp8_linear, reference
+    from deepgap.measure.quant.linear_kernels import (
+        FP8_LINEAR_PERSISTENT_TILE,
+        Epilogue,
+        fp8_linear,
+        reference,
+    )
 
     a, w, bias, scale = _operands(4096, 768, 3072, seed=3)
-    want = reference(a, w, scale, bias, True, None, approximate).float()
+    epi = Epilogue(scale, bias, True, None, approximate)
+    want = reference(a, w, epi).float()
     for t in (FP8_LINEAR_PERSISTENT_TILE, None):
-        got = fp8_linear(a, w, scale, bias, True, None, t, approximate=approximate).float()
+        got = fp8_linear(a, w, epi, t).float()
         # one bf16 step of the output's size, plus tanh.approx's 2^-11 relative error and the sums' order
         assert float(((got - want).abs() - want.abs() * 2**-7).max()) <= 2e-3 * float(want.abs().max())

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from deepgap.core.result_details import Decode
-from deepgap.measure.llm_cost import StepCost, decode_cost
+from deepgap.measure.llm_cost import Itemsizes, StepCost, decode_cost
 from deepgap.measure.llm_workload import QUANT_PRECISIONS
 from deepgap.measure.models.llama_config import SHAPES
 from deepgap.roofline.model import measured_peaks
@@ -58,13 +58,14 @@ class DecodeRoof:
         return "compute" if c == c and c < m else "memory"
 
 
-def itemsizes(precision: str) -> tuple[float, float, float]:
-    """(Linear weights, other weights, KV cache) bytes per element as the decode worker builds ``precision``."""
+def itemsizes(precision: str) -> Itemsizes:
+    """Bytes per element as the decode worker builds ``precision``."""
     if precision in QUANT_PRECISIONS:
-        return 1, 2, 2  # 8-bit Linears, the rest of the decoder and its cache in bf16
+        # 8-bit Linears, the rest of the decoder and its cache in bf16
+        return Itemsizes(linear=1, other=2, kv=2)
     if precision in ("fp16", "bf16"):
-        return 2, 2, 2
-    return 4, 4, 4
+        return Itemsizes(2, 2, 2)
+    return Itemsizes(4, 4, 4)
 
 
 def mean_context(d: Decode) -> float:
@@ -80,8 +81,7 @@ def step_cost(row: dict[str, Any], d: Decode) -> StepCost | None:
     batch = int(row.get("batch_size") or 0)
     if shape is None or batch < 1 or d.input_len is None:
         return None
-    linear, other, kv = itemsizes(str(row.get("precision")))
-    return decode_cost(shape, batch, mean_context(d), other, kv, linear)
+    return decode_cost(shape, batch, mean_context(d), itemsizes(str(row.get("precision"))))
 
 
 def _num(v: Any) -> float:

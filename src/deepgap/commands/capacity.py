@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from deepgap.commands.filter_flags import add_filter_flags, add_store_argument
+from deepgap.commands.filter_flags import add_filter_flags, add_run_flag, add_store_argument
 from deepgap.core.errors import UsageError
 
 NAME = "capacity"
@@ -16,7 +16,7 @@ ORDER = 6
 def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     add_store_argument(p)
     p.add_argument("--slo-p99", required=True, help="p99 latency bound, e.g. 15ms")
-    p.add_argument("--run", action="append", help="only these run ids (repeatable)")
+    add_run_flag(p)
     add_filter_flags(p, "model", "engine", "precision")
     add_simulation_arguments(p)
 

@@ -11,7 +11,7 @@ import os
 import sys
 import tempfile
 
-from deepgap.commands.filter_flags import add_store_argument
+from deepgap.commands.filter_flags import add_run_flag, add_store_argument
 from deepgap.commands.share_flags import add_shared_output_flags, use_shared_output_flags
 from deepgap.core.errors import UsageError
 from deepgap.store.paths import STDOUT, check_output_path
@@ -28,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     add_store_argument(p)
     p.add_argument("--format", choices=["csv", "parquet", "json"], default="csv")
     p.add_argument("-o", "--output", required=True, help="output file, or - for stdout (csv, json)")
-    p.add_argument("--run", action="append", help="run id (repeatable; default: all runs)")
+    add_run_flag(p)
     p.add_argument(
         "--samples", action="store_true", help="per-iteration latencies (long format) instead of results"
     )

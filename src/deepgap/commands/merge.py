@@ -11,6 +11,8 @@ import argparse
 import dataclasses
 import json
 
+from deepgap.commands.filter_flags import add_run_flag
+
 NAME = "merge"
 HELP = "combine stores from several machines into one (idempotent; -o OUTPUT)"
 ORDER = 6
@@ -31,12 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
         default="error",
         help="a configuration stored twice with different numbers: error (default) or keep the first",
     )
-    p.add_argument(
-        "--run",
-        action="append",
-        metavar="RUN_ID",
-        help="merge only this run (repeatable; default: every run of every store)",
-    )
+    add_run_flag(p, "every run of every store")
     p.add_argument("--json", action="store_true", help="print what was merged as JSON")
     p.add_argument(
         "--redact",

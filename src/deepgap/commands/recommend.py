@@ -13,7 +13,7 @@ import json
 import math
 from dataclasses import asdict
 
-from deepgap.commands.filter_flags import add_filter_flags, add_store_argument
+from deepgap.commands.filter_flags import add_filter_flags, add_run_flag, add_store_argument
 from deepgap.core.precision import is_quantized, quantized_names
 
 NAME = "recommend"
@@ -33,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     )
     p.add_argument("--objective", default="throughput", help="throughput (default) | latency | joules")
     add_filter_flags(p, "model", "precision", "engine", several=True)
-    p.add_argument("--run", action="append", help="run id (repeatable; default: every run in the store)")
+    add_run_flag(p)
     p.add_argument(
         "--min-accuracy",
         metavar="PCT",

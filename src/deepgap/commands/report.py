@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from deepgap.commands.filter_flags import add_store_argument
+from deepgap.commands.filter_flags import add_run_flag, add_store_argument
 from deepgap.commands.share_flags import add_shared_output_flags, use_shared_output_flags
 from deepgap.core.errors import UsageError
 
@@ -28,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
         default="report.html",
         help="HTML file (default report.html); PNGs and CSVs go to <name>_files/ beside it",
     )
-    p.add_argument("--run", action="append", help="run id (repeatable; default: every run in the store)")
+    add_run_flag(p)
     p.add_argument("--screenshot", metavar="PNG", help="also save a headless-Chromium screenshot of the page")
     p.add_argument("--size", default="1200x900", help="screenshot size WIDTHxHEIGHT (default 1200x900)")
     p.add_argument(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from deepgap.commands.filter_flags import add_store_argument
+from deepgap.commands.filter_flags import add_run_flag, add_store_argument
 from deepgap.store.guard import add_read_flags, use_read_flags
 
 if TYPE_CHECKING:
@@ -18,7 +18,7 @@ ORDER = 2
 
 def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     add_store_argument(p)
-    p.add_argument("--run", action="append", help="run id (repeatable)")
+    add_run_flag(p, "the latest run; every run with --all")
     p.add_argument("--all", action="store_true", help="every run in the store")
     p.add_argument("--runs", action="store_true", help="list the runs instead of results")
     p.add_argument("--json", action="store_true", help="results as JSON records")

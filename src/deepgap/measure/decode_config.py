@@ -44,7 +44,7 @@ from deepgap.core.records import ConfigSpec, Result, Status
 from deepgap.core.result_details import Correctness, Decode, DeviceMemUsed, ResultDetails
 from deepgap.measure import correctness, llm_attention, llm_fused
 from deepgap.measure.device import CudaEventClock, set_tf32, torch_dtype
-from deepgap.measure.llm_cost import decode_cost
+from deepgap.measure.llm_cost import Itemsizes, decode_cost
 from deepgap.measure.llm_steps import make_step
 from deepgap.measure.llm_timing import DecodeResult, measure_decode, prompts
 from deepgap.measure.llm_workload import CHECK_ROWS, CHECK_TOKENS, DECODE_ENGINES, QUANT_PRECISIONS
@@ -212,9 +212,8 @@ def _result(spec: ConfigSpec, req: MeasureRequest, model, r: DecodeResult, check
     itemsize = model.embed_tokens.weight.element_size()
     context = spec.input_len + (spec.output_len - 2) / 2  # the mean context of the decode steps
     linear = 1 if spec.precision in QUANT_PRECISIONS else itemsize  # 8-bit Linears: 1 byte per weight
-    cost = decode_cost(
-        model.shape, spec.batch_size, context, itemsize, model.cache.k[0].element_size(), linear
-    )
+    sizes = Itemsizes(linear=linear, other=itemsize, kv=model.cache.k[0].element_size())
+    cost = decode_cost(model.shape, spec.batch_size, context, sizes)
     k, n = _rows(spec)
     got = np.array([row[:n] for row in r.tokens[:k]])
     want = ref_tokens.numpy()

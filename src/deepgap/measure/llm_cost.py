@@ -11,10 +11,10 @@ What is counted, per decode step at batch ``B`` with ``context`` tokens already 
 
 - **weights read**: every layer matrix and norm, the final norm and the head (``vocab × hidden``);
   the embedding table only for its ``B`` rows, unless it is the tied head (then it is the head);
-  the GEMM weights (projections, MLP, head) at ``linear_itemsize`` bytes (1 for fp8/int8 Linears),
-  the rest (norms, embedding rows) at ``weight_itemsize`` (bf16 beside 8-bit Linears);
+  the GEMM weights (projections, MLP, head) at ``Itemsizes.linear`` bytes (1 for fp8/int8 Linears),
+  the rest (norms, embedding rows) at ``Itemsizes.other`` (bf16 beside 8-bit Linears);
 - **KV read and written**: ``B × (context + 1)`` tokens' K and V in every layer (the cache read, the
-  new token written) at ``kv_itemsize`` bytes;
+  new token written) at ``Itemsizes.kv`` bytes;
 - **FLOPs**: 2 per multiply-accumulate: ``2·B`` per GEMM weight (projections, MLP, head) and
   attention's QKᵀ and AV, ``4·B·heads·head_dim·(context + 1)`` per layer. Norms, RoPE, softmax and
   SiLU are not counted (under 1% at these shapes).
@@ -27,6 +27,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from deepgap.measure.models.llama_config import LlamaShape
+
+
+@dataclass(frozen=True)
+class Itemsizes:
+    """Bytes per element of a decoder as built: its GEMM weights, the rest of its weights, its KV cache.
+
+    ``linear``: the projections', the MLP's and the head's weights (1 for fp8/int8 Linears); ``other``: the
+    norms and the embedding rows (bf16 beside 8-bit Linears); ``kv``: the cache's K and V. Why one value:
+    they were three positional numbers in two orders (the report's list linear-first, `decode_cost`'s
+    parameters linear-last).
+    """
+
+    linear: float = 2
+    other: float = 2
+    kv: float = 2
+
+
+BF16 = Itemsizes()
 
 
 @dataclass(frozen=True)
@@ -83,48 +101,37 @@ def weights_read(shape: LlamaShape, batch: int) -> int:
     return shape.params() - shape.vocab * shape.hidden + min(batch, shape.vocab) * shape.hidden
 
 
-def decode_cost(
-    shape: LlamaShape,
-    batch: int,
-    context: float,
-    weight_itemsize: float = 2,
-    kv_itemsize: float | None = None,
-    linear_itemsize: float | None = None,
-) -> StepCost:
+def weight_bytes(shape: LlamaShape, rows: int, sizes: Itemsizes) -> float:
+    """Bytes of the weights a step over ``rows`` tokens reads (`weights_read`), each at its itemsize."""
+    gemm = gemm_weights(shape)
+    return gemm * sizes.linear + (weights_read(shape, rows) - gemm) * sizes.other
+
+
+def decode_cost(shape: LlamaShape, batch: int, context: float, sizes: Itemsizes = BF16) -> StepCost:
     """One decode step at ``batch`` with ``context`` tokens in the cache (the module docstring's rules)."""
-    kv_itemsize = weight_itemsize if kv_itemsize is None else kv_itemsize
-    linear_itemsize = weight_itemsize if linear_itemsize is None else linear_itemsize
     attended = context + 1
     attention = 4 * batch * shape.layers * shape.heads * shape.head_dim * attended
-    gemm = gemm_weights(shape)
     return StepCost(
         tokens=batch,
-        weight_bytes=gemm * linear_itemsize + (weights_read(shape, batch) - gemm) * weight_itemsize,
-        kv_bytes=batch * attended * shape.kv_bytes_per_token(kv_itemsize),
+        weight_bytes=weight_bytes(shape, batch, sizes),
+        kv_bytes=batch * attended * shape.kv_bytes_per_token(sizes.kv),
         flops=2 * batch * gemm_weights(shape) + attention,
     )
 
 
-def prefill_cost(
-    shape: LlamaShape,
-    batch: int,
-    input_len: int,
-    weight_itemsize: float = 2,
-    kv_itemsize: float | None = None,
-) -> StepCost:
+def prefill_cost(shape: LlamaShape, batch: int, input_len: int, sizes: Itemsizes = BF16) -> StepCost:
     """The prefill of ``batch`` prompts of ``input_len`` tokens: compute-bound, the head on the last token.
 
     Attention is counted causally (token i attends to i + 1 keys: ``s(s+1)/2`` pairs), as the fused
     kernels compute it; torch's FLOP counter counts the full ``s²`` square.
     """
-    kv_itemsize = weight_itemsize if kv_itemsize is None else kv_itemsize
     s, h = input_len, shape.hidden
     layer_gemm = gemm_weights(shape) - shape.vocab * h
     pairs = s * (s + 1) // 2
     attention = 4 * batch * shape.layers * shape.heads * shape.head_dim * pairs
     return StepCost(
         tokens=batch * s,
-        weight_bytes=weights_read(shape, batch * s) * weight_itemsize,
-        kv_bytes=batch * s * shape.kv_bytes_per_token(kv_itemsize),
+        weight_bytes=weight_bytes(shape, batch * s, sizes),
+        kv_bytes=batch * s * shape.kv_bytes_per_token(sizes.kv),
         flops=2 * batch * s * layer_gemm + 2 * batch * shape.vocab * h + attention,
     )

@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 import torch
 
@@ -149,13 +151,23 @@ def peak_activation(model: torch.nn.Module, x: torch.Tensor) -> float:
             peak = max(peak, float(out.detach().abs().max()))
 
     hooks = [m.register_forward_hook(watch) for m in model.modules() if not list(m.children())]
+    with hooks_installed(hooks), torch.no_grad():
+        model(x)
+    return peak
+
+
+@contextmanager
+def hooks_installed(hooks: Iterable[torch.utils.hooks.RemovableHandle]) -> Iterator[None]:
+    """Remove ``hooks`` (a module's forward or pre-forward hooks) when the block ends, raised or not.
+
+    Why one place: an observing pass (`peak_activation`, the quant engine's calibration and kernel choice)
+    must never leave a hook behind, which would run again in every later forward, the timed ones included.
+    """
     try:
-        with torch.no_grad():
-            model(x)
+        yield
     finally:
         for h in hooks:
             h.remove()
-    return peak
 
 
 def weights_fingerprint(model: torch.nn.Module) -> str:

@@ -33,9 +33,10 @@ import torch
 from torch import nn
 
 from deepgap.core.errors import env_choice
+from deepgap.measure.models.build import hooks_installed
 from deepgap.measure.quant.fused_mlp import FusedLinearGelu, fuse_mlp
 from deepgap.measure.quant.linear import QuantLinear, quantize_codes
-from deepgap.measure.quant.linear_kernels import CUBLASLT, kernel_label, tuned
+from deepgap.measure.quant.linear_kernels import CUBLASLT, Epilogue, kernel_label, tuned
 from deepgap.measure.quant.tiles import TileConfig
 
 FUSED_ENV, FUSED_MODES = "DEEPGAP_QUANT_FUSED", ("tuned", "mlp", "off")
@@ -124,12 +125,8 @@ def choose_kernels(model: nn.Module, x: torch.Tensor, others: bool = True) -> li
             hooks.append(m.register_forward_pre_hook(partial(_pick_fused, name=name, picks=picks)))
         elif others and isinstance(m, QuantLinear) and m.tileable() and not m.tile:
             hooks.append(m.register_forward_pre_hook(partial(_pick_plain, name=name, picks=picks)))
-    try:
-        with torch.inference_mode():
-            model(x)
-    finally:
-        for h in hooks:
-            h.remove()
+    with hooks_installed(hooks), torch.inference_mode():
+        model(x)
     return [LinearKernel(*key, names=tuple(names)) for key, names in picks.items()]
 
 
@@ -171,10 +168,10 @@ def precompile(model: nn.Module, others: bool = True, workers: int = 16) -> dict
             a = torch.zeros((256, k), device=dev).to(torch.float8_e4m3fn)
             w = torch.zeros((n, k), device=dev).to(torch.float8_e4m3fn)
             bias = torch.zeros(n, device=dev, dtype=torch.float32 if form else torch.bfloat16)
-            out_scale = 1.0 if form else None
+            epi = Epilogue(1.0, bias, form is not None, 1.0 if form else None, form or "none")
             for t in (FP8_LINEAR_TILE.fit(k, n), *linear_persistent_configs(k, n, 1 if form else 2)):
                 try:
-                    fp8_linear(a, w, 1.0, bias, form is not None, out_scale, t, approximate=form or "none")
+                    fp8_linear(a, w, epi, t)
                     submitted += 1
                 except Exception:  # noqa: BLE001 - the tuner meets it at the first launch and passes it over
                     pass
@@ -193,7 +190,7 @@ def _pick_fused(m: FusedLinearGelu, args, name: str, picks: dict) -> None:
         t = TileConfig.from_fields(m.tile)
     else:
         codes = quantize_codes(x2, m.act_scale, "fp8")
-        t = tuned(codes, m.weight, m.scale, m.bias, True, m.out_scale, m.approximate)
+        t = tuned(codes, m.weight, Epilogue(m.scale, m.bias, True, m.out_scale, m.approximate))
         m.tile = t.fields()
     form = GELU_LABELS[next(k for k, v in APPROXIMATE.items() if v == m.approximate)]
     epilogue = f"bias, GELU {form}, fp8 codes for the next Linear"
@@ -207,15 +204,8 @@ def _pick_plain(m: QuantLinear, args, name: str, picks: dict) -> None:
     if x2.shape[0] >= MIN_ROWS:
         codes, scale = m._quantize_input(x2)
         w = m.weight_t.t()
-        t = tuned(
-            codes,
-            w,
-            float(scale * m.w_scale),
-            m.bias,
-            False,
-            None,
-            cublaslt=lambda: m.scaled_mm(codes, scale),
-        )
+        epi = Epilogue(float(scale * m.w_scale), m.bias)
+        t = tuned(codes, w, epi, cublaslt=lambda: m.scaled_mm(codes, scale))
         m.use_tile([] if t == CUBLASLT else t.fields())
     key = (
         f"{x2.shape[0]}x{m.in_features}x{m.out_features}",

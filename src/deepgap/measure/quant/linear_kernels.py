@@ -31,6 +31,8 @@ TMA descriptors included, as the tests do.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
@@ -54,6 +56,32 @@ CUBLASLT = "cuBLASLt"  # `tuned`'s name for ``torch._scaled_mm`` (bias only, bf1
 # the kernels' GELU constexpr: off, exact, tanh through tanh.approx.f32 (GPU), tanh through exp (interpreter),
 # exact with Abramowitz & Stegun's erf
 GELU_OFF, GELU_ERF, GELU_TANH_PTX, GELU_TANH_EXP, GELU_ERF_POLY = 0, 1, 2, 3, 4
+
+
+@dataclass(frozen=True, eq=False)  # eq=False: it holds a tensor
+class Epilogue:
+    """What the fused Linear does after its GEMM: ``s·acc + b``, the GELU if asked, fp8 codes or bf16 out.
+
+    One argument for `fp8_linear`, `tuned` and `reference`, which apply, time and check the same epilogue.
+    ``scale``: the activations' scale times the weights' (one number each); ``bias``: (N,) float32 or
+    bfloat16; ``gelu``: apply the GELU after the bias, in the form ``approximate`` (one of `APPROXIMATE`,
+    module doc); ``out_scale``: quantize the result to e4m3 codes at this scale (the next Linear's input
+    scale), None for bf16.
+    """
+
+    scale: float
+    bias: torch.Tensor
+    gelu: bool = False
+    out_scale: float | None = None
+    approximate: str = "none"
+
+    def gelu_code(self, device: torch.device) -> int:
+        """The kernels' GELU constexpr: `GELU_OFF`, `GELU_ERF`, `GELU_ERF_POLY`, or the tanh form for ``device``."""
+        if not self.gelu:
+            return GELU_OFF
+        if self.approximate != "tanh":
+            return GELU_ERF if self.approximate == "none" else GELU_ERF_POLY
+        return GELU_TANH_PTX if device.type == "cuda" else GELU_TANH_EXP
 
 
 @triton.jit
@@ -187,30 +215,22 @@ def _finish_part(
 def fp8_linear(
     a: torch.Tensor,
     w: torch.Tensor,
-    scale: float,
-    bias: torch.Tensor,
-    gelu: bool = False,
-    out_scale: float | None = None,
+    epi: Epilogue,
     tile: TileConfig | None = None,
     num_programs: int | None = None,
-    approximate: str = "none",
 ) -> torch.Tensor:
-    """``A·Wᵀ·scale + bias``, then GELU if asked; fp8 codes at ``out_scale`` if given, else bf16.
+    """``A·Wᵀ·scale + bias``, then GELU if asked; fp8 codes at ``out_scale`` if given, else bf16 (`Epilogue`).
 
     Args:
         a: (M, K) float8_e4m3fn activations' codes, contiguous.
         w: (N, K) float8_e4m3fn weight codes, contiguous.
-        scale: the activations' scale times the weights' (one number each).
-        bias: (N,) float32 or bfloat16.
-        gelu: apply the GELU after the bias: the exact one, or its tanh form (``approximate="tanh"``).
-        out_scale: quantize the result to e4m3 codes at this scale (the next Linear's input scale).
+        epi: the scale, bias, GELU and output format.
         tile: block sizes; the default suits large M on Hopper. A ``persistent`` tile runs
             `fp8_linear_persistent_kernel` (TMA, Hopper; the interpreter on the CPU), any other the grouped
             `fp8_linear_kernel`.
         num_programs: a persistent tile's grid stride (`persistent.persistent_grid`; tests).
-        approximate: the GELU's form, one of `APPROXIMATE` (module doc).
     """
-    t = tile or FP8_LINEAR_TILE
+    t, bias = tile or FP8_LINEAR_TILE, epi.bias
     m, k = a.shape
     n = w.shape[0]
     check(
@@ -222,11 +242,13 @@ def fp8_linear(
         bias.shape == (n,) and bias.dtype in (torch.float32, torch.bfloat16) and bias.is_contiguous(),
         "bias: float32 or bfloat16 of shape (N,), contiguous",
     )
-    check(approximate in APPROXIMATE, f"approximate must be one of {APPROXIMATE}; got {approximate!r}")
-    out_fp8 = out_scale is not None
+    check(
+        epi.approximate in APPROXIMATE, f"approximate must be one of {APPROXIMATE}; got {epi.approximate!r}"
+    )
+    out_fp8 = epi.out_scale is not None
     out = torch.empty((m, n), dtype=torch.float8_e4m3fn if out_fp8 else torch.bfloat16, device=a.device)
-    operands = (a, w, bias, out, float(scale), 1.0 / out_scale if out_fp8 else 1.0, m, n)
-    flags = {"GELU": gelu_code(gelu, approximate, a.device), "OUT_FP8": out_fp8, **t.launch()}
+    operands = (a, w, bias, out, float(epi.scale), 1.0 / epi.out_scale if out_fp8 else 1.0, m, n)
+    flags = {"GELU": epi.gelu_code(a.device), "OUT_FP8": out_fp8, **t.launch()}
     if t.persistent:
         check_tma(a=a, w=w, out=out)
         nsm, grid = persistent_grid(a.device, m, n, t, num_programs)
@@ -239,25 +261,7 @@ def fp8_linear(
     return out
 
 
-def gelu_code(gelu: bool, approximate: str, device: torch.device) -> int:
-    """The kernels' GELU constexpr for this call: `GELU_OFF`, `GELU_ERF`, or the tanh form for ``device``."""
-    if not gelu:
-        return GELU_OFF
-    if approximate != "tanh":
-        return GELU_ERF if approximate == "none" else GELU_ERF_POLY
-    return GELU_TANH_PTX if device.type == "cuda" else GELU_TANH_EXP
-
-
-def tuned(
-    a: torch.Tensor,
-    w: torch.Tensor,
-    scale: float,
-    bias: torch.Tensor,
-    gelu: bool,
-    out_scale: float | None,
-    approximate: str = "none",
-    cublaslt=None,
-) -> TileConfig | str:
+def tuned(a: torch.Tensor, w: torch.Tensor, epi: Epilogue, cublaslt=None) -> TileConfig | str:
     """The fastest tile for this call's (M, K, N, epilogue) on its GPU, timed once per process.
 
     The candidates: ``cublaslt`` first where given (a call running this Linear through ``torch._scaled_mm``,
@@ -268,7 +272,7 @@ def tuned(
     before it compiles (`linear_choice.choose_kernels`), so a captured network finds its tiles chosen.
     """
     m, k = a.shape
-    n = w.shape[0]
+    n, out_fp8 = w.shape[0], epi.out_scale is not None
 
     def cands():  # made only when this key is not timed yet (an eager call after the first costs nothing)
         if cublaslt is not None:
@@ -276,16 +280,16 @@ def tuned(
         yield FP8_LINEAR_TILE.fit(k, n)
         if a.device.type == "cuda" and torch.cuda.get_device_capability(a.device) >= (9, 0):
             # no tile taller than the input (a batch-1 ff1): its TMA box would outgrow the tensor it reads
-            tiles = linear_persistent_configs(k, n, 1 if out_scale is not None else 2)
+            tiles = linear_persistent_configs(k, n, 1 if out_fp8 else 2)
             yield from (t for t in tiles if t.bm <= m)
 
     def call(t):
         if t == CUBLASLT:
             return cublaslt()
-        return fp8_linear(a, w, scale, bias, gelu, out_scale, t, approximate=approximate)
+        return fp8_linear(a, w, epi, t)
 
-    form = approximate if gelu else ""
-    key = ("fp8_linear", m, k, n, gelu, out_scale is not None, form, cublaslt is not None, str(a.device))
+    form = epi.approximate if epi.gelu else ""
+    key = ("fp8_linear", m, k, n, epi.gelu, out_fp8, form, cublaslt is not None, str(a.device))
     return fastest(key, a.device, cands(), call)
 
 
@@ -314,13 +318,13 @@ def fp8_linear_op(
 ) -> torch.Tensor:
     """`fp8_linear` as a torch custom op (one call to torch.compile, captured by a CUDA graph).
 
-    ``out_scale`` ≤ 0: bf16 out; ``tile`` is `TileConfig.fields`, [] for `tuned` (Triton tiles only).
+    Its schema takes plain values, made into an `Epilogue` here: ``out_scale`` ≤ 0 is bf16 out. ``tile`` is
+    `TileConfig.fields`, [] for `tuned` (Triton tiles only).
     """
-    out = out_scale if out_scale > 0 else None
+    epi = Epilogue(scale, bias, gelu, out_scale if out_scale > 0 else None, approximate)
     if a.data_ptr() % 16:  # a view the compiler placed off a 16-byte boundary: a TMA descriptor needs one
         a = a.clone()
-    t = TileConfig.from_fields(tile) if tile else tuned(a, w, scale, bias, gelu, out, approximate)
-    return fp8_linear(a, w, scale, bias, gelu, out, t, approximate=approximate)
+    return fp8_linear(a, w, epi, TileConfig.from_fields(tile) if tile else tuned(a, w, epi))
 
 
 @fp8_linear_op.register_fake
@@ -329,19 +333,11 @@ def _(a, w, bias, scale, gelu, out_scale, tile, approximate):
     return a.new_empty((a.shape[0], w.shape[0]), dtype=dtype)
 
 
-def reference(
-    a: torch.Tensor,
-    w: torch.Tensor,
-    scale: float,
-    bias: torch.Tensor,
-    gelu: bool,
-    out_scale: float | None,
-    approximate: str = "none",
-) -> torch.Tensor:
+def reference(a: torch.Tensor, w: torch.Tensor, epi: Epilogue) -> torch.Tensor:
     """The same arithmetic in fp32 torch: what the kernel is held to."""
-    y = (a.float() @ w.float().t()) * scale + bias.float()
-    if gelu:
-        y = torch.nn.functional.gelu(y, approximate="tanh" if approximate == "tanh" else "none")
-    if out_scale is None:
+    y = (a.float() @ w.float().t()) * epi.scale + epi.bias.float()
+    if epi.gelu:
+        y = torch.nn.functional.gelu(y, approximate="tanh" if epi.approximate == "tanh" else "none")
+    if epi.out_scale is None:
         return y.to(torch.bfloat16)
-    return (y * (1.0 / out_scale)).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+    return (y * (1.0 / epi.out_scale)).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)

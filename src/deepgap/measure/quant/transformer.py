@@ -20,6 +20,7 @@ from dataclasses import replace
 import torch
 from torch import nn
 
+from deepgap.measure.models.build import hooks_installed
 from deepgap.measure.quant.calibrate import _stat
 from deepgap.measure.quant.linear import LinearQuant, QuantLinear, quantizable
 
@@ -50,13 +51,11 @@ def calibrate_linears(
     prev = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     try:
-        with torch.inference_mode():
+        with hooks_installed(hooks), torch.inference_mode():
             for x in batches:
                 model(x)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = prev
-        for h in hooks:
-            h.remove()
     return {k: (v if v > 0 else 1e-8) for k, v in amax.items()}
 
 
