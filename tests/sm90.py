@@ -21,3 +21,34 @@ def compile_sm90(kernel, sig: dict, const: dict, aligned: tuple[str, ...] = (), 
         return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
     except (RuntimeError, FileNotFoundError, OSError) as exc:  # pragma: no cover - toolchain missing
         pytest.skip(f"no CUDA toolchain in this Triton install: {exc}")
+
+
+def ptxas_usage(compiled) -> dict[str, int]:
+    """Registers and spill bytes per thread of an `compile_sm90` result: ``ptxas -v`` on its PTX, for sm_90a.
+
+    Why: without a GPU the compiled kernel has no ``n_spills``/``n_regs`` (they are read when it loads);
+    ptxas says the same at compile time. Keys: ``registers``, ``spill_stores``, ``spill_loads``.
+    """
+    import re
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    with tempfile.TemporaryDirectory() as d:
+        ptx = Path(d) / "k.ptx"
+        ptx.write_text(compiled.asm["ptx"])
+        cmd = [get_ptxas(90).path, "-v", "--gpu-name=sm_90a", str(ptx), "-o", str(Path(d) / "k.o")]
+        log = subprocess.run(cmd, capture_output=True, text=True, check=True).stderr
+
+    def count(pattern: str) -> int:
+        found = re.search(pattern, log)
+        assert found, f"ptxas -v said no {pattern!r}: {log}"
+        return int(found.group(1))
+
+    return {
+        "registers": count(r"Used (\d+) registers"),
+        "spill_stores": count(r"(\d+) bytes spill stores"),
+        "spill_loads": count(r"(\d+) bytes spill loads"),
+    }

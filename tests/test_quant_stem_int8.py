@@ -123,8 +123,9 @@ def test_calibration_keeps_the_image_range_and_the_stem_its_scale(resnet18):
 
 
 def test_the_int8_stem_inside_the_network(resnet18):
-    """Interpreted kernels equal the torch reference bit for bit; a float batch equals its resident pixels;
-    the output agrees with the cuDNN path within the stem choice's bound."""
+    """Interpreted kernels, unfused and with the max-pool inside (`int8pool`), equal the torch reference bit
+    for bit; a float batch equals its resident pixels; the output agrees with the cuDNN path within the stem
+    choice's bound."""
     from deepgap.measure.quant.stem_choice import STEM_INT8_REL, _agree_stem
 
     net = _net(resnet18)
@@ -140,7 +141,12 @@ def test_the_int8_stem_inside_the_network(resnet18):
     assert _agree_stem(ref, cudnn, "int8", "int8") is None
     rel = float((ref.float() - cudnn.float()).norm() / cudnn.float().norm())
     assert 0 < rel < STEM_INT8_REL / 2, rel
+    net.stem.configure("int8pool", 0, (4, 4, 4, 3))  # the max-pool in the kernel (`quant.stem_pool`)
+    assert net.stem.variant == "int8+pool4x4+4w3s" and net.stem.kernel == "int8"
+    assert net.to("cpu").stem.pool_cfg == (4, 4, 4, 3)  # moving the network keeps it
+    assert torch.equal(net.run_stem(x, "triton"), ref) and torch.equal(net.run_stem(pixels, "triton"), ref)
     net.stem.configure("cudnn")
+    assert net.stem.pool_cfg is None
     with pytest.raises(ValueError, match="int8 pixels need the int8 stem"):
         net.run_stem(pixels, "torch")
 

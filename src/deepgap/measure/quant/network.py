@@ -43,16 +43,24 @@ class Stem:
     in_scale: float = 0.0  # the image's int8 scale (calibrated range / 127); 0: not calibrated
     w_i8: torch.Tensor | None = None  # the 'int8' stem's [C_out, KH·32] weights (`quant.stem_int8`)
     alpha_i8: torch.Tensor | None = None  # in_scale · s_w / s_out per channel
+    pool_cfg: tuple[int, int, int, int] | None = None  # 'int8pool': `stem_pool`'s (rows, cols, warps, stages)
 
     def configure(self, kernel: str, pad_channels: int = 0, fused_cfg: tuple[int, int] | None = None) -> None:
-        """Choose the convolution: ``cudnn``, ``fused`` (the Triton stem, 8-bit outputs only) or ``int8``.
+        """Choose the convolution: ``cudnn``, ``fused`` (Triton, 8-bit outputs), ``int8`` or ``int8pool``.
 
         ``int8`` is `quant.stem_int8` (int8 pixels and weights); it needs the image's calibrated ``in_scale``.
+        ``int8pool`` is the same stem with the max-pool in its kernel (`quant.stem_pool`; ``fused_cfg`` is then
+        its (pooled rows, pooled columns, warps, stages)); ``kernel`` reads ``int8`` for both.
 
         ``pad_channels``: cuDNN's input padded to that many channels (0: none); ``fused_cfg``: the fused
         kernel's block of output pixels and warps (None: keep the current one).
         """
         self.set_padding(pad_channels)
+        if kernel == "int8pool":
+            self.pool_cfg = fused_cfg or self.pool_cfg
+            kernel, fused_cfg = "int8", (self.pool_cfg[0] * self.pool_cfg[1], self.pool_cfg[2])
+        else:
+            self.pool_cfg = None
         self.fused_cfg = fused_cfg or self.fused_cfg
         if kernel == "fused":
             from deepgap.measure.quant.stem_kernels import pad_weights
@@ -76,6 +84,8 @@ class Stem:
     @property
     def variant(self) -> str:
         """The configuration's name, e.g. ``cudnn``, ``cudnn+pad4``, ``fused+128x4w``."""
+        if self.pool_cfg:
+            return "int8+pool{}x{}+{}w{}s".format(*self.pool_cfg)
         if self.kernel in ("fused", "int8"):
             return f"{self.kernel}+{self.fused_cfg[0]}x{self.fused_cfg[1]}w"
         return self.kernel + (f"+pad{self.pad_channels}" if self.pad_channels else "")
@@ -117,7 +127,7 @@ class QuantNet:
         """Move all weights and coefficients to ``device`` (in place); returns self."""
         s = self.stem
         s.w_half = s.w_half.to(device).contiguous(memory_format=torch.channels_last)
-        s.configure(s.kernel, s.pad_channels)
+        s.configure("int8pool" if s.pool_cfg else s.kernel, s.pad_channels)
         s.alpha, s.beta = s.alpha.to(device), s.beta.to(device)
         for c in self.convs.values():
             c.to(device)
@@ -184,10 +194,12 @@ class QuantNet:
             from deepgap.measure.quant import stem_int8
 
             xq = x if x.dtype == torch.int8 else stem_int8.quantize_image(x, s.in_scale, backend)
-            return stem_int8.stem(
-                xq, s.w_i8, n.kernel_size, n.stride, n.padding, s.alpha_i8, s.beta, s.out_fmt,
-                block_m=s.fused_cfg[0], num_warps=s.fused_cfg[1], backend=backend,
-            )  # fmt: skip
+            args = (xq, s.w_i8, n.kernel_size, n.stride, n.padding, s.alpha_i8, s.beta, s.out_fmt)
+            if s.pool_cfg and backend == "triton":  # the max-pool inside the kernel
+                from deepgap.measure.quant import stem_pool
+
+                return stem_pool.stem(*args, s.pool_cfg[:2], *s.pool_cfg[2:])
+            return stem_int8.stem(*args, block_m=s.fused_cfg[0], num_warps=s.fused_cfg[1], backend=backend)
         if x.dtype == torch.int8:
             raise ValueError(f"int8 pixels need the int8 stem; this network's stem is {s.variant}")
         if s.kernel == "fused":

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from deepgap.measure.quant.network import QuantNet
+from deepgap.measure.quant.stem_pool import CONFIGS as POOL_CONFIGS
 from deepgap.measure.quant.tuning import CHECK_BATCH, _agree, _sync, time_s
 
 
@@ -26,7 +27,8 @@ def check_stem(net: QuantNet, resolution: int, device: str) -> str:
     return "triton" if why is None else "torch"
 
 
-# (kernel, input channels padded to (0: none), the Triton stems' (output pixels per block, warps))
+# (kernel, input channels padded to (0: none), the Triton stems' (output pixels per block, warps)); int8pool
+# is the int8 stem with the max-pool inside its kernel (`quant.stem_pool`: only the pooled output is written)
 STEM_VARIANTS = (
     ("cudnn", 0, None),
     ("cudnn", 4, None),
@@ -38,6 +40,7 @@ STEM_VARIANTS = (
     ("int8", 0, (128, 4)),
     ("int8", 0, (128, 8)),
     ("int8", 0, (256, 8)),
+    *(("int8pool", 0, cfg) for cfg in POOL_CONFIGS),  # (pooled rows, columns, warps, stages)
 )
 # The int8 stem quantizes the image and the weights as well, so its 8-bit output is compared with
 # cuDNN's by relative L2 (about 1% for int8 outputs, 3% for fp8 on random weights); the network's
@@ -56,9 +59,9 @@ def choose_stem(
     Variants: cuDNN's fp16 convolution (then the max-pool backend), the same with the image padded to 4
     channels, the fused Triton stem (`quant.stem_kernels`, 8-bit outputs) and the int8 stem
     (`quant.stem_int8`: in the default input mode it quantizes the fp16 batch first, inside the timed
-    forward). ``resident``: the input is int8 pixels already, so only the int8 stem can read it (cuDNN's
-    output on the same images is still the reference). Returns what was timed and chosen, for
-    ``info["stem"]``.
+    forward), unfused or with the max-pool in its kernel (`quant.stem_pool`). ``resident``: the input is
+    int8 pixels already, so only the int8 stems can read it (cuDNN's output on the same images is still
+    the reference). Returns what was timed and chosen, for ``info["stem"]``.
     """
     if not str(device).startswith("cuda"):
         if resident:
@@ -84,16 +87,16 @@ def choose_stem(
         if kernel == "fused" and (not use_triton or s.out_fmt not in ("int8", "fp8")):
             rejected[name] = "needs Triton and an 8-bit stem output"
             continue
-        if kernel == "int8" and not use_triton:  # its output may be fp16: the next layer's format
+        if kernel.startswith("int8") and not use_triton:  # its output may be fp16: the next layer's format
             rejected[name] = "needs Triton"
             continue
-        xin = x_i8 if kernel == "int8" and resident else x
+        xin = x_i8 if kernel.startswith("int8") and resident else x
         try:
             with torch.inference_mode():
                 out = net.run_stem(xin, net.stem_backend)
                 why = None if ref is None else _agree_stem(out, ref, s.out_fmt, kernel)
                 ref = out if ref is None else ref
-                if why is None and resident and kernel != "int8":
+                if why is None and resident and not kernel.startswith("int8"):
                     why = "the input is int8 pixels (int8-resident): only the int8 stem reads them"
                 if why is None:
                     times[name] = time_s(
@@ -113,7 +116,7 @@ def choose_stem(
 
 def _agree_stem(out: torch.Tensor, ref: torch.Tensor, fmt: str, kernel: str) -> str | None:
     """None when a stem variant's output agrees with cuDNN's (``ref``), else why."""
-    if kernel != "int8":
+    if not kernel.startswith("int8"):
         return _agree(out, ref, fmt, STEM_AGREE_FRAC)
     if out.shape != ref.shape or out.dtype != ref.dtype:
         return f"shape/dtype {tuple(out.shape)} {out.dtype} != {tuple(ref.shape)} {ref.dtype}"
