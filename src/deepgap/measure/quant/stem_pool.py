@@ -65,31 +65,11 @@ def shifted(v, rm, s):
 
 @triton.jit(do_not_specialize=["H", "W", "OH", "OW", "PH", "PW", "TR", "TC"])
 def stem_pool_kernel(
-    x_ptr,
-    w_ptr,
-    out_ptr,
-    alpha_ptr,
-    beta_ptr,
-    H,
-    W,
-    OH,
-    OW,
-    PH,
-    PW,
-    TR,
-    TC,
-    N: tl.constexpr,
-    KH: tl.constexpr,
-    KW: tl.constexpr,
-    KP: tl.constexpr,
-    STRIDE: tl.constexpr,
-    PAD: tl.constexpr,
-    OUT_KIND: tl.constexpr,
-    R: tl.constexpr,
-    C: tl.constexpr,
-    BK: tl.constexpr,
+    x_ptr, w_ptr, out_ptr, alpha_ptr, beta_ptr, H, W, OH, OW, PH, PW, TR, TC,
+    N: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, KP: tl.constexpr, STRIDE: tl.constexpr,
+    PAD: tl.constexpr, OUT_KIND: tl.constexpr, R: tl.constexpr, C: tl.constexpr, BK: tl.constexpr,
     PDL: tl.constexpr = False,
-):
+):  # fmt: skip
     """out[(n, i, j), :] = max over the 3×3/2 pad-1 window of the stem's quantized convolution (see above).
 
     Program ``pid`` is image ``pid // (TR·TC)``'s tile ``pid % (TR·TC)``: pooled rows from ``tr·(R-1) - 1``,
