@@ -118,3 +118,24 @@ def test_on_gpu_it_equals_the_unfused_int8_stem(batch, out_fmt):
     for cfg in stem_pool.CONFIGS:
         out = stem_pool.stem(*args, cfg[:2], *cfg[2:])
         assert out.shape == (batch * 56 * 56, 64) and torch.equal(out.float(), unfused.float()), cfg
+
+
+@pytest.mark.gpu
+def test_on_gpu_the_engine_times_every_fused_variant_and_names_it():
+    """The stem choice offers each `stem_pool.CONFIGS` tile; each agrees with cuDNN's stem and is timed."""
+    from torchvision import models
+
+    from deepgap.measure.quant.calibrate import calibration_images, collect_amax
+    from deepgap.measure.quant.fold import resnet_graph
+    from deepgap.measure.quant.network import build
+    from deepgap.measure.quant.stem_choice import choose_stem
+
+    torch.manual_seed(0)
+    graph = resnet_graph(models.resnet18().eval())
+    net = build(graph, "int8", collect_amax(graph, calibration_images(2, 64, 0), method="max"), {}, 64)
+    net = net.to("cuda")
+    net.stem_backend = "triton"
+    info = choose_stem(net, 8, 64, "cuda", use_triton=True)
+    names = ["int8+pool{}x{}+{}w{}s".format(*cfg) for cfg in stem_pool.CONFIGS]
+    assert all(info["seconds"].get(name, 0) > 0 for name in names), info
+    assert net.stem.variant == info["chosen"]
