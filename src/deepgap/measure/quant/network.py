@@ -49,8 +49,8 @@ class Stem:
         """Choose the convolution: ``cudnn``, ``fused`` (Triton, 8-bit outputs), ``int8`` or ``int8pool``.
 
         ``int8`` is `quant.stem_int8` (int8 pixels and weights); it needs the image's calibrated ``in_scale``.
-        ``int8pool`` is the same stem with the max-pool in its kernel (`quant.stem_pool`; ``fused_cfg`` is then
-        its (pooled rows, pooled columns, warps, stages)); ``kernel`` reads ``int8`` for both.
+        ``int8pool`` is the same stem with the max-pool in its kernel (`quant.stem_pool`; ``fused_cfg`` is
+        then its (pooled rows, pooled columns, warps, stages)); ``kernel`` reads ``int8`` for both.
 
         ``pad_channels``: cuDNN's input padded to that many channels (0: none); ``fused_cfg``: the fused
         kernel's block of output pixels and warps (None: keep the current one).

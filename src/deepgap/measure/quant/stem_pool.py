@@ -13,7 +13,8 @@ so the only data movement is three one-step shifts (``tl.gather`` along the tile
 column are the halo of its neighbours' windows: computed, never written (the tiles overlap by one pooled
 row and column), so a tile writes (R-1)·(C-1) outputs for 4·R·C convolution outputs: 1.31× the
 convolution's work at 8×8 and 224² (56 = 8·7), where the unfused stem writes, and pools read, 4× the
-pooled bytes.
+pooled bytes. (A separate halo GEMM instead of the overlap does no better at 56: its 2R+2C+1 positions
+pad to a power of two, 5 convolution rows per pooled output either way at 8×8.)
 
 Exact, by the same argument as `stem_int8.reference`: the epilogue is monotone per channel (its scale is
 positive) and ends in a ReLU, so the maximum of the quantized codes is the code of the maximum; every
@@ -37,20 +38,21 @@ from deepgap.measure.quant.stem_int8 import PIXEL, ROW
 from deepgap.measure.quant.stem_kernels import pixel_rows_dot, stem_output
 
 # (pooled rows, pooled columns, warps, pipeline stages) the engine times: none spills compiled for sm_90
-# (tests/test_quant_stem_pool.py); 16×16 on 8 warps and 8×16 on 3 stages do.
+# (tests/test_quant_stem_pool.py); 16×16 on 8 warps, and 8×16 on 4 warps or 3 stages, do.
 CONFIGS = ((8, 8, 4, 3), (8, 8, 4, 1), (8, 16, 8, 1))
 
 
 @triton.jit
 def parity_plane(x_ptr, w_ptr, alpha, beta, nb, cr, cc, rn, H, W, OH, OW, N, KH, KW, KP, STRIDE, PAD,
                  OUT_KIND, BM, BK):  # fmt: skip
-    """The stem's output at convolution positions (``cr``, ``cc``) as fp16 (exact for int8 and fp8 codes); 0 off it.
+    """The stem's output codes at convolution positions (``cr``, ``cc``) in fp16 (exact); 0 off the output.
 
     0 stands for the pool's padding: every code is ≥ 0 after the ReLU, so it never wins a window.
     """
     ok = (cr >= 0) & (cr < OH) & (cc >= 0) & (cc < OW)
-    acc = pixel_rows_dot(x_ptr, w_ptr, nb, cr * STRIDE - PAD, cc * STRIDE - PAD, ok, rn, H, W, 4, N, KH, KW,
-                         KP, BM, BK)  # fmt: skip
+    acc = pixel_rows_dot(
+        x_ptr, w_ptr, nb, cr * STRIDE - PAD, cc * STRIDE - PAD, ok, rn, H, W, 4, N, KH, KW, KP, BM, BK
+    )  # 4: `stem_int8.PIXEL`, the bytes of a pixel
     y = acc * alpha[None, :]
     out = _finish(y, beta[None, :], y, 0.0, True, False, OUT_KIND)
     return tl.where(ok[:, None], out.to(tl.float16), 0.0)
@@ -72,8 +74,8 @@ def stem_pool_kernel(
 ):  # fmt: skip
     """out[(n, i, j), :] = max over the 3×3/2 pad-1 window of the stem's quantized convolution (see above).
 
-    Program ``pid`` is image ``pid // (TR·TC)``'s tile ``pid % (TR·TC)``: pooled rows from ``tr·(R-1) - 1``,
-    columns from ``tc·(C-1) - 1``, its first row and column the halo.
+    Program ``pid`` is image ``pid // (TR·TC)``'s tile ``pid % (TR·TC)``: pooled rows from
+    ``tr·(R-1) - 1``, columns from ``tc·(C-1) - 1``, its first row and column the halo.
     """
     pdl_enter(PDL)
     pid = tl.program_id(0)
