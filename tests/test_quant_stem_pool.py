@@ -121,8 +121,9 @@ def test_on_gpu_it_equals_the_unfused_int8_stem(batch, out_fmt):
 
 
 @pytest.mark.gpu
-def test_on_gpu_the_engine_times_every_fused_variant_and_names_it():
-    """The stem choice offers each `stem_pool.CONFIGS` tile; each agrees with cuDNN's stem and is timed."""
+def test_on_gpu_the_engine_times_every_fused_variant_and_names_it(monkeypatch):
+    """With ``DEEPGAP_QUANT_STEM_POOL=on`` the stem choice offers each `stem_pool.CONFIGS` tile; each agrees
+    with cuDNN's stem and is timed. Unset, none is offered."""
     from torchvision import models
 
     from deepgap.measure.quant.calibrate import calibration_images, collect_amax
@@ -135,7 +136,23 @@ def test_on_gpu_the_engine_times_every_fused_variant_and_names_it():
     net = build(graph, "int8", collect_amax(graph, calibration_images(2, 64, 0), method="max"), {}, 64)
     net = net.to("cuda")
     net.stem_backend = "triton"
-    info = choose_stem(net, 8, 64, "cuda", use_triton=True)
     names = ["int8+pool{}x{}+{}w{}s".format(*cfg) for cfg in stem_pool.CONFIGS]
+    monkeypatch.delenv("DEEPGAP_QUANT_STEM_POOL", raising=False)
+    assert not set(names) & set(choose_stem(net, 8, 64, "cuda", use_triton=True)["seconds"])
+    monkeypatch.setenv("DEEPGAP_QUANT_STEM_POOL", "on")
+    info = choose_stem(net, 8, 64, "cuda", use_triton=True)
     assert all(info["seconds"].get(name, 0) > 0 for name in names), info
     assert net.stem.variant == info["chosen"]
+
+
+def test_the_fused_stems_are_offered_only_when_switched_on(monkeypatch):
+    from deepgap.core.errors import UsageError
+    from deepgap.measure.quant.stem_choice import pool_offered
+
+    monkeypatch.delenv("DEEPGAP_QUANT_STEM_POOL", raising=False)
+    assert not pool_offered()
+    monkeypatch.setenv("DEEPGAP_QUANT_STEM_POOL", "on")
+    assert pool_offered()
+    monkeypatch.setenv("DEEPGAP_QUANT_STEM_POOL", "yes")
+    with pytest.raises(UsageError, match="DEEPGAP_QUANT_STEM_POOL"):
+        pool_offered()

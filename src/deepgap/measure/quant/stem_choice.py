@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from deepgap.core.errors import env_choice
 from deepgap.measure.quant.network import QuantNet
 from deepgap.measure.quant.stem_pool import CONFIGS as POOL_CONFIGS
 from deepgap.measure.quant.tuning import CHECK_BATCH, _agree, _sync, time_s
@@ -49,6 +50,16 @@ STEM_INT8_REL = 0.1
 # cuDNN's path rounds the convolution to fp16 before the epilogue, the fused kernel keeps fp32: their int8
 # outputs differ by one step in about 1% of the elements, the fused one being the more exact.
 STEM_AGREE_FRAC = 0.02
+POOL_ENV = "DEEPGAP_QUANT_STEM_POOL"  # "on" offers the int8pool variants; "off" (unset) until timed on a GPU
+
+
+def pool_offered() -> bool:
+    """Whether the stems with the max-pool inside are timed (``DEEPGAP_QUANT_STEM_POOL``; off when unset).
+
+    Why off: built in session 23 with no device time left, so never timed; each variant is one more Triton
+    compile and timing per configuration in the main job, which runs within a few seconds of its 600.
+    """
+    return env_choice(POOL_ENV, ("off", "on"), "off", empty_is_unset=True) == "on"
 
 
 def choose_stem(
@@ -80,7 +91,10 @@ def choose_stem(
     rejected: dict[str, str] = {}
     chosen: dict[str, tuple] = {}
     ref = None
+    pool = pool_offered()
     for kernel, pad, cfg in STEM_VARIANTS:
+        if kernel == "int8pool" and not pool:
+            continue  # not offered: nothing timed, nothing recorded (`pool_offered`)
         s.configure(kernel, pad, cfg)
         name = s.variant
         chosen[name] = (kernel, pad, cfg)
