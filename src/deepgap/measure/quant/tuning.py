@@ -211,6 +211,8 @@ def time_stem_and_head(
 def _stem_kind(st: Any, backend: str) -> str:
     """The stem row's kernel: the fused or int8-pixel Triton stem and its tile, or cuDNN and the max-pool's."""
     pad = f"+pad{st.pad_channels}" if st.pad_channels else ""
+    if getattr(st, "pool_cfg", None):  # the int8-pixel stem with the max-pool inside (`quant.stem_pool`)
+        return "int8-pixel+pool triton {}x{} pooled, {}w{}s".format(*st.pool_cfg)
     if st.kernel in ("fused", "int8"):
         return (
             f"{'fused' if st.kernel == 'fused' else 'int8-pixel'} triton {st.fused_cfg[0]}x{st.fused_cfg[1]}w"
