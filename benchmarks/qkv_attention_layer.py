@@ -35,7 +35,11 @@ def _layer(k: int, nq: int, nkv: int, d: int, length: int, pos: torch.Tensor, g:
     n = (nq + 2 * nkv) * d
 
     def codes(rows, cols):
-        return (torch.randn(rows, cols, generator=g, device="cuda") * 40).clamp(-400, 400).to(torch.float8_e4m3fn)
+        return (
+            (torch.randn(rows, cols, generator=g, device="cuda") * 40)
+            .clamp(-400, 400)
+            .to(torch.float8_e4m3fn)
+        )
 
     half = torch.rand(d // 2, generator=g, device="cuda") * 6
     cos, sin = (f(torch.cat([half, half])).bfloat16()[None] for f in (torch.cos, torch.sin))
@@ -60,8 +64,8 @@ def _step(way: str, layers: list[dict], x: torch.Tensor) -> list[torch.Tensor]:
             q = fused_gemv(x, lay["qkv"], lay["qkv_scale"], fusion)
             a = q
             if way == "split":
-                nkv, d = r.k.shape[1], r.k.shape[3]
-                a = llm_attention.decode_attention(q.view(1, r.heads, 1, d), r.k, r.v, r.pos).reshape(1, -1)
+                q = q.view(1, r.heads, 1, r.k.shape[3])
+                a = llm_attention.decode_attention(q, r.k, r.v, r.pos).reshape(1, -1)
         else:
             a = llm_qkv_attention.rope_gemv_attend(x, lay["qkv"], lay["qkv_scale"], fusion)
         outs.append(a)
@@ -115,9 +119,16 @@ def main() -> None:  # noqa: D103
             bl, st = (int(v) for v in tail.split("x"))
             llm_qkv_attention.TAIL_BLOCK, llm_qkv_attention.TAIL_STAGES = bl, st
             t, rows = measure("qkv", layers, x, pdl, args.repeats)
-            diff = max(float((a.float() - b.float()).abs().max()) for a, b in zip(rows, split_rows, strict=True))
+            diff = max(
+                float((a.float() - b.float()).abs().max()) for a, b in zip(rows, split_rows, strict=True)
+            )
             counts = int(llm_attention.counters(8, x.device).abs().sum())
-            row = {"way": f"qkv {tail}", "us_per_layer": round(t, 2), "max_diff_vs_split": diff, "counts": counts}
+            row = {
+                "way": f"qkv {tail}",
+                "us_per_layer": round(t, 2),
+                "max_diff_vs_split": diff,
+                "counts": counts,
+            }
             print(json.dumps(row), flush=True)
     print(json.dumps({"tiles": gemv.chosen()}))
 

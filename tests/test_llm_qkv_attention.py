@@ -239,29 +239,17 @@ def test_on_the_gpu_it_is_the_split_path_in_a_graph_at_every_position():
 @pytest.mark.parametrize("pdl", ["off", "on"])
 def test_on_the_gpu_the_graphed_step_gives_the_split_paths_logits(monkeypatch, pdl):
     """llama-tiny in fp8, the compiled and graphed batch-1 step, 4 steps: ``DEEPGAP_DECODE_ATTENTION=qkv`` against
-    ``triton`` (the split path) with ``DEEPGAP_DECODE_PDL`` off and on (on: Hopper only)."""
+    ``triton`` (the attention kernel's one pass at this 40-position cache) with ``DEEPGAP_DECODE_PDL`` off and on
+    (on: Hopper only)."""
     if pdl == "on" and torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("PDL needs Hopper")
-    from deepgap.measure.decode_config import LINEAR_SWAPS
-    from deepgap.measure.llm_steps import make_step
-    from deepgap.measure.llm_timing import prompts
-    from deepgap.measure.models.llama_net import build_llama
+    from graphed_tiny import fp8_graph_logits
 
     monkeypatch.setenv("DEEPGAP_DECODE_PDL", pdl)
     logits = {}
     for mode in ("triton", "qkv"):
         monkeypatch.setenv("DEEPGAP_DECODE_ATTENTION", mode)
-        model = LINEAR_SWAPS["fp8"](build_llama("llama-tiny", seed=0, device="cuda"))
-        ids = prompts(model.shape.vocab, 1, 16, 0).cuda()
-        with torch.inference_mode():
-            model.setup_cache(1, 40)
-            tok = model.prefill(ids).argmax(-1, keepdim=True)
-            step = make_step(model, "cuda-graph", "default", compiled=True)
-            out = []
-            for i in range(4):
-                out.append(step(tok, 16 + i).float().clone())
-                tok = (logits["triton"][i] if mode == "qkv" else out[-1]).argmax(-1, keepdim=True)
-            logits[mode] = torch.stack(out)
+        logits[mode], model = fp8_graph_logits(logits.get("triton"))
         want = "in the qkv GEMV's last programs" if mode == "qkv" else "one pass (auto)"
         assert llm_attention.describe(model, 1, 40) == want
     for i in range(4):
