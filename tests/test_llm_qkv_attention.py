@@ -109,7 +109,10 @@ def test_the_switch_is_read_from_the_environment(monkeypatch):
 
 
 def test_a_batch_1_row_says_the_qkv_gemv_attends(monkeypatch):
-    """`describe`: "in the qkv GEMV's last programs" at batch 1 where the layers attend there; the plan elsewhere."""
+    """`describe`: "in the qkv GEMV's last programs" at batch 1 where the layers attend there (and `show` names
+    it); the plan elsewhere."""
+    from deepgap.commands.decode_view import _engine
+
     monkeypatch.delenv("DEEPGAP_DECODE_SPLIT_KV", raising=False)
     monkeypatch.delenv("DEEPGAP_DECODE_COMBINE", raising=False)
     layers = [SimpleNamespace(attends_in_qkv=True), SimpleNamespace(attends_in_qkv=True)]
@@ -120,6 +123,9 @@ def test_a_batch_1_row_says_the_qkv_gemv_attends(monkeypatch):
         layers=layers,
     )
     assert llm_attention.describe(model, 1, 256) == "in the qkv GEMV's last programs"
+    row = {"engine": "quant", "decode_step": "cuda-graph", "decode_pdl": "on: forced"}
+    shown = _engine(row | {"decode_attention": llm_attention.describe(model, 1, 256)})
+    assert shown == "quant (cuda-graph step, PDL, attention in the qkv GEMV)"
     assert llm_attention.describe(model, 4, 256) == "split 4×64 (auto)"  # more than one sequence: the kernel
     for layer in layers:
         layer.attends_in_qkv = False
