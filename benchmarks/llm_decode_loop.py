@@ -3,10 +3,11 @@
 It shares only the decoder's modules (`deepgap.measure.models.llama_net`) and, for fp8/int8, the Linear
 swap (`deepgap.measure.quant.transformer.quantize_linears`, then `deepgap.measure.llm_fused`'s batch-1 layer
 unless DEEPGAP_DECODE_FUSED=0; with DEEPGAP_DECODE_ROPE=fused its qkv GEMV does RoPE and the K/V cache write too)
-and the static step's attention kernel (`deepgap.measure.llm_attention`, unless DEEPGAP_DECODE_ATTENTION=sdpa;
-split over the cache as DEEPGAP_DECODE_SPLIT_KV says, ``--split-kv`` times several, its chunks merged as
-DEEPGAP_DECODE_COMBINE says, ``--combine`` times several; the fused GEMVs' L2 prefetch under PDL as
-DEEPGAP_DECODE_PREFETCH says, ``--prefetch`` times several); the timing is its own.
+and the static step's attention kernel (`deepgap.measure.llm_attention`, unless DEEPGAP_DECODE_ATTENTION=sdpa,
+or =qkv: at batch 1 in the fused qkv GEMV's last programs, `deepgap.measure.llm_qkv_attention`;
+``--attention`` times several; split over the cache as DEEPGAP_DECODE_SPLIT_KV says, ``--split-kv`` times
+several, its chunks merged as DEEPGAP_DECODE_COMBINE says, ``--combine`` times several; the fused GEMVs' L2
+prefetch under PDL as DEEPGAP_DECODE_PREFETCH says, ``--prefetch`` times several); the timing is its own.
 Per batch: seeded prompts of ``--input-len`` tokens are prefilled; the decode step (positions as a device
 tensor, the whole cache masked) is compiled and captured as one CUDA graph; then ``--steps`` greedy steps are
 replayed back to back (each step's greedy token, `llm_timing.greedy` as deepgap picks it, is the next step's
@@ -18,6 +19,7 @@ as deepgap's output figure counts a generation. ``--profile`` adds the top kerne
 
     python benchmarks/llm_decode_loop.py --model llama-3.1-8b --precision fp8 --batches 1 --profile --out OUT
     python benchmarks/llm_decode_loop.py --batches 1,4 --pdl on --split-kv off,auto --out OUT  # the split KV
+    python benchmarks/llm_decode_loop.py --pdl on --split-kv auto --attention triton,qkv --harness deepgap --out OUT
 """
 
 from __future__ import annotations
@@ -167,6 +169,11 @@ def main() -> None:  # noqa: D103
         help="the GEMVs' L2 prefetch under PDL to time in turn, e.g. off,l2 (DEEPGAP_DECODE_PREFETCH)",
     )
     ap.add_argument(
+        "--attention",
+        default=None,
+        help="static-step attentions to time in turn, e.g. triton,qkv (DEEPGAP_DECODE_ATTENTION)",
+    )
+    ap.add_argument(
         "--harness",
         default="own",
         help="whose graph step to replay, e.g. own,deepgap (deepgap: llm_steps.make_step, as the engine builds it)",
@@ -182,10 +189,20 @@ def main() -> None:  # noqa: D103
     prefetches = (
         args.prefetch.split(",") if args.prefetch else [os.environ.get("DEEPGAP_DECODE_PREFETCH", "off")]
     )
-    runs = itertools.product(pdls, splits, combines, prefetches, args.harness.split(","))
-    for mode, split, combine, prefetch, harness in runs:
+    attentions = (
+        args.attention.split(",")
+        if args.attention
+        else [os.environ.get("DEEPGAP_DECODE_ATTENTION", "triton")]
+    )
+    runs = itertools.product(pdls, splits, combines, prefetches, attentions, args.harness.split(","))
+    for mode, split, combine, prefetch, attention, harness in runs:
         os.environ["DEEPGAP_DECODE_PDL"], os.environ["DEEPGAP_DECODE_SPLIT_KV"] = mode, split
         os.environ["DEEPGAP_DECODE_COMBINE"], os.environ["DEEPGAP_DECODE_PREFETCH"] = combine, prefetch
+        os.environ["DEEPGAP_DECODE_ATTENTION"] = attention
+        if args.precision != "bf16":  # the fused layers read the switch (`llm_fused.configure`)
+            from deepgap.measure import llm_fused
+
+            llm_fused.configure(m)
         for b in (int(x) for x in args.batches.split(",")):
             row = {"model": args.model, "precision": args.precision, "input_len": args.input_len}
             # the switches an ablation turns (module docstring), as this process ran

@@ -52,3 +52,8 @@ def ptxas_usage(compiled) -> dict[str, int]:
         "spill_stores": count(r"(\d+) bytes spill stores"),
         "spill_loads": count(r"(\d+) bytes spill loads"),
     }
+
+
+def ptxas_spills(compiled) -> int:
+    """Bytes of spill stores per thread that ptxas reports for ``compiled``'s PTX (`ptxas_usage`)."""
+    return ptxas_usage(compiled)["spill_stores"]

@@ -95,24 +95,11 @@ def test_prefetch_keeps_the_pdl_graphs_logits(monkeypatch):
     """The fp8 decode graph at batch 1 with PDL: the same logits, bit for bit, with the L2 prefetch and without."""
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("needs a Hopper GPU (bulk prefetch, programmatic dependent launch)")
-    from deepgap.measure.decode_config import LINEAR_SWAPS
-    from deepgap.measure.llm_steps import make_step
-    from deepgap.measure.llm_timing import prompts
-    from deepgap.measure.models.llama_net import build_llama
+    from graphed_tiny import fp8_graph_logits
 
-    model = LINEAR_SWAPS["fp8"](build_llama("llama-tiny", seed=0, device="cuda"))
-    ids = prompts(model.shape.vocab, 1, 16, 0).cuda()
     monkeypatch.setenv("DEEPGAP_DECODE_PDL", "on")
     logits = {}
     for mode in ("off", "l2"):
         monkeypatch.setenv("DEEPGAP_DECODE_PREFETCH", mode)
-        with torch.inference_mode():
-            model.setup_cache(1, 40)
-            tok = model.prefill(ids).argmax(-1, keepdim=True)
-            step = make_step(model, "cuda-graph", "default", compiled=True)
-            out = []
-            for i in range(4):
-                out.append(step(tok, 16 + i).float().clone())
-                tok = out[-1].argmax(-1, keepdim=True)
-            logits[mode] = torch.stack(out)
+        logits[mode], _ = fp8_graph_logits()
     assert torch.equal(logits["l2"], logits["off"])

@@ -126,27 +126,14 @@ def test_rope_fused_graphed_step_gives_the_default_paths_logits(monkeypatch):
     """The compiled, graphed batch-1 fp8 step with ``DEEPGAP_DECODE_ROPE=fused`` against the default path, 4 steps."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
-    from deepgap.measure.decode_config import LINEAR_SWAPS
-    from deepgap.measure.llm_steps import make_step
-    from deepgap.measure.llm_timing import prompts
-    from deepgap.measure.models.llama_net import build_llama
+    from graphed_tiny import fp8_graph_logits
 
     logits = {}
     for mode in ("mix", "fused"):
         monkeypatch.setenv("DEEPGAP_DECODE_ROPE", mode)
-        model = LINEAR_SWAPS["fp8"](build_llama("llama-tiny", seed=0, device="cuda"))
+        # the default path's tokens for both: the steps compare the same inputs
+        logits[mode], model = fp8_graph_logits(logits.get("mix"))
         assert all(m.rope == (mode == "fused") for m in model.layers)
-        ids = prompts(model.shape.vocab, 1, 16, 0).cuda()
-        with torch.inference_mode():
-            model.setup_cache(1, 40)
-            tok = model.prefill(ids).argmax(-1, keepdim=True)
-            step = make_step(model, "cuda-graph", "default", compiled=True)
-            out = []
-            for i in range(4):
-                out.append(step(tok, 16 + i).float().clone())
-                # the default path's tokens for both: the steps compare the same inputs
-                tok = (logits["mix"][i] if mode == "fused" else out[-1]).argmax(-1, keepdim=True)
-            logits[mode] = torch.stack(out)
     for i in range(4):
         a, b = logits["fused"][i], logits["mix"][i]
         assert float((a - b).norm() / b.norm()) < 0.03, i

@@ -201,11 +201,14 @@ def _engine(r: dict) -> str:
     """The engine, with the decode step it ran and the ways its step was launched: PDL, split KV.
 
     PDL: its graph used programmatic dependent launch; split KV: its attention was split over the cache
-    (`deepgap.measure.llm_attention`).
+    (`deepgap.measure.llm_attention`), or done by the qkv GEMV's last programs (`llm_qkv_attention`).
     """
     how = [f"{r['decode_step']} step"] if r["decode_step"] and r["decode_step"] != r["engine"] else []
     if str(r.get("decode_pdl") or "").startswith("on"):
         how.append("PDL")
-    if str(r.get("decode_attention") or "").startswith("split"):
+    attention = str(r.get("decode_attention") or "")
+    if attention.startswith("split"):
         how.append("split KV")
+    elif "qkv GEMV" in attention:  # `llm_attention.QKV_NOTE`
+        how.append("attention in the qkv GEMV")
     return f"{r['engine']} ({', '.join(how)})" if how else str(r["engine"])

@@ -274,7 +274,7 @@ class Decode(JsonRecord):
     compile_mode: str | None = None
     pdl: str | None = None  # the graph's launch: "on"/"off" and why (`llm_steps._kept`; DEEPGAP_DECODE_PDL)
     attention: str | None = (
-        None  # the static step's: "sdpa", "one pass", "split …" (`llm_attention.describe`)
+        None  # the static step's: "sdpa", "one pass", "split …", "in the qkv GEMV's …" (`llm_attention.describe`)
     )
     tiles: str | None = None  # the GEMV tiles the worker's tuner had chosen (`quant.gemv.chosen`), quant only
     runs: int | None = None  # timed generations

@@ -13,7 +13,9 @@ written.
 `decode_attention` is torch's custom op ``deepgap::decode_attention``: torch.compile keeps it as one call
 and a CUDA graph captures it. On CPU tensors it runs in Triton's interpreter
 (`deepgap.measure.quant.launch`), as the tests do; `reference` is the same arithmetic in torch.
-``DEEPGAP_DECODE_ATTENTION=sdpa`` in the environment sends the static step back to SDPA (for comparison).
+``DEEPGAP_DECODE_ATTENTION`` (`attention_mode`): ``triton`` (this kernel, the default), ``sdpa`` (the static
+step back to SDPA, for comparison) or ``qkv`` (a batch-1 fused layer's attention done by its qkv GEMV's last
+programs, `deepgap.measure.llm_qkv_attention`; this kernel everywhere else).
 
 Split KV (flash decoding, ``DEEPGAP_DECODE_SPLIT_KV=auto|on|off``, ``auto`` by default since session 22): at
 batch 1 of Llama-3.1-8B the one pass is 8 programs on 132 SMs. Split, program (sequence, KV head, chunk)
@@ -29,7 +31,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 from dataclasses import dataclass
 
 import torch
@@ -43,14 +44,28 @@ from deepgap.measure.quant.launch import check, launcher
 BLOCK = 64  # cache positions per step of the walk
 ROWS = 16  # query rows per tile (a group's rows, padded: the tensor cores' smallest M)
 SPLIT_MODES = ("auto", "on", "off")  # DEEPGAP_DECODE_SPLIT_KV
+ATTENTION_MODES = ("triton", "sdpa", "qkv")  # DEEPGAP_DECODE_ATTENTION
 COMBINE_MODES = ("kernel", "last-block")  # DEEPGAP_DECODE_COMBINE: how a split's chunks are merged
 MIN_CHUNK = 32  # the fewest cache positions a split program walks
 CPU_SMS = 132  # on the CPU (the interpreter) the split is planned as for an H200's SMs
 
 
+QKV_NOTE = "in the qkv GEMV's last programs"  # a decode row's attention with DEEPGAP_DECODE_ATTENTION=qkv
+
+
+def attention_mode() -> str:
+    """``DEEPGAP_DECODE_ATTENTION`` (`ATTENTION_MODES`, ``triton`` when unset); another value is a usage error.
+
+    ``qkv`` (not yet timed on a GPU, so off by default): at batch 1 a fused layer with RoPE in its qkv GEMV
+    (`deepgap.measure.llm_fused`) attends in that GEMV's last programs, this kernel's launch and its combine's
+    gone; every other static step still runs this kernel.
+    """
+    return env_choice("DEEPGAP_DECODE_ATTENTION", ATTENTION_MODES, "triton", empty_is_unset=True)
+
+
 def enabled(q: torch.Tensor) -> bool:
     """Whether the static step uses this kernel: CUDA half-precision tensors, unless the environment says sdpa."""
-    if os.environ.get("DEEPGAP_DECODE_ATTENTION", "triton") == "sdpa":
+    if attention_mode() == "sdpa":
         return False
     return q.is_cuda and q.dtype in (torch.bfloat16, torch.float16)
 
@@ -121,8 +136,11 @@ def describe(model, batch: int, length: int) -> str:
     """What a static step of ``batch`` over a cache of ``length`` attends with, as its row says.
 
     "sdpa", "one pass (mode)" or "split C×P (mode)": C chunks of P positions (`plan` at the model's shape and
-    device, the mode ``DEEPGAP_DECODE_SPLIT_KV``).
+    device, the mode ``DEEPGAP_DECODE_SPLIT_KV``); `QKV_NOTE` where a batch-1 step's layers attend in their qkv
+    GEMV (``attends_in_qkv``, `deepgap.measure.llm_fused.FusedLayer`).
     """
+    if batch == 1 and any(getattr(layer, "attends_in_qkv", False) for layer in getattr(model, "layers", ())):
+        return QKV_NOTE
     if model.static_attention is None:
         return "sdpa"
     mode = split_mode()
@@ -159,26 +177,59 @@ def decode_attention_kernel(
     pdl_enter(PDL)  # launched inside `launch.pdl`: q, K and V are the previous kernels' writes
     bh = tl.program_id(0)
     c = tl.program_id(1)
+    pos = tl.load(pos_ptr + (bh // NKV) * POS_STRIDE)
+    lo = c * CHUNK
+    hi = tl.minimum(tl.minimum(lo + CHUNK, L), pos + 1)  # never past the cache, whatever pos says
+    m_i, l_i, acc = attend_rows(q_ptr, k_ptr, v_ptr, bh, lo, hi, L, scale, G, D, BL, DOT_F32)
+    if SPLIT:
+        rg = tl.arange(0, 16)
+        rd = tl.arange(0, D)
+        row = (bh * G + rg) * NCH + c  # (sequence, query head, chunk)
+        ok = (rg < G) & (lo <= pos)
+        tl.store(m_ptr + row, m_i, mask=ok)
+        tl.store(l_ptr + row, l_i, mask=ok)
+        tl.store(out_ptr + row[:, None] * D + rd[None, :], acc, mask=ok[:, None])
+        if LAST:
+            tl.debug_barrier()  # every thread's partials issued before the count says so
+            if tl.atomic_add(cnt_ptr + bh, 1, sem="acq_rel", scope="gpu") == NCH - 1:
+                for g in tl.static_range(G):
+                    merge_row(out_ptr, m_ptr, l_ptr, fin_ptr, bh * G + g, pos, CHUNK, NCH, D, SP)
+                tl.atomic_xchg(cnt_ptr + bh, 0, sem="relaxed", scope="gpu")
+    else:
+        store_rows(out_ptr, bh, acc, l_i, G, D)
+
+
+@triton.jit
+def attend_rows(
+    q_ptr, k_ptr, v_ptr, bh, lo, hi, L, scale,
+    G: tl.constexpr, D: tl.constexpr, BL: tl.constexpr, DOT_F32: tl.constexpr, CACHE: tl.constexpr = "",
+    STAGES: tl.constexpr = None,
+):  # fmt: skip
+    """Group ``bh``'s G query rows (one tile of 16) over its cache positions ``lo .. hi−1``, softmax kept online.
+
+    Returns the rows' running max, sum and unnormalised output (fp32). Why a function: the one pass and the
+    split (`decode_attention_kernel`) and the qkv GEMV's last programs (`deepgap.measure.llm_qkv_attention`)
+    do the same arithmetic. ``CACHE``: the loads' cache modifier (``.cg`` where programs of the same launch
+    wrote q and the cache row, past L1); ``STAGES``: the walk's software pipeline (None: the kernel's
+    ``num_stages``; 1 keeps a GEMV's shared memory, `llm_qkv_attention`).
+    """
     rg = tl.arange(0, 16)
     rd = tl.arange(0, D)
     rl = tl.arange(0, BL)
-    g_ok = rg < G
-    q = tl.load(q_ptr + bh * G * D + rg[:, None] * D + rd[None, :], mask=g_ok[:, None], other=0.0)
+    q_offs = bh * G * D + rg[:, None] * D + rd[None, :]
+    q = tl.load(q_ptr + q_offs, mask=(rg < G)[:, None], other=0.0, cache_modifier=CACHE)
     if DOT_F32:  # the interpreter (its bf16 dot is wrong): the same products in fp32
         q = q.to(tl.float32)
-    pos = tl.load(pos_ptr + (bh // NKV) * POS_STRIDE)
     m_i = tl.full((16,), float("-inf"), dtype=tl.float32)
     l_i = tl.zeros((16,), dtype=tl.float32)
     acc = tl.zeros((16, D), dtype=tl.float32)
     base = bh.to(tl.int64) * L * D
-    lo = c * CHUNK
-    hi = tl.minimum(tl.minimum(lo + CHUNK, L), pos + 1)  # never past the cache, whatever pos says
-    for start in range(lo, hi, BL):
+    for start in tl.range(lo, hi, BL, num_stages=STAGES):
         cols = start + rl
         c_ok = cols < hi
         offs = base + cols[:, None] * D + rd[None, :]
-        k = tl.load(k_ptr + offs, mask=c_ok[:, None], other=0.0)
-        v = tl.load(v_ptr + offs, mask=c_ok[:, None], other=0.0)
+        k = tl.load(k_ptr + offs, mask=c_ok[:, None], other=0.0, cache_modifier=CACHE)
+        v = tl.load(v_ptr + offs, mask=c_ok[:, None], other=0.0, cache_modifier=CACHE)
         if DOT_F32:
             k = k.to(tl.float32)
             v = v.to(tl.float32)
@@ -190,25 +241,19 @@ def decode_attention_kernel(
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
-    if SPLIT:
-        row = (bh * G + rg) * NCH + c  # (sequence, query head, chunk)
-        ok = g_ok & (lo <= pos)
-        tl.store(m_ptr + row, m_i, mask=ok)
-        tl.store(l_ptr + row, l_i, mask=ok)
-        tl.store(out_ptr + row[:, None] * D + rd[None, :], acc, mask=ok[:, None])
-        if LAST:
-            tl.debug_barrier()  # every thread's partials issued before the count says so
-            if tl.atomic_add(cnt_ptr + bh, 1, sem="acq_rel", scope="gpu") == NCH - 1:
-                for g in tl.static_range(G):
-                    merge_row(out_ptr, m_ptr, l_ptr, fin_ptr, bh * G + g, pos, CHUNK, NCH, D, SP)
-                tl.atomic_xchg(cnt_ptr + bh, 0, sem="relaxed", scope="gpu")
-    else:
-        out = acc / l_i[:, None]
-        tl.store(
-            out_ptr + bh * G * D + rg[:, None] * D + rd[None, :],
-            out.to(out_ptr.dtype.element_ty),
-            mask=g_ok[:, None],
-        )
+    return m_i, l_i, acc
+
+
+@triton.jit
+def store_rows(out_ptr, bh, acc, l_i, G: tl.constexpr, D: tl.constexpr):
+    """The one pass's output: group ``bh``'s G rows normalised (``acc / l``), in ``out``'s dtype."""
+    rg = tl.arange(0, 16)
+    rd = tl.arange(0, D)
+    tl.store(
+        out_ptr + bh * G * D + rg[:, None] * D + rd[None, :],
+        (acc / l_i[:, None]).to(out_ptr.dtype.element_ty),
+        mask=(rg < G)[:, None],
+    )
 
 
 @triton.jit

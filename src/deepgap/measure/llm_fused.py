@@ -19,6 +19,11 @@ K/V cache write into the qkv GEMV as well (`gemv_fused.RopeWrite`): it returns t
 rotated k and the plain v into the static cache at the step's device position, and the attention reads the
 cache as written (`attend_written`), without `Attention.mix`'s three small kernels a layer (session 21:
 ~0.12 of 2.675 ms per 8B token). On one H200 (session 22, bare loop, PDL and split KV): 374.8 → 389.1 tok/s.
+
+``DEEPGAP_DECODE_ATTENTION=qkv`` (`llm_attention.attention_mode`; off by default, not yet timed) goes one
+step further with RoPE fused: at a device-side position the qkv GEMV's last programs attend too
+(`deepgap.measure.llm_qkv_attention`) and return the attention's row, the attention and combine kernels gone.
+`configure` reads both switches onto the wrapped layers (at `fuse`, and again where a process times several).
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ import torch
 from torch import nn
 
 from deepgap.core.errors import env_choice
+from deepgap.measure.llm_attention import attention_mode
+from deepgap.measure.llm_qkv_attention import rope_gemv_attend_op
 from deepgap.measure.quant.gemv_fused import fused_gemv_op, rope_gemv_op
 from deepgap.measure.quant.linear import QuantLinear
 
@@ -39,12 +46,22 @@ def rope_mode() -> str:
 
 
 class FusedLayer(nn.Module):
-    """A Llama `Layer` whose one-row calls take the fused path (module docstring); ``rope``: RoPE folded too."""
+    """A Llama `Layer` whose one-row calls take the fused path (module docstring).
 
-    def __init__(self, layer: nn.Module, rope: bool = False) -> None:
+    ``rope``: RoPE and the cache write folded into the qkv GEMV; ``attend``: with ``rope``, at a device-side
+    position the attention too (`attends_in_qkv`).
+    """
+
+    def __init__(self, layer: nn.Module, rope: bool = False, attend: bool = False) -> None:
         super().__init__()
         self.layer = layer
         self.rope = rope
+        self.attend = attend
+
+    @property
+    def attends_in_qkv(self) -> bool:
+        """Whether a one-sequence static step's attention is done by the qkv GEMV (`llm_attention.describe`)."""
+        return self.rope and self.attend
 
     def forward(self, x, cos, sin, cache, pos):  # noqa: D102
         lay = self.layer
@@ -55,7 +72,7 @@ class FusedLayer(nn.Module):
         n1, n2 = lay.input_layernorm, lay.post_attention_layernorm
         h = x.reshape(1, width).contiguous()
         if self.rope and cache is not None and isinstance(pos, (int, torch.Tensor)):
-            a = _rope_attention(attn, h, n1, cos, sin, cache, pos)
+            a = _rope_attention(attn, h, n1, (cos, sin), cache, pos, self.attend)
         else:
             qkv = _gemv(attn.qkv_proj, h, gamma=n1.weight, eps=n1.eps)
             a = attn.mix(qkv, 1, 1, cos, sin, cache, pos).reshape(1, -1).contiguous()
@@ -69,18 +86,22 @@ def _projections(layer: nn.Module) -> tuple[QuantLinear, ...]:
     return (a.qkv_proj, a.o_proj, layer.gate_up_proj, layer.down_proj)
 
 
-def _rope_attention(attn: nn.Module, h, norm: nn.Module, cos, sin, cache, pos):
+def _rope_attention(attn: nn.Module, h, norm: nn.Module, angles, cache, pos, attend: bool):
     """The attention row of a step whose qkv GEMV does RoPE and writes k and v into the cache (then attends).
 
     A one-sequence step at one position (an int, eager, or a device tensor); the row ``(1, heads · head_dim)``.
+    ``attend``: at a device-side position the GEMV's last programs attend (`rope_gemv_attend_op`); an int
+    position (eager, the reference) keeps the attention over the written positions.
     """
     at = pos  # eager's int as the device tensor the kernel reads
     if not isinstance(pos, torch.Tensor):
         at = torch.full((1,), pos, dtype=torch.int64, device=h.device)
     p = attn.qkv_proj
-    q = rope_gemv_op(
-        h, p.weight_t.t(), p.channel_scales(), norm.weight, norm.eps, cos, sin, at, cache.k, cache.v, attn.nq
-    )  # fmt: skip
+    gemv = (h, p.weight_t.t(), p.channel_scales(), norm.weight, norm.eps)
+    args = (*gemv, *angles, at, cache.k, cache.v, attn.nq)
+    if attend and isinstance(pos, torch.Tensor):
+        return rope_gemv_attend_op(*args)
+    q = rope_gemv_op(*args)
     return cache.attend_written(q.view(1, attn.nq, 1, attn.d), pos).reshape(1, -1).contiguous()
 
 
@@ -104,9 +125,22 @@ def fuse(model: nn.Module) -> int:
     layers = getattr(model, "layers", None)
     if not isinstance(layers, nn.ModuleList):
         return 0
-    done, rope = 0, rope_mode() == "fused"
+    done = 0
     for i, layer in enumerate(layers):
         if fusable(layer):
-            layers[i] = FusedLayer(layer, rope)
+            layers[i] = FusedLayer(layer)
             done += 1
+    configure(model)
     return done
+
+
+def configure(model: nn.Module) -> None:
+    """``DEEPGAP_DECODE_ROPE`` and ``DEEPGAP_DECODE_ATTENTION`` read onto ``model``'s fused layers.
+
+    Called by `fuse`, and again by a process that times several switches on one model (the bare loop); a
+    compiled step sees the change as a new attribute value (a recompile).
+    """
+    rope, attend = rope_mode() == "fused", attention_mode() == "qkv"
+    for layer in getattr(model, "layers", ()):
+        if isinstance(layer, FusedLayer):
+            layer.rope, layer.attend = rope, attend

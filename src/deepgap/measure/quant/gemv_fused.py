@@ -208,6 +208,16 @@ def fused_gemv(
     k and v written into the cache. ``gamma``: the norm's (K,) scale; ``residual``: ``(1, N)`` bf16, added
     after the product.
     """
+    no = checked(x, codes, scale, fusion)
+    t = (tile or _tuned(x, codes, scale, fusion)).fit(x.shape[1], no)
+    r = fusion.rope
+    out = torch.empty((1, r.heads * r.k.shape[3] if r else no), dtype=torch.bfloat16, device=x.device)
+    launch_row(fused_row_kernel, x, codes, scale, fusion, t, out)
+    return out
+
+
+def checked(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, fusion: Fusion) -> int:
+    """The operands of `fused_gemv` checked (a ValueError names the first wrong one); the programs' width."""
     m, k = x.shape
     n = codes.shape[0]
     no = _programs_width(n, fusion)
@@ -220,11 +230,18 @@ def fused_gemv(
     check(no % 16 == 0, f"N={n}: the output width must be a multiple of 16 (of 32 with SwiGLU)")
     check(fusion.gamma is None or fusion.gamma.shape == (k,), f"gamma: the norm's scale of shape ({k},)")
     check(fusion.residual is None or fusion.residual.numel() == no, f"residual: one row of {no}")
+    if fusion.rope is not None:
+        _check_rope(fusion.rope, n)
+    return no
+
+
+def launch_row(kernel, x, codes, scale, fusion: Fusion, t: gemv.GemvTile, out: torch.Tensor, **extra) -> None:
+    """``kernel`` over the row's ``width / BN`` programs with `fused_row_kernel`'s arguments, then ``extra``.
+
+    ``kernel``: `fused_row_kernel`, or one that runs it first and takes more (`deepgap.measure.llm_qkv_attention`).
+    """
+    k, no = x.shape[1], _programs_width(codes.shape[0], fusion)
     r = fusion.rope
-    if r is not None:
-        _check_rope(r, n)
-    t = (tile or _tuned(x, codes, scale, fusion)).fit(k, no)
-    out = torch.empty((1, r.heads * r.k.shape[3] if r else no), dtype=torch.bfloat16, device=x.device)
     rope = {}
     if r is not None:
         rope = dict(cos_ptr=r.cos, sin_ptr=r.sin, pos_ptr=r.pos, k_ptr=r.k, v_ptr=r.v, L=r.k.shape[2])
@@ -233,16 +250,15 @@ def fused_gemv(
     pf = l2_prefetch.programs(x.device, launch.pdl_on(), paired * t.bn * k * codes.element_size(), no // t.bn)
     if r is not None and (r.k.shape[3] // 2) % t.bn:  # a band must stay within one half of a head
         pf = 0
-    launcher(fused_row_kernel, x.device)[(no // t.bn,)](
+    launcher(kernel, x.device)[(no // t.bn,)](
         x, codes, scale,
         fusion.gamma if fusion.gamma is not None else scale,
         fusion.residual if fusion.residual is not None else x,
         out, no, k, fusion.eps,
         NORM=fusion.gamma is not None, SWIGLU=fusion.swiglu, RESIDUAL=fusion.residual is not None,
         BN=t.bn, BK=t.bk, REDUCE=t.reduce_each, num_warps=t.num_warps, num_stages=t.num_stages, **rope,
-        **(dict(PF_PROGRAMS=pf, PREFETCH=True) if pf else {}),
+        **(dict(PF_PROGRAMS=pf, PREFETCH=True) if pf else {}), **extra,
     )  # fmt: skip
-    return out
 
 
 def _check_rope(r: RopeWrite, n: int) -> None:
