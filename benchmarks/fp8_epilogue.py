@@ -31,7 +31,7 @@ import argparse
 from pathlib import Path
 
 import torch
-from fp8_gemm_gelu import agreement, emit, time_us
+from fp8_gemm_gelu import agreement, emit, fastest_by, time_us
 
 from deepgap.measure.quant.linear_kernels import Epilogue, fp8_linear, reference
 from deepgap.measure.quant.persistent import programs
@@ -79,14 +79,7 @@ def summary(rows: list[dict]) -> list[str]:
     """Per shape and variant: best µs, tile, TFLOP/s, µs beyond "bias, bf16", and that per tile an SM walks."""
     lines = [f"{'shape / variant':<38} {'us':>7} {'TFLOP/s':>8} {'+us':>7} {'+us/tile':>9}  tile"]
     for shape in dict.fromkeys(r["shape"] for r in rows):
-        best: dict[str, dict] = {}
-        for r in rows:
-            if (
-                r["shape"] == shape
-                and "us" in r
-                and (r["variant"] not in best or r["us"] < best[r["variant"]]["us"])
-            ):
-                best[r["variant"]] = r
+        best = fastest_by(rows, shape, "variant")
         floor = best.get("bias, bf16")
         for name, r in best.items():
             extra = r["us"] - floor["us"] if floor and "tile" in r else None

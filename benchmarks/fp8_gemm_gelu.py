@@ -96,6 +96,15 @@ def time_tiles(a, w, epi: Epilogue, want, path: str, tiles) -> list[dict]:
     return rows
 
 
+def fastest_by(rows: list[dict], shape: str, key: str) -> dict[str, dict]:
+    """``shape``'s fastest timed row for each value of ``key`` (a path or a variant), in first-seen order."""
+    best: dict[str, dict] = {}
+    for r in rows:
+        if r["shape"] == shape and "us" in r and (r[key] not in best or r["us"] < best[r[key]]["us"]):
+            best[r[key]] = r
+    return best
+
+
 def summary(rows: list[dict]) -> list[str]:
     """Per shape: cuBLASLt + Inductor's µs, each fused core's best µs and tile, and their ratios to it."""
     lines = [
@@ -103,14 +112,7 @@ def summary(rows: list[dict]) -> list[str]:
         f"{'shape':<20} {'cuBLASLt+Inductor':>18} {'grouped fused':>28} {'persistent fused':>38}",
     ]
     for shape in dict.fromkeys(r["shape"] for r in rows):
-        best = {}
-        for r in rows:
-            if (
-                r["shape"] == shape
-                and "us" in r
-                and (r["path"] not in best or r["us"] < best[r["path"]]["us"])
-            ):
-                best[r["path"]] = r
+        best = fastest_by(rows, shape, "path")
         base = best.get("cuBLASLt + Inductor", {}).get("us")
         cells = [f"{base:>16.1f}us" if base else f"{'-':>18}"]
         for path, width in (("grouped", 28), ("persistent", 38)):
