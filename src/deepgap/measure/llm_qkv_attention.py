@@ -42,6 +42,7 @@ from deepgap.measure.quant.gemv_fused import (
     checked,
     fused_row_kernel,
     launch_row,
+    rope_rows_fake,
 )
 from deepgap.measure.quant.launch import check, halved_to_divide
 
@@ -159,6 +160,4 @@ def rope_gemv_attend_op(
     return rope_gemv_attend(x, codes, scale, Fusion(gamma, eps, rope=RopeWrite(cos, sin, pos, k, v, heads)))
 
 
-@rope_gemv_attend_op.register_fake
-def _(x, codes, scale, gamma, eps, cos, sin, pos, k, v, heads):
-    return x.new_empty((1, heads * k.shape[3]), dtype=torch.bfloat16)
+rope_gemv_attend_op.register_fake(rope_rows_fake)  # the same shape as `rope_gemv_op`'s q

@@ -362,5 +362,6 @@ def rope_gemv_op(
 
 
 @rope_gemv_op.register_fake
-def _(x, codes, scale, gamma, eps, cos, sin, pos, k, v, heads):
+def rope_rows_fake(x, codes, scale, gamma, eps, cos, sin, pos, k, v, heads):
+    """The RoPE ops' output for tracing: one bf16 row of the query heads (q, or the attention's rows)."""
     return x.new_empty((1, heads * k.shape[3]), dtype=torch.bfloat16)
