@@ -23,7 +23,7 @@ from deepgap.serving.sim.batcher import BatchPolicy
 from deepgap.serving.sim.seqlen import Padding, parse_seq_len_dist
 from deepgap.serving.worker.streams import ThreadStreams
 from deepgap.serving.worker.text_executor import TokenExecutor
-from deepgap.store import Store
+from deepgap.store import reading
 
 lg = pytest.importorskip("mlperf_loadgen")
 
@@ -108,13 +108,10 @@ def test_serve_tinybert_with_loadgen_stores_tokens_beside_loadgens_verdict(tmp_p
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout.strip().splitlines()[-1])
     assert out["loadgen"]["Scenario"] == "Offline" and out["loadgen"]["Result is"] in ("VALID", "INVALID")
-    s = Store(store, readonly=True)
-    try:
-        from deepgap.serving.show.tables import text_levels
+    from deepgap.serving.show.tables import text_levels
 
+    with reading(store) as s:
         t = text_levels(s)
-    finally:
-        s.close()
     lgv = t[t["purpose"] == "loadgen"]
     assert len(lgv) == 1 and lgv["useful_tokens_per_s"].iloc[0] > 0
     assert lgv["padded_tokens_per_s"].iloc[0] > lgv["useful_tokens_per_s"].iloc[0]

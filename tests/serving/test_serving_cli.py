@@ -15,7 +15,7 @@ from clirun import deepgap_cli
 
 from deepgap.serving.run.tenants import tenant_threads
 from deepgap.serving.show.tables import interference, levels
-from deepgap.store import Store
+from deepgap.store import Store, reading
 
 pytestmark = pytest.mark.slow
 
@@ -202,11 +202,8 @@ def test_trace_arrivals_and_capacity_search_with_real_traffic(tmp_path):
         assert hi is None or hi > lo  # each capacity is a bracket: highest pass, lowest fail
     from deepgap.serving.records.storage import capacity_frame
 
-    st = Store(store, readonly=True)
-    try:
+    with reading(store) as st:
         cf = capacity_frame(st)
-    finally:
-        st.close()
     sim = cf[cf["source"] == "simulated"]
     measured = {(r.max_batch, r.max_delay_s) for r in cf[cf["source"] == "measured"].itertuples()}
     assert len(measured) == 1 and len(sim) > 1  # --verify-policies 1: the others are simulated only
