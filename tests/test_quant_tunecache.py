@@ -122,3 +122,22 @@ def test_precompiling_is_skipped_with_its_reason_where_nothing_is_compiled(
     assert on.info["precompile"] == {"kernels": 0, "skipped": "no Triton kernels to compile"}
     off = prepare_quant(resnet18, "int8", 1, 32, "resnet18", device="cpu", opts=_opts(precompile_workers=0))
     assert "precompile" not in off.info
+
+
+def test_compile_all_calls_each_launch_and_passes_over_one_that_fails():
+    """`precompile.compile_all`, which the CNN tiles and the transformer Linears share: every launch is
+    called inside `launch.compile_only`, one that raises is not counted and stops nothing."""
+    pytest.importorskip("triton.runtime._async_compile")
+    from deepgap.measure.quant import launch
+    from deepgap.measure.quant.precompile import compile_all
+
+    seen = []
+
+    def ok():
+        seen.append(launch._COMPILE_ONLY.get())
+
+    def bad():
+        raise RuntimeError("no such tile")
+
+    info = compile_all([ok, bad, ok], workers=2)
+    assert seen == [True, True] and info["kernels"] == 2 and info["workers"] == 2

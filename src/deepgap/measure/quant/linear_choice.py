@@ -25,7 +25,6 @@ the exact GELU with a branch-free erf (`linear_kernels`' module doc).
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass
 from functools import partial
 
@@ -148,34 +147,20 @@ def precompile(model: nn.Module, others: bool = True, workers: int = 16) -> dict
     devices = {d.type for d in jobs.values()}
     if devices != {"cuda"} or torch.cuda.get_device_capability(next(iter(jobs.values()))) < (9, 0):
         return {"kernels": 0, "skipped": "compiled at first launch (no Hopper GPU)"}
-    try:
-        from triton.runtime._async_compile import AsyncCompileMode
-    except ImportError:
-        return {"kernels": 0, "skipped": "this Triton has no AsyncCompileMode"}
-    from concurrent.futures import ThreadPoolExecutor
-
-    from deepgap.measure.quant import launch
     from deepgap.measure.quant.linear_kernels import FP8_LINEAR_TILE, fp8_linear
+    from deepgap.measure.quant.precompile import compile_all
     from deepgap.measure.quant.tiles import linear_persistent_configs
 
-    t0, submitted = time.perf_counter(), 0
-    with (
-        ThreadPoolExecutor(workers) as pool,
-        AsyncCompileMode(pool, ignore_errors=True),
-        launch.compile_only(),
-    ):
+    def launches():
         for (k, n, form), dev in jobs.items():
             a = torch.zeros((256, k), device=dev).to(torch.float8_e4m3fn)
             w = torch.zeros((n, k), device=dev).to(torch.float8_e4m3fn)
             bias = torch.zeros(n, device=dev, dtype=torch.float32 if form else torch.bfloat16)
             epi = Epilogue(1.0, bias, form is not None, 1.0 if form else None, form or "none")
             for t in (FP8_LINEAR_TILE.fit(k, n), *linear_persistent_configs(k, n, 1 if form else 2)):
-                try:
-                    fp8_linear(a, w, epi, t)
-                    submitted += 1
-                except Exception:  # noqa: BLE001 - the tuner meets it at the first launch and passes it over
-                    pass
-    return {"kernels": submitted, "workers": workers, "seconds": round(time.perf_counter() - t0, 2)}
+                yield partial(fp8_linear, a, w, epi, t)
+
+    return compile_all(launches(), workers)
 
 
 def _kind(t: TileConfig | str) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -41,6 +42,40 @@ def precompile(
     dev = first.w_q.device if first is not None else torch.device("cpu")
     if dev.type != "cuda" or not backend_ok or opts.force_backend == "torch":
         return {"kernels": 0, "skipped": "no Triton kernels to compile"}
+
+    def launches():
+        for name, layer in net.convs.items():
+            n = layer.node
+            h, w, _ = net.shapes[n.inp]
+            oh, ow, _ = net.shapes[n.out]
+            cands = [c for c in candidates(net, name, batch, opts, backend_ok) if c[0] == "triton"]
+            hit = cache.get(layer_shape(net, name, batch)) if cache is not None else None
+            if hit is not None and (hit.backend, hit.config) in cands:
+                cands = [(hit.backend, hit.config)]
+            x = rand_act(h * w, n.cin, layer.in_fmt, dev)
+            res = rand_act(oh * ow, n.cout, layer.res_fmt, dev) if n.residual else None
+            for backend, cfg in cands:
+
+                def go(name=name, backend=backend, cfg=cfg, x=x, res=res):
+                    net.backend[name], net.configs[name] = backend, cfg
+                    net.run_conv(name, x, 1, res)
+
+                yield go
+
+    saved = dict(net.backend), dict(net.configs)
+    try:
+        return compile_all(launches(), workers)
+    finally:
+        net.backend, net.configs = saved
+
+
+def compile_all(launches: Iterable[Callable[[], object]], workers: int | None = None) -> dict[str, Any]:
+    """Call each of ``launches`` (a Triton kernel's launch) to compile it, all compiles on a thread pool.
+
+    The launches run inside `launch.compile_only` under Triton's `AsyncCompileMode`: each submits its
+    compile and returns unrun. One that raises is passed over (its first real launch meets it). The CNN
+    network's tiles (`precompile`) and the transformer Linears' (`linear_choice.precompile`) both go here.
+    """
     try:
         from triton.runtime._async_compile import AsyncCompileMode
     except ImportError:
@@ -53,32 +88,17 @@ def precompile(
         1,
         min(16, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)),
     )
-    saved = dict(net.backend), dict(net.configs)
     t0, submitted = time.perf_counter(), 0
-    try:
-        with (
-            ThreadPoolExecutor(workers) as pool,
-            AsyncCompileMode(pool, ignore_errors=True),
-            launch.compile_only(),
-            torch.inference_mode(),
-        ):
-            for name, layer in net.convs.items():
-                n = layer.node
-                h, w, _ = net.shapes[n.inp]
-                oh, ow, _ = net.shapes[n.out]
-                cands = [c for c in candidates(net, name, batch, opts, backend_ok) if c[0] == "triton"]
-                hit = cache.get(layer_shape(net, name, batch)) if cache is not None else None
-                if hit is not None and (hit.backend, hit.config) in cands:
-                    cands = [(hit.backend, hit.config)]
-                x = rand_act(h * w, n.cin, layer.in_fmt, dev)
-                res = rand_act(oh * ow, n.cout, layer.res_fmt, dev) if n.residual else None
-                for backend, cfg in cands:
-                    net.backend[name], net.configs[name] = backend, cfg
-                    try:
-                        net.run_conv(name, x, 1, res)
-                        submitted += 1
-                    except Exception:  # noqa: BLE001 - the timing loop meets and reports it
-                        pass
-    finally:
-        net.backend, net.configs = saved
+    with (
+        ThreadPoolExecutor(workers) as pool,
+        AsyncCompileMode(pool, ignore_errors=True),
+        launch.compile_only(),
+        torch.inference_mode(),
+    ):
+        for go in launches:
+            try:
+                go()
+                submitted += 1
+            except Exception:  # noqa: BLE001 - the first real launch meets and reports it
+                pass
     return {"kernels": submitted, "workers": workers, "seconds": round(time.perf_counter() - t0, 3)}
