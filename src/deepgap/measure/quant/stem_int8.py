@@ -150,15 +150,7 @@ def stem(
     """
     from deepgap.measure.quant.layers import DTYPES
 
-    check(out_fmt in OUT_KIND, f"the int8 stem writes int8, fp8 or fp16; got {out_fmt!r}")
-    check(
-        x.dtype == torch.int8 and x.dim() == 4 and x.shape[1] == PIXEL,
-        f"x must be int8 [nb, {PIXEL}, H, W] pixels; got {x.dtype} {tuple(x.shape)}",
-    )
-    nb, _, h, wd = x.shape
-    n, kp = w_i8.shape
-    check(w_i8.dtype == torch.int8 and kp == ksize * ROW, f"w_i8 must be int8 [C_out, {ksize * ROW}]")
-    oh, ow, m = stem_output(x, n, (nb, h, wd), ksize, stride, padding, alpha, beta)
+    nb, h, wd, n, kp, (oh, ow, m) = checked(x, w_i8, ksize, stride, padding, alpha, beta, out_fmt)
     if backend != "triton":
         return reference(x, w_i8, ksize, stride, padding, alpha, beta, out_fmt, pool)
     xm = x.permute(0, 2, 3, 1).contiguous()  # a no-op for channels_last pixels
@@ -169,6 +161,19 @@ def stem(
         enable_fp_fusion=False,
     )  # fmt: skip
     return pool8(conv, nb, oh, ow, pool)
+
+
+def checked(x, w_i8, ksize, stride, padding, alpha, beta, out_fmt) -> tuple:
+    """`stem`'s operands checked (and `stem_pool.stem`'s): (nb, H, W, C_out, K, (OH, OW, OH·OW·nb))."""
+    check(out_fmt in OUT_KIND, f"the int8 stem writes int8, fp8 or fp16; got {out_fmt!r}")
+    check(
+        x.dtype == torch.int8 and x.dim() == 4 and x.shape[1] == PIXEL,
+        f"x must be int8 [nb, {PIXEL}, H, W] pixels; got {x.dtype} {tuple(x.shape)}",
+    )
+    nb, _, h, wd = x.shape
+    n, kp = w_i8.shape
+    check(w_i8.dtype == torch.int8 and kp == ksize * ROW, f"w_i8 must be int8 [C_out, {ksize * ROW}]")
+    return nb, h, wd, n, kp, stem_output(x, n, (nb, h, wd), ksize, stride, padding, alpha, beta)
 
 
 def reference(x, w_i8, ksize, stride, padding, alpha, beta, out_fmt, pool=(3, 2, 1)) -> torch.Tensor:

@@ -34,8 +34,8 @@ import triton.language as tl
 
 from deepgap.measure.quant.kernels import OUT_KIND, _finish, pdl_enter
 from deepgap.measure.quant.launch import check, launcher, out_size
-from deepgap.measure.quant.stem_int8 import PIXEL, ROW
-from deepgap.measure.quant.stem_kernels import pixel_rows_dot, stem_output
+from deepgap.measure.quant.stem_int8 import ROW, checked
+from deepgap.measure.quant.stem_kernels import pixel_rows_dot
 
 # (pooled rows, pooled columns, warps, pipeline stages) the engine times: none spills compiled for sm_90
 # (tests/test_quant_stem_pool.py); 16×16 on 8 warps, and 8×16 on 4 warps or 3 stages, do.
@@ -126,20 +126,12 @@ def stem(x, w_i8, ksize, stride, padding, alpha, beta, out_fmt, tile=(8, 8), num
     """
     from deepgap.measure.quant.layers import DTYPES
 
-    check(out_fmt in OUT_KIND, f"the int8 stem writes int8, fp8 or fp16; got {out_fmt!r}")
-    check(
-        x.dtype == torch.int8 and x.dim() == 4 and x.shape[1] == PIXEL,
-        f"x must be int8 [nb, {PIXEL}, H, W] pixels; got {x.dtype} {tuple(x.shape)}",
-    )
+    nb, h, wd, n, kp, (oh, ow, _) = checked(x, w_i8, ksize, stride, padding, alpha, beta, out_fmt)
     r, c = tile
     check(
         min(r, c) >= 2 and r * c >= 16 and r == triton.next_power_of_2(r) and c == triton.next_power_of_2(c),
         f"the pooled tile must be powers of two ≥ 2 with ≥ 16 positions; got {tile}",
     )
-    nb, _, h, wd = x.shape
-    n, kp = w_i8.shape
-    check(w_i8.dtype == torch.int8 and kp == ksize * ROW, f"w_i8 must be int8 [C_out, {ksize * ROW}]")
-    oh, ow, _ = stem_output(x, n, (nb, h, wd), ksize, stride, padding, alpha, beta)
     ph, pw = out_size(oh, 3, 2, 1), out_size(ow, 3, 2, 1)
     out = torch.empty((nb * ph * pw, n), dtype=DTYPES[out_fmt], device=x.device)
     tr, tc = tile_grid(ph, pw, tile)
