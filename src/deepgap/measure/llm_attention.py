@@ -299,6 +299,11 @@ def workspace(n: int, device: torch.device) -> torch.Tensor:
     return torch.empty(n, dtype=torch.float32, device=device)
 
 
+def check_head_dim(d: int) -> None:
+    """A head_dim the attention's tile takes (the dot's and `attend_rows`' D): a power of two, 16 to 256."""
+    check(d in (16, 32, 64, 128, 256), f"head_dim {d} (a power of two from 16 to 256)")
+
+
 def attend(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, split: Split, last: bool = False
 ) -> torch.Tensor:
@@ -313,7 +318,7 @@ def attend(
         s == 1 and nq % nkv == 0 and nq // nkv <= ROWS, f"one token, at most {ROWS} query heads per KV head"
     )
     check(k.shape == v.shape and k.is_contiguous() and v.is_contiguous(), "K and V: the contiguous cache")
-    check(d in (16, 32, 64, 128, 256), f"head_dim {d} (a power of two from 16 to 256)")
+    check_head_dim(d)
     check(pos.numel() in (1, b) and pos.is_contiguous(), f"pos: one position, or one per sequence ({b})")
     check(split.chunks * split.chunk >= length, f"chunks of {split.chunk} cover {length} positions")
     q = q.reshape(b, nkv, nq // nkv, d).contiguous()

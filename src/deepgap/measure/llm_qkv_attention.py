@@ -118,7 +118,7 @@ def rope_gemv_attend(
     nkv, d = r.k.shape[1], r.k.shape[3]
     rows = llm_attention.ROWS
     check(r.heads % nkv == 0 and r.heads // nkv <= rows, f"{r.heads} query heads: ≤ {rows} per KV head")
-    check(d in (16, 32, 64, 128, 256), f"head_dim {d} (a power of two from 16 to 256)")
+    llm_attention.check_head_dim(d)
     counts = llm_attention.counters(nkv, x.device)  # before any tuning or capture (made once, kept at 0)
     t = within_heads((tile or _tuned(x, codes, scale, fusion)).fit(x.shape[1], no), d)
     q = torch.empty((1, r.heads * d), dtype=torch.bfloat16, device=x.device)
