@@ -180,7 +180,7 @@ def decode_attention_kernel(
     pos = tl.load(pos_ptr + (bh // NKV) * POS_STRIDE)
     lo = c * CHUNK
     hi = tl.minimum(tl.minimum(lo + CHUNK, L), pos + 1)  # never past the cache, whatever pos says
-    m_i, l_i, acc = attend_rows(q_ptr, k_ptr, v_ptr, bh, lo, hi, L, scale, G, D, BL, DOT_F32)
+    m_i, l_i, acc = attend_rows(q_ptr, k_ptr, v_ptr, bh, lo, hi, L, scale, G, D, BL, DOT_F32, "", None)
     if SPLIT:
         rg = tl.arange(0, 16)
         rd = tl.arange(0, D)
@@ -202,8 +202,8 @@ def decode_attention_kernel(
 @triton.jit
 def attend_rows(
     q_ptr, k_ptr, v_ptr, bh, lo, hi, L, scale,
-    G: tl.constexpr, D: tl.constexpr, BL: tl.constexpr, DOT_F32: tl.constexpr, CACHE: tl.constexpr = "",
-    STAGES: tl.constexpr = None,
+    G: tl.constexpr, D: tl.constexpr, BL: tl.constexpr, DOT_F32: tl.constexpr, CACHE: tl.constexpr,
+    STAGES: tl.constexpr,
 ):  # fmt: skip
     """Group ``bh``'s G query rows (one tile of 16) over its cache positions ``lo .. hi−1``, softmax kept online.
 
@@ -211,7 +211,9 @@ def attend_rows(
     split (`decode_attention_kernel`) and the qkv GEMV's last programs (`deepgap.measure.llm_qkv_attention`)
     do the same arithmetic. ``CACHE``: the loads' cache modifier (``.cg`` where programs of the same launch
     wrote q and the cache row, past L1); ``STAGES``: the walk's software pipeline (None: the kernel's
-    ``num_stages``; 1 keeps a GEMV's shared memory, `llm_qkv_attention`).
+    ``num_stages``; 1 keeps a GEMV's shared memory, `llm_qkv_attention`). Both without defaults: Triton 3.6
+    does not wrap a called jit function's default string as a constexpr ("'str' object has no attribute
+    'type'", every decode GPU test in session 24); 3.8 and the interpreter do.
     """
     rg = tl.arange(0, 16)
     rd = tl.arange(0, D)

@@ -38,11 +38,10 @@ from deepgap.measure.quant import gemv
 from deepgap.measure.quant.gemv_fused import (
     FUSED_TILES,
     Fusion,
-    RopeWrite,
     checked,
     fused_row_kernel,
     launch_row,
-    rope_rows_fake,
+    rope_op,
 )
 from deepgap.measure.quant.launch import check, halved_to_divide
 
@@ -142,22 +141,8 @@ def _tuned(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, fusion: Fu
     )
 
 
-@torch.library.custom_op("deepgap::rope_gemv_attend", mutates_args=("k", "v"))
-def rope_gemv_attend_op(
-    x: torch.Tensor,
-    codes: torch.Tensor,
-    scale: torch.Tensor,
-    gamma: torch.Tensor,
-    eps: float,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    pos: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    heads: int,
-) -> torch.Tensor:
-    """`rope_gemv_attend` as a custom op: the attention's rows returned, k and v written into the cache."""
-    return rope_gemv_attend(x, codes, scale, Fusion(gamma, eps, rope=RopeWrite(cos, sin, pos, k, v, heads)))
-
-
-rope_gemv_attend_op.register_fake(rope_rows_fake)  # the same shape as `rope_gemv_op`'s q
+rope_gemv_attend_op = rope_op(
+    "rope_gemv_attend",
+    rope_gemv_attend,
+    "`rope_gemv_attend` as a custom op: the attention's rows returned, k and v written into the cache.",
+)

@@ -27,6 +27,7 @@ interpreter (`deepgap.measure.quant.launch`), as the tests do.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import torch
 import triton
@@ -343,25 +344,42 @@ def _(x, codes, scale, gamma, residual, eps, swiglu):
     return x.new_empty((1, codes.shape[0] // (2 if swiglu else 1)), dtype=torch.bfloat16)
 
 
-@torch.library.custom_op("deepgap::rope_gemv", mutates_args=("k", "v"))
-def rope_gemv_op(
-    x: torch.Tensor,
-    codes: torch.Tensor,
-    scale: torch.Tensor,
-    gamma: torch.Tensor,
-    eps: float,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    pos: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    heads: int,
-) -> torch.Tensor:
-    """The qkv GEMV with the norm and RoPE folded in (`RopeWrite`): q returned, k and v written into the cache."""
-    return fused_gemv(x, codes, scale, Fusion(gamma, eps, rope=RopeWrite(cos, sin, pos, k, v, heads)))
+def rope_op(name: str, run: Callable[..., torch.Tensor], doc: str) -> Callable[..., torch.Tensor]:
+    """A custom op ``deepgap::<name>`` over ``run(x, codes, scale, Fusion(..., rope=RopeWrite(...)))``.
+
+    Why one maker: the qkv GEMV with RoPE (`rope_gemv_op`) and the one that also attends
+    (`llm_qkv_attention.rope_gemv_attend_op`) take the same operands, write k and v into the cache and return
+    one bf16 row of the query heads; torch.compile keeps each one call and a CUDA graph captures it.
+    """
+
+    def op(
+        x: torch.Tensor,
+        codes: torch.Tensor,
+        scale: torch.Tensor,
+        gamma: torch.Tensor,
+        eps: float,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        pos: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        heads: int,
+    ) -> torch.Tensor:
+        return run(x, codes, scale, Fusion(gamma, eps, rope=RopeWrite(cos, sin, pos, k, v, heads)))
+
+    op.__doc__ = doc
+    made = torch.library.custom_op(f"deepgap::{name}", mutates_args=("k", "v"))(op)
+    made.register_fake(_rope_rows_fake)
+    return made
 
 
-@rope_gemv_op.register_fake
-def rope_rows_fake(x, codes, scale, gamma, eps, cos, sin, pos, k, v, heads):
+def _rope_rows_fake(x, codes, scale, gamma, eps, cos, sin, pos, k, v, heads):
     """The RoPE ops' output for tracing: one bf16 row of the query heads (q, or the attention's rows)."""
     return x.new_empty((1, heads * k.shape[3]), dtype=torch.bfloat16)
+
+
+rope_gemv_op = rope_op(
+    "rope_gemv",
+    fused_gemv,
+    "The qkv GEMV with the norm and RoPE folded in (`RopeWrite`): q returned, k and v written into the cache.",
+)
