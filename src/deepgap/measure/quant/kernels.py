@@ -118,35 +118,11 @@ def _mma(a, b, acc, ACC_INT: tl.constexpr):
 
 @triton.jit(do_not_specialize=["M", "H", "W", "OH", "OW"])
 def conv_gemm_kernel(
-    x_ptr,
-    w_ptr,
-    out_ptr,
-    alpha_ptr,
-    beta_ptr,
-    res_ptr,
-    gamma,
-    M,
-    N,
-    C,
-    H,
-    W,
-    OH,
-    OW,
-    KH: tl.constexpr,
-    KW: tl.constexpr,
-    STRIDE: tl.constexpr,
-    PAD: tl.constexpr,
-    RELU: tl.constexpr,
-    HAS_RES: tl.constexpr,
-    OUT_KIND: tl.constexpr,
-    ACC_INT: tl.constexpr,
-    BM: tl.constexpr,
-    BN: tl.constexpr,
-    BK: tl.constexpr,
-    GROUP_M: tl.constexpr,
-    EARLY_RES: tl.constexpr = False,
-    PDL: tl.constexpr = False,
-):
+    x_ptr, w_ptr, out_ptr, alpha_ptr, beta_ptr, res_ptr, gamma, M, N, C, H, W, OH, OW, KH: tl.constexpr,
+    KW: tl.constexpr, STRIDE: tl.constexpr, PAD: tl.constexpr, RELU: tl.constexpr, HAS_RES: tl.constexpr,
+    OUT_KIND: tl.constexpr, ACC_INT: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+    GROUP_M: tl.constexpr, EARLY_RES: tl.constexpr = False, PDL: tl.constexpr = False,
+):  # fmt: skip
     """out[M, N] = epilogue(Σ_k A[m, k]·W[n, k]); A is the implicit im2col of NHWC ``x``.
 
     ``EARLY_RES`` issues the residual tile's load before the K loop, in its stored 8- or 16-bit form,

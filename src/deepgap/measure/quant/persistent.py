@@ -57,29 +57,11 @@ TMA_ALIGN = 16  # bytes: a TMA descriptor's base address and row pitch
 
 @triton.jit(do_not_specialize=["M"])
 def gemm_1x1_kernel(
-    x_ptr,
-    w_ptr,
-    out_ptr,
-    alpha_ptr,
-    beta_ptr,
-    res_ptr,
-    gamma,
-    M,
-    N,
-    K: tl.constexpr,
-    RELU: tl.constexpr,
-    HAS_RES: tl.constexpr,
-    OUT_KIND: tl.constexpr,
-    ACC_INT: tl.constexpr,
-    BM: tl.constexpr,
-    BN: tl.constexpr,
-    BK: tl.constexpr,
-    GROUP_M: tl.constexpr,
-    NUM_SMS: tl.constexpr,
-    TMA_EPILOGUE: tl.constexpr,
-    EARLY_RES: tl.constexpr = False,
-    PDL: tl.constexpr = False,
-):
+    x_ptr, w_ptr, out_ptr, alpha_ptr, beta_ptr, res_ptr, gamma, M, N, K: tl.constexpr, RELU: tl.constexpr,
+    HAS_RES: tl.constexpr, OUT_KIND: tl.constexpr, ACC_INT: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+    BK: tl.constexpr, GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr, TMA_EPILOGUE: tl.constexpr,
+    EARLY_RES: tl.constexpr = False, PDL: tl.constexpr = False,
+):  # fmt: skip
     """out[M, N] = epilogue(x[M, K] · w[N, K]ᵀ), one program per SM walking tiles NUM_SMS apart.
 
     ``K`` is a compile-time constant (a handful of values per network), so the K loop's trip count is
@@ -213,22 +195,9 @@ def persistent_grid(
 
 
 def conv_gemm(
-    x,
-    nhw,
-    w,
-    ksize,
-    stride,
-    padding,
-    alpha,
-    beta,
-    out_fmt,
-    relu,
-    cfg,
-    res=None,
-    gamma=0.0,
-    out=None,
+    x, nhw, w, ksize, stride, padding, alpha, beta, out_fmt, relu, cfg, res=None, gamma=0.0, out=None,
     num_programs: int | None = None,
-):
+):  # fmt: skip
     """Launch `gemm_1x1_kernel`: `kernels.conv_gemm`'s arguments and result, for 1×1 stride-1 layers only.
 
     ``num_programs`` overrides the grid's size (default `programs` × ``cfg.persistent``: that many per

@@ -131,19 +131,9 @@ def unpack_weights(w_i8: torch.Tensor, kh: int, kw: int) -> torch.Tensor:
 
 
 def stem(
-    x,
-    w_i8,
-    ksize,
-    stride,
-    padding,
-    alpha,
-    beta,
-    out_fmt,
-    pool=(3, 2, 1),
-    block_m=128,
-    num_warps=4,
+    x, w_i8, ksize, stride, padding, alpha, beta, out_fmt, pool=(3, 2, 1), block_m=128, num_warps=4,
     backend="triton",
-):
+):  # fmt: skip
     """Resident pixels ``x`` (int8 [nb, 4, H, W], channels_last) → max-pooled stem output [nb·ph·pw, C_out].
 
     ``alpha`` = in_scale·s_w / s_out per channel (positive), ``beta`` = bias / s_out; ReLU always.
