@@ -94,7 +94,7 @@ def test_a_sweep_goes_through_drive(kinds, monkeypatch, tmp_path):
 def test_a_fleet_goes_through_drive(kinds, tmp_path):
     from deepgap.fleet.common import FleetEvent
     from deepgap.fleet.devices import fake_lanes
-    from deepgap.fleet.session import Fleet, run_fleet
+    from deepgap.fleet.launch import Fleet, run_fleet
 
     events = []
     res = run_fleet(

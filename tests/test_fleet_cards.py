@@ -11,8 +11,8 @@ from test_fleet_scheduler import Ledger, fake_factory, lanes
 from deepgap.core.errors import UsageError
 from deepgap.core.events import Event
 from deepgap.core.records import ConfigSpec, Result, Status
+from deepgap.fleet.launch import Fleet, run_fleet
 from deepgap.fleet.progress import FleetProgress, duration_text, sweep_eta_s
-from deepgap.fleet.session import Fleet, run_fleet
 from deepgap.store import Store
 
 GRID = dict(

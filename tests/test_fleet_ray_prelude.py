@@ -17,7 +17,7 @@ TWO_NODES = [{"NodeID": "a" * 12, "Resources": {"CPU": 2.0}}, {"NodeID": "b" * 1
 @pytest.mark.slow
 def test_a_ray_sweep_stores_one_prelude_per_device_and_tasks_apply_it(tmp_path, tiny_spec, monkeypatch):
     from deepgap.drive.prelude import run_summaries
-    from deepgap.fleet.session import Fleet, run_fleet
+    from deepgap.fleet.launch import Fleet, run_fleet
 
     ray = install(monkeypatch, TWO_NODES)
     store = str(tmp_path / "s.sqlite")
@@ -91,7 +91,7 @@ def test_a_lost_actor_is_a_stored_status_not_a_failed_run(monkeypatch, tiny_spec
 
 @pytest.mark.slow
 def test_a_ray_sweep_whose_prelude_measures_nothing_starts_no_actor(tmp_path, tiny_spec, monkeypatch):
-    from deepgap.fleet.session import Fleet, run_fleet
+    from deepgap.fleet.launch import Fleet, run_fleet
 
     ray = install(monkeypatch, TWO_NODES)
     res = run_fleet(

@@ -13,7 +13,7 @@ from deepgap.core.errors import UsageError
 from deepgap.core.records import Result, Status
 from deepgap.drive.runner import SweepRunner
 from deepgap.fleet.devices import Lane, fake_lanes, logical_device, parse_devices
-from deepgap.fleet.session import Fleet, run_fleet
+from deepgap.fleet.launch import Fleet, run_fleet
 from deepgap.store import Store
 
 

@@ -26,7 +26,7 @@ def _count_elsewhere(store: str) -> int:
 
 @pytest.mark.slow
 def test_another_process_sees_every_result_of_a_fleet_run_as_it_is_stored(tmp_path, tiny_spec):
-    from deepgap.fleet.session import Fleet, run_fleet
+    from deepgap.fleet.launch import Fleet, run_fleet
 
     store = str(tmp_path / "s.sqlite")
     seen: list[tuple[int, int]] = []

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from deepgap.core.records import ConfigSpec, Result, Status
 from deepgap.measure.telemetry.fake import FakeNvml
+from deepgap.measure.telemetry.measuring import MeasureTelemetry, max_mem_used
 from deepgap.measure.telemetry.nvml import NvmlBackend
-from deepgap.measure.telemetry.session import MeasureTelemetry, max_mem_used
 from deepgap.measure.telemetry.settings import TelemetrySettings
 from deepgap.measure.worker import true_peak
 

@@ -12,16 +12,16 @@ def test_a_new_fleet_run_leaves_the_host_cpu_out_and_a_resumed_one_keeps_its_spe
 ):
     """The fleet's own rule (its lanes are GPUs), in `run_fleet`: `deepgap.api.run` only picks the launcher."""
     from deepgap import api
-    from deepgap.fleet import session as fleet_session
+    from deepgap.fleet import launch as fleet_launch
 
     seen = []
-    monkeypatch.setattr(fleet_session, "run_sweep", lambda spec, *rest: seen.append(spec))
+    monkeypatch.setattr(fleet_launch, "run_sweep", lambda spec, *rest: seen.append(spec))
     store = str(tmp_path / "s.sqlite")
     api.run(tiny_spec.replace(cpu_baseline=True), store, devices=["fake-cpu:0", "fake-cpu:1"])
     assert seen[-1].cpu_baseline is False
-    fleet_session.run_fleet(tiny_spec.replace(cpu_baseline=True), store, fleet_session.Fleet())
+    fleet_launch.run_fleet(tiny_spec.replace(cpu_baseline=True), store, fleet_launch.Fleet())
     assert seen[-1].cpu_baseline is False
-    fleet_session.run_fleet(tiny_spec.replace(cpu_baseline=True), store, fleet_session.Fleet(), resume=True)
+    fleet_launch.run_fleet(tiny_spec.replace(cpu_baseline=True), store, fleet_launch.Fleet(), resume=True)
     assert seen[-1].cpu_baseline is True  # a resumed run is planned from its stored spec, not this one
 
 
@@ -29,7 +29,7 @@ def test_a_new_fleet_run_leaves_the_host_cpu_out_and_a_resumed_one_keeps_its_spe
 def test_a_fleet_run_gets_each_lanes_idle_baseline_and_thermal_warmup(tmp_path, tiny_spec):
     """Two real workers on fake-CPU lanes: each measures its own prelude, and results carry its facts."""
     from deepgap.drive.prelude import run_summaries
-    from deepgap.fleet.session import Fleet, run_fleet
+    from deepgap.fleet.launch import Fleet, run_fleet
 
     store = str(tmp_path / "s.sqlite")
     spec = tiny_spec.replace(

@@ -6,8 +6,8 @@ import pytest
 
 from deepgap.core.records import ConfigSpec, Status
 from deepgap.measure.telemetry.fake import FakeBackend, scenario
+from deepgap.measure.telemetry.measuring import MeasureTelemetry, measure_idle
 from deepgap.measure.telemetry.sampler import MarkingClock, Sampler
-from deepgap.measure.telemetry.session import MeasureTelemetry, measure_idle
 from deepgap.measure.telemetry.settings import TelemetrySettings
 from deepgap.measure.timing import HostClock, TimingProtocol, run_protocol
 

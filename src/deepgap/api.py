@@ -6,7 +6,7 @@ The store side (run row, idle baseline and thermal prelude, results, final statu
 `deepgap.drive.session.RunSession`, the same for every kind of run, and the loop is `drive`'s.
 
 Each call is thin: the sweep's plan and job are `deepgap.drive.sweep`'s (with its host-CPU part), a
-fleet's `deepgap.fleet.session`'s, profile's and peaks' the roofline's.
+fleet's `deepgap.fleet.launch`'s, profile's and peaks' the roofline's.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def run(
             "add --devices all (or a list such as cuda:0,cuda:1)",
         )
     if devices or ray or where or (resume and stored_fleet(store, resume)):
-        from deepgap.fleet.session import Fleet, run_fleet
+        from deepgap.fleet.launch import Fleet, run_fleet
 
         return run_fleet(spec, store, Fleet(devices, ray, where, every_card), resume, on_event, command, log)
     return run_sweep(spec, store, resume, on_event, command or python_command(), log)

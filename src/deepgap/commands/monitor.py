@@ -49,7 +49,7 @@ def _open(device: str, backend: str) -> Any:
     from deepgap.measure.telemetry.base import TelemetryUnavailable
 
     if backend != "auto":
-        from deepgap.measure.telemetry.session import open_backend
+        from deepgap.measure.telemetry.measuring import open_backend
 
         return open_backend(device, backend)
     if device == "cpu":

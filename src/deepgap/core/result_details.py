@@ -10,11 +10,11 @@ round trip loses nothing. Key inventory (producer → readers; "record" = kept f
   → record.
 * ``engine_info`` (`EngineInfo`, the engine's ``Prepared.info``; worker) → analysis.quant_layers.
 * ``correctness`` (`Correctness`; worker) → analysis.frame, analysis.accuracy, report_answer, commands.show.
-* ``telemetry`` (`TelemetryDetails`), ``flags`` (telemetry.session; ``flags`` also store.recover, for a
+* ``telemetry`` (`TelemetryDetails`), ``flags`` (telemetry.measuring; ``flags`` also store.recover, for a
   damaged row) → analysis.frame, analysis.thermal, serving.capacity.planner, commands.show, worker.
 * ``prepare_peak_mem_bytes`` (`MemoryPeaks`), ``device_mem_used`` (`DeviceMemUsed`) (worker, CUDA) → record.
 * ``min_accuracy``, ``accuracy`` (`Accuracy`) (accuracy.evaluate) → analysis.accuracy, commands.show.
-* ``thermal`` (telemetry.session's warm-up result, never a stored result) → drive.prelude.
+* ``thermal`` (telemetry.measuring's warm-up result, never a stored result) → drive.prelude.
 * ``decode`` (`Decode`; measure.decode_config) → store.decode_frame, analysis.decode, commands.show/export.
 * ``lane``, ``node_id``, ``node_env`` (fleet: the lane and its environment fingerprint, a dict like a
   run's ``env``; ``node_env`` also drive.sweep.host_cpu_results: the host CPU's, in a GPU run), ``attempts``, ``lost``

@@ -4,7 +4,7 @@ Why a module of its own: the sweep is what `deepgap run` does; its plan was writ
 (`deepgap.api`) beside the other kinds' calls, and the fleet planned the same sweep again. `sweep_plan`
 validates (a `UsageError` writes nothing), expands the grid and leaves out what a resumed run already
 measured; `run_sweep` drives it. A fleet (``--devices``, ``--ray``) is a launcher choice inside this one
-plan (`Launch`, `deepgap.fleet.session.fleet_launch`), not a plan of its own.
+plan (`Launch`, `deepgap.fleet.launch.fleet_launch`), not a plan of its own.
 
 A GPU sweep with ``cpu_baseline`` (the default GPU grid) measures its host CPU after the GPU part
 (`host_cpu_results`): the GPU's worker is stopped first, so the GPU is idle, and a CPU worker of its own
@@ -31,7 +31,7 @@ from deepgap.drive.runner import SweepRunner
 from deepgap.drive.session import SWEEP, Results, as_spec, resolve_device
 from deepgap.store import check_path
 
-# Another launcher for a validated sweep (a fleet's: `deepgap.fleet.session.fleet_launch`): the sweep,
+# Another launcher for a validated sweep (a fleet's: `deepgap.fleet.launch.fleet_launch`): the sweep,
 # the resumed run (or None) and the keys it already holds in, the plan on that launcher out.
 Launch = Callable[[SweepSpec, Resumed | None, set[str]], Plan[Any]]
 

@@ -2,7 +2,7 @@
 
 Why a separate package: the one-machine path (`deepgap.api.run` → `deepgap.drive.runner.SweepRunner` →
 `Store.record`) stays exactly as it is; a fleet reuses it per device. Two backends produce results,
-one driver writes them (`deepgap.drive.loop.drive`, with the fleet's plan in `deepgap.fleet.session`):
+one driver writes them (`deepgap.drive.loop.drive`, with the fleet's plan in `deepgap.fleet.launch`):
 
 - `deepgap.fleet.scheduler`: one host, one `SweepRunner` (one worker process) per GPU, each in its
   own thread, pulling whole batch ladders from a shared queue in plan order;

@@ -37,7 +37,7 @@ from deepgap.measure.device import CudaEventClock
 from deepgap.measure.engines import get_engine
 from deepgap.measure.protocol import MeasureRequest, StatusError
 from deepgap.measure.resident import resident_input
-from deepgap.measure.telemetry.session import MeasureTelemetry
+from deepgap.measure.telemetry.measuring import MeasureTelemetry
 from deepgap.measure.timing import HostClock, ok_result, run_protocol
 from deepgap.measure.worker import WorkerState, failure, handles, inputs_for, nvml_used_bytes, true_peak
 

@@ -51,7 +51,7 @@ from deepgap.measure.llm_workload import CHECK_ROWS, CHECK_TOKENS, DECODE_ENGINE
 from deepgap.measure.models.llama_net import build_llama
 from deepgap.measure.protocol import MeasureRequest
 from deepgap.measure.quant import gemv
-from deepgap.measure.telemetry.session import MeasureTelemetry
+from deepgap.measure.telemetry.measuring import MeasureTelemetry
 from deepgap.measure.timing import HostClock, ok_result
 from deepgap.measure.worker import WorkerState, nvml_used_bytes, true_peak
 

@@ -33,7 +33,7 @@ from deepgap.measure.device import bind_device, device_caps, is_oom
 from deepgap.measure.models.build import build_model, example_batch, weights_fingerprint
 from deepgap.measure.models.flops import count_flops
 from deepgap.measure.protocol import StatusError
-from deepgap.measure.telemetry.session import measure_idle
+from deepgap.measure.telemetry.measuring import measure_idle
 
 CORRECTNESS_IMAGES = 8  # rows compared against the fp32 reference
 
