@@ -25,7 +25,7 @@ from deepgap.roofline import storage
 from deepgap.roofline.details import ProfileDetails
 from deepgap.roofline.profile import ProfileResult, ProfileSpec
 from deepgap.store import Store
-from deepgap.store.tables import ROOFLINE_PROFILES
+from deepgap.store.schema import ROOFLINE_PROFILES
 
 COMMITTED = ["h100_roofline", "h100_session8_session_kinds"]
 KEYS = [

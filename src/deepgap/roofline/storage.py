@@ -3,7 +3,7 @@
 Why separate tables: peaks, profiles and kernels are not per-configuration benchmark results, and the
 ``results`` table's columns are fixed. Each ``deepgap peaks`` / ``deepgap profile`` invocation is an ordinary
 run (a ``runs`` row of kind ``peaks`` or ``profile`` with its environment fingerprint); its rows hang off the
-run id in four tables declared to the store (`deepgap.store.tables`), which creates them in its migrations
+run id in four tables declared to the store (`deepgap.store.schema`), which creates them in its migrations
 and reads and writes them for this module.
 """
 
@@ -13,7 +13,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from deepgap.roofline.details import ProfileDetails
-from deepgap.store.tables import ROOFLINE_KERNELS, ROOFLINE_MODEL_COSTS, ROOFLINE_PEAKS, ROOFLINE_PROFILES
+from deepgap.store.schema import ROOFLINE_KERNELS, ROOFLINE_MODEL_COSTS, ROOFLINE_PEAKS, ROOFLINE_PROFILES
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -8,7 +8,7 @@ or a recovery of it (which take it exclusive) waits for them (`deepgap.store.wri
 store is recognised by its ``application_id``; its schema version is ``user_version``, brought up to
 date when the store is opened (`deepgap.store.migrations`: in place for a writer, in memory for a
 reader). Every SQL statement of deepgap lives in this package: the
-features' tables are declared here (`deepgap.store.tables`) and read and written through typed helpers
+features' tables are declared here (`deepgap.store.schema`) and read and written through typed helpers
 (`deepgap.store.rows`); merging (`deepgap.store.merge`), checking (`deepgap.store.diagnose`) and
 recovery (`deepgap.store.recover`, `repair`, `pages`) too.
 """
@@ -46,7 +46,7 @@ from deepgap.store.header import check_header
 from deepgap.store.migrations import CORE_V1, SCHEMA_VERSION, migrate, version
 from deepgap.store.paths import check_path, check_store_path, check_writable
 from deepgap.store.rows import TableAccess
-from deepgap.store.tables import RUN_KINDS, TableSpec
+from deepgap.store.schema import RUN_KINDS, TableSpec
 
 __all__ = ["RUN_KINDS", "SCHEMA_VERSION", "Store", "TableSpec", "check_path", "check_writable", "reading"]
 
@@ -211,7 +211,7 @@ class Store(RowDecoder, TableAccess, ResultReads):
     def begin_run(
         self, spec: dict[str, Any], command: str, env: dict[str, Any], version: str, kind: str = "sweep"
     ) -> str:
-        """Create a run row and return its id; ``kind`` names the driver (`tables.RUN_KINDS`)."""
+        """Create a run row and return its id; ``kind`` names the driver (`schema.RUN_KINDS`)."""
         if kind not in RUN_KINDS:
             raise ValueError(f"unknown run kind {kind!r}; one of {', '.join(RUN_KINDS)}")
         run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]

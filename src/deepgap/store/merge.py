@@ -2,7 +2,7 @@
 
 `deepgap.fleet.merge` decides what to merge and how to treat conflicts; this module moves the rows.
 Identity is what the store already uses: a run by its ``run_id``, a result by ``(run_id, config_key)``.
-The feature tables are copied by their declarations (`tables.TableSpec`): a table whose parent is
+The feature tables are copied by their declarations (`schema.TableSpec`): a table whose parent is
 ``runs`` takes the rows of the newly merged runs; a row's own INTEGER id gets a new number and the
 children that name it (``parent_key``) follow with the id mapped; a table without a parent (a cache
 such as ``roofline_model_costs``) is merged row by row on its key, keeping what the output holds.
@@ -26,9 +26,9 @@ from deepgap.store.guard import (
     translate,
     uri,
 )
+from deepgap.store.schema import FEATURE_TABLES, TableSpec
 from deepgap.store.scrub import redact_all  # noqa: F401  (re-exported: merge --redact)
 from deepgap.store.space import check_space
-from deepgap.store.tables import FEATURE_TABLES, TableSpec
 
 _RUN_RANK = {"running": 0, "interrupted": 1, "finished": 2}
 _RUN_IDENTITY = ("created_at", "command", "spec_json")

@@ -18,7 +18,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from deepgap.store.tables import FEATURE_TABLES, RUN_KINDS, Column, TableSpec
+from deepgap.store.schema import FEATURE_TABLES, RUN_KINDS, Column, TableSpec
 
 # The core tables as the first release made them; later steps change them (never edit this text).
 CORE_V1 = """

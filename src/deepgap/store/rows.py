@@ -1,4 +1,4 @@
-"""Generic typed reads and writes of the declared tables (`tables.TableSpec`), so features write no SQL.
+"""Generic typed reads and writes of the declared tables (`schema.TableSpec`), so features write no SQL.
 
 Why here: the store is the one place that knows a table's columns and their SQLite types, so values
 are converted once (NumPy scalars to Python numbers, NaN to NULL, booleans to 0/1, dicts and lists in
@@ -14,7 +14,7 @@ import sqlite3
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from deepgap.store.tables import TABLES, TableSpec
+from deepgap.store.schema import TABLES, TableSpec
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -6,7 +6,7 @@ baseline and thermal warm-up, `deepgap.serving.run.prelude`) plus: ``serve_runs`
 measured load level (a single-stream run, an offline run at one batch size, a server run at one rate, a
 tenant in one co-location phase) with the simulator's prediction for the same arrivals beside it;
 ``serve_requests``, its requests; ``serve_curves``, the calibrated service curve; ``capacity``, search
-results (measured and simulated). The tables are declared to the store (`deepgap.store.tables`), which
+results (measured and simulated). The tables are declared to the store (`deepgap.store.schema`), which
 creates them in its migrations and writes and reads them for this module.
 
 The run goes through the one driver and its run session as every kind of run does
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from deepgap.serving.records.details import CapacityDetails, CurveDetails, LevelDetails
-from deepgap.store.tables import CAPACITY, SERVE_CURVES, SERVE_REQUESTS, SERVE_RUNS
+from deepgap.store.schema import CAPACITY, SERVE_CURVES, SERVE_REQUESTS, SERVE_RUNS
 
 if TYPE_CHECKING:
     import pandas as pd
