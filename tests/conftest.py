@@ -196,9 +196,8 @@ def _rewrite_test_files(config) -> None:
         return
     state = config.stash[assertstate_key]
     here = Path(__file__).parent
-    for fn in sorted(
-        [here / "conftest.py", *here.glob("test_*.py"), *here.glob("*/test_*.py")]
-    ):  # tests/serving/
+    tests = sorted(here.rglob("test_*.py"))  # tests/<package>/…, as deep as they go
+    for fn in [here / "conftest.py", *tests]:
         pyc = fn.parent / "__pycache__" / (fn.stem + PYC_TAIL)
         try:
             if _read_pyc(fn, pyc) is None:

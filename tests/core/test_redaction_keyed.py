@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from fixtures_store import build_store
+from repo_paths import ROOT
 
 from deepgap.cli import main
 
@@ -173,7 +174,7 @@ def test_report_is_redacted_unless_asked(tmp_path, capsys, private, monkeypatch)
 
 def test_committed_text_results_hold_no_raw_gpu_identifier():
     """Small committed text files in results/ hold no GPU UUID, serial or old (reversible) serial token."""
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     listed = subprocess.run(["git", "ls-files", "results"], cwd=root, capture_output=True, text=True)
     files = listed.stdout.split()
     if not files:

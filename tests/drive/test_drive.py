@@ -8,9 +8,9 @@ this process (`InProcessWorker`), serve a serving worker that cannot start (its 
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import pytest
+import repo_paths
 
 from deepgap.core.records import ConfigSpec, Result, Status
 from deepgap.drive import loop
@@ -23,7 +23,7 @@ from deepgap.drive.runner import SweepRunner
 from deepgap.drive.session import RunSession
 from deepgap.store import Store
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "deepgap"
+SRC = repo_paths.SRC / "deepgap"
 GRID = dict(
     models=("tinycnn",), batch_sizes=(1, 2, 4), device="cpu", telemetry=False, iterations=1, repeats=1
 )

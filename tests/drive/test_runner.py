@@ -3,6 +3,7 @@
 import os
 
 import pytest
+from repo_paths import TESTS
 
 import deepgap
 from deepgap.core.records import Status
@@ -26,7 +27,7 @@ def test_the_fork_server_preload_never_touches_cuda(monkeypatch):
     handle._stop_fork_server()  # a server an earlier test started was born without the watch
     monkeypatch.setenv("DEEPGAP_WORKER_PRELOAD", ",".join(["cuda_watch", *handle._PRELOAD[1:]]))
     # the server finds `cuda_watch` on its PYTHONPATH (Python 3.11's fork server ignores the sys.path it is given)
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = str(TESTS)  # where cuda_watch.py is
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([here, *filter(None, [os.environ.get("PYTHONPATH")])]))
     assert handle._preload() == [handle._PRELOAD[0], "cuda_watch", *handle._PRELOAD[1:]]
     w = handle.WorkerHandle("cpu")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from packed_stores import packed, unpack
+from repo_paths import FIXTURES
 
 from deepgap.analysis import platforms
 from deepgap.render import sections
@@ -27,7 +28,7 @@ from deepgap.report import interactive as fi
 from deepgap.report.page import build, find_chromium, save
 from deepgap.roofline import predict
 
-FIXTURE = packed(Path(__file__).resolve().parent / "fixtures" / "two_gpus_small.sqlite")
+FIXTURE = packed(FIXTURES / "two_gpus_small.sqlite")
 MAX_BYTES = 3 * 1024 * 1024
 chromium = pytest.mark.skipif(find_chromium() is None, reason="needs Chromium (apt-get install chromium)")
 

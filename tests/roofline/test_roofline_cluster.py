@@ -6,11 +6,12 @@ import os
 
 import pandas as pd
 import pytest
+from repo_paths import FIXTURES
 
 from deepgap.roofline import trace as tr
 from deepgap.roofline.cluster import CLUSTERS, RULES, classify, short_name
 
-FIX = os.path.join(os.path.dirname(__file__), "fixtures", "roofline")
+FIX = str(FIXTURES / "roofline")
 
 
 def test_every_fixture_kernel_lands_in_its_cluster():

@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 
 import pytest
+from repo_paths import FIXTURES
 
 from deepgap.roofline import ncu
 from deepgap.roofline.profile import ProfileSpec
 
-FIX = os.path.join(os.path.dirname(__file__), "fixtures", "roofline")
+FIX = str(FIXTURES / "roofline")
 
 
 def _read(name: str) -> str:

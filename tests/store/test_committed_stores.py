@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 from packed_stores import packed, unpack
+from repo_paths import FIXTURES
 
 from deepgap.cli import main
 from deepgap.store import SCHEMA_VERSION, Store
 
-ARCHIVE = Path(__file__).resolve().parent / "fixtures" / "archive"  # each store as <rel>.xz
+ARCHIVE = FIXTURES / "archive"  # each store as <rel>.xz
 STORES = {
     "smoke": "h100/smoke.sqlite",
     "roofline": "h200/roofline.sqlite",

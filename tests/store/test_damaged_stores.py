@@ -15,9 +15,9 @@ import sqlite3
 
 import pytest
 from fixtures_store import build_store
+from fuzz_seed import FULL, SEED
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
-from test_fuzz_inputs import FULL, SEED
 
 from deepgap.cli import main
 from deepgap.core.records import Result, Status

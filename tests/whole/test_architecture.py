@@ -14,7 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from repo_paths import ROOT
+
 SRC = ROOT / "src"
 
 # Private names used across packages today, each with the reason it is still here. Nothing else may join.

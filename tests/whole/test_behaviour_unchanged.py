@@ -48,12 +48,12 @@ from pathlib import Path
 
 import pytest
 from packed_stores import packed, unpack
+from repo_paths import FIXTURES
 
 from deepgap.cli import main
 
-ROOT = Path(__file__).resolve().parent.parent
-ARCHIVE = Path(__file__).resolve().parent / "fixtures" / "archive"  # each store as <rel>.xz
-GOLDEN = Path(__file__).resolve().parent / "fixtures" / "golden"
+ARCHIVE = FIXTURES / "archive"  # each store as <rel>.xz
+GOLDEN = FIXTURES / "golden"
 REGEN = os.environ.get("DEEPGAP_REGEN_GOLDEN") == "1"
 GZIP_OVER = 100_000  # bytes of text above which a golden file is stored gzipped
 REDACT_KEY = "deepgap-golden-test-key"  # fixed, so --redact's keyed tokens are the same every run

@@ -13,7 +13,8 @@ import ast
 import re
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parent.parent / "src"
+from repo_paths import SRC
+
 MAX_FILE_LINES = 400
 MAX_FUNCTION_LINES = 80
 MAX_NESTED_TORCH_IMPORTS = 10

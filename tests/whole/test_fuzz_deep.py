@@ -28,7 +28,8 @@ from pathlib import Path
 
 import pytest
 from conftest import TINY, inprocess_serving, inprocess_worker
-from test_fuzz_inputs import FLAGS, FULL, HOSTILE, SEED, _store_bytes
+from fuzz_seed import FULL, SEED
+from test_fuzz_inputs import FLAGS, HOSTILE, _store_bytes
 
 from deepgap.cli import main
 

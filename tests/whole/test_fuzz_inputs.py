@@ -7,7 +7,7 @@ takes the same flags and values on into a tiny run, report, merge and serve). Th
 the parser, so a new flag is fuzzed without touching this file.
 
 Which pairs: a few each run, seeded by the date (issue 46: a fixed draw tried the same 60 pairs of
-3,000 every day, so 8 failures a full sweep found were never drawn). The seed is `SEED` (printed on
+3,000 every day, so 8 failures a full sweep found were never drawn). The seed is `fuzz_seed.SEED` (printed on
 a failure; ``DEEPGAP_FUZZ_SEED=N`` repeats a day). ``DEEPGAP_FUZZ_FULL=1`` tries every flag with every
 hostile value (`test_every_flag_with_every_value`, minutes): the nightly-style sweep. A failure either
 finds becomes a fixed example in a test of its own.
@@ -16,7 +16,6 @@ finds becomes a fixed example in a test of its own.
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import shutil
 import signal
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from fixtures_store import build_store
+from fuzz_seed import FULL, SEED
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
@@ -59,8 +59,6 @@ HOSTILE = [
     "\x1b[2J",
     "86400s",
 ]
-SEED = int(os.environ.get("DEEPGAP_FUZZ_SEED") or datetime.date.today().strftime("%Y%m%d"))
-FULL = os.environ.get("DEEPGAP_FUZZ_FULL") == "1"
 HANG_S = 60  # a hang, not a slow first import of torch on a loaded machine
 # not fuzzed: network (Ray), a browser, folders written on purpose, test-only flags, and monitor's
 # --count, whose 0 means "until Ctrl-C" (a valid input that runs forever)

@@ -10,8 +10,9 @@ import sys
 
 import numpy as np
 import pytest
+import repo_paths
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(repo_paths.ROOT)
 SCRIPT = os.path.join(ROOT, "benchmarks", "harness_overhead.py")
 
 

@@ -11,9 +11,8 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from repo_paths import ROOT
 
 
 def _ruff(*args: str) -> subprocess.CompletedProcess:

@@ -8,9 +8,10 @@ columns when a bandwidth is given, and the static step's tokens equal to the eag
 import csv
 import importlib.util
 import json
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "llm_decode.py"
+from repo_paths import BENCHMARKS
+
+SCRIPT = BENCHMARKS / "llm_decode.py"
 
 
 def _script():

@@ -7,9 +7,10 @@ literals that are SQL statements.
 
 import ast
 import re
-from pathlib import Path
 
-SRC = Path(__file__).resolve().parent.parent / "src" / "deepgap"
+import repo_paths
+
+SRC = repo_paths.SRC / "deepgap"
 _SQL = re.compile(
     r"^\s*(CREATE (TABLE|INDEX)|INSERT (OR \w+ )?INTO|SELECT .+ FROM|UPDATE \w+ SET|DELETE FROM|"
     r"PRAGMA |ATTACH |ALTER TABLE|DROP TABLE)"

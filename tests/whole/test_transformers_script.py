@@ -5,13 +5,14 @@ The smoke itself (SMOKE=1, real runs on a CPU) was run by hand: docs/transformer
 import argparse
 import os
 import subprocess
-from pathlib import Path
+
+from repo_paths import BENCHMARKS
 
 from deepgap.commands.run import add_arguments, build_spec
 from deepgap.drive.config import validate
 from deepgap.drive.plan import expand
 
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "transformers_h100.sh"
+SCRIPT = BENCHMARKS / "transformers_h100.sh"
 STEPS = ("bert-eager", "bert-base-compile", "bert-large-compile", "vit")
 
 

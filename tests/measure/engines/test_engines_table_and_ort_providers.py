@@ -4,11 +4,11 @@ check and the engines table read their stores; flagged rows stay beside good one
 import importlib.util
 import json
 import sys
-from pathlib import Path
 
 import pytest
+from repo_paths import BENCHMARKS
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCH = BENCHMARKS
 
 
 def test_gpu_ort_configs_without_the_provider_are_skipped_with_the_reason():
