@@ -2,7 +2,7 @@
 # Issue 34 on a multi-GPU host (device kinds nvidia-h100-x2/x4, nvidia-h200-x2/x4), from the repository root:
 #   bash benchmarks/fleet_gpus.sh STEP...      (results under $OUT/fleet, stores under $S)
 # Steps (run in this order; each is one device call's worth, ≤ 10 min, unless the sweep is made smaller):
-#   tests   — the two-or-more-GPU test (tests/test_fleet_gpus.py) and the guards' CPU tests
+#   tests   — the two-or-more-GPU test (tests/fleet/test_fleet_gpus.py) and the guards' CPU tests
 #   all     — the sweep with --devices $ALL (default: all)            → devices-all.sqlite
 #   one     — the same sweep on one GPU of the same host ($ONE)        → one-gpu.sqlite
 #   lanes2  — the same sweep on 2 lanes ($TWO)                         → lanes-2.sqlite
@@ -43,7 +43,7 @@ sweep() {  # sweep NAME DEVICE-FLAGS...: the sweep into $S/NAME.sqlite, its wall
 
 for what in "$@"; do case $what in
 tests)
-    python3 -m pytest -q -p no:cacheprovider tests/test_fleet_gpus.py tests/test_guards.py -rA > "$R/tests.txt" 2>&1
+    python3 -m pytest -q -p no:cacheprovider tests/fleet/test_fleet_gpus.py tests/core/test_guards.py -rA > "$R/tests.txt" 2>&1
     tail -6 "$R/tests.txt" ;;
 all)    sweep devices-all --devices "$ALL" ;;
 one)    sweep one-gpu --device "$ONE" ;;

@@ -2,7 +2,7 @@
 # Issue 50's fused MLP kernel on the persistent TMA GEMM core, first GPU run (device kind nvidia-h200), from the
 # repository root, $OUT set:   bash benchmarks/fused_mlp.sh STEP...   (all = kernels network: one call)
 # Steps (each well inside one device call; estimates, not yet run):
-#   tests    — tests/test_quant_linear_persistent_gpu.py: every persistent tile vs cuBLASLt at bert-base's and
+#   tests    — tests/measure/quant/test_quant_linear_persistent_gpu.py: every persistent tile vs cuBLASLt at bert-base's and
 #              ViT-B/16's four Linear shapes (batch 256), tinybert fused on it compiled and captured (~2 min)
 #   kernels  — benchmarks/fp8_gemm_gelu.py: per shape, cuBLASLt + Inductor vs the grouped fused kernel's tiles vs
 #              the persistent ones; a table of the best of each at the end (~3-4 min) → fp8_gemm_gelu.jsonl
@@ -25,8 +25,8 @@ S=${DEVICE_WORK:-/tmp/deepgap-device}; mkdir -p "$S"
 [ "$*" = all ] && set -- kernels network
 for what in "$@"; do case $what in
 tests)
-    step "fused MLP GPU tests" 300 python -m pytest -v -rA tests/test_quant_linear_persistent_gpu.py \
-        tests/test_quant_linear_gpu.py -k "fused or persistent" -p no:cacheprovider > "$OUT/fused-gputests.txt" 2>&1
+    step "fused MLP GPU tests" 300 python -m pytest -v -rA tests/measure/quant/test_quant_linear_persistent_gpu.py \
+        tests/measure/quant/test_quant_linear_gpu.py -k "fused or persistent" -p no:cacheprovider > "$OUT/fused-gputests.txt" 2>&1
     grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed" "$OUT/fused-gputests.txt" | cut -c1-220 ;;
 kernels)
     step "fused kernels per shape" 330 python benchmarks/fp8_gemm_gelu.py --out "$OUT" > "$OUT/fp8_gemm_gelu.txt" 2>&1

@@ -2,7 +2,7 @@
 # Issue 47's persistent TMA kernel for the 1×1 convolutions, first GPU run (device kind nvidia-h200), from the
 # repository root, $OUT set:   bash benchmarks/gemm_1x1.sh STEP...
 # Steps (each well inside one device call; estimates, not yet run):
-#   tests    — tests/test_quant_persistent_gpu.py: every persistent tile vs conv_gemm_kernel at ResNet-50's 1×1
+#   tests    — tests/measure/quant/test_quant_persistent_gpu.py: every persistent tile vs conv_gemm_kernel at ResNet-50's 1×1
 #              shapes, and ResNet-50 int8/fp8 with the persistent tiles (the default since session 23) vs fp32
 #   kernels  — benchmarks/gemm_1x1.py at batch 256: today's tuned tile vs the persistent tiles per shape (~3 min)
 #              → gemm_1x1.jsonl; SWEEP=1 adds the wider grid on layer1/layer2 → gemm_1x1_sweep.jsonl
@@ -14,7 +14,7 @@ source benchmarks/device_lib.sh  # PYTHONPATH, step()
 [ $# -gt 0 ] || { sed -n 2,10p "$0"; exit 2; }
 for what in "$@"; do case $what in
 tests)
-    step "persistent GPU tests" 400 python -m pytest -v -rA tests/test_quant_persistent_gpu.py -p no:cacheprovider \
+    step "persistent GPU tests" 400 python -m pytest -v -rA tests/measure/quant/test_quant_persistent_gpu.py -p no:cacheprovider \
         > "$OUT/persistent-gputests.txt" 2>&1
     grep -E "PASSED|FAILED|ERROR|SKIPPED|tuned|persistent on" "$OUT/persistent-gputests.txt" | cut -c1-220 ;;
 kernels)

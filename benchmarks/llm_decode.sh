@@ -2,7 +2,7 @@
 # Issue 51's decode sweeps on one GPU (device kind nvidia-h200), from the repository root, $OUT set:
 #   bash benchmarks/llm_decode.sh STEP...
 # Steps (each well inside one device call):
-#   tests    — the decode GPU tests: the compile and CUDA-graph steps against fp32 (tests/test_llm_decode_sweep.py)
+#   tests    — the decode GPU tests: the compile and CUDA-graph steps against fp32 (tests/measure/test_llm_decode_sweep.py)
 #   decode1b — llama-3.2-1b, bf16, eager and cudagraph, batches 1,8,32,128, 128 in / 128 out, 3 repeats, one
 #              sweep, no thermal warm-up (estimated ~2-3 min, not yet run) → decode1b.sqlite(.gz) and .csv
 # Parameters (environment): DECODE (the sweep's flags, replacing decode1b's), S (where stores go).
@@ -14,7 +14,7 @@ read -r -a SWEEP <<< "${DECODE:---models llama-3.2-1b --device cuda --engines ea
 [ $# -gt 0 ] || { sed -n 2,8p "$0"; exit 2; }
 for what in "$@"; do case $what in
 tests)
-    step "decode GPU tests" 400 python -m pytest -q -m gpu tests/test_llm_decode_sweep.py -p no:cacheprovider \
+    step "decode GPU tests" 400 python -m pytest -q -m gpu tests/measure/test_llm_decode_sweep.py -p no:cacheprovider \
         > "$OUT/decode-gputests.txt" 2>&1
     tail -n 15 "$OUT/decode-gputests.txt" ;;
 decode1b)

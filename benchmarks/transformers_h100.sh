@@ -7,7 +7,7 @@
 #   bert-base-compile  — bert-base, compile-freeze fp16 at batch 64 and 256, sequence 128 and 384  ~5 min
 #   bert-large-compile — the same for bert-large                                                   ~7 min
 #   vit                — vit_b_16 through the preset's engines (quant fp8 too)                ~6 min
-#   gputests           — tests/test_bert_gpu.py (SDPA's fused kernels in fp16/bf16, CUDA graphs, compile)
+#   gputests           — tests/measure/engines/test_bert_gpu.py (SDPA's fused kernels in fp16/bf16, CUDA graphs, compile)
 # Stores are gzipped into $OUT (pack); merge them with `deepgap merge *.sqlite -o transformers.sqlite` and
 # commit under results/h100/ with this script's output. Then read tokens/s with `deepgap show` / `deepgap report`.
 # DRY=1: print each step's `deepgap run` arguments, one line per step, and run nothing (tests check them).
@@ -41,7 +41,7 @@ bert-large-compile) sweep bert-large-compile 580 --models $BL --seq-lens $SEQ --
 vit)                sweep vit 560 --models $VIT ;;
 gputests)
     if [ "${DRY:-0}" = 1 ]; then continue; fi
-    step "GPU tests" 300 python -m pytest -q -m gpu tests/test_bert_gpu.py -p no:cacheprovider > "$OUT/gputests.txt" 2>&1
+    step "GPU tests" 300 python -m pytest -q -m gpu tests/measure/engines/test_bert_gpu.py -p no:cacheprovider > "$OUT/gputests.txt" 2>&1
     tail -8 "$OUT/gputests.txt" ;;
 *) echo "unknown step $what"; exit 2 ;;
 esac; done

@@ -58,7 +58,7 @@ def tiny_spec() -> SweepSpec:
 def inprocess_runs(monkeypatch):
     """`deepgap.run` (and the CLI's run) measure in this process (`deepgap.drive.inprocess.InProcessWorker`).
 
-    For tests whose point is what is measured and stored, not the worker's isolation (tests/test_runner.py,
+    For tests whose point is what is measured and stored, not the worker's isolation (tests/drive/test_runner.py,
     test_resume.py and the fleet tests keep real processes): a worker process first imports torch and
     torchvision in a fork server (10-20 s of CPU on two cores). The thread count a measurement sets is put back.
     """
@@ -88,7 +88,7 @@ def inprocess_worker(mp: pytest.MonkeyPatch):
 
 def inprocess_serving(mp: pytest.MonkeyPatch) -> None:
     """``serve``'s workers too run in this process (`deepgap.serving.run.process.HANDLE`), for CPU tests of
-    what a serve does with its input and stores (tests/test_fuzz_deep.py); tests/serving/ keeps real processes."""
+    what a serve does with its input and stores (tests/whole/test_fuzz_deep.py); tests/serving/ keeps real processes."""
     import deepgap.serving.run.process
     from deepgap.drive.inprocess import InProcessWorker
 
@@ -150,7 +150,7 @@ def pytest_cmdline_main(config):
     tree (2026-12-03), four workers 711 CPU-s of process tree and 421 s, three 589 CPU-s and 317 s (the
     host's other load was higher during the first; collection alone costs ~13 CPU-s a worker at any load).
     ``--dist loadfile`` keeps each file (and its module fixtures, the Ray cluster, the served store) in one
-    worker. ``pytest tests/test_x.py``, ``-n 0``, ``--pdb``, ``--co`` or
+    worker. ``pytest tests/store/test_x.py``, ``-n 0``, ``--pdb``, ``--co`` or
     ``DEEPGAP_TEST_SERIAL=1`` stay serial; without pytest-xdist installed this does nothing. Runs before
     xdist's own hook (conftests register after plugins, and same-priority hooks run newest first).
     """

@@ -1,4 +1,4 @@
-"""Preloaded by tests/test_runner.py's fork server first: records every call into torch's CUDA entry points.
+"""Preloaded by tests/drive/test_runner.py's fork server first: records every call into torch's CUDA entry points.
 
 `deepgap.drive.handle._PRELOAD` must never initialise CUDA or count devices (a CUDA driver initialised
 before fork() fails in every child). The fork server imports this module right after Ctrl-C's

@@ -1,7 +1,7 @@
 """The SQLite stores under ``tests/fixtures/`` are kept xz-compressed, as ``NAME.sqlite.xz``: the one place
 that packs and unpacks them.
 
-Why xz: the tracked tree has a 10 MB budget (``tests/test_tree_size.py``) and the stores are its largest
+Why xz: the tracked tree has a 10 MB budget (``tests/whole/test_tree_size.py``) and the stores are its largest
 files. Python's ``lzma`` (stdlib) at preset 9e keeps the 25 stores in 1.15 MB where ``gzip -9`` took
 1.98 MB (the serve store's repeated request rows: 559 KB as gzip, 178 KB as xz), and the unpacked bytes
 are the same, byte for byte: the archived stores stay the files the project once committed. Unpacking

@@ -340,7 +340,7 @@ def test_the_report_of_a_merged_store_shows_the_platforms_side_by_side(merged, f
 
     out = tmp_path / "r.html"
     # the interactive page (the default): --static drew every figure's PNG too, 3 CPU-s more; static pages
-    # are tests/test_report_layout.py's and test_report_travels.py's
+    # are tests/report/test_report_layout.py's and test_report_travels.py's
     assert main(["report", merged["all"], "-o", str(out)]) == 0
     html = out.read_text()
     for anchor in (

@@ -5,7 +5,7 @@ after the GPU part (results/h200/session14). These tests hold what makes the ove
 artifact, a request identical to the measurement's (so the cache key matches), every build finished
 before the first step, killed when the prelude is interrupted, and a build that fails changing nothing.
 That the worker's `prepare` request finds the very cache keys a measurement wrote is checked where
-tinycnn is exported anyway (tests/test_engines.py::test_cpu_engines_run_tinycnn_at_two_batch_sizes).
+tinycnn is exported anyway (tests/measure/engines/test_engines.py::test_cpu_engines_run_tinycnn_at_two_batch_sizes).
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ def _group(pgid: int) -> list[int]:
 @pytest.mark.slow
 def test_sigterm_stops_workers_marks_interrupted_and_resumes(tmp_path, capsys, inprocess_runs):
     """The stopped run is a real process tree; its resume measures in this process (`inprocess_runs`):
-    resuming through a worker process is tests/test_resume.py's, and here it cost a fork server importing
+    resuming through a worker process is tests/drive/test_resume.py's, and here it cost a fork server importing
     torch and torchvision (~6 CPU-s)."""
     sig = signal.SIGTERM
     store = str(tmp_path / "s.sqlite")

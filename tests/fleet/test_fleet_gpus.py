@@ -1,7 +1,7 @@
 """Each lane's events, streams, graph and model on the same physical GPU (issue 34; two or more GPUs).
 
 Skipped unless CUDA sees two or more GPUs. Run on a multi-GPU device machine with
-``python -m pytest -q tests/test_fleet_gpus.py -rA``. Two checks:
+``python -m pytest -q tests/fleet/test_fleet_gpus.py -rA``. Two checks:
 
 - in this process, with ``cuda:0`` current, a clock and a graph capture for the last GPU put their events,
   stream and graph there, and the time they measure is that GPU's work (events on an idle ``cuda:0``

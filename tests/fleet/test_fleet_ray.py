@@ -31,7 +31,7 @@ from deepgap.store import Store  # noqa: E402
 pytestmark = pytest.mark.slow
 
 # No run-level prelude here (idle_s 0): its actors, one deepgap worker each, cost about a minute on the
-# loaded 2-core CI machine; tests/test_fleet_ray_prelude.py checks the prelude through a Ray double.
+# loaded 2-core CI machine; tests/fleet/test_fleet_ray_prelude.py checks the prelude through a Ray double.
 SPEC = dict(
     models=["tinycnn"],
     batch_sizes=[1, 2],

@@ -6,7 +6,7 @@ runner, ``gc.collect()`` + ``torch.cuda.empty_cache()`` (the freed weights go ba
 allocate and fill memory with NaN bytes (a later allocation lands on the freed addresses), replay,
 and compare with the output taken before — and with the fp32 eager reference.
 
-Run on the GPU with ``python -m pytest tests/test_graph_runner_gpu.py -v -rA``.
+Run on the GPU with ``python -m pytest tests/measure/test_graph_runner_gpu.py -v -rA``.
 """
 
 from __future__ import annotations

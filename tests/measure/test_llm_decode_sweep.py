@@ -2,7 +2,7 @@
 the store's split of decode rows from forward rows, ``show`` and ``export``, and the view's roofline bound.
 
 One CLI run of llama-tiny measured in this process (`conftest.inprocess_worker`): tiny lengths, few tokens.
-The compile and CUDA-graph steps are GPU tests (`pytest -m gpu tests/test_llm_decode_sweep.py`).
+The compile and CUDA-graph steps are GPU tests (`pytest -m gpu tests/measure/test_llm_decode_sweep.py`).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The CLI's side runs here against a stand-in browser that records its command line and writes a PNG: a real
 Chromium launch costs ~6 CPU-s on the 2-core CI machine, and what Chromium itself makes of
 `deepgap.report.screenshot.screenshot`'s command (a PNG of the asked size, the page drawn, an anchor's
-section) is checked with the real browser in tests/test_report_layout.py, on the report it builds anyway.
+section) is checked with the real browser in tests/report/test_report_layout.py, on the report it builds anyway.
 """
 
 import json

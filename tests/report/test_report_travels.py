@@ -38,7 +38,7 @@ def page(tmp_path_factory):
     d = tmp_path_factory.mktemp("two_gpus")
     store = unpack(FIXTURE, d / "two.sqlite")
     # the core and two-GPU sections only: the roofline's FLOP count builds torchvision models (slow), and
-    # its page parts are held to the same no-dead-link rule by tests/test_report.py
+    # its page parts are held to the same no-dead-link rule by tests/report/test_report.py
     with pytest.MonkeyPatch.context() as mp:
         everything = sections.registered
         mp.setattr(
@@ -47,7 +47,8 @@ def page(tmp_path_factory):
         # fewer bootstrap resamples in the A/B tables: their CIs' width is not under test here
         mp.setattr(platforms, "side_by_side", functools.partial(platforms.side_by_side, n_resamples=200))
         # the per-op roofline's counts, made up: counting ResNet-18's and -50's ops on the meta device took
-        # ~4 CPU-s (tests/test_roofline_flops.py checks the counter, tests/test_two_gpus.py the prediction)
+        # ~4 CPU-s (tests/roofline/test_roofline_flops.py checks the counter, tests/analysis/test_two_gpus.py
+        # the prediction)
         mp.setattr(predict, "eager_op_costs", _fake_op_costs)
         rep = build(str(store))
     html = d / "report.html"

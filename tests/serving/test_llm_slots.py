@@ -3,7 +3,7 @@
 `Llama.prefill_slots` puts right-padded prompts into chosen cache rows, `Llama.decode_slots` steps every row at
 its own position. Sequences admitted at different steps, with different prompt and output lengths, sharing the
 cache with rows that hold nothing, must give each sequence the greedy tokens it gets alone (the eager path,
-itself checked against transformers in tests/test_llm_model.py). The tiny shape on the CPU: milliseconds.
+itself checked against transformers in tests/measure/models/test_llm_model.py). The tiny shape on the CPU: milliseconds.
 """
 
 import numpy as np

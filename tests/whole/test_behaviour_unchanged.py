@@ -27,7 +27,7 @@ report's figures; that is why ``compare`` of the two default sweeps is limited t
 A failure prints a unified diff of the first lines that differ. When a change of output is intended,
 regenerate the golden files and review their diff in git::
 
-    DEEPGAP_REGEN_GOLDEN=1 PYTHONPATH=src python -m pytest -q tests/test_behaviour_unchanged.py
+    DEEPGAP_REGEN_GOLDEN=1 PYTHONPATH=src python -m pytest -q tests/whole/test_behaviour_unchanged.py
     git diff --stat tests/fixtures/golden/
 
 A golden file over ~100 KB is stored gzipped (``.txt.gz``, written without a timestamp, so regenerating

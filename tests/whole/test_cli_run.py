@@ -13,7 +13,7 @@ def store(tmp_path_factory):
     """One CLI run of 8 configurations, measured in this process (`conftest.inprocess_worker`).
 
     Why in process: these tests check what the CLI parses, stores, shows and exports, not the worker's
-    isolation (tests/test_runner.py, test_resume.py and test_signals.py run real workers); a real worker
+    isolation (tests/drive/test_runner.py, test_resume.py and test_signals.py run real workers); a real worker
     first started a fork server that imported torch and torchvision (~30 s of wall time on two cores).
     """
     from conftest import inprocess_worker

@@ -27,7 +27,7 @@ START_TIMEOUT_S = 300.0  # a worker's start (and fingerprint): the fork server i
 
 # Imported once by the fork server, so a worker starts without importing torch (seconds on a small CPU);
 # torch._dynamo is imported lazily by the first torch call that any worker makes. None of these creates a
-# CUDA context or even counts devices on import (tests/test_runner.py checks), so each forked worker makes
+# CUDA context or even counts devices on import (tests/drive/test_runner.py checks), so each forked worker makes
 # its own context; had the server made one, torch would refuse CUDA in the child, loudly.
 # scipy.stats (the bootstrap CIs and the serving verdicts) is imported on first use since the CLI stopped
 # paying 1.5 s for it at every start; preloaded here, a worker never pays it inside a timed-out request.

@@ -14,7 +14,7 @@ Each returns a ``step(ids, position: int) -> logits`` for `deepgap.measure.llm_t
 - **cuda-graph**: the static step (optionally compiled) captured once into a ``torch.cuda.CUDAGraph``
   on fixed input buffers, then replayed: one launch per token instead of several hundred kernels'.
 
-All four give the same tokens (`tests/test_llm_timing.py` checks eager against static on the CPU;
+All four give the same tokens (`tests/measure/test_llm_timing.py` checks eager against static on the CPU;
 the compiled and graph steps are GPU work for ``benchmarks/llm_decode.py``).
 """
 

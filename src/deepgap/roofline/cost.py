@@ -7,7 +7,7 @@ torchvision and building the model (about 15 CPU-s in a fresh process on the 2-c
 small report's build). The count is deterministic per model, resolution, mode and torch version, so the
 costs of the models the project measures are kept in ``data/model_costs.json``, with the torch version
 they were counted with; under another torch (or for any other model) the caller counts (`known` is None).
-``tests/test_roofline_flops.py`` holds the table to a fresh count (``DEEPGAP_REGEN_GOLDEN=1`` rewrites it).
+``tests/roofline/test_roofline_flops.py`` holds the table to a fresh count (``DEEPGAP_REGEN_GOLDEN=1`` rewrites it).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 and int8/fp8 (the quant engine, calibrated on the dataset's disjoint split).
 
 Run on the device machine (no network: the dataset and the weights are made here, in seconds):
-``python -m pytest tests/test_accuracy_gpu.py -v -rA``.
+``python -m pytest tests/measure/accuracy/test_accuracy_gpu.py -v -rA``.
 """
 
 from __future__ import annotations

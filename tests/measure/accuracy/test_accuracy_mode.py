@@ -213,7 +213,7 @@ def test_plan_carries_top1_and_skips_accuracy_loss(measured, capsys):
 
 
 def test_serve_scores_the_served_engine(labelled, tmp_path, capsys, monkeypatch):
-    """What serve scores is the point, not its worker's isolation (tests/test_serving_*.py keep real
+    """What serve scores is the point, not its worker's isolation (tests/serving/ keeps real
     processes): the serving worker runs in this process, saving a worker start."""
     import torch
     from conftest import inprocess_serving

@@ -9,7 +9,8 @@ The compile engines trace tinybert with Dynamo here, and hand the graph to AOTAu
 engine from a clean clone's cold cache (the test was 30 CPU-s, the suite's heaviest). What this file checks is
 deepgap's text path through the engines (int64 token inputs, no graph break in `bert_net`, the mode and
 freezing each engine asks for, its stored info, correctness against fp32); Inductor's CPU codegen is
-tests/test_engines.py's (tinycnn, every compile variant), Inductor on BERT tests/test_bert_gpu.py's.
+tests/measure/engines/test_engines.py's (tinycnn, every compile variant), Inductor on BERT
+tests/measure/engines/test_bert_gpu.py's.
 """
 
 import pytest

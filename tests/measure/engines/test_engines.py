@@ -1,7 +1,7 @@
 """Engines end to end on the CPU: the store, correctness, skips with reasons.
 
 The handlers run in this process (`inprocess_runs`): the engines are the point, not the worker's isolation
-(tests/test_runner.py), and each worker process cost a fork server importing torch.
+(tests/drive/test_runner.py), and each worker process cost a fork server importing torch.
 """
 
 import pytest

@@ -49,7 +49,7 @@ def test_energy_check_selftest_and_engines_table_from_its_store(
     The script's ``main()`` runs in this process, as ``python energy_check.py ARGS`` would run it: a fresh
     interpreter imported torch and started a fork server of its own (~7 s of CPU on two cores) only to
     run what this test checks, the script's sweep, files and verdict. Its sweep measures in this process
-    too (`inprocess_runs`): the worker's isolation is tests/test_runner.py's, and a real worker first
+    too (`inprocess_runs`): the worker's isolation is tests/drive/test_runner.py's, and a real worker first
     waited ~30 s on two cores for a fork server importing torch.
     """
     store, out = tmp_path / "s.sqlite", tmp_path / "ec.json"

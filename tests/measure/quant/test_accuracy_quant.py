@@ -1,6 +1,7 @@
 """The quant engine calibrated on a labelled set's split: the cache key names the data (CPU, torch path).
 
-The GPU path (Triton kernels, CUDA graph, through `deepgap run --dataset`) is tests/test_accuracy_gpu.py.
+The GPU path (Triton kernels, CUDA graph, through `deepgap run --dataset`) is
+tests/measure/accuracy/test_accuracy_gpu.py.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def test_key_with_data_needs_images():
 
 def test_engine_adapter_passes_the_calibration_split(tmp_path, monkeypatch):
     """engines/quant.py hands prepare_quant the dataset's calibration split (prepare_quant itself is stubbed:
-    its GPU run is tests/test_accuracy_gpu.py)."""
+    its GPU run is tests/measure/accuracy/test_accuracy_gpu.py)."""
     import numpy as np
     from PIL import Image
 

@@ -1,6 +1,6 @@
 """The quant engine on a GPU (skipped without CUDA): kernels vs the exact reference, the engine end to end.
 
-Run on the H100 with ``python -m pytest tests/test_quant_gpu.py -v -rA``; its output is committed
+Run on the H100 with ``python -m pytest tests/measure/quant/test_quant_gpu.py -v -rA``; its output is committed
 (docs/quant.md says where). Kernels are checked at the shapes and tile configurations the benchmark
 uses at batch 256 (on a 2-image batch: M is a run-time argument, the compiled kernel is the same).
 """

@@ -5,7 +5,7 @@ fp8: the interpreter (Triton 3.8) rounds fp32 → e4m3 wrongly when rounding car
 binade (7.9 → 4 instead of 8) and misrounds subnormals (< 2⁻⁶); the GPU converts in hardware. So
 fp8 outputs must equal the reference except at exactly those signatures (value = half the
 reference's power of two; a subnormal off by ≤ 2⁻⁸), and fp8 inputs are also checked through an
-fp16 output, which is exact. tests/test_quant_gpu.py checks fp8 outputs on the GPU.
+fp16 output, which is exact. tests/measure/quant/test_quant_gpu.py checks fp8 outputs on the GPU.
 """
 
 from __future__ import annotations

@@ -280,8 +280,8 @@ def test_fused_fp8_linear_kernel_in_the_interpreter(gelu, out_scale, persistent,
 
     Both GEMM cores: the grouped kernel and the persistent TMA one (``persistent``: 3 programs walk the
     4 output tiles, device-side descriptors run by the interpreter). The interpreter truncates fp32 →
-    bf16 and misrounds some fp32 → e4m3 (tests/test_quant_kernels.py's docstring); the GPU rounds in
-    hardware (tests/test_quant_linear_gpu.py). So each output is its reference's or one step toward
+    bf16 and misrounds some fp32 → e4m3 (tests/measure/quant/test_quant_kernels.py's docstring); the GPU rounds in
+    hardware (tests/measure/quant/test_quant_linear_gpu.py). So each output is its reference's or one step toward
     zero, or the interpreter's known e4m3 carry signature.
     """
     pytest.importorskip("triton")

@@ -3,7 +3,7 @@
 The GELU's tanh form in the interpreter (its exp form: the interpreter runs no inline PTX) against torch's
 ``approximate="tanh"``, and compiled for sm_90 to one ``tanh.approx.f32``; a `QuantLinear` on a Triton tile
 (bias only) against its cuBLASLt path; `linear_choice`: the switches, what engine_info says, and the
-engine's CPU path unchanged. tests/test_quant_linear_persistent_gpu.py runs the same on a Hopper GPU.
+engine's CPU path unchanged. tests/measure/quant/test_quant_linear_persistent_gpu.py runs the same on a Hopper GPU.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def test_tanh_gelu_in_the_interpreter_is_torchs_tanh_form(persistent, out_scale)
     step = 2.0**-3 if out_scale else 2.0**-7
     carry = (got * 2 == want) & (torch.log2(want.abs()).frac() == 0)  # the interpreter's e4m3 carry
     assert bool(((got - want).abs() <= want.abs() * step + 1e-4 * want.abs().max()).logical_or(carry).all())
-    assert float((got == want).float().mean()) > 0.4  # as in tests/test_quant_linear.py: bf16 truncated
+    assert float((got == want).float().mean()) > 0.4  # as in test_quant_linear.py: bf16 truncated
     assert not torch.equal(want, exact)  # the forms differ: the option is not the exact GELU renamed
     with pytest.raises(ValueError, match="approximate"):
         fp8_linear(a, w, Epilogue(1e-3, bias, True, out_scale, "sigmoid"), tile)

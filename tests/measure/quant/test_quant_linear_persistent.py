@@ -1,9 +1,9 @@
 """The fused fp8 Linear's persistent TMA GEMM core (issue 50) on the CPU: the tile walk, the choice, sm_90 code.
 
 The Triton interpreter runs `linear_kernels.fp8_linear_persistent_kernel` as written (device-side
-descriptors, the persistent walk); tests/test_quant_linear.py holds both GEMM cores to the fp32 reference,
+descriptors, the persistent walk); tests/measure/quant/test_quant_linear.py holds both GEMM cores to the fp32 reference,
 and here the persistent one must equal the grouped one bit for bit (same epilogue, same arithmetic in the
-interpreter) over any grid. tests/test_quant_linear_persistent_gpu.py holds it to cuBLASLt on a GPU.
+interpreter) over any grid. tests/measure/quant/test_quant_linear_persistent_gpu.py holds it to cuBLASLt on a GPU.
 """
 
 from __future__ import annotations

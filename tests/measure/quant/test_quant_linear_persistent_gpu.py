@@ -1,6 +1,6 @@
 """The fused fp8 Linear's persistent TMA core on a Hopper GPU (issue 50; skipped without CUDA or below sm_90).
 
-    python -m pytest tests/test_quant_linear_persistent_gpu.py -v -rA
+    python -m pytest tests/measure/quant/test_quant_linear_persistent_gpu.py -v -rA
 
 Every tile of `tiles.linear_persistent_configs` at bert-base's and ViT-B/16's four Linear shapes at batch
 256 (M = 256·128 and 256·197 rows, so each program walks many tiles), against cuBLASLt: ``torch._scaled_mm``
@@ -54,7 +54,7 @@ def _cublaslt(a, w, scale, bias, gelu, out_scale):
 def test_every_persistent_tile_agrees_with_cublaslt(shape):
     """Both sum fp8 products with Hopper's reduced-precision accumulation in different orders, and cuBLASLt
     rounds its sum and bias to bf16 before the GELU: outputs sit a rounding step apart here and there,
-    as the grouped kernel's do (tests/test_quant_linear_gpu.py)."""
+    as the grouped kernel's do (tests/measure/quant/test_quant_linear_gpu.py)."""
     from deepgap.measure.quant.linear_kernels import FP8_LINEAR_TILE, Epilogue, fp8_linear
     from deepgap.measure.quant.tiles import linear_persistent_configs
 

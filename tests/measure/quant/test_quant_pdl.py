@@ -1,7 +1,8 @@
 """Programmatic dependent launch for the quant kernels (`quant.launch.pdl`, `quant.pdl_choice`) on the CPU.
 
-The GPU side (both graphs give the same logits, the choice is timed) runs in tests/test_quant_gpu.py; here:
-the launch keywords, the code a PDL kernel compiles to for sm_90 (ahead of time, no GPU), and the modes.
+The GPU side (both graphs give the same logits, the choice is timed) runs in
+tests/measure/quant/test_quant_gpu.py; here: the launch keywords, the code a PDL kernel compiles to for sm_90
+(ahead of time, no GPU), and the modes.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The Triton interpreter runs the kernel as written, device-side TMA descriptors and the persistent tile walk
 included (a few programs, so each walks several tiles). int8 must equal the exact reference bit for bit;
 fp8 outputs may differ only at the interpreter's known e4m3 misroundings (`fp8_codes.same_codes`'s
-rule). tests/test_quant_persistent_gpu.py checks it against `conv_gemm_kernel` on a Hopper GPU.
+rule). tests/measure/quant/test_quant_persistent_gpu.py checks it against `conv_gemm_kernel` on a Hopper GPU.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The persistent TMA kernel (quant.persistent) on a Hopper GPU (skipped without CUDA or below sm_90).
 
-    python -m pytest tests/test_quant_persistent_gpu.py -v -rA
+    python -m pytest tests/measure/quant/test_quant_persistent_gpu.py -v -rA
 
 Its tiles against `conv_gemm_kernel` at ResNet-50's 1×1 stride-1 shapes (int8 bit for bit, fp8 but for
 rare 1-ulp flips of a different fp32 accumulation order), with enough rows that each program walks many

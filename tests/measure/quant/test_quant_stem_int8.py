@@ -144,7 +144,7 @@ def test_the_int8_stem_inside_the_network(resnet18):
     net.stem.configure("int8pool", 0, (4, 4, 4, 3))  # the max-pool in the kernel (`quant.stem_pool`)
     assert net.stem.variant == "int8+pool4x4+4w3s" and net.stem.kernel == "int8"
     assert net.to("cpu").stem.pool_cfg == (4, 4, 4, 3)  # moving the network keeps it
-    assert torch.equal(net.run_stem(x, "triton"), ref)  # pixel input: tests/test_quant_stem_pool.py
+    assert torch.equal(net.run_stem(x, "triton"), ref)  # pixel input: test_quant_stem_pool.py
     net.stem.configure("cudnn")
     assert net.stem.pool_cfg is None
     with pytest.raises(ValueError, match="int8 pixels need the int8 stem"):

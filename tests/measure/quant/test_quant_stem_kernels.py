@@ -3,7 +3,7 @@
 The kernel accumulates the fp16 operands in fp32 where the reference is exact, so an 8-bit output may
 differ by one step where the exact value sits on a rounding boundary: at most 1 (int8) and rarely. The
 interpreter's fp8 rounding is wrong near binade edges, so fp8 is checked loosely here and exactly on the GPU
-(tests/test_quant_gpu.py).
+(tests/measure/quant/test_quant_gpu.py).
 """
 
 from __future__ import annotations

@@ -151,7 +151,7 @@ def test_worker_measure_in_process():
     assert res.status == Status.OK, res.reason
     # energy-untimed-work compares the energy windows' host seconds with the timer's; windows of a few ms on
     # a loaded CI host can pass its 1.25x slack (a clean clone failed so, session 22), so it is left out
-    # here and tested on injected values (tests/test_telemetry_core.py)
+    # here and tested on injected values (tests/measure/telemetry/test_telemetry_core.py)
     flags = [f for f in res.details.flags or [] if f != "energy-untimed-work"]
     assert flags == ["foreign-procs(1)"] and res.details.telemetry.foreign_pids == [4242]
     assert all(w.iterations > 3 for w in res.details.windows)  # extended for the energy counter

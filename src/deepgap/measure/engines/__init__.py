@@ -2,7 +2,8 @@
 
 A new engine is one file in this package that subclasses `Engine` and decorates itself with
 ``@ENGINES.register("name")``, plus its line in `catalog.py` (what the parent reads without importing it;
-tests/test_engines_units.py checks the two agree); every module here is imported on first use in a worker.
+tests/measure/engines/test_engines_units.py checks the two agree); every module here is imported on first use
+in a worker.
 """
 
 from __future__ import annotations

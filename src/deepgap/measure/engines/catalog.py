@@ -4,7 +4,7 @@ Why: an engine module imports torch at its top (it runs in a worker). Validating
 parent imported every engine to look up names and precisions, and with them torch: 7 CPU-s per CLI
 process with a bytecode cache, 17 without, and the parent never touches the GPU anyway. The parent reads
 this table; the worker imports the engine (`deepgap.measure.engines.get_engine`). A new engine is one file
-plus one line here; tests/test_engines_units.py checks the table against the registry, so a missing or
+plus one line here; tests/measure/engines/test_engines_units.py checks the table against the registry, so a missing or
 stale line fails there.
 """
 

@@ -95,7 +95,7 @@ def calibration_threads(threads: int | None) -> Iterator[None]:
     thread; given a count, ORT pins nothing, and its idle threads sleep here instead of spinning on a core
     another build needs. The session keeps ORT's own options otherwise (no graph optimization, its
     providers), and neither changes the ranges it finds: MLAS splits a convolution's rows and columns
-    among threads, not its sums (the QDQ model's bytes are the same, tests/test_engines_units.py).
+    among threads, not its sums (the QDQ model's bytes are the same, tests/measure/engines/test_engines_units.py).
     """
     if not threads:
         yield

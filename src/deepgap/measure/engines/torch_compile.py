@@ -20,7 +20,7 @@ past Dynamo's recompile limit, the model would silently run eagerly. A failed co
 What the CUDA graphs read (reduce-overhead, freeze) stays alive as long as the runner: the returned
 ``OptimizedModule`` holds the model; frozen constants and the CUDA-graph trees live in Dynamo's
 process-wide caches and are freed together by the next ``torch._dynamo.reset()``, after which an
-older runner recompiles instead of replaying freed memory (`tests/test_graph_runner_gpu.py`).
+older runner recompiles instead of replaying freed memory (`tests/measure/test_graph_runner_gpu.py`).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ fp16/bf16 on a GPU take PyTorch's FlashAttention / memory-efficient kernels and 
 torch.compile, CUDA graphs, ONNX export) sees the same graph. The module is BERT's encoder exactly as
 ``transformers.BertModel`` builds it (post-LayerNorm, GELU, learned absolute positions, token types,
 the tanh pooler), so its parameter count is BertModel's for the same configuration
-(`tests/test_bert.py` checks both, and against ``transformers`` where it is installed).
+(`tests/measure/models/test_bert.py` checks both, and against ``transformers`` where it is installed).
 
 Input: int64 token ids ``(batch, seq_len)`` in ``[0, vocab)`` (`deepgap.measure.models.inputs`). The attention
 mask is all ones (every token attends to every token: no padding), so SDPA is called without a mask and

@@ -5,7 +5,7 @@ installed (it is a test extra), and the count of parameters, bytes and FLOPs per
 the shape alone, without building a module (an 8B model is 32 GB in fp32). The named shapes carry the
 published ``config.json`` values of Meta's checkpoints (hidden, intermediate, layers, heads, KV heads,
 vocabulary, RoPE theta and Llama-3's RoPE scaling, tied embeddings); `LlamaShape.hf_dict` writes them
-back in Hugging Face's spelling, which is how `tests/test_llm_model.py` builds the reference model.
+back in Hugging Face's spelling, which is how `tests/measure/models/test_llm_model.py` builds the reference model.
 
 A malformed or missing ``config.json`` is a `UsageError`: one line that names the file, the key and
 what to do, raised before anything is built.

@@ -6,7 +6,7 @@ to measure, and every engine (eager, torch.compile, CUDA graphs) sees one small 
 ``scaled_dot_product_attention(enable_gqa=True)``, SwiGLU, tied or untied head), with two layout changes
 that decode speed wants: Q, K and V are one ``qkv_proj`` matrix and gate and up one ``gate_up_proj``,
 so a decode step launches 4 GEMMs per layer instead of 7 (`llama_weights.from_hf` concatenates HF's).
-`tests/test_llm_model.py` checks logits and greedy tokens against transformers with the same weights.
+`tests/measure/models/test_llm_model.py` checks logits and greedy tokens against transformers with the same weights.
 
 The KV cache is static: ``setup_cache(batch, max_len)`` preallocates ``[batch, kv_heads, max_len,
 head_dim]`` K and V per layer in the model's dtype and device, so no step allocates and the decode

@@ -15,7 +15,7 @@ output through descriptors.
 It is a tile candidate (`tiles.persistent_configs`, ``TileConfig.persistent``) that the tuner times beside
 the others per layer, unless ``DEEPGAP_QUANT_GEMM=off`` (`tiles.gemm_mode`). On one H200 (session 22,
 docs/quant.md) it made ResNet-50 at batch 256 4.7% (fp8) and 6.7% (int8) faster; `benchmarks/gemm_1x1.py`
-and tests/test_quant_persistent_gpu.py are what measures it.
+and tests/measure/quant/test_quant_persistent_gpu.py are what measures it.
 
 On the CPU it runs in the Triton interpreter (`launch.interpreted`), which executes the device-side
 tensor descriptors itself (Triton 3.8), so the tests check this very kernel, TMA loads and the tile walk

@@ -38,7 +38,7 @@ from deepgap.measure.quant.stem_int8 import ROW, checked
 from deepgap.measure.quant.stem_kernels import pixel_rows_dot
 
 # (pooled rows, pooled columns, warps, pipeline stages) the engine times: none spills compiled for sm_90
-# (tests/test_quant_stem_pool.py); 16×16 on 8 warps, and 8×16 on 4 warps or 3 stages, do.
+# (tests/measure/quant/test_quant_stem_pool.py); 16×16 on 8 warps, and 8×16 on 4 warps or 3 stages, do.
 CONFIGS = ((8, 8, 4, 3), (8, 8, 4, 1), (8, 16, 8, 1))
 
 
