@@ -1,0 +1,363 @@
+"""The launches `compile_sm90.py` compiles for sm_90: each a call of deepgap's own launch code on meta tensors.
+
+Why through the launch code: the signature, the constexprs and the options a kernel is compiled with are
+whatever its launcher passes (a default string, an int that is 1, a None pointer all change the compile),
+so each case calls the real launcher (`llm_attention.attend`, `gemv.fp8_gemv`, `kernels.conv_gemm` ...) with
+the shapes and tiles the engine launches (the tiles from `quant.tiles`, `gemv`'s tile tables, the stems'
+`stem_choice.STEM_VARIANTS`); `compile_sm90.capture` records what each launch would compile. Meta tensors
+are not CPU tensors, so no launch takes the interpreter's path (``DOT_F32`` stays off, as on a GPU). Where a
+launcher asks the device itself (the persistent grid's SM count, the L2 prefetch, the GPU's tanh), the case
+gives what an H200 answers.
+
+`CASES` maps a family name to its cases; a case is ``(label, launch)``, ``launch()`` makes the launches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+from collections.abc import Callable, Iterator
+from unittest import mock
+
+import torch
+
+from deepgap.measure import llm_attention, llm_qkv_attention
+from deepgap.measure.quant import (
+    gemv,
+    gemv_fused,
+    kernels,
+    l2_prefetch,
+    launch,
+    linear_kernels,
+    persistent,
+    stem_int8,
+    stem_kernels,
+    stem_pool,
+    tiles,
+)
+from deepgap.measure.quant.fold import ConvNode
+from deepgap.measure.quant.stem_choice import STEM_VARIANTS
+
+H200_SMS = 132
+Case = tuple[str, Callable[[], None]]
+F8, I8, BF16, F16, F32 = torch.float8_e4m3fn, torch.int8, torch.bfloat16, torch.float16, torch.float32
+QFMT = {"int8": I8, "fp8": F8}
+SHORT = {F8: "fp8", I8: "int8", BF16: "bf16", F16: "fp16", F32: "fp32"}
+
+
+def meta(*shape: int, dtype: torch.dtype = BF16) -> torch.Tensor:
+    """An uninitialised tensor with no storage: a launch reads its shape, dtype and (aligned) address only."""
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def pdl_or_not(on: bool) -> Callable:
+    """The context of a launch with programmatic dependent launch (`launch.pdl`), or of one without."""
+    return launch.pdl if on else contextlib.nullcontext
+
+
+def pdl_modes(on: bool, off: bool = True) -> Iterator[tuple[str, Callable]]:
+    """(label suffix, context) for the launches with programmatic dependent launch (`launch.pdl`) and without."""
+    if off:
+        yield "", contextlib.nullcontext
+    if on:
+        yield " pdl", launch.pdl
+
+
+# ---- decode (Llama-3.1-8B; Llama-3.2-1B for head_dim 64): hidden, heads, kv heads, head_dim, intermediate
+DECODERS = {"8b": (4096, 32, 8, 128, 14336), "1b": (2048, 32, 8, 64, 8192)}
+
+
+def attention_cases() -> Iterator[Case]:
+    """The decode attention: one pass, split with the combine kernel and with the last-block merge."""
+    for (name, (_, nq, nkv, d, _)), (b, length, mode, last) in itertools.product(
+        DECODERS.items(), [(1, 256, "off", False), (1, 256, "on", False), (1, 256, "on", True),
+                           (1, 2048, "on", False), (16, 256, "auto", False)],
+    ):  # fmt: skip
+        split = llm_attention.plan(b, nkv, length, H200_SMS, mode)
+        pos = meta(b, dtype=torch.int64)  # batch > 1: one position per sequence (continuous batching)
+        for suffix, ctx in pdl_modes(on=True, off=name == "8b"):
+            how = (
+                f"split {split.chunks}x{split.chunk}" + " last-block" * last if split.combine else "one pass"
+            )
+
+            def run(b=b, length=length, split=split, last=last, ctx=ctx, pos=pos, nq=nq, nkv=nkv, d=d):
+                with ctx():
+                    llm_attention.attend(meta(b, nq, 1, d), meta(b, nkv, length, d), meta(b, nkv, length, d), pos,
+                                         split, last)  # fmt: skip
+
+            yield f"{name} b{b} L{length} {how}{suffix}", run
+
+
+def gemv_cases() -> Iterator[Case]:
+    """The 8-bit GEMV: every one-row tile (8B's qkv) under PDL, some without it and in int8; the 2-16-row tiles."""
+    k, n = 4096, 6144
+    picks = [(t, "fp8", True) for t in gemv.ROW_TILES]
+    picks += [(t, q, p) for t in (gemv.ROW_TILES[0], gemv.ROW_TILES[4], gemv.ROW_TILES[8]) for q, p in
+              (("fp8", False), ("int8", True))]  # fmt: skip
+    rows = [(8, t, "fp8", True) for t in gemv.DOT_TILES] + [(16, gemv.DOT_TILES[0], "int8", False)]
+    for m, tile, qfmt, pdl in [(1, t, q, p) for t, q, p in picks] + rows:
+
+        def run(m=m, tile=tile, qfmt=qfmt, pdl=pdl):
+            with pdl_or_not(pdl)():
+                gemv.fp8_gemv(meta(m, k), meta(n, k, dtype=QFMT[qfmt]), meta(n, dtype=F32), None, tile)
+
+        yield f"m{m} {k}x{n} {qfmt} {gemv_label(tile)}{' pdl' * pdl}", run
+
+
+def gemv_label(t: gemv.GemvTile) -> str:
+    """A GEMV tile as `gemv.chosen` writes it, short."""
+    return (
+        f"{t.bn}x{t.bk} s{t.split_k} w{t.num_warps} st{t.num_stages}"
+        + " pf" * t.prefetch
+        + " re" * t.reduce_each
+    )
+
+
+def rope_fusion(dec: str) -> gemv_fused.Fusion:
+    """The qkv GEMV's fusion at batch 1: the norm and RoPE into a 2048-position cache."""
+    hidden, nq, nkv, d, _ = DECODERS[dec]
+    cache = meta(1, nkv, 2048, d)
+    r = gemv_fused.RopeWrite(meta(d), meta(d), meta(1, dtype=torch.int64), cache, cache, nq)
+    return gemv_fused.Fusion(meta(hidden), 1e-5, rope=r)
+
+
+def fused_cases() -> Iterator[Case]:
+    """The fused one-row GEMV: norm + SwiGLU (gate_up), residual (down), norm + RoPE (qkv); PDL, the L2 prefetch."""
+    hidden, nq, nkv, d, ff = DECODERS["8b"]
+    variants = {
+        "norm+swiglu": (hidden, 2 * ff, lambda: gemv_fused.Fusion(meta(hidden), 1e-5, swiglu=True)),
+        "residual": (ff, hidden, lambda: gemv_fused.Fusion(residual=meta(1, hidden))),
+        "norm+rope": (hidden, (nq + 2 * nkv) * d, lambda: rope_fusion("8b")),
+    }
+    for (what, (k, n, fusion)), tile in itertools.product(variants.items(), gemv_fused.FUSED_TILES):
+        first = tile == gemv_fused.FUSED_TILES[0]
+        for suffix, ctx in pdl_modes(on=True, off=first):
+            yield f"{what} {k}x{n} fp8 {gemv_label(tile)}{suffix}", fused_run(k, n, fusion, tile, ctx, "fp8")
+        if first:
+            yield (
+                f"{what} {k}x{n} fp8 {gemv_label(tile)} pdl l2-prefetch",
+                fused_run(k, n, fusion, tile, launch.pdl, "fp8", prefetch=True),
+            )
+            yield (
+                f"{what} {k}x{n} int8 {gemv_label(tile)} pdl",
+                fused_run(k, n, fusion, tile, launch.pdl, "int8"),
+            )
+
+
+def fused_run(k, n, fusion, tile, ctx, qfmt, prefetch=False, attend=False) -> Callable[[], None]:
+    """A launch of the fused GEMV (or, ``attend``, the qkv GEMV that attends) on meta operands."""
+
+    def run():
+        # DEEPGAP_DECODE_PREFETCH=l2 on an H200: the first programs' bands (`l2_prefetch.programs`)
+        pf = (
+            mock.patch.object(l2_prefetch, "programs", lambda *_: 64)
+            if prefetch
+            else contextlib.nullcontext()
+        )
+        x, codes, scale = meta(1, k), meta(n, k, dtype=QFMT[qfmt]), meta(n, dtype=F32)
+        with ctx(), pf:
+            if attend:
+                llm_qkv_attention.rope_gemv_attend(x, codes, scale, fusion(), tile)
+            else:
+                gemv_fused.fused_gemv(x, codes, scale, fusion(), tile)
+
+    return run
+
+
+def qkv_attention_cases() -> Iterator[Case]:
+    """The qkv GEMV with the attention in its last programs: every fused tile (8B), 1B's head_dim 64."""
+    for dec, tile in [("8b", t) for t in gemv_fused.FUSED_TILES] + [("1b", gemv_fused.FUSED_TILES[0])]:
+        hidden, nq, nkv, d, _ = DECODERS[dec]
+        n, first = (nq + 2 * nkv) * d, tile == gemv_fused.FUSED_TILES[0]
+        for suffix, ctx in pdl_modes(on=True, off=first and dec == "8b"):
+            yield (
+                f"{dec} {hidden}x{n} {gemv_label(tile)}{suffix}",
+                fused_run(hidden, n, lambda dec=dec: rope_fusion(dec), tile, ctx, "fp8", attend=True),
+            )
+        if first and dec == "8b":
+            yield (
+                f"{dec} {hidden}x{n} {gemv_label(tile)} pdl l2-prefetch",
+                fused_run(
+                    hidden, n, lambda: rope_fusion("8b"), tile, launch.pdl, "fp8", prefetch=True, attend=True
+                ),
+            )
+
+
+# ---- ResNet-50 at 224²: (name, input size, C_in, C_out, kernel, stride, padding, residual)
+CONVS = [
+    ("l1.0.conv2", 56, 64, 64, 3, 1, 1, False),
+    ("l1.0.conv3", 56, 64, 256, 1, 1, 0, True),
+    ("l2.0.conv1", 56, 256, 128, 1, 1, 0, False),
+    ("l2.0.conv2", 56, 128, 128, 3, 2, 1, False),
+    ("l2.0.down", 56, 256, 512, 1, 2, 0, False),
+    ("l4.0.conv2", 14, 512, 512, 3, 2, 1, False),
+    ("l4.2.conv3", 7, 512, 2048, 1, 1, 0, True),
+]
+
+
+def conv_run(conv, batch, qfmt, cfg, ctx=contextlib.nullcontext, out_fmt=None) -> Callable[[], None]:
+    """`kernels.conv_gemm` (or, a persistent tile, `persistent.conv_gemm`) of one layer on meta operands."""
+    _, h, cin, cout, k, s, p, res = conv
+
+    def run():
+        x, w = meta(batch * h * h, cin, dtype=QFMT[qfmt]), meta(cout, k * k * cin, dtype=QFMT[qfmt])
+        m = batch * ((h + 2 * p - k) // s + 1) ** 2
+        r = meta(m, cout, dtype=QFMT[qfmt]) if res else None
+        args = (
+            x,
+            (batch, h, h),
+            w,
+            k,
+            s,
+            p,
+            meta(cout, dtype=F32),
+            meta(cout, dtype=F32),
+            out_fmt or qfmt,
+            True,
+        )
+        with ctx():
+            if cfg.persistent:  # an H200's SM count, not the interpreter's (`persistent.programs`)
+                persistent.conv_gemm(*args, cfg, res=r, gamma=1.0, num_programs=H200_SMS * cfg.persistent)
+            else:
+                kernels.conv_gemm(*args, cfg, res=r, gamma=1.0)
+
+    return run
+
+
+def conv_cases() -> Iterator[Case]:
+    """The grouped implicit-GEMM convolution: `tiles.candidate_configs` at batch 256 (int8: all, fp8: the first
+    two) and batch 1 (int8: the first)."""
+    for conv, (qfmt, batch, first) in itertools.product(
+        CONVS, [("int8", 256, 99), ("fp8", 256, 2), ("int8", 1, 1)]
+    ):
+        name, h, cin, cout, k, s, p, res = conv
+        m = batch * ((h + 2 * p - k) // s + 1) ** 2
+        for cfg in tiles.candidate_configs(m, cout, cin, qfmt, res)[:first]:  # as `tuning` asks
+            yield f"{name} b{batch} {qfmt} {cfg.label}", conv_run(conv, batch, qfmt, cfg)
+    conv = CONVS[1]
+    cfg = tiles.candidate_configs(256 * 56 * 56, 256, 64, "int8", True)[0]
+    yield f"{conv[0]} b256 int8 {cfg.label} pdl", conv_run(conv, 256, "int8", cfg, launch.pdl)
+    yield f"{conv[0]} b256 int8 {cfg.label} fp16 out", conv_run(conv, 256, "int8", cfg, out_fmt="fp16")
+
+
+def persistent_cases() -> Iterator[Case]:
+    """The persistent TMA 1×1 GEMM: `tiles.persistent_configs` of ResNet-50's 1×1 stride-1 layers at batch 256."""
+    for conv, qfmt in itertools.product([c for c in CONVS if c[4] == 1 and c[5] == 1], ("int8", "fp8")):
+        name, h, cin, cout, _, _, _, res = conv
+        node = ConvNode(name, "in", "out", torch.zeros(cout, cin, 1, 1), torch.zeros(cout), 1, 0, True,
+                        "res" if res else None)  # fmt: skip
+        for cfg in tiles.persistent_configs(node, 256 * h * h, (9, 0), qfmt, H200_SMS):
+            yield f"{name} b256 {qfmt} {cfg.label}", conv_run(conv, 256, qfmt, cfg)
+    conv = CONVS[1]
+    cfg = dataclasses.replace(tiles.TileConfig(128, 64, 64, 8, 4, 4, persistent=2), early_res=True)
+    yield f"{conv[0]} b256 int8 {cfg.label} pdl", conv_run(conv, 256, "int8", cfg, launch.pdl)
+
+
+def epilogue_cases() -> Iterator[Case]:
+    """The epilogue alone: an fp16 (cuDNN) result into int8 or fp8 (with a residual), format conversions."""
+    m, n = 256 * 28 * 28, 128
+    for src, out_fmt, res, pdl in [
+        (F16, "int8", None, False), (F16, "fp8", F8, False), (F16, "int8", I8, True), (I8, "fp16", None, False),
+        (F8, "fp16", None, False), (F16, "fp8", None, False),
+    ]:  # fmt: skip
+
+        def run(src=src, out_fmt=out_fmt, res=res, pdl=pdl):
+            r = meta(m, n, dtype=res) if res is not None else None
+            with pdl_or_not(pdl)():
+                kernels.epilogue(
+                    meta(m, n, dtype=src), meta(n, dtype=F32), meta(n, dtype=F32), out_fmt, True, r, 1.0
+                )
+
+        label = f"{SHORT[src]} -> {out_fmt}" + " +res" * (res is not None) + " pdl" * pdl
+        yield label, run
+
+
+def stem_cases() -> Iterator[Case]:
+    """ResNet's stems at batch 256 (`stem_choice.STEM_VARIANTS`): cuDNN's + max-pool, fused fp16, int8, int8+pool."""
+    batch, conv = 256, (3, 64, 7, 2, 3)  # C_in, C_out, kernel, stride, padding
+    alpha, beta = meta(64, dtype=F32), meta(64, dtype=F32)
+    for (kind, padded, cfg), out_fmt in itertools.product(STEM_VARIANTS, ("int8", "fp8")):
+        if kind == "cudnn":
+            if padded:
+                continue  # the padded-input cuDNN stem pools the same 64-channel output
+
+            def run(out_fmt=out_fmt):
+                stem_kernels.maxpool(meta(batch * 112 * 112, 64, dtype=F16), (batch, 112, 112), alpha, beta, out_fmt,
+                                     True)  # fmt: skip
+        elif kind == "fused":
+
+            def run(out_fmt=out_fmt, cfg=cfg):
+                w = stem_kernels.pad_weights(meta(64, 3, 7, 7, dtype=F16))  # K 7·7·3 padded to the K block
+                stem_kernels.stem(meta(batch * 224 * 224, 3, dtype=F16), (batch, 224, 224), w, *conv[2:], alpha,
+                                  beta, out_fmt, block_m=cfg[0], num_warps=cfg[1])  # fmt: skip
+        else:
+
+            def run(out_fmt=out_fmt, cfg=cfg, kind=kind):
+                x = torch.empty(
+                    (batch, 4, 224, 224), dtype=I8, device="meta", memory_format=torch.channels_last
+                )
+                args = (x, meta(64, 7 * stem_int8.ROW, dtype=I8), *conv[2:], alpha, beta, out_fmt)
+                if kind == "int8pool":
+                    stem_pool.stem(*args, cfg[:2], *cfg[2:])
+                else:
+                    stem_int8.stem(*args, block_m=cfg[0], num_warps=cfg[1])
+
+        yield f"{kind} {cfg or ''} {out_fmt}".replace("  ", " "), run
+    for src, pdl in ((F32, False), (F16, False), (F32, True)):
+
+        def run(src=src, pdl=pdl):
+            with pdl_or_not(pdl)():
+                stem_int8.quantize_image(meta(batch, 3, 224, 224, dtype=src), 0.02)
+
+        yield f"quantize {SHORT[src]} image" + " pdl" * pdl, run
+
+
+def linear_cases() -> Iterator[Case]:
+    """The fused fp8 Linear (bert-base at batch 256 × 128 tokens): ff1 with GELU to fp8, ff2 to bf16."""
+    m = 256 * 128
+    shapes = {"ff1": (768, 3072, True), "ff2": (3072, 768, False)}
+    for (what, (k, n, gelu)), form in itertools.product(shapes.items(), linear_kernels.APPROXIMATE):
+        if not gelu and form != "none":
+            continue
+        cands = [
+            linear_kernels.FP8_LINEAR_TILE.fit(k, n),
+            *tiles.linear_persistent_configs(k, n, 1 if gelu else 2),
+        ]
+        for cfg in cands if form == "none" else cands[1:2]:
+            label = f"{what} {k}x{n}" + f" gelu {GELU_NAMES[form]}" * gelu + f" {cfg.label}"
+            yield label, linear_run(m, k, n, gelu, form, cfg)
+
+
+GELU_NAMES = {"none": "erf", "tanh": "tanh-ptx", "erf-poly": "erf-poly"}
+
+
+class GpuEpilogue(linear_kernels.Epilogue):
+    """The `Epilogue` whose GELU code is a GPU's (the tanh form through ``tanh.approx.f32``), on meta tensors."""
+
+    def gelu_code(self, device: torch.device) -> int:
+        return super().gelu_code(torch.device("cuda"))
+
+
+def linear_run(m, k, n, gelu, form, cfg) -> Callable[[], None]:
+    """`linear_kernels.fp8_linear` on meta operands (a persistent tile: an H200's SM count)."""
+
+    def run():
+        epi = GpuEpilogue(0.01, meta(n, dtype=BF16), gelu, 0.05 if gelu else None, form)
+        programs = H200_SMS * cfg.persistent if cfg.persistent else None
+        linear_kernels.fp8_linear(meta(m, k, dtype=F8), meta(n, k, dtype=F8), epi, cfg, programs)
+
+    return run
+
+
+CASES: dict[str, Callable[[], Iterator[Case]]] = {
+    "attention": attention_cases,
+    "gemv": gemv_cases,
+    "fused": fused_cases,
+    "qkv-attention": qkv_attention_cases,
+    "conv": conv_cases,
+    "persistent": persistent_cases,
+    "epilogue": epilogue_cases,
+    "stem": stem_cases,
+    "linear": linear_cases,
+}
