@@ -7,12 +7,12 @@ are only captured (deepgap's launch code on meta tensors, Triton's cache hook), 
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 
 import pytest
+from repo_paths import BENCHMARKS
 
-BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+BENCH = str(BENCHMARKS)
 
 
 @pytest.fixture(scope="module")
