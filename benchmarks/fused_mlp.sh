@@ -14,7 +14,7 @@
 #              + tanh GELU fp8; + erf-poly GELU fp8), cuBLASLt beside; µs, TFLOP/s, µs beyond bias-only per tile
 #              (~40-60 s)
 #   engine   — deepgap run, one sweep: bert-base seq 128 and vit_b_16 at batch 256, eager fp16, compile-freeze
-#              fp16 and quant fp8 (fused MLP + tuned Linears: DEEPGAP_QUANT_FUSED=tuned, not yet the default); no thermal warm-up,
+#              fp16 and quant fp8 (fused MLP + tuned Linears: DEEPGAP_QUANT_FUSED=tuned, the default since session 24); no thermal warm-up,
 #              no CPU baseline; store packed and exported to CSV, each quant row's kernels printed (~120-190 s)
 #   engine-network — the bare loop of the engine's choice: bert-base fp8 -fused-engine, -fused-engine-erfpoly,
 #              -fused-engine-tanh, beside fp16 compile-freeze and fp8 cuBLASLt (~2-3 min)

@@ -151,8 +151,8 @@ def test_engine_info_names_each_linears_kernel_and_tile(tinybert_fp8, mode, gelu
 
 
 def test_the_switches(monkeypatch):
-    for name, read, default in ((linear_choice.FUSED_ENV, linear_choice.fused_mode, "off"),
-                                (linear_choice.GELU_ENV, linear_choice.gelu_mode, "erf")):  # fmt: skip
+    for name, read, default in ((linear_choice.FUSED_ENV, linear_choice.fused_mode, "tuned"),
+                                (linear_choice.GELU_ENV, linear_choice.gelu_mode, "tanh")):  # fmt: skip
         monkeypatch.delenv(name, raising=False)
         assert read() == default
         monkeypatch.setenv(name, "")
@@ -163,7 +163,7 @@ def test_the_switches(monkeypatch):
     monkeypatch.setenv(linear_choice.FUSED_ENV, "off")
     monkeypatch.delenv(linear_choice.GELU_ENV)
     assert linear_choice.fused_mode() == "off"
-    assert linear_choice.modes() == ("off", "erf") and linear_choice.modes("mlp", "tanh") == ("mlp", "tanh")
+    assert linear_choice.modes() == ("off", "tanh") and linear_choice.modes("mlp", "tanh") == ("mlp", "tanh")
     with pytest.raises(ValueError, match="'on' is not one of tuned, mlp, off"):
         linear_choice.modes("on")
 

@@ -106,8 +106,8 @@ def test_tinybert_fused_on_the_persistent_core_compiled_and_captured(tile):
 @pytest.mark.parametrize("switch", ["tuned", "off", "mlp", ""])
 def test_the_engine_fuses_and_chooses_every_fp8_linear(monkeypatch, switch):
     """``DEEPGAP_QUANT_FUSED=tuned``: the MLP fused and every other fp8 Linear of ≥ 128 rows on cuBLASLt or
-    a Triton tile, each named in engine_info; "off" (and unset, `DEFAULT_FUSED`) is the cuBLASLt + Inductor
-    engine as before."""
+    a Triton tile, each named in engine_info (unset: `DEFAULT_FUSED`, "tuned"); "off" is the cuBLASLt +
+    Inductor engine as before."""
     from deepgap.measure.models.build import build_model
     from deepgap.measure.quant import linear_choice
     from deepgap.measure.quant.transformer_engine import prepare_transformer
@@ -126,7 +126,10 @@ def test_the_engine_fuses_and_chooses_every_fp8_linear(monkeypatch, switch):
         assert info["fused"]["why_off"].startswith("turned off") and "linear_kernels" not in info
         assert "Triton" not in info["kernels"]
         return
-    assert info["fused"]["gelu"] == "exact (erf)" and info["linear_precompile"]["kernels"] > 0
+    assert (
+        info["fused"]["gelu"] == linear_choice.GELU_LABELS["tanh"]
+        and info["linear_precompile"]["kernels"] > 0
+    )
     names = {n: k for k in info["linear_kernels"] for n in k["names"]}
     want = {"layers.0.ff1", "layers.1.ff1"}
     if switch == "tuned":  # qkv, out, ff2 of both layers and the pooler (64 rows: cuBLASLt untimed)

@@ -70,11 +70,11 @@ def prepare_transformer(
     """(run, input dtype, info) of ``model`` with 8-bit Linears; ``fast=False``: the fp32 reference, no compile.
 
     ``run(x)`` takes the batch on ``device``: token ids (int64) as they are, images in bf16.
-    ``fused``: one of `linear_choice.FUSED_MODES` (default ``DEEPGAP_QUANT_FUSED``'s, else "off"): in fp8 on
+    ``fused``: one of `linear_choice.FUSED_MODES` (default ``DEEPGAP_QUANT_FUSED``'s, else "tuned"): in fp8 on
     Hopper each MLP's first Linear, GELU and the next quantization in one Triton kernel, and ("tuned")
     every other fp8 Linear on cuBLASLt or a Triton tile, whichever its shape ran faster. ``fused_tile``:
     one fixed tile for the fused chains (tests, benchmarks). ``gelu``: one of `linear_choice.GELU_MODES`
-    (default ``DEEPGAP_QUANT_GELU``'s, "erf"). ``info["fused"]`` says what ran and why not.
+    (default ``DEEPGAP_QUANT_GELU``'s, else "tanh"). ``info["fused"]`` says what ran and why not.
     """
     mode, form = linear_choice.modes(fused, gelu)  # a bad switch stops the prepare here, before calibrating
     how = DEFAULT_HOW[precision]
