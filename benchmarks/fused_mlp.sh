@@ -16,6 +16,8 @@
 #   engine   — deepgap run, one sweep: bert-base seq 128 and vit_b_16 at batch 256, eager fp16, compile-freeze
 #              fp16 and quant fp8 (fused MLP + tuned Linears: DEEPGAP_QUANT_FUSED=tuned, the default since session 24); no thermal warm-up,
 #              no CPU baseline; store packed and exported to CSV, each quant row's kernels printed (~120-190 s)
+#              (ENGINE_MODELS, ENGINE_SEQ, ENGINE_BATCH change the three: ENGINE_MODELS=bert-large ENGINE_SEQ=384
+#              ENGINE_BATCH=128 for issue 50's bert-large goal)
 #   engine-network — the bare loop of the engine's choice: bert-base fp8 -fused-engine, -fused-engine-erfpoly,
 #              -fused-engine-tanh, beside fp16 compile-freeze and fp8 cuBLASLt (~2-3 min)
 set -uo pipefail
@@ -41,8 +43,8 @@ epilogue)
     grep -v '^{' "$OUT/fp8_epilogue.txt" | tail -n 16 ;;
 engine)
     E="$S/engine.sqlite"; rm -f "$E"
-    step "engine: bert-base and vit_b_16" 230 env DEEPGAP_QUANT_FUSED="${QUANT_FUSED:-tuned}" python -m deepgap run --models bert-base,vit_b_16 --seq-lens 128 \
-        --batch-sizes 256 --engines eager,compile-freeze,quant --precisions fp16,fp8 --sweeps 1 --no-thermal-warmup \
+    step "engine: ${ENGINE_MODELS:-bert-base,vit_b_16}" 230 env DEEPGAP_QUANT_FUSED="${QUANT_FUSED:-tuned}" python -m deepgap run \
+        --models "${ENGINE_MODELS:-bert-base,vit_b_16}" --seq-lens "${ENGINE_SEQ:-128}" --batch-sizes "${ENGINE_BATCH:-256}" --engines eager,compile-freeze,quant --precisions fp16,fp8 --sweeps 1 --no-thermal-warmup \
         --no-cpu-baseline --store "$E" 2>&1 | stamp > "$OUT/engine.txt"
     tail -n 14 "$OUT/engine.txt"; pack "$E"
     python -m deepgap export "$E" --format json -o "$OUT/engine.json" >/dev/null 2>&1
