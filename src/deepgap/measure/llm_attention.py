@@ -56,9 +56,9 @@ QKV_NOTE = "in the qkv GEMV's last programs"  # a decode row's attention with DE
 def attention_mode() -> str:
     """``DEEPGAP_DECODE_ATTENTION`` (`ATTENTION_MODES`, ``triton`` when unset); another value is a usage error.
 
-    ``qkv`` (not yet timed on a GPU, so off by default): at batch 1 a fused layer with RoPE in its qkv GEMV
-    (`deepgap.measure.llm_fused`) attends in that GEMV's last programs, this kernel's launch and its combine's
-    gone; every other static step still runs this kernel.
+    ``qkv`` (off by default: slower on one H200, session 24, 380.6 against 392.0 tokens/s): at batch 1 a
+    fused layer with RoPE in its qkv GEMV (`deepgap.measure.llm_fused`) attends in that GEMV's last programs,
+    this kernel's launch and its combine's gone; every other static step still runs this kernel.
     """
     return env_choice("DEEPGAP_DECODE_ATTENTION", ATTENTION_MODES, "triton", empty_is_unset=True)
 

@@ -20,7 +20,7 @@ rotated k and the plain v into the static cache at the step's device position, a
 cache as written (`attend_written`), without `Attention.mix`'s three small kernels a layer (session 21:
 ~0.12 of 2.675 ms per 8B token). On one H200 (session 22, bare loop, PDL and split KV): 374.8 → 389.1 tok/s.
 
-``DEEPGAP_DECODE_ATTENTION=qkv`` (`llm_attention.attention_mode`; off by default, not yet timed) goes one
+``DEEPGAP_DECODE_ATTENTION=qkv`` (`llm_attention.attention_mode`; off by default: timed slower, session 24) goes one
 step further with RoPE fused: at a device-side position the qkv GEMV's last programs attend too
 (`deepgap.measure.llm_qkv_attention`) and return the attention's row, the attention and combine kernels gone.
 `configure` reads both switches onto the wrapped layers (at `fuse`, and again where a process times several).

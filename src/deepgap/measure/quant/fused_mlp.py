@@ -93,7 +93,8 @@ def fuse_mlp(
     runs the persistent TMA kernel, any other the grouped one (default `FP8_LINEAR_TILE`); "tuned": each
     shape's fastest of both kernels' tiles, timed on its first call (`linear_kernels.tuned`) or, in the
     engine, in one eager pass before compiling (`linear_choice.choose_kernels`). ``approximate``: "tanh"
-    runs GELU's tanh form (a measured option; BERT and ViT specify the exact one), "erf-poly" the exact
+    runs GELU's tanh form (the quant engine's default, `linear_choice.DEFAULT_GELU`; BERT and ViT specify
+    the exact one, "none"), "erf-poly" the exact
     one with a branch-free erf (`linear_kernels.APPROXIMATE`); a model whose own GELU is the tanh form
     keeps it whatever is asked.
     """

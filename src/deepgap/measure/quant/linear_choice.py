@@ -53,7 +53,8 @@ GELU_LABELS = {
 }
 APPROXIMATE = {"erf": "none", "tanh": "tanh", "erf-poly": "erf-poly"}  # a GELU mode → fp8_linear's name
 # session 24, `deepgap run` on one H200 (bert-base seq 128 and ViT-B/16, batch 256, results/h200/session24):
-# "tuned" 28,416 seq/s and 15,366 img/s with the exact GELU, where session 23's "off" measured 26,046 and 13,780
+# "tuned" 28,416 seq/s and 15,366 img/s with the exact GELU; "off" (cuBLASLt + Inductor) ran 26,046 and 13,780
+# in session 23's bare loop (not timed in `deepgap run` since session 17's 26,572 seq/s)
 DEFAULT_FUSED = "tuned"
 DEFAULT_GELU = "tanh"  # TensorRT's GELU (module doc); ``DEEPGAP_QUANT_GELU=erf`` for the exact one
 MIN_ROWS = 128  # a bias-only Linear with fewer rows (a pooler at a small batch) stays on cuBLASLt untimed

@@ -19,7 +19,8 @@ both per-tensor scales, ``b`` the bias (fp32, or bf16 as a `QuantLinear` keeps i
 PTX; neither Triton 3.6 nor 3.8 has a ``tl.math.tanh``, and libdevice's ``tanhf`` is a longer exact
 routine), in the interpreter, which runs no inline PTX, ``2/(1 + e^(-2u)) - 1``. It differs from the exact
 GELU by at most about 5e-4 (tests/measure/quant/test_quant_linear_epilogue.py), far below an e4m3 code's step (1/16 of
-the value); it is a measured option, never the default. ``approximate="erf-poly"`` keeps the exact GELU
+the value); the quant engine runs it by default since session 24 (`linear_choice.DEFAULT_GELU`, measured
+faster at the same error), this function only when asked. ``approximate="erf-poly"`` keeps the exact GELU
 but computes its erf branch-free (Abramowitz & Stegun 7.1.26: ``|error| ≤ 1.5e-7``, one exp and one
 division per element; libdevice's ``erff`` branches on |x| and is about 39 PTX instructions an element in
 this epilogue against about 8 for the tanh form), also a measured option.

@@ -50,14 +50,15 @@ STEM_INT8_REL = 0.1
 # cuDNN's path rounds the convolution to fp16 before the epilogue, the fused kernel keeps fp32: their int8
 # outputs differ by one step in about 1% of the elements, the fused one being the more exact.
 STEM_AGREE_FRAC = 0.02
-POOL_ENV = "DEEPGAP_QUANT_STEM_POOL"  # "on" offers the int8pool variants; "off" (unset) until timed on a GPU
+POOL_ENV = "DEEPGAP_QUANT_STEM_POOL"  # "on" offers the int8pool variants; "off" (unset): timed slower
 
 
 def pool_offered() -> bool:
     """Whether the stems with the max-pool inside are timed (``DEEPGAP_QUANT_STEM_POOL``; off when unset).
 
-    Why off: built in session 23 with no device time left, so never timed; each variant is one more Triton
-    compile and timing per configuration in the main job, which runs within a few seconds of its 600.
+    Why off: on one H200 (session 24, `benchmarks/stem_pool.py`) the best pooled tile took 1.37-1.75× the
+    unfused pair's time at batch 1, 256 and 1024, int8 and fp8; each variant offered would be one more
+    Triton compile and timing per configuration in the main job, for a variant that never wins.
     """
     return env_choice(POOL_ENV, ("off", "on"), "off", empty_is_unset=True) == "on"
 
