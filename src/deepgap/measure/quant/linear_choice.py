@@ -41,8 +41,16 @@ from deepgap.core.errors import env_choice
 from deepgap.measure.models.build import hooks_installed
 from deepgap.measure.quant.fused_mlp import FusedLinearGelu, fuse_mlp
 from deepgap.measure.quant.linear import QuantLinear, quantize_codes
-from deepgap.measure.quant.linear_kernels import CUBLASLT, Epilogue, kernel_label, tuned
-from deepgap.measure.quant.tiles import TileConfig
+from deepgap.measure.quant.linear_kernels import (
+    CUBLASLT,
+    FP8_LINEAR_TILE,
+    Epilogue,
+    fp8_linear,
+    kernel_label,
+    tuned,
+)
+from deepgap.measure.quant.precompile import compile_all
+from deepgap.measure.quant.tiles import TileConfig, linear_persistent_configs
 
 FUSED_ENV, FUSED_MODES = "DEEPGAP_QUANT_FUSED", ("tuned", "mlp", "off")
 GELU_ENV, GELU_MODES = "DEEPGAP_QUANT_GELU", ("erf", "tanh", "erf-poly")
@@ -155,9 +163,6 @@ def precompile(model: nn.Module, others: bool = True, workers: int = 16) -> dict
     devices = {d.type for d in jobs.values()}
     if devices != {"cuda"} or torch.cuda.get_device_capability(next(iter(jobs.values()))) < (9, 0):
         return {"kernels": 0, "skipped": "compiled at first launch (no Hopper GPU)"}
-    from deepgap.measure.quant.linear_kernels import FP8_LINEAR_TILE, fp8_linear
-    from deepgap.measure.quant.precompile import compile_all
-    from deepgap.measure.quant.tiles import linear_persistent_configs
 
     def launches():
         for (k, n, form), dev in jobs.items():
