@@ -37,6 +37,7 @@ from deepgap.measure.models.build import build_model
 from deepgap.measure.models.registry import MODELS
 from deepgap.measure.quant.linear import LinearQuant
 from deepgap.measure.quant.transformer import calibrate_linears, quantize_linears
+from deepgap.measure.quant.transformer_engine import attention_backend, sdpa_only
 
 Q = LinearQuant
 VARIANTS = {
@@ -187,6 +188,8 @@ def main() -> None:  # noqa: D103
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", type=Path, default=Path("."))
     ap.add_argument("--profile", type=int, default=0, help="record this many top kernels per variant")
+    ap.add_argument("--sdpa", default="auto", help="SDPA backend while compiling and capturing: auto, flash, cudnn, "
+                    "efficient (the engine's DEEPGAP_QUANT_SDPA)")  # fmt: skip
     ap.add_argument(
         "--fused-tile",
         default="",
@@ -207,9 +210,10 @@ def main() -> None:  # noqa: D103
     a.out.mkdir(parents=True, exist_ok=True)
     for name in a.variants.split(","):
         t0 = time.perf_counter()
-        row = {"model": a.model, "seq": a.seq, "batch": a.batch, "variant": name}
+        row = {"model": a.model, "seq": a.seq, "batch": a.batch, "variant": name, "sdpa": a.sdpa}
         try:
-            fn, xin, info, uncaptured = build_variant(name, fp32, a.model, x, fused_tile)
+            with sdpa_only(attention_backend(a.sdpa)):  # the graph replays the backend it was captured with
+                fn, xin, info, uncaptured = build_variant(name, fp32, a.model, x, fused_tile)
             with torch.inference_mode():
                 y = fn(xin).float()
             row["rel_l2"] = float((y - ref).norm() / ref.norm())

@@ -1,5 +1,5 @@
-"""benchmarks/transformers_h100.sh: every step's `deepgap run` arguments parse, validate and plan what its
-header says, for the H100 and for the CPU smoke (tinybert). Its DRY mode prints them; nothing runs here.
+"""benchmarks/transformers_preset.sh: its `deepgap run` arguments parse, validate and plan the preset its header
+describes, on a GPU and for the CPU smoke (tinybert). Its DRY mode prints them; nothing runs here.
 The smoke itself (SMOKE=1, real runs on a CPU) was run by hand: docs/transformers.md says how."""
 
 import argparse
@@ -12,54 +12,44 @@ from deepgap.commands.run import add_arguments, build_spec
 from deepgap.drive.config import validate
 from deepgap.drive.plan import expand
 
-SCRIPT = BENCHMARKS / "transformers_h100.sh"
-STEPS = ("bert-eager", "bert-base-compile", "bert-large-compile", "vit")
+SCRIPT = BENCHMARKS / "transformers_preset.sh"
 
 
-def _plans(smoke: bool) -> dict[str, list]:
+def _plan(smoke: bool) -> list:
     env = {**os.environ, "DRY": "1", "SMOKE": "1" if smoke else "0"}
     out = subprocess.run(
-        ["bash", str(SCRIPT), *STEPS, "gputests"],
+        ["bash", str(SCRIPT), "preset", "gputests"],
         env=env,
         capture_output=True,
         text=True,
         check=True,
         cwd=SCRIPT.parent.parent,
     ).stdout.splitlines()
-    assert len(out) == len(STEPS)
+    assert len(out) == 1
     p = argparse.ArgumentParser()
     add_arguments(p)
-    plans = {}
-    for step, line in zip(STEPS, out, strict=True):
-        args = p.parse_args(line.split())
-        assert args.store.endswith(f"/{step}.sqlite")
-        spec = validate(build_spec(args))
-        plans[step] = expand(spec, spec.device)
-    return plans
+    args = p.parse_args(out[0].split())
+    assert args.store.endswith("/preset.sqlite")
+    spec = validate(build_spec(args))
+    return expand(spec, spec.device)
 
 
-def test_the_h100_steps_plan_the_headline_configurations():
-    plans = _plans(smoke=False)
-    got = {
-        step: {(c.model, c.engine, c.precision, c.batch_size, c.seq_len) for c in plan}
-        for step, plan in plans.items()
+def test_the_preset_step_plans_the_headline_configurations():
+    got = {(c.model, c.engine, c.precision, c.batch_size, c.seq_len) for c in _plan(smoke=False)}
+    shapes = [(m, s) for m in ("bert-base", "bert-large") for s in (128, 384)] + [("vit_b_16", None)]
+    want = {(m, "eager", p, b, s) for m, s in shapes for p in ("fp32", "fp16") for b in (1, 256)}
+    want |= {(m, "cudagraph", "fp16", 1, s) for m, s in shapes}
+    want |= {(m, e, p, 256, s) for m, s in shapes for e, p in (("compile-freeze", "fp16"), ("quant", "fp8"))}
+    assert got == want and len(got) == 35
+    assert all(c.device == "cuda" for c in _plan(smoke=False))
+
+
+def test_the_cpu_smoke_runs_the_same_step_with_tinybert():
+    plan = _plan(smoke=True)
+    assert {(c.model, c.seq_len) for c in plan if c.model == "tinybert"} == {
+        ("tinybert", 16),
+        ("tinybert", 32),
     }
-    bert = [(m, s) for m in ("bert-base", "bert-large") for s in (128, 384)]
-    assert got["bert-eager"] == {
-        (m, "eager", p, b, s) for m, s in bert for p in ("fp32", "fp16") for b in (1, 64, 256)
-    } | {(m, "cudagraph", "fp16", 1, s) for m, s in bert}
-    for step, model in (("bert-base-compile", "bert-base"), ("bert-large-compile", "bert-large")):
-        assert got[step] == {(model, "compile-freeze", "fp16", b, s) for s in (128, 384) for b in (64, 256)}
-    assert {(m, e, s) for m, e, _, _, s in got["vit"]} == {
-        ("vit_b_16", e, None)
-        for e in ("eager", "cudagraph", "compile-freeze", "quant")  # the preset's engines
-    }
-    assert all(c.device == "cuda" for plan in plans.values() for c in plan)
-
-
-def test_the_cpu_smoke_runs_the_same_steps_with_tinybert():
-    plans = _plans(smoke=True)
-    assert {(c.model, c.seq_len) for c in plans["bert-eager"]} == {("tinybert", 16), ("tinybert", 32)}
-    assert {c.engine for c in plans["bert-base-compile"]} == {"compile-freeze"}
-    assert {c.model for c in plans["vit"]} == {"tinycnn"}
-    assert all(c.device == "cpu" for plan in plans.values() for c in plan)
+    assert {c.model for c in plan} == {"tinybert", "tinycnn"}
+    assert {c.engine for c in plan} == {"eager", "cudagraph", "compile-freeze", "quant"}
+    assert all(c.device == "cpu" for c in plan)

@@ -1,7 +1,7 @@
 """BERT-class encoders on a CUDA GPU (issue 38; skipped without CUDA): SDPA's fused kernels in fp16/bf16,
 CUDA graphs and compile-freeze with int64 token inputs, each against the fp32 reference.
 
-Run on the device with ``bash benchmarks/transformers_h100.sh gputests``.
+Run on the device with ``bash benchmarks/transformers_preset.sh gputests``.
 """
 
 from __future__ import annotations

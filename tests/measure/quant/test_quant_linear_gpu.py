@@ -59,6 +59,26 @@ def test_tinybert_compiled_and_captured(precision):
     assert float((out - ref).norm() / ref.norm()) < 0.1
 
 
+@pytest.mark.parametrize("backend", ["flash", "cudnn"])
+def test_tinybert_attention_backend_is_the_one_captured(backend, monkeypatch):
+    """``DEEPGAP_QUANT_SDPA`` fixes the attention's kernel in the graph: the profile names it, values agree."""
+    from torch.profiler import ProfilerActivity, profile
+
+    monkeypatch.setenv("DEEPGAP_QUANT_SDPA", backend)
+    model = build_model("tinybert", 64)
+    ids = torch.randint(0, 1000, (8, 64), generator=torch.Generator().manual_seed(2))
+    with torch.inference_mode():
+        ref = model(ids)
+    run, _, info = prepare_transformer(copy.deepcopy(model), "int8", ids, "cuda:0", 1000)
+    with torch.inference_mode(), profile(activities=[ProfilerActivity.CUDA]) as prof:
+        out = run(ids.cuda()).float().cpu()
+        torch.cuda.synchronize()
+    names = " ".join(e.key.lower() for e in prof.key_averages())
+    assert info["attention"]["backend"] == backend
+    assert ("cudnn" in names) == (backend == "cudnn") and ("flash" in names) == (backend == "flash"), names
+    assert float((out - ref).norm() / ref.norm()) < 0.1
+
+
 @pytest.mark.parametrize("precision", ["fp8", "int8"])
 def test_llama_tiny_decodes_with_8bit_linears(precision):
     """`--workload decode --engines quant` (issue 51): the CUDA-graph step over 8-bit Linears, checked."""

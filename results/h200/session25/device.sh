@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Session 25's recipes on one H200 (run from the repository root by the device tool, $OUT set; .whl/ carried).
+#   call 1  bash benchmarks/transformers_preset.sh preset       (the whole transformers preset, one store, timed)
+#   call 2  bash results/h200/session25/device.sh probe
+# probe: the GPU tests of the files this session touched; SDPA's backends at the encoders' shapes; bert-large at
+#   sequence 384 in the bare loop (the engine's choice with the tanh GELU, its top kernels profiled, under each
+#   SDPA backend); the decode step with the last-block merge (issue 51); ResNet-50 quant at batch 1024 (issue 47)
+set -uo pipefail
+source benchmarks/device_lib.sh
+case ${1:-} in
+probe)
+    T=(tests/measure/quant/test_quant_linear_gpu.py tests/measure/quant/test_quant_linear_persistent_gpu.py
+       tests/measure/engines/test_bert_gpu.py)
+    step "GPU tests" 150 python -m pytest -q -m gpu -n 4 "${T[@]}" -p no:cacheprovider > "$OUT/probe-tests.txt" 2>&1
+    grep -E "FAILED|ERROR" "$OUT/probe-tests.txt" | cut -c1-200; tail -n 2 "$OUT/probe-tests.txt"
+    step "SDPA backends" 60 python benchmarks/sdpa_backends.py --out "$OUT" > "$OUT/sdpa.txt" 2>&1
+    cut -c1-200 "$OUT/sdpa.txt"
+    for sdpa in auto cudnn; do
+        v=fp8-tensor-fast-fused-engine-tanh; [ $sdpa = auto ] && v=fp16-compile-freeze,$v
+        step "bert-large 384, sdpa $sdpa" 150 python benchmarks/transformer_quant.py --model bert-large --seq 384 \
+            --batch 128 --variants $v --sdpa $sdpa --profile $([ $sdpa = auto ] && echo 30 || echo 0) \
+            --iters 10 --out "$OUT" > "$OUT/bertlarge-$sdpa.txt" 2>&1
+        grep -v "^{" "$OUT/bertlarge-$sdpa.txt" | tail -n 6
+    done
+    step "decode loop, last-block merge" 130 python benchmarks/llm_decode_loop.py --precision fp8 --batches 1 \
+        --pdl on --split-kv auto --combine kernel,last-block --harness deepgap --out "$OUT" > "$OUT/decode-loop.txt" 2>&1
+    grep "^{" "$OUT/decode-loop.txt" | cut -c1-400; grep -v "^{" "$OUT/decode-loop.txt" | grep -i "error\|Trace" | head
+    step "resnet50 quant bs1024" 120 python -m deepgap run --models resnet50 --engines quant --precisions fp8,int8 \
+        --batch-sizes 1024 --sweeps 1 --no-cpu-baseline --no-thermal-warmup --store /tmp/rn50-1024.sqlite \
+        > "$OUT/rn50-1024.txt" 2>&1
+    tail -n 6 "$OUT/rn50-1024.txt"; pack /tmp/rn50-1024.sqlite ;;
+*) sed -n 2,7p "$0"; exit 2 ;;
+esac
