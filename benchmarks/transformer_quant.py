@@ -35,9 +35,9 @@ from deepgap.measure import graph_runner
 from deepgap.measure.models.attention import unfuse_attention
 from deepgap.measure.models.build import build_model
 from deepgap.measure.models.registry import MODELS
+from deepgap.measure.quant import sdpa_choice
 from deepgap.measure.quant.linear import LinearQuant
 from deepgap.measure.quant.transformer import calibrate_linears, quantize_linears
-from deepgap.measure.quant.transformer_engine import attention_backend, sdpa_only
 
 Q = LinearQuant
 VARIANTS = {
@@ -87,10 +87,13 @@ def make_input(model: str, batch: int, seq: int, seed: int = 0) -> torch.Tensor:
     return torch.randn(batch, 3, seq, seq, generator=g)
 
 
-def build_variant(name: str, fp32: torch.nn.Module, model: str, x: torch.Tensor, fused_tile=None):
+def build_variant(
+    name: str, fp32: torch.nn.Module, model: str, x: torch.Tensor, fused_tile=None, sdpa="torch"
+):
     """(callable, input on the GPU, info) of one variant, compiled and captured where it says so.
 
-    ``fused_tile`` (a `TileConfig`): the fused MLP kernel's tile in every ``-fused`` variant.
+    ``fused_tile`` (a `TileConfig`): the fused MLP kernel's tile in every ``-fused`` variant. ``sdpa``: a
+    `sdpa_choice` mode, set while compiling and capturing (the graph replays what was chosen then).
     """
     prec, unfuse, mode, freezing = VARIANTS[name]
     net = copy.deepcopy(fp32).cuda()
@@ -112,6 +115,12 @@ def build_variant(name: str, fp32: torch.nn.Module, model: str, x: torch.Tensor,
         info.update(fuse(net, name, xin, fused_tile))
     if mode is None:
         return net, xin, info, net
+    info["sdpa_ran"] = sdpa_choice.chosen(net, xin, sdpa)
+    with sdpa_choice.backends(sdpa):
+        return _compile(net, xin, info, mode, freezing)
+
+
+def _compile(net: torch.nn.Module, xin: torch.Tensor, info: dict, mode: str, freezing: bool):
     import torch._inductor.config as inductor_config
 
     torch._dynamo.reset()
@@ -188,8 +197,8 @@ def main() -> None:  # noqa: D103
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", type=Path, default=Path("."))
     ap.add_argument("--profile", type=int, default=0, help="record this many top kernels per variant")
-    ap.add_argument("--sdpa", default="auto", help="SDPA backend while compiling and capturing: auto, flash, cudnn, "
-                    "efficient (the engine's DEEPGAP_QUANT_SDPA)")  # fmt: skip
+    ap.add_argument("--sdpa", default="torch", help="SDPA backends while compiling and capturing: torch (its own "
+                    "order), cudnn (first), flash, efficient (the engine's DEEPGAP_QUANT_SDPA)")  # fmt: skip
     ap.add_argument(
         "--fused-tile",
         default="",
@@ -212,8 +221,7 @@ def main() -> None:  # noqa: D103
         t0 = time.perf_counter()
         row = {"model": a.model, "seq": a.seq, "batch": a.batch, "variant": name, "sdpa": a.sdpa}
         try:
-            with sdpa_only(attention_backend(a.sdpa)):  # the graph replays the backend it was captured with
-                fn, xin, info, uncaptured = build_variant(name, fp32, a.model, x, fused_tile)
+            fn, xin, info, uncaptured = build_variant(name, fp32, a.model, x, fused_tile, a.sdpa)
             with torch.inference_mode():
                 y = fn(xin).float()
             row["rel_l2"] = float((y - ref).norm() / ref.norm())

@@ -2,6 +2,7 @@
 # Session 25's recipes on one H200 (run from the repository root by the device tool, $OUT set; .whl/ carried).
 #   call 1  bash benchmarks/transformers_preset.sh preset       (the whole transformers preset, one store, timed)
 #   call 2  bash results/h200/session25/device.sh probe
+#   call 3  bash results/h200/session25/device.sh confirm      (cuDNN attention first, now the quant engine's default)
 # probe: the GPU tests of the files this session touched; SDPA's backends at the encoders' shapes; bert-large at
 #   sequence 384 in the bare loop (the engine's choice with the tanh GELU, its top kernels profiled, under each
 #   SDPA backend); the decode step with the last-block merge (issue 51); ResNet-50 quant at batch 1024 (issue 47)
@@ -29,5 +30,22 @@ probe)
         --batch-sizes 1024 --sweeps 1 --no-cpu-baseline --no-thermal-warmup --store /tmp/rn50-1024.sqlite \
         > "$OUT/rn50-1024.txt" 2>&1
     tail -n 6 "$OUT/rn50-1024.txt"; pack /tmp/rn50-1024.sqlite ;;
-*) sed -n 2,7p "$0"; exit 2 ;;
+confirm)
+    # the fixed GPU tests; `deepgap run` for bert-base and ViT (fused_mlp.sh engine) and the bare loop for bert-base
+    # and bert-large with cuDNN first; the preset's quant rows again. One archive back (the tool returns 8 files).
+    T=(tests/measure/quant/test_quant_linear_gpu.py tests/measure/quant/test_quant_linear_persistent_gpu.py
+       tests/measure/engines/test_bert_gpu.py)
+    step "GPU tests" 150 python -m pytest -q -m gpu -n 4 "${T[@]}" -p no:cacheprovider > "$OUT/confirm-tests.txt" 2>&1
+    grep -E "FAILED|ERROR" "$OUT/confirm-tests.txt" | cut -c1-200; tail -n 2 "$OUT/confirm-tests.txt"
+    DEVICE_WORK=/tmp/dg-cudnn bash benchmarks/fused_mlp.sh engine
+    for m in "bert-base 128 256" "bert-large 384 128"; do set -- $m
+        step "$1 $2 loop, cuDNN first" 120 python benchmarks/transformer_quant.py --model $1 --seq $2 --batch $3 \
+            --variants fp8-tensor-fast-fused-engine-tanh --sdpa cudnn --out "$OUT" > "$OUT/loop-$1.txt" 2>&1
+        grep -v "^{" "$OUT/loop-$1.txt" | tail -n 3
+    done
+    step "preset's quant rows" 240 python -m deepgap run --preset transformers --engines quant --thermal-timeout 30 \
+        --store /tmp/preset-quant.sqlite 2>&1 | stamp > "$OUT/preset-quant.txt"
+    tail -n 14 "$OUT/preset-quant.txt"; pack /tmp/preset-quant.sqlite
+    (cd "$OUT" && tar czf confirm.tar.gz --exclude confirm.tar.gz . && find . -type f ! -name confirm.tar.gz -delete) ;;
+*) sed -n 2,8p "$0"; exit 2 ;;
 esac

@@ -348,24 +348,3 @@ def test_fused_mlp_computes_what_the_unfused_path_does():
         want, got = q(ids).float(), fused(ids).float()
     # GELU of the fp32 accumulator instead of its bf16 rounding: the codes differ by a step here and there
     assert _rel(got, want) < 0.05
-
-
-def test_attention_switch_reads_checks_and_names_the_backend(monkeypatch):
-    from deepgap.core.errors import UsageError
-    from deepgap.measure.quant import transformer_engine as te
-
-    monkeypatch.delenv(te.ATTENTION_ENV, raising=False)
-    assert te.attention_backend() == "auto" and te.attention_backend("cudnn") == "cudnn"
-    monkeypatch.setenv(te.ATTENTION_ENV, "cudnn")
-    assert te.attention_backend() == "cudnn"
-    monkeypatch.setenv(te.ATTENTION_ENV, "fa3")
-    with pytest.raises(UsageError, match="DEEPGAP_QUANT_SDPA='fa3'.*auto, flash, cudnn, efficient"):
-        te.attention_backend()
-    with pytest.raises(ValueError):
-        te.attention_backend("fa3")
-    # the context leaves SDPA only the named backend; 'auto' changes nothing
-    with te.sdpa_only("efficient"):
-        assert not torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.mem_efficient_sdp_enabled()
-    assert torch.backends.cuda.flash_sdp_enabled()
-    with te.sdpa_only("auto"):
-        assert torch.backends.cuda.flash_sdp_enabled()

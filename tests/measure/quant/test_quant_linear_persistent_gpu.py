@@ -132,7 +132,9 @@ def test_the_engine_fuses_and_chooses_every_fp8_linear(monkeypatch, switch):
     )
     names = {n: k for k in info["linear_kernels"] for n in k["names"]}
     want = {"layers.0.ff1", "layers.1.ff1"}
-    if switch == "tuned":  # qkv, out, ff2 of both layers and the pooler (64 rows: cuBLASLt untimed)
+    if (
+        switch or linear_choice.DEFAULT_FUSED
+    ) == "tuned":  # qkv, out, ff2 of both layers and the pooler (64 rows: cuBLASLt untimed)
         want |= {f"layers.{i}.{n}" for i in (0, 1) for n in ("qkv", "out", "ff2")} | {"pooler"}
         assert names["pooler"]["kernel"] == "cuBLASLt"
     assert set(names) == want

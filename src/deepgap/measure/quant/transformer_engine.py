@@ -9,9 +9,8 @@ Steps (all outside the timed window; their cost is ``Prepared.setup_s``):
      and every fp8 Linear's kernel and tile chosen by timing in one eager pass
      (`deepgap.measure.quant.linear_choice`; ``DEEPGAP_QUANT_FUSED`` turns it down);
   4. torch.compile (Inductor's default mode: each activation's quantization fused into the kernel that
-     produced it), then the whole forward captured as one CUDA graph. ``DEEPGAP_QUANT_SDPA`` picks the
-     attention's SDPA backend for the compile and the capture (`attention_backend`): torch's own choice by
-     default (FlashAttention-2 in bf16), or cuDNN's, which ships Hopper kernels that FlashAttention-2 has not.
+     produced it), then the whole forward captured as one CUDA graph, the attention's SDPA kernel chosen
+     cuDNN first (`deepgap.measure.quant.sdpa_choice`; ``DEEPGAP_QUANT_SDPA=torch`` keeps torch's order).
 
 The default scales are what one H200 measured fastest at equal error (results/h200/session17, bert-base
 seq 128 batch 256, bare loop): fp8 with static per-tensor activation and weight scales and fast
@@ -25,16 +24,14 @@ against 26,046 for cuBLASLt + Inductor; ViT-B/16 batch 256 14,936 img/s against 
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from deepgap.core.errors import env_choice
 from deepgap.measure.models.attention import unfuse_attention
-from deepgap.measure.quant import linear_choice
+from deepgap.measure.quant import linear_choice, sdpa_choice
 from deepgap.measure.quant.calibrate import DEFAULT_METHOD
 from deepgap.measure.quant.linear import LinearQuant, use_reference
 from deepgap.measure.quant.transformer import calibrate_linears, quantize_linears
@@ -48,7 +45,6 @@ DEFAULT_HOW = {
     "fp8": LinearQuant("fp8", "static", weight_scale="tensor", fast_accum=True),
     "int8": LinearQuant("int8", "static", weight_scale="channel"),
 }
-ATTENTION_ENV, ATTENTION_MODES = "DEEPGAP_QUANT_SDPA", ("auto", "flash", "cudnn", "efficient")
 OUT_DTYPE = torch.bfloat16  # _scaled_mm's row-wise kernel writes bf16 only; one dtype for every path
 
 
@@ -82,7 +78,7 @@ def prepare_transformer(
     (default ``DEEPGAP_QUANT_GELU``'s, else "tanh"). ``info["fused"]`` says what ran and why not.
     """
     mode, form = linear_choice.modes(fused, gelu)  # a bad switch stops the prepare here, before calibrating
-    attention = attention_backend()
+    attention = sdpa_choice.mode()
     how = DEFAULT_HOW[precision]
     net = model.to(device).eval()
     info: dict[str, Any] = {"path": "transformer linears", "unfused_attention": unfuse_attention(net)}
@@ -110,45 +106,27 @@ def prepare_transformer(
         use_reference(net)
         info["kernels"] = "fp32 reference (no tensor cores)"
         return net, in_dtype, info
-    info["attention"] = {"backend": attention, "switch": ATTENTION_ENV}
+    ran = sdpa_choice.chosen(net, x, attention)
+    info["attention"] = {"mode": attention, "switch": sdpa_choice.ENV, "ran": ran}
     return _compile_and_capture(net, x, device, info, attention), in_dtype, info
 
 
-def attention_backend(value: str | None = None) -> str:
-    """``DEEPGAP_QUANT_SDPA`` (or ``value``): 'auto' (unset: torch's own order), 'flash', 'cudnn' or 'efficient'.
-
-    The backend is fixed while Inductor traces the forward and the graph is captured, so the replays run it;
-    a backend that cannot take the shapes fails the prepare (SDPA's own error) rather than falling back.
-    """
-    if value is not None and value not in ATTENTION_MODES:
-        raise ValueError(f"{value!r} is not one of {', '.join(ATTENTION_MODES)}")
-    return value or env_choice(ATTENTION_ENV, ATTENTION_MODES, "auto", empty_is_unset=True)
-
-
-def sdpa_only(name: str):
-    """A context that leaves SDPA only backend ``name`` ('auto': nothing changes)."""
-    if name == "auto":
-        return contextlib.nullcontext()
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    return sdpa_kernel([getattr(SDPBackend, f"{name.upper()}_ATTENTION")])
-
-
 def _compile_and_capture(net: torch.nn.Module, x: torch.Tensor, device: str, info: dict[str, Any],
-                         attention: str = "auto"):  # fmt: skip
+                         attention: str = "torch"):  # fmt: skip
     """Inductor (default mode, static shapes) around ``net``, then one CUDA graph of it; times in ``info``."""
     from deepgap.measure import graph_runner
 
     torch._dynamo.reset()  # fresh guards for this configuration, as the compile engines do
     compiled = torch.compile(net, dynamic=False)
     t0 = time.perf_counter()
-    with sdpa_only(attention):
+    with sdpa_choice.backends(attention):
         with torch.inference_mode():
             compiled(x)
         torch.cuda.synchronize(device)
         t1 = time.perf_counter()
         graph, out = graph_runner.capture(compiled, x, device)
     triton = " + deepgap::fp8_linear (Triton)" if info.get("linear_kernels") else ""
-    info.update(compile_s=round(t1 - t0, 2), capture_s=round(time.perf_counter() - t1, 2),
-                kernels=f"torch._scaled_mm / torch._int_mm{triton} + Inductor, one CUDA graph")  # fmt: skip
+    sdpa = " / ".join(info.get("attention", {}).get("ran") or ["(none)"])
+    kernels = f"torch._scaled_mm / torch._int_mm{triton} + Inductor + SDPA {sdpa}, one CUDA graph"
+    info.update(compile_s=round(t1 - t0, 2), capture_s=round(time.perf_counter() - t1, 2), kernels=kernels)
     return graph_runner.GraphRunner(graph, x, out, owns=compiled)
