@@ -63,6 +63,8 @@ def test_run_console_says_seq_and_tokens_per_s():
 
     line = result_line(Event(0, 1, _spec(4), make_result(_spec(4), 5e-3)))
     assert "800.0 seq/s (25,600 tokens/s)" in line and "ms per sequence" in line
+    # the median is the batch's latency: named so, with what it is a sequence (5 ms / 4)
+    assert "median 5.000 ms per batch of 4 (1.2500 ms per sequence)" in line, line
     _no_image_words(line)
 
 

@@ -2,7 +2,9 @@
 # Session 25's recipes on one H200 (run from the repository root by the device tool, $OUT set; .whl/ carried).
 #   call 1  bash benchmarks/transformers_preset.sh preset       (the whole transformers preset, one store, timed)
 #   call 2  bash results/h200/session25/device.sh probe
-#   call 3  bash results/h200/session25/device.sh confirm      (cuDNN attention first, now the quant engine's default)
+#   call 3  bash results/h200/session25/device.sh confirm      (cuDNN attention first, then the quant engine's default;
+#           its preset step stopped at once: --engines quant needs --precisions fp8 with the preset's fp32/fp16)
+#   call 4  bash results/h200/session25/device.sh profile      (where bert-large's and bert-base's quant time goes)
 # probe: the GPU tests of the files this session touched; SDPA's backends at the encoders' shapes; bert-large at
 #   sequence 384 in the bare loop (the engine's choice with the tanh GELU, its top kernels profiled, under each
 #   SDPA backend); the decode step with the last-block merge (issue 51); ResNet-50 quant at batch 1024 (issue 47)
@@ -47,5 +49,20 @@ confirm)
         --store /tmp/preset-quant.sqlite 2>&1 | stamp > "$OUT/preset-quant.txt"
     tail -n 14 "$OUT/preset-quant.txt"; pack /tmp/preset-quant.sqlite
     (cd "$OUT" && tar czf confirm.tar.gz --exclude confirm.tar.gz . && find . -type f ! -name confirm.tar.gz -delete) ;;
-*) sed -n 2,8p "$0"; exit 2 ;;
+profile)
+    # the engine's choice (tanh GELU, torch's SDPA order) in the bare loop, its top 40 kernels by GPU time
+    for m in "bert-large 384 128" "bert-base 128 256"; do set -- $m
+        step "$1 $2 profile" 120 python benchmarks/transformer_quant.py --model $1 --seq $2 --batch $3 \
+            --variants fp8-tensor-fast-fused-engine-tanh --profile 40 --out "$OUT" > "$OUT/profile-$1.txt" 2>&1
+        grep -v "^{" "$OUT/profile-$1.txt" | tail -n 3
+    done
+    python3 - "$OUT/transformer_quant.jsonl" <<'PY'
+import json, sys
+for row in map(json.loads, open(sys.argv[1])):
+    print(row["model"], row.get("per_s"), row.get("ms"))
+    for k in row.get("kernels", [])[:25]:
+        print(f'  {k["share"]:6.3f} {k["us_per_call"]:9.1f} us x{k["count"]:<3} {k["kernel"][:80]}')
+PY
+    ;;
+*) sed -n 2,10p "$0"; exit 2 ;;
 esac

@@ -10,13 +10,13 @@ from deepgap.measure.models.build import build_model
 from deepgap.measure.quant import sdpa_choice
 
 
-def test_the_switch_defaults_to_cudnn_first_and_refuses_other_values(monkeypatch):
+def test_the_switch_defaults_to_torchs_order_and_refuses_other_values(monkeypatch):
     monkeypatch.delenv(sdpa_choice.ENV, raising=False)
-    assert sdpa_choice.mode() == "cudnn" and sdpa_choice.mode("flash") == "flash"
-    monkeypatch.setenv(sdpa_choice.ENV, "torch")
-    assert sdpa_choice.mode() == "torch"
+    assert sdpa_choice.mode() == "torch" and sdpa_choice.mode("flash") == "flash"
+    monkeypatch.setenv(sdpa_choice.ENV, "cudnn")
+    assert sdpa_choice.mode() == "cudnn"
     monkeypatch.setenv(sdpa_choice.ENV, "fa3")
-    with pytest.raises(UsageError, match="DEEPGAP_QUANT_SDPA='fa3'.*cudnn, torch, flash, efficient"):
+    with pytest.raises(UsageError, match="DEEPGAP_QUANT_SDPA='fa3'.*torch, cudnn, flash, efficient"):
         sdpa_choice.mode()
     with pytest.raises(ValueError):
         sdpa_choice.mode("fa3")
@@ -45,6 +45,6 @@ def test_chosen_names_what_sdpa_dispatches_each_attention_call_to(model):
         from deepgap.measure.models.attention import unfuse_attention
 
         unfuse_attention(net)  # the engine's ViT: one SDPA call a layer
-    assert sdpa_choice.chosen(net, x, "cudnn") == ["FlashAttention-2"]
+    assert sdpa_choice.chosen(net, x, "cudnn") == sdpa_choice.chosen(net, x, "torch") == ["FlashAttention-2"]
     with pytest.raises(RuntimeError, match="No viable backend"):
         sdpa_choice.chosen(net, x, "efficient")

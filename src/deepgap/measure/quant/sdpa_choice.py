@@ -2,8 +2,12 @@
 
 Why: the quant engine runs attention through ``F.scaled_dot_product_attention`` in bf16, and torch tries
 FlashAttention-2 first. On one H200 (session 25, `benchmarks/sdpa_backends.py`, results/h200/session25)
-cuDNN's backend took 0.63–0.70× FlashAttention-2's time at every encoder shape deepgap measures (bert-base
-at 128 and 384, bert-large at 384, ViT-B/16; 239–388 against 151–256 TFLOPS), so the engine puts cuDNN first.
+cuDNN's backend alone took 0.63–0.70× FlashAttention-2's time at every encoder shape deepgap measures
+(bert-base at 128 and 384, bert-large at 384, ViT-B/16; 239–388 against 151–256 TFLOPS). In the compiled
+engine it did not pay: Inductor copies q, k and v out of the fused qkv output into cuDNN's layout (three
+kernels a layer), and `deepgap run` measured bert-base 32,203 seq/s with cuDNN first against 32,521 with
+torch's order, ViT-B/16 17,390 against 17,074–17,260, and the bare loop bert-large at 384 3,324 against
+3,437. So torch's order stays the default and ``DEEPGAP_QUANT_SDPA=cudnn`` puts cuDNN first.
 
 The order is set while Inductor traces the forward and the graph is captured, so the replays run what was
 chosen then. Two guards keep the label true:
@@ -28,9 +32,9 @@ from torch.overrides import TorchFunctionMode
 from deepgap.core.errors import env_choice
 
 ENV = "DEEPGAP_QUANT_SDPA"
-# "cudnn": cuDNN first, then torch's order; "torch": torch's own order; "flash"/"efficient": that one only
-MODES = ("cudnn", "torch", "flash", "efficient")
-DEFAULT = "cudnn"
+# "torch": torch's own order; "cudnn": cuDNN first, then torch's order; "flash"/"efficient": that one only
+MODES = ("torch", "cudnn", "flash", "efficient")
+DEFAULT = "torch"
 LABELS = {
     "CUDNN_ATTENTION": "cuDNN",
     "FLASH_ATTENTION": "FlashAttention-2",

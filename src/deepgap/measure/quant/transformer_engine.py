@@ -10,7 +10,7 @@ Steps (all outside the timed window; their cost is ``Prepared.setup_s``):
      (`deepgap.measure.quant.linear_choice`; ``DEEPGAP_QUANT_FUSED`` turns it down);
   4. torch.compile (Inductor's default mode: each activation's quantization fused into the kernel that
      produced it), then the whole forward captured as one CUDA graph, the attention's SDPA kernel chosen
-     cuDNN first (`deepgap.measure.quant.sdpa_choice`; ``DEEPGAP_QUANT_SDPA=torch`` keeps torch's order).
+     in torch's order (`deepgap.measure.quant.sdpa_choice`; ``DEEPGAP_QUANT_SDPA=cudnn`` puts cuDNN first).
 
 The default scales are what one H200 measured fastest at equal error (results/h200/session17, bert-base
 seq 128 batch 256, bare loop): fp8 with static per-tensor activation and weight scales and fast
