@@ -1,13 +1,14 @@
 """Which SDPA kernel the quant engine's attention runs, and what the row says ran.
 
-Why: the quant engine runs attention through ``F.scaled_dot_product_attention`` in bf16, and torch tries
-FlashAttention-2 first. On one H200 (session 25, `benchmarks/sdpa_backends.py`, results/h200/session25)
-cuDNN's backend alone took 0.63–0.70× FlashAttention-2's time at every encoder shape deepgap measures
-(bert-base at 128 and 384, bert-large at 384, ViT-B/16; 239–388 against 151–256 TFLOPS). In the compiled
-engine it did not pay: Inductor copies q, k and v out of the fused qkv output into cuDNN's layout (three
-kernels a layer), and `deepgap run` measured bert-base 32,203 seq/s with cuDNN first against 32,521 with
-torch's order, ViT-B/16 17,390 against 17,074–17,260, and the bare loop bert-large at 384 3,324 against
-3,437. So torch's order stays the default and ``DEEPGAP_QUANT_SDPA=cudnn`` puts cuDNN first.
+Why: the quant engine runs attention through ``F.scaled_dot_product_attention`` in bf16, and which kernel
+that is depends on torch's version and the GPU (torch 2.14 lists FlashAttention-2 first). On one H200 (session
+25, results/h200/session25): cuDNN's backend alone took 0.63–0.70× FlashAttention-2's time at every encoder
+shape deepgap measures (`benchmarks/sdpa_backends.py`: bert-base at 128 and 384, bert-large at 384,
+ViT-B/16; 239–388 against 151–256 TFLOPS), and torch 2.11's own order already dispatched the engine's
+attention to cuDNN there (``engine_info.attention.ran`` and the profile said so). Forcing cuDNN first
+measured what torch's order did, within run-to-run spread (bert-base 32,203 against 32,521–33,157 seq/s in
+`deepgap run`; the bare loop's bert-large at 384 3,324 against 3,306–3,437). So the default keeps torch's
+order, ``cudnn`` puts cuDNN first where a torch would not, and ``flash``/``efficient`` force one to compare.
 
 The order is set while Inductor traces the forward and the graph is captured, so the replays run what was
 chosen then. Two guards keep the label true:
