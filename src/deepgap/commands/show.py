@@ -114,7 +114,8 @@ def _show(args: argparse.Namespace, store: Store) -> int:
         "thr",
         "sweep",
         "status",
-        "median ms (95% CI)" + (" per batch" if text else ""),  # the batch's latency (bs column), not an item's
+        "median ms (95% CI)"
+        + (" per batch" if text else ""),  # the batch's latency (bs column), not an item's
         "tail ms",  # a p99 only where n supports one, else "max of n" (analysis.tails)
         units.short,
         f"{units.short} pipelined",

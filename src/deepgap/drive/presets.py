@@ -75,7 +75,7 @@ PRESETS: dict[str, tuple[str, SweepSpec]] = {
         "adds transformers to the GPU grid's engines (not in the default sweep): bert-base and bert-large "
         "at sequence 128 and 384, and vit_b_16; eager fp32/fp16 at batch 1 and 256, compile-freeze fp16 at "
         "256, cudagraph fp16 at batch 1, quant fp8 (every Linear in 8 bits) at 256: 35 configurations, "
-        "sized for 10 minutes on one H200; docs/transformers.md",
+        "513 s on one H200 from cold caches (session 25); docs/transformers.md",
         _grid(
             models=("bert-base", "bert-large", "vit_b_16"),
             precisions=("fp32", "fp16"),
