@@ -5,6 +5,7 @@
 #   call 3  bash results/h200/session25/device.sh confirm      (cuDNN attention first, then the quant engine's default;
 #           its preset step stopped at once: --engines quant needs --precisions fp8 with the preset's fp32/fp16)
 #   call 4  bash results/h200/session25/device.sh profile      (where bert-large's and bert-base's quant time goes)
+#   call 5  TEST_LIMIT=240 bash benchmarks/device.sh gputests; (cd $OUT && tar czf gputests.tar.gz gputests*.txt)
 # probe: the GPU tests of the files this session touched; SDPA's backends at the encoders' shapes; bert-large at
 #   sequence 384 in the bare loop (the engine's choice with the tanh GELU, its top kernels profiled, under each
 #   SDPA backend); the decode step with the last-block merge (issue 51); ResNet-50 quant at batch 1024 (issue 47)
@@ -64,5 +65,5 @@ for row in map(json.loads, open(sys.argv[1])):
         print(f'  {k["share"]:6.3f} {k["us_per_call"]:9.1f} us x{k["count"]:<3} {k["kernel"][:80]}')
 PY
     ;;
-*) sed -n 2,10p "$0"; exit 2 ;;
+*) sed -n 2,11p "$0"; exit 2 ;;
 esac
