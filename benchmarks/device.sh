@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one device script: named recipes for the GPU machine (the `device` tool runs it from the repository root,
 # with $OUT set). Usage: bash benchmarks/device.sh RECIPE... ; every store is packed gzipped into $OUT.
-#   default   the README's main command (gpu preset, 2 sweeps, report), timed; DEFAULT_LIMIT seconds (575)
+#   default   the README's main command (gpu preset, 2 sweeps, report), timed; DEFAULT_LIMIT seconds (575);
+#             DEFAULT_CONFIG=FILE.toml runs that sweep file instead (benchmarks/gpu-quant1024.toml)
 #   smoke     a short two-sweep run through every layer: ResNet-18 eager fp16 and quant int8 at batch 1 and 256
 #   gputests  every test marked gpu (the ones CI skips), the LoadGen ones alone after; TEST_LIMIT s each (300)
 #   prelude   serve and a one-GPU fleet store their idle baseline and thermal warm-up (benchmarks/prelude_check.sh)
@@ -11,12 +12,13 @@
 set -uo pipefail
 source benchmarks/device_lib.sh  # PYTHONPATH, the carried wheels, step(), pack()
 S=${DEVICE_WORK:-/tmp/deepgap-device}; mkdir -p "$S"
-[ $# -gt 0 ] || { sed -n 3,10p "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n 3,11p "$0"; exit 2; }
 for what in "$@"; do case $what in
 default)
     # from cold compiler caches (inductor, Triton, deepgap's quant tuning), each line stamped with its second
     rm -rf /tmp/torchinductor_"$(id -un)" "$HOME/.triton" "$HOME/.cache/deepgap"
-    step "default sweep" "${DEFAULT_LIMIT:-575}" python -m deepgap run --store "$S/default.sqlite" \
+    step "default sweep" "${DEFAULT_LIMIT:-575}" python -m deepgap run ${DEFAULT_CONFIG:+--config "$DEFAULT_CONFIG"} \
+        --store "$S/default.sqlite" \
         --report "$S/report/report.html" 2>&1 | stamp > "$OUT/default.txt"
     tail -30 "$OUT/default.txt"; pack "$S/default.sqlite"; report_csvs "$S/report" ;;
 smoke)
@@ -53,6 +55,6 @@ kinds)
     python -m deepgap show "$K" --runs >> "$OUT/kinds.txt" 2>&1
     tail -40 "$OUT/kinds.txt"; pack "$K" ;;
 list)
-    sed -n 3,10p "$0"; ls benchmarks/*.sh ;;
+    sed -n 3,11p "$0"; ls benchmarks/*.sh ;;
 *) echo "unknown recipe $what (bash benchmarks/device.sh list)"; exit 2 ;;
 esac; done

@@ -166,3 +166,24 @@ def test_check_pairs_names_the_engines_that_can():
     with pytest.raises(UsageError) as e:
         check_pairs(SweepSpec(engines=("eager",), precisions=("fp8",)))
     assert "quant" in e.value.fix
+
+
+def test_the_quant_1024_sweep_file_is_the_gpu_grid_with_quant_at_1_and_1024():
+    """benchmarks/gpu-quant1024.toml (issue 47's batch for the answer): every configuration of the gpu preset but
+    quant's batch 256, which becomes 1024; nothing else moves."""
+    from repo_paths import BENCHMARKS
+
+    from deepgap.drive.presets import preset
+
+    def plan(spec):
+        return {(c.model, c.engine, c.precision, c.batch_size, c.memory_format, c.device)
+                for c in expand(validate(spec.replace(device="cuda")), "cuda")}  # fmt: skip
+
+    gpu, toml = plan(preset("gpu")), plan(load_toml(str(BENCHMARKS / "gpu-quant1024.toml")))
+    assert {c for c in gpu if c[1] != "quant" or c[3] != 256} == {
+        c for c in toml if c[1] != "quant" or c[3] != 1024
+    }
+    assert {c[:3] + c[4:] for c in gpu if c[1] == "quant" and c[3] == 256} == {
+        c[:3] + c[4:] for c in toml if c[1] == "quant" and c[3] == 1024
+    }
+    assert {c[3] for c in toml if c[1] == "quant"} == {1, 1024}
