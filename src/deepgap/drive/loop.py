@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
+from deepgap.core import switches
 from deepgap.core.events import Event
 from deepgap.core.records import ConfigSpec
 from deepgap.drive.config import SweepSpec
@@ -110,8 +111,18 @@ class Driven(Generic[T]):
     outcomes: list[T] = field(default_factory=list)
 
 
+def _with_switches(env: dict[str, Any], set_switches: dict[str, str]) -> dict[str, Any]:
+    """The run's environment with the DEEPGAP_* switches that are set (`deepgap.core.switches`), if any.
+
+    Why stored: a switch changes what a row measures (a kernel path, a GELU form); the row's engine_info
+    says what ran, and the run says what was asked. None set: the environment exactly as before.
+    """
+    return {**env, "switches": set_switches} if set_switches else env
+
+
 def drive(job: Job[T]) -> Driven[T]:
     """Run ``job``: resume → validate → open → prelude → loop → finish (the module docstring says why)."""
+    set_switches = switches.check_environment()  # a bad DEEPGAP_* value: one line, exit 2, nothing written
     resumed = None
     if job.resume:
         store, row = open_resume(job.store, job.resume)
@@ -130,7 +141,7 @@ def drive(job: Job[T]) -> Driven[T]:
         if plan.run_id is not None:
             session.resume(plan.run_id)
         elif env is not None and job.store_results:
-            session.open(plan.spec.to_dict(), job.command, env)
+            session.open(plan.spec.to_dict(), job.command, _with_switches(env, set_switches))
         with session:
             if plan.prelude and session.run_id is not None:
                 _prelude(session, launcher, plan, job.log)
@@ -141,7 +152,7 @@ def drive(job: Job[T]) -> Driven[T]:
                     continue
                 if session.run_id is None and job.store_results:
                     out.env = plan.env_of(item) if plan.env_of else {}
-                    session.open(plan.spec.to_dict(), job.command, out.env)
+                    session.open(plan.spec.to_dict(), job.command, _with_switches(out.env, set_switches))
                 if session.run_id is not None:
                     job.record(session, item.result)
                 out.outcomes.append(item.result)

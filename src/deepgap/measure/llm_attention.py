@@ -37,15 +37,17 @@ import torch
 import triton
 import triton.language as tl
 
-from deepgap.core.errors import env_choice
+from deepgap.core import switches
 from deepgap.measure.quant.kernels import pdl_enter
 from deepgap.measure.quant.launch import check, launcher
 
 BLOCK = 64  # cache positions per step of the walk
 ROWS = 16  # query rows per tile (a group's rows, padded: the tensor cores' smallest M)
-SPLIT_MODES = ("auto", "on", "off")  # DEEPGAP_DECODE_SPLIT_KV
-ATTENTION_MODES = ("triton", "sdpa", "qkv")  # DEEPGAP_DECODE_ATTENTION
-COMBINE_MODES = ("kernel", "last-block")  # DEEPGAP_DECODE_COMBINE: how a split's chunks are merged
+SPLIT_MODES = switches.choices("DEEPGAP_DECODE_SPLIT_KV")  # auto, on, off
+ATTENTION_MODES = switches.choices("DEEPGAP_DECODE_ATTENTION")  # triton, sdpa, qkv
+COMBINE_MODES = switches.choices(
+    "DEEPGAP_DECODE_COMBINE"
+)  # kernel, last-block: how a split's chunks are merged
 MIN_CHUNK = 32  # the fewest cache positions a split program walks
 CPU_SMS = 132  # on the CPU (the interpreter) the split is planned as for an H200's SMs
 
@@ -60,7 +62,7 @@ def attention_mode() -> str:
     fused layer with RoPE in its qkv GEMV (`deepgap.measure.llm_fused`) attends in that GEMV's last programs,
     this kernel's launch and its combine's gone; every other static step still runs this kernel.
     """
-    return env_choice("DEEPGAP_DECODE_ATTENTION", ATTENTION_MODES, "triton", empty_is_unset=True)
+    return switches.read("DEEPGAP_DECODE_ATTENTION")
 
 
 def enabled(q: torch.Tensor) -> bool:
@@ -102,7 +104,7 @@ def chunked(length: int, chunks: int) -> Split:
 
 def split_mode() -> str:
     """``DEEPGAP_DECODE_SPLIT_KV`` (``auto`` by default: +2–4% decode tokens/s at batch 1 on one H200, session 22)."""
-    return env_choice("DEEPGAP_DECODE_SPLIT_KV", SPLIT_MODES, "auto")
+    return switches.read("DEEPGAP_DECODE_SPLIT_KV")
 
 
 def combine_mode() -> str:
@@ -114,7 +116,7 @@ def combine_mode() -> str:
     tokens/s; the counters' acquire-release and the last program's serial merge cost more than the launch), so
     off by default.
     """
-    return env_choice("DEEPGAP_DECODE_COMBINE", COMBINE_MODES, "kernel")
+    return switches.read("DEEPGAP_DECODE_COMBINE")
 
 
 def plan(b: int, nkv: int, length: int, sms: int, mode: str) -> Split:

@@ -31,18 +31,20 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from deepgap.core.errors import env_choice
+from deepgap.core import switches
 from deepgap.measure.llm_attention import attention_mode
 from deepgap.measure.llm_qkv_attention import rope_gemv_attend_op
 from deepgap.measure.quant.gemv_fused import fused_gemv_op, rope_gemv_op
 from deepgap.measure.quant.linear import QuantLinear
 
-ROPE_MODES = ("mix", "fused")  # DEEPGAP_DECODE_ROPE: RoPE and the cache write in `Attention.mix`, or the GEMV
+ROPE_MODES = switches.choices(
+    "DEEPGAP_DECODE_ROPE"
+)  # ("mix", "fused"); DEEPGAP_DECODE_ROPE: RoPE and the cache write in `Attention.mix`, or the GEMV
 
 
 def rope_mode() -> str:
     """``DEEPGAP_DECODE_ROPE`` (`ROPE_MODES`, ``fused`` when unset); another value is a usage error."""
-    return env_choice("DEEPGAP_DECODE_ROPE", ROPE_MODES, "fused", empty_is_unset=True)
+    return switches.read("DEEPGAP_DECODE_ROPE")
 
 
 class FusedLayer(nn.Module):

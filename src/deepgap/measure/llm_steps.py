@@ -24,8 +24,9 @@ import contextlib
 
 import torch
 
-from deepgap.core.errors import UsageError, env_choice
-from deepgap.measure.quant.pdl_choice import PDL_MODES, decode_modes
+from deepgap.core import switches
+from deepgap.core.errors import UsageError
+from deepgap.measure.quant.pdl_choice import decode_modes
 
 STEPS = ("eager", "static", "compile", "cuda-graph")
 
@@ -119,7 +120,7 @@ def _kept(graphs: dict, dev: torch.device) -> tuple[tuple, str]:
     """
     if len(graphs) == 1:  # forced, or a GPU without PDL (`pdl_choice.decode_modes`)
         on = next(iter(graphs))
-        asked = env_choice("DEEPGAP_DECODE_PDL", PDL_MODES, "auto")
+        asked = switches.read("DEEPGAP_DECODE_PDL")
         why = f"DEEPGAP_DECODE_PDL={asked}" if asked != "auto" else "needs compute capability 9.0 (Hopper)"
         return graphs[on], f"{'on' if on else 'off'}: {why}"
     from deepgap.measure.quant.pdl_choice import MIN_GAIN  # the CNN engine's PDL choice: one threshold

@@ -30,15 +30,15 @@ import torch
 import triton
 import triton.language as tl
 
-from deepgap.core.errors import env_choice
+from deepgap.core import switches
 
-MODES = ("off", "l2")  # DEEPGAP_DECODE_PREFETCH
+MODES = switches.choices("DEEPGAP_DECODE_PREFETCH")  # off, l2
 CAP_BYTES = 24 << 20  # a kernel's prefetched bytes at most: about half an H200's (or H100's) 50 MB L2
 
 
 def mode() -> str:
     """``DEEPGAP_DECODE_PREFETCH`` (`MODES`, ``off`` when unset); another value is a usage error."""
-    return env_choice("DEEPGAP_DECODE_PREFETCH", MODES, "off", empty_is_unset=True)
+    return switches.read("DEEPGAP_DECODE_PREFETCH")
 
 
 def programs(device: torch.device, pdl: bool, band_bytes: int, grid: int) -> int:

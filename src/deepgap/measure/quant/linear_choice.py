@@ -37,7 +37,7 @@ from functools import partial
 import torch
 from torch import nn
 
-from deepgap.core.errors import env_choice
+from deepgap.core import switches
 from deepgap.measure.models.build import hooks_installed
 from deepgap.measure.quant.fused_mlp import FusedLinearGelu, fuse_mlp
 from deepgap.measure.quant.linear import QuantLinear, quantize_codes
@@ -52,8 +52,10 @@ from deepgap.measure.quant.linear_kernels import (
 from deepgap.measure.quant.precompile import compile_all
 from deepgap.measure.quant.tiles import TileConfig, linear_persistent_configs
 
-FUSED_ENV, FUSED_MODES = "DEEPGAP_QUANT_FUSED", ("tuned", "mlp", "off")
-GELU_ENV, GELU_MODES = "DEEPGAP_QUANT_GELU", ("erf", "tanh", "erf-poly")
+FUSED_ENV = "DEEPGAP_QUANT_FUSED"
+FUSED_MODES = switches.choices(FUSED_ENV)  # tuned, mlp, off
+GELU_ENV = "DEEPGAP_QUANT_GELU"
+GELU_MODES = switches.choices(GELU_ENV)  # erf, tanh, erf-poly
 GELU_LABELS = {
     "erf": "exact (erf)",
     "tanh": "tanh approximation (tanh.approx.f32)",
@@ -63,14 +65,15 @@ APPROXIMATE = {"erf": "none", "tanh": "tanh", "erf-poly": "erf-poly"}  # a GELU 
 # session 24, `deepgap run` on one H200 (bert-base seq 128 and ViT-B/16, batch 256, results/h200/session24):
 # "tuned" 28,416 seq/s and 15,366 img/s with the exact GELU; "off" (cuBLASLt + Inductor) ran 26,046 and 13,780
 # in session 23's bare loop (not timed in `deepgap run` since session 17's 26,572 seq/s)
-DEFAULT_FUSED = "tuned"
-DEFAULT_GELU = "tanh"  # TensorRT's GELU (module doc); ``DEEPGAP_QUANT_GELU=erf`` for the exact one
+DEFAULT_FUSED = switches.SWITCHES[FUSED_ENV].default  # "tuned"
+# "tanh": TensorRT's GELU (module doc); ``DEEPGAP_QUANT_GELU=erf`` for the exact one
+DEFAULT_GELU = switches.SWITCHES[GELU_ENV].default
 MIN_ROWS = 128  # a bias-only Linear with fewer rows (a pooler at a small batch) stays on cuBLASLt untimed
 
 
 def fused_mode() -> str:
     """``DEEPGAP_QUANT_FUSED``: 'tuned', 'mlp' or 'off' (unset: `DEFAULT_FUSED`); a bad value stops the prepare."""
-    return env_choice(FUSED_ENV, FUSED_MODES, DEFAULT_FUSED, empty_is_unset=True)
+    return switches.read(FUSED_ENV)
 
 
 def gelu_mode() -> str:
@@ -79,7 +82,7 @@ def gelu_mode() -> str:
     'erf': the exact GELU BERT and ViT specify; 'tanh': its tanh form (TensorRT's); 'erf-poly': exact, its
     erf branch-free (`linear_kernels.APPROXIMATE`).
     """
-    return env_choice(GELU_ENV, GELU_MODES, DEFAULT_GELU, empty_is_unset=True)
+    return switches.read(GELU_ENV)
 
 
 def modes(fused: str | None = None, gelu: str | None = None) -> tuple[str, str]:

@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
-from deepgap.core.errors import env_choice
+from deepgap.core import switches
 from deepgap.measure.quant.tuning import time_s
 
-PDL_MODES = ("auto", "on", "off")
+PDL_MODES = switches.choices("DEEPGAP_DECODE_PDL")  # auto, on, off
 MIN_GAIN = 0.01  # PDL is kept when it is at least this much faster (the timings' own noise is below it)
 MIN_CC = (9, 0)  # griddepcontrol: Hopper and later
 
@@ -27,7 +27,7 @@ def decode_modes(dev: torch.device) -> tuple[bool, ...]:
 
     Here, beside the CNN engine's choice, because the GEMV tuner asks it too (`gemv.timed_under_pdl`).
     """
-    mode = env_choice("DEEPGAP_DECODE_PDL", PDL_MODES, "auto")
+    mode = switches.read("DEEPGAP_DECODE_PDL")
     if mode == "off" or torch.cuda.get_device_capability(dev) < MIN_CC:
         return (False,)
     return (True,) if mode == "on" else (False, True)

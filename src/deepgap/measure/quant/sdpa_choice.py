@@ -30,12 +30,12 @@ import torch
 from torch.nn import functional as F  # noqa: N812 - torch's own spelling
 from torch.overrides import TorchFunctionMode
 
-from deepgap.core.errors import env_choice
+from deepgap.core import switches
 
 ENV = "DEEPGAP_QUANT_SDPA"
 # "torch": torch's own order; "cudnn": cuDNN first, then torch's order; "flash"/"efficient": that one only
-MODES = ("torch", "cudnn", "flash", "efficient")
-DEFAULT = "torch"
+MODES = switches.choices(ENV)
+DEFAULT = switches.SWITCHES[ENV].default  # "torch"
 LABELS = {
     "CUDNN_ATTENTION": "cuDNN",
     "FLASH_ATTENTION": "FlashAttention-2",
@@ -49,7 +49,7 @@ def mode(value: str | None = None) -> str:
     """``value`` checked, else ``DEEPGAP_QUANT_SDPA`` (unset: `DEFAULT`); a bad switch stops the prepare."""
     if value is not None and value not in MODES:
         raise ValueError(f"{value!r} is not one of {', '.join(MODES)}")
-    return value or env_choice(ENV, MODES, DEFAULT, empty_is_unset=True)
+    return value or switches.read(ENV)
 
 
 @contextlib.contextmanager

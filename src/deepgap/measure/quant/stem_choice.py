@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from deepgap.core.errors import env_choice
+from deepgap.core import switches
 from deepgap.measure.quant.network import QuantNet
 from deepgap.measure.quant.stem_pool import CONFIGS as POOL_CONFIGS
 from deepgap.measure.quant.tuning import CHECK_BATCH, _agree, _sync, time_s
@@ -60,7 +60,7 @@ def pool_offered() -> bool:
     unfused pair's time at batch 1, 256 and 1024, int8 and fp8; each variant offered would be one more
     Triton compile and timing per configuration in the main job, for a variant that never wins.
     """
-    return env_choice(POOL_ENV, ("off", "on"), "off", empty_is_unset=True) == "on"
+    return switches.read(POOL_ENV) == "on"
 
 
 def choose_stem(

@@ -13,14 +13,14 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from deepgap.core.errors import env_choice
+from deepgap.core import switches
 from deepgap.measure.quant.fold import ConvertNode, ConvNode, Graph, HeadNode, PoolNode
 from deepgap.measure.quant.launch import halved_to_divide
 
 SMEM_BUDGET_BYTES = 200 * 1024  # of the H100's 227 KB per block, leaving room for the epilogue
 SMS_H100 = 132
 GEMM_ENV = "DEEPGAP_QUANT_GEMM"
-GEMM_MODES = ("persistent", "off")
+GEMM_MODES = switches.choices(GEMM_ENV)  # persistent, off
 
 
 @dataclass(frozen=True)
@@ -153,8 +153,7 @@ def gemm_mode() -> str:
     ResNet-50 at batch 256 +4.7% fp8, +6.7% int8, results/h200/session22); 'off' gives the engine as it was
     before, to set the two side by side or to rule the kernel out.
     """
-    fix = f"set it to one of {', '.join(GEMM_MODES)} or unset it (persistent)"
-    return env_choice(GEMM_ENV, GEMM_MODES, "persistent", empty_is_unset=True, fix=fix)
+    return switches.read(GEMM_ENV)
 
 
 def persistent_configs(

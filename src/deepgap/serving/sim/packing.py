@@ -12,9 +12,10 @@ for, runs as several packed prefills, in arrival order.
 
 from __future__ import annotations
 
-from deepgap.core.errors import env_choice
+from deepgap.core import switches
 
-PREFILL_MODES = ("packed", "padded")  # DEEPGAP_SERVE_PREFILL: how a served decoder runs its admissions
+# DEEPGAP_SERVE_PREFILL: how a served decoder runs its admissions (packed, padded)
+PREFILL_MODES = switches.choices("DEEPGAP_SERVE_PREFILL")
 
 
 def prefill_mode() -> str:
@@ -23,8 +24,7 @@ def prefill_mode() -> str:
     Read by the parent before it starts a worker (a bad value is a usage error there, before anything is
     built) and by the worker, which inherits the environment.
     """
-    fix = "set it to packed or padded (or leave it unset)"
-    return env_choice("DEEPGAP_SERVE_PREFILL", PREFILL_MODES, "packed", fix=fix, quote=False)
+    return switches.read("DEEPGAP_SERVE_PREFILL")
 
 
 # The most token rows one packed prefill takes. Why 4096 and not every slot's longest prompt (64 × 256 =

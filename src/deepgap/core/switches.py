@@ -1,0 +1,69 @@
+"""deepgap's environment switches in one table: each one's name, values and default, checked before a run.
+
+Why one table: a switch (a kernel path kept off until a GPU has timed it, or a default kept switchable) is
+read where it acts, mostly in the worker, which inherits the environment. Read only there, a typo
+(``DEEPGAP_QUANT_SDPA=fa3``) failed every configuration in its worker while the run went on; the parent could
+not check it, since the readers' modules import torch. With the values here, torch-free, `check_environment`
+stops a run with one line (exit 2) before its store is opened, and returns the switches that are set, which
+the run records beside its environment. The modules that act on a switch take its values from here and
+keep the why (each switch's docstring: `linear_choice`, `sdpa_choice`, `tiles`, `stem_choice`, `llm_fused`,
+`llm_attention`, `pdl_choice`, `l2_prefetch`, `serving.sim.packing`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from deepgap.core.errors import env_choice
+
+
+@dataclass(frozen=True)
+class Switch:
+    """One environment switch: its values, the one used when it is unset, and how a bad value is told."""
+
+    choices: tuple[str, ...]
+    default: str
+    empty_is_unset: bool = True  # an empty value means unset (else it is a bad value like any other)
+    fix: str = ""  # the hint after a bad value ("" → "set it to one of …")
+    quote: bool = True  # the bad value shown as a Python string (NAME='x'), else bare (NAME=x)
+
+
+SWITCHES: dict[str, Switch] = {
+    "DEEPGAP_QUANT_FUSED": Switch(("tuned", "mlp", "off"), "tuned"),
+    "DEEPGAP_QUANT_GELU": Switch(("erf", "tanh", "erf-poly"), "tanh"),
+    "DEEPGAP_QUANT_SDPA": Switch(("torch", "cudnn", "flash", "efficient"), "torch"),
+    "DEEPGAP_QUANT_GEMM": Switch(
+        ("persistent", "off"), "persistent", fix="set it to one of persistent, off or unset it (persistent)"
+    ),
+    "DEEPGAP_QUANT_STEM_POOL": Switch(("off", "on"), "off"),
+    "DEEPGAP_DECODE_ROPE": Switch(("mix", "fused"), "fused"),
+    "DEEPGAP_DECODE_ATTENTION": Switch(("triton", "sdpa", "qkv"), "triton"),
+    "DEEPGAP_DECODE_SPLIT_KV": Switch(("auto", "on", "off"), "auto", empty_is_unset=False),
+    "DEEPGAP_DECODE_COMBINE": Switch(("kernel", "last-block"), "kernel", empty_is_unset=False),
+    "DEEPGAP_DECODE_PDL": Switch(("auto", "on", "off"), "auto", empty_is_unset=False),
+    "DEEPGAP_DECODE_PREFETCH": Switch(("off", "l2"), "off"),
+    "DEEPGAP_SERVE_PREFILL": Switch(
+        ("packed", "padded"),
+        "packed",
+        empty_is_unset=False,
+        fix="set it to packed or padded (or leave it unset)",
+        quote=False,
+    ),  # fmt: skip
+}
+
+
+def choices(name: str) -> tuple[str, ...]:
+    """Switch ``name``'s values."""
+    return SWITCHES[name].choices
+
+
+def read(name: str) -> str:
+    """Switch ``name``'s value (its default when unset); a bad value is a `UsageError` naming the fix."""
+    s = SWITCHES[name]
+    return env_choice(name, s.choices, s.default, empty_is_unset=s.empty_is_unset, fix=s.fix, quote=s.quote)
+
+
+def check_environment() -> dict[str, str]:
+    """Every switch checked (the first bad one raises); returns those set, by name, with their values."""
+    return {name: read(name) for name in SWITCHES if os.environ.get(name)}
