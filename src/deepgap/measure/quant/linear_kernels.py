@@ -23,7 +23,11 @@ the value); the quant engine runs it by default since session 24 (`linear_choice
 faster at the same error), this function only when asked. ``approximate="erf-poly"`` keeps the exact GELU
 but computes its erf branch-free (Abramowitz & Stegun 7.1.26: ``|error| ≤ 1.5e-7``, one exp and one
 division per element; libdevice's ``erff`` branches on |x| and is about 39 PTX instructions an element in
-this epilogue against about 8 for the tanh form), also a measured option.
+this epilogue against about 8 for the tanh form), also a measured option. The tanh form is bound by the
+special-function units: at bert-base's ff1 (session 24) it added 24.5 µs to a 146 µs call, about 15.6
+elements a clock per SM against their 16. Its tanh on half-precision pairs (``tanh.approx.f16x2``) would not
+help: compiled for sm_90 (Triton 3.6, nvdisasm) it is two ``MUFU.TANH.F16`` a pair, 128 a thread per
+128×256 tile as with ``tanh.approx.f32``, plus the conversions (session 25; not offered).
 On CPU tensors both kernels run in Triton's interpreter (`deepgap.measure.quant.launch`), device-side
 TMA descriptors included, as the tests do.
 """
