@@ -1,14 +1,18 @@
-"""MLPerf Inference's published ResNet-50 numbers, as an anchor beside deepgap's resident-input rows.
+"""MLPerf Inference's published numbers (ResNet-50, BERT-99) as anchors beside the rows they can stand by.
 
 Why its own table: MLPerf times int8 images already preprocessed and resident in GPU memory (its
 preprocessing is untimed), on TensorRT at batch sizes far beyond a default sweep's. deepgap's default rows
 time a float batch on the device, so they are not comparable with MLPerf's number; an ``int8-resident``
 row (`deepgap.core.records.INPUT_MODES`) is measured under MLPerf's input condition, and only beside such a
-row is the anchor shown. The number never travels without its conditions: `MlperfAnchor.label` carries the
-round, scenario, engine, precision, batch, input and power, and every view prints that label whole.
+row is a ResNet-50 anchor shown. BERT-99's (bert-large, SQuAD v1.1 at up to 384 tokens) is shown beside the
+answer's throughput row of bert-large at sequence 384 (`text_anchor_lines`), its difference named: MLPerf
+removes the padding (about 54% of the tokens of a batch padded to 384), deepgap's rows are full 384-token
+sequences with none to remove. The number never travels without its conditions: `MlperfAnchor.label`
+carries the round, scenario, engine, precision, batch, input and power, and every view prints that label
+whole.
 
-An anchor is shown only for the GPU it was measured on (the platform's name names it) and the model it
-is of; elsewhere `anchor_for` says why there is none.
+An anchor is shown only for the GPU it was measured on (the platform's name names it) and the model (and
+sequence length) it is of; elsewhere `anchors_for` says why there is none.
 """
 
 from __future__ import annotations
@@ -22,6 +26,10 @@ import pandas as pd
 from deepgap.analysis.frame import is_default_input
 from deepgap.analysis.tables import best_rows
 from deepgap.core.records import INPUT_MODE_LABELS
+
+# BERT-99's input: SQuAD v1.1 at up to 384 tokens, padding removed; 54% of the tokens of a padded batch are
+# padding (an abstract on removing BERT's padding, https://openreview.net/forum?id=3nzKUh9a4M)
+_SQUAD = "SQuAD v1.1 questions of up to 384 tokens, padding removed: about 54% of the tokens of a batch padded to 384"
 
 
 @dataclass(frozen=True)
@@ -39,13 +47,15 @@ class MlperfAnchor:
     power: str  # "" (no cap: the Performance division) or the MaxQ cap
     energy: str = ""  # energy per image where published (MaxQ)
     shown: str = ""  # the value as published where rounded there ("69.5k"); else the exact value
+    inputs: str = "int8 images preprocessed and resident in GPU memory (preprocessing untimed)"
+    seq: int | None = None  # a text model's sequence length the anchor stands by (None: an image model)
 
     def label(self) -> str:
         """The number with every condition it was measured under, in one line."""
         conditions = [
             self.engine,
             *([f"batch {self.batch}"] if self.batch else []),
-            "int8 images preprocessed and resident in GPU memory (preprocessing untimed)",
+            self.inputs,
             self.power or "no power cap",
             *([self.energy] if self.energy else []),
         ]
@@ -57,7 +67,7 @@ class MlperfAnchor:
     @property
     def model_name(self) -> str:
         """MLPerf's name of the model."""
-        return {"resnet50": "ResNet-50"}.get(self.model, self.model)
+        return {"resnet50": "ResNet-50", "bert-large": "BERT-99 (BERT-Large)"}.get(self.model, self.model)
 
 
 ANCHORS: tuple[MlperfAnchor, ...] = (
@@ -76,20 +86,46 @@ ANCHORS: tuple[MlperfAnchor, ...] = (
         "~5 mJ/img",
         "69.5k",
     ),
+    *(
+        MlperfAnchor(
+            "H200", "bert-large", "v4.1", scenario, value, unit, engine, "", "", inputs=_SQUAD, seq=384
+        )
+        for scenario, value, unit, engine in (
+            ("Offline", 9_164, "samples/s", "TensorRT"),
+            ("Server", 7_201, "queries/s", "TensorRT, p99 ≤ 130 ms"),
+        )
+    ),
 )
 # the SXM H200 the anchors were measured on; an H200 NVL (PCIe, another power limit) is another GPU
 _GPU_RE = {"H200": re.compile(r"\bH200\b(?!.*\bNVL\b)", re.IGNORECASE)}
 
 
-def anchors_for(platform: str, model: str) -> tuple[list[MlperfAnchor], str]:
-    """The anchors of a platform's model, or none and why (another GPU or model: no anchor, said so)."""
+def anchors_for(platform: str, model: str, seq: int | None = None) -> tuple[list[MlperfAnchor], str]:
+    """The anchors of a platform's model (at sequence ``seq``), or none and why (said so)."""
     gpus = [g for g, rx in _GPU_RE.items() if rx.search(str(platform))]
     if not gpus:
         return [], f"no MLPerf anchor for {platform}"
-    found = [a for a in ANCHORS if a.gpu in gpus and a.model == str(model)]
+    found = [a for a in ANCHORS if a.gpu in gpus and a.model == str(model) and a.seq == seq]
     if not found:
-        return [], f"no MLPerf anchor for {model} on {platform}"
+        return [], f"no MLPerf anchor for {model}{f' at sequence {seq}' if seq else ''} on {platform}"
     return found, ""
+
+
+def text_anchor_lines(platform: str, model: str, seq: int, per_s: float | None) -> list[str]:
+    """Beside a text model's throughput answer: each anchor at its sequence length, and the padding said.
+
+    Nothing where there is no anchor (most text rows): the answer's row is not the place to list absences.
+    """
+    found, _ = anchors_for(platform, model, seq)
+    out = []
+    for a in found:
+        ratio = (
+            f" — this row is {per_s / a.value:.2f}× of it in sequences/s"
+            if per_s and per_s == per_s and a.scenario == "Offline"  # (NaN: no ratio)
+            else ""
+        )
+        out.append(f"{a.label()}; deepgap's rows are full {seq}-token sequences, none of it padding{ratio}")
+    return out
 
 
 def anchor_lines(platform: str, model: str, ips: float | None = None) -> list[str]:

@@ -234,6 +234,7 @@ def answers(
                     missing.append(f"{GOALS[obj]}: {why}")
                     continue
                 value, ci, also = _numbers(best, obj)
+                also = _with_text_anchor(also, best, obj, platform, model, res)
                 runner = _row_of(labelled, rec.runner_up)
                 leads.append(f"{GOALS[obj]}: {_lead(best, runner, obj)}")
                 rows.append(
@@ -258,6 +259,14 @@ def answers(
             sure.append(_how_sure(platform, model, res, msub, fail, spread, leads, missing))
     forward = pd.DataFrame(rows)
     return (pd.concat([forward, dec], ignore_index=True) if len(dec) else forward), pd.DataFrame(sure)
+
+
+def _with_text_anchor(also: str, best: dict[str, Any], obj: str, platform: Any, model: Any, res: Any) -> str:
+    """A text model's throughput answer with MLPerf's number beside it where one stands by it (BERT-99)."""
+    if obj != "throughput" or not is_text_row(best):
+        return also
+    lines = mlperf.text_anchor_lines(str(platform), str(model), int(res), _f(best.get("throughput_ips")))
+    return " · ".join([also, *lines])
 
 
 def _resident_rows(

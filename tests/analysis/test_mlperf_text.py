@@ -1,0 +1,74 @@
+"""MLPerf's BERT-99 beside bert-large at sequence 384 (issue 50: "beside MLPerf's 9,164, with the padding
+difference named"): on the answer's throughput row of that model and length, on the GPU it was measured on
+only, with its conditions and the padding said; nowhere else."""
+
+from __future__ import annotations
+
+import pytest
+from fixtures_store import configurations, make_result
+
+from deepgap.analysis import mlperf, prepare
+from deepgap.core.records import ConfigSpec
+from deepgap.store import Store
+
+H200, OTHER = "Fixture H200", "Fixture GPU A"  # the anchor's GPU named (a fixture, not a measurement of one)
+
+
+def _spec(model: str, seq: int, bs: int) -> ConfigSpec:
+    return ConfigSpec(model=model, engine="eager", precision="fp16", batch_size=bs, device="cuda", resolution=seq,
+                      seq_len=seq)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def frames(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("bert") / "bert.sqlite")
+    s = Store(path)
+    for gpu in (H200, OTHER):
+        run = s.begin_run(
+            {"device": "cuda"}, "deepgap run (fixture)", {"device_name": gpu, "device": "cuda"}, "0"
+        )
+        for model, seq in (("bert-large", 384), ("bert-large", 128), ("bert-base", 384)):
+            for bs, ms in ((1, 2.0), (128, 40.0)):
+                s.record(run, make_result(_spec(model, seq, bs), ms / 1e3))
+        s.finish_run(run)
+    s.close()
+    st = Store(path, readonly=True)
+    try:
+        df = prepare(st.results_frame())
+    finally:
+        st.close()
+    return df, configurations(path)
+
+
+def test_the_anchor_stands_by_bert_large_at_384_on_its_gpu_only():
+    (offline, server), why = mlperf.anchors_for("NVIDIA H200", "bert-large", 384)
+    assert why == "" and (offline.value, server.value) == (9_164, 7_201)
+    assert "padding removed" in offline.label() and "SQuAD v1.1" in offline.label()
+    for args in (
+        ("NVIDIA H200", "bert-large", 128),
+        ("NVIDIA H200", "bert-base", 384),
+        ("NVIDIA H100", "bert-large", 384),
+    ):
+        assert mlperf.anchors_for(*args)[0] == []
+    # the ResNet-50 anchors stay the images' (no sequence): a text anchor never answers an image model
+    assert [a.model for a in mlperf.anchors_for("NVIDIA H200", "resnet50")[0]] == ["resnet50"] * 3
+    lines = mlperf.text_anchor_lines("NVIDIA H200", "bert-large", 384, 3_200.0)
+    assert len(lines) == 2 and lines[0].endswith("this row is 0.35× of it in sequences/s")
+    assert all("deepgap's rows are full 384-token sequences, none of it padding" in ln for ln in lines)
+    assert (
+        "×" not in mlperf.text_anchor_lines("NVIDIA H200", "bert-large", 384, float("nan"))[0].split("—")[-1]
+    )
+
+
+def test_the_answer_shows_it_beside_the_throughput_row_and_nowhere_else(frames):
+    from deepgap.report.answer import answers
+
+    df, agg = frames
+    table, _ = answers(agg, df)
+    with_anchor = table[table["also"].str.contains("MLPerf", na=False)]
+    assert [tuple(r) for r in with_anchor[["platform", "model", "resolution", "goal"]].values] == [
+        (H200, "bert-large", 384, "throughput")
+    ]
+    also = with_anchor.iloc[0]["also"]
+    assert "9,164 samples/s" in also and "7,201 queries/s" in also and "padding removed" in also
+    assert f"this row is {128 / 40e-3 / 9_164:.2f}× of it" in also
