@@ -119,13 +119,15 @@ def text_anchor_lines(platform: str, model: str, seq: int, per_s: float | None) 
     found, _ = anchors_for(platform, model, seq)
     out = []
     for a in found:
-        ratio = (
-            f" — this row is {per_s / a.value:.2f}× of it in sequences/s"
-            if per_s and per_s == per_s and a.scenario == "Offline"  # (NaN: no ratio)
-            else ""
-        )
+        x = _over(per_s, a) if a.scenario == "Offline" else None
+        ratio = f" — this row is {x} of it in sequences/s" if x else ""
         out.append(f"{a.label()}; deepgap's rows are full {seq}-token sequences, none of it padding{ratio}")
     return out
+
+
+def _over(ours: float | None, a: MlperfAnchor) -> str | None:
+    """Our rate over the anchor's ("0.38×"), or None where ours is missing, NaN or not positive."""
+    return f"{ours / a.value:.2f}×" if ours and ours == ours and ours > 0 else None
 
 
 def anchor_lines(platform: str, model: str, ips: float | None = None) -> list[str]:
@@ -135,12 +137,8 @@ def anchor_lines(platform: str, model: str, ips: float | None = None) -> list[st
         return [why]
     out = []
     for a in found:
-        ratio = (
-            f" — this row is {ips / a.value:.2f}× of it"
-            if ips and ips == ips and a.unit == "img/s" and ips > 0
-            else ""
-        )
-        out.append(a.label() + ratio)
+        x = _over(ips, a) if a.unit == "img/s" else None
+        out.append(a.label() + (f" — this row is {x} of it" if x else ""))
     return out
 
 

@@ -58,6 +58,16 @@ def choices(name: str) -> tuple[str, ...]:
     return SWITCHES[name].choices
 
 
+def given(name: str, value: str | None) -> str | None:
+    """``value`` as a caller passed it for switch ``name`` (None: not given), checked against its values.
+
+    A bad argument is a programming error (ValueError), not a user's: the environment's is `read`'s.
+    """
+    if value is not None and value not in SWITCHES[name].choices:
+        raise ValueError(f"{value!r} is not one of {', '.join(SWITCHES[name].choices)}")
+    return value
+
+
 def read(name: str) -> str:
     """Switch ``name``'s value (its default when unset); a bad value is a `UsageError` naming the fix."""
     s = SWITCHES[name]

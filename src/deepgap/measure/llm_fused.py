@@ -37,9 +37,8 @@ from deepgap.measure.llm_qkv_attention import rope_gemv_attend_op
 from deepgap.measure.quant.gemv_fused import fused_gemv_op, rope_gemv_op
 from deepgap.measure.quant.linear import QuantLinear
 
-ROPE_MODES = switches.choices(
-    "DEEPGAP_DECODE_ROPE"
-)  # ("mix", "fused"); DEEPGAP_DECODE_ROPE: RoPE and the cache write in `Attention.mix`, or the GEMV
+# DEEPGAP_DECODE_ROPE: RoPE and the cache write in `Attention.mix`, or the GEMV (mix, fused)
+ROPE_MODES = switches.choices("DEEPGAP_DECODE_ROPE")
 
 
 def rope_mode() -> str:

@@ -87,9 +87,7 @@ def gelu_mode() -> str:
 
 def modes(fused: str | None = None, gelu: str | None = None) -> tuple[str, str]:
     """(fused mode, GELU mode): each argument given, checked, else its switch's (`fused_mode`, `gelu_mode`)."""
-    for value, choices in ((fused, FUSED_MODES), (gelu, GELU_MODES)):
-        if value is not None and value not in choices:
-            raise ValueError(f"{value!r} is not one of {', '.join(choices)}")
+    fused, gelu = switches.given(FUSED_ENV, fused), switches.given(GELU_ENV, gelu)  # both checked first
     return fused or fused_mode(), gelu or gelu_mode()
 
 

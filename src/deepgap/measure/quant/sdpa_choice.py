@@ -47,9 +47,7 @@ LABELS = {
 
 def mode(value: str | None = None) -> str:
     """``value`` checked, else ``DEEPGAP_QUANT_SDPA`` (unset: `DEFAULT`); a bad switch stops the prepare."""
-    if value is not None and value not in MODES:
-        raise ValueError(f"{value!r} is not one of {', '.join(MODES)}")
-    return value or switches.read(ENV)
+    return switches.given(ENV, value) or switches.read(ENV)
 
 
 @contextlib.contextmanager
@@ -89,8 +87,9 @@ class _Dispatch(TorchFunctionMode):
             from torch.nn.attention import SDPBackend
 
             name = SDPBackend(torch._fused_sdp_choice(*args, **kwargs)).name
-            if LABELS.get(name, name) not in self.seen:
-                self.seen.append(LABELS.get(name, name))
+            label = LABELS.get(name, name)
+            if label not in self.seen:
+                self.seen.append(label)
         return func(*args, **kwargs)
 
 
