@@ -301,7 +301,7 @@ def stem_cases() -> Iterator[Case]:
                 if kind == "int8pool":
                     stem_pool.stem(*args, cfg[:2], *cfg[2:])
                 else:
-                    stem_int8.stem(*args, block_m=cfg[0], num_warps=cfg[1])
+                    stem_int8.stem(*args, block_m=cfg[0], num_warps=cfg[1], persistent=sum(cfg[2:]))
 
         yield f"{kind} {cfg or ''} {out_fmt}".replace("  ", " "), run
     for src, pdl in ((F32, False), (F16, False), (F32, True)):

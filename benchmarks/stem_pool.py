@@ -37,8 +37,9 @@ def _case(batch: int, res: int, out_fmt: str):
     fns = {}
     for kernel, _, cfg in STEM_VARIANTS:
         if kernel == "int8":
-            fns[f"unfused {cfg[0]}x{cfg[1]}w"] = lambda cfg=cfg: stem_int8.stem(
-                *args, block_m=cfg[0], num_warps=cfg[1]
+            walk = f"p{cfg[2]}" if len(cfg) > 2 else ""  # the persistent convolution, programs per SM
+            fns[f"unfused {cfg[0]}x{cfg[1]}w{walk}"] = lambda cfg=cfg: stem_int8.stem(
+                *args, block_m=cfg[0], num_warps=cfg[1], persistent=sum(cfg[2:])
             )
         elif kernel == "int8pool":
             fns["pool{}x{}+{}w{}s".format(*cfg)] = lambda cfg=cfg: stem_pool.stem(*args, cfg[:2], *cfg[2:])

@@ -227,10 +227,10 @@ def test_fused_stem_on_gpu_matches_the_exact_reference(out_fmt):
     assert torch.all((o - r).abs() <= torch.maximum(r.abs() / 8, torch.ones_like(r)) + 1e-6)
 
 
-@pytest.mark.parametrize("cfg", [(64, 4), (128, 4), (128, 8), (256, 8)])
+@pytest.mark.parametrize("cfg", [(64, 4), (128, 4), (128, 8), (256, 8), (128, 4, 3), (64, 4, 2)])
 @pytest.mark.parametrize("out_fmt", ["int8", "fp8"])
 def test_int8_stem_on_gpu_is_exact(out_fmt, cfg):
-    """The int8-pixel stem (`quant.stem_int8`) at 224², every tile the stem choice times, bit for bit."""
+    """The int8-pixel stem (`quant.stem_int8`) at 224², tiles and persistent walks, bit for bit."""
     from deepgap.measure.quant import stem_int8
 
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -241,7 +241,7 @@ def test_int8_stem_on_gpu_is_exact(out_fmt, cfg):
     pixels = stem_int8.quantize_image(x, 0.03)
     assert torch.equal(pixels, stem_int8.quantize_image(x, 0.03, backend="torch"))
     args = (pixels, w_i8.cuda(), 7, 2, 3, alpha, beta, out_fmt)
-    out = stem_int8.stem(*args, block_m=cfg[0], num_warps=cfg[1])
+    out = stem_int8.stem(*args, block_m=cfg[0], num_warps=cfg[1], persistent=sum(cfg[2:]))
     ref = stem_int8.reference(*args)
     assert out.shape == ref.shape == (8 * 56 * 56, 64)
     assert torch.equal(out.float(), ref.float())

@@ -56,12 +56,16 @@ def test_pack_weights_puts_a_kernel_row_in_each_k_step():
 
 @pytest.mark.parametrize("out_fmt", ["int8", "fp8", "fp16"])  # fp16: when the next layer runs in fp16
 @pytest.mark.parametrize("hw", [(32, 32), (29, 35)])
-def test_int8_stem_kernel_matches_its_exact_reference(out_fmt, hw):
+@pytest.mark.parametrize("walk", [0, 3], ids=["tile-per-program", "persistent-3"])
+def test_int8_stem_kernel_matches_its_exact_reference(out_fmt, hw, walk):
+    """Both convolutions: a program per tile, and the persistent walk (3 programs over 8 or 9 tiles, a tail)."""
     x, weight, alpha, beta = _case(*hw)
     xq = stem_int8.quantize_image(x, 0.03)
     w_i8, _ = stem_int8.pack_weights(weight)
     ref = stem_int8.reference(xq, w_i8, 7, 2, 3, alpha, beta, out_fmt)
-    out = stem_int8.stem(xq, w_i8, 7, 2, 3, alpha, beta, out_fmt, block_m=64)
+    out = stem_int8.stem(
+        xq, w_i8, 7, 2, 3, alpha, beta, out_fmt, block_m=64, persistent=walk, num_programs=walk
+    )
     assert out.shape == ref.shape == (2 * ((hw[0] + 3) // 4) * ((hw[1] + 3) // 4), 64)
     o, r = out.float(), ref.float()
     if out_fmt != "fp8":

@@ -63,3 +63,34 @@ def test_bad_input_is_refused():
         stem_kernels.stem(
             x.half(), (1, 2, 2), torch.zeros(64, 160).half(), 7, 2, 3, torch.ones(64), torch.zeros(64), "fp16"
         )
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.float8_e4m3fn, torch.float16])
+@pytest.mark.parametrize("hw", [(8, 8), (7, 9)])
+def test_pool8_takes_the_max_of_the_codes_bit_for_bit(dtype, hw):
+    """The max-pool of values ≥ 0 is the float max: int8 pooled on its codes, fp8 and fp16 widened to fp32.
+
+    int8's output is compared code for code; fp8's and fp16's by value (a window of zeros of either sign
+    may write either zero: the fp32 maximum's choice, as before session 26). -0.0 (e4m3's 0x80, fp16's
+    0x8000) and the padding never win over a positive value.
+    """
+    g = torch.Generator().manual_seed(3)
+    h, w = hw
+    vals = torch.rand(2 * h * w, 64, generator=g) * 100
+    vals[torch.rand(vals.shape, generator=g) < 0.2] = 0.0
+    vals[torch.rand(vals.shape, generator=g) < 0.2] = -0.0
+    vals[: h * w, 5] = -0.0  # a channel of one image all -0.0
+    conv = vals.round().to(dtype) if dtype == torch.int8 else vals.to(dtype)
+    out = stem_kernels.pool8(conv, 2, h, w)
+    floats = conv.float().reshape(2, h, w, 64).permute(0, 3, 1, 2)
+    ref = F.max_pool2d(floats, 3, 2, 1).permute(0, 2, 3, 1).reshape(-1, 64).to(dtype)
+    assert out.dtype == dtype and out.shape == ref.shape
+    assert torch.equal(out.float(), ref.float())
+    assert bool((out.float() >= 0).all()) and bool((out.float() > 0).any())
+    if dtype == torch.int8:
+        assert torch.equal(out, ref)
+
+
+def test_pool8_refuses_32_bit_values():
+    with pytest.raises(ValueError, match="int8, fp8 or fp16"):
+        stem_kernels.pool8(torch.zeros(16, 64), 1, 4, 4)

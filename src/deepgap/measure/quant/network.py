@@ -39,13 +39,14 @@ class Stem:
     w_pad: torch.Tensor | None = None  # w_half with zero input channels up to pad_channels
     kernel: str = "cudnn"  # 'cudnn' (+ the max-pool backend), 'fused' (`quant.stem_kernels`) or 'int8'
     w_gemm: torch.Tensor | None = None  # the fused kernel's [C_out, KP] weights
-    fused_cfg: tuple[int, int] = (128, 4)  # the Triton stems' (block of output pixels, warps)
+    # the Triton stems' (block of output pixels, warps[, programs per SM: the int8 stem's persistent kernel])
+    fused_cfg: tuple[int, ...] = (128, 4)
     in_scale: float = 0.0  # the image's int8 scale (calibrated range / 127); 0: not calibrated
     w_i8: torch.Tensor | None = None  # the 'int8' stem's [C_out, KH·32] weights (`quant.stem_int8`)
     alpha_i8: torch.Tensor | None = None  # in_scale · s_w / s_out per channel
     pool_cfg: tuple[int, int, int, int] | None = None  # 'int8pool': `stem_pool`'s (rows, cols, warps, stages)
 
-    def configure(self, kernel: str, pad_channels: int = 0, fused_cfg: tuple[int, int] | None = None) -> None:
+    def configure(self, kernel: str, pad_channels: int = 0, fused_cfg: tuple[int, ...] | None = None) -> None:
         """Choose the convolution: ``cudnn``, ``fused`` (Triton, 8-bit outputs), ``int8`` or ``int8pool``.
 
         ``int8`` is `quant.stem_int8` (int8 pixels and weights); it needs the image's calibrated ``in_scale``.
@@ -87,7 +88,8 @@ class Stem:
         if self.pool_cfg:
             return "int8+pool{}x{}+{}w{}s".format(*self.pool_cfg)
         if self.kernel in ("fused", "int8"):
-            return f"{self.kernel}+{self.fused_cfg[0]}x{self.fused_cfg[1]}w"
+            walk = f"p{self.fused_cfg[2]}" if len(self.fused_cfg) > 2 else ""  # persistent, programs per SM
+            return f"{self.kernel}+{self.fused_cfg[0]}x{self.fused_cfg[1]}w{walk}"
         return self.kernel + (f"+pad{self.pad_channels}" if self.pad_channels else "")
 
     def set_padding(self, channels: int) -> None:
@@ -199,7 +201,10 @@ class QuantNet:
                 from deepgap.measure.quant import stem_pool
 
                 return stem_pool.stem(*args, s.pool_cfg[:2], *s.pool_cfg[2:])
-            return stem_int8.stem(*args, block_m=s.fused_cfg[0], num_warps=s.fused_cfg[1], backend=backend)
+            block, warps, *walk = s.fused_cfg
+            return stem_int8.stem(
+                *args, block_m=block, num_warps=warps, backend=backend, persistent=sum(walk)
+            )
         if x.dtype == torch.int8:
             raise ValueError(f"int8 pixels need the int8 stem; this network's stem is {s.variant}")
         if s.kernel == "fused":

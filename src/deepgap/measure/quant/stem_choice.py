@@ -28,19 +28,27 @@ def check_stem(net: QuantNet, resolution: int, device: str) -> str:
     return "triton" if why is None else "torch"
 
 
-# (kernel, input channels padded to (0: none), the Triton stems' (output pixels per block, warps)); int8pool
-# is the int8 stem with the max-pool inside its kernel (`quant.stem_pool`: only the pooled output is written)
+# (kernel, input channels padded to (0: none), the Triton stems' (output pixels per block, warps[, persistent
+# programs per SM])); int8pool is the int8 stem with the max-pool inside its kernel (`quant.stem_pool`: only
+# the pooled output is written). Pruned in session 26 to the tiles that win somewhere, so that the new
+# persistent one costs the main job no time: in its 24 quant builds (ResNet-18/50/101, batch 1 and 1024) the
+# chosen stem was int8 64x4w at batch 1 (128x8w twice, within 1% of it) and int8 128x4w at 1024 (256x8w
+# twice, within 5%), and benchmarks/stem_split.py then timed the persistent 128x4w walk with 3 programs an SM
+# fastest at 256 and 1024 (convolution 1.33 against 1.43 ms for 128x4w, 1.54-1.59 for the 8-warp tiles, at
+# 1024 in fp8); the fused fp16 tiles other than 128x4w and the int8 128x8w, 256x8w and 2-per-SM walk were
+# never the fastest, and are no longer timed. cuDNN stays (the reference), as do fused 128x4w and int8
+# 128x4w (each variant's plain tile).
 STEM_VARIANTS = (
     ("cudnn", 0, None),
     ("cudnn", 4, None),
-    ("fused", 0, (64, 4)),
     ("fused", 0, (128, 4)),
-    ("fused", 0, (128, 8)),
-    ("fused", 0, (256, 8)),
     ("int8", 0, (64, 4)),
     ("int8", 0, (128, 4)),
-    ("int8", 0, (128, 8)),
-    ("int8", 0, (256, 8)),
+    (
+        "int8",
+        0,
+        (128, 4, 3),
+    ),  # `stem_int8.stem_conv_persistent_kernel`: 157 registers, so 3 programs an SM fit
     *(("int8pool", 0, cfg) for cfg in POOL_CONFIGS),  # (pooled rows, columns, warps, stages)
 )
 # The int8 stem quantizes the image and the weights as well, so its 8-bit output is compared with

@@ -33,9 +33,9 @@ import torch.nn.functional as F  # noqa: N812
 import triton
 import triton.language as tl
 
-from deepgap.measure.quant.kernels import MAGIC, OUT_KIND, pdl_enter
+from deepgap.measure.quant.kernels import MAGIC, OUT_KIND, _finish, pdl_enter, window_origin
 from deepgap.measure.quant.launch import INT32_LIMIT, check, launcher
-from deepgap.measure.quant.stem_kernels import pool8, stem_conv_kernel, stem_output
+from deepgap.measure.quant.stem_kernels import pixel_rows_dot, pool8, stem_conv_kernel, stem_output
 
 PIXEL = 4  # bytes per resident pixel: three channels and a zero
 ROW = 32  # K per kernel row: 8 taps of 4 bytes (a 7-tap row and 4 zero bytes), one int8 wgmma K step
@@ -104,6 +104,39 @@ def quantize_image(x: torch.Tensor, in_scale: float, backend: str = "triton") ->
     return out
 
 
+@triton.jit(do_not_specialize=["M", "H", "W", "OH", "OW"])
+def stem_conv_persistent_kernel(
+    x_ptr, w_ptr, out_ptr, alpha_ptr, beta_ptr, M, H, W, OH, OW, N: tl.constexpr, KH: tl.constexpr,
+    KW: tl.constexpr, STRIDE: tl.constexpr, PAD: tl.constexpr, OUT_KIND: tl.constexpr, BM: tl.constexpr,
+    NUM_SMS: tl.constexpr, C: tl.constexpr, BK: tl.constexpr, PDL: tl.constexpr = False,
+):  # fmt: skip
+    """`stem_conv_kernel` on int8 pixels (``C``-byte pixels, a kernel row per ``BK``) with ``NUM_SMS`` programs.
+
+    Why: a tile of the stem is short (7 K steps) and its epilogue (α, β, ReLU, 8-bit codes) long beside
+    them; one program per tile waits for its first loads cold and for α and β after its last MMA. Here α
+    and β are loaded once per program, and `tl.range(..., flatten=True)` makes the tile walk and the K
+    loop one software-pipelined loop, so the next tile's rows load during this tile's epilogue (the
+    pattern of `quant.persistent.gemm_1x1_kernel`; the epilogue's tile is a second counter, ``tile_c``).
+    """
+    pdl_enter(PDL)
+    rn = tl.arange(0, N)
+    alpha = tl.load(alpha_ptr + rn)
+    beta = tl.load(beta_ptr + rn)
+    tiles = (M + BM - 1) // BM
+    start = tl.program_id(0)
+    tile_c = start - NUM_SMS
+    for tile in tl.range(start, tiles, NUM_SMS, flatten=True):
+        rm = tile * BM + tl.arange(0, BM)
+        m_ok = rm < M
+        nb, ih0, iw0 = window_origin(rm, OH, OW, STRIDE, PAD)
+        acc = pixel_rows_dot(x_ptr, w_ptr, nb, ih0, iw0, m_ok, rn, H, W, C, N, KH, KW, KH * BK, BM, BK)
+        tile_c += NUM_SMS
+        rc = tile_c * BM + tl.arange(0, BM)
+        y = acc * alpha[None, :]
+        out = _finish(y, beta[None, :], y, 0.0, True, False, OUT_KIND)
+        tl.store(out_ptr + rc[:, None] * N + rn[None, :], out, mask=(rc < M)[:, None])
+
+
 def pack_weights(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Float stem weights [C_out, C ≤ 4, KH, KW ≤ 8] → (int8 [C_out, KH·32] in row-major taps, fp32 scales).
 
@@ -132,25 +165,51 @@ def unpack_weights(w_i8: torch.Tensor, kh: int, kw: int) -> torch.Tensor:
 
 def stem(
     x, w_i8, ksize, stride, padding, alpha, beta, out_fmt, pool=(3, 2, 1), block_m=128, num_warps=4,
-    backend="triton",
+    backend="triton", persistent=0, num_programs=None,
 ):  # fmt: skip
     """Resident pixels ``x`` (int8 [nb, 4, H, W], channels_last) → max-pooled stem output [nb·ph·pw, C_out].
 
     ``alpha`` = in_scale·s_w / s_out per channel (positive), ``beta`` = bias / s_out; ReLU always.
+    ``persistent`` > 0: `stem_conv_persistent_kernel` with that many programs per SM (``num_programs``
+    overrides the count, as the tests do), else one program per tile of ``block_m`` output pixels.
+    """
+    if backend != "triton":
+        checked(x, w_i8, ksize, stride, padding, alpha, beta, out_fmt)
+        return reference(x, w_i8, ksize, stride, padding, alpha, beta, out_fmt, pool)
+    conv, nb, oh, ow = convolve(
+        x, w_i8, ksize, stride, padding, alpha, beta, out_fmt, block_m, num_warps, persistent, num_programs
+    )
+    return pool8(conv, nb, oh, ow, pool)
+
+
+def convolve(
+    x, w_i8, ksize, stride, padding, alpha, beta, out_fmt, block_m=128, num_warps=4, persistent=0,
+    num_programs=None,
+):  # fmt: skip
+    """`stem`'s convolution alone (Triton): (its 8-bit output [nb·oh·ow, C_out], nb, oh, ow).
+
+    Apart so that `benchmarks/stem_split.py` can time the convolution and the max-pool each on its own.
     """
     from deepgap.measure.quant.layers import DTYPES
+    from deepgap.measure.quant.persistent import programs
 
     nb, h, wd, n, kp, (oh, ow, m) = checked(x, w_i8, ksize, stride, padding, alpha, beta, out_fmt)
-    if backend != "triton":
-        return reference(x, w_i8, ksize, stride, padding, alpha, beta, out_fmt, pool)
     xm = x.permute(0, 2, 3, 1).contiguous()  # a no-op for channels_last pixels
     conv = torch.empty((m, n), dtype=DTYPES[out_fmt], device=x.device)
+    if persistent:
+        nsm = num_programs or programs(x.device) * int(persistent)
+        launcher(stem_conv_persistent_kernel, x.device)[(min(nsm, triton.cdiv(m, block_m)),)](
+            xm, w_i8, conv, alpha, beta, m, h, wd, oh, ow, N=n, KH=ksize, KW=ksize, STRIDE=stride, PAD=padding,
+            OUT_KIND=OUT_KIND[out_fmt], BM=block_m, NUM_SMS=nsm, C=PIXEL, BK=ROW, num_warps=num_warps,
+            enable_fp_fusion=False,
+        )  # fmt: skip
+        return conv, nb, oh, ow
     launcher(stem_conv_kernel, x.device)[(triton.cdiv(m, block_m),)](
         xm, w_i8, conv, alpha, beta, m, h, wd, oh, ow, C=PIXEL, N=n, KH=ksize, KW=ksize, KP=kp, STRIDE=stride,
         PAD=padding, OUT_KIND=OUT_KIND[out_fmt], BM=block_m, BK=ROW, INT8_PIXELS=True, num_warps=num_warps,
         enable_fp_fusion=False,
     )  # fmt: skip
-    return pool8(conv, nb, oh, ow, pool)
+    return conv, nb, oh, ow
 
 
 def checked(x, w_i8, ksize, stride, padding, alpha, beta, out_fmt) -> tuple:

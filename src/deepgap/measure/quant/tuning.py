@@ -214,8 +214,10 @@ def _stem_kind(st: Any, backend: str) -> str:
     if getattr(st, "pool_cfg", None):  # the int8-pixel stem with the max-pool inside (`quant.stem_pool`)
         return "int8-pixel+pool triton {}x{} pooled, {}w{}s".format(*st.pool_cfg)
     if st.kernel in ("fused", "int8"):
+        walk = f" persistent {st.fused_cfg[2]}/SM" if len(st.fused_cfg) > 2 else ""
         return (
             f"{'fused' if st.kernel == 'fused' else 'int8-pixel'} triton {st.fused_cfg[0]}x{st.fused_cfg[1]}w"
+            + walk
         )
     return f"cudnn{pad}+{backend} max-pool"
 
