@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The one device script: named recipes for the GPU machine (the `device` tool runs it from the repository root,
 # with $OUT set). Usage: bash benchmarks/device.sh RECIPE... ; every store is packed gzipped into $OUT.
-#   default   the README's main command (gpu preset, 2 sweeps, report), timed; DEFAULT_LIMIT seconds (575);
-#             DEFAULT_CONFIG=FILE.toml runs that sweep file instead (benchmarks/gpu-quant1024.toml)
+#   default   the README's main command (gpu preset, 2 sweeps, report), timed; DEFAULT_LIMIT seconds (590);
+#             DEFAULT_CONFIG=FILE.toml runs that sweep file instead (a variant of the grid, timed the same way)
 #   smoke     a short two-sweep run through every layer: ResNet-18 eager fp16 and quant int8 at batch 1 and 256
 #   gputests  every test marked gpu (the ones CI skips), the LoadGen ones alone after; TEST_LIMIT s each (300)
 #   prelude   serve and a one-GPU fleet store their idle baseline and thermal warm-up (benchmarks/prelude_check.sh)
@@ -17,7 +17,7 @@ for what in "$@"; do case $what in
 default)
     # from cold compiler caches (inductor, Triton, deepgap's quant tuning), each line stamped with its second
     rm -rf /tmp/torchinductor_"$(id -un)" "$HOME/.triton" "$HOME/.cache/deepgap"
-    step "default sweep" "${DEFAULT_LIMIT:-575}" python -m deepgap run ${DEFAULT_CONFIG:+--config "$DEFAULT_CONFIG"} \
+    step "default sweep" "${DEFAULT_LIMIT:-590}" python -m deepgap run ${DEFAULT_CONFIG:+--config "$DEFAULT_CONFIG"} \
         --store "$S/default.sqlite" \
         --report "$S/report/report.html" 2>&1 | stamp > "$OUT/default.txt"
     tail -30 "$OUT/default.txt"; pack "$S/default.sqlite"; report_csvs "$S/report" ;;

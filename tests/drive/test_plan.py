@@ -20,6 +20,7 @@ from deepgap.measure.pairing import check_pairs, engine_precisions
 
 load_engines()
 ALL_ENGINES = tuple(ENGINES.names())
+ENGINES_OF_THE_GRID = ("eager", "cudagraph", "compile-freeze", "quant")
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -105,6 +106,12 @@ def test_default_gpu_grid():
     assert len(per_sweep) * 2 == len(rows) == 72
     compiled = [c for c in per_sweep if c.engine == "compile-freeze"]
     assert len(compiled) == 3  # ~20 s of compilation each: one batch size per model
+    batches = {e: {c.batch_size for c in rows if c.engine == e} for e in ENGINES_OF_THE_GRID}
+    # quant at 1024, not 256 (issue 47: the answer shows ResNet-50's best quant throughput at a batch <= 1024)
+    assert batches == {"eager": {1, 32, 256}, "cudagraph": {1}, "compile-freeze": {256}, "quant": {1, 1024}}
+    for m in ("resnet18", "resnet50", "resnet101"):  # every model and precision of quant at both batches
+        quant = [(c.precision, c.batch_size) for c in per_sweep if c.engine == "quant" and c.model == m]
+        assert sorted(quant) == [("fp8", 1), ("fp8", 1024), ("int8", 1), ("int8", 1024)]
     # a configuration group's batches stay together and ascend (the OOM cascade needs it); sweeps are
     # outermost (each in its own worker process); the later sweep's group order is shuffled, reproducibly
     assert [c.sweep for c in rows] == sorted(c.sweep for c in rows)
@@ -137,7 +144,7 @@ def test_an_axis_flag_replaces_the_presets_per_engine_axis():
     )
     rows = expand(validate(spec), "cuda")
     assert {(c.engine, c.precision, c.memory_format) for c in rows} == {("quant", "int8", "channels_last")}
-    assert {c.batch_size for c in rows} == {1, 256}  # the preset's quant batch sizes stay
+    assert {c.batch_size for c in rows} == {1, 1024}  # the preset's quant batch sizes stay
 
 
 def test_engine_axes_from_toml_round_trip_and_errors(tmp_path):
@@ -166,24 +173,3 @@ def test_check_pairs_names_the_engines_that_can():
     with pytest.raises(UsageError) as e:
         check_pairs(SweepSpec(engines=("eager",), precisions=("fp8",)))
     assert "quant" in e.value.fix
-
-
-def test_the_quant_1024_sweep_file_is_the_gpu_grid_with_quant_at_1_and_1024():
-    """benchmarks/gpu-quant1024.toml (issue 47's batch for the answer): every configuration of the gpu preset but
-    quant's batch 256, which becomes 1024; nothing else moves."""
-    from repo_paths import BENCHMARKS
-
-    from deepgap.drive.presets import preset
-
-    def plan(spec):
-        return {(c.model, c.engine, c.precision, c.batch_size, c.memory_format, c.device)
-                for c in expand(validate(spec.replace(device="cuda")), "cuda")}  # fmt: skip
-
-    gpu, toml = plan(preset("gpu")), plan(load_toml(str(BENCHMARKS / "gpu-quant1024.toml")))
-    assert {c for c in gpu if c[1] != "quant" or c[3] != 256} == {
-        c for c in toml if c[1] != "quant" or c[3] != 1024
-    }
-    assert {c[:3] + c[4:] for c in gpu if c[1] == "quant" and c[3] == 256} == {
-        c[:3] + c[4:] for c in toml if c[1] == "quant" and c[3] == 1024
-    }
-    assert {c[3] for c in toml if c[1] == "quant"} == {1, 1024}

@@ -2,8 +2,8 @@
 
 "not measured, and why" used to list only failed configurations, so a grid whose engines ran at
 different batch sizes by design (the ``gpu`` preset: compile-freeze only at batch 256, cudagraph only
-at batch 1, quant at 1 and 256) said "nothing missing" while its answers compared engines over
-different batches. Here the batch sizes measured for a model (any engine) are the grid, and every
+at batch 1, quant then at 1 and 256, now at 1 and 1024) said "nothing missing" while its answers compared
+engines over different batches. Here the batch sizes measured for a model (any engine) are the grid, and every
 (engine, precision, memory format) that ran is checked against it; a batch that failed is left to the
 failure list, which has its reason.
 """
