@@ -31,6 +31,7 @@ from deepgap.measure.quant import (
     launch,
     linear_kernels,
     persistent,
+    split_k,
     stem_int8,
     stem_kernels,
     stem_pool,
@@ -254,6 +255,17 @@ def persistent_cases() -> Iterator[Case]:
     yield f"{conv[0]} b256 int8 {cfg.label} pdl", conv_run(conv, 256, "int8", cfg, launch.pdl)
 
 
+def split_cases() -> Iterator[Case]:
+    """Split-K (`split_k.split_configs`) of the grouped convolution at batch 1, where it is offered."""
+    for conv, qfmt in itertools.product(CONVS, ("int8", "fp8")):
+        name, h, cin, cout, k, s, p, res = conv
+        m = ((h + 2 * p - k) // s + 1) ** 2
+        base = tiles.candidate_configs(m, cout, cin, qfmt, res)
+        for cfg in split_k.split_configs(base, m, cout, k * k * cin, H200_SMS):
+            yield f"{name} b1 {qfmt} {cfg.label}", conv_run(conv, 1, qfmt, cfg)
+            yield f"{name} b1 {qfmt} {cfg.label} pdl", conv_run(conv, 1, qfmt, cfg, launch.pdl)
+
+
 def epilogue_cases() -> Iterator[Case]:
     """The epilogue alone: an fp16 (cuDNN) result into int8 or fp8 (with a residual), format conversions."""
     m, n = 256 * 28 * 28, 128
@@ -357,6 +369,7 @@ CASES: dict[str, Callable[[], Iterator[Case]]] = {
     "qkv-attention": qkv_attention_cases,
     "conv": conv_cases,
     "persistent": persistent_cases,
+    "split-k": split_cases,
     "epilogue": epilogue_cases,
     "stem": stem_cases,
     "linear": linear_cases,

@@ -187,10 +187,15 @@ def test_whole_network_triton_matches_reference_int8():
     assert torch.equal(got, ref)
 
 
-@pytest.mark.parametrize("early_res", [False, True], ids=["", "early-res"])
+@pytest.mark.parametrize(
+    "early_res,split", [(False, 1), (True, 1), (False, 12)], ids=["", "early-res", "split12"]
+)
 @pytest.mark.parametrize("qfmt,mma", [("int8", "s32.s8.s8"), ("fp8", "f32.e4m3.e4m3")])
-def test_conv_gemm_compiles_to_hopper_wgmma(qfmt, mma, early_res):
-    """Ahead-of-time compile for sm_90 (no GPU needed): 8-bit wgmma, pipelined 16-byte async copies."""
+def test_conv_gemm_compiles_to_hopper_wgmma(qfmt, mma, early_res, split):
+    """Ahead-of-time compile for sm_90 (no GPU needed): 8-bit wgmma, pipelined 16-byte async copies.
+
+    Split-K too (`quant.split_k`): its K slice starts at a run-time step, which loses the loads' 16-byte
+    alignment (and with it the async copies, to a spilling byte-wise loop) unless the kernel states it."""
     ptr = {"int8": "*i8", "fp8": "*fp8e4nv"}[qfmt]
     cfg = TileConfig(128, 128, 128, 8, 8, 4)
     sig = {
@@ -202,6 +207,8 @@ def test_conv_gemm_compiles_to_hopper_wgmma(qfmt, mma, early_res):
         "res_ptr": ptr,
         "gamma": "fp32",
         **{a: "i32" for a in ("M", "N", "C", "H", "W", "OH", "OW")},
+        "ws_ptr": "*i32" if qfmt == "int8" else "*fp32",  # split-K's partials (the accumulator's type)
+        "cnt_ptr": "*i32",
     }
     const = dict(
         KH=3,
@@ -217,6 +224,7 @@ def test_conv_gemm_compiles_to_hopper_wgmma(qfmt, mma, early_res):
         BK=cfg.bk,
         GROUP_M=cfg.group_m,
         EARLY_RES=early_res,
+        SPLIT=split,
         PDL=False,
     )
     aligned = (
@@ -238,6 +246,7 @@ def test_conv_gemm_compiles_to_hopper_wgmma(qfmt, mma, early_res):
     assert "griddepcontrol" not in ptx  # programmatic dependent launch only where asked (test_quant_pdl)
     assert "cp.async.cg.shared.global" in ptx and ", 0x10," in ptx  # 16-byte asynchronous loads
     assert compiled.metadata.shared <= 227 * 1024
+    assert ("atom.global.gpu.acq_rel.add" in ptx) == (split > 1)  # the ticket of split-K's last program
 
 
 def test_inside_compile_only_a_gpu_launch_compiles_with_its_grid_and_runs_nothing():

@@ -33,6 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
+from deepgap.measure.quant import split_k
 from deepgap.measure.quant.launch import INT32_LIMIT, check, check_vec, launcher, out_size
 
 OUT_KIND = {"int8": 0, "fp8": 1, "fp16": 2}
@@ -118,16 +119,20 @@ def _mma(a, b, acc, ACC_INT: tl.constexpr):
 
 @triton.jit(do_not_specialize=["M", "H", "W", "OH", "OW"])
 def conv_gemm_kernel(
-    x_ptr, w_ptr, out_ptr, alpha_ptr, beta_ptr, res_ptr, gamma, M, N, C, H, W, OH, OW, KH: tl.constexpr,
-    KW: tl.constexpr, STRIDE: tl.constexpr, PAD: tl.constexpr, RELU: tl.constexpr, HAS_RES: tl.constexpr,
-    OUT_KIND: tl.constexpr, ACC_INT: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-    GROUP_M: tl.constexpr, EARLY_RES: tl.constexpr = False, PDL: tl.constexpr = False,
+    x_ptr, w_ptr, out_ptr, alpha_ptr, beta_ptr, res_ptr, gamma, M, N, C, H, W, OH, OW, ws_ptr, cnt_ptr,
+    KH: tl.constexpr, KW: tl.constexpr, STRIDE: tl.constexpr, PAD: tl.constexpr, RELU: tl.constexpr,
+    HAS_RES: tl.constexpr, OUT_KIND: tl.constexpr, ACC_INT: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+    BK: tl.constexpr, GROUP_M: tl.constexpr, EARLY_RES: tl.constexpr = False, SPLIT: tl.constexpr = 1,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
     """out[M, N] = epilogue(Σ_k A[m, k]·W[n, k]); A is the implicit im2col of NHWC ``x``.
 
     ``EARLY_RES`` issues the residual tile's load before the K loop, in its stored 8- or 16-bit form,
     so that its memory latency overlaps the main loop instead of following it: a 1×1 layer with few
     input channels runs one K step, and its epilogue (residual in, output out) is most of its time.
+    ``SPLIT`` > 1 (`quant.split_k`): the grid's second axis splits K in that many slices, and the
+    program that finishes a tile's last slice adds the partials (``ws_ptr``, ticket ``cnt_ptr``) and
+    runs the epilogue (`split_k.split_sum`); not with ``EARLY_RES``.
     """
     pdl_enter(PDL)
     pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BM, BN, GROUP_M)
@@ -136,22 +141,30 @@ def conv_gemm_kernel(
     rk = tl.arange(0, BK)
     m_ok = rm < M
     ktot = KH * KW * C
+    if SPLIT > 1:
+        # a whole number of BK steps (the launch checks it): said, so the loads keep their 16-byte vectors
+        k_lo = tl.multiple_of(tl.program_id(1) * (ktot // SPLIT), BK)
+        k_hi = k_lo + ktot // SPLIT
+    else:
+        k_lo = 0
+        k_hi = ktot
     if ACC_INT:
         acc = tl.zeros((BM, BN), dtype=tl.int32)
     else:
         acc = tl.zeros((BM, BN), dtype=tl.float32)
     w_ptrs = w_ptr + rn[None, :] * ktot + rk[:, None]
     offs = rm[:, None] * N + rn[None, :]
+    r_early = acc  # replaced by the residual's tile with EARLY_RES, unused without
     if HAS_RES and EARLY_RES:
         r_early = tl.load(res_ptr + offs, mask=m_ok[:, None], other=0.0)
     if KH == 1 and KW == 1 and STRIDE == 1 and PAD == 0:
         a_ptrs = x_ptr + rm[:, None] * C + rk[None, :]
-        for k in range(0, C, BK):
+        for k in range(k_lo, k_hi, BK):
             a = tl.load(a_ptrs + k, mask=m_ok[:, None], other=0.0)
             acc = _mma(a, tl.load(w_ptrs + k), acc, ACC_INT)
     else:
         nb, ih0, iw0 = window_origin(rm, OH, OW, STRIDE, PAD)
-        for k in range(0, ktot, BK):
+        for k in range(k_lo, k_hi, BK):
             tap = k // C
             c0 = k - tap * C
             kh = tap // KW
@@ -162,6 +175,22 @@ def conv_gemm_kernel(
             row = ((nb * H + ih) * W + iw) * C
             a = tl.load(x_ptr + row[:, None] + (c0 + rk)[None, :], mask=ok[:, None], other=0.0)
             acc = _mma(a, tl.load(w_ptrs + k), acc, ACC_INT)
+    if SPLIT > 1:
+        acc, last = split_k.split_sum(acc, ws_ptr, cnt_ptr, offs, m_ok, M, N, SPLIT)
+        if last:
+            _conv_epilogue(acc, out_ptr, alpha_ptr, beta_ptr, res_ptr, gamma, offs, rn, m_ok, r_early, RELU,
+                           HAS_RES, OUT_KIND, EARLY_RES)  # fmt: skip
+    else:
+        _conv_epilogue(acc, out_ptr, alpha_ptr, beta_ptr, res_ptr, gamma, offs, rn, m_ok, r_early, RELU,
+                       HAS_RES, OUT_KIND, EARLY_RES)  # fmt: skip
+
+
+@triton.jit
+def _conv_epilogue(
+    acc, out_ptr, alpha_ptr, beta_ptr, res_ptr, gamma, offs, rn, m_ok, r_early, RELU: tl.constexpr,
+    HAS_RES: tl.constexpr, OUT_KIND: tl.constexpr, EARLY_RES: tl.constexpr,
+):  # fmt: skip
+    """`conv_gemm_kernel`'s epilogue: α·acc + β (+ γ·residual), ReLU, the output's format, stored."""
     alpha = tl.load(alpha_ptr + rn)
     beta = tl.load(beta_ptr + rn)
     y = acc.to(tl.float32) * alpha[None, :]
@@ -282,8 +311,9 @@ def conv_gemm(
     if out is None:
         out = torch.empty((m, n), dtype=DTYPES[out_fmt], device=x.device)
     check_out_res(out, res, m, n, x.device, out_fmt)
-    grid = (triton.cdiv(m, cfg.bm) * (n // cfg.bn),)
-    launcher(conv_gemm_kernel, x.device)[grid](
+    tiles = triton.cdiv(m, cfg.bm) * (n // cfg.bn)
+    split, ws, cnt = split_k.operands(cfg, w, m, n, ksize * ksize * c, tiles, x.dtype == torch.int8, out)
+    launcher(conv_gemm_kernel, x.device)[(tiles, split)](
         x,
         w,
         *epilogue_operands(out, alpha, beta, res, gamma),
@@ -294,6 +324,8 @@ def conv_gemm(
         wd,
         oh,
         ow,
+        ws,
+        cnt,
         KH=ksize,
         KW=ksize,
         STRIDE=stride,
@@ -301,6 +333,7 @@ def conv_gemm(
         **epilogue_flags(relu, res, out_fmt),
         ACC_INT=x.dtype == torch.int8,
         EARLY_RES=bool(getattr(cfg, "early_res", False)) and res is not None,
+        SPLIT=split,
         **cfg.launch(),
         enable_fp_fusion=False,
     )

@@ -44,15 +44,20 @@ class TileConfig:
     persistent: int = 0
     tma_epilogue: bool = False  # persistent only: the residual and the output through TMA descriptors too
     split_epilogue: bool = False  # persistent Linear only (linear_kernels): the epilogue in two column halves
+    split_k: int = 1  # the grouped convolution only: programs per tile, each a slice of K (`quant.split_k`)
 
     @property
     def label(self) -> str:
-        """Short text form, e.g. '128x256x128 w8 s3' ('… er' early residual, '… persistent[x2] [tma-epi]')."""
+        """Short text form, e.g. '128x256x128 w8 s3' ('… er' early residual, '… persistent[x2] [tma-epi]').
+
+        A split-K tile ends in '… split8' (`quant.split_k`).
+        """
         extra = " er" if self.early_res else ""
         if self.persistent:
             extra += " persistent" + (f"x{self.persistent}" if self.persistent > 1 else "")
             extra += " tma-epi" if self.tma_epilogue else ""
             extra += " split-epi" if self.split_epilogue else ""
+        extra += f" split{self.split_k}" if self.split_k > 1 else ""
         return f"{self.bm}x{self.bn}x{self.bk} w{self.num_warps} s{self.num_stages}{extra}"
 
     def launch(self) -> dict[str, int]:

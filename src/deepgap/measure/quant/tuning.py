@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from deepgap.measure.quant import layers
+from deepgap.measure.quant import layers, split_k
 from deepgap.measure.quant import tunecache as tune_cache
 from deepgap.measure.quant.network import QuantNet, fp16_conv
 from deepgap.measure.quant.tiles import LayerTiming, candidate_configs, persistent_configs
@@ -308,6 +308,10 @@ def candidates(net: QuantNet, name: str, batch: int, opts, backend_ok: bool) -> 
             cc = torch.cuda.get_device_capability(dev) if dev.type == "cuda" else None
             tiles = persistent_configs(n, batch * oh * ow, cc, net.qfmt, programs(dev))
             cands += [("triton", c) for c in tiles]
+            if split_k.split_offered():  # DEEPGAP_QUANT_SPLIT_K=on: untimed on a GPU so far, off by default
+                k_total = n.kernel_size * n.kernel_size * n.cin
+                split = split_k.split_configs(cfgs, batch * oh * ow, n.cout, k_total, programs(dev))
+                cands += [("triton", c) for c in split]
     if opts.force_backend != "triton":
         cands.append(("torch", None))
     return cands

@@ -1,0 +1,123 @@
+"""Split-K for the quant engine's convolutions at small batches: the K loop of a tile spread over programs.
+
+Why: at batch 1 ResNet-50 is latency-bound, and the per-layer table (session 26, one H200, fp8) names its
+late 3×3 layers: layer4's `conv2` (M = 49 rows, N = 512, K = 4,608) takes 13.5 µs as 8 programs of
+64×64, each walking 36 K steps alone while 124 SMs idle, and layer3's (M = 196, N = 256, K = 2,304) 8.3 µs
+as 16 programs. The three layer4 and six layer3 `conv2` are about 90 µs of the network's 294. With
+``SPLIT`` programs per tile (`kernels.conv_gemm_kernel`'s second grid axis) each sums one K slice into a
+partial tile in a scratch buffer (fp32, or int32 for int8: exact), takes a ticket from the tile's counter,
+and the program that takes the last ticket adds the partials in slice order (so the result does not
+depend on which program came last), resets the counter, and runs the epilogue. One launch, no second
+kernel: a separate reduction kernel would cost a launch of its own at this batch.
+
+Off by default (`DEEPGAP_QUANT_SPLIT_K`, `split_offered`): no GPU has timed it yet. With it on, the tuner
+times `split_configs`' tiles beside the others for layers that leave most SMs idle, and keeps the fastest
+that passes its self-check (int8 exactly; fp8 sums in another order, within the fp8 bound).
+"""
+
+# Triton convention: compile-time (constexpr) parameters in capitals.
+# ruff: noqa: N803
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import triton
+import triton.language as tl
+
+from deepgap.core import switches
+from deepgap.measure.quant.launch import INT32_LIMIT, check
+
+SPLIT_ENV = "DEEPGAP_QUANT_SPLIT_K"
+MAX_SPLIT = 16  # programs per tile at most
+
+
+def split_offered() -> bool:
+    """Whether the tuner times split-K tiles (``DEEPGAP_QUANT_SPLIT_K=on``; off when unset: untimed on a GPU)."""
+    return switches.read(SPLIT_ENV) == "on"
+
+
+def split_configs(base: list, m: int, n: int, k_total: int, sms: int, limit: int = 2) -> list:
+    """Split-K variants of the 64-row tiles in ``base`` for a layer whose tiles leave most SMs idle.
+
+    Each 64-row tile (the first ``limit`` of them) gets its largest split up to `MAX_SPLIT` that keeps
+    tiles × split within the SMs and cuts its K steps into equal slices of at least 2 steps. None where the
+    tiles already fill half the SMs, and none of the early-residual or persistent tiles.
+    """
+    out = []
+    for cfg in base:
+        if cfg.bm != 64 or cfg.persistent or cfg.split_k > 1 or cfg.early_res:
+            continue
+        tiles = -(-m // cfg.bm) * (n // cfg.bn)
+        steps = k_total // cfg.bk
+        if 2 * tiles > sms:
+            continue
+        fit = [s for s in range(MAX_SPLIT, 1, -1) if tiles * s <= sms and steps % s == 0 and steps // s >= 2]
+        if fit and len(out) < limit:
+            out.append(dataclasses.replace(cfg, split_k=fit[0]))
+    return out
+
+
+def scratch(w: torch.Tensor, m: int, n: int, split: int, tiles: int, acc_int: bool):
+    """(partials [split·m·n], counters [tiles]) for the layer whose weights are ``w``: made once, reused.
+
+    Why kept on the weight tensor: a CUDA graph bakes these addresses in and owns the network, so they live
+    exactly as long as the layer; the counters must start at zero, which the last program of each tile
+    restores; two networks never share them. Made outside a graph capture (the tuner's eager calls come
+    first); asked for first inside one, it refuses rather than capture an allocation whose zeros would not
+    be there at replay.
+    """
+    kept = w.__dict__.setdefault("_deepgap_split_k", {})
+    key = (m, n, split, acc_int)
+    if key not in kept:
+        check(split * m * n <= INT32_LIMIT, "split-K partials past 2^31 elements; use fewer splits")
+        check(
+            not (w.is_cuda and torch.cuda.is_current_stream_capturing()),
+            "split-K scratch must be made before a CUDA graph captures the layer (run it once eagerly)",
+        )
+        dtype = torch.int32 if acc_int else torch.float32
+        kept[key] = (
+            torch.empty(split * m * n, dtype=dtype, device=w.device),
+            torch.zeros(tiles, dtype=torch.int32, device=w.device),
+        )
+    return kept[key]
+
+
+def operands(
+    cfg, w: torch.Tensor, m: int, n: int, k_total: int, tiles: int, acc_int: bool, out: torch.Tensor
+):
+    """(split, partials, counters) for a `kernels.conv_gemm` launch of tile ``cfg``.
+
+    Without split-K (split 1) the two buffers are ``out``, never read.
+    """
+    split = int(getattr(cfg, "split_k", 1) or 1)
+    if split == 1:
+        return 1, out, out
+    check(not cfg.early_res, "split-K tiles take no early residual")
+    check(
+        k_total % (split * cfg.bk) == 0,
+        f"split-K {split} needs K = {k_total} in whole slices of BK = {cfg.bk}",
+    )
+    return (split, *scratch(w, m, n, split, tiles, acc_int))
+
+
+@triton.jit
+def split_sum(acc, ws_ptr, cnt_ptr, offs, m_ok, M, N, SPLIT: tl.constexpr):
+    """(the tile's whole sum, whether this program has it): split-K's reduction, in one launch.
+
+    Each program stores its slice's partial tile, then takes a ticket (an acquire-release atomic, after a
+    barrier so the whole tile's stores come before it); the one with the last ticket reads every partial
+    from L2 (``.cg``: another SM's stores are not in this SM's L1) in slice order, so the sum does not
+    depend on the order the programs finished, and puts the counter back to zero for the next call.
+    """
+    tile = tl.program_id(0)
+    tl.store(ws_ptr + tl.program_id(1) * M * N + offs, acc, mask=m_ok[:, None])
+    tl.debug_barrier()
+    last = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu") == SPLIT - 1
+    total = tl.zeros_like(acc)
+    if last:
+        for s in range(SPLIT):
+            total += tl.load(ws_ptr + s * M * N + offs, mask=m_ok[:, None], other=0, cache_modifier=".cg")
+        tl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed", scope="gpu")
+    return total, last
