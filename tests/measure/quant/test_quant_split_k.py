@@ -21,7 +21,7 @@ from fp8_codes import same_codes  # noqa: E402
 from test_quant_kernels import _layer  # noqa: E402
 
 from deepgap.core.errors import UsageError  # noqa: E402
-from deepgap.measure.quant import kernels, layers, split_k  # noqa: E402
+from deepgap.measure.quant import kernels, layers, split_k, tiles  # noqa: E402
 from deepgap.measure.quant.tiles import TileConfig  # noqa: E402
 
 BASE = TileConfig(32, 32, 32, group_m=2, num_warps=4, num_stages=2)
@@ -97,11 +97,11 @@ def test_split_configs_fill_the_idle_sms_and_only_there():
     assert split_k.split_configs(base, 49, 512, 128, 132) == []  # one K step: nothing to split
 
 
-def test_split_k_is_offered_only_when_switched_on(monkeypatch):
-    monkeypatch.delenv("DEEPGAP_QUANT_SPLIT_K", raising=False)
-    assert not split_k.split_offered()
-    monkeypatch.setenv("DEEPGAP_QUANT_SPLIT_K", "on")
-    assert split_k.split_offered()
-    monkeypatch.setenv("DEEPGAP_QUANT_SPLIT_K", "yes")
-    with pytest.raises(UsageError, match="DEEPGAP_QUANT_SPLIT_K"):
-        split_k.split_offered()
+def test_the_small_batch_kernels_are_offered_only_when_switched_on(monkeypatch):
+    monkeypatch.delenv("DEEPGAP_QUANT_SMALL_BATCH", raising=False)
+    assert not tiles.small_batch_offered()
+    monkeypatch.setenv("DEEPGAP_QUANT_SMALL_BATCH", "on")
+    assert tiles.small_batch_offered()
+    monkeypatch.setenv("DEEPGAP_QUANT_SMALL_BATCH", "yes")
+    with pytest.raises(UsageError, match="DEEPGAP_QUANT_SMALL_BATCH"):
+        tiles.small_batch_offered()

@@ -39,8 +39,7 @@ class Stem:
     w_pad: torch.Tensor | None = None  # w_half with zero input channels up to pad_channels
     kernel: str = "cudnn"  # 'cudnn' (+ the max-pool backend), 'fused' (`quant.stem_kernels`) or 'int8'
     w_gemm: torch.Tensor | None = None  # the fused kernel's [C_out, KP] weights
-    # the Triton stems' (block of output pixels, warps[, programs per SM: the int8 stem's persistent kernel])
-    fused_cfg: tuple[int, ...] = (128, 4)
+    fused_cfg: tuple[int, ...] = (128, 4)  # Triton stems: (pixels, warps[, persistent programs an SM])
     in_scale: float = 0.0  # the image's int8 scale (calibrated range / 127); 0: not calibrated
     w_i8: torch.Tensor | None = None  # the 'int8' stem's [C_out, KH·32] weights (`quant.stem_int8`)
     alpha_i8: torch.Tensor | None = None  # in_scale · s_w / s_out per channel
@@ -124,6 +123,7 @@ class QuantNet:
     backend: dict[str, str] = field(default_factory=dict)
     stem_backend: str = "torch"  # 'triton' (fused max-pool kernel) or 'torch'; also used for conversions
     configs: dict[str, TileConfig] = field(default_factory=dict)
+    head_backend: str = "torch"  # 'triton': pool and classifier in one kernel (`quant.head`, small batches)
 
     def to(self, device) -> QuantNet:
         """Move all weights and coefficients to ``device`` (in place); returns self."""
@@ -254,13 +254,17 @@ class QuantNet:
         it twice; the per-tensor scale and 1/(H·W) multiply the pooled [batch, C] vector only.
         """
         y = x.view(batch, -1, x.shape[1])
+        scale = (self.scales[self.head.inp] if self.fmts[self.head.inp] != "fp16" else 1.0) / y.shape[1]
+        if self.head_backend == "triton":  # pool and classifier in one kernel (small batches)
+            from deepgap.measure.quant.head import head  # Triton, imported where it is used (as kernels)
+
+            return head(x, batch, self.head.weight, self.head.bias, scale)
         if y.dtype == torch.int8:
             pooled = y.sum(1, dtype=torch.int32).float()
         elif y.dtype in (torch.float16, torch.float32):
             pooled = y.sum(1, dtype=torch.float32)
         else:  # fp8 has no reduction kernels; widening to fp16 is exact
             pooled = y.to(torch.float16).sum(1, dtype=torch.float32)
-        scale = (self.scales[self.head.inp] if self.fmts[self.head.inp] != "fp16" else 1.0) / y.shape[1]
         return F.linear(pooled * scale, self.head.weight, self.head.bias)
 
     def run_convert(self, name: str, x: torch.Tensor, backend: str) -> torch.Tensor:

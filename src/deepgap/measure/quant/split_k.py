@@ -10,9 +10,10 @@ and the program that takes the last ticket adds the partials in slice order (so 
 depend on which program came last), resets the counter, and runs the epilogue. One launch, no second
 kernel: a separate reduction kernel would cost a launch of its own at this batch.
 
-Off by default (`DEEPGAP_QUANT_SPLIT_K`, `split_offered`): no GPU has timed it yet. With it on, the tuner
-times `split_configs`' tiles beside the others for layers that leave most SMs idle, and keeps the fastest
-that passes its self-check (int8 exactly; fp8 sums in another order, within the fp8 bound).
+Off by default (`tiles.small_batch_offered`, ``DEEPGAP_QUANT_SMALL_BATCH``): no GPU has timed it yet. With
+it on, the tuner times `split_configs`' tiles beside the others for layers that leave most SMs idle, and
+keeps the fastest that passes its self-check (int8 exactly; fp8 sums in another order, within the fp8
+bound).
 """
 
 # Triton convention: compile-time (constexpr) parameters in capitals.
@@ -26,16 +27,9 @@ import torch
 import triton
 import triton.language as tl
 
-from deepgap.core import switches
 from deepgap.measure.quant.launch import INT32_LIMIT, check
 
-SPLIT_ENV = "DEEPGAP_QUANT_SPLIT_K"
 MAX_SPLIT = 16  # programs per tile at most
-
-
-def split_offered() -> bool:
-    """Whether the tuner times split-K tiles (``DEEPGAP_QUANT_SPLIT_K=on``; off when unset: untimed on a GPU)."""
-    return switches.read(SPLIT_ENV) == "on"
 
 
 def split_configs(base: list, m: int, n: int, k_total: int, sms: int, limit: int = 2) -> list:

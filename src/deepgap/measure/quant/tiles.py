@@ -19,6 +19,7 @@ from deepgap.measure.quant.launch import halved_to_divide
 
 SMEM_BUDGET_BYTES = 200 * 1024  # of the H100's 227 KB per block, leaving room for the epilogue
 SMS_H100 = 132
+SMALL_BATCH_ENV = "DEEPGAP_QUANT_SMALL_BATCH"
 GEMM_ENV = "DEEPGAP_QUANT_GEMM"
 GEMM_MODES = switches.choices(GEMM_ENV)  # persistent, off
 
@@ -159,6 +160,17 @@ def gemm_mode() -> str:
     before, to set the two side by side or to rule the kernel out.
     """
     return switches.read(GEMM_ENV)
+
+
+def small_batch_offered() -> bool:
+    """``DEEPGAP_QUANT_SMALL_BATCH=on``: the small-batch kernels that no GPU has timed yet are offered.
+
+    They are split-K tiles (`quant.split_k`) and the fused average-pool + classifier head (`quant.head`).
+    Both are for batch 1, where the network is latency-bound (issue 47's 0.22 ms). Unset or 'off': not
+    offered, so no main job pays for a kernel that might never win. The next device session times them
+    and drops this switch for those that win.
+    """
+    return switches.read(SMALL_BATCH_ENV) == "on"
 
 
 def persistent_configs(

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from deepgap.measure.quant.calibrate import cache_dir
-from deepgap.measure.quant.tiles import TileConfig, gemm_mode
+from deepgap.measure.quant.tiles import TileConfig, gemm_mode, small_batch_offered
 
 FORMAT_VERSION = 1
 
@@ -115,7 +115,23 @@ def device_key(device: str) -> dict[str, str]:
         "cuda": str(torch.version.cuda),
         "sources": _source_digest(),
         **_gemm_key(),
+        **_small_batch_key(),
     }
+
+
+def _small_batch_key() -> dict[str, str]:
+    """With ``DEEPGAP_QUANT_SMALL_BATCH=on``, a key of its own with split-K's source in it (as `_gemm_key`).
+
+    Unset, the key is the one the engine had before split-K tiles existed: a layer tuned without them is
+    never a hit where they should be timed, nor the other way round.
+    """
+    if not small_batch_offered():
+        return {}
+    try:
+        digest = hashlib.sha256((Path(__file__).parent / "split_k.py").read_bytes()).hexdigest()[:16]
+    except OSError:
+        digest = "-"
+    return {"small_batch": f"split-k:{digest}"}
 
 
 def _gemm_key() -> dict[str, str]:

@@ -17,7 +17,12 @@ import torch
 from deepgap.measure.quant import layers, split_k
 from deepgap.measure.quant import tunecache as tune_cache
 from deepgap.measure.quant.network import QuantNet, fp16_conv
-from deepgap.measure.quant.tiles import LayerTiming, candidate_configs, persistent_configs
+from deepgap.measure.quant.tiles import (
+    LayerTiming,
+    candidate_configs,
+    persistent_configs,
+    small_batch_offered,
+)
 from deepgap.measure.timing import HostClock
 
 CHECK_BATCH = 2  # images in each kernel's self-check against the exact reference
@@ -308,7 +313,7 @@ def candidates(net: QuantNet, name: str, batch: int, opts, backend_ok: bool) -> 
             cc = torch.cuda.get_device_capability(dev) if dev.type == "cuda" else None
             tiles = persistent_configs(n, batch * oh * ow, cc, net.qfmt, programs(dev))
             cands += [("triton", c) for c in tiles]
-            if split_k.split_offered():  # DEEPGAP_QUANT_SPLIT_K=on: untimed on a GPU so far, off by default
+            if small_batch_offered():  # DEEPGAP_QUANT_SMALL_BATCH=on: untimed on a GPU so far, off by default
                 k_total = n.kernel_size * n.kernel_size * n.cin
                 split = split_k.split_configs(cfgs, batch * oh * ow, n.cout, k_total, programs(dev))
                 cands += [("triton", c) for c in split]
