@@ -185,7 +185,9 @@ def time_stem_and_head(
             batch * fc.numel() + y.numel(),
             y.numel() * y.element_size() + fc.numel() * fc.element_size(),
             (batch, fc.shape[0], fc.shape[1]),
-            "torch",
+            "triton fused pool + classifier"
+            if getattr(net, "head_backend", "torch") == "triton"
+            else "torch",
             "fp16",
         ),
     ):
