@@ -124,6 +124,7 @@ def window_max(x_ptr, best, nb, ih0, iw0, p_ok, rc, c_ok, H, W, C, K: tl.constex
     """``best`` [pixels, channels] raised to the max of NHWC ``x`` over each pixel's K×K window (both pools).
 
     ``nb``, ``ih0``, ``iw0`` are `window_origin`'s; a tap outside the image or a masked lane reads ``FILL``.
+    Each value is taken in ``best``'s type: fp32 (widened), or int8 for `maxpool8_kernel`'s codes.
     """
     for kh in tl.static_range(K):
         for kw in tl.static_range(K):
@@ -132,7 +133,7 @@ def window_max(x_ptr, best, nb, ih0, iw0, p_ok, rc, c_ok, H, W, C, K: tl.constex
             ok = p_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
             row = ((nb * H + ih) * W + iw) * C
             v = tl.load(x_ptr + row[:, None] + rc[None, :], mask=ok[:, None] & c_ok[None, :], other=FILL)
-            best = tl.maximum(best, v.to(tl.float32))
+            best = tl.maximum(best, v.to(best.dtype))
     return best
 
 
@@ -166,15 +167,7 @@ def maxpool8_kernel(
     nb, ih0, iw0 = window_origin(rp, OH, OW, STRIDE, PAD)
     if CODES:
         best = tl.zeros((BP, C), dtype=tl.int8)
-        for kh in tl.static_range(K):
-            for kw in tl.static_range(K):
-                ih = ih0 + kh
-                iw = iw0 + kw
-                ok = p_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
-                row = ((nb * H + ih) * W + iw) * C
-                best = tl.maximum(
-                    best, tl.load(x_ptr + row[:, None] + rc[None, :], mask=ok[:, None], other=0)
-                )
+        best = window_max(x_ptr, best, nb, ih0, iw0, p_ok, rc, rc < C, H, W, C, K, 0)
         tl.store(out_ptr + rp[:, None] * C + rc[None, :], best, mask=p_ok[:, None])
     else:
         best = tl.zeros((BP, C), dtype=tl.float32)
