@@ -125,13 +125,7 @@ def _small_batch_key() -> dict[str, str]:
     Unset, the key is the one the engine had before split-K tiles existed: a layer tuned without them is
     never a hit where they should be timed, nor the other way round.
     """
-    if not small_batch_offered():
-        return {}
-    try:
-        digest = hashlib.sha256((Path(__file__).parent / "split_k.py").read_bytes()).hexdigest()[:16]
-    except OSError:
-        digest = "-"
-    return {"small_batch": f"split-k:{digest}"}
+    return {"small_batch": f"split-k:{_digest('split_k.py')}"} if small_batch_offered() else {}
 
 
 def _gemm_key() -> dict[str, str]:
@@ -140,13 +134,15 @@ def _gemm_key() -> dict[str, str]:
     ``DEEPGAP_QUANT_GEMM=off`` keeps the key the engine had before they were offered, so a layer tuned
     without them is never a hit where they should be timed, nor the other way round.
     """
-    if gemm_mode() != "persistent":
-        return {}
+    return {"gemm": f"persistent:{_digest('persistent.py')}"} if gemm_mode() == "persistent" else {}
+
+
+def _digest(name: str) -> str:
+    """The first 16 hex digits of a kernel module's source hash (this package's file ``name``), '-' unread."""
     try:
-        digest = hashlib.sha256((Path(__file__).parent / "persistent.py").read_bytes()).hexdigest()[:16]
+        return hashlib.sha256((Path(__file__).parent / name).read_bytes()).hexdigest()[:16]
     except OSError:
-        digest = "-"
-    return {"gemm": f"persistent:{digest}"}
+        return "-"
 
 
 class TuneCache:
