@@ -175,12 +175,10 @@ def conv_gemm_kernel(
             row = ((nb * H + ih) * W + iw) * C
             a = tl.load(x_ptr + row[:, None] + (c0 + rk)[None, :], mask=ok[:, None], other=0.0)
             acc = _mma(a, tl.load(w_ptrs + k), acc, ACC_INT)
+    last = True  # without split-K every program finishes its tile
     if SPLIT > 1:
         acc, last = split_k.split_sum(acc, ws_ptr, cnt_ptr, offs, m_ok, M, N, SPLIT)
-        if last:
-            _conv_epilogue(acc, out_ptr, alpha_ptr, beta_ptr, res_ptr, gamma, offs, rn, m_ok, r_early, RELU,
-                           HAS_RES, OUT_KIND, EARLY_RES)  # fmt: skip
-    else:
+    if last:
         _conv_epilogue(acc, out_ptr, alpha_ptr, beta_ptr, res_ptr, gamma, offs, rn, m_ok, r_early, RELU,
                        HAS_RES, OUT_KIND, EARLY_RES)  # fmt: skip
 

@@ -46,11 +46,8 @@ STEM_VARIANTS = (
     ("fused", 0, (128, 4)),
     ("int8", 0, (64, 4)),
     ("int8", 0, (128, 4)),
-    (
-        "int8",
-        0,
-        (128, 4, 3),
-    ),  # `stem_int8.stem_conv_persistent_kernel`: 157 registers, so 3 programs an SM fit
+    # `stem_int8.stem_conv_persistent_kernel`: 157 registers, so 3 programs an SM fit
+    ("int8", 0, (128, 4, 3)),
     *(("int8pool", 0, cfg) for cfg in POOL_CONFIGS),  # (pooled rows, columns, warps, stages)
 )
 # The int8 stem quantizes the image and the weights as well, so its 8-bit output is compared with

@@ -165,16 +165,9 @@ def maxpool8_kernel(
     rc = tl.arange(0, C)
     p_ok = rp < P
     nb, ih0, iw0 = window_origin(rp, OH, OW, STRIDE, PAD)
-    if CODES:
-        best = tl.zeros((BP, C), dtype=tl.int8)
-        best = window_max(x_ptr, best, nb, ih0, iw0, p_ok, rc, rc < C, H, W, C, K, 0)
-        tl.store(out_ptr + rp[:, None] * C + rc[None, :], best, mask=p_ok[:, None])
-    else:
-        best = tl.zeros((BP, C), dtype=tl.float32)
-        best = window_max(x_ptr, best, nb, ih0, iw0, p_ok, rc, rc < C, H, W, C, K, 0.0)
-        tl.store(
-            out_ptr + rp[:, None] * C + rc[None, :], best.to(out_ptr.dtype.element_ty), mask=p_ok[:, None]
-        )
+    best = tl.zeros((BP, C), dtype=tl.int8 if CODES else tl.float32)
+    best = window_max(x_ptr, best, nb, ih0, iw0, p_ok, rc, rc < C, H, W, C, K, 0.0)
+    tl.store(out_ptr + rp[:, None] * C + rc[None, :], best.to(out_ptr.dtype.element_ty), mask=p_ok[:, None])
 
 
 def pad_weights(w_half: torch.Tensor, block_k: int = BLOCK_K) -> torch.Tensor:
