@@ -185,9 +185,7 @@ def time_stem_and_head(
             batch * fc.numel() + y.numel(),
             y.numel() * y.element_size() + fc.numel() * fc.element_size(),
             (batch, fc.shape[0], fc.shape[1]),
-            "triton fused pool + classifier"
-            if getattr(net, "head_backend", "torch") == "triton"
-            else "torch",
+            "triton fused pool + classifier" if net.head_backend == "triton" else "torch",
             "fp16",
         ),
     ):
