@@ -26,7 +26,6 @@ from deepgap.measure import llm_attention, llm_qkv_attention
 from deepgap.measure.quant import (
     gemv,
     gemv_fused,
-    head,
     kernels,
     l2_prefetch,
     launch,
@@ -267,17 +266,6 @@ def split_cases() -> Iterator[Case]:
             yield f"{name} b1 {qfmt} {cfg.label} pdl", conv_run(conv, 1, qfmt, cfg, launch.pdl)
 
 
-def head_cases() -> Iterator[Case]:
-    """The fused average-pool + classifier (`quant.head`) at batch 1 and 8 on ResNet-50's last activation."""
-    for qfmt, batch in itertools.product(("int8", "fp8"), (1, 8)):
-
-        def run(qfmt=qfmt, batch=batch):
-            head.head(meta(batch * 49, 2048, dtype=QFMT[qfmt]), batch, meta(1000, 2048, dtype=F32),
-                      meta(1000, dtype=F32), 0.001)  # fmt: skip
-
-        yield f"head b{batch} {qfmt}", run
-
-
 def epilogue_cases() -> Iterator[Case]:
     """The epilogue alone: an fp16 (cuDNN) result into int8 or fp8 (with a residual), format conversions."""
     m, n = 256 * 28 * 28, 128
@@ -382,7 +370,6 @@ CASES: dict[str, Callable[[], Iterator[Case]]] = {
     "conv": conv_cases,
     "persistent": persistent_cases,
     "split-k": split_cases,
-    "head": head_cases,
     "epilogue": epilogue_cases,
     "stem": stem_cases,
     "linear": linear_cases,

@@ -125,22 +125,19 @@ def test_frame_keeps_quant_ok_rows_and_adds_the_stem_and_head_rows():
 
 
 @pytest.mark.parametrize("dtype", [torch.int8, torch.float8_e4m3fn, torch.float16])
-@pytest.mark.parametrize("backend", ["torch", "triton"])  # triton: the fused head (`quant.head`), interpreted
-def test_head_pools_before_scaling_and_matches_the_plain_formula(dtype, backend):
+def test_head_pools_before_scaling_and_matches_the_plain_formula(dtype):
     """run_head sums the 8-bit activation (int32 for int8) and scales the pooled vector: same logits."""
     from types import SimpleNamespace
 
     from deepgap.measure.quant.network import QuantNet
 
-    if backend == "triton":
-        pytest.importorskip("triton")
     g = torch.Generator().manual_seed(0)
     batch, hw, c = 3, 49, 64
     raw = torch.randint(-127, 128, (batch * hw, c), generator=g)
     x = raw.to(dtype) if dtype == torch.int8 else (raw.float() / 32).to(dtype)
     fmt = {torch.int8: "int8", torch.float8_e4m3fn: "fp8", torch.float16: "fp16"}[dtype]
     head = SimpleNamespace(inp="t", weight=torch.randn(10, c, generator=g), bias=torch.randn(10, generator=g))
-    net = SimpleNamespace(fmts={"t": fmt}, scales={"t": 0.037}, head=head, head_backend=backend)
+    net = SimpleNamespace(fmts={"t": fmt}, scales={"t": 0.037}, head=head)
     got = QuantNet.run_head(net, x, batch)
     y = x.float() * (0.037 if fmt != "fp16" else 1.0)
     want = torch.nn.functional.linear(y.view(batch, hw, c).mean(1), head.weight, head.bias)

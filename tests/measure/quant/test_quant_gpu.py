@@ -48,8 +48,11 @@ def _layer(qfmt, k, s, cin, cout, res_fmt, out_fmt, seed):
 
 
 def _poisoned_like(ref):
-    """An output buffer no kernel would write: int8 −128 (outputs clamp to ±127), NaN for fp8/fp16."""
-    out = torch.empty_like(ref)
+    """An output buffer no kernel would write: int8 −128 (outputs clamp to ±127), NaN for fp8/fp16.
+
+    Contiguous whatever ``ref``'s strides (the reference may be a transposed view; a kernel's ``out`` may not).
+    """
+    out = torch.empty(ref.shape, dtype=ref.dtype, device=ref.device)
     if ref.dtype == torch.int8:
         out.fill_(-128)
     elif ref.dtype == torch.float16:

@@ -48,11 +48,11 @@ def test_the_key_names_device_versions_and_kernel_sources():
 
 
 def test_the_small_batch_switch_keys_a_cache_of_its_own(monkeypatch):
-    """Tuned with split-K offered (``DEEPGAP_QUANT_SMALL_BATCH=on``) is never a hit without it, nor back."""
+    """Tuned with split-K offered (the default) is never a hit without it (``…SMALL_BATCH=off``), nor back."""
     monkeypatch.delenv("DEEPGAP_QUANT_SMALL_BATCH", raising=False)
-    off = tunecache.device_key("cpu")
-    monkeypatch.setenv("DEEPGAP_QUANT_SMALL_BATCH", "on")
     on = tunecache.device_key("cpu")
+    monkeypatch.setenv("DEEPGAP_QUANT_SMALL_BATCH", "off")
+    off = tunecache.device_key("cpu")
     assert "small_batch" not in off and on["small_batch"].startswith("split-k:")
     assert {k: v for k, v in on.items() if k != "small_batch"} == off
 

@@ -123,7 +123,6 @@ class QuantNet:
     backend: dict[str, str] = field(default_factory=dict)
     stem_backend: str = "torch"  # 'triton' (fused max-pool kernel) or 'torch'; also used for conversions
     configs: dict[str, TileConfig] = field(default_factory=dict)
-    head_backend: str = "torch"  # 'triton': pool and classifier in one kernel (`quant.head`, small batches)
 
     def to(self, device) -> QuantNet:
         """Move all weights and coefficients to ``device`` (in place); returns self."""
@@ -255,10 +254,6 @@ class QuantNet:
         """
         y = x.view(batch, -1, x.shape[1])
         scale = (self.scales[self.head.inp] if self.fmts[self.head.inp] != "fp16" else 1.0) / y.shape[1]
-        if self.head_backend == "triton":  # pool and classifier in one kernel (small batches)
-            from deepgap.measure.quant.head import head  # Triton, imported where it is used (as kernels)
-
-            return head(x, batch, self.head.weight, self.head.bias, scale)
         if y.dtype == torch.int8:
             pooled = y.sum(1, dtype=torch.int32).float()
         elif y.dtype in (torch.float16, torch.float32):

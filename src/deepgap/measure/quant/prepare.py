@@ -25,7 +25,7 @@ from deepgap.measure.quant.calibrate import DEFAULT_METHOD, CalibrationKey, cali
 from deepgap.measure.quant.fold import conv_macs, resnet_graph
 from deepgap.measure.quant.network import QuantNet, build
 from deepgap.measure.quant.precompile import precompile
-from deepgap.measure.quant.stem_choice import check_stem, choose_head, choose_stem
+from deepgap.measure.quant.stem_choice import check_stem, choose_stem
 from deepgap.measure.quant.tiles import choose_modes, gemm_mode
 from deepgap.measure.quant.tuning import (  # noqa: F401 (time_s: API)
     CHECK_BATCH,
@@ -182,7 +182,6 @@ def prepare_quant(
     macs = conv_macs(graph, resolution)
     stem_s = stem_choice.get("seconds", {}).get(stem_choice["chosen"])  # timed already at this batch
     info.update(
-        head=choose_head(net, batch, device, use_triton),  # first: the head's row below times the chosen one
         layers=[t.as_dict() for t in timings],
         outside_layers=time_stem_and_head(net, batch, resolution, device, stem_s, opts.resident_input),
         n_quantized=sum(t.mode == "q" for t in timings),

@@ -10,10 +10,11 @@ and the program that takes the last ticket adds the partials in slice order (so 
 depend on which program came last), resets the counter, and runs the epilogue. One launch, no second
 kernel: a separate reduction kernel would cost a launch of its own at this batch.
 
-Off by default (`tiles.small_batch_offered`, ``DEEPGAP_QUANT_SMALL_BATCH``): no GPU has timed it yet. With
-it on, the tuner times `split_configs`' tiles beside the others for layers that leave most SMs idle, and
-keeps the fastest that passes its self-check (int8 exactly; fp8 sums in another order, within the fp8
-bound).
+On by default (`tiles.small_batch_offered`; ``DEEPGAP_QUANT_SMALL_BATCH=off`` leaves it out): the tuner
+times `split_configs`' tiles beside the others for layers that leave most SMs idle, and keeps the fastest
+that passes its self-check (int8 exactly; fp8 sums in another order, within the fp8 bound). Session 27
+(one H200, batch 1) kept it for layer3's six `conv2` (split 3: 8.1 → 7.1 µs) and layer4's three (split 6:
+13.3 → 7.8 µs); ResNet-50 fp8 at batch 1 went from 0.277 to 0.270 ms in `deepgap run`.
 """
 
 # Triton convention: compile-time (constexpr) parameters in capitals.
@@ -35,21 +36,24 @@ MAX_SPLIT = 16  # programs per tile at most
 def split_configs(base: list, m: int, n: int, k_total: int, sms: int, limit: int = 2) -> list:
     """Split-K variants of the 64-row tiles in ``base`` for a layer whose tiles leave most SMs idle.
 
-    Each 64-row tile (the first ``limit`` of them) gets its largest split up to `MAX_SPLIT` that keeps
-    tiles × split within the SMs and cuts its K steps into equal slices of at least 2 steps. None where the
-    tiles already fill half the SMs, and none of the early-residual or persistent tiles.
+    Each 64-row tile (the first ``limit`` of them) gets up to three splits, each ≤ `MAX_SPLIT`, keeping
+    tiles × split within the SMs and cutting its K steps into equal slices of at least 2 steps: the largest,
+    and the largest at most a half and a quarter of it. Why several: the first GPU timing (session 27, one
+    H200, batch 1) found layer4's `conv2` at 11.1 µs with split 12 against 13.3 µs unsplit, far from the
+    slices' own time, so the reduction's share (one program adds every partial) is weighed by the tuner
+    against the slices'. None where the tiles already fill half the SMs, and none of the early-residual or
+    persistent tiles.
     """
     out = []
-    for cfg in base:
-        if cfg.bm != 64 or cfg.persistent or cfg.split_k > 1 or cfg.early_res:
-            continue
+    for cfg in [c for c in base if c.bm == 64 and not (c.persistent or c.split_k > 1 or c.early_res)][:limit]:
         tiles = -(-m // cfg.bm) * (n // cfg.bn)
         steps = k_total // cfg.bk
         if 2 * tiles > sms:
             continue
         fit = [s for s in range(MAX_SPLIT, 1, -1) if tiles * s <= sms and steps % s == 0 and steps // s >= 2]
-        if fit and len(out) < limit:
-            out.append(dataclasses.replace(cfg, split_k=fit[0]))
+        picked = fit[:1] + [next((s for s in fit if s <= fit[0] // d), None) for d in (2, 4)] if fit else []
+        for s in dict.fromkeys(s for s in picked if s is not None):
+            out.append(dataclasses.replace(cfg, split_k=s))
     return out
 
 
@@ -63,7 +67,10 @@ def scratch(w: torch.Tensor, m: int, n: int, split: int, tiles: int, acc_int: bo
     be there at replay.
     """
     kept = w.__dict__.setdefault("_deepgap_split_k", {})
-    key = (m, n, split, acc_int)
+    # tiles in the key: a 64×128 and a 64×64 tile of one split share the partials' size but not the tile
+    # count, and counters sized for the fewer tiles sent the others' tickets past the end (session 27's
+    # GPU test: those tiles were never written)
+    key = (m, n, split, acc_int, tiles)
     if key not in kept:
         check(split * m * n <= INT32_LIMIT, "split-K partials past 2^31 elements; use fewer splits")
         check(
@@ -111,7 +118,7 @@ def split_sum(acc, ws_ptr, cnt_ptr, offs, m_ok, M, N, SPLIT: tl.constexpr):
     last = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu") == SPLIT - 1
     total = tl.zeros_like(acc)
     if last:
-        for s in range(SPLIT):
+        for s in tl.static_range(SPLIT):  # unrolled: every slice's load in flight at once
             total += tl.load(ws_ptr + s * M * N + offs, mask=m_ok[:, None], other=0, cache_modifier=".cg")
         tl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed", scope="gpu")
     return total, last

@@ -1,7 +1,5 @@
 """The quant network's stem, chosen per configuration: cuDNN fp16, the fused fp16 Triton stem or the int8 stem.
 
-At small batches the head too (`choose_head`): the torch path or the fused pool + classifier kernel.
-
 Why its own module: the stem is the one layer with several formulations (a 3-channel input suits no
 tensor-core kernel as it is), each with its own agreement rule against cuDNN's output; `prepare_quant`
 only asks for the fastest that agrees, and records what was timed and rejected in ``info["stem"]``.
@@ -145,43 +143,3 @@ def _agree_stem(out: torch.Tensor, ref: torch.Tensor, fmt: str, kernel: str) -> 
     o, r = out.float(), ref.float()
     rel = float((o - r).norm() / r.norm().clamp_min(1e-12))
     return None if rel <= STEM_INT8_REL else f"int8 stem: relative error {rel:.3g} > {STEM_INT8_REL}"
-
-
-def choose_head(net: QuantNet, batch: int, device: str, use_triton: bool) -> dict[str, Any]:
-    """Set ``net.head_backend`` to the faster agreeing head at ``batch``; what was timed, for ``info["head"]``.
-
-    Here beside the stem's choice: the two layers outside the tuned convolutions, each with more than one
-    formulation (`quant.head` says why the fused one exists and where it may pay).
-    """
-    from deepgap.measure.quant import layers
-    from deepgap.measure.quant.head import AGREE_REL, MAX_BATCH
-    from deepgap.measure.quant.tiles import small_batch_offered
-
-    net.head_backend = "torch"
-    if not (use_triton and str(device).startswith("cuda")):
-        return {"chosen": "torch", "reason": "needs Triton on a GPU"}
-    if not small_batch_offered():
-        return {"chosen": "torch", "reason": "the fused head is offered with DEEPGAP_QUANT_SMALL_BATCH=on"}
-    if batch > MAX_BATCH:
-        return {"chosen": "torch", "reason": f"batch {batch} > {MAX_BATCH}"}
-    h, w, c = net.shapes[net.head.inp]
-    g = torch.Generator(device=device).manual_seed(0)
-    x = torch.randn(batch * h * w, c, device=device, generator=g).relu() * 20
-    x = layers.quantize_act(x, net.fmts[net.head.inp]) if net.fmts[net.head.inp] != "fp16" else x.half()
-    times, why = {}, None
-    with torch.inference_mode():
-        ref = net.run_head(x, batch)
-        times["torch"] = time_s(lambda: net.run_head(x, batch), reps=20, device=device)
-        net.head_backend = "triton"
-        try:
-            out = net.run_head(x, batch)
-            rel = float((out - ref).norm() / ref.norm().clamp_min(1e-12))
-            if rel <= AGREE_REL:
-                times["triton"] = time_s(lambda: net.run_head(x, batch), reps=20, device=device)
-            else:
-                why = f"relative L2 {rel:.3g} > {AGREE_REL}"
-        except Exception as exc:  # noqa: BLE001 - the torch head still works
-            why = f"{type(exc).__name__}: {exc}"[:300]
-            _sync(device)
-    net.head_backend = min(times, key=times.get)
-    return {"chosen": net.head_backend, "seconds": times, **({"rejected": why} if why else {})}

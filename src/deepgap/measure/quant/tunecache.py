@@ -120,10 +120,10 @@ def device_key(device: str) -> dict[str, str]:
 
 
 def _small_batch_key() -> dict[str, str]:
-    """With ``DEEPGAP_QUANT_SMALL_BATCH=on``, a key of its own with split-K's source in it (as `_gemm_key`).
+    """With split-K offered (the default), a key of its own with split-K's source in it (as `_gemm_key`).
 
-    Unset, the key is the one the engine had before split-K tiles existed: a layer tuned without them is
-    never a hit where they should be timed, nor the other way round.
+    With ``DEEPGAP_QUANT_SMALL_BATCH=off`` the key is the one the engine had before split-K tiles existed:
+    a layer tuned without them is never a hit where they should be timed, nor the other way round.
     """
     return {"small_batch": f"split-k:{_digest('split_k.py')}"} if small_batch_offered() else {}
 

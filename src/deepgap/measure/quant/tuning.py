@@ -185,7 +185,7 @@ def time_stem_and_head(
             batch * fc.numel() + y.numel(),
             y.numel() * y.element_size() + fc.numel() * fc.element_size(),
             (batch, fc.shape[0], fc.shape[1]),
-            "triton fused pool + classifier" if net.head_backend == "triton" else "torch",
+            "torch",
             "fp16",
         ),
     ):
@@ -313,7 +313,7 @@ def candidates(net: QuantNet, name: str, batch: int, opts, backend_ok: bool) -> 
             cc = torch.cuda.get_device_capability(dev) if dev.type == "cuda" else None
             tiles = persistent_configs(n, batch * oh * ow, cc, net.qfmt, programs(dev))
             cands += [("triton", c) for c in tiles]
-            if small_batch_offered():  # DEEPGAP_QUANT_SMALL_BATCH=on: untimed on a GPU so far, off by default
+            if small_batch_offered():  # split-K where the tiles leave most SMs idle (batch 1)
                 k_total = n.kernel_size * n.kernel_size * n.cin
                 split = split_k.split_configs(cfgs, batch * oh * ow, n.cout, k_total, programs(dev))
                 cands += [("triton", c) for c in split]
