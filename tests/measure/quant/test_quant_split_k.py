@@ -61,6 +61,16 @@ def test_an_int8_split_tile_equals_the_whole_one_bit_for_bit(case):
     assert partials.dtype == torch.int32 and not counters.any()
 
 
+def test_two_tile_widths_of_one_split_keep_counters_of_their_own():
+    """Session 27's GPU bug: a wide tile's counters (fewer tiles) were reused by a narrow tile of one split."""
+    conv, cfg, ref, lay = _run("int8", CASES[0])  # N = 64: 2 tiles of 32 columns or 1 of 64 per row block
+    wide = dataclasses.replace(cfg, bn=64)
+    assert torch.equal(conv(wide), ref) and torch.equal(conv(cfg), ref)
+    sizes = sorted(c.numel() for _, c in lay.w_q.__dict__["_deepgap_split_k"].values())
+    m_tiles = -(-2 * 5 * 7 // BASE.bm)
+    assert sizes == [m_tiles, 2 * m_tiles]
+
+
 @pytest.mark.parametrize("case", CASES[:2], ids=["k3", "k3res"])
 def test_an_fp8_split_tile_agrees_and_repeats_exactly(case):
     conv, cfg, ref, lay = _run("fp8", case, seed=1)
