@@ -45,7 +45,7 @@ def test_the_default_plan_on_a_gpu_machine_ends_with_the_host_cpu(monkeypatch):
     rows = expand(spec, "cuda")
     cpu = [c for c in rows if c.device == "cpu"]
     assert spec.cpu_baseline and spec.cpu_cores == 16
-    assert rows[-len(cpu) :] == cpu and len(rows) - len(cpu) == 72  # after the GPU's whole grid
+    assert rows[-len(cpu) :] == cpu and len(rows) - len(cpu) == 56  # after the GPU's whole grid (28 × 2)
     all_cores = {
         (c.model, c.batch_size) for c in cpu if (c.engine, c.precision, c.threads) == ("eager", "fp32", 16)
     }

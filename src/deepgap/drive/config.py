@@ -37,7 +37,9 @@ else:  # pragma: no cover
 
 PAPER_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512)
 MEMORY_FORMATS = ("nchw", "channels_last")
-ENGINE_AXES = ("precisions", "batch_sizes", "memory_formats")  # axes `engine_axes` may set per engine
+# axes `engine_axes` may set per engine; models: a subset of the sweep's (the default grid compiles
+# compile-freeze for one model only, so that it fits its 10 minutes on a slower host: presets.py)
+ENGINE_AXES = ("precisions", "batch_sizes", "memory_formats", "models")
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 
 
@@ -290,11 +292,24 @@ def _validate_engine_axes(spec: SweepSpec) -> None:
             known = {"precisions": PRECISIONS, "memory_formats": MEMORY_FORMATS}.get(axis)
             if axis == "batch_sizes":
                 _positive_ints(f"engine_axes.{engine}.batch_sizes", values)
+            elif axis == "models":
+                _engine_models(engine, values, spec.models)
             elif not values or any(v not in known for v in values):
                 raise UsageError(
                     f"engine_axes.{engine}.{axis} = {list(values)!r} is not valid",
                     f"choose from {', '.join(known)}",
                 )
+
+
+def _engine_models(engine: str, values: tuple, models: tuple) -> None:
+    """``engine_axes.<engine>.models``: some of the sweep's own models, at least one."""
+    stray = [v for v in values if v not in models]
+    if not values or stray:
+        raise UsageError(
+            f"engine_axes.{engine}.models = {list(values)!r} names {', '.join(map(str, stray)) or 'no model'}"
+            f"{' that the sweep does not run' if stray else ''}",
+            f"choose from the sweep's models ({', '.join(models)}), or drop engine_axes.{engine}.models",
+        )
 
 
 def parse_percent(text: str) -> float | None:

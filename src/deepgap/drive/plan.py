@@ -131,6 +131,7 @@ def _expand_device(spec: SweepSpec, device: str) -> list[ConfigSpec]:
             g
             for g in itertools.product(precisions, spec.models, formats, spec.engines, threads, spec.inputs)
             if g[0] in per[g[3]]["precisions"]
+            and g[1] in per[g[3]]["models"]
             and g[2] in per[g[3]]["memory_formats"]
             and g[5] in per[g[3]]["inputs"]
         ]

@@ -26,6 +26,7 @@ class SweepSpec(Protocol):
     precisions: Sequence[str]
     batch_sizes: Sequence[int]
     memory_formats: Sequence[str]
+    models: Sequence[str]
     inputs: Sequence[str]
     engine_axes: dict[str, dict[str, Any]]
 
@@ -45,11 +46,11 @@ def engine_inputs(engine: str) -> tuple[str, ...]:
 
 
 def axes(spec: SweepSpec, engine: str) -> dict[str, tuple]:
-    """``engine``'s precisions and inputs (only those it runs), batch sizes and memory formats in ``spec``."""
+    """``engine``'s precisions and inputs (only those it runs), batch sizes, memory formats and models in ``spec``."""
     own = spec.engine_axes.get(engine, {})
     out = {
         a: tuple(own[a]) if a in own else tuple(getattr(spec, a))
-        for a in ("precisions", "batch_sizes", "memory_formats")
+        for a in ("precisions", "batch_sizes", "memory_formats", "models")
     }
     runs = engine_precisions(engine)
     out["precisions"] = tuple(p for p in out["precisions"] if p in runs)
