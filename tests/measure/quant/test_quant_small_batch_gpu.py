@@ -3,8 +3,8 @@
 Split-K: the tiles `split_k.split_configs` offers at batch 1. On the GPU the slices run at once on different
 SMs, so this is where the ticket's ordering (the partial tiles stored before the acquire-release atomic,
 read back from L2) is really tested: every element against the exact reference, repeated calls, and
-CUDA-graph replays that must each find the counters at zero. A 64×128 and a 64×64 tile of one split run
-one after the other on the same layer, as the tuner runs them (their counters once collided: session 27).
+CUDA-graph replays that must each find the counters at zero. (Two tile widths of one split once shared
+counters sized for the fewer tiles, session 27; `test_quant_split_k.py` keeps that from coming back.)
 """
 
 from __future__ import annotations

@@ -36,16 +36,21 @@ MAX_SPLIT = 16  # programs per tile at most
 def split_configs(base: list, m: int, n: int, k_total: int, sms: int, limit: int = 2) -> list:
     """Split-K variants of the 64-row tiles in ``base`` for a layer whose tiles leave most SMs idle.
 
-    Each 64-row tile (the first ``limit`` of them) gets up to three splits, each ≤ `MAX_SPLIT`, keeping
-    tiles × split within the SMs and cutting its K steps into equal slices of at least 2 steps: the largest,
+    Each 64-row tile at most 64 columns wide (the first ``limit``) gets up to three splits, each ≤ `MAX_SPLIT`,
+    keeping tiles × split within the SMs and cutting its K steps into equal slices of at least 2 steps: the largest,
     and the largest at most a half and a quarter of it. Why several: the first GPU timing (session 27, one
     H200, batch 1) found layer4's `conv2` at 11.1 µs with split 12 against 13.3 µs unsplit, far from the
     slices' own time, so the reduction's share (one program adds every partial) is weighed by the tuner
     against the slices'. None where the tiles already fill half the SMs, and none of the early-residual or
-    persistent tiles.
+    persistent tiles. Why no wider tile: in session 27's main job every split kept (ResNet-18/50/101, int8
+    and fp8, 168 layer builds) was 64×64 with split 3 or 6; a 64×128 split tile never won, and in int8 its
+    unrolled reduction spills, so it only cost compile and tuning time.
     """
     out = []
-    for cfg in [c for c in base if c.bm == 64 and not (c.persistent or c.split_k > 1 or c.early_res)][:limit]:
+    eligible = [
+        c for c in base if c.bm == 64 and c.bn <= 64 and not (c.persistent or c.split_k > 1 or c.early_res)
+    ]
+    for cfg in eligible[:limit]:
         tiles = -(-m // cfg.bm) * (n // cfg.bn)
         steps = k_total // cfg.bk
         if 2 * tiles > sms:
