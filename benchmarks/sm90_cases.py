@@ -39,6 +39,7 @@ from deepgap.measure.quant import (
 )
 from deepgap.measure.quant.fold import ConvNode
 from deepgap.measure.quant.stem_choice import STEM_VARIANTS
+from deepgap.measure.quant.tiles import stem_tile_args
 
 H200_SMS = 132
 Case = tuple[str, Callable[[], None]]
@@ -313,7 +314,7 @@ def stem_cases() -> Iterator[Case]:
                 if kind == "int8pool":
                     stem_pool.stem(*args, cfg[:2], *cfg[2:])
                 else:
-                    stem_int8.stem(*args, block_m=cfg[0], num_warps=cfg[1], persistent=sum(cfg[2:]))
+                    stem_int8.stem(*args, **stem_tile_args(cfg))
 
         yield f"{kind} {cfg or ''} {out_fmt}".replace("  ", " "), run
     for src, pdl in ((F32, False), (F16, False), (F32, True)):

@@ -21,6 +21,7 @@ import torch
 
 from deepgap.measure.quant import stem_int8, stem_pool
 from deepgap.measure.quant.stem_choice import STEM_VARIANTS
+from deepgap.measure.quant.tiles import stem_tile_args, stem_tile_name
 from deepgap.measure.quant.tuning import time_s
 
 
@@ -37,9 +38,8 @@ def _case(batch: int, res: int, out_fmt: str):
     fns = {}
     for kernel, _, cfg in STEM_VARIANTS:
         if kernel == "int8":
-            walk = f"p{cfg[2]}" if len(cfg) > 2 else ""  # the persistent convolution, programs per SM
-            fns[f"unfused {cfg[0]}x{cfg[1]}w{walk}"] = lambda cfg=cfg: stem_int8.stem(
-                *args, block_m=cfg[0], num_warps=cfg[1], persistent=sum(cfg[2:])
+            fns[f"unfused {stem_tile_name(cfg)}"] = lambda cfg=cfg: stem_int8.stem(
+                *args, **stem_tile_args(cfg)
             )
         elif kernel == "int8pool":
             fns["pool{}x{}+{}w{}s".format(*cfg)] = lambda cfg=cfg: stem_pool.stem(*args, cfg[:2], *cfg[2:])

@@ -33,6 +33,7 @@ from deepgap.measure.quant import stem_int8, stem_kernels
 from deepgap.measure.quant.kernels import window_origin
 from deepgap.measure.quant.launch import launcher, out_size
 from deepgap.measure.quant.stem_choice import STEM_VARIANTS
+from deepgap.measure.quant.tiles import stem_tile_args, stem_tile_name
 from deepgap.measure.quant.tuning import time_s
 
 EXTRA_WALKS = ((64, 4, 4), (64, 4, 6), (128, 8, 3), (256, 8, 1))  # (block, warps, programs per SM)
@@ -77,10 +78,6 @@ def _inputs(batch: int, res: int, out_fmt: str):
     return pixels, w_i8.cuda(), 7, 2, 3, alpha, beta, out_fmt
 
 
-def _name(cfg: tuple[int, ...]) -> str:
-    return f"{cfg[0]}x{cfg[1]}w" + (f"p{cfg[2]}" if len(cfg) > 2 else "")
-
-
 def _timed(row: dict, fn, ref: torch.Tensor, reps: int) -> float | None:
     try:
         out = fn()
@@ -100,8 +97,8 @@ def one(batch: int, res: int, fmt: str, reps: int) -> None:
     conv_ms: dict[tuple, float] = {}
     for cfg in tiles:
         ms = _timed(
-            {**base, "part": "conv", "tile": _name(cfg)},
-            lambda cfg=cfg: stem_int8.convolve(*args, cfg[0], cfg[1], sum(cfg[2:]))[0],
+            {**base, "part": "conv", "tile": stem_tile_name(cfg)},
+            lambda cfg=cfg: stem_int8.convolve(*args, **stem_tile_args(cfg))[0],
             ref,
             reps,
         )
@@ -120,14 +117,14 @@ def one(batch: int, res: int, fmt: str, reps: int) -> None:
     best = min(conv_ms, key=conv_ms.get) if conv_ms else (128, 4)
     pair = {}
     for cfg in {(128, 4), best}:
-        pair[_name(cfg)] = _timed(
-            {**base, "part": "stem", "tile": _name(cfg)},
-            lambda cfg=cfg: stem_int8.stem(*args, block_m=cfg[0], num_warps=cfg[1], persistent=sum(cfg[2:])),
+        pair[stem_tile_name(cfg)] = _timed(
+            {**base, "part": "stem", "tile": stem_tile_name(cfg)},
+            lambda cfg=cfg: stem_int8.stem(*args, **stem_tile_args(cfg)),
             pooled,
             reps,
         )
-    summary = {**base, "summary": True, "conv_ms": {_name(c): v for c, v in conv_ms.items()},
-               "pool_ms": pool_ms, "stem_ms": pair, "best_conv": _name(best)}  # fmt: skip
+    summary = {**base, "summary": True, "conv_ms": {stem_tile_name(c): v for c, v in conv_ms.items()},
+               "pool_ms": pool_ms, "stem_ms": pair, "best_conv": stem_tile_name(best)}  # fmt: skip
     print(json.dumps(summary), flush=True)
 
 

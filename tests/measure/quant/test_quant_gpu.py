@@ -235,6 +235,7 @@ def test_fused_stem_on_gpu_matches_the_exact_reference(out_fmt):
 def test_int8_stem_on_gpu_is_exact(out_fmt, cfg):
     """The int8-pixel stem (`quant.stem_int8`) at 224², tiles and persistent walks, bit for bit."""
     from deepgap.measure.quant import stem_int8
+    from deepgap.measure.quant.tiles import stem_tile_args
 
     g = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(8, 3, 224, 224, device="cuda", generator=g).half()
@@ -244,7 +245,7 @@ def test_int8_stem_on_gpu_is_exact(out_fmt, cfg):
     pixels = stem_int8.quantize_image(x, 0.03)
     assert torch.equal(pixels, stem_int8.quantize_image(x, 0.03, backend="torch"))
     args = (pixels, w_i8.cuda(), 7, 2, 3, alpha, beta, out_fmt)
-    out = stem_int8.stem(*args, block_m=cfg[0], num_warps=cfg[1], persistent=sum(cfg[2:]))
+    out = stem_int8.stem(*args, **stem_tile_args(cfg))
     ref = stem_int8.reference(*args)
     assert out.shape == ref.shape == (8 * 56 * 56, 64)
     assert torch.equal(out.float(), ref.float())

@@ -145,6 +145,9 @@ def test_the_int8_stem_inside_the_network(resnet18):
     assert _agree_stem(ref, cudnn, "int8", "int8") is None
     rel = float((ref.float() - cudnn.float()).norm() / cudnn.float().norm())
     assert 0 < rel < STEM_INT8_REL / 2, rel
+    net.stem.configure("int8", 0, (64, 4, 2))  # the persistent walk, 2 programs an SM (`stem_tile_args`)
+    assert net.stem.variant == "int8+64x4wp2"
+    assert torch.equal(net.run_stem(x, "triton"), ref)
     net.stem.configure("int8pool", 0, (4, 4, 4, 3))  # the max-pool in the kernel (`quant.stem_pool`)
     assert net.stem.variant == "int8+pool4x4+4w3s" and net.stem.kernel == "int8"
     assert net.to("cpu").stem.pool_cfg == (4, 4, 4, 3)  # moving the network keeps it

@@ -17,7 +17,14 @@ import torch.nn.functional as F  # noqa: N812
 
 from deepgap.measure.quant import layers
 from deepgap.measure.quant.fold import ConvertNode, ConvNode, Graph, HeadNode, infer_shapes
-from deepgap.measure.quant.tiles import TileConfig, assign_formats, candidate_configs, stem_and_pool
+from deepgap.measure.quant.tiles import (
+    TileConfig,
+    assign_formats,
+    candidate_configs,
+    stem_and_pool,
+    stem_tile_args,
+    stem_tile_name,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -87,8 +94,7 @@ class Stem:
         if self.pool_cfg:
             return "int8+pool{}x{}+{}w{}s".format(*self.pool_cfg)
         if self.kernel in ("fused", "int8"):
-            walk = f"p{self.fused_cfg[2]}" if len(self.fused_cfg) > 2 else ""  # persistent, programs per SM
-            return f"{self.kernel}+{self.fused_cfg[0]}x{self.fused_cfg[1]}w{walk}"
+            return f"{self.kernel}+{stem_tile_name(self.fused_cfg)}"
         return self.kernel + (f"+pad{self.pad_channels}" if self.pad_channels else "")
 
     def set_padding(self, channels: int) -> None:
@@ -200,10 +206,7 @@ class QuantNet:
                 from deepgap.measure.quant import stem_pool
 
                 return stem_pool.stem(*args, s.pool_cfg[:2], *s.pool_cfg[2:])
-            block, warps, *walk = s.fused_cfg
-            return stem_int8.stem(
-                *args, block_m=block, num_warps=warps, backend=backend, persistent=sum(walk)
-            )
+            return stem_int8.stem(*args, backend=backend, **stem_tile_args(s.fused_cfg))
         if x.dtype == torch.int8:
             raise ValueError(f"int8 pixels need the int8 stem; this network's stem is {s.variant}")
         if s.kernel == "fused":

@@ -284,6 +284,21 @@ def assign_formats(graph: Graph, modes: dict[str, str], qfmt: str) -> tuple[Grap
     return Graph(nodes, graph.input, graph.output, dict(graph.meta)), fmts
 
 
+def stem_tile_args(cfg: tuple[int, ...]) -> dict[str, int]:
+    """`stem_int8.stem`'s keywords for a Triton stem tile (output pixels a block, warps[, programs an SM]).
+
+    A third entry asks for the persistent convolution (`stem_int8.stem_conv_persistent_kernel`) with that
+    many programs per SM; without it, one program per tile.
+    """
+    block, warps, *walk = cfg
+    return {"block_m": block, "num_warps": warps, "persistent": walk[0] if walk else 0}
+
+
+def stem_tile_name(cfg: tuple[int, ...]) -> str:
+    """A Triton stem tile's short name: '128x4w', or '128x4wp3' for the persistent walk at 3 programs an SM."""
+    return f"{cfg[0]}x{cfg[1]}w" + (f"p{cfg[2]}" if len(cfg) > 2 else "")
+
+
 def stem_and_pool(graph: Graph) -> tuple[ConvNode, PoolNode]:
     """The stem convolution and the max-pool that reads it (fused at run time)."""
     conv, pool = graph.nodes[0], graph.nodes[1]
