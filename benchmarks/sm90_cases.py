@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import itertools
 from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 from unittest import mock
 
 import torch
@@ -30,6 +31,7 @@ from deepgap.measure.quant import (
     l2_prefetch,
     launch,
     linear_kernels,
+    pair,
     persistent,
     split_k,
     stem_int8,
@@ -256,6 +258,35 @@ def persistent_cases() -> Iterator[Case]:
     yield f"{conv[0]} b256 int8 {cfg.label} pdl", conv_run(conv, 256, "int8", cfg, launch.pdl)
 
 
+PAIRS = [(64, 256, 64), (64, 256, 128)]  # K1, N1, N2 of ResNet-50's pairs that fit (layer1's)
+
+
+def pair_cases() -> Iterator[Case]:
+    """The fused pair of 1×1 convolutions (`pair.pair_kernel`): every tile of ResNet-50's eligible pairs."""
+    for (k1, n1, n2), qfmt in itertools.product(PAIRS, ("int8", "fp8")):
+        for cfg in pair.pair_configs(k1, n1, n2, qfmt):
+            yield f"pair {k1}>{n1}>{n2} {qfmt} {cfg.label}", pair_run(k1, n1, n2, qfmt, cfg)
+    cfg = pair.pair_configs(*PAIRS[0], "fp8")[0]
+    yield f"pair {PAIRS[0]} fp8 {cfg.label} pdl", pair_run(*PAIRS[0], "fp8", cfg, ctx=launch.pdl)
+
+
+def pair_run(k1, n1, n2, qfmt, cfg, rows=256 * 56 * 56, ctx=contextlib.nullcontext) -> Callable[[], None]:
+    """`pair.run` on meta operands: the first layer with a residual, both with ReLU."""
+
+    def layer(name, cin, cout, res, in_fmt):
+        node = ConvNode(name, "in", "out", torch.zeros(cout, cin, 1, 1), torch.zeros(cout), 1, 0, True, res)
+        return SimpleNamespace(node=node, in_fmt=in_fmt, out_fmt=qfmt, w_q=meta(cout, cin, dtype=QFMT[qfmt]),
+                               alpha=meta(cout, dtype=F32), beta=meta(cout, dtype=F32), gamma=1.0)  # fmt: skip
+
+    def run():
+        first, second = layer("a", k1, n1, "res", qfmt), layer("b", n1, n2, None, qfmt)
+        x, r = meta(rows, k1, dtype=QFMT[qfmt]), meta(rows, n1, dtype=QFMT[qfmt])
+        with ctx():
+            pair.run(first, second, x, r, cfg, num_programs=H200_SMS)
+
+    return run
+
+
 def split_cases() -> Iterator[Case]:
     """Split-K (`split_k.split_configs`) of the grouped convolution at batch 1, where it is offered."""
     for conv, qfmt in itertools.product(CONVS, ("int8", "fp8")):
@@ -370,6 +401,7 @@ CASES: dict[str, Callable[[], Iterator[Case]]] = {
     "qkv-attention": qkv_attention_cases,
     "conv": conv_cases,
     "persistent": persistent_cases,
+    "pair": pair_cases,
     "split-k": split_cases,
     "epilogue": epilogue_cases,
     "stem": stem_cases,

@@ -10,107 +10,26 @@ are plain Python closures over tensors, so the whole forward can be captured in 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F  # noqa: N812
 
 from deepgap.measure.quant import layers
 from deepgap.measure.quant.fold import ConvertNode, ConvNode, Graph, HeadNode, infer_shapes
+from deepgap.measure.quant.stem import Stem
 from deepgap.measure.quant.tiles import (
     TileConfig,
     assign_formats,
     candidate_configs,
     stem_and_pool,
     stem_tile_args,
-    stem_tile_name,
 )
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
 BACKENDS = ("triton", "torch", "reference")
-
-
-@dataclass(eq=False)
-class Stem:
-    """The stem: an fp16 convolution whose bias, ReLU and quantization run after the max-pool."""
-
-    conv: ConvNode
-    out: str
-    out_fmt: str
-    w_half: torch.Tensor
-    alpha: torch.Tensor
-    beta: torch.Tensor
-    pad_channels: int = 0  # > 0: the image is copied into this many channels (zeros beyond 3) first
-    w_pad: torch.Tensor | None = None  # w_half with zero input channels up to pad_channels
-    kernel: str = "cudnn"  # 'cudnn' (+ the max-pool backend), 'fused' (`quant.stem_kernels`) or 'int8'
-    w_gemm: torch.Tensor | None = None  # the fused kernel's [C_out, KP] weights
-    fused_cfg: tuple[int, ...] = (128, 4)  # Triton stems: (pixels, warps[, persistent programs an SM])
-    in_scale: float = 0.0  # the image's int8 scale (calibrated range / 127); 0: not calibrated
-    w_i8: torch.Tensor | None = None  # the 'int8' stem's [C_out, KH·32] weights (`quant.stem_int8`)
-    alpha_i8: torch.Tensor | None = None  # in_scale · s_w / s_out per channel
-    pool_cfg: tuple[int, int, int, int] | None = None  # 'int8pool': `stem_pool`'s (rows, cols, warps, stages)
-
-    def configure(self, kernel: str, pad_channels: int = 0, fused_cfg: tuple[int, ...] | None = None) -> None:
-        """Choose the convolution: ``cudnn``, ``fused`` (Triton, 8-bit outputs), ``int8`` or ``int8pool``.
-
-        ``int8`` is `quant.stem_int8` (int8 pixels and weights); it needs the image's calibrated ``in_scale``.
-        ``int8pool`` is the same stem with the max-pool in its kernel (`quant.stem_pool`; ``fused_cfg`` is
-        then its (pooled rows, pooled columns, warps, stages)); ``kernel`` reads ``int8`` for both.
-
-        ``pad_channels``: cuDNN's input padded to that many channels (0: none); ``fused_cfg``: the fused
-        kernel's block of output pixels and warps (None: keep the current one).
-        """
-        self.set_padding(pad_channels)
-        if kernel == "int8pool":
-            self.pool_cfg = fused_cfg or self.pool_cfg
-            kernel, fused_cfg = "int8", (self.pool_cfg[0] * self.pool_cfg[1], self.pool_cfg[2])
-        else:
-            self.pool_cfg = None
-        self.fused_cfg = fused_cfg or self.fused_cfg
-        if kernel == "fused":
-            from deepgap.measure.quant.stem_kernels import pad_weights
-
-            self.w_gemm = pad_weights(self.w_half)
-        else:
-            self.w_gemm = None
-        if kernel == "int8":
-            from deepgap.measure.quant.stem_int8 import pack_weights
-
-            if not self.in_scale > 0:
-                raise ValueError("the int8 stem needs the image's calibrated range (recalibrate)")
-            w_i8, s_w = pack_weights(self.conv.weight)
-            alpha = self.in_scale * s_w.double() * self.alpha.double().cpu()  # alpha = 1 / s_out
-            dev = self.w_half.device
-            self.w_i8, self.alpha_i8 = w_i8.to(dev), alpha.float().contiguous().to(dev)
-        else:
-            self.w_i8 = self.alpha_i8 = None
-        self.kernel = kernel
-
-    @property
-    def variant(self) -> str:
-        """The configuration's name, e.g. ``cudnn``, ``cudnn+pad4``, ``fused+128x4w``."""
-        if self.pool_cfg:
-            return "int8+pool{}x{}+{}w{}s".format(*self.pool_cfg)
-        if self.kernel in ("fused", "int8"):
-            return f"{self.kernel}+{stem_tile_name(self.fused_cfg)}"
-        return self.kernel + (f"+pad{self.pad_channels}" if self.pad_channels else "")
-
-    def set_padding(self, channels: int) -> None:
-        """Feed the convolution ``channels`` input channels (0: the image's own 3).
-
-        Why: cuDNN has no tensor-core kernel for a 3-channel channels_last input; with one zero
-        channel (4) it picks one. The zero channel meets zero weights, so the sums are the same.
-        """
-        self.pad_channels = channels
-        if channels:
-            w = self.w_half
-            shape = (w.shape[0], channels - w.shape[1], *w.shape[2:])
-            extra = torch.zeros(shape, dtype=w.dtype, device=w.device)
-            self.w_pad = torch.cat([w, extra], 1).contiguous(memory_format=torch.channels_last)
-        else:
-            self.w_pad = None
 
 
 @dataclass(eq=False)
@@ -129,6 +48,9 @@ class QuantNet:
     backend: dict[str, str] = field(default_factory=dict)
     stem_backend: str = "torch"  # 'triton' (fused max-pool kernel) or 'torch'; also used for conversions
     configs: dict[str, TileConfig] = field(default_factory=dict)
+    # fused pairs (`quant.pair`): a 1×1 convolution → (the 1×1 that reads its output, the pair's tile);
+    # the second runs inside the first's step (`pair_choice.choose_pairs` keeps a pair where it is faster)
+    pairs: dict[str, tuple[str, Any]] = field(default_factory=dict)
 
     def to(self, device) -> QuantNet:
         """Move all weights and coefficients to ``device`` (in place); returns self."""
@@ -191,6 +113,15 @@ class QuantNet:
         from deepgap.measure.quant import kernels
 
         return kernels.epilogue(acc, layer.alpha, layer.beta, layer.out_fmt, n.relu, res, layer.gamma)
+
+    def run_pair(
+        self, name: str, x: torch.Tensor, res: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Convolution ``name`` and the one paired with it in one kernel (`quant.pair`): both outputs."""
+        from deepgap.measure.quant import pair
+
+        second, cfg = self.pairs[name]
+        return pair.run(self.convs[name], self.convs[second], x, res, cfg)
 
     def run_stem(self, x: torch.Tensor, backend: str) -> torch.Tensor:
         """Image batch NCHW → the max-pooled, quantized stem output [batch·H·W, 64]."""
@@ -284,8 +215,18 @@ class QuantNet:
             env[self.stem.out] = self.run_stem(env[g.input], stem_backend)
 
         out.append((self.stem.conv.name, stem))
+        seconds = {second for second, _ in self.pairs.values()}
         for node in g.nodes[2:]:
-            if isinstance(node, ConvNode):
+            if isinstance(node, ConvNode) and node.name in seconds:
+                continue  # runs inside the step of the convolution it is paired with
+            if isinstance(node, ConvNode) and node.name in self.pairs:
+
+                def step(env, node=node):
+                    env[node.out], env[self.convs[self.pairs[node.name][0]].node.out] = self.run_pair(
+                        node.name, env[node.inp], env[node.residual] if node.residual else None
+                    )
+
+            elif isinstance(node, ConvNode):
 
                 def step(env, node=node):
                     res = env[node.residual] if node.residual else None

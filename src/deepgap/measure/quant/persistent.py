@@ -189,9 +189,14 @@ def persistent_grid(
     """
     tiles = triton.cdiv(m, cfg.bm) * (n // cfg.bn)
     nsm = num_programs or programs(device) * max(1, int(cfg.persistent))
+    use_descriptors(device)
+    return nsm, min(nsm, tiles)
+
+
+def use_descriptors(device: torch.device) -> None:
+    """Before a launch whose kernel makes TMA descriptors on the device: on a GPU, install their allocator."""
     if device.type == "cuda":
         triton.set_allocator(_scratch)
-    return nsm, min(nsm, tiles)
 
 
 def conv_gemm(

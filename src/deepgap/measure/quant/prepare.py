@@ -24,6 +24,7 @@ from deepgap.measure.quant import tunecache as tune_cache
 from deepgap.measure.quant.calibrate import DEFAULT_METHOD, CalibrationKey, calibrate
 from deepgap.measure.quant.fold import conv_macs, resnet_graph
 from deepgap.measure.quant.network import QuantNet, build
+from deepgap.measure.quant.pair_choice import choose_pairs, pairs_offered
 from deepgap.measure.quant.precompile import precompile
 from deepgap.measure.quant.stem_choice import check_stem, choose_stem
 from deepgap.measure.quant.tiles import choose_modes, gemm_mode
@@ -137,6 +138,7 @@ def prepare_quant(
 
     opts = opts or QuantOptions()
     gemm = gemm_mode()  # a bad DEEPGAP_QUANT_GEMM stops here, before calibrating
+    pairs_on = pairs_offered()  # and a bad DEEPGAP_QUANT_PAIRS
     log = opts.log or (lambda s: None)
     if precision not in layers.QMAX:
         raise ValueError(f"precision must be one of {layers.QFORMATS}; got {precision!r}")
@@ -177,6 +179,9 @@ def prepare_quant(
         else:
             net.backend[t.name] = "triton" if use_triton else "torch"
             t.kernel = "cudnn"
+    info["pairs"] = _pairs(net, batch, timings, opts, pairs_on and use_triton, device)
+    n_kept = sum(p["kept"] is not None for p in info["pairs"]["pairs"])
+    log(f"fused 1x1 pairs: {info['pairs']['mode']}, {n_kept} of {len(info['pairs']['pairs'])} kept")
     net.stem_backend = check_stem(net, resolution, device) if use_triton else "torch"
     stem_choice = choose_stem(net, batch, resolution, device, use_triton, opts.resident_input)
     macs = conv_macs(graph, resolution)
@@ -201,6 +206,22 @@ def prepare_quant(
     if opts.resident_input:
         res.make_input, info["input"] = _resident_input(net, run)
     return res
+
+
+def _pairs(net: QuantNet, batch: int, timings: list, opts: QuantOptions, on: bool, device) -> dict[str, Any]:
+    """The fused 1×1 pairs (`pair_choice`): timed and kept where faster on a Hopper-class GPU when offered.
+
+    Returns engine_info's ``pairs``: ``mode`` ('on', 'off': DEEPGAP_QUANT_PAIRS or no Triton, 'no TMA': not a
+    CUDA device of compute capability 9.0 or later, 'no autotune') and one row per eligible pair.
+    """
+    if not on:
+        return {"mode": "off", "pairs": []}
+    if not opts.autotune:
+        return {"mode": "no autotune", "pairs": []}
+    dev = torch.device(device)
+    if dev.type != "cuda" or torch.cuda.get_device_capability(dev) < (9, 0):
+        return {"mode": "no TMA", "pairs": []}
+    return {"mode": "on", "pairs": choose_pairs(net, batch, timings, opts.timing_reps)}
 
 
 def _modes(timings: list, opts: QuantOptions) -> dict[str, str]:

@@ -1,0 +1,95 @@
+"""The quant network's stem: an fp16 (cuDNN) or Triton convolution whose bias, ReLU and quantization follow the pool.
+
+Why its own module: the stem has five kernels to choose from (`stem_choice`), each with its own weights and
+tile, and that choice is the stem's state; `network.QuantNet` only calls it (``run_stem``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from deepgap.measure.quant.fold import ConvNode
+from deepgap.measure.quant.tiles import stem_tile_name
+
+
+@dataclass(eq=False)
+class Stem:
+    """The stem: an fp16 convolution whose bias, ReLU and quantization run after the max-pool."""
+
+    conv: ConvNode
+    out: str
+    out_fmt: str
+    w_half: torch.Tensor
+    alpha: torch.Tensor
+    beta: torch.Tensor
+    pad_channels: int = 0  # > 0: the image is copied into this many channels (zeros beyond 3) first
+    w_pad: torch.Tensor | None = None  # w_half with zero input channels up to pad_channels
+    kernel: str = "cudnn"  # 'cudnn' (+ the max-pool backend), 'fused' (`quant.stem_kernels`) or 'int8'
+    w_gemm: torch.Tensor | None = None  # the fused kernel's [C_out, KP] weights
+    fused_cfg: tuple[int, ...] = (128, 4)  # Triton stems: (pixels, warps[, persistent programs an SM])
+    in_scale: float = 0.0  # the image's int8 scale (calibrated range / 127); 0: not calibrated
+    w_i8: torch.Tensor | None = None  # the 'int8' stem's [C_out, KH·32] weights (`quant.stem_int8`)
+    alpha_i8: torch.Tensor | None = None  # in_scale · s_w / s_out per channel
+    pool_cfg: tuple[int, int, int, int] | None = None  # 'int8pool': `stem_pool`'s (rows, cols, warps, stages)
+
+    def configure(self, kernel: str, pad_channels: int = 0, fused_cfg: tuple[int, ...] | None = None) -> None:
+        """Choose the convolution: ``cudnn``, ``fused`` (Triton, 8-bit outputs), ``int8`` or ``int8pool``.
+
+        ``int8`` is `quant.stem_int8` (int8 pixels and weights); it needs the image's calibrated ``in_scale``.
+        ``int8pool`` is the same stem with the max-pool in its kernel (`quant.stem_pool`; ``fused_cfg`` is
+        then its (pooled rows, pooled columns, warps, stages)); ``kernel`` reads ``int8`` for both.
+
+        ``pad_channels``: cuDNN's input padded to that many channels (0: none); ``fused_cfg``: the fused
+        kernel's block of output pixels and warps (None: keep the current one).
+        """
+        self.set_padding(pad_channels)
+        if kernel == "int8pool":
+            self.pool_cfg = fused_cfg or self.pool_cfg
+            kernel, fused_cfg = "int8", (self.pool_cfg[0] * self.pool_cfg[1], self.pool_cfg[2])
+        else:
+            self.pool_cfg = None
+        self.fused_cfg = fused_cfg or self.fused_cfg
+        if kernel == "fused":
+            from deepgap.measure.quant.stem_kernels import pad_weights
+
+            self.w_gemm = pad_weights(self.w_half)
+        else:
+            self.w_gemm = None
+        if kernel == "int8":
+            from deepgap.measure.quant.stem_int8 import pack_weights
+
+            if not self.in_scale > 0:
+                raise ValueError("the int8 stem needs the image's calibrated range (recalibrate)")
+            w_i8, s_w = pack_weights(self.conv.weight)
+            alpha = self.in_scale * s_w.double() * self.alpha.double().cpu()  # alpha = 1 / s_out
+            dev = self.w_half.device
+            self.w_i8, self.alpha_i8 = w_i8.to(dev), alpha.float().contiguous().to(dev)
+        else:
+            self.w_i8 = self.alpha_i8 = None
+        self.kernel = kernel
+
+    @property
+    def variant(self) -> str:
+        """The configuration's name, e.g. ``cudnn``, ``cudnn+pad4``, ``fused+128x4w``."""
+        if self.pool_cfg:
+            return "int8+pool{}x{}+{}w{}s".format(*self.pool_cfg)
+        if self.kernel in ("fused", "int8"):
+            return f"{self.kernel}+{stem_tile_name(self.fused_cfg)}"
+        return self.kernel + (f"+pad{self.pad_channels}" if self.pad_channels else "")
+
+    def set_padding(self, channels: int) -> None:
+        """Feed the convolution ``channels`` input channels (0: the image's own 3).
+
+        Why: cuDNN has no tensor-core kernel for a 3-channel channels_last input; with one zero
+        channel (4) it picks one. The zero channel meets zero weights, so the sums are the same.
+        """
+        self.pad_channels = channels
+        if channels:
+            w = self.w_half
+            shape = (w.shape[0], channels - w.shape[1], *w.shape[2:])
+            extra = torch.zeros(shape, dtype=w.dtype, device=w.device)
+            self.w_pad = torch.cat([w, extra], 1).contiguous(memory_format=torch.channels_last)
+        else:
+            self.w_pad = None
