@@ -19,6 +19,7 @@ triton = pytest.importorskip("triton")
 from fp8_codes import same_codes  # noqa: E402
 from sm90 import compile_sm90, ptxas_usage  # noqa: E402
 
+from deepgap.core.errors import UsageError  # noqa: E402
 from deepgap.measure.quant import layers, pair, pair_choice  # noqa: E402
 from deepgap.measure.quant.fold import ConvNode  # noqa: E402
 from deepgap.measure.quant.pair import PairConfig  # noqa: E402
@@ -106,8 +107,9 @@ def test_it_compiles_for_hopper_without_spills_and_with_tma_and_8bit_wgmma(qfmt,
     sig.update(a1_ptr="*fp32", b1_ptr="*fp32", a2_ptr="*fp32", b2_ptr="*fp32", gamma="fp32", M="i32",
                NUM_PROGRAMS="i32")  # fmt: skip
     for cfg in pair.pair_configs(64, 256, 64, qfmt):
-        const = dict(K1=64, N1=256, N2=64, RELU1=True, HAS_RES=True, OUT1=int(qfmt == "fp8"), RELU2=True,
-                     OUT2=int(qfmt == "fp8"), ACC_INT=qfmt == "int8", BM=cfg.bm, T_STORE=cfg.t_store)  # fmt: skip
+        out = int(qfmt == "fp8")
+        const = dict(K1=64, N1=256, N2=64, RELU1=True, HAS_RES=True, OUT1=out, RELU2=True, OUT2=out,
+                     ACC_INT=qfmt == "int8", BM=cfg.bm, T_STORE=cfg.t_store, PDL=False)  # fmt: skip
         aligned = tuple(k for k in sig if k.endswith("_ptr"))
         compiled = compile_sm90(pair.pair_kernel, sig, const, aligned, num_warps=cfg.num_warps,
                                 num_stages=cfg.num_stages, enable_fp_fusion=False)  # fmt: skip
@@ -155,6 +157,9 @@ def test_a_pair_is_kept_only_where_it_beats_its_two_layers_and_the_network_runs_
     assert [r["first"] for r in rows] == ["layer1.0.conv3"]  # only pairs with both layers timed
     assert rows[0]["kept"] is not None and rows[0]["pair_s"] > 0
     assert set(net.pairs) == {"layer1.0.conv3"} and net.pairs["layer1.0.conv3"][0] == "layer1.1.conv1"
+    pair_choice.label_layers(slow, rows)  # the per-layer table's tile text names the pair; times stay alone
+    assert "runs fused with layer1.1.conv1" in slow[0].config and "layer1.0.conv3's pair" in slow[1].config
+    assert slow[0].q_s == 1e9
     x = torch.randn(1, 3, 32, 32)
     names = [name for name, _ in net.steps(1)]
     assert "layer1.0.conv3" in names and "layer1.1.conv1" not in names  # the second runs in the first's step
@@ -170,8 +175,8 @@ def test_a_pair_is_kept_only_where_it_beats_its_two_layers_and_the_network_runs_
 def test_the_switch_takes_on_or_off_and_names_both_otherwise(monkeypatch):
     monkeypatch.delenv(pair_choice.ENV, raising=False)
     assert pair_choice.pairs_offered()
-    monkeypatch.setenv(pair_choice.ENV, "OFF")
+    monkeypatch.setenv(pair_choice.ENV, "off")
     assert not pair_choice.pairs_offered()
     monkeypatch.setenv(pair_choice.ENV, "maybe")
-    with pytest.raises(ValueError, match="'on'.*'off'"):
+    with pytest.raises(UsageError, match="DEEPGAP_QUANT_PAIRS"):
         pair_choice.pairs_offered()

@@ -12,9 +12,9 @@ kernel's TMA descriptors) and are not in the tuning cache: each process times th
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
+from deepgap.core import switches
 from deepgap.measure.quant import pair
 from deepgap.measure.quant.network import QuantNet
 
@@ -23,15 +23,11 @@ ENV = "DEEPGAP_QUANT_PAIRS"
 
 
 def pairs_offered() -> bool:
-    """Whether fused pairs are offered (``DEEPGAP_QUANT_PAIRS``: 'on', the default, or 'off').
+    """Whether fused pairs are offered: ``DEEPGAP_QUANT_PAIRS`` 'on' (the default) or 'off' (`core.switches`).
 
-    Raises:
-        ValueError: any other value, naming the two accepted.
+    'off' times the engine as before session 28, each layer its own kernel; a bad value is a `UsageError`.
     """
-    value = os.environ.get(ENV, "on").strip().lower()
-    if value not in ("on", "off"):
-        raise ValueError(f"{ENV}={value!r}: use 'on' (fused 1×1 pairs timed and kept where faster) or 'off'")
-    return value == "on"
+    return switches.read(ENV) == "on"
 
 
 def _one_by_one(n) -> bool:
@@ -95,6 +91,24 @@ def choose_pairs(net: QuantNet, batch: int, timings: list, reps: int = 10) -> li
             }
         )
     return rows
+
+
+def label_layers(timings: list, rows: list[dict[str, Any]]) -> None:
+    """Name each kept pair in its two layers' tile text, where the per-layer table shows it.
+
+    A paired layer's time stays its time alone (its own tuned tile): the table's rows are each kernel against
+    its roof. The tile text says that the network runs it fused, in which tile, and the pair's time for both.
+    """
+    by_name = {t.name: t for t in timings}
+    for row in rows:
+        if row["kept"] is None:
+            continue
+        first, second = by_name[row["first"]], by_name[row["second"]]
+        ms = row["pair_s"] * 1e3
+        first.config = (
+            f"{first.config} (alone); runs fused with {row['second']}: {row['kept']}, {ms:.3f} ms both"
+        )
+        second.config = f"{second.config} (alone); runs fused in {row['first']}'s pair"
 
 
 def _time_pair(net: QuantNet, first: str, second: str, batch: int, reps: int):

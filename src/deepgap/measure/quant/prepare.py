@@ -24,7 +24,7 @@ from deepgap.measure.quant import tunecache as tune_cache
 from deepgap.measure.quant.calibrate import DEFAULT_METHOD, CalibrationKey, calibrate
 from deepgap.measure.quant.fold import conv_macs, resnet_graph
 from deepgap.measure.quant.network import QuantNet, build
-from deepgap.measure.quant.pair_choice import choose_pairs, pairs_offered
+from deepgap.measure.quant.pair_choice import choose_pairs, label_layers, pairs_offered
 from deepgap.measure.quant.precompile import precompile
 from deepgap.measure.quant.stem_choice import check_stem, choose_stem
 from deepgap.measure.quant.tiles import choose_modes, gemm_mode
@@ -180,6 +180,7 @@ def prepare_quant(
             net.backend[t.name] = "triton" if use_triton else "torch"
             t.kernel = "cudnn"
     info["pairs"] = _pairs(net, batch, timings, opts, pairs_on and use_triton, device)
+    label_layers(timings, info["pairs"]["pairs"])
     n_kept = sum(p["kept"] is not None for p in info["pairs"]["pairs"])
     log(f"fused 1x1 pairs: {info['pairs']['mode']}, {n_kept} of {len(info['pairs']['pairs'])} kept")
     net.stem_backend = check_stem(net, resolution, device) if use_triton else "torch"
