@@ -138,7 +138,6 @@ def prepare_quant(
 
     opts = opts or QuantOptions()
     gemm = gemm_mode()  # a bad DEEPGAP_QUANT_GEMM stops here, before calibrating
-    pairs_on = pairs_offered()  # and a bad DEEPGAP_QUANT_PAIRS
     log = opts.log or (lambda s: None)
     if precision not in layers.QMAX:
         raise ValueError(f"precision must be one of {layers.QFORMATS}; got {precision!r}")
@@ -179,10 +178,7 @@ def prepare_quant(
         else:
             net.backend[t.name] = "triton" if use_triton else "torch"
             t.kernel = "cudnn"
-    info["pairs"] = _pairs(net, batch, timings, opts, pairs_on and use_triton, device)
-    label_layers(timings, info["pairs"]["pairs"])
-    n_kept = sum(p["kept"] is not None for p in info["pairs"]["pairs"])
-    log(f"fused 1x1 pairs: {info['pairs']['mode']}, {n_kept} of {len(info['pairs']['pairs'])} kept")
+    info["pairs"] = _pairs(net, batch, timings, opts, use_triton, device)
     net.stem_backend = check_stem(net, resolution, device) if use_triton else "torch"
     stem_choice = choose_stem(net, batch, resolution, device, use_triton, opts.resident_input)
     macs = conv_macs(graph, resolution)
@@ -213,16 +209,21 @@ def _pairs(net: QuantNet, batch: int, timings: list, opts: QuantOptions, on: boo
     """The fused 1×1 pairs (`pair_choice`): timed and kept where faster on a Hopper-class GPU when offered.
 
     Returns engine_info's ``pairs``: ``mode`` ('on', 'off': DEEPGAP_QUANT_PAIRS or no Triton, 'no TMA': not a
-    CUDA device of compute capability 9.0 or later, 'no autotune') and one row per eligible pair.
+    CUDA device of compute capability 9.0 or later, 'no autotune') and one row per eligible pair; the kept
+    pairs are named in their layers' tile text (`pair_choice.label_layers`).
     """
-    if not on:
+    if not (on and pairs_offered()):  # DEEPGAP_QUANT_PAIRS: a bad value stops the run before it starts
         return {"mode": "off", "pairs": []}
     if not opts.autotune:
         return {"mode": "no autotune", "pairs": []}
     dev = torch.device(device)
     if dev.type != "cuda" or torch.cuda.get_device_capability(dev) < (9, 0):
         return {"mode": "no TMA", "pairs": []}
-    return {"mode": "on", "pairs": choose_pairs(net, batch, timings, opts.timing_reps)}
+    rows = choose_pairs(net, batch, timings, opts.timing_reps)
+    label_layers(timings, rows)
+    if opts.log:
+        opts.log(f"fused 1x1 pairs: {sum(r['kept'] is not None for r in rows)} of {len(rows)} kept")
+    return {"mode": "on", "pairs": rows}
 
 
 def _modes(timings: list, opts: QuantOptions) -> dict[str, str]:
