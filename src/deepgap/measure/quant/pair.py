@@ -2,13 +2,15 @@
 
 Why: in a ResNet bottleneck the block's output ``T`` (``conv3``: 1×1, K = C_mid, N = 4·C_mid, + residual,
 ReLU) is read back at once by the next block's ``conv1`` (1×1, K = 4·C_mid, N = C_mid). Separately, ``T`` is
-written by one kernel and read whole by the next; in layer1/layer2 at batch 1024 both are memory-bound
-(2.1–2.5 TB/s in session 27), and the read of ``T`` is ~45% of ``conv1``'s bytes. Here one program takes
-a block of BM rows, computes ``T``'s columns BN1 at a time (A·W1ᵀ, the engine's epilogue with the residual,
-requantized to the 8-bit format ``T`` is stored in), writes them, and feeds each chunk, still in registers,
-straight into the second GEMM (``acc2 += T_chunk·W2_chunkᵀ``); after the last chunk the second epilogue
-writes ``U``. ``T`` is still written (the next block's residual), but never read back; at batch 1 it is
-one kernel launch fewer per pair. This is CUTLASS's back-to-back GEMM fusion, on the engine's epilogue.
+written by one kernel and read whole by the next; in layer1 at batch 1024 both are memory-bound (2.2–2.5 TB/s
+in session 27), and the read of ``T`` is ~45% of ``conv1``'s bytes. Here a persistent program (one or two an
+SM) loads both weight matrices once (each ≤ 256 × 256, one TMA box) and walks tiles of BM rows: A and the
+residual arrive through the loop's pipeline stages, ``T`` = the engine's epilogue of A·W1ᵀ (+ γ·residual,
+ReLU, requantized to the 8-bit format ``T`` is stored in) is stored (it is still the next block's residual)
+and multiplied, still in registers, by W2ᵀ; the second epilogue writes ``U``. ``T`` is never read back, and a
+launch goes. This is CUTLASS's back-to-back GEMM fusion, on the engine's epilogue. (A chunked form, ``T``'s
+columns 128 at a time with the weights read per chunk, for the wider layer2/layer3 pairs, lost everywhere but
+once on one H200: results/h200/session28/pair-chunked-1.txt.)
 
 Exactness: the second GEMM reads the very 8-bit values the first wrote, so int8 is bit-exact against the
 separate kernels; fp8 differs only by fp32 summation order. Every operand moves through TMA descriptors
@@ -33,9 +35,8 @@ from deepgap.measure.quant.launch import INT32_LIMIT, check, check_vec, launcher
 
 MAX_BLOCK = 256  # elements along one side of a TMA box: K1, N1 and N2 each fit one descriptor block
 REG_BUDGET = 192  # accumulator registers per thread a tile may hold (both GEMMs' results live at once)
-SMEM_BUDGET = (
-    220 * 1024
-)  # bytes of shared memory one SM gives its programs (228 KB on an H200, less the runtime's)
+# bytes of shared memory one SM gives its programs (228 KB on an H200, less 1 KB a block for the runtime)
+SMEM_BUDGET = 226 * 1024
 
 
 @dataclass(frozen=True)
@@ -80,15 +81,27 @@ class PairConfig:
         return regs <= REG_BUDGET and smem * self.per_sm <= SMEM_BUDGET
 
 
-# The tiles that won on one H200 (session 28, results/h200/session28/pair-persistent-*.jsonl; layer1's two pair
-# shapes at batch 1024): 128 rows and 8 warps, 3 stages (2 stages: 1.25× slower; 64 rows: 1.5–1.9× slower;
-# the weights re-read from L2 each tile instead of resident: 1.3× slower). T's store: in int8 by pointers
-# (834 / 975 µs) or by TMA before the second MMA (854 / 1,015); by TMA after it, 921 / 1,100. In fp8 only
-# the TMA store after the second MMA came out right: stored before it, or by pointers, 20–43% of T's elements
-# were wrong on the GPU (U right, the interpreter right) under Triton 3.6, so fp8 is offered that one.
+# The tiles timed on one H200 (session 28, results/h200/session28/pair-persistent-*.jsonl; layer1's two pair
+# shapes at batch 1024). Two 64-row programs an SM on 4 warps, 3 stages, won where they fit (N2 = 64: fp8 644
+# against 826 µs for 128 rows on 8 warps, one program an SM; int8 771 against 829): one program's epilogue runs
+# while the other's loads and MMAs do. Beside N2 = 128 only 2 stages fit two programs (fp8 915 against 980;
+# int8 1,141 against 971, so 128 rows stay offered). Slower and not offered: 2 stages at 128 rows (1.25×), 64
+# rows on 8 warps (1.5–1.9×), the weights re-read from L2 each tile instead of resident (1.3×). T's store: in
+# int8 by pointers or by TMA before the second MMA (both right); in fp8 only the TMA store after the second MMA
+# came out right: before it, or by pointers, 20–43% of T's elements were wrong on the GPU (U right, the
+# interpreter right) under Triton 3.6, so fp8 is offered that form only.
 CANDIDATES = {
-    "int8": (PairConfig(128, 8, 3, t_store=2), PairConfig(128, 8, 3, t_store=0)),
-    "fp8": (PairConfig(128, 8, 3, t_store=1),),
+    "int8": (
+        PairConfig(128, 8, 3, t_store=2),
+        PairConfig(128, 8, 3, t_store=0),
+        PairConfig(64, 4, 2, 2, t_store=2),
+        PairConfig(64, 4, 3, 2, t_store=2),
+    ),
+    "fp8": (
+        PairConfig(128, 8, 3, t_store=1),
+        PairConfig(64, 4, 2, 2, t_store=1),
+        PairConfig(64, 4, 3, 2, t_store=1),
+    ),
 }
 
 

@@ -1,8 +1,8 @@
 """Which chained 1×1 convolutions run as one fused kernel (`quant.pair`): found in the network, timed, kept if faster.
 
 Why timed per network: on one H200 (session 28, results/h200/session28) the fused pair of layer1 at batch 1024
-took 818 µs against the two layers' best tiles' 1,005 µs (fp8), but at batch 1 it took twice as long as the
-two (12 µs against 6): a program per 128 rows leaves most SMs idle there. So each eligible pair is checked
+took 644 µs against the two layers' best tiles' 1,020 µs (fp8), but at batch 1 it took about twice as long
+as the two (12 µs against 6): a layer of 3,136 rows leaves most SMs idle there. So each eligible pair is checked
 against the exact reference and timed in every tile `pair.pair_configs` offers, and kept only where it beats
 the sum of the two layers' own tuned times (`tuning.time_layer`'s ``q_s``) by `MARGIN`.
 
