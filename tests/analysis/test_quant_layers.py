@@ -124,6 +124,24 @@ def test_frame_keeps_quant_ok_rows_and_adds_the_stem_and_head_rows():
     assert len(layers_frame(results.iloc[:0])) == 0
 
 
+def test_kept_fused_pairs_count_once_in_the_time_outside_the_rows():
+    """Two rows timed alone (0.1 + 0.2 ms) that the network ran as one fused pair in 0.15 ms, and a pair the
+    tuner did not keep: the rows sum to 0.3 ms, the pair saved 0.15, so 0.05 of the 0.2-ms network is outside."""
+    pairs = [
+        {"first": "a", "second": "b", "separate_s": 3e-4, "pair_s": 1.5e-4, "kept": "pair 64 w4 s3 x2"},
+        {"first": "c", "second": "d", "separate_s": 1e-4, "pair_s": None, "kept": None},
+    ]
+    info = {
+        "layers": [_layer("a", 1e9, 1e8, 1e-4), _layer("b", 1e9, 1e8, 2e-4)],
+        "pairs": {"mode": "on", "pairs": pairs},
+    }
+    row = {"device_name": "NVIDIA H200", "model": "resnet50", "precision": "fp8", "batch_size": 8,
+           "engine": "quant", "status": "ok", "latency_median_s": 2e-4, "extra": {"engine_info": info}}  # fmt: skip
+    (s,) = summary(layers_frame(pd.DataFrame([row]))).to_dict("records")
+    assert s["layers_ms"] == pytest.approx(0.3) and s["pairs_saved_ms"] == pytest.approx(0.15)
+    assert s["outside_layers_ms"] == pytest.approx(0.05)
+
+
 @pytest.mark.parametrize("dtype", [torch.int8, torch.float8_e4m3fn, torch.float16])
 def test_head_pools_before_scaling_and_matches_the_plain_formula(dtype):
     """run_head sums the 8-bit activation (int32 for int8) and scales the pooled vector: same logits."""

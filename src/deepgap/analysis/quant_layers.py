@@ -144,7 +144,7 @@ def layers_frame(results: pd.DataFrame, peaks_df=None) -> pd.DataFrame:
     import pandas as pd
 
     if len(results) == 0:
-        extra = ["device_name", "ceiling", "peak_tops", "bandwidth_gb_s", "network_s"]
+        extra = ["device_name", "ceiling", "peak_tops", "bandwidth_gb_s", "network_s", "pairs_saved_s"]
         return pd.DataFrame(columns=list(LayerRow.__dataclass_fields__) + extra)
     ok = results[(results["engine"] == QUANT_ENGINE) & (results["status"] == "ok")]
     out: list[dict[str, Any]] = []
@@ -160,6 +160,7 @@ def layers_frame(results: pd.DataFrame, peaks_df=None) -> pd.DataFrame:
         ceiling = ceiling_for(str(precision), str(device), peaks_df)
         ceils = {"q": ceiling, "fp16": ceiling_for("fp16", str(device), peaks_df)}
         network = float(grp["latency_median_s"].median())  # the whole network's batch, stem and head included
+        saved = _pairs_saved_s(infos)
         for r in layer_rows(str(model), str(precision), int(bs), lists, ceils):
             c = ceils.get(r.mode)
             out.append(
@@ -170,17 +171,34 @@ def layers_frame(results: pd.DataFrame, peaks_df=None) -> pd.DataFrame:
                     "peak_tops": c.peak_tflops if c else float("nan"),
                     "bandwidth_gb_s": c.bandwidth_gb_s if c else float("nan"),
                     "network_s": network,
+                    "pairs_saved_s": saved,
                 }
             )
     return pd.DataFrame(out)
 
 
+def _pairs_saved_s(infos: list[EngineInfo]) -> float:
+    """Seconds a batch saves by the fused 1×1 pairs the tuner kept (`quant.pair_choice`), median over measurements.
+
+    A paired layer's row is its time alone, so the rows' sum counts each kept pair's two layers separately;
+    the network ran the pair instead, ``separate_s − pair_s`` faster.
+    """
+    import numpy as np
+
+    per = []
+    for info in infos:
+        pairs = (info.get("pairs") or {}).get("pairs") or []
+        per.append(sum(p["separate_s"] - p["pair_s"] for p in pairs if p.get("kept") and p.get("pair_s")))
+    return float(np.median(per)) if per else 0.0
+
+
 def summary(frame: pd.DataFrame) -> pd.DataFrame:
     """Per configuration: the rows' times against the network's median, their floor, the top row.
 
-    ``outside_layers_ms`` is the network's median batch time minus the sum of the rows' times: the
-    conversions and launch gaps that no row covers (and, in stores written before the stem and head
-    were timed, those two as well).
+    ``outside_layers_ms`` is the network's median batch time minus the sum of the rows' times, less what
+    kept fused pairs save (``pairs_saved_ms``: their layers' rows are their times alone): the conversions
+    and launch gaps that no row covers (and, in stores written before the stem and head were timed, those
+    two as well).
     """
     import pandas as pd
 
@@ -189,6 +207,7 @@ def summary(frame: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for key, g in frame.groupby(CONFIG_KEYS, sort=True):
         top = g.sort_values("headroom_s", ascending=False).iloc[0]
+        saved = float(g["pairs_saved_s"].iloc[0]) if "pairs_saved_s" in g else 0.0
         mem = g[g["bound"] == "memory"]["time_s"].sum()
         rows.append(
             {
@@ -199,7 +218,8 @@ def summary(frame: pd.DataFrame) -> pd.DataFrame:
                 "layers": len(g),
                 "network_ms": g["network_s"].iloc[0] * 1e3,
                 "layers_ms": g["time_s"].sum() * 1e3,
-                "outside_layers_ms": (g["network_s"].iloc[0] - g["time_s"].sum()) * 1e3,
+                "outside_layers_ms": (g["network_s"].iloc[0] - g["time_s"].sum() + saved) * 1e3,
+                "pairs_saved_ms": saved * 1e3,
                 "floor_ms": g["floor_s"].sum() * 1e3,
                 "memory_bound_share": mem / g["time_s"].sum(),
                 "tops": g["ops"].sum() / g["time_s"].sum() / 1e12,

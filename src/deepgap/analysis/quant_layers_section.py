@@ -37,6 +37,7 @@ TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
             ("network ms", _n("network_ms", ".4g")),
             ("rows ms", _n("layers_ms", ".4g")),
             ("their floor ms", _n("floor_ms", ".4g")),
+            ("fused pairs saved ms", _n("pairs_saved_ms", ".3g")),
             ("outside rows ms", _n("outside_layers_ms", ".3g")),
             ("TOPS", _n("tops", ".0f")),
             ("memory-bound time", pct_cell("memory_bound_share")),
