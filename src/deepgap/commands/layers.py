@@ -117,7 +117,9 @@ def _print(frame, summ, args) -> None:
         title = (
             f"{s['model']} quant {s['precision']} batch {s['batch_size']} on {s['device_name']}: "
             f"network {s['network_ms']:.3f} ms = rows {s['layers_ms']:.3f} (their floor "
-            f"{s['floor_ms']:.3f}) + {s['outside_layers_ms']:.3f} outside them; "
+            f"{s['floor_ms']:.3f})"
+            + (f" − {s['pairs_saved_ms']:.3f} saved by fused pairs" if s.get("pairs_saved_ms") else "")
+            + f" + {s['outside_layers_ms']:.3f} outside them; "
             f"rows {s['tops']:.0f} TOPS, "
             f"{100 * s['memory_bound_share']:.0f}% of the time memory-bound; ceilings: "
             f"{', '.join(sorted(set(g['ceiling']) - {''})) or 'none'}"
