@@ -46,28 +46,35 @@ def make_pair(qfmt: str, k1: int, n1: int, n2: int, seed: int = 0):
             layers.make_qconv(b, qfmt, "q", fmts, scales).to("cuda"))  # fmt: skip
 
 
-def best_alone(layer, x, res, reps: int) -> tuple[float, str, list[str]]:
-    """(seconds, tile label, errors) of the fastest checked tile for one 1×1 layer alone."""
+def best_alone(layer, x, res, reps: int, nhw=None) -> tuple[float, str, list[str]]:
+    """(seconds, tile label, errors) of the fastest checked tile for one layer alone (grouped, persistent, split-K).
+
+    ``nhw``: the input's (images, H, W); None: a 1×1 layer's rows as one column (1, M, 1).
+    """
     from deepgap.measure.quant import kernels, persistent
 
-    n, m = layer.node, x.shape[0]
+    n = layer.node
+    nb, h, w = nhw or (1, x.shape[0], 1)
+    k, s, p = n.kernel_size, n.stride, n.padding
+    m = nb * ((h + 2 * p - k) // s + 1) * ((w + 2 * p - k) // s + 1)
     cfgs = candidate_configs(m, n.cout, n.cin, layer.qfmt, n.residual is not None)
     cfgs += persistent_configs(n, m, torch.cuda.get_device_capability(), layer.qfmt, programs(x.device))
-    cfgs += split_k.split_configs(cfgs, m, n.cout, n.cin, programs(x.device))
-    ref_rows = min(m, 2 * 3136)
-    ref = layers.conv_reference(
-        layer, x[:ref_rows], (1, ref_rows, 1), None if res is None else res[:ref_rows]
-    )
+    cfgs += split_k.split_configs(cfgs, m, n.cout, k * k * n.cin, programs(x.device))
+    ref_nhw = (min(nb, 2), h, w) if nhw else (1, min(m, 2 * 3136), 1)
+    rows = ref_nhw[0] * h * w if nhw else ref_nhw[1]
+    out_rows = rows * m // (nb * h * w)
+    r_ref = None if res is None else res[:out_rows]
+    ref = layers.conv_reference(layer, x[:rows], ref_nhw, r_ref)
     best, errors = (float("inf"), ""), []
     for cfg in cfgs:
         launch = persistent.conv_gemm if cfg.persistent else kernels.conv_gemm
 
-        def fn(x=x, res=res, cfg=cfg, launch=launch):
-            return launch(x, (1, x.shape[0], 1), layer.w_q, 1, 1, 0, layer.alpha, layer.beta, layer.out_fmt,
-                          n.relu, cfg, res, layer.gamma)  # fmt: skip
+        def fn(x=x, res=res, cfg=cfg, launch=launch, shape=(nb, h, w) if nhw else (1, x.shape[0], 1)):
+            return launch(x, shape, layer.w_q, k, s, p, layer.alpha, layer.beta, layer.out_fmt, n.relu, cfg, res,
+                          layer.gamma)  # fmt: skip
 
         try:
-            why = tuning._agree(fn(x[:ref_rows], None if res is None else res[:ref_rows]), ref, layer.out_fmt)
+            why = tuning._agree(fn(x[:rows], r_ref, shape=ref_nhw), ref, layer.out_fmt)
             if why:
                 errors.append(f"{cfg.label}: {why}")
                 continue

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import os
 from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 from unittest import mock
@@ -25,6 +26,7 @@ import torch
 
 from deepgap.measure import llm_attention, llm_qkv_attention
 from deepgap.measure.quant import (
+    conv_tma,
     gemv,
     gemv_fused,
     kernels,
@@ -223,6 +225,8 @@ def conv_run(conv, batch, qfmt, cfg, ctx=contextlib.nullcontext, out_fmt=None) -
         with ctx():
             if cfg.persistent:  # an H200's SM count, not the interpreter's (`persistent.programs`)
                 persistent.conv_gemm(*args, cfg, res=r, gamma=1.0, num_programs=H200_SMS * cfg.persistent)
+            elif cfg.tma_conv:
+                conv_tma.conv_gemm(*args, cfg, res=r, gamma=1.0)
             else:
                 kernels.conv_gemm(*args, cfg, res=r, gamma=1.0)
 
@@ -256,6 +260,21 @@ def persistent_cases() -> Iterator[Case]:
     conv = CONVS[1]
     cfg = dataclasses.replace(tiles.TileConfig(128, 64, 64, 8, 4, 4, persistent=2), early_res=True)
     yield f"{conv[0]} b256 int8 {cfg.label} pdl", conv_run(conv, 256, "int8", cfg, launch.pdl)
+
+
+def conv_tma_cases() -> Iterator[Case]:
+    """The TMA-fed 3×3 convolution (`conv_tma.tma_configs`, DEEPGAP_QUANT_CONV_TMA=on) at ResNet-50's 3×3
+    stride-1 shapes, batch 256, both formats."""
+    for (name, h, c), qfmt in itertools.product(
+        [("l1.x.conv2", 56, 64), ("l2.x.conv2", 28, 128), ("l3.x.conv2", 14, 256), ("l4.x.conv2", 7, 512)],
+        ("int8", "fp8"),
+    ):
+        conv = (name, h, c, c, 3, 1, 1, False)
+        node = ConvNode(name, "in", "out", torch.zeros(c, c, 3, 3), torch.zeros(c), 1, 1, True)
+        with mock.patch.dict(os.environ, {conv_tma.ENV: "on"}):
+            cfgs = conv_tma.tma_configs(node, h, h, (9, 0))
+        for cfg in cfgs:
+            yield f"{name} b256 {qfmt} {cfg.label}", conv_run(conv, 256, qfmt, cfg)
 
 
 PAIRS = [(64, 256, 64), (64, 256, 128)]  # K1, N1, N2 of ResNet-50's pairs that fit (layer1's)
@@ -402,6 +421,7 @@ CASES: dict[str, Callable[[], Iterator[Case]]] = {
     "conv": conv_cases,
     "persistent": persistent_cases,
     "pair": pair_cases,
+    "conv-tma": conv_tma_cases,
     "split-k": split_cases,
     "epilogue": epilogue_cases,
     "stem": stem_cases,

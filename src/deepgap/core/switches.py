@@ -6,8 +6,8 @@ read where it acts, mostly in the worker, which inherits the environment. Read o
 not check it, since the readers' modules import torch. With the values here, torch-free, `check_environment`
 stops a run with one line (exit 2) before its store is opened, and returns the switches that are set, which
 the run records beside its environment. The modules that act on a switch take its values from here and
-keep the why (each switch's docstring: `linear_choice`, `sdpa_choice`, `tiles`, `stem_choice`, `split_k`, `pair_choice`,
-`llm_fused`, `llm_attention`, `pdl_choice`, `l2_prefetch`, `serving.sim.packing`).
+keep the why (each switch's docstring: `linear_choice`, `sdpa_choice`, `tiles`, `stem_choice`, `split_k`,
+`pair_choice`, `conv_tma`, `llm_fused`, `llm_attention`, `pdl_choice`, `l2_prefetch`, `serving.sim.packing`).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ SWITCHES: dict[str, Switch] = {
     "DEEPGAP_QUANT_STEM_POOL": Switch(("off", "on"), "off"),
     "DEEPGAP_QUANT_SMALL_BATCH": Switch(("off", "on"), "on"),
     "DEEPGAP_QUANT_PAIRS": Switch(("off", "on"), "on"),
+    "DEEPGAP_QUANT_CONV_TMA": Switch(("off", "on"), "off"),
     "DEEPGAP_DECODE_ROPE": Switch(("mix", "fused"), "fused"),
     "DEEPGAP_DECODE_ATTENTION": Switch(("triton", "sdpa", "qkv"), "triton"),
     "DEEPGAP_DECODE_SPLIT_KV": Switch(("auto", "on", "off"), "auto", empty_is_unset=False),

@@ -90,6 +90,8 @@ class QuantNet:
             conv_gemm = kernels.conv_gemm
             if cfg.persistent:  # a tile of the persistent TMA kernel (`tiles.persistent_configs`)
                 from deepgap.measure.quant.persistent import conv_gemm
+            elif cfg.tma_conv:  # a tile of the TMA-fed 3×3 convolution (`conv_tma.tma_configs`)
+                from deepgap.measure.quant.conv_tma import conv_gemm
             return conv_gemm(
                 x,
                 nhw,

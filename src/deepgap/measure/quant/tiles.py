@@ -46,6 +46,7 @@ class TileConfig:
     tma_epilogue: bool = False  # persistent only: the residual and the output through TMA descriptors too
     split_epilogue: bool = False  # persistent Linear only (linear_kernels): the epilogue in two column halves
     split_k: int = 1  # the grouped convolution only: programs per tile, each a slice of K (`quant.split_k`)
+    tma_conv: int = 0  # > 0: a tile of the TMA-fed 3×3 convolution (`quant.conv_tma`), its block this wide
 
     @property
     def label(self) -> str:
@@ -59,6 +60,7 @@ class TileConfig:
             extra += " tma-epi" if self.tma_epilogue else ""
             extra += " split-epi" if self.split_epilogue else ""
         extra += f" split{self.split_k}" if self.split_k > 1 else ""
+        extra += f" tma-conv{self.bm // self.tma_conv}x{self.tma_conv}" if self.tma_conv else ""
         return f"{self.bm}x{self.bn}x{self.bk} w{self.num_warps} s{self.num_stages}{extra}"
 
     def launch(self) -> dict[str, int]:

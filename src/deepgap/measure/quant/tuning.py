@@ -313,6 +313,9 @@ def candidates(net: QuantNet, name: str, batch: int, opts, backend_ok: bool) -> 
             cc = torch.cuda.get_device_capability(dev) if dev.type == "cuda" else None
             tiles = persistent_configs(n, batch * oh * ow, cc, net.qfmt, programs(dev))
             cands += [("triton", c) for c in tiles]
+            from deepgap.measure.quant.conv_tma import tma_configs
+
+            cands += [("triton", c) for c in tma_configs(n, oh, ow, cc)]  # DEEPGAP_QUANT_CONV_TMA=on only
             if small_batch_offered():  # split-K where the tiles leave most SMs idle (batch 1)
                 k_total = n.kernel_size * n.kernel_size * n.cin
                 split = split_k.split_configs(cfgs, batch * oh * ow, n.cout, k_total, programs(dev))

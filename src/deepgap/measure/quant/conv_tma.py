@@ -1,0 +1,148 @@
+"""A 3×3 stride-1 convolution whose input tiles arrive by TMA, the padding as the copy engine's zeros (Hopper).
+
+Why: the grouped implicit-GEMM kernel (`kernels.conv_gemm_kernel`) gathers each A tile of a 3×3 layer by
+per-thread address arithmetic and masks, tap by tap. On one H200 at batch 1024 (session 28's main job,
+results/h200/session28) layer1's three 3×3 ``conv2`` took 1.30 ms at 28% of the fp8 peak and 0.95 TB/s,
+neither compute- nor memory-bound: the gather is the limit. Here a program owns a TH×TW block of one image's
+output pixels; for each of the nine taps and each BK channels, one 4-D TMA copy brings the input window
+shifted by the tap (``[1, TH, TW, BK]`` of the NHWC activation at (h0 + dy − 1, w0 + dx − 1)); coordinates
+outside the image, negative ones included, arrive as zeros, which is exactly the convolution's padding. The
+window is the MMA's A operand as it lies ([TH·TW, BK]); the weights are the engine's [C_out, (kh, kw, c)].
+The epilogue is the engine's own (`kernels._finish`); the output leaves through a 4-D TMA store that clips
+what falls outside the image (a TW wider than the image wastes those columns' MMA work, not their bytes).
+
+Not yet timed on a GPU: offered to the tuner only with ``DEEPGAP_QUANT_CONV_TMA=on`` (`core.switches`; off by
+default), so it cannot change a default run before a GPU has timed it (`benchmarks/conv_tma_bench.py`). The
+interpreter runs it (descriptors and their out-of-bounds zeros included), so the CPU tests check it exactly.
+"""
+
+# Triton convention: compile-time (constexpr) parameters in capitals; constexpr branches stay if/else.
+# ruff: noqa: N803, SIM108
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from deepgap.core import switches
+from deepgap.measure.quant.kernels import _finish, _mma, _widen, epilogue_flags, epilogue_operands, pdl_enter
+from deepgap.measure.quant.launch import INT32_LIMIT, check, check_vec, launcher
+
+ENV = "DEEPGAP_QUANT_CONV_TMA"
+
+
+def offered() -> bool:
+    """Whether the tuner offers these tiles: ``DEEPGAP_QUANT_CONV_TMA`` 'on', or 'off' (the default until timed)."""
+    return switches.read(ENV) == "on"
+
+
+@triton.jit(do_not_specialize=["NB", "H", "W"])
+def conv3x3_tma_kernel(
+    x_ptr, w_ptr, out_ptr, alpha_ptr, beta_ptr, res_ptr, gamma, NB, H, W,
+    C: tl.constexpr, N: tl.constexpr, RELU: tl.constexpr, HAS_RES: tl.constexpr, OUT_KIND: tl.constexpr,
+    ACC_INT: tl.constexpr, TH: tl.constexpr, TW: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+    PDL: tl.constexpr = False,
+):  # fmt: skip
+    """out[n, h, w, :] = epilogue(Σ_(dy,dx) x[n, h + dy − 1, w + dx − 1, :] · W[:, (dy, dx), :]ᵀ) on a TH×TW block.
+
+    Program (pid, pid_n): output block ``pid`` (image-major, then rows, then columns of blocks), channels
+    BN·pid_n … BN·pid_n + BN − 1. The K loop (9 taps × C / BK) is one software-pipelined loop.
+    """
+    pdl_enter(PDL)
+    pid = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    blocks_w = (W + TW - 1) // TW
+    blocks = ((H + TH - 1) // TH) * blocks_w
+    img = pid // blocks
+    h0 = (pid % blocks) // blocks_w * TH
+    w0 = (pid % blocks) % blocks_w * TW
+    x_desc = tl.make_tensor_descriptor(
+        x_ptr, shape=[NB, H, W, C], strides=[H * W * C, W * C, C, 1], block_shape=[1, TH, TW, BK]
+    )
+    w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, 9 * C], strides=[9 * C, 1], block_shape=[BN, BK])
+    o_desc = tl.make_tensor_descriptor(
+        out_ptr, shape=[NB, H, W, N], strides=[H * W * N, W * N, N, 1], block_shape=[1, TH, TW, BN]
+    )
+    if ACC_INT:
+        acc = tl.zeros((TH * TW, BN), dtype=tl.int32)
+    else:
+        acc = tl.zeros((TH * TW, BN), dtype=tl.float32)
+    for ks in tl.range(0, 9 * (C // BK)):
+        tap = ks // (C // BK)
+        c0 = (ks % (C // BK)) * BK
+        a = x_desc.load([img, h0 + tap // 3 - 1, w0 + tap % 3 - 1, c0]).reshape(TH * TW, BK)
+        acc = _mma(a, w_desc.load([pid_n * BN, tap * C + c0]).T, acc, ACC_INT)
+    rn = pid_n * BN + tl.arange(0, BN)
+    y = acc.to(tl.float32) * tl.load(alpha_ptr + rn)[None, :]
+    r = y
+    if HAS_RES:
+        r_desc = tl.make_tensor_descriptor(
+            res_ptr, shape=[NB, H, W, N], strides=[H * W * N, W * N, N, 1], block_shape=[1, TH, TW, BN]
+        )
+        r = _widen(r_desc.load([img, h0, w0, pid_n * BN]).reshape(TH * TW, BN))
+    out = _finish(y, tl.load(beta_ptr + rn)[None, :], r, gamma, RELU, HAS_RES, OUT_KIND)
+    o_desc.store([img, h0, w0, pid_n * BN], out.reshape(1, TH, TW, BN))
+
+
+def conv_gemm(
+    x, nhw, w, ksize, stride, padding, alpha, beta, out_fmt, relu, cfg, res=None, gamma=0.0, out=None
+):  # fmt: skip
+    """Launch `conv3x3_tma_kernel`: `kernels.conv_gemm`'s arguments and result, for 3×3 stride-1 padding-1 layers.
+
+    ``cfg`` is a `tiles.TileConfig` with ``tma_conv`` = TW (TH = bm // TW), ``bn`` and ``bk``. A ``ValueError``
+    names what this kernel cannot take.
+    """
+    from deepgap.measure.quant.kernels import _check_conv_inputs, check_out_res
+    from deepgap.measure.quant.layers import DTYPES
+    from deepgap.measure.quant.persistent import check_tma, use_descriptors
+
+    check(
+        (ksize, stride, padding) == (3, 1, 1),
+        f"the TMA convolution runs 3×3 stride-1 padding-1 layers; got k={ksize}, stride={stride}, padding={padding}",
+    )
+    tw = int(cfg.tma_conv)
+    check(tw > 0 and cfg.bm % tw == 0, f"tile {cfg.label}: tma_conv (TW) must divide BM")
+    c, n = _check_conv_inputs(x, nhw, w, ksize, out_fmt, cfg)
+    nb, h, wd = nhw
+    m = nb * h * wd
+    check_vec("alpha", alpha, n, x.device)
+    check_vec("beta", beta, n, x.device)
+    if out is None:
+        out = torch.empty((m, n), dtype=DTYPES[out_fmt], device=x.device)
+    check_out_res(out, res, m, n, x.device, out_fmt)
+    check(m * max(c, n) <= INT32_LIMIT, "more than 2^31 elements (32-bit indexing); use a smaller batch")
+    check_tma(x=x, w=w, out=out, residual=res)
+    use_descriptors(x.device)
+    th = cfg.bm // tw
+    grid = (nb * triton.cdiv(h, th) * triton.cdiv(wd, tw), n // cfg.bn)
+    launcher(conv3x3_tma_kernel, x.device)[grid](
+        x, w, *epilogue_operands(out, alpha, beta, res, gamma), nb, h, wd,
+        C=c, N=n, **epilogue_flags(relu, res, out_fmt), ACC_INT=x.dtype == torch.int8, TH=th, TW=tw,
+        BN=cfg.bn, BK=cfg.bk, num_warps=cfg.num_warps, num_stages=cfg.num_stages, enable_fp_fusion=False,
+    )  # fmt: skip
+    return out
+
+
+def tma_configs(node, h: int, w: int, capability: tuple[int, int] | None) -> list:
+    """Tiles of this kernel worth timing for a 3×3 stride-1 layer on an h×w image, else none.
+
+    None unless `offered`, below Hopper (``capability`` None is the interpreter's CPU, which runs them), or for
+    another kernel shape. Blocks of 128 pixels whose width is the image's rounded up to a power of two
+    (capped at 64, at least 8), BN the output channels up to 128, BK 64 bytes (128 where C allows).
+    """
+    from deepgap.measure.quant.tiles import TileConfig
+
+    if not offered() or (capability is not None and capability < (9, 0)):
+        return []
+    if (node.kernel_size, node.stride, node.padding) != (3, 1, 1):
+        return []
+    c, n = node.cin, node.cout
+    tw = min(64, max(8, 1 << (w - 1).bit_length()))
+    bk = 128 if c % 128 == 0 else 64 if c % 64 == 0 else 0
+    bn = 128 if n % 128 == 0 else 64 if n % 64 == 0 else 0
+    if not (bk and bn):
+        return []
+    out = [TileConfig(128, bn, bk, 8, 4 if bn == 64 else 8, 4, tma_conv=tw)]
+    out.append(TileConfig(128, bn, bk, 8, 4 if bn == 64 else 8, 3, tma_conv=tw))
+    return [cfg for cfg in out if cfg.fits(n, c)]

@@ -1,0 +1,130 @@
+"""The TMA-fed 3×3 convolution (quant.conv_tma) on the CPU, and when the tuner offers it.
+
+The Triton interpreter runs the kernel as written, its 4-D descriptors included: a window that starts above
+or left of the image (negative coordinates) or runs past its edge arrives as zeros, which must be exactly the
+convolution's padding. int8 equals the exact reference bit for bit; fp8 but for the interpreter's known
+e4m3 misroundings (`fp8_codes.same_codes`). tests/measure/quant/test_quant_conv_tma_gpu.py checks it against
+`conv_gemm_kernel` on a Hopper GPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+triton = pytest.importorskip("triton")
+
+from fp8_codes import same_codes  # noqa: E402
+from sm90 import compile_sm90, ptxas_usage  # noqa: E402
+
+from deepgap.core.errors import UsageError  # noqa: E402
+from deepgap.measure.quant import conv_tma, layers, tuning  # noqa: E402
+from deepgap.measure.quant.fold import ConvNode  # noqa: E402
+from deepgap.measure.quant.tiles import TileConfig  # noqa: E402
+
+
+def _case(qfmt, nb, h, w, c, n, res, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    node = ConvNode("c", "a", "b", torch.randn(n, c, 3, 3, generator=g) * 0.1, torch.randn(n, generator=g),
+                    1, 1, True, "r" if res else None)  # fmt: skip
+    lay = layers.make_qconv(node, qfmt, "q", dict.fromkeys("abr", qfmt), {"a": 0.05, "b": 0.08, "r": 0.03})
+    x = layers.quantize_act(torch.randn(nb * h * w, c, generator=g) * 40, qfmt)
+    r = layers.quantize_act(torch.randn(nb * h * w, n, generator=g) * 40, qfmt) if res else None
+    return lay, x, r, layers.conv_reference(lay, x, (nb, h, w), r)
+
+
+def _run(lay, x, r, nhw, cfg):
+    return conv_tma.conv_gemm(
+        x, nhw, lay.w_q, 3, 1, 1, lay.alpha, lay.beta, lay.out_fmt, True, cfg, r, lay.gamma
+    )
+
+
+@pytest.mark.parametrize("qfmt", ["int8", "fp8"])
+@pytest.mark.parametrize("res", [False, True], ids=["", "res"])
+@pytest.mark.parametrize(
+    "shape,cfg",
+    [
+        ((2, 7, 6, 32, 32), TileConfig(32, 32, 32, 8, 4, 2, tma_conv=8)),  # 4×8 blocks: partial in both axes
+        (
+            (1, 5, 9, 64, 64),
+            TileConfig(32, 32, 32, 8, 4, 2, tma_conv=16),
+        ),  # 2×16 blocks, two channel chunks, N in 2
+    ],
+    ids=["7x6", "5x9-chunks"],
+)
+def test_the_kernel_equals_the_exact_reference_padding_included(qfmt, res, shape, cfg):
+    nb, h, w, c, n = shape
+    lay, x, r, ref = _case(qfmt, nb, h, w, c, n, res)
+    same_codes(_run(lay, x, r, (nb, h, w), cfg), ref, qfmt, min_equal=0.9)
+
+
+def test_the_launch_refuses_other_kernel_shapes_and_tiles():
+    lay, x, r, _ = _case("int8", 1, 4, 4, 32, 32, False)
+    cfg = TileConfig(32, 32, 32, 8, 4, 2, tma_conv=8)
+    with pytest.raises(ValueError, match="3×3 stride-1 padding-1"):
+        conv_tma.conv_gemm(x, (1, 4, 4), lay.w_q, 3, 2, 1, lay.alpha, lay.beta, "int8", True, cfg)
+    with pytest.raises(ValueError, match="must divide BM"):
+        _run(lay, x, r, (1, 4, 4), TileConfig(32, 32, 32, 8, 4, 2, tma_conv=12))
+
+
+def test_offered_only_when_switched_on_on_hopper_for_3x3_stride_1(monkeypatch):
+    node = ConvNode("c", "a", "b", torch.zeros(64, 64, 3, 3), torch.zeros(64), 1, 1, True)
+    monkeypatch.delenv(conv_tma.ENV, raising=False)
+    assert conv_tma.tma_configs(node, 56, 56, (9, 0)) == []  # off until a GPU has timed it
+    monkeypatch.setenv(conv_tma.ENV, "on")
+    widths = {h: {c.tma_conv for c in conv_tma.tma_configs(node, h, h, (9, 0))} for h in (56, 28, 14, 7)}
+    assert widths == {56: {64}, 28: {32}, 14: {16}, 7: {8}}
+    assert conv_tma.tma_configs(node, 56, 56, (8, 0)) == []  # no TMA below Hopper
+    strided = ConvNode("c", "a", "b", torch.zeros(64, 64, 3, 3), torch.zeros(64), 2, 1, True)
+    assert conv_tma.tma_configs(strided, 56, 56, (9, 0)) == []
+    monkeypatch.setenv(conv_tma.ENV, "yes")
+    with pytest.raises(UsageError, match=conv_tma.ENV):
+        conv_tma.tma_configs(node, 56, 56, (9, 0))
+
+
+@pytest.fixture(scope="module")
+def r50_net():
+    """ResNet-50 folded and quantized (int8) at 32², calibrated on one image: layer1's 3×3 at 8×8."""
+    from torchvision import models
+
+    from deepgap.measure.quant.calibrate import calibration_images, collect_amax
+    from deepgap.measure.quant.fold import resnet_graph
+    from deepgap.measure.quant.network import build
+
+    torch.manual_seed(0)
+    graph = resnet_graph(models.resnet50().eval())
+    return build(graph, "int8", collect_amax(graph, calibration_images(1, 32, 0), method="max"), {}, 32)
+
+
+def test_switched_on_the_tuner_checks_and_times_it_and_the_network_runs_it(r50_net, monkeypatch):
+    from deepgap.measure.quant.prepare import QuantOptions
+
+    opts = QuantOptions(timing_reps=1, per_layer_choice=False, force_backend="triton")
+    monkeypatch.delenv(conv_tma.ENV, raising=False)
+    assert not any(c and c.tma_conv for _, c in tuning.candidates(r50_net, "layer1.0.conv2", 2, opts, True))
+    monkeypatch.setenv(conv_tma.ENV, "on")
+    cands = [c for _, c in tuning.candidates(r50_net, "layer1.0.conv2", 2, opts, True) if c and c.tma_conv]
+    assert [c.label for c in cands] == ["128x64x64 w4 s4 tma-conv16x8", "128x64x64 w4 s3 tma-conv16x8"]
+    t = tuning.time_layer(r50_net, "layer1.0.conv2", 2, opts, True)
+    assert t.q_error is None  # every candidate, the TMA tiles included, passed the exact self-check
+    r50_net.configs["layer1.0.conv2"] = cands[0]
+    x = tuning.rand_act(2 * 64, 64, "int8", "cpu")
+    got = r50_net.run_conv("layer1.0.conv2", x, 2, None)  # network.run_conv dispatches to quant.conv_tma
+    assert torch.equal(got, layers.conv_reference(r50_net.convs["layer1.0.conv2"], x, (2, 8, 8), None))
+
+
+@pytest.mark.parametrize("qfmt,mma", [("int8", "s32.s8.s8"), ("fp8", "f32.e4m3.e4m3")])
+def test_it_compiles_for_hopper_to_4d_tma_copies_and_8bit_wgmma_without_spills(qfmt, mma):
+    ptr = {"int8": "*i8", "fp8": "*fp8e4nv"}[qfmt]
+    sig = {a: ptr for a in ("x_ptr", "w_ptr", "out_ptr", "res_ptr")}
+    sig.update(alpha_ptr="*fp32", beta_ptr="*fp32", gamma="fp32", NB="i32", H="i32", W="i32")
+    const = dict(C=64, N=64, RELU=True, HAS_RES=False, OUT_KIND=int(qfmt == "fp8"), ACC_INT=qfmt == "int8",
+                 TH=2, TW=64, BN=64, BK=64, PDL=False)  # fmt: skip
+    aligned = ("x_ptr", "w_ptr", "out_ptr", "res_ptr", "alpha_ptr", "beta_ptr")
+    compiled = compile_sm90(conv_tma.conv3x3_tma_kernel, sig, const, aligned, num_warps=4, num_stages=4,
+                            enable_fp_fusion=False)  # fmt: skip
+    ptx = compiled.asm["ptx"]
+    assert "cp.async.bulk.tensor.4d.shared::c" in ptx  # the shifted windows, one copy each
+    assert "cp.async.bulk.tensor.4d.global.shared" in ptx  # the output's clipped store
+    assert "wgmma.mma_async.sync.aligned" in ptx and mma in ptx
+    assert ptxas_usage(compiled)["spill_stores"] == 0

@@ -1,0 +1,51 @@
+"""The TMA-fed 3×3 convolution (quant.conv_tma) on a Hopper GPU (skipped without CUDA or below sm_90).
+
+    python -m pytest tests/measure/quant/test_quant_conv_tma_gpu.py -v -rA
+
+Every tile `conv_tma.tma_configs` offers (DEEPGAP_QUANT_CONV_TMA=on) at ResNet-50's 3×3 stride-1 shapes, against
+`conv_gemm_kernel` on the same operands: int8 bit for bit, fp8 within the tuner's own check (its fp32 sums
+may run in another order); the output buffer poisoned first, so a block never stored shows.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+DEV = "cuda"
+
+
+@pytest.fixture(autouse=True)
+def _hopper(monkeypatch):
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("the TMA convolution's descriptors need compute capability ≥ 9.0")
+    monkeypatch.setenv("DEEPGAP_QUANT_CONV_TMA", "on")
+
+
+@pytest.mark.parametrize("qfmt", ["int8", "fp8"])
+@pytest.mark.parametrize("h,c", [(56, 64), (28, 128), (14, 256), (7, 512)], ids=["l1", "l2", "l3", "l4"])
+def test_every_offered_tile_equals_the_grouped_kernel(qfmt, h, c):
+    from deepgap.measure.quant import conv_tma, kernels, layers, tuning
+    from deepgap.measure.quant.fold import ConvNode
+    from deepgap.measure.quant.tiles import candidate_configs
+
+    g = torch.Generator().manual_seed(h)
+    node = ConvNode("c", "a", "b", torch.randn(c, c, 3, 3, generator=g) * (2.0 / (9 * c)) ** 0.5,
+                    torch.randn(c, generator=g) * 0.1, 1, 1, True)  # fmt: skip
+    lay = layers.make_qconv(node, qfmt, "q", dict.fromkeys("ab", qfmt), {"a": 0.05, "b": 0.05}).to(DEV)
+    nb = 4
+    m = nb * h * h
+    x = tuning.rand_act(m, c, qfmt, DEV)
+    args = (x, (nb, h, h), lay.w_q, 3, 1, 1, lay.alpha, lay.beta, qfmt, True)
+    ref = kernels.conv_gemm(*args, candidate_configs(m, c, c, qfmt)[0])
+    cfgs = conv_tma.tma_configs(node, h, h, torch.cuda.get_device_capability())
+    assert cfgs
+    for cfg in cfgs:
+        out = torch.empty_like(ref).view(torch.uint8).fill_(0x80 if qfmt == "int8" else 0x7F).view(ref.dtype)
+        conv_tma.conv_gemm(*args, cfg, out=out)
+        torch.cuda.synchronize()
+        if qfmt == "int8":
+            assert torch.equal(out, ref), cfg.label
+        else:
+            assert tuning._agree(out, ref, "fp8") is None, cfg.label
