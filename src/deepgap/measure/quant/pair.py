@@ -81,15 +81,16 @@ class PairConfig:
         return regs <= REG_BUDGET and smem * self.per_sm <= SMEM_BUDGET
 
 
-# The tiles timed on one H200 (session 28, results/h200/session28/pair-persistent-*.jsonl; layer1's two pair
-# shapes at batch 1024). Two 64-row programs an SM on 4 warps, 3 stages, won where they fit (N2 = 64: fp8 644
-# against 826 µs for 128 rows on 8 warps, one program an SM; int8 771 against 829): one program's epilogue runs
-# while the other's loads and MMAs do. Beside N2 = 128 only 2 stages fit two programs (fp8 915 against 980;
-# int8 1,141 against 971, so 128 rows stay offered). Slower and not offered: 2 stages at 128 rows (1.25×), 64
-# rows on 8 warps (1.5–1.9×), the weights re-read from L2 each tile instead of resident (1.3×). T's store: in
-# int8 by pointers or by TMA before the second MMA (both right); in fp8 only the TMA store after the second MMA
-# came out right: before it, or by pointers, 20–43% of T's elements were wrong on the GPU (U right, the
-# interpreter right) under Triton 3.6, so fp8 is offered that form only.
+# The tiles timed on one H200 (session 28, results/h200/session28/pair-persistent-*.jsonl and
+# pair-x2-8.jsonl; layer1's two pair shapes at batch 1024). Two 64-row programs an SM on 4 warps, 3 stages,
+# won where they fit (N2 = 64: fp8 644 against 826 µs for 128 rows on 8 warps, one program an SM; int8 771
+# against 829): one program's epilogue runs while the other's loads and MMAs do. Beside N2 = 128 only 2
+# stages fit two programs (fp8 915 against 980; int8 1,141 against 971, so 128 rows stay offered). Slower and
+# not offered: 2 stages at 128 rows (1.25×), 64 rows on 8 warps (1.5–1.9×), the weights re-read from L2 each
+# tile instead of resident (1.3×). T's store: in int8 by pointers or by TMA before the second MMA (both
+# right); in fp8 only the TMA store after the second MMA came out right: before it, or by pointers, 20–43%
+# of T's elements were wrong on the GPU (U right, the interpreter right) under Triton 3.6, so fp8 is offered
+# that form only.
 CANDIDATES = {
     "int8": (
         PairConfig(128, 8, 3, t_store=2),
