@@ -73,7 +73,7 @@ def test_offered_only_when_switched_on_on_hopper_for_3x3_stride_1(monkeypatch):
     assert conv_tma.tma_configs(node, 56, 56, (9, 0)) == []  # off until a GPU has timed it
     monkeypatch.setenv(conv_tma.ENV, "on")
     widths = {h: {c.tma_conv for c in conv_tma.tma_configs(node, h, h, (9, 0))} for h in (56, 28, 14, 7)}
-    assert widths == {56: {64}, 28: {32}, 14: {16}, 7: {8}}
+    assert widths == {56: {64, 32}, 28: {32, 16}, 14: {16, 8}, 7: {8}}  # as wide as the image, and half
     assert conv_tma.tma_configs(node, 56, 56, (8, 0)) == []  # no TMA below Hopper
     strided = ConvNode("c", "a", "b", torch.zeros(64, 64, 3, 3), torch.zeros(64), 2, 1, True)
     assert conv_tma.tma_configs(strided, 56, 56, (9, 0)) == []

@@ -128,8 +128,10 @@ def tma_configs(node, h: int, w: int, capability: tuple[int, int] | None) -> lis
     """Tiles of this kernel worth timing for a 3×3 stride-1 layer on an h×w image, else none.
 
     None unless `offered`, below Hopper (``capability`` None is the interpreter's CPU, which runs them), or for
-    another kernel shape. Blocks of 128 pixels whose width is the image's rounded up to a power of two
-    (capped at 64, at least 8), BN the output channels up to 128, BK 64 bytes (128 where C allows).
+    another kernel shape. Not yet timed, so the first GPU run explores: blocks of 128 pixels as wide as the
+    image rounded up to a power of two (capped at 64, at least 8) and half that (wasting fewer columns where
+    the width is not a power of two); BN the output channels up to 128, and 64 beside it; 4 and 3 stages.
+    BK is 128 bytes where C allows, else 64. The GPU timing (`benchmarks/conv_tma.sh`) will prune these.
     """
     from deepgap.measure.quant.tiles import TileConfig
 
@@ -138,11 +140,16 @@ def tma_configs(node, h: int, w: int, capability: tuple[int, int] | None) -> lis
     if (node.kernel_size, node.stride, node.padding) != (3, 1, 1):
         return []
     c, n = node.cin, node.cout
-    tw = min(64, max(8, 1 << (w - 1).bit_length()))
     bk = 128 if c % 128 == 0 else 64 if c % 64 == 0 else 0
-    bn = 128 if n % 128 == 0 else 64 if n % 64 == 0 else 0
-    if not (bk and bn):
+    if not bk or n % 64:
         return []
-    out = [TileConfig(128, bn, bk, 8, 4 if bn == 64 else 8, 4, tma_conv=tw)]
-    out.append(TileConfig(128, bn, bk, 8, 4 if bn == 64 else 8, 3, tma_conv=tw))
+    tw = min(64, max(8, 1 << (w - 1).bit_length()))
+    widths = [tw] + ([tw // 2] if tw >= 16 else [])
+    bns = [128, 64] if n % 128 == 0 else [64]
+    out = [
+        TileConfig(128, bn, bk, 8, 8 if bn == 128 else 4, stages, tma_conv=width)
+        for width in widths
+        for bn in bns
+        for stages in (4, 3)
+    ]
     return [cfg for cfg in out if cfg.fits(n, c)]
