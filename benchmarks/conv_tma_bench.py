@@ -2,7 +2,7 @@
 
     python benchmarks/conv_tma_bench.py --batch-sizes 1024,256 --precisions fp8,int8 --out conv_tma.jsonl
 
-For each 3×3 stride-1 shape of ResNet-50 (layer1–layer4 ``conv2`` after each stage's first block), at each
+For each 3×3 shape of ResNet-50 (layer1–layer4 ``conv2``, stride 1, and each stage's first at stride 2), at each
 batch: every tile the tuner offers the layer without this kernel (grouped and split-K, `pair_bench.best_alone`),
 the fastest kept; then every `conv_tma.tma_configs` tile (DEEPGAP_QUANT_CONV_TMA is set on here). Each
 candidate is checked against the exact reference first; times are CUDA-graph medians as the tuner takes them.
@@ -21,11 +21,14 @@ import torch
 from deepgap.measure.quant import conv_tma, layers, tuning
 from deepgap.measure.quant.fold import ConvNode
 
-SHAPES = [
-    ("layer1.x.conv2", 56, 64),
-    ("layer2.x.conv2", 28, 128),
-    ("layer3.x.conv2", 14, 256),
-    ("layer4.x.conv2", 7, 512),
+SHAPES = [  # name, input side, channels, stride
+    ("layer1.x.conv2", 56, 64, 1),
+    ("layer2.x.conv2", 28, 128, 1),
+    ("layer3.x.conv2", 14, 256, 1),
+    ("layer4.x.conv2", 7, 512, 1),
+    ("layer2.0.conv2", 56, 128, 2),
+    ("layer3.0.conv2", 28, 256, 2),
+    ("layer4.0.conv2", 14, 512, 2),
 ]
 
 
@@ -44,10 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     with open(args.out, "w") as fh, torch.inference_mode():
         for qfmt in args.precisions.split(","):
             for batch in (int(b) for b in args.batch_sizes.split(",")):
-                for name, h, c in SHAPES:
+                for name, h, c, st in SHAPES:
                     g = torch.Generator().manual_seed(h)
                     node = ConvNode(name, "a", "b", torch.randn(c, c, 3, 3, generator=g) * (2.0 / (9 * c)) ** 0.5,
-                                    torch.randn(c, generator=g) * 0.1, 1, 1, True)  # fmt: skip
+                                    torch.randn(c, generator=g) * 0.1, st, 1, True)  # fmt: skip
                     lay = layers.make_qconv(
                         node, qfmt, "q", dict.fromkeys("ab", qfmt), {"a": 0.05, "b": 0.05}
                     )
@@ -62,9 +65,9 @@ def main(argv: list[str] | None = None) -> int:
                     ref = layers.conv_reference(lay, x[: ref_b * h * h], (ref_b, h, h), None)
                     for cfg in conv_tma.tma_configs(node, h, h, torch.cuda.get_device_capability()):
 
-                        def fn(x=x, nhw=nhw, cfg=cfg, lay=lay, qfmt=qfmt):
+                        def fn(x=x, nhw=nhw, cfg=cfg, lay=lay, qfmt=qfmt, st=st):
                             return conv_tma.conv_gemm(
-                                x, nhw, lay.w_q, 3, 1, 1, lay.alpha, lay.beta, qfmt, True, cfg
+                                x, nhw, lay.w_q, 3, st, 1, lay.alpha, lay.beta, qfmt, True, cfg
                             )
 
                         try:

@@ -264,13 +264,13 @@ def persistent_cases() -> Iterator[Case]:
 
 def conv_tma_cases() -> Iterator[Case]:
     """The TMA-fed 3×3 convolution (`conv_tma.tma_configs`, DEEPGAP_QUANT_CONV_TMA=on) at ResNet-50's 3×3
-    stride-1 shapes, batch 256, both formats."""
-    for (name, h, c), qfmt in itertools.product(
-        [("l1.x.conv2", 56, 64), ("l2.x.conv2", 28, 128), ("l3.x.conv2", 14, 256), ("l4.x.conv2", 7, 512)],
-        ("int8", "fp8"),
-    ):
-        conv = (name, h, c, c, 3, 1, 1, False)
-        node = ConvNode(name, "in", "out", torch.zeros(c, c, 3, 3), torch.zeros(c), 1, 1, True)
+    shapes (stride 1, and each stage's first at stride 2), batch 256, both formats."""
+    shapes = [("l1.x.conv2", 56, 64, 1), ("l2.x.conv2", 28, 128, 1), ("l3.x.conv2", 14, 256, 1),
+              ("l4.x.conv2", 7, 512, 1), ("l2.0.conv2", 56, 128, 2), ("l3.0.conv2", 28, 256, 2),
+              ("l4.0.conv2", 14, 512, 2)]  # fmt: skip
+    for (name, h, c, s), qfmt in itertools.product(shapes, ("int8", "fp8")):
+        conv = (name, h, c, c, 3, s, 1, False)
+        node = ConvNode(name, "in", "out", torch.zeros(c, c, 3, 3), torch.zeros(c), s, 1, True)
         with mock.patch.dict(os.environ, {conv_tma.ENV: "on"}):
             cfgs = conv_tma.tma_configs(node, h, h, (9, 0))
         for cfg in cfgs:

@@ -23,46 +23,51 @@ from deepgap.measure.quant.fold import ConvNode  # noqa: E402
 from deepgap.measure.quant.tiles import TileConfig  # noqa: E402
 
 
-def _case(qfmt, nb, h, w, c, n, res, seed=0):
+def _case(qfmt, nb, h, w, c, n, res, seed=0, stride=1):
     g = torch.Generator().manual_seed(seed)
     node = ConvNode("c", "a", "b", torch.randn(n, c, 3, 3, generator=g) * 0.1, torch.randn(n, generator=g),
-                    1, 1, True, "r" if res else None)  # fmt: skip
+                    stride, 1, True, "r" if res else None)  # fmt: skip
     lay = layers.make_qconv(node, qfmt, "q", dict.fromkeys("abr", qfmt), {"a": 0.05, "b": 0.08, "r": 0.03})
     x = layers.quantize_act(torch.randn(nb * h * w, c, generator=g) * 40, qfmt)
-    r = layers.quantize_act(torch.randn(nb * h * w, n, generator=g) * 40, qfmt) if res else None
+    out_px = nb * (h // stride) * (w // stride)
+    r = layers.quantize_act(torch.randn(out_px, n, generator=g) * 40, qfmt) if res else None
     return lay, x, r, layers.conv_reference(lay, x, (nb, h, w), r)
 
 
 def _run(lay, x, r, nhw, cfg):
+    s = lay.node.stride
     return conv_tma.conv_gemm(
-        x, nhw, lay.w_q, 3, 1, 1, lay.alpha, lay.beta, lay.out_fmt, True, cfg, r, lay.gamma
+        x, nhw, lay.w_q, 3, s, 1, lay.alpha, lay.beta, lay.out_fmt, True, cfg, r, lay.gamma
     )
+
+
+CASES = [  # (images, H, W, C_in, C_out, stride), tile
+    ((2, 7, 6, 32, 32, 1), TileConfig(32, 32, 32, 8, 4, 2, tma_conv=8)),  # 4×8 blocks, partial in both axes
+    (
+        (1, 5, 9, 64, 64, 1),
+        TileConfig(32, 32, 32, 8, 4, 2, tma_conv=16),
+    ),  # 2×16: two channel chunks, N in two
+    ((2, 8, 6, 64, 32, 2), TileConfig(16, 32, 32, 8, 4, 2, tma_conv=4)),  # stride 2: a 4×3 output, 4×4 blocks
+]
 
 
 @pytest.mark.parametrize("qfmt", ["int8", "fp8"])
 @pytest.mark.parametrize("res", [False, True], ids=["", "res"])
-@pytest.mark.parametrize(
-    "shape,cfg",
-    [
-        ((2, 7, 6, 32, 32), TileConfig(32, 32, 32, 8, 4, 2, tma_conv=8)),  # 4×8 blocks: partial in both axes
-        (
-            (1, 5, 9, 64, 64),
-            TileConfig(32, 32, 32, 8, 4, 2, tma_conv=16),
-        ),  # 2×16 blocks, two channel chunks, N in 2
-    ],
-    ids=["7x6", "5x9-chunks"],
-)
+@pytest.mark.parametrize("shape,cfg", CASES, ids=["7x6", "5x9-chunks", "8x6-stride2"])
 def test_the_kernel_equals_the_exact_reference_padding_included(qfmt, res, shape, cfg):
-    nb, h, w, c, n = shape
-    lay, x, r, ref = _case(qfmt, nb, h, w, c, n, res)
+    nb, h, w, c, n, stride = shape
+    lay, x, r, ref = _case(qfmt, nb, h, w, c, n, res, stride=stride)
     same_codes(_run(lay, x, r, (nb, h, w), cfg), ref, qfmt, min_equal=0.9)
 
 
 def test_the_launch_refuses_other_kernel_shapes_and_tiles():
     lay, x, r, _ = _case("int8", 1, 4, 4, 32, 32, False)
     cfg = TileConfig(32, 32, 32, 8, 4, 2, tma_conv=8)
-    with pytest.raises(ValueError, match="3×3 stride-1 padding-1"):
-        conv_tma.conv_gemm(x, (1, 4, 4), lay.w_q, 3, 2, 1, lay.alpha, lay.beta, "int8", True, cfg)
+    with pytest.raises(ValueError, match="stride 1, or 2 on even sizes"):
+        conv_tma.conv_gemm(x, (1, 4, 4), lay.w_q, 3, 3, 1, lay.alpha, lay.beta, "int8", True, cfg)
+    odd, xo, _, _ = _case("int8", 1, 5, 4, 32, 32, False, stride=2)
+    with pytest.raises(ValueError, match="5×4"):
+        _run(odd, xo, None, (1, 5, 4), cfg)
     with pytest.raises(ValueError, match="must divide BM"):
         _run(lay, x, r, (1, 4, 4), TileConfig(32, 32, 32, 8, 4, 2, tma_conv=12))
 
@@ -76,7 +81,8 @@ def test_offered_only_when_switched_on_on_hopper_for_3x3_stride_1(monkeypatch):
     assert widths == {56: {64, 32}, 28: {32, 16}, 14: {16, 8}, 7: {8}}  # as wide as the image, and half
     assert conv_tma.tma_configs(node, 56, 56, (8, 0)) == []  # no TMA below Hopper
     strided = ConvNode("c", "a", "b", torch.zeros(64, 64, 3, 3), torch.zeros(64), 2, 1, True)
-    assert conv_tma.tma_configs(strided, 56, 56, (9, 0)) == []
+    assert {c.tma_conv for c in conv_tma.tma_configs(strided, 56, 56, (9, 0))} == {32, 16}  # 28 wide out
+    assert conv_tma.tma_configs(strided, 7, 7, (9, 0)) == []  # stride 2 needs even sizes
     monkeypatch.setenv(conv_tma.ENV, "yes")
     with pytest.raises(UsageError, match=conv_tma.ENV):
         conv_tma.tma_configs(node, 56, 56, (9, 0))
@@ -113,18 +119,22 @@ def test_switched_on_the_tuner_checks_and_times_it_and_the_network_runs_it(r50_n
     assert torch.equal(got, layers.conv_reference(r50_net.convs["layer1.0.conv2"], x, (2, 8, 8), None))
 
 
-@pytest.mark.parametrize("qfmt,mma", [("int8", "s32.s8.s8"), ("fp8", "f32.e4m3.e4m3")])
-def test_it_compiles_for_hopper_to_4d_tma_copies_and_8bit_wgmma_without_spills(qfmt, mma):
+@pytest.mark.parametrize(
+    "qfmt,mma,stride,dims",
+    [("int8", "s32.s8.s8", 1, "4d"), ("fp8", "f32.e4m3.e4m3", 1, "4d"), ("fp8", "f32.e4m3.e4m3", 2, "5d")],
+)
+def test_it_compiles_for_hopper_to_tma_copies_and_8bit_wgmma_without_spills(qfmt, mma, stride, dims):
+    """Stride 1 reads 4-D windows; stride 2 reads the input as [N, H/2, 2, W/2, 2·C], 5-D; the store is 4-D."""
     ptr = {"int8": "*i8", "fp8": "*fp8e4nv"}[qfmt]
     sig = {a: ptr for a in ("x_ptr", "w_ptr", "out_ptr", "res_ptr")}
     sig.update(alpha_ptr="*fp32", beta_ptr="*fp32", gamma="fp32", NB="i32", H="i32", W="i32")
     const = dict(C=64, N=64, RELU=True, HAS_RES=False, OUT_KIND=int(qfmt == "fp8"), ACC_INT=qfmt == "int8",
-                 TH=2, TW=64, BN=64, BK=64, PDL=False)  # fmt: skip
+                 TH=2, TW=64, BN=64, BK=64, STRIDE=stride, PDL=False)  # fmt: skip
     aligned = ("x_ptr", "w_ptr", "out_ptr", "res_ptr", "alpha_ptr", "beta_ptr")
     compiled = compile_sm90(conv_tma.conv3x3_tma_kernel, sig, const, aligned, num_warps=4, num_stages=4,
                             enable_fp_fusion=False)  # fmt: skip
     ptx = compiled.asm["ptx"]
-    assert "cp.async.bulk.tensor.4d.shared::c" in ptx  # the shifted windows, one copy each
+    assert f"cp.async.bulk.tensor.{dims}.shared::c" in ptx  # the shifted windows, one copy each
     assert "cp.async.bulk.tensor.4d.global.shared" in ptx  # the output's clipped store
     assert "wgmma.mma_async.sync.aligned" in ptx and mma in ptx
     assert ptxas_usage(compiled)["spill_stores"] == 0

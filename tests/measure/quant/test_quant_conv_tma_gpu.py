@@ -2,9 +2,10 @@
 
     python -m pytest tests/measure/quant/test_quant_conv_tma_gpu.py -v -rA
 
-Every tile `conv_tma.tma_configs` offers (DEEPGAP_QUANT_CONV_TMA=on) at ResNet-50's 3×3 stride-1 shapes, against
-`conv_gemm_kernel` on the same operands: int8 bit for bit, fp8 within the tuner's own check (its fp32 sums
-may run in another order); the output buffer poisoned first, so a block never stored shows.
+Every tile `conv_tma.tma_configs` offers (DEEPGAP_QUANT_CONV_TMA=on) at ResNet-50's 3×3 shapes (stride 1,
+and stride 2 where a stage starts), against `conv_gemm_kernel` on the same operands: int8 bit for bit, fp8
+within the tuner's own check (its fp32 sums may run in another order); the output buffer poisoned first, so
+a block never stored shows.
 """
 
 from __future__ import annotations
@@ -24,20 +25,24 @@ def _hopper(monkeypatch):
 
 
 @pytest.mark.parametrize("qfmt", ["int8", "fp8"])
-@pytest.mark.parametrize("h,c", [(56, 64), (28, 128), (14, 256), (7, 512)], ids=["l1", "l2", "l3", "l4"])
-def test_every_offered_tile_equals_the_grouped_kernel(qfmt, h, c):
+@pytest.mark.parametrize(
+    "h,c,s",
+    [(56, 64, 1), (28, 128, 1), (14, 256, 1), (7, 512, 1), (56, 128, 2), (28, 256, 2), (14, 512, 2)],
+    ids=["l1", "l2", "l3", "l4", "l2.0", "l3.0", "l4.0"],
+)
+def test_every_offered_tile_equals_the_grouped_kernel(qfmt, h, c, s):
     from deepgap.measure.quant import conv_tma, kernels, layers, tuning
     from deepgap.measure.quant.fold import ConvNode
     from deepgap.measure.quant.tiles import candidate_configs
 
     g = torch.Generator().manual_seed(h)
     node = ConvNode("c", "a", "b", torch.randn(c, c, 3, 3, generator=g) * (2.0 / (9 * c)) ** 0.5,
-                    torch.randn(c, generator=g) * 0.1, 1, 1, True)  # fmt: skip
+                    torch.randn(c, generator=g) * 0.1, s, 1, True)  # fmt: skip
     lay = layers.make_qconv(node, qfmt, "q", dict.fromkeys("ab", qfmt), {"a": 0.05, "b": 0.05}).to(DEV)
     nb = 4
-    m = nb * h * h
-    x = tuning.rand_act(m, c, qfmt, DEV)
-    args = (x, (nb, h, h), lay.w_q, 3, 1, 1, lay.alpha, lay.beta, qfmt, True)
+    m = nb * (h // s) ** 2
+    x = tuning.rand_act(nb * h * h, c, qfmt, DEV)
+    args = (x, (nb, h, h), lay.w_q, 3, s, 1, lay.alpha, lay.beta, qfmt, True)
     ref = kernels.conv_gemm(*args, candidate_configs(m, c, c, qfmt)[0])
     cfgs = conv_tma.tma_configs(node, h, h, torch.cuda.get_device_capability())
     assert cfgs

@@ -1,4 +1,4 @@
-"""A 3×3 stride-1 convolution whose input tiles arrive by TMA, the padding as the copy engine's zeros (Hopper).
+"""A 3×3 convolution whose input tiles arrive by TMA, the padding as the copy engine's zeros (Hopper).
 
 Why: the grouped implicit-GEMM kernel (`kernels.conv_gemm_kernel`) gathers each A tile of a 3×3 layer by
 per-thread address arithmetic and masks, tap by tap. On one H200 at batch 1024 (session 28's main job,
@@ -10,6 +10,7 @@ outside the image, negative ones included, arrive as zeros, which is exactly the
 window is the MMA's A operand as it lies ([TH·TW, BK]); the weights are the engine's [C_out, (kh, kw, c)].
 The epilogue is the engine's own (`kernels._finish`); the output leaves through a 4-D TMA store that clips
 what falls outside the image (a TW wider than the image wastes those columns' MMA work, not their bytes).
+A stage's first 3×3 (stride 2, even sizes) reads its input as [N, H/2, 2, W/2, 2·C] (`conv3x3_tma_kernel`).
 
 Not yet timed on a GPU: offered to the tuner only with ``DEEPGAP_QUANT_CONV_TMA=on`` (`core.switches`; off by
 default), so it cannot change a default run before a GPU has timed it (`benchmarks/conv_tma_bench.py`). The
@@ -17,7 +18,7 @@ interpreter runs it (descriptors and their out-of-bounds zeros included), so the
 """
 
 # Triton convention: compile-time (constexpr) parameters in capitals; constexpr branches stay if/else.
-# ruff: noqa: N803, SIM108
+# ruff: noqa: N803, N806, SIM108
 
 from __future__ import annotations
 
@@ -42,27 +43,38 @@ def conv3x3_tma_kernel(
     x_ptr, w_ptr, out_ptr, alpha_ptr, beta_ptr, res_ptr, gamma, NB, H, W,
     C: tl.constexpr, N: tl.constexpr, RELU: tl.constexpr, HAS_RES: tl.constexpr, OUT_KIND: tl.constexpr,
     ACC_INT: tl.constexpr, TH: tl.constexpr, TW: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-    PDL: tl.constexpr = False,
+    STRIDE: tl.constexpr = 1, PDL: tl.constexpr = False,
 ):  # fmt: skip
-    """out[n, h, w, :] = epilogue(Σ_(dy,dx) x[n, h + dy − 1, w + dx − 1, :] · W[:, (dy, dx), :]ᵀ) on a TH×TW block.
+    """out[n, i, j, :] = epilogue(Σ_(dy,dx) x[n, S·i + dy − 1, S·j + dx − 1, :] · W[:, (dy, dx), :]ᵀ), a TH×TW block.
 
     Program (pid, pid_n): output block ``pid`` (image-major, then rows, then columns of blocks), channels
-    BN·pid_n … BN·pid_n + BN − 1. The K loop (9 taps × C / BK) is one software-pipelined loop.
+    BN·pid_n … BN·pid_n + BN − 1. The K loop (9 taps × C / BK) is one software-pipelined loop. With
+    ``STRIDE`` 2 (H and W even) the input is read as [N, H/2, 2, W/2, 2·C]: input row 2i + dy − 1 is row
+    i + (dy − 1 − p)/2 of parity p = (dy + 1) mod 2, and the column's parity joins the channels, so each tap is
+    still one box of TH×TW consecutive pixels (a 5-D TMA copy; row and column −1 arrive as zeros).
     """
     pdl_enter(PDL)
     pid = tl.program_id(0)
     pid_n = tl.program_id(1)
-    blocks_w = (W + TW - 1) // TW
-    blocks = ((H + TH - 1) // TH) * blocks_w
+    OH = H // STRIDE
+    OW = W // STRIDE
+    blocks_w = (OW + TW - 1) // TW
+    blocks = ((OH + TH - 1) // TH) * blocks_w
     img = pid // blocks
     h0 = (pid % blocks) // blocks_w * TH
     w0 = (pid % blocks) % blocks_w * TW
-    x_desc = tl.make_tensor_descriptor(
-        x_ptr, shape=[NB, H, W, C], strides=[H * W * C, W * C, C, 1], block_shape=[1, TH, TW, BK]
-    )
+    if STRIDE == 1:
+        x_desc = tl.make_tensor_descriptor(
+            x_ptr, shape=[NB, H, W, C], strides=[H * W * C, W * C, C, 1], block_shape=[1, TH, TW, BK]
+        )
+    else:
+        x_desc = tl.make_tensor_descriptor(
+            x_ptr, shape=[NB, OH, 2, OW, 2 * C], strides=[H * W * C, 2 * W * C, W * C, 2 * C, 1],
+            block_shape=[1, TH, 1, TW, BK],
+        )  # fmt: skip
     w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, 9 * C], strides=[9 * C, 1], block_shape=[BN, BK])
     o_desc = tl.make_tensor_descriptor(
-        out_ptr, shape=[NB, H, W, N], strides=[H * W * N, W * N, N, 1], block_shape=[1, TH, TW, BN]
+        out_ptr, shape=[NB, OH, OW, N], strides=[OH * OW * N, OW * N, N, 1], block_shape=[1, TH, TW, BN]
     )
     if ACC_INT:
         acc = tl.zeros((TH * TW, BN), dtype=tl.int32)
@@ -71,14 +83,22 @@ def conv3x3_tma_kernel(
     for ks in tl.range(0, 9 * (C // BK)):
         tap = ks // (C // BK)
         c0 = (ks % (C // BK)) * BK
-        a = x_desc.load([img, h0 + tap // 3 - 1, w0 + tap % 3 - 1, c0]).reshape(TH * TW, BK)
+        dy = tap // 3
+        dx = tap % 3
+        if STRIDE == 1:
+            a = x_desc.load([img, h0 + dy - 1, w0 + dx - 1, c0]).reshape(TH * TW, BK)
+        else:
+            ph = (dy + 1) % 2
+            pw = (dx + 1) % 2
+            a = x_desc.load([img, h0 + (dy - 1 - ph) // 2, ph, w0 + (dx - 1 - pw) // 2, pw * C + c0])
+            a = a.reshape(TH * TW, BK)
         acc = _mma(a, w_desc.load([pid_n * BN, tap * C + c0]).T, acc, ACC_INT)
     rn = pid_n * BN + tl.arange(0, BN)
     y = acc.to(tl.float32) * tl.load(alpha_ptr + rn)[None, :]
     r = y
     if HAS_RES:
         r_desc = tl.make_tensor_descriptor(
-            res_ptr, shape=[NB, H, W, N], strides=[H * W * N, W * N, N, 1], block_shape=[1, TH, TW, BN]
+            res_ptr, shape=[NB, OH, OW, N], strides=[OH * OW * N, OW * N, N, 1], block_shape=[1, TH, TW, BN]
         )
         r = _widen(r_desc.load([img, h0, w0, pid_n * BN]).reshape(TH * TW, BN))
     out = _finish(y, tl.load(beta_ptr + rn)[None, :], r, gamma, RELU, HAS_RES, OUT_KIND)
@@ -88,7 +108,9 @@ def conv3x3_tma_kernel(
 def conv_gemm(
     x, nhw, w, ksize, stride, padding, alpha, beta, out_fmt, relu, cfg, res=None, gamma=0.0, out=None
 ):  # fmt: skip
-    """Launch `conv3x3_tma_kernel`: `kernels.conv_gemm`'s arguments and result, for 3×3 stride-1 padding-1 layers.
+    """Launch `conv3x3_tma_kernel`: `kernels.conv_gemm`'s arguments and result, for 3×3 padding-1 layers.
+
+    Stride 1, or 2 on an input of even height and width.
 
     ``cfg`` is a `tiles.TileConfig` with ``tma_conv`` = TW (TH = bm // TW), ``bn`` and ``bk``. A ``ValueError``
     names what this kernel cannot take.
@@ -97,15 +119,17 @@ def conv_gemm(
     from deepgap.measure.quant.layers import DTYPES
     from deepgap.measure.quant.persistent import check_tma, use_descriptors
 
+    nb, h, wd = nhw
     check(
-        (ksize, stride, padding) == (3, 1, 1),
-        f"the TMA convolution runs 3×3 stride-1 padding-1 layers; got k={ksize}, stride={stride}, padding={padding}",
+        (ksize, padding) == (3, 1) and (stride == 1 or (stride == 2 and h % 2 == 0 and wd % 2 == 0)),
+        f"the TMA convolution runs 3×3 padding-1 layers at stride 1, or 2 on even sizes; got k={ksize}, "
+        f"stride={stride}, padding={padding}, {h}×{wd}",
     )
     tw = int(cfg.tma_conv)
     check(tw > 0 and cfg.bm % tw == 0, f"tile {cfg.label}: tma_conv (TW) must divide BM")
     c, n = _check_conv_inputs(x, nhw, w, ksize, out_fmt, cfg)
-    nb, h, wd = nhw
-    m = nb * h * wd
+    oh, ow = h // stride, wd // stride
+    m = nb * oh * ow
     check_vec("alpha", alpha, n, x.device)
     check_vec("beta", beta, n, x.device)
     if out is None:
@@ -115,17 +139,17 @@ def conv_gemm(
     check_tma(x=x, w=w, out=out, residual=res)
     use_descriptors(x.device)
     th = cfg.bm // tw
-    grid = (nb * triton.cdiv(h, th) * triton.cdiv(wd, tw), n // cfg.bn)
+    grid = (nb * triton.cdiv(oh, th) * triton.cdiv(ow, tw), n // cfg.bn)
     launcher(conv3x3_tma_kernel, x.device)[grid](
         x, w, *epilogue_operands(out, alpha, beta, res, gamma), nb, h, wd,
         C=c, N=n, **epilogue_flags(relu, res, out_fmt), ACC_INT=x.dtype == torch.int8, TH=th, TW=tw,
-        BN=cfg.bn, BK=cfg.bk, num_warps=cfg.num_warps, num_stages=cfg.num_stages, enable_fp_fusion=False,
+        BN=cfg.bn, BK=cfg.bk, STRIDE=stride, num_warps=cfg.num_warps, num_stages=cfg.num_stages, enable_fp_fusion=False,
     )  # fmt: skip
     return out
 
 
 def tma_configs(node, h: int, w: int, capability: tuple[int, int] | None) -> list:
-    """Tiles of this kernel worth timing for a 3×3 stride-1 layer on an h×w image, else none.
+    """Tiles of this kernel worth timing for a 3×3 layer (stride 1, or 2 on even sizes) on an h×w input, else none.
 
     None unless `offered`, below Hopper (``capability`` None is the interpreter's CPU, which runs them), or for
     another kernel shape. Not yet timed, so the first GPU run explores: blocks of 128 pixels as wide as the
@@ -137,8 +161,13 @@ def tma_configs(node, h: int, w: int, capability: tuple[int, int] | None) -> lis
 
     if not offered() or (capability is not None and capability < (9, 0)):
         return []
-    if (node.kernel_size, node.stride, node.padding) != (3, 1, 1):
+    if (
+        (node.kernel_size, node.padding) != (3, 1)
+        or node.stride not in (1, 2)
+        or (h % 2 or w % 2) * node.stride > 1
+    ):
         return []
+    w //= node.stride  # the output's width
     c, n = node.cin, node.cout
     bk = 128 if c % 128 == 0 else 64 if c % 64 == 0 else 0
     if not bk or n % 64:
