@@ -3,7 +3,7 @@
 # timed it), from the repository root on the device, $OUT set:   bash benchmarks/conv_tma.sh STEP...  (all = tests
 # kernels engine). Written in session 28 without a GPU: no step has run yet.
 #   tests   — tests/measure/quant/test_quant_conv_tma_gpu.py: every offered tile against conv_gemm_kernel
-#   kernels — benchmarks/conv_tma_bench.py: each ResNet-50 3×3 stride-1 shape at batch 1024 and 256, fp8 and
+#   kernels — benchmarks/conv_tma_bench.py: each ResNet-50 3×3 shape (7, strided too) at batch 1024 and 256, fp8 and
 #             int8, the grouped kernel's best tile against the TMA tiles → conv_tma.jsonl, conv_tma.txt
 #   engine  — `deepgap run` ResNet-50 quant fp8 and int8 at batch 1024, one sweep, no warm-up, no CPU baseline,
 #             the switch off then on: each store's CSV export and which layers kept a TMA tile
@@ -17,7 +17,7 @@ tests)
         -p no:cacheprovider > "$OUT/conv-tma-gputests.txt" 2>&1
     tail -n 15 "$OUT/conv-tma-gputests.txt" ;;
 kernels)
-    step "conv-tma kernels" "${CONV_TMA_LIMIT:-300}" env PYTHONPATH="$PYTHONPATH:benchmarks" python benchmarks/conv_tma_bench.py \
+    step "conv-tma kernels" "${CONV_TMA_LIMIT:-360}" env PYTHONPATH="$PYTHONPATH:benchmarks" python benchmarks/conv_tma_bench.py \
         --batch-sizes "${CONV_TMA_BATCHES:-1024,256}" --out "$OUT/conv_tma.jsonl" > "$OUT/conv_tma.txt" 2>&1
     grep -v '^{' "$OUT/conv_tma.txt" | tail -n 20 ;;
 engine)
