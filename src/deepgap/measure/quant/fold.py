@@ -61,6 +61,11 @@ class ConvNode(Node):
         """Output channels."""
         return int(self.weight.shape[0])
 
+    @property
+    def pointwise(self) -> bool:
+        """A 1×1, stride-1, unpadded convolution: a plain GEMM over NHWC rows (the persistent and pair kernels')."""
+        return (self.kernel_size, self.stride, self.padding) == (1, 1, 0)
+
     def out_hw(self, h: int, w: int) -> tuple[int, int]:
         """Output height and width for an ``h``×``w`` input."""
         k, s, p = self.kernel_size, self.stride, self.padding

@@ -170,12 +170,12 @@ def run(
     device's, `persistent.programs`), ``cfg.per_sm`` programs each. A ``ValueError`` names what does not fit.
     """
     from deepgap.measure.quant.layers import DTYPES
-    from deepgap.measure.quant.persistent import TMA_ALIGN, check_tma, programs, use_descriptors
+    from deepgap.measure.quant.persistent import check_tma, programs, use_descriptors
 
     f, s = first.node, second.node
     for n in (f, s):
         check(
-            (n.kernel_size, n.stride, n.padding) == (1, 1, 0),
+            n.pointwise,
             f"a fused pair runs 1×1 stride-1 unpadded convolutions; {n.name} has k={n.kernel_size}, "
             f"stride={n.stride}, padding={n.padding}",
         )
@@ -206,7 +206,6 @@ def run(
         )
     t, u = out
     check_tma(x=x, w1=first.w_q, t=t, residual=res, w2=second.w_q, u=u)
-    check(k1 >= TMA_ALIGN, f"K1={k1} must be at least {TMA_ALIGN}")
     use_descriptors(x.device)
     nprog = min(
         triton.cdiv(m, cfg.bm), (programs(x.device) if num_programs is None else num_programs) * cfg.per_sm

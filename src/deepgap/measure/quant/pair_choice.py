@@ -30,10 +30,6 @@ def pairs_offered() -> bool:
     return switches.read(ENV) == "on"
 
 
-def _one_by_one(n) -> bool:
-    return (n.kernel_size, n.stride, n.padding) == (1, 1, 0)
-
-
 def eligible(net: QuantNet) -> list[tuple[str, str]]:
     """(first, second) convolutions that `pair.run` can fuse, in network order.
 
@@ -43,7 +39,7 @@ def eligible(net: QuantNet) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     used: set[str] = set()
     for name, a in net.convs.items():
-        if name in used or a.mode != "q" or not _one_by_one(a.node) or a.out_fmt not in ("int8", "fp8"):
+        if name in used or a.mode != "q" or not a.node.pointwise or a.out_fmt not in ("int8", "fp8"):
             continue
         for other, b in net.convs.items():
             n = b.node
@@ -52,7 +48,7 @@ def eligible(net: QuantNet) -> list[tuple[str, str]]:
                 and other != name
                 and n.inp == a.node.out
                 and b.mode == "q"
-                and _one_by_one(n)
+                and n.pointwise
                 and n.residual is None
                 and b.in_fmt == a.out_fmt
                 and pair.pair_configs(a.node.cin, a.node.cout, n.cout, a.out_fmt)

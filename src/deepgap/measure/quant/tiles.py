@@ -200,7 +200,7 @@ def persistent_configs(
     """
     if gemm_mode() != "persistent" or (capability is not None and capability < (9, 0)):
         return []
-    if (node.kernel_size, node.stride, node.padding) != (1, 1, 0):
+    if not node.pointwise:
         return []
     n, c = node.cout, node.cin
     if n % 64 or -(-m // 128) * (n // 64) < 2 * sms:
