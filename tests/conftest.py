@@ -54,6 +54,25 @@ def tiny_spec() -> SweepSpec:
     return SweepSpec(**TINY)
 
 
+@pytest.fixture(scope="module")
+def r50_net():
+    """ResNet-50 folded and quantized (int8) at 32², calibrated on one image: layer1 at 8×8 (64 rows an image).
+
+    For the quant kernels' tests through a real network (tests/measure/quant/). Module-scoped: each test file
+    gets its own network, which its tests may retune (``configs``, ``backend``).
+    """
+    import torch
+    from torchvision import models
+
+    from deepgap.measure.quant.calibrate import calibration_images, collect_amax
+    from deepgap.measure.quant.fold import resnet_graph
+    from deepgap.measure.quant.network import build
+
+    torch.manual_seed(0)
+    graph = resnet_graph(models.resnet50().eval())
+    return build(graph, "int8", collect_amax(graph, calibration_images(1, 32, 0), method="max"), {}, 32)
+
+
 @pytest.fixture
 def inprocess_runs(monkeypatch):
     """`deepgap.run` (and the CLI's run) measure in this process (`deepgap.drive.inprocess.InProcessWorker`).

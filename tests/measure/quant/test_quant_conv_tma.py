@@ -88,20 +88,6 @@ def test_offered_only_when_switched_on_on_hopper_for_3x3_stride_1(monkeypatch):
         conv_tma.tma_configs(node, 56, 56, (9, 0))
 
 
-@pytest.fixture(scope="module")
-def r50_net():
-    """ResNet-50 folded and quantized (int8) at 32², calibrated on one image: layer1's 3×3 at 8×8."""
-    from torchvision import models
-
-    from deepgap.measure.quant.calibrate import calibration_images, collect_amax
-    from deepgap.measure.quant.fold import resnet_graph
-    from deepgap.measure.quant.network import build
-
-    torch.manual_seed(0)
-    graph = resnet_graph(models.resnet50().eval())
-    return build(graph, "int8", collect_amax(graph, calibration_images(1, 32, 0), method="max"), {}, 32)
-
-
 def test_switched_on_the_tuner_checks_and_times_it_and_the_network_runs_it(r50_net, monkeypatch):
     from deepgap.measure.quant.prepare import QuantOptions
 

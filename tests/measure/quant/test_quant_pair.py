@@ -122,20 +122,6 @@ def test_it_compiles_for_hopper_without_spills_and_with_tma_and_8bit_wgmma(qfmt,
         assert ptxas_usage(compiled)["spill_stores"] == 0, cfg.label
 
 
-@pytest.fixture(scope="module")
-def r50_net():
-    """ResNet-50 folded and quantized (int8) at 32², calibrated on one image: layer1 at 8×8 (64 rows an image)."""
-    from torchvision import models
-
-    from deepgap.measure.quant.calibrate import calibration_images, collect_amax
-    from deepgap.measure.quant.fold import resnet_graph
-    from deepgap.measure.quant.network import build
-
-    torch.manual_seed(0)
-    graph = resnet_graph(models.resnet50().eval())
-    return build(graph, "int8", collect_amax(graph, calibration_images(1, 32, 0), method="max"), {}, 32)
-
-
 def test_resnet50_offers_the_three_layer1_boundaries(r50_net):
     assert pair_choice.eligible(r50_net) == [
         ("layer1.0.conv3", "layer1.1.conv1"),

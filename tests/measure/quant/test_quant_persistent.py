@@ -143,20 +143,6 @@ def test_the_tuning_cache_key_names_the_persistent_tiles_and_off_keeps_the_old_k
     assert on == {**off, "gemm": on["gemm"]} and on["gemm"].startswith("persistent:")
 
 
-@pytest.fixture(scope="module")
-def r50_net():
-    """ResNet-50 folded and quantized (int8) at 32², calibrated on one image: its 1×1 layers at M = 64."""
-    from torchvision import models
-
-    from deepgap.measure.quant.calibrate import calibration_images, collect_amax
-    from deepgap.measure.quant.fold import resnet_graph
-    from deepgap.measure.quant.network import build
-
-    torch.manual_seed(0)
-    graph = resnet_graph(models.resnet50().eval())
-    return build(graph, "int8", collect_amax(graph, calibration_images(1, 32, 0), method="max"), {}, 32)
-
-
 def test_the_tuner_self_checks_and_times_the_persistent_tiles_through_the_network(r50_net, monkeypatch):
     """layer1.0.conv3 (1×1, 64 → 256, int8 residual) at batch 3 (M = 192: 8 tiles for the interpreter's 6
     programs): every candidate, the persistent one included, passes its self-check; none at batch 2 (4 tiles)."""
