@@ -63,7 +63,9 @@ def main(argv: list[str] | None = None) -> int:
                     tma = {}
                     ref_b = min(batch, 2)
                     ref = layers.conv_reference(lay, x[: ref_b * h * h], (ref_b, h, h), None)
-                    for cfg in conv_tma.tma_configs(node, h, h, torch.cuda.get_device_capability()):
+                    for cfg in conv_tma.tma_configs(
+                        node, h, h, torch.cuda.get_device_capability(), explore=True
+                    ):
 
                         def fn(x=x, nhw=nhw, cfg=cfg, lay=lay, qfmt=qfmt, st=st):
                             return conv_tma.conv_gemm(

@@ -39,6 +39,7 @@ from deepgap.measure.quant import (
     stem_int8,
     stem_kernels,
     stem_pool,
+    stem_s2d,
     tiles,
 )
 from deepgap.measure.quant.fold import ConvNode
@@ -272,7 +273,7 @@ def conv_tma_cases() -> Iterator[Case]:
         conv = (name, h, c, c, 3, s, 1, False)
         node = ConvNode(name, "in", "out", torch.zeros(c, c, 3, 3), torch.zeros(c), s, 1, True)
         with mock.patch.dict(os.environ, {conv_tma.ENV: "on"}):
-            cfgs = conv_tma.tma_configs(node, h, h, (9, 0))
+            cfgs = conv_tma.tma_configs(node, h, h, (9, 0), explore=True)
         for cfg in cfgs:
             yield f"{name} b256 {qfmt} {cfg.label}", conv_run(conv, 256, qfmt, cfg)
 
@@ -361,7 +362,14 @@ def stem_cases() -> Iterator[Case]:
                     (batch, 4, 224, 224), dtype=I8, device="meta", memory_format=torch.channels_last
                 )
                 args = (x, meta(64, 7 * stem_int8.ROW, dtype=I8), *conv[2:], alpha, beta, out_fmt)
-                if kind == "int8pool":
+                if kind == "int8s2d":  # 16-byte space-to-depth pixels (`stem_s2d`)
+                    x = torch.empty(
+                        (batch, 16, 112, 112), dtype=I8, device="meta", memory_format=torch.channels_last
+                    )
+                    stem_s2d.stem(
+                        x, meta(64, stem_s2d.TAPS * stem_s2d.ROW, dtype=I8), *args[2:], **stem_tile_args(cfg)
+                    )
+                elif kind == "int8pool":
                     stem_pool.stem(*args, cfg[:2], *cfg[2:])
                 else:
                     stem_int8.stem(*args, **stem_tile_args(cfg))
@@ -374,6 +382,12 @@ def stem_cases() -> Iterator[Case]:
                 stem_int8.quantize_image(meta(batch, 3, 224, 224, dtype=src), 0.02)
 
         yield f"quantize {SHORT[src]} image" + " pdl" * pdl, run
+
+        def run_s2d(src=src, pdl=pdl):
+            with pdl_or_not(pdl)():
+                stem_s2d.quantize(meta(batch, 3, 224, 224, dtype=src), 0.02)
+
+        yield f"quantize {SHORT[src]} image to super pixels" + " pdl" * pdl, run_s2d
 
 
 def linear_cases() -> Iterator[Case]:

@@ -10,7 +10,10 @@ this script's answer. It times, on resident int8 pixels (no quantizing pass):
 - the max-pool alone: today's `stem_kernels.pool8` (the maximum of the codes) at several blocks, and the
   former kernel that widened every value to fp32 (`float_pool`, kept here only to measure the change),
   each checked bit for bit against `pool8`;
-- the pair as the engine runs it (`stem_int8.stem`) at the default tile and at the fastest convolution.
+- the pair as the engine runs it (`stem_int8.stem`) at the default tile and at the fastest convolution;
+- the same convolution on 16-byte space-to-depth pixels (`stem_s2d.convolve`, session 29) at several tiles,
+  checked bit for bit against the 4-byte-pixel convolution, and the two quantizing passes from an fp16 batch
+  (`stem_int8.quantize_image`, `stem_s2d.quantize`), as the default input mode runs them.
 
 One JSON line per timing and one summary line per (batch, format).
 
@@ -29,7 +32,7 @@ import torch
 import triton
 import triton.language as tl
 
-from deepgap.measure.quant import stem_int8, stem_kernels
+from deepgap.measure.quant import stem_int8, stem_kernels, stem_s2d
 from deepgap.measure.quant.kernels import window_origin
 from deepgap.measure.quant.launch import launcher, out_size
 from deepgap.measure.quant.stem_choice import STEM_VARIANTS
@@ -38,6 +41,7 @@ from deepgap.measure.quant.tuning import time_s
 
 EXTRA_WALKS = ((64, 4, 4), (64, 4, 6), (128, 8, 3), (256, 8, 1))  # (block, warps, programs per SM)
 POOL_BLOCKS = (32, 64, 128)
+S2D_TILES = ((64, 4), (128, 4), (128, 4, 2), (128, 4, 3), (64, 4, 4), (64, 4, 6), (128, 8, 2), (256, 8, 1))
 
 
 @triton.jit
@@ -114,6 +118,7 @@ def one(batch: int, res: int, fmt: str, reps: int) -> None:
             pooled,
             reps,
         )
+    s2d_ms = s2d(args, ref, base, reps)
     best = min(conv_ms, key=conv_ms.get) if conv_ms else (128, 4)
     pair = {}
     for cfg in {(128, 4), best}:
@@ -124,8 +129,39 @@ def one(batch: int, res: int, fmt: str, reps: int) -> None:
             reps,
         )
     summary = {**base, "summary": True, "conv_ms": {stem_tile_name(c): v for c, v in conv_ms.items()},
-               "pool_ms": pool_ms, "stem_ms": pair, "best_conv": stem_tile_name(best)}  # fmt: skip
+               "pool_ms": pool_ms, "stem_ms": pair, "best_conv": stem_tile_name(best), **s2d_ms}  # fmt: skip
     print(json.dumps(summary), flush=True)
+
+
+def s2d(args: tuple, ref: torch.Tensor, base: dict, reps: int) -> dict:
+    """The space-to-depth convolution per tile (equal to ``ref`` bit for bit) and both quantizing passes."""
+    pixels, w_i8 = args[0], args[1]
+    xs, ws = stem_s2d.to_super(pixels), stem_s2d.from_pixel_weights(w_i8, 7, 7, 3)
+    conv_ms = {}
+    for cfg in S2D_TILES:
+        ms = _timed(
+            {**base, "part": "conv-s2d", "tile": stem_tile_name(cfg)},
+            lambda cfg=cfg: stem_s2d.convolve(xs, ws, *args[2:], **stem_tile_args(cfg))[0],
+            ref,
+            reps,
+        )
+        if ms is not None:
+            conv_ms[stem_tile_name(cfg)] = ms
+    g = torch.Generator(device="cuda").manual_seed(1)
+    n, _, h, w = pixels.shape
+    x16 = (
+        torch.randn(n, 3, h, w, device="cuda", generator=g)
+        .half()
+        .contiguous(memory_format=torch.channels_last)
+    )
+    q4 = stem_int8.quantize_image(x16, 0.03)
+    quant_ms = {
+        "pixels": _timed({**base, "part": "quantize", "layout": "pixels"},
+                         lambda: stem_int8.quantize_image(x16, 0.03), q4, reps),
+        "s2d": _timed({**base, "part": "quantize", "layout": "s2d"},
+                      lambda: stem_s2d.quantize(x16, 0.03), stem_s2d.to_super(q4), reps),
+    }  # fmt: skip
+    return {"conv_s2d_ms": conv_ms, "quantize_ms": quant_ms}
 
 
 def main() -> None:

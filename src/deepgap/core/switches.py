@@ -39,7 +39,7 @@ SWITCHES: dict[str, Switch] = {
     "DEEPGAP_QUANT_STEM_POOL": Switch(("off", "on"), "off"),
     "DEEPGAP_QUANT_SMALL_BATCH": Switch(("off", "on"), "on"),
     "DEEPGAP_QUANT_PAIRS": Switch(("off", "on"), "on"),
-    "DEEPGAP_QUANT_CONV_TMA": Switch(("off", "on"), "off"),
+    "DEEPGAP_QUANT_CONV_TMA": Switch(("off", "on"), "on"),
     "DEEPGAP_DECODE_ROPE": Switch(("mix", "fused"), "fused"),
     "DEEPGAP_DECODE_ATTENTION": Switch(("triton", "sdpa", "qkv"), "triton"),
     "DEEPGAP_DECODE_SPLIT_KV": Switch(("auto", "on", "off"), "auto", empty_is_unset=False),

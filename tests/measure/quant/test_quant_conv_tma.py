@@ -9,6 +9,8 @@ e4m3 misroundings (`fp8_codes.same_codes`). tests/measure/quant/test_quant_conv_
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -72,17 +74,25 @@ def test_the_launch_refuses_other_kernel_shapes_and_tiles():
         _run(lay, x, r, (1, 4, 4), TileConfig(32, 32, 32, 8, 4, 2, tma_conv=12))
 
 
-def test_offered_only_when_switched_on_on_hopper_for_3x3_stride_1(monkeypatch):
-    node = ConvNode("c", "a", "b", torch.zeros(64, 64, 3, 3), torch.zeros(64), 1, 1, True)
-    monkeypatch.delenv(conv_tma.ENV, raising=False)
-    assert conv_tma.tma_configs(node, 56, 56, (9, 0)) == []  # off until a GPU has timed it
-    monkeypatch.setenv(conv_tma.ENV, "on")
-    widths = {h: {c.tma_conv for c in conv_tma.tma_configs(node, h, h, (9, 0))} for h in (56, 28, 14, 7)}
-    assert widths == {56: {64, 32}, 28: {32, 16}, 14: {16, 8}, 7: {8}}  # as wide as the image, and half
-    assert conv_tma.tma_configs(node, 56, 56, (8, 0)) == []  # no TMA below Hopper
-    strided = ConvNode("c", "a", "b", torch.zeros(64, 64, 3, 3), torch.zeros(64), 2, 1, True)
-    assert {c.tma_conv for c in conv_tma.tma_configs(strided, 56, 56, (9, 0))} == {32, 16}  # 28 wide out
-    assert conv_tma.tma_configs(strided, 7, 7, (9, 0)) == []  # stride 2 needs even sizes
+def test_offered_on_hopper_where_it_won_and_explored_everywhere(monkeypatch):
+    node = ConvNode("c", "a", "b", torch.zeros(128, 128, 3, 3), torch.zeros(128), 1, 1, True)
+    strided = ConvNode("c", "a", "b", torch.zeros(128, 128, 3, 3), torch.zeros(128), 2, 1, True)
+    monkeypatch.delenv(
+        conv_tma.ENV, raising=False
+    )  # on by default: the one tile that won, 17-32 wide outputs
+    offered = {h: [c.label for c in conv_tma.tma_configs(node, h, h, (9, 0))] for h in (56, 28, 14, 7)}
+    assert offered == {56: [], 28: ["128x128x128 w8 s3 tma-conv4x32"], 14: [], 7: []}
+    assert [c.tma_conv for c in conv_tma.tma_configs(strided, 56, 56, (9, 0))] == [32]  # 28 wide out
+    explored = {
+        h: {c.tma_conv for c in conv_tma.tma_configs(node, h, h, (9, 0), explore=True)}
+        for h in (56, 28, 14, 7)
+    }
+    assert explored == {56: {64, 32}, 28: {32, 16}, 14: {16, 8}, 7: {8}}  # as wide as the image, and half
+    assert {c.tma_conv for c in conv_tma.tma_configs(strided, 56, 56, (9, 0), explore=True)} == {32, 16}
+    assert conv_tma.tma_configs(node, 28, 28, (8, 0)) == []  # no TMA below Hopper
+    assert conv_tma.tma_configs(strided, 7, 7, (9, 0), explore=True) == []  # stride 2 needs even sizes
+    monkeypatch.setenv(conv_tma.ENV, "off")
+    assert conv_tma.tma_configs(node, 28, 28, (9, 0)) == []
     monkeypatch.setenv(conv_tma.ENV, "yes")
     with pytest.raises(UsageError, match=conv_tma.ENV):
         conv_tma.tma_configs(node, 56, 56, (9, 0))
@@ -92,9 +102,11 @@ def test_switched_on_the_tuner_checks_and_times_it_and_the_network_runs_it(r50_n
     from deepgap.measure.quant.prepare import QuantOptions
 
     opts = QuantOptions(timing_reps=1, per_layer_choice=False, force_backend="triton")
+    monkeypatch.setenv(conv_tma.ENV, "off")
+    assert not any(c and c.tma_conv for _, c in tuning.candidates(r50_net, "layer2.1.conv2", 2, opts, True))
     monkeypatch.delenv(conv_tma.ENV, raising=False)
-    assert not any(c and c.tma_conv for _, c in tuning.candidates(r50_net, "layer1.0.conv2", 2, opts, True))
-    monkeypatch.setenv(conv_tma.ENV, "on")
+    explore = functools.partial(conv_tma.tma_configs, explore=True)  # at 32², no layer is 17-32 wide
+    monkeypatch.setattr(conv_tma, "tma_configs", explore)
     cands = [c for _, c in tuning.candidates(r50_net, "layer1.0.conv2", 2, opts, True) if c and c.tma_conv]
     assert [c.label for c in cands] == ["128x64x64 w4 s4 tma-conv16x8", "128x64x64 w4 s3 tma-conv16x8"]
     t = tuning.time_layer(r50_net, "layer1.0.conv2", 2, opts, True)

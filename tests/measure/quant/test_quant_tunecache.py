@@ -47,14 +47,15 @@ def test_the_key_names_device_versions_and_kernel_sources():
     assert parts["torch"] == torch.__version__ and len(parts["sources"]) == 16
 
 
-def test_the_small_batch_switch_keys_a_cache_of_its_own(monkeypatch):
-    """Tuned with split-K offered (the default) is never a hit without it (``…SMALL_BATCH=off``), nor back."""
-    monkeypatch.delenv("DEEPGAP_QUANT_SMALL_BATCH", raising=False)
+@pytest.mark.parametrize("env", ["DEEPGAP_QUANT_SMALL_BATCH", "DEEPGAP_QUANT_CONV_TMA"])
+def test_a_switch_that_changes_the_tiles_offered_keys_a_cache_of_its_own(monkeypatch, env):
+    """Tuned with the tiles offered (the default) is never a hit without them (``…=off``), nor back."""
+    monkeypatch.delenv(env, raising=False)
     on = tunecache.device_key("cpu")
-    monkeypatch.setenv("DEEPGAP_QUANT_SMALL_BATCH", "off")
+    monkeypatch.setenv(env, "off")
     off = tunecache.device_key("cpu")
-    assert "small_batch" not in off and on["small_batch"].startswith("split-k:")
-    assert {k: v for k, v in on.items() if k != "small_batch"} == off
+    changed = {k for k in on.keys() | off.keys() if on.get(k) != off.get(k)}
+    assert len(changed) == 1 and changed <= set(on) - set(off), changed
 
 
 @pytest.fixture(scope="module")

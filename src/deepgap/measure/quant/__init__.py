@@ -7,6 +7,8 @@ The pipeline, one module per step:
                 of every quantized layer and the torch (``_int_mm``/``_scaled_mm``) fallback path
   kernels.py    Triton kernels: implicit-GEMM convolution with fused epilogue, maxpool+quantize, epilogue
   stem_kernels.py  the fused stem: 7×7/2 convolution of the image as one GEMM, 8-bit output, 8-bit max-pool
+  stem_int8.py  the int8 stem on 4-byte pixels; stem_s2d.py the same on 16-byte space-to-depth pixels
+  conv_tma.py   the TMA-fed 3×3 convolution (Hopper), offered where it was timed faster
   tiles.py      tile configurations, activation formats and the per-layer quantized-vs-fp16 choice
   network.py    the quantized network, run step by step (stem, convolutions, head)
   tuning.py     per-layer timing and self-checks; tunecache.py keeps each layer's winning tile on disk

@@ -12,8 +12,9 @@ The epilogue is the engine's own (`kernels._finish`); the output leaves through 
 what falls outside the image (a TW wider than the image wastes those columns' MMA work, not their bytes).
 A stage's first 3×3 (stride 2, even sizes) reads its input as [N, H/2, 2, W/2, 2·C] (`conv3x3_tma_kernel`).
 
-Not yet timed on a GPU: offered to the tuner only with ``DEEPGAP_QUANT_CONV_TMA=on`` (`core.switches`; off by
-default), so it cannot change a default run before a GPU has timed it (`benchmarks/conv_tma_bench.py`). The
+Timed on one H200 in session 29 (`benchmarks/conv_tma.sh`): faster than the grouped kernel only on
+ResNet-50's layer2 (28 wide), so the tuner is offered that one tile there (`tma_configs`), and keeps it
+only where its own timing agrees. ``DEEPGAP_QUANT_CONV_TMA=off`` (`core.switches`) offers none. The
 interpreter runs it (descriptors and their out-of-bounds zeros included), so the CPU tests check it exactly.
 """
 
@@ -34,7 +35,7 @@ ENV = "DEEPGAP_QUANT_CONV_TMA"
 
 
 def offered() -> bool:
-    """Whether the tuner offers these tiles: ``DEEPGAP_QUANT_CONV_TMA`` 'on', or 'off' (the default until timed)."""
+    """Whether the tuner offers these tiles: ``DEEPGAP_QUANT_CONV_TMA`` 'on' (the default) or 'off'."""
     return switches.read(ENV) == "on"
 
 
@@ -148,14 +149,18 @@ def conv_gemm(
     return out
 
 
-def tma_configs(node, h: int, w: int, capability: tuple[int, int] | None) -> list:
+def tma_configs(node, h: int, w: int, capability: tuple[int, int] | None, explore: bool = False) -> list:
     """Tiles of this kernel worth timing for a 3×3 layer (stride 1, or 2 on even sizes) on an h×w input, else none.
 
     None unless `offered`, below Hopper (``capability`` None is the interpreter's CPU, which runs them), or for
-    another kernel shape. Not yet timed, so the first GPU run explores: blocks of 128 pixels as wide as the
-    image rounded up to a power of two (capped at 64, at least 8) and half that (wasting fewer columns where
-    the width is not a power of two); BN the output channels up to 128, and 64 beside it; 4 and 3 stages.
-    BK is 128 bytes where C allows, else 64. The GPU timing (`benchmarks/conv_tma.sh`) will prune these.
+    another kernel shape. ``explore`` (the bench, the GPU test): blocks of 128 pixels as wide as the output
+    rounded up to a power of two (capped at 64, at least 8) and half that; BN the output channels up to 128,
+    and 64 beside it; 4 and 3 stages; BK 128 bytes where C allows, else 64.
+
+    Otherwise (the tuner) only what won somewhere on one H200 (session 29, `benchmarks/conv_tma.sh`, batch
+    256 and 1024, fp8 and int8, against the grouped kernel's best tile): 4×32 pixels, BN 128 on 8 warps,
+    3 stages, for outputs 17 to 32 wide (ResNet-50's layer2, stride 1 and 2: 1.08-1.17×). Everywhere else
+    every tile lost (layer1 0.74-0.77×, layer3 0.70-0.87×, layer4 0.36-0.49×), so none is offered there.
     """
     from deepgap.measure.quant.tiles import TileConfig
 
@@ -172,6 +177,9 @@ def tma_configs(node, h: int, w: int, capability: tuple[int, int] | None) -> lis
     bk = 128 if c % 128 == 0 else 64 if c % 64 == 0 else 0
     if not bk or n % 64:
         return []
+    if not explore:
+        out = [TileConfig(128, 128, bk, 8, 8, 3, tma_conv=32)] if 16 < w <= 32 else []
+        return [cfg for cfg in out if cfg.fits(n, c)]
     tw = min(64, max(8, 1 << (w - 1).bit_length()))
     widths = [tw] + ([tw // 2] if tw >= 16 else [])
     bns = [128, 64] if n % 128 == 0 else [64]

@@ -131,10 +131,12 @@ class QuantNet:
         n = s.conv
         b, c, hh, ww = x.shape
         if s.kernel == "int8":  # resident int8 pixels as they are; a float batch quantized first
-            from deepgap.measure.quant import stem_int8
+            from deepgap.measure.quant import stem_int8, stem_s2d
 
-            xq = x if x.dtype == torch.int8 else stem_int8.quantize_image(x, s.in_scale, backend)
+            xq = x if x.dtype == torch.int8 else s.quantize(x, backend)
             args = (xq, s.w_i8, n.kernel_size, n.stride, n.padding, s.alpha_i8, s.beta, s.out_fmt)
+            if s.super_pixels:  # 16-byte space-to-depth pixels
+                return stem_s2d.stem(*args, backend=backend, **stem_tile_args(s.fused_cfg))
             if s.pool_cfg and backend == "triton":  # the max-pool inside the kernel
                 from deepgap.measure.quant import stem_pool
 

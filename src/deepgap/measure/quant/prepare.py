@@ -238,19 +238,17 @@ def _modes(timings: list, opts: QuantOptions) -> dict[str, str]:
 
 def _resident_input(net: QuantNet, run: Any):
     """(make_input, its info): fp32 images → int8 pixels in the runner's own input buffer (no copy on replay)."""
-    from deepgap.measure.quant.stem_int8 import quantize_image
 
     def make(x: torch.Tensor) -> torch.Tensor:
         with torch.inference_mode():
-            q = quantize_image(x, net.stem.in_scale, net.stem_backend)
+            q = net.stem.quantize(x, net.stem_backend)
             static = getattr(run, "static_in", None)
             if static is None or tuple(static.shape) != tuple(q.shape):
                 return q
             static.copy_(q)
             return static
 
-    layout = "int8 NHWC pixels of 4 bytes (3 channels and a zero)"
-    return make, {"mode": "int8-resident", "layout": layout, "scale": net.stem.in_scale}
+    return make, {"mode": "int8-resident", "layout": net.stem.input_layout, "scale": net.stem.in_scale}
 
 
 def _calibrate(
@@ -302,9 +300,7 @@ def _make_runner(
     static_x = torch.randn(batch, 3, resolution, resolution, device=device).half()
     static_x = static_x.contiguous(memory_format=torch.channels_last)
     if resident:
-        from deepgap.measure.quant.stem_int8 import quantize_image
-
-        static_x = quantize_image(static_x, net.stem.in_scale, net.stem_backend)
+        static_x = net.stem.quantize(static_x, net.stem_backend)
     with torch.inference_mode():
         net.forward(static_x)
     _sync(device)

@@ -27,17 +27,22 @@ class Stem:
     pad_channels: int = 0  # > 0: the image is copied into this many channels (zeros beyond 3) first
     w_pad: torch.Tensor | None = None  # w_half with zero input channels up to pad_channels
     kernel: str = "cudnn"  # 'cudnn' (+ the max-pool backend), 'fused' (`quant.stem_kernels`) or 'int8'
+    super_pixels: bool = False  # the 'int8' stem on 16-byte space-to-depth pixels (`quant.stem_s2d`)
     w_gemm: torch.Tensor | None = None  # the fused kernel's [C_out, KP] weights
     fused_cfg: tuple[int, ...] = (128, 4)  # Triton stems: (pixels, warps[, persistent programs an SM])
     in_scale: float = 0.0  # the image's int8 scale (calibrated range / 127); 0: not calibrated
-    w_i8: torch.Tensor | None = None  # the 'int8' stem's [C_out, KH·32] weights (`quant.stem_int8`)
+    w_i8: torch.Tensor | None = (
+        None  # 'int8' weights: [C_out, KH·32] (`stem_int8`), [C_out, 256] (`stem_s2d`)
+    )
     alpha_i8: torch.Tensor | None = None  # in_scale · s_w / s_out per channel
     pool_cfg: tuple[int, int, int, int] | None = None  # 'int8pool': `stem_pool`'s (rows, cols, warps, stages)
 
     def configure(self, kernel: str, pad_channels: int = 0, fused_cfg: tuple[int, ...] | None = None) -> None:
-        """Choose the convolution: ``cudnn``, ``fused`` (Triton, 8-bit outputs), ``int8`` or ``int8pool``.
+        """Choose the convolution: ``cudnn``, ``fused`` (Triton, 8-bit outputs), ``int8``, ``int8s2d`` or ``int8pool``.
 
         ``int8`` is `quant.stem_int8` (int8 pixels and weights); it needs the image's calibrated ``in_scale``.
+        ``int8s2d`` is the same on 16-byte space-to-depth pixels (`quant.stem_s2d`); ``kernel`` reads ``int8``
+        and ``super_pixels`` is set.
         ``int8pool`` is the same stem with the max-pool in its kernel (`quant.stem_pool`; ``fused_cfg`` is
         then its (pooled rows, pooled columns, warps, stages)); ``kernel`` reads ``int8`` for both.
 
@@ -45,6 +50,9 @@ class Stem:
         kernel's block of output pixels and warps (None: keep the current one).
         """
         self.set_padding(pad_channels)
+        self.super_pixels = kernel == "int8s2d"
+        if self.super_pixels:
+            kernel = "int8"
         if kernel == "int8pool":
             self.pool_cfg = fused_cfg or self.pool_cfg
             kernel, fused_cfg = "int8", (self.pool_cfg[0] * self.pool_cfg[1], self.pool_cfg[2])
@@ -62,7 +70,12 @@ class Stem:
 
             if not self.in_scale > 0:
                 raise ValueError("the int8 stem needs the image's calibrated range (recalibrate)")
-            w_i8, s_w = pack_weights(self.conv.weight)
+            if self.super_pixels:
+                from deepgap.measure.quant import stem_s2d
+
+                w_i8, s_w = stem_s2d.pack_weights(self.conv.weight, self.conv.padding)
+            else:
+                w_i8, s_w = pack_weights(self.conv.weight)
             alpha = self.in_scale * s_w.double() * self.alpha.double().cpu()  # alpha = 1 / s_out
             dev = self.w_half.device
             self.w_i8, self.alpha_i8 = w_i8.to(dev), alpha.float().contiguous().to(dev)
@@ -76,8 +89,30 @@ class Stem:
         if self.pool_cfg:
             return "int8+pool{}x{}+{}w{}s".format(*self.pool_cfg)
         if self.kernel in ("fused", "int8"):
-            return f"{self.kernel}+{stem_tile_name(self.fused_cfg)}"
+            return f"{self.kernel}{'s2d' * self.super_pixels}+{stem_tile_name(self.fused_cfg)}"
         return self.kernel + (f"+pad{self.pad_channels}" if self.pad_channels else "")
+
+    def quantize(self, x: torch.Tensor, backend: str) -> torch.Tensor:
+        """A float batch → the int8 pixels this stem reads: 16-byte super pixels (`stem_s2d`) or 4-byte ones.
+
+        The resident input (``--inputs int8-resident``) is made here, so it is always in the chosen stem's layout.
+        """
+        if self.super_pixels:
+            from deepgap.measure.quant import stem_s2d
+
+            return stem_s2d.quantize(x, self.in_scale, backend)
+        from deepgap.measure.quant import stem_int8
+
+        return stem_int8.quantize_image(x, self.in_scale, backend)
+
+    @property
+    def input_layout(self) -> str:
+        """The layout `quantize` writes, in words (the run's ``input`` info)."""
+        if self.super_pixels:
+            return (
+                "int8 space-to-depth pixels: 2×2 NHWC pixels of 4 bytes (3 channels and a zero) in 16 bytes"
+            )
+        return "int8 NHWC pixels of 4 bytes (3 channels and a zero)"
 
     def set_padding(self, channels: int) -> None:
         """Feed the convolution ``channels`` input channels (0: the image's own 3).

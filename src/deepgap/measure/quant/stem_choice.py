@@ -30,22 +30,22 @@ def check_stem(net: QuantNet, resolution: int, device: str) -> str:
 
 # (kernel, input channels padded to (0: none), the Triton stems' (output pixels per block, warps[, persistent
 # programs per SM])); int8pool is the int8 stem with the max-pool inside its kernel (`quant.stem_pool`: only
-# the pooled output is written). Pruned in session 26 to the tiles that win somewhere, so that the new
-# persistent one costs the main job no time: in its 24 quant builds (ResNet-18/50/101, batch 1 and 1024) the
-# chosen stem was int8 64x4w at batch 1 (128x8w twice, within 1% of it) and int8 128x4w at 1024 (256x8w
-# twice, within 5%), and benchmarks/stem_split.py then timed the persistent 128x4w walk with 3 programs an SM
-# fastest at 256 and 1024 (convolution 1.33 against 1.43 ms for 128x4w, 1.54-1.59 for the 8-warp tiles, at
-# 1024 in fp8); the fused fp16 tiles other than 128x4w and the int8 128x8w, 256x8w and 2-per-SM walk were
-# never the fastest, and are no longer timed. cuDNN stays (the reference), as do fused 128x4w and int8
-# 128x4w (each variant's plain tile).
+# the pooled output is written), int8s2d the int8 stem on 16-byte space-to-depth pixels (`quant.stem_s2d`).
+# Pruned so that each variant offered wins somewhere or is its kind's representative (cuDNN is the reference):
+# - session 26: in 24 quant builds (ResNet-18/50/101, batch 1 and 1024) the int8 stem won with 64x4w at batch 1
+#   and the persistent 128x4w walk (3 programs an SM) at 1024; the other fused fp16 and int8 tiles never did.
+# - session 29 (benchmarks/stem_split.py, one H200): on super pixels the convolution takes 1.128 ms at 1024
+#   with 128x4w and 1.152 with the 3-per-SM walk, against 1.330 for the best 4-byte-pixel tile (fp8; int8
+#   alike), 0.287 against 0.337 at 256, 3.8-3.9 against 4.4 µs at 1; so the 4-byte-pixel stem keeps only its
+#   walk (for images of odd size, which super pixels do not take).
 STEM_VARIANTS = (
     ("cudnn", 0, None),
     ("cudnn", 4, None),
     ("fused", 0, (128, 4)),
-    ("int8", 0, (64, 4)),
-    ("int8", 0, (128, 4)),
     # `stem_int8.stem_conv_persistent_kernel`: 157 registers, so 3 programs an SM fit
     ("int8", 0, (128, 4, 3)),
+    ("int8s2d", 0, (128, 4)),
+    ("int8s2d", 0, (128, 4, 3)),
     *(("int8pool", 0, cfg) for cfg in POOL_CONFIGS),  # (pooled rows, columns, warps, stages)
 )
 # The int8 stem quantizes the image and the weights as well, so its 8-bit output is compared with
@@ -88,11 +88,6 @@ def choose_stem(
     x = torch.randn(batch, 3, resolution, resolution, device=device).half()
     x = x.contiguous(memory_format=torch.channels_last)
     s = net.stem
-    x_i8 = None
-    if resident:
-        from deepgap.measure.quant.stem_int8 import quantize_image
-
-        x_i8 = quantize_image(x, s.in_scale, net.stem_backend)
     times: dict[str, float] = {}
     rejected: dict[str, str] = {}
     chosen: dict[str, tuple] = {}
@@ -101,7 +96,11 @@ def choose_stem(
     for kernel, pad, cfg in STEM_VARIANTS:
         if kernel == "int8pool" and not pool:
             continue  # not offered: nothing timed, nothing recorded (`pool_offered`)
-        s.configure(kernel, pad, cfg)
+        try:
+            s.configure(kernel, pad, cfg)
+        except ValueError as exc:  # a layout this stem's kernel or stride does not fit
+            rejected[f"{kernel}+{cfg}"] = str(exc)[:300]
+            continue
         name = s.variant
         chosen[name] = (kernel, pad, cfg)
         if kernel == "fused" and (not use_triton or s.out_fmt not in ("int8", "fp8")):
@@ -110,9 +109,9 @@ def choose_stem(
         if kernel.startswith("int8") and not use_triton:  # its output may be fp16: the next layer's format
             rejected[name] = "needs Triton"
             continue
-        xin = x_i8 if kernel.startswith("int8") and resident else x
         try:
             with torch.inference_mode():
+                xin = s.quantize(x, net.stem_backend) if kernel.startswith("int8") and resident else x
                 out = net.run_stem(xin, net.stem_backend)
                 why = None if ref is None else _agree_stem(out, ref, s.out_fmt, kernel)
                 ref = out if ref is None else ref

@@ -190,26 +190,43 @@ def convolve(
 
     Apart so that `benchmarks/stem_split.py` can time the convolution and the max-pool each on its own.
     """
+    nb, h, wd, n, kp, (oh, ow, m) = checked(x, w_i8, ksize, stride, padding, alpha, beta, out_fmt)
+    geometry = (h, wd, ksize, ksize, stride, padding, PIXEL, ROW)
+    conv = launch_conv(
+        x, w_i8, alpha, beta, out_fmt, (nb, oh, ow), geometry, block_m, num_warps, persistent, num_programs
+    )
+    return conv, nb, oh, ow
+
+
+def launch_conv(x, w, alpha, beta, out_fmt, nhw, geometry, block_m, num_warps, persistent, num_programs):
+    """One int8 stem convolution launch over ``x``'s pixels (int8 [nb, C, H, W], channels_last) → [nb·oh·ow, N].
+
+    ``geometry`` = (H, W, KH, KW, stride, padding, C, BK): a K step of ``BK`` bytes is one kernel row of
+    ``C``-byte pixels (`stem_kernels.pixel_rows_dot`). This stem passes its own 4-byte pixels and 7×7/2
+    window; `quant.stem_s2d` passes 16-byte super pixels and the 4×4/1 window they make of it.
+    """
     from deepgap.measure.quant.layers import DTYPES
     from deepgap.measure.quant.persistent import programs
 
-    nb, h, wd, n, kp, (oh, ow, m) = checked(x, w_i8, ksize, stride, padding, alpha, beta, out_fmt)
+    (nb, oh, ow), (h, wd, kh, kw, stride, padding, c, bk) = nhw, geometry
+    n, m = w.shape[0], nb * oh * ow
     xm = x.permute(0, 2, 3, 1).contiguous()  # a no-op for channels_last pixels
     conv = torch.empty((m, n), dtype=DTYPES[out_fmt], device=x.device)
+    common = dict(
+        N=n, KH=kh, KW=kw, STRIDE=stride, PAD=padding, OUT_KIND=OUT_KIND[out_fmt], BM=block_m, C=c, BK=bk
+    )
     if persistent:
         nsm = num_programs or programs(x.device) * int(persistent)
         launcher(stem_conv_persistent_kernel, x.device)[(min(nsm, triton.cdiv(m, block_m)),)](
-            xm, w_i8, conv, alpha, beta, m, h, wd, oh, ow, N=n, KH=ksize, KW=ksize, STRIDE=stride, PAD=padding,
-            OUT_KIND=OUT_KIND[out_fmt], BM=block_m, NUM_SMS=nsm, C=PIXEL, BK=ROW, num_warps=num_warps,
+            xm, w, conv, alpha, beta, m, h, wd, oh, ow, NUM_SMS=nsm, **common, num_warps=num_warps,
             enable_fp_fusion=False,
         )  # fmt: skip
-        return conv, nb, oh, ow
+        return conv
     launcher(stem_conv_kernel, x.device)[(triton.cdiv(m, block_m),)](
-        xm, w_i8, conv, alpha, beta, m, h, wd, oh, ow, C=PIXEL, N=n, KH=ksize, KW=ksize, KP=kp, STRIDE=stride,
-        PAD=padding, OUT_KIND=OUT_KIND[out_fmt], BM=block_m, BK=ROW, INT8_PIXELS=True, num_warps=num_warps,
+        xm, w, conv, alpha, beta, m, h, wd, oh, ow, KP=kh * bk, INT8_PIXELS=True, **common, num_warps=num_warps,
         enable_fp_fusion=False,
     )  # fmt: skip
-    return conv, nb, oh, ow
+    return conv
 
 
 def checked(x, w_i8, ksize, stride, padding, alpha, beta, out_fmt) -> tuple:
@@ -231,9 +248,14 @@ def reference(x, w_i8, ksize, stride, padding, alpha, beta, out_fmt, pool=(3, 2,
     Max after the epilogue: the epilogue is monotone per channel (``alpha`` > 0) and ends in a ReLU, so
     this is what the kernels compute (the convolution's 8-bit output, then its maximum).
     """
+    acc = F.conv2d(x.double(), unpack_weights(w_i8, ksize, ksize).to(x.device), None, stride, padding)
+    return finish_reference(acc, alpha, beta, out_fmt, pool)
+
+
+def finish_reference(acc: torch.Tensor, alpha, beta, out_fmt: str, pool=(3, 2, 1)) -> torch.Tensor:
+    """`reference`'s tail on the exact sums ``acc`` [nb, N, oh, ow]: the fp32 epilogue, then the max-pool."""
     from deepgap.measure.quant.layers import epilogue_reference
 
-    acc = F.conv2d(x.double(), unpack_weights(w_i8, ksize, ksize).to(x.device), None, stride, padding)
     n = acc.shape[1]
     flat = acc.permute(0, 2, 3, 1).reshape(-1, n).float()  # exact: |acc| < 2^24
     q = epilogue_reference(flat, alpha, beta, out_fmt, True)

@@ -116,7 +116,20 @@ def device_key(device: str) -> dict[str, str]:
         "sources": _source_digest(),
         **_gemm_key(),
         **_small_batch_key(),
+        **_conv_tma_key(),
     }
+
+
+def _conv_tma_key() -> dict[str, str]:
+    """With the TMA-fed 3×3 tiles offered (the default), a key of its own with their source in it (as `_gemm_key`).
+
+    Why: a layer tuned without them must never be a hit where they should be timed, nor the other way round
+    (session 29's first run with ``DEEPGAP_QUANT_CONV_TMA=on`` took every 3×3 tile from the cache of the run
+    before it, with the switch off, so no TMA tile was timed).
+    """
+    from deepgap.measure.quant import conv_tma
+
+    return {"conv_tma": f"tma:{_digest('conv_tma.py')}"} if conv_tma.offered() else {}
 
 
 def _small_batch_key() -> dict[str, str]:

@@ -157,9 +157,7 @@ def time_stem_and_head(
     st = net.stem
     stem_bytes = _stem_bytes(net, x, stem_out, resident)
     if st.kernel == "int8" and resident:  # the row times the stem on the int8 pixels it reads
-        from deepgap.measure.quant import stem_int8
-
-        x = stem_int8.quantize_image(x, st.in_scale, net.stem_backend)
+        x = st.quantize(x, net.stem_backend)
     h, w, c = net.shapes[net.head.inp]
     y = torch.zeros(batch * h * w, c, device=device).to(layers.DTYPES[net.fmts[net.head.inp]])
     fc = net.head.weight
@@ -213,6 +211,9 @@ def time_stem_and_head(
     return rows
 
 
+_STEM_KINDS = {("fused", False): "fused", ("int8", False): "int8-pixel", ("int8", True): "int8-s2d"}
+
+
 def _stem_kind(st: Any, backend: str) -> str:
     """The stem row's kernel: the fused or int8-pixel Triton stem and its tile, or cuDNN and the max-pool's."""
     pad = f"+pad{st.pad_channels}" if st.pad_channels else ""
@@ -221,7 +222,7 @@ def _stem_kind(st: Any, backend: str) -> str:
     if st.kernel in ("fused", "int8"):
         walk = f" persistent {st.fused_cfg[2]}/SM" if len(st.fused_cfg) > 2 else ""
         return (
-            f"{'fused' if st.kernel == 'fused' else 'int8-pixel'} triton {st.fused_cfg[0]}x{st.fused_cfg[1]}w"
+            f"{_STEM_KINDS[st.kernel, getattr(st, 'super_pixels', False)]} triton {st.fused_cfg[0]}x{st.fused_cfg[1]}w"
             + walk
         )
     return f"cudnn{pad}+{backend} max-pool"
