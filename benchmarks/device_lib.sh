@@ -21,6 +21,21 @@ pack() { python3 -c "import sqlite3,sys; sqlite3.connect(sys.argv[1]).execute('P
          && python -m deepgap export "$1" --format csv -o "$OUT/$(basename "$1" .sqlite).csv" >/dev/null 2>&1; }
 # report_csvs DIR: a report's CSV tables (answer.csv, configurations.csv, ...) into $OUT/DIR-csv/.
 report_csvs() { mkdir -p "$OUT/$(basename "$1")-csv" && cp "$1"/report_files/*.csv "$OUT/$(basename "$1")-csv/" 2>/dev/null; }
+# switch_ab ENV BATCH NAME LIMIT WHAT: ResNet-50 quant fp8 and int8 at BATCH in `deepgap run` (one sweep, no
+# warm-up, no CPU baseline) with the engine switch ENV off, then on; each store's CSV export and what the engine
+# kept (`engine_kept.py WHAT`) into $OUT/NAME-off.*, NAME-on.*. Stores under $S (or /tmp/deepgap-device).
+switch_ab() {
+    local env=$1 batch=$2 name=$3 limit=$4 what=$5 mode store
+    for mode in off on; do
+        store="${S:-/tmp/deepgap-device}/$name-$mode.sqlite"; mkdir -p "$(dirname "$store")"
+        step "resnet50 quant bs$batch, $env=$mode" "$limit" env "$env=$mode" python -m deepgap run --models resnet50 \
+            --engines quant --precisions fp8,int8 --batch-sizes "$batch" --sweeps 1 --no-cpu-baseline \
+            --no-thermal-warmup --store "$store" > "$OUT/$name-$mode.txt" 2>&1
+        grep "img/s" "$OUT/$name-$mode.txt" | tail -n 2
+        python -m deepgap export "$store" -o "$OUT/$name-$mode.csv" > /dev/null 2>&1 || true
+        python benchmarks/engine_kept.py "$store" "$what" 2>&1 | tee "$OUT/$name-$mode-kept.txt"
+    done
+}
 # stamp: prefix each line of stdin with the seconds since it started (where a long run's time goes).
 stamp() { python3 -u -c 'import sys, time
 t0 = time.monotonic()

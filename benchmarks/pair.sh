@@ -23,19 +23,7 @@ tests)
         > "$OUT/pair-gputests.txt" 2>&1
     tail -n 15 "$OUT/pair-gputests.txt" ;;
 engine)
-    for mode in off on; do
-        step "resnet50 quant bs$B, DEEPGAP_QUANT_PAIRS=$mode" 200 env DEEPGAP_QUANT_PAIRS=$mode \
-            python -m deepgap run --models resnet50 --engines quant --precisions fp8,int8 --batch-sizes "$B" --sweeps 1 \
-            --no-cpu-baseline --no-thermal-warmup --store "$S/pairs-$mode.sqlite" > "$OUT/pairs-$mode.txt" 2>&1
-        tail -n 6 "$OUT/pairs-$mode.txt"
-        python -m deepgap export "$S/pairs-$mode.sqlite" -o "$OUT/pairs-$mode.csv" > /dev/null 2>&1 || true
-        python - "$S/pairs-$mode.sqlite" <<'PY' 2>&1 | tee "$OUT/pairs-$mode-kept.txt"
-import json, sqlite3, sys
-for prec, extra in sqlite3.connect(sys.argv[1]).execute("select precision, extra_json from results"):
-    pairs = json.loads(extra or "{}").get("engine_info", {}).get("pairs", {})
-    print(prec, pairs.get("mode"), [(p["first"], p["kept"], p["pair_s"], p["separate_s"]) for p in pairs.get("pairs", [])])
-PY
-    done ;;
+    switch_ab DEEPGAP_QUANT_PAIRS "$B" pairs 200 pairs ;;
 loop)
     step "bare loop, resnet50 quant bs$B, pairs on" 200 python benchmarks/quant_inputs.py --models resnet50 \
         --precisions fp8,int8 --batch-sizes "$B" --inputs default --out "$OUT/loop-pairs.jsonl" > "$OUT/loop-pairs.txt" 2>&1

@@ -20,20 +20,7 @@ tests)
         -p no:cacheprovider > "$OUT/small-batch-tests.txt" 2>&1
     tail -n 15 "$OUT/small-batch-tests.txt" ;;
 engine)
-    for mode in off on; do
-        step "resnet50 quant bs1, DEEPGAP_QUANT_SMALL_BATCH=$mode" 150 env DEEPGAP_QUANT_SMALL_BATCH=$mode \
-            python -m deepgap run --models resnet50 --engines quant --precisions fp8,int8 --batch-sizes 1 --sweeps 1 \
-            --no-cpu-baseline --no-thermal-warmup --store "$S/bs1-$mode.sqlite" > "$OUT/bs1-$mode.txt" 2>&1
-        tail -n 6 "$OUT/bs1-$mode.txt"
-        python -m deepgap export "$S/bs1-$mode.sqlite" -o "$OUT/bs1-$mode.csv" > /dev/null 2>&1 || true
-        python - "$S/bs1-$mode.sqlite" <<'PY' 2>&1 | tee "$OUT/bs1-$mode-kept.txt"
-import json, sqlite3, sys
-for prec, extra in sqlite3.connect(sys.argv[1]).execute("select precision, extra_json from results"):
-    info = json.loads(extra or "{}").get("engine_info", {})
-    split = [f"{t['name']} {t.get('config')}" for t in info.get("layers", []) if "split" in str(t.get("config"))]
-    print(prec, "split tiles kept:", split)
-PY
-    done ;;
+    switch_ab DEEPGAP_QUANT_SMALL_BATCH 1 bs1 150 split ;;
 loop)
     step "bare loop, resnet50 quant bs1, DEEPGAP_QUANT_SMALL_BATCH=on" 150 env DEEPGAP_QUANT_SMALL_BATCH=on \
         python benchmarks/quant_inputs.py --models resnet50 --precisions fp8,int8 --batch-sizes 1 --inputs default \

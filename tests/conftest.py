@@ -73,6 +73,18 @@ def r50_net():
     return build(graph, "int8", collect_amax(graph, calibration_images(1, 32, 0), method="max"), {}, 32)
 
 
+def stem_case(h: int, w: int, seed: int = 0):
+    """Two random images (h×w), ResNet stem weights [64, 3, 7, 7] and epilogue α, β: the int8 stems' tests."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(2, 3, h, w, generator=g)
+    weight = torch.randn(64, 3, 7, 7, generator=g, dtype=torch.float64) * 0.2
+    alpha = torch.rand(64, generator=g) * 0.01 + 0.001
+    beta = torch.randn(64, generator=g)
+    return x, weight, alpha, beta
+
+
 @pytest.fixture
 def inprocess_runs(monkeypatch):
     """`deepgap.run` (and the CLI's run) measure in this process (`deepgap.drive.inprocess.InProcessWorker`).

@@ -30,6 +30,15 @@ case ${1:-} in
     python -m deepgap export "$S/s2d.sqlite" -o "$OUT/s2d-run.csv" > /dev/null 2>&1
     kept "$S/s2d.sqlite" | tee "$OUT/s2d-kept.txt" ;;
 3) DEFAULT_LIMIT=585 bash benchmarks/device.sh default ;;  # the main job, cold caches, STEM_VARIANTS pruned
-4) TEST_LIMIT=300 bash benchmarks/device.sh gputests ;;    # every GPU test, then the real-clock ones alone
+4)  # the same tree, cold start: the bare loop at 1024 (fp8, int8), then every GPU test, then the real-clock ones alone
+    step "bare loop fp8,int8 1024" 100 python benchmarks/quant_inputs.py --models resnet50 --precisions fp8,int8 \
+        --batch-sizes 1024 --inputs default --pdl off --out "$OUT/loop.jsonl" > "$OUT/loop.txt" 2>&1
+    grep -v '^{' "$OUT/loop.txt" | tail -n 6
+    ALONE=(tests/serving/test_loadgen_confirm.py tests/serving/test_serving_real_vs_simulator.py)
+    N=(); python -c "import xdist" 2>/dev/null && N=(-n 4)
+    step "GPU tests" 240 python -m pytest -v --durations=15 -m gpu "${N[@]}" tests "${ALONE[@]/#/--ignore=}" \
+        -p no:cacheprovider > "$OUT/gputests.txt" 2>&1
+    step "GPU tests, alone" 100 python -m pytest -q -m gpu "${ALONE[@]}" -p no:cacheprovider > "$OUT/gputests-alone.txt" 2>&1
+    grep -E "FAILED|ERROR" "$OUT/gputests.txt" | cut -c1-200; tail -n 3 "$OUT/gputests.txt" "$OUT/gputests-alone.txt" ;;
 *) echo "usage: bash results/h200/session29/device.sh 1|2|3|4"; exit 2 ;;
 esac

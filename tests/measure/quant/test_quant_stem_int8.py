@@ -15,16 +15,9 @@ import torch.nn.functional as F  # noqa: N812
 
 triton = pytest.importorskip("triton")
 
+from conftest import stem_case  # noqa: E402
+
 from deepgap.measure.quant import layers, stem_int8  # noqa: E402
-
-
-def _case(h, w, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(2, 3, h, w, generator=g)
-    weight = torch.randn(64, 3, 7, 7, generator=g, dtype=torch.float64) * 0.2
-    alpha = torch.rand(64, generator=g) * 0.01 + 0.001
-    beta = torch.randn(64, generator=g)
-    return x, weight, alpha, beta
 
 
 @pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
@@ -59,7 +52,7 @@ def test_pack_weights_puts_a_kernel_row_in_each_k_step():
 @pytest.mark.parametrize("walk", [0, 3], ids=["tile-per-program", "persistent-3"])
 def test_int8_stem_kernel_matches_its_exact_reference(out_fmt, hw, walk):
     """Both convolutions: a program per tile, and the persistent walk (3 programs over 8 or 9 tiles, a tail)."""
-    x, weight, alpha, beta = _case(*hw)
+    x, weight, alpha, beta = stem_case(*hw)
     xq = stem_int8.quantize_image(x, 0.03)
     w_i8, _ = stem_int8.pack_weights(weight)
     ref = stem_int8.reference(xq, w_i8, 7, 2, 3, alpha, beta, out_fmt)
@@ -77,7 +70,7 @@ def test_int8_stem_kernel_matches_its_exact_reference(out_fmt, hw, walk):
 
 def test_the_int8_stem_approximates_the_float_stem():
     """Quantized pixels and weights: the stem's pre-activation stays within a few % of the float one."""
-    x, weight, _, _ = _case(24, 24, seed=3)
+    x, weight, _, _ = stem_case(24, 24, seed=3)
     in_scale = float(x.abs().max()) / 127
     xq = stem_int8.quantize_image(x, in_scale, backend="torch")
     w_i8, s_w = stem_int8.pack_weights(weight)

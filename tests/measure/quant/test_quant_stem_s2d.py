@@ -15,21 +15,13 @@ import torch
 
 triton = pytest.importorskip("triton")
 
+from conftest import stem_case  # noqa: E402
 from sm90 import compile_sm90  # noqa: E402
 
 from deepgap.measure.quant import stem_int8, stem_s2d  # noqa: E402
 from deepgap.measure.quant.kernels import OUT_KIND  # noqa: E402
 from deepgap.measure.quant.stem_choice import STEM_VARIANTS  # noqa: E402
 from deepgap.measure.quant.tiles import stem_tile_args  # noqa: E402
-
-
-def _case(h, w, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(2, 3, h, w, generator=g)
-    weight = torch.randn(64, 3, 7, 7, generator=g, dtype=torch.float64) * 0.2
-    alpha = torch.rand(64, generator=g) * 0.01 + 0.001
-    beta = torch.randn(64, generator=g)
-    return x, weight, alpha, beta
 
 
 @pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
@@ -67,7 +59,7 @@ def test_pack_weights_keeps_the_int8_values_in_the_padded_kernel():
 @pytest.mark.parametrize("hw", [(32, 32), (30, 34)])
 @pytest.mark.parametrize("walk", [0, 3], ids=["tile-per-program", "persistent-3"])
 def test_the_s2d_stem_equals_the_int8_pixel_stem(out_fmt, hw, walk):
-    x, weight, alpha, beta = _case(*hw)
+    x, weight, alpha, beta = stem_case(*hw)
     ref = stem_int8.reference(stem_int8.quantize_image(x, 0.03), stem_int8.pack_weights(weight)[0], 7, 2, 3, alpha,
                               beta, out_fmt)  # fmt: skip
     xs, ws = stem_s2d.quantize(x, 0.03), stem_s2d.pack_weights(weight, 3)[0]
