@@ -2,7 +2,9 @@
 # Session 29 (2026-12-04), one H200, issue 47: the TMA-fed 3×3 convolution timed, and the stem on space-to-depth
 # pixels (`quant.stem_s2d`). The device calls as run, from the repository root with $OUT set, `.whl/` carried
 # (plotly, narwhals, LoadGen cp312; benchmarks/device_lib.sh). Before each call, here:
-# PYTHONPATH=/tmp/t36/site:src python benchmarks/compile_sm90.py -j 2 (all ok).
+# PYTHONPATH=/tmp/t36/site:src python benchmarks/compile_sm90.py -j 2 (all ok). Call 2 ran 20a9fa2 less its pruning of
+# STEM_VARIANTS; call 3 ran 20a9fa2 (beside uncommitted docs and benchmark edits the main job does not use), calls 4-5
+# ran 88a0b24 (the same engine).
 set -uo pipefail
 source benchmarks/device_lib.sh
 S=${DEVICE_WORK:-/tmp/deepgap-device}; mkdir -p "$S"
@@ -40,5 +42,9 @@ case ${1:-} in
         -p no:cacheprovider > "$OUT/gputests.txt" 2>&1
     step "GPU tests, alone" 100 python -m pytest -q -m gpu "${ALONE[@]}" -p no:cacheprovider > "$OUT/gputests-alone.txt" 2>&1
     grep -E "FAILED|ERROR" "$OUT/gputests.txt" | cut -c1-200; tail -n 3 "$OUT/gputests.txt" "$OUT/gputests-alone.txt" ;;
-*) echo "usage: bash results/h200/session29/device.sh 1|2|3|4"; exit 2 ;;
+5)  # the same machine as call 4, still warm: `deepgap run` ResNet-50 fp8 at 1024, one sweep, no warm-up
+    step "rn50 fp8 1024 same host" 90 python -m deepgap run --models resnet50 --engines quant --precisions fp8 \
+        --batch-sizes 1024 --sweeps 1 --no-cpu-baseline --no-thermal-warmup --store /tmp/same.sqlite > "$OUT/same-host.txt" 2>&1
+    grep "img/s" "$OUT/same-host.txt" | tail -2; python -m deepgap export /tmp/same.sqlite -o "$OUT/same-host.csv" > /dev/null 2>&1 ;;
+*) echo "usage: bash results/h200/session29/device.sh 1|2|3|4|5"; exit 2 ;;
 esac
