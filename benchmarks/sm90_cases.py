@@ -375,6 +375,15 @@ def stem_cases() -> Iterator[Case]:
                     stem_int8.stem(*args, **stem_tile_args(cfg))
 
         yield f"{kind} {cfg or ''} {out_fmt}".replace("  ", " "), run
+    for (bm, warps, stages, per_sm), out_fmt in itertools.product(stem_s2d.SWAP_TILES, ("int8", "fp8")):
+
+        def run(out_fmt=out_fmt, bm=bm, warps=warps, stages=stages, per_sm=per_sm):
+            x = torch.empty((batch, 16, 112, 112), dtype=I8, device="meta", memory_format=torch.channels_last)
+            w = meta(64, stem_s2d.TAPS * stem_s2d.ROW, dtype=I8)
+            stem_s2d.stem(x, w, *conv[2:], alpha, beta, out_fmt, block_m=bm, num_warps=warps, persistent=per_sm,
+                          swap=stages)  # fmt: skip
+
+        yield f"int8s2d swap {bm}x{warps}w s{stages} p{per_sm} {out_fmt}", run
     for src, pdl in ((F32, False), (F16, False), (F32, True)):
 
         def run(src=src, pdl=pdl):

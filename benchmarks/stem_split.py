@@ -12,6 +12,7 @@ this script's answer. It times, on resident int8 pixels (no quantizing pass):
   each checked bit for bit against `pool8`;
 - the pair as the engine runs it (`stem_int8.stem`) at the default tile and at the fastest convolution;
 - the same convolution on 16-byte space-to-depth pixels (`stem_s2d.convolve`, session 29) at several tiles,
+  and as `stem_s2d.stem_swap_kernel` (weights as the MMA's M side) at each of `stem_s2d.SWAP_TILES`, all
   checked bit for bit against the 4-byte-pixel convolution, and the two quantizing passes from an fp16 batch
   (`stem_int8.quantize_image`, `stem_s2d.quantize`), as the default input mode runs them.
 
@@ -147,13 +148,22 @@ def s2d(args: tuple, ref: torch.Tensor, base: dict, reps: int) -> dict:
         )
         if ms is not None:
             conv_ms[stem_tile_name(cfg)] = ms
-    g = torch.Generator(device="cuda").manual_seed(1)
+    for block, warps, stages, per_sm in stem_s2d.SWAP_TILES:  # weights as the MMA's M side (session 29)
+        name = f"swap {block}x{warps}w s{stages} p{per_sm}"
+        ms = _timed(
+            {**base, "part": "conv-s2d", "tile": name},
+            lambda c=(block, warps, stages, per_sm): stem_s2d.convolve(
+                xs, ws, *args[2:], block_m=c[0], num_warps=c[1], persistent=c[3], swap=c[2]
+            )[0],
+            ref,
+            reps,
+        )
+        if ms is not None:
+            conv_ms[name] = ms
+    g = torch.Generator(device=pixels.device).manual_seed(1)
     n, _, h, w = pixels.shape
-    x16 = (
-        torch.randn(n, 3, h, w, device="cuda", generator=g)
-        .half()
-        .contiguous(memory_format=torch.channels_last)
-    )
+    x16 = torch.randn(n, 3, h, w, device=pixels.device, generator=g).half()
+    x16 = x16.contiguous(memory_format=torch.channels_last)
     q4 = stem_int8.quantize_image(x16, 0.03)
     quant_ms = {
         "pixels": _timed({**base, "part": "quantize", "layout": "pixels"},

@@ -16,12 +16,22 @@ import torch
 triton = pytest.importorskip("triton")
 
 from conftest import stem_case  # noqa: E402
-from sm90 import compile_sm90  # noqa: E402
+from sm90 import compile_sm90, ptxas_usage  # noqa: E402
 
 from deepgap.measure.quant import stem_int8, stem_s2d  # noqa: E402
 from deepgap.measure.quant.kernels import OUT_KIND  # noqa: E402
 from deepgap.measure.quant.stem_choice import STEM_VARIANTS  # noqa: E402
 from deepgap.measure.quant.tiles import stem_tile_args  # noqa: E402
+
+
+def _assert_equal(out: torch.Tensor, ref: torch.Tensor, out_fmt: str) -> None:
+    """Bit for bit, except fp8 in the interpreter (its e4m3 rounding: see the module docstring)."""
+    o, r = out.float(), ref.float()
+    if out_fmt != "fp8":
+        assert torch.equal(o, r)
+    else:
+        close = (o - r).abs() <= r.abs() / 2 + 2**-8
+        assert bool(close.all()) and float((o == r).float().mean()) > 0.9
 
 
 @pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
@@ -67,12 +77,23 @@ def test_the_s2d_stem_equals_the_int8_pixel_stem(out_fmt, hw, walk):
     assert torch.equal(own.float(), ref.float())
     out = stem_s2d.stem(xs, ws, 7, 2, 3, alpha, beta, out_fmt, block_m=64, persistent=walk, num_programs=walk)
     assert out.shape == ref.shape == (2 * ((hw[0] + 3) // 4) * ((hw[1] + 3) // 4), 64)
-    o, r = out.float(), ref.float()
-    if out_fmt != "fp8":
-        assert torch.equal(o, r)
-    else:
-        close = (o - r).abs() <= r.abs() / 2 + 2**-8
-        assert bool(close.all()) and float((o == r).float().mean()) > 0.9
+    _assert_equal(out, ref, out_fmt)
+
+
+@pytest.mark.parametrize("out_fmt", ["int8", "fp8", "fp16"])
+@pytest.mark.parametrize("hw", [(32, 32), (30, 34)])
+@pytest.mark.parametrize(
+    "block,programs", [(64, 3), (128, 1), (64, 100)], ids=["walk-3", "one-program", "spare"]
+)
+def test_the_swapped_kernel_equals_the_int8_pixel_stem(out_fmt, hw, block, programs):
+    """`stem_s2d.stem_swap_kernel` (weights as the MMA's M side): tiles walked by 3 programs with a partial last
+    one, one program for all, and more programs than tiles."""
+    x, weight, alpha, beta = stem_case(*hw)
+    ref = stem_int8.reference(stem_int8.quantize_image(x, 0.03), stem_int8.pack_weights(weight)[0], 7, 2, 3, alpha,
+                              beta, out_fmt)  # fmt: skip
+    xs, ws = stem_s2d.quantize(x, 0.03), stem_s2d.pack_weights(weight, 3)[0]
+    out = stem_s2d.stem(xs, ws, 7, 2, 3, alpha, beta, out_fmt, block_m=block, num_programs=programs, swap=2)
+    _assert_equal(out, ref, out_fmt)
 
 
 def test_bad_inputs_are_refused():
@@ -87,6 +108,10 @@ def test_bad_inputs_are_refused():
         stem_s2d.stem(sup, torch.zeros(64, 224, dtype=torch.int8), 7, 2, 3, one, zero, "int8")
     with pytest.raises(ValueError, match="even image size"):
         stem_s2d.quantize(torch.zeros(1, 3, 9, 8), 0.03)
+    with pytest.raises(ValueError, match="64 output channels"):
+        stem_s2d.stem(
+            sup, torch.zeros(32, 256, dtype=torch.int8), 7, 2, 3, one[:32], zero[:32], "int8", swap=2
+        )
     with pytest.raises(ValueError, match="kernels up to"):
         stem_s2d.pack_weights(torch.zeros(4, 3, 9, 9), 3)
 
@@ -142,6 +167,28 @@ def test_for_hopper_the_gather_moves_16_bytes_at_a_time():
         assert sizes == ({"0x10"} if width == 16 else {"0x4", "0x10"}), (width, sizes)  # weights: 16 bytes
 
 
+@pytest.mark.parametrize("cfg", stem_s2d.SWAP_TILES)
+def test_the_swapped_kernel_compiles_for_hopper_to_one_wide_wgmma(cfg):
+    """Each tile timed (no GPU): the 64 channels are the wgmma's M and the tile's pixels its N (64-128 wide),
+    the pixels' gather 16-byte ``cp.async``, no spill; the shared memory of its programs fits one SM."""
+    block, warps, stages, per_sm = cfg
+    sig = {"x_ptr": "*i8", "w_ptr": "*i8", "out_ptr": "*fp8e4nv", "alpha_ptr": "*fp32", "beta_ptr": "*fp32"}
+    sig |= {k: "i32" for k in ("M", "H2", "W2", "OH", "OW")}
+    const = dict(
+        N=64, PAD=2, OUT_KIND=OUT_KIND["fp8"], BM=block, NUM_PROGRAMS=132 * per_sm, STAGES=stages, PDL=False
+    )
+    compiled = compile_sm90(stem_s2d.stem_swap_kernel, sig, const, ("x_ptr", "w_ptr", "out_ptr"), num_warps=warps,
+                            enable_fp_fusion=False)  # fmt: skip
+    ptx = compiled.asm["ptx"]
+    wide = min(block // (warps // 4), 128)  # each warpgroup takes its share of the pixels, 128 an instruction
+    assert f"wgmma.mma_async.sync.aligned.m64n{wide}k32.s32.s8.s8" in ptx
+    assert set(re.findall(r"cp\.async\.c[ag]\.shared\.global \[[^]]*\], \[[^]]*\], (0x[0-9a-f]+)", ptx)) == {
+        "0x10"
+    }
+    assert ptxas_usage(compiled)["spill_stores"] == 0
+    assert compiled.metadata.shared * per_sm <= 228 * 1024
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("batch", [1, 8, 256])
 @pytest.mark.parametrize("out_fmt", ["int8", "fp8"])
@@ -162,3 +209,7 @@ def test_on_gpu_every_offered_tile_equals_the_int8_pixel_stem(batch, out_fmt):
     for cfg in [cfg for kind, _, cfg in STEM_VARIANTS if kind == "int8s2d"] + [(128, 8, 2), (256, 8, 1)]:
         out = stem_s2d.stem(supers, ws, 7, 2, 3, alpha, beta, out_fmt, **stem_tile_args(cfg))
         assert torch.equal(out.float(), ref.float()), cfg
+    for block, warps, stages, per_sm in stem_s2d.SWAP_TILES:
+        out = stem_s2d.stem(supers, ws, 7, 2, 3, alpha, beta, out_fmt, block_m=block, num_warps=warps,
+                            persistent=per_sm, swap=stages)  # fmt: skip
+        assert torch.equal(out.float(), ref.float()), (block, warps, stages, per_sm)

@@ -13,8 +13,10 @@ is then 4 super pixels, 64 contiguous bytes on a 16-byte boundary, one K step of
 `stem_int8`'s own kernels (`stem_int8.launch_conv`) given 16-byte pixels and the 4×4/1 window, then the same
 8-bit max-pool: the sums are the same integers, so the output equals the int8-pixel stem's bit for bit.
 
-The super-pixel image is also a resident input layout (``--inputs int8-resident``): `quantize` makes it from a
-float batch in one pass, as `stem_int8.quantize_image` makes 4-byte pixels.
+`stem_swap_kernel` is the same convolution with the weights as the MMA's M side (written in session 29, not
+yet timed on a GPU, so not offered to the stem choice). The super-pixel image is also a resident input
+layout (``--inputs int8-resident``): `quantize` makes it from a float batch in one pass, as
+`stem_int8.quantize_image` makes 4-byte pixels.
 """
 
 # Triton convention: compile-time (constexpr) parameters in capitals.
@@ -27,8 +29,9 @@ import torch.nn.functional as F  # noqa: N812
 import triton
 import triton.language as tl
 
-from deepgap.measure.quant.kernels import MAGIC, pdl_enter
+from deepgap.measure.quant.kernels import MAGIC, _finish, pdl_enter, window_origin
 from deepgap.measure.quant.launch import INT32_LIMIT, check, launcher
+from deepgap.measure.quant.layers import DTYPES
 from deepgap.measure.quant.stem_int8 import (
     OUT_KIND,
     PIXEL,
@@ -42,6 +45,9 @@ from deepgap.measure.quant.stem_int8 import (
 )
 from deepgap.measure.quant.stem_kernels import pool8, stem_output
 
+# `stem_swap_kernel`'s tiles to time (pixels a tile, warps, pipeline stages, programs an SM). Not offered to the
+# engine's stem choice (`stem_choice.STEM_VARIANTS`) until a GPU has timed them (`benchmarks/stem_split.py`).
+SWAP_TILES = ((128, 4, 2, 2), (128, 4, 3, 1), (128, 8, 3, 1), (256, 4, 2, 1), (256, 8, 2, 1))
 SUPER = 16  # bytes per super pixel: 2×2 pixels of 4 bytes (three channels and a zero)
 TAPS = 4  # super taps per kernel row (and rows): the 7×7 kernel padded to 8×8
 ROW = TAPS * SUPER  # K per kernel row, 64 bytes: one int8 wgmma K step of 64
@@ -71,6 +77,57 @@ def quantize_s2d_kernel(
     v = tl.minimum(tl.maximum(v, -127.0), 127.0) + MAGIC
     out = v.to(tl.int32, bitcast=True).to(tl.int8)  # low byte = the value rounded half to even
     tl.store(out_ptr + rq[:, None] * 16 + rb[None, :], out, mask=q_ok[:, None])
+
+
+@triton.jit(do_not_specialize=["M", "H2", "W2", "OH", "OW"])
+def stem_swap_kernel(
+    x_ptr, w_ptr, out_ptr, alpha_ptr, beta_ptr, M, H2, W2, OH, OW, N: tl.constexpr, PAD: tl.constexpr,
+    OUT_KIND: tl.constexpr, BM: tl.constexpr, NUM_PROGRAMS: tl.constexpr, STAGES: tl.constexpr,
+    PDL: tl.constexpr = False,
+):  # fmt: skip
+    """The super-pixel convolution as Cᵀ = W·Aᵀ: the weights are the MMA's M side, ``BM`` pixels its N side.
+
+    Why: the stem has only N = 64 output channels, so as A·Wᵀ each wgmma is m64·n64·k32 and reads its A and
+    B tiles from shared memory for a small product (about as many shared-memory bytes as the tensor core's
+    cycles take). Swapped, the 64 channels are the M of one warpgroup's wgmma and the pixels its N (up to
+    256): each wgmma does ``BM``/64 times the work for the same weight bytes. The weights (64 × 256 int8,
+    16 KB) are loaded once per program and stay resident; the programs walk tiles ``NUM_PROGRAMS`` apart,
+    the kernel rows unrolled, so the tile loop is the one Triton pipelines (``STAGES``: the next tiles' rows
+    load during this one's MMAs and epilogue). The accumulator [64, BM] is transposed once for the store,
+    so each pixel's 64 channels leave as one contiguous row, as `stem_int8`'s kernels write them.
+    """
+    pdl_enter(PDL)
+    rn = tl.arange(0, N)
+    rj = tl.arange(0, 64)
+    alpha = tl.load(alpha_ptr + rn)
+    beta = tl.load(beta_ptr + rn)
+    w0 = tl.load(w_ptr + rn[:, None] * 256 + rj[None, :])
+    w1 = tl.load(w_ptr + rn[:, None] * 256 + 64 + rj[None, :])
+    w2 = tl.load(w_ptr + rn[:, None] * 256 + 128 + rj[None, :])
+    w3 = tl.load(w_ptr + rn[:, None] * 256 + 192 + rj[None, :])
+    for tile in tl.range(tl.program_id(0), (M + BM - 1) // BM, NUM_PROGRAMS, num_stages=STAGES):
+        rm = tile * BM + tl.arange(0, BM)
+        m_ok = rm < M
+        nb, y0, x0 = window_origin(rm, OH, OW, 1, PAD)
+        xs = x0[:, None] + (rj // 16)[None, :]
+        col_ok = m_ok[:, None] & (xs >= 0) & (xs < W2)
+        acc = tl.zeros((N, BM), dtype=tl.int32)
+        for ty in tl.static_range(4):
+            ys = y0 + ty
+            ok = col_ok & ((ys >= 0) & (ys < H2))[:, None]
+            a = tl.load(x_ptr + (((nb * H2 + ys) * W2 + x0) * 16)[:, None] + rj[None, :], mask=ok, other=0)
+            if ty == 0:
+                w = w0
+            elif ty == 1:
+                w = w1
+            elif ty == 2:
+                w = w2
+            else:
+                w = w3
+            acc = tl.dot(w, tl.trans(a), acc, out_dtype=tl.int32)
+        y = acc.to(tl.float32) * alpha[:, None]
+        out = tl.trans(_finish(y, beta[:, None], y, 0.0, True, False, OUT_KIND))
+        tl.store(out_ptr + rm[:, None] * N + rn[None, :], out, mask=m_ok[:, None])
 
 
 def quantize(x: torch.Tensor, in_scale: float, backend: str = "triton") -> torch.Tensor:
@@ -175,10 +232,29 @@ def checked(x, w, ksize, stride, padding, alpha, beta, out_fmt) -> tuple:
 
 
 def convolve(
-    x, w, ksize, stride, padding, alpha, beta, out_fmt, block_m=128, num_warps=4, persistent=0, num_programs=None
+    x, w, ksize, stride, padding, alpha, beta, out_fmt, block_m=128, num_warps=4, persistent=0, num_programs=None,
+    swap=0,
 ):  # fmt: skip
-    """The convolution alone (Triton): (its 8-bit output [nb·oh·ow, C_out], nb, oh, ow)."""
-    nb, h2, w2, pad2, (oh, ow, _) = checked(x, w, ksize, stride, padding, alpha, beta, out_fmt)
+    """The convolution alone (Triton): (its 8-bit output [nb·oh·ow, C_out], nb, oh, ow).
+
+    ``swap`` > 0: `stem_swap_kernel` with that many pipeline stages (``persistent`` programs an SM, 1 if 0);
+    else `stem_int8`'s kernels on super pixels.
+    """
+    nb, h2, w2, pad2, (oh, ow, m) = checked(x, w, ksize, stride, padding, alpha, beta, out_fmt)
+    if swap:
+        from deepgap.measure.quant.persistent import programs
+
+        check(
+            w.shape[0] == 64, f"the swapped stem takes 64 output channels (one wgmma's M); got {w.shape[0]}"
+        )
+        conv = torch.empty((m, 64), dtype=DTYPES[out_fmt], device=x.device)
+        nprog = min(num_programs or programs(x.device) * max(1, int(persistent)), triton.cdiv(m, block_m))
+        launcher(stem_swap_kernel, x.device)[(nprog,)](
+            x.permute(0, 2, 3, 1).contiguous(), w, conv, alpha, beta, m, h2, w2, oh, ow, N=64, PAD=pad2,
+            OUT_KIND=OUT_KIND[out_fmt], BM=block_m, NUM_PROGRAMS=nprog, STAGES=int(swap), num_warps=num_warps,
+            enable_fp_fusion=False,
+        )  # fmt: skip
+        return conv, nb, oh, ow
     geometry = (h2, w2, TAPS, TAPS, 1, pad2, SUPER, ROW)
     conv = launch_conv(
         x, w, alpha, beta, out_fmt, (nb, oh, ow), geometry, block_m, num_warps, persistent, num_programs
@@ -188,7 +264,7 @@ def convolve(
 
 def stem(
     x, w, ksize, stride, padding, alpha, beta, out_fmt, pool=(3, 2, 1), block_m=128, num_warps=4,
-    backend="triton", persistent=0, num_programs=None,
+    backend="triton", persistent=0, num_programs=None, swap=0,
 ):  # fmt: skip
     """Super pixels ``x`` (int8 [nb, 16, H/2, W/2], channels_last) → max-pooled stem output [nb·ph·pw, C_out].
 
@@ -199,7 +275,7 @@ def stem(
         checked(x, w, ksize, stride, padding, alpha, beta, out_fmt)
         return reference(x, w, ksize, stride, padding, alpha, beta, out_fmt, pool)
     conv, nb, oh, ow = convolve(x, w, ksize, stride, padding, alpha, beta, out_fmt, block_m, num_warps, persistent,
-                                num_programs)  # fmt: skip
+                                num_programs, swap)  # fmt: skip
     return pool8(conv, nb, oh, ow, pool)
 
 
