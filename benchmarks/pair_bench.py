@@ -86,7 +86,8 @@ def best_alone(layer, x, res, reps: int, nhw=None) -> tuple[float, str, list[str
 
 def fused_time(first, second, x, res, rows, tr, ur, cfg, reps) -> float | str:
     """Seconds of the fused pair in tile ``cfg``, or why it failed its check on the first ``rows`` rows."""
-    try:
+
+    def check() -> str | None:
         tk, uk = pair.run(first, second, x[:rows], res[:rows], cfg)
         why = tuning._agree(tk, tr, first.out_fmt) or tuning._agree(uk, ur, second.out_fmt)
         if why:  # where: T or U, the share of rows with a wrong or non-finite element, the first such row
@@ -98,9 +99,9 @@ def fused_time(first, second, x, res, rows, tr, ur, cfg, reps) -> float | str:
                 if len(rows_bad):
                     share = float(bad.float().mean())
                     why += f"; {name}: {share:.2%} elements, {len(rows_bad)} rows, first {int(rows_bad[0])}"
-        return why or tuning.time_s(lambda: pair.run(first, second, x, res, cfg), reps)
-    except Exception as exc:  # noqa: BLE001 - reported
-        return f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+        return why
+
+    return tuning.checked_time(check, lambda: pair.run(first, second, x, res, cfg), reps, x.device)
 
 
 def main(argv: list[str] | None = None) -> int:

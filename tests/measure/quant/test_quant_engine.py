@@ -181,3 +181,21 @@ def test_fused_stem_inside_the_network_agrees_with_the_cudnn_path(calibrated):
     net.stem.configure("fused")
     assert net.stem.w_gemm.shape == (64, 160)
     assert _agree(net.run_stem(x, "torch"), plain, "int8", STEM_AGREE_FRAC) is None
+
+
+def test_checked_time_times_only_what_passed_its_check():
+    """The tuner's rule (`tuning.checked_time`): a check's complaint or a raise is returned, never a time."""
+    from deepgap.measure.quant.tuning import checked_time
+
+    ran = []
+    assert checked_time(lambda: None, lambda: ran.append(1), 2, "cpu") >= 0 and ran
+    ran.clear()
+    assert (
+        checked_time(lambda: "3% of elements differ", lambda: ran.append(1), 2, "cpu")
+        == "3% of elements differ"
+    )
+
+    def boom():
+        raise ValueError("tile does not fit\nsecond line")
+
+    assert checked_time(boom, lambda: ran.append(1), 2, "cpu") == "ValueError: tile does not fit" and not ran

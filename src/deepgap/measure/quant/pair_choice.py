@@ -113,7 +113,7 @@ def _time_pair(net: QuantNet, first: str, second: str, batch: int, reps: int):
     Each tile is checked on `tuning.CHECK_BATCH` images against the exact reference first, then timed on
     the whole batch of random activations (CUDA-graph median, as every layer is).
     """
-    from deepgap.measure.quant.tuning import CHECK_BATCH, _agree, _sync, rand_act, time_s
+    from deepgap.measure.quant.tuning import CHECK_BATCH, _agree, checked_time, rand_act
 
     a, b = net.convs[first], net.convs[second]
     h, w, _ = net.shapes[a.node.out]
@@ -126,18 +126,13 @@ def _time_pair(net: QuantNet, first: str, second: str, batch: int, reps: int):
     seconds: dict[str, float | str] = {}
     best: tuple[float, Any] | None = None
     for cfg in pair.pair_configs(a.node.cin, a.node.cout, b.node.cout, a.out_fmt):
-        try:
+
+        def check(cfg=cfg) -> str | None:
             t, u = pair.run(a, b, xs, rs, cfg)
-            why = _agree(t, t_ref, a.out_fmt) or _agree(u, u_ref, b.out_fmt)
-            if why:
-                seconds[cfg.label] = why
-                continue
-            sec = time_s(lambda cfg=cfg: pair.run(a, b, x, res, cfg), reps, str(dev))
-        except Exception as exc:  # noqa: BLE001 - a failing tile is reported and skipped
-            seconds[cfg.label] = f"{type(exc).__name__}: {(str(exc) or '?').splitlines()[0][:200]}"
-            _sync(dev)
-            continue
-        seconds[cfg.label] = sec
-        if best is None or sec < best[0]:
-            best = (sec, cfg)
+            return _agree(t, t_ref, a.out_fmt) or _agree(u, u_ref, b.out_fmt)
+
+        got = checked_time(check, lambda cfg=cfg: pair.run(a, b, x, res, cfg), reps, dev)
+        seconds[cfg.label] = got
+        if not isinstance(got, str) and (best is None or got < best[0]):
+            best = (got, cfg)
     return seconds, best

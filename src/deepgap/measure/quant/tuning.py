@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import statistics
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -326,6 +327,20 @@ def candidates(net: QuantNet, name: str, batch: int, opts, backend_ok: bool) -> 
     return cands
 
 
+def checked_time(check: Callable[[], str | None], run: Callable[[], Any], reps: int, device) -> float | str:
+    """Seconds of ``run()`` (`time_s`) once ``check()`` found nothing wrong, else what it found or what raised.
+
+    The tuner's rule for every candidate it may keep (a layer's tile, a fused pair's, the benches'): checked on
+    a few images against the exact reference first, then timed on the whole batch.
+    """
+    try:
+        why = check()
+        return why if why is not None else time_s(run, reps, str(device))
+    except Exception as exc:  # noqa: BLE001 - a failing kernel is reported and skipped
+        _sync(device)
+        return f"{type(exc).__name__}: {_first_line(exc)}"
+
+
 def _best_of(net, name, cands, x, xs, res, rs, ref, batch, cb, opts):
     """(fastest (seconds, backend, config) among the candidates that pass the self-check, errors)."""
     layer = net.convs[name]
@@ -336,17 +351,12 @@ def _best_of(net, name, cands, x, xs, res, rs, ref, batch, cb, opts):
         if backend == "torch" and best is not None:
             break  # the torch path is a fallback, not a contender
         net.backend[name], net.configs[name] = backend, cfg
-        try:
-            why = _agree(net.run_conv(name, xs, cb, rs), ref, layer.out_fmt)
-            if why is None:
-                sec = time_s(lambda: net.run_conv(name, x, batch, res), opts.timing_reps, str(dev))
-                if best is None or sec < best[0]:
-                    best = (sec, backend, cfg)
-            else:
-                errors.append(f"{backend} {cfg.label if cfg else ''}: {why}")
-        except Exception as exc:  # noqa: BLE001 - a failing kernel is reported and skipped
-            errors.append(f"{backend} {cfg.label if cfg else ''}: {type(exc).__name__}: {_first_line(exc)}")
-            _sync(dev)
+        check = lambda: _agree(net.run_conv(name, xs, cb, rs), ref, layer.out_fmt)  # noqa: E731
+        got = checked_time(check, lambda: net.run_conv(name, x, batch, res), opts.timing_reps, dev)
+        if isinstance(got, str):
+            errors.append(f"{backend} {cfg.label if cfg else ''}: {got}")
+        elif best is None or got < best[0]:
+            best = (got, backend, cfg)
     return best, errors
 
 
