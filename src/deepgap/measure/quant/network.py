@@ -56,7 +56,7 @@ class QuantNet:
         """Move all weights and coefficients to ``device`` (in place); returns self."""
         s = self.stem
         s.w_half = s.w_half.to(device).contiguous(memory_format=torch.channels_last)
-        s.configure("int8pool" if s.pool_cfg else s.kernel, s.pad_channels)
+        s.configure("int8pool" if s.pool_cfg else "int8s2d" if s.super_pixels else s.kernel, s.pad_channels)
         s.alpha, s.beta = s.alpha.to(device), s.beta.to(device)
         for c in self.convs.values():
             c.to(device)
