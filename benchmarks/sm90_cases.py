@@ -29,6 +29,7 @@ from deepgap.measure.quant import (
     conv_tma,
     gemv,
     gemv_fused,
+    head_pool,
     kernels,
     l2_prefetch,
     launch,
@@ -399,6 +400,17 @@ def stem_cases() -> Iterator[Case]:
         yield f"quantize {SHORT[src]} image to super pixels" + " pdl" * pdl, run_s2d
 
 
+def head_cases() -> Iterator[Case]:
+    """The head's Triton pool (`head_pool.pool`): ResNet-50's last activation [batch·7·7, 2048], each 8-bit format."""
+    for batch, dtype, pdl in ((1, I8, False), (1, F8, False), (1, F8, True), (1024, F8, False)):
+
+        def run(batch=batch, dtype=dtype, pdl=pdl):
+            with pdl_or_not(pdl)():
+                head_pool.pool(meta(batch * 49, 2048, dtype=dtype), batch, 0.01)
+
+        yield f"pool b{batch} {SHORT.get(dtype, dtype)}" + " pdl" * pdl, run
+
+
 def linear_cases() -> Iterator[Case]:
     """The fused fp8 Linear (bert-base at batch 256 × 128 tokens): ff1 with GELU to fp8, ff2 to bf16."""
     m = 256 * 128
@@ -448,5 +460,6 @@ CASES: dict[str, Callable[[], Iterator[Case]]] = {
     "split-k": split_cases,
     "epilogue": epilogue_cases,
     "stem": stem_cases,
+    "head": head_cases,
     "linear": linear_cases,
 }

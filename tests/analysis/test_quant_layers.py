@@ -155,7 +155,7 @@ def test_head_pools_before_scaling_and_matches_the_plain_formula(dtype):
     x = raw.to(dtype) if dtype == torch.int8 else (raw.float() / 32).to(dtype)
     fmt = {torch.int8: "int8", torch.float8_e4m3fn: "fp8", torch.float16: "fp16"}[dtype]
     head = SimpleNamespace(inp="t", weight=torch.randn(10, c, generator=g), bias=torch.randn(10, generator=g))
-    net = SimpleNamespace(fmts={"t": fmt}, scales={"t": 0.037}, head=head)
+    net = SimpleNamespace(fmts={"t": fmt}, scales={"t": 0.037}, head=head, head_kernel="torch")
     got = QuantNet.run_head(net, x, batch)
     y = x.float() * (0.037 if fmt != "fp16" else 1.0)
     want = torch.nn.functional.linear(y.view(batch, hw, c).mean(1), head.weight, head.bias)

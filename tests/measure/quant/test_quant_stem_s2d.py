@@ -141,7 +141,10 @@ def test_the_s2d_stem_inside_the_network():
     assert torch.equal(net.run_stem(x, "torch"), ref)
     with pytest.raises(ValueError, match="super pixels"):
         net.run_stem(pixels, "triton")
-    assert net.to("cpu").stem.variant == "int8s2d+64x4wp2" and net.stem.w_i8.shape == (64, 256)  # moving keeps it
+    assert net.to("cpu").stem.variant == "int8s2d+64x4wp2" and net.stem.w_i8.shape == (
+        64,
+        256,
+    )  # moving keeps it
     net.stem.configure("int8", 0, (64, 4))
     assert not net.stem.super_pixels and net.stem.w_i8.shape == (64, 7 * 32)
 

@@ -51,6 +51,7 @@ class QuantNet:
     # fused pairs (`quant.pair`): a 1×1 convolution → (the 1×1 that reads its output, the pair's tile);
     # the second runs inside the first's step (`pair_choice.choose_pairs` keeps a pair where it is faster)
     pairs: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    head_kernel: str = "torch"  # the head's pool: 'torch' or 'triton' (`quant.head_pool`, chosen by time)
 
     def to(self, device) -> QuantNet:
         """Move all weights and coefficients to ``device`` (in place); returns self."""
@@ -188,17 +189,16 @@ class QuantNet:
 
         Why sum first and scale after: the pool then reads the 8-bit activation once (an exact int32
         sum for int8; fp32 accumulation otherwise) instead of writing and re-reading an fp32 copy of
-        it twice; the per-tensor scale and 1/(H·W) multiply the pooled [batch, C] vector only.
+        it twice; the per-tensor scale and 1/(H·W) multiply the pooled [batch, C] vector only. The pool is
+        torch's or one Triton kernel (``head_kernel``, `quant.head_pool`); the classifier is cuBLAS's.
         """
-        y = x.view(batch, -1, x.shape[1])
-        scale = (self.scales[self.head.inp] if self.fmts[self.head.inp] != "fp16" else 1.0) / y.shape[1]
-        if y.dtype == torch.int8:
-            pooled = y.sum(1, dtype=torch.int32).float()
-        elif y.dtype in (torch.float16, torch.float32):
-            pooled = y.sum(1, dtype=torch.float32)
-        else:  # fp8 has no reduction kernels; widening to fp16 is exact
-            pooled = y.to(torch.float16).sum(1, dtype=torch.float32)
-        return F.linear(pooled * scale, self.head.weight, self.head.bias)
+        from deepgap.measure.quant import head_pool
+
+        scale = (self.scales[self.head.inp] if self.fmts[self.head.inp] != "fp16" else 1.0) / (
+            x.shape[0] // batch
+        )
+        pooled = head_pool.pool(x, batch, scale, self.head_kernel)
+        return F.linear(pooled, self.head.weight, self.head.bias)
 
     def run_convert(self, name: str, x: torch.Tensor, backend: str) -> torch.Tensor:
         """Store a tensor again in another format."""

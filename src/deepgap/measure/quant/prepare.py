@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from deepgap.measure.quant import layers
+from deepgap.measure.quant import head_pool, layers
 from deepgap.measure.quant import tunecache as tune_cache
 from deepgap.measure.quant.calibrate import DEFAULT_METHOD, CalibrationKey, calibrate
 from deepgap.measure.quant.fold import conv_macs, resnet_graph
@@ -181,9 +181,9 @@ def prepare_quant(
     info["pairs"] = _pairs(net, batch, timings, opts, use_triton, device)
     net.stem_backend = check_stem(net, resolution, device) if use_triton else "torch"
     stem_choice = choose_stem(net, batch, resolution, device, use_triton, opts.resident_input)
-    macs = conv_macs(graph, resolution)
     stem_s = stem_choice.get("seconds", {}).get(stem_choice["chosen"])  # timed already at this batch
     info.update(
+        head=head_pool.choose(net, batch, device, use_triton, time_s),  # before the head's row times it
         layers=[t.as_dict() for t in timings],
         outside_layers=time_stem_and_head(net, batch, resolution, device, stem_s, opts.resident_input),
         n_quantized=sum(t.mode == "q" for t in timings),
@@ -191,7 +191,7 @@ def prepare_quant(
         n_converts=len(net.converts),
         stem_backend=net.stem_backend,
         stem=stem_choice,
-        macs_per_image=int(sum(macs.values())),
+        macs_per_image=int(sum(conv_macs(graph, resolution).values())),
         plan_seconds=round(time.perf_counter() - t1, 3),
     )
     run, graph_info = _make_runner(

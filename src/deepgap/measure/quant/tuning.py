@@ -184,7 +184,7 @@ def time_stem_and_head(
             batch * fc.numel() + y.numel(),
             y.numel() * y.element_size() + fc.numel() * fc.element_size(),
             (batch, fc.shape[0], fc.shape[1]),
-            "torch",
+            {"triton": "triton pool + torch"}.get(getattr(net, "head_kernel", "torch"), "torch"),
             "fp16",
         ),
     ):
