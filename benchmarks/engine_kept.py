@@ -1,9 +1,9 @@
-"""What the quant engine kept in a store's runs: the stem, split-K tiles, fused pairs or TMA 3×3 tiles.
+"""What the quant engine kept in a store's runs: the stem, the head, split-K tiles, fused pairs or TMA 3×3 tiles.
 
 Why: each A/B of an engine switch (`device_lib.sh`'s ``switch_ab``) asks a store the same question, which the
 recipes once each answered with their own inline script. One line per stored configuration.
 
-    python benchmarks/engine_kept.py STORE {stem,split,pairs,tma}
+    python benchmarks/engine_kept.py STORE {stem,head,split,pairs,tma}
 """
 
 from __future__ import annotations
@@ -15,6 +15,10 @@ import sqlite3
 
 def kept(info: dict, what: str) -> object:
     """The part of one run's ``engine_info`` that ``what`` names."""
+    if what == "head":
+        head = info.get("head", {})
+        row = [t for t in info.get("outside_layers", []) if t.get("name") == "head"]
+        return head.get("chosen"), {k: round(v * 1e6, 2) for k, v in head.get("seconds", {}).items()}, row[:1]
     if what == "stem":
         stem = info.get("stem", {})
         return stem.get("chosen"), {k: round(v * 1e3, 4) for k, v in stem.get("seconds", {}).items()}
@@ -33,7 +37,7 @@ def kept(info: dict, what: str) -> object:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("store")
-    p.add_argument("what", choices=("stem", "split", "pairs", "tma"))
+    p.add_argument("what", choices=("stem", "head", "split", "pairs", "tma"))
     a = p.parse_args()
     rows = sqlite3.connect(a.store).execute(
         "select model, precision, batch_size, extra_json from results where engine = 'quant'"
