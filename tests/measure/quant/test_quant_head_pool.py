@@ -10,7 +10,7 @@ triton = pytest.importorskip("triton")
 from sm90 import compile_sm90  # noqa: E402
 
 from deepgap.measure.quant import head_pool  # noqa: E402
-from deepgap.measure.quant.tuning import time_s  # noqa: E402
+from deepgap.measure.quant.stem_choice import choose_head  # noqa: E402
 
 
 def _rows(batch, hw, c, dtype, seed=0):
@@ -67,7 +67,7 @@ def test_inside_the_network_and_its_choice_on_the_cpu():
     ref = net.run_head(y, 2)
     net.head_kernel = "triton"
     assert torch.equal(net.run_head(y, 2), ref)  # int8: bit for bit
-    assert head_pool.choose(net, 2, "cpu", True, time_s) == {"chosen": "torch", "reason": "not on a GPU"}
+    assert choose_head(net, 2, "cpu", True) == {"chosen": "torch", "reason": "not on a GPU"}
     assert net.head_kernel == "torch"
 
 
@@ -87,7 +87,7 @@ def test_on_gpu_both_are_timed_and_the_faster_kept(precision):
     net = build(graph, precision, collect_amax(graph, calibration_images(2, 224, 0), method="max"), {}, 224)
     net = net.to("cuda")
     for batch in (1, 256):
-        info = head_pool.choose(net, batch, "cuda", True, time_s)
+        info = choose_head(net, batch, "cuda", True)
         assert set(info["seconds"]) == {"torch", "triton"}, info
         assert net.head_kernel == info["chosen"] == min(info["seconds"], key=info["seconds"].get)
         print(f"\n{precision} batch {batch}: head {info}")

@@ -1,4 +1,4 @@
-"""The head's average pool in one Triton kernel, chosen against torch's by time (`choose`).
+"""The head's average pool in one Triton kernel, chosen against torch's by time (`stem_choice.choose_head`).
 
 Why: at batch 1 the per-layer table (session 29, one H200) names the head first, 10.3 µs of ResNet-50's
 0.262 ms, for a [49, 2048] sum and a 1000 × 2048 classifier. Torch runs it as four kernels on fp8 (widen to
@@ -9,17 +9,14 @@ Unlike session 26's fused head (pool and classifier in one kernel, 125 programs 
 in a loop of loads that fed no dot: 25.6 µs against torch's 9.6, so dropped), a program here pools one block
 of channels of one image in a single load of all its positions, and the classifier stays cuBLAS's. int8
 codes sum exactly in fp32 (|Σ| ≤ 127·H·W), so int8 logits equal torch's bit for bit; fp8 and fp16 sums may
-differ from torch's in their last bit (another order). `choose` keeps this kernel only where it is faster
-at the run's batch and its logits agree with torch's.
+differ from torch's in their last bit (another order). `stem_choice.choose_head` keeps this kernel only where
+it is faster at the run's batch and its logits agree with torch's.
 """
 
 # Triton convention: compile-time (constexpr) parameters in capitals.
 # ruff: noqa: N803
 
 from __future__ import annotations
-
-from collections.abc import Callable
-from typing import Any
 
 import torch
 import triton
@@ -74,37 +71,3 @@ def pool(y: torch.Tensor, batch: int, scale: float, backend: str = "triton") -> 
         y, out, hw, c, float(torch.tensor(scale, dtype=torch.float32)), BR=rows, BC=BLOCK_C, num_warps=4
     )
     return out
-
-
-def choose(
-    net: Any, batch: int, device: str, use_triton: bool, time_s: Callable[..., float]
-) -> dict[str, Any]:
-    """Set ``net.head_kernel`` to the faster of 'torch' and 'triton' at ``batch`` whose logits agree; on CUDA only.
-
-    ``time_s`` is `tuning.time_s` (passed in: the tuner imports the network, which imports this module).
-    Returns what was timed and chosen, for ``info["head"]``.
-    """
-    from deepgap.measure.quant import layers
-
-    net.head_kernel = "torch"
-    if not str(device).startswith("cuda") or not use_triton:
-        return {"chosen": "torch", "reason": "not on a GPU" if use_triton else "needs Triton"}
-    h, w, c = net.shapes[net.head.inp]
-    y = torch.randn(batch * h * w, c, device=device).clamp(min=0).to(layers.DTYPES[net.fmts[net.head.inp]])
-    times: dict[str, float] = {}
-    rejected: dict[str, str] = {}
-    ref = None
-    for kernel in ("torch", "triton"):
-        net.head_kernel = kernel
-        try:
-            with torch.inference_mode():
-                out = net.run_head(y, batch)
-                ref = out if ref is None else ref
-                if not torch.allclose(out, ref, rtol=1e-4, atol=1e-4):
-                    rejected[kernel] = f"logits differ from torch's by {float((out - ref).abs().max()):.3g}"
-                    continue
-                times[kernel] = time_s(lambda: net.run_head(y, batch), reps=10, device=device)
-        except Exception as exc:  # noqa: BLE001 - a kernel that fails is not chosen
-            rejected[kernel] = f"{type(exc).__name__}: {exc}"[:300]
-    net.head_kernel = min(times, key=times.get) if times else "torch"
-    return {"chosen": net.head_kernel, "seconds": times, **({"rejected": rejected} if rejected else {})}

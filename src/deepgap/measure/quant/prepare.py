@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from deepgap.measure.quant import head_pool, layers
+from deepgap.measure.quant import layers
 from deepgap.measure.quant import tunecache as tune_cache
 from deepgap.measure.quant.calibrate import DEFAULT_METHOD, CalibrationKey, calibrate
 from deepgap.measure.quant.fold import conv_macs, resnet_graph
 from deepgap.measure.quant.network import QuantNet, build
 from deepgap.measure.quant.pair_choice import choose_pairs, label_layers, pairs_offered
 from deepgap.measure.quant.precompile import precompile
-from deepgap.measure.quant.stem_choice import check_stem, choose_stem
+from deepgap.measure.quant.stem_choice import check_stem, choose_head, choose_stem
 from deepgap.measure.quant.tiles import choose_modes, gemm_mode
 from deepgap.measure.quant.tuning import (  # noqa: F401 (time_s: API)
     CHECK_BATCH,
@@ -183,7 +183,7 @@ def prepare_quant(
     stem_choice = choose_stem(net, batch, resolution, device, use_triton, opts.resident_input)
     stem_s = stem_choice.get("seconds", {}).get(stem_choice["chosen"])  # timed already at this batch
     info.update(
-        head=head_pool.choose(net, batch, device, use_triton, time_s),  # before the head's row times it
+        head=choose_head(net, batch, device, use_triton),  # before the head's row times it
         layers=[t.as_dict() for t in timings],
         outside_layers=time_stem_and_head(net, batch, resolution, device, stem_s, opts.resident_input),
         n_quantized=sum(t.mode == "q" for t in timings),

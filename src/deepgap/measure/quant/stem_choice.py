@@ -3,6 +3,9 @@
 Why its own module: the stem is the one layer with several formulations (a 3-channel input suits no
 tensor-core kernel as it is), each with its own agreement rule against cuDNN's output; `prepare_quant`
 only asks for the fastest that agrees, and records what was timed and rejected in ``info["stem"]``.
+
+The head, the network's other end outside the convolutions, is chosen the same way (`choose_head`): torch's
+average pool or `quant.head_pool`'s kernel, then cuBLAS's classifier.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import torch
 from deepgap.core import switches
 from deepgap.measure.quant.network import QuantNet
 from deepgap.measure.quant.stem_pool import CONFIGS as POOL_CONFIGS
-from deepgap.measure.quant.tuning import CHECK_BATCH, _agree, _sync, time_s
+from deepgap.measure.quant.tuning import CHECK_BATCH, _agree, _sync, checked_time, time_s
 
 
 def check_stem(net: QuantNet, resolution: int, device: str) -> str:
@@ -91,6 +94,9 @@ def choose_stem(
     times: dict[str, float] = {}
     rejected: dict[str, str] = {}
     chosen: dict[str, tuple] = {}
+    pixels: dict[
+        bool, torch.Tensor
+    ] = {}  # resident input: the int8 pixels of each layout (super pixels or not)
     ref = None
     pool = pool_offered()
     for kernel, pad, cfg in STEM_VARIANTS:
@@ -111,7 +117,12 @@ def choose_stem(
             continue
         try:
             with torch.inference_mode():
-                xin = s.quantize(x, net.stem_backend) if kernel.startswith("int8") and resident else x
+                if kernel.startswith("int8") and resident:  # quantized once per layout, outside the timing
+                    if s.super_pixels not in pixels:
+                        pixels[s.super_pixels] = s.quantize(x, net.stem_backend)
+                    xin = pixels[s.super_pixels]
+                else:
+                    xin = x
                 out = net.run_stem(xin, net.stem_backend)
                 why = None if ref is None else _agree_stem(out, ref, s.out_fmt, kernel)
                 ref = out if ref is None else ref
@@ -142,3 +153,39 @@ def _agree_stem(out: torch.Tensor, ref: torch.Tensor, fmt: str, kernel: str) -> 
     o, r = out.float(), ref.float()
     rel = float((o - r).norm() / r.norm().clamp_min(1e-12))
     return None if rel <= STEM_INT8_REL else f"int8 stem: relative error {rel:.3g} > {STEM_INT8_REL}"
+
+
+def choose_head(net: QuantNet, batch: int, device: str, use_triton: bool) -> dict[str, Any]:
+    """Set ``net.head_kernel`` to the faster of 'torch' and 'triton' at ``batch`` whose logits agree; on CUDA only.
+
+    Returns what was timed and chosen, for ``info["head"]``.
+    """
+    from deepgap.measure.quant import layers
+
+    net.head_kernel = "torch"
+    if not str(device).startswith("cuda") or not use_triton:
+        return {"chosen": "torch", "reason": "not on a GPU" if use_triton else "needs Triton"}
+    h, w, c = net.shapes[net.head.inp]
+    y = torch.randn(batch * h * w, c, device=device).clamp(min=0).to(layers.DTYPES[net.fmts[net.head.inp]])
+    times: dict[str, float] = {}
+    rejected: dict[str, str] = {}
+    ref = None
+
+    def check() -> str | None:  # the first kernel's logits (torch's) are the reference
+        nonlocal ref
+        out = net.run_head(y, batch)
+        ref = out if ref is None else ref
+        if torch.allclose(out, ref, rtol=1e-4, atol=1e-4):
+            return None
+        return f"logits differ from torch's by {float((out - ref).abs().max()):.3g}"
+
+    with torch.inference_mode():
+        for kernel in ("torch", "triton"):
+            net.head_kernel = kernel
+            got = checked_time(check, lambda: net.run_head(y, batch), 10, device)
+            if isinstance(got, str):
+                rejected[kernel] = got
+            else:
+                times[kernel] = got
+    net.head_kernel = min(times, key=times.get) if times else "torch"
+    return {"chosen": net.head_kernel, "seconds": times, **({"rejected": rejected} if rejected else {})}
