@@ -72,11 +72,10 @@ def main(argv: list[str] | None = None) -> int:
                                 x, nhw, lay.w_q, 3, st, 1, lay.alpha, lay.beta, qfmt, True, cfg
                             )
 
-                        try:
-                            why = tuning._agree(fn(x[: ref_b * h * h], (ref_b, h, h)), ref, qfmt)
-                            tma[cfg.label] = why or tuning.time_s(fn, args.reps)
-                        except Exception as exc:  # noqa: BLE001 - reported
-                            tma[cfg.label] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+                        def check(fn=fn, x=x, h=h, ref_b=ref_b, ref=ref, qfmt=qfmt):
+                            return tuning._agree(fn(x[: ref_b * h * h], (ref_b, h, h)), ref, qfmt)
+
+                        tma[cfg.label] = tuning.checked_time(check, fn, args.reps, "cuda")
                     times = {k: v for k, v in tma.items() if isinstance(v, float)}
                     best = min(times.items(), key=lambda kv: kv[1]) if times else (None, None)
                     row = {"layer": name, "batch": batch, "precision": qfmt, "grouped_s": grouped_s,

@@ -73,14 +73,16 @@ def best_alone(layer, x, res, reps: int, nhw=None) -> tuple[float, str, list[str
             return launch(x, shape, layer.w_q, k, s, p, layer.alpha, layer.beta, layer.out_fmt, n.relu, cfg, res,
                           layer.gamma)  # fmt: skip
 
-        try:
-            why = tuning._agree(fn(x[:rows], r_ref, shape=ref_nhw), ref, layer.out_fmt)
-            if why:
-                errors.append(f"{cfg.label}: {why}")
-                continue
-            best = min(best, (tuning.time_s(fn, reps), cfg.label))
-        except Exception as exc:  # noqa: BLE001 - reported
-            errors.append(f"{cfg.label}: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
+        got = tuning.checked_time(
+            lambda fn=fn: tuning._agree(fn(x[:rows], r_ref, shape=ref_nhw), ref, layer.out_fmt),
+            fn,
+            reps,
+            x.device,
+        )
+        if isinstance(got, str):
+            errors.append(f"{cfg.label}: {got}")
+        else:
+            best = min(best, (got, cfg.label))
     return best[0], best[1], errors
 
 
