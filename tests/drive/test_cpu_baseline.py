@@ -62,6 +62,15 @@ def test_the_default_plan_on_a_gpu_machine_ends_with_the_host_cpu(monkeypatch):
     assert [c.key for c in expand(again, "cuda")] == [c.key for c in rows]
 
 
+def test_a_text_models_host_cpu_rows_are_text_rows_at_the_shortest_sequence(monkeypatch):
+    """Its rows carry ``seq_len`` (seq/s and tokens/s in every view, ratios like with like), at the sweep's
+    shortest length; before, they were planned as image rows of 128 "px"."""
+    spec = _spec(monkeypatch, "--models", "bert-base,resnet50", "--seq-lens", "384,128", "--batch-sizes", "8")
+    cpu = [c for c in expand(spec, "cuda") if c.device == "cpu"]
+    assert {(c.seq_len, c.resolution) for c in cpu if c.model == "bert-base"} == {(128, 128)}
+    assert {(c.seq_len, c.resolution) for c in cpu if c.model == "resnet50"} == {(None, 224)}
+
+
 def test_no_cpu_baseline_and_device_cpu_plan_no_host_cpu_part(monkeypatch):
     assert not [c for c in expand(_spec(monkeypatch, "--no-cpu-baseline"), "cuda") if c.device == "cpu"]
     cpu_run = _spec(monkeypatch, "--device", "cpu", gpu=True, cores=4)  # --device cpu alone stays as it was

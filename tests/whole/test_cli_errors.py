@@ -9,6 +9,19 @@ from deepgap.cli import main
 from deepgap.store import SCHEMA_VERSION, Store
 
 BASE = ["run", "--models", "tinycnn", "--batch-sizes", "1", "--iterations", "1", "--device", "cpu"]
+TEXT = [
+    "run",
+    "--models",
+    "tinybert",
+    "--seq-lens",
+    "64",
+    "--batch-sizes",
+    "1",
+    "--iterations",
+    "1",
+    "--device",
+    "cpu",
+]
 
 
 def _store(tmp_path):
@@ -122,6 +135,32 @@ CASES = [
             + ["--store", _store(t)]
         ),
         "already on the device",
+    ),
+    # a mixed-length text input (issue 50): its lengths, a text model, lengths within the sequence length
+    (
+        "packed without lengths",
+        lambda t: TEXT + ["--inputs", "packed", "--store", _store(t)],
+        "--seq-len-dist",
+    ),
+    (
+        "lengths without packed",
+        lambda t: TEXT + ["--seq-len-dist", "uniform:8:64", "--store", _store(t)],
+        "none is asked for",
+    ),
+    (
+        "packed on an image model",
+        lambda t: BASE + ["--inputs", "packed", "--seq-len-dist", "uniform:8:64", "--store", _store(t)],
+        "applies to text models",
+    ),
+    (
+        "lengths past the sequence length",
+        lambda t: TEXT + ["--inputs", "packed", "--seq-len-dist", "uniform:8:100", "--store", _store(t)],
+        "longer than tinybert's sequence length 64",
+    ),
+    (
+        "malformed lengths",
+        lambda t: TEXT + ["--inputs", "padded", "--seq-len-dist", "uniform:8", "--store", _store(t)],
+        "malformed",
     ),
 ]
 

@@ -2,36 +2,14 @@
 describes, on a GPU and for the CPU smoke (tinybert). Its DRY mode prints them; nothing runs here.
 The smoke itself (SMOKE=1, real runs on a CPU) was run by hand: docs/transformers.md says how."""
 
-import argparse
-import os
-import subprocess
-
 from repo_paths import BENCHMARKS
-
-from deepgap.commands.run import add_arguments, build_spec
-from deepgap.drive.config import validate
-from deepgap.drive.plan import expand
+from script_plan import dry_plan
 
 SCRIPT = BENCHMARKS / "transformers_preset.sh"
 
 
 def _plan(smoke: bool) -> list:
-    env = {**os.environ, "DRY": "1", "SMOKE": "1" if smoke else "0"}
-    out = subprocess.run(
-        ["bash", str(SCRIPT), "preset", "gputests"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=SCRIPT.parent.parent,
-    ).stdout.splitlines()
-    assert len(out) == 1
-    p = argparse.ArgumentParser()
-    add_arguments(p)
-    args = p.parse_args(out[0].split())
-    assert args.store.endswith("/preset.sqlite")
-    spec = validate(build_spec(args))
-    return expand(spec, spec.device)
+    return dry_plan(SCRIPT, ["preset", "gputests"], smoke, "/preset.sqlite")
 
 
 def test_the_preset_step_plans_the_headline_configurations():

@@ -37,8 +37,8 @@ from deepgap.analysis.flags import (
     telemetry_of,
 )
 from deepgap.core.guards import rate_flag
-from deepgap.core.records import INPUT_MODE_LABELS, input_name
-from deepgap.core.result_details import ResultDetails
+from deepgap.core.records import input_kind, input_mode_label, input_name
+from deepgap.core.result_details import ResultDetails, real_tokens
 from deepgap.core.stats import bootstrap_ci
 from deepgap.core.stats import finite_or_none as _num
 
@@ -100,6 +100,7 @@ NUMBER_COLS = [
     "top1_n",
     "flops_per_image",
     "params",
+    "tokens_per_sample",
 ]
 
 
@@ -124,6 +125,9 @@ def prepare(results: pd.DataFrame) -> pd.DataFrame:
     df["seq_len"] = [tokens.seq_len_of(s) for s in df.get("seq_len", [None] * len(df))]
     df["input_mode"] = [input_mode_cell(m) for m in df.get("input_mode", [""] * len(df))]
     extras = [ResultDetails.of(e) for e in df["extra"]] if "extra" in df else [ResultDetails()] * len(df)
+    real = [real_tokens(e) for e in extras]  # a mixed-length text batch's (the store's frame has it already)
+    if "tokens_per_sample" not in df and any(v == v for v in real):  # only then: other frames are unchanged
+        df["tokens_per_sample"] = real
     precs = df["precision"] if "precision" in df else [""] * len(df)
     df["flags"] = [
         row_flags(e) + accuracy.flags(p, e) for e, p in zip(extras, precs, strict=True)
@@ -310,6 +314,8 @@ def _tail_energy_accuracy(row: dict, used: pd.DataFrame, at: Any, num: _Numbers,
     # the same seeded check inputs in every sweep: n is one measurement's, not their sum
     row["top1_n"] = num.of(at, "min", "top1_n")
     row["check_weights"] = ",".join(sorted({str(w) for w in used.get("check_weights", []) if w}))
+    if "tokens_per_sample" in used:  # a mixed-length text batch: the same seeded batch in every sweep
+        row["tokens_per_sample"] = num.of(at, "median", "tokens_per_sample")
     row.update(tokens.per_token(row))  # from the aggregated samples/s and J/sample
     row["flops_per_image"] = num.of(at, "median", "flops_per_image")
     row["params"] = num.of(at, "median", "params")
@@ -340,7 +346,7 @@ def config_label(row: dict[str, Any] | pd.Series, with_platform: bool = True, wi
         parts.append("incl. H2D copy")
     mode = input_mode_cell(row.get("input_mode"))
     if mode:
-        parts.append(f"{mode} input ({INPUT_MODE_LABELS.get(mode, mode)})")
+        parts.append(f"{input_kind(mode)} input ({input_mode_label(mode)})")
     text = " ".join(parts)
     if with_platform:
         text += f" on {row['platform']} ({row['device']})"

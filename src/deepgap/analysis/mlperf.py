@@ -25,7 +25,7 @@ import pandas as pd
 
 from deepgap.analysis.frame import is_default_input
 from deepgap.analysis.tables import best_rows
-from deepgap.core.records import INPUT_MODE_LABELS
+from deepgap.core.records import INPUT_MODE_LABELS, input_kind, input_lengths
 
 # BERT-99's input: SQuAD v1.1 at up to 384 tokens, padding removed; 54% of the tokens of a padded batch are
 # padding (an abstract on removing BERT's padding, https://openreview.net/forum?id=3nzKUh9a4M)
@@ -146,6 +146,47 @@ RESIDENT_NOTE = (
     f"{INPUT_MODE_LABELS['int8-resident']}: the images were quantized and placed on the device before timing, "
     "as MLPerf Inference times them; a deployment still pays that step, so this is never the answer"
 )
+PACKED_NOTE = (
+    "packed: sequences of mixed lengths (--seq-len-dist) with the padding removed, as MLPerf's BERT runs "
+    "SQuAD; another workload than full-length sequences, so beside the answer, never it"
+)
+PADDED_NOTE = (
+    "padded: the packed rows' lengths padded to each batch's longest, padded keys masked; tokens/s counts "
+    "real tokens only, so packed over padded is what removing the padding gains; never the answer"
+)
+_NOTES = {"int8-resident": RESIDENT_NOTE, "packed": PACKED_NOTE, "padded": PADDED_NOTE}
+
+
+def mode_note(mode: Any) -> str:
+    """What a row of input mode ``mode`` is (`deepgap.core.records.INPUT_MODES`), and why it is not the answer."""
+    kind = input_kind(mode)
+    return _NOTES.get(kind, f"{kind}: {INPUT_MODE_LABELS.get(kind, kind)}")
+
+
+def mode_anchor_lines(platform: str, model: str, row: dict[str, Any]) -> list[str]:
+    """MLPerf's numbers beside a row of another input mode: the like-for-like anchor of its kind, if any.
+
+    int8-resident: the ResNet-50 anchors (`anchor_lines`). packed: BERT-99's at the row's sequence length,
+    with both sides' lengths named (MLPerf's SQuAD, the row's ``--seq-len-dist``) and the row's sequences/s
+    over the Offline number. padded: none (its like-for-like is the packed row beside it).
+    """
+    kind = input_kind(row.get("input_mode"))
+    if kind == "int8-resident":
+        return anchor_lines(platform, model, row.get("throughput_ips"))
+    seq = int(row.get("seq_len") or 0)
+    if kind != "packed" or not seq:
+        return []
+    found, _ = anchors_for(platform, model, seq)
+    mean = row.get("tokens_per_sample")
+    lengths = f"{input_lengths(row.get('input_mode'))}" + (
+        f", mean {float(mean):.1f} tokens" if mean == mean and mean else ""
+    )
+    out = []
+    for a in found:
+        x = _over(row.get("throughput_ips"), a) if a.scenario == "Offline" else None
+        ratio = f" — this row is {x} of it in sequences/s" if x else ""
+        out.append(f"{a.label()}; padding removed on both sides, this row's lengths {lengths}{ratio}")
+    return out
 
 
 def resident_best(agg: pd.DataFrame) -> list[dict[str, Any]]:

@@ -33,6 +33,7 @@ from deepgap.analysis.frame import (
 )
 from deepgap.core.errors import UsageError
 from deepgap.core.guards import RATE_REASON, is_rate_flag
+from deepgap.core.records import INPUT_MODE_LABELS, TEXT_INPUTS, input_kind
 
 OBJECTIVES = {
     "throughput": "highest images/s",
@@ -47,6 +48,17 @@ _TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 RESIDENT_REASON = (
     "resident input (int8 images in GPU memory, MLPerf-like): shown beside the answer, not as it"
 )
+TEXT_INPUT_REASON = (
+    "{kind} input (mixed lengths, {label}): another workload, shown beside the answer, not as it"
+)
+
+
+def other_input_reason(mode: Any) -> str:
+    """Why a row of another input mode is not a candidate: the resident input's reason, or a text input's."""
+    kind = input_kind(mode)
+    if kind in TEXT_INPUTS:
+        return TEXT_INPUT_REASON.format(kind=kind, label=INPUT_MODE_LABELS[kind])
+    return RESIDENT_REASON
 
 
 def parse_duration_s(text: str, flag: str = "--slo-p99") -> float:
@@ -189,7 +201,7 @@ def recommend(
         meets, misses = [], []
         for row in grp.to_dict("records"):
             if input_mode_cell(row.get("input_mode")):  # another kind of number: beside the answer, never it
-                reason = RESIDENT_REASON
+                reason = other_input_reason(row.get("input_mode"))
             elif row["flagged"]:
                 reason = "flagged: " + ", ".join(row["flags"])
             elif _objective_value(row, objective) is None:

@@ -185,6 +185,8 @@ def table1(agg: pd.DataFrame) -> pd.DataFrame:
                 for k in ("seq_len", "tokens_per_s", "tokens_ci_low_per_s", "tokens_ci_high_per_s")
             }
         )  # text models (analysis.tokens)
+        if "tokens_per_sample" in r:  # a frame with a mixed-length text batch: its real tokens per sequence
+            row["tokens_per_sample"] = r["tokens_per_sample"]
         flops = r.get("flops_per_image")
         row["achieved_tflops"] = r["throughput_ips"] * flops / 1e12 if flops and flops == flops else np.nan
         row["pct_of_peak"] = _pct_of_peak(row["platform"], row["precision"], row["achieved_tflops"])

@@ -55,7 +55,14 @@ _GRID_FLAGS = {
         "inputs",
         lambda t: parse_str_list(t, "--inputs"),
         f"input modes, each its own rows: {','.join(INPUT_MODES)} (int8 images resident in GPU "
-        "memory, MLPerf-like; quant engine) (default: default)",
+        "memory, MLPerf-like; quant engine | text models' mixed lengths from --seq-len-dist, padding "
+        "removed or padded to the batch's longest) (default: default)",
+    ),
+    "seq_len_dist": (
+        "seq_len_dist",
+        str,
+        "lengths of --inputs packed/padded: fixed:L, uniform:LO:HI or L1:W1,L2:W2 (weighted), each at "
+        "most the sequence length",
     ),
     "workload": (
         "workload",

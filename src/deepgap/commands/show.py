@@ -213,16 +213,19 @@ def _print_resident(df, console) -> None:
     """What a resident-input row is, and MLPerf's number with its conditions where the GPU has one."""
     if df.empty or "input_mode" not in df or not df["input_mode"].astype(bool).any():
         return
-    from deepgap.analysis.mlperf import RESIDENT_NOTE, anchor_lines
+    from deepgap.analysis.mlperf import anchor_lines, mode_note
+    from deepgap.core.records import input_kind
 
-    console.print(f"int8-resident rows: {RESIDENT_NOTE}")
     ok = df[df["input_mode"].astype(bool) & (df["status"] == "ok")]
+    for kind, mode in {input_kind(m): m for m in df["input_mode"] if m}.items():
+        console.print(f"{kind} rows: {mode_note(mode)}")
+    resident = ok[[input_kind(m) == "int8-resident" for m in ok["input_mode"]]]
     for platform, model in sorted(
         {
             (str(p), str(m))
             for p, m in zip(
-                ok["device_name"].where(ok["device_name"].astype(bool), ok["device"]),
-                ok["model"],
+                resident["device_name"].where(resident["device_name"].astype(bool), resident["device"]),
+                resident["model"],
                 strict=True,
             )
         }

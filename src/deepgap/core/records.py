@@ -43,13 +43,58 @@ KEY_ONLY_FIELDS = ("seq_len", "input_mode", "input_len", "output_len")
 # device memory, in the engine's own layout (MLPerf Inference's closed-division condition: its
 # preprocessing is untimed); the engine makes that input once, outside the timed window. A resident row is
 # a configuration of its own: no view pools it with a default row, and it is never the answer.
-INPUT_MODES = ("default", "int8-resident")
-INPUT_MODE_LABELS = {"int8-resident": "int8 images resident in GPU memory, MLPerf-like"}
+#
+# A text model's batch of mixed lengths (`TEXT_INPUTS`): its sequences' lengths are drawn, seeded, from the
+# sweep's ``seq_len_dist`` (``--seq-len-dist``, the serve syntax; each length at most ``seq_len``), and the
+# stored mode names them, "packed:uniform:64:384": rows of two distributions are two configurations.
+# "packed": padding removed, every sequence's tokens end to end (MLPerf BERT's condition: its SQuAD
+# sequences are padding-free); "padded": the same lengths padded to the batch's longest, padded keys
+# masked (what a batch costs without removal). Tokens/s counts real tokens only (``tokens_per_sample``).
+TEXT_INPUTS = ("packed", "padded")
+INPUT_MODES = ("default", "int8-resident", *TEXT_INPUTS)
+INPUT_MODE_LABELS = {
+    "int8-resident": "int8 images resident in GPU memory, MLPerf-like",
+    "packed": "padding removed, sequences packed end to end, MLPerf-like",
+    "padded": "padded to the batch's longest sequence, padded keys masked",
+}
 
 
-def spec_input_mode(name: str | None) -> str | None:
-    """A sweep's input name as a `ConfigSpec.input_mode`: "default" (or nothing) is None."""
-    return None if not name or name == "default" else name
+def spec_input_mode(name: str | None, seq_len_dist: str | None = None) -> str | None:
+    """A sweep's input name as a `ConfigSpec.input_mode`: "default" (or nothing) is None.
+
+    A text input (`TEXT_INPUTS`) carries its lengths' distribution: ``packed`` and ``uniform:64:384`` give
+    "packed:uniform:64:384".
+    """
+    if not name or name == "default":
+        return None
+    return f"{name}:{seq_len_dist}" if name in TEXT_INPUTS and seq_len_dist else name
+
+
+def input_kind(mode: Any) -> str:
+    """The input mode's kind: "default", "int8-resident", or a text input's "packed"/"padded"."""
+    name = input_name(mode)
+    head = name.split(":", 1)[0]
+    return head if head in TEXT_INPUTS else name
+
+
+def is_resident(mode: Any) -> bool:
+    """Whether an input mode is made on the device by the engine (int8-resident), not a batch it is given."""
+    return input_kind(mode) == "int8-resident"
+
+
+def input_lengths(mode: Any) -> str | None:
+    """A text input's distribution of lengths ("packed:uniform:64:384" → "uniform:64:384"); else None."""
+    name = input_name(mode)
+    head, _, dist = name.partition(":")
+    return dist if head in TEXT_INPUTS and dist else None
+
+
+def input_mode_label(mode: Any) -> str:
+    """What an input mode means, for a view: its label, and a text input's lengths."""
+    kind = input_kind(mode)
+    label = INPUT_MODE_LABELS.get(kind, kind)
+    dist = input_lengths(mode)
+    return f"lengths {dist}, {label}" if dist else label
 
 
 def input_name(mode: Any) -> str:

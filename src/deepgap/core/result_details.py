@@ -303,6 +303,28 @@ class Decode(JsonRecord):
 
 
 @dataclass
+class TextBatch(JsonRecord):
+    """A mixed-length text batch's make-up (``--inputs packed``/``padded``, `deepgap.core.records.TEXT_INPUTS`).
+
+    Why stored: tokens/s and J/token count real tokens (``tokens_per_sample``), not the sequence length,
+    and what padding cost shows as the padded row's ``padded_tokens_per_sample`` against it.
+    """
+
+    lengths: str = ""  # the distribution the batch was drawn from, as ``--seq-len-dist`` spells it
+    tokens_per_sample: float | None = None  # real tokens per sequence of the timed batch (its mean length)
+    padded_tokens_per_sample: float | None = None  # tokens each sequence is computed over (packed: as real)
+    longest: int | None = None  # the batch's longest sequence (the padded width)
+    attention: str | None = None  # how attention ran over the batch (varlen kernel, padded SDPA with a mask)
+
+
+def real_tokens(details: Any) -> float:
+    """A row's real tokens per sequence where its batch had mixed lengths (`TextBatch`), else NaN."""
+    text = getattr(details, "text_batch", None)
+    v = getattr(text, "tokens_per_sample", None)
+    return float(v) if isinstance(v, int | float) and v > 0 else float("nan")
+
+
+@dataclass
 class ResultDetails(JsonRecord):
     """Everything a `records.Result` carries beyond its statistics; the field order is the write order."""
 
@@ -315,6 +337,7 @@ class ResultDetails(JsonRecord):
         "device_mem_used": DeviceMemUsed,
         "accuracy": Accuracy,
         "decode": Decode,
+        "text_batch": TextBatch,
     }
 
     traceback: str | None = None  # a failed configuration's traceback
@@ -338,6 +361,7 @@ class ResultDetails(JsonRecord):
     attempts: int | None = None  # fleet (Ray): submissions of the task
     lost: list[str] | None = None  # fleet (Ray): why earlier submissions were lost
     decode: Decode | None = None  # a decode configuration's figures (`Decode`)
+    text_batch: TextBatch | None = None  # a mixed-length text input's make-up (`TextBatch`)
 
     def _written(self, name: str) -> bool:
         if name == "ci_halfwidth_rel" and self.keys_read is None:

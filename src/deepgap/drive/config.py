@@ -70,6 +70,9 @@ class SweepSpec:
     # how the timed input is given (`deepgap.core.records.INPUT_MODES`): "default" (a float batch on the
     # device) and/or "int8-resident" (int8 images already in GPU memory, MLPerf-like), each its own rows
     inputs: tuple[str, ...] = ("default",)
+    # a text input's lengths (`deepgap.core.lengths`; "uniform:64:384", the serve syntax): what "packed" and
+    # "padded" (`deepgap.core.records.TEXT_INPUTS`) draw each batch's sequence lengths from
+    seq_len_dist: str | None = None
     warmup: int = 20
     iterations: int = 100
     repeats: int = 3
@@ -158,7 +161,7 @@ def validate(spec: SweepSpec) -> SweepSpec:
     from deepgap.measure.engines.catalog import engine_info
     from deepgap.measure.llm_workload import check_workload
     from deepgap.measure.models import resolve_model
-    from deepgap.measure.models.inputs import check_seq_lens
+    from deepgap.measure.models.inputs import check_seq_lens, check_text_inputs
 
     if not spec.models:
         raise UsageError("no models given", "pass e.g. --models resnet50 (see `deepgap list models`)")
@@ -195,6 +198,7 @@ def validate(spec: SweepSpec) -> SweepSpec:
     if not spec.memory_formats:
         raise UsageError("no memory formats given", "pass --memory-formats nchw")
     _validate_inputs(spec)
+    check_text_inputs(spec.models, spec.seq_lens, spec.inputs, spec.seq_len_dist, spec.workload)
     _validate_engine_axes(spec)
     check_workload(spec)  # before the engine pairs: decode names its own engines and precisions
     check_pairs(spec)
@@ -259,7 +263,7 @@ def _validate_inputs(spec: SweepSpec) -> None:
     for i in spec.inputs:
         if i not in INPUT_MODES:
             raise UsageError(f"unknown input {i!r}", f"choose from {', '.join(INPUT_MODES)} (--inputs)")
-    resident = [i for i in spec.inputs if i != "default"]
+    resident = [i for i in spec.inputs if i == "int8-resident"]
     if resident and spec.include_transfer:
         raise UsageError(
             f"--include-transfer times a host→device copy, but the {resident[0]} input is already on the device",

@@ -23,7 +23,7 @@ import itertools
 import os
 import random
 
-from deepgap.core.records import ConfigSpec, spec_input_mode
+from deepgap.core.records import TEXT_INPUTS, ConfigSpec, spec_input_mode
 from deepgap.drive import presets
 from deepgap.drive.config import SweepSpec
 from deepgap.drive.presets import CPU_BASELINE_INT8_ENGINE, CPU_BASELINE_SCALING_MODEL, cpu_baseline_spec
@@ -94,6 +94,9 @@ def host_cpu(spec: SweepSpec) -> list[ConfigSpec]:
     out: list[ConfigSpec] = []
 
     def add(model: str, engine: str, precision: str, bs: int, threads: int) -> None:
+        entry = resolve_model(model)
+        # a text model at the sweep's shortest sequence (a CPU's fp32 encoder is slow), as a text row: seq_len set
+        seq = min(spec.seq_lens or (entry.default_resolution,)) if entry.is_text else None
         c = ConfigSpec(
             model=model,
             engine=engine,
@@ -101,7 +104,8 @@ def host_cpu(spec: SweepSpec) -> list[ConfigSpec]:
             batch_size=bs,
             device="cpu",
             threads=threads,
-            resolution=spec.resolution or resolve_model(model).default_resolution,
+            resolution=seq or spec.resolution or entry.default_resolution,
+            seq_len=seq,
         )
         if c not in out:
             out.append(c)
@@ -142,6 +146,8 @@ def _expand_device(spec: SweepSpec, device: str) -> list[ConfigSpec]:
             entry = resolve_model(model)
             if entry.is_text and mf != per[engine]["memory_formats"][0]:
                 continue  # a token batch has no memory format: one group per engine, stored as "nchw"
+            if inp in TEXT_INPUTS and not entry.is_text:
+                continue  # an image has no sequence lengths: a mixed-length input is a text model's only
             for size, seq, lens in _points(spec, entry):
                 for bs in sorted(set(per[engine]["batch_sizes"])):
                     out.append(
@@ -157,7 +163,7 @@ def _expand_device(spec: SweepSpec, device: str) -> list[ConfigSpec]:
                             sweep=sweep,
                             include_transfer=spec.include_transfer,
                             seq_len=seq,
-                            input_mode=spec_input_mode(inp),
+                            input_mode=spec_input_mode(inp, spec.seq_len_dist),
                             input_len=lens[0] if lens else None,
                             output_len=lens[1] if lens else None,
                         )

@@ -33,7 +33,11 @@ def result_line(ev: Event) -> str:
     if r.status == Status.OK and r.latency:
         ci = "" if r.ci_met is None else (" ci✓" if r.ci_met else " ci✗")
         seq = getattr(ev.spec, "seq_len", None)
-        tokens = f" ({r.throughput_ips * seq:,.0f} tokens/s)" if seq else ""  # a text model's work
+        text = (
+            r.details.text_batch if r.details is not None else None
+        )  # a mixed-length batch: its real tokens
+        per = text.tokens_per_sample if text is not None and text.tokens_per_sample else seq
+        tokens = f" ({r.throughput_ips * per:,.0f} tokens/s)" if seq else ""  # a text model's work
         return (
             f"{ev.spec.label()}: {r.throughput_ips:,.1f} {rate_unit(ev.spec)}{tokens}, "
             f"median {_latency_text(r.latency.median_s, ev.spec.batch_size, seq)}, {tail_text(r.latency)}{ci}"

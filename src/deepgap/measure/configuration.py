@@ -23,7 +23,7 @@ import torch
 
 from deepgap.core import guards, stats
 from deepgap.core.precision import DeviceCaps
-from deepgap.core.records import ConfigSpec, Result, Status
+from deepgap.core.records import ConfigSpec, Result, Status, is_resident
 from deepgap.core.result_details import (
     Correctness,
     DeviceMemUsed,
@@ -32,14 +32,22 @@ from deepgap.core.result_details import (
     ResultDetails,
     Window,
 )
-from deepgap.measure import correctness
+from deepgap.measure import correctness, text_input
 from deepgap.measure.device import CudaEventClock
 from deepgap.measure.engines import get_engine
 from deepgap.measure.protocol import MeasureRequest, StatusError
 from deepgap.measure.resident import resident_input
 from deepgap.measure.telemetry.measuring import MeasureTelemetry
 from deepgap.measure.timing import HostClock, ok_result, run_protocol
-from deepgap.measure.worker import WorkerState, failure, handles, inputs_for, nvml_used_bytes, true_peak
+from deepgap.measure.worker import (
+    CORRECTNESS_IMAGES,
+    WorkerState,
+    failure,
+    handles,
+    inputs_for,
+    nvml_used_bytes,
+    true_peak,
+)
 
 
 def check_devices(spec: ConfigSpec, caps: DeviceCaps, x: Any, prepared: Any, clock: Any) -> None:
@@ -119,6 +127,9 @@ class _Prepared:
     k: int  # reference rows at the head of the batch
     step: Callable[[], Any]
     prepare_peak: MemoryPeaks | None
+    text: Any = None  # a mixed-length text input's batch (`text_input`), else None
+    packed: Any = None  # its packed layout on the model (the attention it ran)
+    flops_ratio: float | None = None  # its FLOPs per sequence over a full-length sequence's
 
 
 def _measure(state: WorkerState, req: MeasureRequest) -> Result:
@@ -135,7 +146,8 @@ def _measure(state: WorkerState, req: MeasureRequest) -> Result:
     torch.set_num_threads(spec.threads or state.default_threads)  # never inherit the last configuration's
     torch.backends.cudnn.benchmark = req.cudnn_benchmark
     facts = state.model_facts(spec.model, spec.resolution, req.weights, req.seed)  # FLOPs, params, sha
-    ref_x, ref_y = state.reference(spec.model, spec.resolution, req.weights, req.seed)
+    lengths = text_input.reference_lengths(spec, CORRECTNESS_IMAGES)  # () but for a mixed-length text input
+    ref_x, ref_y = state.reference(spec.model, spec.resolution, req.weights, req.seed, lengths)
     p = _prepare(state, req, engine, ref_x)
     cuda = state.caps.kind == "cuda"
     with torch.inference_mode():
@@ -183,10 +195,15 @@ def _prepare(state: WorkerState, req: MeasureRequest, engine: Any, ref_x: Any) -
     if cuda:
         torch.cuda.reset_peak_memory_stats(spec.device)
     x_host, k = inputs_for(spec, ref_x, torch.float32)
+    text = text_input.batch_of(spec, ref_x.shape[0])
+    packed = ratio = None
+    if text is not None:  # the model packs or masks this batch itself; its ids are each row cut to its length
+        x_host = text_input.apply(model, text, x_host)
+        packed, ratio = getattr(model, "packed", None), text_input.flops_ratio(model, text, spec.resolution)
     prepared = engine.prepare(model, spec, x_host)
     del model
     x_src = None
-    if spec.input_mode:  # the engine's resident input, made once here, outside the timed window
+    if is_resident(spec.input_mode):  # the engine's resident input, made once here, outside the timed window
         x = resident_input(spec, prepared, x_host.to(spec.device))
     else:
         if x_host.is_floating_point():  # a text model's token ids stay int64
@@ -215,7 +232,7 @@ def _prepare(state: WorkerState, req: MeasureRequest, engine: Any, ref_x: Any) -
         def step():
             return run(x)
 
-    return _Prepared(prepared, x, x_src, k, step, prepare_peak)
+    return _Prepared(prepared, x, x_src, k, step, prepare_peak, text, packed, ratio)
 
 
 def _timed_result(req: MeasureRequest, facts: tuple, timings: Any, p: _Prepared, agreement: Any) -> Result:
@@ -231,7 +248,7 @@ def _timed_result(req: MeasureRequest, facts: tuple, timings: Any, p: _Prepared,
         cv_repeats=stats.coefficient_of_variation([float(np.median(s)) for s in timings.samples_s]),
         target_ci=req.protocol.target_ci,
         ci_met=timings.ci_met,
-        flops_per_image=flops,
+        flops_per_image=flops * p.flops_ratio if flops is not None and p.flops_ratio is not None else flops,
         params=params,
         weights_sha=sha,
         samples_s=timings.samples_s,
@@ -244,7 +261,9 @@ def _timed_result(req: MeasureRequest, facts: tuple, timings: Any, p: _Prepared,
         ci_halfwidth_rel=timings.ci_halfwidth_rel,
         torch_threads=torch.get_num_threads(),
     )
-    if spec.input_mode:  # say what was timed: the engine's resident input, made before the timed window
+    if p.text is not None:
+        result.details.text_batch = text_input.details(p.text, p.packed, spec)
+    if is_resident(spec.input_mode):  # say what was timed: the engine's resident input, made before timing
         result.details.transfer = f"none: {spec.input_mode} input made on the device before timing"
     elif spec.include_transfer:  # say what was timed: on a CPU device there is no host→device copy
         result.details.transfer = (

@@ -87,7 +87,7 @@ class WorkerState:
         self.device = device
         self.caps = device_caps(device)
         self.models: dict[tuple[str, int, str | None, int], Any] = {}
-        self.refs: dict[tuple[str, int, str | None, int], tuple[Any, Any]] = {}
+        self.refs: dict[tuple[Any, ...], tuple[Any, Any]] = {}
         self.flops: dict[tuple[str, int, str | None, int], tuple[float | None, int, str]] = {}
         self.telemetry: dict[str, Any] = {}  # telemetry backends by name, opened on first use
         self.held: dict[str, Any] = {}  # what a handler keeps for the next requests (the serving executor)
@@ -119,14 +119,24 @@ class WorkerState:
         """`reference`'s inputs alone: CORRECTNESS_IMAGES seeded images (or a text model's token ids)."""
         return example_batch(name, CORRECTNESS_IMAGES, res, torch.Generator().manual_seed(seed + 1))
 
-    def reference(self, name: str, res: int, weights: str | None, seed: int):
-        """Fixed inputs (CORRECTNESS_IMAGES rows, seeded) and the fp32 eager logits on the CPU."""
-        key = (name, res, weights, seed)
+    def reference(self, name: str, res: int, weights: str | None, seed: int, lengths: tuple[int, ...] = ()):
+        """Fixed inputs (CORRECTNESS_IMAGES rows, seeded) and the fp32 eager logits on the CPU.
+
+        ``lengths``: a mixed-length text input's reference rows (`deepgap.measure.models.text_batch`): row i
+        is run alone, cut to its length, through the model's plain path, so the packed or masked batch is
+        checked against arithmetic that never packs or masks. The last two references stay cached (a
+        sweep alternates a model's full-length and mixed-length rows).
+        """
+        key = (name, res, weights, seed, lengths)
         if key not in self.refs:
             x = self.reference_inputs(name, res, seed)
             m = self.model(name, res, weights, seed)
             with torch.inference_mode():  # one image at a time: small memory, any batch-size limit
-                self.refs = {key: (x, torch.cat([m(x[i : i + 1]).float() for i in range(x.shape[0])]))}
+                rows = [x[i : i + 1, : lengths[i]] if lengths else x[i : i + 1] for i in range(x.shape[0])]
+                self.refs = {
+                    **dict(list(self.refs.items())[-1:]),
+                    key: (x, torch.cat([m(r).float() for r in rows])),
+                }
         return self.refs[key]
 
 

@@ -31,11 +31,16 @@ def fmt_ips(v: Any) -> str:
 
 
 def fmt_tokens(r: dict[str, Any]) -> str:
-    """A text model's tokens/s with its sequence length, '123,456.0 at seq 128'; '' for an image model."""
+    """A text model's tokens/s with its sequence length, '123,456.0 at seq 128'; '' for an image model.
+
+    A mixed-length batch's real tokens are its mean length: '123,456.0 at mean length 177.3 of seq 384'.
+    """
     seq = r.get("seq_len")
     if not _ok(seq) or not float(seq) > 0:
         return ""
-    return f"{fmt_ips(r.get('tokens_per_s'))} at seq {int(seq)}"
+    real = r.get("tokens_per_sample")
+    mean = f"mean length {float(real):.1f} of " if _ok(real) and float(real) > 0 else ""
+    return f"{fmt_ips(r.get('tokens_per_s'))} at {mean}seq {int(seq)}"
 
 
 def fmt_ms(v: Any) -> str:

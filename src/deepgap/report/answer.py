@@ -25,7 +25,7 @@ from deepgap.analysis.decode_section import answer_rows as decode_answer_rows
 from deepgap.analysis.frame import config_label
 from deepgap.analysis.host_cpu import HostCpuLine, Ratio, host_cpu_lines
 from deepgap.analysis.recommend import OBJECTIVES, recommend
-from deepgap.core.records import INPUT_MODE_LABELS
+from deepgap.core.records import input_mode_label
 from deepgap.core.stats import finite_or_none as _f
 from deepgap.render.formatting import fmt_ci, fmt_ips, fmt_list, fmt_ms, fmt_num, fmt_x
 from deepgap.render.units import is_text_row
@@ -50,7 +50,7 @@ def _short(row: dict[str, Any]) -> str:
         parts.append(f"{int(row['threads'])} thr")
     if row.get("include_transfer"):
         parts.append("+H2D")
-    if row.get("input_mode"):  # a resident input (core.records.INPUT_MODES)
+    if row.get("input_mode"):  # a resident or mixed-length input (core.records.INPUT_MODES)
         parts.append(str(row["input_mode"]))
     return " ".join(parts)
 
@@ -281,7 +281,7 @@ def _resident_rows(
     rows = []
     for r in mlperf.resident_best(msub):  # beside the answer, labelled, never as it
         value, ci, also = _numbers(r, "throughput")
-        anchors = mlperf.anchor_lines(str(platform), str(model), _f(r.get("throughput_ips")))
+        anchors = mlperf.mode_anchor_lines(str(platform), str(model), r)
         rows.append(
             {
                 **{
@@ -290,11 +290,11 @@ def _resident_rows(
                     "resolution": int(res),
                     "axis": _axis(msub, res),
                 },
-                "goal": INPUT_MODE_LABELS.get(str(r["input_mode"]), str(r["input_mode"])),
+                "goal": input_mode_label(r["input_mode"]),
                 "configuration": _short(r),
                 "value": value,
                 "ci": ci,
-                "also": " · ".join([f"not the answer: {mlperf.RESIDENT_NOTE}", also, *anchors]),
+                "also": " · ".join([f"not the answer: {mlperf.mode_note(r['input_mode'])}", also, *anchors]),
                 "accuracy": accuracy_text(accuracy(r, acc), is_text_row(r)),
                 "flags": fmt_list(r.get("warnings")),
                 "n": f"{int(r.get('n_measurements') or 0)} meas., {int(r.get('n_runs') or 0)} run(s)",

@@ -223,18 +223,24 @@ def resident_lines(sides: list[tuple[str, Any]]) -> list[str]:
     number against MLPerf's; the anchor is printed with its conditions, and only for the GPU it is of.
     """
     from deepgap.analysis.frame import config_label
-    from deepgap.analysis.mlperf import RESIDENT_NOTE, anchor_lines, resident_best
+    from deepgap.analysis.mlperf import mode_anchor_lines, mode_note, resident_best
+    from deepgap.core.records import input_kind
     from deepgap.render.formatting import fmt_ips
+    from deepgap.render.units import of_seq_lens
 
-    out = []
+    out, kinds = [], {}
     for name, agg in sides:
         if agg is None or not len(agg) or "input_mode" not in agg or not agg["input_mode"].astype(bool).any():
             continue
         for (platform, model), sub in agg.groupby(["platform", "model"], sort=True):
             for r in resident_best(sub):
-                out.append(f"{name}: {config_label(r)}: {fmt_ips(r['throughput_ips'])} img/s")
-                out += [f"  {line}" for line in anchor_lines(str(platform), str(model), r["throughput_ips"])]
-    return [f"resident-input rows ({RESIDENT_NOTE}):", *out] if out else []
+                kinds.setdefault(input_kind(r["input_mode"]), r["input_mode"])
+                out.append(
+                    f"{name}: {config_label(r)}: {fmt_ips(r['throughput_ips'])} {of_seq_lens([r.get('seq_len')]).short}"
+                )
+                out += [f"  {line}" for line in mode_anchor_lines(str(platform), str(model), r)]
+    notes = [f"rows of another input ({mode_note(m)}):" for m in kinds.values()]
+    return [*notes, *out] if out else []
 
 
 def _conf(r: dict, side: str) -> str:

@@ -15,7 +15,7 @@ import numpy as np
 
 from deepgap.core.envinfo import redact, redact_text
 from deepgap.core.records import ConfigSpec, Status
-from deepgap.core.result_details import ResultDetails
+from deepgap.core.result_details import ResultDetails, real_tokens
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -147,6 +147,9 @@ class ResultReads:
             for n, r in zip(nodes, df["run_id"], strict=True)
         ]
         df["extra"] = [ResultDetails.from_json(e) for e in extras]
+        real = [real_tokens(e) for e in df["extra"]]  # a mixed-length text batch's real tokens per sequence
+        if any(v == v for v in real):  # only where a row has one: every other store's frame is unchanged
+            df["tokens_per_sample"] = real
         df["seq_len"] = [ConfigSpec.seq_len_of(k) for k in df["config_key"]]  # a key-only field
         # a key-only field too; "" is the default input (a grouping key: None would drop the row's group)
         df["input_mode"] = [ConfigSpec.input_mode_of(k) or "" for k in df["config_key"]]

@@ -22,6 +22,7 @@ from PIL import Image
 from torchvision.transforms.v2 import functional as tvf
 
 from deepgap.core.errors import UsageError
+from deepgap.core.records import is_resident
 from deepgap.measure.accuracy.dataset import reload
 from deepgap.measure.images import IMAGENET_MEAN, IMAGENET_STD
 from deepgap.measure.resident import resident_input
@@ -163,11 +164,11 @@ def evaluate(state, req, prepared, min_accuracy: float | None = None) -> dict[st
             if real < b:
                 xb = torch.cat([xb, xb[-1:].expand(b - real, -1, -1, -1)])
             # a resident input (spec.input_mode) is scored as it was timed: the engine's own input of the batch
-            xb = xb.to(torch.float32 if spec.input_mode else prepared.input_dtype)
+            xb = xb.to(torch.float32 if is_resident(spec.input_mode) else prepared.input_dtype)
             if spec.memory_format == "channels_last":
                 xb = xb.contiguous(memory_format=torch.channels_last)
             xb = xb.to(spec.device)
-            if spec.input_mode:
+            if is_resident(spec.input_mode):
                 xb = resident_input(spec, prepared, xb)
             outs.append(prepared.run(xb).float().cpu()[:real].reshape(real, -1))
     logits = torch.cat(outs)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from deepgap.core.records import input_kind
 from deepgap.core.registry import Registry
 
 if TYPE_CHECKING:
@@ -57,8 +58,9 @@ class Engine(abc.ABC):
         """Why this engine cannot run ``spec`` on this device, or None when it can."""
         if spec.precision not in self.precisions:
             return f"engine {self.name} does not run {spec.precision} (it runs {', '.join(self.precisions)})"
-        if spec.input_mode and spec.input_mode not in self.inputs:
-            return f"engine {self.name} has no {spec.input_mode} input (it takes {', '.join(self.inputs)})"
+        if spec.input_mode and input_kind(spec.input_mode) not in self.inputs:
+            kind = input_kind(spec.input_mode)
+            return f"engine {self.name} has no {kind} input (it takes {', '.join(self.inputs)})"
         return None
 
     @abc.abstractmethod

@@ -13,8 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from deepgap.core.errors import UsageError
+from deepgap.core.records import TEXT_INPUTS
 
 FLOATS = ("fp32", "tf32", "fp16", "bf16")
+TORCH_INPUTS = (
+    "default",
+    *TEXT_INPUTS,
+)  # a PyTorch engine runs a mixed-length text batch as the model lays it out
 
 
 @dataclass(frozen=True)
@@ -34,32 +39,43 @@ CATALOG: tuple[EngineInfo, ...] = (
         "torch_compile",
         FLOATS,
         "torch.compile (Inductor), default mode; compile time stored as engine_info.compile_s",
+        TORCH_INPUTS,
     ),
     EngineInfo(
         "compile-freeze",
         "torch_compile",
         FLOATS,
         "torch.compile mode=reduce-overhead + Inductor freezing (weights as constants, conv-BN folded)",
+        TORCH_INPUTS,
     ),
     EngineInfo(
         "compile-max-autotune",
         "torch_compile",
         FLOATS,
         "torch.compile mode=max-autotune-no-cudagraphs (autotuned GEMM/conv templates; minutes to compile)",
+        TORCH_INPUTS,
     ),
     EngineInfo(
         "compile-reduce-overhead",
         "torch_compile",
         FLOATS,
         "torch.compile mode=reduce-overhead (CUDA graphs on a GPU)",
+        TORCH_INPUTS,
     ),
     EngineInfo(
         "cudagraph",
         "cudagraph",
         FLOATS,
         "PyTorch eager captured as a CUDA graph per batch size (the small-batch latency winner); GPU",
+        TORCH_INPUTS,
     ),
-    EngineInfo("eager", "eager", FLOATS, "PyTorch eager (the paper's FP32/FP16 path); NCHW or channels_last"),
+    EngineInfo(
+        "eager",
+        "eager",
+        FLOATS,
+        "PyTorch eager (the paper's FP32/FP16 path); NCHW or channels_last",
+        TORCH_INPUTS,
+    ),
     EngineInfo(
         "onnxruntime",
         "ort",
@@ -80,7 +96,7 @@ CATALOG: tuple[EngineInfo, ...] = (
             "INT8/FP8 post-training quantization: ResNets (Triton implicit-GEMM, fused epilogues), "
             "BERT/ViT Linears (torch._scaled_mm/_int_mm, compiled); one CUDA graph"
         ),
-        ("default", "int8-resident"),
+        ("default", "int8-resident", *TEXT_INPUTS),
     ),
     EngineInfo(
         "tensorrt",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 
 from deepgap.core.precision import float_precision_support
+from deepgap.core.records import TEXT_INPUTS
 from deepgap.measure.device import torch_dtype
 from deepgap.measure.engines.base import ENGINES, Engine, Prepared, example_on
 from deepgap.measure.engines.eager import to_device
@@ -24,6 +25,7 @@ class CudaGraphEngine(Engine):
     """``torch.cuda.CUDAGraph`` of the eager model (NCHW or channels_last)."""
 
     name = "cudagraph"
+    inputs = ("default", *TEXT_INPUTS)  # a mixed-length text batch: fixed lengths, so one graph per batch
     description = (
         "PyTorch eager captured as a CUDA graph per batch size (the small-batch latency winner); GPU"
     )

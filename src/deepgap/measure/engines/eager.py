@@ -7,6 +7,7 @@ import time
 import torch
 
 from deepgap.core.precision import float_precision_support
+from deepgap.core.records import TEXT_INPUTS
 from deepgap.measure.device import set_tf32, torch_dtype
 from deepgap.measure.engines.base import ENGINES, Engine, Prepared
 
@@ -25,6 +26,7 @@ class EagerEngine(Engine):
     """``model(x)`` under ``torch.inference_mode``; NCHW or channels_last."""
 
     name = "eager"
+    inputs = ("default", *TEXT_INPUTS)  # a mixed-length text batch: the model packs or masks it itself
     description = "PyTorch eager (the paper's FP32/FP16 path); NCHW or channels_last"
 
     def supports(self, spec, caps):  # noqa: D102

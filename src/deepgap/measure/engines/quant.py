@@ -19,6 +19,7 @@ import time
 import torch
 
 from deepgap.core.precision import PRECISIONS
+from deepgap.core.records import TEXT_INPUTS
 from deepgap.measure.engines.base import ENGINES, Engine, Prepared
 
 SUPPORTED_MODELS = (
@@ -50,7 +51,7 @@ class QuantEngine(Engine):
         "BERT/ViT Linears (torch._scaled_mm/_int_mm, compiled); one CUDA graph"
     )
     precisions = ("int8", "fp8")
-    inputs = ("default", "int8-resident")
+    inputs = ("default", "int8-resident", *TEXT_INPUTS)
 
     def supports(self, spec, caps):  # noqa: D102
         why = super().supports(spec, caps)

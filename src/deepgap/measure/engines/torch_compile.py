@@ -36,6 +36,7 @@ from torch._dynamo.utils import counters
 from torch.utils._triton import has_triton
 
 from deepgap.core.precision import float_precision_support
+from deepgap.core.records import TEXT_INPUTS
 from deepgap.measure.device import torch_dtype
 from deepgap.measure.engines.base import ENGINES, Engine, Prepared, example_on
 from deepgap.measure.engines.eager import to_device
@@ -52,6 +53,7 @@ class CompileEngine(Engine):
     """``torch.compile(model, mode=…)``; subclasses pick the mode and freezing."""
 
     mode: ClassVar[str | None] = None
+    inputs = ("default", *TEXT_INPUTS)  # a mixed-length text batch: fixed lengths per configuration
     freezing: ClassVar[bool] = False
 
     def supports(self, spec, caps):  # noqa: D102

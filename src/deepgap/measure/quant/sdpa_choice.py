@@ -98,4 +98,5 @@ def chosen(net: torch.nn.Module, x: torch.Tensor, name: str) -> list[str]:
     probe = _Dispatch()
     with backends(name), torch.inference_mode(), probe:
         net(x)
-    return probe.seen
+    packed = getattr(getattr(net, "packed", None), "ran", None)  # a packed text batch's own attention
+    return probe.seen + ([packed] if packed and packed not in probe.seen else [])

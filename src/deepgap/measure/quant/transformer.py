@@ -36,8 +36,17 @@ def calibrate_linears(
     """Each quantizable Linear's input range over ``batches`` (fp32 model, TF32 off): {name: amax}.
 
     ``method`` as in `deepgap.measure.quant.calibrate`: 'max' or a percentile 'pNN.NN' per batch, then
-    the largest over batches.
+    the largest over batches. A model set to a mixed-length batch (``text_batch``, `deepgap.measure.models.text_batch`)
+    is calibrated on full sequences, as every text model is: its layout holds the timed batch's shape, not the
+    calibration batches', and is set again afterwards.
     """
+    batch = getattr(model, "text_batch", None)
+    if batch is not None:
+        model.set_text_batch(None)
+        try:
+            return calibrate_linears(model, batches, method)
+        finally:
+            model.set_text_batch(batch)
     names = set(linear_names(model))
     amax: dict[str, float] = {}
     hooks = []

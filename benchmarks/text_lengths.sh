@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Mixed-length text batches on one GPU (issue 50): bert-large at sequence 384 over full sequences, packed sequences
+# (padding removed, as MLPerf's BERT runs SQuAD) and the same sequences padded, beside MLPerf's BERT-99 anchor.
+# The lengths: uniform:32:320, mean 176 tokens, about SQuAD v1.1's mean at 384 (54% padding: 177 real tokens);
+# a stated uniform draw with SQuAD's mean, not SQuAD's histogram (no dataset is downloaded here).
+# Usage on the device: bash benchmarks/text_lengths.sh STEP...
+#   gputests  — tests/measure/test_text_input_gpu.py (varlen against padded attention, every engine on the input)
+#   bertlarge — compile-freeze fp16 and quant fp8 at batch 256, inputs default, packed and padded, into one store;
+#               the console (stamped), `deepgap show`, the CSV export to $OUT, the store gzipped (pack); LIMIT (420 s)
+# DRY=1: print the bertlarge step's `deepgap run` arguments, one line, and run nothing (tests check them).
+# SMOKE=1: the same step on this machine's CPU with tinybert at sequence 64 (lengths uniform:8:56), batch 4.
+set -uo pipefail
+S=/tmp/text_lengths
+if [ "${DRY:-0}" != 1 ]; then
+    OUT=${OUT:-$S/out}; mkdir -p "$S" "$OUT"
+    source benchmarks/device_lib.sh  # PYTHONPATH, step(), pack()
+fi
+if [ "${SMOKE:-0}" = 1 ]; then
+    GRID=(--models tinybert --seq-lens 64 --seq-len-dist uniform:8:56 --engines eager,compile-freeze
+          --precisions fp32 --device cpu --batch-sizes 4 --threads 1 --warmup 1 --iterations 3 --repeats 2
+          --max-time 2 --no-telemetry --idle-time 0)
+else
+    GRID=(--models bert-large --seq-lens 384 --seq-len-dist uniform:32:320 --engines compile-freeze,quant
+          --precisions fp16,fp8 --device cuda --batch-sizes 256 --sweeps 1 --no-cpu-baseline)
+fi
+for what in "$@"; do case $what in
+bertlarge)
+    args=("${GRID[@]}" --inputs default,packed,padded --store "$S/lengths.sqlite")
+    if [ "${DRY:-0}" = 1 ]; then echo "${args[*]}"; continue; fi
+    step "bert-large, mixed lengths" "${LIMIT:-420}" python -m deepgap run "${args[@]}" 2>&1 | stamp > "$OUT/lengths.txt"
+    tail -12 "$OUT/lengths.txt"
+    python -m deepgap show "$S/lengths.sqlite" > "$OUT/lengths.show.txt" 2>&1
+    python -m deepgap export "$S/lengths.sqlite" -o "$OUT/lengths.csv" > /dev/null 2>&1
+    pack "$S/lengths.sqlite" ;;
+gputests)
+    if [ "${DRY:-0}" = 1 ]; then continue; fi
+    step "GPU tests" 300 python -m pytest -q -m gpu tests/measure/test_text_input_gpu.py -p no:cacheprovider \
+        > "$OUT/gputests.txt" 2>&1
+    tail -8 "$OUT/gputests.txt" ;;
+*) echo "unknown step $what"; exit 2 ;;
+esac; done
