@@ -7,6 +7,8 @@
 #   gputests  — tests/measure/test_text_input_gpu.py (varlen against padded attention, every engine on the input)
 #   bertlarge — compile-freeze fp16 and quant fp8 at batch 256, inputs default, packed and padded, into one store;
 #               the console (stamped), `deepgap show`, the CSV export to $OUT, the store gzipped (pack); LIMIT (420 s)
+#   loop      — the independent loop (benchmarks/transformer_quant.py) on the same packed batch: the quant engine's
+#               choice (fp8-tensor-fast-fused-engine-tanh) and fp16 compile-freeze, into $OUT/transformer_quant.jsonl
 # DRY=1: print the bertlarge step's `deepgap run` arguments, one line, and run nothing (tests check them).
 # SMOKE=1: the same step on this machine's CPU with tinybert at sequence 64 (lengths uniform:8:56), batch 4.
 set -uo pipefail
@@ -32,6 +34,12 @@ bertlarge)
     python -m deepgap show "$S/lengths.sqlite" > "$OUT/lengths.show.txt" 2>&1
     python -m deepgap export "$S/lengths.sqlite" -o "$OUT/lengths.csv" > /dev/null 2>&1
     pack "$S/lengths.sqlite" ;;
+loop)
+    if [ "${DRY:-0}" = 1 ] || [ "${SMOKE:-0}" = 1 ]; then continue; fi
+    step "bare loop, packed" "${LOOP_LIMIT:-240}" python benchmarks/transformer_quant.py --model bert-large --seq 384 \
+        --batch 256 --lengths uniform:32:320 --packing packed --out "$OUT" \
+        --variants fp8-tensor-fast-fused-engine-tanh,fp16-compile-freeze > "$OUT/loop.txt" 2>&1
+    tail -4 "$OUT/loop.txt" ;;
 gputests)
     if [ "${DRY:-0}" = 1 ]; then continue; fi
     step "GPU tests" 300 python -m pytest -q -m gpu tests/measure/test_text_input_gpu.py -p no:cacheprovider \

@@ -17,6 +17,10 @@ both (``-fused-tuned``); ``-fused-engine`` is what the quant engine runs with ``
 faster at its shape);
 a ``-tanh`` ending runs the fused GELU's tanh form, ``-erfpoly`` the exact one with a branch-free erf.
 ``--fused-tile`` puts one tile under all of them.
+
+``--lengths uniform:32:320 --packing packed`` (or ``padded``) times the batch of mixed lengths that `deepgap run
+--inputs packed --seq-len-dist uniform:32:320` times (`deepgap.measure.models.text_batch`: the same seeded draw),
+``--seq`` its cap; each row then has the batch's real tokens per sequence and tokens/s.
 """
 
 from __future__ import annotations
@@ -199,6 +203,8 @@ def main() -> None:  # noqa: D103
     ap.add_argument("--profile", type=int, default=0, help="record this many top kernels per variant")
     ap.add_argument("--sdpa", default="torch", help="SDPA backends while compiling and capturing: torch (its own "
                     "order), cudnn (first), flash, efficient (the engine's DEEPGAP_QUANT_SDPA)")  # fmt: skip
+    ap.add_argument("--lengths", default="", help="a mixed-length batch's --seq-len-dist (text models)")
+    ap.add_argument("--packing", default="packed", choices=("packed", "padded"), help="with --lengths")
     ap.add_argument(
         "--fused-tile",
         default="",
@@ -213,6 +219,13 @@ def main() -> None:  # noqa: D103
     rows = []
     fp32 = build_model(a.model, a.seq)
     x = make_input(a.model, a.batch, a.seq)
+    mixed = None
+    if a.lengths:  # the model packs or masks the batch itself (`deepgap.measure.models.text_batch`)
+        from deepgap.measure.models.text_batch import make
+
+        mixed = make(f"{a.packing}:{a.lengths}", a.batch, 8)
+        x = mixed.ids(x)
+        fp32.set_text_batch(mixed)
     with torch.inference_mode():
         torch.backends.cuda.matmul.allow_tf32 = False
         ref = copy.deepcopy(fp32).cuda()(x.cuda()).float()
@@ -220,6 +233,8 @@ def main() -> None:  # noqa: D103
     for name in a.variants.split(","):
         t0 = time.perf_counter()
         row = {"model": a.model, "seq": a.seq, "batch": a.batch, "variant": name, "sdpa": a.sdpa}
+        if mixed is not None:
+            row.update(lengths=a.lengths, packing=a.packing, tokens_per_sample=mixed.tokens_per_sample)
         try:
             fn, xin, info, uncaptured = build_variant(name, fp32, a.model, x, fused_tile, a.sdpa)
             with torch.inference_mode():
@@ -230,6 +245,8 @@ def main() -> None:  # noqa: D103
             med = statistics.median(s)
             row.update(info, ms=round(med * 1e3, 3), spread=round((max(s) - min(s)) / med, 4),
                        per_s=round(a.batch / med, 1))  # fmt: skip
+            if mixed is not None:  # real tokens only, as deepgap counts them
+                row["tokens_per_s"] = round(row["per_s"] * mixed.tokens_per_sample, 1)
             if "-tuned" in name or "-engine" in name:  # the tiles timed fastest (M×K×N)
                 from deepgap.measure.quant.linear_kernels import kernel_label, tuned_tiles
 
