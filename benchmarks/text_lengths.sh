@@ -4,6 +4,9 @@
 # The lengths: uniform:32:320, mean 176 tokens, about SQuAD v1.1's mean at 384 (54% padding: 177 real tokens);
 # a stated uniform draw with SQuAD's mean, not SQuAD's histogram (no dataset is downloaded here).
 # Usage on the device: bash benchmarks/text_lengths.sh STEP...
+#   serve     — `deepgap serve` bert-large fp16 (eager: text serving's engine) at the same lengths, padding removed
+#               (packed) and padded to the batch's longest, each --find-capacity at p99 ≤ 130 ms (MLPerf BERT
+#               Server's bound); the console and `deepgap show` to $OUT, the store packed; SERVE_LIMIT (240 s) each
 #   gputests  — tests/measure/test_text_input_gpu.py (varlen against padded attention, every engine on the input)
 #   bertlarge — compile-freeze fp16 and quant fp8 at batch 256, inputs default, packed and padded, into one store;
 #               the console (stamped), `deepgap show`, the CSV export to $OUT, the store gzipped (pack); LIMIT (420 s)
@@ -40,9 +43,21 @@ loop)
         --batch 256 --lengths uniform:32:320 --packing packed --out "$OUT" \
         --variants fp8-tensor-fast-fused-engine-tanh,fp16-compile-freeze > "$OUT/loop.txt" 2>&1
     tail -4 "$OUT/loop.txt" ;;
+serve)
+    if [ "${DRY:-0}" = 1 ] || [ "${SMOKE:-0}" = 1 ]; then continue; fi
+    for padding in packed longest; do
+        step "serve bert-large, $padding" "${SERVE_LIMIT:-240}" python -m deepgap serve --model bert-large \
+            --precision fp16 --device cuda --seq-len-dist uniform:32:320 --padding "$padding" \
+            --batch-sizes 8,32,64,128 --find-capacity --slo-p99 130ms --verify-policies 1 \
+            --store "$S/serve.sqlite" > "$OUT/serve-$padding.txt" 2>&1
+        tail -4 "$OUT/serve-$padding.txt"
+    done
+    python -m deepgap show "$S/serve.sqlite" > "$OUT/serve.show.txt" 2>&1
+    pack "$S/serve.sqlite" ;;
 gputests)
     if [ "${DRY:-0}" = 1 ]; then continue; fi
-    step "GPU tests" 300 python -m pytest -q -m gpu tests/measure/test_text_input_gpu.py -p no:cacheprovider \
+    step "GPU tests" 300 python -m pytest -q -m gpu tests/measure/test_text_input_gpu.py \
+        tests/serving/test_serving_text_packed.py -p no:cacheprovider \
         > "$OUT/gputests.txt" 2>&1
     tail -8 "$OUT/gputests.txt" ;;
 *) echo "unknown step $what"; exit 2 ;;

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_varlen_attention_equals_the_padded_one(dtype):
     batch = text_batch.TextBatch("packed", (1, 384, 77, 200, 3, 129))
-    p = Packed(batch).to("cuda")
+    p = Packed.of_batch(batch).to("cuda")
     assert Packed.kind("cuda", dtype) == Packed.VARLEN
     g = torch.Generator(device="cuda").manual_seed(0)
     q, k, v = (torch.randn(batch.tokens, 16, 64, device="cuda", generator=g, dtype=dtype) for _ in range(3))

@@ -69,8 +69,9 @@ _FLAGS = {
     ),
     "padding": _Flag(
         "padding",
-        "text models: pad a batch to its longest request (longest, default) or group requests into "
-        "length buckets, one batch per bucket (buckets:32,64,128)",
+        "text models: pad a batch to its longest request (longest, default), group requests into "
+        "length buckets, one batch per bucket (buckets:32,64,128), or remove the padding (packed: the "
+        "batch's requests end to end, MLPerf BERT's condition)",
         default="longest",
     ),
     "input_len_dist": _Flag(

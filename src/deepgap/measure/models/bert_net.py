@@ -87,20 +87,22 @@ def build_bert(cfg):
             """
             device = self.word.weight.device  # the layout's tensors where the model already is
             self.text_batch = batch
-            self.packed = Packed(batch).to(device) if batch is not None and batch.mode == "packed" else None
+            packed = batch is not None and batch.mode == "packed"
+            self.packed = Packed.of_batch(batch).to(device) if packed else None
             mask = batch.mask.to(device) if batch is not None and batch.mode == "padded" else None
             self.register_buffer("text_mask", mask, persistent=False)
 
-        def forward(self, ids, mask=None):
+        def forward(self, ids, mask=None, packed=None):
             """Pooled output of ``ids`` (b, s); ``mask`` (b, s) bool marks tokens apart from padding.
 
             Without a mask (every measured sweep of full sequences) every position is a token and attention
             runs unmasked; a served batch padded to its longest or its bucket passes one, so padded keys
             change no token's output (BertModel's key padding mask). Row 0 (the pooled token) is always a
-            token. A mixed-length batch (`set_text_batch`) is packed or masked as it says.
+            token. A mixed-length batch (`set_text_batch`) is packed or masked as it says; ``packed`` (a
+            `Packed` layout of this call's batch, a served one) packs this call alone.
             """
-            if self.packed is not None:
-                return self._forward_packed(ids)
+            if packed is not None or self.packed is not None:
+                return self._forward_packed(ids, packed or self.packed)
             if mask is None and self.text_mask is not None:
                 mask = self.text_mask
             x = self.word(ids) + self.position(self.positions[: ids.shape[1]]) + self.token_type.weight[0]
@@ -111,8 +113,7 @@ def build_bert(cfg):
                 x = layer(x, keys)
             return torch.tanh(self.pooler(x[:, 0]))
 
-        def _forward_packed(self, ids):
-            p = self.packed
+        def _forward_packed(self, ids, p):
             flat = ids.reshape(-1).index_select(0, p.index)
             x = self.word(flat) + self.position(p.positions) + self.token_type.weight[0]
             x = self.ln(x)[None]  # (1, tokens, hidden)
@@ -136,14 +137,39 @@ class Packed(nn.Module):
     VARLEN = "varlen FlashAttention (torch.nn.attention.varlen)"
     PADDED = "padded SDPA with a key mask"
 
-    def __init__(self, batch) -> None:
+    def __init__(self, index, positions, mask, cu_seqlens) -> None:
+        """``index``/``positions`` (tokens,) int64, ``mask`` (rows, longest) bool, ``cu_seqlens`` (rows + 1,) int32."""
         super().__init__()
-        for name, t in (("index", batch.index), ("positions", batch.positions), ("mask", batch.mask)):
+        for name, t in (
+            ("index", index),
+            ("positions", positions),
+            ("mask", mask),
+            ("cu_seqlens", cu_seqlens),
+        ):
             self.register_buffer(name, t, persistent=False)
-        self.register_buffer("cu_seqlens", batch.cu_seqlens, persistent=False)
-        self.register_buffer("starts", batch.cu_seqlens[:-1].long(), persistent=False)
-        self.rows, self.longest = len(batch.lengths), batch.longest
+        self.register_buffer("starts", cu_seqlens[:-1].long(), persistent=False)
+        self.rows, self.longest = mask.shape
         self.ran: str | None = None
+
+    @classmethod
+    def of_batch(cls, batch) -> Packed:
+        """A sweep's batch (`deepgap.measure.models.text_batch.TextBatch`), its layout made on the CPU."""
+        return cls(batch.index, batch.positions, batch.mask, batch.cu_seqlens)
+
+    @classmethod
+    def of_lengths(cls, lens: torch.Tensor, tokens: int, longest: int) -> Packed:
+        """A served batch's layout, made where ``lens`` (int64, one per row) is, without reading it back.
+
+        ``tokens``: their sum and ``longest``: their maximum, which the caller knows on the host (a device
+        read would stall the serving pipeline).
+        """
+        dev, rows = lens.device, lens.shape[0]
+        cu = torch.zeros(rows + 1, dtype=torch.int32, device=dev)
+        cu[1:] = torch.cumsum(lens, 0)
+        row = torch.repeat_interleave(torch.arange(rows, device=dev), lens, output_size=tokens)
+        positions = torch.arange(tokens, device=dev) - cu[:-1].long()[row]
+        mask = torch.arange(longest, device=dev)[None, :] < lens[:, None]
+        return cls(row * longest + positions, positions, mask, cu)
 
     @classmethod
     def kind(cls, device: torch.device | str, dtype: torch.dtype) -> str:

@@ -65,6 +65,7 @@ class SetupRequest:
     seq_lens: tuple[int, ...] = ()
     padding_edges: tuple[int, ...] = ()
     masked: bool = False
+    packed: bool = False  # ``--padding packed``: batches run with the padding removed (`seqlen.Padding`)
     seq_len_dist: str = ""  # the lengths' distribution as the flag spells it (the levels' record)
     # A decoder (`deepgap.serving.worker.llm_setup`): its cache's positions per slot (0: not a decoder);
     # ``seq_lens`` then holds the prompt lengths whose prefill is calibrated, ``buckets`` the slot counts

@@ -189,7 +189,7 @@ SUMMARY_COLUMNS = (
 
 def _text_details(d: LevelDetails, req: SetupRequest, summary, predicted) -> None:
     """A text model's level: its length distribution, padding, useful and padded tokens/s."""
-    d.seq_len_dist, d.padding = req.seq_len_dist, Padding(req.padding_edges).label()
+    d.seq_len_dist, d.padding = req.seq_len_dist, Padding(req.padding_edges, req.packed).label()
     if summary is not None and summary.padded_tokens_per_s:
         d.useful_tokens_per_s, d.padded_tokens_per_s = (
             summary.useful_tokens_per_s,

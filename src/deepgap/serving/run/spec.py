@@ -38,7 +38,7 @@ class ServeSpec:
     device: str = "auto"
     resolution: int | None = None
     # A text model's requests (`deepgap.serving.sim.seqlen`): their lengths (None: fixed at the model's
-    # default) and how a batch is padded (``longest`` or ``buckets:32,64,128``)
+    # default) and how a batch is padded (``longest``, ``buckets:32,64,128`` or ``packed``: not at all)
     seq_len_dist: str | None = None
     padding: str = "longest"
     # A decoder's requests and bounds (`deepgap.serving.run.llm_spec`): prompt and output lengths (None:

@@ -51,6 +51,7 @@ class TextLoad:
             "resolution": max(lens),
             "padding_edges": self.pad.edges,
             "masked": self.masked,
+            "packed": self.pad.packed,
             "seq_len_dist": self.dist.label(),
         }
 

@@ -23,17 +23,35 @@ from deepgap.core.lengths import DIST_EXAMPLE, SeqLenDist, parse_seq_len_dist  #
 
 @dataclass(frozen=True)
 class Padding:
-    """How a batch is padded: to its longest sequence (``edges`` empty) or to its length bucket."""
+    """How a batch is padded: to its longest sequence (``edges`` empty), to its length bucket, or not at all.
+
+    ``packed``: the batch's requests end to end, padding removed (MLPerf BERT's Server condition); a batch is
+    formed as for ``longest`` (one queue) and its longest is only attention's bound (`effective_len`).
+    """
 
     edges: tuple[int, ...] = ()  # sorted bucket lengths; empty: pad to the batch's longest
+    packed: bool = False
 
     @property
     def mode(self) -> str:  # noqa: D102
-        return "buckets" if self.edges else "longest"
+        return "packed" if self.packed else "buckets" if self.edges else "longest"
 
     def label(self) -> str:
         """The spec as the flag spells it."""
+        if self.packed:
+            return "packed"
         return "buckets:" + ",".join(map(str, self.edges)) if self.edges else "longest"
+
+    def effective_len(self, lengths: np.ndarray, rows: int) -> float:
+        """The length whose calibrated batch of ``rows`` does the work of this one (the simulator's lookup).
+
+        Padded: the padded length. Packed: the batch's tokens, its batch-padding rows one token each (as the
+        server runs them), over ``rows``: a calibration batch of that length has as many tokens, so as much
+        Linear work (attention's, quadratic in each length, a little more).
+        """
+        if not self.packed:
+            return float(self.pad_to(int(lengths.max())))
+        return (float(lengths.sum()) + rows - len(lengths)) / rows
 
     def pad_to(self, longest: int) -> int:
         """The padded length of a batch whose longest sequence is ``longest``."""
@@ -53,8 +71,10 @@ def parse_padding(text: str, dist: SeqLenDist) -> Padding:
     t = (text or "longest").strip()
     if t == "longest":
         return Padding()
+    if t == "packed":
+        return Padding(packed=True)
     if not t.startswith("buckets:"):
-        raise UsageError(f"unknown --padding {text!r}", "pass longest or buckets:32,64,128")
+        raise UsageError(f"unknown --padding {text!r}", "pass longest, packed or buckets:32,64,128")
     try:
         edges = sorted({int(e) for e in t[8:].split(",") if e.strip()})
     except ValueError:
@@ -102,7 +122,12 @@ def calibration_lengths(dist: SeqLenDist, padding: Padding, points: int = 4) -> 
     return tuple(sorted({int(round(x)) for x in np.linspace(dist.min_len, dist.max_len, points)}))
 
 
-def token_counts(lengths: np.ndarray, shapes: list[tuple[int, int, int]]) -> tuple[int, int]:
-    """(useful, padded) tokens of served batches ``(first, count, padded length)`` over ``lengths``."""
+def token_counts(
+    lengths: np.ndarray, shapes: list[tuple[int, int, int]], packed: bool = False
+) -> tuple[int, int]:
+    """(useful, padded) tokens of served batches ``(first, count, padded length)`` over ``lengths``.
+
+    ``packed``: nothing is padded, so the two are equal.
+    """
     useful = sum(int(lengths[f : f + c].sum()) for f, c, _ in shapes)
-    return useful, sum(c * p for _, c, p in shapes)
+    return useful, useful if packed else sum(c * p for _, c, p in shapes)

@@ -63,7 +63,7 @@ class TextService:
         """The calibrated batch size a batch of ``n`` runs at."""
         return self.curves[self.lengths[0]].bucket(n)
 
-    def time_at(self, n: int, padded: int) -> tuple[float, float, np.ndarray | None]:
+    def time_at(self, n: int, padded: float) -> tuple[float, float, np.ndarray | None]:
         """(median, interval, raw-sample ratios or None) of a batch of ``n`` padded to ``padded``."""
         ls = self.lengths
         med = [self.curves[v].median_at(n) for v in ls]
@@ -77,10 +77,15 @@ class TextService:
         """(medians, intervals) of `MIXTURE_BATCHES` batches of ``b`` drawn requests, padded as served."""
         if b not in self._mix:
             lens = self.dist.draw(MIXTURE_BATCHES * b, self.seed + b).reshape(MIXTURE_BATCHES, b)
-            # with buckets a batch shares its first request's bucket; otherwise it pads to its longest
-            longest = lens[:, 0] if self.pad.edges else lens.max(axis=1)
-            got = {p: self.time_at(b, self.pad.pad_to(int(p)))[:2] for p in np.unique(longest)}
-            t = np.asarray([got[p] for p in longest])
+            # with buckets a batch shares its first request's bucket; otherwise it pads to its longest, or
+            # (packed) does its tokens' work
+            if self.pad.packed:
+                eff = np.asarray([self.pad.effective_len(row, b) for row in lens])
+            else:
+                eff = (lens[:, 0] if self.pad.edges else lens.max(axis=1)).astype(np.float64)
+                eff = np.asarray([float(self.pad.pad_to(int(p))) for p in eff])
+            got = {p: self.time_at(b, p)[:2] for p in np.unique(eff)}
+            t = np.asarray([got[p] for p in eff])
             self._mix[b] = (t[:, 0], t[:, 1])
         return self._mix[b]
 
@@ -118,7 +123,7 @@ class TextService:
         draws = np.random.default_rng(seed).random(len(arr)) if seed is not None else None
         pipe = VirtualTextPipeline(self, clock, draws, lengths[order])
         log = serve_queues(arr[order], starts, policy, clock, pipe, stop)
-        log.useful_tokens, log.padded_tokens = token_counts(lengths[order], pipe.shapes)
+        log.useful_tokens, log.padded_tokens = token_counts(lengths[order], pipe.shapes, self.pad.packed)
         return log
 
 
@@ -131,14 +136,15 @@ class VirtualTextPipeline(VirtualPipeline):
         self.k = 0
         self.last_done = -math.inf
         self._u = None if draws is None else np.asarray(draws, dtype=np.float64).tolist()
-        self._at_len: dict[tuple[int, int], tuple[float, float, np.ndarray | None]] = {}
+        self._at_len: dict[tuple[int, float], tuple[float, float, np.ndarray | None]] = {}
         self.shapes: list[tuple[int, int, int]] = []  # (first, count, padded length) per batch
 
     def submit(self, first: int, count: int) -> tuple[float, float, float]:
         """Schedule a batch: (done time, first-stage seconds, last-stage seconds)."""
-        padded = self.text.pad.pad_to(int(self.lengths[first : first + count].max()))
+        lens = self.lengths[first : first + count]
+        padded = self.text.pad.pad_to(int(lens.max()))
         self.shapes.append((first, count, padded))
-        key = (count, padded)
+        key = (count, self.text.pad.effective_len(lens, self.text.bucket(count)))
         med, interval, ratios = self._at_len.get(key) or self._at_len.setdefault(key, self.text.time_at(*key))
         u = None if self._u is None else self._u[self.k % len(self._u)]
         self.k += 1

@@ -10,6 +10,10 @@ the batch's longest length or its bucket (`Padding.pad_to`). The model gets a ke
 for a request's own tokens; the batch-padding rows attend to their first token only) whenever the
 distribution has more than one length, so calibration and serving time the same masked attention; a
 fixed length runs unmasked (nothing is ever padded). Useful and padded tokens are counted per batch.
+With ``--padding packed`` the batch is not padded at all: the model gets the batch's packed layout
+(`deepgap.measure.models.bert_net.Packed.of_lengths`, made on the compute stream from the lengths already on
+the device and the token count known here), its batch-padding rows one token each; padded tokens are the
+useful ones.
 
 Under MLCommons LoadGen (`set_samples`, `submit_samples`) a batch is LoadGen's samples, not a range of
 arrivals: sample ``s`` has the length its QSL gave it and lives in ring row ``s % size``; the batch's rows
@@ -61,8 +65,10 @@ class TokenExecutor(PipelinedExecutor):
         self.st = streams or (CudaStreams(device) if self.cuda else InlineStreams())
         self.depth = 1 if isinstance(self.st, InlineStreams) else 2
         top = self.buckets[-1]
+        # zeros, not empty: a batch's padding rows (past its requests) read a slot's rows before any request
+        # was copied there, and an uninitialised id is past the vocabulary (the embedding fails)
         self.slots = [
-            torch.empty((top, max_len), dtype=torch.int64, device=device) for _ in range(self.depth)
+            torch.zeros((top, max_len), dtype=torch.int64, device=device) for _ in range(self.depth)
         ]
         self.positions = torch.arange(max_len, device=device)
         self.host_out: list[dict[int, Any]] = [{} for _ in range(self.depth)]
@@ -100,26 +106,39 @@ class TokenExecutor(PipelinedExecutor):
         b = self.bucket(count)
         lens, dev_lens = self._lengths(first, count)
         padded = self.pad.pad_to(int(lens.max())) if self.fixed is None else self.fixed
-        self.useful_tokens += int(lens.sum())
-        self.padded_tokens += count * padded
+        tokens = self._count(lens, count, padded)
         return self.issue(
             t0,
             b,
             lambda slot: self._copy_in(self.slots[slot], first, count),
-            lambda slot: self._forward(self.slots[slot], count, b, padded, dev_lens),
+            lambda slot: self._forward(self.slots[slot], count, b, padded, dev_lens, tokens + b - count),
         )
+
+    def _count(self, lens: np.ndarray, count: int, padded: int) -> int:
+        """Count a batch's useful and padded tokens; its real tokens (the packed layout's, batch padding aside)."""
+        real = int(lens.sum())
+        self.useful_tokens += real
+        self.padded_tokens += real if self.pad.packed else count * padded
+        return real
 
     def _copy_in(self, buf: Any, first: int, count: int) -> None:
         for r, d, n in spans(first, count, self.size):
             buf[d : d + n].copy_(self.ring[r : r + n], non_blocking=self.cuda)
 
-    def _forward(self, buf: Any, count: int, b: int, padded: int, dev_lens: Any) -> Any:
-        """The model on the batch padded to ``(b, padded)``; batch-padding rows are one token long."""
+    def _forward(self, buf: Any, count: int, b: int, padded: int, dev_lens: Any, tokens: int = 0) -> Any:
+        """The model on the batch padded to ``(b, padded)``; batch-padding rows are one token long.
+
+        Packed (``tokens``: the rows' tokens, batch padding included): the same rows laid end to end.
+        """
         ids = buf[:b, :padded]  # rows past ``count`` hold stale ids: padding, masked to one token below
-        if not self.masked:
+        if not self.masked and not self.pad.packed:
             return self.run(ids)
         lens = torch.ones(b, dtype=torch.int64, device=self.device)
         lens[:count] = padded if dev_lens is None else dev_lens
+        if self.pad.packed:
+            from deepgap.measure.models.bert_net import Packed
+
+            return self.run(ids, packed=Packed.of_lengths(lens, tokens or b * padded, padded))
         return self.run(ids, self.positions[:padded][None, :] < lens[:, None])
 
     def set_samples(self, lengths: np.ndarray) -> None:
@@ -146,8 +165,7 @@ class TokenExecutor(PipelinedExecutor):
         b = self.bucket(count)
         lens = self.sample_lengths[idx]
         padded = self.pad.pad_to(int(lens.max()))
-        self.useful_tokens += int(lens.sum())
-        self.padded_tokens += count * padded
+        tokens = self._count(lens, count, padded) + b - count
         rows, lens_t = self.torch.from_numpy(idx % self.size), self.torch.from_numpy(lens)
         slot = self.k % self.depth
         prev = self.copied[slot]  # the staging buffer is rewritten only once its last copy has left it
@@ -164,7 +182,7 @@ class TokenExecutor(PipelinedExecutor):
             t0,
             b,
             copy_in,
-            lambda s: self._forward(self.slots[s], count, b, padded, self.dev_len[s][:count]),
+            lambda s: self._forward(self.slots[s], count, b, padded, self.dev_len[s][:count], tokens),
         )
         self.copied[slot] = t.events[1]
         return t

@@ -46,7 +46,7 @@ def text_setup(state: Any, req: SetupRequest) -> tuple[TokenExecutor, SetupReply
         list(req.buckets),
         resolve_model(req.model).max_seq_len,
         resolve_model(req.model).vocab_size,
-        Padding(req.padding_edges),
+        Padding(req.padding_edges, req.packed),
         req.masked,
         req.pool_size,
         req.seed,
@@ -78,8 +78,13 @@ def text_setup(state: Any, req: SetupRequest) -> tuple[TokenExecutor, SetupReply
         engine_info={
             **dict(prepared.info),
             "serving_depth": executor.depth,
-            "input": "int64 token-id ring, padded on the device"
-            + (" with a key padding mask" if req.masked else " (one length: no padding)"),
+            "input": "int64 token-id ring, "
+            + (
+                "packed on the device (padding removed)"
+                if req.packed
+                else "padded on the device"
+                + (" with a key padding mask" if req.masked else " (one length: no padding)")
+            ),
         },
         notes=notes,
         curves_by_len=by_len,
