@@ -72,3 +72,22 @@ def test_the_answer_shows_it_beside_the_throughput_row_and_nowhere_else(frames):
     also = with_anchor.iloc[0]["also"]
     assert "9,164 samples/s" in also and "7,201 queries/s" in also and "padding removed" in also
     assert f"this row is {128 / 40e-3 / 9_164:.2f}× of it" in also
+
+
+def test_a_packed_row_gets_bert_99_with_both_sides_lengths_and_a_padded_row_none():
+    row = {
+        "input_mode": "packed:uniform:32:320",
+        "seq_len": 384,
+        "throughput_ips": 7330.0,
+        "tokens_per_sample": 176.0,
+    }
+    lines = mlperf.mode_anchor_lines(H200, "bert-large", row)
+    assert len(lines) == 2 and all("padding removed on both sides" in line for line in lines)
+    assert "this row's lengths uniform:32:320, mean 176.0 tokens" in lines[0]
+    assert "9,164 samples/s" in lines[0] and "this row is 0.80× of it in sequences/s" in lines[0]
+    assert "SQuAD v1.1" in lines[0] and "7,201" in lines[1] and "of it" not in lines[1]  # Server: no ratio
+    assert mlperf.mode_anchor_lines(OTHER, "bert-large", row) == []  # not the GPU it was measured on
+    assert mlperf.mode_anchor_lines(H200, "bert-large", {**row, "seq_len": 128}) == []
+    assert mlperf.mode_anchor_lines(H200, "bert-large", {**row, "input_mode": "padded:uniform:32:320"}) == []
+    assert mlperf.mode_note(row["input_mode"]).startswith("packed: sequences of mixed lengths")
+    assert mlperf.mode_note("int8-resident") == mlperf.RESIDENT_NOTE

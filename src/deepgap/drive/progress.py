@@ -33,9 +33,8 @@ def result_line(ev: Event) -> str:
     if r.status == Status.OK and r.latency:
         ci = "" if r.ci_met is None else (" ci✓" if r.ci_met else " ci✗")
         seq = getattr(ev.spec, "seq_len", None)
-        text = (
-            r.details.text_batch if r.details is not None else None
-        )  # a mixed-length batch: its real tokens
+        # a text model's tokens: a mixed-length batch's real ones per sequence, else its sequence length
+        text = r.details.text_batch if r.details is not None else None
         per = text.tokens_per_sample if text is not None and text.tokens_per_sample else seq
         tokens = f" ({r.throughput_ips * per:,.0f} tokens/s)" if seq else ""  # a text model's work
         return (

@@ -128,7 +128,7 @@ class _Prepared:
     step: Callable[[], Any]
     prepare_peak: MemoryPeaks | None
     text: Any = None  # a mixed-length text input's batch (`text_input`), else None
-    packed: Any = None  # its packed layout on the model (the attention it ran)
+    model: Any = None  # the model the engine prepared, set to that batch (the attention its layout ran)
     flops_ratio: float | None = None  # its FLOPs per sequence over a full-length sequence's
 
 
@@ -196,10 +196,10 @@ def _prepare(state: WorkerState, req: MeasureRequest, engine: Any, ref_x: Any) -
         torch.cuda.reset_peak_memory_stats(spec.device)
     x_host, k = inputs_for(spec, ref_x, torch.float32)
     text = text_input.batch_of(spec, ref_x.shape[0])
-    packed = ratio = None
+    text_model = ratio = None
     if text is not None:  # the model packs or masks this batch itself; its ids are each row cut to its length
         x_host = text_input.apply(model, text, x_host)
-        packed, ratio = getattr(model, "packed", None), text_input.flops_ratio(model, text, spec.resolution)
+        text_model, ratio = model, text_input.flops_ratio(model, text, spec.resolution)
     prepared = engine.prepare(model, spec, x_host)
     del model
     x_src = None
@@ -232,7 +232,7 @@ def _prepare(state: WorkerState, req: MeasureRequest, engine: Any, ref_x: Any) -
         def step():
             return run(x)
 
-    return _Prepared(prepared, x, x_src, k, step, prepare_peak, text, packed, ratio)
+    return _Prepared(prepared, x, x_src, k, step, prepare_peak, text, text_model, ratio)
 
 
 def _timed_result(req: MeasureRequest, facts: tuple, timings: Any, p: _Prepared, agreement: Any) -> Result:
@@ -262,7 +262,7 @@ def _timed_result(req: MeasureRequest, facts: tuple, timings: Any, p: _Prepared,
         torch_threads=torch.get_num_threads(),
     )
     if p.text is not None:
-        result.details.text_batch = text_input.details(p.text, p.packed, spec)
+        result.details.text_batch = text_input.details(p.text, p.model, spec)
     if is_resident(spec.input_mode):  # say what was timed: the engine's resident input, made before timing
         result.details.transfer = f"none: {spec.input_mode} input made on the device before timing"
     elif spec.include_transfer:  # say what was timed: on a CPU device there is no host→device copy

@@ -60,12 +60,12 @@ def flops_ratio(model: Any, batch: TextBatch, seq_len: int) -> float | None:
     return per / formula(seq_len)
 
 
-def details(batch: TextBatch, packed: Any, spec: ConfigSpec) -> result_details.TextBatch:
+def details(batch: TextBatch, model: Any, spec: ConfigSpec) -> result_details.TextBatch:
     """The row's record of its batch and of the attention it ran.
 
-    ``packed``: the model's packed layout (`deepgap.measure.models.bert_net.Packed`, taken before the engine
-    prepared the model); the attention its last eager call took, else (a compiled model is never called
-    eagerly) the one its rule gives for the device and the attention's dtype (the quant engine's: bf16).
+    ``model``: the model the engine prepared; its packed layout (`deepgap.measure.models.bert_net.Packed`)
+    says the attention its last eager call took, else (a compiled model is never called eagerly) the one
+    its rule gives for the device and the attention's dtype (the quant engine's: bf16).
     """
     if batch.mode != "packed":
         attention = "SDPA with a key mask over the padded batch"
@@ -73,7 +73,7 @@ def details(batch: TextBatch, packed: Any, spec: ConfigSpec) -> result_details.T
         from deepgap.measure.models.bert_net import Packed
 
         dtype = torch.bfloat16 if spec.engine == "quant" else torch_dtype(spec.precision)
-        attention = getattr(packed, "ran", None) or Packed.kind(spec.device, dtype)
+        attention = getattr(getattr(model, "packed", None), "ran", None) or Packed.kind(spec.device, dtype)
     return result_details.TextBatch(
         lengths=batch.dist,
         tokens_per_sample=batch.tokens_per_sample,
