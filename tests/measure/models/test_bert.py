@@ -3,7 +3,7 @@
 Parameter counts are those of ``transformers.BertModel`` *with* its pooler (embeddings incl. token types
 and their LayerNorm, 12/24 encoder layers, the tanh pooler): 109,482,240 for bert-base-uncased and
 335,141,888 for bert-large-uncased, as published (and as ``BertModel(config).num_parameters()`` gives).
-Where ``transformers`` is installed the count is also compared with BertModel's for the same config.
+BertModel's own count for the same config, and its outputs, are compared in test_bert_hf.py.
 Big models are built on the meta device: shapes only, milliseconds.
 """
 
@@ -35,24 +35,6 @@ def test_parameter_count_is_bertmodels(name):
         "bert-base": (12, 768, 12, 3072, 30522, 512),
         "bert-large": (24, 1024, 16, 4096, 30522, 512),
     }[name]
-
-
-def test_parameter_count_matches_transformers_where_installed():
-    transformers = pytest.importorskip("transformers")
-    for name in ("bert-base", "bert-large"):
-        c = CONFIGS[name]
-        hf = transformers.BertConfig(
-            vocab_size=c.vocab,
-            hidden_size=c.hidden,
-            num_hidden_layers=c.layers,
-            num_attention_heads=c.heads,
-            intermediate_size=c.ff,
-            max_position_embeddings=c.max_positions,
-            type_vocab_size=c.type_vocab,
-        )
-        with torch.device("meta"):
-            ref = transformers.BertModel(hf, add_pooling_layer=True)
-        assert sum(p.numel() for p in ref.parameters()) == sum(p.numel() for p in _meta(name).parameters())
 
 
 def test_bert_base_flops_at_seq_128_include_attention():

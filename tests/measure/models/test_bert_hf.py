@@ -1,6 +1,6 @@
 """deepgap's BERT encoder against ``transformers.BertModel`` with the same weights (issue 50's HF cross-check).
 
-The parameter counts are compared in test_bert.py; here the outputs are: full-length sequences, and a batch of
+The parameter counts of bert-base and bert-large, and the outputs: full-length sequences, and a batch of
 mixed lengths that BertModel reads with its attention mask, which deepgap runs packed (padding removed) and
 padded (keys masked, `deepgap.measure.models.text_batch`). An independent implementation of the same
 arithmetic, so the packing and the mask are checked against what the model's users run, not against itself.
@@ -12,16 +12,17 @@ import pytest
 import torch
 
 from deepgap.measure.models.bert import CONFIGS
+from deepgap.measure.models.bert_net import build_bert
 from deepgap.measure.models.build import build_model
 from deepgap.measure.models.text_batch import TextBatch
 
 transformers = pytest.importorskip("transformers")  # in the test extras: installed wherever the suite runs
 
 
-def _pair(name: str = "tinybert"):
-    """(deepgap's model, BertModel) with BertModel's random weights copied into deepgap's."""
+def _hf_config(name: str):
+    """BertModel's config of deepgap's shape ``name``."""
     c = CONFIGS[name]
-    cfg = transformers.BertConfig(
+    return transformers.BertConfig(
         vocab_size=c.vocab,
         hidden_size=c.hidden,
         num_hidden_layers=c.layers,
@@ -33,6 +34,19 @@ def _pair(name: str = "tinybert"):
         hidden_act="gelu",
         attn_implementation="eager",
     )
+
+
+def test_parameter_counts_are_bertmodels():
+    for name in ("bert-base", "bert-large"):
+        with torch.device("meta"):
+            ref = transformers.BertModel(_hf_config(name), add_pooling_layer=True)
+            ours = build_bert(CONFIGS[name])
+        assert sum(p.numel() for p in ref.parameters()) == sum(p.numel() for p in ours.parameters())
+
+
+def _pair(name: str = "tinybert"):
+    """(deepgap's model, BertModel) with BertModel's random weights copied into deepgap's."""
+    c, cfg = CONFIGS[name], _hf_config(name)
     torch.manual_seed(3)
     hf = transformers.BertModel(cfg, add_pooling_layer=True).eval()
     sd = hf.state_dict()
