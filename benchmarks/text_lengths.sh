@@ -7,6 +7,9 @@
 #   serve     — `deepgap serve` bert-large fp16 (eager: text serving's engine) at the same lengths, padding removed
 #               (packed) and padded to the batch's longest, each --find-capacity at p99 ≤ 130 ms (MLPerf BERT
 #               Server's bound); the console and `deepgap show` to $OUT, the store packed; SERVE_LIMIT (240 s) each
+#   bertbase  — issue 50's loop check in one call: bert-base seq 128 quant fp8 batch 256 in `deepgap run` (one sweep,
+#               pipelined figure beside it), then the bare loop of the same engine choice on the same machine;
+#               $OUT/bertbase.txt, bertbase.csv, transformer_quant.jsonl; BASE_LIMIT (300 s)
 #   gputests  — tests/measure/test_text_input_gpu.py (varlen against padded attention, every engine on the input)
 #   bertlarge — compile-freeze fp16 and quant fp8 at batch 256, inputs default, packed and padded, into one store;
 #               the console (stamped), `deepgap show`, the CSV export to $OUT, the store gzipped (pack); LIMIT (420 s)
@@ -54,6 +57,14 @@ serve)
     done
     python -m deepgap show "$S/serve.sqlite" > "$OUT/serve.show.txt" 2>&1
     pack "$S/serve.sqlite" ;;
+bertbase)
+    if [ "${DRY:-0}" = 1 ] || [ "${SMOKE:-0}" = 1 ]; then continue; fi
+    step "bert-base quant, run and loop" "${BASE_LIMIT:-300}" bash -c "python -m deepgap run --models bert-base \
+        --seq-lens 128 --engines quant --precisions fp8 --batch-sizes 256 --device cuda --sweeps 1 \
+        --no-cpu-baseline --store $S/base.sqlite && python -m deepgap export $S/base.sqlite -o $OUT/bertbase.csv \
+        && python benchmarks/transformer_quant.py --model bert-base --seq 128 --batch 256 --out $OUT \
+        --variants fp8-tensor-fast-fused-engine-tanh" > "$OUT/bertbase.txt" 2>&1
+    tail -6 "$OUT/bertbase.txt" ;;
 gputests)
     if [ "${DRY:-0}" = 1 ]; then continue; fi
     step "GPU tests" 300 python -m pytest -q -m gpu tests/measure/test_text_input_gpu.py \

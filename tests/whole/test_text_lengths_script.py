@@ -8,7 +8,7 @@ SCRIPT = BENCHMARKS / "text_lengths.sh"
 
 
 def _plan(smoke: bool) -> list:
-    return dry_plan(SCRIPT, ["bertlarge", "loop", "serve", "gputests"], smoke, "/lengths.sqlite")
+    return dry_plan(SCRIPT, ["bertlarge", "loop", "serve", "bertbase", "gputests"], smoke, "/lengths.sqlite")
 
 
 def test_the_step_plans_bert_large_over_three_inputs():
