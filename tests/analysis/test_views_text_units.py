@@ -82,6 +82,9 @@ def test_recommend_uses_text_units(text_store):
         assert "seq/s" in r.stdout and "tokens/s" in r.stdout and "mJ/sequence" in r.stdout, r.stdout
         assert "mJ/token" in r.stdout and "(seq 32)" in r.stdout
         _no_image_words(r.stdout)
+    # the fastest is batch 4: its median is the batch's, worded so (it once said "5.000 ms per sequence")
+    r = deepgap_cli("recommend", text_store, "--objective", "throughput")
+    assert "median 5.000 ms per batch of 4 (1.2500 ms per sequence)" in r.stdout, r.stdout
 
 
 @pytest.mark.parametrize("name", ["table1_peak_throughput", "pareto_frontier", "energy", "configurations"])

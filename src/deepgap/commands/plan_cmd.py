@@ -51,6 +51,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
         "--seq-len",
         help="a text encoder: the sequence length to plan at (needed when the stores hold several)",
     )
+    for end, what in (("input", "prompt"), ("output", "generated")):
+        p.add_argument(
+            f"--{end}-len",
+            metavar="TOKENS",
+            help=f"a decoder: the {what} tokens per sequence to plan at (needed when the stores hold several)",
+        )
     p.add_argument("--tpot-slo", metavar="DURATION", help="with --target-tok-s: TPOT bound (default 100ms)")
     p.add_argument("--ttft-slo", metavar="DURATION", help="with --target-tok-s: TTFT bound (default 2s)")
     p.add_argument("--objective", default="devices", help="devices (fewest devices) | watts (least power)")
@@ -68,7 +74,12 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
 
     text = is_encoder(args.model)  # a text encoder: seq/s and tokens/s (`serving.capacity.text_plan`)
     if args.target_tok_s is not None and not text:
-        return _plan_decode(args)
+        from deepgap.commands.plan_decoder import plan_decoder
+
+        return plan_decoder(args)
+    for flag, value in (("--input-len", args.input_len), ("--output-len", args.output_len)):
+        if value is not None:
+            raise UsageError(f"{flag} applies to a decoder's plan (--target-tok-s)", f"drop {flag}")
     qps = _checked_qps(args, text)
     load = load_settings(args)
     mb = max_batch_of(args)
@@ -187,54 +198,3 @@ def _print_plan(
                 f"  also considered: {a['configuration']} ({a['policy']}): "
                 f"{a['capacity_qps']:,.1f} {unit}, {dev}: {a['why']}"
             )
-
-
-def _plan_decode(args: argparse.Namespace) -> int:
-    """``--target-tok-s``: a decoder's devices per kind from the stores' decode rows (`analysis.decode_plan`)."""
-    import pandas as pd
-
-    from deepgap.analysis.decode_plan import MLPERF_TPOT_S, MLPERF_TTFT_S, plan_decode
-    from deepgap.analysis.decode_section import read_table
-    from deepgap.analysis.recommend import parse_duration_s
-    from deepgap.drive.config import parse_number
-    from deepgap.store import Store
-
-    if args.qps is not None or args.slo_p99 is not None:
-        raise UsageError(
-            "--target-tok-s plans a decoder's tokens/s; --qps and --slo-p99 plan queries/s",
-            "pass one of them: --target-tok-s with --tpot-slo/--ttft-slo, or --qps with --slo-p99",
-        )
-    target = parse_number(args.target_tok_s, float, "target-tok-s")
-    tpot = parse_duration_s(args.tpot_slo, "--tpot-slo") if args.tpot_slo else MLPERF_TPOT_S
-    ttft = parse_duration_s(args.ttft_slo, "--ttft-slo") if args.ttft_slo else MLPERF_TTFT_S
-    tabs = []
-    for path in args.stores:
-        store = Store(path, readonly=True)
-        try:
-            tabs.append(read_table(store, None))
-        finally:
-            store.close()
-    rows = plan_decode(pd.concat(tabs, ignore_index=True), args.model, target, tpot, ttft)
-    if args.json:
-        print(json.dumps([asdict(r) for r in rows], indent=1))
-        return 0
-    print(
-        f"{args.model}: {target:,.0f} output tokens/s with TPOT ≤ {tpot * 1e3:g} ms and TTFT ≤ {ttft * 1e3:g} ms "
-        "(per device: a stored batch generated start to end, its prefill included; TPOT: its tail, TTFT: its "
-        "median)"
-    )
-    for i, r in enumerate(rows, 1):
-        if r.devices is None:
-            print(f"{i}. {r.platform}: {r.why}")
-        else:
-            watts = (
-                f", {r.watts_per_device:,.0f} W per device" if r.watts_per_device else ", power unavailable"
-            )
-            print(
-                f"{i}. {r.platform}: {r.devices} device(s) of {r.configuration} at "
-                f"{r.tokens_per_s_per_device:,.1f} output tokens/s each{watts}; TPOT {r.tpot_tail_ms:.3g} ms "
-                f"({r.tpot_tail_label}), TTFT {r.ttft_median_ms:.4g} ms (median): {r.why}"
-            )
-        for alt in r.alternatives:
-            print(f"   considered: {alt}")
-    return 0

@@ -48,11 +48,10 @@ def _line(ev: dict) -> str:
     from deepgap.render.units import IMAGE, of_seq_lens
 
     u = of_seq_lens([ev.get("seq_len")]) if ev.get("seq_len") else IMAGE  # seq/s, not images/s, for text
-    per = f" per {u.item}" if u.kind == "text" else ""
     tokens = f" ({fmt_ips(ev.get('tokens_per_s'))} tokens/s)" if u.kind == "text" else ""
     parts = [
         f"{fmt_ips(ev['throughput_ips'])} {u.rate}{tokens} {fmt_ci(*ev['throughput_ci_ips'])}",
-        f"median {fmt_ms(ev['latency_median_s'])} ms{per}",
+        f"median {_median(ev, u)}",
         f"tail {fmt_ms(ev['latency_tail_s'])} ms: {ev['latency_tail']}",
         f"memory {fmt_gib(ev['memory_bytes'])} GiB ({ev['memory_metric']})",
     ]
@@ -69,6 +68,16 @@ def _line(ev: dict) -> str:
     if ev["warnings"]:
         parts.append("warning: " + ", ".join(ev["warnings"]))
     return "; ".join(parts)
+
+
+def _median(ev: dict, u) -> str:
+    """The median of one forward: a batch's, worded per item where a text row's batch is above 1."""
+    from deepgap.core.wording import latency_words
+    from deepgap.render.formatting import fmt_ms
+
+    if u.kind != "text":
+        return f"{fmt_ms(ev['latency_median_s'])} ms"
+    return latency_words(ev["latency_median_s"], int(ev.get("batch_size") or 1), u.item)
 
 
 def _finite(obj):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from deepgap.core.events import Event
 from deepgap.core.records import Status
 from deepgap.core.stats import P99_MIN_N
+from deepgap.core.wording import latency_words
 
 
 def tail_text(lat) -> str:
@@ -37,24 +38,12 @@ def result_line(ev: Event) -> str:
         text = r.details.text_batch if r.details is not None else None
         per = text.tokens_per_sample if text is not None and text.tokens_per_sample else seq
         tokens = f" ({r.throughput_ips * per:,.0f} tokens/s)" if seq else ""  # a text model's work
+        median = latency_words(r.latency.median_s, ev.spec.batch_size, "sequence" if seq else None)
         return (
             f"{ev.spec.label()}: {r.throughput_ips:,.1f} {rate_unit(ev.spec)}{tokens}, "
-            f"median {_latency_text(r.latency.median_s, ev.spec.batch_size, seq)}, {tail_text(r.latency)}{ci}"
+            f"median {median}, {tail_text(r.latency)}{ci}"
         )
     return f"{ev.spec.label()}: {r.status.value} — {r.reason}"
-
-
-def _latency_text(median_s: float, batch: int, seq: int | None) -> str:
-    """A forward's median latency is a whole batch's: a text model's line says so, and what it is a sequence.
-
-    (Session 25's preset printed "median 7.721 ms per sequence" for a batch of 256: 0.030 ms a sequence.)
-    """
-    ms = median_s * 1e3
-    if not seq:
-        return f"{ms:.3f} ms"
-    if batch == 1:
-        return f"{ms:.3f} ms per sequence"
-    return f"{ms:.3f} ms per batch of {batch} ({ms / batch:.4f} ms per sequence)"
 
 
 class Progress:
