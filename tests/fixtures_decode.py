@@ -61,6 +61,8 @@ def decode_result(spec: ConfigSpec, tpot_ms: float, j: float | None = None, flag
         output_tok_s=output_tok_s(bs, tpot_ms, o),
         joules_per_token=j,
         cost_context=i + (o - 2) / 2,
+        tokens_checked=bs * 16,  # the first 16 greedy tokens of each row against fp32's
+        token_agreement=0.5 if flagged else 1.0,
     )
     details = ResultDetails(
         correctness=Correctness(rel_l2=0.2 if flagged else 1e-3, flagged=flagged), decode=d

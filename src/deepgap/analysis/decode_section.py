@@ -42,12 +42,18 @@ def _share(r: dict[str, Any]) -> str:
     return "–" if v is None or v != v else f"{100 * v:.0f}%"
 
 
-def _agree(r: dict[str, Any]) -> str:
+def _agree(r: dict[str, Any], worded: bool = False) -> str:
+    """Greedy tokens equal to fp32's and the logits' relL2; ``worded``: each named.
+
+    Worded for a cell whose column is headed otherwise (the answer's speaks of top-1 or output agreement).
+    """
     a = r.get("token_agreement_vs_fp32")
     if a is None or a != a:
         return "–"
     wrong = " WRONG" if r.get("logits_flagged") is True else ""
-    return f"{100 * a:.0f}% of {r.get('tokens_checked')}; relL2 {r.get('logits_rel_l2_vs_fp32'):.2e}{wrong}"
+    tokens, logits = ("greedy tokens equal to fp32's: ", "logits ") if worded else ("", "")
+    rel = r.get("logits_rel_l2_vs_fp32")
+    return f"{tokens}{100 * a:.0f}% of {r.get('tokens_checked')}; {logits}relL2 {rel:.2e}{wrong}"
 
 
 TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
@@ -152,7 +158,7 @@ def answer_rows(tab: pd.DataFrame) -> pd.DataFrame:
                     **extra,
                     "goal": ANSWER_GOALS[goal],
                     "ci": "–",
-                    "accuracy": _agree(r) if r is not None else "",
+                    "accuracy": _agree(r, worded=True) if r is not None else "",
                     "flags": f"excluded: {excl}" if excl else "",
                     "n": f"{a.considered} candidate(s)",
                     "answered": r is not None,

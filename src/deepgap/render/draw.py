@@ -42,6 +42,9 @@ OVERLAYS = frozenset(
 )
 
 
+NO_MEASUREMENT = "unavailable: no successful measurement"  # a figure's reason when it has no rows at all
+
+
 @dataclass
 class Figure:
     """One figure of the report: PNG bytes (drawn now, or pending until a page needs them), or why it cannot be.

@@ -12,7 +12,7 @@ import pandas as pd
 from deepgap.analysis import compare as cmp
 from deepgap.analysis import failures, reference, tables
 from deepgap.analysis.thermal import thermal_state
-from deepgap.render.draw import Figure
+from deepgap.render.draw import NO_MEASUREMENT, Figure
 from deepgap.render.formatting import TABLE_SPECS
 from deepgap.render.machines import machine_key, machine_label
 from deepgap.render.sections import Parts, ReportContext, Section, register
@@ -91,6 +91,17 @@ def build(ctx: ReportContext) -> Parts:
     if ctx.interactive:
         _interactive(figs, agg, par, sp32, spc)
     return Parts(out, figs)
+
+
+NO_FORWARD = "unavailable: no forward measurement; this store's rows are decode runs (the Decode table below)"
+
+
+def point_to_decode(figs: list, agg: pd.DataFrame, decode: pd.DataFrame | None) -> None:
+    """A decoder-only store: figures 6-11 (forward passes) say where its rows are, not that there are none."""
+    if agg.empty and decode is not None and len(decode):
+        for f in figs:
+            if f.unavailable == NO_MEASUREMENT:
+                f.unavailable = NO_FORWARD
 
 
 def _telemetry_panels(runs: list, df: pd.DataFrame, tel_by_run: dict) -> tuple[list, dict]:

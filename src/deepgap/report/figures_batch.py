@@ -15,6 +15,7 @@ import pandas as pd
 
 from deepgap.analysis import tails
 from deepgap.render.draw import (
+    NO_MEASUREMENT,
     Figure,
     flag_marks,
     panel_legend,
@@ -55,7 +56,7 @@ def _per_panel(
     """
     data = agg if need is None or agg.empty else agg[agg[need].notna()] if need in agg else agg.iloc[0:0]
     if data.empty:
-        return Figure(name, title, caption, unavailable=why or "unavailable: no successful measurement")
+        return Figure(name, title, caption, unavailable=why or NO_MEASUREMENT)
     return pending_figure(name, title, caption, lambda: _draw_panels(data, xlabel, ylabel, draw, logx, logy))
 
 

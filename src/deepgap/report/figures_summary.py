@@ -14,6 +14,7 @@ import pandas as pd
 
 from deepgap.core.precision import PRECISIONS
 from deepgap.render.draw import (
+    NO_MEASUREMENT,
     PREC_COLORS,
     Figure,
     flag_marks,
@@ -37,7 +38,7 @@ def pareto(par: pd.DataFrame) -> Figure:
             "fig10_pareto",
             "Latency–throughput Pareto frontier (fig. 10)",
             "",
-            unavailable="unavailable: no successful measurement",
+            unavailable=NO_MEASUREMENT,
         )
     return pending_figure(
         "fig10_pareto",
@@ -127,7 +128,7 @@ def bars(
 ) -> Figure:
     """Grouped bars: one panel per ``panel`` value and engine family (≤ 8 bars a group), groups by model."""
     if frame.empty:
-        return Figure(name, title, caption, unavailable=why or "unavailable: no successful measurement")
+        return Figure(name, title, caption, unavailable=why or NO_MEASUREMENT)
     caption += " ✕ = flagged, ○ = CI target missed."
     return pending_figure(name, title, caption, lambda: _draw_bars(frame, value, ylabel, panel, fmt, err))
 

@@ -46,6 +46,7 @@ from deepgap.render.style import platform_names
 from deepgap.render.units import of_frame
 from deepgap.report import answer as report_answer
 from deepgap.report import answer_ratios
+from deepgap.report import core as report_core
 from deepgap.report import interactive as fi
 from deepgap.report import sections as report_sections
 from deepgap.report.screenshot import find_chromium, screenshot  # noqa: F401  (re-exported)
@@ -136,9 +137,9 @@ def _build(store_path: str, run_ids: list[str] | None, interactive: bool, store:
         parts = section.build(ctx)
         rep.tables.update(parts.tables)
         rep.figures += parts.figures
-        rep.table_specs.update(section.table_specs)
-        rep.table_specs.update(parts.table_specs)
-    rep.answer_table, rep.how_sure = report_answer.answers(agg, df, rep.tables.get("decode"))
+        rep.table_specs.update({**section.table_specs, **parts.table_specs})
+    report_core.point_to_decode(rep.figures, agg, decode := rep.tables.get("decode"))
+    rep.answer_table, rep.how_sure = report_answer.answers(agg, df, decode)
     rep.ratios = answer_ratios.cross_gpu_ratios(agg, pooled_samples_fn(store))
     if rep.interactive and not agg.empty:
         rep.filters = {
