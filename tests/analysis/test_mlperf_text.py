@@ -91,3 +91,34 @@ def test_a_packed_row_gets_bert_99_with_both_sides_lengths_and_a_padded_row_none
     assert mlperf.mode_anchor_lines(H200, "bert-large", {**row, "input_mode": "padded:uniform:32:320"}) == []
     assert mlperf.mode_note(row["input_mode"]).startswith("packed: sequences of mixed lengths")
     assert mlperf.mode_note("int8-resident") == mlperf.RESIDENT_NOTE
+
+
+def _mixed_store(path: str, modes: tuple[str, ...]) -> str:
+    s = Store(path)
+    run = s.begin_run(
+        {"device": "cuda"}, "deepgap run (fixture)", {"device_name": OTHER, "device": "cuda"}, "0"
+    )
+    for mode in modes:
+        spec = ConfigSpec(model="bert-base", engine="eager", precision="fp16", batch_size=64, device="cuda",
+                          resolution=128, seq_len=128, input_mode=mode)  # fmt: skip
+        s.record(run, make_result(spec, 10e-3))
+    s.finish_run(run)
+    s.close()
+    return path
+
+
+def test_compare_lists_each_input_kind_under_its_own_note(tmp_path):
+    """Both sides' packed rows under the packed note, then the padded rows under theirs (the notes came first,
+    all of them, and the rows after, so B's padded row read as a packed one)."""
+    from deepgap.report.compare_console import resident_lines
+
+    a = configurations(
+        _mixed_store(str(tmp_path / "a.sqlite"), ("packed:uniform:8:128", "padded:uniform:8:128"))
+    )
+    b = configurations(_mixed_store(str(tmp_path / "b.sqlite"), ("packed:uniform:8:128",)))
+    lines = resident_lines([("A", a), ("B", b)])
+    heads = [i for i, ln in enumerate(lines) if ln.startswith("rows of another input")]
+    assert [lines[i].split("(")[1].split(":")[0] for i in heads] == ["packed", "padded"], lines
+    packed, padded = lines[heads[0] + 1 : heads[1]], lines[heads[1] + 1 :]
+    assert [ln[:2] for ln in packed] == ["A:", "B:"] and all("packed input" in ln for ln in packed), packed
+    assert [ln[:2] for ln in padded] == ["A:"] and "padded input" in padded[0], padded

@@ -228,19 +228,19 @@ def resident_lines(sides: list[tuple[str, Any]]) -> list[str]:
     from deepgap.render.formatting import fmt_ips
     from deepgap.render.units import of_seq_lens
 
-    out, kinds = [], {}
+    by_kind: dict[str, list[str]] = {}  # each input kind's note, then its rows: A's, then B's
     for name, agg in sides:
         if agg is None or not len(agg) or "input_mode" not in agg or not agg["input_mode"].astype(bool).any():
             continue
         for (platform, model), sub in agg.groupby(["platform", "model"], sort=True):
             for r in resident_best(sub):
-                kinds.setdefault(input_kind(r["input_mode"]), r["input_mode"])
-                out.append(
-                    f"{name}: {config_label(r)}: {fmt_ips(r['throughput_ips'])} {of_seq_lens([r.get('seq_len')]).short}"
+                lines = by_kind.setdefault(
+                    input_kind(r["input_mode"]), [f"rows of another input ({mode_note(r['input_mode'])}):"]
                 )
-                out += [f"  {line}" for line in mode_anchor_lines(str(platform), str(model), r)]
-    notes = [f"rows of another input ({mode_note(m)}):" for m in kinds.values()]
-    return [*notes, *out] if out else []
+                short = of_seq_lens([r.get("seq_len")]).short
+                lines.append(f"{name}: {config_label(r)}: {fmt_ips(r['throughput_ips'])} {short}")
+                lines += [f"  {line}" for line in mode_anchor_lines(str(platform), str(model), r)]
+    return [line for lines in by_kind.values() for line in lines]
 
 
 def _conf(r: dict, side: str) -> str:
