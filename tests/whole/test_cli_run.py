@@ -151,3 +151,32 @@ def test_paper_preset_is_the_papers_protocol():
     assert p.models == ("resnet18", "resnet50", "resnet101") and p.precisions == ("fp32", "fp16")
     assert p.batch_sizes == PAPER_BATCHES == (1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512)
     assert (p.warmup, p.iterations, p.repeats, p.target_ci) == (20, 100, 3, None)
+
+
+@pytest.mark.parametrize("json_out", [False, True])
+def test_a_run_ends_on_its_answer_and_json_stays_json(tmp_path, capsys, json_out):
+    """The console run ends on what ``deepgap recommend --run ID`` prints; ``--json`` prints JSON lines only."""
+    from conftest import inprocess_worker
+
+    path = str(tmp_path / "s.sqlite")
+    argv = ["run", "--models", "tinycnn", "--device", "cpu", "--threads", "1", "--batch-sizes", "1,4",
+            "--warmup", "1", "--iterations", "3", "--repeats", "2", "--store", path]  # fmt: skip
+    with pytest.MonkeyPatch.context() as mp, inprocess_worker(mp):
+        assert main([*argv, *(["--json"] if json_out else [])]) == 0
+    out = capsys.readouterr().out
+    if json_out:
+        assert len([json.loads(line) for line in out.splitlines()]) == 2  # every line is JSON
+        return
+    head, answer = out.split("\nthe answer (deepgap recommend ", 1)
+    assert "2 configurations stored" in head and answer.startswith(f"{path} --run ")
+    assert "tinycnn (" in answer and "evidence: " in answer and "2 candidate(s) checked" in answer
+
+
+def test_a_quiet_run_prints_nothing(tmp_path, capsys):
+    from conftest import inprocess_worker
+
+    argv = ["run", "--models", "tinycnn", "--device", "cpu", "--threads", "1", "--batch-sizes", "1", "--warmup",
+            "1", "--iterations", "3", "--repeats", "2", "--store", str(tmp_path / "s.sqlite"), "--quiet"]  # fmt: skip
+    with pytest.MonkeyPatch.context() as mp, inprocess_worker(mp):
+        assert main(argv) == 0
+    assert capsys.readouterr().out == ""

@@ -268,7 +268,35 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
         write_report(res.store_path, args.report, run_ids=[res.run_id])
         if not args.quiet:
             print(f"report written to {args.report}")
+    if not args.quiet and not args.json:
+        _print_answer(res.store_path, res.run_id)
     return 0
+
+
+def _print_answer(store: str, run_id: str) -> None:
+    """The run's answer, as ``deepgap recommend STORE --run ID`` prints it: the main command ends on it.
+
+    Why: deepgap answers which device, engine, precision and batch to deploy; a run that ended on "16
+    configurations stored" left the user to know the next command. A failure here is one line on stderr:
+    the measurements are stored whatever it says.
+    """
+    import shlex
+
+    from deepgap.commands import recommend
+
+    p = argparse.ArgumentParser(add_help=False)
+    recommend.add_arguments(p)
+    print(
+        f"\nthe answer (deepgap recommend {shlex.quote(store)} --run {run_id}; "
+        "--slo-p99 and --max-memory set limits):"
+    )
+    try:
+        recommend.main(p.parse_args([store, "--run", run_id]))
+    except Exception as e:  # noqa: BLE001  (the run is stored; only its summary failed)
+        print(
+            f"deepgap: the answer could not be printed ({type(e).__name__}: {e}); the run is stored",
+            file=sys.stderr,
+        )
 
 
 def _as_json(r) -> dict:
