@@ -101,6 +101,12 @@ def _show(args: argparse.Namespace, store: Store) -> int:
 
     if df.empty and print_decode(store, console, ids):  # a decode run: its own table only
         return 0
+    from deepgap.serving.show.console import print_serving  # serve runs: load levels, capacity, interference
+    from deepgap.serving.show.tables import any_serving
+
+    if df.empty and any_serving(store):  # a serve run: its tables, not an empty one of forward results
+        print_serving(store, console, ids)
+        return 0
     from deepgap.render.units import IMAGE, of_frame
 
     units = of_frame(df) if len(df) else IMAGE  # a text model's rows: seq/s, no layout, no top-1
@@ -146,8 +152,6 @@ def _show(args: argparse.Namespace, store: Store) -> int:
     _print_resident(df, console)
     _print_sweeps(store, df, console)
     print_decode(store, console, ids)
-    from deepgap.serving.show.console import print_serving  # serve runs: load levels, capacity, interference
-
     print_serving(store, console, ids)
     return 0
 

@@ -189,7 +189,7 @@ def no_pass_note(probes: Sequence[Probe]) -> str:
         )
     why = f", stopped: {s.stopped}" if s.stopped else ""
     # a decoder's level a stop ended before any request finished has no latency: its TTFT tail says it
-    tail = f"p99 {s.latency_p99_s * 1e3:.3g} ms" if math.isfinite(s.latency_p99_s) else "none finished"
+    tail = s.tail_words() if math.isfinite(s.latency_p99_s) else "none finished"
     return f"the SLO is not met even at {p.rate_qps:.3g} queries/s ({counts}: {tail}{why})"
 
 

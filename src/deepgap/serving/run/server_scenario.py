@@ -11,6 +11,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from deepgap.core.stats import P99_MIN_N
 from deepgap.serving.capacity.search import (
     DROP_AFTER_SLOS,
     CapacityResult,
@@ -78,9 +79,13 @@ def _real_probe(
         stop = load.stop_rule(n, rate)
         c.say(f"serve: {policy.label()} at {rate:,.1f} queries/s ({n} queries)")
         s, pred, _ = _level(c, purpose, policy, rate, times, stop, load, load.slo_s)
+        tail = s.tail_words()  # a probe stopped early has too few requests for a p99: their max, named
+        if s.n >= P99_MIN_N:
+            tail += f" (n={s.n}; predicted {pred.latency_p99_s * 1e3:.3f})"
         c.say(
-            f"serve:   p99 {s.latency_p99_s * 1e3:.3f} ms (predicted {pred.latency_p99_s * 1e3:.3f}), "
-            f"{s.verdict}" + (f", {s.n_dropped} dropped" if s.n_dropped else "") + f"; {host_line(s)}"
+            f"serve:   {tail}, {s.verdict}"
+            + (f", {s.n_dropped} dropped" if s.n_dropped else "")
+            + f"; {host_line(s)}"
         )
         return Probe(rate, s, s.verdict == "pass")
 

@@ -109,8 +109,8 @@ TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
             ("n", "n"),
             ("p50 ms", lambda r: fmt_ms(r["latency_p50_s"])),
             ("p90 ms", lambda r: fmt_ms(r["latency_p90_s"])),
-            ("p99 ms", lambda r: fmt_ms(r["latency_p99_s"])),
-            ("simulated p99 ms", lambda r: fmt_ms(r["predicted_p99_s"])),
+            ("tail ms (p99 where n ≥ 368, else max of n)", tables.tail_text),
+            ("simulated p99 ms (where n ≥ 368)", lambda r: fmt_ms(tables.sim_p99(r))),
             ("mean batch", lambda r: fmt_num(r["mean_batch"])),
             ("queue ms", lambda r: fmt_ms(r["queue_mean_s"])),
             ("h2d ms", lambda r: fmt_ms(r["h2d_mean_s"])),
@@ -140,7 +140,7 @@ TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
             ("padded tokens/s", lambda r: fmt_ips(r["padded_tokens_per_s"])),
             ("padding %", lambda r: fmt_num(100 * r["padding_fraction"])),
             ("simulated useful tokens/s", lambda r: fmt_ips(r["predicted_useful_tokens_per_s"])),
-            ("p99 ms", lambda r: fmt_ms(r["latency_p99_s"])),
+            ("tail ms (p99 where n ≥ 368, else max of n)", tables.tail_text),
             ("verdict", "verdict"),
             ("run", "run_id"),
         ],
@@ -154,8 +154,8 @@ TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
             ("phase", "phase"),
             ("offered q/s", lambda r: fmt_ips(r["offered_qps"])),
             ("served q/s", lambda r: fmt_ips(r["achieved_qps"])),
-            ("p99 ms", lambda r: fmt_ms(r["latency_p99_s"])),
-            ("p99 × alone", lambda r: fmt_x(r["p99_over_alone"])),
+            ("tail ms (p99 where n ≥ 368, else max of n)", tables.tail_text),
+            ("p99 × alone (both n ≥ 368)", lambda r: fmt_x(r["p99_over_alone"])),
             ("served × alone", lambda r: fmt_x(r["qps_over_alone"])),
             ("run", "run_id"),
         ],
@@ -272,8 +272,9 @@ def throughput_latency(lv: pd.DataFrame, cap: pd.DataFrame) -> Figure:
     """p99 against served rate per policy: measured (solid) and simulated (dashed), SLO and capacity marked."""
     fig_id, title = "fig_serving_throughput_latency", "Throughput–latency curve"
     caption = (
-        "p99 latency against the offered rate for every load level: measured (solid; hollow where a capacity "
-        "probe stopped once it could no longer pass) and the simulator on the same arrivals (dashed). Red "
+        "Latency tail against the offered rate for every load level: measured (solid; its p99 where the level "
+        "has at least 368 requests, else their maximum; hollow where a capacity probe stopped once it could "
+        "no longer pass) and the simulator's p99 on the same arrivals (dashed). Red "
         "dashed line: the SLO; green line: the measured capacity. Served rates are in the levels table."
     )
     groups = _groups(lv, tenants=False)
@@ -285,11 +286,12 @@ def throughput_latency(lv: pd.DataFrame, cap: pd.DataFrame) -> Figure:
     for ax, (name, g) in zip(axes, groups, strict=False):
         g = g.sort_values("target_qps")
         stopped = g["stopped"].fillna("") != ""
-        ax.plot(g["target_qps"], g["latency_p99_s"] * 1e3, "-", color="#1f77b4", lw=1.2, label="measured")
-        ax.plot(g["target_qps"][~stopped], g["latency_p99_s"][~stopped] * 1e3, "o", color="#1f77b4", ms=3)
+        tail = g["latency_tail_s"] * 1e3  # p99 where n supports one, else the max of n (`tables.add_tails`)
+        ax.plot(g["target_qps"], tail, "-", color="#1f77b4", lw=1.2, label="measured")
+        ax.plot(g["target_qps"][~stopped], tail[~stopped], "o", color="#1f77b4", ms=3)
         ax.plot(
             g["target_qps"][stopped],
-            g["latency_p99_s"][stopped] * 1e3,
+            tail[stopped],
             "o",
             mfc="none",
             color="#1f77b4",
@@ -314,7 +316,7 @@ def throughput_latency(lv: pd.DataFrame, cap: pd.DataFrame) -> Figure:
         ax.set_yscale("log")
         plain_ticks(ax, axis="y")
         ax.set_xlabel("offered queries/s")
-        ax.set_ylabel("p99 latency (ms)")
+        ax.set_ylabel("tail latency (ms): p99, or max of n")
         ax.set_title(name, fontsize=8)
         ax.legend(fontsize=6)
     return make_figure(fig_id, title, caption, fig)
@@ -325,10 +327,16 @@ def predicted_vs_measured(lv: pd.DataFrame) -> Figure:
     fig_id, title = "fig_serving_predicted_vs_measured", "Simulator against measurement"
     caption = (
         "Each point is one load level: the p99 the simulator predicts for the same arrivals (fed the "
-        "calibrated service curve) against the p99 measured. Points above the diagonal: the real server "
-        "was slower than predicted."
+        "calibrated service curve) against the p99 measured, for the levels of at least 368 requests (fewer "
+        "support no p99). Points above the diagonal: the real server was slower than predicted."
     )
-    ok = lv[(lv["status"] == "ok") & lv["predicted_p99_s"].notna() & lv["latency_p99_s"].notna()]
+    # a p99 on both axes needs n ≥ 368 requests (`tables.add_tails`): a level with fewer is left out
+    ok = lv[
+        (lv["status"] == "ok")
+        & lv["predicted_p99_s"].notna()
+        & lv["latency_p99_s"].notna()
+        & lv["p99_supported"]
+    ]
     if ok.empty:
         return Figure(
             fig_id, title, caption, unavailable="unavailable: no level with a prediction in these runs"

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from deepgap.core.stats import P99_MIN_N
 from deepgap.serving.records.storage import capacity_frame, has_tables, levels_frame
 
 if TYPE_CHECKING:
@@ -24,6 +25,34 @@ def policy_label(max_batch, max_delay_s) -> str:
     return f"{int(max_batch)} / {float(max_delay_s) * 1e3:g}ms"
 
 
+def add_tails(df: pd.DataFrame) -> None:
+    """A level's latency tail, named: its p99 where its n requests support one (n ≥ `P99_MIN_N`), else its max.
+
+    Why: a capacity probe that stops early can end on a few hundred requests, and a p99 of 348 is the
+    sample's top values interpolated (`analysis.tails`): views show ``latency_tail_s`` with
+    ``latency_tail_kind`` and n, and the simulator's p99 only where ``p99_supported``.
+    """
+    import pandas as pd
+
+    n = pd.to_numeric(df["n"], errors="coerce").fillna(0)
+    df["p99_supported"] = n >= P99_MIN_N
+    df["latency_tail_s"] = df["latency_p99_s"].where(df["p99_supported"], df["latency_max_s"])
+    df["latency_tail_kind"] = np.where(df["p99_supported"], "p99", "max")
+
+
+def tail_text(r: dict, digits: int = 3) -> str:
+    """``25.210 (max of n=348)`` or ``6.128 (p99 of n=4191)``; blank where nothing was measured."""
+    v, n = r.get("latency_tail_s"), r.get("n")
+    if v is None or v != v or n is None or n != n:
+        return ""
+    return f"{float(v) * 1e3:.{digits}f} ({r['latency_tail_kind']} of n={int(n)})"
+
+
+def sim_p99(r: dict) -> float | None:
+    """The simulator's p99 of a level where its n supports a p99 (the measured side's), else None."""
+    return r.get("predicted_p99_s") if r.get("p99_supported") else None
+
+
 def levels(store: Store, run_ids: list[str] | None = None) -> pd.DataFrame:
     """One row per measured level with the simulator's prediction and the measured/predicted ratios."""
     df = levels_frame(store, run_ids)
@@ -36,8 +65,11 @@ def levels(store: Store, run_ids: list[str] | None = None) -> pd.DataFrame:
     )  # TEXT in stores written before 2026-11-23
     df["platform"] = [n or d for n, d in zip(df["device_name"], df["device"], strict=True)]
     df["policy"] = [policy_label(b, d) for b, d in zip(df["max_batch"], df["max_delay_s"], strict=True)]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        df["p99_measured_over_predicted"] = df["latency_p99_s"] / df["predicted_p99_s"]
+    add_tails(df)
+    with np.errstate(divide="ignore", invalid="ignore"):  # a p99 ratio only where n supports both p99s
+        df["p99_measured_over_predicted"] = df["latency_p99_s"] / df["predicted_p99_s"].where(
+            df["p99_supported"]
+        )
         df["qps_measured_over_predicted"] = df["achieved_qps"] / df["predicted_qps"]
     for col in TEXT_COLUMNS:  # a text model's level (`LevelDetails`); NaN for images
         df[col] = [getattr(d, col, None) if d is not None else None for d in df["extra"]]
@@ -96,7 +128,10 @@ def interference(store: Store, run_ids: list[str] | None = None) -> pd.DataFrame
     rows = []
     for (run_id, tenant), g in t.groupby(["run_id", "tenant"], sort=False):
         alone = g[g["phase"] == tenant]
-        a_p99 = float(alone["latency_p99_s"].iloc[0]) if len(alone) else np.nan
+        # a p99 ratio needs a p99 on both sides (n ≥ P99_MIN_N each), else it is left out (NaN)
+        a_p99 = (
+            float(alone["latency_p99_s"].iloc[0]) if len(alone) and alone["p99_supported"].iloc[0] else np.nan
+        )
         a_qps = float(alone["achieved_qps"].iloc[0]) if len(alone) else np.nan
         for r in g.to_dict("records"):
             rows.append(
@@ -108,7 +143,12 @@ def interference(store: Store, run_ids: list[str] | None = None) -> pd.DataFrame
                     "offered_qps": r["target_qps"],
                     "achieved_qps": r["achieved_qps"],
                     "latency_p99_s": r["latency_p99_s"],
-                    "p99_over_alone": r["latency_p99_s"] / a_p99 if a_p99 == a_p99 else np.nan,
+                    "n": r["n"],
+                    "latency_tail_s": r["latency_tail_s"],
+                    "latency_tail_kind": r["latency_tail_kind"],
+                    "p99_over_alone": r["latency_p99_s"] / a_p99
+                    if a_p99 == a_p99 and r["p99_supported"]
+                    else np.nan,
                     "qps_over_alone": r["achieved_qps"] / a_qps if a_qps == a_qps else np.nan,
                     "predicted_p99_alone_s": r["predicted_p99_s"],
                 }

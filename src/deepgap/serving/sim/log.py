@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from deepgap.core.stats import P99_MIN_N
 from deepgap.serving.sim.capacity_stats import verdict
 
 
@@ -144,6 +145,16 @@ class LevelSummary:
     useful_tokens_per_s: float | None = None  # a text level: its requests' own tokens per second
     padded_tokens_per_s: float | None = None  # a text level: tokens the engine ran per second, padding in
     tokens: Any = None  # a decoder's level: its `deepgap.serving.sim.token_stats.TokenStats`
+
+    def tail_words(self) -> str:
+        """What every console line calls a level's tail.
+
+        ``p99 6.128 ms`` where n supports a p99 (≥ `P99_MIN_N` requests), else ``max 31.000 ms (n=348, too few
+        for a p99)``.
+        """
+        if self.n >= P99_MIN_N:
+            return f"p99 {self.latency_p99_s * 1e3:.3f} ms"
+        return f"max {self.latency_max_s * 1e3:.3f} ms (n={self.n}, too few for a p99)"
 
 
 def summarize(

@@ -1,0 +1,62 @@
+"""A served level's tail is a p99 only where its requests support one (n ≥ 368), else their max, named.
+
+Before: `show` and the report headed every level's tail "p99 ms", and a capacity probe that stopped after
+348 requests showed a "p99" of 348 (the top samples interpolated) beside the simulator's p99.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from deepgap.serving.show.tables import add_tails, sim_p99, tail_text
+
+
+def _levels() -> pd.DataFrame:
+    df = pd.DataFrame(
+        {
+            "n": [348, 4191, None],
+            "latency_p99_s": [0.025210, 0.006128, math.nan],
+            "latency_max_s": [0.031000, 0.009000, math.nan],
+            "predicted_p99_s": [0.015925, 0.003451, math.nan],
+        }
+    )
+    add_tails(df)
+    return df
+
+
+def test_the_tail_is_a_max_below_368_requests_and_a_p99_from_there():
+    rows = _levels().to_dict("records")
+    assert tail_text(rows[0]) == "31.000 (max of n=348)"  # the max, not the interpolated "p99" of 25.210
+    assert tail_text(rows[1]) == "6.128 (p99 of n=4191)"
+    assert tail_text(rows[2]) == ""  # nothing measured: a blank, not a number
+
+
+def test_the_simulators_p99_stands_only_beside_a_measured_p99():
+    rows = _levels().to_dict("records")
+    assert sim_p99(rows[0]) is None and sim_p99(rows[1]) == 0.003451
+
+
+def test_show_heads_the_column_tail(tmp_path):
+    from deepgap.serving.show.console import LEVELS, TEXT
+
+    for columns in (LEVELS, TEXT):
+        headers = [h for h, _ in columns]
+        assert "tail ms" in headers and "p99 ms" not in headers, headers
+
+
+def test_console_lines_name_the_tail_by_its_n():
+    from dataclasses import fields
+
+    from deepgap.serving.sim.log import LevelSummary
+
+    nums = {f.name: 0.0 for f in fields(LevelSummary) if f.type in ("float", "float | None")}
+    few = LevelSummary(
+        **{**nums, "n": 348, "n_planned": 1000, "latency_p99_s": 0.02521, "latency_max_s": 0.031}
+    )
+    assert few.tail_words() == "max 31.000 ms (n=348, too few for a p99)"
+    many = LevelSummary(
+        **{**nums, "n": 4191, "n_planned": 4191, "latency_p99_s": 0.006128, "latency_max_s": 0.009}
+    )
+    assert many.tail_words() == "p99 6.128 ms"
