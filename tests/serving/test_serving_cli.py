@@ -14,7 +14,7 @@ import pytest
 from clirun import deepgap_cli
 
 from deepgap.serving.run.tenants import tenant_threads
-from deepgap.serving.show.tables import interference, levels
+from deepgap.serving.show.tables import capacity, interference, levels
 from deepgap.store import Store, reading
 
 pytestmark = pytest.mark.slow
@@ -308,3 +308,21 @@ def test_gpu_measured_capacity_is_near_the_predicted_one(tmp_path):
     assert p.returncode == 0, p.stderr
     cap = json.loads(p.stdout.strip().splitlines()[-1])
     assert cap["capacity_qps"] > 0 and cap["capacity_qps"] / cap["capacity_predicted_qps"] < 3
+
+
+def test_export_writes_the_levels_and_capacities(served, tmp_path):
+    """A serve store's levels and capacities reach `export` (it wrote 0 rows of a serve-only store)."""
+    from deepgap.commands.export import export_frame
+
+    store, _ = served
+    df = export_frame(store)
+    lv, cp = df[df["workload"] == "serve"], df[df["workload"] == "serve-capacity"]
+    assert len(lv) and (lv["n"] > 0).all() and lv["latency_tail_kind"].isin(["p99", "max"]).all()
+    assert ((lv["latency_tail_kind"] == "p99") == (lv["n"] >= 368)).all()
+    st = Store(store, readonly=True)
+    try:
+        assert len(lv) == len(levels(st)) and len(cp) == len(capacity(st))
+    finally:
+        st.close()
+    assert set(cp.get("source", [])) <= {"measured", "simulated"}
+    assert "extra" not in lv or lv["extra"].isna().all()  # objects stay out of the CSV

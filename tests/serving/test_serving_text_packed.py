@@ -96,6 +96,13 @@ def test_serve_tinybert_packed_finds_capacity_and_pads_nothing(tmp_path, monkeyp
         out["useful_tokens_per_s"] == pytest.approx(out["padded_tokens_per_s"])
         and out["padding_fraction"] == 0
     )
+    from deepgap.commands.export import export_frame
+
+    df = export_frame(store)  # the levels and capacities reach `export` (a serve store exported 0 rows)
+    cap = df[(df["workload"] == "serve-capacity") & (df["source"] == "measured")]
+    assert cap["capacity_qps"].tolist() == [pytest.approx(out["capacity_qps"])]
+    lv = df[df["workload"] == "serve"]
+    assert len(lv) and (lv["padding"] == "packed").all() and (lv["useful_tokens_per_s"] > 0).any()
 
 
 def test_loadgen_drives_a_packed_text_server(tmp_path, monkeypatch):

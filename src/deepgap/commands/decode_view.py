@@ -173,19 +173,22 @@ def _ms(v: Any) -> float:
 def export_decode(store, run_ids: list[str] | None, forward):
     """``forward`` (export's frame) with the decode rows after it, each kind in its own named columns.
 
-    Unchanged when the runs hold no decode rows nor served decoder levels; else every row says its
-    ``workload`` ("forward", "decode", "serve-decoder": `deepgap.serving.show.llm_tables.EXPORT`'s columns).
+    Unchanged when the runs hold no decode rows nor served levels; else every row says its ``workload``
+    ("forward", "decode", "serve-decoder": `deepgap.serving.show.llm_tables.EXPORT`'s columns; "serve" and
+    "serve-capacity": an image or text server's levels and capacities, `deepgap.serving.show.export`).
     """
     import pandas as pd
 
     from deepgap.analysis.decode import decode_table
     from deepgap.roofline.storage import peaks_frame
+    from deepgap.serving.show.export import serve_export
     from deepgap.serving.show.llm_tables import llm_export
 
     frame = store.decode_frame(run_ids)  # peaks are read only where there are decode rows
     tab = decode_table(frame, peaks_frame(store)) if not frame.empty else pd.DataFrame()
     served = llm_export(store, run_ids)  # served decoders' levels: queries/s, tokens/s, TTFT, TPOT
-    if tab.empty and served.empty:
+    levels = serve_export(store, run_ids)  # image and text servers' levels, and every capacity
+    if tab.empty and served.empty and levels.empty:
         return forward
     parts = [forward.assign(workload="forward")] if not forward.empty else []
     if not tab.empty:
@@ -194,6 +197,8 @@ def export_decode(store, run_ids: list[str] | None, forward):
     if not served.empty:
         served.insert(0, "workload", "serve-decoder")
         parts.append(served)
+    if not levels.empty:
+        parts.append(levels)
     return parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
 
 
