@@ -150,6 +150,23 @@ COUNTS = (
 )
 
 
+def decode_agg(frame: pd.DataFrame, samples=None) -> pd.DataFrame:
+    """`Store.decode_frame` rows aggregated per configuration and input/output pair (every one, not only ≥ 2 sweeps).
+
+    `deepgap.analysis.aggregate` per pair: its configuration columns hold the input length as
+    ``resolution`` but not the output length. ``throughput_ips`` is decode tokens/s with its CI.
+    """
+    from deepgap.analysis import aggregate, prepare  # the package imports this module
+
+    parts = []
+    if not frame.empty:
+        for (i, o), sub in frame.groupby(["input_len", "output_len"], sort=True):
+            agg = aggregate(prepare(sub.reset_index(drop=True)), samples=samples)
+            if len(agg):
+                parts.append(agg.assign(input_len=int(i), output_len=int(o)))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
 def across_sweeps(df: pd.DataFrame, samples=None) -> pd.DataFrame:
     """One row per decode configuration measured in two or more worker processes (``--sweeps``).
 
@@ -159,15 +176,7 @@ def across_sweeps(df: pd.DataFrame, samples=None) -> pd.DataFrame:
     ``latency_median_s`` and the pooled tail (``latency_tail_name``: a p99 only where the pooled n
     supports one).
     """
-    from deepgap.analysis import aggregate, prepare
-
-    parts = []
-    if not df.empty:
-        for (i, o), sub in df.groupby(["input_len", "output_len"], sort=True):
-            agg = aggregate(prepare(sub.reset_index(drop=True)), samples=samples)
-            if len(agg):
-                parts.append(agg.assign(input_len=int(i), output_len=int(o)))
-    if not parts:
-        return pd.DataFrame()
-    agg = pd.concat(parts, ignore_index=True)
+    agg = decode_agg(df, samples)
+    if agg.empty:
+        return agg
     return agg[agg["n_measurements"] >= 2].reset_index(drop=True)

@@ -22,7 +22,7 @@ from typing import Any
 from deepgap.api import DEFAULT_STORE
 from deepgap.commands.filter_flags import add_filter_flags
 from deepgap.core.errors import UsageError
-from deepgap.report.compare_console import print_pairs, print_paper, resident_lines
+from deepgap.report.compare_console import print_decode_pairs, print_pairs, print_paper, resident_lines
 
 NAME = "compare"
 HELP = "speedup of A over B (stores or run ids) with bootstrap CIs; --paper: beside the paper's Table I"
@@ -293,7 +293,8 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
         if not platforms:  # like device kinds only; several platforms of one kind: name them
             _one_platform_per_kind(sides, agg_a, agg_b)
         matched, best = compare(agg_a, agg_b, fa, fb, like_kinds=not platforms)
-        notes = provenance(_runs_of(sa, agg_a), _runs_of(sb, agg_b))
+        (dmatched, dbest), (dec_a, dec_b) = _decode(sa, sb, sides, args, platforms, agg_a, agg_b, fa, fb)
+        notes = provenance(_runs_of(sa, agg_a, dec_a), _runs_of(sb, agg_b, dec_b))
     finally:
         sa.close()
         if not same:
@@ -309,17 +310,35 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     head = {"a": sides[0].label, "b": sides[1].label, "provenance": notes}
     if anchors:
         head["resident_inputs"] = anchors
-    if _emit(args, {"best_batch": best, "matched": matched}, head):
+    decode = {"decode_best": dbest, "decode_matched": dmatched} if len(dbest) or len(dmatched) else {}
+    if _emit(args, {"best_batch": best, "matched": matched, **decode}, head):
         for n in notes:
             print(f"warning: {n}")
         from deepgap.render.units import of_seq_lens
 
         seqs = [v for agg in (agg_a, agg_b) if "seq_len" in agg for v in agg["seq_len"]]
-        # a text model's rows: seq/s and their sequence length (render.units)
-        print_pairs(sides[0].label, sides[1].label, matched, best, of_seq_lens(seqs))
+        if len(best) or len(matched) or not decode:  # a decoder-only comparison: its own tables only
+            # a text model's rows: seq/s and their sequence length (render.units)
+            print_pairs(sides[0].label, sides[1].label, matched, best, of_seq_lens(seqs))
+        else:
+            print(f"A = {sides[0].label}\nB = {sides[1].label}")
+        if decode:
+            print_decode_pairs(dmatched, dbest)
         for line in anchors:
             print(line)
-    return 0 if len(best) or len(matched) else 1
+    return 0 if len(best) or len(matched) or decode else 1
+
+
+def _decode(sa, sb, sides, args, platforms, agg_a, agg_b, fa, fb):
+    """Decode tokens/s A ÷ B (`analysis.decode_compare`); the sides' labels name their decode platforms."""
+    from deepgap.analysis.decode_compare import compare_decode
+    from deepgap.commands.compare_decode import decode_side, label
+
+    ps = platforms or [None, None]
+    dec_a = decode_side(sa, sides[0].run_ids, args, ps[0])
+    dec_b = decode_side(sb, sides[1].run_ids, args, ps[1])
+    sides[0].label, sides[1].label = label(sides[0].label, agg_a, dec_a), label(sides[1].label, agg_b, dec_b)
+    return compare_decode(dec_a, dec_b, fa, fb, like_kinds=not platforms), (dec_a, dec_b)
 
 
 def _one_platform_per_kind(sides: list[Side], agg_a, agg_b) -> None:
@@ -341,7 +360,7 @@ def _one_platform_per_kind(sides: list[Side], agg_a, agg_b) -> None:
                 )
 
 
-def _runs_of(store, agg) -> list[dict[str, Any]]:
-    """The stored runs behind an aggregated side (their environment says which code measured)."""
-    ids = {str(r) for ids in (agg["run_ids"] if len(agg) and "run_ids" in agg else []) for r in ids}
+def _runs_of(store, *aggs) -> list[dict[str, Any]]:
+    """The stored runs behind an aggregated side, forward and decode (their environment says which code measured)."""
+    ids = {str(r) for agg in aggs if len(agg) and "run_ids" in agg for ids in agg["run_ids"] for r in ids}
     return [r for r in store.runs() if str(r["run_id"]) in ids]

@@ -249,3 +249,38 @@ def _conf(r: dict, side: str) -> str:
     if is_quantized(r.get("precision")) and r.get(f"accuracy{side}"):
         text += f"\n{r[f'accuracy{side}']}"
     return text
+
+
+def print_decode_pairs(matched, best) -> None:
+    """Decoders: decode tokens/s A ÷ B per input/output pair, at each side's best batch and batch by batch."""
+    from rich.console import Console
+
+    from deepgap.render.formatting import fmt_ips
+
+    console = Console(width=None if Console().is_terminal else 220)
+    console.print(
+        "decode: speedup = decode tokens/s A / B (batch / median TPOT), 95% bootstrap CI of the ratio over "
+        "pooled per-step TPOTs; each input/output pair apart"
+    )
+    tok = [
+        ("A decode tok/s", lambda r: fmt_ips(r["throughput_ips_a"])),
+        ("B decode tok/s", lambda r: fmt_ips(r["throughput_ips_b"])),
+    ]
+    lengths = ("in/out", lambda r: f"{int(r['input_len'])}/{int(r['output_len'])}")
+    if len(best):
+        confs = [
+            ("A configuration", lambda r: r["configuration_a"]),
+            ("B configuration", lambda r: r["configuration_b"]),
+        ]
+        console.print(
+            _pair_table(
+                "decode, each side at its best batch", best, [lengths, confs[0], tok[0], confs[1], tok[1]]
+            )
+        )
+    if len(matched):
+        bs = ("bs", lambda r: str(r["batch_size"]))
+        console.print(
+            _pair_table(
+                "decode, matched configurations (same batch and lengths)", matched, [bs, lengths, *tok]
+            )
+        )
