@@ -279,8 +279,15 @@ def test_serve_llama_tiny_finds_capacity_and_stores_tokens_and_tails(tmp_path, m
     import pandas as pd
 
     ex = pd.read_csv(csv)
-    assert set(ex["workload"]) == {"serve-decoder"} and len(ex) == len(lv)
-    assert (ex["output_tokens_per_s"] > 0).all() and set(ex["ttft_tail_kind"]) == {"max"}
+    assert set(ex["workload"]) == {"serve-decoder", "serve-capacity"}  # the levels, then the capacities
+    lvx = ex[ex["workload"] == "serve-decoder"]
+    assert (
+        len(lvx) == len(lv)
+        and (lvx["output_tokens_per_s"] > 0).all()
+        and set(lvx["ttft_tail_kind"]) == {"max"}
+    )
+    cap = ex[(ex["workload"] == "serve-capacity") & (ex["source"] == "measured")]
+    assert cap["output_tokens_per_s"].tolist() == [pytest.approx(out["capacity_output_tokens_per_s"])]
 
 
 def test_simulators_jump_over_uneventful_steps_gives_the_one_at_a_time_times():

@@ -312,21 +312,26 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
         head["resident_inputs"] = anchors
     decode = {"decode_best": dbest, "decode_matched": dmatched} if len(dbest) or len(dmatched) else {}
     if _emit(args, {"best_batch": best, "matched": matched, **decode}, head):
-        for n in notes:
-            print(f"warning: {n}")
-        from deepgap.render.units import of_seq_lens
-
-        seqs = [v for agg in (agg_a, agg_b) if "seq_len" in agg for v in agg["seq_len"]]
-        if len(best) or len(matched) or not decode:  # a decoder-only comparison: its own tables only
-            # a text model's rows: seq/s and their sequence length (render.units)
-            print_pairs(sides[0].label, sides[1].label, matched, best, of_seq_lens(seqs))
-        else:
-            print(f"A = {sides[0].label}\nB = {sides[1].label}")
-        if decode:
-            print_decode_pairs(dmatched, dbest)
+        _print(sides, notes, matched, best, decode, [agg_a, agg_b])
         for line in anchors:
             print(line)
     return 0 if len(best) or len(matched) or decode else 1
+
+
+def _print(sides: list[Side], notes: list[str], matched, best, decode: dict, aggs: list) -> None:
+    """The console's comparison: provenance warnings, the forward tables, then the decode tables."""
+    from deepgap.render.units import of_seq_lens
+
+    for n in notes:
+        print(f"warning: {n}")
+    seqs = [v for agg in aggs if "seq_len" in agg for v in agg["seq_len"]]
+    if len(best) or len(matched) or not decode:  # a decoder-only comparison: its own tables only
+        # a text model's rows: seq/s and their sequence length (render.units)
+        print_pairs(sides[0].label, sides[1].label, matched, best, of_seq_lens(seqs))
+    else:
+        print(f"A = {sides[0].label}\nB = {sides[1].label}")
+    if decode:
+        print_decode_pairs(decode["decode_matched"], decode["decode_best"])
 
 
 def _decode(sa, sb, sides, args, platforms, agg_a, agg_b, fa, fb):

@@ -71,13 +71,11 @@ def _line(ev: dict) -> str:
 
 
 def _median(ev: dict, u) -> str:
-    """The median of one forward: a batch's, worded per item where a text row's batch is above 1."""
+    """The median of one forward: a batch's, worded per item where the batch is above 1."""
     from deepgap.core.wording import latency_words
-    from deepgap.render.formatting import fmt_ms
 
-    if u.kind != "text":
-        return f"{fmt_ms(ev['latency_median_s'])} ms"
-    return latency_words(ev["latency_median_s"], int(ev.get("batch_size") or 1), u.item)
+    spec = (".3f", ".4f") if u.kind == "text" else (".3g", ".3g")  # an image row's as `fmt_ms` writes it
+    return latency_words(ev["latency_median_s"], int(ev.get("batch_size") or 1), u.item, spec)
 
 
 def _finite(obj):

@@ -8,15 +8,19 @@ One function now words it for the console (`deepgap.drive.progress`) and for ``r
 from __future__ import annotations
 
 
-def latency_words(median_s: float, batch: int, item: str | None) -> str:
+def latency_words(
+    median_s: float, batch: int, item: str | None, spec: tuple[str, str] = (".3f", ".4f")
+) -> str:
     """``median_s`` of one forward of ``batch`` items, worded with what it is per item.
 
-    ``item`` is "sequence" for a text model; None leaves an image row's line as it always read (its
-    batch stands beside it in the configuration's label).
+    ``item`` is "sequence" for a text model, "image" for an image model; None leaves the line as the
+    console always printed an image row (its batch stands beside it in the configuration's label).
+    ``spec``: the format of the batch's milliseconds and of an item's.
     """
     ms = median_s * 1e3
+    whole, each = spec
     if not item:
-        return f"{ms:.3f} ms"
+        return f"{ms:{whole}} ms"
     if batch == 1:
-        return f"{ms:.3f} ms per {item}"
-    return f"{ms:.3f} ms per batch of {batch} ({ms / batch:.4f} ms per {item})"
+        return f"{ms:{whole}} ms per {item}"
+    return f"{ms:{whole}} ms per batch of {batch} ({ms / batch:{each}} ms per {item})"
