@@ -74,7 +74,7 @@ def _numbers(row: dict[str, Any], objective: str) -> tuple[str, str, str]:
         # (ResNet-50 fp8 at 1024 on an H200: 58,458 against 57,063 img/s, results/h200/session27)
         piped = _f(row.get("throughput_pipelined_ips"))
         back = [f"back to back {fmt_ips(piped)} img/s"] if piped else []
-        return rate, ci, " · ".join([f"median {fmt_ms(med)} ms", tail_ms, *back])
+        return rate, ci, " · ".join([f"median {fmt_ms(med)} ms{_per_batch(row)}", tail_ms, *back])
     j = _f(row.get("joules_per_image"))
     return (
         f"{fmt_num(j * 1e3 if j is not None else None)} mJ/img",
@@ -83,12 +83,21 @@ def _numbers(row: dict[str, Any], objective: str) -> tuple[str, str, str]:
     )
 
 
+def _per_batch(row: dict[str, Any]) -> str:
+    """``/batch`` where a median is a batch's, not one item's (nothing at batch 1; the batch is in its label)."""
+    return "/batch" if int(_f(row.get("batch_size")) or 1) > 1 else ""
+
+
 def _text_numbers(row: dict[str, Any], objective: str, samples: str) -> tuple[str, str, str]:
     """`_numbers` of a text model's throughput and energy: tokens/s and mJ/token first, ``samples``/s beside."""
     if objective == "throughput":
         ci = fmt_ci(row.get("tokens_ci_low_per_s"), row.get("tokens_ci_high_per_s"))
         med = fmt_ms(row.get("latency_median_s"))
-        return f"{fmt_ips(row.get('tokens_per_s'))} tokens/s", ci, f"{samples} · median {med} ms"
+        return (
+            f"{fmt_ips(row.get('tokens_per_s'))} tokens/s",
+            ci,
+            f"{samples} · median {med} ms{_per_batch(row)}",
+        )
     j, jt = _f(row.get("joules_per_image")), _f(row.get("joules_per_token"))
     return (
         f"{fmt_num(jt * 1e3 if jt is not None else None)} mJ/token",
