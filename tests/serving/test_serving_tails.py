@@ -60,3 +60,18 @@ def test_console_lines_name_the_tail_by_its_n():
         **{**nums, "n": 4191, "n_planned": 4191, "latency_p99_s": 0.006128, "latency_max_s": 0.009}
     )
     assert many.tail_words() == "p99 6.128 ms"
+
+
+def test_the_tenants_matrix_names_a_max_and_keeps_its_ratio_to_p99s():
+    from deepgap.serving.run.tenants import interference_lines
+
+    m = {
+        "a": {"alone": {"p99_s": 0.005, "max_s": 0.009, "n": 1000, "achieved_qps": 100.0},
+              "a+b": {"p99_s": 0.010, "max_s": 0.020, "n": 200, "achieved_qps": 90.0}},
+        "b": {"alone": {"p99_s": 0.004, "max_s": 0.006, "n": 500, "achieved_qps": 80.0},
+              "a+b": {"p99_s": 0.008, "max_s": 0.010, "n": 600, "achieved_qps": 70.0}},
+    }  # fmt: skip
+    head, _, a, b = interference_lines(m)
+    assert "p99 where n ≥ 368, else max" in head
+    assert "max 20.00 / 90" in a and "×" not in a  # 200 requests: their max, and no p99 ratio
+    assert a.split()[1] == "5.00" and "8.00 / 70 2.00×" in b

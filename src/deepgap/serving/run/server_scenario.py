@@ -129,9 +129,9 @@ def run_server(c: ScenarioContext) -> None:
             server_host_mean_s=s.host_mean_s,
         )
         verdict = f", SLO {spec.slo_s * 1e3:g} ms: {s.verdict}" if spec.slo_s else ""
+        sim = f" (simulator {pred.latency_p99_s * 1e3:.3f} ms)" if s.n >= P99_MIN_N else ""
         c.out.lines.append(
-            f"server: {rate:,.1f} queries/s offered, {s.achieved_qps:,.1f} served, p99 "
-            f"{s.latency_p99_s * 1e3:.3f} ms (simulator {pred.latency_p99_s * 1e3:.3f} ms), "
+            f"server: {rate:,.1f} queries/s offered, {s.achieved_qps:,.1f} served, {s.tail_words()}{sim}, "
             f"mean batch {s.mean_batch:.2f}{verdict}"
         )
         c.out.lines.append(f"server: {host_line(s)}")

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from deepgap.core.records import Status
+from deepgap.core.stats import P99_MIN_N
 from deepgap.drive.handle import WorkerLost
 from deepgap.serving.capacity.search import LoadSettings, find_capacity, sim_probe
 from deepgap.serving.records.storage import ServeRecord
@@ -195,6 +196,8 @@ class _Tenants:
             key = "alone" if len(ph) == 1 else ("all" if len(ph) == n_all and n_all > 2 else phase)
             matrix[self.labels[i]][key] = {
                 "p99_s": s.latency_p99_s,
+                "max_s": s.latency_max_s,
+                "n": s.n,
                 "achieved_qps": s.achieved_qps,
                 "offered_qps": rate,
             }
@@ -230,24 +233,31 @@ def _rate(spec: ServeSpec, own: float | None, sv, pol: BatchPolicy, minq: int, m
 
 
 def interference_lines(matrix: dict[str, dict[str, dict[str, float]]]) -> list[str]:
-    """The interference matrix as text: p99 and served rate per tenant and phase."""
+    """The interference matrix as text: each tenant's tail and served rate per phase.
+
+    A tail is a p99 where the phase served ≥ `P99_MIN_N` requests, else their max ("max 3.10"); "×" (p99
+    over alone) only where both phases support a p99.
+    """
     cols = []
     for row in matrix.values():
         cols += [c for c in row if c not in cols]
     head = "tenant".ljust(22) + "".join(c[:24].rjust(26) for c in cols)
-    lines = ["interference (p99 ms / served queries/s; × = p99 over alone):", head]
+    lines = [
+        f"interference (tail ms: p99 where n ≥ {P99_MIN_N}, else max / served queries/s; × = p99 over alone):",
+        head,
+    ]
     for lab, row in matrix.items():
-        alone = row.get("alone", {}).get("p99_s")
+        alone = row.get("alone", {})
+        a_p99 = alone.get("p99_s") if alone.get("n", P99_MIN_N) >= P99_MIN_N else None
         cells = []
         for c in cols:
             v = row.get(c)
             if v is None:
                 cells.append("–".rjust(26))
                 continue
-            x = f" {v['p99_s'] / alone:.2f}×" if alone and c != "alone" else ""
-            cells.append(f"{v['p99_s'] * 1e3:.2f} / {v['achieved_qps']:,.0f}{x}".rjust(26))
+            p99 = v.get("n", P99_MIN_N) >= P99_MIN_N  # a matrix from before n was kept: as it was printed
+            tail = f"{v['p99_s'] * 1e3:.2f}" if p99 else f"max {v['max_s'] * 1e3:.2f}"
+            x = f" {v['p99_s'] / a_p99:.2f}×" if a_p99 and p99 and c != "alone" else ""
+            cells.append(f"{tail} / {v['achieved_qps']:,.0f}{x}".rjust(26))
         lines.append(lab[:22].ljust(22) + "".join(cells))
     return lines
-
-
-__all__ = ["interference_lines", "phases", "run_tenants", "tenant_labels", "tenant_request", "tenant_threads"]
