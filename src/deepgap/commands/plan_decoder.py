@@ -96,7 +96,9 @@ def _print(model: str, target: float, tpot: float, ttft: float, rows) -> None:
             print(f"{i}. {r.platform}: {r.why}")
         else:
             watts = (
-                f", {r.watts_per_device:,.0f} W per device" if r.watts_per_device else ", power unavailable"
+                f", {r.watts_per_device:,.0f} W per device ({r.total_watts():,.0f} W in all)"
+                if r.watts_per_device
+                else ", power unavailable"
             )
             print(
                 f"{i}. {r.platform}: {r.devices} device(s) of {r.configuration} at "
