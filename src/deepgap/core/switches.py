@@ -37,6 +37,7 @@ SWITCHES: dict[str, Switch] = {
         ("persistent", "off"), "persistent", fix="set it to one of persistent, off or unset it (persistent)"
     ),
     "DEEPGAP_QUANT_STEM_POOL": Switch(("off", "on"), "off"),
+    "DEEPGAP_QUANT_HEAD": Switch(("auto", "torch"), "auto"),
     "DEEPGAP_QUANT_SMALL_BATCH": Switch(("off", "on"), "on"),
     "DEEPGAP_QUANT_PAIRS": Switch(("off", "on"), "on"),
     "DEEPGAP_QUANT_CONV_TMA": Switch(("off", "on"), "on"),

@@ -9,6 +9,7 @@ triton = pytest.importorskip("triton")
 
 from sm90 import compile_sm90  # noqa: E402
 
+from deepgap.core.errors import UsageError  # noqa: E402
 from deepgap.measure.quant import head_pool  # noqa: E402
 from deepgap.measure.quant.stem_choice import choose_head  # noqa: E402
 
@@ -69,6 +70,15 @@ def test_inside_the_network_and_its_choice_on_the_cpu():
     assert torch.equal(net.run_head(y, 2), ref)  # int8: bit for bit
     assert choose_head(net, 2, "cpu", True) == {"chosen": "torch", "reason": "not on a GPU"}
     assert net.head_kernel == "torch"
+    # the fallback switch: torch's head on a GPU too, the kernel never tried (so no GPU is touched here)
+    net.head_kernel = "triton"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DEEPGAP_QUANT_HEAD", "torch")
+        assert choose_head(net, 2, "cuda", True) == {"chosen": "torch", "reason": "DEEPGAP_QUANT_HEAD=torch"}
+        assert net.head_kernel == "torch"
+        mp.setenv("DEEPGAP_QUANT_HEAD", "off")
+        with pytest.raises(UsageError, match="DEEPGAP_QUANT_HEAD"):
+            choose_head(net, 2, "cuda", True)
 
 
 @pytest.mark.gpu

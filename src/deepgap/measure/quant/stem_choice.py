@@ -158,13 +158,16 @@ def _agree_stem(out: torch.Tensor, ref: torch.Tensor, fmt: str, kernel: str) -> 
 def choose_head(net: QuantNet, batch: int, device: str, use_triton: bool) -> dict[str, Any]:
     """Set ``net.head_kernel`` to the faster of 'torch' and 'triton' at ``batch`` whose logits agree; on CUDA only.
 
-    Returns what was timed and chosen, for ``info["head"]``.
+    Returns what was timed and chosen, for ``info["head"]``. ``DEEPGAP_QUANT_HEAD=torch`` keeps torch's head
+    without trying the Triton pool: a fallback, without a code change, should its first GPU run go wrong.
     """
     from deepgap.measure.quant import layers
 
     net.head_kernel = "torch"
     if not str(device).startswith("cuda") or not use_triton:
         return {"chosen": "torch", "reason": "not on a GPU" if use_triton else "needs Triton"}
+    if switches.read("DEEPGAP_QUANT_HEAD") == "torch":  # the Triton pool not even tried (its first GPU run)
+        return {"chosen": "torch", "reason": "DEEPGAP_QUANT_HEAD=torch"}
     h, w, c = net.shapes[net.head.inp]
     y = torch.randn(batch * h * w, c, device=device).clamp(min=0).to(layers.DTYPES[net.fmts[net.head.inp]])
     times: dict[str, float] = {}
