@@ -122,3 +122,23 @@ def test_compare_lists_each_input_kind_under_its_own_note(tmp_path):
     packed, padded = lines[heads[0] + 1 : heads[1]], lines[heads[1] + 1 :]
     assert [ln[:2] for ln in packed] == ["A:", "B:"] and all("packed input" in ln for ln in packed), packed
     assert [ln[:2] for ln in padded] == ["A:"] and "padded input" in padded[0], padded
+
+
+def test_show_gives_a_mixed_batch_its_longest_and_mean_length_and_never_cuts_its_input(tmp_path):
+    """`show`'s seq column read 64 for a packed batch whose sequences averaged 42 tokens; and its engine cell,
+    squeezed, was cut to "packed:uniform:8…"."""
+    from clirun import deepgap_cli
+
+    s = Store(str(tmp_path / "m.sqlite"))
+    run = s.begin_run(
+        {"device": "cuda"}, "deepgap run (fixture)", {"device_name": OTHER, "device": "cuda"}, "0"
+    )
+    for mode, extra in ((None, None), ("packed:uniform:8:128", {"text_batch": {"tokens_per_sample": 70.4}})):
+        spec = ConfigSpec(model="bert-base", engine="eager", precision="fp16", batch_size=64, device="cuda",
+                          resolution=128, seq_len=128, input_mode=mode)  # fmt: skip
+        s.record(run, make_result(spec, 10e-3, extra=extra))
+    s.finish_run(run)
+    s.close()
+    out = deepgap_cli("show", str(tmp_path / "m.sqlite")).stdout
+    assert "≤128" in out and "mean 70" in out
+    assert "packed:uniform:" in out and "…" not in out  # the engine's input folded over lines, never cut

@@ -133,7 +133,8 @@ def _show(args: argparse.Namespace, store: Store) -> int:
         "notes",  # recorded, but they cannot move the number beyond its CI (analysis.signals)
         title=f"{args.store}: {len(df)} results",
     )
-    for col in t.columns[-2:]:  # a note's name and fix ("pass --weights") are never cut to an ellipsis
+    # a note's name and fix ("pass --weights"), and an engine's input ("packed:uniform:8:64"), are never cut
+    for col in [t.columns[1], *t.columns[-2:]]:
         col.overflow = "fold"
     t.columns[-1].min_width = 28
     against, notes = signals_of(df) if len(df) else ([], [])
@@ -248,12 +249,14 @@ def _tail_cell(row: dict) -> str:
 
 def _tokens_cells(row: dict, ok: bool) -> tuple[str, str]:
     """(sequence length, tokens/s) of a text model's row; blank for an image model's (analysis.tokens)."""
-    from deepgap.analysis.tokens import per_token, seq_len_of
+    from deepgap.analysis.tokens import per_token, seq_len_of, tokens_of
 
     seq = seq_len_of(row.get("seq_len"))
     if not seq:
         return "", ""
-    return str(seq), f"{per_token(row)['tokens_per_s']:,.1f}" if ok else ""
+    real = tokens_of(row)  # a mixed-length batch (--inputs packed/padded): its sequences are up to seq long
+    size = str(seq) if real == seq else f"≤{seq}\nmean {real:.0f}"
+    return size, f"{per_token(row)['tokens_per_s']:,.1f}" if ok else ""
 
 
 def _print_sweeps(store, df, console) -> None:
