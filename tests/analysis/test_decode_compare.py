@@ -82,3 +82,37 @@ def test_a_length_pair_one_side_lacks_is_not_compared(tmp_path, capsys):
     assert {(r["input_len"], r["output_len"]) for r in matched} == {(64, 16)} and len(matched) == len(
         only_cpu
     )
+
+
+def test_a_side_with_two_gpus_of_decode_rows_needs_platforms(stores, tmp_path, capsys):
+    a, b = stores
+    merged = str(tmp_path / "m.sqlite")
+    assert main(["merge", a, _other_gpu(str(tmp_path / "h100.sqlite")), "-o", merged]) == 0
+    capsys.readouterr()
+    assert main(["compare", merged, b]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "holds 2 cuda:0 platforms" in err and "--platforms" in err and len(err.splitlines()) == 1, err
+    assert main(["compare", merged, "--platforms", "H200,H100", "--json"]) == 0
+    matched = json.loads(capsys.readouterr().out)["decode_matched"]
+    assert matched and {(r["platform_a"], r["platform_b"]) for r in matched} == {
+        (GPU, "NVIDIA H100 (fixture)")
+    }
+    assert all(r["speedup"] == pytest.approx(SLOWER, rel=1e-6) for r in matched)
+
+
+def _other_gpu(path: str) -> str:
+    """B's slower rows, measured on another GPU (its GPU rows only)."""
+    store = Store(path)
+    try:
+        env = {"device_name": "NVIDIA H100 (fixture)", "device": "cuda", "host": "fixture-host-2"}
+        run = store.begin_run(
+            {"workload": "decode", "device": "cuda"}, "deepgap run (fixture H100)", env, "0.1.0"
+        )
+        for model, engine, prec, bs, tpot, j, device, i, o, flagged in ROWS:
+            if device == "cuda:0":
+                spec = ConfigSpec(model, engine, prec, bs, device, resolution=i, input_len=i, output_len=o)
+                store.record(run, decode_result(spec, tpot * SLOWER, j, flagged))
+        store.finish_run(run)
+    finally:
+        store.close()
+    return path

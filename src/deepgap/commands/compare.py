@@ -343,6 +343,8 @@ def _decode(sa, sb, sides, args, platforms, agg_a, agg_b, fa, fb):
     dec_a = decode_side(sa, sides[0].run_ids, args, ps[0])
     dec_b = decode_side(sb, sides[1].run_ids, args, ps[1])
     sides[0].label, sides[1].label = label(sides[0].label, agg_a, dec_a), label(sides[1].label, agg_b, dec_b)
+    if not platforms:  # two GPUs' decode rows on one side: which pair is meant is unsaid, as for forward rows
+        _one_platform_per_kind(sides, dec_a, dec_b)
     return compare_decode(dec_a, dec_b, fa, fb, like_kinds=not platforms), (dec_a, dec_b)
 
 
