@@ -141,13 +141,16 @@ def _load(side: Side, args: argparse.Namespace):
     return store, agg, pooled_samples_fn(store), peaks_frame(store)
 
 
-def _on_platform(side: Side, agg, query: str):
-    """``agg`` restricted to the platform ``query`` names; the side's label says which."""
+def _on_platform(side: Side, agg, dec, query: str):
+    """(forward, decode) rows of the platform ``query`` names among both; the side's label says which."""
     from deepgap.analysis.platforms import platform_names, resolve_platform
 
-    name = resolve_platform(query, platform_names(agg))
+    names = sorted(set(platform_names(agg)) | set(map(str, dec["platform"] if len(dec) else [])))
+    name = resolve_platform(query, names)
     side.label = f"{side.label.split(' (')[0]} (platform {name})"
-    return agg[agg["platform"] == name]
+    return agg[agg["platform"] == name] if len(agg) else agg, dec[dec["platform"] == name] if len(
+        dec
+    ) else dec
 
 
 def _predict(matched, best, agg_a, agg_b, peaks: list):
@@ -278,22 +281,15 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
             print_x_cpu(x_cpu)
         return 0 if len(table) or len(x_cpu) else 1
     from deepgap.analysis.compare import compare, provenance
+    from deepgap.analysis.decode_compare import compare_decode
 
     same = sides[0].store_path == sides[1].store_path and sides[0].run_ids == sides[1].run_ids
     sa, agg_a, fa, pa = _load(sides[0], args)
     sb, agg_b, fb, pb = (sa, agg_a, fa, pa) if same else _load(sides[1], args)
     try:
-        if platforms:
-            agg_a = _on_platform(sides[0], agg_a, platforms[0])
-            agg_b = _on_platform(sides[1], agg_b, platforms[1])
-            if sides[0].label == sides[1].label:
-                raise UsageError(
-                    f"--platforms names one platform twice ({sides[0].label})", "name two platforms"
-                )
-        if not platforms:  # like device kinds only; several platforms of one kind: name them
-            _one_platform_per_kind(sides, agg_a, agg_b)
+        (agg_a, dec_a), (agg_b, dec_b) = _frames(sa, sb, sides, args, platforms, agg_a, agg_b)
         matched, best = compare(agg_a, agg_b, fa, fb, like_kinds=not platforms)
-        (dmatched, dbest), (dec_a, dec_b) = _decode(sa, sb, sides, args, platforms, agg_a, agg_b, fa, fb)
+        dmatched, dbest = compare_decode(dec_a, dec_b, fa, fb, like_kinds=not platforms)
         notes = provenance(_runs_of(sa, agg_a, dec_a), _runs_of(sb, agg_b, dec_b))
     finally:
         sa.close()
@@ -334,18 +330,31 @@ def _print(sides: list[Side], notes: list[str], matched, best, decode: dict, agg
         print_decode_pairs(decode["decode_matched"], decode["decode_best"])
 
 
-def _decode(sa, sb, sides, args, platforms, agg_a, agg_b, fa, fb):
-    """Decode tokens/s A ÷ B (`analysis.decode_compare`); the sides' labels name their decode platforms."""
-    from deepgap.analysis.decode_compare import compare_decode
+def _frames(sa, sb, sides: list[Side], args: argparse.Namespace, platforms, agg_a, agg_b):
+    """Each side's (forward, decode) configurations, on the platform ``--platforms`` names for it.
+
+    A platform is resolved against the side's forward and decode rows together, so a store of decode rows
+    alone takes ``--platforms`` too; without it, a side with two platforms of one kind is bad input.
+    """
     from deepgap.commands.compare_decode import decode_side, label
 
-    ps = platforms or [None, None]
-    dec_a = decode_side(sa, sides[0].run_ids, args, ps[0])
-    dec_b = decode_side(sb, sides[1].run_ids, args, ps[1])
-    sides[0].label, sides[1].label = label(sides[0].label, agg_a, dec_a), label(sides[1].label, agg_b, dec_b)
-    if not platforms:  # two GPUs' decode rows on one side: which pair is meant is unsaid, as for forward rows
+    dec_a = decode_side(sa, sides[0].run_ids, args)
+    dec_b = decode_side(sb, sides[1].run_ids, args)
+    if not platforms:  # like device kinds only; several platforms of one kind: name them
+        _one_platform_per_kind(sides, agg_a, agg_b)
         _one_platform_per_kind(sides, dec_a, dec_b)
-    return compare_decode(dec_a, dec_b, fa, fb, like_kinds=not platforms), (dec_a, dec_b)
+        sides[0].label, sides[1].label = (
+            label(sides[0].label, agg_a, dec_a),
+            label(sides[1].label, agg_b, dec_b),
+        )
+        return (agg_a, dec_a), (agg_b, dec_b)
+    out = [
+        _on_platform(side, g, d, q)
+        for side, g, d, q in zip(sides, (agg_a, agg_b), (dec_a, dec_b), platforms, strict=True)
+    ]
+    if sides[0].label == sides[1].label:
+        raise UsageError(f"--platforms names one platform twice ({sides[0].label})", "name two platforms")
+    return out[0], out[1]
 
 
 def _one_platform_per_kind(sides: list[Side], agg_a, agg_b) -> None:
