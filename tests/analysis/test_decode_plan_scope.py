@@ -108,3 +108,13 @@ def test_objective_watts_picks_the_fewest_watts_in_all():
     blind = pd.DataFrame([_row("fast", 64, 1000.0, math.nan), _row("frugal", 8, 400.0, math.nan)])
     (row,) = plan_decode(blind, "m", 10_000, 0.1, 2.0, DecodeScope(), "watts")
     assert row.configuration.startswith("fast") and "no power measured here" in row.why
+
+
+@pytest.mark.parametrize("command", [["capacity"], ["plan", "--qps", "10"]])
+def test_queries_per_second_of_a_decoder_point_to_its_own_commands(store, capsys, command):
+    """`capacity`/`plan --qps` read batch curves of queries; of a decode store they said "run `deepgap run` first"."""
+    rc = main([command[0], store, *command[1:], "--model", "llama-3.1-8b", "--slo-p99", "50ms"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert "holds decode rows (llama-3.1-8b, llama-3.2-1b), not batch curves of queries" in err
+    assert "deepgap plan STORE --model llama-3.1-8b --target-tok-s N" in err

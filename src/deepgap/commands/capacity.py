@@ -92,17 +92,29 @@ def select_curves(stores: list[str], args: argparse.Namespace, padding: str) -> 
 
     if padding not in ("bucket", "exact"):
         raise UsageError(f"unknown --padding {padding!r}", "use bucket or exact")
-    curves = []
+    curves, decoders = [], set()
     for path in stores:
         st = Store(path, readonly=True)
         try:
             curves += curves_from_store(st, getattr(args, "run", None), padding)
+            dec = st.decode_frame(getattr(args, "run", None))
+            decoders |= set(map(str, dec["model"])) if len(dec) else set()
         finally:
             st.close()
+    asked = getattr(args, "model", None)
+    decoder_asked = asked in decoders if asked else not curves  # a decoder named, or nothing but decoders
     for field in ("model", "engine", "precision"):
         want = getattr(args, field, None)
         if want:
             curves = [c for c in curves if c.key[field] == want]
+    if not curves and decoder_asked:
+        # a decoder's rows are no batch curve of queries: its capacity and devices are measured otherwise
+        m = sorted(decoders)[0]
+        raise UsageError(
+            f"{', '.join(stores)} holds decode rows ({', '.join(sorted(decoders))}), not batch curves of queries",
+            f"a decoder's devices for a target: deepgap plan STORE --model {m} --target-tok-s N; its served "
+            f"capacity: deepgap serve --model {m} --scenario server --find-capacity",
+        )
     if not curves:
         raise UsageError(
             f"no successful batch curve in {', '.join(stores)} matches",
