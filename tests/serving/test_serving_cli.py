@@ -326,3 +326,12 @@ def test_export_writes_the_levels_and_capacities(served, tmp_path):
         st.close()
     assert set(cp.get("source", [])) <= {"measured", "simulated"}
     assert "extra" not in lv or lv["extra"].isna().all()  # objects stay out of the CSV
+
+
+def test_recommend_of_a_serve_store_says_where_its_answer_is(served):
+    """It printed "objective: highest images/s" and "no successful measurement" over a store of serve runs."""
+    store, _ = served
+    r = deepgap_cli("recommend", store)
+    assert r.returncode == 1 and "objective:" not in r.stdout, r.stdout
+    assert "holds serve runs, no forward or decode measurement to rank" in r.stdout
+    assert f"deepgap show {store}" in r.stdout

@@ -136,6 +136,8 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
             "note: --slo-p99 and --max-memory apply to forward rows; a decoder's TPOT and TTFT SLO is "
             "deepgap plan --target-tok-s N --tpot-slo 100ms --ttft-slo 2s"
         )
+    if not recs and not answers and _serve_only(args):  # a serve store: its answer is a capacity
+        return 1
     if not recs and answers:  # a decode store: the decoders' answer only
         from deepgap.commands.decode_view import answer_lines
 
@@ -168,6 +170,25 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
 
         print("\n" + "\n".join(answer_lines(dec)))
     return 0 if ok else 1
+
+
+def _serve_only(args: argparse.Namespace) -> bool:
+    """Whether the store holds serve runs though no forward or decode row: then say where their answer is."""
+    from deepgap.serving.show.tables import any_serving
+    from deepgap.store import Store
+
+    store = Store(args.store, readonly=True)
+    try:
+        if not any_serving(store):
+            return False
+    finally:
+        store.close()
+    print(
+        f"none: {args.store} holds serve runs, no forward or decode measurement to rank; their levels and "
+        f"capacities: deepgap show {args.store}; devices for a load at an SLO: deepgap plan {args.store} "
+        "--model M --qps N --slo-p99 15ms"
+    )
+    return True
 
 
 def _select_decode(tab, args: argparse.Namespace):
