@@ -99,8 +99,9 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     from deepgap.analysis.tails import P99_MIN_N
 
     min_acc = parse_min_accuracy(args.min_accuracy) if args.min_accuracy is not None else None
-
     from deepgap.analysis import aggregate, prepare
+    from deepgap.analysis.decode_answer import decode_answers
+    from deepgap.analysis.decode_section import read_table
     from deepgap.analysis.recommend import OBJECTIVES, recommend
     from deepgap.core.errors import UsageError
     from deepgap.store import Store
@@ -112,15 +113,11 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
             if rid not in known:
                 raise UsageError(f"no run {rid!r} in {args.store}", "list runs with `deepgap show --runs`")
         agg = aggregate(reflag(prepare(store.results_frame(args.run)), min_acc), samples=store.samples)
-        from deepgap.analysis.decode_section import read_table
-
         dec = _select_decode(read_table(store, args.run), args)
     finally:
         store.close()
     agg = _select(agg, args)
     recs = recommend(agg, objective, slo, mem)
-    from deepgap.analysis.decode_answer import decode_answers
-
     answers = decode_answers(dec)
     ok = (
         bool(recs or answers)
