@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from deepgap.api import DEFAULT_STORE
-from deepgap.commands.filter_flags import add_filter_flags
+from deepgap.commands.filter_flags import add_filter_flags, keep_named, named
 from deepgap.core.errors import UsageError
 from deepgap.report.compare_console import print_decode_pairs, print_pairs, print_paper, resident_lines
 
@@ -90,11 +90,8 @@ def _filter(agg, args: argparse.Namespace, label: str):
     """
     for col, text in (("model", args.model), ("precision", args.precision)):
         if text and not agg.empty:
-            names = {t.strip() for t in text.split(",") if t.strip()}
-            # compared in Python: text from argv may hold undecodable bytes (surrogates), which pandas'
-            # arrow strings cannot take (the full fuzz found a UnicodeEncodeError traceback, issue 46)
-            kept = agg[[str(v) in names for v in agg[col]]]
-            if kept.empty:
+            kept = keep_named(agg, args, (col,))  # names compared in Python (`filter_flags.keep_named`)
+            if kept.empty or not named(text):
                 have = ", ".join(sorted(map(str, agg[col].unique())))
                 raise UsageError(
                     f"--{col} {text!r}: {label} has no results of it (it has {have})",
@@ -145,12 +142,9 @@ def _on_platform(side: Side, agg, dec, query: str):
     """(forward, decode) rows of the platform ``query`` names among both; the side's label says which."""
     from deepgap.analysis.platforms import platform_names, resolve_platform
 
-    names = sorted(set(platform_names(agg)) | set(map(str, dec["platform"] if len(dec) else [])))
-    name = resolve_platform(query, names)
+    name = resolve_platform(query, sorted(set(platform_names(agg)) | set(platform_names(dec))))
     side.label = f"{side.label.split(' (')[0]} (platform {name})"
-    return agg[agg["platform"] == name] if len(agg) else agg, dec[dec["platform"] == name] if len(
-        dec
-    ) else dec
+    return tuple(f[f["platform"] == name] if len(f) else f for f in (agg, dec))
 
 
 def _predict(matched, best, agg_a, agg_b, peaks: list):

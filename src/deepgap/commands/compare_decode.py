@@ -15,13 +15,9 @@ def decode_side(store: Any, run_ids: list[str] | None, args: argparse.Namespace)
     ``--platforms`` is applied by the caller, against the side's forward and decode rows together.
     """
     from deepgap.analysis.decode import decode_agg
+    from deepgap.commands.filter_flags import keep_named
 
-    agg = decode_agg(store.decode_frame(run_ids), store.samples)
-    for col, text in (("model", args.model), ("precision", args.precision)):
-        if text and len(agg):
-            names = {t.strip() for t in text.split(",") if t.strip()}
-            agg = agg[[str(v) in names for v in agg[col]]]
-    return agg
+    return keep_named(decode_agg(store.decode_frame(run_ids), store.samples), args, ("model", "precision"))
 
 
 def label(side_label: str, forward, decode) -> str:

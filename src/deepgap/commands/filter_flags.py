@@ -28,3 +28,21 @@ def add_filter_flags(p: argparse.ArgumentParser, *names: str, several: bool = Fa
         p.add_argument(
             f"--{name}", help=f"only these {name}s (comma-separated)" if several else f"only this {name}"
         )
+
+
+def named(text: str | None) -> list[str]:
+    """The names a comma-separated filter flag gives (``--model a,b``), blanks dropped; none when unset."""
+    return [t.strip() for t in (text or "").split(",") if t.strip()]
+
+
+def keep_named(frame, args: argparse.Namespace, cols: tuple[str, ...]):
+    """``frame``'s rows whose ``col`` is among the names ``--col`` gives, for each of ``cols`` that is set.
+
+    Compared in Python: text from argv may hold undecodable bytes (surrogates), which pandas' arrow strings
+    cannot take (the full fuzz found a UnicodeEncodeError traceback, issue 46).
+    """
+    for col in cols:
+        names = set(named(getattr(args, col, None)))
+        if names and len(frame):
+            frame = frame[[str(v) in names for v in frame[col]]]
+    return frame

@@ -12,11 +12,8 @@ import argparse
 import json
 from dataclasses import asdict
 
+from deepgap.commands.filter_flags import named
 from deepgap.core.errors import UsageError
-
-
-def _names(text: str | None) -> tuple[str, ...]:
-    return tuple(t.strip() for t in (text or "").split(",") if t.strip())
 
 
 def _scope(args: argparse.Namespace, platforms: list[str]):
@@ -34,9 +31,9 @@ def _scope(args: argparse.Namespace, platforms: list[str]):
         return n
 
     return DecodeScope(
-        engines=_names(args.engine),
-        precisions=_names(args.precision),
-        platforms=tuple(resolve_platform(q, platforms) for q in _names(args.platforms)),
+        engines=tuple(named(args.engine)),
+        precisions=tuple(named(args.precision)),
+        platforms=tuple(resolve_platform(q, platforms) for q in named(args.platforms)),
         max_batch=count(args.max_batch, "--max-batch"),
         input_len=count(args.input_len, "--input-len"),
         output_len=count(args.output_len, "--output-len"),

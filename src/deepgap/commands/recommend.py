@@ -13,7 +13,13 @@ import json
 import math
 from dataclasses import asdict
 
-from deepgap.commands.filter_flags import add_filter_flags, add_run_flag, add_store_argument
+from deepgap.commands.filter_flags import (
+    add_filter_flags,
+    add_run_flag,
+    add_store_argument,
+    keep_named,
+    named,
+)
 from deepgap.core.precision import is_quantized, quantized_names
 
 NAME = "recommend"
@@ -190,10 +196,7 @@ def _serve_only(args: argparse.Namespace) -> bool:
 
 def _select_decode(tab, args: argparse.Namespace):
     """The decode rows of the models, precisions and engines asked for (the forward rows' filters)."""
-    for col, text in (("model", args.model), ("precision", args.precision), ("engine", args.engine)):
-        if text and len(tab):
-            tab = tab[tab[col].isin([t.strip() for t in text.split(",") if t.strip()])]
-    return tab
+    return keep_named(tab, args, ("model", "precision", "engine"))
 
 
 def _decode_json(a) -> dict:
@@ -229,7 +232,7 @@ def _select(agg, args: argparse.Namespace):
 
     for col, text in (("model", args.model), ("precision", args.precision), ("engine", args.engine)):
         if text and len(agg):
-            wanted = [t.strip() for t in text.split(",") if t.strip()]
+            wanted = named(text)
             if not wanted:
                 raise UsageError(f"--{col} {text!r} names nothing", f"pass e.g. --{col} {agg[col].iloc[0]}")
             unknown = [t for t in wanted if t not in set(agg[col])]
