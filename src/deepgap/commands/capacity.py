@@ -92,35 +92,51 @@ def select_curves(stores: list[str], args: argparse.Namespace, padding: str) -> 
 
     if padding not in ("bucket", "exact"):
         raise UsageError(f"unknown --padding {padding!r}", "use bucket or exact")
-    curves, decoders = [], set()
+    curves = []
     for path in stores:
         st = Store(path, readonly=True)
         try:
             curves += curves_from_store(st, getattr(args, "run", None), padding)
+        finally:
+            st.close()
+    stored = bool(curves)
+    for field in ("model", "engine", "precision"):
+        want = getattr(args, field, None)
+        if want:
+            curves = [c for c in curves if c.key[field] == want]
+    if not curves:
+        _no_curve(stores, args, stored)
+    return curves
+
+
+def _no_curve(stores: list[str], args: argparse.Namespace, stored: bool) -> None:
+    """The `UsageError` for a selection without a curve: a decoder's points to its own commands.
+
+    The stores' decode rows are read here only, on the way to the error: a decoder's rows are no batch
+    curve of queries, so its capacity and devices are measured otherwise.
+    """
+    from deepgap.store import Store
+
+    decoders: set[str] = set()
+    for path in stores:
+        st = Store(path, readonly=True)
+        try:
             dec = st.decode_frame(getattr(args, "run", None))
             decoders |= set(map(str, dec["model"])) if len(dec) else set()
         finally:
             st.close()
     asked = getattr(args, "model", None)
-    decoder_asked = asked in decoders if asked else not curves  # a decoder named, or nothing but decoders
-    for field in ("model", "engine", "precision"):
-        want = getattr(args, field, None)
-        if want:
-            curves = [c for c in curves if c.key[field] == want]
-    if not curves and decoder_asked:
-        # a decoder's rows are no batch curve of queries: its capacity and devices are measured otherwise
+    if decoders and (asked in decoders if asked else not stored):  # a decoder named, or nothing but decoders
         m = sorted(decoders)[0]
         raise UsageError(
             f"{', '.join(stores)} holds decode rows ({', '.join(sorted(decoders))}), not batch curves of queries",
             f"a decoder's devices for a target: deepgap plan STORE --model {m} --target-tok-s N; its served "
             f"capacity: deepgap serve --model {m} --scenario server --find-capacity",
         )
-    if not curves:
-        raise UsageError(
-            f"no successful batch curve in {', '.join(stores)} matches",
-            "run `deepgap run` or `deepgap serve` first, or relax --model/--engine/--precision",
-        )
-    return curves
+    raise UsageError(
+        f"no successful batch curve in {', '.join(stores)} matches",
+        "run `deepgap run` or `deepgap serve` first, or relax --model/--engine/--precision",
+    )
 
 
 def main(args: argparse.Namespace) -> int:  # noqa: D103
