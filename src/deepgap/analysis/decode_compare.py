@@ -15,7 +15,6 @@ from __future__ import annotations
 import pandas as pd
 
 from deepgap.analysis.compare import SamplesFn, compare
-from deepgap.analysis.decode import decode_agg  # noqa: F401  (the sides' rows, aggregated: re-exported)
 
 
 def _label(r: dict, side: str) -> str:

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from deepgap.core.stats import P99_MIN_N
 from deepgap.serving.records.storage import capacity_frame, has_tables, levels_frame
 
 if TYPE_CHECKING:
@@ -26,26 +25,31 @@ def policy_label(max_batch, max_delay_s) -> str:
 
 
 def add_tails(df: pd.DataFrame) -> None:
-    """A level's latency tail, named: its p99 where its n requests support one (n ≥ `P99_MIN_N`), else its max.
+    """A level's latency tail, named: its p99 where its n requests support one, else its max (`analysis.tails`).
 
     Why: a capacity probe that stops early can end on a few hundred requests, and a p99 of 348 is the
-    sample's top values interpolated (`analysis.tails`): views show ``latency_tail_s`` with
-    ``latency_tail_kind`` and n, and the simulator's p99 only where ``p99_supported``.
+    sample's top values interpolated: views show ``latency_tail_s`` with ``latency_tail_kind`` and n, and the
+    simulator's p99 only where ``p99_supported``. The rule is a forward measurement's (`tails.of_measurement`).
     """
-    import pandas as pd
+    from deepgap.analysis.tails import of_measurement
 
-    n = pd.to_numeric(df["n"], errors="coerce").fillna(0)
-    df["p99_supported"] = n >= P99_MIN_N
-    df["latency_tail_s"] = df["latency_p99_s"].where(df["p99_supported"], df["latency_max_s"])
-    df["latency_tail_kind"] = np.where(df["p99_supported"], "p99", "max")
+    t = [
+        of_measurement({"n_samples": n, "latency_p99_s": p, "latency_max_s": m})
+        for n, p, m in zip(df["n"], df["latency_p99_s"], df["latency_max_s"], strict=True)
+    ]
+    df["latency_tail_s"] = [x.seconds for x in t]
+    df["latency_tail_kind"] = [x.kind for x in t]
+    df["p99_supported"] = df["latency_tail_kind"] == "p99"
 
 
 def tail_text(r: dict, digits: int = 3) -> str:
-    """``25.210 (max of n=348)`` or ``6.128 (p99 of n=4191)``; blank where nothing was measured."""
+    """``25.210 (max of n=348)`` or ``6.128 (p99 of n=4191)`` (`analysis.tails.Tail.name`); blank if unmeasured."""
+    from deepgap.analysis.tails import Tail
+
     v, n = r.get("latency_tail_s"), r.get("n")
-    if v is None or v != v or n is None or n != n:
+    if v is None or v != v or n is None or n != n or not r.get("latency_tail_kind"):
         return ""
-    return f"{float(v) * 1e3:.{digits}f} ({r['latency_tail_kind']} of n={int(n)})"
+    return f"{float(v) * 1e3:.{digits}f} ({Tail(float(v), r['latency_tail_kind'], int(n)).name()})"
 
 
 def sim_p99(r: dict) -> float | None:
