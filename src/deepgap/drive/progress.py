@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from deepgap.core.events import Event
 from deepgap.core.records import Status
+from deepgap.core.result_details import real_tokens
 from deepgap.core.stats import P99_MIN_N
 from deepgap.core.wording import latency_words
 
@@ -35,9 +36,8 @@ def result_line(ev: Event) -> str:
         ci = "" if r.ci_met is None else (" ci✓" if r.ci_met else " ci✗")
         seq = getattr(ev.spec, "seq_len", None)
         # a text model's tokens: a mixed-length batch's real ones per sequence, else its sequence length
-        text = r.details.text_batch if r.details is not None else None
-        per = text.tokens_per_sample if text is not None and text.tokens_per_sample else seq
-        tokens = f" ({r.throughput_ips * per:,.0f} tokens/s)" if seq else ""  # a text model's work
+        real = real_tokens(r.details)
+        tokens = f" ({r.throughput_ips * (real if real == real else seq):,.0f} tokens/s)" if seq else ""
         median = latency_words(r.latency.median_s, ev.spec.batch_size, "sequence" if seq else None)
         return (
             f"{ev.spec.label()}: {r.throughput_ips:,.1f} {rate_unit(ev.spec)}{tokens}, "

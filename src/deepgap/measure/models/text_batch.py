@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from deepgap.core.lengths import parse_seq_len_dist
-from deepgap.core.records import input_kind, input_lengths
+from deepgap.core.records import TEXT_INPUTS, input_kind, input_lengths
 
 REFERENCE_SEED = 0  # the reference rows' lengths: the same draw at every batch size
 
@@ -91,7 +91,7 @@ def make(mode: str, batch: int, reference_rows: int) -> TextBatch:
     """
     dist_text = input_lengths(mode)
     kind = input_kind(mode)
-    if dist_text is None or kind not in ("packed", "padded"):
+    if dist_text is None or kind not in TEXT_INPUTS:
         raise ValueError(f"{mode!r} is not a mixed-length text input")
     dist = parse_seq_len_dist(dist_text, 1, 1 << 30)
     k = min(batch, reference_rows)

@@ -78,12 +78,8 @@ class TextService:
         if b not in self._mix:
             lens = self.dist.draw(MIXTURE_BATCHES * b, self.seed + b).reshape(MIXTURE_BATCHES, b)
             # with buckets a batch shares its first request's bucket; otherwise it pads to its longest, or
-            # (packed) does its tokens' work
-            if self.pad.packed:
-                eff = np.asarray([self.pad.effective_len(row, b) for row in lens])
-            else:
-                eff = (lens[:, 0] if self.pad.edges else lens.max(axis=1)).astype(np.float64)
-                eff = np.asarray([float(self.pad.pad_to(int(p))) for p in eff])
+            # (packed) does its tokens' work (`Padding.effective_len`)
+            eff = np.asarray([self.pad.effective_len(row[:1] if self.pad.edges else row, b) for row in lens])
             got = {p: self.time_at(b, p)[:2] for p in np.unique(eff)}
             t = np.asarray([got[p] for p in eff])
             self._mix[b] = (t[:, 0], t[:, 1])
