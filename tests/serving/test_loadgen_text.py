@@ -9,13 +9,11 @@ records every batch; LoadGen runs a fraction of a second. One serve runs end to 
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 import torch
-from clirun import deepgap_cli
 from conftest import inprocess_serving
+from text_serve import loadgen_offline
 
 from deepgap.serving.loadgen.harness import LoadgenRequest
 from deepgap.serving.loadgen.sut import drive
@@ -23,7 +21,6 @@ from deepgap.serving.sim.batcher import BatchPolicy
 from deepgap.serving.sim.seqlen import Padding, parse_seq_len_dist
 from deepgap.serving.worker.streams import ThreadStreams
 from deepgap.serving.worker.text_executor import TokenExecutor
-from deepgap.store import reading
 
 lg = pytest.importorskip("mlperf_loadgen")
 
@@ -100,19 +97,8 @@ def test_loadgen_batches_text_samples_per_bucket_and_counts_tokens(scenario, qps
 
 def test_serve_tinybert_with_loadgen_stores_tokens_beside_loadgens_verdict(tmp_path, monkeypatch):
     inprocess_serving(monkeypatch)
-    store = str(tmp_path / "t.sqlite")
-    args = ["--model", "tinybert", "--device", "cpu", "--threads", "1", "--batch-sizes", "1,2,4"]
-    args += ["--curve-iterations", "3", "--min-queries", "100", "--min-duration", "0.1s", "--no-telemetry"]
-    args += ["--seq-len-dist", "8:2,24:1,60:1", "--padding", "buckets:16,32,64", "--scenario", "offline"]
-    p = deepgap_cli("serve", *args, "--loadgen", "--store", store, "--json")
-    assert p.returncode == 0, p.stderr
-    out = json.loads(p.stdout.strip().splitlines()[-1])
+    out, lgv = loadgen_offline(str(tmp_path / "t.sqlite"), "buckets:16,32,64")
     assert out["loadgen"]["Scenario"] == "Offline" and out["loadgen"]["Result is"] in ("VALID", "INVALID")
-    from deepgap.serving.show.tables import text_levels
-
-    with reading(store) as s:
-        t = text_levels(s)
-    lgv = t[t["purpose"] == "loadgen"]
     assert len(lgv) == 1 and lgv["useful_tokens_per_s"].iloc[0] > 0
     assert lgv["padded_tokens_per_s"].iloc[0] > lgv["useful_tokens_per_s"].iloc[0]
     assert lgv["padding"].iloc[0] == "buckets:16,32,64"

@@ -7,13 +7,12 @@ fake model, tinybert's mask on a handful of rows; one serve runs end to end in t
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 import torch
 from clirun import deepgap_cli
 from conftest import inprocess_serving
+from text_serve import find_capacity
 
 from deepgap.core.errors import UsageError
 from deepgap.serving.run.spec import ServeSpec, validate
@@ -196,23 +195,7 @@ def test_text_serve_refuses_what_it_does_not_do_in_one_line(changes, needle):
 def test_serve_tinybert_finds_capacity_with_buckets_and_stores_tokens(tmp_path, monkeypatch):
     inprocess_serving(monkeypatch)
     store = str(tmp_path / "t.sqlite")
-    args = ["--model", "tinybert", "--device", "cpu", "--threads", "1", "--batch-sizes", "1,2,4"]
-    args += ["--curve-iterations", "3", "--min-queries", "150", "--min-duration", "0.1s", "--no-telemetry"]
-    args += ["--seq-len-dist", "8:2,24:1,60:1", "--padding", "buckets:16,32,64", "--find-capacity"]
-    args += [
-        "--slo-p99",
-        "200ms",
-        "--verify-policies",
-        "1",
-        "--max-queries",
-        "600",
-        "--store",
-        store,
-        "--json",
-    ]
-    p = deepgap_cli("serve", *args)
-    assert p.returncode == 0, p.stderr
-    out = json.loads(p.stdout.strip().splitlines()[-1])
+    out = find_capacity(store, "buckets:16,32,64")
     assert out["capacity_qps"] > 0 and out["capacity_predicted_qps"] > 0
     assert out["useful_tokens_per_s"] > 0 and out["padded_tokens_per_s"] >= out["useful_tokens_per_s"]
     assert 0 < out["padding_fraction"] < 1 and out["padding"] == "buckets:16,32,64"

@@ -8,13 +8,11 @@ process with useful tokens equal to computed ones. Virtual clocks and `ThreadStr
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 import torch
-from clirun import deepgap_cli
 from conftest import inprocess_serving
+from text_serve import find_capacity, loadgen_offline
 
 from deepgap.serving.sim.batcher import BatchPolicy
 from deepgap.serving.sim.seqlen import Padding, parse_padding, parse_seq_len_dist
@@ -76,21 +74,7 @@ def test_the_executor_packs_each_batch_and_matches_each_request_alone():
 def test_serve_tinybert_packed_finds_capacity_and_pads_nothing(tmp_path, monkeypatch):
     inprocess_serving(monkeypatch)
     store = str(tmp_path / "p.sqlite")
-    args = ["--model", "tinybert", "--device", "cpu", "--threads", "1", "--batch-sizes", "1,2,4"]
-    args += ["--curve-iterations", "3", "--min-queries", "150", "--min-duration", "0.1s", "--no-telemetry"]
-    args += [
-        "--seq-len-dist",
-        "8:2,24:1,60:1",
-        "--padding",
-        "packed",
-        "--find-capacity",
-        "--slo-p99",
-        "200ms",
-    ]
-    args += ["--verify-policies", "1", "--max-queries", "600", "--store", store, "--json"]
-    p = deepgap_cli("serve", *args)
-    assert p.returncode == 0, p.stderr
-    out = json.loads(p.stdout.strip().splitlines()[-1])
+    out = find_capacity(store, "packed")
     assert out["capacity_qps"] > 0 and out["capacity_predicted_qps"] > 0 and out["padding"] == "packed"
     assert (
         out["useful_tokens_per_s"] == pytest.approx(out["padded_tokens_per_s"])
@@ -107,24 +91,9 @@ def test_serve_tinybert_packed_finds_capacity_and_pads_nothing(tmp_path, monkeyp
 
 def test_loadgen_drives_a_packed_text_server(tmp_path, monkeypatch):
     pytest.importorskip("mlperf_loadgen")  # in the test extras: installed wherever the suite runs
-    from deepgap.serving.show.tables import text_levels
-    from deepgap.store import Store
-
     inprocess_serving(monkeypatch)
-    store = str(tmp_path / "l.sqlite")
-    args = ["--model", "tinybert", "--device", "cpu", "--threads", "1", "--batch-sizes", "1,2,4"]
-    args += ["--curve-iterations", "3", "--min-queries", "100", "--min-duration", "0.1s", "--no-telemetry"]
-    args += ["--seq-len-dist", "8:2,24:1,60:1", "--padding", "packed", "--scenario", "offline"]
-    p = deepgap_cli("serve", *args, "--loadgen", "--store", store, "--json")
-    assert p.returncode == 0, p.stderr
-    out = json.loads(p.stdout.strip().splitlines()[-1])
+    out, lgv = loadgen_offline(str(tmp_path / "l.sqlite"), "packed")
     assert out["loadgen"]["Scenario"] == "Offline" and out["loadgen"]["Result is"] in ("VALID", "INVALID")
-    s = Store(store, readonly=True)
-    try:
-        t = text_levels(s)
-    finally:
-        s.close()
-    lgv = t[t["purpose"] == "loadgen"]
     assert len(lgv) == 1 and lgv["padding"].iloc[0] == "packed"
     useful = lgv["useful_tokens_per_s"].iloc[0]
     assert useful > 0 and lgv["padded_tokens_per_s"].iloc[0] == pytest.approx(useful)
