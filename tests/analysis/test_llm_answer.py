@@ -162,6 +162,8 @@ def test_plan_target_tokens_per_second(store, capsys):
     ("extra", "says"),
     [
         (["--target-tok-s", "0"], "is not a positive rate"),
+        (["--target-tok-s", "1e40"], "is over 1e+09 tokens/s"),  # planned 4.6e36 devices, exit 0
+        (["--target-tok-s", "100", "--ttft-slo", "90000s"], "is over a day"),
         (["--target-tok-s", "many"], "target-tok-s"),
         (["--target-tok-s", "100", "--qps", "5"], "pass one of them"),
         (["--target-tok-s", "100", "--tpot-slo", "soon"], "--tpot-slo 'soon'"),

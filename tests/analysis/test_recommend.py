@@ -66,9 +66,10 @@ def test_parsers():
         and parse_bytes("8GB") == 8 * 10**9
         and parse_bytes("512M") == 512 * 2**20
     )
-    for bad in ["-3ms", "0ms", "10", "ten ms", "3 parsecs"]:
+    for bad in ["-3ms", "0ms", "10", "ten ms", "3 parsecs", "90000s", "1e30s"]:  # past a day: a typo
         with pytest.raises(UsageError):
             parse_duration_s(bad)
+    assert parse_duration_s("86400s") == 86400.0
     for bad in ["8", "-1GiB", "0GB", "lots"]:
         with pytest.raises(UsageError):
             parse_bytes(bad)

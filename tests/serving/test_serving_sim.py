@@ -20,7 +20,7 @@ from deepgap.serving.capacity.search import (
     search_policies,
     sim_probe,
 )
-from deepgap.serving.sim.arrivals import fixed_load, parse_rate_qps, poisson
+from deepgap.serving.sim.arrivals import fixed_load, parse_duration_s, parse_rate_qps, poisson
 from deepgap.serving.sim.batcher import BatchPolicy, StopRule, decide, serve_loop
 from deepgap.serving.sim.capacity_stats import allowed_over, min_queries, verdict
 from deepgap.serving.sim.clock import VirtualClock
@@ -235,6 +235,14 @@ def test_a_rate_that_is_no_positive_number_is_one_usage_error(text):
     with pytest.raises(UsageError, match=f"--qps must be a positive rate, got {text!r}"):
         parse_rate_qps(text)
     assert parse_rate_qps(" 250 ") == 250.0
+
+
+@pytest.mark.parametrize("text", ["1e30s", "90000", "86400001ms"])
+def test_a_latency_bound_past_a_day_is_one_usage_error(text):
+    """``capacity --slo-p99 1e30s`` planned a table at "p99 ≤ 1e+33 ms" and exited 0."""
+    with pytest.raises(UsageError, match="is over a day"):
+        parse_duration_s(text, "slo-p99")
+    assert parse_duration_s("86400s", "slo-p99") == 86400.0
 
 
 def test_a_real_search_steps_no_lower_than_a_run_of_max_run_s():

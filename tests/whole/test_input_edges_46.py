@@ -27,7 +27,7 @@ CASES = [
     (
         "capacity min-duration 1e20",
         lambda t, g: ["capacity", _store(t, g), *SLO, "--min-duration", "1e20"],
-        "at most",
+        "is over a day",
     ),
     (
         "plan seed -5",

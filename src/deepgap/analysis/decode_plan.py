@@ -31,6 +31,8 @@ from deepgap.core.errors import UsageError
 
 MLPERF_TPOT_S = 0.1  # MLPerf's Llama-3.1-8B server limits (issue 51): TPOT ≤ 100 ms, TTFT ≤ 2 s
 MLPERF_TTFT_S = 2.0
+# a target past this is a typo: a billion output tokens a second is about a hundred thousand H200s' worth
+MAX_TARGET_TOK_S = 1e9
 
 
 @dataclass(frozen=True)
@@ -170,6 +172,11 @@ def plan_decode(
     if not target_tok_s > 0 or not math.isfinite(target_tok_s):
         raise UsageError(
             f"--target-tok-s {target_tok_s!r} is not a positive rate", "pass e.g. --target-tok-s 8000"
+        )
+    if target_tok_s > MAX_TARGET_TOK_S:  # 1e40 planned 4.6e36 devices and exited 0
+        raise UsageError(
+            f"--target-tok-s {target_tok_s:g} is over {MAX_TARGET_TOK_S:g} tokens/s, more than any fleet serves",
+            "pass e.g. --target-tok-s 8000",
         )
     if objective not in OBJECTIVES:
         raise UsageError(f"unknown --objective {objective!r}", "use devices or watts")

@@ -33,6 +33,7 @@ from deepgap.analysis.frame import (
 )
 from deepgap.core.errors import UsageError
 from deepgap.core.guards import RATE_REASON, is_rate_flag
+from deepgap.core.limits import MAX_DURATION_S
 from deepgap.core.records import INPUT_MODE_LABELS, TEXT_INPUTS, input_kind
 
 OBJECTIVES = {
@@ -67,7 +68,10 @@ def parse_duration_s(text: str, flag: str = "--slo-p99") -> float:
     value = float(m.group(1) + (f"e{m.group(2)}" if m.group(2) else "")) if m else 0.0
     if not m or not value > 0 or not math.isfinite(value):
         raise UsageError(f"{flag} {text!r} is not a positive duration with a unit", f"pass e.g. {flag} 10ms")
-    return value * _TIME_UNITS[m.group(3).lower()]
+    seconds = value * _TIME_UNITS[m.group(3).lower()]
+    if seconds > MAX_DURATION_S:
+        raise UsageError(f"{flag} {text!r} is over a day", f"pass e.g. {flag} 10ms")
+    return seconds
 
 
 def parse_bytes(text: str, flag: str = "--max-memory") -> int:

@@ -12,6 +12,7 @@ type (``device = 5``, ``models = [1]``) used to fail deep inside the run with a 
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from deepgap.core.errors import UsageError
@@ -21,6 +22,21 @@ MAX_BATCH = 1 << 20
 MAX_THREADS = 4096
 MAX_SEED = 2**63 - 1  # a seed is stored as SQLite's signed 64-bit integer and seeds torch and numpy
 _DAY_S = 86_400.0
+# a latency bound (an SLO) past a day is a typo: `deepgap.serving.sim.arrivals` and `deepgap.analysis.recommend`
+MAX_DURATION_S = _DAY_S
+_DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+
+
+def check_device(device: object) -> None:
+    """A `UsageError` unless ``device`` is a name deepgap runs on: auto, cpu, cuda or cuda:N.
+
+    Why one check for every command: run and serve had a copy each, while ``peaks --device tpu`` measured
+    nothing, stored a run of "unavailable" ceilings and exited 0.
+    """
+    if not isinstance(device, str) or not _DEVICE.match(device):
+        raise UsageError(f"unknown device {device!r}", "use auto, cpu, cuda or cuda:N")
+
+
 # (field, flag, minimum, maximum, example)
 INT_LIMITS = (
     ("warmup", "warmup", 0, 10**7, "20"),

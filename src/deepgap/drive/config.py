@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +20,7 @@ from deepgap.core.limits import (  # noqa: F401  (MAX_*: re-exported, the ranges
     MAX_BATCH,
     MAX_SEED,
     MAX_THREADS,
+    check_device,
     check_range,
     is_real,
     toml_example,
@@ -40,7 +40,6 @@ MEMORY_FORMATS = ("nchw", "channels_last")
 # axes `engine_axes` may set per engine; models: a subset of the sweep's (the default grid compiles
 # compile-freeze for one model only, so that it fits its 10 minutes on a slower host: presets.py)
 ENGINE_AXES = ("precisions", "batch_sizes", "memory_formats", "models")
-_DEVICE_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 
 
 @dataclass(frozen=True)
@@ -202,8 +201,7 @@ def validate(spec: SweepSpec) -> SweepSpec:
     _validate_engine_axes(spec)
     check_workload(spec)  # before the engine pairs: decode names its own engines and precisions
     check_pairs(spec)
-    if not _DEVICE_RE.match(spec.device):
-        raise UsageError(f"unknown device {spec.device!r}", "use auto, cpu, cuda or cuda:N")
+    check_device(spec.device)
     if spec.threads and spec.device.startswith("cuda"):
         raise UsageError("--threads sweeps CPU threads", "drop --threads or use --device cpu")
     for name, flag, low, high, example in INT_LIMITS:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from deepgap.core.errors import UsageError
+from deepgap.core.limits import check_device
 from deepgap.core.records import ConfigSpec, Result
 from deepgap.core.version import __version__
 from deepgap.drive.config import SweepSpec
@@ -70,7 +71,8 @@ def gpu_present() -> bool:
 
 
 def resolve_device(device: str) -> str:
-    """``auto`` → ``cuda`` when a GPU is present else ``cpu``; a clear error for an absent GPU."""
+    """``auto`` → ``cuda`` when a GPU is present else ``cpu``; a clear error for an absent GPU or a bad name."""
+    check_device(device)
     if device == "auto":
         return "cuda" if gpu_present() else "cpu"
     if device.startswith("cuda"):

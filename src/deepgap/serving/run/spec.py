@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from deepgap.core.errors import UsageError
-from deepgap.core.limits import MAX_BATCH, MAX_SEED, MAX_THREADS, check_range
+from deepgap.core.limits import MAX_BATCH, MAX_SEED, MAX_THREADS, check_device, check_range
 
 SCENARIOS = ("single-stream", "server", "offline")
 # scenario → (min queries, min duration s); LoadGen's submission defaults are 1024/270336/24576 and 600 s.
@@ -24,7 +23,6 @@ MINIMUMS = {"single-stream": (1024, 5.0), "server": (1000, 2.0), "offline": (409
 GPU_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
 CPU_BATCHES = (1, 2, 4, 8)
 DEFAULT_POLICY = (8, 0.002)  # max batch, max delay (s) when neither is given nor searched
-_DEVICE_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 
 
 @dataclass(frozen=True)
@@ -214,8 +212,7 @@ def _check_names(spec: ServeSpec) -> None:
         raise UsageError(
             f"unknown memory format {spec.memory_format!r}", f"choose from {', '.join(MEMORY_FORMATS)}"
         )
-    if not _DEVICE_RE.match(spec.device):
-        raise UsageError(f"unknown device {spec.device!r}", "use auto, cpu, cuda or cuda:N")
+    check_device(spec.device)
 
 
 def check_text(spec: ServeSpec) -> None:

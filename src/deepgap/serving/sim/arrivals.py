@@ -17,7 +17,7 @@ import re
 import numpy as np
 
 from deepgap.core.errors import UsageError
-from deepgap.core.limits import is_number, positive_number
+from deepgap.core.limits import MAX_DURATION_S, is_number, positive_number
 
 # The arrival rates a run can play (q/s): a trace whose timestamps are 0 and 1e-300 asks for 10^300
 # queries a second and a rate of 1e-300 q/s for one query per 10^300 s; both hung before the first query.
@@ -36,6 +36,8 @@ def parse_duration_s(text: str, flag: str) -> float:
     value = float(m.group(1)) * {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, None: 1.0}[m.group(2)]
     if not (value > 0 and math.isfinite(value)):
         raise UsageError(f"--{flag} must be positive, got {text!r}", f"write e.g. --{flag} 15ms")
+    if value > MAX_DURATION_S:
+        raise UsageError(f"--{flag} {text!r} is over a day", f"write e.g. --{flag} 15ms")
     return value
 
 
