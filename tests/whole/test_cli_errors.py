@@ -90,6 +90,18 @@ CASES = [
     ("text iterations", lambda t: BASE + ["--iterations", "many", "--store", _store(t)], "not an integer"),
     ("bad target ci", lambda t: BASE + ["--target-ci", "150%", "--store", _store(t)], "target CI"),
     ("bad device", lambda t: BASE + ["--device", "tpu", "--store", _store(t)], "unknown device"),
+    # peaks and profile stored a run of "unavailable" rows for an unknown device and exited 0
+    ("peaks on a bad device", lambda t: ["peaks", "--device", "tpu", "--store", _store(t)], "unknown device"),
+    (
+        "profile on a bad device",
+        lambda t: ["profile", "--model", "tinycnn", "--device", "tpu", "--store", _store(t)],
+        "unknown device",
+    ),
+    (
+        "a store named as another store's journal",
+        lambda t: BASE + ["--store", str(t / "s.sqlite-journal")],
+        "rollback journal",
+    ),
     (
         "missing weights",
         lambda t: BASE + ["--weights", "/nonexistent.pt", "--store", _store(t)],

@@ -63,6 +63,58 @@ def test_output_onto_a_stores_log_is_refused(store):
     assert Path(wal).read_bytes() == b"log"
 
 
+TINY = ["--models", "tinycnn", "--device", "cpu"]
+NEW_NAME_CASES = {
+    # before: the run measured into the new store, then replaced it by its report (exit 0)
+    "run-report": ["run", "--store", "{d}/new.sqlite", "--report", "{d}/new.sqlite", *TINY],
+    "run-report-log": ["run", "--store", "{d}/new.sqlite", "--report", "{d}/new.sqlite-wal", *TINY],
+    # before: the screenshot replaced the page it was taken of
+    "report-screenshot": ["report", "{s}", "-o", "{d}/r.html", "--screenshot", "{d}/r.html", "--static"],
+}
+
+
+@pytest.mark.parametrize("cmd", sorted(NEW_NAME_CASES))
+def test_two_outputs_of_one_new_name_are_refused(store, cmd):
+    """Outputs that do not exist yet have no identity: they are compared by their resolved names."""
+    folder = os.path.dirname(store)
+    before = sorted(os.listdir(folder))
+    r = deepgap_cli(*[a.format(s=store, d=folder) for a in NEW_NAME_CASES[cmd]])
+    assert r.returncode == 2, r.stderr
+    assert "are one file: one would replace the other" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert sorted(os.listdir(folder)) == before
+
+
+COMPANION_CASES = {
+    # before: a store written as s.sqlite-journal was deleted the next time s.sqlite was opened
+    "run": ["run", "--store", "{s}-journal", "--models", "tinycnn", "--device", "cpu"],
+    "merge": ["merge", "{s}", "-o", "{s}-shm"],
+    "check-recover": ["check", "{s}", "--recover", "{s}-wal"],
+    "export": ["export", "{s}", "-o", "{s}-wal"],
+    "report": ["report", "{s}", "-o", "{s}-wal", "--static"],
+}
+
+
+@pytest.mark.parametrize("cmd", sorted(COMPANION_CASES))
+def test_a_path_named_as_a_stores_log_is_refused(store, cmd):
+    """A new file named as SQLite names a store's log, journal or shm: one line, exit 2, nothing made."""
+    folder = os.path.dirname(store)
+    before = sorted(os.listdir(folder))
+    r = deepgap_cli(*[a.format(s=store) for a in COMPANION_CASES[cmd]])
+    assert r.returncode == 2, r.stderr
+    # the input's own log is caught as an input's companion; any other database's by its name
+    said = ("is the name SQLite gives to", "file of store")
+    assert any(w in r.stderr for w in said) and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stdout == ""  # check --recover refuses before it reports on the store
+    assert sorted(os.listdir(folder)) == before
+
+
+def test_a_log_like_name_beside_no_database_is_an_ordinary_output(store, tmp_path):
+    out = tmp_path / "notes.csv-wal"  # notes.csv is no database: nothing would take this for its log
+    assert deepgap_cli("export", store, "-o", str(out)).returncode == 0
+    assert out.read_text().startswith("result_id")
+
+
 def test_a_new_output_and_stdout_still_work(store, tmp_path):
     assert deepgap_cli("export", store, "-o", str(tmp_path / "out.csv")).returncode == 0
     r = deepgap_cli("export", store, "-o", "-")

@@ -26,8 +26,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
 
 def main(args: argparse.Namespace) -> int:  # noqa: D103
     from deepgap.store.diagnose import check
-    from deepgap.store.recover import recover
+    from deepgap.store.recover import check_output, recover
 
+    if args.recover:
+        check_output(args.store, args.recover)
     rep = check(args.store)
     print("\n".join(rep.lines()))
     if args.recover:

@@ -12,6 +12,11 @@ Why each check:
   by the rename that writes an export atomically (``-o /dev/null`` as root would replace the
   system's). Outputs take ``-`` for stdout instead.
 
+- **SQLite's name for another file's log.** ``X-wal``, ``X-journal`` and ``X-shm`` are the names SQLite
+  gives to database X's write-ahead log, rollback journal and shared memory. A store written as
+  ``s.sqlite-journal`` was deleted the next time ``s.sqlite`` was opened (SQLite took it for a stale
+  journal), and an export written as ``s.sqlite-wal`` would be read as s.sqlite's log.
+
 A store path to write is checked whole (`check_path`): these checks, not a directory, a deepgap store if
 it exists (`deepgap.store.header`), writable, and no merge or recovery holding it.
 """
@@ -123,6 +128,39 @@ def check_store_path(path: str) -> None:
         )
 
 
+def check_not_companion(path: str, what: str, always: bool) -> None:
+    """A `UsageError` when ``path`` is named as SQLite names another database's log, journal or shm file.
+
+    ``always``: refuse whatever exists (a store: SQLite may open its base later); else only where the base
+    is a SQLite database now (an export beside an unrelated ``notes-wal`` name is harmless).
+    """
+    for suffix, role in (
+        ("-wal", "write-ahead log"),
+        ("-journal", "rollback journal"),
+        ("-shm", "shared memory"),
+    ):
+        base = path[: -len(suffix)]
+        if not path.endswith(suffix) or not os.path.basename(base):
+            continue
+        if always or _is_sqlite(base):
+            raise UsageError(
+                f"{what} path {shown(path)} is the name SQLite gives to {shown(base)}'s {role}: opening "
+                f"{shown(base)} would delete or overwrite it",
+                f"pass another name, e.g. {shown(base)}{suffix.replace('-', '_')}.sqlite"
+                if what == "store"
+                else "pass another name",
+            )
+
+
+def _is_sqlite(path: str) -> bool:
+    """Whether ``path`` is a regular file that begins with SQLite's header."""
+    try:
+        with open(path, "rb") as fh:
+            return os.path.isfile(path) and fh.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return False
+
+
 def check_output_path(path: str, what: str = "output", stdout_ok: bool = True) -> None:
     """An output path that is written by replacing it: never a device, FIFO or socket (``-`` is stdout)."""
     if path == STDOUT:
@@ -134,6 +172,7 @@ def check_output_path(path: str, what: str = "output", stdout_ok: bool = True) -
         )
     check_encoding(path, what)
     check_length(path, what)
+    check_not_companion(path, what, always=False)
     kind = kind_of(path)
     if kind and kind != "a directory":
         fix = "pass -o - to write to stdout, or a file name" if stdout_ok else "pass a file name"
@@ -155,14 +194,27 @@ def identity(path: str) -> tuple[int, int] | None:
 _COMPANIONS = ("", "-wal", "-journal", "-shm")
 
 
+def same_file(a: str, b: str) -> bool:
+    """Whether ``a`` and ``b`` name one file: by identity where both exist, by resolved name where neither does.
+
+    Why the name: two outputs that do not exist yet have no identity, and ``run --store new.sqlite --report
+    new.sqlite`` measured into a new store and then replaced it by the report.
+    """
+    ia, ib = identity(a), identity(b)
+    if ia is not None or ib is not None:
+        return ia == ib
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
 def check_outputs(named: dict[str, tuple[str, ...] | list[str] | str | None], writes: set[str]) -> None:
     """A `UsageError` when an output is the same file as any other path the command names.
 
     Why: ``export s.sqlite -o s.sqlite`` replaced the store by its CSV, and ``run --store s --report s``
     by a report after measuring. Names are compared by file identity (device and inode, links
-    followed), so a symbolic or hard link to an input counts too, and so does an input's ``-wal`` or
-    ``-journal`` (its newest rows). ``named``: each flag as the user wrote it → its path(s);
-    ``writes``: the flags among them that are written. Checked before anything is read or written.
+    followed), so a symbolic or hard link to an input counts too, and so does a path's ``-wal`` or
+    ``-journal`` (a store's newest rows); names that do not exist yet are compared as resolved paths
+    (`same_file`). ``named``: each flag as the user wrote it → its path(s); ``writes``: the flags among
+    them that are written. Checked before anything is read or written.
     """
     flat = [
         (flag, p)
@@ -171,19 +223,19 @@ def check_outputs(named: dict[str, tuple[str, ...] | list[str] | str | None], wr
         if p and p != STDOUT
     ]
     for out_flag, out in flat:
-        if out_flag not in writes or (ident := identity(out)) is None:
+        if out_flag not in writes:
             continue
         for flag, other in flat:
             if flag == out_flag and other == out:
                 continue
-            for suffix in _COMPANIONS if flag not in writes else ("",):
-                if identity(other + suffix) == ident:
+            for suffix in _COMPANIONS:
+                if same_file(out, other + suffix):
                     what = f"the {suffix[1:]} file of " if suffix else ""
                     what += f"{flag} {shown(other)}"
+                    harm = "one would replace the other" if flag in writes else "writing the output would "
+                    harm += "" if flag in writes else "destroy the input itself"
                     raise UsageError(
-                        f"{out_flag} {shown(out)} and {what} are one file: writing the output would "
-                        "destroy the input itself",
-                        "pass another output path",
+                        f"{out_flag} {shown(out)} and {what} are one file: {harm}", "pass another output path"
                     )
 
 
@@ -233,6 +285,7 @@ def check_path(path: str) -> None:
     if not str(path).strip():
         raise StoreError("the store path is empty", "pass --store PATH, e.g. --store results.sqlite")
     check_store_path(path)
+    check_not_companion(path, "store", always=True)
     if os.path.isdir(path):
         raise StoreError(f"store path {path} is a directory", "pass a file path, e.g. results.sqlite")
     exists = os.path.exists(path)

@@ -82,8 +82,12 @@ class Source:
     notes: list[str] = field(default_factory=list)
 
 
-def recover(path: str, output: str) -> Recovery:
-    """Write every intact, decodable row of ``path`` into a new store ``output`` (see the module doc)."""
+def check_output(path: str, output: str) -> None:
+    """A `UsageError` unless ``output`` may become ``path``'s recovered store: new, and a store path to write.
+
+    ``check --recover`` calls it before it reads the store, so that a bad name is one line, not a report
+    and then an error.
+    """
     from deepgap.store import check_path
 
     if os.path.exists(output) and os.path.realpath(output) == os.path.realpath(path):
@@ -91,6 +95,11 @@ def recover(path: str, output: str) -> Recovery:
     if os.path.exists(output):
         raise UsageError(f"--recover {output} exists", "pass a new file name (recovery never overwrites)")
     check_path(output)
+
+
+def recover(path: str, output: str) -> Recovery:
+    """Write every intact, decodable row of ``path`` into a new store ``output`` (see the module doc)."""
+    check_output(path, output)
     # a full disk: one line, and nothing half-written (the work folder goes, the output is never made)
     if disk_full(output):
         raise _full(path, output)
