@@ -65,6 +65,21 @@ def test_show_table(store, capsys):
     assert "finished" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(("name", "read"), [("r.parquet", pd.read_parquet), ("r.pq", pd.read_parquet),
+                                            ("r.JSON", pd.read_json), ("r.txt", pd.read_csv)])  # fmt: skip
+def test_export_writes_the_format_its_suffix_names(store, tmp_path, name, read):
+    """Before, ``-o r.parquet`` wrote CSV text under a parquet name; an unknown suffix stays CSV."""
+    assert main(["export", store, "-o", str(tmp_path / name)]) == 0
+    assert len(read(tmp_path / name)) == 8
+
+
+def test_export_refuses_a_format_its_suffix_contradicts(store, tmp_path, capsys):
+    assert main(["export", store, "--format", "csv", "-o", str(tmp_path / "r.parquet")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "names a parquet file" in err and len(err.splitlines()) == 1
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize("fmt", ["csv", "parquet", "json"])
 def test_export_round_trip(store, tmp_path, fmt):
     from deepgap.commands.export import export_frame

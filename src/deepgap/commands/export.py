@@ -23,10 +23,18 @@ RAW_STDOUT = True  # -o - writes the data itself: unchanged (cli.SafeStream esca
 # the paths it reads and writes: no output may replace an input (cli.check_paths)
 READS, WRITES = ("store",), ("output",)
 
+# -o's suffix → the format written where --format is not given (`output_format`)
+FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".json": "json"}
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     add_store_argument(p)
-    p.add_argument("--format", choices=["csv", "parquet", "json"], default="csv")
+    p.add_argument(
+        "--format",
+        choices=sorted(set(FORMATS.values())),
+        default=None,
+        help="csv, parquet or json (default: from -o's suffix, .csv/.parquet/.pq/.json; csv otherwise)",
+    )
     p.add_argument("-o", "--output", required=True, help="output file, or - for stdout (csv, json)")
     add_run_flag(p)
     p.add_argument(
@@ -153,11 +161,27 @@ def write_frame(df, path: str, fmt: str) -> None:
         raise
 
 
+def output_format(path: str, flag: str | None) -> str:
+    """The format to write: ``--format``, else the one ``-o``'s suffix names, else csv.
+
+    Why: ``-o results.parquet`` wrote CSV text under a parquet name (``--format`` was csv by default),
+    which ``pandas.read_parquet`` then refused. A flag that contradicts the suffix is refused.
+    """
+    named = FORMATS.get(os.path.splitext(path)[1].lower()) if path != STDOUT else None
+    if flag and named and flag != named:
+        raise UsageError(
+            f"--format {flag} but -o {path} names a {named} file",
+            f"drop --format, or pass -o with a .{flag} suffix",
+        )
+    return flag or named or "csv"
+
+
 def main(args: argparse.Namespace) -> int:  # noqa: D103
     use_shared_output_flags(args)  # an export is made to be shared: redacted unless --no-redact
+    fmt = output_format(args.output, args.format)
     check_folder(args.output)
     df = export_frame(args.store, args.run, args.samples)
-    write_frame(df, args.output, args.format)
+    write_frame(df, args.output, fmt)
     if args.output != STDOUT:
         print(f"wrote {len(df)} rows to {args.output}")
     return 0
