@@ -198,6 +198,24 @@ def test_report_section_and_answer_rows(store, tab):
     assert tpot["configuration"] == "quant fp8 bs1 128/128" and tpot["value"] == "TPOT 2.100 ms"
 
 
+def test_an_interactive_report_hovers_every_decode_point(store, tab):
+    """The decode roofline gets a plotly version: one point per placed row, each naming its memory bound."""
+    from deepgap.analysis import decode_section
+    from deepgap.render.sections import ReportContext
+    from deepgap.roofline.decode_figure import placed
+
+    parts = decode_section.build(ReportContext(store, None, True, [], pd.DataFrame(), pd.DataFrame()))
+    (fig,) = parts.figures
+    points = [t for t in fig.plotly["data"] if t["mode"] == "markers"]
+    lines = [t for t in fig.plotly["data"] if t["mode"] == "lines"]
+    rows = placed(tab)
+    assert sum(len(t["x"]) for t in points) == len(rows) > 0 and lines
+    hovers = [h for t in points for h in t["customdata"]]
+    assert all("the memory bound of" in h[2] or "no memory bound" in h[2] for h in hovers), hovers
+    assert any(h[0].startswith("llama-3.1-8b quant fp8 bs1 128/128 on ") for h in hovers), hovers
+    assert {t["name"] for t in points} == set(rows["precision"])
+
+
 def test_a_gpu_decode_sweep_plans_its_host_cpu():
     import argparse
 

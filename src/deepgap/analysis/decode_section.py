@@ -107,10 +107,12 @@ TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
 }
 
 
-def _roofline_figure(tab: pd.DataFrame):
+def _roofline_figure(tab: pd.DataFrame, interactive: bool):
+    """The decode roofline's PNG, and on an interactive page its plotly version (every point hoverable)."""
     from deepgap.roofline.decode_figure import decode_roofline_figure
+    from deepgap.roofline.interactive import decode_roofline_spec
 
-    return pending_figure(
+    fig = pending_figure(
         "fig_decode_roofline",
         "Decode roofline",
         "Each decode configuration at its FLOPs per byte and achieved TFLOP/s (decode tokens/s × FLOPs per "
@@ -118,6 +120,9 @@ def _roofline_figure(tab: pd.DataFrame):
         "and the share of the memory bound (decode tokens/s ÷ bandwidth-bound tokens/s).",
         lambda: decode_roofline_figure(tab),
     )
+    if interactive:
+        fig.attach_plotly(lambda: decode_roofline_spec(tab, distance_text))
+    return fig
 
 
 def cpu_table(tab: pd.DataFrame) -> pd.DataFrame:
@@ -202,7 +207,7 @@ def build(ctx: ReportContext) -> Parts:
     cpu = cpu_table(tab)
     if len(cpu):
         tables["decode_vs_host_cpu"] = cpu
-    return Parts(tables, [_roofline_figure(tab)])
+    return Parts(tables, [_roofline_figure(tab, ctx.interactive)])
 
 
 SECTION = register(Section("decode", 26, build, TABLE_SPECS))

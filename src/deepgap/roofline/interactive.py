@@ -11,6 +11,7 @@ their peak and bandwidth in the legend, and a legend click hides a precision. Th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -199,3 +200,75 @@ def _cluster_trace(r: dict, p: Any, xy: tuple[str, str], shown: set[str]) -> dic
         "hovertemplate": "<b>%{customdata[0]}</b><br>%{customdata[1]}<br>%{customdata[2]}<extra></extra>",
         "meta": {"model": p.model, "precision": p.precision},
     }
+
+
+def decode_roofline_spec(tab: Any, distance: Callable[[dict[str, Any]], str]) -> dict[str, Any] | None:
+    """The plotly spec of `decode_figure.decode_roofline_figure`: hover a decode point for its numbers.
+
+    Why: the PNG labels every point with its engine, precision, batch and share of the memory bound in
+    6-point type, which overlap where batches sit close; here each point names its model, device, lengths
+    and the distance to its memory bound on hover (``distance(row)``: the report table's wording,
+    `deepgap.analysis.decode_roofline.distance_text`), and a legend click hides a precision. None with
+    nothing to place.
+    """
+    from deepgap.roofline.decode_figure import decode_ceilings, placed
+
+    rows = placed(tab)
+    if rows is None or rows.empty:
+        return None
+    recs = rows.to_dict("records")
+    ceilings = decode_ceilings(rows)
+    ais = [float(r["intensity_flop_per_byte"]) for r in recs] + [c.ridge_flop_per_byte for c in ceilings]
+    xs = np.logspace(np.log10(min(ais) / 3), np.log10(max(ais) * 3), 60)
+    xr, yr, xk, yk = axis_refs(0)
+    traces: list[dict[str, Any]] = [_ceiling_trace(c, xs, xr, yr) for c in ceilings]
+    models = sorted({str(r["model"]) for r in recs})
+    for prec in sorted({str(r["precision"]) for r in recs}):
+        mine = [r for r in recs if str(r["precision"]) == prec]
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "x": [rounded(float(r["intensity_flop_per_byte"])) for r in mine],
+                "y": [rounded(float(r["achieved_tflops"])) for r in mine],
+                "xaxis": xr,
+                "yaxis": yr,
+                "name": prec,
+                "legendgroup": prec,
+                "showlegend": True,
+                "marker": {
+                    "color": PREC_COLORS.get(prec, "#000"),
+                    "size": 9,
+                    "line": {"color": "#000", "width": 0.5},
+                    "symbol": [
+                        PLOTLY_MARKERS[models.index(str(r["model"])) % len(PLOTLY_MARKERS)] for r in mine
+                    ],
+                },
+                "customdata": [_decode_hover(r, distance(r)) for r in mine],
+                "hovertemplate": "<b>%{customdata[0]}</b><br>%{customdata[1]}<br>%{customdata[2]}<extra></extra>",
+                "meta": {"model": [str(r["model"]) for r in mine], "precision": prec},
+            }
+        )
+    tx = log_ticks([float(x) for x in xs])
+    ty = log_ticks([float(r["achieved_tflops"]) for r in recs] + [c.peak_tflops for c in ceilings])
+    axes = {
+        xk: {
+            **axis_style("arithmetic intensity (FLOP/byte: weights + KV cache at the mean context)"),
+            "type": "log",
+            "tickvals": tx[0],
+            "ticktext": tx[1],
+            "anchor": yr,
+        },
+        yk: {**axis_style("TFLOP/s"), "type": "log", "tickvals": ty[0], "ticktext": ty[1], "anchor": xr},
+    }
+    return spec(traces, axes, [{"title": f"markers: {', '.join(models)}", "x": xr, "y": yr}])
+
+
+def _decode_hover(r: dict[str, Any], distance: str) -> list[str]:
+    """A decode point's three hover lines: what it is, where it sits, how far from its memory bound."""
+    what = (
+        f"{r['model']} {r['engine']} {r['precision']} bs{int(r['batch_size'])} "
+        f"{r.get('input_len')}/{r.get('output_len')} on {r.get('device_name')}"
+    )
+    where = f"{float(r['intensity_flop_per_byte']):.3g} FLOP/byte · {float(r['achieved_tflops']):.3g} TFLOP/s"
+    return [what, where, distance]
