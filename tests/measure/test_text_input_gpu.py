@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tinybert_gpu import sweep_tinybert
 
 from deepgap.core.records import Status
-from deepgap.drive.config import SweepSpec, validate
-from deepgap.drive.inprocess import InProcessWorker
-from deepgap.drive.plan import expand
-from deepgap.drive.runner import SweepRunner
 from deepgap.measure.models import text_batch
 from deepgap.measure.models.bert_net import Packed
 
@@ -52,26 +49,13 @@ def test_bert_base_packed_in_half_precision_agrees_with_each_sequence_alone():
 
 
 def test_every_engine_that_takes_it_runs_it():
-    spec = validate(
-        SweepSpec(
-            models=("tinybert",),
-            engines=("eager", "cudagraph", "compile-freeze", "quant"),
-            precisions=("fp16", "fp8"),
-            batch_sizes=(8,),
-            seq_lens=(64,),
-            inputs=("packed", "padded"),
-            seq_len_dist="uniform:4:64",
-            device="cuda",
-            warmup=2,
-            iterations=5,
-            repeats=2,
-            max_time_s=5.0,
-            telemetry=False,
-            idle_s=0.0,
-        )
+    results = sweep_tinybert(
+        ("eager", "cudagraph", "compile-freeze", "quant"),
+        ("fp16", "fp8"),
+        8,
+        inputs=("packed", "padded"),
+        seq_len_dist="uniform:4:64",
     )
-    runner = SweepRunner(spec, "cuda", worker=InProcessWorker("cuda"))
-    results = list(runner.run(expand(spec, "cuda")))
     got = {(r.spec.engine, r.spec.input_mode.split(":")[0]) for r in results if r.status == Status.OK}
     assert got == {
         (e, m) for e in ("eager", "cudagraph", "compile-freeze", "quant") for m in ("packed", "padded")

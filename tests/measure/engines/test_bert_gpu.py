@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tinybert_gpu import sweep_tinybert
 
 from deepgap.core.records import Status
-from deepgap.drive.config import SweepSpec, validate
-from deepgap.drive.inprocess import InProcessWorker
-from deepgap.drive.plan import expand
-from deepgap.drive.runner import SweepRunner
 
 pytestmark = pytest.mark.gpu
 
@@ -39,24 +36,9 @@ def test_sdpa_takes_a_fused_kernel_in_half_precision():
 
 
 def test_tinybert_through_the_gpu_engines():
-    spec = validate(
-        SweepSpec(
-            models=("tinybert",),
-            engines=("eager", "cudagraph", "compile-freeze", "onnxruntime"),
-            precisions=("fp32", "fp16", "bf16"),
-            batch_sizes=(4,),
-            seq_lens=(64,),
-            device="cuda",
-            warmup=2,
-            iterations=5,
-            repeats=2,
-            max_time_s=5.0,
-            telemetry=False,
-            idle_s=0.0,
-        )
+    results = sweep_tinybert(
+        ("eager", "cudagraph", "compile-freeze", "onnxruntime"), ("fp32", "fp16", "bf16"), 4
     )
-    runner = SweepRunner(spec, "cuda", worker=InProcessWorker("cuda"))
-    results = list(runner.run(expand(spec, "cuda")))
     ok = [r for r in results if r.status == Status.OK]
     assert {(r.spec.engine, r.spec.precision) for r in ok} >= {
         ("eager", "fp16"),
