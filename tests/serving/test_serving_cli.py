@@ -137,6 +137,22 @@ def test_capacity_and_plan_from_a_batch_sweep(tmp_path):
     assert json.loads(plan.stdout)[0]["devices"] == 3  # ceil(2.5 × capacity / capacity)
 
 
+@pytest.mark.parametrize("scenario", ["single-stream", "offline", "server"])
+def test_max_queries_caps_every_level(tmp_path, scenario):
+    """``--max-queries`` ("a cap on queries per level") capped only the capacity search's levels: a server level
+    at ``--max-queries 1`` served 100 queries. It now caps every measured level, offline's in whole batches."""
+    import pandas as pd
+
+    store, csv = str(tmp_path / "s.sqlite"), str(tmp_path / "s.csv")
+    i = SMALL.index("--min-queries")
+    args = [*SMALL[:i], *SMALL[i + 2 :], "--scenario", scenario, "--max-queries", "24", "--store", store]
+    p = deepgap_cli("serve", *args, *(["--qps", "200"] if scenario == "server" else []))
+    assert p.returncode == 0, p.stderr
+    assert deepgap_cli("export", store, "-o", csv).returncode == 0
+    levels = pd.read_csv(csv).query("workload == 'serve' and status == 'ok'")
+    assert len(levels) and (levels["n"] <= 24).all() and (levels["n"] > 0).all(), levels[["scenario", "n"]]
+
+
 @pytest.mark.parametrize(
     "args, needle",
     [
@@ -144,6 +160,7 @@ def test_capacity_and_plan_from_a_batch_sweep(tmp_path):
         (["--model", "tinycnn", "--scenario", "weird"], "unknown scenario"),
         (["--model", "tinycnn", "--qps", "-3"], "--qps"),
         (["--model", "tinycnn", "--scenario", "server", "--slo-p99", "soon"], "--slo-p99"),
+        (["--model", "tinycnn", "--min-queries", "10", "--max-queries", "1"], "is over --max-queries"),
     ],
 )
 def test_bad_serve_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, needle):

@@ -39,6 +39,11 @@ CASES = [
         lambda t, g: [*SERVE, "--qps", "1e6", "--min-duration", "86400s", *_new(t)],
         "fit in memory",
     ),
+    (
+        "serve loadgen for 1e30 s",  # no range: the worker's wait overflowed (a traceback)
+        lambda t, g: [*SERVE, "--qps", "50", "--loadgen", "--loadgen-duration", "1e30s", *_new(t)],
+        "--loadgen-duration must be",
+    ),
     ("trace in /proc", lambda t, g: [*SERVE, "--trace", "/proc/self/status", *_new(t)], "system path"),
     ("dataset in /proc", lambda t, g: [*RUN, "--dataset", "/proc/self/status", *_new(t)], "system path"),
     (

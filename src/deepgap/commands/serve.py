@@ -31,12 +31,12 @@ def _float(text: str, flag: str) -> float:
 
 def _duration_or_unset(text: str, flag: str) -> float | None:
     """A duration; an empty value means the default (None), as a flag left out."""
-    return parse_duration_s(text, flag) if text else None
+    return parse_duration_s(text, flag, None) if text else None  # the spec's ranges say each flag's bound
 
 
 def _delay(text: str, flag: str) -> float:
     """The batcher's longest wait: 0 (no waiting) is allowed here, unlike any other duration."""
-    return 0.0 if text.strip() in ("0", "0ms", "0s") else parse_duration_s(text, flag)
+    return 0.0 if text.strip() in ("0", "0ms", "0s") else parse_duration_s(text, flag, None)
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,11 @@ _FLAGS = {
         "minimum duration per run, e.g. 5s (defaults: 5 s / 2 s / 1 s)",
         _duration_or_unset,
     ),
-    "max_queries": _Flag("max_queries", "cap on queries per run (default 200000)", _int),
+    "max_queries": _Flag(
+        "max_queries",
+        "cap on queries per level, over the minimums (default 200000; LoadGen's runs keep LoadGen's counts)",
+        _int,
+    ),
     "confidence": _Flag(
         "confidence",
         "confidence of the p99 verdict (default 0.99, as MLPerf's early stopping)",

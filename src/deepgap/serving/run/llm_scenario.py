@@ -145,7 +145,7 @@ def fixed_level(c: LlmContext) -> None:
     """One level at ``--qps`` (or the trace's rate) with ``--max-batch`` slots (default: the most calibrated)."""
     spec = c.spec
     minq, mind = spec.minimums()
-    rate, n = arr.fixed_load(spec.qps, c.trace, minq, mind)
+    rate, n = arr.fixed_load(spec.qps, c.trace, minq, mind, spec.max_queries)
     slots = spec.max_batch or c.service.max_batch
     c.say(f"serve: server, {slots} slots at {rate:,.2f} queries/s ({n} requests, {c.load.label()})")
     s, pred = level(c, "fixed", slots, rate, n, early=False)

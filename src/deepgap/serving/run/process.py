@@ -116,6 +116,7 @@ class LevelRequest:
     closed: bool = False
     min_queries: int = 0
     min_duration_s: float = 0.0
+    max_queries: int = 10**7  # a closed level stops here whatever its minimums (`--max-queries`)
     lengths: np.ndarray | None = None  # a text model: each request's length, in arrival order
     out_lengths: np.ndarray | None = (
         None  # a decoder: each request's output tokens (``lengths``: its prompt's)

@@ -87,11 +87,12 @@ def model_serving(
 
 def _single_stream(c: ScenarioContext) -> None:
     minq, mind = c.spec.minimums()
-    c.say(f"serve: single-stream, at least {minq} queries and {mind:g} s")
-    log = c.worker.level(
-        LevelRequest(None, BatchPolicy(1, 0.0), closed=True, min_queries=minq, min_duration_s=mind),
-        level_timeout(minq, None) + mind,
+    maxq = c.spec.max_queries
+    c.say(f"serve: single-stream, until {minq} queries and {mind:g} s (at most {maxq} queries)")
+    req = LevelRequest(
+        None, BatchPolicy(1, 0.0), closed=True, min_queries=minq, min_duration_s=mind, max_queries=maxq
     )
+    log = c.worker.level(req, level_timeout(minq, None) + mind)
     s = summarize(log, None, c.spec.slo_s, 0.99, c.spec.confidence)
     samples = np.asarray(c.service.samples_s[c.service.bucket(1)])
     pred = LevelSummary(
@@ -145,6 +146,7 @@ def _offline(c: ScenarioContext) -> None:
     for b in cands:
         n = max(minq, math.ceil(mind / sv.interval_at(b)) * b)
         n = int(math.ceil(n / b) * b)
+        n = min(n, max(b, c.spec.max_queries // b * b))  # --max-queries caps it, in whole batches
         times = np.zeros(n)
         pol = BatchPolicy(int(b), 0.0)
         c.say(f"serve: offline, {n} samples at batch {b}")

@@ -109,7 +109,7 @@ def run_server(c: ScenarioContext) -> None:
             min(spec.max_batch or DEFAULT_POLICY[0], sv.max_batch),
             spec.max_delay_s if spec.max_delay_s is not None else DEFAULT_POLICY[1],
         )
-        rate, n = arr.fixed_load(spec.qps, c.trace, minq, mind)
+        rate, n = arr.fixed_load(spec.qps, c.trace, minq, mind, spec.max_queries)
         times = schedule(rate, n, spec.seed, c.trace)
         stop = StopRule(
             max_time_s=3.0 * n / rate + 5.0, drop_after_s=DROP_AFTER_SLOS * spec.slo_s if spec.slo_s else None

@@ -147,6 +147,7 @@ _FLOAT_LIMITS = (
     ("slo_ttft_s", "slo-ttft", 1e-6, 3600.0, "2s"),
     ("slo_tpot_s", "slo-tpot", 1e-6, 3600.0, "100ms"),
     ("min_duration_s", "min-duration", 1e-3, 86_400.0, "5s"),
+    ("loadgen_duration_s", "loadgen-duration", 1e-3, 86_400.0, "600s"),  # 1e30 s overflowed a wait
     ("max_delay_s", "max-delay", 0.0, 60.0, "2ms"),
     ("timeout_s", "timeout", 1e-3, 7 * 86_400.0, "900"),
     ("idle_s", "idle-time", 0.0, 3600.0, "2"),
@@ -303,6 +304,11 @@ def _check_numbers(spec: ServeSpec) -> None:
 
 def _check_combinations(spec: ServeSpec) -> None:
     """Flags that belong to one scenario or exclude each other, LoadGen where it is asked for."""
+    if spec.min_queries is not None and spec.min_queries > spec.max_queries:
+        raise UsageError(
+            f"--min-queries {spec.min_queries:,} is over --max-queries {spec.max_queries:,}",
+            "lower --min-queries or raise --max-queries",
+        )
     if spec.scenario != "server":
         for name, flag in (
             ("qps", "--qps"),
@@ -344,16 +350,10 @@ def _check_combinations(spec: ServeSpec) -> None:
             )
         if spec.tenants:
             raise UsageError("--loadgen with --tenants is not supported", "drive one model at a time")
-    if spec.loadgen_duration_s is not None:
-        v = spec.loadgen_duration_s
-        if not spec.loadgen:
-            raise UsageError(
-                "--loadgen-duration applies to LoadGen runs", "add --loadgen or drop --loadgen-duration"
-            )
-        if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-            raise UsageError(
-                f"--loadgen-duration must be positive, got {v!r}", "pass e.g. --loadgen-duration 600s"
-            )
+    if spec.loadgen_duration_s is not None and not spec.loadgen:  # its range: `_FLOAT_LIMITS`
+        raise UsageError(
+            "--loadgen-duration applies to LoadGen runs", "add --loadgen or drop --loadgen-duration"
+        )
     if spec.weights and spec.tenants:
         raise UsageError("--weights applies to one model, but --tenants names several", "drop --weights")
     if spec.dataset and spec.tenants:

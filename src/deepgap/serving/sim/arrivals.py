@@ -26,8 +26,12 @@ _TIME_COLUMNS = ("t_s", "timestamp", "timestamp_s", "arrival_s", "time_s", "t")
 _DURATION_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(us|µs|ms|s)?\s*$")
 
 
-def parse_duration_s(text: str, flag: str) -> float:
-    """'15ms' → 0.015, '0.015' or '0.015s' → 0.015, '500us' → 0.0005; positive and finite or a UsageError."""
+def parse_duration_s(text: str, flag: str, most_s: float | None = MAX_DURATION_S) -> float:
+    """'15ms' → 0.015, '0.015' or '0.015s' → 0.015, '500us' → 0.0005; positive and finite or a UsageError.
+
+    ``most_s``: past it a duration is a typo (a day by default); None where the caller checks a tighter
+    range of its own and says it (serve's `spec._FLOAT_LIMITS`).
+    """
     m = _DURATION_RE.match(str(text))
     if not m:
         raise UsageError(
@@ -36,7 +40,7 @@ def parse_duration_s(text: str, flag: str) -> float:
     value = float(m.group(1)) * {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, None: 1.0}[m.group(2)]
     if not (value > 0 and math.isfinite(value)):
         raise UsageError(f"--{flag} must be positive, got {text!r}", f"write e.g. --{flag} 15ms")
-    if value > MAX_DURATION_S:
+    if most_s is not None and value > most_s:
         raise UsageError(f"--{flag} {text!r} is over a day", f"write e.g. --{flag} 15ms")
     return value
 
@@ -83,18 +87,23 @@ def n_queries(rate_qps: float, min_queries: int, min_duration_s: float, bounded:
 
 
 def fixed_load(
-    qps: float | None, trace: np.ndarray | None, min_queries: int, min_duration_s: float
+    qps: float | None,
+    trace: np.ndarray | None,
+    min_queries: int,
+    min_duration_s: float,
+    max_queries: int = 10**7,
 ) -> tuple[float, int]:
     """A fixed level's rate and query count: ``qps``, else the trace's own rate, the trace then replayed whole.
 
-    The minimums may lengthen a trace, never cut it. Shared by the image and text server
-    (`deepgap.serving.run.server_scenario`) and a decoder's (`deepgap.serving.run.llm_scenario`).
+    The minimums may lengthen a trace, never cut it; ``max_queries`` (``--max-queries``, "a cap on queries
+    per run") cuts both. Before, it capped only the capacity search's levels. Shared by the image and text
+    server (`deepgap.serving.run.server_scenario`) and a decoder's (`deepgap.serving.run.llm_scenario`).
     """
     rate = qps or trace_rate_qps(trace)
     n = n_queries(rate, min_queries, min_duration_s)
     if trace is not None and not qps:
         n = max(n, len(trace))
-    return rate, n
+    return rate, min(n, max_queries)
 
 
 def load_trace(path: str) -> np.ndarray:

@@ -156,7 +156,7 @@ def handle_level(state: Any, req: LevelRequest) -> Any:
 
         return run_text_level(executor, req)
     if req.closed:
-        return run_closed(executor, req.min_queries, req.min_duration_s, start_at=req.start_at)
+        return run_closed(executor, req.min_queries, req.min_duration_s, req.max_queries, req.start_at)
     return run_level(executor, req.arrivals_s, req.policy, req.stop, req.start_at)
 
 

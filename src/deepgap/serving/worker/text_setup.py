@@ -119,7 +119,7 @@ def run_text_level(executor: TokenExecutor, req: LevelRequest) -> RequestLog:
     assert req.lengths is not None
     if req.closed:
         executor.set_level(req.lengths)
-        log = run_closed(executor, req.min_queries, req.min_duration_s, start_at=req.start_at)
+        log = run_closed(executor, req.min_queries, req.min_duration_s, req.max_queries, req.start_at)
     else:
         order, starts = queue_order(req.lengths, executor.pad)
         executor.set_level(req.lengths[order])
