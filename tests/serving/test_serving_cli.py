@@ -153,6 +153,16 @@ def test_max_queries_caps_every_level(tmp_path, scenario):
     assert len(levels) and (levels["n"] <= 24).all() and (levels["n"] > 0).all(), levels[["scenario", "n"]]
 
 
+def test_a_serve_that_served_nothing_exits_1_and_keeps_its_row(tmp_path):
+    """quant on a CPU is skipped: the row is stored with its reason, and the exit code says so (it was 0)."""
+    store = str(tmp_path / "s.sqlite")
+    p = deepgap_cli("serve", "--model", "tinycnn", "--engine", "quant", "--precision", "fp8", "--device", "cpu",
+                    "--scenario", "offline", "--store", store)  # fmt: skip
+    assert p.returncode == 1, p.stderr
+    assert p.stderr.strip().splitlines()[-1].startswith("deepgap: nothing was served (skipped: "), p.stderr
+    assert deepgap_cli("show", store).returncode == 0
+
+
 @pytest.mark.parametrize(
     "args, needle",
     [

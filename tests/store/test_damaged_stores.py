@@ -310,7 +310,7 @@ def _fuzz_one(tmp_path, capsys, base, how, commands):
             before = _files(os.path.dirname(c))
             rc = main(COMMANDS[command](c, g, out))
             err = capsys.readouterr().err
-            assert rc in (0, 2), (command, how, err)
+            assert rc in (0, 2) or (rc == 1 and "no configuration was measured" in err), (command, how, err)
             assert "Traceback" not in err, (command, how, err)
             if rc == 2:
                 assert err.strip().splitlines()[-1].startswith("deepgap: error: "), (command, how, err)

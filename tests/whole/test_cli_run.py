@@ -195,3 +195,19 @@ def test_a_quiet_run_prints_nothing(tmp_path, capsys):
     with pytest.MonkeyPatch.context() as mp, inprocess_worker(mp):
         assert main(argv) == 0
     assert capsys.readouterr().out == ""
+
+
+def test_a_run_that_measured_nothing_exits_1_and_keeps_its_rows(tmp_path, capsys):
+    """Every configuration skipped (quant needs a GPU): stored with its reason, and exit 1, not 0."""
+    from deepgap.store import Store
+
+    store = str(tmp_path / "s.sqlite")
+    argv = ["run", "--models", "tinycnn", "--engines", "quant", "--precisions", "fp8", "--batch-sizes", "1"]
+    assert main([*argv, "--device", "cpu", "--quiet", "--store", store]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("deepgap: no configuration was measured (") and "skipped" in err, err
+    s = Store(store, readonly=True)
+    try:
+        assert set(s.results_frame()["status"]) == {"skipped"}
+    finally:
+        s.close()

@@ -251,4 +251,20 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
         for line in out.lines:
             print(line)
         print(f"run {out.run_id} stored in {out.store_path} (deepgap show {out.store_path})")
-    return 0
+    return _exit_code(out)
+
+
+def _exit_code(out) -> int:
+    """0 when the configuration was served; 1, with one line on stderr, when nothing was measured.
+
+    Why: a serve of a configuration that cannot run here (``--engine quant`` on a CPU) stored its
+    "skipped" row and exited 0, so a script went on as if it had been measured. The row stays stored.
+    """
+    if out.status == "ok":
+        return 0
+    print(
+        f"deepgap: nothing was served ({out.status}: {out.reason}); the run is stored as {out.status} in "
+        f"{out.store_path}",
+        file=sys.stderr,
+    )
+    return 1
