@@ -189,9 +189,14 @@ def test_static_option_has_no_script(tmp_path, multi):
 
 
 # --- in headless Chromium ----------------------------------------------------------------------------
-def _chromium_dom(html: Path, script: str, png: Path, width: int = 1280, height: int = 900) -> str:
+def _chromium_dom(
+    html: Path, script: str, png: Path, width: int = 1280, height: int = 900, plots: bool = True
+) -> str:
     """The page's DOM after ``script`` ran in headless Chromium at ``width``×``height`` (network blocked),
-    and a screenshot of its first screen into ``png`` taken by the same launch (after the script ran)."""
+    and a screenshot of its first screen into ``png`` taken by the same launch (after the script ran).
+
+    ``plots``: run the script once plotly has drawn the page's plots; else as soon as the page has loaded
+    (a measurement of its tables, which plotly does not change)."""
     import subprocess
     import tempfile
 
@@ -203,6 +208,8 @@ def _chromium_dom(html: Path, script: str, png: Path, width: int = 1280, height:
         wait = (
             "(function w(n){if(document.documentElement.getAttribute('data-plots')||n>200){%s}"
             "else setTimeout(function(){w(n+1);},50);})(0);" % script
+            if plots
+            else "window.addEventListener('load',function(){%s});" % script
         )
         page.write_text(head + f"<script>{wait}</script></body>" + tail, encoding="utf-8")
         cmd = [

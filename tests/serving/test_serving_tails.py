@@ -75,3 +75,16 @@ def test_the_tenants_matrix_names_a_max_and_keeps_its_ratio_to_p99s():
     assert "p99 where n ≥ 368, else max" in head
     assert "max 20.00 / 90" in a and "×" not in a  # 200 requests: their max, and no p99 ratio
     assert a.split()[1] == "5.00" and "8.00 / 70 2.00×" in b
+
+
+def test_the_simulator_figure_says_its_levels_were_too_short_for_a_p99():
+    """It said "no level with a prediction" beside a level that had one, of 348 requests."""
+    from deepgap.serving.show.report_section import predicted_vs_measured
+
+    lv = _levels().iloc[[0]].assign(status="ok", scenario="server")
+    fig = predicted_vs_measured(lv)
+    assert "no level of at least 368 requests (1 predicted level(s) had fewer" in fig.unavailable
+    assert predicted_vs_measured(lv.assign(predicted_p99_s=math.nan)).unavailable.endswith(
+        "no level with a prediction in these runs"
+    )
+    assert predicted_vs_measured(_levels().assign(status="ok", scenario="server")).unavailable is None

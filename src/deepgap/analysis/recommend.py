@@ -34,7 +34,7 @@ from deepgap.analysis.frame import (
 from deepgap.core.errors import UsageError
 from deepgap.core.guards import RATE_REASON, is_rate_flag
 from deepgap.core.limits import MAX_DURATION_S
-from deepgap.core.records import INPUT_MODE_LABELS, TEXT_INPUTS, input_kind
+from deepgap.core.records import TEXT_INPUTS, input_kind
 
 OBJECTIVES = {
     "throughput": "highest images/s",
@@ -49,16 +49,15 @@ _TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 RESIDENT_REASON = (
     "resident input (int8 images in GPU memory, MLPerf-like): shown beside the answer, not as it"
 )
-TEXT_INPUT_REASON = (
-    "{kind} input (mixed lengths, {label}): another workload, shown beside the answer, not as it"
-)
+# short: it is repeated per input kind in the answer's "no candidate" cells (the row's own label says the rest)
+TEXT_INPUT_REASON = "{kind} input (mixed lengths): another workload, beside the answer, not it"
 
 
 def other_input_reason(mode: Any) -> str:
     """Why a row of another input mode is not a candidate: the resident input's reason, or a text input's."""
     kind = input_kind(mode)
     if kind in TEXT_INPUTS:
-        return TEXT_INPUT_REASON.format(kind=kind, label=INPUT_MODE_LABELS[kind])
+        return TEXT_INPUT_REASON.format(kind=kind)
     return RESIDENT_REASON
 
 

@@ -338,9 +338,14 @@ def predicted_vs_measured(lv: pd.DataFrame) -> Figure:
         & lv["p99_supported"]
     ]
     if ok.empty:
-        return Figure(
-            fig_id, title, caption, unavailable="unavailable: no level with a prediction in these runs"
+        short = (lv["status"] == "ok") & lv["predicted_p99_s"].notna() & ~lv["p99_supported"]
+        why = (
+            f"no level of at least 368 requests ({int(short.sum())} predicted level(s) had fewer: too few "
+            "for a p99 to set against the simulator's)"
+            if short.any()
+            else "no level with a prediction in these runs"
         )
+        return Figure(fig_id, title, caption, unavailable=f"unavailable: {why}")
     fig, (ax,) = subplots_grid(1, w=4.6, h=4.0)
     for scen, g in ok.groupby("scenario"):
         ax.scatter(g["predicted_p99_s"] * 1e3, g["latency_p99_s"] * 1e3, s=10, label=scen)
