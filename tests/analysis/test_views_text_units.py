@@ -126,3 +126,17 @@ def test_figures_use_text_units(agg):
     captured = [f.pending() for f in (figures_summary.pareto(par), figures_batch.throughput_vs_batch(agg))]
     labels = [ax.get_ylabel() for fig in captured for ax in fig.axes if ax.get_ylabel()]
     assert labels and all(lab == "seq/s" for lab in labels), labels
+
+
+def test_a_mixed_store_words_its_accuracy_once():
+    """Images beside text: "top-1 or output agreement", not "top-1 or output agreement or output agreement"
+    (a second replace ran over the first one's own "top-1"), in recommend's bar and the answer's header."""
+    from deepgap.render.units import IMAGE, MIXED, TEXT
+
+    text = "top-1 ≥ 99% (or from a top-1 agreement with trained weights); accuracy vs FP32 (top-1 on inputs)"
+    assert MIXED.header(text) == (
+        "top-1 or output agreement ≥ 99% (or from a top-1 or output agreement with trained weights); "
+        "accuracy vs FP32 (top-1 or output agreement on inputs)"
+    )
+    assert TEXT.header(text).startswith("output agreement ≥ 99% (or from an output agreement with")
+    assert IMAGE.header(text) == text

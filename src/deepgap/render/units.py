@@ -44,8 +44,13 @@ class Units:
         out = text.replace("images/s", self.rate).replace("img/s", self.short)
         out = out.replace(" per image", f" per {self.item}").replace("/image", f"/{self.item}")
         article = "an" if self.agreement[0] in "aeiou" else "a"  # "an output agreement"
-        out = re.sub(r"\ba top-1 agreement", f"{article} {self.agreement}", out)
-        out = out.replace("top-1 agreement", self.agreement).replace("top-1", self.agreement)
+        # one pass: the mixed wording holds "top-1" itself, and a second replace made "top-1 or output
+        # agreement or output agreement"
+        out = re.sub(
+            r"(\ba )?top-1(?: agreement)?",
+            lambda m: (f"{article} " if m.group(1) else "") + self.agreement,
+            out,
+        )
         return self.size if out == "px" else out
 
 
