@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 from fixtures_store import build_store, samples_for
 
@@ -87,6 +88,14 @@ def test_compare_paper_rows(two):
         "NVIDIA L4",
         "Intel Xeon 6 Granite Rapids (24 threads)",
     }
+
+
+@pytest.mark.parametrize(("name", "read"), [("cmp.parquet", pd.read_parquet), ("cmp.json", pd.read_json)])
+def test_cli_compare_writes_the_format_its_suffix_names(two, tmp_path, capsys, name, read):
+    """``-o cmp.parquet`` wrote CSV text under a parquet name; it writes what the suffix says, as export does."""
+    assert main(["compare", two[0], two[1], "-o", str(tmp_path / name)]) == 0
+    back = read(tmp_path / name)
+    assert {"best_batch", "matched"} <= set(back["level"]) and back["speedup"].notna().any()
 
 
 def test_cli_compare_stores_json_and_csv(two, tmp_path, capsys):

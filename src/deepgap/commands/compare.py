@@ -45,7 +45,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
     )
     add_filter_flags(p, "model", "precision", several=True)
     p.add_argument("--best-only", action="store_true", help="only the best-batch comparison")
-    p.add_argument("-o", "--output", metavar="CSV", help="also write the comparison as CSV")
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="also write the comparison: CSV, or .parquet/.json by the suffix",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
 
@@ -163,13 +168,22 @@ def _predict(matched, best, agg_a, agg_b, peaks: list):
 
 
 def _write_csv(frames: dict[str, Any], path: str) -> None:
+    """The comparison's rows in the format ``-o``'s suffix names (`export.output_format`: CSV by default).
+
+    Why the suffix: ``-o cmp.parquet`` wrote CSV text under a parquet name, as export's ``-o`` did.
+    """
     import pandas as pd
 
-    from deepgap.commands.export import write_frame
+    from deepgap.commands.export import output_format, write_frame
     from deepgap.render.formatting import csv_frame
 
     parts = [csv_frame(f).assign(level=level) for level, f in frames.items() if len(f)]
-    write_frame(pd.concat(parts) if parts else pd.DataFrame(), path, "csv")
+    out = pd.concat(parts) if parts else pd.DataFrame()
+    fmt = output_format(path, None)
+    if fmt == "parquet":  # parquet wants one type a column: a text column's numbers become text, gaps stay
+        for c in [c for c in out.columns if out[c].dtype == "object"]:
+            out[c] = out[c].map(lambda v: None if v is None or v != v else str(v))
+    write_frame(out, path, fmt)
 
 
 def _sides(args: argparse.Namespace) -> list[Side]:
