@@ -229,3 +229,12 @@ def test_report_has_a_roofline_section(store_path):
         assert names[name].png is None  # an interactive page draws no PNG of it (issue 49); --static does
         assert names[name].draw_png().png, name
     assert len(rep.tables["roofline_paper_reference"]) >= 9  # the paper's nine model points
+
+
+def test_a_cpu_profile_says_its_op_times_are_the_profiled_steps(tmp_path, capsys):
+    """On a CPU the op table's times are under torch.profiler (about twice the step timed without it): the
+    console said "ms/step" for both and left the reader to wonder why the ops outran the step."""
+    argv = ["profile", "--model", "tinycnn", "--batch-size", "2", "--warmup", "1", "--steps", "2"]
+    assert main([*argv, "--device", "cpu", "--store", str(tmp_path / "p.sqlite")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "op times below are under torch.profiler:" in out and "timed without it" in out, out

@@ -116,8 +116,8 @@ def _roofline_figure(tab: pd.DataFrame, interactive: bool):
         "fig_decode_roofline",
         "Decode roofline",
         "Each decode configuration at its FLOPs per byte and achieved TFLOP/s (decode tokens/s × FLOPs per "
-        "token) under its device's ceilings (datasheet dashed, deepgap peaks solid); labels give the batch "
-        "and the share of the memory bound (decode tokens/s ÷ bandwidth-bound tokens/s).",
+        "token) under its device's ceilings (datasheet dashed, deepgap peaks solid); each point's batch and "
+        "share of the memory bound (decode tokens/s ÷ bandwidth-bound tokens/s) are its label, or on hover.",
         lambda: decode_roofline_figure(tab),
     )
     if interactive:

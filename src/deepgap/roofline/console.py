@@ -45,6 +45,12 @@ def print_profile(out: Any, res: ProfileResult, top: int) -> None:
         f"{res.throughput_ips:,.0f} img/s, {res.flops_per_step / 1e9:,.1f} GFLOP/step → "
         f"{res.achieved_tflops:.3g} TFLOP/s" + _busy(res)
     )
+    if res.details.busy_fraction is None and res.kernel_time_per_step_s:  # a CPU: op times, not kernels
+        out.print(
+            f"op times below are under torch.profiler: {res.kernel_time_per_step_s * 1e3:.2f} ms/step in all "
+            f"against the {res.step_time_median_s * 1e3:.2f} ms/step timed without it (the profiler's own cost "
+            "on a CPU); their shares hold, their sum and TFLOP/s are the profiled step's"
+        )
     t = Table(
         "cluster", "kernels", "launches", "ms/step", "time %", "GFLOP", "MB", "FLOP/B", "TFLOP/s", "GB/s"
     )
