@@ -12,6 +12,7 @@ their peak and bandwidth in the legend, and a legend click hides a precision. Th
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,66 +23,79 @@ from deepgap.roofline.figures import PREC_COLORS, Frames, roofline_ceilings, roo
 PLOTLY_MARKERS = ("circle", "square", "diamond", "triangle-up", "triangle-down", "cross", "star", "x")
 
 
+@dataclass(frozen=True)
+class _Point:
+    """One hoverable roofline point: its model (the marker), precision (the colour and legend), place, hover."""
+
+    model: str
+    precision: str
+    intensity: float  # FLOP/byte
+    tflops: float
+    hover: tuple[str, ...]  # the first line bold
+    symbol: str | None = None  # else the model's marker
+
+
 def roofline_spec(f: Frames, *, bytes_model: str = "traffic") -> dict[str, Any] | None:
     """The plotly spec of `figures.roofline_figure`'s points and ceilings, or None with nothing to place."""
     pts = roofline_points(f, bytes_model)
     if not pts:
         return None
     dev, ceilings = roofline_ceilings(pts, f)
-    ais = [p[3] for p in pts] + [c.ridge_flop_per_byte for c in ceilings]
+    points = [
+        _Point(
+            str(p[0]),
+            str(p[1]),
+            p[3],
+            p[4],
+            (f"{p[0]} {p[1]} {p[2]}", f"{p[3]:.3g} FLOP/byte · {p[4]:.3g} TFLOP/s"),
+            "triangle-up" if p[5] == "train" else None,
+        )
+        for p in pts
+    ]
+    return _panel(points, ceilings, "arithmetic intensity (FLOP/byte)", f" — {dev}" if dev else "")
+
+
+def _panel(points: list[_Point], ceilings: list, x_title: str, title_tail: str = "") -> dict[str, Any]:
+    """One log-log roofline: the ceilings' lines, then a trace of points per precision, markers per model."""
+    ais = [p.intensity for p in points] + [c.ridge_flop_per_byte for c in ceilings]
     xs = np.logspace(np.log10(min(ais) / 3), np.log10(max(ais) * 3), 60)
     xr, yr, xk, yk = axis_refs(0)
-    traces: list[dict[str, Any]] = []
-    traces += [_ceiling_trace(c, xs, xr, yr) for c in ceilings]
-    models = sorted({p[0] for p in pts})
-    for prec in sorted({p[1] for p in pts}):
-        mine = [p for p in pts if p[1] == prec]
+    traces: list[dict[str, Any]] = [_ceiling_trace(c, xs, xr, yr) for c in ceilings]
+    models = sorted({p.model for p in points})
+    for prec in sorted({p.precision for p in points}):
+        mine = [p for p in points if p.precision == prec]
+        lines = "".join(f"<br>%{{customdata[{i}]}}" for i in range(1, len(mine[0].hover)))
         traces.append(
             {
                 "type": "scatter",
                 "mode": "markers",
-                "x": [rounded(p[3]) for p in mine],
-                "y": [rounded(p[4]) for p in mine],
+                "x": [rounded(p.intensity) for p in mine],
+                "y": [rounded(p.tflops) for p in mine],
                 "xaxis": xr,
                 "yaxis": yr,
-                "name": str(prec),
-                "legendgroup": str(prec),
+                "name": prec,
+                "legendgroup": prec,
                 "showlegend": True,
                 "marker": {
                     "color": PREC_COLORS.get(prec, "#000"),
                     "size": 9,
                     "line": {"color": "#000", "width": 0.5},
                     "symbol": [
-                        "triangle-up"
-                        if p[5] == "train"
-                        else PLOTLY_MARKERS[models.index(p[0]) % len(PLOTLY_MARKERS)]
-                        for p in mine
+                        p.symbol or PLOTLY_MARKERS[models.index(p.model) % len(PLOTLY_MARKERS)] for p in mine
                     ],
                 },
-                "customdata": [
-                    [f"{p[0]} {p[1]} {p[2]}", f"{p[3]:.3g} FLOP/byte · {p[4]:.3g} TFLOP/s"] for p in mine
-                ],
-                "hovertemplate": "<b>%{customdata[0]}</b><br>%{customdata[1]}<extra></extra>",
-                "meta": {"model": [str(p[0]) for p in mine], "precision": str(prec)},
+                "customdata": [list(p.hover) for p in mine],
+                "hovertemplate": "<b>%{customdata[0]}</b>" + lines + "<extra></extra>",
+                "meta": {"model": [p.model for p in mine], "precision": prec},
             }
         )
     tx = log_ticks([float(x) for x in xs])
-    ty = log_ticks([p[4] for p in pts] + [c.peak_tflops for c in ceilings])
+    ty = log_ticks([p.tflops for p in points] + [c.peak_tflops for c in ceilings])
     axes = {
-        xk: {
-            **axis_style("arithmetic intensity (FLOP/byte)"),
-            "type": "log",
-            "tickvals": tx[0],
-            "ticktext": tx[1],
-            "anchor": yr,
-        },
+        xk: {**axis_style(x_title), "type": "log", "tickvals": tx[0], "ticktext": tx[1], "anchor": yr},
         yk: {**axis_style("TFLOP/s"), "type": "log", "tickvals": ty[0], "ticktext": ty[1], "anchor": xr},
     }
-    return spec(
-        traces,
-        axes,
-        [{"title": f"markers: {', '.join(models)}" + (f" — {dev}" if dev else ""), "x": xr, "y": yr}],
-    )
+    return spec(traces, axes, [{"title": f"markers: {', '.join(models)}{title_tail}", "x": xr, "y": yr}])
 
 
 def _ceiling_trace(c: Any, xs: Any, xr: str, yr: str) -> dict[str, Any]:
@@ -216,59 +230,25 @@ def decode_roofline_spec(tab: Any, distance: Callable[[dict[str, Any]], str]) ->
     rows = placed(tab)
     if rows is None or rows.empty:
         return None
-    recs = rows.to_dict("records")
-    ceilings = decode_ceilings(rows)
-    ais = [float(r["intensity_flop_per_byte"]) for r in recs] + [c.ridge_flop_per_byte for c in ceilings]
-    xs = np.logspace(np.log10(min(ais) / 3), np.log10(max(ais) * 3), 60)
-    xr, yr, xk, yk = axis_refs(0)
-    traces: list[dict[str, Any]] = [_ceiling_trace(c, xs, xr, yr) for c in ceilings]
-    models = sorted({str(r["model"]) for r in recs})
-    for prec in sorted({str(r["precision"]) for r in recs}):
-        mine = [r for r in recs if str(r["precision"]) == prec]
-        traces.append(
-            {
-                "type": "scatter",
-                "mode": "markers",
-                "x": [rounded(float(r["intensity_flop_per_byte"])) for r in mine],
-                "y": [rounded(float(r["achieved_tflops"])) for r in mine],
-                "xaxis": xr,
-                "yaxis": yr,
-                "name": prec,
-                "legendgroup": prec,
-                "showlegend": True,
-                "marker": {
-                    "color": PREC_COLORS.get(prec, "#000"),
-                    "size": 9,
-                    "line": {"color": "#000", "width": 0.5},
-                    "symbol": [
-                        PLOTLY_MARKERS[models.index(str(r["model"])) % len(PLOTLY_MARKERS)] for r in mine
-                    ],
-                },
-                "customdata": [_decode_hover(r, distance(r)) for r in mine],
-                "hovertemplate": "<b>%{customdata[0]}</b><br>%{customdata[1]}<br>%{customdata[2]}<extra></extra>",
-                "meta": {"model": [str(r["model"]) for r in mine], "precision": prec},
-            }
+    points = [
+        _Point(
+            str(r["model"]),
+            str(r["precision"]),
+            float(r["intensity_flop_per_byte"]),
+            float(r["achieved_tflops"]),
+            _decode_hover(r, distance(r)),
         )
-    tx = log_ticks([float(x) for x in xs])
-    ty = log_ticks([float(r["achieved_tflops"]) for r in recs] + [c.peak_tflops for c in ceilings])
-    axes = {
-        xk: {
-            **axis_style("arithmetic intensity (FLOP/byte: weights + KV cache at the mean context)"),
-            "type": "log",
-            "tickvals": tx[0],
-            "ticktext": tx[1],
-            "anchor": yr,
-        },
-        yk: {**axis_style("TFLOP/s"), "type": "log", "tickvals": ty[0], "ticktext": ty[1], "anchor": xr},
-    }
-    return spec(traces, axes, [{"title": f"markers: {', '.join(models)}", "x": xr, "y": yr}])
+        for r in rows.to_dict("records")
+    ]
+    x_title = "arithmetic intensity (FLOP/byte: weights + KV cache at the mean context)"
+    return _panel(points, decode_ceilings(rows), x_title)
 
 
-def _decode_hover(r: dict[str, Any], distance: str) -> list[str]:
+def _decode_hover(r: dict[str, Any], distance: str) -> tuple[str, str, str]:
     """A decode point's three hover lines: what it is, where it sits, how far from its memory bound."""
     what = (
         f"{r['model']} {r['engine']} {r['precision']} bs{int(r['batch_size'])} "
         f"{r.get('input_len')}/{r.get('output_len')} on {r.get('device_name')}"
     )
     where = f"{float(r['intensity_flop_per_byte']):.3g} FLOP/byte · {float(r['achieved_tflops']):.3g} TFLOP/s"
-    return [what, where, distance]
+    return what, where, distance
