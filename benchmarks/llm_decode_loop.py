@@ -34,6 +34,7 @@ from pathlib import Path
 
 import torch
 
+from deepgap.core import switches
 from deepgap.measure.llm_timing import greedy
 
 
@@ -48,7 +49,7 @@ def build(model: str, precision: str):
     from deepgap.measure.quant.transformer import quantize_linears
 
     quantize_linears(m, LinearQuant(precision, "row", weight_only_rows=16), out_dtype=torch.bfloat16)
-    if os.environ.get("DEEPGAP_DECODE_FUSED", "1") != "0":  # as deepgap's quant decode does at batch 1
+    if switches.read("DEEPGAP_DECODE_FUSED") == "1":  # as deepgap's quant decode does at batch 1
         from deepgap.measure import llm_fused
 
         llm_fused.fuse(m)

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from deepgap.core import guards, stats
+from deepgap.core import guards, stats, switches
 from deepgap.core.records import ConfigSpec, Result, Status
 from deepgap.core.result_details import Correctness, Decode, DeviceMemUsed, ResultDetails
 from deepgap.measure import correctness, llm_attention, llm_fused
@@ -63,7 +63,7 @@ def _quantized(precision: str) -> Callable[[torch.nn.Module], torch.nn.Module]:
 
         how = LinearQuant(precision, "row", weight_only_rows=WEIGHT_ONLY_ROWS)
         quantize_linears(model, how, out_dtype=torch.bfloat16)
-        if FUSE_ONE_ROW:
+        if switches.read("DEEPGAP_DECODE_FUSED") == "1":
             llm_fused.fuse(model)  # one-row steps: norms, SwiGLU and residuals inside the GEMVs
         return model
 
@@ -73,8 +73,6 @@ def _quantized(precision: str) -> Callable[[torch.nn.Module], torch.nn.Module]:
 # a decode step of at most this many sequences reads its 8-bit weights through the weight-only GEMV (bf16
 # activations, `deepgap.measure.quant.gemv`): bound by the weights' bytes, it needs no activation codes
 WEIGHT_ONLY_ROWS = 16
-# batch-1 steps of the quant decoder run `deepgap.measure.llm_fused`'s layer; DEEPGAP_DECODE_FUSED=0 turns it off
-FUSE_ONE_ROW = os.environ.get("DEEPGAP_DECODE_FUSED", "1") != "0"
 
 # precision → fn(fp32 decoder on its device) -> the decoder with its Linear layers replaced (module doc)
 LINEAR_SWAPS: dict[str, Callable[[torch.nn.Module], torch.nn.Module]] = {
