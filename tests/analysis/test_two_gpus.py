@@ -291,7 +291,7 @@ def test_plan_across_both_platforms(merged, capsys):
         == 0
     )
     out = capsys.readouterr().out
-    assert H100 in out and H200 not in out and "× devices" in out
+    assert H100 in out and H200 not in out and "devices ÷ #1" in out
 
 
 def test_plan_power_of_a_serve_curve_comes_from_the_sweep_at_or_above_its_batch():

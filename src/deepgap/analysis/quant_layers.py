@@ -56,7 +56,8 @@ class LayerRow:
     def as_dict(self) -> dict[str, Any]:
         """Plain values (JSON, DataFrame)."""
         d = asdict(self)
-        d["gemm"] = "x".join(str(v) for v in self.gemm)
+        # a layer stored without its GEMM shape (older engines) says so, not "0x0x0"
+        d["gemm"] = "x".join(str(v) for v in self.gemm) if any(self.gemm) else "–"
         return d
 
 
@@ -209,6 +210,9 @@ def summary(frame: pd.DataFrame) -> pd.DataFrame:
         top = g.sort_values("headroom_s", ascending=False).iloc[0]
         saved = float(g["pairs_saved_s"].iloc[0]) if "pairs_saved_s" in g else 0.0
         mem = g[g["bound"] == "memory"]["time_s"].sum()
+        placed = (
+            g["bound"] != ""
+        )  # layers with a roof: a store without GEMM shapes has none (no floor, no side)
         rows.append(
             {
                 "device_name": key[0],
@@ -220,8 +224,8 @@ def summary(frame: pd.DataFrame) -> pd.DataFrame:
                 "layers_ms": g["time_s"].sum() * 1e3,
                 "outside_layers_ms": (g["network_s"].iloc[0] - g["time_s"].sum() + saved) * 1e3,
                 "pairs_saved_ms": saved * 1e3,
-                "floor_ms": g["floor_s"].sum() * 1e3,
-                "memory_bound_share": mem / g["time_s"].sum(),
+                "floor_ms": g["floor_s"].sum(min_count=1) * 1e3,  # NaN, not 0, where no layer has a floor
+                "memory_bound_share": mem / g["time_s"].sum() if placed.any() else float("nan"),
                 "tops": g["ops"].sum() / g["time_s"].sum() / 1e12,
                 "next_bottleneck": top["name"],
                 "its_headroom_ms": top["headroom_s"] * 1e3,

@@ -7,6 +7,7 @@ import json
 
 from deepgap.commands.filter_flags import add_filter_flags, add_run_flag, add_store_argument
 from deepgap.core.errors import UsageError
+from deepgap.render.formatting import fmt_capacity
 
 NAME = "capacity"
 HELP = "predict server capacity at a p99 SLO from stored batch sweeps (simulated dynamic batching)"
@@ -188,7 +189,7 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
             r["platform"],
             r["configuration"],
             r["policy"],
-            f"{r['capacity_qps']:,.1f}",
+            fmt_capacity(r["capacity_qps"]),
             f"{r['saturation_qps']:,.1f}",
             "" if r["p99_at_capacity_s"] is None else f"{r['p99_at_capacity_s'] * 1e3:.3f}",
             "" if r["measured_capacity_qps"] is None else f"{r['measured_capacity_qps']:,.1f}",

@@ -52,7 +52,7 @@ def print_decode(store, console, ids: list[str] | None) -> int:
         "KV · weights MiB",
         "bound tokens/s (share)",
         "vs fp32: tokens agree · logits relL2",
-        title=f"decode: {len(tab)} configurations (a token is one per sequence per step)",
+        title=f"decode: {len(tab)} configuration{'' if len(tab) == 1 else 's'} (a token is one per sequence per step)",
     )
     for r in tab.to_dict("records"):
         ok = r["status"] == "ok"

@@ -117,11 +117,16 @@ def _print(frame, summ, args) -> None:
         title = (
             f"{s['model']} quant {s['precision']} batch {s['batch_size']} on {s['device_name']}: "
             f"network {s['network_ms']:.3f} ms = rows {s['layers_ms']:.3f} (their floor "
-            f"{s['floor_ms']:.3f})"
+            f"{_num(s['floor_ms'], 3) if s['floor_ms'] == s['floor_ms'] else 'unknown: no GEMM shapes stored'})"
             + (f" − {s['pairs_saved_ms']:.3f} saved by fused pairs" if s.get("pairs_saved_ms") else "")
             + f" + {s['outside_layers_ms']:.3f} outside them; "
             f"rows {s['tops']:.0f} TOPS, "
-            f"{100 * s['memory_bound_share']:.0f}% of the time memory-bound; ceilings: "
+            + (
+                f"{100 * s['memory_bound_share']:.0f}% of the time memory-bound"
+                if s["memory_bound_share"] == s["memory_bound_share"]
+                else "bound unknown"
+            )
+            + "; ceilings: "
             f"{', '.join(sorted(set(g['ceiling']) - {''})) or 'none'}"
         )
         t = Table(title=title, title_justify="left")
@@ -147,7 +152,7 @@ def _print(frame, summ, args) -> None:
                 f"{r['time_s'] * 1e6:.1f}",
                 f"{100 * r['share']:.1f}%",
                 f"{r['tops']:.0f}",
-                f"{r['intensity']:.0f}",
+                _num(r["intensity"]),
                 _num(r["attainable_tops"]),
                 _pct(r["roof_fraction"]),
                 _num(r["headroom_s"] * 1e6, 1),

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from deepgap.commands.filter_flags import add_filter_flags
 from deepgap.core.errors import UsageError
+from deepgap.render.formatting import fmt_capacity
 
 if TYPE_CHECKING:
     from deepgap.serving.capacity.planner import Curve, PlanRow
@@ -151,8 +152,8 @@ def _print_plan(
         "devices",
         "W per device",
         "total kW",
-        "× devices",
-        "× watts",
+        "devices ÷ #1",
+        "watts ÷ #1",
         *(() if tp else ("top-1 %",)),  # a dataset's top-1: none for a text model
         "note",
         title=tp.title(args.model, load.slo_s, args.objective)
@@ -165,8 +166,8 @@ def _print_plan(
             r.platform,
             r.configuration,
             r.policy,
-            f"{r.capacity_qps:,.1f}",
-            *((f"{r.capacity_qps * tp.seq_len:,.0f}",) if tp else ()),
+            fmt_capacity(r.capacity_qps),
+            *((f"{r.capacity_qps * tp.seq_len:,.0f}" if r.capacity_qps > 0 else "–",) if tp else ()),
             "–" if r.devices is None else str(r.devices),
             "–" if r.power_w_per_device is None else f"{r.power_w_per_device:.0f}",
             "–" if r.total_power_w is None else f"{r.total_power_w / 1e3:,.2f}",
@@ -196,5 +197,5 @@ def _print_plan(
             dev = "–" if a["devices"] is None else f"{a['devices']} devices"
             console.print(
                 f"  also considered: {a['configuration']} ({a['policy']}): "
-                f"{a['capacity_qps']:,.1f} {unit}, {dev}: {a['why']}"
+                f"{fmt_capacity(a['capacity_qps'])} {unit}, {dev}: {a['why']}"
             )

@@ -44,8 +44,19 @@ def fmt_tokens(r: dict[str, Any]) -> str:
 
 
 def fmt_ms(v: Any) -> str:
-    """Seconds shown as milliseconds (3 significant digits)."""
-    return f"{float(v) * 1e3:.3g}" if _ok(v) else "–"
+    """Seconds shown as milliseconds: 3 significant digits, never in exponent form (1004.7 ms read "1e+03")."""
+    if not _ok(v):
+        return "–"
+    ms = float(v) * 1e3
+    return f"{ms:,.0f}" if abs(ms) >= 999.5 else f"{ms:.3g}"
+
+
+def fmt_capacity(qps: Any) -> str:
+    """A capacity: a dash where no rate passed (the row's why says how the lowest rate did), never "0.0".
+
+    Why: a search whose lowest rate was inconclusive printed capacity 0.0, a number it never measured.
+    """
+    return f"{float(qps):,.1f}" if _ok(qps) and float(qps) > 0 else "–"
 
 
 def fmt_x(v: Any) -> str:
@@ -84,8 +95,9 @@ def num_cell(col: str, spec: str = ".3g", scale: float = 1.0, suffix: str = "") 
 
 
 def pct_cell(col: str, spec: str = ".0f") -> Callable[[Any], str]:
-    """A table column: the row's share ``col`` (0–1) as a percentage."""
-    return num_cell(col, spec, 100, "%")
+    """A table column: the row's share ``col`` (0–1) as a percentage (a dash alone where it is missing)."""
+    cell = num_cell(col, spec, 100)
+    return lambda r: (lambda text: text if text == "–" else text + "%")(cell(r))
 
 
 def fmt_ci(lo: Any, hi: Any, f=fmt_ips) -> str:
@@ -325,8 +337,8 @@ def html_table(name: str, frame: pd.DataFrame, spec: tuple[str, list[Col]] | Non
 def env_rows(run: dict[str, Any]) -> list[tuple[str, str]]:
     """Everything stored about a run (its row, environment and sweep) as (key, text) pairs."""
 
-    def fmt(v: Any) -> str:
-        return json.dumps(v) if isinstance(v, (dict, list)) else str(v)
+    def fmt(v: Any) -> str:  # a missing value is a dash, never the text "None"
+        return json.dumps(v) if isinstance(v, (dict, list)) else "–" if v is None else str(v)
 
     rows = [
         ("run id", run["run_id"]),

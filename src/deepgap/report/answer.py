@@ -194,6 +194,10 @@ def host_cpu_row(line: HostCpuLine) -> dict[str, Any]:
     }
 
 
+# a spread column as the how-sure cell says it (it printed the raw name "between_sweep_cv")
+SPREAD_WORDS = {"between_sweep_cv": "between-sweep CV"}
+
+
 def spread_columns(agg: pd.DataFrame) -> list[str]:
     """Columns of the aggregate that measure spread between sweep passes or runs (when present)."""
     return [c for c in agg.columns if "spread" in c or c.startswith("cv_") or c.endswith("_cv")]
@@ -348,14 +352,16 @@ def _how_sure(
     ]
     spread_txt = (
         f"CI ±{100 * float(pd.Series(cis).median()):.1f}% median, ±{100 * max(cis):.1f}% worst"
-        f" over {len(cis)} configurations"
+        f" over {len(cis)} configuration{'s' if len(cis) != 1 else ''}"
         if cis
         else "no CI stored"
     )
     for c in spread:
         v = pd.to_numeric(msub[c], errors="coerce").dropna()
         if len(v):
-            spread_txt += f"; {c} median {v.median():.3g}, max {v.max():.3g}"
+            spread_txt += (
+                f"; {SPREAD_WORDS.get(c, c.replace('_', ' '))} median {v.median():.3g}, max {v.max():.3g}"
+            )
     return {
         "platform": platform,
         "model": model,

@@ -187,7 +187,7 @@ def no_pass_note(probes: Sequence[Probe]) -> str:
             f"inconclusive even at {p.rate_qps:.3g} queries/s ({counts}, after {s.n} queries): too few "
             "requests to tell a p99 within the SLO from one above it"
         )
-    why = f", stopped: {s.stopped}" if s.stopped else ""
+    why = f"; {s.stopped}" if s.stopped else ""  # "stopped early: …" or "stopped at the … time limit"
     # a decoder's level a stop ended before any request finished has no latency: its TTFT tail says it
     tail = s.tail_words() if math.isfinite(s.latency_p99_s) else "none finished"
     return f"the SLO is not met even at {p.rate_qps:.3g} queries/s ({counts}: {tail}{why})"

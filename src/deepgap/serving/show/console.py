@@ -27,18 +27,18 @@ def print_serving(store, console, run_ids: list[str] | None) -> None:
     for frame, title, columns in (
         (
             without_llm(tables.levels(store, run_ids)),
-            "serving: {n} load levels (sim = the simulator on the same arrivals; a tail is a p99 only where "
+            "serving: {n} load level{s} (sim = the simulator on the same arrivals; a tail is a p99 only where "
             "n ≥ 368, else the max of n)",
             LEVELS,
         ),
         (
             tables.text_levels(store, run_ids),
-            "serving text models: {n} levels (a request is a sequence; tokens counted apart from padding)",
+            "serving text models: {n} level{s} (a request is a sequence; tokens counted apart from padding)",
             TEXT,
         ),
         (
             llm_levels(store, run_ids),
-            "serving decoders: {n} levels (a tail is a p99 only where n ≥ 368)",
+            "serving decoders: {n} level{s} (a tail is a p99 only where n ≥ 368)",
             LLM,
         ),
         (tables.capacity(store, run_ids), "serving capacity (measured beside simulated)", CAPACITY),
@@ -49,7 +49,9 @@ def print_serving(store, console, run_ids: list[str] | None) -> None:
         ),
     ):
         if len(frame):
-            console.print(_table(frame, title.format(n=len(frame)), columns))
+            console.print(
+                _table(frame, title.format(n=len(frame), s="" if len(frame) == 1 else "s"), columns)
+            )
 
 
 def _table(frame: Any, title: str, columns: list[Column]) -> Any:

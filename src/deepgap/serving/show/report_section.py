@@ -274,7 +274,8 @@ def throughput_latency(lv: pd.DataFrame, cap: pd.DataFrame) -> Figure:
     caption = (
         "Latency tail against the offered rate for every load level: measured (solid; its p99 where the level "
         "has at least 368 requests, else their maximum; hollow where a capacity probe stopped once it could "
-        "no longer pass) and the simulator's p99 on the same arrivals (dashed). Red "
+        "no longer pass) and the simulator's p99 on the same arrivals (dashed; only beside a measured p99, at "
+        "levels of at least 368 requests). Red "
         "dashed line: the SLO; green line: the measured capacity. Served rates are in the levels table."
     )
     groups = _groups(lv, tenants=False)
@@ -298,9 +299,17 @@ def throughput_latency(lv: pd.DataFrame, cap: pd.DataFrame) -> Figure:
             ms=4,
             label="stopped early (cannot pass)",
         )
-        ax.plot(
-            g["target_qps"], g["predicted_p99_s"] * 1e3, "s--", color="#ff7f0e", ms=3, lw=1, label="simulated"
-        )
+        sim = g[g["p99_supported"].fillna(False).astype(bool)]  # a simulated p99 only beside a measured one
+        if len(sim):
+            ax.plot(
+                sim["target_qps"],
+                sim["predicted_p99_s"] * 1e3,
+                "s--",
+                color="#ff7f0e",
+                ms=3,
+                lw=1,
+                label="simulated",
+            )
         slo = g["slo_s"].dropna()
         if len(slo):
             ax.axhline(float(slo.iloc[0]) * 1e3, color="#d62728", ls="--", lw=1)

@@ -89,7 +89,7 @@ class StopRule:
         """(kind, why) to stop now — kind "violations" or "time" — or ("", "")."""
         if self.max_violations is not None and n_violations > self.max_violations:
             return "violations", (
-                f"stopped early: {n_violations} requests over the SLO, more than the "
+                f"stopped early: {n_violations} requests over the SLO or dropped, more than the "
                 f"{self.max_violations} a pass allows"
             )
         if self.max_time_s is not None and now_s > self.max_time_s:
