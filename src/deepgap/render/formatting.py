@@ -52,10 +52,7 @@ def fmt_ms(v: Any) -> str:
 
 
 def fmt_capacity(qps: Any) -> str:
-    """A capacity: a dash where no rate passed (the row's why says how the lowest rate did), never "0.0".
-
-    Why: a search whose lowest rate was inconclusive printed capacity 0.0, a number it never measured.
-    """
+    """A capacity, or a dash where no rate passed (it printed 0.0, never measured; the row's why says more)."""
     return f"{float(qps):,.1f}" if _ok(qps) and float(qps) > 0 else "–"
 
 

@@ -301,15 +301,8 @@ def throughput_latency(lv: pd.DataFrame, cap: pd.DataFrame) -> Figure:
         )
         sim = g[g["p99_supported"].fillna(False).astype(bool)]  # a simulated p99 only beside a measured one
         if len(sim):
-            ax.plot(
-                sim["target_qps"],
-                sim["predicted_p99_s"] * 1e3,
-                "s--",
-                color="#ff7f0e",
-                ms=3,
-                lw=1,
-                label="simulated",
-            )
+            ax.plot(sim["target_qps"], sim["predicted_p99_s"] * 1e3, "s--", color="#ff7f0e", ms=3, lw=1,
+                    label="simulated")  # fmt: skip
         slo = g["slo_s"].dropna()
         if len(slo):
             ax.axhline(float(slo.iloc[0]) * 1e3, color="#d62728", ls="--", lw=1)
@@ -347,13 +340,11 @@ def predicted_vs_measured(lv: pd.DataFrame) -> Figure:
         & lv["p99_supported"]
     ]
     if ok.empty:
-        short = (lv["status"] == "ok") & lv["predicted_p99_s"].notna() & ~lv["p99_supported"]
+        n = int(((lv["status"] == "ok") & lv["predicted_p99_s"].notna() & ~lv["p99_supported"]).sum())
         why = (
-            f"no level of at least 368 requests ({int(short.sum())} predicted level(s) had fewer: too few "
-            "for a p99 to set against the simulator's)"
-            if short.any()
-            else "no level with a prediction in these runs"
+            f"no level of at least 368 requests ({n} predicted level(s) had fewer: too few for a p99 to set "
         )
+        why = why + "against the simulator's)" if n else "no level with a prediction in these runs"
         return Figure(fig_id, title, caption, unavailable=f"unavailable: {why}")
     fig, (ax,) = subplots_grid(1, w=4.6, h=4.0)
     for scen, g in ok.groupby("scenario"):
