@@ -57,6 +57,8 @@ class Units:
 IMAGE = Units("image", "images/s", "img/s", "image", "px", "top-1")
 TEXT = Units("text", "seq/s", "seq/s", "sequence", "seq len", "output agreement")
 MIXED = Units("mixed", "samples/s", "samples/s", "sample", "px or seq len", "top-1 or output agreement")
+# a decoder-only report: its answer rows are decode rows, checked by greedy tokens against fp32
+DECODE = Units("decode", "tokens/s", "tokens/s", "token", "in/out tokens", "greedy-token agreement")
 
 
 def is_text_row(row: dict[str, Any] | pd.Series) -> bool:

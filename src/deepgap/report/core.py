@@ -96,6 +96,17 @@ def build(ctx: ReportContext) -> Parts:
 NO_FORWARD = "unavailable: no forward measurement; this store's rows are decode runs (the Decode table below)"
 
 
+def other_workloads(tables: dict[str, pd.DataFrame]) -> dict[str, int]:
+    """The header's counts of decode configurations and serve levels, apart from the batch-sweep measurements.
+
+    Why: a decode- or serve-only store's header read "0 measurements" above its decode table or levels.
+    """
+    return {
+        k: len(tables[t]) if t in tables else 0
+        for k, t in (("decode", "decode"), ("levels", "serving_levels"))
+    }
+
+
 def point_to_decode(figs: list, agg: pd.DataFrame, decode: pd.DataFrame | None) -> None:
     """A decoder-only store: figures 6-11 (forward passes) say where its rows are, not that there are none."""
     if agg.empty and decode is not None and len(decode):

@@ -43,7 +43,7 @@ from deepgap.render.formatting import (
 from deepgap.render.machines import MACHINE_HEADERS, machines
 from deepgap.render.sections import ReportContext, TableSpec
 from deepgap.render.style import platform_names
-from deepgap.render.units import of_frame
+from deepgap.render.units import DECODE, of_frame
 from deepgap.report import answer as report_answer
 from deepgap.report import answer_ratios
 from deepgap.report import core as report_core
@@ -95,11 +95,7 @@ def load_context(
 
 
 def shown_store_path(store_path: str) -> str:
-    """The store path the page's header shows.
-
-    Redacted: the file name only (its folders may name a user or the host), scrubbed of the
-    identifiers its runs hold.
-    """
+    """The store path the page's header shows; redacted, its file name only (folders may name a user)."""
     return redact_text(os.path.basename(store_path)) if guard.READ["redact"] else os.path.abspath(store_path)
 
 
@@ -122,12 +118,12 @@ def _build(store_path: str, run_ids: list[str] | None, interactive: bool, store:
     ctx = load_context(store_path, run_ids, interactive, store)
     df, agg = ctx.results, ctx.configurations
     rep = Report(shown_store_path(store_path), _dt.datetime.now().isoformat(timespec="seconds"), ctx.runs)
-    ok = df[df["status"] == "ok"] if not df.empty else df
+    ok = int((df["status"] == "ok").sum()) if not df.empty else 0
     rep.counts = {
         "runs": len(ctx.runs),
         "measurements": len(df),
-        "ok": len(ok),
-        "failed": len(df) - len(ok),
+        "ok": ok,
+        "failed": len(df) - ok,
         "configurations": len(agg),
         "flagged": int(agg["flagged"].sum()) if len(agg) else 0,
         "excluded": int(agg["n_excluded"].sum()) if len(agg) else 0,
@@ -139,6 +135,7 @@ def _build(store_path: str, run_ids: list[str] | None, interactive: bool, store:
         rep.figures += parts.figures
         rep.table_specs.update({**section.table_specs, **parts.table_specs})
     report_core.point_to_decode(rep.figures, agg, decode := rep.tables.get("decode"))
+    rep.counts.update(report_core.other_workloads(rep.tables))
     rep.answer_table, rep.how_sure = report_answer.answers(agg, df, decode)
     rep.ratios = answer_ratios.cross_gpu_ratios(agg, pooled_samples_fn(store))
     if rep.interactive and not agg.empty:
@@ -196,9 +193,11 @@ def render_html(rep: Report, files_dir: str) -> str:
     agg = rep.tables.get("configurations")
     platforms = list(platform_names(agg).values()) if agg is not None and len(agg) else []
     units = of_frame(agg)  # a text model's answer: output agreement, energy per sequence
+    if (agg is None or not len(agg)) and rep.counts.get("decode"):
+        units = DECODE  # a decoder-only store: its answer's accuracy is greedy tokens, not top-1
     specs = rep.table_specs or TABLE_SPECS  # a Report built by hand: the core tables
     shown = [html_table(n, rep.tables[n], specs[n]) for n in specs if n in rep.tables and len(rep.tables[n])]
-    empty = [specs[n][0] for n in specs if n in rep.tables and not len(rep.tables[n])]
+    empty = [units.header(specs[n][0]) for n in specs if n in rep.tables and not len(rep.tables[n])]
     return env.get_template("report.html").render(
         rep=rep,
         version=__version__,
