@@ -79,7 +79,6 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
 
 def _show(args: argparse.Namespace, store: Store) -> int:
     from rich.console import Console
-    from rich.table import Table
 
     store.check_runs(args.run)
     console = Console(width=None if Console().is_terminal else 240)  # room for the notes column
@@ -110,8 +109,35 @@ def _show(args: argparse.Namespace, store: Store) -> int:
     from deepgap.render.units import IMAGE, of_frame
 
     units = of_frame(df) if len(df) else IMAGE  # a text model's rows: seq/s, no layout, no top-1
+    t, against, notes = _results_table(df, units, f"{args.store}: {len(df)} results")
+    console.print(t)
+    if len(df):
+        n_against, n_notes = (
+            sum(map(bool, against)),
+            sum(bool(n) and not a for a, n in zip(against, notes, strict=True)),
+        )
+        console.print(
+            f"{n_against} of {len(df)} results flagged or warned (the number is left out, or can move beyond"
+            f" its CI); {n_notes} carry notes only (recorded; they cannot move the number beyond its CI)"
+        )
+    _print_resident(df, console)
+    _print_sweeps(store, df, console)
+    print_decode(store, console, ids)
+    print_serving(store, console, ids)
+    return 0
+
+
+def _results_table(df, units, title: str):
+    """The forward results as a rich table (a device column where the rows hold two GPUs), and their signals.
+
+    The rows' flags and notes (`signals_of`) come back too: the summary line under the table counts them.
+    """
+    from rich.table import Table
+
     text = units.kind != "image"  # text models: seq and tokens/s columns
+    devices = df["device_name"].nunique() if len(df) and "device_name" in df else 0
     t = Table(
+        *(("device",) if devices > 1 else ()),  # a merged store's rows of two GPUs, told apart
         "model",
         "engine",
         "prec",
@@ -131,30 +157,17 @@ def _show(args: argparse.Namespace, store: Store) -> int:
         units.header("top-1 % (vs fp32)"),
         "flags · warnings",  # what counts against the number (it can move beyond its CI, or is left out)
         "notes",  # recorded, but they cannot move the number beyond its CI (analysis.signals)
-        title=f"{args.store}: {len(df)} results",
+        title=title,
     )
     # a note's name and fix ("pass --weights"), and an engine's input ("packed:uniform:8:64"), are never cut
-    for col in [t.columns[1], *t.columns[-2:]]:
+    for col in [t.columns[1 + (devices > 1)], *t.columns[-2:]]:
         col.overflow = "fold"
     t.columns[-1].min_width = 28
     against, notes = signals_of(df) if len(df) else ([], [])
     for i, row in enumerate(df.to_dict("records")):
-        t.add_row(*_result_cells(row, text, against[i], notes[i]))
-    console.print(t)
-    if len(df):
-        n_against, n_notes = (
-            sum(map(bool, against)),
-            sum(bool(n) and not a for a, n in zip(against, notes, strict=True)),
-        )
-        console.print(
-            f"{n_against} of {len(df)} results flagged or warned (the number is left out, or can move beyond"
-            f" its CI); {n_notes} carry notes only (recorded; they cannot move the number beyond its CI)"
-        )
-    _print_resident(df, console)
-    _print_sweeps(store, df, console)
-    print_decode(store, console, ids)
-    print_serving(store, console, ids)
-    return 0
+        device = (str(row.get("device_name") or row.get("device")),) if devices > 1 else ()
+        t.add_row(*device, *_result_cells(row, text, against[i], notes[i]))
+    return t, against, notes
 
 
 def _runs_table(runs: list[dict]):
@@ -187,7 +200,7 @@ def _result_cells(row: dict, text: bool, against: list[str], notes: list[str]) -
             f"{_fmt_ms(row['latency_median_ci_high_s'])})"
         )
         if ok
-        else row["reason"][:60]
+        else ""  # why there is no number: the notes cell, whole (it was cut at 60 characters here)
     )
     thr = "" if row["threads"] is None or row["threads"] != row["threads"] else str(int(row["threads"]))
     return [
@@ -210,7 +223,7 @@ def _result_cells(row: dict, text: bool, against: list[str], notes: list[str]) -
         else "",
         _top1(row.get("extra")),
         " ".join(against),
-        " ".join(notes),
+        " ".join(notes if ok else [str(row.get("reason") or ""), *notes]),
     ]
 
 
