@@ -79,7 +79,8 @@ def _numbers(row: dict[str, Any], objective: str) -> tuple[str, str, str]:
     return (
         f"{fmt_num(j * 1e3 if j is not None else None)} mJ/img",
         "–",
-        f"{fmt_num(row.get('ips_per_watt'))} img/s/W · {fmt_num(row.get('mean_power_w'))} W · {rate}",
+        # img/s/W is the energy windows' (back-to-back) rate over their watts, not the headline rate's
+        f"{fmt_num(row.get('ips_per_watt'))} img/s/W back to back · {fmt_num(row.get('mean_power_w'))} W · {rate}",
     )
 
 
