@@ -203,6 +203,12 @@ def test_report_section_on_the_committed_store_and_nothing_without_quant(tmp_pat
     summ, top = parts.tables["quant_layers_summary"], parts.tables["quant_layers"]
     assert len(summ) == 12 and set(summ["model"]) == {"resnet18", "resnet50", "resnet101"}
     assert top.groupby(["model", "precision", "batch_size"]).size().max() == TOP_ROWS
+    from deepgap.analysis.quant_layers_section import TABLE_SPECS
+
+    # both tables name the GPU: a two-GPU store's rows of one layer were told apart by nothing
+    assert all(
+        TABLE_SPECS[t][1][0] == ("device", "device_name") for t in ("quant_layers_summary", "quant_layers")
+    )
     (fig,) = parts.figures
     assert fig.png and fig.unavailable is None and len(fig.panels) == 6
     eager = str(unpacked("h100_default_resnet101", tmp_path))  # a real sweep without the quant engine

@@ -49,6 +49,7 @@ TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
         f"The quant engine's layers with the most headroom (time above their roofline floor), "
         f"{TOP_ROWS} per configuration",
         [
+            ("device", "device_name"),  # a two-GPU store's rows of one layer, told apart
             ("model", "model"),
             ("precision", "precision"),
             ("batch", "batch_size"),
