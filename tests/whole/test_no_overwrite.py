@@ -130,3 +130,35 @@ def test_report_never_replaces_a_folder_it_did_not_make(store, tmp_path):
     assert r.returncode == 2 and "deepgap did not make it" in r.stderr, r.stderr
     assert (mine / "thesis.tex").read_text() == "years of work"
     assert not (tmp_path / "my.html").exists()
+
+
+def test_a_report_never_deletes_a_store_put_in_its_files_folder(store, tmp_path):
+    """A deepgap-made ``r_files/`` holding a store: ``report … -o r.html`` deleted the store with the folder
+    (the store could be the report's own input), and ``run --store r_files/new.sqlite --report r.html``
+    measured and then deleted what it measured."""
+    assert deepgap_cli("report", store, "-o", str(tmp_path / "r.html"), "--static").returncode == 0
+    mine = tmp_path / "r_files" / "mine.sqlite"
+    shutil.copyfile(store, mine)
+    r = deepgap_cli("report", str(mine), "-o", str(tmp_path / "r.html"), "--static")
+    assert r.returncode == 2 and "holds files a report does not write (mine.sqlite)" in r.stderr, r.stderr
+    assert mine.exists()
+    mine.unlink()
+    new = tmp_path / "r_files" / "new.sqlite"
+    r = deepgap_cli("run", "--store", str(new), "--report", str(tmp_path / "r.html"), *TINY)
+    assert r.returncode == 2 and "the folder --report" in r.stderr and not new.exists(), r.stderr
+
+
+@pytest.mark.parametrize("cmd", ["run", "merge", "check-recover"])
+def test_a_new_store_never_takes_in_a_log_left_without_its_store(store, tmp_path, cmd):
+    """``o.sqlite-wal`` without ``o.sqlite`` (a killed run's log, copied away): a new ``o.sqlite`` took in its
+    rows (merge, --recover: another run showed up in the output) or deleted it (run)."""
+    new = tmp_path / "o.sqlite"
+    (tmp_path / "o.sqlite-wal").write_bytes(b"someone's rows")
+    argv = {
+        "run": ["run", "--store", str(new), *TINY],
+        "merge": ["merge", store, "-o", str(new)],
+        "check-recover": ["check", store, "--recover", str(new)],
+    }[cmd]
+    r = deepgap_cli(*argv)
+    assert r.returncode == 2 and "exists without its store" in r.stderr, r.stderr
+    assert (tmp_path / "o.sqlite-wal").read_bytes() == b"someone's rows" and not new.exists()

@@ -231,12 +231,28 @@ def build_spec(args: argparse.Namespace) -> SweepSpec:
     return spec
 
 
+def _check_store_beside(report: str, store: str | None) -> None:
+    """A `UsageError` when the store would live in the report's files folder, which the report replaces."""
+    import os
+
+    from deepgap.core.errors import UsageError
+    from deepgap.report.page import files_dir_name
+
+    folder = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(report)), files_dir_name(report)))
+    if store and os.path.realpath(store).startswith(folder + os.sep):
+        raise UsageError(
+            f"--store {store} is inside {folder}, the folder --report {report} replaces",
+            "pass a store path outside it",
+        )
+
+
 def main(args: argparse.Namespace) -> int:  # noqa: D103
     spec = build_spec(args)
     if args.report:  # an unwritable report path must fail before the sweep, not after it
         from deepgap.report.page import check_output
 
         check_output(args.report)
+        _check_store_beside(args.report, args.store)
     progress = Progress(enabled=not args.quiet and not args.json)
     if args.devices or args.ray:
         from deepgap.fleet.progress import FleetProgress

@@ -263,6 +263,14 @@ def check_owned_folder(folder: str) -> None:
             f"{shown(folder)} exists and deepgap did not make it (its files would be replaced)",
             "move it away or pass another -o path",
         )
+    # a report writes PNGs, CSVs and its marker: anything else was put there (a store: it was deleted)
+    foreign = sorted(n for n in os.listdir(folder) if n != OWNED and not n.endswith((".png", ".csv")))
+    if foreign:
+        raise UsageError(
+            f"{shown(folder)} holds files a report does not write ({shown(', '.join(foreign[:3]))}): "
+            "replacing the folder would delete them",
+            "move them away or pass another -o path",
+        )
 
 
 def check_writable(path: str, exists: bool) -> None:
@@ -289,6 +297,14 @@ def check_path(path: str) -> None:
     if os.path.isdir(path):
         raise StoreError(f"store path {path} is a directory", "pass a file path, e.g. results.sqlite")
     exists = os.path.exists(path)
+    if not exists:  # a log or journal left without its store: a new store there reads it in, or deletes it
+        orphan = next((path + s for s in ("-wal", "-journal") if os.path.lexists(path + s)), None)
+        if orphan:
+            raise StoreError(
+                f"{shown(orphan)} exists without its store {shown(path)}: a new store there would take in "
+                "its rows or delete it",
+                "move it away (with its store, if you have one) or pass another path",
+            )
     if exists:
         check_header(path)  # not a store, a newer one, a damaged header
     check_writable(path, exists)
