@@ -163,7 +163,8 @@ def _results_table(df, units, title: str):
     for col in [t.columns[1 + (devices > 1)], *t.columns[-2:]]:
         col.overflow = "fold"
     t.columns[-1].min_width = 28
-    t.columns[1 + (devices > 1)].min_width = 21  # "quant · int8-resident" on one line beside a device column
+    if devices > 1:
+        t.columns[2].min_width = 21  # "quant · int8-resident" on one line beside the device column
     against, notes = signals_of(df) if len(df) else ([], [])
     for i, row in enumerate(df.to_dict("records")):
         device = (str(row.get("device_name") or row.get("device")),) if devices > 1 else ()
