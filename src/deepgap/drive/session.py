@@ -120,7 +120,36 @@ def open_resume(store: str, resume: str | bool) -> tuple[Store, dict[str, Any]]:
             f"run {row['run_id']} is a {row['kind']} run; --resume continues sweeps only",
             "run that command again instead",
         )
+    if (owner := live_owner(row)) is not None:
+        s.close()
+        raise UsageError(
+            f"run {row['run_id']} is still being measured by deepgap process {owner} on this host",
+            f"wait for it to finish, or stop it (kill {owner}) and resume then",
+        )
     return s, row
+
+
+def live_owner(row: dict[str, Any]) -> int | None:
+    """The pid of the live deepgap process on this host that is measuring run ``row``, else None.
+
+    Why: ``--resume`` took over a run another process was still measuring; both then measured the same
+    configurations, both said they stored them, and the store kept one process's rows (the other's were
+    ignored as duplicates). A process of another command that reuses a dead owner's pid is not an owner.
+    """
+    import socket
+
+    import psutil
+
+    pid = row.get("pid")
+    if row.get("status") != "running" or not pid or row.get("host") != socket.gethostname():
+        return None
+    if int(pid) == os.getpid():
+        return None
+    try:
+        cmd = " ".join(psutil.Process(int(pid)).cmdline())
+    except (psutil.Error, ValueError, OSError):
+        return None
+    return int(pid) if "deepgap" in cmd else None
 
 
 class RunSession:
