@@ -162,3 +162,20 @@ def test_a_new_store_never_takes_in_a_log_left_without_its_store(store, tmp_path
     r = deepgap_cli(*argv)
     assert r.returncode == 2 and "exists without its store" in r.stderr, r.stderr
     assert (tmp_path / "o.sqlite-wal").read_bytes() == b"someone's rows" and not new.exists()
+
+
+def test_a_log_name_beside_a_fifo_neither_blocks_nor_is_refused(store, tmp_path):
+    """The log-name check read the base file's header to see if it is a database: a FIFO there blocked it."""
+    import subprocess
+    import sys
+
+    os.mkfifo(tmp_path / "pipe")
+    out = tmp_path / "pipe-wal"
+    r = subprocess.run(
+        [sys.executable, "-m", "deepgap", "export", store, "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    assert out.read_text().startswith("result_id")

@@ -153,10 +153,12 @@ def check_not_companion(path: str, what: str, always: bool) -> None:
 
 
 def _is_sqlite(path: str) -> bool:
-    """Whether ``path`` is a regular file that begins with SQLite's header."""
+    """Whether ``path`` is a regular file that begins with SQLite's header (a FIFO is never opened: it blocks)."""
+    if not os.path.isfile(path):
+        return False
     try:
         with open(path, "rb") as fh:
-            return os.path.isfile(path) and fh.read(16) == b"SQLite format 3\x00"
+            return fh.read(16) == b"SQLite format 3\x00"
     except OSError:
         return False
 
@@ -232,8 +234,11 @@ def check_outputs(named: dict[str, tuple[str, ...] | list[str] | str | None], wr
                 if same_file(out, other + suffix):
                     what = f"the {suffix[1:]} file of " if suffix else ""
                     what += f"{flag} {shown(other)}"
-                    harm = "one would replace the other" if flag in writes else "writing the output would "
-                    harm += "" if flag in writes else "destroy the input itself"
+                    harm = (
+                        "one would replace the other"
+                        if flag in writes
+                        else "writing the output would destroy the input itself"
+                    )
                     raise UsageError(
                         f"{out_flag} {shown(out)} and {what} are one file: {harm}", "pass another output path"
                     )
