@@ -210,9 +210,8 @@ def summary(frame: pd.DataFrame) -> pd.DataFrame:
         top = g.sort_values("headroom_s", ascending=False).iloc[0]
         saved = float(g["pairs_saved_s"].iloc[0]) if "pairs_saved_s" in g else 0.0
         mem = g[g["bound"] == "memory"]["time_s"].sum()
-        placed = (
-            g["bound"] != ""
-        )  # layers with a roof: a store without GEMM shapes has none (no floor, no side)
+        # layers with a roof: a store without GEMM shapes has none (no floor, no side)
+        placed = g["bound"] != ""
         rows.append(
             {
                 "device_name": key[0],

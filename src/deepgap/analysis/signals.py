@@ -138,10 +138,10 @@ def judge_temperature(
 def sweeps_disagree(values: list[float], covered: bool) -> str:
     """The name of a disagreement between sweeps: how far apart, and whether the interval covers it."""
     vals = [v for v in values if v and v > 0]
-    pct = 100 * (max(vals) / min(vals) - 1) if len(vals) >= 2 else 0.0
-    # a gap under 10% with a decimal: "+0%" beside 3,549.4 and 3,555.1 read as no gap at all
-    gap = f"fastest {pct:+.1f}% over slowest" if pct < 10 else f"fastest {pct:+.0f}% over slowest"
-    gap = gap if len(vals) >= 2 else ""
+    gap = ""
+    if len(vals) >= 2:  # a gap under 10% with a decimal: "+0%" beside 3,549.4 and 3,555.1 read as none
+        pct = 100 * (max(vals) / min(vals) - 1)
+        gap = f"fastest {pct:+.{1 if pct < 10 else 0}f}% over slowest"
     tail = ", ".join(p for p in (gap, COVERED if covered else "") if p)
     return f"{SWEEPS}({tail})" if tail else SWEEPS
 

@@ -45,10 +45,8 @@ def fmt_tokens(r: dict[str, Any]) -> str:
 
 def fmt_ms(v: Any) -> str:
     """Seconds shown as milliseconds: 3 significant digits, never in exponent form (1004.7 ms read "1e+03")."""
-    if not _ok(v):
-        return "–"
-    ms = float(v) * 1e3
-    return f"{ms:,.0f}" if abs(ms) >= 999.5 else f"{ms:.3g}"
+    ms = float(v) * 1e3 if _ok(v) else math.nan
+    return "–" if ms != ms else f"{ms:,.0f}" if abs(ms) >= 999.5 else f"{ms:.3g}"
 
 
 def fmt_capacity(qps: Any) -> str:
@@ -87,14 +85,15 @@ def fmt_num(v: Any, spec: str = ".3g") -> str:
 
 
 def num_cell(col: str, spec: str = ".3g", scale: float = 1.0, suffix: str = "") -> Callable[[Any], str]:
-    """A table column: the row's ``col`` × ``scale`` as ``spec`` (a dash where it is missing), then ``suffix``."""
-    return lambda r: fmt_num(None if r.get(col) is None else r.get(col) * scale, spec) + suffix
+    """A table column: the row's ``col`` × ``scale`` as ``spec`` and ``suffix`` (a dash alone where it is missing)."""
+    return lambda r: (
+        t if (t := fmt_num(None if r.get(col) is None else r.get(col) * scale, spec)) == "–" else t + suffix
+    )
 
 
 def pct_cell(col: str, spec: str = ".0f") -> Callable[[Any], str]:
-    """A table column: the row's share ``col`` (0–1) as a percentage (a dash alone where it is missing)."""
-    cell = num_cell(col, spec, 100)
-    return lambda r: (lambda text: text if text == "–" else text + "%")(cell(r))
+    """A table column: the row's share ``col`` (0–1) as a percentage."""
+    return num_cell(col, spec, 100, "%")
 
 
 def fmt_ci(lo: Any, hi: Any, f=fmt_ips) -> str:
