@@ -168,6 +168,8 @@ def _stopped(exc: BaseException) -> str:
         return what
     if stored:  # before its run began (a worker starting): --resume would find none
         return f"{what} before any run was stored; nothing was written (run the same command again)"
+    if not getattr(exc, "resumable", True):  # a serve run: what finished is stored, and it starts anew
+        return f"{what}; what finished before the stop is stored, and the run is marked interrupted"
     return f"{what}; finished configurations are stored (continue a run with --resume)"
 
 

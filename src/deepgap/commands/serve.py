@@ -225,15 +225,8 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
 
     spec = build_spec(args)
     say = (lambda m: None) if args.quiet or args.json else (lambda m: print(m, file=sys.stderr, flush=True))
-    try:
-        out = run_serve(spec, args.store, say=say, command=" ".join(["deepgap", *sys.argv[1:]]))
-    except KeyboardInterrupt:
-        print(
-            "deepgap: interrupted; the serve run, if it had started, is stored as interrupted "
-            "without its levels",
-            file=sys.stderr,
-        )
-        return 130
+    # a stop (Ctrl-C, SIGTERM) is the CLI's: the levels finished before it are stored (`serve_run.steps`)
+    out = run_serve(spec, args.store, say=say, command=" ".join(["deepgap", *sys.argv[1:]]))
     if args.json:
         print(
             json.dumps(

@@ -32,6 +32,7 @@ from deepgap.core.records import ConfigSpec
 from deepgap.drive.config import SweepSpec
 from deepgap.drive.launcher import Finished, Launcher, Started
 from deepgap.drive.session import RunSession, open_resume
+from deepgap.store import RESUMABLE
 
 T = TypeVar("T")  # one outcome: a Result, a ProfileResult, a list of ceilings, a serve run
 L = TypeVar("L", bound=Launcher)
@@ -165,6 +166,7 @@ def drive(job: Job[T]) -> Driven[T]:
         return out
     except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM: the CLI's line says whether --resume has a run
         exc.nothing_stored = session.run_id is None and plan.run_id is None  # type: ignore[attr-defined]
+        exc.resumable = job.kind in RESUMABLE  # type: ignore[attr-defined]
         raise
     finally:
         launcher.close()

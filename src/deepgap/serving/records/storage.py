@@ -13,7 +13,8 @@ The run goes through the one driver and its run session as every kind of run doe
 (`deepgap.serving.run.serve_run.run_serve`):
 opened when its worker has started, the prelude stored, then `record` writes every level of the run
 in one transaction, then the run is finished. An interrupted serve keeps its run row (status
-``interrupted``) and prelude, and no half-written set of levels.
+``interrupted``), prelude and the levels that finished before the stop, in one transaction: never a
+half-served level.
 """
 
 from __future__ import annotations

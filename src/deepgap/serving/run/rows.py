@@ -312,15 +312,32 @@ def one_model_run(
     try:
         reply = setup_reply(spec, req, worker, rec, out, say, serving.building)
         if reply is not None:
-            serving.serve(reply, rec, out)
-            for lv in rec.levels:
-                d = lv.details
-                d.correctness = Correctness.from_json(reply.correctness)
-                d.engine_info = EngineInfo.from_json(reply.engine_info)
-                d.device_mem_used_bytes_at_setup = reply.env.get("device_mem_used_bytes_at_setup")
+            try:
+                serving.serve(reply, rec, out)
+            finally:  # the levels served before a stop carry their set-up's facts as a finished run's do
+                for lv in rec.levels:
+                    d = lv.details
+                    d.correctness = Correctness.from_json(reply.correctness)
+                    d.engine_info = EngineInfo.from_json(reply.engine_info)
+                    d.device_mem_used_bytes_at_setup = reply.env.get("device_mem_used_bytes_at_setup")
+    except KeyboardInterrupt as exc:
+        keep_partial(exc, rec)
+        raise
     finally:
         worker.stop()
     return rec, out
+
+
+def keep_partial(exc: KeyboardInterrupt, rec: ServeRecord) -> None:
+    """Hand the levels finished before a stop (Ctrl-C, SIGTERM) to `serve_run`, which stores them.
+
+    Why: a capacity search runs for minutes, one measured level after another; each finished level is
+    a measurement (its requests, its verdict) and an interruption must not lose it. The level in flight
+    is not among them: it raised before it was appended.
+    """
+    if rec.levels:
+        rec.status = "interrupted"
+        exc.partial = rec  # type: ignore[attr-defined]
 
 
 def simulated_rows(

@@ -67,16 +67,18 @@ def model_serving(
                 f"serve: WARNING: outputs differ from the fp32 reference (relL2={reply.correctness.get('rel_l2'):.3g})"
             )
         ctx = ScenarioContext(spec, req, worker, service, rec, out, say, trace, reply.curve_parts_s)
-        {"single-stream": _single_stream, "offline": _offline, "server": run_server}[spec.scenario](ctx)
-        if load is not None:
-            text_lines(rec, out.summary, out.lines)
-        if spec.loadgen:
-            from deepgap.serving.run.loadgen_run import run_loadgen
+        try:
+            {"single-stream": _single_stream, "offline": _offline, "server": run_server}[spec.scenario](ctx)
+            if load is not None:
+                text_lines(rec, out.summary, out.lines)
+            if spec.loadgen:
+                from deepgap.serving.run.loadgen_run import run_loadgen
 
-            run_loadgen(ctx)
-        for lv in rec.levels:  # this set-up's own facts (`one_model_run` adds the rest on every level)
-            lv.details.notes = reply.notes
-            lv.details.accuracy = Accuracy.from_json(reply.accuracy) if reply.accuracy else None
+                run_loadgen(ctx)
+        finally:  # this set-up's own facts (`one_model_run` adds the rest), on levels a stop keeps too
+            for lv in rec.levels:
+                lv.details.notes = reply.notes
+                lv.details.accuracy = Accuracy.from_json(reply.accuracy) if reply.accuracy else None
 
     building = (
         f"serve: building {spec.model} ({spec.engine}, {spec.precision}, {spec.memory_format}) on "

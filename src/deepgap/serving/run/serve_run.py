@@ -7,9 +7,10 @@ own is data and two callbacks: the launcher is the first model's (or first tenan
 sweep spec (`deepgap.serving.run.rows.serve_sweep`), the loop's one outcome is the whole serve run
 (`Served`: its rows and its headline numbers, from `deepgap.serving.run.scenarios` or
 `deepgap.serving.run.tenants`), and recording it writes every level in one transaction
-(`deepgap.serving.records.storage.record`). So an interrupted serve keeps its run row (``interrupted``) and
-prelude, and no half-written set of levels; a worker that never started stores its failed set-up, the
-run opened then with what is known of the device.
+(`deepgap.serving.records.storage.record`). So an interrupted serve keeps its run row (``interrupted``),
+prelude and every level that finished before the stop (a capacity search's probes so far: each one a
+whole measurement), never a half-served level; a worker that never started stores its failed set-up,
+the run opened then with what is known of the device.
 """
 
 from __future__ import annotations
@@ -64,18 +65,27 @@ def plan(spec: ServeSpec, store_path: str, say: Say, command: str, resumed: Resu
     sweep = serve_sweep(spec, device, models)
     worker = ServingWorker(device, models[0], spec.timeout_s, sweep)
 
-    def steps(w: ServingWorker) -> Iterator[Finished[Served]]:
+    def served(w: ServingWorker) -> tuple[ServeRecord, ServeOutcome]:
         if spec.tenants:
             from deepgap.serving.run.tenants import run_tenants
 
-            rec, out = run_tenants(spec, device, store_path, say, w, command)
+            return run_tenants(spec, device, store_path, say, w, command)
+        if first.cache_len:  # a decoder: continuous batching (`deepgap.serving.run.llm_run`)
+            from deepgap.serving.run.llm_run import llm_serving as serving
         else:
-            if first.cache_len:  # a decoder: continuous batching (`deepgap.serving.run.llm_run`)
-                from deepgap.serving.run.llm_run import llm_serving as serving
-            else:
-                from deepgap.serving.run.scenarios import model_serving as serving
-            one = serving(spec, device, trace, say, w, first)
-            rec, out = one_model_run(spec, device, store_path, say, w, first, command, one)
+            from deepgap.serving.run.scenarios import model_serving as serving
+        one = serving(spec, device, trace, say, w, first)
+        return one_model_run(spec, device, store_path, say, w, first, command, one)
+
+    def steps(w: ServingWorker) -> Iterator[Finished[Served]]:
+        try:
+            rec, out = served(w)
+        except KeyboardInterrupt as exc:  # the levels finished before the stop are stored, then it goes on
+            partial = getattr(exc, "partial", None)
+            if partial is not None:
+                partial.command = command
+                yield Finished("", Served(partial, ServeOutcome(None, store_path, "interrupted")))
+            raise
         rec.command = command
         yield Finished("", Served(rec, out))
 

@@ -29,7 +29,15 @@ from deepgap.drive.handle import WorkerLost
 from deepgap.serving.capacity.search import LoadSettings, find_capacity, sim_probe
 from deepgap.serving.records.storage import ServeRecord
 from deepgap.serving.run.process import LevelRequest, ServingWorker, SetupFailed, SetupRequest
-from deepgap.serving.run.rows import ServeOutcome, curve_rows, level_row, run_spec, service_of, setup_request
+from deepgap.serving.run.rows import (
+    ServeOutcome,
+    curve_rows,
+    keep_partial,
+    level_row,
+    run_spec,
+    service_of,
+    setup_request,
+)
 from deepgap.serving.run.spec import DEFAULT_POLICY, ServeSpec
 from deepgap.serving.sim import arrivals as arr
 from deepgap.serving.sim.batcher import BatchPolicy, StopRule
@@ -96,6 +104,9 @@ def run_tenants(
     except (SetupFailed, WorkerLost) as exc:
         _failed(rec, out, t.reqs[-1], "tenant", exc, spec.seed, exc.reason.splitlines()[0])
         return rec, out
+    except KeyboardInterrupt as exc:
+        keep_partial(exc, rec)
+        raise
     finally:
         for w in t.workers:
             w.stop()

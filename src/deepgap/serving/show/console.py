@@ -52,6 +52,12 @@ def print_serving(store, console, run_ids: list[str] | None) -> None:
             console.print(
                 _table(frame, title.format(n=len(frame), s="" if len(frame) == 1 else "s"), columns)
             )
+    for run_id in tables.stopped_runs(store, run_ids):
+        console.print(
+            f"serve run {run_id[-6:]} was stopped before it finished: its levels are those measured before the "
+            "stop (a capacity search among them did not end)",
+            markup=False,
+        )
 
 
 def _table(frame: Any, title: str, columns: list[Column]) -> Any:

@@ -172,3 +172,18 @@ def interference_matrix(df: pd.DataFrame, value: str = "p99_over_alone") -> pd.D
 def any_serving(store: Store) -> bool:
     """Whether the store has serving data at all."""
     return has_tables(store)
+
+
+def stopped_runs(store: Store, run_ids: list[str] | None = None) -> list[str]:
+    """The serve runs (of ``run_ids``, or all) that a stop ended: their levels are those finished before it.
+
+    Why named: such a run's probes read like any search's, but the search did not end, so the run holds no
+    capacity; a reader must not take its highest passing probe for one.
+    """
+    return [
+        str(r["run_id"])
+        for r in store.runs()
+        if r.get("kind") == "serve"
+        and r.get("status") == "interrupted"
+        and (run_ids is None or r["run_id"] in run_ids)
+    ]
