@@ -29,6 +29,21 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse's own errors: one line, exit 2
         self.exit(2, f"deepgap: error: {message}; see `{self.prog} --help`\n")
 
+    def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
+        """An empty flag value (``--resume ''``, ``--trace-dir ''``, ``-o ''``) is refused, whatever its type.
+
+        Why here: a flag typed as text takes ``''`` as given, and each command read it its own way
+        (``--resume ''`` started a new sweep; ``--trace-dir ''`` wrote into the current folder; ``report
+        -o ''`` called the empty name a directory). ``--store`` keeps its own message, shared with positional stores.
+        """
+        if action.option_strings and action.dest not in _OWN_EMPTY_CHECK and not arg_string.strip():
+            fix = "give it a value" if action.required else "give it a value or leave the flag out"
+            raise argparse.ArgumentError(None, f"{'/'.join(action.option_strings)} is empty; {fix}")
+        return super()._get_value(action, arg_string)
+
+
+_OWN_EMPTY_CHECK = {"store"}  # an empty store path: `store.check_path` says so, and for positional stores too
+
 
 def printable(text: str) -> str:
     r"""``text`` as one line, with a path's undecodable bytes and control characters as escapes.

@@ -174,6 +174,28 @@ CASES = [
         lambda t: TEXT + ["--inputs", "padded", "--seq-len-dist", "uniform:8", "--store", _store(t)],
         "malformed",
     ),
+    # an empty flag value (session 33): `--resume ''` started a new sweep, `report -o ''` called '' a folder
+    ("empty --resume", lambda t: BASE + ["--resume", "", "--store", _store(t)], "--resume is empty"),
+    (
+        "blank --batch-sizes",
+        lambda t: BASE + ["--batch-sizes", " ", "--store", _store(t)],
+        "--batch-sizes is empty",
+    ),
+    (
+        "empty report -o",
+        lambda t: ["report", _store(t), "-o", ""],
+        "-o/--output is empty; give it a value or",
+    ),
+    (
+        "empty merge -o",
+        lambda t: ["merge", _store(t), _store(t), "-o", ""],
+        "-o/--output is empty; give it a value",
+    ),
+    (
+        "empty --trace-dir",
+        lambda t: ["profile", "--device", "cpu", "--trace-dir", ""],
+        "--trace-dir is empty",
+    ),
 ]
 
 
@@ -182,7 +204,11 @@ def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, capsys, argv_fn,
     argv = argv_fn(tmp_path)
     before = sorted(os.listdir(tmp_path))
     before_bytes = {n: (tmp_path / n).read_bytes() for n in before if (tmp_path / n).is_file()}
-    assert main(argv) == 2
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's own errors (an unknown choice, an empty value) exit from the parser
+        code = exc.code
+    assert code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
     assert err.startswith("deepgap: error: ") and words.lower() in err.lower()

@@ -60,6 +60,18 @@ class ServeRecord:
     capacities: list[dict[str, Any]] = field(default_factory=list)  # and "details" (`CapacityDetails`)
 
 
+def keep_partial(exc: KeyboardInterrupt, rec: ServeRecord) -> None:
+    """Hand the levels finished before a stop (Ctrl-C, SIGTERM) to `deepgap.serving.run.serve_run`, which stores them.
+
+    Why: a capacity search runs for minutes, one measured level after another; each finished level is
+    a measurement (its requests, its verdict) and an interruption must not lose it. The level in flight
+    is not among them: it raised before it was appended.
+    """
+    if rec.levels:
+        rec.status = "interrupted"
+        exc.partial = rec  # type: ignore[attr-defined]
+
+
 def has_tables(store: Store) -> bool:
     """Whether the store holds serving data (every store has the tables; some have rows)."""
     return store.count(SERVE_RUNS) > 0 or store.count(CAPACITY) > 0

@@ -23,7 +23,7 @@ from deepgap.drive.handle import WorkerLost
 from deepgap.drive.prelude import prelude_fields
 from deepgap.measure.accuracy.dataset import serve_options
 from deepgap.serving.records.details import CapacityDetails, CapacityProbe, CurveDetails, LevelDetails
-from deepgap.serving.records.storage import LevelRow, ServeRecord
+from deepgap.serving.records.storage import LevelRow, ServeRecord, keep_partial
 from deepgap.serving.run.process import ServingWorker, SetupFailed, SetupReply, SetupRequest
 from deepgap.serving.run.spec import ServeSpec
 from deepgap.serving.run.text_spec import TextLoad, length_curves, text_load, text_service
@@ -326,18 +326,6 @@ def one_model_run(
     finally:
         worker.stop()
     return rec, out
-
-
-def keep_partial(exc: KeyboardInterrupt, rec: ServeRecord) -> None:
-    """Hand the levels finished before a stop (Ctrl-C, SIGTERM) to `serve_run`, which stores them.
-
-    Why: a capacity search runs for minutes, one measured level after another; each finished level is
-    a measurement (its requests, its verdict) and an interruption must not lose it. The level in flight
-    is not among them: it raised before it was appended.
-    """
-    if rec.levels:
-        rec.status = "interrupted"
-        exc.partial = rec  # type: ignore[attr-defined]
 
 
 def simulated_rows(

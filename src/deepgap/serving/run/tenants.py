@@ -27,12 +27,11 @@ from deepgap.core.records import Status
 from deepgap.core.stats import P99_MIN_N
 from deepgap.drive.handle import WorkerLost
 from deepgap.serving.capacity.search import LoadSettings, find_capacity, sim_probe
-from deepgap.serving.records.storage import ServeRecord
+from deepgap.serving.records.storage import ServeRecord, keep_partial
 from deepgap.serving.run.process import LevelRequest, ServingWorker, SetupFailed, SetupRequest
 from deepgap.serving.run.rows import (
     ServeOutcome,
     curve_rows,
-    keep_partial,
     level_row,
     run_spec,
     service_of,
