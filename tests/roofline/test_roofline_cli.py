@@ -135,6 +135,33 @@ def test_bad_input_exits_2_and_writes_nothing(tmp_path, capsys):
     assert "deepgap: error:" in capsys.readouterr().err
 
 
+def test_a_trace_folder_that_cannot_be_made_is_refused_before_measuring(tmp_path, capsys):
+    """``--trace-dir afile/x`` failed in the worker after the profile's measurement, stored an error row
+    and exited 0 (session 33): it is bad input, refused before anything is written."""
+    (tmp_path / "afile").write_text("")
+    path = tmp_path / "p.sqlite"
+    argv = ["profile", "--model", "tinycnn", "--device", "cpu", "--store", str(path), "--trace-dir"]
+    assert main([*argv, str(tmp_path / "afile" / "x")]) == 2
+    assert main([*argv, str(tmp_path / "afile")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert (
+        len(err) == 2 and "afile is a file; pass a writable folder" in err[0] and "is a file, not a" in err[1]
+    )
+    assert sorted(os.listdir(tmp_path)) == ["afile"]
+
+
+def test_peaks_that_measured_nothing_exit_1_and_keep_their_rows(tmp_path, capsys):
+    """Every asked ceiling unavailable here (fp8 on a CPU): stored with its reason, and exit 1, not 0."""
+    path = str(tmp_path / "p.sqlite")
+    assert main(["peaks", "--device", "cpu", "--only", "fp8", "--quiet", "--store", path]) == 1
+    assert capsys.readouterr().err.splitlines()[-1].startswith("deepgap: no ceiling was measured (1 skipped)")
+    s = Store(path, readonly=True)
+    try:
+        assert list(storage.peaks_frame(s)["status"]) == ["skipped"]
+    finally:
+        s.close()
+
+
 def test_figures_and_tables_render_from_the_store(store_path, tmp_path):
     s = Store(store_path, readonly=True)
     try:

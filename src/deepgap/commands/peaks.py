@@ -51,10 +51,13 @@ def main(args: argparse.Namespace) -> int:
         command=" ".join(["deepgap", *sys.argv[1:]]),
         log=(lambda m: None) if session.quiet else (lambda m: print(f"deepgap: {m}", file=sys.stderr)),
     )
+    from deepgap.commands.outcome import measured_or_1
+
+    statuses = [p.status for p in run.peaks]
     if args.json:
         print(peaks_json(run))
-        return 0
+        return measured_or_1(statuses, "ceiling", "the JSON above gives each reason")
     console().print(peaks_table(run))
     if run.run_id:
         print(f"stored as run {run.run_id} in {run.store_path}")
-    return 0
+    return measured_or_1(statuses, "ceiling", "the table above gives each reason")

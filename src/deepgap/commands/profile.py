@@ -82,4 +82,6 @@ def main(args: argparse.Namespace) -> int:
         log=(lambda m: None) if session.quiet else out.print,
     )
     out.print(profile_summary(run))
-    return 0
+    from deepgap.commands.outcome import measured_or_1
+
+    return measured_or_1([r.status for r in run.results], "profile", "the table above gives each reason")

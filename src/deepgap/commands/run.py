@@ -290,24 +290,11 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
 
 
 def _exit_code(res) -> int:
-    """0 when some configuration was measured; 1, with one line on stderr, when none was.
+    """0 when some configuration was measured; 1, with one line on stderr, when none was (`outcome`)."""
+    from deepgap.commands.outcome import measured_or_1
 
-    Why: a sweep whose every configuration was skipped or failed (``--engines quant`` on a CPU) exited 0,
-    so a script went on to report an empty run. Every row stays stored with its reason.
-    """
-    from collections import Counter
-
-    from deepgap.core.records import Status
-
-    if not res.results or any(r.status == Status.OK for r in res.results):
-        return 0
-    counts = Counter(r.status.value for r in res.results)
-    print(
-        f"deepgap: no configuration was measured ({', '.join(f'{n} {s}' for s, n in sorted(counts.items()))}); "
-        f"`deepgap show {res.store_path} --run {res.run_id}` gives each reason",
-        file=sys.stderr,
-    )
-    return 1
+    where = f"`deepgap show {res.store_path} --run {res.run_id}` gives each reason"
+    return measured_or_1([r.status.value for r in res.results], "configuration", where)
 
 
 def _print_answer(store: str, run_id: str) -> None:

@@ -131,6 +131,10 @@ def validate(
             f"unknown memory format {opts.memory_format!r}", f"choose from {', '.join(MEMORY_FORMATS)}"
         )
     check_path(store)
+    if opts.trace_dir is not None:
+        from deepgap.store.paths import check_folder
+
+        check_folder(opts.trace_dir, "--trace-dir")
     return resolve_device(opts.device), models, precs, modes, batches
 
 

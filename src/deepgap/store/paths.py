@@ -293,6 +293,24 @@ def check_writable(path: str, exists: bool) -> None:
         )
 
 
+def check_folder(path: str, what: str) -> None:
+    """Raise a `UsageError` unless ``path`` is a folder that can be written to, or can be created as one.
+
+    Why before measuring: a file named where a folder goes (``--trace-dir afile/x``) failed only when the
+    first profile tried to write there, after its measurement.
+    """
+    fix = f"pass a writable folder, e.g. {what} traces"
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UsageError(f"{what} {shown(path)} is a file, not a folder", fix)
+    folder = os.path.abspath(path)
+    while not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    if not os.path.isdir(folder):
+        raise UsageError(f"{what} {shown(path)} cannot be created: {shown(folder)} is a file", fix)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UsageError(f"{what} {shown(path)} is not writable (no write access to {shown(folder)})", fix)
+
+
 def check_path(path: str) -> None:
     """Validate a store path for writing without creating anything (bad input must write nothing)."""
     if not str(path).strip():
