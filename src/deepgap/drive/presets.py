@@ -266,6 +266,10 @@ def load_toml(path: str, base: SweepSpec | None = None) -> SweepSpec:
             )
         data = data["sweep"]
     data = dict(data)
+    if "options" in data:
+        from deepgap.drive.options import check_user_options
+
+        check_user_options(data["options"], f"config file {path!r}")
     if "preset" in data:
         if not isinstance(data["preset"], str):
             raise UsageError(
