@@ -83,7 +83,7 @@ class Store(RowDecoder, TableAccess, ResultReads):
         exists = os.path.exists(self.path)
         if readonly and not exists:
             raise StoreError(
-                f"store {self.path} does not exist", "run `deepgap run` first or pass --store PATH"
+                f"store {self.path} does not exist", "run `deepgap run` first, or name an existing store"
             )
         if exists:
             if os.path.isdir(self.path):
