@@ -225,6 +225,33 @@ def test_a_body_that_raises_leaves_the_run_interrupted_and_closes_the_launcher(t
     assert launcher.closed
 
 
+def test_a_stop_just_after_the_run_row_is_made_marks_it_interrupted(monkeypatch, tmp_path):
+    """Ctrl-C between creating the run row and entering the session left the run ``running`` for good
+    (session 33): the session is now entered before the row is made."""
+    path = str(tmp_path / "s.sqlite")
+    real_open = RunSession.open
+
+    def open_then_stop(self, *args, **kwargs):
+        real_open(self, *args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(RunSession, "open", open_then_stop)
+    job = Job(
+        kind="sweep",
+        store=path,
+        command="test",
+        plan=lambda resumed: Plan(
+            _Launcher({"host": "h"}), SweepSpec(**GRID), SweepSpec(**GRID), lambda _: iter(())
+        ),
+        record=record_result,
+    )
+    with pytest.raises(KeyboardInterrupt) as exc:
+        drive(job)
+    runs, _ = _runs(path)
+    assert [r["status"] for r in runs] == ["interrupted"]
+    assert exc.value.nothing_stored is False and exc.value.resumable is True  # the CLI's line offers --resume
+
+
 def test_a_launcher_without_a_fingerprint_opens_the_run_with_the_first_result(tmp_path):
     path = str(tmp_path / "s.sqlite")
 

@@ -139,11 +139,11 @@ def drive(job: Job[T]) -> Driven[T]:
         launcher.start()
         env = launcher.environment()
         out.env = dict(env or {})
-        if plan.run_id is not None:
-            session.resume(plan.run_id)
-        elif env is not None and job.store_results:
-            session.open(plan.spec.to_dict(), job.command, _with_switches(env, set_switches))
-        with session:
+        with session:  # entered before the row is made: a stop just after it still marks the run interrupted
+            if plan.run_id is not None:
+                session.resume(plan.run_id)
+            elif env is not None and job.store_results:
+                session.open(plan.spec.to_dict(), job.command, _with_switches(env, set_switches))
             if plan.prelude and session.run_id is not None:
                 _prelude(session, launcher, plan, job.log)
             n = 0

@@ -70,7 +70,8 @@ class _GraphStep:
     def __init__(self, model, compile_mode: str | None) -> None:
         if not torch.cuda.is_available() or model.embed_tokens.weight.device.type != "cuda":
             raise UsageError(
-                "the cuda-graph decode step needs the model on a CUDA device", "decode on a CPU with --engines eager"
+                "the cuda-graph decode step needs the model on a CUDA device",
+                "decode on a CPU with --engines eager",
             )
         self.model, self.graph, self.cache = model, None, None
         self.pdl: str | None = None  # the kept graph's launch and why (`_kept`), once captured
