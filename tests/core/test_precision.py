@@ -135,7 +135,10 @@ def test_a_new_precision_in_the_table_reaches_every_consumer(fake):
     assert prec.is_quantized("fp6") and "fp6" in prec.quantized_names() and "fp6" not in prec.FLOAT_PRECISIONS
     assert accuracy.threshold("fp6", None) == accuracy.DEFAULT_MIN
     row = {"precision": "fp6", "configuration_a": "x", "accuracy_a": "95.0%"}
-    assert compare_console._conf(row, "_a") == "x\n95.0%"
+    import pandas as pd
+
+    [(_, cell)] = compare_console._accuracy_column(pd.DataFrame([row]), "A accuracy", "_a")
+    assert cell(row) == "95.0%"  # compare's accuracy column, beside the configuration
     curve = Curve({"model": "m", "engine": "e", "precision": "fp6"}, None, "sweep", accuracy="top-1 95%")
     assert curve.label().endswith("(sweep; top-1 95%)")
     assert "quantizing engine" in prec.float_precision_support("fp6", DeviceCaps("cpu", "cpu", "cpu"))

@@ -206,7 +206,9 @@ def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, capsys, argv_fn,
     before_bytes = {n: (tmp_path / n).read_bytes() for n in before if (tmp_path / n).is_file()}
     try:
         code = main(argv)
-    except SystemExit as exc:  # argparse's own errors (an unknown choice, an empty value) exit from the parser
+    except (
+        SystemExit
+    ) as exc:  # argparse's own errors (an unknown choice, an empty value) exit from the parser
         code = exc.code
     assert code == 2
     err = capsys.readouterr().err.strip()

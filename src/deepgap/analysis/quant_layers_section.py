@@ -75,12 +75,15 @@ def roofline_figure(frame: pd.DataFrame):
     import numpy as np
 
     from deepgap.render.draw import panel_legend, plain_ticks, subplots_grid
+    from deepgap.render.style import platform_names
 
     largest = frame.groupby(["device_name", "model", "precision"])["batch_size"].transform("max")
     top = frame[frame["batch_size"] == largest]
     groups = list(top.groupby(CONFIG_KEYS, sort=True))[:MAX_PANELS]
+    # each panel names its GPU (a two-GPU store has a panel of each): H200, or full names where short ones clash
+    short = platform_names(top.rename(columns={"device_name": "platform"}))
     fig, axes = subplots_grid(len(groups))
-    for ax, ((_device, model, precision, bs), g) in zip(axes, groups, strict=False):
+    for ax, ((device, model, precision, bs), g) in zip(axes, groups, strict=False):
         kinds = (("q", "tab:blue", precision), ("fp16", "tab:orange", "fp16 (stem, head)"))
         for mode, colour, label in kinds:
             m = g[g["mode"] == mode]
@@ -112,7 +115,7 @@ def roofline_figure(frame: pd.DataFrame):
         plain_ticks(ax, axis="y")
         ax.set_xlabel("ops per byte (fewest bytes)")
         ax.set_ylabel("TOPS")
-        ax.set_title(f"{model} {precision} batch {bs}", fontsize=9)
+        ax.set_title(f"{short.get(str(device), device)} · {model} {precision} batch {bs}", fontsize=9)
         panel_legend(ax)
     for ax in axes[len(groups) :]:
         ax.set_visible(False)
@@ -130,9 +133,9 @@ def build(ctx: ReportContext) -> Parts:
     top = top.sort_values(CONFIG_KEYS + ["headroom_s"], ascending=[True] * len(CONFIG_KEYS) + [False])
     name, title = "fig_quant_layers_roofline", "The quant engine's layers on their roofline"
     caption = (
-        "Every layer of each quant configuration at its largest batch: achieved TOPS against "
-        "arithmetic intensity (fewest bytes), marker area by its share of the time; dashed, the roof "
-        "of the 8-bit precision and of fp16 (the stem, the head, layers kept in fp16)."
+        "Every layer of each quant configuration (a panel per device, model, precision and its largest "
+        "batch): achieved TOPS against arithmetic intensity (fewest bytes), marker area by its share of the "
+        "time; dashed, the roof of the 8-bit precision and of fp16 (the stem, the head, layers kept in fp16)."
     )
     fig = drawn_figure(name, title, caption, lambda: roofline_figure(frame))
     return Parts({"quant_layers_summary": summ, "quant_layers": top}, [fig])

@@ -86,18 +86,7 @@ def print_pairs(label_a: str, label_b: str, matched, best, units: Units = IMAGE)
         "95% bootstrap CI of the ratio over pooled per-iteration latencies"
     )
     if len(best):
-        console.print(
-            _pair_table(
-                "each side at its best batch (best vs best where the batches differ: both shown)",
-                best,
-                [
-                    ("A configuration", lambda r: _conf(r, "_a")),
-                    (f"A {units.short}", lambda r: fmt_ips(r["throughput_ips_a"])),
-                    ("B configuration", lambda r: _conf(r, "_b")),
-                    (f"B {units.short}", lambda r: fmt_ips(r["throughput_ips_b"])),
-                ],
-            )
-        )
+        console.print(best_table(best, units))
         top = (
             best[~best["flagged"]].sort_values("speedup").tail(1)
             if (~best["flagged"]).any()
@@ -131,6 +120,24 @@ def print_pairs(label_a: str, label_b: str, matched, best, units: Units = IMAGE)
         console.print("no model, engine and precision in common between A and B: nothing to compare")
 
 
+def best_table(best, units: Units = IMAGE):
+    """The best-batch pairs: each side's configuration (its name only), its accuracy apart, its rate."""
+    from deepgap.render.formatting import fmt_ips
+
+    return _pair_table(
+        "each side at its best batch (best vs best where the batches differ: both shown)",
+        best,
+        [
+            ("A configuration", lambda r: str(r["configuration_a"])),
+            *_accuracy_column(best, "A accuracy (8-bit rows)", "_a"),
+            (f"A {units.short}", lambda r: fmt_ips(r["throughput_ips_a"])),
+            ("B configuration", lambda r: str(r["configuration_b"])),
+            *_accuracy_column(best, "B accuracy (8-bit rows)", "_b"),
+            (f"B {units.short}", lambda r: fmt_ips(r["throughput_ips_b"])),
+        ],
+    )
+
+
 def _size_columns(units: Units) -> list[tuple[str, Callable[[dict], str]]]:
     """The matched table's format column; a view with text rows: their sequence length, and no "nchw".
 
@@ -149,7 +156,6 @@ def print_paper(label: str, table, paper) -> None:
     from rich.table import Table
 
     from deepgap.analysis.reference import PAPER_SOURCE
-    from deepgap.render.formatting import fmt_ci, fmt_ips, fmt_x
 
     console = Console(width=None if Console().is_terminal else 220)
     console.print(f"A = {label}\npaper = {PAPER_SOURCE} (published peaks; no samples, so the CI is A's only)")
@@ -182,11 +188,22 @@ def print_paper(label: str, table, paper) -> None:
             r["precision_mapping"],
         )
     console.print(m)
+    console.print(paper_table(table))
+
+
+def paper_table(table):
+    """Your peaks beside the paper's rows: your configuration (its name only), its accuracy apart, the ratio."""
+    from rich.table import Table
+
+    from deepgap.render.formatting import fmt_ci, fmt_ips, fmt_x
+
+    accuracy = _accuracy_column(table, "your accuracy (8-bit rows)", "")
     t = Table(
         "model",
         "prec",
         "paper prec",
         "your configuration",
+        *(head for head, _ in accuracy),
         "your img/s",
         "paper platform",
         "paper engine",
@@ -202,7 +219,8 @@ def print_paper(label: str, table, paper) -> None:
             r["model"],
             r["precision"],
             r["paper_precision"],
-            _conf(r, ""),
+            str(r["configuration"]),
+            *(cell(r) for _, cell in accuracy),
             fmt_ips(r["throughput_ips"]),
             r["paper_platform"],
             r["paper_engine"],
@@ -213,7 +231,7 @@ def print_paper(label: str, table, paper) -> None:
             fmt_ci(r["ratio_ci_low"], r["ratio_ci_high"], fmt_x),
             _flags(r),
         )
-    console.print(t)
+    return t
 
 
 def resident_lines(sides: list[tuple[str, Any]]) -> list[str]:
@@ -243,12 +261,16 @@ def resident_lines(sides: list[tuple[str, Any]]) -> list[str]:
     return [line for lines in by_kind.values() for line in lines]
 
 
-def _conf(r: dict, side: str) -> str:
-    """A side's configuration; a quantized one (int8, fp8) with its accuracy against fp32 beneath."""
-    text = str(r[f"configuration{side}"])
-    if is_quantized(r.get("precision")) and r.get(f"accuracy{side}"):
-        text += f"\n{r[f'accuracy{side}']}"
-    return text
+def _accuracy_column(frame, header: str, side: str) -> list[tuple[str, Callable[[dict], str]]]:
+    """A side's accuracy against fp32 as a column of its own, where ``frame`` holds a quantized (int8, fp8) row.
+
+    Why apart: the configuration column names the configuration only (model, engine, precision, batch …);
+    the accuracy text once sat inside a quantized row's configuration cell, read as part of its name.
+    """
+    col = f"accuracy{side}"
+    if not len(frame) or col not in frame or not any(is_quantized(p) for p in frame["precision"]):
+        return []
+    return [(header, lambda r: str(r.get(col) or "") if is_quantized(r.get("precision")) else "")]
 
 
 def print_decode_pairs(matched, best) -> None:

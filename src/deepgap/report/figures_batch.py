@@ -34,7 +34,7 @@ from deepgap.render.style import (
     platform_names,
     thread_list,
 )
-from deepgap.render.units import of_frame
+from deepgap.render.units import of_frame, seq_len_of
 
 
 def _per_panel(
@@ -220,11 +220,46 @@ def speedup_vs_fp32(sp: pd.DataFrame) -> Figure:
         "fig11_speedup_vs_fp32",
         "Speedup over FP32 (fig. 11)",
         "Throughput of each precision over FP32 of the same engine (eager FP32 when the engine has "
-        "none) at the same platform, batch, memory format and threads.",
+        "none) at the same platform, batch and threads, in the same memory format where FP32 was measured "
+        "in it (else the fastest eager FP32 format). " + memory_formats_caption(sp),
         "× FP32",
         draw,
         why="unavailable: no precision measured beside FP32 at the same batch",
     )
+
+
+FORMAT_LINE = {"nchw": "solid", "channels_last": "dashed"}  # `render.style.dash`: any other format dotted
+
+
+def memory_formats_caption(sp: pd.DataFrame) -> str:
+    """Fig. 11's words on memory formats: which it plots, and which rows divide by FP32 in another one.
+
+    Why: the figure's rows may mix formats (the default GPU grid: quant int8/fp8 in channels_last beside
+    eager fp16 in NCHW) and a row's FP32 may be of another format than its own; the caption said neither.
+    """
+    if "seq_len" in sp:  # a text model has no memory format: its rows are left out of these words
+        sp = sp[[not seq_len_of(v) for v in sp["seq_len"]]]
+    if sp.empty or "memory_format" not in sp:
+        return ""
+    fmts = sorted(map(str, sp["memory_format"].unique()))
+    named = " and ".join(f"{f} ({FORMAT_LINE.get(f, 'dotted')})" for f in fmts)
+    text = f"Memory format{'s' if len(fmts) > 1 else ''} plotted: {named}."
+    if "baseline_memory_format" not in sp:
+        return text
+    across = sp[sp["memory_format"].astype(str) != sp["baseline_memory_format"].astype(str)]
+    other: dict[tuple[str, ...], list[str]] = {}  # (engine, format, FP32's engine, its format) → precisions
+    for r in across.to_dict("records"):
+        key = tuple(
+            str(r[c]) for c in ("engine", "memory_format", "baseline_engine", "baseline_memory_format")
+        )
+        if str(r["precision"]) not in other.setdefault(key, []):
+            other[key].append(str(r["precision"]))
+    if not other:
+        return text + " Each row is over FP32 in its own format."
+    pairs = "; ".join(
+        f"{e} {', '.join(p)} in {f} over {be} FP32 in {bf}" for (e, f, be, bf), p in other.items()
+    )
+    return text + f" Over FP32 in another format (none measured in their own): {pairs}."
 
 
 def energy_vs_batch(

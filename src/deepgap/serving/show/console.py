@@ -28,30 +28,33 @@ def print_serving(store, console, run_ids: list[str] | None) -> None:
         (
             without_llm(tables.levels(store, run_ids)),
             "serving: {n} load level{s} (sim = the simulator on the same arrivals; a tail is a p99 only where "
-            "n ≥ 368, else the max of n)",
+            "n ≥ 368, else the max of n{served})",
             LEVELS,
         ),
         (
             tables.text_levels(store, run_ids),
-            "serving text models: {n} level{s} (a request is a sequence; tokens counted apart from padding)",
+            "serving text models: {n} level{s} (a request is a sequence; tokens counted apart from padding"
+            "{served})",
             TEXT,
         ),
         (
             llm_levels(store, run_ids),
-            "serving decoders: {n} level{s} (a tail is a p99 only where n ≥ 368)",
+            "serving decoders: {n} level{s} (a tail is a p99 only where n ≥ 368{served})",
             LLM,
         ),
         (tables.capacity(store, run_ids), "serving capacity (measured beside simulated)", CAPACITY),
         (
             tables.interference(store, run_ids),
-            "tenants: interference (same arrivals in every phase)",
+            "tenants: interference (same arrivals in every phase{served})",
             INTERFERENCE,
         ),
     ):
         if len(frame):
-            console.print(
-                _table(frame, title.format(n=len(frame), s="" if len(frame) == 1 else "s"), columns)
-            )
+            # what "served" is, where a level had an offered rate to set it against (not an offline run's)
+            offered = [c for c in ("target_qps", "offered_qps") if c in frame and frame[c].notna().any()]
+            served = f"; {tables.SERVED_NOTE}" if offered else ""
+            title = title.format(n=len(frame), s="" if len(frame) == 1 else "s", served=served)
+            console.print(_table(frame, title, columns))
     for run_id in tables.stopped_runs(store, run_ids):
         console.print(
             f"serve run {run_id[-6:]} was stopped before it finished: its levels are those measured before the "
@@ -96,7 +99,7 @@ LEVELS: list[Column] = [
     ("kind", _kind),
     ("batch/delay", lambda r: r["policy"]),
     ("offered q/s", lambda r: _num(r["target_qps"])),
-    ("served q/s", lambda r: _num(r["achieved_qps"]) if _ok(r) else r["status"]),
+    ("served q/s", lambda r: tables.served_cell(r, _num) if _ok(r) else r["status"]),
     ("n", lambda r: _num(r["n"], ".0f")),
     ("p90 ms", lambda r: _ms(r["latency_p90_s"])),
     ("tail ms", tables.tail_text),  # a p99 where n ≥ 368, else the max of n, named
@@ -114,7 +117,7 @@ TEXT: list[Column] = [
     ("lengths", lambda r: r["seq_len_dist"] or ""),
     ("padding", lambda r: r["padding"] or ""),
     ("offered seq/s", lambda r: _num(r["target_qps"])),
-    ("served seq/s", lambda r: _num(r["achieved_qps"])),
+    ("served seq/s", lambda r: tables.served_cell(r, _num)),
     ("useful tokens/s", lambda r: _num(r["useful_tokens_per_s"], ",.0f")),
     ("padded tokens/s", lambda r: _num(r["padded_tokens_per_s"], ",.0f")),
     (
@@ -148,7 +151,7 @@ INTERFERENCE: list[Column] = [
     ("tenant", lambda r: r["tenant"]),
     ("phase", lambda r: r["phase"]),
     ("offered q/s", lambda r: _num(r["offered_qps"])),
-    ("served q/s", lambda r: _num(r["achieved_qps"])),
+    ("served q/s", lambda r: tables.served_cell(r, _num, "offered_qps")),
     ("tail ms", tables.tail_text),
     ("p99 × alone", lambda r: _num(r["p99_over_alone"], ".2f")),
     ("served × alone", lambda r: _num(r["qps_over_alone"], ".3f")),

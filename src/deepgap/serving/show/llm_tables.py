@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from deepgap.serving.records.details import LlmLevel
+from deepgap.serving.show.tables import SERVED_NOTE, served_cell
 
 if TYPE_CHECKING:
     from deepgap.store import Store
@@ -81,7 +82,7 @@ COLUMNS: list[tuple[str, Any]] = [
     ("slots", lambda r: str(r["slots"])),
     ("lengths", lambda r: f"in {r['input_len_dist']}, out {r['output_len_dist']}"),
     ("offered q/s", lambda r: _num(r["target_qps"])),
-    ("served q/s", lambda r: _num(r["achieved_qps"])),
+    ("served q/s", lambda r: served_cell(r, _num)),
     ("output tokens/s", _tokens),
     ("sim output tokens/s", lambda r: _num(r["predicted_output_tokens_per_s"])),
     ("TTFT p50 ms", lambda r: _ms(r["ttft_p50_s"])),
@@ -93,7 +94,7 @@ COLUMNS: list[tuple[str, Any]] = [
 ]
 TITLE = (
     "Serving decoders — continuous batching; a query is a request of its own prompt and output lengths; "
-    "a tail is a p99 only where n ≥ 368, else the max of n"
+    "a tail is a p99 only where n ≥ 368, else the max of n; " + SERVED_NOTE
 )
 
 

@@ -5,6 +5,7 @@ Only reading and arranging: every number comes from the store's serving tables.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -52,6 +53,37 @@ def tail_text(r: dict, digits: int = 3) -> str:
     return f"{float(v) * 1e3:.{digits}f} ({Tail(float(v), r['latency_tail_kind'], int(n)).name()})"
 
 
+SERVED_SIGMAS = 3.0  # how far above its offered rate a level's served rate may lie before it is marked
+SERVED_MARK = " (> offered)"
+SERVED_NOTE = (
+    "served = n ÷ (first arrival → last result): within the Poisson noise of n arrivals (about 1/√n) it may "
+    f"exceed the offered rate; '{SERVED_MARK.strip()}' marks a level above it by more than {SERVED_SIGMAS:g}/√n"
+)
+
+
+def served_above_offered(served: float | None, offered: float | None, n: float | None) -> bool:
+    """Whether a level served faster than it was offered by more than the Poisson noise of its n arrivals.
+
+    Why: a short probe's served rate can exceed its offered one and be true: its n arrivals span n − 1 gaps
+    (a relative spread of 1/√(n − 1) about (n − 1)/rate) and its last results come back soon after. Beyond
+    ``SERVED_SIGMAS`` of that spread (and the n/(n − 1) of counting n requests over n − 1 gaps) it is no
+    longer that noise, and is marked, never shown plainly.
+    """
+    try:
+        s, o, k = float(served), float(offered), float(n)  # None or pd.NA: nothing to judge
+    except (TypeError, ValueError):
+        return False
+    if not (o > 0 and k >= 2):  # NaN fails both
+        return False
+    return s > o * k / (k - 1) * (1 + SERVED_SIGMAS / math.sqrt(k - 1))
+
+
+def served_cell(r: dict, fmt, offered: str = "target_qps") -> str:
+    """A level's served rate as ``fmt`` writes it, with `SERVED_MARK` where `served_above_offered`."""
+    mark = served_above_offered(r.get("achieved_qps"), r.get(offered), r.get("n"))
+    return fmt(r.get("achieved_qps")) + (SERVED_MARK if mark else "")
+
+
 def sim_p99(r: dict) -> float | None:
     """The simulator's p99 of a level where its n supports a p99 (the measured side's), else None."""
     return r.get("predicted_p99_s") if r.get("p99_supported") else None
@@ -75,6 +107,10 @@ def levels(store: Store, run_ids: list[str] | None = None) -> pd.DataFrame:
             df["p99_supported"]
         )
         df["qps_measured_over_predicted"] = df["achieved_qps"] / df["predicted_qps"]
+    df["served_above_offered"] = [
+        served_above_offered(a, o, n)
+        for a, o, n in zip(df["achieved_qps"], df["target_qps"], df["n"], strict=True)
+    ]
     for col in TEXT_COLUMNS:  # a text model's level (`LevelDetails`); NaN for images
         df[col] = [getattr(d, col, None) if d is not None else None for d in df["extra"]]
         if col not in ("seq_len_dist", "padding"):
