@@ -57,6 +57,7 @@ def printable(text: str) -> str:
 
 
 _LABELS = {"output": "-o", "store": "store", "sides": "input", "stores": "input"}
+_STORE_WRITES = {"store", "recover"}  # outputs that are stores (`check --recover` refuses any existing file)
 
 
 def check_paths(args: argparse.Namespace) -> None:
@@ -64,7 +65,7 @@ def check_paths(args: argparse.Namespace) -> None:
 
     A command module names the flags it reads (``READS``) and writes (``WRITES``) by their ``dest``.
     """
-    from deepgap.store.paths import check_outputs
+    from deepgap.store.paths import check_not_a_store, check_outputs
 
     def label(dest: str) -> str:
         return _LABELS.get(dest, "--" + dest.replace("_", "-"))
@@ -73,6 +74,7 @@ def check_paths(args: argparse.Namespace) -> None:
     named = {label(d): getattr(args, d, None) for d in (*reads, *writes)}
     named = {k: v for k, v in named.items() if isinstance(v, (str, list, tuple))}
     check_outputs(named, {label(d) for d in writes})
+    check_not_a_store({label(d): getattr(args, d, None) for d in writes if d not in _STORE_WRITES})
 
 
 def build_parser() -> argparse.ArgumentParser:

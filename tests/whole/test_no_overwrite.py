@@ -54,6 +54,22 @@ def test_output_onto_an_input_is_refused(store, via, cmd):
     assert not os.path.exists(os.path.join(folder, "r.html"))
 
 
+@pytest.mark.parametrize("cmd", sorted(set(COMMANDS) - {"check-recover"}))
+def test_an_output_onto_another_store_is_refused(store, cmd):
+    """Session 33: ``export a -o b.sqlite`` (and report, its screenshot, compare, ``run --report``) replaced
+    another store, not an input of the command, by CSV or HTML and exited 0."""
+    folder = os.path.dirname(store)
+    other = os.path.join(folder, "other.sqlite")
+    shutil.copyfile(store, other)
+    before = Path(other).read_bytes()
+    source = os.path.join(folder, "new.sqlite") if cmd == "run-report" else store
+    r = deepgap_cli(*[a.format(s=source, o=other, d=folder) for a in COMMANDS[cmd]])
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "is an SQLite store: writing the" in r.stderr and "would replace its measurements" in r.stderr
+    assert Path(other).read_bytes() == before
+    assert not os.path.exists(os.path.join(folder, "r.html")) and not os.path.exists(source + "-journal")
+
+
 def test_output_onto_a_stores_log_is_refused(store):
     wal = store + "-wal"
     with open(wal, "wb") as fh:  # stands for a killed run's log: its newest rows

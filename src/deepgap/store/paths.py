@@ -244,6 +244,21 @@ def check_outputs(named: dict[str, tuple[str, ...] | list[str] | str | None], wr
                     )
 
 
+def check_not_a_store(named: dict[str, str | None], what: str = "output") -> None:
+    """A `UsageError` when a non-store output (``-o``, ``--report``, ``--screenshot``) names an existing SQLite store.
+
+    Why: ``export a.sqlite -o b.sqlite``, ``report … -o b.sqlite`` and ``run … --report b.sqlite`` replaced
+    another store, whole, by CSV or HTML text and exited 0; only an output that was the input itself was
+    refused. A store is never an output's target unless the command writes stores (``--store``, ``merge -o``).
+    """
+    for flag, path in named.items():
+        if isinstance(path, str) and path != STDOUT and _is_sqlite(path):
+            raise UsageError(
+                f"{flag} {shown(path)} is an SQLite store: writing the {what} there would replace its measurements",
+                f"pass another {flag} path",
+            )
+
+
 OWNED = ".deepgap-owned"  # the marker deepgap writes into each folder it makes (a report's _files/)
 
 
