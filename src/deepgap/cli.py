@@ -30,13 +30,17 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"deepgap: error: {message}; see `{self.prog} --help`\n")
 
     def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
-        """An empty flag value (``--resume ''``, ``--trace-dir ''``, ``-o ''``) is refused, whatever its type.
+        """An empty flag value is refused, whatever its type: ``--resume ''``, ``-o ''``, ``--platforms ,``.
 
         Why here: a flag typed as text takes ``''`` as given, and each command read it its own way
         (``--resume ''`` started a new sweep; ``--trace-dir ''`` wrote into the current folder; ``report
         -o ''`` called the empty name a directory). ``--store`` keeps its own message, shared with positional stores.
         """
-        if action.option_strings and action.dest not in _OWN_EMPTY_CHECK and not arg_string.strip():
+        if (
+            action.option_strings
+            and action.dest not in _OWN_EMPTY_CHECK
+            and not arg_string.replace(",", "").strip()
+        ):
             fix = "give it a value" if action.required else "give it a value or leave the flag out"
             raise argparse.ArgumentError(None, f"{'/'.join(action.option_strings)} is empty; {fix}")
         return super()._get_value(action, arg_string)

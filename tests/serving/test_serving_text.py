@@ -50,6 +50,7 @@ def test_length_distributions_parse_draw_seeded_and_refuse_bad_specs():
         ("32:0,64", "a weight must be a positive number, got '0'"),
         ("32:x,64", "a weight must be a positive number, got 'x'"),
         ("32,32", "twice"),
+        ("32:1e308,64:1e308", "the weights add up past any number"),  # a traceback in the draw, once
     ):
         with pytest.raises(UsageError, match=needle):
             parse_seq_len_dist(bad, 128, 512)

@@ -73,7 +73,7 @@ CASES = [
     (
         "empty batch list",
         lambda t: BASE[:3] + ["--batch-sizes", ",", "--store", _store(t)],
-        "batch_sizes is empty",
+        "--batch-sizes is empty",
     ),
     (
         "zero batch",
@@ -190,6 +190,11 @@ CASES = [
         "empty merge -o",
         lambda t: ["merge", _store(t), _store(t), "-o", ""],
         "-o/--output is empty; give it a value",
+    ),
+    (
+        "a list of nothing",
+        lambda t: BASE + ["--precisions", " , ", "--store", _store(t)],
+        "--precisions is empty",
     ),
     (
         "empty --trace-dir",

@@ -155,10 +155,16 @@ def write_frame(df, path: str, fmt: str) -> None:
         os.unlink(tmp)
         if isinstance(exc, OSError):
             raise UsageError(
-                f"cannot write {path}: {exc.strerror or exc}; nothing was written",
-                "free disk space or pass another -o path",
+                f"cannot write {path}: {exc.strerror or exc}; nothing was written", write_fix(exc)
             ) from None
         raise
+
+
+def write_fix(exc: OSError) -> str:
+    """The fix for an output that could not be written: disk space only where the disk was full."""
+    import errno
+
+    return "free disk space or pass another -o path" if exc.errno == errno.ENOSPC else "pass another -o path"
 
 
 def output_format(path: str, flag: str | None) -> str:

@@ -148,6 +148,7 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     e_start = e_prev = None
     total_j = 0.0
     live = None
+    stopped: KeyboardInterrupt | None = None
     try:
         if plain:
             print(f"# {backend.name}: {title}")
@@ -176,8 +177,11 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
             n += 1
             if count == 0 or n < count:
                 time.sleep(interval)
-    except KeyboardInterrupt:
-        pass
+    except KeyboardInterrupt as exc:
+        # Ctrl-C is how an open-ended monitor (--count 0) ends: success. A stop before --count samples,
+        # or by SIGTERM/SIGHUP (`cli.Terminated`), is the CLI's 128 + the signal, after the cleanup below.
+        if count or getattr(exc, "exit_code", 130) != 130:
+            stopped = exc
     finally:
         if live is not None:
             live.stop()
@@ -185,6 +189,8 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     for k, why in sorted(backend.unavailable.items()):
         if not k.startswith("setting:"):
             print(f"# {k}: {why}", file=sys.stderr)
+    if stopped is not None:
+        raise stopped
     return 0
 
 

@@ -55,6 +55,7 @@ def write_report(
     and the host's name identify one machine (issue 35). A disk that fills up while the page and
     its files are written is one line, and the report's temporary folder is removed.
     """
+    from deepgap.commands.export import write_fix
     from deepgap.report.page import write_report as _write
     from deepgap.store import guard
 
@@ -64,8 +65,7 @@ def write_report(
         return _write(store_path, html_path, run_ids=run_ids, static=static)
     except OSError as exc:
         raise UsageError(
-            f"cannot write {html_path}: {exc.strerror or exc}; nothing was written",
-            "free disk space or pass another -o path",
+            f"cannot write {html_path}: {exc.strerror or exc}; nothing was written", write_fix(exc)
         ) from None
     finally:
         guard.READ["redact"] = before
@@ -90,7 +90,7 @@ def main(args: argparse.Namespace) -> int:  # noqa: D103
     size = _size(args.size)
     check_output(args.output, interactive=not args.static)  # plotly missing: exit 2 now, not a static page
     if args.screenshot:
-        check_output(args.screenshot, interactive=False)
+        check_output(args.screenshot, interactive=False, flag="--screenshot")
         if find_chromium() is None:
             raise UsageError(
                 "--screenshot needs Chromium, which is not installed", "apt-get install chromium"

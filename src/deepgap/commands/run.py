@@ -236,7 +236,7 @@ def _check_store_beside(report: str, store: str | None) -> None:
     import os
 
     from deepgap.core.errors import UsageError
-    from deepgap.report.page import files_dir_name
+    from deepgap.report.output_path import files_dir_name
 
     folder = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(report)), files_dir_name(report)))
     if store and os.path.realpath(store).startswith(folder + os.sep):
@@ -249,7 +249,7 @@ def _check_store_beside(report: str, store: str | None) -> None:
 def main(args: argparse.Namespace) -> int:  # noqa: D103
     spec = build_spec(args)
     if args.report:  # an unwritable report path must fail before the sweep, not after it
-        from deepgap.report.page import check_output
+        from deepgap.report.output_path import check_output
 
         check_output(args.report)
         _check_store_beside(args.report, args.store)

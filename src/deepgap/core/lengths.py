@@ -7,6 +7,7 @@ the sweep's config (drive), the worker (measure) and serving read one spelling a
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -113,4 +114,8 @@ def _parse_choice(t: str, text: str, flag: str = "--seq-len-dist") -> SeqLenDist
         weights.append(positive_number(w, f"{flag} {text!r}: a weight", f"pass {DIST_EXAMPLE}") if w else 1.0)
     if len(set(lengths)) != len(lengths):
         raise UsageError(f"{flag} {text!r} names a length twice", "name each length once")
+    if not math.isfinite(sum(weights)):  # each weight finite, their sum not (1e308 twice): no probabilities
+        raise UsageError(
+            f"{flag} {text!r}: the weights add up past any number", "pass relative weights, e.g. 32:1,64:3"
+        )
     return SeqLenDist("choice", tuple(lengths), tuple(weights))

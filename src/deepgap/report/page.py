@@ -49,9 +49,10 @@ from deepgap.report import answer_ratios
 from deepgap.report import core as report_core
 from deepgap.report import interactive as fi
 from deepgap.report import sections as report_sections
+from deepgap.report.output_path import check_output, files_dir_name
 from deepgap.report.screenshot import find_chromium, screenshot  # noqa: F401  (re-exported)
 from deepgap.store import Store, guard, reading
-from deepgap.store.paths import check_output_path, check_owned_folder, claim_folder
+from deepgap.store.paths import claim_folder
 
 
 @dataclass
@@ -314,42 +315,6 @@ def _marker_key(rep: Report) -> list[tuple[str, str]]:
     agg = rep.tables.get("configurations")
     engines = sorted(map(str, agg["engine"].unique())) if agg is not None and len(agg) else []
     return [(e, glyph.get(marker(e), "★")) for e in engines]
-
-
-def check_output(html_path: str, interactive: bool = True) -> str:
-    """Absolute output path, or a `UsageError` when it cannot be written (checked before any work).
-
-    ``interactive``: the page will need plotly, so its absence fails here too, before a run or a build.
-    """
-    if interactive:
-        fi.require()
-    check_output_path(html_path, "report", stdout_ok=False)  # never a device, FIFO or /dev path
-    path = os.path.abspath(html_path)
-    if os.path.isdir(path):
-        raise UsageError(f"report path {html_path} is a directory", "pass a file name, e.g. -o report.html")
-    folder = os.path.dirname(path)
-    probe = folder
-    while not os.path.exists(probe):
-        probe = os.path.dirname(probe)
-    if not os.path.isdir(probe) or not os.access(probe, os.W_OK | os.X_OK):
-        raise UsageError(
-            f"cannot write {html_path}: {probe} is not a writable folder", "pass a writable -o path"
-        )
-    try:  # permission bits do not tell about read-only mounts, ACLs or a full disk: create and remove a file
-        fd, tmp = tempfile.mkstemp(dir=probe, prefix=".deepgap-probe-")
-        os.close(fd)
-        os.unlink(tmp)
-    except OSError as exc:
-        raise UsageError(
-            f"cannot write {html_path}: {exc.strerror} in {probe}", "pass a writable -o path"
-        ) from None
-    check_owned_folder(os.path.join(folder, files_dir_name(path)))  # never replace a folder of the user's
-    return path
-
-
-def files_dir_name(html_path: str) -> str:
-    """``report.html`` → ``report_files`` (the folder of PNGs and CSVs beside the page)."""
-    return os.path.splitext(os.path.basename(html_path))[0] + "_files"
 
 
 def write_report(

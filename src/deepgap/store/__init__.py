@@ -137,7 +137,8 @@ class Store(RowDecoder, TableAccess, ResultReads):
                 os.makedirs(parent, exist_ok=True)
             except OSError as exc:
                 raise StoreError(
-                    f"cannot create directory {parent} ({exc.strerror})", "pass a writable --store path"
+                    f"cannot create directory {parent} ({exc.strerror})",
+                    "pass a store path in a folder you can write to",
                 ) from None
 
     def _migrate(self) -> None:

@@ -297,14 +297,17 @@ def check_writable(path: str, exists: bool) -> None:
     """Raise a `StoreError` unless ``path`` (or the nearest existing folder above it) is writable."""
     if exists:
         if not os.access(path, os.W_OK) or not os.access(os.path.dirname(os.path.abspath(path)), os.W_OK):
-            raise StoreError(f"store path {path} is not writable", "pass a writable --store path")
+            raise StoreError(
+                f"store path {path} is not writable", "pass a store path in a folder you can write to"
+            )
         return
     folder = os.path.dirname(os.path.abspath(path))
     while not os.path.exists(folder):
         folder = os.path.dirname(folder)
     if not os.path.isdir(folder) or not os.access(folder, os.W_OK | os.X_OK):
         raise StoreError(
-            f"store path {path} is not writable (no write access to {folder})", "pass a writable --store path"
+            f"store path {path} is not writable (no write access to {folder})",
+            "pass a store path in a folder you can write to",
         )
 
 

@@ -154,6 +154,24 @@ def test_monitor_cpu(capsys):
     assert lines[0].startswith("# cpu:") and len(lines) == 4 and len(lines[2].split()) == 13
 
 
+@pytest.mark.parametrize("count, signal_exit, code", [("0", 130, 0), ("5", 130, 130), ("0", 143, 143)])
+def test_monitor_ends_on_ctrl_c_only_when_open_ended(monkeypatch, capsys, count, signal_exit, code):
+    """Ctrl-C is how ``monitor`` (``--count 0``: until Ctrl-C) ends, so 0; a stop before ``--count`` samples,
+    or any SIGTERM/SIGHUP, is 128 + the signal, as for every command (session 33: all three exited 0)."""
+    import time
+
+    from deepgap.cli import Terminated
+
+    def stop(_s):
+        exc = KeyboardInterrupt() if signal_exit == 130 else Terminated(signal_exit - 128)
+        raise exc
+
+    monkeypatch.setattr(time, "sleep", stop)
+    argv = ["monitor", "--backend", "fake:steady", "--count", count, "--interval", "0.01", "--plain"]
+    assert main(argv) == code
+    assert capsys.readouterr().out.startswith("# fake:")  # the rows before the stop were printed
+
+
 def test_idle_time_zero_skips_the_baseline(tmp_path):
     cfg = tmp_path / "sweep.toml"
     cfg.write_text('[options]\ntelemetry_backend = "fake:throttle"\n')

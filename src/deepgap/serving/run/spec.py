@@ -119,7 +119,10 @@ def parse_tenants(text: str) -> tuple[tuple[str, float | None], ...]:
         if not item:
             continue
         name, _, rate = item.partition(":") if not item.startswith("timm:") else (item, "", "")
-        out.append((name.strip(), parse_rate_qps(rate, "tenants rate") if rate else None))
+        rate_qps = (
+            parse_rate_qps(rate, "tenants rate", "--tenants resnet50:200,resnet18:400") if rate else None
+        )
+        out.append((name.strip(), rate_qps))
     if len(out) < 2:
         raise UsageError(
             f"--tenants {text!r} names {len(out)} model(s)", "name at least two, e.g. resnet50,resnet18"

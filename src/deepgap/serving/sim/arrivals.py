@@ -45,14 +45,15 @@ def parse_duration_s(text: str, flag: str, most_s: float | None = MAX_DURATION_S
     return value
 
 
-def parse_rate_qps(text: str, flag: str = "qps") -> float:
-    """A positive, finite arrival rate in queries per second, or a UsageError."""
-    value = positive_number(text, f"--{flag}", f"pass e.g. --{flag} 200", "a positive rate")
+def parse_rate_qps(text: str, flag: str = "qps", example: str | None = None) -> float:
+    """A positive, finite arrival rate in queries per second, or a UsageError.
+
+    ``example``: the whole flag as it should be written (a tenant's rate sits inside ``--tenants``).
+    """
+    fix = f"pass e.g. {example or f'--{flag} 200'}"
+    value = positive_number(text, f"--{flag}", fix, "a positive rate")
     if not MIN_RATE_QPS <= value <= MAX_RATE_QPS:
-        raise UsageError(
-            f"--{flag} {text!r} is outside {MIN_RATE_QPS:g} to {MAX_RATE_QPS:g} queries/s",
-            f"pass e.g. --{flag} 200",
-        )
+        raise UsageError(f"--{flag} {text!r} is outside {MIN_RATE_QPS:g} to {MAX_RATE_QPS:g} queries/s", fix)
     return value
 
 
