@@ -265,3 +265,11 @@ def test_a_cpu_profile_says_its_op_times_are_the_profiled_steps(tmp_path, capsys
     assert main([*argv, "--device", "cpu", "--store", str(tmp_path / "p.sqlite")]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "op times below are under torch.profiler:" in out and "timed without it" in out, out
+
+
+def test_a_text_models_profile_counts_sequences(tmp_path, capsys):
+    """Session 33: ``profile --model tinybert`` said "img/s", and its 0.017 GFLOP a step read "0.0"."""
+    argv = ["profile", "--model", "tinybert", "--batch-size", "2", "--warmup", "1", "--steps", "2"]
+    assert main([*argv, "--device", "cpu", "--store", str(tmp_path / "p.sqlite")]) == 0
+    out = capsys.readouterr().out
+    assert "seq/s" in out and "img/s" not in out and "0.0 GFLOP" not in out, out

@@ -42,7 +42,7 @@ def print_profile(out: Any, res: ProfileResult, top: int) -> None:
         return
     out.print(
         f"[bold]{s.label()}[/bold] on {s.device}: {res.step_time_median_s * 1e3:.2f} ms/step, "
-        f"{res.throughput_ips:,.0f} img/s, {res.flops_per_step / 1e9:,.1f} GFLOP/step → "
+        f"{res.throughput_ips:,.0f} {_rate_unit([s.model])}, {_gflop(res.flops_per_step)} GFLOP/step → "
         f"{res.achieved_tflops:.3g} TFLOP/s" + _busy(res)
     )
     if res.details.busy_fraction is None and res.kernel_time_per_step_s:  # a CPU: op times, not kernels
@@ -104,7 +104,7 @@ def profile_summary(run: ProfileRun) -> Any:
         "precision",
         "batch",
         "ms/step",
-        "img/s",
+        _rate_unit([r.spec.model for r in run.results]),
         "GFLOP/step",
         "TFLOP/s",
         "busy %",
@@ -125,7 +125,7 @@ def profile_summary(run: ProfileRun) -> Any:
             str(s.batch_size),
             f"{r.step_time_median_s * 1e3:.2f}",
             f"{r.throughput_ips:,.0f}",
-            f"{r.flops_per_step / 1e9:,.1f}",
+            _gflop(r.flops_per_step),
             f"{r.achieved_tflops:.3g}",
             "" if r.details.busy_fraction is None else f"{100 * r.details.busy_fraction:.0f}",
             (r.ncu or {}).get("status", "not asked"),
@@ -176,3 +176,19 @@ def peaks_table(run: PeaksRun) -> Any:
         )
         t.add_row(p.name, val, p.unit, f"{s:,.1f}" if s else "—", pct, how)
     return t
+
+
+def _rate_unit(models: list[str]) -> str:
+    """Items a second as the models count them: seq/s for text models, img/s for images, samples/s for both.
+
+    Why: a text model's profile said "img/s" (`deepgap.render.units` words every other view so).
+    """
+    from deepgap.measure.models.inputs import is_text
+    from deepgap.render.units import of_seq_lens
+
+    return of_seq_lens([1 if is_text(m) else None for m in models]).short
+
+
+def _gflop(flops: float) -> str:
+    """GFLOP a step to three significant figures: a tiny model's 0.03 GFLOP printed as "0.0"."""
+    return f"{flops / 1e9:,.3g}" if flops < 1e12 else f"{flops / 1e9:,.0f}"

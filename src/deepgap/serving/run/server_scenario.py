@@ -239,6 +239,15 @@ def _report_capacity(
         c.out.summary.update(
             engine_ips=engine[0], engine_batch=engine[1], capacity_vs_engine=best.capacity_qps / engine[0]
         )
+    if (
+        best.capacity_qps <= 0
+    ):  # no probe passed: there is no capacity to state, and no ratio to the prediction
+        why = _no_capacity(best)
+        c.out.summary.update(capacity_qps=0.0, capacity_note=why)  # as where no batch fits the SLO
+        c.out.lines.append(
+            f"server capacity at p99 ≤ {load.slo_s * 1e3:g} ms: none found with {best.policy.label()}: {why}"
+        )
+        return
     c.out.lines.append(
         f"server capacity at p99 ≤ {load.slo_s * 1e3:g} ms: {best.capacity_qps:,.1f} queries/s with "
         f"{best.policy.label()} (simulator predicted {pred:,.1f}; measured/predicted "
@@ -253,3 +262,19 @@ def _report_capacity(
             f"server capacity / the engine alone ({engine[0]:,.1f} {rate_unit(c)} at batch {engine[1]}, "
             f"device-resident inputs): {best.capacity_qps / engine[0]:.3f}"
         )
+
+
+def _no_capacity(best: CapacityResult) -> str:
+    """Why a real search passed at no rate: its probes were too small for a verdict, or each one failed.
+
+    Why said: the line read "0.0 queries/s … measured/predicted nan" when a query cap (``--max-queries``)
+    left every probe without the requests a p99 needs, which is a setting to change, not a capacity of 0.
+    """
+    verdicts = {p.summary.verdict for p in best.probes}
+    if verdicts <= {"inconclusive"}:
+        return (
+            f"every probe ({len(best.probes)}) was inconclusive: too few requests for a p99 verdict; "
+            "raise --max-queries (or --min-duration)"
+        )
+    lowest = min((p.rate_qps for p in best.probes), default=float("nan"))
+    return f"no probe passed, down to {lowest:,.1f} queries/s"
