@@ -65,6 +65,9 @@ def test_single_stream_and_offline_headlines(served):
     ss, off = out["single-stream"], out["offline"]
     assert ss["status"] == "ok" and ss["single_stream_n"] >= 64
     assert 0 < ss["single_stream_p90_s"] <= ss["single_stream_p99_s"]
+    # the tail the console names, beside the p99 (session 33: --json said "p99" for n=200)
+    kind = "p99" if ss["single_stream_n"] >= 368 else "max"
+    assert ss["single_stream_tail_kind"] == kind and ss["single_stream_tail_s"] >= ss["single_stream_p90_s"]
     assert off["status"] == "ok" and off["offline_batch"] in (1, 2, 4) and off["offline_ips"] > 0
     assert off["offline_predicted_ips"] > 0  # the calibrated curve's prediction is stored beside it
 

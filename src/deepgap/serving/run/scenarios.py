@@ -128,6 +128,7 @@ def _single_stream(c: ScenarioContext) -> None:
         single_stream_mean_s=s.latency_mean_s,
         single_stream_n=s.n,
         single_stream_predicted_p90_s=pred.latency_p90_s,
+        **s.tail_fields("single_stream"),
     )
     c.out.lines.append(
         f"single-stream: p90 {s.latency_p90_s * 1e3:.3f} ms (MLPerf's metric), p50 "

@@ -120,6 +120,7 @@ def run_server(c: ScenarioContext) -> None:
         c.out.summary.update(
             server_qps=rate,
             server_p99_s=s.latency_p99_s,
+            **s.tail_fields("server"),
             server_predicted_p99_s=pred.latency_p99_s,
             server_verdict=s.verdict,
             server_achieved_qps=s.achieved_qps,

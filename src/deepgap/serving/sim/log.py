@@ -156,6 +156,18 @@ class LevelSummary:
             return f"p99 {self.latency_p99_s * 1e3:.3f} ms"
         return f"max {self.latency_max_s * 1e3:.3f} ms (n={self.n}, too few for a p99)"
 
+    def tail_fields(self, prefix: str) -> dict[str, float | str]:
+        """``{prefix}_tail_s`` and ``{prefix}_tail_kind`` for ``serve --json``: the tail the console names.
+
+        Why beside ``{prefix}_p99_s`` (kept: scripts read it): a level of 20 requests has no p99; its
+        tail is its max, and the JSON says which (``p99`` or ``max``), as `tail_words` does.
+        """
+        kind = "p99" if self.n >= P99_MIN_N else "max"
+        return {
+            f"{prefix}_tail_s": self.latency_p99_s if kind == "p99" else self.latency_max_s,
+            f"{prefix}_tail_kind": kind,
+        }
+
 
 def summarize(
     log: RequestLog,
