@@ -64,8 +64,20 @@ def _args(command: str, *argv: str) -> argparse.Namespace:
 
 
 def test_the_reader_types_the_settings_and_a_flag_left_out_keeps_the_commands_default():
-    got = read_session_arguments(_args("profile", "--idle-time", "0.5", "--thermal-warmup", "--no-telemetry"))
-    assert got.prelude == PreludeSettings(telemetry=False, idle_s=0.5, thermal_warmup=True)
+    got = read_session_arguments(_args("profile", "--idle-time", "0.5", "--thermal-warmup"))
+    assert got.prelude == PreludeSettings(idle_s=0.5, thermal_warmup=True)
+    got = read_session_arguments(_args("profile", "--idle-time", "0", "--no-telemetry"))  # "none" twice: fine
+    assert got.prelude == PreludeSettings(telemetry=False, idle_s=0.0)
+    for extra in (
+        ["--thermal-warmup"],
+        ["--sample-hz", "50"],
+        ["--idle-time", "5"],
+        ["--thermal-window", "30"],
+    ):
+        with pytest.raises(
+            UsageError, match=f"--no-telemetry takes no samples, but {extra[0]} asks for them"
+        ):
+            read_session_arguments(_args("run", "--no-telemetry", *extra))  # session 33: all were accepted
     assert read_session_arguments(_args("peaks")).prelude.changes() == {}  # SweepSpec's defaults stand
     with pytest.raises(UsageError, match="contradict"):
         read_session_arguments(_args("run", "--thermal-warmup", "--no-thermal-warmup"))

@@ -125,9 +125,12 @@ def test_serve_prelude_flags_reach_the_spec():
                 "0",
                 "--thermal-window",
                 "5",
-                "--no-telemetry",
             ]
         )
     )
     given = (spec.telemetry, spec.idle_s, spec.thermal_warmup, spec.thermal_timeout_s, spec.thermal_window_s)
-    assert given == (False, 0.0, True, 20.0, 5.0)
+    assert given == (True, 0.0, True, 20.0, 5.0)
+    quiet = serve.build_spec(p.parse_args(["--model", "tinycnn", "--idle-time", "0", "--no-telemetry"]))
+    assert (quiet.telemetry, quiet.idle_s) == (False, 0.0)
+    with pytest.raises(UsageError, match="--no-telemetry takes no samples"):  # a warm-up needs telemetry
+        serve.build_spec(p.parse_args(["--model", "tinycnn", "--thermal-warmup", "--no-telemetry"]))

@@ -131,6 +131,16 @@ def read_session_arguments(args: argparse.Namespace) -> SessionArgs:
     on, off = getattr(args, "thermal_warmup", False), getattr(args, "no_thermal_warmup", False)
     if on and off:
         raise UsageError("--thermal-warmup and --no-thermal-warmup contradict each other", "pass one of them")
+    if getattr(args, "no_telemetry", False):  # what needs telemetry, asked for beside no telemetry
+        wanted = ["--thermal-warmup"] if on else []
+        wanted += [
+            f for f, field in _NUMBERS.items() if field in values and (field != "idle_s" or values[field])
+        ]
+        if wanted:
+            raise UsageError(
+                f"--no-telemetry takes no samples, but {', '.join(wanted)} asks for them",
+                f"drop --no-telemetry or {', '.join(wanted)}",
+            )
     prelude = PreludeSettings(
         telemetry=False if args.no_telemetry else None,
         thermal_warmup=True if on else (False if off else None),
