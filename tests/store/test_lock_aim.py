@@ -88,8 +88,6 @@ def test_a_bad_lock_wait_is_one_line(store, tmp_path, monkeypatch, value, master
 
 
 def test_resume_of_an_unknown_run_leaves_no_lock(store):
-    r = deepgap_cli(
-        "run", "--store", store, "--resume", "nosuch-id", "--models", "tinycnn", "--device", "cpu"
-    )
+    r = deepgap_cli("run", "--store", store, "--resume", "nosuch-id")
     assert r.returncode == 2 and "no run 'nosuch-id'" in r.stderr, r.stderr
     assert not os.path.exists(store + "-lock")

@@ -191,6 +191,11 @@ CASES = [
         lambda t: ["merge", _store(t), _store(t), "-o", ""],
         "-o/--output is empty; give it a value",
     ),
+    (  # session 33: --models was dropped without a word and the stored sweep resumed
+        "grid flags beside --resume",
+        lambda t: ["run", "--resume", "--models", "tinybert", "--store", _store(t)],
+        "--resume continues the stored run with its own settings, but --models was given",
+    ),
     (
         "a list of nothing",
         lambda t: BASE + ["--precisions", " , ", "--store", _store(t)],

@@ -246,7 +246,29 @@ def _check_store_beside(report: str, store: str | None) -> None:
         )
 
 
+def _check_resume(args: argparse.Namespace) -> None:
+    """A `UsageError` for a grid or protocol setting beside ``--resume``, which keeps the stored run's own.
+
+    Why: ``run --resume --models tinybert`` resumed the stored tinycnn sweep and dropped ``--models``
+    without a word; the user believed the new grid was measured.
+    """
+    from deepgap.core.errors import UsageError
+
+    given = [
+        f"--{flag.replace('_', '-')}"
+        for flag in (*_GRID_FLAGS, *_PROTOCOL_FLAGS)
+        if getattr(args, flag) is not None
+    ]
+    given += [f"--{name}" for name in ("preset", "config") if getattr(args, name)]
+    if args.resume and given:
+        raise UsageError(
+            f"--resume continues the stored run with its own settings, but {', '.join(given)} was given too",
+            f"drop {', '.join(given)}, or start a new run without --resume",
+        )
+
+
 def main(args: argparse.Namespace) -> int:  # noqa: D103
+    _check_resume(args)
     spec = build_spec(args)
     if args.report:  # an unwritable report path must fail before the sweep, not after it
         from deepgap.report.output_path import check_output
