@@ -131,6 +131,10 @@ def test_bad_input_exits_2_and_writes_nothing(tmp_path, capsys):
     assert main(["profile", "--model", "tinycnn", "--precision", "int8", "--store", str(path)]) == 2
     assert main(["profile", "--model", "tinycnn", "--mode", "backward", "--store", str(path)]) == 2
     assert main(["profile", "--model", "no-such-model", "--store", str(path)]) == 2
+    # session 33: the ncu settings were accepted without --ncu, and a timeout of 0 s with it
+    assert main(["profile", "--model", "tinycnn", "--ncu-launch-count", "5", "--store", str(path)]) == 2
+    assert "--ncu-launch-count only applies with --ncu" in capsys.readouterr().err
+    assert main(["profile", "--model", "tinycnn", "--ncu", "--ncu-timeout", "0", "--store", str(path)]) == 2
     assert not path.exists()
     assert "deepgap: error:" in capsys.readouterr().err
 

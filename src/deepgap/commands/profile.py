@@ -37,11 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:  # noqa: D103
         "--ncu", action="store_true", help="also collect the paper's Nsight Compute counters (needs ncu)"
     )
     p.add_argument(
-        "--ncu-launch-count", type=int, default=0, help="profile at most this many kernels (0: all)"
+        "--ncu-launch-count", type=int, help="with --ncu: profile at most this many kernels (default 0: all)"
     )
-    p.add_argument(
-        "--ncu-timeout", type=float, default=300.0, help="seconds per ncu collection (default 300)"
-    )
+    p.add_argument("--ncu-timeout", type=float, help="with --ncu: seconds per ncu collection (default 300)")
     p.add_argument("--trace-dir", help="keep each Chrome trace (open in Perfetto) and ncu CSV in this folder")
     p.add_argument("--top", type=int, default=8, help="kernels to print per profile (default 8)")
     add_session_arguments(p, SessionDefaults.of(SweepSpec, "off"))
@@ -59,6 +57,21 @@ def main(args: argparse.Namespace) -> int:
     session = read_session_arguments(args)
     if args.top < 0:
         raise UsageError(f"--top must be at least 0, not {args.top}", "pass e.g. --top 1")
+    given = [
+        f
+        for f, v in (("--ncu-launch-count", args.ncu_launch_count), ("--ncu-timeout", args.ncu_timeout))
+        if v is not None
+    ]
+    if given and not args.ncu:  # session 33: they were accepted and did nothing
+        raise UsageError(
+            f"{' and '.join(given)} only {'applies' if len(given) == 1 else 'apply'} with --ncu, which was not given",
+            f"add --ncu or drop {', '.join(given)}",
+        )
+    timeout = 300.0 if args.ncu_timeout is None else args.ncu_timeout
+    if not 1 <= timeout <= 86400:  # also NaN
+        raise UsageError(
+            f"--ncu-timeout {args.ncu_timeout:g} is outside 1 to 86400 s", "pass e.g. --ncu-timeout 300"
+        )
     out = console()
     run = api.profile(
         args.models,
@@ -72,8 +85,8 @@ def main(args: argparse.Namespace) -> int:
         steps=args.steps,
         profiled_steps=args.profiled_steps,
         ncu=args.ncu,
-        ncu_launch_count=args.ncu_launch_count,
-        ncu_timeout_s=args.ncu_timeout,
+        ncu_launch_count=args.ncu_launch_count or 0,
+        ncu_timeout_s=timeout,
         trace_dir=args.trace_dir,
         store=session.store,
         prelude=session.prelude,
