@@ -52,6 +52,7 @@ def main(args: argparse.Namespace) -> int:
     """
     from deepgap import api
     from deepgap.core.errors import UsageError
+    from deepgap.core.limits import MAX_DURATION_S
     from deepgap.roofline.console import console, print_profile, profile_summary
 
     session = read_session_arguments(args)
@@ -68,9 +69,10 @@ def main(args: argparse.Namespace) -> int:
             f"add --ncu or drop {', '.join(given)}",
         )
     timeout = 300.0 if args.ncu_timeout is None else args.ncu_timeout
-    if not 1 <= timeout <= 86400:  # also NaN
+    if not 1 <= timeout <= MAX_DURATION_S:  # also NaN
         raise UsageError(
-            f"--ncu-timeout {args.ncu_timeout:g} is outside 1 to 86400 s", "pass e.g. --ncu-timeout 300"
+            f"--ncu-timeout {args.ncu_timeout:g} is outside 1 to {MAX_DURATION_S:g} s",
+            "pass e.g. --ncu-timeout 300",
         )
     out = console()
     run = api.profile(

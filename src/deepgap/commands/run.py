@@ -236,9 +236,9 @@ def _check_store_beside(report: str, store: str | None) -> None:
     import os
 
     from deepgap.core.errors import UsageError
-    from deepgap.report.output_path import files_dir_name
+    from deepgap.report.output_path import files_dir
 
-    folder = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(report)), files_dir_name(report)))
+    folder = os.path.realpath(files_dir(report))
     if store and os.path.realpath(store).startswith(folder + os.sep):
         raise UsageError(
             f"--store {store} is inside {folder}, the folder --report {report} replaces",

@@ -11,7 +11,7 @@ import tempfile
 
 from deepgap.core.errors import UsageError
 from deepgap.report import interactive as fi
-from deepgap.store.paths import check_output_path, check_owned_folder
+from deepgap.store.paths import check_output_path, check_owned_folder, nearest_existing
 
 
 def check_output(html_path: str, interactive: bool = True, flag: str = "-o") -> str:
@@ -27,9 +27,7 @@ def check_output(html_path: str, interactive: bool = True, flag: str = "-o") -> 
     if os.path.isdir(path):
         eg = f"{flag} {'shot.png' if flag == '--screenshot' else 'report.html'}"
         raise UsageError(f"{flag} {html_path} is a directory", f"pass a file name, e.g. {eg}")
-    probe = os.path.dirname(path)
-    while not os.path.exists(probe):
-        probe = os.path.dirname(probe)
+    probe = nearest_existing(os.path.dirname(path))
     if not os.path.isdir(probe) or not os.access(probe, os.W_OK | os.X_OK):
         raise UsageError(
             f"cannot write {html_path}: {probe} is not a writable folder", f"pass a writable {flag} path"
@@ -42,11 +40,16 @@ def check_output(html_path: str, interactive: bool = True, flag: str = "-o") -> 
         raise UsageError(
             f"cannot write {html_path}: {exc.strerror} in {probe}", f"pass a writable {flag} path"
         ) from None
-    files = os.path.join(os.path.dirname(path), files_dir_name(path))
-    check_owned_folder(files)  # never replace a folder of the user's
+    check_owned_folder(files_dir(path))  # never replace a folder of the user's
     return path
 
 
 def files_dir_name(html_path: str) -> str:
     """``report.html`` → ``report_files`` (the folder of PNGs and CSVs beside the page)."""
     return os.path.splitext(os.path.basename(html_path))[0] + "_files"
+
+
+def files_dir(html_path: str) -> str:
+    """The folder of PNGs and CSVs beside the page (absolute): ``/a/report.html`` → ``/a/report_files``."""
+    path = os.path.abspath(html_path)
+    return os.path.join(os.path.dirname(path), files_dir_name(path))

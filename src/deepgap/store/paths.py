@@ -293,6 +293,14 @@ def check_owned_folder(folder: str) -> None:
         )
 
 
+def nearest_existing(path: str) -> str:
+    """``path`` made absolute, or the nearest folder above it that exists: where a new file or folder goes."""
+    found = os.path.abspath(path)
+    while not os.path.exists(found):
+        found = os.path.dirname(found)
+    return found
+
+
 def check_writable(path: str, exists: bool) -> None:
     """Raise a `StoreError` unless ``path`` (or the nearest existing folder above it) is writable."""
     if exists:
@@ -301,9 +309,7 @@ def check_writable(path: str, exists: bool) -> None:
                 f"store path {path} is not writable", "pass a store path in a folder you can write to"
             )
         return
-    folder = os.path.dirname(os.path.abspath(path))
-    while not os.path.exists(folder):
-        folder = os.path.dirname(folder)
+    folder = nearest_existing(os.path.dirname(os.path.abspath(path)))
     if not os.path.isdir(folder) or not os.access(folder, os.W_OK | os.X_OK):
         raise StoreError(
             f"store path {path} is not writable (no write access to {folder})",
@@ -320,9 +326,7 @@ def check_folder(path: str, what: str) -> None:
     fix = f"pass a writable folder, e.g. {what} traces"
     if os.path.exists(path) and not os.path.isdir(path):
         raise UsageError(f"{what} {shown(path)} is a file, not a folder", fix)
-    folder = os.path.abspath(path)
-    while not os.path.exists(folder):
-        folder = os.path.dirname(folder)
+    folder = nearest_existing(path)
     if not os.path.isdir(folder):
         raise UsageError(f"{what} {shown(path)} cannot be created: {shown(folder)} is a file", fix)
     if not os.access(folder, os.W_OK | os.X_OK):

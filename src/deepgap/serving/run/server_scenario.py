@@ -240,11 +240,9 @@ def _report_capacity(
         c.out.summary.update(
             engine_ips=engine[0], engine_batch=engine[1], capacity_vs_engine=best.capacity_qps / engine[0]
         )
-    if (
-        best.capacity_qps <= 0
-    ):  # no probe passed: there is no capacity to state, and no ratio to the prediction
-        why = _no_capacity(best)
-        c.out.summary.update(capacity_qps=0.0, capacity_note=why)  # as where no batch fits the SLO
+    # no probe passed: there is no capacity to state (capacity_qps is 0.0 above), and no ratio to the prediction
+    if best.capacity_qps <= 0:
+        c.out.summary["capacity_note"] = why = _no_capacity(best)  # as where no batch fits the SLO
         c.out.lines.append(
             f"server capacity at p99 ≤ {load.slo_s * 1e3:g} ms: none found with {best.policy.label()}: {why}"
         )
