@@ -1,9 +1,9 @@
-"""What the quant engine kept in a store's runs: the stem, the head, split-K tiles, fused pairs or TMA 3×3 tiles.
+"""What the quant engine kept in a store's runs: the stem, the head, split-K tiles, fused pairs, TMA 3×3 tiles, whole.
 
 Why: each A/B of an engine switch (`device_lib.sh`'s ``switch_ab``) asks a store the same question, which the
 recipes once each answered with their own inline script. One line per stored configuration.
 
-    python benchmarks/engine_kept.py STORE {stem,head,split,pairs,tma}
+    python benchmarks/engine_kept.py STORE {stem,head,split,pairs,tma,whole}
 """
 
 from __future__ import annotations
@@ -22,6 +22,10 @@ def kept(info: dict, what: str) -> object:
     if what == "stem":
         stem = info.get("stem", {})
         return stem.get("chosen"), {k: round(v * 1e3, 4) for k, v in stem.get("seconds", {}).items()}
+    if what == "whole":
+        w = info.get("whole", {})
+        secs = {k: (round(v * 1e3, 4) if isinstance(v, float) else v) for k, v in w.get("seconds", {}).items()}
+        return w.get("mode"), w.get("kept"), w.get("per_layer_s"), secs
     if what == "pairs":
         pairs = info.get("pairs", {})
         rows = pairs.get("pairs", [])
@@ -37,7 +41,7 @@ def kept(info: dict, what: str) -> object:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("store")
-    p.add_argument("what", choices=("stem", "head", "split", "pairs", "tma"))
+    p.add_argument("what", choices=("stem", "head", "split", "pairs", "tma", "whole"))
     a = p.parse_args()
     rows = sqlite3.connect(a.store).execute(
         "select model, precision, batch_size, extra_json from results where engine = 'quant'"

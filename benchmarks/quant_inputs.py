@@ -109,6 +109,7 @@ def measure(model_name: str, precision: str, batch: int, resident: bool, pdl: st
         "flagged": agree.flagged,
         "cuda_graph": info.get("cuda_graph"),
         "pdl": info.get("pdl"),
+        "whole": info.get("whole"),  # the whole-network kernel (`quant.whole_choice`): each plan's time, kept
         "gemm": info.get("gemm", "off"),  # DEEPGAP_QUANT_GEMM: 'persistent' (the default) or 'off'
         "persistent_layers": [t["name"] for t in info["layers"] if "persistent" in (t["config"] or "")],
         "setup_s": round(setup, 1),

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 BACKENDS = ("triton", "torch", "reference")
+WHOLE_STEP = "whole-network kernel"  # the step that runs every convolution (`QuantNet.whole`)
 
 
 @dataclass(eq=False)
@@ -52,6 +53,8 @@ class QuantNet:
     # the second runs inside the first's step (`pair_choice.choose_pairs` keeps a pair where it is faster)
     pairs: dict[str, tuple[str, Any]] = field(default_factory=dict)
     head_kernel: str = "torch"  # the head's pool: 'torch' or 'triton' (`quant.head_pool`, chosen by time)
+    # every convolution in one persistent kernel (`quant.whole_plan.Plan`, kept by `whole_choice` where faster)
+    whole: Any = None
 
     def to(self, device) -> QuantNet:
         """Move all weights and coefficients to ``device`` (in place); returns self."""
@@ -220,7 +223,16 @@ class QuantNet:
 
         out.append((self.stem.conv.name, stem))
         seconds = {second for second, _ in self.pairs.values()}
+        plan = self.whole
+        if plan is not None:
+
+            def whole(env):
+                env[plan.output] = plan.run(env[plan.input])
+
+            out.append((WHOLE_STEP, whole))
         for node in g.nodes[2:]:
+            if plan is not None and isinstance(node, (ConvNode, ConvertNode)):
+                continue  # inside the whole-network kernel (it takes no network with a conversion)
             if isinstance(node, ConvNode) and node.name in seconds:
                 continue  # runs inside the step of the convolution it is paired with
             if isinstance(node, ConvNode) and node.name in self.pairs:
@@ -272,6 +284,8 @@ def _dead_after(graph: Graph, step_names: list[str]) -> list[list[str]]:
     last: dict[str, int] = {}
     by_name = {n.name: n for n in graph.nodes}
     for i, name in enumerate(step_names):
+        if name == WHOLE_STEP:  # reads the stem's output and layers' outputs it holds in its own arena
+            continue
         node = by_name[name]
         reads = (
             [graph.input]

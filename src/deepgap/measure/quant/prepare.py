@@ -36,6 +36,8 @@ from deepgap.measure.quant.tuning import (  # noqa: F401 (time_s: API)
     time_s,
     time_stem_and_head,
 )
+from deepgap.measure.quant.whole_choice import choose_whole
+from deepgap.measure.quant.whole_choice import label_layers as label_whole
 
 if TYPE_CHECKING:
     from deepgap.measure.quant.fold import Graph
@@ -182,8 +184,12 @@ def prepare_quant(
     net.stem_backend = check_stem(net, resolution, device) if use_triton else "torch"
     stem_choice = choose_stem(net, batch, resolution, device, use_triton, opts.resident_input)
     stem_s = stem_choice.get("seconds", {}).get(stem_choice["chosen"])  # timed already at this batch
+    info["head"] = choose_head(net, batch, device, use_triton)  # before the head's row times it
+    info["whole"] = choose_whole(
+        net, batch, resolution, device, use_triton and opts.autotune, opts.timing_reps
+    )
+    label_whole(timings, info["whole"])
     info.update(
-        head=choose_head(net, batch, device, use_triton),  # before the head's row times it
         layers=[t.as_dict() for t in timings],
         outside_layers=time_stem_and_head(net, batch, resolution, device, stem_s, opts.resident_input),
         n_quantized=sum(t.mode == "q" for t in timings),

@@ -1,0 +1,243 @@
+"""Every quantized convolution of the network in one persistent kernel, for the latency-bound small batch.
+
+Why: at batch 1 ResNet-50 is 52 quantized convolutions of 2–10 µs each (session 29's per-layer table, one
+H200: 0.262 ms in all), and each kernel pays its launch, its ramp and its drain while most SMs idle. Here
+one program per SM walks the layers in order from a table (`whole_plan.Plan`): in each *phase* (layers
+that read nothing another layer of the phase writes: a block's first 1×1 and its downsample) the programs
+deal out the phase's work items — a 64×64 output tile, or a K slice of one (split-K, the last slice's
+program adds the partials in slice order as `split_k` does) — and then meet at a grid barrier before the
+next phase reads what this one wrote. The barriers replace 51 kernel boundaries.
+
+The arithmetic and the epilogue are `kernels.conv_gemm_kernel`'s (α·acc + β (+ γ·residual), ReLU,
+requantized to the network's 8-bit format), with the layer's shape, stride, padding, ReLU and residual read
+at run time instead of compiled in. Activations live in one arena (`Plan.act`) and are read past L1
+(``.cg``): another SM wrote them during this launch.
+
+The grid barrier needs every program resident at once: the launch takes at most one program per SM
+(`Plan.programs`), and a barrier that waits too long (`SPIN_LIMIT` polls) gives up and sets an error flag
+instead of hanging the GPU, which `Plan.check_flag` turns into an error. The barrier counters are put back
+to zero by the last program to leave, so a CUDA graph replays the launch as it is.
+
+In Triton's interpreter the programs run one after another, so the tests run one program (a barrier of
+one passes at once), which walks every item; the GPU tests run one per SM.
+"""
+
+# Triton convention: compile-time (constexpr) parameters in capitals.
+# ruff: noqa: N803, N806, SIM108
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from deepgap.measure.quant.kernels import MAGIC, _mma, _widen, pdl_enter
+
+# the table's columns (`whole_plan.Plan.table`), one int64 row per convolution
+FIELDS = (
+    "x_off", "w_off", "out_off", "res_off", "ab_off", "m", "n", "c", "h", "w", "oh", "ow", "ks", "stride",
+    "pad", "relu", "has_res", "split", "sync_after", "ws_off", "cnt_off", "x_in", "res_in", "k_total", "out16",
+)  # fmt: skip
+COL = {name: i for i, name in enumerate(FIELDS)}
+NF = len(FIELDS)
+# the same columns as the kernel reads them (a jit function sees only constexpr globals)
+_X_OFF = tl.constexpr(0)
+_W_OFF = tl.constexpr(1)
+_OUT_OFF = tl.constexpr(2)
+_RES_OFF = tl.constexpr(3)
+_AB_OFF = tl.constexpr(4)
+_M = tl.constexpr(5)
+_N = tl.constexpr(6)
+_C = tl.constexpr(7)
+_H = tl.constexpr(8)
+_W = tl.constexpr(9)
+_OH = tl.constexpr(10)
+_OW = tl.constexpr(11)
+_KS = tl.constexpr(12)
+_STRIDE = tl.constexpr(13)
+_PAD = tl.constexpr(14)
+_RELU = tl.constexpr(15)
+_HAS_RES = tl.constexpr(16)
+_SPLIT = tl.constexpr(17)
+_SYNC_AFTER = tl.constexpr(18)
+_WS_OFF = tl.constexpr(19)
+_CNT_OFF = tl.constexpr(20)
+_X_IN = tl.constexpr(21)
+_RES_IN = tl.constexpr(22)
+_K_TOTAL = tl.constexpr(23)
+_OUT16 = tl.constexpr(24)
+BM, BN, BK = 64, 64, 64  # one tile for every layer: C_in and C_out of a ResNet are multiples of 64
+# polls of a barrier before it gives up and flags the error: ~0.2 s, against the µs a phase takes
+SPIN_LIMIT = tl.constexpr(1 << 18)
+
+
+@triton.jit
+def _col(row, col):
+    """A shape column of a layer's table row, as int32 (offsets stay int64)."""
+    return tl.load(row + col).to(tl.int32)
+
+
+@triton.jit
+def _grid_sync(bar_ptr, err_ptr, G):
+    """Wait until all ``G`` programs have arrived at this barrier (its own counter ``bar_ptr``).
+
+    Each program's stores come before its release-add (block barrier first); a program leaves after an
+    acquire read of the full count, so it sees every program's stores. Polls with plain volatile loads
+    (an atomic poll would queue behind the adds at the one L2 address); gives up after `SPIN_LIMIT` polls.
+    """
+    tl.debug_barrier()
+    tl.atomic_add(bar_ptr, 1, sem="release", scope="gpu")
+    polls = 0
+    while (tl.load(bar_ptr, volatile=True) < G) & (polls < SPIN_LIMIT):
+        polls += 1
+    if polls >= SPIN_LIMIT:
+        tl.atomic_xchg(err_ptr, 1, sem="relaxed", scope="gpu")
+    tl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")
+    tl.debug_barrier()
+
+
+@triton.jit
+def _tile_sum(act_ptr, w_ptr, x_off, w_off, rm, rn, m_ok, k_lo, k_hi, c, h, w, oh, ow, ks, stride, pad,
+              k_total, ACC_INT: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):  # fmt: skip
+    """Σ_k A[m, k]·W[n, k] over ``k_lo..k_hi``: A the implicit im2col of the NHWC activation at ``x_off``."""
+    rk = tl.arange(0, BK)
+    if ACC_INT:
+        acc = tl.zeros((BM, BN), dtype=tl.int32)
+    else:
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+    w_ptrs = w_ptr + w_off + tl.multiple_of(rn * k_total, BK)[None, :] + rk[:, None]
+    if (ks == 1) & (stride == 1):
+        a_ptrs = act_ptr + x_off + tl.multiple_of(rm * c, BK)[:, None] + rk[None, :]
+        for k in range(k_lo, k_hi, BK):
+            a = tl.load(a_ptrs + k, mask=m_ok[:, None], other=0.0, cache_modifier=".cg")
+            acc = _mma(a, tl.load(w_ptrs + k), acc, ACC_INT)
+    else:
+        hw = oh * ow
+        rem = rm % hw
+        nb = rm // hw
+        ih0 = (rem // ow) * stride - pad
+        iw0 = (rem % ow) * stride - pad
+        for k in range(k_lo, k_hi, BK):
+            tap = k // c
+            c0 = tl.multiple_of(k - tap * c, BK)
+            kh = tap // ks
+            kw = tap - kh * ks
+            ih = ih0 + kh
+            iw = iw0 + kw
+            ok = m_ok & (ih >= 0) & (ih < h) & (iw >= 0) & (iw < w)
+            row = tl.multiple_of(((nb * h + ih) * w + iw) * c, BK)
+            a = tl.load(act_ptr + x_off + row[:, None] + (c0 + rk)[None, :], mask=ok[:, None], other=0.0,
+                        cache_modifier=".cg")  # fmt: skip
+            acc = _mma(a, tl.load(w_ptrs + k), acc, ACC_INT)
+    return acc
+
+
+@triton.jit
+def _epilogue(acc, act_ptr, o16_ptr, alpha_ptr, beta_ptr, out_off, res_off, ab_off, gamma, rn, offs, m_ok, relu,
+              has_res, out16, OUT_KIND: tl.constexpr):  # fmt: skip
+    """`kernels._conv_epilogue`'s steps: α·acc + β (+ γ·residual), ReLU, stored in the network's 8-bit format.
+
+    The layer the head reads (``out16``) is stored in fp16 into ``o16_ptr`` instead.
+    """
+    alpha = tl.load(alpha_ptr + ab_off + rn)
+    beta = tl.load(beta_ptr + ab_off + rn)
+    y = acc.to(tl.float32) * alpha[None, :]
+    y = y + beta[None, :]
+    r = _widen(
+        tl.load(act_ptr + res_off + offs, mask=m_ok[:, None] & has_res, other=0.0, cache_modifier=".cg")
+    )
+    y = tl.where(has_res, y + r * gamma, y)
+    y = tl.where(relu, tl.maximum(y, 0.0), y)
+    if out16:
+        tl.store(o16_ptr + offs, y.to(tl.float16), mask=m_ok[:, None])
+    else:
+        if OUT_KIND == 0:
+            q = tl.minimum(tl.maximum(y, -127.0), 127.0) + MAGIC
+            out = q.to(tl.int32, bitcast=True).to(tl.int8)  # low byte = the rounded value
+        else:
+            out = tl.minimum(tl.maximum(y, -448.0), 448.0).to(tl.float8e4nv)
+        tl.store(act_ptr + out_off + offs, out, mask=m_ok[:, None])
+
+
+@triton.jit
+def _split_sum(acc, ws_ptr, cnt_ptr, tile, s, split, offs, m_ok, mn):
+    """(the tile's whole sum, whether this program has it): `split_k.split_sum` with a run-time split."""
+    tl.store(ws_ptr + s * mn + offs, acc, mask=m_ok[:, None])
+    tl.debug_barrier()
+    last = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu") == split - 1
+    total = tl.zeros_like(acc)
+    if last:
+        for i in range(0, split):  # in slice order: the sum does not depend on who finished last
+            total += tl.load(ws_ptr + i * mn + offs, mask=m_ok[:, None], other=0, cache_modifier=".cg")
+        tl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed", scope="gpu")
+    return total, last
+
+
+@triton.jit(do_not_specialize=["in_delta", "n_convs", "n_phases"])
+def whole_kernel(
+    table_ptr, gamma_ptr, act_ptr, in_delta, o16_ptr, w_ptr, alpha_ptr, beta_ptr, ws_ptr, cnt_ptr, sync_ptr,
+    n_convs, n_phases, NF: tl.constexpr, ACC_INT: tl.constexpr, OUT_KIND: tl.constexpr, BM: tl.constexpr,
+    BN: tl.constexpr, BK: tl.constexpr, PDL: tl.constexpr = False,
+):  # fmt: skip
+    """All the plan's convolutions, phase by phase, each program taking every G-th work item of a phase.
+
+    ``in_delta``: the network's input (the stem's output) as an element offset from ``act_ptr`` (rows with
+    ``x_in`` / ``res_in`` read it there). ``o16_ptr``: the fp16 output of the layer the head reads
+    (``out16``). ``sync_ptr``: ``n_phases`` barrier counters, the exit counter, the error flag.
+    The row's columns are read by their index in `FIELDS` (a test holds the two together).
+    """
+    pdl_enter(PDL)
+    pid = tl.program_id(0)
+    G = tl.num_programs(0)
+    dealt = 0  # items of the current phase dealt before this layer's
+    phase = 0
+    for i in range(0, n_convs):
+        row = table_ptr + i * NF
+        m = _col(row, _M)
+        n = _col(row, _N)
+        c = _col(row, _C)
+        split = _col(row, _SPLIT)
+        k_total = _col(row, _K_TOTAL)
+        x_off = tl.multiple_of(tl.where(tl.load(row + _X_IN) != 0, in_delta, tl.load(row + _X_OFF)), 16)
+        res_off = tl.multiple_of(tl.where(tl.load(row + _RES_IN) != 0, in_delta, tl.load(row + _RES_OFF)), 16)
+        w_off = tl.multiple_of(tl.load(row + _W_OFF), 16)
+        out_off = tl.multiple_of(tl.load(row + _OUT_OFF), 16)
+        ab_off = tl.load(row + _AB_OFF)
+        shape = (_col(row, _H), _col(row, _W), _col(row, _OH), _col(row, _OW))
+        conv = (_col(row, _KS), _col(row, _STRIDE), _col(row, _PAD))
+        flags = (tl.load(row + _RELU) != 0, tl.load(row + _HAS_RES) != 0, tl.load(row + _OUT16) != 0)
+        gamma = tl.load(gamma_ptr + i)
+        tiles_n = n // BN
+        items = ((m + BM - 1) // BM) * tiles_n * split
+        slice_k = k_total // split
+        first = (pid - dealt % G + G) % G  # this program's first item j: (dealt + j) % G == pid
+        for j in range(first, items, G):
+            tile = j // split
+            s = j - tile * split
+            pid_m = tile // tiles_n
+            rm = pid_m * BM + tl.arange(0, BM)
+            rn = (tile - pid_m * tiles_n) * BN + tl.arange(0, BN)
+            m_ok = rm < m
+            k_lo = tl.multiple_of(s * slice_k, BK)  # a whole number of K steps (`whole_plan._split`)
+            k_hi = tl.multiple_of(k_lo + slice_k, BK)
+            acc = _tile_sum(act_ptr, w_ptr, x_off, w_off, rm, rn, m_ok, k_lo, k_hi, c, *shape, *conv, k_total,
+                            ACC_INT, BM, BN, BK)  # fmt: skip
+            offs = tl.multiple_of(rm[:, None] * n, [1, BN]) + rn[None, :]  # N is a multiple of 64
+            last = split <= 1
+            if split > 1:
+                ws = ws_ptr + tl.load(row + _WS_OFF)
+                acc, last = _split_sum(
+                    acc, ws, cnt_ptr + tl.load(row + _CNT_OFF), tile, s, split, offs, m_ok, m * n
+                )
+            if last:
+                _epilogue(acc, act_ptr, o16_ptr, alpha_ptr, beta_ptr, out_off, res_off, ab_off, gamma, rn, offs,
+                          m_ok, *flags, OUT_KIND)  # fmt: skip
+        dealt += items
+        if tl.load(row + _SYNC_AFTER) != 0:
+            _grid_sync(sync_ptr + phase, sync_ptr + n_phases + 1, G)
+            phase += 1
+            dealt = 0
+    # the last to leave puts the barrier counters back to zero: every program has passed every barrier
+    tl.debug_barrier()
+    if tl.atomic_add(sync_ptr + n_phases, 1, sem="acq_rel", scope="gpu") == G - 1:
+        for p in range(0, n_phases + 1):
+            tl.atomic_xchg(sync_ptr + p, 0, sem="relaxed", scope="gpu")

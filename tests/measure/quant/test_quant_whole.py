@@ -1,0 +1,203 @@
+"""The whole-network kernel (quant.whole, whole_plan, whole_choice) on the CPU, through Triton's interpreter.
+
+The interpreter runs programs one after another, so a launch here is one program that walks every work item of
+every phase, split-K slices included (a grid barrier of one passes at once). Each layer's output is held to
+the exact reference of that layer on the kernel's own input and residual: int8 bit for bit, fp8 at the
+interpreter's known e4m3 misroundings (`fp8_codes.same_codes`). tests/measure/quant/test_quant_whole_gpu.py runs
+one program per SM on a GPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+triton = pytest.importorskip("triton")
+
+from fp8_codes import same_codes  # noqa: E402
+from sm90 import compile_sm90, ptxas_usage  # noqa: E402
+from torchvision import models  # noqa: E402
+
+from deepgap.core.errors import UsageError  # noqa: E402
+from deepgap.measure.quant import layers, whole, whole_choice, whole_plan  # noqa: E402
+from deepgap.measure.quant.calibrate import calibration_images, collect_amax  # noqa: E402
+from deepgap.measure.quant.fold import resnet_graph  # noqa: E402
+from deepgap.measure.quant.network import WHOLE_STEP, build  # noqa: E402
+
+RES = 32  # 32² images: layer1 is 8×8, layer4 1×1, so a layer is a handful of 64×64 tiles
+
+
+@pytest.fixture(scope="module")
+def graphs():
+    """``name -> (graph, ranges)``, each model folded and calibrated once."""
+    made = {}
+
+    def get(name):
+        if name not in made:
+            torch.manual_seed(0)
+            graph = resnet_graph(models.get_model(name, weights=None).eval())
+            made[name] = (graph, collect_amax(graph, calibration_images(2, RES, 0), method="max"))
+        return made[name]
+
+    return get
+
+
+def _stem_out(net, batch, seed=1):
+    x = torch.randn(batch, 3, RES, RES, generator=torch.Generator().manual_seed(seed)).half()
+    return net.run_stem(x.contiguous(memory_format=torch.channels_last), "torch").contiguous()
+
+
+def _each_layer_against_its_reference(net, plan, x, fmt_check):
+    """Every layer's output in the arena against `layers.conv_reference` on the kernel's own inputs."""
+    seen = {plan.input: x}
+    for name in plan.names:
+        n = net.convs[name].node
+        h, w, _ = net.shapes[n.inp]
+        ref = layers.conv_reference(
+            net.convs[name], seen[n.inp], (plan.batch, h, w), seen[n.residual] if n.residual else None
+        )
+        got = plan.view(n.out)
+        fmt_check(got, ref, net.convs[name].out_fmt, name)
+        seen[n.out] = got
+
+
+def _exact(got, ref, fmt, name):
+    """Bit for bit (8-bit codes compared as bytes; the fp16 last layer as values)."""
+    bits = (lambda t: t) if fmt == "fp16" else (lambda t: t.view(torch.uint8))
+    assert got.dtype == ref.dtype and torch.equal(bits(got), bits(ref)), name
+
+
+def test_resnet50_int8_with_split_k_equals_each_layers_reference_bit_for_bit(graphs):
+    """Bottlenecks, downsamples (in their block's second phase), stride 2, split-K slices, the fp16 last layer."""
+    graph, amax = graphs("resnet50")
+    net = build(graph, "int8", amax, {}, RES)
+    plan = whole_plan.build(net, 1, programs=132)  # the split-K of a 132-SM GPU, walked by one program here
+    assert whole_plan.eligible(net) is None
+    assert (
+        len(plan.names) == 52 and plan.n_phases == 47
+    )  # 4 downsamples share a phase: 48 phases, 47 barriers
+    assert int((plan.table[:, whole.COL["split"]] > 1).sum()) > 10
+    x = _stem_out(net, 1)
+    out = plan.run(x, programs=1)
+    assert out.dtype == torch.float16  # the head reads the last layer in fp16
+    _each_layer_against_its_reference(net, plan, x, _exact)
+    assert not plan.flagged() and not plan.sync.any() and not plan.cnt.any()  # counters back to zero
+
+
+def test_resnet18_fp8_at_batch_2_equals_each_layers_reference(graphs):
+    graph, amax = graphs("resnet18")
+    net = build(graph, "fp8", amax, {}, RES)
+    plan = whole_plan.build(net, 2, programs=8)
+    x = _stem_out(net, 2)
+    plan.run(x, programs=1)
+
+    def codes(got, ref, fmt, name):
+        if fmt == "fp16":
+            torch.testing.assert_close(got.float(), ref.float(), rtol=2e-3, atol=1e-2)
+        else:
+            same_codes(got, ref, fmt, min_equal=0.9)
+
+    _each_layer_against_its_reference(net, plan, x, codes)
+
+
+def test_the_network_runs_its_convolutions_in_one_step_with_the_same_logits(graphs):
+    graph, amax = graphs("resnet18")
+    net = build(graph, "int8", amax, {}, RES)
+    for name in net.convs:
+        net.backend[name] = "reference"
+    images = torch.randn(1, 3, RES, RES).half().contiguous(memory_format=torch.channels_last)
+    with torch.inference_mode():
+        plain = net.forward(images)
+        net.whole = whole_plan.build(net, 1, programs=1)
+        names = [name for name, _ in net.steps(1)]
+        assert names == ["conv1", WHOLE_STEP, "fc"]
+        assert torch.equal(net.forward(images), plain)
+
+
+def test_plans_phases_and_splits(graphs):
+    graph, amax = graphs("resnet50")
+    net = build(graph, "fp8", amax, {}, RES)
+    cols = whole.COL
+    plan = whole_plan.build(net, 1, programs=132, max_split=1)
+    assert not (plan.table[:, cols["split"]] > 1).any() and plan.label.startswith(
+        "52 convolutions in 48 phases"
+    )
+    rows = {name: plan.table[i] for i, name in enumerate(plan.names)}
+    # the graph's order is conv1, conv2, downsample, conv3: the downsample joins conv2's phase
+    assert (
+        rows["layer1.0.conv2"][cols["sync_after"]] == 0
+        and rows["layer1.0.downsample"][cols["sync_after"]] == 1
+    )
+    assert rows["layer1.0.conv1"][cols["x_in"]] == 1 and rows["layer1.0.downsample"][cols["x_in"]] == 1
+    assert rows["layer1.1.conv3"][cols["res_in"]] == 0 and rows["layer1.0.conv3"][cols["has_res"]] == 1
+    assert rows["layer4.2.conv3"][cols["sync_after"]] == 0 and rows["layer4.2.conv3"][cols["out16"]] == 1
+    assert [len(p.names) for p in whole_choice.plans(net, 1, 132)] == [
+        52,
+        52,
+        52,
+    ]  # caps 16, 4, 1 differ here
+    assert whole_plan._split(tiles=1, steps=72, programs=132, max_split=16) == 12  # largest dividing 72
+    assert whole_plan._split(tiles=8, steps=72, programs=132, max_split=16) == 12  # 8 × 12 = 96 ≤ 132
+    assert whole_plan._split(tiles=70, steps=72, programs=132, max_split=16) == 1  # fills half the SMs
+
+
+def test_what_it_cannot_run_is_named(graphs):
+    graph, amax = graphs("resnet18")
+    mixed = build(graph, "int8", amax, {"layer2.0.conv1": "fp16"}, RES)
+    assert "layer2.0.conv1 runs in fp16" in whole_plan.eligible(
+        mixed
+    ) or "conversions" in whole_plan.eligible(mixed)
+    with pytest.raises(ValueError, match="cannot run this network"):
+        whole_plan.build(mixed, 1, 8)
+    net = build(graph, "int8", amax, {}, RES)
+    plan = whole_plan.build(net, 1, 8)
+    with pytest.raises(ValueError, match="takes a contiguous"):
+        plan.run(torch.zeros(3, 64, dtype=torch.int8))
+    assert whole_choice.choose_whole(net, 1, RES, "cpu", on=True) == {"mode": "not on a GPU"}
+    assert whole_choice.choose_whole(net, 1, RES, "cpu", on=False) == {"mode": "off"}
+
+
+def test_the_switch_is_checked(monkeypatch, graphs):
+    graph, amax = graphs("resnet18")
+    net = build(graph, "int8", amax, {}, RES)
+    monkeypatch.setenv("DEEPGAP_QUANT_WHOLE", "off")
+    assert whole_choice.choose_whole(net, 1, RES, "cuda", on=True) == {"mode": "off"}
+    monkeypatch.setenv("DEEPGAP_QUANT_WHOLE", "sometimes")
+    with pytest.raises(UsageError, match="DEEPGAP_QUANT_WHOLE"):
+        whole_choice.choose_whole(net, 1, RES, "cuda", on=True)
+
+
+def test_layer_text_says_the_network_runs_it_in_the_kernel():
+    @dataclasses.dataclass
+    class Row:
+        mode: str
+        config: str
+
+    rows = [Row("q", "64x64x128"), Row("fp16", "cudnn")]
+    whole_choice.label_layers(rows, {"kept": None})
+    assert rows[0].config == "64x64x128"
+    whole_choice.label_layers(rows, {"kept": "52 convolutions"})
+    assert "whole-network kernel" in rows[0].config and rows[1].config == "cudnn"
+
+
+@pytest.mark.parametrize("qfmt", ["int8", "fp8"])
+def test_compiles_for_sm90_without_spilling(qfmt):
+    """ptxas for sm_90a: one 4-warp program an SM, wgmma for the tiles, 16-byte async copies, no spill."""
+    ptr8 = "*i8" if qfmt == "int8" else "*fp8e4nv"
+    sig = {
+        "table_ptr": "*i64", "gamma_ptr": "*fp32", "act_ptr": ptr8, "in_delta": "i64", "o16_ptr": "*fp16",
+        "w_ptr": ptr8, "alpha_ptr": "*fp32", "beta_ptr": "*fp32", "ws_ptr": "*i32" if qfmt == "int8" else "*fp32",
+        "cnt_ptr": "*i32", "sync_ptr": "*i32", "n_convs": "i32", "n_phases": "i32",
+    }  # fmt: skip
+    const = {"NF": whole.NF, "ACC_INT": qfmt == "int8", "OUT_KIND": 0 if qfmt == "int8" else 1, "BM": whole.BM,
+             "BN": whole.BN, "BK": whole.BK, "PDL": False}  # fmt: skip
+    compiled = compile_sm90(
+        whole.whole_kernel, sig, const, aligned=tuple(k for k in sig if k.endswith("_ptr")), num_warps=4,
+        num_stages=3, enable_fp_fusion=False,
+    )  # fmt: skip
+    ptx = compiled.asm["ptx"]
+    assert "wgmma" in ptx and "cp.async.cg.shared.global" in ptx
+    usage = ptxas_usage(compiled)
+    assert usage["spill_stores"] == 0 and usage["registers"] <= 255, usage
