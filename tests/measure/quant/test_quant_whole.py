@@ -183,21 +183,24 @@ def test_layer_text_says_the_network_runs_it_in_the_kernel():
 
 
 @pytest.mark.parametrize("qfmt", ["int8", "fp8"])
-def test_compiles_for_sm90_without_spilling(qfmt):
-    """ptxas for sm_90a: one 4-warp program an SM, wgmma for the tiles, 16-byte async copies, no spill."""
+@pytest.mark.parametrize("barrier", [0, 1])
+def test_compiles_for_sm90_without_spilling(qfmt, barrier):
+    """ptxas for sm_90a: one 8-warp program an SM, wgmma for the tiles, 16-byte async copies, no spill."""
     ptr8 = "*i8" if qfmt == "int8" else "*fp8e4nv"
     sig = {
         "table_ptr": "*i64", "gamma_ptr": "*fp32", "act_ptr": ptr8, "in_delta": "i64", "o16_ptr": "*fp16",
         "w_ptr": ptr8, "alpha_ptr": "*fp32", "beta_ptr": "*fp32", "ws_ptr": "*i32" if qfmt == "int8" else "*fp32",
-        "cnt_ptr": "*i32", "sync_ptr": "*i32", "n_convs": "i32", "n_phases": "i32",
+        "cnt_ptr": "*i32", "sync_ptr": "*i32", "n_convs": "i32", "n_phases": "i32", "times_ptr": "*i32",
     }  # fmt: skip
     const = {"NF": whole.NF, "ACC_INT": qfmt == "int8", "OUT_KIND": 0 if qfmt == "int8" else 1, "BM": whole.BM,
-             "BN": whole.BN, "BK": whole.BK, "PDL": False}  # fmt: skip
+             "BN": whole.BN, "BK": whole.BK, "BARRIER": barrier, "TIMES": False, "SKIP_WORK": False,
+             "PDL": False}  # fmt: skip
     compiled = compile_sm90(
-        whole.whole_kernel, sig, const, aligned=tuple(k for k in sig if k.endswith("_ptr")), num_warps=4,
+        whole.whole_kernel, sig, const, aligned=tuple(k for k in sig if k.endswith("_ptr")), num_warps=8,
         num_stages=3, enable_fp_fusion=False,
     )  # fmt: skip
     ptx = compiled.asm["ptx"]
     assert "wgmma" in ptx and "cp.async.cg.shared.global" in ptx
+    assert ("red.relaxed.gpu.global.add.s32" in ptx) == (barrier == 1)  # one thread a program arrives
     usage = ptxas_usage(compiled)
     assert usage["spill_stores"] == 0 and usage["registers"] <= 255, usage

@@ -23,7 +23,7 @@ one passes at once), which walks every item; the GPU tests run one per SM.
 """
 
 # Triton convention: compile-time (constexpr) parameters in capitals.
-# ruff: noqa: N803, N806, SIM108
+# ruff: noqa: N803, N806, SIM102, SIM108
 
 from __future__ import annotations
 
@@ -77,21 +77,58 @@ def _col(row, col):
 
 
 @triton.jit
-def _grid_sync(bar_ptr, err_ptr, G):
+def _grid_sync(bar_ptr, err_ptr, G, BARRIER: tl.constexpr):
     """Wait until all ``G`` programs have arrived at this barrier (its own counter ``bar_ptr``).
 
-    Each program's stores come before its release-add (block barrier first); a program leaves after an
-    acquire read of the full count, so it sees every program's stores. Polls with plain volatile loads
-    (an atomic poll would queue behind the adds at the one L2 address); gives up after `SPIN_LIMIT` polls.
+    ``BARRIER`` 0: every thread takes part; each program's stores come before its release-add (block barrier
+    first), and a program leaves after an acquire read of the full count, so it sees every program's stores.
+    Polls with volatile loads (an atomic poll would queue behind the adds at the one L2 address). 1: as
+    cooperative groups' grid sync does it, one thread a program arrives and polls (a fence, an add, polls, a
+    fence) while the block waits at its barrier, so 132 programs put 132 polls on the counter's L2 line, not
+    132 × 4 warps'. Either gives up after `SPIN_LIMIT` polls and sets the error flag.
     """
     tl.debug_barrier()
-    tl.atomic_add(bar_ptr, 1, sem="release", scope="gpu")
-    polls = 0
-    while (tl.load(bar_ptr, volatile=True) < G) & (polls < SPIN_LIMIT):
-        polls += 1
-    if polls >= SPIN_LIMIT:
-        tl.atomic_xchg(err_ptr, 1, sem="relaxed", scope="gpu")
-    tl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")
+    if BARRIER == 0:
+        tl.atomic_add(bar_ptr, 1, sem="release", scope="gpu")
+        polls = 0
+        while (tl.load(bar_ptr, volatile=True) < G) & (polls < SPIN_LIMIT):
+            polls += 1
+        if polls >= SPIN_LIMIT:
+            tl.atomic_xchg(err_ptr, 1, sem="relaxed", scope="gpu")
+        tl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")
+    else:
+        tl.inline_asm_elementwise(
+            """{
+            .reg .pred p, q, r;
+            .reg .u32 t, n;
+            .reg .s32 v;
+            mov.u32 t, %tid.x;
+            mov.u32 $0, 0;
+            setp.ne.u32 p, t, 0;
+            @p bra DONE;
+            fence.acq_rel.gpu;
+            red.relaxed.gpu.global.add.s32 [$1], 1;
+            mov.u32 n, 0;
+            WAIT:
+            ld.relaxed.gpu.global.s32 v, [$1];
+            add.u32 n, n, 1;
+            setp.ge.u32 r, n, $3;
+            @r bra GIVEUP;
+            setp.lt.s32 q, v, $2;
+            @q bra WAIT;
+            bra FENCE;
+            GIVEUP:
+            st.relaxed.gpu.global.s32 [$4], 1;
+            FENCE:
+            fence.acq_rel.gpu;
+            DONE:
+            }""",
+            "=r,l,r,r,l",
+            [bar_ptr, G, SPIN_LIMIT, err_ptr],
+            dtype=tl.int32,
+            is_pure=False,
+            pack=1,
+        )
     tl.debug_barrier()
 
 
@@ -166,8 +203,12 @@ def _split_sum(acc, ws_ptr, cnt_ptr, tile, s, split, offs, m_ok, mn):
     last = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu") == split - 1
     total = tl.zeros_like(acc)
     if last:
-        for i in range(0, split):  # in slice order: the sum does not depend on who finished last
-            total += tl.load(ws_ptr + i * mn + offs, mask=m_ok[:, None], other=0, cache_modifier=".cg")
+        # in slice order, so the sum does not depend on who finished last; four loads in flight at a time
+        # (masked past the split), not one: a loop of dependent L2 reads cost ~1 µs a slice (session 34)
+        for i in range(0, split, 4):
+            for u in tl.static_range(4):
+                ok = m_ok[:, None] & (i + u < split)
+                total += tl.load(ws_ptr + (i + u) * mn + offs, mask=ok, other=0, cache_modifier=".cg")
         tl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed", scope="gpu")
     return total, last
 
@@ -175,8 +216,9 @@ def _split_sum(acc, ws_ptr, cnt_ptr, tile, s, split, offs, m_ok, mn):
 @triton.jit(do_not_specialize=["in_delta", "n_convs", "n_phases"])
 def whole_kernel(
     table_ptr, gamma_ptr, act_ptr, in_delta, o16_ptr, w_ptr, alpha_ptr, beta_ptr, ws_ptr, cnt_ptr, sync_ptr,
-    n_convs, n_phases, NF: tl.constexpr, ACC_INT: tl.constexpr, OUT_KIND: tl.constexpr, BM: tl.constexpr,
-    BN: tl.constexpr, BK: tl.constexpr, PDL: tl.constexpr = False,
+    n_convs, n_phases, times_ptr, NF: tl.constexpr, ACC_INT: tl.constexpr, OUT_KIND: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BARRIER: tl.constexpr = 0, TIMES: tl.constexpr = False,
+    SKIP_WORK: tl.constexpr = False, PDL: tl.constexpr = False,
 ):  # fmt: skip
     """All the plan's convolutions, phase by phase, each program taking every G-th work item of a phase.
 
@@ -184,12 +226,18 @@ def whole_kernel(
     ``x_in`` / ``res_in`` read it there). ``o16_ptr``: the fp16 output of the layer the head reads
     (``out16``). ``sync_ptr``: ``n_phases`` barrier counters, the exit counter, the error flag.
     The row's columns are read by their index in `FIELDS` (a test holds the two together).
+    ``BARRIER``: the grid barrier's form (`_grid_sync`). For the benchmark that finds where the time goes:
+    ``TIMES`` has program 0 write the global timer (ns) into ``times_ptr`` at the start and after each barrier,
+    and ``SKIP_WORK`` leaves out every work item, so what is left is the barriers alone.
     """
     pdl_enter(PDL)
     pid = tl.program_id(0)
     G = tl.num_programs(0)
     dealt = 0  # items of the current phase dealt before this layer's
     phase = 0
+    if TIMES:
+        if pid == 0:
+            tl.store(times_ptr, tl.extra.cuda.globaltimer())
     for i in range(0, n_convs):
         row = table_ptr + i * NF
         m = _col(row, _M)
@@ -210,6 +258,8 @@ def whole_kernel(
         items = ((m + BM - 1) // BM) * tiles_n * split
         slice_k = k_total // split
         first = (pid - dealt % G + G) % G  # this program's first item j: (dealt + j) % G == pid
+        if SKIP_WORK:
+            first = items
         for j in range(first, items, G):
             tile = j // split
             s = j - tile * split
@@ -233,9 +283,15 @@ def whole_kernel(
                           m_ok, *flags, OUT_KIND)  # fmt: skip
         dealt += items
         if tl.load(row + _SYNC_AFTER) != 0:
-            _grid_sync(sync_ptr + phase, sync_ptr + n_phases + 1, G)
+            _grid_sync(sync_ptr + phase, sync_ptr + n_phases + 1, G, BARRIER)
             phase += 1
             dealt = 0
+            if TIMES:
+                if pid == 0:
+                    tl.store(times_ptr + phase, tl.extra.cuda.globaltimer())
+    if TIMES:
+        if pid == 0:
+            tl.store(times_ptr + n_phases + 1, tl.extra.cuda.globaltimer())
     # the last to leave puts the barrier counters back to zero: every program has passed every barrier
     tl.debug_barrier()
     if tl.atomic_add(sync_ptr + n_phases, 1, sem="acq_rel", scope="gpu") == G - 1:

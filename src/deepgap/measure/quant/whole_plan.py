@@ -41,6 +41,8 @@ class Plan:
     batch: int
     programs: int  # the launch's grid: at most one program per SM (the barriers need all resident)
     max_split: int
+    barrier: int  # the grid barrier's form (`whole._grid_sync`)
+    warps: int  # warps a program
     table: torch.Tensor  # int64 [layers, whole.NF]
     gamma: torch.Tensor  # fp32 [layers]
     act: torch.Tensor  # the activation arena, in the network's 8-bit dtype
@@ -61,7 +63,7 @@ class Plan:
         splits = sum(int(v) > 1 for v in self.table[:, whole.COL["split"]].tolist())
         return (
             f"{len(self.names)} convolutions in {self.n_phases + 1} phases, {self.programs} programs, "
-            f"split-K ≤ {self.max_split} ({splits} split)"
+            f"split-K ≤ {self.max_split} ({splits} split), barrier {self.barrier}, {self.warps} warps"
         )
 
     def view(self, name: str) -> torch.Tensor:
@@ -71,11 +73,19 @@ class Plan:
             return self.out16
         return self.act[off : off + rows * cols].view(rows, cols)
 
-    def run(self, x: torch.Tensor, programs: int | None = None) -> torch.Tensor:
+    def run(
+        self,
+        x: torch.Tensor,
+        programs: int | None = None,
+        times: torch.Tensor | None = None,
+        skip_work: bool = False,
+    ) -> torch.Tensor:
         """Every convolution on the stem's output ``x``; returns the last one's output (a view of the arena).
 
         ``programs``: the launch's grid if not the plan's (the interpreter runs the programs one after
-        another, so its tests launch one, which walks every item, split slices included).
+        another, so its tests launch one, which walks every item, split slices included). ``times`` (int64,
+        phases + 1 entries; on a GPU) and ``skip_work``: the benchmark's (`whole.whole_kernel`'s ``TIMES`` and
+        ``SKIP_WORK``).
         """
         check(
             x.dtype == self.act.dtype and tuple(x.shape) == self.in_shape and x.is_contiguous(),
@@ -86,10 +96,11 @@ class Plan:
         delta = x.data_ptr() - self.act.data_ptr()  # one byte an element
         check(delta % 16 == 0, "the input must start on a 16-byte boundary")
         launcher(whole.whole_kernel, x.device)[(programs or self.programs,)](
-            self.table, self.gamma, self.act, delta, self.out16, self.weights, self.alpha, self.beta, self.ws, self.cnt,
-            self.sync, len(self.names), self.n_phases, NF=whole.NF, ACC_INT=self.qfmt == "int8",
-            OUT_KIND=0 if self.qfmt == "int8" else 1, BM=whole.BM, BN=whole.BN, BK=whole.BK, num_warps=4,
-            num_stages=3, enable_fp_fusion=False,
+            self.table, self.gamma, self.act, delta, self.out16, self.weights, self.alpha, self.beta, self.ws,
+            self.cnt, self.sync, len(self.names), self.n_phases, self.sync if times is None else times,
+            NF=whole.NF, ACC_INT=self.qfmt == "int8", OUT_KIND=0 if self.qfmt == "int8" else 1, BM=whole.BM,
+            BN=whole.BN, BK=whole.BK, BARRIER=self.barrier, TIMES=times is not None, SKIP_WORK=skip_work,
+            num_warps=self.warps, num_stages=3, enable_fp_fusion=False,
         )  # fmt: skip
         return self.view(self.output)
 
@@ -128,8 +139,21 @@ def eligible(net: QuantNet) -> str | None:
     return None
 
 
-def build(net: QuantNet, batch: int, programs: int, max_split: int = MAX_SPLIT) -> Plan:
-    """The plan of ``net``'s convolutions at ``batch`` on ``programs`` programs (see `eligible`)."""
+def build(
+    net: QuantNet,
+    batch: int,
+    programs: int,
+    max_split: int = MAX_SPLIT,
+    barrier: int = 0,
+    splits: dict[str, int] | None = None,
+    warps: int = 4,
+) -> Plan:
+    """The plan of ``net``'s convolutions at ``batch`` on ``programs`` programs (see `eligible`).
+
+    ``max_split``: split-K slices a tile at most (`_split` picks each layer's); ``splits`` names a layer's
+    split instead (1 or a divisor of its K steps). ``barrier``: the grid barrier's form (`whole._grid_sync`);
+    ``warps``: warps a program (4 or 8).
+    """
     why = eligible(net)
     check(why is None, f"the whole-network kernel cannot run this network: {why}")
     check(programs >= 1 and 1 <= max_split <= MAX_SPLIT, f"programs {programs}, max_split {max_split}")
@@ -147,6 +171,12 @@ def build(net: QuantNet, batch: int, programs: int, max_split: int = MAX_SPLIT) 
         regions[node.out] = (act_size, m, n)
         tiles = -(-m // whole.BM) * (n // whole.BN)
         split = _split(tiles, k_total // whole.BK, programs, max_split)
+        if splits and node.name in splits:
+            split = splits[node.name]
+            check(
+                (k_total // whole.BK) % split == 0,
+                f"{node.name}: split {split} of {k_total // whole.BK} K steps",
+            )
         reads = {node.inp} | ({node.residual} if node.residual else set())
         if rows and reads & phase_writes:  # reads what this phase writes: a barrier first
             rows[-1]["sync_after"], phase_writes = 1, set()
@@ -183,9 +213,9 @@ def build(net: QuantNet, batch: int, programs: int, max_split: int = MAX_SPLIT) 
     out16 = torch.zeros((last["m"], last["n"]) if last["out16"] else (1,), dtype=torch.float16, device=dev)
     return Plan(
         names=[n.name for n in nodes], input=net.stem.out, output=nodes[-1].out, qfmt=net.qfmt, batch=batch,
-        programs=programs, max_split=max_split, table=table.contiguous(), gamma=gamma, act=torch.zeros(
-            max(act_size, 1), dtype=dtype, device=dev), weights=weights, alpha=alpha, beta=beta,
-        out16=out16, ws=torch.zeros(max(ws_size, 1), dtype=acc_dtype, device=dev),
+        programs=programs, max_split=max_split, barrier=barrier, warps=warps, table=table.contiguous(),
+        gamma=gamma, act=torch.zeros(max(act_size, 1), dtype=dtype, device=dev), weights=weights, alpha=alpha,
+        beta=beta, out16=out16, ws=torch.zeros(max(ws_size, 1), dtype=acc_dtype, device=dev),
         cnt=torch.zeros(max(cnt_size, 1), dtype=torch.int32, device=dev),
         sync=torch.zeros(n_phases + 2, dtype=torch.int32, device=dev), n_phases=n_phases,
         in_shape=(batch * h0 * w0, c0), regions=regions,
