@@ -143,7 +143,8 @@ def test_plans_phases_and_splits(graphs):
     assert whole_plan._split(tiles=70, steps=72, programs=132, max_split=16) == 1  # fills half the SMs
 
 
-def test_what_it_cannot_run_is_named(graphs):
+def test_what_it_cannot_run_is_named(graphs, monkeypatch):
+    monkeypatch.setenv("DEEPGAP_QUANT_WHOLE", "on")
     graph, amax = graphs("resnet18")
     mixed = build(graph, "int8", amax, {"layer2.0.conv1": "fp16"}, RES)
     assert "layer2.0.conv1 runs in fp16" in whole_plan.eligible(
@@ -162,7 +163,7 @@ def test_what_it_cannot_run_is_named(graphs):
 def test_the_switch_is_checked(monkeypatch, graphs):
     graph, amax = graphs("resnet18")
     net = build(graph, "int8", amax, {}, RES)
-    monkeypatch.setenv("DEEPGAP_QUANT_WHOLE", "off")
+    monkeypatch.delenv("DEEPGAP_QUANT_WHOLE", raising=False)  # off by default (slower so far)
     assert whole_choice.choose_whole(net, 1, RES, "cuda", on=True) == {"mode": "off"}
     monkeypatch.setenv("DEEPGAP_QUANT_WHOLE", "sometimes")
     with pytest.raises(UsageError, match="DEEPGAP_QUANT_WHOLE"):

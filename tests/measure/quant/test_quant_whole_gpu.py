@@ -69,13 +69,14 @@ def test_resnet50_batch_1_on_every_sm_equals_each_layers_reference_and_replays(q
         assert not plan.sync.any() and not plan.cnt.any() and not plan.flagged()
 
 
-def test_the_engine_times_it_at_batch_1_and_its_logits_hold():
+def test_the_engine_times_it_at_batch_1_and_its_logits_hold(monkeypatch):
     from torchvision import models
 
     from deepgap.measure import correctness
     from deepgap.measure.quant.network import WHOLE_STEP
     from deepgap.measure.quant.prepare import QuantOptions, prepare_quant
 
+    monkeypatch.setenv("DEEPGAP_QUANT_WHOLE", "on")
     torch.manual_seed(0)
     model = models.resnet18().eval()
     res = prepare_quant(model, "fp8", 1, 224, "resnet18", device=DEV, opts=QuantOptions(calib_images=4))

@@ -65,9 +65,16 @@ _X_IN = tl.constexpr(21)
 _RES_IN = tl.constexpr(22)
 _K_TOTAL = tl.constexpr(23)
 _OUT16 = tl.constexpr(24)
-BM, BN, BK = 64, 64, 64  # one tile for every layer: C_in and C_out of a ResNet are multiples of 64
+# one tile for every layer: C_in and C_out of a ResNet are multiples of 64; a layer of C_in ≥ 128 takes K
+# steps of 2·BK (`step_k`)
+BM, BN, BK = 64, 64, 64
 # polls of a barrier before it gives up and flags the error: ~0.2 s, against the µs a phase takes
 SPIN_LIMIT = tl.constexpr(1 << 18)
+
+
+def step_k(c_in: int) -> int:
+    """The K step of a layer with ``c_in`` input channels (the kernel's rule): 128 from 128 channels, else 64."""
+    return 2 * BK if c_in >= 2 * BK else BK
 
 
 @triton.jit
@@ -267,10 +274,16 @@ def whole_kernel(
             rm = pid_m * BM + tl.arange(0, BM)
             rn = (tile - pid_m * tiles_n) * BN + tl.arange(0, BN)
             m_ok = rm < m
-            k_lo = tl.multiple_of(s * slice_k, BK)  # a whole number of K steps (`whole_plan._split`)
-            k_hi = tl.multiple_of(k_lo + slice_k, BK)
-            acc = _tile_sum(act_ptr, w_ptr, x_off, w_off, rm, rn, m_ok, k_lo, k_hi, c, *shape, *conv, k_total,
-                            ACC_INT, BM, BN, BK)  # fmt: skip
+            if c >= 2 * BK:  # K steps of 2·BK: half the steps, twice the bytes in flight a stage
+                k_lo = tl.multiple_of(s * slice_k, 2 * BK)  # a whole number of K steps (`whole_plan._split`)
+                k_hi = tl.multiple_of(k_lo + slice_k, 2 * BK)
+                acc = _tile_sum(act_ptr, w_ptr, x_off, w_off, rm, rn, m_ok, k_lo, k_hi, c, *shape, *conv, k_total,
+                                ACC_INT, BM, BN, 2 * BK)  # fmt: skip
+            else:
+                k_lo = tl.multiple_of(s * slice_k, BK)
+                k_hi = tl.multiple_of(k_lo + slice_k, BK)
+                acc = _tile_sum(act_ptr, w_ptr, x_off, w_off, rm, rn, m_ok, k_lo, k_hi, c, *shape, *conv, k_total,
+                                ACC_INT, BM, BN, BK)  # fmt: skip
             offs = tl.multiple_of(rm[:, None] * n, [1, BN]) + rn[None, :]  # N is a multiple of 64
             last = split <= 1
             if split > 1:

@@ -8,7 +8,8 @@ exact reference of that layer on the plan's own input (the tuner's rule, `tuning
 network is timed both ways (a CUDA graph of the forward, stem and head included); the fastest plan is kept
 where it beats the per-layer network by `MARGIN`. engine_info's ``whole`` says what was timed and why.
 
-``DEEPGAP_QUANT_WHOLE=off`` offers none (`core.switches`).
+Off by default (``DEEPGAP_QUANT_WHOLE=on`` offers it, `core.switches`): on one H200 (session 34) every plan was
+slower than the per-layer kernels at batch 1, and trying costs each small-batch build a compile and a few timings.
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ ENV = "DEEPGAP_QUANT_WHOLE"
 MAX_BATCH = 8  # offered up to this batch: beyond it the layers' own tiles have waves of work
 MARGIN = 0.02  # kept when the network takes at most 98% of its per-layer time
 SPLIT_CAPS = (16, 4, 1)  # the plans timed: split-K up to 16, 4 slices a tile, or none
+# the kernel's form (`whole_plan.build`): the one-thread barrier, 8 warps (4 spill with K steps of 128), 3 stages
+BARRIER, WARPS, STAGES = 1, 8, 3
 
 
 def offered() -> bool:
-    """``DEEPGAP_QUANT_WHOLE``: 'on' (the default) or 'off'; a bad value is a `UsageError`."""
+    """``DEEPGAP_QUANT_WHOLE``: 'off' (the default) or 'on'; a bad value is a `UsageError`."""
     return switches.read(ENV) == "on"
 
 
@@ -37,7 +40,7 @@ def plans(net: QuantNet, batch: int, programs: int) -> list[whole_plan.Plan]:
     out: list[whole_plan.Plan] = []
     seen: set[tuple[int, ...]] = set()
     for cap in SPLIT_CAPS:
-        plan = whole_plan.build(net, batch, programs, cap)
+        plan = whole_plan.build(net, batch, programs, cap, BARRIER, warps=WARPS, stages=STAGES)
         splits = tuple(plan.table[:, whole.COL["split"]].tolist())
         if splits not in seen:
             seen.add(splits)

@@ -43,6 +43,7 @@ class Plan:
     max_split: int
     barrier: int  # the grid barrier's form (`whole._grid_sync`)
     warps: int  # warps a program
+    stages: int  # the K loops' software-pipeline stages
     table: torch.Tensor  # int64 [layers, whole.NF]
     gamma: torch.Tensor  # fp32 [layers]
     act: torch.Tensor  # the activation arena, in the network's 8-bit dtype
@@ -63,7 +64,8 @@ class Plan:
         splits = sum(int(v) > 1 for v in self.table[:, whole.COL["split"]].tolist())
         return (
             f"{len(self.names)} convolutions in {self.n_phases + 1} phases, {self.programs} programs, "
-            f"split-K ≤ {self.max_split} ({splits} split), barrier {self.barrier}, {self.warps} warps"
+            f"split-K ≤ {self.max_split} ({splits} split), barrier {self.barrier}, {self.warps} warps, "
+            f"{self.stages} stages"
         )
 
     def view(self, name: str) -> torch.Tensor:
@@ -100,7 +102,7 @@ class Plan:
             self.cnt, self.sync, len(self.names), self.n_phases, self.sync if times is None else times,
             NF=whole.NF, ACC_INT=self.qfmt == "int8", OUT_KIND=0 if self.qfmt == "int8" else 1, BM=whole.BM,
             BN=whole.BN, BK=whole.BK, BARRIER=self.barrier, TIMES=times is not None, SKIP_WORK=skip_work,
-            num_warps=self.warps, num_stages=3, enable_fp_fusion=False,
+            num_warps=self.warps, num_stages=self.stages, enable_fp_fusion=False,
         )  # fmt: skip
         return self.view(self.output)
 
@@ -147,12 +149,14 @@ def build(
     barrier: int = 0,
     splits: dict[str, int] | None = None,
     warps: int = 4,
+    stages: int = 3,
 ) -> Plan:
     """The plan of ``net``'s convolutions at ``batch`` on ``programs`` programs (see `eligible`).
 
     ``max_split``: split-K slices a tile at most (`_split` picks each layer's); ``splits`` names a layer's
     split instead (1 or a divisor of its K steps). ``barrier``: the grid barrier's form (`whole._grid_sync`);
-    ``warps``: warps a program (4 or 8).
+    ``warps``: warps a program (4 or 8); ``stages``: the K loops' pipeline stages. ``programs`` may exceed the
+    SMs only where that many programs fit at once (the caller's to know: `whole_choice` asks for one an SM).
     """
     why = eligible(net)
     check(why is None, f"the whole-network kernel cannot run this network: {why}")
@@ -170,13 +174,11 @@ def build(
         m, k_total = batch * oh * ow, node.kernel_size**2 * c
         regions[node.out] = (act_size, m, n)
         tiles = -(-m // whole.BM) * (n // whole.BN)
-        split = _split(tiles, k_total // whole.BK, programs, max_split)
+        steps = k_total // whole.step_k(c)  # the kernel's K step for this layer's input channels
+        split = _split(tiles, steps, programs, max_split)
         if splits and node.name in splits:
             split = splits[node.name]
-            check(
-                (k_total // whole.BK) % split == 0,
-                f"{node.name}: split {split} of {k_total // whole.BK} K steps",
-            )
+            check(steps % split == 0, f"{node.name}: split {split} of {steps} K steps")
         reads = {node.inp} | ({node.residual} if node.residual else set())
         if rows and reads & phase_writes:  # reads what this phase writes: a barrier first
             rows[-1]["sync_after"], phase_writes = 1, set()
@@ -213,9 +215,10 @@ def build(
     out16 = torch.zeros((last["m"], last["n"]) if last["out16"] else (1,), dtype=torch.float16, device=dev)
     return Plan(
         names=[n.name for n in nodes], input=net.stem.out, output=nodes[-1].out, qfmt=net.qfmt, batch=batch,
-        programs=programs, max_split=max_split, barrier=barrier, warps=warps, table=table.contiguous(),
-        gamma=gamma, act=torch.zeros(max(act_size, 1), dtype=dtype, device=dev), weights=weights, alpha=alpha,
-        beta=beta, out16=out16, ws=torch.zeros(max(ws_size, 1), dtype=acc_dtype, device=dev),
+        programs=programs, max_split=max_split, barrier=barrier, warps=warps, stages=stages,
+        table=table.contiguous(), gamma=gamma, act=torch.zeros(max(act_size, 1), dtype=dtype, device=dev),
+        weights=weights, alpha=alpha, beta=beta, out16=out16,
+        ws=torch.zeros(max(ws_size, 1), dtype=acc_dtype, device=dev),
         cnt=torch.zeros(max(cnt_size, 1), dtype=torch.int32, device=dev),
         sync=torch.zeros(n_phases + 2, dtype=torch.int32, device=dev), n_phases=n_phases,
         in_shape=(batch * h0 * w0, c0), regions=regions,
