@@ -84,6 +84,21 @@ def _col(row, col):
 
 
 @triton.jit
+def _row(table_ptr, gamma_ptr, i, in_delta, NF: tl.constexpr):
+    """Layer ``i``'s row: offsets (int64; the network's input read at ``in_delta``), shapes and flags, γ."""
+    row = table_ptr + i * NF
+    x_off = tl.multiple_of(tl.where(tl.load(row + _X_IN) != 0, in_delta, tl.load(row + _X_OFF)), 16)
+    res_off = tl.multiple_of(tl.where(tl.load(row + _RES_IN) != 0, in_delta, tl.load(row + _RES_OFF)), 16)
+    return (
+        x_off, res_off, tl.multiple_of(tl.load(row + _W_OFF), 16), tl.multiple_of(tl.load(row + _OUT_OFF), 16),
+        tl.load(row + _AB_OFF), tl.load(row + _WS_OFF), tl.load(row + _CNT_OFF), _col(row, _M), _col(row, _N),
+        _col(row, _C), _col(row, _SPLIT), _col(row, _K_TOTAL), _col(row, _H), _col(row, _W), _col(row, _OH),
+        _col(row, _OW), _col(row, _KS), _col(row, _STRIDE), _col(row, _PAD), _col(row, _RELU), _col(row, _HAS_RES),
+        _col(row, _OUT16), _col(row, _SYNC_AFTER), tl.load(gamma_ptr + i),
+    )  # fmt: skip
+
+
+@triton.jit
 def _grid_sync(bar_ptr, err_ptr, G, BARRIER: tl.constexpr):
     """Wait until all ``G`` programs have arrived at this barrier (its own counter ``bar_ptr``).
 
@@ -176,20 +191,16 @@ def _tile_sum(act_ptr, w_ptr, x_off, w_off, rm, rn, m_ok, k_lo, k_hi, c, h, w, o
 
 
 @triton.jit
-def _epilogue(acc, act_ptr, o16_ptr, alpha_ptr, beta_ptr, out_off, res_off, ab_off, gamma, rn, offs, m_ok, relu,
-              has_res, out16, OUT_KIND: tl.constexpr):  # fmt: skip
+def _epilogue(acc, alpha, beta, r_raw, act_ptr, o16_ptr, out_off, gamma, offs, m_ok, relu, has_res, out16,
+              OUT_KIND: tl.constexpr):  # fmt: skip
     """`kernels._conv_epilogue`'s steps: α·acc + β (+ γ·residual), ReLU, stored in the network's 8-bit format.
 
-    The layer the head reads (``out16``) is stored in fp16 into ``o16_ptr`` instead.
+    α, β and the residual's stored tile come loaded (before the K loop). The layer the head reads (``out16``)
+    is stored in fp16 into ``o16_ptr`` instead.
     """
-    alpha = tl.load(alpha_ptr + ab_off + rn)
-    beta = tl.load(beta_ptr + ab_off + rn)
     y = acc.to(tl.float32) * alpha[None, :]
     y = y + beta[None, :]
-    r = _widen(
-        tl.load(act_ptr + res_off + offs, mask=m_ok[:, None] & has_res, other=0.0, cache_modifier=".cg")
-    )
-    y = tl.where(has_res, y + r * gamma, y)
+    y = tl.where(has_res, y + _widen(r_raw) * gamma, y)
     y = tl.where(relu, tl.maximum(y, 0.0), y)
     if out16:
         tl.store(o16_ptr + offs, y.to(tl.float16), mask=m_ok[:, None])
@@ -245,22 +256,11 @@ def whole_kernel(
     if TIMES:
         if pid == 0:
             tl.store(times_ptr, tl.extra.cuda.globaltimer())
+    # each layer's row is read during the previous phase, before its barrier, so that the read's L2 round trip
+    # overlaps the wait instead of starting the phase (the table ends in a row of zeros)
+    x_off, res_off, w_off, out_off, ab_off, ws_off, cnt_off, m, n, c, split, k_total, h, w, oh, ow, ks, stride, \
+        pad, relu, has_res, out16, sync, gamma = _row(table_ptr, gamma_ptr, 0, in_delta, NF)  # fmt: skip
     for i in range(0, n_convs):
-        row = table_ptr + i * NF
-        m = _col(row, _M)
-        n = _col(row, _N)
-        c = _col(row, _C)
-        split = _col(row, _SPLIT)
-        k_total = _col(row, _K_TOTAL)
-        x_off = tl.multiple_of(tl.where(tl.load(row + _X_IN) != 0, in_delta, tl.load(row + _X_OFF)), 16)
-        res_off = tl.multiple_of(tl.where(tl.load(row + _RES_IN) != 0, in_delta, tl.load(row + _RES_OFF)), 16)
-        w_off = tl.multiple_of(tl.load(row + _W_OFF), 16)
-        out_off = tl.multiple_of(tl.load(row + _OUT_OFF), 16)
-        ab_off = tl.load(row + _AB_OFF)
-        shape = (_col(row, _H), _col(row, _W), _col(row, _OH), _col(row, _OW))
-        conv = (_col(row, _KS), _col(row, _STRIDE), _col(row, _PAD))
-        flags = (tl.load(row + _RELU) != 0, tl.load(row + _HAS_RES) != 0, tl.load(row + _OUT16) != 0)
-        gamma = tl.load(gamma_ptr + i)
         tiles_n = n // BN
         items = ((m + BM - 1) // BM) * tiles_n * split
         slice_k = k_total // split
@@ -274,28 +274,36 @@ def whole_kernel(
             rm = pid_m * BM + tl.arange(0, BM)
             rn = (tile - pid_m * tiles_n) * BN + tl.arange(0, BN)
             m_ok = rm < m
+            offs = tl.multiple_of(rm[:, None] * n, [1, BN]) + rn[None, :]  # N is a multiple of 64
+            # the epilogue's operands first: their loads overlap the K loop instead of following it
+            alpha = tl.load(alpha_ptr + ab_off + rn)
+            beta = tl.load(beta_ptr + ab_off + rn)
+            r_raw = tl.load(act_ptr + res_off + offs, mask=m_ok[:, None] & (has_res != 0), other=0.0,
+                            cache_modifier=".cg")  # fmt: skip
             if c >= 2 * BK:  # K steps of 2·BK: half the steps, twice the bytes in flight a stage
                 k_lo = tl.multiple_of(s * slice_k, 2 * BK)  # a whole number of K steps (`whole_plan._split`)
                 k_hi = tl.multiple_of(k_lo + slice_k, 2 * BK)
-                acc = _tile_sum(act_ptr, w_ptr, x_off, w_off, rm, rn, m_ok, k_lo, k_hi, c, *shape, *conv, k_total,
-                                ACC_INT, BM, BN, 2 * BK)  # fmt: skip
+                acc = _tile_sum(act_ptr, w_ptr, x_off, w_off, rm, rn, m_ok, k_lo, k_hi, c, h, w, oh, ow, ks, stride,
+                                pad, k_total, ACC_INT, BM, BN, 2 * BK)  # fmt: skip
             else:
                 k_lo = tl.multiple_of(s * slice_k, BK)
                 k_hi = tl.multiple_of(k_lo + slice_k, BK)
-                acc = _tile_sum(act_ptr, w_ptr, x_off, w_off, rm, rn, m_ok, k_lo, k_hi, c, *shape, *conv, k_total,
-                                ACC_INT, BM, BN, BK)  # fmt: skip
-            offs = tl.multiple_of(rm[:, None] * n, [1, BN]) + rn[None, :]  # N is a multiple of 64
+                acc = _tile_sum(act_ptr, w_ptr, x_off, w_off, rm, rn, m_ok, k_lo, k_hi, c, h, w, oh, ow, ks, stride,
+                                pad, k_total, ACC_INT, BM, BN, BK)  # fmt: skip
             last = split <= 1
             if split > 1:
-                ws = ws_ptr + tl.load(row + _WS_OFF)
                 acc, last = _split_sum(
-                    acc, ws, cnt_ptr + tl.load(row + _CNT_OFF), tile, s, split, offs, m_ok, m * n
+                    acc, ws_ptr + ws_off, cnt_ptr + cnt_off, tile, s, split, offs, m_ok, m * n
                 )
             if last:
-                _epilogue(acc, act_ptr, o16_ptr, alpha_ptr, beta_ptr, out_off, res_off, ab_off, gamma, rn, offs,
-                          m_ok, *flags, OUT_KIND)  # fmt: skip
+                _epilogue(acc, alpha, beta, r_raw, act_ptr, o16_ptr, out_off, gamma, offs, m_ok, relu != 0,
+                          has_res != 0, out16 != 0, OUT_KIND)  # fmt: skip
         dealt += items
-        if tl.load(row + _SYNC_AFTER) != 0:
+        barrier = sync
+        x_off, res_off, w_off, out_off, ab_off, ws_off, cnt_off, m, n, c, split, k_total, h, w, oh, ow, ks, \
+            stride, pad, relu, has_res, out16, sync, gamma = _row(table_ptr, gamma_ptr, i + 1, in_delta,
+                                                                  NF)  # fmt: skip
+        if barrier != 0:
             _grid_sync(sync_ptr + phase, sync_ptr + n_phases + 1, G, BARRIER)
             phase += 1
             dealt = 0

@@ -44,8 +44,8 @@ class Plan:
     barrier: int  # the grid barrier's form (`whole._grid_sync`)
     warps: int  # warps a program
     stages: int  # the K loops' software-pipeline stages
-    table: torch.Tensor  # int64 [layers, whole.NF]
-    gamma: torch.Tensor  # fp32 [layers]
+    table: torch.Tensor  # int64 [layers + 1, whole.NF]: the last row zeros
+    gamma: torch.Tensor  # fp32 [layers + 1]
     act: torch.Tensor  # the activation arena, in the network's 8-bit dtype
     weights: torch.Tensor
     alpha: torch.Tensor
@@ -208,8 +208,13 @@ def build(
         weights[row["w_off"] : row["w_off"] + layer.w_q.numel()] = layer.w_q.reshape(-1)
         alpha[row["ab_off"] : row["ab_off"] + row["n"]] = layer.alpha
         beta[row["ab_off"] : row["ab_off"] + row["n"]] = layer.beta
-    table = torch.tensor([[r[f] for f in whole.FIELDS] for r in rows], dtype=torch.int64, device=dev)
-    gamma = torch.tensor([float(net.convs[n.name].gamma) for n in nodes], dtype=torch.float32, device=dev)
+    # a row of zeros past the last layer: the kernel reads each next row before its barrier
+    table = torch.tensor(
+        [[r[f] for f in whole.FIELDS] for r in rows] + [[0] * whole.NF], dtype=torch.int64, device=dev
+    )
+    gamma = torch.tensor(
+        [float(net.convs[n.name].gamma) for n in nodes] + [0.0], dtype=torch.float32, device=dev
+    )
     n_phases = sum(r["sync_after"] for r in rows)
     last = rows[-1]
     out16 = torch.zeros((last["m"], last["n"]) if last["out16"] else (1,), dtype=torch.float16, device=dev)
