@@ -24,7 +24,9 @@ def kept(info: dict, what: str) -> object:
         return stem.get("chosen"), {k: round(v * 1e3, 4) for k, v in stem.get("seconds", {}).items()}
     if what == "whole":
         w = info.get("whole", {})
-        secs = {k: (round(v * 1e3, 4) if isinstance(v, float) else v) for k, v in w.get("seconds", {}).items()}
+        secs = {
+            k: (round(v * 1e3, 4) if isinstance(v, float) else v) for k, v in w.get("seconds", {}).items()
+        }
         return w.get("mode"), w.get("kept"), w.get("per_layer_s"), secs
     if what == "pairs":
         pairs = info.get("pairs", {})

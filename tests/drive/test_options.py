@@ -73,3 +73,25 @@ def test_run_refuses_a_sweep_file_with_a_bad_option_before_anything_is_written(t
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "telemetry_backend 'nonsense' is unknown" in err
     assert sorted(os.listdir(tmp_path)) == ["o.toml"]
+
+
+@pytest.mark.parametrize(
+    "lines,refused",
+    [
+        ("telemetry = false\nthermal_warmup = true", "thermal_warmup"),
+        ("telemetry = false\nidle_s = 5.0\nsample_hz = 20.0", "idle_s, sample_hz"),
+        ("telemetry = false\nthermal_warmup = false\nidle_s = 0.0", None),
+        ('preset = "gpu"\ntelemetry = false', None),  # the preset's warm-up goes with the telemetry
+        ("telemetry = true\nthermal_warmup = true", None),
+    ],
+)
+def test_no_telemetry_beside_a_setting_that_asks_for_samples_is_refused(tmp_path, lines, refused):
+    """As the CLI refuses --no-telemetry beside --thermal-warmup: the warm-up was dropped without a word."""
+    f = tmp_path / "sweep.toml"
+    f.write_text(f'models = ["tinycnn"]\ndevice = "cpu"\n{lines}\n')
+    if refused is None:
+        assert load_toml(str(f)).telemetry == ("telemetry = true" in lines)
+        return
+    with pytest.raises(UsageError, match=f"telemetry = false takes no samples, but {refused} asks") as e:
+        load_toml(str(f))
+    assert e.value.fix.startswith("drop telemetry = false or")

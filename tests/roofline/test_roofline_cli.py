@@ -277,3 +277,12 @@ def test_a_text_models_profile_counts_sequences(tmp_path, capsys):
     assert main([*argv, "--device", "cpu", "--store", str(tmp_path / "p.sqlite")]) == 0
     out = capsys.readouterr().out
     assert "seq/s" in out and "img/s" not in out and "0.0 GFLOP" not in out, out
+
+
+def test_peaks_no_store_beside_a_named_store_is_refused(tmp_path, capsys):
+    """It was accepted, and the named store got nothing; now one line, exit 2, no file."""
+    path = tmp_path / "p.sqlite"
+    assert main(["peaks", "--device", "cpu", "--only", "memory", "--no-store", "--store", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--no-store stores nothing, but --store names" in err[0]
+    assert not path.exists() and os.listdir(tmp_path) == []

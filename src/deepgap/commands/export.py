@@ -14,7 +14,7 @@ import tempfile
 from deepgap.commands.filter_flags import add_run_flag, add_store_argument
 from deepgap.commands.share_flags import add_shared_output_flags, use_shared_output_flags
 from deepgap.core.errors import UsageError
-from deepgap.store.paths import STDOUT, check_output_path
+from deepgap.store.paths import STDOUT, check_output_path, probe_write
 
 NAME = "export"
 HELP = "export results as csv, parquet or json"
@@ -106,13 +106,11 @@ def check_folder(path: str) -> str:
     if os.path.isdir(path):
         raise UsageError(f"cannot write {path}: it is a directory", "pass a file name, e.g. -o results.csv")
     try:
-        fd, probe = tempfile.mkstemp(dir=folder, prefix=".deepgap-export-")
+        probe_write(folder, ".deepgap-export-")
     except OSError as exc:
         raise UsageError(
             f"cannot write {path}: {exc.strerror} in {folder}", "pass a writable -o path"
         ) from None
-    os.close(fd)
-    os.unlink(probe)
     return folder
 
 

@@ -9,7 +9,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from deepgap.commands.session_flags import SessionDefaults, add_session_arguments, read_session_arguments
+from deepgap.commands.session_flags import (
+    DEFAULT_STORE,
+    SessionDefaults,
+    add_session_arguments,
+    read_session_arguments,
+)
 
 NAME = "peaks"
 HELP = "measure the device's ceilings (matmul TFLOP/s per precision, memory GB/s) beside its spec sheet"
@@ -40,6 +45,12 @@ def main(args: argparse.Namespace) -> int:
     from deepgap.roofline.console import console, peaks_json, peaks_table
 
     session = read_session_arguments(args)
+    if args.no_store and session.store != DEFAULT_STORE:  # it was accepted, and the named store got nothing
+        from deepgap.core.errors import UsageError
+
+        raise UsageError(
+            f"--no-store stores nothing, but --store names {session.store!r}", "drop --no-store or --store"
+        )
     run = api.peaks(
         args.device,
         size=args.size,

@@ -72,10 +72,10 @@ def _trt_workspace(options: dict[str, Any]) -> None:
 
 
 def _telemetry(options: dict[str, Any]) -> None:
-    from deepgap.measure.telemetry.fake import SCENARIOS
+    from deepgap.measure.telemetry.fake import backend_names
 
     v = options["telemetry_backend"]
-    known = ["auto", *(f"fake:{s}" for s in SCENARIOS)]
+    known = backend_names()
     if v not in known:
         raise UsageError(f"option telemetry_backend {v!r} is unknown", f"choose one of {', '.join(known)}")
 

@@ -7,11 +7,10 @@ before measuring or reading anything; the check needs none of the page's buildin
 from __future__ import annotations
 
 import os
-import tempfile
 
 from deepgap.core.errors import UsageError
 from deepgap.report import interactive as fi
-from deepgap.store.paths import check_output_path, check_owned_folder, nearest_existing
+from deepgap.store.paths import check_output_path, check_owned_folder, nearest_existing, probe_write
 
 
 def check_output(html_path: str, interactive: bool = True, flag: str = "-o") -> str:
@@ -32,10 +31,8 @@ def check_output(html_path: str, interactive: bool = True, flag: str = "-o") -> 
         raise UsageError(
             f"cannot write {html_path}: {probe} is not a writable folder", f"pass a writable {flag} path"
         )
-    try:  # permission bits do not tell about read-only mounts, ACLs or a full disk: create and remove a file
-        fd, tmp = tempfile.mkstemp(dir=probe, prefix=".deepgap-probe-")
-        os.close(fd)
-        os.unlink(tmp)
+    try:
+        probe_write(probe)
     except OSError as exc:
         raise UsageError(
             f"cannot write {html_path}: {exc.strerror} in {probe}", f"pass a writable {flag} path"

@@ -293,6 +293,19 @@ def check_owned_folder(folder: str) -> None:
         )
 
 
+def probe_write(folder: str, prefix: str = ".deepgap-probe-") -> None:
+    """Create and remove a file in ``folder``; raises the `OSError` if that fails.
+
+    Why not permission bits: they do not tell about read-only mounts, ACLs or a full disk. One probe for every
+    output check (`deepgap.commands.export`, `deepgap.report.output_path`).
+    """
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=prefix)
+    os.close(fd)
+    os.unlink(tmp)
+
+
 def nearest_existing(path: str) -> str:
     """``path`` made absolute, or the nearest folder above it that exists: where a new file or folder goes."""
     found = os.path.abspath(path)

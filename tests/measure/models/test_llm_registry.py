@@ -22,6 +22,12 @@ def test_shapes_are_registered_text_models():
         assert entry.max_seq_len == shape.max_positions and name in MODELS.names()
         assert entry.family == ("test" if name == "llama-tiny" else "llm")
     assert "8.03B parameters" in resolve_model("llama-3.1-8b").description
+    tiny = resolve_model("llama-tiny")
+    assert tiny.description.endswith(f"{tiny_params() / 1e3:.3g}k parameters")  # it had read "0.00B"
+
+
+def tiny_params() -> int:
+    return SHAPES["llama-tiny"].params()
 
 
 def test_a_sweep_builds_the_tiny_decoder_and_counts_its_prefill_flops():

@@ -112,8 +112,16 @@ class LlamaShape:
         return (
             f"Llama decoder ({self.layers} × {self.hidden}, {self.heads} heads / {self.kv_heads} KV, "
             f"ff {self.intermediate}, vocab {self.vocab}{', tied' if self.tied else ''}), "
-            f"{self.params() / 1e9:.2f}B parameters"
+            f"{_count(self.params())} parameters"
         )
+
+
+def _count(n: int) -> str:
+    """A parameter count with its unit: 8.03B, 1.24B, 4.21M (llama-tiny printed as "0.00B"), or the number."""
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return str(n)
 
 
 def _llama3_rope(factor: float, original_max_position: int = 8192) -> RopeScaling:

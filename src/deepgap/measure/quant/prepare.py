@@ -154,10 +154,7 @@ def prepare_quant(
     triton_err = _triton_ok()
     if triton_err:
         info["triton_unavailable"] = triton_err
-    if str(device).startswith("cuda"):
-        torch.backends.cudnn.benchmark = True
-        if ":" in str(device):
-            torch.cuda.set_device(device)  # Triton launches on the current device
+    _use_device(device)
     net = build(graph, precision, amax, {}, resolution).to(device)
     t1 = time.perf_counter()
     use_triton = triton_err is None and opts.force_backend != "torch"
@@ -184,12 +181,9 @@ def prepare_quant(
     net.stem_backend = check_stem(net, resolution, device) if use_triton else "torch"
     stem_choice = choose_stem(net, batch, resolution, device, use_triton, opts.resident_input)
     stem_s = stem_choice.get("seconds", {}).get(stem_choice["chosen"])  # timed already at this batch
-    info["head"] = choose_head(net, batch, device, use_triton)  # before the head's row times it
-    info["whole"] = choose_whole(
-        net, batch, resolution, device, use_triton and opts.autotune, opts.timing_reps
-    )
-    label_whole(timings, info["whole"])
     info.update(
+        head=choose_head(net, batch, device, use_triton),  # before the head's row times it
+        whole=_whole(net, batch, resolution, device, use_triton, opts, timings),  # after the head's choice
         layers=[t.as_dict() for t in timings],
         outside_layers=time_stem_and_head(net, batch, resolution, device, stem_s, opts.resident_input),
         n_quantized=sum(t.mode == "q" for t in timings),
@@ -230,6 +224,26 @@ def _pairs(net: QuantNet, batch: int, timings: list, opts: QuantOptions, on: boo
     if opts.log:
         opts.log(f"fused 1x1 pairs: {sum(r['kept'] is not None for r in rows)} of {len(rows)} kept")
     return {"mode": "on", "pairs": rows}
+
+
+def _use_device(device: str) -> None:
+    """On a GPU: cuDNN's autotuner on, and ``device`` current (Triton launches on the current device)."""
+    if str(device).startswith("cuda"):
+        torch.backends.cudnn.benchmark = True
+        if ":" in str(device):
+            torch.cuda.set_device(device)
+
+
+def _whole(net: QuantNet, batch: int, resolution: int, device, on: bool, opts: QuantOptions, timings: list):
+    """The whole-network kernel (`whole_choice`): timed and kept where faster; its layers' tile text says so.
+
+    Offered with Triton and autotuning only (``on``: Triton here), as the fused pairs are.
+    """
+    info = choose_whole(net, batch, resolution, device, on and opts.autotune, opts.timing_reps)
+    label_whole(timings, info)
+    if opts.log and info.get("mode") == "on":
+        opts.log(f"whole-network kernel: {'kept, ' + info['kept'] if info['kept'] else 'slower, not kept'}")
+    return info
 
 
 def _modes(timings: list, opts: QuantOptions) -> dict[str, str]:

@@ -231,6 +231,44 @@ def _split_sum(acc, ws_ptr, cnt_ptr, tile, s, split, offs, m_ok, mn):
     return total, last
 
 
+@triton.jit
+def _item(j, act_ptr, o16_ptr, w_ptr, alpha_ptr, beta_ptr, ws_ptr, cnt_ptr, x_off, res_off, w_off, out_off, ab_off,
+          ws_off, cnt_off, m, n, c, split, k_total, h, w, oh, ow, ks, stride, pad, relu, has_res, out16, gamma,
+          ACC_INT: tl.constexpr, OUT_KIND: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+          BK: tl.constexpr):  # fmt: skip
+    """Work item ``j`` of a layer: one 64×64 output tile, or one K slice of it (split-K), and its epilogue."""
+    tiles_n = n // BN
+    slice_k = k_total // split
+    tile = j // split
+    s = j - tile * split
+    pid_m = tile // tiles_n
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = (tile - pid_m * tiles_n) * BN + tl.arange(0, BN)
+    m_ok = rm < m
+    offs = tl.multiple_of(rm[:, None] * n, [1, BN]) + rn[None, :]  # N is a multiple of 64
+    # the epilogue's operands first: their loads overlap the K loop instead of following it
+    alpha = tl.load(alpha_ptr + ab_off + rn)
+    beta = tl.load(beta_ptr + ab_off + rn)
+    r_raw = tl.load(act_ptr + res_off + offs, mask=m_ok[:, None] & (has_res != 0), other=0.0,
+                    cache_modifier=".cg")  # fmt: skip
+    if c >= 2 * BK:  # K steps of 2·BK: half the steps, twice the bytes in flight a stage
+        k_lo = tl.multiple_of(s * slice_k, 2 * BK)  # a whole number of K steps (`whole_plan._split`)
+        k_hi = tl.multiple_of(k_lo + slice_k, 2 * BK)
+        acc = _tile_sum(act_ptr, w_ptr, x_off, w_off, rm, rn, m_ok, k_lo, k_hi, c, h, w, oh, ow, ks, stride,
+                        pad, k_total, ACC_INT, BM, BN, 2 * BK)  # fmt: skip
+    else:
+        k_lo = tl.multiple_of(s * slice_k, BK)
+        k_hi = tl.multiple_of(k_lo + slice_k, BK)
+        acc = _tile_sum(act_ptr, w_ptr, x_off, w_off, rm, rn, m_ok, k_lo, k_hi, c, h, w, oh, ow, ks, stride,
+                        pad, k_total, ACC_INT, BM, BN, BK)  # fmt: skip
+    last = split <= 1
+    if split > 1:
+        acc, last = _split_sum(acc, ws_ptr + ws_off, cnt_ptr + cnt_off, tile, s, split, offs, m_ok, m * n)
+    if last:
+        _epilogue(acc, alpha, beta, r_raw, act_ptr, o16_ptr, out_off, gamma, offs, m_ok, relu != 0,
+                  has_res != 0, out16 != 0, OUT_KIND)  # fmt: skip
+
+
 @triton.jit(do_not_specialize=["in_delta", "n_convs", "n_phases"])
 def whole_kernel(
     table_ptr, gamma_ptr, act_ptr, in_delta, o16_ptr, w_ptr, alpha_ptr, beta_ptr, ws_ptr, cnt_ptr, sync_ptr,
@@ -261,43 +299,14 @@ def whole_kernel(
     x_off, res_off, w_off, out_off, ab_off, ws_off, cnt_off, m, n, c, split, k_total, h, w, oh, ow, ks, stride, \
         pad, relu, has_res, out16, sync, gamma = _row(table_ptr, gamma_ptr, 0, in_delta, NF)  # fmt: skip
     for i in range(0, n_convs):
-        tiles_n = n // BN
-        items = ((m + BM - 1) // BM) * tiles_n * split
-        slice_k = k_total // split
+        items = ((m + BM - 1) // BM) * (n // BN) * split
         first = (pid - dealt % G + G) % G  # this program's first item j: (dealt + j) % G == pid
         if SKIP_WORK:
             first = items
         for j in range(first, items, G):
-            tile = j // split
-            s = j - tile * split
-            pid_m = tile // tiles_n
-            rm = pid_m * BM + tl.arange(0, BM)
-            rn = (tile - pid_m * tiles_n) * BN + tl.arange(0, BN)
-            m_ok = rm < m
-            offs = tl.multiple_of(rm[:, None] * n, [1, BN]) + rn[None, :]  # N is a multiple of 64
-            # the epilogue's operands first: their loads overlap the K loop instead of following it
-            alpha = tl.load(alpha_ptr + ab_off + rn)
-            beta = tl.load(beta_ptr + ab_off + rn)
-            r_raw = tl.load(act_ptr + res_off + offs, mask=m_ok[:, None] & (has_res != 0), other=0.0,
-                            cache_modifier=".cg")  # fmt: skip
-            if c >= 2 * BK:  # K steps of 2·BK: half the steps, twice the bytes in flight a stage
-                k_lo = tl.multiple_of(s * slice_k, 2 * BK)  # a whole number of K steps (`whole_plan._split`)
-                k_hi = tl.multiple_of(k_lo + slice_k, 2 * BK)
-                acc = _tile_sum(act_ptr, w_ptr, x_off, w_off, rm, rn, m_ok, k_lo, k_hi, c, h, w, oh, ow, ks, stride,
-                                pad, k_total, ACC_INT, BM, BN, 2 * BK)  # fmt: skip
-            else:
-                k_lo = tl.multiple_of(s * slice_k, BK)
-                k_hi = tl.multiple_of(k_lo + slice_k, BK)
-                acc = _tile_sum(act_ptr, w_ptr, x_off, w_off, rm, rn, m_ok, k_lo, k_hi, c, h, w, oh, ow, ks, stride,
-                                pad, k_total, ACC_INT, BM, BN, BK)  # fmt: skip
-            last = split <= 1
-            if split > 1:
-                acc, last = _split_sum(
-                    acc, ws_ptr + ws_off, cnt_ptr + cnt_off, tile, s, split, offs, m_ok, m * n
-                )
-            if last:
-                _epilogue(acc, alpha, beta, r_raw, act_ptr, o16_ptr, out_off, gamma, offs, m_ok, relu != 0,
-                          has_res != 0, out16 != 0, OUT_KIND)  # fmt: skip
+            _item(j, act_ptr, o16_ptr, w_ptr, alpha_ptr, beta_ptr, ws_ptr, cnt_ptr, x_off, res_off, w_off, out_off,
+                  ab_off, ws_off, cnt_off, m, n, c, split, k_total, h, w, oh, ow, ks, stride, pad, relu, has_res,
+                  out16, gamma, ACC_INT, OUT_KIND, BM, BN, BK)  # fmt: skip
         dealt += items
         barrier = sync
         x_off, res_off, w_off, out_off, ab_off, ws_off, cnt_off, m, n, c, split, k_total, h, w, oh, ow, ks, \

@@ -200,6 +200,24 @@ def build(
             cnt_size += tiles
     dtype = layers.DTYPES[net.qfmt]
     acc_dtype = torch.int32 if net.qfmt == "int8" else torch.float32
+    weights, alpha, beta, table, gamma = _arenas(net, nodes, rows, w_size, ab_size, dtype, dev)
+    n_phases = sum(r["sync_after"] for r in rows)
+    last = rows[-1]
+    out16 = torch.zeros((last["m"], last["n"]) if last["out16"] else (1,), dtype=torch.float16, device=dev)
+    return Plan(
+        names=[n.name for n in nodes], input=net.stem.out, output=nodes[-1].out, qfmt=net.qfmt, batch=batch,
+        programs=programs, max_split=max_split, barrier=barrier, warps=warps, stages=stages,
+        table=table.contiguous(), gamma=gamma, act=torch.zeros(max(act_size, 1), dtype=dtype, device=dev),
+        weights=weights, alpha=alpha, beta=beta, out16=out16,
+        ws=torch.zeros(max(ws_size, 1), dtype=acc_dtype, device=dev),
+        cnt=torch.zeros(max(cnt_size, 1), dtype=torch.int32, device=dev),
+        sync=torch.zeros(n_phases + 2, dtype=torch.int32, device=dev), n_phases=n_phases,
+        in_shape=(batch * h0 * w0, c0), regions=regions,
+    )  # fmt: skip
+
+
+def _arenas(net: QuantNet, nodes: list[ConvNode], rows: list[dict], w_size: int, ab_size: int, dtype, dev):
+    """The weight, α and β arenas filled from the layers, the device table and γ (each ending in a zero row)."""
     weights = torch.zeros(max(w_size, 1), dtype=dtype, device=dev)
     alpha = torch.empty(max(ab_size, 1), dtype=torch.float32, device=dev)
     beta = torch.empty_like(alpha)
@@ -215,19 +233,7 @@ def build(
     gamma = torch.tensor(
         [float(net.convs[n.name].gamma) for n in nodes] + [0.0], dtype=torch.float32, device=dev
     )
-    n_phases = sum(r["sync_after"] for r in rows)
-    last = rows[-1]
-    out16 = torch.zeros((last["m"], last["n"]) if last["out16"] else (1,), dtype=torch.float16, device=dev)
-    return Plan(
-        names=[n.name for n in nodes], input=net.stem.out, output=nodes[-1].out, qfmt=net.qfmt, batch=batch,
-        programs=programs, max_split=max_split, barrier=barrier, warps=warps, stages=stages,
-        table=table.contiguous(), gamma=gamma, act=torch.zeros(max(act_size, 1), dtype=dtype, device=dev),
-        weights=weights, alpha=alpha, beta=beta, out16=out16,
-        ws=torch.zeros(max(ws_size, 1), dtype=acc_dtype, device=dev),
-        cnt=torch.zeros(max(cnt_size, 1), dtype=torch.int32, device=dev),
-        sync=torch.zeros(n_phases + 2, dtype=torch.int32, device=dev), n_phases=n_phases,
-        in_shape=(batch * h0 * w0, c0), regions=regions,
-    )  # fmt: skip
+    return weights, alpha, beta, table, gamma
 
 
 def _convs(net: QuantNet) -> list[ConvNode]:

@@ -120,6 +120,14 @@ SCENARIOS: dict[str, Callable[[float], dict[str, Any]]] = {
 }
 
 
+def backend_names() -> list[str]:
+    """Every telemetry backend a run may name: ``auto`` and ``fake:<scenario>`` (the option's and the opener's list).
+
+    ``fake:unavailable`` plays a backend that cannot open (`scenario`).
+    """
+    return ["auto", *(f"fake:{s}" for s in (*SCENARIOS, "unavailable"))]
+
+
 def scenario(name: str, clock: Callable[[], float] = time.time) -> FakeBackend:
     """A fake backend playing a named scenario (see the module docstring).
 

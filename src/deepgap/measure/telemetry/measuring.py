@@ -46,12 +46,14 @@ def open_backend(device: str, backend: str = "auto") -> Backend:
     Raises:
         TelemetryUnavailable: the backend cannot be used here.
     """
-    if backend.startswith("fake:"):
-        from deepgap.measure.telemetry.fake import scenario
+    from deepgap.measure.telemetry.fake import backend_names, scenario
 
+    if backend not in backend_names():  # the option was checked before the run (`deepgap.drive.options`)
+        raise TelemetryUnavailable(
+            f"unknown telemetry backend {backend!r} (use one of {', '.join(backend_names())})"
+        )
+    if backend.startswith("fake:"):
         return scenario(backend[5:])
-    if backend != "auto":
-        raise TelemetryUnavailable(f"unknown telemetry backend {backend!r} (use auto or fake:<scenario>)")
     if device.startswith("cuda"):
         from deepgap.core.nvml_access import cuda_uuid, module
         from deepgap.measure.telemetry.nvml import NvmlBackend
