@@ -21,10 +21,10 @@ import statistics
 
 import torch
 
-# (barrier form, warps, pipeline stages, programs an SM): session 34's second call found the one-thread barrier
-# 1.35 µs and a K step of 64 about 0.35 µs (latency-bound); these weigh K steps of 128 (layers from 128 channels)
-# and deeper pipelines (two programs an SM need 4 warps, which spill)
-VARIANTS = ((1, 8, 3, 1), (1, 8, 4, 1))
+# (barrier form, warps, pipeline stages, programs an SM, dataflow): session 34's second call found the one-thread
+# barrier 1.35 µs and a K step of 64 about 0.35 µs (latency-bound); these weigh K steps of 128 (layers from 128
+# channels), deeper pipelines (two programs an SM need 4 warps, which spill) and dataflow counters for barriers
+VARIANTS = ((1, 8, 3, 1, False), (1, 8, 4, 1, False), (1, 8, 3, 1, True))  # the last: dataflow, no barriers
 
 
 def _phases(plan) -> list[list[str]]:
@@ -76,11 +76,14 @@ def measure(model_name: str, precision: str, batch: int, reps: int, stamps: int)
         base = {"model": model_name, "precision": precision, "batch": batch, "per_layer_ms": per_layer * 1e3,
                 "engine_whole": res.info.get("whole"), "engine_kept": kept is not None}  # fmt: skip
         print(json.dumps({**base, "variant": "per-layer kernels"}), flush=True)
-        for barrier, warps, stages, per_sm in VARIANTS:
+        for barrier, warps, stages, per_sm, flow in VARIANTS:
             if True:
                 by_cap = {}
                 for cap in (1, 4, 16, "tuned"):
-                    row = {**base, "variant": f"cap {cap}, b{barrier} w{warps} s{stages} x{per_sm}"}
+                    row = {
+                        **base,
+                        "variant": f"cap {cap}, b{barrier} w{warps} s{stages} x{per_sm}{' flow' * flow}",
+                    }
                     if cap == "tuned" and not by_cap:
                         continue
                     try:
@@ -92,15 +95,20 @@ def measure(model_name: str, precision: str, batch: int, reps: int, stamps: int)
                                 names = by_cap[best][0].names
                                 splits |= {n: table[names.index(n)][whole.COL["split"]] for n in group}
                             plan = whole_plan.build(
-                                net, batch, sms * per_sm, 16, barrier, splits, warps, stages
+                                net, batch, sms * per_sm, 16, barrier, splits, warps, stages, flow
                             )
                         else:
                             plan = whole_plan.build(
-                                net, batch, sms * per_sm, cap, barrier, None, warps, stages
+                                net, batch, sms * per_sm, cap, barrier, None, warps, stages, flow
                             )
                         row["label"] = plan.label
                         row["check"] = whole_choice.check_plan(net, plan, x)
                         row["ms"] = time_s(lambda plan=plan: plan.run(x), reps) * 1e3
+                        row["flagged"] = plan.flagged()
+                        if flow:  # no barriers, so no phase stamps: the total only
+                            print(json.dumps(row), flush=True)
+                            rows.append(row)
+                            continue
                         row["barriers_only_ms"] = (
                             time_s(lambda plan=plan: plan.run(x, skip_work=True), reps) * 1e3
                         )
@@ -108,7 +116,6 @@ def measure(model_name: str, precision: str, batch: int, reps: int, stamps: int)
                         row["phases"] = [
                             (g, round(sum(q_s.get(n) or 0 for n in g) * 1e6, 2)) for g in _phases(plan)
                         ]  # each phase's layers and their tuned per-layer µs
-                        row["flagged"] = plan.flagged()
                         if cap != "tuned":
                             by_cap[cap] = (plan, row["phase_us"])
                     except Exception as exc:  # noqa: BLE001 - one variant's failure is a row, not the end

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Session 34 (2026-12-05), one H200, issue 47: the whole-network kernel (`quant.whole`) at batch 1. The device calls
 # as run, from the repository root with $OUT set, `.whl/` carried (benchmarks/device_lib.sh). A third call (the
-# kernel with K steps of 128, the next row read before each barrier, the epilogue's operands before the K loop:
-# `bash results/h200/session34/device.sh 3`) found no machine, and then loans were paused for the session.
+# kernel with K steps of 128, the next row read before each barrier, the epilogue's operands before the K loop,
+# and dataflow counters in place of barriers: `bash results/h200/session34/device.sh 3`) found no machine, and
+# then loans were paused for the session.
 # Usage: bash results/h200/session34/device.sh N
 set -uo pipefail
 case ${1:-} in

@@ -15,13 +15,14 @@ import pytest
 import torch
 
 triton = pytest.importorskip("triton")
+tl = pytest.importorskip("triton.language")
 
 from fp8_codes import same_codes  # noqa: E402
 from sm90 import compile_sm90, ptxas_usage  # noqa: E402
 from torchvision import models  # noqa: E402
 
 from deepgap.core.errors import UsageError  # noqa: E402
-from deepgap.measure.quant import layers, whole, whole_choice, whole_plan  # noqa: E402
+from deepgap.measure.quant import layers, whole, whole_choice, whole_flow, whole_plan  # noqa: E402
 from deepgap.measure.quant.calibrate import calibration_images, collect_amax  # noqa: E402
 from deepgap.measure.quant.fold import resnet_graph  # noqa: E402
 from deepgap.measure.quant.network import WHOLE_STEP, build  # noqa: E402
@@ -110,10 +111,11 @@ def test_the_network_runs_its_convolutions_in_one_step_with_the_same_logits(grap
     images = torch.randn(1, 3, RES, RES).half().contiguous(memory_format=torch.channels_last)
     with torch.inference_mode():
         plain = net.forward(images)
-        net.whole = whole_plan.build(net, 1, programs=1)
+        net.whole = whole_plan.build(net, 1, programs=1, flow=True)  # dataflow counters, not barriers
         names = [name for name, _ in net.steps(1)]
         assert names == ["conv1", WHOLE_STEP, "fc"]
         assert torch.equal(net.forward(images), plain)
+        assert not net.whole.counters.any() and not net.whole.sync.any()  # zeroed by the last to leave
 
 
 def test_plans_phases_and_splits(graphs):
@@ -133,11 +135,15 @@ def test_plans_phases_and_splits(graphs):
     assert rows["layer1.0.conv1"][cols["x_in"]] == 1 and rows["layer1.0.downsample"][cols["x_in"]] == 1
     assert rows["layer1.1.conv3"][cols["res_in"]] == 0 and rows["layer1.0.conv3"][cols["has_res"]] == 1
     assert rows["layer4.2.conv3"][cols["sync_after"]] == 0 and rows["layer4.2.conv3"][cols["out16"]] == 1
-    assert [len(p.names) for p in whole_choice.plans(net, 1, 132)] == [
-        52,
-        52,
-        52,
-    ]  # caps 16, 4, 1 differ here
+    got = [(p.flow, p.max_split) for p in whole_choice.plans(net, 1, 132)]  # caps 16, 4, 1 differ here
+    assert got == [(False, 16), (False, 4), (False, 1), (True, 16), (True, 4), (True, 1)]
+    flow = whole_plan.build(net, 1, programs=132, flow=True)
+    rows = {name: flow.table[i] for i, name in enumerate(flow.names)}
+    conv1, ds, conv3 = rows["layer1.0.conv1"], rows["layer1.0.downsample"], rows["layer1.0.conv3"]
+    assert conv1[cols["x_cnt"]] == -1 and conv1[cols["out_cnt"]] == 0  # reads the network's input
+    assert rows["layer1.0.conv2"][cols["x_cnt"]] == 0 and rows["layer1.0.conv2"][cols["x_tn"]] == 1  # 64 wide
+    assert conv3[cols["res_cnt"]] == ds[cols["out_cnt"]] and conv3[cols["res_tn"]] == 4  # 256 channels
+    assert flow.counters.numel() == sum(-(-int(r[cols["m"]]) // 64) for r in flow.table[:-1])
     assert whole_plan._split(tiles=1, steps=72, programs=132, max_split=16) == 12  # largest dividing 72
     assert whole_plan._split(tiles=8, steps=72, programs=132, max_split=16) == 12  # 8 × 12 = 96 ≤ 132
     assert whole_plan._split(tiles=70, steps=72, programs=132, max_split=16) == 1  # fills half the SMs
@@ -184,24 +190,60 @@ def test_layer_text_says_the_network_runs_it_in_the_kernel():
 
 
 @pytest.mark.parametrize("qfmt", ["int8", "fp8"])
-@pytest.mark.parametrize("barrier", [0, 1])
-def test_compiles_for_sm90_without_spilling(qfmt, barrier):
+@pytest.mark.parametrize("barrier,flow", [(0, False), (1, False), (1, True)])
+def test_compiles_for_sm90_without_spilling(qfmt, barrier, flow):
     """ptxas for sm_90a: one 8-warp program an SM, wgmma for the tiles, 16-byte async copies, no spill."""
     ptr8 = "*i8" if qfmt == "int8" else "*fp8e4nv"
     sig = {
         "table_ptr": "*i64", "gamma_ptr": "*fp32", "act_ptr": ptr8, "in_delta": "i64", "o16_ptr": "*fp16",
         "w_ptr": ptr8, "alpha_ptr": "*fp32", "beta_ptr": "*fp32", "ws_ptr": "*i32" if qfmt == "int8" else "*fp32",
         "cnt_ptr": "*i32", "sync_ptr": "*i32", "n_convs": "i32", "n_phases": "i32", "times_ptr": "*i32",
+        "flow_ptr": "*i32", "n_flow": "i32",
     }  # fmt: skip
     const = {"NF": whole.NF, "ACC_INT": qfmt == "int8", "OUT_KIND": 0 if qfmt == "int8" else 1, "BM": whole.BM,
              "BN": whole.BN, "BK": whole.BK, "BARRIER": barrier, "TIMES": False, "SKIP_WORK": False,
-             "PDL": False}  # fmt: skip
+             "FLOW": flow, "PDL": False}  # fmt: skip
     compiled = compile_sm90(
         whole.whole_kernel, sig, const, aligned=tuple(k for k in sig if k.endswith("_ptr")), num_warps=8,
         num_stages=3, enable_fp_fusion=False,
     )  # fmt: skip
     ptx = compiled.asm["ptx"]
     assert "wgmma" in ptx and "cp.async.cg.shared.global" in ptx
-    assert ("red.relaxed.gpu.global.add.s32" in ptx) == (barrier == 1)  # one thread a program arrives
+    assert ("red.relaxed.gpu.global.add.s32" in ptx) == (barrier == 1 and not flow)  # one thread arrives
     usage = ptxas_usage(compiled)
     assert usage["spill_stores"] == 0 and usage["registers"] <= 255, usage
+
+
+@triton.jit
+def _blocks(out_ptr, rm0, m, ks, stride, pad, h, w, oh, ow, BM: tl.constexpr):  # noqa: N803
+    first, last = whole_flow.row_blocks(rm0, m, ks, stride, pad, h, w, oh, ow, BM)
+    tl.store(out_ptr, first)
+    tl.store(out_ptr + 1, last)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize(
+    "h,ks,stride,pad",
+    [(56, 3, 1, 1), (56, 3, 2, 1), (56, 1, 2, 0), (14, 3, 1, 1), (7, 3, 1, 1), (8, 1, 1, 0)],
+)
+def test_a_tile_waits_for_every_input_row_block_it_reads(batch, h, ks, stride, pad):
+    """`whole_flow.row_blocks` (in the interpreter) against the blocks each output row's window reads."""
+    from deepgap.measure.quant.launch import interpreted, out_size
+
+    oh = out_size(h, ks, stride, pad)
+    m = batch * oh * oh
+    out = torch.zeros(2, dtype=torch.int64)
+    for rm0 in range(0, m, 64):
+        interpreted(_blocks)[(1,)](out, rm0, m, ks, stride, pad, h, h, oh, oh, BM=64)
+        first, last = out.tolist()
+        read = set()
+        for r in range(rm0, min(rm0 + 64, m)):
+            nb, rest = divmod(r, oh * oh)
+            y, x = divmod(rest, oh)
+            for dy in range(ks):
+                for dx in range(ks):
+                    iy, ix = y * stride - pad + dy, x * stride - pad + dx
+                    if 0 <= iy < h and 0 <= ix < h:
+                        read.add(((nb * h + iy) * h + ix) // 64)
+        assert first <= min(read) and max(read) <= last < -(-batch * h * h // 64), (rm0, first, last, read)
+        assert last - first <= max(read) - min(read) + 2  # conservative by whole image rows at most

@@ -15,6 +15,7 @@ import torch
 
 pytestmark = pytest.mark.gpu
 DEV = "cuda"
+_FORM = {"barrier": 1, "warps": 8, "stages": 3}  # the engine's (`whole_choice`)
 
 
 @pytest.fixture(autouse=True)
@@ -37,12 +38,13 @@ def _net(name: str, qfmt: str):
 
 
 @pytest.mark.parametrize("qfmt", ["int8", "fp8"])
-def test_resnet50_batch_1_on_every_sm_equals_each_layers_reference_and_replays(qfmt):
+@pytest.mark.parametrize("flow", [False, True], ids=["barriers", "dataflow"])
+def test_resnet50_batch_1_on_every_sm_equals_each_layers_reference_and_replays(qfmt, flow):
     from deepgap.measure.quant import layers, whole_choice, whole_plan
 
     net = _net("resnet50", qfmt)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    plan = whole_plan.build(net, 1, sms)
+    plan = whole_plan.build(net, 1, sms, flow=flow, **_FORM)
     images = torch.randn(1, 3, 224, 224, device=DEV).half().contiguous(memory_format=torch.channels_last)
     with torch.inference_mode():
         x = net.run_stem(images, "torch").contiguous()
@@ -66,7 +68,7 @@ def test_resnet50_batch_1_on_every_sm_equals_each_layers_reference_and_replays(q
             graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(plan.view(plan.output), first)
-        assert not plan.sync.any() and not plan.cnt.any() and not plan.flagged()
+        assert not plan.sync.any() and not plan.cnt.any() and not plan.counters.any() and not plan.flagged()
 
 
 def test_the_engine_times_it_at_batch_1_and_its_logits_hold(monkeypatch):

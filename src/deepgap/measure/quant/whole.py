@@ -30,12 +30,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from deepgap.measure.quant import whole_flow
 from deepgap.measure.quant.kernels import MAGIC, _mma, _widen, pdl_enter
 
 # the table's columns (`whole_plan.Plan.table`), one int64 row per convolution
 FIELDS = (
     "x_off", "w_off", "out_off", "res_off", "ab_off", "m", "n", "c", "h", "w", "oh", "ow", "ks", "stride",
     "pad", "relu", "has_res", "split", "sync_after", "ws_off", "cnt_off", "x_in", "res_in", "k_total", "out16",
+    "x_cnt", "x_tn", "res_cnt", "res_tn", "out_cnt",  # `whole_flow`: counters of the producers and of this layer
 )  # fmt: skip
 COL = {name: i for i, name in enumerate(FIELDS)}
 NF = len(FIELDS)
@@ -65,6 +67,11 @@ _X_IN = tl.constexpr(21)
 _RES_IN = tl.constexpr(22)
 _K_TOTAL = tl.constexpr(23)
 _OUT16 = tl.constexpr(24)
+_X_CNT = tl.constexpr(25)
+_X_TN = tl.constexpr(26)
+_RES_CNT = tl.constexpr(27)
+_RES_TN = tl.constexpr(28)
+_OUT_CNT = tl.constexpr(29)
 # one tile for every layer: C_in and C_out of a ResNet are multiples of 64; a layer of C_in ≥ 128 takes K
 # steps of 2·BK (`step_k`)
 BM, BN, BK = 64, 64, 64
@@ -94,7 +101,8 @@ def _row(table_ptr, gamma_ptr, i, in_delta, NF: tl.constexpr):
         tl.load(row + _AB_OFF), tl.load(row + _WS_OFF), tl.load(row + _CNT_OFF), _col(row, _M), _col(row, _N),
         _col(row, _C), _col(row, _SPLIT), _col(row, _K_TOTAL), _col(row, _H), _col(row, _W), _col(row, _OH),
         _col(row, _OW), _col(row, _KS), _col(row, _STRIDE), _col(row, _PAD), _col(row, _RELU), _col(row, _HAS_RES),
-        _col(row, _OUT16), _col(row, _SYNC_AFTER), tl.load(gamma_ptr + i),
+        _col(row, _OUT16), _col(row, _SYNC_AFTER), tl.load(gamma_ptr + i), _col(row, _X_CNT), _col(row, _X_TN),
+        _col(row, _RES_CNT), _col(row, _RES_TN), _col(row, _OUT_CNT),
     )  # fmt: skip
 
 
@@ -234,9 +242,13 @@ def _split_sum(acc, ws_ptr, cnt_ptr, tile, s, split, offs, m_ok, mn):
 @triton.jit
 def _item(j, act_ptr, o16_ptr, w_ptr, alpha_ptr, beta_ptr, ws_ptr, cnt_ptr, x_off, res_off, w_off, out_off, ab_off,
           ws_off, cnt_off, m, n, c, split, k_total, h, w, oh, ow, ks, stride, pad, relu, has_res, out16, gamma,
-          ACC_INT: tl.constexpr, OUT_KIND: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-          BK: tl.constexpr):  # fmt: skip
-    """Work item ``j`` of a layer: one 64×64 output tile, or one K slice of it (split-K), and its epilogue."""
+          flow_ptr, err_ptr, x_cnt, x_tn, res_cnt, res_tn, out_cnt, ACC_INT: tl.constexpr, OUT_KIND: tl.constexpr,
+          BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, FLOW: tl.constexpr):  # fmt: skip
+    """Work item ``j`` of a layer: one 64×64 output tile, or one K slice of it (split-K), and its epilogue.
+
+    With ``FLOW`` it first waits for the row blocks it reads (`whole_flow.wait_rows`) and, once its tile is
+    stored, counts it done (`whole_flow.signal`).
+    """
     tiles_n = n // BN
     slice_k = k_total // split
     tile = j // split
@@ -245,6 +257,9 @@ def _item(j, act_ptr, o16_ptr, w_ptr, alpha_ptr, beta_ptr, ws_ptr, cnt_ptr, x_of
     rm = pid_m * BM + tl.arange(0, BM)
     rn = (tile - pid_m * tiles_n) * BN + tl.arange(0, BN)
     m_ok = rm < m
+    if FLOW:
+        whole_flow.wait_rows(flow_ptr, err_ptr, pid_m * BM, m, ks, stride, pad, h, w, oh, ow, x_cnt, x_tn, res_cnt,
+                             res_tn, has_res, BM)  # fmt: skip
     offs = tl.multiple_of(rm[:, None] * n, [1, BN]) + rn[None, :]  # N is a multiple of 64
     # the epilogue's operands first: their loads overlap the K loop instead of following it
     alpha = tl.load(alpha_ptr + ab_off + rn)
@@ -267,14 +282,17 @@ def _item(j, act_ptr, o16_ptr, w_ptr, alpha_ptr, beta_ptr, ws_ptr, cnt_ptr, x_of
     if last:
         _epilogue(acc, alpha, beta, r_raw, act_ptr, o16_ptr, out_off, gamma, offs, m_ok, relu != 0,
                   has_res != 0, out16 != 0, OUT_KIND)  # fmt: skip
+        if FLOW:
+            whole_flow.signal(flow_ptr, out_cnt, pid_m * BM, BM)
 
 
 @triton.jit(do_not_specialize=["in_delta", "n_convs", "n_phases"])
 def whole_kernel(
     table_ptr, gamma_ptr, act_ptr, in_delta, o16_ptr, w_ptr, alpha_ptr, beta_ptr, ws_ptr, cnt_ptr, sync_ptr,
-    n_convs, n_phases, times_ptr, NF: tl.constexpr, ACC_INT: tl.constexpr, OUT_KIND: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BARRIER: tl.constexpr = 0, TIMES: tl.constexpr = False,
-    SKIP_WORK: tl.constexpr = False, PDL: tl.constexpr = False,
+    n_convs, n_phases, times_ptr, flow_ptr, n_flow, NF: tl.constexpr, ACC_INT: tl.constexpr,
+    OUT_KIND: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BARRIER: tl.constexpr = 0,
+    TIMES: tl.constexpr = False, SKIP_WORK: tl.constexpr = False, FLOW: tl.constexpr = False,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
     """All the plan's convolutions, phase by phase, each program taking every G-th work item of a phase.
 
@@ -284,7 +302,8 @@ def whole_kernel(
     The row's columns are read by their index in `FIELDS` (a test holds the two together).
     ``BARRIER``: the grid barrier's form (`_grid_sync`). For the benchmark that finds where the time goes:
     ``TIMES`` has program 0 write the global timer (ns) into ``times_ptr`` at the start and after each barrier,
-    and ``SKIP_WORK`` leaves out every work item, so what is left is the barriers alone.
+    and ``SKIP_WORK`` leaves out every work item, so what is left is the barriers alone. ``FLOW``: no barriers;
+    each tile waits for the row blocks it reads instead (`whole_flow`, ``n_flow`` counters at ``flow_ptr``).
     """
     pdl_enter(PDL)
     pid = tl.program_id(0)
@@ -297,7 +316,9 @@ def whole_kernel(
     # each layer's row is read during the previous phase, before its barrier, so that the read's L2 round trip
     # overlaps the wait instead of starting the phase (the table ends in a row of zeros)
     x_off, res_off, w_off, out_off, ab_off, ws_off, cnt_off, m, n, c, split, k_total, h, w, oh, ow, ks, stride, \
-        pad, relu, has_res, out16, sync, gamma = _row(table_ptr, gamma_ptr, 0, in_delta, NF)  # fmt: skip
+        pad, relu, has_res, out16, sync, gamma, x_cnt, x_tn, res_cnt, res_tn, out_cnt = _row(
+            table_ptr, gamma_ptr, 0, in_delta, NF)  # fmt: skip
+    err_ptr = sync_ptr + n_phases + 1
     for i in range(0, n_convs):
         items = ((m + BM - 1) // BM) * (n // BN) * split
         first = (pid - dealt % G + G) % G  # this program's first item j: (dealt + j) % G == pid
@@ -306,19 +327,21 @@ def whole_kernel(
         for j in range(first, items, G):
             _item(j, act_ptr, o16_ptr, w_ptr, alpha_ptr, beta_ptr, ws_ptr, cnt_ptr, x_off, res_off, w_off, out_off,
                   ab_off, ws_off, cnt_off, m, n, c, split, k_total, h, w, oh, ow, ks, stride, pad, relu, has_res,
-                  out16, gamma, ACC_INT, OUT_KIND, BM, BN, BK)  # fmt: skip
+                  out16, gamma, flow_ptr, err_ptr, x_cnt, x_tn, res_cnt, res_tn, out_cnt, ACC_INT, OUT_KIND, BM, BN,
+                  BK, FLOW)  # fmt: skip
         dealt += items
         barrier = sync
         x_off, res_off, w_off, out_off, ab_off, ws_off, cnt_off, m, n, c, split, k_total, h, w, oh, ow, ks, \
-            stride, pad, relu, has_res, out16, sync, gamma = _row(table_ptr, gamma_ptr, i + 1, in_delta,
-                                                                  NF)  # fmt: skip
-        if barrier != 0:
-            _grid_sync(sync_ptr + phase, sync_ptr + n_phases + 1, G, BARRIER)
-            phase += 1
-            dealt = 0
-            if TIMES:
-                if pid == 0:
-                    tl.store(times_ptr + phase, tl.extra.cuda.globaltimer())
+            stride, pad, relu, has_res, out16, sync, gamma, x_cnt, x_tn, res_cnt, res_tn, out_cnt = _row(
+                table_ptr, gamma_ptr, i + 1, in_delta, NF)  # fmt: skip
+        if not FLOW:
+            if barrier != 0:
+                _grid_sync(sync_ptr + phase, err_ptr, G, BARRIER)
+                phase += 1
+                dealt = 0
+                if TIMES:
+                    if pid == 0:
+                        tl.store(times_ptr + phase, tl.extra.cuda.globaltimer())
     if TIMES:
         if pid == 0:
             tl.store(times_ptr + n_phases + 1, tl.extra.cuda.globaltimer())
@@ -327,3 +350,5 @@ def whole_kernel(
     if tl.atomic_add(sync_ptr + n_phases, 1, sem="acq_rel", scope="gpu") == G - 1:
         for p in range(0, n_phases + 1):
             tl.atomic_xchg(sync_ptr + p, 0, sem="relaxed", scope="gpu")
+        if FLOW:
+            whole_flow.reset(flow_ptr, n_flow, 1024)

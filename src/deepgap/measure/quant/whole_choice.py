@@ -36,15 +36,19 @@ def offered() -> bool:
 
 
 def plans(net: QuantNet, batch: int, programs: int) -> list[whole_plan.Plan]:
-    """One plan per split-K cap in `SPLIT_CAPS` (fewer where two caps give the same splits)."""
+    """One plan per split-K cap in `SPLIT_CAPS` (fewer where two give the same splits), barriers or dataflow.
+
+    Each cap twice: with grid barriers between phases, and with dataflow counters per row block (`whole_flow`).
+    """
     out: list[whole_plan.Plan] = []
     seen: set[tuple[int, ...]] = set()
-    for cap in SPLIT_CAPS:
-        plan = whole_plan.build(net, batch, programs, cap, BARRIER, warps=WARPS, stages=STAGES)
-        splits = tuple(plan.table[:, whole.COL["split"]].tolist())
-        if splits not in seen:
-            seen.add(splits)
-            out.append(plan)
+    for flow in (False, True):
+        for cap in SPLIT_CAPS:
+            plan = whole_plan.build(net, batch, programs, cap, BARRIER, warps=WARPS, stages=STAGES, flow=flow)
+            splits = (flow, *plan.table[:, whole.COL["split"]].tolist())
+            if splits not in seen:
+                seen.add(splits)
+                out.append(plan)
     return out
 
 

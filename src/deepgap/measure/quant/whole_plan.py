@@ -54,6 +54,8 @@ class Plan:
     ws: torch.Tensor  # split-K partials (int32 for int8, fp32 for fp8)
     cnt: torch.Tensor  # split-K tickets, zero between launches
     sync: torch.Tensor  # barrier counters, exit counter, error flag
+    flow: bool  # tiles wait for the row blocks they read instead of barriers (`whole_flow`)
+    counters: torch.Tensor  # the row blocks' done counts (int32), zero between launches
     n_phases: int
     in_shape: tuple[int, int]
     regions: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # tensor → (offset, rows, cols)
@@ -65,7 +67,7 @@ class Plan:
         return (
             f"{len(self.names)} convolutions in {self.n_phases + 1} phases, {self.programs} programs, "
             f"split-K ≤ {self.max_split} ({splits} split), barrier {self.barrier}, {self.warps} warps, "
-            f"{self.stages} stages"
+            f"{self.stages} stages{', dataflow' if self.flow else ''}"
         )
 
     def view(self, name: str) -> torch.Tensor:
@@ -100,9 +102,10 @@ class Plan:
         launcher(whole.whole_kernel, x.device)[(programs or self.programs,)](
             self.table, self.gamma, self.act, delta, self.out16, self.weights, self.alpha, self.beta, self.ws,
             self.cnt, self.sync, len(self.names), self.n_phases, self.sync if times is None else times,
-            NF=whole.NF, ACC_INT=self.qfmt == "int8", OUT_KIND=0 if self.qfmt == "int8" else 1, BM=whole.BM,
-            BN=whole.BN, BK=whole.BK, BARRIER=self.barrier, TIMES=times is not None, SKIP_WORK=skip_work,
-            num_warps=self.warps, num_stages=self.stages, enable_fp_fusion=False,
+            self.counters, self.counters.numel(), NF=whole.NF, ACC_INT=self.qfmt == "int8",
+            OUT_KIND=0 if self.qfmt == "int8" else 1, BM=whole.BM, BN=whole.BN, BK=whole.BK, BARRIER=self.barrier,
+            TIMES=times is not None, SKIP_WORK=skip_work, FLOW=self.flow, num_warps=self.warps,
+            num_stages=self.stages, enable_fp_fusion=False,
         )  # fmt: skip
         return self.view(self.output)
 
@@ -150,12 +153,14 @@ def build(
     splits: dict[str, int] | None = None,
     warps: int = 4,
     stages: int = 3,
+    flow: bool = False,
 ) -> Plan:
     """The plan of ``net``'s convolutions at ``batch`` on ``programs`` programs (see `eligible`).
 
     ``max_split``: split-K slices a tile at most (`_split` picks each layer's); ``splits`` names a layer's
     split instead (1 or a divisor of its K steps). ``barrier``: the grid barrier's form (`whole._grid_sync`);
-    ``warps``: warps a program (4 or 8); ``stages``: the K loops' pipeline stages. ``programs`` may exceed the
+    ``warps``: warps a program (4 or 8); ``stages``: the K loops' pipeline stages; ``flow``: dataflow counters
+    instead of barriers (`whole_flow`). ``programs`` may exceed the
     SMs only where that many programs fit at once (the caller's to know: `whole_choice` asks for one an SM).
     """
     why = eligible(net)
@@ -165,7 +170,10 @@ def build(
     dev = net.convs[nodes[0].name].w_q.device
     h0, w0, c0 = net.shapes[net.stem.out]
     regions: dict[str, tuple[int, int, int]] = {}
-    act_size = w_size = ab_size = ws_size = cnt_size = 0
+    act_size = w_size = ab_size = ws_size = cnt_size = flow_size = 0
+    blocks: dict[
+        str, tuple[int, int]
+    ] = {}  # tensor → (its producer's first row-block counter, its column tiles)
     rows, phase_writes = [], set()
     for node in nodes:
         layer = net.convs[node.name]
@@ -191,7 +199,12 @@ def build(
             "split": split, "sync_after": 0, "ws_off": ws_size, "cnt_off": cnt_size,
             "x_in": int(node.inp == net.stem.out), "res_in": int(node.residual == net.stem.out),
             "k_total": k_total, "out16": int(layer.out_fmt == "fp16"),
+            "x_cnt": blocks.get(node.inp, (-1, 0))[0], "x_tn": blocks.get(node.inp, (-1, 0))[1],
+            "res_cnt": blocks.get(node.residual, (-1, 0))[0], "res_tn": blocks.get(node.residual, (-1, 0))[1],
+            "out_cnt": flow_size,
         })  # fmt: skip
+        blocks[node.out] = (flow_size, n // whole.BN)
+        flow_size += -(-m // whole.BM)
         act_size += _aligned(m * n)
         w_size += _aligned(layer.w_q.numel())
         ab_size += n
@@ -211,7 +224,8 @@ def build(
         weights=weights, alpha=alpha, beta=beta, out16=out16,
         ws=torch.zeros(max(ws_size, 1), dtype=acc_dtype, device=dev),
         cnt=torch.zeros(max(cnt_size, 1), dtype=torch.int32, device=dev),
-        sync=torch.zeros(n_phases + 2, dtype=torch.int32, device=dev), n_phases=n_phases,
+        sync=torch.zeros(n_phases + 2, dtype=torch.int32, device=dev), n_phases=n_phases, flow=flow,
+        counters=torch.zeros(max(flow_size, 1), dtype=torch.int32, device=dev),
         in_shape=(batch * h0 * w0, c0), regions=regions,
     )  # fmt: skip
 
