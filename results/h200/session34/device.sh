@@ -15,6 +15,7 @@ case ${1:-} in
    step "whole phases" 400 python benchmarks/whole_phases.py --models resnet50 --precisions fp8 \
        --out "$OUT/whole-phases.jsonl" > "$OUT/whole-phases.txt" 2>&1
    step "whole GPU tests" 150 python -m pytest -q -m gpu tests/measure/quant/test_quant_whole_gpu.py -x -rA \
-       -p no:cacheprovider > "$OUT/whole-gputests.txt" 2>&1 ;;
+       -p no:cacheprovider > "$OUT/whole-gputests.txt" 2>&1
+   bash benchmarks/whole_net.sh ab ;;         # the engine's choice (barriers and dataflow plans), off and on
 *) echo "usage: $0 1|2|3"; exit 2 ;;
 esac

@@ -202,7 +202,7 @@ def test_compiles_for_sm90_without_spilling(qfmt, barrier, flow):
     }  # fmt: skip
     const = {"NF": whole.NF, "ACC_INT": qfmt == "int8", "OUT_KIND": 0 if qfmt == "int8" else 1, "BM": whole.BM,
              "BN": whole.BN, "BK": whole.BK, "BARRIER": barrier, "TIMES": False, "SKIP_WORK": False,
-             "FLOW": flow, "PDL": False}  # fmt: skip
+             "FLOW": flow, "FENCE": True, "PDL": False}  # fmt: skip
     compiled = compile_sm90(
         whole.whole_kernel, sig, const, aligned=tuple(k for k in sig if k.endswith("_ptr")), num_warps=8,
         num_stages=3, enable_fp_fusion=False,
@@ -210,6 +210,9 @@ def test_compiles_for_sm90_without_spilling(qfmt, barrier, flow):
     ptx = compiled.asm["ptx"]
     assert "wgmma" in ptx and "cp.async.cg.shared.global" in ptx
     assert ("red.relaxed.gpu.global.add.s32" in ptx) == (barrier == 1 and not flow)  # one thread arrives
+    assert (
+        "fence.acq_rel.gpu" in ptx
+    )  # every wait ends in an acquire fence (an unused acquire add left nothing)
     usage = ptxas_usage(compiled)
     assert usage["spill_stores"] == 0 and usage["registers"] <= 255, usage
 

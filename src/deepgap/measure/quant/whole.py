@@ -107,7 +107,7 @@ def _row(table_ptr, gamma_ptr, i, in_delta, NF: tl.constexpr):
 
 
 @triton.jit
-def _grid_sync(bar_ptr, err_ptr, G, BARRIER: tl.constexpr):
+def _grid_sync(bar_ptr, err_ptr, G, BARRIER: tl.constexpr, FENCE: tl.constexpr):
     """Wait until all ``G`` programs have arrived at this barrier (its own counter ``bar_ptr``).
 
     ``BARRIER`` 0: every thread takes part; each program's stores come before its release-add (block barrier
@@ -120,12 +120,7 @@ def _grid_sync(bar_ptr, err_ptr, G, BARRIER: tl.constexpr):
     tl.debug_barrier()
     if BARRIER == 0:
         tl.atomic_add(bar_ptr, 1, sem="release", scope="gpu")
-        polls = 0
-        while (tl.load(bar_ptr, volatile=True) < G) & (polls < SPIN_LIMIT):
-            polls += 1
-        if polls >= SPIN_LIMIT:
-            tl.atomic_xchg(err_ptr, 1, sem="relaxed", scope="gpu")
-        tl.atomic_add(bar_ptr, 0, sem="acquire", scope="gpu")
+        whole_flow.wait_count(bar_ptr, G, err_ptr, FENCE)  # polls, then the acquire fence
     else:
         tl.inline_asm_elementwise(
             """{
@@ -243,7 +238,7 @@ def _split_sum(acc, ws_ptr, cnt_ptr, tile, s, split, offs, m_ok, mn):
 def _item(j, act_ptr, o16_ptr, w_ptr, alpha_ptr, beta_ptr, ws_ptr, cnt_ptr, x_off, res_off, w_off, out_off, ab_off,
           ws_off, cnt_off, m, n, c, split, k_total, h, w, oh, ow, ks, stride, pad, relu, has_res, out16, gamma,
           flow_ptr, err_ptr, x_cnt, x_tn, res_cnt, res_tn, out_cnt, ACC_INT: tl.constexpr, OUT_KIND: tl.constexpr,
-          BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, FLOW: tl.constexpr):  # fmt: skip
+          BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, FLOW: tl.constexpr, FENCE: tl.constexpr):  # fmt: skip
     """Work item ``j`` of a layer: one 64×64 output tile, or one K slice of it (split-K), and its epilogue.
 
     With ``FLOW`` it first waits for the row blocks it reads (`whole_flow.wait_rows`) and, once its tile is
@@ -259,7 +254,7 @@ def _item(j, act_ptr, o16_ptr, w_ptr, alpha_ptr, beta_ptr, ws_ptr, cnt_ptr, x_of
     m_ok = rm < m
     if FLOW:
         whole_flow.wait_rows(flow_ptr, err_ptr, pid_m * BM, m, ks, stride, pad, h, w, oh, ow, x_cnt, x_tn, res_cnt,
-                             res_tn, has_res, BM)  # fmt: skip
+                             res_tn, has_res, BM, FENCE)  # fmt: skip
     offs = tl.multiple_of(rm[:, None] * n, [1, BN]) + rn[None, :]  # N is a multiple of 64
     # the epilogue's operands first: their loads overlap the K loop instead of following it
     alpha = tl.load(alpha_ptr + ab_off + rn)
@@ -292,7 +287,7 @@ def whole_kernel(
     n_convs, n_phases, times_ptr, flow_ptr, n_flow, NF: tl.constexpr, ACC_INT: tl.constexpr,
     OUT_KIND: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BARRIER: tl.constexpr = 0,
     TIMES: tl.constexpr = False, SKIP_WORK: tl.constexpr = False, FLOW: tl.constexpr = False,
-    PDL: tl.constexpr = False,
+    FENCE: tl.constexpr = True, PDL: tl.constexpr = False,
 ):  # fmt: skip
     """All the plan's convolutions, phase by phase, each program taking every G-th work item of a phase.
 
@@ -304,6 +299,7 @@ def whole_kernel(
     ``TIMES`` has program 0 write the global timer (ns) into ``times_ptr`` at the start and after each barrier,
     and ``SKIP_WORK`` leaves out every work item, so what is left is the barriers alone. ``FLOW``: no barriers;
     each tile waits for the row blocks it reads instead (`whole_flow`, ``n_flow`` counters at ``flow_ptr``).
+    ``FENCE``: the acquire fences after each wait (off in Triton's interpreter: no inline asm, one program).
     """
     pdl_enter(PDL)
     pid = tl.program_id(0)
@@ -328,7 +324,7 @@ def whole_kernel(
             _item(j, act_ptr, o16_ptr, w_ptr, alpha_ptr, beta_ptr, ws_ptr, cnt_ptr, x_off, res_off, w_off, out_off,
                   ab_off, ws_off, cnt_off, m, n, c, split, k_total, h, w, oh, ow, ks, stride, pad, relu, has_res,
                   out16, gamma, flow_ptr, err_ptr, x_cnt, x_tn, res_cnt, res_tn, out_cnt, ACC_INT, OUT_KIND, BM, BN,
-                  BK, FLOW)  # fmt: skip
+                  BK, FLOW, FENCE)  # fmt: skip
         dealt += items
         barrier = sync
         x_off, res_off, w_off, out_off, ab_off, ws_off, cnt_off, m, n, c, split, k_total, h, w, oh, ow, ks, \
@@ -336,7 +332,7 @@ def whole_kernel(
                 table_ptr, gamma_ptr, i + 1, in_delta, NF)  # fmt: skip
         if not FLOW:
             if barrier != 0:
-                _grid_sync(sync_ptr + phase, err_ptr, G, BARRIER)
+                _grid_sync(sync_ptr + phase, err_ptr, G, BARRIER, FENCE)
                 phase += 1
                 dealt = 0
                 if TIMES:

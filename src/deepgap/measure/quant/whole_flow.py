@@ -27,19 +27,35 @@ LIMIT = tl.constexpr(1 << 18)  # polls of one counter before the wait gives up a
 
 
 @triton.jit
-def wait_count(ptr, target, err_ptr):
-    """Wait until the counter at ``ptr`` reaches ``target``, then read it with acquire (its tiles' stores seen)."""
+def fence_after(v, FENCE: tl.constexpr):
+    """``fence.acq_rel.gpu`` in every thread, after the read that gave ``v``: that read becomes an acquire.
+
+    Why asm: an ``atomic_add(ptr, 0, sem="acquire")`` whose result is unused left no instruction in the PTX
+    (Triton 3.6, session 34); a volatile read (relaxed, system scope) and this fence are PTX's acquire pattern.
+    Not in Triton's interpreter (``FENCE`` off), which has no inline asm and runs one program at a time.
+    """
+    if FENCE:
+        tl.inline_asm_elementwise(
+            "fence.acq_rel.gpu; mov.u32 $0, $1;", "=r,r", [v], dtype=tl.int32, is_pure=False, pack=1
+        )
+
+
+@triton.jit
+def wait_count(ptr, target, err_ptr, FENCE: tl.constexpr):
+    """Wait until the counter at ``ptr`` reaches ``target``; then the stores of the tiles it counts are seen."""
     polls = 0
-    while (tl.load(ptr, volatile=True) < target) & (polls < LIMIT):
+    v = tl.load(ptr, volatile=True)
+    while (v < target) & (polls < LIMIT):
         polls += 1
+        v = tl.load(ptr, volatile=True)
     if polls >= LIMIT:
         tl.atomic_xchg(err_ptr, 1, sem="relaxed", scope="gpu")
-    tl.atomic_add(ptr, 0, sem="acquire", scope="gpu")
+    fence_after(v, FENCE)
 
 
 @triton.jit
 def wait_rows(flow_ptr, err_ptr, rm0, m, ks, stride, pad, h, w, oh, ow, x_cnt, x_tn, res_cnt, res_tn, has_res,
-              BM: tl.constexpr):  # fmt: skip
+              BM: tl.constexpr, FENCE: tl.constexpr):  # fmt: skip
     """Before a tile of output rows ``rm0 ..`` (at most BM): wait for the input rows and residual rows it reads.
 
     The input rows: from the first output row's top window row to the last one's bottom row, whole image rows
@@ -49,9 +65,9 @@ def wait_rows(flow_ptr, err_ptr, rm0, m, ks, stride, pad, h, w, oh, ow, x_cnt, x
     if x_cnt >= 0:
         first, last = row_blocks(rm0, m, ks, stride, pad, h, w, oh, ow, BM)
         for t in range(first, last + 1):
-            wait_count(flow_ptr + x_cnt + t, x_tn, err_ptr)
+            wait_count(flow_ptr + x_cnt + t, x_tn, err_ptr, FENCE)
     if (has_res != 0) & (res_cnt >= 0):
-        wait_count(flow_ptr + res_cnt + rm0 // BM, res_tn, err_ptr)
+        wait_count(flow_ptr + res_cnt + rm0 // BM, res_tn, err_ptr, FENCE)
 
 
 @triton.jit

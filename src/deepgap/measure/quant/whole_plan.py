@@ -104,7 +104,8 @@ class Plan:
             self.cnt, self.sync, len(self.names), self.n_phases, self.sync if times is None else times,
             self.counters, self.counters.numel(), NF=whole.NF, ACC_INT=self.qfmt == "int8",
             OUT_KIND=0 if self.qfmt == "int8" else 1, BM=whole.BM, BN=whole.BN, BK=whole.BK, BARRIER=self.barrier,
-            TIMES=times is not None, SKIP_WORK=skip_work, FLOW=self.flow, num_warps=self.warps,
+            TIMES=times is not None, SKIP_WORK=skip_work, FLOW=self.flow,
+            FENCE=x.device.type == "cuda", num_warps=self.warps,
             num_stages=self.stages, enable_fp_fusion=False,
         )  # fmt: skip
         return self.view(self.output)
@@ -160,8 +161,7 @@ def build(
     ``max_split``: split-K slices a tile at most (`_split` picks each layer's); ``splits`` names a layer's
     split instead (1 or a divisor of its K steps). ``barrier``: the grid barrier's form (`whole._grid_sync`);
     ``warps``: warps a program (4 or 8); ``stages``: the K loops' pipeline stages; ``flow``: dataflow counters
-    instead of barriers (`whole_flow`). ``programs`` may exceed the
-    SMs only where that many programs fit at once (the caller's to know: `whole_choice` asks for one an SM).
+    instead of barriers (`whole_flow`). ``programs`` may exceed the SMs only where that many fit at once.
     """
     why = eligible(net)
     check(why is None, f"the whole-network kernel cannot run this network: {why}")
@@ -171,9 +171,7 @@ def build(
     h0, w0, c0 = net.shapes[net.stem.out]
     regions: dict[str, tuple[int, int, int]] = {}
     act_size = w_size = ab_size = ws_size = cnt_size = flow_size = 0
-    blocks: dict[
-        str, tuple[int, int]
-    ] = {}  # tensor → (its producer's first row-block counter, its column tiles)
+    blocks: dict[str, tuple[int, int]] = {}  # tensor → (its first row-block counter, its column tiles)
     rows, phase_writes = [], set()
     for node in nodes:
         layer = net.convs[node.name]
@@ -182,11 +180,7 @@ def build(
         m, k_total = batch * oh * ow, node.kernel_size**2 * c
         regions[node.out] = (act_size, m, n)
         tiles = -(-m // whole.BM) * (n // whole.BN)
-        steps = k_total // whole.step_k(c)  # the kernel's K step for this layer's input channels
-        split = _split(tiles, steps, programs, max_split)
-        if splits and node.name in splits:
-            split = splits[node.name]
-            check(steps % split == 0, f"{node.name}: split {split} of {steps} K steps")
+        split = _split_of(node.name, tiles, k_total // whole.step_k(c), programs, max_split, splits)
         reads = {node.inp} | ({node.residual} if node.residual else set())
         if rows and reads & phase_writes:  # reads what this phase writes: a barrier first
             rows[-1]["sync_after"], phase_writes = 1, set()
@@ -253,6 +247,14 @@ def _arenas(net: QuantNet, nodes: list[ConvNode], rows: list[dict], w_size: int,
 def _convs(net: QuantNet) -> list[ConvNode]:
     """The network's convolutions after the stem, in the graph's order."""
     return [n for n in net.graph.nodes[2:] if isinstance(n, ConvNode)]
+
+
+def _split_of(name: str, tiles: int, steps: int, programs: int, max_split: int, splits: dict | None) -> int:
+    """Layer ``name``'s split: named in ``splits`` (checked against its K steps), else `_split`'s choice."""
+    if splits and name in splits:
+        check(steps % splits[name] == 0, f"{name}: split {splits[name]} of {steps} K steps")
+        return splits[name]
+    return _split(tiles, steps, programs, max_split)
 
 
 def _split(tiles: int, steps: int, programs: int, max_split: int) -> int:
