@@ -116,6 +116,14 @@ def test_the_network_runs_its_convolutions_in_one_step_with_the_same_logits(grap
         assert names == ["conv1", WHOLE_STEP, "fc"]
         assert torch.equal(net.forward(images), plain)
         assert not net.whole.counters.any() and not net.whole.sync.any()  # zeroed by the last to leave
+        # a prefix: layer1 and layer2 in the kernel, layer3 and layer4 in their own kernels after it
+        assert whole_choice.stage_ends(net) == ["layer1.1.conv2", "layer2.1.conv2", "layer3.1.conv2"]
+        net.whole = whole_plan.build(net, 1, programs=1, upto="layer2.1.conv2")
+        names = [name for name, _ in net.steps(1)]
+        assert (
+            names[:3] == ["conv1", WHOLE_STEP, "layer3.0.conv1"] and len(names) == 2 + 10 + 1
+        )  # 10 convs, fc
+        assert torch.equal(net.forward(images), plain)
 
 
 def test_plans_phases_and_splits(graphs):
@@ -123,9 +131,8 @@ def test_plans_phases_and_splits(graphs):
     net = build(graph, "fp8", amax, {}, RES)
     cols = whole.COL
     plan = whole_plan.build(net, 1, programs=132, max_split=1)
-    assert not (plan.table[:, cols["split"]] > 1).any() and plan.label.startswith(
-        "52 convolutions in 48 phases"
-    )
+    assert not (plan.table[:, cols["split"]] > 1).any()
+    assert plan.label.startswith("52 convolutions (to layer4.2.conv3) in 48 phases")
     rows = {name: plan.table[i] for i, name in enumerate(plan.names)}
     # the graph's order is conv1, conv2, downsample, conv3: the downsample joins conv2's phase
     assert (
@@ -135,8 +142,10 @@ def test_plans_phases_and_splits(graphs):
     assert rows["layer1.0.conv1"][cols["x_in"]] == 1 and rows["layer1.0.downsample"][cols["x_in"]] == 1
     assert rows["layer1.1.conv3"][cols["res_in"]] == 0 and rows["layer1.0.conv3"][cols["has_res"]] == 1
     assert rows["layer4.2.conv3"][cols["sync_after"]] == 0 and rows["layer4.2.conv3"][cols["out16"]] == 1
-    got = [(p.flow, p.max_split) for p in whole_choice.plans(net, 1, 132)]  # caps 16, 4, 1 differ here
-    assert got == [(False, 16), (False, 4), (False, 1), (True, 16), (True, 4), (True, 1)]
+    got = [(p.names[-1], p.flow, p.max_split) for p in whole_choice.plans(net, 1, 132)]
+    full = [("layer4.2.conv3", f, c) for f in (False, True) for c in (16, 4, 1)]  # caps 16, 4, 1 differ here
+    ends = ("layer1.2.conv3", "layer2.3.conv3", "layer3.5.conv3")
+    assert got == full + [(e, f, c) for e in ends for f in (False, True) for c in (16, 1)]
     flow = whole_plan.build(net, 1, programs=132, flow=True)
     rows = {name: flow.table[i] for i, name in enumerate(flow.names)}
     conv1, ds, conv3 = rows["layer1.0.conv1"], rows["layer1.0.downsample"], rows["layer1.0.conv3"]
@@ -153,12 +162,15 @@ def test_what_it_cannot_run_is_named(graphs, monkeypatch):
     monkeypatch.setenv("DEEPGAP_QUANT_WHOLE", "on")
     graph, amax = graphs("resnet18")
     mixed = build(graph, "int8", amax, {"layer2.0.conv1": "fp16"}, RES)
-    assert "layer2.0.conv1 runs in fp16" in whole_plan.eligible(
-        mixed
-    ) or "conversions" in whole_plan.eligible(mixed)
+    why = whole_plan.eligible(mixed)
+    assert "layer2.0.conv1 runs in fp16" in why or "conversions" in why
     with pytest.raises(ValueError, match="cannot run this network"):
         whole_plan.build(mixed, 1, 8)
     net = build(graph, "int8", amax, {}, RES)
+    inside = whole_plan.eligible(net, "layer2.0.downsample")  # conv2 reads conv1's output, inside the kernel
+    assert inside == "layer2.0.conv2 reads a tensor inside the kernel other than its last output"
+    assert whole_plan.eligible(net, "layer1.1.conv2") is None  # a stage's end
+    assert whole_plan.eligible(net, "nosuch") == "no convolution 'nosuch'"
     plan = whole_plan.build(net, 1, 8)
     with pytest.raises(ValueError, match="takes a contiguous"):
         plan.run(torch.zeros(3, 64, dtype=torch.int8))
@@ -179,14 +191,18 @@ def test_the_switch_is_checked(monkeypatch, graphs):
 def test_layer_text_says_the_network_runs_it_in_the_kernel():
     @dataclasses.dataclass
     class Row:
-        mode: str
+        name: str
         config: str
 
-    rows = [Row("q", "64x64x128"), Row("fp16", "cudnn")]
-    whole_choice.label_layers(rows, {"kept": None})
+    @dataclasses.dataclass
+    class Kept:
+        names: list
+
+    rows = [Row("a", "64x64x128"), Row("b", "64x64x128")]
+    whole_choice.label_layers(rows, None)
     assert rows[0].config == "64x64x128"
-    whole_choice.label_layers(rows, {"kept": "52 convolutions"})
-    assert "whole-network kernel" in rows[0].config and rows[1].config == "cudnn"
+    whole_choice.label_layers(rows, Kept(["a"]))  # the kept plan's layers only
+    assert "whole-network kernel" in rows[0].config and rows[1].config == "64x64x128"
 
 
 @pytest.mark.parametrize("qfmt", ["int8", "fp8"])

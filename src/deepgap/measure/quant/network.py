@@ -230,8 +230,9 @@ class QuantNet:
                 env[plan.output] = plan.run(env[plan.input])
 
             out.append((WHOLE_STEP, whole))
+        inside = set(plan.names) if plan is not None else set()
         for node in g.nodes[2:]:
-            if plan is not None and isinstance(node, (ConvNode, ConvertNode)):
+            if isinstance(node, ConvNode) and node.name in inside:
                 continue  # inside the whole-network kernel (it takes no network with a conversion)
             if isinstance(node, ConvNode) and node.name in seconds:
                 continue  # runs inside the step of the convolution it is paired with

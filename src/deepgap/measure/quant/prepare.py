@@ -240,7 +240,7 @@ def _whole(net: QuantNet, batch: int, resolution: int, device, on: bool, opts: Q
     Offered with Triton and autotuning only (``on``: Triton here), as the fused pairs are.
     """
     info = choose_whole(net, batch, resolution, device, on and opts.autotune, opts.timing_reps)
-    label_whole(timings, info)
+    label_whole(timings, net.whole)
     if opts.log and info.get("mode") == "on":
         opts.log(f"whole-network kernel: {'kept, ' + info['kept'] if info['kept'] else 'slower, not kept'}")
     return info

@@ -36,20 +36,35 @@ def offered() -> bool:
 
 
 def plans(net: QuantNet, batch: int, programs: int) -> list[whole_plan.Plan]:
-    """One plan per split-K cap in `SPLIT_CAPS` (fewer where two give the same splits), barriers or dataflow.
+    """The plans timed: the whole network, and each stage's prefix (layer1, layer1–2, …), barriers or dataflow.
 
-    Each cap twice: with grid barriers between phases, and with dataflow counters per row block (`whole_flow`).
+    The whole network in every split-K cap of `SPLIT_CAPS` (fewer where two give the same splits); a prefix in
+    the first and last cap. Why prefixes: session 34's phases lost most in layer3 and layer4 (long K, few
+    tiles), so the kernel may pay for the early layers alone, the rest running their own kernels.
     """
     out: list[whole_plan.Plan] = []
-    seen: set[tuple[int, ...]] = set()
-    for flow in (False, True):
-        for cap in SPLIT_CAPS:
-            plan = whole_plan.build(net, batch, programs, cap, BARRIER, warps=WARPS, stages=STAGES, flow=flow)
-            splits = (flow, *plan.table[:, whole.COL["split"]].tolist())
-            if splits not in seen:
-                seen.add(splits)
-                out.append(plan)
+    seen: set[tuple] = set()
+    for upto in (None, *stage_ends(net)):
+        caps = SPLIT_CAPS if upto is None else (SPLIT_CAPS[0], SPLIT_CAPS[-1])
+        if whole_plan.eligible(net, upto) is not None:
+            continue
+        for flow in (False, True):
+            for cap in caps:
+                plan = whole_plan.build(
+                    net, batch, programs, cap, BARRIER, warps=WARPS, stages=STAGES, flow=flow, upto=upto
+                )
+                key = (upto, flow, *plan.table[:, whole.COL["split"]].tolist())
+                if key not in seen:
+                    seen.add(key)
+                    out.append(plan)
     return out
+
+
+def stage_ends(net: QuantNet) -> list[str]:
+    """The last convolution of each stage but the last (``layer1.2.conv3`` …), in order: the prefixes' ends."""
+    names = [n for n in net.convs if n.split(".")[0] != net.stem.conv.name]
+    ends = [a for a, b in zip(names, names[1:], strict=False) if a.split(".")[0] != b.split(".")[0]]
+    return ends
 
 
 def check_plan(
@@ -124,16 +139,17 @@ def choose_whole(
     }
 
 
-def label_layers(timings: list, info: dict[str, Any]) -> None:
-    """Say in each layer's tile text that the network runs it inside the whole-network kernel, when kept.
+def label_layers(timings: list, plan: whole_plan.Plan | None) -> None:
+    """Say in each layer's tile text that the network runs it inside the whole-network kernel (the kept ``plan``).
 
     A layer's time stays its time alone (its own tuned tile): the per-layer table's rows are each kernel
     against its roof; the network's time is the answer's.
     """
-    if not info.get("kept"):
+    if plan is None:
         return
+    inside = set(plan.names)
     for t in timings:
-        if t.mode == "q":
+        if t.name in inside:
             t.config = f"{t.config} (alone); the network runs it in the whole-network kernel"
 
 

@@ -65,7 +65,8 @@ class Plan:
         """What the plan runs, for engine_info and the per-layer table."""
         splits = sum(int(v) > 1 for v in self.table[:, whole.COL["split"]].tolist())
         return (
-            f"{len(self.names)} convolutions in {self.n_phases + 1} phases, {self.programs} programs, "
+            f"{len(self.names)} convolutions (to {self.names[-1]}) in {self.n_phases + 1} phases, "
+            f"{self.programs} programs, "
             f"split-K ≤ {self.max_split} ({splits} split), barrier {self.barrier}, {self.warps} warps, "
             f"{self.stages} stages{', dataflow' if self.flow else ''}"
         )
@@ -115,21 +116,25 @@ class Plan:
         return bool(self.sync[self.n_phases + 1].item())
 
 
-def eligible(net: QuantNet) -> str | None:
-    """None when `build` can lay out ``net``'s convolutions, else why not (one line)."""
+def eligible(net: QuantNet, upto: str | None = None) -> str | None:
+    """None when `build` can lay out ``net``'s convolutions (up to ``upto``), else why not (one line).
+
+    ``upto``: the last convolution the kernel runs (a stage's last, say); the layers after it then run their
+    own kernels and may read only its output.
+    """
     if net.qfmt not in ("int8", "fp8"):
         return f"precision {net.qfmt}"
     if net.converts:
         return f"{len(net.converts)} format conversions between layers"
+    nodes = _convs(net, upto)
+    if not nodes:
+        return "no convolution after the stem" if upto is None else f"no convolution {upto!r}"
     written = {net.stem.out}
-    for node in _convs(net):
+    for node in nodes:
         layer = net.convs[node.name]
         if layer.mode != "q":
             return f"{node.name} runs in fp16"
-        last = node is _convs(net)[-1]
-        out = (
-            {layer.out_fmt} if not (last and layer.out_fmt == "fp16") else set()
-        )  # the head's fp16 is written
+        out = {layer.out_fmt} if not (node is nodes[-1] and layer.out_fmt == "fp16") else set()  # the head's
         fmts = {layer.in_fmt} | out | ({layer.res_fmt} if layer.res_fmt else set())
         if fmts != {net.qfmt}:
             return f"{node.name} mixes formats {sorted(fmts)}"
@@ -137,11 +142,23 @@ def eligible(net: QuantNet) -> str | None:
             return f"{node.name} has {node.cin} → {node.cout} channels (multiples of 64 needed)"
         if node.inp not in written or (node.residual and node.residual not in written):
             return f"{node.name} reads a tensor no earlier layer writes"
+        if node.name in net.pairs or node.name in {second for second, _ in net.pairs.values()}:
+            return f"{node.name} runs in a fused pair"
         written.add(node.out)
-    if not _convs(net):
-        return "no convolution after the stem"
-    if net.head.inp != _convs(net)[-1].out:
-        return "the head does not read the last convolution"
+    return _after(net, nodes, written)
+
+
+def _after(net: QuantNet, nodes: list[ConvNode], written: set[str]) -> str | None:
+    """Why the layers after the kernel's cannot read what it leaves (None: they can): only its last output."""
+    rest = [n for n in _convs(net) if n.name not in {m.name for m in nodes}]
+    if not rest:
+        return None if net.head.inp == nodes[-1].out else "the head does not read the last convolution"
+    if net.convs[nodes[-1].name].out_fmt == "fp16":
+        return f"{nodes[-1].name} is stored in fp16"
+    for node in rest:
+        reads = {node.inp} | ({node.residual} if node.residual else set())
+        if (reads & written) - {nodes[-1].out, net.stem.out}:  # the stem's output lives outside the kernel
+            return f"{node.name} reads a tensor inside the kernel other than its last output"
     return None
 
 
@@ -155,6 +172,7 @@ def build(
     warps: int = 4,
     stages: int = 3,
     flow: bool = False,
+    upto: str | None = None,
 ) -> Plan:
     """The plan of ``net``'s convolutions at ``batch`` on ``programs`` programs (see `eligible`).
 
@@ -162,11 +180,12 @@ def build(
     split instead (1 or a divisor of its K steps). ``barrier``: the grid barrier's form (`whole._grid_sync`);
     ``warps``: warps a program (4 or 8); ``stages``: the K loops' pipeline stages; ``flow``: dataflow counters
     instead of barriers (`whole_flow`). ``programs`` may exceed the SMs only where that many fit at once.
+    ``upto``: the last convolution the kernel runs (`eligible`); the layers after run their own kernels.
     """
-    why = eligible(net)
+    why = eligible(net, upto)
     check(why is None, f"the whole-network kernel cannot run this network: {why}")
     check(programs >= 1 and 1 <= max_split <= MAX_SPLIT, f"programs {programs}, max_split {max_split}")
-    nodes = _convs(net)
+    nodes = _convs(net, upto)
     dev = net.convs[nodes[0].name].w_q.device
     h0, w0, c0 = net.shapes[net.stem.out]
     regions: dict[str, tuple[int, int, int]] = {}
@@ -244,9 +263,13 @@ def _arenas(net: QuantNet, nodes: list[ConvNode], rows: list[dict], w_size: int,
     return weights, alpha, beta, table, gamma
 
 
-def _convs(net: QuantNet) -> list[ConvNode]:
-    """The network's convolutions after the stem, in the graph's order."""
-    return [n for n in net.graph.nodes[2:] if isinstance(n, ConvNode)]
+def _convs(net: QuantNet, upto: str | None = None) -> list[ConvNode]:
+    """The network's convolutions after the stem, in the graph's order (up to and including ``upto``)."""
+    nodes = [n for n in net.graph.nodes[2:] if isinstance(n, ConvNode)]
+    if upto is None:
+        return nodes
+    names = [n.name for n in nodes]
+    return nodes[: names.index(upto) + 1] if upto in names else []
 
 
 def _split_of(name: str, tiles: int, steps: int, programs: int, max_split: int, splits: dict | None) -> int:
