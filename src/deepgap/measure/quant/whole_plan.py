@@ -51,6 +51,7 @@ class Plan:
     alpha: torch.Tensor
     beta: torch.Tensor
     out16: torch.Tensor  # the last layer's output when the head reads it in fp16 (else unused)
+    fp16_out: bool  # whether it does (the whole network, whose head reads fp16)
     ws: torch.Tensor  # split-K partials (int32 for int8, fp32 for fp8)
     cnt: torch.Tensor  # split-K tickets, zero between launches
     sync: torch.Tensor  # barrier counters, exit counter, error flag
@@ -74,7 +75,7 @@ class Plan:
     def view(self, name: str) -> torch.Tensor:
         """Tensor ``name``'s region of the activation arena as its [rows, cols] matrix."""
         off, rows, cols = self.regions[name]
-        if name == self.output and self.out16.numel() > 1:
+        if name == self.output and self.fp16_out:
             return self.out16
         return self.act[off : off + rows * cols].view(rows, cols)
 
@@ -234,7 +235,7 @@ def build(
         names=[n.name for n in nodes], input=net.stem.out, output=nodes[-1].out, qfmt=net.qfmt, batch=batch,
         programs=programs, max_split=max_split, barrier=barrier, warps=warps, stages=stages,
         table=table.contiguous(), gamma=gamma, act=torch.zeros(max(act_size, 1), dtype=dtype, device=dev),
-        weights=weights, alpha=alpha, beta=beta, out16=out16,
+        weights=weights, alpha=alpha, beta=beta, out16=out16, fp16_out=bool(last["out16"]),
         ws=torch.zeros(max(ws_size, 1), dtype=acc_dtype, device=dev),
         cnt=torch.zeros(max(cnt_size, 1), dtype=torch.int32, device=dev),
         sync=torch.zeros(n_phases + 2, dtype=torch.int32, device=dev), n_phases=n_phases, flow=flow,
