@@ -195,3 +195,23 @@ def test_a_log_name_beside_a_fifo_neither_blocks_nor_is_refused(store, tmp_path)
     )
     assert r.returncode == 0, r.stderr
     assert out.read_text().startswith("result_id")
+
+
+def test_export_makes_missing_folders_as_report_does_and_a_failed_write_leaves_none(store, tmp_path):
+    """export -o into folders that do not exist yet was refused while report -o, merge -o and a new store made them."""
+    from deepgap.store.paths import make_folders, remove_folders
+
+    out = tmp_path / "new" / "deeper" / "out.csv"
+    assert deepgap_cli("export", store, "-o", str(out)).returncode == 0
+    assert out.read_text().startswith("result_id")
+    made = make_folders(str(tmp_path / "a" / "b" / "c"))
+    assert made == [str(tmp_path / "a" / "b" / "c"), str(tmp_path / "a" / "b"), str(tmp_path / "a")]
+    remove_folders(made)  # what a failed write does: the folders it made go again
+    assert not (tmp_path / "a").exists()
+    (tmp_path / "file").write_text("x")
+    r = deepgap_cli("export", store, "-o", str(tmp_path / "file" / "out.csv"))
+    assert (
+        r.returncode == 2
+        and "is a file, not a folder" in r.stderr
+        and len(r.stderr.strip().splitlines()) == 1
+    )

@@ -14,7 +14,14 @@ import tempfile
 from deepgap.commands.filter_flags import add_run_flag, add_store_argument
 from deepgap.commands.share_flags import add_shared_output_flags, use_shared_output_flags
 from deepgap.core.errors import UsageError
-from deepgap.store.paths import STDOUT, check_output_path, probe_write
+from deepgap.store.paths import (
+    STDOUT,
+    check_output_path,
+    make_folders,
+    nearest_existing,
+    probe_write,
+    remove_folders,
+)
 
 NAME = "export"
 HELP = "export results as csv, parquet or json"
@@ -105,11 +112,14 @@ def check_folder(path: str) -> str:
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise UsageError(f"cannot write {path}: it is a directory", "pass a file name, e.g. -o results.csv")
+    probe = nearest_existing(folder)  # missing folders are made when the file is written, as report -o does
+    if not os.path.isdir(probe):
+        raise UsageError(f"cannot write {path}: {probe} is a file, not a folder", "pass a writable -o path")
     try:
-        probe_write(folder, ".deepgap-export-")
+        probe_write(probe, ".deepgap-export-")
     except OSError as exc:
         raise UsageError(
-            f"cannot write {path}: {exc.strerror} in {folder}", "pass a writable -o path"
+            f"cannot write {path}: {exc.strerror} in {probe}", "pass a writable -o path"
         ) from None
     return folder
 
@@ -136,6 +146,7 @@ def write_frame(df, path: str, fmt: str) -> None:
             raise UsageError(
                 "parquet export needs pyarrow", "pip install pyarrow, or use --format csv"
             ) from None
+    made = make_folders(folder)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".deepgap-export-")
     os.close(fd)
     try:
@@ -151,6 +162,7 @@ def write_frame(df, path: str, fmt: str) -> None:
         os.replace(tmp, path)
     except BaseException as exc:
         os.unlink(tmp)
+        remove_folders(made)  # nothing half-written, no stray folders
         if isinstance(exc, OSError):
             raise UsageError(
                 f"cannot write {path}: {exc.strerror or exc}; nothing was written", write_fix(exc)

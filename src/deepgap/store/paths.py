@@ -306,6 +306,26 @@ def probe_write(folder: str, prefix: str = ".deepgap-probe-") -> None:
     os.unlink(tmp)
 
 
+def make_folders(folder: str) -> list[str]:
+    """Make ``folder`` and any missing folder above it; returns those made, deepest first (for `remove_folders`)."""
+    made = []
+    found = os.path.abspath(folder)
+    while not os.path.exists(found):
+        made.append(found)
+        found = os.path.dirname(found)
+    os.makedirs(folder, exist_ok=True)
+    return made
+
+
+def remove_folders(made: list[str]) -> None:
+    """Remove the folders `make_folders` made, deepest first, where still empty (a failed write leaves none)."""
+    for folder in made:
+        try:
+            os.rmdir(folder)
+        except OSError:
+            break
+
+
 def nearest_existing(path: str) -> str:
     """``path`` made absolute, or the nearest folder above it that exists: where a new file or folder goes."""
     found = os.path.abspath(path)
