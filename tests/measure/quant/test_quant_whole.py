@@ -175,6 +175,10 @@ def test_what_it_cannot_run_is_named(graphs, monkeypatch):
     with pytest.raises(ValueError, match="takes a contiguous"):
         plan.run(torch.zeros(3, 64, dtype=torch.int8))
     assert whole_choice.choose_whole(net, 1, RES, "cpu", on=True) == {"mode": "not on a GPU"}
+    late = build(graph, "int8", amax, {"layer4.1.conv2": "fp16"}, RES)  # a prefix still runs in the kernel
+    cuda = torch.device("cuda")
+    assert whole_plan.eligible(late) is not None and whole_choice._not_offered(late, 1, cuda, True) is None
+    assert whole_choice._not_offered(mixed, 1, cuda, True).startswith("not eligible: ")
     assert whole_choice.choose_whole(net, 1, RES, "cpu", on=False) == {"mode": "off"}
 
 

@@ -162,4 +162,6 @@ def _not_offered(net: QuantNet, batch: int, dev: torch.device, on: bool) -> str 
     if batch > MAX_BATCH:
         return f"batch {batch} > {MAX_BATCH}"
     why = whole_plan.eligible(net)
-    return None if why is None else f"not eligible: {why}"
+    if why is not None and all(whole_plan.eligible(net, end) is not None for end in stage_ends(net)):
+        return f"not eligible: {why}"  # neither the whole network nor a prefix of it
+    return None
