@@ -448,6 +448,30 @@ def linear_run(m, k, n, gelu, form, cfg) -> Callable[[], None]:
     return run
 
 
+def whole_cases() -> Iterator[Case]:
+    """`whole_plan.Plan.run` (the whole-network kernel) in the engine's form (`whole_choice`'s barrier, warps and
+    stages), with barriers and with dataflow, int8 and fp8: a plan of meta arenas (the kernel reads its shapes
+    from the device table, so one compile serves every network)."""
+    from deepgap.measure.quant import whole, whole_choice, whole_plan
+
+    for qfmt, flow in itertools.product(("fp8", "int8"), (False, True)):
+
+        def run(qfmt=qfmt, flow=flow):
+            q, acc = QFMT[qfmt], torch.int32 if qfmt == "int8" else F32
+            plan = whole_plan.Plan(
+                names=["a", "b"], input="x", output="b", qfmt=qfmt, batch=1, programs=H200_SMS, max_split=16,
+                barrier=whole_choice.BARRIER, warps=whole_choice.WARPS, stages=whole_choice.STAGES,
+                table=meta(3, whole.NF, dtype=torch.int64), gamma=meta(3, dtype=F32), act=meta(4096, dtype=q),
+                weights=meta(4096, dtype=q), alpha=meta(128, dtype=F32), beta=meta(128, dtype=F32),
+                out16=meta(64, 64, dtype=F16), fp16_out=True, ws=meta(4096, dtype=acc),
+                cnt=meta(16, dtype=torch.int32), sync=meta(4, dtype=torch.int32), n_phases=2, flow=flow,
+                counters=meta(64, dtype=torch.int32), in_shape=(64, 64),
+            )  # fmt: skip
+            plan.run(meta(64, 64, dtype=q))
+
+        yield f"resnet b1 {qfmt}{' dataflow' if flow else ' barriers'}", run
+
+
 CASES: dict[str, Callable[[], Iterator[Case]]] = {
     "attention": attention_cases,
     "gemv": gemv_cases,
@@ -462,4 +486,5 @@ CASES: dict[str, Callable[[], Iterator[Case]]] = {
     "stem": stem_cases,
     "head": head_cases,
     "linear": linear_cases,
+    "whole": whole_cases,
 }

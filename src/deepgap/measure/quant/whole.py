@@ -281,7 +281,7 @@ def _item(j, act_ptr, o16_ptr, w_ptr, alpha_ptr, beta_ptr, ws_ptr, cnt_ptr, x_of
             whole_flow.signal(flow_ptr, out_cnt, pid_m * BM, BM)
 
 
-@triton.jit(do_not_specialize=["in_delta", "n_convs", "n_phases"])
+@triton.jit(do_not_specialize=["in_delta", "n_convs", "n_phases", "n_flow"])
 def whole_kernel(
     table_ptr, gamma_ptr, act_ptr, in_delta, o16_ptr, w_ptr, alpha_ptr, beta_ptr, ws_ptr, cnt_ptr, sync_ptr,
     n_convs, n_phases, times_ptr, flow_ptr, n_flow, NF: tl.constexpr, ACC_INT: tl.constexpr,

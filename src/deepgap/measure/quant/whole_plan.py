@@ -73,10 +73,10 @@ class Plan:
         )
 
     def view(self, name: str) -> torch.Tensor:
-        """Tensor ``name``'s region of the activation arena as its [rows, cols] matrix."""
-        off, rows, cols = self.regions[name]
+        """Tensor ``name``'s region of the activation arena as its [rows, cols] matrix (the head's fp16 its own)."""
         if name == self.output and self.fp16_out:
             return self.out16
+        off, rows, cols = self.regions[name]
         return self.act[off : off + rows * cols].view(rows, cols)
 
     def run(
