@@ -32,6 +32,7 @@ import triton.language as tl
 
 from deepgap.measure.quant import whole_flow
 from deepgap.measure.quant.kernels import MAGIC, _mma, _widen, pdl_enter
+from deepgap.measure.quant.launch import launcher
 
 # the table's columns (`whole_plan.Plan.table`), one int64 row per convolution
 FIELDS = (
@@ -348,3 +349,8 @@ def whole_kernel(
             tl.atomic_xchg(sync_ptr + p, 0, sem="relaxed", scope="gpu")
         if FLOW:
             whole_flow.reset(flow_ptr, n_flow, 1024)
+
+
+def launch(device, programs: int):
+    """``whole_kernel`` on ``programs`` programs of ``device`` (interpreted on the CPU), for `whole_plan.Plan.run`."""
+    return launcher(whole_kernel, device)[(programs,)]

@@ -21,7 +21,7 @@ import torch
 
 from deepgap.measure.quant import layers, whole
 from deepgap.measure.quant.fold import ConvNode
-from deepgap.measure.quant.launch import check, launcher
+from deepgap.measure.quant.launch import check
 
 if TYPE_CHECKING:
     from deepgap.measure.quant.network import QuantNet
@@ -101,7 +101,7 @@ class Plan:
         check(x.device == self.act.device, f"input on {x.device}, plan on {self.act.device}")
         delta = x.data_ptr() - self.act.data_ptr()  # one byte an element
         check(delta % 16 == 0, "the input must start on a 16-byte boundary")
-        launcher(whole.whole_kernel, x.device)[(programs or self.programs,)](
+        whole.launch(x.device, programs or self.programs)(
             self.table, self.gamma, self.act, delta, self.out16, self.weights, self.alpha, self.beta, self.ws,
             self.cnt, self.sync, len(self.names), self.n_phases, self.sync if times is None else times,
             self.counters, self.counters.numel(), NF=whole.NF, ACC_INT=self.qfmt == "int8",
