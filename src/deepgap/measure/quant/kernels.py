@@ -68,6 +68,12 @@ def _finish(y, beta, r, gamma, RELU: tl.constexpr, HAS_RES: tl.constexpr, OUT_KI
         y = y + r * gamma
     if RELU:
         y = tl.maximum(y, 0.0)
+    return stored(y, OUT_KIND)
+
+
+@triton.jit
+def stored(y, OUT_KIND: tl.constexpr):
+    """``y`` in the output's format: int8 (round-half-even, clamped to ±127), fp8 e4m3 (clamped to ±448), fp16."""
     if OUT_KIND == 0:
         q = tl.minimum(tl.maximum(y, -127.0), 127.0) + MAGIC
         out = q.to(tl.int32, bitcast=True).to(tl.int8)  # low byte = the rounded value

@@ -15,8 +15,9 @@ at run time instead of compiled in. Activations live in one arena (`Plan.act`) a
 
 The grid barrier needs every program resident at once: the launch takes at most one program per SM
 (`Plan.programs`), and a barrier that waits too long (`SPIN_LIMIT` polls) gives up and sets an error flag
-instead of hanging the GPU, which `Plan.check_flag` turns into an error. The barrier counters are put back
-to zero by the last program to leave, so a CUDA graph replays the launch as it is.
+instead of hanging the GPU, which `Plan.flagged` reports (the engine's check refuses such a plan). The
+barrier counters are put back to zero by the last program to leave, so a CUDA graph replays the launch as it
+is.
 
 In Triton's interpreter the programs run one after another, so the tests run one program (a barrier of
 one passes at once), which walks every item; the GPU tests run one per SM.
@@ -31,7 +32,7 @@ import triton
 import triton.language as tl
 
 from deepgap.measure.quant import whole_flow
-from deepgap.measure.quant.kernels import MAGIC, _mma, _widen, pdl_enter
+from deepgap.measure.quant.kernels import _mma, _widen, pdl_enter, stored, window_origin
 from deepgap.measure.quant.launch import launcher
 
 # the table's columns (`whole_plan.Plan.table`), one int64 row per convolution
@@ -42,42 +43,43 @@ FIELDS = (
 )  # fmt: skip
 COL = {name: i for i, name in enumerate(FIELDS)}
 NF = len(FIELDS)
-# the same columns as the kernel reads them (a jit function sees only constexpr globals)
-_X_OFF = tl.constexpr(0)
-_W_OFF = tl.constexpr(1)
-_OUT_OFF = tl.constexpr(2)
-_RES_OFF = tl.constexpr(3)
-_AB_OFF = tl.constexpr(4)
-_M = tl.constexpr(5)
-_N = tl.constexpr(6)
-_C = tl.constexpr(7)
-_H = tl.constexpr(8)
-_W = tl.constexpr(9)
-_OH = tl.constexpr(10)
-_OW = tl.constexpr(11)
-_KS = tl.constexpr(12)
-_STRIDE = tl.constexpr(13)
-_PAD = tl.constexpr(14)
-_RELU = tl.constexpr(15)
-_HAS_RES = tl.constexpr(16)
-_SPLIT = tl.constexpr(17)
-_SYNC_AFTER = tl.constexpr(18)
-_WS_OFF = tl.constexpr(19)
-_CNT_OFF = tl.constexpr(20)
-_X_IN = tl.constexpr(21)
-_RES_IN = tl.constexpr(22)
-_K_TOTAL = tl.constexpr(23)
-_OUT16 = tl.constexpr(24)
-_X_CNT = tl.constexpr(25)
-_X_TN = tl.constexpr(26)
-_RES_CNT = tl.constexpr(27)
-_RES_TN = tl.constexpr(28)
-_OUT_CNT = tl.constexpr(29)
+# the same columns as the kernel reads them, by name (a jit function sees only constexpr globals)
+_X_OFF = tl.constexpr(COL["x_off"])
+_W_OFF = tl.constexpr(COL["w_off"])
+_OUT_OFF = tl.constexpr(COL["out_off"])
+_RES_OFF = tl.constexpr(COL["res_off"])
+_AB_OFF = tl.constexpr(COL["ab_off"])
+_M = tl.constexpr(COL["m"])
+_N = tl.constexpr(COL["n"])
+_C = tl.constexpr(COL["c"])
+_H = tl.constexpr(COL["h"])
+_W = tl.constexpr(COL["w"])
+_OH = tl.constexpr(COL["oh"])
+_OW = tl.constexpr(COL["ow"])
+_KS = tl.constexpr(COL["ks"])
+_STRIDE = tl.constexpr(COL["stride"])
+_PAD = tl.constexpr(COL["pad"])
+_RELU = tl.constexpr(COL["relu"])
+_HAS_RES = tl.constexpr(COL["has_res"])
+_SPLIT = tl.constexpr(COL["split"])
+_SYNC_AFTER = tl.constexpr(COL["sync_after"])
+_WS_OFF = tl.constexpr(COL["ws_off"])
+_CNT_OFF = tl.constexpr(COL["cnt_off"])
+_X_IN = tl.constexpr(COL["x_in"])
+_RES_IN = tl.constexpr(COL["res_in"])
+_K_TOTAL = tl.constexpr(COL["k_total"])
+_OUT16 = tl.constexpr(COL["out16"])
+_X_CNT = tl.constexpr(COL["x_cnt"])
+_X_TN = tl.constexpr(COL["x_tn"])
+_RES_CNT = tl.constexpr(COL["res_cnt"])
+_RES_TN = tl.constexpr(COL["res_tn"])
+_OUT_CNT = tl.constexpr(COL["out_cnt"])
 # one tile for every layer: C_in and C_out of a ResNet are multiples of 64; a layer of C_in ≥ 128 takes K
 # steps of 2·BK (`step_k`)
 BM, BN, BK = 64, 64, 64
-# polls of a barrier before it gives up and flags the error: ~0.2 s, against the µs a phase takes
-SPIN_LIMIT = tl.constexpr(1 << 18)
+# polls of a barrier before it gives up and flags the error (~0.2 s, against the µs a phase takes): the dataflow
+# waits' own bound
+SPIN_LIMIT = whole_flow.LIMIT
 
 
 def step_k(c_in: int) -> int:
@@ -174,11 +176,7 @@ def _tile_sum(act_ptr, w_ptr, x_off, w_off, rm, rn, m_ok, k_lo, k_hi, c, h, w, o
             a = tl.load(a_ptrs + k, mask=m_ok[:, None], other=0.0, cache_modifier=".cg")
             acc = _mma(a, tl.load(w_ptrs + k), acc, ACC_INT)
     else:
-        hw = oh * ow
-        rem = rm % hw
-        nb = rm // hw
-        ih0 = (rem // ow) * stride - pad
-        iw0 = (rem % ow) * stride - pad
+        nb, ih0, iw0 = window_origin(rm, oh, ow, stride, pad)
         for k in range(k_lo, k_hi, BK):
             tap = k // c
             c0 = tl.multiple_of(k - tap * c, BK)
@@ -207,14 +205,9 @@ def _epilogue(acc, alpha, beta, r_raw, act_ptr, o16_ptr, out_off, gamma, offs, m
     y = tl.where(has_res, y + _widen(r_raw) * gamma, y)
     y = tl.where(relu, tl.maximum(y, 0.0), y)
     if out16:
-        tl.store(o16_ptr + offs, y.to(tl.float16), mask=m_ok[:, None])
+        tl.store(o16_ptr + offs, stored(y, 2), mask=m_ok[:, None])
     else:
-        if OUT_KIND == 0:
-            q = tl.minimum(tl.maximum(y, -127.0), 127.0) + MAGIC
-            out = q.to(tl.int32, bitcast=True).to(tl.int8)  # low byte = the rounded value
-        else:
-            out = tl.minimum(tl.maximum(y, -448.0), 448.0).to(tl.float8e4nv)
-        tl.store(act_ptr + out_off + offs, out, mask=m_ok[:, None])
+        tl.store(act_ptr + out_off + offs, stored(y, OUT_KIND), mask=m_ok[:, None])
 
 
 @triton.jit
@@ -295,7 +288,7 @@ def whole_kernel(
     ``in_delta``: the network's input (the stem's output) as an element offset from ``act_ptr`` (rows with
     ``x_in`` / ``res_in`` read it there). ``o16_ptr``: the fp16 output of the layer the head reads
     (``out16``). ``sync_ptr``: ``n_phases`` barrier counters, the exit counter, the error flag.
-    The row's columns are read by their index in `FIELDS` (a test holds the two together).
+    The row's columns are read through constexprs made from `COL`, so the kernel and the table agree by name.
     ``BARRIER``: the grid barrier's form (`_grid_sync`). For the benchmark that finds where the time goes:
     ``TIMES`` has program 0 write the global timer (ns) into ``times_ptr`` at the start and after each barrier,
     and ``SKIP_WORK`` leaves out every work item, so what is left is the barriers alone. ``FLOW``: no barriers;

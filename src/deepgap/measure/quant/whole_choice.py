@@ -14,6 +14,7 @@ slower than the per-layer kernels at batch 1, and trying costs each small-batch 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -35,14 +36,14 @@ def offered() -> bool:
     return switches.read(ENV) == "on"
 
 
-def plans(net: QuantNet, batch: int, programs: int) -> list[whole_plan.Plan]:
+def plans(net: QuantNet, batch: int, programs: int) -> Iterator[whole_plan.Plan]:
     """The plans timed: the whole network, and each stage's prefix (layer1, layer1–2, …), barriers or dataflow.
 
     The whole network in every split-K cap of `SPLIT_CAPS` (fewer where two give the same splits); a prefix in
     the first and last cap. Why prefixes: session 34's phases lost most in layer3 and layer4 (long K, few
-    tiles), so the kernel may pay for the early layers alone, the rest running their own kernels.
+    tiles), so the kernel may pay for the early layers alone, the rest running their own kernels. One at a time:
+    each holds its own copy of the weights, so the choice keeps only the one it runs and the fastest so far.
     """
-    out: list[whole_plan.Plan] = []
     seen: set[tuple] = set()
     for upto in (None, *stage_ends(net)):
         caps = SPLIT_CAPS if upto is None else (SPLIT_CAPS[0], SPLIT_CAPS[-1])
@@ -56,15 +57,13 @@ def plans(net: QuantNet, batch: int, programs: int) -> list[whole_plan.Plan]:
                 key = (upto, flow, *plan.table[:, whole.COL["split"]].tolist())
                 if key not in seen:
                     seen.add(key)
-                    out.append(plan)
-    return out
+                    yield plan
 
 
 def stage_ends(net: QuantNet) -> list[str]:
     """The last convolution of each stage but the last (``layer1.2.conv3`` …), in order: the prefixes' ends."""
-    names = [n for n in net.convs if n.split(".")[0] != net.stem.conv.name]
-    ends = [a for a, b in zip(names, names[1:], strict=False) if a.split(".")[0] != b.split(".")[0]]
-    return ends
+    names = list(net.convs)  # the convolutions after the stem, in the graph's order
+    return [a for a, b in zip(names, names[1:], strict=False) if a.split(".")[0] != b.split(".")[0]]
 
 
 def check_plan(

@@ -11,7 +11,7 @@ items while the last tiles of this one finish elsewhere.
 Why it cannot deadlock (every program resident): the items are dealt round-robin in one order over all layers,
 each program takes its own in that order, and an item waits only for items of earlier layers. The unfinished
 item earliest in that order has every item it waits for finished, and every item its program took before it
-finished, so its program is running it. A wait that outlasts `whole.SPIN_LIMIT` polls sets the error flag
+finished, so its program is running it. A wait that outlasts `LIMIT` polls sets the error flag
 instead of hanging, as a barrier does. The counters are zeroed by the last program to leave (`reset`).
 """
 

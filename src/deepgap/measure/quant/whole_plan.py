@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from deepgap.measure.quant import layers, whole
+from deepgap.measure.quant import layers, split_k, whole
 from deepgap.measure.quant.fold import ConvNode
 from deepgap.measure.quant.launch import check
 
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from deepgap.measure.quant.network import QuantNet
 
 ALIGN = 128  # bytes: every arena region starts on a 128-byte boundary (16-byte vector loads, whole lines)
-MAX_SPLIT = 16  # K slices of one tile at most (`split_k.MAX_SPLIT`)
+MAX_SPLIT = split_k.MAX_SPLIT  # K slices of one tile at most
 
 
 @dataclass(eq=False)
