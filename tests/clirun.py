@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import subprocess
+import sys
 
 from deepgap.cli import main
 
@@ -27,3 +29,17 @@ def deepgap_cli(*args: str) -> subprocess.CompletedProcess:
             if isinstance(exc.code, str):
                 print(exc.code, file=err)
     return subprocess.CompletedProcess(["deepgap", *args], int(code or 0), out.getvalue(), err.getvalue())
+
+
+# what a tinycnn worker needs, imported once by a run's fork server (no torchvision: ~3 CPU-s less)
+TINY_PRELOAD = "torch,torch._dynamo,scipy.stats"
+
+
+def deepgap_process(*args: str, **popen) -> subprocess.Popen:
+    """``python -m deepgap ARGS`` as a real process in a session of its own, for tests whose point is the process
+    (a signal, a kill, a resume after it); its fork server preloads `TINY_PRELOAD`. ``popen``: more of
+    ``subprocess.Popen``'s keywords (``stderr``, ``text``)."""
+    env = {**os.environ, "DEEPGAP_WORKER_PRELOAD": TINY_PRELOAD}
+    return subprocess.Popen(
+        [sys.executable, "-m", "deepgap", *args], start_new_session=True, env=env, **popen
+    )

@@ -3,11 +3,10 @@
 import os
 import signal
 import sqlite3
-import subprocess
-import sys
 import time
 
 import pytest
+from clirun import deepgap_process
 
 from deepgap.cli import main
 from deepgap.store import Store
@@ -17,9 +16,6 @@ from deepgap.store import Store
 def test_sigkill_then_resume(tmp_path, capsys):
     store = str(tmp_path / "s.sqlite")
     argv = [
-        sys.executable,
-        "-m",
-        "deepgap",
         "run",
         "--models",
         "tinycnn",
@@ -41,9 +37,7 @@ def test_sigkill_then_resume(tmp_path, capsys):
         store,
         "--quiet",
     ]
-    # the killed run's fork server imports what a tinycnn worker needs (no torchvision: ~3 CPU-s less)
-    env = {**os.environ, "DEEPGAP_WORKER_PRELOAD": "torch,torch._dynamo,scipy.stats"}
-    proc = subprocess.Popen(argv, start_new_session=True, env=env)
+    proc = deepgap_process(*argv)
     deadline = time.time() + 600  # a bound for a broken sweep only: the loop ends as soon as two are stored
     done = 0
     while time.time() < deadline:  # wait until some, but not all, configurations are stored

@@ -16,6 +16,7 @@ import sys
 import time
 
 import pytest
+from clirun import deepgap_process
 
 from deepgap.cli import main
 from deepgap.store import Store
@@ -59,15 +60,7 @@ def test_sigterm_stops_workers_marks_interrupted_and_resumes(tmp_path, capsys, i
     argv = ["run", "--models", "tinycnn", "--device", "cpu", "--threads", "1", "--batch-sizes", sizes]
     argv += ["--warmup", "1", "--iterations", "30", "--repeats", "2", "--target-ci", "off", "--quiet"]
     argv += ["--no-telemetry", "--store", store]
-    # the run's fork server imports what a tinycnn worker needs (no torchvision: ~3 CPU-s less)
-    env = {**os.environ, "DEEPGAP_WORKER_PRELOAD": "torch,torch._dynamo,scipy.stats"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "deepgap", *argv],
-        start_new_session=True,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+    proc = deepgap_process(*argv, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + BOUND_S
     while _stored(store) < 1 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)

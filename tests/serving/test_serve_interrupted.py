@@ -8,13 +8,12 @@ of its own). Every wait ends on a state, with a generous bound; nothing asserts 
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import threading
 
 import pytest
+from clirun import deepgap_process
 
 from deepgap.cli import main
 from deepgap.store import Store
@@ -30,14 +29,7 @@ def test_a_stopped_capacity_search_stores_its_finished_probes(tmp_path, capsys):
     # each probe serves at least 2 s of arrivals: the stop lands inside the second one, not after the search
     argv += ["--find-capacity", "--slo-p99", "250ms", "--verify-policies", "2", "--no-telemetry"]
     argv += ["--store", store]
-    env = {**os.environ, "DEEPGAP_WORKER_PRELOAD": "torch,torch._dynamo,scipy.stats"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "deepgap", *argv],
-        start_new_session=True,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+    proc = deepgap_process(*argv, stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
     second_probe = threading.Event()
 
