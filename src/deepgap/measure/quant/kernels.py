@@ -210,21 +210,9 @@ def _conv_epilogue(
 
 @triton.jit(do_not_specialize=["M"])
 def epilogue_kernel(
-    x_ptr,
-    out_ptr,
-    alpha_ptr,
-    beta_ptr,
-    res_ptr,
-    gamma,
-    M,
-    N,
-    RELU: tl.constexpr,
-    HAS_RES: tl.constexpr,
-    OUT_KIND: tl.constexpr,
-    BM: tl.constexpr,
-    BN: tl.constexpr,
-    PDL: tl.constexpr = False,
-):
+    x_ptr, out_ptr, alpha_ptr, beta_ptr, res_ptr, gamma, M, N, RELU: tl.constexpr, HAS_RES: tl.constexpr,
+    OUT_KIND: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, PDL: tl.constexpr = False,
+):  # fmt: skip
     """out[M, N] = epilogue(x[M, N]) for a ready (e.g. cuDNN fp16) result."""
     pdl_enter(PDL)
     rm = tl.program_id(0) * BM + tl.arange(0, BM)
