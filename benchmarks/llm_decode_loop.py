@@ -7,7 +7,8 @@ and the static step's attention kernel (`deepgap.measure.llm_attention`, unless 
 or =qkv: at batch 1 in the fused qkv GEMV's last programs, `deepgap.measure.llm_qkv_attention`;
 ``--attention`` times several; split over the cache as DEEPGAP_DECODE_SPLIT_KV says, ``--split-kv`` times
 several, its chunks merged as DEEPGAP_DECODE_COMBINE says, ``--combine`` times several; the fused GEMVs' L2
-prefetch under PDL as DEEPGAP_DECODE_PREFETCH says, ``--prefetch`` times several); the timing is its own.
+prefetch under PDL as DEEPGAP_DECODE_PREFETCH says, ``--prefetch`` times several; a batch-1 step's layers in one
+kernel as DEEPGAP_DECODE_WHOLE says, ``--whole`` times several, `deepgap.measure.llm_whole`); the timing is its own.
 Per batch: seeded prompts of ``--input-len`` tokens are prefilled; the decode step (positions as a device
 tensor, the whole cache masked) is compiled and captured as one CUDA graph; then ``--steps`` greedy steps are
 replayed back to back (each step's greedy token, `llm_timing.greedy` as deepgap picks it, is the next step's
@@ -20,6 +21,7 @@ as deepgap's output figure counts a generation. ``--profile`` adds the top kerne
     python benchmarks/llm_decode_loop.py --model llama-3.1-8b --precision fp8 --batches 1 --profile --out OUT
     python benchmarks/llm_decode_loop.py --batches 1,4 --pdl on --split-kv off,auto --out OUT  # the split KV
     python benchmarks/llm_decode_loop.py --pdl on --split-kv auto --attention triton,qkv --harness deepgap --out OUT
+    python benchmarks/llm_decode_loop.py --pdl on --split-kv auto --whole off,on --harness deepgap --out OUT
 """
 
 from __future__ import annotations
@@ -175,6 +177,11 @@ def main() -> None:  # noqa: D103
         help="static-step attentions to time in turn, e.g. triton,qkv (DEEPGAP_DECODE_ATTENTION)",
     )
     ap.add_argument(
+        "--whole",
+        default=None,
+        help="a batch-1 step's layers in one kernel or not, in turn, e.g. off,on (DEEPGAP_DECODE_WHOLE)",
+    )
+    ap.add_argument(
         "--harness",
         default="own",
         help="whose graph step to replay, e.g. own,deepgap (deepgap: llm_steps.make_step, as the engine builds it)",
@@ -195,11 +202,12 @@ def main() -> None:  # noqa: D103
         if args.attention
         else [os.environ.get("DEEPGAP_DECODE_ATTENTION", "triton")]
     )
-    runs = itertools.product(pdls, splits, combines, prefetches, attentions, args.harness.split(","))
-    for mode, split, combine, prefetch, attention, harness in runs:
+    wholes = args.whole.split(",") if args.whole else [os.environ.get("DEEPGAP_DECODE_WHOLE", "off")]
+    runs = itertools.product(pdls, splits, combines, prefetches, attentions, wholes, args.harness.split(","))
+    for mode, split, combine, prefetch, attention, whole, harness in runs:
         os.environ["DEEPGAP_DECODE_PDL"], os.environ["DEEPGAP_DECODE_SPLIT_KV"] = mode, split
         os.environ["DEEPGAP_DECODE_COMBINE"], os.environ["DEEPGAP_DECODE_PREFETCH"] = combine, prefetch
-        os.environ["DEEPGAP_DECODE_ATTENTION"] = attention
+        os.environ["DEEPGAP_DECODE_ATTENTION"], os.environ["DEEPGAP_DECODE_WHOLE"] = attention, whole
         if args.precision != "bf16":  # the fused layers read the switch (`llm_fused.configure`)
             from deepgap.measure import llm_fused
 
@@ -209,7 +217,7 @@ def main() -> None:  # noqa: D103
             # the switches an ablation turns (module docstring), as this process ran
             row |= {
                 k: os.environ.get(f"DEEPGAP_DECODE_{k.upper()}", "")
-                for k in ("fused", "rope", "attention", "pdl", "split_kv", "combine", "prefetch")
+                for k in ("fused", "rope", "attention", "pdl", "split_kv", "combine", "prefetch", "whole")
             }
             row |= measure(m, b, args.input_len, args.steps, args.profile and b == 1, harness)
             if args.precision != "bf16":  # the tiles this process timed (deepgap's rows say theirs)

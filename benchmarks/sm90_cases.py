@@ -472,6 +472,35 @@ def whole_cases() -> Iterator[Case]:
         yield f"resnet b1 {qfmt}{' dataflow' if flow else ' barriers'}", run
 
 
+def whole_decode_cases() -> Iterator[Case]:
+    """`llm_whole_plan.run` (every layer of a batch-1 decode step in one kernel) at the 8B shape, a 2048-position
+    cache: the default tiles in fp8 and int8, under PDL and not, with the L2 prefetch, and K steps of 2048."""
+    from deepgap.measure import llm_whole_plan
+
+    hidden, nq, nkv, d, ff = DECODERS["8b"]
+    base = llm_whole_plan.Tiles()
+    bk2048 = dataclasses.replace(base, qkv=(4, 2048), o=(4, 2048), gate_up=(4, 2048), stages=3)
+    variants = [("fp8", base, True), ("fp8", base, False), ("int8", base, True),
+                ("fp8", dataclasses.replace(base, prefetch=True), True), ("fp8", bk2048, True)]  # fmt: skip
+    for qfmt, t, pdl in variants:
+
+        def run(qfmt=qfmt, t=t, pdl=pdl):
+            q = QFMT[qfmt]
+            ops = [meta((nq + 2 * nkv) * d, hidden, dtype=q), meta((nq + 2 * nkv) * d, dtype=F32)]
+            ops += [meta(hidden, nq * d, dtype=q), meta(hidden, dtype=F32), meta(2 * ff, hidden, dtype=q)]
+            ops += [meta(2 * ff, dtype=F32), meta(hidden, ff, dtype=q), meta(hidden, dtype=F32)]
+            ops += [meta(hidden), meta(hidden)]
+            caches = [meta(1, nkv, 2048, d) for _ in range(2)]
+            fitted = t.fitted(hidden, ff, nq, nkv, d)
+            x, angle = meta(1, hidden), meta(d)
+            with launch.pdl() if pdl else contextlib.nullcontext():  # a decode graph launches it under PDL
+                pos = meta(1, dtype=torch.int64)
+                llm_whole_plan.run(x, angle, angle, pos, ops, caches[:1], caches[1:], nq, 1e-5, fitted)
+
+        label = f"{qfmt} w{t.warps} st{t.stages} bk{t.qkv[1]}{' l2-prefetch' * t.prefetch}{' pdl' * pdl}"
+        yield f"8b b1 {label}", run
+
+
 CASES: dict[str, Callable[[], Iterator[Case]]] = {
     "attention": attention_cases,
     "gemv": gemv_cases,
@@ -487,4 +516,5 @@ CASES: dict[str, Callable[[], Iterator[Case]]] = {
     "head": head_cases,
     "linear": linear_cases,
     "whole": whole_cases,
+    "whole-decode": whole_decode_cases,
 }

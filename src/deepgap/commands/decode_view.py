@@ -206,7 +206,8 @@ def _engine(r: dict) -> str:
     """The engine, with the decode step it ran and the ways its step was launched: PDL, split KV.
 
     PDL: its graph used programmatic dependent launch; split KV: its attention was split over the cache
-    (`deepgap.measure.llm_attention`), or done by the qkv GEMV's last programs (`llm_qkv_attention`).
+    (`deepgap.measure.llm_attention`), or done by the qkv GEMV's last programs (`llm_qkv_attention`); every
+    layer in one kernel (`llm_whole`).
     """
     how = [f"{r['decode_step']} step"] if r["decode_step"] and r["decode_step"] != r["engine"] else []
     if str(r.get("decode_pdl") or "").startswith("on"):
@@ -216,4 +217,6 @@ def _engine(r: dict) -> str:
         how.append("split KV")
     elif "qkv GEMV" in attention:  # `llm_attention.QKV_NOTE`
         how.append("attention in the qkv GEMV")
+    if "one-kernel step" in attention:  # `llm_attention.WHOLE_NOTE`
+        how.append("every layer in one kernel")
     return f"{r['engine']} ({', '.join(how)})" if how else str(r["engine"])

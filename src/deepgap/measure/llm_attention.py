@@ -53,6 +53,7 @@ CPU_SMS = 132  # on the CPU (the interpreter) the split is planned as for an H20
 
 
 QKV_NOTE = "in the qkv GEMV's last programs"  # a decode row's attention with DEEPGAP_DECODE_ATTENTION=qkv
+WHOLE_NOTE = "split in the one-kernel step"  # a batch-1 row's with DEEPGAP_DECODE_WHOLE=on (`llm_whole`)
 
 
 def attention_mode() -> str:
@@ -141,10 +142,13 @@ def describe(model, batch: int, length: int) -> str:
 
     "sdpa", "one pass (mode)" or "split C×P (mode)": C chunks of P positions (`plan` at the model's shape and
     device, the mode ``DEEPGAP_DECODE_SPLIT_KV``); `QKV_NOTE` where a batch-1 step's layers attend in their qkv
-    GEMV (``attends_in_qkv``, `deepgap.measure.llm_fused.FusedLayer`).
+    GEMV (``attends_in_qkv``, `deepgap.measure.llm_fused.FusedLayer`), `WHOLE_NOTE` where its layers run in one
+    kernel (``whole_step``).
     """
     if batch == 1 and any(getattr(layer, "attends_in_qkv", False) for layer in getattr(model, "layers", ())):
         return QKV_NOTE
+    if batch == 1 and getattr(model, "whole_step", None) is not None:
+        return WHOLE_NOTE
     if model.static_attention is None:
         return "sdpa"
     mode = split_mode()

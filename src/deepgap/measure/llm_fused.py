@@ -23,7 +23,10 @@ cache as written (`attend_written`), without `Attention.mix`'s three small kerne
 ``DEEPGAP_DECODE_ATTENTION=qkv`` (`llm_attention.attention_mode`; off by default: timed slower, session 24) goes one
 step further with RoPE fused: at a device-side position the qkv GEMV's last programs attend too
 (`deepgap.measure.llm_qkv_attention`) and return the attention's row, the attention and combine kernels gone.
-`configure` reads both switches onto the wrapped layers (at `fuse`, and again where a process times several).
+``DEEPGAP_DECODE_WHOLE=on|l2`` (`llm_whole_plan`; off by default, not yet timed) runs every layer of such a step in
+one persistent kernel instead (`deepgap.measure.llm_whole`), where all of a decoder's layers are fused with RoPE.
+`configure` reads the switches onto the wrapped layers and the model (at `fuse`, and again where a process times
+several).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import torch
 from torch import nn
 
 from deepgap.core import switches
+from deepgap.measure import llm_whole_plan
 from deepgap.measure.llm_attention import attention_mode
 from deepgap.measure.llm_qkv_attention import rope_gemv_attend_op
 from deepgap.measure.quant.gemv_fused import fused_gemv_op, rope_gemv_op
@@ -64,10 +68,17 @@ class FusedLayer(nn.Module):
         """Whether a one-sequence static step's attention is done by the qkv GEMV (`llm_attention.describe`)."""
         return self.rope and self.attend
 
+    def takes_fused(self, x) -> bool:
+        """Whether a call on ``x (b, s, width)`` takes the fused path: one row, every projection's fast GEMV."""
+        b, s, width = x.shape
+        return b * s == 1 and all(
+            p.weight_only(x.reshape(1, width)) and p.fast for p in _projections(self.layer)
+        )
+
     def forward(self, x, cos, sin, cache, pos):  # noqa: D102
         lay = self.layer
         b, s, width = x.shape
-        if b * s != 1 or not all(p.weight_only(x.reshape(1, width)) and p.fast for p in _projections(lay)):
+        if not self.takes_fused(x):
             return lay(x, cos, sin, cache, pos)
         attn = lay.self_attn
         n1, n2 = lay.input_layernorm, lay.post_attention_layernorm
@@ -142,6 +153,12 @@ def configure(model: nn.Module) -> None:
     compiled step sees the change as a new attribute value (a recompile).
     """
     rope, attend = rope_mode() == "fused", attention_mode() == "qkv"
-    for layer in getattr(model, "layers", ()):
+    layers = list(getattr(model, "layers", ()))
+    for layer in layers:
         if isinstance(layer, FusedLayer):
             layer.rope, layer.attend = rope, attend
+    whole = llm_whole_plan.mode()
+    if hasattr(model, "whole_step"):
+        fused = bool(layers) and all(isinstance(layer, FusedLayer) for layer in layers)
+        take = whole != "off" and rope and not attend and fused
+        model.whole_step = llm_whole_plan.WholeStep(model, llm_whole_plan.tiles_for(whole)) if take else None

@@ -17,9 +17,8 @@ bytes. Each folds into the GEMV that reads or writes the same row:
   cache write's kernels go (`deepgap.measure.llm_fused`, ``DEEPGAP_DECODE_ROPE=fused``).
 
 Arithmetic is fp32 from the loads to the store (HF rounds the normalized row and each projection to bf16 in
-between; the differences are bf16 roundings, `reference` is held to the same fp32 order). The tile is timed
-per (variant, K, N) as the plain GEMV's (`gemv.fastest`). On CPU tensors the kernel runs in Triton's
-interpreter (`deepgap.measure.quant.launch`), as the tests do.
+between; `reference` is held to the same fp32 order). The tile is timed per (variant, K, N) as the plain GEMV's
+(`gemv.fastest`). On CPU tensors the kernel runs in Triton's interpreter, as the tests do.
 """
 
 # ruff: noqa: N803
@@ -41,12 +40,12 @@ FUSED_TILES = tuple(t for t in gemv.ROW_TILES if not t.prefetch)
 
 
 @triton.jit
-def _fused_step(
+def fused_step(
     acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, k, rk,
-    NORM: tl.constexpr, PAIRED: tl.constexpr, REDUCE: tl.constexpr,
+    NORM: tl.constexpr, PAIRED: tl.constexpr, REDUCE: tl.constexpr, CACHE: tl.constexpr,
 ):  # fmt: skip
-    """One K step of `fused_row_kernel` on weights already loaded: x's slice, its squares, the products."""
-    x = tl.load(x_ptr + k + rk).to(tl.float32)
+    """One K step of `fused_row_kernel` on loaded weights: x's slice (``CACHE``: its loads'), its squares, products."""
+    x = tl.load(x_ptr + k + rk, cache_modifier=CACHE).to(tl.float32)
     if NORM:
         squares += x * x
         x = x * tl.load(gamma_ptr + k + rk).to(tl.float32)
@@ -129,17 +128,33 @@ def fused_row_kernel(
         if SWIGLU or ROPE:
             w_up = tl.load(w_ptrs + apart)
         tl.extra.cuda.gdc_wait()
-        acc, acc_up, squares = _fused_step(
-            acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, 0, rk, NORM, SWIGLU or ROPE, REDUCE
+        acc, acc_up, squares = fused_step(
+            acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, 0, rk, NORM, SWIGLU or ROPE, REDUCE, ""
         )
     for k in range(PDL * BK, K, BK):
         w = tl.load(w_ptrs + k)
         w_up = w
         if SWIGLU or ROPE:
             w_up = tl.load(w_ptrs + apart + k)
-        acc, acc_up, squares = _fused_step(
-            acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, k, rk, NORM, SWIGLU or ROPE, REDUCE
+        acc, acc_up, squares = fused_step(
+            acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, k, rk, NORM, SWIGLU or ROPE, REDUCE, ""
         )
+    finish(
+        acc, acc_up, squares, rn, rows, second, scale_ptr, res_ptr, out_ptr, K, eps, cos_ptr, sin_ptr, pos_ptr,
+        k_ptr, v_ptr, L, NQ, NKV, NORM, SWIGLU, RESIDUAL, ROPE, D, REDUCE, "",
+    )  # fmt: skip
+
+
+@triton.jit
+def finish(
+    acc, acc_up, squares, rn, rows, second, scale_ptr, res_ptr, out_ptr, K, eps, cos_ptr, sin_ptr, pos_ptr,
+    k_ptr, v_ptr, L, NQ, NKV, NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
+    ROPE: tl.constexpr, D: tl.constexpr, REDUCE: tl.constexpr, CACHE: tl.constexpr,
+):  # fmt: skip
+    """A band's epilogue (scales, the norm's root, SwiGLU, residual or RoPE), shared with `deepgap.measure.llm_whole`.
+
+    There ``CACHE`` is ``.cg``: another SM of the same launch wrote the residual.
+    """
     y = gemv.total(acc, REDUCE) * tl.load(scale_ptr + rows)
     root = 1.0
     if NORM:
@@ -150,7 +165,7 @@ def fused_row_kernel(
     if SWIGLU:
         y = y * tl.sigmoid(y) * up
     if RESIDUAL:
-        y += tl.load(res_ptr + rn).to(tl.float32)
+        y += tl.load(res_ptr + rn, cache_modifier=CACHE).to(tl.float32)
     if ROPE:
         _rope_store(y, up, rn, out_ptr, cos_ptr, sin_ptr, pos_ptr, k_ptr, v_ptr, L, NQ, NKV, D)
     else:

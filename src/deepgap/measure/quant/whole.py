@@ -14,7 +14,7 @@ at run time instead of compiled in. Activations live in one arena (`Plan.act`) a
 (``.cg``): another SM wrote them during this launch.
 
 The grid barrier needs every program resident at once: the launch takes at most one program per SM
-(`Plan.programs`), and a barrier that waits too long (`SPIN_LIMIT` polls) gives up and sets an error flag
+(`Plan.programs`), and a barrier that waits too long (`whole_flow.LIMIT` polls) gives up and sets an error flag
 instead of hanging the GPU, which `Plan.flagged` reports (the engine's check refuses such a plan). The
 barrier counters are put back to zero by the last program to leave, so a CUDA graph replays the launch as it
 is.
@@ -77,9 +77,6 @@ _OUT_CNT = tl.constexpr(COL["out_cnt"])
 # one tile for every layer: C_in and C_out of a ResNet are multiples of 64; a layer of C_in ≥ 128 takes K
 # steps of 2·BK (`step_k`)
 BM, BN, BK = 64, 64, 64
-# polls of a barrier before it gives up and flags the error (~0.2 s, against the µs a phase takes): the dataflow
-# waits' own bound
-SPIN_LIMIT = whole_flow.LIMIT
 
 
 def step_k(c_in: int) -> int:
@@ -107,57 +104,6 @@ def _row(table_ptr, gamma_ptr, i, in_delta, NF: tl.constexpr):
         _col(row, _OUT16), _col(row, _SYNC_AFTER), tl.load(gamma_ptr + i), _col(row, _X_CNT), _col(row, _X_TN),
         _col(row, _RES_CNT), _col(row, _RES_TN), _col(row, _OUT_CNT),
     )  # fmt: skip
-
-
-@triton.jit
-def _grid_sync(bar_ptr, err_ptr, G, BARRIER: tl.constexpr, FENCE: tl.constexpr):
-    """Wait until all ``G`` programs have arrived at this barrier (its own counter ``bar_ptr``).
-
-    ``BARRIER`` 0: every thread takes part; each program's stores come before its release-add (block barrier
-    first), and a program leaves after an acquire read of the full count, so it sees every program's stores.
-    Polls with volatile loads (an atomic poll would queue behind the adds at the one L2 address). 1: as
-    cooperative groups' grid sync does it, one thread a program arrives and polls (a fence, an add, polls, a
-    fence) while the block waits at its barrier, so 132 programs put 132 polls on the counter's L2 line, not
-    132 × 4 warps'. Either gives up after `SPIN_LIMIT` polls and sets the error flag.
-    """
-    tl.debug_barrier()
-    if BARRIER == 0:
-        tl.atomic_add(bar_ptr, 1, sem="release", scope="gpu")
-        whole_flow.wait_count(bar_ptr, G, err_ptr, FENCE)  # polls, then the acquire fence
-    else:
-        tl.inline_asm_elementwise(
-            """{
-            .reg .pred p, q, r;
-            .reg .u32 t, n;
-            .reg .s32 v;
-            mov.u32 t, %tid.x;
-            mov.u32 $0, 0;
-            setp.ne.u32 p, t, 0;
-            @p bra DONE;
-            fence.acq_rel.gpu;
-            red.relaxed.gpu.global.add.s32 [$1], 1;
-            mov.u32 n, 0;
-            WAIT:
-            ld.relaxed.gpu.global.s32 v, [$1];
-            add.u32 n, n, 1;
-            setp.ge.u32 r, n, $3;
-            @r bra GIVEUP;
-            setp.lt.s32 q, v, $2;
-            @q bra WAIT;
-            bra FENCE;
-            GIVEUP:
-            st.relaxed.gpu.global.s32 [$4], 1;
-            FENCE:
-            fence.acq_rel.gpu;
-            DONE:
-            }""",
-            "=r,l,r,r,l",
-            [bar_ptr, G, SPIN_LIMIT, err_ptr],
-            dtype=tl.int32,
-            is_pure=False,
-            pack=1,
-        )
-    tl.debug_barrier()
 
 
 @triton.jit
@@ -289,7 +235,7 @@ def whole_kernel(
     ``x_in`` / ``res_in`` read it there). ``o16_ptr``: the fp16 output of the layer the head reads
     (``out16``). ``sync_ptr``: ``n_phases`` barrier counters, the exit counter, the error flag.
     The row's columns are read through constexprs made from `COL`, so the kernel and the table agree by name.
-    ``BARRIER``: the grid barrier's form (`_grid_sync`). For the benchmark that finds where the time goes:
+    ``BARRIER``: the grid barrier's form (`whole_flow.grid_sync`). For the benchmark that finds where the time goes:
     ``TIMES`` has program 0 write the global timer (ns) into ``times_ptr`` at the start and after each barrier,
     and ``SKIP_WORK`` leaves out every work item, so what is left is the barriers alone. ``FLOW``: no barriers;
     each tile waits for the row blocks it reads instead (`whole_flow`, ``n_flow`` counters at ``flow_ptr``).
@@ -326,7 +272,7 @@ def whole_kernel(
                 table_ptr, gamma_ptr, i + 1, in_delta, NF)  # fmt: skip
         if not FLOW:
             if barrier != 0:
-                _grid_sync(sync_ptr + phase, err_ptr, G, BARRIER, FENCE)
+                whole_flow.grid_sync(sync_ptr + phase, err_ptr, G, BARRIER, FENCE)
                 phase += 1
                 dealt = 0
                 if TIMES:

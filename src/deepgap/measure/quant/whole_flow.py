@@ -99,3 +99,57 @@ def reset(flow_ptr, n_flow, BLOCK: tl.constexpr):
     for off in range(0, n_flow, BLOCK):
         idx = off + tl.arange(0, BLOCK)
         tl.store(flow_ptr + idx, tl.zeros([BLOCK], dtype=tl.int32), mask=idx < n_flow)
+
+
+@triton.jit
+def grid_sync(bar_ptr, err_ptr, target, BARRIER: tl.constexpr, FENCE: tl.constexpr):
+    """Arrive at a grid barrier; wait until its counter ``bar_ptr`` reaches ``target``.
+
+    ``target``: the programs (G) where each barrier has its own counter (`whole.whole_kernel`), or G × the
+    barriers passed so far where one counter serves them all (`deepgap.measure.llm_whole`).
+
+    ``BARRIER`` 0: every thread takes part; each program's stores come before its release-add (block barrier
+    first), and a program leaves after an acquire read of the full count, so it sees every program's stores.
+    Polls with volatile loads (an atomic poll would queue behind the adds at the one L2 address). 1: as
+    cooperative groups' grid sync does it, one thread a program arrives and polls (a fence, an add, polls, a
+    fence) while the block waits at its barrier, so 132 programs put 132 polls on the counter's L2 line, not
+    132 × 4 warps'. Either gives up after `LIMIT` polls and sets the error flag.
+    """
+    tl.debug_barrier()
+    if BARRIER == 0:
+        tl.atomic_add(bar_ptr, 1, sem="release", scope="gpu")
+        wait_count(bar_ptr, target, err_ptr, FENCE)  # polls, then the acquire fence
+    else:
+        tl.inline_asm_elementwise(
+            """{
+            .reg .pred p, q, r;
+            .reg .u32 t, n;
+            .reg .s32 v;
+            mov.u32 t, %tid.x;
+            mov.u32 $0, 0;
+            setp.ne.u32 p, t, 0;
+            @p bra DONE;
+            fence.acq_rel.gpu;
+            red.relaxed.gpu.global.add.s32 [$1], 1;
+            mov.u32 n, 0;
+            WAIT:
+            ld.relaxed.gpu.global.s32 v, [$1];
+            add.u32 n, n, 1;
+            setp.ge.u32 r, n, $3;
+            @r bra GIVEUP;
+            setp.lt.s32 q, v, $2;
+            @q bra WAIT;
+            bra FENCE;
+            GIVEUP:
+            st.relaxed.gpu.global.s32 [$4], 1;
+            FENCE:
+            fence.acq_rel.gpu;
+            DONE:
+            }""",
+            "=r,l,r,r,l",
+            [bar_ptr, target, LIMIT, err_ptr],
+            dtype=tl.int32,
+            is_pure=False,
+            pack=1,
+        )
+    tl.debug_barrier()

@@ -41,7 +41,7 @@ class Plan:
     batch: int
     programs: int  # the launch's grid: at most one program per SM (the barriers need all resident)
     max_split: int
-    barrier: int  # the grid barrier's form (`whole._grid_sync`)
+    barrier: int  # the grid barrier's form (`whole_flow.grid_sync`)
     warps: int  # warps a program
     stages: int  # the K loops' software-pipeline stages
     table: torch.Tensor  # int64 [layers + 1, whole.NF]: the last row zeros
@@ -178,7 +178,7 @@ def build(
     """The plan of ``net``'s convolutions at ``batch`` on ``programs`` programs (see `eligible`).
 
     ``max_split``: split-K slices a tile at most (`_split` picks each layer's); ``splits`` names a layer's
-    split instead (1 or a divisor of its K steps). ``barrier``: the grid barrier's form (`whole._grid_sync`);
+    split instead (1 or a divisor of its K steps). ``barrier``: the grid barrier's form (`whole_flow.grid_sync`);
     ``warps``: warps a program (4 or 8); ``stages``: the K loops' pipeline stages; ``flow``: dataflow counters
     instead of barriers (`whole_flow`). ``programs`` may exceed the SMs only where that many fit at once.
     ``upto``: the last convolution the kernel runs (`eligible`); the layers after run their own kernels.

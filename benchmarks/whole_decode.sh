@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Issue 51, session 35: a batch-1 decode step's layers in one persistent kernel (`measure.llm_whole`,
+# DEEPGAP_DECODE_WHOLE), written without a GPU; these are its first GPU steps.
+# From the repository root on the device, $OUT set:   bash benchmarks/whole_decode.sh STEP...  (all = every step)
+#   tests — its GPU tests (llama-tiny's compiled, graphed fp8 step against the per-layer path, one program an SM
+#           and two: the second must be refused with the reason if it does not fit) and the fused path's
+#   loop  — the bare loop replaying deepgap's own step (llama-3.1-8b fp8, batch 1, PDL on, split KV auto) with
+#           the whole step off, on, and on with the L2 prefetch before each barrier (l2)
+#   run   — `deepgap run` of the same with DEEPGAP_DECODE_WHOLE=on: the harness against the loop (within 2%)
+set -uo pipefail
+source benchmarks/device_lib.sh
+S=${DEVICE_WORK:-/tmp/deepgap-device}; mkdir -p "$S"
+for what in "${@:-all}"; do case $what in
+all) bash "$0" tests loop ;;
+tests)
+    step "whole decode GPU tests" 300 python -m pytest -q -m gpu tests/measure/test_llm_whole.py \
+        tests/measure/test_llm_fused_rope.py -rA -p no:cacheprovider > "$OUT/whole-decode-gputests.txt" 2>&1
+    tail -n 12 "$OUT/whole-decode-gputests.txt" ;;
+loop)
+    step "decode loop whole off/on/l2" 420 python benchmarks/llm_decode_loop.py --model llama-3.1-8b \
+        --precision fp8 --batches 1 --pdl on --split-kv auto --whole "${WHOLE_MODES:-off,on,l2}" --harness deepgap \
+        --out "$OUT" > "$OUT/whole-decode-loop.txt" 2>&1
+    grep '^{' "$OUT/whole-decode-loop.txt" | tail -n 3 ;;
+run)
+    step "deepgap run 8b fp8 bs1, whole on" 420 env DEEPGAP_DECODE_WHOLE=on python -m deepgap run --workload decode \
+        --models llama-3.1-8b --device cuda --input-lens 128 --output-lens 128 --repeats 3 --sweeps 1 \
+        --no-thermal-warmup --no-cpu-baseline --engines quant --precisions fp8 --batch-sizes 1 \
+        --store "$S/whole-decode.sqlite" > "$OUT/whole-decode-run.txt" 2>&1
+    python -m deepgap export "$S/whole-decode.sqlite" --format csv -o "$OUT/whole-decode-run.csv" >/dev/null 2>&1
+    python3 -c "import csv,sys; [print(r['decode_tokens_per_s'], r['pipelined_decode_tokens_per_s'], r['decode_pdl'], \
+r['decode_attention']) for r in csv.DictReader(open(sys.argv[1]))]" "$OUT/whole-decode-run.csv" ;;
+*) echo "unknown step $what (tests, loop, run, all)"; exit 2 ;;
+esac; done

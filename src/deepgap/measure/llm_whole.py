@@ -1,0 +1,228 @@
+"""Every layer of a batch-1 decode step in one persistent kernel: no kernel boundary between the GEMVs.
+
+Why: at batch 1 the 8B step reads its 7.5 GB of 8-bit weights at 0.69× a plain read (session 23): about 190
+kernels a token, and each GEMV of 17–117 MB pays 3–4 µs for its launch, ramp and tail while HBM idles
+(`deepgap.measure.llm_fused`, docs/llm.md). Here the programs (one or two an SM, all resident) walk the layers
+in order; a layer is five *phases*, each ended by a grid barrier (`whole_flow.grid_sync`, 1.35 µs on an H200 in
+session 34) instead of a kernel boundary:
+
+    1. qkv:    the fused row GEMV with the norm and RoPE folded in; q to a row, k and v into the layer's cache
+    2. attend: (KV head, chunk) items over the cache up to the step's position, the chunk's softmax partials
+               stored; the last chunk of a KV head to finish merges its query heads' rows (`merge_row`)
+    3. o:      the GEMV of the attention's row, the residual added, into the hidden row
+    4. gate_up: the norm and SwiGLU folded in, into the MLP's row
+    5. down:   its GEMV, the residual added, into the hidden row
+
+Each GEMV phase deals its bands of ``BN`` output channels round-robin and walks (band, K step) as one loop, so
+Triton's software pipeline loads the next band's weights during this band's arithmetic, and before each
+barrier a program may ask L2 for its first band of the next phase (``PREFETCH``: the weights never depend on
+the barrier). The arithmetic is `gemv_fused`'s (`fused_step`, `finish`), the attention `llm_attention`'s
+(`attend_rows`, `merge_row`): the same sums as the per-layer kernels in the same order. Activations written
+during the launch are read past L1 (``.cg``).
+
+The layers' weights, scales, norms and caches are found through a device table of pointers (`NF` int64 a
+layer, `llm_whole_plan.table`), so that nothing is copied. One counter serves every barrier (its target grows
+by G each time); the last program to leave puts it back to zero, so a CUDA graph replays the launch as it is.
+A barrier that waits too long sets the error flag instead of hanging (`whole_flow.LIMIT`). In Triton's
+interpreter the programs run one after another, so the tests run one program, which takes every item.
+"""
+
+# Triton convention: compile-time (constexpr) parameters in capitals.
+# ruff: noqa: N803, N806
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from deepgap.measure.llm_attention import attend_rows, merge_row
+from deepgap.measure.quant import l2_prefetch
+from deepgap.measure.quant.gemv_fused import finish, fused_step, rows_first
+from deepgap.measure.quant.kernels import pdl_enter
+from deepgap.measure.quant.launch import launcher
+from deepgap.measure.quant.whole_flow import grid_sync
+
+# a layer's row of the pointer table: codes and per-channel scales of the four projections, the two norms'
+# scales, the layer's K and V cache
+COLUMNS = ("qkv", "qkv_s", "o", "o_s", "gate_up", "gate_up_s", "down", "down_s", "norm1", "norm2", "k", "v")
+NF = tl.constexpr(len(COLUMNS))
+# the columns as the kernel reads them, by name (a jit function sees only constexpr globals)
+_QKV, _QKV_S, _O, _O_S = (tl.constexpr(COLUMNS.index(c)) for c in ("qkv", "qkv_s", "o", "o_s"))
+_GU, _GU_S, _DN, _DN_S = (tl.constexpr(COLUMNS.index(c)) for c in ("gate_up", "gate_up_s", "down", "down_s"))
+_N1, _N2, _K, _V = (tl.constexpr(COLUMNS.index(c)) for c in ("norm1", "norm2", "k", "v"))
+
+
+@triton.jit
+def _ptr(row, col, ty):
+    """Column ``col`` of a layer's table row as a pointer to ``ty``."""
+    return tl.load(row + col).to(tl.pointer_type(ty))
+
+
+@triton.jit
+def _gemv_phase(
+    pid, G, x_ptr, w_ptr, s_ptr, gamma_ptr, res_ptr, out_ptr, NO, K, eps, cos_ptr, sin_ptr, pos_ptr, k_ptr, v_ptr,
+    L, NQ, NKV, NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr, ROPE: tl.constexpr,
+    D: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr,
+):  # fmt: skip
+    """This program's bands of one fused row GEMV (`gemv_fused.fused_row_kernel`'s arithmetic, REDUCE each step).
+
+    Bands ``pid, pid + G, ...`` of ``NO / BN``; (band, K step) is one loop so that the pipeline runs across
+    bands. ``res_ptr`` may be ``out_ptr`` (the hidden row updated in place: a band reads only its own channels).
+    """
+    PAIRED: tl.constexpr = SWIGLU or ROPE
+    steps = K // BK
+    mine = (NO // BN - pid + G - 1) // G
+    second = NO
+    if ROPE:
+        second = D // 2
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BN,), dtype=tl.float32)
+    acc_up = acc
+    squares = tl.zeros((BK,), dtype=tl.float32)
+    for t in tl.range(0, mine * steps, num_stages=STAGES):
+        rn = (pid + (t // steps) * G) * BN + tl.arange(0, BN)
+        k = (t % steps) * BK
+        rows = rn
+        if ROPE:
+            rows = (rn // (D // 2)) * D + rn % (D // 2)
+        w_ptrs = w_ptr + rows[:, None] * K + k + rk[None, :]
+        w = tl.load(w_ptrs)
+        w_up = w
+        if PAIRED:
+            w_up = tl.load(w_ptrs + second * K)
+        acc, acc_up, squares = fused_step(acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, k, rk, NORM, PAIRED,
+                                          True, ".cg")  # fmt: skip
+        if k + BK == K:
+            finish(acc, acc_up, squares, rn, rows, second, s_ptr, res_ptr, out_ptr, K, eps, cos_ptr, sin_ptr,
+                   pos_ptr, k_ptr, v_ptr, L, NQ, NKV, NORM, SWIGLU, RESIDUAL, ROPE, D, True, ".cg")  # fmt: skip
+            acc = tl.zeros((BN,), dtype=tl.float32)
+            acc_up = acc
+            squares = tl.zeros((BK,), dtype=tl.float32)
+
+
+@triton.jit
+def _prefetch(pid, w_ptr, NO, K, SECOND, BN: tl.constexpr, D: tl.constexpr, ROPE: tl.constexpr,
+              PREFETCH: tl.constexpr):  # fmt: skip
+    """Before a barrier: ask L2 for this program's first band of the next GEMV phase (sm_90; not interpreted).
+
+    ``SECOND``: how many rows further the band's pair lies (SwiGLU's up rows: NO; RoPE's other half: D/2), 0
+    for none. The weights do not depend on what the barrier waits for, so their read overlaps the wait.
+    """
+    if PREFETCH:  # noqa: SIM102 - a constexpr, then a runtime test
+        if pid < NO // BN:
+            first = rows_first(pid * BN, D, ROPE)
+            l2_prefetch.prefetch(w_ptr + first * K, BN * K)
+            if SECOND > 0:
+                l2_prefetch.prefetch(w_ptr + (first + SECOND) * K, BN * K)
+
+
+@triton.jit
+def _attention_phase(
+    pid, G, q_ptr, k_ptr, v_ptr, ws_ptr, a_ptr, cnt_ptr, pos, L, scale, NQ, NKV, CHUNK, NCH,
+    GQ: tl.constexpr, D: tl.constexpr, BL: tl.constexpr, SP: tl.constexpr, DOT_F32: tl.constexpr,
+):  # fmt: skip
+    """Items (KV head, chunk): the chunk's softmax partials, then the last chunk of a head merges its rows.
+
+    As `llm_attention.decode_attention_kernel` with ``SPLIT`` and ``LAST``; a chunk past ``pos`` writes nothing
+    but still counts. ``ws``: partial outputs (NQ·NCH·D), then maxima and sums (NQ·NCH each), fp32.
+    """
+    m_ptr = ws_ptr + NQ * NCH * D
+    l_ptr = m_ptr + NQ * NCH
+    rg = tl.arange(0, 16)
+    rd = tl.arange(0, D)
+    for j in range(pid, NKV * NCH, G):
+        bh = j // NCH
+        c = j % NCH
+        lo = c * CHUNK
+        hi = tl.minimum(tl.minimum(lo + CHUNK, L), pos + 1)
+        m_i, l_i, acc = attend_rows(q_ptr, k_ptr, v_ptr, bh, lo, hi, L, scale, GQ, D, BL, DOT_F32, ".cg", 1)
+        row = (bh * GQ + rg) * NCH + c
+        ok = (rg < GQ) & (lo <= pos)
+        tl.store(m_ptr + row, m_i, mask=ok)
+        tl.store(l_ptr + row, l_i, mask=ok)
+        tl.store(ws_ptr + row[:, None] * D + rd[None, :], acc, mask=ok[:, None])
+        tl.debug_barrier()  # every thread's partials issued before the count says so
+        if tl.atomic_add(cnt_ptr + bh, 1, sem="acq_rel", scope="gpu") == NCH - 1:
+            for g in tl.static_range(GQ):
+                merge_row(ws_ptr, m_ptr, l_ptr, a_ptr, bh * GQ + g, pos, CHUNK, NCH, D, SP)
+            tl.atomic_xchg(cnt_ptr + bh, 0, sem="relaxed", scope="gpu")
+
+
+@triton.jit
+def _sync(bar_ptr, G, done, BARRIER: tl.constexpr, FENCE: tl.constexpr):
+    """The grid barrier after ``done`` others: one counter whose target grows by G (error flag at ``bar + 2``)."""
+    grid_sync(bar_ptr, bar_ptr + 2, G * (done + 1), BARRIER, FENCE)
+    return done + 1
+
+
+@triton.jit
+def whole_decode_kernel(
+    x_ptr, h_ptr, table_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, a_ptr, mid_ptr, ws_ptr, cnt_ptr, bar_ptr,
+    LAYERS, H, F, NQ, NKV, L, CHUNK, NCH, eps, scale,
+    D: tl.constexpr, GQ: tl.constexpr, INT8: tl.constexpr, BN_QKV: tl.constexpr, BK_QKV: tl.constexpr,
+    BN_O: tl.constexpr, BK_O: tl.constexpr, BN_GU: tl.constexpr, BK_GU: tl.constexpr, BN_DN: tl.constexpr,
+    BK_DN: tl.constexpr, STAGES: tl.constexpr, BL: tl.constexpr, SP: tl.constexpr, BARRIER: tl.constexpr,
+    FENCE: tl.constexpr, PREFETCH: tl.constexpr, DOT_F32: tl.constexpr, PDL: tl.constexpr = False,
+):  # fmt: skip
+    """The hidden row ``x (1, H)`` through every layer into ``h`` (module docstring); caches written at ``pos``.
+
+    ``q``, ``a``: the step's query and attention rows (NQ·D), ``mid``: the MLP's row (F); ``cnt``: NKV int32
+    merge counts, ``bar``: the barrier's counter, the exit count and the error flag, all 0 at rest. ``PDL``:
+    launched inside `launch.pdl` (a decode graph's), it waits for the previous kernel before reading anything.
+    """
+    pdl_enter(PDL)
+    pid = tl.program_id(0)
+    G = tl.num_programs(0)
+    wty = tl.float8e4nv
+    if INT8:
+        wty = tl.int8
+    pos = tl.load(pos_ptr)
+    n_qkv = (NQ + 2 * NKV) * (D // 2)  # RoPE's channel pairs
+    done = 0  # barriers passed
+    for layer in range(0, LAYERS):
+        row = table_ptr + layer * NF
+        src = h_ptr
+        if layer == 0:
+            src = x_ptr
+        k_ptr = _ptr(row, _K, tl.bfloat16)
+        v_ptr = _ptr(row, _V, tl.bfloat16)
+        rope = (cos_ptr, sin_ptr, pos_ptr, k_ptr, v_ptr, L, NQ, NKV)
+        # 1. qkv: the norm and RoPE folded in; q to its row, k and v into the cache
+        w, w_s, gamma = _ptr(row, _QKV, wty), _ptr(row, _QKV_S, tl.float32), _ptr(row, _N1, tl.bfloat16)
+        _gemv_phase(pid, G, src, w, w_s, gamma, src, q_ptr, n_qkv, H, eps, *rope, True, False, False, True, D,
+                    BN_QKV, BK_QKV, STAGES)  # fmt: skip
+        done = _sync(bar_ptr, G, done, BARRIER, FENCE)
+        # 2. the attention over the cache, split in chunks, merged by each KV head's last chunk
+        _attention_phase(pid, G, q_ptr, k_ptr, v_ptr, ws_ptr, a_ptr, cnt_ptr, pos, L, scale, NQ, NKV, CHUNK, NCH,
+                         GQ, D, BL, SP, DOT_F32)  # fmt: skip
+        w, w_s = _ptr(row, _O, wty), _ptr(row, _O_S, tl.float32)
+        _prefetch(pid, w, H, NQ * D, 0, BN_O, D, False, PREFETCH)
+        done = _sync(bar_ptr, G, done, BARRIER, FENCE)
+        # 3. o, the residual added: into the hidden row
+        _gemv_phase(pid, G, a_ptr, w, w_s, a_ptr, src, h_ptr, H, NQ * D, eps, *rope, False, False, True, False, D,
+                    BN_O, BK_O, STAGES)  # fmt: skip
+        w, w_s, gamma = _ptr(row, _GU, wty), _ptr(row, _GU_S, tl.float32), _ptr(row, _N2, tl.bfloat16)
+        _prefetch(pid, w, F, H, F, BN_GU, D, False, PREFETCH)
+        done = _sync(bar_ptr, G, done, BARRIER, FENCE)
+        # 4. gate_up, the norm and SwiGLU folded in: the MLP's row
+        _gemv_phase(pid, G, h_ptr, w, w_s, gamma, h_ptr, mid_ptr, F, H, eps, *rope, True, True, False, False, D,
+                    BN_GU, BK_GU, STAGES)  # fmt: skip
+        w, w_s = _ptr(row, _DN, wty), _ptr(row, _DN_S, tl.float32)
+        _prefetch(pid, w, H, F, 0, BN_DN, D, False, PREFETCH)
+        done = _sync(bar_ptr, G, done, BARRIER, FENCE)
+        # 5. down, the residual added: the hidden row in place (a band reads and writes only its own channels)
+        _gemv_phase(pid, G, mid_ptr, w, w_s, mid_ptr, h_ptr, h_ptr, H, F, eps, *rope, False, False, True, False, D,
+                    BN_DN, BK_DN, STAGES)  # fmt: skip
+        if layer + 1 < LAYERS:
+            _prefetch(pid, _ptr(row + NF, _QKV, wty), n_qkv, H, D // 2, BN_QKV, D, True, PREFETCH)
+        done = _sync(bar_ptr, G, done, BARRIER, FENCE)
+    # the last to leave puts the barrier's counter back to zero: every program has passed every barrier
+    tl.debug_barrier()
+    if tl.atomic_add(bar_ptr + 1, 1, sem="acq_rel", scope="gpu") == G - 1:
+        tl.atomic_xchg(bar_ptr, 0, sem="relaxed", scope="gpu")
+        tl.atomic_xchg(bar_ptr + 1, 0, sem="relaxed", scope="gpu")
+
+
+def launch(device, programs: int):
+    """`whole_decode_kernel` on ``programs`` programs of ``device`` (interpreted on the CPU)."""
+    return launcher(whole_decode_kernel, device)[(programs,)]

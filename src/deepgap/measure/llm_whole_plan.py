@@ -1,0 +1,270 @@
+"""The host side of the whole-step decode kernel (`deepgap.measure.llm_whole`): when, with what tiles, and its op.
+
+``DEEPGAP_DECODE_WHOLE=on`` (or ``l2``, `mode`; ``off`` by default: not yet timed on a GPU) gives a quant
+decoder whose every layer is `llm_fused.FusedLayer` with RoPE folded in a `WholeStep` (`llm_fused.configure`);
+its one-sequence steps at a device-side position (the static step a CUDA graph captures) then run every layer
+in one launch, and every other call (the prefill, eager steps at an int position, batches) keeps the
+per-layer path.
+
+The kernel finds the layers through a table of device pointers, made once per (weights, cache) and kept
+(`_scratch`): building it copies host to device, which a CUDA graph capture cannot do, so the step's warm-up
+(before the capture) makes it, and a capture that finds none is refused with the reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+import triton
+
+from deepgap.core import switches
+from deepgap.measure import llm_attention, llm_whole
+from deepgap.measure.quant.launch import check, halved_to_divide
+
+MODES = switches.choices("DEEPGAP_DECODE_WHOLE")  # off, on
+NOTE = "every layer in one kernel"  # what a batch-1 decode row's attention says with it (`llm_attention.describe`)
+
+
+def mode() -> str:
+    """``DEEPGAP_DECODE_WHOLE`` (`MODES`, ``off`` when unset); another value is a usage error.
+
+    ``on``: the whole-step kernel with `DEFAULT_TILES`; ``l2``: with each phase's first band asked of L2 before
+    the barrier that precedes it (`Tiles.prefetch`).
+    """
+    return switches.read("DEEPGAP_DECODE_WHOLE")
+
+
+@dataclasses.dataclass(frozen=True)
+class Tiles:
+    """Each GEMV phase's band (BN output channels) and K step (BK); the launch's warps, stages and programs.
+
+    The defaults are the per-layer kernels' tuned one-row tiles on one H200 (session 21: 4 × 4096 bands,
+    reduced each step), one program an SM (sm_90 compile: 254 registers a thread at 8 warps, no spills).
+    """
+
+    qkv: tuple[int, int] = (4, 4096)
+    o: tuple[int, int] = (4, 4096)
+    gate_up: tuple[int, int] = (4, 4096)
+    down: tuple[int, int] = (4, 2048)
+    warps: int = 8
+    stages: int = 2
+    per_sm: int = 1  # at most what fits (`_resident`): 254 registers a thread at 8 warps is one an SM
+    prefetch: bool = False  # L2 prefetch of the next phase's first band before each barrier (sm_90)
+
+    def fitted(self, hidden: int, ff: int, heads: int, kv_heads: int, head_dim: int) -> Tiles:
+        """BK halved until it divides the phase's K, BN until it divides its outputs (qkv's: half a head)."""
+
+        def fit(t: tuple[int, int], k: int, n: int) -> tuple[int, int]:
+            return halved_to_divide(t[0], n, 1), halved_to_divide(t[1], k, 16)
+
+        return dataclasses.replace(
+            self,
+            qkv=fit(self.qkv, hidden, head_dim // 2),
+            o=fit(self.o, heads * head_dim, hidden),
+            gate_up=fit(self.gate_up, hidden, ff),
+            down=fit(self.down, ff, hidden),
+        )
+
+    def as_list(self) -> list[int]:
+        """The op's flat form (`decode_whole_op`)."""
+        return [
+            *self.qkv,
+            *self.o,
+            *self.gate_up,
+            *self.down,
+            self.warps,
+            self.stages,
+            self.per_sm,
+            self.prefetch,
+        ]
+
+    @classmethod
+    def from_list(cls, v: list[int]) -> Tiles:
+        """`as_list` read back."""
+        return cls((v[0], v[1]), (v[2], v[3]), (v[4], v[5]), (v[6], v[7]), v[8], v[9], v[10], bool(v[11]))
+
+
+DEFAULT_TILES = Tiles()
+
+
+def tiles_for(whole: str) -> Tiles:
+    """The tiles a `mode` asks for."""
+    return dataclasses.replace(DEFAULT_TILES, prefetch=whole == "l2")
+
+
+class WholeStep:
+    """A fused quant decoder's layers as one `llm_whole` launch per one-sequence static step.
+
+    Holds each layer's operands in the kernel's table order (`llm_whole.COLUMNS`, the cache's apart), the
+    per-channel scales kept so that their pointers stay valid.
+    """
+
+    def __init__(self, model, tiles: Tiles | None = None) -> None:
+        shape = model.shape
+        self.heads, self.eps = shape.heads, shape.rms_eps
+        self.layers = list(model.layers)
+        self.operands: list[torch.Tensor] = []
+        for fused in self.layers:
+            lay = fused.layer
+            attn = lay.self_attn
+            for p in (attn.qkv_proj, attn.o_proj, lay.gate_up_proj, lay.down_proj):
+                self.operands += [p.weight_t.t(), p.channel_scales()]
+            self.operands += [lay.input_layernorm.weight, lay.post_attention_layernorm.weight]
+        t = tiles or DEFAULT_TILES
+        self.tiles = t.fitted(shape.hidden, shape.intermediate, shape.heads, shape.kv_heads, shape.head_dim)
+
+    def takes(self, x: torch.Tensor, cache, pos) -> bool:
+        """A one-sequence step at a device-side position whose layers all take the fused path."""
+        return (
+            isinstance(pos, torch.Tensor)
+            and cache is not None
+            and cache.batch == 1
+            and all(layer.takes_fused(x) for layer in self.layers)
+        )
+
+    def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache, pos: torch.Tensor):
+        """The hidden row after every layer, ``x``'s shape; the cache written at ``pos``."""
+        b, s, width = x.shape
+        h = decode_whole_op(
+            x.reshape(1, width).contiguous(), cos.reshape(-1).contiguous(), sin.reshape(-1).contiguous(),
+            pos.reshape(1), self.operands, cache.k, cache.v, self.heads, self.eps, self.tiles.as_list(),
+        )  # fmt: skip
+        return h.reshape(b, s, width)
+
+
+@dataclasses.dataclass
+class Scratch:
+    """One (weights, cache)'s table of pointers and the kernel's scratch, made once (`_scratch`)."""
+
+    table: torch.Tensor  # int64 (layers, NF)
+    ws: torch.Tensor  # the attention's fp32 partials
+    counts: torch.Tensor  # int32: NKV merge counts, then the barrier's counter, exit count and error flag
+    rows: torch.Tensor  # bf16: q, the attention's row, the MLP's row
+    split: llm_attention.Split
+
+
+_SCRATCH: dict[tuple, Scratch] = {}
+
+
+def _scratch(
+    operands: list[torch.Tensor], ks: list[torch.Tensor], vs: list[torch.Tensor], heads: int, ff: int
+):
+    key = (tuple(t.data_ptr() for t in (*operands, *ks, *vs)), heads, ff)
+    if key in _SCRATCH:
+        return _SCRATCH[key]
+    dev = ks[0].device
+    check(
+        dev.type != "cuda" or not torch.cuda.is_current_stream_capturing(),
+        "the whole-step decode kernel's table is made before a CUDA graph captures it: run the step once first",
+    )
+    per = len(operands) // len(ks)
+    ptrs = [[t.data_ptr() for t in operands[i * per : (i + 1) * per]] + [k.data_ptr(), v.data_ptr()]
+            for i, (k, v) in enumerate(zip(ks, vs, strict=True))]  # fmt: skip
+    _, nkv, length, d = ks[0].shape
+    sms = llm_attention.device_sms(dev)
+    split = llm_attention.plan(1, nkv, length, sms, "on")
+    if not split.combine:
+        split = llm_attention.chunked(length, 1)
+    rows = heads * split.chunks
+    made = Scratch(
+        table=torch.tensor(ptrs, dtype=torch.int64, device=dev),
+        ws=torch.empty(rows * (d + 2), dtype=torch.float32, device=dev),
+        counts=torch.zeros(nkv + 3, dtype=torch.int32, device=dev),
+        rows=torch.empty(2 * heads * d + ff, dtype=torch.bfloat16, device=dev),
+        split=split,
+    )
+    _SCRATCH[key] = made
+    return made
+
+
+def run(x, cos, sin, pos, operands, ks, vs, heads: int, eps: float, tiles: Tiles) -> torch.Tensor:
+    """`llm_whole.whole_decode_kernel` over every layer (`decode_whole_op`'s body); the hidden row ``(1, H)``."""
+    hidden = x.shape[1]
+    ff = operands[6].shape[1]  # down's K
+    nkv, length, d = ks[0].shape[1], ks[0].shape[2], ks[0].shape[3]
+    check(x.dtype == torch.bfloat16 and x.shape[0] == 1, "x: one bf16 row")
+    check(
+        all(k.shape == (1, nkv, length, d) and k.is_contiguous() for k in (*ks, *vs)),
+        "the cache: one sequence",
+    )
+    check(heads % nkv == 0 and heads // nkv <= llm_attention.ROWS, f"{heads} query heads over {nkv} KV heads")
+    llm_attention.check_head_dim(d)
+    s = _scratch(operands, ks, vs, heads, ff)
+    q, a, mid = s.rows[: heads * d], s.rows[heads * d : 2 * heads * d], s.rows[2 * heads * d :]
+    h = torch.empty_like(x)
+    cuda = x.device.type != "cpu"  # a GPU (or meta tensors: `benchmarks/compile_sm90.py` compiles for one)
+    programs = llm_attention.device_sms(x.device) * tiles.per_sm if cuda else 1
+    t = tiles
+    grid = llm_whole.launch(x.device, programs)
+    if x.is_cuda:
+        grid = _resident(grid, programs, tiles)
+    grid(
+        x, h, s.table, cos, sin, pos, q, a, mid, s.ws, s.counts, s.counts[nkv:],
+        len(ks), hidden, ff, heads, nkv, length, s.split.chunk, s.split.chunks, eps, 1.0 / math.sqrt(d),
+        D=d, GQ=heads // nkv, INT8=operands[0].dtype == torch.int8, BN_QKV=t.qkv[0], BK_QKV=t.qkv[1],
+        BN_O=t.o[0], BK_O=t.o[1], BN_GU=t.gate_up[0], BK_GU=t.gate_up[1], BN_DN=t.down[0], BK_DN=t.down[1],
+        STAGES=t.stages, BL=s.split.block, SP=max(2, triton.next_power_of_2(s.split.chunks)), BARRIER=int(cuda),
+        FENCE=cuda, PREFETCH=cuda and t.prefetch, DOT_F32=not cuda, num_warps=t.warps, num_stages=t.stages,
+    )  # fmt: skip
+    return h
+
+
+class _resident:  # noqa: N801 - stands in for ``kernel[grid]``
+    """``kernel[grid]`` whose first call compiles (``warmup``) and refuses a grid that cannot all be resident.
+
+    Why: a grid barrier waits for every program; programs that do not fit on the SMs at once never arrive, and
+    each barrier would spin to its limit and flag the error. From ptxas's registers and the shared memory.
+    """
+
+    def __init__(self, grid, programs: int, tiles: Tiles) -> None:
+        self.grid, self.programs, self.tiles = grid, programs, tiles
+
+    checked: set[tuple] = set()  # (device, programs, tiles) that fit
+
+    def __call__(self, *args, **kw):
+        key = (torch.cuda.current_device(), self.programs, self.tiles)
+        if key not in self.checked:
+            self._check(args, kw | getattr(self.grid, "extra", {}))
+            self.checked.add(key)
+        return self.grid(*args, **kw)
+
+    def _check(self, args, kw) -> None:
+        compiled = llm_whole.whole_decode_kernel.warmup(*args, grid=(self.programs,), **kw)
+        threads = 32 * self.tiles.warps
+        fits = min(
+            65536 // max(1, compiled.n_regs * threads), (227 << 10) // max(1, compiled.metadata.shared)
+        )
+        check(
+            fits >= self.tiles.per_sm,
+            f"{self.tiles.per_sm} programs an SM of the whole-step kernel: {compiled.n_regs} registers a thread "
+            f"and {compiled.metadata.shared} B of shared memory fit {fits}; ask for fewer",
+        )
+
+
+def flagged(ks: list[torch.Tensor]) -> bool:
+    """Whether any made table's barrier gave up waiting (its programs were not all resident): wrong rows."""
+    return any(int(s.counts[-1]) != 0 for s in _SCRATCH.values() if s.counts.device == ks[0].device)
+
+
+@torch.library.custom_op("deepgap::decode_whole", mutates_args=("ks", "vs"))
+def decode_whole_op(
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    pos: torch.Tensor,
+    operands: list[torch.Tensor],
+    ks: list[torch.Tensor],
+    vs: list[torch.Tensor],
+    heads: int,
+    eps: float,
+    tiles: list[int],
+) -> torch.Tensor:
+    """`run` as a custom op: torch.compile keeps it one call, a CUDA graph captures it; K and V written."""
+    return run(x, cos, sin, pos, operands, ks, vs, heads, eps, Tiles.from_list(tiles))
+
+
+@decode_whole_op.register_fake
+def _(x, cos, sin, pos, operands, ks, vs, heads, eps, tiles):
+    return torch.empty_like(x)

@@ -1,0 +1,179 @@
+"""Every layer of a batch-1 decode step in one persistent kernel (`llm_whole`, `llm_whole_plan`) on the CPU.
+
+In Triton's interpreter one program takes every item (a barrier of one passes at once). Each phase's output is
+held to its own fp32 reference (`gemv_fused.reference`, `llm_attention.reference`) on the kernel's own inputs
+to it, then llama-tiny's static steps with ``DEEPGAP_DECODE_WHOLE=on`` against the per-layer fused path. The
+GPU test replays the compiled, graphed step on one program per SM or two.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from deepgap.core.errors import UsageError
+from deepgap.measure import llm_attention, llm_whole_plan
+from deepgap.measure.quant.gemv_fused import Fusion, RopeWrite, reference
+
+
+def _tiny(precision: str = "fp8", whole: str = "on", monkeypatch=None):
+    from deepgap.measure.decode_config import LINEAR_SWAPS
+    from deepgap.measure.models.llama_net import build_llama
+
+    monkeypatch.setenv("DEEPGAP_DECODE_WHOLE", whole)
+    return LINEAR_SWAPS[precision](build_llama("llama-tiny", seed=0, device="cpu"))
+
+
+def _close(got: torch.Tensor, want: torch.Tensor, steps: float = 1.0) -> bool:
+    """Within ``steps`` bf16 steps of ``want`` (relative 2⁻⁷, at least 2⁻⁷ · 10⁻²)."""
+    ulp = want.float().abs().clamp(min=1e-2) * 2**-7 * steps
+    return bool(((got.float() - want.float()).abs() <= ulp).all())
+
+
+@pytest.mark.parametrize("precision", ["fp8", "int8"])
+def test_each_phase_matches_its_reference_on_its_own_inputs(monkeypatch, precision):
+    """One layer through the kernel: q and the cache rows (qkv, RoPE), the attention's row, the hidden row after
+    the attention, the MLP's row and the output row, each within a bf16 step of the fp32 arithmetic of the
+    per-layer kernels on what the kernel fed that phase. The hidden row after the attention is seen from a run
+    whose down weights are zero (the output is then that row). The cache holds earlier positions, so the
+    attention walks more than the step's own row.
+    """
+    model = _tiny(precision, monkeypatch=monkeypatch)
+    monkeypatch.setattr(llm_whole_plan, "_SCRATCH", {})  # this test's runs' alone
+    step, shape = model.whole_step, model.shape
+    nq, nkv, d, pos = shape.heads, shape.kv_heads, shape.head_dim, 9
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(1, shape.hidden, generator=g).bfloat16()
+    k0, v0 = (torch.randn(1, nkv, 16, d, generator=g).bfloat16() for _ in range(2))
+    cos, sin = (f(torch.rand(d, generator=g) * 6).bfloat16() for f in (torch.cos, torch.sin))
+    at = torch.tensor([pos])
+    ops = step.operands[
+        : len(step.operands) // shape.layers
+    ]  # the first layer alone: its rows stay in scratch
+    qkv, qkv_s, o, o_s, gu, gu_s, dn, dn_s, n1, n2 = ops
+    no_down = [*ops[:6], torch.zeros_like(dn.view(torch.int8)).view(dn.dtype), *ops[7:]]
+    rows = {}
+    for name, operands in (("h1", no_down), ("out", ops)):
+        k, v = k0.clone(), v0.clone()
+        rows[name] = llm_whole_plan.run(x, cos, sin, at, operands, [k], [v], nq, step.eps, step.tiles)
+    s = next(iter(llm_whole_plan._SCRATCH.values()))  # noqa: SLF001 - the kernel's own rows (the last run's)
+    q, a, mid = s.rows[: nq * d], s.rows[nq * d : 2 * nq * d], s.rows[2 * nq * d :]
+    kw, vw = k0.clone(), v0.clone()
+    q_want = reference(x, qkv, qkv_s, Fusion(n1, step.eps, rope=RopeWrite(cos, sin, at, kw, vw, nq)))
+    assert _close(q[None], q_want) and _close(k, kw) and _close(v, vw)
+    assert k[0, :, pos].abs().sum() > 0 and torch.equal(k[0, :, :pos], k0[0, :, :pos])  # only row pos written
+    assert _close(a[None], llm_attention.reference(q.view(1, nq, 1, d), k, v, pos).reshape(1, -1))
+    h1 = rows["h1"]
+    assert _close(h1, reference(a[None], o, o_s, Fusion(residual=x)))
+    assert _close(mid[None], reference(h1, gu, gu_s, Fusion(n2, step.eps, swiglu=True)))
+    assert _close(rows["out"], reference(mid[None], dn, dn_s, Fusion(residual=h1)))
+    assert s.counts.tolist() == [0] * (nkv + 3)  # merge counts, barrier, exit count, error flag: at rest
+
+
+def test_static_steps_give_the_fused_layers_logits(monkeypatch):
+    """llama-tiny in fp8: eager prefill and step, then static steps at device positions 7 and 8 with every
+    layer in the one kernel, against the same weights layer by layer; the caches' new rows agree too (the
+    sums' order differs: the per-layer tiles on the CPU are the untimed first candidates)."""
+    from deepgap.measure.llm_steps import make_step
+    from deepgap.measure.llm_timing import prompts
+
+    whole = _tiny(monkeypatch=monkeypatch)
+    plain = _tiny(whole="off", monkeypatch=monkeypatch)
+    assert whole.whole_step is not None and plain.whole_step is None
+    calls = []
+    run = llm_whole_plan.run
+    monkeypatch.setattr(llm_whole_plan, "run", lambda *a: calls.append(1) or run(*a))
+    ids = prompts(whole.shape.vocab, 1, 6, 0)
+    with torch.inference_mode():
+        for m in (whole, plain):
+            m.setup_cache(1, 12)
+        tok = plain.prefill(ids).argmax(-1, keepdim=True)
+        whole.prefill(ids)
+        for kind, position in (("eager", 6), ("static", 7), ("static", 8)):
+            a, b = (make_step(m, kind)(tok, position).float() for m in (whole, plain))
+            assert float((a - b).norm() / b.norm()) < 0.02, position
+            assert int(a.argmax()) == int(b.argmax())
+            for got, want in zip(whole.cache.k + whole.cache.v, plain.cache.k + plain.cache.v, strict=True):
+                got, want = got[0, :, position].float(), want[0, :, position].float()
+                assert float((got - want).norm() / want.norm()) < 0.02, position
+            tok = b.argmax(-1, keepdim=True)
+    assert len(calls) == 2  # the static steps only: the eager one (an int position) keeps the layers
+
+
+def test_the_switch_and_who_takes_it(monkeypatch):
+    monkeypatch.delenv("DEEPGAP_DECODE_WHOLE", raising=False)
+    assert llm_whole_plan.mode() == "off"  # not yet timed on a GPU
+    monkeypatch.setenv("DEEPGAP_DECODE_WHOLE", "yes")
+    with pytest.raises(UsageError, match="DEEPGAP_DECODE_WHOLE"):
+        llm_whole_plan.mode()
+    monkeypatch.setenv("DEEPGAP_DECODE_ATTENTION", "qkv")  # the attention in the qkv GEMV: not with it
+    assert _tiny(monkeypatch=monkeypatch).whole_step is None
+    monkeypatch.delenv("DEEPGAP_DECODE_ATTENTION")
+    monkeypatch.setenv("DEEPGAP_DECODE_ROPE", "mix")  # the kernel folds RoPE into qkv: not without it
+    assert _tiny(monkeypatch=monkeypatch).whole_step is None
+    monkeypatch.delenv("DEEPGAP_DECODE_ROPE")
+    assert _tiny(whole="l2", monkeypatch=monkeypatch).whole_step.tiles.prefetch  # the L2 prefetch (on a GPU)
+    model = _tiny(monkeypatch=monkeypatch)
+    assert not model.whole_step.tiles.prefetch
+    x = torch.zeros(1, 1, model.shape.hidden, dtype=torch.bfloat16)
+    model.setup_cache(1, 8)
+    assert model.whole_step.takes(x, model.cache, torch.tensor([3]))
+    assert not model.whole_step.takes(x, model.cache, 3)  # eager: an int position
+    assert not model.whole_step.takes(x.expand(2, 1, -1), model.cache, torch.tensor([3]))
+    model.setup_cache(2, 8)
+    assert not model.whole_step.takes(x, model.cache, torch.tensor([3]))  # a cache of two sequences
+
+
+def test_a_batch_1_row_says_its_layers_ran_in_one_kernel(monkeypatch):
+    """`llm_attention.describe` at batch 1 with a whole step, and `show`'s engine; the plan at a larger batch."""
+    from types import SimpleNamespace
+
+    from deepgap.commands.decode_view import _engine
+
+    monkeypatch.delenv("DEEPGAP_DECODE_SPLIT_KV", raising=False)
+    model = SimpleNamespace(
+        static_attention=llm_attention.decode_attention,
+        shape=SimpleNamespace(kv_heads=8),
+        embed_tokens=SimpleNamespace(weight=torch.zeros(1)),
+        layers=[],
+        whole_step=object(),
+    )
+    said = llm_attention.describe(model, 1, 256)
+    assert said == llm_attention.WHOLE_NOTE
+    shown = _engine(
+        {"engine": "quant", "decode_step": "cuda-graph", "decode_pdl": "on", "decode_attention": said}
+    )
+    assert shown == "quant (cuda-graph step, PDL, split KV, every layer in one kernel)"
+    assert llm_attention.describe(model, 4, 256) == "split 4×64 (auto)"  # more sequences: layer by layer
+
+
+def test_tiles_fit_the_shape_and_round_trip():
+    t = llm_whole_plan.Tiles().fitted(hidden=4096, ff=14336, heads=32, kv_heads=8, head_dim=128)
+    assert t.qkv == (4, 4096) and t.down == (4, 2048)
+    tiny = llm_whole_plan.Tiles(qkv=(16, 4096)).fitted(hidden=64, ff=128, heads=4, kv_heads=2, head_dim=16)
+    assert tiny.qkv == (8, 64) and tiny.down == (4, 128)  # a qkv band within half a head
+    assert llm_whole_plan.Tiles.from_list(tiny.as_list()) == tiny
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("per_sm", [1, 2])
+def test_graphed_whole_step_gives_the_fused_layers_logits(monkeypatch, per_sm):
+    """The compiled, graphed fp8 step with every layer in one kernel against the per-layer path, 4 steps."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    import dataclasses
+
+    from graphed_tiny import fp8_graph_logits
+
+    monkeypatch.setattr(
+        llm_whole_plan, "DEFAULT_TILES", dataclasses.replace(llm_whole_plan.Tiles(), per_sm=per_sm)
+    )
+    logits = {}
+    for mode in ("off", "on"):
+        monkeypatch.setenv("DEEPGAP_DECODE_WHOLE", mode)
+        logits[mode], model = fp8_graph_logits(logits.get("off"))
+        assert (model.whole_step is not None) == (mode == "on")
+    assert not llm_whole_plan.flagged(model.cache.k)
+    for i in range(4):
+        a, b = logits["on"][i], logits["off"][i]
+        assert float((a - b).norm() / b.norm()) < 0.03, i
