@@ -474,14 +474,14 @@ def whole_cases() -> Iterator[Case]:
 
 def whole_decode_cases() -> Iterator[Case]:
     """`llm_whole_plan.run` (every layer of a batch-1 decode step in one kernel) at the 8B shape, a 2048-position
-    cache: the default tiles in fp8 and int8, under PDL and not, with the L2 prefetch, and K steps of 2048."""
+    cache: each DEEPGAP_DECODE_WHOLE mode's tiles (`tiles_for`), in fp8 and int8, under PDL and not."""
     from deepgap.measure import llm_whole_plan
 
     hidden, nq, nkv, d, ff = DECODERS["8b"]
     base = llm_whole_plan.Tiles()
-    bk2048 = dataclasses.replace(base, qkv=(4, 2048), o=(4, 2048), gate_up=(4, 2048), stages=3)
     variants = [("fp8", base, True), ("fp8", base, False), ("int8", base, True),
-                ("fp8", dataclasses.replace(base, prefetch=True), True), ("fp8", bk2048, True)]  # fmt: skip
+                ("fp8", llm_whole_plan.tiles_for("l2"), True), ("fp8", llm_whole_plan.tiles_for("ahead"), True),
+                ("int8", llm_whole_plan.tiles_for("ahead"), True)]  # fmt: skip
     for qfmt, t, pdl in variants:
 
         def run(qfmt=qfmt, t=t, pdl=pdl):
@@ -497,7 +497,7 @@ def whole_decode_cases() -> Iterator[Case]:
                 pos = meta(1, dtype=torch.int64)
                 llm_whole_plan.run(x, angle, angle, pos, ops, caches[:1], caches[1:], nq, 1e-5, fitted)
 
-        label = f"{qfmt} w{t.warps} st{t.stages} bk{t.qkv[1]}{' l2-prefetch' * t.prefetch}{' pdl' * pdl}"
+        label = f"{qfmt} w{t.warps} bk{t.o[1]}{' ahead' * t.ahead}{' l2-prefetch' * t.prefetch}{' pdl' * pdl}"
         yield f"8b b1 {label}", run
 
 

@@ -5,7 +5,7 @@
 #   tests — its GPU tests (llama-tiny's compiled, graphed fp8 step against the per-layer path, one program an SM
 #           and two: the second must be refused with the reason if it does not fit) and the fused path's
 #   loop  — the bare loop replaying deepgap's own step (llama-3.1-8b fp8, batch 1, PDL on, split KV auto) with
-#           the whole step off, on, and on with the L2 prefetch before each barrier (l2)
+#           the whole step off, on, with the L2 prefetch before each barrier (l2), and K steps loaded ahead (ahead)
 #   run   — `deepgap run` of the same with DEEPGAP_DECODE_WHOLE=on: the harness against the loop (within 2%)
 set -uo pipefail
 source benchmarks/device_lib.sh
@@ -17,8 +17,8 @@ tests)
         tests/measure/test_llm_fused_rope.py -rA -p no:cacheprovider > "$OUT/whole-decode-gputests.txt" 2>&1
     tail -n 12 "$OUT/whole-decode-gputests.txt" ;;
 loop)
-    step "decode loop whole off/on/l2" 420 python benchmarks/llm_decode_loop.py --model llama-3.1-8b \
-        --precision fp8 --batches 1 --pdl on --split-kv auto --whole "${WHOLE_MODES:-off,on,l2}" --harness deepgap \
+    step "decode loop whole off/on/l2/ahead" 540 python benchmarks/llm_decode_loop.py --model llama-3.1-8b \
+        --precision fp8 --batches 1 --pdl on --split-kv auto --whole "${WHOLE_MODES:-off,on,l2,ahead}" --harness deepgap \
         --out "$OUT" > "$OUT/whole-decode-loop.txt" 2>&1
     grep '^{' "$OUT/whole-decode-loop.txt" | tail -n 3 ;;
 run)

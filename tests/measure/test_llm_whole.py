@@ -30,15 +30,15 @@ def _close(got: torch.Tensor, want: torch.Tensor, steps: float = 1.0) -> bool:
     return bool(((got.float() - want.float()).abs() <= ulp).all())
 
 
-@pytest.mark.parametrize("precision", ["fp8", "int8"])
-def test_each_phase_matches_its_reference_on_its_own_inputs(monkeypatch, precision):
+@pytest.mark.parametrize(("precision", "whole"), [("fp8", "on"), ("int8", "on"), ("fp8", "ahead")])
+def test_each_phase_matches_its_reference_on_its_own_inputs(monkeypatch, precision, whole):
     """One layer through the kernel: q and the cache rows (qkv, RoPE), the attention's row, the hidden row after
     the attention, the MLP's row and the output row, each within a bf16 step of the fp32 arithmetic of the
     per-layer kernels on what the kernel fed that phase. The hidden row after the attention is seen from a run
     whose down weights are zero (the output is then that row). The cache holds earlier positions, so the
-    attention walks more than the step's own row.
+    attention walks more than the step's own row. ``ahead``: each K step's weights loaded one step early.
     """
-    model = _tiny(precision, monkeypatch=monkeypatch)
+    model = _tiny(precision, whole, monkeypatch=monkeypatch)
     monkeypatch.setattr(llm_whole_plan, "_SCRATCH", {})  # this test's runs' alone
     step, shape = model.whole_step, model.shape
     nq, nkv, d, pos = shape.heads, shape.kv_heads, shape.head_dim, 9
@@ -149,7 +149,9 @@ def test_a_batch_1_row_says_its_layers_ran_in_one_kernel(monkeypatch):
 
 def test_tiles_fit_the_shape_and_round_trip():
     t = llm_whole_plan.Tiles().fitted(hidden=4096, ff=14336, heads=32, kv_heads=8, head_dim=128)
-    assert t.qkv == (4, 4096) and t.down == (4, 2048)
+    assert t.qkv == (4, 4096) and t.down == (4, 2048) and t.warps == 16 and not t.ahead
+    ahead = llm_whole_plan.tiles_for("ahead")
+    assert ahead.ahead and ahead.o == (4, 2048) and not llm_whole_plan.tiles_for("on").prefetch
     tiny = llm_whole_plan.Tiles(qkv=(16, 4096)).fitted(hidden=64, ff=128, heads=4, kv_heads=2, head_dim=16)
     assert tiny.qkv == (8, 64) and tiny.down == (4, 128)  # a qkv band within half a head
     assert llm_whole_plan.Tiles.from_list(tiny.as_list()) == tiny

@@ -59,19 +59,41 @@ def _ptr(row, col, ty):
 
 
 @triton.jit
+def _band(w_ptr, t, steps, pid, G, K, second, rk, ok, BN: tl.constexpr, BK: tl.constexpr, D: tl.constexpr,
+          ROPE: tl.constexpr, PAIRED: tl.constexpr):  # fmt: skip
+    """Step ``t`` of a program's (band, K step) walk: weights (none loaded where ``ok`` is false), rows, K offset.
+
+    Returns the band's weights (and its pair's), its output channels, its weight rows and the step's K offset.
+    """
+    rn = (pid + (t // steps) * G) * BN + tl.arange(0, BN)
+    k = (t % steps) * BK
+    rows = rn
+    if ROPE:
+        rows = (rn // (D // 2)) * D + rn % (D // 2)
+    w_ptrs = w_ptr + rows[:, None] * K + k + rk[None, :]
+    w = tl.load(w_ptrs, mask=ok, other=0.0)
+    w_up = w
+    if PAIRED:
+        w_up = tl.load(w_ptrs + second * K, mask=ok, other=0.0)
+    return w, w_up, rn, rows, k
+
+
+@triton.jit
 def _gemv_phase(
     pid, G, x_ptr, w_ptr, s_ptr, gamma_ptr, res_ptr, out_ptr, NO, K, eps, cos_ptr, sin_ptr, pos_ptr, k_ptr, v_ptr,
     L, NQ, NKV, NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr, ROPE: tl.constexpr,
-    D: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr,
+    D: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, AHEAD: tl.constexpr,
 ):  # fmt: skip
     """This program's bands of one fused row GEMV (`gemv_fused.fused_row_kernel`'s arithmetic, REDUCE each step).
 
-    Bands ``pid, pid + G, ...`` of ``NO / BN``; (band, K step) is one loop so that the pipeline runs across
-    bands. ``res_ptr`` may be ``out_ptr`` (the hidden row updated in place: a band reads only its own channels).
+    Bands ``pid, pid + G, ...`` of ``NO / BN``, walked as one loop of (band, K step). ``AHEAD``: each step's
+    weights are loaded one step ahead, so two steps' bytes are in flight (a program is alone on its SM: no
+    other program's loads cover its wait). ``res_ptr`` may be ``out_ptr`` (the hidden row updated in place: a
+    band reads only its own channels).
     """
     PAIRED: tl.constexpr = SWIGLU or ROPE
     steps = K // BK
-    mine = (NO // BN - pid + G - 1) // G
+    total = (NO // BN - pid + G - 1) // G * steps
     second = NO
     if ROPE:
         second = D // 2
@@ -79,17 +101,17 @@ def _gemv_phase(
     acc = tl.zeros((BN,), dtype=tl.float32)
     acc_up = acc
     squares = tl.zeros((BK,), dtype=tl.float32)
-    for t in tl.range(0, mine * steps, num_stages=STAGES):
-        rn = (pid + (t // steps) * G) * BN + tl.arange(0, BN)
-        k = (t % steps) * BK
-        rows = rn
-        if ROPE:
-            rows = (rn // (D // 2)) * D + rn % (D // 2)
-        w_ptrs = w_ptr + rows[:, None] * K + k + rk[None, :]
-        w = tl.load(w_ptrs)
-        w_up = w
-        if PAIRED:
-            w_up = tl.load(w_ptrs + second * K)
+    if AHEAD:
+        w, w_up, rn, rows, k = _band(
+            w_ptr, 0, steps, pid, G, K, second, rk, total > 0, BN, BK, D, ROPE, PAIRED
+        )
+    for t in range(0, total):
+        if AHEAD:
+            nxt = _band(w_ptr, t + 1, steps, pid, G, K, second, rk, t + 1 < total, BN, BK, D, ROPE, PAIRED)
+        else:
+            w, w_up, rn, rows, k = _band(
+                w_ptr, t, steps, pid, G, K, second, rk, True, BN, BK, D, ROPE, PAIRED
+            )
         acc, acc_up, squares = fused_step(acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, k, rk, NORM, PAIRED,
                                           True, ".cg")  # fmt: skip
         if k + BK == K:
@@ -98,6 +120,8 @@ def _gemv_phase(
             acc = tl.zeros((BN,), dtype=tl.float32)
             acc_up = acc
             squares = tl.zeros((BK,), dtype=tl.float32)
+        if AHEAD:
+            w, w_up, rn, rows, k = nxt
 
 
 @triton.jit
@@ -161,7 +185,7 @@ def whole_decode_kernel(
     LAYERS, H, F, NQ, NKV, L, CHUNK, NCH, eps, scale,
     D: tl.constexpr, GQ: tl.constexpr, INT8: tl.constexpr, BN_QKV: tl.constexpr, BK_QKV: tl.constexpr,
     BN_O: tl.constexpr, BK_O: tl.constexpr, BN_GU: tl.constexpr, BK_GU: tl.constexpr, BN_DN: tl.constexpr,
-    BK_DN: tl.constexpr, STAGES: tl.constexpr, BL: tl.constexpr, SP: tl.constexpr, BARRIER: tl.constexpr,
+    BK_DN: tl.constexpr, AHEAD: tl.constexpr, BL: tl.constexpr, SP: tl.constexpr, BARRIER: tl.constexpr,
     FENCE: tl.constexpr, PREFETCH: tl.constexpr, DOT_F32: tl.constexpr, PDL: tl.constexpr = False,
 ):  # fmt: skip
     """The hidden row ``x (1, H)`` through every layer into ``h`` (module docstring); caches written at ``pos``.
@@ -190,7 +214,7 @@ def whole_decode_kernel(
         # 1. qkv: the norm and RoPE folded in; q to its row, k and v into the cache
         w, w_s, gamma = _ptr(row, _QKV, wty), _ptr(row, _QKV_S, tl.float32), _ptr(row, _N1, tl.bfloat16)
         _gemv_phase(pid, G, src, w, w_s, gamma, src, q_ptr, n_qkv, H, eps, *rope, True, False, False, True, D,
-                    BN_QKV, BK_QKV, STAGES)  # fmt: skip
+                    BN_QKV, BK_QKV, AHEAD)  # fmt: skip
         done = _sync(bar_ptr, G, done, BARRIER, FENCE)
         # 2. the attention over the cache, split in chunks, merged by each KV head's last chunk
         _attention_phase(pid, G, q_ptr, k_ptr, v_ptr, ws_ptr, a_ptr, cnt_ptr, pos, L, scale, NQ, NKV, CHUNK, NCH,
@@ -200,19 +224,19 @@ def whole_decode_kernel(
         done = _sync(bar_ptr, G, done, BARRIER, FENCE)
         # 3. o, the residual added: into the hidden row
         _gemv_phase(pid, G, a_ptr, w, w_s, a_ptr, src, h_ptr, H, NQ * D, eps, *rope, False, False, True, False, D,
-                    BN_O, BK_O, STAGES)  # fmt: skip
+                    BN_O, BK_O, AHEAD)  # fmt: skip
         w, w_s, gamma = _ptr(row, _GU, wty), _ptr(row, _GU_S, tl.float32), _ptr(row, _N2, tl.bfloat16)
         _prefetch(pid, w, F, H, F, BN_GU, D, False, PREFETCH)
         done = _sync(bar_ptr, G, done, BARRIER, FENCE)
         # 4. gate_up, the norm and SwiGLU folded in: the MLP's row
         _gemv_phase(pid, G, h_ptr, w, w_s, gamma, h_ptr, mid_ptr, F, H, eps, *rope, True, True, False, False, D,
-                    BN_GU, BK_GU, STAGES)  # fmt: skip
+                    BN_GU, BK_GU, AHEAD)  # fmt: skip
         w, w_s = _ptr(row, _DN, wty), _ptr(row, _DN_S, tl.float32)
         _prefetch(pid, w, H, F, 0, BN_DN, D, False, PREFETCH)
         done = _sync(bar_ptr, G, done, BARRIER, FENCE)
         # 5. down, the residual added: the hidden row in place (a band reads and writes only its own channels)
         _gemv_phase(pid, G, mid_ptr, w, w_s, mid_ptr, h_ptr, h_ptr, H, F, eps, *rope, False, False, True, False, D,
-                    BN_DN, BK_DN, STAGES)  # fmt: skip
+                    BN_DN, BK_DN, AHEAD)  # fmt: skip
         if layer + 1 < LAYERS:
             _prefetch(pid, _ptr(row + NF, _QKV, wty), n_qkv, H, D // 2, BN_QKV, D, True, PREFETCH)
         done = _sync(bar_ptr, G, done, BARRIER, FENCE)

@@ -1,6 +1,6 @@
 """The host side of the whole-step decode kernel (`deepgap.measure.llm_whole`): when, with what tiles, and its op.
 
-``DEEPGAP_DECODE_WHOLE=on`` (or ``l2``, `mode`; ``off`` by default: not yet timed on a GPU) gives a quant
+``DEEPGAP_DECODE_WHOLE=on`` (or ``l2``, ``ahead``: `mode`; ``off`` by default: not yet timed on a GPU) gives a quant
 decoder whose every layer is `llm_fused.FusedLayer` with RoPE folded in a `WholeStep` (`llm_fused.configure`);
 its one-sequence steps at a device-side position (the static step a CUDA graph captures) then run every layer
 in one launch, and every other call (the prefill, eager steps at an int position, batches) keeps the
@@ -31,7 +31,7 @@ def mode() -> str:
     """``DEEPGAP_DECODE_WHOLE`` (`MODES`, ``off`` when unset); another value is a usage error.
 
     ``on``: the whole-step kernel with `DEFAULT_TILES`; ``l2``: with each phase's first band asked of L2 before
-    the barrier that precedes it (`Tiles.prefetch`).
+    the barrier that precedes it (`Tiles.prefetch`); ``ahead``: K steps loaded a step ahead (`tiles_for`).
     """
     return switches.read("DEEPGAP_DECODE_WHOLE")
 
@@ -41,16 +41,17 @@ class Tiles:
     """Each GEMV phase's band (BN output channels) and K step (BK); the launch's warps, stages and programs.
 
     The defaults are the per-layer kernels' tuned one-row tiles on one H200 (session 21: 4 × 4096 bands,
-    reduced each step), one program an SM (sm_90 compile: 254 registers a thread at 8 warps, no spills).
+    reduced each step), one program an SM of 16 warps (sm_90 compile: 128 registers a thread, no spills; at 8
+    warps the attention phase alone took 222 and the kernel 254).
     """
 
     qkv: tuple[int, int] = (4, 4096)
     o: tuple[int, int] = (4, 4096)
     gate_up: tuple[int, int] = (4, 4096)
     down: tuple[int, int] = (4, 2048)
-    warps: int = 8
-    stages: int = 2
-    per_sm: int = 1  # at most what fits (`_resident`): 254 registers a thread at 8 warps is one an SM
+    warps: int = 16
+    ahead: bool = False  # each K step's weights loaded a step ahead (two in flight; at 4096 wide it spills)
+    per_sm: int = 1  # at most what fits (`_resident`): 128 registers a thread at 16 warps is one an SM
     prefetch: bool = False  # L2 prefetch of the next phase's first band before each barrier (sm_90)
 
     def fitted(self, hidden: int, ff: int, heads: int, kv_heads: int, head_dim: int) -> Tiles:
@@ -69,28 +70,28 @@ class Tiles:
 
     def as_list(self) -> list[int]:
         """The op's flat form (`decode_whole_op`)."""
-        return [
-            *self.qkv,
-            *self.o,
-            *self.gate_up,
-            *self.down,
-            self.warps,
-            self.stages,
-            self.per_sm,
-            self.prefetch,
-        ]
+        flags = [self.warps, int(self.ahead), self.per_sm, int(self.prefetch)]
+        return [*self.qkv, *self.o, *self.gate_up, *self.down, *flags]
 
     @classmethod
     def from_list(cls, v: list[int]) -> Tiles:
         """`as_list` read back."""
-        return cls((v[0], v[1]), (v[2], v[3]), (v[4], v[5]), (v[6], v[7]), v[8], v[9], v[10], bool(v[11]))
+        return cls(
+            (v[0], v[1]), (v[2], v[3]), (v[4], v[5]), (v[6], v[7]), v[8], bool(v[9]), v[10], bool(v[11])
+        )
 
 
 DEFAULT_TILES = Tiles()
 
 
 def tiles_for(whole: str) -> Tiles:
-    """The tiles a `mode` asks for."""
+    """The tiles a `mode` asks for: `DEFAULT_TILES`, with the L2 prefetch (``l2``), or K steps loaded ahead.
+
+    ``ahead``: 2048-wide K steps, each loaded a step early: the same bytes in flight as one 4096-wide step,
+    issued before this step's arithmetic (4096-wide ones loaded ahead spill at 16 warps).
+    """
+    if whole == "ahead":
+        return dataclasses.replace(DEFAULT_TILES, qkv=(4, 2048), o=(4, 2048), gate_up=(4, 2048), ahead=True)
     return dataclasses.replace(DEFAULT_TILES, prefetch=whole == "l2")
 
 
@@ -205,8 +206,8 @@ def run(x, cos, sin, pos, operands, ks, vs, heads: int, eps: float, tiles: Tiles
         len(ks), hidden, ff, heads, nkv, length, s.split.chunk, s.split.chunks, eps, 1.0 / math.sqrt(d),
         D=d, GQ=heads // nkv, INT8=operands[0].dtype == torch.int8, BN_QKV=t.qkv[0], BK_QKV=t.qkv[1],
         BN_O=t.o[0], BK_O=t.o[1], BN_GU=t.gate_up[0], BK_GU=t.gate_up[1], BN_DN=t.down[0], BK_DN=t.down[1],
-        STAGES=t.stages, BL=s.split.block, SP=max(2, triton.next_power_of_2(s.split.chunks)), BARRIER=int(cuda),
-        FENCE=cuda, PREFETCH=cuda and t.prefetch, DOT_F32=not cuda, num_warps=t.warps, num_stages=t.stages,
+        AHEAD=t.ahead, BL=s.split.block, SP=max(2, triton.next_power_of_2(s.split.chunks)), BARRIER=int(cuda),
+        FENCE=cuda, PREFETCH=cuda and t.prefetch, DOT_F32=not cuda, num_warps=t.warps, num_stages=1,
     )  # fmt: skip
     return h
 
