@@ -474,17 +474,20 @@ def whole_cases() -> Iterator[Case]:
 
 def whole_decode_cases() -> Iterator[Case]:
     """`llm_whole_plan.run` (every layer of a batch-1 decode step in one kernel) at the 8B shape, a 2048-position
-    cache: each DEEPGAP_DECODE_WHOLE mode's tiles (`tiles_for`), in fp8 and int8, under PDL and not."""
+    cache: each DEEPGAP_DECODE_WHOLE mode's tiles (`tiles_for`), in fp8 and int8, under PDL and not, and with the
+    phase timer (`benchmarks/whole_decode_phases.py`)."""
     from deepgap.measure import llm_whole_plan
 
     hidden, nq, nkv, d, ff = DECODERS["8b"]
     base = llm_whole_plan.Tiles()
-    variants = [("fp8", base, True), ("fp8", base, False), ("int8", base, True),
-                ("fp8", llm_whole_plan.tiles_for("l2"), True), ("fp8", llm_whole_plan.tiles_for("ahead"), True),
-                ("int8", llm_whole_plan.tiles_for("ahead"), True)]  # fmt: skip
-    for qfmt, t, pdl in variants:
+    variants = [("fp8", base, True, False), ("fp8", base, False, False), ("int8", base, True, False),
+                ("fp8", llm_whole_plan.tiles_for("l2"), True, False),
+                ("fp8", llm_whole_plan.tiles_for("ahead"), True, False),
+                ("int8", llm_whole_plan.tiles_for("ahead"), True, False),
+                ("fp8", base, False, True)]  # fmt: skip
+    for qfmt, t, pdl, timed in variants:
 
-        def run(qfmt=qfmt, t=t, pdl=pdl):
+        def run(qfmt=qfmt, t=t, pdl=pdl, timed=timed):
             q = QFMT[qfmt]
             ops = [meta((nq + 2 * nkv) * d, hidden, dtype=q), meta((nq + 2 * nkv) * d, dtype=F32)]
             ops += [meta(hidden, nq * d, dtype=q), meta(hidden, dtype=F32), meta(2 * ff, hidden, dtype=q)]
@@ -495,9 +498,11 @@ def whole_decode_cases() -> Iterator[Case]:
             x, angle = meta(1, hidden), meta(d)
             with launch.pdl() if pdl else contextlib.nullcontext():  # a decode graph launches it under PDL
                 pos = meta(1, dtype=torch.int64)
-                llm_whole_plan.run(x, angle, angle, pos, ops, caches[:1], caches[1:], nq, 1e-5, fitted)
+                times = meta(1 + 5 * 32, dtype=torch.int64) if timed else None  # whole_decode_phases.py's
+                llm_whole_plan.run(x, angle, angle, pos, ops, caches[:1], caches[1:], nq, 1e-5, fitted, times)
 
         label = f"{qfmt} w{t.warps} bk{t.o[1]}{' ahead' * t.ahead}{' l2-prefetch' * t.prefetch}{' pdl' * pdl}"
+        label += " timed" * timed
         yield f"8b b1 {label}", run
 
 

@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
 # Issue 51, session 35: a batch-1 decode step's layers in one persistent kernel (`measure.llm_whole`,
 # DEEPGAP_DECODE_WHOLE), written without a GPU; these are its first GPU steps.
-# From the repository root on the device, $OUT set:   bash benchmarks/whole_decode.sh STEP...  (all = every step)
+# From the repository root on the device, $OUT set:   bash benchmarks/whole_decode.sh STEP...  (all: tests phases loop)
 #   tests — its GPU tests (llama-tiny's compiled, graphed fp8 step against the per-layer path, one program an SM
 #           and two: the second must be refused with the reason if it does not fit) and the fused path's
 #   loop  — the bare loop replaying deepgap's own step (llama-3.1-8b fp8, batch 1, PDL on, split KV auto) with
 #           the whole step off, on, with the L2 prefetch before each barrier (l2), and K steps loaded ahead (ahead)
+#   phases — the kernel alone per mode (on, l2, ahead): its launch's ms and weight TB/s, and each phase's µs and
+#           TB/s from program 0's timer after each barrier (benchmarks/whole_decode_phases.py)
 #   run   — `deepgap run` of the same with DEEPGAP_DECODE_WHOLE=on: the harness against the loop (within 2%)
 set -uo pipefail
 source benchmarks/device_lib.sh
 S=${DEVICE_WORK:-/tmp/deepgap-device}; mkdir -p "$S"
 for what in "${@:-all}"; do case $what in
-all) bash "$0" tests loop ;;
+all) bash "$0" tests phases loop ;;
+phases)
+    step "whole decode phases" 300 python benchmarks/whole_decode_phases.py --model llama-3.1-8b --precision fp8 \
+        --modes "${PHASE_MODES:-on,l2,ahead}" --out "$OUT" > "$OUT/whole-decode-phases.txt" 2>&1
+    tail -n 5 "$OUT/whole-decode-phases.txt" ;;
 tests)
     step "whole decode GPU tests" 300 python -m pytest -q -m gpu tests/measure/test_llm_whole.py \
         tests/measure/test_llm_fused_rope.py -rA -p no:cacheprovider > "$OUT/whole-decode-gputests.txt" 2>&1
@@ -29,5 +35,5 @@ run)
     python -m deepgap export "$S/whole-decode.sqlite" --format csv -o "$OUT/whole-decode-run.csv" >/dev/null 2>&1
     python3 -c "import csv,sys; [print(r['decode_tokens_per_s'], r['pipelined_decode_tokens_per_s'], r['decode_pdl'], \
 r['decode_attention']) for r in csv.DictReader(open(sys.argv[1]))]" "$OUT/whole-decode-run.csv" ;;
-*) echo "unknown step $what (tests, loop, run, all)"; exit 2 ;;
+*) echo "unknown step $what (tests, phases, loop, run, all)"; exit 2 ;;
 esac; done

@@ -28,7 +28,7 @@ interpreter the programs run one after another, so the tests run one program, wh
 """
 
 # Triton convention: compile-time (constexpr) parameters in capitals.
-# ruff: noqa: N803, N806
+# ruff: noqa: N803, N806, SIM102
 
 from __future__ import annotations
 
@@ -173,9 +173,15 @@ def _attention_phase(
 
 
 @triton.jit
-def _sync(bar_ptr, G, done, BARRIER: tl.constexpr, FENCE: tl.constexpr):
-    """The grid barrier after ``done`` others: one counter whose target grows by G (error flag at ``bar + 2``)."""
+def _sync(bar_ptr, G, done, BARRIER: tl.constexpr, FENCE: tl.constexpr, times_ptr, TIMES: tl.constexpr):
+    """The grid barrier after ``done`` others: one counter whose target grows by G (error flag at ``bar + 2``).
+
+    ``TIMES`` (`benchmarks/whole_decode_phases.py`): program 0 writes the global timer (ns) as it leaves.
+    """
     grid_sync(bar_ptr, bar_ptr + 2, G * (done + 1), BARRIER, FENCE)
+    if TIMES:
+        if tl.program_id(0) == 0:
+            tl.store(times_ptr + done + 1, tl.extra.cuda.globaltimer())
     return done + 1
 
 
@@ -187,15 +193,20 @@ def whole_decode_kernel(
     BN_O: tl.constexpr, BK_O: tl.constexpr, BN_GU: tl.constexpr, BK_GU: tl.constexpr, BN_DN: tl.constexpr,
     BK_DN: tl.constexpr, AHEAD: tl.constexpr, BL: tl.constexpr, SP: tl.constexpr, BARRIER: tl.constexpr,
     FENCE: tl.constexpr, PREFETCH: tl.constexpr, DOT_F32: tl.constexpr, PDL: tl.constexpr = False,
+    times_ptr=None, TIMES: tl.constexpr = False,
 ):  # fmt: skip
     """The hidden row ``x (1, H)`` through every layer into ``h`` (module docstring); caches written at ``pos``.
 
     ``q``, ``a``: the step's query and attention rows (NQ·D), ``mid``: the MLP's row (F); ``cnt``: NKV int32
     merge counts, ``bar``: the barrier's counter, the exit count and the error flag, all 0 at rest. ``PDL``:
     launched inside `launch.pdl` (a decode graph's), it waits for the previous kernel before reading anything.
+    ``TIMES``: the global timer at the start and after each barrier (`_sync`), for where the time goes.
     """
     pdl_enter(PDL)
     pid = tl.program_id(0)
+    if TIMES:
+        if pid == 0:
+            tl.store(times_ptr, tl.extra.cuda.globaltimer())
     G = tl.num_programs(0)
     wty = tl.float8e4nv
     if INT8:
@@ -215,31 +226,31 @@ def whole_decode_kernel(
         w, w_s, gamma = _ptr(row, _QKV, wty), _ptr(row, _QKV_S, tl.float32), _ptr(row, _N1, tl.bfloat16)
         _gemv_phase(pid, G, src, w, w_s, gamma, src, q_ptr, n_qkv, H, eps, *rope, True, False, False, True, D,
                     BN_QKV, BK_QKV, AHEAD)  # fmt: skip
-        done = _sync(bar_ptr, G, done, BARRIER, FENCE)
+        done = _sync(bar_ptr, G, done, BARRIER, FENCE, times_ptr, TIMES)
         # 2. the attention over the cache, split in chunks, merged by each KV head's last chunk
         _attention_phase(pid, G, q_ptr, k_ptr, v_ptr, ws_ptr, a_ptr, cnt_ptr, pos, L, scale, NQ, NKV, CHUNK, NCH,
                          GQ, D, BL, SP, DOT_F32)  # fmt: skip
         w, w_s = _ptr(row, _O, wty), _ptr(row, _O_S, tl.float32)
         _prefetch(pid, w, H, NQ * D, 0, BN_O, D, False, PREFETCH)
-        done = _sync(bar_ptr, G, done, BARRIER, FENCE)
+        done = _sync(bar_ptr, G, done, BARRIER, FENCE, times_ptr, TIMES)
         # 3. o, the residual added: into the hidden row
         _gemv_phase(pid, G, a_ptr, w, w_s, a_ptr, src, h_ptr, H, NQ * D, eps, *rope, False, False, True, False, D,
                     BN_O, BK_O, AHEAD)  # fmt: skip
         w, w_s, gamma = _ptr(row, _GU, wty), _ptr(row, _GU_S, tl.float32), _ptr(row, _N2, tl.bfloat16)
         _prefetch(pid, w, F, H, F, BN_GU, D, False, PREFETCH)
-        done = _sync(bar_ptr, G, done, BARRIER, FENCE)
+        done = _sync(bar_ptr, G, done, BARRIER, FENCE, times_ptr, TIMES)
         # 4. gate_up, the norm and SwiGLU folded in: the MLP's row
         _gemv_phase(pid, G, h_ptr, w, w_s, gamma, h_ptr, mid_ptr, F, H, eps, *rope, True, True, False, False, D,
                     BN_GU, BK_GU, AHEAD)  # fmt: skip
         w, w_s = _ptr(row, _DN, wty), _ptr(row, _DN_S, tl.float32)
         _prefetch(pid, w, H, F, 0, BN_DN, D, False, PREFETCH)
-        done = _sync(bar_ptr, G, done, BARRIER, FENCE)
+        done = _sync(bar_ptr, G, done, BARRIER, FENCE, times_ptr, TIMES)
         # 5. down, the residual added: the hidden row in place (a band reads and writes only its own channels)
         _gemv_phase(pid, G, mid_ptr, w, w_s, mid_ptr, h_ptr, h_ptr, H, F, eps, *rope, False, False, True, False, D,
                     BN_DN, BK_DN, AHEAD)  # fmt: skip
         if layer + 1 < LAYERS:
             _prefetch(pid, _ptr(row + NF, _QKV, wty), n_qkv, H, D // 2, BN_QKV, D, True, PREFETCH)
-        done = _sync(bar_ptr, G, done, BARRIER, FENCE)
+        done = _sync(bar_ptr, G, done, BARRIER, FENCE, times_ptr, TIMES)
     # the last to leave puts the barrier's counter back to zero: every program has passed every barrier
     tl.debug_barrier()
     if tl.atomic_add(bar_ptr + 1, 1, sem="acq_rel", scope="gpu") == G - 1:

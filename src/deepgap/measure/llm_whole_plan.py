@@ -180,8 +180,11 @@ def _scratch(
     return made
 
 
-def run(x, cos, sin, pos, operands, ks, vs, heads: int, eps: float, tiles: Tiles) -> torch.Tensor:
-    """`llm_whole.whole_decode_kernel` over every layer (`decode_whole_op`'s body); the hidden row ``(1, H)``."""
+def run(x, cos, sin, pos, operands, ks, vs, heads: int, eps: float, tiles: Tiles, times=None) -> torch.Tensor:
+    """`llm_whole.whole_decode_kernel` over every layer (`decode_whole_op`'s body); the hidden row ``(1, H)``.
+
+    ``times``: int64 of 1 + 5 × layers, the global timer (ns) at the start and after each barrier (a GPU's).
+    """
     hidden = x.shape[1]
     ff = operands[6].shape[1]  # down's K
     nkv, length, d = ks[0].shape[1], ks[0].shape[2], ks[0].shape[3]
@@ -208,6 +211,7 @@ def run(x, cos, sin, pos, operands, ks, vs, heads: int, eps: float, tiles: Tiles
         BN_O=t.o[0], BK_O=t.o[1], BN_GU=t.gate_up[0], BK_GU=t.gate_up[1], BN_DN=t.down[0], BK_DN=t.down[1],
         AHEAD=t.ahead, BL=s.split.block, SP=max(2, triton.next_power_of_2(s.split.chunks)), BARRIER=int(cuda),
         FENCE=cuda, PREFETCH=cuda and t.prefetch, DOT_F32=not cuda, num_warps=t.warps, num_stages=1,
+        **({} if times is None else {"times_ptr": times, "TIMES": True}),
     )  # fmt: skip
     return h
 

@@ -1,0 +1,131 @@
+"""Where the whole-step decode kernel's time goes (`deepgap.measure.llm_whole`), phase by phase, per mode.
+
+Why: the kernel was written without a GPU (session 35), and a decode loop's tokens/s says nothing of why. Per
+``DEEPGAP_DECODE_WHOLE`` mode this builds the decoder as the bare loop does (`llm_decode_loop.build`, random
+weights), runs the kernel alone on one hidden row at position ``--pos`` of the cache, times its launch in a CUDA
+graph (median of five windows of ``--reps`` replays), and reads program 0's global timer after each barrier
+(median over ``--stamps`` launches of each phase's mean over the layers: its work and the barrier's wait). Each
+GEMV phase's weight bytes give its TB/s, to set beside a plain read of the same sizes (`hbm_read.py`). The timed
+compile spills 64 B a thread (ptxas, sm_90) where the untimed one spills none, so its phases may read a little
+slow: the launch's ms is timed without the timer.
+
+    python benchmarks/whole_decode_phases.py --model llama-3.1-8b --precision fp8 --modes on,l2,ahead --out OUT
+
+One JSON line per mode (to ``--out``/whole_decode_phases.jsonl) and a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+from pathlib import Path
+
+import torch
+
+PHASES = ("qkv", "attend", "o", "gate_up", "down")
+
+
+def _args(m, pos: int):
+    """The kernel's operands for one row at ``pos``: as `WholeStep.__call__` passes them."""
+    step = m.whole_step
+    d = m.shape.head_dim
+    x = torch.randn(1, m.shape.hidden, device="cuda").bfloat16()
+    cos, sin = m.angles(torch.tensor([pos], device="cuda"), torch.bfloat16)
+    at = torch.tensor([pos], dtype=torch.int64, device="cuda")
+    return (x, cos.reshape(d), sin.reshape(d), at, step.operands, m.cache.k, m.cache.v, step.heads, step.eps)
+
+
+def _launch_ms(run, reps: int) -> float:
+    """Median ms of one launch: five windows of ``reps`` replays of a CUDA graph of it."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    windows = []
+    for _ in range(5):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(reps):
+            graph.replay()
+        b.record()
+        b.synchronize()
+        windows.append(a.elapsed_time(b) / reps)
+    return statistics.median(windows)
+
+
+def _phases_us(run, layers: int, stamps: int) -> list[float]:
+    """Each phase's µs (median over launches of the mean over layers), from program 0's timer."""
+    buf = torch.zeros(1 + len(PHASES) * layers, dtype=torch.int64, device="cuda")
+    per = []
+    for _ in range(stamps):
+        run(times=buf)
+        torch.cuda.synchronize()
+        t = buf.tolist()
+        d = [(b - a) / 1e3 for a, b in zip(t, t[1:], strict=False)]
+        per.append([statistics.fmean(d[i :: len(PHASES)]) for i in range(len(PHASES))])
+    return [statistics.median(col) for col in zip(*per, strict=True)]
+
+
+def measure(m, mode: str, pos: int, reps: int, stamps: int) -> dict:
+    """One mode's row: the launch's ms and weight TB/s, each phase's µs and TB/s."""
+    from deepgap.measure import llm_fused, llm_whole_plan
+
+    os.environ["DEEPGAP_DECODE_WHOLE"] = mode
+    llm_fused.configure(m)
+    step = m.whole_step
+    args = _args(m, pos)
+
+    def run(times=None):
+        return llm_whole_plan.run(*args, step.tiles, times=times)
+
+    with torch.inference_mode():
+        run()  # compile, the residency check, the table
+        torch.cuda.synchronize()
+        ms = _launch_ms(run, reps)
+        phases = _phases_us(run, m.shape.layers, stamps)
+    flagged = llm_whole_plan.flagged(m.cache.k)
+    per = len(step.operands) // m.shape.layers
+    layer = step.operands[:per]
+    nbytes = {
+        name: layer[2 * i].nbytes + layer[2 * i + 1].nbytes
+        for i, name in enumerate(("qkv", "o", "gate_up", "down"))
+    }
+    total = sum(t.nbytes for t in step.operands)
+    row = {"mode": mode, "tiles": str(step.tiles), "pos": pos, "launch_ms": round(ms, 4), "flagged": flagged}
+    row["weights_tb_s"] = round(total / ms / 1e9, 3)
+    for name, us in zip(PHASES, phases, strict=True):
+        row[f"{name}_us"] = round(us, 2)
+        if name in nbytes:
+            row[f"{name}_tb_s"] = round(nbytes[name] / us / 1e6, 3)
+    return row
+
+
+def main() -> None:  # noqa: D103
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", default="llama-3.1-8b")
+    p.add_argument("--precision", default="fp8")
+    p.add_argument("--modes", default="on,l2,ahead")
+    p.add_argument("--pos", type=int, default=128)
+    p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--stamps", type=int, default=10)
+    p.add_argument("--out", required=True)
+    a = p.parse_args()
+    from llm_decode_loop import build
+
+    m = build(a.model, a.precision)
+    m.setup_cache(1, a.pos + 128)
+    rows = [measure(m, mode, a.pos, a.reps, a.stamps) for mode in a.modes.split(",")]
+    with (Path(a.out) / "whole_decode_phases.jsonl").open("a") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+    print(f"{'mode':8} {'ms':>7} {'TB/s':>6} " + " ".join(f"{n + ' µs':>11}" for n in PHASES))
+    for r in rows:
+        cells = " ".join(f"{r[n + '_us']:>11.2f}" for n in PHASES)
+        print(
+            f"{r['mode']:8} {r['launch_ms']:>7.3f} {r['weights_tb_s']:>6.2f} {cells}{'  FLAGGED' * r['flagged']}"
+        )
+
+
+if __name__ == "__main__":
+    main()
