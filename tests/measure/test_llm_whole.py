@@ -147,6 +147,16 @@ def test_a_batch_1_row_says_its_layers_ran_in_one_kernel(monkeypatch):
     assert llm_attention.describe(model, 4, 256) == "split 4×64 (auto)"  # more sequences: layer by layer
 
 
+def test_programs_an_sm_that_fit_at_once():
+    """The residency check's arithmetic: the default kernel (sm_90: 128 registers, 22.5 KB, 16 warps) is one an
+    SM; at 8 warps and 254 registers one too; small ones are bounded by the SM's 64 warps or its shared memory."""
+    assert llm_whole_plan.per_sm_fit(128, 22528, 16) == 1
+    assert llm_whole_plan.per_sm_fit(254, 22528, 8) == 1
+    assert llm_whole_plan.per_sm_fit(64, 22528, 8) == 4
+    assert llm_whole_plan.per_sm_fit(32, 100 << 10, 4) == 2
+    assert llm_whole_plan.per_sm_fit(200, 1024, 16) == 0  # does not fit at all: refused before it launches
+
+
 def test_tiles_fit_the_shape_and_round_trip():
     t = llm_whole_plan.Tiles().fitted(hidden=4096, ff=14336, heads=32, kv_heads=8, head_dim=128)
     assert t.qkv == (4, 4096) and t.down == (4, 2048) and t.warps == 16 and not t.ahead

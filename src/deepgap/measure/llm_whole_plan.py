@@ -237,15 +237,23 @@ class _resident:  # noqa: N801 - stands in for ``kernel[grid]``
 
     def _check(self, args, kw) -> None:
         compiled = llm_whole.whole_decode_kernel.warmup(*args, grid=(self.programs,), **kw)
-        threads = 32 * self.tiles.warps
-        fits = min(
-            65536 // max(1, compiled.n_regs * threads), (227 << 10) // max(1, compiled.metadata.shared)
-        )
+        compiled._init_handles()  # noqa: SLF001 - loading the cubin is what sets n_regs (Triton 3.6 and 3.8)
+        regs, shared = compiled.n_regs, compiled.metadata.shared
+        n = per_sm_fit(regs, shared, self.tiles.warps)
         check(
-            fits >= self.tiles.per_sm,
-            f"{self.tiles.per_sm} programs an SM of the whole-step kernel: {compiled.n_regs} registers a thread "
-            f"and {compiled.metadata.shared} B of shared memory fit {fits}; ask for fewer",
+            n >= self.tiles.per_sm,
+            f"{self.tiles.per_sm} programs an SM of the whole-step kernel: {regs} registers a thread and "
+            f"{shared} B of shared memory fit {n}; ask for fewer",
         )
+
+
+def per_sm_fit(regs: int, shared: int, warps: int) -> int:
+    """Programs of ``warps`` warps that fit on one Hopper SM at once.
+
+    An SM holds 64K registers (allocated 8 a thread at a time, per warp), 227 KB of shared memory, 64 warps.
+    """
+    per_program = -(-regs // 8) * 8 * 32 * warps
+    return min(65536 // per_program, (227 << 10) // max(1, shared), 64 // warps)
 
 
 def flagged(ks: list[torch.Tensor]) -> bool:
