@@ -100,6 +100,29 @@ def test_static_steps_give_the_fused_layers_logits(monkeypatch):
     assert len(calls) == 2  # the static steps only: the eager one (an int position) keeps the layers
 
 
+def test_a_compiled_step_keeps_the_op(monkeypatch):
+    """torch.compile (Inductor, here on the CPU) traces the step through the custom op, whose K and V lists it
+    mutates, and gives the per-layer path's logits: what the GPU's compiled graph step is built from."""
+    from deepgap.measure.llm_steps import make_step
+    from deepgap.measure.llm_timing import prompts
+
+    whole = _tiny(monkeypatch=monkeypatch)
+    plain = _tiny(whole="off", monkeypatch=monkeypatch)
+    calls = []
+    run = llm_whole_plan.run
+    monkeypatch.setattr(llm_whole_plan, "run", lambda *a: calls.append(1) or run(*a))
+    ids = prompts(whole.shape.vocab, 1, 6, 0)
+    with torch.inference_mode():
+        for m in (whole, plain):
+            m.setup_cache(1, 12)
+        tok = plain.prefill(ids).argmax(-1, keepdim=True)
+        whole.prefill(ids)
+        a = make_step(whole, "compile", "default")(tok, 6).float()
+        b = make_step(plain, "static")(tok, 6).float()
+    assert float((a - b).norm() / b.norm()) < 0.02 and calls == [1]
+    assert whole.cache.k[1][0, :, 6].abs().sum() > 0  # the compiled step wrote the last layer's row
+
+
 def test_the_switch_and_who_takes_it(monkeypatch):
     monkeypatch.delenv("DEEPGAP_DECODE_WHOLE", raising=False)
     assert llm_whole_plan.mode() == "off"  # not yet timed on a GPU
