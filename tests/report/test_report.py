@@ -194,7 +194,7 @@ def test_bad_input_writes_nothing(tmp_path, full, capsys):
     (out / "afile").write_text("x")
     cases = [
         (["report", str(tmp_path / "missing.sqlite"), "-o", str(out / "a.html")], "does not exist"),
-        (["report", full["store"], "-o", str(out / "afile" / "r.html")], "not a writable folder"),
+        (["report", full["store"], "-o", str(out / "afile" / "r.html")], "is a file, not a folder"),
         (["report", full["store"], "-o", str(out)], "is a directory"),
         (["report", full["store"], "-o", str(out / "b.html"), "--run", "20990101-000000-ffffff"], "no run"),
         (["report", full["store"], "-o", str(out / "c.html"), "--size", "big"], "WIDTHxHEIGHT"),

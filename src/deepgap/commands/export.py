@@ -14,14 +14,7 @@ import tempfile
 from deepgap.commands.filter_flags import add_run_flag, add_store_argument
 from deepgap.commands.share_flags import add_shared_output_flags, use_shared_output_flags
 from deepgap.core.errors import UsageError
-from deepgap.store.paths import (
-    STDOUT,
-    check_output_path,
-    make_folders,
-    nearest_existing,
-    probe_write,
-    remove_folders,
-)
+from deepgap.store.paths import STDOUT, check_output_path, make_folders, remove_folders, writable_file
 
 NAME = "export"
 HELP = "export results as csv, parquet or json"
@@ -109,19 +102,10 @@ def check_folder(path: str) -> str:
     check_output_path(path)
     if path == STDOUT:
         return ""
-    folder = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise UsageError(f"cannot write {path}: it is a directory", "pass a file name, e.g. -o results.csv")
-    probe = nearest_existing(folder)  # missing folders are made when the file is written, as report -o does
-    if not os.path.isdir(probe):
-        raise UsageError(f"cannot write {path}: {probe} is a file, not a folder", "pass a writable -o path")
-    try:
-        probe_write(probe, ".deepgap-export-")
-    except OSError as exc:
-        raise UsageError(
-            f"cannot write {path}: {exc.strerror} in {probe}", "pass a writable -o path"
-        ) from None
-    return folder
+    writable_file(
+        path, "-o", "results.csv", ".deepgap-export-"
+    )  # missing folders are made when it is written
+    return os.path.dirname(os.path.abspath(path))
 
 
 def write_frame(df, path: str, fmt: str) -> None:

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import os
 
-from deepgap.core.errors import UsageError
 from deepgap.report import interactive as fi
-from deepgap.store.paths import check_output_path, check_owned_folder, nearest_existing, probe_write
+from deepgap.store.paths import check_output_path, check_owned_folder, writable_file
 
 
 def check_output(html_path: str, interactive: bool = True, flag: str = "-o") -> str:
@@ -23,20 +22,7 @@ def check_output(html_path: str, interactive: bool = True, flag: str = "-o") -> 
         fi.require()
     check_output_path(html_path, "report", stdout_ok=False)  # never a device, FIFO or /dev path
     path = os.path.abspath(html_path)
-    if os.path.isdir(path):
-        eg = f"{flag} {'shot.png' if flag == '--screenshot' else 'report.html'}"
-        raise UsageError(f"{flag} {html_path} is a directory", f"pass a file name, e.g. {eg}")
-    probe = nearest_existing(os.path.dirname(path))
-    if not os.path.isdir(probe) or not os.access(probe, os.W_OK | os.X_OK):
-        raise UsageError(
-            f"cannot write {html_path}: {probe} is not a writable folder", f"pass a writable {flag} path"
-        )
-    try:
-        probe_write(probe)
-    except OSError as exc:
-        raise UsageError(
-            f"cannot write {html_path}: {exc.strerror} in {probe}", f"pass a writable {flag} path"
-        ) from None
+    writable_file(html_path, flag, "shot.png" if flag == "--screenshot" else "report.html")
     check_owned_folder(files_dir(path))  # never replace a folder of the user's
     return path
 

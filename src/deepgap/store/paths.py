@@ -11,7 +11,6 @@ Why each check:
   read as an empty file and then written through, gets a ``-journal`` beside it, or is *replaced*
   by the rename that writes an export atomically (``-o /dev/null`` as root would replace the
   system's). Outputs take ``-`` for stdout instead.
-
 - **SQLite's name for another file's log.** ``X-wal``, ``X-journal`` and ``X-shm`` are the names SQLite
   gives to database X's write-ahead log, rollback journal and shared memory. A store written as
   ``s.sqlite-journal`` was deleted the next time ``s.sqlite`` was opened (SQLite took it for a stale
@@ -293,17 +292,28 @@ def check_owned_folder(folder: str) -> None:
         )
 
 
-def probe_write(folder: str, prefix: str = ".deepgap-probe-") -> None:
-    """Create and remove a file in ``folder``; raises the `OSError` if that fails.
+def writable_file(path: str, flag: str, example: str, prefix: str = ".deepgap-probe-") -> str:
+    """The nearest existing folder of a new file ``path``, once a file was made and removed there.
 
-    Why not permission bits: they do not tell about read-only mounts, ACLs or a full disk. One probe for every
-    output check (`deepgap.commands.export`, `deepgap.report.output_path`).
+    Else a one-line `UsageError`. The probe tells of read-only mounts and full disks, as permission bits do not.
     """
     import tempfile
 
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=prefix)
-    os.close(fd)
-    os.unlink(tmp)
+    fix, probe = f"pass a writable {flag} path", nearest_existing(os.path.dirname(os.path.abspath(path)))
+    says = f"cannot write {path}:"
+    if os.path.isdir(path):
+        raise UsageError(f"{says} it is a directory", f"pass a file name, e.g. {flag} {example}")
+    if not os.path.isdir(probe):
+        raise UsageError(f"{says} {probe} is a file, not a folder", fix)
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UsageError(f"{says} {probe} is not a writable folder", fix)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=probe, prefix=prefix)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise UsageError(f"{says} {exc.strerror} in {probe}", fix) from None
+    return probe
 
 
 def make_folders(folder: str) -> list[str]:
