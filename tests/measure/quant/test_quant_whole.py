@@ -139,8 +139,10 @@ def test_plans_phases_and_splits(graphs):
         rows["layer1.0.conv2"][cols["sync_after"]] == 0
         and rows["layer1.0.downsample"][cols["sync_after"]] == 1
     )
-    assert rows["layer1.0.conv1"][cols["x_in"]] == 1 and rows["layer1.0.downsample"][cols["x_in"]] == 1
-    assert rows["layer1.1.conv3"][cols["res_in"]] == 0 and rows["layer1.0.conv3"][cols["has_res"]] == 1
+    # a producer's counter below 0: the network's input (the stem's output)
+    assert rows["layer1.0.conv1"][cols["x_cnt"]] < 0 and rows["layer1.0.downsample"][cols["x_cnt"]] < 0
+    assert rows["layer1.1.conv3"][cols["res_cnt"]] >= 0 and rows["layer1.0.conv3"][cols["has_res"]] == 1
+    assert rows["layer1.0.conv3"][cols["res_cnt"]] >= 0 and rows["layer1.0.conv2"][cols["x_cnt"]] >= 0
     assert rows["layer4.2.conv3"][cols["sync_after"]] == 0 and rows["layer4.2.conv3"][cols["out16"]] == 1
     got = [(p.names[-1], p.flow, p.max_split) for p in whole_choice.plans(net, 1, 132)]
     full = [("layer4.2.conv3", f, c) for f in (False, True) for c in (16, 4, 1)]  # caps 16, 4, 1 differ here

@@ -38,7 +38,7 @@ from deepgap.measure.quant.launch import launcher
 # the table's columns (`whole_plan.Plan.table`), one int64 row per convolution
 FIELDS = (
     "x_off", "w_off", "out_off", "res_off", "ab_off", "m", "n", "c", "h", "w", "oh", "ow", "ks", "stride",
-    "pad", "relu", "has_res", "split", "sync_after", "ws_off", "cnt_off", "x_in", "res_in", "k_total", "out16",
+    "pad", "relu", "has_res", "split", "sync_after", "ws_off", "cnt_off", "k_total", "out16",
     "x_cnt", "x_tn", "res_cnt", "res_tn", "out_cnt",  # `whole_flow`: counters of the producers and of this layer
 )  # fmt: skip
 COL = {name: i for i, name in enumerate(FIELDS)}
@@ -65,8 +65,6 @@ _SPLIT = tl.constexpr(COL["split"])
 _SYNC_AFTER = tl.constexpr(COL["sync_after"])
 _WS_OFF = tl.constexpr(COL["ws_off"])
 _CNT_OFF = tl.constexpr(COL["cnt_off"])
-_X_IN = tl.constexpr(COL["x_in"])
-_RES_IN = tl.constexpr(COL["res_in"])
 _K_TOTAL = tl.constexpr(COL["k_total"])
 _OUT16 = tl.constexpr(COL["out16"])
 _X_CNT = tl.constexpr(COL["x_cnt"])
@@ -94,8 +92,9 @@ def _col(row, col):
 def _row(table_ptr, gamma_ptr, i, in_delta, NF: tl.constexpr):
     """Layer ``i``'s row: offsets (int64; the network's input read at ``in_delta``), shapes and flags, γ."""
     row = table_ptr + i * NF
-    x_off = tl.multiple_of(tl.where(tl.load(row + _X_IN) != 0, in_delta, tl.load(row + _X_OFF)), 16)
-    res_off = tl.multiple_of(tl.where(tl.load(row + _RES_IN) != 0, in_delta, tl.load(row + _RES_OFF)), 16)
+    # a producer's counter below 0: the network's input, read at in_delta (`whole_plan.build`)
+    x_off = tl.multiple_of(tl.where(tl.load(row + _X_CNT) < 0, in_delta, tl.load(row + _X_OFF)), 16)
+    res_off = tl.multiple_of(tl.where(tl.load(row + _RES_CNT) < 0, in_delta, tl.load(row + _RES_OFF)), 16)
     return (
         x_off, res_off, tl.multiple_of(tl.load(row + _W_OFF), 16), tl.multiple_of(tl.load(row + _OUT_OFF), 16),
         tl.load(row + _AB_OFF), tl.load(row + _WS_OFF), tl.load(row + _CNT_OFF), _col(row, _M), _col(row, _N),
@@ -231,8 +230,8 @@ def whole_kernel(
 ):  # fmt: skip
     """All the plan's convolutions, phase by phase, each program taking every G-th work item of a phase.
 
-    ``in_delta``: the network's input (the stem's output) as an element offset from ``act_ptr`` (rows with
-    ``x_in`` / ``res_in`` read it there). ``o16_ptr``: the fp16 output of the layer the head reads
+    ``in_delta``: the network's input (the stem's output) as an element offset from ``act_ptr`` (rows whose
+    ``x_cnt`` / ``res_cnt`` is below 0 read it there). ``o16_ptr``: the fp16 output of the layer the head reads
     (``out16``). ``sync_ptr``: ``n_phases`` barrier counters, the exit counter, the error flag.
     The row's columns are read through constexprs made from `COL`, so the kernel and the table agree by name.
     ``BARRIER``: the grid barrier's form (`whole_flow.grid_sync`). For the benchmark that finds where the time goes:

@@ -211,8 +211,8 @@ def build(
             "n": n, "c": c, "h": h, "w": w, "oh": oh, "ow": ow, "ks": node.kernel_size, "stride": node.stride,
             "pad": node.padding, "relu": int(node.relu), "has_res": int(node.residual is not None),
             "split": split, "sync_after": 0, "ws_off": ws_size, "cnt_off": cnt_size,
-            "x_in": int(node.inp == net.stem.out), "res_in": int(node.residual == net.stem.out),
             "k_total": k_total, "out16": int(layer.out_fmt == "fp16"),
+            # -1: no layer of the plan wrote it, so the network's input (the stem's output)
             "x_cnt": blocks.get(node.inp, (-1, 0))[0], "x_tn": blocks.get(node.inp, (-1, 0))[1],
             "res_cnt": blocks.get(node.residual, (-1, 0))[0], "res_tn": blocks.get(node.residual, (-1, 0))[1],
             "out_cnt": flow_size,
