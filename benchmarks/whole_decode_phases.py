@@ -5,9 +5,9 @@ Why: the kernel was written without a GPU (session 35), and a decode loop's toke
 weights), runs the kernel alone on one hidden row at position ``--pos`` of the cache, times its launch in a CUDA
 graph (median of five windows of ``--reps`` replays), and reads program 0's global timer after each barrier
 (median over ``--stamps`` launches of each phase's mean over the layers: its work and the barrier's wait). Each
-GEMV phase's weight bytes give its TB/s, to set beside a plain read of the same sizes (`hbm_read.py`). The timed
-compile spills 64 B a thread (ptxas, sm_90) where the untimed one spills none, so its phases may read a little
-slow: the launch's ms is timed without the timer.
+GEMV phase's weight bytes give its TB/s, to set beside a plain read of the same sizes (`hbm_read.py`). A phase
+runs from program 0's leaving one wait to its leaving the next, so it holds the wait for the slowest program;
+the launch's ms is timed without the timer.
 
     python benchmarks/whole_decode_phases.py --model llama-3.1-8b --precision fp8 --modes on,l2,ahead --out OUT
 

@@ -2,9 +2,9 @@
 
 Why: at batch 1 the 8B step reads its 7.5 GB of 8-bit weights at 0.69× a plain read (session 23): about 190
 kernels a token, and each GEMV of 17–117 MB pays 3–4 µs for its launch, ramp and tail while HBM idles
-(`deepgap.measure.llm_fused`, docs/llm.md). Here the programs (one or two an SM, all resident) walk the layers
-in order; a layer is five *phases*, each ended by a grid barrier (`whole_flow.grid_sync`, 1.35 µs on an H200 in
-session 34) instead of a kernel boundary:
+(`deepgap.measure.llm_fused`, docs/llm.md). Here the programs (one an SM, all resident) walk the layers in
+order; a layer is five *phases*, each ended by a grid barrier (1.35 µs on an H200 in session 34) instead of a
+kernel boundary:
 
     1. qkv:    the fused row GEMV with the norm and RoPE folded in; q to a row, k and v into the layer's cache
     2. attend: (KV head, chunk) items over the cache up to the step's position, the chunk's softmax partials
@@ -13,18 +13,20 @@ session 34) instead of a kernel boundary:
     4. gate_up: the norm and SwiGLU folded in, into the MLP's row
     5. down:   its GEMV, the residual added, into the hidden row
 
-Each GEMV phase deals its bands of ``BN`` output channels round-robin and walks (band, K step) as one loop, so
-Triton's software pipeline loads the next band's weights during this band's arithmetic, and before each
-barrier a program may ask L2 for its first band of the next phase (``PREFETCH``: the weights never depend on
-the barrier). The arithmetic is `gemv_fused`'s (`fused_step`, `finish`), the attention `llm_attention`'s
-(`attend_rows`, `merge_row`): the same sums as the per-layer kernels in the same order. Activations written
-during the launch are read past L1 (``.cg``).
+The barrier is split (`whole_flow.grid_arrive`, then `grid_wait`): a program that has finished a phase counts
+itself in, loads its first weights of the next GEMV phase (which never depend on the barrier), and only then
+waits, so the load's latency overlaps the wait. Each GEMV phase deals its bands of ``BN`` output channels
+round-robin and walks (band, K step) as one loop; with ``AHEAD`` each step's weights are loaded a step early,
+and with ``PREFETCH`` a program asks L2 for its next band of weights before the wait too. The arithmetic is
+`gemv_fused`'s (`fused_step`, `finish`), the attention `llm_attention`'s (`attend_rows`, `merge_row`): the
+same sums as the per-layer kernels in the same order. Activations written during the launch are read past L1
+(``.cg``).
 
 The layers' weights, scales, norms and caches are found through a device table of pointers (`NF` int64 a
-layer, `llm_whole_plan.table`), so that nothing is copied. One counter serves every barrier (its target grows
-by G each time); the last program to leave puts it back to zero, so a CUDA graph replays the launch as it is.
-A barrier that waits too long sets the error flag instead of hanging (`whole_flow.LIMIT`). In Triton's
-interpreter the programs run one after another, so the tests run one program, which takes every item.
+layer, `llm_whole_plan`), so that nothing is copied. One counter serves every barrier (its target grows by G
+each time); the last program to leave puts it back to zero, so a CUDA graph replays the launch as it is. A wait
+that lasts too long sets the error flag instead of hanging (`whole_flow.LIMIT`). In Triton's interpreter the
+programs run one after another, so the tests run one program, which takes every item.
 """
 
 # Triton convention: compile-time (constexpr) parameters in capitals.
@@ -40,7 +42,7 @@ from deepgap.measure.quant import l2_prefetch
 from deepgap.measure.quant.gemv_fused import finish, fused_step, rows_first
 from deepgap.measure.quant.kernels import pdl_enter
 from deepgap.measure.quant.launch import launcher
-from deepgap.measure.quant.whole_flow import grid_sync
+from deepgap.measure.quant.whole_flow import grid_arrive, grid_wait
 
 # a layer's row of the pointer table: codes and per-channel scales of the four projections, the two norms'
 # scales, the layer's K and V cache
@@ -81,15 +83,17 @@ def _band(w_ptr, t, steps, pid, G, K, second, rk, ok, BN: tl.constexpr, BK: tl.c
 @triton.jit
 def _gemv_phase(
     pid, G, x_ptr, w_ptr, s_ptr, gamma_ptr, res_ptr, out_ptr, NO, K, eps, cos_ptr, sin_ptr, pos_ptr, k_ptr, v_ptr,
-    L, NQ, NKV, NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr, ROPE: tl.constexpr,
-    D: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, AHEAD: tl.constexpr,
+    L, NQ, NKV, bar_ptr, done, times_ptr, NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
+    ROPE: tl.constexpr, D: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, AHEAD: tl.constexpr,
+    BARRIER: tl.constexpr, FENCE: tl.constexpr, TIMES: tl.constexpr,
 ):  # fmt: skip
     """This program's bands of one fused row GEMV (`gemv_fused.fused_row_kernel`'s arithmetic, REDUCE each step).
 
-    Bands ``pid, pid + G, ...`` of ``NO / BN``, walked as one loop of (band, K step). ``AHEAD``: each step's
-    weights are loaded one step ahead, so two steps' bytes are in flight (a program is alone on its SM: no
-    other program's loads cover its wait). ``res_ptr`` may be ``out_ptr`` (the hidden row updated in place: a
-    band reads only its own channels).
+    Bands ``pid, pid + G, ...`` of ``NO / BN``, walked as one loop of (band, K step). The first step's weights
+    are loaded before the wait for the ``done``-th barrier (`_wait`): they never depend on it, so their latency
+    overlaps the wait. ``AHEAD``: every step's weights are loaded one step ahead, so two steps' bytes are in
+    flight (a program is alone on its SM: no other program's loads cover its wait). ``res_ptr`` may be
+    ``out_ptr`` (the hidden row updated in place: a band reads only its own channels).
     """
     PAIRED: tl.constexpr = SWIGLU or ROPE
     steps = K // BK
@@ -101,14 +105,12 @@ def _gemv_phase(
     acc = tl.zeros((BN,), dtype=tl.float32)
     acc_up = acc
     squares = tl.zeros((BK,), dtype=tl.float32)
-    if AHEAD:
-        w, w_up, rn, rows, k = _band(
-            w_ptr, 0, steps, pid, G, K, second, rk, total > 0, BN, BK, D, ROPE, PAIRED
-        )
+    w, w_up, rn, rows, k = _band(w_ptr, 0, steps, pid, G, K, second, rk, total > 0, BN, BK, D, ROPE, PAIRED)
+    _wait(bar_ptr, G, done, BARRIER, FENCE, times_ptr, TIMES)
     for t in range(0, total):
         if AHEAD:
             nxt = _band(w_ptr, t + 1, steps, pid, G, K, second, rk, t + 1 < total, BN, BK, D, ROPE, PAIRED)
-        else:
+        elif t > 0:
             w, w_up, rn, rows, k = _band(
                 w_ptr, t, steps, pid, G, K, second, rk, True, BN, BK, D, ROPE, PAIRED
             )
@@ -173,15 +175,22 @@ def _attention_phase(
 
 
 @triton.jit
-def _sync(bar_ptr, G, done, BARRIER: tl.constexpr, FENCE: tl.constexpr, times_ptr, TIMES: tl.constexpr):
-    """The grid barrier after ``done`` others: one counter whose target grows by G (error flag at ``bar + 2``).
+def _wait(bar_ptr, G, done, BARRIER: tl.constexpr, FENCE: tl.constexpr, times_ptr, TIMES: tl.constexpr):
+    """Wait until every program has arrived ``done`` times (one counter, its target growing by G).
 
-    ``TIMES`` (`benchmarks/whole_decode_phases.py`): program 0 writes the global timer (ns) as it leaves.
+    The error flag is at ``bar + 2``. ``TIMES`` (`benchmarks/whole_decode_phases.py`): program 0 then writes the
+    global timer (ns).
     """
-    grid_sync(bar_ptr, bar_ptr + 2, G * (done + 1), BARRIER, FENCE)
+    grid_wait(bar_ptr, bar_ptr + 2, G * done, BARRIER, FENCE)
     if TIMES:
         if tl.program_id(0) == 0:
-            tl.store(times_ptr + done + 1, tl.extra.cuda.globaltimer())
+            tl.store(times_ptr + done, tl.extra.cuda.globaltimer())
+
+
+@triton.jit
+def _arrive(bar_ptr, done, BARRIER: tl.constexpr):
+    """This program's phase is done (its stores issued first): one more arrival; the next phase waits for it."""
+    grid_arrive(bar_ptr, BARRIER)
     return done + 1
 
 
@@ -200,20 +209,17 @@ def whole_decode_kernel(
     ``q``, ``a``: the step's query and attention rows (NQ·D), ``mid``: the MLP's row (F); ``cnt``: NKV int32
     merge counts, ``bar``: the barrier's counter, the exit count and the error flag, all 0 at rest. ``PDL``:
     launched inside `launch.pdl` (a decode graph's), it waits for the previous kernel before reading anything.
-    ``TIMES``: the global timer at the start and after each barrier (`_sync`), for where the time goes.
+    ``TIMES``: the global timer as program 0 passes each wait (`_wait`), and after the last phase.
     """
     pdl_enter(PDL)
     pid = tl.program_id(0)
-    if TIMES:
-        if pid == 0:
-            tl.store(times_ptr, tl.extra.cuda.globaltimer())
     G = tl.num_programs(0)
     wty = tl.float8e4nv
     if INT8:
         wty = tl.int8
     pos = tl.load(pos_ptr)
     n_qkv = (NQ + 2 * NKV) * (D // 2)  # RoPE's channel pairs
-    done = 0  # barriers passed
+    done = 0  # phases every program has finished (arrivals of each at the barrier's counter)
     for layer in range(0, LAYERS):
         row = table_ptr + layer * NF
         src = h_ptr
@@ -224,34 +230,38 @@ def whole_decode_kernel(
         rope = (cos_ptr, sin_ptr, pos_ptr, k_ptr, v_ptr, L, NQ, NKV)
         # 1. qkv: the norm and RoPE folded in; q to its row, k and v into the cache
         w, w_s, gamma = _ptr(row, _QKV, wty), _ptr(row, _QKV_S, tl.float32), _ptr(row, _N1, tl.bfloat16)
-        _gemv_phase(pid, G, src, w, w_s, gamma, src, q_ptr, n_qkv, H, eps, *rope, True, False, False, True, D,
-                    BN_QKV, BK_QKV, AHEAD)  # fmt: skip
-        done = _sync(bar_ptr, G, done, BARRIER, FENCE, times_ptr, TIMES)
+        _gemv_phase(pid, G, src, w, w_s, gamma, src, q_ptr, n_qkv, H, eps, *rope, bar_ptr, done, times_ptr, True,
+                    False, False, True, D, BN_QKV, BK_QKV, AHEAD, BARRIER, FENCE, TIMES)  # fmt: skip
+        done = _arrive(bar_ptr, done, BARRIER)
         # 2. the attention over the cache, split in chunks, merged by each KV head's last chunk
+        _wait(bar_ptr, G, done, BARRIER, FENCE, times_ptr, TIMES)
         _attention_phase(pid, G, q_ptr, k_ptr, v_ptr, ws_ptr, a_ptr, cnt_ptr, pos, L, scale, NQ, NKV, CHUNK, NCH,
                          GQ, D, BL, SP, DOT_F32)  # fmt: skip
+        done = _arrive(bar_ptr, done, BARRIER)
+        # 3. o, the residual added: into the hidden row
         w, w_s = _ptr(row, _O, wty), _ptr(row, _O_S, tl.float32)
         _prefetch(pid, w, H, NQ * D, 0, BN_O, D, False, PREFETCH)
-        done = _sync(bar_ptr, G, done, BARRIER, FENCE, times_ptr, TIMES)
-        # 3. o, the residual added: into the hidden row
-        _gemv_phase(pid, G, a_ptr, w, w_s, a_ptr, src, h_ptr, H, NQ * D, eps, *rope, False, False, True, False, D,
-                    BN_O, BK_O, AHEAD)  # fmt: skip
+        _gemv_phase(pid, G, a_ptr, w, w_s, a_ptr, src, h_ptr, H, NQ * D, eps, *rope, bar_ptr, done, times_ptr, False,
+                    False, True, False, D, BN_O, BK_O, AHEAD, BARRIER, FENCE, TIMES)  # fmt: skip
+        done = _arrive(bar_ptr, done, BARRIER)
+        # 4. gate_up, the norm and SwiGLU folded in: the MLP's row
         w, w_s, gamma = _ptr(row, _GU, wty), _ptr(row, _GU_S, tl.float32), _ptr(row, _N2, tl.bfloat16)
         _prefetch(pid, w, F, H, F, BN_GU, D, False, PREFETCH)
-        done = _sync(bar_ptr, G, done, BARRIER, FENCE, times_ptr, TIMES)
-        # 4. gate_up, the norm and SwiGLU folded in: the MLP's row
-        _gemv_phase(pid, G, h_ptr, w, w_s, gamma, h_ptr, mid_ptr, F, H, eps, *rope, True, True, False, False, D,
-                    BN_GU, BK_GU, AHEAD)  # fmt: skip
+        _gemv_phase(pid, G, h_ptr, w, w_s, gamma, h_ptr, mid_ptr, F, H, eps, *rope, bar_ptr, done, times_ptr, True,
+                    True, False, False, D, BN_GU, BK_GU, AHEAD, BARRIER, FENCE, TIMES)  # fmt: skip
+        done = _arrive(bar_ptr, done, BARRIER)
+        # 5. down, the residual added: the hidden row in place (a band reads and writes only its own channels)
         w, w_s = _ptr(row, _DN, wty), _ptr(row, _DN_S, tl.float32)
         _prefetch(pid, w, H, F, 0, BN_DN, D, False, PREFETCH)
-        done = _sync(bar_ptr, G, done, BARRIER, FENCE, times_ptr, TIMES)
-        # 5. down, the residual added: the hidden row in place (a band reads and writes only its own channels)
-        _gemv_phase(pid, G, mid_ptr, w, w_s, mid_ptr, h_ptr, h_ptr, H, F, eps, *rope, False, False, True, False, D,
-                    BN_DN, BK_DN, AHEAD)  # fmt: skip
+        _gemv_phase(pid, G, mid_ptr, w, w_s, mid_ptr, h_ptr, h_ptr, H, F, eps, *rope, bar_ptr, done, times_ptr,
+                    False, False, True, False, D, BN_DN, BK_DN, AHEAD, BARRIER, FENCE, TIMES)  # fmt: skip
+        done = _arrive(bar_ptr, done, BARRIER)
         if layer + 1 < LAYERS:
             _prefetch(pid, _ptr(row + NF, _QKV, wty), n_qkv, H, D // 2, BN_QKV, D, True, PREFETCH)
-        done = _sync(bar_ptr, G, done, BARRIER, FENCE, times_ptr, TIMES)
-    # the last to leave puts the barrier's counter back to zero: every program has passed every barrier
+    if TIMES:  # the last phase's end: every program's last arrival
+        _wait(bar_ptr, G, done, BARRIER, FENCE, times_ptr, TIMES)
+    # the last to leave puts the counter back to zero: every program has passed every wait (the last phase's
+    # arrivals have no wait: the next layer's qkv is what needs them, and the launch's end orders the output)
     tl.debug_barrier()
     if tl.atomic_add(bar_ptr + 1, 1, sem="acq_rel", scope="gpu") == G - 1:
         tl.atomic_xchg(bar_ptr, 0, sem="relaxed", scope="gpu")

@@ -115,10 +115,49 @@ def grid_sync(bar_ptr, err_ptr, target, BARRIER: tl.constexpr, FENCE: tl.constex
     fence) while the block waits at its barrier, so 132 programs put 132 polls on the counter's L2 line, not
     132 × 4 warps'. Either gives up after `LIMIT` polls and sets the error flag.
     """
+    grid_arrive(bar_ptr, BARRIER)
+    grid_wait(bar_ptr, err_ptr, target, BARRIER, FENCE)
+
+
+@triton.jit
+def grid_arrive(bar_ptr, BARRIER: tl.constexpr):
+    """`grid_sync`'s first half: this program's stores are issued, then it counts itself in; it does not wait.
+
+    Why apart (`deepgap.measure.llm_whole`): between arriving and waiting a program may issue loads that do not
+    depend on the barrier (the next phase's weights), so that their latency overlaps the wait.
+    """
     tl.debug_barrier()
     if BARRIER == 0:
         tl.atomic_add(bar_ptr, 1, sem="release", scope="gpu")
-        wait_count(bar_ptr, target, err_ptr, FENCE)  # polls, then the acquire fence
+    else:
+        tl.inline_asm_elementwise(
+            """{
+            .reg .pred p;
+            .reg .u32 t;
+            mov.u32 t, %tid.x;
+            mov.u32 $0, 0;
+            setp.ne.u32 p, t, 0;
+            @p bra DONE;
+            fence.acq_rel.gpu;
+            red.relaxed.gpu.global.add.s32 [$1], 1;
+            DONE:
+            }""",
+            "=r,l",
+            [bar_ptr],
+            dtype=tl.int32,
+            is_pure=False,
+            pack=1,
+        )
+
+
+@triton.jit
+def grid_wait(bar_ptr, err_ptr, target, BARRIER: tl.constexpr, FENCE: tl.constexpr):
+    """`grid_sync`'s second half: wait until the counter reaches ``target`` (one thread polls, as there).
+
+    Then every thread of the program sees every arrived program's stores.
+    """
+    if BARRIER == 0:
+        wait_count(bar_ptr, target, err_ptr, FENCE)
     else:
         tl.inline_asm_elementwise(
             """{
@@ -129,8 +168,6 @@ def grid_sync(bar_ptr, err_ptr, target, BARRIER: tl.constexpr, FENCE: tl.constex
             mov.u32 $0, 0;
             setp.ne.u32 p, t, 0;
             @p bra DONE;
-            fence.acq_rel.gpu;
-            red.relaxed.gpu.global.add.s32 [$1], 1;
             mov.u32 n, 0;
             WAIT:
             ld.relaxed.gpu.global.s32 v, [$1];
