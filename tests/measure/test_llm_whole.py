@@ -30,44 +30,67 @@ def _close(got: torch.Tensor, want: torch.Tensor, steps: float = 1.0) -> bool:
     return bool(((got.float() - want.float()).abs() <= ulp).all())
 
 
-@pytest.mark.parametrize(("precision", "whole"), [("fp8", "on"), ("int8", "on"), ("fp8", "ahead")])
-def test_each_phase_matches_its_reference_on_its_own_inputs(monkeypatch, precision, whole):
-    """One layer through the kernel: q and the cache rows (qkv, RoPE), the attention's row, the hidden row after
-    the attention, the MLP's row and the output row, each within a bf16 step of the fp32 arithmetic of the
-    per-layer kernels on what the kernel fed that phase. The hidden row after the attention is seen from a run
-    whose down weights are zero (the output is then that row). The cache holds earlier positions, so the
-    attention walks more than the step's own row. ``ahead``: each K step's weights loaded one step early.
+def _check_phases(
+    ops, nq: int, nkv: int, d: int, eps: float, tiles, device: str = "cpu", length: int = 16
+) -> None:
+    """One layer (``ops`` in the table's order) through the kernel, each phase held to its own reference.
+
+    q and the cache rows (qkv, RoPE), the attention's row, the hidden row after the attention, the MLP's row and
+    the output row, each within a bf16 step of the fp32 arithmetic of the per-layer kernels on what the kernel
+    fed that phase. The hidden row after the attention is seen from a run whose down weights are zero (the
+    output is then that row). The cache holds earlier positions, so the attention walks more than one row.
     """
-    model = _tiny(precision, whole, monkeypatch=monkeypatch)
-    monkeypatch.setattr(llm_whole_plan, "_SCRATCH", {})  # this test's runs' alone
-    step, shape = model.whole_step, model.shape
-    nq, nkv, d, pos = shape.heads, shape.kv_heads, shape.head_dim, 9
-    g = torch.Generator().manual_seed(5)
-    x = torch.randn(1, shape.hidden, generator=g).bfloat16()
-    k0, v0 = (torch.randn(1, nkv, 16, d, generator=g).bfloat16() for _ in range(2))
-    cos, sin = (f(torch.rand(d, generator=g) * 6).bfloat16() for f in (torch.cos, torch.sin))
-    at = torch.tensor([pos])
-    ops = step.operands[
-        : len(step.operands) // shape.layers
-    ]  # the first layer alone: its rows stay in scratch
+    g = torch.Generator(device=device).manual_seed(5)
+    pos, hidden = length - 7, ops[8].numel()
+    x = torch.randn(1, hidden, generator=g, device=device).bfloat16()
+    k0, v0 = (torch.randn(1, nkv, length, d, generator=g, device=device).bfloat16() for _ in range(2))
+    angles = torch.rand(d, generator=g, device=device) * 6
+    cos, sin = torch.cos(angles).bfloat16(), torch.sin(angles).bfloat16()
+    at = torch.tensor([pos], device=device)
     qkv, qkv_s, o, o_s, gu, gu_s, dn, dn_s, n1, n2 = ops
     no_down = [*ops[:6], torch.zeros_like(dn.view(torch.int8)).view(dn.dtype), *ops[7:]]
     rows = {}
     for name, operands in (("h1", no_down), ("out", ops)):
         k, v = k0.clone(), v0.clone()
-        rows[name] = llm_whole_plan.run(x, cos, sin, at, operands, [k], [v], nq, step.eps, step.tiles)
-    s = next(iter(llm_whole_plan._SCRATCH.values()))  # noqa: SLF001 - the kernel's own rows (the last run's)
+        rows[name] = llm_whole_plan.run(x, cos, sin, at, operands, [k], [v], nq, eps, tiles)
+    # the kernel's own rows: the last run's (this test's scratch alone, `_SCRATCH` emptied by the caller)
+    s = next(iter(llm_whole_plan._SCRATCH.values()))  # noqa: SLF001
     q, a, mid = s.rows[: nq * d], s.rows[nq * d : 2 * nq * d], s.rows[2 * nq * d :]
     kw, vw = k0.clone(), v0.clone()
-    q_want = reference(x, qkv, qkv_s, Fusion(n1, step.eps, rope=RopeWrite(cos, sin, at, kw, vw, nq)))
+    q_want = reference(x, qkv, qkv_s, Fusion(n1, eps, rope=RopeWrite(cos, sin, at, kw, vw, nq)))
     assert _close(q[None], q_want) and _close(k, kw) and _close(v, vw)
     assert k[0, :, pos].abs().sum() > 0 and torch.equal(k[0, :, :pos], k0[0, :, :pos])  # only row pos written
-    assert _close(a[None], llm_attention.reference(q.view(1, nq, 1, d), k, v, pos).reshape(1, -1))
+    # on a GPU the softmax's weights meet V in bf16 (the tensor cores' dot), as the split attention kernel's do
+    a_want = llm_attention.reference(q.view(1, nq, 1, d), k, v, pos).reshape(1, -1)
+    assert _close(a[None], a_want, 1 if device == "cpu" else 2)
     h1 = rows["h1"]
     assert _close(h1, reference(a[None], o, o_s, Fusion(residual=x)))
-    assert _close(mid[None], reference(h1, gu, gu_s, Fusion(n2, step.eps, swiglu=True)))
+    assert _close(mid[None], reference(h1, gu, gu_s, Fusion(n2, eps, swiglu=True)))
     assert _close(rows["out"], reference(mid[None], dn, dn_s, Fusion(residual=h1)))
     assert s.counts.tolist() == [0] * (nkv + 3)  # merge counts, barrier, exit count, error flag: at rest
+
+
+@pytest.mark.parametrize(("precision", "whole"), [("fp8", "on"), ("int8", "on"), ("fp8", "ahead")])
+def test_each_phase_matches_its_reference_on_its_own_inputs(monkeypatch, precision, whole):
+    """llama-tiny's first layer through the kernel (`_check_phases`); ``ahead``: K steps loaded a step early."""
+    model = _tiny(precision, whole, monkeypatch=monkeypatch)
+    monkeypatch.setattr(llm_whole_plan, "_SCRATCH", {})
+    step, shape = model.whole_step, model.shape
+    ops = step.operands[
+        : len(step.operands) // shape.layers
+    ]  # the first layer alone: its rows stay in scratch
+    _check_phases(ops, shape.heads, shape.kv_heads, shape.head_dim, step.eps, step.tiles)
+
+
+def _synthetic(hidden: int, ff: int, nq: int, nkv: int, d: int, precision: str, device: str) -> list:
+    """One layer's operands in the table's order at a real shape: 8-bit codes, scales that keep rows O(1)."""
+    g = torch.Generator(device=device).manual_seed(7)
+    ops = []
+    for n, k in (((nq + 2 * nkv) * d, hidden), (hidden, nq * d), (2 * ff, hidden), (hidden, ff)):
+        raw = torch.randn(n, k, generator=g, device=device) * 40
+        codes = raw.clamp(-120, 120).to(torch.float8_e4m3fn if precision == "fp8" else torch.int8)
+        ops += [codes, (torch.rand(n, generator=g, device=device) + 0.5) / (40 * k**0.5)]
+    return ops + [(torch.rand(hidden, generator=g, device=device) + 0.5).bfloat16() for _ in range(2)]
 
 
 def test_static_steps_give_the_fused_layers_logits(monkeypatch):
@@ -191,24 +214,56 @@ def test_tiles_fit_the_shape_and_round_trip():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("per_sm", [1, 2])
-def test_graphed_whole_step_gives_the_fused_layers_logits(monkeypatch, per_sm):
+@pytest.mark.parametrize("mode", ["on", "l2", "ahead"])
+def test_graphed_whole_step_gives_the_fused_layers_logits(monkeypatch, mode):
     """The compiled, graphed fp8 step with every layer in one kernel against the per-layer path, 4 steps."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from graphed_tiny import fp8_graph_logits
+
+    logits = {}
+    for whole in ("off", mode):
+        monkeypatch.setenv("DEEPGAP_DECODE_WHOLE", whole)
+        logits[whole], model = fp8_graph_logits(logits.get("off"))
+        assert (model.whole_step is not None) == (whole != "off")
+    assert not llm_whole_plan.flagged(model.cache.k)
+    for i in range(4):
+        a, b = logits[mode][i], logits["off"][i]
+        assert float((a - b).norm() / b.norm()) < 0.03, i
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("precision", "mode"), [("fp8", "on"), ("int8", "on"), ("fp8", "ahead"), ("fp8", "l2")]
+)
+def test_each_phase_at_the_8b_shape_on_a_gpu(monkeypatch, precision, mode):
+    """One layer at Llama-3.1-8B's shape (the real tiles: 4 × 4096 bands, 16 warps, one program an SM) against
+    each phase's reference, over a 2048-position cache."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    monkeypatch.setattr(llm_whole_plan, "_SCRATCH", {})
+    hidden, ff, nq, nkv, d = 4096, 14336, 32, 8, 128
+    tiles = llm_whole_plan.tiles_for(mode).fitted(hidden, ff, nq, nkv, d)
+    ops = _synthetic(hidden, ff, nq, nkv, d, precision, "cuda")
+    _check_phases(ops, nq, nkv, d, 1e-5, tiles, "cuda", length=2048)
+
+
+@pytest.mark.gpu
+def test_two_programs_an_sm_are_refused_before_they_launch(monkeypatch):
+    """At 16 warps and 128 registers one program fills an SM: two would never all be resident, and the barrier
+    would wait for programs that cannot start. The launch is refused with the reason instead."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     import dataclasses
 
-    from graphed_tiny import fp8_graph_logits
-
-    monkeypatch.setattr(
-        llm_whole_plan, "DEFAULT_TILES", dataclasses.replace(llm_whole_plan.Tiles(), per_sm=per_sm)
+    monkeypatch.setattr(llm_whole_plan, "_SCRATCH", {})
+    tiles = dataclasses.replace(llm_whole_plan.Tiles(), per_sm=2).fitted(4096, 14336, 32, 8, 128)
+    ops = _synthetic(4096, 14336, 32, 8, 128, "fp8", "cuda")
+    cache = [torch.zeros(1, 8, 64, 128, dtype=torch.bfloat16, device="cuda") for _ in range(2)]
+    x = torch.zeros(1, 4096, dtype=torch.bfloat16, device="cuda")
+    angle, pos = (
+        torch.ones(128, dtype=torch.bfloat16, device="cuda"),
+        torch.zeros(1, dtype=torch.int64, device="cuda"),
     )
-    logits = {}
-    for mode in ("off", "on"):
-        monkeypatch.setenv("DEEPGAP_DECODE_WHOLE", mode)
-        logits[mode], model = fp8_graph_logits(logits.get("off"))
-        assert (model.whole_step is not None) == (mode == "on")
-    assert not llm_whole_plan.flagged(model.cache.k)
-    for i in range(4):
-        a, b = logits["on"][i], logits["off"][i]
-        assert float((a - b).norm() / b.norm()) < 0.03, i
+    with pytest.raises(ValueError, match="2 programs an SM .* fit 1"):
+        llm_whole_plan.run(x, angle, angle, pos, ops, cache[:1], cache[1:], 32, 1e-5, tiles)
