@@ -70,16 +70,24 @@ def _check_phases(
     assert s.counts.tolist() == [0] * (nkv + 3)  # merge counts, barrier, exit count, error flag: at rest
 
 
-@pytest.mark.parametrize(("precision", "whole"), [("fp8", "on"), ("int8", "on"), ("fp8", "ahead")])
-def test_each_phase_matches_its_reference_on_its_own_inputs(monkeypatch, precision, whole):
-    """llama-tiny's first layer through the kernel (`_check_phases`); ``ahead``: K steps loaded a step early."""
+@pytest.mark.parametrize(
+    ("precision", "whole", "bk"),
+    [("fp8", "on", 0), ("int8", "on", 0), ("fp8", "ahead", 32), ("fp8", "on", 16)],
+)
+def test_each_phase_matches_its_reference_on_its_own_inputs(monkeypatch, precision, whole, bk):
+    """llama-tiny's first layer through the kernel (`_check_phases`). Its K (64 and 128) is one step of the
+    default tiles (x read and normalised once a phase); ``bk`` 16 or 32 walks K in 2–8 steps, with each step's
+    weights loaded a step early (``ahead``) or not."""
+    import dataclasses
+
     model = _tiny(precision, whole, monkeypatch=monkeypatch)
     monkeypatch.setattr(llm_whole_plan, "_SCRATCH", {})
     step, shape = model.whole_step, model.shape
-    ops = step.operands[
-        : len(step.operands) // shape.layers
-    ]  # the first layer alone: its rows stay in scratch
-    _check_phases(ops, shape.heads, shape.kv_heads, shape.head_dim, step.eps, step.tiles)
+    tiles = step.tiles
+    if bk:
+        tiles = dataclasses.replace(tiles, qkv=(4, bk), o=(4, bk), gate_up=(4, bk), down=(4, bk))
+    layer = len(step.operands) // shape.layers  # the first layer alone: its rows stay in the scratch
+    _check_phases(step.operands[:layer], shape.heads, shape.kv_heads, shape.head_dim, step.eps, tiles)
 
 
 def _synthetic(hidden: int, ff: int, nq: int, nkv: int, d: int, precision: str, device: str) -> list:

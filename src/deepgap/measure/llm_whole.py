@@ -85,15 +85,17 @@ def _gemv_phase(
     pid, G, x_ptr, w_ptr, s_ptr, gamma_ptr, res_ptr, out_ptr, NO, K, eps, cos_ptr, sin_ptr, pos_ptr, k_ptr, v_ptr,
     L, NQ, NKV, bar_ptr, done, times_ptr, NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
     ROPE: tl.constexpr, D: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, AHEAD: tl.constexpr,
-    BARRIER: tl.constexpr, FENCE: tl.constexpr, TIMES: tl.constexpr,
+    BARRIER: tl.constexpr, FENCE: tl.constexpr, TIMES: tl.constexpr, ONE: tl.constexpr,
 ):  # fmt: skip
     """This program's bands of one fused row GEMV (`gemv_fused.fused_row_kernel`'s arithmetic, REDUCE each step).
 
     Bands ``pid, pid + G, ...`` of ``NO / BN``, walked as one loop of (band, K step). The first step's weights
     are loaded before the wait for the ``done``-th barrier (`_wait`): they never depend on it, so their latency
     overlaps the wait. ``AHEAD``: every step's weights are loaded one step ahead, so two steps' bytes are in
-    flight (a program is alone on its SM: no other program's loads cover its wait). ``res_ptr`` may be
-    ``out_ptr`` (the hidden row updated in place: a band reads only its own channels).
+    flight (a program is alone on its SM: no other program's loads cover its wait). ``ONE``: K is one step
+    (``BK == K``), so x is the same for every band: read once a phase, normalised once (the root folded into
+    it), not once a band as a kernel of one band a program must. ``res_ptr`` may be ``out_ptr`` (the hidden row
+    updated in place: a band reads only its own channels).
     """
     PAIRED: tl.constexpr = SWIGLU or ROPE
     steps = K // BK
@@ -107,6 +109,11 @@ def _gemv_phase(
     squares = tl.zeros((BK,), dtype=tl.float32)
     w, w_up, rn, rows, k = _band(w_ptr, 0, steps, pid, G, K, second, rk, total > 0, BN, BK, D, ROPE, PAIRED)
     _wait(bar_ptr, G, done, BARRIER, FENCE, times_ptr, TIMES)
+    if ONE:  # x · γ · rsqrt(mean(x²) + eps), once: `finish` then has no norm to apply
+        xs = tl.load(x_ptr + rk, cache_modifier=".cg").to(tl.float32)
+        if NORM:
+            root = tl.rsqrt(tl.sum(xs * xs, axis=0) / K + eps)
+            xs = xs * tl.load(gamma_ptr + rk).to(tl.float32) * root
     for t in range(0, total):
         if AHEAD:
             nxt = _band(w_ptr, t + 1, steps, pid, G, K, second, rk, t + 1 < total, BN, BK, D, ROPE, PAIRED)
@@ -114,14 +121,21 @@ def _gemv_phase(
             w, w_up, rn, rows, k = _band(
                 w_ptr, t, steps, pid, G, K, second, rk, True, BN, BK, D, ROPE, PAIRED
             )
-        acc, acc_up, squares = fused_step(acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, k, rk, NORM, PAIRED,
-                                          True, ".cg")  # fmt: skip
-        if k + BK == K:
+        if ONE:
+            acc = tl.sum(w.to(tl.float32) * xs[None, :], axis=1)
+            if PAIRED:
+                acc_up = tl.sum(w_up.to(tl.float32) * xs[None, :], axis=1)
             finish(acc, acc_up, squares, rn, rows, second, s_ptr, res_ptr, out_ptr, K, eps, cos_ptr, sin_ptr,
-                   pos_ptr, k_ptr, v_ptr, L, NQ, NKV, NORM, SWIGLU, RESIDUAL, ROPE, D, True, ".cg")  # fmt: skip
-            acc = tl.zeros((BN,), dtype=tl.float32)
-            acc_up = acc
-            squares = tl.zeros((BK,), dtype=tl.float32)
+                   pos_ptr, k_ptr, v_ptr, L, NQ, NKV, False, SWIGLU, RESIDUAL, ROPE, D, True, ".cg")  # fmt: skip
+        else:
+            acc, acc_up, squares = fused_step(acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, k, rk, NORM,
+                                              PAIRED, True, ".cg")  # fmt: skip
+            if k + BK == K:
+                finish(acc, acc_up, squares, rn, rows, second, s_ptr, res_ptr, out_ptr, K, eps, cos_ptr, sin_ptr,
+                       pos_ptr, k_ptr, v_ptr, L, NQ, NKV, NORM, SWIGLU, RESIDUAL, ROPE, D, True, ".cg")  # fmt: skip
+                acc = tl.zeros((BN,), dtype=tl.float32)
+                acc_up = acc
+                squares = tl.zeros((BK,), dtype=tl.float32)
         if AHEAD:
             w, w_up, rn, rows, k = nxt
 
@@ -200,16 +214,18 @@ def whole_decode_kernel(
     LAYERS, H, F, NQ, NKV, L, CHUNK, NCH, eps, scale,
     D: tl.constexpr, GQ: tl.constexpr, INT8: tl.constexpr, BN_QKV: tl.constexpr, BK_QKV: tl.constexpr,
     BN_O: tl.constexpr, BK_O: tl.constexpr, BN_GU: tl.constexpr, BK_GU: tl.constexpr, BN_DN: tl.constexpr,
-    BK_DN: tl.constexpr, AHEAD: tl.constexpr, BL: tl.constexpr, SP: tl.constexpr, BARRIER: tl.constexpr,
-    FENCE: tl.constexpr, PREFETCH: tl.constexpr, DOT_F32: tl.constexpr, PDL: tl.constexpr = False,
-    times_ptr=None, TIMES: tl.constexpr = False,
+    BK_DN: tl.constexpr, AHEAD: tl.constexpr, ONE: tl.constexpr, BL: tl.constexpr, SP: tl.constexpr,
+    BARRIER: tl.constexpr, FENCE: tl.constexpr, PREFETCH: tl.constexpr, DOT_F32: tl.constexpr,
+    PDL: tl.constexpr = False, times_ptr=None, TIMES: tl.constexpr = False,
 ):  # fmt: skip
     """The hidden row ``x (1, H)`` through every layer into ``h`` (module docstring); caches written at ``pos``.
 
     ``q``, ``a``: the step's query and attention rows (NQ·D), ``mid``: the MLP's row (F); ``cnt``: NKV int32
     merge counts, ``bar``: the barrier's counter, the exit count and the error flag, all 0 at rest. ``PDL``:
     launched inside `launch.pdl` (a decode graph's), it waits for the previous kernel before reading anything.
-    ``TIMES``: the global timer as program 0 passes each wait (`_wait`), and after the last phase.
+    ``TIMES``: the global timer as program 0 passes each wait (`_wait`), and after the last phase. ``ONE``: the
+    GEMV phases whose K is one step (bits 1 qkv, 2 o, 4 gate_up, 8 down; `_gemv_phase`; the host's choice:
+    `llm_whole_plan._one_step`).
     """
     pdl_enter(PDL)
     pid = tl.program_id(0)
@@ -231,7 +247,7 @@ def whole_decode_kernel(
         # 1. qkv: the norm and RoPE folded in; q to its row, k and v into the cache
         w, w_s, gamma = _ptr(row, _QKV, wty), _ptr(row, _QKV_S, tl.float32), _ptr(row, _N1, tl.bfloat16)
         _gemv_phase(pid, G, src, w, w_s, gamma, src, q_ptr, n_qkv, H, eps, *rope, bar_ptr, done, times_ptr, True,
-                    False, False, True, D, BN_QKV, BK_QKV, AHEAD, BARRIER, FENCE, TIMES)  # fmt: skip
+                    False, False, True, D, BN_QKV, BK_QKV, AHEAD, BARRIER, FENCE, TIMES, ONE & 1)  # fmt: skip
         done = _arrive(bar_ptr, done, BARRIER)
         # 2. the attention over the cache, split in chunks, merged by each KV head's last chunk
         _wait(bar_ptr, G, done, BARRIER, FENCE, times_ptr, TIMES)
@@ -242,19 +258,19 @@ def whole_decode_kernel(
         w, w_s = _ptr(row, _O, wty), _ptr(row, _O_S, tl.float32)
         _prefetch(pid, w, H, NQ * D, 0, BN_O, D, False, PREFETCH)
         _gemv_phase(pid, G, a_ptr, w, w_s, a_ptr, src, h_ptr, H, NQ * D, eps, *rope, bar_ptr, done, times_ptr, False,
-                    False, True, False, D, BN_O, BK_O, AHEAD, BARRIER, FENCE, TIMES)  # fmt: skip
+                    False, True, False, D, BN_O, BK_O, AHEAD, BARRIER, FENCE, TIMES, ONE & 2)  # fmt: skip
         done = _arrive(bar_ptr, done, BARRIER)
         # 4. gate_up, the norm and SwiGLU folded in: the MLP's row
         w, w_s, gamma = _ptr(row, _GU, wty), _ptr(row, _GU_S, tl.float32), _ptr(row, _N2, tl.bfloat16)
         _prefetch(pid, w, F, H, F, BN_GU, D, False, PREFETCH)
         _gemv_phase(pid, G, h_ptr, w, w_s, gamma, h_ptr, mid_ptr, F, H, eps, *rope, bar_ptr, done, times_ptr, True,
-                    True, False, False, D, BN_GU, BK_GU, AHEAD, BARRIER, FENCE, TIMES)  # fmt: skip
+                    True, False, False, D, BN_GU, BK_GU, AHEAD, BARRIER, FENCE, TIMES, ONE & 4)  # fmt: skip
         done = _arrive(bar_ptr, done, BARRIER)
         # 5. down, the residual added: the hidden row in place (a band reads and writes only its own channels)
         w, w_s = _ptr(row, _DN, wty), _ptr(row, _DN_S, tl.float32)
         _prefetch(pid, w, H, F, 0, BN_DN, D, False, PREFETCH)
         _gemv_phase(pid, G, mid_ptr, w, w_s, mid_ptr, h_ptr, h_ptr, H, F, eps, *rope, bar_ptr, done, times_ptr,
-                    False, False, True, False, D, BN_DN, BK_DN, AHEAD, BARRIER, FENCE, TIMES)  # fmt: skip
+                    False, False, True, False, D, BN_DN, BK_DN, AHEAD, BARRIER, FENCE, TIMES, ONE & 8)  # fmt: skip
         done = _arrive(bar_ptr, done, BARRIER)
         if layer + 1 < LAYERS:
             _prefetch(pid, _ptr(row + NF, _QKV, wty), n_qkv, H, D // 2, BN_QKV, D, True, PREFETCH)

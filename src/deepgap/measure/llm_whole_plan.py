@@ -209,8 +209,9 @@ def run(x, cos, sin, pos, operands, ks, vs, heads: int, eps: float, tiles: Tiles
         len(ks), hidden, ff, heads, nkv, length, s.split.chunk, s.split.chunks, eps, 1.0 / math.sqrt(d),
         D=d, GQ=heads // nkv, INT8=operands[0].dtype == torch.int8, BN_QKV=t.qkv[0], BK_QKV=t.qkv[1],
         BN_O=t.o[0], BK_O=t.o[1], BN_GU=t.gate_up[0], BK_GU=t.gate_up[1], BN_DN=t.down[0], BK_DN=t.down[1],
-        AHEAD=t.ahead, BL=s.split.block, SP=max(2, triton.next_power_of_2(s.split.chunks)), BARRIER=int(cuda),
-        FENCE=cuda, PREFETCH=cuda and t.prefetch, DOT_F32=not cuda, num_warps=t.warps, num_stages=1,
+        AHEAD=t.ahead, ONE=_one_step(t, hidden, heads * d, ff), BL=s.split.block,
+        SP=max(2, triton.next_power_of_2(s.split.chunks)), BARRIER=int(cuda), FENCE=cuda,
+        PREFETCH=cuda and t.prefetch, DOT_F32=not cuda, num_warps=t.warps, num_stages=1,
         **({} if times is None else {"times_ptr": times, "TIMES": True}),
     )  # fmt: skip
     return h
@@ -254,6 +255,16 @@ def per_sm_fit(regs: int, shared: int, warps: int) -> int:
     """
     per_program = -(-regs // 8) * 8 * 32 * warps
     return min(65536 // per_program, (227 << 10) // max(1, shared), 64 // warps)
+
+
+def _one_step(t: Tiles, hidden: int, attn: int, ff: int) -> int:
+    """The kernel's ``ONE``: a bit for each GEMV phase whose K is one step of its tile (o, gate_up, down).
+
+    Not qkv's: with all three 4096-wide phases so, ptxas spilled 4 B a thread at 16 warps (sm_90, Triton 3.6);
+    with o's and gate_up's, none. qkv's bands then read x a band at a time, as the per-layer kernel does.
+    """
+    ks = ((0, 1), (t.o[1], attn), (t.gate_up[1], hidden), (t.down[1], ff))
+    return sum(1 << i for i, (bk, k) in enumerate(ks) if bk == k)
 
 
 def flagged(ks: list[torch.Tensor]) -> bool:
