@@ -101,11 +101,9 @@ def _synthetic(hidden: int, ff: int, nq: int, nkv: int, d: int, precision: str, 
     return ops + [(torch.rand(hidden, generator=g, device=device) + 0.5).bfloat16() for _ in range(2)]
 
 
-def test_static_steps_give_the_fused_layers_logits(monkeypatch):
-    """llama-tiny in fp8: eager prefill and step, then static steps at device positions 7 and 8 with every
-    layer in the one kernel, against the same weights layer by layer; the caches' new rows agree too (the
-    sums' order differs: the per-layer tiles on the CPU are the untimed first candidates)."""
-    from deepgap.measure.llm_steps import make_step
+def _prefilled(monkeypatch):
+    """llama-tiny in fp8 twice, with the whole step and without, both prefilled with 6 seeded tokens; the calls
+    of `llm_whole_plan.run` counted. Returns (whole, plain, the next token, calls)."""
     from deepgap.measure.llm_timing import prompts
 
     whole = _tiny(monkeypatch=monkeypatch)
@@ -120,6 +118,17 @@ def test_static_steps_give_the_fused_layers_logits(monkeypatch):
             m.setup_cache(1, 12)
         tok = plain.prefill(ids).argmax(-1, keepdim=True)
         whole.prefill(ids)
+    return whole, plain, tok, calls
+
+
+def test_static_steps_give_the_fused_layers_logits(monkeypatch):
+    """llama-tiny in fp8: an eager step, then static steps at device positions 7 and 8 with every layer in the
+    one kernel, against the same weights layer by layer; the caches' new rows agree too (the sums' order
+    differs: the per-layer tiles on the CPU are the untimed first candidates)."""
+    from deepgap.measure.llm_steps import make_step
+
+    whole, plain, tok, calls = _prefilled(monkeypatch)
+    with torch.inference_mode():
         for kind, position in (("eager", 6), ("static", 7), ("static", 8)):
             a, b = (make_step(m, kind)(tok, position).float() for m in (whole, plain))
             assert float((a - b).norm() / b.norm()) < 0.02, position
@@ -135,19 +144,9 @@ def test_a_compiled_step_keeps_the_op(monkeypatch):
     """torch.compile (Inductor, here on the CPU) traces the step through the custom op, whose K and V lists it
     mutates, and gives the per-layer path's logits: what the GPU's compiled graph step is built from."""
     from deepgap.measure.llm_steps import make_step
-    from deepgap.measure.llm_timing import prompts
 
-    whole = _tiny(monkeypatch=monkeypatch)
-    plain = _tiny(whole="off", monkeypatch=monkeypatch)
-    calls = []
-    run = llm_whole_plan.run
-    monkeypatch.setattr(llm_whole_plan, "run", lambda *a: calls.append(1) or run(*a))
-    ids = prompts(whole.shape.vocab, 1, 6, 0)
+    whole, plain, tok, calls = _prefilled(monkeypatch)
     with torch.inference_mode():
-        for m in (whole, plain):
-            m.setup_cache(1, 12)
-        tok = plain.prefill(ids).argmax(-1, keepdim=True)
-        whole.prefill(ids)
         a = make_step(whole, "compile", "default")(tok, 6).float()
         b = make_step(plain, "static")(tok, 6).float()
     assert float((a - b).norm() / b.norm()) < 0.02 and calls == [1]
