@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 51, session 35: a batch-1 decode step's layers in one persistent kernel (`measure.llm_whole`,
 # DEEPGAP_DECODE_WHOLE), written without a GPU; these are its first GPU steps.
-# From the repository root on the device, $OUT set:   bash benchmarks/whole_decode.sh STEP...  (all: tests phases loop)
+# From the repository root on the device, $OUT set:   bash benchmarks/whole_decode.sh STEP...
+# Three calls fit a session's device time: `tests phases` (all), then `loop`, then `run` (each under 600 s).
 #   tests — its GPU tests (llama-tiny's compiled, graphed fp8 step against the per-layer path, one program an SM
 #           and two: the second must be refused with the reason if it does not fit) and the fused path's
 #   loop  — the bare loop replaying deepgap's own step (llama-3.1-8b fp8, batch 1, PDL on, split KV auto) with
@@ -13,17 +14,17 @@ set -uo pipefail
 source benchmarks/device_lib.sh
 S=${DEVICE_WORK:-/tmp/deepgap-device}; mkdir -p "$S"
 for what in "${@:-all}"; do case $what in
-all) bash "$0" tests phases loop ;;
+all) bash "$0" tests phases ;;  # one device call (≤ 560 s); then loop, then run, a call each
 phases)
-    step "whole decode phases" 300 python benchmarks/whole_decode_phases.py --model llama-3.1-8b --precision fp8 \
+    step "whole decode phases" 200 python benchmarks/whole_decode_phases.py --model llama-3.1-8b --precision fp8 \
         --modes "${PHASE_MODES:-on,l2,ahead}" --out "$OUT" > "$OUT/whole-decode-phases.txt" 2>&1
     tail -n 5 "$OUT/whole-decode-phases.txt" ;;
 tests)
-    step "whole decode GPU tests" 300 python -m pytest -q -m gpu tests/measure/test_llm_whole.py \
+    step "whole decode GPU tests" 360 python -m pytest -q -m gpu tests/measure/test_llm_whole.py \
         tests/measure/test_llm_fused_rope.py -rA -p no:cacheprovider > "$OUT/whole-decode-gputests.txt" 2>&1
     tail -n 12 "$OUT/whole-decode-gputests.txt" ;;
 loop)
-    step "decode loop whole off/on/l2/ahead" 540 python benchmarks/llm_decode_loop.py --model llama-3.1-8b \
+    step "decode loop whole off/on/l2/ahead" 420 python benchmarks/llm_decode_loop.py --model llama-3.1-8b \
         --precision fp8 --batches 1 --pdl on --split-kv auto --whole "${WHOLE_MODES:-off,on,l2,ahead}" --harness deepgap \
         --out "$OUT" > "$OUT/whole-decode-loop.txt" 2>&1
     grep '^{' "$OUT/whole-decode-loop.txt" | tail -n 3 ;;
