@@ -3,8 +3,8 @@
 # DEEPGAP_DECODE_WHOLE), written without a GPU; these are its first GPU steps.
 # From the repository root on the device, $OUT set:   bash benchmarks/whole_decode.sh STEP...
 # Three calls fit a session's device time: `tests phases` (all), then `loop`, then `run` (each under 600 s).
-#   tests — its GPU tests (llama-tiny's compiled, graphed fp8 step against the per-layer path, one program an SM
-#           and two: the second must be refused with the reason if it does not fit) and the fused path's
+#   tests — its GPU tests (llama-tiny's compiled, graphed fp8 step against the per-layer path in each mode; one
+#           layer at the 8B shape against each phase's reference; two programs an SM refused) and the fused path's
 #   loop  — the bare loop replaying deepgap's own step (llama-3.1-8b fp8, batch 1, PDL on, split KV auto) with
 #           the whole step off, on, with the L2 prefetch before each barrier (l2), and K steps loaded ahead (ahead)
 #   phases — the kernel alone per mode (on, l2, ahead): its launch's ms and weight TB/s, and each phase's µs and
