@@ -153,6 +153,26 @@ def test_a_compiled_step_keeps_the_op(monkeypatch):
     assert whole.cache.k[1][0, :, 6].abs().sum() > 0  # the compiled step wrote the last layer's row
 
 
+def test_a_flagged_step_is_refused_not_stored(monkeypatch):
+    """A wait that gave up sets the error flag (the programs were not all resident): the decode measurement
+    then fails with the reason (`refuse_if_flagged`) instead of storing tokens and times from wrong rows."""
+    from deepgap.measure.llm_steps import make_step
+    from deepgap.measure.protocol import StatusError
+
+    monkeypatch.setattr(llm_whole_plan, "_SCRATCH", {})
+    whole, _, tok, _ = _prefilled(monkeypatch)
+    with torch.inference_mode():
+        make_step(whole, "static")(tok, 6)
+    llm_whole_plan.refuse_if_flagged(whole)  # a clean launch: nothing to say
+    assert not llm_whole_plan.flagged(whole.cache.k)
+    with torch.inference_mode():  # the scratch was made in the step's inference mode
+        next(iter(llm_whole_plan._SCRATCH.values())).counts[-1] = 1  # noqa: SLF001 - as a wait that gave up
+    assert llm_whole_plan.flagged(whole.cache.k)
+    with pytest.raises(StatusError, match="barrier gave up waiting") as e:
+        llm_whole_plan.refuse_if_flagged(whole)
+    assert e.value.status.value == "error"
+
+
 def test_the_switch_and_who_takes_it(monkeypatch):
     monkeypatch.delenv("DEEPGAP_DECODE_WHOLE", raising=False)
     assert llm_whole_plan.mode() == "off"  # not yet timed on a GPU

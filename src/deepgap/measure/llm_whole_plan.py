@@ -268,8 +268,27 @@ def _one_step(t: Tiles, hidden: int, attn: int, ff: int) -> int:
 
 
 def flagged(ks: list[torch.Tensor]) -> bool:
-    """Whether any made table's barrier gave up waiting (its programs were not all resident): wrong rows."""
-    return any(int(s.counts[-1]) != 0 for s in _SCRATCH.values() if s.counts.device == ks[0].device)
+    """Whether a wait of a launch over these caches gave up (its programs were not all resident): wrong rows."""
+    first = ks[0].data_ptr()
+    return any(int(s.counts[-1]) != 0 for key, s in _SCRATCH.items() if first in key[0])
+
+
+def refuse_if_flagged(model) -> None:
+    """After a decode measurement: a `StatusError` (error) where its one-kernel step's waits gave up.
+
+    Why: the kernel flags the error rather than hang, so its rows, and the tokens and times measured from
+    them, are not to be stored as if they were true.
+    """
+    from deepgap.core.records import Status
+    from deepgap.measure.protocol import StatusError
+
+    cache = getattr(model, "cache", None)
+    if getattr(model, "whole_step", None) is not None and cache is not None and flagged(cache.k):
+        raise StatusError(
+            Status.ERROR,
+            "the one-kernel decode step's grid barrier gave up waiting (its programs were not all resident on "
+            "the GPU), so its tokens are wrong; run without DEEPGAP_DECODE_WHOLE",
+        )
 
 
 @torch.library.custom_op("deepgap::decode_whole", mutates_args=("ks", "vs"))
