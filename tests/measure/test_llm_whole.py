@@ -230,6 +230,12 @@ def test_programs_an_sm_that_fit_at_once():
     assert llm_whole_plan.per_sm_fit(200, 1024, 16) == 0  # does not fit at all: refused before it launches
 
 
+def test_a_row_names_the_one_kernel_tiles(monkeypatch):
+    """`WholeStep.describe`: what a decode row's ``decode.tiles`` begins with where the step ran in one kernel."""
+    said = _tiny("fp8", "ahead", monkeypatch=monkeypatch).whole_step.describe()
+    assert said == "one-kernel step: qkv 4x64, o 4x64, gate_up 4x64, down 4x128, 16 warps x 1 an SM ahead; "
+
+
 def test_tiles_fit_the_shape_and_round_trip():
     t = llm_whole_plan.Tiles().fitted(hidden=4096, ff=14336, heads=32, kv_heads=8, head_dim=128)
     assert t.qkv == (4, 4096) and t.down == (4, 2048) and t.warps == 16 and not t.ahead

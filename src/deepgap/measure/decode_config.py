@@ -124,8 +124,9 @@ def measure_decode_config(state: WorkerState, req: MeasureRequest) -> Result:
     result = _result(spec, req, model, r, check, ref_tokens)
     result.details.decode.step, result.details.decode.compile_mode = plan.step, plan.compile_mode
     result.details.decode.pdl = getattr(step, "pdl", None)
-    if spec.precision in LINEAR_SWAPS:
-        result.details.decode.tiles = gemv.chosen() or None
+    if spec.precision in LINEAR_SWAPS:  # the one-kernel step's tiles first, where it ran
+        whole = model.whole_step.describe() if getattr(model, "whole_step", None) is not None else ""
+        result.details.decode.tiles = (whole + gemv.chosen()) or None
     if plan.step != "eager":  # the eager step attends by SDPA over the positions written, always
         result.details.decode.attention = llm_attention.describe(
             model, spec.batch_size, spec.input_len + spec.output_len

@@ -116,6 +116,14 @@ class WholeStep:
         t = tiles or DEFAULT_TILES
         self.tiles = t.fitted(shape.hidden, shape.intermediate, shape.heads, shape.kv_heads, shape.head_dim)
 
+    def describe(self) -> str:
+        """The tiles, as a decode row's ``decode.tiles`` begins with them (before the per-layer GEMVs' own)."""
+        t = self.tiles
+        tiles = zip(("qkv", "o", "gate_up", "down"), (t.qkv, t.o, t.gate_up, t.down), strict=True)
+        bands = ", ".join(f"{name} {bn}x{bk}" for name, (bn, bk) in tiles)
+        extra = " ahead" * t.ahead + " l2-prefetch" * t.prefetch
+        return f"one-kernel step: {bands}, {t.warps} warps x {t.per_sm} an SM{extra}; "
+
     def takes(self, x: torch.Tensor, cache, pos) -> bool:
         """A one-sequence step at a device-side position whose layers all take the fused path."""
         return (
