@@ -236,6 +236,40 @@ def test_a_row_names_the_one_kernel_tiles(monkeypatch):
     assert said == "one-kernel step: qkv 4x64, o 4x64, gate_up 4x64, down 4x128, 16 warps x 1 an SM ahead; "
 
 
+def test_the_residency_check_compiles_what_the_launch_compiles(monkeypatch):
+    """`_resident` on a GPU, its GPU calls stood in for: it compiles the launch's own specialization (with PDL's
+    keywords inside `launch.pdl`, as the launcher adds them), loads it (Triton sets the registers only then),
+    checks once per (device, grid, tiles), then launches; a grid that cannot all be resident never launches."""
+    from types import SimpleNamespace
+
+    from deepgap.measure import llm_whole
+    from deepgap.measure.quant import launch
+
+    seen, launched = [], []
+
+    class Compiled:
+        n_regs, metadata = 128, SimpleNamespace(shared=22528)
+
+        def _init_handles(self):
+            seen.append("loaded")
+
+    monkeypatch.setattr(
+        llm_whole.whole_decode_kernel, "warmup", lambda *a, grid, **kw: seen.append(kw) or Compiled()
+    )
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(llm_whole_plan._resident, "checked", set())  # noqa: SLF001
+    ok = llm_whole_plan._resident(lambda *a, **kw: launched.append(kw), 132, llm_whole_plan.Tiles())  # noqa: SLF001
+    with launch.pdl():
+        ok(1, D=16, num_warps=16)
+        ok(1, D=16, num_warps=16)
+    assert seen == [{"D": 16, "num_warps": 16, "PDL": True, "launch_pdl": True}, "loaded"]  # checked once
+    assert launched == [{"D": 16, "num_warps": 16}] * 2
+    two = llm_whole_plan.Tiles(per_sm=2)
+    with pytest.raises(ValueError, match="2 programs an SM .* 128 registers .* fit 1; ask for fewer"):
+        llm_whole_plan._resident(lambda *a, **kw: launched.append(kw), 264, two)(1, num_warps=16)  # noqa: SLF001
+    assert len(launched) == 2
+
+
 def test_tiles_fit_the_shape_and_round_trip():
     t = llm_whole_plan.Tiles().fitted(hidden=4096, ff=14336, heads=32, kv_heads=8, head_dim=128)
     assert t.qkv == (4, 4096) and t.down == (4, 2048) and t.warps == 16 and not t.ahead

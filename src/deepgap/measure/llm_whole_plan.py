@@ -21,6 +21,7 @@ import triton
 
 from deepgap.core import switches
 from deepgap.measure import llm_attention, llm_whole
+from deepgap.measure.quant import launch
 from deepgap.measure.quant.launch import check, halved_to_divide
 
 MODES = switches.choices("DEEPGAP_DECODE_WHOLE")  # off, on
@@ -240,7 +241,7 @@ class _resident:  # noqa: N801 - stands in for ``kernel[grid]``
     def __call__(self, *args, **kw):
         key = (torch.cuda.current_device(), self.programs, self.tiles)
         if key not in self.checked:
-            self._check(args, kw | getattr(self.grid, "extra", {}))
+            self._check(args, kw | (launch.PDL_KWARGS if launch.pdl_on() else {}))  # what the launch compiles
             self.checked.add(key)
         return self.grid(*args, **kw)
 
