@@ -454,13 +454,14 @@ def whole_cases() -> Iterator[Case]:
     from the device table, so one compile serves every network)."""
     from deepgap.measure.quant import whole, whole_choice, whole_plan
 
-    for qfmt, flow in itertools.product(("fp8", "int8"), (False, True)):
+    forms = [(q, f, whole_choice.WARPS) for q, f in itertools.product(("fp8", "int8"), (False, True))]
+    for qfmt, flow, warps in [*forms, ("fp8", False, 16)]:  # 16 warps: `benchmarks/whole_phases.py`'s variant
 
-        def run(qfmt=qfmt, flow=flow):
+        def run(qfmt=qfmt, flow=flow, warps=warps):
             q, acc = QFMT[qfmt], torch.int32 if qfmt == "int8" else F32
             plan = whole_plan.Plan(
                 names=["a", "b"], input="x", output="b", qfmt=qfmt, batch=1, programs=H200_SMS, max_split=16,
-                barrier=whole_choice.BARRIER, warps=whole_choice.WARPS, stages=whole_choice.STAGES,
+                barrier=whole_choice.BARRIER, warps=warps, stages=whole_choice.STAGES,
                 table=meta(3, whole.NF, dtype=torch.int64), gamma=meta(3, dtype=F32), act=meta(4096, dtype=q),
                 weights=meta(4096, dtype=q), alpha=meta(128, dtype=F32), beta=meta(128, dtype=F32),
                 out16=meta(64, 64, dtype=F16), fp16_out=True, ws=meta(4096, dtype=acc),
@@ -469,7 +470,7 @@ def whole_cases() -> Iterator[Case]:
             )  # fmt: skip
             plan.run(meta(64, 64, dtype=q))
 
-        yield f"resnet b1 {qfmt}{' dataflow' if flow else ' barriers'}", run
+        yield f"resnet b1 {qfmt}{' dataflow' if flow else ' barriers'}{' 16 warps' * (warps == 16)}", run
 
 
 def whole_decode_cases() -> Iterator[Case]:

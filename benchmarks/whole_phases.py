@@ -23,8 +23,10 @@ import torch
 
 # (barrier form, warps, pipeline stages, programs an SM, dataflow): session 34's second call found the one-thread
 # barrier 1.35 µs and a K step of 64 about 0.35 µs (latency-bound); these weigh K steps of 128 (layers from 128
-# channels), deeper pipelines (two programs an SM need 4 warps, which spill) and dataflow counters for barriers
-VARIANTS = ((1, 8, 3, 1, False), (1, 8, 4, 1, False), (1, 8, 3, 1, True))  # the last: dataflow, no barriers
+# channels), deeper pipelines (two programs an SM need 4 warps, which spill) and dataflow counters for barriers;
+# and (session 35) 16 warps a program: 126-128 registers a thread against 8 warps' 219-249, no spills (sm_90,
+# Triton 3.6), twice the threads an SM to keep loads in flight, as the decode kernel (`llm_whole`) uses
+VARIANTS = ((1, 8, 3, 1, False), (1, 8, 4, 1, False), (1, 8, 3, 1, True), (1, 16, 3, 1, False))
 
 
 def _phases(plan) -> list[list[str]]:
