@@ -1,21 +1,18 @@
 """One decode token's attention over the static KV cache, reading only the positions written so far.
 
-Why a kernel of its own: the static decode step (the one torch.compile and CUDA graphs capture) has a
-fixed cache of ``max_len`` positions and a device-side position, so through SDPA it attends over the
-whole cache with a mask. That reads every position, written or not (at 128 in / 128 out, a quarter more
-KV bytes than the context holds), and on one H200 cuDNN's kernel took 11 µs per layer at batch 1 for
-256 positions (results/h200/session18: 0.36 of 3.25 ms per token). Here one program per (sequence, KV
-head) loads the group's query rows once (GQA: the ``heads / kv_heads`` query heads of a group share K
-and V, so they are rows of one tile), walks the cache in blocks up to the position read from the device,
-and keeps the softmax online (flash attention's rescaling), so K and V are read once and only where
-written.
+Why a kernel of its own: the static decode step (the one CUDA graphs capture) has a fixed cache of ``max_len``
+positions and a device-side position, so SDPA attends over the whole cache with a mask, reading every position
+(at 128 in / 128 out a quarter more KV bytes than the context holds; cuDNN's kernel took 11 µs a layer at
+batch 1 for 256 positions on one H200, results/h200/session18). Here one program per (sequence, KV head) loads
+the group's query rows once (GQA: a group's ``heads / kv_heads`` query heads share K and V, so they are rows of
+one tile), walks the cache in blocks up to the position read from the device, and keeps the softmax online
+(flash attention's rescaling): K and V read once and only where written.
 
-`decode_attention` is torch's custom op ``deepgap::decode_attention``: torch.compile keeps it as one call
-and a CUDA graph captures it. On CPU tensors it runs in Triton's interpreter
-(`deepgap.measure.quant.launch`), as the tests do; `reference` is the same arithmetic in torch.
-``DEEPGAP_DECODE_ATTENTION`` (`attention_mode`): ``triton`` (this kernel, the default), ``sdpa`` (the static
-step back to SDPA, for comparison) or ``qkv`` (a batch-1 fused layer's attention done by its qkv GEMV's last
-programs, `deepgap.measure.llm_qkv_attention`; this kernel everywhere else).
+`decode_attention` is torch's custom op ``deepgap::decode_attention`` (torch.compile keeps it one call, a CUDA
+graph captures it); on CPU tensors it runs in Triton's interpreter, as the tests do; `reference` is the same
+arithmetic in torch. ``DEEPGAP_DECODE_ATTENTION`` (`attention_mode`): ``triton`` (this kernel, the default),
+``sdpa`` (SDPA, for comparison) or ``qkv`` (a batch-1 fused layer's attention in its qkv GEMV's last programs,
+`deepgap.measure.llm_qkv_attention`; this kernel everywhere else).
 
 Split KV (flash decoding, ``DEEPGAP_DECODE_SPLIT_KV=auto|on|off``, ``auto`` by default since session 22): at
 batch 1 of Llama-3.1-8B the one pass is 8 programs on 132 SMs. Split, program (sequence, KV head, chunk)
@@ -94,10 +91,7 @@ class Split:
 
 
 def chunked(length: int, chunks: int) -> Split:
-    """``length`` positions in at most ``chunks`` chunks of a multiple of 16 (the dot's smallest N).
-
-    A chunk is walked in the largest block of 64, 32 or 16 positions that divides it.
-    """
+    """``length`` positions in at most ``chunks`` chunks of a multiple of 16, walked in blocks of 64, 32 or 16."""
     chunk = -(-length // (16 * chunks)) * 16  # ⌈length / chunks⌉ rounded up to 16
     block = next(n for n in (BLOCK, 32, 16) if chunk % n == 0)
     return Split(-(-length // chunk), chunk, block)
@@ -111,11 +105,9 @@ def split_mode() -> str:
 def combine_mode() -> str:
     """``DEEPGAP_DECODE_COMBINE``: the split's merge in `combine_kernel` (the default) or in its last program.
 
-    Why: the combine kernel is one more launch per layer (32 a step of the 8B shape, a few µs each in the
-    graph); ``last-block`` merges in the attention kernel's last program of each (sequence, KV head) instead.
-    Timed slower on one H200 (session 25, batch 1, bare loop of deepgap's fp8 step: 362.3 against 393.7 decode
-    tokens/s; the counters' acquire-release and the last program's serial merge cost more than the launch), so
-    off by default.
+    Why: the combine kernel is one more launch a layer; ``last-block`` merges in the attention kernel's last
+    program of each (sequence, KV head) instead. Slower on one H200 (session 25, batch 1, deepgap's fp8 step:
+    362.3 against 393.7 tokens/s: the counters and the serial merge cost more than the launch), so off.
     """
     return switches.read("DEEPGAP_DECODE_COMBINE")
 
@@ -176,11 +168,10 @@ def decode_attention_kernel(
     """``out[bh] = softmax(q[bh] · K[bh, :pos+1]ᵀ · scale) · V[bh, :pos+1]`` for one (sequence, KV head).
 
     ``pos`` is one position for every sequence (``POS_STRIDE`` 0) or the sequence's own (1: continuous batching).
-    With ``SPLIT``, program (bh, c) walks positions ``c·CHUNK ..`` of the ``NCH`` chunks and writes its
-    rows' running max, sum and unnormalised output (fp32) for `combine_kernel`; a chunk past pos writes nothing.
-    With ``LAST`` too, no combine kernel: each program counts itself done in ``cnt_ptr[bh]`` (acquire-release,
-    after a block barrier, so its partials are visible first), and the last of the NCH merges the group's
-    rows into ``fin_ptr`` (`merge_row`) and puts the count back to 0 for the next launch (`DEEPGAP_DECODE_COMBINE`).
+    With ``SPLIT``, program (bh, c) walks positions ``c·CHUNK ..`` of the ``NCH`` chunks and writes its rows'
+    running max, sum and unnormalised output (fp32) for `combine_kernel` (`store_chunk`). With ``LAST`` too, no
+    combine kernel: each program counts itself done in ``cnt_ptr[bh]`` (acquire-release, after a block
+    barrier), and the last of the NCH merges the rows into ``fin_ptr`` and puts the count back to 0.
     """
     pdl_enter(PDL)  # launched inside `launch.pdl`: q, K and V are the previous kernels' writes
     bh = tl.program_id(0)
@@ -190,21 +181,31 @@ def decode_attention_kernel(
     hi = tl.minimum(tl.minimum(lo + CHUNK, L), pos + 1)  # never past the cache, whatever pos says
     m_i, l_i, acc = attend_rows(q_ptr, k_ptr, v_ptr, bh, lo, hi, L, scale, G, D, BL, DOT_F32, "", None)
     if SPLIT:
-        rg = tl.arange(0, 16)
-        rd = tl.arange(0, D)
-        row = (bh * G + rg) * NCH + c  # (sequence, query head, chunk)
-        ok = (rg < G) & (lo <= pos)
-        tl.store(m_ptr + row, m_i, mask=ok)
-        tl.store(l_ptr + row, l_i, mask=ok)
-        tl.store(out_ptr + row[:, None] * D + rd[None, :], acc, mask=ok[:, None])
-        if LAST:
-            tl.debug_barrier()  # every thread's partials issued before the count says so
-            if tl.atomic_add(cnt_ptr + bh, 1, sem="acq_rel", scope="gpu") == NCH - 1:
-                for g in tl.static_range(G):
-                    merge_row(out_ptr, m_ptr, l_ptr, fin_ptr, bh * G + g, pos, CHUNK, NCH, D, SP)
-                tl.atomic_xchg(cnt_ptr + bh, 0, sem="relaxed", scope="gpu")
+        store_chunk(out_ptr, m_ptr, l_ptr, cnt_ptr, fin_ptr, bh, c, lo, pos, m_i, l_i, acc, CHUNK, NCH, G, D, SP,
+                    LAST)  # fmt: skip
     else:
         store_rows(out_ptr, bh, acc, l_i, G, D)
+
+
+@triton.jit
+def store_chunk(
+    out_ptr, m_ptr, l_ptr, cnt_ptr, fin_ptr, bh, c, lo, pos, m_i, l_i, acc, CHUNK, NCH,
+    G: tl.constexpr, D: tl.constexpr, SP: tl.constexpr, LAST: tl.constexpr,
+):  # fmt: skip
+    """Chunk ``c``'s partials (none past ``pos``); with ``LAST`` the group's last chunk merges (and `llm_whole`)."""
+    rg = tl.arange(0, 16)
+    rd = tl.arange(0, D)
+    row = (bh * G + rg) * NCH + c  # (sequence, query head, chunk)
+    ok = (rg < G) & (lo <= pos)
+    tl.store(m_ptr + row, m_i, mask=ok)
+    tl.store(l_ptr + row, l_i, mask=ok)
+    tl.store(out_ptr + row[:, None] * D + rd[None, :], acc, mask=ok[:, None])
+    if LAST:
+        tl.debug_barrier()  # every thread's partials issued before the count says so
+        if tl.atomic_add(cnt_ptr + bh, 1, sem="acq_rel", scope="gpu") == NCH - 1:
+            for g in tl.static_range(G):
+                merge_row(out_ptr, m_ptr, l_ptr, fin_ptr, bh * G + g, pos, CHUNK, NCH, D, SP)
+            tl.atomic_xchg(cnt_ptr + bh, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit
@@ -271,10 +272,7 @@ def combine_kernel(
     part_ptr, m_ptr, l_ptr, out_ptr, pos_ptr, NQ, POS_STRIDE, CHUNK, NCH,
     D: tl.constexpr, SP: tl.constexpr, PDL: tl.constexpr = False,
 ):  # fmt: skip
-    """One query row's output from its chunks: ``Σ e^(m_c − M) o_c / Σ e^(m_c − M) l_c``, M the chunks' max.
-
-    Only the chunks that hold a position ≤ pos are read (the others were not written).
-    """
+    """One query row's output from its chunks (`merge_row`): ``Σ e^(m_c − M) o_c / Σ e^(m_c − M) l_c``."""
     pdl_enter(PDL)  # after the wait, every chunk's partials are written
     r = tl.program_id(0)  # (sequence, query head)
     merge_row(
@@ -362,10 +360,9 @@ _COUNTERS: dict[tuple[str, int], torch.Tensor] = {}
 def counters(n: int, device: torch.device) -> torch.Tensor:
     """``n`` int32 counts for the last-block merge, zero at rest: made once per (device, n), reset by their users.
 
-    Why kept, not allocated per call: a fresh zeroed buffer in a CUDA graph is a memset node per layer, the
-    launch the merge saves. The last program of each (sequence, KV head) puts its count back to 0, so a
-    buffer is zero again after every launch; launches on one stream use it in turn (not two streams at once).
-    Made during warm-up, before any capture.
+    Why kept, not allocated per call: a fresh zeroed buffer in a CUDA graph is a memset node a layer, the launch
+    the merge saves. The last program of each group puts its count back to 0; launches on one stream use it in
+    turn. Made during warm-up, before any capture.
     """
     key = (str(device), n)
     if key not in _COUNTERS:

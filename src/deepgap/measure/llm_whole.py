@@ -18,7 +18,7 @@ itself in, loads its first weights of the next GEMV phase (which never depend on
 waits, so the load's latency overlaps the wait. Each GEMV phase deals its bands of ``BN`` output channels
 round-robin and walks (band, K step) as one loop; with ``AHEAD`` each step's weights are loaded a step early,
 and with ``PREFETCH`` a program asks L2 for its next band of weights before the wait too. The arithmetic is
-`gemv_fused`'s (`fused_step`, `finish`), the attention `llm_attention`'s (`attend_rows`, `merge_row`): the
+`gemv_fused`'s (`fused_step`, `finish`), the attention `llm_attention`'s (`attend_rows`, `store_chunk`): the
 same sums as the per-layer kernels in the same order. Activations written during the launch are read past L1
 (``.cg``).
 
@@ -37,8 +37,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from deepgap.measure.llm_attention import attend_rows, merge_row
-from deepgap.measure.quant import l2_prefetch
+from deepgap.measure.llm_attention import attend_rows, store_chunk
+from deepgap.measure.quant import gemv, l2_prefetch
 from deepgap.measure.quant.gemv_fused import finish, fused_step, rows_first
 from deepgap.measure.quant.kernels import pdl_enter
 from deepgap.measure.quant.launch import launcher
@@ -69,9 +69,7 @@ def _band(w_ptr, t, steps, pid, G, K, second, rk, ok, BN: tl.constexpr, BK: tl.c
     """
     rn = (pid + (t // steps) * G) * BN + tl.arange(0, BN)
     k = (t % steps) * BK
-    rows = rn
-    if ROPE:
-        rows = (rn // (D // 2)) * D + rn % (D // 2)
+    rows = rows_first(rn, D, ROPE)
     w_ptrs = w_ptr + rows[:, None] * K + k + rk[None, :]
     w = tl.load(w_ptrs, mask=ok, other=0.0)
     w_up = w
@@ -122,9 +120,9 @@ def _gemv_phase(
                 w_ptr, t, steps, pid, G, K, second, rk, True, BN, BK, D, ROPE, PAIRED
             )
         if ONE:
-            acc = tl.sum(w.to(tl.float32) * xs[None, :], axis=1)
+            acc = gemv.mac(tl.zeros((BN,), dtype=tl.float32), w, xs, True)
             if PAIRED:
-                acc_up = tl.sum(w_up.to(tl.float32) * xs[None, :], axis=1)
+                acc_up = gemv.mac(tl.zeros((BN,), dtype=tl.float32), w_up, xs, True)
             finish(acc, acc_up, squares, rn, rows, second, s_ptr, res_ptr, out_ptr, K, eps, cos_ptr, sin_ptr,
                    pos_ptr, k_ptr, v_ptr, L, NQ, NKV, False, SWIGLU, RESIDUAL, ROPE, D, True, ".cg")  # fmt: skip
         else:
@@ -168,24 +166,13 @@ def _attention_phase(
     """
     m_ptr = ws_ptr + NQ * NCH * D
     l_ptr = m_ptr + NQ * NCH
-    rg = tl.arange(0, 16)
-    rd = tl.arange(0, D)
     for j in range(pid, NKV * NCH, G):
         bh = j // NCH
-        c = j % NCH
-        lo = c * CHUNK
+        lo = (j % NCH) * CHUNK
         hi = tl.minimum(tl.minimum(lo + CHUNK, L), pos + 1)
         m_i, l_i, acc = attend_rows(q_ptr, k_ptr, v_ptr, bh, lo, hi, L, scale, GQ, D, BL, DOT_F32, ".cg", 1)
-        row = (bh * GQ + rg) * NCH + c
-        ok = (rg < GQ) & (lo <= pos)
-        tl.store(m_ptr + row, m_i, mask=ok)
-        tl.store(l_ptr + row, l_i, mask=ok)
-        tl.store(ws_ptr + row[:, None] * D + rd[None, :], acc, mask=ok[:, None])
-        tl.debug_barrier()  # every thread's partials issued before the count says so
-        if tl.atomic_add(cnt_ptr + bh, 1, sem="acq_rel", scope="gpu") == NCH - 1:
-            for g in tl.static_range(GQ):
-                merge_row(ws_ptr, m_ptr, l_ptr, a_ptr, bh * GQ + g, pos, CHUNK, NCH, D, SP)
-            tl.atomic_xchg(cnt_ptr + bh, 0, sem="relaxed", scope="gpu")
+        store_chunk(ws_ptr, m_ptr, l_ptr, cnt_ptr, a_ptr, bh, j % NCH, lo, pos, m_i, l_i, acc, CHUNK, NCH, GQ, D, SP,
+                    True)  # fmt: skip
 
 
 @triton.jit

@@ -102,10 +102,9 @@ def fused_row_kernel(
     whole band(s) first (`l2_prefetch`).
     """
     rn = tl.program_id(0) * BN + tl.arange(0, BN)
-    rows = rn
+    rows = rows_first(rn, D, ROPE)
     second = NO  # the pair's second row, this many rows further
     if ROPE:
-        rows = (rn // (D // 2)) * D + rn % (D // 2)
         second = D // 2
     apart = second * K
     rk = tl.arange(0, BK)
@@ -174,7 +173,7 @@ def finish(
 
 @triton.jit
 def rows_first(r0, D: tl.constexpr, ROPE: tl.constexpr):
-    """The weight row of output channel ``r0`` (a band's first): itself, or with RoPE its head's row ``c``."""
+    """The weight row of output channel(s) ``r0``: itself, or with RoPE its head's row ``c`` (`RopeWrite`)."""
     if ROPE:
         return (r0 // (D // 2)) * D + r0 % (D // 2)
     return r0
