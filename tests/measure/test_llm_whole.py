@@ -220,6 +220,19 @@ def test_a_batch_1_row_says_its_layers_ran_in_one_kernel(monkeypatch):
     assert llm_attention.describe(model, 4, 256) == "split 4×64 (auto)"  # more sequences: layer by layer
 
 
+def test_a_cache_at_a_freed_ones_address_gets_its_own_table(monkeypatch):
+    """The table and scratch are kept per (pointers, cache shape): a shorter cache at the same address (the
+    allocator reuses freed blocks) is split for its own length, not the old one's."""
+    monkeypatch.setattr(llm_whole_plan, "_SCRATCH", {})
+    long = torch.zeros(1, 2, 256, 16, dtype=torch.bfloat16)
+    short = long.view(-1)[: 2 * 64 * 16].view(1, 2, 64, 16)  # the same address, a quarter the positions
+    assert short.data_ptr() == long.data_ptr()
+    ops = [torch.zeros(4)] * 10
+    a = llm_whole_plan._scratch(ops, [long], [long], 4, 128)  # noqa: SLF001
+    b = llm_whole_plan._scratch(ops, [short], [short], 4, 128)  # noqa: SLF001
+    assert a is not b and a.split.chunks * a.split.chunk >= 256 and b.split.chunks * b.split.chunk < 256
+
+
 def test_programs_an_sm_that_fit_at_once():
     """The residency check's arithmetic: the default kernel (sm_90: 128 registers, 22.5 KB, 16 warps) is one an
     SM; at 8 warps and 254 registers one too; small ones are bounded by the SM's 64 warps or its shared memory."""

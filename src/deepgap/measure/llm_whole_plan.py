@@ -161,7 +161,8 @@ _SCRATCH: dict[tuple, Scratch] = {}
 def _scratch(
     operands: list[torch.Tensor], ks: list[torch.Tensor], vs: list[torch.Tensor], heads: int, ff: int
 ):
-    key = (tuple(t.data_ptr() for t in (*operands, *ks, *vs)), heads, ff)
+    # the cache's shape too: a new cache at a freed one's address may be shorter (another split, another ws)
+    key = (tuple(t.data_ptr() for t in (*operands, *ks, *vs)), tuple(ks[0].shape), heads, ff)
     if key in _SCRATCH:
         return _SCRATCH[key]
     dev = ks[0].device
