@@ -102,9 +102,8 @@ def check_folder(path: str) -> str:
     check_output_path(path)
     if path == STDOUT:
         return ""
-    writable_file(
-        path, "-o", "results.csv", ".deepgap-export-"
-    )  # missing folders are made when it is written
+    # missing folders are made when the file is written (`write_frame`), as report -o does
+    writable_file(path, "-o", "results.csv", ".deepgap-export-")
     return os.path.dirname(os.path.abspath(path))
 
 
