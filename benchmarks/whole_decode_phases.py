@@ -56,14 +56,13 @@ def _launch_ms(run, reps: int) -> float:
 
 def _phases_us(run, layers: int, stamps: int) -> list[float]:
     """Each phase's µs (median over launches of the mean over layers), from program 0's timer."""
-    buf = torch.zeros(1 + len(PHASES) * layers, dtype=torch.int64, device="cuda")
-    per = []
-    for _ in range(stamps):
-        run(times=buf)
-        torch.cuda.synchronize()
-        t = buf.tolist()
-        d = [(b - a) / 1e3 for a, b in zip(t, t[1:], strict=False)]
-        per.append([statistics.fmean(d[i :: len(PHASES)]) for i in range(len(PHASES))])
+    from whole_phases import timer_deltas_us
+
+    n = len(PHASES)
+    per = [
+        [statistics.fmean(d[i::n]) for i in range(n)]
+        for d in timer_deltas_us(run, 1 + n * layers, stamps, "cuda")
+    ]
     return [statistics.median(col) for col in zip(*per, strict=True)]
 
 

@@ -42,15 +42,24 @@ def _phases(plan) -> list[list[str]]:
     return [*out, cur]
 
 
-def _stamps(plan, x, n: int) -> list[float]:
-    """Median µs of each phase over ``n`` launches (program 0's global timer after each barrier)."""
-    buf = torch.zeros(plan.n_phases + 2, dtype=torch.int64, device=x.device)
+def timer_deltas_us(run, size: int, n: int, device) -> list[list[float]]:
+    """``n`` launches of ``run(times=buf)``: each one's µs between program 0's consecutive global-timer stamps.
+
+    Shared with `whole_decode_phases.py`, whose kernel stamps its buffer the same way (``size`` int64).
+    """
+    buf = torch.zeros(size, dtype=torch.int64, device=device)
     rows = []
     for _ in range(n):
-        plan.run(x, times=buf)
+        run(times=buf)
         torch.cuda.synchronize()
         t = buf.tolist()
         rows.append([(b - a) / 1e3 for a, b in zip(t, t[1:], strict=False)])
+    return rows
+
+
+def _stamps(plan, x, n: int) -> list[float]:
+    """Median µs of each phase over ``n`` launches (program 0's global timer after each barrier)."""
+    rows = timer_deltas_us(lambda times: plan.run(x, times=times), plan.n_phases + 2, n, x.device)
     return [statistics.median(col) for col in zip(*rows, strict=True)]
 
 
