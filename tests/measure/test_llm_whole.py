@@ -3,7 +3,8 @@
 In Triton's interpreter one program takes every item (a barrier of one passes at once). Each phase's output is
 held to its own fp32 reference (`gemv_fused.reference`, `llm_attention.reference`) on the kernel's own inputs
 to it, then llama-tiny's static steps with ``DEEPGAP_DECODE_WHOLE=on`` against the per-layer fused path. The
-GPU test replays the compiled, graphed step on one program per SM or two.
+GPU tests replay the compiled, graphed step in each mode, hold one layer at the 8B shape to the same references,
+and see two programs an SM refused.
 """
 
 from __future__ import annotations
