@@ -485,7 +485,10 @@ def whole_decode_cases() -> Iterator[Case]:
                 ("fp8", llm_whole_plan.tiles_for("l2"), True, False),
                 ("fp8", llm_whole_plan.tiles_for("ahead"), True, False),
                 ("int8", llm_whole_plan.tiles_for("ahead"), True, False),
-                ("fp8", base, False, True)]  # fmt: skip
+                ("fp8", base, False, True),
+                # `benchmarks/whole_decode_phases.py`'s other variants: 8-wide o and down bands, ahead with the lead
+                ("fp8", dataclasses.replace(base, o=(8, 4096), down=(8, 2048), lead_kb=64), True, False),
+                ("fp8", dataclasses.replace(llm_whole_plan.tiles_for("ahead"), lead_kb=64), True, False)]  # fmt: skip
     for qfmt, t, pdl, timed in variants:
 
         def run(qfmt=qfmt, t=t, pdl=pdl, timed=timed):
@@ -494,15 +497,22 @@ def whole_decode_cases() -> Iterator[Case]:
             ops += [meta(hidden, nq * d, dtype=q), meta(hidden, dtype=F32), meta(2 * ff, hidden, dtype=q)]
             ops += [meta(2 * ff, dtype=F32), meta(hidden, ff, dtype=q), meta(hidden, dtype=F32)]
             ops += [meta(hidden), meta(hidden)]
-            caches = [meta(1, nkv, 2048, d) for _ in range(2)]
+            layers = (
+                32  # not 1: an int argument of 1 is a constant to Triton, and the layer loop would vanish
+            )
+            ops *= layers
+            caches = [meta(1, nkv, 2048, d) for _ in range(2 * layers)]
             fitted = t.fitted(hidden, ff, nq, nkv, d)
             x, angle = meta(1, hidden), meta(d)
             with launch.pdl() if pdl else contextlib.nullcontext():  # a decode graph launches it under PDL
                 pos = meta(1, dtype=torch.int64)
                 times = meta(1 + 5 * 32, dtype=torch.int64) if timed else None  # whole_decode_phases.py's
-                llm_whole_plan.run(x, angle, angle, pos, ops, caches[:1], caches[1:], nq, 1e-5, fitted, times)
+                llm_whole_plan.run(
+                    x, angle, angle, pos, ops, caches[:layers], caches[layers:], nq, 1e-5, fitted, times
+                )
 
-        label = f"{qfmt} w{t.warps} bk{t.o[1]}{' ahead' * t.ahead}{' l2-prefetch' * t.prefetch}{' pdl' * pdl}"
+        label = f"{qfmt} w{t.warps} o{t.o[0]}x{t.o[1]} down{t.down[0]}x{t.down[1]}{' ahead' * t.ahead}"
+        label += f"{f' lead{t.lead_kb}' * (t.lead_kb > 0)}{' pdl' * pdl}"
         label += " timed" * timed
         yield f"8b b1 {label}", run
 

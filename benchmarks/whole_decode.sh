@@ -3,24 +3,27 @@
 # DEEPGAP_DECODE_WHOLE), written without a GPU; these are its first GPU steps.
 # From the repository root on the device, $OUT set:   bash benchmarks/whole_decode.sh STEP...
 # Three calls fit a session's device time: `tests phases` (all), then `loop`, then `run` (each under 600 s).
+# Session 36 (no GPU) added the L2 lead (`Tiles.lead_kb`, mode l2) and the phases' variants; if the fastest
+# variant is not a mode, make it `tiles_for`'s before the `loop` call.
 #   tests — its GPU tests (llama-tiny's compiled, graphed fp8 step against the per-layer path in each mode; one
 #           layer at the 8B shape against each phase's reference; two programs an SM refused) and the fused path's
 #   loop  — the bare loop replaying deepgap's own step (llama-3.1-8b fp8, batch 1, PDL on, split KV auto) with
-#           the whole step off, on, with the L2 prefetch before each barrier (l2), and K steps loaded ahead (ahead)
-#   phases — the kernel alone per mode (on, l2, ahead): its launch's ms and weight TB/s, and each phase's µs and
-#           TB/s from program 0's timer after each barrier (benchmarks/whole_decode_phases.py)
-#   run   — `deepgap run` of the same with DEEPGAP_DECODE_WHOLE=on: the harness against the loop (within 2%)
+#           the whole step off, on, with the 64 KB L2 lead (l2), and K steps loaded ahead (ahead)
+#   phases — the kernel alone per variant (whole_decode_phases.VARIANTS: the modes, the lead at 32/128 KB, 8-wide
+#           o and down bands, ahead with the lead): its launch's ms and weight TB/s, each phase's µs and TB/s from
+#           program 0's timer after each barrier, its hidden row against the first's (rel_vs_first)
+#   run   — `deepgap run` of the same with DEEPGAP_DECODE_WHOLE=${RUN_MODE:-on}: the harness against the loop (2%)
 set -uo pipefail
 source benchmarks/device_lib.sh
 S=${DEVICE_WORK:-/tmp/deepgap-device}; mkdir -p "$S"
 for what in "${@:-all}"; do case $what in
-all) bash "$0" tests phases ;;  # one device call (≤ 560 s); then loop, then run, a call each
+all) bash "$0" tests phases ;;  # one device call (≤ 570 s); then loop, then run, a call each
 phases)
-    step "whole decode phases" 200 python benchmarks/whole_decode_phases.py --model llama-3.1-8b --precision fp8 \
-        --modes "${PHASE_MODES:-on,l2,ahead}" --out "$OUT" > "$OUT/whole-decode-phases.txt" 2>&1
-    tail -n 5 "$OUT/whole-decode-phases.txt" ;;
+    step "whole decode phases" 270 python benchmarks/whole_decode_phases.py --model llama-3.1-8b --precision fp8 \
+        ${PHASE_MODES:+--modes "$PHASE_MODES"} --out "$OUT" > "$OUT/whole-decode-phases.txt" 2>&1
+    tail -n 10 "$OUT/whole-decode-phases.txt" ;;
 tests)
-    step "whole decode GPU tests" 360 python -m pytest -q -m gpu tests/measure/test_llm_whole.py \
+    step "whole decode GPU tests" 300 python -m pytest -q -m gpu tests/measure/test_llm_whole.py \
         tests/measure/test_llm_fused_rope.py -rA -p no:cacheprovider > "$OUT/whole-decode-gputests.txt" 2>&1
     tail -n 12 "$OUT/whole-decode-gputests.txt" ;;
 loop)
@@ -29,7 +32,7 @@ loop)
         --out "$OUT" > "$OUT/whole-decode-loop.txt" 2>&1
     grep '^{' "$OUT/whole-decode-loop.txt" | tail -n 3 ;;
 run)
-    step "deepgap run 8b fp8 bs1, whole on" 420 env DEEPGAP_DECODE_WHOLE=on python -m deepgap run --workload decode \
+    step "deepgap run 8b fp8 bs1, whole ${RUN_MODE:-on}" 420 env DEEPGAP_DECODE_WHOLE="${RUN_MODE:-on}" python -m deepgap run --workload decode \
         --models llama-3.1-8b --device cuda --input-lens 128 --output-lens 128 --repeats 3 --sweeps 1 \
         --no-thermal-warmup --no-cpu-baseline --engines quant --precisions fp8 --batch-sizes 1 \
         --store "$S/whole-decode.sqlite" > "$OUT/whole-decode-run.txt" 2>&1

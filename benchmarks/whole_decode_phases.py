@@ -9,14 +9,21 @@ GEMV phase's weight bytes give its TB/s, to set beside a plain read of the same 
 runs from program 0's leaving one wait to its leaving the next, so it holds the wait for the slowest program;
 the launch's ms is timed without the timer.
 
+A variant is a mode, or a mode with some of its tiles (`llm_whole_plan.Tiles`) changed: ``l2+lead_kb=128``,
+``on+o=8x4096+down=8x2048`` (fields joined by ``+``; a band × K step as ``BNxBK``). Each variant's hidden row is
+held to the first variant's (relative L2 error, ``rel_vs_first``): a variant whose rows differ is wrong, not
+fast. Session 36 (no GPU) added the L2 lead and wider bands: one program an SM holds only 16 KB of weights in
+flight, and the variants say which way more bytes in flight pays.
+
     python benchmarks/whole_decode_phases.py --model llama-3.1-8b --precision fp8 --modes on,l2,ahead --out OUT
 
-One JSON line per mode (to ``--out``/whole_decode_phases.jsonl) and a table.
+One JSON line per variant (to ``--out``/whole_decode_phases.jsonl) and a table.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -25,6 +32,32 @@ from pathlib import Path
 import torch
 
 PHASES = ("qkv", "attend", "o", "gate_up", "down")
+# session 36's sweep: the modes, the L2 lead at half and twice `LEAD_KB`, bands of 8 where they do not spill
+# (o's and down's; 8-wide pairs do at 16 warps), and the lead with the 8-wide bands and with ``ahead``
+VARIANTS = (
+    "on,l2,ahead,l2+lead_kb=32,l2+lead_kb=128,on+o=8x4096+down=8x2048,l2+o=8x4096+down=8x2048,"
+    "ahead+lead_kb=64"
+)
+
+
+def tiles(variant: str):
+    """A variant's tiles: its mode's (`llm_whole_plan.tiles_for`) with the fields it names changed."""
+    from deepgap.measure import llm_whole_plan
+
+    mode, *fields = variant.split("+")
+    if mode not in llm_whole_plan.MODES or mode == "off":
+        raise SystemExit(f"variant {variant!r}: begin it with a mode of the kernel (on, l2, ahead)")
+    changes = {}
+    for field in fields:
+        name, _, value = field.partition("=")
+        known = {f.name: f.type for f in dataclasses.fields(llm_whole_plan.Tiles)}
+        if name not in known or not value:
+            raise SystemExit(
+                f"variant {variant!r}: {field!r} is not NAME=VALUE of a tile ({', '.join(known)})"
+            )
+        cell = [int(v) for v in value.split("x")]
+        changes[name] = tuple(cell) if len(cell) == 2 else cell[0]
+    return mode, dataclasses.replace(llm_whole_plan.tiles_for(mode), **changes)
 
 
 def _args(m, pos: int):
@@ -66,20 +99,23 @@ def _phases_us(run, layers: int, stamps: int) -> list[float]:
     return [statistics.median(col) for col in zip(*per, strict=True)]
 
 
-def measure(m, mode: str, pos: int, reps: int, stamps: int) -> dict:
-    """One mode's row: the launch's ms and weight TB/s, each phase's µs and TB/s."""
+def measure(m, variant: str, pos: int, reps: int, stamps: int, first: torch.Tensor | None) -> dict:
+    """One variant's row: the launch's ms and weight TB/s, each phase's µs and TB/s; its hidden row apart."""
     from deepgap.measure import llm_fused, llm_whole_plan
 
+    mode, asked = tiles(variant)
     os.environ["DEEPGAP_DECODE_WHOLE"] = mode
     llm_fused.configure(m)
-    step = m.whole_step
+    step = m.whole_step = llm_whole_plan.WholeStep(m, asked)
+    llm_whole_plan.reset_counters()  # a flagged variant before this one leaves its flag
+    torch.manual_seed(0)
     args = _args(m, pos)
 
     def run(times=None):
         return llm_whole_plan.run(*args, step.tiles, times=times)
 
     with torch.inference_mode():
-        run()  # compile, the residency check, the table
+        h = run().float()  # compile, the residency check, the table
         torch.cuda.synchronize()
         ms = _launch_ms(run, reps)
         phases = _phases_us(run, m.shape.layers, stamps)
@@ -91,7 +127,16 @@ def measure(m, mode: str, pos: int, reps: int, stamps: int) -> dict:
         for i, name in enumerate(("qkv", "o", "gate_up", "down"))
     }
     total = sum(t.nbytes for t in step.operands)
-    row = {"mode": mode, "tiles": str(step.tiles), "pos": pos, "launch_ms": round(ms, 4), "flagged": flagged}
+    row = {
+        "mode": variant,
+        "tiles": str(step.tiles),
+        "pos": pos,
+        "launch_ms": round(ms, 4),
+        "flagged": flagged,
+    }
+    ref = h if first is None else first
+    row["rel_vs_first"] = float((h - ref).norm() / ref.norm().clamp_min(1e-30))
+    row["h"] = h  # the next variants' reference (`main` takes it out before the row is written)
     row["weights_tb_s"] = round(total / ms / 1e9, 3)
     for name, us in zip(PHASES, phases, strict=True):
         row[f"{name}_us"] = round(us, 2)
@@ -104,26 +149,34 @@ def main() -> None:  # noqa: D103
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default="llama-3.1-8b")
     p.add_argument("--precision", default="fp8")
-    p.add_argument("--modes", default="on,l2,ahead")
+    p.add_argument("--modes", default=VARIANTS, help="variants: MODE[+FIELD=VALUE...], comma-separated")
     p.add_argument("--pos", type=int, default=128)
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--stamps", type=int, default=10)
     p.add_argument("--out", required=True)
     a = p.parse_args()
+    variants = a.modes.split(",")
+    for v in variants:
+        tiles(v)  # a bad variant stops before the model is built
     from llm_decode_loop import build
 
     m = build(a.model, a.precision)
     m.setup_cache(1, a.pos + 128)
-    rows = [measure(m, mode, a.pos, a.reps, a.stamps) for mode in a.modes.split(",")]
-    with (Path(a.out) / "whole_decode_phases.jsonl").open("a") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
-    print(f"{'mode':8} {'ms':>7} {'TB/s':>6} " + " ".join(f"{n + ' µs':>11}" for n in PHASES))
-    for r in rows:
+    print(
+        f"{'variant':44} {'ms':>7} {'TB/s':>6} " + " ".join(f"{n + ' µs':>11}" for n in PHASES) + "  rel",
+        flush=True,
+    )
+    first = None
+    for variant in variants:  # each row written as it is measured: a timeout keeps the ones before it
+        r = measure(m, variant, a.pos, a.reps, a.stamps, first)
+        first = r.pop("h") if first is None else first
+        r.pop("h", None)
+        with (Path(a.out) / "whole_decode_phases.jsonl").open("a") as f:
+            f.write(json.dumps(r) + "\n")
         cells = " ".join(f"{r[n + '_us']:>11.2f}" for n in PHASES)
-        print(
-            f"{r['mode']:8} {r['launch_ms']:>7.3f} {r['weights_tb_s']:>6.2f} {cells}{'  FLAGGED' * r['flagged']}"
-        )
+        flag = "  FLAGGED" * r["flagged"]
+        line = f"{r['mode']:44} {r['launch_ms']:>7.3f} {r['weights_tb_s']:>6.2f} {cells}  {r['rel_vs_first']:.1e}"
+        print(line + flag, flush=True)
 
 
 if __name__ == "__main__":

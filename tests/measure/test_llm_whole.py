@@ -172,6 +172,8 @@ def test_a_flagged_step_is_refused_not_stored(monkeypatch):
     with pytest.raises(StatusError, match="barrier gave up waiting") as e:
         llm_whole_plan.refuse_if_flagged(whole)
     assert e.value.status.value == "error"
+    llm_whole_plan.reset_counters()  # what whole_decode_phases.py does before its next variant
+    assert not llm_whole_plan.flagged(whole.cache.k)
 
 
 def test_the_switch_and_who_takes_it(monkeypatch):
@@ -186,9 +188,11 @@ def test_the_switch_and_who_takes_it(monkeypatch):
     monkeypatch.setenv("DEEPGAP_DECODE_ROPE", "mix")  # the kernel folds RoPE into qkv: not without it
     assert _tiny(monkeypatch=monkeypatch).whole_step is None
     monkeypatch.delenv("DEEPGAP_DECODE_ROPE")
-    assert _tiny(whole="l2", monkeypatch=monkeypatch).whole_step.tiles.prefetch  # the L2 prefetch (on a GPU)
+    assert (
+        _tiny(whole="l2", monkeypatch=monkeypatch).whole_step.tiles.lead_kb == llm_whole_plan.LEAD_KB
+    )  # the L2 lead (on a GPU)
     model = _tiny(monkeypatch=monkeypatch)
-    assert not model.whole_step.tiles.prefetch
+    assert not model.whole_step.tiles.lead_kb
     x = torch.zeros(1, 1, model.shape.hidden, dtype=torch.bfloat16)
     model.setup_cache(1, 8)
     assert model.whole_step.takes(x, model.cache, torch.tensor([3]))
@@ -248,6 +252,8 @@ def test_a_row_names_the_one_kernel_tiles(monkeypatch):
     """`WholeStep.describe`: what a decode row's ``decode.tiles`` begins with where the step ran in one kernel."""
     said = _tiny("fp8", "ahead", monkeypatch=monkeypatch).whole_step.describe()
     assert said == "one-kernel step: qkv 4x64, o 4x64, gate_up 4x64, down 4x128, 16 warps x 1 an SM ahead; "
+    said = _tiny("fp8", "l2", monkeypatch=monkeypatch).whole_step.describe()
+    assert said.endswith("16 warps x 1 an SM L2 lead 64 KB; ")
 
 
 def test_the_residency_check_compiles_what_the_launch_compiles(monkeypatch):
@@ -288,10 +294,12 @@ def test_tiles_fit_the_shape_and_round_trip():
     t = llm_whole_plan.Tiles().fitted(hidden=4096, ff=14336, heads=32, kv_heads=8, head_dim=128)
     assert t.qkv == (4, 4096) and t.down == (4, 2048) and t.warps == 16 and not t.ahead
     ahead = llm_whole_plan.tiles_for("ahead")
-    assert ahead.ahead and ahead.o == (4, 2048) and not llm_whole_plan.tiles_for("on").prefetch
+    assert ahead.ahead and ahead.o == (4, 2048) and not llm_whole_plan.tiles_for("on").lead_kb
     tiny = llm_whole_plan.Tiles(qkv=(16, 4096)).fitted(hidden=64, ff=128, heads=4, kv_heads=2, head_dim=16)
     assert tiny.qkv == (8, 64) and tiny.down == (4, 128)  # a qkv band within half a head
     assert llm_whole_plan.Tiles.from_list(tiny.as_list()) == tiny
+    led = llm_whole_plan.tiles_for("l2")
+    assert led.lead_kb == 64 and llm_whole_plan.Tiles.from_list(led.as_list()) == led
 
 
 @pytest.mark.gpu

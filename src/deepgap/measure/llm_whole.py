@@ -16,8 +16,16 @@ kernel boundary:
 The barrier is split (`whole_flow.grid_arrive`, then `grid_wait`): a program that has finished a phase counts
 itself in, loads its first weights of the next GEMV phase (which never depend on the barrier), and only then
 waits, so the load's latency overlaps the wait. Each GEMV phase deals its bands of ``BN`` output channels
-round-robin and walks (band, K step) as one loop; with ``AHEAD`` each step's weights are loaded a step early,
-and with ``PREFETCH`` a program asks L2 for its next band of weights before the wait too. The arithmetic is
+round-robin and walks (band, K step) as one loop; with ``AHEAD`` each step's weights are loaded a step early.
+
+With ``LEAD_KB`` each program keeps that many KB of its own coming weights asked of L2
+(``cp.async.bulk.prefetch.L2``, one thread, a band at a time), across the barriers too: its first bands of a
+phase before the wait that starts it (o's before the attention, which reads little of HBM), then a band
+further on as each band starts. Why: one program of 16 warps an SM holds one 16 KB step of weights in
+registers (two with ``AHEAD``), ~2 MB over 132 SMs, while HBM at 4.8 TB/s and ~1 µs under load wants ~5 MB
+in flight (the per-layer GEMVs have several programs an SM). A prefetch takes no register and is not waited
+for, so HBM sees the lead's bytes in flight and the loads that follow hit L2 (at 64 KB: 8.4 MB in all). The
+arithmetic is
 `gemv_fused`'s (`fused_step`, `finish`), the attention `llm_attention`'s (`attend_rows`, `store_chunk`): the
 same sums as the per-layer kernels in the same order. Activations written during the launch are read past L1
 (``.cg``).
@@ -83,7 +91,7 @@ def _gemv_phase(
     pid, G, x_ptr, w_ptr, s_ptr, gamma_ptr, res_ptr, out_ptr, NO, K, eps, cos_ptr, sin_ptr, pos_ptr, k_ptr, v_ptr,
     L, NQ, NKV, bar_ptr, done, times_ptr, NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
     ROPE: tl.constexpr, D: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, AHEAD: tl.constexpr,
-    BARRIER: tl.constexpr, FENCE: tl.constexpr, TIMES: tl.constexpr, ONE: tl.constexpr,
+    BARRIER: tl.constexpr, FENCE: tl.constexpr, TIMES: tl.constexpr, ONE: tl.constexpr, LEAD_KB: tl.constexpr,
 ):  # fmt: skip
     """This program's bands of one fused row GEMV (`gemv_fused.fused_row_kernel`'s arithmetic, REDUCE each step).
 
@@ -93,7 +101,8 @@ def _gemv_phase(
     flight (a program is alone on its SM: no other program's loads cover its wait). ``ONE``: K is one step
     (``BK == K``), so x is the same for every band: read once a phase, normalised once (the root folded into
     it), not once a band as a kernel of one band a program must. ``res_ptr`` may be ``out_ptr`` (the hidden row
-    updated in place: a band reads only its own channels).
+    updated in place: a band reads only its own channels). ``LEAD_KB``: as each band starts, L2 is asked for
+    the band `_lead_bands` further on (`_lead_in` asked for the first ones before the wait).
     """
     PAIRED: tl.constexpr = SWIGLU or ROPE
     steps = K // BK
@@ -101,6 +110,7 @@ def _gemv_phase(
     second = NO
     if ROPE:
         second = D // 2
+    ahead_band = pid + _lead_bands(NO, K, BN, PAIRED, LEAD_KB) * G  # the band asked of L2 as band pid starts
     rk = tl.arange(0, BK)
     acc = tl.zeros((BN,), dtype=tl.float32)
     acc_up = acc
@@ -113,6 +123,9 @@ def _gemv_phase(
             root = tl.rsqrt(tl.sum(xs * xs, axis=0) / K + eps)
             xs = xs * tl.load(gamma_ptr + rk).to(tl.float32) * root
     for t in range(0, total):
+        if LEAD_KB > 0:  # noqa: SIM102 - a constexpr, then a runtime test
+            if t % steps == 0:
+                _prefetch(ahead_band + (t // steps) * G, w_ptr, NO, K, second * PAIRED, BN, D, ROPE)
         if AHEAD:
             nxt = _band(w_ptr, t + 1, steps, pid, G, K, second, rk, t + 1 < total, BN, BK, D, ROPE, PAIRED)
         elif t > 0:
@@ -139,19 +152,39 @@ def _gemv_phase(
 
 
 @triton.jit
-def _prefetch(pid, w_ptr, NO, K, SECOND, BN: tl.constexpr, D: tl.constexpr, ROPE: tl.constexpr,
-              PREFETCH: tl.constexpr):  # fmt: skip
-    """Before a barrier: ask L2 for this program's first band of the next GEMV phase (sm_90; not interpreted).
+def _lead_bands(NO, K, BN: tl.constexpr, PAIRED: tl.constexpr, LEAD_KB: tl.constexpr):
+    """How many of a program's bands of a GEMV phase its L2 prefetch keeps asked for ahead: ``LEAD_KB`` of them.
+
+    At least one; a band is BN rows of K codes (two bands for a pair): 16 KB for o's, 57 KB for down's.
+    """
+    return tl.maximum((LEAD_KB * 1024) // (BN * K * (1 + PAIRED)), 1)
+
+
+@triton.jit
+def _prefetch(band, w_ptr, NO, K, SECOND, BN: tl.constexpr, D: tl.constexpr, ROPE: tl.constexpr):
+    """Ask L2 for band ``band`` of a GEMV phase's weights, where there is one (sm_90; never interpreted).
 
     ``SECOND``: how many rows further the band's pair lies (SwiGLU's up rows: NO; RoPE's other half: D/2), 0
-    for none. The weights do not depend on what the barrier waits for, so their read overlaps the wait.
+    for none. One ``cp.async.bulk.prefetch.L2`` a band, from one thread: no registers, no wait.
     """
-    if PREFETCH:  # noqa: SIM102 - a constexpr, then a runtime test
-        if pid < NO // BN:
-            first = rows_first(pid * BN, D, ROPE)
-            l2_prefetch.prefetch(w_ptr + first * K, BN * K)
-            if SECOND > 0:
-                l2_prefetch.prefetch(w_ptr + (first + SECOND) * K, BN * K)
+    if band < NO // BN:
+        first = rows_first(band * BN, D, ROPE)
+        l2_prefetch.prefetch(w_ptr + first * K, BN * K)
+        if SECOND > 0:
+            l2_prefetch.prefetch(w_ptr + (first + SECOND) * K, BN * K)
+
+
+@triton.jit
+def _lead_in(pid, G, w_ptr, NO, K, SECOND, BN: tl.constexpr, D: tl.constexpr, ROPE: tl.constexpr,
+             LEAD_KB: tl.constexpr):  # fmt: skip
+    """Before a GEMV phase's wait: ask L2 for this program's first bands of it (`_lead_bands`; none at 0 KB).
+
+    The weights do not depend on what the barrier waits for, so HBM reads them across the barrier, and the
+    phase's first loads hit L2; inside the phase `_gemv_phase` keeps the same lead band by band.
+    """
+    if LEAD_KB > 0:
+        for j in range(0, _lead_bands(NO, K, BN, SECOND > 0, LEAD_KB)):
+            _prefetch(pid + j * G, w_ptr, NO, K, SECOND, BN, D, ROPE)
 
 
 @triton.jit
@@ -202,7 +235,7 @@ def whole_decode_kernel(
     D: tl.constexpr, GQ: tl.constexpr, INT8: tl.constexpr, BN_QKV: tl.constexpr, BK_QKV: tl.constexpr,
     BN_O: tl.constexpr, BK_O: tl.constexpr, BN_GU: tl.constexpr, BK_GU: tl.constexpr, BN_DN: tl.constexpr,
     BK_DN: tl.constexpr, AHEAD: tl.constexpr, ONE: tl.constexpr, BL: tl.constexpr, SP: tl.constexpr,
-    BARRIER: tl.constexpr, FENCE: tl.constexpr, PREFETCH: tl.constexpr, DOT_F32: tl.constexpr,
+    BARRIER: tl.constexpr, FENCE: tl.constexpr, LEAD_KB: tl.constexpr, DOT_F32: tl.constexpr,
     PDL: tl.constexpr = False, times_ptr=None, TIMES: tl.constexpr = False,
 ):  # fmt: skip
     """The hidden row ``x (1, H)`` through every layer into ``h`` (module docstring); caches written at ``pos``.
@@ -212,7 +245,8 @@ def whole_decode_kernel(
     launched inside `launch.pdl` (a decode graph's), it waits for the previous kernel before reading anything.
     ``TIMES``: the global timer as program 0 passes each wait (`_wait`), and after the last phase. ``ONE``: the
     GEMV phases whose K is one step (bits 1 qkv, 2 o, 4 gate_up, 8 down; `_gemv_phase`; the host's choice:
-    `llm_whole_plan._one_step`).
+    `llm_whole_plan._one_step`). ``LEAD_KB``: each program keeps that many KB of its weights asked of L2 ahead
+    of its loads (`_lead_in`, `_gemv_phase`; 0: none).
     """
     pdl_enter(PDL)
     pid = tl.program_id(0)
@@ -223,7 +257,10 @@ def whole_decode_kernel(
     pos = tl.load(pos_ptr)
     n_qkv = (NQ + 2 * NKV) * (D // 2)  # RoPE's channel pairs
     done = 0  # phases every program has finished (arrivals of each at the barrier's counter)
-    for layer in range(0, LAYERS):
+    _lead_in(pid, G, _ptr(table_ptr, _QKV, wty), n_qkv, H, D // 2, BN_QKV, D, True, LEAD_KB)
+    # not hoisting what each phase's loops need out of the layer loop: hoisted, all of it was live at once and
+    # 32 layers spilled 348-404 B a thread (sm_90, Triton 3.6; 24-32 B without)
+    for layer in tl.range(0, LAYERS, disable_licm=True):
         row = table_ptr + layer * NF
         src = h_ptr
         if layer == 0:
@@ -234,33 +271,35 @@ def whole_decode_kernel(
         # 1. qkv: the norm and RoPE folded in; q to its row, k and v into the cache
         w, w_s, gamma = _ptr(row, _QKV, wty), _ptr(row, _QKV_S, tl.float32), _ptr(row, _N1, tl.bfloat16)
         _gemv_phase(pid, G, src, w, w_s, gamma, src, q_ptr, n_qkv, H, eps, *rope, bar_ptr, done, times_ptr, True,
-                    False, False, True, D, BN_QKV, BK_QKV, AHEAD, BARRIER, FENCE, TIMES, ONE & 1)  # fmt: skip
+                    False, False, True, D, BN_QKV, BK_QKV, AHEAD, BARRIER, FENCE, TIMES, ONE & 1, LEAD_KB)  # fmt: skip
         done = _arrive(bar_ptr, done, BARRIER)
-        # 2. the attention over the cache, split in chunks, merged by each KV head's last chunk
+        # 2. the attention over the cache, split in chunks, merged by each KV head's last chunk (o's weights
+        # asked of L2 first: the attention reads little of HBM)
+        w, w_s = _ptr(row, _O, wty), _ptr(row, _O_S, tl.float32)
+        _lead_in(pid, G, w, H, NQ * D, 0, BN_O, D, False, LEAD_KB)
         _wait(bar_ptr, G, done, BARRIER, FENCE, times_ptr, TIMES)
         _attention_phase(pid, G, q_ptr, k_ptr, v_ptr, ws_ptr, a_ptr, cnt_ptr, pos, L, scale, NQ, NKV, CHUNK, NCH,
                          GQ, D, BL, SP, DOT_F32)  # fmt: skip
         done = _arrive(bar_ptr, done, BARRIER)
         # 3. o, the residual added: into the hidden row
-        w, w_s = _ptr(row, _O, wty), _ptr(row, _O_S, tl.float32)
-        _prefetch(pid, w, H, NQ * D, 0, BN_O, D, False, PREFETCH)
         _gemv_phase(pid, G, a_ptr, w, w_s, a_ptr, src, h_ptr, H, NQ * D, eps, *rope, bar_ptr, done, times_ptr, False,
-                    False, True, False, D, BN_O, BK_O, AHEAD, BARRIER, FENCE, TIMES, ONE & 2)  # fmt: skip
+                    False, True, False, D, BN_O, BK_O, AHEAD, BARRIER, FENCE, TIMES, ONE & 2, LEAD_KB)  # fmt: skip
         done = _arrive(bar_ptr, done, BARRIER)
         # 4. gate_up, the norm and SwiGLU folded in: the MLP's row
         w, w_s, gamma = _ptr(row, _GU, wty), _ptr(row, _GU_S, tl.float32), _ptr(row, _N2, tl.bfloat16)
-        _prefetch(pid, w, F, H, F, BN_GU, D, False, PREFETCH)
+        _lead_in(pid, G, w, F, H, F, BN_GU, D, False, LEAD_KB)
         _gemv_phase(pid, G, h_ptr, w, w_s, gamma, h_ptr, mid_ptr, F, H, eps, *rope, bar_ptr, done, times_ptr, True,
-                    True, False, False, D, BN_GU, BK_GU, AHEAD, BARRIER, FENCE, TIMES, ONE & 4)  # fmt: skip
+                    True, False, False, D, BN_GU, BK_GU, AHEAD, BARRIER, FENCE, TIMES, ONE & 4, LEAD_KB)  # fmt: skip
         done = _arrive(bar_ptr, done, BARRIER)
         # 5. down, the residual added: the hidden row in place (a band reads and writes only its own channels)
         w, w_s = _ptr(row, _DN, wty), _ptr(row, _DN_S, tl.float32)
-        _prefetch(pid, w, H, F, 0, BN_DN, D, False, PREFETCH)
+        _lead_in(pid, G, w, H, F, 0, BN_DN, D, False, LEAD_KB)
         _gemv_phase(pid, G, mid_ptr, w, w_s, mid_ptr, h_ptr, h_ptr, H, F, eps, *rope, bar_ptr, done, times_ptr,
-                    False, False, True, False, D, BN_DN, BK_DN, AHEAD, BARRIER, FENCE, TIMES, ONE & 8)  # fmt: skip
+                    False, False, True, False, D, BN_DN, BK_DN, AHEAD, BARRIER, FENCE, TIMES, ONE & 8,
+                    LEAD_KB)  # fmt: skip
         done = _arrive(bar_ptr, done, BARRIER)
         if layer + 1 < LAYERS:
-            _prefetch(pid, _ptr(row + NF, _QKV, wty), n_qkv, H, D // 2, BN_QKV, D, True, PREFETCH)
+            _lead_in(pid, G, _ptr(row + NF, _QKV, wty), n_qkv, H, D // 2, BN_QKV, D, True, LEAD_KB)
     if TIMES:  # the last phase's end: every program's last arrival
         _wait(bar_ptr, G, done, BARRIER, FENCE, times_ptr, TIMES)
     # the last to leave puts the counter back to zero: every program has passed every wait (the last phase's

@@ -31,8 +31,9 @@ NOTE = "every layer in one kernel"  # what a batch-1 decode row's attention says
 def mode() -> str:
     """``DEEPGAP_DECODE_WHOLE`` (`MODES`, ``off`` when unset); another value is a usage error.
 
-    ``on``: the whole-step kernel with `DEFAULT_TILES`; ``l2``: with each phase's first band asked of L2 before
-    the barrier that precedes it (`Tiles.prefetch`); ``ahead``: K steps loaded a step ahead (`tiles_for`).
+    ``on``: the whole-step kernel with `DEFAULT_TILES`; ``l2``: each program keeps `LEAD_KB` of its weights
+    asked of L2 ahead of its loads, across the barriers too (`Tiles.lead_kb`); ``ahead``: K steps loaded a step
+    ahead (`tiles_for`).
     """
     return switches.read("DEEPGAP_DECODE_WHOLE")
 
@@ -42,8 +43,8 @@ class Tiles:
     """Each GEMV phase's band (BN output channels) and K step (BK); the launch's warps, stages and programs.
 
     The defaults are the per-layer kernels' tuned one-row tiles on one H200 (session 21: 4 × 4096 bands,
-    reduced each step), one program an SM of 16 warps (sm_90 compile: 128 registers a thread, no spills; at 8
-    warps the attention phase alone took 222 and the kernel 254).
+    reduced each step), one program an SM of 16 warps (sm_90 compile over 32 layers: 128 registers a thread,
+    24-32 B spilled, once a phase; at 8 warps the attention phase alone took 222 and the kernel 254).
     """
 
     qkv: tuple[int, int] = (4, 4096)
@@ -53,7 +54,7 @@ class Tiles:
     warps: int = 16
     ahead: bool = False  # each K step's weights loaded a step ahead (two in flight; at 4096 wide it spills)
     per_sm: int = 1  # at most what fits (`_resident`): 128 registers a thread at 16 warps is one an SM
-    prefetch: bool = False  # L2 prefetch of the next phase's first band before each barrier (sm_90)
+    lead_kb: int = 0  # KB of its coming weights each program keeps asked of L2 (sm_90; `llm_whole`): 0 none
 
     def fitted(self, hidden: int, ff: int, heads: int, kv_heads: int, head_dim: int) -> Tiles:
         """BK halved until it divides the phase's K, BN until it divides its outputs (qkv's: half a head)."""
@@ -71,29 +72,30 @@ class Tiles:
 
     def as_list(self) -> list[int]:
         """The op's flat form (`decode_whole_op`)."""
-        flags = [self.warps, int(self.ahead), self.per_sm, int(self.prefetch)]
+        flags = [self.warps, int(self.ahead), self.per_sm, self.lead_kb]
         return [*self.qkv, *self.o, *self.gate_up, *self.down, *flags]
 
     @classmethod
     def from_list(cls, v: list[int]) -> Tiles:
         """`as_list` read back."""
-        return cls(
-            (v[0], v[1]), (v[2], v[3]), (v[4], v[5]), (v[6], v[7]), v[8], bool(v[9]), v[10], bool(v[11])
-        )
+        return cls((v[0], v[1]), (v[2], v[3]), (v[4], v[5]), (v[6], v[7]), v[8], bool(v[9]), v[10], v[11])
 
 
 DEFAULT_TILES = Tiles()
+# the ``l2`` mode's lead: 132 programs × 64 KB = 8.4 MB asked of L2 at once, a sixth of an H200's 50 MB (o's
+# 16 KB bands four ahead, gate_up's 32 KB pairs two, down's 57 KB bands one)
+LEAD_KB = 64
 
 
 def tiles_for(whole: str) -> Tiles:
-    """The tiles a `mode` asks for: `DEFAULT_TILES`, with the L2 prefetch (``l2``), or K steps loaded ahead.
+    """The tiles a `mode` asks for: `DEFAULT_TILES`, with the L2 lead (``l2``), or K steps loaded ahead.
 
     ``ahead``: 2048-wide K steps, each loaded a step early: the same bytes in flight as one 4096-wide step,
     issued before this step's arithmetic (4096-wide ones loaded ahead spill at 16 warps).
     """
     if whole == "ahead":
         return dataclasses.replace(DEFAULT_TILES, qkv=(4, 2048), o=(4, 2048), gate_up=(4, 2048), ahead=True)
-    return dataclasses.replace(DEFAULT_TILES, prefetch=whole == "l2")
+    return dataclasses.replace(DEFAULT_TILES, lead_kb=LEAD_KB if whole == "l2" else 0)
 
 
 class WholeStep:
@@ -122,7 +124,7 @@ class WholeStep:
         t = self.tiles
         tiles = zip(("qkv", "o", "gate_up", "down"), (t.qkv, t.o, t.gate_up, t.down), strict=True)
         bands = ", ".join(f"{name} {bn}x{bk}" for name, (bn, bk) in tiles)
-        extra = " ahead" * t.ahead + " l2-prefetch" * t.prefetch
+        extra = " ahead" * t.ahead + f" L2 lead {t.lead_kb} KB" * (t.lead_kb > 0)
         return f"one-kernel step: {bands}, {t.warps} warps x {t.per_sm} an SM{extra}; "
 
     def takes(self, x: torch.Tensor, cache, pos) -> bool:
@@ -221,7 +223,7 @@ def run(x, cos, sin, pos, operands, ks, vs, heads: int, eps: float, tiles: Tiles
         BN_O=t.o[0], BK_O=t.o[1], BN_GU=t.gate_up[0], BK_GU=t.gate_up[1], BN_DN=t.down[0], BK_DN=t.down[1],
         AHEAD=t.ahead, ONE=_one_step(t, hidden, heads * d, ff), BL=s.split.block,
         SP=max(2, triton.next_power_of_2(s.split.chunks)), BARRIER=int(cuda), FENCE=cuda,
-        PREFETCH=cuda and t.prefetch, DOT_F32=not cuda, num_warps=t.warps, num_stages=1,
+        LEAD_KB=t.lead_kb if cuda else 0, DOT_F32=not cuda, num_warps=t.warps, num_stages=1,
         **({} if times is None else {"times_ptr": times, "TIMES": True}),
     )  # fmt: skip
     return h
@@ -281,6 +283,17 @@ def flagged(ks: list[torch.Tensor]) -> bool:
     """Whether a wait of a launch over these caches gave up (its programs were not all resident): wrong rows."""
     first = ks[0].data_ptr()
     return any(int(s.counts[-1]) != 0 for key, s in _SCRATCH.items() if first in key[0])
+
+
+def reset_counters() -> None:
+    """Every kept scratch's barrier counters and error flag back to zero.
+
+    For `benchmarks/whole_decode_phases.py`, whose variants share one scratch: a wait that gave up leaves the
+    flag set and may leave the counter short of zero, which the next variant's launch must not inherit.
+    """
+    with torch.inference_mode():  # a scratch made in a step's inference mode is an inference tensor
+        for s in _SCRATCH.values():
+            s.counts.zero_()
 
 
 def refuse_if_flagged(model) -> None:
