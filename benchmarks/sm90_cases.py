@@ -487,7 +487,7 @@ def whole_decode_cases() -> Iterator[Case]:
                 ("int8", llm_whole_plan.tiles_for("ahead"), True, False),
                 ("fp8", base, False, True),
                 # `benchmarks/whole_decode_phases.py`'s other variants: 8-wide o and down bands, ahead with the lead
-                ("fp8", dataclasses.replace(base, o=(8, 4096), down=(8, 2048), lead_kb=64), True, False),
+                ("fp8", dataclasses.replace(base, o=(8, 4096), down=(16, 2048), lead_kb=64), True, False),
                 ("fp8", dataclasses.replace(llm_whole_plan.tiles_for("ahead"), lead_kb=64), True, False)]  # fmt: skip
     for qfmt, t, pdl, timed in variants:
 

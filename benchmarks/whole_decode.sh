@@ -9,8 +9,8 @@
 #           layer at the 8B shape against each phase's reference; two programs an SM refused) and the fused path's
 #   loop  — the bare loop replaying deepgap's own step (llama-3.1-8b fp8, batch 1, PDL on, split KV auto) with
 #           the whole step off, on, with the 64 KB L2 lead (l2), and K steps loaded ahead (ahead)
-#   phases — the kernel alone per variant (whole_decode_phases.VARIANTS: the modes, the lead at 32/128 KB, 8-wide
-#           o and down bands, ahead with the lead): its launch's ms and weight TB/s, each phase's µs and TB/s from
+#   phases — the kernel alone per variant (whole_decode_phases.VARIANTS: the modes, the lead at 32/128 KB, 32 KB
+#           steps in every phase, ahead with the lead): its launch's ms and weight TB/s, each phase's µs and TB/s from
 #           program 0's timer after each barrier, its hidden row against the first's (rel_vs_first)
 #   run   — `deepgap run` of the same with DEEPGAP_DECODE_WHOLE=${RUN_MODE:-on}: the harness against the loop (2%)
 set -uo pipefail

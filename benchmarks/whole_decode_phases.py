@@ -10,7 +10,7 @@ runs from program 0's leaving one wait to its leaving the next, so it holds the 
 the launch's ms is timed without the timer.
 
 A variant is a mode, or a mode with some of its tiles (`llm_whole_plan.Tiles`) changed: ``l2+lead_kb=128``,
-``on+o=8x4096+down=8x2048`` (fields joined by ``+``; a band × K step as ``BNxBK``). Each variant's hidden row is
+``on+o=8x4096+down=16x2048`` (fields joined by ``+``; a band × K step as ``BNxBK``). Each variant's hidden row is
 held to the first variant's (relative L2 error, ``rel_vs_first``): a variant whose rows differ is wrong, not
 fast. Session 36 (no GPU) added the L2 lead and wider bands: one program an SM holds only 16 KB of weights in
 flight, and the variants say which way more bytes in flight pays.
@@ -32,11 +32,12 @@ from pathlib import Path
 import torch
 
 PHASES = ("qkv", "attend", "o", "gate_up", "down")
-# session 36's sweep: the modes, the L2 lead at half and twice `LEAD_KB`, bands of 8 where they do not spill
-# (o's and down's; 8-wide pairs do at 16 warps), and the lead with the 8-wide bands and with ``ahead``
+# session 36's sweep: the modes; the L2 lead at half and twice `LEAD_KB`; every phase's step 32 KB (o's bands
+# 8 × 4096 and down's 16 × 2048, against 16 and 8 KB; qkv's and gate_up's pairs are 32 KB already, and wider ones
+# spill at 16 warps) without and with the lead, and down's at 16 KB; ``ahead`` with the lead
 VARIANTS = (
-    "on,l2,ahead,l2+lead_kb=32,l2+lead_kb=128,on+o=8x4096+down=8x2048,l2+o=8x4096+down=8x2048,"
-    "ahead+lead_kb=64"
+    "on,l2,ahead,l2+lead_kb=32,l2+lead_kb=128,on+o=8x4096+down=16x2048,l2+o=8x4096+down=16x2048,"
+    "l2+o=8x4096+down=8x2048,ahead+lead_kb=64"
 )
 
 

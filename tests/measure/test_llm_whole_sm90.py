@@ -27,7 +27,7 @@ def _compiled(lead_kb: int, bn_o: int = 4):
     sig = POINTERS | dict.fromkeys(SIZES, "i32") | {"eps": "fp32", "scale": "fp32"}
     const = dict(
         D=128, GQ=4, INT8=False, BN_QKV=4, BK_QKV=4096, BN_O=bn_o, BK_O=4096, BN_GU=4, BK_GU=4096, BN_DN=4,
-        BK_DN=2048, AHEAD=False, ONE=6, BL=64, SP=16, BARRIER=1, FENCE=True, LEAD_KB=lead_kb, DOT_F32=False,
+        BK_DN=2048, AHEAD=False, ONE=7, BL=64, SP=16, BARRIER=1, FENCE=True, LEAD_KB=lead_kb, DOT_F32=False,
         PDL=True, TIMES=False,
     )  # fmt: skip
     aligned = (

@@ -26,8 +26,8 @@ def test_every_default_variant_reads_as_its_modes_tiles_changed():
     phases = _script()
     read = dict(phases.tiles(v) for v in phases.VARIANTS.split(",") if "+" not in v)
     assert read == {m: llm_whole_plan.tiles_for(m) for m in ("on", "l2", "ahead")}
-    mode, t = phases.tiles("on+o=8x4096+down=8x2048")
-    assert mode == "on" and t == dataclasses.replace(llm_whole_plan.Tiles(), o=(8, 4096), down=(8, 2048))
+    mode, t = phases.tiles("on+o=8x4096+down=16x2048")
+    assert mode == "on" and t == dataclasses.replace(llm_whole_plan.Tiles(), o=(8, 4096), down=(16, 2048))
     assert phases.tiles("ahead+lead_kb=64")[1] == dataclasses.replace(
         llm_whole_plan.tiles_for("ahead"), lead_kb=64
     )

@@ -21,14 +21,14 @@ round-robin and walks (band, K step) as one loop; with ``AHEAD`` each step's wei
 With ``LEAD_KB`` each program keeps that many KB of its own coming weights asked of L2
 (``cp.async.bulk.prefetch.L2``, one thread, a band at a time), across the barriers too: its first bands of a
 phase before the wait that starts it (o's before the attention, which reads little of HBM), then a band
-further on as each band starts. Why: one program of 16 warps an SM holds one 16 KB step of weights in
-registers (two with ``AHEAD``), ~2 MB over 132 SMs, while HBM at 4.8 TB/s and ~1 µs under load wants ~5 MB
-in flight (the per-layer GEMVs have several programs an SM). A prefetch takes no register and is not waited
-for, so HBM sees the lead's bytes in flight and the loads that follow hit L2 (at 64 KB: 8.4 MB in all). The
-arithmetic is
-`gemv_fused`'s (`fused_step`, `finish`), the attention `llm_attention`'s (`attend_rows`, `store_chunk`): the
-same sums as the per-layer kernels in the same order. Activations written during the launch are read past L1
-(``.cg``).
+further on as each band starts. Why: one program of 16 warps an SM holds one K step of weights in registers,
+8-32 KB (at most 32 without spilling), 1-4 MB over 132 SMs, while HBM at 4.8 TB/s and ~1 µs under load wants
+~5 MB in flight (the per-layer GEMVs have several programs an SM). A prefetch takes no register and is not
+waited for, so HBM sees the lead's bytes in flight and the loads that follow hit L2 (at 64 KB: 8.4 MB in all).
+
+The arithmetic is `gemv_fused`'s (`fused_step`, `finish`), the attention `llm_attention`'s (`attend_rows`,
+`store_chunk`): the same sums as the per-layer kernels in the same order. Activations written during the launch
+are read past L1 (``.cg``).
 
 The layers' weights, scales, norms and caches are found through a device table of pointers (`NF` int64 a
 layer, `llm_whole_plan`), so that nothing is copied. One counter serves every barrier (its target grows by G

@@ -270,12 +270,14 @@ def per_sm_fit(regs: int, shared: int, warps: int) -> int:
 
 
 def _one_step(t: Tiles, hidden: int, attn: int, ff: int) -> int:
-    """The kernel's ``ONE``: a bit for each GEMV phase whose K is one step of its tile (o, gate_up, down).
+    """The kernel's ``ONE``: a bit for each GEMV phase whose K is one step of its tile (qkv, o, gate_up, down).
 
-    Not qkv's: with all three 4096-wide phases so, ptxas spilled 4 B a thread at 16 warps (sm_90, Triton 3.6);
-    with o's and gate_up's, none. qkv's bands then read x a band at a time, as the per-layer kernel does.
+    qkv's too since session 36: session 35 left it out for a 4 B spill, measured on a one-layer compile (no
+    layer loop); over 32 layers, with the loop's hoisting off, it spills less with it than without (sm_90,
+    Triton 3.6: 24 B against 32 under PDL). Without it each of qkv's 32 KB band pairs re-reads and
+    re-normalises x and γ, 16 KB more.
     """
-    ks = ((0, 1), (t.o[1], attn), (t.gate_up[1], hidden), (t.down[1], ff))
+    ks = ((t.qkv[1], hidden), (t.o[1], attn), (t.gate_up[1], hidden), (t.down[1], ff))
     return sum(1 << i for i, (bk, k) in enumerate(ks) if bk == k)
 
 
