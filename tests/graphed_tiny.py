@@ -1,4 +1,8 @@
-"""llama-tiny's compiled CUDA-graph decode in fp8 at batch 1: the GPU tests' logits of one path against another."""
+"""llama-tiny's decode in fp8 at batch 1: the tests' logits of one path against another.
+
+`fp8_graph_logits`: the GPU tests' compiled CUDA-graph steps; `prefill_both`: two decoders (one path and the
+other) prefilled alike, for the CPU tests' steps.
+"""
 
 from __future__ import annotations
 
@@ -28,3 +32,17 @@ def fp8_graph_logits(follow: torch.Tensor | None = None, steps: int = 4):
             out.append(step(tok, 16 + i).float().clone())
             tok = (out[-1] if follow is None else follow[i]).argmax(-1, keepdim=True)
     return torch.stack(out), model
+
+
+def prefill_both(first, second, prompt: int = 6, length: int = 12) -> torch.Tensor:
+    """Both decoders' caches made for one sequence of ``length`` and prefilled with the same ``prompt`` seeded
+    tokens (in inference mode); returns ``second``'s greedy next token, the first step's input for both."""
+    from deepgap.measure.llm_timing import prompts
+
+    ids = prompts(first.shape.vocab, 1, prompt, 0)
+    with torch.inference_mode():
+        for m in (first, second):
+            m.setup_cache(1, length)
+        tok = second.prefill(ids).argmax(-1, keepdim=True)
+        first.prefill(ids)
+    return tok

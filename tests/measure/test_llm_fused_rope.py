@@ -92,10 +92,11 @@ def test_rope_fused_decode_steps_give_the_plain_layers_logits(monkeypatch):
     (a device tensor) that reads the first's k and v from the cache the kernel wrote, against the same weights
     through the plain layers.
     """
+    from graphed_tiny import prefill_both
+
     from deepgap.measure import llm_fused
     from deepgap.measure.decode_config import LINEAR_SWAPS
     from deepgap.measure.llm_steps import make_step
-    from deepgap.measure.llm_timing import prompts
     from deepgap.measure.models.llama_net import build_llama
 
     monkeypatch.setenv("DEEPGAP_DECODE_ROPE", "fused")
@@ -107,12 +108,8 @@ def test_rope_fused_decode_steps_give_the_plain_layers_logits(monkeypatch):
     calls = []
     op = llm_fused.rope_gemv_op
     monkeypatch.setattr(llm_fused, "rope_gemv_op", lambda *a: calls.append(1) or op(*a))
-    ids = prompts(fused.shape.vocab, 1, 6, 0)
+    tok = prefill_both(fused, plain)
     with torch.inference_mode():
-        for m in (fused, plain):
-            m.setup_cache(1, 12)
-        tok = plain.prefill(ids).argmax(-1, keepdim=True)
-        fused.prefill(ids)
         for kind, position in (("eager", 6), ("static", 7)):
             a, b = (make_step(m, kind)(tok, position).float() for m in (fused, plain))
             rel = float((a - b).norm() / b.norm())

@@ -105,7 +105,7 @@ def _synthetic(hidden: int, ff: int, nq: int, nkv: int, d: int, precision: str, 
 def _prefilled(monkeypatch):
     """llama-tiny in fp8 twice, with the whole step and without, both prefilled with 6 seeded tokens; the calls
     of `llm_whole_plan.run` counted. Returns (whole, plain, the next token, calls)."""
-    from deepgap.measure.llm_timing import prompts
+    from graphed_tiny import prefill_both
 
     whole = _tiny(monkeypatch=monkeypatch)
     plain = _tiny(whole="off", monkeypatch=monkeypatch)
@@ -113,13 +113,7 @@ def _prefilled(monkeypatch):
     calls = []
     run = llm_whole_plan.run
     monkeypatch.setattr(llm_whole_plan, "run", lambda *a: calls.append(1) or run(*a))
-    ids = prompts(whole.shape.vocab, 1, 6, 0)
-    with torch.inference_mode():
-        for m in (whole, plain):
-            m.setup_cache(1, 12)
-        tok = plain.prefill(ids).argmax(-1, keepdim=True)
-        whole.prefill(ids)
-    return whole, plain, tok, calls
+    return whole, plain, prefill_both(whole, plain), calls
 
 
 def test_static_steps_give_the_fused_layers_logits(monkeypatch):
