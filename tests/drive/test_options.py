@@ -95,3 +95,38 @@ def test_no_telemetry_beside_a_setting_that_asks_for_samples_is_refused(tmp_path
     with pytest.raises(UsageError, match=f"telemetry = false takes no samples, but {refused} asks") as e:
         load_toml(str(f))
     assert e.value.fix.startswith("drop telemetry = false or")
+
+
+@pytest.mark.parametrize(
+    "flags, lines, cli_refused, file_refused",
+    [
+        (["--thermal-warmup", "--sample-hz", "20"], "thermal_warmup = true\nsample_hz = 20.0",
+         "--thermal-warmup, --sample-hz", "thermal_warmup, sample_hz"),
+        (["--idle-time", "5", "--thermal-window", "3"], "idle_s = 5.0\nthermal_window_s = 3.0",
+         "--idle-time, --thermal-window", "idle_s, thermal_window_s"),
+        (["--idle-time", "0"], "idle_s = 0.0", None, None),
+    ],
+)  # fmt: skip
+def test_the_flags_and_the_config_file_refuse_the_same_settings(
+    tmp_path, flags, lines, cli_refused, file_refused
+):
+    """One rule (`prelude.asks_for_samples`) behind ``--no-telemetry`` and ``telemetry = false``: the same
+    settings refused, in the same order, each in its own spelling."""
+    import argparse
+
+    from deepgap.commands.session_flags import add_session_arguments, read_session_arguments
+
+    p = argparse.ArgumentParser()
+    add_session_arguments(p)
+    f = tmp_path / "sweep.toml"
+    f.write_text(f'models = ["tinycnn"]\ndevice = "cpu"\ntelemetry = false\n{lines}\n')
+    reads = (
+        lambda: read_session_arguments(p.parse_args([*flags, "--no-telemetry"])),
+        lambda: load_toml(str(f)),
+    )
+    for read, refused in zip(reads, (cli_refused, file_refused), strict=True):
+        if refused is None:
+            read()
+            continue
+        with pytest.raises(UsageError, match=f"takes no samples, but {refused} asks for them"):
+            read()

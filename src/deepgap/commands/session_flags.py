@@ -27,7 +27,7 @@ from deepgap.api import DEFAULT_STORE
 from deepgap.core.errors import UsageError
 from deepgap.core.limits import FLOAT_LIMITS
 from deepgap.drive.config import parse_number
-from deepgap.drive.prelude import PreludeSettings
+from deepgap.drive.prelude import PreludeSettings, asks_for_samples
 
 WARMUP_FLAGS = (
     "--thermal-warmup",
@@ -132,10 +132,8 @@ def read_session_arguments(args: argparse.Namespace) -> SessionArgs:
     if on and off:
         raise UsageError("--thermal-warmup and --no-thermal-warmup contradict each other", "pass one of them")
     if getattr(args, "no_telemetry", False):  # what needs telemetry, asked for beside no telemetry
-        wanted = ["--thermal-warmup"] if on else []
-        wanted += [
-            f for f, field in _NUMBERS.items() if field in values and (field != "idle_s" or values[field])
-        ]
+        flags = {field: flag for flag, field in _NUMBERS.items()} | {"thermal_warmup": "--thermal-warmup"}
+        wanted = [flags[k] for k in asks_for_samples(values | {"thermal_warmup": on})]
         if wanted:
             raise UsageError(
                 f"--no-telemetry takes no samples, but {', '.join(wanted)} asks for them",

@@ -26,6 +26,19 @@ if TYPE_CHECKING:
     from deepgap.store import Store
 
 Samples = list[tuple[str, float, dict[str, Any]]]
+# the settings that only mean something with telemetry on (a preset's own are dropped with it, silently)
+SAMPLED = ("thermal_warmup", "idle_s", "thermal_window_s", "thermal_slope_c_per_min", "thermal_timeout_s",
+           "sample_hz", "energy_window_s")  # fmt: skip
+
+
+def asks_for_samples(settings: dict[str, Any]) -> list[str]:
+    """Of ``settings`` (by spec field name), the ones set to something that needs telemetry (`SAMPLED`).
+
+    Why one rule: ``--no-telemetry`` beside such a flag (`deepgap.commands.session_flags`) and ``telemetry =
+    false`` beside such a key in a config file (`deepgap.drive.presets`) are the same contradiction. False, 0
+    and unset ask for nothing (no warm-up, no idle baseline).
+    """
+    return [k for k in SAMPLED if settings.get(k) not in (None, False, 0, 0.0)]
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from typing import Any
 
 from deepgap.core.errors import UsageError
 from deepgap.drive.config import PAPER_BATCHES, SweepSpec
+from deepgap.drive.prelude import asks_for_samples
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -279,15 +280,10 @@ def load_toml(path: str, base: SweepSpec | None = None) -> SweepSpec:
         base = preset(data.pop("preset"))
     # as --no-telemetry beside a flag that asks for samples (`deepgap.commands.session_flags`)
     if data.get("telemetry") is False:
-        wanted = [k for k in _SAMPLED if k in data and data[k] not in (False, 0, 0.0)]
+        wanted = asks_for_samples(data)
         if wanted:
             raise UsageError(
                 f"config file {path!r}: telemetry = false takes no samples, but {', '.join(wanted)} asks for them",
                 f"drop telemetry = false or {', '.join(wanted)}",
             )
     return SweepSpec.from_dict(data, base)
-
-
-# the settings that only mean something with telemetry on (a preset's own are dropped with it, silently)
-_SAMPLED = ("thermal_warmup", "idle_s", "thermal_window_s", "thermal_slope_c_per_min", "thermal_timeout_s",
-            "sample_hz", "energy_window_s")  # fmt: skip
