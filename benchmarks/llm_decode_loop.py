@@ -8,7 +8,8 @@ or =qkv: at batch 1 in the fused qkv GEMV's last programs, `deepgap.measure.llm_
 ``--attention`` times several; split over the cache as DEEPGAP_DECODE_SPLIT_KV says, ``--split-kv`` times
 several, its chunks merged as DEEPGAP_DECODE_COMBINE says, ``--combine`` times several; the fused GEMVs' L2
 prefetch under PDL as DEEPGAP_DECODE_PREFETCH says, ``--prefetch`` times several; a batch-1 step's layers in one
-kernel as DEEPGAP_DECODE_WHOLE says, ``--whole`` times several, `deepgap.measure.llm_whole`); the timing is its own.
+kernel as DEEPGAP_DECODE_WHOLE says, ``--whole`` times several, each a mode or a variant with its tiles changed,
+`deepgap.measure.llm_whole_plan.variant`); the timing is its own.
 Per batch: seeded prompts of ``--input-len`` tokens are prefilled; the decode step (positions as a device
 tensor, the whole cache masked) is compiled and captured as one CUDA graph; then ``--steps`` greedy steps are
 replayed back to back (each step's greedy token, `llm_timing.greedy` as deepgap picks it, is the next step's
@@ -179,7 +180,8 @@ def main() -> None:  # noqa: D103
     ap.add_argument(
         "--whole",
         default=None,
-        help="a batch-1 step's layers in one kernel or not, in turn, e.g. off,on (DEEPGAP_DECODE_WHOLE)",
+        help="a batch-1 step's layers in one kernel or not, in turn, e.g. off,on,l2+lead_kb=128 "
+        "(DEEPGAP_DECODE_WHOLE, or a variant: llm_whole_plan.variant)",
     )
     ap.add_argument(
         "--harness",
@@ -188,6 +190,11 @@ def main() -> None:  # noqa: D103
     )
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
+    for whole in (args.whole or "").split(","):  # a variant it cannot read stops before the model is built
+        if "+" in whole:
+            from deepgap.measure import llm_whole_plan
+
+            llm_whole_plan.variant(whole)
     m = build(args.model, args.precision)
     pdls = args.pdl.split(",") if args.pdl else [os.environ.get("DEEPGAP_DECODE_PDL", "")]
     splits = args.split_kv.split(",") if args.split_kv else [os.environ.get("DEEPGAP_DECODE_SPLIT_KV", "off")]
@@ -207,11 +214,16 @@ def main() -> None:  # noqa: D103
     for mode, split, combine, prefetch, attention, whole, harness in runs:
         os.environ["DEEPGAP_DECODE_PDL"], os.environ["DEEPGAP_DECODE_SPLIT_KV"] = mode, split
         os.environ["DEEPGAP_DECODE_COMBINE"], os.environ["DEEPGAP_DECODE_PREFETCH"] = combine, prefetch
-        os.environ["DEEPGAP_DECODE_ATTENTION"], os.environ["DEEPGAP_DECODE_WHOLE"] = attention, whole
+        os.environ["DEEPGAP_DECODE_ATTENTION"], os.environ["DEEPGAP_DECODE_WHOLE"] = (
+            attention,
+            whole.split("+")[0],
+        )
         if args.precision != "bf16":  # the fused layers read the switch (`llm_fused.configure`)
-            from deepgap.measure import llm_fused
+            from deepgap.measure import llm_fused, llm_whole_plan
 
             llm_fused.configure(m)
+            if "+" in whole and m.whole_step is not None:  # a variant: its tiles, not its mode's
+                m.whole_step = llm_whole_plan.WholeStep(m, llm_whole_plan.variant(whole)[1])
         for b in (int(x) for x in args.batches.split(",")):
             row = {"model": args.model, "precision": args.precision, "input_len": args.input_len}
             # the switches an ablation turns (module docstring), as this process ran
@@ -219,6 +231,7 @@ def main() -> None:  # noqa: D103
                 k: os.environ.get(f"DEEPGAP_DECODE_{k.upper()}", "")
                 for k in ("fused", "rope", "attention", "pdl", "split_kv", "combine", "prefetch", "whole")
             }
+            row["whole_variant"] = whole
             row |= measure(m, b, args.input_len, args.steps, args.profile and b == 1, harness)
             if args.precision != "bf16":  # the tiles this process timed (deepgap's rows say theirs)
                 from deepgap.measure.quant import gemv

@@ -9,11 +9,11 @@ GEMV phase's weight bytes give its TB/s, to set beside a plain read of the same 
 runs from program 0's leaving one wait to its leaving the next, so it holds the wait for the slowest program;
 the launch's ms is timed without the timer.
 
-A variant is a mode, or a mode with some of its tiles (`llm_whole_plan.Tiles`) changed: ``l2+lead_kb=128``,
-``on+o=8x4096+down=16x2048`` (fields joined by ``+``; a band × K step as ``BNxBK``). Each variant's hidden row is
+A variant is a mode, or a mode with some of its tiles changed (`llm_whole_plan.variant`: ``l2+lead_kb=128``,
+``on+o=8x4096+down=16x2048``; `llm_decode_loop.py --whole` takes the same). Each variant's hidden row is
 held to the first variant's (relative L2 error, ``rel_vs_first``): a variant whose rows differ is wrong, not
-fast. Session 36 (no GPU) added the L2 lead and wider bands: one program an SM holds only 16 KB of weights in
-flight, and the variants say which way more bytes in flight pays.
+fast. Session 36 (no GPU) added the L2 lead and wider steps: one program an SM holds only 8-32 KB of weights
+in flight, and the variants say which way more bytes in flight pays.
 
     python benchmarks/whole_decode_phases.py --model llama-3.1-8b --precision fp8 --modes on,l2,ahead --out OUT
 
@@ -23,7 +23,6 @@ One JSON line per variant (to ``--out``/whole_decode_phases.jsonl) and a table.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import statistics
@@ -39,26 +38,6 @@ VARIANTS = (
     "on,l2,ahead,l2+lead_kb=32,l2+lead_kb=128,on+o=8x4096+down=16x2048,l2+o=8x4096+down=16x2048,"
     "l2+o=8x4096+down=8x2048,ahead+lead_kb=64"
 )
-
-
-def tiles(variant: str):
-    """A variant's tiles: its mode's (`llm_whole_plan.tiles_for`) with the fields it names changed."""
-    from deepgap.measure import llm_whole_plan
-
-    mode, *fields = variant.split("+")
-    if mode not in llm_whole_plan.MODES or mode == "off":
-        raise SystemExit(f"variant {variant!r}: begin it with a mode of the kernel (on, l2, ahead)")
-    changes = {}
-    for field in fields:
-        name, _, value = field.partition("=")
-        known = {f.name: f.type for f in dataclasses.fields(llm_whole_plan.Tiles)}
-        if name not in known or not value:
-            raise SystemExit(
-                f"variant {variant!r}: {field!r} is not NAME=VALUE of a tile ({', '.join(known)})"
-            )
-        cell = [int(v) for v in value.split("x")]
-        changes[name] = tuple(cell) if len(cell) == 2 else cell[0]
-    return mode, dataclasses.replace(llm_whole_plan.tiles_for(mode), **changes)
 
 
 def _args(m, pos: int):
@@ -104,7 +83,7 @@ def measure(m, variant: str, pos: int, reps: int, stamps: int, first: torch.Tens
     """One variant's row: the launch's ms and weight TB/s, each phase's µs and TB/s; its hidden row apart."""
     from deepgap.measure import llm_fused, llm_whole_plan
 
-    mode, asked = tiles(variant)
+    mode, asked = llm_whole_plan.variant(variant)
     os.environ["DEEPGAP_DECODE_WHOLE"] = mode
     llm_fused.configure(m)
     step = m.whole_step = llm_whole_plan.WholeStep(m, asked)
@@ -157,8 +136,10 @@ def main() -> None:  # noqa: D103
     p.add_argument("--out", required=True)
     a = p.parse_args()
     variants = a.modes.split(",")
+    from deepgap.measure import llm_whole_plan
+
     for v in variants:
-        tiles(v)  # a bad variant stops before the model is built
+        llm_whole_plan.variant(v)  # a bad variant stops before the model is built
     from llm_decode_loop import build
 
     m = build(a.model, a.precision)

@@ -98,6 +98,32 @@ def tiles_for(whole: str) -> Tiles:
     return dataclasses.replace(DEFAULT_TILES, lead_kb=LEAD_KB if whole == "l2" else 0)
 
 
+def variant(text: str) -> tuple[str, Tiles]:
+    """A benchmark's variant as (mode, tiles): a mode, or a mode with tile fields changed.
+
+    ``l2+lead_kb=128``, ``on+o=8x4096+down=16x2048``: fields joined by ``+``, a band × K step as ``BNxBK``.
+    Why here: `benchmarks/whole_decode_phases.py` and `benchmarks/llm_decode_loop.py` time the same variants,
+    and a GPU call must not find one unreadable. A `UsageError` names what it cannot read.
+    """
+    from deepgap.core.errors import UsageError
+
+    mode, *fields = text.split("+")
+    if mode not in MODES or mode == "off":
+        raise UsageError(f"variant {text!r}: no mode of the one-kernel step", "begin it with on, l2 or ahead")
+    known = [f.name for f in dataclasses.fields(Tiles)]
+    changes: dict[str, object] = {}
+    for field in fields:
+        name, _, value = field.partition("=")
+        cells = value.split("x")
+        if name not in known or not all(c.isdigit() for c in cells) or len(cells) > 2:
+            raise UsageError(
+                f"variant {text!r}: {field!r} is not a tile field's NAME=VALUE",
+                f"name one of {', '.join(known)}",
+            )
+        changes[name] = tuple(int(c) for c in cells) if len(cells) == 2 else int(cells[0])
+    return mode, dataclasses.replace(tiles_for(mode), **changes)
+
+
 class WholeStep:
     """A fused quant decoder's layers as one `llm_whole` launch per one-sequence static step.
 
