@@ -18,26 +18,30 @@ source benchmarks/device_lib.sh
 S=${DEVICE_WORK:-/tmp/deepgap-device}; mkdir -p "$S"
 for what in "${@:-all}"; do case $what in
 all) bash "$0" tests phases ;;  # one device call (≤ 570 s); then loop, then run, a call each
+# all four in one call (≤ 570 s; each step's earlier measured ~20-90 s): the timings first, the tests last
+one) PHASES_S=190 LOOP_S=160 RUN_S=90 TESTS_S=130 WHOLE_MODES=${WHOLE_MODES:-off,on,l2,l2+o=8x4096+down=16x2048} \
+     RUN_MODE=${RUN_MODE:-l2} WHOLE_TESTS=tests/measure/test_llm_whole.py bash "$0" phases loop run tests ;;
 phases)
-    step "whole decode phases" 270 python benchmarks/whole_decode_phases.py --model llama-3.1-8b --precision fp8 \
+    step "whole decode phases" "${PHASES_S:-270}" python benchmarks/whole_decode_phases.py --model llama-3.1-8b --precision fp8 \
         ${PHASE_MODES:+--modes "$PHASE_MODES"} --out "$OUT" > "$OUT/whole-decode-phases.txt" 2>&1
     tail -n 10 "$OUT/whole-decode-phases.txt" ;;
 tests)
-    step "whole decode GPU tests" 300 python -m pytest -q -m gpu tests/measure/test_llm_whole.py \
-        tests/measure/test_llm_fused_rope.py -rA -p no:cacheprovider > "$OUT/whole-decode-gputests.txt" 2>&1
+    step "whole decode GPU tests" "${TESTS_S:-300}" python -m pytest -q -m gpu \
+        ${WHOLE_TESTS:-tests/measure/test_llm_whole.py tests/measure/test_llm_fused_rope.py} -rA -p no:cacheprovider \
+        > "$OUT/whole-decode-gputests.txt" 2>&1
     tail -n 12 "$OUT/whole-decode-gputests.txt" ;;
 loop)
-    step "decode loop whole off/on/l2/ahead" 420 python benchmarks/llm_decode_loop.py --model llama-3.1-8b \
+    step "decode loop whole ${WHOLE_MODES:-off,on,l2,ahead}" "${LOOP_S:-420}" python benchmarks/llm_decode_loop.py --model llama-3.1-8b \
         --precision fp8 --batches 1 --pdl on --split-kv auto --whole "${WHOLE_MODES:-off,on,l2,ahead}" --harness deepgap \
         --out "$OUT" > "$OUT/whole-decode-loop.txt" 2>&1
     grep '^{' "$OUT/whole-decode-loop.txt" | tail -n 3 ;;
 run)
-    step "deepgap run 8b fp8 bs1, whole ${RUN_MODE:-on}" 420 env DEEPGAP_DECODE_WHOLE="${RUN_MODE:-on}" python -m deepgap run --workload decode \
+    step "deepgap run 8b fp8 bs1, whole ${RUN_MODE:-on}" "${RUN_S:-420}" env DEEPGAP_DECODE_WHOLE="${RUN_MODE:-on}" python -m deepgap run --workload decode \
         --models llama-3.1-8b --device cuda --input-lens 128 --output-lens 128 --repeats 3 --sweeps 1 \
         --no-thermal-warmup --no-cpu-baseline --engines quant --precisions fp8 --batch-sizes 1 \
         --store "$S/whole-decode.sqlite" > "$OUT/whole-decode-run.txt" 2>&1
     python -m deepgap export "$S/whole-decode.sqlite" --format csv -o "$OUT/whole-decode-run.csv" >/dev/null 2>&1
     python3 -c "import csv,sys; [print(r['decode_tokens_per_s'], r['pipelined_decode_tokens_per_s'], r['decode_pdl'], \
 r['decode_attention']) for r in csv.DictReader(open(sys.argv[1]))]" "$OUT/whole-decode-run.csv" ;;
-*) echo "unknown step $what (tests, phases, loop, run, all)"; exit 2 ;;
+*) echo "unknown step $what (tests, phases, loop, run, all, one)"; exit 2 ;;
 esac; done

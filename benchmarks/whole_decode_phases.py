@@ -79,6 +79,10 @@ def _phases_us(run, layers: int, stamps: int) -> list[float]:
     return [statistics.median(col) for col in zip(*per, strict=True)]
 
 
+class Flagged(Exception):  # noqa: N818 - what happened, not an error name
+    """A variant's first launch set the error flag (a wait gave up): not timed, since each launch would spin."""
+
+
 def measure(m, variant: str, pos: int, reps: int, stamps: int, first: torch.Tensor | None) -> dict:
     """One variant's row: the launch's ms and weight TB/s, each phase's µs and TB/s; its hidden row apart."""
     from deepgap.measure import llm_fused, llm_whole_plan
@@ -97,6 +101,10 @@ def measure(m, variant: str, pos: int, reps: int, stamps: int, first: torch.Tens
     with torch.inference_mode():
         h = run().float()  # compile, the residency check, the table
         torch.cuda.synchronize()
+        if llm_whole_plan.flagged(
+            m.cache.k
+        ):  # a wait gave up: each launch would spin to the limit at each wait
+            raise Flagged(variant)
         ms = _launch_ms(run, reps)
         phases = _phases_us(run, m.shape.layers, stamps)
     flagged = llm_whole_plan.flagged(m.cache.k)
@@ -150,7 +158,11 @@ def main() -> None:  # noqa: D103
     )
     first = None
     for variant in variants:  # each row written as it is measured: a timeout keeps the ones before it
-        r = measure(m, variant, a.pos, a.reps, a.stamps, first)
+        try:
+            r = measure(m, variant, a.pos, a.reps, a.stamps, first)
+        except Flagged:
+            print(f"{variant:44} FLAGGED: the first launch's grid barrier gave up; not timed", flush=True)
+            continue
         first = r.pop("h") if first is None else first
         r.pop("h", None)
         with (Path(a.out) / "whole_decode_phases.jsonl").open("a") as f:
