@@ -62,7 +62,7 @@ def test_sixteen_warps_fit_the_registers_over_a_runtime_layer_count(lead_kb):
 
     Why: the layer loop's count is a runtime value (32 at 8B), and with Triton hoisting each phase's invariant
     offsets out of it the kernel spilled 348-404 B a thread (session 36); the loop's ``disable_licm`` keeps them
-    inside, 24-32 B. (Compiled with one layer, the loop is gone and nothing spills: what session 35 saw.)
+    inside, 16-24 B. (Compiled with one layer, the loop is gone and nothing spills: what session 35 saw.)
     """
     usage = ptxas_usage(_compiled(lead_kb))
     assert usage["registers"] <= 128 and usage["spill_stores"] <= 64

@@ -125,7 +125,7 @@ def _gemv_phase(
     for t in range(0, total):
         if LEAD_KB > 0:  # noqa: SIM102 - a constexpr, then a runtime test
             if t % steps == 0:
-                _prefetch(ahead_band + (t // steps) * G, w_ptr, NO, K, second * PAIRED, BN, D, ROPE)
+                _prefetch(ahead_band + (t // steps) * G, w_ptr, NO, K, second, BN, D, ROPE, PAIRED)
         if AHEAD:
             nxt = _band(w_ptr, t + 1, steps, pid, G, K, second, rk, t + 1 < total, BN, BK, D, ROPE, PAIRED)
         elif t > 0:
@@ -161,30 +161,28 @@ def _lead_bands(NO, K, BN: tl.constexpr, PAIRED: tl.constexpr, LEAD_KB: tl.const
 
 
 @triton.jit
-def _prefetch(band, w_ptr, NO, K, SECOND, BN: tl.constexpr, D: tl.constexpr, ROPE: tl.constexpr):
+def _prefetch(band, w_ptr, NO, K, second, BN: tl.constexpr, D: tl.constexpr, ROPE: tl.constexpr,
+              PAIRED: tl.constexpr):  # fmt: skip
     """Ask L2 for band ``band`` of a GEMV phase's weights, where there is one (sm_90; never interpreted).
 
-    ``SECOND``: how many rows further the band's pair lies (SwiGLU's up rows: NO; RoPE's other half: D/2), 0
-    for none. One ``cp.async.bulk.prefetch.L2`` a band, from one thread: no registers, no wait.
+    ``PAIRED``: with its pair ``second`` rows further (SwiGLU's up rows: NO; RoPE's other half: D/2). One
+    ``cp.async.bulk.prefetch.L2`` a band, from one thread (`l2_prefetch.band`): no registers, no wait.
     """
     if band < NO // BN:
-        first = rows_first(band * BN, D, ROPE)
-        l2_prefetch.prefetch(w_ptr + first * K, BN * K)
-        if SECOND > 0:
-            l2_prefetch.prefetch(w_ptr + (first + SECOND) * K, BN * K)
+        l2_prefetch.band(w_ptr, rows_first(band * BN, D, ROPE), K, second, BN, PAIRED)
 
 
 @triton.jit
-def _lead_in(pid, G, w_ptr, NO, K, SECOND, BN: tl.constexpr, D: tl.constexpr, ROPE: tl.constexpr,
-             LEAD_KB: tl.constexpr):  # fmt: skip
+def _lead_in(pid, G, w_ptr, NO, K, second, BN: tl.constexpr, D: tl.constexpr, ROPE: tl.constexpr,
+             PAIRED: tl.constexpr, LEAD_KB: tl.constexpr):  # fmt: skip
     """Before a GEMV phase's wait: ask L2 for this program's first bands of it (`_lead_bands`; none at 0 KB).
 
     The weights do not depend on what the barrier waits for, so HBM reads them across the barrier, and the
     phase's first loads hit L2; inside the phase `_gemv_phase` keeps the same lead band by band.
     """
     if LEAD_KB > 0:
-        for j in range(0, _lead_bands(NO, K, BN, SECOND > 0, LEAD_KB)):
-            _prefetch(pid + j * G, w_ptr, NO, K, SECOND, BN, D, ROPE)
+        for j in range(0, _lead_bands(NO, K, BN, PAIRED, LEAD_KB)):
+            _prefetch(pid + j * G, w_ptr, NO, K, second, BN, D, ROPE, PAIRED)
 
 
 @triton.jit
@@ -257,9 +255,9 @@ def whole_decode_kernel(
     pos = tl.load(pos_ptr)
     n_qkv = (NQ + 2 * NKV) * (D // 2)  # RoPE's channel pairs
     done = 0  # phases every program has finished (arrivals of each at the barrier's counter)
-    _lead_in(pid, G, _ptr(table_ptr, _QKV, wty), n_qkv, H, D // 2, BN_QKV, D, True, LEAD_KB)
+    _lead_in(pid, G, _ptr(table_ptr, _QKV, wty), n_qkv, H, D // 2, BN_QKV, D, True, True, LEAD_KB)
     # not hoisting what each phase's loops need out of the layer loop: hoisted, all of it was live at once and
-    # 32 layers spilled 348-404 B a thread (sm_90, Triton 3.6; 24-32 B without)
+    # 32 layers spilled 348-404 B a thread (sm_90, Triton 3.6; 16-24 B without)
     for layer in tl.range(0, LAYERS, disable_licm=True):
         row = table_ptr + layer * NF
         src = h_ptr
@@ -276,7 +274,7 @@ def whole_decode_kernel(
         # 2. the attention over the cache, split in chunks, merged by each KV head's last chunk (o's weights
         # asked of L2 first: the attention reads little of HBM)
         w, w_s = _ptr(row, _O, wty), _ptr(row, _O_S, tl.float32)
-        _lead_in(pid, G, w, H, NQ * D, 0, BN_O, D, False, LEAD_KB)
+        _lead_in(pid, G, w, H, NQ * D, 0, BN_O, D, False, False, LEAD_KB)
         _wait(bar_ptr, G, done, BARRIER, FENCE, times_ptr, TIMES)
         _attention_phase(pid, G, q_ptr, k_ptr, v_ptr, ws_ptr, a_ptr, cnt_ptr, pos, L, scale, NQ, NKV, CHUNK, NCH,
                          GQ, D, BL, SP, DOT_F32)  # fmt: skip
@@ -287,19 +285,19 @@ def whole_decode_kernel(
         done = _arrive(bar_ptr, done, BARRIER)
         # 4. gate_up, the norm and SwiGLU folded in: the MLP's row
         w, w_s, gamma = _ptr(row, _GU, wty), _ptr(row, _GU_S, tl.float32), _ptr(row, _N2, tl.bfloat16)
-        _lead_in(pid, G, w, F, H, F, BN_GU, D, False, LEAD_KB)
+        _lead_in(pid, G, w, F, H, F, BN_GU, D, False, True, LEAD_KB)
         _gemv_phase(pid, G, h_ptr, w, w_s, gamma, h_ptr, mid_ptr, F, H, eps, *rope, bar_ptr, done, times_ptr, True,
                     True, False, False, D, BN_GU, BK_GU, AHEAD, BARRIER, FENCE, TIMES, ONE & 4, LEAD_KB)  # fmt: skip
         done = _arrive(bar_ptr, done, BARRIER)
         # 5. down, the residual added: the hidden row in place (a band reads and writes only its own channels)
         w, w_s = _ptr(row, _DN, wty), _ptr(row, _DN_S, tl.float32)
-        _lead_in(pid, G, w, H, F, 0, BN_DN, D, False, LEAD_KB)
+        _lead_in(pid, G, w, H, F, 0, BN_DN, D, False, False, LEAD_KB)
         _gemv_phase(pid, G, mid_ptr, w, w_s, mid_ptr, h_ptr, h_ptr, H, F, eps, *rope, bar_ptr, done, times_ptr,
                     False, False, True, False, D, BN_DN, BK_DN, AHEAD, BARRIER, FENCE, TIMES, ONE & 8,
                     LEAD_KB)  # fmt: skip
         done = _arrive(bar_ptr, done, BARRIER)
         if layer + 1 < LAYERS:
-            _lead_in(pid, G, _ptr(row + NF, _QKV, wty), n_qkv, H, D // 2, BN_QKV, D, True, LEAD_KB)
+            _lead_in(pid, G, _ptr(row + NF, _QKV, wty), n_qkv, H, D // 2, BN_QKV, D, True, True, LEAD_KB)
     if TIMES:  # the last phase's end: every program's last arrival
         _wait(bar_ptr, G, done, BARRIER, FENCE, times_ptr, TIMES)
     # the last to leave puts the counter back to zero: every program has passed every wait (the last phase's

@@ -44,7 +44,7 @@ class Tiles:
 
     The defaults are the per-layer kernels' tuned one-row tiles on one H200 (session 21: 4 × 4096 bands,
     reduced each step), one program an SM of 16 warps (sm_90 compile over 32 layers: 128 registers a thread,
-    24-32 B spilled, once a phase; at 8 warps the attention phase alone took 222 and the kernel 254).
+    16-24 B spilled, once a phase; at 8 warps the attention phase alone took 222 and the kernel 254).
     """
 
     qkv: tuple[int, int] = (4, 4096)

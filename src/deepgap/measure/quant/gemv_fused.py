@@ -117,11 +117,9 @@ def fused_row_kernel(
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
         if PREFETCH:  # noqa: SIM102 - a constexpr, then a runtime test
-            if tl.program_id(0) < PF_PROGRAMS:  # the band is BN whole rows of K codes (a pair: two bands)
+            if tl.program_id(0) < PF_PROGRAMS:
                 first = rows_first(tl.program_id(0) * BN, D, ROPE)
-                l2_prefetch.prefetch(w_ptr + first * K, BN * K)
-                if SWIGLU or ROPE:
-                    l2_prefetch.prefetch(w_ptr + (first + second) * K, BN * K)
+                l2_prefetch.band(w_ptr, first, K, second, BN, SWIGLU or ROPE)
         w = tl.load(w_ptrs)
         w_up = w
         if SWIGLU or ROPE:

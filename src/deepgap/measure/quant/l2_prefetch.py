@@ -73,3 +73,15 @@ def prefetch(ptr, nbytes):
         is_pure=False,
         pack=1,
     )
+
+
+@triton.jit
+def band(w_ptr, first, K, second, BN: tl.constexpr, PAIRED: tl.constexpr):  # noqa: N803 - Triton's capitals
+    """`prefetch` of a weight band: BN whole rows of K codes from row ``first``, and its pair's (``PAIRED``).
+
+    The pair lies ``second`` rows further (SwiGLU's up rows, RoPE's other half of the head). Shared by
+    `gemv_fused.fused_row_kernel` (its first band under PDL) and `deepgap.measure.llm_whole` (its L2 lead).
+    """
+    prefetch(w_ptr + first * K, BN * K)
+    if PAIRED:
+        prefetch(w_ptr + (first + second) * K, BN * K)
