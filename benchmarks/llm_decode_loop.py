@@ -193,11 +193,11 @@ def main() -> None:  # noqa: D103
     )
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    for whole in (args.whole or "").split(","):  # a variant it cannot read stops before the model is built
-        if "+" in whole:
-            from deepgap.measure import llm_whole_plan
+    wholes = args.whole.split(",") if args.whole else [os.environ.get("DEEPGAP_DECODE_WHOLE", "off")]
+    from deepgap.measure import llm_whole_plan
 
-            llm_whole_plan.variant(whole)
+    # a variant's (mode, tiles); one it cannot read stops before the model is built
+    variants = {w: llm_whole_plan.variant(w) for w in wholes if "+" in w}
     m = build(args.model, args.precision)
     pdls = args.pdl.split(",") if args.pdl else [os.environ.get("DEEPGAP_DECODE_PDL", "")]
     splits = args.split_kv.split(",") if args.split_kv else [os.environ.get("DEEPGAP_DECODE_SPLIT_KV", "off")]
@@ -212,7 +212,6 @@ def main() -> None:  # noqa: D103
         if args.attention
         else [os.environ.get("DEEPGAP_DECODE_ATTENTION", "triton")]
     )
-    wholes = args.whole.split(",") if args.whole else [os.environ.get("DEEPGAP_DECODE_WHOLE", "off")]
     runs = itertools.product(pdls, splits, combines, prefetches, attentions, wholes, args.harness.split(","))
     for mode, split, combine, prefetch, attention, whole, harness in runs:
         os.environ["DEEPGAP_DECODE_PDL"], os.environ["DEEPGAP_DECODE_SPLIT_KV"] = mode, split
@@ -222,11 +221,11 @@ def main() -> None:  # noqa: D103
             whole.split("+")[0],
         )
         if args.precision != "bf16":  # the fused layers read the switch (`llm_fused.configure`)
-            from deepgap.measure import llm_fused, llm_whole_plan
+            from deepgap.measure import llm_fused
 
             llm_fused.configure(m)
-            if "+" in whole and m.whole_step is not None:  # a variant: its tiles, not its mode's
-                m.whole_step = llm_whole_plan.WholeStep(m, llm_whole_plan.variant(whole)[1])
+            if whole in variants and m.whole_step is not None:  # a variant: its tiles, not its mode's
+                m.whole_step = llm_whole_plan.WholeStep(m, variants[whole][1])
         for b in (int(x) for x in args.batches.split(",")):
             row = {"model": args.model, "precision": args.precision, "input_len": args.input_len}
             # the switches an ablation turns (module docstring), as this process ran

@@ -83,14 +83,18 @@ class Flagged(Exception):  # noqa: N818 - what happened, not an error name
     """A variant's first launch set the error flag (a wait gave up): not timed, since each launch would spin."""
 
 
-def measure(m, variant: str, pos: int, reps: int, stamps: int, first: torch.Tensor | None) -> dict:
-    """One variant's row: the launch's ms and weight TB/s, each phase's µs and TB/s; its hidden row apart."""
+def measure(m, variant: str, asked, pos: int, reps: int, stamps: int, first: torch.Tensor | None):
+    """(row, hidden row): the launch's ms and weight TB/s, each phase's µs and TB/s, and the variant's output.
+
+    ``asked``: the variant's (mode, tiles) (`llm_whole_plan.variant`); ``first``: the first variant's output,
+    which this one's is held to (None: this is the first).
+    """
     from deepgap.measure import llm_fused, llm_whole_plan
 
-    mode, asked = llm_whole_plan.variant(variant)
+    mode, tiles = asked
     os.environ["DEEPGAP_DECODE_WHOLE"] = mode
     llm_fused.configure(m)
-    step = m.whole_step = llm_whole_plan.WholeStep(m, asked)
+    step = m.whole_step = llm_whole_plan.WholeStep(m, tiles)
     llm_whole_plan.reset_counters()  # a flagged variant before this one leaves its flag
     torch.manual_seed(0)
     args = _args(m, pos)
@@ -101,9 +105,8 @@ def measure(m, variant: str, pos: int, reps: int, stamps: int, first: torch.Tens
     with torch.inference_mode():
         h = run().float()  # compile, the residency check, the table
         torch.cuda.synchronize()
-        if llm_whole_plan.flagged(
-            m.cache.k
-        ):  # a wait gave up: each launch would spin to the limit at each wait
+        # a wait gave up: each further launch would spin to the limit at every wait
+        if llm_whole_plan.flagged(m.cache.k):
             raise Flagged(variant)
         ms = _launch_ms(run, reps)
         phases = _phases_us(run, m.shape.layers, stamps)
@@ -124,13 +127,12 @@ def measure(m, variant: str, pos: int, reps: int, stamps: int, first: torch.Tens
     }
     ref = h if first is None else first
     row["rel_vs_first"] = float((h - ref).norm() / ref.norm().clamp_min(1e-30))
-    row["h"] = h  # the next variants' reference (`main` takes it out before the row is written)
     row["weights_tb_s"] = round(total / ms / 1e9, 3)
     for name, us in zip(PHASES, phases, strict=True):
         row[f"{name}_us"] = round(us, 2)
         if name in nbytes:
             row[f"{name}_tb_s"] = round(nbytes[name] / us / 1e6, 3)
-    return row
+    return row, h
 
 
 def main() -> None:  # noqa: D103
@@ -146,8 +148,7 @@ def main() -> None:  # noqa: D103
     variants = a.modes.split(",")
     from deepgap.measure import llm_whole_plan
 
-    for v in variants:
-        llm_whole_plan.variant(v)  # a bad variant stops before the model is built
+    asked = {v: llm_whole_plan.variant(v) for v in variants}  # a bad variant stops before the model is built
     from llm_decode_loop import build
 
     m = build(a.model, a.precision)
@@ -159,12 +160,11 @@ def main() -> None:  # noqa: D103
     first = None
     for variant in variants:  # each row written as it is measured: a timeout keeps the ones before it
         try:
-            r = measure(m, variant, a.pos, a.reps, a.stamps, first)
+            r, h = measure(m, variant, asked[variant], a.pos, a.reps, a.stamps, first)
         except Flagged:
             print(f"{variant:44} FLAGGED: the first launch's grid barrier gave up; not timed", flush=True)
             continue
-        first = r.pop("h") if first is None else first
-        r.pop("h", None)
+        first = h if first is None else first
         with (Path(a.out) / "whole_decode_phases.jsonl").open("a") as f:
             f.write(json.dumps(r) + "\n")
         cells = " ".join(f"{r[n + '_us']:>11.2f}" for n in PHASES)
