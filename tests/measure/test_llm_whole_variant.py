@@ -42,6 +42,8 @@ def test_every_default_variant_reads_as_its_modes_tiles_changed():
         ("on+bands=8", "'bands=8' is not a tile field's NAME=VALUE"),
         ("l2+lead_kb=", "NAME=VALUE"),
         ("l2+o=8xwide", "NAME=VALUE"),
+        ("on+o=8", "NAME=VALUE"),  # a band × K step is two numbers
+        ("on+lead_kb=64x2", "NAME=VALUE"),
     ],
 )
 def test_a_variant_it_cannot_read_is_a_usage_error(variant, said):

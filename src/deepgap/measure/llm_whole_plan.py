@@ -115,10 +115,11 @@ def variant(text: str) -> tuple[str, Tiles]:
     for field in fields:
         name, _, value = field.partition("=")
         cells = value.split("x")
-        if name not in known or not all(c.isdigit() for c in cells) or len(cells) > 2:
+        width = 2 if isinstance(getattr(DEFAULT_TILES, name, None), tuple) else 1  # BNxBK, or one number
+        if name not in known or not all(c.isdigit() for c in cells) or len(cells) != width:
             raise UsageError(
                 f"variant {text!r}: {field!r} is not a tile field's NAME=VALUE",
-                f"name one of {', '.join(known)}",
+                f"name one of {', '.join(known)}: a band as BNxBK (o=8x4096), the others a number (lead_kb=64)",
             )
         changes[name] = tuple(int(c) for c in cells) if len(cells) == 2 else int(cells[0])
     return mode, dataclasses.replace(tiles_for(mode), **changes)
