@@ -182,9 +182,8 @@ def test_the_switch_and_who_takes_it(monkeypatch):
     monkeypatch.setenv("DEEPGAP_DECODE_ROPE", "mix")  # the kernel folds RoPE into qkv: not without it
     assert _tiny(monkeypatch=monkeypatch).whole_step is None
     monkeypatch.delenv("DEEPGAP_DECODE_ROPE")
-    assert (
-        _tiny(whole="l2", monkeypatch=monkeypatch).whole_step.tiles.lead_kb == llm_whole_plan.LEAD_KB
-    )  # the L2 lead (on a GPU)
+    led = _tiny(whole="l2", monkeypatch=monkeypatch).whole_step.tiles
+    assert led.lead_kb == llm_whole_plan.LEAD_KB  # the L2 lead (on a GPU)
     model = _tiny(monkeypatch=monkeypatch)
     assert not model.whole_step.tiles.lead_kb
     x = torch.zeros(1, 1, model.shape.hidden, dtype=torch.bfloat16)
