@@ -16,6 +16,29 @@ import sys
 
 from deepgap.cli import main
 
+# `deepgap serve` at its smallest on the CPU (tinycnn, one thread, three batches, a 0.2 s floor): the
+# serving tests' common arguments, each test adding its scenario and store.
+SERVE_SMALL = (
+    "--model",
+    "tinycnn",
+    "--engine",
+    "eager",
+    "--precision",
+    "fp32",
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+    "--batch-sizes",
+    "1,2,4",
+    "--curve-iterations",
+    "5",
+    "--min-queries",
+    "64",
+    "--min-duration",
+    "0.2s",
+)
+
 
 def deepgap_cli(*args: str) -> subprocess.CompletedProcess:
     """Run ``deepgap ARGS`` through :func:`deepgap.cli.main`: exit code (argparse's ``SystemExit`` too),

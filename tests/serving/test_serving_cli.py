@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from clirun import deepgap_cli
+from clirun import SERVE_SMALL, deepgap_cli
 
 from deepgap.serving.run.tenants import tenant_threads
 from deepgap.serving.show.tables import capacity, interference, levels
@@ -19,26 +19,7 @@ from deepgap.store import Store, reading
 
 pytestmark = pytest.mark.slow
 
-SMALL = [
-    "--model",
-    "tinycnn",
-    "--engine",
-    "eager",
-    "--precision",
-    "fp32",
-    "--device",
-    "cpu",
-    "--threads",
-    "1",
-    "--batch-sizes",
-    "1,2,4",
-    "--curve-iterations",
-    "5",
-    "--min-queries",
-    "64",
-    "--min-duration",
-    "0.2s",
-]
+SMALL = SERVE_SMALL
 
 
 @pytest.fixture(scope="module")

@@ -10,32 +10,13 @@ import subprocess
 import sys
 
 import pytest
-from clirun import deepgap_cli
+from clirun import SERVE_SMALL, deepgap_cli
 
 from deepgap.cli import main
 
 pytestmark = pytest.mark.slow
 
-SMALL = [
-    "--model",
-    "tinycnn",
-    "--engine",
-    "eager",
-    "--precision",
-    "fp32",
-    "--device",
-    "cpu",
-    "--threads",
-    "1",
-    "--batch-sizes",
-    "1,2,4",
-    "--curve-iterations",
-    "5",
-    "--min-queries",
-    "64",
-    "--min-duration",
-    "0.2s",
-]
+SMALL = SERVE_SMALL
 
 
 def deepgap(monkeypatch, cwd, *args: str) -> subprocess.CompletedProcess:
