@@ -241,24 +241,9 @@ def test_compare_paper_prints_the_mapping(merged, capsys):
 
 
 def test_plan_across_both_platforms(merged, capsys):
-    assert (
-        main(
-            [
-                "plan",
-                merged["all"],
-                "--qps",
-                "100000",
-                "--slo-p99",
-                "15ms",
-                "--model",
-                "resnet50",
-                "--min-duration",
-                "0.5s",
-                "--json",
-            ]
-        )
-        == 0
-    )
+    plan = ["plan", merged["all"], "--qps", "100000", "--slo-p99", "15ms", "--model", "resnet50"]
+    plan += ["--min-duration", "0.5s"]
+    assert main([*plan, "--json"]) == 0
     rows = {r["platform"]: r for r in json.loads(capsys.readouterr().out)}
     assert set(rows) == {H200, H100}
     for r in rows.values():
@@ -272,16 +257,7 @@ def test_plan_across_both_platforms(merged, capsys):
     assert (
         main(
             [
-                "plan",
-                merged["all"],
-                "--qps",
-                "100000",
-                "--slo-p99",
-                "15ms",
-                "--model",
-                "resnet50",
-                "--min-duration",
-                "0.5s",
+                *plan,
                 "--platforms",
                 "H100",
                 "--precision",  # one curve: the filter and the table are the point (~1.8 CPU-s less)
