@@ -12,7 +12,8 @@
 #   phases — the kernel alone per variant (whole_decode_phases.VARIANTS: the modes, the lead at 32/128 KB, 32 KB
 #           steps in every phase, ahead with the lead): its launch's ms and weight TB/s, each phase's µs and TB/s from
 #           program 0's timer after each barrier, its hidden row against the first's (rel_vs_first)
-#   run   — `deepgap run` of the same with DEEPGAP_DECODE_WHOLE=${RUN_MODE:-on}: the harness against the loop (2%)
+#   run   — `deepgap run` of the same with DEEPGAP_DECODE_WHOLE=${RUN_MODE:-on} (`one`: best, the loop's fastest
+#           mode): the harness against the loop (2%)
 set -uo pipefail
 source benchmarks/device_lib.sh
 S=${DEVICE_WORK:-/tmp/deepgap-device}; mkdir -p "$S"
@@ -20,7 +21,7 @@ for what in "${@:-all}"; do case $what in
 all) bash "$0" tests phases ;;  # one device call (≤ 570 s); then loop, then run, a call each
 # all four in one call (≤ 570 s; each step's earlier measured ~20-90 s): the timings first, the tests last
 one) PHASES_S=190 LOOP_S=160 RUN_S=90 TESTS_S=130 WHOLE_MODES=${WHOLE_MODES:-off,on,l2,l2+o=8x4096+down=16x2048} \
-     RUN_MODE=${RUN_MODE:-l2} WHOLE_TESTS=tests/measure/test_llm_whole.py bash "$0" phases loop run tests ;;
+     RUN_MODE=${RUN_MODE:-best} WHOLE_TESTS=tests/measure/test_llm_whole.py bash "$0" phases loop run tests ;;
 phases)
     step "whole decode phases" "${PHASES_S:-270}" python benchmarks/whole_decode_phases.py --model llama-3.1-8b --precision fp8 \
         ${PHASE_MODES:+--modes "$PHASE_MODES"} --out "$OUT" > "$OUT/whole-decode-phases.txt" 2>&1
@@ -36,6 +37,10 @@ loop)
         --out "$OUT" > "$OUT/whole-decode-loop.txt" 2>&1
     grep '^{' "$OUT/whole-decode-loop.txt" | tail -n 3 ;;
 run)
+    # RUN_MODE=best: the mode (not a variant: the switch takes modes) the loop step timed fastest in this call
+    [ "${RUN_MODE:-on}" = best ] && RUN_MODE=$(python3 -c "import json,sys; rows=[json.loads(l) for l in \
+open(sys.argv[1])]; print(max((r for r in rows if '+' not in r['whole_variant']), key=lambda r: r['decode_tok_s'])\
+['whole_variant'] if rows else 'on')" "$OUT/llm_decode_loop.jsonl" 2>/dev/null || echo on) && echo "run mode: $RUN_MODE"
     step "deepgap run 8b fp8 bs1, whole ${RUN_MODE:-on}" "${RUN_S:-420}" env DEEPGAP_DECODE_WHOLE="${RUN_MODE:-on}" python -m deepgap run --workload decode \
         --models llama-3.1-8b --device cuda --input-lens 128 --output-lens 128 --repeats 3 --sweeps 1 \
         --no-thermal-warmup --no-cpu-baseline --engines quant --precisions fp8 --batch-sizes 1 \
