@@ -23,9 +23,9 @@ cache as written (`attend_written`), without `Attention.mix`'s three small kerne
 ``DEEPGAP_DECODE_ATTENTION=qkv`` (`llm_attention.attention_mode`; off by default: timed slower, session 24) goes one
 step further with RoPE fused: at a device-side position the qkv GEMV's last programs attend too
 (`deepgap.measure.llm_qkv_attention`) and return the attention's row, the attention and combine kernels gone.
-``DEEPGAP_DECODE_WHOLE=on|l2|ahead`` (`llm_whole_plan`; off by default, not yet timed) runs every layer of such
-a step in one persistent kernel instead (`deepgap.measure.llm_whole`), where all of a decoder's layers are fused
-with RoPE.
+``DEEPGAP_DECODE_WHOLE=on|l2|ahead`` (`llm_whole_plan`; off by default: timed 2.7× slower, session 37) runs
+every layer of such a step in one persistent kernel instead (`deepgap.measure.llm_whole`), where all of a
+decoder's layers are fused with RoPE.
 `configure` reads the switches onto the wrapped layers and the model (at `fuse`, and again where a process times
 several).
 """

@@ -1,10 +1,10 @@
 """The host side of the whole-step decode kernel (`deepgap.measure.llm_whole`): when, with what tiles, and its op.
 
-``DEEPGAP_DECODE_WHOLE=on`` (or ``l2``, ``ahead``: `mode`; ``off`` by default: not yet timed on a GPU) gives a quant
-decoder whose every layer is `llm_fused.FusedLayer` with RoPE folded in a `WholeStep` (`llm_fused.configure`);
-its one-sequence steps at a device-side position (the static step a CUDA graph captures) then run every layer
-in one launch, and every other call (the prefill, eager steps at an int position, batches) keeps the
-per-layer path.
+``DEEPGAP_DECODE_WHOLE=on`` (or ``l2``, ``ahead``: `mode`; ``off`` by default: timed 2.7× slower than the
+per-layer step, session 37) gives a quant decoder whose every layer is `llm_fused.FusedLayer` with RoPE folded
+in a `WholeStep` (`llm_fused.configure`); its one-sequence steps at a device-side position (the static step a
+CUDA graph captures) then run every layer in one launch, and every other call (the prefill, eager steps at an
+int position, batches) keeps the per-layer path.
 
 The kernel finds the layers through a table of device pointers, made once per (weights, cache) and kept
 (`_scratch`): building it copies host to device, which a CUDA graph capture cannot do, so the step's warm-up
