@@ -19,18 +19,16 @@ from deepgap.store import Store, reading
 
 pytestmark = pytest.mark.slow
 
-SMALL = SERVE_SMALL
-
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     store = str(tmp_path_factory.mktemp("serve") / "s.sqlite")
     out = {}
     for scenario in ("single-stream", "offline"):
-        p = deepgap_cli("serve", *SMALL, "--scenario", scenario, "--store", store, "--json")
+        p = deepgap_cli("serve", *SERVE_SMALL, "--scenario", scenario, "--store", store, "--json")
         assert p.returncode == 0, p.stderr
         out[scenario] = json.loads(p.stdout.strip().splitlines()[-1])
-    tenants = [a for a in SMALL if a not in ("--model", "tinycnn")]
+    tenants = [a for a in SERVE_SMALL if a not in ("--model", "tinycnn")]
     i = tenants.index("--threads")
     del tenants[i : i + 2]  # tenants share the host's cores by default (tenant_threads)
     p = deepgap_cli(
@@ -128,8 +126,17 @@ def test_max_queries_caps_every_level(tmp_path, scenario):
     import pandas as pd
 
     store, csv = str(tmp_path / "s.sqlite"), str(tmp_path / "s.csv")
-    i = SMALL.index("--min-queries")
-    args = [*SMALL[:i], *SMALL[i + 2 :], "--scenario", scenario, "--max-queries", "24", "--store", store]
+    i = SERVE_SMALL.index("--min-queries")
+    args = [
+        *SERVE_SMALL[:i],
+        *SERVE_SMALL[i + 2 :],
+        "--scenario",
+        scenario,
+        "--max-queries",
+        "24",
+        "--store",
+        store,
+    ]
     p = deepgap_cli("serve", *args, *(["--qps", "200"] if scenario == "server" else []))
     assert p.returncode == 0, p.stderr
     assert deepgap_cli("export", store, "-o", csv).returncode == 0
@@ -172,7 +179,7 @@ def test_trace_arrivals_and_capacity_search_with_real_traffic(tmp_path):
     trace.write_text("\n".join(f"{t:.6f}" for t in times))
     store = str(tmp_path / "t.sqlite")
     p = deepgap_cli(
-        "serve", *SMALL, "--scenario", "server", "--trace", str(trace), "--store", store, "--json"
+        "serve", *SERVE_SMALL, "--scenario", "server", "--trace", str(trace), "--store", store, "--json"
     )
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout.strip().splitlines()[-1])
@@ -185,7 +192,7 @@ def test_trace_arrivals_and_capacity_search_with_real_traffic(tmp_path):
     assert (lv["arrival"].str.contains("trace")).any() and lv["n"].max() >= len(times)
     p = deepgap_cli(
         "serve",
-        *SMALL,
+        *SERVE_SMALL,
         "--scenario",
         "server",
         "--find-capacity",
@@ -228,7 +235,7 @@ def test_trace_arrivals_and_capacity_search_with_real_traffic(tmp_path):
     assert isinstance(cap["capacity_sim_best_verified"], bool) and cap["capacity_host_mean_s"] > 0
     missing = deepgap_cli(
         "serve",
-        *SMALL,
+        *SERVE_SMALL,
         "--scenario",
         "server",
         "--trace",
@@ -303,7 +310,7 @@ def test_interference_figure_renders_extreme_and_missing_cells():
 def test_gpu_measured_capacity_is_near_the_predicted_one(tmp_path):
     """The real-clock bound of test_trace_arrivals_and_capacity_search_with_real_traffic, on the GPU machine:
     contention slows the real server, never the simulator; a measured capacity above 3x the prediction is a bug."""
-    gpu = [a if a != "cpu" else "cuda" for a in SMALL]
+    gpu = [a if a != "cpu" else "cuda" for a in SERVE_SMALL]
     p = deepgap_cli(
         "serve",
         *gpu,

@@ -16,8 +16,6 @@ from deepgap.cli import main
 
 pytestmark = pytest.mark.slow
 
-SMALL = SERVE_SMALL
-
 
 def deepgap(monkeypatch, cwd, *args: str) -> subprocess.CompletedProcess:
     """``deepgap ARGS`` from the folder ``cwd``, through the CLI's main() in this process.
@@ -47,7 +45,7 @@ def test_loadgen_drives_the_same_server(tmp_path, monkeypatch, scenario, extra, 
         monkeypatch,
         str(work),
         "serve",
-        *SMALL,
+        *SERVE_SMALL,
         "--scenario",
         scenario,
         *extra,
@@ -68,7 +66,7 @@ def test_loadgen_drives_the_same_server(tmp_path, monkeypatch, scenario, extra, 
 def test_loadgen_flag_without_the_package_is_exit_2_and_writes_nothing(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "mlperf_loadgen", None)  # import fails as if it were not installed
     store = tmp_path / "never.sqlite"
-    rc = main(["serve", *SMALL, "--scenario", "offline", "--loadgen", "--store", str(store)])
+    rc = main(["serve", *SERVE_SMALL, "--scenario", "offline", "--loadgen", "--store", str(store)])
     err = capsys.readouterr().err
     assert rc == 2 and "LoadGen" in err and "pip install" in err and len(err.strip().splitlines()) == 1, err
     assert not store.exists()
@@ -79,7 +77,7 @@ def test_overloaded_server_reports_overload_and_does_not_crash(tmp_path, monkeyp
         monkeypatch,
         str(tmp_path),
         "serve",
-        *SMALL,
+        *SERVE_SMALL,
         "--scenario",
         "server",
         "--qps",
