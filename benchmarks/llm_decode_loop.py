@@ -17,7 +17,9 @@ input, on the device) between two CUDA events,
 after a timed prefill, five times. decode tokens/s = batch × steps / median window, which is what deepgap's
 pipelined decode figure measures; output tokens/s = batch × (steps + 1) / (median prefill + median window),
 as deepgap's output figure counts a generation. ``--profile`` adds the top kernels of ten replayed steps
-(torch.profiler), where a step's time goes. One JSON line per batch goes to ``--out``/llm_decode_loop.jsonl.
+(torch.profiler), where a step's time goes; ``--timeline`` each kernel's share of the step's critical path
+over ten replays (`deepgap.roofline.timeline`: with PDL the kernels overlap), its trace saved beside. One JSON
+line per batch goes to ``--out``/llm_decode_loop.jsonl.
 
     python benchmarks/llm_decode_loop.py --model llama-3.1-8b --precision fp8 --batches 1 --profile --out OUT
     python benchmarks/llm_decode_loop.py --batches 1,4 --pdl on --split-kv off,auto --out OUT  # the split KV
@@ -107,7 +109,9 @@ def _deepgap_step(m, tok, input_len: int):
     return one, f"deepgap step, PDL {step.pdl}"
 
 
-def measure(m, batch: int, input_len: int, steps: int, profile: bool, harness: str = "own") -> dict:  # noqa: D103
+def measure(  # noqa: D103
+    m, batch: int, input_len: int, steps: int, profile: bool, harness: str = "own", timeline: str = ""
+) -> dict:
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, m.shape.vocab, (batch, input_len), generator=g).cuda()
     m.setup_cache(batch, input_len + steps + 1)  # as deepgap sizes it: the step attends over the whole cache
@@ -146,7 +150,39 @@ def measure(m, batch: int, input_len: int, steps: int, profile: bool, harness: s
             row["top_kernels"] = p.key_averages().table(
                 sort_by="cuda_time_total", row_limit=18, max_name_column_width=70
             )
+        if timeline:
+            row |= _timeline(one, m.shape.layers, timeline)
+        if (
+            os.environ.get("DEEPGAP_DECODE_ATTENTION") == "qkv-split"
+        ):  # a wait that gave up: rows not to trust
+            from deepgap.measure import llm_qkv_split
+
+            row["wait_gave_up"] = llm_qkv_split.flagged(m.shape.kv_heads, ids.device)
     return row
+
+
+def _timeline(one, layers: int, path: str) -> dict:
+    """Ten replayed steps under the profiler: the trace saved to ``path`` and each kernel's critical-path share.
+
+    Why: with PDL the kernels overlap, so the profiler's per-kernel totals overstate each one; what a kernel
+    costs is how far it moves the step's end (`deepgap.roofline.timeline`).
+    """
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as prof
+
+    from deepgap.roofline import timeline, trace
+
+    with prof(activities=[ProfilerActivity.CUDA]) as p:
+        for i in range(10):
+            one(i)
+        torch.cuda.synchronize()
+    p.export_chrome_trace(path)
+    t = timeline.critical_path(trace.gpu_kernels(trace.load_trace(path)), steps=10, layers=layers)
+    return {
+        "timeline_step_us": round(t.step_us, 2),
+        "timeline_us": {s.label: [round(s.cost_us, 2), round(s.dur_us, 2), s.per_step] for s in t.shares},
+        "timeline_table": timeline.table(t),
+    }
 
 
 def main() -> None:  # noqa: D103
@@ -157,6 +193,11 @@ def main() -> None:  # noqa: D103
     ap.add_argument("--input-len", type=int, default=128)
     ap.add_argument("--steps", type=int, default=127)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument(
+        "--timeline",
+        action="store_true",
+        help="each kernel's share of the step's critical path (its trace saved to --out)",
+    )
     ap.add_argument(
         "--pdl", default=None, help="launch modes to time in turn, e.g. off,on (DEEPGAP_DECODE_PDL)"
     )
@@ -234,14 +275,16 @@ def main() -> None:  # noqa: D103
                 for k in ("fused", "rope", "attention", "pdl", "split_kv", "combine", "prefetch", "whole")
             }
             row["whole_variant"] = whole
-            row |= measure(m, b, args.input_len, args.steps, args.profile and b == 1, harness)
+            tag = "-".join(x for x in (mode, split, attention, whole, harness) if x)
+            trace_path = str(Path(args.out) / f"timeline-b{b}-{tag}.json.gz") if args.timeline else ""
+            row |= measure(m, b, args.input_len, args.steps, args.profile and b == 1, harness, trace_path)
             if args.precision != "bf16":  # the tiles this process timed (deepgap's rows say theirs)
                 from deepgap.measure.quant import gemv
 
                 row["tiles"] = gemv.chosen()
-            table = row.pop("top_kernels", None)
+            tables = [row.pop("top_kernels", None), row.pop("timeline_table", None)]
             print(json.dumps(row), flush=True)
-            if table:
+            for table in filter(None, tables):
                 print(table, flush=True)
             with (Path(args.out) / "llm_decode_loop.jsonl").open("a") as f:
                 f.write(json.dumps(row) + "\n")

@@ -215,8 +215,8 @@ def _engine(r: dict) -> str:
     attention = str(r.get("decode_attention") or "")
     if attention.startswith("split"):
         how.append("split KV")
-    elif "qkv GEMV" in attention:  # `llm_attention.QKV_NOTE`
-        how.append("attention in the qkv GEMV")
+    elif "qkv GEMV" in attention:  # `llm_attention.QKV_NOTE` (", split C×P": `llm_qkv_split`)
+        how.append("attention in the qkv GEMV" + (", split" if "split" in attention else ""))
     if "one-kernel step" in attention:  # `llm_attention.WHOLE_NOTE`
         how.append("every layer in one kernel")
     return f"{r['engine']} ({', '.join(how)})" if how else str(r["engine"])

@@ -11,8 +11,9 @@ one tile), walks the cache in blocks up to the position read from the device, an
 `decode_attention` is torch's custom op ``deepgap::decode_attention`` (torch.compile keeps it one call, a CUDA
 graph captures it); on CPU tensors it runs in Triton's interpreter, as the tests do; `reference` is the same
 arithmetic in torch. ``DEEPGAP_DECODE_ATTENTION`` (`attention_mode`): ``triton`` (this kernel, the default),
-``sdpa`` (SDPA, for comparison) or ``qkv`` (a batch-1 fused layer's attention in its qkv GEMV's last programs,
-`deepgap.measure.llm_qkv_attention`; this kernel everywhere else).
+``sdpa`` (SDPA, for comparison), ``qkv`` (a batch-1 fused layer's attention in its qkv GEMV's last programs,
+`deepgap.measure.llm_qkv_attention`; this kernel everywhere else) or ``qkv-split`` (the same, split over the
+cache in programs appended to the GEMV's launch, `deepgap.measure.llm_qkv_split`).
 
 Split KV (flash decoding, ``DEEPGAP_DECODE_SPLIT_KV=auto|on|off``, ``auto`` by default since session 22): at
 batch 1 of Llama-3.1-8B the one pass is 8 programs on 132 SMs. Split, program (sequence, KV head, chunk)
@@ -134,10 +135,15 @@ def describe(model, batch: int, length: int) -> str:
 
     "sdpa", "one pass (mode)" or "split C×P (mode)": C chunks of P positions (`plan` at the model's shape and
     device, the mode ``DEEPGAP_DECODE_SPLIT_KV``); `QKV_NOTE` where a batch-1 step's layers attend in their qkv
-    GEMV (``attends_in_qkv``, `deepgap.measure.llm_fused.FusedLayer`), `WHOLE_NOTE` where its layers run in one
+    GEMV (``attends_in_qkv``, `deepgap.measure.llm_fused.FusedLayer`; with its split where they attend
+    ``qkv-split``, `deepgap.measure.llm_qkv_split`), `WHOLE_NOTE` where its layers run in one
     kernel (``whole_step``).
     """
-    if batch == 1 and any(getattr(layer, "attends_in_qkv", False) for layer in getattr(model, "layers", ())):
+    layers = getattr(model, "layers", ())
+    if batch == 1 and any(getattr(layer, "attends_in_qkv", False) for layer in layers):
+        if any(getattr(layer, "attend", "") == "qkv-split" for layer in layers):
+            s = plan(1, model.shape.kv_heads, length, device_sms(model.embed_tokens.weight.device), "on")
+            return f"{QKV_NOTE}, split {s.chunks}×{s.chunk}"
         return QKV_NOTE
     if batch == 1 and getattr(model, "whole_step", None) is not None:
         return WHOLE_NOTE
@@ -193,6 +199,20 @@ def store_chunk(
     G: tl.constexpr, D: tl.constexpr, SP: tl.constexpr, LAST: tl.constexpr,
 ):  # fmt: skip
     """Chunk ``c``'s partials (none past ``pos``); with ``LAST`` the group's last chunk merges (and `llm_whole`)."""
+    store_partials(out_ptr, m_ptr, l_ptr, bh, c, lo, pos, m_i, l_i, acc, NCH, G, D)
+    if LAST:
+        tl.debug_barrier()  # every thread's partials issued before the count says so
+        if tl.atomic_add(cnt_ptr + bh, 1, sem="acq_rel", scope="gpu") == NCH - 1:
+            for g in tl.static_range(G):
+                merge_row(out_ptr, m_ptr, l_ptr, fin_ptr, bh * G + g, pos, CHUNK, NCH, D, SP)
+            tl.atomic_xchg(cnt_ptr + bh, 0, sem="relaxed", scope="gpu")
+
+
+@triton.jit
+def store_partials(
+    out_ptr, m_ptr, l_ptr, bh, c, lo, pos, m_i, l_i, acc, NCH, G: tl.constexpr, D: tl.constexpr
+):
+    """Chunk ``c`` of group ``bh``: its rows' running max, sum and unnormalised output, unless it starts past pos."""
     rg = tl.arange(0, 16)
     rd = tl.arange(0, D)
     row = (bh * G + rg) * NCH + c  # (sequence, query head, chunk)
@@ -200,12 +220,6 @@ def store_chunk(
     tl.store(m_ptr + row, m_i, mask=ok)
     tl.store(l_ptr + row, l_i, mask=ok)
     tl.store(out_ptr + row[:, None] * D + rd[None, :], acc, mask=ok[:, None])
-    if LAST:
-        tl.debug_barrier()  # every thread's partials issued before the count says so
-        if tl.atomic_add(cnt_ptr + bh, 1, sem="acq_rel", scope="gpu") == NCH - 1:
-            for g in tl.static_range(G):
-                merge_row(out_ptr, m_ptr, l_ptr, fin_ptr, bh * G + g, pos, CHUNK, NCH, D, SP)
-            tl.atomic_xchg(cnt_ptr + bh, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit

@@ -39,6 +39,7 @@ from deepgap.core import switches
 from deepgap.measure import llm_whole_plan
 from deepgap.measure.llm_attention import attention_mode
 from deepgap.measure.llm_qkv_attention import rope_gemv_attend_op
+from deepgap.measure.llm_qkv_split import rope_gemv_attend_split_op
 from deepgap.measure.quant.gemv_fused import fused_gemv_op, rope_gemv_op
 from deepgap.measure.quant.linear import QuantLinear
 
@@ -55,10 +56,11 @@ class FusedLayer(nn.Module):
     """A Llama `Layer` whose one-row calls take the fused path (module docstring).
 
     ``rope``: RoPE and the cache write folded into the qkv GEMV; ``attend``: with ``rope``, at a device-side
-    position the attention too (`attends_in_qkv`).
+    position the attention too (`attends_in_qkv`): ``qkv`` in one program per KV head, ``qkv-split`` split over
+    the cache (`deepgap.measure.llm_qkv_split`); empty: the attention kernel.
     """
 
-    def __init__(self, layer: nn.Module, rope: bool = False, attend: bool = False) -> None:
+    def __init__(self, layer: nn.Module, rope: bool = False, attend: str = "") -> None:
         super().__init__()
         self.layer = layer
         self.rope = rope
@@ -67,7 +69,7 @@ class FusedLayer(nn.Module):
     @property
     def attends_in_qkv(self) -> bool:
         """Whether a one-sequence static step's attention is done by the qkv GEMV (`llm_attention.describe`)."""
-        return self.rope and self.attend
+        return self.rope and bool(self.attend)
 
     def takes_fused(self, x) -> bool:
         """Whether a call on ``x (b, s, width)`` takes the fused path: one row, every projection's fast GEMV."""
@@ -99,12 +101,13 @@ def _projections(layer: nn.Module) -> tuple[QuantLinear, ...]:
     return (a.qkv_proj, a.o_proj, layer.gate_up_proj, layer.down_proj)
 
 
-def _rope_attention(attn: nn.Module, h, norm: nn.Module, angles, cache, pos, attend: bool):
+def _rope_attention(attn: nn.Module, h, norm: nn.Module, angles, cache, pos, attend: str):
     """The attention row of a step whose qkv GEMV does RoPE and writes k and v into the cache (then attends).
 
     A one-sequence step at one position (an int, eager, or a device tensor); the row ``(1, heads · head_dim)``.
-    ``attend``: at a device-side position the GEMV's last programs attend (`rope_gemv_attend_op`); an int
-    position (eager, the reference) keeps the attention over the written positions.
+    ``attend`` (`FusedLayer`): at a device-side position the GEMV's last programs attend (`rope_gemv_attend_op`,
+    or `rope_gemv_attend_split_op` for ``qkv-split``); an int position (eager, the reference) keeps the attention
+    over the written positions.
     """
     at = pos  # eager's int as the device tensor the kernel reads
     if not isinstance(pos, torch.Tensor):
@@ -113,7 +116,7 @@ def _rope_attention(attn: nn.Module, h, norm: nn.Module, angles, cache, pos, att
     gemv = (h, p.weight_t.t(), p.channel_scales(), norm.weight, norm.eps)
     args = (*gemv, *angles, at, cache.k, cache.v, attn.nq)
     if attend and isinstance(pos, torch.Tensor):
-        return rope_gemv_attend_op(*args)
+        return (rope_gemv_attend_split_op if attend == "qkv-split" else rope_gemv_attend_op)(*args)
     q = rope_gemv_op(*args)
     return cache.attend_written(q.view(1, attn.nq, 1, attn.d), pos).reshape(1, -1).contiguous()
 
@@ -153,7 +156,8 @@ def configure(model: nn.Module) -> None:
     Called by `fuse`, and again by a process that times several switches on one model (the bare loop); a
     compiled step sees the change as a new attribute value (a recompile).
     """
-    rope, attend = rope_mode() == "fused", attention_mode() == "qkv"
+    rope, attend = rope_mode() == "fused", attention_mode()
+    attend = attend if attend in ("qkv", "qkv-split") else ""
     layers = list(getattr(model, "layers", ()))
     for layer in layers:
         if isinstance(layer, FusedLayer):

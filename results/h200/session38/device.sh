@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Session 38 (2026-12-05), one H200, issue 51: where a batch-1 8B fp8 decode step's time goes, kernel by kernel,
+# and the attention split in programs appended to the qkv GEMV (DEEPGAP_DECODE_ATTENTION=qkv-split).
+# From the repository root on the device, $OUT set, `.whl/` carried:   bash results/h200/session38/device.sh N
+#   1 — qkv-split's GPU tests; the bare loop replaying deepgap's own step (split KV auto) with PDL on and off,
+#       attention triton and qkv-split, each with `--timeline`: ten steps under the profiler, each kernel's share
+#       of the step's critical path (`deepgap.roofline.timeline`), the traces saved; then the one-kernel step's
+#       GPU tests (session 37 left `ahead` suspect)
+set -uo pipefail
+source benchmarks/device_lib.sh
+case ${1:-} in
+1) nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
+   step "qkv-split GPU tests" 130 python -m pytest -q -m gpu tests/measure/test_llm_qkv_split.py -rA \
+       -p no:cacheprovider > "$OUT/split-gputests-1.txt" 2>&1
+   tail -n 8 "$OUT/split-gputests-1.txt"
+   step "decode loop timeline" 300 python benchmarks/llm_decode_loop.py --model llama-3.1-8b --precision fp8 \
+       --batches 1 --pdl on,off --split-kv auto --attention triton,qkv-split --harness deepgap --timeline \
+       --out "$OUT" > "$OUT/timeline-1.txt" 2>&1
+   grep -v '^{' "$OUT/timeline-1.txt" | grep -v "^ *$" | tail -n 90
+   python3 -c "import json,sys; [print(r['pdl'], r['attention'], r['tpot_ms'], r['decode_tok_s'], r.get('timeline_step_us'), \
+r.get('wait_gave_up', '')) for r in map(json.loads, open(sys.argv[1]))]" "$OUT/llm_decode_loop.jsonl"
+   step "whole decode GPU tests" 120 python -m pytest -q -m gpu tests/measure/test_llm_whole.py -rA \
+       -p no:cacheprovider > "$OUT/whole-gputests-1.txt" 2>&1
+   tail -n 12 "$OUT/whole-gputests-1.txt" ;;
+*) echo "usage: $0 1"; exit 2 ;;
+esac
