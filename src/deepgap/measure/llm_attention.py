@@ -11,9 +11,8 @@ one tile), walks the cache in blocks up to the position read from the device, an
 `decode_attention` is torch's custom op ``deepgap::decode_attention`` (torch.compile keeps it one call, a CUDA
 graph captures it); on CPU tensors it runs in Triton's interpreter, as the tests do; `reference` is the same
 arithmetic in torch. ``DEEPGAP_DECODE_ATTENTION`` (`attention_mode`): ``triton`` (this kernel, the default),
-``sdpa`` (SDPA, for comparison), ``qkv`` (a batch-1 fused layer's attention in its qkv GEMV's last programs,
-`deepgap.measure.llm_qkv_attention`; this kernel everywhere else) or ``qkv-split`` (the same, split over the
-cache in programs appended to the GEMV's launch, `deepgap.measure.llm_qkv_split`).
+``sdpa`` (SDPA, for comparison), ``qkv`` or ``qkv-split`` (a batch-1 fused layer's attention in its qkv GEMV's
+last programs, `llm_qkv_attention`, or split in programs appended to it, `llm_qkv_split`; this kernel elsewhere).
 
 Split KV (flash decoding, ``DEEPGAP_DECODE_SPLIT_KV=auto|on|off``, ``auto`` by default since session 22): at
 batch 1 of Llama-3.1-8B the one pass is 8 programs on 132 SMs. Split, program (sequence, KV head, chunk)
@@ -55,11 +54,9 @@ WHOLE_NOTE = "split in the one-kernel step"  # a batch-1 row's with DEEPGAP_DECO
 
 
 def attention_mode() -> str:
-    """``DEEPGAP_DECODE_ATTENTION`` (`ATTENTION_MODES`, ``triton`` when unset); another value is a usage error.
+    """``DEEPGAP_DECODE_ATTENTION`` (`ATTENTION_MODES`, ``triton`` when unset; the module docstring says each).
 
-    ``qkv`` (off by default: slower on one H200, session 24, 380.6 against 392.0 tokens/s): at batch 1 a
-    fused layer with RoPE in its qkv GEMV (`deepgap.measure.llm_fused`) attends in that GEMV's last programs,
-    this kernel's launch and its combine's gone; every other static step still runs this kernel.
+    Another value is a usage error. ``qkv`` lost on one H200 (session 24, 380.6 against 392.0 tokens/s).
     """
     return switches.read("DEEPGAP_DECODE_ATTENTION")
 
@@ -80,9 +77,8 @@ def plug(model) -> None:
 class Split:
     """How the cache is cut: ``chunks`` programs per (sequence, KV head), each over ``chunk`` positions.
 
-    Without ``combine``, the one-pass kernel (one chunk, normalised in place); with it, the chunks' partials
-    are merged by `combine_kernel`. The cut is over the cache's length, never over ``pos`` (which lives on
-    the device, so that a CUDA graph replays at every position): chunks past ``pos`` exit without a write.
+    Without ``combine``, the one-pass kernel; with it, `combine_kernel` merges the chunks' partials. The cut is
+    over the cache's length, never ``pos`` (on the device: a graph replays at every position).
     """
 
     chunks: int
@@ -104,11 +100,10 @@ def split_mode() -> str:
 
 
 def combine_mode() -> str:
-    """``DEEPGAP_DECODE_COMBINE``: the split's merge in `combine_kernel` (the default) or in its last program.
+    """``DEEPGAP_DECODE_COMBINE``: the split's merge in `combine_kernel` (the default) or ``last-block``.
 
-    Why: the combine kernel is one more launch a layer; ``last-block`` merges in the attention kernel's last
-    program of each (sequence, KV head) instead. Slower on one H200 (session 25, batch 1, deepgap's fp8 step:
-    362.3 against 393.7 tokens/s: the counters and the serial merge cost more than the launch), so off.
+    ``last-block``: the attention kernel's last program of each (sequence, KV head) merges, one launch a layer
+    fewer; slower on one H200 (session 25: 362.3 against 393.7 tokens/s, the counters and serial merge), so off.
     """
     return switches.read("DEEPGAP_DECODE_COMBINE")
 
@@ -116,10 +111,9 @@ def combine_mode() -> str:
 def plan(b: int, nkv: int, length: int, sms: int, mode: str) -> Split:
     """One pass, or the cache split so that b × kv_heads × chunks fills at most one wave of ``sms`` SMs.
 
-    Why: one program per (sequence, KV head) is 8 programs at batch 1 of Llama-3.1-8B, on 132 SMs; each
-    walks its whole cache alone, bound by latency. Split, each walks a chunk, and a combine kernel merges
-    the chunks' softmaxes. ``auto`` splits only where the one pass would fill less than half the SMs;
-    ``on`` wherever a chunk keeps ``MIN_CHUNK`` positions. Shapes only: the same choice at every position.
+    Why: one program per (sequence, KV head) is 8 programs at batch 1 of Llama-3.1-8B on 132 SMs, each bound by
+    latency. ``auto`` splits only where the one pass would fill less than half the SMs; ``on`` wherever a chunk
+    keeps ``MIN_CHUNK`` positions. Shapes only: the same choice at every position.
     """
     programs = b * nkv
     if mode == "off" or (mode == "auto" and 2 * programs > sms) or length < 2 * MIN_CHUNK:
@@ -139,18 +133,17 @@ def describe(model, batch: int, length: int) -> str:
     ``qkv-split``, `deepgap.measure.llm_qkv_split`), `WHOLE_NOTE` where its layers run in one
     kernel (``whole_step``).
     """
-    layers = getattr(model, "layers", ())
+    layers, sms = getattr(model, "layers", ()), device_sms(model.embed_tokens.weight.device)
     if batch == 1 and any(getattr(layer, "attends_in_qkv", False) for layer in layers):
-        if any(getattr(layer, "attend", "") == "qkv-split" for layer in layers):
-            s = plan(1, model.shape.kv_heads, length, device_sms(model.embed_tokens.weight.device), "on")
-            return f"{QKV_NOTE}, split {s.chunks}×{s.chunk}"
-        return QKV_NOTE
+        s = plan(1, model.shape.kv_heads, length, sms, "on")
+        split = any(getattr(layer, "attend", "") == "qkv-split" for layer in layers)
+        return QKV_NOTE + f", split {s.chunks}×{s.chunk}" * split
     if batch == 1 and getattr(model, "whole_step", None) is not None:
         return WHOLE_NOTE
     if model.static_attention is None:
         return "sdpa"
     mode = split_mode()
-    s = plan(batch, model.shape.kv_heads, length, device_sms(model.embed_tokens.weight.device), mode)
+    s = plan(batch, model.shape.kv_heads, length, sms, mode)
     if not s.combine:
         return f"one pass ({mode})"
     last = ", last-block merge" if combine_mode() == "last-block" else ""
@@ -174,10 +167,8 @@ def decode_attention_kernel(
     """``out[bh] = softmax(q[bh] · K[bh, :pos+1]ᵀ · scale) · V[bh, :pos+1]`` for one (sequence, KV head).
 
     ``pos`` is one position for every sequence (``POS_STRIDE`` 0) or the sequence's own (1: continuous batching).
-    With ``SPLIT``, program (bh, c) walks positions ``c·CHUNK ..`` of the ``NCH`` chunks and writes its rows'
-    running max, sum and unnormalised output (fp32) for `combine_kernel` (`store_chunk`). With ``LAST`` too, no
-    combine kernel: each program counts itself done in ``cnt_ptr[bh]`` (acquire-release, after a block
-    barrier), and the last of the NCH merges the rows into ``fin_ptr`` and puts the count back to 0.
+    With ``SPLIT``, program (bh, c) walks chunk c and writes its rows' partials for `combine_kernel`
+    (`store_chunk`); with ``LAST`` too, the last of the NCH to count itself in ``cnt_ptr[bh]`` merges them.
     """
     pdl_enter(PDL)  # launched inside `launch.pdl`: q, K and V are the previous kernels' writes
     bh = tl.program_id(0)
@@ -372,11 +363,9 @@ _COUNTERS: dict[tuple[str, int], torch.Tensor] = {}
 
 
 def counters(n: int, device: torch.device) -> torch.Tensor:
-    """``n`` int32 counts for the last-block merge, zero at rest: made once per (device, n), reset by their users.
+    """``n`` int32 counts, 0 at rest, made once per (device, n) in warm-up, before any capture; users reset them.
 
-    Why kept, not allocated per call: a fresh zeroed buffer in a CUDA graph is a memset node a layer, the launch
-    the merge saves. The last program of each group puts its count back to 0; launches on one stream use it in
-    turn. Made during warm-up, before any capture.
+    Why kept: a fresh zeroed buffer in a CUDA graph is a memset node a layer, the launch the merge saves.
     """
     key = (str(device), n)
     if key not in _COUNTERS:

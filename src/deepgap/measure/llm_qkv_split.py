@@ -181,7 +181,7 @@ def rope_gemv_attend_split(
     out = torch.empty_like(q)
     g, gpu = r.heads // nkv, x.device.type == "cuda"
     launch_row(
-        rope_split_attend_kernel, x, codes, scale, fusion, t, q, more_programs=nkv * split.chunks,
+        rope_split_attend_kernel, x, codes, scale, fusion, t, q, more=nkv * split.chunks,
         cnt_ptr=counts, part_ptr=scratch[: parts * d], m_ptr=scratch[parts * d : parts * (d + 1)],
         l_ptr=scratch[parts * (d + 1) :], attn_ptr=out, sm_scale=1.0 / math.sqrt(d), NG=no // t.bn,
         CHUNK=split.chunk, NCH=split.chunks, G=g, GP=triton.next_power_of_2(g), BL=split.block,

@@ -249,20 +249,12 @@ def checked(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, fusion: F
 
 
 def launch_row(
-    kernel,
-    x,
-    codes,
-    scale,
-    fusion: Fusion,
-    t: gemv.GemvTile,
-    out: torch.Tensor,
-    more_programs: int = 0,
-    **extra,
+    kernel, x, codes, scale, fusion: Fusion, t: gemv.GemvTile, out, more: int = 0, **extra
 ) -> None:
     """``kernel`` over the row's ``width / BN`` programs with `fused_row_kernel`'s arguments, then ``extra``.
 
     ``kernel``: `fused_row_kernel`, or one that runs it first and takes more (`deepgap.measure.llm_qkv_attention`);
-    ``more_programs`` after the GEMV's (`deepgap.measure.llm_qkv_split`'s attention).
+    ``more`` programs after the GEMV's (`deepgap.measure.llm_qkv_split`'s attention).
     """
     k, no = x.shape[1], _programs_width(codes.shape[0], fusion)
     r = fusion.rope
@@ -274,7 +266,7 @@ def launch_row(
     pf = l2_prefetch.programs(x.device, launch.pdl_on(), paired * t.bn * k * codes.element_size(), no // t.bn)
     if r is not None and (r.k.shape[3] // 2) % t.bn:  # a band must stay within one half of a head
         pf = 0
-    launcher(kernel, x.device)[(no // t.bn + more_programs,)](
+    launcher(kernel, x.device)[(no // t.bn + more,)](
         x, codes, scale,
         fusion.gamma if fusion.gamma is not None else scale,
         fusion.residual if fusion.residual is not None else x,
