@@ -22,5 +22,21 @@ r.get('wait_gave_up', '')) for r in map(json.loads, open(sys.argv[1]))]" "$OUT/l
    step "whole decode GPU tests" 120 python -m pytest -q -m gpu tests/measure/test_llm_whole.py -rA \
        -p no:cacheprovider > "$OUT/whole-gputests-1.txt" 2>&1
    tail -n 12 "$OUT/whole-gputests-1.txt" ;;
-*) echo "usage: $0 1"; exit 2 ;;
+# 2 — confirmation: the bare loop (PDL on, split KV auto) with attention triton and ${ATTN:-qkv-split}, then
+#     `deepgap run` (8B fp8, batch 1, 128/128) with each, the harness against the loop (2%)
+2) S=${DEVICE_WORK:-/tmp/deepgap-device}; mkdir -p "$S"
+   step "decode loop triton,${ATTN:-qkv-split}" 200 python benchmarks/llm_decode_loop.py --model llama-3.1-8b \
+       --precision fp8 --batches 1 --pdl on --split-kv auto --attention "triton,${ATTN:-qkv-split}" --harness deepgap \
+       --out "$OUT" > "$OUT/loop-2.txt" 2>&1
+   grep '^{' "$OUT/loop-2.txt" | cut -c1-400
+   for a in ${ATTN:-qkv-split} triton; do
+       step "deepgap run 8b fp8 bs1, attention $a" 150 env DEEPGAP_DECODE_ATTENTION="$a" python -m deepgap run \
+           --workload decode --models llama-3.1-8b --device cuda --input-lens 128 --output-lens 128 --repeats 3 \
+           --sweeps 1 --no-thermal-warmup --no-cpu-baseline --engines quant --precisions fp8 --batch-sizes 1 \
+           --store "$S/run-$a.sqlite" > "$OUT/run-$a-2.txt" 2>&1
+       python -m deepgap export "$S/run-$a.sqlite" --format csv -o "$OUT/run-$a-2.csv" >/dev/null 2>&1
+       python3 -c "import csv,sys; [print(r['decode_tokens_per_s'], r['pipelined_decode_tokens_per_s'], \
+r['decode_pdl'], r['decode_attention']) for r in csv.DictReader(open(sys.argv[1]))]" "$OUT/run-$a-2.csv"
+   done ;;
+*) echo "usage: $0 1|2"; exit 2 ;;
 esac

@@ -93,7 +93,7 @@ def rope_split_attend_kernel(
         if KV_L2:  # noqa: SIM102 - earlier steps' rows (below pos) into L2 while the GEMV runs
             if pos > lo:  # a constexpr, then a runtime test
                 first = (g.to(tl.int64) * L + lo) * D
-                n = (tl.minimum(hi, pos) - lo) * D * 2
+                n = ((tl.minimum(hi, pos) - lo) * D * 2).to(tl.int32)  # the bulk prefetch's size is 32-bit
                 l2_prefetch.prefetch(k_ptr + first, n)
                 l2_prefetch.prefetch(v_ptr + first, n)
         if PDL:
