@@ -205,12 +205,11 @@ def _pdl_modes():
     return (False, True) if torch.cuda.get_device_capability() >= (9, 0) else (False,)
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_on_the_gpu_it_is_the_split_path_in_a_graph_at_every_position():
-    """Llama-3.1-8B's qkv (K 4096, 32/8 heads of 128) over a 256-position cache, one tile for both: captured once
-    in a CUDA graph (with PDL on Hopper, and without), replayed at positions 0, 31, 32, 200, 255; the rows
-    within the attention tests' tolerance of the split path's, k and v bit-equal, the counts at 0 after."""
+def replay_against_split(attend) -> None:
+    """Llama-3.1-8B's qkv (K 4096, 32/8 heads of 128) over a 256-position cache, one tile for both: ``attend`` (an
+    attending qkv GEMV) captured once in a CUDA graph with the split path (with PDL on Hopper, and without),
+    replayed at positions 0, 31, 32, 200, 255; the rows within the attention tests' tolerance of the split
+    path's, k and v bit-equal, the counts at 0 after."""
     from deepgap.measure.quant import launch
 
     x, codes, scale, gamma, angles, (k0, v0) = _operands(128, 32, 8, 4096, 256, "cuda")
@@ -221,14 +220,11 @@ def test_on_the_gpu_it_is_the_split_path_in_a_graph_at_every_position():
     for pdl in _pdl_modes():
         ctx = launch.pdl if pdl else contextlib.nullcontext
         with ctx():  # compiled (the PDL specialization too) and the counters made before the capture
-            (
-                _split_path(x, codes, scale, fusions[0], tile),
-                rope_gemv_attend(x, codes, scale, fusions[1], tile),
-            )
+            _split_path(x, codes, scale, fusions[0], tile), attend(x, codes, scale, fusions[1], tile)
         graph = torch.cuda.CUDAGraph()
         with ctx(), torch.cuda.graph(graph):
             want = _split_path(x, codes, scale, fusions[0], tile)
-            got = rope_gemv_attend(x, codes, scale, fusions[1], tile)
+            got = attend(x, codes, scale, fusions[1], tile)
         for p in (0, 31, 32, 200, 255):
             pos.fill_(p)
             graph.replay()
@@ -240,25 +236,36 @@ def test_on_the_gpu_it_is_the_split_path_in_a_graph_at_every_position():
         assert _counts_at_rest()
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("pdl", ["off", "on"])
-def test_on_the_gpu_the_graphed_step_gives_the_split_paths_logits(monkeypatch, pdl):
-    """llama-tiny in fp8, the compiled and graphed batch-1 step, 4 steps: ``DEEPGAP_DECODE_ATTENTION=qkv`` against
-    ``triton`` (the attention kernel's one pass at this 40-position cache) with ``DEEPGAP_DECODE_PDL`` off and on
-    (on: Hopper only)."""
+def graphed_against_triton(monkeypatch, pdl: str, mode: str):
+    """llama-tiny in fp8, the compiled and graphed batch-1 step, 4 steps, with ``DEEPGAP_DECODE_ATTENTION=mode``
+    against ``triton`` (the attention kernel's one pass at this 40-position cache), ``DEEPGAP_DECODE_PDL=pdl``
+    (on: Hopper only): each step's relative L2 distance below 3%, the counts at 0; the model."""
     if pdl == "on" and torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("PDL needs Hopper")
     from graphed_tiny import fp8_graph_logits
 
     monkeypatch.setenv("DEEPGAP_DECODE_PDL", pdl)
     logits = {}
-    for mode in ("triton", "qkv"):
-        monkeypatch.setenv("DEEPGAP_DECODE_ATTENTION", mode)
-        logits[mode], model = fp8_graph_logits(logits.get("triton"))
-        want = "in the qkv GEMV's last programs" if mode == "qkv" else "one pass (auto)"
-        assert llm_attention.describe(model, 1, 40) == want
+    for attention in ("triton", mode):
+        monkeypatch.setenv("DEEPGAP_DECODE_ATTENTION", attention)
+        logits[attention], model = fp8_graph_logits(logits.get("triton"))
     for i in range(4):
-        a, b = logits["qkv"][i], logits["triton"][i]
+        a, b = logits[mode][i], logits["triton"][i]
         assert float((a - b).norm() / b.norm()) < 0.03, i
     assert _counts_at_rest()
+    return model
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_the_gpu_it_is_the_split_path_in_a_graph_at_every_position():
+    replay_against_split(rope_gemv_attend)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("pdl", ["off", "on"])
+def test_on_the_gpu_the_graphed_step_gives_the_split_paths_logits(monkeypatch, pdl):
+    """`graphed_against_triton` with ``qkv``; the row says where it attends."""
+    model = graphed_against_triton(monkeypatch, pdl, "qkv")
+    assert llm_attention.describe(model, 1, 40) == "in the qkv GEMV's last programs"

@@ -8,12 +8,11 @@ sm_90 code. The GPU tests hold it to the split path in CUDA graphs, with PDL and
 
 from __future__ import annotations
 
-import contextlib
 from types import SimpleNamespace
 
 import pytest
 import torch
-from test_llm_qkv_attention import _operands, _split_path
+from test_llm_qkv_attention import _operands, graphed_against_triton, replay_against_split
 
 from deepgap.measure import llm_attention, llm_qkv_split
 from deepgap.measure.llm_qkv_split import rope_gemv_attend_split
@@ -147,53 +146,14 @@ def test_it_compiles_for_hopper_without_spills(tile):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_on_the_gpu_it_is_the_split_path_in_a_graph_at_every_position():
-    """Llama-3.1-8B's qkv over a 256-position cache, captured once (with PDL on Hopper, and without), replayed at
-    positions 0, 31, 32, 200, 255: rows within the split path's tolerance, k and v bit-equal, counts at 0."""
-    from deepgap.measure.quant import launch
-
-    x, codes, scale, gamma, angles, (k0, v0) = _operands(128, 32, 8, 4096, 256, "cuda")
-    tile = GemvTile(8, 512, 1, 4, 4)
-    pos = torch.zeros(1, dtype=torch.int64, device="cuda")
-    caches = [(k0.clone(), v0.clone()) for _ in range(2)]
-    fusions = [Fusion(gamma, 1e-5, rope=RopeWrite(*angles, pos, k, v, 32)) for k, v in caches]
-    pdls = (False, True) if torch.cuda.get_device_capability() >= (9, 0) else (False,)
-    for pdl in pdls:
-        ctx = launch.pdl if pdl else contextlib.nullcontext
-        with ctx():  # compiled and the counters made before the capture
-            (
-                _split_path(x, codes, scale, fusions[0], tile),
-                rope_gemv_attend_split(x, codes, scale, fusions[1], tile),
-            )
-        graph = torch.cuda.CUDAGraph()
-        with ctx(), torch.cuda.graph(graph):
-            want = _split_path(x, codes, scale, fusions[0], tile)
-            got = rope_gemv_attend_split(x, codes, scale, fusions[1], tile)
-        for p in (0, 31, 32, 200, 255):
-            pos.fill_(p)
-            graph.replay()
-            torch.testing.assert_close(
-                got.float(), want.float(), rtol=2e-2, atol=2e-2, msg=f"pdl {pdl}, pos {p}"
-            )
-            assert torch.equal(caches[0][0], caches[1][0]) and torch.equal(caches[0][1], caches[1][1])
-        torch.cuda.synchronize()
-        assert _at_rest() and not llm_qkv_split.flagged(8, x.device)
+    """`replay_against_split` (8B's qkv over 256 positions, graphs with PDL and without); the flag never set."""
+    replay_against_split(rope_gemv_attend_split)
+    assert not llm_qkv_split.flagged(8, torch.device("cuda"))
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("pdl", ["off", "on"])
 def test_on_the_gpu_the_graphed_step_gives_the_split_paths_logits(monkeypatch, pdl):
-    """llama-tiny in fp8, the compiled and graphed batch-1 step, 4 steps: ``qkv-split`` against ``triton``."""
-    if pdl == "on" and torch.cuda.get_device_capability() < (9, 0):
-        pytest.skip("PDL needs Hopper")
-    from graphed_tiny import fp8_graph_logits
-
-    monkeypatch.setenv("DEEPGAP_DECODE_PDL", pdl)
-    logits = {}
-    for mode in ("triton", "qkv-split"):
-        monkeypatch.setenv("DEEPGAP_DECODE_ATTENTION", mode)
-        logits[mode], _ = fp8_graph_logits(logits.get("triton"))
-    for i in range(4):
-        a, b = logits["qkv-split"][i], logits["triton"][i]
-        assert float((a - b).norm() / b.norm()) < 0.03, i
-    assert _at_rest()
+    """`graphed_against_triton` with ``qkv-split``: llama-tiny's graphed step, 4 steps, within 3% of the kernel's."""
+    graphed_against_triton(monkeypatch, pdl, "qkv-split")

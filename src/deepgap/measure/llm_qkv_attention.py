@@ -110,18 +110,10 @@ def rope_gemv_attend(
     Returns the attention's rows ``(1, heads · head_dim)`` bf16 over the cache ``0..pos`` (the step's own k
     and v included), where `gemv_fused.fused_gemv` returns q.
     """
-    r = fusion.rope
-    check(
-        r is not None and not fusion.swiglu and fusion.residual is None,
-        "attention in the qkv GEMV: RoPE only",
-    )
-    no = checked(x, codes, scale, fusion)
+    no, r = attend_operands(x, codes, scale, fusion)
     nkv, d = r.k.shape[1], r.k.shape[3]
-    rows = llm_attention.ROWS
-    check(r.heads % nkv == 0 and r.heads // nkv <= rows, f"{r.heads} query heads: ≤ {rows} per KV head")
-    llm_attention.check_head_dim(d)
     counts = llm_attention.counters(nkv, x.device)  # before any tuning or capture (made once, kept at 0)
-    t = within_heads((tile or _tuned(x, codes, scale, fusion)).fit(x.shape[1], no), d)
+    t = within_heads((tile or tuned(rope_gemv_attend, x, codes, scale, fusion, True)).fit(x.shape[1], no), d)
     q = torch.empty((1, r.heads * d), dtype=torch.bfloat16, device=x.device)
     out = torch.empty_like(q)
     launch_row(
@@ -131,14 +123,30 @@ def rope_gemv_attend(
     return out
 
 
-def _tuned(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, fusion: Fusion) -> gemv.GemvTile:
-    """The fastest of `FUSED_TILES` with the attention's tail (`gemv.fastest`; its own key, not RoPE's)."""
+def attend_operands(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, fusion: Fusion):
+    """`gemv_fused.checked`, and a RoPE-only fusion whose groups fit the attention's tile; (programs' width, rope)."""
+    r = fusion.rope
+    check(
+        r is not None and not fusion.swiglu and fusion.residual is None,
+        "attention in the qkv GEMV: RoPE only",
+    )
+    no = checked(x, codes, scale, fusion)
+    nkv, rows = r.k.shape[1], llm_attention.ROWS
+    check(r.heads % nkv == 0 and r.heads // nkv <= rows, f"{r.heads} query heads: ≤ {rows} per KV head")
+    llm_attention.check_head_dim(r.k.shape[3])
+    return no, r
+
+
+def tuned(
+    run, x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, fusion: Fusion, tag
+) -> gemv.GemvTile:
+    """The fastest of `FUSED_TILES` for ``run`` with its attention (`gemv.fastest`; keyed by ``tag``, not RoPE's)."""
     k, n, d = x.shape[1], codes.shape[0], fusion.rope.k.shape[3]
     return gemv.fastest(
-        ("fused", (*fusion.key(), True), k, n, str(x.device)),
+        ("fused", (*fusion.key(), tag), k, n, str(x.device)),
         x.device,
         (within_heads(c.fit(k, n // 2), d) for c in FUSED_TILES),
-        lambda t: rope_gemv_attend(x, codes, scale, fusion, t),
+        lambda t: run(x, codes, scale, fusion, t),
         decode=True,
     )
 

@@ -44,17 +44,14 @@ import triton.language as tl
 
 from deepgap.measure import llm_attention
 from deepgap.measure.llm_attention import attend_rows, store_partials
-from deepgap.measure.llm_qkv_attention import TAIL_STAGES, kv_group, within_heads
+from deepgap.measure.llm_qkv_attention import TAIL_STAGES, attend_operands, kv_group, tuned, within_heads
 from deepgap.measure.quant import gemv, l2_prefetch
 from deepgap.measure.quant.gemv_fused import (
-    FUSED_TILES,
     Fusion,
-    checked,
     fused_row_kernel,
     launch_row,
     rope_op,
 )
-from deepgap.measure.quant.launch import check
 from deepgap.measure.quant.whole_flow import wait_count
 
 
@@ -162,18 +159,11 @@ def rope_gemv_attend_split(
 
     The cache is split as `llm_attention.plan` splits it at batch 1 with ``on`` (one chunk where it is too short).
     """
-    r = fusion.rope
-    check(
-        r is not None and not fusion.swiglu and fusion.residual is None,
-        "attention in the qkv GEMV: RoPE only",
-    )
-    no = checked(x, codes, scale, fusion)
+    no, r = attend_operands(x, codes, scale, fusion)
     nkv, length, d = r.k.shape[1], r.k.shape[2], r.k.shape[3]
-    rows = llm_attention.ROWS
-    check(r.heads % nkv == 0 and r.heads // nkv <= rows, f"{r.heads} query heads: ≤ {rows} per KV head")
-    llm_attention.check_head_dim(d)
     counts = counters(nkv, x.device)  # before any tuning or capture (made once, kept at 0)
-    t = within_heads((tile or _tuned(x, codes, scale, fusion)).fit(x.shape[1], no), d)
+    t = tile or tuned(rope_gemv_attend_split, x, codes, scale, fusion, "split")
+    t = within_heads(t.fit(x.shape[1], no), d)
     split = llm_attention.plan(1, nkv, length, llm_attention.device_sms(x.device), "on")
     parts = r.heads * split.chunks
     scratch = llm_attention.workspace(parts * (d + 2), x.device)
@@ -189,18 +179,6 @@ def rope_gemv_attend_split(
         KV_L2=gpu and torch.cuda.get_device_capability(x.device) >= (9, 0), DOT_F32=not gpu,
     )  # fmt: skip
     return out
-
-
-def _tuned(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, fusion: Fusion) -> gemv.GemvTile:
-    """The fastest of `FUSED_TILES` with the split attention's programs (`gemv.fastest`; a key of its own)."""
-    k, n, d = x.shape[1], codes.shape[0], fusion.rope.k.shape[3]
-    return gemv.fastest(
-        ("fused", (*fusion.key(), "split"), k, n, str(x.device)),
-        x.device,
-        (within_heads(c.fit(k, n // 2), d) for c in FUSED_TILES),
-        lambda t: rope_gemv_attend_split(x, codes, scale, fusion, t),
-        decode=True,
-    )
 
 
 rope_gemv_attend_split_op = rope_op(
