@@ -61,9 +61,11 @@ def _check_phases(
     q_want = reference(x, qkv, qkv_s, Fusion(n1, eps, rope=RopeWrite(cos, sin, at, kw, vw, nq)))
     assert _close(q[None], q_want) and _close(k, kw) and _close(v, vw)
     assert k[0, :, pos].abs().sum() > 0 and torch.equal(k[0, :, :pos], k0[0, :, :pos])  # only row pos written
-    # on a GPU the softmax's weights meet V in bf16 (the tensor cores' dot), as the split attention kernel's do
     a_want = llm_attention.reference(q.view(1, nq, 1, d), k, v, pos).reshape(1, -1)
-    assert _close(a[None], a_want, 1 if device == "cpu" else 2)
+    if device == "cpu":
+        assert _close(a[None], a_want)
+    else:  # the softmax's weights meet V in bf16 (the tensor cores' dot): the split kernel's GPU tolerance
+        torch.testing.assert_close(a[None].float(), a_want.float(), rtol=2e-2, atol=2e-2)
     h1 = rows["h1"]
     assert _close(h1, reference(a[None], o, o_s, Fusion(residual=x)))
     assert _close(mid[None], reference(h1, gu, gu_s, Fusion(n2, eps, swiglu=True)))

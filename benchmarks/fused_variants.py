@@ -1,0 +1,113 @@
+"""What each fold costs the batch-1 GEMV: the same weights with and without the norm, SwiGLU's pairs and RoPE.
+
+Why (issue 51, session 38): on one H100 the step's critical path (`llm_decode_loop.py --timeline`) charged the
+o and down GEMVs (a residual add) about a plain read of their bytes (`hbm_read.py` with PDL), but the qkv GEMV
+(norm, RoPE's row pairs) 1.28× and gate_up (norm, SwiGLU's row pairs) 1.19×. This times
+`gemv_fused.fused_gemv` at qkv's and gate_up's shapes in each combination of the folds, every `FUSED_TILES`
+candidate, as `decode_linear.py` times a GEMV (a CUDA graph of calls over ≥ 400 MB of weight copies, so
+none hits L2; here under PDL where the GPU has it, as the step runs), and prints the best tile's µs and TB/s
+per variant: the fold that costs is the one whose rows run slower than "plain".
+
+    python benchmarks/fused_variants.py --out OUT     # one JSON line per (shape, variant, tile)
+
+``--gamma loop,early`` times the norm's variants again with ``DEEPGAP_DECODE_GAMMA=early`` (the first step's
+γ loaded before PDL's wait), its rows checked bit-equal to the loop's.
+"""
+
+# ruff: noqa: B023 - every closure over a loop's variables is called within that iteration (graph capture)
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import os
+from pathlib import Path
+
+import torch
+from decode_linear import MIN_BYTES, graph_time_us
+
+from deepgap.measure.quant import launch
+from deepgap.measure.quant.gemv_fused import FUSED_TILES, Fusion, RopeWrite, fused_gemv
+
+SHAPES = {"qkv": (4096, 6144), "gate_up": (4096, 28672)}  # Llama-3.1-8B's (K, N)
+CALLS = 24
+
+
+def variants(name: str, k: int, dev) -> dict[str, Fusion]:
+    """The folds to time at ``name``'s shape: none, the norm, the pairs (SwiGLU or RoPE), both."""
+    gamma = (torch.rand(k, device=dev) + 0.5).bfloat16()
+    if name == "gate_up":
+        return {
+            "plain": Fusion(),
+            "norm": Fusion(gamma, 1e-5),
+            "swiglu": Fusion(swiglu=True),
+            "norm+swiglu": Fusion(gamma, 1e-5, swiglu=True),
+        }
+    cos, sin = torch.ones(1, 128, device=dev).bfloat16(), torch.zeros(1, 128, device=dev).bfloat16()
+    pos = torch.tensor([100], device=dev)
+    cache = [torch.zeros(1, 8, 256, 128, device=dev).bfloat16() for _ in range(2)]
+    rope = RopeWrite(cos, sin, pos, *cache, 32)
+    return {
+        "plain": Fusion(),
+        "norm": Fusion(gamma, 1e-5),
+        "rope": Fusion(rope=rope),
+        "norm+rope": Fusion(gamma, 1e-5, rope=rope),
+    }
+
+
+def main() -> None:  # noqa: D103
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--gamma", default="loop", help="DEEPGAP_DECODE_GAMMA modes for the norm's variants")
+    args = ap.parse_args()
+    dev = torch.device("cuda")
+    pdl = launch.pdl if torch.cuda.get_device_capability() >= (9, 0) else contextlib.nullcontext
+    torch.manual_seed(0)
+    best = {}
+    for name, (k, n) in SHAPES.items():
+        copies = int(MIN_BYTES // (k * n)) + 1
+        codes = [
+            (torch.randn(n, k, device=dev) * 40).clamp(-440, 440).to(torch.float8_e4m3fn)
+            for _ in range(copies)
+        ]
+        scale = [torch.rand(n, device=dev) / 40 for _ in range(copies)]
+        x = torch.randn(1, k, device=dev).bfloat16()
+        for (variant, fusion), gamma in itertools.product(
+            variants(name, k, dev).items(), args.gamma.split(",")
+        ):
+            if gamma != "loop" and fusion.gamma is None:
+                continue
+            os.environ["DEEPGAP_DECODE_GAMMA"] = "loop"
+            want = fused_gemv(x, codes[0], scale[0], fusion, FUSED_TILES[0])
+            os.environ["DEEPGAP_DECODE_GAMMA"] = gamma
+            same = bool(torch.equal(fused_gemv(x, codes[0], scale[0], fusion, FUSED_TILES[0]), want))
+            variant = variant + ("" if gamma == "loop" else f" ({gamma})")  # noqa: PLW2901
+            for tile in FUSED_TILES:
+                calls = [
+                    lambda i=i % copies, t=tile, f=fusion: fused_gemv(x, codes[i], scale[i], f, t)
+                    for i in range(CALLS)
+                ]
+                try:
+                    with pdl():
+                        us = graph_time_us(calls)
+                except Exception as e:  # noqa: BLE001 - a tile that does not build is a row, not a stop
+                    print(
+                        json.dumps(
+                            {"shape": name, "variant": variant, "tile": str(tile), "error": repr(e)[:160]}
+                        )
+                    )
+                    continue
+                row = {"shape": name, "variant": variant, "tile": str(tile), "us": round(us, 2),
+                       "TBps": round(k * n / us / 1e6, 3), "pdl": pdl is launch.pdl, "equal_to_loop": same}  # fmt: skip
+                with (Path(args.out) / "fused_variants.jsonl").open("a") as f:
+                    f.write(json.dumps(row) + "\n")
+                if (name, variant) not in best or us < best[(name, variant)]["us"]:
+                    best[(name, variant)] = row
+    for row in best.values():
+        print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
