@@ -30,7 +30,8 @@ r.get('wait_gave_up', '')) for r in map(json.loads, open(sys.argv[1]))]" "$OUT/l
 # 4 — what each fold costs the qkv and gate_up GEMVs (`fused_variants.py`: plain, norm, pairs, both; every tile)
 4) step "fused variants" 240 python benchmarks/fused_variants.py --out "$OUT" > "$OUT/fused-variants-4.txt" 2>&1
    tail -n 8 "$OUT/fused-variants-4.txt" ;;
-# 5 — the norm's γ before PDL's wait (DEEPGAP_DECODE_GAMMA=early): the fold variants both ways, then the bare loop
+# 5 — the norm's γ before PDL's wait (DEEPGAP_DECODE_GAMMA=early): the fold variants both ways, then the bare loop.
+#     Ran on tree 39b7197; the switch and `fused_variants.py --gamma` were removed after (within noise)
 5) step "fused variants gamma" 150 python benchmarks/fused_variants.py --gamma loop,early --out "$OUT" \
        > "$OUT/fused-variants-5.txt" 2>&1
    tail -n 14 "$OUT/fused-variants-5.txt"

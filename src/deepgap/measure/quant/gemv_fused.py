@@ -32,7 +32,6 @@ import torch
 import triton
 import triton.language as tl
 
-from deepgap.core import switches
 from deepgap.measure.quant import gemv, l2_prefetch, launch
 from deepgap.measure.quant.launch import check, launcher
 
@@ -92,7 +91,7 @@ def fused_row_kernel(
     NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
     REDUCE: tl.constexpr = False, PDL: tl.constexpr = False,
     cos_ptr=None, sin_ptr=None, pos_ptr=None, k_ptr=None, v_ptr=None, L=1, NQ=0, NKV=0, ROPE: tl.constexpr = False,
-    D: tl.constexpr = 2, PF_PROGRAMS=0, PREFETCH: tl.constexpr = False, EARLY: tl.constexpr = False,
+    D: tl.constexpr = 2, PF_PROGRAMS=0, PREFETCH: tl.constexpr = False,
 ):  # fmt: skip
     """``out[band]`` of one row: an optional RMSNorm of x, the product, then SwiGLU, a residual add or RoPE.
 
@@ -100,7 +99,7 @@ def fused_row_kernel(
     head ``h = n // (D/2)`` is rows ``h·D + c`` and ``h·D + c + D/2`` (``c = n mod D/2``), `_rope_store`.
     With ``PDL`` the first K step's weights are read before the wait for the previous kernel, as in
     `gemv.fp8_gemv_row_kernel`; with ``PREFETCH`` too, the first ``PF_PROGRAMS`` programs ask L2 for their
-    whole band(s) first (`l2_prefetch`). ``EARLY`` (`gamma_mode`): with PDL and the norm, the first step's γ too.
+    whole band(s) first (`l2_prefetch`).
     """
     rn = tl.program_id(0) * BN + tl.arange(0, BN)
     rows = rows_first(rn, D, ROPE)
@@ -125,19 +124,10 @@ def fused_row_kernel(
         w_up = w
         if SWIGLU or ROPE:
             w_up = tl.load(w_ptrs + apart)
-        if NORM and EARLY:
-            g0 = tl.load(gamma_ptr + rk).to(tl.float32)
         tl.extra.cuda.gdc_wait()
-        if NORM and EARLY:  # `fused_step` with the γ loaded before the wait
-            x = tl.load(x_ptr + rk).to(tl.float32)
-            squares += x * x
-            acc = gemv.mac(acc, w, x * g0, REDUCE)
-            if SWIGLU or ROPE:
-                acc_up = gemv.mac(acc_up, w_up, x * g0, REDUCE)
-        else:
-            acc, acc_up, squares = fused_step(
-                acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, 0, rk, NORM, SWIGLU or ROPE, REDUCE, ""
-            )
+        acc, acc_up, squares = fused_step(
+            acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, 0, rk, NORM, SWIGLU or ROPE, REDUCE, ""
+        )
     for k in range(PDL * BK, K, BK):
         w = tl.load(w_ptrs + k)
         w_up = w
@@ -276,8 +266,6 @@ def launch_row(
     pf = l2_prefetch.programs(x.device, launch.pdl_on(), paired * t.bn * k * codes.element_size(), no // t.bn)
     if r is not None and (r.k.shape[3] // 2) % t.bn:  # a band must stay within one half of a head
         pf = 0
-    if gamma_mode() == "early" and kernel is fused_row_kernel and fusion.gamma is not None:
-        extra["EARLY"] = True
     launcher(kernel, x.device)[(no // t.bn + more,)](
         x, codes, scale,
         fusion.gamma if fusion.gamma is not None else scale,
@@ -287,15 +275,6 @@ def launch_row(
         BN=t.bn, BK=t.bk, REDUCE=t.reduce_each, num_warps=t.num_warps, num_stages=t.num_stages, **rope,
         **(dict(PF_PROGRAMS=pf, PREFETCH=True) if pf else {}), **extra,
     )  # fmt: skip
-
-
-def gamma_mode() -> str:
-    """``DEEPGAP_DECODE_GAMMA``: the norm's γ read in the K loop (``loop``), or its first step's before PDL's wait.
-
-    Why: on one H100 (session 38, `benchmarks/fused_variants.py`) the norm cost gate_up 10% and qkv 5-10%
-    against the same GEMV without it; γ does not depend on the previous kernel, so it can load during the wait.
-    """
-    return switches.read("DEEPGAP_DECODE_GAMMA")
 
 
 def _check_rope(r: RopeWrite, n: int) -> None:
