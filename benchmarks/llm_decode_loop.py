@@ -272,17 +272,7 @@ def main() -> None:  # noqa: D103
             # the switches an ablation turns (module docstring), as this process ran
             row |= {
                 k: os.environ.get(f"DEEPGAP_DECODE_{k.upper()}", "")
-                for k in (
-                    "fused",
-                    "rope",
-                    "attention",
-                    "pdl",
-                    "split_kv",
-                    "combine",
-                    "prefetch",
-                    "whole",
-                    "gamma",
-                )
+                for k in ("fused", "rope", "attention", "pdl", "split_kv", "combine", "prefetch", "whole")
             }
             row["whole_variant"] = whole
             tag = "-".join(x for x in (mode, split, attention, whole, harness) if x)
