@@ -41,6 +41,13 @@ r.get('wait_gave_up', '')) for r in map(json.loads, open(sys.argv[1]))]" "$OUT/l
            --out "$OUT" > "$OUT/loop-gamma-$g-5.txt" 2>&1
        grep '^{' "$OUT/loop-gamma-$g-5.txt" | cut -c1-300
    done ;;
+# 6 — the default step's timeline (PDL on, attention triton) and the folds' cost, for whichever card comes
+6) nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
+   step "decode loop timeline" 150 python benchmarks/llm_decode_loop.py --model llama-3.1-8b --precision fp8 \
+       --batches 1 --pdl on --split-kv auto --harness deepgap --timeline --out "$OUT" > "$OUT/timeline-6.txt" 2>&1
+   grep -v '^{' "$OUT/timeline-6.txt" | grep -v "^ *$" | tail -n 12
+   step "fused variants" 100 python benchmarks/fused_variants.py --out "$OUT" > "$OUT/fused-variants-6.txt" 2>&1
+   tail -n 8 "$OUT/fused-variants-6.txt" ;;
 # 2 — confirmation: the bare loop (PDL on, split KV auto) with attention triton and ${ATTN:-qkv-split}, then
 #     `deepgap run` (8B fp8, batch 1, 128/128) with each, the harness against the loop (2%)
 2) S=${DEVICE_WORK:-/tmp/deepgap-device}; mkdir -p "$S"
@@ -57,5 +64,5 @@ r.get('wait_gave_up', '')) for r in map(json.loads, open(sys.argv[1]))]" "$OUT/l
        python3 -c "import csv,sys; [print(r['decode_tokens_per_s'], r['pipelined_decode_tokens_per_s'], \
 r['decode_pdl'], r['decode_attention']) for r in csv.DictReader(open(sys.argv[1]))]" "$OUT/run-$a-2.csv"
    done ;;
-*) echo "usage: $0 1|2|3|4|5"; exit 2 ;;
+*) echo "usage: $0 1|2|3|4|5|6"; exit 2 ;;
 esac
