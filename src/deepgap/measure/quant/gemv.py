@@ -50,6 +50,8 @@ class GemvTile:
     prefetch: int = 0
     # one row: reduce each step's BN × BK products to BN sums at once, not once at the end (`ROW_TILES`)
     reduce_each: int = 0
+    # registers a thread at most (ptxas's .maxnreg; 0: the compiler's choice), `NORM_TILES`
+    maxnreg: int = 0
 
     def fit(self, k: int, n: int) -> GemvTile:
         """This tile with BK halved until ``k`` divides into ``split_k`` × BK steps, BN until it divides n."""
@@ -72,6 +74,11 @@ ROW_TILES = tuple(
 ) + tuple(
     GemvTile(bn, bk, 1, w, 1, 0, 1) for bn, bk, w in [(4, 4096, 4), (4, 4096, 8), (8, 2048, 8), (2, 4096, 4)]
 )
+# The one-step tiles again with a register cap, for the fused GEMVs that fold the RMSNorm (`gemv_fused`). Why: on
+# one H200 (session 38, benchmarks/fused_variants.py) gate_up took 29.70 µs at 4 × 4096 without the norm and 43.70
+# with it: the norm's fold takes that tile from 128 to 178 registers a thread, 2 programs of 4 warps an SM where
+# 168 fits 3 (no spill at sm_90) and 128 fits 4 (352 B spilled). Added without a GPU; the tuner times them.
+NORM_TILES = tuple(GemvTile(bn, 4096, 1, 4, 1, 0, 1, cap) for bn, cap in [(4, 168), (4, 128), (2, 128)])
 # 2-16 rows: the tensor cores, rows padded to 16 (session 18's first sweep: BN 32, BK 512 led at most shapes)
 DOT_TILES = tuple(
     GemvTile(bn, bk, split, w, st)
@@ -162,6 +169,7 @@ def chosen() -> str:
             f"{t.bn}x{t.bk} s{t.split_k} w{t.num_warps} st{t.num_stages}"
             + " prefetch" * t.prefetch
             + (" reduce-each" * t.reduce_each)
+            + (f" maxnreg {t.maxnreg}" if t.maxnreg else "")
         )
 
     # the GEMV tiles only: the fused Linear's `TileConfig`s share the table (`linear_kernels.tuned_tiles`)

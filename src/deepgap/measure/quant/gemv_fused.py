@@ -35,8 +35,8 @@ import triton.language as tl
 from deepgap.measure.quant import gemv, l2_prefetch, launch
 from deepgap.measure.quant.launch import check, launcher
 
-# the plain row kernel's candidates without the prefetch (two weight bands in flight already for SwiGLU)
-FUSED_TILES = tuple(t for t in gemv.ROW_TILES if not t.prefetch)
+# the plain row kernel's candidates without the prefetch (two weight bands in flight already for SwiGLU), and capped
+FUSED_TILES = tuple(t for t in gemv.ROW_TILES if not t.prefetch) + gemv.NORM_TILES
 
 
 @triton.jit
@@ -248,9 +248,7 @@ def checked(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, fusion: F
     return no
 
 
-def launch_row(
-    kernel, x, codes, scale, fusion: Fusion, t: gemv.GemvTile, out, more: int = 0, **extra
-) -> None:
+def launch_row(kernel, x, codes, scale, fusion: Fusion, t: gemv.GemvTile, out, more=0, **extra) -> None:
     """``kernel`` over the row's ``width / BN`` programs with `fused_row_kernel`'s arguments, then ``extra``.
 
     ``kernel``: `fused_row_kernel`, or one that runs it first and takes more (`deepgap.measure.llm_qkv_attention`);
@@ -273,6 +271,7 @@ def launch_row(
         out, no, k, fusion.eps,
         NORM=fusion.gamma is not None, SWIGLU=fusion.swiglu, RESIDUAL=fusion.residual is not None,
         BN=t.bn, BK=t.bk, REDUCE=t.reduce_each, num_warps=t.num_warps, num_stages=t.num_stages, **rope,
+        **({"maxnreg": t.maxnreg} if t.maxnreg and x.device.type == "cuda" else {}),
         **(dict(PF_PROGRAMS=pf, PREFETCH=True) if pf else {}), **extra,
     )  # fmt: skip
 
