@@ -24,7 +24,7 @@ from unittest import mock
 
 import torch
 
-from deepgap.measure import llm_attention, llm_qkv_attention
+from deepgap.measure import llm_attention, llm_qkv_attention, llm_qkv_split
 from deepgap.measure.quant import (
     conv_tma,
     gemv,
@@ -119,6 +119,7 @@ def gemv_label(t: gemv.GemvTile) -> str:
         f"{t.bn}x{t.bk} s{t.split_k} w{t.num_warps} st{t.num_stages}"
         + " pf" * t.prefetch
         + " re" * t.reduce_each
+        + f" r{t.maxnreg}" * bool(t.maxnreg)
     )
 
 
@@ -153,8 +154,8 @@ def fused_cases() -> Iterator[Case]:
             )
 
 
-def fused_run(k, n, fusion, tile, ctx, qfmt, prefetch=False, attend=False) -> Callable[[], None]:
-    """A launch of the fused GEMV (or, ``attend``, the qkv GEMV that attends) on meta operands."""
+def fused_run(k, n, fusion, tile, ctx, qfmt, prefetch=False, attend=None) -> Callable[[], None]:
+    """A launch of the fused GEMV (or ``attend``, a qkv GEMV that attends, with its operands) on meta operands."""
 
     def run():
         # DEEPGAP_DECODE_PREFETCH=l2 on an H200: the first programs' bands (`l2_prefetch.programs`)
@@ -166,7 +167,7 @@ def fused_run(k, n, fusion, tile, ctx, qfmt, prefetch=False, attend=False) -> Ca
         x, codes, scale = meta(1, k), meta(n, k, dtype=QFMT[qfmt]), meta(n, dtype=F32)
         with ctx(), pf:
             if attend:
-                llm_qkv_attention.rope_gemv_attend(x, codes, scale, fusion(), tile)
+                attend(x, codes, scale, fusion(), tile)
             else:
                 gemv_fused.fused_gemv(x, codes, scale, fusion(), tile)
 
@@ -181,15 +182,48 @@ def qkv_attention_cases() -> Iterator[Case]:
         for suffix, ctx in pdl_modes(on=True, off=first and dec == "8b"):
             yield (
                 f"{dec} {hidden}x{n} {gemv_label(tile)}{suffix}",
-                fused_run(hidden, n, lambda dec=dec: rope_fusion(dec), tile, ctx, "fp8", attend=True),
+                fused_run(
+                    hidden,
+                    n,
+                    lambda dec=dec: rope_fusion(dec),
+                    tile,
+                    ctx,
+                    "fp8",
+                    attend=llm_qkv_attention.rope_gemv_attend,
+                ),
             )
         if first and dec == "8b":
             yield (
                 f"{dec} {hidden}x{n} {gemv_label(tile)} pdl l2-prefetch",
                 fused_run(
-                    hidden, n, lambda: rope_fusion("8b"), tile, launch.pdl, "fp8", prefetch=True, attend=True
+                    hidden,
+                    n,
+                    lambda: rope_fusion("8b"),
+                    tile,
+                    launch.pdl,
+                    "fp8",
+                    prefetch=True,
+                    attend=llm_qkv_attention.rope_gemv_attend,
                 ),
             )
+
+
+def qkv_split_cases() -> Iterator[Case]:
+    """The qkv GEMV with the split attention in programs after its own (`llm_qkv_split`), 8B: every fused tile."""
+    hidden, nq, nkv, d, _ = DECODERS["8b"]
+    n = (nq + 2 * nkv) * d
+    for tile in gemv_fused.FUSED_TILES:
+        for suffix, ctx in pdl_modes(on=True, off=tile == gemv_fused.FUSED_TILES[0]):
+            run = fused_run(
+                hidden,
+                n,
+                lambda: rope_fusion("8b"),
+                tile,
+                ctx,
+                "fp8",
+                attend=llm_qkv_split.rope_gemv_attend_split,
+            )
+            yield f"8b {hidden}x{n} {gemv_label(tile)}{suffix}", run
 
 
 # ---- ResNet-50 at 224²: (name, input size, C_in, C_out, kernel, stride, padding, residual)
@@ -522,6 +556,7 @@ CASES: dict[str, Callable[[], Iterator[Case]]] = {
     "gemv": gemv_cases,
     "fused": fused_cases,
     "qkv-attention": qkv_attention_cases,
+    "qkv-split": qkv_split_cases,
     "conv": conv_cases,
     "persistent": persistent_cases,
     "pair": pair_cases,

@@ -44,7 +44,8 @@ def _operands(d: int, nq=NQ, nkv=NKV, k=K, length=L, device="cpu"):
 
 
 def _counts_at_rest() -> bool:
-    return all(int(c.abs().sum()) == 0 for c in llm_attention._COUNTERS.values())
+    # a meta launch's (benchmarks/sm90_cases.py, in the same process) holds no values
+    return all(int(c.abs().sum()) == 0 for c in llm_attention._COUNTERS.values() if c.device.type != "meta")
 
 
 @pytest.mark.parametrize(

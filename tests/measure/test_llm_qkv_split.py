@@ -21,7 +21,8 @@ from deepgap.measure.quant.gemv_fused import Fusion, RopeWrite, fused_gemv
 
 
 def _at_rest() -> bool:
-    return all(int(c.abs().sum()) == 0 for c in llm_attention._COUNTERS.values())
+    # a meta launch's (benchmarks/sm90_cases.py, in the same process) holds no values
+    return all(int(c.abs().sum()) == 0 for c in llm_attention._COUNTERS.values() if c.device.type != "meta")
 
 
 @pytest.mark.parametrize(

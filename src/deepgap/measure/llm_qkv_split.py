@@ -174,14 +174,16 @@ def rope_gemv_attend_split(
     scratch = llm_attention.workspace(parts * (d + 2), x.device)
     q = torch.empty((1, r.heads * d), dtype=torch.bfloat16, device=x.device)
     out = torch.empty_like(q)
-    g, gpu = r.heads // nkv, x.device.type == "cuda"
+    g, cpu = r.heads // nkv, x.device.type == "cpu"
+    # the K/V bulk prefetch is sm_90's (a meta launch, `benchmarks/sm90_cases.py`, compiles for sm_90)
+    hopper = not cpu and (x.device.type != "cuda" or torch.cuda.get_device_capability(x.device) >= (9, 0))
     launch_row(
         rope_split_attend_kernel, x, codes, scale, fusion, t, q, more=nkv * split.chunks,
         cnt_ptr=counts, part_ptr=scratch[: parts * d], m_ptr=scratch[parts * d : parts * (d + 1)],
         l_ptr=scratch[parts * (d + 1) :], attn_ptr=out, sm_scale=1.0 / math.sqrt(d), NG=no // t.bn,
         CHUNK=split.chunk, NCH=split.chunks, G=g, GP=triton.next_power_of_2(g), BL=split.block,
-        SP=max(2, triton.next_power_of_2(split.chunks)), STAGES=TAIL_STAGES, FENCE=gpu,
-        KV_L2=gpu and torch.cuda.get_device_capability(x.device) >= (9, 0), DOT_F32=not gpu,
+        SP=max(2, triton.next_power_of_2(split.chunks)), STAGES=TAIL_STAGES, FENCE=not cpu,
+        KV_L2=hopper, DOT_F32=cpu,
     )  # fmt: skip
     return out
 

@@ -271,7 +271,7 @@ def launch_row(kernel, x, codes, scale, fusion: Fusion, t: gemv.GemvTile, out, m
         out, no, k, fusion.eps,
         NORM=fusion.gamma is not None, SWIGLU=fusion.swiglu, RESIDUAL=fusion.residual is not None,
         BN=t.bn, BK=t.bk, REDUCE=t.reduce_each, num_warps=t.num_warps, num_stages=t.num_stages, **rope,
-        **({"maxnreg": t.maxnreg} if t.maxnreg and x.device.type == "cuda" else {}),
+        **({"maxnreg": t.maxnreg} if t.maxnreg and x.device.type != "cpu" else {}),
         **(dict(PF_PROGRAMS=pf, PREFETCH=True) if pf else {}), **extra,
     )  # fmt: skip
 
