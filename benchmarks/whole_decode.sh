@@ -6,7 +6,8 @@
 # Session 36 (no GPU) added the L2 lead (`Tiles.lead_kb`, mode l2) and the phases' variants; if the fastest
 # variant is not a mode, make it `tiles_for`'s before the `loop` call.
 # Session 37 timed `phases loop` on one H200 (results/h200/session37): 2.7× slower than off (148.0 against 395.8
-# tok/s), every phase streaming at ~1 TB/s; `tests` and `run` have not run yet.
+# tok/s), every phase streaming at ~1 TB/s. Session 38 ran `tests` on one H100: all 8 pass (results/h100/session38);
+# `run` has not run.
 #   tests — its GPU tests (llama-tiny's compiled, graphed fp8 step against the per-layer path in each mode; one
 #           layer at the 8B shape against each phase's reference; two programs an SM refused) and the fused path's
 #   loop  — the bare loop replaying deepgap's own step (llama-3.1-8b fp8, batch 1, PDL on, split KV auto) with
