@@ -54,7 +54,9 @@ def test_split_kernel_is_the_reference_at_every_cut(chunks, last, monkeypatch):
     """Split KV over 128 positions in 1, 2 or 4 chunks (partials, then the combine kernel or the last program's
     merge): a position inside the first chunk, both sides of a chunk boundary and the last; NaN past pos, in
     the cache and in the chunks' scratch, is never read; the last-block counts are back at 0 after each call."""
-    monkeypatch.setattr(llm_attention, "workspace", lambda n, device: torch.full((n,), float("nan")))
+    real = llm_attention.workspace
+    nan = float("nan")
+    monkeypatch.setattr(llm_attention, "workspace", lambda *a: tuple(t.fill_(nan) for t in real(*a)))
     monkeypatch.setattr(llm_attention, "_COUNTERS", {})
     q, k, v = _qkv(2, 8, 2, 16, 128)
     split = chunked(128, chunks)

@@ -307,9 +307,10 @@ def merge_row(part_ptr, m_ptr, l_ptr, out_ptr, r, pos, CHUNK, NCH, D: tl.constex
     tl.store(out_ptr + r * D + rd, out.to(out_ptr.dtype.element_ty))
 
 
-def workspace(n: int, device: torch.device) -> torch.Tensor:
-    """The split's fp32 scratch, allocated by the op (in a CUDA graph's pool when captured), never zeroed."""
-    return torch.empty(n, dtype=torch.float32, device=device)
+def workspace(rows: int, d: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The split's fp32 partials (outputs ``rows × d``, maxima, sums): one allocation by the op, never zeroed."""
+    s = torch.empty(rows * (d + 2), dtype=torch.float32, device=device)
+    return s[: rows * d], s[rows * d : rows * (d + 1)], s[rows * (d + 1) :]
 
 
 def check_head_dim(d: int) -> None:
@@ -344,8 +345,7 @@ def attend(
         )  # fmt: skip
         return out.reshape(b, nq, 1, d)
     rows = b * nq * split.chunks
-    scratch = workspace(rows * (d + 2), q.device)
-    part, m, l = scratch[: rows * d], scratch[rows * d : rows * (d + 1)], scratch[rows * (d + 1) :]  # noqa: E741
+    part, m, l = workspace(rows, d, q.device)  # noqa: E741
     sp = max(2, triton.next_power_of_2(split.chunks))
     extra = dict(cnt_ptr=counters(b * nkv, q.device), fin_ptr=out, SP=sp, LAST=True) if last else {}
     launcher(decode_attention_kernel, q.device)[(b * nkv, split.chunks)](

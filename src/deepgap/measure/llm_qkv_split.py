@@ -170,8 +170,7 @@ def rope_gemv_attend_split(
     t = tile or tuned(rope_gemv_attend_split, x, codes, scale, fusion, "split")
     t = within_heads(t.fit(x.shape[1], no), d)
     split = llm_attention.plan(1, nkv, length, llm_attention.device_sms(x.device), "on")
-    parts = r.heads * split.chunks
-    scratch = llm_attention.workspace(parts * (d + 2), x.device)
+    part, m, l = llm_attention.workspace(r.heads * split.chunks, d, x.device)  # noqa: E741
     q = torch.empty((1, r.heads * d), dtype=torch.bfloat16, device=x.device)
     out = torch.empty_like(q)
     g, cpu = r.heads // nkv, x.device.type == "cpu"
@@ -179,8 +178,7 @@ def rope_gemv_attend_split(
     hopper = not cpu and (x.device.type != "cuda" or torch.cuda.get_device_capability(x.device) >= (9, 0))
     launch_row(
         rope_split_attend_kernel, x, codes, scale, fusion, t, q, more=nkv * split.chunks,
-        cnt_ptr=counts, part_ptr=scratch[: parts * d], m_ptr=scratch[parts * d : parts * (d + 1)],
-        l_ptr=scratch[parts * (d + 1) :], attn_ptr=out, sm_scale=1.0 / math.sqrt(d), NG=no // t.bn,
+        cnt_ptr=counts, part_ptr=part, m_ptr=m, l_ptr=l, attn_ptr=out, sm_scale=1.0 / math.sqrt(d), NG=no // t.bn,
         CHUNK=split.chunk, NCH=split.chunks, G=g, GP=triton.next_power_of_2(g), BL=split.block,
         SP=max(2, triton.next_power_of_2(split.chunks)), STAGES=TAIL_STAGES, FENCE=not cpu,
         KV_L2=hopper, DOT_F32=cpu,
