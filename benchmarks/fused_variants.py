@@ -3,13 +3,14 @@
 Why (issue 51, session 38): on one H100 the step's critical path (`llm_decode_loop.py --timeline`) charged the
 o and down GEMVs (a residual add) about a plain read of their bytes (`hbm_read.py` with PDL), but the qkv GEMV
 (norm, RoPE's row pairs) 1.28× and gate_up (norm, SwiGLU's row pairs) 1.19×. This times
-`gemv_fused.fused_gemv` at qkv's and gate_up's shapes in each combination of the folds, every `FUSED_TILES`
-candidate, as `decode_linear.py` times a GEMV (a CUDA graph of calls over ≥ 400 MB of weight copies, so
-none hits L2; here under PDL where the GPU has it, as the step runs), and prints the best tile's µs and TB/s
-per variant: the fold that costs is the one whose rows run slower than "plain". Measured on one H100 (session
-38, results/h100/session38): the pairs cost nothing (gate_up 39.55 µs plain, 39.86 with SwiGLU's pairs), the norm
-8% (42.77; with both 43.46; qkv 10.39 plain, 11.41 with the norm and RoPE), and the one-step tiles most (4 × 4096:
-39.55 → 52.19 µs with both: 178 registers a thread against 128, half the programs an SM).
+`gemv_fused.fused_gemv` at qkv's and gate_up's shapes in each combination of the folds, every candidate the
+tuner has for it (`Fusion.tiles`), as `decode_linear.py` times a GEMV (a CUDA graph of calls over
+≥ 400 MB of weight copies, so none hits L2; here under PDL where the GPU has it, as the step runs), and prints
+the best tile's µs and TB/s per variant: the fold that costs is the one whose rows run slower than "plain".
+Measured on one H100 (session 38, results/h100/session38): the pairs cost nothing (gate_up 39.55 µs plain, 39.86
+with SwiGLU's pairs), the norm 8% (42.77; with both 43.46; qkv 10.39 plain, 11.41 with the norm and RoPE), and the
+one-step tiles most (4 × 4096: 39.55 → 52.19 µs with both: 178 registers a thread against 128, half the programs
+an SM).
 
     python benchmarks/fused_variants.py --out OUT     # one JSON line per (shape, variant, tile)
 """
@@ -27,7 +28,7 @@ import torch
 from decode_linear import MIN_BYTES, graph_time_us
 
 from deepgap.measure.quant import launch
-from deepgap.measure.quant.gemv_fused import FUSED_TILES, Fusion, RopeWrite, fused_gemv
+from deepgap.measure.quant.gemv_fused import Fusion, RopeWrite, fused_gemv
 
 SHAPES = {"qkv": (4096, 6144), "gate_up": (4096, 28672)}  # Llama-3.1-8B's (K, N)
 CALLS = 24
@@ -72,7 +73,7 @@ def main() -> None:  # noqa: D103
         scale = [torch.rand(n, device=dev) / 40 for _ in range(copies)]
         x = torch.randn(1, k, device=dev).bfloat16()
         for variant, fusion in variants(name, k, dev).items():
-            for tile in FUSED_TILES:
+            for tile in fusion.tiles():
                 calls = [
                     lambda i=i % copies, t=tile, f=fusion: fused_gemv(x, codes[i], scale[i], f, t)
                     for i in range(CALLS)

@@ -139,19 +139,23 @@ def fused_cases() -> Iterator[Case]:
         "residual": (ff, hidden, lambda: gemv_fused.Fusion(residual=meta(1, hidden))),
         "norm+rope": (hidden, (nq + 2 * nkv) * d, lambda: rope_fusion("8b")),
     }
-    for (what, (k, n, fusion)), tile in itertools.product(variants.items(), gemv_fused.FUSED_TILES):
-        first = tile == gemv_fused.FUSED_TILES[0]
-        for suffix, ctx in pdl_modes(on=True, off=first):
-            yield f"{what} {k}x{n} fp8 {gemv_label(tile)}{suffix}", fused_run(k, n, fusion, tile, ctx, "fp8")
-        if first:
-            yield (
-                f"{what} {k}x{n} fp8 {gemv_label(tile)} pdl l2-prefetch",
-                fused_run(k, n, fusion, tile, launch.pdl, "fp8", prefetch=True),
-            )
-            yield (
-                f"{what} {k}x{n} int8 {gemv_label(tile)} pdl",
-                fused_run(k, n, fusion, tile, launch.pdl, "int8"),
-            )
+    for what, (k, n, fusion) in variants.items():
+        for tile in fusion().tiles():
+            first = tile == gemv_fused.FUSED_TILES[0]
+            for suffix, ctx in pdl_modes(on=True, off=first):
+                yield (
+                    f"{what} {k}x{n} fp8 {gemv_label(tile)}{suffix}",
+                    fused_run(k, n, fusion, tile, ctx, "fp8"),
+                )
+            if first:
+                yield (
+                    f"{what} {k}x{n} fp8 {gemv_label(tile)} pdl l2-prefetch",
+                    fused_run(k, n, fusion, tile, launch.pdl, "fp8", prefetch=True),
+                )
+                yield (
+                    f"{what} {k}x{n} int8 {gemv_label(tile)} pdl",
+                    fused_run(k, n, fusion, tile, launch.pdl, "int8"),
+                )
 
 
 def fused_run(k, n, fusion, tile, ctx, qfmt, prefetch=False, attend=None) -> Callable[[], None]:
@@ -176,7 +180,8 @@ def fused_run(k, n, fusion, tile, ctx, qfmt, prefetch=False, attend=None) -> Cal
 
 def qkv_attention_cases() -> Iterator[Case]:
     """The qkv GEMV with the attention in its last programs: every fused tile (8B), 1B's head_dim 64."""
-    for dec, tile in [("8b", t) for t in gemv_fused.FUSED_TILES] + [("1b", gemv_fused.FUSED_TILES[0])]:
+    tiles = rope_fusion("8b").tiles()
+    for dec, tile in [("8b", t) for t in tiles] + [("1b", gemv_fused.FUSED_TILES[0])]:
         hidden, nq, nkv, d, _ = DECODERS[dec]
         n, first = (nq + 2 * nkv) * d, tile == gemv_fused.FUSED_TILES[0]
         for suffix, ctx in pdl_modes(on=True, off=first and dec == "8b"):
@@ -212,7 +217,7 @@ def qkv_split_cases() -> Iterator[Case]:
     """The qkv GEMV with the split attention in programs after its own (`llm_qkv_split`), 8B: every fused tile."""
     hidden, nq, nkv, d, _ = DECODERS["8b"]
     n = (nq + 2 * nkv) * d
-    for tile in gemv_fused.FUSED_TILES:
+    for tile in rope_fusion("8b").tiles():
         for suffix, ctx in pdl_modes(on=True, off=tile == gemv_fused.FUSED_TILES[0]):
             run = fused_run(
                 hidden,

@@ -38,7 +38,6 @@ from deepgap.measure import llm_attention
 from deepgap.measure.llm_attention import attend_rows, store_rows
 from deepgap.measure.quant import gemv
 from deepgap.measure.quant.gemv_fused import (
-    FUSED_TILES,
     Fusion,
     checked,
     fused_row_kernel,
@@ -140,12 +139,12 @@ def attend_operands(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, f
 def tuned(
     run, x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, fusion: Fusion, tag
 ) -> gemv.GemvTile:
-    """The fastest of `FUSED_TILES` for ``run`` with its attention (`gemv.fastest`; keyed by ``tag``, not RoPE's)."""
+    """The fastest of `Fusion.tiles` for ``run`` with its attention (`gemv.fastest`; keyed by ``tag``, not RoPE's)."""
     k, n, d = x.shape[1], codes.shape[0], fusion.rope.k.shape[3]
     return gemv.fastest(
         ("fused", (*fusion.key(), tag), k, n, str(x.device)),
         x.device,
-        (within_heads(c.fit(k, n // 2), d) for c in FUSED_TILES),
+        (within_heads(c.fit(k, n // 2), d) for c in fusion.tiles()),
         lambda t: run(x, codes, scale, fusion, t),
         decode=True,
     )

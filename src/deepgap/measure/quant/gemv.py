@@ -74,7 +74,9 @@ ROW_TILES = tuple(
 ) + tuple(
     GemvTile(bn, bk, 1, w, 1, 0, 1) for bn, bk, w in [(4, 4096, 4), (4, 4096, 8), (8, 2048, 8), (2, 4096, 4)]
 )
-# The one-step tiles again with a register cap, for the fused GEMVs that fold the RMSNorm (`gemv_fused`). Why: on
+# the fused GEMVs' (`gemv_fused`): the row kernel's without the prefetch (two weight bands in flight already for SwiGLU)
+FUSED_TILES = tuple(t for t in ROW_TILES if not t.prefetch)
+# The one-step tiles again with a register cap, for the fused GEMVs that fold the RMSNorm (`Fusion.tiles`). Why: on
 # one H200 (session 38, benchmarks/fused_variants.py) gate_up took 29.70 µs at 4 × 4096 without the norm and 43.70
 # with it: the norm's fold takes that tile from 128 to 178 registers a thread, 2 programs of 4 warps an SM where
 # 168 fits 3 (no spill at sm_90) and 128 fits 4 (352 B spilled). Added without a GPU; the tuner times them.

@@ -33,10 +33,8 @@ import triton
 import triton.language as tl
 
 from deepgap.measure.quant import gemv, l2_prefetch, launch
+from deepgap.measure.quant.gemv import FUSED_TILES
 from deepgap.measure.quant.launch import check, launcher
-
-# the plain row kernel's candidates without the prefetch (two weight bands in flight already for SwiGLU), and capped
-FUSED_TILES = tuple(t for t in gemv.ROW_TILES if not t.prefetch) + gemv.NORM_TILES
 
 
 @triton.jit
@@ -97,9 +95,8 @@ def fused_row_kernel(
 
     Output channel ``n`` of a pair is weight rows ``n`` and ``n + NO`` with SwiGLU; with ``ROPE`` pair ``n`` of
     head ``h = n // (D/2)`` is rows ``h·D + c`` and ``h·D + c + D/2`` (``c = n mod D/2``), `_rope_store`.
-    With ``PDL`` the first K step's weights are read before the wait for the previous kernel, as in
-    `gemv.fp8_gemv_row_kernel`; with ``PREFETCH`` too, the first ``PF_PROGRAMS`` programs ask L2 for their
-    whole band(s) first (`l2_prefetch`).
+    With ``PDL`` the first K step's weights are read before the wait for the previous kernel (`gemv`'s row
+    kernel too); with ``PREFETCH``, the first ``PF_PROGRAMS`` programs ask L2 for their band(s) (`l2_prefetch`).
     """
     rn = tl.program_id(0) * BN + tl.arange(0, BN)
     rows = rows_first(rn, D, ROPE)
@@ -207,6 +204,10 @@ class Fusion:
         """The variant, for the tile's timing (the kernel's constexprs)."""
         return (self.gamma is not None, self.swiglu, self.residual is not None, self.rope is not None)
 
+    def tiles(self) -> tuple[gemv.GemvTile, ...]:
+        """The tuner's candidates: `FUSED_TILES`, and the capped `gemv.NORM_TILES` where the norm is folded."""
+        return FUSED_TILES + gemv.NORM_TILES * (self.gamma is not None)
+
 
 def fused_gemv(
     x: torch.Tensor,
@@ -251,8 +252,8 @@ def checked(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, fusion: F
 def launch_row(kernel, x, codes, scale, fusion: Fusion, t: gemv.GemvTile, out, more=0, **extra) -> None:
     """``kernel`` over the row's ``width / BN`` programs with `fused_row_kernel`'s arguments, then ``extra``.
 
-    ``kernel``: `fused_row_kernel`, or one that runs it first and takes more (`deepgap.measure.llm_qkv_attention`);
-    ``more`` programs after the GEMV's (`deepgap.measure.llm_qkv_split`'s attention).
+    ``kernel``: `fused_row_kernel`, or one that runs it first and takes more (`llm_qkv_attention`, `llm_qkv_split`:
+    ``more`` programs after the GEMV's).
     """
     k, no = x.shape[1], _programs_width(codes.shape[0], fusion)
     r = fusion.rope
@@ -294,13 +295,13 @@ def _programs_width(n: int, fusion: Fusion) -> int:
 
 
 def _tuned(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, fusion: Fusion) -> gemv.GemvTile:
-    """The fastest of `FUSED_TILES` for this variant and shape (`gemv.fastest`)."""
+    """The fastest of the variant's candidates (`Fusion.tiles`) at this shape (`gemv.fastest`)."""
     k, n = x.shape[1], codes.shape[0]
     no = _programs_width(n, fusion)
     return gemv.fastest(
         ("fused", fusion.key(), k, n, str(x.device)),
         x.device,
-        (c.fit(k, no) for c in FUSED_TILES),
+        (c.fit(k, no) for c in fusion.tiles()),
         lambda t: fused_gemv(x, codes, scale, fusion, t),
         decode=True,
     )
@@ -361,9 +362,8 @@ def _(x, codes, scale, gamma, residual, eps, swiglu):
 def rope_op(name: str, run: Callable[..., torch.Tensor], doc: str) -> Callable[..., torch.Tensor]:
     """A custom op ``deepgap::<name>`` over ``run(x, codes, scale, Fusion(..., rope=RopeWrite(...)))``.
 
-    Why one maker: the qkv GEMV with RoPE (`rope_gemv_op`) and the one that also attends
-    (`llm_qkv_attention.rope_gemv_attend_op`) take the same operands, write k and v into the cache and return
-    one bf16 row of the query heads; torch.compile keeps each one call and a CUDA graph captures it.
+    Why one maker: the RoPE qkv GEMV (`rope_gemv_op`) and those that attend too (`llm_qkv_attention`, `llm_qkv_split`)
+    take the same operands and return one bf16 row of the query heads; each stays one call in compile and graph.
     """
 
     def op(
