@@ -152,11 +152,10 @@ def measure(  # noqa: D103
             )
         if timeline:
             row |= _timeline(one, m.shape.layers, timeline)
-        if (
-            os.environ.get("DEEPGAP_DECODE_ATTENTION") == "qkv-split"
-        ):  # a wait that gave up: rows not to trust
+        if os.environ.get("DEEPGAP_DECODE_ATTENTION") == "qkv-split":
             from deepgap.measure import llm_qkv_split
 
+            # a wait that gave up: the step's attention rows are not to be trusted
             row["wait_gave_up"] = llm_qkv_split.flagged(m.shape.kv_heads, ids.device)
     return row
 
