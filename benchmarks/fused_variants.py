@@ -10,7 +10,9 @@ the best tile's µs and TB/s per variant: the fold that costs is the one whose r
 Measured on one H100 (session 38, results/h100/session38): the pairs cost nothing (gate_up 39.55 µs plain, 39.86
 with SwiGLU's pairs), the norm 8% (42.77; with both 43.46; qkv 10.39 plain, 11.41 with the norm and RoPE), and the
 one-step tiles most (4 × 4096: 39.55 → 52.19 µs with both: 178 registers a thread against 128, half the programs
-an SM).
+an SM). Session 39 adds the norm handed over by the row's writer (`norm_handoff`): the readers with it
+(``handed+swiglu``, ``handed+rope``: the plain loop, 128 registers at sm_90) and the writers (o, down) with and
+without the hand-off's stores.
 
     python benchmarks/fused_variants.py --out OUT     # one JSON line per (shape, variant, tile)
 """
@@ -29,20 +31,29 @@ from decode_linear import MIN_BYTES, graph_time_us
 
 from deepgap.measure.quant import launch
 from deepgap.measure.quant.gemv_fused import Fusion, RopeWrite, fused_gemv
+from deepgap.measure.quant.norm_handoff import HandOff, squares_width
 
-SHAPES = {"qkv": (4096, 6144), "gate_up": (4096, 28672)}  # Llama-3.1-8B's (K, N)
+# Llama-3.1-8B's (K, N): the norm's readers, then its writers (`norm_handoff`)
+SHAPES = {"qkv": (4096, 6144), "gate_up": (4096, 28672), "o": (4096, 4096), "down": (14336, 4096)}
 CALLS = 24
 
 
-def variants(name: str, k: int, dev) -> dict[str, Fusion]:
-    """The folds to time at ``name``'s shape: none, the norm, the pairs (SwiGLU or RoPE), both."""
+def variants(name: str, k: int, n: int, dev) -> dict[str, Fusion]:
+    """The folds to time at ``name``'s shape: none, the norm, the pairs (SwiGLU or RoPE), both; the norm handed
+    over with the pairs. At the writers' shapes: the residual add, and with the next norm handed over too."""
     gamma = (torch.rand(k, device=dev) + 0.5).bfloat16()
+    handed = torch.rand(squares_width(k), device=dev) * 4  # the writer's square sums: x ⊙ γ is the row read
+    if name in ("o", "down"):
+        residual = torch.randn(1, n, device=dev).bfloat16()
+        hand = HandOff.to((torch.rand(n, device=dev) + 0.5).bfloat16())
+        return {"residual": Fusion(residual=residual), "residual+hand": Fusion(residual=residual, hand=hand)}
     if name == "gate_up":
         return {
             "plain": Fusion(),
             "norm": Fusion(gamma, 1e-5),
             "swiglu": Fusion(swiglu=True),
             "norm+swiglu": Fusion(gamma, 1e-5, swiglu=True),
+            "handed+swiglu": Fusion(eps=1e-5, swiglu=True, handed=handed),
         }
     cos, sin = torch.ones(1, 128, device=dev).bfloat16(), torch.zeros(1, 128, device=dev).bfloat16()
     pos = torch.tensor([100], device=dev)
@@ -53,6 +64,7 @@ def variants(name: str, k: int, dev) -> dict[str, Fusion]:
         "norm": Fusion(gamma, 1e-5),
         "rope": Fusion(rope=rope),
         "norm+rope": Fusion(gamma, 1e-5, rope=rope),
+        "handed+rope": Fusion(eps=1e-5, rope=rope, handed=handed),
     }
 
 
@@ -72,7 +84,7 @@ def main() -> None:  # noqa: D103
         ]
         scale = [torch.rand(n, device=dev) / 40 for _ in range(copies)]
         x = torch.randn(1, k, device=dev).bfloat16()
-        for variant, fusion in variants(name, k, dev).items():
+        for variant, fusion in variants(name, k, n, dev).items():
             for tile in fusion.tiles():
                 calls = [
                     lambda i=i % copies, t=tile, f=fusion: fused_gemv(x, codes[i], scale[i], f, t)

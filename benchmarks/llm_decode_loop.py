@@ -9,7 +9,8 @@ or =qkv: at batch 1 in the fused qkv GEMV's last programs, `deepgap.measure.llm_
 several, its chunks merged as DEEPGAP_DECODE_COMBINE says, ``--combine`` times several; the fused GEMVs' L2
 prefetch under PDL as DEEPGAP_DECODE_PREFETCH says, ``--prefetch`` times several; a batch-1 step's layers in one
 kernel as DEEPGAP_DECODE_WHOLE says, ``--whole`` times several, each a mode or a variant with its tiles changed,
-`deepgap.measure.llm_whole_plan.variant`); the timing is its own.
+`deepgap.measure.llm_whole_plan.variant`; the RMSNorm folded or handed over as DEEPGAP_DECODE_NORM says, ``--norm``
+times several); the timing is its own.
 Per batch: seeded prompts of ``--input-len`` tokens are prefilled; the decode step (positions as a device
 tensor, the whole cache masked) is compiled and captured as one CUDA graph; then ``--steps`` greedy steps are
 replayed back to back (each step's greedy token, `llm_timing.greedy` as deepgap picks it, is the next step's
@@ -227,6 +228,12 @@ def main() -> None:  # noqa: D103
         "(DEEPGAP_DECODE_WHOLE, or a variant: llm_whole_plan.variant)",
     )
     ap.add_argument(
+        "--norm",
+        default=None,
+        help="the RMSNorm folded into its reader or handed over by its writer, in turn, e.g. fold,handoff "
+        "(DEEPGAP_DECODE_NORM)",
+    )
+    ap.add_argument(
         "--harness",
         default="own",
         help="whose graph step to replay, e.g. own,deepgap (deepgap: llm_steps.make_step, as the engine builds it)",
@@ -239,27 +246,24 @@ def main() -> None:  # noqa: D103
     # a variant's (mode, tiles); one it cannot read stops before the model is built
     variants = {w: llm_whole_plan.variant(w) for w in wholes if "+" in w}
     m = build(args.model, args.precision)
-    pdls = args.pdl.split(",") if args.pdl else [os.environ.get("DEEPGAP_DECODE_PDL", "")]
-    splits = args.split_kv.split(",") if args.split_kv else [os.environ.get("DEEPGAP_DECODE_SPLIT_KV", "off")]
-    combines = (
-        args.combine.split(",") if args.combine else [os.environ.get("DEEPGAP_DECODE_COMBINE", "kernel")]
+    pdls = _turns(args.pdl, "PDL", "")
+    splits, combines = _turns(args.split_kv, "SPLIT_KV", "off"), _turns(args.combine, "COMBINE", "kernel")
+    prefetches, attentions = (
+        _turns(args.prefetch, "PREFETCH", "off"),
+        _turns(args.attention, "ATTENTION", "triton"),
     )
-    prefetches = (
-        args.prefetch.split(",") if args.prefetch else [os.environ.get("DEEPGAP_DECODE_PREFETCH", "off")]
+    norms = _turns(args.norm, "NORM", "handoff")
+    runs = itertools.product(
+        pdls, splits, combines, prefetches, attentions, wholes, norms, args.harness.split(",")
     )
-    attentions = (
-        args.attention.split(",")
-        if args.attention
-        else [os.environ.get("DEEPGAP_DECODE_ATTENTION", "triton")]
-    )
-    runs = itertools.product(pdls, splits, combines, prefetches, attentions, wholes, args.harness.split(","))
-    for mode, split, combine, prefetch, attention, whole, harness in runs:
+    for mode, split, combine, prefetch, attention, whole, norm, harness in runs:
         os.environ["DEEPGAP_DECODE_PDL"], os.environ["DEEPGAP_DECODE_SPLIT_KV"] = mode, split
         os.environ["DEEPGAP_DECODE_COMBINE"], os.environ["DEEPGAP_DECODE_PREFETCH"] = combine, prefetch
         os.environ["DEEPGAP_DECODE_ATTENTION"], os.environ["DEEPGAP_DECODE_WHOLE"] = (
             attention,
             whole.split("+")[0],
         )
+        os.environ["DEEPGAP_DECODE_NORM"] = norm
         if args.precision != "bf16":  # the fused layers read the switch (`llm_fused.configure`)
             from deepgap.measure import llm_fused
 
@@ -271,10 +275,20 @@ def main() -> None:  # noqa: D103
             # the switches an ablation turns (module docstring), as this process ran
             row |= {
                 k: os.environ.get(f"DEEPGAP_DECODE_{k.upper()}", "")
-                for k in ("fused", "rope", "attention", "pdl", "split_kv", "combine", "prefetch", "whole")
+                for k in (
+                    "fused",
+                    "rope",
+                    "attention",
+                    "pdl",
+                    "split_kv",
+                    "combine",
+                    "prefetch",
+                    "whole",
+                    "norm",
+                )
             }
             row["whole_variant"] = whole
-            tag = "-".join(x for x in (mode, split, attention, whole, harness) if x)
+            tag = "-".join(x for x in (mode, split, attention, whole, norm, harness) if x)
             trace_path = str(Path(args.out) / f"timeline-b{b}-{tag}.json.gz") if args.timeline else ""
             row |= measure(m, b, args.input_len, args.steps, args.profile and b == 1, harness, trace_path)
             if args.precision != "bf16":  # the tiles this process timed (deepgap's rows say theirs)
@@ -287,6 +301,11 @@ def main() -> None:  # noqa: D103
                 print(table, flush=True)
             with (Path(args.out) / "llm_decode_loop.jsonl").open("a") as f:
                 f.write(json.dumps(row) + "\n")
+
+
+def _turns(value: str | None, switch: str, default: str) -> list[str]:
+    """The values of ``DEEPGAP_DECODE_<switch>`` to time in turn: the option's list, else the environment's one."""
+    return value.split(",") if value else [os.environ.get(f"DEEPGAP_DECODE_{switch}", default)]
 
 
 if __name__ == "__main__":

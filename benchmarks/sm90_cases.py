@@ -44,6 +44,7 @@ from deepgap.measure.quant import (
     tiles,
 )
 from deepgap.measure.quant.fold import ConvNode
+from deepgap.measure.quant.norm_handoff import HandOff, squares_width
 from deepgap.measure.quant.stem_choice import STEM_VARIANTS
 from deepgap.measure.quant.tiles import stem_tile_args
 
@@ -123,21 +124,38 @@ def gemv_label(t: gemv.GemvTile) -> str:
     )
 
 
-def rope_fusion(dec: str) -> gemv_fused.Fusion:
-    """The qkv GEMV's fusion at batch 1: the norm and RoPE into a 2048-position cache."""
+def rope_fusion(dec: str, handed: bool = False) -> gemv_fused.Fusion:
+    """The qkv GEMV's fusion at batch 1: the norm (folded, or ``handed`` over) and RoPE into a 2048-position cache."""
     hidden, nq, nkv, d, _ = DECODERS[dec]
     cache = meta(1, nkv, 2048, d)
     r = gemv_fused.RopeWrite(meta(d), meta(d), meta(1, dtype=torch.int64), cache, cache, nq)
+    if handed:
+        return gemv_fused.Fusion(eps=1e-5, rope=r, handed=meta(squares_width(hidden), dtype=F32))
     return gemv_fused.Fusion(meta(hidden), 1e-5, rope=r)
 
 
+def hand_off(n: int) -> HandOff:
+    """A writer's hand-off buffers for a row of ``n`` (`norm_handoff`), on meta tensors."""
+    return HandOff(meta(n), meta(1, n), meta(squares_width(n), dtype=F32))
+
+
 def fused_cases() -> Iterator[Case]:
-    """The fused one-row GEMV: norm + SwiGLU (gate_up), residual (down), norm + RoPE (qkv); PDL, the L2 prefetch."""
+    """The fused one-row GEMV: norm + SwiGLU (gate_up), residual (down), norm + RoPE (qkv); PDL, the L2 prefetch.
+
+    And the norm handed over (`norm_handoff`): its readers (gate_up, qkv) and a writer (down)."""
     hidden, nq, nkv, d, ff = DECODERS["8b"]
+    handed = meta(squares_width(hidden), dtype=F32)
     variants = {
         "norm+swiglu": (hidden, 2 * ff, lambda: gemv_fused.Fusion(meta(hidden), 1e-5, swiglu=True)),
         "residual": (ff, hidden, lambda: gemv_fused.Fusion(residual=meta(1, hidden))),
         "norm+rope": (hidden, (nq + 2 * nkv) * d, lambda: rope_fusion("8b")),
+        "handed+swiglu": (hidden, 2 * ff, lambda: gemv_fused.Fusion(eps=1e-5, swiglu=True, handed=handed)),
+        "residual+hand": (
+            ff,
+            hidden,
+            lambda: gemv_fused.Fusion(residual=meta(1, hidden), hand=hand_off(hidden)),
+        ),
+        "handed+rope": (hidden, (nq + 2 * nkv) * d, lambda: rope_fusion("8b", handed=True)),
     }
     for what, (k, n, fusion) in variants.items():
         for tile in fusion().tiles():

@@ -9,11 +9,16 @@ import triton
 def compile_sm90(kernel, sig: dict, const: dict, aligned: tuple[str, ...] = (), **options):
     """``kernel`` compiled for sm_90: ``sig`` its runtime arguments' types, ``const`` its constexprs.
 
-    ``aligned``: the arguments the JIT would find divisible by 16 (aligned pointers, N % 16 == 0). A Triton
+    ``aligned``: the arguments the JIT would find divisible by 16 (aligned pointers, N % 16 == 0). An argument
+    in neither that has a default takes it as a constexpr (a pointer left None: a path not taken). A Triton
     install without a CUDA toolchain skips the test.
     """
+    from inspect import Parameter
+
     from triton.backends.compiler import GPUTarget
 
+    unset = (p for p in kernel.params if p.name not in sig and p.name not in const)
+    const = {**{p.name: p.default for p in unset if p.default is not Parameter.empty}, **const}
     sig = {**sig, **{k: "constexpr" for k in const}}
     attrs = {(kernel.arg_names.index(a),): [["tt.divisibility", 16]] for a in aligned}
     src = triton.compiler.ASTSource(fn=kernel, signature=sig, constexprs=const, attrs=attrs)

@@ -75,19 +75,25 @@ def test_fused_gemv_refuses_bad_operands():
         fused_gemv(x, codes, scale, Fusion(gamma=torch.ones(32).bfloat16()))
 
 
-def test_fused_layers_decode_as_the_plain_ones(precision="fp8"):
+@pytest.mark.parametrize("norm", ["handoff", "fold"])
+def test_fused_layers_decode_as_the_plain_ones(monkeypatch, norm, precision="fp8"):
     """llama-tiny with 8-bit Linears: its layers wrapped, a one-row step through the fused GEMVs.
 
     The same weights unfused give the reference: the prefill (many rows) is the plain path in both, so
-    the caches agree; the batch-1 decode steps then differ only by bf16 roundings.
+    the caches agree; the batch-1 decode steps then differ only by bf16 roundings. With each norm folded
+    into its reader, or handed over by the row's writer (`norm_handoff`; layer to layer too).
     """
     from deepgap.measure import llm_fused
     from deepgap.measure.decode_config import LINEAR_SWAPS
     from deepgap.measure.llm_timing import prompts
     from deepgap.measure.models.llama_net import build_llama
 
+    monkeypatch.setenv("DEEPGAP_DECODE_NORM", norm)
     fused = LINEAR_SWAPS[precision](build_llama("llama-tiny", seed=0, device="cpu"))
     assert all(isinstance(m, llm_fused.FusedLayer) for m in fused.layers)
+    handed = []  # the layers' outputs: a `Handed` row from every layer but the last with the hand-off
+    for m in fused.layers:
+        m.register_forward_hook(lambda _m, _a, out: handed.append(isinstance(out, llm_fused.Handed)))
     plain = LINEAR_SWAPS[precision](build_llama("llama-tiny", seed=0, device="cpu"))
     for m in plain.layers:  # the same seeded weights and codes, the plain path
         m.forward = m.layer.forward
@@ -103,6 +109,34 @@ def test_fused_layers_decode_as_the_plain_ones(precision="fp8"):
         a, b = fused.decode_step(tok, 6), plain.decode_step(tok, 6)
     rel = float((a.float() - b.float()).norm() / b.float().norm())
     assert 0 < rel < 0.03, rel  # 0 would mean the fused path never ran
+    layers = len(fused.layers)
+    assert handed[-layers:] == [norm == "handoff"] * (layers - 1) + [False]
+
+
+def test_the_norm_switch_chains_the_fused_layers(monkeypatch):
+    """``DEEPGAP_DECODE_NORM``: each layer's down hands its row to the next layer's qkv (the last to none), and
+    o's to gate_up; with ``fold`` none; with the attention in the qkv GEMV (which folds its norm) only o's;
+    a value outside fold/handoff is a usage error."""
+    from deepgap.core.errors import UsageError
+    from deepgap.measure import llm_fused
+    from deepgap.measure.decode_config import LINEAR_SWAPS
+    from deepgap.measure.models.llama_net import build_llama
+
+    model = LINEAR_SWAPS["fp8"](build_llama("llama-tiny", seed=0, device="cpu"))
+    layers = list(model.layers)
+    nexts = [m.layer.input_layernorm for m in layers[1:]]
+    assert all(m.handoff for m in layers) and [m.next_norm[0] for m in layers[:-1]] == nexts
+    assert layers[-1].next_norm == () and not any("next_norm" in n for n, _ in model.named_modules())
+    monkeypatch.setenv("DEEPGAP_DECODE_ATTENTION", "qkv")
+    llm_fused.configure(model)
+    assert all(m.handoff and m.next_norm == () for m in layers)
+    monkeypatch.delenv("DEEPGAP_DECODE_ATTENTION")
+    monkeypatch.setenv("DEEPGAP_DECODE_NORM", "fold")
+    llm_fused.configure(model)
+    assert not any(m.handoff or m.next_norm for m in layers)
+    monkeypatch.setenv("DEEPGAP_DECODE_NORM", "yes")
+    with pytest.raises(UsageError, match="DEEPGAP_DECODE_NORM"):
+        llm_fused.configure(model)
 
 
 def test_fuse_leaves_other_models_alone():

@@ -43,6 +43,7 @@ SWITCHES: dict[str, Switch] = {
     "DEEPGAP_QUANT_WHOLE": Switch(("off", "on"), "off"),  # on: timed at batch ≤ 8 (slower so far)
     "DEEPGAP_QUANT_CONV_TMA": Switch(("off", "on"), "on"),
     "DEEPGAP_DECODE_ROPE": Switch(("mix", "fused"), "fused"),
+    "DEEPGAP_DECODE_NORM": Switch(("fold", "handoff"), "handoff"),
     "DEEPGAP_DECODE_ATTENTION": Switch(("triton", "sdpa", "qkv", "qkv-split"), "triton"),
     "DEEPGAP_DECODE_SPLIT_KV": Switch(("auto", "on", "off"), "auto", empty_is_unset=False),
     "DEEPGAP_DECODE_COMBINE": Switch(("kernel", "last-block"), "kernel", empty_is_unset=False),

@@ -26,11 +26,17 @@ step further with RoPE fused: at a device-side position the qkv GEMV's last prog
 ``DEEPGAP_DECODE_WHOLE=on|l2|ahead`` (`llm_whole_plan`; off by default: timed 2.7× slower, session 37) runs
 every layer of such a step in one persistent kernel instead (`deepgap.measure.llm_whole`), where all of a
 decoder's layers are fused with RoPE.
+``DEEPGAP_DECODE_NORM=handoff`` (`norm_mode`; ``fold`` keeps each norm in the GEMV that reads it) has the GEMV
+that writes a row hand the next norm over (`deepgap.measure.quant.norm_handoff`): o's residual add also writes
+x₁ ⊙ γ₂ and x₁'s square sums, which gate_up reads as a plain row; down's writes the next layer's, which its qkv
+reads (a `Handed` goes from layer to layer; the first layer's qkv folds its norm, the attention-in-qkv paths too).
 `configure` reads the switches onto the wrapped layers and the model (at `fuse`, and again where a process times
 several).
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -40,7 +46,7 @@ from deepgap.measure import llm_whole_plan
 from deepgap.measure.llm_attention import attention_mode
 from deepgap.measure.llm_qkv_attention import rope_gemv_attend_op
 from deepgap.measure.llm_qkv_split import rope_gemv_attend_split_op
-from deepgap.measure.quant.gemv_fused import fused_gemv_op, rope_gemv_op
+from deepgap.measure.quant.gemv_fused_ops import fused_gemv_op, handoff_gemv_op, rope_gemv_op
 from deepgap.measure.quant.linear import QuantLinear
 
 # DEEPGAP_DECODE_ROPE: RoPE and the cache write in `Attention.mix`, or the GEMV (mix, fused)
@@ -50,6 +56,23 @@ ROPE_MODES = switches.choices("DEEPGAP_DECODE_ROPE")
 def rope_mode() -> str:
     """``DEEPGAP_DECODE_ROPE`` (`ROPE_MODES`, ``fused`` when unset); another value is a usage error."""
     return switches.read("DEEPGAP_DECODE_ROPE")
+
+
+def norm_mode() -> str:
+    """``DEEPGAP_DECODE_NORM``: ``handoff`` (when unset) or ``fold``; another value is a usage error."""
+    return switches.read("DEEPGAP_DECODE_NORM")
+
+
+class Handed(NamedTuple):
+    """A fused layer's output row with the next layer's norm handed over (`norm_handoff`): the next one's input.
+
+    ``row``: ``(1, 1, width)``, the hidden row; ``scaled``: ``(1, width)``, row ⊙ the next input norm's γ;
+    ``squares``: the row's square sums.
+    """
+
+    row: torch.Tensor
+    scaled: torch.Tensor
+    squares: torch.Tensor
 
 
 class FusedLayer(nn.Module):
@@ -65,6 +88,10 @@ class FusedLayer(nn.Module):
         self.layer = layer
         self.rope = rope
         self.attend = attend
+        self.handoff = False  # o's GEMV hands the post-attention norm to gate_up's (``DEEPGAP_DECODE_NORM``)
+        # with it, the next layer's input norm, which down's GEMV hands over: in a tuple, kept out of the
+        # module tree (its weight is the next layer's)
+        self.next_norm: tuple[nn.Module, ...] = ()
 
     @property
     def attends_in_qkv(self) -> bool:
@@ -78,7 +105,13 @@ class FusedLayer(nn.Module):
             p.weight_only(x.reshape(1, width)) and p.fast for p in _projections(self.layer)
         )
 
-    def forward(self, x, cos, sin, cache, pos):  # noqa: D102
+    def forward(self, x, cos, sin, cache, pos):
+        """The next hidden row ``x``'s shape; a `Handed` one where the next layer takes the norm (``next_norm``).
+
+        ``x`` may be the previous layer's `Handed`: its row, whose norm the qkv GEMV then reads handed over.
+        """
+        handed = x if isinstance(x, Handed) else None
+        x = x.row if handed is not None else x
         lay = self.layer
         b, s, width = x.shape
         if not self.takes_fused(x):
@@ -86,14 +119,35 @@ class FusedLayer(nn.Module):
         attn = lay.self_attn
         n1, n2 = lay.input_layernorm, lay.post_attention_layernorm
         h = x.reshape(1, width).contiguous()
+        qkv_in = (
+            _NormIn(h, n1.weight, n1.eps)
+            if handed is None
+            else _NormIn(handed.scaled, None, n1.eps, handed.squares)
+        )
         if self.rope and cache is not None and isinstance(pos, (int, torch.Tensor)):
-            a = _rope_attention(attn, h, n1, (cos, sin), cache, pos, self.attend)
+            a = _rope_attention(attn, qkv_in, (cos, sin), cache, pos, self.attend)
         else:
-            qkv = _gemv(attn.qkv_proj, h, gamma=n1.weight, eps=n1.eps)
+            qkv = _gemv(attn.qkv_proj, qkv_in)
             a = attn.mix(qkv, 1, 1, cos, sin, cache, pos).reshape(1, -1).contiguous()
-        x1 = _gemv(attn.o_proj, a, residual=h)
-        mid = _gemv(lay.gate_up_proj, x1, gamma=n2.weight, eps=n2.eps, swiglu=True)
-        return _gemv(lay.down_proj, mid, residual=x1).reshape(b, s, width)
+        if self.handoff:
+            x1, scaled, squares = _handoff(attn.o_proj, a, h, n2.weight)
+            mid = _gemv(lay.gate_up_proj, _NormIn(scaled, None, n2.eps, squares), swiglu=True)
+        else:
+            x1 = _gemv(attn.o_proj, _NormIn(a), residual=h)
+            mid = _gemv(lay.gate_up_proj, _NormIn(x1, n2.weight, n2.eps), swiglu=True)
+        if self.next_norm:
+            row, scaled, squares = _handoff(lay.down_proj, mid, x1, self.next_norm[0].weight)
+            return Handed(row.reshape(b, s, width), scaled, squares)
+        return _gemv(lay.down_proj, _NormIn(mid), residual=x1).reshape(b, s, width)
+
+
+class _NormIn(NamedTuple):
+    """A GEMV's input row and its norm: folded (``gamma``), handed over (``squares``: x is the row ⊙ γ) or none."""
+
+    x: torch.Tensor
+    gamma: torch.Tensor | None = None
+    eps: float = 0.0
+    squares: torch.Tensor | None = None
 
 
 def _projections(layer: nn.Module) -> tuple[QuantLinear, ...]:
@@ -101,28 +155,36 @@ def _projections(layer: nn.Module) -> tuple[QuantLinear, ...]:
     return (a.qkv_proj, a.o_proj, layer.gate_up_proj, layer.down_proj)
 
 
-def _rope_attention(attn: nn.Module, h, norm: nn.Module, angles, cache, pos, attend: str):
+def _rope_attention(attn: nn.Module, row: _NormIn, angles, cache, pos, attend: str):
     """The attention row of a step whose qkv GEMV does RoPE and writes k and v into the cache (then attends).
 
     A one-sequence step at one position (an int, eager, or a device tensor); the row ``(1, heads · head_dim)``.
     ``attend`` (`FusedLayer`): at a device-side position the GEMV's last programs attend (`rope_gemv_attend_op`,
-    or `rope_gemv_attend_split_op` for ``qkv-split``); an int position (eager, the reference) keeps the attention
-    over the written positions.
+    or `rope_gemv_attend_split_op` for ``qkv-split``; the norm folded); an int position (eager, the reference)
+    keeps the attention over the written positions.
     """
     at = pos  # eager's int as the device tensor the kernel reads
     if not isinstance(pos, torch.Tensor):
-        at = torch.full((1,), pos, dtype=torch.int64, device=h.device)
+        at = torch.full((1,), pos, dtype=torch.int64, device=row.x.device)
     p = attn.qkv_proj
-    gemv = (h, p.weight_t.t(), p.channel_scales(), norm.weight, norm.eps)
+    gemv = (row.x, p.weight_t.t(), p.channel_scales(), row.gamma, row.eps)
     args = (*gemv, *angles, at, cache.k, cache.v, attn.nq)
     if attend and isinstance(pos, torch.Tensor):
-        return (rope_gemv_attend_split_op if attend == "qkv-split" else rope_gemv_attend_op)(*args)
-    q = rope_gemv_op(*args)
+        return (rope_gemv_attend_split_op if attend == "qkv-split" else rope_gemv_attend_op)(
+            *args, row.squares
+        )
+    q = rope_gemv_op(*args, row.squares)
     return cache.attend_written(q.view(1, attn.nq, 1, attn.d), pos).reshape(1, -1).contiguous()
 
 
-def _gemv(p: QuantLinear, x, gamma=None, eps: float = 0.0, residual=None, swiglu: bool = False):
-    return fused_gemv_op(x, p.weight_t.t(), p.channel_scales(), gamma, residual, eps, swiglu)
+def _gemv(p: QuantLinear, row: _NormIn, residual=None, swiglu: bool = False):
+    s = p.channel_scales()
+    return fused_gemv_op(row.x, p.weight_t.t(), s, row.gamma, residual, row.eps, swiglu, row.squares)
+
+
+def _handoff(p: QuantLinear, x, residual, gamma):
+    """``residual + x · Wᵀ`` with the next norm (``gamma``) handed over: the row, row ⊙ γ, its square sums."""
+    return handoff_gemv_op(x, p.weight_t.t(), p.channel_scales(), residual, gamma)
 
 
 def fusable(layer: nn.Module) -> bool:
@@ -156,12 +218,15 @@ def configure(model: nn.Module) -> None:
     Called by `fuse`, and again by a process that times several switches on one model (the bare loop); a
     compiled step sees the change as a new attribute value (a recompile).
     """
-    rope, attend = rope_mode() == "fused", attention_mode()
+    rope, attend, handoff = rope_mode() == "fused", attention_mode(), norm_mode() == "handoff"
     attend = attend if attend in ("qkv", "qkv-split") else ""
     layers = list(getattr(model, "layers", ()))
-    for layer in layers:
+    for layer, after in zip(layers, [*layers[1:], None], strict=True):
         if isinstance(layer, FusedLayer):
-            layer.rope, layer.attend = rope, attend
+            layer.rope, layer.attend, layer.handoff = rope, attend, handoff
+            # the attention-in-qkv kernels fold their norm: down hands over only to a qkv GEMV of its own
+            chained = handoff and not (rope and attend) and isinstance(after, FusedLayer)
+            layer.next_norm = (after.layer.input_layernorm,) if chained else ()
     whole = llm_whole_plan.mode()
     if hasattr(model, "whole_step"):
         fused = bool(layers) and all(isinstance(layer, FusedLayer) for layer in layers)

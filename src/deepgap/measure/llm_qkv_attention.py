@@ -37,13 +37,8 @@ import triton.language as tl
 from deepgap.measure import llm_attention
 from deepgap.measure.llm_attention import attend_rows, store_rows
 from deepgap.measure.quant import gemv
-from deepgap.measure.quant.gemv_fused import (
-    Fusion,
-    checked,
-    fused_row_kernel,
-    launch_row,
-    rope_op,
-)
+from deepgap.measure.quant.gemv_fused import Fusion, checked, fused_row_kernel, launch_row
+from deepgap.measure.quant.gemv_fused_ops import rope_op
 from deepgap.measure.quant.launch import check, halved_to_divide
 
 TAIL_BLOCK = 64  # cache positions per step of the last program's walk
@@ -126,8 +121,8 @@ def attend_operands(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, f
     """`gemv_fused.checked`, and a RoPE-only fusion whose groups fit the attention's tile; (programs' width, rope)."""
     r = fusion.rope
     check(
-        r is not None and not fusion.swiglu and fusion.residual is None,
-        "attention in the qkv GEMV: RoPE only",
+        r is not None and not fusion.swiglu and fusion.residual is None and fusion.handed is None,
+        "attention in the qkv GEMV: RoPE only (the norm folded, not handed over)",
     )
     no = checked(x, codes, scale, fusion)
     nkv, rows = r.k.shape[1], llm_attention.ROWS

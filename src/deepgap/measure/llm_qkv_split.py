@@ -51,12 +51,8 @@ from deepgap.measure import llm_attention
 from deepgap.measure.llm_attention import attend_rows, store_partials
 from deepgap.measure.llm_qkv_attention import TAIL_STAGES, attend_operands, kv_group, tuned, within_heads
 from deepgap.measure.quant import gemv, l2_prefetch
-from deepgap.measure.quant.gemv_fused import (
-    Fusion,
-    fused_row_kernel,
-    launch_row,
-    rope_op,
-)
+from deepgap.measure.quant.gemv_fused import Fusion, fused_row_kernel, launch_row
+from deepgap.measure.quant.gemv_fused_ops import rope_op
 from deepgap.measure.quant.whole_flow import wait_count
 
 

@@ -47,7 +47,7 @@ import triton.language as tl
 
 from deepgap.measure.llm_attention import attend_rows, store_chunk
 from deepgap.measure.quant import gemv, l2_prefetch
-from deepgap.measure.quant.gemv_fused import finish, fused_step, rows_first
+from deepgap.measure.quant.gemv_fused import finish, folded_root, fused_step, rows_first
 from deepgap.measure.quant.kernels import pdl_enter
 from deepgap.measure.quant.launch import launcher
 from deepgap.measure.quant.whole_flow import grid_arrive, grid_wait
@@ -120,7 +120,7 @@ def _gemv_phase(
     if ONE:  # x · γ · rsqrt(mean(x²) + eps), once: `finish` then has no norm to apply
         xs = tl.load(x_ptr + rk, cache_modifier=".cg").to(tl.float32)
         if NORM:
-            root = tl.rsqrt(tl.sum(xs * xs, axis=0) / K + eps)
+            root = folded_root(xs * xs, K, eps)
             xs = xs * tl.load(gamma_ptr + rk).to(tl.float32) * root
     for t in range(0, total):
         if LEAD_KB > 0:  # noqa: SIM102 - a constexpr, then a runtime test
@@ -136,14 +136,17 @@ def _gemv_phase(
             acc = gemv.mac(tl.zeros((BN,), dtype=tl.float32), w, xs, True)
             if PAIRED:
                 acc_up = gemv.mac(tl.zeros((BN,), dtype=tl.float32), w_up, xs, True)
-            finish(acc, acc_up, squares, rn, rows, second, s_ptr, res_ptr, out_ptr, K, eps, cos_ptr, sin_ptr,
-                   pos_ptr, k_ptr, v_ptr, L, NQ, NKV, False, SWIGLU, RESIDUAL, ROPE, D, True, ".cg")  # fmt: skip
+            finish(acc, acc_up, 1.0, rn, rows, second, s_ptr, res_ptr, out_ptr, cos_ptr, sin_ptr, pos_ptr, k_ptr,
+                   v_ptr, L, NQ, NKV, SWIGLU, RESIDUAL, ROPE, D, True, ".cg")  # fmt: skip
         else:
             acc, acc_up, squares = fused_step(acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, k, rk, NORM,
                                               PAIRED, True, ".cg")  # fmt: skip
             if k + BK == K:
-                finish(acc, acc_up, squares, rn, rows, second, s_ptr, res_ptr, out_ptr, K, eps, cos_ptr, sin_ptr,
-                       pos_ptr, k_ptr, v_ptr, L, NQ, NKV, NORM, SWIGLU, RESIDUAL, ROPE, D, True, ".cg")  # fmt: skip
+                root = 1.0
+                if NORM:
+                    root = folded_root(squares, K, eps)
+                finish(acc, acc_up, root, rn, rows, second, s_ptr, res_ptr, out_ptr, cos_ptr, sin_ptr, pos_ptr,
+                       k_ptr, v_ptr, L, NQ, NKV, SWIGLU, RESIDUAL, ROPE, D, True, ".cg")  # fmt: skip
                 acc = tl.zeros((BN,), dtype=tl.float32)
                 acc_up = acc
                 squares = tl.zeros((BK,), dtype=tl.float32)

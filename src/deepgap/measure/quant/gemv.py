@@ -160,8 +160,10 @@ def chosen() -> str:
     """
 
     def shape(key: tuple) -> str:
-        if key[0] == "fused":  # ("fused", (gamma, swiglu, residual, rope[, attention]), k, n, device)
-            parts = ("norm", "swiglu", "residual", "rope", "attention")
+        if (
+            key[0] == "fused"
+        ):  # ("fused", (gamma, swiglu, residual, rope, handed, hand[, attention]), k, n, device)
+            parts = ("norm", "swiglu", "residual", "rope", "handed norm", "norm hand-off", "attention")
             what = "+".join(p for p, on in zip(parts, key[1], strict=False) if on) or "plain"
             return f"fused {what} {key[2]}x{key[3]}"
         return f"{key[0]} row(s) {key[1]}x{key[2]}"

@@ -26,13 +26,12 @@ between; `reference` is held to the same fp32 order). The tile is timed per (var
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 
 import torch
 import triton
 import triton.language as tl
 
-from deepgap.measure.quant import gemv, l2_prefetch, launch
+from deepgap.measure.quant import gemv, l2_prefetch, launch, norm_handoff
 from deepgap.measure.quant.gemv import FUSED_TILES
 from deepgap.measure.quant.launch import check, launcher
 
@@ -89,7 +88,8 @@ def fused_row_kernel(
     NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
     REDUCE: tl.constexpr = False, PDL: tl.constexpr = False,
     cos_ptr=None, sin_ptr=None, pos_ptr=None, k_ptr=None, v_ptr=None, L=1, NQ=0, NKV=0, ROPE: tl.constexpr = False,
-    D: tl.constexpr = 2, PF_PROGRAMS=0, PREFETCH: tl.constexpr = False,
+    D: tl.constexpr = 2, PF_PROGRAMS=0, PREFETCH: tl.constexpr = False, sums_ptr=None, PARTS: tl.constexpr = 1,
+    HANDED: tl.constexpr = False, hand_gamma_ptr=None, scaled_ptr=None, hand_sums_ptr=None, HAND: tl.constexpr = False,
 ):  # fmt: skip
     """``out[band]`` of one row: an optional RMSNorm of x, the product, then SwiGLU, a residual add or RoPE.
 
@@ -97,6 +97,8 @@ def fused_row_kernel(
     head ``h = n // (D/2)`` is rows ``h·D + c`` and ``h·D + c + D/2`` (``c = n mod D/2``), `_rope_store`.
     With ``PDL`` the first K step's weights are read before the wait for the previous kernel (`gemv`'s row
     kernel too); with ``PREFETCH``, the first ``PF_PROGRAMS`` programs ask L2 for their band(s) (`l2_prefetch`).
+    ``HANDED``: x is a row ⊙ γ whose norm a writer handed over, ``HAND``: this one hands the next norm over
+    (`norm_handoff`).
     """
     rn = tl.program_id(0) * BN + tl.arange(0, BN)
     rows = rows_first(rn, D, ROPE)
@@ -133,27 +135,33 @@ def fused_row_kernel(
         acc, acc_up, squares = fused_step(
             acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, k, rk, NORM, SWIGLU or ROPE, REDUCE, ""
         )
-    finish(
-        acc, acc_up, squares, rn, rows, second, scale_ptr, res_ptr, out_ptr, K, eps, cos_ptr, sin_ptr, pos_ptr,
-        k_ptr, v_ptr, L, NQ, NKV, NORM, SWIGLU, RESIDUAL, ROPE, D, REDUCE, "",
+    root = 1.0
+    if NORM:
+        root = folded_root(squares, K, eps)
+    if (
+        HANDED
+    ):  # read at the end: after the wait it held 40 more registers through the loop (Triton 3.8, sm_90)
+        root = norm_handoff.handed_root(sums_ptr, K, eps, PARTS)
+    y = finish(
+        acc, acc_up, root, rn, rows, second, scale_ptr, res_ptr, out_ptr, cos_ptr, sin_ptr, pos_ptr, k_ptr, v_ptr,
+        L, NQ, NKV, SWIGLU, RESIDUAL, ROPE, D, REDUCE, "",
     )  # fmt: skip
+    if HAND:
+        norm_handoff.hand_off(y, tl.program_id(0) * BN, hand_gamma_ptr, scaled_ptr, hand_sums_ptr, BN)
 
 
 @triton.jit
 def finish(
-    acc, acc_up, squares, rn, rows, second, scale_ptr, res_ptr, out_ptr, K, eps, cos_ptr, sin_ptr, pos_ptr,
-    k_ptr, v_ptr, L, NQ, NKV, NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
-    ROPE: tl.constexpr, D: tl.constexpr, REDUCE: tl.constexpr, CACHE: tl.constexpr,
+    acc, acc_up, root, rn, rows, second, scale_ptr, res_ptr, out_ptr, cos_ptr, sin_ptr, pos_ptr, k_ptr, v_ptr,
+    L, NQ, NKV, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr, ROPE: tl.constexpr, D: tl.constexpr,
+    REDUCE: tl.constexpr, CACHE: tl.constexpr,
 ):  # fmt: skip
     """A band's epilogue (scales, the norm's root, SwiGLU, residual or RoPE), shared with `deepgap.measure.llm_whole`.
 
-    There ``CACHE`` is ``.cg``: another SM of the same launch wrote the residual.
+    ``root``: the norm's ``rsqrt(mean(x²) + eps)``, or 1. There ``CACHE`` is ``.cg``: another SM of the same
+    launch wrote the residual. Returns the band's fp32 row as stored (not RoPE's rotated one).
     """
-    y = gemv.total(acc, REDUCE) * tl.load(scale_ptr + rows)
-    root = 1.0
-    if NORM:
-        root = tl.rsqrt(tl.sum(squares, axis=0) / K + eps)
-        y = y * root
+    y = gemv.total(acc, REDUCE) * tl.load(scale_ptr + rows) * root
     if SWIGLU or ROPE:
         up = gemv.total(acc_up, REDUCE) * tl.load(scale_ptr + rows + second) * root
     if SWIGLU:
@@ -164,6 +172,13 @@ def finish(
         _rope_store(y, up, rn, out_ptr, cos_ptr, sin_ptr, pos_ptr, k_ptr, v_ptr, L, NQ, NKV, D)
     else:
         tl.store(out_ptr + rn, y.to(tl.bfloat16))
+    return y
+
+
+@triton.jit
+def folded_root(squares, K, eps):
+    """The folded norm's ``rsqrt(mean(x²) + eps)`` from a program's squares of the whole row (fp32, BK wide)."""
+    return tl.rsqrt(tl.sum(squares, axis=0) / K + eps)
 
 
 @triton.jit
@@ -192,21 +207,32 @@ class RopeWrite:
 
 @dataclasses.dataclass(frozen=True)
 class Fusion:
-    """What one fused call folds in: a norm's scale and eps, SwiGLU, a residual row, RoPE (module docstring)."""
+    """What one fused call folds in: a norm's scale and eps, SwiGLU, a residual row, RoPE (module docstring).
+
+    Or the norm handed over (`norm_handoff`): ``handed``, the ``(K / GROUP,)`` square sums of the row whose
+    ⊙ γ is x (with ``eps``, no ``gamma``); ``hand``, the next norm's buffers this call writes as well.
+    """
 
     gamma: torch.Tensor | None = None
     eps: float = 0.0
     swiglu: bool = False
     residual: torch.Tensor | None = None
     rope: RopeWrite | None = None
+    handed: torch.Tensor | None = None
+    hand: norm_handoff.HandOff | None = None
 
     def key(self) -> tuple:
         """The variant, for the tile's timing (the kernel's constexprs)."""
-        return (self.gamma is not None, self.swiglu, self.residual is not None, self.rope is not None)
+        folds = (self.residual, self.rope, self.handed, self.hand)
+        return (self.gamma is not None, self.swiglu, *(f is not None for f in folds))
 
     def tiles(self) -> tuple[gemv.GemvTile, ...]:
-        """The tuner's candidates: `FUSED_TILES`, and the capped `gemv.NORM_TILES` where the norm is folded."""
-        return FUSED_TILES + gemv.NORM_TILES * (self.gamma is not None)
+        """The tuner's candidates: `FUSED_TILES`, and the capped `gemv.NORM_TILES` where the norm is folded.
+
+        A writer that hands a norm over takes bands of whole `norm_handoff.GROUP`s.
+        """
+        tiles = FUSED_TILES + gemv.NORM_TILES * (self.gamma is not None)
+        return tuple(t for t in tiles if self.hand is None or t.bn % norm_handoff.GROUP.value == 0)
 
 
 def fused_gemv(
@@ -246,7 +272,27 @@ def checked(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, fusion: F
     check(fusion.residual is None or fusion.residual.numel() == no, f"residual: one row of {no}")
     if fusion.rope is not None:
         _check_rope(fusion.rope, n)
+    if fusion.handed is not None:
+        check(fusion.gamma is None, "handed: x is the row ⊙ γ already; pass no gamma")
+        want = (norm_handoff.squares_width(k),)
+        check(
+            fusion.handed.shape == want and fusion.handed.dtype == torch.float32,
+            f"handed: fp32 of shape {want}",
+        )
+    if fusion.hand is not None:
+        _check_hand(fusion.hand, no, fusion)
     return no
+
+
+def _check_hand(h: norm_handoff.HandOff, no: int, fusion: Fusion) -> None:
+    """A writer's hand-off: a plain row's writer (no SwiGLU, no RoPE), buffers as wide as its row."""
+    check(not fusion.swiglu and fusion.rope is None, "hand: a plain row's writer (no SwiGLU, no RoPE)")
+    check(h.gamma.shape == (no,) and h.scaled.shape == (1, no), f"hand: γ ({no},) and a scaled row (1, {no})")
+    check(
+        h.scaled.dtype == torch.bfloat16 and h.scaled.is_contiguous(), "hand: the scaled row, contiguous bf16"
+    )
+    want = (norm_handoff.squares_width(no),)
+    check(h.squares.shape == want and h.squares.dtype == torch.float32, f"hand: squares fp32 of shape {want}")
 
 
 def launch_row(kernel, x, codes, scale, fusion: Fusion, t: gemv.GemvTile, out, more=0, **extra) -> None:
@@ -265,6 +311,11 @@ def launch_row(kernel, x, codes, scale, fusion: Fusion, t: gemv.GemvTile, out, m
     pf = l2_prefetch.programs(x.device, launch.pdl_on(), paired * t.bn * k * codes.element_size(), no // t.bn)
     if r is not None and (r.k.shape[3] // 2) % t.bn:  # a band must stay within one half of a head
         pf = 0
+    h = fusion.hand
+    if fusion.handed is not None:
+        extra |= dict(sums_ptr=fusion.handed, PARTS=norm_handoff.parts_block(k), HANDED=True)
+    if h is not None:
+        extra |= dict(hand_gamma_ptr=h.gamma, scaled_ptr=h.scaled, hand_sums_ptr=h.squares, HAND=True)
     launcher(kernel, x.device)[(no // t.bn + more,)](
         x, codes, scale,
         fusion.gamma if fusion.gamma is not None else scale,
@@ -314,6 +365,8 @@ def reference(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, fusion:
     if fusion.gamma is not None:
         root = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + fusion.eps)
         xf = xf * fusion.gamma.float()
+    if fusion.handed is not None:
+        root = torch.rsqrt(fusion.handed.sum() / x.shape[1] + fusion.eps)
     y = (xf @ (codes.float() * scale[:, None]).t()) * root
     if fusion.swiglu:
         gate, up = y.chunk(2, dim=-1)
@@ -322,6 +375,10 @@ def reference(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, fusion:
         return _rope_reference(y, fusion.rope)
     if fusion.residual is not None:
         y = y + fusion.residual.float().reshape(y.shape)
+    if fusion.hand is not None:  # the buffers the kernel writes, as `norm_handoff.reference` gives them
+        scaled, squares = norm_handoff.reference(y.to(torch.bfloat16), fusion.hand.gamma)
+        fusion.hand.scaled.copy_(scaled)
+        fusion.hand.squares.copy_(squares)
     return y.to(torch.bfloat16)
 
 
@@ -338,62 +395,3 @@ def _rope_reference(y: torch.Tensor, r: RopeWrite) -> torch.Tensor:
     r.k[0, :, p] = heads[r.heads : r.heads + nkv]
     r.v[0, :, p] = heads[r.heads + nkv :]
     return heads[: r.heads].reshape(1, -1)
-
-
-@torch.library.custom_op("deepgap::fused_gemv", mutates_args=())
-def fused_gemv_op(
-    x: torch.Tensor,
-    codes: torch.Tensor,
-    scale: torch.Tensor,
-    gamma: torch.Tensor | None,
-    residual: torch.Tensor | None,
-    eps: float,
-    swiglu: bool,
-) -> torch.Tensor:
-    """`fused_gemv` as a custom op: torch.compile keeps it one call, a CUDA graph captures it."""
-    return fused_gemv(x, codes, scale, Fusion(gamma, eps, swiglu, residual))
-
-
-@fused_gemv_op.register_fake
-def _(x, codes, scale, gamma, residual, eps, swiglu):
-    return x.new_empty((1, codes.shape[0] // (2 if swiglu else 1)), dtype=torch.bfloat16)
-
-
-def rope_op(name: str, run: Callable[..., torch.Tensor], doc: str) -> Callable[..., torch.Tensor]:
-    """A custom op ``deepgap::<name>`` over ``run(x, codes, scale, Fusion(..., rope=RopeWrite(...)))``.
-
-    Why one maker: the RoPE qkv GEMV (`rope_gemv_op`) and those that attend too (`llm_qkv_attention`, `llm_qkv_split`)
-    take the same operands and return one bf16 row of the query heads; each stays one call in compile and graph.
-    """
-
-    def op(
-        x: torch.Tensor,
-        codes: torch.Tensor,
-        scale: torch.Tensor,
-        gamma: torch.Tensor,
-        eps: float,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        pos: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        heads: int,
-    ) -> torch.Tensor:
-        return run(x, codes, scale, Fusion(gamma, eps, rope=RopeWrite(cos, sin, pos, k, v, heads)))
-
-    op.__doc__ = doc
-    made = torch.library.custom_op(f"deepgap::{name}", mutates_args=("k", "v"))(op)
-    made.register_fake(_rope_rows_fake)
-    return made
-
-
-def _rope_rows_fake(x, codes, scale, gamma, eps, cos, sin, pos, k, v, heads):
-    """The RoPE ops' output for tracing: one bf16 row of the query heads (q, or the attention's rows)."""
-    return x.new_empty((1, heads * k.shape[3]), dtype=torch.bfloat16)
-
-
-rope_gemv_op = rope_op(
-    "rope_gemv",
-    fused_gemv,
-    "The qkv GEMV with the norm and RoPE folded in (`RopeWrite`): q returned, k and v written into the cache.",
-)
