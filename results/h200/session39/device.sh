@@ -32,5 +32,11 @@ case ${1:-} in
    python -m deepgap export "$S/run.sqlite" --format csv -o "$OUT/run-2.csv" >/dev/null 2>&1
    python3 -c "import csv,sys; [print(r['decode_tokens_per_s'], r['pipelined_decode_tokens_per_s'], \
 r['decode_pdl'], r['decode_attention']) for r in csv.DictReader(open(sys.argv[1]))]" "$OUT/run-2.csv" ;;
-*) echo "usage: $0 1|2"; exit 2 ;;
+# 3 — the GPU tests of the kernels whose code this session changed beside (the attention in the qkv GEMV, split or not,
+#     and the one-kernel step: `finish` now takes the norm's root)
+3) step "other gpu tests" 170 python -m pytest -q -m gpu tests/measure/test_llm_qkv_attention.py \
+       tests/measure/test_llm_qkv_split.py tests/measure/test_llm_whole.py -rA -p no:cacheprovider \
+       > "$OUT/gputests-3.txt" 2>&1
+   tail -n 16 "$OUT/gputests-3.txt" ;;
+*) echo "usage: $0 1|2|3"; exit 2 ;;
 esac
