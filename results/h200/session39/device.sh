@@ -9,7 +9,7 @@ loop() {  # loop NAME LIMIT EXTRA...: the bare loop replaying deepgap's own step
     step "decode loop $name" "$limit" python benchmarks/llm_decode_loop.py --model llama-3.1-8b --precision fp8 \
         --batches 1 --pdl on --split-kv auto --harness deepgap "$@" --out "$OUT" > "$OUT/loop-$name.txt" 2>&1
     grep -v '^{' "$OUT/loop-$name.txt" | grep -v "^ *$" | tail -n 30
-    grep '^{' "$OUT/loop-$name.txt" | python3 -c "import json,sys; [print(r['norm'], r['tpot_ms'], r['decode_tok_s'], \
+    grep '^{' "$OUT/loop-$name.txt" | python3 -c "import json,sys; [print(r['norm'], r['attention'], r['tpot_ms'], r['decode_tok_s'], \
 r.get('timeline_step_us'), r.get('tiles', '')[:700]) for r in map(json.loads, sys.stdin)]"
 }
 case ${1:-} in
@@ -38,5 +38,12 @@ r['decode_pdl'], r['decode_attention']) for r in csv.DictReader(open(sys.argv[1]
        tests/measure/test_llm_qkv_split.py tests/measure/test_llm_whole.py -rA -p no:cacheprovider \
        > "$OUT/gputests-3.txt" 2>&1
    tail -n 16 "$OUT/gputests-3.txt" ;;
-*) echo "usage: $0 1|2|3"; exit 2 ;;
+# 4 — with the norm handed over: the attention kernel against the attention in the qkv GEMV's programs (qkv-split,
+#     whose qkv folds its norm: down hands over to nobody, o still to gate_up); int8 with the norm folded and handed
+4) loop split-4 150 --norm handoff --attention triton,qkv-split
+   step "decode loop int8" 150 python benchmarks/llm_decode_loop.py --model llama-3.1-8b --precision int8 \
+       --batches 1 --pdl on --split-kv auto --harness deepgap --norm fold,handoff --out "$OUT" > "$OUT/loop-int8-4.txt" 2>&1
+   grep '^{' "$OUT/loop-int8-4.txt" | python3 -c "import json,sys; [print(r['precision'], r['norm'], r['tpot_ms'], \
+r['decode_tok_s']) for r in map(json.loads, sys.stdin)]" ;;
+*) echo "usage: $0 1|2|3|4"; exit 2 ;;
 esac
