@@ -121,6 +121,7 @@ def gemv_label(t: gemv.GemvTile) -> str:
         + " pf" * t.prefetch
         + " re" * t.reduce_each
         + f" r{t.maxnreg}" * bool(t.maxnreg)
+        + " early" * t.early
     )
 
 

@@ -131,7 +131,7 @@ def test_it_compiles_for_hopper_without_spills(tile):
                part_ptr="*fp32", m_ptr="*fp32", l_ptr="*fp32", attn_ptr="*bf16", sm_scale="fp32", NG="i32",
                CHUNK="i32", NCH="i32")  # fmt: skip
     const = dict(NORM=True, SWIGLU=False, RESIDUAL=False, BN=tile.bn, BK=tile.bk, REDUCE=bool(tile.reduce_each),
-                 PDL=True, ROPE=True, D=128, PREFETCH=False, G=4, GP=4, BL=32, SP=8, STAGES=1, FENCE=True,
+                 PDL=True, ROPE=True, D=128, PREFETCH=False, G=4, BL=32, SP=8, STAGES=1, FENCE=True,
                  KV_L2=True, DOT_F32=False)  # fmt: skip
     aligned = ("x_ptr", "w_ptr", "out_ptr", "K", "k_ptr", "v_ptr", "attn_ptr", "part_ptr")
     compiled = compile_sm90(

@@ -9,7 +9,7 @@ loop() {  # loop NAME LIMIT EXTRA...: the bare loop replaying deepgap's own step
     step "decode loop $name" "$limit" python benchmarks/llm_decode_loop.py --model llama-3.1-8b --precision fp8 \
         --batches 1 --pdl on --split-kv auto --harness deepgap "$@" --out "$OUT" > "$OUT/loop-$name.txt" 2>&1
     grep -v '^{' "$OUT/loop-$name.txt" | grep -v "^ *$" | tail -n 30
-    grep '^{' "$OUT/loop-$name.txt" | python3 -c "import json,sys; [print(r['norm'], r['attention'], r['tpot_ms'], r['decode_tok_s'], \
+    grep '^{' "$OUT/loop-$name.txt" | python3 -c "import json,sys; [print(r['norm'], r['attention'], r['combine'], r['tpot_ms'], r['decode_tok_s'], \
 r.get('timeline_step_us'), r.get('tiles', '')[:700]) for r in map(json.loads, sys.stdin)]"
 }
 case ${1:-} in
@@ -45,5 +45,16 @@ r['decode_pdl'], r['decode_attention']) for r in csv.DictReader(open(sys.argv[1]
        --batches 1 --pdl on --split-kv auto --harness deepgap --norm fold,handoff --out "$OUT" > "$OUT/loop-int8-4.txt" 2>&1
    grep '^{' "$OUT/loop-int8-4.txt" | python3 -c "import json,sys; [print(r['precision'], r['norm'], r['tpot_ms'], \
 r['decode_tok_s']) for r in map(json.loads, sys.stdin)]" ;;
-*) echo "usage: $0 1|2|3|4"; exit 2 ;;
+# 5 — the handed norm's sums read early too (`GemvTile.early`, the tuner times both) and the last-block merge of the
+#     split attention in one round of loads (`llm_merge.merge_group`): their GPU tests, every fold per tile, the bare
+#     loop with the combine kernel and the last-block merge, then `deepgap run` (step 2)
+5) step "gpu tests" 150 python -m pytest -q -m gpu tests/measure/quant/test_norm_handoff.py \
+       tests/measure/test_llm_attention.py tests/measure/test_llm_fused.py -k "gpu or pdl or graph" -rA \
+       -p no:cacheprovider > "$OUT/gputests-5.txt" 2>&1
+   tail -n 14 "$OUT/gputests-5.txt"
+   step "fused variants" 120 python benchmarks/fused_variants.py --out "$OUT" > "$OUT/fused-variants-5.txt" 2>&1
+   tail -n 12 "$OUT/fused-variants-5.txt"
+   loop combine-5 150 --norm handoff --combine kernel,last-block
+   bash "$0" 2 ;;
+*) echo "usage: $0 1|2|3|4|5"; exit 2 ;;
 esac

@@ -35,6 +35,7 @@ import triton
 import triton.language as tl
 
 from deepgap.core import switches
+from deepgap.measure.llm_merge import combine_kernel, merge_group
 from deepgap.measure.quant.kernels import pdl_enter
 from deepgap.measure.quant.launch import check, launcher
 
@@ -194,8 +195,7 @@ def store_chunk(
     if LAST:
         tl.debug_barrier()  # every thread's partials issued before the count says so
         if tl.atomic_add(cnt_ptr + bh, 1, sem="acq_rel", scope="gpu") == NCH - 1:
-            for g in tl.static_range(G):
-                merge_row(out_ptr, m_ptr, l_ptr, fin_ptr, bh * G + g, pos, CHUNK, NCH, D, SP)
+            merge_group(out_ptr, m_ptr, l_ptr, fin_ptr, bh, pos, CHUNK, NCH, G, D, SP)
             tl.atomic_xchg(cnt_ptr + bh, 0, sem="relaxed", scope="gpu")
 
 
@@ -270,41 +270,6 @@ def store_rows(out_ptr, bh, acc, l_i, G: tl.constexpr, D: tl.constexpr):
         (acc / l_i[:, None]).to(out_ptr.dtype.element_ty),
         mask=(rg < G)[:, None],
     )
-
-
-@triton.jit
-def combine_kernel(
-    part_ptr, m_ptr, l_ptr, out_ptr, pos_ptr, NQ, POS_STRIDE, CHUNK, NCH,
-    D: tl.constexpr, SP: tl.constexpr, PDL: tl.constexpr = False,
-):  # fmt: skip
-    """One query row's output from its chunks (`merge_row`): ``Σ e^(m_c − M) o_c / Σ e^(m_c − M) l_c``."""
-    pdl_enter(PDL)  # after the wait, every chunk's partials are written
-    r = tl.program_id(0)  # (sequence, query head)
-    merge_row(
-        part_ptr, m_ptr, l_ptr, out_ptr, r, tl.load(pos_ptr + (r // NQ) * POS_STRIDE), CHUNK, NCH, D, SP
-    )
-
-
-@triton.jit
-def merge_row(part_ptr, m_ptr, l_ptr, out_ptr, r, pos, CHUNK, NCH, D: tl.constexpr, SP: tl.constexpr):
-    """Query row ``r``'s output from the chunks that hold a position ≤ pos (the others were not written).
-
-    The partials are read past L1 (``.cg``): in the last-block merge other programs wrote them.
-    """
-    rc = tl.arange(0, SP)
-    rd = tl.arange(0, D)
-    ok = (rc < NCH) & (rc * CHUNK <= pos)
-    m = tl.load(m_ptr + r * NCH + rc, mask=ok, other=float("-inf"), cache_modifier=".cg")
-    l = tl.load(l_ptr + r * NCH + rc, mask=ok, other=0.0, cache_modifier=".cg")  # noqa: E741
-    o = tl.load(
-        part_ptr + (r * NCH + rc)[:, None] * D + rd[None, :],
-        mask=ok[:, None],
-        other=0.0,
-        cache_modifier=".cg",
-    )
-    w = tl.exp(m - tl.max(m, 0))  # chunk 0 always holds position 0: the max is finite
-    out = tl.sum(w[:, None] * o, 0) / tl.sum(w * l, 0)
-    tl.store(out_ptr + r * D + rd, out.to(out_ptr.dtype.element_ty))
 
 
 def workspace(rows: int, d: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -49,6 +49,7 @@ import triton.language as tl
 
 from deepgap.measure import llm_attention
 from deepgap.measure.llm_attention import attend_rows, store_partials
+from deepgap.measure.llm_merge import merge_group
 from deepgap.measure.llm_qkv_attention import TAIL_STAGES, attend_operands, kv_group, tuned, within_heads
 from deepgap.measure.quant import gemv, l2_prefetch
 from deepgap.measure.quant.gemv_fused import Fusion, fused_row_kernel, launch_row
@@ -64,7 +65,7 @@ def rope_split_attend_kernel(
     cos_ptr=None, sin_ptr=None, pos_ptr=None, k_ptr=None, v_ptr=None, L=1, NQ=0, NKV=0, ROPE: tl.constexpr = False,
     D: tl.constexpr = 2, PF_PROGRAMS=0, PREFETCH: tl.constexpr = False,
     cnt_ptr=None, part_ptr=None, m_ptr=None, l_ptr=None, attn_ptr=None, sm_scale=1.0, NG=1, CHUNK=64, NCH=1,
-    G: tl.constexpr = 1, GP: tl.constexpr = 1, BL: tl.constexpr = 64, SP: tl.constexpr = 2,
+    G: tl.constexpr = 1, BL: tl.constexpr = 64, SP: tl.constexpr = 2,
     STAGES: tl.constexpr = 1, FENCE: tl.constexpr = False, KV_L2: tl.constexpr = False,
     DOT_F32: tl.constexpr = False,
 ):  # fmt: skip
@@ -104,39 +105,9 @@ def rope_split_attend_kernel(
         store_partials(part_ptr, m_ptr, l_ptr, g, c, lo, pos, m_i, l_i, acc, NCH, G, D)
         tl.debug_barrier()  # every thread's partials issued before the count says so
         if tl.atomic_add(cnt_ptr + NKV + g, 1, sem="acq_rel", scope="gpu") == NCH - 1:
-            merge_group(part_ptr, m_ptr, l_ptr, attn_ptr, g, pos, CHUNK, NCH, G, GP, D, SP)
+            merge_group(part_ptr, m_ptr, l_ptr, attn_ptr, g, pos, CHUNK, NCH, G, D, SP)
             tl.atomic_xchg(cnt_ptr + g, 0, sem="relaxed", scope="gpu")
             tl.atomic_xchg(cnt_ptr + NKV + g, 0, sem="relaxed", scope="gpu")
-
-
-@triton.jit
-def merge_group(
-    part_ptr, m_ptr, l_ptr, out_ptr, bh, pos, CHUNK, NCH,
-    G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, SP: tl.constexpr,
-):  # fmt: skip
-    """Group ``bh``'s G output rows from their chunks: `llm_attention.merge_row`'s arithmetic, all G rows at once.
-
-    Why: one round of loads for the group, where G calls of `merge_row` issue theirs one after another (a row's
-    store may alias the next row's loads, so they cannot be hoisted; session 25's last-block merge lost so).
-    ``GP``: G rounded up to a power of two; ``SP``: NCH's. Read past L1 (``.cg``): other programs wrote them.
-    """
-    j = tl.arange(0, GP * SP)
-    gl, ch = j // SP, j % SP
-    ok = (gl < G) & (ch < NCH) & (ch * CHUNK <= pos)
-    idx = (bh * G + gl) * NCH + ch
-    rd = tl.arange(0, D)
-    m = tl.reshape(tl.load(m_ptr + idx, mask=ok, other=float("-inf"), cache_modifier=".cg"), (GP, SP))
-    l = tl.reshape(tl.load(l_ptr + idx, mask=ok, other=0.0, cache_modifier=".cg"), (GP, SP))  # noqa: E741
-    o = tl.load(part_ptr + idx[:, None] * D + rd[None, :], mask=ok[:, None], other=0.0, cache_modifier=".cg")
-    top = tl.max(m, 1)
-    top = tl.where(top == float("-inf"), 0.0, top)  # a padding row (gl ≥ G) has no chunk; chunk 0 holds pos 0
-    w = tl.exp(m - top[:, None])
-    num = tl.sum(w[:, :, None] * tl.reshape(o, (GP, SP, D)), 1)
-    den = tl.sum(w * l, 1)
-    rg = tl.arange(0, GP)
-    out = num / tl.where(den == 0.0, 1.0, den)[:, None]
-    dest = out_ptr + (bh * G + rg)[:, None] * D + rd[None, :]
-    tl.store(dest, out.to(out_ptr.dtype.element_ty), mask=(rg < G)[:, None])
 
 
 def counters(nkv: int, device: torch.device) -> torch.Tensor:
@@ -175,7 +146,7 @@ def rope_gemv_attend_split(
     launch_row(
         rope_split_attend_kernel, x, codes, scale, fusion, t, q, more=nkv * split.chunks,
         cnt_ptr=counts, part_ptr=part, m_ptr=m, l_ptr=l, attn_ptr=out, sm_scale=1.0 / math.sqrt(d), NG=no // t.bn,
-        CHUNK=split.chunk, NCH=split.chunks, G=g, GP=triton.next_power_of_2(g), BL=split.block,
+        CHUNK=split.chunk, NCH=split.chunks, G=g, BL=split.block,
         SP=max(2, triton.next_power_of_2(split.chunks)), STAGES=TAIL_STAGES, FENCE=not cpu,
         KV_L2=hopper, DOT_F32=cpu,
     )  # fmt: skip

@@ -8,7 +8,7 @@ kernel boundary:
 
     1. qkv:    the fused row GEMV with the norm and RoPE folded in; q to a row, k and v into the layer's cache
     2. attend: (KV head, chunk) items over the cache up to the step's position, the chunk's softmax partials
-               stored; the last chunk of a KV head to finish merges its query heads' rows (`merge_row`)
+               stored; the last chunk of a KV head to finish merges its query heads' rows (`llm_merge.merge_group`)
     3. o:      the GEMV of the attention's row, the residual added, into the hidden row
     4. gate_up: the norm and SwiGLU folded in, into the MLP's row
     5. down:   its GEMV, the residual added, into the hidden row

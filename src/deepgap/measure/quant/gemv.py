@@ -52,6 +52,10 @@ class GemvTile:
     reduce_each: int = 0
     # registers a thread at most (ptxas's .maxnreg; 0: the compiler's choice), `NORM_TILES`
     maxnreg: int = 0
+    # a reader of a handed-over norm (`norm_handoff`): its square sums read right after PDL's wait, in flight
+    # with x's, rather than at the end. At sm_90, 4 × 4096: 128 registers with Triton 3.6, 168 with 3.8 for
+    # SwiGLU (the end: 128 with both); the tuner times both
+    early: int = 0
 
     def fit(self, k: int, n: int) -> GemvTile:
         """This tile with BK halved until ``k`` divides into ``split_k`` × BK steps, BN until it divides n."""
@@ -174,6 +178,7 @@ def chosen() -> str:
             + " prefetch" * t.prefetch
             + (" reduce-each" * t.reduce_each)
             + (f" maxnreg {t.maxnreg}" if t.maxnreg else "")
+            + " sums early" * t.early
         )
 
     # the GEMV tiles only: the fused Linear's `TileConfig`s share the table (`linear_kernels.tuned_tiles`)

@@ -90,6 +90,7 @@ def fused_row_kernel(
     cos_ptr=None, sin_ptr=None, pos_ptr=None, k_ptr=None, v_ptr=None, L=1, NQ=0, NKV=0, ROPE: tl.constexpr = False,
     D: tl.constexpr = 2, PF_PROGRAMS=0, PREFETCH: tl.constexpr = False, sums_ptr=None, PARTS: tl.constexpr = 1,
     HANDED: tl.constexpr = False, hand_gamma_ptr=None, scaled_ptr=None, hand_sums_ptr=None, HAND: tl.constexpr = False,
+    EARLY: tl.constexpr = False,
 ):  # fmt: skip
     """``out[band]`` of one row: an optional RMSNorm of x, the product, then SwiGLU, a residual add or RoPE.
 
@@ -97,8 +98,8 @@ def fused_row_kernel(
     head ``h = n // (D/2)`` is rows ``h·D + c`` and ``h·D + c + D/2`` (``c = n mod D/2``), `_rope_store`.
     With ``PDL`` the first K step's weights are read before the wait for the previous kernel (`gemv`'s row
     kernel too); with ``PREFETCH``, the first ``PF_PROGRAMS`` programs ask L2 for their band(s) (`l2_prefetch`).
-    ``HANDED``: x is a row ⊙ γ whose norm a writer handed over, ``HAND``: this one hands the next norm over
-    (`norm_handoff`).
+    ``HANDED``: x is a row ⊙ γ whose norm a writer handed over, its sums read at the end or, ``EARLY`` under
+    PDL, right after the wait; ``HAND``: this one hands the next norm over (`norm_handoff`).
     """
     rn = tl.program_id(0) * BN + tl.arange(0, BN)
     rows = rows_first(rn, D, ROPE)
@@ -112,6 +113,7 @@ def fused_row_kernel(
     acc = tl.zeros((BN,), dtype=tl.float32) if REDUCE else tl.zeros((BN, BK), dtype=tl.float32)
     acc_up = acc
     squares = tl.zeros((BK,), dtype=tl.float32)
+    root = 1.0
     # the weights do not depend on the previous kernel: with PDL the first step's are in flight before the wait
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
@@ -124,6 +126,8 @@ def fused_row_kernel(
         if SWIGLU or ROPE:
             w_up = tl.load(w_ptrs + apart)
         tl.extra.cuda.gdc_wait()
+        if HANDED and EARLY:  # the sums' loads in flight with x's (`GemvTile.early`)
+            root = norm_handoff.handed_root(sums_ptr, K, eps, PARTS)
         acc, acc_up, squares = fused_step(
             acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, 0, rk, NORM, SWIGLU or ROPE, REDUCE, ""
         )
@@ -135,12 +139,9 @@ def fused_row_kernel(
         acc, acc_up, squares = fused_step(
             acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, k, rk, NORM, SWIGLU or ROPE, REDUCE, ""
         )
-    root = 1.0
     if NORM:
         root = folded_root(squares, K, eps)
-    if (
-        HANDED
-    ):  # read at the end: after the wait it held 40 more registers through the loop (Triton 3.8, sm_90)
+    if HANDED and not (PDL and EARLY):
         root = norm_handoff.handed_root(sums_ptr, K, eps, PARTS)
     y = finish(
         acc, acc_up, root, rn, rows, second, scale_ptr, res_ptr, out_ptr, cos_ptr, sin_ptr, pos_ptr, k_ptr, v_ptr,
@@ -229,9 +230,12 @@ class Fusion:
     def tiles(self) -> tuple[gemv.GemvTile, ...]:
         """The tuner's candidates: `FUSED_TILES`, and the capped `gemv.NORM_TILES` where the norm is folded.
 
-        A writer that hands a norm over takes bands of whole `norm_handoff.GROUP`s.
+        Where the norm is handed over, each again with the sums read early (`gemv.GemvTile.early`). A writer that
+        hands a norm over takes bands of whole `norm_handoff.GROUP`s.
         """
         tiles = FUSED_TILES + gemv.NORM_TILES * (self.gamma is not None)
+        if self.handed is not None:
+            tiles += tuple(dataclasses.replace(t, early=1) for t in FUSED_TILES)
         return tuple(t for t in tiles if self.hand is None or t.bn % norm_handoff.GROUP.value == 0)
 
 
@@ -313,7 +317,9 @@ def launch_row(kernel, x, codes, scale, fusion: Fusion, t: gemv.GemvTile, out, m
         pf = 0
     h = fusion.hand
     if fusion.handed is not None:
-        extra |= dict(sums_ptr=fusion.handed, PARTS=norm_handoff.parts_block(k), HANDED=True)
+        extra |= dict(
+            sums_ptr=fusion.handed, PARTS=norm_handoff.parts_block(k), HANDED=True, EARLY=bool(t.early)
+        )
     if h is not None:
         extra |= dict(hand_gamma_ptr=h.gamma, scaled_ptr=h.scaled, hand_sums_ptr=h.squares, HAND=True)
     launcher(kernel, x.device)[(no // t.bn + more,)](
