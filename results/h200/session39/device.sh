@@ -56,5 +56,10 @@ r['decode_tok_s']) for r in map(json.loads, sys.stdin)]" ;;
    tail -n 12 "$OUT/fused-variants-5.txt"
    loop combine-5 150 --norm handoff --combine kernel,last-block
    bash "$0" 2 ;;
-*) echo "usage: $0 1|2|3|4|5"; exit 2 ;;
+# 6 — step 5's timings again, for whichever card comes: every fold per tile (the handed sums early and late), the loop
+6) nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
+   step "fused variants" 120 python benchmarks/fused_variants.py --out "$OUT" > "$OUT/fused-variants-6.txt" 2>&1
+   tail -n 12 "$OUT/fused-variants-6.txt"
+   loop handoff-6 120 --norm handoff ;;
+*) echo "usage: $0 1|2|3|4|5|6"; exit 2 ;;
 esac
