@@ -116,13 +116,7 @@ def gemv_cases() -> Iterator[Case]:
 
 def gemv_label(t: gemv.GemvTile) -> str:
     """A GEMV tile as `gemv.chosen` writes it, short."""
-    return (
-        f"{t.bn}x{t.bk} s{t.split_k} w{t.num_warps} st{t.num_stages}"
-        + " pf" * t.prefetch
-        + " re" * t.reduce_each
-        + f" r{t.maxnreg}" * bool(t.maxnreg)
-        + " early" * t.early
-    )
+    return t.describe(short=True)
 
 
 def rope_fusion(dec: str, handed: bool = False) -> gemv_fused.Fusion:

@@ -74,6 +74,10 @@ class Handed(NamedTuple):
     scaled: torch.Tensor
     squares: torch.Tensor
 
+    def read(self, eps: float) -> _NormIn:
+        """The next qkv GEMV's input: the scaled row, the norm's sums and eps (no γ: it is in the row)."""
+        return _NormIn(self.scaled, None, eps, self.squares)
+
 
 class FusedLayer(nn.Module):
     """A Llama `Layer` whose one-row calls take the fused path (module docstring).
@@ -119,11 +123,7 @@ class FusedLayer(nn.Module):
         attn = lay.self_attn
         n1, n2 = lay.input_layernorm, lay.post_attention_layernorm
         h = x.reshape(1, width).contiguous()
-        qkv_in = (
-            _NormIn(h, n1.weight, n1.eps)
-            if handed is None
-            else _NormIn(handed.scaled, None, n1.eps, handed.squares)
-        )
+        qkv_in = _NormIn(h, n1.weight, n1.eps) if handed is None else handed.read(n1.eps)
         if self.rope and cache is not None and isinstance(pos, (int, torch.Tensor)):
             a = _rope_attention(attn, qkv_in, (cos, sin), cache, pos, self.attend)
         else:
@@ -131,7 +131,7 @@ class FusedLayer(nn.Module):
             a = attn.mix(qkv, 1, 1, cos, sin, cache, pos).reshape(1, -1).contiguous()
         if self.handoff:
             x1, scaled, squares = _handoff(attn.o_proj, a, h, n2.weight)
-            mid = _gemv(lay.gate_up_proj, _NormIn(scaled, None, n2.eps, squares), swiglu=True)
+            mid = _gemv(lay.gate_up_proj, Handed(x1, scaled, squares).read(n2.eps), swiglu=True)
         else:
             x1 = _gemv(attn.o_proj, _NormIn(a), residual=h)
             mid = _gemv(lay.gate_up_proj, _NormIn(x1, n2.weight, n2.eps), swiglu=True)

@@ -57,6 +57,17 @@ class GemvTile:
     # SwiGLU (the end: 128 with both); the tuner times both
     early: int = 0
 
+    def describe(self, short: bool = False) -> str:
+        """The tile as a decode row's ``decode.tiles`` names it (`chosen`); ``short``: `compile_sm90.py`'s labels."""
+        flags = [
+            ("prefetch", "pf", self.prefetch),
+            ("reduce-each", "re", self.reduce_each),
+            (f"maxnreg {self.maxnreg}", f"r{self.maxnreg}", self.maxnreg),
+            ("sums early", "early", self.early),
+        ]
+        head = f"{self.bn}x{self.bk} s{self.split_k} w{self.num_warps} st{self.num_stages}"
+        return " ".join([head] + [brief if short else word for word, brief, on in flags if on])
+
     def fit(self, k: int, n: int) -> GemvTile:
         """This tile with BK halved until ``k`` divides into ``split_k`` × BK steps, BN until it divides n."""
         split = self.split_k
@@ -172,17 +183,8 @@ def chosen() -> str:
             return f"fused {what} {key[2]}x{key[3]}"
         return f"{key[0]} row(s) {key[1]}x{key[2]}"
 
-    def tile(t: GemvTile) -> str:
-        return (
-            f"{t.bn}x{t.bk} s{t.split_k} w{t.num_warps} st{t.num_stages}"
-            + " prefetch" * t.prefetch
-            + (" reduce-each" * t.reduce_each)
-            + (f" maxnreg {t.maxnreg}" if t.maxnreg else "")
-            + " sums early" * t.early
-        )
-
     # the GEMV tiles only: the fused Linear's `TileConfig`s share the table (`linear_kernels.tuned_tiles`)
-    tiles = (f"{shape(k)}: {tile(t)}" for k, t in _TUNED.items() if isinstance(t, GemvTile))
+    tiles = (f"{shape(k)}: {t.describe()}" for k, t in _TUNED.items() if isinstance(t, GemvTile))
     return l2_prefetch.describe() + "; ".join(tiles)
 
 

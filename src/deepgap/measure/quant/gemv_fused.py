@@ -11,6 +11,8 @@ bytes. Each folds into the GEMV that reads or writes the same row:
 - **SwiGLU** (``swiglu``): the fused ``gate_up`` weight holds the gate's ``N/2`` rows, then the up's; a program
   takes output channel ``n``'s two rows (``n`` and ``n + N/2``) and writes ``silu(gate) · up``, ``N/2`` wide.
 - **Residual** (``residual``): ``out = residual + x · Wᵀ`` (the o and down projections' add).
+- **The norm handed over** (``handed`` in the reader, ``hand`` in the row's writer: `norm_handoff`, the default
+  in `deepgap.measure.llm_fused`): the writer stores the row ⊙ γ and its square sums, the reader only the root.
 - **RoPE** (``rope``, `RopeWrite`, the qkv projection at batch 1): a program takes a head's channels in pairs
   (rows ``c`` and ``c + head_dim/2``, as SwiGLU pairs its rows), rotates q and k heads (HF's half split) and
   writes q to its output, k and v into the static K/V cache at the step's device position: RoPE's and the
@@ -277,26 +279,10 @@ def checked(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, fusion: F
     if fusion.rope is not None:
         _check_rope(fusion.rope, n)
     if fusion.handed is not None:
-        check(fusion.gamma is None, "handed: x is the row ⊙ γ already; pass no gamma")
-        want = (norm_handoff.squares_width(k),)
-        check(
-            fusion.handed.shape == want and fusion.handed.dtype == torch.float32,
-            f"handed: fp32 of shape {want}",
-        )
+        norm_handoff.check_handed(fusion.handed, k, fusion.gamma)
     if fusion.hand is not None:
-        _check_hand(fusion.hand, no, fusion)
+        fusion.hand.check(no, fusion.swiglu or fusion.rope is not None)
     return no
-
-
-def _check_hand(h: norm_handoff.HandOff, no: int, fusion: Fusion) -> None:
-    """A writer's hand-off: a plain row's writer (no SwiGLU, no RoPE), buffers as wide as its row."""
-    check(not fusion.swiglu and fusion.rope is None, "hand: a plain row's writer (no SwiGLU, no RoPE)")
-    check(h.gamma.shape == (no,) and h.scaled.shape == (1, no), f"hand: γ ({no},) and a scaled row (1, {no})")
-    check(
-        h.scaled.dtype == torch.bfloat16 and h.scaled.is_contiguous(), "hand: the scaled row, contiguous bf16"
-    )
-    want = (norm_handoff.squares_width(no),)
-    check(h.squares.shape == want and h.squares.dtype == torch.float32, f"hand: squares fp32 of shape {want}")
 
 
 def launch_row(kernel, x, codes, scale, fusion: Fusion, t: gemv.GemvTile, out, more=0, **extra) -> None:

@@ -28,6 +28,8 @@ import torch
 import triton
 import triton.language as tl
 
+from deepgap.measure.quant.launch import check
+
 GROUP = tl.constexpr(8)  # channels a writer's square sum covers: a writer's band is a multiple of it
 
 
@@ -42,6 +44,21 @@ class HandOff:
     scaled: torch.Tensor
     squares: torch.Tensor
 
+    def check(self, n: int, paired: bool) -> None:
+        """A plain row's writer (``paired``: SwiGLU or RoPE, refused), buffers as wide as its row of ``n``."""
+        check(not paired, "hand: a plain row's writer (no SwiGLU, no RoPE)")
+        check(
+            self.gamma.shape == (n,) and self.scaled.shape == (1, n),
+            f"hand: γ ({n},) and a scaled row (1, {n})",
+        )
+        bf16 = self.scaled.dtype == torch.bfloat16 and self.scaled.is_contiguous()
+        check(bf16, "hand: the scaled row, contiguous bf16")
+        want = (squares_width(n),)
+        check(
+            self.squares.shape == want and self.squares.dtype == torch.float32,
+            f"hand: squares fp32 of shape {want}",
+        )
+
     @classmethod
     def to(cls, gamma: torch.Tensor) -> HandOff:
         """Fresh buffers for a row as wide as ``gamma``."""
@@ -53,6 +70,13 @@ class HandOff:
 def squares_width(k: int) -> int:
     """The group sums a row of ``k`` channels hands over."""
     return k // GROUP.value
+
+
+def check_handed(squares: torch.Tensor, k: int, gamma: torch.Tensor | None) -> None:
+    """A reader's handed norm: the square sums of a row of ``k``, and no γ (x is the row ⊙ γ already)."""
+    check(gamma is None, "handed: x is the row ⊙ γ already; pass no gamma")
+    want = (squares_width(k),)
+    check(squares.shape == want and squares.dtype == torch.float32, f"handed: fp32 of shape {want}")
 
 
 def parts_block(k: int) -> int:
