@@ -15,7 +15,9 @@ So the writer hands the norm over:
   tile compiles to the plain GEMV's 128 registers.
 
 The squares are of the bf16 row the writer stores, as the fold's were of the row it read. The scaled row is
-rounded to bf16 where the fold kept ``x · γ`` in fp32 (HF rounds the normalized row to bf16 too).
+rounded to bf16 where the fold kept ``x · γ`` in fp32 (HF rounds the normalized row to bf16 too). Measured in
+session 39 (the bare loop, 8B, batch 1, `deepgap.measure.llm_fused`'s ``DEEPGAP_DECODE_NORM``): one H200 fp8
+392.9 → 410.2 tokens/s, int8 326.5 → 352.9; one H100 fp8 324.0 → 331.1.
 """
 
 # ruff: noqa: N803
