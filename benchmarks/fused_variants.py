@@ -47,24 +47,18 @@ def variants(name: str, k: int, n: int, dev) -> dict[str, Fusion]:
         residual = torch.randn(1, n, device=dev).bfloat16()
         hand = HandOff.to((torch.rand(n, device=dev) + 0.5).bfloat16())
         return {"residual": Fusion(residual=residual), "residual+hand": Fusion(residual=residual, hand=hand)}
-    if name == "gate_up":
-        return {
-            "plain": Fusion(),
-            "norm": Fusion(gamma, 1e-5),
-            "swiglu": Fusion(swiglu=True),
-            "norm+swiglu": Fusion(gamma, 1e-5, swiglu=True),
-            "handed+swiglu": Fusion(eps=1e-5, swiglu=True, handed=handed),
-        }
-    cos, sin = torch.ones(1, 128, device=dev).bfloat16(), torch.zeros(1, 128, device=dev).bfloat16()
-    pos = torch.tensor([100], device=dev)
-    cache = [torch.zeros(1, 8, 256, 128, device=dev).bfloat16() for _ in range(2)]
-    rope = RopeWrite(cos, sin, pos, *cache, 32)
+    pairs, pairing = "swiglu", {"swiglu": True}  # gate_up's rows in pairs, or qkv's (RoPE)
+    if name == "qkv":
+        cos, sin = torch.ones(1, 128, device=dev).bfloat16(), torch.zeros(1, 128, device=dev).bfloat16()
+        pos = torch.tensor([100], device=dev)
+        cache = [torch.zeros(1, 8, 256, 128, device=dev).bfloat16() for _ in range(2)]
+        pairs, pairing = "rope", {"rope": RopeWrite(cos, sin, pos, *cache, 32)}
     return {
         "plain": Fusion(),
         "norm": Fusion(gamma, 1e-5),
-        "rope": Fusion(rope=rope),
-        "norm+rope": Fusion(gamma, 1e-5, rope=rope),
-        "handed+rope": Fusion(eps=1e-5, rope=rope, handed=handed),
+        pairs: Fusion(**pairing),
+        f"norm+{pairs}": Fusion(gamma, 1e-5, **pairing),
+        f"handed+{pairs}": Fusion(eps=1e-5, handed=handed, **pairing),
     }
 
 

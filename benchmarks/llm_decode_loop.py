@@ -273,20 +273,7 @@ def main() -> None:  # noqa: D103
         for b in (int(x) for x in args.batches.split(",")):
             row = {"model": args.model, "precision": args.precision, "input_len": args.input_len}
             # the switches an ablation turns (module docstring), as this process ran
-            row |= {
-                k: os.environ.get(f"DEEPGAP_DECODE_{k.upper()}", "")
-                for k in (
-                    "fused",
-                    "rope",
-                    "attention",
-                    "pdl",
-                    "split_kv",
-                    "combine",
-                    "prefetch",
-                    "whole",
-                    "norm",
-                )
-            }
+            row |= {k: os.environ.get(f"DEEPGAP_DECODE_{k.upper()}", "") for k in SWITCHES}
             row["whole_variant"] = whole
             tag = "-".join(x for x in (mode, split, attention, whole, norm, harness) if x)
             trace_path = str(Path(args.out) / f"timeline-b{b}-{tag}.json.gz") if args.timeline else ""
@@ -301,6 +288,10 @@ def main() -> None:  # noqa: D103
                 print(table, flush=True)
             with (Path(args.out) / "llm_decode_loop.jsonl").open("a") as f:
                 f.write(json.dumps(row) + "\n")
+
+
+# the DEEPGAP_DECODE_* switches a row records, as its process ran (module docstring)
+SWITCHES = ("fused", "rope", "attention", "pdl", "split_kv", "combine", "prefetch", "whole", "norm")
 
 
 def _turns(value: str | None, switch: str, default: str) -> list[str]:

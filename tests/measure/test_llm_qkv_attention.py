@@ -138,6 +138,24 @@ def test_fused_layers_attending_in_qkv_decode_as_today(monkeypatch):
     (every layer's attention in its qkv GEMV) gives the logits of today's path (the RoPE GEMV, then attention
     over the cache it wrote); `llm_fused.configure` turns it off again on the same model."""
     from deepgap.measure import llm_fused
+
+    models, calls = static_steps_against_triton(monkeypatch, "qkv", "rope_gemv_attend_op")
+    assert all(not m.attends_in_qkv for m in models["triton"].layers)
+    assert all(m.attends_in_qkv for m in models["qkv"].layers)
+    assert len(calls) == 2 * models["qkv"].shape.layers
+    assert _counts_at_rest()
+    monkeypatch.setenv("DEEPGAP_DECODE_ATTENTION", "triton")
+    llm_fused.configure(models["qkv"])
+    assert not any(m.attends_in_qkv for m in models["qkv"].layers)
+
+
+def static_steps_against_triton(monkeypatch, mode: str, op: str):
+    """llama-tiny in fp8 built with ``DEEPGAP_DECODE_ATTENTION`` ``triton`` and ``mode``, each prefilled alike; two
+    static steps (positions 6 and 7, device tensors) from the same tokens, ``mode``'s logits within 3% of triton's.
+
+    Returns the two models by mode, and one entry a call of `llm_fused`'s ``op`` (the attention-in-qkv op).
+    """
+    from deepgap.measure import llm_fused
     from deepgap.measure.decode_config import LINEAR_SWAPS
     from deepgap.measure.llm_steps import make_step
     from deepgap.measure.llm_timing import prompts
@@ -145,29 +163,24 @@ def test_fused_layers_attending_in_qkv_decode_as_today(monkeypatch):
 
     monkeypatch.delenv("DEEPGAP_DECODE_ROPE", raising=False)
     models = {}
-    for mode in ("triton", "qkv"):
-        monkeypatch.setenv("DEEPGAP_DECODE_ATTENTION", mode)
-        models[mode] = LINEAR_SWAPS["fp8"](build_llama("llama-tiny", seed=0, device="cpu"))
-        assert all(m.attends_in_qkv == (mode == "qkv") for m in models[mode].layers)
+    for m in ("triton", mode):
+        monkeypatch.setenv("DEEPGAP_DECODE_ATTENTION", m)
+        models[m] = LINEAR_SWAPS["fp8"](build_llama("llama-tiny", seed=0, device="cpu"))
     calls = []
-    op = llm_fused.rope_gemv_attend_op
-    monkeypatch.setattr(llm_fused, "rope_gemv_attend_op", lambda *a: calls.append(1) or op(*a))
-    ids = prompts(models["qkv"].shape.vocab, 1, 6, 0)
+    run = getattr(llm_fused, op)
+    monkeypatch.setattr(llm_fused, op, lambda *a: calls.append(1) or run(*a))
+    ids = prompts(models["triton"].shape.vocab, 1, 6, 0)
     with torch.inference_mode():
         for m in models.values():
             m.setup_cache(1, 12)
         tok = models["triton"].prefill(ids).argmax(-1, keepdim=True)
-        models["qkv"].prefill(ids)
+        models[mode].prefill(ids)
         for position in (6, 7):
-            a, b = (make_step(m, "static")(tok, position).float() for m in (models["qkv"], models["triton"]))
+            a, b = (make_step(models[m], "static")(tok, position).float() for m in (mode, "triton"))
             rel = float((a - b).norm() / b.norm())
             assert rel < 0.03, (position, rel)
             tok = b.argmax(-1, keepdim=True)  # the same next token for both
-    assert len(calls) == 2 * models["qkv"].shape.layers
-    assert _counts_at_rest()
-    monkeypatch.setenv("DEEPGAP_DECODE_ATTENTION", "triton")
-    llm_fused.configure(models["qkv"])
-    assert not any(m.attends_in_qkv for m in models["qkv"].layers)
+    return models, calls
 
 
 @pytest.mark.parametrize("tile", [GemvTile(8, 512, 1, 4, 4), GemvTile(4, 4096, 1, 8, 1, 0, 1)], ids=str)

@@ -12,7 +12,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from test_llm_qkv_attention import _operands, graphed_against_triton, replay_against_split
+from test_llm_qkv_attention import (
+    _operands,
+    graphed_against_triton,
+    replay_against_split,
+    static_steps_against_triton,
+)
 
 from deepgap.measure import llm_attention, llm_qkv_split
 from deepgap.measure.llm_qkv_split import rope_gemv_attend_split
@@ -89,30 +94,9 @@ def test_fused_layers_take_it_at_a_device_position(monkeypatch):
     """llama-tiny in fp8, static steps at positions 6 and 7: ``qkv-split`` gives today's logits (within 3%),
     every layer through its op; `llm_fused.configure` turns it off again."""
     from deepgap.measure import llm_fused
-    from deepgap.measure.decode_config import LINEAR_SWAPS
-    from deepgap.measure.llm_steps import make_step
-    from deepgap.measure.llm_timing import prompts
-    from deepgap.measure.models.llama_net import build_llama
 
-    monkeypatch.delenv("DEEPGAP_DECODE_ROPE", raising=False)
-    models = {}
-    for mode in ("triton", "qkv-split"):
-        monkeypatch.setenv("DEEPGAP_DECODE_ATTENTION", mode)
-        models[mode] = LINEAR_SWAPS["fp8"](build_llama("llama-tiny", seed=0, device="cpu"))
+    models, calls = static_steps_against_triton(monkeypatch, "qkv-split", "rope_gemv_attend_split_op")
     assert all(m.attend == "qkv-split" and m.attends_in_qkv for m in models["qkv-split"].layers)
-    calls = []
-    op = llm_fused.rope_gemv_attend_split_op
-    monkeypatch.setattr(llm_fused, "rope_gemv_attend_split_op", lambda *a: calls.append(1) or op(*a))
-    ids = prompts(models["triton"].shape.vocab, 1, 6, 0)
-    with torch.inference_mode():
-        for m in models.values():
-            m.setup_cache(1, 12)
-        tok = models["triton"].prefill(ids).argmax(-1, keepdim=True)
-        models["qkv-split"].prefill(ids)
-        for position in (6, 7):
-            a, b = (make_step(m, "static")(tok, position).float() for m in models.values())
-            assert float((b - a).norm() / a.norm()) < 0.03, position
-            tok = a.argmax(-1, keepdim=True)
     assert len(calls) == 2 * models["triton"].shape.layers and _at_rest()
     monkeypatch.setenv("DEEPGAP_DECODE_ATTENTION", "triton")
     llm_fused.configure(models["qkv-split"])

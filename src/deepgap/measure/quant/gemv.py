@@ -94,7 +94,8 @@ FUSED_TILES = tuple(t for t in ROW_TILES if not t.prefetch)
 # The one-step tiles again with a register cap, for the fused GEMVs that fold the RMSNorm (`Fusion.tiles`). Why: on
 # one H200 (session 38, benchmarks/fused_variants.py) gate_up took 29.70 µs at 4 × 4096 without the norm and 43.70
 # with it: the norm's fold takes that tile from 128 to 178 registers a thread, 2 programs of 4 warps an SM where
-# 168 fits 3 (no spill at sm_90) and 128 fits 4 (352 B spilled). Added without a GPU; the tuner times them.
+# 168 fits 3 (no spill at sm_90) and 128 fits 4 (352 B spilled). Timed in session 39: on one H200 the 168 cap wins
+# qkv's fold (9.93 µs against 10.26), not gate_up's; on one H100 neither. Only layer 0's qkv folds its norm now.
 NORM_TILES = tuple(GemvTile(bn, 4096, 1, 4, 1, 0, 1, cap) for bn, cap in [(4, 168), (4, 128), (2, 128)])
 # 2-16 rows: the tensor cores, rows padded to 16 (session 18's first sweep: BN 32, BK 512 led at most shapes)
 DOT_TILES = tuple(
@@ -175,9 +176,8 @@ def chosen() -> str:
     """
 
     def shape(key: tuple) -> str:
-        if (
-            key[0] == "fused"
-        ):  # ("fused", (gamma, swiglu, residual, rope, handed, hand[, attention]), k, n, device)
+        # ("fused", (gamma, swiglu, residual, rope, handed, hand[, attention]), k, n, device)
+        if key[0] == "fused":
             parts = ("norm", "swiglu", "residual", "rope", "handed norm", "norm hand-off", "attention")
             what = "+".join(p for p, on in zip(parts, key[1], strict=False) if on) or "plain"
             return f"fused {what} {key[2]}x{key[3]}"
