@@ -214,7 +214,7 @@ def main() -> None:  # noqa: D103
     ap.add_argument(
         "--prefetch",
         default=None,
-        help="the GEMVs' L2 prefetch under PDL to time in turn, e.g. off,l2 (DEEPGAP_DECODE_PREFETCH)",
+        help="the L2 prefetch to time in turn, e.g. off,l2,attention (DEEPGAP_DECODE_PREFETCH)",
     )
     ap.add_argument(
         "--attention",
@@ -275,7 +275,7 @@ def main() -> None:  # noqa: D103
             # the switches an ablation turns (module docstring), as this process ran
             row |= {k: os.environ.get(f"DEEPGAP_DECODE_{k.upper()}", "") for k in SWITCHES}
             row["whole_variant"] = whole
-            tag = "-".join(x for x in (mode, split, attention, whole, norm, harness) if x)
+            tag = "-".join(x for x in (mode, split, attention, prefetch, whole, norm, harness) if x)
             trace_path = str(Path(args.out) / f"timeline-b{b}-{tag}.json.gz") if args.timeline else ""
             row |= measure(m, b, args.input_len, args.steps, args.profile and b == 1, harness, trace_path)
             if args.precision != "bf16":  # the tiles this process timed (deepgap's rows say theirs)

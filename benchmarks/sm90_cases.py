@@ -78,10 +78,11 @@ DECODERS = {"8b": (4096, 32, 8, 128, 14336), "1b": (2048, 32, 8, 64, 8192)}
 
 
 def attention_cases() -> Iterator[Case]:
-    """The decode attention: one pass, split with the combine kernel and with the last-block merge."""
-    for (name, (_, nq, nkv, d, _)), (b, length, mode, last) in itertools.product(
-        DECODERS.items(), [(1, 256, "off", False), (1, 256, "on", False), (1, 256, "on", True),
-                           (1, 2048, "on", False), (16, 256, "auto", False)],
+    """The decode attention: one pass, split with the combine kernel and with the last-block merge; o's weights
+    asked of L2 meanwhile (``ahead``, `l2_prefetch`)."""
+    for (name, (width, nq, nkv, d, _)), (b, length, mode, last, ahead) in itertools.product(
+        DECODERS.items(), [(1, 256, "off", False, False), (1, 256, "on", False, False), (1, 256, "on", True, False),
+                           (1, 256, "on", False, True), (1, 2048, "on", False, False), (16, 256, "auto", False, False)],
     ):  # fmt: skip
         split = llm_attention.plan(b, nkv, length, H200_SMS, mode)
         pos = meta(b, dtype=torch.int64)  # batch > 1: one position per sequence (continuous batching)
@@ -89,13 +90,14 @@ def attention_cases() -> Iterator[Case]:
             how = (
                 f"split {split.chunks}x{split.chunk}" + " last-block" * last if split.combine else "one pass"
             )
+            w = meta(width, width, dtype=F8) if ahead else None
 
-            def run(b=b, length=length, split=split, last=last, ctx=ctx, pos=pos, nq=nq, nkv=nkv, d=d):
+            def run(b=b, length=length, split=split, last=last, ctx=ctx, pos=pos, nq=nq, nkv=nkv, d=d, w=w):
                 with ctx():
                     llm_attention.attend(meta(b, nq, 1, d), meta(b, nkv, length, d), meta(b, nkv, length, d), pos,
-                                         split, last)  # fmt: skip
+                                         split, last, w)  # fmt: skip
 
-            yield f"{name} b{b} L{length} {how}{suffix}", run
+            yield f"{name} b{b} L{length} {how}{' ahead' * ahead}{suffix}", run
 
 
 def gemv_cases() -> Iterator[Case]:

@@ -48,7 +48,7 @@ SWITCHES: dict[str, Switch] = {
     "DEEPGAP_DECODE_SPLIT_KV": Switch(("auto", "on", "off"), "auto", empty_is_unset=False),
     "DEEPGAP_DECODE_COMBINE": Switch(("kernel", "last-block"), "kernel", empty_is_unset=False),
     "DEEPGAP_DECODE_PDL": Switch(("auto", "on", "off"), "auto", empty_is_unset=False),
-    "DEEPGAP_DECODE_PREFETCH": Switch(("off", "l2"), "off"),
+    "DEEPGAP_DECODE_PREFETCH": Switch(("off", "l2", "attention"), "off"),
     "DEEPGAP_DECODE_WHOLE": Switch(("off", "on", "l2", "ahead"), "off"),  # batch-1 layers in one kernel
     "DEEPGAP_DECODE_FUSED": Switch(("1", "0"), "1"),  # 0: the batch-1 quant decoder keeps the plain layer
     "DEEPGAP_SERVE_PREFILL": Switch(

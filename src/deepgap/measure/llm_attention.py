@@ -36,6 +36,7 @@ import triton.language as tl
 
 from deepgap.core import switches
 from deepgap.measure.llm_merge import combine_kernel, merge_group
+from deepgap.measure.quant import l2_prefetch
 from deepgap.measure.quant.kernels import pdl_enter
 from deepgap.measure.quant.launch import check, launcher
 
@@ -48,6 +49,7 @@ COMBINE_MODES = switches.choices(
 )  # kernel, last-block: how a split's chunks are merged
 MIN_CHUNK = 32  # the fewest cache positions a split program walks
 CPU_SMS = 132  # on the CPU (the interpreter) the split is planned as for an H200's SMs
+AHEAD_PIECE = tl.constexpr(64 << 10)  # bytes a bulk L2 prefetch of the next GEMV's weights asks at once
 
 
 QKV_NOTE = "in the qkv GEMV's last programs"  # a decode row's attention with DEEPGAP_DECODE_ATTENTION=qkv
@@ -164,16 +166,20 @@ def decode_attention_kernel(
     q_ptr, k_ptr, v_ptr, out_ptr, m_ptr, l_ptr, pos_ptr, L, scale, NKV, POS_STRIDE, CHUNK, NCH,
     G: tl.constexpr, D: tl.constexpr, BL: tl.constexpr, DOT_F32: tl.constexpr, SPLIT: tl.constexpr = False,
     PDL: tl.constexpr = False, cnt_ptr=None, fin_ptr=None, SP: tl.constexpr = 2, LAST: tl.constexpr = False,
+    ahead_ptr=None, AHEAD_BYTES=0, AHEAD_SHARE=0, AHEAD: tl.constexpr = False,
 ):  # fmt: skip
     """``out[bh] = softmax(q[bh] · K[bh, :pos+1]ᵀ · scale) · V[bh, :pos+1]`` for one (sequence, KV head).
 
     ``pos`` is one position for every sequence (``POS_STRIDE`` 0) or the sequence's own (1: continuous batching).
     With ``SPLIT``, program (bh, c) walks chunk c and writes its rows' partials for `combine_kernel`
     (`store_chunk`); with ``LAST`` too, the last of the NCH to count itself in ``cnt_ptr[bh]`` merges them.
+    With ``AHEAD``, each program first asks L2 for its share of the next GEMV's weights (`l2_prefetch.spread`).
     """
     pdl_enter(PDL)  # launched inside `launch.pdl`: q, K and V are the previous kernels' writes
     bh = tl.program_id(0)
     c = tl.program_id(1)
+    if AHEAD:  # after the wait: the GEMV before has finished, nothing else reads HBM now
+        l2_prefetch.spread(ahead_ptr, AHEAD_BYTES, AHEAD_SHARE, bh * NCH + c, AHEAD_PIECE)
     pos = tl.load(pos_ptr + (bh // NKV) * POS_STRIDE)
     lo = c * CHUNK
     hi = tl.minimum(tl.minimum(lo + CHUNK, L), pos + 1)  # never past the cache, whatever pos says
@@ -284,12 +290,19 @@ def check_head_dim(d: int) -> None:
 
 
 def attend(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, split: Split, last: bool = False
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    pos: torch.Tensor,
+    split: Split,
+    last: bool = False,
+    ahead: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The kernel's attention with the cache cut as ``split`` says (`plan`; the tests name it).
 
     ``last``: a split's chunks merged by the attention kernel's last program per (sequence, KV head)
-    (`combine_mode`), not by `combine_kernel`.
+    (`combine_mode`), not by `combine_kernel`. ``ahead``: a weight whose bytes the programs ask L2 for
+    (`l2_prefetch`, ``DEEPGAP_DECODE_PREFETCH=attention``; sm_90's bulk prefetch: the caller checks the GPU).
     """
     b, nq, s, d = q.shape
     _, nkv, length, _ = k.shape
@@ -303,16 +316,18 @@ def attend(
     q = q.reshape(b, nkv, nq // nkv, d).contiguous()
     out = torch.empty_like(q)
     g, stride, cpu = nq // nkv, int(pos.numel() > 1), q.device.type == "cpu"
+    extra = _ahead(ahead, b * nkv * (split.chunks if split.combine else 1))
     if not split.combine:
         launcher(decode_attention_kernel, q.device)[(b * nkv, 1)](
             q, k, v, out, q, q, pos, length, 1.0 / math.sqrt(d), nkv, stride, length, 1,
-            G=g, D=d, BL=BLOCK, DOT_F32=cpu, num_warps=4, num_stages=2,
+            G=g, D=d, BL=BLOCK, DOT_F32=cpu, num_warps=4, num_stages=2, **extra,
         )  # fmt: skip
         return out.reshape(b, nq, 1, d)
     rows = b * nq * split.chunks
     part, m, l = workspace(rows, d, q.device)  # noqa: E741
     sp = max(2, triton.next_power_of_2(split.chunks))
-    extra = dict(cnt_ptr=counters(b * nkv, q.device), fin_ptr=out, SP=sp, LAST=True) if last else {}
+    if last:
+        extra |= dict(cnt_ptr=counters(b * nkv, q.device), fin_ptr=out, SP=sp, LAST=True)
     launcher(decode_attention_kernel, q.device)[(b * nkv, split.chunks)](
         q, k, v, part, m, l, pos, length, 1.0 / math.sqrt(d), nkv, stride, split.chunk, split.chunks,
         G=g, D=d, BL=split.block, DOT_F32=cpu, SPLIT=True, num_warps=4, num_stages=2, **extra,
@@ -322,6 +337,19 @@ def attend(
             part, m, l, out, pos, nq, stride, split.chunk, split.chunks, D=d, SP=sp, num_warps=4
         )  # fmt: skip
     return out.reshape(b, nq, 1, d)
+
+
+def _ahead(ahead: torch.Tensor | None, programs: int) -> dict:
+    """The kernel's arguments that ask L2 for ``ahead``'s bytes, each of ``programs`` its share; none without."""
+    if ahead is None:
+        return {}
+    nbytes = ahead.numel() * ahead.element_size()
+    check(ahead.is_contiguous() or ahead.t().is_contiguous(), "ahead: a weight in one block of memory")
+    check(nbytes % 16 == 0 and ahead.data_ptr() % 16 == 0, "ahead: 16-byte aligned, a multiple of 16 bytes")
+    return dict(
+        ahead_ptr=ahead.view(torch.uint8), AHEAD_BYTES=nbytes, AHEAD_SHARE=l2_prefetch.share(nbytes, programs),
+        AHEAD=True,
+    )  # fmt: skip
 
 
 _COUNTERS: dict[tuple[str, int], torch.Tensor] = {}
@@ -338,20 +366,22 @@ def counters(n: int, device: torch.device) -> torch.Tensor:
     return _COUNTERS[key]
 
 
-def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-    """One pass, or split over the cache (`plan`, from the shapes and ``DEEPGAP_DECODE_SPLIT_KV``)."""
-    split = plan(q.shape[0], k.shape[1], k.shape[2], device_sms(q.device), split_mode())
-    return attend(q, k, v, pos, split, last=combine_mode() == "last-block")
-
-
 @torch.library.custom_op("deepgap::decode_attention", mutates_args=())
-def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-    """One token's attention: q ``(b, heads, 1, d)``, K and V ``(b, kv_heads, max_len, d)``, pos (1,) or (b,)."""
-    return _launch(q, k, v, pos)
+def decode_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, ahead: torch.Tensor | None = None
+) -> torch.Tensor:
+    """One token's attention: q ``(b, heads, 1, d)``, K and V ``(b, kv_heads, max_len, d)``, pos (1,) or (b,).
+
+    One pass, or split over the cache (`plan`, from the shapes and ``DEEPGAP_DECODE_SPLIT_KV``). ``ahead``: the
+    next GEMV's weight, asked of L2 meanwhile where the GPU has the bulk prefetch (`l2_prefetch`); a hint only.
+    """
+    split = plan(q.shape[0], k.shape[1], k.shape[2], device_sms(q.device), split_mode())
+    ahead = ahead if ahead is not None and l2_prefetch.bulk(q.device) else None
+    return attend(q, k, v, pos, split, last=combine_mode() == "last-block", ahead=ahead)
 
 
 @decode_attention.register_fake
-def _(q, k, v, pos):
+def _(q, k, v, pos, ahead=None):
     return torch.empty_like(q)
 
 

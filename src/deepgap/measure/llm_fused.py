@@ -30,6 +30,8 @@ decoder's layers are fused with RoPE.
 that writes a row hand the next norm over (`deepgap.measure.quant.norm_handoff`): o's residual add also writes
 x₁ ⊙ γ₂ and x₁'s square sums, which gate_up reads as a plain row; down's writes the next layer's, which its qkv
 reads (a `Handed` goes from layer to layer; the first layer's qkv folds its norm, the attention-in-qkv paths too).
+``DEEPGAP_DECODE_PREFETCH=attention`` (`deepgap.measure.quant.l2_prefetch`; off by default until timed) hands o's
+weight to the attention kernel, whose programs ask L2 for it while HBM has nothing else to read (``ahead``).
 `configure` reads the switches onto the wrapped layers and the model (at `fuse`, and again where a process times
 several).
 """
@@ -46,6 +48,7 @@ from deepgap.measure import llm_whole_plan
 from deepgap.measure.llm_attention import attention_mode
 from deepgap.measure.llm_qkv_attention import rope_gemv_attend_op
 from deepgap.measure.llm_qkv_split import rope_gemv_attend_split_op
+from deepgap.measure.quant import l2_prefetch
 from deepgap.measure.quant.gemv_fused_ops import fused_gemv_op, handoff_gemv_op, rope_gemv_op
 from deepgap.measure.quant.linear import QuantLinear
 
@@ -96,6 +99,9 @@ class FusedLayer(nn.Module):
         # with it, the next layer's input norm, which down's GEMV hands over: in a tuple, kept out of the
         # module tree (its weight is the next layer's)
         self.next_norm: tuple[nn.Module, ...] = ()
+        self.ahead = (
+            False  # the attention kernel asks L2 for o's weights (``DEEPGAP_DECODE_PREFETCH=attention``)
+        )
 
     @property
     def attends_in_qkv(self) -> bool:
@@ -125,7 +131,8 @@ class FusedLayer(nn.Module):
         h = x.reshape(1, width).contiguous()
         qkv_in = _NormIn(h, n1.weight, n1.eps) if handed is None else handed.read(n1.eps)
         if self.rope and cache is not None and isinstance(pos, (int, torch.Tensor)):
-            a = _rope_attention(attn, qkv_in, (cos, sin), cache, pos, self.attend)
+            ahead = attn.o_proj.weight_t.t() if self.ahead else None
+            a = _rope_attention(attn, qkv_in, (cos, sin), cache, pos, self.attend, ahead)
         else:
             qkv = _gemv(attn.qkv_proj, qkv_in)
             a = attn.mix(qkv, 1, 1, cos, sin, cache, pos).reshape(1, -1).contiguous()
@@ -155,13 +162,14 @@ def _projections(layer: nn.Module) -> tuple[QuantLinear, ...]:
     return (a.qkv_proj, a.o_proj, layer.gate_up_proj, layer.down_proj)
 
 
-def _rope_attention(attn: nn.Module, row: _NormIn, angles, cache, pos, attend: str):
+def _rope_attention(attn: nn.Module, row: _NormIn, angles, cache, pos, attend: str, ahead=None):
     """The attention row of a step whose qkv GEMV does RoPE and writes k and v into the cache (then attends).
 
     A one-sequence step at one position (an int, eager, or a device tensor); the row ``(1, heads · head_dim)``.
     ``attend`` (`FusedLayer`): at a device-side position the GEMV's last programs attend (`rope_gemv_attend_op`,
     or `rope_gemv_attend_split_op` for ``qkv-split``; the norm folded); an int position (eager, the reference)
-    keeps the attention over the written positions.
+    keeps the attention over the written positions. ``ahead``: o's codes, which the attention kernel asks L2
+    for at a device-side position (`llm_attention.decode_attention`).
     """
     at = pos  # eager's int as the device tensor the kernel reads
     if not isinstance(pos, torch.Tensor):
@@ -173,8 +181,10 @@ def _rope_attention(attn: nn.Module, row: _NormIn, angles, cache, pos, attend: s
         return (rope_gemv_attend_split_op if attend == "qkv-split" else rope_gemv_attend_op)(
             *args, row.squares
         )
-    q = rope_gemv_op(*args, row.squares)
-    return cache.attend_written(q.view(1, attn.nq, 1, attn.d), pos).reshape(1, -1).contiguous()
+    q = rope_gemv_op(*args, row.squares).view(1, attn.nq, 1, attn.d)
+    if ahead is not None and cache.attention is not None and isinstance(pos, torch.Tensor):
+        return cache.attention(q, cache.k, cache.v, pos, ahead).reshape(1, -1).contiguous()
+    return cache.attend_written(q, pos).reshape(1, -1).contiguous()
 
 
 def _gemv(p: QuantLinear, row: _NormIn, residual=None, swiglu: bool = False):
@@ -224,6 +234,7 @@ def configure(model: nn.Module) -> None:
     for layer, after in zip(layers, [*layers[1:], None], strict=True):
         if isinstance(layer, FusedLayer):
             layer.rope, layer.attend, layer.handoff = rope, attend, handoff
+            layer.ahead = l2_prefetch.mode() == "attention"
             # the attention-in-qkv kernels fold their norm: down hands over only to a qkv GEMV of its own
             chained = handoff and not (rope and attend) and isinstance(after, FusedLayer)
             layer.next_norm = (after.layer.input_layernorm,) if chained else ()

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Session 40 (2026-12-05), issue 51, asked as nvidia-h200: o's weights asked of L2 by the attention kernel's programs
+# while HBM idles (DEEPGAP_DECODE_PREFETCH=attention, `l2_prefetch.spread`), against off; and session 39's pending
+# H200 timing of the handed norm's sums read early (`GemvTile.early`, `fused_variants.py`).
+# From the repository root on the device, $OUT set, `.whl/` carried:   bash results/h200/session40/device.sh N
+set -uo pipefail
+source benchmarks/device_lib.sh
+loop() {  # loop NAME LIMIT EXTRA...: the bare loop replaying deepgap's own step (8B, batch 1, PDL on, split KV auto)
+    local name=$1 limit=$2; shift 2
+    step "decode loop $name" "$limit" python benchmarks/llm_decode_loop.py --model llama-3.1-8b --batches 1 \
+        --pdl on --split-kv auto --harness deepgap "$@" --out "$OUT" > "$OUT/loop-$name.txt" 2>&1
+    grep -v '^{' "$OUT/loop-$name.txt" | grep -v "^ *$" | tail -n 40
+    grep '^{' "$OUT/loop-$name.txt" | python3 -c "import json,sys; [print(r['precision'], r['prefetch'], r['norm'], \
+r['tpot_ms'], r['decode_tok_s'], r.get('timeline_step_us'), r.get('tiles', '')[:700]) for r in map(json.loads, sys.stdin)]"
+}
+case ${1:-} in
+# 1 — the GPU tests (the PDL graph's logits bit for bit with each prefetch mode; the attention kernel's own); the
+#     bare loop off against attention with `--timeline` (each kernel's share of the critical path); every fold per
+#     tile with the handed sums early and late (`fused_variants.py`)
+1) nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
+   step "gpu tests" 150 python -m pytest -q -m gpu tests/measure/quant/test_l2_prefetch.py \
+       tests/measure/test_llm_attention.py -rA -p no:cacheprovider > "$OUT/gputests-1.txt" 2>&1
+   tail -n 12 "$OUT/gputests-1.txt"
+   loop prefetch-1 240 --precision fp8 --prefetch off,attention --timeline
+   step "fused variants" 120 python benchmarks/fused_variants.py --out "$OUT" > "$OUT/fused-variants-1.txt" 2>&1
+   tail -n 12 "$OUT/fused-variants-1.txt" ;;
+# 2 — `deepgap run` (8B fp8, batch 1, 128/128) with DEEPGAP_DECODE_PREFETCH=attention against the bare loop; int8 in the loop
+2) S=${DEVICE_WORK:-/tmp/deepgap-device}; mkdir -p "$S"
+   DEEPGAP_DECODE_PREFETCH=attention step "deepgap run 8b fp8 bs1" 130 python -m deepgap run --workload decode \
+       --models llama-3.1-8b --device cuda --input-lens 128 --output-lens 128 --repeats 3 --sweeps 1 \
+       --no-thermal-warmup --no-cpu-baseline --engines quant --precisions fp8 --batch-sizes 1 \
+       --store "$S/run.sqlite" > "$OUT/run-2.txt" 2>&1
+   python -m deepgap export "$S/run.sqlite" --format csv -o "$OUT/run-2.csv" >/dev/null 2>&1
+   python3 -c "import csv,sys; [print(r['decode_tokens_per_s'], r['pipelined_decode_tokens_per_s'], \
+r['decode_pdl'], r['decode_attention'], r['decode_tiles'][:120]) for r in csv.DictReader(open(sys.argv[1]))]" "$OUT/run-2.csv"
+   loop int8-2 150 --precision int8 --prefetch off,attention ;;
+*) echo "usage: $0 1|2"; exit 2 ;;
+esac
