@@ -34,5 +34,15 @@ case ${1:-} in
    python3 -c "import csv,sys; [print(r['decode_tokens_per_s'], r['pipelined_decode_tokens_per_s'], \
 r['decode_pdl'], r['decode_attention'], r['decode_tiles'][:120]) for r in csv.DictReader(open(sys.argv[1]))]" "$OUT/run-2.csv"
    loop int8-2 150 --precision int8 --prefetch off,attention ;;
-*) echo "usage: $0 1|2"; exit 2 ;;
+# 3 — the GEMV's loads against its arithmetic: one tile with the math taken away in steps (`gemv_ceiling.py`), and a
+#     plain streaming read of the same sizes (`hbm_read.py --pdl`)
+3) nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
+   step "gemv ceiling" 200 python benchmarks/gemv_ceiling.py --out "$OUT" > "$OUT/gemv-ceiling-3.txt" 2>&1
+   python3 -c "import json,sys; [print(r['shape'], r['codes'], r['tile'], r['math'], r.get('us'), r.get('TBps'), \
+r.get('error', '')) for r in map(json.loads, open(sys.argv[1]))]" "$OUT/gemv_ceiling.jsonl"
+   tail -n 3 "$OUT/gemv-ceiling-3.txt"
+   step "hbm read" 150 python benchmarks/hbm_read.py --pdl --out "$OUT" > "$OUT/hbm-read-3.txt" 2>&1
+   python3 -c "import json,sys; b={}; [b.__setitem__(r['size'], max(b.get(r['size'], 0), r['TBps'])) \
+for r in map(json.loads, open(sys.argv[1]))]; print(b)" "$OUT/hbm_read.jsonl" ;;
+*) echo "usage: $0 1|2|3"; exit 2 ;;
 esac

@@ -1,0 +1,119 @@
+"""Whether the batch-1 GEMV is bound by its loads or by its arithmetic: one tile, the math taken away in steps.
+
+Why (issue 51, session 40): in isolation (`fused_variants.py`) the GEMVs read their weights at 0.84-0.90× a
+plain streaming read of the same bytes (`hbm_read.py`): gate_up 29.7 µs against 26.3 on one H200, down 15.8
+against 13.8, 0.37 ms of the 2.42 ms step over its 32 layers. A one-row GEMV converts every 8-bit code to fp32
+(fp8: ``cvt.rn.f16x2.e4m3x2`` then f16 → f32; int8: an I2F each) and multiplies it by x: about 18 codes a
+clock an SM at 4.8 TB/s, which the conversion pipe may not keep. The int8 step runs 14% slower than fp8's
+over the same bytes (352.9 against 410.2 tokens/s), which points that way.
+
+This kernel has the row GEMV's shape (`gemv.fp8_gemv_row_kernel` at one K step: BN rows × K codes a program,
+loaded before PDL's wait) and a ``MATH`` that says what it does with the codes:
+
+- ``load``: XOR of the codes as int32 words (the loads alone: this tile's ceiling);
+- ``cvt``: each code converted to fp32 and summed (the conversion, no x);
+- ``gemv``: ``Σ w·x`` in fp32 (the GEMV's arithmetic, `gemv.mac`);
+- ``f16``: the products in fp16 (``w`` to f16, x to f16: one packed multiply for two codes), summed in fp32;
+- ``f16x8``: as ``f16``, eight neighbouring products summed in fp16 before the fp32 sum.
+
+Each is timed as `fused_variants.py` times a GEMV (a CUDA graph of calls over ≥ 400 MB of weight copies,
+none hits L2, under PDL), at gate_up's and down's shapes, fp8 and int8.
+
+    python benchmarks/gemv_ceiling.py --out OUT     # one JSON line per (shape, codes, tile, math)
+"""
+
+# ruff: noqa: N803 - Triton's capitals
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+from decode_linear import MIN_BYTES, graph_time_us
+
+SHAPES = {"gate_up": (4096, 28672), "down": (14336, 4096), "o": (4096, 4096)}
+MATHS = ("load", "cvt", "gemv", "f16", "f16x8")
+TILES = [(4, 4096, 4), (8, 2048, 8), (8, 4096, 8)]  # (BN, BK, warps): the tuner's one-step tiles
+CALLS = 24
+
+
+@triton.jit
+def ceiling_kernel(x_ptr, w_ptr, out_ptr, K, BN: tl.constexpr, BK: tl.constexpr, MATH: tl.constexpr):
+    """``out[band]``: what ``MATH`` makes of program's BN rows × K codes (module docstring), PDL as the GEMV."""
+    rn = tl.program_id(0) * BN + tl.arange(0, BN)
+    tl.extra.cuda.gdc_launch_dependents()
+    if MATH == "load":
+        rw = tl.arange(0, BK // 4)
+        words = w_ptr.to(tl.pointer_type(tl.int32))
+        acc = tl.zeros((BN, BK // 4), dtype=tl.int32)
+        for k in range(0, K, BK):
+            acc ^= tl.load(words + rn[:, None] * (K // 4) + k // 4 + rw[None, :])
+            if k == 0:
+                tl.extra.cuda.gdc_wait()
+        tl.store(out_ptr + rn, tl.xor_sum(acc, axis=1).to(tl.float32))
+    else:
+        rk = tl.arange(0, BK)
+        acc = tl.zeros((BN,), dtype=tl.float32)
+        for k in range(0, K, BK):
+            w = tl.load(w_ptr + rn[:, None] * K + k + rk[None, :])
+            if k == 0:
+                tl.extra.cuda.gdc_wait()
+            x = tl.load(x_ptr + k + rk)
+            if MATH == "cvt":
+                acc += tl.sum(w.to(tl.float32), axis=1)
+            elif MATH == "gemv":
+                acc += tl.sum(w.to(tl.float32) * x.to(tl.float32)[None, :], axis=1)
+            elif MATH == "f16":
+                acc += tl.sum((w.to(tl.float16) * x.to(tl.float16)[None, :]).to(tl.float32), axis=1)
+            else:
+                p = tl.reshape(w.to(tl.float16) * x.to(tl.float16)[None, :], (BN, BK // 8, 8))
+                acc += tl.sum(tl.sum(p, axis=2).to(tl.float32), axis=1)
+        tl.store(out_ptr + rn, acc)
+
+
+def codes_for(n: int, k: int, kind: str, dev) -> torch.Tensor:
+    """Random codes in the weight format: fp8 e4m3 within ±440, or int8."""
+    if kind == "int8":
+        return torch.randint(-127, 128, (n, k), dtype=torch.int8, device=dev)
+    return (torch.randn(n, k, device=dev) * 40).clamp(-440, 440).to(torch.float8_e4m3fn)
+
+
+def main() -> None:  # noqa: D103
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    dev = torch.device("cuda")
+    torch.manual_seed(0)
+    for (name, (k, n)), kind in ((s, c) for s in SHAPES.items() for c in ("fp8", "int8")):
+        copies = int(MIN_BYTES // (k * n)) + 1
+        codes = [codes_for(n, k, kind, dev) for _ in range(copies)]
+        x = torch.randn(k, device=dev).bfloat16()
+        out = torch.empty(n, device=dev)
+        for (bn, bk, warps), math in ((t, m) for t in TILES for m in MATHS):
+            calls = [
+                lambda i=i % copies, bn=bn, bk=bk, w=warps, m=math: ceiling_kernel[(n // bn,)](
+                    x, codes[i], out, k, BN=bn, BK=bk, MATH=m, num_warps=w, num_stages=1, launch_pdl=True
+                )
+                for i in range(CALLS)
+            ]
+            try:
+                us = graph_time_us(calls)
+            except Exception as e:  # noqa: BLE001 - a variant that does not build is a row, not a stop
+                print(json.dumps({"shape": name, "codes": kind, "tile": [bn, bk, warps], "math": math,
+                                  "error": repr(e)[:160]}), flush=True)  # fmt: skip
+                continue
+            row = {"shape": name, "codes": kind, "tile": [bn, bk, warps], "math": math, "us": round(us, 2),
+                   "TBps": round(k * n / us / 1e6, 3)}  # fmt: skip
+            print(json.dumps(row), flush=True)
+            with (Path(args.out) / "gemv_ceiling.jsonl").open("a") as f:
+                f.write(json.dumps(row) + "\n")
+        del codes
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
