@@ -35,9 +35,9 @@ import triton
 import triton.language as tl
 from decode_linear import MIN_BYTES, graph_time_us
 
-SHAPES = {"gate_up": (4096, 28672), "down": (14336, 4096), "o": (4096, 4096)}
+SHAPES = {"gate_up": (4096, 28672), "down": (14336, 4096)}
 MATHS = ("load", "cvt", "gemv", "f16", "f16x8")
-TILES = [(4, 4096, 4), (8, 2048, 8), (8, 4096, 8)]  # (BN, BK, warps): the tuner's one-step tiles
+TILES = [(4, 4096, 4), (8, 2048, 8)]  # (BN, BK, warps): the one-step tiles the tuner picks for gate_up, down
 CALLS = 24
 
 
@@ -82,36 +82,38 @@ def codes_for(n: int, k: int, kind: str, dev) -> torch.Tensor:
     return (torch.randn(n, k, device=dev) * 40).clamp(-440, 440).to(torch.float8_e4m3fn)
 
 
+def time_shape(name: str, k: int, n: int, kind: str, out_dir: Path) -> None:
+    """Every (tile, math) at one shape and code format: a JSON line each, printed and appended to the jsonl."""
+    dev = torch.device("cuda")
+    codes = [codes_for(n, k, kind, dev) for _ in range(int(MIN_BYTES // (k * n)) + 1)]
+    x = torch.randn(k, device=dev).bfloat16()
+    out = torch.empty(n, device=dev)
+    for (bn, bk, warps), math in ((t, m) for t in TILES for m in MATHS):
+        row = {"shape": name, "codes": kind, "tile": [bn, bk, warps], "math": math}
+
+        def call(i, bn=bn, bk=bk, warps=warps, math=math):
+            ceiling_kernel[(n // bn,)](
+                x, codes[i % len(codes)], out, k, BN=bn, BK=bk, MATH=math, num_warps=warps, num_stages=1,
+                launch_pdl=True,
+            )  # fmt: skip
+
+        try:
+            us = graph_time_us([lambda i=i: call(i) for i in range(CALLS)])
+            row |= {"us": round(us, 2), "TBps": round(k * n / us / 1e6, 3)}
+        except Exception as e:  # noqa: BLE001 - a variant that does not build is a row, not a stop
+            row["error"] = repr(e)[:160]
+        print(json.dumps(row), flush=True)
+        with (out_dir / "gemv_ceiling.jsonl").open("a") as f:
+            f.write(json.dumps(row) + "\n")
+
+
 def main() -> None:  # noqa: D103
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    dev = torch.device("cuda")
     torch.manual_seed(0)
     for (name, (k, n)), kind in ((s, c) for s in SHAPES.items() for c in ("fp8", "int8")):
-        copies = int(MIN_BYTES // (k * n)) + 1
-        codes = [codes_for(n, k, kind, dev) for _ in range(copies)]
-        x = torch.randn(k, device=dev).bfloat16()
-        out = torch.empty(n, device=dev)
-        for (bn, bk, warps), math in ((t, m) for t in TILES for m in MATHS):
-            calls = [
-                lambda i=i % copies, bn=bn, bk=bk, w=warps, m=math: ceiling_kernel[(n // bn,)](
-                    x, codes[i], out, k, BN=bn, BK=bk, MATH=m, num_warps=w, num_stages=1, launch_pdl=True
-                )
-                for i in range(CALLS)
-            ]
-            try:
-                us = graph_time_us(calls)
-            except Exception as e:  # noqa: BLE001 - a variant that does not build is a row, not a stop
-                print(json.dumps({"shape": name, "codes": kind, "tile": [bn, bk, warps], "math": math,
-                                  "error": repr(e)[:160]}), flush=True)  # fmt: skip
-                continue
-            row = {"shape": name, "codes": kind, "tile": [bn, bk, warps], "math": math, "us": round(us, 2),
-                   "TBps": round(k * n / us / 1e6, 3)}  # fmt: skip
-            print(json.dumps(row), flush=True)
-            with (Path(args.out) / "gemv_ceiling.jsonl").open("a") as f:
-                f.write(json.dumps(row) + "\n")
-        del codes
+        time_shape(name, k, n, kind, Path(args.out))
         torch.cuda.empty_cache()
 
 

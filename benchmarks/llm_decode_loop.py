@@ -234,6 +234,12 @@ def main() -> None:  # noqa: D103
         "(DEEPGAP_DECODE_NORM)",
     )
     ap.add_argument(
+        "--tiles",
+        default="tuned",
+        help="the fused GEMVs' tiles, in turn (';' between turns): tuned, or KxN=BNxBKwW,... forcing the "
+        "one-step tile of each fused GEMV of that shape, e.g. 'tuned;4096x4096=8x4096w4'",
+    )
+    ap.add_argument(
         "--harness",
         default="own",
         help="whose graph step to replay, e.g. own,deepgap (deepgap: llm_steps.make_step, as the engine builds it)",
@@ -254,9 +260,11 @@ def main() -> None:  # noqa: D103
     )
     norms = _turns(args.norm, "NORM", "handoff")
     runs = itertools.product(
-        pdls, splits, combines, prefetches, attentions, wholes, norms, args.harness.split(",")
-    )
-    for mode, split, combine, prefetch, attention, whole, norm, harness in runs:
+        pdls, splits, combines, prefetches, attentions, wholes, norms, args.tiles.split(";"),
+        args.harness.split(","),
+    )  # fmt: skip
+    for mode, split, combine, prefetch, attention, whole, norm, tiles, harness in runs:
+        force_tiles(tiles)
         os.environ["DEEPGAP_DECODE_PDL"], os.environ["DEEPGAP_DECODE_SPLIT_KV"] = mode, split
         os.environ["DEEPGAP_DECODE_COMBINE"], os.environ["DEEPGAP_DECODE_PREFETCH"] = combine, prefetch
         os.environ["DEEPGAP_DECODE_ATTENTION"], os.environ["DEEPGAP_DECODE_WHOLE"] = (
@@ -274,8 +282,9 @@ def main() -> None:  # noqa: D103
             row = {"model": args.model, "precision": args.precision, "input_len": args.input_len}
             # the switches an ablation turns (module docstring), as this process ran
             row |= {k: os.environ.get(f"DEEPGAP_DECODE_{k.upper()}", "") for k in SWITCHES}
-            row["whole_variant"] = whole
+            row["whole_variant"], row["forced_tiles"] = whole, tiles
             tag = "-".join(x for x in (mode, split, attention, prefetch, whole, norm, harness) if x)
+            tag += "" if tiles == "tuned" else "-" + tiles.replace("=", "_").replace(",", "+")
             trace_path = str(Path(args.out) / f"timeline-b{b}-{tag}.json.gz") if args.timeline else ""
             row |= measure(m, b, args.input_len, args.steps, args.profile and b == 1, harness, trace_path)
             if args.precision != "bf16":  # the tiles this process timed (deepgap's rows say theirs)
@@ -292,6 +301,35 @@ def main() -> None:  # noqa: D103
 
 # the DEEPGAP_DECODE_* switches a row records, as its process ran (module docstring)
 SWITCHES = ("fused", "rope", "attention", "pdl", "split_kv", "combine", "prefetch", "whole", "norm")
+
+
+_FORCED: dict[tuple[int, int], object] = {}  # (K, N) → the fused GEMVs' tile this turn (`force_tiles`)
+
+
+def force_tiles(spec: str) -> None:
+    """This turn's tiles: ``tuned`` (the tuner's), or ``KxN=BNxBKwW,...``: every fused GEMV of that shape takes the
+    one-step tile BN × BK with W warps (reduce-each, one stage), whatever the tuner would time."""
+    from deepgap.measure.quant import gemv
+
+    if not hasattr(gemv, "_untouched_fastest"):
+        gemv._untouched_fastest = gemv.fastest
+
+        def fastest(key, device, cands, call, decode=False):
+            if key[0] == "fused" and (key[2], key[3]) in _FORCED:
+                gemv._TUNED[key] = _FORCED[(key[2], key[3])]
+                return gemv._TUNED[key]
+            return gemv._untouched_fastest(key, device, cands, call, decode)
+
+        gemv.fastest = fastest
+    for key in [k for k in gemv._TUNED if k[0] == "fused" and (k[2], k[3]) in _FORCED]:
+        del gemv._TUNED[key]  # the last turn's forced tiles: timed again, or forced again below
+    _FORCED.clear()
+    for part in spec.split(",") if spec != "tuned" else ():
+        shape, tile = part.split("=")
+        k, n = (int(v) for v in shape.split("x"))
+        bn, rest = tile.split("x")
+        bk, warps = (int(v) for v in rest.split("w"))
+        _FORCED[(k, n)] = gemv.GemvTile(int(bn), bk, 1, warps, 1, 0, 1)
 
 
 def _turns(value: str | None, switch: str, default: str) -> list[str]:

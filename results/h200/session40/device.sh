@@ -10,7 +10,7 @@ loop() {  # loop NAME LIMIT EXTRA...: the bare loop replaying deepgap's own step
     step "decode loop $name" "$limit" python benchmarks/llm_decode_loop.py --model llama-3.1-8b --batches 1 \
         --pdl on --split-kv auto --harness deepgap "$@" --out "$OUT" > "$OUT/loop-$name.txt" 2>&1
     grep -v '^{' "$OUT/loop-$name.txt" | grep -v "^ *$" | tail -n 40
-    grep '^{' "$OUT/loop-$name.txt" | python3 -c "import json,sys; [print(r['precision'], r['prefetch'], r['norm'], \
+    grep '^{' "$OUT/loop-$name.txt" | python3 -c "import json,sys; [print(r['precision'], r['prefetch'], r['forced_tiles'], \
 r['tpot_ms'], r['decode_tok_s'], r.get('timeline_step_us'), r.get('tiles', '')[:700]) for r in map(json.loads, sys.stdin)]"
 }
 case ${1:-} in
@@ -34,15 +34,14 @@ case ${1:-} in
    python3 -c "import csv,sys; [print(r['decode_tokens_per_s'], r['pipelined_decode_tokens_per_s'], \
 r['decode_pdl'], r['decode_attention'], r['decode_tiles'][:120]) for r in csv.DictReader(open(sys.argv[1]))]" "$OUT/run-2.csv"
    loop int8-2 150 --precision int8 --prefetch off,attention ;;
-# 3 — the GEMV's loads against its arithmetic: one tile with the math taken away in steps (`gemv_ceiling.py`), and a
-#     plain streaming read of the same sizes (`hbm_read.py --pdl`)
+# 3 — the GEMV's loads against its arithmetic: one tile with the math taken away in steps (`gemv_ceiling.py`); the
+#     bare loop with o's GEMV forced to one-step tiles that are one wave with the whole band read before PDL's wait
+#     (8 x 4096 with 4 warps: 128 registers, 4 programs an SM, 512 programs; 16 x 4096 with 8 warps: 2 an SM, 256)
 3) nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
    step "gemv ceiling" 200 python benchmarks/gemv_ceiling.py --out "$OUT" > "$OUT/gemv-ceiling-3.txt" 2>&1
    python3 -c "import json,sys; [print(r['shape'], r['codes'], r['tile'], r['math'], r.get('us'), r.get('TBps'), \
 r.get('error', '')) for r in map(json.loads, open(sys.argv[1]))]" "$OUT/gemv_ceiling.jsonl"
    tail -n 3 "$OUT/gemv-ceiling-3.txt"
-   step "hbm read" 150 python benchmarks/hbm_read.py --pdl --out "$OUT" > "$OUT/hbm-read-3.txt" 2>&1
-   python3 -c "import json,sys; b={}; [b.__setitem__(r['size'], max(b.get(r['size'], 0), r['TBps'])) \
-for r in map(json.loads, open(sys.argv[1]))]; print(b)" "$OUT/hbm_read.jsonl" ;;
+   loop tiles-3 200 --precision fp8 --tiles "tuned;4096x4096=8x4096w4;4096x4096=16x4096w8" ;;
 *) echo "usage: $0 1|2|3"; exit 2 ;;
 esac
