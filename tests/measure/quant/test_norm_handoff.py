@@ -9,8 +9,6 @@ kernels run in Triton's interpreter.
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 
@@ -55,7 +53,7 @@ def test_a_reader_of_the_handed_norm_gives_the_folded_norms_rows(swiglu):
     folded = Fusion(gamma, 1e-5, swiglu=swiglu)
     want = reference(row, codes, scale, folded).float()
     assert torch.equal(reference(scaled, codes, scale, handed), reference(scaled, codes, scale, handed))
-    for tile in (*TILES, dataclasses.replace(TILES[1], early=1)):
+    for tile in TILES:
         got = fused_gemv(scaled, codes, scale, handed, tile).float()
         torch.testing.assert_close(
             got, reference(scaled, codes, scale, handed).float(), rtol=2**-7, atol=1e-2
@@ -104,9 +102,7 @@ def test_a_writer_takes_bands_of_whole_groups():
     tiles = Fusion(residual=torch.zeros(1, 32).bfloat16(), hand=hand).tiles()
     assert tiles and all(t.bn % GROUP.value == 0 for t in tiles)
     assert set(tiles) < set(FUSED_TILES)
-    early = tuple(dataclasses.replace(t, early=1) for t in FUSED_TILES)
-    assert Fusion(eps=1e-5, swiglu=True, handed=torch.ones(4)).tiles() == FUSED_TILES + early
-    assert not any(t.early for t in Fusion(torch.ones(16), 1e-5, swiglu=True).tiles())
+    assert Fusion(eps=1e-5, swiglu=True, handed=torch.ones(4)).tiles() == FUSED_TILES
 
 
 def _sm90_usage(const: dict, extra_sig: dict, warps: int) -> dict[str, int]:
@@ -130,16 +126,13 @@ def _sm90_usage(const: dict, extra_sig: dict, warps: int) -> dict[str, int]:
 @pytest.mark.parametrize("pairs", ["SWIGLU", "ROPE"])
 def test_at_sm90_the_reader_keeps_the_plain_gemvs_registers(pairs):
     """gate_up's and qkv's best plain tile (4 × 4096, 4 warps) at 128 registers with the norm handed over; 168 or
-    more with it folded (session 38: half the programs an SM). The sums read early compile without spills (their
-    registers depend on Triton's version: `gemv.GemvTile.early`)."""
+    more with it folded (session 38: half the programs an SM)."""
     tile = dict(BN=4, BK=4096, **{pairs: True})
     plain = _sm90_usage(tile, {}, 4)
     handed = _sm90_usage(tile | dict(HANDED=True, PARTS=512), {"sums_ptr": "*fp32"}, 4)
     folded = _sm90_usage(tile | dict(NORM=True), {}, 4)
     assert handed["registers"] == plain["registers"] <= 128 < folded["registers"], (plain, handed, folded)
     assert handed["spill_stores"] == 0
-    early = _sm90_usage(tile | dict(HANDED=True, PARTS=512, EARLY=True), {"sums_ptr": "*fp32"}, 4)
-    assert early["spill_stores"] == 0 and early["registers"] <= folded["registers"], early
 
 
 def test_at_sm90_the_writers_hand_off_costs_no_registers():

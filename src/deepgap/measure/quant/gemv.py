@@ -52,10 +52,6 @@ class GemvTile:
     reduce_each: int = 0
     # registers a thread at most (ptxas's .maxnreg; 0: the compiler's choice), `NORM_TILES`
     maxnreg: int = 0
-    # a reader of a handed-over norm (`norm_handoff`): its square sums read right after PDL's wait, in flight
-    # with x's, rather than at the end. At sm_90, 4 × 4096: 128 registers with Triton 3.6, 168 with 3.8 for
-    # SwiGLU (the end: 128 with both); the tuner times both
-    early: int = 0
 
     def describe(self, short: bool = False) -> str:
         """The tile as a decode row's ``decode.tiles`` names it (`chosen`); ``short``: `compile_sm90.py`'s labels."""
@@ -63,7 +59,6 @@ class GemvTile:
             ("prefetch", "pf", self.prefetch),
             ("reduce-each", "re", self.reduce_each),
             (f"maxnreg {self.maxnreg}", f"r{self.maxnreg}", self.maxnreg),
-            ("sums early", "early", self.early),
         ]
         head = f"{self.bn}x{self.bk} s{self.split_k} w{self.num_warps} st{self.num_stages}"
         return " ".join([head] + [brief if short else word for word, brief, on in flags if on])

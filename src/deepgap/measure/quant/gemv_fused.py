@@ -92,7 +92,6 @@ def fused_row_kernel(
     cos_ptr=None, sin_ptr=None, pos_ptr=None, k_ptr=None, v_ptr=None, L=1, NQ=0, NKV=0, ROPE: tl.constexpr = False,
     D: tl.constexpr = 2, PF_PROGRAMS=0, PREFETCH: tl.constexpr = False, sums_ptr=None, PARTS: tl.constexpr = 1,
     HANDED: tl.constexpr = False, hand_gamma_ptr=None, scaled_ptr=None, hand_sums_ptr=None, HAND: tl.constexpr = False,
-    EARLY: tl.constexpr = False,
 ):  # fmt: skip
     """``out[band]`` of one row: an optional RMSNorm of x, the product, then SwiGLU, a residual add or RoPE.
 
@@ -100,8 +99,9 @@ def fused_row_kernel(
     head ``h = n // (D/2)`` is rows ``h·D + c`` and ``h·D + c + D/2`` (``c = n mod D/2``), `_rope_store`.
     With ``PDL`` the first K step's weights are read before the wait for the previous kernel (`gemv`'s row
     kernel too); with ``PREFETCH``, the first ``PF_PROGRAMS`` programs ask L2 for their band(s) (`l2_prefetch`).
-    ``HANDED``: x is a row ⊙ γ whose norm a writer handed over, its sums read at the end or, ``EARLY`` under
-    PDL, right after the wait; ``HAND``: this one hands the next norm over (`norm_handoff`).
+    ``HANDED``: x is a row ⊙ γ whose norm a writer handed over, its sums read at the end (read right after PDL's
+    wait instead, they were never faster: session 39 on one H100, 40 on one H200); ``HAND``: this one hands the
+    next norm over (`norm_handoff`).
     """
     rn = tl.program_id(0) * BN + tl.arange(0, BN)
     rows = rows_first(rn, D, ROPE)
@@ -128,8 +128,6 @@ def fused_row_kernel(
         if SWIGLU or ROPE:
             w_up = tl.load(w_ptrs + apart)
         tl.extra.cuda.gdc_wait()
-        if HANDED and EARLY:  # the sums' loads in flight with x's (`GemvTile.early`)
-            root = norm_handoff.handed_root(sums_ptr, K, eps, PARTS)
         acc, acc_up, squares = fused_step(
             acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, 0, rk, NORM, SWIGLU or ROPE, REDUCE, ""
         )
@@ -143,7 +141,7 @@ def fused_row_kernel(
         )
     if NORM:
         root = folded_root(squares, K, eps)
-    if HANDED and not (PDL and EARLY):
+    if HANDED:
         root = norm_handoff.handed_root(sums_ptr, K, eps, PARTS)
     y = finish(
         acc, acc_up, root, rn, rows, second, scale_ptr, res_ptr, out_ptr, cos_ptr, sin_ptr, pos_ptr, k_ptr, v_ptr,
@@ -232,12 +230,9 @@ class Fusion:
     def tiles(self) -> tuple[gemv.GemvTile, ...]:
         """The tuner's candidates: `FUSED_TILES`, and the capped `gemv.NORM_TILES` where the norm is folded.
 
-        Where the norm is handed over, each again with the sums read early (`gemv.GemvTile.early`). A writer that
-        hands a norm over takes bands of whole `norm_handoff.GROUP`s.
+        A writer that hands a norm over takes bands of whole `norm_handoff.GROUP`s.
         """
         tiles = FUSED_TILES + gemv.NORM_TILES * (self.gamma is not None)
-        if self.handed is not None:
-            tiles += tuple(dataclasses.replace(t, early=1) for t in FUSED_TILES)
         return tuple(t for t in tiles if self.hand is None or t.bn % norm_handoff.GROUP.value == 0)
 
 
@@ -303,9 +298,7 @@ def launch_row(kernel, x, codes, scale, fusion: Fusion, t: gemv.GemvTile, out, m
         pf = 0
     h = fusion.hand
     if fusion.handed is not None:
-        extra |= dict(
-            sums_ptr=fusion.handed, PARTS=norm_handoff.parts_block(k), HANDED=True, EARLY=bool(t.early)
-        )
+        extra |= dict(sums_ptr=fusion.handed, PARTS=norm_handoff.parts_block(k), HANDED=True)
     if h is not None:
         extra |= dict(hand_gamma_ptr=h.gamma, scaled_ptr=h.scaled, hand_sums_ptr=h.squares, HAND=True)
     launcher(kernel, x.device)[(no // t.bn + more,)](
