@@ -14,7 +14,10 @@ loaded before PDL's wait) and a ``MATH`` that says what it does with the codes:
 - ``cvt``: each code converted to fp32 and summed (the conversion, no x);
 - ``gemv``: ``Σ w·x`` in fp32 (the GEMV's arithmetic, `gemv.mac`);
 - ``f16``: the products in fp16 (``w`` to f16, x to f16: one packed multiply for two codes), summed in fp32;
-- ``f16x8``: as ``f16``, eight neighbouring products summed in fp16 before the fp32 sum.
+- ``f16x8``: as ``f16``, eight neighbouring products summed in fp16 before the fp32 sum;
+- ``bits``: each code made an fp32 with integer ops on its 32-bit word, no conversion instruction (fp8:
+  sign and the 7 other bits moved into an fp32's, the code × 2⁻¹²⁰, x taken × 2¹⁰⁰ so no product is subnormal;
+  int8: ``(b ^ 0x80) | 0x4B000000`` is 2²³ + 128 + the code as an fp32, less 2²³ + 128), then ``Σ w·x``.
 
 Each is timed as `fused_variants.py` times a GEMV (a CUDA graph of calls over ≥ 400 MB of weight copies,
 none hits L2, under PDL), at gate_up's and down's shapes, fp8 and int8.
@@ -36,9 +39,30 @@ import triton.language as tl
 from decode_linear import MIN_BYTES, graph_time_us
 
 SHAPES = {"gate_up": (4096, 28672), "down": (14336, 4096)}
-MATHS = ("load", "cvt", "gemv", "f16", "f16x8")
+MATHS = ("load", "cvt", "gemv", "f16", "f16x8", "bits")
 TILES = [(4, 4096, 4), (8, 2048, 8)]  # (BN, BK, warps): the one-step tiles the tuner picks for gate_up, down
 CALLS = 24
+
+
+@triton.jit
+def _bits(x_ptr, words, rn, K, BN: tl.constexpr, BK: tl.constexpr, INT8: tl.constexpr):
+    """``MATH == "bits"``: Σ w·x with every code made an fp32 by integer ops on its word (module docstring)."""
+    rw = tl.arange(0, BK // 4)
+    acc = tl.zeros((BN,), dtype=tl.float32)
+    for k in range(0, K, BK):
+        w = tl.load(words + rn[:, None] * (K // 4) + k // 4 + rw[None, :])
+        if k == 0:
+            tl.extra.cuda.gdc_wait()
+        for i in tl.static_range(4):
+            b = (w >> (8 * i)) & 0xFF
+            x = tl.load(x_ptr + k + rw * 4 + i).to(tl.float32)
+            if INT8:
+                f = ((b ^ 0x80) | 0x4B000000).to(tl.float32, bitcast=True) - 8388736.0
+            else:
+                f = (((b & 0x80) << 24) | ((b & 0x7F) << 20)).to(tl.float32, bitcast=True)
+                x = x * 1.2676506002282294e30  # 2^100
+            acc += tl.sum(f * x[None, :], axis=1)
+    return acc if INT8 else acc * 1048576.0  # fp8: 2^-120 · 2^100 = 2^-20 undone
 
 
 @triton.jit
@@ -46,7 +70,10 @@ def ceiling_kernel(x_ptr, w_ptr, out_ptr, K, BN: tl.constexpr, BK: tl.constexpr,
     """``out[band]``: what ``MATH`` makes of program's BN rows × K codes (module docstring), PDL as the GEMV."""
     rn = tl.program_id(0) * BN + tl.arange(0, BN)
     tl.extra.cuda.gdc_launch_dependents()
-    if MATH == "load":
+    if MATH == "bits":
+        words = w_ptr.to(tl.pointer_type(tl.int32))
+        tl.store(out_ptr + rn, _bits(x_ptr, words, rn, K, BN, BK, w_ptr.dtype.element_ty == tl.int8))
+    elif MATH == "load":
         rw = tl.arange(0, BK // 4)
         words = w_ptr.to(tl.pointer_type(tl.int32))
         acc = tl.zeros((BN, BK // 4), dtype=tl.int32)
