@@ -16,7 +16,7 @@ loaded before PDL's wait) and a ``MATH`` that says what it does with the codes:
 - ``f16``: the products in fp16 (``w`` to f16, x to f16: one packed multiply for two codes), summed in fp32;
 - ``f16x8``: as ``f16``, eight neighbouring products summed in fp16 before the fp32 sum;
 - ``bits``: each code made an fp32 with integer ops on its 32-bit word, no conversion instruction (fp8:
-  sign and the 7 other bits moved into an fp32's, the code × 2⁻¹²⁰, x taken × 2¹⁰⁰ so no product is subnormal;
+  sign and the 7 other bits moved into an fp32's: the code × 2⁻¹²⁰, x taken × 2¹⁰⁰ so no product is subnormal;
   int8: ``(b ^ 0x80) | 0x4B000000`` is 2²³ + 128 + the code as an fp32, less 2²³ + 128), then ``Σ w·x``.
 
 Each is timed as `fused_variants.py` times a GEMV (a CUDA graph of calls over ≥ 400 MB of weight copies,
@@ -45,41 +45,53 @@ CALLS = 24
 
 
 @triton.jit
-def _bits(x_ptr, words, rn, K, BN: tl.constexpr, BK: tl.constexpr, INT8: tl.constexpr):
+def _bits(x_ptr, words, rn, K, BN: tl.constexpr, BK: tl.constexpr, INT8: tl.constexpr, PDL: tl.constexpr):
     """``MATH == "bits"``: Σ w·x with every code made an fp32 by integer ops on its word (module docstring)."""
     rw = tl.arange(0, BK // 4)
     acc = tl.zeros((BN,), dtype=tl.float32)
     for k in range(0, K, BK):
         w = tl.load(words + rn[:, None] * (K // 4) + k // 4 + rw[None, :])
-        if k == 0:
+        if PDL and k == 0:
             tl.extra.cuda.gdc_wait()
-        for i in tl.static_range(4):
-            b = (w >> (8 * i)) & 0xFF
-            x = tl.load(x_ptr + k + rw * 4 + i).to(tl.float32)
-            if INT8:
-                f = ((b ^ 0x80) | 0x4B000000).to(tl.float32, bitcast=True) - 8388736.0
-            else:
-                f = (((b & 0x80) << 24) | ((b & 0x7F) << 20)).to(tl.float32, bitcast=True)
-                x = x * 1.2676506002282294e30  # 2^100
-            acc += tl.sum(f * x[None, :], axis=1)
+        x = tl.load(x_ptr + k + tl.arange(0, BK)).to(tl.float32)
+        if not INT8:
+            x = x * 1.2676506002282294e30  # 2^100: no product of a code × 2^-120 is subnormal
+        even, odd = tl.split(tl.reshape(x, (BK // 4, 2, 2)))  # x[4j + 2a], x[4j + 2a + 1]
+        x0, x2 = tl.split(even)
+        x1, x3 = tl.split(odd)
+        prod = _code(w, 0, INT8) * x0[None, :] + _code(w, 1, INT8) * x1[None, :]
+        prod += _code(w, 2, INT8) * x2[None, :] + _code(w, 3, INT8) * x3[None, :]
+        acc += tl.sum(prod, axis=1)
     return acc if INT8 else acc * 1048576.0  # fp8: 2^-120 · 2^100 = 2^-20 undone
 
 
 @triton.jit
-def ceiling_kernel(x_ptr, w_ptr, out_ptr, K, BN: tl.constexpr, BK: tl.constexpr, MATH: tl.constexpr):
+def _code(w, i: tl.constexpr, INT8: tl.constexpr):
+    """Byte ``i`` of each word as an fp32 by integer ops: the int8 code, or the fp8 code × 2⁻¹²⁰."""
+    b = (w >> (8 * i)) & 0xFF
+    if INT8:
+        return ((b ^ 0x80) | 0x4B000000).to(tl.float32, bitcast=True) - 8388736.0
+    return (((b & 0x80) << 24) | ((b & 0x7F) << 20)).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def ceiling_kernel(
+    x_ptr, w_ptr, out_ptr, K, BN: tl.constexpr, BK: tl.constexpr, MATH: tl.constexpr, PDL: tl.constexpr = True
+):
     """``out[band]``: what ``MATH`` makes of program's BN rows × K codes (module docstring), PDL as the GEMV."""
     rn = tl.program_id(0) * BN + tl.arange(0, BN)
-    tl.extra.cuda.gdc_launch_dependents()
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
     if MATH == "bits":
         words = w_ptr.to(tl.pointer_type(tl.int32))
-        tl.store(out_ptr + rn, _bits(x_ptr, words, rn, K, BN, BK, w_ptr.dtype.element_ty == tl.int8))
+        tl.store(out_ptr + rn, _bits(x_ptr, words, rn, K, BN, BK, w_ptr.dtype.element_ty == tl.int8, PDL))
     elif MATH == "load":
         rw = tl.arange(0, BK // 4)
         words = w_ptr.to(tl.pointer_type(tl.int32))
         acc = tl.zeros((BN, BK // 4), dtype=tl.int32)
         for k in range(0, K, BK):
             acc ^= tl.load(words + rn[:, None] * (K // 4) + k // 4 + rw[None, :])
-            if k == 0:
+            if PDL and k == 0:
                 tl.extra.cuda.gdc_wait()
         tl.store(out_ptr + rn, tl.xor_sum(acc, axis=1).to(tl.float32))
     else:
@@ -87,7 +99,7 @@ def ceiling_kernel(x_ptr, w_ptr, out_ptr, K, BN: tl.constexpr, BK: tl.constexpr,
         acc = tl.zeros((BN,), dtype=tl.float32)
         for k in range(0, K, BK):
             w = tl.load(w_ptr + rn[:, None] * K + k + rk[None, :])
-            if k == 0:
+            if PDL and k == 0:
                 tl.extra.cuda.gdc_wait()
             x = tl.load(x_ptr + k + rk)
             if MATH == "cvt":
