@@ -43,5 +43,20 @@ r['decode_pdl'], r['decode_attention'], r['decode_tiles'][:120]) for r in csv.Di
 r.get('error', '')) for r in map(json.loads, open(sys.argv[1]))]" "$OUT/gemv_ceiling.jsonl"
    tail -n 3 "$OUT/gemv-ceiling-3.txt"
    loop tiles-3 200 --precision fp8 --tiles "tuned;4096x4096=8x4096w4;4096x4096=16x4096w8" ;;
-*) echo "usage: $0 1|2|3"; exit 2 ;;
+# 4 — step 3, and the codes made fp32 by integer ops (`gemv_bits`, GemvTile.bits, now among the tuner's candidates):
+#     its GPU tests, every fold per tile (`fused_variants.py`), the bare loop tuned and with each GEMV forced to its
+#     one-step tile without bits, with bits (4 and 8 warps), and o in one wave (16 x 4096, 8 warps)
+4) nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
+   step "gpu tests" 150 python -m pytest -q -m gpu tests/measure/quant/test_gemv_bits.py tests/measure/test_llm_fused.py \
+       -rA -p no:cacheprovider > "$OUT/gputests-4.txt" 2>&1
+   tail -n 8 "$OUT/gputests-4.txt"
+   step "gemv ceiling" 150 python benchmarks/gemv_ceiling.py --out "$OUT" > "$OUT/gemv-ceiling-4.txt" 2>&1
+   python3 -c "import json,sys; [print(r['shape'], r['codes'], r['tile'], r['math'], r.get('us'), r.get('TBps'), \
+r.get('error', '')) for r in map(json.loads, open(sys.argv[1]))]" "$OUT/gemv_ceiling.jsonl"
+   step "fused variants" 120 python benchmarks/fused_variants.py --out "$OUT" > "$OUT/fused-variants-4.txt" 2>&1
+   tail -n 12 "$OUT/fused-variants-4.txt"
+   G=4096x28672 Q=4096x6144 O=4096x4096 D=14336x4096
+   loop tiles-4 240 --precision fp8 --tiles "tuned;$G=4x4096w4,$Q=4x4096w4,$O=8x2048w8,$D=8x2048w8;\
+$G=4x4096w4b,$Q=4x4096w4b,$O=8x2048w8b,$D=8x2048w8b;$G=4x4096w8b,$Q=4x4096w8b,$O=8x2048w8b,$D=8x2048w8b;$O=16x4096w8" ;;
+*) echo "usage: $0 1|2|3|4"; exit 2 ;;
 esac
