@@ -58,5 +58,15 @@ r.get('error', '')) for r in map(json.loads, open(sys.argv[1]))]" "$OUT/gemv_cei
    G=4096x28672 Q=4096x6144 O=4096x4096 D=14336x4096
    loop tiles-4 240 --precision fp8 --tiles "tuned;$G=4x4096w4,$Q=4x4096w4,$O=8x2048w8,$D=8x2048w8;\
 $G=4x4096w4b,$Q=4x4096w4b,$O=8x2048w8b,$D=8x2048w8b;$G=4x4096w8b,$Q=4x4096w8b,$O=8x2048w8b,$D=8x2048w8b;$O=16x4096w8" ;;
-*) echo "usage: $0 1|2|3|4"; exit 2 ;;
+# 5 — for an H200 after call 4 ran on an H100: the ceiling (down's tile now fitted to its K), and the bare loop in fp8
+#     and int8, tuned (bits among the candidates) and with every GEMV forced to its one-step tile without and with bits
+5) nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
+   step "gemv ceiling" 150 python benchmarks/gemv_ceiling.py --out "$OUT" > "$OUT/gemv-ceiling-5.txt" 2>&1
+   python3 -c "import json,sys; [print(r['shape'], r['codes'], r['tile'], r['math'], r.get('us'), r.get('TBps'), \
+r.get('error', '')[:80]) for r in map(json.loads, open(sys.argv[1]))]" "$OUT/gemv_ceiling.jsonl"
+   G=4096x28672 Q=4096x6144 O=4096x4096 D=14336x4096
+   T="tuned;$G=4x4096w4,$Q=4x4096w4,$O=8x2048w8,$D=8x2048w8;$G=4x4096w4b,$Q=4x4096w4b,$O=8x2048w8b,$D=8x2048w8b"
+   loop bits-fp8-5 200 --precision fp8 --tiles "$T"
+   loop bits-int8-5 200 --precision int8 --tiles "$T" ;;
+*) echo "usage: $0 1|2|3|4|5"; exit 2 ;;
 esac
