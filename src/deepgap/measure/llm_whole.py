@@ -140,7 +140,7 @@ def _gemv_phase(
                    v_ptr, L, NQ, NKV, SWIGLU, RESIDUAL, ROPE, D, True, ".cg")  # fmt: skip
         else:
             acc, acc_up, squares = fused_step(acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, k, rk, NORM,
-                                              PAIRED, True, ".cg", False, False)  # fmt: skip
+                                              PAIRED, True, ".cg")  # fmt: skip
             if k + BK == K:
                 root = 1.0
                 if NORM:

@@ -52,8 +52,6 @@ class GemvTile:
     reduce_each: int = 0
     # registers a thread at most (ptxas's .maxnreg; 0: the compiler's choice), `NORM_TILES`
     maxnreg: int = 0
-    # one row, reduce-each: the codes made fp32 by integer ops on their words, not conversions (`gemv_bits`)
-    bits: int = 0
 
     def describe(self, short: bool = False) -> str:
         """The tile as a decode row's ``decode.tiles`` names it (`chosen`); ``short``: `compile_sm90.py`'s labels."""
@@ -61,7 +59,6 @@ class GemvTile:
             ("prefetch", "pf", self.prefetch),
             ("reduce-each", "re", self.reduce_each),
             (f"maxnreg {self.maxnreg}", f"r{self.maxnreg}", self.maxnreg),
-            ("bits", "bits", self.bits),
         ]
         head = f"{self.bn}x{self.bk} s{self.split_k} w{self.num_warps} st{self.num_stages}"
         return " ".join([head] + [brief if short else word for word, brief, on in flags if on])
@@ -87,11 +84,8 @@ ROW_TILES = tuple(
 ) + tuple(
     GemvTile(bn, bk, 1, w, 1, 0, 1) for bn, bk, w in [(4, 4096, 4), (4, 4096, 8), (8, 2048, 8), (2, 4096, 4)]
 )
-# the fused GEMVs' (`gemv_fused`): the row kernel's without the prefetch (two weight bands in flight already for
-# SwiGLU), and each one-step tile again with its codes made fp32 by integer ops (`gemv_bits`, session 40)
-FUSED_TILES = tuple(t for t in ROW_TILES if not t.prefetch) + tuple(
-    dataclasses.replace(t, bits=1) for t in ROW_TILES if t.reduce_each
-)
+# the fused GEMVs' (`gemv_fused`): the row kernel's without the prefetch (two weight bands in flight already for SwiGLU)
+FUSED_TILES = tuple(t for t in ROW_TILES if not t.prefetch)
 # The one-step tiles again with a register cap, for the fused GEMVs that fold the RMSNorm (`Fusion.tiles`). Why: on
 # one H200 (session 38, benchmarks/fused_variants.py) gate_up took 29.70 µs at 4 × 4096 without the norm and 43.70
 # with it: the norm's fold takes that tile from 128 to 178 registers a thread, 2 programs of 4 warps an SM where

@@ -33,7 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
-from deepgap.measure.quant import gemv, gemv_bits, l2_prefetch, launch, norm_handoff
+from deepgap.measure.quant import gemv, l2_prefetch, launch, norm_handoff
 from deepgap.measure.quant.gemv import FUSED_TILES
 from deepgap.measure.quant.launch import check, launcher
 
@@ -41,17 +41,16 @@ from deepgap.measure.quant.launch import check, launcher
 @triton.jit
 def fused_step(
     acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, k, rk,
-    NORM: tl.constexpr, PAIRED: tl.constexpr, REDUCE: tl.constexpr, CACHE: tl.constexpr, BITS: tl.constexpr,
-    INT8: tl.constexpr,
+    NORM: tl.constexpr, PAIRED: tl.constexpr, REDUCE: tl.constexpr, CACHE: tl.constexpr,
 ):  # fmt: skip
-    """One K step of `fused_row_kernel` on loaded weights (``BITS``: words, `gemv_bits`): x, its squares, products."""
+    """One K step of `fused_row_kernel` on loaded weights: x's slice (``CACHE``: its loads'), its squares, products."""
     x = tl.load(x_ptr + k + rk, cache_modifier=CACHE).to(tl.float32)
     if NORM:
         squares += x * x
         x = x * tl.load(gamma_ptr + k + rk).to(tl.float32)
-    acc = gemv_bits.either(acc, w, x, REDUCE, BITS, INT8)
+    acc = gemv.mac(acc, w, x, REDUCE)
     if PAIRED:  # the second row of the pair (SwiGLU's up row, RoPE's other half of the head)
-        acc_up = gemv_bits.either(acc_up, w_up, x, REDUCE, BITS, INT8)
+        acc_up = gemv.mac(acc_up, w_up, x, REDUCE)
     return acc, acc_up, squares
 
 
@@ -93,7 +92,6 @@ def fused_row_kernel(
     cos_ptr=None, sin_ptr=None, pos_ptr=None, k_ptr=None, v_ptr=None, L=1, NQ=0, NKV=0, ROPE: tl.constexpr = False,
     D: tl.constexpr = 2, PF_PROGRAMS=0, PREFETCH: tl.constexpr = False, sums_ptr=None, PARTS: tl.constexpr = 1,
     HANDED: tl.constexpr = False, hand_gamma_ptr=None, scaled_ptr=None, hand_sums_ptr=None, HAND: tl.constexpr = False,
-    BITS: tl.constexpr = False,
 ):  # fmt: skip
     """``out[band]`` of one row: an optional RMSNorm of x, the product, then SwiGLU, a residual add or RoPE.
 
@@ -103,8 +101,7 @@ def fused_row_kernel(
     kernel too); with ``PREFETCH``, the first ``PF_PROGRAMS`` programs ask L2 for their band(s) (`l2_prefetch`).
     ``HANDED``: x is a row ⊙ γ whose norm a writer handed over, its sums read at the end (read right after PDL's
     wait instead, they were never faster: session 39 on one H100, 40 on one H200); ``HAND``: this one hands the
-    next norm over (`norm_handoff`). ``BITS`` (with ``REDUCE``): the codes read as words, made fp32 by integer ops
-    (`gemv_bits`).
+    next norm over (`norm_handoff`).
     """
     rn = tl.program_id(0) * BN + tl.arange(0, BN)
     rows = rows_first(rn, D, ROPE)
@@ -114,10 +111,6 @@ def fused_row_kernel(
     apart = second * K
     rk = tl.arange(0, BK)
     w_ptrs = w_ptr + rows[:, None] * K + rk[None, :]
-    word: tl.constexpr = 4 if BITS else 1  # codes a load's element holds
-    int8: tl.constexpr = w_ptr.dtype.element_ty == tl.int8
-    if BITS:
-        w_ptrs = gemv_bits.words(w_ptr, rows, K, BK)
     # `gemv.mac`: BN sums, or a BN × BK block reduced at the end
     acc = tl.zeros((BN,), dtype=tl.float32) if REDUCE else tl.zeros((BN, BK), dtype=tl.float32)
     acc_up = acc
@@ -133,19 +126,19 @@ def fused_row_kernel(
         w = tl.load(w_ptrs)
         w_up = w
         if SWIGLU or ROPE:
-            w_up = tl.load(w_ptrs + apart // word)
+            w_up = tl.load(w_ptrs + apart)
         tl.extra.cuda.gdc_wait()
         acc, acc_up, squares = fused_step(
-            acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, 0, rk, NORM, SWIGLU or ROPE, REDUCE, "", BITS, int8
-        )  # fmt: skip
+            acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, 0, rk, NORM, SWIGLU or ROPE, REDUCE, ""
+        )
     for k in range(PDL * BK, K, BK):
-        w = tl.load(w_ptrs + k // word)
+        w = tl.load(w_ptrs + k)
         w_up = w
         if SWIGLU or ROPE:
-            w_up = tl.load(w_ptrs + (apart + k) // word)
+            w_up = tl.load(w_ptrs + apart + k)
         acc, acc_up, squares = fused_step(
-            acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, k, rk, NORM, SWIGLU or ROPE, REDUCE, "", BITS, int8
-        )  # fmt: skip
+            acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, k, rk, NORM, SWIGLU or ROPE, REDUCE, ""
+        )
     if NORM:
         root = folded_root(squares, K, eps)
     if HANDED:
@@ -316,7 +309,7 @@ def launch_row(kernel, x, codes, scale, fusion: Fusion, t: gemv.GemvTile, out, m
         NORM=fusion.gamma is not None, SWIGLU=fusion.swiglu, RESIDUAL=fusion.residual is not None,
         BN=t.bn, BK=t.bk, REDUCE=t.reduce_each, num_warps=t.num_warps, num_stages=t.num_stages, **rope,
         **({"maxnreg": t.maxnreg} if t.maxnreg and x.device.type != "cpu" else {}),
-        **(dict(PF_PROGRAMS=pf, PREFETCH=True) if pf else {}), **({"BITS": True} if t.bits else {}), **extra,
+        **(dict(PF_PROGRAMS=pf, PREFETCH=True) if pf else {}), **extra,
     )  # fmt: skip
 
 
