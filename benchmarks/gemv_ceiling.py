@@ -128,7 +128,7 @@ def time_shape(name: str, k: int, n: int, kind: str, out_dir: Path) -> None:
     x = torch.randn(k, device=dev).bfloat16()
     out = torch.empty(n, device=dev)
     for (bn, bk, warps), math in ((t, m) for t in TILES for m in MATHS):
-        while k % bk:  # down's 14336 is 3.5 steps of 4096: the tile's BK halved until it divides K, as `fit` does
+        while k % bk:  # down's 14336 is 3.5 steps of 4096: BK halved until it divides K, as `fit` does
             bk //= 2
         row = {"shape": name, "codes": kind, "tile": [bn, bk, warps], "math": math}
 

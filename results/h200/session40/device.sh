@@ -68,5 +68,17 @@ r.get('error', '')[:80]) for r in map(json.loads, open(sys.argv[1]))]" "$OUT/gem
    T="tuned;$G=4x4096w4,$Q=4x4096w4,$O=8x2048w8,$D=8x2048w8;$G=4x4096w4b,$Q=4x4096w4b,$O=8x2048w8b,$D=8x2048w8b"
    loop bits-fp8-5 200 --precision fp8 --tiles "$T"
    loop bits-int8-5 200 --precision int8 --tiles "$T" ;;
-*) echo "usage: $0 1|2|3|4|5"; exit 2 ;;
+# 6 — the next K step's weights loaded while this one is summed (`gemv_steps`, tiles with prefetch among the tuner's
+#     candidates): the GPU tests, every fold per tile, the bare loop tuned and with down forced to 8 x 2048 without and
+#     with it, fp8 and int8
+6) nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
+   step "gpu tests" 150 python -m pytest -q -m gpu tests/measure/quant/test_gemv_steps.py tests/measure/test_llm_fused.py \
+       -rA -p no:cacheprovider > "$OUT/gputests-6.txt" 2>&1
+   tail -n 9 "$OUT/gputests-6.txt"
+   step "fused variants" 150 python benchmarks/fused_variants.py --out "$OUT" > "$OUT/fused-variants-6.txt" 2>&1
+   tail -n 12 "$OUT/fused-variants-6.txt"
+   T="tuned;14336x4096=8x2048w8;14336x4096=8x2048w8p"
+   loop ahead-fp8-6 200 --precision fp8 --tiles "$T"
+   loop ahead-int8-6 200 --precision int8 --tiles "$T" ;;
+*) echo "usage: $0 1|2|3|4|5|6"; exit 2 ;;
 esac
