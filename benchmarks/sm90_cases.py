@@ -195,7 +195,7 @@ def fused_run(k, n, fusion, tile, ctx, qfmt, prefetch=False, attend=None) -> Cal
 
 def qkv_attention_cases() -> Iterator[Case]:
     """The qkv GEMV with the attention in its last programs: every fused tile (8B), 1B's head_dim 64."""
-    tiles = llm_qkv_attention.tiles(rope_fusion("8b"))
+    tiles = rope_fusion("8b").tiles()
     for dec, tile in [("8b", t) for t in tiles] + [("1b", gemv_fused.FUSED_TILES[0])]:
         hidden, nq, nkv, d, _ = DECODERS[dec]
         n, first = (nq + 2 * nkv) * d, tile == gemv_fused.FUSED_TILES[0]
@@ -232,7 +232,7 @@ def qkv_split_cases() -> Iterator[Case]:
     """The qkv GEMV with the split attention in programs after its own (`llm_qkv_split`), 8B: every fused tile."""
     hidden, nq, nkv, d, _ = DECODERS["8b"]
     n = (nq + 2 * nkv) * d
-    for tile in llm_qkv_attention.tiles(rope_fusion("8b")):
+    for tile in rope_fusion("8b").tiles():
         for suffix, ctx in pdl_modes(on=True, off=tile == gemv_fused.FUSED_TILES[0]):
             run = fused_run(
                 hidden,

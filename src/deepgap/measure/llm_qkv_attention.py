@@ -131,11 +131,6 @@ def attend_operands(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, f
     return no, r
 
 
-def tiles(fusion: Fusion) -> tuple[gemv.GemvTile, ...]:
-    """`Fusion.tiles` but those with the next K step ahead (``prefetch``): these kernels run the row kernel without."""
-    return tuple(t for t in fusion.tiles() if not t.prefetch)
-
-
 def tuned(
     run, x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, fusion: Fusion, tag
 ) -> gemv.GemvTile:
@@ -144,7 +139,7 @@ def tuned(
     return gemv.fastest(
         ("fused", (*fusion.key(), tag), k, n, str(x.device)),
         x.device,
-        (within_heads(c.fit(k, n // 2), d) for c in tiles(fusion)),
+        (within_heads(c.fit(k, n // 2), d) for c in fusion.tiles()),
         lambda t: run(x, codes, scale, fusion, t),
         decode=True,
     )

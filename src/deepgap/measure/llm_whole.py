@@ -26,7 +26,7 @@ further on as each band starts. Why: one program of 16 warps an SM holds one K s
 ~5 MB in flight (the per-layer GEMVs have several programs an SM). A prefetch takes no register and is not
 waited for, so HBM sees the lead's bytes in flight and the loads that follow hit L2 (at 64 KB: 8.4 MB in all).
 
-The arithmetic is `gemv_fused`'s (`gemv_steps.fused_step`, `finish`), the attention `llm_attention`'s (`attend_rows`,
+The arithmetic is `gemv_fused`'s (`fused_step`, `finish`), the attention `llm_attention`'s (`attend_rows`,
 `store_chunk`): the same sums as the per-layer kernels in the same order. Activations written during the launch
 are read past L1 (``.cg``).
 
@@ -47,8 +47,7 @@ import triton.language as tl
 
 from deepgap.measure.llm_attention import attend_rows, store_chunk
 from deepgap.measure.quant import gemv, l2_prefetch
-from deepgap.measure.quant.gemv_fused import finish, folded_root, rows_first
-from deepgap.measure.quant.gemv_steps import fused_step
+from deepgap.measure.quant.gemv_fused import finish, folded_root, fused_step, rows_first
 from deepgap.measure.quant.kernels import pdl_enter
 from deepgap.measure.quant.launch import launcher
 from deepgap.measure.quant.whole_flow import grid_arrive, grid_wait

@@ -84,13 +84,8 @@ ROW_TILES = tuple(
 ) + tuple(
     GemvTile(bn, bk, 1, w, 1, 0, 1) for bn, bk, w in [(4, 4096, 4), (4, 4096, 8), (8, 2048, 8), (2, 4096, 4)]
 )
-# the fused GEMVs' (`gemv_fused`): the row kernel's without the prefetch (two weight bands in flight already for
-# SwiGLU), and reduce-each tiles of 2048-wide steps with the next step's loads ahead (`gemv_steps.ahead`, for
-# down's 7 steps: on one H100, session 40, its fp8 GEMV summed 10% over its tile's loads alone)
-FUSED_TILES = tuple(t for t in ROW_TILES if not t.prefetch) + tuple(
-    GemvTile(bn, 2048, 1, w, 1, 1, 1)
-    for bn, w in [(8, 8), (4, 4)]  # 8 × 2048 with 4 warps: 183 registers, or spills
-)
+# the fused GEMVs' (`gemv_fused`): the row kernel's without the prefetch (two weight bands in flight already for SwiGLU)
+FUSED_TILES = tuple(t for t in ROW_TILES if not t.prefetch)
 # The one-step tiles again with a register cap, for the fused GEMVs that fold the RMSNorm (`Fusion.tiles`). Why: on
 # one H200 (session 38, benchmarks/fused_variants.py) gate_up took 29.70 µs at 4 × 4096 without the norm and 43.70
 # with it: the norm's fold takes that tile from 128 to 178 registers a thread, 2 programs of 4 warps an SM where

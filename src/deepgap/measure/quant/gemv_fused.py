@@ -35,8 +35,23 @@ import triton.language as tl
 
 from deepgap.measure.quant import gemv, l2_prefetch, launch, norm_handoff
 from deepgap.measure.quant.gemv import FUSED_TILES
-from deepgap.measure.quant.gemv_steps import k_loop
 from deepgap.measure.quant.launch import check, launcher
+
+
+@triton.jit
+def fused_step(
+    acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, k, rk,
+    NORM: tl.constexpr, PAIRED: tl.constexpr, REDUCE: tl.constexpr, CACHE: tl.constexpr,
+):  # fmt: skip
+    """One K step of `fused_row_kernel` on loaded weights: x's slice (``CACHE``: its loads'), its squares, products."""
+    x = tl.load(x_ptr + k + rk, cache_modifier=CACHE).to(tl.float32)
+    if NORM:
+        squares += x * x
+        x = x * tl.load(gamma_ptr + k + rk).to(tl.float32)
+    acc = gemv.mac(acc, w, x, REDUCE)
+    if PAIRED:  # the second row of the pair (SwiGLU's up row, RoPE's other half of the head)
+        acc_up = gemv.mac(acc_up, w_up, x, REDUCE)
+    return acc, acc_up, squares
 
 
 @triton.jit
@@ -77,7 +92,6 @@ def fused_row_kernel(
     cos_ptr=None, sin_ptr=None, pos_ptr=None, k_ptr=None, v_ptr=None, L=1, NQ=0, NKV=0, ROPE: tl.constexpr = False,
     D: tl.constexpr = 2, PF_PROGRAMS=0, PREFETCH: tl.constexpr = False, sums_ptr=None, PARTS: tl.constexpr = 1,
     HANDED: tl.constexpr = False, hand_gamma_ptr=None, scaled_ptr=None, hand_sums_ptr=None, HAND: tl.constexpr = False,
-    AHEAD: tl.constexpr = False,
 ):  # fmt: skip
     """``out[band]`` of one row: an optional RMSNorm of x, the product, then SwiGLU, a residual add or RoPE.
 
@@ -87,8 +101,7 @@ def fused_row_kernel(
     kernel too); with ``PREFETCH``, the first ``PF_PROGRAMS`` programs ask L2 for their band(s) (`l2_prefetch`).
     ``HANDED``: x is a row ⊙ γ whose norm a writer handed over, its sums read at the end (read right after PDL's
     wait instead, they were never faster: session 39 on one H100, 40 on one H200); ``HAND``: this one hands the
-    next norm over (`norm_handoff`). ``AHEAD`` (`GemvTile.prefetch`): each K step's weights are loaded before the
-    step before it is summed (`gemv_steps.k_loop`).
+    next norm over (`norm_handoff`).
     """
     rn = tl.program_id(0) * BN + tl.arange(0, BN)
     rows = rows_first(rn, D, ROPE)
@@ -110,9 +123,22 @@ def fused_row_kernel(
             if tl.program_id(0) < PF_PROGRAMS:
                 first = rows_first(tl.program_id(0) * BN, D, ROPE)
                 l2_prefetch.band(w_ptr, first, K, second, BN, SWIGLU or ROPE)
-    acc, acc_up, squares = k_loop(
-        acc, acc_up, squares, w_ptrs, apart, x_ptr, gamma_ptr, K, rk, NORM, SWIGLU or ROPE, REDUCE, PDL, BK, AHEAD
-    )  # fmt: skip
+        w = tl.load(w_ptrs)
+        w_up = w
+        if SWIGLU or ROPE:
+            w_up = tl.load(w_ptrs + apart)
+        tl.extra.cuda.gdc_wait()
+        acc, acc_up, squares = fused_step(
+            acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, 0, rk, NORM, SWIGLU or ROPE, REDUCE, ""
+        )
+    for k in range(PDL * BK, K, BK):
+        w = tl.load(w_ptrs + k)
+        w_up = w
+        if SWIGLU or ROPE:
+            w_up = tl.load(w_ptrs + apart + k)
+        acc, acc_up, squares = fused_step(
+            acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, k, rk, NORM, SWIGLU or ROPE, REDUCE, ""
+        )
     if NORM:
         root = folded_root(squares, K, eps)
     if HANDED:
@@ -283,7 +309,7 @@ def launch_row(kernel, x, codes, scale, fusion: Fusion, t: gemv.GemvTile, out, m
         NORM=fusion.gamma is not None, SWIGLU=fusion.swiglu, RESIDUAL=fusion.residual is not None,
         BN=t.bn, BK=t.bk, REDUCE=t.reduce_each, num_warps=t.num_warps, num_stages=t.num_stages, **rope,
         **({"maxnreg": t.maxnreg} if t.maxnreg and x.device.type != "cpu" else {}),
-        **(dict(PF_PROGRAMS=pf, PREFETCH=True) if pf else {}), **({"AHEAD": True} if t.prefetch else {}), **extra,
+        **(dict(PF_PROGRAMS=pf, PREFETCH=True) if pf else {}), **extra,
     )  # fmt: skip
 
 
