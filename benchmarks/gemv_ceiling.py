@@ -1,6 +1,6 @@
 """Whether the batch-1 GEMV is bound by its loads or by its arithmetic: one tile, the math taken away in steps.
 
-Why (issue 51, session 40): in isolation (`fused_variants.py`) the GEMVs read their weights at 0.84-0.90× a
+Why (issue 51, session 40): alone (`fused_variants.py`) the GEMVs read their weights at 0.84-0.90× a
 plain streaming read of the same bytes (`hbm_read.py`): gate_up 29.7 µs against 26.3 on one H200, down 15.8
 against 13.8, 0.37 ms of the 2.42 ms step over its 32 layers. A one-row GEMV converts every 8-bit code to fp32
 (fp8: ``cvt.rn.f16x2.e4m3x2`` then f16 → f32; int8: an I2F each) and multiplies it by x: about 18 codes a
@@ -21,6 +21,11 @@ loaded before PDL's wait) and a ``MATH`` that says what it does with the codes:
 
 Each is timed as `fused_variants.py` times a GEMV (a CUDA graph of calls over ≥ 400 MB of weight copies,
 none hits L2, under PDL), at gate_up's and down's shapes, fp8 and int8.
+
+Measured on one H100 (session 40, results/h100/session40): fp8's arithmetic costs 2% over the tile's loads at
+gate_up (39.00 against 38.17 µs) and 7-10% at down; the loads read 117 MB at 3.07 TB/s, 0.92× the H100's rate.
+int8's conversion binds: 45.66 against 37.79 at gate_up. ``bits`` helps only int8's gate_up tile (43.10); in
+the step it lost everywhere (fp8 328.6 → 264.4 tokens/s), so the engine kept its conversions.
 
     python benchmarks/gemv_ceiling.py --out OUT     # one JSON line per (shape, codes, tile, math)
 """

@@ -24,16 +24,15 @@ case ${1:-} in
    loop prefetch-1 240 --precision fp8 --prefetch off,attention --timeline
    step "fused variants" 120 python benchmarks/fused_variants.py --out "$OUT" > "$OUT/fused-variants-1.txt" 2>&1
    tail -n 12 "$OUT/fused-variants-1.txt" ;;
-# 2 — `deepgap run` (8B fp8, batch 1, 128/128) with DEEPGAP_DECODE_PREFETCH=attention against the bare loop; int8 in the loop
+# 2 — `deepgap run` (8B fp8, batch 1, 128/128, the defaults); not run on its own (call 1's attention prefetch lost)
 2) S=${DEVICE_WORK:-/tmp/deepgap-device}; mkdir -p "$S"
-   DEEPGAP_DECODE_PREFETCH=attention step "deepgap run 8b fp8 bs1" 130 python -m deepgap run --workload decode \
+   step "deepgap run 8b fp8 bs1" 150 python -m deepgap run --workload decode \
        --models llama-3.1-8b --device cuda --input-lens 128 --output-lens 128 --repeats 3 --sweeps 1 \
        --no-thermal-warmup --no-cpu-baseline --engines quant --precisions fp8 --batch-sizes 1 \
        --store "$S/run.sqlite" > "$OUT/run-2.txt" 2>&1
    python -m deepgap export "$S/run.sqlite" --format csv -o "$OUT/run-2.csv" >/dev/null 2>&1
-   python3 -c "import csv,sys; [print(r['decode_tokens_per_s'], r['pipelined_decode_tokens_per_s'], \
-r['decode_pdl'], r['decode_attention'], r['decode_tiles'][:120]) for r in csv.DictReader(open(sys.argv[1]))]" "$OUT/run-2.csv"
-   loop int8-2 150 --precision int8 --prefetch off,attention ;;
+   python3 -c "import csv,sys; [print(r['decode_tokens_per_s'], r['pipelined_decode_tokens_per_s'], r['tpot_tail_label'], r['tpot_tail_ms'], \
+r['decode_pdl'], r['decode_attention'], r['decode_tiles'][:160]) for r in csv.DictReader(open(sys.argv[1]))]" "$OUT/run-2.csv" ;;
 # 3 — the GEMV's loads against its arithmetic: one tile with the math taken away in steps (`gemv_ceiling.py`); the
 #     bare loop with o's GEMV forced to one-step tiles that are one wave with the whole band read before PDL's wait
 #     (8 x 4096 with 4 warps: 128 registers, 4 programs an SM, 512 programs; 16 x 4096 with 8 warps: 2 an SM, 256)
@@ -80,5 +79,15 @@ r.get('error', '')[:80]) for r in map(json.loads, open(sys.argv[1]))]" "$OUT/gem
    T="tuned;14336x4096=8x2048w8;14336x4096=8x2048w8p"
    loop ahead-fp8-6 200 --precision fp8 --tiles "$T"
    loop ahead-int8-6 200 --precision int8 --tiles "$T" ;;
-*) echo "usage: $0 1|2|3|4|5|6"; exit 2 ;;
+# 7 — the session's last tree end to end: `deepgap run` (8B fp8, batch 1, 128/128, the defaults) and the bare loop;
+#     on an H200 also the GEMV ceiling, which only an H100 has run
+7) nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
+   bash "$0" 2
+   loop final-7 120 --precision fp8
+   if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+       step "gemv ceiling" 120 python benchmarks/gemv_ceiling.py --out "$OUT" > "$OUT/gemv-ceiling-7.txt" 2>&1
+       python3 -c "import json,sys; [print(r['shape'], r['codes'], r['tile'], r['math'], r.get('us'), r.get('TBps')) \
+for r in map(json.loads, open(sys.argv[1]))]" "$OUT/gemv_ceiling.jsonl"
+   fi ;;
+*) echo "usage: $0 1|2|3|4|5|6|7"; exit 2 ;;
 esac
