@@ -236,8 +236,8 @@ def main() -> None:  # noqa: D103
     ap.add_argument(
         "--tiles",
         default="tuned",
-        help="the fused GEMVs' tiles, in turn (';' between turns): tuned, or KxN=BNxBKwW,... forcing the "
-        "one-step tile of each fused GEMV of that shape, e.g. 'tuned;4096x4096=8x4096w4'",
+        help="the fused GEMVs' tiles, in turn (';' between turns): tuned, or KxN=BNxBKwW[t],... forcing the "
+        "tile of each fused GEMV of that shape (reduce-each; t: in-thread), e.g. 'tuned;14336x4096=8x2048w8t'",
     )
     ap.add_argument(
         "--harness",
@@ -307,8 +307,9 @@ _FORCED: dict[tuple[int, int], object] = {}  # (K, N) → the fused GEMVs' tile 
 
 
 def force_tiles(spec: str) -> None:
-    """This turn's tiles: ``tuned`` (the tuner's), or ``KxN=BNxBKwW,...``: every fused GEMV of that shape takes the
-    one-step tile BN × BK with W warps (reduce-each, one stage), whatever the tuner would time."""
+    """This turn's tiles: ``tuned`` (the tuner's), or ``KxN=BNxBKwW[t],...``: every fused GEMV of that shape takes
+    the tile BN × BK with W warps (one stage, reduce-each; ``t``: summed in-thread each step, `gemv.IN_THREAD`),
+    whatever the tuner would time."""
     from deepgap.measure.quant import gemv
 
     if not hasattr(gemv, "_untouched_fastest"):
@@ -328,8 +329,8 @@ def force_tiles(spec: str) -> None:
         shape, tile = part.split("=")
         k, n = (int(v) for v in shape.split("x"))
         bn, rest = tile.split("x")
-        bk, warps = (int(v) for v in rest.split("w"))
-        _FORCED[(k, n)] = gemv.GemvTile(int(bn), bk, 1, warps, 1, 0, 1)
+        bk, warps = (int(v) for v in rest.rstrip("t").split("w"))
+        _FORCED[(k, n)] = gemv.GemvTile(int(bn), bk, 1, warps, 1, 0, 2 if rest.endswith("t") else 1)
 
 
 def _turns(value: str | None, switch: str, default: str) -> list[str]:

@@ -89,5 +89,21 @@ r.get('error', '')[:80]) for r in map(json.loads, open(sys.argv[1]))]" "$OUT/gem
        python3 -c "import json,sys; [print(r['shape'], r['codes'], r['tile'], r['math'], r.get('us'), r.get('TBps')) \
 for r in map(json.loads, open(sys.argv[1]))]" "$OUT/gemv_ceiling.jsonl"
    fi ;;
-*) echo "usage: $0 1|2|3|4|5|6|7"; exit 2 ;;
+# 8 — each step's products summed within the thread, across threads once (`gemv.IN_THREAD`, tiles with reduce_each 2
+#     among the tuner's candidates): down's GEMV with it against without at the 8B shape (fp8, bf16 tolerance), then
+#     the bare loop tuned and with down forced to 8 x 2048 each way (what the last 221 s of device time allow)
+8) nvidia-smi --query-gpu=name --format=csv,noheader
+   step "in-thread check" 60 python -c "
+import torch, dataclasses
+from deepgap.measure.quant import gemv
+from deepgap.measure.quant.gemv_fused import Fusion, fused_gemv
+g = torch.Generator(device='cuda').manual_seed(0)
+codes = (torch.randn(4096, 14336, device='cuda', generator=g) * 40).clamp(-440, 440).to(torch.float8_e4m3fn)
+x, s = torch.randn(1, 14336, device='cuda').bfloat16(), torch.rand(4096, device='cuda') / 40
+f, t = Fusion(residual=torch.randn(1, 4096, device='cuda').bfloat16()), gemv.GemvTile(8, 2048, 1, 8, 1, 0, 1)
+a, b = (fused_gemv(x, codes, s, f, u).float() for u in (t, dataclasses.replace(t, reduce_each=2)))
+print('in-thread against reduce-each: max rel', float((a - b).abs().max() / a.abs().max()))
+assert torch.allclose(a, b, rtol=2**-7, atol=1e-2)"
+   loop in-thread-8 150 --precision fp8 --tiles "tuned;14336x4096=8x2048w8;14336x4096=8x2048w8t" ;;
+*) echo "usage: $0 1|2|3|4|5|6|7|8"; exit 2 ;;
 esac

@@ -34,6 +34,13 @@ from deepgap.measure.quant import l2_prefetch, launch
 from deepgap.measure.quant.launch import check, halved_to_divide, launcher
 
 CODES = (torch.float8_e4m3fn, torch.int8)  # both convert to bf16 exactly (3 mantissa bits; |v| ≤ 127)
+# ``reduce_each`` 2: each step's products summed within a thread, a run of RUN neighbouring codes (one 16-byte load
+# of 8-bit codes), and across threads once at the end (`mac`). Why: a reduce-each tile's per-step sum across
+# threads is 22 warp shuffles and a block barrier a step at sm_90, in every step of down's seven; the loads of the
+# next step wait behind it. On one H200 (session 40, `benchmarks/gemv_ceiling.py`) down's fp8 GEMV took 16.68 µs
+# against its tile's loads' 13.75 (gate_up's one step: 28.53 against 26.93).
+IN_THREAD = tl.constexpr(2)
+RUN = tl.constexpr(16)
 MAX_ROWS = 16  # the rows one tensor-core tile holds: more rows belong to a GEMM (`QuantLinear`)
 
 
@@ -48,7 +55,8 @@ class GemvTile:
     num_stages: int = 4
     # one row: issue the next K step's weight load before this step's arithmetic (two steps' bytes in flight)
     prefetch: int = 0
-    # one row: reduce each step's BN × BK products to BN sums at once, not once at the end (`ROW_TILES`)
+    # one row: reduce each step's BN × BK products to BN sums at once, not once at the end (`ROW_TILES`); 2: within
+    # each thread at once, across threads at the end (`IN_THREAD`)
     reduce_each: int = 0
     # registers a thread at most (ptxas's .maxnreg; 0: the compiler's choice), `NORM_TILES`
     maxnreg: int = 0
@@ -57,7 +65,8 @@ class GemvTile:
         """The tile as a decode row's ``decode.tiles`` names it (`chosen`); ``short``: `compile_sm90.py`'s labels."""
         flags = [
             ("prefetch", "pf", self.prefetch),
-            ("reduce-each", "re", self.reduce_each),
+            ("reduce-each", "re", self.reduce_each == 1),
+            ("reduce-in-thread", "rt", self.reduce_each == IN_THREAD.value),
             (f"maxnreg {self.maxnreg}", f"r{self.maxnreg}", self.maxnreg),
         ]
         head = f"{self.bn}x{self.bk} s{self.split_k} w{self.num_warps} st{self.num_stages}"
@@ -85,7 +94,9 @@ ROW_TILES = tuple(
     GemvTile(bn, bk, 1, w, 1, 0, 1) for bn, bk, w in [(4, 4096, 4), (4, 4096, 8), (8, 2048, 8), (2, 4096, 4)]
 )
 # the fused GEMVs' (`gemv_fused`): the row kernel's without the prefetch (two weight bands in flight already for SwiGLU)
-FUSED_TILES = tuple(t for t in ROW_TILES if not t.prefetch)
+FUSED_TILES = tuple(t for t in ROW_TILES if not t.prefetch) + tuple(
+    GemvTile(bn, 2048, 1, w, 1, 0, IN_THREAD.value) for bn, w in [(8, 8), (4, 4)]
+)
 # The one-step tiles again with a register cap, for the fused GEMVs that fold the RMSNorm (`Fusion.tiles`). Why: on
 # one H200 (session 38, benchmarks/fused_variants.py) gate_up took 29.70 µs at 4 × 4096 without the norm and 43.70
 # with it: the norm's fold takes that tile from 128 to 178 registers a thread, 2 programs of 4 warps an SM where
@@ -211,9 +222,14 @@ def _graph_ms(launch, calls: int = 20) -> float:
 
 @triton.jit
 def mac(acc, w, x, REDUCE: tl.constexpr):
-    """``acc + w · x`` per row: kept BN × BK (one reduction at the end, `total`) or reduced to BN now."""
+    """``acc + w · x`` per row: kept BN × BK (summed at the end, `total`), summed to BN now, or by runs.
+
+    ``REDUCE`` 0, 1, or 2 (`IN_THREAD`): each run of `RUN` neighbouring codes summed now, BN × BK/RUN kept.
+    """
     prod = w.to(tl.float32) * x[None, :]
-    if REDUCE:
+    if REDUCE == IN_THREAD:
+        prod = tl.sum(tl.reshape(prod, (prod.shape[0], prod.shape[1] // RUN, RUN)), axis=2)
+    elif REDUCE:
         prod = tl.sum(prod, axis=1)
     return acc + prod
 
@@ -221,8 +237,20 @@ def mac(acc, w, x, REDUCE: tl.constexpr):
 @triton.jit
 def total(acc, REDUCE: tl.constexpr):
     """The BN sums of `mac`'s accumulator."""
-    if not REDUCE:
+    if REDUCE != 1:
         acc = tl.sum(acc, axis=1)
+    return acc
+
+
+@triton.jit
+def zeros(BN: tl.constexpr, BK: tl.constexpr, REDUCE: tl.constexpr):
+    """`mac`'s accumulator for ``REDUCE``: BN × BK, BN, or BN × BK/`RUN`."""
+    if REDUCE == IN_THREAD:
+        acc = tl.zeros((BN, BK // RUN), dtype=tl.float32)
+    elif REDUCE:
+        acc = tl.zeros((BN,), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BN, BK), dtype=tl.float32)
     return acc
 
 
@@ -239,7 +267,7 @@ def fp8_gemv_row_kernel(
     rn = tl.program_id(0) * BN + tl.arange(0, BN)
     rk = tl.arange(0, BK)
     w_ptrs = w_ptr + rn[:, None] * K + rk[None, :]
-    acc = tl.zeros((BN,), dtype=tl.float32) if REDUCE else tl.zeros((BN, BK), dtype=tl.float32)
+    acc = zeros(BN, BK, REDUCE)
     if PREFETCH:
         if PDL:
             tl.extra.cuda.gdc_launch_dependents()

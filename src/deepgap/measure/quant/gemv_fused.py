@@ -111,8 +111,8 @@ def fused_row_kernel(
     apart = second * K
     rk = tl.arange(0, BK)
     w_ptrs = w_ptr + rows[:, None] * K + rk[None, :]
-    # `gemv.mac`: BN sums, or a BN × BK block reduced at the end
-    acc = tl.zeros((BN,), dtype=tl.float32) if REDUCE else tl.zeros((BN, BK), dtype=tl.float32)
+    # `gemv.mac`: BN sums, a BN × BK block reduced at the end, or BN × BK/16 sums
+    acc = gemv.zeros(BN, BK, REDUCE)
     acc_up = acc
     squares = tl.zeros((BK,), dtype=tl.float32)
     root = 1.0

@@ -1,0 +1,94 @@
+"""The one-row GEMV's products summed within each thread every K step, across threads once (``reduce_each`` 2).
+
+Here: the fused GEMV with such a tile gives the reduce-each tile's rows for every fold, and the plain row
+kernel too; the tuner offers two; at sm_90 the K loop of down's tile has no warp shuffle left (22 with the
+per-step reduction), which is what it is for (`gemv.IN_THREAD`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from deepgap.measure.quant import gemv  # noqa: E402
+from deepgap.measure.quant.gemv_fused import Fusion, RopeWrite, fused_gemv  # noqa: E402
+from deepgap.measure.quant.norm_handoff import HandOff, reference  # noqa: E402
+
+
+def _fusions(g, k: int, n: int) -> dict[str, Fusion]:
+    gamma = (torch.rand(k, generator=g) + 0.5).bfloat16()
+    cache = [torch.zeros(1, 1, 8, 16).bfloat16() for _ in range(2)]
+    rope = RopeWrite(torch.rand(1, 16, generator=g).bfloat16(), torch.rand(1, 16, generator=g).bfloat16(),
+                     torch.tensor([3]), *cache, 2)  # fmt: skip
+    return {
+        "plain": Fusion(),
+        "norm+swiglu": Fusion(gamma, 1e-5, swiglu=True),
+        "handed+swiglu": Fusion(
+            eps=1e-5, swiglu=True, handed=reference(torch.randn(1, k).bfloat16(), gamma)[1]
+        ),
+        "residual+hand": Fusion(
+            residual=torch.randn(1, n, generator=g).bfloat16(), hand=HandOff.to(gamma[:n])
+        ),
+        "norm+rope": Fusion(gamma, 1e-5, rope=rope),
+    }
+
+
+@pytest.mark.parametrize("codes_dtype", [torch.float8_e4m3fn, torch.int8])
+def test_in_thread_sums_give_the_reduce_each_rows(codes_dtype):
+    """K = 128 in four steps of 32: every fold within a bf16 step of the reduce-each tile (the sum's order differs)."""
+    g = torch.Generator().manual_seed(4)
+    k, n = 128, 64
+    codes = (torch.randn(n, k, generator=g) * 40).clamp(-100, 100).to(codes_dtype)
+    scale, x = torch.rand(n, generator=g) / 40, torch.randn(1, k, generator=g).bfloat16()
+    tile = gemv.GemvTile(8, 32, 1, 4, 1, 0, 1)
+    for name, fusion in _fusions(g, k, n).items():
+        each = fused_gemv(x, codes, scale, fusion, tile).float()
+        in_thread = fused_gemv(x, codes, scale, fusion, dataclasses.replace(tile, reduce_each=2)).float()
+        torch.testing.assert_close(in_thread, each, rtol=2**-7, atol=1e-3, msg=name)
+    plain = gemv.fp8_gemv(x, codes, scale, None, tile).float()
+    torch.testing.assert_close(gemv.fp8_gemv(x, codes, scale, None, dataclasses.replace(tile, reduce_each=2)).float(),
+                               plain, rtol=2**-7, atol=1e-3)  # fmt: skip
+
+
+def test_the_tuner_offers_two_in_thread_tiles_and_names_them():
+    tiles = [t for t in gemv.FUSED_TILES if t.reduce_each == gemv.IN_THREAD.value]
+    assert [(t.bn, t.bk, t.num_warps) for t in tiles] == [(8, 2048, 8), (4, 2048, 4)]
+    assert tiles[0].describe() == "8x2048 s1 w8 st1 reduce-in-thread" and tiles[0].describe(
+        short=True
+    ).endswith(" rt")
+
+
+def _loop_body(ptx: str) -> str:
+    """The PTX between the K loop's header label and its backward branch."""
+    lines = ptx.splitlines()
+    for i, line in enumerate(lines):
+        m = re.search(r"bra\s+(\$L__BB0_\d+);", line)
+        if m:
+            head = next(j for j, h in enumerate(lines) if h.startswith(m.group(1) + ":"))
+            if head < i:
+                return "\n".join(lines[head:i])
+    raise AssertionError("no loop in the PTX")
+
+
+@pytest.mark.parametrize("reduce_each", [1, 2])
+def test_at_sm90_the_in_thread_loop_has_no_shuffle(reduce_each):
+    """down's 8 × 2048 tile (8 warps) with the residual and the hand-off: shuffles in the loop only per-step."""
+    from sm90 import compile_sm90, ptxas_usage
+
+    from deepgap.measure.quant.gemv_fused import fused_row_kernel
+
+    sig = dict(x_ptr="*bf16", w_ptr="*fp8e4nv", scale_ptr="*fp32", gamma_ptr="*bf16", res_ptr="*bf16",
+               out_ptr="*bf16", NO="i32", K="i32", eps="fp32", hand_gamma_ptr="*bf16", scaled_ptr="*bf16",
+               hand_sums_ptr="*fp32")  # fmt: skip
+    const = dict(NORM=False, SWIGLU=False, RESIDUAL=True, ROPE=False, REDUCE=reduce_each, PDL=True, BN=8, BK=2048,
+                 HAND=True)  # fmt: skip
+    compiled = compile_sm90(fused_row_kernel, sig, const, ("x_ptr", "w_ptr", "out_ptr", "K"), num_warps=8)
+    shuffles = _loop_body(compiled.asm["ptx"]).count("shfl.sync")
+    assert (shuffles == 0) if reduce_each == 2 else shuffles > 0
+    usage = ptxas_usage(compiled)
+    assert usage["spill_stores"] == 0 and usage["registers"] <= 128, usage
