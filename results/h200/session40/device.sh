@@ -89,9 +89,9 @@ r.get('error', '')[:80]) for r in map(json.loads, open(sys.argv[1]))]" "$OUT/gem
        python3 -c "import json,sys; [print(r['shape'], r['codes'], r['tile'], r['math'], r.get('us'), r.get('TBps')) \
 for r in map(json.loads, open(sys.argv[1]))]" "$OUT/gemv_ceiling.jsonl"
    fi ;;
-# 8 — each step's products summed within the thread, across threads once (`gemv.IN_THREAD`, tiles with reduce_each 2
-#     among the tuner's candidates): down's GEMV with it against without at the 8B shape (fp8, bf16 tolerance), then
-#     the bare loop tuned and with down forced to 8 x 2048 each way (what the last 221 s of device time allow)
+# 8 — NOT RUN in session 40 (its device time was spent): each step's products summed within the thread, across
+#     threads once (`gemv.IN_THREAD_TILES`, not yet among the tuner's candidates): down's GEMV with it against
+#     without at the 8B shape (fp8, bf16 tolerance), then the bare loop tuned and with down forced to 8 x 2048 each way
 8) nvidia-smi --query-gpu=name --format=csv,noheader
    step "in-thread check" 60 python -c "
 import torch, dataclasses
