@@ -95,8 +95,7 @@ ROW_TILES = tuple(
 )
 # the fused GEMVs' (`gemv_fused`): the row kernel's without the prefetch (two weight bands in flight already for SwiGLU)
 FUSED_TILES = tuple(t for t in ROW_TILES if not t.prefetch)
-# summed within the thread (`IN_THREAD`): not among the tuner's candidates until a GPU has run them (session 40
-# wrote them with its device time spent; `results/h200/session40/device.sh 8` checks and times them)
+# summed within the thread (`IN_THREAD`): off the tuner until a GPU runs them (`results/h200/session40/device.sh 8`)
 IN_THREAD_TILES = tuple(GemvTile(bn, 2048, 1, w, 1, 0, IN_THREAD.value) for bn, w in [(8, 8), (4, 4)])
 # The one-step tiles again with a register cap, for the fused GEMVs that fold the RMSNorm (`Fusion.tiles`). Why: on
 # one H200 (session 38, benchmarks/fused_variants.py) gate_up took 29.70 µs at 4 × 4096 without the norm and 43.70
