@@ -10,7 +10,8 @@ several, its chunks merged as DEEPGAP_DECODE_COMBINE says, ``--combine`` times s
 prefetch under PDL as DEEPGAP_DECODE_PREFETCH says, ``--prefetch`` times several; a batch-1 step's layers in one
 kernel as DEEPGAP_DECODE_WHOLE says, ``--whole`` times several, each a mode or a variant with its tiles changed,
 `deepgap.measure.llm_whole_plan.variant`; the RMSNorm folded or handed over as DEEPGAP_DECODE_NORM says, ``--norm``
-times several); the timing is its own.
+times several; ``--tiles`` forces a fused GEMV's tile by shape, turn by turn, where the tuner would time its own);
+the timing is its own.
 Per batch: seeded prompts of ``--input-len`` tokens are prefilled; the decode step (positions as a device
 tensor, the whole cache masked) is compiled and captured as one CUDA graph; then ``--steps`` greedy steps are
 replayed back to back (each step's greedy token, `llm_timing.greedy` as deepgap picks it, is the next step's
@@ -312,15 +313,16 @@ def force_tiles(spec: str) -> None:
     whatever the tuner would time."""
     from deepgap.measure.quant import gemv
 
-    if not hasattr(gemv, "_untouched_fastest"):
-        gemv._untouched_fastest = gemv.fastest
+    if not getattr(gemv.fastest, "forces_tiles", False):  # the tuner wrapped once a process
+        untouched = gemv.fastest
 
         def fastest(key, device, cands, call, decode=False):
             if key[0] == "fused" and (key[2], key[3]) in _FORCED:
                 gemv._TUNED[key] = _FORCED[(key[2], key[3])]
                 return gemv._TUNED[key]
-            return gemv._untouched_fastest(key, device, cands, call, decode)
+            return untouched(key, device, cands, call, decode)
 
+        fastest.forces_tiles = True
         gemv.fastest = fastest
     for key in [k for k in gemv._TUNED if k[0] == "fused" and (k[2], k[3]) in _FORCED]:
         del gemv._TUNED[key]  # the last turn's forced tiles: timed again, or forced again below
@@ -330,7 +332,8 @@ def force_tiles(spec: str) -> None:
         k, n = (int(v) for v in shape.split("x"))
         bn, rest = tile.split("x")
         bk, warps = (int(v) for v in rest.rstrip("t").split("w"))
-        _FORCED[(k, n)] = gemv.GemvTile(int(bn), bk, 1, warps, 1, 0, 2 if rest.endswith("t") else 1)
+        reduce_each = gemv.IN_THREAD.value if rest.endswith("t") else 1
+        _FORCED[(k, n)] = gemv.GemvTile(int(bn), bk, 1, warps, 1, 0, reduce_each)
 
 
 def _turns(value: str | None, switch: str, default: str) -> list[str]:

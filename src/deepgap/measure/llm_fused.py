@@ -99,9 +99,8 @@ class FusedLayer(nn.Module):
         # with it, the next layer's input norm, which down's GEMV hands over: in a tuple, kept out of the
         # module tree (its weight is the next layer's)
         self.next_norm: tuple[nn.Module, ...] = ()
-        self.ahead = (
-            False  # the attention kernel asks L2 for o's weights (``DEEPGAP_DECODE_PREFETCH=attention``)
-        )
+        # the attention kernel asks L2 for o's weights (``DEEPGAP_DECODE_PREFETCH=attention``)
+        self.ahead = False
 
     @property
     def attends_in_qkv(self) -> bool:

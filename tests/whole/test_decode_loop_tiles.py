@@ -1,0 +1,40 @@
+"""benchmarks/llm_decode_loop.py's ``--tiles``: a turn's forced tiles by shape, and back to the tuner's.
+
+Why: session 40 timed the step with one GEMV's tile forced against the tuner's choice; a spec read wrong would
+time another tile than the row says (``forced_tiles``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import pytest
+import torch
+from repo_paths import BENCHMARKS
+
+
+@pytest.fixture
+def loop():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        yield importlib.import_module("llm_decode_loop")
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def test_a_turn_forces_its_tiles_by_shape_and_the_next_gives_them_back(loop, monkeypatch):
+    from deepgap.measure.quant import gemv
+
+    monkeypatch.setattr(gemv, "_TUNED", {})
+    monkeypatch.setattr(gemv, "fastest", gemv.fastest)  # the turn's wrapper is undone with the test
+    loop.force_tiles("14336x4096=8x2048w8t,4096x4096=16x4096w8")
+    down = gemv.fastest(("fused", (0,), 14336, 4096, "cuda:0"), None, [], None)
+    assert down == gemv.GemvTile(8, 2048, 1, 8, 1, 0, gemv.IN_THREAD.value)
+    o = gemv.fastest(("fused", (1,), 4096, 4096, "cuda:0"), None, [], None)
+    assert (o.bn, o.bk, o.num_warps, o.reduce_each) == (16, 4096, 8, 1)
+    assert "fused plain 14336x4096: 8x2048 s1 w8 st1 reduce-in-thread" in gemv.chosen()
+    loop.force_tiles("tuned")
+    assert gemv._TUNED == {}  # the forced choices are gone: the tuner times its own again
+    first = gemv.GemvTile(4, 4096, 1, 4, 1, 0, 1)
+    assert gemv.fastest(("fused", (0,), 14336, 4096, "cpu"), torch.device("cpu"), [first], None) == first
