@@ -12,7 +12,8 @@ loaded before PDL's wait) and a ``MATH`` that says what it does with the codes:
 
 - ``load``: XOR of the codes as int32 words (the loads alone: this tile's ceiling);
 - ``cvt``: each code converted to fp32 and summed (the conversion, no x);
-- ``gemv``: ``Σ w·x`` in fp32 (the GEMV's arithmetic, `gemv.mac`);
+- ``gemv``: ``Σ w·x`` in fp32 (the GEMV's arithmetic, `gemv.mac`), each step summed across threads;
+- ``gemv-in-thread``: the same, each step summed within the thread and across threads once (`gemv.IN_THREAD`);
 - ``f16``: the products in fp16 (``w`` to f16, x to f16: one packed multiply for two codes), summed in fp32;
 - ``f16x8``: as ``f16``, eight neighbouring products summed in fp16 before the fp32 sum;
 - ``bits``: each code made an fp32 with integer ops on its 32-bit word, no conversion instruction (fp8:
@@ -43,8 +44,10 @@ import triton
 import triton.language as tl
 from decode_linear import MIN_BYTES, graph_time_us
 
+from deepgap.measure.quant import gemv
+
 SHAPES = {"gate_up": (4096, 28672), "down": (14336, 4096)}
-MATHS = ("load", "cvt", "gemv", "f16", "f16x8", "bits")
+MATHS = ("load", "cvt", "gemv", "gemv-in-thread", "f16", "f16x8", "bits")
 TILES = [(4, 4096, 4), (8, 2048, 8)]  # (BN, BK, warps): the one-step tiles the tuner picks for gate_up, down
 CALLS = 24
 
@@ -102,6 +105,7 @@ def ceiling_kernel(
     else:
         rk = tl.arange(0, BK)
         acc = tl.zeros((BN,), dtype=tl.float32)
+        runs = gemv.zeros(BN, BK, gemv.IN_THREAD)  # gemv-in-thread's BN × BK/16 partial sums
         for k in range(0, K, BK):
             w = tl.load(w_ptr + rn[:, None] * K + k + rk[None, :])
             if PDL and k == 0:
@@ -111,11 +115,15 @@ def ceiling_kernel(
                 acc += tl.sum(w.to(tl.float32), axis=1)
             elif MATH == "gemv":
                 acc += tl.sum(w.to(tl.float32) * x.to(tl.float32)[None, :], axis=1)
+            elif MATH == "gemv-in-thread":
+                runs = gemv.mac(runs, w, x.to(tl.float32), gemv.IN_THREAD)
             elif MATH == "f16":
                 acc += tl.sum((w.to(tl.float16) * x.to(tl.float16)[None, :]).to(tl.float32), axis=1)
             else:
                 p = tl.reshape(w.to(tl.float16) * x.to(tl.float16)[None, :], (BN, BK // 8, 8))
                 acc += tl.sum(tl.sum(p, axis=2).to(tl.float32), axis=1)
+        if MATH == "gemv-in-thread":
+            acc = gemv.total(runs, gemv.IN_THREAD)
         tl.store(out_ptr + rn, acc)
 
 

@@ -91,7 +91,8 @@ for r in map(json.loads, open(sys.argv[1]))]" "$OUT/gemv_ceiling.jsonl"
    fi ;;
 # 8 — NOT RUN in session 40 (its device time was spent): each step's products summed within the thread, across
 #     threads once (`gemv.IN_THREAD_TILES`, not yet among the tuner's candidates): down's GEMV with it against
-#     without at the 8B shape (fp8, bf16 tolerance), then the bare loop tuned and with down forced to 8 x 2048 each way
+#     without at the 8B shape (fp8, bf16 tolerance); the ceiling's gemv-in-thread mode; every fold per tile with the
+#     in-thread tiles too; the bare loop tuned and with down forced to 8 x 2048 each way (about 250 s)
 8) nvidia-smi --query-gpu=name --format=csv,noheader
    step "in-thread check" 60 python -c "
 import torch, dataclasses
@@ -104,6 +105,13 @@ f, t = Fusion(residual=torch.randn(1, 4096, device='cuda').bfloat16()), gemv.Gem
 a, b = (fused_gemv(x, codes, s, f, u).float() for u in (t, dataclasses.replace(t, reduce_each=2)))
 print('in-thread against reduce-each: max rel', float((a - b).abs().max() / a.abs().max()))
 assert torch.allclose(a, b, rtol=2**-7, atol=1e-2)"
+   step "gemv ceiling" 120 python benchmarks/gemv_ceiling.py --out "$OUT" > "$OUT/gemv-ceiling-8.txt" 2>&1
+   python3 -c "import json,sys; [print(r['shape'], r['codes'], r['tile'], r['math'], r.get('us'), r.get('TBps')) \
+for r in map(json.loads, open(sys.argv[1])) if r['math'] in ('load', 'gemv', 'gemv-in-thread')]" "$OUT/gemv_ceiling.jsonl"
+   step "fused variants" 150 python benchmarks/fused_variants.py --out "$OUT" > "$OUT/fused-variants-8.txt" 2>&1
+   grep -h "reduce_each=2" "$OUT/fused_variants.jsonl" | python3 -c "import json,sys; [print(r['shape'], r['variant'], \
+r['tile'][8:60], r['us']) for r in map(json.loads, sys.stdin)]"
+   tail -n 12 "$OUT/fused-variants-8.txt"
    loop in-thread-8 150 --precision fp8 --tiles "tuned;14336x4096=8x2048w8;14336x4096=8x2048w8t" ;;
 *) echo "usage: $0 1|2|3|4|5|6|7|8"; exit 2 ;;
 esac
