@@ -155,9 +155,8 @@ def _tiny_static_step(monkeypatch, mode: str, seen: list) -> torch.Tensor:
     with torch.inference_mode():
         model.setup_cache(1, 40)
         tok = model.prefill(prompts(model.shape.vocab, 1, 16, 0)).argmax(-1, keepdim=True)
-        step = make_step(
-            model, "static"
-        )  # plugs the attention: none on the CPU, so the kernel is plugged after
+        # make_step plugs the attention (none on the CPU), so the kernel is plugged after it
+        step = make_step(model, "static")
         model.static_attention = lambda q, k, v, pos, ahead=None: (
             seen.append(ahead) or llm_attention.decode_attention(q, k, v, pos, ahead)
         )
@@ -165,12 +164,12 @@ def _tiny_static_step(monkeypatch, mode: str, seen: list) -> torch.Tensor:
 
 
 def test_the_fused_layer_hands_os_weights_to_the_attention(monkeypatch):
-    """``attention``: each layer's attention gets its o projection's codes (the same storage), and the step the
-    same logits as without (the interpreter has no bulk prefetch: the hint is dropped, the arithmetic is one)."""
+    """``attention``: each layer's attention gets its o projection's codes (square, fp8), and the step the same
+    logits as without (the interpreter has no bulk prefetch: the hint is dropped, the arithmetic is one)."""
     seen_off, seen_on = [], []
     off = _tiny_static_step(monkeypatch, "off", seen_off)
-    on_model_logits = _tiny_static_step(monkeypatch, "attention", seen_on)
-    assert torch.equal(on_model_logits, off)
+    on = _tiny_static_step(monkeypatch, "attention", seen_on)
+    assert torch.equal(on, off)
     assert seen_off and all(a is None for a in seen_off)
     assert len(seen_on) == len(seen_off) and all(
         a is not None and a.dtype == torch.float8_e4m3fn for a in seen_on
