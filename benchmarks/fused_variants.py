@@ -81,8 +81,7 @@ def main() -> None:  # noqa: D103
         x = torch.randn(1, k, device=dev).bfloat16()
         for variant, fusion in variants(name, k, n, dev).items():
             # and the in-thread tiles (`gemv.IN_THREAD_TILES`), off the tuner until timed
-            in_thread = tuple(t for t in gemv.IN_THREAD_TILES if fusion.hand is None or t.bn % 8 == 0)
-            for tile in fusion.tiles() + in_thread:
+            for tile in fusion.tiles(also=gemv.IN_THREAD_TILES):
                 calls = [
                     lambda i=i % copies, t=tile, f=fusion: fused_gemv(x, codes[i], scale[i], f, t)
                     for i in range(CALLS)

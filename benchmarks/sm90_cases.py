@@ -156,8 +156,7 @@ def fused_cases() -> Iterator[Case]:
     }
     for what, (k, n, fusion) in variants.items():
         # and the in-thread tiles, which only a forced turn of the bare loop launches until a GPU has timed them
-        in_thread = tuple(t for t in gemv.IN_THREAD_TILES if fusion().hand is None or t.bn % 8 == 0)
-        for tile in fusion().tiles() + in_thread:
+        for tile in fusion().tiles(also=gemv.IN_THREAD_TILES):
             first = tile == gemv_fused.FUSED_TILES[0]
             for suffix, ctx in pdl_modes(on=True, off=first):
                 yield (

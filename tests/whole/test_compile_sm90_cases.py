@@ -6,23 +6,14 @@ are only captured (deepgap's launch code on meta tensors, Triton's cache hook), 
 
 from __future__ import annotations
 
-import importlib
-import sys
-
 import pytest
-from repo_paths import BENCHMARKS
-
-BENCH = str(BENCHMARKS)
+from repo_paths import imported_benchmark
 
 
 @pytest.fixture(scope="module")
 def script():
     """benchmarks/compile_sm90.py imported (its case table, `sm90_cases`, beside it)."""
-    sys.path.insert(0, BENCH)
-    try:
-        yield importlib.import_module("compile_sm90")
-    finally:
-        sys.path.remove(BENCH)
+    yield from imported_benchmark("compile_sm90")
 
 
 def test_every_launched_kernel_has_a_case_and_every_case_launches(script):

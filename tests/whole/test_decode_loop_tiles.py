@@ -6,21 +6,14 @@ time another tile than the row says (``forced_tiles``).
 
 from __future__ import annotations
 
-import importlib
-import sys
-
 import pytest
 import torch
-from repo_paths import BENCHMARKS
+from repo_paths import imported_benchmark
 
 
 @pytest.fixture
 def loop():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        yield importlib.import_module("llm_decode_loop")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    yield from imported_benchmark("llm_decode_loop")
 
 
 def test_a_turn_forces_its_tiles_by_shape_and_the_next_gives_them_back(loop, monkeypatch):

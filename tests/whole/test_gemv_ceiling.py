@@ -8,23 +8,16 @@ within fp16's rounding, ``load`` is the XOR of the words.
 
 from __future__ import annotations
 
-import importlib
-import sys
-
 import pytest
 import torch
-from repo_paths import BENCHMARKS
+from repo_paths import imported_benchmark
 
 pytest.importorskip("triton")
 
 
 @pytest.fixture(scope="module")
 def ceiling():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        yield importlib.import_module("gemv_ceiling")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    yield from imported_benchmark("gemv_ceiling")
 
 
 @pytest.mark.parametrize("kind", ["fp8", "int8"])

@@ -60,6 +60,10 @@ def test_the_in_thread_tiles_are_named_and_not_yet_offered():
     tiles = gemv.IN_THREAD_TILES
     assert [(t.bn, t.bk, t.num_warps) for t in tiles] == [(8, 2048, 8), (4, 2048, 4)]
     assert not any(t.reduce_each == gemv.IN_THREAD.value for t in gemv.FUSED_TILES)
+    # a benchmark times them beside the candidates; a hand-off's writer keeps only bands of whole groups
+    assert Fusion().tiles(also=tiles) == gemv.FUSED_TILES + tiles
+    writer = Fusion(residual=torch.zeros(1, 16).bfloat16(), hand=HandOff.to(torch.ones(16).bfloat16()))
+    assert [t for t in writer.tiles(also=tiles) if t.reduce_each == gemv.IN_THREAD.value] == [tiles[0]]
     assert tiles[0].describe() == "8x2048 s1 w8 st1 reduce-in-thread" and tiles[0].describe(
         short=True
     ).endswith(" rt")
