@@ -1,9 +1,34 @@
 #!/usr/bin/env bash
-# Session 41 (2026-12-05), one H200, issue 47: the device calls as run, from the repository root with $OUT set and
-# `.whl/` carried (benchmarks/device_lib.sh).
+# Session 41 (2026-12-05), issue 47 (ResNet-50 at batch 1): the device calls as run, from the repository root with
+# $OUT set and `.whl/` carried (benchmarks/device_lib.sh). Each call ran on the card its README row names.
 # Usage: bash results/h200/session41/device.sh N
 set -uo pipefail
+S=${DEVICE_WORK:-/tmp/deepgap-device}; mkdir -p "$S"
+# bs1 NAME ENV...: `deepgap run` ResNet-50 quant fp8 and int8 at batch 1 (one sweep, no warm-up, no CPU baseline)
+# with the environment ENV; its CSV export and the split-K/deep tiles the engine kept into $OUT/bs1-NAME.*
+bs1() {
+    local name=$1; shift
+    step "resnet50 quant bs1, $*" 200 env "$@" python -m deepgap run --models resnet50 --engines quant \
+        --precisions fp8,int8 --batch-sizes 1 --sweeps 1 --no-cpu-baseline --no-thermal-warmup \
+        --store "$S/bs1-$name.sqlite" > "$OUT/bs1-$name.txt" 2>&1
+    grep "img/s" "$OUT/bs1-$name.txt" | tail -n 2
+    python -m deepgap export "$S/bs1-$name.sqlite" -o "$OUT/bs1-$name.csv" > /dev/null 2>&1 || true
+    python benchmarks/engine_kept.py "$S/bs1-$name.sqlite" split 2>&1 | tee "$OUT/bs1-$name-kept.txt"
+}
 case ${1:-} in
 1) bash results/h200/session34/device.sh 3 ;;  # the later whole-network kernel: phases, GPU tests, the switch's A/B
-*) echo "usage: $0 1"; exit 2 ;;
+2) source benchmarks/device_lib.sh
+   step "small-batch GPU tests" 150 python -m pytest -q -m gpu tests/measure/quant/test_quant_small_batch_gpu.py \
+       -x -rA -p no:cacheprovider > "$OUT/small-batch-gputests.txt" 2>&1
+   tail -n 3 "$OUT/small-batch-gputests.txt"
+   step "whole phases" 200 python benchmarks/whole_phases.py --models resnet50 --precisions fp8 \
+       --out "$OUT/whole-phases.jsonl" > "$OUT/whole-phases.txt" 2>&1
+   grep -v '^{' "$OUT/whole-phases.txt" | tail -n 24
+   bs1 split DEEPGAP_QUANT_SMALL_BATCH=split   # the engine as it was: split-K tiles, 4 stages
+   bs1 deep DEEPGAP_QUANT_SMALL_BATCH=on       # with the deep-pipeline tiles (the default now)
+   bs1 deep-l2 DEEPGAP_QUANT_SMALL_BATCH=on DEEPGAP_QUANT_PREFETCH=l2
+   step "bare loop bs1" 150 python benchmarks/quant_inputs.py --models resnet50 --precisions fp8,int8 \
+       --batch-sizes 1 --inputs default --out "$OUT/loop.jsonl" > "$OUT/loop.txt" 2>&1
+   grep -v '^{' "$OUT/loop.txt" | tail -n 6 ;;
+*) echo "usage: $0 1|2"; exit 2 ;;
 esac
