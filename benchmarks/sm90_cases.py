@@ -372,14 +372,6 @@ def split_cases() -> Iterator[Case]:
         for cfg in split_k.split_configs(base, m, cout, k * k * cin, H200_SMS):
             yield f"{name} b1 {qfmt} {cfg.label}", conv_run(conv, 1, qfmt, cfg)
             yield f"{name} b1 {qfmt} {cfg.label} pdl", conv_run(conv, 1, qfmt, cfg, launch.pdl)
-            yield f"{name} b1 {qfmt} {cfg.label} pdl l2", conv_run(conv, 1, qfmt, cfg, prefetched)
-
-
-@contextlib.contextmanager
-def prefetched():
-    """PDL with ``DEEPGAP_QUANT_PREFETCH=l2`` on an H200: each tile's weights asked of L2 before the wait."""
-    with launch.pdl(), mock.patch.object(l2_prefetch, "conv_on", lambda *_: True):
-        yield
 
 
 def epilogue_cases() -> Iterator[Case]:
@@ -517,15 +509,14 @@ def whole_cases() -> Iterator[Case]:
     from the device table, so one compile serves every network)."""
     from deepgap.measure.quant import whole, whole_choice, whole_plan
 
-    engine = whole_choice.STAGES
-    forms = [(q, f, engine) for q, f in itertools.product(("fp8", "int8"), (False, True))]
-    for qfmt, flow, stages in [*forms, ("fp8", False, 4), ("fp8", False, 6)]:  # `whole_phases.py`'s variants
+    forms = [(q, f, whole_choice.WARPS) for q, f in itertools.product(("fp8", "int8"), (False, True))]
+    for qfmt, flow, warps in [*forms, ("fp8", False, 16)]:  # 16 warps: `benchmarks/whole_phases.py`'s variant
 
-        def run(qfmt=qfmt, flow=flow, stages=stages):
+        def run(qfmt=qfmt, flow=flow, warps=warps):
             q, acc = QFMT[qfmt], torch.int32 if qfmt == "int8" else F32
             plan = whole_plan.Plan(
                 names=["a", "b"], input="x", output="b", qfmt=qfmt, batch=1, programs=H200_SMS, max_split=16,
-                barrier=whole_choice.BARRIER, warps=whole_choice.WARPS, stages=stages,
+                barrier=whole_choice.BARRIER, warps=warps, stages=whole_choice.STAGES,
                 table=meta(3, whole.NF, dtype=torch.int64), gamma=meta(3, dtype=F32), act=meta(4096, dtype=q),
                 weights=meta(4096, dtype=q), alpha=meta(128, dtype=F32), beta=meta(128, dtype=F32),
                 out16=meta(64, 64, dtype=F16), fp16_out=True, ws=meta(4096, dtype=acc),
@@ -534,10 +525,7 @@ def whole_cases() -> Iterator[Case]:
             )  # fmt: skip
             plan.run(meta(64, 64, dtype=q))
 
-        yield (
-            f"resnet b1 {qfmt}{' dataflow' if flow else ' barriers'}{f' {stages} stages' * (stages != engine)}",
-            run,
-        )
+        yield f"resnet b1 {qfmt}{' dataflow' if flow else ' barriers'}{' 16 warps' * (warps == 16)}", run
 
 
 def whole_decode_cases() -> Iterator[Case]:

@@ -38,13 +38,10 @@ SWITCHES: dict[str, Switch] = {
     ),
     "DEEPGAP_QUANT_STEM_POOL": Switch(("off", "on"), "off"),
     "DEEPGAP_QUANT_HEAD": Switch(("auto", "torch"), "auto"),
-    "DEEPGAP_QUANT_SMALL_BATCH": Switch(("off", "split", "on"), "on"),
+    "DEEPGAP_QUANT_SMALL_BATCH": Switch(("off", "on"), "on"),
     "DEEPGAP_QUANT_PAIRS": Switch(("off", "on"), "on"),
     "DEEPGAP_QUANT_WHOLE": Switch(("off", "on"), "off"),  # on: timed at batch ≤ 8 (slower so far)
     "DEEPGAP_QUANT_CONV_TMA": Switch(("off", "on"), "on"),
-    "DEEPGAP_QUANT_PREFETCH": Switch(
-        ("off", "l2"), "off"
-    ),  # l2: a convolution's weights asked before PDL's wait
     "DEEPGAP_DECODE_ROPE": Switch(("mix", "fused"), "fused"),
     "DEEPGAP_DECODE_NORM": Switch(("fold", "handoff"), "handoff"),
     "DEEPGAP_DECODE_ATTENTION": Switch(("triton", "sdpa", "qkv", "qkv-split"), "triton"),

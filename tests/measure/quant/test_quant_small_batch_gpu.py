@@ -64,30 +64,3 @@ def test_split_k_at_batch_1_matches_the_reference_and_replays(qfmt, layer):
             assert torch.equal(graph_out.view(torch.int8), out.view(torch.int8)), cfg.label
         for _, counters in lay.w_q.__dict__["_deepgap_split_k"].values():
             assert not counters.any(), "a tile's counter was not put back to zero"
-
-
-@pytest.mark.parametrize("qfmt", ["int8", "fp8"])
-def test_weights_asked_of_l2_before_the_wait_change_no_output(monkeypatch, qfmt):
-    """``DEEPGAP_QUANT_PREFETCH=l2`` (`l2_prefetch.conv_on`) is a hint: under PDL each tile's output is the
-    same, bit for bit, with it and without (layer4's conv2 at batch 1, every small-batch tile)."""
-    from deepgap.measure.quant import kernels, l2_prefetch, launch, layers, split_k
-    from deepgap.measure.quant.persistent import programs
-    from deepgap.measure.quant.tiles import candidate_configs
-
-    if torch.cuda.get_device_capability() < (9, 0):
-        pytest.skip("the bulk L2 prefetch needs compute capability ≥ 9.0")
-    _, k, s, cin, cout, _, h = next(t for t in RESNET50_LAYERS if t[0] == "layer4.0.conv2")
-    lay = _layer(qfmt, k, s, cin, cout, None, qfmt, seed=6)
-    oh = (h + 2 * (k // 2) - k) // s + 1
-    x = layers.quantize_act(torch.randn(h * h, cin, device=DEV).relu() * 20, qfmt)
-    base = candidate_configs(oh * oh, cout, cin, qfmt, False)
-    for cfg in split_k.split_configs(base, oh * oh, cout, k * k * cin, programs(torch.device(DEV))):
-        outs = []
-        for mode in ("off", "l2"):
-            monkeypatch.setenv("DEEPGAP_QUANT_PREFETCH", mode)
-            assert l2_prefetch.conv_on(x.device, True) == (mode == "l2")
-            with launch.pdl():
-                outs.append(kernels.conv_gemm(x, (1, h, h), lay.w_q, k, s, k // 2, lay.alpha, lay.beta, qfmt,
-                                              True, cfg, None, lay.gamma))  # fmt: skip
-            torch.cuda.synchronize()
-        assert torch.equal(outs[0].view(torch.int8), outs[1].view(torch.int8)), cfg.label

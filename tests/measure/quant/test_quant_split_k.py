@@ -95,18 +95,13 @@ def test_split_configs_fill_the_idle_sms_and_only_there():
             TileConfig(64, 64, 128, 8, 4, 4), TileConfig(128, 64, 128, 8, 4, 4)]  # fmt: skip
     # ResNet-50 layer4 conv2 at batch 1: 49 rows, 512 columns, K 4,608 = 36 steps of 128 on 132 SMs:
     # 8 tiles of 64×64 (16 would cut 36 unevenly: 12 is the largest that cuts it, 12 × 8 ≤ 132); beside the
-    # largest, the largest at most its half (6) and its quarter (3); no 64×128 tile (none ever won). Then the
-    # deep tiles: unsplit (36 steps) and split 3 (12 a slice) with 8 stages, split 6 (6 a slice) with 6; split
-    # 12's 3 steps a slice are within the tile's own 4 stages
+    # largest, the largest at most its half (6) and its quarter (3); no 64×128 tile (none ever won)
     got = split_k.split_configs(base, 49, 512, 4608, 132)
-    assert [(c.bn, c.split_k, c.num_stages) for c in got] == [
-        (64, 12, 4), (64, 6, 4), (64, 3, 4), (64, 1, 8), (64, 6, 6), (64, 3, 8)
-    ]  # fmt: skip
-    assert all(c.bm == 64 and not c.early_res and c.smem_bytes() <= tiles.SMEM_BUDGET_BYTES for c in got)
+    assert [(c.bn, c.split_k) for c in got] == [(64, 12), (64, 6), (64, 3)]
+    assert all(c.bm == 64 and not c.early_res for c in got)
     # layer3 conv2 at batch 1: 196 rows, 256 columns, K 2,304 = 18 steps: 8 and 16 tiles
     # (16 tiles: 6, then 3; no split of at most 6 // 4 = 1)
-    got = split_k.split_configs(base, 196, 256, 2304, 132)
-    assert [(c.split_k, c.num_stages) for c in got] == [(6, 4), (3, 4), (1, 8), (3, 6)]
+    assert [(c.bn, c.split_k) for c in split_k.split_configs(base, 196, 256, 2304, 132)] == [(64, 6), (64, 3)]
     assert split_k.split_configs(base, 49 * 64, 512, 4608, 132) == []  # 392 tiles and more fill the SMs
     assert split_k.split_configs(base, 49, 512, 128, 132) == []  # one K step: nothing to split
 

@@ -25,7 +25,7 @@ tests check them without a GPU.
 """
 
 # Triton convention: compile-time (constexpr) parameters in capitals; constexpr branches stay if/else.
-# ruff: noqa: N803, SIM102, SIM108
+# ruff: noqa: N803, SIM108
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
-from deepgap.measure.quant import l2_prefetch, launch, split_k
+from deepgap.measure.quant import split_k
 from deepgap.measure.quant.launch import INT32_LIMIT, check, check_vec, launcher, out_size
 
 OUT_KIND = {"int8": 0, "fp8": 1, "fp16": 2}
@@ -129,7 +129,7 @@ def conv_gemm_kernel(
     KH: tl.constexpr, KW: tl.constexpr, STRIDE: tl.constexpr, PAD: tl.constexpr, RELU: tl.constexpr,
     HAS_RES: tl.constexpr, OUT_KIND: tl.constexpr, ACC_INT: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
     BK: tl.constexpr, GROUP_M: tl.constexpr, EARLY_RES: tl.constexpr = False, SPLIT: tl.constexpr = 1,
-    PDL: tl.constexpr = False, PREFETCH: tl.constexpr = False,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
     """out[M, N] = epilogue(Σ_k A[m, k]·W[n, k]); A is the implicit im2col of NHWC ``x``.
 
@@ -138,14 +138,10 @@ def conv_gemm_kernel(
     input channels runs one K step, and its epilogue (residual in, output out) is most of its time.
     ``SPLIT`` > 1 (`quant.split_k`): the grid's second axis splits K in that many slices, and the
     program that finishes a tile's last slice adds the partials (``ws_ptr``, ticket ``cnt_ptr``) and
-    runs the epilogue (`split_k.split_sum`); not with ``EARLY_RES``. ``PREFETCH`` (under PDL, sm_90): the
-    tile's weight band asked of L2 before the wait (`l2_prefetch.conv_on`), once a tile.
+    runs the epilogue (`split_k.split_sum`); not with ``EARLY_RES``.
     """
-    pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BM, BN, GROUP_M)
-    if PREFETCH:
-        if tl.program_id(1) == 0:
-            l2_prefetch.band(w_ptr, pid_n * BN, KH * KW * C, 0, BN, False)
     pdl_enter(PDL)
+    pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BM, BN, GROUP_M)
     rm = pid_m * BM + tl.arange(0, BM)
     rn = pid_n * BN + tl.arange(0, BN)
     rk = tl.arange(0, BK)
@@ -330,7 +326,6 @@ def conv_gemm(
         ACC_INT=x.dtype == torch.int8,
         EARLY_RES=bool(getattr(cfg, "early_res", False)) and res is not None,
         SPLIT=split,
-        PREFETCH=l2_prefetch.conv_on(x.device, launch.pdl_on()),
         **cfg.launch(),
         enable_fp_fusion=False,
     )

@@ -56,18 +56,6 @@ def mode() -> str:
     return switches.read("DEEPGAP_DECODE_PREFETCH")
 
 
-def conv_on(device: torch.device, pdl: bool) -> bool:
-    """Whether a convolution launched now asks L2 for its weights before PDL's wait (``DEEPGAP_QUANT_PREFETCH``).
-
-    Why: at batch 1 a ResNet-50 layer's kernel is a few µs, and a lone 64×64 program's K step waits on its
-    loads (about 0.5 µs a step with 2–3 in flight, session 41: more than an L2 hit). Under PDL the next
-    layer's programs are resident while this one runs, and its weights do not depend on it, so each program
-    asks L2 for its tile's whole weight band (`band`) before it waits. ``off`` by default until a GPU times it
-    (`benchmarks` ``switch_ab``); only under PDL and on compute capability 9.0 or later, as for the decode.
-    """
-    return pdl and switches.read("DEEPGAP_QUANT_PREFETCH") == "l2" and bulk(device)
-
-
 def bulk(device: torch.device) -> bool:
     """Whether ``device`` runs the bulk prefetch: a CUDA GPU of compute capability 9.0 or later."""
     return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (9, 0)

@@ -29,17 +29,11 @@ import triton
 import triton.language as tl
 
 from deepgap.measure.quant.launch import INT32_LIMIT, check
-from deepgap.measure.quant.tiles import SMEM_BUDGET_BYTES
 
 MAX_SPLIT = 16  # programs per tile at most
-# pipeline stages of `split_configs`' deep tiles: at batch 1 a K step of a lone 64×64 program costs about its
-# load's latency over the loads in flight (about 0.5 µs with 2–3 in flight, session 41's whole-network phases)
-DEEP_STAGES = 8
 
 
-def split_configs(
-    base: list, m: int, n: int, k_total: int, sms: int, limit: int = 2, deep: bool = True
-) -> list:
+def split_configs(base: list, m: int, n: int, k_total: int, sms: int, limit: int = 2) -> list:
     """Split-K variants of the 64-row tiles in ``base`` for a layer whose tiles leave most SMs idle.
 
     Each 64-row tile at most 64 columns wide (the first ``limit``) gets up to three splits, each ≤ `MAX_SPLIT`,
@@ -47,11 +41,8 @@ def split_configs(
     and the largest at most a half and a quarter of it. Why several: the first GPU timing (session 27, one
     H200, batch 1) found layer4's `conv2` at 11.1 µs with split 12 against 13.3 µs unsplit, far from the
     slices' own time, so the reduction's share (one program adds every partial) is weighed by the tuner
-    against the slices'. Beside them, the unsplit tile and each split whose slice is longer than the tile's
-    stages again with up to `DEEP_STAGES` stages: a lone program's K step waits on its loads' latency, and
-    more stages keep more in flight, which may beat a reduction (``deep``; off: session 27's tiles alone).
-    None where the tiles already fill half the SMs, and none of the early-residual or persistent tiles.
-    Why no wider tile: in session 27's main job every split kept (ResNet-18/50/101, int8
+    against the slices'. None where the tiles already fill half the SMs, and none of the early-residual or
+    persistent tiles. Why no wider tile: in session 27's main job every split kept (ResNet-18/50/101, int8
     and fp8, 168 layer builds) was 64×64 with split 3 or 6; a 64×128 split tile never won, and in int8 its
     unrolled reduction spills, so it only cost compile and tuning time.
     """
@@ -68,10 +59,6 @@ def split_configs(
         picked = fit[:1] + [next((s for s in fit if s <= fit[0] // d), None) for d in (2, 4)] if fit else []
         for s in dict.fromkeys(s for s in picked if s is not None):
             out.append(dataclasses.replace(cfg, split_k=s))
-        for s in dict.fromkeys(s for s in (1, *picked) if s is not None and deep):  # more loads in flight
-            deep = dataclasses.replace(cfg, split_k=s, num_stages=min(DEEP_STAGES, steps // s))
-            if deep.num_stages > cfg.num_stages and deep.smem_bytes() <= SMEM_BUDGET_BYTES:
-                out.append(deep)
     return out
 
 

@@ -168,20 +168,11 @@ def small_batch_offered() -> bool:
     """Split-K tiles (`quant.split_k`) are offered where a layer's tiles leave most SMs idle (batch 1).
 
     ``DEEPGAP_QUANT_SMALL_BATCH``: 'on' (the default since session 27 timed them on an H200: ResNet-50's
-    late 3×3 layers 13–42% faster at batch 1) or 'off', to time the engine without them; 'split' offers the
-    split-K tiles without the deep-pipeline ones (`small_batch_mode`). (The switch once
+    late 3×3 layers 13–42% faster at batch 1) or 'off', to time the engine without them. (The switch once
     offered a fused average-pool + classifier head too; it was 2.8–4.1× slower than torch's path in all
     three of its variants, 26.8–39.5 µs against 9.6, and is gone.)
     """
-    return small_batch_mode() != "off"
-
-
-def small_batch_mode() -> str:
-    """``DEEPGAP_QUANT_SMALL_BATCH``'s value: 'on' (split-K and deep-pipeline tiles), 'split' or 'off'.
-
-    'split' is the engine before session 41 (`split_k.split_configs`' ``deep``), for an A/B on a GPU.
-    """
-    return switches.read(SMALL_BATCH_ENV)
+    return switches.read(SMALL_BATCH_ENV) == "on"
 
 
 def persistent_configs(

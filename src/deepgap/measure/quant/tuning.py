@@ -22,7 +22,6 @@ from deepgap.measure.quant.tiles import (
     LayerTiming,
     candidate_configs,
     persistent_configs,
-    small_batch_mode,
     small_batch_offered,
 )
 from deepgap.measure.timing import HostClock
@@ -321,10 +320,7 @@ def candidates(net: QuantNet, name: str, batch: int, opts, backend_ok: bool) -> 
             cands += [("triton", c) for c in tma_configs(n, oh, ow, cc)]  # DEEPGAP_QUANT_CONV_TMA=on only
             if small_batch_offered():  # split-K where the tiles leave most SMs idle (batch 1)
                 k_total = n.kernel_size * n.kernel_size * n.cin
-                deep = small_batch_mode() == "on"
-                split = split_k.split_configs(
-                    cfgs, batch * oh * ow, n.cout, k_total, programs(dev), deep=deep
-                )
+                split = split_k.split_configs(cfgs, batch * oh * ow, n.cout, k_total, programs(dev))
                 cands += [("triton", c) for c in split]
     if opts.force_backend != "triton":
         cands.append(("torch", None))
