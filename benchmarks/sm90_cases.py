@@ -369,7 +369,7 @@ def split_cases() -> Iterator[Case]:
         name, h, cin, cout, k, s, p, res = conv
         m = ((h + 2 * p - k) // s + 1) ** 2
         base = tiles.candidate_configs(m, cout, cin, qfmt, res)
-        for cfg in split_k.split_configs(base, m, cout, k * k * cin, H200_SMS):
+        for cfg in split_k.split_configs(base, m, cout, k * k * cin, H200_SMS, spread=True):
             yield f"{name} b1 {qfmt} {cfg.label}", conv_run(conv, 1, qfmt, cfg)
             yield f"{name} b1 {qfmt} {cfg.label} pdl", conv_run(conv, 1, qfmt, cfg, launch.pdl)
 

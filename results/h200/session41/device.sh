@@ -17,7 +17,7 @@ bs1() {
 }
 case ${1:-} in
 1) bash results/h200/session34/device.sh 3 ;;  # the later whole-network kernel: phases, GPU tests, the switch's A/B
-2) source benchmarks/device_lib.sh
+2) source benchmarks/device_lib.sh            # ran at e808c44 (deep tiles, L2 prefetch), removed in d591f3b: lost
    step "small-batch GPU tests" 150 python -m pytest -q -m gpu tests/measure/quant/test_quant_small_batch_gpu.py \
        -x -rA -p no:cacheprovider > "$OUT/small-batch-gputests.txt" 2>&1
    tail -n 3 "$OUT/small-batch-gputests.txt"
@@ -30,5 +30,17 @@ case ${1:-} in
    step "bare loop bs1" 150 python benchmarks/quant_inputs.py --models resnet50 --precisions fp8,int8 \
        --batch-sizes 1 --inputs default --out "$OUT/loop.jsonl" > "$OUT/loop.txt" 2>&1
    grep -v '^{' "$OUT/loop.txt" | tail -n 6 ;;
-*) echo "usage: $0 1|2"; exit 2 ;;
+3) source benchmarks/device_lib.sh            # spread split-K tiles (split_k.spread_sum) against split ones
+   step "small-batch GPU tests" 150 python -m pytest -q -m gpu tests/measure/quant/test_quant_small_batch_gpu.py \
+       -x -rA -p no:cacheprovider > "$OUT/small-batch-gputests.txt" 2>&1
+   tail -n 3 "$OUT/small-batch-gputests.txt"
+   step "split tiles" 240 python benchmarks/split_tiles.py --models resnet50 --precisions fp8,int8 \
+       --out "$OUT/split-tiles.jsonl" > "$OUT/split-tiles.txt" 2>&1
+   grep -v '^{' "$OUT/split-tiles.txt" | tail -n 50
+   bs1 split DEEPGAP_QUANT_SMALL_BATCH=split   # the engine before: split-K tiles, no spread ones
+   bs1 spread DEEPGAP_QUANT_SMALL_BATCH=on     # spread ones offered too (the default)
+   step "bare loop bs1" 150 python benchmarks/quant_inputs.py --models resnet50 --precisions fp8,int8 \
+       --batch-sizes 1 --inputs default --out "$OUT/loop.jsonl" > "$OUT/loop.txt" 2>&1
+   grep -v '^{' "$OUT/loop.txt" | tail -n 6 ;;
+*) echo "usage: $0 1|2|3"; exit 2 ;;
 esac

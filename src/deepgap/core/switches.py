@@ -38,7 +38,7 @@ SWITCHES: dict[str, Switch] = {
     ),
     "DEEPGAP_QUANT_STEM_POOL": Switch(("off", "on"), "off"),
     "DEEPGAP_QUANT_HEAD": Switch(("auto", "torch"), "auto"),
-    "DEEPGAP_QUANT_SMALL_BATCH": Switch(("off", "on"), "on"),
+    "DEEPGAP_QUANT_SMALL_BATCH": Switch(("off", "split", "on"), "on"),
     "DEEPGAP_QUANT_PAIRS": Switch(("off", "on"), "on"),
     "DEEPGAP_QUANT_WHOLE": Switch(("off", "on"), "off"),  # on: timed at batch ≤ 8 (slower so far)
     "DEEPGAP_QUANT_CONV_TMA": Switch(("off", "on"), "on"),

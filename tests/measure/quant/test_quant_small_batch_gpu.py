@@ -1,9 +1,10 @@
 """The small-batch kernels on a GPU (skipped without CUDA): split-K convolutions.
 
-Split-K: the tiles `split_k.split_configs` offers at batch 1. On the GPU the slices run at once on different
-SMs, so this is where the ticket's ordering (the partial tiles stored before the acquire-release atomic,
-read back from L2) is really tested: every element against the exact reference, repeated calls, and
-CUDA-graph replays that must each find the counters at zero. (Two tile widths of one split once shared
+Split-K: the tiles `split_k.split_configs` offers at batch 1, spread ones (`split_k.spread_sum`) included.
+On the GPU the slices run at once on different SMs, so this is where the ticket's ordering (the partial tiles
+stored before the acquire-release atomic, read back from L2) and spread's wait are really tested: every
+element against the exact reference, repeated calls, CUDA-graph replays that must each find the counters at
+zero, and a spread tile's codes equal to its split's. (Two tile widths of one split once shared
 counters sized for the fewer tiles, session 27; `test_quant_split_k.py` keeps that from coming back.)
 """
 
@@ -39,8 +40,9 @@ def test_split_k_at_batch_1_matches_the_reference_and_replays(qfmt, layer):
     )
     ref = layers.conv_reference(lay, x, (1, h, h), res)
     base = candidate_configs(oh * oh, cout, cin, qfmt, has_res)
-    cfgs = split_k.split_configs(base, oh * oh, cout, k * k * cin, programs(torch.device(DEV)))
-    assert cfgs, "batch 1 leaves most SMs idle: split-K tiles are offered"
+    cfgs = split_k.split_configs(base, oh * oh, cout, k * k * cin, programs(torch.device(DEV)), spread=True)
+    assert cfgs and any(c.spread for c in cfgs), "batch 1 leaves most SMs idle: split-K tiles are offered"
+    by_split = {}
 
     def run(cfg, out):
         return kernels.conv_gemm(
@@ -63,4 +65,7 @@ def test_split_k_at_batch_1_matches_the_reference_and_replays(qfmt, layer):
             torch.cuda.synchronize()
             assert torch.equal(graph_out.view(torch.int8), out.view(torch.int8)), cfg.label
         for _, counters in lay.w_q.__dict__["_deepgap_split_k"].values():
-            assert not counters.any(), "a tile's counter was not put back to zero"
+            assert not counters.any(), "a tile's counter (or spread's wait flag) was not put back to zero"
+        # a spread tile sums each band in slice order, as the last program does: the same codes
+        first = by_split.setdefault((cfg.bn, cfg.split_k), out)
+        assert torch.equal(first.view(torch.int8), out.view(torch.int8)), cfg.label

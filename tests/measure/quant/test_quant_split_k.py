@@ -68,7 +68,7 @@ def test_two_tile_widths_of_one_split_keep_counters_of_their_own():
     assert torch.equal(conv(wide), ref) and torch.equal(conv(cfg), ref)
     sizes = sorted(c.numel() for _, c in lay.w_q.__dict__["_deepgap_split_k"].values())
     m_tiles = -(-2 * 5 * 7 // BASE.bm)
-    assert sizes == [m_tiles, 2 * m_tiles]
+    assert sizes == [2 * m_tiles + 1, 4 * m_tiles + 1]  # a ticket and a leave count a tile, and a wait flag
 
 
 @pytest.mark.parametrize("case", CASES[:2], ids=["k3", "k3res"])
@@ -104,6 +104,25 @@ def test_split_configs_fill_the_idle_sms_and_only_there():
     assert [(c.bn, c.split_k) for c in split_k.split_configs(base, 196, 256, 2304, 132)] == [(64, 6), (64, 3)]
     assert split_k.split_configs(base, 49 * 64, 512, 4608, 132) == []  # 392 tiles and more fill the SMs
     assert split_k.split_configs(base, 49, 512, 128, 132) == []  # one K step: nothing to split
+
+
+def test_spread_tiles_come_beside_each_split_on_a_gpu_only(monkeypatch):
+    monkeypatch.delenv("DEEPGAP_QUANT_SMALL_BATCH", raising=False)
+    base = [TileConfig(64, 64, 128, 8, 4, 4)]
+    plain = split_k.split_configs(base, 49, 512, 4608, 132)
+    got = split_k.split_configs(base, 49, 512, 4608, 132, spread=True)
+    assert [(c.split_k, c.spread) for c in got] == [(s, d) for s in (12, 6, 3) for d in (False, True)]
+    assert [c for c in got if not c.spread] == plain
+    assert got[1].label == "64x64x128 w4 s4 split12 spread"
+    # the programs that sum a band: the largest power of 2 within the split, each BM / PARTS rows
+    gpu = torch.device("cuda")
+    assert [split_k.constexprs(c, gpu)["PARTS"] for c in got if c.spread] == [8, 4, 2]
+    assert split_k.constexprs(got[0], gpu) == {"SPREAD": False, "PARTS": 1}
+    assert split_k.constexprs(dataclasses.replace(BASE, spread=True), gpu)["SPREAD"] is False  # no split
+    with pytest.raises(ValueError, match="spread split-K tile runs on a GPU only"):
+        split_k.constexprs(got[1], torch.device("cpu"))  # Triton's interpreter runs one program at a time
+    monkeypatch.setenv("DEEPGAP_QUANT_SMALL_BATCH", "split")  # the engine before spread tiles, for an A/B
+    assert split_k.split_configs(base, 49, 512, 4608, 132, spread=True) == plain
 
 
 def test_split_k_is_offered_unless_switched_off(monkeypatch):

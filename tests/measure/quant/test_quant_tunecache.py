@@ -56,6 +56,10 @@ def test_a_switch_that_changes_the_tiles_offered_keys_a_cache_of_its_own(monkeyp
     off = tunecache.device_key("cpu")
     changed = {k for k in on.keys() | off.keys() if on.get(k) != off.get(k)}
     assert len(changed) == 1 and changed <= set(on) - set(off), changed
+    if env == "DEEPGAP_QUANT_SMALL_BATCH":  # 'split' offers fewer tiles than 'on' (no spread ones)
+        monkeypatch.setenv(env, "split")
+        split = tunecache.device_key("cpu")
+        assert split.keys() == on.keys() and split != on and split != off
 
 
 @pytest.fixture(scope="module")

@@ -129,7 +129,7 @@ def conv_gemm_kernel(
     KH: tl.constexpr, KW: tl.constexpr, STRIDE: tl.constexpr, PAD: tl.constexpr, RELU: tl.constexpr,
     HAS_RES: tl.constexpr, OUT_KIND: tl.constexpr, ACC_INT: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
     BK: tl.constexpr, GROUP_M: tl.constexpr, EARLY_RES: tl.constexpr = False, SPLIT: tl.constexpr = 1,
-    PDL: tl.constexpr = False,
+    PDL: tl.constexpr = False, SPREAD: tl.constexpr = False, PARTS: tl.constexpr = 1,
 ):  # fmt: skip
     """out[M, N] = epilogue(Σ_k A[m, k]·W[n, k]); A is the implicit im2col of NHWC ``x``.
 
@@ -138,7 +138,8 @@ def conv_gemm_kernel(
     input channels runs one K step, and its epilogue (residual in, output out) is most of its time.
     ``SPLIT`` > 1 (`quant.split_k`): the grid's second axis splits K in that many slices, and the
     program that finishes a tile's last slice adds the partials (``ws_ptr``, ticket ``cnt_ptr``) and
-    runs the epilogue (`split_k.split_sum`); not with ``EARLY_RES``.
+    runs the epilogue (`split_k.split_sum`); not with ``EARLY_RES``. ``SPREAD`` (a GPU): ``PARTS`` of the
+    slices' programs each sum and finish a band of the tile instead (`split_k.spread_sum`).
     """
     pdl_enter(PDL)
     pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BM, BN, GROUP_M)
@@ -183,7 +184,11 @@ def conv_gemm_kernel(
             acc = _mma(a, tl.load(w_ptrs + k), acc, ACC_INT)
     last = True  # without split-K every program finishes its tile
     if SPLIT > 1:
-        acc, last = split_k.split_sum(acc, ws_ptr, cnt_ptr, offs, m_ok, M, N, SPLIT)
+        if SPREAD:
+            acc, offs, m_ok, last = split_k.spread_sum(acc, ws_ptr, cnt_ptr, offs, m_ok, M, N, pid_m * BM, rn, SPLIT,
+                                                       PARTS, BM, BN)  # fmt: skip
+        else:
+            acc, last = split_k.split_sum(acc, ws_ptr, cnt_ptr, offs, m_ok, M, N, SPLIT)
     if last:
         _conv_epilogue(acc, out_ptr, alpha_ptr, beta_ptr, res_ptr, gamma, offs, rn, m_ok, r_early, RELU,
                        HAS_RES, OUT_KIND, EARLY_RES)  # fmt: skip
@@ -326,6 +331,7 @@ def conv_gemm(
         ACC_INT=x.dtype == torch.int8,
         EARLY_RES=bool(getattr(cfg, "early_res", False)) and res is not None,
         SPLIT=split,
+        **split_k.constexprs(cfg, x.device),
         **cfg.launch(),
         enable_fp_fusion=False,
     )

@@ -28,12 +28,16 @@ import torch
 import triton
 import triton.language as tl
 
+from deepgap.measure.quant import whole_flow
 from deepgap.measure.quant.launch import INT32_LIMIT, check
+from deepgap.measure.quant.tiles import small_batch_mode
 
 MAX_SPLIT = 16  # programs per tile at most
 
 
-def split_configs(base: list, m: int, n: int, k_total: int, sms: int, limit: int = 2) -> list:
+def split_configs(
+    base: list, m: int, n: int, k_total: int, sms: int, limit: int = 2, spread: bool = False
+) -> list:
     """Split-K variants of the 64-row tiles in ``base`` for a layer whose tiles leave most SMs idle.
 
     Each 64-row tile at most 64 columns wide (the first ``limit``) gets up to three splits, each ≤ `MAX_SPLIT`,
@@ -42,7 +46,10 @@ def split_configs(base: list, m: int, n: int, k_total: int, sms: int, limit: int
     H200, batch 1) found layer4's `conv2` at 11.1 µs with split 12 against 13.3 µs unsplit, far from the
     slices' own time, so the reduction's share (one program adds every partial) is weighed by the tuner
     against the slices'. None where the tiles already fill half the SMs, and none of the early-residual or
-    persistent tiles. Why no wider tile: in session 27's main job every split kept (ResNet-18/50/101, int8
+    persistent tiles. With ``spread`` (a GPU: the slices wait for each other, which Triton's interpreter,
+    running one program at a time, cannot) each split comes twice, the second summing as `spread_sum` does
+    (not with ``DEEPGAP_QUANT_SMALL_BATCH=split``).
+    Why no wider tile: in session 27's main job every split kept (ResNet-18/50/101, int8
     and fp8, 168 layer builds) was 64×64 with split 3 or 6; a 64×128 split tile never won, and in int8 its
     unrolled reduction spills, so it only cost compile and tuning time.
     """
@@ -59,11 +66,13 @@ def split_configs(base: list, m: int, n: int, k_total: int, sms: int, limit: int
         picked = fit[:1] + [next((s for s in fit if s <= fit[0] // d), None) for d in (2, 4)] if fit else []
         for s in dict.fromkeys(s for s in picked if s is not None):
             out.append(dataclasses.replace(cfg, split_k=s))
+            if spread and small_batch_mode() == "on":
+                out.append(dataclasses.replace(cfg, split_k=s, spread=True))
     return out
 
 
 def scratch(w: torch.Tensor, m: int, n: int, split: int, tiles: int, acc_int: bool):
-    """(partials [split·m·n], counters [tiles]) for the layer whose weights are ``w``: made once, reused.
+    """(partials [split·m·n], counters [2·tiles + 1]) for the layer whose weights are ``w``: made once, reused.
 
     Why kept on the weight tensor: a CUDA graph bakes these addresses in and owns the network, so they live
     exactly as long as the layer; the counters must start at zero, which the last program of each tile
@@ -85,7 +94,7 @@ def scratch(w: torch.Tensor, m: int, n: int, split: int, tiles: int, acc_int: bo
         dtype = torch.int32 if acc_int else torch.float32
         kept[key] = (
             torch.empty(split * m * n, dtype=dtype, device=w.device),
-            torch.zeros(tiles, dtype=torch.int32, device=w.device),
+            torch.zeros(2 * tiles + 1, dtype=torch.int32, device=w.device),  # `spread_sum` uses them all
         )
     return kept[key]
 
@@ -127,3 +136,45 @@ def split_sum(acc, ws_ptr, cnt_ptr, offs, m_ok, M, N, SPLIT: tl.constexpr):
             total += tl.load(ws_ptr + s * M * N + offs, mask=m_ok[:, None], other=0, cache_modifier=".cg")
         tl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed", scope="gpu")
     return total, last
+
+
+def constexprs(cfg, device) -> dict:
+    """`kernels.conv_gemm_kernel`'s ``SPREAD`` and ``PARTS`` for tile ``cfg`` (`spread_sum`): on a GPU only."""
+    spread = bool(getattr(cfg, "spread", False)) and cfg.split_k > 1
+    check(not spread or device.type != "cpu", "a spread split-K tile runs on a GPU only (its slices wait)")
+    parts = 1 << (cfg.split_k.bit_length() - 1)  # the largest power of 2 ≤ split: the programs that sum
+    return {"SPREAD": spread, "PARTS": min(parts, cfg.bm) if spread else 1}
+
+
+@triton.jit
+def spread_sum(acc, ws_ptr, cnt_ptr, offs, m_ok, M, N, row0, rn, SPLIT: tl.constexpr, PARTS: tl.constexpr,
+               BM: tl.constexpr, BN: tl.constexpr):  # fmt: skip
+    """(a band's whole sum, its offsets, its row mask, whether this program has a band): `split_sum`, shared.
+
+    Why: `split_sum`'s last program reads every partial tile alone, one L2 round trip after another, and at
+    batch 1 that reduction cost more than a finer split saved (session 27: layer4's conv2 11.1 µs at split 12,
+    7.8 at 6). Here each program stores its partial and arrives at the tile's counter (`whole_flow`'s
+    one-thread arrive: fence, add); the first ``PARTS`` programs then wait for all ``SPLIT`` and each sums
+    its own band of BM / PARTS rows over the partials, in slice order (the same sum, bit for bit, as
+    `split_sum`'s), and runs the epilogue on it. The tile's slices are co-resident: the grid fits the SMs
+    (`split_configs`), and under PDL the next kernel starts only once all of this one's programs have. The
+    last to leave zeroes the tile's two counters; a wait past `whole_flow.LIMIT` polls sets the flag at
+    ``cnt_ptr[2·tiles]``.
+    """
+    tile = tl.program_id(0)
+    s = tl.program_id(1)
+    tiles = tl.num_programs(0)
+    tl.store(ws_ptr + s * M * N + offs, acc, mask=m_ok[:, None])
+    whole_flow.grid_arrive(cnt_ptr + tile, 1)
+    rows = row0 + s * (BM // PARTS) + tl.arange(0, BM // PARTS)
+    mine = rows < M
+    band = rows[:, None] * N + rn[None, :]
+    total = tl.zeros((BM // PARTS, BN), dtype=acc.dtype)
+    if s < PARTS:
+        whole_flow.grid_wait(cnt_ptr + tile, cnt_ptr + 2 * tiles, SPLIT, 1, True)
+        for i in tl.static_range(SPLIT):  # every slice's band in flight at once
+            total += tl.load(ws_ptr + i * M * N + band, mask=mine[:, None], other=0, cache_modifier=".cg")
+        if tl.atomic_add(cnt_ptr + tiles + tile, 1, sem="acq_rel", scope="gpu") == PARTS - 1:
+            tl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed", scope="gpu")
+            tl.atomic_xchg(cnt_ptr + tiles + tile, 0, sem="relaxed", scope="gpu")
+    return total, band, mine, s < PARTS

@@ -47,12 +47,13 @@ class TileConfig:
     split_epilogue: bool = False  # persistent Linear only (linear_kernels): the epilogue in two column halves
     split_k: int = 1  # the grouped convolution only: programs per tile, each a slice of K (`quant.split_k`)
     tma_conv: int = 0  # > 0: a tile of the TMA-fed 3×3 convolution (`quant.conv_tma`), its block this wide
+    spread: bool = False  # split-K only: every slice's program sums a band of the tile (`split_k.spread_sum`)
 
     @property
     def label(self) -> str:
         """Short text form, e.g. '128x256x128 w8 s3' ('… er' early residual, '… persistent[x2] [tma-epi]').
 
-        A split-K tile ends in '… split8' (`quant.split_k`).
+        A split-K tile ends in '… split8' (`quant.split_k`), '… split8 spread' where the slices share the sum.
         """
         extra = " er" if self.early_res else ""
         if self.persistent:
@@ -60,6 +61,7 @@ class TileConfig:
             extra += " tma-epi" if self.tma_epilogue else ""
             extra += " split-epi" if self.split_epilogue else ""
         extra += f" split{self.split_k}" if self.split_k > 1 else ""
+        extra += " spread" if self.spread else ""
         extra += f" tma-conv{self.bm // self.tma_conv}x{self.tma_conv}" if self.tma_conv else ""
         return f"{self.bm}x{self.bn}x{self.bk} w{self.num_warps} s{self.num_stages}{extra}"
 
@@ -168,11 +170,20 @@ def small_batch_offered() -> bool:
     """Split-K tiles (`quant.split_k`) are offered where a layer's tiles leave most SMs idle (batch 1).
 
     ``DEEPGAP_QUANT_SMALL_BATCH``: 'on' (the default since session 27 timed them on an H200: ResNet-50's
-    late 3×3 layers 13–42% faster at batch 1) or 'off', to time the engine without them. (The switch once
+    late 3×3 layers 13–42% faster at batch 1) or 'off', to time the engine without them; 'split' offers
+    them without the spread ones (`small_batch_mode`). (The switch once
     offered a fused average-pool + classifier head too; it was 2.8–4.1× slower than torch's path in all
     three of its variants, 26.8–39.5 µs against 9.6, and is gone.)
     """
-    return switches.read(SMALL_BATCH_ENV) == "on"
+    return small_batch_mode() != "off"
+
+
+def small_batch_mode() -> str:
+    """``DEEPGAP_QUANT_SMALL_BATCH``: 'on' (split-K tiles, spread ones too: `split_k.spread_sum`), 'split', 'off'.
+
+    'split' is the engine before session 41's spread tiles, to set the two side by side on a GPU.
+    """
+    return switches.read(SMALL_BATCH_ENV)
 
 
 def persistent_configs(

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from deepgap.measure.quant.calibrate import cache_dir
-from deepgap.measure.quant.tiles import TileConfig, gemm_mode, small_batch_offered
+from deepgap.measure.quant.tiles import TileConfig, gemm_mode, small_batch_mode, small_batch_offered
 
 FORMAT_VERSION = 1
 
@@ -136,9 +136,14 @@ def _small_batch_key() -> dict[str, str]:
     """With split-K offered (the default), a key of its own with split-K's source in it (as `_gemm_key`).
 
     With ``DEEPGAP_QUANT_SMALL_BATCH=off`` the key is the one the engine had before split-K tiles existed:
-    a layer tuned without them is never a hit where they should be timed, nor the other way round.
+    a layer tuned without them is never a hit where they should be timed, nor the other way round. The
+    switch's value is in the key too: 'split' offers fewer tiles than 'on' (`tiles.small_batch_mode`).
     """
-    return {"small_batch": f"split-k:{_digest('split_k.py')}"} if small_batch_offered() else {}
+    return (
+        {"small_batch": f"split-k:{small_batch_mode()}:{_digest('split_k.py')}"}
+        if small_batch_offered()
+        else {}
+    )
 
 
 def _gemm_key() -> dict[str, str]:

@@ -304,23 +304,23 @@ def candidates(net: QuantNet, name: str, batch: int, opts, backend_ok: bool) -> 
     """(backend, tile) pairs that `time_layer` times for convolution ``name``, in order."""
     n = net.convs[name].node
     oh, ow, _ = net.shapes[n.out]
+    m = batch * oh * ow
     cands: list[tuple[str, Any]] = []
     if backend_ok and opts.force_backend != "torch":
-        cfgs = candidate_configs(batch * oh * ow, n.cout, n.cin, net.qfmt, n.residual is not None)
+        cfgs = candidate_configs(m, n.cout, n.cin, net.qfmt, n.residual is not None)
         cands += [("triton", c) for c in (cfgs if opts.autotune else cfgs[:1])]
         if opts.autotune:  # the persistent TMA kernel's tiles (none with DEEPGAP_QUANT_GEMM=off)
             from deepgap.measure.quant.persistent import programs
 
             dev = net.convs[name].w_q.device
             cc = torch.cuda.get_device_capability(dev) if dev.type == "cuda" else None
-            tiles = persistent_configs(n, batch * oh * ow, cc, net.qfmt, programs(dev))
-            cands += [("triton", c) for c in tiles]
+            sms = programs(dev)
+            cands += [("triton", c) for c in persistent_configs(n, m, cc, net.qfmt, sms)]
             from deepgap.measure.quant.conv_tma import tma_configs
 
             cands += [("triton", c) for c in tma_configs(n, oh, ow, cc)]  # DEEPGAP_QUANT_CONV_TMA=on only
-            if small_batch_offered():  # split-K where the tiles leave most SMs idle (batch 1)
-                k_total = n.kernel_size * n.kernel_size * n.cin
-                split = split_k.split_configs(cfgs, batch * oh * ow, n.cout, k_total, programs(dev))
+            if small_batch_offered():  # split-K where the tiles leave most SMs idle (batch 1); spread: a GPU
+                split = split_k.split_configs(cfgs, m, n.cout, n.kernel_size**2 * n.cin, sms, spread=bool(cc))
                 cands += [("triton", c) for c in split]
     if opts.force_backend != "triton":
         cands.append(("torch", None))
