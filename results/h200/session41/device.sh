@@ -42,5 +42,12 @@ case ${1:-} in
    step "bare loop bs1" 150 python benchmarks/quant_inputs.py --models resnet50 --precisions fp8,int8 \
        --batch-sizes 1 --inputs default --out "$OUT/loop.jsonl" > "$OUT/loop.txt" 2>&1
    grep -v '^{' "$OUT/loop.txt" | tail -n 6 ;;
-*) echo "usage: $0 1|2|3"; exit 2 ;;
+4) source benchmarks/device_lib.sh            # the bare loop both ways, interleaved: the network's own A/B
+   for k in 1 2; do for mode in split on; do
+       step "bare loop bs1, DEEPGAP_QUANT_SMALL_BATCH=$mode ($k)" 100 env DEEPGAP_QUANT_SMALL_BATCH=$mode \
+           python benchmarks/quant_inputs.py --models resnet50 --precisions fp8,int8 --batch-sizes 1 \
+           --inputs default --out "$OUT/loop-ab.jsonl" > "$OUT/loop-$mode-$k.txt" 2>&1
+       grep -v '^{' "$OUT/loop-$mode-$k.txt" | tail -n 2
+   done; done ;;
+*) echo "usage: $0 1|2|3|4"; exit 2 ;;
 esac
