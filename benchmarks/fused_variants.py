@@ -13,7 +13,7 @@ one-step tiles most (4 × 4096: 39.55 → 52.19 µs with both: 178 registers a t
 an SM). Session 39 adds the norm handed over by the row's writer (`norm_handoff`): the readers with it
 (``handed+swiglu``, ``handed+rope``: the plain loop, 128 registers at sm_90) and the writers (o, down) with and
 without the hand-off's stores. Session 40 adds the tiles that sum each step within the thread
-(`gemv.IN_THREAD_TILES`, not yet among the tuner's candidates).
+(`gemv.IN_THREAD_TILES`, among the tuner's candidates since session 41).
 
     python benchmarks/fused_variants.py --out OUT     # one JSON line per (shape, variant, tile)
 """
@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from decode_linear import MIN_BYTES, graph_time_us
 
-from deepgap.measure.quant import gemv, launch
+from deepgap.measure.quant import launch
 from deepgap.measure.quant.gemv_fused import Fusion, RopeWrite, fused_gemv
 from deepgap.measure.quant.norm_handoff import HandOff, squares_width
 
@@ -80,8 +80,7 @@ def main() -> None:  # noqa: D103
         scale = [torch.rand(n, device=dev) / 40 for _ in range(copies)]
         x = torch.randn(1, k, device=dev).bfloat16()
         for variant, fusion in variants(name, k, n, dev).items():
-            # and the in-thread tiles (`gemv.IN_THREAD_TILES`), off the tuner until timed
-            for tile in fusion.tiles(also=gemv.IN_THREAD_TILES):
+            for tile in fusion.tiles():
                 calls = [
                     lambda i=i % copies, t=tile, f=fusion: fused_gemv(x, codes[i], scale[i], f, t)
                     for i in range(CALLS)

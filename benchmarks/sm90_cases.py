@@ -155,8 +155,7 @@ def fused_cases() -> Iterator[Case]:
         "handed+rope": (hidden, (nq + 2 * nkv) * d, lambda: rope_fusion("8b", handed=True)),
     }
     for what, (k, n, fusion) in variants.items():
-        # and the in-thread tiles, which only a forced turn of the bare loop launches until a GPU has timed them
-        for tile in fusion().tiles(also=gemv.IN_THREAD_TILES):
+        for tile in fusion().tiles():
             first = tile == gemv_fused.FUSED_TILES[0]
             for suffix, ctx in pdl_modes(on=True, off=first):
                 yield (

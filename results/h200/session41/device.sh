@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session 41 (2026-12-05), issue 47 (ResNet-50 at batch 1): the device calls as run, from the repository root with
+# Session 41 (2026-12-05), issue 47 (ResNet-50 at batch 1; calls 1-4) and issue 51 (call 5; session 40's
+# `device.sh 8` before it): the device calls as run, from the repository root with
 # $OUT set and `.whl/` carried (benchmarks/device_lib.sh). Each call ran on the card its README row names.
 # Usage: bash results/h200/session41/device.sh N
 set -uo pipefail
@@ -49,5 +50,21 @@ case ${1:-} in
            --inputs default --out "$OUT/loop-ab.jsonl" > "$OUT/loop-$mode-$k.txt" 2>&1
        grep -v '^{' "$OUT/loop-$mode-$k.txt" | tail -n 2
    done; done ;;
-*) echo "usage: $0 1|2|3|4"; exit 2 ;;
+5) source benchmarks/device_lib.sh            # issue 51: the in-thread GEMV tiles among the tuner's candidates
+   step "in-thread GPU tests" 180 python -m pytest -q -m gpu tests/measure/quant/test_gemv_in_thread.py \
+       tests/measure/test_llm_fused.py -rA -p no:cacheprovider > "$OUT/llm-gputests-5.txt" 2>&1
+   tail -n 8 "$OUT/llm-gputests-5.txt"
+   for q in fp8 int8; do
+       step "decode loop $q" 120 python benchmarks/llm_decode_loop.py --model llama-3.1-8b --batches 1 --pdl on \
+           --split-kv auto --harness deepgap --precision $q --out "$OUT" > "$OUT/llm-loop-$q-5.txt" 2>&1
+       grep '^{' "$OUT/llm-loop-$q-5.txt" | python3 -c "import json,sys; [print(r['precision'], r['tpot_ms'], \
+r['decode_tok_s'], r.get('tiles', '')[:600]) for r in map(json.loads, sys.stdin)]"
+   done
+   step "deepgap run 8b fp8 bs1" 150 python -m deepgap run --workload decode --models llama-3.1-8b --device cuda \
+       --input-lens 128 --output-lens 128 --repeats 3 --sweeps 1 --no-thermal-warmup --no-cpu-baseline \
+       --engines quant --precisions fp8 --batch-sizes 1 --store "$S/llm-run.sqlite" > "$OUT/llm-run-5.txt" 2>&1
+   python -m deepgap export "$S/llm-run.sqlite" --format csv -o "$OUT/llm-run-5.csv" >/dev/null 2>&1
+   python3 -c "import csv,sys; [print(r['decode_tokens_per_s'], r['pipelined_decode_tokens_per_s'], r['tpot_tail_label'], \
+r['tpot_tail_ms'], r['decode_tiles'][:400]) for r in csv.DictReader(open(sys.argv[1]))]" "$OUT/llm-run-5.csv" ;;
+*) echo "usage: $0 1|2|3|4|5"; exit 2 ;;
 esac

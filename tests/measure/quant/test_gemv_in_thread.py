@@ -1,7 +1,7 @@
 """The one-row GEMV's products summed within each thread every K step, across threads once (``reduce_each`` 2).
 
 Here: the fused GEMV with such a tile gives the reduce-each tile's rows for every fold, and the plain row
-kernel too; two tiles are named, not yet offered to the tuner (no GPU has run them); at sm_90 the K loop of
+kernel too; two tiles are named and offered to the tuner; at sm_90 the K loop of
 down's tile has no warp shuffle left (22 with the per-step reduction), which is what it is for (`gemv.IN_THREAD`).
 """
 
@@ -55,15 +55,14 @@ def test_in_thread_sums_give_the_reduce_each_rows(codes_dtype):
                                plain, rtol=2**-7, atol=1e-3)  # fmt: skip
 
 
-def test_the_in_thread_tiles_are_named_and_not_yet_offered():
-    """Not among the tuner's candidates until a GPU has run them (`gemv.IN_THREAD_TILES`)."""
+def test_the_in_thread_tiles_are_named_and_offered():
+    """Among the fused GEMVs' candidates since a GPU timed them (`gemv.IN_THREAD_TILES`, session 41)."""
     tiles = gemv.IN_THREAD_TILES
     assert [(t.bn, t.bk, t.num_warps) for t in tiles] == [(8, 2048, 8), (4, 2048, 4)]
-    assert not any(t.reduce_each == gemv.IN_THREAD.value for t in gemv.FUSED_TILES)
-    # a benchmark times them beside the candidates; a hand-off's writer keeps only bands of whole groups
-    assert Fusion().tiles(also=tiles) == gemv.FUSED_TILES + tiles
+    assert gemv.FUSED_TILES[-2:] == tiles and Fusion().tiles() == gemv.FUSED_TILES
+    # a hand-off's writer keeps only bands of whole groups
     writer = Fusion(residual=torch.zeros(1, 16).bfloat16(), hand=HandOff.to(torch.ones(16).bfloat16()))
-    assert [t for t in writer.tiles(also=tiles) if t.reduce_each == gemv.IN_THREAD.value] == [tiles[0]]
+    assert [t for t in writer.tiles() if t.reduce_each == gemv.IN_THREAD.value] == [tiles[0]]
     assert tiles[0].describe() == "8x2048 s1 w8 st1 reduce-in-thread" and tiles[0].describe(
         short=True
     ).endswith(" rt")
@@ -98,3 +97,26 @@ def test_at_sm90_the_in_thread_loop_has_no_shuffle(reduce_each):
     assert (shuffles == 0) if reduce_each == 2 else shuffles > 0
     usage = ptxas_usage(compiled)
     assert usage["spill_stores"] == 0 and usage["registers"] <= 128, usage
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("codes_dtype", [torch.float8_e4m3fn, torch.int8])
+def test_on_a_gpu_the_in_thread_tiles_give_the_reduce_each_rows_at_the_8b_shapes(codes_dtype):
+    """down (14336 → 4096, the residual and the hand-off's writer) and gate_up (4096 → 2 × 14336, SwiGLU with the
+    handed norm) on the GPU: each in-thread tile within a bf16 step of its reduce-each twin."""
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(7)
+    gamma = (torch.rand(4096, device=dev, generator=g) + 0.5).bfloat16()
+    shapes = {
+        "down": (14336, 4096, Fusion(residual=torch.randn(1, 4096, device=dev).bfloat16(), hand=HandOff.to(gamma))),
+        "gate_up": (4096, 28672, Fusion(eps=1e-5, swiglu=True,
+                                        handed=reference(torch.randn(1, 4096, device=dev).bfloat16(), gamma)[1])),
+    }  # fmt: skip
+    for name, (k, n, fusion) in shapes.items():
+        lim = 127 if codes_dtype == torch.int8 else 440
+        codes = (torch.randn(n, k, device=dev, generator=g) * 40).clamp(-lim, lim).to(codes_dtype)
+        scale, x = torch.rand(n, device=dev, generator=g) / 40, torch.randn(1, k, device=dev).bfloat16()
+        for tile in gemv.IN_THREAD_TILES:
+            each = fused_gemv(x, codes, scale, fusion, dataclasses.replace(tile, reduce_each=1)).float()
+            got = fused_gemv(x, codes, scale, fusion, tile).float()
+            torch.testing.assert_close(got, each, rtol=2**-7, atol=2e-2, msg=f"{name} {tile.describe()}")

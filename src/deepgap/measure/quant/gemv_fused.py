@@ -227,13 +227,12 @@ class Fusion:
         folds = (self.residual, self.rope, self.handed, self.hand)
         return (self.gamma is not None, self.swiglu, *(f is not None for f in folds))
 
-    def tiles(self, also: tuple[gemv.GemvTile, ...] = ()) -> tuple[gemv.GemvTile, ...]:
+    def tiles(self) -> tuple[gemv.GemvTile, ...]:
         """The tuner's candidates: `FUSED_TILES`, and the capped `gemv.NORM_TILES` where the norm is folded.
 
-        ``also``: more tiles, as a benchmark times beside them (`gemv.IN_THREAD_TILES`). A writer that hands a norm
-        over takes bands of whole `norm_handoff.GROUP`s.
+        A writer that hands a norm over takes bands of whole `norm_handoff.GROUP`s.
         """
-        tiles = FUSED_TILES + gemv.NORM_TILES * (self.gamma is not None) + also
+        tiles = FUSED_TILES + gemv.NORM_TILES * (self.gamma is not None)
         return tuple(t for t in tiles if self.hand is None or t.bn % norm_handoff.GROUP.value == 0)
 
 
