@@ -66,5 +66,13 @@ r['decode_tok_s'], r.get('tiles', '')[:600]) for r in map(json.loads, sys.stdin)
    python -m deepgap export "$S/llm-run.sqlite" --format csv -o "$OUT/llm-run-5.csv" >/dev/null 2>&1
    python3 -c "import csv,sys; [print(r['decode_tokens_per_s'], r['pipelined_decode_tokens_per_s'], r['tpot_tail_label'], \
 r['tpot_tail_ms'], r['decode_tiles'][:400]) for r in csv.DictReader(open(sys.argv[1]))]" "$OUT/llm-run-5.csv" ;;
-*) echo "usage: $0 1|2|3|4|5"; exit 2 ;;
+6) source benchmarks/device_lib.sh            # call 5's GPU test again (it had asked a hand-off writer for 4-row bands)
+   step "in-thread GPU test" 120 python -m pytest -q -m gpu tests/measure/quant/test_gemv_in_thread.py -rA \
+       -p no:cacheprovider > "$OUT/llm-gputests-6.txt" 2>&1
+   tail -n 4 "$OUT/llm-gputests-6.txt"
+   step "decode loop fp8" 120 python benchmarks/llm_decode_loop.py --model llama-3.1-8b --batches 1 --pdl on \
+       --split-kv auto --harness deepgap --precision fp8 --out "$OUT" > "$OUT/llm-loop-fp8-6.txt" 2>&1
+   grep '^{' "$OUT/llm-loop-fp8-6.txt" | python3 -c "import json,sys; [print(r['precision'], r['tpot_ms'], \
+r['decode_tok_s'], r.get('tiles', '')[:600]) for r in map(json.loads, sys.stdin)]" ;;
+*) echo "usage: $0 1|2|3|4|5|6"; exit 2 ;;
 esac
