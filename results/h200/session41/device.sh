@@ -74,5 +74,15 @@ r['tpot_tail_ms'], r['decode_tiles'][:400]) for r in csv.DictReader(open(sys.arg
        --split-kv auto --harness deepgap --precision fp8 --out "$OUT" > "$OUT/llm-loop-fp8-6.txt" 2>&1
    grep '^{' "$OUT/llm-loop-fp8-6.txt" | python3 -c "import json,sys; [print(r['precision'], r['tpot_ms'], \
 r['decode_tok_s'], r.get('tiles', '')[:600]) for r in map(json.loads, sys.stdin)]" ;;
-*) echo "usage: $0 1|2|3|4|5|6"; exit 2 ;;
+7) source benchmarks/device_lib.sh            # issue 51 on the H200: the decode row and the bare loop, in-thread tuned
+   step "deepgap run 8b fp8 bs1" 150 python -m deepgap run --workload decode --models llama-3.1-8b --device cuda \
+       --input-lens 128 --output-lens 128 --repeats 3 --sweeps 1 --no-thermal-warmup --no-cpu-baseline \
+       --engines quant --precisions fp8 --batch-sizes 1 --store "$S/llm-run.sqlite" > "$OUT/llm-run-7.txt" 2>&1
+   python -m deepgap export "$S/llm-run.sqlite" --format csv -o "$OUT/llm-run-7.csv" >/dev/null 2>&1
+   grep -A1 "decode tokens/s" "$OUT/llm-run-7.txt" | head -n 2
+   step "decode loop fp8" 120 python benchmarks/llm_decode_loop.py --model llama-3.1-8b --batches 1 --pdl on \
+       --split-kv auto --harness deepgap --precision fp8 --out "$OUT" > "$OUT/llm-loop-fp8-7.txt" 2>&1
+   grep '^{' "$OUT/llm-loop-fp8-7.txt" | python3 -c "import json,sys; [print(r['precision'], r['tpot_ms'], \
+r['decode_tok_s'], r.get('tiles', '')[:600]) for r in map(json.loads, sys.stdin)]" ;;
+*) echo "usage: $0 1|2|3|4|5|6|7"; exit 2 ;;
 esac
