@@ -93,12 +93,9 @@ ROW_TILES = tuple(
 ) + tuple(
     GemvTile(bn, bk, 1, w, 1, 0, 1) for bn, bk, w in [(4, 4096, 4), (4, 4096, 8), (8, 2048, 8), (2, 4096, 4)]
 )
-# summed within the thread (`IN_THREAD`). Timed on one H200 (session 41, results/h200/session41): down's 8 × 2048
-# GEMV 16.64 → 15.25 µs in fp8 (13.75 its plain read), int8's gate_up 42.24 → 32.83; the 8B fp8 step 2.434 →
-# 2.419 ms in the bare loop with down forced to it
+# summed within the thread (`IN_THREAD`); one H200 (session 41): down's fp8 GEMV 16.64 → 15.25 µs, int8's
+# gate_up 42.24 → 32.83. The fused GEMVs' (`gemv_fused`) take them and the row kernel's without the prefetch
 IN_THREAD_TILES = tuple(GemvTile(bn, 2048, 1, w, 1, 0, IN_THREAD.value) for bn, w in [(8, 8), (4, 4)])
-# the fused GEMVs' (`gemv_fused`): the row kernel's without the prefetch (two weight bands in flight already for
-# SwiGLU), and the in-thread ones
 FUSED_TILES = tuple(t for t in ROW_TILES if not t.prefetch) + IN_THREAD_TILES
 # The one-step tiles again with a register cap, for the fused GEMVs that fold the RMSNorm (`Fusion.tiles`). Why: on
 # one H200 (session 38, benchmarks/fused_variants.py) gate_up took 29.70 µs at 4 × 4096 without the norm and 43.70
