@@ -85,6 +85,23 @@ def test_events_on_another_device_is_an_error_not_a_number(state, monkeypatch):
     assert "device mismatch" in res.reason and "start event on cuda:0" in res.reason
 
 
+def test_a_kernel_fault_flagged_after_the_runs_is_an_error_not_a_number(state, monkeypatch):
+    """The worker asks the engine's `Prepared.faults` after timing (a split-K wait that gave up): an error."""
+    from deepgap.measure.engines.eager import EagerEngine
+
+    real = EagerEngine.prepare
+
+    def flagged(self, model, spec, example):
+        prepared = real(self, model, spec, example)
+        prepared.faults = lambda: "a split-K wait gave up (49×512 output, split 12)"
+        return prepared
+
+    monkeypatch.setattr(EagerEngine, "prepare", flagged)
+    res = _measure(state)
+    assert res.status == Status.ERROR and res.throughput_ips is None and res.latency is None
+    assert res.reason.startswith("a split-K wait gave up")
+
+
 def test_above_peak_words_and_result():
     why = guards.above_peak(H100, "fp32", RESNET50_FLOPS, 45521)  # issue 34's lane cuda:1
     assert why is not None and "above datasheet peak" in why and "fp32 peak" in why and "372 TFLOP/s" in why

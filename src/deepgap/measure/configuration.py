@@ -167,6 +167,9 @@ def _measure(state: WorkerState, req: MeasureRequest) -> Result:
         with tel if tel is not None else contextlib.nullcontext():
             timings = run_protocol(p.step, tel.clock(clock) if tel is not None else clock, protocol)
         check_devices(spec, state.caps, p.x, p.prepared, clock)  # the events now have their device
+        why = p.prepared.faults() if getattr(p.prepared, "faults", None) else None
+        if why:  # a kernel flagged a failure its outputs need not show: no number from these runs
+            raise StatusError(Status.ERROR, why)
     result = _timed_result(req, facts, timings, p, agreement)
     if tel is not None:
         tel.finish(result)

@@ -125,6 +125,15 @@ def test_spread_tiles_come_beside_each_split_on_a_gpu_only(monkeypatch):
     assert split_k.split_configs(base, 49, 512, 4608, 132, spread=True) == plain
 
 
+def test_a_spread_wait_that_gave_up_is_a_fault_after_the_runs():
+    """`split_k.faults` reads each layer's flag (the counters' last slot); the engine asks it after timing."""
+    w, other = torch.zeros(4), torch.zeros(4)
+    partials, cnt = split_k.scratch(w, 49, 512, 12, 8, acc_int=True)
+    assert cnt.numel() == 17 and split_k.faults([other, w]) is None
+    cnt[16] = 1  # what `spread_sum` sets where a wait outlasts whole_flow.LIMIT polls
+    assert split_k.faults([other, w]).startswith("a split-K wait gave up (49×512 output, split 12)")
+
+
 def test_split_k_is_offered_unless_switched_off(monkeypatch):
     monkeypatch.delenv("DEEPGAP_QUANT_SMALL_BATCH", raising=False)
     assert tiles.small_batch_offered()

@@ -196,3 +196,4 @@ def test_an_int8_resident_preparation_on_the_cpu(resnet18, tmp_path, monkeypatch
     with torch.inference_mode():
         agree = correctness.compare(prepared.run(pixels), resnet18(x), precision)
     assert not agree.flagged, agree
+    assert prepared.faults() is None  # no split-K wait gave up (`split_k.faults`, asked after the timed runs)

@@ -29,6 +29,9 @@ class Prepared:
     device; called once, outside the timed window, for a configuration with an ``input_mode``
     (``int8-resident``: the images quantized to int8 in the engine's own layout, as MLPerf times them).
     ``run`` then takes what it returned. None: the engine has no resident input.
+
+    ``faults()``: asked after the timed runs, what went wrong in them that the outputs do not show (a kernel's
+    wait that gave up and flagged it), else None; the configuration is then an error, never a stored number.
     """
 
     run: Callable[[torch.Tensor], torch.Tensor]
@@ -36,6 +39,7 @@ class Prepared:
     setup_s: float = 0.0
     info: dict[str, Any] = field(default_factory=dict)
     make_input: Callable[[torch.Tensor], torch.Tensor] | None = None
+    faults: Callable[[], str | None] | None = None
 
 
 class Engine(abc.ABC):

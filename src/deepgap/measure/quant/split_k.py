@@ -138,6 +138,20 @@ def split_sum(acc, ws_ptr, cnt_ptr, offs, m_ok, M, N, SPLIT: tl.constexpr):
     return total, last
 
 
+def faults(weights) -> str | None:
+    """After runs: what a spread tile's flag says (`spread_sum`: a wait that gave up), for the layers of ``weights``.
+
+    Why asked: a wait that gives up lets its band be summed without every slice, and the output shows nothing;
+    the flag (``cnt[2·tiles]``) stays set, so the engine's `Prepared.faults` turns the configuration into an
+    error instead of a stored number.
+    """
+    for w in weights:
+        for (m, n, split, _, tiles), (_, cnt) in w.__dict__.get("_deepgap_split_k", {}).items():
+            if cnt[2 * tiles].item():
+                return f"a split-K wait gave up ({m}×{n} output, split {split}): the outputs are not to be trusted"
+    return None
+
+
 def constexprs(cfg, device) -> dict:
     """`kernels.conv_gemm_kernel`'s ``SPREAD`` and ``PARTS`` for tile ``cfg`` (`spread_sum`): on a GPU only."""
     spread = bool(getattr(cfg, "spread", False)) and cfg.split_k > 1
@@ -159,7 +173,7 @@ def spread_sum(acc, ws_ptr, cnt_ptr, offs, m_ok, M, N, row0, rn, SPLIT: tl.const
     `split_sum`'s), and runs the epilogue on it. The tile's slices are co-resident: the grid fits the SMs
     (`split_configs`), and under PDL the next kernel starts only once all of this one's programs have. The
     last to leave zeroes the tile's two counters; a wait past `whole_flow.LIMIT` polls sets the flag at
-    ``cnt_ptr[2·tiles]``.
+    ``cnt_ptr[2·tiles]``, which `faults` reads after the runs.
     """
     tile = tl.program_id(0)
     s = tl.program_id(1)
