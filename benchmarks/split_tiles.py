@@ -64,14 +64,22 @@ def main() -> None:  # noqa: D103
     if a.out:
         with open(a.out, "a") as f:
             f.writelines(json.dumps(r) + "\n" for r in rows)
-    print(f"{'model':9} {'prec':5} {'layer':22} {'unsplit µs':>10} {'split µs':>9} {'spread µs':>9}  best")
+    print("\n".join(table(rows)))
+
+
+def table(rows: list[dict]) -> list[str]:
+    """Per (model, precision, layer): the fastest unsplit, split and spread tile in µs, and the fastest tile."""
+    out = [f"{'model':9} {'prec':5} {'layer':22} {'unsplit µs':>10} {'split µs':>9} {'spread µs':>9}  best"]
     for key in dict.fromkeys((r["model"], r["precision"], r["layer"]) for r in rows):
         mine = [r for r in rows if (r["model"], r["precision"], r["layer"]) == key and r["us"] is not None]
         kinds = [[r for r in mine if r["split"] <= 1], [r for r in mine if r["split"] > 1 and not r["spread"]],
                  [r for r in mine if r["spread"]]]  # fmt: skip
         best = [min((r["us"] for r in k), default=float("nan")) for k in kinds]
         fastest = min(mine, key=lambda r: r["us"])["tile"] if mine else "-"
-        print(f"{key[0]:9} {key[1]:5} {key[2]:22} {best[0]:10.2f} {best[1]:9.2f} {best[2]:9.2f}  {fastest}")
+        out.append(
+            f"{key[0]:9} {key[1]:5} {key[2]:22} {best[0]:10.2f} {best[1]:9.2f} {best[2]:9.2f}  {fastest}"
+        )
+    return out
 
 
 if __name__ == "__main__":
