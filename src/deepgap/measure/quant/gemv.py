@@ -93,8 +93,8 @@ ROW_TILES = tuple(
 ) + tuple(
     GemvTile(bn, bk, 1, w, 1, 0, 1) for bn, bk, w in [(4, 4096, 4), (4, 4096, 8), (8, 2048, 8), (2, 4096, 4)]
 )
-# summed within the thread (`IN_THREAD`); one H200 (session 41): down's fp8 GEMV 16.64 → 15.25 µs, int8's
-# gate_up 42.24 → 32.83. The fused GEMVs' (`gemv_fused`) take them and the row kernel's without the prefetch
+# summed within the thread (`IN_THREAD`); one H200 (session 41): down's fp8 GEMV 16.64 → 15.25 µs, int8's gate_up
+# 42.24 → 32.83. The fused GEMVs take them and the row kernel's unprefetched (SwiGLU has two bands in flight)
 IN_THREAD_TILES = tuple(GemvTile(bn, 2048, 1, w, 1, 0, IN_THREAD.value) for bn, w in [(8, 8), (4, 4)])
 FUSED_TILES = tuple(t for t in ROW_TILES if not t.prefetch) + IN_THREAD_TILES
 # The one-step tiles again with a register cap, for the fused GEMVs that fold the RMSNorm (`Fusion.tiles`). Why: on
