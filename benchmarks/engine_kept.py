@@ -1,9 +1,9 @@
-"""What the quant engine kept in a store's runs: the stem, the head, split-K tiles, fused pairs, TMA 3×3 tiles, whole.
+"""What the quant engine kept in a store's runs: stem, head, split-K tiles, fused pairs, TMA 3×3 tiles, whole, branch.
 
 Why: each A/B of an engine switch (`device_lib.sh`'s ``switch_ab``) asks a store the same question, which the
 recipes once each answered with their own inline script. One line per stored configuration.
 
-    python benchmarks/engine_kept.py STORE {stem,head,split,pairs,tma,whole}
+    python benchmarks/engine_kept.py STORE {stem,head,split,pairs,tma,whole,branch}
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ def kept(info: dict, what: str) -> object:
             k: (round(v * 1e3, 4) if isinstance(v, float) else v) for k, v in w.get("seconds", {}).items()
         }
         return w.get("mode"), w.get("kept"), w.get("per_layer_s"), secs
+    if what == "branch":  # the shortcut convolutions on a second stream (`quant.branch`)
+        b = info.get("branch") or {}
+        return b.get("chosen"), b.get("side"), {k: round(v * 1e3, 4) for k, v in b.get("seconds", {}).items()}
     if what == "pairs":
         pairs = info.get("pairs", {})
         rows = pairs.get("pairs", [])
@@ -43,7 +46,7 @@ def kept(info: dict, what: str) -> object:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("store")
-    p.add_argument("what", choices=("stem", "head", "split", "pairs", "tma", "whole"))
+    p.add_argument("what", choices=("stem", "head", "split", "pairs", "tma", "whole", "branch"))
     a = p.parse_args()
     rows = sqlite3.connect(a.store).execute(
         "select model, precision, batch_size, extra_json from results where engine = 'quant'"

@@ -7,14 +7,14 @@ set -uo pipefail
 S=${DEVICE_WORK:-/tmp/deepgap-device}; mkdir -p "$S"
 # bs1 NAME ENV...: `deepgap run` ResNet-50 quant fp8 and int8 at batch 1 (one sweep, no warm-up, no CPU baseline)
 # with the environment ENV; its CSV export and the split-K/deep tiles the engine kept into $OUT/bs1-NAME.*
-bs1() {
+bs1() {  # bs1 NAME ENV...  (KEPT=what engine_kept.py reports; split unless set)
     local name=$1; shift
     step "resnet50 quant bs1, $*" 200 env "$@" python -m deepgap run --models resnet50 --engines quant \
         --precisions fp8,int8 --batch-sizes 1 --sweeps 1 --no-cpu-baseline --no-thermal-warmup \
         --store "$S/bs1-$name.sqlite" > "$OUT/bs1-$name.txt" 2>&1
     grep "img/s" "$OUT/bs1-$name.txt" | tail -n 2
     python -m deepgap export "$S/bs1-$name.sqlite" -o "$OUT/bs1-$name.csv" > /dev/null 2>&1 || true
-    python benchmarks/engine_kept.py "$S/bs1-$name.sqlite" split 2>&1 | tee "$OUT/bs1-$name-kept.txt"
+    python benchmarks/engine_kept.py "$S/bs1-$name.sqlite" "${KEPT:-split}" 2>&1 | tee "$OUT/bs1-$name-kept.txt"
 }
 case ${1:-} in
 1) bash results/h200/session34/device.sh 3 ;;  # the later whole-network kernel: phases, GPU tests, the switch's A/B
@@ -84,5 +84,15 @@ r['decode_tok_s'], r.get('tiles', '')[:600]) for r in map(json.loads, sys.stdin)
        --split-kv auto --harness deepgap --precision fp8 --out "$OUT" > "$OUT/llm-loop-fp8-7.txt" 2>&1
    grep '^{' "$OUT/llm-loop-fp8-7.txt" | python3 -c "import json,sys; [print(r['precision'], r['tpot_ms'], \
 r['decode_tok_s'], r.get('tiles', '')[:600]) for r in map(json.loads, sys.stdin)]" ;;
-*) echo "usage: $0 1|2|3|4|5|6|7"; exit 2 ;;
+8) source benchmarks/device_lib.sh            # not run yet (no device time left): the shortcut convs on a second stream
+   step "branch GPU tests" 200 python -m pytest -q -m gpu tests/measure/quant/test_quant_branch_gpu.py -x -rA \
+       -p no:cacheprovider > "$OUT/branch-gputests-8.txt" 2>&1
+   tail -n 4 "$OUT/branch-gputests-8.txt"
+   KEPT=branch bs1 branch-off DEEPGAP_QUANT_BRANCH=off
+   KEPT=branch bs1 branch-auto DEEPGAP_QUANT_BRANCH=auto
+   step "bare loop bs1, branch auto" 100 env DEEPGAP_QUANT_BRANCH=auto python benchmarks/quant_inputs.py \
+       --models resnet50 --precisions fp8,int8 --batch-sizes 1 --inputs default --out "$OUT/loop-branch-8.jsonl" \
+       > "$OUT/loop-branch-8.txt" 2>&1
+   grep -v '^{' "$OUT/loop-branch-8.txt" | tail -n 3 ;;
+*) echo "usage: $0 1|2|3|4|5|6|7|8"; exit 2 ;;
 esac

@@ -6,7 +6,7 @@ read where it acts, mostly in the worker, which inherits the environment. Read o
 not check it, since the readers' modules import torch. With the values here, torch-free, `check_environment`
 stops a run with one line (exit 2) before its store is opened, and returns the switches that are set, which
 the run records beside its environment. The modules that act on a switch take its values from here and
-keep the why (each switch's docstring: `linear_choice`, `sdpa_choice`, `tiles`, `stem_choice`, `split_k`,
+keep the why (each switch's docstring: `linear_choice`, `sdpa_choice`, `tiles`, `stem_choice`, `split_k`, `branch`,
 `pair_choice`, `conv_tma`, `llm_fused`, `llm_attention`, `pdl_choice`, `l2_prefetch`, `serving.sim.packing`).
 """
 
@@ -41,6 +41,9 @@ SWITCHES: dict[str, Switch] = {
     "DEEPGAP_QUANT_SMALL_BATCH": Switch(("off", "split", "on"), "on"),
     "DEEPGAP_QUANT_PAIRS": Switch(("off", "on"), "on"),
     "DEEPGAP_QUANT_WHOLE": Switch(("off", "on"), "off"),  # on: timed at batch ≤ 8 (slower so far)
+    "DEEPGAP_QUANT_BRANCH": Switch(
+        ("off", "auto"), "off"
+    ),  # auto: the shortcut convolutions on a second stream
     "DEEPGAP_QUANT_CONV_TMA": Switch(("off", "on"), "on"),
     "DEEPGAP_DECODE_ROPE": Switch(("mix", "fused"), "fused"),
     "DEEPGAP_DECODE_NORM": Switch(("fold", "handoff"), "handoff"),

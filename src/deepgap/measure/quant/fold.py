@@ -280,3 +280,30 @@ def free_dead(graph: Graph, env: dict, idx: int) -> None:
             continue
         if not any(m.inp == name or (isinstance(m, ConvNode) and m.residual == name) for m in later):
             del env[name]
+
+
+def dead_after(graph: Graph, step_names: list[str]) -> list[list[str]]:
+    """Tensors that can be dropped after each step of a run (last read there), the output kept.
+
+    ``step_names``: the steps in run order, the first reading the graph's input; a name that is no node of
+    the graph (the quant network's whole-network kernel, `network.WHOLE_STEP`, which reads the tensors it
+    holds in its own arena) reads nothing here.
+    """
+    last: dict[str, int] = {}
+    by_name = {n.name: n for n in graph.nodes}
+    for i, name in enumerate(step_names):
+        node = by_name.get(name)
+        if node is None:
+            continue
+        reads = (
+            [graph.input]
+            if i == 0
+            else [node.inp] + ([node.residual] if getattr(node, "residual", None) else [])
+        )
+        for t in reads:
+            last[t] = i
+    dead: list[list[str]] = [[] for _ in step_names]
+    for t, i in last.items():
+        if t != graph.output:
+            dead[i].append(t)
+    return dead

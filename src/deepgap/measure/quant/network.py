@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 
 from deepgap.measure.quant import layers
-from deepgap.measure.quant.fold import ConvertNode, ConvNode, Graph, HeadNode, infer_shapes
+from deepgap.measure.quant.fold import ConvertNode, ConvNode, Graph, HeadNode, dead_after, infer_shapes
 from deepgap.measure.quant.stem import Stem
 from deepgap.measure.quant.tiles import (
     TileConfig,
@@ -55,6 +55,7 @@ class QuantNet:
     head_kernel: str = "torch"  # the head's pool: 'torch' or 'triton' (`quant.head_pool`, chosen by time)
     # every convolution in one persistent kernel (`quant.whole_plan.Plan`, kept by `whole_choice` where faster)
     whole: Any = None
+    side: Any = None  # a second CUDA stream: `forward` runs the shortcut convolutions on it (`quant.branch`)
 
     def to(self, device) -> QuantNet:
         """Move all weights and coefficients to ``device`` (in place); returns self."""
@@ -268,7 +269,12 @@ class QuantNet:
         """Logits (fp32) of an image batch ``x`` (NCHW, any float dtype, on the network's device)."""
         env = {self.graph.input: x}
         steps = self.steps(x.shape[0])
-        dead = _dead_after(self.graph, [n for n, _ in steps])
+        if self.side is not None:  # the shortcut convolutions beside the main path (`branch_choice.choose`)
+            from deepgap.measure.quant import branch
+
+            branch.run(self, steps, env, self.side)
+            return env[self.graph.output]
+        dead = dead_after(self.graph, [n for n, _ in steps])
         for (_, step), drop in zip(steps, dead, strict=True):
             step(env)
             for t in drop:
@@ -278,28 +284,6 @@ class QuantNet:
 
 def _flat(y4: torch.Tensor) -> torch.Tensor:
     return y4.permute(0, 2, 3, 1).reshape(-1, y4.shape[1])
-
-
-def _dead_after(graph: Graph, step_names: list[str]) -> list[list[str]]:
-    """Tensors that can be dropped after each step (last read there)."""
-    last: dict[str, int] = {}
-    by_name = {n.name: n for n in graph.nodes}
-    for i, name in enumerate(step_names):
-        if name == WHOLE_STEP:  # reads the stem's output and layers' outputs it holds in its own arena
-            continue
-        node = by_name[name]
-        reads = (
-            [graph.input]
-            if i == 0
-            else [node.inp] + ([node.residual] if getattr(node, "residual", None) else [])
-        )
-        for t in reads:
-            last[t] = i
-    dead: list[list[str]] = [[] for _ in step_names]
-    for t, i in last.items():
-        if t != graph.output:
-            dead[i].append(t)
-    return dead
 
 
 def fp16_conv(x: torch.Tensor, nhw, w_half: torch.Tensor, stride: int, padding: int) -> torch.Tensor:

@@ -313,7 +313,8 @@ def _make_runner(
 
     The graph runner owns ``net``: the graph reads its weights by address (see `GraphRunner`).
     ``resident``: the graph's input is int8 pixels (`quant.stem_int8`), not an fp16 batch. ``pdl``: capture
-    with programmatic dependent launch too and keep the faster graph (`quant.pdl_choice`).
+    with programmatic dependent launch too and keep the faster graph (`quant.pdl_choice`); then the shortcut
+    convolutions on a second stream, where ``DEEPGAP_QUANT_BRANCH`` asks (`quant.branch_choice`).
     """
     from deepgap.measure import graph_runner
 
@@ -335,8 +336,14 @@ def _make_runner(
             "cuda_graph_error": f"{type(exc).__name__}: {exc}"[:500],
             "cuda_graph_traceback": traceback.format_exc()[-2000:],
         }
+    from deepgap.measure.quant import branch_choice
     from deepgap.measure.quant.pdl_choice import choose_pdl
 
     runner = graph_runner.GraphRunner(graph, static_x, static_out, owns=net)
     runner, pdl_info = choose_pdl(net, runner, static_x, device, pdl)
-    return runner, {"cuda_graph": True, **({"pdl": pdl_info} if pdl_info is not None else {})}
+    pdl_kept = bool(pdl_info and pdl_info.get("chosen"))
+    runner, branch_info = branch_choice.choose(
+        net, runner, static_x, device, pdl_kept
+    )  # DEEPGAP_QUANT_BRANCH
+    info = {"pdl": pdl_info, "branch": branch_info}
+    return runner, {"cuda_graph": True, **{k: v for k, v in info.items() if v is not None}}
