@@ -25,8 +25,12 @@ DOWNSAMPLES = [f"layer{k}.0.downsample" for k in (1, 2, 3, 4)]
 
 @pytest.fixture(scope="module")
 def resnet50():
+    """The folded graph, and the quant network's step names (the stem's step makes its ``stem.out``)."""
+    torch.manual_seed(0)
     graph = resnet_graph(models.resnet50().eval())
-    return graph, ["conv1"] + [n.name for n in graph.nodes[2:]]  # the stem's step makes "pool"
+    net = build(graph, "int8", collect_amax(graph, calibration_images(2, 32, 0), method="max"), {}, 32)
+    assert net.stem.out == "pool" and branch.skip_of(net) == set()
+    return graph, [name for name, _ in net.steps(1)]
 
 
 def test_resnet50s_downsamples_fork_after_their_input_and_join_at_their_blocks_end(resnet50):

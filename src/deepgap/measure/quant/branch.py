@@ -14,7 +14,7 @@ it); `run` is `QuantNet.forward`'s loop with the second stream. `branch_choice.c
 that way too and keeps the graph only where it gives the serial graph's logits bit for bit (the same kernels)
 and is faster.
 ``DEEPGAP_QUANT_BRANCH``: 'off' (the default until a GPU has timed it) or 'auto' (timed at batch ≤
-`MAX_BATCH`, kept where faster). On the CPU there is one stream: the serial loop runs.
+`branch_choice.MAX_BATCH`, kept where faster). On the CPU there is one stream: the serial loop runs.
 """
 
 from __future__ import annotations
