@@ -40,3 +40,14 @@ def test_the_scan_counts_what_code_outside_jit_functions_names(script, tmp_path)
         "from deepgap.k import helper\nhelper = None\nprefetch = 1\nprint(prefetch)\n"
     )
     assert script.launched_kernels(tmp_path) == {"deepgap.k:kernel"}
+
+
+def test_a_case_whose_launch_failed_shows_whatever_only_asks(script, monkeypatch, capsys, tmp_path):
+    """--only filters kernels by name; a case that raised names none, and it still shows (and fails the run)."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))  # main sets it where unset; restored after
+    failed = script.Launch("split-k", "l4.0.conv2 b1 fp8 spread", error="ValueError: runs on a GPU only")
+    monkeypatch.setattr(script, "capture", lambda: [failed])
+    monkeypatch.setattr(script, "launched_kernels", lambda: set())
+    assert script.main(["--only", "conv_gemm"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL -" in out and "split-k: l4.0.conv2 b1 fp8 spread" in out and "1 failed" in out
