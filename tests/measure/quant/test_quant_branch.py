@@ -23,14 +23,19 @@ from deepgap.measure.quant.network import build
 DOWNSAMPLES = [f"layer{k}.0.downsample" for k in (1, 2, 3, 4)]
 
 
+def _net(name: str):
+    """``name``'s int8 quant network at 32², random weights, calibrated on two images."""
+    torch.manual_seed(0)
+    graph = resnet_graph(models.get_model(name, weights=None).eval())
+    return build(graph, "int8", collect_amax(graph, calibration_images(2, 32, 0), method="max"), {}, 32)
+
+
 @pytest.fixture(scope="module")
 def resnet50():
     """The folded graph, and the quant network's step names (the stem's step makes its ``stem.out``)."""
-    torch.manual_seed(0)
-    graph = resnet_graph(models.resnet50().eval())
-    net = build(graph, "int8", collect_amax(graph, calibration_images(2, 32, 0), method="max"), {}, 32)
+    net = _net("resnet50")
     assert net.stem.out == "pool" and branch.skip_of(net) == set()
-    return graph, [name for name, _ in net.steps(1)]
+    return net.graph, [name for name, _ in net.steps(1)]
 
 
 def test_resnet50s_downsamples_fork_after_their_input_and_join_at_their_blocks_end(resnet50):
@@ -80,9 +85,7 @@ class _Stream:
 
 
 def test_the_loop_with_stand_in_streams_gives_the_serial_logits(monkeypatch):
-    torch.manual_seed(0)
-    graph = resnet_graph(models.resnet18().eval())
-    net = build(graph, "int8", collect_amax(graph, calibration_images(2, 32, 0), method="max"), {}, 32)
+    net = _net("resnet18")
     for name in net.convs:
         net.backend[name] = "reference"
     images = torch.randn(1, 3, 32, 32).half().contiguous(memory_format=torch.channels_last)
@@ -118,9 +121,7 @@ def test_the_choice_captures_nothing_where_it_is_not_offered(monkeypatch):
     """Off (the default), above `branch_choice.MAX_BATCH`, or with no side step: the runner as it was, no info."""
     from deepgap.measure.quant import branch_choice
 
-    torch.manual_seed(0)
-    graph = resnet_graph(models.resnet18().eval())
-    net = build(graph, "int8", collect_amax(graph, calibration_images(2, 32, 0), method="max"), {}, 32)
+    net = _net("resnet18")
     runner = object()
     monkeypatch.delenv("DEEPGAP_QUANT_BRANCH", raising=False)
     assert branch_choice.choose(net, runner, torch.zeros(1, 3, 32, 32), "cuda", False) == (runner, None)

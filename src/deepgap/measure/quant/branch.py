@@ -10,9 +10,9 @@ critical path loses the four downsamples' time.
 `schedule` finds such steps (a plain convolution whose output is read only as a later step's residual) and
 the order to run them in; `deaths` says when each tensor may go, never before the join of a side step that
 reads it (the caching allocator would hand the memory to the main path while the side stream still reads
-it); `run` is `QuantNet.forward`'s loop with the second stream. `branch_choice.choose` captures the network
-that way too and keeps the graph only where it gives the serial graph's logits bit for bit (the same kernels)
-and is faster.
+it); `run` is `QuantNet.forward`'s loop, with the second stream where the network has one.
+`branch_choice.choose` captures the network that way too and keeps the graph only where it gives the serial
+graph's logits bit for bit (the same kernels) and is faster.
 ``DEEPGAP_QUANT_BRANCH``: 'off' (the default until a GPU has timed it) or 'auto' (timed at batch ≤
 `branch_choice.MAX_BATCH`, kept where faster). On the CPU there is one stream: the serial loop runs.
 """
@@ -91,22 +91,29 @@ def deaths(graph: Graph, names: list[str], sched: Schedule) -> list[list[str]]:
     at = {i: p for p, i in enumerate(sched.order)}
     nodes = {n.name: n for n in graph.nodes}
     for s in sched.side:
+        inp = nodes[names[s]].inp
         join = min(at[j] for j, sides in sched.joins.items() if s in sides)
         for p in range(at[s], join):
-            keep = [t for t in dead[p] if t == nodes[names[s]].inp]
-            for t in keep:
-                dead[p].remove(t)
-                dead[join].append(t)
+            if inp in dead[p]:
+                dead[p].remove(inp)
+                dead[join].append(inp)
     return dead
 
 
-def run(net: Any, steps: list, env: dict, side: torch.cuda.Stream) -> None:
-    """``net``'s steps with the side steps on ``side`` (`schedule`), each forked after its input and joined."""
+def run(net: Any, steps: list, env: dict, side: torch.cuda.Stream | None) -> None:
+    """``net``'s steps (`QuantNet.forward`): in order, or with the side steps on ``side`` (`schedule`).
+
+    A side step forks after its input is made and is joined before its reader; each tensor goes after its last
+    reader (`deaths`).
+    """
     names = [n for n, _ in steps]
-    sched = schedule(net.graph, names, net.stem.out, skip_of(net))
-    dead = deaths(net.graph, names, sched)
-    main = torch.cuda.current_stream(side.device)
-    for p, i in enumerate(sched.order):
+    sched = (
+        schedule(net.graph, names, net.stem.out, skip_of(net))
+        if side is not None
+        else Schedule(tuple(range(len(steps))))
+    )
+    main = torch.cuda.current_stream(side.device) if side is not None else None
+    for i, drop in zip(sched.order, deaths(net.graph, names, sched), strict=True):
         if i in sched.joins:
             main.wait_stream(side)
         if i in sched.side:
@@ -115,7 +122,7 @@ def run(net: Any, steps: list, env: dict, side: torch.cuda.Stream) -> None:
                 steps[i][1](env)
         else:
             steps[i][1](env)
-        for t in dead[p]:
+        for t in drop:
             env.pop(t, None)
 
 

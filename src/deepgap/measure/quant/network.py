@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from deepgap.measure.quant import layers
-from deepgap.measure.quant.fold import ConvertNode, ConvNode, Graph, HeadNode, dead_after, infer_shapes
+from deepgap.measure.quant import branch, layers
+from deepgap.measure.quant.fold import ConvertNode, ConvNode, Graph, HeadNode, infer_shapes
 from deepgap.measure.quant.stem import Stem
 from deepgap.measure.quant.tiles import (
     TileConfig,
@@ -268,17 +268,7 @@ class QuantNet:
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Logits (fp32) of an image batch ``x`` (NCHW, any float dtype, on the network's device)."""
         env = {self.graph.input: x}
-        steps = self.steps(x.shape[0])
-        if self.side is not None:  # the shortcut convolutions beside the main path (`branch_choice.choose`)
-            from deepgap.measure.quant import branch
-
-            branch.run(self, steps, env, self.side)
-            return env[self.graph.output]
-        dead = dead_after(self.graph, [n for n, _ in steps])
-        for (_, step), drop in zip(steps, dead, strict=True):
-            step(env)
-            for t in drop:
-                env.pop(t, None)
+        branch.run(self, self.steps(x.shape[0]), env, self.side)  # ``side``: `branch_choice.choose`
         return env[self.graph.output]
 
 

@@ -66,7 +66,7 @@ class HandOff:
         """Fresh buffers for a row as wide as ``gamma``."""
         n = gamma.shape[0]
         scaled = torch.empty((1, n), dtype=torch.bfloat16, device=gamma.device)
-        return cls(gamma, scaled, torch.empty(n // GROUP.value, dtype=torch.float32, device=gamma.device))
+        return cls(gamma, scaled, torch.empty(squares_width(n), dtype=torch.float32, device=gamma.device))
 
 
 def squares_width(k: int) -> int:
