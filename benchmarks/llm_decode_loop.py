@@ -3,15 +3,11 @@
 It shares only the decoder's modules (`deepgap.measure.models.llama_net`) and, for fp8/int8, the Linear
 swap (`deepgap.measure.quant.transformer.quantize_linears`, then `deepgap.measure.llm_fused`'s batch-1 layer
 unless DEEPGAP_DECODE_FUSED=0; with DEEPGAP_DECODE_ROPE=fused its qkv GEMV does RoPE and the K/V cache write too)
-and the static step's attention kernel (`deepgap.measure.llm_attention`, unless DEEPGAP_DECODE_ATTENTION=sdpa,
-or =qkv: at batch 1 in the fused qkv GEMV's last programs, `deepgap.measure.llm_qkv_attention`;
+and the static step's attention kernel (`deepgap.measure.llm_attention`, unless DEEPGAP_DECODE_ATTENTION=sdpa;
 ``--attention`` times several; split over the cache as DEEPGAP_DECODE_SPLIT_KV says, ``--split-kv`` times
-several, its chunks merged as DEEPGAP_DECODE_COMBINE says, ``--combine`` times several; the fused GEMVs' L2
-prefetch under PDL as DEEPGAP_DECODE_PREFETCH says, ``--prefetch`` times several; a batch-1 step's layers in one
-kernel as DEEPGAP_DECODE_WHOLE says, ``--whole`` times several, each a mode or a variant with its tiles changed,
-`deepgap.measure.llm_whole_plan.variant`; the RMSNorm folded or handed over as DEEPGAP_DECODE_NORM says, ``--norm``
-times several; ``--tiles`` forces a fused GEMV's tile by shape, turn by turn, where the tuner would time its own);
-the timing is its own.
+several, its chunks merged as DEEPGAP_DECODE_COMBINE says, ``--combine`` times several; the RMSNorm folded or
+handed over as DEEPGAP_DECODE_NORM says, ``--norm`` times several; ``--tiles`` forces a fused GEMV's tile by
+shape, turn by turn, where the tuner would time its own); the timing is its own.
 Per batch: seeded prompts of ``--input-len`` tokens are prefilled; the decode step (positions as a device
 tensor, the whole cache masked) is compiled and captured as one CUDA graph; then ``--steps`` greedy steps are
 replayed back to back (each step's greedy token, `llm_timing.greedy` as deepgap picks it, is the next step's
@@ -25,8 +21,7 @@ line per batch goes to ``--out``/llm_decode_loop.jsonl.
 
     python benchmarks/llm_decode_loop.py --model llama-3.1-8b --precision fp8 --batches 1 --profile --out OUT
     python benchmarks/llm_decode_loop.py --batches 1,4 --pdl on --split-kv off,auto --out OUT  # the split KV
-    python benchmarks/llm_decode_loop.py --pdl on --split-kv auto --attention triton,qkv --harness deepgap --out OUT
-    python benchmarks/llm_decode_loop.py --pdl on --split-kv auto --whole off,on --harness deepgap --out OUT
+    python benchmarks/llm_decode_loop.py --pdl on --split-kv auto --norm fold,handoff --harness deepgap --out OUT
 """
 
 from __future__ import annotations
@@ -101,9 +96,6 @@ def _deepgap_step(m, tok, input_len: int):
 
     step = make_step(m, "cuda-graph", "default", True)
     step(tok, input_len)  # warm-up, both captures and the PDL choice
-    from deepgap.measure import llm_whole_plan
-
-    llm_whole_plan.refuse_if_flagged(m)  # a one-kernel step whose barrier gave up: stop, do not time it
 
     def one(i: int) -> None:
         tok.copy_(greedy(step(tok, input_len + i)))
@@ -154,11 +146,6 @@ def measure(  # noqa: D103
             )
         if timeline:
             row |= _timeline(one, m.shape.layers, timeline)
-        if os.environ.get("DEEPGAP_DECODE_ATTENTION") == "qkv-split":
-            from deepgap.measure import llm_qkv_split
-
-            # a wait that gave up: the step's attention rows are not to be trusted
-            row["wait_gave_up"] = llm_qkv_split.flagged(m.shape.kv_heads, ids.device)
     return row
 
 
@@ -213,20 +200,9 @@ def main() -> None:  # noqa: D103
         help="split-KV merges to time in turn, e.g. kernel,last-block (DEEPGAP_DECODE_COMBINE)",
     )
     ap.add_argument(
-        "--prefetch",
-        default=None,
-        help="the L2 prefetch to time in turn, e.g. off,l2,attention (DEEPGAP_DECODE_PREFETCH)",
-    )
-    ap.add_argument(
         "--attention",
         default=None,
-        help="static-step attentions to time in turn, e.g. triton,qkv (DEEPGAP_DECODE_ATTENTION)",
-    )
-    ap.add_argument(
-        "--whole",
-        default=None,
-        help="a batch-1 step's layers in one kernel or not, in turn, e.g. off,on,l2+lead_kb=128 "
-        "(DEEPGAP_DECODE_WHOLE, or a variant: llm_whole_plan.variant)",
+        help="static-step attentions to time in turn, e.g. triton,sdpa (DEEPGAP_DECODE_ATTENTION)",
     )
     ap.add_argument(
         "--norm",
@@ -247,44 +223,29 @@ def main() -> None:  # noqa: D103
     )
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    wholes = args.whole.split(",") if args.whole else [os.environ.get("DEEPGAP_DECODE_WHOLE", "off")]
-    from deepgap.measure import llm_whole_plan
-
-    # a variant's (mode, tiles); one it cannot read stops before the model is built
-    variants = {w: llm_whole_plan.variant(w) for w in wholes if "+" in w}
     m = build(args.model, args.precision)
     pdls = _turns(args.pdl, "PDL", "")
     splits, combines = _turns(args.split_kv, "SPLIT_KV", "off"), _turns(args.combine, "COMBINE", "kernel")
-    prefetches, attentions = (
-        _turns(args.prefetch, "PREFETCH", "off"),
-        _turns(args.attention, "ATTENTION", "triton"),
-    )
+    attentions = _turns(args.attention, "ATTENTION", "triton")
     norms = _turns(args.norm, "NORM", "handoff")
     runs = itertools.product(
-        pdls, splits, combines, prefetches, attentions, wholes, norms, args.tiles.split(";"),
-        args.harness.split(","),
-    )  # fmt: skip
-    for mode, split, combine, prefetch, attention, whole, norm, tiles, harness in runs:
+        pdls, splits, combines, attentions, norms, args.tiles.split(";"), args.harness.split(",")
+    )
+    for mode, split, combine, attention, norm, tiles, harness in runs:
         force_tiles(tiles)
         os.environ["DEEPGAP_DECODE_PDL"], os.environ["DEEPGAP_DECODE_SPLIT_KV"] = mode, split
-        os.environ["DEEPGAP_DECODE_COMBINE"], os.environ["DEEPGAP_DECODE_PREFETCH"] = combine, prefetch
-        os.environ["DEEPGAP_DECODE_ATTENTION"], os.environ["DEEPGAP_DECODE_WHOLE"] = (
-            attention,
-            whole.split("+")[0],
-        )
+        os.environ["DEEPGAP_DECODE_COMBINE"], os.environ["DEEPGAP_DECODE_ATTENTION"] = combine, attention
         os.environ["DEEPGAP_DECODE_NORM"] = norm
         if args.precision != "bf16":  # the fused layers read the switch (`llm_fused.configure`)
             from deepgap.measure import llm_fused
 
             llm_fused.configure(m)
-            if whole in variants and m.whole_step is not None:  # a variant: its tiles, not its mode's
-                m.whole_step = llm_whole_plan.WholeStep(m, variants[whole][1])
         for b in (int(x) for x in args.batches.split(",")):
             row = {"model": args.model, "precision": args.precision, "input_len": args.input_len}
             # the switches an ablation turns (module docstring), as this process ran
             row |= {k: os.environ.get(f"DEEPGAP_DECODE_{k.upper()}", "") for k in SWITCHES}
-            row["whole_variant"], row["forced_tiles"] = whole, tiles
-            tag = "-".join(x for x in (mode, split, attention, prefetch, whole, norm, harness) if x)
+            row["forced_tiles"] = tiles
+            tag = "-".join(x for x in (mode, split, attention, norm, harness) if x)
             tag += "" if tiles == "tuned" else "-" + tiles.replace("=", "_").replace(",", "+")
             trace_path = str(Path(args.out) / f"timeline-b{b}-{tag}.json.gz") if args.timeline else ""
             row |= measure(m, b, args.input_len, args.steps, args.profile and b == 1, harness, trace_path)
@@ -301,7 +262,7 @@ def main() -> None:  # noqa: D103
 
 
 # the DEEPGAP_DECODE_* switches a row records, as its process ran (module docstring)
-SWITCHES = ("fused", "rope", "attention", "pdl", "split_kv", "combine", "prefetch", "whole", "norm")
+SWITCHES = ("fused", "rope", "attention", "pdl", "split_kv", "combine", "norm")
 
 
 _FORCED: dict[tuple[int, int], object] = {}  # (K, N) → the fused GEMVs' tile this turn (`force_tiles`)

@@ -6,7 +6,7 @@ so each case calls the real launcher (`llm_attention.attend`, `gemv.fp8_gemv`, `
 the shapes and tiles the engine launches (the tiles from `quant.tiles`, `gemv`'s tile tables, the stems'
 `stem_choice.STEM_VARIANTS`); `compile_sm90.capture` records what each launch would compile. Meta tensors
 are not CPU tensors, so no launch takes the interpreter's path (``DOT_F32`` stays off, as on a GPU). Where a
-launcher asks the device itself (the persistent grid's SM count, the L2 prefetch, the GPU's tanh), the case
+launcher asks the device itself (the persistent grid's SM count, the GPU's tanh), the case
 gives what an H200 answers.
 
 `CASES` maps a family name to its cases; a case is ``(label, launch)``, ``launch()`` makes the launches.
@@ -24,14 +24,13 @@ from unittest import mock
 
 import torch
 
-from deepgap.measure import llm_attention, llm_qkv_attention, llm_qkv_split
+from deepgap.measure import llm_attention
 from deepgap.measure.quant import (
     conv_tma,
     gemv,
     gemv_fused,
     head_pool,
     kernels,
-    l2_prefetch,
     launch,
     linear_kernels,
     pair,
@@ -78,11 +77,10 @@ DECODERS = {"8b": (4096, 32, 8, 128, 14336), "1b": (2048, 32, 8, 64, 8192)}
 
 
 def attention_cases() -> Iterator[Case]:
-    """The decode attention: one pass, split with the combine kernel and with the last-block merge; o's weights
-    asked of L2 meanwhile (``ahead``, `l2_prefetch`)."""
-    for (name, (width, nq, nkv, d, _)), (b, length, mode, last, ahead) in itertools.product(
-        DECODERS.items(), [(1, 256, "off", False, False), (1, 256, "on", False, False), (1, 256, "on", True, False),
-                           (1, 256, "on", False, True), (1, 2048, "on", False, False), (16, 256, "auto", False, False)],
+    """The decode attention: one pass, split with the combine kernel and with the last-block merge."""
+    for (name, (_, nq, nkv, d, _)), (b, length, mode, last) in itertools.product(
+        DECODERS.items(), [(1, 256, "off", False), (1, 256, "on", False), (1, 256, "on", True), (1, 2048, "on", False),
+                           (16, 256, "auto", False)],
     ):  # fmt: skip
         split = llm_attention.plan(b, nkv, length, H200_SMS, mode)
         pos = meta(b, dtype=torch.int64)  # batch > 1: one position per sequence (continuous batching)
@@ -90,14 +88,13 @@ def attention_cases() -> Iterator[Case]:
             how = (
                 f"split {split.chunks}x{split.chunk}" + " last-block" * last if split.combine else "one pass"
             )
-            w = meta(width, width, dtype=F8) if ahead else None
 
-            def run(b=b, length=length, split=split, last=last, ctx=ctx, pos=pos, nq=nq, nkv=nkv, d=d, w=w):
+            def run(b=b, length=length, split=split, last=last, ctx=ctx, pos=pos, nq=nq, nkv=nkv, d=d):
                 with ctx():
                     llm_attention.attend(meta(b, nq, 1, d), meta(b, nkv, length, d), meta(b, nkv, length, d), pos,
-                                         split, last, w)  # fmt: skip
+                                         split, last)  # fmt: skip
 
-            yield f"{name} b{b} L{length} {how}{' ahead' * ahead}{suffix}", run
+            yield f"{name} b{b} L{length} {how}{suffix}", run
 
 
 def gemv_cases() -> Iterator[Case]:
@@ -137,7 +134,7 @@ def hand_off(n: int) -> HandOff:
 
 
 def fused_cases() -> Iterator[Case]:
-    """The fused one-row GEMV: norm + SwiGLU (gate_up), residual (down), norm + RoPE (qkv); PDL, the L2 prefetch.
+    """The fused one-row GEMV: norm + SwiGLU (gate_up), residual (down), norm + RoPE (qkv); PDL.
 
     And the norm handed over (`norm_handoff`): its readers (gate_up, qkv) and a writer (down)."""
     hidden, nq, nkv, d, ff = DECODERS["8b"]
@@ -164,86 +161,20 @@ def fused_cases() -> Iterator[Case]:
                 )
             if first:
                 yield (
-                    f"{what} {k}x{n} fp8 {gemv_label(tile)} pdl l2-prefetch",
-                    fused_run(k, n, fusion, tile, launch.pdl, "fp8", prefetch=True),
-                )
-                yield (
                     f"{what} {k}x{n} int8 {gemv_label(tile)} pdl",
                     fused_run(k, n, fusion, tile, launch.pdl, "int8"),
                 )
 
 
-def fused_run(k, n, fusion, tile, ctx, qfmt, prefetch=False, attend=None) -> Callable[[], None]:
-    """A launch of the fused GEMV (or ``attend``, a qkv GEMV that attends, with its operands) on meta operands."""
+def fused_run(k, n, fusion, tile, ctx, qfmt) -> Callable[[], None]:
+    """A launch of the fused GEMV on meta operands."""
 
     def run():
-        # DEEPGAP_DECODE_PREFETCH=l2 on an H200: the first programs' bands (`l2_prefetch.programs`)
-        pf = (
-            mock.patch.object(l2_prefetch, "programs", lambda *_: 64)
-            if prefetch
-            else contextlib.nullcontext()
-        )
         x, codes, scale = meta(1, k), meta(n, k, dtype=QFMT[qfmt]), meta(n, dtype=F32)
-        with ctx(), pf:
-            if attend:
-                attend(x, codes, scale, fusion(), tile)
-            else:
-                gemv_fused.fused_gemv(x, codes, scale, fusion(), tile)
+        with ctx():
+            gemv_fused.fused_gemv(x, codes, scale, fusion(), tile)
 
     return run
-
-
-def qkv_attention_cases() -> Iterator[Case]:
-    """The qkv GEMV with the attention in its last programs: every fused tile (8B), 1B's head_dim 64."""
-    tiles = rope_fusion("8b").tiles()
-    for dec, tile in [("8b", t) for t in tiles] + [("1b", gemv_fused.FUSED_TILES[0])]:
-        hidden, nq, nkv, d, _ = DECODERS[dec]
-        n, first = (nq + 2 * nkv) * d, tile == gemv_fused.FUSED_TILES[0]
-        for suffix, ctx in pdl_modes(on=True, off=first and dec == "8b"):
-            yield (
-                f"{dec} {hidden}x{n} {gemv_label(tile)}{suffix}",
-                fused_run(
-                    hidden,
-                    n,
-                    lambda dec=dec: rope_fusion(dec),
-                    tile,
-                    ctx,
-                    "fp8",
-                    attend=llm_qkv_attention.rope_gemv_attend,
-                ),
-            )
-        if first and dec == "8b":
-            yield (
-                f"{dec} {hidden}x{n} {gemv_label(tile)} pdl l2-prefetch",
-                fused_run(
-                    hidden,
-                    n,
-                    lambda: rope_fusion("8b"),
-                    tile,
-                    launch.pdl,
-                    "fp8",
-                    prefetch=True,
-                    attend=llm_qkv_attention.rope_gemv_attend,
-                ),
-            )
-
-
-def qkv_split_cases() -> Iterator[Case]:
-    """The qkv GEMV with the split attention in programs after its own (`llm_qkv_split`), 8B: every fused tile."""
-    hidden, nq, nkv, d, _ = DECODERS["8b"]
-    n = (nq + 2 * nkv) * d
-    for tile in rope_fusion("8b").tiles():
-        for suffix, ctx in pdl_modes(on=True, off=tile == gemv_fused.FUSED_TILES[0]):
-            run = fused_run(
-                hidden,
-                n,
-                lambda: rope_fusion("8b"),
-                tile,
-                ctx,
-                "fp8",
-                attend=llm_qkv_split.rope_gemv_attend_split,
-            )
-            yield f"8b {hidden}x{n} {gemv_label(tile)}{suffix}", run
 
 
 # ---- ResNet-50 at 224²: (name, input size, C_in, C_out, kernel, stride, padding, residual)
@@ -527,56 +458,10 @@ def whole_cases() -> Iterator[Case]:
         yield f"resnet b1 {qfmt}{' dataflow' if flow else ' barriers'}{' 16 warps' * (warps == 16)}", run
 
 
-def whole_decode_cases() -> Iterator[Case]:
-    """`llm_whole_plan.run` (every layer of a batch-1 decode step in one kernel) at the 8B shape, a 2048-position
-    cache: each DEEPGAP_DECODE_WHOLE mode's tiles (`tiles_for`), in fp8 and int8, under PDL and not, and with the
-    phase timer (`benchmarks/whole_decode_phases.py`)."""
-    from deepgap.measure import llm_whole_plan
-
-    hidden, nq, nkv, d, ff = DECODERS["8b"]
-    base = llm_whole_plan.Tiles()
-    variants = [("fp8", base, True, False), ("fp8", base, False, False), ("int8", base, True, False),
-                ("fp8", llm_whole_plan.tiles_for("l2"), True, False),
-                ("fp8", llm_whole_plan.tiles_for("ahead"), True, False),
-                ("int8", llm_whole_plan.tiles_for("ahead"), True, False),
-                ("fp8", base, False, True),
-                # `benchmarks/whole_decode_phases.py`'s other variants: 8-wide o and down bands, ahead with the lead
-                ("fp8", dataclasses.replace(base, o=(8, 4096), down=(16, 2048), lead_kb=64), True, False),
-                ("fp8", dataclasses.replace(llm_whole_plan.tiles_for("ahead"), lead_kb=64), True, False)]  # fmt: skip
-    for qfmt, t, pdl, timed in variants:
-
-        def run(qfmt=qfmt, t=t, pdl=pdl, timed=timed):
-            q = QFMT[qfmt]
-            ops = [meta((nq + 2 * nkv) * d, hidden, dtype=q), meta((nq + 2 * nkv) * d, dtype=F32)]
-            ops += [meta(hidden, nq * d, dtype=q), meta(hidden, dtype=F32), meta(2 * ff, hidden, dtype=q)]
-            ops += [meta(2 * ff, dtype=F32), meta(hidden, ff, dtype=q), meta(hidden, dtype=F32)]
-            ops += [meta(hidden), meta(hidden)]
-            layers = (
-                32  # not 1: an int argument of 1 is a constant to Triton, and the layer loop would vanish
-            )
-            ops *= layers
-            caches = [meta(1, nkv, 2048, d) for _ in range(2 * layers)]
-            fitted = t.fitted(hidden, ff, nq, nkv, d)
-            x, angle = meta(1, hidden), meta(d)
-            with launch.pdl() if pdl else contextlib.nullcontext():  # a decode graph launches it under PDL
-                pos = meta(1, dtype=torch.int64)
-                times = meta(1 + 5 * 32, dtype=torch.int64) if timed else None  # whole_decode_phases.py's
-                llm_whole_plan.run(
-                    x, angle, angle, pos, ops, caches[:layers], caches[layers:], nq, 1e-5, fitted, times
-                )
-
-        label = f"{qfmt} w{t.warps} o{t.o[0]}x{t.o[1]} down{t.down[0]}x{t.down[1]}{' ahead' * t.ahead}"
-        label += f"{f' lead{t.lead_kb}' * (t.lead_kb > 0)}{' pdl' * pdl}"
-        label += " timed" * timed
-        yield f"8b b1 {label}", run
-
-
 CASES: dict[str, Callable[[], Iterator[Case]]] = {
     "attention": attention_cases,
     "gemv": gemv_cases,
     "fused": fused_cases,
-    "qkv-attention": qkv_attention_cases,
-    "qkv-split": qkv_split_cases,
     "conv": conv_cases,
     "persistent": persistent_cases,
     "pair": pair_cases,
@@ -587,5 +472,4 @@ CASES: dict[str, Callable[[], Iterator[Case]]] = {
     "head": head_cases,
     "linear": linear_cases,
     "whole": whole_cases,
-    "whole-decode": whole_decode_cases,
 }

@@ -25,7 +25,7 @@ import torch
 # barrier 1.35 µs and a K step of 64 about 0.35 µs (latency-bound); these weigh K steps of 128 (layers from 128
 # channels), deeper pipelines (two programs an SM need 4 warps, which spill) and dataflow counters for barriers;
 # and (session 35) 16 warps a program: 126-128 registers a thread against 8 warps' 219-249, no spills (sm_90,
-# Triton 3.6), twice the threads an SM to keep loads in flight, as the decode kernel (`llm_whole`) uses
+# Triton 3.6), twice the threads an SM to keep loads in flight (as session 37's one-kernel decode step did)
 VARIANTS = ((1, 8, 3, 1, False), (1, 8, 4, 1, False), (1, 8, 3, 1, True), (1, 16, 3, 1, False))
 
 
@@ -43,10 +43,7 @@ def _phases(plan) -> list[list[str]]:
 
 
 def timer_deltas_us(run, size: int, n: int, device) -> list[list[float]]:
-    """``n`` launches of ``run(times=buf)``: each one's µs between program 0's consecutive global-timer stamps.
-
-    Shared with `whole_decode_phases.py`, whose kernel stamps its buffer the same way (``size`` int64).
-    """
+    """``n`` launches of ``run(times=buf)``: each one's µs between program 0's consecutive global-timer stamps."""
     buf = torch.zeros(size, dtype=torch.int64, device=device)
     rows = []
     for _ in range(n):

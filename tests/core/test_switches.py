@@ -14,7 +14,7 @@ from deepgap.core.errors import UsageError
 
 
 def _clear(monkeypatch):
-    for name in switches.SWITCHES:
+    for name in [*switches.SWITCHES, *switches.RETIRED]:
         monkeypatch.delenv(name, raising=False)
 
 
@@ -32,6 +32,22 @@ def test_a_set_switch_is_returned_and_a_bad_one_stops_with_its_fix(monkeypatch):
     monkeypatch.setenv("DEEPGAP_DECODE_PDL", "yes")
     with pytest.raises(UsageError, match=r"^DEEPGAP_DECODE_PDL='yes'; set it to one of auto, on, off$"):
         switches.check_environment()
+
+
+def test_a_retired_switch_set_to_its_removed_lever_stops_the_run(monkeypatch):
+    """A lever that was removed never runs silently as the default path: its switch names the removal."""
+    _clear(monkeypatch)
+    monkeypatch.setenv("DEEPGAP_DECODE_WHOLE", "off")  # the old default: what runs anyway, so no harm
+    assert switches.check_environment() == {}
+    monkeypatch.setenv("DEEPGAP_DECODE_WHOLE", "on")
+    with pytest.raises(UsageError, match=r"^DEEPGAP_DECODE_WHOLE=on: this switch was removed \(session 42: .*"
+                       r"; unset DEEPGAP_DECODE_WHOLE$"):  # fmt: skip
+        switches.check_environment()
+    _clear(monkeypatch)
+    monkeypatch.setenv("DEEPGAP_DECODE_ATTENTION", "qkv")  # a removed value of a live switch: its choices
+    with pytest.raises(UsageError, match=r"set it to one of triton, sdpa$"):
+        switches.check_environment()
+    assert not set(switches.RETIRED) & set(switches.SWITCHES)
 
 
 def test_every_switch_in_the_source_is_read_through_the_table():

@@ -115,8 +115,7 @@ def test_fused_layers_decode_as_the_plain_ones(monkeypatch, norm, precision="fp8
 
 def test_the_norm_switch_chains_the_fused_layers(monkeypatch):
     """``DEEPGAP_DECODE_NORM``: each layer's down hands its row to the next layer's qkv (the last to none), and
-    o's to gate_up; with ``fold`` none; with the attention in the qkv GEMV (which folds its norm) only o's;
-    a value outside fold/handoff is a usage error."""
+    o's to gate_up; with ``fold`` none; a value outside fold/handoff is a usage error."""
     from deepgap.core.errors import UsageError
     from deepgap.measure import llm_fused
     from deepgap.measure.decode_config import LINEAR_SWAPS
@@ -127,10 +126,6 @@ def test_the_norm_switch_chains_the_fused_layers(monkeypatch):
     nexts = [m.layer.input_layernorm for m in layers[1:]]
     assert all(m.handoff for m in layers) and [m.next_norm[0] for m in layers[:-1]] == nexts
     assert layers[-1].next_norm == () and not any("next_norm" in n for n, _ in model.named_modules())
-    monkeypatch.setenv("DEEPGAP_DECODE_ATTENTION", "qkv")
-    llm_fused.configure(model)
-    assert all(m.handoff and m.next_norm == () for m in layers)
-    monkeypatch.delenv("DEEPGAP_DECODE_ATTENTION")
     monkeypatch.setenv("DEEPGAP_DECODE_NORM", "fold")
     llm_fused.configure(model)
     assert not any(m.handoff or m.next_norm for m in layers)

@@ -206,8 +206,8 @@ def _engine(r: dict) -> str:
     """The engine, with the decode step it ran and the ways its step was launched: PDL, split KV.
 
     PDL: its graph used programmatic dependent launch; split KV: its attention was split over the cache
-    (`deepgap.measure.llm_attention`), or done by the qkv GEMV's last programs (`llm_qkv_attention`); every
-    layer in one kernel (`llm_whole`).
+    (`deepgap.measure.llm_attention`). Rows stored before session 42 may say their attention ran in the qkv
+    GEMV's last programs, or every layer in one kernel (levers since removed); they keep those labels.
     """
     how = [f"{r['decode_step']} step"] if r["decode_step"] and r["decode_step"] != r["engine"] else []
     if str(r.get("decode_pdl") or "").startswith("on"):
@@ -215,8 +215,8 @@ def _engine(r: dict) -> str:
     attention = str(r.get("decode_attention") or "")
     if attention.startswith("split"):
         how.append("split KV")
-    elif "qkv GEMV" in attention:  # `llm_attention.QKV_NOTE` (", split C×P": `llm_qkv_split`)
+    elif "qkv GEMV" in attention:  # "in the qkv GEMV's last programs[, split C×P]" (before session 42)
         how.append("attention in the qkv GEMV" + (", split" if "split" in attention else ""))
-    if "one-kernel step" in attention:  # `llm_attention.WHOLE_NOTE`
+    if "one-kernel step" in attention:  # "split in the one-kernel step" (before session 42)
         how.append("every layer in one kernel")
     return f"{r['engine']} ({', '.join(how)})" if how else str(r["engine"])

@@ -7,7 +7,10 @@ not check it, since the readers' modules import torch. With the values here, tor
 stops a run with one line (exit 2) before its store is opened, and returns the switches that are set, which
 the run records beside its environment. The modules that act on a switch take its values from here and
 keep the why (each switch's docstring: `linear_choice`, `sdpa_choice`, `tiles`, `stem_choice`, `split_k`, `branch`,
-`pair_choice`, `conv_tma`, `llm_fused`, `llm_attention`, `pdl_choice`, `l2_prefetch`, `serving.sim.packing`).
+`pair_choice`, `conv_tma`, `llm_fused`, `llm_attention`, `pdl_choice`, `serving.sim.packing`).
+
+A switch whose lever was measured slower and removed stays in `RETIRED`: set to anything but its old default it
+stops the run, rather than leave a user believing the lever ran.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from deepgap.core.errors import env_choice
+from deepgap.core.errors import UsageError, env_choice
 
 
 @dataclass(frozen=True)
@@ -45,12 +48,10 @@ SWITCHES: dict[str, Switch] = {
     "DEEPGAP_QUANT_CONV_TMA": Switch(("off", "on"), "on"),
     "DEEPGAP_DECODE_ROPE": Switch(("mix", "fused"), "fused"),
     "DEEPGAP_DECODE_NORM": Switch(("fold", "handoff"), "handoff"),
-    "DEEPGAP_DECODE_ATTENTION": Switch(("triton", "sdpa", "qkv", "qkv-split"), "triton"),
+    "DEEPGAP_DECODE_ATTENTION": Switch(("triton", "sdpa"), "triton"),
     "DEEPGAP_DECODE_SPLIT_KV": Switch(("auto", "on", "off"), "auto", empty_is_unset=False),
     "DEEPGAP_DECODE_COMBINE": Switch(("kernel", "last-block"), "kernel", empty_is_unset=False),
     "DEEPGAP_DECODE_PDL": Switch(("auto", "on", "off"), "auto", empty_is_unset=False),
-    "DEEPGAP_DECODE_PREFETCH": Switch(("off", "l2", "attention"), "off"),
-    "DEEPGAP_DECODE_WHOLE": Switch(("off", "on", "l2", "ahead"), "off"),  # batch-1 layers in one kernel
     "DEEPGAP_DECODE_FUSED": Switch(("1", "0"), "1"),  # 0: the batch-1 quant decoder keeps the plain layer
     "DEEPGAP_SERVE_PREFILL": Switch(
         ("packed", "padded"),
@@ -83,6 +84,20 @@ def read(name: str) -> str:
     return env_choice(name, s.choices, s.default, empty_is_unset=s.empty_is_unset, fix=s.fix, quote=s.quote)
 
 
+# removed levers (measured slower; docs/llm.md keeps the measurements): name → (old default, when removed)
+RETIRED = {
+    "DEEPGAP_DECODE_WHOLE": ("off", "session 42: every batch-1 layer in one kernel, 2.7x slower"),
+    "DEEPGAP_DECODE_PREFETCH": ("off", "session 42: weights asked of L2 ahead of their GEMV, slower"),
+}
+
+
 def check_environment() -> dict[str, str]:
-    """Every switch checked (the first bad one raises); returns those set, by name, with their values."""
+    """Every switch checked (the first bad one raises); returns those set, by name, with their values.
+
+    A `RETIRED` switch set to anything but its old default is a `UsageError` too.
+    """
+    for name, (old, why) in RETIRED.items():
+        value = os.environ.get(name)
+        if value and value != old:
+            raise UsageError(f"{name}={value}: this switch was removed ({why})", f"unset {name}")
     return {name: read(name) for name in SWITCHES if os.environ.get(name)}

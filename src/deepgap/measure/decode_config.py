@@ -42,7 +42,7 @@ import torch
 from deepgap.core import guards, stats, switches
 from deepgap.core.records import ConfigSpec, Result, Status
 from deepgap.core.result_details import Correctness, Decode, DeviceMemUsed, ResultDetails
-from deepgap.measure import correctness, llm_attention, llm_fused, llm_whole_plan
+from deepgap.measure import correctness, llm_attention, llm_fused
 from deepgap.measure.device import CudaEventClock, set_tf32, torch_dtype
 from deepgap.measure.llm_cost import Itemsizes, decode_cost
 from deepgap.measure.llm_steps import make_step
@@ -120,13 +120,11 @@ def measure_decode_config(state: WorkerState, req: MeasureRequest) -> Result:
             seed=req.seed,
             step=None if plan.step == "eager" else step,
         )
-    llm_whole_plan.refuse_if_flagged(model)  # never a silent number from a step whose barrier gave up
     result = _result(spec, req, model, r, check, ref_tokens)
     result.details.decode.step, result.details.decode.compile_mode = plan.step, plan.compile_mode
     result.details.decode.pdl = getattr(step, "pdl", None)
-    if spec.precision in LINEAR_SWAPS:  # the one-kernel step's tiles first, where it ran
-        whole = model.whole_step.describe() if getattr(model, "whole_step", None) is not None else ""
-        result.details.decode.tiles = (whole + gemv.chosen()) or None
+    if spec.precision in LINEAR_SWAPS:
+        result.details.decode.tiles = gemv.chosen() or None
     if plan.step != "eager":  # the eager step attends by SDPA over the positions written, always
         result.details.decode.attention = llm_attention.describe(
             model, spec.batch_size, spec.input_len + spec.output_len

@@ -10,9 +10,8 @@ one tile), walks the cache in blocks up to the position read from the device, an
 
 `decode_attention` is torch's custom op ``deepgap::decode_attention`` (torch.compile keeps it one call, a CUDA
 graph captures it); on CPU tensors it runs in Triton's interpreter, as the tests do; `reference` is the same
-arithmetic in torch. ``DEEPGAP_DECODE_ATTENTION`` (`attention_mode`): ``triton`` (this kernel, the default),
-``sdpa`` (SDPA, for comparison), ``qkv`` or ``qkv-split`` (a batch-1 fused layer's attention in its qkv GEMV's
-last programs, `llm_qkv_attention`, or split in programs appended to it, `llm_qkv_split`; this kernel elsewhere).
+arithmetic in torch. ``DEEPGAP_DECODE_ATTENTION`` (`attention_mode`): ``triton`` (this kernel, the default) or
+``sdpa`` (SDPA, for comparison).
 
 Split KV (flash decoding, ``DEEPGAP_DECODE_SPLIT_KV=auto|on|off``, ``auto`` by default since session 22): at
 batch 1 of Llama-3.1-8B the one pass is 8 programs on 132 SMs. Split, program (sequence, KV head, chunk)
@@ -36,30 +35,24 @@ import triton.language as tl
 
 from deepgap.core import switches
 from deepgap.measure.llm_merge import combine_kernel, merge_group
-from deepgap.measure.quant import l2_prefetch
 from deepgap.measure.quant.kernels import pdl_enter
 from deepgap.measure.quant.launch import check, launcher
 
 BLOCK = 64  # cache positions per step of the walk
 ROWS = 16  # query rows per tile (a group's rows, padded: the tensor cores' smallest M)
 SPLIT_MODES = switches.choices("DEEPGAP_DECODE_SPLIT_KV")  # auto, on, off
-ATTENTION_MODES = switches.choices("DEEPGAP_DECODE_ATTENTION")  # triton, sdpa, qkv
+ATTENTION_MODES = switches.choices("DEEPGAP_DECODE_ATTENTION")  # triton, sdpa
 COMBINE_MODES = switches.choices(
     "DEEPGAP_DECODE_COMBINE"
 )  # kernel, last-block: how a split's chunks are merged
 MIN_CHUNK = 32  # the fewest cache positions a split program walks
 CPU_SMS = 132  # on the CPU (the interpreter) the split is planned as for an H200's SMs
-AHEAD_PIECE = tl.constexpr(64 << 10)  # bytes a bulk L2 prefetch of the next GEMV's weights asks at once
-
-
-QKV_NOTE = "in the qkv GEMV's last programs"  # a decode row's attention with DEEPGAP_DECODE_ATTENTION=qkv
-WHOLE_NOTE = "split in the one-kernel step"  # a batch-1 row's with DEEPGAP_DECODE_WHOLE=on (`llm_whole`)
 
 
 def attention_mode() -> str:
     """``DEEPGAP_DECODE_ATTENTION`` (`ATTENTION_MODES`, ``triton`` when unset; the module docstring says each).
 
-    Another value is a usage error. ``qkv`` lost on one H200 (session 24, 380.6 against 392.0 tokens/s).
+    Another value is a usage error.
     """
     return switches.read("DEEPGAP_DECODE_ATTENTION")
 
@@ -131,18 +124,9 @@ def describe(model, batch: int, length: int) -> str:
     """What a static step of ``batch`` over a cache of ``length`` attends with, as its row says.
 
     "sdpa", "one pass (mode)" or "split C×P (mode)": C chunks of P positions (`plan` at the model's shape and
-    device, the mode ``DEEPGAP_DECODE_SPLIT_KV``); `QKV_NOTE` where a batch-1 step's layers attend in their qkv
-    GEMV (``attends_in_qkv``, `deepgap.measure.llm_fused.FusedLayer`; with its split where they attend
-    ``qkv-split``, `deepgap.measure.llm_qkv_split`), `WHOLE_NOTE` where its layers run in one
-    kernel (``whole_step``).
+    device, the mode ``DEEPGAP_DECODE_SPLIT_KV``).
     """
-    layers, sms = getattr(model, "layers", ()), device_sms(model.embed_tokens.weight.device)
-    if batch == 1 and any(getattr(layer, "attends_in_qkv", False) for layer in layers):
-        s = plan(1, model.shape.kv_heads, length, sms, "on")
-        split = any(getattr(layer, "attend", "") == "qkv-split" for layer in layers)
-        return QKV_NOTE + f", split {s.chunks}×{s.chunk}" * split
-    if batch == 1 and getattr(model, "whole_step", None) is not None:
-        return WHOLE_NOTE
+    sms = device_sms(model.embed_tokens.weight.device)
     if model.static_attention is None:
         return "sdpa"
     mode = split_mode()
@@ -166,24 +150,20 @@ def decode_attention_kernel(
     q_ptr, k_ptr, v_ptr, out_ptr, m_ptr, l_ptr, pos_ptr, L, scale, NKV, POS_STRIDE, CHUNK, NCH,
     G: tl.constexpr, D: tl.constexpr, BL: tl.constexpr, DOT_F32: tl.constexpr, SPLIT: tl.constexpr = False,
     PDL: tl.constexpr = False, cnt_ptr=None, fin_ptr=None, SP: tl.constexpr = 2, LAST: tl.constexpr = False,
-    ahead_ptr=None, AHEAD_BYTES=0, AHEAD_SHARE=0, AHEAD: tl.constexpr = False,
 ):  # fmt: skip
     """``out[bh] = softmax(q[bh] · K[bh, :pos+1]ᵀ · scale) · V[bh, :pos+1]`` for one (sequence, KV head).
 
     ``pos`` is one position for every sequence (``POS_STRIDE`` 0) or the sequence's own (1: continuous batching).
     With ``SPLIT``, program (bh, c) walks chunk c and writes its rows' partials for `combine_kernel`
     (`store_chunk`); with ``LAST`` too, the last of the NCH to count itself in ``cnt_ptr[bh]`` merges them.
-    With ``AHEAD``, each program first asks L2 for its share of the next GEMV's weights (`l2_prefetch.spread`).
     """
     pdl_enter(PDL)  # launched inside `launch.pdl`: q, K and V are the previous kernels' writes
     bh = tl.program_id(0)
     c = tl.program_id(1)
-    if AHEAD:  # after the wait: the GEMV before has finished, nothing else reads HBM now
-        l2_prefetch.spread(ahead_ptr, AHEAD_BYTES, AHEAD_SHARE, bh * NCH + c, AHEAD_PIECE)
     pos = tl.load(pos_ptr + (bh // NKV) * POS_STRIDE)
     lo = c * CHUNK
     hi = tl.minimum(tl.minimum(lo + CHUNK, L), pos + 1)  # never past the cache, whatever pos says
-    m_i, l_i, acc = attend_rows(q_ptr, k_ptr, v_ptr, bh, lo, hi, L, scale, G, D, BL, DOT_F32, "", None)
+    m_i, l_i, acc = attend_rows(q_ptr, k_ptr, v_ptr, bh, lo, hi, L, scale, G, D, BL, DOT_F32)
     if SPLIT:
         store_chunk(out_ptr, m_ptr, l_ptr, cnt_ptr, fin_ptr, bh, c, lo, pos, m_i, l_i, acc, CHUNK, NCH, G, D, SP,
                     LAST)  # fmt: skip
@@ -196,7 +176,7 @@ def store_chunk(
     out_ptr, m_ptr, l_ptr, cnt_ptr, fin_ptr, bh, c, lo, pos, m_i, l_i, acc, CHUNK, NCH,
     G: tl.constexpr, D: tl.constexpr, SP: tl.constexpr, LAST: tl.constexpr,
 ):  # fmt: skip
-    """Chunk ``c``'s partials (none past ``pos``); with ``LAST`` the group's last chunk merges (and `llm_whole`)."""
+    """Chunk ``c``'s partials (none past ``pos``); with ``LAST`` the group's last chunk merges."""
     store_partials(out_ptr, m_ptr, l_ptr, bh, c, lo, pos, m_i, l_i, acc, NCH, G, D)
     if LAST:
         tl.debug_barrier()  # every thread's partials issued before the count says so
@@ -222,36 +202,30 @@ def store_partials(
 @triton.jit
 def attend_rows(
     q_ptr, k_ptr, v_ptr, bh, lo, hi, L, scale,
-    G: tl.constexpr, D: tl.constexpr, BL: tl.constexpr, DOT_F32: tl.constexpr, CACHE: tl.constexpr,
-    STAGES: tl.constexpr,
+    G: tl.constexpr, D: tl.constexpr, BL: tl.constexpr, DOT_F32: tl.constexpr,
 ):  # fmt: skip
     """Group ``bh``'s G query rows (one tile of 16) over its cache positions ``lo .. hi−1``, softmax kept online.
 
-    Returns the rows' running max, sum and unnormalised output (fp32). Why a function: the one pass and the
-    split (`decode_attention_kernel`) and the qkv GEMV's last programs (`deepgap.measure.llm_qkv_attention`)
-    do the same arithmetic. ``CACHE``: the loads' cache modifier (``.cg`` where programs of the same launch
-    wrote q and the cache row, past L1); ``STAGES``: the walk's software pipeline (None: the kernel's
-    ``num_stages``; 1 keeps a GEMV's shared memory, `llm_qkv_attention`). Both without defaults: Triton 3.6
-    does not wrap a called jit function's default string as a constexpr ("'str' object has no attribute
-    'type'", every decode GPU test in session 24); 3.8 and the interpreter do.
+    Returns the rows' running max, sum and unnormalised output (fp32), for the one pass and the split alike
+    (`decode_attention_kernel`).
     """
     rg = tl.arange(0, 16)
     rd = tl.arange(0, D)
     rl = tl.arange(0, BL)
     q_offs = bh * G * D + rg[:, None] * D + rd[None, :]
-    q = tl.load(q_ptr + q_offs, mask=(rg < G)[:, None], other=0.0, cache_modifier=CACHE)
+    q = tl.load(q_ptr + q_offs, mask=(rg < G)[:, None], other=0.0)
     if DOT_F32:  # the interpreter (its bf16 dot is wrong): the same products in fp32
         q = q.to(tl.float32)
     m_i = tl.full((16,), float("-inf"), dtype=tl.float32)
     l_i = tl.zeros((16,), dtype=tl.float32)
     acc = tl.zeros((16, D), dtype=tl.float32)
     base = bh.to(tl.int64) * L * D
-    for start in tl.range(lo, hi, BL, num_stages=STAGES):
+    for start in tl.range(lo, hi, BL):
         cols = start + rl
         c_ok = cols < hi
         offs = base + cols[:, None] * D + rd[None, :]
-        k = tl.load(k_ptr + offs, mask=c_ok[:, None], other=0.0, cache_modifier=CACHE)
-        v = tl.load(v_ptr + offs, mask=c_ok[:, None], other=0.0, cache_modifier=CACHE)
+        k = tl.load(k_ptr + offs, mask=c_ok[:, None], other=0.0)
+        v = tl.load(v_ptr + offs, mask=c_ok[:, None], other=0.0)
         if DOT_F32:
             k = k.to(tl.float32)
             v = v.to(tl.float32)
@@ -296,13 +270,11 @@ def attend(
     pos: torch.Tensor,
     split: Split,
     last: bool = False,
-    ahead: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The kernel's attention with the cache cut as ``split`` says (`plan`; the tests name it).
 
     ``last``: a split's chunks merged by the attention kernel's last program per (sequence, KV head)
-    (`combine_mode`), not by `combine_kernel`. ``ahead``: a weight whose bytes the programs ask L2 for
-    (`l2_prefetch`, ``DEEPGAP_DECODE_PREFETCH=attention``; sm_90's bulk prefetch: the caller checks the GPU).
+    (`combine_mode`), not by `combine_kernel`.
     """
     b, nq, s, d = q.shape
     _, nkv, length, _ = k.shape
@@ -316,18 +288,16 @@ def attend(
     q = q.reshape(b, nkv, nq // nkv, d).contiguous()
     out = torch.empty_like(q)
     g, stride, cpu = nq // nkv, int(pos.numel() > 1), q.device.type == "cpu"
-    extra = _ahead(ahead, b * nkv * (split.chunks if split.combine else 1))
     if not split.combine:
         launcher(decode_attention_kernel, q.device)[(b * nkv, 1)](
             q, k, v, out, q, q, pos, length, 1.0 / math.sqrt(d), nkv, stride, length, 1,
-            G=g, D=d, BL=BLOCK, DOT_F32=cpu, num_warps=4, num_stages=2, **extra,
+            G=g, D=d, BL=BLOCK, DOT_F32=cpu, num_warps=4, num_stages=2,
         )  # fmt: skip
         return out.reshape(b, nq, 1, d)
     rows = b * nq * split.chunks
     part, m, l = workspace(rows, d, q.device)  # noqa: E741
     sp = max(2, triton.next_power_of_2(split.chunks))
-    if last:
-        extra |= dict(cnt_ptr=counters(b * nkv, q.device), fin_ptr=out, SP=sp, LAST=True)
+    extra = dict(cnt_ptr=counters(b * nkv, q.device), fin_ptr=out, SP=sp, LAST=True) if last else {}
     launcher(decode_attention_kernel, q.device)[(b * nkv, split.chunks)](
         q, k, v, part, m, l, pos, length, 1.0 / math.sqrt(d), nkv, stride, split.chunk, split.chunks,
         G=g, D=d, BL=split.block, DOT_F32=cpu, SPLIT=True, num_warps=4, num_stages=2, **extra,
@@ -337,19 +307,6 @@ def attend(
             part, m, l, out, pos, nq, stride, split.chunk, split.chunks, D=d, SP=sp, num_warps=4
         )  # fmt: skip
     return out.reshape(b, nq, 1, d)
-
-
-def _ahead(ahead: torch.Tensor | None, programs: int) -> dict:
-    """The kernel's arguments that ask L2 for ``ahead``'s bytes, each of ``programs`` its share; none without."""
-    if ahead is None:
-        return {}
-    nbytes = ahead.numel() * ahead.element_size()
-    check(ahead.is_contiguous() or ahead.t().is_contiguous(), "ahead: a weight in one block of memory")
-    check(nbytes % 16 == 0 and ahead.data_ptr() % 16 == 0, "ahead: 16-byte aligned, a multiple of 16 bytes")
-    return dict(
-        ahead_ptr=ahead.view(torch.uint8), AHEAD_BYTES=nbytes, AHEAD_SHARE=l2_prefetch.share(nbytes, programs),
-        AHEAD=True,
-    )  # fmt: skip
 
 
 _COUNTERS: dict[tuple[str, int], torch.Tensor] = {}
@@ -367,21 +324,17 @@ def counters(n: int, device: torch.device) -> torch.Tensor:
 
 
 @torch.library.custom_op("deepgap::decode_attention", mutates_args=())
-def decode_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, ahead: torch.Tensor | None = None
-) -> torch.Tensor:
+def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
     """One token's attention: q ``(b, heads, 1, d)``, K and V ``(b, kv_heads, max_len, d)``, pos (1,) or (b,).
 
-    One pass, or split over the cache (`plan`, from the shapes and ``DEEPGAP_DECODE_SPLIT_KV``). ``ahead``: the
-    next GEMV's weight, asked of L2 meanwhile where the GPU has the bulk prefetch (`l2_prefetch`); a hint only.
+    One pass, or split over the cache (`plan`, from the shapes and ``DEEPGAP_DECODE_SPLIT_KV``).
     """
     split = plan(q.shape[0], k.shape[1], k.shape[2], device_sms(q.device), split_mode())
-    ahead = ahead if ahead is not None and l2_prefetch.bulk(q.device) else None
-    return attend(q, k, v, pos, split, last=combine_mode() == "last-block", ahead=ahead)
+    return attend(q, k, v, pos, split, last=combine_mode() == "last-block")
 
 
 @decode_attention.register_fake
-def _(q, k, v, pos, ahead=None):
+def _(q, k, v, pos):
     return torch.empty_like(q)
 
 

@@ -20,20 +20,15 @@ rotated k and the plain v into the static cache at the step's device position, a
 cache as written (`attend_written`), without `Attention.mix`'s three small kernels a layer (session 21:
 ~0.12 of 2.675 ms per 8B token). On one H200 (session 22, bare loop, PDL and split KV): 374.8 → 389.1 tok/s.
 
-``DEEPGAP_DECODE_ATTENTION=qkv`` (`llm_attention.attention_mode`; off by default: timed slower, session 24) goes one
-step further with RoPE fused: at a device-side position the qkv GEMV's last programs attend too
-(`deepgap.measure.llm_qkv_attention`) and return the attention's row, the attention and combine kernels gone.
-``DEEPGAP_DECODE_WHOLE=on|l2|ahead`` (`llm_whole_plan`; off by default: timed 2.7× slower, session 37) runs
-every layer of such a step in one persistent kernel instead (`deepgap.measure.llm_whole`), where all of a
-decoder's layers are fused with RoPE.
 ``DEEPGAP_DECODE_NORM=handoff`` (`norm_mode`; ``fold`` keeps each norm in the GEMV that reads it) has the GEMV
 that writes a row hand the next norm over (`deepgap.measure.quant.norm_handoff`): o's residual add also writes
 x₁ ⊙ γ₂ and x₁'s square sums, which gate_up reads as a plain row; down's writes the next layer's, which its qkv
-reads (a `Handed` goes from layer to layer; the first layer's qkv folds its norm, the attention-in-qkv paths too).
-``DEEPGAP_DECODE_PREFETCH=attention`` (`deepgap.measure.quant.l2_prefetch`; off by default until timed) hands o's
-weight to the attention kernel, whose programs ask L2 for it while HBM has nothing else to read (``ahead``).
-`configure` reads the switches onto the wrapped layers and the model (at `fuse`, and again where a process times
-several).
+reads (a `Handed` goes from layer to layer; the first layer's qkv folds its norm).
+
+Levers measured slower and removed (session 42; docs/llm.md keeps their measurements): the attention in the qkv
+GEMV's last programs (session 24) or split in programs appended to it (session 38), every layer of the step in
+one persistent kernel (session 37: 2.7× slower), and weights asked of L2 ahead of their GEMV (sessions 23, 40).
+`configure` reads the switches onto the wrapped layers (at `fuse`, and again where a process times several).
 """
 
 from __future__ import annotations
@@ -44,11 +39,6 @@ import torch
 from torch import nn
 
 from deepgap.core import switches
-from deepgap.measure import llm_whole_plan
-from deepgap.measure.llm_attention import attention_mode
-from deepgap.measure.llm_qkv_attention import rope_gemv_attend_op
-from deepgap.measure.llm_qkv_split import rope_gemv_attend_split_op
-from deepgap.measure.quant import l2_prefetch
 from deepgap.measure.quant.gemv_fused_ops import fused_gemv_op, handoff_gemv_op, rope_gemv_op
 from deepgap.measure.quant.linear import QuantLinear
 
@@ -85,27 +75,17 @@ class Handed(NamedTuple):
 class FusedLayer(nn.Module):
     """A Llama `Layer` whose one-row calls take the fused path (module docstring).
 
-    ``rope``: RoPE and the cache write folded into the qkv GEMV; ``attend``: with ``rope``, at a device-side
-    position the attention too (`attends_in_qkv`): ``qkv`` in one program per KV head, ``qkv-split`` split over
-    the cache (`deepgap.measure.llm_qkv_split`); empty: the attention kernel.
+    ``rope``: RoPE and the cache write folded into the qkv GEMV.
     """
 
-    def __init__(self, layer: nn.Module, rope: bool = False, attend: str = "") -> None:
+    def __init__(self, layer: nn.Module, rope: bool = False) -> None:
         super().__init__()
         self.layer = layer
         self.rope = rope
-        self.attend = attend
         self.handoff = False  # o's GEMV hands the post-attention norm to gate_up's (``DEEPGAP_DECODE_NORM``)
         # with it, the next layer's input norm, which down's GEMV hands over: in a tuple, kept out of the
         # module tree (its weight is the next layer's)
         self.next_norm: tuple[nn.Module, ...] = ()
-        # the attention kernel asks L2 for o's weights (``DEEPGAP_DECODE_PREFETCH=attention``)
-        self.ahead = False
-
-    @property
-    def attends_in_qkv(self) -> bool:
-        """Whether a one-sequence static step's attention is done by the qkv GEMV (`llm_attention.describe`)."""
-        return self.rope and bool(self.attend)
 
     def takes_fused(self, x) -> bool:
         """Whether a call on ``x (b, s, width)`` takes the fused path: one row, every projection's fast GEMV."""
@@ -130,8 +110,7 @@ class FusedLayer(nn.Module):
         h = x.reshape(1, width).contiguous()
         qkv_in = _NormIn(h, n1.weight, n1.eps) if handed is None else handed.read(n1.eps)
         if self.rope and cache is not None and isinstance(pos, (int, torch.Tensor)):
-            ahead = attn.o_proj.weight_t.t() if self.ahead else None
-            a = _rope_attention(attn, qkv_in, (cos, sin), cache, pos, self.attend, ahead)
+            a = _rope_attention(attn, qkv_in, (cos, sin), cache, pos)
         else:
             qkv = _gemv(attn.qkv_proj, qkv_in)
             a = attn.mix(qkv, 1, 1, cos, sin, cache, pos).reshape(1, -1).contiguous()
@@ -161,14 +140,11 @@ def _projections(layer: nn.Module) -> tuple[QuantLinear, ...]:
     return (a.qkv_proj, a.o_proj, layer.gate_up_proj, layer.down_proj)
 
 
-def _rope_attention(attn: nn.Module, row: _NormIn, angles, cache, pos, attend: str, ahead=None):
-    """The attention row of a step whose qkv GEMV does RoPE and writes k and v into the cache (then attends).
+def _rope_attention(attn: nn.Module, row: _NormIn, angles, cache, pos):
+    """The attention row of a step whose qkv GEMV does RoPE and writes k and v into the cache.
 
-    A one-sequence step at one position (an int, eager, or a device tensor); the row ``(1, heads · head_dim)``.
-    ``attend`` (`FusedLayer`): at a device-side position the GEMV's last programs attend (`rope_gemv_attend_op`,
-    or `rope_gemv_attend_split_op` for ``qkv-split``; the norm folded); an int position (eager, the reference)
-    keeps the attention over the written positions. ``ahead``: o's codes, which the attention kernel asks L2
-    for at a device-side position (`llm_attention.decode_attention`).
+    A one-sequence step at one position (an int, eager, or a device tensor); the row ``(1, heads · head_dim)``,
+    attended over the written positions.
     """
     at = pos  # eager's int as the device tensor the kernel reads
     if not isinstance(pos, torch.Tensor):
@@ -176,13 +152,7 @@ def _rope_attention(attn: nn.Module, row: _NormIn, angles, cache, pos, attend: s
     p = attn.qkv_proj
     gemv = (row.x, p.weight_t.t(), p.channel_scales(), row.gamma, row.eps)
     args = (*gemv, *angles, at, cache.k, cache.v, attn.nq)
-    if attend and isinstance(pos, torch.Tensor):
-        return (rope_gemv_attend_split_op if attend == "qkv-split" else rope_gemv_attend_op)(
-            *args, row.squares
-        )
     q = rope_gemv_op(*args, row.squares).view(1, attn.nq, 1, attn.d)
-    if ahead is not None and cache.attention is not None and isinstance(pos, torch.Tensor):
-        return cache.attention(q, cache.k, cache.v, pos, ahead).reshape(1, -1).contiguous()
     return cache.attend_written(q, pos).reshape(1, -1).contiguous()
 
 
@@ -222,23 +192,16 @@ def fuse(model: nn.Module) -> int:
 
 
 def configure(model: nn.Module) -> None:
-    """``DEEPGAP_DECODE_ROPE`` and ``DEEPGAP_DECODE_ATTENTION`` read onto ``model``'s fused layers.
+    """``DEEPGAP_DECODE_ROPE`` and ``DEEPGAP_DECODE_NORM`` read onto ``model``'s fused layers.
 
     Called by `fuse`, and again by a process that times several switches on one model (the bare loop); a
     compiled step sees the change as a new attribute value (a recompile).
     """
-    rope, attend, handoff = rope_mode() == "fused", attention_mode(), norm_mode() == "handoff"
-    attend = attend if attend in ("qkv", "qkv-split") else ""
+    rope, handoff = rope_mode() == "fused", norm_mode() == "handoff"
     layers = list(getattr(model, "layers", ()))
     for layer, after in zip(layers, [*layers[1:], None], strict=True):
         if isinstance(layer, FusedLayer):
-            layer.rope, layer.attend, layer.handoff = rope, attend, handoff
-            layer.ahead = l2_prefetch.mode() == "attention"
-            # the attention-in-qkv kernels fold their norm: down hands over only to a qkv GEMV of its own
-            chained = handoff and not (rope and attend) and isinstance(after, FusedLayer)
+            layer.rope, layer.handoff = rope, handoff
+            # down hands the next layer's norm over to a qkv GEMV of its own
+            chained = handoff and isinstance(after, FusedLayer)
             layer.next_norm = (after.layer.input_layernorm,) if chained else ()
-    whole = llm_whole_plan.mode()
-    if hasattr(model, "whole_step"):
-        fused = bool(layers) and all(isinstance(layer, FusedLayer) for layer in layers)
-        take = whole != "off" and rope and not attend and fused
-        model.whole_step = llm_whole_plan.WholeStep(model, llm_whole_plan.tiles_for(whole)) if take else None

@@ -4,8 +4,7 @@ Why a module: the split decode attention (`deepgap.measure.llm_attention`, flash
 softmax in pieces (a chunk's running max, sum and unnormalised output). They merge as
 ``Σ e^(m_c − M) o_c / Σ e^(m_c − M) l_c``: in `combine_kernel`, one program a row, after the attention kernel
 (`DEEPGAP_DECODE_COMBINE=kernel`, the default), or by the program that finishes a KV head's last chunk, one
-group's rows at once (`merge_group`: `llm_attention.store_chunk` with ``last-block``, `llm_qkv_split`, and
-`llm_whole`'s attention phase).
+group's rows at once (`merge_group`: `llm_attention.store_chunk` with ``last-block``).
 """
 
 # ruff: noqa: N803, N806

@@ -116,9 +116,6 @@ class Llama(nn.Module):
         # the static step's attention ``fn(q, k, v, pos)`` where the worker plugs one in
         # (`deepgap.measure.llm_steps`: `deepgap.measure.llm_attention` on a GPU); None: SDPA over the masked cache
         self.static_attention = None
-        # a one-sequence static step's layers in one kernel where the quant engine sets one
-        # (`deepgap.measure.llm_whole_plan.WholeStep`, ``DEEPGAP_DECODE_WHOLE=on``); None: layer by layer
-        self.whole_step = None
         # fp32 angles kept off the module's buffers: `.half()` must not round them (HF keeps them fp32 too)
         self.inv_freq = torch.tensor(inv_frequencies(shape), dtype=torch.float32)
         if self.embed_tokens.weight.device.type != "meta":
@@ -155,8 +152,6 @@ class Llama(nn.Module):
         """Embedding through the final norm, ``(batch, len, hidden)``; ``pos`` None: no cache."""
         x = self.embed_tokens(ids)
         cos, sin = self.angles(positions, x.dtype)
-        if pos is not None and self.whole_step is not None and self.whole_step.takes(x, self.cache, pos):
-            return self.norm(self.whole_step(x, cos, sin, self.cache, pos))
         for i, layer in enumerate(self.layers):
             x = layer(
                 x, cos, sin, None if pos is None else _LayerCache(self.cache, i, self.static_attention), pos

@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from deepgap.measure.quant import l2_prefetch, launch
+from deepgap.measure.quant import launch
 from deepgap.measure.quant.launch import check, halved_to_divide, launcher
 
 CODES = (torch.float8_e4m3fn, torch.int8)  # both convert to bf16 exactly (3 mantissa bits; |v| ≤ 127)
@@ -182,16 +182,16 @@ def chosen() -> str:
     """
 
     def shape(key: tuple) -> str:
-        # ("fused", (gamma, swiglu, residual, rope, handed, hand[, attention]), k, n, device)
+        # ("fused", (gamma, swiglu, residual, rope, handed, hand), k, n, device)
         if key[0] == "fused":
-            parts = ("norm", "swiglu", "residual", "rope", "handed norm", "norm hand-off", "attention")
+            parts = ("norm", "swiglu", "residual", "rope", "handed norm", "norm hand-off")
             what = "+".join(p for p, on in zip(parts, key[1], strict=False) if on) or "plain"
             return f"fused {what} {key[2]}x{key[3]}"
         return f"{key[0]} row(s) {key[1]}x{key[2]}"
 
     # the GEMV tiles only: the fused Linear's `TileConfig`s share the table (`linear_kernels.tuned_tiles`)
     tiles = (f"{shape(k)}: {t.describe()}" for k, t in _TUNED.items() if isinstance(t, GemvTile))
-    return l2_prefetch.describe() + "; ".join(tiles)
+    return "; ".join(tiles)
 
 
 def _graph_ms(launch, calls: int = 20) -> float:

@@ -33,7 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
-from deepgap.measure.quant import gemv, l2_prefetch, launch, norm_handoff
+from deepgap.measure.quant import gemv, norm_handoff
 from deepgap.measure.quant.gemv import FUSED_TILES
 from deepgap.measure.quant.launch import check, launcher
 
@@ -41,10 +41,10 @@ from deepgap.measure.quant.launch import check, launcher
 @triton.jit
 def fused_step(
     acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, k, rk,
-    NORM: tl.constexpr, PAIRED: tl.constexpr, REDUCE: tl.constexpr, CACHE: tl.constexpr,
+    NORM: tl.constexpr, PAIRED: tl.constexpr, REDUCE: tl.constexpr,
 ):  # fmt: skip
-    """One K step of `fused_row_kernel` on loaded weights: x's slice (``CACHE``: its loads'), its squares, products."""
-    x = tl.load(x_ptr + k + rk, cache_modifier=CACHE).to(tl.float32)
+    """One K step of `fused_row_kernel` on loaded weights: x's slice, its squares, products."""
+    x = tl.load(x_ptr + k + rk).to(tl.float32)
     if NORM:
         squares += x * x
         x = x * tl.load(gamma_ptr + k + rk).to(tl.float32)
@@ -90,7 +90,7 @@ def fused_row_kernel(
     NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
     REDUCE: tl.constexpr = False, PDL: tl.constexpr = False,
     cos_ptr=None, sin_ptr=None, pos_ptr=None, k_ptr=None, v_ptr=None, L=1, NQ=0, NKV=0, ROPE: tl.constexpr = False,
-    D: tl.constexpr = 2, PF_PROGRAMS=0, PREFETCH: tl.constexpr = False, sums_ptr=None, PARTS: tl.constexpr = 1,
+    D: tl.constexpr = 2, sums_ptr=None, PARTS: tl.constexpr = 1,
     HANDED: tl.constexpr = False, hand_gamma_ptr=None, scaled_ptr=None, hand_sums_ptr=None, HAND: tl.constexpr = False,
 ):  # fmt: skip
     """``out[band]`` of one row: an optional RMSNorm of x, the product, then SwiGLU, a residual add or RoPE.
@@ -98,7 +98,7 @@ def fused_row_kernel(
     Output channel ``n`` of a pair is weight rows ``n`` and ``n + NO`` with SwiGLU; with ``ROPE`` pair ``n`` of
     head ``h = n // (D/2)`` is rows ``h·D + c`` and ``h·D + c + D/2`` (``c = n mod D/2``), `_rope_store`.
     With ``PDL`` the first K step's weights are read before the wait for the previous kernel (`gemv`'s row
-    kernel too); with ``PREFETCH``, the first ``PF_PROGRAMS`` programs ask L2 for their band(s) (`l2_prefetch`).
+    kernel too).
     ``HANDED``: x is a row ⊙ γ whose norm a writer handed over, its sums read at the end (read right after PDL's
     wait instead, they were never faster: session 39 on one H100, 40 on one H200); ``HAND``: this one hands the
     next norm over (`norm_handoff`).
@@ -119,17 +119,13 @@ def fused_row_kernel(
     # the weights do not depend on the previous kernel: with PDL the first step's are in flight before the wait
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
-        if PREFETCH:  # noqa: SIM102 - a constexpr, then a runtime test
-            if tl.program_id(0) < PF_PROGRAMS:
-                first = rows_first(tl.program_id(0) * BN, D, ROPE)
-                l2_prefetch.band(w_ptr, first, K, second, BN, SWIGLU or ROPE)
         w = tl.load(w_ptrs)
         w_up = w
         if SWIGLU or ROPE:
             w_up = tl.load(w_ptrs + apart)
         tl.extra.cuda.gdc_wait()
         acc, acc_up, squares = fused_step(
-            acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, 0, rk, NORM, SWIGLU or ROPE, REDUCE, ""
+            acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, 0, rk, NORM, SWIGLU or ROPE, REDUCE
         )
     for k in range(PDL * BK, K, BK):
         w = tl.load(w_ptrs + k)
@@ -137,7 +133,7 @@ def fused_row_kernel(
         if SWIGLU or ROPE:
             w_up = tl.load(w_ptrs + apart + k)
         acc, acc_up, squares = fused_step(
-            acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, k, rk, NORM, SWIGLU or ROPE, REDUCE, ""
+            acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, k, rk, NORM, SWIGLU or ROPE, REDUCE
         )
     if NORM:
         root = folded_root(squares, K, eps)
@@ -145,7 +141,7 @@ def fused_row_kernel(
         root = norm_handoff.handed_root(sums_ptr, K, eps, PARTS)
     y = finish(
         acc, acc_up, root, rn, rows, second, scale_ptr, res_ptr, out_ptr, cos_ptr, sin_ptr, pos_ptr, k_ptr, v_ptr,
-        L, NQ, NKV, SWIGLU, RESIDUAL, ROPE, D, REDUCE, "",
+        L, NQ, NKV, SWIGLU, RESIDUAL, ROPE, D, REDUCE,
     )  # fmt: skip
     if HAND:
         norm_handoff.hand_off(y, tl.program_id(0) * BN, hand_gamma_ptr, scaled_ptr, hand_sums_ptr, BN)
@@ -155,12 +151,12 @@ def fused_row_kernel(
 def finish(
     acc, acc_up, root, rn, rows, second, scale_ptr, res_ptr, out_ptr, cos_ptr, sin_ptr, pos_ptr, k_ptr, v_ptr,
     L, NQ, NKV, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr, ROPE: tl.constexpr, D: tl.constexpr,
-    REDUCE: tl.constexpr, CACHE: tl.constexpr,
+    REDUCE: tl.constexpr,
 ):  # fmt: skip
-    """A band's epilogue (scales, the norm's root, SwiGLU, residual or RoPE), shared with `deepgap.measure.llm_whole`.
+    """A band's epilogue (scales, the norm's root, SwiGLU, residual or RoPE).
 
-    ``root``: the norm's ``rsqrt(mean(x²) + eps)``, or 1. There ``CACHE`` is ``.cg``: another SM of the same
-    launch wrote the residual. Returns the band's fp32 row as stored (not RoPE's rotated one).
+    ``root``: the norm's ``rsqrt(mean(x²) + eps)``, or 1. Returns the band's fp32 row as stored (not RoPE's
+    rotated one).
     """
     y = gemv.total(acc, REDUCE) * tl.load(scale_ptr + rows) * root
     if SWIGLU or ROPE:
@@ -168,7 +164,7 @@ def finish(
     if SWIGLU:
         y = y * tl.sigmoid(y) * up
     if RESIDUAL:
-        y += tl.load(res_ptr + rn, cache_modifier=CACHE).to(tl.float32)
+        y += tl.load(res_ptr + rn).to(tl.float32)
     if ROPE:
         _rope_store(y, up, rn, out_ptr, cos_ptr, sin_ptr, pos_ptr, k_ptr, v_ptr, L, NQ, NKV, D)
     else:
@@ -253,7 +249,7 @@ def fused_gemv(
     t = (tile or _tuned(x, codes, scale, fusion)).fit(x.shape[1], no)
     r = fusion.rope
     out = torch.empty((1, r.heads * r.k.shape[3] if r else no), dtype=torch.bfloat16, device=x.device)
-    launch_row(fused_row_kernel, x, codes, scale, fusion, t, out)
+    _launch_row(x, codes, scale, fusion, t, out)
     return out
 
 
@@ -280,28 +276,20 @@ def checked(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, fusion: F
     return no
 
 
-def launch_row(kernel, x, codes, scale, fusion: Fusion, t: gemv.GemvTile, out, more=0, **extra) -> None:
-    """``kernel`` over the row's ``width / BN`` programs with `fused_row_kernel`'s arguments, then ``extra``.
-
-    ``kernel``: `fused_row_kernel`, or one that runs it first and takes more (`llm_qkv_attention`, `llm_qkv_split`:
-    ``more`` programs after the GEMV's).
-    """
+def _launch_row(x, codes, scale, fusion: Fusion, t: gemv.GemvTile, out) -> None:
+    """`fused_row_kernel` over the row's ``width / BN`` programs."""
     k, no = x.shape[1], _programs_width(codes.shape[0], fusion)
     r = fusion.rope
     rope = {}
     if r is not None:
         rope = dict(cos_ptr=r.cos, sin_ptr=r.sin, pos_ptr=r.pos, k_ptr=r.k, v_ptr=r.v, L=r.k.shape[2])
         rope |= dict(NQ=r.heads, NKV=r.k.shape[1], ROPE=True, D=r.k.shape[3])
-    paired = 2 if fusion.swiglu or r is not None else 1
-    pf = l2_prefetch.programs(x.device, launch.pdl_on(), paired * t.bn * k * codes.element_size(), no // t.bn)
-    if r is not None and (r.k.shape[3] // 2) % t.bn:  # a band must stay within one half of a head
-        pf = 0
-    h = fusion.hand
+    h, extra = fusion.hand, {}
     if fusion.handed is not None:
         extra |= dict(sums_ptr=fusion.handed, PARTS=norm_handoff.parts_block(k), HANDED=True)
     if h is not None:
         extra |= dict(hand_gamma_ptr=h.gamma, scaled_ptr=h.scaled, hand_sums_ptr=h.squares, HAND=True)
-    launcher(kernel, x.device)[(no // t.bn + more,)](
+    launcher(fused_row_kernel, x.device)[(no // t.bn,)](
         x, codes, scale,
         fusion.gamma if fusion.gamma is not None else scale,
         fusion.residual if fusion.residual is not None else x,
@@ -309,7 +297,7 @@ def launch_row(kernel, x, codes, scale, fusion: Fusion, t: gemv.GemvTile, out, m
         NORM=fusion.gamma is not None, SWIGLU=fusion.swiglu, RESIDUAL=fusion.residual is not None,
         BN=t.bn, BK=t.bk, REDUCE=t.reduce_each, num_warps=t.num_warps, num_stages=t.num_stages, **rope,
         **({"maxnreg": t.maxnreg} if t.maxnreg and x.device.type != "cpu" else {}),
-        **(dict(PF_PROGRAMS=pf, PREFETCH=True) if pf else {}), **extra,
+        **extra,
     )  # fmt: skip
 
 

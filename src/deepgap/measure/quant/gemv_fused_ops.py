@@ -3,13 +3,10 @@
 - `fused_gemv_op`: the norm folded in or handed over (`norm_handoff`), SwiGLU, a residual add;
 - `handoff_gemv_op`: a residual add that also hands the next norm over, returning the row, the row ⊙ γ and
   the row's square sums (the buffers are the op's outputs, so a compiled step sees no mutation);
-- `rope_op` makes the qkv ops: RoPE and the K/V cache write (`rope_gemv_op`), and those that attend too
-  (`deepgap.measure.llm_qkv_attention`, `deepgap.measure.llm_qkv_split`).
+- `rope_gemv_op`: the qkv GEMV with RoPE and the K/V cache write.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import torch
 
@@ -54,44 +51,31 @@ def _(x, codes, scale, residual, gamma):
     return row, torch.empty_like(row), x.new_empty((squares_width(n),), dtype=torch.float32)
 
 
-def rope_op(name: str, run: Callable[..., torch.Tensor], doc: str) -> Callable[..., torch.Tensor]:
-    """A custom op ``deepgap::<name>`` over ``run(x, codes, scale, Fusion(..., rope=RopeWrite(...)))``.
+@torch.library.custom_op("deepgap::rope_gemv", mutates_args=("k", "v"))
+def rope_gemv_op(
+    x: torch.Tensor,
+    codes: torch.Tensor,
+    scale: torch.Tensor,
+    gamma: torch.Tensor | None,
+    eps: float,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    pos: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    heads: int,
+    handed: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The qkv GEMV with the norm and RoPE folded in (`RopeWrite`): q returned, k and v written into the cache.
 
-    Why one maker: the RoPE qkv GEMV (`rope_gemv_op`) and those that attend too (`llm_qkv_attention`, `llm_qkv_split`)
-    take the same operands and return one bf16 row of the query heads; each stays one call in compile and graph.
-    ``gamma`` None and ``handed`` given: the norm handed over (`norm_handoff`; the GEMV alone takes it).
+    ``gamma`` None and ``handed`` given: the norm handed over (`norm_handoff`).
     """
-
-    def op(
-        x: torch.Tensor,
-        codes: torch.Tensor,
-        scale: torch.Tensor,
-        gamma: torch.Tensor | None,
-        eps: float,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        pos: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        heads: int,
-        handed: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        rope = RopeWrite(cos, sin, pos, k, v, heads)
-        return run(x, codes, scale, Fusion(gamma, eps, rope=rope, handed=handed))
-
-    op.__doc__ = doc
-    made = torch.library.custom_op(f"deepgap::{name}", mutates_args=("k", "v"))(op)
-    made.register_fake(_rope_rows_fake)
-    return made
+    return fused_gemv(
+        x, codes, scale, Fusion(gamma, eps, rope=RopeWrite(cos, sin, pos, k, v, heads), handed=handed)
+    )
 
 
-def _rope_rows_fake(x, codes, scale, gamma, eps, cos, sin, pos, k, v, heads, handed=None):
-    """The RoPE ops' output for tracing: one bf16 row of the query heads (q, or the attention's rows)."""
+@rope_gemv_op.register_fake
+def _(x, codes, scale, gamma, eps, cos, sin, pos, k, v, heads, handed=None):
+    """One bf16 row of the query heads, for tracing."""
     return x.new_empty((1, heads * k.shape[3]), dtype=torch.bfloat16)
-
-
-rope_gemv_op = rope_op(
-    "rope_gemv",
-    fused_gemv,
-    "The qkv GEMV with the norm and RoPE folded in (`RopeWrite`): q returned, k and v written into the cache.",
-)

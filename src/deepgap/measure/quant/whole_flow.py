@@ -106,7 +106,7 @@ def grid_sync(bar_ptr, err_ptr, target, BARRIER: tl.constexpr, FENCE: tl.constex
     """Arrive at a grid barrier; wait until its counter ``bar_ptr`` reaches ``target``.
 
     ``target``: the programs (G) where each barrier has its own counter (`whole.whole_kernel`), or G × the
-    barriers passed so far where one counter serves them all (`deepgap.measure.llm_whole`).
+    barriers passed so far where one counter serves them all.
 
     ``BARRIER`` 0: every thread takes part; each program's stores come before its release-add (block barrier
     first), and a program leaves after an acquire read of the full count, so it sees every program's stores.
@@ -123,8 +123,8 @@ def grid_sync(bar_ptr, err_ptr, target, BARRIER: tl.constexpr, FENCE: tl.constex
 def grid_arrive(bar_ptr, BARRIER: tl.constexpr):
     """`grid_sync`'s first half: this program's stores are issued, then it counts itself in; it does not wait.
 
-    Why apart (`deepgap.measure.llm_whole`): between arriving and waiting a program may issue loads that do not
-    depend on the barrier (the next phase's weights), so that their latency overlaps the wait.
+    Why apart (`split_k.spread_sum`): between arriving and waiting a program may do work that does not depend
+    on the barrier, and only some programs wait at all.
     """
     tl.debug_barrier()
     if BARRIER == 0:
