@@ -22,6 +22,7 @@ line per batch goes to ``--out``/llm_decode_loop.jsonl.
     python benchmarks/llm_decode_loop.py --model llama-3.1-8b --precision fp8 --batches 1 --profile --out OUT
     python benchmarks/llm_decode_loop.py --batches 1,4 --pdl on --split-kv off,auto --out OUT  # the split KV
     python benchmarks/llm_decode_loop.py --pdl on --split-kv auto --norm fold,handoff --harness deepgap --out OUT
+    python benchmarks/llm_decode_loop.py --batches 512 --kv-cache fp8 --harness deepgap --out OUT  # fp8 codes
 """
 
 from __future__ import annotations
@@ -182,6 +183,12 @@ def main() -> None:  # noqa: D103
     ap.add_argument("--steps", type=int, default=127)
     ap.add_argument("--profile", action="store_true")
     ap.add_argument(
+        "--kv-cache",
+        default="auto",
+        choices=["auto", "fp8"],
+        help="the KV cache's format: the decoder's dtype, or fp8 codes (deepgap's --kv-caches, llama_cache)",
+    )
+    ap.add_argument(
         "--timeline",
         action="store_true",
         help="each kernel's share of the step's critical path (its trace saved to --out)",
@@ -224,6 +231,10 @@ def main() -> None:  # noqa: D103
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     m = build(args.model, args.precision)
+    if args.kv_cache == "fp8":  # before any setup_cache: every cache this loop makes holds codes
+        from deepgap.measure.models.llama_cache import FP8_CODES
+
+        m.kv_codes = FP8_CODES
     pdls = _turns(args.pdl, "PDL", "")
     splits, combines = _turns(args.split_kv, "SPLIT_KV", "off"), _turns(args.combine, "COMBINE", "kernel")
     attentions = _turns(args.attention, "ATTENTION", "triton")
@@ -244,7 +255,7 @@ def main() -> None:  # noqa: D103
             row = {"model": args.model, "precision": args.precision, "input_len": args.input_len}
             # the switches an ablation turns (module docstring), as this process ran
             row |= {k: os.environ.get(f"DEEPGAP_DECODE_{k.upper()}", "") for k in SWITCHES}
-            row["forced_tiles"] = tiles
+            row["forced_tiles"], row["kv_cache"] = tiles, args.kv_cache
             tag = "-".join(x for x in (mode, split, attention, norm, harness) if x)
             tag += "" if tiles == "tuned" else "-" + tiles.replace("=", "_").replace(",", "+")
             trace_path = str(Path(args.out) / f"timeline-b{b}-{tag}.json.gz") if args.timeline else ""

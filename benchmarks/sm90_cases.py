@@ -77,11 +77,15 @@ DECODERS = {"8b": (4096, 32, 8, 128, 14336), "1b": (2048, 32, 8, 64, 8192)}
 
 
 def attention_cases() -> Iterator[Case]:
-    """The decode attention: one pass, split with the combine kernel and with the last-block merge."""
-    for (name, (_, nq, nkv, d, _)), (b, length, mode, last) in itertools.product(
-        DECODERS.items(), [(1, 256, "off", False), (1, 256, "on", False), (1, 256, "on", True), (1, 2048, "on", False),
-                           (16, 256, "auto", False)],
+    """The decode attention: one pass, split with the combine kernel and with the last-block merge; over a bf16
+    cache, and over fp8 codes (`llama_cache`) at 8B's batch 1 and 16."""
+    for (name, (_, nq, nkv, d, _)), (b, length, mode, last, kv) in itertools.product(
+        DECODERS.items(), [(1, 256, "off", False, BF16), (1, 256, "on", False, BF16), (1, 256, "on", True, BF16),
+                           (1, 2048, "on", False, BF16), (16, 256, "auto", False, BF16), (1, 256, "off", False, F8),
+                           (1, 256, "on", False, F8), (16, 256, "auto", False, F8)],
     ):  # fmt: skip
+        if kv == F8 and name != "8b":
+            continue
         split = llm_attention.plan(b, nkv, length, H200_SMS, mode)
         pos = meta(b, dtype=torch.int64)  # batch > 1: one position per sequence (continuous batching)
         for suffix, ctx in pdl_modes(on=True, off=name == "8b"):
@@ -89,12 +93,12 @@ def attention_cases() -> Iterator[Case]:
                 f"split {split.chunks}x{split.chunk}" + " last-block" * last if split.combine else "one pass"
             )
 
-            def run(b=b, length=length, split=split, last=last, ctx=ctx, pos=pos, nq=nq, nkv=nkv, d=d):
+            def run(b=b, length=length, split=split, last=last, ctx=ctx, pos=pos, nq=nq, nkv=nkv, d=d, kv=kv):
                 with ctx():
-                    llm_attention.attend(meta(b, nq, 1, d), meta(b, nkv, length, d), meta(b, nkv, length, d), pos,
-                                         split, last)  # fmt: skip
+                    cache = [meta(b, nkv, length, d, dtype=kv) for _ in range(2)]
+                    llm_attention.attend(meta(b, nq, 1, d), *cache, pos, split, last)
 
-            yield f"{name} b{b} L{length} {how}{suffix}", run
+            yield f"{name} b{b} L{length} {how}{' kv-fp8' * (kv == F8)}{suffix}", run
 
 
 def gemv_cases() -> Iterator[Case]:
@@ -118,10 +122,11 @@ def gemv_label(t: gemv.GemvTile) -> str:
     return t.describe(short=True)
 
 
-def rope_fusion(dec: str, handed: bool = False) -> gemv_fused.Fusion:
-    """The qkv GEMV's fusion at batch 1: the norm (folded, or ``handed`` over) and RoPE into a 2048-position cache."""
+def rope_fusion(dec: str, handed: bool = False, kv: torch.dtype = BF16) -> gemv_fused.Fusion:
+    """The qkv GEMV's fusion at batch 1: the norm (folded, or ``handed`` over) and RoPE into a 2048-position cache
+    of ``kv`` (bf16, or fp8 codes)."""
     hidden, nq, nkv, d, _ = DECODERS[dec]
-    cache = meta(1, nkv, 2048, d)
+    cache = meta(1, nkv, 2048, d, dtype=kv)
     r = gemv_fused.RopeWrite(meta(d), meta(d), meta(1, dtype=torch.int64), cache, cache, nq)
     if handed:
         return gemv_fused.Fusion(eps=1e-5, rope=r, handed=meta(squares_width(hidden), dtype=F32))
@@ -150,6 +155,7 @@ def fused_cases() -> Iterator[Case]:
             lambda: gemv_fused.Fusion(residual=meta(1, hidden), hand=hand_off(hidden)),
         ),
         "handed+rope": (hidden, (nq + 2 * nkv) * d, lambda: rope_fusion("8b", handed=True)),
+        "handed+rope kv-fp8": (hidden, (nq + 2 * nkv) * d, lambda: rope_fusion("8b", handed=True, kv=F8)),
     }
     for what, (k, n, fusion) in variants.items():
         for tile in fusion().tiles():

@@ -16,6 +16,17 @@ from deepgap.store import Store
 GPU = "NVIDIA H200 (fixture)"
 CPU = "Fixture CPU"
 TTFT_MS = 20.0
+# a small CPU decode sweep's axes (`SweepSpec(**DECODE)`): two prompt lengths, two batches, llama-tiny eager fp32
+DECODE = dict(
+    models=("llama-tiny",),
+    engines=("eager",),
+    precisions=("fp32",),
+    batch_sizes=(1, 3),
+    device="cpu",
+    workload="decode",
+    input_lens=(8, 12),
+    output_lens=(5,),
+)
 # (model, engine, precision, batch, TPOT ms, J/token or None, device, input, output, logits flagged)
 ROWS = [
     ("llama-3.1-8b", "eager", "bf16", 1, 3.7, 0.50, "cuda:0", 128, 128, False),

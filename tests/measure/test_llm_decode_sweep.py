@@ -12,23 +12,13 @@ import math
 
 import pandas as pd
 import pytest
+from fixtures_decode import DECODE
 
 from deepgap.cli import main
 from deepgap.core.records import ConfigSpec
 from deepgap.core.result_details import Decode, ResultDetails
 from deepgap.drive.config import SweepSpec, validate
 from deepgap.drive.plan import expand
-
-DECODE = dict(
-    models=("llama-tiny",),
-    engines=("eager",),
-    precisions=("fp32",),
-    batch_sizes=(1, 3),
-    device="cpu",
-    workload="decode",
-    input_lens=(8, 12),
-    output_lens=(5,),
-)
 
 
 def test_plan_keys_and_labels():

@@ -34,6 +34,7 @@ CONFIG_COLUMNS = (
     "batch_size",
     "input_len",
     "output_len",
+    "kv_cache",  # "" = the decoder's own dtype; "fp8" (core.records.KV_CACHE_LABELS): never pooled with it
     "threads",
     "sweep",
     "status",
@@ -130,6 +131,7 @@ def decode_table(df: pd.DataFrame, peaks: Any = None) -> pd.DataFrame:
     recs = []
     for row in df.to_dict("records"):
         base = {k: row.get(k) for k in CONFIG_COLUMNS}
+        base["kv_cache"] = kv_cell(row.get("kv_cache"))  # a hand-built frame may have none
         recs.append({**base, **figures(row, peaks), "config_key": row.get("config_key")})
     tab = pd.DataFrame.from_records(recs)
     for c in COUNTS:  # counts stay integers beside a skipped row's blanks (not 3.0)
@@ -150,20 +152,27 @@ COUNTS = (
 )
 
 
-def decode_agg(frame: pd.DataFrame, samples=None) -> pd.DataFrame:
-    """`Store.decode_frame` rows aggregated per configuration and input/output pair (every one, not only ≥ 2 sweeps).
+def kv_cell(value: Any) -> str:
+    """A ``kv_cache`` cell as the views hold it: "" for the decoder's own dtype (None, NaN, ""), else its name."""
+    return value if isinstance(value, str) else ""
 
-    `deepgap.analysis.aggregate` per pair: its configuration columns hold the input length as
-    ``resolution`` but not the output length. ``throughput_ips`` is decode tokens/s with its CI.
+
+def decode_agg(frame: pd.DataFrame, samples=None) -> pd.DataFrame:
+    """`Store.decode_frame` rows aggregated per configuration, input/output pair and KV cache (every one).
+
+    `deepgap.analysis.aggregate` per pair and cache format: its configuration columns hold the input length
+    as ``resolution`` but neither the output length nor the cache's format, so rows differing in those
+    only are aggregated apart, never pooled. ``throughput_ips`` is decode tokens/s with its CI.
     """
     from deepgap.analysis import aggregate, prepare  # the package imports this module
 
     parts = []
     if not frame.empty:
-        for (i, o), sub in frame.groupby(["input_len", "output_len"], sort=True):
+        frame = frame.assign(kv_cache=[kv_cell(v) for v in frame.get("kv_cache", [""] * len(frame))])
+        for (i, o, kv), sub in frame.groupby(["input_len", "output_len", "kv_cache"], sort=True):
             agg = aggregate(prepare(sub.reset_index(drop=True)), samples=samples)
             if len(agg):
-                parts.append(agg.assign(input_len=int(i), output_len=int(o)))
+                parts.append(agg.assign(input_len=int(i), output_len=int(o), kv_cache=str(kv)))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 

@@ -5,10 +5,11 @@ Per device and model, from `deepgap.analysis.decode.decode_table`'s rows.
 Why apart from `deepgap.analysis.recommend`: a decode row's goals are output tokens/s, the time per output
 token and tokens per joule, not images/s, batch latency and J/image, and its rows are not in the forward
 aggregate. Candidates are the ``ok`` rows whose logits are within their precision's bounds against fp32
-(a flagged row is never the answer: it is counted as excluded). Rows of different input/output lengths
-are different workloads, so each (device, model, lengths) gets its own answer; the host CPU's rows (fp32
-decode of the small decoders, `deepgap.drive.plan.host_cpu_decode`) are a device of their own, and
-`cpu_lines` sets each GPU's best against them with both sides named.
+(a flagged row is never the answer: it is counted as excluded). A row with an fp8 KV cache is a candidate
+beside the decoder's own cache (a serving choice, checked against fp32 as every row), named so by `short`.
+Rows of different input/output lengths are different workloads, so each (device, model, lengths) gets its
+own answer; the host CPU's rows (fp32 decode of the small decoders, `deepgap.drive.plan.host_cpu_decode`)
+are a device of their own, and `cpu_lines` sets each GPU's best against them with both sides named.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
+
+from deepgap.core.records import kv_cache_label
 
 GOALS = {
     "throughput": ("output_tokens_per_s", False, "highest output tokens/s"),
@@ -36,8 +39,14 @@ def num(v: Any) -> float:
 
 
 def short(r: dict[str, Any]) -> str:
-    """``eager bf16 bs8 128/128``: the configuration without device and model."""
-    return f"{r['engine']} {r['precision']} bs{int(r['batch_size'])} {int(r['input_len'])}/{int(r['output_len'])}"
+    """``eager bf16 bs8 128/128``: the configuration without device and model.
+
+    A row with a KV cache of its own format says so (``eager bf16 bs8 128/128 fp8 KV cache``): it is
+    a candidate beside the decoder's own cache, and must never read as one.
+    """
+    kv = kv_cache_label(r.get("kv_cache"))
+    lens = f"{int(r['input_len'])}/{int(r['output_len'])}"
+    return f"{r['engine']} {r['precision']} bs{int(r['batch_size'])} {lens}" + (f" {kv}" if kv else "")
 
 
 def is_cpu(r: dict[str, Any]) -> bool:

@@ -6,8 +6,9 @@ seconds (TPOT), and its decode tokens/s is batch ÷ median TPOT, so the forward 
 (`deepgap.analysis.compare.compare`: the same pairing, ratio and bootstrap over pooled samples) gives
 decode tokens/s A ÷ B and its interval, once each side's rows are aggregated per configuration
 (`deepgap.analysis.decode.decode_agg`). Rows of other input/output lengths are other workloads: each pair
-of lengths is compared apart, and a length pair one side lacks is not compared. Each row's configuration
-names its lengths.
+of lengths is compared apart, and a length pair one side lacks is not compared. So is each KV-cache format
+(``kv_cache``: an fp8 cache against an fp8 cache only, never against the decoder's own). Each row's
+configuration names its lengths and a cache of its own format.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import pandas as pd
 
 from deepgap.analysis.compare import SamplesFn, compare
+from deepgap.core.records import kv_cache_label
 
 
 def _label(r: dict, side: str) -> str:
@@ -23,10 +25,26 @@ def _label(r: dict, side: str) -> str:
     def of(col: str):  # a pairing key is one column; a side's own field is suffixed
         return r.get(f"{col}_{side}", r.get(col))
 
+    kv = kv_cache_label(r.get("kv_cache"))
     return (
         f"{r['model']} {r['engine']} {r['precision']} bs{int(of('batch_size'))} "
-        f"{int(r['input_len'])}/{int(r['output_len'])} tokens on {of('platform')} ({of('device')})"
+        f"{int(r['input_len'])}/{int(r['output_len'])} tokens{f' {kv}' if kv else ''} on {of('platform')} "
+        f"({of('device')})"
     )
+
+
+def _workloads(agg: pd.DataFrame) -> set[tuple[int, int, str]]:
+    """(input length, output length, KV cache) of a side's rows: what is compared apart."""
+    kv = agg["kv_cache"] if "kv_cache" in agg else [""] * len(agg)
+    return set(zip(agg["input_len"], agg["output_len"], kv, strict=True))
+
+
+def _of(agg: pd.DataFrame, i: int, o: int, kv: str) -> pd.DataFrame:
+    """A side's rows of one input/output pair and KV cache."""
+    mine = (agg["input_len"] == i) & (agg["output_len"] == o)
+    if "kv_cache" in agg:
+        mine &= agg["kv_cache"] == kv
+    return agg[mine]
 
 
 def compare_decode(
@@ -36,19 +54,17 @@ def compare_decode(
     samples_b: SamplesFn,
     like_kinds: bool = True,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(matched configurations, each side at its best batch) of decode tokens/s, per input/output pair."""
+    """(matched configurations, each side at its best batch) of decode tokens/s, per input/output pair and cache."""
     matched, best = [], []
     if agg_a.empty or agg_b.empty:
         return pd.DataFrame(), pd.DataFrame()
-    lengths = [set(zip(g["input_len"], g["output_len"], strict=True)) for g in (agg_a, agg_b)]
-    pairs = sorted(lengths[0] & lengths[1])  # a length pair one side lacks is another workload: left out
-    for i, o in pairs:
-        a = agg_a[(agg_a["input_len"] == i) & (agg_a["output_len"] == o)]
-        b = agg_b[(agg_b["input_len"] == i) & (agg_b["output_len"] == o)]
+    # a length pair (or a cache format) one side lacks is another workload: left out
+    for i, o, kv in sorted(_workloads(agg_a) & _workloads(agg_b)):
+        a, b = _of(agg_a, i, o, kv), _of(agg_b, i, o, kv)
         m, bb = compare(a, b, samples_a, samples_b, like_kinds=like_kinds)
         for frame, out in ((m, matched), (bb, best)):
             if len(frame):
-                out.append(frame.assign(input_len=int(i), output_len=int(o)))
+                out.append(frame.assign(input_len=int(i), output_len=int(o), kv_cache=str(kv)))
     frames = []
     for parts in (matched, best):
         df = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()

@@ -4,7 +4,8 @@ Why at view time and from the shape: a decode step's bytes follow from the decod
 mean context and the bytes per element as built (`deepgap.measure.llm_cost.decode_cost`), so they are
 recomputed here from the row's model and precision: weights as stored at their precision (fp8/int8
 Linears 1 byte per weight, the norms and embedding rows beside them in bf16; fp16/bf16 2; fp32/tf32 4),
-plus the KV cache read at the run's mean context (the stored ``cost_context``, else input + (output − 2)/2).
+plus the KV cache read at the run's mean context (the stored ``cost_context``, else input + (output − 2)/2),
+1 byte per element in an fp8 cache (``kv_cache``).
 A model without a known shape keeps the bytes and FLOPs the worker stored.
 
 The ceilings it is held against are the device's: the memory bandwidth measured by ``deepgap peaks`` where
@@ -16,7 +17,7 @@ token, in tokens/s; a CPU row has no sheet, so no bound unless the store measure
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from deepgap.core.result_details import Decode
@@ -58,14 +59,20 @@ class DecodeRoof:
         return "compute" if c == c and c < m else "memory"
 
 
-def itemsizes(precision: str) -> Itemsizes:
-    """Bytes per element as the decode worker builds ``precision``."""
+def itemsizes(precision: str, kv_cache: Any = None) -> Itemsizes:
+    """Bytes per element as the decode worker builds ``precision``, its cache in ``kv_cache``'s format.
+
+    ``kv_cache`` "fp8" (`deepgap.core.records.ConfigSpec.kv_cache`): one byte per cached element, with no
+    scale beside it (scale 1); else the cache's element is the decoder's own.
+    """
     if precision in QUANT_PRECISIONS:
         # 8-bit Linears, the rest of the decoder and its cache in bf16
-        return Itemsizes(linear=1, other=2, kv=2)
-    if precision in ("fp16", "bf16"):
-        return Itemsizes(2, 2, 2)
-    return Itemsizes(4, 4, 4)
+        sizes = Itemsizes(linear=1, other=2, kv=2)
+    elif precision in ("fp16", "bf16"):
+        sizes = Itemsizes(2, 2, 2)
+    else:
+        sizes = Itemsizes(4, 4, 4)
+    return replace(sizes, kv=1) if kv_cache == "fp8" else sizes
 
 
 def mean_context(d: Decode) -> float:
@@ -81,7 +88,8 @@ def step_cost(row: dict[str, Any], d: Decode) -> StepCost | None:
     batch = int(row.get("batch_size") or 0)
     if shape is None or batch < 1 or d.input_len is None:
         return None
-    return decode_cost(shape, batch, mean_context(d), itemsizes(str(row.get("precision"))))
+    sizes = itemsizes(str(row.get("precision")), row.get("kv_cache"))
+    return decode_cost(shape, batch, mean_context(d), sizes)
 
 
 def _num(v: Any) -> float:

@@ -18,6 +18,7 @@ import pandas as pd
 from deepgap.analysis import decode_answer as da
 from deepgap.analysis.decode import decode_table
 from deepgap.analysis.decode_roofline import distance_text
+from deepgap.core.records import kv_cache_label
 from deepgap.render.draw import pending_figure
 from deepgap.render.formatting import num_cell
 from deepgap.render.sections import Parts, ReportContext, Section, register
@@ -56,6 +57,16 @@ def _agree(r: dict[str, Any], worded: bool = False) -> str:
     return f"{tokens}{100 * a:.0f}% of {r.get('tokens_checked')}; {logits}relL2 {rel:.2e}{wrong}"
 
 
+def _engine(r: dict[str, Any]) -> str:
+    """The engine, with ``fp8 KV cache`` beside it where the row's cache has a format of its own.
+
+    Why in the engine's cell: two rows differing only by their cache must never look alike, and a column of
+    its own would be empty on every store measured without the axis.
+    """
+    kv = kv_cache_label(r.get("kv_cache"))
+    return f"{r.get('engine')} · {kv}" if kv else str(r.get("engine"))
+
+
 TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
     "decode": (
         "Decode (LLM): time to first token, time per output token and tokens/s per configuration "
@@ -63,7 +74,7 @@ TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
         [
             ("device", "device_name"),
             ("model", "model"),
-            ("engine", "engine"),
+            ("engine", _engine),
             ("precision", "precision"),
             ("batch", "batch_size"),
             ("input / output tokens", lambda r: f"{r.get('input_len')} / {r.get('output_len')}"),
@@ -88,7 +99,7 @@ TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
         [
             ("device", "device_name"),
             ("model", "model"),
-            ("engine", "engine"),
+            ("engine", _engine),
             ("precision", "precision"),
             ("input / output tokens", lambda r: f"{r.get('input_len')} / {r.get('output_len')}"),
             ("weights MB per step", num_cell("weight_bytes_per_step", ",.1f", 1e-6)),

@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from deepgap.core.records import kv_cache_label
+
 
 def _f(v: Any, fmt: str) -> str:
     return "" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, fmt)
@@ -104,7 +106,7 @@ def roofline_lines(tab) -> list[str]:
     out = ["decode roofline (decode tokens/s ÷ memory-bound tokens/s = bandwidth ÷ bytes per token):"]
     for r in ok.to_dict("records"):
         where = f"{r['device_name']} {r['model']} {r['engine']} {r['precision']} {r['input_len']}/{r['output_len']}"
-        out.append(f"  {where}: {distance_text(r)}")
+        out.append(f"  {where}{_kv(r)}: {distance_text(r)}")
     return out
 
 
@@ -156,7 +158,7 @@ def _print_across_sweeps(store, frame, console) -> None:
     for r in agg.to_dict("records"):
         t.add_row(
             f"{r['model']} {r['engine']} {r['precision']} bs{r['batch_size']} "
-            f"{r['input_len']}/{r['output_len']} ×{r['n_measurements']}",
+            f"{r['input_len']}/{r['output_len']}{_kv(r)} ×{r['n_measurements']}",
             _f(r["throughput_ips"], ",.1f"),
             fmt_ci(r["throughput_ci_low_ips"], r["throughput_ci_high_ips"]),
             spread_text(r),
@@ -164,6 +166,12 @@ def _print_across_sweeps(store, frame, console) -> None:
             f"{_f(_ms(r['latency_tail_s']), '.3f')} ({r['latency_tail_name']})",
         )
     console.print(t)
+
+
+def _kv(r: dict) -> str:
+    """`` fp8 KV cache`` after a row's lengths where its cache has a format of its own, else ""."""
+    kv = kv_cache_label(r.get("kv_cache"))
+    return f" {kv}" if kv else ""
 
 
 def _ms(v: Any) -> float:
@@ -186,6 +194,10 @@ def export_decode(store, run_ids: list[str] | None, forward):
 
     frame = store.decode_frame(run_ids)  # peaks are read only where there are decode rows
     tab = decode_table(frame, peaks_frame(store)) if not frame.empty else pd.DataFrame()
+    if "kv_cache" in tab and not tab["kv_cache"].astype(bool).any():
+        tab = tab.drop(
+            columns="kv_cache"
+        )  # no fp8 cache: the columns every decode export had before the axis
     served = llm_export(store, run_ids)  # served decoders' levels: queries/s, tokens/s, TTFT, TPOT
     levels = serve_export(store, run_ids)  # image and text servers' levels, and every capacity
     if tab.empty and served.empty and levels.empty:
@@ -205,11 +217,16 @@ def export_decode(store, run_ids: list[str] | None, forward):
 def _engine(r: dict) -> str:
     """The engine, with the decode step it ran and the ways its step was launched: PDL, split KV.
 
-    PDL: its graph used programmatic dependent launch; split KV: its attention was split over the cache
-    (`deepgap.measure.llm_attention`). Rows stored before session 42 may say their attention ran in the qkv
-    GEMV's last programs, or every layer in one kernel (levers since removed); they keep those labels.
+    An fp8 KV cache (``kv_cache``, `deepgap.core.records.KV_CACHE_LABELS`) is named right after the step,
+    so rows with and without it never look alike. PDL: its graph used programmatic dependent launch; split
+    KV: its attention was split over the cache (`deepgap.measure.llm_attention`). Rows stored before
+    session 42 may say their attention ran in the qkv GEMV's last programs, or every layer in one kernel
+    (levers since removed); they keep those labels.
     """
     how = [f"{r['decode_step']} step"] if r["decode_step"] and r["decode_step"] != r["engine"] else []
+    kv = kv_cache_label(r.get("kv_cache"))
+    if kv:  # an fp8 cache: never read as a row in the decoder's own dtype
+        how.append(kv)
     if str(r.get("decode_pdl") or "").startswith("on"):
         how.append("PDL")
     attention = str(r.get("decode_attention") or "")

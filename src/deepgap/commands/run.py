@@ -14,6 +14,7 @@ from deepgap.core.records import INPUT_MODES
 from deepgap.drive.config import SweepSpec, parse_int_list, parse_number, parse_percent, parse_str_list
 from deepgap.drive.presets import decode_defaults, default_spec, load_toml, preset
 from deepgap.drive.progress import Progress
+from deepgap.measure.llm_workload import KV_CACHES
 
 NAME = "run"
 HELP = "measure a sweep (models × engines × precisions × batch sizes) into the store"
@@ -79,6 +80,12 @@ _GRID_FLAGS = {
         "output_lens",
         _ints("output-lens"),
         "decode: generated tokens per sequence, e.g. 128 (default 128)",
+    ),
+    "kv_caches": (
+        "kv_caches",
+        lambda t: parse_str_list(t, "--kv-caches"),
+        f"decode: KV-cache formats, each its own rows: {','.join(KV_CACHES)} (auto: the decoder's own dtype; "
+        "fp8: e4m3 codes at scale 1, as vLLM's uncalibrated fp8 cache) (default: auto)",
     ),
 }
 _PROTOCOL_FLAGS = {

@@ -35,7 +35,9 @@ class Status(str, enum.Enum):
 # ``input_len``/``output_len``: a decoder's decode workload (issue 51; `SweepSpec.workload` "decode"), set
 # only on decode configurations, so every forward key is unchanged; `Store.results_frame` leaves decode
 # rows out (their latency is a decode step's, not a forward pass's) and `Store.decode_frame` reads them.
-KEY_ONLY_FIELDS = ("seq_len", "input_mode", "input_len", "output_len")
+# ``kv_cache``: a decode configuration's KV-cache format (`KV_CACHE_LABELS`), set only where it is not the
+# decoder's own dtype, so every key stored before the axis existed is unchanged.
+KEY_ONLY_FIELDS = ("seq_len", "input_mode", "input_len", "output_len", "kv_cache")
 
 # How the timed input reaches the engine (`ConfigSpec.input_mode`; the sweep's ``inputs`` axis, ``--inputs``).
 # "default": a float batch in the engine's input dtype, on the device (None in a ConfigSpec, so every key
@@ -97,6 +99,20 @@ def input_mode_label(mode: Any) -> str:
     return f"lengths {dist}, {label}" if dist else label
 
 
+# A decode configuration's KV-cache format (`ConfigSpec.kv_cache`; the sweep's ``kv_caches`` axis,
+# ``--kv-caches``, `deepgap.measure.llm_workload.KV_CACHES`): None is the decoder's own dtype. "fp8": e4m3
+# codes at scale 1, saturating (vLLM's fp8 cache without calibration). A row with a cache format of its own
+# is a configuration of its own: every view names it, so it never reads as a row in the decoder's dtype.
+KV_CACHE_LABELS = {"fp8": "fp8 KV cache"}
+
+
+def kv_cache_label(value: Any) -> str:
+    """What a `ConfigSpec.kv_cache` (or a frame's ``kv_cache`` cell) means, for a view: "" for the default."""
+    if not isinstance(value, str) or not value:
+        return ""
+    return KV_CACHE_LABELS.get(value, f"{value} KV cache")
+
+
 def input_name(mode: Any) -> str:
     """A `ConfigSpec.input_mode` (or a frame's ``input_mode`` cell) as its name: None/""/NaN is "default"."""
     return mode if isinstance(mode, str) and mode else "default"
@@ -135,6 +151,9 @@ class ConfigSpec:
     # tokens per sequence; None for a forward-pass configuration. ``resolution`` holds ``input_len``.
     input_len: int | None = None
     output_len: int | None = None
+    # A decode configuration's KV-cache format (`KV_CACHE_LABELS`): None = the decoder's own dtype (every
+    # configuration stored before the axis existed), "fp8" = e4m3 codes at scale 1. Key-only.
+    kv_cache: str | None = None
 
     @property
     def is_decode(self) -> bool:
@@ -145,8 +164,9 @@ class ConfigSpec:
     def key(self) -> str:
         """Stable text identity, used as the store's unique key within a run.
 
-        ``seq_len`` and ``input_mode`` enter only where they are set, so the key of a default image
-        configuration is what it was before the fields existed (stored runs resume and merge unchanged).
+        The key-only fields (``seq_len``, ``input_mode``, the decode lengths, ``kv_cache``) enter only where
+        they are set, so the key of a configuration is what it was before the fields existed (stored runs
+        resume and merge unchanged).
         """
         d = dataclasses.asdict(self)
         for k in KEY_ONLY_FIELDS:
@@ -168,7 +188,8 @@ class ConfigSpec:
         seq = f" seq{self.seq_len}" if self.seq_len else ""
         inp = f" {self.input_mode}" if self.input_mode else ""
         dec = f" decode {self.input_len}/{self.output_len}" if self.is_decode else ""
-        return f"{self.model} {self.engine}{mf} {self.precision} bs{self.batch_size}{seq}{inp}{dec}{t}"
+        kv = f" kv-{self.kv_cache}" if self.kv_cache else ""
+        return f"{self.model} {self.engine}{mf} {self.precision} bs{self.batch_size}{seq}{inp}{dec}{kv}{t}"
 
     @staticmethod
     def seq_len_of(key: str) -> int | None:
@@ -180,6 +201,14 @@ class ConfigSpec:
     def input_mode_of(key: str) -> str | None:
         """The input mode a stored key names (None: the default input, or a key not in JSON)."""
         v = _key_field(key, "input_mode")
+        return v if isinstance(v, str) and v else None
+
+    @staticmethod
+    def kv_cache_of(key: str) -> str | None:
+        """The KV-cache format a stored key names (None: the decoder's own dtype, or a key not in JSON)."""
+        if not isinstance(key, str) or '"kv_cache"' not in key:  # every key stored before the axis: no parse
+            return None
+        v = _key_field(key, "kv_cache")
         return v if isinstance(v, str) and v else None
 
     @staticmethod

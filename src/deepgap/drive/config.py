@@ -66,6 +66,9 @@ class SweepSpec:
     workload: str = "forward"
     input_lens: tuple[int, ...] = ()
     output_lens: tuple[int, ...] = ()
+    # decode's KV-cache formats (`deepgap.measure.llm_workload.KV_CACHES`): "auto" (the decoder's own dtype)
+    # and/or "fp8" (e4m3 codes at scale 1), each its own configurations; decode only
+    kv_caches: tuple[str, ...] = ("auto",)
     # how the timed input is given (`deepgap.core.records.INPUT_MODES`): "default" (a float batch on the
     # device) and/or "int8-resident" (int8 images already in GPU memory, MLPerf-like), each its own rows
     inputs: tuple[str, ...] = ("default",)

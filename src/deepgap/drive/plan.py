@@ -2,7 +2,8 @@
 
 Order: sweep passes outermost (each runs in its own worker process, `runner.SweepRunner`); inside
 a pass, configuration groups (precision × model × memory format × engine × threads; × sequence length for
-a text model, whose memory format does not apply; × input mode, `records.INPUT_MODES`) in the paper's
+a text model, whose memory format does not apply; × input mode, `records.INPUT_MODES`; a decode sweep's
+length pairs × KV-cache formats, `llm_workload.KV_CACHES`) in the paper's
 Algorithm 1 order for the first pass and shuffled for later ones (seeded by ``spec.seed`` and the
 pass, so the plan stays a pure, reproducible function), so that a slow drift of the machine (heat,
 clocks) does not line up with the same configurations in every pass; batch sizes ascend inside a
@@ -27,7 +28,7 @@ from deepgap.core.records import TEXT_INPUTS, ConfigSpec, spec_input_mode
 from deepgap.drive import presets
 from deepgap.drive.config import SweepSpec
 from deepgap.drive.presets import CPU_BASELINE_INT8_ENGINE, CPU_BASELINE_SCALING_MODEL, cpu_baseline_spec
-from deepgap.measure.llm_workload import DEFAULT_INPUT_LEN, decoder_shape, lens_of
+from deepgap.measure.llm_workload import DEFAULT_INPUT_LEN, decoder_shape, kv_caches_of, lens_of
 from deepgap.measure.models import resolve_model
 from deepgap.measure.pairing import axes, check_pairs
 
@@ -52,6 +53,7 @@ def host_cpu_decode(spec: SweepSpec) -> list[ConfigSpec]:
 
     Decoders above `presets.CPU_DECODE_MAX_PARAMS` are left out (the views say so); the prompt is the
     sweep's shortest, at most `presets.CPU_DECODE_MAX_INPUT` tokens, the output `presets.CPU_DECODE_OUTPUT`.
+    Its cache is the decoder's own dtype whatever the sweep's ``kv_caches``: the baseline is the plain decode.
     """
     cores = int(cpu_baseline_spec(spec, os.cpu_count() or 1).cpu_cores or 1)
     i = min(min(spec.input_lens or (DEFAULT_INPUT_LEN,)), presets.CPU_DECODE_MAX_INPUT)
@@ -148,7 +150,7 @@ def _expand_device(spec: SweepSpec, device: str) -> list[ConfigSpec]:
                 continue  # a token batch has no memory format: one group per engine, stored as "nchw"
             if inp in TEXT_INPUTS and not entry.is_text:
                 continue  # an image has no sequence lengths: a mixed-length input is a text model's only
-            for size, seq, lens in _points(spec, entry):
+            for (size, seq, lens), kv in itertools.product(_points(spec, entry), _kv_caches(spec)):
                 for bs in sorted(set(per[engine]["batch_sizes"])):
                     out.append(
                         ConfigSpec(
@@ -166,9 +168,19 @@ def _expand_device(spec: SweepSpec, device: str) -> list[ConfigSpec]:
                             input_mode=spec_input_mode(inp, spec.seq_len_dist),
                             input_len=lens[0] if lens else None,
                             output_len=lens[1] if lens else None,
+                            kv_cache=kv,
                         )
                     )
     return out
+
+
+def _kv_caches(spec: SweepSpec) -> list[str | None]:
+    """The KV-cache formats of a decode sweep (`llm_workload.KV_CACHES`; "auto" is None); a forward's: None.
+
+    Crossed with every length pair, inside it and outside the batches: each format is a group of its own
+    (`ConfigSpec.group`), so an OOM at batch B skips only the larger batches of its own format.
+    """
+    return kv_caches_of(spec.kv_caches) if spec.workload == "decode" else [None]
 
 
 def _points(spec: SweepSpec, entry) -> list[tuple[int, int | None, tuple[int, int] | None]]:

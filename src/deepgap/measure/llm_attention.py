@@ -35,6 +35,7 @@ import triton.language as tl
 
 from deepgap.core import switches
 from deepgap.measure.llm_merge import combine_kernel, merge_group
+from deepgap.measure.models.llama_cache import FP8_CODES
 from deepgap.measure.quant.kernels import pdl_enter
 from deepgap.measure.quant.launch import check, launcher
 
@@ -224,11 +225,9 @@ def attend_rows(
         cols = start + rl
         c_ok = cols < hi
         offs = base + cols[:, None] * D + rd[None, :]
-        k = tl.load(k_ptr + offs, mask=c_ok[:, None], other=0.0)
-        v = tl.load(v_ptr + offs, mask=c_ok[:, None], other=0.0)
-        if DOT_F32:
-            k = k.to(tl.float32)
-            v = v.to(tl.float32)
+        # fp8 codes (`llama_cache`, scale 1) read back as q's dtype; the model's dtype as it is
+        k = tl.load(k_ptr + offs, mask=c_ok[:, None], other=0.0).to(q.dtype)
+        v = tl.load(v_ptr + offs, mask=c_ok[:, None], other=0.0).to(q.dtype)
         s = tl.dot(q, tl.trans(k)) * scale
         s = tl.where(c_ok[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -282,6 +281,7 @@ def attend(
         s == 1 and nq % nkv == 0 and nq // nkv <= ROWS, f"one token, at most {ROWS} query heads per KV head"
     )
     check(k.shape == v.shape and k.is_contiguous() and v.is_contiguous(), "K and V: the contiguous cache")
+    check(k.dtype == v.dtype and k.dtype in (q.dtype, FP8_CODES), f"K and V: {q.dtype} or fp8 codes")
     check_head_dim(d)
     check(pos.numel() in (1, b) and pos.is_contiguous(), f"pos: one position, or one per sequence ({b})")
     check(split.chunks * split.chunk >= length, f"chunks of {split.chunk} cover {length} positions")

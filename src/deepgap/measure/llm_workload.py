@@ -12,6 +12,11 @@ not a cache that grows). The ``quant`` engine decodes with every Linear in fp8 o
 engine's Linear path, `deepgap.measure.quant.linear`: weight-only at a small batch, activations scaled per
 token above it), compiled and captured as one CUDA graph.
 
+**KV cache.** ``--kv-caches`` (`KV_CACHES`) crosses every decode configuration with the cache's format:
+"auto" keeps the decoder's own dtype (``ConfigSpec.kv_cache`` None: every key as before the axis), "fp8"
+stores e4m3 codes at scale 1, saturating (vLLM's fp8 cache without calibration); the worker's decode is
+checked against fp32 as every decode row is.
+
 **Precisions.** The floating-point ones, the model cast to the precision's dtype; and ``fp8``/``int8``
 for the ``quant`` engine only (`QUANT_PRECISIONS`): the worker's
 `deepgap.measure.decode_config.LINEAR_SWAPS` replaces the decoder's ``nn.Linear`` layers.
@@ -31,6 +36,9 @@ DEFAULT_INPUT_LEN = 128
 DEFAULT_OUTPUT_LEN = 128
 DECODE_PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 QUANT_PRECISIONS = ("fp8", "int8")  # the quant engine's decode: 8-bit Linears (module doc)
+# the KV cache's formats a decode sweep crosses its configurations with (module doc): "auto" is the decoder's
+# own dtype (None in a `ConfigSpec`, so every key stored before the axis is unchanged)
+KV_CACHES = ("auto", "fp8")
 # greedy tokens compared with the fp32 reference's (and logits compared), over at most this many
 # first output tokens of at most `CHECK_ROWS` sequences: enough to catch a wrong step, cheap beside the run
 CHECK_TOKENS = 16
@@ -75,6 +83,16 @@ def is_local_config(model: str) -> bool:
     return is_config_path(model)
 
 
+def spec_kv_cache(name: str) -> str | None:
+    """A sweep's KV-cache name as a `ConfigSpec.kv_cache`: "auto" is None (the decoder's own dtype)."""
+    return None if name == "auto" else name
+
+
+def kv_caches_of(kv_caches: tuple[str, ...]) -> list[str | None]:
+    """The `ConfigSpec.kv_cache` values a decode sweep measures, in the order given, each once."""
+    return list(dict.fromkeys(spec_kv_cache(k) for k in kv_caches)) or [None]
+
+
 def check_decode(
     models: tuple[str, ...],
     engines: tuple[str, ...],
@@ -82,6 +100,7 @@ def check_decode(
     batch_sizes: tuple[int, ...],
     input_lens: tuple[int, ...],
     output_lens: tuple[int, ...],
+    kv_caches: tuple[str, ...] = ("auto",),
 ) -> None:
     """One `UsageError` line for a decode sweep that cannot run (no decoder, no decode path, out of range).
 
@@ -116,8 +135,10 @@ def check_decode(
             "--output-lens 1 times no decode step (the first token comes from the prefill)",
             "pass output lengths of at least 2, e.g. --output-lens 128",
         )
-    # the KV cache's element: the precision's own, bf16 beside 8-bit Linears
+    # the KV cache's element: the precision's own, bf16 beside 8-bit Linears; one byte where every cache is fp8
     itemsize = max(2 if p in QUANT_PRECISIONS else PRECISIONS[p].itemsize for p in precisions)
+    if kv_caches and "auto" not in kv_caches:
+        itemsize = 1
     for m in models:
         shape = decoder_shape(m)
         assert shape is not None  # checked above
@@ -147,11 +168,14 @@ def check_workload(spec: Any) -> None:
     """
     if spec.workload not in WORKLOADS:
         raise UsageError(f"unknown workload {spec.workload!r}", f"choose from {', '.join(WORKLOADS)}")
+    check_kv_caches(spec.kv_caches)
     if spec.workload != "decode":
         if spec.input_lens or spec.output_lens:
             raise UsageError(
                 "--input-lens and --output-lens are decode axes", "add --workload decode, or drop them"
             )
+        if tuple(spec.kv_caches) != ("auto",):
+            raise UsageError("--kv-caches is a decode axis", "add --workload decode, or drop --kv-caches")
         return
     clash = [
         f
@@ -177,4 +201,14 @@ def check_workload(spec: Any) -> None:
         tuple(sorted(batches | set(spec.batch_sizes))),
         spec.input_lens,
         spec.output_lens,
+        spec.kv_caches,
     )
+
+
+def check_kv_caches(kv_caches: tuple[str, ...]) -> None:
+    """One `UsageError` line for a KV-cache axis that is empty or names an unknown format (`KV_CACHES`)."""
+    if not kv_caches:
+        raise UsageError("no KV cache given", f"pass e.g. --kv-caches auto (known: {', '.join(KV_CACHES)})")
+    for k in kv_caches:
+        if k not in KV_CACHES:
+            raise UsageError(f"unknown KV cache {k!r}", f"choose from {', '.join(KV_CACHES)} (--kv-caches)")

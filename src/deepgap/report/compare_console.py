@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from deepgap.core.precision import is_quantized
+from deepgap.core.records import kv_cache_label
 from deepgap.render.units import IMAGE, Units
 
 
@@ -289,6 +290,8 @@ def print_decode_pairs(matched, best) -> None:
         ("B decode tok/s", lambda r: fmt_ips(r["throughput_ips_b"])),
     ]
     lengths = ("in/out", lambda r: f"{int(r['input_len'])}/{int(r['output_len'])}")
+    if any(kv_cache_label(r.get("kv_cache")) for f in (matched, best) for r in f.to_dict("records")):
+        lengths = ("in/out · KV cache", _lengths_kv)  # an fp8 cache's rows beside the own dtype's: each named
     if len(best):
         confs = [
             ("A configuration", lambda r: r["configuration_a"]),
@@ -306,3 +309,9 @@ def print_decode_pairs(matched, best) -> None:
                 "decode, matched configurations (same batch and lengths)", matched, [bs, lengths, *tok]
             )
         )
+
+
+def _lengths_kv(r: dict) -> str:
+    """``128/128 · fp8 KV cache`` (a cache of its own format) or ``128/128 · own dtype`` (the decoder's)."""
+    kv = kv_cache_label(r.get("kv_cache")) or "own dtype"
+    return f"{int(r['input_len'])}/{int(r['output_len'])} · {kv}"

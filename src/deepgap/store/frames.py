@@ -86,16 +86,19 @@ class ResultReads:
         return df.loc[forward].reset_index(drop=True)
 
     def decode_frame(self, run_ids: list[str] | None = None) -> pd.DataFrame:
-        """The decode results (`results_frame`'s other part), with their ``input_len`` and ``output_len``.
+        """The decode results (`results_frame`'s other part), with ``input_len``, ``output_len``, ``kv_cache``.
 
         The figures themselves are each row's ``extra.decode`` (`deepgap.core.result_details.Decode`);
-        `deepgap.analysis.decode` turns them into the views' columns.
+        `deepgap.analysis.decode` turns them into the views' columns. ``kv_cache`` is a key-only field read
+        from the key as ``input_mode`` is: "" for the decoder's own dtype (a grouping key: None would drop
+        the row's group), "fp8" for an fp8 cache.
         """
         df = self._results(run_ids)
         lens = [ConfigSpec.decode_lens_of(k) for k in df["config_key"]]
         df = df.loc[np.array([x is not None for x in lens], dtype=bool)].reset_index(drop=True)
         df["input_len"] = [x[0] for x in lens if x is not None]
         df["output_len"] = [x[1] for x in lens if x is not None]
+        df["kv_cache"] = [ConfigSpec.kv_cache_of(k) or "" for k in df["config_key"]]
         return df
 
     def _results(self, run_ids: list[str] | None) -> pd.DataFrame:

@@ -162,7 +162,7 @@ def test_one_token_attention_takes_a_gpu_kernels_output_layout(monkeypatch):
     heads back must not assume a contiguous output (every GPU decode step failed on a `view` here)."""
     from torch.nn import functional as F  # noqa: N812
 
-    from deepgap.measure.models import llama_net
+    from deepgap.measure.models import llama_cache
 
     real = F.scaled_dot_product_attention
 
@@ -170,6 +170,6 @@ def test_one_token_attention_takes_a_gpu_kernels_output_layout(monkeypatch):
         return real(*a, **k).transpose(1, 2).contiguous().transpose(1, 2)  # same values, GPU strides
 
     q, kv = torch.randn(2, 8, 1, 4), torch.randn(2, 2, 5, 4)
-    want = llama_net._one_token(q, kv, kv, None)
-    monkeypatch.setattr(llama_net.F, "scaled_dot_product_attention", gpu_like)
-    torch.testing.assert_close(llama_net._one_token(q, kv, kv, None), want)
+    want = llama_cache.one_token(q, kv, kv, None)
+    monkeypatch.setattr(llama_cache.F, "scaled_dot_product_attention", gpu_like)
+    torch.testing.assert_close(llama_cache.one_token(q, kv, kv, None), want)

@@ -9,8 +9,9 @@ so a decode step launches 4 GEMMs per layer instead of 7 (`llama_weights.from_hf
 `tests/measure/models/test_llm_model.py` checks logits and greedy tokens against transformers with the same weights.
 
 The KV cache is static: ``setup_cache(batch, max_len)`` preallocates ``[batch, kv_heads, max_len,
-head_dim]`` K and V per layer in the model's dtype and device, so no step allocates and the decode
-step's shapes never change. ``prefill(ids)`` fills positions ``0..S-1`` and returns the next-token
+head_dim]`` K and V per layer in the model's dtype (or fp8 codes: `deepgap.measure.models.llama_cache`) and
+device, so no step allocates and the decode step's shapes never change. ``prefill(ids)`` fills positions
+``0..S-1`` and returns the next-token
 logits; ``decode_step(ids, position)`` writes one position and returns the next logits. A Python int
 ``position`` attends over the cache's first ``position + 1`` entries (eager: reads only what is
 there); a tensor ``position`` keeps every shape static, so torch.compile and a CUDA graph can capture the
@@ -31,8 +32,9 @@ from torch import nn
 from torch.nn import functional as F  # noqa: N812 - torch's own spelling
 
 from deepgap.core.errors import UsageError
+from deepgap.measure.models.llama_cache import LayerCache, StaticKVCache
 from deepgap.measure.models.llama_config import SHAPES, LlamaShape, check_run, inv_frequencies, shape_of
-from deepgap.measure.models.llama_packed import PackedTokens, SlotPositions, SlotPrefill, packed_logits
+from deepgap.measure.models.llama_packed import SlotPositions, SlotPrefill, packed_logits
 
 
 class RMSNorm(nn.Module):
@@ -116,6 +118,9 @@ class Llama(nn.Module):
         # the static step's attention ``fn(q, k, v, pos)`` where the worker plugs one in
         # (`deepgap.measure.llm_steps`: `deepgap.measure.llm_attention` on a GPU); None: SDPA over the masked cache
         self.static_attention = None
+        # the cache's storage where it is not the model's dtype: fp8 codes (`llama_cache`, ``--kv-caches fp8``),
+        # set by the worker before `setup_cache`; None: the model's dtype
+        self.kv_codes: torch.dtype | None = None
         # fp32 angles kept off the module's buffers: `.half()` must not round them (HF keeps them fp32 too)
         self.inv_freq = torch.tensor(inv_frequencies(shape), dtype=torch.float32)
         if self.embed_tokens.weight.device.type != "meta":
@@ -154,7 +159,7 @@ class Llama(nn.Module):
         cos, sin = self.angles(positions, x.dtype)
         for i, layer in enumerate(self.layers):
             x = layer(
-                x, cos, sin, None if pos is None else _LayerCache(self.cache, i, self.static_attention), pos
+                x, cos, sin, None if pos is None else LayerCache(self.cache, i, self.static_attention), pos
             )
         return self.norm(x)
 
@@ -168,11 +173,11 @@ class Llama(nn.Module):
         return self.lm_head(x if all_logits else x[:, -1])
 
     def setup_cache(self, batch: int, max_len: int) -> StaticKVCache:
-        """Preallocate the static cache in the model's dtype and device (replacing any earlier one)."""
+        """Preallocate the static cache in the model's dtype (or `kv_codes`) and device, replacing any earlier one."""
         p = self.embed_tokens.weight
-        check_run(self.shape, batch, max_len, p.element_size())
+        check_run(self.shape, batch, max_len, self.kv_codes.itemsize if self.kv_codes else p.element_size())
         self.cache = None  # free the old one before allocating the new
-        self.cache = StaticKVCache(self.shape, batch, max_len, p.dtype, p.device)
+        self.cache = StaticKVCache(self.shape, batch, max_len, p.dtype, p.device, self.kv_codes)
         return self.cache
 
     def prefill(self, ids, all_logits: bool = False):
@@ -241,7 +246,7 @@ class Llama(nn.Module):
         cos, sin = cos[:, None, None, :], sin[:, None, None, :]  # per row: (B, 1, 1, head_dim)
         rows = SlotPositions(positions)
         for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, _LayerCache(self.cache, i, self.static_attention), rows)
+            x = layer(x, cos, sin, LayerCache(self.cache, i, self.static_attention), rows)
         return self.lm_head(self.norm(x)[:, -1])
 
     def _need_cache(self, ids, end: int) -> None:
@@ -266,99 +271,6 @@ class Llama(nn.Module):
                 "pass integer ids of shape (batch, length)",
             )
         check_run(self.shape, max(ids.shape[0], 1), end, 0)
-
-
-class StaticKVCache:
-    """K and V of every layer, ``[batch, kv_heads, max_len, head_dim]``, allocated once."""
-
-    def __init__(self, shape: LlamaShape, batch: int, max_len: int, dtype, device) -> None:
-        self.batch, self.max_len = batch, max_len
-        dims = (batch, shape.kv_heads, max_len, shape.head_dim)
-        self.k = [torch.zeros(dims, dtype=dtype, device=device) for _ in range(shape.layers)]
-        self.v = [torch.zeros(dims, dtype=dtype, device=device) for _ in range(shape.layers)]
-        self.gqa = shape.heads != shape.kv_heads
-        self.positions = torch.arange(max_len, device=device)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes the cache holds on its device (all layers, K and V)."""
-        return sum(t.numel() * t.element_size() for t in self.k + self.v)
-
-
-class _LayerCache:
-    """One layer's view of the cache: writes this step's K and V, attends over what is written."""
-
-    def __init__(self, cache: StaticKVCache, i: int, attention=None) -> None:
-        self.k, self.v, self.cache, self.attention = cache.k[i], cache.v[i], cache, attention
-
-    def attend(self, q, k, v, pos):
-        """Write ``k``, ``v`` from ``pos`` on; attend ``q`` causally over everything written so far."""
-        if isinstance(pos, (SlotPrefill, SlotPositions)):
-            return self._attend_slots(q, k, v, pos)
-        if isinstance(pos, PackedTokens):
-            return pos.attend(self, q, k, v)
-        s = q.shape[2]
-        if not isinstance(pos, int):  # a tensor position: static shapes, one token
-            self.k.index_copy_(2, pos, k)
-            self.v.index_copy_(2, pos, v)
-            return self.attend_written(q, pos)
-        self.k[:, :, pos : pos + s] = k
-        self.v[:, :, pos : pos + s] = v
-        if s == 1:
-            return self.attend_written(q, pos)
-        # prefill (pos 0): causal over the prompt
-        keys, values = self.k[:, :, : pos + s], self.v[:, :, : pos + s]
-        return F.scaled_dot_product_attention(q, keys, values, is_causal=True, enable_gqa=self.cache.gqa)
-
-    def attend_written(self, q, pos):
-        """One decode token ``q`` over the cache as written up to ``pos`` (its own K and V there already).
-
-        Apart from `attend` for a step that writes them itself (`deepgap.measure.llm_fused`'s RoPE GEMV).
-        """
-        if isinstance(pos, int):  # eager: read only the keys written
-            return _one_token(q, self.k[:, :, : pos + 1], self.v[:, :, : pos + 1], None)
-        if self.attention is not None:  # the worker's kernel (`Llama.static_attention`)
-            return self.attention(q, self.k, self.v, pos)
-        return _one_token(q, self.k, self.v, (self.cache.positions <= pos)[None, :])  # later ones masked
-
-    def _attend_slots(self, q, k, v, pos):
-        """Continuous batching: a prefill into some rows, or one token per row at its own position."""
-        if isinstance(pos, SlotPrefill):  # the prompts alone, causal; their K and V into their rows
-            s = q.shape[2]
-            self.k[pos.slots, :, :s] = k
-            self.v[pos.slots, :, :s] = v
-            return F.scaled_dot_product_attention(q, k, v, is_causal=s > 1, enable_gqa=self.cache.gqa)
-        b = q.shape[0]
-        p = pos.positions
-        # Each row's K and V at its own position, written as an index_put on the whole cache tensor: a
-        # scatter_ into the view ``self.k[:b]`` compiled (torch.compile functionalizes a mutated view of an
-        # input) into a copy of the layer's whole cache per step, 35.7 ms per 8B step at 512 slots on an
-        # H200 against 12.3 ms for the sweep's step; index_put stays in place.
-        rows = torch.arange(b, device=p.device)
-        self.k[rows, :, p] = k[:, :, 0]
-        self.v[rows, :, p] = v[:, :, 0]
-        keys, values = self.k[:b], self.v[:b]  # the first b rows: the slots (a view, static shape)
-        if self.attention is not None:  # the worker's kernel, each row up to its own position
-            return self.attention(q, keys, values, p)
-        mask = (self.cache.positions[None, :] <= p[:, None])[:, None, None, :]  # (b, 1, 1, max_len)
-        return _one_token(q, keys, values, mask)
-
-
-def _one_token(q, keys, values, mask):
-    """Attention of one query token per sequence, its query heads folded onto their shared KV head.
-
-    Why fold: with GQA, the ``heads / kv_heads`` query heads of a group read the same keys, so for a
-    single token they are that many query *rows* of one head: ``(b, heads, 1, d)`` viewed as
-    ``(b, kv_heads, group, d)`` is plain multi-head attention, which every SDPA kernel takes with a
-    mask (``enable_gqa`` with a mask leaves only the math kernel on a GPU), and K and V are read once
-    per group. HF's grouping is the same: query head h uses KV head h // group.
-    """
-    b, nq, _, d = q.shape
-    nkv = keys.shape[1]
-    a = F.scaled_dot_product_attention(q.reshape(b, nkv, nq // nkv, d), keys, values, attn_mask=mask)
-    # reshape, not view: a GPU kernel's output is laid out (b, group, kv_heads, d) in memory, so its two
-    # head dimensions are not adjacent (a CPU's is contiguous; every GPU decode failed on a view here)
-    return a.reshape(b, nq, 1, d)
 
 
 def build_llama(

@@ -45,13 +45,14 @@ class PackedTokens:
     def attend(self, layer_cache, q, k, v):
         """Write every row's K and V at (its slot, its position); attend within each prompt, causally.
 
-        The write is an index_put on the whole cache tensor, as `_LayerCache._attend_slots`' decode write
+        The write is an index_put on the whole cache tensor, as `LayerCache._attend_slots`' decode write
         (a scatter into a view compiles into a copy of the layer's cache). K and V are expanded to the
         query heads so that SDPA takes the boolean mask in its memory-efficient kernel on a GPU
         (``enable_gqa`` with a mask leaves only the math kernel, which materialises ``heads × T × T``).
         """
-        layer_cache.k[self.slots, :, self.positions] = k[0].transpose(0, 1)
-        layer_cache.v[self.slots, :, self.positions] = v[0].transpose(0, 1)
+        enc = layer_cache.cache.encode  # fp8 codes where the cache holds them (`llama_cache`)
+        layer_cache.k[self.slots, :, self.positions] = enc(k[0].transpose(0, 1))
+        layer_cache.v[self.slots, :, self.positions] = enc(v[0].transpose(0, 1))
         group = q.shape[1] // k.shape[1]
         if group > 1:
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)

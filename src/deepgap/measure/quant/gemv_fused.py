@@ -36,6 +36,7 @@ import triton.language as tl
 from deepgap.measure.quant import gemv, norm_handoff
 from deepgap.measure.quant.gemv import FUSED_TILES
 from deepgap.measure.quant.launch import check, launcher
+from deepgap.measure.quant.rope_store import RopeWrite, check_rope, rope_store
 
 
 @triton.jit
@@ -55,36 +56,6 @@ def fused_step(
 
 
 @triton.jit
-def _rope_store(y, y2, rn, out_ptr, cos_ptr, sin_ptr, pos_ptr, k_ptr, v_ptr, L, NQ, NKV, D: tl.constexpr):
-    """RoPE's epilogue: rotate a q or k head's channel pair (c, c + D/2); q to ``out``, k and v into the cache.
-
-    HF's half-split rotation ``x·cos + rotate_half(x)·sin`` on the pair: ``(y·cos − y₂·sin, y₂·cos + y·sin)``
-    with the step's angles (``cos_ptr``, ``sin_ptr``: D each). The cache is ``(1, NKV, L, D)``; the row
-    written is at the position read from the device (``pos_ptr``), after the wait for the previous kernel.
-    """
-    half: tl.constexpr = D // 2
-    head = rn // half
-    c = rn % half
-    cos, cos2 = tl.load(cos_ptr + c).to(tl.float32), tl.load(cos_ptr + half + c).to(tl.float32)
-    sin, sin2 = tl.load(sin_ptr + c).to(tl.float32), tl.load(sin_ptr + half + c).to(tl.float32)
-    rotated = head < NQ + NKV  # q and k heads; v's are written as they are
-    r = tl.where(rotated, y * cos - y2 * sin, y).to(tl.bfloat16)
-    r2 = tl.where(rotated, y2 * cos2 + y * sin2, y2).to(tl.bfloat16)
-    is_q = head < NQ
-    tl.store(out_ptr + head * D + c, r, mask=is_q)
-    tl.store(out_ptr + head * D + half + c, r2, mask=is_q)
-    pos = tl.load(pos_ptr)
-    is_k = rotated & (head >= NQ)
-    kv_head = tl.where(is_k, head - NQ, head - NQ - NKV)
-    row = (kv_head.to(tl.int64) * L + pos) * D + c
-    is_v = head >= NQ + NKV
-    tl.store(k_ptr + row, r, mask=is_k)
-    tl.store(k_ptr + row + half, r2, mask=is_k)
-    tl.store(v_ptr + row, r, mask=is_v)
-    tl.store(v_ptr + row + half, r2, mask=is_v)
-
-
-@triton.jit
 def fused_row_kernel(
     x_ptr, w_ptr, scale_ptr, gamma_ptr, res_ptr, out_ptr, NO, K, eps,
     NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
@@ -92,11 +63,12 @@ def fused_row_kernel(
     cos_ptr=None, sin_ptr=None, pos_ptr=None, k_ptr=None, v_ptr=None, L=1, NQ=0, NKV=0, ROPE: tl.constexpr = False,
     D: tl.constexpr = 2, sums_ptr=None, PARTS: tl.constexpr = 1,
     HANDED: tl.constexpr = False, hand_gamma_ptr=None, scaled_ptr=None, hand_sums_ptr=None, HAND: tl.constexpr = False,
+    RNE: tl.constexpr = False,
 ):  # fmt: skip
     """``out[band]`` of one row: an optional RMSNorm of x, the product, then SwiGLU, a residual add or RoPE.
 
     Output channel ``n`` of a pair is weight rows ``n`` and ``n + NO`` with SwiGLU; with ``ROPE`` pair ``n`` of
-    head ``h = n // (D/2)`` is rows ``h·D + c`` and ``h·D + c + D/2`` (``c = n mod D/2``), `_rope_store`.
+    head ``h = n // (D/2)`` is rows ``h·D + c`` and ``h·D + c + D/2`` (``c = n mod D/2``), `rope_store`.
     With ``PDL`` the first K step's weights are read before the wait for the previous kernel (`gemv`'s row
     kernel too).
     ``HANDED``: x is a row ⊙ γ whose norm a writer handed over, its sums read at the end (read right after PDL's
@@ -141,7 +113,7 @@ def fused_row_kernel(
         root = norm_handoff.handed_root(sums_ptr, K, eps, PARTS)
     y = finish(
         acc, acc_up, root, rn, rows, second, scale_ptr, res_ptr, out_ptr, cos_ptr, sin_ptr, pos_ptr, k_ptr, v_ptr,
-        L, NQ, NKV, SWIGLU, RESIDUAL, ROPE, D, REDUCE,
+        L, NQ, NKV, SWIGLU, RESIDUAL, ROPE, D, REDUCE, RNE,
     )  # fmt: skip
     if HAND:
         norm_handoff.hand_off(y, tl.program_id(0) * BN, hand_gamma_ptr, scaled_ptr, hand_sums_ptr, BN)
@@ -151,7 +123,7 @@ def fused_row_kernel(
 def finish(
     acc, acc_up, root, rn, rows, second, scale_ptr, res_ptr, out_ptr, cos_ptr, sin_ptr, pos_ptr, k_ptr, v_ptr,
     L, NQ, NKV, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr, ROPE: tl.constexpr, D: tl.constexpr,
-    REDUCE: tl.constexpr,
+    REDUCE: tl.constexpr, RNE: tl.constexpr,
 ):  # fmt: skip
     """A band's epilogue (scales, the norm's root, SwiGLU, residual or RoPE).
 
@@ -166,7 +138,7 @@ def finish(
     if RESIDUAL:
         y += tl.load(res_ptr + rn).to(tl.float32)
     if ROPE:
-        _rope_store(y, up, rn, out_ptr, cos_ptr, sin_ptr, pos_ptr, k_ptr, v_ptr, L, NQ, NKV, D)
+        rope_store(y, up, rn, out_ptr, cos_ptr, sin_ptr, pos_ptr, k_ptr, v_ptr, L, NQ, NKV, D, RNE)
     else:
         tl.store(out_ptr + rn, y.to(tl.bfloat16))
     return y
@@ -184,22 +156,6 @@ def rows_first(r0, D: tl.constexpr, ROPE: tl.constexpr):
     if ROPE:
         return (r0 // (D // 2)) * D + r0 % (D // 2)
     return r0
-
-
-@dataclasses.dataclass(frozen=True)
-class RopeWrite:
-    """RoPE's epilogue (`_rope_store`): the step's angles and device position, the layer's K/V cache.
-
-    ``cos``, ``sin``: ``head_dim`` values each at the step's position; ``pos``: ``(1,)`` int64 on the device;
-    ``k``, ``v``: the contiguous cache ``(1, kv_heads, max_len, head_dim)``; ``heads``: the query heads.
-    """
-
-    cos: torch.Tensor
-    sin: torch.Tensor
-    pos: torch.Tensor
-    k: torch.Tensor
-    v: torch.Tensor
-    heads: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -268,7 +224,7 @@ def checked(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, fusion: F
     check(fusion.gamma is None or fusion.gamma.shape == (k,), f"gamma: the norm's scale of shape ({k},)")
     check(fusion.residual is None or fusion.residual.numel() == no, f"residual: one row of {no}")
     if fusion.rope is not None:
-        _check_rope(fusion.rope, n)
+        check_rope(fusion.rope, n)
     if fusion.handed is not None:
         norm_handoff.check_handed(fusion.handed, k, fusion.gamma)
     if fusion.hand is not None:
@@ -284,6 +240,8 @@ def _launch_row(x, codes, scale, fusion: Fusion, t: gemv.GemvTile, out) -> None:
     if r is not None:
         rope = dict(cos_ptr=r.cos, sin_ptr=r.sin, pos_ptr=r.pos, k_ptr=r.k, v_ptr=r.v, L=r.k.shape[2])
         rope |= dict(NQ=r.heads, NKV=r.k.shape[1], ROPE=True, D=r.k.shape[3])
+        if r.k.dtype != torch.bfloat16 and x.device.type == "cpu":  # fp8 codes in the interpreter: `e4m3_rne`
+            rope["RNE"] = True
     h, extra = fusion.hand, {}
     if fusion.handed is not None:
         extra |= dict(sums_ptr=fusion.handed, PARTS=norm_handoff.parts_block(k), HANDED=True)
@@ -299,18 +257,6 @@ def _launch_row(x, codes, scale, fusion: Fusion, t: gemv.GemvTile, out) -> None:
         **({"maxnreg": t.maxnreg} if t.maxnreg and x.device.type != "cpu" else {}),
         **extra,
     )  # fmt: skip
-
-
-def _check_rope(r: RopeWrite, n: int) -> None:
-    """RoPE's operands: a cache of one sequence, heads that fill N, the angles and position of one step."""
-    check(r.k.dim() == 4 and r.k.shape[0] == 1, "the K/V cache: (1, kv_heads, max_len, head_dim)")
-    _, nkv, _, d = r.k.shape
-    same = r.v.shape == r.k.shape and r.k.dtype == r.v.dtype == torch.bfloat16
-    check(same and r.k.is_contiguous() and r.v.is_contiguous(), "K and V: the contiguous bf16 cache")
-    check(n == (r.heads + 2 * nkv) * d and d % 2 == 0, f"N={n}: (heads + 2 · kv_heads) · head_dim")
-    check(r.cos.numel() == d == r.sin.numel(), f"cos, sin: {d} values, the step's angles")
-    check(r.cos.is_contiguous() and r.sin.is_contiguous(), "cos, sin: contiguous")
-    check(r.pos.numel() == 1 and r.pos.dtype == torch.int64, "pos: one int64 position on the device")
 
 
 def _programs_width(n: int, fusion: Fusion) -> int:
