@@ -195,9 +195,8 @@ def export_decode(store, run_ids: list[str] | None, forward):
     frame = store.decode_frame(run_ids)  # peaks are read only where there are decode rows
     tab = decode_table(frame, peaks_frame(store)) if not frame.empty else pd.DataFrame()
     if "kv_cache" in tab and not tab["kv_cache"].astype(bool).any():
-        tab = tab.drop(
-            columns="kv_cache"
-        )  # no fp8 cache: the columns every decode export had before the axis
+        # no fp8 cache: the columns every decode export had before the axis
+        tab = tab.drop(columns="kv_cache")
     served = llm_export(store, run_ids)  # served decoders' levels: queries/s, tokens/s, TTFT, TPOT
     levels = serve_export(store, run_ids)  # image and text servers' levels, and every capacity
     if tab.empty and served.empty and levels.empty:
