@@ -82,6 +82,12 @@ _FLAGS = {
     "output_len_dist": _Flag(
         "output_len_dist", "decoders: output tokens per request, as --input-len-dist (default fixed:128)"
     ),
+    "kv_cache": _Flag(
+        "kv_cache",
+        "decoders: the KV cache, auto (the decoder's own dtype) | fp8 (e4m3 codes at scale 1, as vLLM's "
+        "uncalibrated fp8 cache); one per run (default auto)",
+        default="auto",
+    ),
     "slo_ttft": _Flag(
         "slo_ttft_s",
         "decoders: p99 bound of the time to first token (default 2s, MLPerf's)",

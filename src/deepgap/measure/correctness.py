@@ -77,6 +77,19 @@ def compare(out: torch.Tensor, ref: torch.Tensor, precision: str, weights: str =
     return Agreement(rel, cos, top1, overlap, int(r.shape[0]), bound, flagged, weights, dead)
 
 
+def bounds_of(precision: str, kv_cache: str | None = None) -> str:
+    """The precision whose bounds a check applies: the weights', or fp8's where an fp8 KV cache is looser.
+
+    Why: fp8 codes of K and V (``ConfigSpec.kv_cache`` "fp8") round each to 3 mantissa bits, so an fp32 or
+    bf16 decoder over them is held to what fp8 can give, not to its own weights' bounds. One rule for the
+    decode sweep's check (`deepgap.measure.decode_config`, whose row records the bound it was held to,
+    `Agreement.bound_rel_l2`) and a served decoder's (`deepgap.serving.worker.llm_setup`), so an fp8-cache
+    server is judged as the sweep's fp8-cache rows are.
+    """
+    own = REL_L2_BOUND.get(precision, 0.25)
+    return "fp8" if kv_cache == "fp8" and REL_L2_BOUND.get("fp8", 0.25) > own else precision
+
+
 def degenerate(ref: torch.Tensor) -> str:
     """Why the reference logits carry no information ("all-zero logits", "constant logits"), or "".
 

@@ -206,21 +206,8 @@ def _check(model, spec: ConfigSpec, seed: int, ref_logits) -> correctness.Agreem
     ids = prompts(model.shape.vocab, k, spec.input_len, seed).to(spec.device)
     forced = ref_logits.argmax(-1)
     _, logits = _teacher_forced(model, ids, n, forced)
-    return correctness.compare(logits.reshape(k * n, -1), ref_logits.reshape(k * n, -1), _bounds_of(spec))
-
-
-def _bounds_of(spec: ConfigSpec) -> str:
-    """The precision whose bounds the check applies: the weights', or fp8's where an fp8 cache is looser.
-
-    Why: fp8 codes of K and V round each to 3 mantissa bits, so an fp32 or bf16 decoder over them is held to
-    what fp8 can give (the row records the bound it was held to, `Agreement.bound_rel_l2`).
-    """
-    own = correctness.REL_L2_BOUND.get(spec.precision, 0.25)
-    return (
-        "fp8"
-        if spec.kv_cache == "fp8" and correctness.REL_L2_BOUND.get("fp8", 0.25) > own
-        else spec.precision
-    )
+    bounds = correctness.bounds_of(spec.precision, spec.kv_cache)  # an fp8 cache: fp8's, where looser
+    return correctness.compare(logits.reshape(k * n, -1), ref_logits.reshape(k * n, -1), bounds)
 
 
 def _result(spec: ConfigSpec, req: MeasureRequest, model, r: DecodeResult, check, ref_tokens) -> Result:

@@ -21,6 +21,9 @@ nothing. Key inventory (producer → readers; "record" = kept for the record onl
   ``predicted_useful_tokens_per_s`` (a text model's level) → the console, ``show``.
 * `CapacityDetails` (``capacity``; serving.run.scenarios): ``probes`` (`CapacityProbe`, every rate the
   search tried), ``verified`` (a simulated policy that was also measured) → record, tests.
+* ``kv_cache`` (each of the three; serving.run.rows, serving.run.llm_run): a served decoder's cache format
+  where it is not the decoder's own dtype ("fp8", ``--kv-cache``), written only then, so every row of a
+  store from before it reads as before → serving.show.tables (``show``, the report, ``export``).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ class CurveDetails(JsonRecord):
     workload: str | None = (
         None  # "decode": a decoder's decode step per slot count (prefill in seq_len_curves)
     )
+    kv_cache: str | None = None  # a decoder's cache format where not its own dtype: "fp8" (``--kv-cache``)
 
 
 @dataclass
@@ -142,6 +146,9 @@ class LevelDetails(JsonRecord):
     padding_fraction: float | None = None  # padded-in tokens / tokens run: 1 − useful / padded
     predicted_useful_tokens_per_s: float | None = None
     llm: LlmLevel | None = None  # a decoder's level: TTFT, TPOT, tokens/s (`LlmLevel`)
+    # the served decoder's cache format where not its own dtype: "fp8" (``--kv-cache``,
+    # `ConfigSpec.kv_cache`), beside the row's configuration columns (none holds it)
+    kv_cache: str | None = None
 
 
 @dataclass
@@ -173,3 +180,4 @@ class CapacityDetails(JsonRecord):
     ttft_tail_kind: str | None = None
     tpot_tail_s: float | None = None
     tpot_tail_kind: str | None = None
+    kv_cache: str | None = None  # the served decoder's cache format where not its own dtype: "fp8"

@@ -79,11 +79,11 @@ def _report(
         capacity_min_run_s=run_s,
     )
     if best.capacity_qps <= 0:
-        c.out.lines.append(f"server capacity at {bounds}: 0 — {best.note or 'no rate passed'}")
+        c.out.lines.append(f"server capacity at {bounds}{c.kv()}: 0 — {best.note or 'no rate passed'}")
         return
     ratio = best.capacity_qps / sim.capacity_qps if sim.capacity_qps else float("nan")
     c.out.lines.append(
-        f"server capacity at {bounds} ({c.load.label()}): {best.capacity_qps:,.2f} queries/s, "
+        f"server capacity at {bounds} ({c.load.label()}{c.kv()}): {best.capacity_qps:,.2f} queries/s, "
         f"{(t.output_tokens_per_s or 0) if t else 0:,.1f} output tokens/s with {best.policy.max_batch} slots "
         f"(simulator predicted {sim.capacity_qps:,.2f} queries/s; measured/predicted {ratio:.3f}); simulated best "
         f"of {len(ranked)} slot counts: {ranked[0].policy.max_batch} slots at {ranked[0].capacity_qps:,.2f}; "

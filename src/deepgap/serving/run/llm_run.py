@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from deepgap.core.records import kv_cache_label
 from deepgap.serving.records.details import CurveDetails
 from deepgap.serving.records.storage import ServeRecord
 from deepgap.serving.run.llm_capacity import find_llm_capacity
@@ -59,6 +60,8 @@ def llm_serving(
             ttft,
             tpot,
         )
+        if req.kv_cache:  # the headline numbers say which cache they are of (`--json`)
+            out.summary["kv_cache"] = req.kv_cache
         if reply.correctness.get("flagged"):
             say(
                 "serve: WARNING: continuous batching's tokens differ from each request alone in fp32 "
@@ -74,8 +77,10 @@ def llm_serving(
         if prefill_mode() == "packed"
         else f"the padded prefill at prompt lengths {', '.join(map(str, req.seq_lens))}"
     )
+    # an fp8 cache is named wherever the configuration is
+    what = ", ".join(x for x in (spec.engine, spec.precision, kv_cache_label(req.kv_cache)) if x)
     building = (
-        f"serve: building {spec.model} ({spec.engine}, {spec.precision}) on {device}: {req.seq_len_dist}, "
+        f"serve: building {spec.model} ({what}) on {device}: {req.seq_len_dist}, "
         f"cache of {req.cache_len} positions, calibrating slots {', '.join(map(str, req.buckets))} and {prefill}"
     )
     return ModelServing(building, serve)
@@ -109,6 +114,7 @@ def llm_curve_rows(reply: SetupReply, req: SetupRequest) -> list[dict[str, Any]]
                 includes=f"one static decode step over {s} slots, a cache of {req.cache_len} positions each",
                 interval_s=reply.curve_parts_s.get(s, {}).get("interval_s"),
                 workload="decode",
+                kv_cache=req.kv_cache,
                 seq_len_curves={
                     str(v): got
                     for v, by_b in sorted(reply.curves_by_len.items())

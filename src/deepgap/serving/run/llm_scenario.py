@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from deepgap.core.records import kv_cache_label
 from deepgap.serving.capacity.search import CapacityResult, LoadSettings, Probe, find_capacity, schedule
 from deepgap.serving.records.details import LevelDetails, LlmLevel
 from deepgap.serving.records.storage import ServeRecord
@@ -64,6 +65,14 @@ class LlmContext:
             max_queries=self.spec.max_queries,
             seed=self.spec.seed,
         )
+
+    def kv(self) -> str:
+        """``, fp8 KV cache`` where the cache holds fp8 codes (`kv_cache_label`), else "": for the printed lines.
+
+        Why: a served run with fp8 codes must never read like one with the decoder's own cache.
+        """
+        label = kv_cache_label(self.req.kv_cache)
+        return f", {label}" if label else ""
 
     def stop(self, n: int, rate: float, early: bool) -> SlotStop:
         """The level's bounds, bounded queue and time guard; ``early``: stop once it cannot pass."""
@@ -161,7 +170,8 @@ def fixed_level(c: LlmContext) -> None:
         server_slots=slots,
     )
     c.out.lines.append(
-        f"server ({c.load.label()}, {slots} slots): {rate:,.2f} queries/s offered, {s.achieved_qps:,.2f} served, "
+        f"server ({c.load.label()}, {slots} slots{c.kv()}): {rate:,.2f} queries/s offered, "
+        f"{s.achieved_qps:,.2f} served, "
         f"{t.output_tokens_per_s or 0:,.1f} output tokens/s (simulator {p.output_tokens_per_s or 0:,.1f}); "
         f"{tails_line(s)}; bounds TTFT {c.ttft * 1e3:g} ms, TPOT {c.tpot * 1e3:g} ms: {s.verdict}"
         + (f", {s.n_dropped} dropped" if s.n_dropped else "")

@@ -110,8 +110,9 @@ def check_decoder(spec: Any) -> None:
             raise UsageError(f"{flag} does not apply to serving a decoder ({spec.model})", fix)
     load = llm_load(spec)
     top = max(spec.buckets("cpu" if spec.device == "cpu" else "cuda"))
-    # the KV cache's element: the precision's own, bf16 beside 8-bit Linears
+    # the KV cache's element: the precision's own, bf16 beside 8-bit Linears, one byte as fp8 codes
     itemsize = 2 if spec.engine == "quant" else PRECISIONS[spec.precision].itemsize
+    itemsize = 1 if spec.kv_cache == "fp8" else itemsize
     check_run(SHAPES[spec.model], top, load.cache_len, itemsize)
 
 
@@ -134,17 +135,42 @@ def _check_engine(engine: str, precision: str) -> None:
         )
 
 
+def check_kv_cache(kv_cache: Any) -> None:
+    """``--kv-cache`` names a format the decoders' cache has (`llm_workload.KV_CACHES`); one line otherwise.
+
+    Why one value: a serve run serves one configuration (one engine, one precision), so its cache is one
+    format; the sweep's ``--kv-caches`` crosses several.
+    """
+    from deepgap.measure.llm_workload import KV_CACHES
+
+    if kv_cache not in KV_CACHES:
+        raise UsageError(f"unknown KV cache {kv_cache!r}", f"pass --kv-cache {' or '.join(KV_CACHES)}")
+
+
 def refuse_decoder_flags(spec: Any) -> None:
-    """A decoder's flags given for a model that is no decoder: one line and exit 2."""
+    """A decoder's flags given for a model that is no decoder: one line and exit 2.
+
+    ``--kv-cache`` too, but for its default ``auto``: an image or text model has no KV cache to hold codes.
+    """
     for name, flag in DECODER_FLAGS:
         if getattr(spec, name) is not None:
             raise UsageError(
                 f"{flag} applies to decoders (llama-*), and {spec.model} is not one", f"drop {flag}"
             )
+    if spec.kv_cache != "auto":
+        raise UsageError(
+            f"--kv-cache {spec.kv_cache} applies to decoders (llama-*), and {spec.model} is not one",
+            "drop --kv-cache",
+        )
 
 
 def llm_setup_fields(spec: Any) -> dict[str, Any]:
-    """`SetupRequest`'s decoder fields: the prompt lengths whose prefill is calibrated, the cache's length."""
+    """`SetupRequest`'s decoder fields: the prompt lengths calibrated, the cache's length and its format.
+
+    The format as a `ConfigSpec.kv_cache` ("auto" is None), so the served configuration's key and labels are
+    the sweep's for the same cache.
+    """
+    from deepgap.measure.llm_workload import spec_kv_cache
     from deepgap.serving.sim.seqlen import Padding, calibration_lengths
 
     load = llm_load(spec)
@@ -154,4 +180,5 @@ def llm_setup_fields(spec: Any) -> dict[str, Any]:
         "resolution": max(lens),
         "cache_len": load.cache_len,
         "seq_len_dist": load.label(),
+        "kv_cache": spec_kv_cache(spec.kv_cache),
     }

@@ -27,8 +27,9 @@ def warmup_configs(req: SetupRequest) -> list[ConfigSpec]:
     """The configurations the prelude may warm up with: the first model's build, one per prepared batch.
 
     A decoder's (``cache_len``) warms up with the eager forward over its longest prompt (a prefill), the
-    load every engine's serving runs first; the sweep's engines need not time a decoder's forward.
+    load every engine's serving runs first; the sweep's engines need not time a decoder's forward. That
+    forward keeps no cache, so its configuration names none (an fp8 cache's ``kv_cache`` is left out).
     """
     if req.cache_len:
-        return [dataclasses.replace(req.config(b), engine="eager") for b in req.buckets]
+        return [dataclasses.replace(req.config(b), engine="eager", kv_cache=None) for b in req.buckets]
     return [req.config(b) for b in req.buckets]

@@ -70,14 +70,21 @@ class SetupRequest:
     # A decoder (`deepgap.serving.worker.llm_setup`): its cache's positions per slot (0: not a decoder);
     # ``seq_lens`` then holds the prompt lengths whose prefill is calibrated, ``buckets`` the slot counts
     cache_len: int = 0
+    # and its format, as `ConfigSpec.kv_cache` (``--kv-cache``): None the decoder's own dtype, "fp8" codes
+    kv_cache: str | None = None
 
     def config(self, batch_size: int, include_transfer: bool = False) -> ConfigSpec:
-        """The configuration served at ``batch_size`` (the prelude's warm-up, the worker's builds)."""
+        """The configuration served at ``batch_size`` (the prelude's warm-up, the worker's builds).
+
+        A decoder's cache format enters it (``kv_cache``), so its key and label are never those of the
+        decoder's own dtype.
+        """
         fields = ("model", "engine", "precision", "device", "memory_format", "threads", "resolution")
         return ConfigSpec(
             batch_size=batch_size,
             include_transfer=include_transfer,
             seq_len=self.resolution if self.seq_lens else None,  # a text model: its longest padded length
+            kv_cache=self.kv_cache,
             **{f: getattr(self, f) for f in fields},
         )
 

@@ -234,6 +234,7 @@ def level_row(
     }
     d = details or LevelDetails()
     d.threads = req.threads or None
+    d.kv_cache = getattr(req, "kv_cache", None)  # a decoder's fp8 cache: its configuration's, not a column
     if summary is not None:
         v.update({k: getattr(summary, k) for k in SUMMARY_COLUMNS})
         d.n_dropped, d.host_mean_s = summary.n_dropped, summary.host_mean_s
@@ -387,5 +388,5 @@ def capacity_row(
         "predicted_qps": predicted,
         "n_probes": len(r.probes),
         "note": r.note,
-        "details": CapacityDetails(probes=probes, **details),
+        "details": CapacityDetails(probes=probes, kv_cache=req.kv_cache, **details),
     }

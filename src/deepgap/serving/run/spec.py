@@ -45,6 +45,9 @@ class ServeSpec:
     output_len_dist: str | None = None
     slo_ttft_s: float | None = None
     slo_tpot_s: float | None = None
+    # A decoder's KV cache (`deepgap.measure.llm_workload.KV_CACHES`): "auto", the decoder's own dtype, or
+    # "fp8", e4m3 codes at scale 1 (the sweep's ``--kv-caches``; one value, as one engine and precision)
+    kv_cache: str = "auto"
     scenario: str = "server"
     qps: float | None = None
     find_capacity: bool = False
@@ -197,8 +200,9 @@ def _check_names(spec: ServeSpec) -> None:
     if spec.scenario not in SCENARIOS:
         raise UsageError(f"unknown scenario {spec.scenario!r}", f"choose one of: {', '.join(SCENARIOS)}")
     _check_ranges(spec)
-    from deepgap.serving.run.llm_spec import check_decoder, is_decoder, refuse_decoder_flags
+    from deepgap.serving.run.llm_spec import check_decoder, check_kv_cache, is_decoder, refuse_decoder_flags
 
+    check_kv_cache(spec.kv_cache)  # a known format, whatever the model (a decoder's flag: below)
     served = [name for name, _ in spec.tenants or ((spec.model, None),)]
     if any(is_decoder(name) for name in served):
         check_decoder(spec)  # its lengths, bounds, engine and what it does not do yet

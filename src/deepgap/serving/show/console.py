@@ -135,7 +135,7 @@ CAPACITY: list[Column] = [
     ("platform", lambda r: r["platform"]),
     ("model", lambda r: r["model"]),
     ("engine", lambda r: r["engine"]),
-    ("prec", lambda r: r["precision"]),
+    ("prec", tables.precision_cell),  # a decoder's fp8 cache named
     ("SLO p99 ms", lambda r: _ms(r["slo_s"])),
     ("batch/delay", lambda r: r["policy"]),
     ("source", lambda r: r["source"]),

@@ -26,9 +26,10 @@ LEVELS = [
     "predicted_qps", "predicted_p99_s", "seq_len_dist", "padding", "useful_tokens_per_s", "padded_tokens_per_s",
     "padding_fraction", "predicted_useful_tokens_per_s",
 ]  # fmt: skip
+# a capacity's ``kv_cache`` ("fp8", else "") only where some served decoder's cache held fp8 codes
 CAPACITIES = [
-    "run_id", "platform", "model", "engine", "precision", "memory_format", "resolution", "tenant", "source",
-    "slo_s", "percentile", "confidence", "max_batch", "max_delay_s", "capacity_qps", "upper_qps",
+    "run_id", "platform", "model", "engine", "precision", "kv_cache", "memory_format", "resolution", "tenant",
+    "source", "slo_s", "percentile", "confidence", "max_batch", "max_delay_s", "capacity_qps", "upper_qps",
     "predicted_qps", "measured_over_predicted", "n_probes", "note",
 ]  # fmt: skip
 

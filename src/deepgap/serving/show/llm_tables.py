@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from deepgap.serving.records.details import LlmLevel
-from deepgap.serving.show.tables import SERVED_NOTE, served_cell
+from deepgap.serving.show.tables import SERVED_NOTE, precision_cell, served_cell
 
 if TYPE_CHECKING:
     from deepgap.store import Store
@@ -77,7 +77,7 @@ def _verdict(r: dict[str, Any]) -> str:
 COLUMNS: list[tuple[str, Any]] = [
     ("run", lambda r: r["run_id"][-6:]),
     ("model", lambda r: r["model"]),
-    ("prec", lambda r: r["precision"]),
+    ("prec", precision_cell),  # with "· fp8 KV cache" where the cache held fp8 codes
     ("kind", lambda r: r["purpose"]),
     ("slots", lambda r: str(r["slots"])),
     ("lengths", lambda r: f"in {r['input_len_dist']}, out {r['output_len_dist']}"),
@@ -139,8 +139,14 @@ EXPORT = {
 
 
 def llm_export(store: Store, run_ids: list[str] | None = None) -> pd.DataFrame:
-    """The served decoder levels as `deepgap export` writes them: `EXPORT`'s columns (empty if none)."""
+    """The served decoder levels as `deepgap export` writes them: `EXPORT`'s columns (empty if none).
+
+    And ``kv_cache`` after the precision where a level's cache held fp8 codes (``--kv-cache fp8``).
+    """
     df = llm_levels(store, run_ids)
     if df.empty:
         return df
-    return df[list(EXPORT)].rename(columns=EXPORT)
+    out = df[list(EXPORT)].rename(columns=EXPORT)
+    if "kv_cache" in df:  # a served fp8 cache ("fp8", else ""): beside the precision, where one was
+        out.insert(int(out.columns.get_loc("precision")) + 1, "kv_cache", df["kv_cache"].to_numpy())
+    return out

@@ -38,7 +38,7 @@ TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
             ("platform", "platform"),
             ("model", "model"),
             ("engine", "engine"),
-            ("precision", "precision"),
+            ("precision", tables.precision_cell),  # a decoder's fp8 KV cache named
             ("format", "memory_format"),
             ("SLO p99 ms", lambda r: fmt_ms(r["slo_s"])),
             ("max batch / delay", "policy"),

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from deepgap.core.records import kv_cache_label
 from deepgap.serving.records.storage import capacity_frame, has_tables, levels_frame
 
 if TYPE_CHECKING:
@@ -84,6 +85,27 @@ def served_cell(r: dict, fmt, offered: str = "target_qps") -> str:
     return fmt(r.get("achieved_qps")) + (SERVED_MARK if mark else "")
 
 
+def add_kv_cache(df: pd.DataFrame) -> None:
+    """A ``kv_cache`` column ("fp8", else "") from each row's details, where any row's cache is not its own dtype.
+
+    Why only then: the column is a served decoder's fp8 cache (``--kv-cache``); a store without one keeps the
+    frames, and so the report's tables and ``export``, it always had.
+    """
+    kv = [(getattr(e, "kv_cache", None) or "") for e in df["extra"]] if "extra" in df else []
+    if any(kv):
+        df["kv_cache"] = kv
+
+
+def precision_cell(r: dict) -> str:
+    """A row's precision, with ``· fp8 KV cache`` where its decoder's cache held fp8 codes (`kv_cache_label`).
+
+    Why in the precision's cell: a served run with fp8 codes must never read like one with the decoder's own
+    cache, and a column of its own would be empty on every store served without the option.
+    """
+    kv = kv_cache_label(r.get("kv_cache"))
+    return f"{r['precision']} · {kv}" if kv else r["precision"]
+
+
 def sim_p99(r: dict) -> float | None:
     """The simulator's p99 of a level where its n supports a p99 (the measured side's), else None."""
     return r.get("predicted_p99_s") if r.get("p99_supported") else None
@@ -101,6 +123,7 @@ def levels(store: Store, run_ids: list[str] | None = None) -> pd.DataFrame:
     )  # TEXT in stores written before 2026-11-23
     df["platform"] = [n or d for n, d in zip(df["device_name"], df["device"], strict=True)]
     df["policy"] = [policy_label(b, d) for b, d in zip(df["max_batch"], df["max_delay_s"], strict=True)]
+    add_kv_cache(df)
     add_tails(df)
     with np.errstate(divide="ignore", invalid="ignore"):  # a p99 ratio only where n supports both p99s
         df["p99_measured_over_predicted"] = df["latency_p99_s"] / df["predicted_p99_s"].where(
@@ -145,6 +168,7 @@ def capacity(store: Store, run_ids: list[str] | None = None, top_simulated: int 
         return cf
     cf["platform"] = [n or d for n, d in zip(cf["device_name"], cf["device"], strict=True)]
     cf["policy"] = [policy_label(b, d) for b, d in zip(cf["max_batch"], cf["max_delay_s"], strict=True)]
+    add_kv_cache(cf)
     with np.errstate(divide="ignore", invalid="ignore"):
         cf["measured_over_predicted"] = np.where(
             cf["source"] == "measured", cf["capacity_qps"] / cf["predicted_qps"], np.nan

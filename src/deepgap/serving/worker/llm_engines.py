@@ -26,6 +26,7 @@ import torch._dynamo  # in every worker anyway (the fork server preloads it, `de
 from deepgap.core.records import Status
 from deepgap.measure.device import torch_dtype
 from deepgap.measure.llm_workload import DECODE_ENGINES
+from deepgap.measure.models.llama_cache import FP8_CODES
 from deepgap.measure.models.llama_net import build_llama
 from deepgap.serving.run.process import SetupFailed
 
@@ -53,12 +54,19 @@ def served_step(engine: str, cuda: bool) -> ServedStep:
     return ServedStep(True, plan.compile_mode, f"{compiled}cuda-graph per slot count")
 
 
-def served_model(model: str, precision: str, seed: int, device: str) -> torch.nn.Module:
-    """The decoder with seeded weights on ``device``: cast to ``precision``, or its Linears in 8 bits."""
+def served_model(
+    model: str, precision: str, seed: int, device: str, kv_cache: str | None = None
+) -> torch.nn.Module:
+    """The decoder with seeded weights on ``device``: cast to ``precision``, or its Linears in 8 bits.
+
+    ``kv_cache`` "fp8" (``--kv-cache fp8``): its cache holds e4m3 codes (`Llama.kv_codes`, set here, before
+    the executor's `Llama.setup_cache` allocates it), as the sweep's `deepgap.measure.decode_config` sets them.
+    """
     from deepgap.measure import llm_attention
     from deepgap.measure.decode_config import LINEAR_SWAPS
 
     m = build_llama(model, seed=seed, device=device)
+    m.kv_codes = FP8_CODES if kv_cache == "fp8" else None
     if precision not in LINEAR_SWAPS:
         m = m.to(torch_dtype(precision))
         llm_attention.plug(m)  # the slot step's attention: each row read up to its own position, on a GPU

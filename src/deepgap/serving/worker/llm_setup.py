@@ -1,14 +1,16 @@
 """``serve.setup`` and ``serve.level`` for a decoder: build, check continuous batching, calibrate, serve.
 
 Runs in the worker process only. The decoder is built with seeded weights on the device in the
-precision (`deepgap.measure.decode_config`'s way); its cache holds the largest calibrated slot count.
+precision (`deepgap.measure.decode_config`'s way); its cache holds the largest calibrated slot count, in the
+decoder's dtype or as fp8 codes (``kv_cache``, `deepgap.serving.worker.llm_engines.served_model`).
 
 - **Check**: a few requests of different prompt and output lengths, arriving while others decode, go
   through the server's own loop (`serve_continuous`, on a virtual clock so admissions interleave the
   same way on any machine); each request's greedy tokens are compared with the fp32 decoder's for that
   request alone (`llm_timing.generate`, the same seeded weights in fp32 on the same device). A wrong
   per-row position, mask or cache write shows up as a token that differs; in fp32 that is flagged, in
-  lower precisions a near-tie may part (recorded).
+  lower precisions a near-tie may part (recorded), and so with an fp8 cache (``kv_cache``: fp8's bounds,
+  `deepgap.measure.correctness.bounds_of`, as the sweep's check).
 - **Calibration**: the decode step at every slot count (`curve_iterations` steps each, synchronised;
   the step is static, so its time does not depend on which slots hold a sequence), and the prefill as the
   server runs it: packed, every bucket of ``T`` token rows (stored as batch 1 at length ``T``); padded,
@@ -25,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from deepgap.measure.correctness import bounds_of
 from deepgap.measure.device import set_tf32
 from deepgap.measure.llm_timing import generate
 from deepgap.measure.models.llama_net import build_llama
@@ -46,7 +49,7 @@ def llm_setup(state: Any, req: SetupRequest) -> tuple[SlotExecutor, SetupReply]:
     plan = served_step(req.engine, req.device.startswith("cuda"))
     torch.set_num_threads(req.threads or state.default_threads)
     set_tf32(req.precision)
-    model = served_model(req.model, req.precision, req.seed, req.device)
+    model = served_model(req.model, req.precision, req.seed, req.device, req.kv_cache)
     lens = req.seq_lens  # the calibrated prompt lengths
     if plan.compile_mode:
         allow_compiles(len(req.buckets))
@@ -80,6 +83,8 @@ def llm_setup(state: Any, req: SetupRequest) -> tuple[SlotExecutor, SetupReply]:
             if req.engine == "quant"
             else None,
             "cache_len": req.cache_len,
+            "kv_cache": "fp8 (e4m3 codes at scale 1)" if req.kv_cache == "fp8" else None,
+            "kv_cache_bytes": model.cache.nbytes,  # every slot's K and V as allocated (and its sink row)
             # what the simulator charges an admission at (`LlmService.prefill_s`): its bucket
             "prefill_counts": list(padded.counts) if padded else None,
             "prefill_quantum": LENGTH_QUANTUM if padded else None,
@@ -126,13 +131,17 @@ def _check(req: SetupRequest, ex: SlotExecutor) -> dict[str, Any]:
         torch.cuda.empty_cache()
     ex.set_level(slots, ins)
     agreement = same / total if total else 0.0
+    # an fp8 cache is held to fp8's bounds, as the sweep's rows are (`correctness.bounds_of`): its rounded K
+    # and V may part a near-tie from fp32's tokens; only where the bounds are fp32's must every token agree
+    bounds = bounds_of(req.precision, req.kv_cache)
     return {
         "top1_agreement": agreement,
         "n_images": total,
-        "flagged": req.precision in ("fp32", "tf32") and agreement < 1.0,
+        "flagged": bounds in ("fp32", "tf32") and agreement < 1.0,
         "weights": "random",
         "reference": "fp32 decoder on the device, each request alone (greedy tokens)",
         "first_mismatch_request": first_bad,
+        **({"bounds": bounds} if bounds != req.precision else {}),  # an fp8 cache: the precision held to
     }
 
 
