@@ -20,7 +20,7 @@ from typing import Any
 
 import pandas as pd
 
-from deepgap.core.records import kv_cache_label
+from deepgap.core.records import kv_cache_suffix
 
 GOALS = {
     "throughput": ("output_tokens_per_s", False, "highest output tokens/s"),
@@ -44,9 +44,10 @@ def short(r: dict[str, Any]) -> str:
     A row with a KV cache of its own format says so (``eager bf16 bs8 128/128 fp8 KV cache``): it is
     a candidate beside the decoder's own cache, and must never read as one.
     """
-    kv = kv_cache_label(r.get("kv_cache"))
     lens = f"{int(r['input_len'])}/{int(r['output_len'])}"
-    return f"{r['engine']} {r['precision']} bs{int(r['batch_size'])} {lens}" + (f" {kv}" if kv else "")
+    return (
+        f"{r['engine']} {r['precision']} bs{int(r['batch_size'])} {lens}{kv_cache_suffix(r.get('kv_cache'))}"
+    )
 
 
 def is_cpu(r: dict[str, Any]) -> bool:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import pandas as pd
 
 from deepgap.analysis.compare import SamplesFn, compare
-from deepgap.core.records import kv_cache_label
+from deepgap.core.records import kv_cache_suffix
 
 
 def _label(r: dict, side: str) -> str:
@@ -25,10 +25,9 @@ def _label(r: dict, side: str) -> str:
     def of(col: str):  # a pairing key is one column; a side's own field is suffixed
         return r.get(f"{col}_{side}", r.get(col))
 
-    kv = kv_cache_label(r.get("kv_cache"))
     return (
         f"{r['model']} {r['engine']} {r['precision']} bs{int(of('batch_size'))} "
-        f"{int(r['input_len'])}/{int(r['output_len'])} tokens{f' {kv}' if kv else ''} on {of('platform')} "
+        f"{int(r['input_len'])}/{int(r['output_len'])} tokens{kv_cache_suffix(r.get('kv_cache'))} on {of('platform')} "
         f"({of('device')})"
     )
 

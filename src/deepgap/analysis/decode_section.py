@@ -18,7 +18,7 @@ import pandas as pd
 from deepgap.analysis import decode_answer as da
 from deepgap.analysis.decode import decode_table
 from deepgap.analysis.decode_roofline import distance_text
-from deepgap.core.records import kv_cache_label
+from deepgap.core.records import kv_cache_suffix
 from deepgap.render.draw import pending_figure
 from deepgap.render.formatting import num_cell
 from deepgap.render.sections import Parts, ReportContext, Section, register
@@ -63,8 +63,7 @@ def _engine(r: dict[str, Any]) -> str:
     Why in the engine's cell: two rows differing only by their cache must never look alike, and a column of
     its own would be empty on every store measured without the axis.
     """
-    kv = kv_cache_label(r.get("kv_cache"))
-    return f"{r.get('engine')} · {kv}" if kv else str(r.get("engine"))
+    return f"{r.get('engine')}{kv_cache_suffix(r.get('kv_cache'), ' · ')}"
 
 
 TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from deepgap.core.records import kv_cache_label
+from deepgap.core.records import kv_cache_label, kv_cache_suffix
 
 
 def _f(v: Any, fmt: str) -> str:
@@ -106,7 +106,7 @@ def roofline_lines(tab) -> list[str]:
     out = ["decode roofline (decode tokens/s ÷ memory-bound tokens/s = bandwidth ÷ bytes per token):"]
     for r in ok.to_dict("records"):
         where = f"{r['device_name']} {r['model']} {r['engine']} {r['precision']} {r['input_len']}/{r['output_len']}"
-        out.append(f"  {where}{_kv(r)}: {distance_text(r)}")
+        out.append(f"  {where}{kv_cache_suffix(r.get('kv_cache'))}: {distance_text(r)}")
     return out
 
 
@@ -158,7 +158,7 @@ def _print_across_sweeps(store, frame, console) -> None:
     for r in agg.to_dict("records"):
         t.add_row(
             f"{r['model']} {r['engine']} {r['precision']} bs{r['batch_size']} "
-            f"{r['input_len']}/{r['output_len']}{_kv(r)} ×{r['n_measurements']}",
+            f"{r['input_len']}/{r['output_len']}{kv_cache_suffix(r.get('kv_cache'))} ×{r['n_measurements']}",
             _f(r["throughput_ips"], ",.1f"),
             fmt_ci(r["throughput_ci_low_ips"], r["throughput_ci_high_ips"]),
             spread_text(r),
@@ -166,12 +166,6 @@ def _print_across_sweeps(store, frame, console) -> None:
             f"{_f(_ms(r['latency_tail_s']), '.3f')} ({r['latency_tail_name']})",
         )
     console.print(t)
-
-
-def _kv(r: dict) -> str:
-    """`` fp8 KV cache`` after a row's lengths where its cache has a format of its own, else ""."""
-    kv = kv_cache_label(r.get("kv_cache"))
-    return f" {kv}" if kv else ""
 
 
 def _ms(v: Any) -> float:

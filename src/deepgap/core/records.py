@@ -113,6 +113,12 @@ def kv_cache_label(value: Any) -> str:
     return KV_CACHE_LABELS.get(value, f"{value} KV cache")
 
 
+def kv_cache_suffix(value: Any, sep: str = " ") -> str:
+    """``sep`` + `kv_cache_label` where the cache has a format of its own, else "": for a label to append it to."""
+    label = kv_cache_label(value)
+    return f"{sep}{label}" if label else ""
+
+
 def input_name(mode: Any) -> str:
     """A `ConfigSpec.input_mode` (or a frame's ``input_mode`` cell) as its name: None/""/NaN is "default"."""
     return mode if isinstance(mode, str) and mode else "default"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from deepgap.core.records import kv_cache_label
+from deepgap.core.records import kv_cache_suffix
 from deepgap.roofline import model as rm
 from deepgap.roofline.figures import MARKERS, PREC_COLORS, _axes_labels, _draw_ceilings, _figure, _unavailable
 
@@ -75,9 +75,9 @@ def decode_roofline_figure(tab: pd.DataFrame) -> Figure:
         note = f" {share:.2f}× mem. bound" if share == share and share is not None else ""
         if str(r.get("device")) == "cpu":  # no sheet ceiling: say which CPU it is
             note += f" ({r['device_name']})"
-        kv = kv_cache_label(r.get("kv_cache"))  # an fp8 cache's point never reads as the own dtype's
+        kv = kv_cache_suffix(r.get("kv_cache"))  # an fp8 cache's point never reads as the own dtype's
         ax.annotate(
-            f"{r['engine']} {r['precision']}{f' {kv}' if kv else ''} bs{int(r['batch_size'])}{note}",
+            f"{r['engine']} {r['precision']}{kv} bs{int(r['batch_size'])}{note}",
             (r["intensity_flop_per_byte"], r["achieved_tflops"]),
             fontsize=6,
             xytext=(3, 3),

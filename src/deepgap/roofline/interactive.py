@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from deepgap.core.records import kv_cache_label
+from deepgap.core.records import kv_cache_suffix
 from deepgap.render.plotly_spec import axis_refs, axis_style, log_ticks, rounded, spec
 from deepgap.roofline.figures import PREC_COLORS, Frames, roofline_ceilings, roofline_points
 
@@ -247,10 +247,9 @@ def decode_roofline_spec(tab: Any, distance: Callable[[dict[str, Any]], str]) ->
 
 def _decode_hover(r: dict[str, Any], distance: str) -> tuple[str, str, str]:
     """A decode point's three hover lines: what it is, where it sits, how far from its memory bound."""
-    kv = kv_cache_label(r.get("kv_cache"))
     what = (
         f"{r['model']} {r['engine']} {r['precision']} bs{int(r['batch_size'])} "
-        f"{r.get('input_len')}/{r.get('output_len')}{f' {kv}' if kv else ''} on {r.get('device_name')}"
+        f"{r.get('input_len')}/{r.get('output_len')}{kv_cache_suffix(r.get('kv_cache'))} on {r.get('device_name')}"
     )
     where = f"{float(r['intensity_flop_per_byte']):.3g} FLOP/byte · {float(r['achieved_tflops']):.3g} TFLOP/s"
     return what, where, distance

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from deepgap.core.records import kv_cache_label
+from deepgap.core.records import kv_cache_suffix
 from deepgap.serving.capacity.search import CapacityResult, LoadSettings, Probe, find_capacity, schedule
 from deepgap.serving.records.details import LevelDetails, LlmLevel
 from deepgap.serving.records.storage import ServeRecord
@@ -71,8 +71,7 @@ class LlmContext:
 
         Why: a served run with fp8 codes must never read like one with the decoder's own cache.
         """
-        label = kv_cache_label(self.req.kv_cache)
-        return f", {label}" if label else ""
+        return kv_cache_suffix(self.req.kv_cache, ", ")
 
     def stop(self, n: int, rate: float, early: bool) -> SlotStop:
         """The level's bounds, bounded queue and time guard; ``early``: stop once it cannot pass."""

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from deepgap.core.records import kv_cache_label
+from deepgap.core.records import kv_cache_suffix
 from deepgap.serving.records.storage import capacity_frame, has_tables, levels_frame
 
 if TYPE_CHECKING:
@@ -102,8 +102,7 @@ def precision_cell(r: dict) -> str:
     Why in the precision's cell: a served run with fp8 codes must never read like one with the decoder's own
     cache, and a column of its own would be empty on every store served without the option.
     """
-    kv = kv_cache_label(r.get("kv_cache"))
-    return f"{r['precision']} · {kv}" if kv else r["precision"]
+    return f"{r['precision']}{kv_cache_suffix(r.get('kv_cache'), ' · ')}"
 
 
 def sim_p99(r: dict) -> float | None:
