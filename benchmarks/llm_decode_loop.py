@@ -242,10 +242,11 @@ def main() -> None:  # noqa: D103
         from deepgap.measure import llm_attention
 
         llm_attention.BLOCK = args.attention_block
-    if args.kv_cache == "fp8":  # before any setup_cache: every cache this loop makes holds codes
-        from deepgap.measure.models.llama_cache import FP8_CODES
+    from deepgap.measure.models.llama_cache import codes_of
 
-        m.kv_codes = FP8_CODES
+    m.kv_codes = codes_of(
+        args.kv_cache
+    )  # before any setup_cache: "fp8", every cache this loop makes holds codes
     pdls = _turns(args.pdl, "PDL", "")
     splits, combines = _turns(args.split_kv, "SPLIT_KV", "off"), _turns(args.combine, "COMBINE", "kernel")
     attentions = _turns(args.attention, "ATTENTION", "triton")

@@ -48,7 +48,7 @@ from deepgap.measure.llm_cost import Itemsizes, decode_cost
 from deepgap.measure.llm_steps import make_step
 from deepgap.measure.llm_timing import DecodeResult, measure_decode, prompts
 from deepgap.measure.llm_workload import CHECK_ROWS, CHECK_TOKENS, DECODE_ENGINES, QUANT_PRECISIONS
-from deepgap.measure.models.llama_cache import FP8_CODES
+from deepgap.measure.models.llama_cache import codes_of
 from deepgap.measure.models.llama_net import build_llama
 from deepgap.measure.protocol import MeasureRequest
 from deepgap.measure.quant import gemv
@@ -145,7 +145,7 @@ def _decoder(spec: ConfigSpec, seed: int) -> torch.nn.Module:
     ``kv_cache`` "fp8": its cache holds fp8 codes (`deepgap.measure.models.llama_cache`).
     """
     model = build_llama(spec.model, seed=seed, device=spec.device)
-    model.kv_codes = FP8_CODES if spec.kv_cache == "fp8" else None
+    model.kv_codes = codes_of(spec.kv_cache)
     if spec.precision in LINEAR_SWAPS:
         return LINEAR_SWAPS[spec.precision](model)
     return model.to(torch_dtype(spec.precision))

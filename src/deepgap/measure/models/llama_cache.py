@@ -26,6 +26,11 @@ FP8_CODES = torch.float8_e4m3fn
 FP8_MAX = 448.0  # e4m3's largest finite value: codes saturate here (a cast past it would give NaN)
 
 
+def codes_of(kv_cache: str | None) -> torch.dtype | None:
+    """`Llama.kv_codes` for a configuration's ``kv_cache`` (`ConfigSpec.kv_cache`): fp8 codes, or None (own dtype)."""
+    return FP8_CODES if kv_cache == "fp8" else None
+
+
 class StaticKVCache:
     """K and V of every layer, ``[batch, kv_heads, max_len, head_dim]``, allocated once.
 

@@ -26,7 +26,7 @@ import torch._dynamo  # in every worker anyway (the fork server preloads it, `de
 from deepgap.core.records import Status
 from deepgap.measure.device import torch_dtype
 from deepgap.measure.llm_workload import DECODE_ENGINES
-from deepgap.measure.models.llama_cache import FP8_CODES
+from deepgap.measure.models.llama_cache import codes_of
 from deepgap.measure.models.llama_net import build_llama
 from deepgap.serving.run.process import SetupFailed
 
@@ -66,7 +66,7 @@ def served_model(
     from deepgap.measure.decode_config import LINEAR_SWAPS
 
     m = build_llama(model, seed=seed, device=device)
-    m.kv_codes = FP8_CODES if kv_cache == "fp8" else None
+    m.kv_codes = codes_of(kv_cache)
     if precision not in LINEAR_SWAPS:
         m = m.to(torch_dtype(precision))
         llm_attention.plug(m)  # the slot step's attention: each row read up to its own position, on a GPU
