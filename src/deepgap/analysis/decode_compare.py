@@ -33,17 +33,13 @@ def _label(r: dict, side: str) -> str:
 
 
 def _workloads(agg: pd.DataFrame) -> set[tuple[int, int, str]]:
-    """(input length, output length, KV cache) of a side's rows: what is compared apart."""
-    kv = agg["kv_cache"] if "kv_cache" in agg else [""] * len(agg)
-    return set(zip(agg["input_len"], agg["output_len"], kv, strict=True))
+    """(input length, output length, KV cache) of a side's `decode_agg` rows: what is compared apart."""
+    return set(zip(agg["input_len"], agg["output_len"], agg["kv_cache"], strict=True))
 
 
 def _of(agg: pd.DataFrame, i: int, o: int, kv: str) -> pd.DataFrame:
     """A side's rows of one input/output pair and KV cache."""
-    mine = (agg["input_len"] == i) & (agg["output_len"] == o)
-    if "kv_cache" in agg:
-        mine &= agg["kv_cache"] == kv
-    return agg[mine]
+    return agg[(agg["input_len"] == i) & (agg["output_len"] == o) & (agg["kv_cache"] == kv)]
 
 
 def compare_decode(
