@@ -29,10 +29,32 @@ def _running_run(path: str, pid: int) -> str:
     return run
 
 
+def _started(args: list[str]) -> subprocess.Popen:
+    """A process running ``args``, returned once its command line is theirs.
+
+    Why wait: `Popen` returns when the child is forked, and until it has exec'd, its command line is this
+    test process's, so on a loaded machine `live_owner` read pytest's (session 42's clean-clone run failed so).
+    """
+    import time
+
+    import psutil
+
+    p = subprocess.Popen(args)
+    for _ in range(500):  # at most ~10 s
+        try:
+            if psutil.Process(p.pid).cmdline() == args:
+                return p
+        except psutil.Error:
+            pass
+        time.sleep(0.02)
+    p.kill()
+    raise AssertionError(f"the child never ran {args}")
+
+
 @pytest.fixture
 def owner():
     """A live process whose command line names deepgap, as a running `deepgap run` does."""
-    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "deepgap"])
+    p = _started([sys.executable, "-c", "import time; time.sleep(60)", "deepgap"])
     yield p.pid
     p.kill()
     p.wait()
@@ -57,7 +79,7 @@ def test_a_dead_or_foreign_owner_does_not_hold_its_run(tmp_path, owner):
     assert live_owner({**row, "host": "another-host"}) is None  # a fleet's other machine: not ours to check
     assert live_owner({**row, "status": "interrupted"}) is None
     assert live_owner({**row, "pid": os.getpid()}) is None  # this very process (an in-process resume)
-    foreign = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # a reused pid
+    foreign = _started([sys.executable, "-c", "import time; time.sleep(60)"])  # a reused pid
     try:
         assert live_owner({**row, "pid": foreign.pid}) is None
     finally:
