@@ -24,7 +24,7 @@ from deepgap.serving.run.spec import ServeSpec, validate
 @pytest.mark.parametrize(
     "changes, needle",
     [
-        ({"kv_cache": "fp16"}, r"unknown KV cache 'fp16'; pass --kv-cache auto or fp8"),
+        ({"kv_cache": "fp16"}, r"unknown KV cache 'fp16'; choose from auto, fp8 \(--kv-cache\)"),
         ({"model": "tinycnn", "kv_cache": "fp8"}, "--kv-cache fp8 applies to decoders .* tinycnn is not one"),
         (
             {"model": "tinybert", "kv_cache": "fp8"},

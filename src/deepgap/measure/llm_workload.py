@@ -205,10 +205,13 @@ def check_workload(spec: Any) -> None:
     )
 
 
-def check_kv_caches(kv_caches: tuple[str, ...]) -> None:
-    """One `UsageError` line for a KV-cache axis that is empty or names an unknown format (`KV_CACHES`)."""
+def check_kv_caches(kv_caches: tuple[str, ...], flag: str = "--kv-caches") -> None:
+    """One `UsageError` line for a KV-cache axis that is empty or names an unknown format (`KV_CACHES`).
+
+    ``flag`` names the option the fix is typed in: the sweep's ``--kv-caches`` or serve's ``--kv-cache``.
+    """
     if not kv_caches:
-        raise UsageError("no KV cache given", f"pass e.g. --kv-caches auto (known: {', '.join(KV_CACHES)})")
+        raise UsageError("no KV cache given", f"pass e.g. {flag} auto (known: {', '.join(KV_CACHES)})")
     for k in kv_caches:
         if k not in KV_CACHES:
-            raise UsageError(f"unknown KV cache {k!r}", f"choose from {', '.join(KV_CACHES)} (--kv-caches)")
+            raise UsageError(f"unknown KV cache {k!r}", f"choose from {', '.join(KV_CACHES)} ({flag})")

@@ -141,10 +141,9 @@ def check_kv_cache(kv_cache: Any) -> None:
     Why one value: a serve run serves one configuration (one engine, one precision), so its cache is one
     format; the sweep's ``--kv-caches`` crosses several.
     """
-    from deepgap.measure.llm_workload import KV_CACHES
+    from deepgap.measure.llm_workload import check_kv_caches
 
-    if kv_cache not in KV_CACHES:
-        raise UsageError(f"unknown KV cache {kv_cache!r}", f"pass --kv-cache {' or '.join(KV_CACHES)}")
+    check_kv_caches((kv_cache,), "--kv-cache")
 
 
 def refuse_decoder_flags(spec: Any) -> None:
