@@ -174,7 +174,8 @@ def _timeline(one, layers: int, path: str) -> dict:
     }
 
 
-def main() -> None:  # noqa: D103
+def parser() -> argparse.ArgumentParser:
+    """The loop's options (a function, so that a test reads the defaults the script runs with)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="llama-3.1-8b")
     ap.add_argument("--precision", default="fp8", choices=["bf16", "fp8", "int8"])
@@ -236,7 +237,11 @@ def main() -> None:  # noqa: D103
         help="whose graph step to replay, e.g. own,deepgap (deepgap: llm_steps.make_step, as the engine builds it)",
     )
     ap.add_argument("--out", required=True)
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:  # noqa: D103
+    args = parser().parse_args()
     m = build(args.model, args.precision)
     if args.attention_block:
         from deepgap.measure import llm_attention
@@ -244,16 +249,9 @@ def main() -> None:  # noqa: D103
         llm_attention.BLOCK = args.attention_block
     from deepgap.measure.models.llama_cache import codes_of
 
-    m.kv_codes = codes_of(
-        args.kv_cache
-    )  # before any setup_cache: "fp8", every cache this loop makes holds codes
-    pdls = _turns(args.pdl, "PDL", "")
-    splits, combines = _turns(args.split_kv, "SPLIT_KV", "off"), _turns(args.combine, "COMBINE", "kernel")
-    attentions = _turns(args.attention, "ATTENTION", "triton")
-    norms = _turns(args.norm, "NORM", "handoff")
-    runs = itertools.product(
-        pdls, splits, combines, attentions, norms, args.tiles.split(";"), args.harness.split(",")
-    )
+    # before any setup_cache: with "fp8", every cache this loop makes holds codes
+    m.kv_codes = codes_of(args.kv_cache)
+    runs = _runs(args)
     for mode, split, combine, attention, norm, tiles, harness in runs:
         force_tiles(tiles)
         os.environ["DEEPGAP_DECODE_PDL"], os.environ["DEEPGAP_DECODE_SPLIT_KV"] = mode, split
@@ -319,6 +317,22 @@ def force_tiles(spec: str) -> None:
         bk, warps = (int(v) for v in rest.rstrip("t").split("w"))
         reduce_each = gemv.IN_THREAD.value if rest.endswith("t") else 1
         _FORCED[(k, n)] = gemv.GemvTile(int(bn), bk, 1, warps, 1, 0, reduce_each)
+
+
+def _runs(args: argparse.Namespace):
+    """Each turn's (PDL, split KV, combine, attention, norm, tiles, harness), the product of the options' lists.
+
+    A switch not given keeps the environment's value, else its default: ``auto`` for PDL (deepgap's choice;
+    the own harness launches with PDL only at ``on``). Session 43's batch-512 loop stopped at once when an
+    unset PDL was passed on as ``''``, which `core.switches` refuses.
+    """
+    pdls = _turns(args.pdl, "PDL", "auto")
+    splits, combines = _turns(args.split_kv, "SPLIT_KV", "off"), _turns(args.combine, "COMBINE", "kernel")
+    attentions = _turns(args.attention, "ATTENTION", "triton")
+    norms = _turns(args.norm, "NORM", "handoff")
+    return itertools.product(
+        pdls, splits, combines, attentions, norms, args.tiles.split(";"), args.harness.split(",")
+    )
 
 
 def _turns(value: str | None, switch: str, default: str) -> list[str]:

@@ -31,3 +31,19 @@ def test_a_turn_forces_its_tiles_by_shape_and_the_next_gives_them_back(loop, mon
     assert gemv._TUNED == {}  # the forced choices are gone: the tuner times its own again
     first = gemv.GemvTile(4, 4096, 1, 4, 1, 0, 1)
     assert gemv.fastest(("fused", (0,), 14336, 4096, "cpu"), torch.device("cpu"), [first], None) == first
+
+
+def test_every_turn_of_the_default_options_is_a_value_the_switches_accept(loop, monkeypatch):
+    """Session 43's batch-512 loop stopped at its first step: an unset --pdl reached the switch as ''."""
+    from deepgap.core import switches
+
+    names = ("PDL", "SPLIT_KV", "COMBINE", "ATTENTION", "NORM")
+    for k in names:
+        monkeypatch.delenv(f"DEEPGAP_DECODE_{k}", raising=False)
+    runs = list(loop._runs(loop.parser().parse_args(["--out", "x"])))
+    assert runs == [("auto", "off", "kernel", "triton", "handoff", "tuned", "own")]
+    for k, v in zip(names, runs[0][:5], strict=True):
+        monkeypatch.setenv(f"DEEPGAP_DECODE_{k}", v)
+        assert switches.read(f"DEEPGAP_DECODE_{k}") == v
+    picked = loop._runs(loop.parser().parse_args(["--out", "x", "--pdl", "off,on", "--harness", "deepgap"]))
+    assert [r[0] for r in picked] == ["off", "on"]
