@@ -30,7 +30,8 @@ def choose(net: Any, runner: Any, static_x: torch.Tensor, device: str, pdl: bool
 
     names = [n for n, _ in net.steps(static_x.shape[0])]
     sched = branch.schedule(net.graph, names, net.stem.out, branch.skip_of(net))
-    if branch.mode() == "off" or static_x.shape[0] > MAX_BATCH or not sched.side:
+    offered = torch.device(device).type == "cuda" and static_x.shape[0] <= MAX_BATCH  # one stream elsewhere
+    if branch.mode() == "off" or not offered or not sched.side:
         return runner, None
     info: dict[str, Any] = {"side": [names[i] for i in sorted(sched.side)], "chosen": False}
     net.side = torch.cuda.Stream(torch.device(device))
