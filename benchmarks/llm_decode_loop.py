@@ -65,9 +65,12 @@ def _own_step(m, tok, input_len: int):
     pos = torch.full((1,), input_len, dtype=torch.int64, device="cuda")
     from deepgap.measure.quant import launch
 
-    # DEEPGAP_DECODE_PDL=on: the Triton kernels with programmatic dependent launch (deepgap times auto)
+    # DEEPGAP_DECODE_PDL=on: the Triton kernels with programmatic dependent launch (deepgap times auto; this
+    # graph launches without it at auto or off, and says so in the row's ``harness``)
+    pdl_on = os.environ.get("DEEPGAP_DECODE_PDL") == "on"
+
     def pdl():
-        return launch.pdl() if os.environ.get("DEEPGAP_DECODE_PDL") == "on" else contextlib.nullcontext()
+        return launch.pdl() if pdl_on else contextlib.nullcontext()
 
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -84,7 +87,7 @@ def _own_step(m, tok, input_len: int):
         graph.replay()
         tok.copy_(nxt)
 
-    return one, "own graph"
+    return one, f"own graph, PDL {'on' if pdl_on else 'off'}"
 
 
 def _deepgap_step(m, tok, input_len: int):

@@ -109,9 +109,8 @@ def measure(model_name: str, precision: str, batch: int, resident: bool, pdl: st
         "flagged": agree.flagged,
         "cuda_graph": info.get("cuda_graph"),
         "pdl": info.get("pdl"),
-        "branch": info.get(
-            "branch"
-        ),  # the shortcuts on a second stream (`quant.branch_choice`): both times, kept
+        # the shortcuts on a second stream (`quant.branch_choice`): both graphs' times, and which was kept
+        "branch": info.get("branch"),
         "whole": info.get("whole"),  # the whole-network kernel (`quant.whole_choice`): each plan's time, kept
         "gemm": info.get("gemm", "off"),  # DEEPGAP_QUANT_GEMM: 'persistent' (the default) or 'off'
         "persistent_layers": [t["name"] for t in info["layers"] if "persistent" in (t["config"] or "")],

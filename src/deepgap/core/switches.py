@@ -44,9 +44,8 @@ SWITCHES: dict[str, Switch] = {
     "DEEPGAP_QUANT_SMALL_BATCH": Switch(("off", "split", "on"), "on"),
     "DEEPGAP_QUANT_PAIRS": Switch(("off", "on"), "on"),
     "DEEPGAP_QUANT_WHOLE": Switch(("off", "on"), "off"),  # on: timed at batch ≤ 8 (slower so far)
-    "DEEPGAP_QUANT_BRANCH": Switch(
-        ("auto", "off"), "auto"
-    ),  # the shortcuts on a second stream, timed; kept if faster
+    # the shortcuts on a second stream at batch <= 8, timed both ways and kept where faster
+    "DEEPGAP_QUANT_BRANCH": Switch(("auto", "off"), "auto"),
     "DEEPGAP_QUANT_CONV_TMA": Switch(("off", "on"), "on"),
     "DEEPGAP_DECODE_ROPE": Switch(("mix", "fused"), "fused"),
     "DEEPGAP_DECODE_NORM": Switch(("fold", "handoff"), "handoff"),
