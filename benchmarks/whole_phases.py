@@ -85,52 +85,51 @@ def measure(model_name: str, precision: str, batch: int, reps: int, stamps: int)
                 "engine_whole": res.info.get("whole"), "engine_kept": kept is not None}  # fmt: skip
         print(json.dumps({**base, "variant": "per-layer kernels"}), flush=True)
         for barrier, warps, stages, per_sm, flow in VARIANTS:
-            if True:
-                by_cap = {}
-                for cap in (1, 4, 16, "tuned"):
-                    row = {
-                        **base,
-                        "variant": f"cap {cap}, b{barrier} w{warps} s{stages} x{per_sm}{' flow' * flow}",
-                    }
-                    if cap == "tuned" and not by_cap:
-                        continue
-                    try:
-                        if cap == "tuned":  # each phase's split from the cap whose phase was fastest
-                            splits = {}
-                            for i, group in enumerate(_phases(next(iter(by_cap.values()))[0])):
-                                best = min(by_cap, key=lambda c, i=i: by_cap[c][1][i])
-                                table = by_cap[best][0].table.tolist()
-                                names = by_cap[best][0].names
-                                splits |= {n: table[names.index(n)][whole.COL["split"]] for n in group}
-                            plan = whole_plan.build(
-                                net, batch, sms * per_sm, 16, barrier, splits, warps, stages, flow
-                            )
-                        else:
-                            plan = whole_plan.build(
-                                net, batch, sms * per_sm, cap, barrier, None, warps, stages, flow
-                            )
-                        row["label"] = plan.label
-                        row["check"] = whole_choice.check_plan(net, plan, x)
-                        row["ms"] = time_s(lambda plan=plan: plan.run(x), reps) * 1e3
-                        row["flagged"] = plan.flagged()
-                        if flow:  # no barriers, so no phase stamps: the total only
-                            print(json.dumps(row), flush=True)
-                            rows.append(row)
-                            continue
-                        row["barriers_only_ms"] = (
-                            time_s(lambda plan=plan: plan.run(x, skip_work=True), reps) * 1e3
+            by_cap = {}
+            for cap in (1, 4, 16, "tuned"):
+                row = {
+                    **base,
+                    "variant": f"cap {cap}, b{barrier} w{warps} s{stages} x{per_sm}{' flow' * flow}",
+                }
+                if cap == "tuned" and not by_cap:
+                    continue
+                try:
+                    if cap == "tuned":  # each phase's split from the cap whose phase was fastest
+                        splits = {}
+                        for i, group in enumerate(_phases(next(iter(by_cap.values()))[0])):
+                            best = min(by_cap, key=lambda c, i=i: by_cap[c][1][i])
+                            table = by_cap[best][0].table.tolist()
+                            names = by_cap[best][0].names
+                            splits |= {n: table[names.index(n)][whole.COL["split"]] for n in group}
+                        plan = whole_plan.build(
+                            net, batch, sms * per_sm, 16, barrier, splits, warps, stages, flow
                         )
-                        row["phase_us"] = [round(v, 2) for v in _stamps(plan, x, stamps)]
-                        row["phases"] = [
-                            (g, round(sum(q_s.get(n) or 0 for n in g) * 1e6, 2)) for g in _phases(plan)
-                        ]  # each phase's layers and their tuned per-layer µs
-                        if cap != "tuned":
-                            by_cap[cap] = (plan, row["phase_us"])
-                    except Exception as exc:  # noqa: BLE001 - one variant's failure is a row, not the end
-                        torch.cuda.synchronize()
-                        row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
-                    print(json.dumps(row), flush=True)
-                    rows.append(row)
+                    else:
+                        plan = whole_plan.build(
+                            net, batch, sms * per_sm, cap, barrier, None, warps, stages, flow
+                        )
+                    row["label"] = plan.label
+                    row["check"] = whole_choice.check_plan(net, plan, x)
+                    row["ms"] = time_s(lambda plan=plan: plan.run(x), reps) * 1e3
+                    row["flagged"] = plan.flagged()
+                    if flow:  # no barriers, so no phase stamps: the total only
+                        print(json.dumps(row), flush=True)
+                        rows.append(row)
+                        continue
+                    row["barriers_only_ms"] = (
+                        time_s(lambda plan=plan: plan.run(x, skip_work=True), reps) * 1e3
+                    )
+                    row["phase_us"] = [round(v, 2) for v in _stamps(plan, x, stamps)]
+                    row["phases"] = [
+                        (g, round(sum(q_s.get(n) or 0 for n in g) * 1e6, 2)) for g in _phases(plan)
+                    ]  # each phase's layers and their tuned per-layer µs
+                    if cap != "tuned":
+                        by_cap[cap] = (plan, row["phase_us"])
+                except Exception as exc:  # noqa: BLE001 - one variant's failure is a row, not the end
+                    torch.cuda.synchronize()
+                    row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                print(json.dumps(row), flush=True)
+                rows.append(row)
     return rows
 
 
