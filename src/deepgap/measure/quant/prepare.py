@@ -342,8 +342,7 @@ def _make_runner(
     runner = graph_runner.GraphRunner(graph, static_x, static_out, owns=net)
     runner, pdl_info = choose_pdl(net, runner, static_x, device, pdl)
     pdl_kept = bool(pdl_info and pdl_info.get("chosen"))
-    runner, branch_info = branch_choice.choose(
-        net, runner, static_x, device, pdl_kept
-    )  # DEEPGAP_QUANT_BRANCH
+    # then the shortcut convolutions on a second stream (DEEPGAP_QUANT_BRANCH), under the launch mode kept
+    runner, branch_info = branch_choice.choose(net, runner, static_x, device, pdl_kept)
     info = {"pdl": pdl_info, "branch": branch_info}
     return runner, {"cuda_graph": True, **{k: v for k, v in info.items() if v is not None}}
