@@ -13,7 +13,7 @@ import pytest
 from deepgap.cli import main
 from deepgap.core.errors import UsageError
 from deepgap.drive.config import SweepSpec, validate
-from deepgap.measure.llm_workload import KV_CACHES, check_kv_caches, kv_caches_of, spec_kv_cache
+from deepgap.measure.llm_workload import KV_CACHES, check_kv_caches, kv_caches_of, kv_itemsize, spec_kv_cache
 
 DECODE = dict(models=("llama-tiny",), precisions=("fp32",), batch_sizes=(1,), device="cpu", workload="decode")
 
@@ -23,6 +23,19 @@ def test_the_names_and_their_spec_values():
     assert (spec_kv_cache("auto"), spec_kv_cache("fp8")) == (None, "fp8")
     assert kv_caches_of(("fp8", "auto", "fp8")) == ["fp8", None]  # in the order given, each once
     assert SweepSpec().kv_caches == ("auto",)
+
+
+def test_a_cached_element_s_bytes_one_rule_for_the_sweep_and_serve():
+    """fp8 codes: one byte whatever the precision; else the precision's own, bf16 beside 8-bit Linears."""
+    assert [kv_itemsize(p, None) for p in ("fp32", "tf32", "fp16", "bf16", "fp8", "int8")] == [
+        4,
+        4,
+        2,
+        2,
+        2,
+        2,
+    ]
+    assert {kv_itemsize(p, "fp8") for p in ("fp32", "bf16", "fp8", "int8")} == {1}
 
 
 def test_the_flag_and_the_toml_key(tmp_path):

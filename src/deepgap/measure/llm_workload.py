@@ -88,6 +88,17 @@ def spec_kv_cache(name: str) -> str | None:
     return None if name == "auto" else name
 
 
+def kv_itemsize(precision: str, kv_cache: str | None) -> int:
+    """Bytes per cached K or V element as a decoder is built (``kv_cache``: a `ConfigSpec.kv_cache`).
+
+    One as fp8 codes; else the precision's own, bf16 beside 8-bit Linears. One rule for the sweep's and serve's
+    memory checks (`check_decode`, `deepgap.serving.run.llm_spec.check_decoder`).
+    """
+    if kv_cache == "fp8":
+        return 1
+    return 2 if precision in QUANT_PRECISIONS else PRECISIONS[precision].itemsize
+
+
 def kv_caches_of(kv_caches: tuple[str, ...]) -> list[str | None]:
     """The `ConfigSpec.kv_cache` values a decode sweep measures, in the order given, each once."""
     return list(dict.fromkeys(spec_kv_cache(k) for k in kv_caches)) or [None]
@@ -135,10 +146,8 @@ def check_decode(
             "--output-lens 1 times no decode step (the first token comes from the prefill)",
             "pass output lengths of at least 2, e.g. --output-lens 128",
         )
-    # the KV cache's element: the precision's own, bf16 beside 8-bit Linears; one byte where every cache is fp8
-    itemsize = max(2 if p in QUANT_PRECISIONS else PRECISIONS[p].itemsize for p in precisions)
-    if kv_caches and "auto" not in kv_caches:
-        itemsize = 1
+    # the largest cache element the sweep builds: one byte only where every cache is fp8
+    itemsize = max(kv_itemsize(p, spec_kv_cache(k)) for p in precisions for k in kv_caches or ("auto",))
     for m in models:
         shape = decoder_shape(m)
         assert shape is not None  # checked above

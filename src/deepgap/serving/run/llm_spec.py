@@ -76,7 +76,7 @@ def slo_bounds(spec: Any) -> tuple[float, float]:
 
 def check_decoder(spec: Any) -> None:
     """What serving a decoder takes; one line and exit 2 otherwise."""
-    from deepgap.core.precision import PRECISIONS
+    from deepgap.measure.llm_workload import kv_itemsize, spec_kv_cache
     from deepgap.measure.models.llama_config import SHAPES, check_run
 
     if spec.tenants:
@@ -110,9 +110,7 @@ def check_decoder(spec: Any) -> None:
             raise UsageError(f"{flag} does not apply to serving a decoder ({spec.model})", fix)
     load = llm_load(spec)
     top = max(spec.buckets("cpu" if spec.device == "cpu" else "cuda"))
-    # the KV cache's element: the precision's own, bf16 beside 8-bit Linears, one byte as fp8 codes
-    itemsize = 2 if spec.engine == "quant" else PRECISIONS[spec.precision].itemsize
-    itemsize = 1 if spec.kv_cache == "fp8" else itemsize
+    itemsize = kv_itemsize(spec.precision, spec_kv_cache(spec.kv_cache))  # the engine checked: quant is 8-bit
     check_run(SHAPES[spec.model], top, load.cache_len, itemsize)
 
 
