@@ -6,6 +6,7 @@
 #   call 2: bash results/h200/session42/device.sh 2; bash results/h200/session42/device.sh 3
 #           (step 2, the batch-512 loop, stopped at its first step: an unset --pdl reached the switch as '',
 #           mended after the call in benchmarks/llm_decode_loop.py; step 3 = session 41's `device.sh 8`)
+# Call 4 ran session 42's step 6 spelled out inline with each serve's limit at 280 s; case 4 runs that step so.
 # Usage: bash results/h100/session43/device.sh 3|4|5
 set -uo pipefail
 S=${DEVICE_WORK:-/tmp/deepgap-device}; mkdir -p "$S"
@@ -17,15 +18,7 @@ case ${1:-} in
        --no-thermal-warmup --store "$S/inputs.sqlite" > "$OUT/inputs-5.txt" 2>&1
    grep "img/s" "$OUT/inputs-5.txt" | tail -n 2
    python -m deepgap export "$S/inputs.sqlite" -o "$OUT/inputs-5.csv" > /dev/null 2>&1 ;;
-4) for kv in auto fp8; do                          # issue 51: served at MLPerf's limits, 512 slots, each cache
-       T="$S/serve8b-$kv.sqlite"
-       step "serve 8b fp8 512 slots kv $kv" 280 python -m deepgap serve --model llama-3.1-8b --engine quant \
-           --precision fp8 --device cuda --input-len-dist uniform:64:256 --output-len-dist fixed:128 --batch-sizes 512 \
-           --find-capacity --verify-policies 1 --curve-iterations 20 --no-thermal-warmup --kv-cache $kv --store "$T" \
-           > "$OUT/serve8b-$kv-6.txt" 2>&1
-       python -m deepgap export "$T" -o "$OUT/serve8b-$kv-6.csv" > /dev/null 2>&1 || true
-       grep -i "capacity" "$OUT/serve8b-$kv-6.txt" | tail -n 3
-   done ;;
+4) SERVE_LIMIT=280 bash results/h200/session42/device.sh 6 ;;  # issue 51: served, 512 slots, each cache
 5) step "deepgap run 8b fp8 bs1024, kv auto,fp8" 370 python -m deepgap run --workload decode --models llama-3.1-8b \
        --device cuda --input-lens 128 --output-lens 128 --repeats 3 --sweeps 1 --no-thermal-warmup --no-cpu-baseline \
        --engines quant --precisions fp8 --batch-sizes 1024 --kv-caches auto,fp8 --store "$S/kv-1024.sqlite" \

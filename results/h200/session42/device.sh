@@ -42,7 +42,7 @@ r['attention_block'], r['batch'], r['tpot_ms'], r['decode_tok_s'], r['output_tok
 6) source benchmarks/device_lib.sh            # issue 51: served at MLPerf's limits, 512 slots, each cache (session 21's load)
    for kv in auto fp8; do
        T="$S/serve8b-$kv.sqlite"
-       step "serve 8b fp8 512 slots kv $kv" 300 python -m deepgap serve --model llama-3.1-8b --engine quant \
+       step "serve 8b fp8 512 slots kv $kv" "${SERVE_LIMIT:-300}" python -m deepgap serve --model llama-3.1-8b --engine quant \
            --precision fp8 --device cuda --input-len-dist uniform:64:256 --output-len-dist fixed:128 --batch-sizes 512 \
            --find-capacity --verify-policies 1 --curve-iterations 20 --no-thermal-warmup --kv-cache $kv --store "$T" \
            > "$OUT/serve8b-$kv-6.txt" 2>&1
