@@ -153,6 +153,19 @@ def test_redactor_scrubs_text_and_keeps_versions():
     assert old not in r.text(f"host {old}")
 
 
+def test_a_measurement_under_an_identifier_key_is_kept():
+    """The quant engine's branch choice stores its serial graph's time as ``seconds.serial``: a float is
+    never a machine identifier, so it survives redaction, and its digits never become a scrub pattern."""
+    from deepgap.core.redaction import Redactor
+
+    r = Redactor(b"k")
+    info = {"host": HOST, "branch": {"seconds": {"serial": 0.000268, "branched": 0.000255}}}
+    out = r.tree(info)
+    assert out["branch"] == info["branch"] and out["host"] != HOST
+    assert r.text("serial 0.000268 ms") == "serial 0.000268 ms"
+    assert r.tree({"serial": "1324021034567"})["serial"].startswith("redacted-")  # a string serial still goes
+
+
 def test_report_is_redacted_unless_asked(tmp_path, capsys, private, monkeypatch):
     """Issue 35: a report omits serials and UUIDs by default; --no-redact shows them; the header path too."""
     import deepgap.report.page

@@ -17,12 +17,13 @@ token, in tokens/s; a CPU row has no sheet, so no bound unless the store measure
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
+from deepgap.core.precision import PRECISIONS
 from deepgap.core.result_details import Decode
 from deepgap.measure.llm_cost import Itemsizes, StepCost, decode_cost
-from deepgap.measure.llm_workload import QUANT_PRECISIONS
+from deepgap.measure.llm_workload import QUANT_PRECISIONS, kv_itemsize
 from deepgap.measure.models.llama_config import SHAPES
 from deepgap.roofline.model import measured_peaks
 from deepgap.roofline.specs import spec_for, spec_peak
@@ -62,17 +63,18 @@ class DecodeRoof:
 def itemsizes(precision: str, kv_cache: Any = None) -> Itemsizes:
     """Bytes per element as the decode worker builds ``precision``, its cache in ``kv_cache``'s format.
 
-    ``kv_cache`` "fp8" (`deepgap.core.records.ConfigSpec.kv_cache`): one byte per cached element, with no
-    scale beside it (scale 1); else the cache's element is the decoder's own.
+    The cache's bytes follow `deepgap.measure.llm_workload.kv_itemsize`, the rule the sweep's and serve's
+    memory checks use (one byte as fp8 codes, at scale 1; else the decoder's own, bf16 beside 8-bit
+    Linears), so the roofline and the checks never disagree. A precision this build does not name (a
+    foreign store's row) is costed at fp32's bytes.
     """
-    if precision in QUANT_PRECISIONS:
-        # 8-bit Linears, the rest of the decoder and its cache in bf16
-        sizes = Itemsizes(linear=1, other=2, kv=2)
-    elif precision in ("fp16", "bf16"):
-        sizes = Itemsizes(2, 2, 2)
-    else:
-        sizes = Itemsizes(4, 4, 4)
-    return replace(sizes, kv=1) if kv_cache == "fp8" else sizes
+    if precision not in PRECISIONS:
+        return Itemsizes(4, 4, 1 if kv_cache == "fp8" else 4)
+    kv = kv_itemsize(precision, kv_cache or None)
+    if precision in QUANT_PRECISIONS:  # 8-bit Linears, the rest of the decoder in bf16
+        return Itemsizes(linear=1, other=2, kv=kv)
+    size = PRECISIONS[precision].itemsize
+    return Itemsizes(size, size, kv)
 
 
 def mean_context(d: Decode) -> float:

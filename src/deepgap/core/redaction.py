@@ -106,8 +106,13 @@ class Redactor:
         self._scrub: re.Pattern[str] | None = None
 
     def token(self, value: Any) -> Any:
-        """The token of ``value`` (None, "", a bool, a token or an 'unavailable' reason are kept)."""
-        if value is None or value == "" or isinstance(value, bool):
+        """The token of ``value`` (None, "", a bool, a float, a token or an 'unavailable' reason are kept).
+
+        Why floats are kept: no machine identifier is a float, but a measurement may sit under a key of
+        `REDACT_KEYS` (the quant engine's ``{"serial": 0.000268, "branched": …}`` graph times), and a
+        token there lost the number in every export and report, and taught the scrubber its digits.
+        """
+        if value is None or value == "" or isinstance(value, (bool, float)):
             return value
         text = str(value)
         if _skip(text):
