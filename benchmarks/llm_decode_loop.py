@@ -14,7 +14,9 @@ replayed back to back (each step's greedy token, `llm_timing.greedy` as deepgap 
 input, on the device) between two CUDA events,
 after a timed prefill, five times. decode tokens/s = batch × steps / median window, which is what deepgap's
 pipelined decode figure measures; output tokens/s = batch × (steps + 1) / (median prefill + median window),
-as deepgap's output figure counts a generation. ``--profile`` adds the top kernels of ten replayed steps
+as deepgap's output figure counts a generation; ``--prefill compiled`` times a prefill compiled by Inductor
+(deepgap's compiling engines run theirs so, `llm_steps.make_prefill`), eager by default. ``--profile`` adds
+the top kernels of ten replayed steps
 (torch.profiler), where a step's time goes; ``--timeline`` each kernel's share of the step's critical path
 over ten replays (`deepgap.roofline.timeline`: with PDL the kernels overlap), its trace saved beside. One JSON
 line per batch goes to ``--out``/llm_decode_loop.jsonl.
@@ -23,6 +25,7 @@ line per batch goes to ``--out``/llm_decode_loop.jsonl.
     python benchmarks/llm_decode_loop.py --batches 1,4 --pdl on --split-kv off,auto --out OUT  # the split KV
     python benchmarks/llm_decode_loop.py --pdl on --split-kv auto --norm fold,handoff --harness deepgap --out OUT
     python benchmarks/llm_decode_loop.py --batches 512 --kv-cache fp8 --harness deepgap --out OUT  # fp8 codes
+    python benchmarks/llm_decode_loop.py --batches 512 --kv-cache fp8 --prefill compiled --harness deepgap --out OUT
 """
 
 from __future__ import annotations
@@ -108,7 +111,14 @@ def _deepgap_step(m, tok, input_len: int):
 
 
 def measure(  # noqa: D103
-    m, batch: int, input_len: int, steps: int, profile: bool, harness: str = "own", timeline: str = ""
+    m,
+    batch: int,
+    input_len: int,
+    steps: int,
+    profile: bool,
+    harness: str = "own",
+    timeline: str = "",
+    prefill: str = "eager",
 ) -> dict:
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, m.shape.vocab, (batch, input_len), generator=g).cuda()
@@ -116,15 +126,16 @@ def measure(  # noqa: D103
     from deepgap.measure import llm_attention
 
     llm_attention.plug(m)
+    fill = torch.compile(m.prefill, dynamic=False) if prefill == "compiled" else m.prefill
     with torch.inference_mode():
-        tok = greedy(m.prefill(ids))
+        tok = greedy(fill(ids))  # a compiled prefill compiles here, untimed
         one, how = (_deepgap_step if harness == "deepgap" else _own_step)(m, tok, input_len)
 
         windows, prefills = [], []
         for _ in range(5):
             a, b, c = (torch.cuda.Event(enable_timing=True) for _ in range(3))
             a.record()
-            tok.copy_(greedy(m.prefill(ids)))
+            tok.copy_(greedy(fill(ids)))
             b.record()
             for i in range(steps):
                 one(i)
@@ -132,7 +143,8 @@ def measure(  # noqa: D103
             c.synchronize()
             prefills.append(a.elapsed_time(b) / 1e3)
             windows.append(b.elapsed_time(c) / 1e3)
-        row = {"batch": batch, "steps": steps, "harness": how, "windows_s": [round(w, 6) for w in windows]}
+        row = {"batch": batch, "steps": steps, "harness": how, "prefill": prefill}
+        row["windows_s"] = [round(w, 6) for w in windows]
         w, p = statistics.median(windows), statistics.median(prefills)
         row |= {"tpot_ms": round(w / steps * 1e3, 4), "decode_tok_s": round(batch * steps / w, 1)}
         # a generation's output tokens (the prefill's one and a step's each) over its prefill and decode time
@@ -186,6 +198,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--input-len", type=int, default=128)
     ap.add_argument("--steps", type=int, default=127)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument(
+        "--prefill",
+        default="eager",
+        help="the prompt's prefill eager or compiled by Inductor (deepgap's compiling engines: make_prefill), in "
+        "turn, e.g. eager,compiled",
+    )
     ap.add_argument(
         "--kv-cache",
         default="auto",
@@ -245,6 +263,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main() -> None:  # noqa: D103
     args = parser().parse_args()
+    _prefills(args.prefill)
     m = build(args.model, args.precision)
     if args.attention_block:
         from deepgap.measure import llm_attention
@@ -264,16 +283,20 @@ def main() -> None:  # noqa: D103
             from deepgap.measure import llm_fused
 
             llm_fused.configure(m)
-        for b in (int(x) for x in args.batches.split(",")):
+        for b, prefill in itertools.product(
+            (int(x) for x in args.batches.split(",")), _prefills(args.prefill)
+        ):
             row = {"model": args.model, "precision": args.precision, "input_len": args.input_len}
             # the switches an ablation turns (module docstring), as this process ran
             row |= {k: os.environ.get(f"DEEPGAP_DECODE_{k.upper()}", "") for k in SWITCHES}
             row["forced_tiles"], row["kv_cache"] = tiles, args.kv_cache
             row["attention_block"] = args.attention_block or "default"
-            tag = "-".join(x for x in (mode, split, attention, norm, harness) if x)
+            tag = "-".join(x for x in (mode, split, attention, norm, harness, prefill) if x)
             tag += "" if tiles == "tuned" else "-" + tiles.replace("=", "_").replace(",", "+")
             trace_path = str(Path(args.out) / f"timeline-b{b}-{tag}.json.gz") if args.timeline else ""
-            row |= measure(m, b, args.input_len, args.steps, args.profile and b == 1, harness, trace_path)
+            row |= measure(
+                m, b, args.input_len, args.steps, args.profile and b == 1, harness, trace_path, prefill
+            )
             if args.precision != "bf16":  # the tiles this process timed (deepgap's rows say theirs)
                 from deepgap.measure.quant import gemv
 
@@ -336,6 +359,15 @@ def _runs(args: argparse.Namespace):
     return itertools.product(
         pdls, splits, combines, attentions, norms, args.tiles.split(";"), args.harness.split(",")
     )
+
+
+def _prefills(value: str) -> list[str]:
+    """``--prefill``'s turns, each eager or compiled (a typo stops the loop before the model is built)."""
+    turns = value.split(",")
+    bad = [t for t in turns if t not in ("eager", "compiled")]
+    if bad:
+        raise SystemExit(f"--prefill {value}: {', '.join(bad)} is not eager or compiled")
+    return turns
 
 
 def _turns(value: str | None, switch: str, default: str) -> list[str]:

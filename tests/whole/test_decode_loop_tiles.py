@@ -47,3 +47,11 @@ def test_every_turn_of_the_default_options_is_a_value_the_switches_accept(loop, 
         assert switches.read(f"DEEPGAP_DECODE_{k}") == v
     picked = loop._runs(loop.parser().parse_args(["--out", "x", "--pdl", "off,on", "--harness", "deepgap"]))
     assert [r[0] for r in picked] == ["off", "on"]
+
+
+def test_prefill_turns_are_eager_or_compiled(loop):
+    """``--prefill eager,compiled`` times both in one process; a typo stops before the 8B model is built."""
+    assert loop.parser().parse_args(["--out", "x"]).prefill == "eager"
+    assert loop._prefills("eager,compiled") == ["eager", "compiled"]
+    with pytest.raises(SystemExit, match="compile is not eager or compiled"):
+        loop._prefills("eager,compile")

@@ -113,11 +113,13 @@ def figures(row: dict[str, Any], peaks: Any = None) -> dict[str, Any]:
         "logits_flagged": bool(c.flagged) if c and c.flagged is not None else None,
         "decode_step": d.step or "",
         "decode_pdl": d.pdl or "",  # the graph's launch and why ("on: timed …"; `llm_steps._kept`)
+        # how the prompt ran (`llm_steps.make_prefill`): rows stored before session 44 ran it eager
+        "decode_prefill": d.prefill or "eager",
         "decode_attention": d.attention
         or "",  # the static step's ("split 8×32 (auto)"; `llm_attention.describe`)
         "decode_tiles": d.tiles or "",  # the worker's tuned GEMV tiles (`quant.gemv.chosen`)
     }
-    kept = ("decode_step", "decode_pdl", "decode_attention", "decode_tiles")
+    kept = ("decode_step", "decode_pdl", "decode_prefill", "decode_attention", "decode_tiles")
     return out if ok else {k: (v if k in kept else None) for k, v in out.items()}
 
 

@@ -208,12 +208,13 @@ def export_decode(store, run_ids: list[str] | None, forward):
 
 
 def _engine(r: dict) -> str:
-    """The engine, with the decode step it ran and the ways its step was launched: PDL, split KV.
+    """The engine, with the decode step it ran, the ways its step was launched (PDL, split KV), its prefill.
 
     An fp8 KV cache (``kv_cache``, `deepgap.core.records.KV_CACHE_LABELS`) is named right after the step,
     so rows with and without it never look alike. PDL: its graph used programmatic dependent launch; split
-    KV: its attention was split over the cache (`deepgap.measure.llm_attention`). Rows stored before
-    session 42 may say their attention ran in the qkv GEMV's last programs, or every layer in one kernel
+    KV: its attention was split over the cache (`deepgap.measure.llm_attention`); compiled prefill: the prompt
+    ran compiled (`deepgap.measure.llm_steps.make_prefill`), which its TTFT and output tokens/s count. Rows
+    stored before session 42 may say their attention ran in the qkv GEMV's last programs, or every layer in one kernel
     (levers since removed); they keep those labels.
     """
     how = [f"{r['decode_step']} step"] if r["decode_step"] and r["decode_step"] != r["engine"] else []
@@ -222,6 +223,8 @@ def _engine(r: dict) -> str:
         how.append(kv)
     if str(r.get("decode_pdl") or "").startswith("on"):
         how.append("PDL")
+    if str(r.get("decode_prefill") or "").startswith("compiled"):  # TTFT and output tokens/s depend on it
+        how.append("compiled prefill")
     attention = str(r.get("decode_attention") or "")
     if attention.startswith("split"):
         how.append("split KV")

@@ -273,6 +273,9 @@ class Decode(JsonRecord):
     step: str | None = None  # the `llm_steps` kind the engine ran ("eager", "compile", "cuda-graph")
     compile_mode: str | None = None
     pdl: str | None = None  # the graph's launch: "on"/"off" and why (`llm_steps._kept`; DEEPGAP_DECODE_PDL)
+    # how the prompt ran: "compiled (mode)" or "eager" (`llm_steps.make_prefill`); None: stored before
+    # session 44, when every prefill ran eager
+    prefill: str | None = None
     attention: str | None = (
         None  # the static step's: "sdpa", "one pass", "split …", "in the qkv GEMV's …" (`llm_attention.describe`)
     )

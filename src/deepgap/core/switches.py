@@ -7,7 +7,7 @@ not check it, since the readers' modules import torch. With the values here, tor
 stops a run with one line (exit 2) before its store is opened, and returns the switches that are set, which
 the run records beside its environment. The modules that act on a switch take its values from here and
 keep the why (each switch's docstring: `linear_choice`, `sdpa_choice`, `tiles`, `stem_choice`, `split_k`, `branch`,
-`pair_choice`, `conv_tma`, `llm_fused`, `llm_attention`, `pdl_choice`, `serving.sim.packing`).
+`pair_choice`, `conv_tma`, `llm_fused`, `llm_attention`, `pdl_choice`, `llm_steps`, `serving.sim.packing`).
 
 A switch whose lever was measured slower and removed stays in `RETIRED`: set to anything but its old default it
 stops the run, rather than leave a user believing the lever ran.
@@ -54,6 +54,8 @@ SWITCHES: dict[str, Switch] = {
     "DEEPGAP_DECODE_COMBINE": Switch(("kernel", "last-block"), "kernel", empty_is_unset=False),
     "DEEPGAP_DECODE_PDL": Switch(("auto", "on", "off"), "auto", empty_is_unset=False),
     "DEEPGAP_DECODE_FUSED": Switch(("1", "0"), "1"),  # 0: the batch-1 quant decoder keeps the plain layer
+    # auto: a compiling engine compiles its prefill too (`llm_steps.make_prefill`); eager keeps it uncompiled
+    "DEEPGAP_DECODE_PREFILL": Switch(("auto", "eager"), "auto"),
     "DEEPGAP_SERVE_PREFILL": Switch(
         ("packed", "padded"),
         "packed",

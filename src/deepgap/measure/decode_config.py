@@ -45,7 +45,7 @@ from deepgap.core.result_details import Correctness, Decode, DeviceMemUsed, Resu
 from deepgap.measure import correctness, llm_attention, llm_fused
 from deepgap.measure.device import CudaEventClock, set_tf32, torch_dtype
 from deepgap.measure.llm_cost import Itemsizes, decode_cost
-from deepgap.measure.llm_steps import make_step
+from deepgap.measure.llm_steps import make_prefill, make_step
 from deepgap.measure.llm_timing import DecodeResult, measure_decode, prompts
 from deepgap.measure.llm_workload import CHECK_ROWS, CHECK_TOKENS, DECODE_ENGINES, QUANT_PRECISIONS
 from deepgap.measure.models.llama_cache import codes_of
@@ -102,6 +102,7 @@ def measure_decode_config(state: WorkerState, req: MeasureRequest) -> Result:
     model = _decoder(spec, req.seed)
     check = _check(model, spec, req.seed, ref_logits)
     step = make_step(model, plan.step, plan.compile_mode or "default", plan.compile_mode is not None)
+    prefill = make_prefill(model, plan.compile_mode)
     clock = CudaEventClock(spec.device) if cuda else HostClock()
     tel = MeasureTelemetry.for_request(state.telemetry, spec.device, req.telemetry, spec.batch_size)
     if tel is not None and tel.thermal_mode:  # the run's thermal warm-up: the prefill as its load
@@ -117,13 +118,15 @@ def measure_decode_config(state: WorkerState, req: MeasureRequest) -> Result:
             spec.output_len,
             tel.clock(clock) if tel is not None else clock,
             repeats=req.protocol.repeats,
-            warmup=1 if req.protocol.warmup > 0 else 0,
+            warmup=_warmup_runs(req, plan.step),
             seed=req.seed,
             step=None if plan.step == "eager" else step,
+            prefill=prefill,
         )
     result = _result(spec, req, model, r, check, ref_tokens)
     result.details.decode.step, result.details.decode.compile_mode = plan.step, plan.compile_mode
     result.details.decode.pdl = getattr(step, "pdl", None)
+    result.details.decode.prefill = prefill.label
     if spec.precision in LINEAR_SWAPS:
         result.details.decode.tiles = gemv.chosen() or None
     if plan.step != "eager":  # the eager step attends by SDPA over the positions written, always
@@ -137,6 +140,15 @@ def measure_decode_config(state: WorkerState, req: MeasureRequest) -> Result:
         result.details.decode.energy_window_s = t.energy_window_s if t is not None else None
     _memory(result, spec.device, cuda)
     return guards.rate_checked(result, state.caps.name)
+
+
+def _warmup_runs(req: MeasureRequest, step: str) -> int:
+    """Untimed generations before the timed ones: one where the protocol warms up, else none.
+
+    Always one where the step is compiled or captured (or the prefill compiled), so that no timed TTFT or
+    TPOT holds a compile or a capture.
+    """
+    return 1 if req.protocol.warmup > 0 or step != "eager" else 0
 
 
 def _decoder(spec: ConfigSpec, seed: int) -> torch.nn.Module:
@@ -227,7 +239,7 @@ def _result(spec: ConfigSpec, req: MeasureRequest, model, r: DecodeResult, check
         input_len=spec.input_len,
         output_len=spec.output_len,
         runs=s["runs"],
-        warmup_runs=1 if req.protocol.warmup > 0 else 0,
+        warmup_runs=r.warmup_runs,
         **{key: s[key] for key in _SUMMARY_KEYS},
         bytes_per_token=cost.bytes_per_token,
         flops_per_token=cost.flops_per_token,

@@ -14,6 +14,13 @@ Each returns a ``step(ids, position: int) -> logits`` for `deepgap.measure.llm_t
 - **cuda-graph**: the static step (optionally compiled) captured once into a ``torch.cuda.CUDAGraph``
   on fixed input buffers, then replayed: one launch per token instead of several hundred kernels'.
 
+The prefill as each engine runs it (`make_prefill`): an engine that compiles its step (``compile*``, ``quant``)
+compiles its prefill too, for the configuration's fixed (batch, input length); the others run it eager.
+Why: eager, every RMSNorm, RoPE, SwiGLU, residual add and (quant) per-token activation quantization of the
+prompt is its own pass over a (batch × input length) × hidden tensor (at batch 512 of 128 tokens, 0.5 GB a
+pass at the 8B shape, 3.8 GB for gate_up's output), which Inductor fuses into the GEMMs' neighbours. A
+row's ``decode.prefill`` says which ran. ``DEEPGAP_DECODE_PREFILL=eager`` keeps it eager (the A/B).
+
 All four give the same tokens (`tests/measure/test_llm_timing.py` checks eager against static on the CPU;
 the compiled and graph steps are GPU work for ``benchmarks/llm_decode.py``).
 """
@@ -45,6 +52,31 @@ def make_step(model, kind: str, compile_mode: str = "max-autotune-no-cudagraphs"
     if kind == "compile":
         return _StaticStep(model, torch.compile(model.decode_step, mode=compile_mode, dynamic=False))
     return _GraphStep(model, compile_mode if compiled else None)
+
+
+class Prefill:
+    """``prefill(ids) -> logits`` as the engine runs it, and the label its row stores (``decode.prefill``)."""
+
+    def __init__(self, fn, label: str) -> None:
+        self.fn, self.label = fn, label
+
+    def __call__(self, ids):  # noqa: D102
+        return self.fn(ids)
+
+
+def make_prefill(model, compile_mode: str | None) -> Prefill:
+    """The model's prefill compiled in ``compile_mode`` (an engine that compiles its step), else eager.
+
+    Static shapes: one compile per (batch, input length), built by the run's warm-up generation, never in
+    a timed one (`deepgap.measure.decode_config`). ``DEEPGAP_DECODE_PREFILL=eager`` keeps it eager.
+    """
+    if compile_mode is None:
+        return Prefill(model.prefill, "eager")
+    if switches.read("DEEPGAP_DECODE_PREFILL") == "eager":
+        return Prefill(model.prefill, "eager (DEEPGAP_DECODE_PREFILL=eager)")
+    return Prefill(
+        torch.compile(model.prefill, mode=compile_mode, dynamic=False), f"compiled ({compile_mode})"
+    )
 
 
 class _StaticStep:

@@ -96,6 +96,7 @@ class DecodeResult:
     kv_cache_bytes: int
     weight_bytes: int
     tokens: tuple[tuple[int, ...], ...] = ()  # the first run's greedy tokens, per sequence
+    warmup_runs: int = 0  # untimed generations before the runs
 
     def tpot_samples(self) -> np.ndarray:
         """Every decode step's seconds, pooled over runs."""
@@ -162,14 +163,16 @@ def generate(model, ids, output_len: int, step: StepFn | None = None):
 
 
 def _timed_run(
-    model, ids, output_len: int, clock: Clock, step: StepFn, pipelined: bool
+    model, ids, output_len: int, clock: Clock, step: StepFn, pipelined: bool, prefill=None
 ) -> tuple[DecodeRun, list]:
     """One generation, the prefill and each step timed by ``clock``; then, if asked, the pipelined window."""
     s = ids.shape[1]
     state: dict = {}
 
+    fill = prefill or model.prefill
+
     def prefill() -> None:
-        state["tok"] = greedy(model.prefill(ids))
+        state["tok"] = greedy(fill(ids))
 
     def one_step() -> None:
         state["tok"] = greedy(step(state["tok"], state["pos"]))
@@ -204,10 +207,12 @@ def measure_decode(
     seed: int = 0,
     pipelined: bool = True,
     step: StepFn | None = None,
+    prefill=None,
 ) -> DecodeResult:
     """``repeats`` timed generations (after ``warmup`` untimed ones) of seeded prompts on ``model``'s device.
 
-    ``step`` replaces ``model.decode_step`` (a compiled or CUDA-graph step from `llm_steps`); lengths,
+    ``step`` replaces ``model.decode_step`` (a compiled or CUDA-graph step from `llm_steps`), ``prefill``
+    ``model.prefill`` (a compiled one, `llm_steps.make_prefill`); lengths,
     batch and cache size are checked first, one `UsageError` line each.
     """
     from deepgap.measure.models.llama_net import weight_bytes
@@ -227,9 +232,9 @@ def measure_decode(
     runs, first = [], None
     with torch.inference_mode():
         for _ in range(warmup):
-            _timed_run(model, ids, output_len, _Untimed(), step, pipelined=False)
+            _timed_run(model, ids, output_len, _Untimed(), step, pipelined=False, prefill=prefill)
         for _ in range(repeats):
-            run, tokens = _timed_run(model, ids, output_len, clock, step, pipelined)
+            run, tokens = _timed_run(model, ids, output_len, clock, step, pipelined, prefill)
             runs.append(run)
             first = first or tokens
     tokens = torch.cat(first, dim=1).cpu().tolist()
@@ -241,6 +246,7 @@ def measure_decode(
         kv_cache_bytes=model.cache.nbytes,
         weight_bytes=weight_bytes(model),
         tokens=tuple(tuple(t) for t in tokens),
+        warmup_runs=warmup,
     )
 
 
