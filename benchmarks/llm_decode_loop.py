@@ -15,7 +15,9 @@ input, on the device) between two CUDA events,
 after a timed prefill, five times. decode tokens/s = batch × steps / median window, which is what deepgap's
 pipelined decode figure measures; output tokens/s = batch × (steps + 1) / (median prefill + median window),
 as deepgap's output figure counts a generation; ``--prefill compiled`` times a prefill compiled by Inductor
-(deepgap's compiling engines run theirs so, `llm_steps.make_prefill`), eager by default. ``--profile`` adds
+(deepgap's compiling engines run theirs so, `llm_steps.make_prefill`), ``eager-row-kernel`` an eager one whose
+8-bit Linears quantize their inputs in one kernel (DEEPGAP_QUANT_ROW_QUANT=triton, `quant.row_quant`), eager by
+default. ``--profile`` adds
 the top kernels of ten replayed steps
 (torch.profiler), where a step's time goes; ``--timeline`` each kernel's share of the step's critical path
 over ten replays (`deepgap.roofline.timeline`: with PDL the kernels overlap), its trace saved beside. One JSON
@@ -127,6 +129,7 @@ def measure(  # noqa: D103
 
     llm_attention.plug(m)
     fill = torch.compile(m.prefill, dynamic=False) if prefill == "compiled" else m.prefill
+    os.environ["DEEPGAP_QUANT_ROW_QUANT"] = "triton" if prefill == "eager-row-kernel" else "torch"
     with torch.inference_mode():
         tok = greedy(fill(ids))  # a compiled prefill compiles here, untimed
         one, how = (_deepgap_step if harness == "deepgap" else _own_step)(m, tok, input_len)
@@ -201,8 +204,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--prefill",
         default="eager",
-        help="the prompt's prefill eager or compiled by Inductor (deepgap's compiling engines: make_prefill), in "
-        "turn, e.g. eager,compiled",
+        help="the prompt's prefill eager, eager with the one-kernel row quantization (eager-row-kernel) or "
+        "compiled by Inductor (deepgap's compiling engines: make_prefill), in turn, e.g. eager,compiled",
     )
     ap.add_argument(
         "--kv-cache",
@@ -361,12 +364,15 @@ def _runs(args: argparse.Namespace):
     )
 
 
+PREFILLS = ("eager", "eager-row-kernel", "compiled")
+
+
 def _prefills(value: str) -> list[str]:
-    """``--prefill``'s turns, each eager or compiled (a typo stops the loop before the model is built)."""
+    """``--prefill``'s turns, each one of `PREFILLS` (a typo stops the loop before the model is built)."""
     turns = value.split(",")
-    bad = [t for t in turns if t not in ("eager", "compiled")]
+    bad = [t for t in turns if t not in PREFILLS]
     if bad:
-        raise SystemExit(f"--prefill {value}: {', '.join(bad)} is not eager or compiled")
+        raise SystemExit(f"--prefill {value}: {', '.join(bad)} is not one of {', '.join(PREFILLS)}")
     return turns
 
 

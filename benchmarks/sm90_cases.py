@@ -35,6 +35,7 @@ from deepgap.measure.quant import (
     linear_kernels,
     pair,
     persistent,
+    row_quant,
     split_k,
     stem_int8,
     stem_kernels,
@@ -439,6 +440,16 @@ def linear_run(m, k, n, gelu, form, cfg) -> Callable[[], None]:
     return run
 
 
+def row_quant_cases() -> Iterator[Case]:
+    """`row_quant.row_quant` over bf16 token rows of the 8B prefill's Linear inputs (4096 wide; down's 14336)."""
+    for k, precision in itertools.product((4096, 14336), ("fp8", "int8")):
+
+        def run(k=k, precision=precision):
+            row_quant.row_quant(meta(4096, k), precision)
+
+        yield f"rows 4096x{k} {precision}", run
+
+
 def whole_cases() -> Iterator[Case]:
     """`whole_plan.Plan.run` (the whole-network kernel) in the engine's form (`whole_choice`'s barrier, warps and
     stages), with barriers and with dataflow, int8 and fp8: a plan of meta arenas (the kernel reads its shapes
@@ -477,5 +488,6 @@ CASES: dict[str, Callable[[], Iterator[Case]]] = {
     "stem": stem_cases,
     "head": head_cases,
     "linear": linear_cases,
+    "row-quant": row_quant_cases,
     "whole": whole_cases,
 }

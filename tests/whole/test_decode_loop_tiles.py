@@ -53,5 +53,5 @@ def test_prefill_turns_are_eager_or_compiled(loop):
     """``--prefill eager,compiled`` times both in one process; a typo stops before the 8B model is built."""
     assert loop.parser().parse_args(["--out", "x"]).prefill == "eager"
     assert loop._prefills("eager,compiled") == ["eager", "compiled"]
-    with pytest.raises(SystemExit, match="compile is not eager or compiled"):
+    with pytest.raises(SystemExit, match="compile is not one of eager, eager-row-kernel, compiled"):
         loop._prefills("eager,compile")

@@ -15,8 +15,8 @@ case ${1:-} in
    bash results/h200/session42/device.sh 4
    bash results/h200/session42/device.sh 3 ;;
 2) source benchmarks/device_lib.sh  # issue 51: the prefill compiled (llm_steps.make_prefill) against eager, 8B fp8
-   step "decode loop bs512 kv fp8, prefill eager then compiled" 300 python benchmarks/llm_decode_loop.py \
-       --model llama-3.1-8b --batches 512 --precision fp8 --harness deepgap --kv-cache fp8 --prefill eager,compiled \
+   step "decode loop bs512 kv fp8, prefill eager, row kernel, compiled" 300 python benchmarks/llm_decode_loop.py \
+       --model llama-3.1-8b --batches 512 --precision fp8 --harness deepgap --kv-cache fp8 --prefill eager,eager-row-kernel,compiled \
        --out "$OUT" > "$OUT/prefill-loop-2.txt" 2>&1
    grep '^{' "$OUT/prefill-loop-2.txt" | python3 -c "import json,sys; [print(r['prefill'], r['batch'], r['ttft_ms'], \
 r['tpot_ms'], r['decode_tok_s'], r['output_tok_s']) for r in map(json.loads, sys.stdin)]"

@@ -11,6 +11,8 @@ tensor cores run twice the fp16 rate, and every weight is read in one byte inste
   - ``row``: per row (per token), from that row's own amax. Nothing to calibrate, and an outlier
     token spends its range on itself only. The amax is a reduction over the row, which the compiler
     fuses into the kernel that produced the row (LayerNorm, GELU, the attention output).
+    Outside a compile on a GPU, ``DEEPGAP_QUANT_ROW_QUANT=triton`` quantizes the rows in one kernel
+    (`deepgap.measure.quant.row_quant`: the same codes bit for bit) instead of six eager ops.
   - ``static``: one calibrated amax per Linear (`calibrate_linears`), as the CNN engine keeps one
     per tensor: no reduction at run time, but a token beyond the calibrated range is clipped.
 - **The product** runs on the tensor cores: ``torch._scaled_mm`` for fp8 with both scales and the
@@ -33,6 +35,8 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+
+from deepgap.core import switches
 
 QMAX = {"fp8": 448.0, "int8": 127.0}
 ACT_SCALES = ("row", "static")
@@ -78,6 +82,17 @@ def quantize_codes(x: torch.Tensor, scale: torch.Tensor, precision: str) -> torc
     if precision == "fp8":
         return y.to(torch.float8_e4m3fn)
     return y.round().to(torch.int8)
+
+
+def _row_kernel(x2: torch.Tensor) -> bool:
+    """Whether these rows are quantized by `quant.row_quant`'s kernel rather than six torch ops.
+
+    On a GPU, outside a compile (Inductor fuses the torch ops itself, with the norm before them), with
+    ``DEEPGAP_QUANT_ROW_QUANT=triton``.
+    """
+    if x2.device.type != "cuda" or torch.compiler.is_compiling() or x2.stride(-1) != 1:
+        return False
+    return switches.read("DEEPGAP_QUANT_ROW_QUANT") == "triton"
 
 
 def row_scales(x2: torch.Tensor, precision: str) -> torch.Tensor:
@@ -145,6 +160,10 @@ class QuantLinear(nn.Module):
         if self.takes_codes:
             return x2, self.act_scale
         row = self.how.act_scale == "row"
+        if row and self.fast and _row_kernel(x2):  # one kernel, the same codes (`quant.row_quant`)
+            from deepgap.measure.quant.row_quant import row_quant
+
+            return row_quant(x2, self.how.precision)
         scale = row_scales(x2, self.how.precision) if row else self.act_scale  # (M, 1) or a scalar
         return quantize_codes(x2, scale, self.how.precision), scale
 
