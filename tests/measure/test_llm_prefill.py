@@ -41,6 +41,22 @@ def test_eager_where_the_engine_does_not_compile_or_the_switch_says_so(tiny, mon
     monkeypatch.setenv("DEEPGAP_DECODE_PREFILL", "eager")
     p = make_prefill(tiny, "default")
     assert p.label == "eager (DEEPGAP_DECODE_PREFILL=eager)" and p.fn == tiny.prefill
+    monkeypatch.setenv("DEEPGAP_QUANT_ROW_QUANT", "triton")  # no 8-bit Linear here: nothing to name
+    assert make_prefill(tiny, None).label == "eager"
+    from deepgap.measure.decode_config import LINEAR_SWAPS
+
+    quant = LINEAR_SWAPS["fp8"](build_llama("llama-tiny", seed=0))
+    assert make_prefill(quant, "default").label == "eager (DEEPGAP_DECODE_PREFILL=eager)"  # a CPU: torch ops
+    from types import SimpleNamespace
+
+    on_gpu = SimpleNamespace(  # what make_prefill reads of a model, as a GPU's quant decoder has it
+        embed_tokens=SimpleNamespace(weight=SimpleNamespace(device=torch.device("cuda"))),
+        modules=quant.modules,
+        prefill=quant.prefill,
+    )
+    assert make_prefill(on_gpu, "default").label == (
+        "eager (DEEPGAP_DECODE_PREFILL=eager; 8-bit inputs by the row kernel)"
+    )
     monkeypatch.setenv("DEEPGAP_DECODE_PREFILL", "compiled")  # a typo stops the run before it starts
     with pytest.raises(UsageError, match="DEEPGAP_DECODE_PREFILL"):
         check_environment()
