@@ -103,3 +103,23 @@ def test_views_name_a_compiled_prefill():
         "quant (cuda-graph step, PDL, compiled prefill)"
     )
     assert _engine({**row, "decode_prefill": "eager"}) == _engine(row) == "quant (cuda-graph step, PDL)"
+
+
+def test_a_served_decoder_names_the_row_kernel_in_its_prefill(monkeypatch):
+    """`deepgap serve`'s engine_info says how admissions prefill, and where the row kernel quantizes them."""
+    from types import SimpleNamespace
+
+    from deepgap.measure.decode_config import LINEAR_SWAPS
+    from deepgap.serving.worker.llm_setup import _prefill_label
+
+    quant = LINEAR_SWAPS["int8"](build_llama("llama-tiny", seed=0))
+    model = SimpleNamespace(
+        embed_tokens=SimpleNamespace(weight=SimpleNamespace(device=torch.device("cuda"))),
+        modules=quant.modules,
+    )
+    ex = SimpleNamespace(prefills=None, model=model)
+    assert _prefill_label(ex) == "eager, unpadded (DEEPGAP_SERVE_PREFILL=padded)"
+    monkeypatch.setenv("DEEPGAP_QUANT_ROW_QUANT", "triton")
+    assert _prefill_label(ex).endswith(
+        "; 8-bit inputs quantized by the row kernel (DEEPGAP_QUANT_ROW_QUANT=triton)"
+    )

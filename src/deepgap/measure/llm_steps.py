@@ -33,6 +33,7 @@ import torch
 
 from deepgap.core import switches
 from deepgap.core.errors import UsageError
+from deepgap.measure.quant.linear import row_kernel_on
 from deepgap.measure.quant.pdl_choice import decode_modes
 
 STEPS = ("eager", "static", "compile", "cuda-graph")
@@ -72,20 +73,11 @@ def make_prefill(model, compile_mode: str | None) -> Prefill:
     """
     if compile_mode is None or switches.read("DEEPGAP_DECODE_PREFILL") == "eager":
         why = [] if compile_mode is None else ["DEEPGAP_DECODE_PREFILL=eager"]
-        if switches.read("DEEPGAP_QUANT_ROW_QUANT") == "triton" and _row_scaled(model):
-            why.append("8-bit inputs by the row kernel")  # `quant.row_quant`, on a GPU
+        if row_kernel_on(model):  # `quant.row_quant`, on a GPU
+            why.append("8-bit inputs by the row kernel")
         return Prefill(model.prefill, "eager" + (f" ({'; '.join(why)})" if why else ""))
     return Prefill(
         torch.compile(model.prefill, mode=compile_mode, dynamic=False), f"compiled ({compile_mode})"
-    )
-
-
-def _row_scaled(model) -> bool:
-    """Whether the model, on a GPU, holds an 8-bit Linear that quantizes its input per row (`quant.linear`)."""
-    from deepgap.measure.quant.linear import QuantLinear
-
-    return model.embed_tokens.weight.device.type == "cuda" and any(
-        isinstance(m, QuantLinear) and m.how.act_scale == "row" for m in model.modules()
     )
 
 

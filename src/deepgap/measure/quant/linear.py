@@ -95,6 +95,18 @@ def _row_kernel(x2: torch.Tensor) -> bool:
     return switches.read("DEEPGAP_QUANT_ROW_QUANT") == "triton"
 
 
+def row_kernel_on(model: nn.Module) -> bool:
+    """Whether a decoder's eager calls quantize their 8-bit inputs by `quant.row_quant`'s kernel.
+
+    The switch is ``triton``, the model is on a GPU and holds a row-scaled `QuantLinear`: what a decode row's
+    prefill label and a served decoder's ``engine_info`` name.
+    """
+    if switches.read("DEEPGAP_QUANT_ROW_QUANT") != "triton":
+        return False
+    on_gpu = model.embed_tokens.weight.device.type == "cuda"
+    return on_gpu and any(isinstance(m, QuantLinear) and m.how.act_scale == "row" for m in model.modules())
+
+
 def row_scales(x2: torch.Tensor, precision: str) -> torch.Tensor:
     """Per-row scales (M, 1), fp32: each row's amax over ``qmax``."""
     return x2.abs().amax(dim=1, keepdim=True).float().clamp(min=TINY) / QMAX[precision]

@@ -31,6 +31,7 @@ from deepgap.measure.correctness import bounds_of
 from deepgap.measure.device import set_tf32
 from deepgap.measure.llm_timing import generate
 from deepgap.measure.models.llama_net import build_llama
+from deepgap.measure.quant.linear import row_kernel_on
 from deepgap.measure.timing import HostClock
 from deepgap.serving.run.process import LevelRequest, SetupReply, SetupRequest
 from deepgap.serving.sim.clock import RealClock, VirtualClock
@@ -161,7 +162,15 @@ class Ticking:
 
 
 def _prefill_label(ex: SlotExecutor) -> str:
-    """How admissions are prefilled, in words (`deepgap.serving.worker.llm_prefill`)."""
+    """How admissions are prefilled, in words (`deepgap.serving.worker.llm_prefill`), and the row kernel where on."""
+    how = _prefill_way(ex)
+    if row_kernel_on(ex.model):  # `quant.row_quant`
+        how += "; 8-bit inputs quantized by the row kernel (DEEPGAP_QUANT_ROW_QUANT=triton)"
+    return how
+
+
+def _prefill_way(ex: SlotExecutor) -> str:
+    """Unpadded, packed or padded, and per bucket through a graph or eager."""
     if ex.prefills is None:
         return "eager, unpadded (DEEPGAP_SERVE_PREFILL=padded)"
     how = "cuda-graph" if ex.prefills.graph else "eager"
