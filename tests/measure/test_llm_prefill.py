@@ -57,7 +57,7 @@ def test_eager_where_the_engine_does_not_compile_or_the_switch_says_so(tiny, mon
     assert make_prefill(on_gpu, "default").label == (
         "eager (DEEPGAP_DECODE_PREFILL=eager; 8-bit inputs by the row kernel)"
     )
-    monkeypatch.setenv("DEEPGAP_DECODE_PREFILL", "compiled")  # a typo stops the run before it starts
+    monkeypatch.setenv("DEEPGAP_DECODE_PREFILL", "compile")  # a typo stops the run before it starts
     with pytest.raises(UsageError, match="DEEPGAP_DECODE_PREFILL"):
         check_environment()
 

@@ -27,5 +27,19 @@ r['tpot_ms'], r['decode_tok_s'], r['output_tok_s']) for r in map(json.loads, sys
        --store "$S/prefill-512.sqlite" > "$OUT/prefill-run-2.txt" 2>&1
    python -m deepgap export "$S/prefill-512.sqlite" --format csv -o "$OUT/prefill-run-2.csv" >/dev/null 2>&1
    decode_rows "$OUT/prefill-run-2.csv"; tail -n 4 "$OUT/prefill-run-2.txt" ;;
-*) echo "usage: $0 1|2"; exit 2 ;;
+3) source benchmarks/device_lib.sh  # issue 51: served 8B fp8, 512 slots, fp8 cache: admissions eager, then compiled
+   step "packed compiled GPU test" 200 python -m pytest -q -m gpu tests/serving/test_llm_packed_compile.py -rA \
+       -p no:cacheprovider > "$OUT/packed-gputest-3.txt" 2>&1
+   tail -n 3 "$OUT/packed-gputest-3.txt"
+   for how in auto compiled; do
+       T="$S/serve8b-prefill-$how.sqlite"
+       step "serve 8b fp8 512 slots kv fp8, DEEPGAP_DECODE_PREFILL=$how" 300 env DEEPGAP_DECODE_PREFILL=$how \
+           python -m deepgap serve --model llama-3.1-8b --engine quant --precision fp8 --device cuda \
+           --input-len-dist uniform:64:256 --output-len-dist fixed:128 --batch-sizes 512 --find-capacity \
+           --verify-policies 1 --curve-iterations 20 --no-thermal-warmup --kv-cache fp8 --store "$T" \
+           > "$OUT/serve8b-prefill-$how-3.txt" 2>&1
+       python -m deepgap export "$T" -o "$OUT/serve8b-prefill-$how-3.csv" > /dev/null 2>&1 || true
+       grep -i "capacity" "$OUT/serve8b-prefill-$how-3.txt" | tail -n 3
+   done ;;
+*) echo "usage: $0 1|2|3"; exit 2 ;;
 esac

@@ -13,7 +13,8 @@ what `deepgap.serving.run.llm_spec.LLM_ENGINES` accepts), applied to the server'
   (`deepgap.measure.quant.linear.use_reference`: the tensor-core products are CUDA's) and the step stays
   eager, so the path runs, slowly, where there is no GPU.
 
-The prefill stays eager (its shapes change with every admission).
+The prefill stays eager (its shapes change with every admission), but for ``DEEPGAP_DECODE_PREFILL=compiled``:
+then an engine with a compile mode compiles its packed admissions (`packed_prefill`), the token count dynamic.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 import torch
 import torch._dynamo  # in every worker anyway (the fork server preloads it, `deepgap.drive.handle`)
 
+from deepgap.core import switches
 from deepgap.core.records import Status
 from deepgap.measure.device import torch_dtype
 from deepgap.measure.llm_workload import DECODE_ENGINES
@@ -52,6 +54,22 @@ def served_step(engine: str, cuda: bool) -> ServedStep:
         return ServedStep(False, None, "eager static step")
     compiled = f"torch.compile ({plan.compile_mode}) + " if plan.compile_mode else ""
     return ServedStep(True, plan.compile_mode, f"{compiled}cuda-graph per slot count")
+
+
+def packed_prefill(model, compile_mode: str | None) -> tuple:
+    """``(prefill_packed as the admissions run it, its words)``: eager, or compiled with the token rows dynamic.
+
+    Why dynamic: a packed admission is one of 23 token buckets (`deepgap.serving.sim.packing`), and a compile a
+    bucket would be 23 compiles of the decoder; with the token count symbolic Inductor compiles it twice (the
+    first call's shape, then the general one; llama-tiny on the CPU, `tests/serving/test_llm_packed_compile.py`),
+    and each bucket's CUDA graph is captured from it. Why opt-in (``DEEPGAP_DECODE_PREFILL=compiled``): the
+    sweep's compiled prefill halved TTFT at batch 512 on one H100 (session 44), but no GPU has served through
+    this one yet.
+    """
+    if compile_mode is None or switches.read("DEEPGAP_DECODE_PREFILL") != "compiled":
+        return model.prefill_packed, ""
+    fn = torch.compile(model.prefill_packed, mode=compile_mode, dynamic=True)
+    return fn, f"compiled ({compile_mode}, token rows dynamic; DEEPGAP_DECODE_PREFILL=compiled)"
 
 
 def served_model(

@@ -31,6 +31,7 @@ import torch
 
 from deepgap.core.errors import UsageError
 from deepgap.serving.sim.packing import PREFILL_MODES, padded_length, prefill_mode
+from deepgap.serving.worker.llm_engines import packed_prefill
 from deepgap.serving.worker.llm_prefill import LENGTH_QUANTUM, BucketedPrefill, PackedPrefill, capture_graph
 
 
@@ -118,6 +119,8 @@ class SlotExecutor:
         self.steps = SlotSteps(self, graph, compile_mode)
         self.slots = max_slots
         self.prefills: BucketedPrefill | PackedPrefill | None = None
+        # `Llama.prefill_packed` as the packed admissions run it, and its words ("" eager)
+        self.packed, self.packed_how = packed_prefill(model, compile_mode if prefill == "packed" else None)
         if prefill == "packed":
             self.prefills = PackedPrefill(self, graph, max_input)
         elif prefill == "padded":

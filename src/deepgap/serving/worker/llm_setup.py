@@ -175,6 +175,8 @@ def _prefill_way(ex: SlotExecutor) -> str:
         return "eager, unpadded (DEEPGAP_SERVE_PREFILL=padded)"
     how = "cuda-graph" if ex.prefills.graph else "eager"
     if isinstance(ex.prefills, PackedPrefill):
+        if ex.packed_how:
+            how = f"{how}, {ex.packed_how},"
         return (
             f"packed (DEEPGAP_SERVE_PREFILL=packed): {how} per bucket of token rows "
             f"({'/'.join(map(str, ex.prefills.tokens))}; at most {ex.prefills.prompts} prompts a prefill, "
