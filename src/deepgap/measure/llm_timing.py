@@ -163,13 +163,15 @@ def generate(model, ids, output_len: int, step: StepFn | None = None):
 
 
 def _timed_run(
-    model, ids, output_len: int, clock: Clock, step: StepFn, pipelined: bool, prefill=None
+    model, ids, output_len: int, clock: Clock, step: StepFn, pipelined: bool, fill=None
 ) -> tuple[DecodeRun, list]:
-    """One generation, the prefill and each step timed by ``clock``; then, if asked, the pipelined window."""
+    """One generation, the prefill (``fill``, else the model's) and each step timed by ``clock``; then the window.
+
+    The pipelined window only where ``pipelined`` asks for it.
+    """
     s = ids.shape[1]
     state: dict = {}
-
-    fill = prefill or model.prefill
+    fill = fill or model.prefill
 
     def prefill() -> None:
         state["tok"] = greedy(fill(ids))
@@ -232,7 +234,7 @@ def measure_decode(
     runs, first = [], None
     with torch.inference_mode():
         for _ in range(warmup):
-            _timed_run(model, ids, output_len, _Untimed(), step, pipelined=False, prefill=prefill)
+            _timed_run(model, ids, output_len, _Untimed(), step, pipelined=False, fill=prefill)
         for _ in range(repeats):
             run, tokens = _timed_run(model, ids, output_len, clock, step, pipelined, prefill)
             runs.append(run)
