@@ -19,6 +19,7 @@ then an engine with a compile mode compiles its packed admissions (`packed_prefi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -56,7 +57,7 @@ def served_step(engine: str, cuda: bool) -> ServedStep:
     return ServedStep(True, plan.compile_mode, f"{compiled}cuda-graph per slot count")
 
 
-def packed_prefill(model, compile_mode: str | None) -> tuple:
+def packed_prefill(model, compile_mode: str | None) -> tuple[Callable, str]:
     """``(prefill_packed as the admissions run it, its words)``: eager, or compiled with the token rows dynamic.
 
     Why dynamic: a packed admission is one of 23 token buckets (`deepgap.serving.sim.packing`), and a compile a

@@ -236,8 +236,7 @@ class PackedPrefill(_Replayed):
         ex, buf, g = self.ex, self.inputs[t], self.prompts
         ids = ex.ring.view(-1)[buf[:t]]
         last, dest, lens = buf[3 * t : 3 * t + g], buf[3 * t + g : 3 * t + 2 * g], buf[3 * t + 2 * g :]
-        logits = ex.packed(
-            ids, buf[t : 2 * t], buf[2 * t : 3 * t], last
-        )  # eager or compiled (`packed_prefill`)
+        # `Llama.prefill_packed`, eager or compiled (`llm_engines.packed_prefill`)
+        logits = ex.packed(ids, buf[t : 2 * t], buf[2 * t : 3 * t], last)
         ex.tok[dest, 0] = logits.argmax(-1)
         ex.pos[dest] = lens
