@@ -148,6 +148,7 @@ def measure(  # noqa: D103
             windows.append(b.elapsed_time(c) / 1e3)
         row = {"batch": batch, "steps": steps, "harness": how, "prefill": prefill}
         row["windows_s"] = [round(w, 6) for w in windows]
+        row["prefills_s"] = [round(p, 6) for p in prefills]  # each timed prefill: TTFT's spread
         w, p = statistics.median(windows), statistics.median(prefills)
         row |= {"tpot_ms": round(w / steps * 1e3, 4), "decode_tok_s": round(batch * steps / w, 1)}
         # a generation's output tokens (the prefill's one and a step's each) over its prefill and decode time
