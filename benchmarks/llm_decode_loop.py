@@ -17,11 +17,10 @@ pipelined decode figure measures; output tokens/s = batch × (steps + 1) / (medi
 as deepgap's output figure counts a generation; ``--prefill compiled`` times a prefill compiled by Inductor
 (deepgap's compiling engines run theirs so, `llm_steps.make_prefill`), ``eager-row-kernel`` an eager one whose
 8-bit Linears quantize their inputs in one kernel (DEEPGAP_QUANT_ROW_QUANT=triton, `quant.row_quant`), eager by
-default. ``--profile`` adds
-the top kernels of ten replayed steps
-(torch.profiler), where a step's time goes; ``--timeline`` each kernel's share of the step's critical path
-over ten replays (`deepgap.roofline.timeline`: with PDL the kernels overlap), its trace saved beside. One JSON
-line per batch goes to ``--out``/llm_decode_loop.jsonl.
+default. ``--profile`` adds the top kernels of ten replayed steps (torch.profiler), where a step's time goes;
+``--timeline`` each kernel's share of the step's critical path over ten replays (`deepgap.roofline.timeline`:
+with PDL the kernels overlap), its trace saved beside. One JSON line per batch goes to
+``--out``/llm_decode_loop.jsonl.
 
     python benchmarks/llm_decode_loop.py --model llama-3.1-8b --precision fp8 --batches 1 --profile --out OUT
     python benchmarks/llm_decode_loop.py --batches 1,4 --pdl on --split-kv off,auto --out OUT  # the split KV
@@ -267,7 +266,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main() -> None:  # noqa: D103
     args = parser().parse_args()
-    _prefills(args.prefill)
+    prefills = _prefills(args.prefill)  # checked before the model is built
     m = build(args.model, args.precision)
     if args.attention_block:
         from deepgap.measure import llm_attention
@@ -287,9 +286,7 @@ def main() -> None:  # noqa: D103
             from deepgap.measure import llm_fused
 
             llm_fused.configure(m)
-        for b, prefill in itertools.product(
-            (int(x) for x in args.batches.split(",")), _prefills(args.prefill)
-        ):
+        for b, prefill in itertools.product((int(x) for x in args.batches.split(",")), prefills):
             row = {"model": args.model, "precision": args.precision, "input_len": args.input_len}
             # the switches an ablation turns (module docstring), as this process ran
             row |= {k: os.environ.get(f"DEEPGAP_DECODE_{k.upper()}", "") for k in SWITCHES}

@@ -68,12 +68,11 @@ def itemsizes(precision: str, kv_cache: Any = None) -> Itemsizes:
     Linears), so the roofline and the checks never disagree. A precision this build does not name (a
     foreign store's row) is costed at fp32's bytes.
     """
-    if precision not in PRECISIONS:
-        return Itemsizes(4, 4, 1 if kv_cache == "fp8" else 4)
-    kv = kv_itemsize(precision, kv_cache or None)
-    if precision in QUANT_PRECISIONS:  # 8-bit Linears, the rest of the decoder in bf16
+    known = precision if precision in PRECISIONS else "fp32"
+    kv = kv_itemsize(known, kv_cache or None)
+    if known in QUANT_PRECISIONS:  # 8-bit Linears, the rest of the decoder in bf16
         return Itemsizes(linear=1, other=2, kv=kv)
-    size = PRECISIONS[precision].itemsize
+    size = PRECISIONS[known].itemsize
     return Itemsizes(size, size, kv)
 
 

@@ -28,6 +28,8 @@ from deepgap.measure.quant.kernels import stored
 from deepgap.measure.quant.launch import check, launcher
 from deepgap.measure.quant.rope_store import e4m3_rne
 
+# `linear.QMAX` and `linear.TINY` again, not imported: `linear` imports this module (an import cycle otherwise);
+# the tests hold the codes and the all-zero row's scale to linear's own
 QMAX = {"fp8": 448.0, "int8": 127.0}  # as `linear.QMAX`
 TINY = 1e-12  # as `linear.TINY`: an all-zero row's amax, so that its scale stays finite
 BLOCK = 1024  # elements of a row a program loads a step (8 bf16 a thread at 4 warps)
