@@ -1,4 +1,4 @@
-"""A served decoder's packed admissions compiled (`llm_engines.packed_prefill`, ``DEEPGAP_DECODE_PREFILL=compiled``).
+"""A served decoder's packed admissions compiled (`llm_engines.packed_prefill`; ``DEEPGAP_DECODE_PREFILL=eager``: not).
 
 The token count is dynamic, so admissions of different buckets share the compiled code (two compiles in all on the
 tiny Llama: the first call's shape, then the general one); the tokens are each request's alone, as eager. On the
@@ -26,13 +26,15 @@ def _serve(ex, ins, outs, arrivals):
     return [ex.record[r] for r in range(len(ins))]
 
 
-def test_eager_unless_asked_and_the_engine_compiles(monkeypatch):
+def test_compiled_where_the_engine_compiles_unless_the_switch_says_eager(monkeypatch):
     tiny = build_llama("llama-tiny", seed=0)
-    assert packed_prefill(tiny, "default") == (tiny.prefill_packed, "")  # auto: admissions stay eager
-    monkeypatch.setenv("DEEPGAP_DECODE_PREFILL", "compiled")
     assert packed_prefill(tiny, None) == (tiny.prefill_packed, "")  # an engine without a compile mode
-    fn, how = packed_prefill(tiny, "default")
-    assert fn != tiny.prefill_packed and how.startswith("compiled (default, token rows dynamic")
+    for how in ("auto", "compiled"):
+        monkeypatch.setenv("DEEPGAP_DECODE_PREFILL", how)
+        fn, label = packed_prefill(tiny, "default")
+        assert fn != tiny.prefill_packed and label == "compiled (default, token rows dynamic)"
+    monkeypatch.setenv("DEEPGAP_DECODE_PREFILL", "eager")
+    assert packed_prefill(tiny, "default") == (tiny.prefill_packed, "")
 
 
 def test_compiled_packed_admissions_give_each_request_its_tokens(monkeypatch):
@@ -40,7 +42,7 @@ def test_compiled_packed_admissions_give_each_request_its_tokens(monkeypatch):
 
     from deepgap.serving.worker.llm_executor import SlotExecutor
 
-    monkeypatch.setenv("DEEPGAP_DECODE_PREFILL", "compiled")
+    monkeypatch.delenv("DEEPGAP_DECODE_PREFILL", raising=False)  # the default
     tiny = build_llama("llama-tiny", seed=0)
     ex = SlotExecutor(tiny, "cpu", 3, 24, 12, seed=3, compile_mode="default", prefill="packed")
     ex.steps.decode = tiny.decode_slots  # the step eager here: this test compiles the admissions only
@@ -63,7 +65,7 @@ def test_compiled_packed_buckets_replayed_as_graphs_give_the_eager_tokens(monkey
     ins, outs = np.array([30, 7, 19, 25, 3]), np.array([9, 16, 5, 12, 20])
     tokens = []
     for compiled in (False, True):
-        monkeypatch.setenv("DEEPGAP_DECODE_PREFILL", "compiled" if compiled else "auto")
+        monkeypatch.setenv("DEEPGAP_DECODE_PREFILL", "auto" if compiled else "eager")
         model = build_llama("llama-tiny", seed=0, device="cuda")  # fp32: no rounding to tell the two apart
         ex = SlotExecutor(
             model, "cuda", 4, 64, 32, seed=3, graph=True, compile_mode="default", prefill="packed"

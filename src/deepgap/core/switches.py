@@ -57,8 +57,8 @@ SWITCHES: dict[str, Switch] = {
     "DEEPGAP_DECODE_COMBINE": Switch(("kernel", "last-block"), "kernel", empty_is_unset=False),
     "DEEPGAP_DECODE_PDL": Switch(("auto", "on", "off"), "auto", empty_is_unset=False),
     "DEEPGAP_DECODE_FUSED": Switch(("1", "0"), "1"),  # 0: the batch-1 quant decoder keeps the plain layer
-    # auto: a sweep's compiling engine compiles its prefill too (`llm_steps.make_prefill`), serve's admissions stay
-    # eager until timed; compiled: serve's packed admissions too (`llm_engines.packed_prefill`); eager: neither
+    # auto and compiled: an engine that compiles its step compiles its prefill too, the sweep's
+    # (`llm_steps.make_prefill`) and serve's packed admissions (`llm_engines.packed_prefill`); eager: neither
     "DEEPGAP_DECODE_PREFILL": Switch(("auto", "eager", "compiled"), "auto"),
     "DEEPGAP_SERVE_PREFILL": Switch(
         ("packed", "padded"),
