@@ -21,9 +21,9 @@ case ${1:-} in
    grep '^{' "$OUT/prefill-loop-2.txt" | python3 -c "import json,sys; [print(r['prefill'], r['batch'], r['ttft_ms'], \
 r['tpot_ms'], r['decode_tok_s'], r['output_tok_s']) for r in map(json.loads, sys.stdin)]"
    tail -n 3 "$OUT/prefill-loop-2.txt"
-   step "deepgap run 8b fp8 bs512 kv fp8, prefill compiled" 280 python -m deepgap run --workload decode \
+   step "deepgap run 8b fp8 bs${RUN_BATCHES:-512} kv fp8, prefill compiled" "${RUN_LIMIT:-280}" python -m deepgap run --workload decode \
        --models llama-3.1-8b --device cuda --input-lens 128 --output-lens 128 --repeats 3 --sweeps 1 \
-       --no-thermal-warmup --no-cpu-baseline --engines quant --precisions fp8 --batch-sizes 512 --kv-caches fp8 \
+       --no-thermal-warmup --no-cpu-baseline --engines quant --precisions fp8 --batch-sizes "${RUN_BATCHES:-512}" --kv-caches fp8 \
        --store "$S/prefill-512.sqlite" > "$OUT/prefill-run-2.txt" 2>&1
    python -m deepgap export "$S/prefill-512.sqlite" --format csv -o "$OUT/prefill-run-2.csv" >/dev/null 2>&1
    decode_rows "$OUT/prefill-run-2.csv"; tail -n 4 "$OUT/prefill-run-2.txt" ;;
