@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Session 45 (2026-12-06): the calls of this session, from the repository root with $OUT set and `.whl/` carried
-# (benchmarks/device_lib.sh). Usage: bash results/h200/session45/device.sh N (the README says each).
+# (benchmarks/device_lib.sh). Usage: bash results/h200/session45/device.sh N (the README says each; 4 and 5 are
+# prepared for the next session).
 set -uo pipefail
 case ${1:-} in
 1) # issue 51: the compiled prefill at batch 512 (the loop: eager, row kernel, compiled), then `deepgap run`
@@ -8,5 +9,30 @@ case ${1:-} in
    RUN_BATCHES=512,1024 RUN_LIMIT=360 bash results/h200/session44/device.sh 2 ;;
 2) bash results/h200/session44/device.sh 3 ;;  # served 8B: admissions eager, then compiled
 3) bash results/h200/session44/device.sh 1 ;;  # batch-1 decode row, shortcut branch A/B (prefill eager)
-*) echo "usage: $0 1|2|3"; exit 2 ;;
+4) source benchmarks/device_lib.sh  # prepared, not yet run: issue 51's GEMV tiles timed cached vs streamed
+   S=${DEVICE_WORK:-/tmp/deepgap-device}; mkdir -p "$S"
+   for mode in cached streamed; do  # each process times its own tiles: three loops a mode, then the harness
+       for i in 1 2 3; do
+           step "decode loop bs1, DEEPGAP_GEMV_TUNE=$mode, process $i" 90 env DEEPGAP_GEMV_TUNE=$mode \
+               python benchmarks/llm_decode_loop.py --model llama-3.1-8b --batches 1 --pdl on --split-kv auto \
+               --harness deepgap --precision fp8 --out "$OUT" > "$OUT/tune-$mode-$i.txt" 2>&1
+           grep '^{' "$OUT/tune-$mode-$i.txt" | python3 -c "import json,sys; [print('$mode', r['tpot_ms'], \
+r['decode_tok_s'], r.get('tiles', '')[:400]) for r in map(json.loads, sys.stdin)]"
+       done
+       step "deepgap run 8b fp8 bs1, DEEPGAP_GEMV_TUNE=$mode" 150 env DEEPGAP_GEMV_TUNE=$mode python -m deepgap run \
+           --workload decode --models llama-3.1-8b --device cuda --input-lens 128 --output-lens 128 --repeats 3 \
+           --sweeps 1 --no-thermal-warmup --no-cpu-baseline --engines quant --precisions fp8 --batch-sizes 1 \
+           --store "$S/tune-$mode.sqlite" > "$OUT/tune-run-$mode.txt" 2>&1
+       python -m deepgap export "$S/tune-$mode.sqlite" --format csv -o "$OUT/tune-run-$mode.csv" >/dev/null 2>&1
+       grep -A1 "decode tokens/s" "$OUT/tune-run-$mode.txt" | head -n 2
+   done ;;
+5) source benchmarks/device_lib.sh  # prepared, not yet run: issue 51's offline output tokens/s past batch 1024
+   S=${DEVICE_WORK:-/tmp/deepgap-device}; mkdir -p "$S"
+   step "deepgap run 8b fp8 bs1536,2048 kv fp8" 420 python -m deepgap run --workload decode --models llama-3.1-8b \
+       --device cuda --input-lens 128 --output-lens 128 --repeats 3 --sweeps 1 --no-thermal-warmup --no-cpu-baseline \
+       --engines quant --precisions fp8 --batch-sizes 1536,2048 --kv-caches fp8 --store "$S/big.sqlite" \
+       > "$OUT/big-run.txt" 2>&1
+   python -m deepgap export "$S/big.sqlite" --format csv -o "$OUT/big-run.csv" >/dev/null 2>&1
+   tail -n 4 "$OUT/big-run.txt" ;;
+*) echo "usage: $0 1|2|3|4|5"; exit 2 ;;
 esac

@@ -7,7 +7,8 @@ not check it, since the readers' modules import torch. With the values here, tor
 stops a run with one line (exit 2) before its store is opened, and returns the switches that are set, which
 the run records beside its environment. The modules that act on a switch take its values from here and
 keep the why (each switch's docstring: `linear_choice`, `sdpa_choice`, `tiles`, `stem_choice`, `split_k`, `branch`,
-`pair_choice`, `conv_tma`, `llm_fused`, `llm_attention`, `pdl_choice`, `llm_steps`, `row_quant`, `serving.sim.packing`).
+`pair_choice`, `conv_tma`, `llm_fused`, `llm_attention`, `pdl_choice`, `llm_steps`, `row_quant`, `streamed`,
+`serving.sim.packing`).
 
 A switch whose lever was measured slower and removed stays in `RETIRED`: set to anything but its old default it
 stops the run, rather than leave a user believing the lever ran.
@@ -48,8 +49,10 @@ SWITCHES: dict[str, Switch] = {
     "DEEPGAP_QUANT_BRANCH": Switch(("auto", "off"), "auto"),
     "DEEPGAP_QUANT_CONV_TMA": Switch(("off", "on"), "on"),
     # a row-scaled 8-bit Linear's input quantized by one Triton kernel outside a compile (`quant.row_quant`);
-    # torch: six eager ops, as before. Off until a GPU has timed it
+    # torch: six eager ops. Opt-in: 26% off an eager prefill (H200), but the compiled prefill is the default
     "DEEPGAP_QUANT_ROW_QUANT": Switch(("torch", "triton"), "torch"),
+    # streamed: a decode GEMV's tiles timed on copies of its weights that read from HBM (`quant.streamed`)
+    "DEEPGAP_GEMV_TUNE": Switch(("cached", "streamed"), "cached"),
     "DEEPGAP_DECODE_ROPE": Switch(("mix", "fused"), "fused"),
     "DEEPGAP_DECODE_NORM": Switch(("fold", "handoff"), "handoff"),
     "DEEPGAP_DECODE_ATTENTION": Switch(("triton", "sdpa"), "triton"),

@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from deepgap.measure.quant import launch
+from deepgap.measure.quant import launch, streamed
 from deepgap.measure.quant.launch import check, halved_to_divide, launcher
 
 CODES = (torch.float8_e4m3fn, torch.int8)  # both convert to bf16 exactly (3 mantissa bits; |v| ≤ 127)
@@ -97,11 +97,9 @@ ROW_TILES = tuple(
 # 42.24 → 32.83. The fused GEMVs take them and the row kernel's unprefetched (SwiGLU has two bands in flight)
 IN_THREAD_TILES = tuple(GemvTile(bn, 2048, 1, w, 1, 0, IN_THREAD.value) for bn, w in [(8, 8), (4, 4)])
 FUSED_TILES = tuple(t for t in ROW_TILES if not t.prefetch) + IN_THREAD_TILES
-# The one-step tiles again with a register cap, for the fused GEMVs that fold the RMSNorm (`Fusion.tiles`). Why: on
-# one H200 (session 38, benchmarks/fused_variants.py) gate_up took 29.70 µs at 4 × 4096 without the norm and 43.70
-# with it: the norm's fold takes that tile from 128 to 178 registers a thread, 2 programs of 4 warps an SM where
-# 168 fits 3 (no spill at sm_90) and 128 fits 4 (352 B spilled). Timed in session 39: on one H200 the 168 cap wins
-# qkv's fold (9.93 µs against 10.26), not gate_up's; on one H100 neither. Only layer 0's qkv folds its norm now.
+# The one-step tiles with a register cap, for the GEMVs that fold the RMSNorm (`Fusion.tiles`; only layer 0's qkv
+# now). One H200 (session 38): the fold took gate_up's 4 × 4096 tile from 128 to 178 registers (29.70 → 43.70 µs);
+# 168 fits 3 programs an SM, 128 fits 4 with spills. Session 39: the 168 cap won qkv's fold there (9.93 vs 10.26).
 NORM_TILES = tuple(GemvTile(bn, 4096, 1, 4, 1, 0, 1, cap) for bn, cap in [(4, 168), (4, 128), (2, 128)])
 # 2-16 rows: the tensor cores, rows padded to 16 (session 18's first sweep: BN 32, BK 512 led at most shapes)
 DOT_TILES = tuple(
@@ -129,39 +127,44 @@ def tuned(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor) -> GemvTile
         (m, k, n, str(x.device)),
         x.device,
         (c.fit(k, n) for c in cands),
-        lambda t: fp8_gemv(x, codes, scale, None, t),
+        lambda t, w: fp8_gemv(x, w, scale, None, t),
         decode=True,
+        weights=codes,
     )
 
 
-def fastest(key: tuple, device: torch.device, cands: Iterable[T], call, decode: bool = False) -> T:
+def fastest(
+    key: tuple, device: torch.device, cands: Iterable[T], call, decode: bool = False, weights=None
+) -> T:
     """The candidate whose ``call(tile)`` is fastest in a CUDA graph, once per ``key`` and process (`tuned`).
 
-    ``cands`` may be a generator: a call whose key is timed already (every eager decode step's) fits none.
-    Any hashable tile type: the fused Linear's tuner (`linear_kernels.tuned`) times its `TileConfig`s here.
-    ``decode``: a decode step's GEMV. Where a decode graph may launch with programmatic dependent launch
-    (`timed_under_pdl`), its candidates are timed under it, whichever step first asks: with PDL each
-    launch's first weight loads overlap its predecessor's tail, and the tile that wins alone need not win
-    there. One choice serves both graphs, so the PDL graph's logits stay bit-equal to the plain graph's
-    (`llm_steps._kept` checks them). Session 22 (one H200, Llama-3.1-8B fp8, batch 1): the same graph step
-    ran 392.6 tokens/s in a process whose tiles were first timed under PDL (the bare loop; its plain graph
-    was faster too, 2.687 ms a step against 2.711) and 357 in `deepgap run`, whose tiles were timed without
-    it (its correctness check's eager steps came first): the likeliest of the differences between the two,
-    not yet confirmed on a GPU.
+    ``cands`` may be a generator (a key timed already fits none); any hashable tile type (`linear_kernels.tuned`
+    times its `TileConfig`s here). ``decode``: a decode step's GEMV, timed under programmatic dependent launch
+    where a decode graph may use it (`timed_under_pdl`): each launch's first loads then overlap its
+    predecessor's tail, and the tile that wins alone need not win there; one choice serves both graphs, so
+    their logits stay bit-equal (`llm_steps._kept`). Session 22 (one H200, 8B fp8, batch 1): the same step ran
+    392.6 tokens/s where its tiles were timed under PDL, 357 where they were not. ``weights``: the matrix a
+    decode GEMV reads, then ``call(tile, matrix)``; with ``DEEPGAP_GEMV_TUNE=streamed`` the timed calls cycle
+    through copies of it (`quant.streamed`).
     """
     if key in _TUNED:
         return _TUNED[key]
     if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
         return next(iter(cands))
     times, failed = {}, []
+    ws = [] if weights is None else streamed.streamed_copies(weights) if streamed.streaming() else [weights]
+
+    def run(t, i: int = 0):  # a candidate's i-th call: on matrix i mod len(ws) where the matrix is passed
+        return call(t, ws[i % len(ws)]) if ws else call(t)
+
     with launch.pdl() if decode and timed_under_pdl(device) else contextlib.nullcontext():
         for t in dict.fromkeys(cands):
             try:  # compiles before any capture: a candidate this GPU or Triton cannot build is passed over
-                call(t)
+                run(t)
             except Exception as e:  # noqa: BLE001 - any build failure of one candidate
                 failed.append(f"{t}: {type(e).__name__}")
                 continue
-            times[t] = _graph_ms(lambda t=t: call(t))
+            times[t] = _graph_ms(lambda i, t=t: run(t, i))
     check(bool(times), f"no GEMV tile builds for {key}: {'; '.join(failed)}")
     _TUNED[key] = min(times, key=times.get)
     return _TUNED[key]
@@ -190,12 +193,12 @@ def chosen() -> str:
         return f"{key[0]} row(s) {key[1]}x{key[2]}"
 
     # the GEMV tiles only: the fused Linear's `TileConfig`s share the table (`linear_kernels.tuned_tiles`)
-    tiles = (f"{shape(k)}: {t.describe()}" for k, t in _TUNED.items() if isinstance(t, GemvTile))
-    return "; ".join(tiles)
+    tiles = [f"{shape(k)}: {t.describe()}" for k, t in _TUNED.items() if isinstance(t, GemvTile)]
+    return "; ".join(tiles) + (streamed.label() if tiles else "")
 
 
 def _graph_ms(launch, calls: int = 20) -> float:
-    """Milliseconds of ``calls`` launches captured in one CUDA graph, best of three replays.
+    """Milliseconds of ``calls`` launches (``launch(i)``, i the call's index) in one CUDA graph, best of 3 replays.
 
     Why a graph: a launch from Python costs more host time than these kernels take on the device, so
     launches timed back to back measure the host; in a graph they run as the decode step's graph runs them.
@@ -203,12 +206,12 @@ def _graph_ms(launch, calls: int = 20) -> float:
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        launch()
+        launch(0)
     torch.cuda.current_stream().wait_stream(side)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        for _ in range(calls):
-            launch()
+        for i in range(calls):
+            launch(i)
     best = float("inf")
     for _ in range(3):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -272,8 +272,9 @@ def _tuned(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, fusion: Fu
         ("fused", fusion.key(), k, n, str(x.device)),
         x.device,
         (c.fit(k, no) for c in fusion.tiles()),
-        lambda t: fused_gemv(x, codes, scale, fusion, t),
+        lambda t, w: fused_gemv(x, w, scale, fusion, t),
         decode=True,
+        weights=codes,
     )
 
 
