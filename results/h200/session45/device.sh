@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 45 (2026-12-06): the calls of this session, from the repository root with $OUT set and `.whl/` carried
-# (benchmarks/device_lib.sh). Usage: bash results/h200/session45/device.sh N (the README says each; 4 and 5 are
+# (benchmarks/device_lib.sh). Usage: bash results/h200/session45/device.sh N (the README says each; 4 to 7 are
 # prepared for the next session).
 set -uo pipefail
 case ${1:-} in
@@ -28,11 +28,30 @@ r['decode_tok_s'], r.get('tiles', '')[:400]) for r in map(json.loads, sys.stdin)
    done ;;
 5) source benchmarks/device_lib.sh  # prepared, not yet run: issue 51's offline output tokens/s past batch 1024
    S=${DEVICE_WORK:-/tmp/deepgap-device}; mkdir -p "$S"
+   step "decode loop bs1024 kv fp8, prefill compiled" 240 python benchmarks/llm_decode_loop.py \
+       --model llama-3.1-8b --batches 1024 --precision fp8 --harness deepgap --kv-cache fp8 --prefill compiled \
+       --out "$OUT" > "$OUT/loop-1024.txt" 2>&1  # the best batch's figure (26,706) reproduced by the bare loop
+   grep '^{' "$OUT/loop-1024.txt" | python3 -c "import json,sys; [print(r['prefill'], r['batch'], r['ttft_ms'], \
+r['tpot_ms'], r['decode_tok_s'], r['output_tok_s']) for r in map(json.loads, sys.stdin)]"
    step "deepgap run 8b fp8 bs1536,2048 kv fp8" 420 python -m deepgap run --workload decode --models llama-3.1-8b \
        --device cuda --input-lens 128 --output-lens 128 --repeats 3 --sweeps 1 --no-thermal-warmup --no-cpu-baseline \
        --engines quant --precisions fp8 --batch-sizes 1536,2048 --kv-caches fp8 --store "$S/big.sqlite" \
        > "$OUT/big-run.txt" 2>&1
    python -m deepgap export "$S/big.sqlite" --format csv -o "$OUT/big-run.csv" >/dev/null 2>&1
    tail -n 4 "$OUT/big-run.txt" ;;
-*) echo "usage: $0 1|2|3|4|5"; exit 2 ;;
+6) source benchmarks/device_lib.sh  # prepared, not yet run: issue 51 served; 512 slots held 443 running on average
+   S=${DEVICE_WORK:-/tmp/deepgap-device}; mkdir -p "$S"  # and queued the rest (TTFT-bound, TPOT 27 ms of 100)
+   step "serve 8b fp8 slots 512,768,1024 kv fp8, compiled admissions" 540 python -m deepgap serve \
+       --model llama-3.1-8b --engine quant --precision fp8 --device cuda --input-len-dist uniform:64:256 \
+       --output-len-dist fixed:128 --batch-sizes 512,768,1024 --find-capacity --verify-policies 1 \
+       --curve-iterations 20 --no-thermal-warmup --kv-cache fp8 --store "$S/serve-slots.sqlite" \
+       > "$OUT/serve-slots.txt" 2>&1
+   python -m deepgap export "$S/serve-slots.sqlite" -o "$OUT/serve-slots.csv" > /dev/null 2>&1 || true
+   grep -i "capacity" "$OUT/serve-slots.txt" | tail -n 3 ;;
+7) source benchmarks/device_lib.sh  # prepared, not yet run: issue 51, where batch 512's 12.5 ms step goes
+   step "decode loop bs512 kv fp8, timeline" 300 python benchmarks/llm_decode_loop.py --model llama-3.1-8b \
+       --batches 512 --precision fp8 --harness deepgap --kv-cache fp8 --timeline --out "$OUT" \
+       > "$OUT/timeline-512.txt" 2>&1  # 15.5 TFLOP a step at 1024: 648 TFLOPS, a third of fp8's dense peak
+   tail -n 40 "$OUT/timeline-512.txt" ;;
+*) echo "usage: $0 1|2|3|4|5|6|7"; exit 2 ;;
 esac

@@ -120,17 +120,10 @@ def tuned(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor) -> GemvTile
     (no synchronising there), the first candidate is taken untimed; the decode loop's warm-up runs
     before its capture, so a captured step finds its tiles timed.
     """
-    m, k = x.shape
-    n = codes.shape[0]
-    cands = ROW_TILES if m == 1 else DOT_TILES
-    return fastest(
-        (m, k, n, str(x.device)),
-        x.device,
-        (c.fit(k, n) for c in cands),
-        lambda t, w: fp8_gemv(x, w, scale, None, t),
-        decode=True,
-        weights=codes,
-    )
+    (m, k), n = x.shape, codes.shape[0]
+    cands = (c.fit(k, n) for c in (ROW_TILES if m == 1 else DOT_TILES))
+    call = lambda t, w: fp8_gemv(x, w, scale, None, t)  # noqa: E731 - the candidate on matrix w
+    return fastest((m, k, n, str(x.device)), x.device, cands, call, decode=True, weights=codes)
 
 
 def fastest(
