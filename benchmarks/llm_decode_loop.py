@@ -38,6 +38,7 @@ import json
 import os
 import statistics
 from pathlib import Path
+from unittest import mock
 
 import torch
 
@@ -128,8 +129,9 @@ def measure(  # noqa: D103
 
     llm_attention.plug(m)
     fill = torch.compile(m.prefill, dynamic=False) if prefill == "compiled" else m.prefill
-    os.environ["DEEPGAP_QUANT_ROW_QUANT"] = "triton" if prefill == "eager-row-kernel" else "torch"
-    with torch.inference_mode():
+    # the row kernel for this turn only (`QuantLinear` reads the switch at each call); restored after it
+    row_quant = {"DEEPGAP_QUANT_ROW_QUANT": "triton" if prefill == "eager-row-kernel" else "torch"}
+    with mock.patch.dict(os.environ, row_quant), torch.inference_mode():
         tok = greedy(fill(ids))  # a compiled prefill compiles here, untimed
         one, how = (_deepgap_step if harness == "deepgap" else _own_step)(m, tok, input_len)
 
