@@ -268,6 +268,10 @@ def test_serve_llama_tiny_finds_capacity_and_stores_tokens_and_tails(tmp_path, m
     assert len(lv) and (lv["output_tokens_per_s"] > 0).all() and set(lv["ttft_tail_kind"]) == {"max"}
     assert (lv["predicted_output_tokens_per_s"] > 0).all() and set(lv["output_len_dist"]) == {"fixed:4"}
     assert all(lv["ttft_n"] == lv["n"])
+    # the set-up's words on every level: the step, and how admissions prefill (packed, eager on a CPU)
+    assert set(lv["decode_step"]) == {"eager static step"} and all(
+        a.startswith("packed") for a in lv["admissions"]
+    )
     shown = deepgap_cli("show", store)
     assert shown.returncode == 0 and "decoders" in shown.stdout and "max of" in shown.stdout
     from deepgap.serving.show.report_section import section
@@ -286,8 +290,16 @@ def test_serve_llama_tiny_finds_capacity_and_stores_tokens_and_tails(tmp_path, m
         and (lvx["output_tokens_per_s"] > 0).all()
         and set(lvx["ttft_tail_kind"]) == {"max"}
     )
+    assert (
+        set(lvx["serve_decode_step"]) == {"eager static step"}
+        and lvx["serve_prefill"].str.startswith("packed").all()
+    )
     cap = ex[(ex["workload"] == "serve-capacity") & (ex["source"] == "measured")]
     assert cap["output_tokens_per_s"].tolist() == [pytest.approx(out["capacity_output_tokens_per_s"])]
+    caps = ex[ex["workload"] == "serve-capacity"]  # measured and simulated: the set-up's admissions on each
+    assert len(caps) > 1 and caps["serve_prefill"].str.startswith("packed").all()
+    # the capacity table's engine cells (the levels' cells wrap in the console: `engine_cell` is tested alone)
+    assert shown.stdout.count("eager · eager admissions") >= len(caps)
 
 
 def test_simulators_jump_over_uneventful_steps_gives_the_one_at_a_time_times():

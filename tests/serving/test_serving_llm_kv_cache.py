@@ -141,8 +141,10 @@ def test_serve_llama_tiny_with_an_fp8_cache_stores_and_names_it(tmp_path, monkey
     shown = deepgap_cli("show", store)
     assert shown.returncode == 0
     rows = [line.split("│") for line in shown.stdout.splitlines() if line.startswith("│")]
-    prec = " ".join(r[3].strip() for r in rows if len(r) > 3).split()  # the decoders' "prec" column, wrapped
+    prec = " ".join(r[4].strip() for r in rows if len(r) > 4).split()  # the decoders' "prec" column, wrapped
     assert " ".join(prec) == "fp32 · fp8 KV cache"
+    engine = " ".join(r[3].strip() for r in rows if len(r) > 4).split()  # and its engine, with its admissions
+    assert " ".join(engine) == "eager · eager admissions"
     csv = tmp_path / "kv.csv"
     assert deepgap_cli("export", store, "-o", str(csv)).returncode == 0
     ex = pd.read_csv(csv)
@@ -170,3 +172,15 @@ def test_a_decoders_capacity_row_names_its_fp8_cache_in_show():
     add_kv_cache(plain)
     assert "kv_cache" not in plain  # a store served without the option keeps the frames it had
     assert json.dumps(CapacityDetails().to_json()) == "{}"
+
+
+def test_a_served_decoders_engine_cell_names_how_its_admissions_prefilled():
+    """`llm_tables.engine_cell`: compiled or eager admissions from the set-up's words; the engine alone without."""
+    from deepgap.serving.show.llm_tables import engine_cell
+
+    compiled = "packed (DEEPGAP_SERVE_PREFILL=packed): cuda-graph, compiled (default, token rows dynamic), per bucket"
+    eager = "packed (DEEPGAP_SERVE_PREFILL=packed): cuda-graph per bucket of token rows (64/128)"
+    assert engine_cell({"engine": "quant", "admissions": compiled}) == "quant · compiled admissions"
+    assert engine_cell({"engine": "quant", "admissions": eager}) == "quant · eager admissions"
+    assert engine_cell({"engine": "quant", "admissions": ""}) == "quant"  # a store before the words
+    assert engine_cell({"engine": "quant"}) == "quant"

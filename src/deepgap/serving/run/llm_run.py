@@ -59,6 +59,7 @@ def llm_serving(
             trace,
             ttft,
             tpot,
+            str(reply.engine_info.get("prefill") or ""),
         )
         if req.kv_cache:  # the headline numbers say which cache they are of (`--json`)
             out.summary["kv_cache"] = req.kv_cache

@@ -51,6 +51,9 @@ class LlmContext:
     trace: np.ndarray | None
     ttft: float
     tpot: float
+    admissions: str = (
+        ""  # how the set-up prefills admissions (its engine_info's words), for the capacity rows
+    )
 
     def settings(self) -> LoadSettings:
         """Requests per level and the verdict's statistics (the TTFT bound as the search's SLO)."""
@@ -191,6 +194,7 @@ def llm_capacity_row(c: LlmContext, r: CapacityResult, predicted: float | None) 
         lambda s: s.tokens.ttft_tail_s if s.tokens else None,
         slo_tpot_s=c.tpot,
         output_tokens_per_s=t.output_tokens_per_s if t else None,
+        admissions=c.admissions or None,
         **tail_fields(t),
     )
 

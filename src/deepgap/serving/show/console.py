@@ -7,7 +7,7 @@ from typing import Any
 
 from deepgap.serving.show import tables
 from deepgap.serving.show.llm_tables import COLUMNS as LLM
-from deepgap.serving.show.llm_tables import llm_levels, without_llm
+from deepgap.serving.show.llm_tables import engine_cell, llm_levels, without_llm
 
 Column = tuple[str, Callable[[dict[str, Any]], str]]  # header, the cell of one row
 
@@ -134,7 +134,7 @@ CAPACITY: list[Column] = [
     ("run", lambda r: r["run_id"][-6:]),
     ("platform", lambda r: r["platform"]),
     ("model", lambda r: r["model"]),
-    ("engine", lambda r: r["engine"]),
+    ("engine", engine_cell),  # a decoder's admissions, compiled or eager, named
     ("prec", tables.precision_cell),  # a decoder's fp8 cache named
     ("SLO p99 ms", lambda r: _ms(r["slo_s"])),
     ("batch/delay", lambda r: r["policy"]),

@@ -26,10 +26,11 @@ LEVELS = [
     "predicted_qps", "predicted_p99_s", "seq_len_dist", "padding", "useful_tokens_per_s", "padded_tokens_per_s",
     "padding_fraction", "predicted_useful_tokens_per_s",
 ]  # fmt: skip
-# a capacity's ``kv_cache`` ("fp8", else "") only where some served decoder's cache held fp8 codes
+# a capacity's ``kv_cache`` ("fp8", else "") only where some served decoder's cache held fp8 codes, and its
+# ``admissions`` (exported as ``serve_prefill``, as a decoder's levels) only where some decoder's set-up said
 CAPACITIES = [
-    "run_id", "platform", "model", "engine", "precision", "kv_cache", "memory_format", "resolution", "tenant",
-    "source", "slo_s", "percentile", "confidence", "max_batch", "max_delay_s", "capacity_qps", "upper_qps",
+    "run_id", "platform", "model", "engine", "admissions", "precision", "kv_cache", "memory_format", "resolution",
+    "tenant", "source", "slo_s", "percentile", "confidence", "max_batch", "max_delay_s", "capacity_qps", "upper_qps",
     "predicted_qps", "measured_over_predicted", "n_probes", "note",
 ]  # fmt: skip
 
@@ -48,9 +49,9 @@ def serve_export(store: Store, run_ids: list[str] | None = None) -> pd.DataFrame
     if len(cp):
         tokens = [getattr(e, "output_tokens_per_s", None) for e in cp["extra"]]  # a decoder's capacity
         parts.append(
-            cp[[c for c in CAPACITIES if c in cp]].assign(
-                workload="serve-capacity", output_tokens_per_s=tokens
-            )
+            cp[[c for c in CAPACITIES if c in cp]]
+            .rename(columns={"admissions": "serve_prefill"})
+            .assign(workload="serve-capacity", output_tokens_per_s=tokens)
         )
     if not parts:
         return pd.DataFrame()

@@ -34,7 +34,28 @@ def llm_levels(
         return df
     for col in LLM_COLUMNS:
         df[col] = [getattr(e.llm, col) for e in df["extra"]]
+    for (
+        col,
+        key,
+    ) in SETUP.items():  # the set-up's words (`llm_setup`'s engine_info): "" where a store lacks them
+        df[col] = [(e.engine_info.get(key) if e.engine_info else None) or "" for e in df["extra"]]
     return df.drop(columns=["extra"])
+
+
+# what a level's set-up said of its step and its admissions: column → `llm_setup`'s engine_info key
+SETUP = {"decode_step": "decode_step", "admissions": "prefill"}
+
+
+def engine_cell(r: dict[str, Any]) -> str:
+    """The engine, and whether its admissions prefilled compiled or eager (`llm_engines.packed_prefill`).
+
+    Why: the same engine serves with either (``DEEPGAP_DECODE_PREFILL``), and at 8B the two capacities part
+    by half (session 45); a level whose set-up left no words (a store before them) shows the engine alone.
+    """
+    how = r.get("admissions") or ""
+    if not isinstance(how, str) or not how:
+        return str(r["engine"])
+    return f"{r['engine']} · {'compiled' if 'compiled (' in how else 'eager'} admissions"
 
 
 def without_llm(df: pd.DataFrame) -> pd.DataFrame:
@@ -77,6 +98,7 @@ def _verdict(r: dict[str, Any]) -> str:
 COLUMNS: list[tuple[str, Any]] = [
     ("run", lambda r: r["run_id"][-6:]),
     ("model", lambda r: r["model"]),
+    ("engine", engine_cell),
     ("prec", precision_cell),  # with "· fp8 KV cache" where the cache held fp8 codes
     ("kind", lambda r: r["purpose"]),
     ("slots", lambda r: str(r["slots"])),
@@ -135,6 +157,8 @@ EXPORT = {
     "predicted_output_tokens_per_s": "predicted_output_tokens_per_s",
     "predicted_ttft_tail_s": "predicted_ttft_tail_s",
     "predicted_tpot_tail_s": "predicted_tpot_tail_s",
+    "decode_step": "serve_decode_step",  # the set-up's words, as `engine_cell` reads them
+    "admissions": "serve_prefill",
 }
 
 

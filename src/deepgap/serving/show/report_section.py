@@ -21,7 +21,7 @@ from deepgap.render.sections import Parts, ReportContext, Section, register
 from deepgap.serving.loadgen.capacities import loadgen_capacities
 from deepgap.serving.records.storage import requests
 from deepgap.serving.show import tables
-from deepgap.serving.show.llm_tables import COLUMNS, TITLE, llm_levels, without_llm
+from deepgap.serving.show.llm_tables import COLUMNS, TITLE, engine_cell, llm_levels, without_llm
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -37,7 +37,7 @@ TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
         [
             ("platform", "platform"),
             ("model", "model"),
-            ("engine", "engine"),
+            ("engine", engine_cell),  # a decoder's admissions, compiled or eager, named
             ("precision", tables.precision_cell),  # a decoder's fp8 KV cache named
             ("format", "memory_format"),
             ("SLO p99 ms", lambda r: fmt_ms(r["slo_s"])),

@@ -96,6 +96,16 @@ def add_kv_cache(df: pd.DataFrame) -> None:
         df["kv_cache"] = kv
 
 
+def add_admissions(df: pd.DataFrame) -> None:
+    """An ``admissions`` column (a served decoder's prefill words, else "") where any capacity row has them.
+
+    Read by `llm_tables.engine_cell`: compiled or eager admissions part a decoder's capacity by half at 8B.
+    """
+    how = [(getattr(e, "admissions", None) or "") for e in df["extra"]] if "extra" in df else []
+    if any(how):
+        df["admissions"] = how
+
+
 def precision_cell(r: dict) -> str:
     """A row's precision, with ``· fp8 KV cache`` where its decoder's cache held fp8 codes (`kv_cache_label`).
 
@@ -168,6 +178,7 @@ def capacity(store: Store, run_ids: list[str] | None = None, top_simulated: int 
     cf["platform"] = [n or d for n, d in zip(cf["device_name"], cf["device"], strict=True)]
     cf["policy"] = [policy_label(b, d) for b, d in zip(cf["max_batch"], cf["max_delay_s"], strict=True)]
     add_kv_cache(cf)
+    add_admissions(cf)
     with np.errstate(divide="ignore", invalid="ignore"):
         cf["measured_over_predicted"] = np.where(
             cf["source"] == "measured", cf["capacity_qps"] / cf["predicted_qps"], np.nan
