@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 45 (2026-12-06): the calls of this session, from the repository root with $OUT set and `.whl/` carried
-# (benchmarks/device_lib.sh). Usage: bash results/h200/session45/device.sh N (the README says each; 4 to 7 are
+# (benchmarks/device_lib.sh). Usage: bash results/h200/session45/device.sh N (the README says each; 4 to 8 are
 # prepared for the next session).
 set -uo pipefail
 case ${1:-} in
@@ -53,5 +53,13 @@ r['tpot_ms'], r['decode_tok_s'], r['output_tok_s']) for r in map(json.loads, sys
        --batches 512 --precision fp8 --harness deepgap --kv-cache fp8 --timeline --out "$OUT" \
        > "$OUT/timeline-512.txt" 2>&1  # 15.5 TFLOP a step at 1024: 648 TFLOPS, a third of fp8's dense peak
    tail -n 40 "$OUT/timeline-512.txt" ;;
-*) echo "usage: $0 1|2|3|4|5|6|7"; exit 2 ;;
+8) source benchmarks/device_lib.sh  # prepared, not yet run: issue 51, TensorRT-LLM's second anchor (1000 in / 1000 out)
+   S=${DEVICE_WORK:-/tmp/deepgap-device}; mkdir -p "$S"  # its table: 17,744 output tokens/s on one H200
+   step "deepgap run 8b fp8 1000/1000 bs256,512 kv fp8" 540 python -m deepgap run --workload decode \
+       --models llama-3.1-8b --device cuda --input-lens 1000 --output-lens 1000 --repeats 2 --sweeps 1 \
+       --no-thermal-warmup --no-cpu-baseline --engines quant --precisions fp8 --batch-sizes 256,512 --kv-caches fp8 \
+       --store "$S/long.sqlite" > "$OUT/long-run.txt" 2>&1
+   python -m deepgap export "$S/long.sqlite" --format csv -o "$OUT/long-run.csv" >/dev/null 2>&1
+   tail -n 4 "$OUT/long-run.txt" ;;
+*) echo "usage: $0 1|2|3|4|5|6|7|8"; exit 2 ;;
 esac
