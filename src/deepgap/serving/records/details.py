@@ -181,6 +181,5 @@ class CapacityDetails(JsonRecord):
     tpot_tail_s: float | None = None
     tpot_tail_kind: str | None = None
     kv_cache: str | None = None  # the served decoder's cache format where not its own dtype: "fp8"
-    admissions: str | None = (
-        None  # a decoder's: how its set-up prefilled admissions (`llm_tables.engine_cell`)
-    )
+    # a decoder's: how its set-up prefilled admissions (`llm_tables.engine_cell`)
+    admissions: str | None = None

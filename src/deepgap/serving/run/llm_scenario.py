@@ -51,9 +51,8 @@ class LlmContext:
     trace: np.ndarray | None
     ttft: float
     tpot: float
-    admissions: str = (
-        ""  # how the set-up prefills admissions (its engine_info's words), for the capacity rows
-    )
+    # how the set-up prefills admissions (its engine_info's words), for the capacity rows
+    admissions: str = ""
 
     def settings(self) -> LoadSettings:
         """Requests per level and the verdict's statistics (the TTFT bound as the search's SLO)."""

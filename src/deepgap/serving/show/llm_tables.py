@@ -34,10 +34,8 @@ def llm_levels(
         return df
     for col in LLM_COLUMNS:
         df[col] = [getattr(e.llm, col) for e in df["extra"]]
-    for (
-        col,
-        key,
-    ) in SETUP.items():  # the set-up's words (`llm_setup`'s engine_info): "" where a store lacks them
+    # the set-up's words (`llm_setup`'s engine_info): "" where a store lacks them
+    for col, key in SETUP.items():
         df[col] = [(e.engine_info.get(key) if e.engine_info else None) or "" for e in df["extra"]]
     return df.drop(columns=["extra"])
 
