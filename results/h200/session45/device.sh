@@ -11,6 +11,9 @@ case ${1:-} in
 3) bash results/h200/session44/device.sh 1 ;;  # batch-1 decode row, shortcut branch A/B (prefill eager)
 4) source benchmarks/device_lib.sh  # prepared, not yet run: issue 51's GEMV tiles timed cached vs streamed
    S=${DEVICE_WORK:-/tmp/deepgap-device}; mkdir -p "$S"
+   step "streamed tuning GPU test" 120 python -m pytest -q -m gpu tests/measure/quant/test_quant_streamed.py -rA \
+       -p no:cacheprovider > "$OUT/tune-gputest.txt" 2>&1
+   tail -n 3 "$OUT/tune-gputest.txt"
    for mode in cached streamed; do  # each process times its own tiles: three loops a mode, then the harness
        for i in 1 2 3; do
            step "decode loop bs1, DEEPGAP_GEMV_TUNE=$mode, process $i" 90 env DEEPGAP_GEMV_TUNE=$mode \

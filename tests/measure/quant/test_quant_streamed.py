@@ -94,3 +94,24 @@ def test_a_bad_value_names_the_switch(monkeypatch):
     monkeypatch.setenv("DEEPGAP_GEMV_TUNE", "hbm")
     with pytest.raises(UsageError, match="DEEPGAP_GEMV_TUNE"):
         streamed.streaming()
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_streamed_tuning_picks_a_tile_that_gives_the_cached_ones_rows(monkeypatch):
+    """qkv's shape at 8B (4096 → 6144, fp8) with its norm folded: the tuner on streamed copies (5 at a 50 MB
+    L2) picks a candidate, the row says so, and the chosen tile's output is the reference's within bf16."""
+    from deepgap.measure.quant.gemv_fused import Fusion, fused_gemv, reference
+
+    monkeypatch.setenv("DEEPGAP_GEMV_TUNE", "streamed")
+    monkeypatch.setattr(gemv, "_TUNED", {})
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(3)
+    k, n = 4096, 6144
+    codes = (torch.randn(n, k, device=dev, generator=g) * 40).clamp(-440, 440).to(torch.float8_e4m3fn)
+    scale, x = torch.rand(n, device=dev, generator=g) / 40, torch.randn(1, k, device=dev).bfloat16()
+    fusion = Fusion((torch.rand(k, device=dev, generator=g) + 0.5).bfloat16(), 1e-5)
+    before = torch.cuda.memory_allocated(dev)
+    got = fused_gemv(x, codes, scale, fusion)  # the first call tunes (`gemv_fused._tuned`)
+    assert torch.cuda.memory_allocated(dev) - before < codes.nbytes  # the copies are freed after tuning
+    assert gemv.chosen().endswith("(timed on weights streamed from HBM: DEEPGAP_GEMV_TUNE=streamed)")
+    torch.testing.assert_close(got.float(), reference(x, codes, scale, fusion).float(), rtol=2**-7, atol=2e-2)
