@@ -9,6 +9,7 @@ run are compared exactly and no wall-clock time is asserted; one serve runs end 
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -331,3 +332,29 @@ def test_simulators_jump_over_uneventful_steps_gives_the_one_at_a_time_times():
         assert np.array_equal(logs[0].done_s, logs[1].done_s) and np.array_equal(
             logs[0].first_s, logs[1].first_s
         )
+
+
+def test_a_decoders_default_slots_on_a_gpu_are_the_four_largest_whose_cache_fits():
+    """Without --batch-sizes a decoder calibrates `llm_spec.decoder_slots` on a GPU, the image servers' 1-128
+    elsewhere; the largest default's KV cache fits `SLOT_CACHE_BYTES`, twice it would not."""
+    from deepgap.measure.models.llama_config import SHAPES
+    from deepgap.serving.run.llm_spec import SLOT_CACHE_BYTES, llm_load
+    from deepgap.serving.run.spec import CPU_BATCHES, GPU_BATCHES, ServeSpec
+
+    def spec(ins: str, outs: str, kv: str = "auto", **kw) -> ServeSpec:
+        return ServeSpec(
+            model="llama-3.1-8b", engine="quant", precision="fp8", input_len_dist=ins, output_len_dist=outs,
+            kv_cache=kv, **kw,
+        )  # fmt: skip
+
+    mlperf = spec("uniform:64:256", "fixed:128")  # 384 positions of 131 KB (bf16 K and V): 25.8 GB at 512
+    assert mlperf.buckets("cuda") == (64, 128, 256, 512) and mlperf.buckets("cpu") == CPU_BATCHES
+    long, codes = spec("fixed:1000", "fixed:1000"), spec("fixed:1000", "fixed:1000", "fp8")
+    assert long.buckets("cuda") == (8, 16, 32, 64) and codes.buckets("cuda") == (16, 32, 64, 128)
+    for s, itemsize in ((mlperf, 2), (long, 2), (codes, 1)):
+        per_slot = llm_load(s).cache_len * SHAPES["llama-3.1-8b"].kv_bytes_per_token(itemsize)
+        top = max(s.buckets("cuda"))
+        assert top * per_slot <= SLOT_CACHE_BYTES < (2 * top * per_slot if top < 512 else math.inf)
+    assert spec("fixed:128", "fixed:128", batch_sizes=(512,)).buckets("cuda") == (512,)  # the flag wins
+    assert spec("fixed:128", "fixed:128", max_batch=200).buckets("cuda") == (64, 128, 200)
+    assert ServeSpec(model="resnet50").buckets("cuda") == GPU_BATCHES  # an image server's, as before

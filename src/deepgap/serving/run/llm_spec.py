@@ -66,6 +66,27 @@ def llm_load(spec: Any) -> LlmLoad:
     return load
 
 
+# A served decoder's slot counts on a GPU when --batch-sizes is not given: the four largest of these whose KV
+# cache fits `SLOT_CACHE_BYTES` (with 8B's fp8 weights, or bf16's 16 GB, beside it on an 80 GB card). Why not
+# the image servers' 1-128: a decoder's capacity grows with its slots until TPOT binds (8B fp8 on one H200,
+# session 45: 512 slots served 17,754 output tokens/s at TPOT p99 27 ms of the 100 allowed, TTFT-bound by the
+# queue for slots), and each slot count is a compile and a capture, so four, not ten
+DECODER_SLOTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+SLOT_CACHE_BYTES = 32e9
+DEFAULT_SLOT_COUNTS = 4
+
+
+def decoder_slots(spec: Any) -> tuple[int, ...]:
+    """The default slot counts for ``spec``'s decoder on a GPU (`DECODER_SLOTS`): its cache's bytes decide."""
+    from deepgap.measure.llm_workload import kv_itemsize, spec_kv_cache
+    from deepgap.measure.models.llama_config import SHAPES
+
+    itemsize = kv_itemsize(spec.precision, spec_kv_cache(spec.kv_cache))
+    per_slot = llm_load(spec).cache_len * SHAPES[spec.model].kv_bytes_per_token(itemsize)
+    fits = [s for s in DECODER_SLOTS if s * per_slot <= SLOT_CACHE_BYTES] or [1]
+    return tuple(fits[-DEFAULT_SLOT_COUNTS:])
+
+
 def slo_bounds(spec: Any) -> tuple[float, float]:
     """(TTFT, TPOT) bounds in seconds: the flags, else MLPerf's."""
     return (

@@ -102,6 +102,10 @@ class ServeSpec:
         if self.batch_sizes:
             return tuple(sorted(set(self.batch_sizes)))
         base = GPU_BATCHES if device.startswith("cuda") else CPU_BATCHES
+        if device.startswith("cuda") and _decoder(self):  # a decoder's slots (`llm_spec.decoder_slots`)
+            from deepgap.serving.run.llm_spec import decoder_slots
+
+            base = decoder_slots(self)
         if self.max_batch is None:
             return base
         return tuple(sorted({b for b in base if b < self.max_batch} | {self.max_batch}))
