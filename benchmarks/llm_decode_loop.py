@@ -13,7 +13,10 @@ tensor, the whole cache masked) is compiled and captured as one CUDA graph; then
 replayed back to back (each step's greedy token, `llm_timing.greedy` as deepgap picks it, is the next step's
 input, on the device) between two CUDA events,
 after a timed prefill, five times. decode tokens/s = batch × steps / median window, which is what deepgap's
-pipelined decode figure measures; output tokens/s = batch × (steps + 1) / (median prefill + median window),
+pipelined decode figure measures; ``decode_tok_s_sync`` = batch / the median of one more generation's steps,
+each timed alone from an idle, synchronized GPU, which is how `deepgap run` times its TPOT samples and its
+decode tokens/s (this loop's step also copies its token into the input buffer: one small kernel more);
+output tokens/s = batch × (steps + 1) / (median prefill + median window),
 as deepgap's output figure counts a generation; ``--prefill compiled`` times a prefill compiled by Inductor
 (deepgap's compiling engines run theirs so, `llm_steps.make_prefill`), ``eager-row-kernel`` an eager one whose
 8-bit Linears quantize their inputs in one kernel (DEEPGAP_QUANT_ROW_QUANT=triton, `quant.row_quant`), eager by
@@ -147,7 +150,21 @@ def measure(  # noqa: D103
             c.synchronize()
             prefills.append(a.elapsed_time(b) / 1e3)
             windows.append(b.elapsed_time(c) / 1e3)
+        # each step alone from an idle, synchronized GPU, as `deepgap run` times its TPOT samples
+        # (`measure.timing`; its decode tokens/s is batch / their median): like against like with the harness
+        tok.copy_(greedy(fill(ids)))
+        alone = []
+        for i in range(steps):
+            torch.cuda.synchronize()
+            a, b = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+            a.record()
+            one(i)
+            b.record()
+            b.synchronize()
+            alone.append(a.elapsed_time(b))
         row = {"batch": batch, "steps": steps, "harness": how, "prefill": prefill}
+        sync_ms = statistics.median(alone)
+        row |= {"tpot_sync_ms": round(sync_ms, 4), "decode_tok_s_sync": round(batch * 1e3 / sync_ms, 1)}
         row["windows_s"] = [round(w, 6) for w in windows]
         row["prefills_s"] = [round(p, 6) for p in prefills]  # each timed prefill: TTFT's spread
         w, p = statistics.median(windows), statistics.median(prefills)

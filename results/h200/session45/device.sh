@@ -20,7 +20,7 @@ case ${1:-} in
                python benchmarks/llm_decode_loop.py --model llama-3.1-8b --batches 1 --pdl on --split-kv auto \
                --harness deepgap --precision fp8 --out "$OUT" > "$OUT/tune-$mode-$i.txt" 2>&1
            grep '^{' "$OUT/tune-$mode-$i.txt" | python3 -c "import json,sys; [print('$mode', r['tpot_ms'], \
-r['decode_tok_s'], r.get('tiles', '')[:400]) for r in map(json.loads, sys.stdin)]"
+r['decode_tok_s'], r.get('decode_tok_s_sync'), r.get('tiles', '')[:400]) for r in map(json.loads, sys.stdin)]"
        done
        step "deepgap run 8b fp8 bs1, DEEPGAP_GEMV_TUNE=$mode" 150 env DEEPGAP_GEMV_TUNE=$mode python -m deepgap run \
            --workload decode --models llama-3.1-8b --device cuda --input-lens 128 --output-lens 128 --repeats 3 \
