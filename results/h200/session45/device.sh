@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 45 (2026-12-06): the calls of this session, from the repository root with $OUT set and `.whl/` carried
-# (benchmarks/device_lib.sh). Usage: bash results/h200/session45/device.sh N (the README says each; 4 to 8 are
+# (benchmarks/device_lib.sh). Usage: bash results/h200/session45/device.sh N (the README says each; 4 to 9 are
 # prepared for the next session).
 set -uo pipefail
 case ${1:-} in
@@ -64,5 +64,15 @@ r['tpot_ms'], r['decode_tok_s'], r['output_tok_s']) for r in map(json.loads, sys
        --store "$S/long.sqlite" > "$OUT/long-run.txt" 2>&1
    python -m deepgap export "$S/long.sqlite" --format csv -o "$OUT/long-run.csv" >/dev/null 2>&1
    tail -n 4 "$OUT/long-run.txt" ;;
-*) echo "usage: $0 1|2|3|4|5|6|7|8"; exit 2 ;;
+9) source benchmarks/device_lib.sh  # prepared, not yet run: issue 47, the engine alone at batch 128 sustained
+   S=${DEVICE_WORK:-/tmp/deepgap-device}; mkdir -p "$S"  # serve's "engine alone" is a burst of a few batches;
+   # its capacity runs 20 s probes at the power cap (0.943-0.947 of the burst in call 4): the run's pipelined
+   # windows (>= 1 s each) give the sustained rate at the same batch to set beside it
+   step "resnet50 quant fp8,int8 bs128" 200 python -m deepgap run --models resnet50 --engines quant \
+       --precisions fp8,int8 --batch-sizes 128 --sweeps 1 --no-cpu-baseline --no-thermal-warmup \
+       --store "$S/bs128.sqlite" > "$OUT/bs128.txt" 2>&1
+   python -m deepgap export "$S/bs128.sqlite" -o "$OUT/bs128.csv" > /dev/null 2>&1 || true
+   python3 -c "import csv,sys; [print(r['precision'], r['throughput_ips'], r['throughput_pipelined_ips']) \
+for r in csv.DictReader(open(sys.argv[1]))]" "$OUT/bs128.csv" ;;
+*) echo "usage: $0 1|2|3|4|5|6|7|8|9"; exit 2 ;;
 esac
