@@ -65,13 +65,22 @@ class Prefill:
         return self.fn(ids)
 
 
+def prefill_compiles(compile_mode: str | None) -> bool:
+    """Whether an engine that compiles its step in ``compile_mode`` (None: it does not) compiles its prefill.
+
+    The one rule for the sweep's prefill (`make_prefill`) and serve's packed admissions
+    (`deepgap.serving.worker.llm_engines.packed_prefill`): yes, unless ``DEEPGAP_DECODE_PREFILL=eager``.
+    """
+    return compile_mode is not None and switches.read("DEEPGAP_DECODE_PREFILL") != "eager"
+
+
 def make_prefill(model, compile_mode: str | None) -> Prefill:
     """The model's prefill compiled in ``compile_mode`` (an engine that compiles its step), else eager.
 
     Static shapes: one compile per (batch, input length), built by the run's warm-up generation, never in
     a timed one (`deepgap.measure.decode_config`). ``DEEPGAP_DECODE_PREFILL=eager`` keeps it eager.
     """
-    if compile_mode is None or switches.read("DEEPGAP_DECODE_PREFILL") == "eager":
+    if not prefill_compiles(compile_mode):
         why = [] if compile_mode is None else ["DEEPGAP_DECODE_PREFILL=eager"]
         if row_kernel_on(model):  # `quant.row_quant`, on a GPU
             why.append("8-bit inputs by the row kernel")

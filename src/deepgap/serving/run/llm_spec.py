@@ -78,13 +78,18 @@ DEFAULT_SLOT_COUNTS = 4
 
 def decoder_slots(spec: Any) -> tuple[int, ...]:
     """The default slot counts for ``spec``'s decoder on a GPU (`DECODER_SLOTS`): its cache's bytes decide."""
-    from deepgap.measure.llm_workload import kv_itemsize, spec_kv_cache
     from deepgap.measure.models.llama_config import SHAPES
 
-    itemsize = kv_itemsize(spec.precision, spec_kv_cache(spec.kv_cache))
-    per_slot = llm_load(spec).cache_len * SHAPES[spec.model].kv_bytes_per_token(itemsize)
+    per_slot = llm_load(spec).cache_len * SHAPES[spec.model].kv_bytes_per_token(_cache_itemsize(spec))
     fits = [s for s in DECODER_SLOTS if s * per_slot <= SLOT_CACHE_BYTES] or [1]
     return tuple(fits[-DEFAULT_SLOT_COUNTS:])
+
+
+def _cache_itemsize(spec: Any) -> int:
+    """Bytes per cached K or V element of the served decoder (`llm_workload.kv_itemsize`; quant is 8-bit)."""
+    from deepgap.measure.llm_workload import kv_itemsize, spec_kv_cache
+
+    return kv_itemsize(spec.precision, spec_kv_cache(spec.kv_cache))
 
 
 def slo_bounds(spec: Any) -> tuple[float, float]:
@@ -97,7 +102,6 @@ def slo_bounds(spec: Any) -> tuple[float, float]:
 
 def check_decoder(spec: Any) -> None:
     """What serving a decoder takes; one line and exit 2 otherwise."""
-    from deepgap.measure.llm_workload import kv_itemsize, spec_kv_cache
     from deepgap.measure.models.llama_config import SHAPES, check_run
 
     if spec.tenants:
@@ -131,8 +135,7 @@ def check_decoder(spec: Any) -> None:
             raise UsageError(f"{flag} does not apply to serving a decoder ({spec.model})", fix)
     load = llm_load(spec)
     top = max(spec.buckets("cpu" if spec.device == "cpu" else "cuda"))
-    itemsize = kv_itemsize(spec.precision, spec_kv_cache(spec.kv_cache))  # the engine checked: quant is 8-bit
-    check_run(SHAPES[spec.model], top, load.cache_len, itemsize)
+    check_run(SHAPES[spec.model], top, load.cache_len, _cache_itemsize(spec))  # the engine checked above
 
 
 def _check_engine(engine: str, precision: str) -> None:

@@ -91,9 +91,7 @@ def add_kv_cache(df: pd.DataFrame) -> None:
     Why only then: the column is a served decoder's fp8 cache (``--kv-cache``); a store without one keeps the
     frames, and so the report's tables and ``export``, it always had.
     """
-    kv = [(getattr(e, "kv_cache", None) or "") for e in df["extra"]] if "extra" in df else []
-    if any(kv):
-        df["kv_cache"] = kv
+    _add_detail(df, "kv_cache")
 
 
 def add_admissions(df: pd.DataFrame) -> None:
@@ -101,9 +99,14 @@ def add_admissions(df: pd.DataFrame) -> None:
 
     Read by `llm_tables.engine_cell`: compiled or eager admissions part a decoder's capacity by half at 8B.
     """
-    how = [(getattr(e, "admissions", None) or "") for e in df["extra"]] if "extra" in df else []
-    if any(how):
-        df["admissions"] = how
+    _add_detail(df, "admissions")
+
+
+def _add_detail(df: pd.DataFrame, key: str) -> None:
+    """Column ``key`` from each row's details (its value, else ""), only where some row has one."""
+    values = [(getattr(e, key, None) or "") for e in df["extra"]] if "extra" in df else []
+    if any(values):
+        df[key] = values
 
 
 def precision_cell(r: dict) -> str:

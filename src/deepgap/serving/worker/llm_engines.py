@@ -25,9 +25,9 @@ from dataclasses import dataclass
 import torch
 import torch._dynamo  # in every worker anyway (the fork server preloads it, `deepgap.drive.handle`)
 
-from deepgap.core import switches
 from deepgap.core.records import Status
 from deepgap.measure.device import torch_dtype
+from deepgap.measure.llm_steps import prefill_compiles
 from deepgap.measure.llm_workload import DECODE_ENGINES
 from deepgap.measure.models.llama_cache import codes_of
 from deepgap.measure.models.llama_net import build_llama
@@ -68,7 +68,7 @@ def packed_prefill(model, compile_mode: str | None) -> tuple[Callable, str]:
     tokens/s with eager admissions and 17,754 compiled (TPOT p50 39.9 -> 26.8 ms: each step carries its
     admissions), the same tokens as eager in the GPU test. ``DEEPGAP_DECODE_PREFILL=eager`` keeps them eager.
     """
-    if compile_mode is None or switches.read("DEEPGAP_DECODE_PREFILL") == "eager":
+    if not prefill_compiles(compile_mode):  # the sweep's rule for its prefill
         return model.prefill_packed, ""
     fn = torch.compile(model.prefill_packed, mode=compile_mode, dynamic=True)
     return fn, f"compiled ({compile_mode}, token rows dynamic)"
