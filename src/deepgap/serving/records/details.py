@@ -8,8 +8,8 @@ always held, and `from_json` keeps unknown keys (an older or newer deepgap) so t
 nothing. Key inventory (producer → readers; "record" = kept for the record only):
 
 * `CurveDetails` (``serve_curves``; serving.run.rows.curve_rows): ``includes`` (what a calibrated sample
-  spans), ``host_s``, ``interval_s``, ``engine_s`` (the worker's mean parts of one batch), ``seq_len``
-  (a text model's padded length; ``resolution`` holds it too) → record.
+  spans), ``host_s``, ``interval_s``, ``engine_s`` (the worker's mean parts of one batch),
+  ``engine_burst_s``, ``seq_len`` (a text model's padded length; ``resolution`` holds it too) → record.
 * `LevelDetails` (``serve_runs``; serving.run.rows.level_row, serving.run.scenarios, serving.run.loadgen_run):
   ``threads`` (a tenant's CPU threads) → tests; ``loadgen_summary``, ``loadgen`` (LoadGen's summary
   text and its parsed key/values) → record, the report's LoadGen table; ``loadgen_run`` (`LoadgenRun`:
@@ -43,7 +43,8 @@ class CurveDetails(JsonRecord):
     includes: str | None = None  # the steps one calibration sample times
     host_s: float | None = None  # mean host-side seconds of a batch (pipelined engines)
     interval_s: float | None = None  # mean seconds between batch completions at the serving depth
-    engine_s: float | None = None  # mean seconds inside the engine
+    engine_s: float | None = None  # mean seconds inside the engine (held ≥ 1 s back to back on a GPU)
+    engine_burst_s: float | None = None  # the same over a burst of a few batches (boost clocks)
     seq_len: int | None = None  # a text model: the padded length every request of the batch had
     # a text model: every calibrated padded length's samples and interval at this batch size (the key
     # of ``serve_curves`` is one row per batch size; the row's own columns are the longest length's)

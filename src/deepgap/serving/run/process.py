@@ -57,6 +57,8 @@ class SetupRequest:
     curve_warmup: int = 10
     curve_iterations: int = 50
     curve_min_time_s: float = 0.0
+    # the engine alone's timed window (`server.sustained_s`): 1 s on a GPU, where a short burst boosts
+    engine_min_time_s: float = 0.0
     cudnn_benchmark: bool = True
     options: dict[str, Any] = field(default_factory=dict)  # engine options; "dataset": accuracy mode
     # A text model (`deepgap.serving.worker.text_setup`): the padded lengths calibrated (empty: an image

@@ -109,6 +109,7 @@ def setup_request(spec: ServeSpec, model: str, device: str) -> SetupRequest:
         seed=spec.seed,
         curve_iterations=spec.curve_iterations or (100 if cuda else 30),
         curve_warmup=10 if cuda else 3,
+        engine_min_time_s=1.0 if cuda else 0.0,
         options=serve_options(spec),
         **text,
     )
@@ -168,7 +169,7 @@ def curve_rows(reply: SetupReply, req: SetupRequest, tenant: str = "") -> list[d
                 **{
                     k: v
                     for k, v in reply.curve_parts_s.get(b, {}).items()
-                    if k in ("host_s", "interval_s", "engine_s")
+                    if k in ("host_s", "interval_s", "engine_s", "engine_burst_s")
                 },
                 seq_len=req.resolution if req.seq_lens else None,
                 seq_len_curves=length_curves(reply, b),

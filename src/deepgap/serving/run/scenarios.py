@@ -29,9 +29,9 @@ from deepgap.serving.run.rows import (
 from deepgap.serving.run.scenario_context import (
     ScenarioContext,
     engine_ips,
+    engine_words,
     host_line,
     level_timeout,
-    rate_unit,
 )
 from deepgap.serving.run.server_scenario import run_server
 from deepgap.serving.run.spec import ServeSpec
@@ -173,8 +173,7 @@ def _offline(c: ScenarioContext) -> None:
         f"offline: {best[0]:,.1f} samples/s at batch {best[1]} (calibration predicted "
         f"{best[2]:,.1f}); tried batches {', '.join(map(str, cands))}"
         + (
-            f"; the engine alone on device-resident inputs: {engine[0]:,.1f} {rate_unit(c)} at batch "
-            f"{engine[1]} (offline / engine {best[0] / engine[0]:.3f})"
+            f"; the engine alone ({engine_words(c, engine)}): offline / engine {best[0] / engine[0]:.3f}"
             if engine
             else ""
         )

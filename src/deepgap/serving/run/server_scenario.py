@@ -27,9 +27,9 @@ from deepgap.serving.run.rows import capacity_row, level_row, simulated_rows
 from deepgap.serving.run.scenario_context import (
     ScenarioContext,
     engine_ips,
+    engine_words,
     host_line,
     level_timeout,
-    rate_unit,
 )
 from deepgap.serving.run.spec import DEFAULT_POLICY
 from deepgap.serving.sim import arrivals as arr
@@ -258,8 +258,8 @@ def _report_capacity(
         c.out.lines.append(f"server capacity: {host_line(at.summary)}")
     if engine:
         c.out.lines.append(
-            f"server capacity / the engine alone ({engine[0]:,.1f} {rate_unit(c)} at batch {engine[1]}, "
-            f"device-resident inputs): {best.capacity_qps / engine[0]:.3f}"
+            f"server capacity / the engine alone ({engine_words(c, engine)}): "
+            f"{best.capacity_qps / engine[0]:.3f}"
         )
 
 

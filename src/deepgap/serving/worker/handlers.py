@@ -54,7 +54,12 @@ def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
         req1 = SimpleNamespace(spec=first[1], options=req.options, weights=req.weights, seed=req.seed)
         accuracy = evaluate(state, req1, first[0], req.options.get("min_accuracy"))
     samples, parts, note = measure_curve(
-        executor, req.curve_warmup, req.curve_iterations, req.curve_min_time_s, on_oom=is_oom
+        executor,
+        req.curve_warmup,
+        req.curve_iterations,
+        req.curve_min_time_s,
+        on_oom=is_oom,
+        engine_min_time_s=req.engine_min_time_s,
     )
     if note:
         notes.append(note)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import gc
+import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -253,13 +254,15 @@ def measure_curve(
     iterations: int,
     min_time_s: float = 0.0,
     on_oom: Callable[[BaseException], bool] | None = None,
+    engine_min_time_s: float = 0.0,
 ) -> tuple[dict[int, list[float]], dict[int, dict[str, float]], str]:
     """Service seconds per prepared batch size, as the server sees them (issue, copies, compute, sync).
 
     Per batch size: ``samples`` are the latencies of batches run one at a time; ``parts`` their mean
     h2d/compute/d2h/host seconds, plus ``interval_s`` (seconds between completions with the pipeline
     full: the server's throughput at that size) and ``engine_s`` (the engine alone on device-resident
-    inputs: the sweep's number, what the serving path is compared against). A batch size that runs
+    inputs: the sweep's number, what the serving path is compared against, held back to back for
+    ``engine_min_time_s`` by `sustained_s`; ``engine_burst_s`` is its first short burst). A batch size that runs
     out of memory ends the curve there (``on_oom(exc)`` says whether ``exc`` is one); the note says so.
     """
     samples: dict[int, list[float]] = {}
@@ -278,7 +281,8 @@ def measure_curve(
                     p.append(executor(len(lat) * b, b))
                     lat.append(time.perf_counter() - t0)
                 interval = pipelined_interval_s(executor, b, max(iterations, 2))
-                engine = executor.engine_interval_s(b, max(iterations // 2, 1))
+                burst = executor.engine_interval_s(b, max(iterations // 2, 1))
+                engine = sustained_s(executor.engine_interval_s, b, burst, engine_min_time_s)
             except BaseException as exc:
                 if on_oom is None or not on_oom(exc) or not samples:
                     raise
@@ -296,8 +300,24 @@ def measure_curve(
                 "host_s": float(m[3]),
                 "interval_s": min(interval, float(np.median(lat))),
                 "engine_s": engine,
+                "engine_burst_s": burst,
             }
     return samples, parts, note
+
+
+def sustained_s(interval_s: Callable[[int, int], float], b: int, burst_s: float, min_time_s: float) -> float:
+    """Seconds per batch of ``b`` over a window of at least ``min_time_s``, after one window as long.
+
+    Why: a burst of a few batches (``burst_s``) runs at the clocks an idle GPU boosts to, while the served
+    capacity set against the engine comes from probes of many seconds at the power cap, and a sweep's
+    windows last ≥ 1 s. The first window brings the clocks to where sustained load holds them; the second
+    is timed. ``interval_s(b, n)``: seconds per batch of ``n`` back to back. ``min_time_s`` ≤ 0: the burst.
+    """
+    if min_time_s <= 0 or burst_s <= 0:
+        return burst_s
+    n = max(1, math.ceil(min_time_s / burst_s))
+    interval_s(b, n)
+    return interval_s(b, n)
 
 
 def pipelined_interval_s(executor: PipelinedExecutor, b: int, n: int) -> float:

@@ -1,0 +1,81 @@
+"""The engine alone that a served capacity is set against: held back to back, its short burst beside it."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from deepgap.serving.run.scenario_context import engine_ips, engine_words
+from deepgap.serving.worker.server import measure_curve, sustained_s
+
+
+def test_sustained_warms_one_window_then_times_one_as_long():
+    calls: list[tuple[int, int]] = []
+    clocks = iter([2.5e-3, 2.6e-3])  # the warm window, then the timed one
+
+    def interval_s(b: int, n: int) -> float:
+        calls.append((b, n))
+        return next(clocks)
+
+    assert sustained_s(interval_s, 128, 2.4e-3, 1.0) == 2.6e-3
+    assert calls == [(128, 417), (128, 417)]  # ceil(1 s / 2.4 ms) batches each
+
+
+@pytest.mark.parametrize("min_time_s, burst_s", [(0.0, 2.4e-3), (1.0, 0.0)])
+def test_sustained_is_the_burst_when_nothing_is_held(min_time_s, burst_s):
+    def never(b: int, n: int) -> float:
+        raise AssertionError("no window is run")
+
+    assert sustained_s(never, 8, burst_s, min_time_s) == burst_s
+
+
+class _Executor:
+    """A stand-in executor: each engine-alone call at ``n`` batches reports a slower clock than the last."""
+
+    torch = __import__("torch")
+    cuda = False
+    buckets = [2, 4]
+
+    def __init__(self) -> None:
+        self.engine_calls: list[tuple[int, int]] = []
+
+    def __call__(self, first: int, count: int) -> tuple[float, float, float, float]:
+        return (0.0, 1e-3 * count, 0.0, 1e-5)
+
+    def submit(self, first: int, count: int):
+        return count
+
+    def wait(self, t):
+        return self(0, t)
+
+    depth = 1
+
+    def engine_interval_s(self, b: int, n: int) -> float:
+        self.engine_calls.append((b, n))
+        return 1e-4 * (10 + b) * (1 + 0.01 * len(self.engine_calls))  # a fixed cost a batch
+
+
+def test_measure_curve_records_the_held_engine_and_its_burst():
+    ex = _Executor()
+    _, parts, note = measure_curve(ex, warmup=1, iterations=4, engine_min_time_s=0.01)
+    assert note == ""
+    # per batch size: the burst (iterations // 2 batches), a warm window and a timed one of ≥ 10 ms
+    assert [n for b, n in ex.engine_calls if b == 2] == [2, 9, 9]
+    assert parts[2]["engine_burst_s"] == pytest.approx(1.2e-3 * 1.01)
+    assert parts[2]["engine_s"] == pytest.approx(1.2e-3 * 1.03)
+    ctx = SimpleNamespace(parts=parts, req=SimpleNamespace(engine_min_time_s=0.01, seq_lens=()))
+    rate, b = engine_ips(ctx)
+    assert b == 4 and rate == pytest.approx(4 / parts[4]["engine_s"])
+    words = engine_words(ctx, (rate, b))
+    assert words.startswith(f"{rate:,.1f} img/s at batch 4, device-resident inputs, held ≥ 0.01 s")
+    assert words.endswith(f"a short burst: {4 / parts[4]['engine_burst_s']:,.1f}")
+
+
+def test_measure_curve_without_a_held_window_keeps_the_burst():
+    ex = _Executor()
+    _, parts, _ = measure_curve(ex, warmup=1, iterations=4)
+    assert [n for b, n in ex.engine_calls] == [2, 2]
+    assert parts[4]["engine_s"] == parts[4]["engine_burst_s"]
+    ctx = SimpleNamespace(parts=parts, req=SimpleNamespace(engine_min_time_s=0.0, seq_lens=()))
+    assert "burst" not in engine_words(ctx, engine_ips(ctx))
