@@ -345,11 +345,11 @@ def force_tiles(spec: str) -> None:
     if not getattr(gemv.fastest, "forces_tiles", False):  # the tuner wrapped once a process
         untouched = gemv.fastest
 
-        def fastest(key, device, cands, call, decode=False):
+        def fastest(key, device, cands, call, decode=False, weights=None):
             if key[0] == "fused" and (key[2], key[3]) in _FORCED:
                 gemv._TUNED[key] = _FORCED[(key[2], key[3])]
                 return gemv._TUNED[key]
-            return untouched(key, device, cands, call, decode)
+            return untouched(key, device, cands, call, decode, weights=weights)
 
         fastest.forces_tiles = True
         gemv.fastest = fastest

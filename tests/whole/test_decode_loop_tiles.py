@@ -55,3 +55,24 @@ def test_prefill_turns_are_eager_or_compiled(loop):
     assert loop._prefills("eager,compiled") == ["eager", "compiled"]
     with pytest.raises(SystemExit, match="compile is not one of eager, eager-row-kernel, compiled"):
         loop._prefills("eager,compile")
+
+
+def test_the_turns_wrapper_takes_what_the_tuner_takes(loop, monkeypatch):
+    """Session 46's loops stopped at their first GEMV: the tuner had gained ``weights=``, the wrapper had not."""
+    import inspect
+
+    from deepgap.measure.quant import gemv
+
+    monkeypatch.setattr(gemv, "_TUNED", {})
+    seen = {}
+
+    def tuner(key, device, cands, call, decode=False, weights=None):
+        seen.update(key=key, decode=decode, weights=weights)
+        return "timed"
+
+    monkeypatch.setattr(gemv, "fastest", tuner)
+    loop.force_tiles("tuned")
+    assert list(inspect.signature(gemv.fastest).parameters) == list(inspect.signature(tuner).parameters)
+    key = ("fused", (0,), 4096, 6144, "cuda:0")
+    assert gemv.fastest(key, None, [], None, decode=True, weights="codes") == "timed"
+    assert seen == {"key": key, "decode": True, "weights": "codes"}
