@@ -79,3 +79,41 @@ def test_measure_curve_without_a_held_window_keeps_the_burst():
     assert parts[4]["engine_s"] == parts[4]["engine_burst_s"]
     ctx = SimpleNamespace(parts=parts, req=SimpleNamespace(engine_min_time_s=0.0, seq_lens=()))
     assert "burst" not in engine_words(ctx, engine_ips(ctx))
+
+
+def _args(*argv: str):
+    import argparse
+
+    from deepgap.commands.serve import add_arguments
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    return p.parse_args(["--model", "tinycnn", *argv])
+
+
+def test_capacity_tol_sets_the_search_bracket():
+    from deepgap.commands.serve import build_spec
+
+    assert build_spec(_args()).rel_tol == 0.03
+    assert build_spec(_args("--capacity-tol", "0.01")).rel_tol == 0.01
+
+
+@pytest.mark.parametrize("value", ["0", "0.9", "nan", "x"])
+def test_a_capacity_tol_out_of_range_is_one_line_naming_the_flag(value):
+    from deepgap.commands.serve import build_spec
+    from deepgap.core.errors import UsageError
+    from deepgap.serving.run.spec import validate
+
+    with pytest.raises(UsageError, match="--capacity-tol"):
+        validate(build_spec(_args("--capacity-tol", value)))
+
+
+def test_the_ratio_names_its_upper_end_the_lowest_failing_rate():
+    from deepgap.serving.capacity.search import CapacityResult
+    from deepgap.serving.run.server_scenario import _bracket
+    from deepgap.serving.sim.batcher import BatchPolicy
+
+    best = CapacityResult(BatchPolicy(128, 0.0), 0.015, 48_851.4, 50_029.4, [], "measured")
+    assert _bracket(best, 51_390.1) == " (< 0.974: the lowest failing rate, 50,029.4/s)"
+    best.upper_qps = None  # no probe failed: no upper end to state
+    assert _bracket(best, 51_390.1) == ""

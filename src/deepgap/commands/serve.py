@@ -158,6 +158,12 @@ _FLAGS = {
         "--find-capacity: best simulated policies measured for real (default 2)",
         _int,
     ),
+    "capacity_tol": _Flag(
+        "rel_tol",
+        "--find-capacity: stop when the lowest failing rate is within this fraction of the highest passing "
+        "one (default 0.03; 0.01: a tighter capacity, more probes)",
+        _float,
+    ),
     "loadgen": _Flag(
         "loadgen",
         "also drive the same server with MLCommons LoadGen (pip install 'deepgap[serving]')",

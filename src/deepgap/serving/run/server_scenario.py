@@ -259,8 +259,19 @@ def _report_capacity(
     if engine:
         c.out.lines.append(
             f"server capacity / the engine alone ({engine_words(c, engine)}): "
-            f"{best.capacity_qps / engine[0]:.3f}"
+            f"{best.capacity_qps / engine[0]:.3f}{_bracket(best, engine[0])}"
         )
+
+
+def _bracket(best: CapacityResult, engine_ips: float) -> str:
+    """The ratio's upper end: the search stops with the capacity below its lowest failing rate (``--capacity-tol``).
+
+    Why: the capacity is the highest passing rate, a conservative figure up to the bracket's width (3% by
+    default) under the rate the server can hold; a ratio read against a goal needs both ends.
+    """
+    if not best.upper_qps:
+        return ""
+    return f" (< {best.upper_qps / engine_ips:.3f}: the lowest failing rate, {best.upper_qps:,.1f}/s)"
 
 
 def _no_capacity(best: CapacityResult) -> str:

@@ -159,6 +159,7 @@ _FLOAT_LIMITS = (
     ("min_duration_s", "min-duration", 1e-3, 86_400.0, "5s"),
     ("loadgen_duration_s", "loadgen-duration", 1e-3, 86_400.0, "600s"),  # 1e30 s overflowed a wait
     ("max_delay_s", "max-delay", 0.0, 60.0, "2ms"),
+    ("rel_tol", "capacity-tol", 1e-3, 0.5, "0.01"),  # 0: a search that never ends
     ("timeout_s", "timeout", 1e-3, 7 * 86_400.0, "900"),
     ("idle_s", "idle-time", 0.0, 3600.0, "2"),
     ("thermal_window_s", "thermal-window", 1e-3, 3600.0, "30"),
