@@ -11,7 +11,8 @@
 # capacity, then LoadGen stepping down from it); run the three of a configuration back to back (consecutive runs).
 # Each writes $OUT/<step>.txt (the result lines: deepgap's capacity, the LoadGen settings, the null-SUT floor,
 # each LoadGen run with early stopping and LoadGen − deepgap per sample) and $OUT/<step>.log (progress); the runs of a configuration share the store $S/<config>.sqlite
-# (PACK=1 also gzips it into $OUT: several MB, do not commit it). The LoadGen wheel: benchmarks/device_lib.sh.
+# (PACK=1 also gzips it into $OUT: several MB, do not commit it). SERVE_ARGS: more serve flags, last (they win),
+# e.g. SERVE_ARGS="--capacity-tol 0.01". The LoadGen wheel: benchmarks/device_lib.sh.
 # On an H200 the same steps, once: bash benchmarks/loadgen_confirm.sh int8-1 fp8-1 summary
 set -uo pipefail
 [ $# -gt 0 ] || { sed -n 2,16p "$0"; exit 2; }
@@ -29,7 +30,7 @@ serve_run() {  # serve_run STEP CONFIG EXTRA...: one find-capacity run with Load
     step "$name: $MODEL $engine $precision" "$LIMIT" bash -c 'o=$1; shift; "$@" > "$o.txt" 2> "$o.log"' _ \
         "$OUT/$name" python -m deepgap serve --model "$MODEL" --engine "$engine" --precision "$precision" \
         --memory-format channels_last --device "$DEVICE" --scenario server --find-capacity --slo-p99 "$SLO" \
-        --loadgen --verify-policies 1 --store "$S/$cfg.sqlite" "$@"
+        --loadgen --verify-policies 1 --store "$S/$cfg.sqlite" "$@" ${SERVE_ARGS:-}
     tail -3 "$OUT/$name.log"; grep -E "^(server capacity|loadgen)" "$OUT/$name.txt"
     [ "${PACK:-0}" = 1 ] && pack "$S/$cfg.sqlite"
     return 0

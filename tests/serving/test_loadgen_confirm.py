@@ -504,6 +504,7 @@ def test_device_script_commands_parse(tmp_path):
         "PATH": f"{shim}:{os.environ['PATH']}",
         "OUT": str(tmp_path),
         "S": str(tmp_path / "s"),
+        "SERVE_ARGS": "--capacity-tol 0.01",  # more serve flags, last
     }
     p = subprocess.run(
         ["bash", "benchmarks/loadgen_confirm.sh", "int8-1", "fp8-2", "cg16-3"],
@@ -529,6 +530,7 @@ def test_device_script_commands_parse(tmp_path):
         ("cudagraph", "fp16"),
     ]
     assert all(s.find_capacity and s.loadgen and s.slo_s == 0.015 and s.device == "cuda" for s in specs)
+    assert all(s.rel_tol == 0.01 for s in specs)
     assert (
         subprocess.run(["bash", "benchmarks/loadgen_confirm.sh"], cwd=root, capture_output=True).returncode
         == 2

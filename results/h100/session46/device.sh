@@ -22,5 +22,10 @@ case ${1:-} in
 r['decode_tok_s'], r.get('decode_tok_s_sync'), str(r.get('tiles', ''))[:300]) for r in map(json.loads, sys.stdin)]"
    done; done ;;
 4) bash results/h200/session45/device.sh 9 ;;  # issue 47: the sweep's own rate at batch 128, sync and pipelined
-*) echo "usage: $0 1|2|3|4"; exit 2 ;;
+5) # prepared for an H200 (issue 47's goal is there): step 1 with the search's bracket at 1% (--capacity-tol),
+   # so that the ratio's two ends (capacity, lowest failing rate) lie within 1% of each other
+   S=${DEVICE_WORK:-/tmp/deepgap-device}/loadgen LIMIT=${LIMIT:-170} SERVE_ARGS="--capacity-tol 0.01" \
+       bash benchmarks/loadgen_confirm.sh fp8-1 fp8-2 fp8-3 summary
+   grep -h "engine alone" "$OUT"/fp8-*.txt ;;
+*) echo "usage: $0 1|2|3|4|5"; exit 2 ;;
 esac
