@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from deepgap.serving.run.scenario_context import engine_ips, engine_words
+from deepgap.serving.run.scenario_context import engine_details, engine_ips, engine_words
 from deepgap.serving.worker.server import measure_curve, sustained_s
 
 
@@ -70,6 +70,13 @@ def test_measure_curve_records_the_held_engine_and_its_burst():
     words = engine_words(ctx, (rate, b))
     assert words.startswith(f"{rate:,.1f} img/s at batch 4, device-resident inputs, held ≥ 0.01 s")
     assert words.endswith(f"a short burst: {4 / parts[4]['engine_burst_s']:,.1f}")
+    assert engine_details(ctx) == {
+        "engine_ips": rate,
+        "engine_batch": 4,
+        "engine_held_s": 0.01,
+        "engine_burst_ips": pytest.approx(4 / parts[4]["engine_burst_s"]),
+    }
+    assert engine_details(SimpleNamespace(parts={}, req=ctx.req)) == {}  # no engine alone timed: nothing
 
 
 def test_measure_curve_without_a_held_window_keeps_the_burst():
@@ -117,3 +124,51 @@ def test_the_ratio_names_its_upper_end_the_lowest_failing_rate():
     assert _bracket(best, 51_390.1) == " (< 0.974: the lowest failing rate, 50,029.4/s)"
     best.upper_qps = None  # no probe failed: no upper end to state
     assert _bracket(best, 51_390.1) == ""
+
+
+def _store_with_capacities(tmp_path):
+    from deepgap.serving.records.details import CapacityDetails
+    from deepgap.serving.records.storage import ServeRecord, record
+    from deepgap.store import Store
+
+    def cap(qps, **engine):
+        return {
+            **dict(tenant="", source="measured", model="resnet50", engine="quant", precision="fp8"),
+            **dict(device="cuda", memory_format="channels_last", resolution=224, slo_s=0.015),
+            **dict(max_batch=128, max_delay_s=0.0, capacity_qps=qps, upper_qps=50_029.4, predicted_qps=qps),
+            "details": CapacityDetails(probes=[], **engine),
+        }
+
+    held = dict(engine_ips=51_390.1, engine_batch=128, engine_held_s=1.0, engine_burst_ips=51_838.7)
+    path = str(tmp_path / "s.sqlite")
+    store = Store(path)
+    try:
+        run = store.begin_run({}, "test", {"device_name": "H"}, "0", kind="serve")
+        caps = [cap(48_851.4, **held), cap(40_000.0), cap(45_000.0, **{**held, "engine_held_s": 0.0})]
+        record(store, run, ServeRecord({}, "test", {}, levels=[], curves=[], capacities=caps))
+    finally:
+        store.close()
+    return path
+
+
+def test_show_export_and_the_report_name_the_engine_alone_beside_the_capacity(tmp_path):
+    from deepgap.serving.show import tables
+    from deepgap.serving.show.export import serve_export
+    from deepgap.serving.show.report_section import TABLE_SPECS
+    from deepgap.store import Store
+
+    path = _store_with_capacities(tmp_path)
+    store = Store(path, readonly=True)
+    try:
+        cf = tables.capacity(store)
+        out = serve_export(store)
+    finally:
+        store.close()
+    cells = [tables.engine_ratio_cell(r) for r in cf.to_dict("records")]
+    # a store written before session 46 (no engine fields) shows none; a burst is named as one
+    assert cells == ["0.951 of 51,390 (bs128, held 1 s)", "–", "0.876 of 51,390 (bs128, a short burst)"]
+    row = out[out["workload"] == "serve-capacity"].iloc[0]
+    assert row["capacity_over_engine"] == pytest.approx(48_851.4 / 51_390.1)
+    assert (row["engine_batch"], row["engine_held_s"], row["engine_burst_ips"]) == (128, 1.0, 51_838.7)
+    _, columns = TABLE_SPECS["serving_capacity"]
+    assert ("capacity ÷ engine alone", tables.engine_ratio_cell) in columns

@@ -184,3 +184,9 @@ class CapacityDetails(JsonRecord):
     kv_cache: str | None = None  # the served decoder's cache format where not its own dtype: "fp8"
     # a decoder's: how its set-up prefilled admissions (`llm_tables.engine_cell`)
     admissions: str | None = None
+    # an image or text server's engine alone at its best calibrated batch (`scenario_context.engine_details`):
+    # its rate, that batch, how long it was held back to back (0: a short burst) and the burst's rate
+    engine_ips: float | None = None
+    engine_batch: int | None = None
+    engine_held_s: float | None = None
+    engine_burst_ips: float | None = None

@@ -7,6 +7,7 @@ driver with its capacity search (`deepgap.serving.run.server_scenario`) share it
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -45,6 +46,25 @@ def engine_ips(c: ScenarioContext) -> tuple[float, int] | None:
     """(img/s, batch) of the engine alone at its best calibrated batch: the sweep's offline number."""
     rates = [(b / p["engine_s"], b) for b, p in c.parts.items() if p.get("engine_s")]
     return max(rates) if rates else None
+
+
+def engine_details(c: ScenarioContext) -> dict[str, Any]:
+    """`CapacityDetails`' engine fields of this run (none where the calibration timed no engine alone).
+
+    Why on each capacity row: "capacity / the engine alone" is a goal a store must show (``show``, ``export``),
+    not only the console's line of the run.
+    """
+    engine = engine_ips(c)
+    if engine is None:
+        return {}
+    rate, b = engine
+    burst = c.parts.get(b, {}).get("engine_burst_s")
+    return {
+        "engine_ips": rate,
+        "engine_batch": b,
+        "engine_held_s": getattr(c.req, "engine_min_time_s", 0.0),
+        "engine_burst_ips": b / burst if burst else None,
+    }
 
 
 def engine_words(c: ScenarioContext, engine: tuple[float, int]) -> str:

@@ -26,6 +26,7 @@ from deepgap.serving.run.process import LevelRequest
 from deepgap.serving.run.rows import capacity_row, level_row, simulated_rows
 from deepgap.serving.run.scenario_context import (
     ScenarioContext,
+    engine_details,
     engine_ips,
     engine_words,
     host_line,
@@ -149,7 +150,9 @@ def run_server(c: ScenarioContext) -> None:
 
 
 def _capacity_row(c: ScenarioContext, r: CapacityResult, predicted: float | None) -> dict[str, Any]:
-    return capacity_row(c.req, c.rec, r, r.slo_s, c.spec.confidence, predicted, lambda s: s.latency_p99_s)
+    return capacity_row(
+        c.req, c.rec, r, r.slo_s, c.spec.confidence, predicted, lambda s: s.latency_p99_s, **engine_details(c)
+    )
 
 
 def _find_capacity(c: ScenarioContext, load: LoadSettings) -> None:

@@ -143,6 +143,7 @@ CAPACITY: list[Column] = [
     ("output tokens/s", lambda r: _num(getattr(r["extra"], "output_tokens_per_s", None))),  # a decoder's
     ("simulated q/s", lambda r: _num(r["predicted_qps"])),
     ("measured/sim", lambda r: _num(r["measured_over_predicted"], ".3f")),
+    ("÷ engine alone", tables.engine_ratio_cell),
     ("runs", lambda r: str(int(r["n_probes"] or 0))),
     ("note", lambda r: r["note"] or ""),
 ]

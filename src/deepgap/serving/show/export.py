@@ -27,11 +27,13 @@ LEVELS = [
     "padding_fraction", "predicted_useful_tokens_per_s",
 ]  # fmt: skip
 # a capacity's ``kv_cache`` ("fp8", else "") only where some served decoder's cache held fp8 codes, and its
-# ``admissions`` (exported as ``serve_prefill``, as a decoder's levels) only where some decoder's set-up said
+# ``admissions`` (exported as ``serve_prefill``, as a decoder's levels) only where some decoder's set-up said;
+# the run's engine alone and the capacity's ratio to it on every row (NaN on stores before session 46)
 CAPACITIES = [
     "run_id", "platform", "model", "engine", "admissions", "precision", "kv_cache", "memory_format", "resolution",
     "tenant", "source", "slo_s", "percentile", "confidence", "max_batch", "max_delay_s", "capacity_qps", "upper_qps",
-    "predicted_qps", "measured_over_predicted", "n_probes", "note",
+    "predicted_qps", "measured_over_predicted", "n_probes", "note", "engine_ips", "engine_batch", "engine_held_s",
+    "engine_burst_ips", "capacity_over_engine",
 ]  # fmt: skip
 
 

@@ -1,12 +1,11 @@
 """The report's serving section: tables and figures of serve runs (nothing when a store has none).
 
-Tables: capacities (measured beside simulated), deepgap's capacity beside LoadGen's
+Tables: capacities (measured beside simulated and the engine alone), deepgap's capacity beside LoadGen's
 (`deepgap.serving.loadgen.capacities`), load levels, tenants.
-Figures: the latency CDF of every load level, the throughput–latency curve (p99 against served
-rate, measured solid, simulated dashed, with the SLO and the measured capacity), measured against
-simulated p99 for every level, and the tenants' interference matrix. Registered in
-`deepgap.render.sections` with its tables' column specs (they travel with each build, not through a
-global table of the formatter).
+Figures: the latency CDF of every load level, the throughput–latency curve (p99 against served rate, measured
+solid, simulated dashed, with the SLO and the measured capacity), measured against simulated p99 for every level,
+and the tenants' interference matrix. Registered in `deepgap.render.sections` with its tables' column specs (they
+travel with each build, not through a global table of the formatter).
 """
 
 from __future__ import annotations
@@ -51,6 +50,7 @@ TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
             ("simulated q/s", lambda r: fmt_ips(r["predicted_qps"])),
             ("measured / simulated", lambda r: fmt_x(r["measured_over_predicted"])),
             ("lowest failing q/s", lambda r: fmt_ips(r["upper_qps"])),
+            ("capacity ÷ engine alone", tables.engine_ratio_cell),
             ("runs", "n_probes"),
             ("note", "note"),
             ("run", "run_id"),
