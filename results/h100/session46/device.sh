@@ -27,5 +27,14 @@ r['decode_tok_s'], r.get('decode_tok_s_sync'), str(r.get('tiles', ''))[:300]) fo
    S=${DEVICE_WORK:-/tmp/deepgap-device}/loadgen LIMIT=${LIMIT:-170} SERVE_ARGS="--capacity-tol 0.01" \
        bash benchmarks/loadgen_confirm.sh fp8-1 fp8-2 fp8-3 summary
    grep -h "engine alone" "$OUT"/fp8-*.txt ;;
-*) echo "usage: $0 1|2|3|4|5"; exit 2 ;;
+6) source benchmarks/device_lib.sh  # prepared: issue 47, batch 1, the harness against the loop timed its own way
+   S=${DEVICE_WORK:-/tmp/deepgap-device}; mkdir -p "$S"  # (the loop's synchronized_host_ms: the harness's clock)
+   step "resnet50 quant fp8,int8 bs1" 150 python -m deepgap run --models resnet50 --engines quant \
+       --precisions fp8,int8 --batch-sizes 1 --sweeps 1 --no-cpu-baseline --no-thermal-warmup \
+       --store "$S/bs1.sqlite" > "$OUT/resnet-bs1.txt" 2>&1
+   python -m deepgap export "$S/bs1.sqlite" -o "$OUT/resnet-bs1.csv" > /dev/null 2>&1 || true
+   step "bare loop bs1" 150 python benchmarks/quant_inputs.py --models resnet50 --precisions fp8,int8 \
+       --batch-sizes 1 --inputs default --out "$OUT/resnet-bs1-loop.jsonl" > "$OUT/resnet-bs1-loop.txt" 2>&1
+   grep -v '^{' "$OUT/resnet-bs1-loop.txt" | tail -n 4 ;;
+*) echo "usage: $0 1|2|3|4|5|6"; exit 2 ;;
 esac
