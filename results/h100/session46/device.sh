@@ -27,8 +27,11 @@ r['decode_tok_s'], r.get('decode_tok_s_sync'), str(r.get('tiles', ''))[:300]) fo
    S=${DEVICE_WORK:-/tmp/deepgap-device}/loadgen LIMIT=${LIMIT:-170} SERVE_ARGS="--capacity-tol 0.01" \
        bash benchmarks/loadgen_confirm.sh fp8-1 fp8-2 fp8-3 summary
    grep -h "engine alone" "$OUT"/fp8-*.txt ;;
-6) source benchmarks/device_lib.sh  # prepared: issue 47, batch 1, the harness against the loop timed its own way
-   S=${DEVICE_WORK:-/tmp/deepgap-device}; mkdir -p "$S"  # (the loop's synchronized_host_ms: the harness's clock)
+6) source benchmarks/device_lib.sh  # prepared: issue 47, batch 1 with the batch in the graph's own input buffer
+   S=${DEVICE_WORK:-/tmp/deepgap-device}; mkdir -p "$S"  # (graph_runner.bound_input: no copy before a replay)
+   step "bound input GPU tests" 150 python -m pytest -q -m gpu tests/measure/test_bound_input.py -rA \
+       -p no:cacheprovider > "$OUT/bound-gputests.txt" 2>&1
+   tail -n 3 "$OUT/bound-gputests.txt"
    step "resnet50 quant fp8,int8 bs1" 150 python -m deepgap run --models resnet50 --engines quant \
        --precisions fp8,int8 --batch-sizes 1 --sweeps 1 --no-cpu-baseline --no-thermal-warmup \
        --store "$S/bs1.sqlite" > "$OUT/resnet-bs1.txt" 2>&1

@@ -32,7 +32,7 @@ from deepgap.core.result_details import (
     ResultDetails,
     Window,
 )
-from deepgap.measure import correctness, text_input
+from deepgap.measure import correctness, graph_runner, text_input
 from deepgap.measure.device import CudaEventClock
 from deepgap.measure.engines import get_engine
 from deepgap.measure.protocol import MeasureRequest, StatusError
@@ -224,6 +224,11 @@ def _prepare(state: WorkerState, req: MeasureRequest, engine: Any, ref_x: Any) -
         )
         torch.cuda.reset_peak_memory_stats(spec.device)
     run = prepared.run
+    if x_src is None:  # a device-resident batch goes where a captured graph reads it (no copy a replay)
+        bound = graph_runner.bound_input(run, x)
+        if bound is not x and isinstance(prepared.info, dict):  # the engine's record says where its input sat
+            prepared.info["static_input"] = "bound: the batch sits in the graph's input buffer"
+        x = bound
     if x_src is not None:
 
         def step():

@@ -33,6 +33,7 @@ import torch
 from deepgap.core import envinfo
 from deepgap.core.records import Status
 from deepgap.measure.engines import get_engine
+from deepgap.measure.graph_runner import bound_input
 from deepgap.measure.worker import nvml_used_bytes
 from deepgap.serving.run.process import SetupFailed, SetupReply
 from deepgap.serving.sim.batcher import BatchPolicy, StopRule, serve_loop
@@ -82,8 +83,13 @@ class PipelinedExecutor:
             raise ValueError(f"batch {top} is larger than the input ring ({ring.size})")
         # one uint8 landing buffer per slot in flight; engine inputs per batch size, in the engine's layout
         self.u8 = [torch.empty((top, *shape), dtype=torch.uint8, device=device) for _ in range(self.depth)]
+        # a captured graph's own input buffer where it takes one of these as it is (`graph_runner.bound_input`):
+        # the normaliser then writes where the engine reads, with no copy before each replay
         self.dev_in = {
-            b: torch.zeros((b, 3, res, res), dtype=dtype, device=device).contiguous(memory_format=fmt)
+            b: bound_input(
+                runs[b],
+                torch.zeros((b, 3, res, res), dtype=dtype, device=device).contiguous(memory_format=fmt),
+            )
             for b in self.buckets
         }
         self.norm = Normaliser(dtype, device)
