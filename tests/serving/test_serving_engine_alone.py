@@ -67,7 +67,7 @@ def test_measure_curve_records_the_held_engine_and_its_burst():
     ctx = SimpleNamespace(parts=parts, req=SimpleNamespace(engine_min_time_s=0.01, seq_lens=()))
     rate, b = engine_ips(ctx)
     assert b == 4 and rate == pytest.approx(4 / parts[4]["engine_s"])
-    words = engine_words(ctx, (rate, b))
+    words = engine_words(ctx)
     assert words.startswith(f"{rate:,.1f} img/s at batch 4, device-resident inputs, held ≥ 0.01 s")
     assert words.endswith(f"a short burst: {4 / parts[4]['engine_burst_s']:,.1f}")
     assert engine_details(ctx) == {
@@ -85,7 +85,7 @@ def test_measure_curve_without_a_held_window_keeps_the_burst():
     assert [n for b, n in ex.engine_calls] == [2, 2]
     assert parts[4]["engine_s"] == parts[4]["engine_burst_s"]
     ctx = SimpleNamespace(parts=parts, req=SimpleNamespace(engine_min_time_s=0.0, seq_lens=()))
-    assert "burst" not in engine_words(ctx, engine_ips(ctx))
+    assert "burst" not in engine_words(ctx)
 
 
 def _args(*argv: str):

@@ -224,11 +224,6 @@ def _prepare(state: WorkerState, req: MeasureRequest, engine: Any, ref_x: Any) -
         )
         torch.cuda.reset_peak_memory_stats(spec.device)
     run = prepared.run
-    if x_src is None:  # a device-resident batch goes where a captured graph reads it (no copy a replay)
-        bound = graph_runner.bound_input(run, x)
-        if bound is not x and isinstance(prepared.info, dict):  # the engine's record says where its input sat
-            prepared.info["static_input"] = "bound: the batch sits in the graph's input buffer"
-        x = bound
     if x_src is not None:
 
         def step():
@@ -236,6 +231,10 @@ def _prepare(state: WorkerState, req: MeasureRequest, engine: Any, ref_x: Any) -
             return run(x)
 
     else:
+        bound = graph_runner.bound_input(run, x)  # where a captured graph reads it: no copy a replay
+        if bound is not x:  # the engine's record says where its input sat
+            prepared.info["static_input"] = "bound: the batch sits in the graph's input buffer"
+        x = bound
 
         def step():
             return run(x)

@@ -62,23 +62,23 @@ def engine_details(c: ScenarioContext) -> dict[str, Any]:
     return {
         "engine_ips": rate,
         "engine_batch": b,
-        "engine_held_s": getattr(c.req, "engine_min_time_s", 0.0),
+        "engine_held_s": c.req.engine_min_time_s,
         "engine_burst_ips": b / burst if burst else None,
     }
 
 
-def engine_words(c: ScenarioContext, engine: tuple[float, int]) -> str:
-    """How the engine-alone rate ``engine`` was measured, with its short burst beside it where it differs.
+def engine_words(c: ScenarioContext) -> str:
+    """How the run's engine-alone rate (`engine_details`) was measured, with its short burst where it was held.
 
     Why: the ratio of a served capacity to "the engine alone" names both sides; a burst of a few batches
     runs at boost clocks, a window held ≥ 1 s at the clocks sustained load leaves (`server.sustained_s`).
     """
-    rate, b = engine
-    words = f"{rate:,.1f} {rate_unit(c)} at batch {b}, device-resident inputs"
-    held = getattr(c.req, "engine_min_time_s", 0.0)
-    burst = c.parts.get(b, {}).get("engine_burst_s")
-    if held > 0 and burst:
-        words += f", held ≥ {held:g} s back to back; a short burst: {b / burst:,.1f}"
+    d = engine_details(c)
+    words = f"{d['engine_ips']:,.1f} {rate_unit(c)} at batch {d['engine_batch']}, device-resident inputs"
+    if d["engine_held_s"] > 0 and d["engine_burst_ips"]:
+        words += (
+            f", held ≥ {d['engine_held_s']:g} s back to back; a short burst: {d['engine_burst_ips']:,.1f}"
+        )
     return words
 
 

@@ -173,7 +173,7 @@ def _offline(c: ScenarioContext) -> None:
         f"offline: {best[0]:,.1f} samples/s at batch {best[1]} (calibration predicted "
         f"{best[2]:,.1f}); tried batches {', '.join(map(str, cands))}"
         + (
-            f"; the engine alone ({engine_words(c, engine)}): offline / engine {best[0] / engine[0]:.3f}"
+            f"; the engine alone ({engine_words(c)}): offline / engine {best[0] / engine[0]:.3f}"
             if engine
             else ""
         )

@@ -261,7 +261,7 @@ def _report_capacity(
         c.out.lines.append(f"server capacity: {host_line(at.summary)}")
     if engine:
         c.out.lines.append(
-            f"server capacity / the engine alone ({engine_words(c, engine)}): "
+            f"server capacity / the engine alone ({engine_words(c)}): "
             f"{best.capacity_qps / engine[0]:.3f}{_bracket(best, engine[0])}"
         )
 
