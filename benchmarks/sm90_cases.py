@@ -475,6 +475,22 @@ def whole_cases() -> Iterator[Case]:
         yield f"resnet b1 {qfmt}{' dataflow' if flow else ' barriers'}{' 16 warps' * (warps == 16)}", run
 
 
+def normalise_cases() -> Iterator[Case]:
+    """Serve's normaliser (`serving.worker.normalise_kernel`): a batch of 128 uint8 224² images into each input dtype.
+
+    Every served batch of 224² images is 150,528·b bytes, a multiple of 16, so one compile per dtype serves all.
+    """
+    from deepgap.serving.worker import normalise_kernel
+
+    for dtype in normalise_kernel.DTYPES:
+
+        def run(dtype=dtype):
+            out = meta(128, 3, 224, 224, dtype=dtype).contiguous(memory_format=torch.channels_last)
+            normalise_kernel.normalise(meta(128, 224, 224, 3, dtype=torch.uint8), out, (1.0,) * 3, (0.0,) * 3)
+
+        yield f"b128 224 {SHORT.get(dtype, dtype)}", run
+
+
 CASES: dict[str, Callable[[], Iterator[Case]]] = {
     "attention": attention_cases,
     "gemv": gemv_cases,
@@ -490,4 +506,5 @@ CASES: dict[str, Callable[[], Iterator[Case]]] = {
     "linear": linear_cases,
     "row-quant": row_quant_cases,
     "whole": whole_cases,
+    "normalise": normalise_cases,
 }

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from deepgap.measure.images import IMAGENET_MEAN, IMAGENET_STD
+from deepgap.serving.worker import normalise_kernel
 
 
 def spans(first: int, count: int, size: int) -> list[tuple[int, int, int]]:
@@ -57,19 +58,36 @@ class InputRing:
 
 
 class Normaliser:
-    """uint8 NHWC → the engine's dtype and layout, ImageNet-normalised, in one elementwise kernel."""
+    """uint8 NHWC → the engine's dtype and layout, ImageNet-normalised, in one elementwise kernel.
 
-    def __init__(self, dtype: Any, device: Any) -> None:
+    ``backend`` 'triton' is `normalise_kernel` (flat over the storage, 3–4× torch's ``addcmul`` on a GPU: session 47),
+    'torch' is ``addcmul``; 'auto' takes Triton on a GPU wherever the tensors fit it, torch otherwise
+    (a CPU server keeps torch: the interpreter is for tests).
+    """
+
+    def __init__(self, dtype: Any, device: Any, backend: str = "auto") -> None:
+        if backend not in ("auto", "triton", "torch"):
+            raise ValueError(f"backend must be auto, triton or torch; got {backend!r}")
         std = torch.tensor(IMAGENET_STD, dtype=torch.float32)
         mean = torch.tensor(IMAGENET_MEAN, dtype=torch.float32)
         self.scale = (1.0 / (255.0 * std)).view(1, 3, 1, 1).to(device)
         self.shift = (-mean / std).view(1, 3, 1, 1).to(device)
+        self.scales = tuple(float(v) for v in (1.0 / (255.0 * std)))
+        self.shifts = tuple(float(v) for v in (-mean / std))
         self.dtype = dtype
+        self.backend = backend
 
     def __call__(self, u8: Any, out: Any) -> Any:
         """``out[:n] = (u8 / 255 − mean) / std`` for ``u8`` (n, H, W, 3); fp32 math, stored as ``out``."""
         n = u8.shape[0]
-        return torch.addcmul(self.shift, u8.permute(0, 3, 1, 2), self.scale, out=out[:n])
+        dst = out[:n]
+        use = self.backend
+        if use == "auto":
+            use = "triton" if u8.device.type == "cuda" and normalise_kernel.fits(u8, dst) else "torch"
+        if use == "triton":
+            normalise_kernel.normalise(u8, dst, self.scales, self.shifts)
+            return dst
+        return torch.addcmul(self.shift, u8.permute(0, 3, 1, 2), self.scale, out=dst)
 
     def reference(self, u8: Any) -> Any:
         """The same normalisation on the CPU in fp32 (NCHW): the correctness reference's input."""
