@@ -35,9 +35,11 @@ class _Executor:
 
     torch = __import__("torch")
     cuda = False
-    buckets = [2, 4]
+    depth = 1
 
-    def __init__(self) -> None:
+    def __init__(self, buckets=(2, 4), fixed_s: float = 10e-4) -> None:
+        self.buckets = list(buckets)
+        self.fixed_s = fixed_s  # the engine's fixed cost a batch, beside 1e-4 s an image
         self.engine_calls: list[tuple[int, int]] = []
 
     def __call__(self, first: int, count: int) -> tuple[float, float, float, float]:
@@ -49,21 +51,22 @@ class _Executor:
     def wait(self, t):
         return self(0, t)
 
-    depth = 1
-
     def engine_interval_s(self, b: int, n: int) -> float:
         self.engine_calls.append((b, n))
-        return 1e-4 * (10 + b) * (1 + 0.01 * len(self.engine_calls))  # a fixed cost a batch
+        return (self.fixed_s + 1e-4 * b) * (1 + 0.01 * len(self.engine_calls))
 
 
-def test_measure_curve_records_the_held_engine_and_its_burst():
+def test_measure_curve_holds_the_best_batch_and_records_its_burst():
     ex = _Executor()
     _, parts, note = measure_curve(ex, warmup=1, iterations=4, engine_min_time_s=0.01)
     assert note == ""
-    # per batch size: the burst (iterations // 2 batches), a warm window and a timed one of ≥ 10 ms
-    assert [n for b, n in ex.engine_calls if b == 2] == [2, 9, 9]
+    # each batch size's burst (iterations // 2 batches); then, at the one whose burst is within 10% of the best
+    # rate (batch 4: 2,801 img/s; batch 2 at 1,650 cannot be the best), a warm window and a timed one of ≥ 10 ms
+    assert ex.engine_calls == [(2, 2), (4, 2), (4, 8), (4, 8)]
     assert parts[2]["engine_burst_s"] == pytest.approx(1.2e-3 * 1.01)
-    assert parts[2]["engine_s"] == pytest.approx(1.2e-3 * 1.03)
+    assert parts[2]["engine_s"] is None
+    assert parts[4]["engine_burst_s"] == pytest.approx(1.4e-3 * 1.02)
+    assert parts[4]["engine_s"] == pytest.approx(1.4e-3 * 1.04)
     ctx = SimpleNamespace(parts=parts, req=SimpleNamespace(engine_min_time_s=0.01, seq_lens=()))
     rate, b = engine_ips(ctx)
     assert b == 4 and rate == pytest.approx(4 / parts[4]["engine_s"])
@@ -79,11 +82,23 @@ def test_measure_curve_records_the_held_engine_and_its_burst():
     assert engine_details(SimpleNamespace(parts={}, req=ctx.req)) == {}  # no engine alone timed: nothing
 
 
+def test_every_batch_within_a_tenth_of_the_best_burst_is_held_and_the_best_held_rate_is_the_comparator():
+    # batch 16 bursts at 0.93 of batch 32's rate (held), batch 8 at 0.81 (not held)
+    ex = _Executor(buckets=(8, 16, 32), fixed_s=3e-4)
+    _, parts, _ = measure_curve(ex, warmup=1, iterations=4, engine_min_time_s=0.01)
+    assert [b for b, p in parts.items() if p["engine_s"] is not None] == [16, 32]
+    assert [b for b, _ in ex.engine_calls] == [8, 16, 32, 16, 16, 32, 32]
+    ctx = SimpleNamespace(parts=parts, req=SimpleNamespace(engine_min_time_s=0.01, seq_lens=()))
+    # the comparator is the best held rate
+    assert engine_ips(ctx) == (pytest.approx(max(b / parts[b]["engine_s"] for b in (16, 32))), 32)
+
+
 def test_measure_curve_without_a_held_window_keeps_the_burst():
     ex = _Executor()
     _, parts, _ = measure_curve(ex, warmup=1, iterations=4)
     assert [n for b, n in ex.engine_calls] == [2, 2]
     assert parts[4]["engine_s"] == parts[4]["engine_burst_s"]
+    assert parts[2]["engine_s"] == parts[2]["engine_burst_s"]
     ctx = SimpleNamespace(parts=parts, req=SimpleNamespace(engine_min_time_s=0.0, seq_lens=()))
     assert "burst" not in engine_words(ctx)
 

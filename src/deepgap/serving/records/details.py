@@ -43,7 +43,9 @@ class CurveDetails(JsonRecord):
     includes: str | None = None  # the steps one calibration sample times
     host_s: float | None = None  # mean host-side seconds of a batch (pipelined engines)
     interval_s: float | None = None  # mean seconds between batch completions at the serving depth
-    engine_s: float | None = None  # mean seconds inside the engine (held ≥ 1 s back to back on a GPU)
+    # mean seconds inside the engine, held ≥ 1 s back to back on a GPU where its burst is within 10% of the best
+    # batch's rate (`server.HOLD_WITHIN`; None at the other batch sizes there, since session 47)
+    engine_s: float | None = None
     engine_burst_s: float | None = None  # the same over a burst of a few batches (boost clocks)
     seq_len: int | None = None  # a text model: the padded length every request of the batch had
     # a text model: every calibrated padded length's samples and interval at this batch size (the key

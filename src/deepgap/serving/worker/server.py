@@ -254,6 +254,9 @@ def quiet_gc():
             gc.enable()
 
 
+HOLD_WITHIN = 0.9  # a batch size's engine is held where its burst reaches this share of the best burst's rate
+
+
 def measure_curve(
     executor: PipelinedExecutor,
     warmup: int,
@@ -270,6 +273,10 @@ def measure_curve(
     inputs: the sweep's number, what the serving path is compared against, held back to back for
     ``engine_min_time_s`` by `sustained_s`; ``engine_burst_s`` is its first short burst). A batch size that runs
     out of memory ends the curve there (``on_oom(exc)`` says whether ``exc`` is one); the note says so.
+
+    Only the batch sizes whose burst is within `HOLD_WITHIN` of the best burst's rate are held (the others'
+    ``engine_s`` is None): the comparator is the best held rate (`scenario_context.engine_ips`), and holding
+    each of eight buckets ≥ 2 s cost 16 s a GPU set-up (session 46) for rates that could not be the best.
     """
     samples: dict[int, list[float]] = {}
     parts: dict[int, dict[str, float]] = {}
@@ -288,7 +295,6 @@ def measure_curve(
                     lat.append(time.perf_counter() - t0)
                 interval = pipelined_interval_s(executor, b, max(iterations, 2))
                 burst = executor.engine_interval_s(b, max(iterations // 2, 1))
-                engine = sustained_s(executor.engine_interval_s, b, burst, engine_min_time_s)
             except BaseException as exc:
                 if on_oom is None or not on_oom(exc) or not samples:
                     raise
@@ -305,9 +311,17 @@ def measure_curve(
                 "d2h_s": float(m[2]),
                 "host_s": float(m[3]),
                 "interval_s": min(interval, float(np.median(lat))),
-                "engine_s": engine,
+                "engine_s": burst,
                 "engine_burst_s": burst,
             }
+        if engine_min_time_s > 0 and parts:
+            rates = {b: b / p["engine_burst_s"] if p["engine_burst_s"] > 0 else 0.0 for b, p in parts.items()}
+            for b, p in parts.items():
+                held = rates[b] >= HOLD_WITHIN * max(rates.values())
+                burst = p["engine_burst_s"]
+                p["engine_s"] = (
+                    sustained_s(executor.engine_interval_s, b, burst, engine_min_time_s) if held else None
+                )
     return samples, parts, note
 
 
