@@ -166,6 +166,22 @@ def _store_with_capacities(tmp_path):
     return path
 
 
+@pytest.mark.parametrize(
+    "ratio, noted",
+    [(0.97, False), (1.02, False), (1.021, True), (1.314, True), (None, False), (float("nan"), False)],
+)
+def test_a_capacity_above_the_engine_alone_is_noted_never_shown_plainly(ratio, noted):
+    from deepgap.serving.records.details import engine_ratio_note
+    from deepgap.serving.show import tables
+
+    assert bool(engine_ratio_note(ratio)) is noted
+    r = {"capacity_over_engine": ratio, "engine_ips": 16_410.0, "engine_batch": 8, "engine_held_s": 0.0}
+    cell = tables.engine_ratio_cell(r)
+    assert ("cannot be" in cell) is noted
+    if noted:
+        assert cell.startswith(f"{ratio:.3f} of 16,410 (bs8, a short burst) (above the engine alone")
+
+
 def test_show_export_and_the_report_name_the_engine_alone_beside_the_capacity(tmp_path):
     from deepgap.serving.show import tables
     from deepgap.serving.show.export import serve_export

@@ -22,6 +22,7 @@ from deepgap.serving.capacity.search import (
     schedule,
     search_policies,
 )
+from deepgap.serving.records.details import engine_ratio_note
 from deepgap.serving.run.process import LevelRequest
 from deepgap.serving.run.rows import capacity_row, level_row, simulated_rows
 from deepgap.serving.run.scenario_context import (
@@ -240,9 +241,10 @@ def _report_capacity(
             capacity_p99_s=at.summary.latency_p99_s,
         )
     if engine:
-        c.out.summary.update(
-            engine_ips=engine[0], engine_batch=engine[1], capacity_vs_engine=best.capacity_qps / engine[0]
-        )
+        ratio = best.capacity_qps / engine[0]
+        c.out.summary.update(engine_ips=engine[0], engine_batch=engine[1], capacity_vs_engine=ratio)
+        if engine_ratio_note(ratio):  # `--json` says it too
+            c.out.summary["capacity_vs_engine_note"] = engine_ratio_note(ratio).strip(" ()")
     # no probe passed: there is no capacity to state (capacity_qps is 0.0 above), and no ratio to the prediction
     if best.capacity_qps <= 0:
         c.out.summary["capacity_note"] = why = _no_capacity(best)  # as where no batch fits the SLO
@@ -263,6 +265,7 @@ def _report_capacity(
         c.out.lines.append(
             f"server capacity / the engine alone ({engine_words(c)}): "
             f"{best.capacity_qps / engine[0]:.3f}{_bracket(best, engine[0])}"
+            f"{engine_ratio_note(best.capacity_qps / engine[0])}"
         )
 
 

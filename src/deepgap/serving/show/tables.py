@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from deepgap.core.records import kv_cache_suffix
+from deepgap.serving.records.details import engine_ratio_note
 from deepgap.serving.records.storage import capacity_frame, has_tables, levels_frame
 
 if TYPE_CHECKING:
@@ -210,7 +211,7 @@ def engine_ratio_cell(r: dict) -> str:
         return "–"
     held = r.get("engine_held_s") or 0.0
     how = f"held {held:g} s" if held > 0 else "a short burst"
-    return f"{ratio:.3f} of {rate:,.0f} (bs{int(r['engine_batch'])}, {how})"
+    return f"{ratio:.3f} of {rate:,.0f} (bs{int(r['engine_batch'])}, {how}){engine_ratio_note(ratio)}"
 
 
 def interference(store: Store, run_ids: list[str] | None = None) -> pd.DataFrame:
