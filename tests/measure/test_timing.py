@@ -1,5 +1,7 @@
 """The timing protocol with a scripted clock: exact expectations, no real time."""
 
+import random
+
 import pytest
 
 from deepgap.measure.timing import HostClock, TimingProtocol, run_protocol
@@ -64,3 +66,45 @@ def test_adaptive_gives_up_at_max_time_and_says_so():
     assert t.ci_met is False
     assert len(t.samples_s) > 1  # it tried more repeats
     assert t.elapsed_s >= 3.0 and t.elapsed_s < 3.0 + 1.0  # stopped within one repeat of the cap
+
+
+def test_adaptive_bootstraps_again_only_after_four_times_its_cost_of_repeats(monkeypatch):
+    """The stop rule's bootstrap is spaced by what it costs, so it never takes more than a fifth of the loop."""
+    import deepgap.measure.timing as timing
+
+    rng = random.Random(7)
+    c = ScriptedClock([rng.uniform(0.001, 0.009) for _ in range(1009)])  # noisy: never meets its target
+    sizes: list[int] = []
+    real = timing.median_ci_halfwidth_rel
+
+    def bootstrap(x):  # each costs 0.2 s of the scripted clock, about five repeats of 20 steps
+        sizes.append(len(x))
+        c.t_ns += int(0.2e9)
+        return real(x)
+
+    monkeypatch.setattr(timing, "median_ci_halfwidth_rel", bootstrap)
+    clock = HostClock(sync=c.sync, clock_ns=c.now_ns)
+    protocol = TimingProtocol(warmup=0, iterations=10, repeats=2, target_ci=0.001, max_time_s=30.0)
+    t = run_protocol(c.step, clock, protocol, now=c.now_s)
+    n = sum(len(s) for s in t.samples_s)
+    assert t.ci_met is False and sizes[0] == 20 and sizes[-1] == n  # after the fixed repeats, and at the end
+    # 0.8 s of repeats (about 0.1 s each: 10 timed steps and a 10-step window) between two bootstraps
+    assert all(b - a >= 50 for a, b in zip(sizes[:-2], sizes[1:-1], strict=True))
+    assert len(sizes) * 0.2 <= 30.0 / 5 + 0.4  # the bootstraps took at most a fifth of the 30 s
+    assert t.ci_halfwidth_rel == pytest.approx(real(t.pooled))
+
+
+def test_a_repeat_longer_than_four_bootstraps_is_checked_after_every_repeat(monkeypatch):
+    import deepgap.measure.timing as timing
+
+    sizes: list[int] = []
+    real = timing.median_ci_halfwidth_rel
+    monkeypatch.setattr(
+        timing, "median_ci_halfwidth_rel", lambda x: sizes.append(len(x)) or real(x)
+    )  # no cost
+    rng = random.Random(3)
+    c = ScriptedClock([rng.uniform(0.001, 0.009) for _ in range(1009)])
+    clock = HostClock(sync=c.sync, clock_ns=c.now_ns)
+    protocol = TimingProtocol(warmup=0, iterations=10, repeats=2, target_ci=0.001, max_time_s=3.0)
+    run_protocol(c.step, clock, protocol, now=c.now_s)
+    assert sizes == list(range(20, sizes[-1] + 1, 10))  # one bootstrap a repeat, as before
