@@ -27,5 +27,10 @@ case ${1:-} in
    step "serving GPU tests" 200 python -m pytest -q -m gpu tests/serving -p no:cacheprovider -x \
        > "$OUT/serving-gputests.txt" 2>&1
    tail -n 5 "$OUT/serving-gputests.txt" ;;
-*) echo "usage: $0 1|2|3|4|5|6|7"; exit 2 ;;
+8) # prepared for an H200 (issue 47's goals are there), one call of about 8 min: the served ratio with the Triton
+   # normaliser and LoadGen x3 first (its first GPU run of the held engine's candidates, `server.HOLD_WITHIN`),
+   # then batch 1 in `deepgap run` and the bare loop
+   bash results/h100/session46/device.sh 5
+   bash results/h100/session46/device.sh 6 ;;
+*) echo "usage: $0 1|2|3|4|5|6|7|8"; exit 2 ;;
 esac
