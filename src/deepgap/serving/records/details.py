@@ -211,4 +211,4 @@ def engine_ratio_note(ratio: float | None) -> str:
         return ""
     if not r > ENGINE_RATIO_MAX:  # NaN fails too
         return ""
-    return " (above the engine alone, which cannot be: its figure ran low, a busy host?)"
+    return " (above the engine alone: that figure ran low)"
