@@ -240,11 +240,12 @@ def _report_capacity(
             capacity_mean_batch=at.summary.mean_batch,
             capacity_p99_s=at.summary.latency_p99_s,
         )
+    ratio = best.capacity_qps / engine[0] if engine else None
+    note = engine_ratio_note(ratio)  # the console line's, and `--json`'s where there is one
     if engine:
-        ratio = best.capacity_qps / engine[0]
         c.out.summary.update(engine_ips=engine[0], engine_batch=engine[1], capacity_vs_engine=ratio)
-        if engine_ratio_note(ratio):  # `--json` says it too
-            c.out.summary["capacity_vs_engine_note"] = engine_ratio_note(ratio).strip(" ()")
+        if note:
+            c.out.summary["capacity_vs_engine_note"] = note.strip(" ()")
     # no probe passed: there is no capacity to state (capacity_qps is 0.0 above), and no ratio to the prediction
     if best.capacity_qps <= 0:
         c.out.summary["capacity_note"] = why = _no_capacity(best)  # as where no batch fits the SLO
@@ -263,9 +264,7 @@ def _report_capacity(
         c.out.lines.append(f"server capacity: {host_line(at.summary)}")
     if engine:
         c.out.lines.append(
-            f"server capacity / the engine alone ({engine_words(c)}): "
-            f"{best.capacity_qps / engine[0]:.3f}{_bracket(best, engine[0])}"
-            f"{engine_ratio_note(best.capacity_qps / engine[0])}"
+            f"server capacity / the engine alone ({engine_words(c)}): {ratio:.3f}{_bracket(best, engine[0])}{note}"
         )
 
 

@@ -69,10 +69,10 @@ class Normaliser:
             raise ValueError(f"backend must be auto, triton or torch; got {backend!r}")
         std = torch.tensor(IMAGENET_STD, dtype=torch.float32)
         mean = torch.tensor(IMAGENET_MEAN, dtype=torch.float32)
-        self.scale = (1.0 / (255.0 * std)).view(1, 3, 1, 1).to(device)
-        self.shift = (-mean / std).view(1, 3, 1, 1).to(device)
-        self.scales = tuple(float(v) for v in (1.0 / (255.0 * std)))
-        self.shifts = tuple(float(v) for v in (-mean / std))
+        scale, shift = 1.0 / (255.0 * std), -mean / std  # fp32, one value a channel
+        self.scale = scale.view(1, 3, 1, 1).to(device)
+        self.shift = shift.view(1, 3, 1, 1).to(device)
+        self.scales, self.shifts = tuple(scale.tolist()), tuple(shift.tolist())  # the kernel's scalars
         self.dtype = dtype
         self.backend = backend
 

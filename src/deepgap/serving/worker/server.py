@@ -316,8 +316,9 @@ def measure_curve(
             }
         if engine_min_time_s > 0 and parts:
             rates = {b: b / p["engine_burst_s"] if p["engine_burst_s"] > 0 else 0.0 for b, p in parts.items()}
+            floor = HOLD_WITHIN * max(rates.values())
             for b, p in parts.items():
-                held = rates[b] >= HOLD_WITHIN * max(rates.values())
+                held = rates[b] >= floor
                 burst = p["engine_burst_s"]
                 p["engine_s"] = (
                     sustained_s(executor.engine_interval_s, b, burst, engine_min_time_s) if held else None
