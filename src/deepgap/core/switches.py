@@ -38,7 +38,9 @@ SWITCHES: dict[str, Switch] = {
     "DEEPGAP_QUANT_GELU": Switch(("erf", "tanh", "erf-poly"), "tanh"),
     "DEEPGAP_QUANT_SDPA": Switch(("torch", "cudnn", "flash", "efficient"), "torch"),
     "DEEPGAP_QUANT_GEMM": Switch(
-        ("persistent", "off"), "persistent", fix="set it to one of persistent, off or unset it (persistent)"
+        ("persistent", "narrow", "off"),
+        "persistent",
+        fix="set it to one of persistent, narrow, off or unset it (persistent)",
     ),
     "DEEPGAP_QUANT_STEM_POOL": Switch(("off", "on"), "off"),
     "DEEPGAP_QUANT_HEAD": Switch(("auto", "torch"), "auto"),

@@ -45,40 +45,54 @@ def _run(lay, x, res, out_fmt, cfg, out=None, num_programs=None):
     )  # fmt: skip
 
 
-CASES = [  # cin, cout, residual format, output format, TMA epilogue, residual prefetched a tile ahead
-    (64, 64, None, "q", False, False),
-    (32, 64, "q", "q", False, False),
-    (64, 32, "q", "q", True, False),
-    (32, 32, "fp16", "fp16", True, True),
-    (64, 32, "q", "fp16", False, True),
-    (32, 64, "q", "q", False, True),
+CASES = [  # cin, cout, residual format, output format, TMA epilogue, residual prefetched a tile ahead, split epilogue
+    (64, 64, None, "q", False, False, False),
+    (32, 64, "q", "q", False, False, False),
+    (64, 32, "q", "q", True, False, False),
+    (32, 32, "fp16", "fp16", True, True, False),
+    (32, 32, "q", "fp16", False, True, False),
+    (32, 64, "q", "q", False, True, False),
+    (32, 64, "q", "q", False, False, True),  # the epilogue in two 16-column halves, each with its residual
+    (64, 32, "fp16", "fp16", True, False, True),
+    (32, 64, None, "q", True, False, True),
 ]
 
 
 @pytest.mark.parametrize("qfmt", ["int8", "fp8"])
 @pytest.mark.parametrize(
-    "case", CASES, ids=lambda c: f"c{c[0]}n{c[1]}r{c[2]}o{c[3]}{'-te' * c[4]}{'-er' * c[5]}"
+    "case", CASES, ids=lambda c: f"c{c[0]}n{c[1]}r{c[2]}o{c[3]}{'-te' * c[4]}{'-er' * c[5]}{'-se' * c[6]}"
 )
 def test_persistent_kernel_matches_the_exact_reference(qfmt, case):
-    cin, cout, res_fmt, out_fmt, epi, early = case
+    cin, cout, res_fmt, out_fmt, epi, early, split = case
     res_fmt = qfmt if res_fmt == "q" else res_fmt
     out_fmt = qfmt if out_fmt == "q" else out_fmt
     lay, x, res, ref = _case(qfmt, cin, cout, res_fmt, out_fmt, rows=126)  # M not a multiple of BM
-    cfg = dataclasses.replace(CFG, tma_epilogue=epi, early_res=early)
+    cfg = dataclasses.replace(CFG, tma_epilogue=epi, early_res=early, split_epilogue=split)
     same_codes(_run(lay, x, res, out_fmt, cfg), ref, out_fmt, min_equal=0.9)
 
 
 @pytest.mark.parametrize("programs", [1, 5, 64])
-@pytest.mark.parametrize("epi,early", [(False, False), (True, False), (False, True)], ids=["", "te", "er"])
-def test_the_tile_walk_writes_every_tile_once_whatever_the_grid(programs, epi, early):
+@pytest.mark.parametrize(
+    "epi,early,split",
+    [
+        (False, False, False),
+        (True, False, False),
+        (False, True, False),
+        (False, False, True),
+        (True, False, True),
+    ],
+    ids=["", "te", "er", "se", "te-se"],
+)
+def test_the_tile_walk_writes_every_tile_once_whatever_the_grid(programs, epi, early, split):
     """16 tiles (4 row × 4 column tiles, the last row tile partial) over 1, 5 or 64 (> tiles) programs.
 
     With ``early_res`` each program carries its next tile's residual through the walk: a wrong hand-on
-    would put another tile's residual into this one's sum.
+    would put another tile's residual into this one's sum; with ``split_epilogue`` a half finished at the wrong
+    columns would leave −128 where the other half belongs.
     """
     lay, x, res, ref = _case("int8", 32, 128, "int8", "int8", rows=100, seed=programs)
     out = torch.full_like(ref, -128)  # no kernel writes −128 (outputs clamp to ±127)
-    cfg = dataclasses.replace(CFG, tma_epilogue=epi, early_res=early)
+    cfg = dataclasses.replace(CFG, tma_epilogue=epi, early_res=early, split_epilogue=split)
     _run(lay, x, res, "int8", cfg, out=out, num_programs=programs)
     assert torch.equal(out, ref)
 
@@ -94,6 +108,12 @@ def test_it_equals_conv_gemm_kernel_bit_for_bit_int8():
 
 def test_what_the_kernel_cannot_take_is_a_clear_error():
     lay, x, res, _ = _case("int8", 32, 32, None, "int8", rows=16)
+    both = dataclasses.replace(CFG, split_epilogue=True, early_res=True)
+    with pytest.raises(ValueError, match="not both"):
+        _run(lay, x, None, "int8", both)
+    lay2, x2, res2, _ = _case("int8", 64, 32, "int8", "int8", rows=16)  # K = 64: two steps of BK = 32
+    with pytest.raises(ValueError, match="needs K in one step"):
+        _run(lay2, x2, res2, "int8", dataclasses.replace(CFG, early_res=True))
     with pytest.raises(ValueError, match="1×1 stride-1"):
         persistent.conv_gemm(x, (1, 4, 4), lay.w_q, 1, 2, 0, lay.alpha, lay.beta, "int8", True, CFG)
     shifted = torch.empty(17 * 32, dtype=torch.int8)[32:].view(16, 32)  # a view that starts 32 bytes in: fine
@@ -110,7 +130,8 @@ def _conv(k=1, stride=1, cin=64, cout=256, res=None):
 
 
 def test_the_tiles_are_offered_by_default_and_off_turns_them_off(monkeypatch):
-    """Session 22's winners only: the 128×64 two-per-SM tile, and in fp8 without a residual the TMA-epilogue one."""
+    """Session 22's winners: the 128×64 two-per-SM tile, and in fp8 without a residual the TMA-epilogue one; a
+    residual layer also gets session 48's wide tiles (`WIDE_RESIDUAL`) where N divides, except with 'narrow'."""
     monkeypatch.delenv("DEEPGAP_QUANT_GEMM", raising=False)
     assert gemm_mode() == "persistent"
     tiles = persistent_configs(_conv(), 802816, (9, 0))  # layer1.0.downsample's shape at batch 256
@@ -118,7 +139,23 @@ def test_the_tiles_are_offered_by_default_and_off_turns_them_off(monkeypatch):
     assert all(t.persistent and t.fits(256, 64) for t in tiles)
     fp8 = persistent_configs(_conv(cin=256, cout=128), 802816, (9, 0), "fp8")  # layer2.0.conv1
     assert [t.label for t in fp8] == ["128x64x128 w4 s4 persistentx2", "128x128x128 w8 s3 persistent tma-epi"]
-    assert len(persistent_configs(_conv(cin=256, cout=128, res="r"), 802816, (9, 0), "fp8")) == 1
+    res128 = persistent_configs(
+        _conv(cin=256, cout=128, res="r"), 802816, (9, 0), "fp8"
+    )  # N = 128: no 256 tile
+    assert [t.label for t in res128] == [
+        "128x64x128 w4 s4 persistentx2",
+        "128x128x128 w8 s4 persistent tma-epi",
+    ]
+    conv3 = persistent_configs(_conv(cin=256, cout=1024, res="r"), 200704, (9, 0), "int8")  # layer3's at 1024
+    assert [t.label for t in conv3] == [
+        "128x64x128 w4 s4 persistentx2",
+        "128x256x128 w8 s3 persistent split-epi",
+        "128x128x128 w8 s4 persistent tma-epi",
+    ]
+    monkeypatch.setenv("DEEPGAP_QUANT_GEMM", "narrow")
+    narrowed = persistent_configs(_conv(cin=256, cout=1024, res="r"), 200704, (9, 0), "int8")
+    assert [t.label for t in narrowed] == ["128x64x128 w4 s4 persistentx2"]
+    monkeypatch.delenv("DEEPGAP_QUANT_GEMM")
     narrow = persistent_configs(_conv(cin=64, cout=64), 802816, (9, 0), "fp8")  # N = 64: 3 stages won
     assert [t.label for t in narrow] == ["128x64x64 w4 s3 persistentx2"]
     assert persistent_configs(_conv(), 3136, (9, 0)) == []  # batch 1: 100 tiles for 264 programs
@@ -130,7 +167,9 @@ def test_the_tiles_are_offered_by_default_and_off_turns_them_off(monkeypatch):
     assert gemm_mode() == "off" and persistent_configs(_conv(), 802816, None) == []
     for old in ("persistant", "default"):  # 'default' meant off before session 23: refused, not reinterpreted
         monkeypatch.setenv("DEEPGAP_QUANT_GEMM", old)
-        with pytest.raises(UsageError, match=f"DEEPGAP_QUANT_GEMM='{old}'; set it to one of persistent, off"):
+        with pytest.raises(
+            UsageError, match=f"DEEPGAP_QUANT_GEMM='{old}'; set it to one of persistent, narrow, off"
+        ):
             gemm_mode()
 
 
@@ -141,18 +180,24 @@ def test_the_tuning_cache_key_names_the_persistent_tiles_and_off_keeps_the_old_k
     monkeypatch.delenv("DEEPGAP_QUANT_GEMM", raising=False)
     on = tunecache.device_key("cpu")
     assert on == {**off, "gemm": on["gemm"]} and on["gemm"].startswith("persistent:")
+    monkeypatch.setenv("DEEPGAP_QUANT_GEMM", "narrow")  # fewer candidates: a key of its own
+    assert tunecache.device_key("cpu")["gemm"] == "narrow:" + on["gemm"].split(":", 1)[1]
 
 
 def test_the_tuner_self_checks_and_times_the_persistent_tiles_through_the_network(r50_net, monkeypatch):
     """layer1.0.conv3 (1×1, 64 → 256, int8 residual) at batch 3 (M = 192: 8 tiles for the interpreter's 6
-    programs): every candidate, the persistent one included, passes its self-check; none at batch 2 (4 tiles)."""
+    programs): every candidate, the persistent ones included, passes its self-check; none at batch 2 (4 tiles)."""
     from deepgap.measure.quant.prepare import QuantOptions
 
     opts = QuantOptions(timing_reps=1, per_layer_choice=False, force_backend="triton")
     monkeypatch.delenv("DEEPGAP_QUANT_GEMM", raising=False)
     assert not any(c.persistent for _, c in tuning.candidates(r50_net, "layer1.0.conv3", 2, opts, True))
     cands = tuning.candidates(r50_net, "layer1.0.conv3", 3, opts, True)
-    assert [c.label for _, c in cands if c.persistent] == ["128x64x64 w4 s4 persistentx2"]
+    assert [c.label for _, c in cands if c.persistent] == [
+        "128x64x64 w4 s4 persistentx2",
+        "128x256x64 w8 s3 persistent split-epi",  # `tiles.WIDE_RESIDUAL`: a residual layer, N = 256
+        "128x128x64 w8 s4 persistent tma-epi",
+    ]
     assert not any(c.persistent for _, c in tuning.candidates(r50_net, "layer1.0.conv2", 3, opts, True))
     monkeypatch.setenv("DEEPGAP_QUANT_GEMM", "off")
     assert not any(c.persistent for _, c in tuning.candidates(r50_net, "layer1.0.conv3", 3, opts, True))

@@ -27,7 +27,7 @@ the descriptors) on the device, `check_tma` and `persistent_grid` on the host.
 """
 
 # Triton convention: compile-time (constexpr) parameters in capitals; constexpr branches stay if/else.
-# ruff: noqa: N803, SIM108
+# ruff: noqa: N803, N806, SIM108
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def gemm_1x1_kernel(
     x_ptr, w_ptr, out_ptr, alpha_ptr, beta_ptr, res_ptr, gamma, M, N, K: tl.constexpr, RELU: tl.constexpr,
     HAS_RES: tl.constexpr, OUT_KIND: tl.constexpr, ACC_INT: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
     BK: tl.constexpr, GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr, TMA_EPILOGUE: tl.constexpr,
-    EARLY_RES: tl.constexpr = False, PDL: tl.constexpr = False,
+    EARLY_RES: tl.constexpr = False, PDL: tl.constexpr = False, EPI_N: tl.constexpr = 0,
 ):  # fmt: skip
     """out[M, N] = epilogue(x[M, K] · w[N, K]ᵀ), one program per SM walking tiles NUM_SMS apart.
 
@@ -71,14 +71,24 @@ def gemm_1x1_kernel(
     its load, by pointers or by TMA, is waited for where it is issued), so ``EARLY_RES`` loads the
     program's next tile's residual into registers before this tile's MMA and hands it on through the
     loop: its latency hides behind a whole tile instead of stalling each epilogue.
+
+    ``EPI_N`` = BN / 2 (``TileConfig.split_epilogue``; 0 or BN: whole) finishes the tile in two column halves,
+    each with its half of the residual (`_finish_cols`), as `linear_kernels.fp8_linear_persistent_kernel` does:
+    what lets a residual layer take a 256-column tile (issue 47: ResNet-50's `conv3` layers, N = 512-2048,
+    took 128×64 tiles, so each row block of A was read N / 64 times).
     """
+    EW: tl.constexpr = BN if EPI_N == 0 else EPI_N
     pdl_enter(PDL)
     a_desc = tl.make_tensor_descriptor(x_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
     w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[K, 1], block_shape=[BN, BK])
+    o_dst = out_ptr
+    r_src = res_ptr
     if TMA_EPILOGUE:
-        o_desc = tl.make_tensor_descriptor(out_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+        o_desc = tl.make_tensor_descriptor(out_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, EW])
+        o_dst = o_desc
         if HAS_RES and not EARLY_RES:
-            r_desc = tl.make_tensor_descriptor(res_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+            r_desc = tl.make_tensor_descriptor(res_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, EW])
+            r_src = r_desc
     start = tl.program_id(0)
     tiles = tile_count(M, N, BM, BN)
     tile_c = start - NUM_SMS
@@ -92,23 +102,49 @@ def gemm_1x1_kernel(
         acc = tile_product(a_desc, w_desc, pid_m, pid_n, K, BM, BN, BK, ACC_INT)
         tile_c += NUM_SMS
         pid_m, pid_n = _grouped_tile(tile_c, M, N, BM, BN, GROUP_M)
-        rm = pid_m * BM + tl.arange(0, BM)
-        rn = pid_n * BN + tl.arange(0, BN)
-        offs = rm[:, None] * N + rn[None, :]
-        y = acc.to(tl.float32) * tl.load(alpha_ptr + rn)[None, :]
-        r = y
-        if HAS_RES:
-            if EARLY_RES:
-                r = _widen(r_early)
-            elif TMA_EPILOGUE:
-                r = _widen(r_desc.load([pid_m * BM, pid_n * BN]))
-            else:
-                r = _load_f32(res_ptr + offs, (rm < M)[:, None])
-        out = _finish(y, tl.load(beta_ptr + rn)[None, :], r, gamma, RELU, HAS_RES, OUT_KIND)
-        if TMA_EPILOGUE:
-            o_desc.store([pid_m * BM, pid_n * BN], out)  # rows past M are clipped by the copy engine
+        row0, col0 = pid_m * BM, pid_n * BN
+        if EW < BN:
+            left, right = tl.split(tl.permute(tl.reshape(acc, (BM, 2, EW)), (0, 2, 1)))
+            _finish_cols(left, row0, col0, o_dst, r_src, left, alpha_ptr, beta_ptr, gamma, M, N, BM, EW, RELU,
+                         HAS_RES, OUT_KIND, TMA_EPILOGUE, False)  # fmt: skip
+            _finish_cols(right, row0, col0 + EW, o_dst, r_src, right, alpha_ptr, beta_ptr, gamma, M, N, BM, EW, RELU,
+                         HAS_RES, OUT_KIND, TMA_EPILOGUE, False)  # fmt: skip
+        elif HAS_RES and EARLY_RES:
+            _finish_cols(acc, row0, col0, o_dst, r_src, r_early, alpha_ptr, beta_ptr, gamma, M, N, BM, BN, RELU,
+                         HAS_RES, OUT_KIND, TMA_EPILOGUE, True)  # fmt: skip
         else:
-            tl.store(out_ptr + offs, out, mask=(rm < M)[:, None])
+            _finish_cols(acc, row0, col0, o_dst, r_src, acc, alpha_ptr, beta_ptr, gamma, M, N, BM, BN, RELU,
+                         HAS_RES, OUT_KIND, TMA_EPILOGUE, False)  # fmt: skip
+
+
+@triton.jit
+def _finish_cols(
+    acc, row0, col0, o_dst, r_src, r_given, alpha_ptr, beta_ptr, gamma, M, N, BM: tl.constexpr, W: tl.constexpr,
+    RELU: tl.constexpr, HAS_RES: tl.constexpr, OUT_KIND: tl.constexpr, TMA_EPILOGUE: tl.constexpr,
+    GIVEN: tl.constexpr,
+):  # fmt: skip
+    """The epilogue of the tile's [BM, W] column block at (row0, col0), the whole tile where W = BN.
+
+    ``o_dst`` and ``r_src``: descriptors of that block's shape (``TMA_EPILOGUE``) or the output's and the
+    residual's pointers. ``GIVEN``: the residual is ``r_given``, loaded a tile ahead (``EARLY_RES``).
+    """
+    rm = row0 + tl.arange(0, BM)
+    rn = col0 + tl.arange(0, W)
+    offs = rm[:, None] * N + rn[None, :]
+    y = acc.to(tl.float32) * tl.load(alpha_ptr + rn)[None, :]
+    r = y
+    if HAS_RES:
+        if GIVEN:
+            r = _widen(r_given)
+        elif TMA_EPILOGUE:
+            r = _widen(r_src.load([row0, col0]))
+        else:
+            r = _load_f32(r_src + offs, (rm < M)[:, None])
+    out = _finish(y, tl.load(beta_ptr + rn)[None, :], r, gamma, RELU, HAS_RES, OUT_KIND)
+    if TMA_EPILOGUE:
+        o_dst.store([row0, col0], out)  # rows past M are clipped by the copy engine
+    else:
+        tl.store(o_dst + offs, out, mask=(rm < M)[:, None])
 
 
 @triton.jit
@@ -225,6 +261,15 @@ def conv_gemm(
         out = torch.empty((m, n), dtype=DTYPES[out_fmt], device=x.device)
     check_out_res(out, res, m, n, x.device, out_fmt)
     check_tma(x=x, w=w, out=out, residual=res)
+    check(
+        not (cfg.split_epilogue and cfg.early_res),
+        "a tile splits its epilogue or loads its residual early, not both",
+    )
+    check(  # never offered (`tiles.persistent_configs`): a test's variant, refused where it was seen to go wrong
+        not (cfg.early_res and res is not None and c > cfg.bk),
+        f"a residual loaded a tile ahead needs K in one step (K={c}, BK={cfg.bk}): with two, compiled for sm_90 "
+        "(Triton 3.6), the 128x128 tile's outputs were wrong (session 48's GPU test)",
+    )
     nsm, grid = persistent_grid(x.device, m, n, cfg, num_programs)
     launcher(gemm_1x1_kernel, x.device)[(grid,)](
         x,
@@ -238,6 +283,7 @@ def conv_gemm(
         NUM_SMS=nsm,
         TMA_EPILOGUE=bool(cfg.tma_epilogue),
         EARLY_RES=bool(cfg.early_res) and res is not None,
+        EPI_N=cfg.bn // 2 if cfg.split_epilogue else cfg.bn,
         **cfg.launch(),
         enable_fp_fusion=False,
     )

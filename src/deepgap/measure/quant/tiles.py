@@ -21,7 +21,7 @@ SMEM_BUDGET_BYTES = 200 * 1024  # of the H100's 227 KB per block, leaving room f
 SMS_H100 = 132
 SMALL_BATCH_ENV = "DEEPGAP_QUANT_SMALL_BATCH"
 GEMM_ENV = "DEEPGAP_QUANT_GEMM"
-GEMM_MODES = switches.choices(GEMM_ENV)  # persistent, off
+GEMM_MODES = switches.choices(GEMM_ENV)  # persistent, narrow, off
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,9 @@ class TileConfig:
     # programs per SM of the persistent TMA kernel (quant.persistent; 1×1 stride-1 layers); 0: the grouped one
     persistent: int = 0
     tma_epilogue: bool = False  # persistent only: the residual and the output through TMA descriptors too
-    split_epilogue: bool = False  # persistent Linear only (linear_kernels): the epilogue in two column halves
+    split_epilogue: bool = (
+        False  # persistent kernels only (Linear, 1×1 conv): the epilogue in two column halves
+    )
     split_k: int = 1  # the grouped convolution only: programs per tile, each a slice of K (`quant.split_k`)
     tma_conv: int = 0  # > 0: a tile of the TMA-fed 3×3 convolution (`quant.conv_tma`), its block this wide
     spread: bool = False  # split-K only: every slice's program sums a band of the tile (`split_k.spread_sum`)
@@ -90,9 +92,9 @@ class TileConfig:
         """Shared memory of the software pipeline: stages × (A tile + B tile) (+ the TMA epilogue's tiles).
 
         A TMA epilogue stages the output and the residual tile in shared memory, counted at 2 bytes each
-        (fp16, the widest either is in a network).
+        (fp16, the widest either is in a network); half the tile where the epilogue is split.
         """
-        epi = 2 * self.bm * self.bn * 2 if self.tma_epilogue else 0
+        epi = 2 * self.bm * self.bn * 2 // (2 if self.split_epilogue else 1) if self.tma_epilogue else 0
         return self.num_stages * (self.bm + self.bn) * self.bk * elem_bytes + epi
 
     def fits(self, n: int, c: int) -> bool:
@@ -157,11 +159,12 @@ def candidate_configs(
 
 
 def gemm_mode() -> str:
-    """``DEEPGAP_QUANT_GEMM``: 'persistent' (unset: the persistent tiles are timed too) or 'off' (grouped only).
+    """``DEEPGAP_QUANT_GEMM``: 'persistent' (unset: the persistent tiles are timed too), 'narrow' or 'off'.
 
     Why an environment switch: the persistent kernel became the default after one H200 timed it (session 22:
     ResNet-50 at batch 256 +4.7% fp8, +6.7% int8, results/h200/session22); 'off' gives the engine as it was
-    before, to set the two side by side or to rule the kernel out.
+    before (grouped tiles only), to set the two side by side or to rule the kernel out. 'narrow' offers the
+    persistent tiles as before session 48: no 128- or 256-column tile for a residual layer (`WIDE_RESIDUAL`).
     """
     return switches.read(GEMM_ENV)
 
@@ -209,7 +212,8 @@ def persistent_configs(
     compute capability 9.0; ``capability`` None is the CPU's interpreter, which runs them), none unless
     `gemm_mode` is 'persistent'. BK takes the whole K up to 128.
     """
-    if gemm_mode() != "persistent" or (capability is not None and capability < (9, 0)):
+    mode = gemm_mode()
+    if mode == "off" or (capability is not None and capability < (9, 0)):
         return []
     if not node.pointwise:
         return []
@@ -220,7 +224,21 @@ def persistent_configs(
     out = [TileConfig(128, 64, bk, 8, 4, 3 if n == 64 else 4, persistent=2)]
     if qfmt == "fp8" and node.residual is None and n % 128 == 0:
         out.append(TileConfig(128, 128, bk, 8, 8, 3, persistent=1, tma_epilogue=True))
+    if node.residual is not None and mode == "persistent":
+        out += [dataclasses.replace(t, bk=bk) for t in WIDE_RESIDUAL if n % t.bn == 0]
     return [cfg for cfg in out if cfg.fits(n, c)]
+
+
+# Wider tiles for a residual 1×1 layer (session 48, issue 47). The 128×64 tile reads each row block of A once per
+# 64 output columns: N / 64 = 8-32 times in ResNet-50's `conv3` layers, which at batch 1024 on one H100 ran at
+# 1.2-2.0 TB/s of HBM (session 43's per-layer table). Compiled for sm_90 (Triton 3.6) none spills: 128×256 on 8
+# warps takes 190-255 registers with its epilogue in two 128-column halves (`persistent.gemm_1x1_kernel`'s
+# ``EPI_N``), 128×128 with a TMA epilogue 126-128. (128×256 with a TMA epilogue is left out: with an fp16 output,
+# as layer4's last, its stages and halves would take 211 KB, over `SMEM_BUDGET_BYTES`.)
+WIDE_RESIDUAL = (
+    TileConfig(128, 256, 128, 8, 8, 3, persistent=1, split_epilogue=True),
+    TileConfig(128, 128, 128, 8, 8, 4, persistent=1, tma_epilogue=True),
+)
 
 
 SMEM_BYTES_H100 = 227 * 1024  # shared memory one block may take on sm_90

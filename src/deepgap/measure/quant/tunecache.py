@@ -147,12 +147,13 @@ def _small_batch_key() -> dict[str, str]:
 
 
 def _gemm_key() -> dict[str, str]:
-    """With the persistent tiles (the default), a key of its own with the persistent kernel's source in it.
+    """With the persistent tiles (the default, or ``narrow``), a key of its own: the mode and the kernel's source.
 
     ``DEEPGAP_QUANT_GEMM=off`` keeps the key the engine had before they were offered, so a layer tuned
     without them is never a hit where they should be timed, nor the other way round.
     """
-    return {"gemm": f"persistent:{_digest('persistent.py')}"} if gemm_mode() == "persistent" else {}
+    mode = gemm_mode()
+    return {"gemm": f"{mode}:{_digest('persistent.py')}"} if mode != "off" else {}
 
 
 def _digest(name: str) -> str:
