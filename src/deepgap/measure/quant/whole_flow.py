@@ -25,6 +25,46 @@ import triton.language as tl
 
 LIMIT = tl.constexpr(1 << 18)  # polls of one counter before the wait gives up and flags the error
 
+# The grid barrier's two halves in PTX, run by one thread of a program. Operands: $1 the counter, $2 the count to
+# wait for, $3 the polls before giving up (`LIMIT`), $4 the error flag; registers n, v, q, r declared by the caller.
+ARRIVE_PTX = """fence.acq_rel.gpu;
+red.relaxed.gpu.global.add.s32 [$1], 1;"""
+WAIT_PTX = """mov.u32 n, 0;
+WAIT:
+ld.relaxed.gpu.global.s32 v, [$1];
+add.u32 n, n, 1;
+setp.ge.u32 r, n, $3;
+@r bra GIVEUP;
+setp.lt.s32 q, v, $2;
+@q bra WAIT;
+bra FENCE;
+GIVEUP:
+st.relaxed.gpu.global.s32 [$4], 1;
+FENCE:
+fence.acq_rel.gpu;"""
+ONE_THREAD = """mov.u32 t, %tid.x;
+mov.u32 $0, 0;
+setp.ne.u32 p, t, 0;
+@p bra DONE;"""
+ARRIVE_ASM = tl.constexpr("{\n.reg .pred p;\n.reg .u32 t;\n" + ONE_THREAD + "\n" + ARRIVE_PTX + "\nDONE:\n}")
+WAIT_ASM = tl.constexpr(
+    "{\n.reg .pred p, q, r;\n.reg .u32 t, n;\n.reg .s32 v;\n" + ONE_THREAD + "\n" + WAIT_PTX + "\nDONE:\n}"
+)
+
+
+def block_barrier_asm(barrier: int) -> str:
+    """Both halves in one asm block, between two ``bar.sync barrier, $5`` ($5: the threads that meet there).
+
+    For a persistent loop that Triton should keep software-pipelined: `grid_sync`'s ``tl.debug_barrier`` stops
+    the pipeline of a loop it sits in (compiled for sm_90), this block's own ``bar.sync`` does not
+    (benchmarks/stream_ring.py). Thread ``tid % $5 == 0`` arrives and polls: the block's first thread where $5
+    is its size, a warp-specialized partition's where ``barrier`` is a named barrier of that partition's threads.
+    """
+    sync = f"bar.sync {barrier}, $5;"
+    head = ["{", ".reg .pred p, q, r;", ".reg .u32 t, n;", ".reg .s32 v;", "mov.u32 $0, 0;", sync]
+    lead = ["mov.u32 t, %tid.x;", "rem.u32 t, t, $5;", "setp.ne.u32 p, t, 0;", "@p bra MET;"]
+    return "\n".join([*head, *lead, ARRIVE_PTX, WAIT_PTX, "MET:", sync, "}"])
+
 
 @triton.jit
 def fence_after(v, FENCE: tl.constexpr):
@@ -131,17 +171,7 @@ def grid_arrive(bar_ptr, BARRIER: tl.constexpr):
         tl.atomic_add(bar_ptr, 1, sem="release", scope="gpu")
     else:
         tl.inline_asm_elementwise(
-            """{
-            .reg .pred p;
-            .reg .u32 t;
-            mov.u32 t, %tid.x;
-            mov.u32 $0, 0;
-            setp.ne.u32 p, t, 0;
-            @p bra DONE;
-            fence.acq_rel.gpu;
-            red.relaxed.gpu.global.add.s32 [$1], 1;
-            DONE:
-            }""",
+            ARRIVE_ASM,
             "=r,l",
             [bar_ptr],
             dtype=tl.int32,
@@ -160,29 +190,7 @@ def grid_wait(bar_ptr, err_ptr, target, BARRIER: tl.constexpr, FENCE: tl.constex
         wait_count(bar_ptr, target, err_ptr, FENCE)
     else:
         tl.inline_asm_elementwise(
-            """{
-            .reg .pred p, q, r;
-            .reg .u32 t, n;
-            .reg .s32 v;
-            mov.u32 t, %tid.x;
-            mov.u32 $0, 0;
-            setp.ne.u32 p, t, 0;
-            @p bra DONE;
-            mov.u32 n, 0;
-            WAIT:
-            ld.relaxed.gpu.global.s32 v, [$1];
-            add.u32 n, n, 1;
-            setp.ge.u32 r, n, $3;
-            @r bra GIVEUP;
-            setp.lt.s32 q, v, $2;
-            @q bra WAIT;
-            bra FENCE;
-            GIVEUP:
-            st.relaxed.gpu.global.s32 [$4], 1;
-            FENCE:
-            fence.acq_rel.gpu;
-            DONE:
-            }""",
+            WAIT_ASM,
             "=r,l,r,r,l",
             [bar_ptr, target, LIMIT, err_ptr],
             dtype=tl.int32,
