@@ -90,22 +90,8 @@ def ring_kernel(
             w = tl.load(base + j * (BN * BK) + tile)  # j × tile < 2**31: a program reads < 2 GB
             acc += tl.sum(w.to(tl.float32) * x[None, :], axis=1)
             if j + 1 == end:
-                x, acc = phase_end(
-                    acc,
-                    out_ptr,
-                    bar_ptr,
-                    err_ptr,
-                    p,
-                    epoch,
-                    n_phases,
-                    G,
-                    pid,
-                    rows,
-                    cols,
-                    BN,
-                    MODE == 0,
-                    THREADS,
-                )
+                x, acc = phase_end(acc, out_ptr, bar_ptr, err_ptr, p, epoch, n_phases, G, pid, rows, cols, BN,
+                                   MODE == 0, THREADS)  # fmt: skip
                 p += 1
                 end = tl.load(ends_ptr + tl.minimum(p, n_phases - 1))
 

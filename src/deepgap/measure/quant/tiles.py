@@ -44,9 +44,8 @@ class TileConfig:
     # programs per SM of the persistent TMA kernel (quant.persistent; 1×1 stride-1 layers); 0: the grouped one
     persistent: int = 0
     tma_epilogue: bool = False  # persistent only: the residual and the output through TMA descriptors too
-    split_epilogue: bool = (
-        False  # persistent kernels only (Linear, 1×1 conv): the epilogue in two column halves
-    )
+    # persistent kernels only (the Linear's, the 1×1 convolution's): the epilogue in two column halves
+    split_epilogue: bool = False
     split_k: int = 1  # the grouped convolution only: programs per tile, each a slice of K (`quant.split_k`)
     tma_conv: int = 0  # > 0: a tile of the TMA-fed 3×3 convolution (`quant.conv_tma`), its block this wide
     spread: bool = False  # split-K only: every slice's program sums a band of the tile (`split_k.spread_sum`)
@@ -196,7 +195,8 @@ def persistent_configs(
 
     The tiles that won in session 22's per-shape timing on one H200 (results/h200/session22,
     ``gemm_1x1-3.jsonl.gz``: ResNet-50's 13 1×1 shapes at batch 256, int8 and fp8, every tile below timed
-    against the tuned grouped tile), and only those:
+    against the tuned grouped tile), and for a residual layer `WIDE_RESIDUAL` too (session 48; not with
+    ``DEEPGAP_QUANT_GEMM=narrow``):
 
     - 128×64×BK, 4 warps, two programs per SM: the best persistent tile on 20 of the 26 (shape, precision)
       pairs, and faster than the grouped tile on 14 of them (up to 1.55×); 3 stages at N = 64 (faster than
@@ -209,8 +209,8 @@ def persistent_configs(
     residual prefetched a tile ahead (``early_res``), the 128×64 tile with a TMA epilogue. None where there
     are fewer 128×64 tiles than the 2 × ``sms`` programs (no program would walk more than one: nothing to
     gain, and no such shape was timed; every layer at batch 1 on an H200), none below Hopper (TMA needs
-    compute capability 9.0; ``capability`` None is the CPU's interpreter, which runs them), none unless
-    `gemm_mode` is 'persistent'. BK takes the whole K up to 128.
+    compute capability 9.0; ``capability`` None is the CPU's interpreter, which runs them), none where
+    `gemm_mode` is 'off'. BK takes the whole K up to 128.
     """
     mode = gemm_mode()
     if mode == "off" or (capability is not None and capability < (9, 0)):
@@ -234,7 +234,9 @@ def persistent_configs(
 # 1.2-2.0 TB/s of HBM (session 43's per-layer table). Compiled for sm_90 (Triton 3.6) none spills: 128×256 on 8
 # warps takes 190-255 registers with its epilogue in two 128-column halves (`persistent.gemm_1x1_kernel`'s
 # ``EPI_N``), 128×128 with a TMA epilogue 126-128. (128×256 with a TMA epilogue is left out: with an fp16 output,
-# as layer4's last, its stages and halves would take 211 KB, over `SMEM_BUDGET_BYTES`.)
+# as layer4's last, its stages and halves would take 211 KB, over `SMEM_BUDGET_BYTES`.) Measured (one H100, batch
+# 1024, results/h100/session48): kept for layer3's and layer4's `conv3` (layer4.0 197 -> 178 µs fp8), slower at
+# layer1/2; ResNet-50 fp8 +0.2%. These layers stay at 1.2-2.1 TB/s whatever the tile: A's re-reads did not bind.
 WIDE_RESIDUAL = (
     TileConfig(128, 256, 128, 8, 8, 3, persistent=1, split_epilogue=True),
     TileConfig(128, 128, 128, 8, 8, 4, persistent=1, tma_epilogue=True),
