@@ -54,5 +54,9 @@ r.get('decode_tok_s_sync')) for r in map(json.loads, sys.stdin)]" ;;
    step "persistent GPU tests" 240 python -m pytest -q -m gpu tests/measure/quant/test_quant_persistent_gpu.py \
        -rA -p no:cacheprovider > "$OUT/persistent-gputests-again.txt" 2>&1
    tail -n 4 "$OUT/persistent-gputests-again.txt" ;;
-*) echo "usage: $0 1|2|3|4|5|6"; exit 2 ;;
+7) source benchmarks/device_lib.sh  # issue 51: where today's batch-1 step goes on this card (the last timeline: session 38)
+   step "decode loop bs1 8b fp8, timeline" 200 python benchmarks/llm_decode_loop.py --model llama-3.1-8b --batches 1 \
+       --pdl on --split-kv auto --harness deepgap --precision fp8 --timeline --out "$OUT" > "$OUT/timeline-bs1.txt" 2>&1
+   grep -v '^{' "$OUT/timeline-bs1.txt" | tail -n 30 ;;
+*) echo "usage: $0 1|2|3|4|5|6|7"; exit 2 ;;
 esac
