@@ -58,5 +58,32 @@ r.get('decode_tok_s_sync')) for r in map(json.loads, sys.stdin)]" ;;
    step "decode loop bs1 8b fp8, timeline" 200 python benchmarks/llm_decode_loop.py --model llama-3.1-8b --batches 1 \
        --pdl on --split-kv auto --harness deepgap --precision fp8 --timeline --out "$OUT" > "$OUT/timeline-bs1.txt" 2>&1
    grep -v '^{' "$OUT/timeline-bs1.txt" | tail -n 30 ;;
-*) echo "usage: $0 1|2|3|4|5|6|7"; exit 2 ;;
+8) source benchmarks/device_lib.sh  # issue 51: call 7's qkv (8x512, 4 stages) and o at 1.45-1.49x a plain read: do
+   # tiles that load more before PDL's wait (gate_up's and down's forms) do better in the step?
+   step "decode loop bs1 8b fp8, qkv and o tiles forced" 270 python benchmarks/llm_decode_loop.py \
+       --model llama-3.1-8b --batches 1 --pdl on --split-kv auto --harness deepgap --precision fp8 --out "$OUT" \
+       --tiles "tuned;4096x6144=4x2048w4t;4096x6144=8x2048w8t;4096x6144=4x4096w4;4096x4096=4x2048w4t;4096x4096=16x1024w8t" \
+       > "$OUT/tiles-bs1.txt" 2>&1
+   grep '^{' "$OUT/tiles-bs1.txt" | python3 -c "import json,sys; [print(r['forced_tiles'], r['tpot_ms'], \
+r['decode_tok_s']) for r in map(json.loads, sys.stdin)]" ;;
+9) source benchmarks/device_lib.sh  # step 8's winner for qkv, with o's tile forced too (o hands the norm on: BN >= 8)
+   step "decode loop bs1 8b fp8, qkv 4x2048t and o tiles forced" 170 python benchmarks/llm_decode_loop.py \
+       --model llama-3.1-8b --batches 1 --pdl on --split-kv auto --harness deepgap --precision fp8 --out "$OUT" \
+       --tiles "tuned;4096x6144=4x2048w4t;4096x6144=4x2048w4t,4096x4096=16x1024w8t;4096x6144=4x2048w4t,4096x4096=8x4096w8" \
+       > "$OUT/tiles-bs1-o.txt" 2>&1
+   grep '^{' "$OUT/tiles-bs1-o.txt" | python3 -c "import json,sys; [print(r['forced_tiles'], r['tpot_ms'], \
+r['decode_tok_s']) for r in map(json.loads, sys.stdin)]"; grep -v '^{' "$OUT/tiles-bs1-o.txt" | tail -n 3 ;;
+10) source benchmarks/device_lib.sh  # prepared for an H200, not yet run: step 8's qkv A/B there, and the cached and
+   # streamed tuners' own choices (DEEPGAP_GEMV_TUNE), two processes each (about 4 min)
+   for i in 1 2; do
+       step "decode loop bs1 8b fp8, qkv forced, process $i" 120 python benchmarks/llm_decode_loop.py \
+           --model llama-3.1-8b --batches 1 --pdl on --split-kv auto --harness deepgap --precision fp8 --out "$OUT" \
+           --tiles "tuned;4096x6144=4x2048w4t" > "$OUT/h200-tiles-$i.txt" 2>&1
+       step "decode loop bs1 8b fp8, streamed tuning, process $i" 90 env DEEPGAP_GEMV_TUNE=streamed python \
+           benchmarks/llm_decode_loop.py --model llama-3.1-8b --batches 1 --pdl on --split-kv auto --harness deepgap \
+           --precision fp8 --out "$OUT" > "$OUT/h200-streamed-$i.txt" 2>&1
+   done
+   cat "$OUT"/h200-*.txt | grep '^{' | python3 -c "import json,sys; [print(r['forced_tiles'], r['tpot_ms'], \
+r['decode_tok_s'], r.get('tiles', '')[:300]) for r in map(json.loads, sys.stdin)]" ;;
+*) echo "usage: $0 1|2|3|4|5|6|7|8|9|10"; exit 2 ;;
 esac
