@@ -42,6 +42,7 @@ import torch
 import triton
 import triton.language as tl
 
+from deepgap.measure.device import CudaEventClock
 from deepgap.measure.quant.launch import launcher
 from deepgap.measure.quant.whole_flow import LIMIT, block_barrier_asm
 
@@ -213,24 +214,37 @@ def misfit(s: dict, stages: int, mode: str, warps: int, per_sm: int) -> str | No
 
 
 def time_step(s: dict, step, reps: int = 5) -> float:
-    """µs a step: the median of ``reps`` calls of ``step(epoch)`` timed by CUDA events, after one untimed and checked.
+    """µs a step: the median of ``reps`` calls of ``step(epoch)`` (`CudaEventClock`), after one untimed and checked.
 
     ``step`` launches one walk of ``s`` (`setup`); ``epoch``: the walks of this arena so far (its barrier count).
     """
     s["bar"].zero_()
     s["err"].zero_()
+    clock = CudaEventClock("cuda")
     times = []
     for epoch in range(reps + 1):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        step(epoch)
-        b.record()
-        b.synchronize()
+        sec = clock.time_iteration(partial(step, epoch))
         if int(s["err"].item()):
             raise RuntimeError("a grid barrier gave up waiting: the programs did not all run at once")
         if epoch:
-            times.append(a.elapsed_time(b) * 1e3)
+            times.append(sec * 1e6)
     return sorted(times)[len(times) // 2]
+
+
+def record(path: Path, row: dict, s: dict, step, misfit_of=None) -> None:
+    """``row`` with the walk's µs, TB/s and tokens/s (`time_step`), or the error that stopped it; printed and
+    appended to ``path``. ``misfit_of()``: why the variant cannot run (`misfit`), checked first where given."""
+    try:
+        why = misfit_of() if misfit_of else None
+        if why:
+            raise RuntimeError(why)
+        us = time_step(s, step)
+        row |= {"us": round(us, 1), "TBps": round(s["w"].numel() / us / 1e6, 3), "tok_s": round(1e6 / us, 1)}
+    except Exception as exc:  # noqa: BLE001 - a variant that fails to compile or run is a row
+        row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[-1][:200]}"
+    print(json.dumps(row), flush=True)
+    with path.open("a") as f:
+        f.write(json.dumps(row) + "\n")
 
 
 def main() -> None:  # noqa: D103
@@ -254,18 +268,8 @@ def main() -> None:  # noqa: D103
                     for mode in args.modes.split(","):
                         row = {"per_sm": per_sm, "bn": bn, "bk": bk, "warps": warps, "stages": stages, "mode": mode,
                                "phases": s["phases"], "GB": round(nbytes / 1e9, 3)}  # fmt: skip
-                        try:
-                            why = misfit(s, stages, mode, warps, per_sm) if mode != "none" else None
-                            if why:
-                                raise RuntimeError(why)
-                            us = time_step(s, partial(launch, s, stages=stages, mode=mode, warps=warps))
-                            row |= {"us": round(us, 1), "TBps": round(nbytes / us / 1e6, 3),
-                                    "tok_s": round(1e6 / us, 1)}  # fmt: skip
-                        except Exception as exc:  # noqa: BLE001 - a variant that fails to compile or run is a row
-                            row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[-1][:200]}"
-                        print(json.dumps(row), flush=True)
-                        with path.open("a") as f:
-                            f.write(json.dumps(row) + "\n")
+                        fit = None if mode == "none" else partial(misfit, s, stages, mode, warps, per_sm)
+                        record(path, row, s, partial(launch, s, stages=stages, mode=mode, warps=warps), fit)
             del s
             torch.cuda.empty_cache()
 

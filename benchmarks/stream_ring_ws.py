@@ -24,11 +24,10 @@ per-phase sums), without 2.48-2.73 ms: a barrier costs its own time, not idle HB
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import torch
-from stream_ring import setup, time_step
+from stream_ring import record, setup
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
@@ -160,28 +159,20 @@ def main() -> None:  # noqa: D103
     args = ap.parse_args()
     path = Path(args.out) / "stream_ring_ws.jsonl"
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    arenas: dict = {}
+    s = None  # one arena at a time: 7.6 GB each
     for spec in args.variants.split(","):
-        tile, stages, warps, reduce = spec.split(":")
+        tile, *numbers = spec.split(":")
+        stages, warps, reduce = map(int, numbers)
         bn, bk = map(int, tile.split("x"))
-        if (bn, bk) not in arenas:
-            arenas.clear()
+        if s is None or s["w"].shape[2:] != (bn, bk):
+            s = None
             torch.cuda.empty_cache()
-            arenas[bn, bk] = setup(sms, bn, bk)
-        s = arenas[bn, bk]
-        nbytes = s["w"].numel()
+            s = setup(sms, bn, bk)
         for barrier in (True, False):
-            row = {"bn": bn, "bk": bk, "stages": int(stages), "warps": int(warps), "reduce": int(reduce),
+            row = {"bn": bn, "bk": bk, "stages": stages, "warps": warps, "reduce": reduce,
                    "mode": "ws" if barrier else "ws-none", "phases": s["phases"],
-                   "GB": round(nbytes / 1e9, 3)}  # fmt: skip
-            try:
-                us = time_step(s, WsRing(s, int(stages), barrier, int(warps), int(reduce)))
-                row |= {"us": round(us, 1), "TBps": round(nbytes / us / 1e6, 3), "tok_s": round(1e6 / us, 1)}
-            except Exception as exc:  # noqa: BLE001 - a variant that fails to compile or run is a row
-                row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[-1][:200]}"
-            print(json.dumps(row), flush=True)
-            with path.open("a") as f:
-                f.write(json.dumps(row) + "\n")
+                   "GB": round(s["w"].numel() / 1e9, 3)}  # fmt: skip
+            record(path, row, s, WsRing(s, stages, barrier, warps, reduce))
 
 
 if __name__ == "__main__":

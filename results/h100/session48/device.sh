@@ -85,5 +85,10 @@ r['decode_tok_s']) for r in map(json.loads, sys.stdin)]"; grep -v '^{' "$OUT/til
    done
    cat "$OUT"/h200-*.txt | grep '^{' | python3 -c "import json,sys; [print(r['forced_tiles'], r['tpot_ms'], \
 r['decode_tok_s'], r.get('tiles', '')[:300]) for r in map(json.loads, sys.stdin)]" ;;
-*) echo "usage: $0 1|2|3|4|5|6|7|8|9|10"; exit 2 ;;
+11) source benchmarks/device_lib.sh  # call 10 (run as these lines): both stream-ring benchmarks after the review
+   step "stream ring after review" 70 python benchmarks/stream_ring.py --out "$OUT" --per-sm 1 --tiles 16x1024 \
+       --warps 8 --stages 8 --modes flat,none > "$OUT/ring.txt" 2>&1
+   step "ws after review" 70 python benchmarks/stream_ring_ws.py --out "$OUT" --variants 32x256:16:4:1 > "$OUT/ws.txt" 2>&1
+   cat "$OUT"/*.jsonl ;;
+*) echo "usage: $0 1|2|3|4|5|6|7|8|9|10|11"; exit 2 ;;
 esac

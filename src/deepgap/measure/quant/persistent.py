@@ -81,14 +81,12 @@ def gemm_1x1_kernel(
     pdl_enter(PDL)
     a_desc = tl.make_tensor_descriptor(x_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
     w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[K, 1], block_shape=[BN, BK])
-    o_dst = out_ptr
+    o_dst = out_ptr  # where the epilogue stores and reads the residual: descriptors with TMA_EPILOGUE
     r_src = res_ptr
     if TMA_EPILOGUE:
-        o_desc = tl.make_tensor_descriptor(out_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, EW])
-        o_dst = o_desc
+        o_dst = tl.make_tensor_descriptor(out_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, EW])
         if HAS_RES and not EARLY_RES:
-            r_desc = tl.make_tensor_descriptor(res_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, EW])
-            r_src = r_desc
+            r_src = tl.make_tensor_descriptor(res_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, EW])
     start = tl.program_id(0)
     tiles = tile_count(M, N, BM, BN)
     tile_c = start - NUM_SMS
