@@ -34,6 +34,7 @@ import triton
 import triton.language as tl
 
 from deepgap.core import switches
+from deepgap.measure import llm_attention_ahead as ahead
 from deepgap.measure.llm_merge import combine_kernel, merge_group
 from deepgap.measure.models.llama_cache import FP8_CODES
 from deepgap.measure.quant.kernels import pdl_enter
@@ -82,6 +83,7 @@ class Split:
     chunk: int  # positions per chunk: a multiple of block
     block: int  # positions per step of a program's walk
     combine: bool = True  # partials to scratch, then the combine kernel (False: one pass)
+    ahead: bool = False  # the one pass with the whole cache read before PDL's wait (`llm_attention_ahead`)
 
 
 def chunked(length: int, chunks: int) -> Split:
@@ -92,7 +94,11 @@ def chunked(length: int, chunks: int) -> Split:
 
 
 def split_mode() -> str:
-    """``DEEPGAP_DECODE_SPLIT_KV`` (``auto`` by default: +2–4% decode tokens/s at batch 1 on one H200, session 22)."""
+    """``DEEPGAP_DECODE_SPLIT_KV`` (``auto`` by default: +2–4% decode tokens/s at batch 1 on one H200, session 22).
+
+    ``ahead``: one pass with each KV head's cache read before PDL's wait where it fits (`llm_attention_ahead`),
+    else as ``auto``.
+    """
     return switches.read("DEEPGAP_DECODE_SPLIT_KV")
 
 
@@ -105,14 +111,20 @@ def combine_mode() -> str:
     return switches.read("DEEPGAP_DECODE_COMBINE")
 
 
-def plan(b: int, nkv: int, length: int, sms: int, mode: str) -> Split:
+def plan(b: int, nkv: int, length: int, sms: int, mode: str, row_bytes: int = 256) -> Split:
     """One pass, or the cache split so that b × kv_heads × chunks fills at most one wave of ``sms`` SMs.
 
     Why: one program per (sequence, KV head) is 8 programs at batch 1 of Llama-3.1-8B on 132 SMs, each bound by
     latency. ``auto`` splits only where the one pass would fill less than half the SMs; ``on`` wherever a chunk
-    keeps ``MIN_CHUNK`` positions. Shapes only: the same choice at every position.
+    keeps ``MIN_CHUNK`` positions; ``ahead`` takes the one pass with the cache read before PDL's wait where a
+    KV head's K and V fit a program (``row_bytes`` a position: head_dim × the cache's itemsize) and the
+    programs one wave, else plans as ``auto``. Shapes only: the same choice at every position.
     """
     programs = b * nkv
+    if mode == "ahead":
+        if programs <= sms and ahead.fits(length, row_bytes):
+            return Split(1, length, ahead.block(length), combine=False, ahead=True)
+        mode = "auto"
     if mode == "off" or (mode == "auto" and 2 * programs > sms) or length < 2 * MIN_CHUNK:
         return Split(1, length, BLOCK, combine=False)
     chunks = 2
@@ -131,11 +143,19 @@ def describe(model, batch: int, length: int) -> str:
     if model.static_attention is None:
         return "sdpa"
     mode = split_mode()
-    s = plan(batch, model.shape.kv_heads, length, sms, mode)
+    s = plan(batch, model.shape.kv_heads, length, sms, mode, _row_bytes(model))
+    if s.ahead:
+        return f"one pass, cache read ahead ({mode})"
     if not s.combine:
         return f"one pass ({mode})"
     last = ", last-block merge" if combine_mode() == "last-block" else ""
     return f"split {s.chunks}×{s.chunk} ({mode}{last})"
+
+
+def _row_bytes(model) -> int:
+    """A cached position's bytes in one KV head: head_dim × the cache's itemsize (bf16 before a cache is set up)."""
+    cache = getattr(model, "cache", None)
+    return model.shape.head_dim * (cache.stored.itemsize if cache is not None else 2)
 
 
 @functools.cache
@@ -288,6 +308,8 @@ def attend(
     q = q.reshape(b, nkv, nq // nkv, d).contiguous()
     out = torch.empty_like(q)
     g, stride, cpu = nq // nkv, int(pos.numel() > 1), q.device.type == "cpu"
+    if split.ahead:
+        return ahead.attend_ahead(q, k, v, pos).reshape(b, nq, 1, d)
     if not split.combine:
         launcher(decode_attention_kernel, q.device)[(b * nkv, 1)](
             q, k, v, out, q, q, pos, length, 1.0 / math.sqrt(d), nkv, stride, length, 1,
@@ -329,7 +351,8 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: tor
 
     One pass, or split over the cache (`plan`, from the shapes and ``DEEPGAP_DECODE_SPLIT_KV``).
     """
-    split = plan(q.shape[0], k.shape[1], k.shape[2], device_sms(q.device), split_mode())
+    row_bytes = k.shape[3] * k.element_size()
+    split = plan(q.shape[0], k.shape[1], k.shape[2], device_sms(q.device), split_mode(), row_bytes)
     return attend(q, k, v, pos, split, last=combine_mode() == "last-block")
 
 

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Session 49 (2026-12-06): the calls of this session, from the repository root with $OUT set and `.whl/` carried
+# (benchmarks/device_lib.sh). Usage: bash results/h100/session49/device.sh N (the README says each call's command,
+# the card that came and the result).
+set -uo pipefail
+loop_rows() {  # the bare loop's JSON rows: the split mode, TPOT, pipelined and synchronized tokens/s
+    cat "$@" | grep '^{' | python3 -c "import json,sys; [print(r.get('split_kv'), r['tpot_ms'], r['decode_tok_s'], \
+r.get('decode_tok_s_sync')) for r in map(json.loads, sys.stdin)]"
+}
+case ${1:-} in
+1) source benchmarks/device_lib.sh  # issue 51: the attention with the cache read before PDL's wait (one pass, no
+   # combine kernel): its GPU tests, then the bare loop at batch 1, auto against ahead in two processes, both orders
+   nvidia-smi --query-gpu=name,power.limit,clocks.max.sm --format=csv,noheader
+   step "attention GPU tests" 240 python -m pytest -q -m gpu tests/measure/test_llm_attention.py -rA \
+       -p no:cacheprovider > "$OUT/attention-gputests.txt" 2>&1
+   tail -n 3 "$OUT/attention-gputests.txt"
+   for order in auto,ahead ahead,auto; do
+       step "decode loop bs1 8b fp8, split-kv $order" 230 python benchmarks/llm_decode_loop.py --model llama-3.1-8b \
+           --batches 1 --pdl on --split-kv "$order" --harness deepgap --precision fp8 --out "$OUT" \
+           > "$OUT/ahead-$order.txt" 2>&1
+   done
+   loop_rows "$OUT"/ahead-*.txt ;;
+*) echo "usage: $0 1"; exit 2 ;;
+esac
