@@ -84,11 +84,11 @@ def attention_cases() -> Iterator[Case]:
         DECODERS.items(), [(1, 256, "off", False, BF16), (1, 256, "on", False, BF16), (1, 256, "on", True, BF16),
                            (1, 2048, "on", False, BF16), (16, 256, "auto", False, BF16), (1, 256, "off", False, F8),
                            (1, 256, "on", False, F8), (16, 256, "auto", False, F8), (1, 256, "ahead", False, BF16),
-                           (4, 256, "ahead", False, BF16), (1, 256, "ahead", False, F8)],
+                           (4, 256, "ahead", False, BF16), (1, 256, "ahead", False, F8), (1, 256, "ahead", True, BF16)],
     ):  # fmt: skip
         if kv == F8 and name != "8b":
             continue
-        split = llm_attention.plan(b, nkv, length, H200_SMS, mode, d * kv.itemsize)
+        split = llm_attention.plan(b, nkv, length, H200_SMS, mode)
         pos = meta(b, dtype=torch.int64)  # batch > 1: one position per sequence (continuous batching)
         for suffix, ctx in pdl_modes(on=True, off=name == "8b"):
             how = (

@@ -20,5 +20,20 @@ case ${1:-} in
            > "$OUT/ahead-$order.txt" 2>&1
    done
    loop_rows "$OUT"/ahead-*.txt ;;
-*) echo "usage: $0 1"; exit 2 ;;
+2) source benchmarks/device_lib.sh  # issue 51: call 1's one pass lost; now the split's own chunks (32 positions, 4
+   # warps) read before PDL's wait, merged by the combine kernel: GPU tests, the A/B in three processes, a timeline
+   step "attention GPU tests" 240 python -m pytest -q -m gpu tests/measure/test_llm_attention.py -rA \
+       -p no:cacheprovider > "$OUT/attention-gputests-2.txt" 2>&1
+   tail -n 3 "$OUT/attention-gputests-2.txt"
+   for order in auto,ahead ahead,auto auto,ahead; do
+       step "decode loop bs1 8b fp8, split-kv $order" 150 python benchmarks/llm_decode_loop.py --model llama-3.1-8b \
+           --batches 1 --pdl on --split-kv "$order" --harness deepgap --precision fp8 --out "$OUT" \
+           >> "$OUT/ahead-2.txt" 2>&1
+   done
+   loop_rows "$OUT/ahead-2.txt"
+   step "decode loop bs1 8b fp8, ahead, timeline" 150 python benchmarks/llm_decode_loop.py --model llama-3.1-8b \
+       --batches 1 --pdl on --split-kv ahead --harness deepgap --precision fp8 --timeline --out "$OUT" \
+       > "$OUT/timeline-ahead-2.txt" 2>&1
+   grep -v '^{' "$OUT/timeline-ahead-2.txt" | tail -n 30 ;;
+*) echo "usage: $0 1|2"; exit 2 ;;
 esac
