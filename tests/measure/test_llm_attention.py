@@ -284,10 +284,9 @@ def test_the_chunks_read_ahead_on_the_gpu_read_the_row_their_predecessor_writes_
 
     def step():
         with launch.pdl() if pdl else contextlib.nullcontext():
-            launch.launcher(_late_row_kernel, q.device)[(batch * 8,)](
-                k, v, kn, vn, pos, spin, 256, 20000, D=128, PDL=pdl
-            )
-            return attend(q, k, v, pos, split)
+            late = launch.launcher(_late_row_kernel, q.device)[(batch * 8,)]
+            late(k, v, kn, vn, pos, spin, 256, 20000, D=128)  # PDL: the launcher's, inside `launch.pdl`
+            return attend(q, k, v, pos, split, last=last)
 
     step()  # compiled before the capture
     graph = torch.cuda.CUDAGraph()

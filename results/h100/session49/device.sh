@@ -35,5 +35,17 @@ case ${1:-} in
        --batches 1 --pdl on --split-kv ahead --harness deepgap --precision fp8 --timeline --out "$OUT" \
        > "$OUT/timeline-ahead-2.txt" 2>&1
    grep -v '^{' "$OUT/timeline-ahead-2.txt" | tail -n 30 ;;
-*) echo "usage: $0 1|2"; exit 2 ;;
+3) source benchmarks/device_lib.sh  # issue 51: call 2's GPU tests again (the test's own launch mended), and the
+   # chunks read ahead with the last program's merge (no combine kernel), four turns in two processes
+   step "attention GPU tests" 240 python -m pytest -q -m gpu tests/measure/test_llm_attention.py -rA \
+       -p no:cacheprovider > "$OUT/attention-gputests-3.txt" 2>&1
+   tail -n 3 "$OUT/attention-gputests-3.txt"
+   for i in 1 2; do
+       step "decode loop bs1 8b fp8, split-kv auto,ahead x combine kernel,last-block ($i)" 200 python \
+           benchmarks/llm_decode_loop.py --model llama-3.1-8b --batches 1 --pdl on --split-kv auto,ahead \
+           --combine kernel,last-block --harness deepgap --precision fp8 --out "$OUT" >> "$OUT/ahead-3.txt" 2>&1
+   done
+   grep '^{' "$OUT/ahead-3.txt" | python3 -c "import json,sys; [print(r.get('split_kv'), r.get('combine'), \
+r['tpot_ms'], r['decode_tok_s'], r.get('decode_tok_s_sync')) for r in map(json.loads, sys.stdin)]" ;;
+*) echo "usage: $0 1|2|3"; exit 2 ;;
 esac
