@@ -47,5 +47,17 @@ case ${1:-} in
    done
    grep '^{' "$OUT/ahead-3.txt" | python3 -c "import json,sys; [print(r.get('split_kv'), r.get('combine'), \
 r['tpot_ms'], r['decode_tok_s'], r.get('decode_tok_s_sync')) for r in map(json.loads, sys.stdin)]" ;;
-*) echo "usage: $0 1|2|3"; exit 2 ;;
+4|5) source benchmarks/device_lib.sh  # issue 51 served: does the simulator's over-prediction (session 45 on an
+   # H200: measured/predicted 0.953, TPOT p50 26.75 ms against the curves' ~25.6 p99) come from calibrating a cold
+   # GPU? 4: as session 45's call 2 (--no-thermal-warmup); 5: the default thermal warm-up (at most 60 s) first
+   S=${DEVICE_WORK:-/tmp/deepgap-device}; mkdir -p "$S"
+   warm=$([ "$1" = 4 ] && echo --no-thermal-warmup || echo "--thermal-timeout 60")
+   # shellcheck disable=SC2086
+   step "serve 8b fp8 512 slots kv fp8 ($warm)" 540 python -m deepgap serve --model llama-3.1-8b --engine quant \
+       --precision fp8 --device cuda --input-len-dist uniform:64:256 --output-len-dist fixed:128 --batch-sizes 512 \
+       --find-capacity --verify-policies 1 --curve-iterations 20 $warm --kv-cache fp8 --store "$S/serve-$1.sqlite" \
+       > "$OUT/serve8b-$1.txt" 2>&1
+   python -m deepgap export "$S/serve-$1.sqlite" -o "$OUT/serve8b-$1.csv" > /dev/null 2>&1 || true
+   grep -i "serve: \|capacity" "$OUT/serve8b-$1.txt" | tail -n 14 ;;
+*) echo "usage: $0 1|2|3|4|5"; exit 2 ;;
 esac
