@@ -76,6 +76,30 @@ def test_the_setup_request_carries_the_cache_into_the_served_configuration():
     assert all(c.kv_cache is None for c in warmup_configs(fp8))
 
 
+@pytest.mark.parametrize(
+    "precision,warm", [("fp8", "bf16"), ("int8", "bf16"), ("bf16", "bf16"), ("fp32", "fp32")]
+)
+def test_a_served_decoders_warm_up_is_a_load_eager_runs(precision, warm):
+    """The thermal warm-up's configurations are ones the eager engine accepts: an 8-bit decoder warms up in bf16
+    (session 49 on an H100: quant fp8's warm-up asked eager for fp8, was refused, and the curves ran cold)."""
+    from deepgap.core.precision import DeviceCaps
+    from deepgap.measure.engines import get_engine
+    from deepgap.serving.run.prelude import warmup_configs
+    from deepgap.serving.run.rows import setup_request
+
+    spec = ServeSpec(
+        model="llama-tiny", device="cpu", qps=5.0, input_len_dist="fixed:8", output_len_dist="fixed:4",
+        engine="quant" if precision in ("fp8", "int8") else "eager", precision=precision, kv_cache="fp8",
+    )  # fmt: skip
+    configs = warmup_configs(setup_request(spec, "llama-tiny", "cpu"))
+    eager = get_engine("eager")
+    assert configs and {c.precision for c in configs} == {warm}
+    assert all(
+        c.engine == "eager" and eager.supports(c, DeviceCaps("cuda:0", "cuda", "gpu", (9, 0))) is None
+        for c in configs
+    )
+
+
 def test_served_model_stores_fp8_codes_in_the_executors_cache():
     """The worker's decoder (`served_model`) allocates its slots' cache as e4m3 codes: a quarter of fp32's bytes."""
     from deepgap.measure.models.llama_cache import FP8_CODES

@@ -47,9 +47,10 @@ case ${1:-} in
    done
    grep '^{' "$OUT/ahead-3.txt" | python3 -c "import json,sys; [print(r.get('split_kv'), r.get('combine'), \
 r['tpot_ms'], r['decode_tok_s'], r.get('decode_tok_s_sync')) for r in map(json.loads, sys.stdin)]" ;;
-4|5) source benchmarks/device_lib.sh  # issue 51 served: does the simulator's over-prediction (session 45 on an
+4|5|6) source benchmarks/device_lib.sh  # issue 51 served: does the simulator's over-prediction (session 45 on an
    # H200: measured/predicted 0.953, TPOT p50 26.75 ms against the curves' ~25.6 p99) come from calibrating a cold
-   # GPU? 4: as session 45's call 2 (--no-thermal-warmup); 5: the default thermal warm-up (at most 60 s) first
+   # GPU? 4: as session 45's call 2 (--no-thermal-warmup); 5: the default thermal warm-up (at most 60 s) first,
+   # which was refused (eager asked for fp8); 6: the same after the warm-up became eager bf16
    S=${DEVICE_WORK:-/tmp/deepgap-device}; mkdir -p "$S"
    warm=$([ "$1" = 4 ] && echo --no-thermal-warmup || echo "--thermal-timeout 60")
    # shellcheck disable=SC2086
@@ -59,5 +60,5 @@ r['tpot_ms'], r['decode_tok_s'], r.get('decode_tok_s_sync')) for r in map(json.l
        > "$OUT/serve8b-$1.txt" 2>&1
    python -m deepgap export "$S/serve-$1.sqlite" -o "$OUT/serve8b-$1.csv" > /dev/null 2>&1 || true
    grep -i "serve: \|capacity" "$OUT/serve8b-$1.txt" | tail -n 14 ;;
-*) echo "usage: $0 1|2|3|4|5"; exit 2 ;;
+*) echo "usage: $0 1|2|3|4|5|6"; exit 2 ;;
 esac

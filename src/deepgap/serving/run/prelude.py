@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+from deepgap.core.precision import is_quantized
 from deepgap.core.records import ConfigSpec
 
 if TYPE_CHECKING:
@@ -28,8 +29,20 @@ def warmup_configs(req: SetupRequest) -> list[ConfigSpec]:
 
     A decoder's (``cache_len``) warms up with the eager forward over its longest prompt (a prefill), the
     load every engine's serving runs first; the sweep's engines need not time a decoder's forward. That
-    forward keeps no cache, so its configuration names none (an fp8 cache's ``kv_cache`` is left out).
+    forward keeps no cache, so its configuration names none (an fp8 cache's ``kv_cache`` is left out). Eager
+    runs no 8-bit precision, so a quantized decoder (fp8, int8: its rest computes in bf16) warms up in bf16:
+    until session 49 its warm-up asked eager for fp8, was refused, and the curves were calibrated cold.
     """
     if req.cache_len:
-        return [dataclasses.replace(req.config(b), engine="eager", kv_cache=None) for b in req.buckets]
+        return [
+            dataclasses.replace(
+                req.config(b), engine="eager", kv_cache=None, precision=_eager_precision(req.precision)
+            )
+            for b in req.buckets
+        ]
     return [req.config(b) for b in req.buckets]
+
+
+def _eager_precision(precision: str) -> str:
+    """The precision eager warms a decoder up in: its own, or bf16 for an 8-bit one."""
+    return "bf16" if is_quantized(precision) else precision
