@@ -83,8 +83,7 @@ def attention_cases() -> Iterator[Case]:
     for (name, (_, nq, nkv, d, _)), (b, length, mode, last, kv) in itertools.product(
         DECODERS.items(), [(1, 256, "off", False, BF16), (1, 256, "on", False, BF16), (1, 256, "on", True, BF16),
                            (1, 2048, "on", False, BF16), (16, 256, "auto", False, BF16), (1, 256, "off", False, F8),
-                           (1, 256, "on", False, F8), (16, 256, "auto", False, F8), (1, 256, "ahead", False, BF16),
-                           (4, 256, "ahead", False, BF16), (1, 256, "ahead", False, F8), (1, 256, "ahead", True, BF16)],
+                           (1, 256, "on", False, F8), (16, 256, "auto", False, F8)],
     ):  # fmt: skip
         if kv == F8 and name != "8b":
             continue
@@ -93,7 +92,7 @@ def attention_cases() -> Iterator[Case]:
         for suffix, ctx in pdl_modes(on=True, off=name == "8b"):
             how = (
                 f"split {split.chunks}x{split.chunk}" + " last-block" * last if split.combine else "one pass"
-            ) + " ahead" * split.ahead
+            )
 
             def run(b=b, length=length, split=split, last=last, ctx=ctx, pos=pos, nq=nq, nkv=nkv, d=d, kv=kv):
                 with ctx():

@@ -10,13 +10,10 @@ import contextlib
 
 import pytest
 import torch
-import triton
-import triton.language as tl
 
 from deepgap.core.errors import UsageError
 from deepgap.measure import llm_attention
 from deepgap.measure.llm_attention import (
-    Split,
     attend,
     chunked,
     decode_attention,
@@ -25,7 +22,6 @@ from deepgap.measure.llm_attention import (
     plan,
     reference,
 )
-from deepgap.measure.quant.kernels import pdl_enter
 
 
 def _qkv(b, nq, nkv, d, length, device="cpu", seed=0):
@@ -101,14 +97,8 @@ def test_split_is_chosen_from_shapes_and_the_switch(monkeypatch):
     assert not plan(1, 8, 256, 132, "off").combine
     assert not plan(1, 8, 40, 132, "on").combine  # two chunks would hold under 32 positions each
     assert chunked(300, 8) == chunked(300, 7)  # chunks of 48: seven cover 300
-    # ahead: auto's split, each chunk read before the wait where it is one block of the walk
-    assert plan(1, 8, 256, 132, "ahead") == Split(8, 32, 32, ahead=True)
-    assert plan(1, 8, 2048, 132, "ahead") == chunked(2048, 16)  # chunks of 128 in blocks of 64
-    assert plan(16, 8, 256, 132, "ahead") == plan(16, 8, 256, 132, "auto")  # the one pass
     monkeypatch.setenv("DEEPGAP_DECODE_SPLIT_KV", "yes")
-    with pytest.raises(
-        UsageError, match="DEEPGAP_DECODE_SPLIT_KV='yes'; set it to one of auto, on, off, ahead"
-    ):
+    with pytest.raises(UsageError, match="DEEPGAP_DECODE_SPLIT_KV='yes'; set it to one of auto, on, off"):
         decode_attention(*_qkv(1, 4, 4, 16, 64), torch.tensor([0]))
 
 
@@ -120,7 +110,7 @@ def test_a_decode_row_says_which_attention_its_step_ran(monkeypatch):
 
     model = SimpleNamespace(
         static_attention=decode_attention,
-        shape=SimpleNamespace(kv_heads=8, head_dim=128),
+        shape=SimpleNamespace(kv_heads=8),
         embed_tokens=SimpleNamespace(weight=torch.zeros(1)),
     )
     monkeypatch.setenv("DEEPGAP_DECODE_SPLIT_KV", "off")
@@ -134,11 +124,6 @@ def test_a_decode_row_says_which_attention_its_step_ran(monkeypatch):
         UsageError, match="DEEPGAP_DECODE_COMBINE='both'; set it to one of kernel, last-block"
     ):
         describe(model, 1, 256)
-    monkeypatch.setenv("DEEPGAP_DECODE_COMBINE", "kernel")
-    monkeypatch.setenv("DEEPGAP_DECODE_SPLIT_KV", "ahead")  # bf16 K and V of 256 positions fit; of 300 not
-    assert describe(model, 1, 256) == "split 8×32 (ahead, read ahead)"
-    assert describe(model, 1, 300) == "split 7×48 (ahead)"  # chunks of 48 walk blocks of 16: not read ahead
-    assert describe(model, 16, 256) == "one pass (ahead)"
     model.static_attention = None
     assert describe(model, 1, 256) == "sdpa"
     row = {"engine": "quant", "decode_step": "cuda-graph", "decode_pdl": "on: forced"}
@@ -146,44 +131,6 @@ def test_a_decode_row_says_which_attention_its_step_ran(monkeypatch):
         _engine(row | {"decode_attention": "split 8×32 (auto)"}) == "quant (cuda-graph step, PDL, split KV)"
     )
     assert _engine(row | {"decode_attention": "one pass (auto)"}) == "quant (cuda-graph step, PDL)"
-    ahead = {"decode_attention": "split 8×32 (ahead, read ahead)"}
-    assert _engine(row | ahead) == "quant (cuda-graph step, PDL, split KV read ahead)"
-
-
-@pytest.mark.parametrize("b,nq,nkv,d,length", [(2, 8, 2, 16, 256), (1, 12, 4, 32, 100)])
-def test_the_chunks_read_ahead_are_the_reference_at_every_position_tried(b, nq, nkv, d, length):
-    """`llm_attention_ahead`: each chunk loaded before the wait, then the new position's row; positions past pos
-    hold NaN (loaded, never counted), at the first, a chunk's last, the next chunk's first and the last position."""
-    q, k, v = _qkv(b, nq, nkv, d, length)
-    split = plan(b, nkv, length, 132, "ahead")
-    assert split.ahead and split.combine and split.chunk == split.block
-    for pos in (0, split.chunk - 1, split.chunk, length // 2 + 1, length - 1):
-        kn, vn = k.clone(), v.clone()
-        kn[:, :, pos + 1 :] = float("nan")
-        vn[:, :, pos + 1 :] = float("nan")
-        got = attend(q, kn, vn, torch.tensor([pos]), split)
-        torch.testing.assert_close(got.float(), reference(q, k, v, pos).float(), rtol=2e-2, atol=2e-2)
-
-
-def test_the_chunks_read_ahead_take_each_sequences_own_position_and_fp8_codes(monkeypatch):
-    """Through the op with DEEPGAP_DECODE_SPLIT_KV=ahead: per-sequence positions over a bf16 cache, then fp8 codes,
-    each merged by the combine kernel and by the last program."""
-    monkeypatch.setenv("DEEPGAP_DECODE_SPLIT_KV", "ahead")
-    q, k, v = _qkv(3, 8, 2, 32, 128)
-    assert plan(3, 2, 128, 132, "ahead").ahead
-    pos = torch.tensor([0, 64, 127])
-    for combine in ("kernel", "last-block"):
-        monkeypatch.setenv("DEEPGAP_DECODE_COMBINE", combine)
-        got = decode_attention(q, k, v, pos)
-        for r, p in enumerate(pos.tolist()):
-            want = reference(q[r : r + 1], k[r : r + 1], v[r : r + 1], p)
-            torch.testing.assert_close(got[r : r + 1].float(), want.float(), rtol=2e-2, atol=2e-2)
-    codes = torch.float8_e4m3fn
-    q, k, v = _qkv(1, 8, 2, 64, 256)
-    k8, v8 = k.to(codes), v.to(codes)
-    got = decode_attention(q, k8, v8, torch.tensor([200]))
-    want = reference(q, k8.to(q.dtype), v8.to(q.dtype), 200)
-    torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
 
 
 def test_only_a_gpus_half_precision_step_takes_it(monkeypatch):
@@ -243,62 +190,6 @@ def test_split_on_the_gpu_is_the_one_pass_and_sdpa_at_every_position(batch, last
         torch.testing.assert_close(out.float(), want.float(), rtol=2e-2, atol=2e-2, msg=f"graph, pos {p}")
     torch.cuda.synchronize()
     assert all(int(c.abs().sum()) == 0 for c in llm_attention._COUNTERS.values())
-
-
-@triton.jit
-def _late_row_kernel(
-    k_ptr, v_ptr, kn_ptr, vn_ptr, pos_ptr, spin_ptr, length, spins, D: tl.constexpr, PDL: tl.constexpr = False,  # noqa: N803
-):  # fmt: skip
-    """Lets the next kernel launch, busies itself for ``spins`` steps, then writes each KV head's row at pos."""
-    pdl_enter(PDL)
-    bh = tl.program_id(0)
-    x = tl.load(spin_ptr + bh)
-    for _ in range(spins):  # a dependent chain the compiler keeps: the write comes late
-        x = x * 0.999 + 0.001
-    tl.store(spin_ptr + bh, x)
-    rd = tl.arange(0, D)
-    row = bh.to(tl.int64) * length * D + tl.load(pos_ptr) * D + rd
-    tl.store(k_ptr + row, tl.load(kn_ptr + bh * D + rd))
-    tl.store(v_ptr + row, tl.load(vn_ptr + bh * D + rd))
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("last", [False, True], ids=["combine-kernel", "last-block"])
-@pytest.mark.parametrize("batch", [1, 4])
-def test_the_chunks_read_ahead_on_the_gpu_read_the_row_their_predecessor_writes_late(batch, last):
-    """Llama-3.1-8B's heads, 256 positions: a kernel before it writes the new position's K and V after a long
-    spin, under PDL where the GPU has it (so the attention has read the stale row by then), captured in a CUDA
-    graph and replayed at several positions (a chunk boundary among them): every output is the reference over
-    the row as written, merged by the combine kernel or the last program."""
-    from deepgap.measure.llm_attention import device_sms
-    from deepgap.measure.quant import launch
-
-    pdl = torch.cuda.get_device_capability() >= (9, 0)
-    q, k, v = _qkv(batch, 32, 8, 128, 256, "cuda")
-    kn, vn = (10 * torch.randn(batch * 8, 128, device="cuda").bfloat16() for _ in range(2))
-    split = plan(batch, 8, 256, device_sms(q.device), "ahead")
-    assert split.ahead
-    pos = torch.zeros(1, dtype=torch.int64, device="cuda")
-    spin = torch.zeros(batch * 8, device="cuda")
-
-    def step():
-        with launch.pdl() if pdl else contextlib.nullcontext():
-            late = launch.launcher(_late_row_kernel, q.device)[(batch * 8,)]
-            late(k, v, kn, vn, pos, spin, 256, 20000, D=128)  # PDL: the launcher's, inside `launch.pdl`
-            return attend(q, k, v, pos, split, last=last)
-
-    step()  # compiled before the capture
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = step()
-    for p in (0, 1, split.chunk - 1, split.chunk, 100, 255):
-        k[:, :, p], v[:, :, p] = 0.0, 0.0  # the stale row: far from the one the spinning kernel writes
-        pos.fill_(p)
-        graph.replay()
-        assert torch.equal(k[:, :, p].reshape(-1, 128), kn)
-        want = reference(q, k, v, p)
-        torch.testing.assert_close(out.float(), want.float(), rtol=2e-2, atol=2e-2, msg=f"pos {p}")
 
 
 def test_the_static_step_with_the_kernel_decodes_as_with_sdpa():

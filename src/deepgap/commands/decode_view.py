@@ -212,8 +212,7 @@ def _engine(r: dict) -> str:
 
     An fp8 KV cache (``kv_cache``, `deepgap.core.records.KV_CACHE_LABELS`) is named right after the step,
     so rows with and without it never look alike. PDL: its graph used programmatic dependent launch; split
-    KV: its attention was split over the cache (`deepgap.measure.llm_attention`), read ahead where each chunk was read
-    before PDL's wait (`deepgap.measure.llm_attention_ahead`); compiled prefill: the prompt
+    KV: its attention was split over the cache (`deepgap.measure.llm_attention`); compiled prefill: the prompt
     ran compiled (`deepgap.measure.llm_steps.make_prefill`), which its TTFT and output tokens/s count. Rows
     stored before session 42 may say their attention ran in the qkv GEMV's last programs, or every layer in one kernel
     (levers since removed); they keep those labels.
@@ -227,10 +226,8 @@ def _engine(r: dict) -> str:
     if str(r.get("decode_prefill") or "").startswith("compiled"):  # TTFT and output tokens/s depend on it
         how.append("compiled prefill")
     attention = str(r.get("decode_attention") or "")
-    if attention.startswith(
-        "split"
-    ):  # "read ahead": each chunk read before PDL's wait (`llm_attention_ahead`)
-        how.append("split KV" + (" read ahead" if "read ahead" in attention else ""))
+    if attention.startswith("split"):
+        how.append("split KV")
     elif "qkv GEMV" in attention:  # "in the qkv GEMV's last programs[, split C×P]" (before session 42)
         how.append("attention in the qkv GEMV" + (", split" if "split" in attention else ""))
     if "one-kernel step" in attention:  # "split in the one-kernel step" (before session 42)

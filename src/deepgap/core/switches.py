@@ -58,8 +58,7 @@ SWITCHES: dict[str, Switch] = {
     "DEEPGAP_DECODE_ROPE": Switch(("mix", "fused"), "fused"),
     "DEEPGAP_DECODE_NORM": Switch(("fold", "handoff"), "handoff"),
     "DEEPGAP_DECODE_ATTENTION": Switch(("triton", "sdpa"), "triton"),
-    # ahead: a KV head's whole cache read before PDL's wait, one pass (`llm_attention_ahead`), where it fits
-    "DEEPGAP_DECODE_SPLIT_KV": Switch(("auto", "on", "off", "ahead"), "auto", empty_is_unset=False),
+    "DEEPGAP_DECODE_SPLIT_KV": Switch(("auto", "on", "off"), "auto", empty_is_unset=False),
     "DEEPGAP_DECODE_COMBINE": Switch(("kernel", "last-block"), "kernel", empty_is_unset=False),
     "DEEPGAP_DECODE_PDL": Switch(("auto", "on", "off"), "auto", empty_is_unset=False),
     "DEEPGAP_DECODE_FUSED": Switch(("1", "0"), "1"),  # 0: the batch-1 quant decoder keeps the plain layer

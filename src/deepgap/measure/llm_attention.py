@@ -25,7 +25,6 @@ write nothing and are not read.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -35,7 +34,6 @@ import triton
 import triton.language as tl
 
 from deepgap.core import switches
-from deepgap.measure.llm_attention_ahead import attend_block, load_block
 from deepgap.measure.llm_merge import combine_kernel, merge_group
 from deepgap.measure.models.llama_cache import FP8_CODES
 from deepgap.measure.quant.kernels import pdl_enter
@@ -84,7 +82,6 @@ class Split:
     chunk: int  # positions per chunk: a multiple of block
     block: int  # positions per step of a program's walk
     combine: bool = True  # partials to scratch, then the combine kernel (False: one pass)
-    ahead: bool = False  # each chunk, one block, read before PDL's wait (`llm_attention_ahead`)
 
 
 def chunked(length: int, chunks: int) -> Split:
@@ -95,10 +92,7 @@ def chunked(length: int, chunks: int) -> Split:
 
 
 def split_mode() -> str:
-    """``DEEPGAP_DECODE_SPLIT_KV`` (``auto`` by default: +2–4% decode tokens/s at batch 1 on one H200, session 22).
-
-    ``ahead``: split as ``auto``, each chunk read before PDL's wait where it is one block (`llm_attention_ahead`).
-    """
+    """``DEEPGAP_DECODE_SPLIT_KV`` (``auto`` by default: +2–4% decode tokens/s at batch 1 on one H200, session 22)."""
     return switches.read("DEEPGAP_DECODE_SPLIT_KV")
 
 
@@ -116,12 +110,8 @@ def plan(b: int, nkv: int, length: int, sms: int, mode: str) -> Split:
 
     Why: one program per (sequence, KV head) is 8 programs at batch 1 of Llama-3.1-8B on 132 SMs, each bound by
     latency. ``auto`` splits only where the one pass would fill less than half the SMs; ``on`` wherever a chunk
-    keeps ``MIN_CHUNK`` positions; ``ahead`` as ``auto``, each chunk read before PDL's wait where it is one
-    block of the walk. Shapes only: the same choice at every position.
+    keeps ``MIN_CHUNK`` positions. Shapes only: the same choice at every position.
     """
-    if mode == "ahead":
-        s = plan(b, nkv, length, sms, "auto")
-        return dataclasses.replace(s, ahead=s.combine and s.chunk == s.block)
     programs = b * nkv
     if mode == "off" or (mode == "auto" and 2 * programs > sms) or length < 2 * MIN_CHUNK:
         return Split(1, length, BLOCK, combine=False)
@@ -145,8 +135,7 @@ def describe(model, batch: int, length: int) -> str:
     if not s.combine:
         return f"one pass ({mode})"
     last = ", last-block merge" if combine_mode() == "last-block" else ""
-    read = ", read ahead" if s.ahead else ""
-    return f"split {s.chunks}×{s.chunk} ({mode}{read}{last})"
+    return f"split {s.chunks}×{s.chunk} ({mode}{last})"
 
 
 @functools.cache
@@ -162,34 +151,20 @@ def decode_attention_kernel(
     q_ptr, k_ptr, v_ptr, out_ptr, m_ptr, l_ptr, pos_ptr, L, scale, NKV, POS_STRIDE, CHUNK, NCH,
     G: tl.constexpr, D: tl.constexpr, BL: tl.constexpr, DOT_F32: tl.constexpr, SPLIT: tl.constexpr = False,
     PDL: tl.constexpr = False, cnt_ptr=None, fin_ptr=None, SP: tl.constexpr = 2, LAST: tl.constexpr = False,
-    AHEAD: tl.constexpr = False,
 ):  # fmt: skip
     """``out[bh] = softmax(q[bh] · K[bh, :pos+1]ᵀ · scale) · V[bh, :pos+1]`` for one (sequence, KV head).
 
     ``pos`` is one position for every sequence (``POS_STRIDE`` 0) or the sequence's own (1: continuous batching).
     With ``SPLIT``, program (bh, c) walks chunk c and writes its rows' partials for `combine_kernel`
     (`store_chunk`); with ``LAST`` too, the last of the NCH to count itself in ``cnt_ptr[bh]`` merges them.
-    With ``AHEAD`` (a chunk of one block) the chunk's K and V load before PDL's wait (`llm_attention_ahead`).
     """
-    if AHEAD:
-        if PDL:
-            tl.extra.cuda.gdc_launch_dependents()
-        k, v = load_block(
-            k_ptr, v_ptr, tl.program_id(0), tl.program_id(1) * CHUNK, L, D, BL, q_ptr.dtype.element_ty
-        )
-        if PDL:
-            tl.extra.cuda.gdc_wait()  # q, and K and V at pos: the previous kernel's writes
-    else:
-        pdl_enter(PDL)  # launched inside `launch.pdl`: q, K and V are the previous kernels' writes
+    pdl_enter(PDL)  # launched inside `launch.pdl`: q, K and V are the previous kernels' writes
     bh = tl.program_id(0)
     c = tl.program_id(1)
     pos = tl.load(pos_ptr + (bh // NKV) * POS_STRIDE)
     lo = c * CHUNK
     hi = tl.minimum(tl.minimum(lo + CHUNK, L), pos + 1)  # never past the cache, whatever pos says
-    if AHEAD:
-        m_i, l_i, acc = attend_block(q_ptr, k_ptr, v_ptr, k, v, bh, lo, hi, pos, L, scale, G, D, BL, DOT_F32)
-    else:
-        m_i, l_i, acc = attend_rows(q_ptr, k_ptr, v_ptr, bh, lo, hi, L, scale, G, D, BL, DOT_F32)
+    m_i, l_i, acc = attend_rows(q_ptr, k_ptr, v_ptr, bh, lo, hi, L, scale, G, D, BL, DOT_F32)
     if SPLIT:
         store_chunk(out_ptr, m_ptr, l_ptr, cnt_ptr, fin_ptr, bh, c, lo, pos, m_i, l_i, acc, CHUNK, NCH, G, D, SP,
                     LAST)  # fmt: skip
@@ -325,7 +300,7 @@ def attend(
     extra = dict(cnt_ptr=counters(b * nkv, q.device), fin_ptr=out, SP=sp, LAST=True) if last else {}
     launcher(decode_attention_kernel, q.device)[(b * nkv, split.chunks)](
         q, k, v, part, m, l, pos, length, 1.0 / math.sqrt(d), nkv, stride, split.chunk, split.chunks,
-        G=g, D=d, BL=split.block, DOT_F32=cpu, SPLIT=True, num_warps=4, num_stages=2, AHEAD=split.ahead, **extra,
+        G=g, D=d, BL=split.block, DOT_F32=cpu, SPLIT=True, num_warps=4, num_stages=2, **extra,
     )  # fmt: skip
     if not last:
         launcher(combine_kernel, q.device)[(b * nq,)](
