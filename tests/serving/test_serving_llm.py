@@ -8,6 +8,7 @@ run are compared exactly and no wall-clock time is asserted; one serve runs end 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -57,6 +58,41 @@ class Scripted:
         if self.inner is not None:
             self.inner.decode(active)
         self.clock.advance(STEP_S[self.slots])
+
+
+@pytest.mark.parametrize(
+    "ins,outs,want",
+    [
+        ("uniform:64:256", "fixed:128", 160 + 63),  # issue 51's served load: 127 steps from the prompt's end
+        ("fixed:100", "fixed:1", 100),  # no decode step at all: the prompt's end
+        ("fixed:100", "uniform:2:4", 101),  # 1, 2 or 3 steps: j = 0; 0, 1; 0, 1, 2 -> 4 / 6 of a position
+        ("32:3,64", "fixed:9", 40 + 4),  # a weighted choice: E[in] = 40
+    ],
+)
+def test_the_decode_step_is_calibrated_at_the_loads_mean_position(ins, outs, want):
+    """`LlmLoad.decode_position`: over every decode step of every request, the mean position attended up to,
+    which the worker's calibration gives every slot (its attention reads each row up to its position)."""
+    load = LlmLoad(parse_seq_len_dist(ins, 1, 512), parse_seq_len_dist(outs, 1, 512))
+    assert load.decode_position() == want < load.cache_len
+    values, p = load.inputs.support()
+    assert float(values @ p) == pytest.approx(load.inputs.mean())
+
+
+def test_a_decoders_setup_request_carries_the_calibration_position():
+    """`llm_setup_fields` hands the position to the worker (`SetupRequest.decode_position`), which times every
+    slot there (`llm_setup.calibration_position`); a request without one keeps half the cache."""
+    from deepgap.serving.run.process import SetupRequest
+    from deepgap.serving.run.rows import setup_request
+    from deepgap.serving.run.spec import ServeSpec
+    from deepgap.serving.worker.llm_setup import calibration_position
+
+    spec = ServeSpec(
+        model="llama-tiny", device="cpu", qps=5.0, input_len_dist="uniform:8:24", output_len_dist="fixed:9"
+    )
+    req = setup_request(spec, "llama-tiny", "cpu")
+    assert (req.cache_len, req.decode_position, calibration_position(req)) == (33, 16 + 4, 20)
+    old = SetupRequest(**{**dataclasses.asdict(req), "decode_position": 0})
+    assert calibration_position(old) == 33 // 2
 
 
 def test_a_bucketed_server_is_charged_its_bucket_not_the_newcomers_count():

@@ -42,6 +42,13 @@ class SeqLenDist:
         w = np.asarray(self.weights or [1.0] * len(self.lengths), dtype=np.float64)
         return w / w.sum()
 
+    def support(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every length a request may have (int64) and its probability."""
+        if self.kind == "uniform":
+            lo, hi = self.lengths
+            return np.arange(lo, hi + 1, dtype=np.int64), np.full(hi - lo + 1, 1.0 / (hi - lo + 1))
+        return np.asarray(self.lengths, dtype=np.int64), self.probabilities()
+
     def mean(self) -> float:
         """Expected length of a request."""
         if self.kind == "uniform":

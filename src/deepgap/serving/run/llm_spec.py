@@ -186,7 +186,7 @@ def refuse_decoder_flags(spec: Any) -> None:
 
 
 def llm_setup_fields(spec: Any) -> dict[str, Any]:
-    """`SetupRequest`'s decoder fields: the prompt lengths calibrated, the cache's length and its format.
+    """`SetupRequest`'s decoder fields: prompt lengths and decode position calibrated, the cache's length and format.
 
     The format as a `ConfigSpec.kv_cache` ("auto" is None), so the served configuration's key and labels are
     the sweep's for the same cache.
@@ -200,6 +200,7 @@ def llm_setup_fields(spec: Any) -> dict[str, Any]:
         "seq_lens": lens,
         "resolution": max(lens),
         "cache_len": load.cache_len,
+        "decode_position": load.decode_position(),
         "seq_len_dist": load.label(),
         "kv_cache": spec_kv_cache(spec.kv_cache),
     }

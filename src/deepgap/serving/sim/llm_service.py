@@ -1,14 +1,14 @@
 """The simulator of a served decoder: measured prefill and decode-step curves on a virtual clock.
 
-The worker calibrates two curves (`deepgap.serving.worker.llm_setup`): the **prefill** of ``b`` prompts
-padded to ``P`` tokens (per calibrated batch size and prompt length), and the **decode step** over
-``S`` slots (per calibrated slot count). The decode step is the static one (`Llama.decode_slots`): it
-runs every slot and reads the whole cache, so its time depends on the slots and the cache's length
-(fixed for a run: the longest input plus the longest output), not on how many sequences are running or
-how long their contexts are. `LlmService` charges a prefill the median at its batch and padded length
-(linear between calibrated points, proportional past the largest; a packed server's, calibrated as one
-prompt per bucket of token rows, at the bucket of its total tokens) and a decode step a draw from its
-slot count's measured steps, and `simulate_llm` runs the server's own loop
+The worker calibrates two curves (`deepgap.serving.worker.llm_setup`): the **prefill** of ``b`` prompts padded
+to ``P`` tokens (per calibrated batch size and prompt length), and the **decode step** over ``S`` slots (per
+calibrated slot count). The decode step is the static one (`Llama.decode_slots`): it runs every slot, so its
+time depends on the slots, not on how many sequences are running; its attention reads each row's cache up to
+the row's position, so it is calibrated with every slot at the load's mean decode position
+(`LlmLoad.decode_position`; half the cache before session 49). `LlmService` charges a prefill the median at
+its batch and padded length (linear between calibrated points, proportional past the largest; a packed
+server's, calibrated as one prompt per bucket of token rows, at the bucket of its total tokens) and a decode
+step a draw from its slot count's measured steps, and `simulate_llm` runs the server's own loop
 (`deepgap.serving.sim.continuous.serve_continuous`) on a `VirtualClock` with the same requests
 (`LlmLoad.draw`: the real level's lengths, seeded alike).
 """
@@ -36,6 +36,19 @@ class LlmLoad:
     def cache_len(self) -> int:
         """Positions a slot's cache needs: the longest prompt and the longest output."""
         return self.inputs.max_len + self.outputs.max_len
+
+    def decode_position(self) -> int:
+        """The position a running sequence's decode step attends up to, on average over every decode step.
+
+        Why: the decode attention reads each row's cache only up to its position (`deepgap.measure.llm_attention`),
+        so a step's time grows with the positions its rows hold; the calibration runs every slot there. A request
+        of ``I`` in and ``O`` out decodes at positions ``I … I+O−2`` (its first token is the prefill's), so over
+        the steps: ``E[I] + E[(O−1)(O−2)/2] / E[O−1]``, the lengths drawn apart.
+        """
+        outs, p = self.outputs.support()
+        steps = np.maximum(outs - 1, 0).astype(np.float64)
+        walk = float(p @ (steps * (steps - 1) / 2) / (p @ steps)) if p @ steps > 0 else 0.0
+        return min(self.cache_len - 1, int(round(self.inputs.mean() + walk)))
 
     def draw(self, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
         """(input, output) lengths of ``n`` requests: the same ``(n, seed)`` gives the same everywhere."""

@@ -12,11 +12,12 @@ decoder's dtype or as fp8 codes (``kv_cache``, `deepgap.serving.worker.llm_engin
   lower precisions a near-tie may part (recorded), and so with an fp8 cache (``kv_cache``: fp8's bounds,
   `deepgap.measure.correctness.bounds_of`, as the sweep's check).
 - **Calibration**: the decode step at every slot count (`curve_iterations` steps each, synchronised;
-  the step is static, so its time does not depend on which slots hold a sequence), and the prefill as the
-  server runs it: packed, every bucket of ``T`` token rows (stored as batch 1 at length ``T``); padded,
-  every calibrated batch and every admission bucket's count at every calibrated prompt length. They are
-  the simulator's curves (`deepgap.serving.sim.llm_service.LlmService`): ``curve_samples_s`` per slot
-  count, ``curves_by_len`` prompt length (packed: rows) → batch → prefill seconds.
+  the step is static, so its time does not depend on which slots hold a sequence; its attention reads each
+  row up to its position, so every slot sits at the load's mean decode position, `LlmLoad.decode_position`),
+  and the prefill as the server runs it: packed, every bucket of ``T`` token rows (stored as batch 1 at
+  length ``T``); padded, every calibrated batch and every admission bucket's count at every calibrated
+  prompt length. They are the simulator's curves (`deepgap.serving.sim.llm_service.LlmService`):
+  ``curve_samples_s`` per slot count, ``curves_by_len`` prompt length (packed: rows) → batch → prefill seconds.
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ def llm_setup(state: Any, req: SetupRequest) -> tuple[SlotExecutor, SetupReply]:
             if req.engine == "quant"
             else None,
             "cache_len": req.cache_len,
+            "decode_calibrated_at": calibration_position(req),  # every slot's position while steps were timed
             "kv_cache": "fp8 (e4m3 codes at scale 1)" if req.kv_cache == "fp8" else None,
             "kv_cache_bytes": model.cache.nbytes,  # every slot's K and V as allocated (and its sink row)
             # what the simulator charges an admission at (`LlmService.prefill_s`): its bucket
@@ -189,14 +191,19 @@ def _prefill_way(ex: SlotExecutor) -> str:
     )
 
 
+def calibration_position(req: SetupRequest) -> int:
+    """Where every slot sits while the decode step is timed: the load's mean decode position, else mid-cache."""
+    return req.decode_position or req.cache_len // 2
+
+
 def _decode_curve(ex: SlotExecutor, req: SetupRequest):
-    """Seconds of each decode step, per slot count (all slots running at a mid-cache position)."""
+    """Seconds of each decode step, per slot count (all slots at the load's mean decode position)."""
     samples: dict[int, list[float]] = {}
     parts: dict[int, dict[str, float]] = {}
     with torch.inference_mode(), quiet_gc():
         for s in req.buckets:
             ex.set_level(s, np.ones(1, dtype=np.int64))
-            ex.pos[:s] = req.cache_len // 2
+            ex.pos[:s] = calibration_position(req)
             active = np.zeros(s, dtype=bool)  # positions stay: every step reads the same whole cache
             lat = _timed(lambda active=active: ex.decode(active), req.curve_warmup, req.curve_iterations)
             samples[s] = lat
