@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Session 49 (2026-12-06): the calls of this session, from the repository root with $OUT set and `.whl/` carried
-# (benchmarks/device_lib.sh). Usage: bash results/h100/session49/device.sh N (the README says each call's command,
-# the card that came and the result).
+# Session 49 (2026-12-06): the calls of this session, from the repository root with $OUT set (benchmarks/device_lib.sh).
+# Every ask was for nvidia-h200; every call ran on one NVIDIA H100 80GB HBM3. Usage: bash results/h100/session49/device.sh N
+# (the README says each call's commit, command and result). Calls 1-3 time DEEPGAP_DECODE_SPLIT_KV=ahead, removed
+# after them: run them at the commits the README names (call 1 at f3a85f9, call 2 at d1c10f0, call 3 at b76ee3b).
 set -uo pipefail
 loop_rows() {  # the bare loop's JSON rows: the split mode, TPOT, pipelined and synchronized tokens/s
     cat "$@" | grep '^{' | python3 -c "import json,sys; [print(r.get('split_kv'), r['tpot_ms'], r['decode_tok_s'], \
