@@ -66,7 +66,11 @@ class Scripted:
         ("uniform:64:256", "fixed:128", 160 + 63),  # issue 51's served load: 127 steps from the prompt's end
         ("fixed:100", "fixed:1", 100),  # no decode step at all: the prompt's end
         ("fixed:100", "uniform:2:4", 101),  # 1, 2 or 3 steps: j = 0; 0, 1; 0, 1, 2 -> 4 / 6 of a position
-        ("32:3,64", "fixed:9", 40 + 4),  # a weighted choice: E[in] = 40
+        (
+            "32:3,64",
+            "fixed:9",
+            44,
+        ),  # a weighted choice: E[in] = 40, eight steps 3.5 on: 43.5, rounded to even
     ],
 )
 def test_the_decode_step_is_calibrated_at_the_loads_mean_position(ins, outs, want):
@@ -90,7 +94,7 @@ def test_a_decoders_setup_request_carries_the_calibration_position():
         model="llama-tiny", device="cpu", qps=5.0, input_len_dist="uniform:8:24", output_len_dist="fixed:9"
     )
     req = setup_request(spec, "llama-tiny", "cpu")
-    assert (req.cache_len, req.decode_position, calibration_position(req)) == (33, 16 + 4, 20)
+    assert (req.cache_len, req.decode_position, calibration_position(req)) == (33, 20, 20)  # round(16 + 3.5)
     old = SetupRequest(**{**dataclasses.asdict(req), "decode_position": 0})
     assert calibration_position(old) == 33 // 2
 
@@ -309,6 +313,7 @@ def test_serve_llama_tiny_finds_capacity_and_stores_tokens_and_tails(tmp_path, m
     assert set(lv["decode_step"]) == {"eager static step"} and all(
         a.startswith("packed") for a in lv["admissions"]
     )
+    assert set(lv["calibrated_at"]) == {10 + 1}  # `LlmLoad.decode_position`: E[in] 10, three steps from there
     shown = deepgap_cli("show", store)
     assert shown.returncode == 0 and "decoders" in shown.stdout and "max of" in shown.stdout
     from deepgap.serving.show.report_section import section
@@ -330,6 +335,7 @@ def test_serve_llama_tiny_finds_capacity_and_stores_tokens_and_tails(tmp_path, m
     assert (
         set(lvx["serve_decode_step"]) == {"eager static step"}
         and lvx["serve_prefill"].str.startswith("packed").all()
+        and set(lvx["decode_calibrated_position"]) == {11}
     )
     cap = ex[(ex["workload"] == "serve-capacity") & (ex["source"] == "measured")]
     assert cap["output_tokens_per_s"].tolist() == [pytest.approx(out["capacity_output_tokens_per_s"])]

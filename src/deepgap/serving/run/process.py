@@ -73,7 +73,7 @@ class SetupRequest:
     # ``seq_lens`` then holds the prompt lengths whose prefill is calibrated, ``buckets`` the slot counts
     cache_len: int = 0
     # the position every slot holds while the decode step is calibrated (`LlmLoad.decode_position`); 0: half
-    # the cache (a request built before it existed)
+    # the cache
     decode_position: int = 0
     # and its format, as `ConfigSpec.kv_cache` (``--kv-cache``): None the decoder's own dtype, "fp8" codes
     kv_cache: str | None = None

@@ -40,8 +40,9 @@ def llm_levels(
     return df.drop(columns=["extra"])
 
 
-# what a level's set-up said of its step and its admissions: column → `llm_setup`'s engine_info key
-SETUP = {"decode_step": "decode_step", "admissions": "prefill"}
+# what a level's set-up said of its step and its admissions, and the position every slot held while its
+# decode step was calibrated (`LlmLoad.decode_position`; "" before session 49): column → engine_info key
+SETUP = {"decode_step": "decode_step", "admissions": "prefill", "calibrated_at": "decode_calibrated_at"}
 
 
 def engine_cell(r: dict[str, Any]) -> str:
@@ -157,6 +158,7 @@ EXPORT = {
     "predicted_tpot_tail_s": "predicted_tpot_tail_s",
     "decode_step": "serve_decode_step",  # the set-up's words, as `engine_cell` reads them
     "admissions": "serve_prefill",
+    "calibrated_at": "decode_calibrated_position",  # the slots' position while the step was timed
 }
 
 

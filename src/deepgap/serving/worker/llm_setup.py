@@ -204,7 +204,7 @@ def _decode_curve(ex: SlotExecutor, req: SetupRequest):
         for s in req.buckets:
             ex.set_level(s, np.ones(1, dtype=np.int64))
             ex.pos[:s] = calibration_position(req)
-            active = np.zeros(s, dtype=bool)  # positions stay: every step reads the same whole cache
+            active = np.zeros(s, dtype=bool)  # positions stay: every step reads the same cache rows
             lat = _timed(lambda active=active: ex.decode(active), req.curve_warmup, req.curve_iterations)
             samples[s] = lat
             parts[s] = {"compute_s": float(np.mean(lat)), "interval_s": float(np.median(lat))}
