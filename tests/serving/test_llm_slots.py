@@ -132,6 +132,41 @@ def test_slot_executor_serves_the_loop_and_records_each_requests_tokens(tiny, pr
     assert [ex.record[r] for r in range(5)] == want
 
 
+def test_a_retired_slots_row_goes_back_to_position_0_and_the_others_keep_their_tokens(tiny):
+    """After every step, each free row sits at position 0 (the attention reads a row up to its position; a
+    stale one re-read its last sequence's context every step), while every request's tokens stay its own:
+    slots retire and are admitted again mid-run. Calibration's steps (no row running) keep their positions."""
+    from deepgap.serving.sim.clock import VirtualClock
+    from deepgap.serving.sim.continuous import serve_continuous
+    from deepgap.serving.worker.llm_executor import SlotExecutor
+
+    ex = SlotExecutor(tiny, "cpu", 3, 24, 12, seed=3, prefill="packed")
+    ins, outs = np.array([12, 4, 9, 7, 5, 6]), np.array([2, 8, 3, 6, 3, 2])
+    ex.set_level(3, ins, record=True)
+    seen = []
+
+    class Watching(Ticking):
+        def decode(self, active):
+            super().decode(active)
+            seen.append((active.copy(), ex.pos[:3].tolist()))
+
+    clock = VirtualClock()
+    with torch.inference_mode():
+        serve_continuous(np.array([0, 0, 0, 1.5, 2, 4]) * 1e-3, ins, outs, 3, clock, Watching(ex, clock))
+    assert any(not a.all() for a, _ in seen[1:]) and any(a.all() for a, _ in seen)  # rows freed, refilled
+    for active, pos in seen:
+        assert all(p == 0 for p, run in zip(pos, active, strict=True) if not run), (active, pos)
+    record = dict(ex.record)
+    ex.set_level(3, ins)
+    ex.pos[:3] = 7
+    with torch.inference_mode():
+        ex.decode(np.zeros(3, dtype=bool))
+    assert ex.pos[:3].tolist() == [7, 7, 7]
+    # last: `generate` sets the model's cache up for one sequence
+    want = [generate(tiny, ex.prompt(r, int(ins[r]))[None, :], int(outs[r]))[0].tolist() for r in range(6)]
+    assert [record[r] for r in range(6)] == want
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run through the device machine)")
 @pytest.mark.parametrize("prefill", ["packed", "padded"])

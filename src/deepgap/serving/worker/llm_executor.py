@@ -13,10 +13,14 @@ Runs in the worker process only. The cache holds ``max_slots`` rows of ``cache_l
   runs unpadded. A packed or padded cache has one more row, the padding's sink.
 - ``decode(active)``: one static step over the ``slots`` rows (`Llama.decode_slots`, a position per row):
   every row's next token is its argmax and the running rows' positions advance by one (``active``, a
-  device copy of the loop's mask). The step, its argmax and the position update are one function, so
-  on a GPU (``cudagraph``) it is captured once per slot count and replayed (`SlotSteps`); with a compile
-  mode (``compile-reduce-overhead``, ``quant``: `deepgap.serving.worker.llm_engines`) ``decode_slots`` is
-  compiled first (static shapes: one compile per slot count), as the sweep's step is.
+  device copy of the loop's mask). A row whose sequence retired since the last step is put back to position 0
+  first: the step's attention reads each row up to its position, and a free row's stale position would read
+  its last sequence's whole context every step (at 512 slots of the 8B load, about 70 free rows at ~290
+  positions, a sixth of the step's KV reads; session 49, not yet timed on a GPU). The step, its argmax and
+  the position update are one function, so on a GPU (``cudagraph``) it is captured once per slot count and
+  replayed (`SlotSteps`); with a compile mode (``compile-reduce-overhead``, ``quant``:
+  `deepgap.serving.worker.llm_engines`) ``decode_slots`` is compiled first (static shapes: one compile per
+  slot count), as the sweep's step is.
 
 Each call returns once the device is done (synchronised), so the loop's clock reads when the tokens
 exist. ``record``: keep every request's tokens (the set-up's check against each request alone).
@@ -128,12 +132,15 @@ class SlotExecutor:
         self.inputs = np.ones(1, dtype=np.int64)
         self.record: dict[int, list[int]] | None = None
         self.slot_req = np.full(max_slots, -1, dtype=np.int64)
+        self.ran = np.zeros(max_slots, dtype=bool)  # the rows the last step ran a sequence in
 
     def set_level(self, slots: int, inputs: np.ndarray, record: bool = False) -> None:
         """A level's slot count and its requests' prompt lengths (arrival order)."""
         self.slots, self.inputs = slots, np.asarray(inputs, dtype=np.int64)
         self.record = {} if record else None
         self.slot_req[:] = -1
+        self.ran[:] = False
+        self.pos.zero_()  # every slot free: its row attends one position until a sequence is admitted there
 
     def prompt(self, r: int, length: int) -> Any:
         """Request ``r``'s prompt ids (on the device)."""
@@ -164,6 +171,10 @@ class SlotExecutor:
     def decode(self, active: np.ndarray) -> None:
         """One step over the level's slots: a token for each, positions of the running ones advanced."""
         s = self.slots
+        retired = np.nonzero(self.ran[:s] & ~active)[0]
+        if len(retired):  # free rows attend one position, not their last sequence's whole context
+            self.pos[torch.as_tensor(retired, device=self.device)] = 0
+        self.ran[:s] = active
         self.act[:s].copy_(torch.as_tensor(active, dtype=torch.int64), non_blocking=False)
         with torch.inference_mode():
             self.steps(s)
