@@ -9,6 +9,7 @@ run are compared exactly and no wall-clock time is asserted; one serve runs end 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 
@@ -97,6 +98,28 @@ def test_a_decoders_setup_request_carries_the_calibration_position():
     assert (req.cache_len, req.decode_position, calibration_position(req)) == (33, 20, 20)  # round(16 + 3.5)
     old = SetupRequest(**{**dataclasses.asdict(req), "decode_position": 0})
     assert calibration_position(old) == 33 // 2
+
+
+def test_the_simulators_service_takes_the_calibrations_two_positions():
+    """`llm_run.service_from`: the position the curve was timed at and each slot count's step at position 0
+    reach the service (its line); a calibration without them leaves the step the curve's wherever its rows."""
+    from types import SimpleNamespace
+
+    from deepgap.serving.run.llm_run import _step_words, service_from
+
+    req = SimpleNamespace(cache_len=40)
+    reply = SimpleNamespace(
+        curves_by_len={8: {1: [1e-3]}},
+        curve_samples_s={4: [2e-3, 2e-3]},
+        curve_parts_s={4: {"compute_s": 2e-3, "interval_s": 2e-3, "at_zero_s": 1e-3}},
+        engine_info={"decode_calibrated_at": 20},
+    )
+    sv = service_from(reply, req, "t")
+    assert (sv.position, sv.decode_at_zero) == (20, {4: 1e-3}) and sv.positions_known(4)
+    assert _step_words(reply, req, 4).endswith("every slot at position 20 (at position 0: 1.000 ms, median)")
+    reply.engine_info, reply.curve_parts_s = {}, {4: {"compute_s": 2e-3}}
+    old = service_from(reply, req, "t")
+    assert not old.positions_known(4) and _step_words(reply, req, 4).endswith("40 positions each")
 
 
 def test_a_bucketed_server_is_charged_its_bucket_not_the_newcomers_count():
@@ -350,7 +373,10 @@ def test_simulators_jump_over_uneventful_steps_gives_the_one_at_a_time_times():
     from deepgap.serving.sim.llm_service import VirtualSlots
 
     load = _load("uniform:4:16", "uniform:2:30")
-    jitter = LlmService(_service().prefill, {s: np.linspace(0.9, 1.2, 7) * t for s, t in STEP_S.items()}, 46)
+    steps = {s: np.linspace(0.9, 1.2, 7) * t for s, t in STEP_S.items()}
+    jitter = LlmService(_service().prefill, steps, 46)
+    # and with the step's line over its rows' positions (timed at 20, and at 0 for 60% of the time)
+    lined = LlmService(_service().prefill, steps, 46, position=20, decode_at_zero={1: 6e-4, 4: 9e-4})
     ins, outs = load.draw(300, 0)
     draws = np.random.default_rng(0).random(512)
 
@@ -362,18 +388,45 @@ def test_simulators_jump_over_uneventful_steps_gives_the_one_at_a_time_times():
             self.inner.prefill(*args)
 
         def decode(self, active):
-            self.inner.decode_steps(1, np.inf)
+            self.inner.decode_steps(1, np.inf, active)
 
-    for slots in (1, 4):
+    for service, slots in itertools.product((jitter, lined), (1, 4)):
         logs = []
         for wrap in (lambda x: x, OneAtATime):
             clock = VirtualClock()
-            ex = wrap(VirtualSlots(jitter, clock, slots, ins, draws))
+            ex = wrap(VirtualSlots(service, clock, slots, ins, draws))
             logs.append(serve_continuous(schedule(300.0, 300, 0), ins, outs, slots, clock, ex))
         assert logs[0].steps == logs[1].steps
-        assert np.array_equal(logs[0].done_s, logs[1].done_s) and np.array_equal(
-            logs[0].first_s, logs[1].first_s
+        assert np.allclose(logs[0].done_s, logs[1].done_s, rtol=0, atol=1e-12) and np.allclose(
+            logs[0].first_s, logs[1].first_s, rtol=0, atol=1e-12
         )
+    assert logs[0].end_s < simulate_llm(schedule(300.0, 300, 0), load, 4, jitter, 0).end_s  # cheaper rows
+
+
+def test_a_decode_step_costs_the_line_between_its_two_calibrated_positions():
+    """`LlmService.decode_times`: every slot at the timed position costs the curve's step, every slot at 0 the
+    step timed there, and between, the line at the rows' summed positions; `VirtualSlots` keeps each slot's
+    position as the real executor does (the prompt's length, one more a step, 0 once retired)."""
+    from deepgap.serving.sim.llm_service import VirtualSlots
+
+    sv = LlmService(_service().prefill, {4: np.full(5, 2e-3)}, 40, position=20, decode_at_zero={4: 1e-3})
+    got = sv.decode_times(4, 3, None, np.array([80, 0, 40]))
+    np.testing.assert_allclose(got, [2e-3, 1e-3, 1.5e-3])
+    assert sv.positions_known(4) and not sv.positions_known(2)
+    np.testing.assert_allclose(LlmService(sv.prefill, sv.decode, 40).decode_times(4, 2, None, [0, 9]), 2e-3)
+    clock = VirtualClock()
+    vs = VirtualSlots(sv, clock, 4, np.array([10, 6, 3]), None)
+    vs.prefill(0, 2, [3, 1])
+    assert vs.pos.tolist() == [0, 6, 0, 10]
+    active = np.array([False, True, False, True])
+    assert vs.decode_steps(3, np.inf, active) == 3
+    assert vs.pos.tolist() == [0, 9, 0, 13]
+    # the three steps read 16, 18 and 20 of the 80 timed positions
+    assert clock.now() == pytest.approx(
+        sum(1e-3 + 1e-3 * r / 80 for r in (16, 18, 20)) + sv.admission_s([10, 6])
+    )
+    vs.decode(np.array([False, True, False, False]))  # slot 3 retired: its row back at 0
+    assert vs.pos.tolist() == [0, 10, 0, 0]
 
 
 def test_a_decoders_default_slots_on_a_gpu_are_the_four_largest_whose_cache_fits():

@@ -26,7 +26,13 @@ from deepgap.serving.sim.packing import prefill_mode
 
 
 def service_from(reply: Any, req: SetupRequest, label: str) -> LlmService:
-    """The simulator's curves from a worker's calibration: prefill per prompt length, decode per slots."""
+    """The simulator's curves from a worker's calibration: prefill per prompt length, decode per slots.
+
+    And where the decode curve was timed (``engine_info["decode_calibrated_at"]``) with each slot count's
+    step at position 0 (``curve_parts_s[s]["at_zero_s"]``): a step then costs the line between the two at
+    its rows' positions (`LlmService.decode_times`); a calibration without them, the curve's step anywhere.
+    """
+    zero = {s: float(p["at_zero_s"]) for s, p in reply.curve_parts_s.items() if "at_zero_s" in p}
     return LlmService(
         {v: {b: np.asarray(x) for b, x in s.items()} for v, s in reply.curves_by_len.items()},
         {b: np.asarray(x) for b, x in reply.curve_samples_s.items()},
@@ -36,6 +42,8 @@ def service_from(reply: Any, req: SetupRequest, label: str) -> LlmService:
         quantum=int(reply.engine_info.get("prefill_quantum") or 0),
         tokens=tuple(reply.engine_info.get("prefill_tokens") or ()),
         prompts=int(reply.engine_info.get("prefill_prompts") or 0),
+        position=int(reply.engine_info.get("decode_calibrated_at") or 0),
+        decode_at_zero=zero,
     )
 
 
@@ -102,6 +110,18 @@ def _prefills(by_b: dict[int, list[float]], s: int, first: bool, slots: Any) -> 
     return out
 
 
+def _step_words(reply: SetupReply, req: SetupRequest, s: int) -> str:
+    """What one calibrated decode step over ``s`` slots was: the cache, the slots' position, the step at 0."""
+    words = f"one static decode step over {s} slots, a cache of {req.cache_len} positions each"
+    at = reply.engine_info.get("decode_calibrated_at")
+    zero = reply.curve_parts_s.get(s, {}).get("at_zero_s")
+    if at:
+        words += f", every slot at position {at}"
+    if zero is not None:
+        words += f" (at position 0: {zero * 1e3:.3f} ms, median)"
+    return words
+
+
 def llm_curve_rows(reply: SetupReply, req: SetupRequest) -> list[dict[str, Any]]:
     """``serve_curves`` rows: per slot count its decode steps' seconds; the prefill at that batch in details."""
     return [
@@ -112,7 +132,7 @@ def llm_curve_rows(reply: SetupReply, req: SetupRequest) -> list[dict[str, Any]]
             "samples_s": reply.curve_samples_s[s],
             "compute_s": reply.curve_parts_s.get(s, {}).get("compute_s"),
             "details": CurveDetails(
-                includes=f"one static decode step over {s} slots, a cache of {req.cache_len} positions each",
+                includes=_step_words(reply, req, s),
                 interval_s=reply.curve_parts_s.get(s, {}).get("interval_s"),
                 workload="decode",
                 kv_cache=req.kv_cache,

@@ -247,7 +247,7 @@ def _admit(st: _Run, executor, clock: Clock, head: int, k: int, now: float) -> N
 def _decode(st: _Run, executor, clock: Clock, next_arrival_s: float) -> None:
     """One decode step over every slot: a token for each running sequence; retire those complete.
 
-    An executor with ``decode_steps(k, until_s)`` (the simulator's) runs up to ``k`` steps at once (none
+    An executor with ``decode_steps(k, until_s, active)`` (the simulator's) runs up to ``k`` steps at once (none
     retires a sequence before the ``k``-th), stopping after the first that ends at or past ``until_s``
     (a newcomer that would be admitted there): the same steps and times as one at a time, without a
     Python iteration per step.
@@ -255,7 +255,7 @@ def _decode(st: _Run, executor, clock: Clock, next_arrival_s: float) -> None:
     active = st.slot_req >= 0
     many = getattr(executor, "decode_steps", None)
     if many is not None:
-        k = many(int(st.left[active].min()), next_arrival_s)
+        k = many(int(st.left[active].min()), next_arrival_s, active)
     else:
         executor.decode(active)
         k = 1

@@ -15,7 +15,7 @@ step a draw from its slot count's measured steps, and `simulate_llm` runs the se
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -73,6 +73,10 @@ class LlmService:
     # bucket's rows (``prefill[T][1]``), and the most prompts one packed prefill takes; () and 0: not packed
     tokens: tuple[int, ...] = ()
     prompts: int = 0
+    # where the decode curve was timed (every slot at this position, `LlmLoad.decode_position`) and the median
+    # step per slot count with every slot at position 0; 0 and {}: a step costs the curve's, wherever its rows
+    position: int = 0
+    decode_at_zero: dict[int, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.prefill or not self.decode:
@@ -137,13 +141,28 @@ class LlmService:
         r = self._ratios[slots]
         return med * float(r[int(u * len(r))])
 
-    def decode_times(self, slots: int, k: int, u: np.ndarray | None) -> np.ndarray:
-        """Seconds of ``k`` decode steps over ``slots``: the median, or the samples ``u`` ∈ [0, 1) pick."""
-        med = self._dec[slots]
+    def decode_times(
+        self, slots: int, k: int, u: np.ndarray | None, read: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Seconds of ``k`` decode steps over ``slots``: the median, or the samples ``u`` ∈ [0, 1) pick.
+
+        ``read``: each step's positions summed over its rows (a free row's is 0). Where the curve was timed at
+        a position with every slot there and at position 0 too (`positions_known`), a step's median is the
+        line between the two at its share of the timed positions: the attention reads each row up to its
+        position, the rest of the step costs the same.
+        """
+        med = np.full(k, self._dec[slots])
+        if read is not None and self.positions_known(slots):
+            zero = self.decode_at_zero[slots]
+            med = zero + (med - zero) * np.asarray(read, dtype=np.float64) / (slots * self.position)
         if u is None:
-            return np.full(k, med)
+            return med
         r = self._ratios[slots]
         return med * r[(u * len(r)).astype(np.int64)]
+
+    def positions_known(self, slots: int) -> bool:
+        """Whether ``slots``' steps were timed at a position and at position 0 (`decode_times`' line)."""
+        return self.position > 0 and slots in self.decode_at_zero
 
     def saturation_qps(self, slots: int, load: LlmLoad) -> float:
         """Requests/s no server of ``slots`` can pass on these curves: an upper bound, the search's ceiling.
@@ -169,23 +188,37 @@ class VirtualSlots:
         self.sv, self.clock, self.slots, self.inputs = service, clock, slots, inputs
         self._u = None if draws is None else np.asarray(draws, dtype=np.float64)
         self.k = 0
+        # each slot's position as the real executor keeps it (`SlotExecutor`): the prompt's length once
+        # admitted, one more a step, back to 0 once its sequence retired
+        self.pos = np.zeros(slots, dtype=np.int64)
+        self.ran = np.zeros(slots, dtype=bool)
 
     def prefill(self, first: int, count: int, slots) -> None:  # noqa: D102
+        self.pos[list(slots)] = self.inputs[first : first + count]
         self.clock.advance(self.sv.admission_s(self.inputs[first : first + count]))
 
     def decode(self, active) -> None:  # noqa: D102
-        self.decode_steps(1, np.inf)
+        self.decode_steps(1, np.inf, active)
 
-    def decode_steps(self, k: int, until_s: float) -> int:
-        """Up to ``k`` steps, stopping after the first that ends at or past ``until_s``; how many ran.
+    def decode_steps(self, k: int, until_s: float, active=None) -> int:
+        """Up to ``k`` steps over the ``active`` rows, stopping after the first that ends at or past ``until_s``.
 
-        The clock's sums are the one-at-a-time ones (a sequential cumulative sum from now).
+        Returns how many ran. The clock's sums are the one-at-a-time ones (a sequential cumulative sum from
+        now); each step's positions (`LlmService.decode_times`' ``read``) advance by the running rows.
         """
         u = None if self._u is None else self._u[(self.k + np.arange(k)) % len(self._u)]
-        ts = self.sv.decode_times(self.slots, k, u)
+        read = None
+        if active is not None:
+            active = np.asarray(active, dtype=bool)
+            self.pos[self.ran & ~active] = 0
+            self.ran = active.copy()
+            read = int(self.pos.sum()) + np.arange(k) * int(active.sum())
+        ts = self.sv.decode_times(self.slots, k, u, read)
         ends = np.cumsum(np.concatenate(([self.clock.now()], ts)))[1:]
         ran = min(k, int(np.searchsorted(ends, until_s, "left")) + 1)
         self.k += ran
+        if active is not None:
+            self.pos[active] += ran
         self.clock.sleep_until(float(ends[ran - 1]))
         return ran
 

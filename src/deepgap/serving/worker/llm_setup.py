@@ -13,7 +13,8 @@ decoder's dtype or as fp8 codes (``kv_cache``, `deepgap.serving.worker.llm_engin
   `deepgap.measure.correctness.bounds_of`, as the sweep's check).
 - **Calibration**: the decode step at every slot count (`curve_iterations` steps each, synchronised;
   the step is static, so its time does not depend on which slots hold a sequence; its attention reads each
-  row up to its position, so every slot sits at the load's mean decode position, `LlmLoad.decode_position`),
+  row up to its position, so every slot sits at the load's mean decode position, `LlmLoad.decode_position`,
+  and a few steps more at position 0: the two ends of the simulator's line, `LlmService.decode_times`),
   and the prefill as the server runs it: packed, every bucket of ``T`` token rows (stored as batch 1 at
   length ``T``); padded, every calibrated batch and every admission bucket's count at every calibrated
   prompt length. They are the simulator's curves (`deepgap.serving.sim.llm_service.LlmService`):
@@ -191,23 +192,35 @@ def _prefill_way(ex: SlotExecutor) -> str:
     )
 
 
+ZERO_ITERATIONS = 5  # steps timed with every slot at position 0: the median of a few is the line's other end
+
+
 def calibration_position(req: SetupRequest) -> int:
     """Where every slot sits while the decode step is timed: the load's mean decode position, else mid-cache."""
     return req.decode_position or req.cache_len // 2
 
 
 def _decode_curve(ex: SlotExecutor, req: SetupRequest):
-    """Seconds of each decode step, per slot count (all slots at the load's mean decode position)."""
+    """Seconds of each decode step per slot count, all slots at the load's mean decode position.
+
+    And the median with every slot at position 0 (``parts[s]["at_zero_s"]``), the other end of the simulator's
+    line (`LlmService.decode_times`: a step's rows hold positions between, a free row's is 0).
+    """
     samples: dict[int, list[float]] = {}
     parts: dict[int, dict[str, float]] = {}
     with torch.inference_mode(), quiet_gc():
         for s in req.buckets:
-            ex.set_level(s, np.ones(1, dtype=np.int64))
-            ex.pos[:s] = calibration_position(req)
             active = np.zeros(s, dtype=bool)  # positions stay: every step reads the same cache rows
+            ex.set_level(s, np.ones(1, dtype=np.int64))  # every position 0
+            zero = _timed(lambda active=active: ex.decode(active), req.curve_warmup, ZERO_ITERATIONS)
+            ex.pos[:s] = calibration_position(req)
             lat = _timed(lambda active=active: ex.decode(active), req.curve_warmup, req.curve_iterations)
             samples[s] = lat
-            parts[s] = {"compute_s": float(np.mean(lat)), "interval_s": float(np.median(lat))}
+            parts[s] = {
+                "compute_s": float(np.mean(lat)),
+                "interval_s": float(np.median(lat)),
+                "at_zero_s": float(np.median(zero)),
+            }
     ex.pos.zero_()
     return samples, parts
 
