@@ -141,7 +141,7 @@ def test_a_retired_slots_row_goes_back_to_position_0_and_the_others_keep_their_t
     from deepgap.serving.worker.llm_executor import SlotExecutor
 
     ex = SlotExecutor(tiny, "cpu", 3, 24, 12, seed=3, prefill="packed")
-    ins, outs = np.array([12, 4, 9, 7, 5, 6]), np.array([2, 8, 3, 6, 3, 2])
+    ins, outs = np.array([12, 4, 9, 7, 5, 6]), np.array([2, 8, 1, 6, 3, 2])  # the third: its prefill's token
     ex.set_level(3, ins, record=True)
     seen = []
 

@@ -427,6 +427,9 @@ def test_a_decode_step_costs_the_line_between_its_two_calibrated_positions():
     )
     vs.decode(np.array([False, True, False, False]))  # slot 3 retired: its row back at 0
     assert vs.pos.tolist() == [0, 10, 0, 0]
+    vs.prefill(2, 1, [0])  # one token out: retired at its prefill, never run by a step
+    vs.decode(np.array([False, True, False, False]))
+    assert vs.pos.tolist() == [0, 11, 0, 0]
 
 
 def test_a_decoders_default_slots_on_a_gpu_are_the_four_largest_whose_cache_fits():

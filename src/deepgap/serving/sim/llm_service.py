@@ -195,6 +195,7 @@ class VirtualSlots:
 
     def prefill(self, first: int, count: int, slots) -> None:  # noqa: D102
         self.pos[list(slots)] = self.inputs[first : first + count]
+        self.ran[list(slots)] = True  # as `SlotExecutor.prefill` marks them
         self.clock.advance(self.sv.admission_s(self.inputs[first : first + count]))
 
     def decode(self, active) -> None:  # noqa: D102

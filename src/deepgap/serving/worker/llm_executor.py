@@ -132,7 +132,8 @@ class SlotExecutor:
         self.inputs = np.ones(1, dtype=np.int64)
         self.record: dict[int, list[int]] | None = None
         self.slot_req = np.full(max_slots, -1, dtype=np.int64)
-        self.ran = np.zeros(max_slots, dtype=bool)  # the rows the last step ran a sequence in
+        # the rows that may hold a sequence's position: the last step's running rows and those admitted since
+        self.ran = np.zeros(max_slots, dtype=bool)
 
     def set_level(self, slots: int, inputs: np.ndarray, record: bool = False) -> None:
         """A level's slot count and its requests' prompt lengths (arrival order)."""
@@ -154,6 +155,7 @@ class SlotExecutor:
             if self.prefills is None or not self.prefills(ring_rows, lens.tolist(), list(slots)):
                 self._eager_prefill(ring_rows, lens, slots)
         self.slot_req[slots] = np.arange(first, first + count)
+        self.ran[slots] = True  # positions set: back to 0 at the next step that does not run them
         if self.record is not None:
             for s in slots:
                 self.record[int(self.slot_req[s])] = [int(self.tok[s, 0])]
