@@ -48,7 +48,7 @@ class LlmLoad:
         outs, p = self.outputs.support()
         steps = np.maximum(outs - 1, 0).astype(np.float64)
         walk = float(p @ (steps * (steps - 1) / 2) / (p @ steps)) if p @ steps > 0 else 0.0
-        return min(self.cache_len - 1, int(round(self.inputs.mean() + walk)))
+        return int(round(self.inputs.mean() + walk))  # at most the longest prompt plus the longest output − 2
 
     def draw(self, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
         """(input, output) lengths of ``n`` requests: the same ``(n, seed)`` gives the same everywhere."""
@@ -181,6 +181,34 @@ class LlmService:
         return slots / ((load.outputs.mean() - 1) * self.decode_s(slots) + slots * per_prompt)
 
 
+class HeldRows:
+    """Which slots' rows may hold a sequence's position, so that a freed row goes back to position 0.
+
+    Why one rule for both executors: the decode attention reads each row up to its position, so a freed row
+    left at its last sequence's position would re-read that context every step. The real executor
+    (`deepgap.serving.worker.llm_executor.SlotExecutor`) and the simulator's (`VirtualSlots`) put the same rows
+    back at 0: those admitted or running since the last step that the step about to run does not run.
+    """
+
+    def __init__(self, slots: int) -> None:
+        self.held = np.zeros(slots, dtype=bool)
+
+    def admitted(self, slots) -> None:
+        """``slots`` got a prompt: their positions are its length."""
+        self.held[list(slots)] = True
+
+    def freed(self, active: np.ndarray) -> np.ndarray:
+        """The rows to put back at 0 before a step that runs ``active`` (the first ``len(active)`` slots)."""
+        n = len(active)
+        gone = np.nonzero(self.held[:n] & ~active)[0]
+        self.held[:n] = active
+        return gone
+
+    def clear(self) -> None:
+        """Every slot free (a new level)."""
+        self.held[:] = False
+
+
 class VirtualSlots:
     """The server's executor on a virtual clock: a prefill or a decode step advances it by its time."""
 
@@ -191,35 +219,31 @@ class VirtualSlots:
         # each slot's position as the real executor keeps it (`SlotExecutor`): the prompt's length once
         # admitted, one more a step, back to 0 once its sequence retired
         self.pos = np.zeros(slots, dtype=np.int64)
-        self.ran = np.zeros(slots, dtype=bool)
+        self.held = HeldRows(slots)
 
     def prefill(self, first: int, count: int, slots) -> None:  # noqa: D102
         self.pos[list(slots)] = self.inputs[first : first + count]
-        self.ran[list(slots)] = True  # as `SlotExecutor.prefill` marks them
+        self.held.admitted(slots)
         self.clock.advance(self.sv.admission_s(self.inputs[first : first + count]))
 
     def decode(self, active) -> None:  # noqa: D102
         self.decode_steps(1, np.inf, active)
 
-    def decode_steps(self, k: int, until_s: float, active=None) -> int:
+    def decode_steps(self, k: int, until_s: float, active) -> int:
         """Up to ``k`` steps over the ``active`` rows, stopping after the first that ends at or past ``until_s``.
 
         Returns how many ran. The clock's sums are the one-at-a-time ones (a sequential cumulative sum from
         now); each step's positions (`LlmService.decode_times`' ``read``) advance by the running rows.
         """
         u = None if self._u is None else self._u[(self.k + np.arange(k)) % len(self._u)]
-        read = None
-        if active is not None:
-            active = np.asarray(active, dtype=bool)
-            self.pos[self.ran & ~active] = 0
-            self.ran = active.copy()
-            read = int(self.pos.sum()) + np.arange(k) * int(active.sum())
+        active = np.asarray(active, dtype=bool)
+        self.pos[self.held.freed(active)] = 0
+        read = int(self.pos.sum()) + np.arange(k) * int(active.sum())
         ts = self.sv.decode_times(self.slots, k, u, read)
         ends = np.cumsum(np.concatenate(([self.clock.now()], ts)))[1:]
         ran = min(k, int(np.searchsorted(ends, until_s, "left")) + 1)
         self.k += ran
-        if active is not None:
-            self.pos[active] += ran
+        self.pos[active] += ran
         self.clock.sleep_until(float(ends[ran - 1]))
         return ran
 

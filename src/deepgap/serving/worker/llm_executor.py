@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from deepgap.core.errors import UsageError
+from deepgap.serving.sim.llm_service import HeldRows
 from deepgap.serving.sim.packing import PREFILL_MODES, padded_length, prefill_mode
 from deepgap.serving.worker.llm_engines import packed_prefill
 from deepgap.serving.worker.llm_prefill import LENGTH_QUANTUM, BucketedPrefill, PackedPrefill, capture_graph
@@ -132,15 +133,14 @@ class SlotExecutor:
         self.inputs = np.ones(1, dtype=np.int64)
         self.record: dict[int, list[int]] | None = None
         self.slot_req = np.full(max_slots, -1, dtype=np.int64)
-        # the rows that may hold a sequence's position: the last step's running rows and those admitted since
-        self.ran = np.zeros(max_slots, dtype=bool)
+        self.held = HeldRows(max_slots)  # the rows that may hold a sequence's position
 
     def set_level(self, slots: int, inputs: np.ndarray, record: bool = False) -> None:
         """A level's slot count and its requests' prompt lengths (arrival order)."""
         self.slots, self.inputs = slots, np.asarray(inputs, dtype=np.int64)
         self.record = {} if record else None
         self.slot_req[:] = -1
-        self.ran[:] = False
+        self.held.clear()
         self.pos.zero_()  # every slot free: its row attends one position until a sequence is admitted there
 
     def prompt(self, r: int, length: int) -> Any:
@@ -155,7 +155,7 @@ class SlotExecutor:
             if self.prefills is None or not self.prefills(ring_rows, lens.tolist(), list(slots)):
                 self._eager_prefill(ring_rows, lens, slots)
         self.slot_req[slots] = np.arange(first, first + count)
-        self.ran[slots] = True  # positions set: back to 0 at the next step that does not run them
+        self.held.admitted(slots)  # positions set: back to 0 at the next step that does not run them
         if self.record is not None:
             for s in slots:
                 self.record[int(self.slot_req[s])] = [int(self.tok[s, 0])]
@@ -173,10 +173,9 @@ class SlotExecutor:
     def decode(self, active: np.ndarray) -> None:
         """One step over the level's slots: a token for each, positions of the running ones advanced."""
         s = self.slots
-        retired = np.nonzero(self.ran[:s] & ~active)[0]
-        if len(retired):  # free rows attend one position, not their last sequence's whole context
-            self.pos[torch.as_tensor(retired, device=self.device)] = 0
-        self.ran[:s] = active
+        freed = self.held.freed(active)
+        if len(freed):  # free rows attend one position, not their last sequence's whole context
+            self.pos[torch.as_tensor(freed, device=self.device)] = 0
         self.act[:s].copy_(torch.as_tensor(active, dtype=torch.int64), non_blocking=False)
         with torch.inference_mode():
             self.steps(s)

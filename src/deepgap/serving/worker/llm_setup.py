@@ -221,8 +221,7 @@ def _decode_curve(ex: SlotExecutor, req: SetupRequest):
                 "interval_s": float(np.median(lat)),
                 "at_zero_s": float(np.median(zero)),
             }
-    ex.pos.zero_()
-    return samples, parts
+    return samples, parts  # each use after it sets a level, which puts every position back at 0
 
 
 def _prefill_curve(ex: SlotExecutor, req: SetupRequest, length: int) -> dict[int, list[float]]:
