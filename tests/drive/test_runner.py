@@ -143,3 +143,50 @@ def test_each_sweep_runs_in_a_fresh_worker_process():
     ]
     pids = [r.reason for r in runner.run(cfgs)]
     assert pids == ["pid 1", "pid 1", "pid 2", "pid 2"]
+
+
+def test_a_workers_progress_lines_reach_on_progress_before_its_answer():
+    """A handler's progress lines (`deepgap.core.progress`) come through the pipe ahead of its answer."""
+    from deepgap.drive.handle import WorkerHandle
+
+    w = WorkerHandle("cpu")
+    heard = []
+    w.on_progress = heard.append
+    try:
+        assert w.spawn(_progress_then_answer, (3,), "progress", 120) == ("ready", None)
+        assert w.recv(120) == ("ok", 42)
+    finally:
+        w.stop()
+    assert heard == ["phase 0", "phase 1", "phase 2"]
+
+
+def test_progress_lines_do_not_extend_the_wait_for_an_answer():
+    """A worker that keeps saying progress but never answers is still lost at the timeout."""
+    from deepgap.core.records import Status
+    from deepgap.drive.handle import WorkerHandle, WorkerLost
+
+    w = WorkerHandle("cpu")
+    heard = []
+    w.on_progress = heard.append
+    try:
+        assert w.spawn(_progress_then_answer, (None,), "progress-forever", 120) == ("ready", None)
+        with pytest.raises(WorkerLost) as lost:
+            w.recv(1.5)
+    finally:
+        w.stop()
+    assert lost.value.status == Status.TIMEOUT and heard  # it did say something before it was killed
+
+
+def _progress_then_answer(conn, n):
+    import itertools
+    import time
+
+    from deepgap.core import progress
+
+    conn.send(("ready", None))
+    with progress.sink(lambda line: conn.send(("progress", line))):
+        for i in itertools.count() if n is None else range(n):
+            progress.say(f"phase {i}")
+            if n is None:
+                time.sleep(0.1)
+    conn.send(("ok", 42))

@@ -315,6 +315,7 @@ def test_serve_llama_tiny_finds_capacity_and_stores_tokens_and_tails(tmp_path, m
     args += ["--max-queries", "100", "--verify-policies", "1", "--slo-ttft", "5s", "--slo-tpot", "1s"]
     p = deepgap_cli("serve", *args, "--no-telemetry", "--store", store, "--json")
     assert p.returncode == 0, p.stderr
+    assert "set-up" not in p.stderr  # --json: the worker's progress is as silent as the command's own
     out = json.loads(p.stdout.strip().splitlines()[-1])
     assert (
         out["capacity_qps"] > 0 and out["capacity_predicted_qps"] > 0 and out["capacity_slots"] in (1, 2, 4)
@@ -456,3 +457,20 @@ def test_a_decoders_default_slots_on_a_gpu_are_the_four_largest_whose_cache_fits
     assert spec("fixed:128", "fixed:128", batch_sizes=(512,)).buckets("cuda") == (512,)  # the flag wins
     assert spec("fixed:128", "fixed:128", max_batch=200).buckets("cuda") == (64, 128, 200)
     assert ServeSpec(model="resnet50").buckets("cuda") == GPU_BATCHES  # an image server's, as before
+
+
+def test_a_decoders_setup_says_each_phase_as_it_ends(tmp_path, monkeypatch):
+    """The worker's set-up names each phase and its seconds on the command's console, so a stall shows where."""
+    inprocess_serving(monkeypatch)
+    args = ["--model", "llama-tiny", "--device", "cpu", "--threads", "1", "--batch-sizes", "2", "--qps", "50"]
+    args += ["--curve-iterations", "3", "--input-len-dist", "uniform:4:16", "--output-len-dist", "fixed:4"]
+    args += ["--min-queries", "20", "--max-queries", "20", "--min-duration", "0.05s", "--no-telemetry"]
+    p = deepgap_cli("serve", *args, "--store", str(tmp_path / "s.sqlite"))
+    assert p.returncode == 0, p.stderr
+    said = [line for line in p.stderr.splitlines() if line.startswith("serve: set-up: ")]
+    phases = ["model built", "decode steps and prefills prepared", "continuous batching checked"]
+    phases += ["decode calibrated", "prefill calibrated"]
+    assert len(said) == len(phases) and all(
+        line[15:].startswith(ph) for line, ph in zip(said, phases, strict=True)
+    )
+    assert "1.000 of tokens as each alone" in said[2] and "2 slots" in said[3] and "at position 11" in said[3]

@@ -79,7 +79,7 @@ def test_an_interrupted_serve_keeps_its_run_and_prelude_interrupted(tmp_path, mo
     """Interrupted after the prelude, in the build: the run row stays ``interrupted``, with no levels."""
     from deepgap.serving.run.process import ServingWorker
 
-    def interrupted(self, req, timeout_s):
+    def interrupted(self, req, timeout_s, say=None):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(ServingWorker, "setup", interrupted)

@@ -15,9 +15,11 @@ import importlib
 import multiprocessing as mp
 import os
 import signal
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from deepgap.core import progress
 from deepgap.core.errors import UsageError
 from deepgap.core.precision import DeviceCaps
 from deepgap.core.records import Status
@@ -172,7 +174,12 @@ class WorkerFailed(Exception):  # noqa: N818 - named as its sibling WorkerLost
 
 
 class CallProtocol:
-    """``call`` = ``send`` then ``receive``: shared by the worker process's handle and the in-process one."""
+    """``call`` = ``send`` then ``receive``: shared by the worker process's handle and the in-process one.
+
+    ``on_progress``: what a handler's progress lines are passed to (`deepgap.core.progress`; stderr by default).
+    """
+
+    on_progress: Callable[[str], None] = staticmethod(progress.show)
 
     def send(self, kind: str, payload: Any) -> None:  # pragma: no cover - each launcher defines it
         """Hand request ``kind`` with ``payload`` to the worker."""
@@ -242,14 +249,24 @@ class WorkerHandle(CallProtocol):
         return payload
 
     def recv(self, timeout: float) -> tuple[str, Any]:
-        """The worker's next message; `WorkerLost` (and the process killed) after ``timeout`` s or a crash."""
-        if not self.conn.poll(timeout):
-            self.kill()
-            raise WorkerLost(Status.TIMEOUT, f"worker gave no answer within {timeout:.0f} s and was killed")
+        """The worker's next answer; `WorkerLost` (and the process killed) after ``timeout`` s or a crash.
+
+        Progress lines the handler says meanwhile (`deepgap.core.progress`) go to ``on_progress`` as they come;
+        they do not extend ``timeout``, which bounds the whole wait.
+        """
+        deadline = time.monotonic() + timeout
         try:
-            reply = self.conn.recv()
-            self.busy = False
-            return reply
+            while True:
+                if not self.conn.poll(max(0.0, deadline - time.monotonic())):
+                    self.kill()
+                    raise WorkerLost(
+                        Status.TIMEOUT, f"worker gave no answer within {timeout:.0f} s and was killed"
+                    )
+                reply = self.conn.recv()
+                if reply[0] != "progress":
+                    self.busy = False
+                    return reply
+                self.on_progress(reply[1])
         except (EOFError, ConnectionError, OSError):
             self.proc.join(5)
             code = self.proc.exitcode

@@ -18,6 +18,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
+from deepgap.core import progress
 from deepgap.core.precision import DeviceCaps
 from deepgap.drive.handle import CallProtocol
 from deepgap.measure.protocol import WORKER_MAIN, worker_module
@@ -75,7 +76,8 @@ class InProcessWorker(CallProtocol):
         if self.state is None:
             self.start()
         try:
-            self._reply = ("ok", fn(self.state, payload))
+            with progress.sink(self.on_progress):  # a handler's progress lines, at once (no pipe between)
+                self._reply = ("ok", fn(self.state, payload))
         except KeyboardInterrupt:
             raise
         except BaseException as exc:  # noqa: BLE001 - answered as the worker process answers

@@ -27,7 +27,7 @@ from typing import Any
 import scipy.stats  # noqa: F401 — the worker's CIs need it; loaded here, never inside a timed-out request
 import torch
 
-from deepgap.core import envinfo, nvml_access
+from deepgap.core import envinfo, nvml_access, progress
 from deepgap.core.records import ConfigSpec, Status
 from deepgap.measure.device import bind_device, device_caps, is_oom
 from deepgap.measure.models.build import build_model, example_batch, weights_fingerprint
@@ -198,6 +198,9 @@ def requests(conn) -> Iterator[tuple[str, str, Any]]:
 def serve(conn, device: str) -> None:
     """Worker main loop: say ``ready`` (or ``failed``), then answer requests until None.
 
+    A handler's progress lines (`deepgap.core.progress.say`) go to the parent as ``("progress", line)``
+    before its answer.
+
     What the process holds when it starts (torch, scipy and the rest, imported by the fork server) is
     not this worker's garbage: `gc.freeze` keeps the collector off it, so the ``gc.collect()`` after each
     configuration (`deepgap.measure.configuration`) walks what the worker made, not torch's ~360,000
@@ -212,7 +215,8 @@ def serve(conn, device: str) -> None:
         return
     for kind, module, payload in requests(conn):
         try:
-            reply: tuple[str, Any] = ("ok", resolve(kind, module)(state, payload))
+            with progress.sink(lambda line: conn.send(("progress", line))):
+                reply: tuple[str, Any] = ("ok", resolve(kind, module)(state, payload))
         except KeyboardInterrupt:
             raise
         except BaseException as exc:  # noqa: BLE001 - the parent gets a status, never a dead pipe

@@ -207,10 +207,12 @@ class ServingWorker:
         """Ask the worker to exit; kill it if it does not."""
         self.handle.stop()
 
-    def start_serving(self, req: SetupRequest, timeout_s: float) -> SetupReply:
-        """Start the process, build and calibrate; raises `SetupFailed` or `WorkerLost`."""
+    def start_serving(
+        self, req: SetupRequest, timeout_s: float, say: Callable[[str], None] | None = None
+    ) -> SetupReply:
+        """Start the process, build and calibrate (progress to ``say``); raises `SetupFailed` or `WorkerLost`."""
         self.launch(req.model, timeout_s)
-        return self.setup(req, timeout_s)
+        return self.setup(req, timeout_s, say)
 
     def launch(self, model: str, timeout_s: float) -> None:
         """Start the process (it probes the device); raises `SetupFailed` or `WorkerLost`.
@@ -231,10 +233,17 @@ class ServingWorker:
         except WorkerFailed as exc:
             raise SetupFailed(exc.status, exc.reason) from None
 
-    def setup(self, req: SetupRequest, timeout_s: float) -> SetupReply:
-        """Build and calibrate in the launched worker (launched again if the prelude lost it)."""
+    def setup(
+        self, req: SetupRequest, timeout_s: float, say: Callable[[str], None] | None = None
+    ) -> SetupReply:
+        """Build and calibrate in the launched worker (launched again if the prelude lost it).
+
+        ``say``: where the set-up's progress lines go (the serve command's own progress; else stderr).
+        """
         if not self.alive():
             self.launch(req.model, timeout_s)
+        if say is not None:
+            self.handle.on_progress = say
         try:
             reply = self.handle.call("serve.setup", req, timeout_s)
         except WorkerFailed as exc:

@@ -271,7 +271,7 @@ def setup_reply(
             raise worker.failure
         rec.env = worker.env or rec.env
         say(building)
-        return worker.setup(req, spec.timeout_s)
+        return worker.setup(req, spec.timeout_s, say)
     except (SetupFailed, WorkerLost) as exc:
         status = exc.status.value if isinstance(exc.status, Status) else str(exc.status)
         reason = exc.reason.splitlines()[0]

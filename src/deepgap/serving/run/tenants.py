@@ -158,7 +158,8 @@ class _Tenants:
         self.workers.append(w)  # stopped by the caller whatever happens
         if w.failure is not None:  # the first tenant's worker did not start or answer
             raise w.failure
-        return w.setup(req, self.spec.timeout_s) if i == 0 else w.start_serving(req, self.spec.timeout_s)
+        t = self.spec.timeout_s
+        return w.setup(req, t, say) if i == 0 else w.start_serving(req, t, say)
 
     def add(self, i: int, req: SetupRequest, reply: Any, rec: ServeRecord, say) -> None:
         """Tenant ``i`` built: its curves, its service and its offered rate."""

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from deepgap.core.progress import Phases
 from deepgap.measure.correctness import bounds_of
 from deepgap.measure.device import set_tf32
 from deepgap.measure.llm_timing import generate
@@ -49,10 +50,12 @@ CHECK_OUTPUT = 8  # the check's longest output (tokens)
 
 def llm_setup(state: Any, req: SetupRequest) -> tuple[SlotExecutor, SetupReply]:
     """Build ``req.model``, check continuous batching against each request alone, calibrate both curves."""
+    phases = Phases("serve: set-up: ")  # each phase said as it ends: a stall is told from slow work
     plan = served_step(req.engine, req.device.startswith("cuda"))
     torch.set_num_threads(req.threads or state.default_threads)
     set_tf32(req.precision)
     model = served_model(req.model, req.precision, req.seed, req.device, req.kv_cache)
+    phases.done("model built")
     lens = req.seq_lens  # the calibrated prompt lengths
     if plan.compile_mode:
         allow_compiles(len(req.buckets))
@@ -67,10 +70,23 @@ def llm_setup(state: Any, req: SetupRequest) -> tuple[SlotExecutor, SetupReply]:
             ex.prefills.prepare()
         elif ex.prefills is not None:
             ex.prefills.prepare(max(lens))
+    phases.done("decode steps and prefills prepared (compiled and captured where the engine does)")
     check = _check(req, ex)
+    phases.done("continuous batching checked", f": {check['top1_agreement']:.3f} of tokens as each alone")
     decode, parts = _decode_curve(ex, req)
+    at = calibration_position(req)
+    phases.done(
+        "decode calibrated",
+        "".join(
+            f"; {s} slots {p['interval_s'] * 1e3:.2f} ms a step at position {at}, {p['at_zero_s'] * 1e3:.2f} at 0"
+            for s, p in parts.items()
+        ),
+    )
     packed = ex.prefills if isinstance(ex.prefills, PackedPrefill) else None
-    prefill = _packed_curve(ex, req, packed) if packed else {v: _prefill_curve(ex, req, v) for v in lens}
+    prefill = (
+        _packed_curve(ex, req, packed, phases) if packed else {v: _prefill_curve(ex, req, v) for v in lens}
+    )
+    phases.done("prefill calibrated")
     padded = ex.prefills if isinstance(ex.prefills, BucketedPrefill) else None
     reply = setup_reply(
         state,
@@ -96,6 +112,7 @@ def llm_setup(state: Any, req: SetupRequest) -> tuple[SlotExecutor, SetupReply]:
             "prefill_tokens": list(packed.tokens) if packed else None,
             "prefill_prompts": packed.prompts if packed else None,
             "serving_depth": 1,
+            "setup_phases_s": phases.seconds,  # where the set-up's time went (said as each phase ended)
             "input": "prompt ids in a device ring; continuous batching over a static KV cache",
         },
         curves_by_len=prefill,
@@ -246,7 +263,7 @@ def _prefill_curve(ex: SlotExecutor, req: SetupRequest, length: int) -> dict[int
 
 
 def _packed_curve(
-    ex: SlotExecutor, req: SetupRequest, packed: PackedPrefill
+    ex: SlotExecutor, req: SetupRequest, packed: PackedPrefill, phases: Phases
 ) -> dict[int, dict[int, list[float]]]:
     """Seconds of each packed bucket's prefill, as ``{T: {1: samples}}``: the simulator reads ``prefill_s(1, T)``.
 
@@ -259,7 +276,8 @@ def _packed_curve(
     n = max(3, req.curve_iterations // 4)
     longest = max(req.seq_lens)
     with torch.inference_mode(), quiet_gc():
-        for t in packed.tokens:
+        for i, t in enumerate(packed.tokens):
+            phases.tick(f"prefill bucket {i + 1} of {len(packed.tokens)} ({t} token rows)")
             k = min(-(-t // longest), packed.prompts)
             lens = [min(longest, t // k)] * k
             ex.set_level(k, np.asarray(lens, dtype=np.int64))
