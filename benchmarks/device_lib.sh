@@ -12,6 +12,27 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     done
     export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
+# Compile caches (Triton's and Inductor's) under $COMPILE_CACHE: a fresh machine compiles the 8B server's step
+# and prefills for minutes with its GPU idle (session 50: still compiling 243 s in, on an H100; session 49, on a
+# machine warm from earlier calls, built in under 2 min). A call that carries .carry/compile-cache.tar.xz
+# starts from it; `cache_save` packs the caches into $OUT as out-compile-cache.txz.NN (parts of 15 MiB, the
+# device tool's 16 MiB a file), which `cat out-compile-cache.txz.* > .carry/compile-cache.tar.xz` here
+# joins for the next call's `carry` (an ignored folder).
+COMPILE_CACHE=${COMPILE_CACHE:-/tmp/compile-cache}
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$COMPILE_CACHE/triton}
+export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$COMPILE_CACHE/inductor}
+if [ -f .carry/compile-cache.tar.xz ] && [ ! -e "$COMPILE_CACHE/.restored" ]; then
+    mkdir -p "$COMPILE_CACHE" && tar -xJf .carry/compile-cache.tar.xz -C "$COMPILE_CACHE" \
+        && touch "$COMPILE_CACHE/.restored" \
+        && echo "device_lib: compile caches restored from .carry ($(du -sh "$COMPILE_CACHE" | cut -f1))"
+fi
+cache_save() {
+    [ -d "$COMPILE_CACHE" ] || { echo "device_lib: no compile cache to save"; return 0; }
+    rm -f "$OUT"/out-compile-cache.txz.*
+    tar -cf - -C "$COMPILE_CACHE" --exclude=.restored . | xz -T0 -6 | split -b 15M -d - "$OUT/out-compile-cache.txz."
+    echo "device_lib: compile caches ($(du -sh "$COMPILE_CACHE" | cut -f1)) saved as" \
+        "$(find "$OUT" -name 'out-compile-cache.txz.*' | wc -l) part(s), $(du -ch "$OUT"/out-compile-cache.txz.* | tail -n 1 | cut -f1)"
+}
 step() { local n=$1 l=$2; shift 2; echo "######## $n ($(date +%T), limit ${l}s)"; local t0=$SECONDS
          timeout -k 10 "$l" "$@"; echo "######## $n: rc=$? in $((SECONDS - t0))s"; }
 # pack STORE: the store gzipped into $OUT (to read here, never to commit), and its CSV export beside it, the
@@ -46,8 +67,8 @@ for line in sys.stdin: sys.stdout.write(f"{time.monotonic() - t0:7.1f} {line}")'
 bundle() {
     [ -n "${OUT:-}" ] && [ -d "$OUT" ] || return 0
     local n k=1; n=$(find "$OUT" -type f | wc -l); [ "$n" -gt 8 ] || return 0
-    while [ -e "$OUT/out-$k.tar.gz" ]; do k=$((k + 1)); done
-    (cd "$OUT" && find . -type f ! -name 'out-*.tar.gz' -print0 | tar czf "out-$k.tar.gz" --null -T - --remove-files) \
+    while [ -e "$OUT/out-$k.tar.gz" ]; do k=$((k + 1)); done  # out-*: earlier bundles, saved caches
+    (cd "$OUT" && find . -type f ! -name 'out-*' -print0 | tar czf "out-$k.tar.gz" --null -T - --remove-files) \
         && echo "device_lib: $n files in \$OUT packed into out-$k.tar.gz (the device tool returns 8)"
 }
 trap bundle EXIT
