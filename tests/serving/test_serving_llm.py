@@ -468,9 +468,9 @@ def test_a_decoders_setup_says_each_phase_as_it_ends(tmp_path, monkeypatch):
     p = deepgap_cli("serve", *args, "--store", str(tmp_path / "s.sqlite"))
     assert p.returncode == 0, p.stderr
     said = [line for line in p.stderr.splitlines() if line.startswith("serve: set-up: ")]
-    phases = ["model built", "decode steps and prefills prepared", "continuous batching checked"]
-    phases += ["decode calibrated", "prefill calibrated"]
+    phases = ["model built", "decode step prepared for 1 slot count(s) (eager)", "prefills prepared (eager)"]
+    phases += ["continuous batching checked", "decode calibrated", "prefill calibrated"]
     assert len(said) == len(phases) and all(
         line[15:].startswith(ph) for line, ph in zip(said, phases, strict=True)
     )
-    assert "1.000 of tokens as each alone" in said[2] and "2 slots" in said[3] and "at position 11" in said[3]
+    assert "1.000 of tokens as each alone" in said[3] and "2 slots" in said[4] and "at position 11" in said[4]

@@ -12,6 +12,7 @@ plain function call, a test), `say` does nothing.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -52,8 +53,6 @@ class Phases:
     """
 
     def __init__(self, prefix: str, quiet_s: float = 10.0, clock: Callable[[], float] | None = None) -> None:
-        import time
-
         self.prefix, self.quiet_s = prefix, quiet_s
         self.clock = clock or time.perf_counter
         self.start = self.said = self.clock()

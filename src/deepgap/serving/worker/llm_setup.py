@@ -66,11 +66,12 @@ def llm_setup(state: Any, req: SetupRequest) -> tuple[SlotExecutor, SetupReply]:
     with torch.inference_mode():
         for s in req.buckets:  # a CUDA graph per slot count, captured before anything is served
             ex.steps.prepare(s)
+        phases.done(f"decode step prepared for {len(req.buckets)} slot count(s) ({_prepared(plan)})")
         if isinstance(ex.prefills, PackedPrefill):  # and one per admission bucket
             ex.prefills.prepare()
         elif ex.prefills is not None:
             ex.prefills.prepare(max(lens))
-    phases.done("decode steps and prefills prepared (compiled and captured where the engine does)")
+    phases.done(f"prefills prepared ({_prepared(plan) if ex.prefills is not None else 'eager'})")
     check = _check(req, ex)
     phases.done("continuous batching checked", f": {check['top1_agreement']:.3f} of tokens as each alone")
     decode, parts = _decode_curve(ex, req)
@@ -118,6 +119,13 @@ def llm_setup(state: Any, req: SetupRequest) -> tuple[SlotExecutor, SetupReply]:
         curves_by_len=prefill,
     )
     return ex, reply
+
+
+def _prepared(plan) -> str:
+    """How a set-up phase prepared its steps, in words: compiled and captured, captured, or eager."""
+    if not plan.graph:
+        return "eager"
+    return "compiled and captured" if plan.compile_mode else "captured"
 
 
 def _check(req: SetupRequest, ex: SlotExecutor) -> dict[str, Any]:
