@@ -32,6 +32,9 @@ cache_save() {
     tar -cf - -C "$COMPILE_CACHE" --exclude=.restored . | xz -T0 -6 | split -b 15M -d - "$OUT/out-compile-cache.txz."
     echo "device_lib: compile caches ($(du -sh "$COMPILE_CACHE" | cut -f1)) saved as" \
         "$(find "$OUT" -name 'out-compile-cache.txz.*' | wc -l) part(s), $(du -ch "$OUT"/out-compile-cache.txz.* | tail -n 1 | cut -f1)"
+    # a call carries at most 64 MiB with the ~10 MB tree: past ~45 MiB the archive cannot travel back
+    [ "$(cat "$OUT"/out-compile-cache.txz.* | wc -c)" -le $((45 * 1048576)) ] \
+        || echo "device_lib: the compile caches are over 45 MiB packed: too large to carry with the tree"
 }
 step() { local n=$1 l=$2; shift 2; echo "######## $n ($(date +%T), limit ${l}s)"; local t0=$SECONDS
          timeout -k 10 "$l" "$@"; echo "######## $n: rc=$? in $((SECONDS - t0))s"; }
