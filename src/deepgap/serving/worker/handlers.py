@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from deepgap.core.progress import Phases
 from deepgap.measure import correctness
 from deepgap.measure.worker import handles, inputs_for, is_oom
 from deepgap.serving.run.process import (
@@ -38,11 +39,14 @@ def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
     engine, spec1 = engine_for(state, req)
     torch.backends.cudnn.benchmark = req.cudnn_benchmark
     notes: list[str] = []
-    runs, info, dtype, first = _prepare(state, req, engine, notes)
+    phases = Phases("serve: set-up: ")  # each phase said as it ends (`deepgap.core.progress`)
+    runs, info, dtype, first = _prepare(state, req, engine, notes, phases)
+    phases.done(f"{req.engine} prepared for {len(runs)} batch size(s)")
     cuda = req.device.startswith("cuda")
     ring = InputRing(max(req.pool_size, max(runs)), req.resolution, req.seed, pin=cuda)
     executor = PipelinedExecutor(runs, req.device, dtype, req.memory_format == "channels_last", ring)
     agreement = _agreement(state, req, executor, ring)
+    phases.done("outputs checked against fp32")
     accuracy = None
     if req.options.get(
         "dataset"
@@ -53,6 +57,7 @@ def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
 
         req1 = SimpleNamespace(spec=first[1], options=req.options, weights=req.weights, seed=req.seed)
         accuracy = evaluate(state, req1, first[0], req.options.get("min_accuracy"))
+        phases.done("accuracy evaluated")
     samples, parts, note = measure_curve(
         executor,
         req.curve_warmup,
@@ -61,6 +66,7 @@ def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
         on_oom=is_oom,
         engine_min_time_s=req.engine_min_time_s,
     )
+    phases.done("service curve calibrated")
     if note:
         notes.append(note)
     executor.buckets = sorted(samples)
@@ -74,6 +80,7 @@ def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
         engine_info={
             **info,
             "serving_depth": executor.depth,
+            "setup_phases_s": phases.seconds,  # where the set-up's time went (said as each phase ended)
             "input": "uint8 NHWC ring, normalised on the device",
         },
         notes=notes,
@@ -82,8 +89,11 @@ def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
     return executor, reply
 
 
-def _prepare(state: Any, req: SetupRequest, engine: Any, notes: list[str]):
-    """Each bucket's prepared callable (as many as fit): the runs, engine info, input dtype, the first's."""
+def _prepare(state: Any, req: SetupRequest, engine: Any, notes: list[str], phases: Phases):
+    """Each bucket's prepared callable (as many as fit): the runs, engine info, input dtype, the first's.
+
+    A slow engine (a compile, a quant engine's tuning) has its batch said after 10 quiet seconds (`Phases.tick`).
+    """
     ref_x, _ = state.reference(req.model, req.resolution, req.weights, req.seed)
     runs: dict[int, Any] = {}
     info: dict[str, Any] = {}
@@ -93,6 +103,7 @@ def _prepare(state: Any, req: SetupRequest, engine: Any, notes: list[str]):
         if runs and req.engine in DYNAMIC_ENGINES:
             runs[b] = runs[req.buckets[0]]
             continue
+        phases.tick(f"preparing {req.engine} at batch {b}")
         spec = req.config(b, include_transfer=True)
         x_host, _ = inputs_for(spec, ref_x, torch.float32)
         try:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from deepgap.core.progress import Phases
 from deepgap.measure import correctness
 from deepgap.measure.models import resolve_model
 from deepgap.measure.worker import inputs_for, is_oom
@@ -39,7 +40,9 @@ def text_setup(state: Any, req: SetupRequest) -> tuple[TokenExecutor, SetupReply
     engine, spec1 = engine_for(state, req)
     ref_x, _ = state.reference(req.model, longest, req.weights, req.seed)
     x_host, _ = inputs_for(req.config(req.buckets[-1], include_transfer=True), ref_x, torch.float32)
+    phases = Phases("serve: set-up: ")  # each phase said as it ends (`deepgap.core.progress`)
     prepared = engine.prepare(state.model(req.model, longest, req.weights, req.seed), spec1, x_host)
+    phases.done(f"{req.engine} prepared")
     executor = TokenExecutor(
         prepared.run,
         req.device,
@@ -52,6 +55,7 @@ def text_setup(state: Any, req: SetupRequest) -> tuple[TokenExecutor, SetupReply
         req.seed,
     )
     agreement = _agreement(state, req, executor, longest)
+    phases.done("outputs checked against each request alone in fp32")
     by_len: dict[int, dict[int, list[float]]] = {}
     parts_by_len: dict[int, dict[int, dict[str, float]]] = {}
     notes: list[str] = []
@@ -69,6 +73,8 @@ def text_setup(state: Any, req: SetupRequest) -> tuple[TokenExecutor, SetupReply
             notes.append(f"length {length}: {note}")
         executor.buckets = sorted(samples)  # a size that ran out of memory is gone for every length
         by_len[length], parts_by_len[length] = samples, parts
+        phases.tick(f"service curve calibrated at length {length}")
+    phases.done(f"service curves calibrated at {len(req.seq_lens)} length(s)")
     executor.fixed = None
     sizes = executor.buckets
     by_len = {v: {b: s[b] for b in sizes} for v, s in by_len.items()}
@@ -83,6 +89,7 @@ def text_setup(state: Any, req: SetupRequest) -> tuple[TokenExecutor, SetupReply
         engine_info={
             **dict(prepared.info),
             "serving_depth": executor.depth,
+            "setup_phases_s": phases.seconds,  # where the set-up's time went (said as each phase ended)
             "input": "int64 token-id ring, "
             + (
                 "packed on the device (padding removed)"
