@@ -25,21 +25,15 @@ from deepgap.serving.run.process import (
     SetupRequest,
 )
 from deepgap.serving.worker.ring import InputRing
-from deepgap.serving.worker.server import (
-    PipelinedExecutor,
-    engine_for,
-    measure_curve,
-    run_closed,
-    run_level,
-    setup_reply,
-)
+from deepgap.serving.worker.server import PipelinedExecutor, measure_curve, run_closed, run_level
+from deepgap.serving.worker.setup_common import engine_for, setup_phases, setup_reply
 
 
 def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
     engine, spec1 = engine_for(state, req)
     torch.backends.cudnn.benchmark = req.cudnn_benchmark
     notes: list[str] = []
-    phases = Phases("serve: set-up: ")  # each phase said as it ends (`deepgap.core.progress`)
+    phases = setup_phases()
     runs, info, dtype, first = _prepare(state, req, engine, notes, phases)
     phases.done(f"{req.engine} prepared for {len(runs)} batch size(s)")
     cuda = req.device.startswith("cuda")
@@ -77,10 +71,10 @@ def _setup(state: Any, req: SetupRequest) -> tuple[Any, SetupReply]:
         samples,
         parts,
         agreement,
+        phases,
         engine_info={
             **info,
             "serving_depth": executor.depth,
-            "setup_phases_s": phases.seconds,  # where the set-up's time went (said as each phase ended)
             "input": "uint8 NHWC ring, normalised on the device",
         },
         notes=notes,

@@ -42,7 +42,8 @@ from deepgap.serving.sim.continuous import SlotStop, TokenLog, serve_continuous
 from deepgap.serving.worker.llm_engines import allow_compiles, served_model, served_step
 from deepgap.serving.worker.llm_executor import SlotExecutor
 from deepgap.serving.worker.llm_prefill import LENGTH_QUANTUM, BucketedPrefill, PackedPrefill
-from deepgap.serving.worker.server import quiet_gc, setup_reply
+from deepgap.serving.worker.server import quiet_gc
+from deepgap.serving.worker.setup_common import setup_phases, setup_reply
 
 CHECK_REQUESTS = 5
 CHECK_OUTPUT = 8  # the check's longest output (tokens)
@@ -50,7 +51,7 @@ CHECK_OUTPUT = 8  # the check's longest output (tokens)
 
 def llm_setup(state: Any, req: SetupRequest) -> tuple[SlotExecutor, SetupReply]:
     """Build ``req.model``, check continuous batching against each request alone, calibrate both curves."""
-    phases = Phases("serve: set-up: ")  # each phase said as it ends: a stall is told from slow work
+    phases = setup_phases()
     plan = served_step(req.engine, req.device.startswith("cuda"))
     torch.set_num_threads(req.threads or state.default_threads)
     set_tf32(req.precision)
@@ -96,6 +97,7 @@ def llm_setup(state: Any, req: SetupRequest) -> tuple[SlotExecutor, SetupReply]:
         decode,
         parts,
         check,
+        phases,
         engine_info={
             "decode_step": plan.label,
             "prefill": _prefill_label(ex),
@@ -113,7 +115,6 @@ def llm_setup(state: Any, req: SetupRequest) -> tuple[SlotExecutor, SetupReply]:
             "prefill_tokens": list(packed.tokens) if packed else None,
             "prefill_prompts": packed.prompts if packed else None,
             "serving_depth": 1,
-            "setup_phases_s": phases.seconds,  # where the set-up's time went (said as each phase ended)
             "input": "prompt ids in a device ring; continuous batching over a static KV cache",
         },
         curves_by_len=prefill,

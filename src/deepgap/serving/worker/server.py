@@ -30,12 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from deepgap.core import envinfo
-from deepgap.core.records import Status
-from deepgap.measure.engines import get_engine
 from deepgap.measure.graph_runner import bound_input
-from deepgap.measure.worker import nvml_used_bytes
-from deepgap.serving.run.process import SetupFailed, SetupReply
 from deepgap.serving.sim.batcher import BatchPolicy, StopRule, serve_loop
 from deepgap.serving.sim.clock import RealClock
 from deepgap.serving.sim.log import RequestLog
@@ -199,46 +194,6 @@ class PipelinedExecutor:
     def close(self) -> None:
         """Stop the stream threads, if any."""
         self.st.close()
-
-
-def setup_reply(
-    state: Any, req: Any, executor: Any, curve: dict, parts: dict, check: dict, **fields: Any
-) -> SetupReply:
-    """A setup's reply: its service curve, its check against fp32, the device (`handle_setup` times it).
-
-    ``curve``: batch → timed samples (its batches are the reply's buckets); ``parts``: the curve's
-    parts; ``check``: the correctness record; ``fields``: the rest of `SetupReply`. A CUDA setup's
-    reply also carries its peak reserved memory and NVML's used bytes.
-    """
-    reply = SetupReply(
-        caps=state.caps,
-        env=envinfo.collect(req.device),
-        buckets=tuple(sorted(curve)),
-        curve_samples_s=curve,
-        curve_parts_s=parts,
-        correctness=check,
-        **fields,
-    )
-    if executor.cuda:
-        reply.peak_mem_reserved_bytes = int(torch.cuda.max_memory_reserved(req.device))
-        used = nvml_used_bytes(req.device)
-        if used is not None:
-            reply.env = {**reply.env, "device_mem_used_bytes_at_setup": used}
-    return reply
-
-
-def engine_for(state: Any, req: Any) -> tuple[Any, Any]:
-    """(engine, first bucket's configuration) of a setup request (image and text setups), threads set.
-
-    An engine that cannot run the configuration here is a SKIPPED setup, not an error.
-    """
-    spec1 = req.config(req.buckets[0], include_transfer=True)
-    engine = get_engine(req.engine, req.options)
-    why_not = engine.available() or engine.supports(spec1, state.caps)
-    if why_not:
-        raise SetupFailed(Status.SKIPPED, why_not)
-    torch.set_num_threads(req.threads or state.default_threads)
-    return engine, spec1
 
 
 @contextmanager

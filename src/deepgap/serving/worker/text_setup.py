@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from deepgap.core.progress import Phases
 from deepgap.measure import correctness
 from deepgap.measure.models import resolve_model
 from deepgap.measure.worker import inputs_for, is_oom
@@ -24,13 +23,8 @@ from deepgap.serving.sim.clock import RealClock
 from deepgap.serving.sim.log import RequestLog
 from deepgap.serving.sim.queues import serve_queues
 from deepgap.serving.sim.seqlen import Padding, queue_order
-from deepgap.serving.worker.server import (
-    engine_for,
-    measure_curve,
-    quiet_gc,
-    run_closed,
-    setup_reply,
-)
+from deepgap.serving.worker.server import measure_curve, quiet_gc, run_closed
+from deepgap.serving.worker.setup_common import engine_for, setup_phases, setup_reply
 from deepgap.serving.worker.text_executor import TokenExecutor
 
 
@@ -40,7 +34,7 @@ def text_setup(state: Any, req: SetupRequest) -> tuple[TokenExecutor, SetupReply
     engine, spec1 = engine_for(state, req)
     ref_x, _ = state.reference(req.model, longest, req.weights, req.seed)
     x_host, _ = inputs_for(req.config(req.buckets[-1], include_transfer=True), ref_x, torch.float32)
-    phases = Phases("serve: set-up: ")  # each phase said as it ends (`deepgap.core.progress`)
+    phases = setup_phases()
     prepared = engine.prepare(state.model(req.model, longest, req.weights, req.seed), spec1, x_host)
     phases.done(f"{req.engine} prepared")
     executor = TokenExecutor(
@@ -86,10 +80,10 @@ def text_setup(state: Any, req: SetupRequest) -> tuple[TokenExecutor, SetupReply
         by_len[longest],  # its batches: `sizes`, every length's
         parts_by_len[longest],
         agreement,
+        phases,
         engine_info={
             **dict(prepared.info),
             "serving_depth": executor.depth,
-            "setup_phases_s": phases.seconds,  # where the set-up's time went (said as each phase ended)
             "input": "int64 token-id ring, "
             + (
                 "packed on the device (padding removed)"
