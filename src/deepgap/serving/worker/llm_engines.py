@@ -61,9 +61,12 @@ def packed_prefill(model, compile_mode: str | None) -> tuple[Callable, str]:
     """``(prefill_packed as the admissions run it, its words)``: eager, or compiled with the token rows dynamic.
 
     Why dynamic: a packed admission is one of 23 token buckets (`deepgap.serving.sim.packing`), and a compile a
-    bucket would be 23 compiles of the decoder; with the token count symbolic Inductor compiles it twice (the
-    first call's shape, then the general one; llama-tiny on the CPU, `tests/serving/test_llm_packed_compile.py`),
-    and each bucket's CUDA graph is captured from it. Why by default where the step compiles: on one H200
+    bucket would be 23 compiles of the decoder; with the token count symbolic it compiles once for every bucket
+    (llama-tiny on the CPU, `tests/serving/test_llm_packed_compile.py`), and each bucket's CUDA graph is
+    captured from it. Floats stay constants (``specialize_float``): ``dynamic=True`` makes every float a symbol
+    (RMSNorm's eps, Embedding's unused norm_type, the fp8 cache's FP8_MAX), and one Inductor cannot turn into
+    a tensor restarts Dynamo's analysis, tracing the decoder twice (torch 2.14's "Restarting analysis due to
+    _tensorify_python_scalars"). Why by default where the step compiles: on one H200
     (session 45, results/h200/session45) 8B fp8 at MLPerf's limits, 512 slots, fp8 cache, served 11,836 output
     tokens/s with eager admissions and 17,754 compiled (TPOT p50 39.9 -> 26.8 ms: each step carries its
     admissions), the same tokens as eager in the GPU test. ``DEEPGAP_DECODE_PREFILL=eager`` keeps them eager.
@@ -71,6 +74,8 @@ def packed_prefill(model, compile_mode: str | None) -> tuple[Callable, str]:
     if not prefill_compiles(compile_mode):  # the sweep's rule for its prefill
         return model.prefill_packed, ""
     fn = torch.compile(model.prefill_packed, mode=compile_mode, dynamic=True)
+    if hasattr(torch._dynamo.config, "specialize_float"):  # floats were constants before it (older torch)
+        fn = torch._dynamo.config.patch(specialize_float=True)(fn)  # read as it traces (docstring)
     return fn, f"compiled ({compile_mode}, token rows dynamic)"
 
 

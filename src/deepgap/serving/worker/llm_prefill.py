@@ -35,6 +35,7 @@ step reads.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -42,6 +43,7 @@ import torch
 
 from deepgap.serving.sim.packing import PACKED_TOKENS, groups, padded_length, smallest_bucket, token_buckets
 
+Each = Callable[[int, int, Any], None]  # told (index, count, key) as each bucket is captured
 GRAPH_PROMPTS = 64  # the most newcomers one captured prefill takes
 LENGTH_QUANTUM = 64  # prompt lengths are padded up to a multiple of this
 
@@ -89,11 +91,13 @@ class _Replayed:
         else:
             g.replay()
 
-    def _prepare(self, keys: list[Any]) -> None:
-        """Capture ``keys`` in order (the largest first: it sizes the shared pool)."""
-        for key in keys if self.graph else ():
+    def _prepare(self, keys: list[Any], each: Each | None = None) -> None:
+        """Capture ``keys`` in order (the largest first: it sizes the shared pool); ``each(i, n, key)`` after each."""
+        for i, key in enumerate(keys if self.graph else ()):
             if key not in self.graphs:
                 self.graphs[key] = self._capture(key)
+            if each is not None:
+                each(i, len(keys), key)
 
     def _inputs(self, key: Any, host: torch.Tensor) -> torch.Tensor:
         buf = self.inputs.get(key)
@@ -148,10 +152,10 @@ class BucketedPrefill(_Replayed):
         self._launch(key, rows, lens, slots)
         return True
 
-    def prepare(self, longest: int) -> None:
+    def prepare(self, longest: int, each: Each | None = None) -> None:
         """Capture every bucket up to ``longest`` tokens, the largest first (they size the shared pool)."""
         lengths, counts = sorted(self.lengths(longest), reverse=True), sorted(self.counts, reverse=True)
-        self._prepare([(k, p) for p in lengths for k in counts])
+        self._prepare([(k, p) for p in lengths for k in counts], each)
 
     def _host(self, key: tuple[int, int], rows: list[int], lens: list[int], slots: list[int]) -> torch.Tensor:
         """Padding rows: ring row 0, length 1, into the sink."""
@@ -208,9 +212,9 @@ class PackedPrefill(_Replayed):
         """One packed prefill of bucket ``t`` (the prompts' total at most ``t``, their count ``prompts``)."""
         self._launch(t, rows, lens, slots)
 
-    def prepare(self) -> None:
+    def prepare(self, each: Each | None = None) -> None:
         """Capture every bucket, the largest first (it sizes the shared pool)."""
-        self._prepare(sorted(self.tokens, reverse=True))
+        self._prepare(sorted(self.tokens, reverse=True), each)
 
     def _host(self, t: int, rows: list[int], lens: list[int], slots: list[int]) -> torch.Tensor:
         """The bucket's inputs on the host: padding rows and unused gathers at the sink (class docstring)."""

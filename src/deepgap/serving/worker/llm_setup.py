@@ -24,6 +24,7 @@ decoder's dtype or as fp8 codes (``kv_cache``, `deepgap.serving.worker.llm_engin
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -68,13 +69,14 @@ def llm_setup(state: Any, req: SetupRequest) -> tuple[SlotExecutor, SetupReply]:
         for s in req.buckets:  # a CUDA graph per slot count, captured before anything is served
             ex.steps.prepare(s)
         phases.done(f"decode step prepared for {len(req.buckets)} slot count(s) ({_prepared(plan)})")
+        each = _bucket_phases(phases, plan)
         if isinstance(ex.prefills, PackedPrefill):  # and one per admission bucket
-            ex.prefills.prepare()
+            ex.prefills.prepare(each)
         elif ex.prefills is not None:
-            ex.prefills.prepare(max(lens))
+            ex.prefills.prepare(max(lens), each)
     phases.done(f"prefills prepared ({_prepared(plan) if ex.prefills is not None else 'eager'})")
     check = _check(req, ex)
-    phases.done("continuous batching checked", f": {check['top1_agreement']:.3f} of tokens as each alone")
+    phases.done("continuous batching checked", f": {check['top1_agreement']:.3f} of greedy tokens as fp32's, each request alone")
     decode, parts = _decode_curve(ex, req)
     at = calibration_position(req)
     phases.done(
@@ -122,6 +124,23 @@ def llm_setup(state: Any, req: SetupRequest) -> tuple[SlotExecutor, SetupReply]:
     return ex, reply
 
 
+def _bucket_phases(phases: Phases, plan) -> Callable[[int, int, Any], None]:
+    """Said as each prefill bucket is captured: the first apart (with a compile mode, the compile is in it).
+
+    Why apart: on a cold GPU machine the 8B set-up's prefills took 119 s (session 51), and whether that was
+    the one compile or the captures of its 23 buckets decides what to make faster.
+    """
+
+    def each(i: int, n: int, key: Any) -> None:
+        if i == 0 and n > 1:
+            what = "compiled and captured" if plan.compile_mode else "captured"
+            phases.done(f"first prefill bucket {what}", f" ({key}, the largest of {n})")
+        else:
+            phases.tick(f"prefill bucket {i + 1} of {n} captured")
+
+    return each
+
+
 def _prepared(plan) -> str:
     """How a set-up phase prepared its steps, in words: compiled and captured, captured, or eager."""
     if not plan.graph:
@@ -136,10 +155,12 @@ def _check(req: SetupRequest, ex: SlotExecutor) -> dict[str, Any]:
     ins = np.asarray([max(1, longest * (k - i) // k) for i in range(k)], dtype=np.int64)
     outs = np.asarray([2 + (CHECK_OUTPUT - 2) * i // (k - 1) for i in range(k)], dtype=np.int64)
     outs = np.minimum(outs, req.cache_len - ins)
-    slots = min(2, max(req.buckets))
+    slots = min(2, max(req.buckets))  # two slots: the third request waits for a freed one
+    # the step as prepared: over the smallest slot count set up with room for them, rows past two idle
+    width = min(b for b in req.buckets if b >= slots)
     clock = VirtualClock()
-    ex.set_level(slots, ins, record=True)
-    timed = Ticking(ex, clock)
+    ex.set_level(width, ins, record=True)
+    timed = Ticking(ex, clock, width)
     with torch.inference_mode():
         serve_continuous(np.arange(k) * 2.5e-3, ins, outs, slots, clock, timed)
     got = ex.record or {}
@@ -178,14 +199,17 @@ def _check(req: SetupRequest, ex: SlotExecutor) -> dict[str, Any]:
 class Ticking:
     """The executor with a virtual clock that ticks 1 ms per call (the check's interleaving)."""
 
-    def __init__(self, ex: SlotExecutor, clock: VirtualClock) -> None:
-        self.ex, self.clock = ex, clock
+    def __init__(self, ex: SlotExecutor, clock: VirtualClock, width: int | None = None) -> None:
+        self.ex, self.clock, self.width = ex, clock, width
 
     def prefill(self, first: int, count: int, slots: list[int]) -> None:  # noqa: D102
         self.ex.prefill(first, count, slots)
         self.clock.advance(1e-3)
 
-    def decode(self, active: np.ndarray) -> None:  # noqa: D102
+    def decode(self, active: np.ndarray) -> None:
+        """One step; over ``width`` rows where set (the loop's slots first, the rest idle)."""
+        if self.width is not None and self.width > len(active):
+            active = np.concatenate([active, np.zeros(self.width - len(active), dtype=bool)])
         self.ex.decode(active)
         self.clock.advance(1e-3)
 
