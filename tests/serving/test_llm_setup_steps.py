@@ -18,7 +18,18 @@ from deepgap.serving.worker import llm_setup
 from deepgap.serving.worker.llm_executor import SlotSteps
 from deepgap.serving.worker.llm_prefill import _Replayed
 
-TINY = ["--model", "llama-tiny", "--device", "cpu", "--threads", "1", "--qps", "50", "--curve-iterations", "3"]
+TINY = [
+    "--model",
+    "llama-tiny",
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+    "--qps",
+    "50",
+    "--curve-iterations",
+    "3",
+]
 TINY += ["--input-len-dist", "uniform:4:16", "--output-len-dist", "fixed:4", "--min-queries", "20"]
 TINY += ["--max-queries", "20", "--min-duration", "0.05s", "--no-telemetry"]
 

@@ -76,7 +76,8 @@ def llm_setup(state: Any, req: SetupRequest) -> tuple[SlotExecutor, SetupReply]:
             ex.prefills.prepare(max(lens), each)
     phases.done(f"prefills prepared ({_prepared(plan) if ex.prefills is not None else 'eager'})")
     check = _check(req, ex)
-    phases.done("continuous batching checked", f": {check['top1_agreement']:.3f} of greedy tokens as fp32's, each request alone")
+    agree = f": {check['top1_agreement']:.3f} of greedy tokens as fp32's, each request alone"
+    phases.done("continuous batching checked", agree)
     decode, parts = _decode_curve(ex, req)
     at = calibration_position(req)
     phases.done(
