@@ -269,3 +269,12 @@ def test_fixed_load_takes_qps_else_replays_the_trace_whole_at_its_own_rate():
     rate, n = fixed_load(None, trace, 10, 0.01)
     assert rate == pytest.approx(10.0) and n == 50
     assert fixed_load(None, trace, 80, 0.01)[1] == 80
+
+
+def test_a_searched_capacity_is_said_with_its_upper_bound_where_it_has_one():
+    from deepgap.serving.capacity.search import CapacityResult, capacity_words
+
+    res = CapacityResult(BatchPolicy(512, 0.0), 2.0, capacity_qps=158.534, upper_qps=160.924)
+    assert capacity_words(res, 2) == "158.53 queries/s (upper bound 160.92)"
+    res.upper_qps = None  # every rate tried passed: no bound to state
+    assert capacity_words(res) == "158.5 queries/s"

@@ -111,6 +111,17 @@ class CapacityResult:
         return ok[-1] if ok else None
 
 
+def capacity_words(res: CapacityResult, digits: int = 1) -> str:
+    """A searched capacity with its upper bound where the search has one: "158.53 queries/s (upper bound 160.92)".
+
+    Why the bound: when the predicted rate passes and every rate above it fails or is stopped early, the
+    capacity is the prediction itself, and "measured 158.53, simulated 158.53" reads as an exact prediction
+    where the search only says the capacity lies between the two rates (session 51).
+    """
+    words = f"{res.capacity_qps:,.{digits}f} queries/s"
+    return words if res.upper_qps is None else f"{words} (upper bound {res.upper_qps:,.{digits}f})"
+
+
 ProbeFn = Callable[[float], Probe]
 
 

@@ -9,7 +9,7 @@ labelled ``unverified (simulated only)``.
 
 from __future__ import annotations
 
-from deepgap.serving.capacity.search import CapacityResult, LoadSettings
+from deepgap.serving.capacity.search import CapacityResult, LoadSettings, capacity_words
 from deepgap.serving.run.llm_scenario import LlmContext, llm_capacity_row, search, tails_line
 from deepgap.serving.run.rows import simulated_rows
 from deepgap.serving.sim.token_stats import tail_fields
@@ -49,7 +49,7 @@ def find_llm_capacity(c: LlmContext) -> None:
         m = search(c, s, load, True, start, tol)
         measured.append(m)
         c.rec.capacities.append(llm_capacity_row(c, m, r.capacity_qps))
-        c.say(f"serve: {s} slots: measured {m.capacity_qps:,.2f} queries/s, simulated {r.capacity_qps:,.2f}")
+        c.say(f"serve: {s} slots: measured {capacity_words(m, 2)}, simulated {r.capacity_qps:,.2f}")
     c.rec.capacities.extend(simulated_rows(ranked, measured, lambda r, p: llm_capacity_row(c, r, p)))
     _report(c, ranked, measured, load.min_duration_s)
 

@@ -18,6 +18,7 @@ from deepgap.serving.capacity.search import (
     LoadSettings,
     Probe,
     candidate_policies,
+    capacity_words,
     find_capacity,
     schedule,
     search_policies,
@@ -198,9 +199,7 @@ def _verify(c: ScenarioContext, load: LoadSettings, ranked: list[CapacityResult]
         )
         measured.append(m)
         c.rec.capacities.append(_capacity_row(c, m, r.capacity_qps))
-        c.say(
-            f"serve: {r.policy.label()}: measured {m.capacity_qps:,.1f} queries/s, simulated {r.capacity_qps:,.1f}"
-        )
+        c.say(f"serve: {r.policy.label()}: measured {capacity_words(m)}, simulated {r.capacity_qps:,.1f}")
     return measured
 
 
