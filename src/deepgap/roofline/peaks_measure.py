@@ -27,32 +27,20 @@ from typing import Any
 import torch
 
 from deepgap.core.precision import PRECISIONS
+from deepgap.measure.device import CudaEventClock
+from deepgap.measure.timing import HostClock
 from deepgap.roofline.peaks import NAMES, PeakMeasurement
 
 
 def _timer(device: str) -> Callable[[Callable[[], object], int], float]:
-    """Returns ``time(fn, n) -> seconds per call`` for ``n`` back-to-back calls on ``device``."""
-    if device.startswith("cuda"):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    """Returns ``time(fn, n) -> seconds per call`` for ``n`` back-to-back calls on ``device``.
 
-        def run_cuda(fn, n):
-            torch.cuda.synchronize(device)
-            start.record()
-            for _ in range(n):
-                fn()
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end) * 1e-3 / n
-
-        return run_cuda
-
-    def run_host(fn, n):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        return (time.perf_counter() - t0) / n
-
-    return run_host
+    The measurement's own clocks (`deepgap.measure.device.CudaEventClock` on a GPU: events on the device's
+    stream after a synchronize; `deepgap.measure.timing.HostClock` on a CPU), so a ceiling and the
+    runs held to it are timed alike.
+    """
+    clock = CudaEventClock(device) if device.startswith("cuda") else HostClock()
+    return lambda fn, n: clock.time_window(fn, n) / n
 
 
 def time_per_call(
