@@ -65,8 +65,8 @@ def packed_prefill(model, compile_mode: str | None) -> tuple[Callable, str]:
     (llama-tiny on the CPU, `tests/serving/test_llm_packed_compile.py`), and each bucket's CUDA graph is
     captured from it. Floats stay constants (``specialize_float``): ``dynamic=True`` makes every float a symbol
     (RMSNorm's eps, Embedding's unused norm_type, the fp8 cache's FP8_MAX), and one Inductor cannot turn into
-    a tensor restarts Dynamo's analysis, tracing the decoder twice (torch 2.14's "Restarting analysis due to
-    _tensorify_python_scalars"). Why by default where the step compiles: on one H200
+    a tensor restarts Dynamo's analysis, tracing the decoder twice (torch 2.11 to 2.14: "Restarting analysis due
+    to _tensorify_python_scalars"; session 51). Why by default where the step compiles: on one H200
     (session 45, results/h200/session45) 8B fp8 at MLPerf's limits, 512 slots, fp8 cache, served 11,836 output
     tokens/s with eager admissions and 17,754 compiled (TPOT p50 39.9 -> 26.8 ms: each step carries its
     admissions), the same tokens as eager in the GPU test. ``DEEPGAP_DECODE_PREFILL=eager`` keeps them eager.

@@ -6,11 +6,12 @@ decoder's dtype or as fp8 codes (``kv_cache``, `deepgap.serving.worker.llm_engin
 
 - **Check**: a few requests of different prompt and output lengths, arriving while others decode, go
   through the server's own loop (`serve_continuous`, on a virtual clock so admissions interleave the
-  same way on any machine); each request's greedy tokens are compared with the fp32 decoder's for that
-  request alone (`llm_timing.generate`, the same seeded weights in fp32 on the same device). A wrong
-  per-row position, mask or cache write shows up as a token that differs; in fp32 that is flagged, in
-  lower precisions a near-tie may part (recorded), and so with an fp8 cache (``kv_cache``: fp8's bounds,
-  `deepgap.measure.correctness.bounds_of`, as the sweep's check).
+  same way on any machine) with two slots, stepped as the smallest prepared slot count; each request's
+  greedy tokens are compared with the fp32 decoder's for that request alone (`llm_timing.generate`, the
+  same seeded weights in fp32 on the same device). A wrong per-row position, mask or cache write shows up
+  as a token that differs; in fp32 that is flagged, in lower precisions a near-tie may part (recorded), and
+  so with an fp8 cache (``kv_cache``: fp8's bounds, `deepgap.measure.correctness.bounds_of`, as the sweep's
+  check).
 - **Calibration**: the decode step at every slot count (`curve_iterations` steps each, synchronised;
   the step is static, so its time does not depend on which slots hold a sequence; its attention reads each
   row up to its position, so every slot sits at the load's mean decode position, `LlmLoad.decode_position`,
@@ -24,7 +25,6 @@ decoder's dtype or as fp8 codes (``kv_cache``, `deepgap.serving.worker.llm_engin
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -42,7 +42,7 @@ from deepgap.serving.sim.clock import RealClock, VirtualClock
 from deepgap.serving.sim.continuous import SlotStop, TokenLog, serve_continuous
 from deepgap.serving.worker.llm_engines import allow_compiles, served_model, served_step
 from deepgap.serving.worker.llm_executor import SlotExecutor
-from deepgap.serving.worker.llm_prefill import LENGTH_QUANTUM, BucketedPrefill, PackedPrefill
+from deepgap.serving.worker.llm_prefill import LENGTH_QUANTUM, BucketedPrefill, Each, PackedPrefill
 from deepgap.serving.worker.server import quiet_gc
 from deepgap.serving.worker.setup_common import setup_phases, setup_reply
 
@@ -125,7 +125,7 @@ def llm_setup(state: Any, req: SetupRequest) -> tuple[SlotExecutor, SetupReply]:
     return ex, reply
 
 
-def _bucket_phases(phases: Phases, plan) -> Callable[[int, int, Any], None]:
+def _bucket_phases(phases: Phases, plan) -> Each:
     """Said as each prefill bucket is captured: the first apart (with a compile mode, the compile is in it).
 
     Why apart: on a cold GPU machine the 8B set-up's prefills took 119 s (session 51), and whether that was
