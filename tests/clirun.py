@@ -38,6 +38,12 @@ SERVE_SMALL = (
     "--min-duration",
     "0.2s",
 )
+# a decoder's serve at its smallest (llama-tiny, one thread, 20 requests a level), each test adding its slots
+SERVE_TINY_DECODER = (
+    *("--model", "llama-tiny", "--device", "cpu", "--threads", "1", "--qps", "50", "--curve-iterations", "3"),
+    *("--input-len-dist", "uniform:4:16", "--output-len-dist", "fixed:4", "--min-queries", "20"),
+    *("--max-queries", "20", "--min-duration", "0.05s", "--no-telemetry"),
+)
 
 
 def deepgap_cli(*args: str) -> subprocess.CompletedProcess:

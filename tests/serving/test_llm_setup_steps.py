@@ -10,28 +10,13 @@ the other captures, so a cold machine's minutes have a name.
 from __future__ import annotations
 
 import numpy as np
-from clirun import deepgap_cli
+from clirun import SERVE_TINY_DECODER, deepgap_cli
 from conftest import inprocess_serving
 
 from deepgap.core import progress
 from deepgap.serving.worker import llm_setup
 from deepgap.serving.worker.llm_executor import SlotSteps
 from deepgap.serving.worker.llm_prefill import _Replayed
-
-TINY = [
-    "--model",
-    "llama-tiny",
-    "--device",
-    "cpu",
-    "--threads",
-    "1",
-    "--qps",
-    "50",
-    "--curve-iterations",
-    "3",
-]
-TINY += ["--input-len-dist", "uniform:4:16", "--output-len-dist", "fixed:4", "--min-queries", "20"]
-TINY += ["--max-queries", "20", "--min-duration", "0.05s", "--no-telemetry"]
 
 
 def test_the_setups_check_steps_only_over_prepared_slot_counts(tmp_path, monkeypatch):
@@ -44,7 +29,7 @@ def test_the_setups_check_steps_only_over_prepared_slot_counts(tmp_path, monkeyp
         step(self, s)
 
     monkeypatch.setattr(SlotSteps, "__call__", spy)
-    p = deepgap_cli("serve", *TINY, "--batch-sizes", "4", "--store", str(tmp_path / "s.sqlite"))
+    p = deepgap_cli("serve", *SERVE_TINY_DECODER, "--batch-sizes", "4", "--store", str(tmp_path / "s.sqlite"))
     assert p.returncode == 0, p.stderr
     assert ran and set(ran) == {4}  # the check's two slots stepped as the 4 prepared rows, never as 2
     checked = next(line for line in p.stderr.splitlines() if "continuous batching checked" in line)

@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 import pytest
-from clirun import deepgap_cli
+from clirun import SERVE_TINY_DECODER, deepgap_cli
 from conftest import inprocess_serving
 
 from deepgap.core.errors import UsageError
@@ -462,10 +462,7 @@ def test_a_decoders_default_slots_on_a_gpu_are_the_four_largest_whose_cache_fits
 def test_a_decoders_setup_says_each_phase_as_it_ends(tmp_path, monkeypatch):
     """The worker's set-up names each phase and its seconds on the command's console, so a stall shows where."""
     inprocess_serving(monkeypatch)
-    args = ["--model", "llama-tiny", "--device", "cpu", "--threads", "1", "--batch-sizes", "2", "--qps", "50"]
-    args += ["--curve-iterations", "3", "--input-len-dist", "uniform:4:16", "--output-len-dist", "fixed:4"]
-    args += ["--min-queries", "20", "--max-queries", "20", "--min-duration", "0.05s", "--no-telemetry"]
-    p = deepgap_cli("serve", *args, "--store", str(tmp_path / "s.sqlite"))
+    p = deepgap_cli("serve", *SERVE_TINY_DECODER, "--batch-sizes", "2", "--store", str(tmp_path / "s.sqlite"))
     assert p.returncode == 0, p.stderr
     said = [line for line in p.stderr.splitlines() if line.startswith("serve: set-up: ")]
     phases = ["model built", "decode step prepared for 1 slot count(s) (eager)", "prefills prepared (eager)"]

@@ -108,7 +108,7 @@ def llm_setup(state: Any, req: SetupRequest) -> tuple[SlotExecutor, SetupReply]:
             if req.engine == "quant"
             else None,
             "cache_len": req.cache_len,
-            "decode_calibrated_at": calibration_position(req),  # every slot's position while steps were timed
+            "decode_calibrated_at": at,  # every slot's position while steps were timed
             "kv_cache": "fp8 (e4m3 codes at scale 1)" if req.kv_cache == "fp8" else None,
             "kv_cache_bytes": model.cache.nbytes,  # every slot's K and V as allocated (and its sink row)
             # what the simulator charges an admission at (`LlmService.prefill_s`): its bucket
