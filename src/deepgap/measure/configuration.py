@@ -145,6 +145,8 @@ def _measure(state: WorkerState, req: MeasureRequest) -> Result:
         return Result(spec=spec, status=Status.SKIPPED, reason=why_not)
     torch.set_num_threads(spec.threads or state.default_threads)  # never inherit the last configuration's
     torch.backends.cudnn.benchmark = req.cudnn_benchmark
+    if req.telemetry is not None and req.telemetry.mode == "thermal":
+        return _thermal(state, req, engine)
     facts = state.model_facts(spec.model, spec.resolution, req.weights, req.seed)  # FLOPs, params, sha
     lengths = text_input.reference_lengths(spec, CORRECTNESS_IMAGES)  # () but for a mixed-length text input
     ref_x, ref_y = state.reference(spec.model, spec.resolution, req.weights, req.seed, lengths)
@@ -161,8 +163,6 @@ def _measure(state: WorkerState, req: MeasureRequest) -> Result:
         # Telemetry samples the whole protocol (warm-up and latency pass at a low rate); its energy
         # window is the pipelined windows, which run back to back and last ≥ energy_window_s.
         tel = MeasureTelemetry.for_request(state.telemetry, spec.device, req.telemetry, spec.batch_size)
-        if tel is not None and tel.thermal_mode:
-            return tel.thermal(p.step, clock, spec)  # run-level thermal warm-up: load until steady
         protocol = tel.protocol(req.protocol) if tel is not None else req.protocol
         with tel if tel is not None else contextlib.nullcontext():
             timings = run_protocol(p.step, tel.clock(clock) if tel is not None else clock, protocol)
@@ -188,6 +188,25 @@ def _measure(state: WorkerState, req: MeasureRequest) -> Result:
     except ImportError:
         pass
     return result
+
+
+def _thermal(state: WorkerState, req: MeasureRequest, engine: Any) -> Result:
+    """The run-level thermal warm-up: the configuration's step, run until the device is steady.
+
+    Why not through the measurement's first steps: nothing here is stored as a figure, so the model's FLOP
+    count, weight fingerprint and fp32 reference logits would be computed for nothing. For a decoder's
+    warm-up (serve's 8B) those cost minutes on the host with the GPU idle (session 52: 140 s of 250).
+    """
+    spec = req.spec
+    ref_x = state.reference_inputs(spec.model, spec.resolution, req.seed)  # the batch's shape, no logits
+    p = _prepare(state, req, engine, ref_x)
+    cuda = state.caps.kind == "cuda"
+    with torch.inference_mode():
+        p.step()  # the first call builds what the engine builds lazily (graphs, autotuning), as a run's does
+        clock = CudaEventClock(spec.device) if cuda else HostClock()
+        tel = MeasureTelemetry.for_request(state.telemetry, spec.device, req.telemetry, spec.batch_size)
+        assert tel is not None  # a thermal request carries its telemetry settings
+        return tel.thermal(p.step, clock, spec)
 
 
 def _prepare(state: WorkerState, req: MeasureRequest, engine: Any, ref_x: Any) -> _Prepared:

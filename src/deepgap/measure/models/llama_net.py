@@ -34,6 +34,7 @@ from torch.nn import functional as F  # noqa: N812 - torch's own spelling
 from deepgap.core.errors import UsageError
 from deepgap.measure.models.llama_cache import LayerCache, StaticKVCache
 from deepgap.measure.models.llama_config import SHAPES, LlamaShape, check_run, inv_frequencies, shape_of
+from deepgap.measure.models.llama_init import init_weights
 from deepgap.measure.models.llama_packed import SlotPositions, SlotPrefill, packed_logits
 
 
@@ -121,23 +122,11 @@ class Llama(nn.Module):
         # the cache's storage where it is not the model's dtype: fp8 codes (`llama_cache`, ``--kv-caches fp8``),
         # set by the worker before `setup_cache`; None: the model's dtype
         self.kv_codes: torch.dtype | None = None
-        # fp32 angles kept off the module's buffers: `.half()` must not round them (HF keeps them fp32 too)
-        self.inv_freq = torch.tensor(inv_frequencies(shape), dtype=torch.float32)
-        if self.embed_tokens.weight.device.type != "meta":
-            self._init_weights()
+        # fp32 angles kept off the module's buffers: `.half()` must not round them (HF keeps them fp32 too);
+        # made on the host whatever the device being built on (a meta build's angles are moved with the model)
+        self.inv_freq = torch.tensor(inv_frequencies(shape), dtype=torch.float32, device="cpu")
         if shape.tied:
             self.lm_head.weight = self.embed_tokens.weight
-
-    def _init_weights(self) -> None:
-        """N(0, 1/fan_in) projections and an N(0, 1) embedding keep every layer's output O(1).
-
-        Why not HF's N(0, 0.02) everywhere: it makes attention near-uniform and the logits nearly
-        flat, so a random model's greedy tokens collapse to one and fp16 agreement tests nothing.
-        """
-        for m in self.modules():
-            if isinstance(m, nn.Linear):
-                nn.init.normal_(m.weight, std=m.in_features**-0.5)
-        nn.init.normal_(self.embed_tokens.weight, std=1.0)
 
     def _apply(self, fn, recurse=True):
         """``.to(device)`` and ``.cuda()`` move the fp32 angles too (a dtype cast leaves them fp32)."""
@@ -285,13 +274,20 @@ def build_llama(
     if weights and (not isinstance(source, str) or source in SHAPES):
         raise UsageError("weights come from a checkpoint folder", "pass the folder holding config.json")
     torch.manual_seed(seed)
-    with torch.device(device or "cpu"):
+    with torch.device("meta"):  # shapes only: nothing drawn at construction (`llama_init` says why)
         model = Llama(shape)
+    if device == "meta":
+        return model.eval()
+    model.to_empty(device=device or "cpu")  # storage, uninitialised: every weight is drawn or loaded next
+    if shape.tied:  # off the meta device each parameter is a new one: the head shares the embedding again
+        model.lm_head.weight = model.embed_tokens.weight
     if weights:
         from deepgap.measure.models.llama_weights import load_hf_weights
 
         assert isinstance(source, str)
         load_hf_weights(model, source if os.path.isdir(source) else os.path.dirname(source) or ".")
+    else:
+        init_weights(model, seed)
     return model.eval()
 
 
