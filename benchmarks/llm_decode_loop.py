@@ -98,21 +98,30 @@ def _own_step(m, tok, input_len: int):
     return one, f"own graph, PDL {'on' if pdl_on else 'off'}"
 
 
-def _deepgap_step(m, tok, input_len: int):
+def _deepgap_step(m, tok, input_len: int, inside: bool = True):
     """deepgap's own graph step (`llm_steps.make_step`, as the quant engine builds it), timed by this loop.
 
     Why: where deepgap's figure and this loop's differ, this tells the step's construction (its warm-up,
-    its captures and PDL choice) from the harness's timing apart.
+    its captures and PDL choice) from the harness's timing apart. ``inside``: the greedy token taken and fed
+    in the step's graph, as `deepgap run` takes it (`llm_timing.token_step`); else by torch outside it, as
+    before session 52 (the harness ``deepgap-outside``).
     """
     from deepgap.measure.llm_steps import make_step
+    from deepgap.measure.llm_timing import token_step
 
     step = make_step(m, "cuda-graph", "default", True)
     step(tok, input_len)  # warm-up, both captures and the PDL choice
+    nxt, last = token_step(step), {}
 
     def one(i: int) -> None:
-        tok.copy_(greedy(step(tok, input_len + i)))
+        if not inside:
+            tok.copy_(greedy(step(tok, input_len + i)))
+            return
+        # step 0 takes the prefill's token (the window's own); later steps the token the step returned
+        last["tok"] = nxt(tok if i == 0 else last["tok"], input_len + i)
 
-    return one, f"deepgap step, PDL {step.pdl}"
+    where = "in the graph" if inside else "outside the graph"
+    return one, f"deepgap step, PDL {step.pdl}, greedy {where}"
 
 
 def measure(  # noqa: D103
@@ -136,7 +145,10 @@ def measure(  # noqa: D103
     row_quant = {"DEEPGAP_QUANT_ROW_QUANT": "triton" if prefill == "eager-row-kernel" else "torch"}
     with mock.patch.dict(os.environ, row_quant), torch.inference_mode():
         tok = greedy(fill(ids))  # a compiled prefill compiles here, untimed
-        one, how = (_deepgap_step if harness == "deepgap" else _own_step)(m, tok, input_len)
+        if harness.startswith("deepgap"):
+            one, how = _deepgap_step(m, tok, input_len, inside=harness != "deepgap-outside")
+        else:
+            one, how = _own_step(m, tok, input_len)
 
         windows, prefills = [], []
         for _ in range(5):
@@ -277,7 +289,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--harness",
         default="own",
-        help="whose graph step to replay, e.g. own,deepgap (deepgap: llm_steps.make_step, as the engine builds it)",
+        help="whose graph step to replay, e.g. own,deepgap (deepgap: llm_steps.make_step, as the engine builds it; "
+        "deepgap-outside: the same with greedy's token taken outside its graph, as before session 52)",
     )
     ap.add_argument("--out", required=True)
     return ap

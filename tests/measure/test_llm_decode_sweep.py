@@ -288,3 +288,36 @@ def test_gpu_steps_agree_with_fp32(engine):
                 assert d.token_agreement >= 0.9, d  # the masked static step may flip a rare near-tie
     finally:
         w.stop()
+
+
+def test_a_decode_thermal_warmup_builds_no_reference(monkeypatch):
+    """The warm-up stores no figure: no fp32 decoder (32 GB on the device for the 8B shape) and no check."""
+    import torch
+
+    from deepgap.drive.inprocess import InProcessWorker
+    from deepgap.measure import decode_config
+    from deepgap.measure.protocol import MeasureRequest
+    from deepgap.measure.telemetry.settings import TelemetrySettings
+    from deepgap.measure.timing import TimingProtocol
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("built for a thermal warm-up")
+
+    monkeypatch.setattr(decode_config, "_reference", refuse)
+    monkeypatch.setattr(decode_config, "_check", refuse)
+    threads = torch.get_num_threads()
+    w = InProcessWorker("cpu")
+    w.start()
+    try:
+        tel = TelemetrySettings(
+            backend="fake:heating", sample_hz=50, mode="thermal", thermal_window_s=0.3, thermal_timeout_s=5.0
+        )
+        c = ConfigSpec(
+            "llama-tiny", "eager", "fp32", 2, "cpu", threads=1, resolution=8, input_len=8, output_len=4
+        )
+        r = w.call("measure", MeasureRequest(spec=c, protocol=TimingProtocol(0, 1, 2), telemetry=tel), 120)
+    finally:
+        w.stop()
+        torch.set_num_threads(threads)
+    assert r.status.value == "ok", r.reason
+    assert r.details.thermal["stopped_by"] == "steady"

@@ -94,22 +94,24 @@ def measure_decode_config(state: WorkerState, req: MeasureRequest) -> Result:
         return Result(spec=spec, status=Status.SKIPPED, reason=why)
     torch.set_num_threads(spec.threads or state.default_threads)
     set_tf32("fp32")  # the reference in true fp32; the measured model's own flags are set below
+    cuda = state.caps.kind == "cuda"
+    clock = CudaEventClock(spec.device) if cuda else HostClock()
+    tel = MeasureTelemetry.for_request(state.telemetry, spec.device, req.telemetry, spec.batch_size)
+    if tel is not None and tel.thermal_mode:  # the run's thermal warm-up: the prefill as its load, no check
+        set_tf32(spec.precision)
+        model = _decoder(spec, req.seed)
+        ids = prompts(model.shape.vocab, spec.batch_size, spec.input_len, req.seed).to(spec.device)
+        model.setup_cache(spec.batch_size, spec.input_len)
+        with torch.inference_mode():
+            return tel.thermal(lambda: model.prefill(ids), clock, spec)
     ref_tokens, ref_logits = _reference(state, spec, req.seed)
     set_tf32(spec.precision)
-    cuda = state.caps.kind == "cuda"
     if cuda:
         torch.cuda.reset_peak_memory_stats(spec.device)
     model = _decoder(spec, req.seed)
     check = _check(model, spec, req.seed, ref_logits)
     step = make_step(model, plan.step, plan.compile_mode or "default", plan.compile_mode is not None)
     prefill = make_prefill(model, plan.compile_mode)
-    clock = CudaEventClock(spec.device) if cuda else HostClock()
-    tel = MeasureTelemetry.for_request(state.telemetry, spec.device, req.telemetry, spec.batch_size)
-    if tel is not None and tel.thermal_mode:  # the run's thermal warm-up: the prefill as its load
-        ids = prompts(model.shape.vocab, spec.batch_size, spec.input_len, req.seed).to(spec.device)
-        model.setup_cache(spec.batch_size, spec.input_len)
-        with torch.inference_mode():
-            return tel.thermal(lambda: model.prefill(ids), clock, spec)
     with tel if tel is not None else contextlib.nullcontext():
         r = measure_decode(
             model,

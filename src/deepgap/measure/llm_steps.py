@@ -33,6 +33,7 @@ import torch
 
 from deepgap.core import switches
 from deepgap.core.errors import UsageError
+from deepgap.measure.llm_timing import greedy
 from deepgap.measure.quant.linear import row_kernel_on
 from deepgap.measure.quant.pdl_choice import decode_modes
 
@@ -53,6 +54,18 @@ def make_step(model, kind: str, compile_mode: str = "max-autotune-no-cudagraphs"
     if kind == "compile":
         return _StaticStep(model, torch.compile(model.decode_step, mode=compile_mode, dynamic=False))
     return _GraphStep(model, compile_mode if compiled else None)
+
+
+def feed_tail(logits, ids, pos):
+    """What a graph step captures after its logits: the greedy tokens, fed to its own input, and the next position.
+
+    The step's input then holds the token and its position tensor the next position, so a replay follows
+    the last with no kernel between them (`_GraphStep.next_token`, `llm_timing.token_step`).
+    """
+    tok = greedy(logits)
+    ids.copy_(tok)
+    pos.add_(1)
+    return tok
 
 
 class Prefill:
@@ -118,6 +131,9 @@ class _GraphStep:
             )
         self.model, self.graph, self.cache = model, None, None
         self.pdl: str | None = None  # the kept graph's launch and why (`_kept`), once captured
+        # what the last replay left in the step's input and position tensor (`next_token`): its token, as
+        # returned, and the next position; None: the input must be set
+        self.fed: tuple = (None, None)
         fn = model.decode_step
         self.fn = torch.compile(fn, mode=compile_mode, dynamic=False) if compile_mode else fn
 
@@ -143,20 +159,46 @@ class _GraphStep:
             g = torch.cuda.CUDAGraph()
             pool = next(iter(graphs.values()))[0].pool() if graphs else None
             with launch.pdl() if on else contextlib.nullcontext(), torch.cuda.graph(g, pool=pool):
-                graphs[on] = (g, self.fn(self.ids, self.pos))
-        (self.graph, self.logits), self.pdl = _kept(graphs, dev)
-        self.cache = self.model.cache
+                logits = self.fn(self.ids, self.pos)
+                graphs[on] = (g, logits, feed_tail(logits, self.ids, self.pos))
+        start = ids.clone()
 
-    def __call__(self, ids, position: int):
+        def reset() -> None:  # each timed replay from the same input and position
+            self.ids.copy_(start)
+            self.pos.fill_(position)
+
+        (self.graph, self.logits, self.tok), self.pdl = _kept(graphs, dev, reset)
+        self.cache = self.model.cache
+        self.fed = (None, None)
+
+    def _replay(self, ids, position: int) -> None:
         if self.graph is None or self.cache is not self.model.cache:
             self._capture(ids, position)
-        self.ids.copy_(ids)
-        self.pos.fill_(position)
+        tok, at = self.fed
+        if ids is not tok:
+            self.ids.copy_(ids)
+        if position != at:
+            self.pos.fill_(position)
         self.graph.replay()
+
+    def __call__(self, ids, position: int):
+        self._replay(ids, position)
+        self.fed = (None, position + 1)  # the logits' caller feeds its own tokens
         return self.logits
 
+    def next_token(self, ids, position: int):
+        """The greedy tokens after ``ids`` at ``position``, taken in the graph (`token_step`).
 
-def _kept(graphs: dict, dev: torch.device) -> tuple[tuple, str]:
+        Given the tokens it returned last, at the next position, the step replays with nothing before it:
+        its graph fed them already. The tokens are a copy, the caller's to keep.
+        """
+        self._replay(ids, position)
+        tok = self.tok.clone()
+        self.fed = (tok, position + 1)
+        return tok
+
+
+def _kept(graphs: dict, dev: torch.device, reset) -> tuple[tuple, str]:
     """The graph kept and why: PDL where it was asked for, or where it is faster and gives the same logits.
 
     Why timed, not assumed: PDL lets each GEMV read its first weights while the previous kernel drains,
@@ -171,10 +213,16 @@ def _kept(graphs: dict, dev: torch.device) -> tuple[tuple, str]:
     from deepgap.measure.quant.tuning import time_s
 
     outs, ms = {}, {}
-    for on, (g, out) in graphs.items():
-        g.replay()  # the same step at the same position and input: the logits of one replay are every replay's
+    for on, (g, out, _) in graphs.items():
+        reset()  # the same step at the same position and input: the logits of one replay are every replay's
+        g.replay()
         outs[on] = out.clone()
-        ms[on] = time_s(g.replay, reps=20, device=str(dev), use_graph=False) * 1e3  # as `pdl_choice` times
+
+        def replay(g=g) -> None:
+            reset()  # the graph feeds its own input: two small copies a replay, alike for both graphs
+            g.replay()
+
+        ms[on] = time_s(replay, reps=20, device=str(dev), use_graph=False) * 1e3  # as `pdl_choice` times
     if not torch.equal(outs[True], outs[False]):
         return graphs[False], "off: the PDL graph's logits differ from the plain graph's"
     keep = ms[True] < ms[False] * (1 - MIN_GAIN)

@@ -62,6 +62,17 @@ def greedy(logits: torch.Tensor) -> torch.Tensor:
     return chunked_argmax(flat, chunks)
 
 
+def token_step(step: StepFn) -> Callable[..., torch.Tensor]:
+    """``next_token(ids, position) -> (rows, 1)``: ``step``'s greedy tokens, in its graph where it has one.
+
+    Why: outside a graph, greedy's reductions and the feeding of its token to the next step are half a dozen
+    small kernels between two replays, each a launch the GPU waits for when a step is timed alone
+    (`llm_steps._GraphStep.next_token` takes them into the graph).
+    """
+    nxt = getattr(step, "next_token", None)
+    return nxt if nxt is not None else (lambda ids, position: greedy(step(ids, position)))
+
+
 def chunked_argmax(flat: torch.Tensor, chunks: int) -> torch.Tensor:
     """``flat.argmax(-1, keepdim=True)`` of ``(rows, vocab)`` as a max within ``chunks`` chunks, then across."""
     rows, vocab = flat.shape
@@ -156,8 +167,9 @@ def generate(model, ids, output_len: int, step: StepFn | None = None):
     with torch.inference_mode():
         tok = greedy(model.prefill(ids))
         out = [tok]
+        next_token = token_step(step)
         for i in range(output_len - 1):
-            tok = greedy(step(tok, s + i))
+            tok = next_token(tok, s + i)
             out.append(tok)
     return torch.cat(out, dim=1)
 
@@ -172,12 +184,13 @@ def _timed_run(
     s = ids.shape[1]
     state: dict = {}
     fill = fill or model.prefill
+    next_token = token_step(step)
 
     def prefill() -> None:
         state["tok"] = greedy(fill(ids))
 
     def one_step() -> None:
-        state["tok"] = greedy(step(state["tok"], state["pos"]))
+        state["tok"] = next_token(state["tok"], state["pos"])
         state["pos"] += 1
 
     prefill_s = clock.time_iteration(prefill)
