@@ -13,7 +13,7 @@ case ${1:-} in
    *) bash results/h100/session51/device.sh 8 ;;
    esac ;;
 2) bash results/h100/session51/device.sh 7 ;;  # carrying .carry: the 8B serve with its thermal warm-up
-3) # greedy's token taken in the graph step (llm_steps.feed_tail): the GPU tests of graph steps, the bare loop's
+3) # prepared, not run alone (call 5 holds it): greedy's token taken in the graph step (llm_steps.feed_tail): the GPU tests of graph steps, the bare loop's
    # A/B (greedy outside, as before, against inside; alternating, one process, so one tiling), then deepgap run
    source benchmarks/device_lib.sh; S=/tmp/dg; mkdir -p $S
    step "gpu tests: graph steps" 170 python -m pytest -q -p no:cacheprovider -m gpu tests/measure/test_llm_graph_tokens.py \
@@ -29,7 +29,7 @@ r['tpot_sync_ms'], r['decode_tok_s_sync']) for r in map(json.loads, sys.stdin)]"
        --engines quant --precisions fp8 --batch-sizes 1 --store $S/bs1.sqlite > "$OUT/run-bs1.txt" 2>&1
    python -m deepgap export $S/bs1.sqlite -o "$OUT/run-bs1.csv" > /dev/null 2>&1 || true
    grep -A1 "decode tokens/s" "$OUT/run-bs1.txt" | head -n 4 ;;
-4) # the 8B serve's prelude with the warm-up's decoder drawn in parallel and no reference (90421c1): the GPU's idle
+4) # prepared, not run alone (call 5 holds it): the 8B serve's prelude with the warm-up's decoder drawn in parallel and no reference (90421c1): the GPU's idle
    # seconds before the warm-up's load (call 2: about 140 s), a 30 s warm-up, stopped once set-up begins
    source benchmarks/device_lib.sh; S=/tmp/dg; mkdir -p $S
    nvidia-smi --query-gpu=utilization.gpu,power.draw,temperature.gpu --format=csv,noheader -l 5 > "$OUT/smi-prelude.txt" &
@@ -58,5 +58,15 @@ r['tpot_sync_ms'], r['decode_tok_s_sync']) for r in map(json.loads, sys.stdin)]"
        --device cuda --input-len-dist uniform:64:256 --output-len-dist fixed:128 --batch-sizes 512 --find-capacity \
        --thermal-timeout 30 --kv-cache fp8 --store $S/p.sqlite 2>&1 | stamp > "$OUT/prelude.txt"
    kill %1; head -n 8 "$OUT/prelude.txt"; grep -c "^100 %" "$OUT/smi-prelude.txt" ;;
-*) echo "usage: $0 1|2|3|4|5"; exit 2 ;;
+6) source benchmarks/device_lib.sh  # call 4 (run as these lines, on call 3's machine): the loop's A/B again, a second
+   # process, the other order
+   step "loop again" 150 python benchmarks/llm_decode_loop.py --model llama-3.1-8b --batches 1 --pdl on --split-kv auto \
+       --precision fp8 --out "$OUT" --harness deepgap,deepgap-outside,deepgap,deepgap-outside > "$OUT/loop-bs1-b.txt" 2>&1
+   grep '^{' "$OUT/loop-bs1-b.txt" | python3 -c "import json,sys; [print(r['harness'], r['tpot_ms'], r['decode_tok_s'], \
+r['tpot_sync_ms'], r['decode_tok_s_sync']) for r in map(json.loads, sys.stdin)]" ;;
+7) source benchmarks/device_lib.sh  # call 5 (run as these lines, on the same machine): the step's timeline now
+   step "timeline" 120 python benchmarks/llm_decode_loop.py --model llama-3.1-8b --batches 1 --pdl on --split-kv auto \
+       --precision fp8 --out "$OUT" --harness deepgap --timeline > "$OUT/timeline-bs1.txt" 2>&1
+   grep -v '^{' "$OUT/timeline-bs1.txt" | tail -n 30; rm -f "$OUT"/*.json.gz ;;
+*) echo "usage: $0 1|2|3|4|5|6|7"; exit 2 ;;
 esac
