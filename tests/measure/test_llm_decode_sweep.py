@@ -228,11 +228,8 @@ def test_energy_per_token_and_the_linear_swap_hook(monkeypatch):
     """J/token is the pipelined decode windows' energy over their tokens; `LINEAR_SWAPS` replaces the cast."""
     import torch
 
-    from deepgap.drive.inprocess import InProcessWorker
     from deepgap.measure import decode_config
-    from deepgap.measure.protocol import MeasureRequest
     from deepgap.measure.telemetry.settings import TelemetrySettings
-    from deepgap.measure.timing import TimingProtocol
 
     swapped = []
 
@@ -241,18 +238,8 @@ def test_energy_per_token_and_the_linear_swap_hook(monkeypatch):
         return model.to(torch.bfloat16)
 
     monkeypatch.setitem(decode_config.LINEAR_SWAPS, "fp16", swap)
-    threads = torch.get_num_threads()
-    w = InProcessWorker("cpu")
-    w.start()
-    try:
-        tel = TelemetrySettings(backend="fake:steady", sample_hz=50, align_timeout_s=0.01)
-        c = ConfigSpec(
-            "llama-tiny", "eager", "fp16", 2, "cpu", threads=1, resolution=8, input_len=8, output_len=6
-        )
-        r = w.call("measure", MeasureRequest(spec=c, protocol=TimingProtocol(0, 1, 2), telemetry=tel), 120)
-    finally:
-        w.stop()
-        torch.set_num_threads(threads)
+    tel = TelemetrySettings(backend="fake:steady", sample_hz=50, align_timeout_s=0.01)
+    r = _measured_in_process("fp16", 6, tel)
     assert r.status.value == "ok", r.reason
     t, d = r.details.telemetry, r.details.decode
     assert t.get("images") == 2 * 5 * 2  # generations × decode steps × batch: the windows' tokens
@@ -290,34 +277,42 @@ def test_gpu_steps_agree_with_fp32(engine):
         w.stop()
 
 
-def test_a_decode_thermal_warmup_builds_no_reference(monkeypatch):
-    """The warm-up stores no figure: no fp32 decoder (32 GB on the device for the 8B shape) and no check."""
+def _measured_in_process(precision: str, output_len: int, tel):
+    """llama-tiny at batch 2, 8 in / ``output_len`` out, measured by an in-process worker under ``tel``."""
     import torch
 
     from deepgap.drive.inprocess import InProcessWorker
-    from deepgap.measure import decode_config
     from deepgap.measure.protocol import MeasureRequest
-    from deepgap.measure.telemetry.settings import TelemetrySettings
     from deepgap.measure.timing import TimingProtocol
 
-    def refuse(*args, **kwargs):
-        raise AssertionError("built for a thermal warm-up")
-
-    monkeypatch.setattr(decode_config, "_reference", refuse)
-    monkeypatch.setattr(decode_config, "_check", refuse)
     threads = torch.get_num_threads()
     w = InProcessWorker("cpu")
     w.start()
     try:
-        tel = TelemetrySettings(
-            backend="fake:heating", sample_hz=50, mode="thermal", thermal_window_s=0.3, thermal_timeout_s=5.0
-        )
         c = ConfigSpec(
-            "llama-tiny", "eager", "fp32", 2, "cpu", threads=1, resolution=8, input_len=8, output_len=4
+            "llama-tiny",
+            "eager",
+            precision,
+            2,
+            "cpu",
+            threads=1,
+            resolution=8,
+            input_len=8,
+            output_len=output_len,
         )
-        r = w.call("measure", MeasureRequest(spec=c, protocol=TimingProtocol(0, 1, 2), telemetry=tel), 120)
+        return w.call("measure", MeasureRequest(spec=c, protocol=TimingProtocol(0, 1, 2), telemetry=tel), 120)
     finally:
         w.stop()
         torch.set_num_threads(threads)
+
+
+def test_a_decode_thermal_warmup_builds_no_reference(monkeypatch):
+    """The warm-up stores no figure: no fp32 decoder (32 GB on the device for the 8B shape) and no check."""
+    from fixtures_thermal import THERMAL, refuse
+
+    from deepgap.measure import decode_config
+
+    refuse(monkeypatch, decode_config, "_reference", "_check")
+    r = _measured_in_process("fp32", 4, THERMAL)
     assert r.status.value == "ok", r.reason
     assert r.details.thermal["stopped_by"] == "steady"

@@ -13,32 +13,11 @@ case ${1:-} in
    *) bash results/h100/session51/device.sh 8 ;;
    esac ;;
 2) bash results/h100/session51/device.sh 7 ;;  # carrying .carry: the 8B serve with its thermal warm-up
-3) # prepared, not run alone (call 5 holds it): greedy's token taken in the graph step (llm_steps.feed_tail): the GPU tests of graph steps, the bare loop's
-   # A/B (greedy outside, as before, against inside; alternating, one process, so one tiling), then deepgap run
-   source benchmarks/device_lib.sh; S=/tmp/dg; mkdir -p $S
-   step "gpu tests: graph steps" 170 python -m pytest -q -p no:cacheprovider -m gpu tests/measure/test_llm_graph_tokens.py \
-       tests/measure/test_llm_fused.py tests/measure/test_llm_fused_rope.py tests/measure/models/test_llm_kv_fp8.py \
-       tests/measure/test_llm_attention.py tests/measure/test_llm_prefill.py 2>&1 | tail -n 4
-   step "decode loop bs1 8b fp8, greedy outside/inside" 200 python benchmarks/llm_decode_loop.py --model llama-3.1-8b \
-       --batches 1 --pdl on --split-kv auto --precision fp8 --out "$OUT" \
-       --harness deepgap-outside,deepgap,deepgap-outside,deepgap > "$OUT/loop-bs1.txt" 2>&1
-   grep '^{' "$OUT/loop-bs1.txt" | python3 -c "import json,sys; [print(r['harness'], r['tpot_ms'], r['decode_tok_s'], \
-r['tpot_sync_ms'], r['decode_tok_s_sync']) for r in map(json.loads, sys.stdin)]"
-   step "deepgap run 8b fp8 bs1" 200 python -m deepgap run --workload decode --models llama-3.1-8b --device cuda \
-       --input-lens 128 --output-lens 128 --repeats 3 --sweeps 1 --no-thermal-warmup --no-cpu-baseline \
-       --engines quant --precisions fp8 --batch-sizes 1 --store $S/bs1.sqlite > "$OUT/run-bs1.txt" 2>&1
-   python -m deepgap export $S/bs1.sqlite -o "$OUT/run-bs1.csv" > /dev/null 2>&1 || true
-   grep -A1 "decode tokens/s" "$OUT/run-bs1.txt" | head -n 4 ;;
-4) # prepared, not run alone (call 5 holds it): the 8B serve's prelude with the warm-up's decoder drawn in parallel and no reference (90421c1): the GPU's idle
-   # seconds before the warm-up's load (call 2: about 140 s), a 30 s warm-up, stopped once set-up begins
-   source benchmarks/device_lib.sh; S=/tmp/dg; mkdir -p $S
-   nvidia-smi --query-gpu=utilization.gpu,power.draw,temperature.gpu --format=csv,noheader -l 5 > "$OUT/smi-prelude.txt" &
-   step "serve 8b prelude" 150 python -m deepgap serve --model llama-3.1-8b --engine quant --precision fp8 \
-       --device cuda --input-len-dist uniform:64:256 --output-len-dist fixed:128 --batch-sizes 512 --find-capacity \
-       --thermal-timeout 30 --kv-cache fp8 --store $S/p.sqlite 2>&1 | stamp > "$OUT/prelude.txt"
-   kill %1; head -n 8 "$OUT/prelude.txt"; grep -c "^100 %" "$OUT/smi-prelude.txt" ;;
-5) # calls 3 and 4 in one call's 600 s (machines were scarce): the graph-token GPU tests, the loop's A/B, the run,
-   # then the serve's prelude
+5) # call 3 (machines were scarce, so one call's 600 s): greedy's token taken in the graph step
+   # (llm_steps.feed_tail): its GPU tests, the bare loop's A/B (greedy outside the graph, as before, against inside;
+   # alternating, one process, so one tiling), deepgap run at batch 1; then the 8B serve's prelude with the
+   # warm-up's decoder drawn in parallel and no reference (90421c1): the GPU's idle seconds before the warm-up's
+   # load (call 2: about 140 s), a 30 s warm-up, stopped once set-up begins
    source benchmarks/device_lib.sh; S=/tmp/dg; mkdir -p $S
    step "gpu tests: graph tokens, fused, fp8 cache" 120 python -m pytest -q -p no:cacheprovider -m gpu \
        tests/measure/test_llm_graph_tokens.py tests/measure/test_llm_fused.py tests/measure/models/test_llm_kv_fp8.py \
@@ -68,5 +47,5 @@ r['tpot_sync_ms'], r['decode_tok_s_sync']) for r in map(json.loads, sys.stdin)]"
    step "timeline" 120 python benchmarks/llm_decode_loop.py --model llama-3.1-8b --batches 1 --pdl on --split-kv auto \
        --precision fp8 --out "$OUT" --harness deepgap --timeline > "$OUT/timeline-bs1.txt" 2>&1
    grep -v '^{' "$OUT/timeline-bs1.txt" | tail -n 30; rm -f "$OUT"/*.json.gz ;;
-*) echo "usage: $0 1|2|3|4|5|6|7"; exit 2 ;;
+*) echo "usage: $0 1|2|5|6|7"; exit 2 ;;
 esac

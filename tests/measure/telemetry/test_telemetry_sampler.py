@@ -176,22 +176,16 @@ def test_worker_measure_in_process():
 
 def test_thermal_warmup_computes_no_reference_and_no_facts(monkeypatch):
     """The warm-up stores no figure: no FLOP count, fingerprint or fp32 logits (minutes for serve's 8B decoder)."""
+    from fixtures_thermal import THERMAL, refuse
+
     from deepgap.measure.configuration import measure
     from deepgap.measure.protocol import MeasureRequest
     from deepgap.measure.worker import WorkerState
 
     state = WorkerState("cpu")
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("computed for a thermal warm-up")
-
-    monkeypatch.setattr(state, "model_facts", refuse)
-    monkeypatch.setattr(state, "reference", refuse)
-    s = TelemetrySettings(
-        backend="fake:heating", sample_hz=50.0, mode="thermal", thermal_window_s=0.3, thermal_timeout_s=5.0
-    )
+    refuse(monkeypatch, state, "model_facts", "reference")
     th = measure(
-        state, MeasureRequest(spec=SPEC, protocol=TimingProtocol(warmup=1, iterations=3), telemetry=s)
+        state, MeasureRequest(spec=SPEC, protocol=TimingProtocol(warmup=1, iterations=3), telemetry=THERMAL)
     )
     assert th.status == Status.OK, th.reason
     assert th.details.thermal["stopped_by"] == "steady" and {p for p, _, _ in th.telemetry} == {"thermal"}
