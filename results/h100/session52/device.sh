@@ -47,5 +47,16 @@ r['tpot_sync_ms'], r['decode_tok_s_sync']) for r in map(json.loads, sys.stdin)]"
    step "timeline" 120 python benchmarks/llm_decode_loop.py --model llama-3.1-8b --batches 1 --pdl on --split-kv auto \
        --precision fp8 --out "$OUT" --harness deepgap --timeline > "$OUT/timeline-bs1.txt" 2>&1
    grep -v '^{' "$OUT/timeline-bs1.txt" | tail -n 30; rm -f "$OUT"/*.json.gz ;;
-*) echo "usage: $0 1|2|5|6|7"; exit 2 ;;
+8) # the bare loop's A/B once more on whatever card comes (an H200: issue 51's goal card, where batch 1 was last
+   # 425.3 tokens/s), then the step's Inductor code: the small kernels that make RoPE's angles (~15 µs a step on
+   # the H100's timeline) and where they are launched
+   source benchmarks/device_lib.sh
+   step "decode loop bs1 8b fp8, greedy outside/inside" 150 python benchmarks/llm_decode_loop.py --model llama-3.1-8b \
+       --batches 1 --pdl on --split-kv auto --precision fp8 --out "$OUT" --harness deepgap-outside,deepgap \
+       > "$OUT/loop-bs1-c.txt" 2>&1
+   grep '^{' "$OUT/loop-bs1-c.txt" | python3 -c "import json,sys; [print(r['harness'], r['tpot_ms'], r['decode_tok_s'], \
+r['tpot_sync_ms'], r['decode_tok_s_sync']) for r in map(json.loads, sys.stdin)]"
+   grep -rl --include=*.py "triton_poi_fused__to_copy_cat_cos" "$TORCHINDUCTOR_CACHE_DIR" "$TRITON_CACHE_DIR" 2>/dev/null \
+       | head -n 40 | tar czf "$OUT/inductor-angles.tgz" -T - 2>/dev/null; ls -la "$OUT" ;;
+*) echo "usage: $0 1|2|5|6|7|8"; exit 2 ;;
 esac
