@@ -281,6 +281,12 @@ def parser() -> argparse.ArgumentParser:
         "(DEEPGAP_DECODE_NORM)",
     )
     ap.add_argument(
+        "--angles",
+        default=None,
+        help="RoPE's angles from Inductor's formula or one kernel, in turn, e.g. inductor,kernel "
+        "(DEEPGAP_DECODE_ANGLES)",
+    )
+    ap.add_argument(
         "--tiles",
         default="tuned",
         help="the fused GEMVs' tiles, in turn (';' between turns): tuned, or KxN=BNxBKwW[t],... forcing the "
@@ -309,11 +315,11 @@ def main() -> None:  # noqa: D103
     # before any setup_cache: with "fp8", every cache this loop makes holds codes
     m.kv_codes = codes_of(args.kv_cache)
     runs = _runs(args)
-    for mode, split, combine, attention, norm, tiles, harness in runs:
+    for mode, split, combine, attention, norm, angles, tiles, harness in runs:
         force_tiles(tiles)
         os.environ["DEEPGAP_DECODE_PDL"], os.environ["DEEPGAP_DECODE_SPLIT_KV"] = mode, split
         os.environ["DEEPGAP_DECODE_COMBINE"], os.environ["DEEPGAP_DECODE_ATTENTION"] = combine, attention
-        os.environ["DEEPGAP_DECODE_NORM"] = norm
+        os.environ["DEEPGAP_DECODE_NORM"], os.environ["DEEPGAP_DECODE_ANGLES"] = norm, angles
         if args.precision != "bf16":  # the fused layers read the switch (`llm_fused.configure`)
             from deepgap.measure import llm_fused
 
@@ -324,7 +330,7 @@ def main() -> None:  # noqa: D103
             row |= {k: os.environ.get(f"DEEPGAP_DECODE_{k.upper()}", "") for k in SWITCHES}
             row["forced_tiles"], row["kv_cache"] = tiles, args.kv_cache
             row["attention_block"] = args.attention_block or "default"
-            tag = "-".join(x for x in (mode, split, attention, norm, harness, prefill) if x)
+            tag = "-".join(x for x in (mode, split, attention, norm, angles, harness, prefill) if x)
             tag += "" if tiles == "tuned" else "-" + tiles.replace("=", "_").replace(",", "+")
             trace_path = str(Path(args.out) / f"timeline-b{b}-{tag}.json.gz") if args.timeline else ""
             row |= measure(
@@ -343,7 +349,7 @@ def main() -> None:  # noqa: D103
 
 
 # the DEEPGAP_DECODE_* switches a row records, as its process ran (module docstring)
-SWITCHES = ("fused", "rope", "attention", "pdl", "split_kv", "combine", "norm")
+SWITCHES = ("fused", "rope", "attention", "pdl", "split_kv", "combine", "norm", "angles")
 
 
 _FORCED: dict[tuple[int, int], object] = {}  # (K, N) → the fused GEMVs' tile this turn (`force_tiles`)
@@ -379,7 +385,7 @@ def force_tiles(spec: str) -> None:
 
 
 def _runs(args: argparse.Namespace):
-    """Each turn's (PDL, split KV, combine, attention, norm, tiles, harness), the product of the options' lists.
+    """Each turn's (PDL, split KV, combine, attention, norm, angles, tiles, harness): the options' lists' product.
 
     A switch not given keeps the environment's value, else its default: ``auto`` for PDL (deepgap's choice;
     the own harness launches with PDL only at ``on``). Session 43's batch-512 loop stopped at once when an
@@ -388,9 +394,9 @@ def _runs(args: argparse.Namespace):
     pdls = _turns(args.pdl, "PDL", "auto")
     splits, combines = _turns(args.split_kv, "SPLIT_KV", "off"), _turns(args.combine, "COMBINE", "kernel")
     attentions = _turns(args.attention, "ATTENTION", "triton")
-    norms = _turns(args.norm, "NORM", "handoff")
+    norms, angles = _turns(args.norm, "NORM", "handoff"), _turns(args.angles, "ANGLES", "inductor")
     return itertools.product(
-        pdls, splits, combines, attentions, norms, args.tiles.split(";"), args.harness.split(",")
+        pdls, splits, combines, attentions, norms, angles, args.tiles.split(";"), args.harness.split(",")
     )
 
 

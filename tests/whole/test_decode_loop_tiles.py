@@ -37,12 +37,12 @@ def test_every_turn_of_the_default_options_is_a_value_the_switches_accept(loop, 
     """Session 43's batch-512 loop stopped at its first step: an unset --pdl reached the switch as ''."""
     from deepgap.core import switches
 
-    names = ("PDL", "SPLIT_KV", "COMBINE", "ATTENTION", "NORM")
+    names = ("PDL", "SPLIT_KV", "COMBINE", "ATTENTION", "NORM", "ANGLES")
     for k in names:
         monkeypatch.delenv(f"DEEPGAP_DECODE_{k}", raising=False)
     runs = list(loop._runs(loop.parser().parse_args(["--out", "x"])))
-    assert runs == [("auto", "off", "kernel", "triton", "handoff", "tuned", "own")]
-    for k, v in zip(names, runs[0][:5], strict=True):
+    assert runs == [("auto", "off", "kernel", "triton", "handoff", "inductor", "tuned", "own")]
+    for k, v in zip(names, runs[0][:6], strict=True):
         monkeypatch.setenv(f"DEEPGAP_DECODE_{k}", v)
         assert switches.read(f"DEEPGAP_DECODE_{k}") == v
     picked = loop._runs(loop.parser().parse_args(["--out", "x", "--pdl", "off,on", "--harness", "deepgap"]))

@@ -47,17 +47,6 @@ r['tpot_sync_ms'], r['decode_tok_s_sync']) for r in map(json.loads, sys.stdin)]"
    step "timeline" 120 python benchmarks/llm_decode_loop.py --model llama-3.1-8b --batches 1 --pdl on --split-kv auto \
        --precision fp8 --out "$OUT" --harness deepgap --timeline > "$OUT/timeline-bs1.txt" 2>&1
    grep -v '^{' "$OUT/timeline-bs1.txt" | tail -n 30; rm -f "$OUT"/*.json.gz ;;
-8) # the bare loop's A/B once more on whatever card comes (an H200: issue 51's goal card, where batch 1 was last
-   # 425.3 tokens/s), then the step's Inductor code: the small kernels that make RoPE's angles (~15 µs a step on
-   # the H100's timeline) and where they are launched
-   source benchmarks/device_lib.sh
-   step "decode loop bs1 8b fp8, greedy outside/inside" 150 python benchmarks/llm_decode_loop.py --model llama-3.1-8b \
-       --batches 1 --pdl on --split-kv auto --precision fp8 --out "$OUT" --harness deepgap-outside,deepgap \
-       > "$OUT/loop-bs1-c.txt" 2>&1
-   grep '^{' "$OUT/loop-bs1-c.txt" | python3 -c "import json,sys; [print(r['harness'], r['tpot_ms'], r['decode_tok_s'], \
-r['tpot_sync_ms'], r['decode_tok_s_sync']) for r in map(json.loads, sys.stdin)]"
-   grep -rl --include=*.py "triton_poi_fused__to_copy_cat_cos" "$TORCHINDUCTOR_CACHE_DIR" "$TRITON_CACHE_DIR" 2>/dev/null \
-       | head -n 40 | tar czf "$OUT/inductor-angles.tgz" -T - 2>/dev/null; ls -la "$OUT" ;;
 9) # prepared (any card, carrying .carry; about 6 min): does a longer calibration close the step's gap under load?
    # Call 2's passing rate ran TPOT p99 1.7% over the simulated after a warm-up; its decode step was calibrated on
    # 20 synchronised steps (--curve-iterations 20, about 0.3 s; serve's default is 100), the serve runs them for 20 s
@@ -69,5 +58,16 @@ r['tpot_sync_ms'], r['decode_tok_s_sync']) for r in map(json.loads, sys.stdin)]"
        | stamp > "$OUT/calib200.txt"
    python -m deepgap export $S/c.sqlite -o "$OUT/serve8b-calib200.csv" > /dev/null 2>&1 || true
    grep "serve: " "$OUT/calib200.txt" | tail -n 16 ;;
-*) echo "usage: $0 1|2|5|6|7|8|9"; exit 2 ;;
+10) # prepared (any card; about 4 min): RoPE's angles from one kernel (DEEPGAP_DECODE_ANGLES=kernel, off until
+   # timed): its GPU test, then the bare loop with the angles and greedy's token each both ways (one process, so
+   # one tiling): on an H200 it gives issue 51's goal figure with both
+   source benchmarks/device_lib.sh
+   step "gpu tests: angles, graph tokens" 150 python -m pytest -q -p no:cacheprovider -m gpu \
+       tests/measure/test_llm_angles.py tests/measure/test_llm_graph_tokens.py 2>&1 | tail -n 4
+   step "decode loop bs1 8b fp8, angles x greedy" 240 python benchmarks/llm_decode_loop.py --model llama-3.1-8b \
+       --batches 1 --pdl on --split-kv auto --precision fp8 --out "$OUT" --angles inductor,kernel \
+       --harness deepgap-outside,deepgap > "$OUT/loop-angles.txt" 2>&1
+   grep '^{' "$OUT/loop-angles.txt" | python3 -c "import json,sys; [print(r['angles'], r['harness'], r['tpot_ms'], \
+r['decode_tok_s'], r['tpot_sync_ms'], r['decode_tok_s_sync']) for r in map(json.loads, sys.stdin)]" ;;
+*) echo "usage: $0 1|2|5|6|7|9|10"; exit 2 ;;
 esac

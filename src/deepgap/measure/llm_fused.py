@@ -192,13 +192,19 @@ def fuse(model: nn.Module) -> int:
 
 
 def configure(model: nn.Module) -> None:
-    """``DEEPGAP_DECODE_ROPE`` and ``DEEPGAP_DECODE_NORM`` read onto ``model``'s fused layers.
+    """``DEEPGAP_DECODE_ROPE``, ``_NORM`` and ``_ANGLES`` read onto ``model``'s fused layers.
 
     Called by `fuse`, and again by a process that times several switches on one model (the bare loop); a
     compiled step sees the change as a new attribute value (a recompile).
     """
+    from deepgap.measure.llm_angles import angles_mode, rope_angles
+
     rope, handoff = rope_mode() == "fused", norm_mode() == "handoff"
     layers = list(getattr(model, "layers", ()))
+    if any(
+        isinstance(layer, FusedLayer) for layer in layers
+    ):  # the angles every qkv GEMV reads: one kernel's
+        model.angle_fn = rope_angles if rope and angles_mode() == "kernel" else None
     for layer, after in zip(layers, [*layers[1:], None], strict=True):
         if isinstance(layer, FusedLayer):
             layer.rope, layer.handoff = rope, handoff

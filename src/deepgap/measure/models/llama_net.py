@@ -119,6 +119,9 @@ class Llama(nn.Module):
         # the static step's attention ``fn(q, k, v, pos)`` where the worker plugs one in
         # (`deepgap.measure.llm_steps`: `deepgap.measure.llm_attention` on a GPU); None: SDPA over the masked cache
         self.static_attention = None
+        # the angles ``fn(positions, inv_freq, dtype) -> (cos, sin)`` where a fused decoder plugs one in
+        # (`deepgap.measure.llm_angles`, ``DEEPGAP_DECODE_ANGLES=kernel``); None: the torch formula below
+        self.angle_fn = None
         # the cache's storage where it is not the model's dtype: fp8 codes (`llama_cache`, ``--kv-caches fp8``),
         # set by the worker before `setup_cache`; None: the model's dtype
         self.kv_codes: torch.dtype | None = None
@@ -138,6 +141,8 @@ class Llama(nn.Module):
         """The cos and sin ``(len, head_dim)`` for ``positions``: fp32 products, then cast (HF's order)."""
         if self.inv_freq.device != positions.device:
             self.inv_freq = self.inv_freq.to(positions.device)
+        if self.angle_fn is not None:
+            return self.angle_fn(positions, self.inv_freq, dtype)
         freqs = positions.float()[:, None] * self.inv_freq[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos().to(dtype), emb.sin().to(dtype)

@@ -1,0 +1,81 @@
+"""RoPE's angles for a decode step in one kernel: each position's cos and sin, one buffer that every layer reads.
+
+Why: at batch 1 the fused qkv GEMV (`quant.gemv_fused_ops.rope_gemv`) takes the step's cos and sin, a custom op
+in each of the 32 layers. Inductor hands a custom op a buffer of its own for an input that is a cheap pointwise
+result (``cos(pos · inv_freq)``): it copies the value into a new buffer per consumer, recomputing it in each
+copy, so the 8B step began with about ten small kernels writing 64 copies of two 128-value rows, about 15 µs a
+step on one H100's timeline (session 52, `results/h100/session52/timeline-bs1-5.csv`; the CPU's generated code
+shows the same). Computed by this op instead, the angles are one extern kernel's outputs, which every consumer
+reads as they are.
+
+``DEEPGAP_DECODE_ANGLES`` (`angles_mode`): ``inductor`` (the default until timed on a GPU) or ``kernel``.
+`deepgap.measure.llm_fused.configure` sets it on a fused decoder; `Llama.angles` asks `rope_angles`.
+
+The arithmetic is the model's own (HF's order): the position in fp32 times each inverse frequency in fp32,
+the row ``[f, f]``, cos and sin in fp32, each cast to the model's dtype. On CPU tensors the kernel runs in
+Triton's interpreter, as the tests do; `reference` is the torch formula.
+"""
+
+# ruff: noqa: N803
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from deepgap.core import switches
+from deepgap.measure.quant.kernels import pdl_enter
+from deepgap.measure.quant.launch import launcher
+
+ANGLE_MODES = switches.choices("DEEPGAP_DECODE_ANGLES")  # inductor, kernel
+
+
+def angles_mode() -> str:
+    """``DEEPGAP_DECODE_ANGLES``: ``inductor`` (the default) or ``kernel`` (this module's op)."""
+    return switches.read("DEEPGAP_DECODE_ANGLES")
+
+
+@triton.jit
+def angles_kernel(
+    pos_ptr, inv_ptr, cos_ptr, sin_ptr, HALF: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr = False
+):
+    """Position ``program_id``'s row: ``cos`` and ``sin`` of ``[p · inv, p · inv]`` (fp32), in the outputs' dtype."""
+    pdl_enter(PDL)  # the position is the previous kernel's write (the last replay's feed)
+    r = tl.program_id(0)
+    i = tl.arange(0, BLOCK)
+    ok = i < 2 * HALF
+    p = tl.load(pos_ptr + r).to(tl.float32)
+    f = p * tl.load(inv_ptr + i % HALF, mask=ok, other=0.0)
+    tl.store(cos_ptr + r * 2 * HALF + i, tl.cos(f).to(cos_ptr.dtype.element_ty), mask=ok)
+    tl.store(sin_ptr + r * 2 * HALF + i, tl.sin(f).to(sin_ptr.dtype.element_ty), mask=ok)
+
+
+@torch.library.custom_op("deepgap::rope_angles", mutates_args=())
+def rope_angles(
+    positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(cos, sin)``, each ``(len(positions), 2 · len(inv_freq))`` in ``dtype``: `Llama.angles` in one kernel."""
+    half = inv_freq.numel()
+    cos = torch.empty(positions.numel(), 2 * half, dtype=dtype, device=positions.device)
+    sin = torch.empty_like(cos)
+    launcher(angles_kernel, positions.device)[(positions.numel(),)](
+        positions.contiguous(), inv_freq.float().contiguous(), cos, sin, HALF=half,
+        BLOCK=triton.next_power_of_2(2 * half), num_warps=1,
+    )  # fmt: skip
+    return cos, sin
+
+
+@rope_angles.register_fake
+def _(positions, inv_freq, dtype):
+    cos = positions.new_empty(positions.numel(), 2 * inv_freq.numel(), dtype=dtype)
+    return cos, torch.empty_like(cos)
+
+
+def reference(
+    positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The model's torch formula (`Llama.angles` without the switch): what the kernel is held to."""
+    freqs = positions.float()[:, None] * inv_freq.float()[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
