@@ -475,6 +475,19 @@ def whole_cases() -> Iterator[Case]:
         yield f"resnet b1 {qfmt}{' dataflow' if flow else ' barriers'}{' 16 warps' * (warps == 16)}", run
 
 
+def angles_cases() -> Iterator[Case]:
+    """RoPE's angles in one kernel (`llm_angles`, ``DEEPGAP_DECODE_ANGLES=kernel``): a batch-1 step's one position."""
+    from deepgap.measure import llm_angles
+
+    for (name, (_, _, _, d, _)), (suffix, ctx) in itertools.product(DECODERS.items(), pdl_modes(on=True)):
+
+        def run(d=d, ctx=ctx):
+            with ctx():
+                llm_angles.compute(meta(1, dtype=torch.int64), meta(d // 2, dtype=F32), BF16)
+
+        yield f"{name} d{d}{suffix}", run
+
+
 def normalise_cases() -> Iterator[Case]:
     """Serve's normaliser (`serving.worker.normalise_kernel`): a batch of 128 uint8 224² images into each input dtype.
 
@@ -507,4 +520,5 @@ CASES: dict[str, Callable[[], Iterator[Case]]] = {
     "row-quant": row_quant_cases,
     "whole": whole_cases,
     "normalise": normalise_cases,
+    "angles": angles_cases,
 }
