@@ -12,8 +12,10 @@ reads as they are.
 `deepgap.measure.llm_fused.configure` sets it on a fused decoder; `Llama.angles` asks `rope_angles`.
 
 The arithmetic is the model's own (HF's order): the position in fp32 times each inverse frequency in fp32,
-the row ``[f, f]``, cos and sin in fp32, each cast to the model's dtype. On CPU tensors the kernel runs in
-Triton's interpreter, as the tests do; `reference` is the torch formula.
+the row ``[f, f]``, cos and sin in fp32, each cast to the model's dtype, by the same ``tl.cos`` and ``tl.sin``
+that Inductor's generated Triton code calls (``tl_math``), so on a GPU these are the default path's angles. On
+CPU tensors the kernel runs in Triton's interpreter (numpy's cos and sin, which may part from torch's by one
+fp32 ulp), as the tests do; `reference` is the torch formula.
 """
 
 # ruff: noqa: N803
