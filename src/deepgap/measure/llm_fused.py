@@ -201,9 +201,8 @@ def configure(model: nn.Module) -> None:
 
     rope, handoff = rope_mode() == "fused", norm_mode() == "handoff"
     layers = list(getattr(model, "layers", ()))
-    if any(
-        isinstance(layer, FusedLayer) for layer in layers
-    ):  # the angles every qkv GEMV reads: one kernel's
+    # the angles every fused qkv GEMV reads: one kernel's where the switch asks (`llm_angles` says why)
+    if any(isinstance(layer, FusedLayer) for layer in layers):
         model.angle_fn = rope_angles if rope and angles_mode() == "kernel" else None
     for layer, after in zip(layers, [*layers[1:], None], strict=True):
         if isinstance(layer, FusedLayer):
