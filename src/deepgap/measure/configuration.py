@@ -61,7 +61,7 @@ def check_devices(spec: ConfigSpec, caps: DeviceCaps, x: Any, prepared: Any, clo
         raise StatusError(Status.ERROR, why)
 
 
-@handles("measure", "thermal")  # thermal: payload.telemetry.mode == "thermal"
+@handles("measure", "thermal")  # thermal: payload.telemetry.thermal
 def measure(state: WorkerState, req: MeasureRequest) -> Result:
     """Measure one configuration; never raises (failures become statuses)."""
     spec = req.spec
@@ -145,7 +145,7 @@ def _measure(state: WorkerState, req: MeasureRequest) -> Result:
         return Result(spec=spec, status=Status.SKIPPED, reason=why_not)
     torch.set_num_threads(spec.threads or state.default_threads)  # never inherit the last configuration's
     torch.backends.cudnn.benchmark = req.cudnn_benchmark
-    if req.telemetry is not None and req.telemetry.mode == "thermal":
+    if req.telemetry is not None and req.telemetry.thermal:  # as decode_config's tel.thermal_mode
         return _thermal(state, req, engine)
     facts = state.model_facts(spec.model, spec.resolution, req.weights, req.seed)  # FLOPs, params, sha
     lengths = text_input.reference_lengths(spec, CORRECTNESS_IMAGES)  # () but for a mixed-length text input

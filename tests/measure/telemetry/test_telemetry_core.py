@@ -244,3 +244,10 @@ def test_energy_windows_longer_than_their_timed_work_are_flagged():
     w.energy_window_s = 2.0  # a decode window that also held its prefill (session 18)
     assert energy_timing_flag(w, 1000.0) == "energy-untimed-work"
     assert energy_timing_flag(w, None) is None  # no pipelined rate: nothing to compare with
+
+
+def test_thermal_settings_are_one_test_for_every_request_kind():
+    """A forward and a decode worker both ask `TelemetrySettings.thermal` whether a request is the warm-up."""
+    assert TelemetrySettings(mode="thermal").thermal
+    assert not TelemetrySettings().thermal
+    assert not TelemetrySettings(mode="measure").thermal

@@ -98,7 +98,7 @@ class MeasureTelemetry:
         self.batch_size = batch_size
         self.requested_min_s: float | None = None
         self.extended = False
-        thermal = settings.mode == "thermal"
+        thermal = settings.thermal
         self.sampler = (
             None
             if backend is None
@@ -124,7 +124,7 @@ class MeasureTelemetry:
     @property
     def thermal_mode(self) -> bool:
         """Whether this request is the run-level thermal warm-up."""
-        return self.settings.mode == "thermal"
+        return self.settings.thermal
 
     def protocol(self, protocol: Any) -> Any:
         """The timing protocol with each pipelined window lasting at least ``energy_window_s``.

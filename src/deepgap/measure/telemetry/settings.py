@@ -39,6 +39,11 @@ class TelemetrySettings:
     temp_rising_c_per_min: float = 3.0  # temperature slope over the windows above this …
     temp_rising_min_c: float = 2.0  # … and a rise of at least this many °C (sensors read whole degrees)
 
+    @property
+    def thermal(self) -> bool:
+        """Whether these settings are the run-level thermal warm-up's (one test for every request kind)."""
+        return self.mode == "thermal"
+
 
 def settings_for(spec: SweepSpec, context: dict[str, Any] | None = None) -> TelemetrySettings | None:
     """The settings of a sweep, or None when telemetry is off.
