@@ -28,6 +28,8 @@ from collections import deque
 
 import torch
 
+from deepgap.measure.device import CudaEventClock
+
 
 def nvml_now() -> dict:
     """SM clock (MHz), power (W) and temperature (°C) now, or {} without NVML."""
@@ -46,15 +48,10 @@ def nvml_now() -> dict:
 
 
 def events_s(enqueue, n: int, stream) -> float:
-    """Seconds per call of ``enqueue()`` run ``n`` times back to back on ``stream`` (CUDA events)."""
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    """Seconds per call of ``enqueue()`` run ``n`` times back to back on ``stream``: deepgap's own event clock
+    (`CudaEventClock.time_window`, the device synchronised first) with ``stream`` current."""
     with torch.cuda.stream(stream):
-        e0.record()
-        for _ in range(n):
-            enqueue()
-        e1.record()
-    e1.synchronize()
-    return e0.elapsed_time(e1) * 1e-3 / n
+        return CudaEventClock(str(stream.device)).time_window(enqueue, n) / n
 
 
 def pipeline_s(ex, b: int, n: int) -> dict:
