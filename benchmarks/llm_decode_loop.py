@@ -387,14 +387,22 @@ def force_tiles(spec: str) -> None:
 def _runs(args: argparse.Namespace):
     """Each turn's (PDL, split KV, combine, attention, norm, angles, tiles, harness): the options' lists' product.
 
-    A switch not given keeps the environment's value, else its default: ``auto`` for PDL (deepgap's choice;
-    the own harness launches with PDL only at ``on``). Session 43's batch-512 loop stopped at once when an
-    unset PDL was passed on as ``''``, which `core.switches` refuses.
+    A switch not given keeps the environment's value, else deepgap's default (`core.switches`; ``auto`` for PDL
+    is deepgap's choice, and the own harness launches with PDL only at ``on``). Until session 53 the loop kept
+    its own defaults, split KV ``off`` and the angles ``inductor``, where deepgap runs ``auto`` and ``kernel``.
+    Session 43's batch-512 loop stopped at once when an unset PDL was passed on as ``''``, which
+    `core.switches` refuses.
     """
-    pdls = _turns(args.pdl, "PDL", "auto")
-    splits, combines = _turns(args.split_kv, "SPLIT_KV", "off"), _turns(args.combine, "COMBINE", "kernel")
-    attentions = _turns(args.attention, "ATTENTION", "triton")
-    norms, angles = _turns(args.norm, "NORM", "handoff"), _turns(args.angles, "ANGLES", "inductor")
+    pdls, splits, combines = (
+        _turns(args.pdl, "PDL"),
+        _turns(args.split_kv, "SPLIT_KV"),
+        _turns(args.combine, "COMBINE"),
+    )
+    attentions, norms, angles = (
+        _turns(args.attention, "ATTENTION"),
+        _turns(args.norm, "NORM"),
+        _turns(args.angles, "ANGLES"),
+    )
     return itertools.product(
         pdls, splits, combines, attentions, norms, angles, args.tiles.split(";"), args.harness.split(",")
     )
@@ -412,9 +420,11 @@ def _prefills(value: str) -> list[str]:
     return turns
 
 
-def _turns(value: str | None, switch: str, default: str) -> list[str]:
-    """The values of ``DEEPGAP_DECODE_<switch>`` to time in turn: the option's list, else the environment's one."""
-    return value.split(",") if value else [os.environ.get(f"DEEPGAP_DECODE_{switch}", default)]
+def _turns(value: str | None, switch: str) -> list[str]:
+    """The values of ``DEEPGAP_DECODE_<switch>`` to time in turn: the option's list, else the environment's one,
+    else deepgap's own default (`core.switches`), so that an option left out times what `deepgap run` runs."""
+    name = f"DEEPGAP_DECODE_{switch}"
+    return value.split(",") if value else [os.environ.get(name) or switches.SWITCHES[name].default]
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """RoPE's angles in one kernel (`llm_angles`, ``DEEPGAP_DECODE_ANGLES=kernel``), held to the model's formula.
 
-On the CPU the kernel runs in Triton's interpreter, whose cos and sin (numpy's) may part from torch's by one
-fp32 ulp: the tests allow one step of the output dtype. The GPU test holds the compiled, graphed fused step
-with the kernel's angles to the default step's logits.
+On the CPU the kernel (`compute`) runs in Triton's interpreter, whose cos and sin (numpy's) may part from
+torch's by one fp32 ulp: the tests allow one step of the output dtype. The op itself runs the formula on CPU
+tensors, so the CPU step tests check the op's plumbing (one extern call every layer reads); the GPU test holds
+the compiled, graphed fused step with the kernel's angles to the default step's logits.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from deepgap.measure.llm_angles import reference, rope_angles
+from deepgap.measure.llm_angles import compute, reference, rope_angles
 from deepgap.measure.models.llama_config import SHAPES, inv_frequencies
 
 
@@ -22,11 +23,21 @@ def _ulps(dtype: torch.dtype) -> float:
 def test_the_kernel_gives_the_models_angles(dtype):
     inv = torch.tensor(inv_frequencies(SHAPES["llama-3.1-8b"]), dtype=torch.float32)  # 64 of them, rescaled
     pos = torch.tensor([0, 1, 7, 255, 4096, 131_071])
-    for got, want in zip(rope_angles(pos, inv, dtype), reference(pos, inv, dtype), strict=True):
+    for got, want in zip(compute(pos, inv, dtype), reference(pos, inv, dtype), strict=True):
         assert got.shape == (6, 128) and got.dtype == dtype
         assert bool(((got.float() - want.float()).abs() <= _ulps(dtype) * 2).all())
-    cos, sin = rope_angles(pos[:1], inv, dtype)
+    cos, sin = compute(pos[:1], inv, dtype)
     assert torch.equal(cos, torch.ones_like(cos)) and torch.equal(sin, torch.zeros_like(sin))  # position 0
+
+
+def test_on_cpu_tensors_the_op_is_the_formula():
+    """A CPU serve's steps call the op every token: torch's formula, not the interpreter (session 53)."""
+    inv = torch.tensor(inv_frequencies(SHAPES["llama-3.2-1b"]), dtype=torch.float32)
+    pos = torch.tensor([3, 200])
+    for got, want in zip(
+        rope_angles(pos, inv, torch.bfloat16), reference(pos, inv, torch.bfloat16), strict=True
+    ):
+        assert torch.equal(got, want)
 
 
 def test_the_switch_plugs_the_kernel_into_a_fused_decoder(monkeypatch):
@@ -34,8 +45,10 @@ def test_the_switch_plugs_the_kernel_into_a_fused_decoder(monkeypatch):
     from deepgap.measure.decode_config import LINEAR_SWAPS
     from deepgap.measure.models.llama_net import build_llama
 
+    for name in ("DEEPGAP_DECODE_ROPE", "DEEPGAP_DECODE_ANGLES"):
+        monkeypatch.delenv(name, raising=False)
     model = LINEAR_SWAPS["fp8"](build_llama("llama-tiny", seed=0))
-    assert model.angle_fn is None  # the default: Inductor computes them
+    assert model.angle_fn is rope_angles  # the default since session 53 (timed on an H200): one kernel
     for rope, angles, plugged in (
         ("fused", "kernel", True),
         ("mix", "kernel", False),

@@ -57,7 +57,7 @@ SWITCHES: dict[str, Switch] = {
     "DEEPGAP_GEMV_TUNE": Switch(("cached", "streamed"), "cached"),
     "DEEPGAP_DECODE_ROPE": Switch(("mix", "fused"), "fused"),
     # kernel: a fused batch-1 step's RoPE angles from one kernel, not Inductor's copies (`llm_angles`)
-    "DEEPGAP_DECODE_ANGLES": Switch(("inductor", "kernel"), "inductor"),
+    "DEEPGAP_DECODE_ANGLES": Switch(("inductor", "kernel"), "kernel"),
     "DEEPGAP_DECODE_NORM": Switch(("fold", "handoff"), "handoff"),
     "DEEPGAP_DECODE_ATTENTION": Switch(("triton", "sdpa"), "triton"),
     "DEEPGAP_DECODE_SPLIT_KV": Switch(("auto", "on", "off"), "auto", empty_is_unset=False),
