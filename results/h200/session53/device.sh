@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Session 53 (2026-12-06): the calls of this session, from the repository root with $OUT set (benchmarks/device_lib.sh).
 # Every ask was for nvidia-h200; four found no machine (361 s), then one NVIDIA H200 came and held for calls 1-9.
-# Each call carried .whl and .carry. Calls 1-6 ran at commit e1b05cb, calls 7-9 with DEEPGAP_DECODE_ANGLES's default
-# already `kernel` (the working tree of the commit after e1b05cb, 2 commits later with the op on CPU tensors the formula). Usage: bash results/h200/session53/device.sh N
+# Each call carried .whl and .carry. Calls 1-6 ran at commit e1b05cb; calls 7-9 at e1b05cb with one line of
+# ba0b7c0 already in the tree (core/switches.py: DEEPGAP_DECODE_ANGLES defaults to kernel; the bare loop then kept
+# its own default, inductor, so call 8 timed the formula). Usage: bash results/h200/session53/device.sh N
 # (the README says each call's result).
 set -uo pipefail
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
