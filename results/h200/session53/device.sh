@@ -52,5 +52,15 @@ case ${1:-} in
    a=$([ "$1" = 8 ] && echo inductor || echo kernel)
    step "timeline $a" 150 "${L1[@]}" --harness deepgap --angles $a --timeline > "$OUT/timeline-bs1-$a.txt" 2>&1
    grep -v '^{' "$OUT/timeline-bs1-$a.txt" | tail -n 22; rm -f "$OUT"/*.json.gz ;;
-*) echo "usage: $0 1-9"; exit 2 ;;
+10) # prepared (an H200 only; about 3 min): qkv's 1.69x over a plain read (calls 8-9). Its tile forced to gate_up's
+   # form against the tuner's 8x512 st4, in one process, then the tiles timed on weights streamed from HBM
+   # (DEEPGAP_GEMV_TUNE=streamed; the cached tuner times qkv's 25 MB from L2) in a second
+   case $gpu in *H200*) ;; *) echo "not an H200: session 48 timed this A/B on an H100"; exit 0 ;; esac
+   source benchmarks/device_lib.sh
+   step "qkv forced 4x2048 in-thread" 130 "${L1[@]}" --harness deepgap --tiles "tuned;4096x6144=4x2048w4t" \
+       > "$OUT/qkv-tiles.txt" 2>&1
+   step "streamed tuning" 100 env DEEPGAP_GEMV_TUNE=streamed "${L1[@]}" --harness deepgap > "$OUT/streamed.txt" 2>&1
+   cat "$OUT"/qkv-tiles.txt "$OUT"/streamed.txt | grep '^{' | python3 -c "import json,sys; [print(r.get('forced_tiles'), \
+r['tpot_ms'], r['decode_tok_s'], r['tpot_sync_ms'], r.get('tiles', '')[:240]) for r in map(json.loads, sys.stdin)]" ;;
+*) echo "usage: $0 1-10"; exit 2 ;;
 esac
