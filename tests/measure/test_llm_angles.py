@@ -46,6 +46,28 @@ def test_on_cpu_tensors_the_op_is_the_formula(monkeypatch):
         assert torch.equal(got, want)
 
 
+def test_a_row_says_where_its_angles_came_from():
+    """`Decode.angles`: "one kernel" only where the op is plugged and the model is on a GPU (session 53)."""
+    from types import SimpleNamespace
+
+    from deepgap.analysis.decode import figures
+    from deepgap.measure.llm_angles import describe
+
+    def model(device, fn):
+        return SimpleNamespace(
+            embed_tokens=SimpleNamespace(weight=torch.empty(0, device=device)), angle_fn=fn
+        )
+
+    on_gpu = SimpleNamespace(
+        embed_tokens=SimpleNamespace(weight=SimpleNamespace(device=torch.device("cuda")))
+    )
+    assert describe(SimpleNamespace(**vars(on_gpu), angle_fn=rope_angles)) == "one kernel"
+    assert describe(SimpleNamespace(**vars(on_gpu), angle_fn=None)) == "formula"
+    assert describe(model("cpu", rope_angles)) == "formula"  # on CPU tensors the op runs the formula
+    assert describe(model("cpu", None)) == "formula"
+    assert "decode_angles" in figures({"status": "skipped"})  # kept on every row, like decode_tiles
+
+
 def test_the_switch_plugs_the_kernel_into_a_fused_decoder(monkeypatch):
     from deepgap.measure import llm_fused
     from deepgap.measure.decode_config import LINEAR_SWAPS

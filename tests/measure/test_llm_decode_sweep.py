@@ -138,6 +138,7 @@ def test_worker_stores_the_figures(store):
     for row in ok.to_dict("records"):
         d = row["extra"].decode
         assert (d.input_len, d.output_len, d.runs, d.warmup_runs, d.step) == (8, 6, 2, 0, "eager")
+        assert d.angles == "formula"  # a CPU row's RoPE angles: torch's (the one kernel is a GPU's)
         assert d.ttft_n == 2 and d.tpot_n == 2 * 5 and d.tpot_tail_kind == "max"  # 10 < 368: no p99
         assert row["n_samples"] == 10 and row["latency_median_s"] == pytest.approx(d.tpot_median_s)
         assert row["throughput_ips"] == pytest.approx(2 / d.tpot_median_s)  # batch / median TPOT

@@ -118,8 +118,16 @@ def figures(row: dict[str, Any], peaks: Any = None) -> dict[str, Any]:
         "decode_attention": d.attention
         or "",  # the static step's ("split 8×32 (auto)"; `llm_attention.describe`)
         "decode_tiles": d.tiles or "",  # the worker's tuned GEMV tiles (`quant.gemv.chosen`)
+        "decode_angles": d.angles or "",  # RoPE's: "one kernel" or "formula" ("": stored before session 53)
     }
-    kept = ("decode_step", "decode_pdl", "decode_prefill", "decode_attention", "decode_tiles")
+    kept = (
+        "decode_step",
+        "decode_pdl",
+        "decode_prefill",
+        "decode_attention",
+        "decode_tiles",
+        "decode_angles",
+    )
     return out if ok else {k: (v if k in kept else None) for k, v in out.items()}
 
 

@@ -280,6 +280,9 @@ class Decode(JsonRecord):
         None  # the static step's: "sdpa", "one pass", "split …", "in the qkv GEMV's …" (`llm_attention.describe`)
     )
     tiles: str | None = None  # the GEMV tiles the worker's tuner had chosen (`quant.gemv.chosen`), quant only
+    # RoPE's cos and sin: "one kernel" (`llm_angles`, the default since session 53) or "formula" (torch's, or
+    # Inductor's in a compiled step); None: stored before session 53, when every step ran the formula
+    angles: str | None = None
     runs: int | None = None  # timed generations
     warmup_runs: int | None = None
     ttft_median_s: float | None = None

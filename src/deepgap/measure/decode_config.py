@@ -42,7 +42,7 @@ import torch
 from deepgap.core import guards, stats, switches
 from deepgap.core.records import ConfigSpec, Result, Status
 from deepgap.core.result_details import Correctness, Decode, DeviceMemUsed, ResultDetails
-from deepgap.measure import correctness, llm_attention, llm_fused
+from deepgap.measure import correctness, llm_angles, llm_attention, llm_fused
 from deepgap.measure.device import CudaEventClock, set_tf32, torch_dtype
 from deepgap.measure.llm_cost import Itemsizes, decode_cost
 from deepgap.measure.llm_steps import make_prefill, make_step
@@ -129,6 +129,7 @@ def measure_decode_config(state: WorkerState, req: MeasureRequest) -> Result:
     result.details.decode.step, result.details.decode.compile_mode = plan.step, plan.compile_mode
     result.details.decode.pdl = getattr(step, "pdl", None)
     result.details.decode.prefill = prefill.label
+    result.details.decode.angles = llm_angles.describe(model)
     if spec.precision in LINEAR_SWAPS:
         result.details.decode.tiles = gemv.chosen() or None
     if plan.step != "eager":  # the eager step attends by SDPA over the positions written, always

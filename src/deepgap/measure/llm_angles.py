@@ -90,6 +90,15 @@ def _(positions, inv_freq, dtype):
     return cos, torch.empty_like(cos)
 
 
+def describe(model) -> str:
+    """What a decode row says of its angles (`Decode.angles`).
+
+    "one kernel" where this op computes them on a GPU, else "formula" (the op runs it on CPU tensors).
+    """
+    on_gpu = model.embed_tokens.weight.device.type == "cuda"
+    return "one kernel" if getattr(model, "angle_fn", None) is rope_angles and on_gpu else "formula"
+
+
 def reference(
     positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
