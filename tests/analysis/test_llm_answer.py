@@ -341,3 +341,21 @@ def test_a_gpu_decode_run_ends_with_its_host_cpu_decode(monkeypatch, tmp_path, c
     assert tab["device_name"].iloc[1] not in ("", GPU)  # the host CPU, by its own name
     assert main(["show", store]) == 0
     assert "batch-1 TPOT: GPU 0.5 ms (eager bf16 bs1 12/6) vs CPU" in capsys.readouterr().out
+
+
+def test_the_answer_names_the_bound_that_binds():
+    """At a large batch the compute bound is the lower: the answer's share is against it, both bounds named."""
+    from deepgap.analysis.decode_answer import also_text, bound_text
+
+    big = {"decode_tokens_per_s": 42_060.6, "fraction_of_bound": 42_060.6 / 240_959.1}
+    big |= {
+        "bound_tokens_per_s": 240_959.1,
+        "compute_bound_tokens_per_s": 130_966.4,
+        "bound_limiter": "compute",
+    }
+    assert bound_text(big) == "0.32× the compute bound of 130,966 tokens/s (the memory bound: 240,959)"
+    one = {"decode_tokens_per_s": 430.2, "fraction_of_bound": 430.2 / 637.4, "bound_tokens_per_s": 637.4}
+    one |= {"compute_bound_tokens_per_s": 130_966.4, "bound_limiter": "memory"}
+    assert bound_text(one) == "0.67× the memory bound of 637 tokens/s"
+    assert bound_text({"decode_tokens_per_s": 430.2}) == ""  # no bandwidth known: no share
+    assert "the compute bound of 130,966" in also_text(big) and "the memory bound of 637" in also_text(one)
