@@ -52,10 +52,13 @@ case ${1:-} in
    a=$([ "$1" = 8 ] && echo inductor || echo kernel)
    step "timeline $a" 150 "${L1[@]}" --harness deepgap --angles $a --timeline > "$OUT/timeline-bs1-$a.txt" 2>&1
    grep -v '^{' "$OUT/timeline-bs1-$a.txt" | tail -n 22; rm -f "$OUT"/*.json.gz ;;
-10) # prepared (an H200 only; about 3 min): qkv's 1.69x over a plain read (calls 8-9). Its tile forced to gate_up's
-   # form against the tuner's 8x512 st4, in one process, then the tiles timed on weights streamed from HBM
-   # (DEEPGAP_GEMV_TUNE=streamed; the cached tuner times qkv's 25 MB from L2) in a second
-   case $gpu in *H200*) ;; *) echo "not an H200: session 48 timed this A/B on an H100"; exit 0 ;; esac
+10) # prepared (carry .carry). On an H200 (about 3 min): qkv's 1.69x over a plain read (calls 8-9). Its tile forced
+   # to gate_up's form against the tuner's 8x512 st4, in one process, then the tiles timed on weights streamed
+   # from HBM (DEEPGAP_GEMV_TUNE=streamed; the cached tuner times qkv's 25 MB from L2) in a second. Session 48
+   # timed this A/B on an H100, so any other card runs session 52's prepared serve instead (about 6 min: does a
+   # 200-step calibration close the 8B serve's 1.7% TPOT p99 gap to the simulator?). In session 53 the ask got an
+   # H100 and this call then stopped at once, before the other card's branch was added
+   case $gpu in *H200*) ;; *) exec bash results/h100/session52/device.sh 9 ;; esac
    source benchmarks/device_lib.sh
    step "qkv forced 4x2048 in-thread" 130 "${L1[@]}" --harness deepgap --tiles "tuned;4096x6144=4x2048w4t" \
        > "$OUT/qkv-tiles.txt" 2>&1
