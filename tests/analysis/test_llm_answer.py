@@ -359,3 +359,9 @@ def test_the_answer_names_the_bound_that_binds():
     assert bound_text(one) == "0.67× the memory bound of 637 tokens/s"
     assert bound_text({"decode_tokens_per_s": 430.2}) == ""  # no bandwidth known: no share
     assert "the compute bound of 130,966" in also_text(big) and "the memory bound of 637" in also_text(one)
+    from deepgap.analysis.decode_roofline import distance_text
+
+    big |= {"batch_size": 1024, "bytes_per_token": 19.9e6, "bound_source": "H200 datasheet 4,800 GB/s"}
+    big |= {"compute_bound_source": "H200 datasheet 1,979 TFLOPS"}
+    assert distance_text(big).endswith("(H200 datasheet 1,979 TFLOPS) = 0.32× of it, the bound that binds")
+    assert "binds" not in distance_text({**big, "bound_limiter": "memory"})

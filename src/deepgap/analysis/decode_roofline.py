@@ -168,4 +168,6 @@ def distance_text(r: dict[str, Any]) -> str:
     c = _num(r.get("compute_bound_tokens_per_s"))
     if c == c:
         text += f"; compute bound {c:,.0f} tokens/s ({r.get('compute_bound_source')})"
+        if r.get("bound_limiter") == "compute" and c > 0:  # the lower bound binds: the share against it too
+            text += f" = {rate / c:.2f}× of it, the bound that binds"
     return text

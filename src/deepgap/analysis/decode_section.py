@@ -105,7 +105,7 @@ TABLE_SPECS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
             ("KV MB per step", num_cell("kv_bytes_per_step", ",.2f", 1e-6)),
             ("GFLOP per token", num_cell("flops_per_token", ",.3f", 1e-9)),
             ("FLOP/byte", num_cell("intensity_flop_per_byte", ",.2f")),
-            ("decode vs its memory bound", distance_text),
+            ("decode vs its bounds", distance_text),  # memory; compute too where that binds
             ("limiter", "bound_limiter"),
         ],
     ),
