@@ -317,9 +317,8 @@ def main() -> None:  # noqa: D103
     runs = _runs(args)
     for mode, split, combine, attention, norm, angles, tiles, harness in runs:
         force_tiles(tiles)
-        os.environ["DEEPGAP_DECODE_PDL"], os.environ["DEEPGAP_DECODE_SPLIT_KV"] = mode, split
-        os.environ["DEEPGAP_DECODE_COMBINE"], os.environ["DEEPGAP_DECODE_ATTENTION"] = combine, attention
-        os.environ["DEEPGAP_DECODE_NORM"], os.environ["DEEPGAP_DECODE_ANGLES"] = norm, angles
+        for k, v in zip(TURNED, (mode, split, combine, attention, norm, angles), strict=True):
+            os.environ[f"DEEPGAP_DECODE_{k.upper()}"] = v
         if args.precision != "bf16":  # the fused layers read the switch (`llm_fused.configure`)
             from deepgap.measure import llm_fused
 
@@ -350,6 +349,8 @@ def main() -> None:  # noqa: D103
 
 # the DEEPGAP_DECODE_* switches a row records, as its process ran (module docstring)
 SWITCHES = ("fused", "rope", "attention", "pdl", "split_kv", "combine", "norm", "angles")
+# those the options turn, in a turn's order: each option's name is its switch's (``--split-kv``: SPLIT_KV)
+TURNED = ("pdl", "split_kv", "combine", "attention", "norm", "angles")
 
 
 _FORCED: dict[tuple[int, int], object] = {}  # (K, N) → the fused GEMVs' tile this turn (`force_tiles`)
@@ -393,19 +394,8 @@ def _runs(args: argparse.Namespace):
     Session 43's batch-512 loop stopped at once when an unset PDL was passed on as ``''``, which
     `core.switches` refuses.
     """
-    pdls, splits, combines = (
-        _turns(args.pdl, "PDL"),
-        _turns(args.split_kv, "SPLIT_KV"),
-        _turns(args.combine, "COMBINE"),
-    )
-    attentions, norms, angles = (
-        _turns(args.attention, "ATTENTION"),
-        _turns(args.norm, "NORM"),
-        _turns(args.angles, "ANGLES"),
-    )
-    return itertools.product(
-        pdls, splits, combines, attentions, norms, angles, args.tiles.split(";"), args.harness.split(",")
-    )
+    turns = [_turns(getattr(args, k), k.upper()) for k in TURNED]
+    return itertools.product(*turns, args.tiles.split(";"), args.harness.split(","))
 
 
 PREFILLS = ("eager", "eager-row-kernel", "compiled")
