@@ -29,6 +29,7 @@ import triton
 import triton.language as tl
 
 from deepgap.core import switches
+from deepgap.measure.models.llama_net import angles_formula
 from deepgap.measure.quant.kernels import pdl_enter
 from deepgap.measure.quant.launch import launcher
 
@@ -99,10 +100,4 @@ def describe(model) -> str:
     return "one kernel" if getattr(model, "angle_fn", None) is rope_angles and on_gpu else "formula"
 
 
-def reference(
-    positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The model's torch formula (`Llama.angles` without the switch): what the kernel is held to."""
-    freqs = positions.float()[:, None] * inv_freq.float()[None, :]
-    emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos().to(dtype), emb.sin().to(dtype)
+reference = angles_formula  # the model's torch formula (`Llama.angles` without the switch): what the kernel is held to

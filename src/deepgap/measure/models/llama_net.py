@@ -143,9 +143,7 @@ class Llama(nn.Module):
             self.inv_freq = self.inv_freq.to(positions.device)
         if self.angle_fn is not None:
             return self.angle_fn(positions, self.inv_freq, dtype)
-        freqs = positions.float()[:, None] * self.inv_freq[None, :]
-        emb = torch.cat((freqs, freqs), dim=-1)
-        return emb.cos().to(dtype), emb.sin().to(dtype)
+        return angles_formula(positions, self.inv_freq, dtype)
 
     def hidden_states(self, ids, positions, pos):
         """Embedding through the final norm, ``(batch, len, hidden)``; ``pos`` None: no cache."""
@@ -265,6 +263,16 @@ class Llama(nn.Module):
                 "pass integer ids of shape (batch, length)",
             )
         check_run(self.shape, max(ids.shape[0], 1), end, 0)
+
+
+def angles_formula(positions, inv_freq, dtype):
+    """RoPE's cos and sin ``(len, 2 · len(inv_freq))``: fp32 products, then cast (HF's order).
+
+    `Llama.angles` without an ``angle_fn``, and what `deepgap.measure.llm_angles`'s kernel is held to.
+    """
+    freqs = positions.float()[:, None] * inv_freq.float()[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
 def build_llama(
