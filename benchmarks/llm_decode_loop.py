@@ -39,6 +39,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import statistics
 from pathlib import Path
 from unittest import mock
@@ -289,8 +290,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--tiles",
         default="tuned",
-        help="the fused GEMVs' tiles, in turn (';' between turns): tuned, or KxN=BNxBKwW[t],... forcing the "
-        "tile of each fused GEMV of that shape (reduce-each; t: in-thread), e.g. 'tuned;14336x4096=8x2048w8t'",
+        help="the fused GEMVs' tiles, in turn (';' between turns): tuned, or KxN=BNxBKwW[t][aA][rR],... forcing "
+        "the tile of each fused GEMV of that shape (reduce-each; t: in-thread; aA: A K steps' weights loaded before "
+        "PDL's wait, 1 by default; rR: at most R registers a thread), "
+        "e.g. 'tuned;14336x4096=8x2048w8t;4096x4096=8x2048w8ta2'",
     )
     ap.add_argument(
         "--harness",
@@ -357,8 +360,9 @@ _FORCED: dict[tuple[int, int], object] = {}  # (K, N) → the fused GEMVs' tile 
 
 
 def force_tiles(spec: str) -> None:
-    """This turn's tiles: ``tuned`` (the tuner's), or ``KxN=BNxBKwW[t],...``: every fused GEMV of that shape takes
-    the tile BN × BK with W warps (one stage, reduce-each; ``t``: summed in-thread each step, `gemv.IN_THREAD`),
+    """This turn's tiles: ``tuned`` (the tuner's), or ``KxN=BNxBKwW[t][aA][rR],...``: every fused GEMV of that shape
+    takes the tile BN × BK with W warps (one stage, reduce-each; ``t``: summed in-thread each step, `gemv.IN_THREAD`;
+    ``aA``: A steps' weights loaded before PDL's wait, `gemv.GemvTile.ahead`; ``rR``: ptxas's register cap),
     whatever the tuner would time."""
     from deepgap.measure.quant import gemv
 
@@ -379,10 +383,13 @@ def force_tiles(spec: str) -> None:
     for part in spec.split(",") if spec != "tuned" else ():
         shape, tile = part.split("=")
         k, n = (int(v) for v in shape.split("x"))
-        bn, rest = tile.split("x")
-        bk, warps = (int(v) for v in rest.rstrip("t").split("w"))
-        reduce_each = gemv.IN_THREAD.value if rest.endswith("t") else 1
-        _FORCED[(k, n)] = gemv.GemvTile(int(bn), bk, 1, warps, 1, 0, reduce_each)
+        m = re.fullmatch(r"(\d+)x(\d+)w(\d+)(t?)(?:a(\d+))?(?:r(\d+))?", tile)
+        if m is None:
+            raise SystemExit(f"--tiles: {tile!r} is not BNxBKwW[t][aA][rR], e.g. 8x2048w8ta2")
+        bn, bk, warps = (int(v) for v in m.group(1, 2, 3))
+        reduce_each = gemv.IN_THREAD.value if m.group(4) else 1
+        ahead, cap = int(m.group(5) or 1), int(m.group(6) or 0)
+        _FORCED[(k, n)] = gemv.GemvTile(bn, bk, 1, warps, 1, 0, reduce_each, maxnreg=cap, ahead=ahead)
 
 
 def _runs(args: argparse.Namespace):

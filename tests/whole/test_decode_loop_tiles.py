@@ -27,6 +27,14 @@ def test_a_turn_forces_its_tiles_by_shape_and_the_next_gives_them_back(loop, mon
     o = gemv.fastest(("fused", (1,), 4096, 4096, "cuda:0"), None, [], None)
     assert (o.bn, o.bk, o.num_warps, o.reduce_each) == (16, 4096, 8, 1)
     assert "fused plain 14336x4096: 8x2048 s1 w8 st1 reduce-in-thread" in gemv.chosen()
+    loop.force_tiles("4096x4096=8x2048w8ta2,4096x28672=4x2048w4ta2r128")
+    o = gemv.fastest(("fused", (1,), 4096, 4096, "cuda:0"), None, [], None)
+    assert o == gemv.GemvTile(8, 2048, 1, 8, 1, 0, gemv.IN_THREAD.value, ahead=2)
+    assert "8x2048 s1 w8 st1 reduce-in-thread ahead 2" in gemv.chosen()
+    gate_up = gemv.fastest(("fused", (0, 1), 4096, 28672, "cuda:0"), None, [], None)
+    assert (gate_up.bn, gate_up.ahead, gate_up.maxnreg) == (4, 2, 128)
+    with pytest.raises(SystemExit, match="'8x2048w8z' is not BNxBKwW"):
+        loop.force_tiles("4096x4096=8x2048w8z")
     loop.force_tiles("tuned")
     assert gemv._TUNED == {}  # the forced choices are gone: the tuner times its own again
     first = gemv.GemvTile(4, 4096, 1, 4, 1, 0, 1)

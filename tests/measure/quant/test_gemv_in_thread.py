@@ -90,8 +90,8 @@ def test_at_sm90_the_in_thread_loop_has_no_shuffle(reduce_each):
     sig = dict(x_ptr="*bf16", w_ptr="*fp8e4nv", scale_ptr="*fp32", gamma_ptr="*bf16", res_ptr="*bf16",
                out_ptr="*bf16", NO="i32", K="i32", eps="fp32", hand_gamma_ptr="*bf16", scaled_ptr="*bf16",
                hand_sums_ptr="*fp32")  # fmt: skip
-    const = dict(NORM=False, SWIGLU=False, RESIDUAL=True, ROPE=False, REDUCE=reduce_each, PDL=True, BN=8, BK=2048,
-                 HAND=True)  # fmt: skip
+    const = dict(NORM=False, SWIGLU=False, RESIDUAL=True, ROPE=False, REDUCE=reduce_each, PDL=True, PRE=1, BN=8,
+                 BK=2048, HAND=True)  # fmt: skip
     compiled = compile_sm90(fused_row_kernel, sig, const, ("x_ptr", "w_ptr", "out_ptr", "K"), num_warps=8)
     shuffles = _loop_body(compiled.asm["ptx"]).count("shfl.sync")
     assert (shuffles == 0) if reduce_each == 2 else shuffles > 0
@@ -122,3 +122,99 @@ def test_on_a_gpu_the_in_thread_tiles_give_the_reduce_each_rows_at_the_8b_shapes
             each = fused_gemv(x, codes, scale, fusion, dataclasses.replace(tile, reduce_each=1)).float()
             got = fused_gemv(x, codes, scale, fusion, tile).float()
             torch.testing.assert_close(got, each, rtol=2**-7, atol=2e-2, msg=f"{name} {tile.describe()}")
+
+
+def test_steps_loaded_ahead_of_the_wait_give_the_same_bits():
+    """``ahead``: under `launch.pdl` the first one or two of four K steps' weights load before PDL's wait, peeled from
+    the loop (on the CPU without the wait): the same products in the same order, so the same bits as the plain loop."""
+    from deepgap.measure.quant import launch
+
+    g = torch.Generator().manual_seed(5)
+    k, n = 128, 64
+    codes = (torch.randn(n, k, generator=g) * 40).clamp(-100, 100).to(torch.float8_e4m3fn)
+    scale, x = torch.rand(n, generator=g) / 40, torch.randn(1, k, generator=g).bfloat16()
+    tile = gemv.GemvTile(8, 32, 1, 4, 1, 0, gemv.IN_THREAD.value)
+    assert (
+        dataclasses.replace(tile, ahead=9).fit(k, n).ahead == gemv.MAX_AHEAD == 2
+        and tile.fit(k, n).ahead == 1
+    )
+    assert dataclasses.replace(tile, ahead=2).fit(32, n).ahead == 1  # one step: nothing more to load
+    assert dataclasses.replace(tile, ahead=2).describe(short=True).endswith(" rt a2")
+    for name, fusion in _fusions(g, k, n).items():
+        plain = fused_gemv(x, codes, scale, fusion, tile)  # outside `launch.pdl`: no step peeled
+        for ahead in (1, 2):
+            with launch.pdl():
+                got = fused_gemv(x, codes, scale, fusion, dataclasses.replace(tile, ahead=ahead))
+            assert torch.equal(got, plain), (name, ahead)
+
+
+def test_at_sm90_two_steps_ahead_fit_the_registers_of_one():
+    """o's 8 × 2048 tile (8 warps, the residual and the hand-off) with both its K steps' weights in flight before
+    PDL's wait: twice one step's loads before it, no spills, 80 registers a thread (64 with one step: ptxas at sm_90,
+    Triton 3.6), so three programs an SM where one step fits four."""
+    from sm90 import compile_sm90, ptxas_usage
+
+    from deepgap.measure.quant.gemv_fused import fused_row_kernel
+
+    sig = dict(x_ptr="*bf16", w_ptr="*fp8e4nv", scale_ptr="*fp32", gamma_ptr="*bf16", res_ptr="*bf16",
+               out_ptr="*bf16", NO="i32", K="i32", eps="fp32", hand_gamma_ptr="*bf16", scaled_ptr="*bf16",
+               hand_sums_ptr="*fp32")  # fmt: skip
+    const = dict(NORM=False, SWIGLU=False, RESIDUAL=True, ROPE=False, REDUCE=2, PDL=True, BN=8, BK=2048,
+                 HAND=True)  # fmt: skip
+    before = {}
+    for pre in (1, 2):
+        compiled = compile_sm90(
+            fused_row_kernel, sig, const | {"PRE": pre}, ("x_ptr", "w_ptr", "out_ptr", "K"), num_warps=8
+        )
+        ptx = compiled.asm["ptx"]
+        before[pre] = ptx[: ptx.index("griddepcontrol.wait")].count("ld.global")
+        usage = ptxas_usage(compiled)
+        assert usage["spill_stores"] == 0 and usage["registers"] <= 128, usage
+    assert before[2] == 2 * before[1] > 0, before
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_steps_ahead_of_the_wait_give_the_same_bits_at_the_8b_shapes():
+    """qkv (RoPE into the cache), o, gate_up and down at the 8B shapes, launched with PDL in a CUDA graph after a
+    kernel that writes x: one step ahead and two give the same bits."""
+    from deepgap.measure.quant import launch
+
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(9)
+    gamma = (torch.rand(4096, device=dev, generator=g) + 0.5).bfloat16()
+    handed = reference(torch.randn(1, 4096, device=dev).bfloat16(), gamma)[1]
+    cache = [torch.zeros(1, 8, 16, 128, device=dev).bfloat16() for _ in range(2)]
+    angles = [torch.rand(1, 128, device=dev, generator=g).bfloat16() for _ in range(2)]
+    rope = RopeWrite(*angles, torch.tensor([5], device=dev), *cache, 32)
+    shapes = {
+        "qkv": (4096, 6144, Fusion(eps=1e-5, rope=rope, handed=handed), 8),
+        "o": (
+            4096,
+            4096,
+            Fusion(residual=torch.randn(1, 4096, device=dev).bfloat16(), hand=HandOff.to(gamma)),
+            8,
+        ),
+        "gate_up": (4096, 28672, Fusion(eps=1e-5, swiglu=True, handed=handed), 4),
+        "down": (
+            14336,
+            4096,
+            Fusion(residual=torch.randn(1, 4096, device=dev).bfloat16(), hand=HandOff.to(gamma)),
+            8,
+        ),
+    }
+    for name, (k, n, fusion, bn) in shapes.items():
+        codes = (torch.randn(n, k, device=dev, generator=g) * 40).clamp(-440, 440).to(torch.float8_e4m3fn)
+        scale, src = torch.rand(n, device=dev, generator=g) / 40, torch.randn(1, k, device=dev).bfloat16()
+        x = torch.empty_like(src)
+        outs = []
+        for ahead in (1, 2):
+            tile = gemv.GemvTile(bn, 2048, 1, bn, 1, 0, gemv.IN_THREAD.value, ahead=ahead)
+            graph = torch.cuda.CUDAGraph()
+            with launch.pdl(), torch.cuda.graph(graph):
+                x.copy_(src)  # x is written right before the GEMV reads it
+                out = fused_gemv(x, codes, scale, fusion, tile)
+            x.zero_()
+            graph.replay()
+            torch.cuda.synchronize()
+            outs.append(out.clone())
+        assert torch.equal(outs[0], outs[1]), name

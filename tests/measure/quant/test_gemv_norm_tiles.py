@@ -57,7 +57,7 @@ def test_the_168_cap_compiles_for_hopper_without_spills(fold):
     sig = dict(x_ptr="*bf16", w_ptr="*fp8e4nv", scale_ptr="*fp32", gamma_ptr="*bf16", res_ptr="*bf16",
                out_ptr="*bf16", NO="i32", K="i32", eps="fp32", cos_ptr="*bf16", sin_ptr="*bf16", pos_ptr="*i64",
                k_ptr="*bf16", v_ptr="*bf16", L="i32", NQ="i32", NKV="i32")  # fmt: skip
-    const = dict(NORM=True, SWIGLU=fold == "swiglu", RESIDUAL=False, BN=t.bn, BK=t.bk, REDUCE=True, PDL=True,
+    const = dict(NORM=True, SWIGLU=fold == "swiglu", RESIDUAL=False, BN=t.bn, BK=t.bk, REDUCE=True, PDL=True, PRE=1,
                  ROPE=fold == "rope", D=128)  # fmt: skip
     aligned = ("x_ptr", "w_ptr", "out_ptr", "K", "gamma_ptr", "scale_ptr", "NO", "k_ptr", "v_ptr")
     compiled = compile_sm90(

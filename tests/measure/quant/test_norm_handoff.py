@@ -114,7 +114,7 @@ def _sm90_usage(const: dict, extra_sig: dict, warps: int) -> dict[str, int]:
                out_ptr="*bf16", NO="i32", K="i32", eps="fp32", cos_ptr="*bf16", sin_ptr="*bf16", pos_ptr="*i64",
                k_ptr="*bf16", v_ptr="*bf16", L="i32", NQ="i32", NKV="i32")  # fmt: skip
     aligned = ("x_ptr", "w_ptr", "out_ptr", "K", "gamma_ptr", "scale_ptr", "NO", "k_ptr", "v_ptr")
-    base = dict(NORM=False, SWIGLU=False, RESIDUAL=False, ROPE=False, REDUCE=True, PDL=True, D=128)
+    base = dict(NORM=False, SWIGLU=False, RESIDUAL=False, ROPE=False, REDUCE=True, PDL=True, PRE=1, D=128)
     compiled = compile_sm90(
         fused_row_kernel, sig | extra_sig, base | const, aligned, num_warps=warps, num_stages=1
     )

@@ -41,6 +41,7 @@ CODES = (torch.float8_e4m3fn, torch.int8)  # both convert to bf16 exactly (3 man
 # against its tile's loads' 13.75 (gate_up's one step: 28.53 against 26.93).
 IN_THREAD = tl.constexpr(2)
 RUN = tl.constexpr(16)
+MAX_AHEAD = 2  # K steps a fused row GEMV's program loads before PDL's wait, at most (`GemvTile.ahead`)
 MAX_ROWS = 16  # the rows one tensor-core tile holds: more rows belong to a GEMM (`QuantLinear`)
 
 
@@ -60,6 +61,9 @@ class GemvTile:
     reduce_each: int = 0
     # registers a thread at most (ptxas's .maxnreg; 0: the compiler's choice), `NORM_TILES`
     maxnreg: int = 0
+    # a fused row GEMV under PDL: the K steps (1 or `MAX_AHEAD`) whose weights load before the wait for the previous
+    # kernel (`gemv_fused.fused_row_kernel`'s ``PRE``); 1 until a GPU has timed more (session 54)
+    ahead: int = 1
 
     def describe(self, short: bool = False) -> str:
         """The tile as a decode row's ``decode.tiles`` names it (`chosen`); ``short``: `compile_sm90.py`'s labels."""
@@ -68,17 +72,22 @@ class GemvTile:
             ("reduce-each", "re", self.reduce_each == 1),
             ("reduce-in-thread", "rt", self.reduce_each == IN_THREAD.value),
             (f"maxnreg {self.maxnreg}", f"r{self.maxnreg}", self.maxnreg),
+            (f"ahead {self.ahead}", f"a{self.ahead}", self.ahead != 1),
         ]
         head = f"{self.bn}x{self.bk} s{self.split_k} w{self.num_warps} st{self.num_stages}"
         return " ".join([head] + [brief if short else word for word, brief, on in flags if on])
 
     def fit(self, k: int, n: int) -> GemvTile:
-        """This tile with BK halved until ``k`` divides into ``split_k`` × BK steps, BN until it divides n."""
+        """This tile with BK halved until ``k`` divides into ``split_k`` × BK steps, BN until it divides n.
+
+        ``ahead`` at most `MAX_AHEAD` and the steps there are.
+        """
         split = self.split_k
         while split > 1 and k % (split * 16):
             split //= 2
         bk, bn = halved_to_divide(self.bk, k // split, 16), halved_to_divide(self.bn, n, 1)
-        return dataclasses.replace(self, bn=bn, bk=bk, split_k=split)
+        ahead = max(1, min(self.ahead, MAX_AHEAD, k // (split * bk)))
+        return dataclasses.replace(self, bn=bn, bk=bk, split_k=split, ahead=ahead)
 
 
 # One row (batch-1 decode), on the CUDA cores (one row has no use for a tensor core). The candidates `tuned`

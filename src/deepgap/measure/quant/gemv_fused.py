@@ -33,7 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
-from deepgap.measure.quant import gemv, norm_handoff
+from deepgap.measure.quant import gemv, launch, norm_handoff
 from deepgap.measure.quant.gemv import FUSED_TILES
 from deepgap.measure.quant.launch import check, launcher
 from deepgap.measure.quant.rope_store import RopeWrite, check_rope, rope_store
@@ -56,6 +56,16 @@ def fused_step(
 
 
 @triton.jit
+def band(w_ptrs, apart, k, PAIRED: tl.constexpr):
+    """A program's weights for the K step at ``k``: its rows, and with ``PAIRED`` the pair's second rows."""
+    w = tl.load(w_ptrs + k)
+    w_up = w
+    if PAIRED:
+        w_up = tl.load(w_ptrs + apart + k)
+    return w, w_up
+
+
+@triton.jit
 def fused_row_kernel(
     x_ptr, w_ptr, scale_ptr, gamma_ptr, res_ptr, out_ptr, NO, K, eps,
     NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
@@ -63,14 +73,15 @@ def fused_row_kernel(
     cos_ptr=None, sin_ptr=None, pos_ptr=None, k_ptr=None, v_ptr=None, L=1, NQ=0, NKV=0, ROPE: tl.constexpr = False,
     D: tl.constexpr = 2, sums_ptr=None, PARTS: tl.constexpr = 1,
     HANDED: tl.constexpr = False, hand_gamma_ptr=None, scaled_ptr=None, hand_sums_ptr=None, HAND: tl.constexpr = False,
-    RNE: tl.constexpr = False,
+    RNE: tl.constexpr = False, PRE: tl.constexpr = 0,
 ):  # fmt: skip
     """``out[band]`` of one row: an optional RMSNorm of x, the product, then SwiGLU, a residual add or RoPE.
 
     Output channel ``n`` of a pair is weight rows ``n`` and ``n + NO`` with SwiGLU; with ``ROPE`` pair ``n`` of
     head ``h = n // (D/2)`` is rows ``h·D + c`` and ``h·D + c + D/2`` (``c = n mod D/2``), `rope_store`.
-    With ``PDL`` the first K step's weights are read before the wait for the previous kernel (`gemv`'s row
-    kernel too).
+    With ``PDL`` the first ``PRE`` K steps' weights are read before the wait for the previous kernel (`gemv`'s row
+    kernel reads one); ``PRE`` is the tile's ``ahead`` wherever launches use PDL (on the CPU inside `launch.pdl` the
+    same steps run peeled without the wait, as the tests check), else 0.
     ``HANDED``: x is a row ⊙ γ whose norm a writer handed over, its sums read at the end (read right after PDL's
     wait instead, they were never faster: session 39 on one H100, 40 on one H200); ``HAND``: this one hands the
     next norm over (`norm_handoff`).
@@ -88,22 +99,25 @@ def fused_row_kernel(
     acc_up = acc
     squares = tl.zeros((BK,), dtype=tl.float32)
     root = 1.0
-    # the weights do not depend on the previous kernel: with PDL the first step's are in flight before the wait
+    # the weights do not depend on the previous kernel: with PDL the first PRE steps' are in flight before the wait
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
-        w = tl.load(w_ptrs)
-        w_up = w
-        if SWIGLU or ROPE:
-            w_up = tl.load(w_ptrs + apart)
+    if PRE >= 1:
+        w, w_up = band(w_ptrs, apart, 0, SWIGLU or ROPE)
+    if PRE >= 2:
+        w1, w1_up = band(w_ptrs, apart, BK, SWIGLU or ROPE)
+    if PDL:
         tl.extra.cuda.gdc_wait()
+    if PRE >= 1:
         acc, acc_up, squares = fused_step(
             acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, 0, rk, NORM, SWIGLU or ROPE, REDUCE
         )
-    for k in range(PDL * BK, K, BK):
-        w = tl.load(w_ptrs + k)
-        w_up = w
-        if SWIGLU or ROPE:
-            w_up = tl.load(w_ptrs + apart + k)
+    if PRE >= 2:
+        acc, acc_up, squares = fused_step(
+            acc, acc_up, squares, w1, w1_up, x_ptr, gamma_ptr, BK, rk, NORM, SWIGLU or ROPE, REDUCE
+        )
+    for k in range(PRE * BK, K, BK):
+        w, w_up = band(w_ptrs, apart, k, SWIGLU or ROPE)
         acc, acc_up, squares = fused_step(
             acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, k, rk, NORM, SWIGLU or ROPE, REDUCE
         )
@@ -253,7 +267,8 @@ def _launch_row(x, codes, scale, fusion: Fusion, t: gemv.GemvTile, out) -> None:
         fusion.residual if fusion.residual is not None else x,
         out, no, k, fusion.eps,
         NORM=fusion.gamma is not None, SWIGLU=fusion.swiglu, RESIDUAL=fusion.residual is not None,
-        BN=t.bn, BK=t.bk, REDUCE=t.reduce_each, num_warps=t.num_warps, num_stages=t.num_stages, **rope,
+        BN=t.bn, BK=t.bk, REDUCE=t.reduce_each, PRE=t.ahead if launch.pdl_on() else 0,
+        num_warps=t.num_warps, num_stages=t.num_stages, **rope,
         **({"maxnreg": t.maxnreg} if t.maxnreg and x.device.type != "cpu" else {}),
         **extra,
     )  # fmt: skip
