@@ -34,11 +34,11 @@ from deepgap.measure.quant import launch, streamed
 from deepgap.measure.quant.launch import check, halved_to_divide, launcher
 
 CODES = (torch.float8_e4m3fn, torch.int8)  # both convert to bf16 exactly (3 mantissa bits; |v| ≤ 127)
-# ``reduce_each`` 2: each step's products summed within a thread, a run of RUN neighbouring codes (one 16-byte load
-# of 8-bit codes), and across threads once at the end (`mac`). Why: a reduce-each tile's per-step sum across
-# threads is 22 warp shuffles and a block barrier a step at sm_90, in every step of down's seven; the loads of the
-# next step wait behind it. On one H200 (session 40, `benchmarks/gemv_ceiling.py`) down's fp8 GEMV took 16.68 µs
-# against its tile's loads' 13.75 (gate_up's one step: 28.53 against 26.93).
+# ``reduce_each`` 2: each step's products summed within a thread, a run of RUN neighbouring codes (one 16-byte load of
+# 8-bit codes), and across threads once at the end (`mac`). Why: a reduce-each tile's per-step sum across threads is 22
+# warp shuffles and a block barrier a step at sm_90, in every step of down's seven; the loads of the next step wait
+# behind it. On one H200 (session 40, `benchmarks/gemv_ceiling.py`) down's fp8 GEMV took 16.68 µs against its tile's
+# loads' 13.75 (gate_up's one step: 28.53 against 26.93).
 IN_THREAD = tl.constexpr(2)
 RUN = tl.constexpr(16)
 MAX_AHEAD = 2  # K steps a fused row GEMV's program loads before PDL's wait, at most (`GemvTile.ahead`)
@@ -61,8 +61,7 @@ class GemvTile:
     reduce_each: int = 0
     # registers a thread at most (ptxas's .maxnreg; 0: the compiler's choice), `NORM_TILES`
     maxnreg: int = 0
-    # a fused row GEMV under PDL: the K steps (1 or `MAX_AHEAD`) whose weights load before the wait for the previous
-    # kernel (`gemv_fused.fused_row_kernel`'s ``PRE``); 1 until a GPU has timed more (session 54)
+    # a fused row GEMV under PDL: K steps (≤ `MAX_AHEAD`) loaded before the wait (`gemv_fused`'s ``PRE``; forced only)
     ahead: int = 1
 
     def describe(self, short: bool = False) -> str:
@@ -78,10 +77,7 @@ class GemvTile:
         return " ".join([head] + [brief if short else word for word, brief, on in flags if on])
 
     def fit(self, k: int, n: int) -> GemvTile:
-        """This tile with BK halved until ``k`` divides into ``split_k`` × BK steps, BN until it divides n.
-
-        ``ahead`` at most `MAX_AHEAD` and the steps there are.
-        """
+        """This tile with BK halved until ``k`` is ``split_k`` × BK steps, BN until it divides n, ``ahead`` ≤ steps."""
         split = self.split_k
         while split > 1 and k % (split * 16):
             split //= 2
@@ -124,11 +120,10 @@ T = TypeVar("T")
 def tuned(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor) -> GemvTile:
     """The fastest candidate tile for this call's (rows, K, N) on its GPU, timed once per process.
 
-    Why time rather than rule: the best block shape moves with N, K and the GPU (session 18's sweep on
-    one H200 had 2x between candidates of one shape). On a CPU, or while a CUDA graph is being captured
-    (no synchronising there), the first candidate is taken untimed; the decode loop's warm-up runs
-    before its capture, so a captured step finds its tiles timed.
-    """
+    Why time rather than rule: the best block shape moves with N, K and the GPU (session 18's sweep on one H200 had
+    2x between candidates of one shape). On a CPU, or while a CUDA graph is being captured (no synchronising there),
+    the first candidate is taken untimed; the decode loop's warm-up runs before its capture, so a captured step finds
+    its tiles timed."""
     (m, k), n = x.shape, codes.shape[0]
     cands = (c.fit(k, n) for c in (ROW_TILES if m == 1 else DOT_TILES))
     call = lambda t, w: fp8_gemv(x, w, scale, None, t)  # noqa: E731 - the candidate on matrix w
