@@ -120,10 +120,10 @@ T = TypeVar("T")
 def tuned(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor) -> GemvTile:
     """The fastest candidate tile for this call's (rows, K, N) on its GPU, timed once per process.
 
-    Why time rather than rule: the best block shape moves with N, K and the GPU (session 18's sweep on one H200 had
-    2x between candidates of one shape). On a CPU, or while a CUDA graph is being captured (no synchronising there),
-    the first candidate is taken untimed; the decode loop's warm-up runs before its capture, so a captured step finds
-    its tiles timed."""
+    Why time rather than rule: the best block shape moves with N, K and the GPU (session 18's sweep on one H200: 2x
+    between candidates of one shape). On a CPU, or while a CUDA graph is captured (no synchronising there), the first
+    candidate is taken untimed; the decode loop's warm-up runs before its capture, so a captured step's are timed.
+    """
     (m, k), n = x.shape, codes.shape[0]
     cands = (c.fit(k, n) for c in (ROW_TILES if m == 1 else DOT_TILES))
     call = lambda t, w: fp8_gemv(x, w, scale, None, t)  # noqa: E731 - the candidate on matrix w
