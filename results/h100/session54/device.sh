@@ -38,12 +38,14 @@ case ${1:-} in
 [print(r.get('tiles', '')) for r in map(json.loads, sys.stdin)]"
    step "gpu tests: ahead" 90 python -m pytest -q -p no:cacheprovider -m gpu tests/measure/quant/test_gemv_in_thread.py \
        2>&1 | tail -n 3 ;;
-3) # prepared (an H200; about 3 min): qkv's tile in gate_up's in-thread form and o two steps ahead, against the
-   # tuner's, in one process; then deepgap run at batch 1. Another card has run this A/B (call 1): it stops at once
+3) # prepared (an H200; about 4 min): qkv's tile in gate_up's in-thread form and o two steps ahead, against the
+   # tuner's, in one process; the tiles timed on streamed weights in a second; then deepgap run at batch 1. Another card has run this A/B (call 1): it stops at once
    case $gpu in *H200*) ;; *) echo "not an H200: nothing to run"; exit 0 ;; esac
    source benchmarks/device_lib.sh; mkdir -p $S
    step "loop: qkv in-thread, o ahead" 120 "${L1[@]}" --tiles "tuned;$Q;$O;tuned;$Q;$O" > "$OUT/tiles-3.txt" 2>&1
    summary "$OUT/tiles-3.txt"
+   step "loop: streamed tuning" 80 env DEEPGAP_GEMV_TUNE=streamed "${L1[@]}" > "$OUT/streamed-3.txt" 2>&1
+   summary "$OUT/streamed-3.txt"
    step "deepgap run 8b fp8 bs1" 120 "${R8[@]}" --batch-sizes 1 --store $S/run-bs1.sqlite > "$OUT/run-bs1.txt" 2>&1
    exp run-bs1; grep -i "tok/s\|tokens/s" "$OUT/run-bs1.txt" | tail -n 3 ;;
 *) echo "usage: $0 1|3"; exit 2 ;;
