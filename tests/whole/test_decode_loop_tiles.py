@@ -33,6 +33,8 @@ def test_a_turn_forces_its_tiles_by_shape_and_the_next_gives_them_back(loop, mon
     assert "8x2048 s1 w8 st1 reduce-in-thread ahead 2" in gemv.chosen()
     gate_up = gemv.fastest(("fused", (0, 1), 4096, 28672, "cuda:0"), None, [], None)
     assert (gate_up.bn, gate_up.ahead, gate_up.maxnreg) == (4, 2, 128)
+    loop.force_tiles("4096x4096=8x2048w8ta0")  # nothing before the wait
+    assert gemv.fastest(("fused", (1,), 4096, 4096, "cuda:0"), None, [], None).ahead == 0
     with pytest.raises(SystemExit, match="'8x2048w8z' is not BNxBKwW"):
         loop.force_tiles("4096x4096=8x2048w8z")
     loop.force_tiles("tuned")

@@ -38,12 +38,19 @@ case ${1:-} in
 [print(r.get('tiles', '')) for r in map(json.loads, sys.stdin)]"
    step "gpu tests: ahead" 90 python -m pytest -q -p no:cacheprovider -m gpu tests/measure/quant/test_gemv_in_thread.py \
        2>&1 | tail -n 3 ;;
-3) # prepared (an H200; about 4 min): qkv's tile in gate_up's in-thread form and o two steps ahead, against the
-   # tuner's, in one process; the tiles timed on streamed weights in a second; then deepgap run at batch 1. Another card has run this A/B (call 1): it stops at once
-   case $gpu in *H200*) ;; *) echo "not an H200: nothing to run"; exit 0 ;; esac
+3) # prepared (any card, an H200 first; about 6 min): qkv's tile in gate_up's in-thread form, o two steps ahead, and
+   # each GEMV with no weights before PDL's wait (ahead 0: does the early load slow its predecessor, the attention
+   # above all?) and all four so, against the tuner's, in two processes (the turns reversed in the second); the
+   # tiles timed on streamed weights in a third; then deepgap run at batch 1
    source benchmarks/device_lib.sh; mkdir -p $S
-   step "loop: qkv in-thread, o ahead" 120 "${L1[@]}" --tiles "tuned;$Q;$O;tuned;$Q;$O" > "$OUT/tiles-3.txt" 2>&1
+   Z="4096x4096=8x2048w8ta0;14336x4096=8x2048w8ta0;4096x28672=4x2048w4ta0;4096x6144=4x2048w4ta0"
+   ALL0=${Z//;/,}
+   step "loop: qkv in-thread, none or two ahead" 150 "${L1[@]}" --tiles "tuned;$Q;$O;$Z;$ALL0;tuned" \
+       > "$OUT/tiles-3.txt" 2>&1
    summary "$OUT/tiles-3.txt"
+   step "loop: the same, reversed" 150 "${L1[@]}" --tiles "tuned;$ALL0;$(echo "$Z" | tr ';' '\n' | tac | paste -sd';');$O;$Q;tuned" \
+       > "$OUT/tiles-3r.txt" 2>&1
+   summary "$OUT/tiles-3r.txt"
    step "loop: streamed tuning" 80 env DEEPGAP_GEMV_TUNE=streamed "${L1[@]}" > "$OUT/streamed-3.txt" 2>&1
    summary "$OUT/streamed-3.txt"
    step "deepgap run 8b fp8 bs1" 120 "${R8[@]}" --batch-sizes 1 --store $S/run-bs1.sqlite > "$OUT/run-bs1.txt" 2>&1

@@ -126,7 +126,7 @@ def test_on_a_gpu_the_in_thread_tiles_give_the_reduce_each_rows_at_the_8b_shapes
 
 def test_steps_loaded_ahead_of_the_wait_give_the_same_bits():
     """``ahead``: under `launch.pdl` the first one or two of four K steps' weights load before PDL's wait, peeled from
-    the loop (on the CPU without the wait): the same products in the same order, so the same bits as the plain loop."""
+    the loop (on the CPU without the wait), or none (0): the same products in the same order, so the same bits."""
     from deepgap.measure.quant import launch
 
     g = torch.Generator().manual_seed(5)
@@ -139,10 +139,11 @@ def test_steps_loaded_ahead_of_the_wait_give_the_same_bits():
         and tile.fit(k, n).ahead == 1
     )
     assert dataclasses.replace(tile, ahead=2).fit(32, n).ahead == 1  # one step: nothing more to load
+    assert dataclasses.replace(tile, ahead=0).fit(k, n).ahead == 0
     assert dataclasses.replace(tile, ahead=2).describe(short=True).endswith(" rt a2")
     for name, fusion in _fusions(g, k, n).items():
         plain = fused_gemv(x, codes, scale, fusion, tile)  # outside `launch.pdl`: no step peeled
-        for ahead in (1, 2):
+        for ahead in (0, 1, 2):
             with launch.pdl():
                 got = fused_gemv(x, codes, scale, fusion, dataclasses.replace(tile, ahead=ahead))
             assert torch.equal(got, plain), (name, ahead)
@@ -151,7 +152,7 @@ def test_steps_loaded_ahead_of_the_wait_give_the_same_bits():
 def test_at_sm90_two_steps_ahead_fit_the_registers_of_one():
     """o's 8 × 2048 tile (8 warps, the residual and the hand-off) with both its K steps' weights in flight before
     PDL's wait: twice one step's loads before it, no spills, 80 registers a thread (64 with one step: ptxas at sm_90,
-    Triton 3.6), so three programs an SM where one step fits four."""
+    Triton 3.6), so three programs an SM where one step fits four; with none ahead, no load before the wait."""
     from sm90 import compile_sm90, ptxas_usage
 
     from deepgap.measure.quant.gemv_fused import fused_row_kernel
@@ -162,7 +163,7 @@ def test_at_sm90_two_steps_ahead_fit_the_registers_of_one():
     const = dict(NORM=False, SWIGLU=False, RESIDUAL=True, ROPE=False, REDUCE=2, PDL=True, BN=8, BK=2048,
                  HAND=True)  # fmt: skip
     before = {}
-    for pre in (1, 2):
+    for pre in (0, 1, 2):
         compiled = compile_sm90(
             fused_row_kernel, sig, const | {"PRE": pre}, ("x_ptr", "w_ptr", "out_ptr", "K"), num_warps=8
         )
@@ -170,13 +171,13 @@ def test_at_sm90_two_steps_ahead_fit_the_registers_of_one():
         before[pre] = ptx[: ptx.index("griddepcontrol.wait")].count("ld.global")
         usage = ptxas_usage(compiled)
         assert usage["spill_stores"] == 0 and usage["registers"] <= 128, usage
-    assert before[2] == 2 * before[1] > 0, before
+    assert before[2] == 2 * before[1] > 0 == before[0], before
 
 
 @pytest.mark.gpu
 def test_on_a_gpu_steps_ahead_of_the_wait_give_the_same_bits_at_the_8b_shapes():
     """qkv (RoPE into the cache), o, gate_up and down at the 8B shapes, launched with PDL in a CUDA graph after a
-    kernel that writes x: one step ahead and two give the same bits."""
+    kernel that writes x: none, one and two steps ahead give the same bits."""
     from deepgap.measure.quant import launch
 
     dev = torch.device("cuda")
@@ -207,7 +208,7 @@ def test_on_a_gpu_steps_ahead_of_the_wait_give_the_same_bits_at_the_8b_shapes():
         scale, src = torch.rand(n, device=dev, generator=g) / 40, torch.randn(1, k, device=dev).bfloat16()
         x = torch.empty_like(src)
         outs = []
-        for ahead in (1, 2):
+        for ahead in (0, 1, 2):
             tile = gemv.GemvTile(bn, 2048, 1, bn, 1, 0, gemv.IN_THREAD.value, ahead=ahead)
             graph = torch.cuda.CUDAGraph()
             with launch.pdl(), torch.cuda.graph(graph):
@@ -217,4 +218,4 @@ def test_on_a_gpu_steps_ahead_of_the_wait_give_the_same_bits_at_the_8b_shapes():
             graph.replay()
             torch.cuda.synchronize()
             outs.append(out.clone())
-        assert torch.equal(outs[0], outs[1]), name
+        assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2]), name

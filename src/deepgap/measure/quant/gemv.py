@@ -41,7 +41,7 @@ CODES = (torch.float8_e4m3fn, torch.int8)  # both convert to bf16 exactly (3 man
 # loads' 13.75 (gate_up's one step: 28.53 against 26.93).
 IN_THREAD = tl.constexpr(2)
 RUN = tl.constexpr(16)
-MAX_AHEAD = 2  # K steps a fused row GEMV's program loads before PDL's wait, at most (`GemvTile.ahead`)
+MAX_AHEAD = 2  # K steps a fused row GEMV's program loads before PDL's wait, at most (`GemvTile.ahead`: 0-2)
 MAX_ROWS = 16  # the rows one tensor-core tile holds: more rows belong to a GEMM (`QuantLinear`)
 
 
@@ -82,7 +82,7 @@ class GemvTile:
         while split > 1 and k % (split * 16):
             split //= 2
         bk, bn = halved_to_divide(self.bk, k // split, 16), halved_to_divide(self.bn, n, 1)
-        ahead = max(1, min(self.ahead, MAX_AHEAD, k // (split * bk)))
+        ahead = max(0, min(self.ahead, MAX_AHEAD, k // (split * bk)))
         return dataclasses.replace(self, bn=bn, bk=bk, split_k=split, ahead=ahead)
 
 

@@ -80,8 +80,8 @@ def fused_row_kernel(
     Output channel ``n`` of a pair is weight rows ``n`` and ``n + NO`` with SwiGLU; with ``ROPE`` pair ``n`` of
     head ``h = n // (D/2)`` is rows ``h·D + c`` and ``h·D + c + D/2`` (``c = n mod D/2``), `rope_store`.
     With ``PDL`` the first ``PRE`` K steps' weights are read before the wait for the previous kernel (`gemv`'s row
-    kernel reads one); ``PRE`` is the tile's ``ahead`` wherever launches use PDL (on the CPU inside `launch.pdl` the
-    same steps run peeled without the wait, as the tests check), else 0.
+    kernel reads one; 0: none, the whole program after the wait); ``PRE`` is the tile's ``ahead`` wherever launches
+    use PDL (on the CPU inside `launch.pdl` the same steps run peeled without the wait, as the tests check), else 0.
     ``HANDED``: x is a row ⊙ γ whose norm a writer handed over, its sums read at the end (read right after PDL's
     wait instead, they were never faster: session 39 on one H100, 40 on one H200); ``HAND``: this one hands the
     next norm over (`norm_handoff`).
