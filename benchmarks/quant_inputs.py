@@ -125,7 +125,8 @@ def _pdl_cell(pdl) -> str:
         return str((pdl or {}).get("error") or (pdl or {}).get("reason") or "-")[:40]
     off, on = pdl["seconds"]["off"], pdl["seconds"]["on"]
     return (
-        f"{'on' if pdl['chosen'] else 'off'} (off {off * 1e3:.3f} ms, on {on * 1e3:.3f} ms, {off / on:.3f}x)"
+        f"{'on' if pdl['chosen'] else 'off'} (off {off * 1e3:.3f} ms, on {on * 1e3:.3f} ms, {off / on:.3f}x, "
+        f"trigger {pdl.get('trigger', 'early')})"
     )
 
 

@@ -38,10 +38,11 @@ case ${1:-} in
 [print(r.get('tiles', '')) for r in map(json.loads, sys.stdin)]"
    step "gpu tests: ahead" 90 python -m pytest -q -p no:cacheprovider -m gpu tests/measure/quant/test_gemv_in_thread.py \
        2>&1 | tail -n 3 ;;
-3) # prepared (any card, an H200 first; about 6 min): qkv's tile in gate_up's in-thread form, o two steps ahead, and
+3) # prepared (any card, an H200 first; about 8 min): qkv's tile in gate_up's in-thread form, o two steps ahead, and
    # each GEMV with no weights before PDL's wait (ahead 0: does the early load slow its predecessor, the attention
    # above all?) and all four so, against the tuner's, in two processes (the turns reversed in the second); the
-   # tiles timed on streamed weights in a third; then deepgap run at batch 1
+   # tiles timed on streamed weights in a third; each kernel's PDL trigger after its wait and before it, a process
+   # each; then deepgap run at batch 1
    source benchmarks/device_lib.sh; mkdir -p $S
    Z="4096x4096=8x2048w8ta0;14336x4096=8x2048w8ta0;4096x28672=4x2048w4ta0;4096x6144=4x2048w4ta0"
    ALL0=${Z//;/,}
@@ -53,7 +54,23 @@ case ${1:-} in
    summary "$OUT/tiles-3r.txt"
    step "loop: streamed tuning" 80 env DEEPGAP_GEMV_TUNE=streamed "${L1[@]}" > "$OUT/streamed-3.txt" 2>&1
    summary "$OUT/streamed-3.txt"
+   for t in late early; do  # each kernel's trigger after its wait (DEEPGAP_PDL_TRIGGER, quant.gdc), then before
+       step "loop: trigger $t" 60 env DEEPGAP_PDL_TRIGGER=$t "${L1[@]}" > "$OUT/trigger-$t-3.txt" 2>&1
+       summary "$OUT/trigger-$t-3.txt"
+   done
    step "deepgap run 8b fp8 bs1" 120 "${R8[@]}" --batch-sizes 1 --store $S/run-bs1.sqlite > "$OUT/run-bs1.txt" 2>&1
    exp run-bs1; grep -i "tok/s\|tokens/s" "$OUT/run-bs1.txt" | tail -n 3 ;;
-*) echo "usage: $0 1|3"; exit 2 ;;
+4) source benchmarks/device_lib.sh  # prepared (any card; about 3 min): the trigger's GPU tests; ResNet-50 at batch 1
+   # with PDL timed against the plain graph, the trigger after each kernel's wait and before it (session 53's H200:
+   # 0.291 ms with PDL, the early trigger, against 0.253 without)
+   step "gpu tests: ahead, trigger; the quant PDL graph (late)" 200 env DEEPGAP_PDL_TRIGGER=late python -m pytest -q \
+       -p no:cacheprovider -m gpu tests/measure/quant/test_gemv_in_thread.py tests/measure/quant/test_quant_gpu.py \
+       tests/measure/test_llm_fused.py -k "ahead or in_thread or pdl" 2>&1 | tail -n 3
+   for t in late early; do
+       step "resnet50 bs1, PDL timed, trigger $t" 100 env DEEPGAP_PDL_TRIGGER=$t python benchmarks/quant_inputs.py \
+           --models resnet50 --precisions fp8,int8 --batch-sizes 1 --inputs default \
+           --out "$OUT/resnet-bs1-$t.jsonl" > "$OUT/resnet-bs1-$t.txt" 2>&1
+       grep -A3 "^model" "$OUT/resnet-bs1-$t.txt"
+   done ;;
+*) echo "usage: $0 1|3|4"; exit 2 ;;
 esac

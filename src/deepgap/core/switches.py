@@ -7,7 +7,7 @@ not check it, since the readers' modules import torch. With the values here, tor
 stops a run with one line (exit 2) before its store is opened, and returns the switches that are set, which
 the run records beside its environment. The modules that act on a switch take its values from here and
 keep the why (each switch's docstring: `linear_choice`, `sdpa_choice`, `tiles`, `stem_choice`, `split_k`, `branch`,
-`pair_choice`, `conv_tma`, `llm_fused`, `llm_attention`, `pdl_choice`, `llm_steps`, `row_quant`, `streamed`,
+`pair_choice`, `conv_tma`, `llm_fused`, `llm_attention`, `pdl_choice`, `gdc`, `llm_steps`, `row_quant`, `streamed`,
 `serving.sim.packing`).
 
 A switch whose lever was measured slower and removed stays in `RETIRED`: set to anything but its old default it
@@ -63,6 +63,8 @@ SWITCHES: dict[str, Switch] = {
     "DEEPGAP_DECODE_SPLIT_KV": Switch(("auto", "on", "off"), "auto", empty_is_unset=False),
     "DEEPGAP_DECODE_COMBINE": Switch(("kernel", "last-block"), "kernel", empty_is_unset=False),
     "DEEPGAP_DECODE_PDL": Switch(("auto", "on", "off"), "auto", empty_is_unset=False),
+    # late: under PDL each Triton kernel lets the next launch after its wait, not before (`quant.gdc`)
+    "DEEPGAP_PDL_TRIGGER": Switch(("early", "late"), "early"),
     "DEEPGAP_DECODE_FUSED": Switch(("1", "0"), "1"),  # 0: the batch-1 quant decoder keeps the plain layer
     # auto and compiled: an engine that compiles its step compiles its prefill too, the sweep's
     # (`llm_steps.make_prefill`) and serve's packed admissions (`llm_engines.packed_prefill`); eager: neither

@@ -30,7 +30,7 @@ import triton.language as tl
 
 from deepgap.core import switches
 from deepgap.measure.models.llama_net import angles_formula
-from deepgap.measure.quant.kernels import pdl_enter
+from deepgap.measure.quant.gdc import pdl_enter
 from deepgap.measure.quant.launch import launcher
 
 ANGLE_MODES = switches.choices("DEEPGAP_DECODE_ANGLES")  # inductor, kernel

@@ -36,7 +36,7 @@ import triton.language as tl
 from deepgap.core import switches
 from deepgap.measure.llm_merge import combine_kernel, merge_group
 from deepgap.measure.models.llama_cache import FP8_CODES
-from deepgap.measure.quant.kernels import pdl_enter
+from deepgap.measure.quant.gdc import pdl_enter
 from deepgap.measure.quant.launch import check, launcher
 
 BLOCK = 64  # cache positions per step of the walk

@@ -14,7 +14,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from deepgap.measure.quant.kernels import pdl_enter
+from deepgap.measure.quant.gdc import pdl_enter
 
 
 @triton.jit

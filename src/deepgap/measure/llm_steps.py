@@ -226,5 +226,6 @@ def _kept(graphs: dict, dev: torch.device, reset) -> tuple[tuple, str]:
     if not torch.equal(outs[True], outs[False]):
         return graphs[False], "off: the PDL graph's logits differ from the plain graph's"
     keep = ms[True] < ms[False] * (1 - MIN_GAIN)
-    verdict = f"{'on' if keep else 'off'}: timed {ms[True]:.4f} ms with PDL, {ms[False]:.4f} without"
+    late = " (each kernel's trigger after its wait)" if switches.read("DEEPGAP_PDL_TRIGGER") == "late" else ""
+    verdict = f"{'on' if keep else 'off'}: timed {ms[True]:.4f} ms with PDL{late}, {ms[False]:.4f} without"
     return graphs[keep], verdict

@@ -7,6 +7,7 @@ down's tile has no warp shuffle left (22 with the per-step reduction), which is 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 
@@ -175,11 +176,14 @@ def test_at_sm90_two_steps_ahead_fit_the_registers_of_one():
 
 
 @pytest.mark.gpu
-def test_on_a_gpu_steps_ahead_of_the_wait_give_the_same_bits_at_the_8b_shapes():
-    """qkv (RoPE into the cache), o, gate_up and down at the 8B shapes, launched with PDL in a CUDA graph after a
-    kernel that writes x: none, one and two steps ahead give the same bits."""
+@pytest.mark.parametrize("trigger", ["early", "late"])
+def test_on_a_gpu_steps_ahead_of_the_wait_give_the_same_bits_at_the_8b_shapes(trigger, monkeypatch):
+    """qkv (RoPE into the cache), o, gate_up and down at the 8B shapes, and the head's plain row GEMV, launched in a
+    CUDA graph after a kernel that writes x: without PDL, and with it, none, one and two steps ahead, the trigger
+    before or after the wait (``DEEPGAP_PDL_TRIGGER``): the same bits."""
     from deepgap.measure.quant import launch
 
+    monkeypatch.setenv("DEEPGAP_PDL_TRIGGER", trigger)
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(9)
     gamma = (torch.rand(4096, device=dev, generator=g) + 0.5).bfloat16()
@@ -202,20 +206,24 @@ def test_on_a_gpu_steps_ahead_of_the_wait_give_the_same_bits_at_the_8b_shapes():
             Fusion(residual=torch.randn(1, 4096, device=dev).bfloat16(), hand=HandOff.to(gamma)),
             8,
         ),
+        "head": (4096, 16384, None, 4),
     }
     for name, (k, n, fusion, bn) in shapes.items():
         codes = (torch.randn(n, k, device=dev, generator=g) * 40).clamp(-440, 440).to(torch.float8_e4m3fn)
         scale, src = torch.rand(n, device=dev, generator=g) / 40, torch.randn(1, k, device=dev).bfloat16()
         x = torch.empty_like(src)
         outs = []
-        for ahead in (0, 1, 2):
+        for pdl, ahead in [(False, 1), (True, 0), (True, 1), (True, 2)][: 2 if fusion is None else 4]:
             tile = gemv.GemvTile(bn, 2048, 1, bn, 1, 0, gemv.IN_THREAD.value, ahead=ahead)
             graph = torch.cuda.CUDAGraph()
-            with launch.pdl(), torch.cuda.graph(graph):
+            with launch.pdl() if pdl else contextlib.nullcontext(), torch.cuda.graph(graph):
                 x.copy_(src)  # x is written right before the GEMV reads it
-                out = fused_gemv(x, codes, scale, fusion, tile)
+                if fusion is None:  # the plain row kernel (the head's): its first step before the wait
+                    out = gemv.fp8_gemv(x, codes, scale, None, gemv.GemvTile(bn, 1024, 1, 4, 1, 0, 1))
+                else:
+                    out = fused_gemv(x, codes, scale, fusion, tile)
             x.zero_()
             graph.replay()
             torch.cuda.synchronize()
             outs.append(out.clone())
-        assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2]), name
+        assert all(torch.equal(outs[0], o) for o in outs[1:]), name

@@ -28,7 +28,8 @@ import triton
 import triton.language as tl
 
 from deepgap.core import switches
-from deepgap.measure.quant.kernels import _finish, _mma, _widen, epilogue_flags, epilogue_operands, pdl_enter
+from deepgap.measure.quant.gdc import pdl_enter
+from deepgap.measure.quant.kernels import _finish, _mma, _widen, epilogue_flags, epilogue_operands
 from deepgap.measure.quant.launch import INT32_LIMIT, check, check_vec, launcher
 
 ENV = "DEEPGAP_QUANT_CONV_TMA"

@@ -31,6 +31,7 @@ import triton
 import triton.language as tl
 
 from deepgap.measure.quant import launch, streamed
+from deepgap.measure.quant.gdc import pdl_enter, pdl_launch, pdl_wait
 from deepgap.measure.quant.launch import check, halved_to_divide, launcher
 
 CODES = (torch.float8_e4m3fn, torch.int8)  # both convert to bf16 exactly (3 mantissa bits; |v| ≤ 127)
@@ -269,22 +270,20 @@ def fp8_gemv_row_kernel(
     w_ptrs = w_ptr + rn[:, None] * K + rk[None, :]
     acc = zeros(BN, BK, REDUCE)
     if PREFETCH:
-        if PDL:
-            tl.extra.cuda.gdc_launch_dependents()
+        pdl_launch(PDL)
         w_next = tl.load(w_ptrs)
-        if PDL:
-            tl.extra.cuda.gdc_wait()
+        pdl_wait(PDL)
         for k in range(0, K, BK):
             w = w_next
             w_next = tl.load(w_ptrs + (k + BK), mask=(k + BK + rk)[None, :] < K, other=0.0)
             acc = mac(acc, w, tl.load(x_ptr + k + rk).to(tl.float32), REDUCE)
     else:
         if PDL:
-            tl.extra.cuda.gdc_launch_dependents()
+            pdl_launch(PDL)
             w = tl.load(w_ptrs)
-            tl.extra.cuda.gdc_wait()
+            pdl_wait(PDL)
             acc = mac(acc, w, tl.load(x_ptr + rk).to(tl.float32), REDUCE)
-        for k in range(PDL * BK, K, BK):
+        for k in range((PDL != 0) * BK, K, BK):
             acc = mac(acc, tl.load(w_ptrs + k), tl.load(x_ptr + k + rk).to(tl.float32), REDUCE)
     y = total(acc, REDUCE) * tl.load(scale_ptr + rn)
     if HAS_BIAS:
@@ -298,9 +297,7 @@ def fp8_gemv_kernel(
     BN: tl.constexpr, BK: tl.constexpr, SPLIT_K: tl.constexpr, DOT_F32: tl.constexpr, PDL: tl.constexpr = False,
 ):  # fmt: skip
     """``out[:M, band] (+)= x[:M] · (codes[band] · scale[band])ᵀ (+ bias)`` over this program's K slice."""
-    if PDL:  # launched inside `launch.pdl`: wait for the previous kernel before reading x
-        tl.extra.cuda.gdc_launch_dependents()
-        tl.extra.cuda.gdc_wait()
+    pdl_enter(PDL)  # launched inside `launch.pdl`: wait for the previous kernel before reading x
     band = tl.program_id(0)
     part = tl.program_id(1)
     rn = band * BN + tl.arange(0, BN)

@@ -34,6 +34,7 @@ import triton
 import triton.language as tl
 
 from deepgap.measure.quant import gemv, launch, norm_handoff
+from deepgap.measure.quant.gdc import pdl_launch, pdl_wait
 from deepgap.measure.quant.gemv import FUSED_TILES
 from deepgap.measure.quant.launch import check, launcher
 from deepgap.measure.quant.rope_store import RopeWrite, check_rope, rope_store
@@ -100,14 +101,12 @@ def fused_row_kernel(
     squares = tl.zeros((BK,), dtype=tl.float32)
     root = 1.0
     # the weights do not depend on the previous kernel: with PDL the first PRE steps' are in flight before the wait
-    if PDL:
-        tl.extra.cuda.gdc_launch_dependents()
+    pdl_launch(PDL)
     if PRE >= 1:
         w, w_up = band(w_ptrs, apart, 0, SWIGLU or ROPE)
     if PRE >= 2:
         w1, w1_up = band(w_ptrs, apart, BK, SWIGLU or ROPE)
-    if PDL:
-        tl.extra.cuda.gdc_wait()
+    pdl_wait(PDL)
     if PRE >= 1:
         acc, acc_up, squares = fused_step(
             acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, 0, rk, NORM, SWIGLU or ROPE, REDUCE

@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from deepgap.measure.quant.kernels import pdl_enter
+from deepgap.measure.quant.gdc import pdl_enter
 from deepgap.measure.quant.launch import check, launcher
 
 BLOCK_C = 128  # channels a program
@@ -33,7 +33,7 @@ def pool_kernel(y_ptr, out_ptr, HW, C, scale, BR: tl.constexpr, BC: tl.constexpr
     """out[b, c] = scale · Σ_{p < HW} y[b·HW + p, c] in fp32, for one image ``b`` and ``BC`` channels a program.
 
     ``PDL``: inside `launch.pdl` (the batch-1 graph's programmatic dependent launch) it waits for the last
-    convolution's writes before its first load, as every kernel of the network does (`kernels.pdl_enter`).
+    convolution's writes before its first load, as every kernel of the network does (`gdc.pdl_enter`).
     """
     pdl_enter(PDL)
     b = tl.program_id(0)

@@ -34,6 +34,7 @@ import triton
 import triton.language as tl
 
 from deepgap.measure.quant import split_k
+from deepgap.measure.quant.gdc import pdl_enter
 from deepgap.measure.quant.launch import INT32_LIMIT, check, check_vec, launcher, out_size
 
 OUT_KIND = {"int8": 0, "fp8": 1, "fp16": 2}
@@ -82,18 +83,6 @@ def stored(y, OUT_KIND: tl.constexpr):
     else:
         out = y.to(tl.float16)
     return out
-
-
-@triton.jit
-def pdl_enter(PDL: tl.constexpr):
-    """With programmatic dependent launch (`launch.pdl`): the next kernel may launch; wait for the previous.
-
-    First in every kernel, before any activation is read or written: after the wait, the previous kernel
-    (and so, transitively, every earlier one) has finished and its writes are visible.
-    """
-    if PDL:
-        tl.extra.cuda.gdc_launch_dependents()
-        tl.extra.cuda.gdc_wait()
 
 
 @triton.jit

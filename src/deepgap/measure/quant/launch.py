@@ -76,8 +76,8 @@ def interpreted(kernel) -> Interpreted:
 _COMPILE_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("deepgap_compile_only", default=False)
 
 
-_PDL: contextvars.ContextVar[bool] = contextvars.ContextVar("deepgap_pdl", default=False)
-PDL_KWARGS = {"PDL": True, "launch_pdl": True}  # the kernels' constexpr and Triton's launch option
+# inside `pdl`: the kernels' ``PDL`` constexpr, `gdc.EARLY` or `gdc.LATE` (0 outside)
+_PDL: contextvars.ContextVar[int] = contextvars.ContextVar("deepgap_pdl", default=0)
 
 
 class _CompileOnly:
@@ -110,12 +110,17 @@ def pdl() -> Iterator[None]:
     Why: at batch 1 a ResNet-50 is 54 kernels of 2–10 µs, and each waits for its predecessor to drain
     before it is even launched. With PDL each kernel lets the next one launch at once
     (`griddepcontrol.launch_dependents`) and waits for the previous one's writes
-    (`griddepcontrol.wait`) before it reads or writes an activation (`kernels.pdl_enter`), so launch
+    (`griddepcontrol.wait`) before it reads or writes an activation (`gdc.pdl_enter`), so launch
     latency and the previous kernel's tail overlap. A launch by torch (cuDNN, the head) between two
     kernels is an ordinary launch and keeps full ordering. Whether it pays is timed per network
-    (`prepare._make_runner`).
+    (`prepare._make_runner`). Where each kernel lets the next launch, before its wait or after it, is
+    ``DEEPGAP_PDL_TRIGGER`` (`gdc`).
     """
-    token = _PDL.set(True)
+    from deepgap.core import switches
+    from deepgap.measure.quant import gdc
+
+    late = switches.read("DEEPGAP_PDL_TRIGGER") == "late"
+    token = _PDL.set((gdc.LATE if late else gdc.EARLY).value)
     try:
         yield
     finally:
@@ -124,7 +129,7 @@ def pdl() -> Iterator[None]:
 
 def pdl_on() -> bool:
     """Whether launches here use programmatic dependent launch now (inside `pdl`)."""
-    return _PDL.get()
+    return bool(_PDL.get())
 
 
 @contextlib.contextmanager
@@ -149,7 +154,7 @@ def launcher(kernel, device: torch.device):
     """
     if device.type == "cpu":
         return interpreted(kernel)
-    extra = PDL_KWARGS if _PDL.get() else {}
+    extra = {"PDL": _PDL.get(), "launch_pdl": True} if _PDL.get() else {}  # the constexpr, Triton's option
     if _COMPILE_ONLY.get():
         return _CompileOnly(kernel, extra)
     return _WithOptions(kernel, extra) if extra else kernel

@@ -30,7 +30,8 @@ import torch
 import triton
 import triton.language as tl
 
-from deepgap.measure.quant.kernels import OUT_KIND, _finish, _mma, _widen, pdl_enter
+from deepgap.measure.quant.gdc import pdl_enter
+from deepgap.measure.quant.kernels import OUT_KIND, _finish, _mma, _widen
 from deepgap.measure.quant.launch import INT32_LIMIT, check, check_vec, launcher
 
 MAX_BLOCK = 256  # elements along one side of a TMA box: K1, N1 and N2 each fit one descriptor block

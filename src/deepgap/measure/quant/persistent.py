@@ -37,6 +37,7 @@ import torch
 import triton
 import triton.language as tl
 
+from deepgap.measure.quant.gdc import pdl_enter
 from deepgap.measure.quant.kernels import (
     _check_conv_inputs,
     _finish,
@@ -47,7 +48,6 @@ from deepgap.measure.quant.kernels import (
     check_out_res,
     epilogue_flags,
     epilogue_operands,
-    pdl_enter,
 )
 from deepgap.measure.quant.launch import check, check_vec, launcher
 

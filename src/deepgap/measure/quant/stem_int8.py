@@ -33,7 +33,8 @@ import torch.nn.functional as F  # noqa: N812
 import triton
 import triton.language as tl
 
-from deepgap.measure.quant.kernels import MAGIC, OUT_KIND, _finish, pdl_enter, window_origin
+from deepgap.measure.quant.gdc import pdl_enter
+from deepgap.measure.quant.kernels import MAGIC, OUT_KIND, _finish, window_origin
 from deepgap.measure.quant.launch import INT32_LIMIT, check, launcher
 from deepgap.measure.quant.stem_kernels import pixel_rows_dot, pool8, stem_conv_kernel, stem_output
 

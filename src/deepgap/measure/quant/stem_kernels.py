@@ -25,7 +25,8 @@ import torch
 import triton
 import triton.language as tl
 
-from deepgap.measure.quant.kernels import OUT_KIND, _finish, check_out_res, pdl_enter, window_origin
+from deepgap.measure.quant.gdc import pdl_enter
+from deepgap.measure.quant.kernels import OUT_KIND, _finish, check_out_res, window_origin
 from deepgap.measure.quant.launch import INT32_LIMIT, check, check_vec, launcher, out_size
 
 BLOCK_K = 32

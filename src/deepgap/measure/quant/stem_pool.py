@@ -32,7 +32,8 @@ import torch
 import triton
 import triton.language as tl
 
-from deepgap.measure.quant.kernels import OUT_KIND, _finish, pdl_enter
+from deepgap.measure.quant.gdc import pdl_enter
+from deepgap.measure.quant.kernels import OUT_KIND, _finish
 from deepgap.measure.quant.launch import check, launcher, out_size
 from deepgap.measure.quant.stem_int8 import ROW, checked
 from deepgap.measure.quant.stem_kernels import pixel_rows_dot

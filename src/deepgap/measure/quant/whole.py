@@ -32,7 +32,8 @@ import triton
 import triton.language as tl
 
 from deepgap.measure.quant import whole_flow
-from deepgap.measure.quant.kernels import _mma, _widen, pdl_enter, stored, window_origin
+from deepgap.measure.quant.gdc import pdl_enter
+from deepgap.measure.quant.kernels import _mma, _widen, stored, window_origin
 from deepgap.measure.quant.launch import launcher
 
 # the table's columns (`whole_plan.Plan.table`), one int64 row per convolution
