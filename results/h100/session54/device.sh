@@ -60,14 +60,14 @@ case ${1:-} in
    done
    step "deepgap run 8b fp8 bs1" 120 "${R8[@]}" --batch-sizes 1 --store $S/run-bs1.sqlite > "$OUT/run-bs1.txt" 2>&1
    exp run-bs1; grep -i "tok/s\|tokens/s" "$OUT/run-bs1.txt" | tail -n 3 ;;
-4) source benchmarks/device_lib.sh  # prepared (any card; about 3 min): the trigger's GPU tests; ResNet-50 at batch 1
+4) source benchmarks/device_lib.sh  # prepared (any card; 3-6 min): the trigger's GPU tests; ResNet-50 at batch 1
    # with PDL timed against the plain graph, the trigger after each kernel's wait and before it (session 53's H200:
    # 0.291 ms with PDL, the early trigger, against 0.253 without)
    step "gpu tests: ahead, trigger; the quant PDL graph (late)" 200 env DEEPGAP_PDL_TRIGGER=late python -m pytest -q \
        -p no:cacheprovider -m gpu tests/measure/quant/test_gemv_in_thread.py tests/measure/quant/test_quant_gpu.py \
        tests/measure/test_llm_fused.py -k "ahead or in_thread or pdl" 2>&1 | tail -n 3
    for t in late early; do
-       step "resnet50 bs1, PDL timed, trigger $t" 100 env DEEPGAP_PDL_TRIGGER=$t python benchmarks/quant_inputs.py \
+       step "resnet50 bs1, PDL timed, trigger $t" 150 env DEEPGAP_PDL_TRIGGER=$t python benchmarks/quant_inputs.py \
            --models resnet50 --precisions fp8,int8 --batch-sizes 1 --inputs default \
            --out "$OUT/resnet-bs1-$t.jsonl" > "$OUT/resnet-bs1-$t.txt" 2>&1
        grep -A3 "^model" "$OUT/resnet-bs1-$t.txt"
