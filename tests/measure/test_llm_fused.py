@@ -227,6 +227,10 @@ def test_show_names_a_pdl_graph_and_export_says_why():
         == "quant (cuda-graph step)"
     )
     assert _engine({"engine": "eager", "decode_step": "eager", "decode_pdl": ""}) == "eager"
+    late = (
+        "on: timed 2.30 ms with PDL (each kernel's trigger after its wait), 2.45 without"  # `llm_steps._kept`
+    )
+    assert _engine(row | {"decode_pdl": late}) == "quant (cuda-graph step, PDL, trigger after the wait)"
 
 
 def test_a_decode_row_says_which_gemv_tiles_the_worker_chose(monkeypatch):

@@ -221,8 +221,9 @@ def _engine(r: dict) -> str:
     kv = kv_cache_label(r.get("kv_cache"))
     if kv:  # an fp8 cache: never read as a row in the decoder's own dtype
         how.append(kv)
-    if str(r.get("decode_pdl") or "").startswith("on"):
-        how.append("PDL")
+    pdl = str(r.get("decode_pdl") or "")
+    if pdl.startswith("on"):  # the late trigger said where it ran (`llm_steps._kept`, `quant.gdc`)
+        how.append("PDL, trigger after the wait" if "trigger after its wait" in pdl else "PDL")
     if str(r.get("decode_prefill") or "").startswith("compiled"):  # TTFT and output tokens/s depend on it
         how.append("compiled prefill")
     attention = str(r.get("decode_attention") or "")
