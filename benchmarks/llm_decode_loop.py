@@ -314,6 +314,7 @@ def main() -> None:  # noqa: D103
 
         llm_attention.BLOCK = args.attention_block
     from deepgap.measure.models.llama_cache import codes_of
+    from deepgap.measure.quant import launch
 
     # before any setup_cache: with "fp8", every cache this loop makes holds codes
     m.kv_codes = codes_of(args.kv_cache)
@@ -331,7 +332,7 @@ def main() -> None:  # noqa: D103
             # the switches an ablation turns (module docstring), as this process ran
             row |= {k: os.environ.get(f"DEEPGAP_DECODE_{k.upper()}", "") for k in SWITCHES}
             row["forced_tiles"], row["kv_cache"] = tiles, args.kv_cache
-            row["pdl_trigger"] = switches.read("DEEPGAP_PDL_TRIGGER")  # under PDL (`quant.gdc`)
+            row["pdl_trigger"] = launch.trigger()  # under PDL (`quant.gdc`)
             row["attention_block"] = args.attention_block or "default"
             tag = "-".join(x for x in (mode, split, attention, norm, angles, harness, prefill) if x)
             tag += "" if tiles == "tuned" else "-" + tiles.replace("=", "_").replace(",", "+")

@@ -83,7 +83,7 @@ class GemvTile:
         while split > 1 and k % (split * 16):
             split //= 2
         bk, bn = halved_to_divide(self.bk, k // split, 16), halved_to_divide(self.bn, n, 1)
-        ahead = max(0, min(self.ahead, MAX_AHEAD, k // (split * bk)))
+        ahead = min(self.ahead, MAX_AHEAD, k // (split * bk))
         return dataclasses.replace(self, bn=bn, bk=bk, split_k=split, ahead=ahead)
 
 

@@ -116,15 +116,23 @@ def pdl() -> Iterator[None]:
     (`prepare._make_runner`). Where each kernel lets the next launch, before its wait or after it, is
     ``DEEPGAP_PDL_TRIGGER`` (`gdc`).
     """
-    from deepgap.core import switches
     from deepgap.measure.quant import gdc
 
-    late = switches.read("DEEPGAP_PDL_TRIGGER") == "late"
-    token = _PDL.set((gdc.LATE if late else gdc.EARLY).value)
+    token = _PDL.set((gdc.LATE if trigger() == "late" else gdc.EARLY).value)
     try:
         yield
     finally:
         _PDL.reset(token)
+
+
+def trigger() -> str:
+    """Where a kernel under `pdl` lets the next one launch: ``early`` (before its wait) or ``late`` (after it).
+
+    ``DEEPGAP_PDL_TRIGGER`` (`gdc`); what the launches use and what a row says of them read it here.
+    """
+    from deepgap.core import switches
+
+    return switches.read("DEEPGAP_PDL_TRIGGER")
 
 
 def pdl_on() -> bool:

@@ -68,5 +68,5 @@ def choose_pdl(net: Any, runner: Any, static_x: torch.Tensor, device: str, mode:
     on = time_s(lambda: pdl_runner(static_x), reps=reps, device=device, use_graph=False)
     keep = mode == "on" or on < off * (1 - MIN_GAIN)
     info = {"chosen": keep, "seconds": {"off": off, "on": on}, "mode": mode}
-    info["trigger"] = switches.read("DEEPGAP_PDL_TRIGGER")  # before or after each kernel's wait (`gdc`)
+    info["trigger"] = launch.trigger()  # before or after each kernel's wait (`gdc`)
     return (pdl_runner if keep else runner), info
