@@ -249,8 +249,8 @@ def parser() -> argparse.ArgumentParser:
         "--attention-block",
         type=int,
         default=None,
-        help="cache positions a one-pass attention program loads a step (llm_attention.BLOCK, 64): over fp8 "
-        "codes 32 takes 96 registers against 64's 168 at sm_90",
+        help="cache positions a one-pass attention program loads a step (llm_attention.BLOCK, 64; and "
+        "WIDE_BLOCK, 128, for --split-kv wide): over fp8 codes 32 takes 96 registers against 64's 168 at sm_90",
     )
     ap.add_argument(
         "--timeline",
@@ -312,7 +312,7 @@ def main() -> None:  # noqa: D103
     if args.attention_block:
         from deepgap.measure import llm_attention
 
-        llm_attention.BLOCK = args.attention_block
+        llm_attention.BLOCK = llm_attention.WIDE_BLOCK = args.attention_block
     from deepgap.measure.models.llama_cache import codes_of
     from deepgap.measure.quant import launch
 

@@ -88,6 +88,37 @@ def test_split_kernel_takes_each_sequences_own_position(combine, monkeypatch):
         torch.testing.assert_close(got[r : r + 1].float(), want.float(), rtol=2e-2, atol=2e-2)
 
 
+@pytest.mark.parametrize(
+    "length,block", [(100, 128), (300, 128), (64, 64)], ids=["one-block", "three", "short"]
+)
+def test_wide_pass_loads_the_cache_past_pos_and_uses_none_of_it(length, block, monkeypatch):
+    """DEEPGAP_DECODE_SPLIT_KV=wide: one pass in blocks of up to WIDE_BLOCK, walked to the cache's end whatever pos
+    says: NaN past pos (loaded, masked) never reaches the output, at the first position, inside a block, at a
+    block's edge, at the last; per-sequence positions too."""
+    monkeypatch.setenv("DEEPGAP_DECODE_SPLIT_KV", "wide")
+    split = plan(2, 2, length, 132, "wide")
+    assert split.wide and not split.combine and split.block == block and split.chunk == length
+    q, k, v = _qkv(2, 8, 2, 16, length)
+    for pos in sorted({0, 37, block - 1, min(block, length - 1), length - 1}):
+        kn, vn = k.clone(), v.clone()
+        kn[:, :, pos + 1 :] = float("nan")
+        vn[:, :, pos + 1 :] = float("nan")
+        got = decode_attention(q, kn, vn, torch.tensor([pos]))
+        torch.testing.assert_close(got.float(), reference(q, k, v, pos).float(), rtol=2e-2, atol=2e-2)
+    got = decode_attention(q, k, v, torch.tensor([3, length - 1]))
+    for r, p in enumerate((3, length - 1)):
+        want = reference(q[r : r + 1], k[r : r + 1], v[r : r + 1], p)
+        torch.testing.assert_close(got[r : r + 1].float(), want.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_wide_takes_autos_plan_past_its_longest_cache():
+    """A cache over WIDE_MAX is split as ``auto`` splits it (one pass bound by its length would walk it alone)."""
+    assert plan(1, 8, llm_attention.WIDE_MAX + 1, 132, "wide") == plan(
+        1, 8, llm_attention.WIDE_MAX + 1, 132, "auto"
+    )
+    assert plan(1, 8, 256, 132, "wide") == llm_attention.Split(1, 256, 128, combine=False, wide=True)
+
+
 def test_split_is_chosen_from_shapes_and_the_switch(monkeypatch):
     """auto splits only where b × kv_heads fills under half the SMs, into one wave at most; off never."""
     assert plan(1, 8, 256, 132, "auto") == chunked(256, 8)  # Llama-3.1-8B, batch 1: 64 programs
@@ -98,7 +129,9 @@ def test_split_is_chosen_from_shapes_and_the_switch(monkeypatch):
     assert not plan(1, 8, 40, 132, "on").combine  # two chunks would hold under 32 positions each
     assert chunked(300, 8) == chunked(300, 7)  # chunks of 48: seven cover 300
     monkeypatch.setenv("DEEPGAP_DECODE_SPLIT_KV", "yes")
-    with pytest.raises(UsageError, match="DEEPGAP_DECODE_SPLIT_KV='yes'; set it to one of auto, on, off"):
+    with pytest.raises(
+        UsageError, match="DEEPGAP_DECODE_SPLIT_KV='yes'; set it to one of auto, on, off, wide"
+    ):
         decode_attention(*_qkv(1, 4, 4, 16, 64), torch.tensor([0]))
 
 
@@ -117,6 +150,10 @@ def test_a_decode_row_says_which_attention_its_step_ran(monkeypatch):
     assert describe(model, 1, 256) == "one pass (off)"
     monkeypatch.delenv("DEEPGAP_DECODE_SPLIT_KV")  # auto, the default since session 22's H200 timing
     assert describe(model, 1, 256) == "split 8×32 (auto)" and describe(model, 16, 256) == "one pass (auto)"
+    monkeypatch.setenv("DEEPGAP_DECODE_SPLIT_KV", "wide")
+    assert describe(model, 1, 256) == "one pass in blocks of 128, bound by the cache (wide)"
+    assert describe(model, 1, 1024) == "split 16×64 (wide)"  # past WIDE_MAX: auto's plan
+    monkeypatch.delenv("DEEPGAP_DECODE_SPLIT_KV")
     monkeypatch.setenv("DEEPGAP_DECODE_COMBINE", "last-block")
     assert describe(model, 1, 256) == "split 8×32 (auto, last-block merge)"
     monkeypatch.setenv("DEEPGAP_DECODE_COMBINE", "both")
@@ -131,6 +168,8 @@ def test_a_decode_row_says_which_attention_its_step_ran(monkeypatch):
         _engine(row | {"decode_attention": "split 8×32 (auto)"}) == "quant (cuda-graph step, PDL, split KV)"
     )
     assert _engine(row | {"decode_attention": "one pass (auto)"}) == "quant (cuda-graph step, PDL)"
+    wide = {"decode_attention": "one pass in blocks of 128, bound by the cache (wide)"}
+    assert _engine(row | wide) == "quant (cuda-graph step, PDL, attention walks the whole cache)"
 
 
 def test_only_a_gpus_half_precision_step_takes_it(monkeypatch):
@@ -144,11 +183,17 @@ def test_only_a_gpus_half_precision_step_takes_it(monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("mode", ["auto", "wide"])
 @pytest.mark.parametrize("batch,pos", [(1, 0), (1, 200), (64, 255)])
-def test_kernel_on_the_gpu_at_llama_8b_heads(batch, pos):
+def test_kernel_on_the_gpu_at_llama_8b_heads(batch, pos, mode, monkeypatch):
+    """The op as planned (``auto``, ``wide``: NaN past pos loaded and never used) at 8B's heads over 256 positions."""
+    monkeypatch.setenv("DEEPGAP_DECODE_SPLIT_KV", mode)
     q, k, v = _qkv(batch, 32, 8, 128, 256, "cuda")
+    want = reference(q, k, v, pos)
+    k[:, :, pos + 1 :] = float("nan")
+    v[:, :, pos + 1 :] = float("nan")
     got = decode_attention(q, k, v, torch.tensor([pos], device="cuda"))
-    torch.testing.assert_close(got.float(), reference(q, k, v, pos).float(), rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
 
 
 @pytest.mark.gpu

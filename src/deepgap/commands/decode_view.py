@@ -212,7 +212,8 @@ def _engine(r: dict) -> str:
 
     An fp8 KV cache (``kv_cache``, `deepgap.core.records.KV_CACHE_LABELS`) is named right after the step,
     so rows with and without it never look alike. PDL: its graph used programmatic dependent launch; split
-    KV: its attention was split over the cache (`deepgap.measure.llm_attention`); compiled prefill: the prompt
+    KV: its attention was split over the cache (`deepgap.measure.llm_attention`), or walked all of it in one pass
+    (``wide``); compiled prefill: the prompt
     ran compiled (`deepgap.measure.llm_steps.make_prefill`), which its TTFT and output tokens/s count. Rows
     stored before session 42 may say their attention ran in the qkv GEMV's last programs, or every layer in one kernel
     (levers since removed); they keep those labels.
@@ -229,6 +230,8 @@ def _engine(r: dict) -> str:
     attention = str(r.get("decode_attention") or "")
     if attention.startswith("split"):
         how.append("split KV")
+    elif "bound by the cache" in attention:  # DEEPGAP_DECODE_SPLIT_KV=wide (session 55)
+        how.append("attention walks the whole cache")
     elif "qkv GEMV" in attention:  # "in the qkv GEMV's last programs[, split C×P]" (before session 42)
         how.append("attention in the qkv GEMV" + (", split" if "split" in attention else ""))
     if "one-kernel step" in attention:  # "split in the one-kernel step" (before session 42)

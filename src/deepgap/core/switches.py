@@ -60,7 +60,7 @@ SWITCHES: dict[str, Switch] = {
     "DEEPGAP_DECODE_ANGLES": Switch(("inductor", "kernel"), "kernel"),
     "DEEPGAP_DECODE_NORM": Switch(("fold", "handoff"), "handoff"),
     "DEEPGAP_DECODE_ATTENTION": Switch(("triton", "sdpa"), "triton"),
-    "DEEPGAP_DECODE_SPLIT_KV": Switch(("auto", "on", "off"), "auto", empty_is_unset=False),
+    "DEEPGAP_DECODE_SPLIT_KV": Switch(("auto", "on", "off", "wide"), "auto", empty_is_unset=False),
     "DEEPGAP_DECODE_COMBINE": Switch(("kernel", "last-block"), "kernel", empty_is_unset=False),
     "DEEPGAP_DECODE_PDL": Switch(("auto", "on", "off"), "auto", empty_is_unset=False),
     # late: under PDL each Triton kernel lets the next launch after its wait, not before (`quant.gdc`)

@@ -19,6 +19,13 @@ walks one chunk of the cache and writes its softmax's partials (max, sum, unnorm
 scratch; `combine_kernel` merges them per query row. The chunks are fixed over the cache's length (`plan`,
 from shapes only), so a CUDA graph captured once replays at every device-side position: chunks past it
 write nothing and are not read.
+
+``wide`` (session 55): one pass whose walk is bound by the cache's length, not the position, in blocks of up to
+`WIDE_BLOCK` positions, for caches of at most `WIDE_MAX`. Why: the split's chain is two kernels a layer, each
+paying its launch and PDL wait, and each split program's loads wait for the position's load (the walk's bound).
+Here the first block's K and V loads leave with the position's and q's, one round trip, and no combine kernel.
+Positions past ``pos`` are loaded and masked (scores to −inf, V to 0, so what lies there is never used).
+Longer caches take ``auto``'s plan.
 """
 
 # ruff: noqa: N803
@@ -48,6 +55,10 @@ COMBINE_MODES = switches.choices(
 )  # kernel, last-block: how a split's chunks are merged
 MIN_CHUNK = 32  # the fewest cache positions a split program walks
 CPU_SMS = 132  # on the CPU (the interpreter) the split is planned as for an H200's SMs
+WIDE_BLOCK = (
+    128  # ``wide``: the most cache positions a step of the walk loads (73 KB of shared memory at sm_90)
+)
+WIDE_MAX = 512  # ``wide``: the longest cache walked in one pass; a longer one takes ``auto``'s plan
 
 
 def attention_mode() -> str:
@@ -82,6 +93,9 @@ class Split:
     chunk: int  # positions per chunk: a multiple of block
     block: int  # positions per step of a program's walk
     combine: bool = True  # partials to scratch, then the combine kernel (False: one pass)
+    wide: bool = (
+        False  # one pass bound by the cache's length, not the position (``wide``, the module says why)
+    )
 
 
 def chunked(length: int, chunks: int) -> Split:
@@ -110,8 +124,12 @@ def plan(b: int, nkv: int, length: int, sms: int, mode: str) -> Split:
 
     Why: one program per (sequence, KV head) is 8 programs at batch 1 of Llama-3.1-8B on 132 SMs, each bound by
     latency. ``auto`` splits only where the one pass would fill less than half the SMs; ``on`` wherever a chunk
-    keeps ``MIN_CHUNK`` positions. Shapes only: the same choice at every position.
+    keeps ``MIN_CHUNK`` positions; ``wide`` walks a cache of at most `WIDE_MAX` in one pass bound by its length
+    (else as ``auto``). Shapes only: the same choice at every position.
     """
+    if mode == "wide" and length <= WIDE_MAX:
+        return Split(1, length, min(WIDE_BLOCK, triton.next_power_of_2(length)), combine=False, wide=True)
+    mode = "auto" if mode == "wide" else mode
     programs = b * nkv
     if mode == "off" or (mode == "auto" and 2 * programs > sms) or length < 2 * MIN_CHUNK:
         return Split(1, length, BLOCK, combine=False)
@@ -132,6 +150,8 @@ def describe(model, batch: int, length: int) -> str:
         return "sdpa"
     mode = split_mode()
     s = plan(batch, model.shape.kv_heads, length, sms, mode)
+    if s.wide:
+        return f"one pass in blocks of {s.block}, bound by the cache ({mode})"
     if not s.combine:
         return f"one pass ({mode})"
     last = ", last-block merge" if combine_mode() == "last-block" else ""
@@ -151,20 +171,24 @@ def decode_attention_kernel(
     q_ptr, k_ptr, v_ptr, out_ptr, m_ptr, l_ptr, pos_ptr, L, scale, NKV, POS_STRIDE, CHUNK, NCH,
     G: tl.constexpr, D: tl.constexpr, BL: tl.constexpr, DOT_F32: tl.constexpr, SPLIT: tl.constexpr = False,
     PDL: tl.constexpr = False, cnt_ptr=None, fin_ptr=None, SP: tl.constexpr = 2, LAST: tl.constexpr = False,
+    WIDE: tl.constexpr = False,
 ):  # fmt: skip
     """``out[bh] = softmax(q[bh] · K[bh, :pos+1]ᵀ · scale) · V[bh, :pos+1]`` for one (sequence, KV head).
 
     ``pos`` is one position for every sequence (``POS_STRIDE`` 0) or the sequence's own (1: continuous batching).
     With ``SPLIT``, program (bh, c) walks chunk c and writes its rows' partials for `combine_kernel`
     (`store_chunk`); with ``LAST`` too, the last of the NCH to count itself in ``cnt_ptr[bh]`` merges them.
+    With ``WIDE`` the walk ends at the chunk's end, not at ``pos + 1``: its loads need not wait for pos's.
     """
     pdl_enter(PDL)  # launched inside `launch.pdl`: q, K and V are the previous kernels' writes
     bh = tl.program_id(0)
     c = tl.program_id(1)
     pos = tl.load(pos_ptr + (bh // NKV) * POS_STRIDE)
     lo = c * CHUNK
-    hi = tl.minimum(tl.minimum(lo + CHUNK, L), pos + 1)  # never past the cache, whatever pos says
-    m_i, l_i, acc = attend_rows(q_ptr, k_ptr, v_ptr, bh, lo, hi, L, scale, G, D, BL, DOT_F32)
+    end = tl.minimum(lo + CHUNK, L)  # never past the cache, whatever pos says
+    hi = tl.minimum(end, pos + 1)
+    m_i, l_i, acc = attend_rows(q_ptr, k_ptr, v_ptr, bh, lo, end if WIDE else hi, hi, L, scale, G, D, BL,
+                                DOT_F32, WIDE)  # fmt: skip
     if SPLIT:
         store_chunk(out_ptr, m_ptr, l_ptr, cnt_ptr, fin_ptr, bh, c, lo, pos, m_i, l_i, acc, CHUNK, NCH, G, D, SP,
                     LAST)  # fmt: skip
@@ -202,10 +226,13 @@ def store_partials(
 
 @triton.jit
 def attend_rows(
-    q_ptr, k_ptr, v_ptr, bh, lo, hi, L, scale,
-    G: tl.constexpr, D: tl.constexpr, BL: tl.constexpr, DOT_F32: tl.constexpr,
+    q_ptr, k_ptr, v_ptr, bh, lo, end, hi, L, scale,
+    G: tl.constexpr, D: tl.constexpr, BL: tl.constexpr, DOT_F32: tl.constexpr, MASK_V: tl.constexpr = False,
 ):  # fmt: skip
     """Group ``bh``'s G query rows (one tile of 16) over its cache positions ``lo .. hi−1``, softmax kept online.
+
+    The walk covers ``lo .. end−1`` (``end`` ≥ ``hi``): positions from ``hi`` on are loaded and masked, their
+    scores −inf and, with ``MASK_V``, their values 0 (whatever they hold; ``end`` = ``hi`` needs neither).
 
     Returns the rows' running max, sum and unnormalised output (fp32), for the one pass and the split alike
     (`decode_attention_kernel`).
@@ -221,13 +248,16 @@ def attend_rows(
     l_i = tl.zeros((16,), dtype=tl.float32)
     acc = tl.zeros((16, D), dtype=tl.float32)
     base = bh.to(tl.int64) * L * D
-    for start in tl.range(lo, hi, BL):
+    for start in tl.range(lo, end, BL):
         cols = start + rl
         c_ok = cols < hi
         offs = base + cols[:, None] * D + rd[None, :]
+        held = cols < end  # what is loaded: up to hi, or (MASK_V) the cache's chunk, whatever pos says
         # fp8 codes (`llama_cache`, scale 1) read back as q's dtype; the model's dtype as it is
-        k = tl.load(k_ptr + offs, mask=c_ok[:, None], other=0.0).to(q.dtype)
-        v = tl.load(v_ptr + offs, mask=c_ok[:, None], other=0.0).to(q.dtype)
+        k = tl.load(k_ptr + offs, mask=held[:, None], other=0.0).to(q.dtype)
+        v = tl.load(v_ptr + offs, mask=held[:, None], other=0.0).to(q.dtype)
+        if MASK_V:  # loaded past hi: a NaN there would survive p = 0 in the product
+            v = tl.where(c_ok[:, None], v, 0.0)
         s = tl.dot(q, tl.trans(k)) * scale
         s = tl.where(c_ok[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -289,9 +319,11 @@ def attend(
     out = torch.empty_like(q)
     g, stride, cpu = nq // nkv, int(pos.numel() > 1), q.device.type == "cpu"
     if not split.combine:
+        block = split.block if split.wide else BLOCK
+        warps = 8 if block >= 256 else 4  # 256 positions in four warps spill (ptxas at sm_90: 88 B)
         launcher(decode_attention_kernel, q.device)[(b * nkv, 1)](
             q, k, v, out, q, q, pos, length, 1.0 / math.sqrt(d), nkv, stride, length, 1,
-            G=g, D=d, BL=BLOCK, DOT_F32=cpu, num_warps=4, num_stages=2,
+            G=g, D=d, BL=block, DOT_F32=cpu, WIDE=split.wide, num_warps=warps, num_stages=2,
         )  # fmt: skip
         return out.reshape(b, nq, 1, d)
     rows = b * nq * split.chunks

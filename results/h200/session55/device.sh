@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Session 55 (2026-12-06): the calls of this session, from the repository root with $OUT set (benchmarks/device_lib.sh).
+# Each call carries .carry (the compile caches). Usage: bash results/h200/session55/device.sh N (the README says each
+# call's result).
+set -uo pipefail
+source benchmarks/device_lib.sh
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
+echo "device: $gpu"
+S=/tmp/dg; mkdir -p $S
+R8=(python -m deepgap run --workload decode --models llama-3.1-8b --device cuda --input-lens 128 --output-lens 128
+    --repeats 3 --sweeps 1 --no-thermal-warmup --no-cpu-baseline --engines quant --precisions fp8)  # deepgap run, 8B
+L1=(python benchmarks/llm_decode_loop.py --model llama-3.1-8b --batches 1 --pdl on --precision fp8
+    --out "$OUT" --harness deepgap)  # the bare loop at batch 1 on deepgap's step (8B fp8, PDL)
+exp() { python -m deepgap export "$S/$1.sqlite" -o "$OUT/$1.csv" > /dev/null 2>&1 || true; }
+summary() { grep -h '^{' "$@" | python3 -c "import json,sys; [print(r['split_kv'], r['combine'], r['attention_block'], \
+r.get('forced_tiles'), r['tpot_ms'], r['decode_tok_s'], r['tpot_sync_ms']) for r in map(json.loads, sys.stdin)]"; }
+Q=4096x6144=4x2048w4t  # qkv's tile in gate_up's in-thread form (H100: -0.86% in sessions 48 and 54)
+case ${1:-} in
+1) # issue 51, batch 1 (about 8 min): the attention as one pass bound by the cache (split KV wide) against the split
+   # and its combine kernel; the last program's merge; qkv's in-thread tile; each kernel's PDL trigger after its
+   # wait; then deepgap run at batch 1
+   step "gpu tests: the attention (auto, wide)" 120 python -m pytest -q -p no:cacheprovider -m gpu \
+       tests/measure/test_llm_attention.py 2>&1 | tail -n 3
+   step "loop: split auto, wide" 120 "${L1[@]}" --split-kv auto,wide,auto,wide > "$OUT/wide-1.txt" 2>&1
+   summary "$OUT/wide-1.txt"
+   step "loop: wide in blocks of 256, auto" 100 "${L1[@]}" --split-kv wide,auto --attention-block 256 \
+       > "$OUT/wide256-1.txt" 2>&1
+   summary "$OUT/wide256-1.txt"
+   step "loop: combine kernel, last block" 100 "${L1[@]}" --split-kv auto --combine last-block,kernel \
+       > "$OUT/combine-1.txt" 2>&1
+   summary "$OUT/combine-1.txt"
+   step "loop: qkv in-thread" 100 "${L1[@]}" --split-kv auto --tiles "tuned;$Q;tuned;$Q" > "$OUT/qkv-1.txt" 2>&1
+   summary "$OUT/qkv-1.txt"
+   for t in late early; do  # each kernel's trigger after its wait (DEEPGAP_PDL_TRIGGER, quant.gdc), then before
+       step "loop: trigger $t" 60 env DEEPGAP_PDL_TRIGGER=$t "${L1[@]}" --split-kv auto > "$OUT/trigger-$t-1.txt" 2>&1
+       summary "$OUT/trigger-$t-1.txt"
+   done
+   step "deepgap run 8b fp8 bs1" 120 "${R8[@]}" --batch-sizes 1 --store $S/run-bs1.sqlite > "$OUT/run-bs1.txt" 2>&1
+   exp run-bs1; grep -i "tok/s\|tokens/s" "$OUT/run-bs1.txt" | tail -n 3 ;;
+2) # (any card; 3-6 min): the trigger's GPU tests; ResNet-50 at batch 1 with PDL timed against the plain graph, the
+   # trigger after each kernel's wait and before it (session 53's H200: 0.291 ms with PDL, the early trigger,
+   # against 0.253 without)
+   step "gpu tests: ahead, trigger; the quant PDL graph (late)" 200 env DEEPGAP_PDL_TRIGGER=late python -m pytest -q \
+       -p no:cacheprovider -m gpu tests/measure/quant/test_gemv_in_thread.py tests/measure/quant/test_quant_gpu.py \
+       tests/measure/test_llm_fused.py -k "ahead or in_thread or pdl" 2>&1 | tail -n 3
+   for t in late early; do
+       step "resnet50 bs1, PDL timed, trigger $t" 150 env DEEPGAP_PDL_TRIGGER=$t python benchmarks/quant_inputs.py \
+           --models resnet50 --precisions fp8,int8 --batch-sizes 1 --inputs default \
+           --out "$OUT/resnet-bs1-$t.jsonl" > "$OUT/resnet-bs1-$t.txt" 2>&1
+       grep -A3 "^model" "$OUT/resnet-bs1-$t.txt"
+   done ;;
+*) echo "usage: $0 1|2"; exit 2 ;;
+esac
