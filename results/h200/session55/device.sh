@@ -49,5 +49,20 @@ case ${1:-} in
            --out "$OUT/resnet-bs1-$t.jsonl" > "$OUT/resnet-bs1-$t.txt" 2>&1
        grep -A3 "^model" "$OUT/resnet-bs1-$t.txt"
    done ;;
-*) echo "usage: $0 1|2"; exit 2 ;;
+3) # (5-7 min) issue 47 at batch 1 with the new defaults (PDL timed against the plain graph, QuantOptions.pdl auto; each
+   # kernel's trigger after its wait): deepgap run fp8 and int8, the bare loop; batch 1024 (img/s, mJ/img); then
+   # issue 51's deepgap run at batch 1 with the late trigger
+   R50=(python -m deepgap run --models resnet50 --engines quant --sweeps 1 --no-cpu-baseline --no-thermal-warmup)
+   step "resnet50 quant fp8,int8 bs1" 150 "${R50[@]}" --precisions fp8,int8 --batch-sizes 1 --store $S/r1.sqlite \
+       > "$OUT/resnet-bs1.txt" 2>&1; exp r1
+   grep -i "img/s" "$OUT/resnet-bs1.txt" | tail -n 4
+   step "bare loop bs1" 120 python benchmarks/quant_inputs.py --models resnet50 --precisions fp8,int8 --batch-sizes 1 \
+       --inputs default --out "$OUT/resnet-bs1-loop.jsonl" > "$OUT/resnet-bs1-loop.txt" 2>&1
+   grep -A3 "^model" "$OUT/resnet-bs1-loop.txt"
+   step "resnet50 quant fp8 bs1024" 200 "${R50[@]}" --precisions fp8 --batch-sizes 1024 --store $S/r1024.sqlite \
+       > "$OUT/resnet-bs1024.txt" 2>&1; exp r1024
+   grep -i "img/s" "$OUT/resnet-bs1024.txt" | tail -n 3
+   step "deepgap run 8b fp8 bs1" 120 "${R8[@]}" --batch-sizes 1 --store $S/run-bs1.sqlite > "$OUT/run-bs1.txt" 2>&1
+   exp run-bs1; grep -i "tok/s\|tokens/s" "$OUT/run-bs1.txt" | tail -n 1 ;;
+*) echo "usage: $0 1|2|3"; exit 2 ;;
 esac

@@ -63,8 +63,9 @@ SWITCHES: dict[str, Switch] = {
     "DEEPGAP_DECODE_SPLIT_KV": Switch(("auto", "on", "off", "wide"), "auto", empty_is_unset=False),
     "DEEPGAP_DECODE_COMBINE": Switch(("kernel", "last-block"), "kernel", empty_is_unset=False),
     "DEEPGAP_DECODE_PDL": Switch(("auto", "on", "off"), "auto", empty_is_unset=False),
-    # late: under PDL each Triton kernel lets the next launch after its wait, not before (`quant.gdc`)
-    "DEEPGAP_PDL_TRIGGER": Switch(("early", "late"), "early"),
+    # late (the default since session 55): under PDL each Triton kernel lets the next launch after its wait, not
+    # before (early; `quant.gdc`)
+    "DEEPGAP_PDL_TRIGGER": Switch(("early", "late"), "late"),
     "DEEPGAP_DECODE_FUSED": Switch(("1", "0"), "1"),  # 0: the batch-1 quant decoder keeps the plain layer
     # auto and compiled: an engine that compiles its step compiles its prefill too, the sweep's
     # (`llm_steps.make_prefill`) and serve's packed admissions (`llm_engines.packed_prefill`); eager: neither

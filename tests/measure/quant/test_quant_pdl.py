@@ -38,7 +38,7 @@ def test_inside_pdl_gpu_launches_carry_the_constexpr_and_the_launch_option():
             launch.launcher(FakeKernel(calls), gpu)[(3,)](2)
         assert isinstance(launch.launcher(kernels.epilogue_kernel, torch.device("cpu")), launch.Interpreted)
     launch.launcher(FakeKernel(calls), gpu)[(1,)](3)  # outside: as before
-    pdl = {"PDL": 1, "launch_pdl": True}  # `gdc.EARLY`
+    pdl = {"PDL": 2, "launch_pdl": True}  # `gdc.LATE`, the default since session 55
     assert calls == [
         ("run", (2,), (1,), {"BM": 32, **pdl}),
         ("warmup", (3,), (2,), pdl),
@@ -46,17 +46,17 @@ def test_inside_pdl_gpu_launches_carry_the_constexpr_and_the_launch_option():
     ]
 
 
-def test_the_trigger_switch_picks_the_late_constexpr(monkeypatch):
-    """``DEEPGAP_PDL_TRIGGER=late``: the kernels' ``PDL`` is `gdc.LATE`; a bad value stops with the fix."""
+def test_the_trigger_switch_picks_the_early_constexpr(monkeypatch):
+    """``DEEPGAP_PDL_TRIGGER=early``: the kernels' ``PDL`` is `gdc.EARLY`; a bad value stops with the fix."""
     from deepgap.core.errors import UsageError
     from deepgap.measure.quant import gdc
 
     calls = []
-    monkeypatch.setenv("DEEPGAP_PDL_TRIGGER", "late")
+    monkeypatch.setenv("DEEPGAP_PDL_TRIGGER", "early")
     with launch.pdl():
         assert launch.pdl_on()
         launch.launcher(FakeKernel(calls), torch.device("cuda"))[(1,)](0)
-    assert calls == [("run", (1,), (0,), {"PDL": gdc.LATE.value, "launch_pdl": True})] and not launch.pdl_on()
+    assert calls == [("run", (1,), (0,), {"PDL": gdc.EARLY.value, "launch_pdl": True})] and not launch.pdl_on()
     monkeypatch.setenv("DEEPGAP_PDL_TRIGGER", "lately")
     with pytest.raises(UsageError, match="DEEPGAP_PDL_TRIGGER"), launch.pdl():
         pass

@@ -62,9 +62,11 @@ class QuantOptions:
     # int8 pixels already in device memory (``--inputs int8-resident``, MLPerf-like): the stem is the
     # int8 stem and the runner takes `QuantResult.make_input`'s tensor, read in place
     resident_input: bool = False
-    # programmatic dependent launch: 'off', 'auto' (timed against the plain graph, kept where faster), 'on'.
-    # Off by default: on one H200 it lost at batch 1 (0.299 vs 0.277 ms) and tied at 256/1024 (docs/quant.md)
-    pdl: str = "off"
+    # programmatic dependent launch: 'off', 'auto' (timed against the plain graph, kept where ≥ 1% faster), 'on'.
+    # auto by default since session 55: with each kernel's trigger after its wait (`gdc`, the default since then)
+    # batch 1 went 0.272-0.277 → 0.220-0.223 ms on one H100; with the trigger first it had lost (0.291 against
+    # 0.253 ms on one H200, session 53), so it was off (docs/quant.md)
+    pdl: str = "auto"
     log: Any = None  # callable(str) for progress lines
 
 
