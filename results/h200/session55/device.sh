@@ -64,5 +64,22 @@ case ${1:-} in
    grep -i "img/s" "$OUT/resnet-bs1024.txt" | tail -n 3
    step "deepgap run 8b fp8 bs1" 120 "${R8[@]}" --batch-sizes 1 --store $S/run-bs1.sqlite > "$OUT/run-bs1.txt" 2>&1
    exp run-bs1; grep -i "tok/s\|tokens/s" "$OUT/run-bs1.txt" | tail -n 1 ;;
-*) echo "usage: $0 1|2|3"; exit 2 ;;
+4) # (4-6 min) why batch 1024's PDL graph gave other logits than the plain one (call 3): the plain graph replayed
+   # against itself, a PDL capture per trigger, and the steps run eagerly to the first differing tensor; on an H200
+   # also ResNet-50 at batch 1 with the new defaults, deepgap run and the bare loop
+   step "pdl bits: resnet50 fp8 bs1024" 200 python benchmarks/pdl_bits.py --batch 1024 > "$OUT/pdl-bits-1024.txt" 2>&1
+   grep '^{' "$OUT/pdl-bits-1024.txt"; grep -v '^{' "$OUT/pdl-bits-1024.txt" | tail -n 5
+   if [[ $gpu == *H200* ]]; then
+       R50=(python -m deepgap run --models resnet50 --engines quant --sweeps 1 --no-cpu-baseline --no-thermal-warmup)
+       step "resnet50 quant fp8,int8 bs1" 150 "${R50[@]}" --precisions fp8,int8 --batch-sizes 1 --store $S/r1.sqlite \
+           > "$OUT/resnet-bs1.txt" 2>&1; exp r1
+       grep -i "img/s" "$OUT/resnet-bs1.txt" | tail -n 4
+       step "bare loop bs1" 120 python benchmarks/quant_inputs.py --models resnet50 --precisions fp8,int8 \
+           --batch-sizes 1 --inputs default --out "$OUT/resnet-bs1-loop.jsonl" > "$OUT/resnet-bs1-loop.txt" 2>&1
+       grep -A3 "^model" "$OUT/resnet-bs1-loop.txt"
+   else
+       step "pdl bits: resnet50 fp8 bs256" 150 python benchmarks/pdl_bits.py --batch 256 > "$OUT/pdl-bits-256.txt" 2>&1
+       grep '^{' "$OUT/pdl-bits-256.txt"
+   fi ;;
+*) echo "usage: $0 1|2|3|4"; exit 2 ;;
 esac
