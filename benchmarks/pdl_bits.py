@@ -52,13 +52,34 @@ def _first_difference(names: list[str], base: dict, other: dict) -> dict:
     return {"first_differing": None}
 
 
+def _keep_scratch() -> None:
+    from deepgap.measure.quant import persistent
+
+    kept, made = [], persistent._scratch
+
+    def scratch(size, alignment, stream):
+        kept.append(made(size, alignment, stream))
+        return kept[-1]
+
+    persistent._scratch = scratch
+
+
 def main() -> None:  # noqa: D103
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="resnet50")
     ap.add_argument("--precision", default="fp8")
     ap.add_argument("--batch", type=int, default=1024)
-    ap.add_argument("--triggers", default="early,late")
+    ap.add_argument("--triggers", default="early,late", help="PDL's triggers to capture ('' for none)")
+    ap.add_argument(
+        "--keep-scratch",
+        action="store_true",
+        help="never free the TMA descriptors' scratch (`persistent._scratch`): each launch's descriptors at "
+        "their own address, none rewritten where an earlier kernel's were",
+    )
     args = ap.parse_args()
+    triggers = [t for t in args.triggers.split(",") if t]
+    if args.keep_scratch:
+        _keep_scratch()
     from deepgap.measure import graph_runner
     from deepgap.measure.models.build import build_model
     from deepgap.measure.quant import launch
@@ -73,12 +94,18 @@ def main() -> None:  # noqa: D103
         .contiguous(memory_format=torch.channels_last)
     )
     x = graph_runner.bound_input(run, x)
-    head = {"model": args.model, "precision": args.precision, "batch": args.batch}
+    head = {
+        "model": args.model,
+        "precision": args.precision,
+        "batch": args.batch,
+        "keep_scratch": args.keep_scratch,
+    }
+    head["conv_tma"] = os.environ.get("DEEPGAP_QUANT_CONV_TMA", "on")
     with torch.inference_mode():
         plain = run(x).clone()
         again = [_diff(plain, run(x)) for _ in range(3)]
     print(json.dumps({**head, "what": "graph", "turn": "plain", "replays": again}), flush=True)
-    for trigger in args.triggers.split(","):
+    for trigger in triggers:
         os.environ["DEEPGAP_PDL_TRIGGER"] = trigger
         with launch.pdl():
             graph, out = graph_runner.capture(net.forward, x, "cuda", warmup=2)
@@ -89,13 +116,15 @@ def main() -> None:  # noqa: D103
                 torch.cuda.synchronize()
                 reps.append(_diff(plain, out))
         print(json.dumps({**head, "what": "graph", "turn": f"pdl {trigger}", "replays": reps}), flush=True)
+    tiles = {t["name"]: f"{t['mode']} {t['config']}" for t in res.info.get("layers", [])}
     base = _eager(net, x, pdl=False)
     names = list(base)  # the tensors in the order the steps made them
-    turns = [("plain", False)] + [(f"pdl {t}", True) for t in args.triggers.split(",")]
+    turns = [("plain", False)] + [(f"pdl {t}", True) for t in triggers]
     for label, pdl in turns:
         if pdl:
             os.environ["DEEPGAP_PDL_TRIGGER"] = label.split()[1]
         found = _first_difference(names, base, _eager(net, x, pdl))
+        found["its_tile"] = tiles.get(found["first_differing"])
         print(json.dumps({**head, "what": "eager", "turn": label, **found}), flush=True)
 
 
