@@ -136,7 +136,8 @@ def test_quant_runner_owns_its_network(recorded, quant_result):
     from deepgap.measure.quant.prepare import _make_runner
 
     run, info = _make_runner(quant_result.net, 1, 32, "cpu", True)
-    assert info == {"cuda_graph": True} and isinstance(run, graph_runner.GraphRunner)
+    assert info.keys() == {"cuda_graph", "repeatable"} and isinstance(run, graph_runner.GraphRunner)
+    assert info["repeatable"]["plain"]["same"] and info["repeatable"]["kept"]["same"]
     assert run.graph.reads, "the recorder saw no reads"
     assert not _unowned(run), "the graph reads storages its runner does not keep alive"
     x = torch.randn(1, 3, 32, 32).half()

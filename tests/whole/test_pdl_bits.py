@@ -17,9 +17,19 @@ def bits():
 
 
 def test_the_first_differing_tensor_in_the_order_made(bits):
-    a = {"x": torch.zeros(4), "c1": torch.ones(3), "c2": torch.tensor([1.0, float("nan")]), "c3": torch.ones(2)}
+    a = {
+        "x": torch.zeros(4),
+        "c1": torch.ones(3),
+        "c2": torch.tensor([1.0, float("nan")]),
+        "c3": torch.ones(2),
+    }
     b = {**a, "c2": torch.tensor([1.0, float("nan")]), "c3": torch.tensor([1.0, 1.5])}
-    assert bits._first_difference(list(a), a, b) == {"first_differing": "c3", "differ": 1, "of": 2, "max_abs": 0.5}
+    assert bits._first_difference(list(a), a, b) == {
+        "first_differing": "c3",
+        "differ": 1,
+        "of": 2,
+        "max_abs": 0.5,
+    }
     b["c1"] = torch.tensor([1.0, 1.0, -1.0], dtype=torch.float16)
     assert bits._first_difference(list(a), a, b)["first_differing"] == "c1"
     assert bits._first_difference(list(a), a, dict(a)) == {"first_differing": None}

@@ -309,6 +309,20 @@ def test_both_input_modes_through_deepgap_run(tmp_path, monkeypatch):
     assert resident["extra"].engine_info.get("input")["mode"] == "int8-resident"
 
 
+def test_prepared_resnet50_repeats_itself_at_batch_256(tmp_path, monkeypatch):
+    """The default build's graph gives one input the same logits at every replay (`quant.repeats`): on one H100 in
+    session 55 it did not at 256 and 1024 (layer2.1's 3×3 convolution first), and this test fails until it does."""
+    from deepgap.measure.models.build import build_model
+    from deepgap.measure.quant import repeats
+    from deepgap.measure.quant.prepare import prepare_quant
+
+    monkeypatch.setenv("DEEPGAP_CACHE", str(tmp_path))
+    res = prepare_quant(build_model("resnet50", 224, None, 0), "fp8", 256, 224, "resnet50")
+    print(f"\nrepeatable at 256: {res.info.get('repeatable')}")
+    assert res.info["cuda_graph"] and res.info["repeatable"]["plain"]["same"]
+    assert repeats.fault(res.info) is None
+
+
 def test_pdl_graph_gives_the_plain_graphs_logits_at_batch_1(tmp_path, monkeypatch):
     """Programmatic dependent launch (`quant.pdl_choice`): captured, bit-identical, and timed both ways."""
     from deepgap.measure.models.build import build_model

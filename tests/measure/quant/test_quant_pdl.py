@@ -56,7 +56,9 @@ def test_the_trigger_switch_picks_the_early_constexpr(monkeypatch):
     with launch.pdl():
         assert launch.pdl_on()
         launch.launcher(FakeKernel(calls), torch.device("cuda"))[(1,)](0)
-    assert calls == [("run", (1,), (0,), {"PDL": gdc.EARLY.value, "launch_pdl": True})] and not launch.pdl_on()
+    assert (
+        calls == [("run", (1,), (0,), {"PDL": gdc.EARLY.value, "launch_pdl": True})] and not launch.pdl_on()
+    )
     monkeypatch.setenv("DEEPGAP_PDL_TRIGGER", "lately")
     with pytest.raises(UsageError, match="DEEPGAP_PDL_TRIGGER"), launch.pdl():
         pass

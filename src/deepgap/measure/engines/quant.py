@@ -102,14 +102,17 @@ class QuantEngine(Engine):
         res = prepare_quant(
             model, spec.precision, spec.batch_size, spec.resolution, spec.model, device=spec.device, opts=opts
         )
-        from deepgap.measure.quant import split_k
+        from deepgap.measure.quant import repeats, split_k
 
         prepared = Prepared(
             run=res.run,
             input_dtype=torch.int8 if resident else torch.float16,
             setup_s=time.perf_counter() - t0,
             info=res.info,
-            faults=lambda: split_k.faults(layer.w_q for layer in res.net.convs.values()),
+            # a split-K wait that gave up, or a graph whose logits changed between replays (`quant.repeats`)
+            faults=lambda: (
+                split_k.faults(layer.w_q for layer in res.net.convs.values()) or repeats.fault(res.info)
+            ),
         )
         if resident:  # the int8 pixels are made once from the fp32 batch, outside the timed window
             prepared.make_input = res.make_input

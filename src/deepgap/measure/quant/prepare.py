@@ -338,13 +338,17 @@ def _make_runner(
             "cuda_graph_error": f"{type(exc).__name__}: {exc}"[:500],
             "cuda_graph_traceback": traceback.format_exc()[-2000:],
         }
-    from deepgap.measure.quant import branch_choice
+    from deepgap.measure.quant import branch_choice, repeats
     from deepgap.measure.quant.pdl_choice import choose_pdl
 
     runner = graph_runner.GraphRunner(graph, static_x, static_out, owns=net)
+    plain = repeats.check(runner, static_x)  # the choices below compare graphs by their bits
+    if not plain["same"]:  # nothing to compare against: the engine's faults fail the configuration
+        return runner, {"cuda_graph": True, "repeatable": {"plain": plain}}
     runner, pdl_info = choose_pdl(net, runner, static_x, device, pdl)
     pdl_kept = bool(pdl_info and pdl_info.get("chosen"))
     # then the shortcut convolutions on a second stream (DEEPGAP_QUANT_BRANCH), under the launch mode kept
     runner, branch_info = branch_choice.choose(net, runner, static_x, device, pdl_kept)
-    info = {"pdl": pdl_info, "branch": branch_info}
+    kept = {"plain": plain, "kept": repeats.check(runner, static_x)}  # one equal replay proved no more
+    info = {"pdl": pdl_info, "branch": branch_info, "repeatable": kept}
     return runner, {"cuda_graph": True, **{k: v for k, v in info.items() if v is not None}}

@@ -1,0 +1,60 @@
+"""Whether a prepared quant graph gives the same logits at every replay, and the fault a configuration fails with.
+
+Why: the quant engine's kernels are exact by construction (no atomics whose order varies; split-K sums its slices in
+a fixed order), so one input gives one set of bits, which is what the PDL and branch choices compare their graphs
+by. In session 55 (one H100, `benchmarks/pdl_bits.py`) ResNet-50 fp8's plain graph at batch 256 and 1024 changed
+85-88% of its logits from one replay to the next (by up to 2.4), and two eager runs first parted at layer2.1's 3×3
+convolution (0.8% of its outputs, by up to 124 in fp8 codes): some kernel there reads what is not yet, or no
+longer, its input. The PDL choice had read that as "the PDL graph's logits differ". A graph that does not repeat
+itself computes something other than the network, whatever its accuracy against fp32 says, so its configuration
+stores no number: `fault` is what the engine's ``faults`` reports (`engines.base.Prepared`), and the row is an error
+that says why.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+REPLAYS = 3  # replays after the first, each compared with it bit for bit
+
+
+def check(runner: Any, x: torch.Tensor, replays: int = REPLAYS) -> dict[str, Any]:
+    """``runner(x)`` once, then ``replays`` more times, each output compared with the first bit for bit.
+
+    Returns ``same`` (every replay equal), ``replays``, ``changed`` (the most logits any replay changed), ``of``
+    (the logits) and ``max_abs`` (the largest change seen).
+    """
+    with torch.inference_mode():
+        first = runner(x).clone()
+        changed, worst = 0, 0.0
+        for _ in range(replays):
+            out = runner(x)
+            bad = (out != first) & ~(out.isnan() & first.isnan())
+            n = int(bad.sum())
+            if n:
+                changed = max(changed, n)
+                worst = max(worst, float((out.float() - first.float()).abs()[bad].max()))
+    return {
+        "same": changed == 0,
+        "replays": replays,
+        "changed": changed,
+        "of": first.numel(),
+        "max_abs": worst,
+    }
+
+
+def fault(info: dict[str, Any]) -> str | None:
+    """The message a configuration fails with when its graph's logits did not repeat (`check`), else None.
+
+    ``info`` is the prepared network's (`prepare.QuantResult.info`): ``repeatable`` holds each graph checked.
+    """
+    for which, rep in (info.get("repeatable") or {}).items():
+        if not rep["same"]:
+            return (
+                f"the {which} CUDA graph's logits changed between replays of one input ({rep['changed']} of "
+                f"{rep['of']}, by up to {rep['max_abs']:.3g}): a kernel races, so no number from this graph "
+                f"is stored (benchmarks/pdl_bits.py finds the first tensor that differs)"
+            )
+    return None
