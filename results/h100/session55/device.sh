@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Session 55 (2026-12-06): the calls of this session, from the repository root with $OUT set (benchmarks/device_lib.sh).
-# Each call carries .carry (the compile caches). Usage: bash results/h200/session55/device.sh N (the README says each
-# call's result).
+# Each call carried .carry (the compile caches) and asked for nvidia-h200; every one got an H100 (the README says
+# each call's result). Calls 1-4 ran from results/h200/session55/ (moved here after the session); call 5 (conv_tma
+# off, the kept scratch) found no machine; call 6 holds it for the next session.
+# Usage: bash results/h100/session55/device.sh N
 set -uo pipefail
 source benchmarks/device_lib.sh
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
@@ -81,13 +83,18 @@ case ${1:-} in
        step "pdl bits: resnet50 fp8 bs256" 150 python benchmarks/pdl_bits.py --batch 256 > "$OUT/pdl-bits-256.txt" 2>&1
        grep '^{' "$OUT/pdl-bits-256.txt"
    fi ;;
-5) # (2-3 min) call 4 found the plain graph's logits change from replay to replay at batch 256 and 1024, the first
-   # differing tensor layer2.1.conv2 in eager runs: which kernel, and whether the TMA descriptors' scratch is why
-   step "pdl bits bs256, conv_tma off" 100 env DEEPGAP_QUANT_CONV_TMA=off python benchmarks/pdl_bits.py --batch 256 \
-       --triggers '' > "$OUT/bits-256-tma-off.txt" 2>&1
-   grep '^{' "$OUT/bits-256-tma-off.txt"
+6) # (prepared; 4-5 min, any card) which kernel makes batch 256's graph change between replays: the eager steps'
+   # first differing tensor and the graph's replays with each suspect switched off in turn (the TMA 3×3 convolution,
+   # the pair kernels, the persistent 1×1 GEMM), then with the TMA descriptors' scratch never reused
+   for sw in DEEPGAP_QUANT_CONV_TMA=off DEEPGAP_QUANT_PAIRS=off DEEPGAP_QUANT_GEMM=off; do
+       step "pdl bits bs256, $sw" 100 env $sw python benchmarks/pdl_bits.py --batch 256 --triggers '' \
+           > "$OUT/bits-256-${sw#DEEPGAP_QUANT_}.txt" 2>&1
+       grep '^{' "$OUT/bits-256-${sw#DEEPGAP_QUANT_}.txt"
+   done
    step "pdl bits bs256 --keep-scratch" 100 python benchmarks/pdl_bits.py --batch 256 --triggers '' --keep-scratch \
        > "$OUT/bits-256-keep.txt" 2>&1
-   grep '^{' "$OUT/bits-256-keep.txt" ;;
-*) echo "usage: $0 1|2|3|4|5"; exit 2 ;;
+   grep '^{' "$OUT/bits-256-keep.txt"
+   step "gpu test: the graph repeats at 256" 150 python -m pytest -q -p no:cacheprovider -m gpu \
+       tests/measure/quant/test_quant_gpu.py -k repeats 2>&1 | tail -n 3 ;;
+*) echo "usage: $0 1|2|3|4|6"; exit 2 ;;
 esac
