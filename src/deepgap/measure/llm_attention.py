@@ -55,9 +55,7 @@ COMBINE_MODES = switches.choices(
 )  # kernel, last-block: how a split's chunks are merged
 MIN_CHUNK = 32  # the fewest cache positions a split program walks
 CPU_SMS = 132  # on the CPU (the interpreter) the split is planned as for an H200's SMs
-WIDE_BLOCK = (
-    128  # ``wide``: the most cache positions a step of the walk loads (73 KB of shared memory at sm_90)
-)
+WIDE_BLOCK = 128  # ``wide``: the most positions a step of the walk loads (73 KB of shared memory at sm_90)
 WIDE_MAX = 512  # ``wide``: the longest cache walked in one pass; a longer one takes ``auto``'s plan
 
 
@@ -93,9 +91,7 @@ class Split:
     chunk: int  # positions per chunk: a multiple of block
     block: int  # positions per step of a program's walk
     combine: bool = True  # partials to scratch, then the combine kernel (False: one pass)
-    wide: bool = (
-        False  # one pass bound by the cache's length, not the position (``wide``, the module says why)
-    )
+    wide: bool = False  # one pass bound by the cache's length, not the position (the module says why)
 
 
 def chunked(length: int, chunks: int) -> Split:
