@@ -80,6 +80,7 @@ def main() -> None:  # noqa: D103
     triggers = [t for t in args.triggers.split(",") if t]
     if args.keep_scratch:
         _keep_scratch()
+    from deepgap.core import switches
     from deepgap.measure import graph_runner
     from deepgap.measure.models.build import build_model
     from deepgap.measure.quant import launch
@@ -100,7 +101,7 @@ def main() -> None:  # noqa: D103
         "batch": args.batch,
         "keep_scratch": args.keep_scratch,
     }
-    head["conv_tma"] = os.environ.get("DEEPGAP_QUANT_CONV_TMA", "on")
+    head["conv_tma"] = switches.read("DEEPGAP_QUANT_CONV_TMA")  # the 3×3 TMA tiles offered (off by default)
     with torch.inference_mode():
         plain = run(x).clone()
         again = [_diff(plain, run(x)) for _ in range(3)]

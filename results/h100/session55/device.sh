@@ -83,16 +83,16 @@ case ${1:-} in
        step "pdl bits: resnet50 fp8 bs256" 150 python benchmarks/pdl_bits.py --batch 256 > "$OUT/pdl-bits-256.txt" 2>&1
        grep '^{' "$OUT/pdl-bits-256.txt"
    fi ;;
-6) # (prepared; 4-5 min, any card) which kernel makes batch 256's graph change between replays: the eager steps'
-   # first differing tensor and the graph's replays with each suspect switched off in turn (the TMA 3×3 convolution,
-   # the pair kernels, the persistent 1×1 GEMM), then with the TMA descriptors' scratch never reused
-   for sw in DEEPGAP_QUANT_CONV_TMA=off DEEPGAP_QUANT_PAIRS=off DEEPGAP_QUANT_GEMM=off; do
+6) # (prepared; 5-6 min, any card) which kernel makes batch 256's graph change between replays: the eager steps'
+   # first differing tensor and the graph's replays with the TMA 3×3 convolution off (the default since session 55),
+   # on, on with the TMA descriptors' scratch never reused, and with the pair kernels or the persistent 1×1 GEMM off
+   for sw in DEEPGAP_QUANT_CONV_TMA=off DEEPGAP_QUANT_CONV_TMA=on DEEPGAP_QUANT_PAIRS=off DEEPGAP_QUANT_GEMM=off; do
        step "pdl bits bs256, $sw" 100 env $sw python benchmarks/pdl_bits.py --batch 256 --triggers '' \
            > "$OUT/bits-256-${sw#DEEPGAP_QUANT_}.txt" 2>&1
        grep '^{' "$OUT/bits-256-${sw#DEEPGAP_QUANT_}.txt"
    done
-   step "pdl bits bs256 --keep-scratch" 100 python benchmarks/pdl_bits.py --batch 256 --triggers '' --keep-scratch \
-       > "$OUT/bits-256-keep.txt" 2>&1
+   step "pdl bits bs256, conv_tma on, --keep-scratch" 100 env DEEPGAP_QUANT_CONV_TMA=on python benchmarks/pdl_bits.py \
+       --batch 256 --triggers '' --keep-scratch > "$OUT/bits-256-keep.txt" 2>&1
    grep '^{' "$OUT/bits-256-keep.txt"
    step "gpu test: the graph repeats at 256" 150 python -m pytest -q -p no:cacheprovider -m gpu \
        tests/measure/quant/test_quant_gpu.py -k repeats 2>&1 | tail -n 3 ;;

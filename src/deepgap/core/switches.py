@@ -49,7 +49,9 @@ SWITCHES: dict[str, Switch] = {
     "DEEPGAP_QUANT_WHOLE": Switch(("off", "on"), "off"),  # on: timed at batch ≤ 8 (slower so far)
     # the shortcuts on a second stream at batch <= 8, timed both ways and kept where faster
     "DEEPGAP_QUANT_BRANCH": Switch(("auto", "off"), "auto"),
-    "DEEPGAP_QUANT_CONV_TMA": Switch(("off", "on"), "on"),
+    # off since session 55: the first layer it ran (layer2.1.conv2) was the first whose output changed between two
+    # runs at batch 256/1024 on one H100, its input the same (`quant.repeats`, docs/quant.md)
+    "DEEPGAP_QUANT_CONV_TMA": Switch(("off", "on"), "off"),
     # a row-scaled 8-bit Linear's input quantized by one Triton kernel outside a compile (`quant.row_quant`);
     # torch: six eager ops. Opt-in: 26% off an eager prefill (H200), but the compiled prefill is the default
     "DEEPGAP_QUANT_ROW_QUANT": Switch(("torch", "triton"), "torch"),

@@ -77,9 +77,9 @@ def test_the_launch_refuses_other_kernel_shapes_and_tiles():
 def test_offered_on_hopper_where_it_won_and_explored_everywhere(monkeypatch):
     node = ConvNode("c", "a", "b", torch.zeros(128, 128, 3, 3), torch.zeros(128), 1, 1, True)
     strided = ConvNode("c", "a", "b", torch.zeros(128, 128, 3, 3), torch.zeros(128), 2, 1, True)
-    monkeypatch.delenv(
-        conv_tma.ENV, raising=False
-    )  # on by default: the one tile that won, 17-32 wide outputs
+    monkeypatch.delenv(conv_tma.ENV, raising=False)  # off by default since session 55 (the module says why)
+    assert not conv_tma.offered() and conv_tma.tma_configs(node, 28, 28, (9, 0)) == []
+    monkeypatch.setenv(conv_tma.ENV, "on")  # the one tile that won, 17-32 wide outputs
     offered = {h: [c.label for c in conv_tma.tma_configs(node, h, h, (9, 0))] for h in (56, 28, 14, 7)}
     assert offered == {56: [], 28: ["128x128x128 w8 s3 tma-conv4x32"], 14: [], 7: []}
     assert [c.tma_conv for c in conv_tma.tma_configs(strided, 56, 56, (9, 0))] == [32]  # 28 wide out
@@ -104,7 +104,7 @@ def test_switched_on_the_tuner_checks_and_times_it_and_the_network_runs_it(r50_n
     opts = QuantOptions(timing_reps=1, per_layer_choice=False, force_backend="triton")
     monkeypatch.setenv(conv_tma.ENV, "off")
     assert not any(c and c.tma_conv for _, c in tuning.candidates(r50_net, "layer2.1.conv2", 2, opts, True))
-    monkeypatch.delenv(conv_tma.ENV, raising=False)
+    monkeypatch.setenv(conv_tma.ENV, "on")
     explore = functools.partial(conv_tma.tma_configs, explore=True)  # at 32², no layer is 17-32 wide
     monkeypatch.setattr(conv_tma, "tma_configs", explore)
     cands = [c for _, c in tuning.candidates(r50_net, "layer1.0.conv2", 2, opts, True) if c and c.tma_conv]

@@ -49,8 +49,8 @@ def test_the_key_names_device_versions_and_kernel_sources():
 
 @pytest.mark.parametrize("env", ["DEEPGAP_QUANT_SMALL_BATCH", "DEEPGAP_QUANT_CONV_TMA"])
 def test_a_switch_that_changes_the_tiles_offered_keys_a_cache_of_its_own(monkeypatch, env):
-    """Tuned with the tiles offered (the default) is never a hit without them (``…=off``), nor back."""
-    monkeypatch.delenv(env, raising=False)
+    """Tuned with the tiles offered (``…=on``) is never a hit without them (``…=off``), nor back."""
+    monkeypatch.setenv(env, "on")
     on = tunecache.device_key("cpu")
     monkeypatch.setenv(env, "off")
     off = tunecache.device_key("cpu")

@@ -121,7 +121,7 @@ def device_key(device: str) -> dict[str, str]:
 
 
 def _conv_tma_key() -> dict[str, str]:
-    """With the TMA-fed 3×3 tiles offered (the default), a key of its own with their source in it (as `_gemm_key`).
+    """With the TMA-fed 3×3 tiles offered (``on``), a key of its own with their source in it (as `_gemm_key`).
 
     Why: a layer tuned without them must never be a hit where they should be timed, nor the other way round
     (session 29's first run with ``DEEPGAP_QUANT_CONV_TMA=on`` took every 3×3 tile from the cache of the run
