@@ -42,13 +42,40 @@ def _eager(net, x: torch.Tensor, pdl: bool) -> dict[str, torch.Tensor]:
     return env
 
 
-def _first_difference(names: list[str], base: dict, other: dict) -> dict:
+def _where(a: torch.Tensor, b: torch.Tensor, batch: int) -> dict:
+    """Where two NHWC activation matrices ``[batch·H·W, C]`` differ: counts by image row, column and channel.
+
+    Why: a race's footprint names its cause (a tile's edge, a block of channels, the last images); the five
+    commonest of each, and how many images hold a difference. Square images assumed (H = W); else nothing.
+    """
+    bad = (a.float() != b.float()) & ~(a.float().isnan() & b.float().isnan())
+    if a.dim() != 2 or a.shape[0] % batch:
+        return {}
+    side = int(round((a.shape[0] // batch) ** 0.5))
+    if side * side * batch != a.shape[0]:
+        return {}
+    grid = bad.reshape(batch, side, side, a.shape[1])
+
+    def top(counts: torch.Tensor) -> list[list[int]]:
+        n = min(5, counts.numel())
+        v, i = counts.topk(n)
+        return [[int(k), int(c)] for k, c in zip(i, v, strict=True) if c]
+
+    return {
+        "images": int(grid.flatten(1).any(1).sum()),
+        "rows": top(grid.sum((0, 2, 3))),
+        "columns": top(grid.sum((0, 1, 3))),
+        "channels": top(grid.sum((0, 1, 2))),
+    }
+
+
+def _first_difference(names: list[str], base: dict, other: dict, batch: int = 1) -> dict:
     for name in names:
         a, b = base.get(name), other.get(name)
         if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape:
             d = _diff(a, b)
             if d["differ"]:
-                return {"first_differing": name, **d}
+                return {"first_differing": name, **d, "where": _where(a, b, batch)}
     return {"first_differing": None}
 
 
@@ -124,7 +151,7 @@ def main() -> None:  # noqa: D103
     for label, pdl in turns:
         if pdl:
             os.environ["DEEPGAP_PDL_TRIGGER"] = label.split()[1]
-        found = _first_difference(names, base, _eager(net, x, pdl))
+        found = _first_difference(names, base, _eager(net, x, pdl), args.batch)
         found["its_tile"] = tiles.get(found["first_differing"])
         print(json.dumps({**head, "what": "eager", "turn": label, **found}), flush=True)
 
