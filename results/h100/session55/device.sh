@@ -96,5 +96,18 @@ case ${1:-} in
    grep '^{' "$OUT/bits-256-keep.txt"
    step "gpu test: the graph repeats at 256" 150 python -m pytest -q -p no:cacheprovider -m gpu \
        tests/measure/quant/test_quant_gpu.py -k repeats 2>&1 | tail -n 3 ;;
-*) echo "usage: $0 1|2|3|4|6"; exit 2 ;;
+7) # (prepared; 6-8 min, an H200) issue 47's goals with session 55's defaults (PDL timed, each kernel's trigger after
+   # its wait, the TMA 3×3 convolution off, the repeat check): deepgap run at batch 1 and 1024, fp8 and int8, and the
+   # bare loop at both
+   R50=(python -m deepgap run --models resnet50 --engines quant --sweeps 1 --no-cpu-baseline --no-thermal-warmup)
+   step "resnet50 quant fp8,int8 bs1" 150 "${R50[@]}" --precisions fp8,int8 --batch-sizes 1 --store $S/r1.sqlite \
+       > "$OUT/resnet-bs1.txt" 2>&1; exp r1
+   grep -i "img/s" "$OUT/resnet-bs1.txt" | tail -n 4
+   step "resnet50 quant fp8,int8 bs1024" 300 "${R50[@]}" --precisions fp8,int8 --batch-sizes 1024 \
+       --store $S/r1024.sqlite > "$OUT/resnet-bs1024.txt" 2>&1; exp r1024
+   grep -i "img/s\|error" "$OUT/resnet-bs1024.txt" | tail -n 4
+   step "bare loop bs1, bs1024" 150 python benchmarks/quant_inputs.py --models resnet50 --precisions fp8 \
+       --batch-sizes 1,1024 --inputs default --out "$OUT/resnet-loop.jsonl" > "$OUT/resnet-loop.txt" 2>&1
+   grep -A3 "^model" "$OUT/resnet-loop.txt" ;;
+*) echo "usage: $0 1|2|3|4|6|7"; exit 2 ;;
 esac
