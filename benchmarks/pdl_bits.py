@@ -24,10 +24,15 @@ import torch
 
 
 def _diff(a: torch.Tensor, b: torch.Tensor) -> dict:
-    a, b = a.float(), b.float()
-    bad = (a != b) & ~(a.isnan() & b.isnan())
+    from deepgap.measure.quant.repeats import changed
+
+    bad = changed(a, b)
     n = int(bad.sum())
-    return {"differ": n, "of": a.numel(), "max_abs": float((a - b).abs()[bad].max()) if n else 0.0}
+    return {
+        "differ": n,
+        "of": a.numel(),
+        "max_abs": float((a.float() - b.float()).abs()[bad].max()) if n else 0.0,
+    }
 
 
 def _eager(net, x: torch.Tensor, pdl: bool) -> dict[str, torch.Tensor]:
@@ -48,7 +53,9 @@ def _where(a: torch.Tensor, b: torch.Tensor, batch: int) -> dict:
     Why: a race's footprint names its cause (a tile's edge, a block of channels, the last images); the five
     commonest of each, and how many images hold a difference. Square images assumed (H = W); else nothing.
     """
-    bad = (a.float() != b.float()) & ~(a.float().isnan() & b.float().isnan())
+    from deepgap.measure.quant.repeats import changed
+
+    bad = changed(a, b)
     if a.dim() != 2 or a.shape[0] % batch:
         return {}
     side = int(round((a.shape[0] // batch) ** 0.5))

@@ -213,8 +213,8 @@ def _engine(r: dict) -> str:
     An fp8 KV cache (``kv_cache``, `deepgap.core.records.KV_CACHE_LABELS`) is named right after the step,
     so rows with and without it never look alike. PDL: its graph used programmatic dependent launch; split
     KV: its attention was split over the cache (`deepgap.measure.llm_attention`), or walked all of it in one pass
-    (``wide``); compiled prefill: the prompt
-    ran compiled (`deepgap.measure.llm_steps.make_prefill`), which its TTFT and output tokens/s count. Rows
+    (``wide``); compiled prefill: the prompt ran compiled (`deepgap.measure.llm_steps.make_prefill`), which its
+    TTFT and output tokens/s count. Rows
     stored before session 42 may say their attention ran in the qkv GEMV's last programs, or every layer in one kernel
     (levers since removed); they keep those labels.
     """

@@ -108,7 +108,7 @@ def pdl() -> Iterator[None]:
     """Inside: GPU launches of this module's kernels use programmatic dependent launch (Hopper and later).
 
     Why: at batch 1 a ResNet-50 is 54 kernels of 2–10 µs, and each waits for its predecessor to drain
-    before it is even launched. With PDL each kernel lets the next one launch at once
+    before it is even launched. With PDL each kernel lets the next one launch early
     (`griddepcontrol.launch_dependents`) and waits for the previous one's writes
     (`griddepcontrol.wait`) before it reads or writes an activation (`gdc.pdl_enter`), so launch
     latency and the previous kernel's tail overlap. A launch by torch (cuDNN, the head) between two

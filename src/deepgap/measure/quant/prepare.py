@@ -341,7 +341,7 @@ def _make_runner(
     from deepgap.measure.quant import branch_choice, repeats
     from deepgap.measure.quant.pdl_choice import choose_pdl
 
-    runner = graph_runner.GraphRunner(graph, static_x, static_out, owns=net)
+    runner = plain_runner = graph_runner.GraphRunner(graph, static_x, static_out, owns=net)
     plain = repeats.check(runner, static_x)  # the choices below compare graphs by their bits
     if not plain["same"]:  # nothing to compare against: the engine's faults fail the configuration
         return runner, {"cuda_graph": True, "repeatable": {"plain": plain}}
@@ -349,6 +349,7 @@ def _make_runner(
     pdl_kept = bool(pdl_info and pdl_info.get("chosen"))
     # then the shortcut convolutions on a second stream (DEEPGAP_QUANT_BRANCH), under the launch mode kept
     runner, branch_info = branch_choice.choose(net, runner, static_x, device, pdl_kept)
-    kept = {"plain": plain, "kept": repeats.check(runner, static_x)}  # one equal replay proved no more
+    # a graph a choice kept: one equal replay against the plain one proved no more (the plain one is checked)
+    kept = {"plain": plain, "kept": plain if runner is plain_runner else repeats.check(runner, static_x)}
     info = {"pdl": pdl_info, "branch": branch_info, "repeatable": kept}
     return runner, {"cuda_graph": True, **{k: v for k, v in info.items() if v is not None}}

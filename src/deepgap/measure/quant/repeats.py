@@ -20,6 +20,12 @@ import torch
 REPLAYS = 3  # replays after the first, each compared with it bit for bit
 
 
+def changed(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Where ``b`` is not ``a`` value for value (NaN where both hold NaN counts as the same), as a bool mask."""
+    a, b = a.float(), b.float()
+    return (a != b) & ~(a.isnan() & b.isnan())
+
+
 def check(runner: Any, x: torch.Tensor, replays: int = REPLAYS) -> dict[str, Any]:
     """``runner(x)`` once, then ``replays`` more times, each output compared with the first bit for bit.
 
@@ -28,21 +34,15 @@ def check(runner: Any, x: torch.Tensor, replays: int = REPLAYS) -> dict[str, Any
     """
     with torch.inference_mode():
         first = runner(x).clone()
-        changed, worst = 0, 0.0
+        most, worst = 0, 0.0
         for _ in range(replays):
             out = runner(x)
-            bad = (out != first) & ~(out.isnan() & first.isnan())
+            bad = changed(first, out)
             n = int(bad.sum())
             if n:
-                changed = max(changed, n)
+                most = max(most, n)
                 worst = max(worst, float((out.float() - first.float()).abs()[bad].max()))
-    return {
-        "same": changed == 0,
-        "replays": replays,
-        "changed": changed,
-        "of": first.numel(),
-        "max_abs": worst,
-    }
+    return {"same": most == 0, "replays": replays, "changed": most, "of": first.numel(), "max_abs": worst}
 
 
 def fault(info: dict[str, Any]) -> str | None:
