@@ -136,6 +136,7 @@ def main() -> None:  # noqa: D103
         "keep_scratch": args.keep_scratch,
     }
     head["conv_tma"] = switches.read("DEEPGAP_QUANT_CONV_TMA")  # the 3×3 TMA tiles offered (off by default)
+    head["conv_tma_desc"] = switches.read("DEEPGAP_QUANT_CONV_TMA_DESC")  # where their descriptors are made
     with torch.inference_mode():
         plain = run(x).clone()
         again = [_diff(plain, run(x)) for _ in range(3)]

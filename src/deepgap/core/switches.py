@@ -52,6 +52,9 @@ SWITCHES: dict[str, Switch] = {
     # off since session 55: the first layer it ran (layer2.1.conv2) was the first whose output changed between two
     # runs at batch 256/1024 on one H100, its input the same (`quant.repeats`, docs/quant.md)
     "DEEPGAP_QUANT_CONV_TMA": Switch(("off", "on"), "off"),
+    # where that kernel's TMA descriptors are made: by each program in global scratch (device), or once at launch
+    # and passed by value (host; `quant.conv_tma`)
+    "DEEPGAP_QUANT_CONV_TMA_DESC": Switch(("device", "host"), "device"),
     # a row-scaled 8-bit Linear's input quantized by one Triton kernel outside a compile (`quant.row_quant`);
     # torch: six eager ops. Opt-in: 26% off an eager prefill (H200), but the compiled prefill is the default
     "DEEPGAP_QUANT_ROW_QUANT": Switch(("torch", "triton"), "torch"),

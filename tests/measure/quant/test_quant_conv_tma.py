@@ -136,3 +136,43 @@ def test_it_compiles_for_hopper_to_tma_copies_and_8bit_wgmma_without_spills(qfmt
     assert "cp.async.bulk.tensor.4d.global.shared" in ptx  # the output's clipped store
     assert "wgmma.mma_async.sync.aligned" in ptx and mma in ptx
     assert ptxas_usage(compiled)["spill_stores"] == 0
+
+
+@pytest.mark.parametrize("qfmt", ["int8", "fp8"])
+@pytest.mark.parametrize("shape,cfg", CASES, ids=["7x6", "5x9-chunks", "8x6-stride2"])
+def test_descriptors_made_at_launch_give_the_bits_of_those_each_program_makes(qfmt, shape, cfg):
+    nb, h, w, c, n, stride = shape
+    lay, x, r, _ = _case(qfmt, nb, h, w, c, n, True, stride=stride)
+    args = (x, (nb, h, w), lay.w_q, 3, stride, 1, lay.alpha, lay.beta, lay.out_fmt, True, cfg, r, lay.gamma)
+    device = conv_tma.conv_gemm(*args, descriptors="device")
+    assert torch.equal(
+        conv_tma.conv_gemm(*args, descriptors="host").view(torch.uint8), device.view(torch.uint8)
+    )
+
+
+def test_the_descriptor_switch_reads_the_environment_and_refuses_other_words(monkeypatch):
+    calls, real = [], conv_tma.host_descriptors
+    monkeypatch.setattr(conv_tma, "host_descriptors", lambda *a: calls.append(a) or real(*a))
+    lay, x, r, ref = _case("int8", 1, 4, 4, 32, 32, False)
+    cfg = TileConfig(32, 32, 32, 8, 4, 2, tma_conv=8)
+    monkeypatch.delenv(conv_tma.DESC_ENV, raising=False)  # default: each program makes its own
+    assert torch.equal(_run(lay, x, r, (1, 4, 4), cfg), ref) and not calls
+    monkeypatch.setenv(conv_tma.DESC_ENV, "host")
+    assert torch.equal(_run(lay, x, r, (1, 4, 4), cfg), ref) and len(calls) == 1
+    monkeypatch.setenv(conv_tma.DESC_ENV, "both")
+    with pytest.raises(UsageError, match=conv_tma.DESC_ENV):
+        _run(lay, x, r, (1, 4, 4), cfg)
+
+
+def test_with_host_descriptors_it_compiles_to_the_same_copies_and_makes_no_descriptor():
+    """``HOST_DESC``: the descriptors arrive as kernel parameters, so no program writes or fences one."""
+    sig = {"x_ptr": "tensordesc<fp8e4nv[1, 4, 32, 128]>", "w_ptr": "tensordesc<fp8e4nv[128, 128]>",
+           "out_ptr": "tensordesc<fp8e4nv[1, 4, 32, 128]>", "res_ptr": "tensordesc<fp8e4nv[1, 4, 32, 128]>",
+           "alpha_ptr": "*fp32", "beta_ptr": "*fp32", "gamma": "fp32", "NB": "i32", "H": "i32", "W": "i32"}  # fmt: skip
+    const = dict(C=128, N=128, RELU=True, HAS_RES=False, OUT_KIND=1, ACC_INT=False, TH=4, TW=32, BN=128, BK=128,
+                 STRIDE=1, PDL=False, HOST_DESC=True)  # fmt: skip
+    compiled = compile_sm90(conv_tma.conv3x3_tma_kernel, sig, const, ("alpha_ptr", "beta_ptr"), num_warps=8,
+                            num_stages=3, enable_fp_fusion=False)  # fmt: skip
+    ptx = compiled.asm["ptx"]
+    assert "cp.async.bulk.tensor.4d.shared::c" in ptx and "cp.async.bulk.tensor.4d.global.shared" in ptx
+    assert "tensormap.replace" not in ptx and "tensormap.cp_fenceproxy" not in ptx

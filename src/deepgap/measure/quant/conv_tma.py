@@ -37,6 +37,7 @@ from deepgap.measure.quant.kernels import _finish, _mma, _widen, epilogue_flags,
 from deepgap.measure.quant.launch import INT32_LIMIT, check, check_vec, launcher
 
 ENV = "DEEPGAP_QUANT_CONV_TMA"
+DESC_ENV = "DEEPGAP_QUANT_CONV_TMA_DESC"
 
 
 def offered() -> bool:
@@ -49,7 +50,7 @@ def conv3x3_tma_kernel(
     x_ptr, w_ptr, out_ptr, alpha_ptr, beta_ptr, res_ptr, gamma, NB, H, W,
     C: tl.constexpr, N: tl.constexpr, RELU: tl.constexpr, HAS_RES: tl.constexpr, OUT_KIND: tl.constexpr,
     ACC_INT: tl.constexpr, TH: tl.constexpr, TW: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-    STRIDE: tl.constexpr = 1, PDL: tl.constexpr = False,
+    STRIDE: tl.constexpr = 1, PDL: tl.constexpr = False, HOST_DESC: tl.constexpr = False,
 ):  # fmt: skip
     """out[n, i, j, :] = epilogue(Σ_(dy,dx) x[n, S·i + dy − 1, S·j + dx − 1, :] · W[:, (dy, dx), :]ᵀ), a TH×TW block.
 
@@ -58,6 +59,8 @@ def conv3x3_tma_kernel(
     ``STRIDE`` 2 (H and W even) the input is read as [N, H/2, 2, W/2, 2·C]: input row 2i + dy − 1 is row
     i + (dy − 1 − p)/2 of parity p = (dy + 1) mod 2, and the column's parity joins the channels, so each tap is
     still one box of TH×TW consecutive pixels (a 5-D TMA copy; row and column −1 arrive as zeros).
+    ``HOST_DESC``: ``x_ptr``, ``w_ptr``, ``out_ptr`` and ``res_ptr`` are those descriptors, made at launch
+    (`host_descriptors`), not by each program in global scratch.
     """
     pdl_enter(PDL)
     pid = tl.program_id(0)
@@ -69,19 +72,24 @@ def conv3x3_tma_kernel(
     img = pid // blocks
     h0 = (pid % blocks) // blocks_w * TH
     w0 = (pid % blocks) % blocks_w * TW
-    if STRIDE == 1:
-        x_desc = tl.make_tensor_descriptor(
-            x_ptr, shape=[NB, H, W, C], strides=[H * W * C, W * C, C, 1], block_shape=[1, TH, TW, BK]
-        )
+    if HOST_DESC:
+        x_desc = x_ptr
+        w_desc = w_ptr
+        o_desc = out_ptr
     else:
-        x_desc = tl.make_tensor_descriptor(
-            x_ptr, shape=[NB, OH, 2, OW, 2 * C], strides=[H * W * C, 2 * W * C, W * C, 2 * C, 1],
-            block_shape=[1, TH, 1, TW, BK],
-        )  # fmt: skip
-    w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, 9 * C], strides=[9 * C, 1], block_shape=[BN, BK])
-    o_desc = tl.make_tensor_descriptor(
-        out_ptr, shape=[NB, OH, OW, N], strides=[OH * OW * N, OW * N, N, 1], block_shape=[1, TH, TW, BN]
-    )
+        if STRIDE == 1:
+            x_desc = tl.make_tensor_descriptor(
+                x_ptr, shape=[NB, H, W, C], strides=[H * W * C, W * C, C, 1], block_shape=[1, TH, TW, BK]
+            )
+        else:
+            x_desc = tl.make_tensor_descriptor(
+                x_ptr, shape=[NB, OH, 2, OW, 2 * C], strides=[H * W * C, 2 * W * C, W * C, 2 * C, 1],
+                block_shape=[1, TH, 1, TW, BK],
+            )  # fmt: skip
+        w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, 9 * C], strides=[9 * C, 1], block_shape=[BN, BK])
+        o_desc = tl.make_tensor_descriptor(
+            out_ptr, shape=[NB, OH, OW, N], strides=[OH * OW * N, OW * N, N, 1], block_shape=[1, TH, TW, BN]
+        )
     if ACC_INT:
         acc = tl.zeros((TH * TW, BN), dtype=tl.int32)
     else:
@@ -103,23 +111,51 @@ def conv3x3_tma_kernel(
     y = acc.to(tl.float32) * tl.load(alpha_ptr + rn)[None, :]
     r = y
     if HAS_RES:
-        r_desc = tl.make_tensor_descriptor(
-            res_ptr, shape=[NB, OH, OW, N], strides=[OH * OW * N, OW * N, N, 1], block_shape=[1, TH, TW, BN]
-        )
+        if HOST_DESC:
+            r_desc = res_ptr
+        else:
+            r_desc = tl.make_tensor_descriptor(
+                res_ptr,
+                shape=[NB, OH, OW, N],
+                strides=[OH * OW * N, OW * N, N, 1],
+                block_shape=[1, TH, TW, BN],
+            )
         r = _widen(r_desc.load([img, h0, w0, pid_n * BN]).reshape(TH * TW, BN))
     out = _finish(y, tl.load(beta_ptr + rn)[None, :], r, gamma, RELU, HAS_RES, OUT_KIND)
     o_desc.store([img, h0, w0, pid_n * BN], out.reshape(1, TH, TW, BN))
 
 
+def host_descriptors(x, w, out, res, nhw, stride: int, th: int, tw: int, bn: int, bk: int) -> tuple:
+    """The kernel's four descriptors made on the host: (x, w, out, residual or out), as ``HOST_DESC`` reads them.
+
+    Why: made once at launch and passed by value (captured so by a CUDA graph), where the device form has
+    every program write its own into global scratch and fence it before its first copy.
+    """
+    from triton.tools.tensor_descriptor import TensorDescriptor as Desc
+
+    nb, h, wd = nhw
+    c, n = x.shape[1], w.shape[0]
+    oh, ow = h // stride, wd // stride
+    if stride == 1:
+        xd = Desc(x, [nb, h, wd, c], [h * wd * c, wd * c, c, 1], [1, th, tw, bk])
+    else:
+        xd = Desc(x, [nb, oh, 2, ow, 2 * c], [h * wd * c, 2 * wd * c, wd * c, 2 * c, 1], [1, th, 1, tw, bk])
+    od = Desc(out, [nb, oh, ow, n], [oh * ow * n, ow * n, n, 1], [1, th, tw, bn])
+    rd = Desc(res, [nb, oh, ow, n], [oh * ow * n, ow * n, n, 1], [1, th, tw, bn]) if res is not None else od
+    return xd, Desc(w, [n, 9 * c], [9 * c, 1], [bn, bk]), od, rd
+
+
 def conv_gemm(
-    x, nhw, w, ksize, stride, padding, alpha, beta, out_fmt, relu, cfg, res=None, gamma=0.0, out=None
+    x, nhw, w, ksize, stride, padding, alpha, beta, out_fmt, relu, cfg, res=None, gamma=0.0, out=None,
+    descriptors: str | None = None,
 ):  # fmt: skip
     """Launch `conv3x3_tma_kernel`: `kernels.conv_gemm`'s arguments and result, for 3×3 padding-1 layers.
 
     Stride 1, or 2 on an input of even height and width.
 
     ``cfg`` is a `tiles.TileConfig` with ``tma_conv`` = TW (TH = bm // TW), ``bn`` and ``bk``. A ``ValueError``
-    names what this kernel cannot take.
+    names what this kernel cannot take. ``descriptors``: 'device' (each program makes its own) or 'host'
+    (`host_descriptors`); None reads ``DEEPGAP_QUANT_CONV_TMA_DESC``.
     """
     from deepgap.measure.quant.kernels import _check_conv_inputs, check_out_res
     from deepgap.measure.quant.layers import DTYPES
@@ -143,13 +179,21 @@ def conv_gemm(
     check_out_res(out, res, m, n, x.device, out_fmt)
     check(m * max(c, n) <= INT32_LIMIT, "more than 2^31 elements (32-bit indexing); use a smaller batch")
     check_tma(x=x, w=w, out=out, residual=res)
-    use_descriptors(x.device)
     th = cfg.bm // tw
     grid = (nb * triton.cdiv(oh, th) * triton.cdiv(ow, tw), n // cfg.bn)
+    host = (descriptors or switches.read(DESC_ENV)) == "host"
+    ops = epilogue_operands(out, alpha, beta, res, gamma)
+    if host:
+        xd, wd_, od, rd = host_descriptors(x, w, out, res, nhw, stride, th, tw, cfg.bn, cfg.bk)
+        x_, w_, ops = xd, wd_, (od, ops[1], ops[2], rd, ops[4])
+    else:
+        use_descriptors(x.device)
+        x_, w_ = x, w
     launcher(conv3x3_tma_kernel, x.device)[grid](
-        x, w, *epilogue_operands(out, alpha, beta, res, gamma), nb, h, wd,
+        x_, w_, *ops, nb, h, wd,
         C=c, N=n, **epilogue_flags(relu, res, out_fmt), ACC_INT=x.dtype == torch.int8, TH=th, TW=tw,
-        BN=cfg.bn, BK=cfg.bk, STRIDE=stride, num_warps=cfg.num_warps, num_stages=cfg.num_stages, enable_fp_fusion=False,
+        BN=cfg.bn, BK=cfg.bk, STRIDE=stride, HOST_DESC=host, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        enable_fp_fusion=False,
     )  # fmt: skip
     return out
 
