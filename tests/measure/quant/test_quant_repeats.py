@@ -85,3 +85,29 @@ def test_a_drifting_plain_graph_is_kept_unchosen_and_the_engine_reports_it(
     assert info.keys() == {"cuda_graph", "repeatable"} and not info["repeatable"]["plain"]["same"]
     assert info["repeatable"]["plain"]["changed"] == 1000  # every logit moved by 1
     assert "the plain CUDA graph's logits changed" in repeats.fault(info)
+
+
+def test_a_candidate_is_refused_where_two_runs_at_the_full_batch_differ(monkeypatch):
+    """`at_batch`: one tensor or a pair's two, compared bit for bit (NaN the same); `tuning.checked_time`'s
+    ``same`` asks it on a GPU before timing, and a candidate that differs is refused with what changed."""
+    from deepgap.measure.quant import tuning
+
+    fixed = torch.tensor([1.0, float("nan"), 3.0])
+    assert repeats.at_batch(lambda: fixed.clone()) is None
+    assert repeats.at_batch(lambda: (fixed.clone(), fixed.clone())) is None
+    drift = itertools.count()
+    moving = lambda: (fixed.clone(), fixed + torch.tensor([0.0, 0.0, next(drift)]))  # noqa: E731
+    assert repeats.at_batch(moving) == (
+        "not repeatable: 1 of 6 outputs changed between two runs on one input at the full batch"
+    )
+    assert repeats.at_batch_on_gpu(moving, "cpu") is None  # the interpreter: one thread, no race
+    asked = []
+    monkeypatch.setattr(
+        tuning, "at_batch_on_gpu", lambda run, device: asked.append(device) or "not repeatable"
+    )
+    monkeypatch.setattr(tuning, "time_s", lambda *a: 1e-3)
+    assert tuning.checked_time(lambda: None, moving, 2, "cuda", same=True) == "not repeatable"
+    assert tuning.checked_time(lambda: None, moving, 2, "cuda") == 1e-3 and asked == [
+        "cuda"
+    ]  # off by default
+    assert tuning.checked_time(lambda: "wrong", moving, 2, "cuda", same=True) == "wrong" and asked == ["cuda"]

@@ -110,8 +110,9 @@ def label_layers(timings: list, rows: list[dict[str, Any]]) -> None:
 def _time_pair(net: QuantNet, first: str, second: str, batch: int, reps: int):
     """({tile label: seconds or why it failed}, (seconds, tile) of the fastest or None) of one pair at ``batch``.
 
-    Each tile is checked on `tuning.CHECK_BATCH` images against the exact reference first, then timed on
-    the whole batch of random activations (CUDA-graph median, as every layer is).
+    Each tile is checked on `tuning.CHECK_BATCH` images against the exact reference first, then for the same
+    bits from two runs of the whole batch (`tuning.checked_time`'s ``same``), then timed on it (CUDA-graph
+    median, as every layer is).
     """
     from deepgap.measure.quant.tuning import CHECK_BATCH, _agree, checked_time, rand_act
 
@@ -131,7 +132,7 @@ def _time_pair(net: QuantNet, first: str, second: str, batch: int, reps: int):
             t, u = pair.run(a, b, xs, rs, cfg)
             return _agree(t, t_ref, a.out_fmt) or _agree(u, u_ref, b.out_fmt)
 
-        got = checked_time(check, lambda cfg=cfg: pair.run(a, b, x, res, cfg), reps, dev)
+        got = checked_time(check, lambda cfg=cfg: pair.run(a, b, x, res, cfg), reps, dev, same=True)
         seconds[cfg.label] = got
         if not isinstance(got, str) and (best is None or got < best[0]):
             best = (got, cfg)

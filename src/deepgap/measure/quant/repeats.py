@@ -58,3 +58,29 @@ def fault(info: dict[str, Any]) -> str | None:
                 f"is stored (benchmarks/pdl_bits.py finds the first tensor that differs)"
             )
     return None
+
+
+def at_batch(run: Any) -> str | None:
+    """None when two calls of ``run()`` (a candidate kernel at the tuned batch) give the same bits, else why not.
+
+    Why: the tuner checks each candidate against the exact reference on `tuning.CHECK_BATCH` images only, where
+    a race in a large grid may never show (session 55: layer2.1.conv2's TMA tile changed 0.8% of its outputs at
+    batch 256 and 1024, never at 2). A kernel that does not repeat itself at the batch it is kept for is refused
+    there, so the network keeps a tile that does. ``run()`` returns one tensor, or a tuple of them (a pair).
+    """
+    first = [t.clone() for t in _tensors(run())]
+    again = _tensors(run())
+    n = sum(int(changed(a, b).sum()) for a, b in zip(first, again, strict=True))
+    if n:
+        of = sum(t.numel() for t in first)
+        return f"not repeatable: {n} of {of} outputs changed between two runs on one input at the full batch"
+    return None
+
+
+def _tensors(out: Any) -> list[torch.Tensor]:
+    return list(out) if isinstance(out, tuple | list) else [out]
+
+
+def at_batch_on_gpu(run: Any, device: Any) -> str | None:
+    """`at_batch` on a GPU; None elsewhere (Triton's interpreter runs one thread, where no launch races)."""
+    return at_batch(run) if str(device).startswith("cuda") else None

@@ -1,9 +1,8 @@
 """Per-layer tuning of the quant engine: self-check each candidate kernel, time it, keep the fastest.
 
 Why its own module: `prepare.prepare_quant` is the recipe (calibrate, tune, choose, capture); this is
-the measuring inside step 2 of it: exact self-checks against the float reference, CUDA-graph timing
-of each candidate, the fp16 path's time, the memory floor of each layer, and the tuning cache
-(`tunecache.py`) that lets a fresh process skip candidates it has tuned before.
+the measuring inside step 2 of it: exact self-checks against the float reference, CUDA-graph timing of each
+candidate, the fp16 path's time, the memory floor of each layer, and the tuning cache (`tunecache.py`).
 """
 
 from __future__ import annotations
@@ -15,9 +14,10 @@ from typing import Any
 
 import torch
 
-from deepgap.measure.quant import layers, split_k
+from deepgap.measure.quant import kernels, layers, split_k
 from deepgap.measure.quant import tunecache as tune_cache
 from deepgap.measure.quant.network import QuantNet, fp16_conv
+from deepgap.measure.quant.repeats import at_batch_on_gpu
 from deepgap.measure.quant.tiles import (
     LayerTiming,
     candidate_configs,
@@ -327,14 +327,17 @@ def candidates(net: QuantNet, name: str, batch: int, opts, backend_ok: bool) -> 
     return cands
 
 
-def checked_time(check: Callable[[], str | None], run: Callable[[], Any], reps: int, device) -> float | str:
+def checked_time(
+    check: Callable[[], str | None], run: Callable, reps: int, device, same=False
+) -> float | str:
     """Seconds of ``run()`` (`time_s`) once ``check()`` found nothing wrong, else what it found or what raised.
 
     The tuner's rule for every candidate it may keep (a layer's tile, a fused pair's, the benches'): checked on
-    a few images against the exact reference first, then timed on the whole batch.
+    a few images against the exact reference first, with ``same`` for the same bits from two runs of the whole
+    batch on a GPU (`repeats.at_batch_on_gpu`), then timed on it.
     """
     try:
-        why = check()
+        why = check() or (at_batch_on_gpu(run, device) if same else None)
         return why if why is not None else time_s(run, reps, str(device))
     except Exception as exc:  # noqa: BLE001 - a failing kernel is reported and skipped
         _sync(device)
@@ -352,7 +355,7 @@ def _best_of(net, name, cands, x, xs, res, rs, ref, batch, cb, opts):
             break  # the torch path is a fallback, not a contender
         net.backend[name], net.configs[name] = backend, cfg
         check = lambda: _agree(net.run_conv(name, xs, cb, rs), ref, layer.out_fmt)  # noqa: E731
-        got = checked_time(check, lambda: net.run_conv(name, x, batch, res), opts.timing_reps, dev)
+        got = checked_time(check, lambda: net.run_conv(name, x, batch, res), opts.timing_reps, dev, same=True)
         if isinstance(got, str):
             errors.append(f"{backend} {cfg.label if cfg else ''}: {got}")
         elif best is None or got < best[0]:
@@ -394,6 +397,4 @@ def _sync(device) -> None:
 
 
 def _epi(acc, layer, res):
-    from deepgap.measure.quant import kernels
-
     return kernels.epilogue(acc, layer.alpha, layer.beta, layer.out_fmt, layer.node.relu, res, layer.gamma)
