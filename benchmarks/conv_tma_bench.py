@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-sizes", default="1024,256")
     p.add_argument("--precisions", default="fp8,int8")
     p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--layers", default="", help="only the shapes whose name holds this text (e.g. layer2)")
     p.add_argument("--out", default="conv_tma.jsonl")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     with open(args.out, "w") as fh, torch.inference_mode():
         for qfmt in args.precisions.split(","):
             for batch in (int(b) for b in args.batch_sizes.split(",")):
-                for name, h, c, st in SHAPES:
+                for name, h, c, st in (s for s in SHAPES if args.layers in s[0]):
                     g = torch.Generator().manual_seed(h)
                     node = ConvNode(name, "a", "b", torch.randn(c, c, 3, 3, generator=g) * (2.0 / (9 * c)) ** 0.5,
                                     torch.randn(c, generator=g) * 0.1, st, 1, True)  # fmt: skip

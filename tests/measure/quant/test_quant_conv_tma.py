@@ -72,6 +72,8 @@ def test_the_launch_refuses_other_kernel_shapes_and_tiles():
         _run(odd, xo, None, (1, 5, 4), cfg)
     with pytest.raises(ValueError, match="must divide BM"):
         _run(lay, x, r, (1, 4, 4), TileConfig(32, 32, 32, 8, 4, 2, tma_conv=12))
+    with pytest.raises(ValueError, match="at most 2 stages"):  # 3 and 4 raced on an H100 (MAX_STAGES)
+        _run(lay, x, r, (1, 4, 4), TileConfig(32, 32, 32, 8, 4, 3, tma_conv=8))
 
 
 def test_offered_on_hopper_where_it_won_and_explored_everywhere(monkeypatch):
@@ -81,7 +83,7 @@ def test_offered_on_hopper_where_it_won_and_explored_everywhere(monkeypatch):
     assert not conv_tma.offered() and conv_tma.tma_configs(node, 28, 28, (9, 0)) == []
     monkeypatch.setenv(conv_tma.ENV, "on")  # the one tile that won, 17-32 wide outputs
     offered = {h: [c.label for c in conv_tma.tma_configs(node, h, h, (9, 0))] for h in (56, 28, 14, 7)}
-    assert offered == {56: [], 28: ["128x128x128 w8 s3 tma-conv4x32"], 14: [], 7: []}
+    assert offered == {56: [], 28: ["128x128x128 w8 s2 tma-conv4x32"], 14: [], 7: []}
     assert [c.tma_conv for c in conv_tma.tma_configs(strided, 56, 56, (9, 0))] == [32]  # 28 wide out
     explored = {
         h: {c.tma_conv for c in conv_tma.tma_configs(node, h, h, (9, 0), explore=True)}
@@ -108,7 +110,7 @@ def test_switched_on_the_tuner_checks_and_times_it_and_the_network_runs_it(r50_n
     explore = functools.partial(conv_tma.tma_configs, explore=True)  # at 32², no layer is 17-32 wide
     monkeypatch.setattr(conv_tma, "tma_configs", explore)
     cands = [c for _, c in tuning.candidates(r50_net, "layer1.0.conv2", 2, opts, True) if c and c.tma_conv]
-    assert [c.label for c in cands] == ["128x64x64 w4 s4 tma-conv16x8", "128x64x64 w4 s3 tma-conv16x8"]
+    assert [c.label for c in cands] == ["128x64x64 w4 s2 tma-conv16x8", "128x64x64 w4 s1 tma-conv16x8"]
     t = tuning.time_layer(r50_net, "layer1.0.conv2", 2, opts, True)
     assert t.q_error is None  # every candidate, the TMA tiles included, passed the exact self-check
     r50_net.configs["layer1.0.conv2"] = cands[0]
@@ -129,8 +131,8 @@ def test_it_compiles_for_hopper_to_tma_copies_and_8bit_wgmma_without_spills(qfmt
     const = dict(C=64, N=64, RELU=True, HAS_RES=False, OUT_KIND=int(qfmt == "fp8"), ACC_INT=qfmt == "int8",
                  TH=2, TW=64, BN=64, BK=64, STRIDE=stride, PDL=False)  # fmt: skip
     aligned = ("x_ptr", "w_ptr", "out_ptr", "res_ptr", "alpha_ptr", "beta_ptr")
-    compiled = compile_sm90(conv_tma.conv3x3_tma_kernel, sig, const, aligned, num_warps=4, num_stages=4,
-                            enable_fp_fusion=False)  # fmt: skip
+    compiled = compile_sm90(conv_tma.conv3x3_tma_kernel, sig, const, aligned, num_warps=4,
+                            num_stages=conv_tma.MAX_STAGES, enable_fp_fusion=False)  # fmt: skip
     ptx = compiled.asm["ptx"]
     assert f"cp.async.bulk.tensor.{dims}.shared::c" in ptx  # the shifted windows, one copy each
     assert "cp.async.bulk.tensor.4d.global.shared" in ptx  # the output's clipped store
@@ -172,7 +174,7 @@ def test_with_host_descriptors_it_compiles_to_the_same_copies_and_makes_no_descr
     const = dict(C=128, N=128, RELU=True, HAS_RES=False, OUT_KIND=1, ACC_INT=False, TH=4, TW=32, BN=128, BK=128,
                  STRIDE=1, PDL=False, HOST_DESC=True)  # fmt: skip
     compiled = compile_sm90(conv_tma.conv3x3_tma_kernel, sig, const, ("alpha_ptr", "beta_ptr"), num_warps=8,
-                            num_stages=3, enable_fp_fusion=False)  # fmt: skip
+                            num_stages=conv_tma.MAX_STAGES, enable_fp_fusion=False)  # fmt: skip
     ptx = compiled.asm["ptx"]
     assert "cp.async.bulk.tensor.4d.shared::c" in ptx and "cp.async.bulk.tensor.4d.global.shared" in ptx
     assert "tensormap.replace" not in ptx and "tensormap.cp_fenceproxy" not in ptx

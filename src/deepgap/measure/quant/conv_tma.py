@@ -38,6 +38,12 @@ from deepgap.measure.quant.launch import INT32_LIMIT, check, check_vec, launcher
 
 ENV = "DEEPGAP_QUANT_CONV_TMA"
 DESC_ENV = "DEEPGAP_QUANT_CONV_TMA_DESC"
+# Pipeline stages this kernel may run: at 3 and 4 its output changed from one run to the next (session 56, one H100,
+# Triton 3.6, `benchmarks/conv_tma_repeat.py`: every launch of layer2's shapes at batch 256, 0.1-1.9% of outputs,
+# descriptors made by each program or at launch alike), at 1 and 2 never. The window reaches the MMA through
+# registers (its [1, TH, TW, BK] box reshaped), and the pipeliner gives its ring one buffer fewer than the
+# weights' at the same prefetch distance; at 2 stages that is one buffer, refilled only after it is read.
+MAX_STAGES = 2
 
 
 def offered() -> bool:
@@ -169,6 +175,10 @@ def conv_gemm(
     )
     tw = int(cfg.tma_conv)
     check(tw > 0 and cfg.bm % tw == 0, f"tile {cfg.label}: tma_conv (TW) must divide BM")
+    check(
+        cfg.num_stages <= MAX_STAGES,
+        f"tile {cfg.label}: at most {MAX_STAGES} stages (more change its output between runs; MAX_STAGES says why)",
+    )
     c, n = _check_conv_inputs(x, nhw, w, ksize, out_fmt, cfg)
     oh, ow = h // stride, wd // stride
     m = nb * oh * ow
@@ -204,12 +214,13 @@ def tma_configs(node, h: int, w: int, capability: tuple[int, int] | None, explor
     None unless `offered`, below Hopper (``capability`` None is the interpreter's CPU, which runs them), or for
     another kernel shape. ``explore`` (the bench, the GPU test): blocks of 128 pixels as wide as the output
     rounded up to a power of two (capped at 64, at least 8) and half that; BN the output channels up to 128,
-    and 64 beside it; 4 and 3 stages; BK 128 bytes where C allows, else 64.
+    and 64 beside it; 2 and 1 stages (`MAX_STAGES`); BK 128 bytes where C allows, else 64.
 
     Otherwise (the tuner) only what won somewhere on one H200 (session 29, `benchmarks/conv_tma.sh`, batch
     256 and 1024, fp8 and int8, against the grouped kernel's best tile): 4×32 pixels, BN 128 on 8 warps,
-    3 stages, for outputs 17 to 32 wide (ResNet-50's layer2, stride 1 and 2: 1.08-1.17×). Everywhere else
-    every tile lost (layer1 0.74-0.77×, layer3 0.70-0.87×, layer4 0.36-0.49×), so none is offered there.
+    for outputs 17 to 32 wide (ResNet-50's layer2, stride 1 and 2: 1.08-1.17× at 3 stages, which race; now 2).
+    Everywhere else every tile lost (layer1 0.74-0.77×, layer3 0.70-0.87×, layer4 0.36-0.49×), so none is
+    offered there.
     """
     from deepgap.measure.quant.tiles import TileConfig
 
@@ -227,7 +238,7 @@ def tma_configs(node, h: int, w: int, capability: tuple[int, int] | None, explor
     if not bk or n % 64:
         return []
     if not explore:
-        out = [TileConfig(128, 128, bk, 8, 8, 3, tma_conv=32)] if 16 < w <= 32 else []
+        out = [TileConfig(128, 128, bk, 8, 8, MAX_STAGES, tma_conv=32)] if 16 < w <= 32 else []
         return [cfg for cfg in out if cfg.fits(n, c)]
     tw = min(64, max(8, 1 << (w - 1).bit_length()))
     widths = [tw] + ([tw // 2] if tw >= 16 else [])
@@ -236,6 +247,6 @@ def tma_configs(node, h: int, w: int, capability: tuple[int, int] | None, explor
         TileConfig(128, bn, bk, 8, 8 if bn == 128 else 4, stages, tma_conv=width)
         for width in widths
         for bn in bns
-        for stages in (4, 3)
+        for stages in (MAX_STAGES, 1)
     ]
     return [cfg for cfg in out if cfg.fits(n, c)]

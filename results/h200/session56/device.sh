@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Session 56 (2026-12-06): the calls of this session, from the repository root with $OUT set (benchmarks/device_lib.sh).
+# Each call asked for nvidia-h200 (the README says which card each got).
+# Usage: bash results/h200/session56/device.sh N
+set -uo pipefail
+source benchmarks/device_lib.sh
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
+echo "device: $gpu"
+S=/tmp/dg; mkdir -p $S
+exp() { python -m deepgap export "$S/$1.sqlite" -o "$OUT/$1.csv" > /dev/null 2>&1 || true; }
+case ${1:-} in
+1) # (any card, ~8 min) which kernel makes ResNet-50's batch-256 graph change between replays: the TMA 3×3
+   # convolution alone on one input, repeated per tile, launch mode and descriptor form
+   # (benchmarks/conv_tma_repeat.py); then the whole network's replays and eager steps (pdl_bits) with that kernel
+   # off (the default since session 55); if that repeats, on with each descriptor form, else with the pair kernels
+   # or the persistent 1×1 GEMM off
+   step "conv_tma alone, repeated: fp8 bs256" 200 python benchmarks/conv_tma_repeat.py --precisions fp8 \
+       --batch-sizes 256 --out "$OUT/conv-tma-repeat-fp8.jsonl" > "$OUT/conv-tma-repeat-fp8.txt" 2>&1
+   grep -c '"differ": 0' "$OUT/conv-tma-repeat-fp8.jsonl"; grep -v '"differ": 0,' "$OUT/conv-tma-repeat-fp8.jsonl" | head -n 40
+   # the whole network at batch 256 (the first of these tunes and compiles from nothing on a fresh machine)
+   bits() { local l=$1; shift; local f="$OUT/bits-256-$(echo "$*" | tr ' =' '_-').txt"
+            step "pdl bits bs256, $*" "$l" env "$@" python benchmarks/pdl_bits.py --batch 256 --triggers '' > "$f" 2>&1
+            grep '^{' "$f"; }
+   bits 200 DEEPGAP_QUANT_CONV_TMA=off
+   if grep -q '"turn": "plain", "replays": \[{"differ": 0,.*{"differ": 0,.*{"differ": 0,' \
+       "$OUT/bits-256-DEEPGAP_QUANT_CONV_TMA-off.txt"; then  # the default repeats: the TMA 3×3 on, each descriptor form
+       bits 110 DEEPGAP_QUANT_CONV_TMA=on DEEPGAP_QUANT_CONV_TMA_DESC=host
+       bits 110 DEEPGAP_QUANT_CONV_TMA=on DEEPGAP_QUANT_CONV_TMA_DESC=device
+   else  # the default still changes: is another kernel to blame?
+       bits 110 DEEPGAP_QUANT_PAIRS=off
+       bits 110 DEEPGAP_QUANT_GEMM=off
+   fi ;;
+2) # (an H200, 6-8 min) issue 47's goals with session 55's defaults (PDL timed, each kernel's trigger after its wait,
+   # the TMA 3×3 convolution off, the repeat check): deepgap run at batch 1 and 1024, fp8 and int8; the bare loop
+   R50=(python -m deepgap run --models resnet50 --engines quant --sweeps 1 --no-cpu-baseline --no-thermal-warmup)
+   step "resnet50 quant fp8,int8 bs1" 150 "${R50[@]}" --precisions fp8,int8 --batch-sizes 1 --store $S/r1.sqlite \
+       > "$OUT/resnet-bs1.txt" 2>&1; exp r1
+   grep -i "img/s" "$OUT/resnet-bs1.txt" | tail -n 4
+   step "resnet50 quant fp8,int8 bs1024" 280 "${R50[@]}" --precisions fp8,int8 --batch-sizes 1024 \
+       --store $S/r1024.sqlite > "$OUT/resnet-bs1024.txt" 2>&1; exp r1024
+   grep -i "img/s\|error" "$OUT/resnet-bs1024.txt" | tail -n 4
+   step "bare loop bs1, bs1024" 150 python benchmarks/quant_inputs.py --models resnet50 --precisions fp8 \
+       --batch-sizes 1,1024 --inputs default --out "$OUT/resnet-loop.jsonl" > "$OUT/resnet-loop.txt" 2>&1
+   grep -A3 "^model" "$OUT/resnet-loop.txt" ;;
+3) # (any card, ~6 min) the TMA 3×3 convolution at 2 stages (conv_tma.MAX_STAGES; 3 and 4 raced in call 1): alone
+   # on one input, repeated; its tiles timed against the grouped kernel's best on layer2's shapes; then ResNet-50
+   # at batch 1024 with the kernel off and on (the tuner's new full-batch repeat check in both)
+   step "conv_tma alone, repeated: the tuner's tile, 1-4 stages" 90 python benchmarks/conv_tma_repeat.py \
+       --precisions fp8,int8 --batch-sizes 1024 --modes graph --descriptors device \
+       --out "$OUT/conv-tma-repeat-1024.jsonl" > "$OUT/conv-tma-repeat-1024.txt" 2>&1
+   grep -o '"precision": "[a-z0-9]*", "tile": "[^"]*", "mode": "graph", "differ": [0-9]*' "$OUT/conv-tma-repeat-1024.jsonl"
+   step "conv_tma tiles against the grouped kernel, layer2" 150 python benchmarks/conv_tma_bench.py --layers layer2 \
+       --batch-sizes 1024,256 --precisions fp8,int8 --out "$OUT/conv-tma-bench.jsonl" > "$OUT/conv-tma-bench.txt" 2>&1
+   grep "grouped" "$OUT/conv-tma-bench.txt"
+   switch_ab DEEPGAP_QUANT_CONV_TMA 1024 conv-tma-1024 150 tma ;;
+*) echo "usage: $0 1|2|3"; exit 2 ;;
+esac
