@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 56 (2026-12-06): the calls of this session, from the repository root with $OUT set (benchmarks/device_lib.sh).
 # Each call asked for nvidia-h200 (the README says which card each got).
-# Usage: bash results/h200/session56/device.sh N
+# Usage: bash results/h100/session56/device.sh N
 set -uo pipefail
 source benchmarks/device_lib.sh
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
@@ -42,15 +42,11 @@ case ${1:-} in
    step "bare loop bs1, bs1024" 150 python benchmarks/quant_inputs.py --models resnet50 --precisions fp8 \
        --batch-sizes 1,1024 --inputs default --out "$OUT/resnet-loop.jsonl" > "$OUT/resnet-loop.txt" 2>&1
    grep -A3 "^model" "$OUT/resnet-loop.txt" ;;
-3) # (any card, ~6 min) the TMA 3×3 convolution at 2 stages (conv_tma.MAX_STAGES; 3 and 4 raced in call 1): alone
-   # on one input, repeated; its tiles timed against the grouped kernel's best on layer2's shapes; then ResNet-50
-   # at batch 1024 with the kernel off and on (the tuner's new full-batch repeat check in both)
-   step "conv_tma alone, repeated: the tuner's tile, 1-4 stages" 90 python benchmarks/conv_tma_repeat.py \
-       --precisions fp8,int8 --batch-sizes 1024 --modes graph --descriptors device \
-       --out "$OUT/conv-tma-repeat-1024.jsonl" > "$OUT/conv-tma-repeat-1024.txt" 2>&1
-   grep -o '"precision": "[a-z0-9]*", "tile": "[^"]*", "mode": "graph", "differ": [0-9]*' "$OUT/conv-tma-repeat-1024.jsonl"
-   step "conv_tma tiles against the grouped kernel, layer2" 150 python benchmarks/conv_tma_bench.py --layers layer2 \
-       --batch-sizes 1024,256 --precisions fp8,int8 --out "$OUT/conv-tma-bench.jsonl" > "$OUT/conv-tma-bench.txt" 2>&1
+3) # (any card, ~5 min) the TMA 3×3 convolution at 2 stages (conv_tma.MAX_STAGES; 3 and 4 raced in call 1): its
+   # tiles timed against the grouped kernel's best on layer2's shapes at batch 1024; then ResNet-50 at batch 1024
+   # with the kernel off and on (the tuner's new full-batch repeat check and the graph's in both)
+   step "conv_tma tiles against the grouped kernel, layer2" 100 python benchmarks/conv_tma_bench.py --layers layer2 \
+       --batch-sizes 1024 --precisions fp8,int8 --out "$OUT/conv-tma-bench.jsonl" > "$OUT/conv-tma-bench.txt" 2>&1
    grep "grouped" "$OUT/conv-tma-bench.txt"
    switch_ab DEEPGAP_QUANT_CONV_TMA 1024 conv-tma-1024 150 tma ;;
 *) echo "usage: $0 1|2|3"; exit 2 ;;
