@@ -49,5 +49,14 @@ case ${1:-} in
    step "conv_tma tiles against the grouped kernel, layer2" 80 python benchmarks/conv_tma_bench.py --layers layer2 \
        --batch-sizes 1024 --precisions fp8 --out "$OUT/conv-tma-bench.jsonl" > "$OUT/conv-tma-bench.txt" 2>&1
    grep "grouped" "$OUT/conv-tma-bench.txt" ;;
-*) echo "usage: $0 1|2|3"; exit 2 ;;
+t) # (~1 min; ran after call 2) the GPU tests of the TMA 3×3 tiles and of the graph's repeat at batch 256
+   step "gpu tests" 280 python -m pytest -q -p no:cacheprovider -m gpu tests/measure/quant/test_quant_conv_tma_gpu.py \
+       tests/measure/quant/test_quant_gpu.py -k "repeats or offered" 2>&1 | tail -n 15 ;;
+4) # (~1 min) the kernel alone at batch 1024, fp8 and int8, 1-4 stages; then its GPU tests (2 and 1 stages now)
+   step "repeat 1024" 100 python benchmarks/conv_tma_repeat.py --precisions fp8,int8 --batch-sizes 1024 \
+       --modes graph,burst --descriptors device --out $OUT/conv-tma-repeat-1024-4.jsonl > $OUT/conv-tma-repeat-1024-4.txt 2>&1
+   grep -o '"precision": "[a-z0-9]*", "tile": "[^"]*", "mode": "[a-z]*", "differ": [0-9]*' $OUT/conv-tma-repeat-1024-4.jsonl
+   step "gpu test conv_tma" 60 python -m pytest -q -p no:cacheprovider -m gpu tests/measure/quant/test_quant_conv_tma_gpu.py \
+       2>&1 | tail -n 2 ;;
+*) echo "usage: $0 1|2|t|3|4"; exit 2 ;;
 esac
