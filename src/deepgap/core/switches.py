@@ -49,8 +49,8 @@ SWITCHES: dict[str, Switch] = {
     "DEEPGAP_QUANT_WHOLE": Switch(("off", "on"), "off"),  # on: timed at batch ≤ 8 (slower so far)
     # the shortcuts on a second stream at batch <= 8, timed both ways and kept where faster
     "DEEPGAP_QUANT_BRANCH": Switch(("auto", "off"), "auto"),
-    # off since session 55: the first layer it ran (layer2.1.conv2) was the first whose output changed between two
-    # runs at batch 256/1024 on one H100, its input the same (`quant.repeats`, docs/quant.md)
+    # off since session 55, when its 3- and 4-stage tiles changed their output between runs (found in session 56; now
+    # at most 2 stages, `conv_tma.MAX_STAGES`), and so since: 0.4% at batch 1024 on an H100 (docs/quant.md)
     "DEEPGAP_QUANT_CONV_TMA": Switch(("off", "on"), "off"),
     # where that kernel's TMA descriptors are made: by each program in global scratch (device), or once at launch
     # and passed by value (host; `quant.conv_tma`)

@@ -15,11 +15,12 @@ A stage's first 3×3 (stride 2, even sizes) reads its input as [N, H/2, 2, W/2, 
 Timed on one H200 in session 29 (`benchmarks/conv_tma.sh`): faster than the grouped kernel only on
 ResNet-50's layer2 (28 wide), so the tuner is offered that one tile there (`tma_configs`), and keeps it
 only where its own timing agrees. ``DEEPGAP_QUANT_CONV_TMA=on`` (`core.switches`) offers it; off by default since
-session 55, when on one H100 at batch 256 and 1024 the first layer it ran (layer2.1.conv2) was the first tensor
-whose values changed between two eager runs of the network (0.8% of them, by up to 124 in fp8 codes) while its
-input stayed the same (`benchmarks/pdl_bits.py`, `quant.repeats`): something in its launch races, which one
-call on a GPU has yet to pin down. The interpreter runs it (descriptors and their out-of-bounds zeros included),
-so the CPU tests check it exactly.
+session 55, when at batch 256 and 1024 its first layer (layer2.1.conv2) was the first tensor whose values changed
+between two eager runs of the network. Session 56 ran it alone (`benchmarks/conv_tma_repeat.py`, one H100): fp8 at
+3 and 4 pipeline stages changed 0.1-1.9% of its outputs at every launch, at 1 and 2 never (int8 never), so it runs
+at most `MAX_STAGES` = 2; there it was worth 0.4% at batch 1024 on that H100, within the run's interval, and stays
+off. The interpreter runs it (descriptors and their out-of-bounds zeros included), so the CPU tests check it
+exactly.
 """
 
 # Triton convention: compile-time (constexpr) parameters in capitals; constexpr branches stay if/else.
@@ -38,11 +39,11 @@ from deepgap.measure.quant.launch import INT32_LIMIT, check, check_vec, launcher
 
 ENV = "DEEPGAP_QUANT_CONV_TMA"
 DESC_ENV = "DEEPGAP_QUANT_CONV_TMA_DESC"
-# Pipeline stages this kernel may run: at 3 and 4 its output changed from one run to the next (session 56, one H100,
-# Triton 3.6, `benchmarks/conv_tma_repeat.py`: every launch of layer2's shapes at batch 256, 0.1-1.9% of outputs,
-# descriptors made by each program or at launch alike), at 1 and 2 never. The window reaches the MMA through
-# registers (its [1, TH, TW, BK] box reshaped), and the pipeliner gives its ring one buffer fewer than the
-# weights' at the same prefetch distance; at 2 stages that is one buffer, refilled only after it is read.
+# Pipeline stages this kernel may run: at 3 and 4 its fp8 output changed from one run to the next (session 56, one
+# H100, Triton 3.6, `benchmarks/conv_tma_repeat.py`: every launch of layer2's shapes at batch 256 and 1024, 0.1-1.9%
+# of outputs, descriptors made by each program or at launch alike), at 1 and 2 never, nor int8 at any. The window
+# reaches the MMA through registers (its [1, TH, TW, BK] box reshaped), and the pipeliner gives its ring one buffer
+# fewer than the weights' at the same prefetch distance; at 2 stages that is one buffer, refilled after it is read.
 MAX_STAGES = 2
 
 
