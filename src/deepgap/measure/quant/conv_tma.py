@@ -41,9 +41,9 @@ ENV = "DEEPGAP_QUANT_CONV_TMA"
 DESC_ENV = "DEEPGAP_QUANT_CONV_TMA_DESC"
 # Pipeline stages this kernel may run: at 3 and 4 its fp8 output changed from one run to the next (session 56, one
 # H100, Triton 3.6, `benchmarks/conv_tma_repeat.py`: every launch of layer2's shapes at batch 256 and 1024, 0.1-1.9%
-# of outputs, descriptors made by each program or at launch alike), at 1 and 2 never, nor int8 at any. The window
-# reaches the MMA through registers (its [1, TH, TW, BK] box reshaped), and the pipeliner gives its ring one buffer
-# fewer than the weights' at the same prefetch distance; at 2 stages that is one buffer, refilled after it is read.
+# of outputs, descriptors made by each program or at launch alike), at 1 and 2 never, nor int8 at any. The cause is
+# not pinned: in the sm_90 PTX (Triton 3.8, here) the window reaches the MMA through registers, fp8 as two wgmma
+# groups with one left in flight across the loop's turn, int8 as one group waited for; but 2-stage fp8 has that too.
 MAX_STAGES = 2
 
 
