@@ -107,7 +107,8 @@ def test_a_candidate_is_refused_where_two_runs_at_the_full_batch_differ(monkeypa
     )
     monkeypatch.setattr(tuning, "time_s", lambda *a: 1e-3)
     assert tuning.checked_time(lambda: None, moving, 2, "cuda", same=True) == "not repeatable"
-    assert tuning.checked_time(lambda: None, moving, 2, "cuda") == 1e-3 and asked == [
-        "cuda"
-    ]  # off by default
-    assert tuning.checked_time(lambda: "wrong", moving, 2, "cuda", same=True) == "wrong" and asked == ["cuda"]
+    assert tuning.checked_time(lambda: None, moving, 2, "cuda") == 1e-3  # off by default: not asked
+    assert (
+        tuning.checked_time(lambda: "wrong", moving, 2, "cuda", same=True) == "wrong"
+    )  # nor after a failed check
+    assert asked == ["cuda"]

@@ -64,9 +64,10 @@ def at_batch(run: Any) -> str | None:
     """None when two calls of ``run()`` (a candidate kernel at the tuned batch) give the same bits, else why not.
 
     Why: the tuner checks each candidate against the exact reference on `tuning.CHECK_BATCH` images only, where
-    a race in a large grid may never show (session 55: layer2.1.conv2's TMA tile changed 0.8% of its outputs at
-    batch 256 and 1024, never at 2). A kernel that does not repeat itself at the batch it is kept for is refused
-    there, so the network keeps a tile that does. ``run()`` returns one tensor, or a tuple of them (a pair).
+    a race in a large grid may not show (sessions 55-56: layer2's 3-stage TMA tile passed that check, then changed
+    0.1-1.9% of its outputs at every launch at batch 256 and 1024). A kernel that does not repeat itself at the
+    batch it is kept for is refused there, so the network keeps a tile that does. ``run()`` returns one tensor,
+    or a tuple of them (a pair).
     """
     first = [t.clone() for t in _tensors(run())]
     again = _tensors(run())
