@@ -58,5 +58,23 @@ t) # (~1 min; ran after call 2) the GPU tests of the TMA 3×3 tiles and of the g
    grep -o '"precision": "[a-z0-9]*", "tile": "[^"]*", "mode": "[a-z]*", "differ": [0-9]*' $OUT/conv-tma-repeat-1024-4.jsonl
    step "gpu test conv_tma" 60 python -m pytest -q -p no:cacheprovider -m gpu tests/measure/quant/test_quant_conv_tma_gpu.py \
        2>&1 | tail -n 2 ;;
-*) echo "usage: $0 1|2|t|3|4"; exit 2 ;;
+5) # (prepared for an H200; ~9 min) issue 47's goals with today's defaults: ResNet-50 quant at batch 1; at 1024
+   # after a thermal warm-up (at most 60 s), then the bare loop at once on the warm card (call 2's 1.025x came from
+   # a cold run against a warm loop); the 2-stage TMA 3x3 off and on at 1024; then issue 51's 8B run at batch 1
+   R50=(python -m deepgap run --models resnet50 --engines quant --sweeps 1 --no-cpu-baseline)
+   step "resnet50 quant fp8,int8 bs1" 120 "${R50[@]}" --no-thermal-warmup --precisions fp8,int8 --batch-sizes 1 \
+       --store $S/r1.sqlite > "$OUT/resnet-bs1.txt" 2>&1; exp r1
+   grep -i "img/s" "$OUT/resnet-bs1.txt" | tail -n 4
+   step "resnet50 quant fp8,int8 bs1024, warm" 200 "${R50[@]}" --thermal-warmup --thermal-window 15 \
+       --thermal-timeout 60 --precisions fp8,int8 --batch-sizes 1024 --store $S/r1024.sqlite > "$OUT/resnet-bs1024.txt" 2>&1
+   exp r1024; grep -i "img/s\|error" "$OUT/resnet-bs1024.txt" | tail -n 4
+   step "bare loop bs1024, bs1" 90 python benchmarks/quant_inputs.py --models resnet50 --precisions fp8 \
+       --batch-sizes 1024,1 --inputs default --out "$OUT/resnet-loop.jsonl" > "$OUT/resnet-loop.txt" 2>&1
+   grep -A3 "^model" "$OUT/resnet-loop.txt"
+   switch_ab DEEPGAP_QUANT_CONV_TMA 1024 conv-tma-1024 110 tma
+   step "deepgap run 8b fp8 bs1" 150 python -m deepgap run --workload decode --models llama-3.1-8b --device cuda \
+       --input-lens 128 --output-lens 128 --repeats 3 --sweeps 1 --no-thermal-warmup --no-cpu-baseline \
+       --engines quant --precisions fp8 --batch-sizes 1 --store $S/run8b.sqlite > "$OUT/run8b-bs1.txt" 2>&1
+   exp run8b; grep -i "tok/s\|tokens/s" "$OUT/run8b-bs1.txt" | tail -n 1 ;;
+*) echo "usage: $0 1|2|t|3|4|5"; exit 2 ;;
 esac
