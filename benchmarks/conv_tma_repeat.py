@@ -96,6 +96,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--explore", action="store_true", help="also every tile `tma_configs(explore=True)` offers"
     )
+    p.add_argument(
+        "--warps",
+        default="8",
+        help="the tuner's tile on these warp counts (4: one warpgroup owns the whole 128-row block)",
+    )
     args = p.parse_args(argv)
     dev = args.device
     if dev == "cuda" and (not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0)):
@@ -129,7 +134,12 @@ def main(argv: list[str] | None = None) -> int:
                     grouped = candidate_configs(batch * (h // st) ** 2, c, c, qfmt)[0]
                     ref = kernels.conv_gemm(*a, grouped)
                     own = conv_tma.tma_configs(node, h, h, cap)
-                    tiles = [dataclasses.replace(t, num_stages=s) for t in own for s in (1, 2, 3, 4)]
+                    tiles = [
+                        dataclasses.replace(t, num_stages=s, num_warps=int(nw))
+                        for t in own
+                        for nw in args.warps.split(",")
+                        for s in (1, 2, 3, 4)
+                    ]
                     if args.explore:
                         tiles += [
                             t for t in conv_tma.tma_configs(node, h, h, cap, explore=True) if t not in tiles

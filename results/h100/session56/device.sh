@@ -76,5 +76,10 @@ t) # (~1 min; ran after call 2) the GPU tests of the TMA 3×3 tiles and of the g
        --input-lens 128 --output-lens 128 --repeats 3 --sweeps 1 --no-thermal-warmup --no-cpu-baseline \
        --engines quant --precisions fp8 --batch-sizes 1 --store $S/run8b.sqlite > "$OUT/run8b-bs1.txt" 2>&1
    exp run8b; grep -i "tok/s\|tokens/s" "$OUT/run8b-bs1.txt" | tail -n 1 ;;
-*) echo "usage: $0 1|2|t|3|4|5"; exit 2 ;;
+6) # (prepared, any card, ~1 min) the 3-4 stage race on one warpgroup: the tuner's tile on 8 and 4 warps, 1-4 stages
+   step "repeat, 8 and 4 warps" 100 python benchmarks/conv_tma_repeat.py --precisions fp8 --batch-sizes 256 \
+       --modes graph,burst --descriptors device --warps 8,4 --out $OUT/conv-tma-warps.jsonl > $OUT/conv-tma-warps.txt 2>&1
+   grep -o '"layer": "[^"]*", "batch": [0-9]*, "precision": "[a-z0-9]*", "tile": "[^"]*", "mode": "[a-z]*", "differ": [0-9]*' \
+       $OUT/conv-tma-warps.jsonl ;;
+*) echo "usage: $0 1|2|t|3|4|5|6"; exit 2 ;;
 esac
