@@ -193,15 +193,13 @@ def conv_gemm(
     th = cfg.bm // tw
     grid = (nb * triton.cdiv(oh, th) * triton.cdiv(ow, tw), n // cfg.bn)
     host = (descriptors or switches.read(DESC_ENV)) == "host"
-    ops = epilogue_operands(out, alpha, beta, res, gamma)
-    if host:
-        xd, wd_, od, rd = host_descriptors(x, w, out, res, nhw, stride, th, tw, cfg.bn, cfg.bk)
-        x_, w_, ops = xd, wd_, (od, ops[1], ops[2], rd, ops[4])
+    if host:  # the four operands the kernel reads through TMA, as descriptors
+        x_, w_, o_, r_ = host_descriptors(x, w, out, res, nhw, stride, th, tw, cfg.bn, cfg.bk)
     else:
         use_descriptors(x.device)
-        x_, w_ = x, w
+        x_, w_, o_, r_ = x, w, out, res
     launcher(conv3x3_tma_kernel, x.device)[grid](
-        x_, w_, *ops, nb, h, wd,
+        x_, w_, *epilogue_operands(o_, alpha, beta, r_, gamma), nb, h, wd,
         C=c, N=n, **epilogue_flags(relu, res, out_fmt), ACC_INT=x.dtype == torch.int8, TH=th, TW=tw,
         BN=cfg.bn, BK=cfg.bk, STRIDE=stride, HOST_DESC=host, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         enable_fp_fusion=False,

@@ -162,7 +162,8 @@ def launcher(kernel, device: torch.device):
     """
     if device.type == "cpu":
         return interpreted(kernel)
-    extra = {"PDL": _PDL.get(), "launch_pdl": True} if _PDL.get() else {}  # the constexpr, Triton's option
+    pdl = _PDL.get()
+    extra = {"PDL": pdl, "launch_pdl": True} if pdl else {}  # the constexpr, Triton's option
     if _COMPILE_ONLY.get():
         return _CompileOnly(kernel, extra)
     return _WithOptions(kernel, extra) if extra else kernel

@@ -4,11 +4,11 @@ Why: the quant engine's kernels are exact by construction (no atomics whose orde
 a fixed order), so one input gives one set of bits, which is what the PDL and branch choices compare their graphs
 by. In session 55 (one H100, `benchmarks/pdl_bits.py`) ResNet-50 fp8's plain graph at batch 256 and 1024 changed
 85-88% of its logits from one replay to the next (by up to 2.4), and two eager runs first parted at layer2.1's 3×3
-convolution (0.8% of its outputs, by up to 124 in fp8 codes): some kernel there reads what is not yet, or no
-longer, its input. The PDL choice had read that as "the PDL graph's logits differ". A graph that does not repeat
-itself computes something other than the network, whatever its accuracy against fp32 says, so its configuration
-stores no number: `fault` is what the engine's ``faults`` reports (`engines.base.Prepared`), and the row is an error
-that says why.
+convolution (0.8% of its outputs, by up to 124 in fp8 codes); session 56 found its TMA tile at 3 and 4 pipeline
+stages racing (`conv_tma.MAX_STAGES`). The PDL choice had read that as "the PDL graph's logits differ". A graph
+that does not repeat itself computes something other than the network, whatever its accuracy against fp32 says, so
+its configuration stores no number: `fault` is what the engine's ``faults`` reports (`engines.base.Prepared`),
+and the row is an error that says why.
 """
 
 from __future__ import annotations
