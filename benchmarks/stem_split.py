@@ -33,7 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
-from deepgap.measure.quant import stem_int8, stem_kernels, stem_s2d
+from deepgap.measure.quant import stem_int8, stem_kernels, stem_s2d, stem_swap_pool
 from deepgap.measure.quant.kernels import window_origin
 from deepgap.measure.quant.launch import launcher, out_size
 from deepgap.measure.quant.stem_choice import STEM_VARIANTS
@@ -120,6 +120,7 @@ def one(batch: int, res: int, fmt: str, reps: int) -> None:
             reps,
         )
     s2d_ms = s2d(args, ref, base, reps)
+    s2d_ms["stem_s2d_ms"] = s2d_stems(args, pooled, base, reps)
     best = min(conv_ms, key=conv_ms.get) if conv_ms else (128, 4)
     pair = {}
     for cfg in {(128, 4), best}:
@@ -172,6 +173,30 @@ def s2d(args: tuple, ref: torch.Tensor, base: dict, reps: int) -> dict:
                       lambda: stem_s2d.quantize(x16, 0.03), stem_s2d.to_super(q4), reps),
     }  # fmt: skip
     return {"conv_s2d_ms": conv_ms, "quantize_ms": quant_ms}
+
+
+def s2d_stems(args: tuple, pooled: torch.Tensor, base: dict, reps: int) -> dict:
+    """The whole super-pixel stem (convolution and max-pool) per form, each equal to ``pooled`` bit for bit.
+
+    The engine's pair (`stem_s2d.stem`: the 128×4 tile, then `pool8`), the swapped convolution then `pool8`,
+    and the swapped convolution with the pool inside (`stem_swap_pool`) at each of its `TILES`.
+    """
+    pixels, w_i8 = args[0], args[1]
+    xs, ws = stem_s2d.to_super(pixels), stem_s2d.from_pixel_weights(w_i8, 7, 7, 3)
+    forms = {
+        "pair 128x4w": lambda: stem_s2d.stem(xs, ws, *args[2:], block_m=128, num_warps=4),
+        "swap 128x4w s2 p1 + pool8": lambda: stem_s2d.stem(
+            xs, ws, *args[2:], block_m=128, persistent=1, swap=2
+        ),
+    }
+    for cfg in stem_swap_pool.TILES:
+        forms[f"swap+pool {stem_swap_pool.tile_name(cfg)}"] = lambda cfg=cfg: stem_swap_pool.stem(
+            xs, ws, *args[2:], **stem_swap_pool.tile_args(cfg)
+        )
+    return {
+        name: _timed({**base, "part": "stem-s2d", "form": name}, fn, pooled, reps)
+        for name, fn in forms.items()
+    }
 
 
 def main() -> None:

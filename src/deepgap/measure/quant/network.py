@@ -140,6 +140,10 @@ class QuantNet:
 
             xq = x if x.dtype == torch.int8 else s.quantize(x, backend)
             args = (xq, s.w_i8, n.kernel_size, n.stride, n.padding, s.alpha_i8, s.beta, s.out_fmt)
+            if s.swap_cfg:  # super pixels, the swapped convolution with the max-pool inside
+                from deepgap.measure.quant import stem_swap_pool
+
+                return stem_swap_pool.stem(*args, backend=backend, **stem_swap_pool.tile_args(s.swap_cfg))
             if s.super_pixels:  # 16-byte space-to-depth pixels
                 return stem_s2d.stem(*args, backend=backend, **stem_tile_args(s.fused_cfg))
             if s.pool_cfg and backend == "triton":  # the max-pool inside the kernel

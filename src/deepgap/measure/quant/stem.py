@@ -36,6 +36,7 @@ class Stem:
     )
     alpha_i8: torch.Tensor | None = None  # in_scale · s_w / s_out per channel
     pool_cfg: tuple[int, int, int, int] | None = None  # 'int8pool': `stem_pool`'s (rows, cols, warps, stages)
+    swap_cfg: tuple[int, ...] | None = None  # 'int8swap': `stem_swap_pool`'s tile (`stem_swap_pool.TILES`)
 
     def configure(self, kernel: str, pad_channels: int = 0, fused_cfg: tuple[int, ...] | None = None) -> None:
         """Choose the convolution: ``cudnn``, ``fused`` (Triton, 8-bit outputs), ``int8``, ``int8s2d`` or ``int8pool``.
@@ -45,14 +46,17 @@ class Stem:
         and ``super_pixels`` is set.
         ``int8pool`` is the same stem with the max-pool in its kernel (`quant.stem_pool`; ``fused_cfg`` is
         then its (pooled rows, pooled columns, warps, stages)); ``kernel`` reads ``int8`` for both.
+        ``int8swap`` is the super-pixel stem swapped, with the max-pool in its kernel (`quant.stem_swap_pool`;
+        ``fused_cfg`` is then one of its ``TILES``); ``kernel`` reads ``int8`` and ``super_pixels`` is set.
 
         ``pad_channels``: cuDNN's input padded to that many channels (0: none); ``fused_cfg``: the fused
         kernel's block of output pixels and warps (None: keep the current one).
         """
         self.set_padding(pad_channels)
-        self.super_pixels = kernel == "int8s2d"
+        self.swap_cfg = (fused_cfg or self.swap_cfg) if kernel == "int8swap" else None
+        self.super_pixels = kernel in ("int8s2d", "int8swap")
         if self.super_pixels:
-            kernel = "int8"
+            kernel, fused_cfg = "int8", None if self.swap_cfg else fused_cfg
         if kernel == "int8pool":
             self.pool_cfg = fused_cfg or self.pool_cfg
             kernel, fused_cfg = "int8", (self.pool_cfg[0] * self.pool_cfg[1], self.pool_cfg[2])
@@ -88,6 +92,10 @@ class Stem:
         """The configuration's name, e.g. ``cudnn``, ``cudnn+pad4``, ``fused+128x4w``."""
         if self.pool_cfg:
             return "int8+pool{}x{}+{}w{}s".format(*self.pool_cfg)
+        if self.swap_cfg:
+            from deepgap.measure.quant.stem_swap_pool import tile_name
+
+            return f"int8swap+{tile_name(self.swap_cfg)}"
         if self.kernel in ("fused", "int8"):
             return f"{self.kernel}{'s2d' * self.super_pixels}+{stem_tile_name(self.fused_cfg)}"
         return self.kernel + (f"+pad{self.pad_channels}" if self.pad_channels else "")

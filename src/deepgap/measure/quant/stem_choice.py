@@ -17,6 +17,7 @@ import torch
 from deepgap.core import switches
 from deepgap.measure.quant.network import QuantNet
 from deepgap.measure.quant.stem_pool import CONFIGS as POOL_CONFIGS
+from deepgap.measure.quant.stem_swap_pool import TILES as SWAP_TILES
 from deepgap.measure.quant.tuning import CHECK_BATCH, _agree, _sync, checked_time, time_s
 
 
@@ -50,6 +51,10 @@ STEM_VARIANTS = (
     ("int8s2d", 0, (128, 4)),
     ("int8s2d", 0, (128, 4, 3)),
     *(("int8pool", 0, cfg) for cfg in POOL_CONFIGS),  # (pooled rows, columns, warps, stages)
+    # the swapped super-pixel convolution with the max-pool inside (session 57), behind `swap_offered`
+    *(
+        ("int8swap", 0, cfg) for cfg in SWAP_TILES
+    ),  # (pixels, warps, stages, programs an SM, pooled rows a band)
 )
 # The int8 stem quantizes the image and the weights as well, so its 8-bit output is compared with
 # cuDNN's by relative L2 (about 1% for int8 outputs, 3% for fp8 on random weights); the network's
@@ -69,6 +74,11 @@ def pool_offered() -> bool:
     Triton compile and timing per configuration in the main job, for a variant that never wins.
     """
     return switches.read(POOL_ENV) == "on"
+
+
+def swap_offered() -> bool:
+    """Whether the swapped stem with the max-pool inside is timed (``DEEPGAP_QUANT_STEM_SWAP``; off when unset)."""
+    return switches.read("DEEPGAP_QUANT_STEM_SWAP") == "on"
 
 
 def choose_stem(
@@ -98,10 +108,10 @@ def choose_stem(
         bool, torch.Tensor
     ] = {}  # resident input: the int8 pixels of each layout (super pixels or not)
     ref = None
-    pool = pool_offered()
+    pool, swap = pool_offered(), swap_offered()
     for kernel, pad, cfg in STEM_VARIANTS:
-        if kernel == "int8pool" and not pool:
-            continue  # not offered: nothing timed, nothing recorded (`pool_offered`)
+        if (kernel == "int8pool" and not pool) or (kernel == "int8swap" and not swap):
+            continue  # not offered: nothing timed, nothing recorded (`pool_offered`, `swap_offered`)
         try:
             s.configure(kernel, pad, cfg)
         except ValueError as exc:  # a layout this stem's kernel or stride does not fit

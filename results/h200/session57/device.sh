@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Session 57 (2026-12-06): the calls of this session, from the repository root with $OUT set (benchmarks/device_lib.sh).
+# Each call asked for nvidia-h200 (the README says which card each got).
+# Usage: bash results/h200/session57/device.sh N
+set -uo pipefail
+source benchmarks/device_lib.sh
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
+echo "device: $gpu"
+S=/tmp/dg; mkdir -p $S
+case ${1:-} in
+1) # (any card, ~4 min) issue 47: the stem's convolution at batch 1024, first GPU timing of session 29's swapped
+   # kernel (weights as the MMA's M side, `stem_s2d.SWAP_TILES`) beside every super-pixel and 4-byte-pixel tile
+   # and the max-pool, and the whole stem with the pool inside the swapped kernel (`stem_swap_pool`, session 57)
+   # (benchmarks/stem_split.py, fp8, each output checked bit for bit); the GPU tests of both
+   step "stem split bs1024" 240 python benchmarks/stem_split.py --batch-sizes 1024 --formats fp8 \
+       > "$OUT/stem-split-1024.jsonl" 2>&1
+   grep '"summary"' "$OUT/stem-split-1024.jsonl" | python3 -c "import json,sys
+for r in map(json.loads, sys.stdin):
+    print(r['out_fmt'], 'conv', r['conv_ms'], 'pool', r['pool_ms'], 'stem', r['stem_ms'])
+    print('  s2d', r['conv_s2d_ms'], 'quantize', r['quantize_ms'])
+    print('  stem s2d', r['stem_s2d_ms'])"
+   grep -i "error\|traceback\|mismatch" "$OUT/stem-split-1024.jsonl" | head -n 5
+   step "gpu tests: s2d stem" 150 python -m pytest -q -p no:cacheprovider -m gpu tests/measure/quant/test_quant_stem_s2d.py tests/measure/quant/test_quant_stem_swap_pool.py \
+       2>&1 | tail -n 4 ;;
+2) # (any card, ~5 min) ResNet-50 at 1024, fp8 and int8, with the pooled swapped stem offered to the engine's
+   # choice (DEEPGAP_QUANT_STEM_SWAP) off, then on; what each build chose and timed
+   switch_ab DEEPGAP_QUANT_STEM_SWAP 1024 stem-swap-1024 150 stem ;;
+3) # (any card, ~3 min) the same at batch 1
+   switch_ab DEEPGAP_QUANT_STEM_SWAP 1 stem-swap-1 80 stem ;;
+*) echo "usage: $0 1|2|3"; exit 2 ;;
+esac
