@@ -94,10 +94,13 @@ def _timed(row: dict, fn, ref: torch.Tensor, reps: int) -> float | None:
     return row.get("ms") if row.get("bit_equal") else None
 
 
-def one(batch: int, res: int, fmt: str, reps: int) -> None:
+def one(batch: int, res: int, fmt: str, reps: int, parts: str = "all") -> None:
+    """Every timing at one batch and format; ``parts`` 's2d': only the super-pixel ones (the 4-byte-pixel
+    convolution and the pool timed once each, as the reference)."""
     args = _inputs(batch, res, fmt)
     base = {"batch": batch, "out_fmt": fmt}
     tiles = [cfg for kind, _, cfg in STEM_VARIANTS if kind == "int8"] + list(EXTRA_WALKS)
+    tiles = tiles if parts == "all" else tiles[:1]
     ref, nb, oh, ow = stem_int8.convolve(*args, block_m=128, num_warps=4)
     conv_ms: dict[tuple, float] = {}
     for cfg in tiles:
@@ -112,7 +115,7 @@ def one(batch: int, res: int, fmt: str, reps: int) -> None:
     pooled = stem_kernels.pool8(ref, nb, oh, ow)
     pool_ms = {"float32 (before)": _timed({**base, "part": "pool", "block": "float32 32"},
                                           lambda: float_pool(ref, nb, oh, ow), pooled, reps)}  # fmt: skip
-    for bp in POOL_BLOCKS:
+    for bp in POOL_BLOCKS if parts == "all" else POOL_BLOCKS[:1]:
         pool_ms[f"codes {bp}"] = _timed(
             {**base, "part": "pool", "block": f"codes {bp}"},
             lambda bp=bp: stem_kernels.pool8(ref, nb, oh, ow, block_p=bp),
@@ -205,10 +208,11 @@ def main() -> None:
     p.add_argument("--formats", default="fp8,int8")
     p.add_argument("--resolution", type=int, default=224)
     p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--parts", choices=("all", "s2d"), default="all", help="s2d: the super-pixel timings only")
     a = p.parse_args()
     for bs in [int(b) for b in a.batch_sizes.split(",")]:
         for fmt in a.formats.split(","):
-            one(bs, a.resolution, fmt, a.reps)
+            one(bs, a.resolution, fmt, a.reps, a.parts)
 
 
 if __name__ == "__main__":

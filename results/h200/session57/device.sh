@@ -12,7 +12,7 @@ case ${1:-} in
    # kernel (weights as the MMA's M side, `stem_s2d.SWAP_TILES`) beside every super-pixel and 4-byte-pixel tile
    # and the max-pool, and the whole stem with the pool inside the swapped kernel (`stem_swap_pool`, session 57)
    # (benchmarks/stem_split.py, fp8, each output checked bit for bit); the GPU tests of both
-   step "stem split bs1024" 240 python benchmarks/stem_split.py --batch-sizes 1024 --formats fp8 \
+   step "stem split bs1024" 240 python benchmarks/stem_split.py --batch-sizes 1024 --formats fp8 --parts s2d \
        > "$OUT/stem-split-1024.jsonl" 2>&1
    grep '"summary"' "$OUT/stem-split-1024.jsonl" | python3 -c "import json,sys
 for r in map(json.loads, sys.stdin):
