@@ -27,5 +27,18 @@ for r in map(json.loads, sys.stdin):
    switch_ab DEEPGAP_QUANT_STEM_SWAP 1024 stem-swap-1024 150 stem ;;
 3) # (any card, ~3 min) the same at batch 1
    switch_ab DEEPGAP_QUANT_STEM_SWAP 1 stem-swap-1 80 stem ;;
-*) echo "usage: $0 1|2|3"; exit 2 ;;
+a) # (any card, at most 9 min; for a session with little device time left) the pooled stem's GPU test, then call 2's
+   # A/B at batch 1024, then call 1's timings
+   step "gpu test: pooled swapped stem" 90 python -m pytest -q -p no:cacheprovider -m gpu \
+       tests/measure/quant/test_quant_stem_swap_pool.py 2>&1 | tail -n 4
+   switch_ab DEEPGAP_QUANT_STEM_SWAP 1024 stem-swap-1024 140 stem
+   step "stem split bs1024" 170 python benchmarks/stem_split.py --batch-sizes 1024 --formats fp8 --parts s2d \
+       > "$OUT/stem-split-1024.jsonl" 2>&1
+   grep '"summary"' "$OUT/stem-split-1024.jsonl" | python3 -c "import json,sys
+for r in map(json.loads, sys.stdin):
+    print(r['out_fmt'], 'conv', r['conv_ms'], 'pool', r['pool_ms'])
+    print('  s2d', r['conv_s2d_ms'], 'quantize', r['quantize_ms'])
+    print('  stem s2d', r['stem_s2d_ms'])"
+   grep -o '"form": "[^"]*", "bit_equal": [a-z]*, "ms": [0-9.]*' "$OUT/stem-split-1024.jsonl" ;;
+*) echo "usage: $0 1|2|3|a"; exit 2 ;;
 esac
