@@ -31,7 +31,7 @@ a) # (any card, at most 9 min; for a session with little device time left) the p
    # A/B at batch 1024, then call 1's timings
    step "gpu test: pooled swapped stem" 90 python -m pytest -q -p no:cacheprovider -m gpu \
        tests/measure/quant/test_quant_stem_swap_pool.py 2>&1 | tail -n 4
-   switch_ab DEEPGAP_QUANT_STEM_SWAP 1024 stem-swap-1024 140 stem
+   switch_ab DEEPGAP_QUANT_STEM_SWAP 1024 stem-swap-1024 150 stem
    step "stem split bs1024" 170 python benchmarks/stem_split.py --batch-sizes 1024 --formats fp8 --parts s2d \
        > "$OUT/stem-split-1024.jsonl" 2>&1
    grep '"summary"' "$OUT/stem-split-1024.jsonl" | python3 -c "import json,sys
