@@ -7,6 +7,7 @@ source benchmarks/device_lib.sh
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
 echo "device: $gpu"
 S=/tmp/dg; mkdir -p $S
+exp() { python -m deepgap export "$S/$1.sqlite" -o "$OUT/$1.csv" > /dev/null 2>&1 || true; }
 case ${1:-} in
 1) # (any card, ~4 min) issue 47: the stem's convolution at batch 1024, first GPU timing of session 29's swapped
    # kernel (weights as the MMA's M side, `stem_s2d.SWAP_TILES`) beside every super-pixel and 4-byte-pixel tile
@@ -40,5 +41,16 @@ for r in map(json.loads, sys.stdin):
     print('  s2d', r['conv_s2d_ms'], 'quantize', r['quantize_ms'])
     print('  stem s2d', r['stem_s2d_ms'])"
    grep -o '"form": "[^"]*", "bit_equal": [a-z]*, "ms": [0-9.]*' "$OUT/stem-split-1024.jsonl" ;;
-*) echo "usage: $0 1|2|3|a"; exit 2 ;;
+b) # (any card, at most 6 min; for even less device time) the pooled stem's GPU test; ResNet-50 fp8 at 1024 with the
+   # pooled stem offered, then not; what each build chose
+   step "gpu test: pooled swapped stem" 80 python -m pytest -q -p no:cacheprovider -m gpu \
+       tests/measure/quant/test_quant_stem_swap_pool.py 2>&1 | tail -n 4
+   for mode in on off; do
+       step "resnet50 fp8 bs1024, stem swap $mode" 130 env DEEPGAP_QUANT_STEM_SWAP=$mode python -m deepgap run \
+           --models resnet50 --engines quant --precisions fp8 --batch-sizes 1024 --sweeps 1 --no-cpu-baseline \
+           --no-thermal-warmup --store $S/swap-$mode.sqlite > "$OUT/stem-swap-1024-fp8-$mode.txt" 2>&1
+       grep "img/s" "$OUT/stem-swap-1024-fp8-$mode.txt" | tail -n 1
+       exp swap-$mode; python benchmarks/engine_kept.py $S/swap-$mode.sqlite stem 2>&1 | tee "$OUT/stem-swap-$mode-kept.txt"
+   done ;;
+*) echo "usage: $0 1|2|3|a|b"; exit 2 ;;
 esac
