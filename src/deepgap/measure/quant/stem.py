@@ -39,7 +39,7 @@ class Stem:
     swap_cfg: tuple[int, ...] | None = None  # 'int8swap': `stem_swap_pool`'s tile (`stem_swap_pool.TILES`)
 
     def configure(self, kernel: str, pad_channels: int = 0, fused_cfg: tuple[int, ...] | None = None) -> None:
-        """Choose the convolution: ``cudnn``, ``fused`` (Triton, 8-bit outputs), ``int8``, ``int8s2d`` or ``int8pool``.
+        """Choose the convolution: ``cudnn``, ``fused``, ``int8``, ``int8s2d``, ``int8pool`` or ``int8swap``.
 
         ``int8`` is `quant.stem_int8` (int8 pixels and weights); it needs the image's calibrated ``in_scale``.
         ``int8s2d`` is the same on 16-byte space-to-depth pixels (`quant.stem_s2d`); ``kernel`` reads ``int8``
@@ -54,6 +54,8 @@ class Stem:
         """
         self.set_padding(pad_channels)
         self.swap_cfg = (fused_cfg or self.swap_cfg) if kernel == "int8swap" else None
+        if kernel == "int8swap" and not self.swap_cfg:
+            raise ValueError("the int8swap stem needs its tile (one of `stem_swap_pool.TILES`)")
         self.super_pixels = kernel in ("int8s2d", "int8swap")
         if self.super_pixels:
             kernel, fused_cfg = "int8", None if self.swap_cfg else fused_cfg

@@ -51,10 +51,9 @@ STEM_VARIANTS = (
     ("int8s2d", 0, (128, 4)),
     ("int8s2d", 0, (128, 4, 3)),
     *(("int8pool", 0, cfg) for cfg in POOL_CONFIGS),  # (pooled rows, columns, warps, stages)
-    # the swapped super-pixel convolution with the max-pool inside (session 57), behind `swap_offered`
-    *(
-        ("int8swap", 0, cfg) for cfg in SWAP_TILES
-    ),  # (pixels, warps, stages, programs an SM, pooled rows a band)
+    # the swapped super-pixel convolution with the max-pool inside (session 57), behind `swap_offered`:
+    # (pixels, warps, stages, programs an SM, pooled rows a band)
+    *(("int8swap", 0, cfg) for cfg in SWAP_TILES),
 )
 # The int8 stem quantizes the image and the weights as well, so its 8-bit output is compared with
 # cuDNN's by relative L2 (about 1% for int8 outputs, 3% for fp8 on random weights); the network's
