@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Session 57 (2026-12-06): the calls of this session, from the repository root with $OUT set (benchmarks/device_lib.sh).
 # Each call asked for nvidia-h200 (the README says which card each got).
+# DEEPGAP_QUANT_STEM_POOL_SWAP (the pooled swapped stem offered) was named DEEPGAP_QUANT_STEM_SWAP when calls b and 1
+# ran; that name now switches the unfused swapped convolution (call c).
 # Usage: bash results/h200/session57/device.sh N
 set -uo pipefail
 source benchmarks/device_lib.sh
@@ -24,15 +26,15 @@ for r in map(json.loads, sys.stdin):
    step "gpu tests: s2d stem" 150 python -m pytest -q -p no:cacheprovider -m gpu tests/measure/quant/test_quant_stem_s2d.py tests/measure/quant/test_quant_stem_swap_pool.py \
        2>&1 | tail -n 4 ;;
 2) # (any card, ~5 min) ResNet-50 at 1024, fp8 and int8, with the pooled swapped stem offered to the engine's
-   # choice (DEEPGAP_QUANT_STEM_SWAP) off, then on; what each build chose and timed
-   switch_ab DEEPGAP_QUANT_STEM_SWAP 1024 stem-swap-1024 150 stem ;;
+   # choice (DEEPGAP_QUANT_STEM_POOL_SWAP) off, then on; what each build chose and timed
+   switch_ab DEEPGAP_QUANT_STEM_POOL_SWAP 1024 stem-swap-1024 150 stem ;;
 3) # (any card, ~3 min) the same at batch 1
-   switch_ab DEEPGAP_QUANT_STEM_SWAP 1 stem-swap-1 80 stem ;;
+   switch_ab DEEPGAP_QUANT_STEM_POOL_SWAP 1 stem-swap-1 80 stem ;;
 a) # (any card, at most 9 min; for a session with little device time left) the pooled stem's GPU test, then call 2's
    # A/B at batch 1024, then call 1's timings
    step "gpu test: pooled swapped stem" 90 python -m pytest -q -p no:cacheprovider -m gpu \
        tests/measure/quant/test_quant_stem_swap_pool.py 2>&1 | tail -n 4
-   switch_ab DEEPGAP_QUANT_STEM_SWAP 1024 stem-swap-1024 150 stem
+   switch_ab DEEPGAP_QUANT_STEM_POOL_SWAP 1024 stem-swap-1024 150 stem
    step "stem split bs1024" 170 python benchmarks/stem_split.py --batch-sizes 1024 --formats fp8 --parts s2d \
        > "$OUT/stem-split-1024.jsonl" 2>&1
    grep '"summary"' "$OUT/stem-split-1024.jsonl" | python3 -c "import json,sys
@@ -46,11 +48,21 @@ b) # (any card, at most 6 min; for even less device time) the pooled stem's GPU 
    step "gpu test: pooled swapped stem" 80 python -m pytest -q -p no:cacheprovider -m gpu \
        tests/measure/quant/test_quant_stem_swap_pool.py 2>&1 | tail -n 4
    for mode in on off; do
-       step "resnet50 fp8 bs1024, stem swap $mode" 130 env DEEPGAP_QUANT_STEM_SWAP=$mode python -m deepgap run \
+       step "resnet50 fp8 bs1024, stem swap $mode" 130 env DEEPGAP_QUANT_STEM_POOL_SWAP=$mode python -m deepgap run \
            --models resnet50 --engines quant --precisions fp8 --batch-sizes 1024 --sweeps 1 --no-cpu-baseline \
            --no-thermal-warmup --store $S/swap-$mode.sqlite > "$OUT/stem-swap-1024-fp8-$mode.txt" 2>&1
        grep "img/s" "$OUT/stem-swap-1024-fp8-$mode.txt" | tail -n 1
        exp swap-$mode; python benchmarks/engine_kept.py $S/swap-$mode.sqlite stem 2>&1 | tee "$OUT/stem-swap-$mode-kept.txt"
    done ;;
-*) echo "usage: $0 1|2|3|a|b"; exit 2 ;;
+c) # (any card, ~4 min) ResNet-50 fp8 at 1024 with the swapped convolution (then the pool) offered to the stem
+   # choice (DEEPGAP_QUANT_STEM_SWAP, on by default), then not; what each build chose
+   for mode in on off; do
+       step "resnet50 fp8 bs1024, swapped conv $mode" 130 env DEEPGAP_QUANT_STEM_SWAP=$mode python -m deepgap run \
+           --models resnet50 --engines quant --precisions fp8 --batch-sizes 1024 --sweeps 1 --no-cpu-baseline \
+           --no-thermal-warmup --store $S/conv-swap-$mode.sqlite > "$OUT/conv-swap-1024-fp8-$mode.txt" 2>&1
+       grep "img/s" "$OUT/conv-swap-1024-fp8-$mode.txt" | tail -n 1
+       exp conv-swap-$mode; python benchmarks/engine_kept.py $S/conv-swap-$mode.sqlite stem 2>&1 \
+           | tee "$OUT/conv-swap-$mode-kept.txt"
+   done ;;
+*) echo "usage: $0 1|2|3|a|b|c"; exit 2 ;;
 esac

@@ -44,7 +44,9 @@ SWITCHES: dict[str, Switch] = {
     ),
     "DEEPGAP_QUANT_STEM_POOL": Switch(("off", "on"), "off"),
     # on: the swapped super-pixel stem with the max-pool inside (`quant.stem_swap_pool`) is timed among the stems
-    "DEEPGAP_QUANT_STEM_SWAP": Switch(("off", "on"), "off"),
+    "DEEPGAP_QUANT_STEM_POOL_SWAP": Switch(("off", "on"), "off"),
+    # off: the swapped super-pixel convolution (`stem_s2d.stem_swap_kernel`, then the pool) is not timed
+    "DEEPGAP_QUANT_STEM_SWAP": Switch(("off", "on"), "on"),
     "DEEPGAP_QUANT_HEAD": Switch(("auto", "torch"), "auto"),
     "DEEPGAP_QUANT_SMALL_BATCH": Switch(("off", "split", "on"), "on"),
     "DEEPGAP_QUANT_PAIRS": Switch(("off", "on"), "on"),

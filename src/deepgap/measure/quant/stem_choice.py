@@ -50,6 +50,9 @@ STEM_VARIANTS = (
     ("int8", 0, (128, 4, 3)),
     ("int8s2d", 0, (128, 4)),
     ("int8s2d", 0, (128, 4, 3)),
+    # `stem_s2d.stem_swap_kernel` (weights as the MMA's M side), 2 programs an SM, 2 stages: session 57's H100 timed
+    # its convolution at 1.059 ms at 1024 (fp8) against 1.219 for int8s2d's 128x4w, the pool apart
+    ("int8s2d", 0, (128, 4, 2, 2)),
     *(("int8pool", 0, cfg) for cfg in POOL_CONFIGS),  # (pooled rows, columns, warps, stages)
     # the swapped super-pixel convolution with the max-pool inside (session 57), behind `swap_offered`:
     # (pixels, warps, stages, programs an SM, pooled rows a band)
@@ -76,8 +79,16 @@ def pool_offered() -> bool:
 
 
 def swap_offered() -> bool:
-    """Whether the swapped stem with the max-pool inside is timed (``DEEPGAP_QUANT_STEM_SWAP``; off when unset)."""
-    return switches.read("DEEPGAP_QUANT_STEM_SWAP") == "on"
+    """Whether the swapped stem with the max-pool inside is timed (``DEEPGAP_QUANT_STEM_POOL_SWAP``; off when unset).
+
+    Why off: on one H100 (session 57, batch 1024, fp8) its best tile took 1.95 ms against 1.57 for the unfused pair.
+    """
+    return switches.read("DEEPGAP_QUANT_STEM_POOL_SWAP") == "on"
+
+
+def swapped(cfg: tuple | None) -> bool:
+    """False for a tile of the swapped convolution (a fourth entry) under ``DEEPGAP_QUANT_STEM_SWAP=off``."""
+    return not (cfg and len(cfg) == 4 and switches.read("DEEPGAP_QUANT_STEM_SWAP") == "off")
 
 
 def choose_stem(
@@ -109,7 +120,7 @@ def choose_stem(
     ref = None
     pool, swap = pool_offered(), swap_offered()
     for kernel, pad, cfg in STEM_VARIANTS:
-        if (kernel == "int8pool" and not pool) or (kernel == "int8swap" and not swap):
+        if (kernel == "int8pool" and not pool) or (kernel == "int8swap" and not swap) or not swapped(cfg):
             continue  # not offered: nothing timed, nothing recorded (`pool_offered`, `swap_offered`)
         try:
             s.configure(kernel, pad, cfg)

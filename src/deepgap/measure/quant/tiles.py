@@ -318,18 +318,24 @@ def assign_formats(graph: Graph, modes: dict[str, str], qfmt: str) -> tuple[Grap
 
 
 def stem_tile_args(cfg: tuple[int, ...]) -> dict[str, int]:
-    """`stem_int8.stem`'s keywords for a Triton stem tile (output pixels a block, warps[, programs an SM]).
+    """`stem_int8.stem`'s keywords for a Triton stem tile (output pixels a block, warps[, programs an SM[, stages]]).
 
     A third entry asks for the persistent convolution (`stem_int8.stem_conv_persistent_kernel`) with that
-    many programs per SM; without it, one program per tile.
+    many programs per SM; without it, one program per tile. A fourth (super pixels only) asks for
+    `stem_s2d.stem_swap_kernel`, the weights as the MMA's M side, with that many pipeline stages.
     """
     block, warps, *walk = cfg
-    return {"block_m": block, "num_warps": warps, "persistent": walk[0] if walk else 0}
+    args = {"block_m": block, "num_warps": warps, "persistent": walk[0] if walk else 0}
+    return args | ({"swap": walk[1]} if len(walk) > 1 else {})
 
 
 def stem_tile_name(cfg: tuple[int, ...]) -> str:
-    """A Triton stem tile's short name: '128x4w', or '128x4wp3' for the persistent walk at 3 programs an SM."""
-    return f"{cfg[0]}x{cfg[1]}w" + (f"p{cfg[2]}" if len(cfg) > 2 else "")
+    """A Triton stem tile's short name: '128x4w', or '128x4wp3' for the persistent walk at 3 programs an SM.
+
+    '128x4wp2-swap2': the swapped super-pixel kernel (`stem_s2d.stem_swap_kernel`) at 2 stages.
+    """
+    name = f"{cfg[0]}x{cfg[1]}w" + (f"p{cfg[2]}" if len(cfg) > 2 else "")
+    return name + (f"-swap{cfg[3]}" if len(cfg) > 3 else "")
 
 
 def stem_and_pool(graph: Graph) -> tuple[ConvNode, PoolNode]:
