@@ -41,6 +41,7 @@ from deepgap.measure.quant import (
     stem_kernels,
     stem_pool,
     stem_s2d,
+    stem_swap_pool,
     tiles,
 )
 from deepgap.measure.quant.fold import ConvNode
@@ -355,13 +356,15 @@ def stem_cases() -> Iterator[Case]:
                     (batch, 4, 224, 224), dtype=I8, device="meta", memory_format=torch.channels_last
                 )
                 args = (x, meta(64, 7 * stem_int8.ROW, dtype=I8), *conv[2:], alpha, beta, out_fmt)
-                if kind == "int8s2d":  # 16-byte space-to-depth pixels (`stem_s2d`)
+                if kind in ("int8s2d", "int8swap"):  # 16-byte space-to-depth pixels (`stem_s2d`)
                     x = torch.empty(
                         (batch, 16, 112, 112), dtype=I8, device="meta", memory_format=torch.channels_last
                     )
-                    stem_s2d.stem(
-                        x, meta(64, stem_s2d.TAPS * stem_s2d.ROW, dtype=I8), *args[2:], **stem_tile_args(cfg)
-                    )
+                    w = meta(64, stem_s2d.TAPS * stem_s2d.ROW, dtype=I8)
+                    if kind == "int8swap":  # with the max-pool inside (`stem_swap_pool`)
+                        stem_swap_pool.stem(x, w, *args[2:], **stem_swap_pool.tile_args(cfg))
+                    else:
+                        stem_s2d.stem(x, w, *args[2:], **stem_tile_args(cfg))
                 elif kind == "int8pool":
                     stem_pool.stem(*args, cfg[:2], *cfg[2:])
                 else:
