@@ -64,5 +64,11 @@ c) # (any card, ~4 min) ResNet-50 fp8 at 1024 with the swapped convolution (then
        exp conv-swap-$mode; python benchmarks/engine_kept.py $S/conv-swap-$mode.sqlite stem 2>&1 \
            | tee "$OUT/conv-swap-$mode-kept.txt"
    done ;;
-*) echo "usage: $0 1|2|3|a|b|c"; exit 2 ;;
+d) # (any card, ~2 min; the last of the session's device time) ResNet-50 fp8 at 1024 with today's defaults, the
+   # swapped convolution offered: its build's stem choice times it beside the int8s2d tiles
+   step "resnet50 fp8 bs1024, defaults" 150 python -m deepgap run --models resnet50 --engines quant --precisions fp8 \
+       --batch-sizes 1024 --sweeps 1 --no-cpu-baseline --no-thermal-warmup --store $S/d.sqlite > "$OUT/default-1024.txt" 2>&1
+   grep "img/s" "$OUT/default-1024.txt" | tail -n 1
+   exp d; python benchmarks/engine_kept.py $S/d.sqlite stem 2>&1 | tee "$OUT/default-1024-kept.txt" ;;
+*) echo "usage: $0 1|2|3|a|b|c|d"; exit 2 ;;
 esac
