@@ -181,15 +181,16 @@ def s2d(args: tuple, ref: torch.Tensor, base: dict, reps: int) -> dict:
 def s2d_stems(args: tuple, pooled: torch.Tensor, base: dict, reps: int) -> dict:
     """The whole super-pixel stem (convolution and max-pool) per form, each equal to ``pooled`` bit for bit.
 
-    The engine's pair (`stem_s2d.stem`: the 128×4 tile, then `pool8`), the swapped convolution then `pool8`,
-    and the swapped convolution with the pool inside (`stem_swap_pool`) at each of its `TILES`.
+    The engine's pair (`stem_s2d.stem`: the 128×4 tile, then `pool8`), the swapped convolution (2 programs an SM;
+    session 57's call 1 ran it with 1) then `pool8`, and the swapped convolution with the pool inside
+    (`stem_swap_pool`) at each of its `TILES`.
     """
     pixels, w_i8 = args[0], args[1]
     xs, ws = stem_s2d.to_super(pixels), stem_s2d.from_pixel_weights(w_i8, 7, 7, 3)
     forms = {
         "pair 128x4w": lambda: stem_s2d.stem(xs, ws, *args[2:], block_m=128, num_warps=4),
-        "swap 128x4w s2 p1 + pool8": lambda: stem_s2d.stem(
-            xs, ws, *args[2:], block_m=128, persistent=1, swap=2
+        "swap 128x4w s2 p2 + pool8": lambda: stem_s2d.stem(
+            xs, ws, *args[2:], block_m=128, persistent=2, swap=2
         ),
     }
     for cfg in stem_swap_pool.TILES:

@@ -3,7 +3,7 @@
 # Each call asked for nvidia-h200 (the README says which card each got).
 # DEEPGAP_QUANT_STEM_POOL_SWAP (the pooled swapped stem offered) was named DEEPGAP_QUANT_STEM_SWAP when calls b and 1
 # ran; that name now switches the unfused swapped convolution (call c).
-# Usage: bash results/h200/session57/device.sh N
+# Usage: bash results/h100/session57/device.sh N
 set -uo pipefail
 source benchmarks/device_lib.sh
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
