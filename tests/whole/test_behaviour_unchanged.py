@@ -30,7 +30,7 @@ regenerate the golden files and review their diff in git::
     DEEPGAP_REGEN_GOLDEN=1 PYTHONPATH=src python -m pytest -q tests/whole/test_behaviour_unchanged.py
     git diff --stat tests/fixtures/golden/
 
-A golden file over ~15 KB is stored gzipped (``.txt.gz``, written without a timestamp, so regenerating
+A golden file over ~8 KB is stored gzipped (``.txt.gz``, written without a timestamp, so regenerating
 an unchanged output leaves its bytes unchanged).
 """
 
@@ -55,7 +55,7 @@ from deepgap.cli import main
 ARCHIVE = FIXTURES / "archive"  # each store as <rel>.xz
 GOLDEN = FIXTURES / "golden"
 REGEN = os.environ.get("DEEPGAP_REGEN_GOLDEN") == "1"
-GZIP_OVER = 15_000  # bytes of text above which a golden file is stored gzipped (the tree keeps under 10 MB)
+GZIP_OVER = 8_000  # bytes of text above which a golden file is stored gzipped (the tree keeps under 10 MB)
 REDACT_KEY = "deepgap-golden-test-key"  # fixed, so --redact's keyed tokens are the same every run
 
 # The archived stores read here (small ones: the file runs in well under 30 s on two cores), unpacked from
