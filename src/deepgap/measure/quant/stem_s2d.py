@@ -99,36 +99,58 @@ def stem_swap_kernel(
     """
     pdl_enter(PDL)
     rn = tl.arange(0, N)
-    rj = tl.arange(0, 64)
     alpha = tl.load(alpha_ptr + rn)
     beta = tl.load(beta_ptr + rn)
-    w0 = tl.load(w_ptr + rn[:, None] * 256 + rj[None, :])
-    w1 = tl.load(w_ptr + rn[:, None] * 256 + 64 + rj[None, :])
-    w2 = tl.load(w_ptr + rn[:, None] * 256 + 128 + rj[None, :])
-    w3 = tl.load(w_ptr + rn[:, None] * 256 + 192 + rj[None, :])
+    w0, w1, w2, w3 = swap_weights(w_ptr, N)
     for tile in tl.range(tl.program_id(0), (M + BM - 1) // BM, NUM_PROGRAMS, num_stages=STAGES):
         rm = tile * BM + tl.arange(0, BM)
         m_ok = rm < M
         nb, y0, x0 = window_origin(rm, OH, OW, 1, PAD)
-        xs = x0[:, None] + (rj // 16)[None, :]
-        col_ok = m_ok[:, None] & (xs >= 0) & (xs < W2)
-        acc = tl.zeros((N, BM), dtype=tl.int32)
-        for ty in tl.static_range(4):
-            ys = y0 + ty
-            ok = col_ok & ((ys >= 0) & (ys < H2))[:, None]
-            a = tl.load(x_ptr + (((nb * H2 + ys) * W2 + x0) * 16)[:, None] + rj[None, :], mask=ok, other=0)
-            if ty == 0:
-                w = w0
-            elif ty == 1:
-                w = w1
-            elif ty == 2:
-                w = w2
-            else:
-                w = w3
-            acc = tl.dot(w, tl.trans(a), acc, out_dtype=tl.int32)
+        acc = swap_dot(x_ptr, w0, w1, w2, w3, nb, y0, x0, m_ok, H2, W2, N, BM)
         y = acc.to(tl.float32) * alpha[:, None]
         out = tl.trans(_finish(y, beta[:, None], y, 0.0, True, False, OUT_KIND))
         tl.store(out_ptr + rm[:, None] * N + rn[None, :], out, mask=m_ok[:, None])
+
+
+@triton.jit
+def swap_weights(w_ptr, N: tl.constexpr):
+    """`pack_weights`' [N, 256] int8 matrix as its four super rows' [N, 64] blocks, loaded once per program."""
+    rn = tl.arange(0, N)
+    rj = tl.arange(0, 64)
+    w0 = tl.load(w_ptr + rn[:, None] * 256 + rj[None, :])
+    w1 = tl.load(w_ptr + rn[:, None] * 256 + 64 + rj[None, :])
+    w2 = tl.load(w_ptr + rn[:, None] * 256 + 128 + rj[None, :])
+    w3 = tl.load(w_ptr + rn[:, None] * 256 + 192 + rj[None, :])
+    return w0, w1, w2, w3
+
+
+@triton.jit
+def swap_dot(x_ptr, w0, w1, w2, w3, nb, y0, x0, m_ok, H2, W2, N: tl.constexpr, BM: tl.constexpr):
+    """Σ over the 4×4/1 window of super pixels, as Cᵀ = W·Aᵀ: [N, BM] exact int32 sums for BM output pixels.
+
+    ``w0`` … ``w3``: the resident weights of the window's four super rows ([N, 64] each); pixel m's window starts
+    at super row ``y0[m]``, column ``x0[m]`` of image ``nb`` (a vector, or one image for all); rows, columns and
+    pixels outside (``m_ok`` false) read 0. Both swapped kernels' arithmetic (`stem_swap_kernel`,
+    `stem_swap_pool.stem_swap_pool_kernel`).
+    """
+    rj = tl.arange(0, 64)
+    xs = x0[:, None] + (rj // 16)[None, :]
+    col_ok = m_ok[:, None] & (xs >= 0) & (xs < W2)
+    acc = tl.zeros((N, BM), dtype=tl.int32)
+    for ty in tl.static_range(4):
+        ys = y0 + ty
+        ok = col_ok & ((ys >= 0) & (ys < H2))[:, None]
+        a = tl.load(x_ptr + (((nb * H2 + ys) * W2 + x0) * 16)[:, None] + rj[None, :], mask=ok, other=0)
+        if ty == 0:
+            w = w0
+        elif ty == 1:
+            w = w1
+        elif ty == 2:
+            w = w2
+        else:
+            w = w3
+        acc = tl.dot(w, tl.trans(a), acc, out_dtype=tl.int32)
+    return acc
 
 
 def quantize(x: torch.Tensor, in_scale: float, backend: str = "triton") -> torch.Tensor:

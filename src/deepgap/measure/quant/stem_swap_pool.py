@@ -35,7 +35,7 @@ from deepgap.measure.quant.gdc import pdl_enter
 from deepgap.measure.quant.kernels import OUT_KIND, _finish
 from deepgap.measure.quant.launch import check, launcher, out_size
 from deepgap.measure.quant.layers import DTYPES
-from deepgap.measure.quant.stem_s2d import checked, reference
+from deepgap.measure.quant.stem_s2d import checked, reference, swap_dot, swap_weights
 
 # (pixels a convolution tile, warps, pipeline stages, programs an SM, pooled rows a band) to time
 # (`benchmarks/stem_split.py`); the engine offers those a GPU has timed (`stem_choice.STEM_VARIANTS`).
@@ -66,13 +66,9 @@ def stem_swap_pool_kernel(
     pdl_enter(PDL)
     pid = tl.program_id(0)
     rn = tl.arange(0, N)
-    rj = tl.arange(0, 64)
     alpha = tl.load(alpha_ptr + rn)
     beta = tl.load(beta_ptr + rn)
-    w0 = tl.load(w_ptr + rn[:, None] * 256 + rj[None, :])
-    w1 = tl.load(w_ptr + rn[:, None] * 256 + 64 + rj[None, :])
-    w2 = tl.load(w_ptr + rn[:, None] * 256 + 128 + rj[None, :])
-    w3 = tl.load(w_ptr + rn[:, None] * 256 + 192 + rj[None, :])
+    w0, w1, w2, w3 = swap_weights(w_ptr, N)
     sbase = scratch_ptr + pid.to(tl.int64) * QP * N
     count = (2 * T + 1) * OW  # convolution pixels a band
     for band in range(pid, BANDS, NUM_PROGRAMS):
@@ -85,25 +81,7 @@ def stem_swap_pool_kernel(
             col = q - lr * OW
             cr = r0 + lr
             ok = (q < count) & (cr >= 0) & (cr < OH)
-            x0 = col - PAD
-            xs = x0[:, None] + (rj // 16)[None, :]
-            col_ok = ok[:, None] & (xs >= 0) & (xs < W2)
-            acc = tl.zeros((N, BM), dtype=tl.int32)
-            for ty in tl.static_range(4):
-                ys = cr - PAD + ty
-                a_ok = col_ok & ((ys >= 0) & (ys < H2))[:, None]
-                a = tl.load(
-                    x_ptr + (((nb * H2 + ys) * W2 + x0) * 16)[:, None] + rj[None, :], mask=a_ok, other=0
-                )
-                if ty == 0:
-                    w = w0
-                elif ty == 1:
-                    w = w1
-                elif ty == 2:
-                    w = w2
-                else:
-                    w = w3
-                acc = tl.dot(w, tl.trans(a), acc, out_dtype=tl.int32)
+            acc = swap_dot(x_ptr, w0, w1, w2, w3, nb, cr - PAD, col - PAD, ok, H2, W2, N, BM)
             y = acc.to(tl.float32) * alpha[:, None]
             out = tl.trans(_finish(y, beta[:, None], y, 0.0, True, False, OUT_KIND))
             out = tl.where(
