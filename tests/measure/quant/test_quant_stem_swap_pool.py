@@ -139,3 +139,20 @@ def test_the_pooled_stem_inside_the_network():
     assert torch.equal(net.run_stem(x, "torch"), ref)
     net.stem.configure("int8s2d", 0, (64, 4))
     assert net.stem.swap_cfg is None and net.stem.variant == "int8s2d+64x4w"
+
+
+def test_which_stem_variants_are_offered(monkeypatch):
+    """The swapped convolution is offered unless ``DEEPGAP_QUANT_STEM_SWAP=off``; the pooled swapped stem only with
+    ``DEEPGAP_QUANT_STEM_POOL_SWAP=on``; the variants behind no switch always."""
+    from deepgap.measure.quant.stem_choice import STEM_VARIANTS, offered
+
+    swap_conv = ("int8s2d", (128, 4, 2, 2))
+    pooled = ("int8swap", stem_swap_pool.TILES[0])
+    for env in ("DEEPGAP_QUANT_STEM_SWAP", "DEEPGAP_QUANT_STEM_POOL_SWAP", "DEEPGAP_QUANT_STEM_POOL"):
+        monkeypatch.delenv(env, raising=False)
+    assert ("int8s2d", 0, swap_conv[1]) in STEM_VARIANTS
+    assert offered(*swap_conv) and not offered(*pooled) and offered("int8s2d", (128, 4)) and offered("cudnn")
+    monkeypatch.setenv("DEEPGAP_QUANT_STEM_SWAP", "off")
+    assert not offered(*swap_conv) and offered("int8s2d", (128, 4, 3))
+    monkeypatch.setenv("DEEPGAP_QUANT_STEM_POOL_SWAP", "on")
+    assert offered(*pooled) and not offered("int8pool", (8, 8, 4, 3))

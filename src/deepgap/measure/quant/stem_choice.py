@@ -54,7 +54,7 @@ STEM_VARIANTS = (
     # its convolution at 1.059 ms at 1024 (fp8) against 1.219 for int8s2d's 128x4w, the pool apart
     ("int8s2d", 0, (128, 4, 2, 2)),
     *(("int8pool", 0, cfg) for cfg in POOL_CONFIGS),  # (pooled rows, columns, warps, stages)
-    # the swapped super-pixel convolution with the max-pool inside (session 57), behind `swap_offered`:
+    # the swapped super-pixel convolution with the max-pool inside (session 57), behind `GATES`:
     # (pixels, warps, stages, programs an SM, pooled rows a band)
     *(("int8swap", 0, cfg) for cfg in SWAP_TILES),
 )
@@ -66,29 +66,27 @@ STEM_INT8_REL = 0.1
 # outputs differ by one step in about 1% of the elements, the fused one being the more exact.
 STEM_AGREE_FRAC = 0.02
 POOL_ENV = "DEEPGAP_QUANT_STEM_POOL"  # "on" offers the int8pool variants; "off" (unset): timed slower
+# The variants behind a switch, and the value that offers them (every other variant is always timed):
+# - int8pool (session 24, one H200): its best tile took 1.37-1.75× the unfused pair at batch 1, 256 and 1024;
+# - int8swap (session 57, one H100, batch 1024, fp8): 1.95 against 1.57 ms for the unfused pair;
+# - the swapped convolution (an int8s2d tile with a fourth entry): on, 0.87× the super-pixel tile there.
+# Each variant offered is one more Triton compile and timing per configuration in the main job.
+GATES = {
+    "int8pool": POOL_ENV,
+    "int8swap": "DEEPGAP_QUANT_STEM_POOL_SWAP",
+    "int8s2d-swap": "DEEPGAP_QUANT_STEM_SWAP",
+}
+
+
+def offered(kernel: str, cfg: tuple | None = None) -> bool:
+    """Whether the stem variant (``kernel``, ``cfg``) of `STEM_VARIANTS` is timed: its switch in `GATES` is on."""
+    gate = "int8s2d-swap" if kernel == "int8s2d" and cfg and len(cfg) == 4 else kernel
+    return gate not in GATES or switches.read(GATES[gate]) == "on"
 
 
 def pool_offered() -> bool:
-    """Whether the stems with the max-pool inside are timed (``DEEPGAP_QUANT_STEM_POOL``; off when unset).
-
-    Why off: on one H200 (session 24, `benchmarks/stem_pool.py`) the best pooled tile took 1.37-1.75× the
-    unfused pair's time at batch 1, 256 and 1024, int8 and fp8; each variant offered would be one more
-    Triton compile and timing per configuration in the main job, for a variant that never wins.
-    """
-    return switches.read(POOL_ENV) == "on"
-
-
-def swap_offered() -> bool:
-    """Whether the swapped stem with the max-pool inside is timed (``DEEPGAP_QUANT_STEM_POOL_SWAP``; off when unset).
-
-    Why off: on one H100 (session 57, batch 1024, fp8) its best tile took 1.95 ms against 1.57 for the unfused pair.
-    """
-    return switches.read("DEEPGAP_QUANT_STEM_POOL_SWAP") == "on"
-
-
-def swapped(cfg: tuple | None) -> bool:
-    """False for a tile of the swapped convolution (a fourth entry) under ``DEEPGAP_QUANT_STEM_SWAP=off``."""
-    return not (cfg and len(cfg) == 4 and switches.read("DEEPGAP_QUANT_STEM_SWAP") == "off")
+    """Whether the stems with the max-pool inside are timed (``DEEPGAP_QUANT_STEM_POOL``; off when unset)."""
+    return offered("int8pool")
 
 
 def choose_stem(
@@ -118,10 +116,9 @@ def choose_stem(
         bool, torch.Tensor
     ] = {}  # resident input: the int8 pixels of each layout (super pixels or not)
     ref = None
-    pool, swap = pool_offered(), swap_offered()
     for kernel, pad, cfg in STEM_VARIANTS:
-        if (kernel == "int8pool" and not pool) or (kernel == "int8swap" and not swap) or not swapped(cfg):
-            continue  # not offered: nothing timed, nothing recorded (`pool_offered`, `swap_offered`)
+        if not offered(kernel, cfg):
+            continue  # not offered: nothing timed, nothing recorded (`GATES`)
         try:
             s.configure(kernel, pad, cfg)
         except ValueError as exc:  # a layout this stem's kernel or stride does not fit
