@@ -62,3 +62,22 @@ def ptxas_usage(compiled) -> dict[str, int]:
 def ptxas_spills(compiled) -> int:
     """Bytes of spill stores per thread that ptxas reports for ``compiled``'s PTX (`ptxas_usage`)."""
     return ptxas_usage(compiled)["spill_stores"]
+
+
+def assert_swapped_stem(compiled, block: int, warps: int, per_sm: int) -> str:
+    """The swapped stem kernels' sm_90 code (`stem_s2d.swap_dot`), returned as PTX for more checks.
+
+    The 64 channels are the wgmma's M and the tile's ``block`` pixels its N, each warpgroup its share, at most 128
+    an instruction; the pixels' gathers are 16-byte ``cp.async``; nothing spills; ``per_sm`` programs' shared
+    memory fits one SM (228 KB).
+    """
+    import re
+
+    ptx = compiled.asm["ptx"]
+    wide = min(block // (warps // 4), 128)
+    assert f"wgmma.mma_async.sync.aligned.m64n{wide}k32.s32.s8.s8" in ptx
+    gathers = set(re.findall(r"cp\.async\.c[ag]\.shared\.global \[[^]]*\], \[[^]]*\], (0x[0-9a-f]+)", ptx))
+    assert gathers == {"0x10"}
+    assert ptxas_usage(compiled)["spill_stores"] == 0
+    assert compiled.metadata.shared * per_sm <= 228 * 1024
+    return ptx

@@ -8,15 +8,13 @@ the reference near binade edges, the same in both kernels).
 
 from __future__ import annotations
 
-import re
-
 import pytest
 import torch
 
 triton = pytest.importorskip("triton")
 
 from conftest import stem_case  # noqa: E402
-from sm90 import compile_sm90, ptxas_usage  # noqa: E402
+from sm90 import assert_swapped_stem, compile_sm90  # noqa: E402
 
 from deepgap.measure.quant import stem_int8, stem_s2d, stem_swap_pool  # noqa: E402
 from deepgap.measure.quant.kernels import OUT_KIND  # noqa: E402
@@ -86,14 +84,7 @@ def test_each_tile_compiles_for_hopper_to_one_wide_wgmma_without_spilling(cfg):
                  CODES=False, PDL=False)  # fmt: skip
     compiled = compile_sm90(stem_swap_pool.stem_swap_pool_kernel, sig, const, ("x_ptr", "w_ptr", "out_ptr",
                             "scratch_ptr"), num_warps=warps, enable_fp_fusion=False)  # fmt: skip
-    ptx = compiled.asm["ptx"]
-    wide = min(block // (warps // 4), 128)  # each warpgroup takes its share of the pixels, 128 an instruction
-    assert f"wgmma.mma_async.sync.aligned.m64n{wide}k32.s32.s8.s8" in ptx
-    assert "bar.sync" in ptx  # the band's barriers
-    gathers = set(re.findall(r"cp\.async\.c[ag]\.shared\.global \[[^]]*\], \[[^]]*\], (0x[0-9a-f]+)", ptx))
-    assert gathers == {"0x10"}
-    assert ptxas_usage(compiled)["spill_stores"] == 0
-    assert compiled.metadata.shared * per_sm <= 228 * 1024
+    assert "bar.sync" in assert_swapped_stem(compiled, block, warps, per_sm)  # and the band's barriers
 
 
 @pytest.mark.gpu
