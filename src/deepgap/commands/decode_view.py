@@ -214,9 +214,8 @@ def _engine(r: dict) -> str:
     so rows with and without it never look alike. PDL: its graph used programmatic dependent launch; split
     KV: its attention was split over the cache (`deepgap.measure.llm_attention`), or walked all of it in one pass
     (``wide``); compiled prefill: the prompt ran compiled (`deepgap.measure.llm_steps.make_prefill`), which its
-    TTFT and output tokens/s count. Rows
-    stored before session 42 may say their attention ran in the qkv GEMV's last programs, or every layer in one kernel
-    (levers since removed); they keep those labels.
+    TTFT and output tokens/s count. Rows stored before session 42 may say their attention ran in the qkv GEMV's
+    last programs, or every layer in one kernel (levers since removed); they keep those labels.
     """
     how = [f"{r['decode_step']} step"] if r["decode_step"] and r["decode_step"] != r["engine"] else []
     kv = kv_cache_label(r.get("kv_cache"))
