@@ -288,6 +288,12 @@ def parser() -> argparse.ArgumentParser:
         "(DEEPGAP_DECODE_ANGLES)",
     )
     ap.add_argument(
+        "--constants",
+        default=None,
+        help="each kernel's epilogue constants loaded before PDL's wait or after its K loop, in turn, e.g. "
+        "after,ahead,after,ahead (DEEPGAP_PDL_CONSTANTS, `quant.launch.constants_ahead`)",
+    )
+    ap.add_argument(
         "--tiles",
         default="tuned",
         help="the fused GEMVs' tiles, in turn (';' between turns): tuned, or KxN=BNxBKwW[t][aA][rR],... forcing "
@@ -319,8 +325,9 @@ def main() -> None:  # noqa: D103
     # before any setup_cache: with "fp8", every cache this loop makes holds codes
     m.kv_codes = codes_of(args.kv_cache)
     runs = _runs(args)
-    for mode, split, combine, attention, norm, angles, tiles, harness in runs:
+    for constants, mode, split, combine, attention, norm, angles, tiles, harness in runs:
         force_tiles(tiles)
+        os.environ["DEEPGAP_PDL_CONSTANTS"] = constants
         for k, v in zip(TURNED, (mode, split, combine, attention, norm, angles), strict=True):
             os.environ[f"DEEPGAP_DECODE_{k.upper()}"] = v
         if args.precision != "bf16":  # the fused layers read the switch (`llm_fused.configure`)
@@ -333,8 +340,11 @@ def main() -> None:  # noqa: D103
             row |= {k: os.environ.get(f"DEEPGAP_DECODE_{k.upper()}", "") for k in SWITCHES}
             row["forced_tiles"], row["kv_cache"] = tiles, args.kv_cache
             row["pdl_trigger"] = launch.trigger()  # under PDL (`quant.gdc`)
+            row["pdl_constants"] = constants  # the epilogue's constants before the wait or after the loop
             row["attention_block"] = args.attention_block or "default"
-            tag = "-".join(x for x in (mode, split, attention, norm, angles, harness, prefill) if x)
+            tag = "-".join(
+                x for x in (mode, split, attention, norm, angles, harness, prefill, constants) if x
+            )
             tag += "" if tiles == "tuned" else "-" + tiles.replace("=", "_").replace(",", "+")
             trace_path = str(Path(args.out) / f"timeline-b{b}-{tag}.json.gz") if args.timeline else ""
             row |= measure(
@@ -395,7 +405,7 @@ def force_tiles(spec: str) -> None:
 
 
 def _runs(args: argparse.Namespace):
-    """Each turn's (PDL, split KV, combine, attention, norm, angles, tiles, harness): the options' lists' product.
+    """Each turn's (constants, PDL, split KV, combine, attention, norm, angles, tiles, harness): the lists' product.
 
     A switch not given keeps the environment's value, else deepgap's default (`core.switches`; ``auto`` for PDL
     is deepgap's choice, and the own harness launches with PDL only at ``on``). Until session 53 the loop kept
@@ -404,7 +414,9 @@ def _runs(args: argparse.Namespace):
     `core.switches` refuses.
     """
     turns = [_turns(getattr(args, k), k.upper()) for k in TURNED]
-    return itertools.product(*turns, args.tiles.split(";"), args.harness.split(","))
+    env = os.environ.get("DEEPGAP_PDL_CONSTANTS") or switches.SWITCHES["DEEPGAP_PDL_CONSTANTS"].default
+    constants = args.constants.split(",") if args.constants else [env]
+    return itertools.product(constants, *turns, args.tiles.split(";"), args.harness.split(","))
 
 
 PREFILLS = ("eager", "eager-row-kernel", "compiled")

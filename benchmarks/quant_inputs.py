@@ -68,7 +68,35 @@ def synchronized(run, x: torch.Tensor, batch: int, calls: int = 40) -> dict:
     return {"img_s_synchronized": batch / (med * 1e-3), "synchronized_ms": med}
 
 
-def measure(model_name: str, precision: str, batch: int, resident: bool, pdl: str = "auto") -> dict:
+def constants_turns(res, inp: torch.Tensor, batch: int, turns: list[str]) -> list[dict]:
+    """The built network captured again under PDL (serial, no second stream) per ``DEEPGAP_PDL_CONSTANTS`` turn.
+
+    Why here: the same build's tiles and the same process for each turn, so what differs is only where each kernel
+    loads its epilogue's constants (`quant.launch.constants_ahead`); each turn's logits against the kept graph's.
+    """
+    import os
+    from unittest import mock
+
+    from deepgap.measure import graph_runner
+    from deepgap.measure.quant import launch
+
+    with torch.inference_mode():
+        kept = res.run(inp).clone()
+    rows = []
+    for value in turns:
+        with mock.patch.dict(os.environ, {"DEEPGAP_PDL_CONSTANTS": value}), launch.pdl():
+            graph, out = graph_runner.capture(res.net.forward, inp, "cuda", warmup=2)
+        run = graph_runner.GraphRunner(graph, inp, out, owns=res.net)
+        with torch.inference_mode():
+            same = torch.equal(run(inp), kept)
+            rows.append({"constants": value, "same_logits": same, **bare_loop(run, inp, batch)})
+        del run, graph
+    return rows
+
+
+def measure(
+    model_name: str, precision: str, batch: int, resident: bool, pdl: str = "auto", constants: str = ""
+) -> dict:
     """Build one configuration, check it against fp32, time it with the bare loop."""
     from deepgap.measure import correctness
     from deepgap.measure.graph_runner import bound_input
@@ -91,6 +119,7 @@ def measure(model_name: str, precision: str, batch: int, resident: bool, pdl: st
         inp = bound_input(res.run, inp)  # in the graph's own input buffer, as the harness places it
         agree = correctness.compare(res.run(inp)[:8].float(), ref, precision)
         timing = bare_loop(res.run, inp, batch)
+    turns = constants_turns(res, inp, batch, constants.split(",")) if constants else []
     info = res.info
     stem_row = info["outside_layers"][0]
     return {
@@ -117,6 +146,7 @@ def measure(model_name: str, precision: str, batch: int, resident: bool, pdl: st
         "gemm": info.get("gemm", "off"),  # DEEPGAP_QUANT_GEMM: 'persistent' (the default) or 'off'
         "persistent_layers": [t["name"] for t in info["layers"] if "persistent" in (t["config"] or "")],
         "setup_s": round(setup, 1),
+        "constants_turns": turns,
     }
 
 
@@ -139,6 +169,12 @@ def main() -> None:  # noqa: D103
     p.add_argument(
         "--pdl", default="auto", help="programmatic dependent launch: auto (timed both ways), on, off"
     )
+    p.add_argument(
+        "--constants",
+        default="",
+        help="after PDL's choice, the network captured again under PDL per turn of DEEPGAP_PDL_CONSTANTS, e.g. "
+        "after,ahead,after,ahead (each kernel's epilogue constants before its wait or after its K loop)",
+    )
     p.add_argument("--out", default=None, help="append JSON lines here too")
     a = p.parse_args()
     rows = []
@@ -147,7 +183,7 @@ def main() -> None:  # noqa: D103
             for bs in [int(b) for b in a.batch_sizes.split(",")]:
                 for mode in a.inputs.split(","):
                     try:
-                        row = measure(model, prec, bs, mode == "int8-resident", a.pdl)
+                        row = measure(model, prec, bs, mode == "int8-resident", a.pdl, a.constants)
                     except Exception as exc:  # noqa: BLE001 - report and go on
                         row = {
                             "model": model,
@@ -177,6 +213,11 @@ def main() -> None:  # noqa: D103
             f"{r['img_s_synchronized']:>9,.0f} {r['ms_per_batch']:>7.3f} {r['stem']:16} {r['stem_row_ms']:>8.3f} "
             f"{_pdl_cell(r.get('pdl'))}"
         )
+        for t in r.get("constants_turns", []):
+            print(
+                f"  PDL graph, constants {t['constants']:5}: {t['img_s']:>9,.0f} img/s back to back, "
+                f"{t['synchronized_ms']:.4f} ms synchronized, logits {'same' if t['same_logits'] else 'DIFFER'}"
+            )
 
 
 if __name__ == "__main__":

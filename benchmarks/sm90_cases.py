@@ -74,6 +74,13 @@ def pdl_modes(on: bool, off: bool = True) -> Iterator[tuple[str, Callable]]:
         yield " pdl", launch.pdl
 
 
+@contextlib.contextmanager
+def pdl_ahead() -> Iterator[None]:
+    """Launches under PDL with each kernel's epilogue constants before its wait (`launch.constants_ahead`)."""
+    with mock.patch.dict(os.environ, {"DEEPGAP_PDL_CONSTANTS": "ahead"}), launch.pdl():
+        yield
+
+
 # ---- decode (Llama-3.1-8B; Llama-3.2-1B for head_dim 64): hidden, heads, kv heads, head_dim, intermediate
 DECODERS = {"8b": (4096, 32, 8, 128, 14336), "1b": (2048, 32, 8, 64, 8192)}
 
@@ -172,6 +179,15 @@ def fused_cases() -> Iterator[Case]:
                     f"{what} {k}x{n} int8 {gemv_label(tile)} pdl",
                     fused_run(k, n, fusion, tile, launch.pdl, "int8"),
                 )
+        tile = gemv.IN_THREAD_TILES[
+            0 if "residual" in what else 1
+        ]  # the H200's tiles (results/h200/session53)
+        if "rope" in what:
+            tile = gemv.GemvTile(8, 512, 1, 4, 4)
+        yield (
+            f"{what} {k}x{n} fp8 {gemv_label(tile)} pdl ahead",
+            fused_run(k, n, fusion, tile, pdl_ahead, "fp8"),
+        )
 
 
 def fused_run(k, n, fusion, tile, ctx, qfmt) -> Callable[[], None]:
@@ -242,6 +258,10 @@ def conv_cases() -> Iterator[Case]:
     cfg = tiles.candidate_configs(256 * 56 * 56, 256, 64, "int8", True)[0]
     yield f"{conv[0]} b256 int8 {cfg.label} pdl", conv_run(conv, 256, "int8", cfg, launch.pdl)
     yield f"{conv[0]} b256 int8 {cfg.label} fp16 out", conv_run(conv, 256, "int8", cfg, out_fmt="fp16")
+    for conv in CONVS:  # batch 1 as its PDL graph runs it, each epilogue's constants before the wait
+        m = ((conv[1] + 2 * conv[6] - conv[4]) // conv[5] + 1) ** 2
+        first = tiles.candidate_configs(m, conv[3], conv[2], "fp8", conv[7])[0]
+        yield f"{conv[0]} b1 fp8 {first.label} pdl ahead", conv_run(conv, 1, "fp8", first, pdl_ahead)
 
 
 def persistent_cases() -> Iterator[Case]:

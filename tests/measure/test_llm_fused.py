@@ -233,6 +233,35 @@ def test_show_names_a_pdl_graph_and_export_says_why():
     assert _engine(row | {"decode_pdl": late}) == "quant (cuda-graph step, PDL, trigger after the wait)"
 
 
+def test_a_decode_rows_pdl_verdict_says_the_kernels_order_and_the_view_reads_it(monkeypatch):
+    """`llm_steps.pdl_order`: the trigger after the wait (late), the constants before it (ahead); show's words."""
+    from deepgap.commands.decode_view import _engine
+    from deepgap.measure.llm_steps import pdl_order
+
+    row = {"engine": "quant", "decode_step": "cuda-graph", "decode_pdl": ""}
+    said = {}
+    for trigger, constants in [("late", "after"), ("late", "ahead"), ("early", "ahead"), ("early", "after")]:
+        monkeypatch.setenv("DEEPGAP_PDL_TRIGGER", trigger)
+        monkeypatch.setenv("DEEPGAP_PDL_CONSTANTS", constants)
+        said[trigger, constants] = pdl_order()
+    assert said == {
+        ("late", "after"): " (each kernel's trigger after its wait)",
+        ("late", "ahead"): " (each kernel's trigger after its wait, its constants before it)",
+        ("early", "ahead"): " (each kernel's constants before its wait)",
+        ("early", "after"): "",
+    }
+    views = {
+        k: _engine(row | {"decode_pdl": f"on: timed 2.30 ms with PDL{v}, 2.45 without"})
+        for k, v in said.items()
+    }
+    assert views == {
+        ("late", "after"): "quant (cuda-graph step, PDL, trigger after the wait)",
+        ("late", "ahead"): "quant (cuda-graph step, PDL, trigger after the wait, constants before it)",
+        ("early", "ahead"): "quant (cuda-graph step, PDL, constants before it)",
+        ("early", "after"): "quant (cuda-graph step, PDL)",
+    }
+
+
 def test_a_decode_row_says_which_gemv_tiles_the_worker_chose(monkeypatch):
     """`gemv.chosen` names each timed GEMV shape and its tile (plain and fused keys, not the fused Linear's
     tiles that share its table); export carries it as is."""

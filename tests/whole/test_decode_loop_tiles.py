@@ -50,15 +50,24 @@ def test_every_turn_of_the_default_options_is_a_value_the_switches_accept(loop, 
     names = ("PDL", "SPLIT_KV", "COMBINE", "ATTENTION", "NORM", "ANGLES")
     for k in names:
         monkeypatch.delenv(f"DEEPGAP_DECODE_{k}", raising=False)
+    monkeypatch.delenv("DEEPGAP_PDL_CONSTANTS", raising=False)
     runs = list(loop._runs(loop.parser().parse_args(["--out", "x"])))
     defaults = tuple(switches.SWITCHES[f"DEEPGAP_DECODE_{k}"].default for k in names)
-    assert runs == [(*defaults, "tuned", "own")]  # what `deepgap run` runs, not the loop's own choice
+    constants = switches.SWITCHES["DEEPGAP_PDL_CONSTANTS"].default
+    # what `deepgap run` runs, not the loop's own choice
+    assert runs == [(constants, *defaults, "tuned", "own")]
     assert defaults == ("auto", "auto", "kernel", "triton", "handoff", "kernel")
-    for k, v in zip(names, runs[0][:6], strict=True):
+    for k, v in zip(names, runs[0][1:7], strict=True):
         monkeypatch.setenv(f"DEEPGAP_DECODE_{k}", v)
         assert switches.read(f"DEEPGAP_DECODE_{k}") == v
     picked = loop._runs(loop.parser().parse_args(["--out", "x", "--pdl", "off,on", "--harness", "deepgap"]))
-    assert [r[0] for r in picked] == ["off", "on"]
+    assert [r[1] for r in picked] == ["off", "on"]
+    turns = loop._runs(loop.parser().parse_args(["--out", "x", "--constants", "after,ahead,after"]))
+    assert [r[0] for r in turns] == [
+        "after",
+        "ahead",
+        "after",
+    ]  # `--constants`: DEEPGAP_PDL_CONSTANTS in turn
 
 
 def test_prefill_turns_are_eager_or_compiled(loop):

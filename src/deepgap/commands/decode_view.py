@@ -224,6 +224,8 @@ def _engine(r: dict) -> str:
     pdl = str(r.get("decode_pdl") or "")
     if pdl.startswith("on"):  # the late trigger said where it ran (`llm_steps._kept`, `quant.gdc`)
         how.append("PDL, trigger after the wait" if "trigger after its wait" in pdl else "PDL")
+        if "constants before" in pdl:  # DEEPGAP_PDL_CONSTANTS=ahead (`quant.launch.constants_ahead`)
+            how[-1] += ", constants before it"
     if str(r.get("decode_prefill") or "").startswith("compiled"):  # TTFT and output tokens/s depend on it
         how.append("compiled prefill")
     attention = str(r.get("decode_attention") or "")

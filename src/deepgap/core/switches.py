@@ -75,6 +75,9 @@ SWITCHES: dict[str, Switch] = {
     # late (the default since session 55): under PDL each Triton kernel lets the next launch after its wait, not
     # before (early; `quant.gdc`)
     "DEEPGAP_PDL_TRIGGER": Switch(("early", "late"), "late"),
+    # ahead: under PDL a kernel loads its epilogue's constants (a convolution's α and β, a GEMV's per-channel
+    # scales) before its wait for the previous kernel, not after its K loop (`quant.gdc`)
+    "DEEPGAP_PDL_CONSTANTS": Switch(("after", "ahead"), "after"),
     "DEEPGAP_DECODE_FUSED": Switch(("1", "0"), "1"),  # 0: the batch-1 quant decoder keeps the plain layer
     # auto and compiled: an engine that compiles its step compiles its prefill too, the sweep's
     # (`llm_steps.make_prefill`) and serve's packed admissions (`llm_engines.packed_prefill`); eager: neither

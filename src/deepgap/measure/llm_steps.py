@@ -209,7 +209,6 @@ def _kept(graphs: dict, dev: torch.device, reset) -> tuple[tuple, str]:
         asked = switches.read("DEEPGAP_DECODE_PDL")
         why = f"DEEPGAP_DECODE_PDL={asked}" if asked != "auto" else "needs compute capability 9.0 (Hopper)"
         return graphs[on], f"{'on' if on else 'off'}: {why}"
-    from deepgap.measure.quant import launch
     from deepgap.measure.quant.pdl_choice import MIN_GAIN  # the CNN engine's PDL choice: one threshold
     from deepgap.measure.quant.tuning import time_s
 
@@ -227,6 +226,21 @@ def _kept(graphs: dict, dev: torch.device, reset) -> tuple[tuple, str]:
     if not torch.equal(outs[True], outs[False]):
         return graphs[False], "off: the PDL graph's logits differ from the plain graph's"
     keep = ms[True] < ms[False] * (1 - MIN_GAIN)
-    late = " (each kernel's trigger after its wait)" if launch.trigger() == "late" else ""
-    verdict = f"{'on' if keep else 'off'}: timed {ms[True]:.4f} ms with PDL{late}, {ms[False]:.4f} without"
+    verdict = (
+        f"{'on' if keep else 'off'}: timed {ms[True]:.4f} ms with PDL{pdl_order()}, {ms[False]:.4f} without"
+    )
     return graphs[keep], verdict
+
+
+def pdl_order() -> str:
+    """What a decode row's PDL verdict says of each kernel's order under PDL, "" for the order before session 54.
+
+    The trigger after the wait (`quant.gdc`), the epilogue's constants before it (`launch.constants_ahead`);
+    `decode_view` reads these words back.
+    """
+    from deepgap.measure.quant import launch
+
+    said = ["trigger after its wait"] if launch.trigger() == "late" else []
+    if switches.read("DEEPGAP_PDL_CONSTANTS") == "ahead":
+        said.append("its constants before it" if said else "constants before its wait")
+    return f" (each kernel's {', '.join(said)})" if said else ""

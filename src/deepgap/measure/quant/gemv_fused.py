@@ -37,7 +37,7 @@ from deepgap.measure.quant import gemv, launch, norm_handoff
 from deepgap.measure.quant.gdc import pdl_launch, pdl_wait
 from deepgap.measure.quant.gemv import FUSED_TILES
 from deepgap.measure.quant.launch import check, launcher
-from deepgap.measure.quant.rope_store import RopeWrite, check_rope, rope_store
+from deepgap.measure.quant.rope_store import RopeWrite, check_rope, rope_angles, rope_kv, rope_q, rope_store
 
 
 @triton.jit
@@ -58,7 +58,11 @@ def fused_step(
 
 @triton.jit
 def band(w_ptrs, apart, k, PAIRED: tl.constexpr):
-    """A program's weights for the K step at ``k``: its rows, and with ``PAIRED`` the pair's second rows."""
+    """A program's weights for the K step at ``k``: its rows, and with ``PAIRED`` the pair's second rows.
+
+    With ``w_ptrs`` = the scales at the band's rows, ``apart`` = the pair's distance and ``k`` = 0: the band's
+    per-channel scales (the first row's again without ``PAIRED``).
+    """
     w = tl.load(w_ptrs + k)
     w_up = w
     if PAIRED:
@@ -74,7 +78,7 @@ def fused_row_kernel(
     cos_ptr=None, sin_ptr=None, pos_ptr=None, k_ptr=None, v_ptr=None, L=1, NQ=0, NKV=0, ROPE: tl.constexpr = False,
     D: tl.constexpr = 2, sums_ptr=None, PARTS: tl.constexpr = 1,
     HANDED: tl.constexpr = False, hand_gamma_ptr=None, scaled_ptr=None, hand_sums_ptr=None, HAND: tl.constexpr = False,
-    RNE: tl.constexpr = False, PRE: tl.constexpr = 0,
+    RNE: tl.constexpr = False, PRE: tl.constexpr = 0, AHEAD: tl.constexpr = False,
 ):  # fmt: skip
     """``out[band]`` of one row: an optional RMSNorm of x, the product, then SwiGLU, a residual add or RoPE.
 
@@ -85,8 +89,11 @@ def fused_row_kernel(
     use PDL (on the CPU inside `launch.pdl` the same steps run peeled without the wait, as the tests check), else 0.
     ``HANDED``: x is a row ⊙ γ whose norm a writer handed over, its sums read at the end (read right after PDL's
     wait instead, they were never faster: session 39 on one H100, 40 on one H200); ``HAND``: this one hands the
-    next norm over (`norm_handoff`).
+    next norm over (`norm_handoff`). ``AHEAD`` (under PDL, `launch.constants_ahead`): the band's scales, which no
+    kernel writes, and the next norm's γ (``HAND``) load before the wait; the residual, the handed sums and RoPE's
+    angles and position right after it: nothing is left to load after the K loop.
     """
+    paired: tl.constexpr = SWIGLU or ROPE  # two rows a channel: SwiGLU's gate and up, RoPE's two halves
     rn = tl.program_id(0) * BN + tl.arange(0, BN)
     rows = rows_first(rn, D, ROPE)
     second = NO  # the pair's second row, this many rows further
@@ -102,59 +109,92 @@ def fused_row_kernel(
     root = 1.0
     # the weights do not depend on the previous kernel: with PDL the first PRE steps' are in flight before the wait
     pdl_launch(PDL)
+    if AHEAD:
+        s, s_up = band(scale_ptr + rows, second, 0, paired)
+        if HAND:
+            g = norm_handoff.band_gamma(tl.program_id(0) * BN, hand_gamma_ptr, BN)
+    w, w_up, w1, w1_up = 0.0, 0.0, 0.0, 0.0  # the steps loaded ahead of the wait (none: PRE = 0)
     if PRE >= 1:
-        w, w_up = band(w_ptrs, apart, 0, SWIGLU or ROPE)
+        w, w_up = band(w_ptrs, apart, 0, paired)
     if PRE >= 2:
-        w1, w1_up = band(w_ptrs, apart, BK, SWIGLU or ROPE)
+        w1, w1_up = band(w_ptrs, apart, BK, paired)
     pdl_wait(PDL)
-    if PRE >= 1:
-        acc, acc_up, squares = fused_step(
-            acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, 0, rk, NORM, SWIGLU or ROPE, REDUCE
-        )
-    if PRE >= 2:
-        acc, acc_up, squares = fused_step(
-            acc, acc_up, squares, w1, w1_up, x_ptr, gamma_ptr, BK, rk, NORM, SWIGLU or ROPE, REDUCE
-        )
-    for k in range(PRE * BK, K, BK):
-        w, w_up = band(w_ptrs, apart, k, SWIGLU or ROPE)
-        acc, acc_up, squares = fused_step(
-            acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, k, rk, NORM, SWIGLU or ROPE, REDUCE
-        )
+    r = 0.0
+    if AHEAD:  # what the previous kernels wrote, in flight during the K loop
+        if RESIDUAL:
+            r = tl.load(res_ptr + rn).to(tl.float32)
+        if HANDED:
+            root = norm_handoff.handed_root(sums_ptr, K, eps, PARTS)
+        if ROPE:
+            cos, cos2, sin, sin2 = rope_angles(rn, cos_ptr, sin_ptr, D)
+            pos = tl.load(pos_ptr)
+    acc, acc_up, squares = walk(
+        acc, acc_up, squares, w, w_up, w1, w1_up, w_ptrs, apart, x_ptr, gamma_ptr, K, rk, BK, PRE, NORM, paired, REDUCE
+    )  # fmt: skip
     if NORM:
         root = folded_root(squares, K, eps)
-    if HANDED:
-        root = norm_handoff.handed_root(sums_ptr, K, eps, PARTS)
-    y = finish(
-        acc, acc_up, root, rn, rows, second, scale_ptr, res_ptr, out_ptr, cos_ptr, sin_ptr, pos_ptr, k_ptr, v_ptr,
-        L, NQ, NKV, SWIGLU, RESIDUAL, ROPE, D, REDUCE, RNE,
-    )  # fmt: skip
+    if not AHEAD:
+        if HANDED:
+            root = norm_handoff.handed_root(sums_ptr, K, eps, PARTS)
+        s, s_up = band(scale_ptr + rows, second, 0, paired)
+        if RESIDUAL:
+            r = tl.load(res_ptr + rn).to(tl.float32)
+    y, up = finish(acc, acc_up, root, rn, s, s_up, r, out_ptr, SWIGLU, RESIDUAL, ROPE, REDUCE)
+    if ROPE:
+        if AHEAD:
+            q, q2 = rope_q(y, up, rn, cos, cos2, sin, sin2, out_ptr, NQ, NKV, D)
+            rope_kv(q, q2, rn, pos, k_ptr, v_ptr, L, NQ, NKV, D, RNE)
+        else:
+            rope_store(y, up, rn, out_ptr, cos_ptr, sin_ptr, pos_ptr, k_ptr, v_ptr, L, NQ, NKV, D, RNE)
     if HAND:
-        norm_handoff.hand_off(y, tl.program_id(0) * BN, hand_gamma_ptr, scaled_ptr, hand_sums_ptr, BN)
+        if not AHEAD:
+            g = norm_handoff.band_gamma(tl.program_id(0) * BN, hand_gamma_ptr, BN)
+        norm_handoff.hand_off(y, tl.program_id(0) * BN, g, scaled_ptr, hand_sums_ptr, BN)
+
+
+@triton.jit
+def walk(
+    acc, acc_up, squares, w, w_up, w1, w1_up, w_ptrs, apart, x_ptr, gamma_ptr, K, rk, BK: tl.constexpr,
+    PRE: tl.constexpr, NORM: tl.constexpr, PAIRED: tl.constexpr, REDUCE: tl.constexpr,
+):  # fmt: skip
+    """`fused_row_kernel`'s K loop: the ``PRE`` steps whose weights (``w``, ``w1``) loaded before the wait, the rest."""
+    if PRE >= 1:
+        acc, acc_up, squares = fused_step(
+            acc, acc_up, squares, w, w_up, x_ptr, gamma_ptr, 0, rk, NORM, PAIRED, REDUCE
+        )
+    if PRE >= 2:
+        acc, acc_up, squares = fused_step(
+            acc, acc_up, squares, w1, w1_up, x_ptr, gamma_ptr, BK, rk, NORM, PAIRED, REDUCE
+        )
+    for k in range(PRE * BK, K, BK):
+        wk, wk_up = band(w_ptrs, apart, k, PAIRED)
+        acc, acc_up, squares = fused_step(
+            acc, acc_up, squares, wk, wk_up, x_ptr, gamma_ptr, k, rk, NORM, PAIRED, REDUCE
+        )
+    return acc, acc_up, squares
 
 
 @triton.jit
 def finish(
-    acc, acc_up, root, rn, rows, second, scale_ptr, res_ptr, out_ptr, cos_ptr, sin_ptr, pos_ptr, k_ptr, v_ptr,
-    L, NQ, NKV, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr, ROPE: tl.constexpr, D: tl.constexpr,
-    REDUCE: tl.constexpr, RNE: tl.constexpr,
+    acc, acc_up, root, rn, s, s_up, r, out_ptr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr, ROPE: tl.constexpr,
+    REDUCE: tl.constexpr,
 ):  # fmt: skip
-    """A band's epilogue (scales, the norm's root, SwiGLU, residual or RoPE).
+    """A band's epilogue (scales ``s`` and ``s_up``, the norm's root, SwiGLU, the residual ``r``), stored but RoPE's.
 
     ``root``: the norm's ``rsqrt(mean(x²) + eps)``, or 1. Returns the band's fp32 row as stored (not RoPE's
-    rotated one).
+    rotated one, which the caller writes, `rope_store`) and the pair's second row (RoPE's other half).
     """
-    y = gemv.total(acc, REDUCE) * tl.load(scale_ptr + rows) * root
+    y = gemv.total(acc, REDUCE) * s * root
+    up = y
     if SWIGLU or ROPE:
-        up = gemv.total(acc_up, REDUCE) * tl.load(scale_ptr + rows + second) * root
+        up = gemv.total(acc_up, REDUCE) * s_up * root
     if SWIGLU:
         y = y * tl.sigmoid(y) * up
     if RESIDUAL:
-        y += tl.load(res_ptr + rn).to(tl.float32)
-    if ROPE:
-        rope_store(y, up, rn, out_ptr, cos_ptr, sin_ptr, pos_ptr, k_ptr, v_ptr, L, NQ, NKV, D, RNE)
-    else:
+        y += r
+    if not ROPE:
         tl.store(out_ptr + rn, y.to(tl.bfloat16))
-    return y
+    return y, up
 
 
 @triton.jit
@@ -267,6 +307,7 @@ def _launch_row(x, codes, scale, fusion: Fusion, t: gemv.GemvTile, out) -> None:
         out, no, k, fusion.eps,
         NORM=fusion.gamma is not None, SWIGLU=fusion.swiglu, RESIDUAL=fusion.residual is not None,
         BN=t.bn, BK=t.bk, REDUCE=t.reduce_each, PRE=t.ahead if launch.pdl_on() else 0,
+        AHEAD=launch.constants_ahead(),
         num_warps=t.num_warps, num_stages=t.num_stages, **rope,
         **({"maxnreg": t.maxnreg} if t.maxnreg and x.device.type != "cpu" else {}),
         **extra,

@@ -33,8 +33,8 @@ import torch
 import triton
 import triton.language as tl
 
-from deepgap.measure.quant import split_k
-from deepgap.measure.quant.gdc import pdl_enter
+from deepgap.measure.quant import launch, split_k
+from deepgap.measure.quant.gdc import pdl_enter, pdl_launch, pdl_wait
 from deepgap.measure.quant.launch import INT32_LIMIT, check, check_vec, launcher, out_size
 
 OUT_KIND = {"int8": 0, "fp8": 1, "fp16": 2}
@@ -118,7 +118,7 @@ def conv_gemm_kernel(
     KH: tl.constexpr, KW: tl.constexpr, STRIDE: tl.constexpr, PAD: tl.constexpr, RELU: tl.constexpr,
     HAS_RES: tl.constexpr, OUT_KIND: tl.constexpr, ACC_INT: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
     BK: tl.constexpr, GROUP_M: tl.constexpr, EARLY_RES: tl.constexpr = False, SPLIT: tl.constexpr = 1,
-    PDL: tl.constexpr = False, SPREAD: tl.constexpr = False, PARTS: tl.constexpr = 1,
+    PDL: tl.constexpr = False, SPREAD: tl.constexpr = False, PARTS: tl.constexpr = 1, AHEAD: tl.constexpr = False,
 ):  # fmt: skip
     """out[M, N] = epilogue(Σ_k A[m, k]·W[n, k]); A is the implicit im2col of NHWC ``x``.
 
@@ -128,12 +128,17 @@ def conv_gemm_kernel(
     ``SPLIT`` > 1 (`quant.split_k`): the grid's second axis splits K in that many slices, and the
     program that finishes a tile's last slice adds the partials (``ws_ptr``, ticket ``cnt_ptr``) and
     runs the epilogue (`split_k.split_sum`); not with ``EARLY_RES``. ``SPREAD`` (a GPU): ``PARTS`` of the
-    slices' programs each sum and finish a band of the tile instead (`split_k.spread_sum`).
+    slices' programs each sum and finish a band of the tile instead (`split_k.spread_sum`). ``AHEAD`` (under
+    PDL, `launch.constants_ahead`): α and β, which no kernel writes, load before the wait, not after the K loop.
     """
-    pdl_enter(PDL)
     pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BM, BN, GROUP_M)
     rm = pid_m * BM + tl.arange(0, BM)
     rn = pid_n * BN + tl.arange(0, BN)
+    pdl_launch(PDL)
+    if AHEAD:
+        alpha = tl.load(alpha_ptr + rn)
+        beta = tl.load(beta_ptr + rn)
+    pdl_wait(PDL)
     rk = tl.arange(0, BK)
     m_ok = rm < M
     ktot = KH * KW * C
@@ -179,18 +184,19 @@ def conv_gemm_kernel(
         else:
             acc, last = split_k.split_sum(acc, ws_ptr, cnt_ptr, offs, m_ok, M, N, SPLIT)
     if last:
-        _conv_epilogue(acc, out_ptr, alpha_ptr, beta_ptr, res_ptr, gamma, offs, rn, m_ok, r_early, RELU,
-                       HAS_RES, OUT_KIND, EARLY_RES)  # fmt: skip
+        if not AHEAD:
+            alpha = tl.load(alpha_ptr + rn)
+            beta = tl.load(beta_ptr + rn)
+        _conv_epilogue(acc, out_ptr, alpha, beta, res_ptr, gamma, offs, m_ok, r_early, RELU, HAS_RES, OUT_KIND,
+                       EARLY_RES)  # fmt: skip
 
 
 @triton.jit
 def _conv_epilogue(
-    acc, out_ptr, alpha_ptr, beta_ptr, res_ptr, gamma, offs, rn, m_ok, r_early, RELU: tl.constexpr,
+    acc, out_ptr, alpha, beta, res_ptr, gamma, offs, m_ok, r_early, RELU: tl.constexpr,
     HAS_RES: tl.constexpr, OUT_KIND: tl.constexpr, EARLY_RES: tl.constexpr,
 ):  # fmt: skip
     """`conv_gemm_kernel`'s epilogue: α·acc + β (+ γ·residual), ReLU, the output's format, stored."""
-    alpha = tl.load(alpha_ptr + rn)
-    beta = tl.load(beta_ptr + rn)
     y = acc.to(tl.float32) * alpha[None, :]
     r = y
     if HAS_RES:
@@ -320,6 +326,7 @@ def conv_gemm(
         ACC_INT=x.dtype == torch.int8,
         EARLY_RES=bool(getattr(cfg, "early_res", False)) and res is not None,
         SPLIT=split,
+        AHEAD=launch.constants_ahead(),
         **split_k.constexprs(cfg, x.device),
         **cfg.launch(),
         enable_fp_fusion=False,

@@ -135,6 +135,17 @@ def trigger() -> str:
     return switches.read("DEEPGAP_PDL_TRIGGER")
 
 
+def constants_ahead() -> bool:
+    """Whether a kernel launched now loads its epilogue's constants before PDL's wait (`gdc`, inside `pdl` only).
+
+    ``DEEPGAP_PDL_CONSTANTS=ahead``. Why: the constants (α, β, a GEMV's scales) depend on no kernel, and loaded
+    after the K loop they add one memory round trip to every kernel's critical path.
+    """
+    from deepgap.core import switches
+
+    return pdl_on() and switches.read("DEEPGAP_PDL_CONSTANTS") == "ahead"
+
+
 def pdl_on() -> bool:
     """Whether launches here use programmatic dependent launch now (inside `pdl`)."""
     return bool(_PDL.get())

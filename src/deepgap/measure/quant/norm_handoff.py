@@ -87,16 +87,23 @@ def parts_block(k: int) -> int:
 
 
 @triton.jit
-def hand_off(y, band, gamma_ptr, scaled_ptr, squares_ptr, BN: tl.constexpr):
+def hand_off(y, band, gamma, scaled_ptr, squares_ptr, BN: tl.constexpr):
     """A writer's band ``y`` (fp32, BN channels from ``band``) handed over: the row ⊙ γ and its group sums.
 
-    ``y`` is rounded to bf16 first: the squares and the product are of the row the writer stores.
+    ``gamma``: the band's γ (`band_gamma`), loaded by the writer where it chooses (before PDL's wait: no kernel
+    writes it). ``y`` is rounded to bf16 first: the squares and the product are of the row the writer stores.
     """
     rn = band + tl.arange(0, BN)
     yb = y.to(tl.bfloat16).to(tl.float32)
-    tl.store(scaled_ptr + rn, (yb * tl.load(gamma_ptr + rn).to(tl.float32)).to(tl.bfloat16))
+    tl.store(scaled_ptr + rn, (yb * gamma).to(tl.bfloat16))
     sums = tl.sum(tl.reshape(yb * yb, (BN // GROUP, GROUP)), axis=1)
     tl.store(squares_ptr + band // GROUP + tl.arange(0, BN // GROUP), sums)
+
+
+@triton.jit
+def band_gamma(band, gamma_ptr, BN: tl.constexpr):
+    """The next norm's γ over a writer's band of BN channels from ``band``, in fp32 (`hand_off`)."""
+    return tl.load(gamma_ptr + band + tl.arange(0, BN)).to(tl.float32)
 
 
 @triton.jit

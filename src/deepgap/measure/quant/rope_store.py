@@ -44,21 +44,46 @@ def rope_store(
     with the step's angles (``cos_ptr``, ``sin_ptr``: D each). The cache is ``(1, NKV, L, D)``; the row
     written is at the position read from the device (``pos_ptr``), after the wait for the previous kernel.
     k and v are stored as the cache holds them: bf16, or fp8 codes of the bf16 values (`llama_cache`); ``RNE``
-    (Triton's interpreter) rounds them to e4m3 in fp32 first (`e4m3_rne`).
+    (Triton's interpreter) rounds them to e4m3 in fp32 first (`e4m3_rne`). The loads come here, after the K
+    loop; `rope_angles` and `rope_q` then `rope_kv` are the same steps for a caller that loads them earlier.
     """
+    cos, cos2, sin, sin2 = rope_angles(rn, cos_ptr, sin_ptr, D)
+    r, r2 = rope_q(y, y2, rn, cos, cos2, sin, sin2, out_ptr, NQ, NKV, D)
+    rope_kv(r, r2, rn, tl.load(pos_ptr), k_ptr, v_ptr, L, NQ, NKV, D, RNE)
+
+
+@triton.jit
+def rope_angles(rn, cos_ptr, sin_ptr, D: tl.constexpr):
+    """The angles of channel pair ``rn``'s two halves, in fp32: cos, cos₂, sin, sin₂ (`rope_store`)."""
     half: tl.constexpr = D // 2
-    head = rn // half
     c = rn % half
     cos, cos2 = tl.load(cos_ptr + c).to(tl.float32), tl.load(cos_ptr + half + c).to(tl.float32)
     sin, sin2 = tl.load(sin_ptr + c).to(tl.float32), tl.load(sin_ptr + half + c).to(tl.float32)
+    return cos, cos2, sin, sin2
+
+
+@triton.jit
+def rope_q(y, y2, rn, cos, cos2, sin, sin2, out_ptr, NQ, NKV, D: tl.constexpr):
+    """The pair rotated (q and k heads; v's as they are) in bf16, q's stored to ``out`` (`rope_store`)."""
+    half: tl.constexpr = D // 2
+    head = rn // half
+    c = rn % half
     rotated = head < NQ + NKV  # q and k heads; v's are written as they are
     r = tl.where(rotated, y * cos - y2 * sin, y).to(tl.bfloat16)
     r2 = tl.where(rotated, y2 * cos2 + y * sin2, y2).to(tl.bfloat16)
     is_q = head < NQ
     tl.store(out_ptr + head * D + c, r, mask=is_q)
     tl.store(out_ptr + head * D + half + c, r2, mask=is_q)
-    pos = tl.load(pos_ptr)
-    is_k = rotated & (head >= NQ)
+    return r, r2
+
+
+@triton.jit
+def rope_kv(r, r2, rn, pos, k_ptr, v_ptr, L, NQ, NKV, D: tl.constexpr, RNE: tl.constexpr):
+    """The rotated k pair and the v pair into the cache row at position ``pos`` (`rope_store`)."""
+    half: tl.constexpr = D // 2
+    head = rn // half
+    c = rn % half
+    is_k = (head < NQ + NKV) & (head >= NQ)
     kv_head = tl.where(is_k, head - NQ, head - NQ - NKV)
     row = (kv_head.to(tl.int64) * L + pos) * D + c
     is_v = head >= NQ + NKV
