@@ -32,9 +32,25 @@ case ${1:-} in
 for r in map(json.loads, open(sys.argv[1])):
     print(r.get('pdl_constants'), 'tpot', r.get('tpot_ms'), r.get('decode_tok_s'), 'tok/s; sync', r.get('tpot_sync_ms'),
           r.get('decode_tok_s_sync'))" "$OUT/llm_decode_loop.jsonl" ;;
+s) # (any card, ~5 min; call 1 cut to what little device time was left) the GPU tests; ResNet-50 fp8 at batch 1, its
+   # PDL graph per turn (after, ahead, ...); Llama-3.1-8B fp8 at batch 1, the bare loop's turns
+   step "gpu tests: constants ahead" 100 python -m pytest -q -p no:cacheprovider -m gpu \
+       tests/measure/quant/test_constants_ahead.py 2>&1 | tail -n 4
+   step "resnet50 fp8 bs1 constants turns" 130 python benchmarks/quant_inputs.py --models resnet50 --precisions fp8 \
+       --batch-sizes 1 --inputs default --constants after,ahead,after,ahead,after,ahead \
+       --out "$OUT/resnet-bs1-constants.jsonl" > "$OUT/resnet-bs1-constants.txt" 2>&1
+   grep -A12 "^model" "$OUT/resnet-bs1-constants.txt"
+   step "loop 8b fp8 bs1 constants turns" 150 python benchmarks/llm_decode_loop.py --model llama-3.1-8b --batches 1 \
+       --pdl on --precision fp8 --harness deepgap --constants after,ahead,after,ahead --out "$OUT" \
+       > "$OUT/loop-constants.txt" 2>&1
+   python3 -c "import json,sys
+for r in map(json.loads, open(sys.argv[1])):
+    print(r.get('pdl_constants'), 'tpot', r.get('tpot_ms'), r.get('decode_tok_s'), 'tok/s; sync', r.get('tpot_sync_ms'),
+          r.get('decode_tok_s_sync'))" "$OUT/llm_decode_loop.jsonl"
+   tail -n 3 "$OUT/loop-constants.txt" ;;
 2) # (an H200, ~9 min) issue 47's goals and issue 51's 8B run at batch 1 as session 56's call 5 prepared them, with
    # each kernel's constants before PDL's wait (CONST=after for the old order)
    export DEEPGAP_PDL_CONSTANTS=${CONST:-ahead}
    bash results/h100/session56/device.sh 5 ;;
-*) echo "usage: $0 1|2"; exit 2 ;;
+*) echo "usage: $0 1|s|2"; exit 2 ;;
 esac
