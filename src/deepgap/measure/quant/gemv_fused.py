@@ -88,7 +88,8 @@ def fused_row_kernel(
     kernel reads one; 0: none, the whole program after the wait); ``PRE`` is the tile's ``ahead`` wherever launches
     use PDL (on the CPU inside `launch.pdl` the same steps run peeled without the wait, as the tests check), else 0.
     ``HANDED``: x is a row ⊙ γ whose norm a writer handed over, its sums read at the end (read right after PDL's
-    wait instead, they were never faster: session 39 on one H100, 40 on one H200); ``HAND``: this one hands the
+    wait alone, the scales still at the end, they were never faster: session 39 on one H100, 40 on one H200; with
+    ``AHEAD`` they are, beside the rest); ``HAND``: this one hands the
     next norm over (`norm_handoff`). ``AHEAD`` (under PDL, `launch.constants_ahead`): the band's scales, which no
     kernel writes, and the next norm's γ (``HAND``) load before the wait; the residual, the handed sums and RoPE's
     angles and position right after it: nothing is left to load after the K loop.
