@@ -76,7 +76,8 @@ SWITCHES: dict[str, Switch] = {
     # before (early; `quant.gdc`)
     "DEEPGAP_PDL_TRIGGER": Switch(("early", "late"), "late"),
     # ahead: under PDL a kernel loads its epilogue's constants (a convolution's α and β, a GEMV's per-channel
-    # scales) before its wait for the previous kernel, not after its K loop (`quant.gdc`)
+    # scales and the next norm's γ) before its wait for the previous kernel, and what earlier kernels wrote right
+    # after it, not after its K loop (`quant.launch.constants_ahead`)
     "DEEPGAP_PDL_CONSTANTS": Switch(("after", "ahead"), "after"),
     "DEEPGAP_DECODE_FUSED": Switch(("1", "0"), "1"),  # 0: the batch-1 quant decoder keeps the plain layer
     # auto and compiled: an engine that compiles its step compiles its prefill too, the sweep's

@@ -69,7 +69,6 @@ def choose_pdl(net: Any, runner: Any, static_x: torch.Tensor, device: str, mode:
     keep = mode == "on" or on < off * (1 - MIN_GAIN)
     info = {"chosen": keep, "seconds": {"off": off, "on": on}, "mode": mode}
     info["trigger"] = launch.trigger()  # before or after each kernel's wait (`gdc`)
-    info["constants"] = switches.read(
-        "DEEPGAP_PDL_CONSTANTS"
-    )  # the epilogue's, before the wait or after the loop
+    # each kernel's epilogue constants before its wait or after its K loop (`launch.constants_ahead`)
+    info["constants"] = switches.read("DEEPGAP_PDL_CONSTANTS")
     return (pdl_runner if keep else runner), info
