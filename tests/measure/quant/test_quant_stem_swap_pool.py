@@ -28,16 +28,29 @@ def _case(hw: tuple[int, int], out_fmt: str):
     return xs, ws, alpha, beta, ref
 
 
-@pytest.mark.parametrize("out_fmt", ["int8", "fp16", "fp8"])
-@pytest.mark.parametrize("hw", [(32, 32), (30, 34)])
+_WALKS = {
+    "one-row-bands": (1, 3, 64),
+    "a-partial-last-band": (3, 2, 64),
+    "more-programs-than-bands": (4, 100, 128),
+}
+_SIZES = [(32, 32), (30, 34)]
+
+
+# Each walk at each format, the two image sizes taken in turn (9 cases, not the 18 of the full product: each costs
+# 1.5-3 CPU-s in the interpreter, and every pair of walk and size, and of format and size, still occurs).
 @pytest.mark.parametrize(
-    "band,programs,block",
-    [(1, 3, 64), (3, 2, 64), (4, 100, 128)],
-    ids=["one-row-bands", "a-partial-last-band", "more-programs-than-bands"],
+    "walk,out_fmt,hw",
+    [
+        (walk, fmt, _SIZES[(i + j) % 2])
+        for i, walk in enumerate(_WALKS)
+        for j, fmt in enumerate(["int8", "fp16", "fp8"])
+    ],
+    ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else v,
 )
-def test_the_pooled_stem_equals_the_unfused_stems(out_fmt, hw, band, programs, block):
+def test_the_pooled_stem_equals_the_unfused_stems(walk, out_fmt, hw):
     """Bands of 1, 3 (8 and 9 pooled rows are not multiples: the last band is partial) and 4 pooled rows; the
     programs walk several bands each (the scratch reused), or one each with programs to spare."""
+    band, programs, block = _WALKS[walk]
     xs, ws, alpha, beta, ref = _case(hw, out_fmt)
     out = stem_swap_pool.stem(
         xs, ws, 7, 2, 3, alpha, beta, out_fmt, block_m=block, band=band, num_programs=programs
@@ -72,8 +85,18 @@ def test_tile_names_and_arguments():
     assert args == {"block_m": 256, "num_warps": 8, "stages": 3, "persistent": 2, "band": 8}
 
 
-@pytest.mark.parametrize("cfg", stem_swap_pool.TILES, ids=stem_swap_pool.tile_name)
-def test_each_tile_compiles_for_hopper_to_one_wide_wgmma_without_spilling(cfg):
+# The tiles that ask the most of an SM: the widest band, two programs an SM, three stages, 256 pixels and 8 warps.
+# The other three (bands of 4, 2 and 1 at 128 or 64 pixels, one program an SM) need no more than these of any
+# resource, and each compile costs 3-4 CPU-s.
+_HEAVIEST = [(128, 4, 2, 1, 8), (128, 4, 2, 2, 4), (128, 4, 3, 1, 4), (256, 8, 2, 1, 4)]
+
+
+def test_the_heaviest_tiles_are_offered_tiles():
+    assert set(_HEAVIEST) <= set(stem_swap_pool.TILES)
+
+
+@pytest.mark.parametrize("cfg", _HEAVIEST, ids=stem_swap_pool.tile_name)
+def test_the_heaviest_tiles_compile_for_hopper_to_one_wide_wgmma_without_spilling(cfg):
     """The convolution phase is the swapped kernel's (m64n64-128 int8 wgmma, 16-byte ``cp.async`` gathers); nothing
     spills, and the shared memory of a tile's programs fits one SM."""
     block, warps, stages, per_sm, band = cfg
