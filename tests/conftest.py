@@ -85,6 +85,20 @@ def stem_case(h: int, w: int, seed: int = 0):
     return x, weight, alpha, beta
 
 
+def with_sizes_in_turn(first, second, sizes=((32, 32), (30, 34))):
+    """Every pair of ``first`` and ``second``, each with one of two image ``sizes`` in turn: ``(a, b, size)``.
+
+    Why: the stems' interpreter tests cost 0.5-3 CPU-s a case; this keeps every pair of any two of the three
+    factors (a with b, a with each size, b with each size) at half the cases of the full product.
+    """
+    return [(a, b, sizes[(i + j) % 2]) for i, a in enumerate(first) for j, b in enumerate(second)]
+
+
+def case_id(value) -> str:
+    """A test id for one value of `with_sizes_in_turn`'s cases: ``32x32`` for a size, else the value."""
+    return "x".join(map(str, value)) if isinstance(value, tuple) else str(value)
+
+
 @pytest.fixture
 def inprocess_runs(monkeypatch):
     """`deepgap.run` (and the CLI's run) measure in this process (`deepgap.drive.inprocess.InProcessWorker`).

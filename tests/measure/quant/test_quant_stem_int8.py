@@ -15,7 +15,7 @@ import torch.nn.functional as F  # noqa: N812
 
 triton = pytest.importorskip("triton")
 
-from conftest import stem_case  # noqa: E402
+from conftest import case_id, stem_case, with_sizes_in_turn  # noqa: E402
 
 from deepgap.measure.quant import layers, stem_int8  # noqa: E402
 
@@ -47,10 +47,11 @@ def test_pack_weights_puts_a_kernel_row_in_each_k_step():
     assert float((back - w).abs().max()) <= float(scale.max()) / 2 + 1e-9
 
 
-@pytest.mark.parametrize("out_fmt", ["int8", "fp8", "fp16"])  # fp16: when the next layer runs in fp16
-@pytest.mark.parametrize("hw", [(32, 32), (29, 35)])
-@pytest.mark.parametrize("walk", [0, 3], ids=["tile-per-program", "persistent-3"])
-def test_int8_stem_kernel_matches_its_exact_reference(out_fmt, hw, walk):
+# fp16: when the next layer runs in fp16; walk 0 and 3 in the ids
+@pytest.mark.parametrize(
+    "out_fmt,walk,hw", with_sizes_in_turn(["int8", "fp8", "fp16"], [0, 3], ((32, 32), (29, 35))), ids=case_id
+)
+def test_int8_stem_kernel_matches_its_exact_reference(out_fmt, walk, hw):
     """Both convolutions: a program per tile, and the persistent walk (3 programs over 8 or 9 tiles, a tail)."""
     x, weight, alpha, beta = stem_case(*hw)
     xq = stem_int8.quantize_image(x, 0.03)

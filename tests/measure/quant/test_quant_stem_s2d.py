@@ -15,7 +15,7 @@ import torch
 
 triton = pytest.importorskip("triton")
 
-from conftest import stem_case  # noqa: E402
+from conftest import case_id, stem_case, with_sizes_in_turn  # noqa: E402
 from sm90 import assert_swapped_stem, compile_sm90  # noqa: E402
 
 from deepgap.measure.quant import stem_int8, stem_s2d  # noqa: E402
@@ -65,10 +65,9 @@ def test_pack_weights_keeps_the_int8_values_in_the_padded_kernel():
     assert torch.equal(packed.double().abs().sum(1), w_i8.double().abs().sum(1))
 
 
-@pytest.mark.parametrize("out_fmt", ["int8", "fp8", "fp16"])
-@pytest.mark.parametrize("hw", [(32, 32), (30, 34)])
-@pytest.mark.parametrize("walk", [0, 3], ids=["tile-per-program", "persistent-3"])
-def test_the_s2d_stem_equals_the_int8_pixel_stem(out_fmt, hw, walk):
+@pytest.mark.parametrize("out_fmt,walk,hw", with_sizes_in_turn(["int8", "fp8", "fp16"], [0, 3]), ids=case_id)
+def test_the_s2d_stem_equals_the_int8_pixel_stem(out_fmt, walk, hw):
+    """A program per tile, and the persistent walk of 3 programs (0 and 3 in the ids)."""
     x, weight, alpha, beta = stem_case(*hw)
     ref = stem_int8.reference(stem_int8.quantize_image(x, 0.03), stem_int8.pack_weights(weight)[0], 7, 2, 3, alpha,
                               beta, out_fmt)  # fmt: skip
@@ -80,14 +79,15 @@ def test_the_s2d_stem_equals_the_int8_pixel_stem(out_fmt, hw, walk):
     _assert_equal(out, ref, out_fmt)
 
 
-@pytest.mark.parametrize("out_fmt", ["int8", "fp8", "fp16"])
-@pytest.mark.parametrize("hw", [(32, 32), (30, 34)])
 @pytest.mark.parametrize(
-    "block,programs", [(64, 3), (128, 1), (64, 100)], ids=["walk-3", "one-program", "spare"]
+    "out_fmt,walk,hw",
+    with_sizes_in_turn(["int8", "fp8", "fp16"], ["walk-3", "one-program", "spare"]),
+    ids=case_id,
 )
-def test_the_swapped_kernel_equals_the_int8_pixel_stem(out_fmt, hw, block, programs):
+def test_the_swapped_kernel_equals_the_int8_pixel_stem(out_fmt, walk, hw):
     """`stem_s2d.stem_swap_kernel` (weights as the MMA's M side): tiles walked by 3 programs with a partial last
     one, one program for all, and more programs than tiles."""
+    block, programs = {"walk-3": (64, 3), "one-program": (128, 1), "spare": (64, 100)}[walk]
     x, weight, alpha, beta = stem_case(*hw)
     ref = stem_int8.reference(stem_int8.quantize_image(x, 0.03), stem_int8.pack_weights(weight)[0], 7, 2, 3, alpha,
                               beta, out_fmt)  # fmt: skip

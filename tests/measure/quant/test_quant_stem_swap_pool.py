@@ -13,7 +13,7 @@ import torch
 
 triton = pytest.importorskip("triton")
 
-from conftest import stem_case  # noqa: E402
+from conftest import case_id, stem_case, with_sizes_in_turn  # noqa: E402
 from sm90 import assert_swapped_stem, compile_sm90  # noqa: E402
 
 from deepgap.measure.quant import stem_int8, stem_s2d, stem_swap_pool  # noqa: E402
@@ -33,20 +33,9 @@ _WALKS = {
     "a-partial-last-band": (3, 2, 64),
     "more-programs-than-bands": (4, 100, 128),
 }
-_SIZES = [(32, 32), (30, 34)]
 
 
-# Each walk at each format, the two image sizes taken in turn (9 cases, not the 18 of the full product: each costs
-# 1.5-3 CPU-s in the interpreter, and every pair of walk and size, and of format and size, still occurs).
-@pytest.mark.parametrize(
-    "walk,out_fmt,hw",
-    [
-        (walk, fmt, _SIZES[(i + j) % 2])
-        for i, walk in enumerate(_WALKS)
-        for j, fmt in enumerate(["int8", "fp16", "fp8"])
-    ],
-    ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else v,
-)
+@pytest.mark.parametrize("walk,out_fmt,hw", with_sizes_in_turn(_WALKS, ["int8", "fp16", "fp8"]), ids=case_id)
 def test_the_pooled_stem_equals_the_unfused_stems(walk, out_fmt, hw):
     """Bands of 1, 3 (8 and 9 pooled rows are not multiples: the last band is partial) and 4 pooled rows; the
     programs walk several bands each (the scratch reused), or one each with programs to spare."""

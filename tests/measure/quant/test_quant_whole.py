@@ -73,7 +73,8 @@ def _exact(got, ref, fmt, name):
 def test_resnet50s_plan_puts_each_downsample_in_its_blocks_second_phase_and_splits_k(graphs):
     """Bottlenecks: 52 layers in 48 phases (4 downsamples share a phase with their block's first 1×1), 47 barriers,
     and the split-K of a 132-SM GPU where layer3 and layer4 have few tiles. The kernel runs this plan on a GPU
-    (`test_quant_whole_gpu.py`); its interpreter run is ResNet-18's, below (ResNet-50's took up to 52 s of a full run)."""
+    (`test_quant_whole_gpu.py`); its interpreter run is ResNet-18's, below (ResNet-50's took up to 52 s of a full
+    run)."""
     graph, amax = graphs("resnet50")
     net = build(graph, "int8", amax, {}, RES)
     plan = whole_plan.build(net, 1, programs=132)
