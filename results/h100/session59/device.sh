@@ -31,5 +31,11 @@ print('ahead' if sys.argv[2] == '1' and med.get('ahead', 0) > med.get('after', 0
        --no-thermal-warmup --store $S/bs1.sqlite > "$OUT/run-bs1-$best.txt" 2>&1
    grep "img/s" "$OUT/run-bs1-$best.txt" | tail -n 2
    python -m deepgap export $S/bs1.sqlite -o "$OUT/resnet-bs1-$best.csv" > /dev/null 2>&1 || true ;;
-*) echo "usage: $0 h"; exit 2 ;;
+t) # (any card, what is left of a session's device time, ~3 min) the batch-1 turns alone: ResNet-50 fp8, its PDL
+   # graph captured in four turns (after, ahead, after, ahead), each turn's logits against the kept graph's
+   step "resnet50 fp8 bs1 constants turns" 200 python benchmarks/quant_inputs.py --models resnet50 --precisions fp8 \
+       --batch-sizes 1 --inputs default --constants after,ahead,after,ahead \
+       --out "$OUT/resnet-bs1-constants.jsonl" > "$OUT/resnet-bs1-constants.txt" 2>&1
+   grep -A8 "^model" "$OUT/resnet-bs1-constants.txt" ;;
+*) echo "usage: $0 h|t"; exit 2 ;;
 esac
