@@ -78,7 +78,7 @@ SWITCHES: dict[str, Switch] = {
     # ahead: under PDL a kernel loads its epilogue's constants (a convolution's α and β, a GEMV's per-channel
     # scales and the next norm's γ) before its wait for the previous kernel, and what earlier kernels wrote right
     # after it, not after its K loop (`quant.launch.constants_ahead`)
-    "DEEPGAP_PDL_CONSTANTS": Switch(("after", "ahead"), "after"),
+    "DEEPGAP_PDL_CONSTANTS": Switch(("after", "ahead"), "ahead"),
     "DEEPGAP_DECODE_FUSED": Switch(("1", "0"), "1"),  # 0: the batch-1 quant decoder keeps the plain layer
     # auto and compiled: an engine that compiles its step compiles its prefill too, the sweep's
     # (`llm_steps.make_prefill`) and serve's packed admissions (`llm_engines.packed_prefill`); eager: neither

@@ -167,6 +167,9 @@ def test_on_a_gpu_the_constants_ahead_give_the_same_bits_in_a_pdl_graph(qfmt):
 
     got = {}
     for value in ("after", "ahead"):
+        with constants(value):  # compiles the kernels and makes split-K's scratch, which a capture may not
+            launches()
+        torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
         with constants(value), torch.cuda.graph(graph):
             outs = launches()
