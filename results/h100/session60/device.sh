@@ -22,19 +22,24 @@ g) # (an H200, ~9 min) issue 47's goals and issue 51's 8B batch 1 with the const
    # session): ResNet-50 quant fp8,int8 at batch 1; fp8 at 1024 after a thermal warm-up (at most 60 s, for J/img); the
    # bare loop at 1 and 1024 on the warm card, its PDL graph captured in turns after/ahead; the 8B run at batch 1
    R50=(python -m deepgap run --models resnet50 --engines quant --sweeps 1 --no-cpu-baseline)
-   step "resnet50 quant fp8,int8 bs1" 110 "${R50[@]}" --no-thermal-warmup --precisions fp8,int8 --batch-sizes 1 \
+   step "resnet50 quant fp8,int8 bs1" 100 "${R50[@]}" --no-thermal-warmup --precisions fp8,int8 --batch-sizes 1 \
        --store $S/r1.sqlite > "$OUT/resnet-bs1.txt" 2>&1; exp r1
    grep -i "img/s" "$OUT/resnet-bs1.txt" | tail -n 2
-   step "resnet50 quant fp8 bs1024, warm" 150 "${R50[@]}" --thermal-warmup --thermal-window 15 --thermal-timeout 60 \
+   step "resnet50 quant fp8 bs1024, warm" 140 "${R50[@]}" --thermal-warmup --thermal-window 15 --thermal-timeout 60 \
        --precisions fp8 --batch-sizes 1024 --store $S/r1024.sqlite > "$OUT/resnet-bs1024.txt" 2>&1
    exp r1024; grep -i "img/s\|error" "$OUT/resnet-bs1024.txt" | tail -n 2
-   step "bare loop fp8 bs1024,1 constants turns" 130 python benchmarks/quant_inputs.py --models resnet50 \
+   step "bare loop fp8 bs1024,1 constants turns" 110 python benchmarks/quant_inputs.py --models resnet50 \
        --precisions fp8 --batch-sizes 1024,1 --inputs default --constants after,ahead,after,ahead \
        --out "$OUT/resnet-loop.jsonl" > "$OUT/resnet-loop.txt" 2>&1
    grep -A6 "^model" "$OUT/resnet-loop.txt"
-   step "deepgap run 8b fp8 bs1" 150 python -m deepgap run --workload decode --models llama-3.1-8b --device cuda \
+   step "deepgap run 8b fp8 bs1" 140 python -m deepgap run --workload decode --models llama-3.1-8b --device cuda \
        --input-lens 128 --output-lens 128 --repeats 3 --sweeps 1 --no-thermal-warmup --no-cpu-baseline \
        --engines quant --precisions fp8 --batch-sizes 1 --store $S/run8b.sqlite > "$OUT/run8b-bs1.txt" 2>&1
    exp run8b; grep -i "tok/s\|tokens/s" "$OUT/run8b-bs1.txt" | tail -n 1 ;;
-*) echo "usage: $0 b|g"; exit 2 ;;
+c) # (any card, ~4 min; what is left of a session's device time) call b cut to fp8 at batch 1024
+   step "resnet50 fp8 bs1024 constants turns" 230 python benchmarks/quant_inputs.py --models resnet50 \
+       --precisions fp8 --batch-sizes 1024 --inputs default --constants after,ahead,after,ahead \
+       --out "$OUT/resnet-1024-constants.jsonl" > "$OUT/resnet-1024-constants.txt" 2>&1
+   grep -A6 "^model" "$OUT/resnet-1024-constants.txt" ;;
+*) echo "usage: $0 b|c|g"; exit 2 ;;
 esac
