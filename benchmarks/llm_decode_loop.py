@@ -296,10 +296,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--tiles",
         default="tuned",
-        help="the fused GEMVs' tiles, in turn (';' between turns): tuned, or KxN=BNxBKwW[t][aA][rR],... forcing "
-        "the tile of each fused GEMV of that shape (reduce-each; t: in-thread; aA: A K steps' weights loaded before "
-        "PDL's wait, 1 by default; rR: at most R registers a thread), "
-        "e.g. 'tuned;14336x4096=8x2048w8t;4096x4096=8x2048w8ta2'",
+        help="the fused GEMVs' tiles, in turn (';' between turns): tuned, or KxN=BNxBKwW[sS][t|b][aA][rR],... "
+        "forcing the tile of each fused GEMV of that shape (sS: S pipeline stages, 1 by default; reduce-each, or t: "
+        "in-thread, b: a BN x BK block reduced once at the end, as the tuner's 8x512 st4; aA: A K steps' weights "
+        "loaded before PDL's wait, 1 by default; rR: at most R registers a thread), "
+        "e.g. 'tuned;14336x4096=8x2048w8t;4096x4096=8x2048w8ta2;4096x6144=8x512w4s4br128'",
     )
     ap.add_argument(
         "--harness",
@@ -372,10 +373,10 @@ _FORCED: dict[tuple[int, int], object] = {}  # (K, N) → the fused GEMVs' tile 
 
 
 def force_tiles(spec: str) -> None:
-    """This turn's tiles: ``tuned`` (the tuner's), or ``KxN=BNxBKwW[t][aA][rR],...``: every fused GEMV of that shape
-    takes the tile BN × BK with W warps (one stage, reduce-each; ``t``: summed in-thread each step, `gemv.IN_THREAD`;
-    ``aA``: A steps' weights loaded before PDL's wait, `gemv.GemvTile.ahead`; ``rR``: ptxas's register cap),
-    whatever the tuner would time."""
+    """This turn's tiles: ``tuned`` (the tuner's), or ``KxN=BNxBKwW[sS][t|b][aA][rR],...``: every fused GEMV of
+    that shape takes the tile BN × BK with W warps (``sS``: S stages, one by default; reduce-each, or ``t``: summed
+    in-thread each step, `gemv.IN_THREAD`, or ``b``: a block reduced once at the end; ``aA``: A steps' weights loaded
+    before PDL's wait, `gemv.GemvTile.ahead`; ``rR``: ptxas's register cap), whatever the tuner would time."""
     from deepgap.measure.quant import gemv
 
     if not getattr(gemv.fastest, "forces_tiles", False):  # the tuner wrapped once a process
@@ -395,13 +396,13 @@ def force_tiles(spec: str) -> None:
     for part in spec.split(",") if spec != "tuned" else ():
         shape, tile = part.split("=")
         k, n = (int(v) for v in shape.split("x"))
-        m = re.fullmatch(r"(\d+)x(\d+)w(\d+)(t?)(?:a(\d+))?(?:r(\d+))?", tile)
+        m = re.fullmatch(r"(\d+)x(\d+)w(\d+)(?:s(\d+))?([tb]?)(?:a(\d+))?(?:r(\d+))?", tile)
         if m is None:
-            raise SystemExit(f"--tiles: {tile!r} is not BNxBKwW[t][aA][rR], e.g. 8x2048w8ta2")
+            raise SystemExit(f"--tiles: {tile!r} is not BNxBKwW[sS][t|b][aA][rR], e.g. 8x2048w8ta2")
         bn, bk, warps = (int(v) for v in m.group(1, 2, 3))
-        reduce_each = gemv.IN_THREAD.value if m.group(4) else 1
-        ahead, cap = int(m.group(5) or 1), int(m.group(6) or 0)
-        _FORCED[(k, n)] = gemv.GemvTile(bn, bk, 1, warps, 1, 0, reduce_each, maxnreg=cap, ahead=ahead)
+        reduce_each = {"t": gemv.IN_THREAD.value, "b": 0}.get(m.group(5), 1)
+        stages, ahead, cap = int(m.group(4) or 1), int(m.group(6) or 1), int(m.group(7) or 0)
+        _FORCED[(k, n)] = gemv.GemvTile(bn, bk, 1, warps, stages, 0, reduce_each, maxnreg=cap, ahead=ahead)
 
 
 def _runs(args: argparse.Namespace):

@@ -35,6 +35,17 @@ def test_a_turn_forces_its_tiles_by_shape_and_the_next_gives_them_back(loop, mon
     assert (gate_up.bn, gate_up.ahead, gate_up.maxnreg) == (4, 2, 128)
     loop.force_tiles("4096x4096=8x2048w8ta0")  # nothing before the wait
     assert gemv.fastest(("fused", (1,), 4096, 4096, "cuda:0"), None, [], None).ahead == 0
+    # qkv's tile as the tuner picks it (a block reduced at the end, four stages), capped at 128 registers
+    loop.force_tiles("4096x6144=8x512w4s4br128")
+    qkv = gemv.fastest(("fused", (0, 1), 4096, 6144, "cuda:0"), None, [], None)
+    assert qkv == gemv.GemvTile(8, 512, 1, 4, 4, 0, 0, maxnreg=128)
+    assert "4096x6144: 8x512 s1 w4 st4 maxnreg 128" in gemv.chosen()
+    loop.force_tiles("4096x6144=8x512w4s4b")
+    assert (
+        gemv.fastest(("fused", (0, 1), 4096, 6144, "cuda:0"), None, [], None).describe() == "8x512 s1 w4 st4"
+    )
+    with pytest.raises(SystemExit, match="'8x512w4s4tb' is not BNxBKwW"):
+        loop.force_tiles("4096x6144=8x512w4s4tb")
     with pytest.raises(SystemExit, match="'8x2048w8z' is not BNxBKwW"):
         loop.force_tiles("4096x4096=8x2048w8z")
     loop.force_tiles("tuned")

@@ -41,5 +41,16 @@ c) # (any card, ~4 min; what is left of a session's device time) call b cut to f
        --precisions fp8 --batch-sizes 1024 --inputs default --constants after,ahead,after,ahead \
        --out "$OUT/resnet-1024-constants.jsonl" > "$OUT/resnet-1024-constants.txt" 2>&1
    grep -A6 "^model" "$OUT/resnet-1024-constants.txt" ;;
-*) echo "usage: $0 b|c|g"; exit 2 ;;
+q) # (any card, ~4 min) issue 51: with the constants ahead, qkv's tile (`8x512 st4`) needs 136 registers and fits three
+   # programs an SM; capped at 128 (12 bytes spilled, to L1) it fits four. The 8B loop at batch 1, deepgap's step,
+   # the tuner's tiles against qkv forced to the capped tile and to gate_up's in-thread form, in turns
+   Q=4096x6144
+   step "loop 8b fp8 bs1 qkv tiles" 260 python benchmarks/llm_decode_loop.py --model llama-3.1-8b --batches 1 \
+       --pdl on --precision fp8 --harness deepgap --out "$OUT" \
+       --tiles "tuned;$Q=8x512w4s4br128;$Q=4x2048w4t;tuned;$Q=8x512w4s4br128;$Q=4x2048w4t" > "$OUT/loop-qkv.txt" 2>&1
+   python3 -c "import json,sys
+for r in map(json.loads, open(sys.argv[1])):
+    print(r.get('forced_tiles'), 'tpot', r.get('tpot_ms'), r.get('decode_tok_s'), 'tok/s; sync', r.get('tpot_sync_ms'))
+" "$OUT/llm_decode_loop.jsonl"; tail -n 2 "$OUT/loop-qkv.txt" ;;
+*) echo "usage: $0 b|c|g|q"; exit 2 ;;
 esac
