@@ -52,5 +52,15 @@ q) # (any card, ~4 min) issue 51: with the constants ahead, qkv's tile (`8x512 s
 for r in map(json.loads, open(sys.argv[1])):
     print(r.get('forced_tiles'), 'tpot', r.get('tpot_ms'), r.get('decode_tok_s'), 'tok/s; sync', r.get('tpot_sync_ms'))
 " "$OUT/llm_decode_loop.jsonl"; tail -n 2 "$OUT/loop-qkv.txt" ;;
-*) echo "usage: $0 b|c|g|q"; exit 2 ;;
+n) # (the next session's first call, ~8-9 min) on an H200 call g; on another card call q, then call b's fp8 at
+   # 256 and 1024 (call c's script with 256 added)
+   case $gpu in
+   *H200*) bash "$0" g ;;
+   *) bash "$0" q
+      step "resnet50 fp8 bs256,1024 constants turns" 280 python benchmarks/quant_inputs.py --models resnet50 \
+          --precisions fp8 --batch-sizes 256,1024 --inputs default --constants after,ahead,after,ahead \
+          --out "$OUT/resnet-big-constants.jsonl" > "$OUT/resnet-big-constants.txt" 2>&1
+      grep -A12 "^model" "$OUT/resnet-big-constants.txt" ;;
+   esac ;;
+*) echo "usage: $0 b|c|g|n|q"; exit 2 ;;
 esac
