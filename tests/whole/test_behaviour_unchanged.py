@@ -56,9 +56,8 @@ from deepgap.cli import main
 ARCHIVE = FIXTURES / "archive"  # each store as <rel>.xz
 GOLDEN = FIXTURES / "golden"
 REGEN = os.environ.get("DEEPGAP_REGEN_GOLDEN") == "1"
-XZ_OVER = (
-    8_000  # bytes of text above which a golden file is stored xz-compressed (the tree keeps under 10 MB)
-)
+# bytes of text above which a golden file is stored xz-compressed (the tree keeps under 10 MB)
+XZ_OVER = 8_000
 REDACT_KEY = "deepgap-golden-test-key"  # fixed, so --redact's keyed tokens are the same every run
 
 # The archived stores read here (small ones: the file runs in well under 30 s on two cores), unpacked from

@@ -7,17 +7,18 @@ gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
 echo "device: $gpu"
 S=/tmp/dg; mkdir -p $S
 exp() { python -m deepgap export "$S/$1.sqlite" -o "$OUT/$1.csv" > /dev/null 2>&1 || true; }
+# turns NAME PRECISIONS BATCHES LIMIT: ResNet-50 built once a configuration, its PDL graph captured again in turns
+# after/ahead/after/ahead (`quant_inputs.py --constants`), into $OUT/resnet-NAME.jsonl and .txt
+turns() {
+   step "resnet50 $2 bs$3 constants turns" $4 python benchmarks/quant_inputs.py --models resnet50 --precisions $2 \
+       --batch-sizes $3 --inputs default --constants after,ahead,after,ahead \
+       --out "$OUT/resnet-$1.jsonl" > "$OUT/resnet-$1.txt" 2>&1
+   grep -A14 "^model" "$OUT/resnet-$1.txt"; }
 case ${1:-} in
 b) # (any card, ~5 min) does DEEPGAP_PDL_CONSTANTS=ahead, which won at batch 1, cost anything at the throughput
    # batches? ResNet-50 fp8 at batch 256 and 1024 and int8 at 1024, the graph captured in turns after/ahead
-   step "resnet50 fp8 bs256,1024 constants turns" 250 python benchmarks/quant_inputs.py --models resnet50 \
-       --precisions fp8 --batch-sizes 256,1024 --inputs default --constants after,ahead,after,ahead \
-       --out "$OUT/resnet-big-constants.jsonl" > "$OUT/resnet-big-constants.txt" 2>&1
-   grep -A14 "^model" "$OUT/resnet-big-constants.txt"
-   step "resnet50 int8 bs1024 constants turns" 150 python benchmarks/quant_inputs.py --models resnet50 \
-       --precisions int8 --batch-sizes 1024 --inputs default --constants after,ahead,after,ahead \
-       --out "$OUT/resnet-int8-constants.jsonl" > "$OUT/resnet-int8-constants.txt" 2>&1
-   grep -A8 "^model" "$OUT/resnet-int8-constants.txt" ;;
+   turns big-constants fp8 256,1024 250
+   turns int8-constants int8 1024 150 ;;
 g) # (an H200, ~9 min) issue 47's goals and issue 51's 8B batch 1 with the constants ahead (the default since this
    # session): ResNet-50 quant fp8,int8 at batch 1; fp8 at 1024 after a thermal warm-up (at most 60 s, for J/img); the
    # bare loop at 1 and 1024 on the warm card, its PDL graph captured in turns after/ahead; the 8B run at batch 1
@@ -28,19 +29,13 @@ g) # (an H200, ~9 min) issue 47's goals and issue 51's 8B batch 1 with the const
    step "resnet50 quant fp8 bs1024, warm" 140 "${R50[@]}" --thermal-warmup --thermal-window 15 --thermal-timeout 60 \
        --precisions fp8 --batch-sizes 1024 --store $S/r1024.sqlite > "$OUT/resnet-bs1024.txt" 2>&1
    exp r1024; grep -i "img/s\|error" "$OUT/resnet-bs1024.txt" | tail -n 2
-   step "bare loop fp8 bs1024,1 constants turns" 110 python benchmarks/quant_inputs.py --models resnet50 \
-       --precisions fp8 --batch-sizes 1024,1 --inputs default --constants after,ahead,after,ahead \
-       --out "$OUT/resnet-loop.jsonl" > "$OUT/resnet-loop.txt" 2>&1
-   grep -A6 "^model" "$OUT/resnet-loop.txt"
+   turns loop fp8 1024,1 110  # the bare loop at 1024 and 1 on the warm card
    step "deepgap run 8b fp8 bs1" 140 python -m deepgap run --workload decode --models llama-3.1-8b --device cuda \
        --input-lens 128 --output-lens 128 --repeats 3 --sweeps 1 --no-thermal-warmup --no-cpu-baseline \
        --engines quant --precisions fp8 --batch-sizes 1 --store $S/run8b.sqlite > "$OUT/run8b-bs1.txt" 2>&1
    exp run8b; grep -i "tok/s\|tokens/s" "$OUT/run8b-bs1.txt" | tail -n 1 ;;
 c) # (any card, ~4 min; what is left of a session's device time) call b cut to fp8 at batch 1024
-   step "resnet50 fp8 bs1024 constants turns" 230 python benchmarks/quant_inputs.py --models resnet50 \
-       --precisions fp8 --batch-sizes 1024 --inputs default --constants after,ahead,after,ahead \
-       --out "$OUT/resnet-1024-constants.jsonl" > "$OUT/resnet-1024-constants.txt" 2>&1
-   grep -A6 "^model" "$OUT/resnet-1024-constants.txt" ;;
+   turns 1024-constants fp8 1024 230 ;;
 q) # (any card, ~4 min) issue 51: with the constants ahead, qkv's tile (`8x512 st4`) needs 136 registers and fits three
    # programs an SM; capped at 128 (12 bytes spilled, to L1) it fits four. The 8B loop at batch 1, deepgap's step,
    # the tuner's tiles against qkv forced to the capped tile and to gate_up's in-thread form, in turns
@@ -57,10 +52,7 @@ n) # (the next session's first call, ~8-9 min) on an H200 call g; on another car
    case $gpu in
    *H200*) bash "$0" g ;;
    *) bash "$0" q
-      step "resnet50 fp8 bs256,1024 constants turns" 280 python benchmarks/quant_inputs.py --models resnet50 \
-          --precisions fp8 --batch-sizes 256,1024 --inputs default --constants after,ahead,after,ahead \
-          --out "$OUT/resnet-big-constants.jsonl" > "$OUT/resnet-big-constants.txt" 2>&1
-      grep -A12 "^model" "$OUT/resnet-big-constants.txt" ;;
+      turns big-constants fp8 256,1024 280 ;;
    esac ;;
 *) echo "usage: $0 b|c|g|n|q"; exit 2 ;;
 esac

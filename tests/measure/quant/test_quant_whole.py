@@ -70,29 +70,32 @@ def _exact(got, ref, fmt, name):
     assert got.dtype == ref.dtype and torch.equal(bits(got), bits(ref)), name
 
 
+def _int8_split_plan(graphs, model: str):
+    """``model``'s int8 network and its batch-1 plan with the split-K of a 132-SM GPU: eligible, more than 10 layers
+    split (layer3 and layer4 have few tiles)."""
+    graph, amax = graphs(model)
+    net = build(graph, "int8", amax, {}, RES)
+    plan = whole_plan.build(net, 1, programs=132)
+    assert whole_plan.eligible(net) is None
+    assert int((plan.table[:, whole.COL["split"]] > 1).sum()) > 10
+    return net, plan
+
+
 def test_resnet50s_plan_puts_each_downsample_in_its_blocks_second_phase_and_splits_k(graphs):
     """Bottlenecks: 52 layers in 48 phases (4 downsamples share a phase with their block's first 1×1), 47 barriers,
     and the split-K of a 132-SM GPU where layer3 and layer4 have few tiles. The kernel runs this plan on a GPU
     (`test_quant_whole_gpu.py`); its interpreter run is ResNet-18's, below (ResNet-50's took up to 52 s of a full
     run)."""
-    graph, amax = graphs("resnet50")
-    net = build(graph, "int8", amax, {}, RES)
-    plan = whole_plan.build(net, 1, programs=132)
-    assert whole_plan.eligible(net) is None
+    _, plan = _int8_split_plan(graphs, "resnet50")
     assert len(plan.names) == 52 and plan.n_phases == 47
-    assert int((plan.table[:, whole.COL["split"]] > 1).sum()) > 10
 
 
 def test_resnet18_int8_with_split_k_equals_each_layers_reference_bit_for_bit(graphs):
     """Basic blocks, downsamples (in their block's second phase), stride 2, split-K slices, the fp16 last layer."""
-    graph, amax = graphs("resnet18")
-    net = build(graph, "int8", amax, {}, RES)
-    plan = whole_plan.build(net, 1, programs=132)  # the split-K of a 132-SM GPU, walked by one program here
-    assert whole_plan.eligible(net) is None
-    assert (
-        len(plan.names) == 19 and plan.n_phases == 15
-    )  # 3 downsamples share a phase: 16 phases, 15 barriers
-    assert int((plan.table[:, whole.COL["split"]] > 1).sum()) > 10
+    # the split-K of a 132-SM GPU, walked by one program here
+    net, plan = _int8_split_plan(graphs, "resnet18")
+    # 3 downsamples share a phase: 16 phases, 15 barriers
+    assert len(plan.names) == 19 and plan.n_phases == 15
     x = _stem_out(net, 1)
     out = plan.run(x, programs=1)
     assert out.dtype == torch.float16  # the head reads the last layer in fp16
