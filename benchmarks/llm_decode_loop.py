@@ -364,7 +364,7 @@ def main() -> None:  # noqa: D103
 
 
 # the DEEPGAP_DECODE_* switches a row records, as its process ran (module docstring)
-SWITCHES = ("fused", "rope", "attention", "pdl", "split_kv", "combine", "norm", "angles")
+SWITCHES = ("fused", "rope", "attention", "pdl", "split_kv", "combine", "norm", "angles", "qkv_tile")
 # those the options turn, in a turn's order: each option's name is its switch's (``--split-kv``: SPLIT_KV)
 TURNED = ("pdl", "split_kv", "combine", "attention", "norm", "angles")
 

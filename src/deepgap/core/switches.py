@@ -64,6 +64,8 @@ SWITCHES: dict[str, Switch] = {
     "DEEPGAP_QUANT_ROW_QUANT": Switch(("torch", "triton"), "torch"),
     # streamed: a decode GEMV's tiles timed on copies of its weights that read from HBM (`quant.streamed`)
     "DEEPGAP_GEMV_TUNE": Switch(("cached", "streamed"), "cached"),
+    # pinned: the fused qkv GEMV at one row takes `gemv.QKV_TILE` untimed (its tuner's pick lost 2.4% a step on an H200)
+    "DEEPGAP_DECODE_QKV_TILE": Switch(("tuned", "pinned"), "pinned"),
     "DEEPGAP_DECODE_ROPE": Switch(("mix", "fused"), "fused"),
     # kernel: a fused batch-1 step's RoPE angles from one kernel, not Inductor's copies (`llm_angles`)
     "DEEPGAP_DECODE_ANGLES": Switch(("inductor", "kernel"), "kernel"),

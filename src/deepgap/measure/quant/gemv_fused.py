@@ -236,8 +236,11 @@ class Fusion:
     def tiles(self) -> tuple[gemv.GemvTile, ...]:
         """The tuner's candidates: `FUSED_TILES`, and the capped `gemv.NORM_TILES` where the norm is folded.
 
-        A writer that hands a norm over takes bands of whole `norm_handoff.GROUP`s.
+        A writer that hands a norm over takes bands of whole `norm_handoff.GROUP`s. qkv (RoPE in the epilogue) takes
+        `gemv.QKV_TILE` alone unless ``DEEPGAP_DECODE_QKV_TILE=tuned`` (its docstring has why).
         """
+        if self.rope is not None and gemv.qkv_pinned():
+            return (gemv.QKV_TILE,)
         tiles = FUSED_TILES + gemv.NORM_TILES * (self.gamma is not None)
         return tuple(t for t in tiles if self.hand is None or t.bn % norm_handoff.GROUP.value == 0)
 

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Session 61 (2026-12-07): the last call of this session, from the repository root with $OUT set
+# (benchmarks/device_lib.sh). The session's first calls are results/h100/session60/device.sh n (which ran g on the
+# H200) and q, and the bare-loop tile turns written out in this folder's README.
+# Usage: bash results/h200/session61/device.sh f
+set -uo pipefail
+source benchmarks/device_lib.sh
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
+echo "device: $gpu"
+S=/tmp/dg; mkdir -p $S
+exp() { python -m deepgap export "$S/$1.sqlite" -o "$OUT/$1.csv" > /dev/null 2>&1 || true; }
+loop() {  # loop NAME TILES LIMIT [ENV=VALUE]: the 8B loop at batch 1, deepgap's step, the fused GEMVs' tiles in turns
+   mkdir -p "$OUT/$1"
+   step "loop 8b $1" $3 env ${4:-DEEPGAP_NOTHING=} python benchmarks/llm_decode_loop.py --model llama-3.1-8b \
+       --batches 1 --pdl on --precision ${PREC:-fp8} --harness deepgap --out "$OUT/$1" --tiles "$2" \
+       > "$OUT/loop-$1.txt" 2>&1
+   python3 -c "import json,sys
+for r in map(json.loads, open(sys.argv[1])):
+    print(r.get('forced_tiles'), 'tpot', r.get('tpot_ms'), r.get('decode_tok_s'), 'tok/s; sync', r.get('tpot_sync_ms'))
+" "$OUT/$1/llm_decode_loop.jsonl"; }
+case ${1:-} in
+f) # (any card, ~6 min) qkv's pinned tile (`gemv.QKV_TILE`, the default since this session): `deepgap run` 8B fp8
+   # at batch 1; int8's loop, the tuner's qkv tile against the pinned one in turns; the GPU tests of the fused qkv
+   step "deepgap run 8b fp8 bs1" 150 python -m deepgap run --workload decode --models llama-3.1-8b --device cuda \
+       --input-lens 128 --output-lens 128 --repeats 3 --sweeps 1 --no-thermal-warmup --no-cpu-baseline \
+       --engines quant --precisions fp8 --batch-sizes 1 --store $S/run8b.sqlite > "$OUT/run8b-bs1.txt" 2>&1
+   exp run8b; grep -i "tok/s\|tokens/s" "$OUT/run8b-bs1.txt" | tail -n 1
+   PREC=int8 loop int8-qkv "tuned;4096x6144=4x1024w4t;tuned;4096x6144=4x1024w4t" 120 DEEPGAP_DECODE_QKV_TILE=tuned
+   step "gpu tests" 120 python -m pytest -q -m gpu tests/measure/test_llm_fused_rope.py \
+       tests/measure/quant/test_gemv_in_thread.py > "$OUT/gpu-tests.txt" 2>&1; tail -n 3 "$OUT/gpu-tests.txt" ;;
+*) echo "usage: $0 f"; exit 2 ;;
+esac
