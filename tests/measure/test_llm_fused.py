@@ -281,23 +281,25 @@ def test_a_decode_row_says_which_gemv_tiles_the_worker_chose(monkeypatch):
         "1 row(s) 4096x1024: 4x4096 s1 w8 st1 reduce-each; fused norm+rope 4096x6144: 8x512 s1 w4 st4 prefetch"
     )
     assert "decode_tiles" in figures({"status": "skipped"})  # kept on every row, like decode_pdl
-    gemv._TUNED[rope] = gemv.QKV_TILE.fit(4096, 3072)  # qkv's pinned tile (`gemv.QKV_TILE`) says so
+    from deepgap.measure.quant.gemv_fused import QKV_TILE
+
+    monkeypatch.setattr(gemv, "PINNED", {rope: QKV_TILE.fit(4096, 3072)})  # qkv's tile, set untimed
+    assert not gemv.chosen().endswith("untimed)")  # a turn that forced another tile (the loop's `--tiles`)
+    gemv._TUNED[rope] = QKV_TILE.fit(4096, 3072)
     assert gemv.chosen().endswith(
         "fused norm+rope 4096x6144: 4x1024 s1 w4 st1 reduce-in-thread (qkv's tile pinned, untimed)"
     )
-    monkeypatch.setenv("DEEPGAP_DECODE_QKV_TILE", "tuned")
-    assert gemv.chosen().endswith("reduce-in-thread")
 
 
 def test_qkv_takes_its_pinned_tile_unless_told_to_time_it(monkeypatch):
     """The fused GEMV with RoPE in its epilogue (qkv) offers `gemv.QKV_TILE` alone; ``DEEPGAP_DECODE_QKV_TILE=tuned``
     gives it the other fused GEMVs' candidates. The GEMVs without RoPE keep theirs either way."""
     from deepgap.measure.quant import gemv
-    from deepgap.measure.quant.gemv_fused import Fusion
+    from deepgap.measure.quant.gemv_fused import QKV_TILE, Fusion
 
     qkv, o = Fusion(rope=object(), handed=torch.ones(512)), Fusion(residual=torch.zeros(1, 16).bfloat16())
-    assert qkv.tiles() == (gemv.QKV_TILE,) and o.tiles() == gemv.FUSED_TILES
-    assert gemv.QKV_TILE.describe() == "4x1024 s1 w4 st1 reduce-in-thread"
+    assert qkv.tiles() == (QKV_TILE,) and o.tiles() == gemv.FUSED_TILES
+    assert QKV_TILE.describe() == "4x1024 s1 w4 st1 reduce-in-thread"
     monkeypatch.setenv("DEEPGAP_DECODE_QKV_TILE", "tuned")
     assert qkv.tiles() == gemv.FUSED_TILES and o.tiles() == gemv.FUSED_TILES
 

@@ -30,7 +30,6 @@ import torch
 import triton
 import triton.language as tl
 
-from deepgap.core import switches
 from deepgap.measure.quant import launch, streamed
 from deepgap.measure.quant.gdc import pdl_enter, pdl_launch, pdl_wait
 from deepgap.measure.quant.launch import check, halved_to_divide, launcher
@@ -104,12 +103,6 @@ ROW_TILES = tuple(
 # 42.24 → 32.83. The fused GEMVs take them and the row kernel's unprefetched (SwiGLU has two bands in flight)
 IN_THREAD_TILES = tuple(GemvTile(bn, 2048, 1, w, 1, 0, IN_THREAD.value) for bn, w in [(8, 8), (4, 4)])
 FUSED_TILES = tuple(t for t in ROW_TILES if not t.prefetch) + IN_THREAD_TILES
-# The fused qkv GEMV's tile at one row (RoPE in its epilogue, `gemv_fused.Fusion.tiles`), untimed unless
-# ``DEEPGAP_DECODE_QKV_TILE=tuned``. Why not timed: the tuner ranks a tile by 20 calls of it alone in a graph, and
-# for qkv that ranking is not the step's. One H200 (session 61, 8B fp8, batch 1, the step in the bare loop, turns in
-# three processes): the tuner's `8x512 st4` 2.2308-2.2312 ms a step, gate_up's in-thread `4x2048` 2.1894-2.1914, and
-# this in-thread `4x1024` 2.1782-2.1800 (+2.4%, 459.0 tokens/s); the streamed timing picked neither.
-QKV_TILE = GemvTile(4, 1024, 1, 4, 1, 0, IN_THREAD.value)
 # The one-step tiles with a register cap, for the GEMVs that fold the RMSNorm (`Fusion.tiles`; only layer 0's qkv
 # now). One H200 (session 38): the fold took gate_up's 4 × 4096 tile from 128 to 178 registers (29.70 → 43.70 µs);
 # 168 fits 3 programs an SM, 128 fits 4 with spills. Session 39: the 168 cap won qkv's fold there (9.93 vs 10.26).
@@ -122,6 +115,7 @@ DOT_TILES = tuple(
     ]
 )  # fmt: skip
 _TUNED: dict[tuple, object] = {}  # key → the fastest tile (GEMV tiles, and `linear_kernels.tuned`'s)
+PINNED: dict[tuple, object] = {}  # key → its tile set untimed (`gemv_fused.QKV_TILE`): `chosen` says so
 T = TypeVar("T")
 
 
@@ -199,19 +193,8 @@ def chosen() -> str:
 
     # the GEMV tiles only: the fused Linear's `TileConfig`s share the table (`linear_kernels.tuned_tiles`)
     tiles = [f"{shape(k)}: {t.describe()}" for k, t in _TUNED.items() if isinstance(t, GemvTile)]
-    pinned = qkv_pinned() and any(
-        k[0] == "fused" and k[1][3] and t == QKV_TILE.fit(k[2], k[3] // 2) for k, t in _TUNED.items()
-    )
-    return (
-        "; ".join(tiles)
-        + (streamed.label() if tiles else "")
-        + (" (qkv's tile pinned, untimed)" if pinned else "")
-    )
-
-
-def qkv_pinned() -> bool:
-    """Whether the fused qkv GEMV at one row takes `QKV_TILE` untimed (``DEEPGAP_DECODE_QKV_TILE``; the default)."""
-    return switches.read("DEEPGAP_DECODE_QKV_TILE") == "pinned"
+    pin = " (qkv's tile pinned, untimed)" if any(_TUNED.get(k) == t for k, t in PINNED.items()) else ""
+    return "; ".join(tiles) + (streamed.label() if tiles else "") + pin
 
 
 def _graph_ms(launch, calls: int = 20) -> float:

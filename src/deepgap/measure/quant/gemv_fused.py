@@ -33,6 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
+from deepgap.core import switches
 from deepgap.measure.quant import gemv, launch, norm_handoff
 from deepgap.measure.quant.gdc import pdl_launch, pdl_wait
 from deepgap.measure.quant.gemv import FUSED_TILES
@@ -212,6 +213,18 @@ def rows_first(r0, D: tl.constexpr, ROPE: tl.constexpr):
     return r0
 
 
+# qkv's tile at one row (RoPE in its epilogue), untimed unless ``DEEPGAP_DECODE_QKV_TILE=tuned``. Why not timed: the
+# tuner ranks a tile by 20 calls of it alone in a graph, and for qkv that ranking is not the step's. One H200 (session
+# 61, 8B fp8, batch 1, the step in the bare loop, turns in five processes): the tuner's `8x512 st4` 2.2304-2.2312 ms a
+# step, gate_up's in-thread `4x2048` 2.1894-2.1914, this in-thread `4x1024` 2.1782-2.1800 (+2.4%; docs/llm.md).
+QKV_TILE = gemv.GemvTile(4, 1024, 1, 4, 1, 0, gemv.IN_THREAD.value)
+
+
+def qkv_pinned() -> bool:
+    """Whether qkv takes `QKV_TILE` untimed (``DEEPGAP_DECODE_QKV_TILE``, ``pinned`` by default)."""
+    return switches.read("DEEPGAP_DECODE_QKV_TILE") == "pinned"
+
+
 @dataclasses.dataclass(frozen=True)
 class Fusion:
     """What one fused call folds in: a norm's scale and eps, SwiGLU, a residual row, RoPE (module docstring).
@@ -237,10 +250,10 @@ class Fusion:
         """The tuner's candidates: `FUSED_TILES`, and the capped `gemv.NORM_TILES` where the norm is folded.
 
         A writer that hands a norm over takes bands of whole `norm_handoff.GROUP`s. qkv (RoPE in the epilogue) takes
-        `gemv.QKV_TILE` alone unless ``DEEPGAP_DECODE_QKV_TILE=tuned`` (its docstring has why).
+        `QKV_TILE` alone unless ``DEEPGAP_DECODE_QKV_TILE=tuned`` (its docstring has why).
         """
-        if self.rope is not None and gemv.qkv_pinned():
-            return (gemv.QKV_TILE,)
+        if self.rope is not None and qkv_pinned():
+            return (QKV_TILE,)
         tiles = FUSED_TILES + gemv.NORM_TILES * (self.gamma is not None)
         return tuple(t for t in tiles if self.hand is None or t.bn % norm_handoff.GROUP.value == 0)
 
@@ -327,14 +340,11 @@ def _tuned(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, fusion: Fu
     """The fastest of the variant's candidates (`Fusion.tiles`) at this shape (`gemv.fastest`)."""
     k, n = x.shape[1], codes.shape[0]
     no = _programs_width(n, fusion)
-    return gemv.fastest(
-        ("fused", fusion.key(), k, n, str(x.device)),
-        x.device,
-        (c.fit(k, no) for c in fusion.tiles()),
-        lambda t, w: fused_gemv(x, w, scale, fusion, t),
-        decode=True,
-        weights=codes,
-    )
+    key, cands = ("fused", fusion.key(), k, n, str(x.device)), fusion.tiles()
+    if cands == (QKV_TILE,):  # pinned: `gemv.chosen` says so where the step runs it
+        gemv.PINNED[key] = QKV_TILE.fit(k, no)
+    call = lambda t, w: fused_gemv(x, w, scale, fusion, t)  # noqa: E731 - the candidate on matrix w
+    return gemv.fastest(key, x.device, (c.fit(k, no) for c in cands), call, decode=True, weights=codes)
 
 
 def reference(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, fusion: Fusion) -> torch.Tensor:
