@@ -2,7 +2,7 @@
 # Session 61 (2026-12-07): the last call of this session, from the repository root with $OUT set
 # (benchmarks/device_lib.sh). The session's first calls are results/h100/session60/device.sh n (which ran g on the
 # H200) and q, and the bare-loop tile turns written out in this folder's README.
-# Usage: bash results/h200/session61/device.sh f
+# Usage: bash results/h200/session61/device.sh f|s
 set -uo pipefail
 source benchmarks/device_lib.sh
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
@@ -28,5 +28,17 @@ f) # (any card, ~6 min) qkv's pinned tile (`gemv.QKV_TILE`, the default since th
    PREC=int8 loop int8-qkv "tuned;4096x6144=4x1024w4t;tuned;4096x6144=4x1024w4t" 120 DEEPGAP_DECODE_QKV_TILE=tuned
    step "gpu tests" 120 python -m pytest -q -m gpu tests/measure/test_llm_fused_rope.py \
        tests/measure/quant/test_gemv_in_thread.py > "$OUT/gpu-tests.txt" 2>&1; tail -n 3 "$OUT/gpu-tests.txt" ;;
-*) echo "usage: $0 f"; exit 2 ;;
+s) # (any card, ~4 min; what was left of this session's device time) on an H200 call f without its GPU tests; on
+   # another card the fp8 and int8 loops, the tuner's qkv tile against the pinned one in turns
+   Q="tuned;4096x6144=4x1024w4t;tuned;4096x6144=4x1024w4t"
+   case $gpu in
+   *H200*) step "deepgap run 8b fp8 bs1" 150 python -m deepgap run --workload decode --models llama-3.1-8b \
+              --device cuda --input-lens 128 --output-lens 128 --repeats 3 --sweeps 1 --no-thermal-warmup \
+              --no-cpu-baseline --engines quant --precisions fp8 --batch-sizes 1 --store $S/run8b.sqlite \
+              > "$OUT/run8b-bs1.txt" 2>&1
+           exp run8b; grep -i "tok/s\|tokens/s" "$OUT/run8b-bs1.txt" | tail -n 1 ;;
+   *) loop fp8-qkv "$Q" 100 DEEPGAP_DECODE_QKV_TILE=tuned ;;
+   esac
+   PREC=int8 loop int8-qkv "$Q" 100 DEEPGAP_DECODE_QKV_TILE=tuned ;;
+*) echo "usage: $0 f|s"; exit 2 ;;
 esac
