@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Session 61 (2026-12-07): the last call of this session, from the repository root with $OUT set
-# (benchmarks/device_lib.sh). The session's first calls are results/h100/session60/device.sh n (which ran g on the
-# H200) and q, and the bare-loop tile turns written out in this folder's README.
-# Usage: bash results/h200/session61/device.sh f|s
+# Session 61 (2026-12-07): this session's calls, from the repository root with $OUT set (benchmarks/device_lib.sh).
+# The first were results/h100/session60/device.sh n (which ran its call g on the H200) and q; then the bare-loop tile
+# turns t1-t4 below (run inline, as written here); then s or f, with qkv's tile pinned.
+# Usage: bash results/h200/session61/device.sh f|s|t1|t2|t3|t4
 set -uo pipefail
 source benchmarks/device_lib.sh
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
@@ -40,5 +40,23 @@ s) # (any card, ~4 min; what was left of this session's device time) on an H200 
    *) loop fp8-qkv "$Q" 100 DEEPGAP_DECODE_QKV_TILE=tuned ;;
    esac
    PREC=int8 loop int8-qkv "$Q" 100 DEEPGAP_DECODE_QKV_TILE=tuned ;;
-*) echo "usage: $0 f|s"; exit 2 ;;
+t1) # (any card, ~2 min; calls 5-6 of this session, run inline as written here) qkv's tile: the tuner's against
+   # gate_up's in-thread 4x2048 and o's 8x2048 (8 warps), the tiles timed on one matrix and on weights streamed from HBM
+   Q=4096x6144
+   for tune in cached streamed; do mkdir -p $OUT/$tune; DEEPGAP_GEMV_TUNE=$tune timeout 200 python \
+       benchmarks/llm_decode_loop.py --model llama-3.1-8b --batches 1 --pdl on --precision fp8 --harness deepgap \
+       --out $OUT/$tune --tiles "tuned;$Q=4x2048w4t;$Q=8x2048w8t;tuned;$Q=4x2048w4t;$Q=8x2048w8t" \
+       > $OUT/loop-$tune.txt 2>&1; echo "== $tune rc=$?"; done ;;
+t2|t3|t4) # (any card, ~1 min each; calls 8-10, run inline as written here) t2: qkv at 4x2048 in-thread and one
+   # other GEMV's tile; t3: qkv's tiles; t4: qkv's tiles around 4x1024 in-thread and the others' beside it
+   Q=4096x6144
+   case $1 in
+   t2) P=$Q=4x2048w4t; T="$P;$P,4096x4096=16x1024w8t;$P,14336x4096=16x2048w8t;$P,4096x28672=8x2048w8t" ;;
+   t3) T="$Q=4x2048w4t;$Q=4x4096w4t;$Q=4x1024w4t;$Q=4x2048w8t;$Q=8x1024w4t" ;;
+   t4) P=$Q=4x1024w4t
+       T="$P;$Q=4x512w4t;$Q=4x1024w2t;$P,4096x28672=4x1024w4t;$P,14336x4096=16x2048w8t;$P,4096x4096=8x1024w8t" ;;
+   esac
+   mkdir -p $OUT/t; timeout 300 python benchmarks/llm_decode_loop.py --model llama-3.1-8b --batches 1 --pdl on \
+       --precision fp8 --harness deepgap --out $OUT/t --tiles "$T;$T" > $OUT/loop-t.txt 2>&1; echo "rc=$?" ;;
+*) echo "usage: $0 f|s|t1|t2|t3|t4"; exit 2 ;;
 esac
