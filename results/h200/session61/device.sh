@@ -2,7 +2,7 @@
 # Session 61 (2026-12-07): this session's calls, from the repository root with $OUT set (benchmarks/device_lib.sh).
 # The first were results/h100/session60/device.sh n (which ran its call g on the H200) and q; then the bare-loop tile
 # turns t1-t4 below (run inline, as written here); then s or f, with qkv's tile pinned.
-# Usage: bash results/h200/session61/device.sh f|s|t1|t2|t3|t4
+# Usage: bash results/h200/session61/device.sh f|s [short]|t1|t2|t3|t4   (s short: without int8's turns)
 set -uo pipefail
 source benchmarks/device_lib.sh
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
@@ -39,7 +39,7 @@ s) # (any card, ~4 min; what was left of this session's device time) on an H200 
            exp run8b; grep -i "tok/s\|tokens/s" "$OUT/run8b-bs1.txt" | tail -n 1 ;;
    *) loop fp8-qkv "$Q" 100 DEEPGAP_DECODE_QKV_TILE=tuned ;;
    esac
-   PREC=int8 loop int8-qkv "$Q" 100 DEEPGAP_DECODE_QKV_TILE=tuned ;;
+   [ "${2:-}" = short ] || PREC=int8 loop int8-qkv "$Q" 100 DEEPGAP_DECODE_QKV_TILE=tuned ;;
 t1) # (any card, ~2 min; calls 5-6 of this session, run inline as written here) qkv's tile: the tuner's against
    # gate_up's in-thread 4x2048 and o's 8x2048 (8 warps), the tiles timed on one matrix and on weights streamed from HBM
    Q=4096x6144
