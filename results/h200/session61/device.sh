@@ -2,7 +2,8 @@
 # Session 61 (2026-12-07): this session's calls, from the repository root with $OUT set (benchmarks/device_lib.sh).
 # The first were results/h100/session60/device.sh n (which ran its call g on the H200) and q; then the bare-loop tile
 # turns t1-t4 below (run inline, as written here); then s or f, with qkv's tile pinned.
-# Usage: bash results/h200/session61/device.sh f|s [short]|t1|t2|t3|t4   (s short: without int8's turns)
+# Usage: bash results/h200/session61/device.sh f|s [short]|t1|t2|t3|t4   (s short: without int8's turns; on an H200
+#   the ResNet-50 fp8 batch-1 bare loop first)
 set -uo pipefail
 source benchmarks/device_lib.sh
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
@@ -32,7 +33,10 @@ s) # (any card, ~4 min; what was left of this session's device time) on an H200 
    # another card the fp8 and int8 loops, the tuner's qkv tile against the pinned one in turns
    Q="tuned;4096x6144=4x1024w4t;tuned;4096x6144=4x1024w4t"
    case $gpu in
-   *H200*) step "deepgap run 8b fp8 bs1" 150 python -m deepgap run --workload decode --models llama-3.1-8b \
+   *H200*) [ "${2:-}" != short ] || { step "resnet50 fp8 bs1 bare loop" 90 python benchmarks/quant_inputs.py \
+              --models resnet50 --precisions fp8 --batch-sizes 1 --inputs default --out "$OUT/resnet-bs1-loop.jsonl" \
+              > "$OUT/resnet-bs1-loop.txt" 2>&1; tail -n 4 "$OUT/resnet-bs1-loop.txt"; }  # issue 47: run vs loop
+           step "deepgap run 8b fp8 bs1" 150 python -m deepgap run --workload decode --models llama-3.1-8b \
               --device cuda --input-lens 128 --output-lens 128 --repeats 3 --sweeps 1 --no-thermal-warmup \
               --no-cpu-baseline --engines quant --precisions fp8 --batch-sizes 1 --store $S/run8b.sqlite \
               > "$OUT/run8b-bs1.txt" 2>&1
