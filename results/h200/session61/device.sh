@@ -20,15 +20,21 @@ for r in map(json.loads, open(sys.argv[1])):
     print(r.get('forced_tiles'), 'tpot', r.get('tpot_ms'), r.get('decode_tok_s'), 'tok/s; sync', r.get('tpot_sync_ms'))
 " "$OUT/$1/llm_decode_loop.jsonl"; }
 case ${1:-} in
-f) # (any card, ~6 min) qkv's pinned tile (`gemv.QKV_TILE`, the default since this session): `deepgap run` 8B fp8
-   # at batch 1; int8's loop, the tuner's qkv tile against the pinned one in turns; the GPU tests of the fused qkv
+f) # (any card, ~8 min; the next session's first call) qkv's pinned tile (`gemv_fused.QKV_TILE`, the default since
+   # this session): `deepgap run` 8B fp8 at batch 1; the loop with every fused GEMV's tiles timed in the step
+   # (DEEPGAP_GEMV_TUNE=step, `quant.step_tiles`) against the pinned default, a process each; int8's loop, the
+   # tuner's qkv tile against the pinned one in turns; the GPU tests of the fused qkv, the in-thread tiles, the search
    step "deepgap run 8b fp8 bs1" 150 python -m deepgap run --workload decode --models llama-3.1-8b --device cuda \
        --input-lens 128 --output-lens 128 --repeats 3 --sweeps 1 --no-thermal-warmup --no-cpu-baseline \
        --engines quant --precisions fp8 --batch-sizes 1 --store $S/run8b.sqlite > "$OUT/run8b-bs1.txt" 2>&1
    exp run8b; grep -i "tok/s\|tokens/s" "$OUT/run8b-bs1.txt" | tail -n 1
+   loop pinned "tuned;tuned" 80
+   loop step "tuned;tuned" 100 DEEPGAP_GEMV_TUNE=step
+   python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readline()).get('tiles'))" "$OUT/step/llm_decode_loop.jsonl"
    PREC=int8 loop int8-qkv "tuned;4096x6144=4x1024w4t;tuned;4096x6144=4x1024w4t" 120 DEEPGAP_DECODE_QKV_TILE=tuned
-   step "gpu tests" 120 python -m pytest -q -m gpu tests/measure/test_llm_fused_rope.py \
-       tests/measure/quant/test_gemv_in_thread.py > "$OUT/gpu-tests.txt" 2>&1; tail -n 3 "$OUT/gpu-tests.txt" ;;
+   step "gpu tests" 150 python -m pytest -q -m gpu tests/measure/test_llm_fused_rope.py \
+       tests/measure/quant/test_gemv_in_thread.py tests/measure/quant/test_step_tiles.py > "$OUT/gpu-tests.txt" 2>&1
+   tail -n 3 "$OUT/gpu-tests.txt" ;;
 s) # (any card, ~4 min; what was left of this session's device time) on an H200 call f without its GPU tests; on
    # another card the fp8 and int8 loops, the tuner's qkv tile against the pinned one in turns
    Q="tuned;4096x6144=4x1024w4t;tuned;4096x6144=4x1024w4t"

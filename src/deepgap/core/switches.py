@@ -62,8 +62,9 @@ SWITCHES: dict[str, Switch] = {
     # a row-scaled 8-bit Linear's input quantized by one Triton kernel outside a compile (`quant.row_quant`);
     # torch: six eager ops. Opt-in: 26% off an eager prefill (H200), but the compiled prefill is the default
     "DEEPGAP_QUANT_ROW_QUANT": Switch(("torch", "triton"), "torch"),
-    # streamed: a decode GEMV's tiles timed on copies of its weights that read from HBM (`quant.streamed`)
-    "DEEPGAP_GEMV_TUNE": Switch(("cached", "streamed"), "cached"),
+    # streamed: a decode GEMV's tiles timed on copies of its weights that read from HBM (`quant.streamed`); step:
+    # the fused GEMVs' tiles timed again in the decode step's own graph (`quant.step_tiles`)
+    "DEEPGAP_GEMV_TUNE": Switch(("cached", "streamed", "step"), "cached"),
     # pinned: the fused qkv GEMV at one row takes `gemv.QKV_TILE` untimed (its tuner's pick lost 2.4% a step on an H200)
     "DEEPGAP_DECODE_QKV_TILE": Switch(("tuned", "pinned"), "pinned"),
     "DEEPGAP_DECODE_ROPE": Switch(("mix", "fused"), "fused"),

@@ -138,7 +138,7 @@ class _GraphStep:
         self.fn = torch.compile(fn, mode=compile_mode, dynamic=False) if compile_mode else fn
 
     def _capture(self, ids, position: int) -> None:
-        from deepgap.measure.quant import launch
+        from deepgap.measure.quant import gemv_fused, launch, step_tiles
 
         dev = ids.device
         self.ids = ids.clone()
@@ -154,6 +154,9 @@ class _GraphStep:
                 with launch.pdl() if modes[i % len(modes)] else contextlib.nullcontext():
                     self.fn(self.ids, self.pos)
         torch.cuda.current_stream(dev).wait_stream(side)
+        if step_tiles.on():  # each fused GEMV shape's tiles timed in this step's graph (`quant.step_tiles`)
+            run = lambda: self.fn(self.ids, self.pos)  # noqa: E731 - the step on its fixed input and position
+            gemv_fused.tiles_in_step(lambda: step_tiles.graph_ms(run, dev, True in modes))
         graphs = {}
         for on in modes:
             g = torch.cuda.CUDAGraph()

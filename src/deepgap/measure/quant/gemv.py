@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from deepgap.measure.quant import launch, streamed
+from deepgap.measure.quant import launch, step_tiles, streamed
 from deepgap.measure.quant.gdc import pdl_enter, pdl_launch, pdl_wait
 from deepgap.measure.quant.launch import check, halved_to_divide, launcher
 
@@ -194,7 +194,7 @@ def chosen() -> str:
     # the GEMV tiles only: the fused Linear's `TileConfig`s share the table (`linear_kernels.tuned_tiles`)
     tiles = [f"{shape(k)}: {t.describe()}" for k, t in _TUNED.items() if isinstance(t, GemvTile)]
     pin = " (qkv's tile pinned, untimed)" if any(_TUNED.get(k) == t for k, t in PINNED.items()) else ""
-    return "; ".join(tiles) + (streamed.label() if tiles else "") + pin
+    return "; ".join(tiles) + (streamed.label() + step_tiles.label() if tiles else "") + pin
 
 
 def _graph_ms(launch, calls: int = 20) -> float:

@@ -34,7 +34,7 @@ import triton
 import triton.language as tl
 
 from deepgap.core import switches
-from deepgap.measure.quant import gemv, launch, norm_handoff
+from deepgap.measure.quant import gemv, launch, norm_handoff, step_tiles
 from deepgap.measure.quant.gdc import pdl_launch, pdl_wait
 from deepgap.measure.quant.gemv import FUSED_TILES
 from deepgap.measure.quant.launch import check, launcher
@@ -221,8 +221,11 @@ QKV_TILE = gemv.GemvTile(4, 1024, 1, 4, 1, 0, gemv.IN_THREAD.value)
 
 
 def qkv_pinned() -> bool:
-    """Whether qkv takes `QKV_TILE` untimed (``DEEPGAP_DECODE_QKV_TILE``, ``pinned`` by default)."""
-    return switches.read("DEEPGAP_DECODE_QKV_TILE") == "pinned"
+    """Whether qkv takes `QKV_TILE` untimed (``DEEPGAP_DECODE_QKV_TILE``, ``pinned`` by default).
+
+    Not where the step times its tiles (`step_tiles`): there `QKV_TILE` is among qkv's candidates.
+    """
+    return switches.read("DEEPGAP_DECODE_QKV_TILE") == "pinned" and not step_tiles.on()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,6 +258,7 @@ class Fusion:
         if self.rope is not None and qkv_pinned():
             return (QKV_TILE,)
         tiles = FUSED_TILES + gemv.NORM_TILES * (self.gamma is not None)
+        tiles += (QKV_TILE,) * (self.rope is not None and step_tiles.on())
         return tuple(t for t in tiles if self.hand is None or t.bn % norm_handoff.GROUP.value == 0)
 
 
@@ -343,8 +347,14 @@ def _tuned(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, fusion: Fu
     key, cands = ("fused", fusion.key(), k, n, str(x.device)), fusion.tiles()
     if cands == (QKV_TILE,):  # pinned: `gemv.chosen` says so where the step runs it
         gemv.PINNED[key] = QKV_TILE.fit(k, no)
+    step_tiles.record(key, (c.fit(k, no) for c in cands))  # for a search in the step's graph, where it is on
     call = lambda t, w: fused_gemv(x, w, scale, fusion, t)  # noqa: E731 - the candidate on matrix w
     return gemv.fastest(key, x.device, (c.fit(k, no) for c in cands), call, decode=True, weights=codes)
+
+
+def tiles_in_step(timer) -> None:
+    """`step_tiles.search` over the tuner's table: ``timer()`` times the decode step with the tiles it holds now."""
+    step_tiles.search(timer, gemv._TUNED)
 
 
 def reference(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, fusion: Fusion) -> torch.Tensor:
