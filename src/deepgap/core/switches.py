@@ -65,7 +65,7 @@ SWITCHES: dict[str, Switch] = {
     # streamed: a decode GEMV's tiles timed on copies of its weights that read from HBM (`quant.streamed`); step:
     # the fused GEMVs' tiles timed again in the decode step's own graph (`quant.step_tiles`)
     "DEEPGAP_GEMV_TUNE": Switch(("cached", "streamed", "step"), "cached"),
-    # pinned: the fused qkv GEMV at one row takes `gemv.QKV_TILE` untimed (its tuner's pick lost 2.4% a step on an H200)
+    # pinned: the fused qkv GEMV at one row takes `gemv_fused.QKV_TILE` untimed (the tuner's pick: 2.4% slower, H200)
     "DEEPGAP_DECODE_QKV_TILE": Switch(("tuned", "pinned"), "pinned"),
     "DEEPGAP_DECODE_ROPE": Switch(("mix", "fused"), "fused"),
     # kernel: a fused batch-1 step's RoPE angles from one kernel, not Inductor's copies (`llm_angles`)

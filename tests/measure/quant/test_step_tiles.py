@@ -64,15 +64,16 @@ def test_the_search_keeps_each_shapes_fastest_tile_in_the_step_and_says_so(fresh
     )
 
 
-def test_a_shape_whose_every_candidate_fails_keeps_the_tuners_tile(fresh):
-    step_tiles.CANDIDATES[DOWN] = (A, B)
-    gemv._TUNED[DOWN] = B
+def test_a_shape_whose_every_candidate_fails_keeps_the_tuners_tiles(fresh):
+    """Each key of the shape keeps its own: layer 0's qkv may have chosen another tile than the others."""
+    step_tiles.CANDIDATES.update({QKV0: (A, B), QKV: (A, B)})
+    gemv._TUNED.update({QKV0: A, QKV: B})
 
     def timer() -> float:
         raise RuntimeError("no capture")
 
     step_tiles.search(timer, gemv._TUNED)
-    assert gemv._TUNED[DOWN] == B and step_tiles.NOTES == [] and DOWN in step_tiles.SEARCHED
+    assert gemv._TUNED == {QKV0: A, QKV: B} and step_tiles.NOTES == [] and {QKV0, QKV} == step_tiles.SEARCHED
 
 
 def test_with_the_search_on_qkv_is_not_pinned_and_times_the_pinned_tile_among_its_candidates(

@@ -215,8 +215,8 @@ def rows_first(r0, D: tl.constexpr, ROPE: tl.constexpr):
 
 # qkv's tile at one row (RoPE in its epilogue), untimed unless ``DEEPGAP_DECODE_QKV_TILE=tuned``. Why not timed: the
 # tuner ranks a tile by 20 calls of it alone in a graph, and for qkv that ranking is not the step's. One H200 (session
-# 61, 8B fp8, batch 1, the step in the bare loop, turns in five processes): the tuner's `8x512 st4` 2.2304-2.2312 ms a
-# step, gate_up's in-thread `4x2048` 2.1894-2.1914, this in-thread `4x1024` 2.1782-2.1800 (+2.4%; docs/llm.md).
+# 61, 8B fp8, batch 1, the step in the bare loop, turns in six processes): the tuner's `8x512 st4` 2.2304-2.2312 ms a
+# step, gate_up's in-thread `4x2048` 2.1894-2.1914, this in-thread `4x1024` 2.1785-2.1800 (+2.4%; docs/llm.md).
 QKV_TILE = gemv.GemvTile(4, 1024, 1, 4, 1, 0, gemv.IN_THREAD.value)
 
 

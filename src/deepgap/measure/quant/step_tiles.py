@@ -25,9 +25,7 @@ import torch
 from deepgap.core import switches
 
 REPLAYS = 30  # replays a candidate's graph is timed over (their median), as `llm_steps._kept` times its two
-CANDIDATES: dict[
-    tuple, tuple
-] = {}  # a fused GEMV's key → its candidates, fitted to its shape (`gemv_fused._tuned`)
+CANDIDATES: dict[tuple, tuple] = {}  # a fused GEMV's key → its fitted candidates (`gemv_fused._tuned`)
 SEARCHED: set[tuple] = set()  # keys whose tile the step has timed: one search a key and process
 NOTES: list[str] = []  # per shape: what the search kept against the tuner's tile (`label`)
 
@@ -65,7 +63,8 @@ def search(timer: Callable[[], float], tuned: dict) -> None:
     searched before (this process) is not timed again.
     """
     for (k, n), keys, cands in shapes({key: c for key, c in CANDIDATES.items() if key not in SEARCHED}):
-        first = tuned.get(keys[0])
+        was = {key: tuned.get(key) for key in keys}  # the tuner's, kept where nothing could be timed
+        first = was[keys[0]]
         times: dict = {}
         for t in cands:
             for key in keys:
@@ -74,13 +73,13 @@ def search(timer: Callable[[], float], tuned: dict) -> None:
                 times[t] = timer()
             except Exception:  # noqa: BLE001 - a candidate this step cannot build or capture is passed over
                 continue
-        best = min(times, key=times.get) if times else first
+        best = min(times, key=times.get) if times else None
         for key in keys:
-            tuned[key] = best
+            tuned[key] = best or was[key]
         SEARCHED.update(keys)
         if times:
-            was = f", the tuner's {times[first]:.4f}" if first in times and first != best else ""
-            NOTES.append(f"{k}x{n} {times[best]:.4f} ms of {len(times)} timed{was}")
+            tuner = f", the tuner's {times[first]:.4f}" if first in times and first != best else ""
+            NOTES.append(f"{k}x{n} {times[best]:.4f} ms of {len(times)} timed{tuner}")
 
 
 def graph_ms(run: Callable[[], object], device: torch.device, pdl: bool) -> float:
