@@ -2,7 +2,7 @@
 # Session 61 (2026-12-07): this session's calls, from the repository root with $OUT set (benchmarks/device_lib.sh).
 # The first were results/h100/session60/device.sh n (which ran its call g on the H200) and q; then the bare-loop tile
 # turns t1-t4 below (run inline, as written here); then s or f, with qkv's tile pinned.
-# Usage: bash results/h200/session61/device.sh f|s [short]|t1|t2|t3|t4   (s short: without int8's turns; on an H200
+# Usage: bash results/h200/session61/device.sh f|r|s [short]|t1|t2|t3|t4   (s short: without int8's turns; on an H200
 #   the ResNet-50 fp8 batch-1 bare loop first)
 set -uo pipefail
 source benchmarks/device_lib.sh
@@ -50,6 +50,12 @@ s) # (any card, ~4 min; what was left of this session's device time) on an H200 
    *) loop fp8-qkv "$Q" 100 DEEPGAP_DECODE_QKV_TILE=tuned ;;
    esac
    [ "${2:-}" = short ] || PREC=int8 loop int8-qkv "$Q" 100 DEEPGAP_DECODE_QKV_TILE=tuned ;;
+r) # (an H200, ~2 min; after f on the warm machine) issue 47's batch 1: ResNet-50 quant's bare loop against the
+   # 0.192 ms of this session's `deepgap run` (fp8; int8 0.212), the harness to be within 2% of it
+   step "resnet50 fp8,int8 bs1 bare loop" 150 python benchmarks/quant_inputs.py --models resnet50 \
+       --precisions fp8,int8 --batch-sizes 1 --inputs default --out "$OUT/resnet-bs1-loop.jsonl" \
+       > "$OUT/resnet-bs1-loop.txt" 2>&1
+   tail -n 6 "$OUT/resnet-bs1-loop.txt" ;;
 t1) # (any card, ~2 min; calls 5-6 of this session, run inline as written here) qkv's tile: the tuner's against
    # gate_up's in-thread 4x2048 and o's 8x2048 (8 warps), the tiles timed on one matrix and on weights streamed from HBM
    Q=4096x6144
