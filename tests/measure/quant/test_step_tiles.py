@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from deepgap.measure.quant import gemv, step_tiles
-from deepgap.measure.quant.gemv_fused import FUSED_TILES, QKV_TILE, Fusion
+from deepgap.measure.quant.gemv_fused import FUSED_TILES, QKV_TILE, STEP_TILES, Fusion
 
 A, B, C = gemv.GemvTile(8, 2048, 1, 8), gemv.GemvTile(4, 2048, 1, 4), gemv.GemvTile(4, 1024, 1, 4)
 QKV0 = ("fused", (True, False, False, True, False, False), 4096, 6144, "cuda:0")  # layer 0: the norm folded
@@ -76,15 +76,15 @@ def test_a_shape_whose_every_candidate_fails_keeps_the_tuners_tiles(fresh):
     assert gemv._TUNED == {QKV0: A, QKV: B} and step_tiles.NOTES == [] and {QKV0, QKV} == step_tiles.SEARCHED
 
 
-def test_with_the_search_on_qkv_is_not_pinned_and_times_the_pinned_tile_among_its_candidates(
-    fresh, monkeypatch
-):
-    """Each fused GEMV's candidates reach the search as the tuner fits them (`gemv_fused._tuned`, untimed on a CPU:
-    the first candidate)."""
+def test_with_the_search_on_qkv_is_not_pinned_and_every_fused_gemv_offers_the_step_tiles(fresh, monkeypatch):
+    """Each fused GEMV's candidates, `gemv_fused.STEP_TILES` (qkv's pin first) among them, reach the search as the
+    tuner fits them (`gemv_fused._tuned`, untimed on a CPU: the first candidate)."""
     from deepgap.measure.quant import gemv_fused
 
     qkv = Fusion(rope=object(), handed=torch.ones(512))
-    assert qkv.tiles() == FUSED_TILES + (QKV_TILE,) and not gemv_fused.qkv_pinned()
+    assert (
+        qkv.tiles() == FUSED_TILES + STEP_TILES and STEP_TILES[0] == QKV_TILE and not gemv_fused.qkv_pinned()
+    )
     x, codes, scale = (
         torch.zeros(1, 64).bfloat16(),
         torch.zeros(32, 64).to(torch.float8_e4m3fn),
@@ -93,11 +93,10 @@ def test_with_the_search_on_qkv_is_not_pinned_and_times_the_pinned_tile_among_it
     residual = Fusion(residual=torch.zeros(1, 32).bfloat16())
     assert gemv_fused._tuned(x, codes, scale, residual) == FUSED_TILES[0].fit(64, 32)
     (key,) = step_tiles.CANDIDATES
-    assert key[2:4] == (64, 32) and step_tiles.CANDIDATES[key] == tuple(
-        dict.fromkeys(t.fit(64, 32) for t in FUSED_TILES)
-    )
+    fitted = tuple(dict.fromkeys(t.fit(64, 32) for t in FUSED_TILES + STEP_TILES))
+    assert key[2:4] == (64, 32) and step_tiles.CANDIDATES[key] == fitted
     monkeypatch.setenv("DEEPGAP_GEMV_TUNE", "cached")
-    assert qkv.tiles() == (QKV_TILE,) and step_tiles.label() == ""
+    assert qkv.tiles() == (QKV_TILE,) and residual.tiles() == FUSED_TILES and step_tiles.label() == ""
 
 
 @pytest.mark.gpu

@@ -213,18 +213,20 @@ def rows_first(r0, D: tl.constexpr, ROPE: tl.constexpr):
     return r0
 
 
-# qkv's tile at one row (RoPE in its epilogue), untimed unless ``DEEPGAP_DECODE_QKV_TILE=tuned``. Why not timed: the
-# tuner ranks a tile by 20 calls of it alone in a graph, and for qkv that ranking is not the step's. One H200 (session
-# 61, 8B fp8, batch 1, the step in the bare loop, turns in six processes): the tuner's `8x512 st4` 2.2304-2.2312 ms a
-# step, gate_up's in-thread `4x2048` 2.1894-2.1914, this in-thread `4x1024` 2.1785-2.1800 (+2.4%; docs/llm.md).
-QKV_TILE = gemv.GemvTile(4, 1024, 1, 4, 1, 0, gemv.IN_THREAD.value)
+# qkv's tile at one row (RoPE in its epilogue), untimed unless ``DEEPGAP_DECODE_QKV_TILE=tuned``, is the first. Why
+# not timed: the tuner ranks a tile by 20 calls of it alone in a graph, and for qkv that ranking is not the step's. One
+# H200 (session 61, 8B fp8, batch 1, the step in the bare loop, six processes): the tuner's `8x512 st4` 2.2304-2.2312
+# ms a step, gate_up's in-thread `4x2048` 2.1894-2.1914, in-thread `4x1024` 2.1785-2.1800 (+2.4%; docs/llm.md). All
+# three are offered to every fused GEMV where the step times its tiles (`step_tiles`): `8x1024` ran qkv within 0.5%.
+STEP_TILES = tuple(
+    gemv.GemvTile(bn, bk, 1, w, 1, 0, gemv.IN_THREAD.value)
+    for bn, bk, w in [(4, 1024, 4), (8, 1024, 4), (16, 2048, 8)]
+)
+QKV_TILE = STEP_TILES[0]
 
 
 def qkv_pinned() -> bool:
-    """Whether qkv takes `QKV_TILE` untimed (``DEEPGAP_DECODE_QKV_TILE``, ``pinned`` by default).
-
-    Not where the step times its tiles (`step_tiles`): there `QKV_TILE` is among qkv's candidates.
-    """
+    """Whether qkv takes `QKV_TILE` untimed: ``DEEPGAP_DECODE_QKV_TILE=pinned`` (the default), no `step_tiles`."""
     return switches.read("DEEPGAP_DECODE_QKV_TILE") == "pinned" and not step_tiles.on()
 
 
@@ -258,7 +260,7 @@ class Fusion:
         if self.rope is not None and qkv_pinned():
             return (QKV_TILE,)
         tiles = FUSED_TILES + gemv.NORM_TILES * (self.gamma is not None)
-        tiles += (QKV_TILE,) * (self.rope is not None and step_tiles.on())
+        tiles += STEP_TILES * step_tiles.on()
         return tuple(t for t in tiles if self.hand is None or t.bn % norm_handoff.GROUP.value == 0)
 
 
