@@ -292,8 +292,9 @@ def test_a_decode_row_says_which_gemv_tiles_the_worker_chose(monkeypatch):
 
 
 def test_qkv_takes_its_pinned_tile_unless_told_to_time_it(monkeypatch):
-    """The fused GEMV with RoPE in its epilogue (qkv) offers `gemv.QKV_TILE` alone; ``DEEPGAP_DECODE_QKV_TILE=tuned``
-    gives it the other fused GEMVs' candidates. The GEMVs without RoPE keep theirs either way."""
+    """The fused GEMV with RoPE in its epilogue (qkv) offers `gemv_fused.QKV_TILE` alone;
+    ``DEEPGAP_DECODE_QKV_TILE=tuned`` gives it the other fused GEMVs' candidates. The GEMVs without RoPE keep theirs
+    either way."""
     from deepgap.measure.quant import gemv
     from deepgap.measure.quant.gemv_fused import QKV_TILE, Fusion
 

@@ -349,7 +349,8 @@ def _tuned(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, fusion: Fu
     key, cands = ("fused", fusion.key(), k, n, str(x.device)), fusion.tiles()
     if cands == (QKV_TILE,):  # pinned: `gemv.chosen` says so where the step runs it
         gemv.PINNED[key] = QKV_TILE.fit(k, no)
-    step_tiles.record(key, (c.fit(k, no) for c in cands))  # for a search in the step's graph, where it is on
+    if step_tiles.on():  # for a search in the step's graph
+        step_tiles.record(key, (c.fit(k, no) for c in cands))
     call = lambda t, w: fused_gemv(x, w, scale, fusion, t)  # noqa: E731 - the candidate on matrix w
     return gemv.fastest(key, x.device, (c.fit(k, no) for c in cands), call, decode=True, weights=codes)
 

@@ -36,8 +36,12 @@ def on() -> bool:
 
 
 def record(key: tuple, cands) -> None:
-    """``key``'s candidates, for the step's search (`gemv_fused._tuned` calls it for every fused GEMV)."""
-    CANDIDATES.setdefault(key, tuple(dict.fromkeys(cands)))
+    """``key``'s candidates, for the step's search (`gemv_fused._tuned` calls it for every fused GEMV it runs).
+
+    ``cands`` is read only the first time a key is seen: `_tuned` runs on every call of an eager step.
+    """
+    if key not in CANDIDATES:
+        CANDIDATES[key] = tuple(dict.fromkeys(cands))
 
 
 def shapes(table: dict[tuple, tuple]) -> list[tuple[tuple[int, int], list[tuple], list]]:
