@@ -75,3 +75,12 @@ bundle() {
         && echo "device_lib: $n files in \$OUT packed into out-$k.tar.gz (the device tool returns 8)"
 }
 trap bundle EXIT
+# session_opening: what a dated session script does first: the card's name into $gpu (and printed), a folder $S
+# for stores (/tmp/dg, outside the repository), and `exp NAME`, $S/NAME.sqlite's CSV export into $OUT/NAME.csv
+# (nothing where the store is missing: the step that made it failed, and said so).
+session_opening() {
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
+    echo "device: $gpu"
+    S=/tmp/dg; mkdir -p $S
+}
+exp() { python -m deepgap export "$S/$1.sqlite" -o "$OUT/$1.csv" > /dev/null 2>&1 || true; }

@@ -4,10 +4,7 @@
 # Usage: bash results/h100/session56/device.sh N
 set -uo pipefail
 source benchmarks/device_lib.sh
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
-echo "device: $gpu"
-S=/tmp/dg; mkdir -p $S
-exp() { python -m deepgap export "$S/$1.sqlite" -o "$OUT/$1.csv" > /dev/null 2>&1 || true; }
+session_opening  # $gpu, $S and exp (benchmarks/device_lib.sh)
 case ${1:-} in
 1) # (any card, ~8 min) which kernel makes ResNet-50's batch-256 graph change between replays: the TMA 3×3
    # convolution alone on one input, repeated per tile, launch mode and descriptor form

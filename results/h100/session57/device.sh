@@ -6,10 +6,7 @@
 # Usage: bash results/h100/session57/device.sh N
 set -uo pipefail
 source benchmarks/device_lib.sh
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
-echo "device: $gpu"
-S=/tmp/dg; mkdir -p $S
-exp() { python -m deepgap export "$S/$1.sqlite" -o "$OUT/$1.csv" > /dev/null 2>&1 || true; }
+session_opening  # $gpu, $S and exp (benchmarks/device_lib.sh)
 case ${1:-} in
 1) # (any card, ~4 min) issue 47: the stem's convolution at batch 1024, first GPU timing of session 29's swapped
    # kernel (weights as the MMA's M side, `stem_s2d.SWAP_TILES`) beside every super-pixel and 4-byte-pixel tile

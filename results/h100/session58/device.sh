@@ -4,10 +4,7 @@
 # Usage: bash results/h100/session58/device.sh N
 set -uo pipefail
 source benchmarks/device_lib.sh
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
-echo "device: $gpu"
-S=/tmp/dg; mkdir -p $S
-exp() { python -m deepgap export "$S/$1.sqlite" -o "$OUT/$1.csv" > /dev/null 2>&1 || true; }
+session_opening  # $gpu, $S and exp (benchmarks/device_lib.sh)
 # the three steps calls 1 and s share: the GPU tests; ResNet-50 at batch 1 (precisions $1), one build each, its PDL
 # graph captured again per turn (quant_inputs.py --constants); the 8B bare loop on deepgap's step, turns alternating
 gpu_tests() { step "gpu tests: constants ahead" 100 python -m pytest -q -p no:cacheprovider -m gpu \

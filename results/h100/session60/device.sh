@@ -3,10 +3,7 @@
 # Usage: bash results/h100/session60/device.sh N
 set -uo pipefail
 source benchmarks/device_lib.sh
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
-echo "device: $gpu"
-S=/tmp/dg; mkdir -p $S
-exp() { python -m deepgap export "$S/$1.sqlite" -o "$OUT/$1.csv" > /dev/null 2>&1 || true; }
+session_opening  # $gpu, $S and exp (benchmarks/device_lib.sh)
 # turns NAME PRECISIONS BATCHES LIMIT: ResNet-50 built once a configuration, its PDL graph captured again in turns
 # after/ahead/after/ahead (`quant_inputs.py --constants`), into $OUT/resnet-NAME.jsonl and .txt
 turns() {

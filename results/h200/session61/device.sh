@@ -6,10 +6,7 @@
 #   the ResNet-50 fp8 batch-1 bare loop first)
 set -uo pipefail
 source benchmarks/device_lib.sh
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
-echo "device: $gpu"
-S=/tmp/dg; mkdir -p $S
-exp() { python -m deepgap export "$S/$1.sqlite" -o "$OUT/$1.csv" > /dev/null 2>&1 || true; }
+session_opening  # $gpu, $S and exp (benchmarks/device_lib.sh)
 loop() {  # loop NAME TILES LIMIT [ENV=VALUE]: the 8B loop at batch 1, deepgap's step, the fused GEMVs' tiles in turns
    mkdir -p "$OUT/$1"
    step "loop 8b $1" $3 env ${4:-DEEPGAP_NOTHING=} python benchmarks/llm_decode_loop.py --model llama-3.1-8b \
